@@ -1,0 +1,3 @@
+from hookrun.cli import main
+
+main()

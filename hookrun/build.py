@@ -1,0 +1,120 @@
+"""Building objects from `_target_` nodes: the model, the dataset, the loss, user actions and ops.
+
+    model = build_model({"_target_": "torchvision.models.resnet18", "weights": None})
+
+This is the one module that calls hydra.utils.instantiate; every failure becomes a ConfigError
+naming the config key and the target.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from torch import nn
+
+from hookrun.errors import ConfigError
+
+
+def build(node: Any, where: str, **kwargs: Any) -> Any:
+    """instantiate(node), with a one-line ConfigError instead of Hydra's chained traceback."""
+    if not isinstance(node, Mapping) or not node.get("_target_"):
+        raise ConfigError(f"{where}: expected a node with `_target_: package.module.Name`, got {node!r}")
+    try:
+        return instantiate(dict(node), _convert_="all", **kwargs)
+    except InstantiationException as exc:
+        raise ConfigError(f"{where}: {_instantiation_message(exc, node['_target_'])}") from None
+
+
+def _instantiation_message(exc: InstantiationException, target: str) -> str:
+    cause = exc.__cause__
+    while cause is not None and isinstance(cause, InstantiationException):
+        cause = cause.__cause__
+    text = str(exc).split("\n")[0].replace(", set env var HYDRA_FULL_ERROR=1 to see chained stack trace.", "")
+    if "Error locating target" in text:
+        return f"cannot import {target!r} (is the package installed and the name spelt right?)"
+    if cause is not None:
+        return f"building {target!r} failed: {type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}"
+    return text
+
+
+def import_modules(names: list[str]) -> None:
+    """Import the modules listed under `imports:` (so their registered actions exist)."""
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise ConfigError(f"imports: cannot import {name!r}: {exc}") from None
+
+
+def build_model(node: Mapping, device: torch.device) -> nn.Module:
+    node = dict(node)
+    checkpoint = node.pop("checkpoint", None)
+    model = build(node, "model")
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"model: {node['_target_']!r} built a {type(model).__name__}, not a torch.nn.Module")
+    if checkpoint:
+        load_checkpoint(model, str(checkpoint))
+    return model.to(device).eval()
+
+
+def load_checkpoint(model: nn.Module, path: str) -> None:
+    """Load a plain state_dict with weights_only=True: no arbitrary object is ever unpickled."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise ConfigError(f"model.checkpoint: no file {path!r}") from None
+    except Exception as exc:  # UnpicklingError and friends: not a plain tensor file
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(
+            f"model.checkpoint: {path!r} is not a plain state_dict loadable with weights_only=True "
+            f"(save it with torch.save(model.state_dict(), path)): {first[:200]}"
+        ) from None
+    for key in ("state_dict", "model"):
+        if isinstance(state, Mapping) and isinstance(state.get(key), Mapping):
+            state = state[key]
+    if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ConfigError(
+            f"model.checkpoint: {path!r} holds a {type(state).__name__}, not a state_dict of tensors "
+            f"(save it with torch.save(model.state_dict(), path))"
+        )
+    result = model.load_state_dict(state, strict=False)
+    if result.missing_keys or result.unexpected_keys:
+        raise ConfigError(
+            f"model.checkpoint: {path!r} does not fit {type(model).__name__}: missing keys "
+            f"{list(result.missing_keys)[:5]}, unexpected keys {list(result.unexpected_keys)[:5]}"
+        )
+
+
+def build_dataset(node: Mapping) -> Any:
+    dataset = build(node, "data.dataset")
+    if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
+        raise ConfigError(
+            f"data.dataset: {node['_target_']!r} built a {type(dataset).__name__}; hookrun needs a "
+            f"map-style dataset (with __len__ and __getitem__)"
+        )
+    return dataset
+
+
+def build_loss(node: Mapping | None) -> Callable | None:
+    if node is None:
+        return None
+    loss = build(node, "loss")
+    if not callable(loss):
+        raise ConfigError(f"loss: {node['_target_']!r} built a {type(loss).__name__}, which is not callable")
+    return loss
+
+
+def build_user_action(action_spec: Any, point: Any, hook_type: Any, env: Any) -> Callable:
+    """A `_target_` action: anything callable with the Event (a function needs `_partial_: true`)."""
+    action = build(action_spec.params, action_spec.where)
+    if not callable(action):
+        raise ConfigError(
+            f"{action_spec.where}: {action_spec.params['_target_']!r} built a {type(action).__name__}, "
+            f"which is not callable; an action is called with the Event (add `_partial_: true` for a function)"
+        )
+    return action

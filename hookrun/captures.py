@@ -1,0 +1,68 @@
+"""What one step recorded: capture keys and the tensors handed to the writer.
+
+    key = CaptureKey(hook="fmap", module="layer1.0", type="forward", role="output", call=0)
+    key.path  # 'captures/fmap/layer1.0/output'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+MODEL_NODE = "__model__"  # the group name for the whole model (module path '')
+
+
+@dataclass(frozen=True)
+class CaptureKey:
+    hook: str
+    module: str
+    type: str
+    role: str
+    call: int = 0
+
+    @property
+    def path(self) -> str:
+        node = self.module or MODEL_NODE
+        suffix = f"@{self.call}" if self.call else ""
+        return f"captures/{self.hook}/{node}/{self.role}{suffix}"
+
+
+@dataclass
+class Capture:
+    key: CaptureKey
+    value: torch.Tensor  # a snapshot on the CPU: (batch, ...) or one step's tensor
+    per_step: bool  # True: one row per step; False: one row per sample
+    torch_dtype: str = ""
+    attrs: dict = field(default_factory=dict)  # what was done to it (set by record)
+
+
+@dataclass
+class StepRecord:
+    """Everything the writer needs for one batch."""
+
+    step: int
+    sample_index: np.ndarray
+    target: np.ndarray | None
+    path: list[str] | None
+    captures: list[Capture]
+
+
+class StepCaptures:
+    """The captures of the step in flight, filled by record actions, emptied by the loop."""
+
+    def __init__(self) -> None:
+        self._items: dict[CaptureKey, Capture] = {}
+
+    def add(self, capture: Capture) -> None:
+        key = capture.key
+        while key in self._items:  # the same hook fired twice for one call: keep both
+            key = CaptureKey(key.hook, key.module, key.type, key.role, key.call + 1)
+        capture.key = key
+        self._items[key] = capture
+
+    def take(self) -> list[Capture]:
+        items = list(self._items.values())
+        self._items.clear()
+        return items

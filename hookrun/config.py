@@ -1,0 +1,96 @@
+"""The config schema: what a run may be told, with types and defaults.
+
+    cfg = load({"model": {"_target_": "torchvision.models.resnet18"}, "hooks": {...}})
+    cfg.data.batch_size  # 16
+
+The YAML files in conf/ give the values; these dataclasses say which keys exist, so a misspelt key
+is an error, not a silent default. Groups whose options take arbitrary arguments (model, dataset,
+loss) and the hook map are untyped here and checked in code (build.py, spec.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from hookrun.errors import ConfigError
+
+
+class Mode(str, Enum):
+    eval = "eval"
+    grad = "grad"
+
+
+class Compression(str, Enum):
+    none = "none"
+    gzip = "gzip"
+    lzf = "lzf"
+
+
+class StoreDtype(str, Enum):
+    keep = "keep"
+    float16 = "float16"
+    float32 = "float32"
+
+
+@dataclass
+class DataConfig:
+    dataset: Any = MISSING  # a _target_ node: a map-style dataset
+    batch_size: int = 16
+    num_workers: int = 0
+    limit: int | None = None  # most batches to run; null = all
+    root: str | None = None  # folder of images, read by data=image_folder
+
+
+@dataclass
+class OutputConfig:
+    path: str = "captures.h5"  # relative paths land in the run folder
+    compression: Compression = Compression.none
+    dtype: StoreDtype = StoreDtype.keep
+    overwrite: bool = False
+
+
+@dataclass
+class HookrunConfig:
+    model: Any = MISSING  # a _target_ node, plus optional `checkpoint`
+    data: DataConfig = field(default_factory=DataConfig)
+    device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
+    seed: int = 0
+    mode: Mode = Mode.eval
+    loss: Any = None  # a _target_ node (output, target) -> scalar; needed by mode=grad
+    hooks: Any = None  # {name: {at, type, actions}}; checked by hookrun.spec
+    output: OutputConfig = field(default_factory=OutputConfig)
+    imports: list[str] = field(default_factory=list)  # modules imported first (own actions)
+    progress: bool = True  # tqdm bar over batches
+
+
+def load(cfg: Any) -> HookrunConfig:
+    """Merge ``cfg`` (DictConfig, dict or HookrunConfig) onto the schema and resolve it."""
+    if isinstance(cfg, HookrunConfig):
+        return cfg
+    schema = OmegaConf.structured(HookrunConfig)
+    try:
+        if isinstance(cfg, DictConfig):
+            cfg = OmegaConf.to_container(cfg, resolve=True)
+            cfg.pop("hydra", None)
+        merged = OmegaConf.merge(schema, cfg)
+        obj = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(_omegaconf_message(exc)) from None
+    assert isinstance(obj, HookrunConfig)
+    return obj
+
+
+def to_yaml(cfg: HookrunConfig) -> str:
+    """The resolved config as YAML, as stored in each run's file."""
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+def _omegaconf_message(exc: OmegaConfBaseException) -> str:
+    first = str(exc).strip().splitlines()[0]
+    key = getattr(exc, "full_key", None)
+    return f"{key}: {first}" if key and key not in first else first

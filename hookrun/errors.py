@@ -1,0 +1,47 @@
+"""The one exception type hookrun raises for a user's mistake.
+
+    raise ConfigError("hooks.fmap.type: 'fwd' is not a hook type; choose one of: forward, ...")
+
+The CLI prints its message on one line and exits non-zero without a traceback; anything else is a
+bug in hookrun (or in user code) and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class HookrunError(Exception):
+    """A problem the user can fix: bad config, bad data, bad file. The message says how."""
+
+    exit_code = 2
+
+
+class ConfigError(HookrunError, ValueError):
+    """A config value is wrong; raised before any batch runs."""
+
+
+class NotFoundError(HookrunError, LookupError):
+    """A named thing (module, parameter, hook type, action, capture) does not exist."""
+
+
+class RunError(HookrunError, RuntimeError):
+    """Something the config allowed went wrong while the run was in progress."""
+
+    exit_code = 1
+
+
+def close_matches(word: str, choices: Iterable[str], n: int = 5) -> list[str]:
+    """The choices closest to ``word``, best first (for 'did you mean' hints)."""
+    choices = list(choices)
+    found = difflib.get_close_matches(word, choices, n=n, cutoff=0.5)
+    if not found:
+        prefix = [c for c in choices if c.startswith(word) or word.startswith(c) and c]
+        found = prefix[:n]
+    return found
+
+
+def one_of(choices: Iterable[str]) -> str:
+    """'a, b, c' for an error message listing the valid choices."""
+    return ", ".join(sorted(choices))

@@ -1,0 +1,121 @@
+"""What an action sees when a hook fires: the tensors by role, and the right to replace one.
+
+    ev.tensors         # {"input": x, "output": y} for a forward hook
+    ev.replace("output", y * 0)   # checked: same shape, dtype and device
+
+Roles name the tensors a hook sees: `input`, `output`, `grad_input`, `grad_output`, `grad`; the
+parts of a tuple get `.0`, `.1`, ... (`input.1`), of a dict `.KEY`. A one-element tuple, the usual
+`(x,)` of a module's positional input, is just `input`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from hookrun.errors import RunError
+
+
+@dataclass
+class StepState:
+    """The batch in flight: set by the loop, read by every event of the step."""
+
+    step: int = -1
+    batch_size: int = 0
+    sample_index: torch.Tensor | None = None  # dataset indices of the batch's samples
+
+
+@dataclass
+class Event:
+    hook: str
+    type: str
+    module: str  # module path ('' is the whole model) or parameter name
+    target: Any  # the nn.Module or the parameter
+    call: int  # which call of the module in this forward (0, 1, ...)
+    state: StepState
+    tensors: dict[str, torch.Tensor]
+    writable: str | None = None  # the role family actions may replace (e.g. "output")
+    replaced: set[str] = field(default_factory=set)
+
+    @property
+    def step(self) -> int:
+        return self.state.step
+
+    def replace(self, role: str, value: torch.Tensor) -> None:
+        """Put ``value`` in place of the tensor ``role``; PyTorch then uses it."""
+        if not self.can_replace(role):
+            raise RunError(f"hook {self.hook!r} ({self.type}) at {self.where}: role {role!r} cannot be replaced")
+        old = self.tensors[role]
+        if not isinstance(value, torch.Tensor):
+            raise RunError(
+                f"hook {self.hook!r} at {self.where}: the replacement for {role} is a "
+                f"{type(value).__name__}, expected a tensor of shape {tuple(old.shape)}"
+            )
+        if value.shape != old.shape or value.dtype != old.dtype or value.device != old.device:
+            raise RunError(
+                f"hook {self.hook!r} at {self.where}: the replacement for {role} has shape "
+                f"{tuple(value.shape)} {value.dtype} on {value.device}, expected shape "
+                f"{tuple(old.shape)} {old.dtype} on {old.device}"
+            )
+        self.tensors[role] = value
+        self.replaced.add(role)
+
+    def can_replace(self, role: str) -> bool:
+        return self.writable is not None and role in self.tensors and family(role) == self.writable
+
+    @property
+    def where(self) -> str:
+        name = self.module if self.module else "(model)"
+        return f"{name}" + (f" call {self.call}" if self.call else "")
+
+
+def family(role: str) -> str:
+    """'input.1' -> 'input'."""
+    return role.split(".", 1)[0]
+
+
+def flatten(obj: Any, prefix: str) -> dict[str, torch.Tensor]:
+    """The tensors inside ``obj`` (a tensor, or tuples/lists/dicts of them) by role name."""
+    out: dict[str, torch.Tensor] = {}
+
+    def walk(o: Any, name: str) -> None:
+        if isinstance(o, torch.Tensor):
+            out[name] = o
+        elif isinstance(o, tuple | list):
+            if len(o) == 1 and name == prefix:
+                walk(o[0], name)
+            else:
+                for i, x in enumerate(o):
+                    walk(x, f"{name}.{i}")
+        elif isinstance(o, dict):
+            for k, x in o.items():
+                walk(x, f"{name}.{k}")
+
+    walk(obj, prefix)
+    return out
+
+
+def rebuild(obj: Any, prefix: str, tensors: dict[str, torch.Tensor]) -> Any:
+    """``obj`` with each tensor leaf swapped for ``tensors[role]`` (the inverse of flatten)."""
+
+    def walk(o: Any, name: str) -> Any:
+        if isinstance(o, torch.Tensor):
+            return tensors.get(name, o)
+        if isinstance(o, tuple | list):
+            if len(o) == 1 and name == prefix:
+                items = [walk(o[0], name)]
+            else:
+                items = [walk(x, f"{name}.{i}") for i, x in enumerate(o)]
+            if isinstance(o, list):
+                return items
+            return type(o)(*items) if hasattr(o, "_fields") else type(o)(items)
+        if isinstance(o, dict):
+            new = dict(o) if type(o) is dict else o.__class__(o)
+            for k, x in o.items():
+                new[k] = walk(x, f"{name}.{k}")
+            return new
+        return o
+
+    return walk(obj, prefix)

@@ -1,0 +1,127 @@
+"""Hook types: how each kind of PyTorch hook is registered, and which roles it shows.
+
+    HOOK_TYPES.get("forward").attach(point, fire)  # -> [RemovableHandle, ...]
+
+| type         | PyTorch call                          | roles (replaceable first)       |
+|--------------|---------------------------------------|---------------------------------|
+| forward_pre  | register_forward_pre_hook             | input                           |
+| forward      | register_forward_hook                 | output, input                   |
+| backward_pre | register_full_backward_pre_hook       | grad_output                     |
+| backward     | register_full_backward_hook           | grad_input, grad_output         |
+| tensor       | Tensor.register_hook on the output    | grad                            |
+| param        | Parameter.register_hook               | grad                            |
+
+`fire(point, call, tensors, writable)` runs the point's actions and returns the Event; where an
+action replaced a tensor, the hook hands PyTorch the rebuilt value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from hookrun.events import Event, flatten, rebuild
+from hookrun.plan import HookPoint
+from hookrun.registry import Registry
+
+Fire = Callable[[HookPoint, int, dict, str], Event]
+
+
+@dataclass(frozen=True)
+class HookType:
+    name: str
+    roles: tuple[str, ...]  # role families the hook shows
+    writable: str  # the role family actions may replace
+    needs_grad: bool  # only meaningful with mode=grad
+    on: str  # "module" or "param"
+    per_step: bool  # one row per step (no batch dimension)
+    attach: Callable[[HookPoint, Fire], list]
+
+
+HOOK_TYPES: Registry[HookType] = Registry("hook type")
+
+
+def _hook_type(name: str, roles, writable, needs_grad=False, on="module", per_step=False):
+    def add(attach):
+        HOOK_TYPES.register(name)(HookType(name, roles, writable, needs_grad, on, per_step, attach))
+        return attach
+
+    return add
+
+
+@_hook_type("forward_pre", ("input",), "input")
+def _forward_pre(point: HookPoint, fire: Fire) -> list:
+    def hook(module, args):
+        ev = fire(point, point.next_forward_call(), flatten(args, "input"), "input")
+        if ev.replaced:
+            return rebuild(args, "input", ev.tensors)
+        return None
+
+    return [point.target.register_forward_pre_hook(hook)]
+
+
+@_hook_type("forward", ("output", "input"), "output")
+def _forward(point: HookPoint, fire: Fire) -> list:
+    def hook(module, args, output):
+        tensors = flatten(args, "input")
+        tensors.update(flatten(output, "output"))
+        ev = fire(point, point.next_forward_call(), tensors, "output")
+        if ev.replaced:
+            return rebuild(output, "output", ev.tensors)
+        return None
+
+    return [point.target.register_forward_hook(hook)]
+
+
+def _count_forward_calls(point: HookPoint) -> list:
+    """Backward hooks learn which forward call they answer by counting the forward calls."""
+    return [point.target.register_forward_pre_hook(lambda module, args: point.next_forward_call())]
+
+
+@_hook_type("backward_pre", ("grad_output",), "grad_output", needs_grad=True)
+def _backward_pre(point: HookPoint, fire: Fire) -> list:
+    def hook(module, grad_output):
+        ev = fire(point, point.next_backward_call(), flatten(grad_output, "grad_output"), "grad_output")
+        if ev.replaced:
+            return rebuild(grad_output, "grad_output", ev.tensors)
+        return None
+
+    return _count_forward_calls(point) + [point.target.register_full_backward_pre_hook(hook)]
+
+
+@_hook_type("backward", ("grad_input", "grad_output"), "grad_input", needs_grad=True)
+def _backward(point: HookPoint, fire: Fire) -> list:
+    def hook(module, grad_input, grad_output):
+        tensors = flatten(grad_input, "grad_input")
+        tensors.update(flatten(grad_output, "grad_output"))
+        ev = fire(point, point.next_backward_call(), tensors, "grad_input")
+        if ev.replaced:
+            return rebuild(grad_input, "grad_input", ev.tensors)
+        return None
+
+    return _count_forward_calls(point) + [point.target.register_full_backward_hook(hook)]
+
+
+@_hook_type("tensor", ("grad",), "grad", needs_grad=True)
+def _tensor(point: HookPoint, fire: Fire) -> list:
+    def on_grad(role, call, grad):
+        ev = fire(point, call, {role: grad}, "grad")
+        return ev.tensors[role] if ev.replaced else None
+
+    def hook(module, args, output):
+        call = point.next_forward_call()
+        for role, t in flatten(output, "grad").items():
+            if t.requires_grad:
+                t.register_hook(partial(on_grad, role, call))
+
+    return [point.target.register_forward_hook(hook)]
+
+
+@_hook_type("param", ("grad",), "grad", needs_grad=True, on="param", per_step=True)
+def _param(point: HookPoint, fire: Fire) -> list:
+    def hook(grad):
+        ev = fire(point, point.next_backward_call(), {"grad": grad}, "grad")
+        return ev.tensors["grad"] if ev.replaced else None
+
+    return [point.target.register_hook(hook)]

@@ -1,0 +1,80 @@
+"""The data loop: batches in, forward (and backward in grad mode), step records out.
+
+    steps = run_batches(model, loader, session, writer, env, settings)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from hookrun.actions import ActionEnv
+from hookrun.captures import StepRecord
+from hookrun.data import sample_paths, split_batch
+from hookrun.errors import RunError
+from hookrun.session import HookSession
+from hookrun.writer import BackgroundWriter
+
+
+@dataclass
+class LoopSettings:
+    mode: str  # "eval" or "grad"
+    device: torch.device
+    loss: Callable | None = None
+    limit: int | None = None  # most batches
+    progress: bool = True
+
+
+def run_batches(
+    model: nn.Module, loader, session: HookSession, writer: BackgroundWriter, env: ActionEnv, s: LoopSettings
+) -> int:
+    total = len(loader) if s.limit is None else min(s.limit, len(loader))
+    dataset = loader.dataset.dataset  # under the Indexed wrapper
+    steps = 0
+    with tqdm(total=total, disable=not s.progress, unit="batch", desc="hookrun", dynamic_ncols=True) as bar:
+        for step, (indices, batch) in enumerate(loader):
+            if step >= total:
+                break
+            inputs, target = split_batch(batch)
+            inputs = inputs.to(s.device, non_blocking=True)
+            session.begin_step(step, inputs.shape[0], indices)
+            if s.mode == "grad":
+                _grad_step(model, inputs, target, s)
+            else:
+                with torch.no_grad():
+                    model(inputs)
+            writer.put(StepRecord(
+                step=step,
+                sample_index=indices.numpy(),
+                target=target.detach().cpu().numpy() if target is not None else None,
+                path=sample_paths(dataset, indices.tolist()),
+                captures=env.captures.take(),
+            ))
+            steps += 1
+            bar.update()
+    return steps
+
+
+def _grad_step(model: nn.Module, inputs: torch.Tensor, target: torch.Tensor | None, s: LoopSettings) -> None:
+    if inputs.is_floating_point():
+        inputs.requires_grad_(True)
+    output = model(inputs)
+    loss = s.loss(output, target.to(s.device) if target is not None else None)
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        raise RunError(f"loss: expected a scalar tensor, got {type(loss).__name__} {getattr(loss, 'shape', '')}")
+    try:
+        loss.backward()
+    except RuntimeError as exc:
+        if "BackwardHookFunctionBackward" in str(exc):
+            raise RunError(
+                "a backward hook's module has its output modified in place later in the forward pass "
+                "(e.g. `out += identity` in a ResNet block), which full backward hooks cannot follow; "
+                "hook the enclosing block instead, or use type: tensor on the same module"
+            ) from None
+        raise
+    finally:
+        model.zero_grad(set_to_none=True)

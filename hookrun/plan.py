@@ -1,0 +1,172 @@
+"""The plan: each hook spec resolved to the concrete modules (or parameters) it hooks.
+
+    points = resolve_targets(model, ("layer1.*",), hook="fmap", kind="module")
+    [name for name, _ in points]  # ['layer1.0', 'layer1.1']
+
+Names are those of `named_modules()` / `named_parameters()`; `''` is the whole model. In a glob,
+`*` and `?` stay inside one dotted component and `**` crosses components: `layer*.0.conv?`,
+`layer1.*` (the blocks of layer1), `**.relu` (every module named relu, at any depth).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from hookrun.errors import ConfigError, NotFoundError, close_matches
+
+GLOB_CHARS = set("*?[")
+
+
+@dataclass
+class HookPoint:
+    """One hook spec on one module or parameter, with its per-step call counters."""
+
+    hook: str
+    type: str
+    name: str
+    target: Any  # nn.Module or nn.Parameter
+    actions: list = field(default_factory=list)
+    forward_calls: int = 0
+    backward_calls: int = 0
+
+    def reset(self) -> None:
+        self.forward_calls = 0
+        self.backward_calls = 0
+
+    def next_forward_call(self) -> int:
+        self.forward_calls += 1
+        return self.forward_calls - 1
+
+    def next_backward_call(self) -> int:
+        """Backward runs in reverse: the first backward firing is the last forward call."""
+        self.backward_calls += 1
+        return max(self.forward_calls - self.backward_calls, 0)
+
+
+def is_glob(pattern: str) -> bool:
+    return any(c in GLOB_CHARS for c in pattern)
+
+
+def glob_regex(pattern: str) -> re.Pattern[str]:
+    """Translate a dotted-path glob: `*` within a component, `**` across components."""
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        if c == "*":
+            out.append(r"[^.]*")
+        elif c == "?":
+            out.append(r"[^.]")
+        elif c == "[":
+            end = pattern.find("]", i + 1)
+            if end < 0:
+                out.append(re.escape(c))
+            else:
+                body = pattern[i + 1 : end].replace("\\", "\\\\")
+                if body.startswith("!"):
+                    body = "^" + body[1:]
+                out.append(f"[{body}]")
+                i = end
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def resolve_targets(
+    model: nn.Module, patterns: Iterable[str], hook: str, kind: str = "module"
+) -> list[tuple[str, Any]]:
+    """The (name, module-or-parameter) pairs the patterns select, in model order, each once."""
+    table = dict(model.named_parameters() if kind == "param" else model.named_modules())
+    names = list(table)
+    chosen: set[str] = set()
+    for pattern in patterns:
+        if is_glob(pattern):
+            regex = glob_regex(pattern)
+            hits = [n for n in names if regex.match(n)]
+            if not hits:
+                raise ConfigError(
+                    f"hooks.{hook}.at: the pattern {pattern!r} matches no {_noun(kind)} of "
+                    f"{type(model).__name__}; {_hint(pattern, names, kind)}"
+                )
+            chosen.update(hits)
+        elif pattern in table:
+            chosen.add(pattern)
+        else:
+            raise NotFoundError(
+                f"hooks.{hook}.at: {type(model).__name__} has no {_noun(kind)} {pattern!r}; "
+                f"{_hint(pattern, names, kind)}"
+            )
+    return [(n, table[n]) for n in names if n in chosen]
+
+
+def _noun(kind: str) -> str:
+    return "parameter" if kind == "param" else "module"
+
+
+def _hint(pattern: str, names: list[str], kind: str) -> str:
+    close = close_matches(pattern.replace("*", "").replace("?", ""), [n for n in names if n])
+    if close:
+        return "closest names: " + ", ".join(close)
+    top = [n for n in names if n and "." not in n][:12]
+    return f"top-level {_noun(kind)}s: " + ", ".join(top)
+
+
+def make_plan(model: nn.Module, specs: list, env: Any, mode: str) -> list[HookPoint]:
+    """Every (hook spec, module) pair as a HookPoint with its actions built and checked."""
+    from hookrun.actions import ACTIONS
+    from hookrun.build import build_user_action
+    from hookrun.hooks import HOOK_TYPES
+
+    points: list[HookPoint] = []
+    for spec in specs:
+        try:
+            hook_type = HOOK_TYPES.get(spec.type)
+        except NotFoundError as exc:
+            raise ConfigError(f"hooks.{spec.name}.type: {exc}") from None
+        if hook_type.needs_grad and mode != "grad":
+            raise ConfigError(
+                f"hooks.{spec.name}.type={spec.type} sees gradients, which exist only with "
+                f"mode=grad (and a loss, e.g. loss=cross_entropy)"
+            )
+        for name, target in resolve_targets(model, spec.at, spec.name, hook_type.on):
+            point = HookPoint(spec.name, spec.type, name, target)
+            for action_spec in spec.actions:
+                if action_spec.is_target:
+                    point.actions.append(build_user_action(action_spec, point, hook_type, env))
+                    continue
+                try:
+                    cls = ACTIONS.get(action_spec.name)
+                except NotFoundError as exc:
+                    raise ConfigError(f"{action_spec.where}: {exc}") from None
+                if cls.fits is not None and spec.type not in cls.fits:
+                    raise ConfigError(
+                        f"{action_spec.where}: {action_spec.name} does not fit a {spec.type} hook; "
+                        f"it works with type: {', '.join(sorted(cls.fits))}"
+                    )
+                point.actions.append(_construct(cls, action_spec, point, hook_type, env))
+            points.append(point)
+    return points
+
+
+def _construct(cls: type, action_spec: Any, point: HookPoint, hook_type: Any, env: Any) -> Any:
+    import inspect
+
+    params = inspect.signature(cls.__init__).parameters
+    allowed = [p for p in params if p not in ("self", "point", "hook_type", "env")]
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    unknown = [k for k in action_spec.params if k not in allowed]
+    if unknown and not takes_any:
+        raise ConfigError(
+            f"{action_spec.where}: {action_spec.name} has no parameter {', '.join(map(repr, unknown))}; "
+            f"its parameters: {', '.join(a for a in allowed if params[a].kind is not params[a].VAR_KEYWORD) or 'none'}"
+        )
+    return cls(point, hook_type, env, **action_spec.params)

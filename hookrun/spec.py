@@ -1,0 +1,99 @@
+"""Hook specs: the `hooks:` mapping of a config, checked and turned into plain objects.
+
+    specs = parse_hooks({"fmap": {"at": "layer1.*", "type": "forward", "actions": ["record"]}})
+    specs[0].at  # ('layer1.*',)
+
+Only the shape is checked here (keys, types, names); whether a module exists is the plan's job,
+whether a hook type or action exists is the registries' job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hookrun.errors import ConfigError, one_of
+
+HOOK_KEYS = ("at", "type", "actions")
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    """One item of a hook's `actions` list: a registered name with params, or a `_target_` node."""
+
+    name: str | None
+    params: dict[str, Any] = field(default_factory=dict)
+    where: str = ""  # config path, for error messages
+
+    @property
+    def is_target(self) -> bool:
+        return self.name is None
+
+
+@dataclass(frozen=True)
+class HookSpec:
+    name: str
+    at: tuple[str, ...]
+    type: str
+    actions: tuple[ActionSpec, ...]
+
+
+def parse_hooks(hooks: Any) -> list[HookSpec]:
+    if hooks is None:
+        return []
+    if not isinstance(hooks, Mapping):
+        raise ConfigError(
+            f"hooks: expected a mapping of hook name to {{at, type, actions}}, got {_kind(hooks)}"
+        )
+    return [parse_hook(str(name), body) for name, body in hooks.items()]
+
+
+def parse_hook(name: str, body: Any) -> HookSpec:
+    where = f"hooks.{name}"
+    if not name or "/" in name or name.startswith("."):
+        raise ConfigError(f"{where}: a hook name must be non-empty, without '/' or a leading '.'")
+    if not isinstance(body, Mapping):
+        raise ConfigError(f"{where}: expected a mapping with keys {one_of(HOOK_KEYS)}, got {_kind(body)}")
+    unknown = set(body) - set(HOOK_KEYS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {one_of(map(str, unknown))}; allowed keys: {one_of(HOOK_KEYS)}")
+    for key in ("at", "type"):
+        if body.get(key) is None:
+            raise ConfigError(f"{where}.{key} is missing; a hook needs {one_of(HOOK_KEYS)}")
+    at = body["at"]
+    at = (at,) if isinstance(at, str) else at
+    if not isinstance(at, list | tuple) or not at or not all(isinstance(a, str) for a in at):
+        raise ConfigError(f"{where}.at: expected a module path, a glob or a list of them, got {body['at']!r}")
+    if not isinstance(body["type"], str):
+        raise ConfigError(f"{where}.type: expected a hook type name, got {body['type']!r}")
+    actions = body.get("actions", ["record"])
+    if isinstance(actions, str | Mapping):
+        actions = [actions]
+    if not isinstance(actions, list | tuple) or not actions:
+        raise ConfigError(f"{where}.actions: expected a non-empty list of actions, got {actions!r}")
+    parsed = tuple(parse_action(item, f"{where}.actions.{i}") for i, item in enumerate(actions))
+    return HookSpec(name=name, at=tuple(at), type=body["type"], actions=parsed)
+
+
+def parse_action(item: Any, where: str) -> ActionSpec:
+    if isinstance(item, str):
+        return ActionSpec(name=item, where=where)
+    if isinstance(item, Mapping):
+        item = dict(item)
+        if "_target_" in item:
+            if "name" in item:
+                raise ConfigError(f"{where}: give either `name` (a built-in action) or `_target_`, not both")
+            return ActionSpec(name=None, params=item, where=where)
+        name = item.pop("name", None)
+        if not isinstance(name, str):
+            raise ConfigError(
+                f"{where}: an action mapping needs `name: ACTION` (e.g. {{name: record, what: output}}) "
+                f"or `_target_: my_pkg.MyAction`; got keys {one_of(map(str, item)) or 'none'}"
+            )
+        return ActionSpec(name=name, params=item, where=where)
+    raise ConfigError(f"{where}: expected an action name or mapping, got {_kind(item)}")
+
+
+def _kind(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}"[:120]

@@ -1,0 +1,170 @@
+"""The HDF5 store: appends one batch at a time to chunked, resizable datasets in one file.
+
+    with H5Store(path, attrs={"config": yaml_text}) as store:
+        store.write(step_record)
+    # status is 'complete' after a clean exit, 'failed' or 'interrupted' otherwise
+
+Datasets are created at their first batch from the real shapes and dtypes. Rows of a per-sample
+capture align with /samples/index; where a capture skips a batch it gets a `<name>.index` sibling
+with the sample indices of its own rows (step numbers for per-step captures). docs/format.md is
+the full description.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from hookrun.captures import Capture, StepRecord
+from hookrun.errors import RunError
+
+FORMAT_VERSION = "1"
+CHUNK_BYTES = 1 << 20  # about 1 MiB per chunk along the row axis
+FLUSH_SECONDS = 2.0
+
+
+@dataclass
+class _Column:
+    ds: h5py.Dataset
+    per_step: bool
+    index: h5py.Dataset | None = None  # sample (or step) index of each row, once rows skip
+
+
+class H5Store:
+    def __init__(self, path: str | os.PathLike, attrs: dict, compression: str = "none") -> None:
+        self.path = Path(path)
+        self.compression = None if compression in (None, "none") else compression
+        self.file = h5py.File(self.path, "w", libver="latest", rdcc_nbytes=4 * CHUNK_BYTES)
+        self.file.attrs["format_version"] = FORMAT_VERSION
+        for key, value in attrs.items():
+            self.file.attrs[key] = str(value) if isinstance(value, str) else value
+        self.file.attrs["status"] = "running"
+        samples = self.file.create_group("samples")
+        self._index = samples.create_dataset("index", (0,), "int64", maxshape=(None,), chunks=(8192,))
+        self._step = samples.create_dataset("step", (0,), "int64", maxshape=(None,), chunks=(8192,))
+        self._target: h5py.Dataset | None = None
+        self._paths: h5py.Dataset | None = None
+        self._columns: dict[str, _Column] = {}
+        self.steps = 0
+        self.samples = 0
+        self._flushed_at = time.monotonic()
+        self._update_counts()
+
+    # -- writing ---------------------------------------------------------------------------
+    def write(self, rec: StepRecord) -> None:
+        n = len(rec.sample_index)
+        start = self.samples
+        _append(self._index, rec.sample_index.astype(np.int64, copy=False))
+        _append(self._step, np.full(n, rec.step, dtype=np.int64))
+        if rec.target is not None:
+            if self._target is None:
+                self._target = self._new_dataset("samples/target", rec.target, chunk_rows=8192, backfill=start)
+            _append(self._target, rec.target)
+        if rec.path is not None:
+            if self._paths is None:
+                self._paths = self.file["samples"].create_dataset(
+                    "path", (start,), h5py.string_dtype(), maxshape=(None,), chunks=(4096,)
+                )
+            _append(self._paths, np.array(rec.path, dtype=object))
+        for cap in rec.captures:
+            self._write_capture(cap, rec, start)
+        self.samples += n
+        self.steps += 1
+        if time.monotonic() - self._flushed_at > FLUSH_SECONDS:
+            self.flush()
+
+    def _write_capture(self, cap: Capture, rec: StepRecord, samples_before: int) -> None:
+        arr = cap.value.numpy()
+        path = cap.key.path
+        col = self._columns.get(path)
+        if col is None:
+            col = self._columns[path] = self._new_column(cap, arr)
+        if col.per_step != cap.per_step:
+            kind = "one row per step" if col.per_step else "one row per sample"
+            raise RunError(f"{path}: its first batch gave {kind}, batch {rec.step} did not (shape {arr.shape})")
+        rows = arr[None] if cap.per_step else arr
+        if rows.shape[1:] != col.ds.shape[1:]:
+            raise RunError(
+                f"{path}: batch {rec.step} has rows of shape {rows.shape[1:]}, earlier batches "
+                f"{col.ds.shape[1:]}; a capture needs one shape per row (select or reduce to one)"
+            )
+        expected = self.steps if cap.per_step else samples_before
+        if col.index is None and col.ds.shape[0] != expected:
+            col.index = self._start_index(path, col)
+        if col.index is not None:
+            ids = np.array([rec.step]) if cap.per_step else rec.sample_index
+            _append(col.index, ids.astype(np.int64, copy=False))
+        _append(col.ds, rows)
+
+    def _new_column(self, cap: Capture, arr: np.ndarray) -> _Column:
+        row = arr if cap.per_step else arr[0]
+        ds = self._new_dataset(cap.key.path, arr[None] if cap.per_step else arr)
+        k = cap.key
+        ds.attrs.update(
+            hook=k.hook, module=k.module, type=k.type, role=k.role, call=k.call,
+            rows="steps" if cap.per_step else "samples", torch_dtype=cap.torch_dtype,
+            row_shape=np.array(row.shape, dtype=np.int64), index="",
+        )
+        for key, value in cap.attrs.items():
+            ds.attrs[key] = value
+        return _Column(ds, cap.per_step)
+
+    def _start_index(self, path: str, col: _Column) -> h5py.Dataset:
+        """A capture that skipped a batch: index its rows explicitly from now on."""
+        have = col.ds.shape[0]
+        first = np.arange(have) if col.per_step else self._index[:have]
+        name = f"{path}.index"
+        ds = self.file.create_dataset(name, data=first.astype(np.int64), maxshape=(None,), chunks=(8192,))
+        col.ds.attrs["index"] = name.rsplit("/", 1)[1]
+        return ds
+
+    def _new_dataset(self, name: str, like: np.ndarray, chunk_rows: int | None = None, backfill: int = 0) -> h5py.Dataset:
+        row_shape = like.shape[1:]
+        row_bytes = max(1, int(np.prod(row_shape, dtype=np.int64)) * like.dtype.itemsize)
+        rows = chunk_rows or max(1, CHUNK_BYTES // row_bytes)
+        return self.file.create_dataset(
+            name, shape=(backfill, *row_shape), dtype=like.dtype, maxshape=(None, *row_shape),
+            chunks=(rows, *row_shape), compression=self.compression,
+        )
+
+    # -- state -----------------------------------------------------------------------------
+    def flush(self) -> None:
+        self._update_counts()
+        self.file.flush()
+        self._flushed_at = time.monotonic()
+
+    def _update_counts(self) -> None:
+        self.file.attrs["steps_complete"] = self.steps
+        self.file.attrs["samples_complete"] = self.samples
+
+    def close(self, status: str) -> None:
+        if not self.file.id.valid:
+            return
+        try:
+            self._update_counts()
+            self.file.attrs["status"] = status
+            self.file.attrs["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        finally:
+            self.file.close()
+
+    def __enter__(self) -> H5Store:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close("complete")
+        elif issubclass(exc_type, KeyboardInterrupt):
+            self.close("interrupted")
+        else:
+            self.close("failed")
+
+
+def _append(ds: h5py.Dataset, rows: np.ndarray) -> None:
+    n = ds.shape[0]
+    ds.resize(n + len(rows), axis=0)
+    ds[n:] = rows

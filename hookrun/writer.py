@@ -1,0 +1,65 @@
+"""The writer thread: takes step records off the loop's thread through a bounded queue.
+
+    with BackgroundWriter(store, max_pending=2) as writer:
+        writer.put(record)   # blocks while `max_pending` records wait: memory stays bounded
+
+One thread owns the HDF5 file (h5py serialises its calls but releases the GIL while it writes, so
+the write overlaps the next forward pass). An error in the thread surfaces at the next put/close.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+from hookrun.captures import StepRecord
+from hookrun.store import H5Store
+
+_STOP = object()
+
+
+class BackgroundWriter:
+    def __init__(self, store: H5Store, max_pending: int = 2) -> None:
+        self.store = store
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, max_pending))
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._work, name="hookrun-writer", daemon=True)
+        self._thread.start()
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            if self._error is None:
+                try:
+                    self.store.write(item)
+                except BaseException as exc:  # surfaces on the loop's thread
+                    self._error = exc
+
+    def put(self, record: StepRecord) -> None:
+        self.raise_error()
+        self._queue.put(record)
+
+    def raise_error(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def drain(self) -> None:
+        """Wait until every queued record is written, then raise any writer error."""
+        if self._thread.is_alive():
+            self._queue.put(_STOP)
+            self._thread.join()
+        self.raise_error()
+
+    def __enter__(self) -> BackgroundWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.drain()
+        else:  # still write what the loop finished before the error; keep the first error
+            try:
+                self.drain()
+            except BaseException:
+                pass
