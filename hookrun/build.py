@@ -82,12 +82,18 @@ def load_checkpoint(model: nn.Module, path: str) -> None:
             f"model.checkpoint: {path!r} holds a {type(state).__name__}, not a state_dict of tensors "
             f"(save it with torch.save(model.state_dict(), path))"
         )
-    result = model.load_state_dict(state, strict=False)
-    if result.missing_keys or result.unexpected_keys:
+    expected = set(model.state_dict())
+    missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
+    if missing or unexpected:
         raise ConfigError(
             f"model.checkpoint: {path!r} does not fit {type(model).__name__}: missing keys "
-            f"{list(result.missing_keys)[:5]}, unexpected keys {list(result.unexpected_keys)[:5]}"
+            f"{missing[:5]}, unexpected keys {unexpected[:5]}"
         )
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as exc:  # shape mismatches
+        detail = [line.strip() for line in str(exc).splitlines()[1:3]]
+        raise ConfigError(f"model.checkpoint: {path!r} does not fit {type(model).__name__}: {' '.join(detail)}") from None
 
 
 def build_dataset(node: Mapping) -> Any:

@@ -76,7 +76,11 @@ def _forward(point: HookPoint, fire: Fire) -> list:
 
 def _count_forward_calls(point: HookPoint) -> list:
     """Backward hooks learn which forward call they answer by counting the forward calls."""
-    return [point.target.register_forward_pre_hook(lambda module, args: point.next_forward_call())]
+
+    def count(module, args):
+        point.next_forward_call()  # returns None: the input stays as it is
+
+    return [point.target.register_forward_pre_hook(count)]
 
 
 @_hook_type("backward_pre", ("grad_output",), "grad_output", needs_grad=True)

@@ -1,0 +1,105 @@
+"""Shared fixtures: a small ResNet-18 saved as a checkpoint, the same data, and a run helper.
+
+Tests build their reference model from the same checkpoint and data, so what hookrun recorded is
+compared with raw PyTorch on the same weights and inputs, never with hookrun's own output.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import pytest
+import torch
+import torchvision
+
+import hookrun
+from hookrun.data import RandomTensors
+
+ROOT = Path(__file__).resolve().parents[1]
+N, BATCH, SHAPE, CLASSES = 12, 4, (3, 32, 32), 10
+
+
+def small_resnet() -> torch.nn.Module:
+    return torchvision.models.resnet18(weights=None, num_classes=CLASSES)
+
+
+@pytest.fixture(scope="session")
+def checkpoint(tmp_path_factory) -> Path:
+    torch.manual_seed(1234)
+    model = small_resnet()
+    # non-trivial BatchNorm statistics, so eval-mode BN is not the identity
+    for m in model.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.2, 0.2)
+            m.running_var.uniform_(0.5, 1.5)
+    path = tmp_path_factory.mktemp("ckpt") / "resnet18_small.pt"
+    torch.save(model.state_dict(), path)
+    return path
+
+
+@pytest.fixture
+def reference_model(checkpoint) -> torch.nn.Module:
+    model = small_resnet()
+    model.load_state_dict(torch.load(checkpoint, weights_only=True))
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
+def dataset() -> RandomTensors:
+    return RandomTensors(n=N, shape=SHAPE, num_classes=CLASSES, seed=7)
+
+
+def batches(dataset, batch_size: int = BATCH):
+    for start in range(0, len(dataset), batch_size):
+        idx = range(start, min(start + batch_size, len(dataset)))
+        yield torch.stack([dataset[i][0] for i in idx]), torch.stack([dataset[i][1] for i in idx])
+
+
+def make_cfg(tmp_path: Path, checkpoint: Path, hooks=None, **over) -> dict:
+    cfg = {
+        "model": {"_target_": "torchvision.models.resnet18", "weights": None, "num_classes": CLASSES,
+                  "checkpoint": str(checkpoint)},
+        "data": {"dataset": {"_target_": "hookrun.data.RandomTensors", "n": N, "shape": list(SHAPE),
+                             "num_classes": CLASSES, "seed": 7},
+                 "batch_size": BATCH},
+        "device": "cpu",
+        "hooks": hooks,
+        "output": {"path": str(tmp_path / "captures.h5")},
+        "progress": False,
+    }
+    for key, value in over.items():
+        node = cfg
+        *parents, last = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = value
+    return cfg
+
+
+@pytest.fixture
+def run_hooks(tmp_path, checkpoint):
+    """run_hooks(hooks, **overrides) -> an open h5py.File of the finished run."""
+    opened = []
+
+    def go(hooks, **over):
+        result = hookrun.run(make_cfg(tmp_path, checkpoint, hooks, **over))
+        f = h5py.File(result.path, "r")
+        opened.append(f)
+        return f
+
+    yield go
+    for f in opened:
+        f.close()
+
+
+def run_cli(*args: str, cwd: Path = ROOT, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    full_env.pop("HYDRA_FULL_ERROR", None)
+    return subprocess.run(
+        [sys.executable, "-m", "hookrun", *args], cwd=cwd, capture_output=True, text=True,
+        timeout=timeout, env=full_env,
+    )

@@ -1,0 +1,100 @@
+"""The command line in a subprocess: the README's commands as written, multirun, clean errors."""
+
+from __future__ import annotations
+
+import os
+import sys
+import zipfile
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from conftest import ROOT, run_cli
+
+pytestmark = pytest.mark.slow
+ENV = {"PYTHONPATH": str(ROOT)}  # my_pkg, the example user package, lives in the checkout
+
+
+def h5_files(folder: Path) -> list[Path]:
+    return sorted(folder.rglob("*.h5"))
+
+
+def assert_ok(proc):
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("args, captures", [
+    (["experiment=resnet_layer1"], {"captures/blocks/layer1.0/output": (64, 64, 56, 56),
+                                     "captures/blocks/layer1.1/output": (64, 64, 56, 56)}),
+    (["model=resnet50", "data.batch_size=2", "hooks={fmap: {at: layer1.1.conv2, type: forward, actions: [record]}}"],
+     {"captures/fmap/layer1.1.conv2/output": (64, 64, 56, 56), "captures/fmap/layer1.1.conv2/input": (64, 64, 56, 56)}),
+    (["model=custom", "model._target_=my_pkg.Net", "data=custom", "data.dataset._target_=my_pkg.MyData", "+data.dataset.n=10"], {}),
+    (["mode=grad", "loss=cross_entropy", "hooks={g: {at: layer4, type: backward, actions: [record]}}"],
+     {"captures/g/layer4/grad_input": (64, 256, 14, 14), "captures/g/layer4/grad_output": (64, 512, 7, 7)}),
+    (["experiment=resnet_layer1", "+hooks.fc_in={at: fc, type: forward_pre, actions: [record]}"],
+     {"captures/blocks/layer1.0/output": (64, 64, 56, 56), "captures/fc_in/fc/input": (64, 512)}),
+], ids=["experiment", "resnet50", "custom", "grad", "plus-hook"])
+def test_issue_commands_as_written(tmp_path, args, captures):
+    proc = run_cli(*args, cwd=tmp_path, env=ENV)
+    assert_ok(proc)
+    (path,) = h5_files(tmp_path / "outputs")
+    assert (path.parent / "hookrun.log").exists()  # Hydra's per-run log
+    with h5py.File(path) as f:
+        assert f.attrs["status"] == "complete"
+        for name, shape in captures.items():
+            assert f[name].shape == shape
+        assert f["samples/index"].shape[0] == (10 if "model=custom" in args else 64)
+
+
+def test_multirun_gives_each_job_its_own_complete_file(tmp_path):
+    proc = run_cli("-m", "experiment=resnet_layer1", "seed=0,1,2", "data.limit=1", cwd=tmp_path)
+    assert_ok(proc)
+    files = h5_files(tmp_path / "outputs" / "multirun")
+    assert [p.parent.name for p in files] == ["0", "1", "2"]
+    firsts = []
+    for p in files:
+        with h5py.File(p) as f:
+            assert f.attrs["status"] == "complete"
+            firsts.append(f["captures/blocks/layer1.0/output"][0, 0])
+    assert not np.allclose(firsts[0], firsts[1])  # seed changes the random init
+
+
+@pytest.mark.parametrize("args, message", [
+    (["bogus=1"], "Key 'bogus' not in 'HookrunConfig'"),
+    (["hooks={x: {at: layer9, type: forward}}"], "has no module 'layer9'; closest names: layer4, layer3"),
+    (["hooks={x: {at: fc, type: fwd}}"], "unknown hook type 'fwd'"),
+    (["mode=grad", "hooks={x: {at: fc, type: backward}}"], "mode=grad needs a loss"),
+    (["mode=train"], "Invalid value 'train'"),
+    (["model=resnet51"], "Could not find 'model/resnet51'"),
+])
+def test_bad_input_gives_one_clear_line_and_no_traceback(tmp_path, args, message):
+    proc = run_cli(*args, cwd=tmp_path)
+    assert proc.returncode != 0
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert not h5_files(tmp_path)
+
+
+def test_wheel_ships_conf_and_runs_from_an_installed_layout(tmp_path):
+    import subprocess
+
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(tmp_path / "dist"), str(ROOT)], check=True, capture_output=True)
+    (wheel,) = (tmp_path / "dist").glob("hookrun-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    for conf in ("hookrun/conf/config.yaml", "hookrun/conf/model/resnet18.yaml", "hookrun/conf/experiment/resnet_layer1.yaml",
+                 "hookrun/conf/data/synthetic.yaml", "hookrun/conf/loss/cross_entropy.yaml"):
+        assert conf in names
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    probe = subprocess.run([sys.executable, "-c", "import hookrun.cli as c; print(c.__file__); print(c.conf_dir())"],
+                           cwd=work, env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert probe[0].startswith(str(site)) and probe[1] == str(site / "hookrun" / "conf")
+    proc = subprocess.run([sys.executable, "-m", "hookrun", "experiment=resnet_layer1", "data.limit=1", "progress=false"],
+                          cwd=work, env=env, capture_output=True, text=True)
+    assert_ok(proc)
+    assert len(h5_files(work / "outputs")) == 1

@@ -1,0 +1,43 @@
+"""Small models and datasets for tests that need odd shapes or control flow."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+
+class EveryOtherBatch(nn.Module):
+    """Calls `extra` only when the batch's first value is positive: a module that skips batches."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.extra = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        return self.extra(y) if x[0, 0] > 0 else y
+
+
+class SignedRows(Dataset):
+    """Rows whose first value is +1 for indices 0-3, -1 for 4-7, +1 for 8-11 (batch 4)."""
+
+    def __len__(self) -> int:
+        return 12
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        sign = -1.0 if 4 <= i < 8 else 1.0
+        return torch.tensor([sign, i / 10, 0.5, -0.5]), i % 4
+
+
+class Strings(Dataset):
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> str:
+        return f"sample {i}"
+
+
+class NotAModel:
+    pass
