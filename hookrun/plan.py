@@ -161,7 +161,7 @@ def _construct(cls: type, action_spec: Any, point: HookPoint, hook_type: Any, en
     import inspect
 
     params = inspect.signature(cls.__init__).parameters
-    allowed = [p for p in params if p not in ("self", "point", "hook_type", "env")]
+    allowed = [p for p in params if p not in ("self", "point", "hook_type", "env", "where")]
     takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
     unknown = [k for k in action_spec.params if k not in allowed]
     if unknown and not takes_any:
@@ -169,4 +169,4 @@ def _construct(cls: type, action_spec: Any, point: HookPoint, hook_type: Any, en
             f"{action_spec.where}: {action_spec.name} has no parameter {', '.join(map(repr, unknown))}; "
             f"its parameters: {', '.join(a for a in allowed if params[a].kind is not params[a].VAR_KEYWORD) or 'none'}"
         )
-    return cls(point, hook_type, env, **action_spec.params)
+    return cls(point, hook_type, env, where=action_spec.where, **action_spec.params)

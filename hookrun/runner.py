@@ -22,6 +22,7 @@ import torch
 
 from hookrun import __version__
 from hookrun.actions import ActionEnv
+from hookrun.actions.record import Record
 from hookrun.build import build_dataset, build_loss, build_model, import_modules
 from hookrun.config import HookrunConfig, load, to_yaml
 from hookrun.data import check_item, make_loader
@@ -69,9 +70,17 @@ def run(cfg: Any) -> RunResult:
     check_item(dataset[0])
     loader = make_loader(dataset, cfg.data.batch_size, cfg.data.num_workers)
     loss = build_loss(cfg.loss) if mode == "grad" else None
-    env = ActionEnv(store_dtype=STORE_DTYPES[cfg.output.dtype.value])
-    points = make_plan(model, specs, env, mode)
+    n_batches = len(loader) if cfg.data.limit is None else min(cfg.data.limit, len(loader))
+    planned = np.arange(min(len(dataset), n_batches * cfg.data.batch_size))
+    env = ActionEnv(store_dtype=STORE_DTYPES[cfg.output.dtype.value], planned_samples=planned)
+    try:
+        points = make_plan(model, specs, env, mode)
+    except BaseException:
+        env.close()
+        raise
     log.info("%s on %s, %d hook point(s), writing %s", type(model).__name__, device, len(points), out)
+    if not any(isinstance(a, Record) for p in points for a in p.actions):
+        log.warning("no hook records anything: the file will hold the sample index and targets only")
 
     store = H5Store(out, file_attrs(cfg, model, device), cfg.output.compression.value)
     settings = LoopSettings(mode, device, loss, cfg.data.limit, cfg.progress)
@@ -86,6 +95,7 @@ def run(cfg: Any) -> RunResult:
     finally:
         samples = store.samples
         store.close(status)
+        env.close()
     seconds = time.perf_counter() - started
     log.info("%s: %d batches, %d samples, %.1f MB in %.1f s", status, steps, samples, out.stat().st_size / 1e6, seconds)
     return RunResult(out, steps, samples, seconds)

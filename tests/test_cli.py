@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT, run_cli
 
 pytestmark = pytest.mark.slow
-ENV = {"PYTHONPATH": str(ROOT)}  # my_pkg, the example user package, lives in the checkout
+ENV = {"PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}  # my_pkg (the example user package) and toy_models
 
 
 def h5_files(folder: Path) -> list[Path]:
@@ -98,3 +98,40 @@ def test_wheel_ships_conf_and_runs_from_an_installed_layout(tmp_path):
                           cwd=work, env=env, capture_output=True, text=True)
     assert_ok(proc)
     assert len(h5_files(work / "outputs")) == 1
+
+
+def test_intervention_commands_as_written(tmp_path):
+    """Issue 3's commands, exactly as a user types them, in one fresh folder."""
+    commands = [
+        ["hooks={z: {at: layer3, type: forward, actions: [{name: modify_output, op: scale, factor: 0.0}, record]}}"],
+        ["-m", "experiment=ablate_layer3", "hooks.ablate.actions.0.factor=0.0,0.5,1.0"],
+        ["hooks={x: {at: layer1.0.conv1, type: forward_pre, actions: [{name: replace_input, op: noise, std: 0.1, seed: 0}]}}"],
+        ["mode=grad", "loss=cross_entropy", "hooks={g: {at: layer2, type: backward, actions: [{name: modify_grad, op: scale, factor: 0.0}]}}"],
+        ["experiment=clean_reference"],
+        ["hooks={p: {at: layer2, type: forward, actions: [{name: modify_output, op: patch, source: outputs/clean/captures.h5}]}}"],
+        ["hooks={c: {at: layer1, type: forward, actions: [{name: modify_output, op: {_target_: my_pkg.steer, _partial_: true}}]}}"],
+        ["experiment=patch_layer2", "hydra.run.dir=outputs/patched"],
+    ]
+    for args in commands:
+        assert_ok(run_cli(*args, cwd=tmp_path, env=ENV))
+    for path in h5_files(tmp_path / "outputs"):
+        with h5py.File(path) as f:
+            assert f.attrs["status"] == "complete", path
+    sweep = sorted((tmp_path / "outputs" / "multirun").rglob("captures.h5"))
+    assert len(sweep) == 3
+    logits = [h5py.File(p)["captures/logits/fc/output"][:] for p in sweep]
+    assert np.ptp(logits[0], axis=0).max() < 1e-6  # factor 0: layer3 carries nothing, every sample alike
+    assert not np.allclose(logits[1], logits[2])
+    with h5py.File(tmp_path / "outputs/clean/captures.h5") as a, h5py.File(tmp_path / "outputs/patched/captures.h5") as b:
+        np.testing.assert_array_equal(a["captures/logits/fc/output"][:], b["captures/logits/fc/output"][:])
+
+
+def test_wrong_shape_replacement_exits_cleanly(tmp_path):
+    proc = run_cli("data.limit=1", "hooks={c: {at: layer1, type: forward, actions: [{name: modify_output, op: {_target_: toy_models.wrong_shape, _partial_: true}}]}}",
+                   cwd=tmp_path, env=ENV)
+    assert proc.returncode == 1
+    assert "hook 'c' at layer1: the replacement for output has shape (16, 1, 56, 56)" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    (path,) = h5_files(tmp_path)
+    with h5py.File(path) as f:
+        assert f.attrs["status"] == "failed"

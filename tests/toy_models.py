@@ -41,3 +41,31 @@ class Strings(Dataset):
 
 class NotAModel:
     pass
+
+
+class Join(nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a + 10 * b
+
+
+class TwoInputs(nn.Module):
+    """A module (`join`) that takes two positional inputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.join = Join()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.lin(x)
+        return self.join(h, h * 2)
+
+
+def shift_by_sample_index(x: torch.Tensor, ctx) -> torch.Tensor:
+    """A user op that uses ctx: adds each sample's dataset index to its values."""
+    assert ctx.hook == "shift" and ctx.module_name == "layer2" and ctx.role == "output" and ctx.call == 0
+    return x + ctx.sample_index.to(x.dtype).view(-1, *([1] * (x.dim() - 1)))
+
+
+def wrong_shape(x: torch.Tensor) -> torch.Tensor:
+    return x[:, :1]

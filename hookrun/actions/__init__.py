@@ -11,9 +11,11 @@ that takes the Event.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from hookrun.captures import StepCaptures
@@ -28,15 +30,22 @@ class ActionEnv:
     captures: StepCaptures = field(default_factory=StepCaptures)
     state: StepState = field(default_factory=StepState)
     store_dtype: torch.dtype | None = None  # None: keep the tensor's dtype
+    planned_samples: np.ndarray | None = None  # the dataset indices this run will see
+    closers: list[Callable[[], None]] = field(default_factory=list)  # run at the end of the run
+
+    def close(self) -> None:
+        while self.closers:
+            self.closers.pop()()
 
 
 class Action:
     fits: frozenset[str] | None = None  # hook types it may be used with; None: all
 
-    def __init__(self, point: Any, hook_type: Any, env: ActionEnv) -> None:
+    def __init__(self, point: Any, hook_type: Any, env: ActionEnv, where: str = "") -> None:
         self.point = point
         self.hook_type = hook_type
         self.env = env
+        self.where = where or f"hooks.{point.hook}"
 
     def __call__(self, ev: Event) -> None:
         raise NotImplementedError
@@ -45,4 +54,4 @@ class Action:
 ACTIONS: Registry[type[Action]] = Registry("action")
 register_action = ACTIONS.register
 
-from hookrun.actions import record  # noqa: E402,F401  (registers the built-in actions)
+from hookrun.actions import modify, record  # noqa: E402,F401  (registers the built-in actions)

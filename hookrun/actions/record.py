@@ -19,13 +19,13 @@ from hookrun.events import Event, family
 
 @ACTIONS.register("record")
 class Record(Action):
-    def __init__(self, point, hook_type, env, what: str | list[str] | None = None) -> None:
-        super().__init__(point, hook_type, env)
+    def __init__(self, point, hook_type, env, where: str = "", what: str | list[str] | None = None) -> None:
+        super().__init__(point, hook_type, env, where)
         wanted = [what] if isinstance(what, str) else list(what or [])
         for w in wanted:
             if family(w) not in hook_type.roles:
                 raise ConfigError(
-                    f"hooks.{point.hook}: record what={w!r} is not something a {hook_type.name} "
+                    f"{self.where}: record what={w!r} is not something a {hook_type.name} "
                     f"hook sees; choose from: {one_of(hook_type.roles)}"
                 )
         self.what = tuple(wanted)

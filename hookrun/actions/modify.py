@@ -1,0 +1,66 @@
+"""The modify actions: replace what a hook sees, and PyTorch carries on with the replacement.
+
+    actions: [{name: modify_output, op: scale, factor: 0.0}, record]   # ablate, then record
+    actions: [{name: replace_input, op: noise, std: 0.1, seed: 0}]
+    actions: [{name: modify_grad, op: zero}]
+
+| action        | hook types                | replaces                                     |
+|---------------|---------------------------|----------------------------------------------|
+| replace_input | forward_pre, backward_pre | the module's positional input / grad_output  |
+| modify_output | forward                   | the module's output                          |
+| modify_grad   | backward, tensor, param   | grad_input / the gradient                    |
+
+`arg: N` picks one tensor of a tuple (the N-th positional input, say); without it every tensor of
+that kind is replaced. The op is a built-in name (hookrun.ops) or a `_target_` callable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hookrun.actions import ACTIONS, Action
+from hookrun.errors import RunError
+from hookrun.events import Event, family
+from hookrun.ops import OpContext, build_op
+
+
+class Modify(Action):
+    def __init__(self, point, hook_type, env, where: str = "", op: Any = None, arg: int | None = None, **params: Any) -> None:
+        super().__init__(point, hook_type, env, where)
+        if op is None:
+            from hookrun.errors import ConfigError
+            from hookrun.ops import OPS
+
+            raise ConfigError(f"{self.where}: needs op: one of {', '.join(OPS)}, or op: {{_target_: my_pkg.fn, _partial_: true}}")
+        self.op = build_op(op, params, self.where, _point=point, _family=hook_type.writable, _env=env)
+        self.arg = arg
+
+    def selects(self, role: str, writable: str) -> bool:
+        if family(role) != writable:
+            return False
+        if self.arg is None:
+            return True
+        return role == f"{writable}.{self.arg}" or (self.arg == 0 and role == writable)
+
+    def __call__(self, ev: Event) -> None:
+        roles = [r for r in ev.tensors if self.selects(r, ev.writable)]
+        if not roles and self.arg is not None:
+            raise RunError(f"{self.where}: arg {self.arg}: {ev.where} has no {ev.writable}.{self.arg} (it has: {', '.join(ev.tensors)})")
+        for role in roles:
+            ctx = OpContext(ev.hook, ev.target, ev.module, role, ev.step, ev.call, ev.state.sample_index)
+            ev.replace(role, self.op(ev.tensors[role], ctx))
+
+
+@ACTIONS.register("replace_input")
+class ReplaceInput(Modify):
+    fits = frozenset({"forward_pre", "backward_pre"})
+
+
+@ACTIONS.register("modify_output")
+class ModifyOutput(Modify):
+    fits = frozenset({"forward"})
+
+
+@ACTIONS.register("modify_grad")
+class ModifyGrad(Modify):
+    fits = frozenset({"backward", "tensor", "param"})

@@ -1,0 +1,164 @@
+"""Ops: tensor -> replacement tensor, used by the modify actions.
+
+    op = build_op("scale", {"factor": 0.5}, where="hooks.z.actions.0", point=point, env=env)
+    new = op(tensor, ctx)
+
+A built-in op is a name with its parameters as sibling keys of the action; a user's op is a
+`_target_` callable that gets the tensor (and `ctx=` where it accepts that keyword) and returns
+the replacement. `ctx` holds the hook name, module, role, step, call and the batch's sample indices.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import zlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from hookrun.errors import ConfigError, NotFoundError
+from hookrun.registry import Registry
+
+Op = Callable[[torch.Tensor, "OpContext"], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class OpContext:
+    hook: str
+    module: Any  # the nn.Module (or parameter) the hook sits on
+    module_name: str
+    role: str
+    step: int
+    call: int
+    sample_index: torch.Tensor | None  # dataset indices of the batch's samples
+
+
+OPS: Registry[Callable[..., Op]] = Registry("op")
+register_op = OPS.register
+
+
+@register_op("zero")
+def zero() -> Op:
+    return lambda x, ctx: torch.zeros_like(x)
+
+
+@register_op("scale")
+def scale(factor: float) -> Op:
+    return lambda x, ctx: x * factor
+
+
+@register_op("add")
+def add(value: float | list, dim: int = 1) -> Op:
+    """Add a scalar, or a vector placed along `dim` (a steering vector over channels: dim 1)."""
+
+    def op(x: torch.Tensor, ctx: OpContext) -> torch.Tensor:
+        if not isinstance(value, list | tuple):
+            return x + value
+        v = torch.as_tensor(value, dtype=x.dtype, device=x.device)
+        shape = [1] * x.dim()
+        shape[dim] = -1
+        return x + v.view(shape)
+
+    return op
+
+
+@register_op("noise")
+def noise(std: float, seed: int = 0) -> Op:
+    """Add Gaussian noise; each sample's noise depends only on (seed, sample index, hook, call),
+    so the same run twice, a different batch size or a resumed run gives the same numbers."""
+
+    def op(x: torch.Tensor, ctx: OpContext) -> torch.Tensor:
+        salt = zlib.crc32(f"{ctx.hook}/{ctx.module_name}/{ctx.role}/{ctx.call}".encode())
+        g = torch.Generator(device=x.device)
+        if ctx.sample_index is None or x.dim() == 0 or x.shape[0] != len(ctx.sample_index):
+            g.manual_seed(_mix(seed, salt, ctx.step))
+            return x + std * torch.randn(x.shape, generator=g, device=x.device, dtype=x.dtype)
+        rows = []
+        for i in ctx.sample_index.tolist():
+            g.manual_seed(_mix(seed, salt, int(i)))
+            rows.append(torch.randn(x.shape[1:], generator=g, device=x.device, dtype=x.dtype))
+        return x + std * torch.stack(rows)
+
+    return op
+
+
+def _mix(*parts: int) -> int:
+    """A 63-bit generator seed from the parts (stable across runs and machines)."""
+    digest = hashlib.blake2b(",".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+@register_op("clamp")
+def clamp(min: float | None = None, max: float | None = None) -> Op:  # noqa: A002 (config names)
+    if min is None and max is None:
+        raise ConfigError("op clamp needs min, max or both")
+    return lambda x, ctx: x.clamp(min=min, max=max)
+
+
+@register_op("mask")
+def mask(index: int | list[int], dim: int = 1) -> Op:
+    """Zero the listed channels (dim 1) or positions along `dim` (dim 0 is the batch)."""
+    idx = [index] if isinstance(index, int) else list(index)
+
+    def op(x: torch.Tensor, ctx: OpContext) -> torch.Tensor:
+        out = x.clone()
+        out.index_fill_(dim, torch.as_tensor(idx, device=x.device), 0)
+        return out
+
+    return op
+
+
+@register_op("mean")
+def mean() -> Op:
+    """Replace every sample by the batch mean (mean ablation)."""
+    return lambda x, ctx: x.mean(dim=0, keepdim=True).expand_as(x).clone()
+
+
+@register_op("constant")
+def constant(value: float) -> Op:
+    return lambda x, ctx: torch.full_like(x, value)
+
+
+def build_op(op: Any, params: Mapping, where: str, **patch_args: Any) -> Op:
+    """An Op from a name with params, or from a `_target_` node."""
+    if isinstance(op, Mapping):
+        if params:
+            raise ConfigError(f"{where}: with op: {{_target_: ...}}, put the op's arguments inside the op node, not {sorted(params)}")
+        from hookrun.build import build
+
+        fn = build(op, f"{where}.op")
+        if not callable(fn):
+            raise ConfigError(f"{where}.op: {op['_target_']!r} built a {type(fn).__name__}, not a callable (add `_partial_: true` for a function)")
+        return _user_op(fn)
+    if not isinstance(op, str):
+        raise ConfigError(f"{where}.op: expected an op name or a `_target_` node, got {op!r}")
+    try:
+        factory = OPS.get(op)
+    except NotFoundError as exc:
+        raise ConfigError(f"{where}.op: {exc}") from None
+    sig = inspect.signature(factory)
+    extra = set(sig.parameters) - {"self"}
+    if op == "patch":
+        params = {**params, **patch_args}
+    unknown = sorted(set(params) - extra)
+    if unknown:
+        raise ConfigError(f"{where}: op {op} has no parameter {', '.join(unknown)}; its parameters: {', '.join(sorted(extra - set(patch_args))) or 'none'}")
+    missing = [n for n, p in sig.parameters.items() if p.default is p.empty and n not in params]
+    if missing:
+        raise ConfigError(f"{where}: op {op} needs {', '.join(missing)} (e.g. {{name: ..., op: {op}, {missing[0]}: ...}})")
+    return factory(**params)
+
+
+def _user_op(fn: Callable) -> Op:
+    try:
+        takes_ctx = "ctx" in inspect.signature(fn).parameters or any(
+            p.kind is p.VAR_KEYWORD for p in inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        takes_ctx = False
+    return (lambda x, ctx: fn(x, ctx=ctx)) if takes_ctx else (lambda x, ctx: fn(x))
+
+
+from hookrun import patch as _patch  # noqa: E402,F401  (registers op "patch")

@@ -1,0 +1,99 @@
+"""The `patch` op: put activations recorded by an earlier run in place of this run's.
+
+    actions: [{name: modify_output, op: patch, source: outputs/clean/captures.h5}]
+
+The capture is found by module (default: the hooked module), role (default: the role being
+replaced) and, where several hooks recorded it, `hook`. Rows are matched by dataset sample
+index, so the batch sizes of the two runs may differ. Every check (file, capture, samples) runs
+when the plan is built, before any batch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import torch
+
+from hookrun.errors import ConfigError, RunError
+from hookrun.ops import OpContext, register_op
+
+
+@register_op("patch")
+def patch(source: str, hook: str | None = None, module: str | None = None, role: str | None = None,
+          _point: Any = None, _family: str = "output", _env: Any = None):
+    return PatchSource(source, hook, module if module is not None else _point.name, role, _family, _point.hook, _env)
+
+
+class PatchSource:
+    def __init__(self, source: str, hook: str | None, module: str, role: str | None, family: str,
+                 this_hook: str, env: Any) -> None:
+        where = f"hooks.{this_hook}: patch source {source!r}"
+        path = Path(source).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"{where} does not exist (run the clean run first, or fix the path)")
+        try:
+            self.file = h5py.File(path, "r")
+        except OSError as exc:
+            raise ConfigError(f"{where} is not a readable HDF5 file: {exc}") from None
+        if env is not None:
+            env.closers.append(self.file.close)
+        found, available = [], []
+        self.file["captures"].visititems(lambda name, obj: _collect(obj, found, available, hook, module, role, family))
+        if not found:
+            listing = ", ".join(sorted(set(available))[:12]) or "none"
+            want = f"module {module!r}, role {role or family!r}" + (f", hook {hook!r}" if hook else "")
+            raise ConfigError(f"{where} has no capture of {want}; it has (hook/module/role): {listing}")
+        hooks = sorted({ds.attrs["hook"] for ds in found})
+        if len(hooks) > 1:
+            raise ConfigError(f"{where}: several hooks recorded {module!r}; set hook: to one of {', '.join(hooks)}")
+        self.columns: dict[tuple[str, int], tuple[h5py.Dataset, dict[int, int]]] = {}
+        planned = env.planned_samples if env is not None else None
+        for ds in found:
+            if ds.attrs["rows"] != "samples":
+                raise ConfigError(f"{where}: {ds.name} has one row per step, not per sample; only per-sample captures can be patched in")
+            index = ds.parent[ds.attrs["index"]][:] if ds.attrs.get("index") else self.file["samples/index"][: ds.shape[0]]
+            rowmap = {int(i): r for r, i in enumerate(index)}
+            if planned is not None:
+                missing = np.setdiff1d(planned, index)
+                if len(missing):
+                    raise ConfigError(f"{where}: {ds.name} lacks sample index {', '.join(map(str, missing[:5]))}"
+                                      f"{' ...' if len(missing) > 5 else ''} ({len(missing)} of this run's samples)")
+            self.columns[(str(ds.attrs["role"]), int(ds.attrs["call"]))] = (ds, rowmap)
+        self.role = role
+        self.where = where
+
+    def __call__(self, x: torch.Tensor, ctx: OpContext) -> torch.Tensor:
+        key = (self.role or ctx.role, ctx.call)
+        if key not in self.columns:
+            raise RunError(f"{self.where} has no capture for role {key[0]!r} call {key[1]}")
+        ds, rowmap = self.columns[key]
+        try:
+            rows = np.array([rowmap[int(i)] for i in ctx.sample_index])
+        except KeyError as exc:
+            raise RunError(f"{self.where}: {ds.name} lacks sample index {exc.args[0]}") from None
+        data = _read_rows(ds, rows)
+        return torch.from_numpy(data).to(device=x.device, dtype=x.dtype)
+
+
+def _collect(obj: Any, found: list, available: list, hook: str | None, module: str, role: str | None, family: str) -> None:
+    if not isinstance(obj, h5py.Dataset) or "role" not in obj.attrs:
+        return
+    a = obj.attrs
+    available.append(f"{a['hook']}/{a['module'] or '(model)'}/{a['role']}")
+    role_ok = a["role"] == role if role else (a["role"] == family or str(a["role"]).startswith(family + "."))
+    if a["module"] == module and role_ok and (hook is None or a["hook"] == hook):
+        found.append(obj)
+
+
+def _read_rows(ds: h5py.Dataset, rows: np.ndarray) -> np.ndarray:
+    """ds[rows] for any order: a slice when contiguous, else sorted fancy indexing, unsorted back."""
+    if len(rows) and rows[-1] - rows[0] + 1 == len(rows) and np.all(np.diff(rows) == 1):
+        return ds[int(rows[0]) : int(rows[-1]) + 1]
+    order = np.argsort(rows)
+    data = ds[rows[order]]
+    out = np.empty_like(data)
+    out[order] = data
+    return out
