@@ -48,3 +48,21 @@ def steer(x: torch.Tensor, ctx=None, strength: float = 0.5) -> torch.Tensor:
     """A steering op: push every channel towards its batch-mean direction by `strength`."""
     direction = x.mean(dim=0, keepdim=True)
     return x + strength * direction
+
+
+from hookrun import Action, register_action  # noqa: E402
+
+
+@register_action("log_norm")
+class LogNorm(Action):
+    """An action registered by name (list my_pkg under `imports:`): logs each output's norm."""
+
+    def __call__(self, ev) -> None:
+        for role, t in ev.tensors.items():
+            if role.startswith("output"):
+                print(f"{ev.hook} {ev.module} step {ev.step} {role} norm {t.norm().item():.4f}")
+
+
+def print_shapes(ev) -> None:
+    """A `_target_` action (with `_partial_: true`): any callable that takes the Event."""
+    print(ev.hook, ev.module, {role: tuple(t.shape) for role, t in ev.tensors.items()})

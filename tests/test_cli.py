@@ -135,3 +135,13 @@ def test_wrong_shape_replacement_exits_cleanly(tmp_path):
     (path,) = h5_files(tmp_path)
     with h5py.File(path) as f:
         assert f.attrs["status"] == "failed"
+
+
+def test_own_actions_by_name_and_by_target(tmp_path):
+    by_name = run_cli("imports=[my_pkg]", "data.limit=1", "hooks={n: {at: layer1, type: forward, actions: [log_norm]}}", cwd=tmp_path, env=ENV)
+    assert_ok(by_name)
+    assert "n layer1 step 0 output norm" in by_name.stdout
+    by_target = run_cli("data.limit=1", "hooks={n: {at: layer1, type: forward, actions: [{_target_: my_pkg.print_shapes, _partial_: true}]}}",
+                        cwd=tmp_path, env=ENV)
+    assert_ok(by_target)
+    assert "n layer1 {'input': (16, 64, 56, 56), 'output': (16, 64, 56, 56)}" in by_target.stdout

@@ -1,0 +1,69 @@
+"""Datasets: the image-folder reader (both layouts) against torchvision's own transforms."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torchvision import transforms
+
+import hookrun
+from hookrun.data import image_folder
+from hookrun.errors import ConfigError
+
+
+def write_images(folder, names):
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for name in names:
+        Image.fromarray(rng.integers(0, 255, (40, 50, 3), dtype=np.uint8)).save(folder / name)
+
+
+def reference(path):
+    tf = transforms.Compose([transforms.Resize(36), transforms.CenterCrop(32), transforms.ToTensor(),
+                             transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])
+    return tf(Image.open(path).convert("RGB"))
+
+
+@pytest.mark.parametrize("layout", ["flat", "classes"])
+def test_image_folder_run_records_paths_and_normalised_images(tmp_path, layout):
+    root = tmp_path / "images"
+    if layout == "flat":
+        write_images(root, ["b.png", "a.png", "c.jpg"])
+    else:
+        write_images(root / "cat", ["1.png", "2.png"])
+        write_images(root / "dog", ["3.png"])
+    cfg = {
+        "model": {"_target_": "torchvision.models.resnet18", "weights": None, "num_classes": 3},
+        "data": {"dataset": {"_target_": "hookrun.data.image_folder", "root": str(root), "resize": 36, "crop": 32}, "batch_size": 2},
+        "device": "cpu", "progress": False, "output": {"path": str(tmp_path / "c.h5")},
+        "hooks": {"x": {"at": "conv1", "type": "forward_pre", "actions": ["record"]}},
+    }
+    with h5py.File(hookrun.run(cfg).path) as f:
+        paths = [p.decode() for p in f["samples/path"][:]]
+        expected = sorted(str(p) for p in root.rglob("*.*"))
+        assert paths == expected
+        for row, path in enumerate(paths):
+            np.testing.assert_allclose(f["captures/x/conv1/input"][row], reference(path).numpy(), atol=1e-6)
+        if layout == "classes":
+            np.testing.assert_array_equal(f["samples/target"][:], [0, 0, 1])
+        else:
+            assert "target" not in f["samples"]
+
+
+def test_image_folder_errors(tmp_path):
+    with pytest.raises(ConfigError, match="data.root is not set"):
+        image_folder(None)
+    with pytest.raises(ConfigError, match="is not a folder"):
+        image_folder(str(tmp_path / "missing"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="holds no images"):
+        image_folder(str(tmp_path / "empty"))
+
+
+def test_synthetic_images_are_fixed_per_index():
+    a = hookrun.data.synthetic(size=4, image_size=(3, 8, 8))
+    b = hookrun.data.synthetic(size=4, image_size=(3, 8, 8))
+    assert torch.equal(a[2][0], b[2][0]) and not torch.equal(a[1][0], a[2][0])
