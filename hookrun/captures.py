@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -32,10 +33,11 @@ class CaptureKey:
 @dataclass
 class Capture:
     key: CaptureKey
-    value: torch.Tensor  # a snapshot on the CPU: (batch, ...) or one step's tensor
+    value: torch.Tensor  # a snapshot: (batch, ...) or one step's tensor; on the host once transferred
     per_step: bool  # True: one row per step; False: one row per sample
     torch_dtype: str = ""
     attrs: dict = field(default_factory=dict)  # what was done to it (set by record)
+    index: np.ndarray | None = None  # sample indices of the rows, where not the whole batch
 
 
 @dataclass
@@ -47,6 +49,7 @@ class StepRecord:
     target: np.ndarray | None
     path: list[str] | None
     captures: list[Capture]
+    ticket: Any = None  # hookrun.transfer.Ticket: wait() before reading captures, release() after
 
 
 class StepCaptures:

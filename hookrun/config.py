@@ -66,6 +66,7 @@ class HookrunConfig:
     output: OutputConfig = field(default_factory=OutputConfig)
     imports: list[str] = field(default_factory=list)  # modules imported first (own actions)
     progress: bool = True  # tqdm bar over batches
+    early_stop: bool = False  # eval mode, record-only hooks: stop each forward after the last hook
 
 
 def load(cfg: Any) -> HookrunConfig:

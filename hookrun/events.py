@@ -10,7 +10,7 @@ parts of a tuple get `.0`, `.1`, ... (`input.1`), of a dict `.KEY`. A one-elemen
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -27,17 +27,22 @@ class StepState:
     sample_index: torch.Tensor | None = None  # dataset indices of the batch's samples
 
 
-@dataclass
 class Event:
-    hook: str
-    type: str
-    module: str  # module path ('' is the whole model) or parameter name
-    target: Any  # the nn.Module or the parameter
-    call: int  # which call of the module in this forward (0, 1, ...)
-    state: StepState
-    tensors: dict[str, torch.Tensor]
-    writable: str | None = None  # the role family actions may replace (e.g. "output")
-    replaced: set[str] = field(default_factory=set)
+    """One firing of one hook point (a plain class with __slots__: one is made per firing)."""
+
+    __slots__ = ("hook", "type", "module", "target", "call", "state", "tensors", "writable", "replaced")
+
+    def __init__(self, hook: str, type: str, module: str, target: Any, call: int, state: StepState,
+                 tensors: dict[str, torch.Tensor], writable: str | None = None) -> None:
+        self.hook = hook
+        self.type = type
+        self.module = module  # module path ('' is the whole model) or parameter name
+        self.target = target  # the nn.Module or the parameter
+        self.call = call  # which call of the module in this forward (0, 1, ...)
+        self.state = state
+        self.tensors = tensors
+        self.writable = writable  # the role family actions may replace (e.g. "output")
+        self.replaced: set[str] | None = None  # roles an action replaced
 
     @property
     def step(self) -> int:
@@ -60,6 +65,8 @@ class Event:
                 f"{tuple(old.shape)} {old.dtype} on {old.device}"
             )
         self.tensors[role] = value
+        if self.replaced is None:
+            self.replaced = set()
         self.replaced.add(role)
 
     def can_replace(self, role: str) -> bool:
@@ -78,6 +85,10 @@ def family(role: str) -> str:
 
 def flatten(obj: Any, prefix: str) -> dict[str, torch.Tensor]:
     """The tensors inside ``obj`` (a tensor, or tuples/lists/dicts of them) by role name."""
+    if type(obj) is tuple and len(obj) == 1 and isinstance(obj[0], torch.Tensor):
+        return {prefix: obj[0]}  # the common case, a module's (x,): no recursion
+    if isinstance(obj, torch.Tensor):
+        return {prefix: obj}
     out: dict[str, torch.Tensor] = {}
 
     def walk(o: Any, name: str) -> None:

@@ -16,7 +16,8 @@ from hookrun.actions import ActionEnv
 from hookrun.captures import StepRecord
 from hookrun.data import sample_paths, split_batch
 from hookrun.errors import RunError
-from hookrun.session import HookSession
+from hookrun.session import HookSession, StopForward
+from hookrun.transfer import HostTransfer
 from hookrun.writer import BackgroundWriter
 
 
@@ -32,6 +33,7 @@ class LoopSettings:
 def run_batches(
     model: nn.Module, loader, session: HookSession, writer: BackgroundWriter, env: ActionEnv, s: LoopSettings
 ) -> int:
+    transfer = HostTransfer(s.device)
     total = len(loader) if s.limit is None else min(s.limit, len(loader))
     dataset = loader.dataset.dataset  # under the Indexed wrapper
     steps = 0
@@ -45,14 +47,20 @@ def run_batches(
             if s.mode == "grad":
                 _grad_step(model, inputs, target, s)
             else:
-                with torch.no_grad():
-                    model(inputs)
+                try:
+                    with torch.no_grad():
+                        model(inputs)
+                except StopForward:
+                    pass
+            session.end_step()
+            captures = env.captures.take()
             writer.put(StepRecord(
                 step=step,
                 sample_index=indices.numpy(),
                 target=target.detach().cpu().numpy() if target is not None else None,
                 path=sample_paths(dataset, indices.tolist()),
-                captures=env.captures.take(),
+                captures=captures,
+                ticket=transfer.submit(captures),
             ))
             steps += 1
             bar.update()

@@ -79,6 +79,8 @@ def run(cfg: Any) -> RunResult:
         env.close()
         raise
     log.info("%s on %s, %d hook point(s), writing %s", type(model).__name__, device, len(points), out)
+    if cfg.early_stop:
+        check_early_stop(points, mode)
     if not any(isinstance(a, Record) for p in points for a in p.actions):
         log.warning("no hook records anything: the file will hold the sample index and targets only")
 
@@ -86,7 +88,7 @@ def run(cfg: Any) -> RunResult:
     settings = LoopSettings(mode, device, loss, cfg.data.limit, cfg.progress)
     status = "failed"
     try:
-        with HookSession(points, env) as session, BackgroundWriter(store) as writer:
+        with HookSession(points, env, cfg.early_stop) as session, BackgroundWriter(store) as writer:
             steps = run_batches(model, loader, session, writer, env, settings)
         status = "complete"
     except KeyboardInterrupt:
@@ -99,6 +101,17 @@ def run(cfg: Any) -> RunResult:
     seconds = time.perf_counter() - started
     log.info("%s: %d batches, %d samples, %.1f MB in %.1f s", status, steps, samples, out.stat().st_size / 1e6, seconds)
     return RunResult(out, steps, samples, seconds)
+
+
+def check_early_stop(points: list, mode: str) -> None:
+    if mode != "eval":
+        raise ConfigError("early_stop=true needs mode=eval: a backward pass needs the whole forward")
+    for p in points:
+        if p.type not in ("forward", "forward_pre") or not all(isinstance(a, Record) for a in p.actions):
+            raise ConfigError(
+                f"early_stop=true needs hooks that only record (forward or forward_pre with record actions); "
+                f"hooks.{p.hook} is type {p.type} with {[type(a).__name__ for a in p.actions]}"
+            )
 
 
 def resolve_device(name: str) -> torch.device:

@@ -18,11 +18,18 @@ from hookrun.hooks import HOOK_TYPES
 from hookrun.plan import HookPoint
 
 
+class StopForward(Exception):
+    """Raised by the last hook of a step under early_stop: the rest of the forward is skipped."""
+
+
 class HookSession:
-    def __init__(self, points: list[HookPoint], env: ActionEnv) -> None:
+    def __init__(self, points: list[HookPoint], env: ActionEnv, early_stop: bool = False) -> None:
         self.points = points
         self.env = env
+        self.early_stop = early_stop
         self._handles: list = []
+        self._last: tuple[HookPoint, int] | None = None  # the latest firing of the first step
+        self._stop_at: tuple[HookPoint, int] | None = None  # early_stop: the step's last firing
 
     def __enter__(self) -> HookSession:
         try:
@@ -46,17 +53,19 @@ class HookSession:
         for point in self.points:
             point.reset()
 
+    def end_step(self) -> None:
+        """After the first full step, remember its last firing: later steps stop right after it
+        (early_stop assumes the hooked modules run in the same order in every batch)."""
+        if self.early_stop and self._stop_at is None:
+            self._stop_at = self._last
+
     def _fire(self, point: HookPoint, call: int, tensors: dict, writable: str) -> Event:
-        ev = Event(
-            hook=point.hook,
-            type=point.type,
-            module=point.name,
-            target=point.target,
-            call=call,
-            state=self.env.state,
-            tensors=tensors,
-            writable=writable,
-        )
+        ev = Event(point.hook, point.type, point.name, point.target, call, self.env.state, tensors, writable)
         for action in point.actions:
             action(ev)
+        if self.early_stop:
+            if self._stop_at is None:
+                self._last = (point, call)
+            elif self._stop_at[0] is point and self._stop_at[1] == call:
+                raise StopForward
         return ev

@@ -70,8 +70,8 @@ def parse_hook(name: str, body: Any) -> HookSpec:
     actions = body.get("actions", ["record"])
     if isinstance(actions, str | Mapping):
         actions = [actions]
-    if not isinstance(actions, list | tuple) or not actions:
-        raise ConfigError(f"{where}.actions: expected a non-empty list of actions, got {actions!r}")
+    if actions is None or not isinstance(actions, list | tuple):
+        raise ConfigError(f"{where}.actions: expected a list of actions (e.g. [record]), got {actions!r}")
     parsed = tuple(parse_action(item, f"{where}.actions.{i}") for i, item in enumerate(actions))
     return HookSpec(name=name, at=tuple(at), type=body["type"], actions=parsed)
 

@@ -79,7 +79,7 @@ class H5Store:
             self.flush()
 
     def _write_capture(self, cap: Capture, rec: StepRecord, samples_before: int) -> None:
-        arr = cap.value.numpy()
+        arr = cap.value.numpy(force=True)
         path = cap.key.path
         col = self._columns.get(path)
         if col is None:
@@ -94,10 +94,10 @@ class H5Store:
                 f"{col.ds.shape[1:]}; a capture needs one shape per row (select or reduce to one)"
             )
         expected = self.steps if cap.per_step else samples_before
-        if col.index is None and col.ds.shape[0] != expected:
+        if col.index is None and (col.ds.shape[0] != expected or cap.index is not None):
             col.index = self._start_index(path, col)
         if col.index is not None:
-            ids = np.array([rec.step]) if cap.per_step else rec.sample_index
+            ids = np.array([rec.step]) if cap.per_step else (cap.index if cap.index is not None else rec.sample_index)
             _append(col.index, ids.astype(np.int64, copy=False))
         _append(col.ds, rows)
 

@@ -31,11 +31,16 @@ class BackgroundWriter:
             item = self._queue.get()
             if item is _STOP:
                 return
-            if self._error is None:
-                try:
+            try:
+                if self._error is None:
+                    if item.ticket is not None:
+                        item.ticket.wait()  # the device-to-host copies of this step are done
                     self.store.write(item)
-                except BaseException as exc:  # surfaces on the loop's thread
-                    self._error = exc
+            except BaseException as exc:  # surfaces on the loop's thread
+                self._error = exc
+            finally:
+                if item.ticket is not None:
+                    item.ticket.release()  # host buffers go back to the pool
 
     def put(self, record: StepRecord) -> None:
         self.raise_error()

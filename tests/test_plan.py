@@ -78,7 +78,7 @@ def test_unknown_action_parameter():
     ({"h": {"type": "forward"}}, "hooks.h.at is missing"),
     ({"h": {"at": "fc", "typ": "forward"}}, "unknown key typ"),
     ({"h": {"at": 3, "type": "forward"}}, "hooks.h.at: expected a module path"),
-    ({"h": {"at": "fc", "type": "forward", "actions": []}}, "non-empty list"),
+    ({"h": {"at": "fc", "type": "forward", "actions": None}}, "expected a list of actions"),
     ({"h": {"at": "fc", "type": "forward", "actions": [{"what": "output"}]}}, "needs `name: ACTION`"),
     (["fc"], "expected a mapping"),
 ])

@@ -69,3 +69,28 @@ def shift_by_sample_index(x: torch.Tensor, ctx) -> torch.Tensor:
 
 def wrong_shape(x: torch.Tensor) -> torch.Tensor:
     return x[:, :1]
+
+
+class CountingNet(nn.Module):
+    """Counts how often its head runs (to see early_stop skip the rest of the forward)."""
+
+    head_calls = 0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Linear(4, 8)
+        self.head = nn.Linear(8, 2)
+        self.head.register_forward_pre_hook(self._count)
+
+    @classmethod
+    def _count(cls, module, args) -> None:
+        cls.head_calls += 1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.body(x)))
+
+
+def make_inf(x: torch.Tensor) -> torch.Tensor:
+    y = x.clone()
+    y.view(-1)[0] = float("inf")
+    return y

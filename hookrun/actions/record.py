@@ -1,7 +1,12 @@
 """record: snapshot the tensors a hook sees and hand them to the writer.
 
-    actions: [record]                          # every tensor the hook sees
-    actions: [{name: record, what: output}]    # only the output (or [input, output], input.1, ...)
+    actions: [record]                                   # every tensor the hook sees
+    actions: [{name: record, what: output}]             # only the output (or [input, output], input.1)
+    actions: [{name: record, what: output, reduce: mean, dims: spatial, dtype: float16, every: 2}]
+
+Reductions run on the tensor's device before the copy, in this order: `select` (index lists or
+slices along named dims), `reduce` (mean / max / norm over `dims`), `dtype`; `every` keeps every
+Nth step, `limit` the first N rows. The capture's attributes record what was done.
 
 A snapshot is a copy taken when the hook fires, so a later in-place op (ReLU(inplace=True) after
 bn1) cannot change what was recorded.
@@ -9,17 +14,34 @@ bn1) cannot change what was recorded.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 
 from hookrun.actions import ACTIONS, Action
 from hookrun.captures import Capture, CaptureKey
-from hookrun.errors import ConfigError, one_of
+from hookrun.errors import ConfigError, RunError, one_of
 from hookrun.events import Event, family
+
+DIM_NAMES = {"channel": 1, "height": 2, "width": 3, "token": 1, "feature": -1}
+DTYPES = {"keep": None, "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+REDUCERS = ("mean", "max", "norm")
 
 
 @ACTIONS.register("record")
 class Record(Action):
-    def __init__(self, point, hook_type, env, where: str = "", what: str | list[str] | None = None) -> None:
+    def __init__(
+        self, point, hook_type, env, where: str = "",
+        what: str | list[str] | None = None,
+        dtype: str | None = None,
+        reduce: str | None = None,
+        dims: Any = "spatial",
+        select: Any = None,
+        every: int = 1,
+        limit: int | None = None,
+        check_finite: bool = False,
+    ) -> None:
         super().__init__(point, hook_type, env, where)
         wanted = [what] if isinstance(what, str) else list(what or [])
         for w in wanted:
@@ -29,27 +51,159 @@ class Record(Action):
                     f"hook sees; choose from: {one_of(hook_type.roles)}"
                 )
         self.what = tuple(wanted)
+        if dtype is not None and dtype not in DTYPES:
+            raise ConfigError(f"{self.where}: record dtype={dtype!r}; choose from: {one_of(DTYPES)}")
+        self.dtype = DTYPES[dtype] if dtype is not None else env.store_dtype
+        if reduce is not None and reduce not in REDUCERS:
+            raise ConfigError(f"{self.where}: record reduce={reduce!r}; choose from: {one_of(REDUCERS)}")
+        self.reduce = reduce
+        self.dims = dims if isinstance(dims, list | tuple) else [dims]
+        for d in self.dims:
+            _check_dim(d, self.where)
+        self.select = [_parse_select(s, self.where) for s in _as_list(select)]
+        if not isinstance(every, int) or every < 1:
+            raise ConfigError(f"{self.where}: record every={every!r}; expected a whole number >= 1")
+        if limit is not None and (not isinstance(limit, int) or limit < 1):
+            raise ConfigError(f"{self.where}: record limit={limit!r}; expected a whole number >= 1 or null")
+        self.every, self.limit, self.check_finite = every, limit, check_finite
+        self.rows: dict[tuple[str, int], int] = {}  # rows recorded so far, per (role, call)
+        self.attrs = self._attrs(dtype)
+
+    def _attrs(self, dtype: str | None) -> dict:
+        attrs: dict = {}
+        if self.reduce:
+            attrs["reduce"] = self.reduce
+            attrs["reduce_dims"] = ",".join(map(str, self.dims))
+        if self.select:
+            attrs["select"] = "; ".join(f"dim {d}: {label}" for d, _, label in self.select)
+        if self.every > 1:
+            attrs["every"] = self.every
+        if self.limit:
+            attrs["limit"] = self.limit
+        if dtype:
+            attrs["record_dtype"] = dtype
+        return attrs
 
     def wants(self, role: str) -> bool:
         return not self.what or any(role == w or role.startswith(w + ".") for w in self.what)
 
     def __call__(self, ev: Event) -> None:
         state = ev.state
+        if state.step % self.every:
+            return
         for role, t in ev.tensors.items():
             if t is None or not self.wants(role):
                 continue
             per_step = self.hook_type.per_step or t.dim() == 0 or t.shape[0] != state.batch_size
+            index = None
+            if self.limit is not None:
+                done = self.rows.get((role, ev.call), 0)
+                room = self.limit - done
+                if room <= 0:
+                    continue
+                n = 1 if per_step else t.shape[0]
+                if not per_step and room < n:
+                    t = t[:room]
+                    index = state.sample_index[: len(t)].numpy() if state.sample_index is not None else None
+                self.rows[(role, ev.call)] = done + min(n, room)
+            if self.check_finite:
+                _check_finite(t, ev, role)
+            value = self.transform(t, ev, role)
             key = CaptureKey(ev.hook, ev.module, ev.type, role, ev.call)
-            self.env.captures.add(
-                Capture(key, snapshot(t, self.env.store_dtype), per_step, str(t.dtype).replace("torch.", ""))
-            )
+            self.env.captures.add(Capture(key, value, per_step, _dtype_name(t.dtype), self.attrs, index))
+
+    def transform(self, t: torch.Tensor, ev: Event, role: str) -> torch.Tensor:
+        """select -> reduce -> dtype, on the tensor's device; always returns a fresh tensor."""
+        t = t.detach()
+        for dim, index, _ in self.select:
+            d = _dim(dim, t.dim(), ev, role)
+            t = t[(slice(None),) * d + (index,)] if isinstance(index, slice) else t.index_select(d, torch.as_tensor(index, device=t.device))
+        if self.reduce:
+            dims = sorted({d for spec in self.dims for d in _dims(spec, t.dim(), ev, role)})
+            if not t.is_floating_point():
+                t = t.float()
+            if self.reduce == "mean":
+                t = t.mean(dim=dims)
+            elif self.reduce == "max":
+                t = t.amax(dim=dims)
+            else:
+                t = torch.linalg.vector_norm(t, dim=dims)
+        return snapshot(t, self.dtype)
 
 
 def snapshot(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
-    """A detached CPU copy, in the storage dtype (bfloat16 becomes float32: numpy has no bf16)."""
-    target = t.dtype
-    if t.is_floating_point() and dtype is not None:
-        target = dtype
+    """A detached copy on the tensor's own device, in the storage dtype.
+
+    bfloat16 is rounded to bfloat16 when asked for, then kept as float32 (numpy has no bfloat16).
+    The copy to the host happens later, off the hook (hookrun.transfer).
+    """
+    target = dtype if (dtype is not None and t.is_floating_point()) else t.dtype
     if target == torch.bfloat16:
+        t = t.to(torch.bfloat16)
         target = torch.float32
-    return t.detach().to(device="cpu", dtype=target, copy=True)
+    return t.detach().to(dtype=target, copy=True)
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _as_list(value: Any) -> list:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def _check_dim(spec: Any, where: str) -> None:
+    if isinstance(spec, bool) or not (isinstance(spec, int) or spec == "spatial" or spec in DIM_NAMES):
+        raise ConfigError(f"{where}: dim {spec!r}; use a number, 'spatial' or one of: {one_of(DIM_NAMES)}")
+    if spec == 0:
+        raise ConfigError(f"{where}: dim 0 is the batch; reduce or select over the dims of a sample (1, 2, ...)")
+
+
+def _dims(spec: Any, ndim: int, ev: Event, role: str) -> list[int]:
+    if spec == "spatial":
+        if ndim < 3:
+            raise RunError(f"hook {ev.hook!r} at {ev.where}: {role} has {ndim} dims, no spatial dims to reduce")
+        return list(range(2, ndim))
+    return [_dim(spec, ndim, ev, role)]
+
+
+def _dim(spec: Any, ndim: int, ev: Event, role: str) -> int:
+    d = DIM_NAMES.get(spec, spec) if isinstance(spec, str) else spec
+    d = d + ndim if d < 0 else d
+    if not 0 < d < ndim:
+        raise RunError(f"hook {ev.hook!r} at {ev.where}: {role} has {ndim} dims, so dim {spec!r} does not exist")
+    return d
+
+
+def _parse_select(spec: Any, where: str) -> tuple[Any, Any, str]:
+    """{dim: channel, index: [0, 3]} or {dim: 1, index: "0:64:2"} -> (dim, index list or slice, label)."""
+    if not isinstance(spec, Mapping) or set(spec) - {"dim", "index"} or "index" not in spec:
+        raise ConfigError(f"{where}: select expects {{dim: DIM, index: [i, j, ...] or 'start:stop:step'}}, got {spec!r}")
+    dim = spec.get("dim", 1)
+    _check_dim(dim, where)
+    index = spec["index"]
+    if isinstance(index, str):
+        try:
+            parts = [int(p) if p.strip() else None for p in index.split(":")]
+            if not 2 <= len(parts) <= 3:
+                raise ValueError
+        except ValueError:
+            raise ConfigError(f"{where}: select index {index!r} is not a slice like '0:64' or '0:64:2'") from None
+        return dim, slice(*parts), index
+    if isinstance(index, int):
+        index = [index]
+    if not isinstance(index, list | tuple) or not all(isinstance(i, int) for i in index):
+        raise ConfigError(f"{where}: select index must be a list of whole numbers or a slice string, got {index!r}")
+    return dim, list(index), ",".join(map(str, index))
+
+
+def _check_finite(t: torch.Tensor, ev: Event, role: str) -> None:
+    if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+        bad = int((~torch.isfinite(t)).sum())
+        raise RunError(
+            f"hook {ev.hook!r} at {ev.where}: {role} has {bad} non-finite value(s) at step {ev.step} "
+            f"(record check_finite=true)"
+        )
+

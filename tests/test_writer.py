@@ -1,0 +1,101 @@
+"""The writer thread and the host-transfer pool: bounded memory, values intact, errors surface."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from hookrun.captures import Capture, CaptureKey, StepRecord
+from hookrun.store import H5Store
+from hookrun.transfer import HostTransfer
+from hookrun.writer import BackgroundWriter
+
+
+def record(step, value, per_step=False):
+    n = value.shape[0]
+    caps = [Capture(CaptureKey("h", "m", "forward", "output"), value, per_step)]
+    return StepRecord(step, np.arange(step * n, (step + 1) * n), None, None, caps)
+
+
+class SlowStore:
+    """A store whose writes wait for a signal: to see the queue's bound."""
+
+    def __init__(self):
+        self.go = threading.Event()
+        self.written = []
+
+    def write(self, rec):
+        self.go.wait()
+        self.written.append(rec.step)
+
+
+def test_put_blocks_when_the_queue_is_full():
+    store = SlowStore()
+    writer = BackgroundWriter(store, max_pending=2)
+    done = []
+
+    def producer():
+        for step in range(6):
+            writer.put(record(step, torch.zeros(2, 3)))
+            done.append(step)
+
+    t = threading.Thread(target=producer)
+    t.start()
+    time.sleep(0.3)
+    # one record is inside write(), two wait in the queue, the producer is blocked on the fourth
+    assert len(done) == 3
+    store.go.set()
+    t.join(5)
+    writer.drain()
+    assert store.written == list(range(6))
+
+
+def test_writer_error_surfaces_on_the_next_put(tmp_path):
+    class Broken:
+        def write(self, rec):
+            raise OSError(28, "No space left on device")
+
+    writer = BackgroundWriter(Broken())
+    writer.put(record(0, torch.zeros(2, 3)))
+    time.sleep(0.1)
+    with pytest.raises(OSError, match="No space left"):
+        writer.put(record(1, torch.zeros(2, 3)))
+
+
+def test_pooled_transfer_keeps_values_and_reuses_buffers(tmp_path):
+    transfer = HostTransfer(torch.device("cpu"), always_pool=True)
+    store = H5Store(tmp_path / "t.h5", {})
+    rng = np.random.default_rng(0)
+    sent = []
+    with BackgroundWriter(store, max_pending=2) as writer:
+        for step in range(30):
+            value = torch.from_numpy(rng.standard_normal((4, 5), dtype=np.float32))
+            sent.append(value.clone())
+            rec = record(step, value)
+            rec.ticket = transfer.submit(rec.captures)
+            assert rec.captures[0].value is not value  # now a pooled host buffer
+            writer.put(rec)
+    store.close("complete")
+    # at most: one being written, two queued, one being filled
+    assert transfer.allocated <= 4
+    with h5py.File(tmp_path / "t.h5") as f:
+        np.testing.assert_array_equal(f["captures/h/m/output"][:], torch.cat(sent).numpy())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_transfer_uses_pinned_buffers_and_an_event(tmp_path):
+    transfer = HostTransfer(torch.device("cuda"))
+    value = torch.randn(8, 16, device="cuda")
+    rec = record(0, value.clone())
+    ticket = transfer.submit(rec.captures)
+    ticket.wait()
+    host = rec.captures[0].value
+    assert host.device.type == "cpu" and host.is_pinned()
+    torch.testing.assert_close(host, value.cpu())
+    ticket.release()
+    assert transfer.allocated == 1
