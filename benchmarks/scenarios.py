@@ -198,7 +198,7 @@ def s_hook_cost(batches: int, out: Path) -> dict:
     with torch.no_grad():
         for _ in range(5):
             model(x)  # warm-up
-        for _ in range(15):  # interleaved rounds; the minimum of each is the least disturbed
+        for _ in range(30):  # interleaved rounds; the minimum of each is the least disturbed
             for name, (on, off) in variants.items():
                 on()
                 t = time.perf_counter()

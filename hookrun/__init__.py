@@ -7,6 +7,7 @@
 __version__ = "0.1.0"
 
 from hookrun.actions import Action, register_action  # noqa: E402
+from hookrun.analysis import open_run, open_sweep  # noqa: E402
 from hookrun.runner import RunResult, run  # noqa: E402
 
-__all__ = ["Action", "RunResult", "__version__", "register_action", "run"]
+__all__ = ["Action", "RunResult", "__version__", "open_run", "open_sweep", "register_action", "run"]

@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 
 import hydra
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, open_dict
 
 from hookrun.config import HookrunConfig
 from hookrun.errors import HookrunError
 from hookrun.runner import run
+from hookrun.signals import Interrupted
 
 log = logging.getLogger("hookrun")
 
@@ -42,23 +45,51 @@ ConfigStore.instance().store(name="hookrun_schema", node=HookrunConfig)
 @hydra.main(version_base="1.3", config_path=conf_dir(), config_name="config")
 def _app(cfg: DictConfig) -> None:
     path = Path(cfg.output.path)
+    hydra_cfg = HydraConfig.get()
+    if path.is_absolute() and hydra_cfg.mode == RunMode.MULTIRUN:
+        _fail(HookrunError(f"output.path={path} is absolute: every job of a multirun would write the same file; "
+                           f"give a relative path (each job has its own folder) or one with ${{hydra.job.num}} in it"))
     if not path.is_absolute():
         with open_dict(cfg):
             cfg.output.path = str(Path(HydraConfig.get().runtime.output_dir) / path)
     try:
         run(cfg)
+        if cfg.dry_run:
+            _remove_empty(Path(HydraConfig.get().runtime.output_dir))
     except HookrunError as exc:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
-        log.error("%s", exc)
-        print(f"hookrun: error: {exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
+        _fail(exc)
     except KeyboardInterrupt:
-        print("hookrun: interrupted", file=sys.stderr)
+        print("hookrun: interrupted (the file is marked 'interrupted'; resume=true goes on from it)", file=sys.stderr)
         sys.exit(130)
 
 
+DRY_RUN = re.compile(r"^\+?dry_run=(true|True|yes|1)$")
+
+
+def _fail(exc: HookrunError) -> None:
+    """One line on stderr (and in the run's log), the exit status, no traceback."""
+    word = "" if isinstance(exc, Interrupted) else "error: "
+    log.error("%s", exc)
+    print(f"hookrun: {word}{exc}", file=sys.stderr)
+    sys.exit(exc.exit_code)
+
+
+def _remove_empty(folder: Path) -> None:
+    """Remove the run folder Hydra made for a dry run, and its parents while they are empty."""
+    try:
+        while folder != folder.parent and not any(folder.iterdir()) and folder.resolve() != Path.cwd().resolve():
+            folder.rmdir()
+            folder = folder.parent
+    except OSError:
+        pass
+
+
 def main() -> None:
+    if any(DRY_RUN.match(arg) for arg in sys.argv[1:]):
+        # a dry run writes nothing: no .hydra/ folder, no log file (the empty run folder is removed)
+        sys.argv += ["hydra.output_subdir=null", "hydra/job_logging=stdout"]
     _app()
 
 

@@ -52,6 +52,8 @@ class OutputConfig:
     compression: Compression = Compression.none
     dtype: StoreDtype = StoreDtype.keep
     overwrite: bool = False
+    max_bytes: int | None = None  # refuse a run whose estimated file size is larger
+    flush_every: int | None = None  # flush every N batches; null: every 2 seconds
 
 
 @dataclass
@@ -66,6 +68,8 @@ class HookrunConfig:
     output: OutputConfig = field(default_factory=OutputConfig)
     imports: list[str] = field(default_factory=list)  # modules imported first (own actions)
     progress: bool = True  # tqdm bar over batches
+    resume: bool = False  # continue an interrupted or killed run in the same run folder
+    dry_run: bool = False  # print the plan and the estimated file size; write nothing
     early_stop: bool = False  # eval mode, record-only hooks: stop each forward after the last hook
 
 

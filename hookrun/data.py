@@ -90,16 +90,18 @@ def image_folder(root: str | None, resize: int = 256, crop: int = 224) -> Datase
 
 
 class Indexed(Dataset):
-    """Wraps a dataset so each item comes with its index: the loader yields (indices, batch)."""
+    """Wraps a dataset so each item comes with its index: the loader yields (indices, batch).
+    `start` skips the first items (a resumed run); the indices stay the dataset's own."""
 
-    def __init__(self, dataset: Dataset) -> None:
+    def __init__(self, dataset: Dataset, start: int = 0) -> None:
         self.dataset = dataset
+        self.start = start
 
     def __len__(self) -> int:
-        return len(self.dataset)
+        return max(0, len(self.dataset) - self.start)
 
     def __getitem__(self, i: int) -> tuple[int, Any]:
-        return i, self.dataset[i]
+        return self.start + i, self.dataset[self.start + i]
 
 
 def check_item(item: Any) -> None:
@@ -113,12 +115,12 @@ def check_item(item: Any) -> None:
         )
 
 
-def make_loader(dataset: Dataset, batch_size: int, num_workers: int) -> DataLoader:
+def make_loader(dataset: Dataset, batch_size: int, num_workers: int, start: int = 0) -> DataLoader:
     if batch_size < 1:
         raise ConfigError(f"data.batch_size must be at least 1, got {batch_size}")
     if num_workers < 0:
         raise ConfigError(f"data.num_workers must be 0 or more, got {num_workers}")
-    return DataLoader(Indexed(dataset), batch_size=batch_size, shuffle=False, num_workers=num_workers)
+    return DataLoader(Indexed(dataset, start), batch_size=batch_size, shuffle=False, num_workers=num_workers)
 
 
 def split_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor | None]:

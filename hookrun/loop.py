@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 
 from hookrun.actions import ActionEnv
 from hookrun.captures import StepRecord
-from hookrun.data import sample_paths, split_batch
+from hookrun.data import make_loader, sample_paths, split_batch
 from hookrun.errors import RunError
 from hookrun.session import HookSession, StopForward
 from hookrun.transfer import HostTransfer
@@ -28,17 +28,22 @@ class LoopSettings:
     loss: Callable | None = None
     limit: int | None = None  # most batches
     progress: bool = True
+    should_stop: Callable[[], bool] = lambda: False  # checked after each batch (signals)
 
 
 def run_batches(
-    model: nn.Module, loader, session: HookSession, writer: BackgroundWriter, env: ActionEnv, s: LoopSettings
+    model: nn.Module, loader, session: HookSession, writer: BackgroundWriter, env: ActionEnv, s: LoopSettings,
+    first: int = 0,
 ) -> int:
+    """Run batches `first`, `first + 1`, ... (a resumed run starts past the batches it has)."""
     transfer = HostTransfer(s.device)
     total = len(loader) if s.limit is None else min(s.limit, len(loader))
     dataset = loader.dataset.dataset  # under the Indexed wrapper
+    if first:
+        loader = make_loader(dataset, loader.batch_size, loader.num_workers, start=first * loader.batch_size)
     steps = 0
-    with tqdm(total=total, disable=not s.progress, unit="batch", desc="hookrun", dynamic_ncols=True) as bar:
-        for step, (indices, batch) in enumerate(loader):
+    with tqdm(total=total, initial=first, disable=not s.progress, unit="batch", desc="hookrun", dynamic_ncols=True) as bar:
+        for step, (indices, batch) in enumerate(loader, start=first):
             if step >= total:
                 break
             inputs, target = split_batch(batch)
@@ -64,6 +69,8 @@ def run_batches(
             ))
             steps += 1
             bar.update()
+            if s.should_stop():
+                break
     return steps
 
 

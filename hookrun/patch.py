@@ -24,6 +24,8 @@ from hookrun.ops import OpContext, register_op
 @register_op("patch")
 def patch(source: str, hook: str | None = None, module: str | None = None, role: str | None = None,
           _point: Any = None, _family: str = "output", _env: Any = None):
+    if not isinstance(source, str) or not source:
+        raise ConfigError(f"hooks.{_point.hook}: patch needs source: PATH of an earlier run's captures.h5, got {source!r}")
     return PatchSource(source, hook, module if module is not None else _point.name, role, _family, _point.hook, _env)
 
 

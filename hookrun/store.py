@@ -4,7 +4,10 @@
         store.write(step_record)
     # status is 'complete' after a clean exit, 'failed' or 'interrupted' otherwise
 
-Datasets are created at their first batch from the real shapes and dtypes. Rows of a per-sample
+The file is flushed every `flush_every` batches, or every FLUSH_SECONDS when that is None; between
+flushes no metadata reaches the disk, so a killed run leaves a file that opens, holding every
+batch up to the last flush. Datasets are created at their first batch from the real shapes and
+dtypes. Rows of a per-sample
 capture align with /samples/index; where a capture skips a batch it gets a `<name>.index` sibling
 with the sample indices of its own rows (step numbers for per-step captures). docs/format.md is
 the full description.
@@ -13,6 +16,7 @@ the full description.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,20 +30,28 @@ from hookrun.errors import RunError
 FORMAT_VERSION = "1"
 CHUNK_BYTES = 1 << 20  # about 1 MiB per chunk along the row axis
 FLUSH_SECONDS = 2.0
+SPACE_MARGIN = 1 << 20  # bytes kept free for metadata and for closing the file
 
 
 @dataclass
 class _Column:
     ds: h5py.Dataset
     per_step: bool
+    key: tuple  # (hook, module, role, call)
     index: h5py.Dataset | None = None  # sample (or step) index of each row, once rows skip
 
 
 class H5Store:
-    def __init__(self, path: str | os.PathLike, attrs: dict, compression: str = "none") -> None:
+    def __init__(self, path: str | os.PathLike, attrs: dict, compression: str = "none", flush_every: int | None = None,
+                 expected_samples: int | None = None, expected_steps: int | None = None) -> None:
         self.path = Path(path)
         self.compression = None if compression in (None, "none") else compression
-        self.file = h5py.File(self.path, "w", libver="latest", rdcc_nbytes=4 * CHUNK_BYTES)
+        self.flush_every = flush_every
+        self.expected = {False: expected_samples, True: expected_steps}  # rows a capture will get, where known
+        # about one chunk cached per dataset, fully written chunks evicted first: appends never
+        # re-read a chunk, and memory stays small with hundreds of captures
+        self.file = h5py.File(self.path, "w", rdcc_nbytes=2 * CHUNK_BYTES, rdcc_w0=1.0)
+        _metadata_only_at_flush(self.file)
         self.file.attrs["format_version"] = FORMAT_VERSION
         for key, value in attrs.items():
             self.file.attrs[key] = str(value) if isinstance(value, str) else value
@@ -57,6 +69,7 @@ class H5Store:
 
     # -- writing ---------------------------------------------------------------------------
     def write(self, rec: StepRecord) -> None:
+        self._check_space(rec)
         n = len(rec.sample_index)
         start = self.samples
         _append(self._index, rec.sample_index.astype(np.int64, copy=False))
@@ -75,8 +88,25 @@ class H5Store:
             self._write_capture(cap, rec, start)
         self.samples += n
         self.steps += 1
-        if time.monotonic() - self._flushed_at > FLUSH_SECONDS:
+        due = self.steps % self.flush_every == 0 if self.flush_every else time.monotonic() - self._flushed_at > FLUSH_SECONDS
+        if due:
             self.flush()
+
+    def _check_space(self, rec: StepRecord) -> None:
+        """Refuse a batch the disk may not hold, while there is still room to close the file
+        cleanly. (Once HDF5 writes fail, its metadata and data on disk can disagree.)"""
+        need = SPACE_MARGIN
+        for cap in rec.captures:
+            need += cap.value.numel() * cap.value.element_size()
+            col = self._columns.get(cap.key.path)
+            chunk = col.ds.chunks if col is not None else None
+            need += int(np.prod(chunk)) * col.ds.dtype.itemsize if chunk else CHUNK_BYTES  # a new chunk may start
+        free = shutil.disk_usage(self.path.parent).free
+        if free < need:
+            raise RunError(
+                f"writing {self.path} stopped before batch {rec.step}: no space left on the device "
+                f"({free} bytes free, the batch needs about {need}); the file keeps every batch before it"
+            )
 
     def _write_capture(self, cap: Capture, rec: StepRecord, samples_before: int) -> None:
         arr = cap.value.numpy(force=True)
@@ -103,7 +133,7 @@ class H5Store:
 
     def _new_column(self, cap: Capture, arr: np.ndarray) -> _Column:
         row = arr if cap.per_step else arr[0]
-        ds = self._new_dataset(cap.key.path, arr[None] if cap.per_step else arr)
+        ds = self._new_dataset(cap.key.path, arr[None] if cap.per_step else arr, max_rows=self.expected[cap.per_step])
         k = cap.key
         ds.attrs.update(
             hook=k.hook, module=k.module, type=k.type, role=k.role, call=k.call,
@@ -112,7 +142,7 @@ class H5Store:
         )
         for key, value in cap.attrs.items():
             ds.attrs[key] = value
-        return _Column(ds, cap.per_step)
+        return _Column(ds, cap.per_step, (k.hook, k.module, k.role, k.call))
 
     def _start_index(self, path: str, col: _Column) -> h5py.Dataset:
         """A capture that skipped a batch: index its rows explicitly from now on."""
@@ -123,14 +153,22 @@ class H5Store:
         col.ds.attrs["index"] = name.rsplit("/", 1)[1]
         return ds
 
-    def _new_dataset(self, name: str, like: np.ndarray, chunk_rows: int | None = None, backfill: int = 0) -> h5py.Dataset:
+    def _new_dataset(self, name: str, like: np.ndarray, chunk_rows: int | None = None, backfill: int = 0,
+                     max_rows: int | None = None) -> h5py.Dataset:
+        """Chunks of about CHUNK_BYTES along the rows, but no more rows than the run will write."""
         row_shape = like.shape[1:]
         row_bytes = max(1, int(np.prod(row_shape, dtype=np.int64)) * like.dtype.itemsize)
         rows = chunk_rows or max(1, CHUNK_BYTES // row_bytes)
+        if max_rows:
+            rows = max(1, min(rows, max_rows))
         return self.file.create_dataset(
             name, shape=(backfill, *row_shape), dtype=like.dtype, maxshape=(None, *row_shape),
             chunks=(rows, *row_shape), compression=self.compression,
         )
+
+    def rows_by_key(self) -> dict[tuple, int]:
+        """Rows written so far per capture, by (hook, module, role, call)."""
+        return {col.key: col.ds.shape[0] for col in self._columns.values()}
 
     # -- state -----------------------------------------------------------------------------
     def flush(self) -> None:
@@ -162,6 +200,18 @@ class H5Store:
             self.close("interrupted")
         else:
             self.close("failed")
+
+
+def _metadata_only_at_flush(f: h5py.File) -> None:
+    """Keep dirty metadata in memory until flush(): then a crash (kill -9) leaves the file as it
+    was at the last flush, which plain h5py and h5ls open. (SWMR files, the other way, need
+    h5clear after a crash before h5ls or a plain h5py.File can open them.)"""
+    cfg = f.id.get_mdc_config()
+    cfg.evictions_enabled = False
+    cfg.incr_mode = 0  # H5C_incr__off
+    cfg.flash_incr_mode = 0  # H5C_flash_incr__off
+    cfg.decr_mode = 0  # H5C_decr__off
+    f.id.set_mdc_config(cfg)
 
 
 def _append(ds: h5py.Dataset, rows: np.ndarray) -> None:

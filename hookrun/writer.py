@@ -9,13 +9,25 @@ the write overlaps the next forward pass). An error in the thread surfaces at th
 
 from __future__ import annotations
 
+import errno
 import queue
 import threading
 
 from hookrun.captures import StepRecord
+from hookrun.errors import HookrunError, RunError
 from hookrun.store import H5Store
 
 _STOP = object()
+
+
+def write_error(exc: Exception, store: H5Store, step: int) -> RunError:
+    text = str(exc)
+    if getattr(exc, "errno", None) == errno.ENOSPC or "errno = 28" in text or "No space left" in text:
+        reason = "no space left on the device"
+    else:
+        reason = f"{type(exc).__name__}: {text.splitlines()[0][:200] if text else ''}"
+    return RunError(f"writing {store.path} failed at batch {step}: {reason}; the file keeps every batch "
+                    f"flushed before it ({store.steps} batches)")
 
 
 class BackgroundWriter:
@@ -36,8 +48,11 @@ class BackgroundWriter:
                     if item.ticket is not None:
                         item.ticket.wait()  # the device-to-host copies of this step are done
                     self.store.write(item)
-            except BaseException as exc:  # surfaces on the loop's thread
+            except HookrunError as exc:  # surfaces on the loop's thread
                 self._error = exc
+            except Exception as exc:  # h5py raises OSError or RuntimeError for a failed write
+                self._error = write_error(exc, self.store, item.step)
+                self._error.__cause__ = exc
             finally:
                 if item.ticket is not None:
                     item.ticket.release()  # host buffers go back to the pool

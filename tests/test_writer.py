@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from hookrun.captures import Capture, CaptureKey, StepRecord
+from hookrun.errors import RunError
 from hookrun.store import H5Store
 from hookrun.transfer import HostTransfer
 from hookrun.writer import BackgroundWriter
@@ -57,14 +58,17 @@ def test_put_blocks_when_the_queue_is_full():
 
 def test_writer_error_surfaces_on_the_next_put(tmp_path):
     class Broken:
+        path, steps = tmp_path / "x.h5", 0
+
         def write(self, rec):
             raise OSError(28, "No space left on device")
 
     writer = BackgroundWriter(Broken())
     writer.put(record(0, torch.zeros(2, 3)))
     time.sleep(0.1)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(RunError, match=r"writing .*x.h5 failed at batch 0: no space left on the device") as info:
         writer.put(record(1, torch.zeros(2, 3)))
+    assert isinstance(info.value.__cause__, OSError)
 
 
 def test_pooled_transfer_keeps_values_and_reuses_buffers(tmp_path):

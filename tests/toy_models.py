@@ -94,3 +94,40 @@ def make_inf(x: torch.Tensor) -> torch.Tensor:
     y = x.clone()
     y.view(-1)[0] = float("inf")
     return y
+
+
+LAST_MODEL: list[nn.Module] = []
+
+
+class RememberedNet(CountingNet):
+    """CountingNet that leaves a reference to itself, so a test can check for leftover hooks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        LAST_MODEL[:] = [self]
+
+
+def signal_at(ev, step: int = 1, signum: int = 2) -> None:
+    """A user action: send this process `signum` (SIGINT) when batch `step` runs."""
+    import os
+
+    if ev.step == step and ev.call == 0:
+        os.kill(os.getpid(), signum)
+
+
+def sleep_action(ev, seconds: float = 0.05) -> None:
+    import time
+
+    time.sleep(seconds)
+
+
+STOP_AT: list[int] = []  # set by a test: the batch at which `signal_when_told` sends SIGINT
+
+
+def signal_when_told(ev) -> None:
+    """Like signal_at, but the batch comes from STOP_AT, outside the config (which resume compares)."""
+    import os
+
+    if STOP_AT and ev.step == STOP_AT[0] and ev.call == 0:
+        STOP_AT.clear()
+        os.kill(os.getpid(), 2)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from hookrun.actions import ACTIONS, Action
-from hookrun.errors import RunError
+from hookrun.errors import HookrunError, RunError
 from hookrun.events import Event, family
 from hookrun.ops import OpContext, build_op
 
@@ -33,6 +33,7 @@ class Modify(Action):
 
             raise ConfigError(f"{self.where}: needs op: one of {', '.join(OPS)}, or op: {{_target_: my_pkg.fn, _partial_: true}}")
         self.op = build_op(op, params, self.where, _point=point, _family=hook_type.writable, _env=env)
+        self.op_name = op if isinstance(op, str) else str(op.get("_target_", op))
         self.arg = arg
 
     def selects(self, role: str, writable: str) -> bool:
@@ -48,7 +49,14 @@ class Modify(Action):
             raise RunError(f"{self.where}: arg {self.arg}: {ev.where} has no {ev.writable}.{self.arg} (it has: {', '.join(ev.tensors)})")
         for role in roles:
             ctx = OpContext(ev.hook, ev.target, ev.module, role, ev.step, ev.call, ev.state.sample_index)
-            ev.replace(role, self.op(ev.tensors[role], ctx))
+            try:
+                new = self.op(ev.tensors[role], ctx)
+            except HookrunError:
+                raise
+            except Exception as exc:  # a bad parameter value, or a bug in a user's op
+                raise RunError(f"{self.where}: op {self.op_name} failed at {ev.where} ({role}, batch {ev.step}): "
+                               f"{type(exc).__name__}: {exc}") from exc
+            ev.replace(role, new)
 
 
 @ACTIONS.register("replace_input")

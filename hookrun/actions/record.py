@@ -21,7 +21,7 @@ import torch
 
 from hookrun.actions import ACTIONS, Action
 from hookrun.captures import Capture, CaptureKey
-from hookrun.errors import ConfigError, RunError, one_of
+from hookrun.errors import ConfigError, HookrunError, RunError, one_of
 from hookrun.events import Event, family
 
 DIM_NAMES = {"channel": 1, "height": 2, "width": 3, "token": 1, "feature": -1}
@@ -84,6 +84,10 @@ class Record(Action):
             attrs["record_dtype"] = dtype
         return attrs
 
+    def reset(self) -> None:
+        """Forget the rows counted for `limit` (after the dry-run estimate)."""
+        self.rows.clear()
+
     def wants(self, role: str) -> bool:
         return not self.what or any(role == w or role.startswith(w + ".") for w in self.what)
 
@@ -108,7 +112,13 @@ class Record(Action):
                 self.rows[(role, ev.call)] = done + min(n, room)
             if self.check_finite:
                 _check_finite(t, ev, role)
-            value = self.transform(t, ev, role)
+            try:
+                value = self.transform(t, ev, role)
+            except HookrunError:
+                raise
+            except (IndexError, RuntimeError, TypeError, ValueError) as exc:  # e.g. a channel that does not exist
+                raise RunError(f"{self.where}: record could not select/reduce {role} of {ev.where} "
+                               f"(shape {tuple(t.shape)}): {type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
             key = CaptureKey(ev.hook, ev.module, ev.type, role, ev.call)
             self.env.captures.add(Capture(key, value, per_step, _dtype_name(t.dtype), self.attrs, index))
 

@@ -1,0 +1,136 @@
+"""hookrun's speed and memory targets, measured side by side: `python benchmarks/run.py`.
+
+Each scenario (benchmarks/scenarios.py) runs in its own child process, so its peak RSS is its
+own (os.wait4); the scenarios of a comparison run interleaved, round after round, after an
+os.sync() so that no run pays for another's dirty pages, and each ratio is taken between medians.
+
+    python benchmarks/run.py                  # the full comparison (about 10 minutes on 2 cores)
+    python benchmarks/run.py --quick          # a smoke run: 3 batches, 1 round
+    python benchmarks/run.py --markdown docs/benchmarks.md   # also write the table there
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def child(name: str, batches: int, folder: Path) -> dict:
+    """Run one scenario in a fresh process; its JSON line plus its own peak RSS."""
+    os.sync()
+    proc = subprocess.Popen([sys.executable, str(HERE / "scenarios.py"), name, "--batches", str(batches), "--dir", str(folder)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.stdout.read(), proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"scenario {name} failed:\n{err[-3000:]}")
+    result = json.loads(out.strip().splitlines()[-1])
+    result["rss_mb"] = usage.ru_maxrss / 1024  # Linux: KiB
+    return result
+
+
+def rounds(names: list[str], batches: int, n: int, folder: Path, log) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {name: [] for name in names}
+    for r in range(n):
+        for name in names:
+            res = child(name, batches, folder)
+            out[name].append(res)
+            log(f"  round {r + 1}/{n} {name:18s} {res['seconds']:8.3f} s  {res['rss_mb']:7.0f} MB")
+    return out
+
+
+def med(results: list[dict], key: str = "seconds") -> float:
+    return statistics.median(r[key] for r in results)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batches", type=int, default=40, help="batches of 16 for the timing runs (default 40)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved repetitions (default 3)")
+    p.add_argument("--rss-batches", type=int, nargs=2, default=[8, 64], metavar=("SMALL", "LARGE"))
+    p.add_argument("--quick", action="store_true", help="3 batches, 1 round: checks that everything runs")
+    p.add_argument("--markdown", type=Path, help="write the results table to this file too")
+    p.add_argument("--dir", type=Path, help="where the scenarios write (default: a temporary folder)")
+    a = p.parse_args()
+    if a.quick:
+        a.batches, a.rounds, a.rss_batches = 3, 1, [2, 4]
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    started = time.time()
+    with tempfile.TemporaryDirectory(dir=a.dir) as tmp:
+        folder = Path(tmp)
+        timing = ["no_hooks", "record", "tutorial", "feature_extractor", "record_layer1", "early_stop_layer1"]
+        if importlib.util.find_spec("torchlens"):
+            timing.append("torchlens")
+        log(f"whole runs, {a.batches} batches of 16, {a.rounds} round(s)")
+        t = rounds(timing, a.batches, a.rounds, folder, log)
+        log("writer throughput")
+        w = rounds(["store_write", "one_write"], a.batches, max(a.rounds, 3), folder, log)
+        log(f"peak RSS at {a.rss_batches[0]} and {a.rss_batches[1]} batches")
+        small, large = a.rss_batches
+        rss = {(name, n): child(name, n, folder)["rss_mb"] for name in ("record", "tutorial") for n in (small, large)}
+        log("hook cost")
+        h = child("hook_cost", 1, folder)
+
+    rows = []
+
+    def row(target: str, value: float, bound: str, ok: bool, how: str) -> None:
+        rows.append((target, f"{value:.3f}", bound, "yes" if ok else "NO", how))
+
+    base = med(t["no_hooks"])
+    r1 = med(t["record"]) / base
+    row("1. record / no hooks (time)", r1, "<= 1.10", r1 <= 1.10, f"{med(t['record']):.2f} s / {base:.2f} s")
+    r2 = med(t["record"]) / med(t["tutorial"])
+    row("2. record / tutorial script (time)", r2, "<= 1.00", r2 <= 1.0, f"{med(t['record']):.2f} s / {med(t['tutorial']):.2f} s")
+    r3 = rss[("record", large)] / rss[("record", small)]
+    row(f"3. peak RSS {large} / {small} batches", r3, "<= 1.10", r3 <= 1.10, f"{rss[('record', large)]:.0f} MB / {rss[('record', small)]:.0f} MB")
+    r3t = rss[("tutorial", large)] / rss[("tutorial", small)]
+    row("   tutorial script, same", r3t, "(grows)", True, f"{rss[('tutorial', large)]:.0f} MB / {rss[('tutorial', small)]:.0f} MB")
+    gb = w["store_write"][0]["bytes"] / 1e9
+    r4 = med(w["one_write"]) / med(w["store_write"])
+    row("4. writer bytes/s / one h5py write", r4, ">= 0.80", r4 >= 0.8,
+        f"{gb / med(w['store_write']):.2f} GB/s vs {gb / med(w['one_write']):.2f} GB/s ({gb:.2f} GB)")
+    us = h["us_per_firing"]
+    row("5. cost per hook firing (us)", us, "<= 10", us <= 10,
+        f"{h['firings']} firings/forward on {h['leaves']} leaves; raw PyTorch no-op hook {h['raw_us_per_firing']:.1f} us")
+    es = med(t["early_stop_layer1"]) / base
+    row("early stop: layer1 / no hooks (time)", es, "< 1", es < 1,
+        f"{med(t['early_stop_layer1']):.2f} s; without early stop {med(t['record_layer1']):.2f} s")
+    fx = med(t["feature_extractor"]) / base
+    row("create_feature_extractor + h5py / no hooks", fx, "(info)", True, f"{med(t['feature_extractor']):.2f} s")
+    if "torchlens" in t:
+        tl = med(t["torchlens"]) / base
+        row("TorchLens / no hooks", tl, "(info)", True, f"{med(t['torchlens']):.2f} s")
+
+    import h5py
+    import torch
+
+    env = (f"{platform.node()}: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+           f"Python {platform.python_version()}, torch {torch.__version__}, h5py {h5py.__version__}, "
+           f"HDF5 {h5py.version.hdf5_version}, {time.strftime('%Y-%m-%d')}, {time.time() - started:.0f} s")
+    cmd = "python benchmarks/run.py " + " ".join(sys.argv[1:])
+    table = ["| target | measured | bound | met | detail |", "|---|---|---|---|---|"]
+    table += [f"| {' | '.join(r)} |" for r in rows]
+    text = "\n".join([f"`{cmd.strip()}`", "", env, "", *table, ""])
+    print(text)
+    if a.markdown:
+        a.markdown.parent.mkdir(parents=True, exist_ok=True)
+        a.markdown.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

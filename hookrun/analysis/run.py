@@ -1,0 +1,230 @@
+"""Reading one run's file: lazy captures, chunked iteration and statistics, xarray.
+
+    run = open_run("outputs/2026-11-21/10-00-00/captures.h5")
+    run["layer1.0", "output"][:8]          # reads 8 rows, nothing else
+    run.stats("layer1.0", "output")         # mean, std, min, max, zeros: chunk by chunk
+
+Nothing here needs more memory than one block of rows at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import yaml
+
+from hookrun.errors import HookrunError, NotFoundError, close_matches
+
+DIM_NAMES = {2: ("feature",), 3: ("channel", "length"), 4: ("channel", "height", "width")}
+
+
+@dataclass(frozen=True)
+class CaptureInfo:
+    hook: str
+    module: str
+    role: str
+    call: int
+    type: str
+    shape: tuple[int, ...]
+    dtype: str
+    rows: str  # "samples" or "steps"
+    path: str  # the dataset's path in the file
+    nbytes: int  # on disk
+
+    @property
+    def label(self) -> str:
+        return f"{self.hook}/{self.module or '(model)'}/{self.role}" + (f"@{self.call}" if self.call else "")
+
+
+class Run:
+    """An open capture file. Use as a context manager, or call close()."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise NotFoundError(f"no file {str(self.path)!r}")
+        try:
+            self.file = h5py.File(self.path, "r", locking=False)
+        except OSError as exc:
+            raise HookrunError(f"{str(self.path)!r} is not a readable HDF5 file: {exc}") from None
+        if "format_version" not in self.file.attrs:
+            raise HookrunError(f"{str(self.path)!r} is not a hookrun file (no format_version attribute)")
+        self.captures = _list_captures(self.file)
+
+    # -- what the run is -----------------------------------------------------------------------
+    @property
+    def status(self) -> str:
+        return str(self.file.attrs["status"])
+
+    @property
+    def config(self) -> dict:
+        return yaml.safe_load(self.file.attrs["config"])
+
+    @property
+    def attrs(self) -> dict:
+        return {k: (v.item() if isinstance(v, np.generic) else v) for k, v in self.file.attrs.items() if k != "config"}
+
+    @property
+    def samples(self) -> np.ndarray:
+        return self.file["samples/index"][:]
+
+    @property
+    def targets(self) -> np.ndarray | None:
+        return self.file["samples/target"][:] if "target" in self.file["samples"] else None
+
+    # -- finding a capture ---------------------------------------------------------------------
+    def find(self, *key: str, call: int = 0) -> CaptureInfo:
+        """By (module, role), (hook, module, role), or a 'hook/module/role' path."""
+        if len(key) == 1 and "/" in key[0]:
+            key = tuple(key[0].split("/"))
+        if len(key) == 2:
+            hook, (module, role) = None, key
+        elif len(key) == 3:
+            hook, module, role = key
+        else:
+            raise NotFoundError(f"a capture is named by (module, role) or (hook, module, role), got {key!r}")
+        module = "" if module in ("(model)", "__model__") else module
+        hits = [c for c in self.captures if c.module == module and c.role == role and c.call == call
+                and (hook is None or c.hook == hook)]
+        if len(hits) == 1:
+            return hits[0]
+        labels = [c.label for c in self.captures]
+        if not hits:
+            want = "/".join(k for k in (hook, module or "(model)", role) if k is not None)
+            hint = close_matches(want, labels)
+            raise NotFoundError(f"{self.path.name} has no capture {want!r}" + (f" call {call}" if call else "")
+                                + f"; {'closest' if hint else 'captures'}: {', '.join(hint or labels[:10])}")
+        raise NotFoundError(f"several hooks recorded {module!r} {role!r}: give the hook too, one of "
+                            f"{', '.join(sorted(c.hook for c in hits))}")
+
+    def __getitem__(self, key: Any) -> h5py.Dataset:
+        """The capture's h5py dataset: lazy, slicing reads only the rows asked for."""
+        info = self.find(*(key if isinstance(key, tuple) else (key,)))
+        return self.file[info.path]
+
+    def index(self, *key: str, call: int = 0) -> np.ndarray:
+        """The sample index (or step number) of each row of a capture."""
+        info = self.find(*key, call=call)
+        ds = self.file[info.path]
+        if ds.attrs.get("index"):
+            return ds.parent[ds.attrs["index"]][:]
+        if info.rows == "steps":
+            return np.arange(ds.shape[0])
+        return self.file["samples/index"][: ds.shape[0]]
+
+    # -- reading in blocks ---------------------------------------------------------------------
+    def iter(self, *key: str, batch_size: int = 256, call: int = 0) -> Iterator[np.ndarray]:
+        """The capture's rows, `batch_size` at a time."""
+        ds = self.file[self.find(*key, call=call).path]
+        for start in range(0, ds.shape[0], batch_size):
+            yield ds[start : start + batch_size]
+
+    def stats(self, *key: str, call: int = 0) -> dict[str, float]:
+        """mean, std, min, max and the fraction of zeros over all values, one block at a time."""
+        ds = self.file[self.find(*key, call=call).path]
+        return block_stats(ds)
+
+    # -- other views ---------------------------------------------------------------------------
+    def to_xarray(self, captures: list | None = None, rows: slice | None = None) -> Any:
+        """An xarray.Dataset of the chosen captures (default: all), loaded into memory.
+
+        Every capture aligned with /samples/index shares the dimension `sample` (its coordinate is
+        the dataset index); the other dimensions are `NAME:channel`, `NAME:height`, `NAME:width`
+        for 4-D maps, `NAME:channel`, `NAME:length` for 3-D, `NAME:feature` for 2-D, where NAME is
+        the capture's variable name `hook/module/role`.
+        """
+        try:
+            import xarray as xr
+        except ImportError:
+            raise HookrunError("to_xarray needs xarray: pip install 'hookrun[xarray]'") from None
+        chosen = self.captures if captures is None else [self.find(*(c if isinstance(c, tuple) else (c,))) for c in captures]
+        rows = rows or slice(None)
+        variables = {}
+        for info in chosen:
+            ds = self.file[info.path]
+            data = ds[rows]
+            name = info.label.replace("(model)", "model")
+            index = self.index(info.hook, info.module, info.role, call=info.call)[rows]
+            shared = info.rows == "samples" and np.array_equal(index, self.samples[rows])
+            first = "sample" if shared else f"{name}:{'sample' if info.rows == 'samples' else 'step'}"
+            inner = DIM_NAMES.get(data.ndim, tuple(f"dim_{i}" for i in range(1, data.ndim)))[: data.ndim - 1]
+            dims = (first,) + tuple(f"{name}:{d}" for d in inner)
+            coords = {first: index}
+            variables[name] = xr.DataArray(data, dims=dims, coords=coords, attrs=_plain(dict(ds.attrs)))
+        return xr.Dataset(variables, attrs=_plain(self.attrs))
+
+    def summary(self) -> str:
+        from hookrun.analysis.show import describe_run
+
+        return describe_run(self)
+
+    def close(self) -> None:
+        self.file.close()
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.path)!r}, status={self.status!r}, captures={len(self.captures)}, samples={self.file['samples/index'].shape[0]})"
+
+
+def open_run(path: str | Path) -> Run:
+    """Open a run's capture file (a folder is taken to hold captures.h5)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "captures.h5"
+    return Run(path)
+
+
+def block_stats(ds: h5py.Dataset, rows_per_block: int | None = None) -> dict[str, float]:
+    """Exact mean/std/min/max/zeros of a dataset, in float64, reading one block of rows at a time."""
+    n_rows = ds.shape[0]
+    per_row = int(np.prod(ds.shape[1:], dtype=np.int64)) or 1
+    step = rows_per_block or max(1, (64 << 20) // (per_row * 8))  # about 64 MiB of float64 a block
+    count, lo, hi, zeros = 0, np.inf, -np.inf, 0
+    mean, m2 = 0.0, 0.0
+    for start in range(0, n_rows, step):
+        block = np.asarray(ds[start : start + step], dtype=np.float64).ravel()
+        if not block.size:
+            continue
+        b_mean = block.mean()
+        b_m2 = ((block - b_mean) ** 2).sum()
+        n = count + block.size
+        delta = b_mean - mean
+        mean += delta * block.size / n  # Chan et al.: merge the block's moments
+        m2 += b_m2 + delta**2 * count * block.size / n
+        count = n
+        lo, hi = min(lo, block.min()), max(hi, block.max())
+        zeros += int((block == 0).sum())
+    if count == 0:
+        return {"mean": float("nan"), "std": float("nan"), "min": float("nan"), "max": float("nan"), "zeros": float("nan"), "count": 0}
+    return {"mean": float(mean), "std": float(np.sqrt(m2 / count)), "min": float(lo), "max": float(hi),
+            "zeros": zeros / count, "count": count}
+
+
+def _list_captures(f: h5py.File) -> list[CaptureInfo]:
+    found: list[CaptureInfo] = []
+    if "captures" not in f:
+        return found
+
+    def visit(name: str, obj: Any) -> None:
+        if isinstance(obj, h5py.Dataset) and "role" in obj.attrs:
+            a = obj.attrs
+            nbytes = obj.id.get_storage_size()
+            found.append(CaptureInfo(str(a["hook"]), str(a["module"]), str(a["role"]), int(a["call"]), str(a["type"]),
+                                     tuple(obj.shape), str(obj.dtype), str(a["rows"]), obj.name, nbytes))
+
+    f["captures"].visititems(visit)
+    return found
+
+
+def _plain(attrs: dict) -> dict:
+    return {k: (v.tolist() if isinstance(v, np.ndarray) else v.item() if isinstance(v, np.generic) else v) for k, v in attrs.items()}

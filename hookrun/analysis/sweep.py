@@ -1,0 +1,158 @@
+"""Reading a whole multirun: one row per job with its overrides, status and capture statistics.
+
+    sweep = open_sweep("outputs/multirun/2026-11-21/10-00-00")
+    print(sweep.table())                        # job, overrides, status, per-capture mean/std
+    sweep.table().to_pandas()                   # where pandas is installed
+
+Each job of a Hydra sweep has its own folder (`N/`) with `.hydra/overrides.yaml` and its own
+capture file; the jobs are read one at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hookrun.analysis.run import Run, block_stats, open_run
+from hookrun.errors import NotFoundError
+
+
+@dataclass
+class Job:
+    folder: Path
+    num: str
+    overrides: dict[str, str]
+    file: Path | None
+
+    def open(self) -> Run:
+        if self.file is None:
+            raise NotFoundError(f"job {self.num} ({self.folder}) wrote no capture file")
+        return open_run(self.file)
+
+
+@dataclass
+class Table:
+    """Rows of plain values; prints aligned, converts to pandas."""
+
+    columns: list[str]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.rows)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.rows[i]
+
+    def column(self, name: str) -> list[Any]:
+        return [r.get(name) for r in self.rows]
+
+    def to_pandas(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame(self.rows, columns=self.columns)
+
+    def __str__(self) -> str:
+        cells = [[_fmt(r.get(c)) for c in self.columns] for r in self.rows]
+        widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(self.columns)]
+        line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths, strict=True)).rstrip()  # noqa: E731
+        return "\n".join([line(self.columns), line(["-" * w for w in widths])] + [line(r) for r in cells])
+
+
+class Sweep:
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        if not self.folder.is_dir():
+            raise NotFoundError(f"no folder {str(self.folder)!r}")
+        self.jobs = _find_jobs(self.folder)
+        if not self.jobs:
+            raise NotFoundError(f"{str(self.folder)!r} holds no sweep jobs (folders with .hydra/overrides.yaml)")
+
+    @property
+    def swept(self) -> list[str]:
+        """The override keys whose values differ between jobs."""
+        keys = {k for j in self.jobs for k in j.overrides}
+        return sorted(k for k in keys if len({j.overrides.get(k) for j in self.jobs}) > 1)
+
+    def table(self, stats: Sequence[str] = ("mean", "std"), captures: Sequence[str] | None = None) -> Table:
+        """One row per job: job number, each override, status, and `stats` of each capture."""
+        keys = sorted({k for j in self.jobs for k in j.overrides}, key=lambda k: (k not in self.swept, k))
+        columns = ["job", *keys, "status"]
+        rows = []
+        for job in self.jobs:
+            row: dict[str, Any] = {"job": job.num, **{k: _value(job.overrides.get(k)) for k in keys}}
+            if job.file is None:
+                row["status"] = "no file"
+                rows.append(row)
+                continue
+            with job.open() as run:
+                row["status"] = run.status
+                for info in run.captures:
+                    if captures is not None and info.label not in captures:
+                        continue
+                    values = block_stats(run.file[info.path])
+                    for s in stats:
+                        col = f"{info.label}:{s}"
+                        row[col] = values[s]
+                        if col not in columns:
+                            columns.append(col)
+            rows.append(row)
+        return Table(columns, rows)
+
+    def __repr__(self) -> str:
+        return f"Sweep({str(self.folder)!r}, jobs={len(self.jobs)}, swept={self.swept})"
+
+
+def open_sweep(folder: str | Path) -> Sweep:
+    return Sweep(folder)
+
+
+def is_sweep(folder: Path) -> bool:
+    return folder.is_dir() and bool(_find_jobs(folder))
+
+
+def _find_jobs(folder: Path) -> list[Job]:
+    jobs = []
+    for overrides in sorted(folder.glob("*/.hydra/overrides.yaml")):
+        job_dir = overrides.parent.parent
+        items = yaml.safe_load(overrides.read_text()) or []
+        parsed = {}
+        for item in items:
+            key, _, value = str(item).partition("=")
+            parsed[key.lstrip("+~")] = value
+        jobs.append(Job(job_dir, job_dir.name, parsed, _job_file(job_dir)))
+    return sorted(jobs, key=lambda j: (len(j.num), j.num))
+
+
+def _job_file(job_dir: Path) -> Path | None:
+    """The job's output.path as Hydra saved it (relative to the job folder), else any .h5 there."""
+    config = job_dir / ".hydra" / "config.yaml"
+    if config.is_file():
+        cfg = yaml.safe_load(config.read_text()) or {}
+        path = Path(str((cfg.get("output") or {}).get("path", "captures.h5")))
+        path = path if path.is_absolute() else job_dir / path
+        if path.is_file():
+            return path
+    files = sorted(job_dir.glob("*.h5"))
+    return files[0] if files else None
+
+
+def _value(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return "" if v is None else str(v)

@@ -1,0 +1,105 @@
+"""The plan's estimate: one sample through the hooks, to learn each capture's shape and size.
+
+    report = estimate(model, loader, points, env, settings, n_samples, n_batches)
+    print(report.text())        # what `dry_run=true` prints
+    report.total_bytes          # what `output.max_bytes` is checked against
+
+It runs a batch of one (the dataset's first item) with a fresh hook session, so the real run
+starts from a clean state; nothing is written.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from hookrun.actions import ActionEnv
+from hookrun.captures import Capture
+from hookrun.data import split_batch
+from hookrun.plan import HookPoint
+from hookrun.session import HookSession, StopForward
+
+
+@dataclass
+class Line:
+    capture: Capture
+    row_bytes: int
+    rows: int
+
+    @property
+    def total(self) -> int:
+        return self.row_bytes * self.rows
+
+
+@dataclass
+class Estimate:
+    points: list[HookPoint]
+    lines: list[Line] = field(default_factory=list)
+    n_samples: int = 0
+    n_batches: int = 0
+    header: list[str] = field(default_factory=list)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(line.total for line in self.lines) + self.n_samples * 16  # + /samples/index, /samples/step
+
+    def text(self) -> str:
+        from hookrun.analysis.show import human_bytes
+
+        out = list(self.header)
+        by_hook: dict[str, list[HookPoint]] = {}
+        for p in self.points:
+            by_hook.setdefault(p.hook, []).append(p)
+        for hook, points in by_hook.items():
+            names = ", ".join(p.name or "(model)" for p in points)
+            out.append(f"  hook {hook}: {points[0].type} -> {len(points)} {'target' if len(points) == 1 else 'targets'}: {names}")
+            for line in (ln for ln in self.lines if ln.capture.key.hook == hook):
+                c = line.capture
+                shape = tuple(c.value.shape) if c.per_step else tuple(c.value.shape[1:])
+                unit = "step" if c.per_step else "sample"
+                label = (c.key.module or "(model)") + f" {c.key.role}" + (f"@{c.key.call}" if c.key.call else "")
+                out.append(f"    {label:34s} {str(c.value.dtype).replace('torch.', ''):8s} {str(shape):20s} "
+                           f"{human_bytes(line.row_bytes):>10s}/{unit} x {line.rows} = {human_bytes(line.total)}")
+            if not any(ln.capture.key.hook == hook for ln in self.lines):
+                out.append("    (records nothing)")
+        out.append(f"  estimated file size: {human_bytes(self.total_bytes)} for {self.n_samples} samples in {self.n_batches} batches (uncompressed)")
+        return "\n".join(out)
+
+
+def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: ActionEnv, settings, n_samples: int, n_batches: int) -> Estimate:
+    from hookrun.loop import _grad_step
+
+    _, item = loader.dataset[0]
+    batch = torch.utils.data.default_collate([item])
+    inputs, target = split_batch(batch)
+    inputs = inputs.to(settings.device)
+    with HookSession(points, env) as session:
+        session.begin_step(0, 1, torch.zeros(1, dtype=torch.long))
+        if settings.mode == "grad":
+            _grad_step(model, inputs, target, settings)
+        else:
+            try:
+                with torch.no_grad():
+                    model(inputs)
+            except StopForward:
+                pass
+        captures = env.captures.take()
+    for p in points:
+        for action in p.actions:
+            getattr(action, "reset", lambda: None)()
+    report = Estimate(points, n_samples=n_samples, n_batches=n_batches)
+    for cap in captures:
+        every = int(cap.attrs.get("every", 1))
+        limit = cap.attrs.get("limit")
+        if cap.per_step:
+            row_bytes = cap.value.numel() * cap.value.element_size()
+            rows = math.ceil(n_batches / every)
+        else:
+            row_bytes = cap.value[0].numel() * cap.value.element_size()
+            rows = n_samples if every == 1 else math.ceil(n_batches / every) * max(1, n_samples // max(n_batches, 1))
+        if limit:
+            rows = min(rows, int(limit))
+        report.lines.append(Line(cap, row_bytes, rows))
+    return report

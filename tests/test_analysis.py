@@ -1,0 +1,152 @@
+"""open_run / open_sweep, inspect, plot, dry_run: values against numpy on the same data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import batches, make_cfg
+
+import hookrun
+from hookrun import open_run
+from hookrun.analysis.run import block_stats
+from hookrun.errors import ConfigError, NotFoundError
+
+HOOKS = {
+    "blocks": {"at": "layer1.*", "type": "forward", "actions": [{"name": "record", "what": "output"}]},
+    "logits": {"at": "fc", "type": "forward", "actions": [{"name": "record", "what": "output"}]},
+}
+
+
+@pytest.fixture
+def run_file(tmp_path, checkpoint):
+    return hookrun.run(make_cfg(tmp_path, checkpoint, HOOKS)).path
+
+
+def reference_logits(model, dataset):
+    with torch.no_grad():
+        return torch.cat([model(x) for x, _ in batches(dataset)]).numpy()
+
+
+def test_open_run_describes_the_run(run_file, dataset):
+    with open_run(run_file) as run:
+        assert run.status == "complete"
+        assert run.config["hooks"] == HOOKS
+        np.testing.assert_array_equal(run.samples, np.arange(len(dataset)))
+        np.testing.assert_array_equal(run.targets, dataset.y.numpy())
+        labels = sorted(c.label for c in run.captures)
+        assert labels == ["blocks/layer1.0/output", "blocks/layer1.1/output", "logits/fc/output"]
+        info = run.find("fc", "output")
+        assert info.shape == (12, 10) and info.dtype == "float32" and info.rows == "samples" and info.nbytes > 0
+    with open_run(run_file.parent) as run:  # a run folder works too
+        assert run.status == "complete"
+
+
+def test_capture_is_lazy_and_matches_the_model(run_file, reference_model, dataset):
+    want = reference_logits(reference_model, dataset)
+    with open_run(run_file) as run:
+        x = run["fc", "output"]
+        assert not isinstance(x, np.ndarray)  # an h5py dataset: nothing read yet
+        np.testing.assert_allclose(x[3:7], want[3:7], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(run["logits/fc/output"][:], want, rtol=1e-5, atol=1e-6)
+        got = np.concatenate(list(run.iter("fc", "output", batch_size=5)))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        assert [len(b) for b in run.iter("fc", "output", batch_size=5)] == [5, 5, 2]
+
+
+def test_stats_match_numpy(run_file):
+    with open_run(run_file) as run:
+        for key in (("fc", "output"), ("layer1.0", "output")):
+            a = run[key][:].astype(np.float64)
+            s = run.stats(*key)
+            np.testing.assert_allclose([s["mean"], s["std"], s["min"], s["max"], s["zeros"]],
+                                       [a.mean(), a.std(), a.min(), a.max(), (a == 0).mean()], rtol=1e-9, atol=1e-12)
+            small_blocks = block_stats(run.file[run.find(*key).path], rows_per_block=5)  # merged block by block
+            np.testing.assert_allclose(small_blocks["std"], a.std(), rtol=1e-9)
+            assert run.stats(*key)["count"] == a.size
+
+
+def test_unknown_and_ambiguous_captures(run_file, tmp_path, checkpoint):
+    with open_run(run_file) as run, pytest.raises(NotFoundError, match="no capture 'fc/input'"):
+        run.find("fc", "input")
+    twice = {"a": HOOKS["logits"], "b": HOOKS["logits"]}
+    path = hookrun.run(make_cfg(tmp_path / "two", checkpoint, twice)).path
+    with open_run(path) as run:
+        with pytest.raises(NotFoundError, match="several hooks recorded 'fc' 'output': give the hook too, one of a, b"):
+            run.find("fc", "output")
+        assert run.find("b", "fc", "output").hook == "b"
+    with pytest.raises(NotFoundError, match="no file"):
+        open_run(tmp_path / "missing.h5")
+
+
+def test_to_xarray_has_named_dims(run_file, reference_model, dataset):
+    xr = pytest.importorskip("xarray")
+    with open_run(run_file) as run:
+        ds = run.to_xarray()
+    assert isinstance(ds, xr.Dataset)
+    logits = ds["logits/fc/output"]
+    assert logits.dims == ("sample", "logits/fc/output:feature")
+    np.testing.assert_array_equal(logits["sample"].values, np.arange(len(dataset)))
+    np.testing.assert_allclose(logits.values, reference_logits(reference_model, dataset), rtol=1e-5, atol=1e-6)
+    fmap = ds["blocks/layer1.0/output"]
+    assert fmap.dims[1:] == tuple(f"blocks/layer1.0/output:{d}" for d in ("channel", "height", "width"))
+    assert ds.attrs["status"] == "complete"
+
+
+def test_dry_run_estimate_equals_the_real_file(tmp_path, checkpoint, capsys):
+    hooks = {**HOOKS, "pooled": {"at": "layer2", "type": "forward", "actions": [{"name": "record", "what": "output", "reduce": "mean", "dtype": "float16"}]}}
+    dry = hookrun.run(make_cfg(tmp_path, checkpoint, hooks, dry_run=True))
+    printed = capsys.readouterr().out
+    assert "hookrun plan (dry run: nothing is written)" in printed
+    assert "hook blocks: forward -> 2 targets: layer1.0, layer1.1" in printed
+    assert "layer2 output" in printed and "float16" in printed and "estimated file size" in printed
+    assert not list(tmp_path.iterdir())  # nothing written
+    real = hookrun.run(make_cfg(tmp_path, checkpoint, hooks))
+    with open_run(real.path) as run:
+        data_bytes = sum(int(np.prod(c.shape)) * np.dtype(c.dtype).itemsize for c in run.captures)
+    assert dry.estimated_bytes == data_bytes + 12 * 16
+
+
+def test_max_bytes_refuses_before_any_batch(tmp_path, checkpoint):
+    with pytest.raises(ConfigError, match=r"estimated file size .* exceeds output.max_bytes=1000"):
+        hookrun.run(make_cfg(tmp_path, checkpoint, HOOKS, **{"output.max_bytes": 1000}))
+    assert not (tmp_path / "captures.h5").exists()
+    assert hookrun.run(make_cfg(tmp_path, checkpoint, HOOKS, **{"output.max_bytes": 10**9})).steps == 3
+
+
+def test_plot_writes_real_images(run_file, tmp_path):
+    plt = pytest.importorskip("matplotlib.pyplot")
+    from hookrun.plot import main
+
+    assert main([str(run_file), "--out", str(tmp_path / "fig")]) == 0
+    names = sorted(p.name for p in (tmp_path / "fig").glob("*.png"))
+    assert names == ["fmap_blocks__layer1.0__output.png", "fmap_blocks__layer1.1__output.png",
+                     "hist_blocks__layer1.0__output.png", "hist_blocks__layer1.1__output.png", "hist_logits__fc__output.png"]
+    for name in names:
+        img = plt.imread(tmp_path / "fig" / name)
+        assert img.shape[0] > 100 and img.shape[1] > 100 and img[..., :3].std() > 0.05
+
+
+def test_gradcam_matches_the_formula_and_is_drawn(tmp_path, checkpoint, reference_model, dataset):
+    pytest.importorskip("matplotlib")
+    from hookrun.plot import gradcam, gradcam_pairs, main
+
+    hooks = {"fmap": {"at": "layer3", "type": "forward", "actions": [{"name": "record", "what": "output"}]},
+             "g": {"at": "layer3", "type": "tensor", "actions": ["record"]}}
+    path = hookrun.run(make_cfg(tmp_path, checkpoint, hooks, mode="grad",
+                                loss={"_target_": "hookrun.losses.target_logit", "_partial_": True})).path
+    with open_run(path) as run:
+        (act, grad), = gradcam_pairs(run)
+        cam = gradcam(run.file[act.path][:], run.file[grad.path][:])
+    m = reference_model
+    x, y = next(batches(dataset))
+    kept = {}
+    h = m.layer3.register_forward_hook(lambda mod, a, out: kept.update(a=out) or None)
+    logits = m(x)
+    h.remove()
+    (g,) = torch.autograd.grad(logits.gather(1, y.view(-1, 1)).sum(), [kept["a"]])
+    ref = torch.relu((g.mean(dim=(2, 3), keepdim=True) * kept["a"]).sum(1)).detach().numpy()
+    ref = ref / np.maximum(ref.reshape(len(ref), -1).max(1), 1e-30).reshape(-1, 1, 1)
+    np.testing.assert_allclose(cam[:4], ref, atol=1e-4)
+    assert main([str(path), "--out", str(tmp_path / "fig")]) == 0
+    assert (tmp_path / "fig" / "gradcam_layer3.png").stat().st_size > 5000

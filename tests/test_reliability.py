@@ -1,0 +1,223 @@
+"""Reliability: clean stops, resume bit for bit, kill -9 at any moment, a full disk, bad input."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from conftest import ROOT, make_cfg, run_cli
+
+import hookrun
+from hookrun.errors import ConfigError, HookrunError, RunError
+from hookrun.signals import Interrupted
+
+ENV = {"PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
+GRAD = {"mode": "grad", "loss": {"_target_": "hookrun.losses.cross_entropy", "_partial_": True}}
+
+
+def rich_hooks(stop_at=None, told=False):
+    """Hooks that exercise every kind of row layout: aligned, every-Nth, limited, noisy."""
+    hooks = {
+        "fmap": {"at": "layer1.0", "type": "forward", "actions": [{"name": "record", "what": "output"}]},
+        "sparse": {"at": "layer2", "type": "forward", "actions": [{"name": "record", "what": "output", "every": 2, "reduce": "mean"}]},
+        "first": {"at": "fc", "type": "forward", "actions": [{"name": "record", "what": "output", "limit": 6}]},
+        "noisy": {"at": "layer3", "type": "forward_pre", "actions": [{"name": "replace_input", "op": "noise", "std": 0.5, "seed": 3}, "record"]},
+    }
+    if stop_at is not None:
+        hooks["stop"] = {"at": "conv1", "type": "forward", "actions": [{"_target_": "toy_models.signal_at", "_partial_": True, "step": stop_at}]}
+    if told:
+        hooks["stop"] = {"at": "conv1", "type": "forward", "actions": [{"_target_": "toy_models.signal_when_told", "_partial_": True}]}
+    return hooks
+
+
+def datasets_of(path: Path) -> dict[str, np.ndarray]:
+    out = {}
+    with h5py.File(path) as f:
+        f.visititems(lambda name, obj: out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None)
+    return out
+
+
+def assert_same_captures(a: Path, b: Path) -> None:
+    da, db = datasets_of(a), datasets_of(b)
+    assert sorted(da) == sorted(db)
+    for name in da:
+        assert da[name].dtype == db[name].dtype, name
+        np.testing.assert_array_equal(da[name], db[name], err_msg=name)
+
+
+def test_sigint_finishes_the_batch_flushes_and_removes_hooks(tmp_path, checkpoint):
+    from toy_models import LAST_MODEL
+
+    cfg = make_cfg(tmp_path, "", {"b": {"at": "body", "type": "forward", "actions": ["record"]},
+                                   "stop": {"at": "body", "type": "forward", "actions": [{"_target_": "toy_models.signal_at", "_partial_": True, "step": 1}]}})
+    cfg["model"] = {"_target_": "toy_models.RememberedNet"}
+    cfg["data"]["dataset"] = {"_target_": "toy_models.SignedRows"}
+    with pytest.raises(Interrupted, match="interrupted by SIGINT after 2 batches") as info:
+        hookrun.run(cfg)
+    assert info.value.exit_code == 130
+    with h5py.File(tmp_path / "captures.h5") as f:
+        assert f.attrs["status"] == "interrupted" and f.attrs["steps_complete"] == 2
+        assert f["captures/b/body/output"].shape[0] == 8 and f["samples/index"].shape[0] == 8
+    (model,) = LAST_MODEL
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules() if m is not model.head)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
+
+
+def test_resume_equals_an_uninterrupted_run_bit_for_bit(tmp_path, checkpoint):
+    from toy_models import STOP_AT
+
+    full = hookrun.run(make_cfg(tmp_path / "full", checkpoint, rich_hooks(told=True), **{"data.batch_size": 2})).path
+    cfg = make_cfg(tmp_path / "part", checkpoint, rich_hooks(told=True), **{"data.batch_size": 2})
+    STOP_AT[:] = [3]
+    with pytest.raises(Interrupted):
+        hookrun.run(cfg)
+    with h5py.File(cfg["output"]["path"]) as f:
+        assert f.attrs["status"] == "interrupted" and f["samples/index"].shape[0] == 8
+    cfg["resume"] = True
+    result = hookrun.run(cfg)
+    assert result.status == "complete" and result.steps == 2  # batches 4 and 5 of 6
+    with h5py.File(result.path) as f:
+        assert f.attrs["status"] == "complete"
+        assert f["captures/sparse/layer2/output.index"].shape[0] == 6  # every=2: batches 0, 2, 4
+        assert f["captures/first/fc/output"].shape[0] == 6  # limit=6 held across the resume
+    assert_same_captures(full, result.path)
+    assert not Path(str(result.path) + ".resuming").exists()
+
+
+def test_resume_of_a_complete_run_does_nothing(tmp_path, checkpoint):
+    cfg = make_cfg(tmp_path, checkpoint, rich_hooks())
+    first = hookrun.run(cfg).path
+    before = first.read_bytes()
+    cfg["resume"] = True
+    assert hookrun.run(cfg).status == "complete"
+    assert first.read_bytes() == before
+
+
+def test_resume_refuses_a_different_config_naming_the_keys(tmp_path, checkpoint):
+    cfg = make_cfg(tmp_path, checkpoint, rich_hooks(stop_at=1))
+    with pytest.raises(Interrupted):
+        hookrun.run(cfg)
+    cfg.update(resume=True, seed=5, hooks=rich_hooks(stop_at=1) | {"extra": {"at": "fc", "type": "forward"}})
+    cfg["data"]["batch_size"] = 3
+    with pytest.raises(ConfigError, match=r"resume: the config differs .* in data.batch_size, hooks.extra.at, hooks.extra.type, seed;"):
+        hookrun.run(cfg)
+
+
+def test_resume_without_a_file_starts_from_the_beginning(tmp_path, checkpoint):
+    result = hookrun.run(make_cfg(tmp_path, checkpoint, rich_hooks(), resume=True))
+    assert result.status == "complete" and result.steps == 3
+
+
+def can_mount_tmpfs(folder: Path) -> bool:
+    folder.mkdir(exist_ok=True)
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(folder)], capture_output=True).returncode == 0
+
+
+def test_full_disk_fails_cleanly_keeping_what_was_flushed(tmp_path, checkpoint):
+    small = tmp_path / "small"
+    if not can_mount_tmpfs(small):
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        hooks = {"fmap": {"at": "layer1", "type": "forward", "actions": [{"name": "record", "what": "output"}]}}
+        over = {"data.dataset.n": 600, "output.flush_every": 1, "output.path": str(small / "c.h5")}
+        with pytest.raises(RunError, match="no space left on the device") as info:
+            hookrun.run(make_cfg(tmp_path, checkpoint, hooks, **over))
+        assert "the file keeps every batch" in str(info.value)
+        ref = hookrun.run(make_cfg(tmp_path, checkpoint, hooks, **{**over, "output.path": str(tmp_path / "ref.h5")})).path
+        with h5py.File(small / "c.h5") as f, h5py.File(ref) as r:
+            assert f.attrs["status"] == "failed"
+            n = f["samples/index"].shape[0]
+            assert n > 0 and n % 4 == 0
+            np.testing.assert_array_equal(f["captures/fmap/layer1/output"][:n], r["captures/fmap/layer1/output"][:n])
+    finally:
+        subprocess.run(["umount", str(small)], capture_output=True)
+
+
+@pytest.mark.slow
+def test_kill_9_at_any_moment_leaves_a_readable_file_that_resumes(tmp_path):
+    args = ["model=custom", "model._target_=my_pkg.Net", "data=custom", "data.dataset._target_=my_pkg.MyData",
+            "+data.dataset.n=120", "data.batch_size=4", "output.flush_every=1", "progress=false",
+            "hooks={f: {at: features.0, type: forward, actions: [{name: record, what: output}]}, "
+            "h: {at: head, type: forward, actions: [{name: record, what: output, limit: 30}]}, "
+            "s: {at: head, type: forward, actions: [{_target_: toy_models.sleep_action, _partial_: true, seconds: 0.04}]}}"]
+    ref = run_cli(*args, "hydra.run.dir=ref", cwd=tmp_path, env=ENV)
+    assert ref.returncode == 0, ref.stderr[-2000:]
+    for delay in (0.5, 4.0, 5.0, 6.0, 7.5):
+        folder = f"killed_{delay}"
+        proc = subprocess.Popen([sys.executable, "-m", "hookrun", *args, f"hydra.run.dir={folder}"], cwd=tmp_path,
+                                env={**os.environ, **ENV}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        proc.kill()
+        proc.wait()
+        path = tmp_path / folder / "captures.h5"
+        if path.exists():
+            assert subprocess.run(["h5ls", "-r", str(path)], capture_output=True).returncode in (0, 127)  # 127: no h5ls here
+            with h5py.File(path) as f, h5py.File(tmp_path / "ref/captures.h5") as r:
+                assert f.attrs["status"] != "complete"
+                n = f["samples/index"].shape[0]
+                assert n % 4 == 0
+                np.testing.assert_array_equal(f["samples/index"][:], np.arange(n))
+                if n:
+                    np.testing.assert_array_equal(f["captures/f/features.0/output"][:n], r["captures/f/features.0/output"][:n])
+        resumed = run_cli(*args, f"hydra.run.dir={folder}", "resume=true", cwd=tmp_path, env=ENV)
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        assert_same_captures(tmp_path / "ref/captures.h5", path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_signals_from_outside_exit_with_128_plus_signal(tmp_path, signum, code):
+    args = ["model=custom", "model._target_=my_pkg.Net", "data=custom", "data.dataset._target_=my_pkg.MyData",
+            "+data.dataset.n=400", "data.batch_size=4", "output.flush_every=1", "progress=false", "hydra.run.dir=run",
+            "hooks={f: {at: features, type: forward, actions: [record, {_target_: toy_models.sleep_action, _partial_: true, seconds: 0.05}]}}"]
+    proc = subprocess.Popen([sys.executable, "-m", "hookrun", *args], cwd=tmp_path, env={**os.environ, **ENV},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    path = tmp_path / "run" / "captures.h5"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        time.sleep(0.2)
+        if path.exists():
+            try:
+                with h5py.File(path, "r", locking=False) as f:
+                    if f.attrs.get("steps_complete", 0) >= 2:
+                        break
+            except OSError:
+                pass
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err[-2000:]
+    assert "resume=true" in err and "Traceback" not in err
+    with h5py.File(path) as f:
+        assert f.attrs["status"] == "interrupted"
+        assert f["samples/index"].shape[0] == f.attrs["samples_complete"] == 4 * f.attrs["steps_complete"]
+    resumed = run_cli(*args, "resume=true", cwd=tmp_path, env=ENV)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    with h5py.File(path) as f:
+        assert f.attrs["status"] == "complete" and f["samples/index"].shape[0] == 400
+
+
+def test_absolute_output_path_in_a_multirun_is_refused(tmp_path):
+    proc = run_cli("-m", "seed=0,1", "data.limit=1", f"output.path={tmp_path / 'same.h5'}",
+                   "hooks={l: {at: fc, type: forward, actions: [record]}}", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "every job of a multirun would write the same file" in proc.stderr
+    assert not (tmp_path / "same.h5").exists()
+
+
+def test_every_error_is_a_hookrun_error(tmp_path, checkpoint):
+    """Spot checks of item 5's list not covered elsewhere."""
+    bad = [
+        ({"hooks": {"x": {"at": "fc", "type": "forward", "actions": [{"name": "modify_output", "op": "scale", "factor": "big"}]}}},
+         r"op scale failed at fc \(output, batch 0\): TypeError"),
+    ]
+    for over, message in bad:
+        cfg = make_cfg(tmp_path, checkpoint, **over)
+        with pytest.raises(HookrunError, match=message):
+            hookrun.run(cfg)
