@@ -19,7 +19,7 @@ from hookrun.actions import ActionEnv
 from hookrun.captures import Capture
 from hookrun.data import split_batch
 from hookrun.plan import HookPoint
-from hookrun.session import HookSession, StopForward
+from hookrun.session import HookSession
 
 
 @dataclass
@@ -69,7 +69,7 @@ class Estimate:
 
 
 def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: ActionEnv, settings, n_samples: int, n_batches: int) -> Estimate:
-    from hookrun.loop import _grad_step
+    from hookrun.loop import run_step
 
     _, item = loader.dataset[0]
     batch = torch.utils.data.default_collate([item])
@@ -77,14 +77,7 @@ def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: Actio
     inputs = inputs.to(settings.device)
     with HookSession(points, env) as session:
         session.begin_step(0, 1, torch.zeros(1, dtype=torch.long))
-        if settings.mode == "grad":
-            _grad_step(model, inputs, target, settings)
-        else:
-            try:
-                with torch.no_grad():
-                    model(inputs)
-            except StopForward:
-                pass
+        run_step(model, inputs, target, settings)
         captures = env.captures.take()
     for p in points:
         for action in p.actions:

@@ -49,14 +49,7 @@ def run_batches(
             inputs, target = split_batch(batch)
             inputs = inputs.to(s.device, non_blocking=True)
             session.begin_step(step, inputs.shape[0], indices)
-            if s.mode == "grad":
-                _grad_step(model, inputs, target, s)
-            else:
-                try:
-                    with torch.no_grad():
-                        model(inputs)
-                except StopForward:
-                    pass
+            run_step(model, inputs, target, s)
             session.end_step()
             captures = env.captures.take()
             writer.put(StepRecord(
@@ -72,6 +65,19 @@ def run_batches(
             if s.should_stop():
                 break
     return steps
+
+
+def run_step(model: nn.Module, inputs: torch.Tensor, target: torch.Tensor | None, s: LoopSettings) -> None:
+    """One batch through the model: a forward under no_grad (which early_stop may cut short), or
+    in grad mode forward, loss and backward."""
+    if s.mode == "grad":
+        _grad_step(model, inputs, target, s)
+        return
+    try:
+        with torch.no_grad():
+            model(inputs)
+    except StopForward:
+        pass
 
 
 def _grad_step(model: nn.Module, inputs: torch.Tensor, target: torch.Tensor | None, s: LoopSettings) -> None:

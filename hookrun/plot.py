@@ -33,6 +33,13 @@ def _plt():
     return plt
 
 
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    _plt().close(fig)
+    return path
+
+
 def _name(info: CaptureInfo) -> str:
     return info.label.replace("/", "__").replace("(model)", "model").replace("@", "_call")
 
@@ -54,11 +61,7 @@ def feature_maps(run: Run, info: CaptureInfo, out: Path, samples: int = 2, chann
                 ax.imshow(sample[c], cmap="viridis")
                 ax.set_title(f"#{index[s]} ch {c}", fontsize=7)
     fig.suptitle(f"{info.label}  {tuple(ds.shape[1:])}", fontsize=9)
-    fig.tight_layout()
-    path = out / f"fmap_{_name(info)}.png"
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return path
+    return _save(fig, out / f"fmap_{_name(info)}.png")
 
 
 def histogram(run: Run, info: CaptureInfo, out: Path) -> Path:
@@ -75,11 +78,7 @@ def histogram(run: Run, info: CaptureInfo, out: Path) -> Path:
     ax.set_title(f"{info.label}", fontsize=9)
     ax.set_xlabel(f"mean {stats['mean']:.3g}  std {stats['std']:.3g}  zeros {stats['zeros']:.1%}"
                   + (f"  (first {rows} of {ds.shape[0]} rows)" if rows < ds.shape[0] else ""), fontsize=8)
-    fig.tight_layout()
-    path = out / f"hist_{_name(info)}.png"
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return path
+    return _save(fig, out / f"hist_{_name(info)}.png")
 
 
 def gradcam_pairs(run: Run) -> list[tuple[CaptureInfo, CaptureInfo]]:
@@ -150,11 +149,7 @@ def gradcam_figure(run: Run, act: CaptureInfo, grad: CaptureInfo, out: Path, sam
             ax.imshow(cam, cmap="jet")
         ax.set_title(f"sample #{indices[k]}", fontsize=8)
     fig.suptitle(f"Grad-CAM at {act.module or '(model)'} ({grad.hook}/{grad.role})", fontsize=9)
-    fig.tight_layout()
-    path = out / f"gradcam_{act.module or 'model'}.png"
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return path
+    return _save(fig, out / f"gradcam_{act.module or 'model'}.png")
 
 
 def plot_run(run: Run, out: Path, samples: int = 2, channels: int = 16) -> list[Path]:
@@ -189,11 +184,7 @@ def plot_sweep(sweep: Sweep, out: Path, stat: str = "mean", x: str | None = None
     ax.set_title(f"{sweep.folder.name}: {stat} per capture", fontsize=9)
     if columns:
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = out / f"sweep_{stat}.png"
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return [path]
+    return [_save(fig, out / f"sweep_{stat}.png")]
 
 
 def main(argv: list[str] | None = None) -> int:
