@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -162,7 +163,8 @@ def test_kill_9_at_any_moment_leaves_a_readable_file_that_resumes(tmp_path):
             with h5py.File(path) as f:
                 assert f.attrs["status"] == "complete"
         elif path.exists():
-            assert subprocess.run(["h5ls", "-r", str(path)], capture_output=True).returncode in (0, 127)  # 127: no h5ls here
+            if shutil.which("h5ls"):  # Debian's hdf5-tools, where installed
+                assert subprocess.run(["h5ls", "-r", str(path)], capture_output=True).returncode == 0
             with h5py.File(path) as f, h5py.File(tmp_path / "ref/captures.h5") as r:
                 assert f.attrs["status"] != "complete"
                 n = f["samples/index"].shape[0]
