@@ -17,6 +17,7 @@ import h5py
 import numpy as np
 import torch
 
+from hookrun.analysis.run import CaptureInfo, list_captures
 from hookrun.errors import ConfigError, RunError
 from hookrun.ops import OpContext, register_op
 
@@ -42,8 +43,9 @@ class PatchSource:
             raise ConfigError(f"{where} is not a readable HDF5 file: {exc}") from None
         if env is not None:
             env.closers.append(self.file.close)
-        found, available = [], []
-        self.file["captures"].visititems(lambda name, obj: _collect(obj, found, available, hook, module, role, family))
+        captures = list_captures(self.file)
+        available = [f"{c.hook}/{c.module or '(model)'}/{c.role}" for c in captures]
+        found = [self.file[c.path] for c in captures if _matches(c, hook, module, role, family)]
         if not found:
             listing = ", ".join(sorted(set(available))[:12]) or "none"
             want = f"module {module!r}, role {role or family!r}" + (f", hook {hook!r}" if hook else "")
@@ -80,14 +82,9 @@ class PatchSource:
         return torch.from_numpy(data).to(device=x.device, dtype=x.dtype)
 
 
-def _collect(obj: Any, found: list, available: list, hook: str | None, module: str, role: str | None, family: str) -> None:
-    if not isinstance(obj, h5py.Dataset) or "role" not in obj.attrs:
-        return
-    a = obj.attrs
-    available.append(f"{a['hook']}/{a['module'] or '(model)'}/{a['role']}")
-    role_ok = a["role"] == role if role else (a["role"] == family or str(a["role"]).startswith(family + "."))
-    if a["module"] == module and role_ok and (hook is None or a["hook"] == hook):
-        found.append(obj)
+def _matches(c: CaptureInfo, hook: str | None, module: str, role: str | None, family: str) -> bool:
+    role_ok = c.role == role if role else (c.role == family or c.role.startswith(family + "."))
+    return c.module == module and role_ok and (hook is None or c.hook == hook)
 
 
 def _read_rows(ds: h5py.Dataset, rows: np.ndarray) -> np.ndarray:

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 import yaml
 
+from hookrun.analysis.run import list_captures
 from hookrun.captures import Capture, CaptureKey, StepRecord
 from hookrun.errors import ConfigError
 from hookrun.store import H5Store
@@ -89,7 +90,7 @@ def replay(state: ResumeState, store: H5Store) -> int:
     step_of_row = f["samples/step"][:]
     target = f["samples/target"] if "target" in f["samples"] else None
     paths = f["samples/path"] if "path" in f["samples"] else None
-    columns = [_Column(ds, index, step_of_row) for ds in _capture_datasets(f)]
+    columns = [_Column(f[c.path], index, step_of_row) for c in list_captures(f)]
     bounds = np.searchsorted(step_of_row, np.arange(state.steps + 1))
     for step in range(state.steps):
         lo, hi = int(bounds[step]), int(bounds[step + 1])
@@ -138,10 +139,3 @@ class _Column:
         if len(rows) != hi - lo:  # a partial batch (limit): its rows carry their own index
             explicit = self.own_index[rows] if self.own_index is not None else None
         return Capture(self.key, torch.from_numpy(data), False, self.torch_dtype, self.attrs, explicit)
-
-
-def _capture_datasets(f: h5py.File) -> list[h5py.Dataset]:
-    found: list[h5py.Dataset] = []
-    if "captures" in f:
-        f["captures"].visititems(lambda name, obj: found.append(obj) if isinstance(obj, h5py.Dataset) and "role" in obj.attrs else None)
-    return found

@@ -54,7 +54,7 @@ class Run:
             raise HookrunError(f"{str(self.path)!r} is not a readable HDF5 file: {exc}") from None
         if "format_version" not in self.file.attrs:
             raise HookrunError(f"{str(self.path)!r} is not a hookrun file (no format_version attribute)")
-        self.captures = _list_captures(self.file)
+        self.captures = list_captures(self.file)
 
     # -- what the run is -----------------------------------------------------------------------
     @property
@@ -210,7 +210,8 @@ def block_stats(ds: h5py.Dataset, rows_per_block: int | None = None) -> dict[str
             "zeros": zeros / count, "count": count}
 
 
-def _list_captures(f: h5py.File) -> list[CaptureInfo]:
+def list_captures(f: h5py.File) -> list[CaptureInfo]:
+    """Every capture dataset of an open file: the datasets under /captures with a `role` attribute."""
     found: list[CaptureInfo] = []
     if "captures" not in f:
         return found
