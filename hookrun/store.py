@@ -185,6 +185,7 @@ class H5Store:
             return
         try:
             self._update_counts()
+            self.file.flush()  # every row on disk before the status says so: a kill in close() cannot show a short file as complete
             self.file.attrs["status"] = status
             self.file.attrs["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         finally:

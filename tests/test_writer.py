@@ -35,6 +35,14 @@ class SlowStore:
         self.written.append(rec.step)
 
 
+def wait_until(condition, timeout: float = 30.0) -> None:
+    """Poll rather than sleep a fixed time: a loaded CI machine may schedule the other thread late."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for the writer thread"
+        time.sleep(0.01)
+
+
 def test_put_blocks_when_the_queue_is_full():
     store = SlowStore()
     writer = BackgroundWriter(store, max_pending=2)
@@ -47,6 +55,7 @@ def test_put_blocks_when_the_queue_is_full():
 
     t = threading.Thread(target=producer)
     t.start()
+    wait_until(lambda: len(done) >= 3)
     time.sleep(0.3)
     # one record is inside write(), two wait in the queue, the producer is blocked on the fourth
     assert len(done) == 3
@@ -65,7 +74,7 @@ def test_writer_error_surfaces_on_the_next_put(tmp_path):
 
     writer = BackgroundWriter(Broken())
     writer.put(record(0, torch.zeros(2, 3)))
-    time.sleep(0.1)
+    wait_until(lambda: writer._error is not None)
     with pytest.raises(RunError, match=r"writing .*x.h5 failed at batch 0: no space left on the device") as info:
         writer.put(record(1, torch.zeros(2, 3)))
     assert isinstance(info.value.__cause__, OSError)
