@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -54,12 +55,35 @@ def import_modules(names: list[str]) -> None:
 def build_model(node: Mapping, device: torch.device) -> nn.Module:
     node = dict(node)
     checkpoint = node.pop("checkpoint", None)
-    model = build(node, "model")
+    try:
+        model = build(node, "model")
+    except ConfigError as exc:
+        if node.get("weights") and ("URLError" in str(exc) or "HTTPError" in str(exc)):
+            raise ConfigError(_weights_message(node, str(exc))) from None
+        raise
     if not isinstance(model, nn.Module):
         raise ConfigError(f"model: {node['_target_']!r} built a {type(model).__name__}, not a torch.nn.Module")
     if checkpoint:
         load_checkpoint(model, str(checkpoint))
     return model.to(device).eval()
+
+
+def _weights_message(node: Mapping, error: str) -> str:
+    """Pretrained weights that are not cached and cannot be downloaded: say where torchvision looks."""
+    where = Path(torch.hub.get_dir()) / "checkpoints"
+    try:
+        from torchvision.models import get_model_weights
+
+        weights = node["weights"]
+        enum = get_model_weights(node["_target_"].rsplit(".", 1)[-1])
+        url = (enum[weights] if isinstance(weights, str) and weights in enum.__members__ else enum.DEFAULT).url
+        where = where / url.rsplit("/", 1)[-1]
+    except Exception:  # not a torchvision builder: name the folder only
+        pass
+    reason = error.split("Error: ", 1)[-1]
+    return (f"model.weights={node['weights']}: the pretrained weights are not in the torch hub cache and cannot be "
+            f"downloaded ({reason}); put the file at {where} (TORCH_HOME moves the cache), or give "
+            f"model.weights=null model.checkpoint=PATH with a state_dict file of your own")
 
 
 def load_checkpoint(model: nn.Module, path: str) -> None:

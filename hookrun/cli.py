@@ -71,9 +71,18 @@ DRY_RUN = re.compile(r"^\+?dry_run=(true|True|yes|1)$")
 def _fail(exc: HookrunError) -> None:
     """One line on stderr (and in the run's log), the exit status, no traceback."""
     word = "" if isinstance(exc, Interrupted) else "error: "
-    log.error("%s", exc)
+    _log_to_file(f"{word}{exc}")
     print(f"hookrun: {word}{exc}", file=sys.stderr)
     sys.exit(exc.exit_code)
+
+
+def _log_to_file(message: str) -> None:
+    """Keep the error in the run's log file without printing it a second time on the terminal
+    (Hydra's job logging sends records to the console as well as to the file)."""
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "%s", (message,), None)
+    for handler in logging.getLogger().handlers + log.handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
 
 
 def _remove_empty(folder: Path) -> None:

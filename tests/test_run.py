@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import pickle
+import urllib.error
+from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
 import torch
+import torchvision
 import yaml
 from conftest import batches, make_cfg
 
@@ -126,3 +129,42 @@ def test_checkpoint_that_is_not_a_state_dict_is_refused(tmp_path, checkpoint):
     torch.save(state, bad)
     with pytest.raises(ConfigError, match="size mismatch for fc.weight"):
         hookrun.run(make_cfg(tmp_path, bad, FMAP))
+
+
+def torchvision_cache(tmp_path, monkeypatch) -> Path:
+    """An empty torch hub cache of the test's own (torch reads TORCH_HOME at each call)."""
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch_home"))
+    folder = tmp_path / "torch_home" / "hub" / "checkpoints"
+    folder.mkdir(parents=True)
+    return folder
+
+
+def test_weights_default_loads_torchvision_cached_weights(tmp_path, monkeypatch, dataset):
+    cached = torchvision_cache(tmp_path, monkeypatch)
+    torch.manual_seed(99)
+    pretrained = torchvision.models.resnet18(weights=None)  # stands in for the real ImageNet file
+    torch.save(pretrained.state_dict(), cached / "resnet18-f37072fd.pth")
+    cfg = make_cfg(tmp_path, "", {"logits": {"at": "fc", "type": "forward", "actions": ["record"]}})
+    cfg["model"] = {"_target_": "torchvision.models.resnet18", "weights": "DEFAULT"}
+    with h5py.File(hookrun.run(cfg).path) as f:
+        got = f["captures/logits/fc/output"][:]
+    with torch.no_grad():
+        expected = torch.cat([pretrained.eval()(x) for x, _ in batches(dataset)]).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_weights_that_cannot_be_downloaded_say_where_to_put_them(tmp_path, monkeypatch):
+    cached = torchvision_cache(tmp_path, monkeypatch)
+
+    def offline(url, *args, **kwargs):
+        raise urllib.error.URLError("Name or service not known")
+
+    monkeypatch.setattr(torch.hub, "download_url_to_file", offline)
+    cfg = make_cfg(tmp_path, "", FMAP)
+    cfg["model"] = {"_target_": "torchvision.models.resnet18", "weights": "DEFAULT"}
+    with pytest.raises(ConfigError) as info:
+        hookrun.run(cfg)
+    message = str(info.value)
+    assert "model.weights=DEFAULT: the pretrained weights are not in the torch hub cache" in message
+    assert str(cached / "resnet18-f37072fd.pth") in message and "model.checkpoint=PATH" in message
+    assert not (tmp_path / "captures.h5").exists()
