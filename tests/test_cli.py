@@ -72,6 +72,7 @@ def test_bad_input_gives_one_clear_line_and_no_traceback(tmp_path, args, message
     proc = run_cli(*args, cwd=tmp_path)
     assert proc.returncode != 0
     assert message in proc.stderr
+    assert (proc.stderr + proc.stdout).count(message) == 1  # once on the terminal, not echoed by the log
     assert "Traceback" not in proc.stderr + proc.stdout
     assert not h5_files(tmp_path)
 
