@@ -182,14 +182,27 @@ def test_kill_9_at_any_moment_leaves_a_readable_file_that_resumes(tmp_path):
         assert_same_captures(tmp_path / "ref/captures.h5", path)
 
 
+def group_ends(group: int, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_signals_from_outside_exit_with_128_plus_signal(tmp_path, signum, code):
+@pytest.mark.parametrize("signum, code, workers", [(signal.SIGTERM, 143, 0), (signal.SIGINT, 130, 0), (signal.SIGINT, 130, 2)])
+def test_signals_from_outside_exit_with_128_plus_signal(tmp_path, signum, code, workers):
+    """With DataLoader workers the signal goes to the whole process group, as Ctrl-C in a terminal does."""
     args = ["model=custom", "model._target_=my_pkg.Net", "data=custom", "data.dataset._target_=my_pkg.MyData",
-            "+data.dataset.n=400", "data.batch_size=4", "output.flush_every=1", "progress=false", "hydra.run.dir=run",
+            "+data.dataset.n=400", "data.batch_size=4", f"data.num_workers={workers}", "output.flush_every=1",
+            "progress=false", "hydra.run.dir=run",
             "hooks={f: {at: features, type: forward, actions: [record, {_target_: toy_models.sleep_action, _partial_: true, seconds: 0.05}]}}"]
     proc = subprocess.Popen([sys.executable, "-m", "hookrun", *args], cwd=tmp_path, env={**os.environ, **ENV},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     path = tmp_path / "run" / "captures.h5"
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -201,10 +214,15 @@ def test_signals_from_outside_exit_with_128_plus_signal(tmp_path, signum, code):
                         break
             except OSError:
                 pass
-    proc.send_signal(signum)
+    if workers:
+        os.killpg(proc.pid, signum)
+    else:
+        proc.send_signal(signum)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == code, err[-2000:]
     assert "resume=true" in err and "Traceback" not in err
+    if workers:
+        assert group_ends(proc.pid), "DataLoader workers outlived the interrupted run"
     with h5py.File(path) as f:
         assert f.attrs["status"] == "interrupted"
         assert f["samples/index"].shape[0] == f.attrs["samples_complete"] == 4 * f.attrs["steps_complete"]
