@@ -150,6 +150,16 @@ def s_one_write(batches: int, out: Path) -> dict:
     return {"seconds": time.perf_counter() - t, "bytes": out.stat().st_size}
 
 
+def s_raw_write(batches: int, out: Path) -> dict:
+    """The same bytes as one_write through a plain file.write, no HDF5: what the disk gives one write."""
+    big = [np.concatenate([a] * batches) for a in _batch_arrays()]
+    t = time.perf_counter()
+    with open(out, "wb") as f:
+        for a in big:
+            f.write(memoryview(a).cast("B"))
+    return {"seconds": time.perf_counter() - t, "bytes": out.stat().st_size}
+
+
 def s_hook_cost(batches: int, out: Path) -> dict:
     """Fixed cost per firing: a hookrun hook with no action on every leaf module of ResNet-18,
     against the bare forward pass and against a raw no-op PyTorch hook, on a tiny input."""

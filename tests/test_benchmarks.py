@@ -1,0 +1,23 @@
+"""The benchmark command runs from a fresh install (its figures are in docs/benchmarks.md, not here:
+timings on a shared CI machine prove nothing, so this checks only that every comparison runs)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+
+@pytest.mark.slow
+def test_benchmark_quick_mode_runs_every_comparison(tmp_path):
+    proc = subprocess.run([sys.executable, "benchmarks/run.py", "--quick", "--markdown", str(tmp_path / "b.md")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = (tmp_path / "b.md").read_text()
+    for row in ("1. record / no hooks", "2. record / tutorial script", "3. peak RSS 4 / 2 batches",
+                "4. writer bytes/s / one h5py write", "5. cost per hook firing", "early stop: layer1",
+                "create_feature_extractor + h5py"):
+        assert f"| {row}" in table, row
+    assert "torch " in table and "h5py " in table  # the machine and versions
