@@ -124,17 +124,19 @@ def _batch_arrays() -> list[np.ndarray]:
 
 
 def s_store_write(batches: int, out: Path) -> dict:
-    """hookrun's writer alone: the same bytes as `record`, batch by batch, through the writer thread."""
+    """hookrun's writer alone: the bytes of one_write, from the same distinct memory (not one batch
+    written again and again, which would flatter the writer), batch by batch through the writer thread."""
     from hookrun.captures import Capture, CaptureKey, StepRecord
     from hookrun.store import H5Store
     from hookrun.writer import BackgroundWriter
 
-    arrays = [torch.from_numpy(a) for a in _batch_arrays()]
+    big = [torch.from_numpy(np.concatenate([a] * batches)) for a in _batch_arrays()]  # the same memory as one_write
     t = time.perf_counter()
     store = H5Store(out, {})
     with BackgroundWriter(store) as writer:
         for step in range(batches):
-            caps = [Capture(CaptureKey("layers", n, "forward", "output"), a, False) for n, a in zip(LAYERS, arrays, strict=True)]
+            rows = slice(step * BATCH, (step + 1) * BATCH)
+            caps = [Capture(CaptureKey("layers", n, "forward", "output"), a[rows], False) for n, a in zip(LAYERS, big, strict=True)]
             writer.put(StepRecord(step, np.arange(step * BATCH, (step + 1) * BATCH), None, None, caps))
     store.close("complete")
     return {"seconds": time.perf_counter() - t, "bytes": out.stat().st_size}
