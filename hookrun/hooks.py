@@ -11,8 +11,8 @@
 | tensor       | Tensor.register_hook on the output    | grad                            |
 | param        | Parameter.register_hook               | grad                            |
 
-`fire(point, call, tensors, writable)` runs the point's actions and returns the Event; where an
-action replaced a tensor, the hook hands PyTorch the rebuilt value.
+`fire(call, tensors, writable)`, made by the session for each point, runs that point's actions and
+returns the Event; where an action replaced a tensor, the hook hands PyTorch the rebuilt value.
 """
 
 from __future__ import annotations
@@ -21,11 +21,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
+from torch import Tensor
+
 from hookrun.events import Event, flatten, rebuild
 from hookrun.plan import HookPoint
 from hookrun.registry import Registry
 
-Fire = Callable[[HookPoint, int, dict, str], Event]
+Fire = Callable[[int, dict, str], Event]
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,7 @@ def _hook_type(name: str, roles, writable, needs_grad=False, on="module", per_st
 @_hook_type("forward_pre", ("input",), "input")
 def _forward_pre(point: HookPoint, fire: Fire) -> list:
     def hook(module, args):
-        ev = fire(point, point.next_forward_call(), flatten(args, "input"), "input")
+        ev = fire(point.next_forward_call(), flatten(args, "input"), "input")
         if ev.replaced:
             return rebuild(args, "input", ev.tensors)
         return None
@@ -64,9 +66,12 @@ def _forward_pre(point: HookPoint, fire: Fire) -> list:
 @_hook_type("forward", ("output", "input"), "output")
 def _forward(point: HookPoint, fire: Fire) -> list:
     def hook(module, args, output):
-        tensors = flatten(args, "input")
-        tensors.update(flatten(output, "output"))
-        ev = fire(point, point.next_forward_call(), tensors, "output")
+        if len(args) == 1 and isinstance(output, Tensor) and isinstance(args[0], Tensor):
+            tensors = {"input": args[0], "output": output}  # the common case, what flatten gives
+        else:
+            tensors = flatten(args, "input")
+            tensors.update(flatten(output, "output"))
+        ev = fire(point.next_forward_call(), tensors, "output")
         if ev.replaced:
             return rebuild(output, "output", ev.tensors)
         return None
@@ -86,7 +91,7 @@ def _count_forward_calls(point: HookPoint) -> list:
 @_hook_type("backward_pre", ("grad_output",), "grad_output", needs_grad=True)
 def _backward_pre(point: HookPoint, fire: Fire) -> list:
     def hook(module, grad_output):
-        ev = fire(point, point.next_backward_call(), flatten(grad_output, "grad_output"), "grad_output")
+        ev = fire(point.next_backward_call(), flatten(grad_output, "grad_output"), "grad_output")
         if ev.replaced:
             return rebuild(grad_output, "grad_output", ev.tensors)
         return None
@@ -99,7 +104,7 @@ def _backward(point: HookPoint, fire: Fire) -> list:
     def hook(module, grad_input, grad_output):
         tensors = flatten(grad_input, "grad_input")
         tensors.update(flatten(grad_output, "grad_output"))
-        ev = fire(point, point.next_backward_call(), tensors, "grad_input")
+        ev = fire(point.next_backward_call(), tensors, "grad_input")
         if ev.replaced:
             return rebuild(grad_input, "grad_input", ev.tensors)
         return None
@@ -110,7 +115,7 @@ def _backward(point: HookPoint, fire: Fire) -> list:
 @_hook_type("tensor", ("grad",), "grad", needs_grad=True)
 def _tensor(point: HookPoint, fire: Fire) -> list:
     def on_grad(role, call, grad):
-        ev = fire(point, call, {role: grad}, "grad")
+        ev = fire(call, {role: grad}, "grad")
         return ev.tensors[role] if ev.replaced else None
 
     def hook(module, args, output):
@@ -125,7 +130,7 @@ def _tensor(point: HookPoint, fire: Fire) -> list:
 @_hook_type("param", ("grad",), "grad", needs_grad=True, on="param", per_step=True)
 def _param(point: HookPoint, fire: Fire) -> list:
     def hook(grad):
-        ev = fire(point, point.next_backward_call(), {"grad": grad}, "grad")
+        ev = fire(point.next_backward_call(), {"grad": grad}, "grad")
         return ev.tensors["grad"] if ev.replaced else None
 
     return [point.target.register_hook(hook)]
