@@ -26,7 +26,7 @@ class LoopSettings:
     mode: str  # "eval" or "grad"
     device: torch.device
     loss: Callable | None = None
-    limit: int | None = None  # most batches
+    batches: int | None = None  # how many batches to run (prepare() applies data.limit); None: all
     progress: bool = True
     should_stop: Callable[[], bool] = lambda: False  # checked after each batch (signals)
 
@@ -37,7 +37,7 @@ def run_batches(
 ) -> int:
     """Run batches `first`, `first + 1`, ... (a resumed run starts past the batches it has)."""
     transfer = HostTransfer(s.device)
-    total = len(loader) if s.limit is None else min(s.limit, len(loader))
+    total = len(loader) if s.batches is None else s.batches
     dataset = loader.dataset.dataset  # under the Indexed wrapper
     if first:
         loader = make_loader(dataset, loader.batch_size, loader.num_workers, start=first * loader.batch_size)

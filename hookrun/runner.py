@@ -136,7 +136,7 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True) -> Prepared:
     except BaseException:
         env.close()
         raise
-    settings = LoopSettings(mode, device, loss, cfg.data.limit, cfg.progress)
+    settings = LoopSettings(mode, device, loss, n_batches, cfg.progress)
     return Prepared(cfg, out, model, dataset, loader, points, env, settings, n_batches, len(planned))
 
 
@@ -219,7 +219,7 @@ def restore_limits(points: list[HookPoint], store: H5Store) -> None:
             if p.hook == hook and p.name == module:
                 for action in p.actions:
                     if isinstance(action, Record):
-                        action.rows[(role, call)] = rows
+                        action.restore_rows(role, call, rows)
 
 
 def check_early_stop(points: list, mode: str) -> None:

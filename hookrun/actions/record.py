@@ -88,6 +88,10 @@ class Record(Action):
         """Forget the rows counted for `limit` (after the dry-run estimate)."""
         self.rows.clear()
 
+    def restore_rows(self, role: str, call: int, rows: int) -> None:
+        """Count the rows a resumed file already holds, so `limit` stops where it would have."""
+        self.rows[(role, call)] = rows
+
     def wants(self, role: str) -> bool:
         return not self.what or any(role == w or role.startswith(w + ".") for w in self.what)
 
@@ -124,7 +128,7 @@ class Record(Action):
 
     def transform(self, t: torch.Tensor, ev: Event, role: str) -> torch.Tensor:
         """select -> reduce -> dtype, on the tensor's device; always returns a fresh tensor."""
-        t = t.detach()
+        t = t.detach()  # select and reduce build no graph
         for dim, index, _ in self.select:
             d = _dim(dim, t.dim(), ev, role)
             t = t[(slice(None),) * d + (index,)] if isinstance(index, slice) else t.index_select(d, torch.as_tensor(index, device=t.device))
