@@ -17,7 +17,7 @@ import h5py
 import numpy as np
 import torch
 
-from hookrun.analysis.run import CaptureInfo, list_captures
+from hookrun.analysis.run import CaptureInfo, list_captures, row_index
 from hookrun.errors import ConfigError, RunError
 from hookrun.ops import OpContext, register_op
 
@@ -58,7 +58,7 @@ class PatchSource:
         for ds in found:
             if ds.attrs["rows"] != "samples":
                 raise ConfigError(f"{where}: {ds.name} has one row per step, not per sample; only per-sample captures can be patched in")
-            index = ds.parent[ds.attrs["index"]][:] if ds.attrs.get("index") else self.file["samples/index"][: ds.shape[0]]
+            index = row_index(self.file, ds)
             rowmap = {int(i): r for r, i in enumerate(index)}
             if planned is not None:
                 missing = np.setdiff1d(planned, index)

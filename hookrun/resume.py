@@ -115,16 +115,15 @@ class _Column:
         self.per_step = str(a["rows"]) == "steps"
         self.torch_dtype = str(a["torch_dtype"])
         self.attrs = {k: v for k, v in a.items() if k not in STANDARD_ATTRS}
-        if a.get("index"):
-            own = ds.parent[a["index"]][:]
+        self.own_index = ds.parent[a["index"]][:] if a.get("index") else None
+        if self.own_index is not None:
             if self.per_step:
-                self.row_step = own
+                self.row_step = self.own_index
             else:
                 step_of = dict(zip(index.tolist(), step_of_row.tolist(), strict=True))
-                self.row_step = np.array([step_of.get(int(i), -1) for i in own])
+                self.row_step = np.array([step_of.get(int(i), -1) for i in self.own_index])
         else:
             self.row_step = np.arange(ds.shape[0]) if self.per_step else step_of_row[: ds.shape[0]]
-        self.own_index = ds.parent[a["index"]][:] if a.get("index") else None
 
     def capture(self, step: int, lo: int, hi: int) -> Capture | None:
         first, last = np.searchsorted(self.row_step, [step, step + 1])  # rows are in batch order

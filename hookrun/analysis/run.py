@@ -109,13 +109,7 @@ class Run:
 
     def index(self, *key: str, call: int = 0) -> np.ndarray:
         """The sample index (or step number) of each row of a capture."""
-        info = self.find(*key, call=call)
-        ds = self.file[info.path]
-        if ds.attrs.get("index"):
-            return ds.parent[ds.attrs["index"]][:]
-        if info.rows == "steps":
-            return np.arange(ds.shape[0])
-        return self.file["samples/index"][: ds.shape[0]]
+        return row_index(self.file, self.file[self.find(*key, call=call).path])
 
     # -- reading in blocks ---------------------------------------------------------------------
     def iter(self, *key: str, batch_size: int = 256, call: int = 0) -> Iterator[np.ndarray]:
@@ -208,6 +202,16 @@ def block_stats(ds: h5py.Dataset, rows_per_block: int | None = None) -> dict[str
         return {"mean": float("nan"), "std": float("nan"), "min": float("nan"), "max": float("nan"), "zeros": float("nan"), "count": 0}
     return {"mean": float(mean), "std": float(np.sqrt(m2 / count)), "min": float(lo), "max": float(hi),
             "zeros": zeros / count, "count": count}
+
+
+def row_index(f: h5py.File, ds: h5py.Dataset) -> np.ndarray:
+    """The sample index (or step number) of each row of a capture dataset: its own `<role>.index`
+    where it skipped batches, else the first rows of /samples/index (or 0, 1, ... for per-step rows)."""
+    if ds.attrs.get("index"):
+        return ds.parent[ds.attrs["index"]][:]
+    if str(ds.attrs["rows"]) == "steps":
+        return np.arange(ds.shape[0])
+    return f["samples/index"][: ds.shape[0]]
 
 
 def list_captures(f: h5py.File) -> list[CaptureInfo]:
