@@ -28,7 +28,9 @@ from hookrun.captures import Capture, StepRecord
 from hookrun.errors import RunError
 
 FORMAT_VERSION = "1"
-CHUNK_BYTES = 1 << 20  # about 1 MiB per chunk along the row axis
+CHUNK_BYTES = 1 << 20  # about 1 MiB per chunk along the row axis, with few captures
+MIN_CHUNK_BYTES = 64 << 10  # ... and no less than 64 KiB, with many
+CACHE_BUDGET = 64 << 20  # the open chunks of all captures together, held in memory until full
 FLUSH_SECONDS = 2.0
 SPACE_MARGIN = 1 << 20  # bytes kept free for metadata and for closing the file
 
@@ -48,8 +50,8 @@ class H5Store:
         self.compression = None if compression in (None, "none") else compression
         self.flush_every = flush_every
         self.expected = {False: expected_samples, True: expected_steps}  # rows a capture will get, where known
-        # about one chunk cached per dataset, fully written chunks evicted first: appends never
-        # re-read a chunk, and memory stays small with hundreds of captures
+        # each capture caches only the chunk it is filling (sized by _new_column): appends never
+        # re-read a chunk, and memory stays bounded however many rows or captures there are
         self.file = h5py.File(self.path, "w", rdcc_nbytes=2 * CHUNK_BYTES, rdcc_w0=1.0)
         _metadata_only_at_flush(self.file)
         self.file.attrs["format_version"] = FORMAT_VERSION
@@ -62,6 +64,7 @@ class H5Store:
         self._target: h5py.Dataset | None = None
         self._paths: h5py.Dataset | None = None
         self._columns: dict[str, _Column] = {}
+        self._chunk_bytes = CHUNK_BYTES  # for the captures created by the batch being written
         self.steps = 0
         self.samples = 0
         self._flushed_at = time.monotonic()
@@ -84,6 +87,9 @@ class H5Store:
                     "path", (start,), h5py.string_dtype(), maxshape=(None,), chunks=(4096,)
                 )
             _append(self._paths, np.array(rec.path, dtype=object))
+        new = sum(cap.key.path not in self._columns for cap in rec.captures)
+        if new:
+            self._chunk_bytes = chunk_bytes_for(len(self._columns) + new)
         for cap in rec.captures:
             self._write_capture(cap, rec, start)
         self.samples += n
@@ -133,7 +139,8 @@ class H5Store:
 
     def _new_column(self, cap: Capture, arr: np.ndarray) -> _Column:
         row = arr if cap.per_step else arr[0]
-        ds = self._new_dataset(cap.key.path, arr[None] if cap.per_step else arr, max_rows=self.expected[cap.per_step])
+        ds = self._new_dataset(cap.key.path, arr[None] if cap.per_step else arr, max_rows=self.expected[cap.per_step],
+                               chunk_bytes=self._chunk_bytes)
         k = cap.key
         ds.attrs.update(
             hook=k.hook, module=k.module, type=k.type, role=k.role, call=k.call,
@@ -154,16 +161,18 @@ class H5Store:
         return ds
 
     def _new_dataset(self, name: str, like: np.ndarray, chunk_rows: int | None = None, backfill: int = 0,
-                     max_rows: int | None = None) -> h5py.Dataset:
-        """Chunks of about CHUNK_BYTES along the rows, but no more rows than the run will write."""
+                     max_rows: int | None = None, chunk_bytes: int = CHUNK_BYTES) -> h5py.Dataset:
+        """Chunks of about `chunk_bytes` along the rows (at least one row), but no more rows than the
+        run will write; the dataset's chunk cache holds one chunk, the one being filled."""
         row_shape = like.shape[1:]
         row_bytes = max(1, int(np.prod(row_shape, dtype=np.int64)) * like.dtype.itemsize)
-        rows = chunk_rows or max(1, CHUNK_BYTES // row_bytes)
-        if max_rows:
-            rows = max(1, min(rows, max_rows))
+        rows = chunk_rows or max(1, chunk_bytes // row_bytes)
+        if max_rows:  # as few chunks as the run needs, evenly filled (no half-empty last chunk)
+            rows = -(-max_rows // -(-max_rows // rows))
         return self.file.create_dataset(
             name, shape=(backfill, *row_shape), dtype=like.dtype, maxshape=(None, *row_shape),
             chunks=(rows, *row_shape), compression=self.compression,
+            rdcc_nbytes=rows * row_bytes + 1024, rdcc_w0=1.0,
         )
 
     def rows_by_key(self) -> dict[tuple, int]:
@@ -201,6 +210,12 @@ class H5Store:
             self.close("interrupted")
         else:
             self.close("failed")
+
+
+def chunk_bytes_for(n_captures: int) -> int:
+    """Bytes per chunk when a run has `n_captures` capture datasets: CHUNK_BYTES while they fit in
+    CACHE_BUDGET together, smaller (down to MIN_CHUNK_BYTES) when there are many."""
+    return max(MIN_CHUNK_BYTES, min(CHUNK_BYTES, CACHE_BUDGET // max(1, n_captures)))
 
 
 def _metadata_only_at_flush(f: h5py.File) -> None:

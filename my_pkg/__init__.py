@@ -31,17 +31,17 @@ class Net(nn.Module):
 
 
 class MyData(Dataset):
-    """`n` random 3x32x32 images with labels in [0, 10), fixed per index."""
+    """`n` random 3 x size x size images with labels in [0, 10), fixed per index."""
 
-    def __init__(self, n: int = 100, seed: int = 0) -> None:
-        self.n, self.seed = n, seed
+    def __init__(self, n: int = 100, seed: int = 0, size: int = 32) -> None:
+        self.n, self.seed, self.size = n, seed, size
 
     def __len__(self) -> int:
         return self.n
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + i)
-        return torch.rand(3, 32, 32, generator=g), int(torch.randint(0, 10, (1,), generator=g))
+        return torch.rand(3, self.size, self.size, generator=g), int(torch.randint(0, 10, (1,), generator=g))
 
 
 def steer(x: torch.Tensor, ctx=None, strength: float = 0.5) -> torch.Tensor:

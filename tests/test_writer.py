@@ -112,3 +112,29 @@ def test_cuda_transfer_uses_pinned_buffers_and_an_event(tmp_path):
     torch.testing.assert_close(host, value.cpu())
     ticket.release()
     assert transfer.allocated == 1
+
+
+def test_many_captures_share_a_bounded_chunk_cache_and_keep_every_row(tmp_path):
+    """200 captures of 4 KiB rows: chunks shrink to 64 MiB / 200 (not 1 MiB each), each capture
+    caches one chunk, and rows that cross chunk boundaries come back exactly (numpy reference)."""
+    from hookrun.store import CACHE_BUDGET
+
+    n_caps, batch, steps = 200, 3, 40
+    rng = np.random.default_rng(1)
+    data = rng.standard_normal((n_caps, batch * steps, 1024), dtype=np.float32)
+    store = H5Store(tmp_path / "many.h5", {})
+    for step in range(steps):
+        rows = slice(step * batch, (step + 1) * batch)
+        caps = [Capture(CaptureKey(f"h{i}", "m", "forward", "output"), torch.from_numpy(data[i, rows]), False)
+                for i in range(n_caps)]
+        store.write(StepRecord(step, np.arange(rows.start, rows.stop), None, None, caps))
+    caches = [store.file[f"captures/h{i}/m/output"].id.get_access_plist().get_chunk_cache()[1] for i in range(n_caps)]
+    store.close("complete")
+    with h5py.File(tmp_path / "many.h5") as f:
+        for i in range(n_caps):
+            ds = f[f"captures/h{i}/m/output"]
+            chunk_bytes = ds.chunks[0] * 4096
+            assert ds.chunks[0] == CACHE_BUDGET // n_caps // 4096 and chunk_bytes < 1 << 20
+            assert chunk_bytes <= caches[i] < 2 * chunk_bytes  # the chunk being filled, not two
+            np.testing.assert_array_equal(ds[:], data[i])
+    assert sum(caches) <= 1.01 * CACHE_BUDGET
