@@ -15,6 +15,7 @@ the full description.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import time
@@ -50,7 +51,7 @@ class H5Store:
         self.compression = None if compression in (None, "none") else compression
         self.flush_every = flush_every
         self.expected = {False: expected_samples, True: expected_steps}  # rows a capture will get, where known
-        # each capture caches only the chunk it is filling (sized by _new_column): appends never
+        # each capture caches only the chunk it is filling (set in _new_dataset): appends never
         # re-read a chunk, and memory stays bounded however many rows or captures there are
         self.file = h5py.File(self.path, "w", rdcc_nbytes=2 * CHUNK_BYTES, rdcc_w0=1.0)
         _metadata_only_at_flush(self.file)
@@ -64,7 +65,6 @@ class H5Store:
         self._target: h5py.Dataset | None = None
         self._paths: h5py.Dataset | None = None
         self._columns: dict[str, _Column] = {}
-        self._chunk_bytes = CHUNK_BYTES  # for the captures created by the batch being written
         self.steps = 0
         self.samples = 0
         self._flushed_at = time.monotonic()
@@ -88,10 +88,9 @@ class H5Store:
                 )
             _append(self._paths, np.array(rec.path, dtype=object))
         new = sum(cap.key.path not in self._columns for cap in rec.captures)
-        if new:
-            self._chunk_bytes = chunk_bytes_for(len(self._columns) + new)
+        chunk_bytes = chunk_bytes_for(len(self._columns) + new)  # for the captures this batch creates
         for cap in rec.captures:
-            self._write_capture(cap, rec, start)
+            self._write_capture(cap, rec, start, chunk_bytes)
         self.samples += n
         self.steps += 1
         due = self.steps % self.flush_every == 0 if self.flush_every else time.monotonic() - self._flushed_at > FLUSH_SECONDS
@@ -114,12 +113,12 @@ class H5Store:
                 f"({free} bytes free, the batch needs about {need}); the file keeps every batch before it"
             )
 
-    def _write_capture(self, cap: Capture, rec: StepRecord, samples_before: int) -> None:
+    def _write_capture(self, cap: Capture, rec: StepRecord, samples_before: int, chunk_bytes: int) -> None:
         arr = cap.value.numpy(force=True)
         path = cap.key.path
         col = self._columns.get(path)
         if col is None:
-            col = self._columns[path] = self._new_column(cap, arr)
+            col = self._columns[path] = self._new_column(cap, arr, chunk_bytes)
         if col.per_step != cap.per_step:
             kind = "one row per step" if col.per_step else "one row per sample"
             raise RunError(f"{path}: its first batch gave {kind}, batch {rec.step} did not (shape {arr.shape})")
@@ -137,10 +136,10 @@ class H5Store:
             _append(col.index, ids.astype(np.int64, copy=False))
         _append(col.ds, rows)
 
-    def _new_column(self, cap: Capture, arr: np.ndarray) -> _Column:
+    def _new_column(self, cap: Capture, arr: np.ndarray, chunk_bytes: int) -> _Column:
         row = arr if cap.per_step else arr[0]
         ds = self._new_dataset(cap.key.path, arr[None] if cap.per_step else arr, max_rows=self.expected[cap.per_step],
-                               chunk_bytes=self._chunk_bytes)
+                               chunk_bytes=chunk_bytes)
         k = cap.key
         ds.attrs.update(
             hook=k.hook, module=k.module, type=k.type, role=k.role, call=k.call,
@@ -168,7 +167,7 @@ class H5Store:
         row_bytes = max(1, int(np.prod(row_shape, dtype=np.int64)) * like.dtype.itemsize)
         rows = chunk_rows or max(1, chunk_bytes // row_bytes)
         if max_rows:  # as few chunks as the run needs, evenly filled (no half-empty last chunk)
-            rows = -(-max_rows // -(-max_rows // rows))
+            rows = math.ceil(max_rows / math.ceil(max_rows / rows))
         return self.file.create_dataset(
             name, shape=(backfill, *row_shape), dtype=like.dtype, maxshape=(None, *row_shape),
             chunks=(rows, *row_shape), compression=self.compression,
