@@ -126,9 +126,9 @@ def _batch_arrays() -> list[np.ndarray]:
 def s_store_write(batches: int, out: Path) -> dict:
     """hookrun's writer alone: the bytes of one_write, from the same distinct memory (not one batch
     written again and again, which would flatter the writer), batch by batch through the writer thread."""
-    from hookrun.captures import Capture, CaptureKey, StepRecord
-    from hookrun.store import H5Store
-    from hookrun.writer import BackgroundWriter
+    from hookrun.store.h5store import H5Store
+    from hookrun.store.records import Capture, CaptureKey, StepRecord
+    from hookrun.store.writer import BackgroundWriter
 
     big = [torch.from_numpy(np.concatenate([a] * batches)) for a in _batch_arrays()]  # the same memory as one_write
     t = time.perf_counter()
@@ -165,10 +165,10 @@ def s_raw_write(batches: int, out: Path) -> dict:
 def s_hook_cost(batches: int, out: Path) -> dict:
     """Fixed cost per firing: a hookrun hook with no action on every leaf module of ResNet-18,
     against the bare forward pass and against a raw no-op PyTorch hook, on a tiny input."""
-    from hookrun.actions import ActionEnv
-    from hookrun.plan import make_plan
-    from hookrun.session import HookSession
-    from hookrun.spec import parse_hooks
+    from hookrun.capture.actions import ActionEnv
+    from hookrun.capture.plan import make_plan
+    from hookrun.capture.session import HookSession
+    from hookrun.config.specs import parse_hooks
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

@@ -1,3 +1,3 @@
-from hookrun.cli import main
+from hookrun.cli.app import main
 
 main()

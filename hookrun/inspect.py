@@ -1,37 +1,8 @@
-"""`python -m hookrun.inspect PATH`: a readable tree of a run's file, or a table of a sweep.
+"""`python -m hookrun.inspect PATH`: the entry point; the code is in hookrun.cli.inspect."""
 
-    python -m hookrun.inspect outputs/2026-11-21/10-00-00/captures.h5
-    python -m hookrun.inspect outputs/multirun/2026-11-21/10-00-00
-"""
-
-from __future__ import annotations
-
-import argparse
 import sys
-from pathlib import Path
 
-from hookrun.analysis.run import open_run
-from hookrun.analysis.show import describe_run, describe_sweep
-from hookrun.analysis.sweep import is_sweep, open_sweep
-from hookrun.errors import HookrunError
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m hookrun.inspect", description=__doc__.splitlines()[0])
-    p.add_argument("path", type=Path, help="a capture file, a run folder, or a multirun folder")
-    p.add_argument("--no-stats", action="store_true", help="skip the statistics (faster on big files)")
-    a = p.parse_args(argv)
-    try:
-        if is_sweep(a.path):
-            print(describe_sweep(open_sweep(a.path)))
-        else:
-            with open_run(a.path) as run:
-                print(describe_run(run, stats=not a.no_stats))
-    except HookrunError as exc:
-        print(f"hookrun.inspect: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
+from hookrun.cli.inspect import main
 
 if __name__ == "__main__":
     sys.exit(main())

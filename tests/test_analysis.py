@@ -116,7 +116,7 @@ def test_max_bytes_refuses_before_any_batch(tmp_path, checkpoint):
 
 def test_plot_writes_real_images(run_file, tmp_path):
     plt = pytest.importorskip("matplotlib.pyplot")
-    from hookrun.plot import main
+    from hookrun.cli.plot import main
 
     assert main([str(run_file), "--out", str(tmp_path / "fig")]) == 0
     names = sorted(p.name for p in (tmp_path / "fig").glob("*.png"))
@@ -129,12 +129,12 @@ def test_plot_writes_real_images(run_file, tmp_path):
 
 def test_gradcam_matches_the_formula_and_is_drawn(tmp_path, checkpoint, reference_model, dataset):
     pytest.importorskip("matplotlib")
-    from hookrun.plot import gradcam, gradcam_pairs, main
+    from hookrun.cli.plot import gradcam, gradcam_pairs, main
 
     hooks = {"fmap": {"at": "layer3", "type": "forward", "actions": [{"name": "record", "what": "output"}]},
              "g": {"at": "layer3", "type": "tensor", "actions": ["record"]}}
     path = hookrun.run(make_cfg(tmp_path, checkpoint, hooks, mode="grad",
-                                loss={"_target_": "hookrun.losses.target_logit", "_partial_": True})).path
+                                loss={"_target_": "hookrun.runner.losses.target_logit", "_partial_": True})).path
     with open_run(path) as run:
         (act, grad), = gradcam_pairs(run)
         cam = gradcam(run.file[act.path][:], run.file[grad.path][:])

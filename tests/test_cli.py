@@ -92,7 +92,7 @@ def test_wheel_ships_conf_and_runs_from_an_installed_layout(tmp_path):
     work = tmp_path / "elsewhere"
     work.mkdir()
     env = {**os.environ, "PYTHONPATH": str(site)}
-    probe = subprocess.run([sys.executable, "-c", "import hookrun.cli as c; print(c.__file__); print(c.conf_dir())"],
+    probe = subprocess.run([sys.executable, "-c", "import hookrun.cli.app as c; print(c.__file__); print(c.conf_dir())"],
                            cwd=work, env=env, capture_output=True, text=True, check=True).stdout.split()
     assert probe[0].startswith(str(site)) and probe[1] == str(site / "hookrun" / "conf")
     proc = subprocess.run([sys.executable, "-m", "hookrun", "experiment=resnet_layer1", "data.limit=1", "progress=false"],

@@ -37,8 +37,8 @@ HOOK = st.fixed_dictionaries({"at": st.sampled_from(ATS), "type": st.sampled_fro
 CONFIG = st.fixed_dictionaries({
     "hooks": st.one_of(st.dictionaries(st.sampled_from(["a", "b", "c/d", ""]), HOOK, min_size=1, max_size=3), st.just([1])),
     "mode": st.sampled_from(["eval", "grad"]),
-    "loss": st.sampled_from([None, {"_target_": "hookrun.losses.sum_output", "_partial_": True},
-                             {"_target_": "hookrun.losses.cross_entropy", "_partial_": True}]),
+    "loss": st.sampled_from([None, {"_target_": "hookrun.runner.losses.sum_output", "_partial_": True},
+                             {"_target_": "hookrun.runner.losses.cross_entropy", "_partial_": True}]),
 }, optional={"early_stop": st.booleans(), "bogus_key": st.just(1), "data_limit": st.sampled_from([1, 0])})
 
 

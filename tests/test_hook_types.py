@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from conftest import batches
 
-GRAD = {"mode": "grad", "loss": {"_target_": "hookrun.losses.cross_entropy", "_partial_": True}}
+GRAD = {"mode": "grad", "loss": {"_target_": "hookrun.runner.losses.cross_entropy", "_partial_": True}}
 
 
 def raw_forward(model, dataset, module_name):

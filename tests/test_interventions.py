@@ -12,7 +12,7 @@ from conftest import batches, make_cfg
 import hookrun
 from hookrun.errors import ConfigError, RunError
 
-GRAD = {"mode": "grad", "loss": {"_target_": "hookrun.losses.cross_entropy", "_partial_": True}}
+GRAD = {"mode": "grad", "loss": {"_target_": "hookrun.runner.losses.cross_entropy", "_partial_": True}}
 LOGITS = {"logits": {"at": "fc", "type": "forward", "actions": [{"name": "record", "what": "output"}]}}
 
 

@@ -6,11 +6,11 @@ import pytest
 import torch
 from conftest import small_resnet
 
-from hookrun.actions import ActionEnv
+from hookrun.capture.actions import ActionEnv
+from hookrun.capture.plan import make_plan, resolve_targets
+from hookrun.capture.session import HookSession
+from hookrun.config.specs import parse_hooks
 from hookrun.errors import ConfigError, NotFoundError
-from hookrun.plan import make_plan, resolve_targets
-from hookrun.session import HookSession
-from hookrun.spec import parse_hooks
 
 
 def names(model, *patterns, kind="module"):

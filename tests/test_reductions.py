@@ -71,7 +71,7 @@ def test_limit_keeps_the_first_rows(run_hooks, reference_model, dataset):
 
 
 def test_limit_counts_steps_for_per_step_captures(run_hooks):
-    grad = {"mode": "grad", "loss": {"_target_": "hookrun.losses.cross_entropy", "_partial_": True}}
+    grad = {"mode": "grad", "loss": {"_target_": "hookrun.runner.losses.cross_entropy", "_partial_": True}}
     f = run_hooks({"w": {"at": "fc.bias", "type": "param", "actions": [{"name": "record", "limit": 2}]}}, **grad)
     assert f["captures/w/fc.bias/grad"].shape == (2, 10)
 
@@ -123,7 +123,7 @@ def test_early_stop_gives_the_same_captures_and_skips_the_rest(tmp_path, checkpo
 
 
 @pytest.mark.parametrize("over, hooks, message", [
-    ({"mode": "grad", "loss": {"_target_": "hookrun.losses.sum_output", "_partial_": True}}, rec(), "early_stop=true needs mode=eval"),
+    ({"mode": "grad", "loss": {"_target_": "hookrun.runner.losses.sum_output", "_partial_": True}}, rec(), "early_stop=true needs mode=eval"),
     ({}, {"m": {"at": "layer2", "type": "forward", "actions": [{"name": "modify_output", "op": "zero"}]}}, "needs hooks that only record"),
 ])
 def test_early_stop_refuses_what_it_cannot_stop(tmp_path, checkpoint, over, hooks, message):

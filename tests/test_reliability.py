@@ -17,10 +17,10 @@ from conftest import ROOT, make_cfg, run_cli
 
 import hookrun
 from hookrun.errors import ConfigError, HookrunError, RunError
-from hookrun.signals import Interrupted
+from hookrun.runner.signals import Interrupted
 
 ENV = {"PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
-GRAD = {"mode": "grad", "loss": {"_target_": "hookrun.losses.cross_entropy", "_partial_": True}}
+GRAD = {"mode": "grad", "loss": {"_target_": "hookrun.runner.losses.cross_entropy", "_partial_": True}}
 
 
 def rich_hooks(stop_at=None, told=False):

@@ -82,7 +82,7 @@ def test_failed_run_leaves_status_failed(tmp_path, checkpoint):
     with pytest.raises(ConfigError):
         hookrun.run(cfg)  # the loss is not callable: refused before the file exists
     assert not (tmp_path / "captures.h5").exists()
-    cfg["loss"] = {"_target_": "hookrun.losses.cross_entropy", "_partial_": True}
+    cfg["loss"] = {"_target_": "hookrun.runner.losses.cross_entropy", "_partial_": True}
     cfg["data"]["dataset"] = {"_target_": "hookrun.data.RandomTensors", "n": 12, "shape": [3, 32, 32], "num_classes": 10000}
     with pytest.raises((IndexError, RuntimeError)):  # a target outside the 10 classes fails mid-run
         hookrun.run(cfg)

@@ -1,6 +1,8 @@
-"""Reading runs and sweeps after the fact: open_run, open_sweep."""
+"""Reading back: open_run, open_sweep, statistics and text views of finished (or running) files.
+It reads HDF5 with h5py and knows nothing of hooks or the runner."""
 
-from hookrun.analysis.run import CaptureInfo, Run, block_stats, open_run
+from hookrun.analysis.run import CaptureInfo, Run, open_run
+from hookrun.analysis.stats import block_stats
 from hookrun.analysis.sweep import Sweep, Table, open_sweep
 
 __all__ = ["CaptureInfo", "Run", "Sweep", "Table", "block_stats", "open_run", "open_sweep"]

@@ -18,6 +18,7 @@ import h5py
 import numpy as np
 import yaml
 
+from hookrun.analysis.stats import block_stats, human_bytes
 from hookrun.errors import HookrunError, NotFoundError, close_matches
 
 DIM_NAMES = {2: ("feature",), 3: ("channel", "length"), 4: ("channel", "height", "width")}
@@ -152,10 +153,29 @@ class Run:
             variables[name] = xr.DataArray(data, dims=dims, coords=coords, attrs=_plain(dict(ds.attrs)))
         return xr.Dataset(variables, attrs=_plain(self.attrs))
 
-    def summary(self) -> str:
-        from hookrun.analysis.show import describe_run
-
-        return describe_run(self)
+    def summary(self, stats: bool = True) -> str:
+        """The text `python -m hookrun.inspect` prints for a run."""
+        a = self.attrs
+        cfg = self.config
+        data = (cfg.get("data") or {}).get("dataset") or {}
+        lines = [
+            f"{self.path}",
+            f"  status    {a.get('status')}   ({a.get('steps_complete')} batches, {a.get('samples_complete')} samples)",
+            f"  model     {a.get('model_class')} on {a.get('device')}, mode {a.get('mode')}",
+            f"  data      {data.get('_target_', '?')}, batch {cfg.get('data', {}).get('batch_size')}",
+            f"  written   {a.get('created')} .. {a.get('finished', '(not finished)')}, hookrun {a.get('hookrun_version')}, torch {a.get('torch_version')}",
+            f"  hooks     {_hooks(cfg)}",
+            "  captures",
+        ]
+        if not self.captures:
+            lines.append("    (none)")
+        for c in self.captures:
+            row = f"    {c.label:40s} {str(c.shape):24s} {c.dtype:8s} {c.rows:7s} {human_bytes(c.nbytes):>10s}"
+            if stats:
+                s = block_stats(self.file[c.path])
+                row += f"  mean {s['mean']:.4g} std {s['std']:.4g} min {s['min']:.4g} max {s['max']:.4g} zeros {s['zeros']:.1%}"
+            lines.append(row)
+        return "\n".join(lines)
 
     def close(self) -> None:
         self.file.close()
@@ -176,32 +196,6 @@ def open_run(path: str | Path) -> Run:
     if path.is_dir():
         path = path / "captures.h5"
     return Run(path)
-
-
-def block_stats(ds: h5py.Dataset, rows_per_block: int | None = None) -> dict[str, float]:
-    """Exact mean/std/min/max/zeros of a dataset, in float64, reading one block of rows at a time."""
-    n_rows = ds.shape[0]
-    per_row = int(np.prod(ds.shape[1:], dtype=np.int64)) or 1
-    step = rows_per_block or max(1, (64 << 20) // (per_row * 8))  # about 64 MiB of float64 a block
-    count, lo, hi, zeros = 0, np.inf, -np.inf, 0
-    mean, m2 = 0.0, 0.0
-    for start in range(0, n_rows, step):
-        block = np.asarray(ds[start : start + step], dtype=np.float64).ravel()
-        if not block.size:
-            continue
-        b_mean = block.mean()
-        b_m2 = ((block - b_mean) ** 2).sum()
-        n = count + block.size
-        delta = b_mean - mean
-        mean += delta * block.size / n  # Chan et al.: merge the block's moments
-        m2 += b_m2 + delta**2 * count * block.size / n
-        count = n
-        lo, hi = min(lo, block.min()), max(hi, block.max())
-        zeros += int((block == 0).sum())
-    if count == 0:
-        return {"mean": float("nan"), "std": float("nan"), "min": float("nan"), "max": float("nan"), "zeros": float("nan"), "count": 0}
-    return {"mean": float(mean), "std": float(np.sqrt(m2 / count)), "min": float(lo), "max": float(hi),
-            "zeros": zeros / count, "count": count}
 
 
 def row_index(f: h5py.File, ds: h5py.Dataset) -> np.ndarray:
@@ -233,3 +227,8 @@ def list_captures(f: h5py.File) -> list[CaptureInfo]:
 
 def _plain(attrs: dict) -> dict:
     return {k: (v.tolist() if isinstance(v, np.ndarray) else v.item() if isinstance(v, np.generic) else v) for k, v in attrs.items()}
+
+
+def _hooks(cfg: dict) -> str:
+    hooks = cfg.get("hooks") or {}
+    return ", ".join(f"{name} ({spec.get('type')} at {spec.get('at')})" for name, spec in hooks.items()) or "none"

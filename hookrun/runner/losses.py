@@ -1,6 +1,6 @@
 """Losses for mode=grad: callables (output, target) -> scalar.
 
-    loss: {_target_: hookrun.losses.cross_entropy, _partial_: true}
+    loss: {_target_: hookrun.runner.losses.cross_entropy, _partial_: true}
 """
 
 from __future__ import annotations

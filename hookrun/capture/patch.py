@@ -18,8 +18,8 @@ import numpy as np
 import torch
 
 from hookrun.analysis.run import CaptureInfo, list_captures, row_index
+from hookrun.capture.ops import OpContext, register_op
 from hookrun.errors import ConfigError, RunError
-from hookrun.ops import OpContext, register_op
 
 
 @register_op("patch")

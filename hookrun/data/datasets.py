@@ -1,8 +1,7 @@
-"""Datasets that need no download, the image-folder reader, and the batch plumbing of the loop.
+"""Datasets that need no download, and the image-folder reader.
 
     ds = synthetic(size=64)                # FakeData images, fixed per index
     ds = image_folder("photos/")           # ImageFolder layout or a flat folder, ImageNet transform
-    loader = make_loader(ds, batch_size=16, num_workers=0)  # yields (indices, batch)
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from hookrun.errors import ConfigError
 
@@ -87,59 +86,3 @@ def image_folder(root: str | None, resize: int = 256, crop: int = 224) -> Datase
     if not len(files):
         raise ConfigError(f"data.root: {root!r} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))})")
     return files
-
-
-class Indexed(Dataset):
-    """Wraps a dataset so each item comes with its index: the loader yields (indices, batch).
-    `start` skips the first items (a resumed run); the indices stay the dataset's own."""
-
-    def __init__(self, dataset: Dataset, start: int = 0) -> None:
-        self.dataset = dataset
-        self.start = start
-
-    def __len__(self) -> int:
-        return max(0, len(self.dataset) - self.start)
-
-    def __getitem__(self, i: int) -> tuple[int, Any]:
-        return self.start + i, self.dataset[self.start + i]
-
-
-def check_item(item: Any) -> None:
-    """A dataset item must be a tensor or a tuple (input, target, ...) whose input is a tensor."""
-    first = item[0] if isinstance(item, tuple | list) and len(item) else item
-    if not isinstance(first, torch.Tensor):
-        got = type(item).__name__ + (f" whose first element is a {type(first).__name__}" if first is not item else "")
-        raise ConfigError(
-            f"data.dataset: an item is a {got}; hookrun needs a tensor or a tuple (input, target, ...) "
-            f"with a tensor input (add a transform such as torchvision.transforms.ToTensor)"
-        )
-
-
-def make_loader(dataset: Dataset, batch_size: int, num_workers: int, start: int = 0) -> DataLoader:
-    if batch_size < 1:
-        raise ConfigError(f"data.batch_size must be at least 1, got {batch_size}")
-    if num_workers < 0:
-        raise ConfigError(f"data.num_workers must be 0 or more, got {num_workers}")
-    return DataLoader(Indexed(dataset, start), batch_size=batch_size, shuffle=False, num_workers=num_workers)
-
-
-def split_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(input, target) of a collated batch; target is None where items carry none."""
-    if isinstance(batch, torch.Tensor):
-        return batch, None
-    inputs = batch[0]
-    target = batch[1] if len(batch) > 1 and isinstance(batch[1], torch.Tensor) else None
-    return inputs, target
-
-
-def sample_paths(dataset: Dataset, indices: list[int]) -> list[str] | None:
-    """The file path of each sample, where the dataset keeps them (ImageFolder's `samples`)."""
-    samples = getattr(dataset, "samples", None)
-    if not isinstance(samples, list | tuple) or not samples:
-        return None
-    first = samples[0]
-    if isinstance(first, tuple | list) and first and isinstance(first[0], str):
-        return [samples[i][0] for i in indices]
-    if isinstance(first, str):
-        return [samples[i] for i in indices]
-    return None

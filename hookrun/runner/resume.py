@@ -21,9 +21,9 @@ import torch
 import yaml
 
 from hookrun.analysis.run import list_captures
-from hookrun.captures import Capture, CaptureKey, StepRecord
 from hookrun.errors import ConfigError
-from hookrun.store import H5Store
+from hookrun.store.h5store import H5Store
+from hookrun.store.records import Capture, CaptureKey, StepRecord
 
 # keys that do not change what is captured
 IGNORED = {"resume", "dry_run", "progress", "imports", "output.overwrite", "output.max_bytes",

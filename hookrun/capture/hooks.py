@@ -23,9 +23,9 @@ from functools import partial
 
 from torch import Tensor
 
-from hookrun.events import Event, flatten, rebuild
-from hookrun.plan import HookPoint
-from hookrun.registry import Registry
+from hookrun.capture.events import Event, flatten, rebuild
+from hookrun.capture.points import HookPoint
+from hookrun.capture.registry import Registry
 
 Fire = Callable[[int, dict, str], Event]
 

@@ -64,7 +64,7 @@ class HookrunConfig:
     seed: int = 0
     mode: Mode = Mode.eval
     loss: Any = None  # a _target_ node (output, target) -> scalar; needed by mode=grad
-    hooks: Any = None  # {name: {at, type, actions}}; checked by hookrun.spec
+    hooks: Any = None  # {name: {at, type, actions}}; checked by hookrun.config.specs
     output: OutputConfig = field(default_factory=OutputConfig)
     imports: list[str] = field(default_factory=list)  # modules imported first (own actions)
     progress: bool = True  # tqdm bar over batches

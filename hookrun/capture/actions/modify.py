@@ -11,26 +11,24 @@
 | modify_grad   | backward, tensor, param   | grad_input / the gradient                    |
 
 `arg: N` picks one tensor of a tuple (the N-th positional input, say); without it every tensor of
-that kind is replaced. The op is a built-in name (hookrun.ops) or a `_target_` callable.
+that kind is replaced. The op is a built-in name (hookrun.capture.ops) or a `_target_` callable.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from hookrun.actions import ACTIONS, Action
-from hookrun.errors import HookrunError, RunError
-from hookrun.events import Event, family
-from hookrun.ops import OpContext, build_op
+from hookrun.capture import patch  # noqa: F401  (registers op "patch")
+from hookrun.capture.actions.base import ACTIONS, Action
+from hookrun.capture.events import Event, family
+from hookrun.capture.ops import OPS, OpContext, build_op
+from hookrun.errors import ConfigError, HookrunError, RunError
 
 
 class Modify(Action):
     def __init__(self, point, hook_type, env, where: str = "", op: Any = None, arg: int | None = None, **params: Any) -> None:
         super().__init__(point, hook_type, env, where)
         if op is None:
-            from hookrun.errors import ConfigError
-            from hookrun.ops import OPS
-
             raise ConfigError(f"{self.where}: needs op: one of {', '.join(OPS)}, or op: {{_target_: my_pkg.fn, _partial_: true}}")
         self.op = build_op(op, params, self.where, _point=point, _family=hook_type.writable, _env=env)
         self.op_name = op if isinstance(op, str) else str(op.get("_target_", op))

@@ -25,10 +25,10 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from hookrun.captures import Capture, StepRecord
 from hookrun.errors import RunError
+from hookrun.store.format import FORMAT_VERSION
+from hookrun.store.records import Capture, StepRecord
 
-FORMAT_VERSION = "1"
 CHUNK_BYTES = 1 << 20  # about 1 MiB per chunk along the row axis, with few captures
 MIN_CHUNK_BYTES = 64 << 10  # ... and no less than 64 KiB, with many
 CACHE_BUDGET = 64 << 20  # the open chunks of all captures together, held in memory until full

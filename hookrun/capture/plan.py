@@ -10,42 +10,20 @@ Names are those of `named_modules()` / `named_parameters()`; `''` is the whole m
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from torch import nn
 
+from hookrun.build import build_user_action
+from hookrun.capture.actions import ACTIONS
+from hookrun.capture.hooks import HOOK_TYPES
+from hookrun.capture.points import HookPoint
 from hookrun.errors import ConfigError, NotFoundError, close_matches
 
 GLOB_CHARS = set("*?[")
-
-
-@dataclass
-class HookPoint:
-    """One hook spec on one module or parameter, with its per-step call counters."""
-
-    hook: str
-    type: str
-    name: str
-    target: Any  # nn.Module or nn.Parameter
-    actions: list = field(default_factory=list)
-    forward_calls: int = 0
-    backward_calls: int = 0
-
-    def reset(self) -> None:
-        self.forward_calls = 0
-        self.backward_calls = 0
-
-    def next_forward_call(self) -> int:
-        self.forward_calls += 1
-        return self.forward_calls - 1
-
-    def next_backward_call(self) -> int:
-        """Backward runs in reverse: the first backward firing is the last forward call."""
-        self.backward_calls += 1
-        return max(self.forward_calls - self.backward_calls, 0)
 
 
 def is_glob(pattern: str) -> bool:
@@ -122,10 +100,6 @@ def _hint(pattern: str, names: list[str], kind: str) -> str:
 
 def make_plan(model: nn.Module, specs: list, env: Any, mode: str) -> list[HookPoint]:
     """Every (hook spec, module) pair as a HookPoint with its actions built and checked."""
-    from hookrun.actions import ACTIONS
-    from hookrun.build import build_user_action
-    from hookrun.hooks import HOOK_TYPES
-
     points: list[HookPoint] = []
     for spec in specs:
         try:
@@ -158,8 +132,6 @@ def make_plan(model: nn.Module, specs: list, env: Any, mode: str) -> list[HookPo
 
 
 def _construct(cls: type, action_spec: Any, point: HookPoint, hook_type: Any, env: Any) -> Any:
-    import inspect
-
     params = inspect.signature(cls.__init__).parameters
     allowed = [p for p in params if p not in ("self", "point", "hook_type", "env", "where")]
     takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())

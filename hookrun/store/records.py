@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-MODEL_NODE = "__model__"  # the group name for the whole model (module path '')
+from hookrun.store.format import MODEL_NODE
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class StepRecord:
     target: np.ndarray | None
     path: list[str] | None
     captures: list[Capture]
-    ticket: Any = None  # hookrun.transfer.Ticket: wait() before reading captures, release() after
+    ticket: Any = None  # hookrun.store.transfer.Ticket: wait() before reading captures, release() after
 
 
 class StepCaptures:

@@ -19,8 +19,9 @@ from typing import Any
 
 import torch
 
+from hookrun.build import build
+from hookrun.capture.registry import Registry
 from hookrun.errors import ConfigError, NotFoundError
-from hookrun.registry import Registry
 
 Op = Callable[[torch.Tensor, "OpContext"], torch.Tensor]
 
@@ -127,8 +128,6 @@ def build_op(op: Any, params: Mapping, where: str, **patch_args: Any) -> Op:
     if isinstance(op, Mapping):
         if params:
             raise ConfigError(f"{where}: with op: {{_target_: ...}}, put the op's arguments inside the op node, not {sorted(params)}")
-        from hookrun.build import build
-
         fn = build(op, f"{where}.op")
         if not callable(fn):
             raise ConfigError(f"{where}.op: {op['_target_']!r} built a {type(fn).__name__}, not a callable (add `_partial_: true` for a function)")
@@ -160,5 +159,3 @@ def _user_op(fn: Callable) -> Op:
         takes_ctx = False
     return (lambda x, ctx: fn(x, ctx=ctx)) if takes_ctx else (lambda x, ctx: fn(x))
 
-
-from hookrun import patch as _patch  # noqa: E402,F401  (registers op "patch")

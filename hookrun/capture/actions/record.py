@@ -19,10 +19,10 @@ from typing import Any
 
 import torch
 
-from hookrun.actions import ACTIONS, Action
-from hookrun.captures import Capture, CaptureKey
+from hookrun.capture.actions.base import ACTIONS, Action
+from hookrun.capture.events import Event, family
 from hookrun.errors import ConfigError, HookrunError, RunError, one_of
-from hookrun.events import Event, family
+from hookrun.store.records import Capture, CaptureKey
 
 DIM_NAMES = {"channel": 1, "height": 2, "width": 3, "token": 1, "feature": -1}
 DTYPES = {"keep": None, "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -149,7 +149,7 @@ def snapshot(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     """A detached copy on the tensor's own device, in the storage dtype.
 
     bfloat16 is rounded to bfloat16 when asked for, then kept as float32 (numpy has no bfloat16).
-    The copy to the host happens later, off the hook (hookrun.transfer).
+    The copy to the host happens later, off the hook (hookrun.store.transfer).
     """
     target = dtype if (dtype is not None and t.is_floating_point()) else t.dtype
     if target == torch.bfloat16:

@@ -22,17 +22,17 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, open_dict
 
-from hookrun.config import HookrunConfig
+from hookrun.config.schema import HookrunConfig
 from hookrun.errors import HookrunError
-from hookrun.runner import run
-from hookrun.signals import Interrupted
+from hookrun.runner.run import run
+from hookrun.runner.signals import Interrupted
 
 log = logging.getLogger("hookrun")
 
 
 def conf_dir() -> str:
     """conf/ ships inside the wheel as hookrun/conf; in a checkout it sits beside hookrun/."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[1]  # hookrun/
     for candidate in (here / "conf", here.parent / "conf"):
         if (candidate / "config.yaml").is_file():
             return str(candidate)

@@ -1,4 +1,4 @@
-"""Actions: what runs when a hook fires, in the order the config lists them.
+"""The action base: what every action is given (ActionEnv) and the registry of action names.
 
     @register_action("my_action")
     class MyAction(Action):
@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from hookrun.captures import StepCaptures
-from hookrun.events import Event, StepState
-from hookrun.registry import Registry
+from hookrun.capture.events import Event, StepState
+from hookrun.capture.registry import Registry
+from hookrun.store.records import StepCaptures
 
 
 @dataclass
@@ -53,5 +53,3 @@ class Action:
 
 ACTIONS: Registry[type[Action]] = Registry("action")
 register_action = ACTIONS.register
-
-from hookrun.actions import modify, record  # noqa: E402,F401  (registers the built-in actions)

@@ -13,9 +13,9 @@ import errno
 import queue
 import threading
 
-from hookrun.captures import StepRecord
 from hookrun.errors import HookrunError, RunError
-from hookrun.store import H5Store
+from hookrun.store.h5store import H5Store
+from hookrun.store.records import StepRecord
 
 _STOP = object()
 

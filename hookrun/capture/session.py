@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import torch
 
-from hookrun.actions import ActionEnv
-from hookrun.events import Event
-from hookrun.hooks import HOOK_TYPES, Fire
-from hookrun.plan import HookPoint
+from hookrun.capture.actions import ActionEnv
+from hookrun.capture.events import Event
+from hookrun.capture.hooks import HOOK_TYPES, Fire
+from hookrun.capture.plan import HookPoint
 
 
 class StopForward(Exception):

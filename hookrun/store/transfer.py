@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from hookrun.captures import Capture
+from hookrun.store.records import Capture
 
 
 class _Ready:

@@ -13,35 +13,29 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from hookrun import __version__
-from hookrun.actions import ActionEnv
-from hookrun.actions.record import Record
-from hookrun.build import build_dataset, build_loss, build_model, import_modules
-from hookrun.config import HookrunConfig, load, to_yaml
-from hookrun.data import check_item, make_loader
+from hookrun.analysis.stats import human_bytes
+from hookrun.capture.actions.record import Record
+from hookrun.capture.plan import HookPoint
+from hookrun.capture.session import HookSession
+from hookrun.config.schema import HookrunConfig, load, to_yaml
 from hookrun.errors import ConfigError
-from hookrun.estimate import estimate
-from hookrun.loop import LoopSettings, run_batches
-from hookrun.plan import HookPoint, make_plan
-from hookrun.resume import ResumeState, open_resume, replay
-from hookrun.session import HookSession
-from hookrun.signals import Interrupted, StopSignals
-from hookrun.spec import parse_hooks
-from hookrun.store import H5Store
-from hookrun.writer import BackgroundWriter
+from hookrun.runner.estimate import estimate
+from hookrun.runner.loop import run_batches
+from hookrun.runner.prepare import Prepared, prepare
+from hookrun.runner.resume import ResumeState, open_resume, replay
+from hookrun.runner.signals import Interrupted, StopSignals
+from hookrun.store.format import HOOKRUN_VERSION
+from hookrun.store.h5store import H5Store
+from hookrun.store.writer import BackgroundWriter
 
 log = logging.getLogger("hookrun")
-
-STORE_DTYPES = {"keep": None, "float16": torch.float16, "float32": torch.float32}
 
 
 @dataclass
@@ -52,22 +46,6 @@ class RunResult:
     seconds: float
     estimated_bytes: int | None = None  # set by dry_run
     status: str = "complete"
-
-
-@dataclass
-class Prepared:
-    """Everything a run needs, built and checked, before the file is touched."""
-
-    cfg: HookrunConfig
-    out: Path
-    model: torch.nn.Module
-    dataset: Any
-    loader: Any
-    points: list[HookPoint]
-    env: ActionEnv
-    settings: LoopSettings
-    n_batches: int
-    n_samples: int
 
 
 def run(cfg: Any) -> RunResult:
@@ -103,43 +81,6 @@ def run(cfg: Any) -> RunResult:
             resume.close()
 
 
-def prepare(cfg: HookrunConfig, check_exists: bool = True) -> Prepared:
-    import_modules(cfg.imports)
-    specs = parse_hooks(cfg.hooks)
-    mode = cfg.mode.value
-    device = resolve_device(cfg.device)
-    if mode == "grad" and cfg.loss is None:
-        raise ConfigError("mode=grad needs a loss: add loss=cross_entropy, loss=sum, loss=target_logit or loss=custom")
-    if cfg.data.limit is not None and cfg.data.limit < 1:
-        raise ConfigError(f"data.limit must be at least 1 (or null for all batches), got {cfg.data.limit}")
-    if cfg.output.flush_every is not None and cfg.output.flush_every < 1:
-        raise ConfigError(f"output.flush_every must be at least 1 (or null: every 2 seconds), got {cfg.output.flush_every}")
-    out = check_output(cfg.output.path, cfg.output.overwrite or not check_exists, create=not cfg.dry_run)
-
-    seed_everything(cfg.seed)
-    model = build_model(cfg.model, device)
-    if mode == "grad":
-        disable_inplace(model)
-    dataset = build_dataset(cfg.data.dataset)
-    if len(dataset) == 0:
-        raise ConfigError(f"data.dataset: {cfg.data.dataset['_target_']!r} is empty")
-    check_item(dataset[0])
-    loader = make_loader(dataset, cfg.data.batch_size, cfg.data.num_workers)
-    loss = build_loss(cfg.loss) if mode == "grad" else None
-    n_batches = len(loader) if cfg.data.limit is None else min(cfg.data.limit, len(loader))
-    planned = np.arange(min(len(dataset), n_batches * cfg.data.batch_size))
-    env = ActionEnv(store_dtype=STORE_DTYPES[cfg.output.dtype.value], planned_samples=planned)
-    try:
-        points = make_plan(model, specs, env, mode)
-        if cfg.early_stop:
-            check_early_stop(points, mode)
-    except BaseException:
-        env.close()
-        raise
-    settings = LoopSettings(mode, device, loss, n_batches, cfg.progress)
-    return Prepared(cfg, out, model, dataset, loader, points, env, settings, n_batches, len(planned))
-
-
 def plan_estimate(p: Prepared):
     report = estimate(p.model, p.loader, p.points, p.env, p.settings, p.n_samples, p.n_batches)
     cfg = p.cfg
@@ -154,8 +95,6 @@ def plan_estimate(p: Prepared):
 
 def check_max_bytes(total: int, limit: int) -> None:
     if total > limit:
-        from hookrun.analysis.show import human_bytes
-
         raise ConfigError(
             f"output.max_bytes: the estimated file size {human_bytes(total)} ({total} bytes) exceeds "
             f"output.max_bytes={limit}; record less (what, select, reduce, dtype, every, limit, data.limit) "
@@ -222,76 +161,10 @@ def restore_limits(points: list[HookPoint], store: H5Store) -> None:
                         action.restore_rows(role, call, rows)
 
 
-def check_early_stop(points: list, mode: str) -> None:
-    if mode != "eval":
-        raise ConfigError("early_stop=true needs mode=eval: a backward pass needs the whole forward")
-    for p in points:
-        if p.type not in ("forward", "forward_pre") or not all(isinstance(a, Record) for a in p.actions):
-            raise ConfigError(
-                f"early_stop=true needs hooks that only record (forward or forward_pre with record actions); "
-                f"hooks.{p.hook} is type {p.type} with {[type(a).__name__ for a in p.actions]}"
-            )
-
-
-def resolve_device(name: str) -> torch.device:
-    name = str(name).strip()
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ConfigError(f"device: {name!r} is not a device; use auto, cpu, cuda, cuda:N or mps") from None
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError(f"device={name}: CUDA is not available on this machine; use device=cpu or device=auto")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise ConfigError(f"device={name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-    elif device.type == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError(f"device={name}: MPS is not available on this machine; use device=cpu or device=auto")
-    elif device.type not in ("cpu", "cuda", "mps"):
-        raise ConfigError(f"device: {name!r} is not supported; use auto, cpu, cuda, cuda:N or mps")
-    return device
-
-
-def check_output(path: str, overwrite: bool, create: bool = True) -> Path:
-    out = Path(path).expanduser()
-    if out.exists() and not overwrite:
-        raise ConfigError(f"output.path: {str(out)!r} exists; set output.overwrite=true, resume=true, or choose another path")
-    if out.is_dir():
-        raise ConfigError(f"output.path: {str(out)!r} is a folder; give a file path such as captures.h5")
-    if not create:
-        return out
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"output.path: cannot create the folder {str(out.parent)!r}: {exc.strerror}") from None
-    if not os.access(out.parent, os.W_OK):
-        raise ConfigError(f"output.path: the folder {str(out.parent)!r} is not writable")
-    return out
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def disable_inplace(model: torch.nn.Module) -> None:
-    """Turn off `inplace=True` (ReLU and friends): the numbers are the same, and full backward
-    hooks cannot follow a tensor that a later module overwrites."""
-    for module in model.modules():
-        if getattr(module, "inplace", False) is True:
-            module.inplace = False
-
-
 def file_attrs(cfg: HookrunConfig, model: torch.nn.Module, device: torch.device) -> dict:
     return {
         "config": to_yaml(cfg),
-        "hookrun_version": __version__,
+        "hookrun_version": HOOKRUN_VERSION,
         "torch_version": torch.__version__,
         "model_class": f"{type(model).__module__}.{type(model).__qualname__}",
         "device": str(device),

@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from hookrun.actions import ActionEnv
-from hookrun.captures import Capture
-from hookrun.data import split_batch
-from hookrun.plan import HookPoint
-from hookrun.session import HookSession
+from hookrun.analysis.stats import human_bytes
+from hookrun.capture.actions import ActionEnv
+from hookrun.capture.plan import HookPoint
+from hookrun.capture.session import HookSession
+from hookrun.runner.batches import split_batch
+from hookrun.store.records import Capture
 
 
 @dataclass
@@ -46,8 +47,6 @@ class Estimate:
         return sum(line.total for line in self.lines) + self.n_samples * 16  # + /samples/index, /samples/step
 
     def text(self) -> str:
-        from hookrun.analysis.show import human_bytes
-
         out = list(self.header)
         by_hook: dict[str, list[HookPoint]] = {}
         for p in self.points:
@@ -69,7 +68,7 @@ class Estimate:
 
 
 def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: ActionEnv, settings, n_samples: int, n_batches: int) -> Estimate:
-    from hookrun.loop import run_step
+    from hookrun.runner.loop import run_step
 
     _, item = loader.dataset[0]
     batch = torch.utils.data.default_collate([item])

@@ -12,13 +12,13 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from hookrun.actions import ActionEnv
-from hookrun.captures import StepRecord
-from hookrun.data import make_loader, sample_paths, split_batch
+from hookrun.capture.actions import ActionEnv
+from hookrun.capture.session import HookSession, StopForward
 from hookrun.errors import RunError
-from hookrun.session import HookSession, StopForward
-from hookrun.transfer import HostTransfer
-from hookrun.writer import BackgroundWriter
+from hookrun.runner.batches import make_loader, sample_paths, split_batch
+from hookrun.store.records import StepRecord
+from hookrun.store.transfer import HostTransfer
+from hookrun.store.writer import BackgroundWriter
 
 
 @dataclass

@@ -1,0 +1,36 @@
+"""A hook point: one hook spec on one module or parameter, with its per-step call counters.
+
+    point = HookPoint("fmap", "forward", "layer1.0", model.layer1[0])
+    point.next_forward_call()  # 0, then 1 for a second call in the same forward pass
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class HookPoint:
+    """One hook spec on one module or parameter, with its per-step call counters."""
+
+    hook: str
+    type: str
+    name: str
+    target: Any  # nn.Module or nn.Parameter
+    actions: list = field(default_factory=list)
+    forward_calls: int = 0
+    backward_calls: int = 0
+
+    def reset(self) -> None:
+        self.forward_calls = 0
+        self.backward_calls = 0
+
+    def next_forward_call(self) -> int:
+        self.forward_calls += 1
+        return self.forward_calls - 1
+
+    def next_backward_call(self) -> int:
+        """Backward runs in reverse: the first backward firing is the last forward call."""
+        self.backward_calls += 1
+        return max(self.forward_calls - self.backward_calls, 0)
