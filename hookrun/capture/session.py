@@ -13,28 +13,26 @@ from __future__ import annotations
 import torch
 
 from hookrun.capture.actions import ActionEnv
+from hookrun.capture.early_stop import EarlyStop, StopForward
 from hookrun.capture.events import Event
 from hookrun.capture.hooks import HOOK_TYPES, Fire
 from hookrun.capture.plan import HookPoint
 
-
-class StopForward(Exception):
-    """Raised by the last hook of a step under early_stop: the rest of the forward is skipped."""
+__all__ = ["HookSession", "StopForward"]
 
 
 class HookSession:
     def __init__(self, points: list[HookPoint], env: ActionEnv, early_stop: bool = False) -> None:
         self.points = points
         self.env = env
-        self.early_stop = early_stop
+        self.early_stop = EarlyStop() if early_stop else None
+        self.fired = [0] * len(points)  # firings of each point over the run
         self._handles: list = []
-        self._last: tuple[HookPoint, int] | None = None  # the latest firing of the first step
-        self._stop_at: tuple[HookPoint, int] | None = None  # early_stop: the step's last firing
 
     def __enter__(self) -> HookSession:
         try:
-            for point in self.points:
-                self._handles.extend(HOOK_TYPES.get(point.type).attach(point, self._firing(point)))
+            for i, point in enumerate(self.points):
+                self._handles.extend(HOOK_TYPES.get(point.type).attach(point, self._firing(point, i)))
         except BaseException:
             self.remove()
             raise
@@ -44,6 +42,8 @@ class HookSession:
         self.remove()
 
     def remove(self) -> None:
+        if self.early_stop is not None:
+            self.early_stop.close()
         while self._handles:
             self._handles.pop().remove()
 
@@ -52,21 +52,28 @@ class HookSession:
         state.step, state.batch_size, state.sample_index = step, batch_size, sample_index
         for point in self.points:
             point.reset()
+        if self.early_stop is not None:
+            self.early_stop.begin_step(step)
 
     def end_step(self) -> None:
-        """After the first full step, remember its last firing: later steps stop right after it
-        (early_stop assumes the hooked modules run in the same order in every batch)."""
-        if self.early_stop and self._stop_at is None:
-            self._stop_at = self._last
+        """Under early_stop: the first step notes where to stop; later ones are checked against it."""
+        if self.early_stop is not None:
+            self.early_stop.end_step()
 
-    def _firing(self, point: HookPoint) -> Fire:
+    def never_fired(self) -> list[HookPoint]:
+        """The points whose hook has not fired once in this session (a module that never ran)."""
+        return [p for p, n in zip(self.points, self.fired, strict=True) if not n]
+
+    def _firing(self, point: HookPoint, i: int) -> Fire:
         """The point's fire(call, tensors, writable): what it needs is bound once, here, so that a
         firing touches as few objects as it can (a hook fires 10^5-10^7 times in a run)."""
         hook, kind, name, target, actions, state = point.hook, point.type, point.name, point.target, point.actions, self.env.state
-        at_firing = self._at_firing if self.early_stop else None
+        at_firing = self.early_stop.at_firing if self.early_stop is not None else None
+        fired = self.fired
 
         def fire(call: int, tensors: dict, writable: str) -> Event:
             ev = Event(hook, kind, name, target, call, state, tensors, writable)
+            fired[i] += 1
             for action in actions:
                 action(ev)
             if at_firing is not None:
@@ -74,9 +81,3 @@ class HookSession:
             return ev
 
         return fire
-
-    def _at_firing(self, point: HookPoint, call: int) -> None:
-        if self._stop_at is None:
-            self._last = (point, call)
-        elif self._stop_at[0] is point and self._stop_at[1] == call:
-            raise StopForward

@@ -9,6 +9,7 @@ before the first batch does: the device, the output path, the data limits, early
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 from dataclasses import dataclass
@@ -120,12 +121,16 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def check_output(path: str, overwrite: bool, create: bool = True) -> Path:
+def check_output(path: str | Path, overwrite: bool, create: bool = True) -> Path:
     out = Path(path).expanduser()
-    if out.exists() and not overwrite:
+    try:
+        if out.is_dir():
+            raise ConfigError(f"output.path: {str(out)!r} is a folder; give a file path such as captures.h5")
+        exists = out.exists()
+    except OSError as exc:  # ENAMETOOLONG, ELOOP, EACCES on a parent ...
+        raise ConfigError(f"output.path: {_os_reason(out, exc)}") from None
+    if exists and not overwrite:
         raise ConfigError(f"output.path: {str(out)!r} exists; set output.overwrite=true, resume=true, or choose another path")
-    if out.is_dir():
-        raise ConfigError(f"output.path: {str(out)!r} is a folder; give a file path such as captures.h5")
     if not create:
         return out
     try:
@@ -135,6 +140,22 @@ def check_output(path: str, overwrite: bool, create: bool = True) -> Path:
     if not os.access(out.parent, os.W_OK):
         raise ConfigError(f"output.path: the folder {str(out.parent)!r} is not writable")
     return out
+
+
+def _os_reason(out: Path, exc: OSError) -> str:
+    if exc.errno == errno.ENAMETOOLONG:
+        longest = max(out.parts, key=len)
+        return (f"the name {longest[:40]!r}... is too long ({len(longest.encode())} bytes; file systems allow "
+                f"{_name_max(out)} a name): choose a shorter output.path")
+    return f"{str(out)[:200]!r} cannot be used: {exc.strerror or exc}"
+
+
+def _name_max(out: Path) -> int:
+    folder = next((p for p in [out.parent, *out.parents] if p.exists()), Path("."))
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
 
 
 def seed_everything(seed: int) -> None:

@@ -27,8 +27,8 @@ from hookrun.store.records import Capture, CaptureKey, StepRecord
 
 # keys that do not change what is captured
 IGNORED = {"resume", "dry_run", "progress", "imports", "output.overwrite", "output.max_bytes",
-           "output.flush_every", "output.path", "data.num_workers"}
-STANDARD_ATTRS = {"hook", "module", "type", "role", "call", "rows", "torch_dtype", "row_shape", "index"}
+           "output.flush_every", "output.path", "output.compression", "data.num_workers"}
+STANDARD_ATTRS = {"hook", "module", "type", "role", "call", "rows", "torch_dtype", "row_shape", "index", "overflow_values"}
 
 
 @dataclass
@@ -60,8 +60,14 @@ def open_resume(path: Path, config_yaml: str) -> ResumeState | None:
             f"resume: the config differs from the one {str(path)!r} was written with, in "
             f"{', '.join(differing)}; resume with the same settings (or start a new run)"
         )
+    return ResumeState(path, f, complete_steps(f), str(f.attrs["status"]))
+
+
+def complete_steps(f: h5py.File) -> int:
+    """Batches complete in every dataset: those of /samples/step, but no more than the file's
+    `steps_complete`, so a batch that failed part-way (or came after the last flush) is redone."""
     steps = len(np.unique(f["samples/step"][:]))
-    return ResumeState(path, f, steps, str(f.attrs["status"]))
+    return min(steps, int(f.attrs.get("steps_complete", steps)))
 
 
 def config_differences(old: dict, new: dict) -> list[str]:
@@ -115,6 +121,7 @@ class _Column:
         self.per_step = str(a["rows"]) == "steps"
         self.torch_dtype = str(a["torch_dtype"])
         self.attrs = {k: v for k, v in a.items() if k not in STANDARD_ATTRS}
+        self.overflow = int(a.get("overflow_values", 0))  # carried over with the first replayed batch
         self.own_index = ds.parent[a["index"]][:] if a.get("index") else None
         if self.own_index is not None:
             if self.per_step:
@@ -131,10 +138,11 @@ class _Column:
         if not len(rows):
             return None
         data = self.ds[int(rows[0]) : int(rows[-1]) + 1]
+        overflow, self.overflow = self.overflow, 0
         if self.per_step:
             value = torch.from_numpy(data[0])
-            return Capture(self.key, value, True, self.torch_dtype, self.attrs)
+            return Capture(self.key, value, True, self.torch_dtype, self.attrs, overflow=overflow)
         explicit = None
         if len(rows) != hi - lo:  # a partial batch (limit): its rows carry their own index
             explicit = self.own_index[rows] if self.own_index is not None else None
-        return Capture(self.key, torch.from_numpy(data), False, self.torch_dtype, self.attrs, explicit)
+        return Capture(self.key, torch.from_numpy(data), False, self.torch_dtype, self.attrs, explicit, overflow)

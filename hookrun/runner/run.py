@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,11 +29,13 @@ from hookrun.config.schema import HookrunConfig, load, to_yaml
 from hookrun.errors import ConfigError
 from hookrun.runner.estimate import estimate
 from hookrun.runner.loop import run_batches
-from hookrun.runner.prepare import Prepared, prepare
+from hookrun.runner.prepare import Prepared, check_output, prepare
+from hookrun.runner.report import end_report
 from hookrun.runner.resume import ResumeState, open_resume, replay
 from hookrun.runner.signals import Interrupted, StopSignals
 from hookrun.store.format import HOOKRUN_VERSION
 from hookrun.store.h5store import H5Store
+from hookrun.store.lock import OutputLock
 from hookrun.store.writer import BackgroundWriter
 
 log = logging.getLogger("hookrun")
@@ -51,9 +54,21 @@ class RunResult:
 def run(cfg: Any) -> RunResult:
     started = time.perf_counter()
     cfg = load(cfg)
-    resume = None
     out = Path(cfg.output.path).expanduser()
-    if cfg.resume:
+    try:
+        if cfg.dry_run:
+            return _run(cfg, out, started)
+        check_output(out, overwrite=True)  # a name it can have, its folder made: the lock file goes there
+        with OutputLock(real_path(out)):  # one writer per file: held until the file is closed
+            return _run(cfg, out, started)
+    except KeyboardInterrupt:  # Ctrl-C before the file was created (later ones raise Interrupted)
+        raise Interrupted(signal.SIGINT, None, 0, resumed_from=out if cfg.resume and out.exists() else None) from None
+
+
+def _run(cfg: HookrunConfig, out: Path, started: float) -> RunResult:
+    resume = None
+    if cfg.resume and not cfg.dry_run:
+        check_output(out, overwrite=True)
         resume = open_resume(out, to_yaml(cfg))
         if resume is not None and resume.status == "complete":
             resume.close()
@@ -103,44 +118,59 @@ def check_max_bytes(total: int, limit: int) -> None:
 
 
 def execute(p: Prepared, resume: ResumeState | None, started: float) -> RunResult:
+    """Write the file. The caller holds the output's lock (OutputLock); the file appears under its
+    name only once it opens, and a resumed file replaces the old one only once it holds its batches."""
     cfg = p.cfg
     log.info("%s on %s, %d hook point(s), writing %s", type(p.model).__name__, p.settings.device, len(p.points), p.out)
     if not any(isinstance(a, Record) for pt in p.points for a in pt.actions):
         log.warning("no hook records anything: the file will hold the sample index and targets only")
-    target = p.out.with_name(p.out.name + ".resuming") if resume is not None else p.out
+    real = real_path(p.out)  # through a symlink: the link stays, its target is written
+    if resume is None:
+        check_output(p.out, cfg.output.overwrite)  # again, now that the model is built: still ours to write
+    target = real.with_name(real.name + ".resuming") if resume is not None else real
     try:
         store = H5Store(target, file_attrs(cfg, p.model, p.settings.device), cfg.output.compression.value, cfg.output.flush_every,
                         expected_samples=p.n_samples, expected_steps=p.n_batches)
     except OSError as exc:
         raise ConfigError(f"output.path: cannot create {str(target)!r}: {exc}") from None
-    status, steps, replayed = "failed", 0, False
-    stop = StopSignals()
-    try:
-        first = 0
-        if resume is not None:
-            first = replay(resume, store)
-            restore_limits(p.points, store)
-            log.info("resume: %d batches from %s kept; going on from batch %d", first, p.out, first)
-        replayed = True
-        with stop, HookSession(p.points, p.env, cfg.early_stop) as session, BackgroundWriter(store) as writer:
-            p.settings.should_stop = stop.requested
-            steps = run_batches(p.model, p.loader, session, writer, p.env, p.settings, first)
-        status = "interrupted" if stop.signum else "complete"
-    except KeyboardInterrupt:
-        status = "interrupted"
-        raise
-    finally:
-        samples = store.samples
-        close_quietly(store, status)
-        if resume is not None and replayed:
-            os.replace(target, p.out)  # the new file holds the old batches too
-        elif resume is not None:
-            target.unlink(missing_ok=True)
+    status, steps, replayed, at_once = "failed", 0, False, False
+    session = HookSession(p.points, p.env, cfg.early_stop)
+    with StopSignals() as stop:
+        try:
+            first = 0
+            if resume is not None:
+                first = replay(resume, store)
+                restore_limits(p.points, store)
+                log.info("resume: %d batches from %s kept; going on from batch %d", first, p.out, first)
+            replayed = True
+            with session, BackgroundWriter(store) as writer:
+                p.settings.should_stop = stop.requested
+                steps = run_batches(p.model, p.loader, session, writer, p.env, p.settings, first)
+            status = "interrupted" if stop.signum else "complete"
+        except KeyboardInterrupt:  # a second signal (or Ctrl-C outside the loop): the writer has ended
+            status, at_once = "interrupted", True
+        finally:
+            with stop.shielded():  # a signal now only waits: the file is closed whole
+                samples = store.samples
+                if replayed:
+                    store.set_attrs(end_report(session, store, resume))
+                close_quietly(store, status)
+                if resume is not None and replayed:
+                    os.replace(target, real)  # the new file holds the old batches too
+                elif resume is not None:
+                    target.unlink(missing_ok=True)
     seconds = time.perf_counter() - started
     log.info("%s: %d batches, %d samples, %.1f MB in %.1f s", status, steps, samples, p.out.stat().st_size / 1e6, seconds)
-    if stop.signum:
-        raise Interrupted(stop.signum, p.out, steps)
+    if stop.signum or at_once:
+        if not replayed:  # stopped while the old batches were copied: the old file is as it was
+            raise Interrupted(stop.signum or signal.SIGINT, None, 0, resumed_from=p.out)
+        raise Interrupted(stop.signum or signal.SIGINT, p.out, store.steps)
     return RunResult(p.out, steps, samples, seconds, status=status)
+
+
+def real_path(out: Path) -> Path:
+    """The file to write for output path `out`: the target of a symlink, else `out` itself."""
+    return out.resolve() if out.is_symlink() else out
 
 
 def close_quietly(store: H5Store, status: str) -> None:

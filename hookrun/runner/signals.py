@@ -7,8 +7,10 @@
                 break
     if stop.signum: raise Interrupted(stop.signum, path, steps)
 
-A second signal acts as usual (KeyboardInterrupt for SIGINT, termination for SIGTERM). Handlers
-are only installed from the main thread (Python's rule); elsewhere the block does nothing.
+A second signal stops at once: it raises KeyboardInterrupt (SIGTERM too), and the caller closes
+the file after the writer thread has ended. Within `stop.shielded()` (closing the file) a signal
+only says to wait. Handlers are only installed from the main thread (Python's rule); elsewhere
+the block does nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from hookrun.errors import HookrunError
@@ -25,14 +29,19 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class Interrupted(HookrunError):
-    """The run stopped on a signal after a clean flush; exit status 128 + signal number."""
+    """The run stopped on a signal; exit status 128 + signal number. `path` is None where it stopped
+    before the output file was created (nothing was written)."""
 
-    def __init__(self, signum: int, path: Path, steps: int) -> None:
+    def __init__(self, signum: int, path: Path | None, steps: int, resumed_from: Path | None = None) -> None:
         name = signal.Signals(signum).name
-        super().__init__(
-            f"interrupted by {name} after {steps} batches; {path} is marked 'interrupted': "
-            f"run the same command with resume=true (and the same hydra.run.dir) to go on"
-        )
+        if path is not None:
+            text = (f"interrupted by {name} after {steps} batches; {path} is marked 'interrupted': "
+                    f"run the same command with resume=true (and the same hydra.run.dir) to go on")
+        elif resumed_from is not None:
+            text = f"interrupted by {name} before the run began; {resumed_from} is as it was (resume=true goes on from it)"
+        else:
+            text = f"interrupted by {name} before the output file was created; nothing was written"
+        super().__init__(text)
         self.signum = signum
         self.exit_code = 128 + signum
 
@@ -40,16 +49,35 @@ class Interrupted(HookrunError):
 class StopSignals:
     def __init__(self) -> None:
         self.signum: int | None = None
+        self.now = False  # a second signal came: stop at once
         self._old: dict[int, object] = {}
+        self._shielded = False
 
     def requested(self) -> bool:
         return self.signum is not None
 
     def _handle(self, signum: int, frame: object) -> None:
-        self.signum = signum
-        log.warning("%s: finishing the batch in flight, then stopping (send it again to stop at once)",
-                    signal.Signals(signum).name)
-        signal.signal(signum, self._old.get(signum, signal.SIG_DFL))
+        name = signal.Signals(signum).name
+        if self._shielded:
+            log.warning("%s: closing the file; it takes a moment", name)
+            self.signum = self.signum or signum
+            return
+        if self.signum is None:
+            self.signum = signum
+            log.warning("%s: finishing the batch in flight, then stopping (send it again to stop at once)", name)
+            return
+        self.now = True
+        log.warning("%s: stopping at once", name)
+        raise KeyboardInterrupt
+
+    @contextmanager
+    def shielded(self) -> Iterator[None]:
+        """Signals only wait within the block (the file is being closed)."""
+        was, self._shielded = self._shielded, True
+        try:
+            yield
+        finally:
+            self._shielded = was
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():

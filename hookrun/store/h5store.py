@@ -27,6 +27,7 @@ import numpy as np
 
 from hookrun.errors import RunError
 from hookrun.store.format import FORMAT_VERSION
+from hookrun.store.h5file import create_hidden
 from hookrun.store.records import Capture, StepRecord
 
 CHUNK_BYTES = 1 << 20  # about 1 MiB per chunk along the row axis, with few captures
@@ -53,8 +54,16 @@ class H5Store:
         self.expected = {False: expected_samples, True: expected_steps}  # rows a capture will get, where known
         # each capture caches only the chunk it is filling (set in _new_dataset): appends never
         # re-read a chunk, and memory stays bounded however many rows or captures there are
-        self.file = h5py.File(self.path, "w", rdcc_nbytes=2 * CHUNK_BYTES, rdcc_w0=1.0)
-        _metadata_only_at_flush(self.file)
+        self.file, hidden = create_hidden(self.path, rdcc_nbytes=2 * CHUNK_BYTES, rdcc_w0=1.0)
+        try:
+            self._skeleton(attrs)
+            os.replace(hidden, self.path)  # visible only once it opens: the skeleton is on disk
+        except BaseException:
+            self.file.close()
+            hidden.unlink(missing_ok=True)
+            raise
+
+    def _skeleton(self, attrs: dict) -> None:
         self.file.attrs["format_version"] = FORMAT_VERSION
         for key, value in attrs.items():
             self.file.attrs[key] = str(value) if isinstance(value, str) else value
@@ -65,14 +74,30 @@ class H5Store:
         self._target: h5py.Dataset | None = None
         self._paths: h5py.Dataset | None = None
         self._columns: dict[str, _Column] = {}
+        self.overflow: dict[str, int] = {}  # values a cast turned into inf, per capture path
         self.steps = 0
         self.samples = 0
         self._flushed_at = time.monotonic()
-        self._update_counts()
+        self.flush()
 
     # -- writing ---------------------------------------------------------------------------
     def write(self, rec: StepRecord) -> None:
+        """Append one batch; a batch that fails part-way is taken out again (rows and new datasets),
+        so every dataset holds whole batches and the counts agree with the rows."""
         self._check_space(rec)
+        mark = self._mark()
+        try:
+            self._write(rec)
+        except BaseException:
+            self._roll_back(mark)
+            raise
+        self.samples += len(rec.sample_index)
+        self.steps += 1
+        due = self.steps % self.flush_every == 0 if self.flush_every else time.monotonic() - self._flushed_at > FLUSH_SECONDS
+        if due or self.steps == 1:  # the first batch's datasets reach the disk at once
+            self.flush()
+
+    def _write(self, rec: StepRecord) -> None:
         n = len(rec.sample_index)
         start = self.samples
         _append(self._index, rec.sample_index.astype(np.int64, copy=False))
@@ -91,11 +116,42 @@ class H5Store:
         chunk_bytes = chunk_bytes_for(len(self._columns) + new)  # for the captures this batch creates
         for cap in rec.captures:
             self._write_capture(cap, rec, start, chunk_bytes)
-        self.samples += n
-        self.steps += 1
-        due = self.steps % self.flush_every == 0 if self.flush_every else time.monotonic() - self._flushed_at > FLUSH_SECONDS
-        if due:
-            self.flush()
+        for cap in rec.captures:
+            if cap.overflow is not None and (n_inf := int(cap.overflow)):
+                self.overflow[cap.key.path] = self.overflow.get(cap.key.path, 0) + n_inf
+
+    def _mark(self) -> dict:
+        """The rows of every dataset before a batch (for _roll_back)."""
+        sets = [self._index, self._step, self._target, self._paths]
+        sets += [d for col in self._columns.values() for d in (col.ds, col.index)]
+        return {"rows": {d.name: d.shape[0] for d in sets if d is not None}, "columns": set(self._columns),
+                "indexed": {p for p, col in self._columns.items() if col.index is not None},
+                "target": self._target is not None, "paths": self._paths is not None}
+
+    def _roll_back(self, mark: dict) -> None:
+        """Take out what a failed batch wrote: new datasets go, the others get their old length."""
+        try:
+            for path in set(self._columns) - mark["columns"]:
+                col = self._columns.pop(path)
+                for d in (col.index, col.ds):
+                    if d is not None:
+                        del self.file[d.name]
+            for path in set(self._columns) - mark["indexed"]:
+                col = self._columns[path]
+                if col.index is not None:
+                    del self.file[col.index.name]
+                    col.index, col.ds.attrs["index"] = None, ""
+            if self._target is not None and not mark["target"]:
+                del self.file[self._target.name]
+                self._target = None
+            if self._paths is not None and not mark["paths"]:
+                del self.file[self._paths.name]
+                self._paths = None
+            for name, rows in mark["rows"].items():
+                if name in self.file and self.file[name].shape[0] != rows:
+                    self.file[name].resize(rows, axis=0)
+        except Exception:  # e.g. the disk is full: the counts still say which rows are whole batches
+            pass
 
     def _check_space(self, rec: StepRecord) -> None:
         """Refuse a batch the disk may not hold, while there is still room to close the file
@@ -187,6 +243,18 @@ class H5Store:
     def _update_counts(self) -> None:
         self.file.attrs["steps_complete"] = self.steps
         self.file.attrs["samples_complete"] = self.samples
+        for path, n in self.overflow.items():
+            if path in self._columns:
+                self._columns[path].ds.attrs["overflow_values"] = n
+
+    def overflow_by_key(self) -> dict[tuple, int]:
+        """Values a cast turned from finite into inf, per capture (hook, module, role, call)."""
+        return {self._columns[p].key: n for p, n in self.overflow.items() if p in self._columns}
+
+    def set_attrs(self, attrs: dict) -> None:
+        """Root attributes written at the end of a run (before close)."""
+        for key, value in attrs.items():
+            self.file.attrs[key] = value
 
     def close(self, status: str) -> None:
         if not self.file.id.valid:
@@ -215,18 +283,6 @@ def chunk_bytes_for(n_captures: int) -> int:
     """Bytes per chunk when a run has `n_captures` capture datasets: CHUNK_BYTES while they fit in
     CACHE_BUDGET together, smaller (down to MIN_CHUNK_BYTES) when there are many."""
     return max(MIN_CHUNK_BYTES, min(CHUNK_BYTES, CACHE_BUDGET // max(1, n_captures)))
-
-
-def _metadata_only_at_flush(f: h5py.File) -> None:
-    """Keep dirty metadata in memory until flush(): then a crash (kill -9) leaves the file as it
-    was at the last flush, which plain h5py and h5ls open. (SWMR files, the other way, need
-    h5clear after a crash before h5ls or a plain h5py.File can open them.)"""
-    cfg = f.id.get_mdc_config()
-    cfg.evictions_enabled = False
-    cfg.incr_mode = 0  # H5C_incr__off
-    cfg.flash_incr_mode = 0  # H5C_flash_incr__off
-    cfg.decr_mode = 0  # H5C_decr__off
-    f.id.set_mdc_config(cfg)
 
 
 def _append(ds: h5py.Dataset, rows: np.ndarray) -> None:

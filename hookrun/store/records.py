@@ -38,6 +38,7 @@ class Capture:
     torch_dtype: str = ""
     attrs: dict = field(default_factory=dict)  # what was done to it (set by record)
     index: np.ndarray | None = None  # sample indices of the rows, where not the whole batch
+    overflow: Any = None  # values the cast to the storage dtype turned from finite to inf (a 0-d tensor, or int)
 
 
 @dataclass

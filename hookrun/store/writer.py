@@ -35,6 +35,8 @@ class BackgroundWriter:
         self.store = store
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, max_pending))
         self._error: BaseException | None = None
+        self._abort = False  # a second signal: skip what waits in the queue
+        self._stop_sent = False
         self._thread = threading.Thread(target=self._work, name="hookrun-writer", daemon=True)
         self._thread.start()
 
@@ -44,7 +46,7 @@ class BackgroundWriter:
             if item is _STOP:
                 return
             try:
-                if self._error is None:
+                if self._error is None and not self._abort:
                     if item.ticket is not None:
                         item.ticket.wait()  # the device-to-host copies of this step are done
                     self.store.write(item)
@@ -66,10 +68,21 @@ class BackgroundWriter:
             raise self._error
 
     def drain(self) -> None:
-        """Wait until every queued record is written, then raise any writer error."""
-        if self._thread.is_alive():
-            self._queue.put(_STOP)
-            self._thread.join()
+        """Wait until every queued record is written, then raise any writer error. A
+        KeyboardInterrupt meanwhile (a second Ctrl-C) drops the records still queued, but the one
+        being written is finished and the thread has ended before it is raised again: the store
+        is never closed under a running writer."""
+        interrupted: BaseException | None = None
+        while self._thread.is_alive():
+            try:
+                if not self._stop_sent:
+                    self._queue.put(_STOP)
+                    self._stop_sent = True
+                self._thread.join()
+            except KeyboardInterrupt as exc:
+                self._abort, interrupted = True, exc
+        if interrupted is not None:
+            raise interrupted
         self.raise_error()
 
     def __enter__(self) -> BackgroundWriter:
@@ -79,6 +92,7 @@ class BackgroundWriter:
         if exc_type is None:
             self.drain()
         else:  # still write what the loop finished before the error; keep the first error
+            self._abort = self._abort or issubclass(exc_type, KeyboardInterrupt)  # stopping at once
             try:
                 self.drain()
             except BaseException:

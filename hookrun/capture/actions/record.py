@@ -114,20 +114,28 @@ class Record(Action):
                     t = t[:room]
                     index = state.sample_index[: len(t)].numpy() if state.sample_index is not None else None
                 self.rows[(role, ev.call)] = done + min(n, room)
-            if self.check_finite:
-                _check_finite(t, ev, role)
             try:
-                value = self.transform(t, ev, role)
+                shaped = self.shape(t, ev, role)
             except HookrunError:
                 raise
             except (IndexError, RuntimeError, TypeError, ValueError) as exc:  # e.g. a channel that does not exist
                 raise RunError(f"{self.where}: record could not select/reduce {role} of {ev.where} "
                                f"(shape {tuple(t.shape)}): {type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
+            value = snapshot(shaped, self.dtype)
+            overflow = None
+            if self.check_finite:
+                _check_finite(value, ev, role, self.dtype)
+            elif narrows(shaped.dtype, value.dtype):  # counted, without waiting for the device
+                overflow = (torch.isinf(value) & torch.isfinite(shaped)).sum()
             key = CaptureKey(ev.hook, ev.module, ev.type, role, ev.call)
-            self.env.captures.add(Capture(key, value, per_step, _dtype_name(t.dtype), self.attrs, index))
+            self.env.captures.add(Capture(key, value, per_step, _dtype_name(t.dtype), self.attrs, index, overflow))
 
     def transform(self, t: torch.Tensor, ev: Event, role: str) -> torch.Tensor:
         """select -> reduce -> dtype, on the tensor's device; always returns a fresh tensor."""
+        return snapshot(self.shape(t, ev, role), self.dtype)
+
+    def shape(self, t: torch.Tensor, ev: Event, role: str) -> torch.Tensor:
+        """select -> reduce, on the tensor's device (not yet a copy, not yet cast)."""
         t = t.detach()  # select and reduce build no graph
         for dim, index, _ in self.select:
             d = _dim(dim, t.dim(), ev, role)
@@ -142,7 +150,7 @@ class Record(Action):
                 t = t.amax(dim=dims)
             else:
                 t = torch.linalg.vector_norm(t, dim=dims)
-        return snapshot(t, self.dtype)
+        return t
 
 
 def snapshot(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
@@ -156,6 +164,11 @@ def snapshot(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
         t = t.to(torch.bfloat16)
         target = torch.float32
     return t.detach().to(dtype=target, copy=True)
+
+
+def narrows(source: torch.dtype, stored: torch.dtype) -> bool:
+    """Whether casting `source` to `stored` can turn a finite value into inf (float32 -> float16)."""
+    return source.is_floating_point and stored.is_floating_point and torch.finfo(stored).max < torch.finfo(source).max
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -213,11 +226,12 @@ def _parse_select(spec: Any, where: str) -> tuple[Any, Any, str]:
     return dim, list(index), ",".join(map(str, index))
 
 
-def _check_finite(t: torch.Tensor, ev: Event, role: str) -> None:
-    if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-        bad = int((~torch.isfinite(t)).sum())
+def _check_finite(value: torch.Tensor, ev: Event, role: str, dtype: torch.dtype | None) -> None:
+    """The value as it is stored (after select, reduce and the cast) must be finite."""
+    if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+        bad = int((~torch.isfinite(value)).sum())
+        hint = "; float16 holds values up to 65504: use dtype float32" if value.dtype == torch.float16 else ""
         raise RunError(
             f"hook {ev.hook!r} at {ev.where}: {role} has {bad} non-finite value(s) at step {ev.step} "
-            f"(record check_finite=true)"
+            f"as stored, in {_dtype_name(value.dtype)} (record check_finite=true){hint}"
         )
-

@@ -1,0 +1,39 @@
+"""What the end of a run reports: hooks that never fired, values a cast turned into inf.
+
+    attrs = end_report(session, store, resume)   # logs a warning for each; root attributes for the file
+    store.set_attrs(attrs)
+
+A hook whose module never ran leaves no capture, which looks like success: it is named in the log
+and in the file's `hooks_not_fired` attribute. A capture stored as float16 whose values exceeded
+float16's range holds inf: the count is in the log and in the capture's `overflow_values`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from hookrun.capture.session import HookSession
+from hookrun.runner.resume import ResumeState
+from hookrun.store.h5store import H5Store
+
+log = logging.getLogger("hookrun")
+
+
+def end_report(session: HookSession, store: H5Store, resume: ResumeState | None) -> dict:
+    for (hook, module, role, call), n in sorted(store.overflow_by_key().items()):
+        log.warning("hook %r at %s: %d value(s) of %s%s became inf when stored as the record dtype "
+                    "(they exceed its range); record in float32, or set check_finite=true to stop at the first",
+                    hook, module or "(model)", n, role, f"@{call}" if call else "")
+    unfired = {f"{p.hook}@{p.name}" for p in session.never_fired()}
+    if resume is not None:  # hooks that fired in the batches kept from the old file count as fired
+        recorded = {f"{key[0]}@{key[1]}" for key in store.rows_by_key()}
+        old = resume.file.attrs.get("hooks_not_fired")
+        unfired -= recorded
+        if old is not None:
+            unfired &= set(filter(None, str(old).split(", ")))
+    names = sorted(unfired)
+    for name in names:
+        hook, module = name.split("@", 1)
+        log.warning("hook %r never fired: module %r did not run in any batch (so the file has no capture from it)",
+                    hook, module or "(model)")
+    return {"hooks_not_fired": ", ".join(names)}

@@ -1,0 +1,44 @@
+"""Opening an HDF5 file for writing that a kill -9 at any moment leaves readable.
+
+    f, hidden = create_hidden(Path("captures.h5"))   # h5py.File at .captures.h5.<pid>.creating
+    ...  # write the skeleton, f.flush()
+    os.replace(hidden, "captures.h5")               # the visible name always opens
+
+Three things together: the file appears under its name only once its skeleton is on disk; dirty
+metadata stays in memory until an explicit flush; and freed file space is never reused.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import h5py
+
+# Space HDF5 frees (an old B-tree node, a moved object header) is never handed out again: the
+# metadata of the last flush may still point there, and a kill before the next flush must find it
+# intact. The file grows by the freed bytes, a few KiB per capture.
+FILE_SPACE = {"fs_strategy": "none"}
+
+
+def create_hidden(path: Path, **kwargs) -> tuple[h5py.File, Path]:
+    """A new, empty HDF5 file under a hidden name beside `path`, to be moved to `path` once its
+    skeleton is flushed. (The caller holds the output's lock: leftovers of a killed run go.)"""
+    for old in path.parent.glob(f".{path.name}.*.creating"):
+        old.unlink(missing_ok=True)
+    hidden = path.with_name(f".{path.name}.{os.getpid()}.creating")
+    f = h5py.File(hidden, "w", **FILE_SPACE, **kwargs)
+    _metadata_only_at_flush(f)
+    return f, hidden
+
+
+def _metadata_only_at_flush(f: h5py.File) -> None:
+    """Keep dirty metadata in memory until flush(): then a crash (kill -9) leaves the file as it
+    was at the last flush, which plain h5py and h5ls open. (SWMR files, the other way, need
+    h5clear after a crash before h5ls or a plain h5py.File can open them.)"""
+    cfg = f.id.get_mdc_config()
+    cfg.evictions_enabled = False
+    cfg.incr_mode = 0  # H5C_incr__off
+    cfg.flash_incr_mode = 0  # H5C_flash_incr__off
+    cfg.decr_mode = 0  # H5C_decr__off
+    f.id.set_mdc_config(cfg)
