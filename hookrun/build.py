@@ -35,7 +35,8 @@ def _instantiation_message(exc: InstantiationException, target: str) -> str:
     cause = exc.__cause__
     while cause is not None and isinstance(cause, InstantiationException):
         cause = cause.__cause__
-    text = str(exc).split("\n")[0].replace(", set env var HYDRA_FULL_ERROR=1 to see chained stack trace.", "")
+    # the whole message on one line: Hydra wraps some sentences over several lines (a blocklisted target)
+    text = " ".join(str(exc).split()).replace(", set env var HYDRA_FULL_ERROR=1 to see chained stack trace.", "")
     if "Error locating target" in text:
         return f"cannot import {target!r} (is the package installed and the name spelt right?)"
     if cause is not None:

@@ -131,3 +131,90 @@ def signal_when_told(ev) -> None:
     if STOP_AT and ev.step == STOP_AT[0] and ev.call == 0:
         STOP_AT.clear()
         os.kill(os.getpid(), 2)
+
+
+class SlowToBuild(CountingNet):
+    """CountingNet that takes `seconds` to build (a big model's start-up), signalling when it starts."""
+
+    def __init__(self, seconds: float = 1.0) -> None:
+        import time
+
+        super().__init__()
+        BUILDING.set()
+        time.sleep(seconds)
+
+
+import threading  # noqa: E402
+
+BUILDING = threading.Event()  # set while SlowToBuild is being built
+
+
+class InterruptedWhileBuilt(CountingNet):
+    """A model whose construction is cut by Ctrl-C (SIGINT to this process)."""
+
+    def __init__(self) -> None:
+        import os
+        import signal
+        import time
+
+        super().__init__()
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)
+
+
+class Amplify(nn.Module):
+    """body, then `big` multiplies by 1e5: outputs beyond float16's range (65504)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Linear(4, 8)
+        self.big = Scale(1e5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.big(self.body(x))
+
+
+class Scale(nn.Module):
+    def __init__(self, factor: float) -> None:
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.factor
+
+
+class RepeatWhenNegative(nn.Module):
+    """Calls `m` once, and a second time when the batch's first value is negative (batch 1 of SignedRows)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.m = nn.Linear(4, 4)
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.m(x)
+        if x[0, 0] < 0:
+            y = self.m(y)
+        return self.head(y)
+
+
+class WithSpare(CountingNet):
+    """CountingNet with a module that never runs, and one whose name has a '/' in it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.spare = nn.Linear(4, 4)
+        self.parts = nn.ModuleDict({"a/b": nn.Linear(4, 8)})
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.parts["a/b"](x) + self.body(x)))
+
+
+def interrupt_twice(ev, step: int = 2, after: float = 0.3) -> None:
+    """SIGINT at batch `step`, and again `after` seconds later (while the writer drains)."""
+    import os
+    import signal
+
+    if ev.step == step and ev.call == 0:
+        os.kill(os.getpid(), signal.SIGINT)
+        threading.Timer(after, os.kill, (os.getpid(), signal.SIGINT)).start()

@@ -60,11 +60,17 @@ class Run:
     # -- what the run is -----------------------------------------------------------------------
     @property
     def status(self) -> str:
-        return str(self.file.attrs["status"])
+        return str(self.file.attrs.get("status", "unknown"))
 
     @property
     def config(self) -> dict:
-        return yaml.safe_load(self.file.attrs["config"])
+        """The run's config ({} where the file has no `config` attribute)."""
+        text = self.file.attrs.get("config")
+        try:
+            cfg = yaml.safe_load(text) if text is not None else {}
+        except yaml.YAMLError as exc:
+            raise HookrunError(f"{str(self.path)!r}: its config attribute is not YAML ({str(exc).splitlines()[0]})") from None
+        return cfg if isinstance(cfg, dict) else {}
 
     @property
     def attrs(self) -> dict:
@@ -82,6 +88,9 @@ class Run:
     def find(self, *key: str, call: int = 0) -> CaptureInfo:
         """By (module, role), (hook, module, role), or a 'hook/module/role' path."""
         if len(key) == 1 and "/" in key[0]:
+            labelled = [c for c in self.captures if c.label == key[0] and c.call == call]
+            if len(labelled) == 1:  # a label, also where the module's name has a '/' in it
+                return labelled[0]
             key = tuple(key[0].split("/"))
         if len(key) == 2:
             hook, (module, role) = None, key
@@ -160,7 +169,8 @@ class Run:
         data = (cfg.get("data") or {}).get("dataset") or {}
         lines = [
             f"{self.path}",
-            f"  status    {a.get('status')}   ({a.get('steps_complete')} batches, {a.get('samples_complete')} samples)",
+            f"  status    {self.status}   ({a.get('steps_complete')} batches, {a.get('samples_complete')} samples)"
+            + ("" if "config" in self.file.attrs else "   (the file has no config attribute)"),
             f"  model     {a.get('model_class')} on {a.get('device')}, mode {a.get('mode')}",
             f"  data      {data.get('_target_', '?')}, batch {cfg.get('data', {}).get('batch_size')}",
             f"  written   {a.get('created')} .. {a.get('finished', '(not finished)')}, hookrun {a.get('hookrun_version')}, torch {a.get('torch_version')}",

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from hookrun.analysis.run import Run, block_stats, open_run
-from hookrun.errors import NotFoundError
+from hookrun.errors import HookrunError, NotFoundError
 
 
 @dataclass
@@ -91,17 +91,20 @@ class Sweep:
                 row["status"] = "no file"
                 rows.append(row)
                 continue
-            with job.open() as run:
-                row["status"] = run.status
-                for info in run.captures:
-                    if captures is not None and info.label not in captures:
-                        continue
-                    values = block_stats(run.file[info.path])
-                    for s in stats:
-                        col = f"{info.label}:{s}"
-                        row[col] = values[s]
-                        if col not in columns:
-                            columns.append(col)
+            try:
+                with job.open() as run:
+                    row["status"] = run.status
+                    for info in run.captures:
+                        if captures is not None and info.label not in captures:
+                            continue
+                        values = block_stats(run.file[info.path])
+                        for s in stats:
+                            col = f"{info.label}:{s}"
+                            row[col] = values[s]
+                            if col not in columns:
+                                columns.append(col)
+            except (HookrunError, OSError, KeyError, ValueError) as exc:  # one unreadable job: say so in its row, go on
+                row["status"] = f"unreadable: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
             rows.append(row)
         return Table(columns, rows)
 

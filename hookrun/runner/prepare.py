@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import random
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,10 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True) -> Prepared:
         raise ConfigError(f"data.limit must be at least 1 (or null for all batches), got {cfg.data.limit}")
     if cfg.output.flush_every is not None and cfg.output.flush_every < 1:
         raise ConfigError(f"output.flush_every must be at least 1 (or null: every 2 seconds), got {cfg.output.flush_every}")
+    if not 1 <= cfg.data.batch_size <= sys.maxsize:
+        raise ConfigError(f"data.batch_size must be from 1 to {sys.maxsize}, got {cfg.data.batch_size}")
+    if not -(2**63) <= cfg.seed < 2**64:
+        raise ConfigError(f"seed: {cfg.seed} is out of range; use a whole number from 0 to {2**64 - 1} (2**64 - 1)")
     out = check_output(cfg.output.path, cfg.output.overwrite or not check_exists, create=not cfg.dry_run)
 
     seed_everything(cfg.seed)
@@ -146,7 +151,7 @@ def _os_reason(out: Path, exc: OSError) -> str:
     if exc.errno == errno.ENAMETOOLONG:
         longest = max(out.parts, key=len)
         return (f"the name {longest[:40]!r}... is too long ({len(longest.encode())} bytes; file systems allow "
-                f"{_name_max(out)} a name): choose a shorter output.path")
+                f"{_name_max(out)} bytes in a name): choose a shorter output.path")
     return f"{str(out)[:200]!r} cannot be used: {exc.strerror or exc}"
 
 

@@ -19,7 +19,7 @@ from hookrun.store.h5store import H5Store
 log = logging.getLogger("hookrun")
 
 
-def end_report(session: HookSession, store: H5Store, resume: ResumeState | None) -> dict:
+def end_report(session: HookSession, store: H5Store, resume: ResumeState | None, complete: bool = True) -> dict:
     for (hook, module, role, call), n in sorted(store.overflow_by_key().items()):
         log.warning("hook %r at %s: %d value(s) of %s%s became inf when stored as the record dtype "
                     "(they exceed its range); record in float32, or set check_finite=true to stop at the first",
@@ -32,7 +32,7 @@ def end_report(session: HookSession, store: H5Store, resume: ResumeState | None)
         if old is not None:
             unfired &= set(filter(None, str(old).split(", ")))
     names = sorted(unfired)
-    for name in names:
+    for name in names if complete else ():  # (a run that stopped early may not have reached them)
         hook, module = name.split("@", 1)
         log.warning("hook %r never fired: module %r did not run in any batch (so the file has no capture from it)",
                     hook, module or "(model)")

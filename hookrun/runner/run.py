@@ -153,7 +153,7 @@ def execute(p: Prepared, resume: ResumeState | None, started: float) -> RunResul
             with stop.shielded():  # a signal now only waits: the file is closed whole
                 samples = store.samples
                 if replayed:
-                    store.set_attrs(end_report(session, store, resume))
+                    store.set_attrs(end_report(session, store, resume, complete=status == "complete"))
                 close_quietly(store, status)
                 if resume is not None and replayed:
                     os.replace(target, real)  # the new file holds the old batches too

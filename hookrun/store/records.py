@@ -25,9 +25,15 @@ class CaptureKey:
 
     @property
     def path(self) -> str:
-        node = self.module or MODEL_NODE
+        node = escape(self.module) or MODEL_NODE
         suffix = f"@{self.call}" if self.call else ""
         return f"captures/{self.hook}/{node}/{self.role}{suffix}"
+
+
+def escape(name: str) -> str:
+    """A module name as one HDF5 path component: '/' (a ModuleDict key may hold one) is written
+    %2F and '%' is written %25; names without them stay as they are."""
+    return name.replace("%", "%25").replace("/", "%2F")
 
 
 @dataclass
