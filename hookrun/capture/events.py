@@ -25,6 +25,8 @@ class StepState:
     step: int = -1
     batch_size: int = 0
     sample_index: torch.Tensor | None = None  # dataset indices of the batch's samples
+    attention_mask: torch.Tensor | None = None  # (batch, tokens), 1 = a real token, 0 = padding; None: no mask
+    token_map: tuple | None = None  # (sample index, position) of each token row, set by `rows: token` records
 
 
 class Event:

@@ -47,9 +47,11 @@ class HookSession:
         while self._handles:
             self._handles.pop().remove()
 
-    def begin_step(self, step: int, batch_size: int, sample_index: torch.Tensor | None) -> None:
+    def begin_step(self, step: int, batch_size: int, sample_index: torch.Tensor | None,
+                   attention_mask: torch.Tensor | None = None) -> None:
         state = self.env.state
         state.step, state.batch_size, state.sample_index = step, batch_size, sample_index
+        state.attention_mask, state.token_map = attention_mask, None
         for point in self.points:
             point.reset()
 

@@ -19,7 +19,6 @@ from hookrun.analysis.stats import human_bytes
 from hookrun.capture.actions import ActionEnv
 from hookrun.capture.plan import HookPoint
 from hookrun.capture.session import HookSession
-from hookrun.runner.batches import split_batch
 from hookrun.store.records import Capture
 
 
@@ -70,13 +69,11 @@ class Estimate:
 def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: ActionEnv, settings, n_samples: int, n_batches: int) -> Estimate:
     from hookrun.runner.loop import run_step
 
-    _, item = loader.dataset[0]
-    batch = torch.utils.data.default_collate([item])
-    inputs, target = split_batch(batch)
-    inputs = inputs.to(settings.device)
+    indices, batch = loader.collate_fn([loader.dataset[0]])
+    call = settings.spec.split(batch).to(settings.device)
     with HookSession(points, env) as session:
-        session.begin_step(0, 1, torch.zeros(1, dtype=torch.long))
-        run_step(model, inputs, target, settings)
+        session.begin_step(0, 1, indices, call.attention_mask)
+        run_step(model, call, settings)
         captures = env.captures.take()
     for p in points:
         for action in p.actions:

@@ -65,6 +65,9 @@ class H5Store:
         self._target: h5py.Dataset | None = None
         self._paths: h5py.Dataset | None = None
         self._columns: dict[str, _Column] = {}
+        self._extra: dict[str, h5py.Dataset] = {}  # /samples/<name> of data.store
+        self._tokens: tuple[h5py.Dataset, h5py.Dataset] | None = None  # /samples/token_sample, token_position
+        self.tokens = 0  # token rows so far
         self.steps = 0
         self.samples = 0
         self._flushed_at = time.monotonic()
@@ -87,6 +90,16 @@ class H5Store:
                     "path", (start,), h5py.string_dtype(), maxshape=(None,), chunks=(4096,)
                 )
             _append(self._paths, np.array(rec.path, dtype=object))
+        for name, arr in (rec.samples or {}).items():
+            ds = self._extra.get(name)
+            if ds is None:
+                ds = self._extra[name] = self._new_dataset(f"samples/{name}", arr, chunk_rows=4096, backfill=start)
+            if arr.shape[1:] != ds.shape[1:]:
+                raise RunError(f"/samples/{name}: batch {rec.step} has rows of shape {arr.shape[1:]}, earlier batches "
+                               f"{ds.shape[1:]} (pad every sample to one length, e.g. data.padding=max_length)")
+            _append(ds, arr)
+        if rec.tokens is not None:
+            self._write_tokens(rec.tokens)
         new = sum(cap.key.path not in self._columns for cap in rec.captures)
         chunk_bytes = chunk_bytes_for(len(self._columns) + new)  # for the captures this batch creates
         for cap in rec.captures:
@@ -96,6 +109,16 @@ class H5Store:
         due = self.steps % self.flush_every == 0 if self.flush_every else time.monotonic() - self._flushed_at > FLUSH_SECONDS
         if due:
             self.flush()
+
+    def _write_tokens(self, tokens: tuple[np.ndarray, np.ndarray]) -> None:
+        """The token map of `rows: token` captures: the sample and position of every token row."""
+        if self._tokens is None:
+            group = self.file["samples"]
+            self._tokens = tuple(group.create_dataset(name, (0,), "int64", maxshape=(None,), chunks=(8192,))
+                                 for name in ("token_sample", "token_position"))
+        for ds, arr in zip(self._tokens, tokens, strict=True):
+            _append(ds, arr.astype(np.int64, copy=False))
+        self.tokens += len(tokens[0])
 
     def _check_space(self, rec: StepRecord) -> None:
         """Refuse a batch the disk may not hold, while there is still room to close the file
@@ -129,6 +152,12 @@ class H5Store:
                 f"{col.ds.shape[1:]}; a capture needs one shape per row (select or reduce to one)"
             )
         expected = self.steps if cap.per_step else samples_before
+        if cap.tokens:
+            if col.ds.shape[0] != self.tokens - len(rows):
+                raise RunError(f"{path}: rows: token needs the capture in every batch (batch {rec.step} "
+                               f"starts at token row {self.tokens - len(rows)}, the capture has {col.ds.shape[0]})")
+            _append(col.ds, rows)
+            return
         if col.index is None and (col.ds.shape[0] != expected or cap.index is not None):
             col.index = self._start_index(path, col)
         if col.index is not None:
@@ -138,12 +167,13 @@ class H5Store:
 
     def _new_column(self, cap: Capture, arr: np.ndarray, chunk_bytes: int) -> _Column:
         row = arr if cap.per_step else arr[0]
-        ds = self._new_dataset(cap.key.path, arr[None] if cap.per_step else arr, max_rows=self.expected[cap.per_step],
+        ds = self._new_dataset(cap.key.path, arr[None] if cap.per_step else arr,
+                               max_rows=None if cap.tokens else self.expected[cap.per_step],
                                chunk_bytes=chunk_bytes)
         k = cap.key
         ds.attrs.update(
             hook=k.hook, module=k.module, type=k.type, role=k.role, call=k.call,
-            rows="steps" if cap.per_step else "samples", torch_dtype=cap.torch_dtype,
+            rows="steps" if cap.per_step else ("tokens" if cap.tokens else "samples"), torch_dtype=cap.torch_dtype,
             row_shape=np.array(row.shape, dtype=np.int64), index="",
         )
         for key, value in cap.attrs.items():
