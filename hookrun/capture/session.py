@@ -67,8 +67,8 @@ class HookSession:
         hook, kind, name, target, actions, state = point.hook, point.type, point.name, point.target, point.actions, self.env.state
         at_firing = self._at_firing if self.early_stop else None
 
-        def fire(call: int, tensors: dict, writable: str) -> Event:
-            ev = Event(hook, kind, name, target, call, state, tensors, writable)
+        def fire(call: int, tensors: dict, writable: str, raw=None) -> Event:
+            ev = Event(hook, kind, name, target, call, state, tensors, writable, raw)
             for action in actions:
                 action(ev)
             if at_firing is not None:

@@ -55,10 +55,11 @@ class Estimate:
             out.append(f"  hook {hook}: {points[0].type} -> {len(points)} {'target' if len(points) == 1 else 'targets'}: {names}")
             for line in (ln for ln in self.lines if ln.capture.key.hook == hook):
                 c = line.capture
-                shape = tuple(c.value.shape) if c.per_step else tuple(c.value.shape[1:])
-                unit = "step" if c.per_step else "sample"
+                shape = ("n",) if c.ragged else tuple(c.value.shape) if c.per_step else tuple(c.value.shape[1:])
+                unit = "step" if c.per_step else "token" if c.tokens else "sample"
                 label = (c.key.module or "(model)") + f" {c.key.role}" + (f"@{c.key.call}" if c.key.call else "")
-                out.append(f"    {label:34s} {str(c.value.dtype).replace('torch.', ''):8s} {str(shape):20s} "
+                dtype = c.value[0].dtype if c.ragged else c.value.dtype
+                out.append(f"    {label:34s} {str(dtype).replace('torch.', ''):8s} {str(shape):20s} "
                            f"{human_bytes(line.row_bytes):>10s}/{unit} x {line.rows} = {human_bytes(line.total)}")
             if not any(ln.capture.key.hook == hook for ln in self.lines):
                 out.append("    (records nothing)")
@@ -82,7 +83,13 @@ def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: Actio
     for cap in captures:
         every = int(cap.attrs.get("every", 1))
         limit = cap.attrs.get("limit")
-        if cap.per_step:
+        if cap.ragged:  # variable-length rows: the first sample's size stands for all
+            row_bytes = sum(v.numel() * v.element_size() for v in cap.value)
+            rows = n_samples
+        elif cap.tokens:  # the first sample's tokens stand for every sample's
+            row_bytes = cap.value[0].numel() * cap.value.element_size()
+            rows = n_samples * len(cap.value)
+        elif cap.per_step:
             row_bytes = cap.value.numel() * cap.value.element_size()
             rows = math.ceil(n_batches / every)
         else:

@@ -125,6 +125,9 @@ class H5Store:
         cleanly. (Once HDF5 writes fail, its metadata and data on disk can disagree.)"""
         need = SPACE_MARGIN
         for cap in rec.captures:
+            if cap.ragged:
+                need += sum(v.numel() * v.element_size() for v in cap.value)
+                continue
             need += cap.value.numel() * cap.value.element_size()
             col = self._columns.get(cap.key.path)
             chunk = col.ds.chunks if col is not None else None
@@ -137,6 +140,9 @@ class H5Store:
             )
 
     def _write_capture(self, cap: Capture, rec: StepRecord, samples_before: int, chunk_bytes: int) -> None:
+        if cap.ragged:
+            self._write_ragged(cap, rec, samples_before)
+            return
         arr = cap.value.numpy(force=True)
         path = cap.key.path
         col = self._columns.get(path)
@@ -163,6 +169,33 @@ class H5Store:
         if col.index is not None:
             ids = np.array([rec.step]) if cap.per_step else (cap.index if cap.index is not None else rec.sample_index)
             _append(col.index, ids.astype(np.int64, copy=False))
+        _append(col.ds, rows)
+
+    def _write_ragged(self, cap: Capture, rec: StepRecord, samples_before: int) -> None:
+        """Variable-length rows, one per sample: row i holds sample i's (n_i, *row_shape) values
+        flattened (n_i may be 0); `row_shape` gives the shape to restore."""
+        arrs = [v.numpy(force=True) for v in cap.value]
+        path = cap.key.path
+        col = self._columns.get(path)
+        tail = arrs[0].shape[1:]
+        if any(a.shape[1:] != tail for a in arrs):
+            raise RunError(f"{path}: the samples of batch {rec.step} have rows of shapes "
+                           f"{sorted({a.shape for a in arrs})[:3]}; variable-length rows may vary in their first dim only")
+        if col is None:
+            ds = self.file.create_dataset(path, (samples_before,), h5py.vlen_dtype(arrs[0].dtype), maxshape=(None,),
+                                          chunks=(256,), compression=self.compression)
+            k = cap.key
+            ds.attrs.update(hook=k.hook, module=k.module, type=k.type, role=k.role, call=k.call, rows="samples",
+                            ragged=True, torch_dtype=cap.torch_dtype, row_shape=np.array(tail, dtype=np.int64), index="")
+            for key, value in cap.attrs.items():
+                ds.attrs[key] = value
+            col = self._columns[path] = _Column(ds, False, (k.hook, k.module, k.role, k.call))
+        if tuple(col.ds.attrs["row_shape"]) != tail:
+            raise RunError(f"{path}: batch {rec.step} has rows of shape (n, {tail}), earlier batches (n, {tuple(col.ds.attrs['row_shape'])})")
+        if col.ds.shape[0] != samples_before:
+            raise RunError(f"{path}: variable-length rows need the capture in every batch (batch {rec.step})")
+        rows = np.empty(len(arrs), dtype=object)
+        rows[:] = [a.reshape(-1) for a in arrs]
         _append(col.ds, rows)
 
     def _new_column(self, cap: Capture, arr: np.ndarray, chunk_bytes: int) -> _Column:

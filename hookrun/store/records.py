@@ -39,6 +39,7 @@ class Capture:
     attrs: dict = field(default_factory=dict)  # what was done to it (set by record)
     index: np.ndarray | None = None  # sample indices of the rows, where not the whole batch
     tokens: bool = False  # one row per non-padding token, aligned with /samples/token_sample
+    ragged: bool = False  # value is a list: one tensor of varying first dim per sample (variable-length rows)
 
 
 @dataclass
