@@ -142,14 +142,15 @@ def test_lm_loss_gradients_match_autograd(tmp_path, data):
     with run(tmp_path, model, data, hooks, mode="grad", loss={"_target_": "hookrun.runner.losses.lm", "_partial_": True}) as f:
         got = f["captures/g/transformer.h.0/grad"][:]
     want = []
+    keep = []
+    h = model.transformer.h[0].register_forward_hook(lambda m, a, o: keep.append(o))
     for ids, mask in batches(data):
-        keep = []
-        h = model.transformer.h[0].register_forward_hook(lambda m, a, o: keep.append(o))
+        keep.clear()
         logits = model(input_ids=ids, attention_mask=mask).logits
-        h.remove()
         labels = ids[:, 1:].masked_fill(~(mask[:, 1:].bool() & mask[:, :-1].bool()), -100)
         loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 259), labels.reshape(-1), ignore_index=-100)
         want.append(torch.autograd.grad(loss, hidden(keep[0]))[0])
+    h.remove()
     np.testing.assert_allclose(got, torch.cat(want).numpy(), rtol=1e-4, atol=1e-7)
 
 
