@@ -184,3 +184,35 @@ def test_t5_position_bias_is_one_row_per_step_even_in_a_batch_of_1(tmp_path, dat
         assert ds.attrs["rows"] == "steps" and ds.shape[0] == 3  # (1, heads, T, T) per batch of 5, 5 and 1
         np.testing.assert_allclose(ds[:], torch.stack(bias).numpy(), rtol=1e-6)
         np.testing.assert_allclose(f["captures/out/encoder.final_layer_norm/output"][:], torch.cat(want).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_tied_parameter_is_found_by_every_name(tmp_path, data):
+    model = build("gpt2")
+    assert model.lm_head.weight is model.transformer.wte.weight
+    hooks = {"g": {"at": "lm_head.weight", "type": "param", "actions": ["record"]}}
+    with run(tmp_path, model, data, hooks, mode="grad", loss={"_target_": "hookrun.runner.losses.lm", "_partial_": True}) as f:
+        got = f["captures/g/lm_head.weight/grad"][:]
+    want = []
+    for ids, mask in batches(data):
+        logits = model(input_ids=ids, attention_mask=mask).logits
+        labels = ids[:, 1:].masked_fill(~(mask[:, 1:].bool() & mask[:, :-1].bool()), -100)
+        loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 259), labels.reshape(-1), ignore_index=-100)
+        want.append(torch.autograd.grad(loss, model.lm_head.weight)[0])
+    np.testing.assert_allclose(got, torch.stack(want).numpy(), rtol=1e-4, atol=1e-7)
+
+
+def test_missing_parameter_hint_lists_real_names(tmp_path, data):
+    from hookrun.errors import NotFoundError
+
+    hooks = {"g": {"at": "lm_head.bias", "type": "param", "actions": ["record"]}}
+    with pytest.raises(NotFoundError, match=r"has no parameter 'lm_head.bias'; .*lm_head.weight"):
+        run(tmp_path, build("gpt2"), data, hooks, mode="grad", loss={"_target_": "hookrun.runner.losses.lm", "_partial_": True})
+
+
+def test_a_loss_that_cannot_use_the_output_says_so(tmp_path, data):
+    loss = {"_target_": "hookrun.runner.losses.cross_entropy", "_partial_": True}
+    with pytest.raises(RunError, match=r"loss=cross_entropy needs a target, but the items carry none"):
+        run(tmp_path, build("gpt2"), data, None, mode="grad", loss=loss)
+    loss = {"_target_": "hookrun.runner.losses.sum_output", "_partial_": True, "output_key": "nope"}
+    with pytest.raises(RunError, match=r"loss=sum: the model's output is a CausalLMOutputWithCrossAttentions with keys logits, past_key_values; set loss.output_key"):
+        run(tmp_path, build("gpt2"), data, None, mode="grad", loss=loss)
