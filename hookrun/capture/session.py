@@ -47,9 +47,11 @@ class HookSession:
         while self._handles:
             self._handles.pop().remove()
 
-    def begin_step(self, step: int, batch_size: int, sample_index: torch.Tensor | None) -> None:
+    def begin_step(self, step: int, batch_size: int, sample_index: torch.Tensor | None,
+                   attention_mask: torch.Tensor | None = None) -> None:
         state = self.env.state
         state.step, state.batch_size, state.sample_index = step, batch_size, sample_index
+        state.attention_mask, state.token_map = attention_mask, None
         for point in self.points:
             point.reset()
         if self.early_stop is not None:
@@ -71,8 +73,8 @@ class HookSession:
         at_firing = self.early_stop.at_firing if self.early_stop is not None else None
         fired = self.fired
 
-        def fire(call: int, tensors: dict, writable: str) -> Event:
-            ev = Event(hook, kind, name, target, call, state, tensors, writable)
+        def fire(call: int, tensors: dict, writable: str, raw=None) -> Event:
+            ev = Event(hook, kind, name, target, call, state, tensors, writable, raw)
             fired[i] += 1
             for action in actions:
                 action(ev)

@@ -25,11 +25,11 @@ from hookrun.analysis.stats import human_bytes
 from hookrun.capture.actions.record import Record
 from hookrun.capture.plan import HookPoint
 from hookrun.capture.session import HookSession
-from hookrun.config.schema import HookrunConfig, load, to_yaml
+from hookrun.config.schema import HookrunConfig, load, to_yaml, with_live
 from hookrun.errors import ConfigError
 from hookrun.runner.estimate import estimate
 from hookrun.runner.loop import run_batches
-from hookrun.runner.prepare import Prepared, check_output, prepare
+from hookrun.runner.prepare import Prepared, check_output, dataset_name, prepare
 from hookrun.runner.report import end_report
 from hookrun.runner.resume import ResumeState, open_resume, replay
 from hookrun.runner.signals import Interrupted, StopSignals
@@ -51,21 +51,23 @@ class RunResult:
     status: str = "complete"
 
 
-def run(cfg: Any) -> RunResult:
+def run(cfg: Any, model: torch.nn.Module | None = None, dataset: Any = None) -> RunResult:
+    """Run `cfg`; `model` and `dataset`, where given, are live objects used instead of the config's
+    model and data.dataset nodes (which may then be left out)."""
     started = time.perf_counter()
-    cfg = load(cfg)
+    cfg = load(with_live(cfg, model, dataset))
     out = Path(cfg.output.path).expanduser()
     try:
         if cfg.dry_run:
-            return _run(cfg, out, started)
+            return _run(cfg, out, started, model, dataset)
         check_output(out, overwrite=True)  # a name it can have, its folder made: the lock file goes there
         with OutputLock(real_path(out)):  # one writer per file: held until the file is closed
-            return _run(cfg, out, started)
+            return _run(cfg, out, started, model, dataset)
     except KeyboardInterrupt:  # Ctrl-C before the file was created (later ones raise Interrupted)
         raise Interrupted(signal.SIGINT, None, 0, resumed_from=out if cfg.resume and out.exists() else None) from None
 
 
-def _run(cfg: HookrunConfig, out: Path, started: float) -> RunResult:
+def _run(cfg: HookrunConfig, out: Path, started: float, model: torch.nn.Module | None, dataset: Any) -> RunResult:
     resume = None
     if cfg.resume and not cfg.dry_run:
         check_output(out, overwrite=True)
@@ -77,7 +79,7 @@ def _run(cfg: HookrunConfig, out: Path, started: float) -> RunResult:
         if resume is None:
             log.info("resume: no file at %s; starting from the first batch", out)
     try:
-        p = prepare(cfg, check_exists=resume is None)
+        p = prepare(cfg, check_exists=resume is None, model=model, dataset=dataset)
     except BaseException:
         if resume is not None:
             resume.close()
@@ -102,7 +104,7 @@ def plan_estimate(p: Prepared):
     report.header = [
         "hookrun plan" + (" (dry run: nothing is written)" if cfg.dry_run else ""),
         f"  model   {type(p.model).__module__}.{type(p.model).__qualname__} on {p.settings.device}, mode {p.settings.mode}",
-        f"  data    {cfg.data.dataset['_target_']}: {len(p.dataset)} samples; this run: {p.n_samples} samples in {p.n_batches} batches of {cfg.data.batch_size}",
+        f"  data    {dataset_name(cfg)}: {len(p.dataset)} samples; this run: {p.n_samples} samples in {p.n_batches} batches of {cfg.data.batch_size}",
         f"  output  {p.out} (compression {cfg.output.compression.value})",
     ]
     return report
