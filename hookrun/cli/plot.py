@@ -109,7 +109,7 @@ def gradcam(act: np.ndarray, grad: np.ndarray) -> np.ndarray:
 def input_images(run: Run, indices: np.ndarray) -> list[np.ndarray] | None:
     """The run's input images (H, W, 3 in [0, 1]) rebuilt from its config, or None."""
     try:
-        from hookrun.build import build_dataset
+        from hookrun.config.build import build_dataset
 
         dataset = build_dataset(run.config["data"]["dataset"])
         images = []

@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from hookrun.build import build_dataset, build_loss, build_model, import_modules
 from hookrun.capture.actions import ActionEnv
 from hookrun.capture.actions.record import Record
 from hookrun.capture.plan import make_plan
 from hookrun.capture.points import HookPoint
+from hookrun.config.build import build_dataset, build_loss, build_model, import_modules
 from hookrun.config.schema import HookrunConfig
 from hookrun.config.specs import parse_hooks
 from hookrun.errors import ConfigError
