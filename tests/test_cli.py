@@ -29,12 +29,15 @@ def assert_ok(proc):
                                      "captures/blocks/layer1.1/output": (64, 64, 56, 56)}),
     (["model=resnet50", "data.batch_size=2", "hooks={fmap: {at: layer1.1.conv2, type: forward, actions: [record]}}"],
      {"captures/fmap/layer1.1.conv2/output": (64, 64, 56, 56), "captures/fmap/layer1.1.conv2/input": (64, 64, 56, 56)}),
-    (["model=custom", "model._target_=my_pkg.Net", "data=custom", "data.dataset._target_=my_pkg.MyData", "+data.dataset.n=10"], {}),
+    (["model=custom", "model._target_=my_pkg.Net", "data=custom", "data.dataset._target_=my_pkg.MyData", "+data.dataset.n=10",
+      "hooks={feat: {at: pool, type: forward, actions: [{name: record, what: output}]}}"], {"captures/feat/pool/output": (10, 32, 1, 1)}),
+    (["experiment=resnet_layer1", "~hooks", "+hooks={fc_in: {at: fc, type: forward_pre, actions: [record]}}"],
+     {"captures/fc_in/fc/input": (64, 512)}),
     (["mode=grad", "loss=cross_entropy", "hooks={g: {at: layer4, type: backward, actions: [record]}}"],
      {"captures/g/layer4/grad_input": (64, 256, 14, 14), "captures/g/layer4/grad_output": (64, 512, 7, 7)}),
     (["experiment=resnet_layer1", "+hooks.fc_in={at: fc, type: forward_pre, actions: [record]}"],
      {"captures/blocks/layer1.0/output": (64, 64, 56, 56), "captures/fc_in/fc/input": (64, 512)}),
-], ids=["experiment", "resnet50", "custom", "grad", "plus-hook"])
+], ids=["experiment", "resnet50", "custom", "replace-hooks", "grad", "plus-hook"])
 def test_issue_commands_as_written(tmp_path, args, captures):
     proc = run_cli(*args, cwd=tmp_path, env=ENV)
     assert_ok(proc)
@@ -44,6 +47,7 @@ def test_issue_commands_as_written(tmp_path, args, captures):
         assert f.attrs["status"] == "complete"
         for name, shape in captures.items():
             assert f[name].shape == shape
+        assert len(f["captures"]) == len({n.split("/")[1] for n in captures})  # ~hooks: the experiment's are gone
         assert f["samples/index"].shape[0] == (10 if "model=custom" in args else 64)
 
 
@@ -73,6 +77,10 @@ def test_multirun_gives_each_job_its_own_complete_file(tmp_path):
     (["model=resnet51"], "model=resnet51: there is no model option 'resnet51' (conf/model/resnet51.yaml); did you mean resnet50"),
     (["experiment=ablate_layr3"], "did you mean ablate_layer3"),
     (["data.batch_size=[1"], "cannot parse the override 'data.batch_size=[1'"),
+    (["experiment=resnet_layer1", "hooks={x: {at: fc, type: forward}}"],
+     "to replace hooks, write '~hooks' '+hooks={x: {at: fc, type: forward}}'; to add one entry, '+hooks.x=...'"),
+    (["experiment=resnet_layer1", "~hooks", "hooks={x: {at: fc, type: forward}}"],
+     "~hooks removed hooks, so set it again with a +: '+hooks={x: {at: fc, type: forward}}'"),
     # what bash makes of `hooks={a:{at:fc,type:forward}}` and of `hooks={a: {at: fc, type: forward}}` unquoted
     (["hooks={a:at:fc}", "hooks={a:type:forward}"], "hooks is given 2 times (hooks={a:at:fc}, hooks={a:type:forward}): "
                                                     "the shell brace-expanded an unquoted {..,..}"),

@@ -70,7 +70,7 @@ def one_line(exc: BaseException, overrides: list[str], known_keys: Callable[[], 
         text = str(exc).strip()
         m = re.match(r"Could not override '([^']+)'", text)
         if m:
-            return _unknown_key_message(m.group(1), overrides, known_keys())
+            return _unknown_key_message(m.group(1), overrides, known_keys(), getattr(cause, "full_key", None))
         m = re.match(r"Could not append to config. An item is already at '([^']+)'", text)
         if m:
             key = m.group(1)
@@ -87,8 +87,15 @@ def one_line(exc: BaseException, overrides: list[str], known_keys: Callable[[], 
     return None
 
 
-def _unknown_key_message(key: str, overrides: list[str], keys: list[str]) -> str:
+def _unknown_key_message(key: str, overrides: list[str], keys: list[str], deeper: str | None = None) -> str:
     given = _given(key, overrides)
+    value = given.partition("=")[2]
+    if f"~{key}" in overrides:
+        return f"{given}: ~{key} removed {key}, so set it again with a +: '+{key}={value}'"
+    if key in keys and deeper and deeper != key:
+        return (f"{given}: a mapping given for {key} is merged into the {key} the config already has "
+                f"(from an experiment, say), and {deeper} cannot be added that way; to replace {key}, "
+                f"write '~{key}' '+{key}={value}'; to add one entry, '+{deeper}=...'")
     parent = key.rpartition(".")[0]
     same_depth = [k for k in keys if k.count(".") == key.count(".")]
     close = close_matches(key, same_depth, n=1)
@@ -121,7 +128,7 @@ def _yaml_message(exc: yaml.YAMLError) -> str:
 
 
 def _given(key: str, overrides: Iterable[str]) -> str:
-    for o in overrides:
+    for o in sorted(overrides, key=lambda o: o.startswith("~")):  # key=value before ~key
         if o.split("=", 1)[0].lstrip("+~") == key:
             return o
     return key
