@@ -127,3 +127,17 @@ def test_values_equal_a_file_run_of_the_same_config(tmp_path, checkpoint, refere
         np.testing.assert_array_equal(cap["fc", "output"].numpy(), f["captures/logits/fc/output"][:])
         np.testing.assert_array_equal(cap["layer2", "output"].numpy(), f["captures/feat/layer2/output"][:])
     assert cap["layer2", "output"].dtype == torch.float16
+
+
+def test_run_takes_live_objects_and_writes_what_capture_holds(tmp_path, reference_model, dataset):
+    hooks = {"f": {"at": "layer1.0", "type": "forward", "actions": [{"name": "record", "what": "output"}]}}
+    result = hookrun.run({"hooks": hooks, "data": {"batch_size": 5}, "device": "cpu", "progress": False,
+                          "output": {"path": str(tmp_path / "live.h5")}}, model=reference_model, dataset=dataset)
+    with torch.no_grad(), hookrun.capture(reference_model, hooks) as cap:
+        reference_model(torch.stack([dataset[i][0] for i in range(len(dataset))]))
+    with hookrun.open_run(result.path) as run:
+        np.testing.assert_array_equal(run["layer1.0", "output"][:], cap["layer1.0", "output"].numpy())
+        assert run.config["model"] == {"live": "torchvision.models.resnet.ResNet"}
+        assert run.config["data"]["dataset"] == {"live": "hookrun.data.datasets.RandomTensors"}
+    with pytest.raises(ConfigError, match="model=: expected a torch.nn.Module"):
+        hookrun.run({"hooks": hooks, "output": {"path": str(tmp_path / "x.h5")}}, model="resnet", dataset=dataset)

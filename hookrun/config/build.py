@@ -121,13 +121,23 @@ def load_checkpoint(model: nn.Module, path: str) -> None:
 
 
 def build_dataset(node: Mapping) -> Any:
-    dataset = build(node, "data.dataset")
+    return check_dataset(build(node, "data.dataset"), f"data.dataset: {node['_target_']!r} built")
+
+
+def check_dataset(dataset: Any, where: str) -> Any:
+    """A map-style dataset, or a one-line ConfigError."""
     if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
         raise ConfigError(
-            f"data.dataset: {node['_target_']!r} built a {type(dataset).__name__}; hookrun needs a "
-            f"map-style dataset (with __len__ and __getitem__)"
+            f"{where} a {type(dataset).__name__}; hookrun needs a map-style dataset (with __len__ and __getitem__)"
         )
     return dataset
+
+
+def use_model(model: Any, device: torch.device) -> nn.Module:
+    """A live model (hookrun.run(cfg, model=...)): moved to the device and put in eval()."""
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"model=: expected a torch.nn.Module, got a {type(model).__name__}")
+    return model.to(device).eval()
 
 
 def build_loss(node: Mapping | None) -> Callable | None:

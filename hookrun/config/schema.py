@@ -91,6 +91,26 @@ def load(cfg: Any) -> HookrunConfig:
     return obj
 
 
+def with_live_objects(cfg: Any, model: Any = None, dataset: Any = None) -> Any:
+    """`cfg` with the model and data.dataset nodes naming the live objects given in their place
+    (hookrun.run(cfg, model=..., dataset=...)): `{live: package.Class}`, which nothing builds.
+
+        cfg = with_live_objects({"hooks": {...}}, model=net)   # cfg["model"] == {"live": "my_pkg.Net"}
+    """
+    if model is None and dataset is None:
+        return cfg
+    if isinstance(cfg, HookrunConfig):
+        cfg = OmegaConf.structured(cfg)
+    if isinstance(cfg, DictConfig):
+        cfg = OmegaConf.to_container(cfg, resolve=True)
+    cfg = {**cfg, "data": dict(cfg.get("data") or {})}
+    if model is not None:
+        cfg["model"] = {"live": f"{type(model).__module__}.{type(model).__qualname__}"}
+    if dataset is not None:
+        cfg["data"]["dataset"] = {"live": f"{type(dataset).__module__}.{type(dataset).__qualname__}"}
+    return cfg
+
+
 def to_yaml(cfg: HookrunConfig) -> str:
     """The resolved config as YAML, as stored in each run's file."""
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))

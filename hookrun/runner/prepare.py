@@ -22,7 +22,14 @@ from hookrun.capture.actions import ActionEnv
 from hookrun.capture.actions.record import Record
 from hookrun.capture.plan import make_plan
 from hookrun.capture.points import HookPoint
-from hookrun.config.build import build_dataset, build_loss, build_model, import_modules
+from hookrun.config.build import (
+    build_dataset,
+    build_loss,
+    build_model,
+    check_dataset,
+    import_modules,
+    use_model,
+)
 from hookrun.config.schema import HookrunConfig
 from hookrun.config.specs import parse_hooks
 from hookrun.errors import ConfigError
@@ -48,7 +55,8 @@ class Prepared:
     n_samples: int
 
 
-def prepare(cfg: HookrunConfig, check_exists: bool = True) -> Prepared:
+def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, dataset: Any = None) -> Prepared:
+    """`model` and `dataset`, where given, are live objects used in place of cfg's nodes."""
     import_modules(cfg.imports)
     specs = parse_hooks(cfg.hooks)
     mode = cfg.mode.value
@@ -62,12 +70,12 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True) -> Prepared:
     out = check_output(cfg.output.path, cfg.output.overwrite or not check_exists, create=not cfg.dry_run)
 
     seed_everything(cfg.seed)
-    model = build_model(cfg.model, device)
+    model = build_model(cfg.model, device) if model is None else use_model(model, device)
     if mode == "grad":
         disable_inplace(model)
-    dataset = build_dataset(cfg.data.dataset)
+    dataset = build_dataset(cfg.data.dataset) if dataset is None else check_dataset(dataset, "dataset=")
     if len(dataset) == 0:
-        raise ConfigError(f"data.dataset: {cfg.data.dataset['_target_']!r} is empty")
+        raise ConfigError(f"data.dataset: {type(dataset).__name__} is empty")
     check_item(dataset[0])
     loader = make_loader(dataset, cfg.data.batch_size, cfg.data.num_workers)
     loss = build_loss(cfg.loss) if mode == "grad" else None
