@@ -163,7 +163,11 @@ def main() -> None:
     try:
         _app()
     except Exception as exc:
-        line = None if _FULL_ERROR else one_line(exc, overrides, lambda: _known_keys(overrides), _group_options)
+        if _FULL_ERROR:
+            raise
+        if isinstance(exc, HookrunError):  # from a launcher's worker process, which inherits the variable
+            _fail(exc)
+        line = one_line(exc, overrides, lambda: _known_keys(overrides), _group_options)
         if line is None:
             raise
         _fail(ConfigError(line))
