@@ -99,3 +99,23 @@ def test_plot_main_lists_the_files_and_never_builds_from_the_file(grad_run, tmp_
     assert out[0] == f"wrote {len(out) - 1} figure(s) to {tmp_path / 'fig'}:"
     assert len(out) > 5 and all(Path(line.strip()).is_file() for line in out[1:])
     assert not marker.exists()
+
+
+def test_gradcam_images_from_a_dataset_named_on_the_command_line(tmp_path, checkpoint, dataset, monkeypatch):
+    hooks = {k: v for k, v in HOOKS.items() if k != "images"}
+    path = hookrun.run(make_cfg(tmp_path, checkpoint, hooks, **GRAD)).path
+    seen = {}
+    draw = figures.gradcam_grid
+
+    def spy(cams, captions, title, images):
+        seen["images"], seen["captions"] = images, captions
+        return draw(cams, captions, title, images)
+
+    monkeypatch.setattr(figures, "gradcam_grid", spy)
+    data = ["data=custom", "data.dataset._target_=hookrun.data.RandomTensors", "+data.dataset.n=12",
+            "+data.dataset.shape=[3,32,32]", "+data.dataset.num_classes=10", "+data.dataset.seed=7"]
+    assert plot.main([str(path), "--out", str(tmp_path / "fig"), "--data", *data]) == 0
+    x = dataset[2][0].numpy()
+    want = np.moveaxis((x - x.min()) / (x.max() - x.min()), 0, -1)
+    np.testing.assert_allclose(seen["images"][2], want, atol=1e-6)
+    assert seen["captions"][2].startswith("#2 · pred ") and seen["captions"][2].endswith(f"target {int(dataset[2][1])}")
