@@ -141,3 +141,13 @@ def test_run_takes_live_objects_and_writes_what_capture_holds(tmp_path, referenc
         assert run.config["data"]["dataset"] == {"live": "hookrun.data.datasets.RandomTensors"}
     with pytest.raises(ConfigError, match="model=: expected a torch.nn.Module"):
         hookrun.run({"hooks": hooks, "output": {"path": str(tmp_path / "x.h5")}}, model="resnet", dataset=dataset)
+
+
+def test_forwards_of_different_lengths_are_kept_apart():
+    model = torch.nn.Linear(3, 2)
+    with torch.no_grad(), hookrun.capture(model, {"f": {"at": "", "type": "forward"}}) as cap:
+        model(torch.ones(2, 3))
+        model(torch.ones(1, 4, 3))
+    with pytest.raises(hookrun.errors.RunError, match="rows of different shapes"):
+        cap["", "output"]
+    assert [tuple(p.shape) for p in cap.parts("", "output")] == [(2, 2), (1, 4, 2)]

@@ -26,7 +26,7 @@ from hookrun.capture.actions.record import DTYPES
 from hookrun.capture.plan import make_plan
 from hookrun.capture.session import HookSession
 from hookrun.config.specs import parse_hooks
-from hookrun.errors import ConfigError, NotFoundError, close_matches
+from hookrun.errors import ConfigError, NotFoundError, RunError, close_matches
 from hookrun.store.records import Capture, CaptureKey
 
 Key = tuple[str, str, str]  # (hook, module, role); a role of a later call reads "output@1"
@@ -64,8 +64,17 @@ class Captured(Mapping):
         if key not in self._cache:
             parts = self._parts[key]
             stack = torch.stack if self._per_step[key] else torch.cat
-            self._cache[key] = stack(parts) if len(parts) > 1 or self._per_step[key] else parts[0]
+            try:
+                self._cache[key] = stack(parts) if len(parts) > 1 or self._per_step[key] else parts[0]
+            except RuntimeError:
+                shapes = ", ".join(str(tuple(p.shape)) for p in parts[:4])
+                raise RunError(f"{'/'.join(key)}: the forwards gave rows of different shapes ({shapes}, ...); "
+                               f"cap.parts({key!r}) gives one tensor per forward") from None
         return self._cache[key]
+
+    def parts(self, *key: str) -> list[torch.Tensor]:
+        """One tensor per step (forward), for captures whose shape changes between forwards."""
+        return list(self._parts[self.find(*key)])
 
     def find(self, *key: str) -> Key:
         """The full (hook, module, role) of `(module, role)`, `(hook, module, role)` or 'hook/module/role'."""
