@@ -80,6 +80,13 @@ def test_match_selects_what_the_plan_would(reference_model):
         hookrun.modules(reference_model, match="block*")
 
 
+def test_the_entry_module_is_callable_too(reference_model):
+    import hookrun.modules as entry  # the `python -m hookrun.modules` file; importing it keeps hookrun.modules callable
+
+    assert entry(reference_model, match="fc").names() == ["fc"]
+    assert hookrun.modules(reference_model, match="fc").names() == ["fc"]
+
+
 @pytest.mark.slow
 def test_the_command_line_lists_a_config_model(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "hookrun.modules", "model=resnet18", "--match", "layer1.**"],
