@@ -97,8 +97,16 @@ class Captured(Mapping):
                             f"{', '.join(hint or labels[:10]) or 'none (did the model run inside the block?)'}")
 
     def __repr__(self) -> str:
-        shapes = ", ".join(f"{'/'.join((h, m or '(model)', r))}: {tuple(self[h, m, r].shape)}" for h, m, r in self._parts)
-        return f"Captured(steps={self.steps}, {{{shapes}}})"
+        return f"Captured(steps={self.steps}, {{{', '.join(f'{self._label(k)}: {self._shape(k)}' for k in self._parts)}}})"
+
+    def _label(self, key: Key) -> str:
+        return "/".join((key[0], key[1] or "(model)", key[2]))
+
+    def _shape(self, key: Key) -> str:
+        try:
+            return str(tuple(self[key].shape))
+        except RunError:
+            return f"{len(self._parts[key])} forwards of different shapes"
 
 
 @contextmanager
