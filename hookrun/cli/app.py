@@ -49,6 +49,8 @@ ConfigStore.instance().store(name="hookrun_schema", node=HookrunConfig)
 
 @hydra.main(version_base="1.3", config_path=conf_dir(), config_name="config")
 def _app(cfg: DictConfig) -> None:
+    global _TASK_STARTED
+    _TASK_STARTED = True
     path = Path(cfg.output.path)
     hydra_cfg = HydraConfig.get()
     if path.is_absolute() and hydra_cfg.mode == RunMode.MULTIRUN:
@@ -74,6 +76,7 @@ def _app(cfg: DictConfig) -> None:
 
 DRY_RUN = re.compile(r"^\+?dry_run=(true|True|yes|1)$")
 _FULL_ERROR = os.environ.get("HYDRA_FULL_ERROR") == "1"  # the user asked for tracebacks
+_TASK_STARTED = False  # before the first job starts, every exception is Hydra's reading of the config
 
 
 class SweepFolder(Callback):
@@ -168,6 +171,8 @@ def main() -> None:
         if isinstance(exc, HookrunError):  # from a launcher's worker process, which inherits the variable
             _fail(exc)
         line = one_line(exc, overrides, lambda: _known_keys(overrides), _group_options)
+        if line is None and not _TASK_STARTED and str(exc).strip():
+            line = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
         if line is None:
             raise
         _fail(ConfigError(line))

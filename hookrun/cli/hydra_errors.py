@@ -14,7 +14,12 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 
 import yaml
-from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+from hydra.errors import (
+    ConfigCompositionException,
+    HydraException,
+    MissingConfigException,
+    OverrideParseException,
+)
 from omegaconf.errors import OmegaConfBaseException
 
 from hookrun.errors import close_matches
@@ -82,7 +87,7 @@ def one_line(exc: BaseException, overrides: list[str], known_keys: Callable[[], 
         if isinstance(cause, OmegaConfBaseException):
             return f"{first}: {str(cause).strip().splitlines()[0]}"
         return first
-    if isinstance(exc, OmegaConfBaseException):
+    if isinstance(exc, OmegaConfBaseException | HydraException) and str(exc).strip():
         return str(exc).strip().splitlines()[0]
     return None
 
