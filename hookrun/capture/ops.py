@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from hookrun.build import build
 from hookrun.capture.registry import Registry
+from hookrun.config.build import build
 from hookrun.errors import ConfigError, NotFoundError
 
 Op = Callable[[torch.Tensor, "OpContext"], torch.Tensor]

@@ -17,10 +17,10 @@ from typing import Any
 
 from torch import nn
 
-from hookrun.build import build_user_action
 from hookrun.capture.actions import ACTIONS
 from hookrun.capture.hooks import HOOK_TYPES
 from hookrun.capture.points import HookPoint
+from hookrun.config.build import build_user_action
 from hookrun.errors import ConfigError, NotFoundError, close_matches
 
 GLOB_CHARS = set("*?[")

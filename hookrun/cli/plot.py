@@ -1,12 +1,15 @@
 """`python -m hookrun.plot PATH --out figures/`: pictures of a run or a sweep (PNG, matplotlib).
 
     python -m hookrun.plot outputs/2026-11-21/10-00-00/captures.h5 --out figures/
-    python -m hookrun.plot outputs/multirun/2026-11-21/10-00-00 --out figures/ --stat mean
+    python -m hookrun.plot outputs/multirun/2026-11-21/10-00-00 --out figures/ --stat std
 
 For a run: a feature-map grid for each 4-D capture, a histogram for each capture, and Grad-CAM
 overlays where the run holds a layer's output and its gradient (type tensor, or backward's
-grad_output) for the same samples; the input images come from rebuilding the run's dataset
-from its config. For a sweep: each capture's statistic against the swept value.
+grad_output) for the same samples, with each sample's predicted class (from a recorded logits
+capture) and target. The overlay's input images come from the file itself when the run recorded
+them (a 4-D input capture with 1 or 3 channels); otherwise from a dataset the user names with
+`--data data=... [key=value ...]`. Reading a file never builds anything the file names. For a
+sweep: each capture's statistic against the swept value. The files written are listed at the end.
 """
 
 from __future__ import annotations
@@ -16,69 +19,51 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 
 from hookrun.analysis.run import CaptureInfo, Run, block_stats, open_run
 from hookrun.analysis.sweep import Sweep, is_sweep, open_sweep
-from hookrun.errors import HookrunError
+from hookrun.cli import figures
+from hookrun.cli.app import compose_config
+from hookrun.config.build import build_dataset
+from hookrun.config.schema import load
+from hookrun.errors import HookrunError, NotFoundError
 
 HIST_VALUES = 2_000_000  # at most this many values go into one histogram
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    _plt().close(fig)
-    return path
 
 
 def _name(info: CaptureInfo) -> str:
     return info.label.replace("/", "__").replace("(model)", "model").replace("@", "_call")
 
 
+def run_label(run: Run) -> str:
+    return f"{run.path.parent.name}/{run.path.name}"
+
+
+def title(run: Run, info: CaptureInfo) -> str:
+    call = f" (call {info.call})" if info.call else ""
+    return f"{run_label(run)} · hook {info.hook} · {info.module or '(model)'} · {info.role}{call}"
+
+
 def feature_maps(run: Run, info: CaptureInfo, out: Path, samples: int = 2, channels: int = 16) -> Path:
-    plt = _plt()
     ds = run.file[info.path]
-    rows = ds[: min(samples, ds.shape[0])]
-    channels = min(channels, rows.shape[1])
-    cols = min(8, channels)
-    per_sample = (channels + cols - 1) // cols
-    fig, axes = plt.subplots(per_sample * len(rows), cols, figsize=(1.6 * cols, 1.6 * per_sample * len(rows)), squeeze=False)
+    rows = np.asarray(ds[: min(samples, ds.shape[0])], dtype=np.float32)[:, :channels]
     index = run.index(info.hook, info.module, info.role, call=info.call)
-    for s, sample in enumerate(rows):
-        for c in range(per_sample * cols):
-            ax = axes[s * per_sample + c // cols][c % cols]
-            ax.axis("off")
-            if c < channels:
-                ax.imshow(sample[c], cmap="viridis")
-                ax.set_title(f"#{index[s]} ch {c}", fontsize=7)
-    fig.suptitle(f"{info.label}  {tuple(ds.shape[1:])}", fontsize=9)
-    return _save(fig, out / f"fmap_{_name(info)}.png")
+    fig = figures.feature_grid(rows, [f"sample #{i}" for i in index[: len(rows)]], title(run, info),
+                               label=f"{info.role} value")
+    return figures.save(fig, out / f"fmap_{_name(info)}.png")
 
 
 def histogram(run: Run, info: CaptureInfo, out: Path) -> Path:
-    plt = _plt()
     ds = run.file[info.path]
     per_row = max(1, int(np.prod(ds.shape[1:], dtype=np.int64)))
     rows = max(1, min(ds.shape[0], HIST_VALUES // per_row))
     values = np.asarray(ds[:rows], dtype=np.float64).ravel()
     values = values[np.isfinite(values)]
-    stats = block_stats(ds)
-    fig, ax = plt.subplots(figsize=(5, 3.2))
-    ax.hist(values, bins=100, color="#3b6ea5")
-    ax.set_yscale("log")
-    ax.set_title(f"{info.label}", fontsize=9)
-    ax.set_xlabel(f"mean {stats['mean']:.3g}  std {stats['std']:.3g}  zeros {stats['zeros']:.1%}"
-                  + (f"  (first {rows} of {ds.shape[0]} rows)" if rows < ds.shape[0] else ""), fontsize=8)
-    return _save(fig, out / f"hist_{_name(info)}.png")
+    note = f"first {rows} of {ds.shape[0]} rows" if rows < ds.shape[0] else ""
+    fig = figures.histogram(values, block_stats(ds), title(run, info), f"{info.role} value", note)
+    return figures.save(fig, out / f"hist_{_name(info)}.png")
 
 
 def gradcam_pairs(run: Run) -> list[tuple[CaptureInfo, CaptureInfo]]:
@@ -91,8 +76,7 @@ def gradcam_pairs(run: Run) -> list[tuple[CaptureInfo, CaptureInfo]]:
         for grad in run.captures:
             same = grad.module == act.module and grad.call == act.call and grad.shape == act.shape
             if same and ((grad.type == "tensor" and grad.role == "grad") or (grad.type == "backward" and grad.role == "grad_output")):
-                if np.array_equal(run.index(act.hook, act.module, act.role, call=act.call),
-                                  run.index(grad.hook, grad.module, grad.role, call=grad.call)):
+                if np.array_equal(_index(run, act), _index(run, grad)):
                     pairs.append((act, grad))
                     break
     return pairs
@@ -106,53 +90,94 @@ def gradcam(act: np.ndarray, grad: np.ndarray) -> np.ndarray:
     return cam / np.where(top > 0, top, 1)
 
 
-def input_images(run: Run, indices: np.ndarray) -> list[np.ndarray] | None:
-    """The run's input images (H, W, 3 in [0, 1]) rebuilt from its config, or None."""
-    try:
-        from hookrun.build import build_dataset
+def _index(run: Run, info: CaptureInfo) -> np.ndarray:
+    return run.index(info.hook, info.module, info.role, call=info.call)
 
-        dataset = build_dataset(run.config["data"]["dataset"])
-        images = []
-        for i in indices:
-            item = dataset[int(i)]
-            x = (item[0] if isinstance(item, tuple | list) else item).detach().float().numpy()
-            if x.ndim != 3 or x.shape[0] not in (1, 3):
-                return None
-            x = np.moveaxis(x, 0, -1)
-            x = (x - x.min()) / max(float(x.max() - x.min()), 1e-8)
-            images.append(x if x.shape[-1] == 3 else np.repeat(x, 3, axis=-1))
-        return images
-    except Exception:  # the dataset may not be importable here: draw the maps alone
+
+def _rows_of(run: Run, info: CaptureInfo, indices: np.ndarray) -> np.ndarray | None:
+    """The capture's rows for these sample indices, or None if it lacks one of them."""
+    where = {int(i): r for r, i in enumerate(_index(run, info))}
+    if not all(int(i) in where for i in indices):
         return None
+    ds = run.file[info.path]
+    return np.stack([ds[where[int(i)]] for i in indices])
 
 
-def gradcam_figure(run: Run, act: CaptureInfo, grad: CaptureInfo, out: Path, samples: int = 4) -> Path:
-    import torch
-    import torch.nn.functional as F
+def recorded_images(run: Run, indices: np.ndarray) -> np.ndarray | None:
+    """Input images the run recorded itself: a 4-D input capture with 1 or 3 channels, the
+    model's own input ('') first, then the largest."""
+    found = [c for c in run.captures if c.role == "input" and len(c.shape) == 4 and c.shape[1] in (1, 3) and c.rows == "samples"]
+    found.sort(key=lambda c: (c.module != "", -c.shape[2] * c.shape[3]))
+    for info in found:
+        rows = _rows_of(run, info, indices)
+        if rows is not None:
+            return rows
+    return None
 
-    plt = _plt()
+
+def predictions(run: Run, indices: np.ndarray) -> np.ndarray | None:
+    """Each sample's predicted class from a recorded logits capture: the model's output (''),
+    else a hook named 'logits', else the only 2-D per-sample output."""
+    outputs = [c for c in run.captures if c.role == "output" and len(c.shape) == 2 and c.rows == "samples"]
+    ranked = [c for c in outputs if c.module == ""] or [c for c in outputs if c.hook == "logits"] or (outputs if len(outputs) == 1 else [])
+    for info in ranked:
+        rows = _rows_of(run, info, indices)
+        if rows is not None:
+            return rows.argmax(axis=1)
+    return None
+
+
+def targets(run: Run, indices: np.ndarray) -> np.ndarray | None:
+    if run.targets is None:
+        return None
+    where = {int(i): r for r, i in enumerate(run.samples)}
+    return np.array([run.targets[where[int(i)]] for i in indices])
+
+
+def as_pictures(batch: np.ndarray) -> list[np.ndarray]:
+    """(n, C, H, W) with C 1 or 3 -> H x W x 3 images in [0, 1], each scaled on its own."""
+    out = []
+    for x in np.asarray(batch, dtype=np.float64):
+        x = np.moveaxis(x, 0, -1)
+        x = (x - x.min()) / max(float(x.max() - x.min()), 1e-8)
+        out.append(x if x.shape[-1] == 3 else np.repeat(x, 3, axis=-1))
+    return out
+
+
+def gradcam_figure(run: Run, act: CaptureInfo, grad: CaptureInfo, out: Path, samples: int = 4,
+                   dataset: object | None = None) -> Path:
     n = min(samples, act.shape[0])
     cams = gradcam(run.file[act.path][:n].astype(np.float64), run.file[grad.path][:n].astype(np.float64))
-    indices = run.index(act.hook, act.module, act.role, call=act.call)[:n]
-    images = input_images(run, indices)
-    fig, axes = plt.subplots(1, n, figsize=(2.6 * n, 2.8), squeeze=False)
-    for k in range(n):
-        ax = axes[0][k]
-        ax.axis("off")
-        cam = cams[k]
-        if images is not None:
-            h, w = images[k].shape[:2]
-            cam = F.interpolate(torch.from_numpy(cam)[None, None], size=(h, w), mode="bilinear", align_corners=False)[0, 0].numpy()
-            ax.imshow(images[k])
-            ax.imshow(cam, cmap="jet", alpha=0.45)
-        else:
-            ax.imshow(cam, cmap="jet")
-        ax.set_title(f"sample #{indices[k]}", fontsize=8)
-    fig.suptitle(f"Grad-CAM at {act.module or '(model)'} ({grad.hook}/{grad.role})", fontsize=9)
-    return _save(fig, out / f"gradcam_{act.module or 'model'}.png")
+    indices = _index(run, act)[:n]
+    images = recorded_images(run, indices)
+    if images is None and dataset is not None:
+        images = np.stack([_item_input(dataset, int(i)) for i in indices])
+    pictures = as_pictures(images) if images is not None else None
+    if pictures is not None:
+        h, w = pictures[0].shape[:2]
+        cams = F.interpolate(torch.from_numpy(cams)[:, None], size=(h, w), mode="bilinear", align_corners=False)[:, 0].numpy()
+    pred, target = predictions(run, indices), targets(run, indices)
+    captions = []
+    for k, i in enumerate(indices):
+        parts = [f"#{i}"] + ([f"pred {pred[k]}"] if pred is not None else []) + ([f"target {target[k]}"] if target is not None else [])
+        captions.append(" · ".join(parts))
+    head = f"{run_label(run)} · Grad-CAM at {act.module or '(model)'} (hooks {act.hook}, {grad.hook}/{grad.role})"
+    if pictures is None:
+        head += "\n(no input images: record the model's input, or pass --data)"
+    fig = figures.gradcam_grid(cams, captions, head, pictures)
+    return figures.save(fig, out / f"gradcam_{act.module or 'model'}.png")
 
 
-def plot_run(run: Run, out: Path, samples: int = 2, channels: int = 16) -> list[Path]:
+def _item_input(dataset: object, i: int) -> np.ndarray:
+    item = dataset[i]  # type: ignore[index]
+    x = item[0] if isinstance(item, tuple | list) else item
+    x = x.detach().float().numpy()
+    if x.ndim != 3 or x.shape[0] not in (1, 3):
+        raise NotFoundError(f"--data: item {i} is a {tuple(x.shape)} tensor, not an image (channels 1 or 3, H, W)")
+    return x
+
+
+def plot_run(run: Run, out: Path, samples: int = 2, channels: int = 16, dataset: object | None = None) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for info in run.captures:
@@ -160,31 +185,19 @@ def plot_run(run: Run, out: Path, samples: int = 2, channels: int = 16) -> list[
             written.append(feature_maps(run, info, out, samples, channels))
         written.append(histogram(run, info, out))
     for act, grad in gradcam_pairs(run):
-        written.append(gradcam_figure(run, act, grad, out))
+        written.append(gradcam_figure(run, act, grad, out, dataset=dataset))
     return written
 
 
 def plot_sweep(sweep: Sweep, out: Path, stat: str = "mean", x: str | None = None) -> list[Path]:
-    plt = _plt()
     out.mkdir(parents=True, exist_ok=True)
     table = sweep.table(stats=(stat,))
     x = x or (sweep.swept[0] if sweep.swept else "job")
-    xs = table.column(x)
-    try:
-        order = np.argsort(np.asarray(xs, dtype=float))
-    except (TypeError, ValueError):
-        order = np.arange(len(xs))
-    columns = [c for c in table.columns if c.endswith(f":{stat}")]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for col in columns:
-        ys = table.column(col)
-        ax.plot([xs[i] for i in order], [ys[i] for i in order], marker="o", label=col.rsplit(":", 1)[0])
-    ax.set_xlabel(x)
-    ax.set_ylabel(stat)
-    ax.set_title(f"{sweep.folder.name}: {stat} per capture", fontsize=9)
-    if columns:
-        ax.legend(fontsize=7)
-    return [_save(fig, out / f"sweep_{stat}.png")]
+    if x not in table.columns:
+        raise NotFoundError(f"--x {x}: the sweep has no override {x!r}; it has: {', '.join(table.columns[1:-1]) or 'none'}")
+    series = {c.rsplit(":", 1)[0]: table.column(c) for c in table.columns if c.endswith(f":{stat}")}
+    fig = figures.sweep_lines(table.column(x), series, x, stat, f"{sweep.folder.name}: {stat} of each capture against {x}")
+    return [figures.save(fig, out / f"sweep_{stat}.png")]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,22 +208,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--channels", type=int, default=16, help="channels per sample in a feature-map grid")
     p.add_argument("--stat", default="mean", choices=["mean", "std", "min", "max", "zeros"], help="sweep: the statistic to plot")
     p.add_argument("--x", help="sweep: the override on the x axis (default: the first swept key)")
+    p.add_argument("--data", nargs="+", metavar="OVERRIDE",
+                   help="Grad-CAM: the dataset whose images to draw under the maps, as config overrides "
+                        "(data=image_folder data.root=PATH); used only when the file holds no input images")
     a = p.parse_args(argv)
     try:
         if is_sweep(a.path):
             written = plot_sweep(open_sweep(a.path), a.out, a.stat, a.x)
         else:
+            dataset = user_dataset(a.data) if a.data else None
             with open_run(a.path) as run:
-                written = plot_run(run, a.out, a.samples, a.channels)
+                written = plot_run(run, a.out, a.samples, a.channels, dataset)
     except HookrunError as exc:
-        print(f"hookrun.plot: error: {exc}", file=sys.stderr)
+        print(f"hookrun: error: {exc}", file=sys.stderr)
         return 2
     except ImportError as exc:
-        print(f"hookrun.plot: error: {exc}; install the plot extra: pip install 'hookrun[plot]'", file=sys.stderr)
+        print(f"hookrun: error: {exc}; install the plot extra: pip install 'hookrun[plot]'", file=sys.stderr)
         return 2
+    print(f"wrote {len(written)} figure(s) to {a.out}:")
     for path in written:
-        print(path)
+        print(f"  {path}")
     return 0
+
+
+def user_dataset(overrides: list[str]) -> object:
+    """The dataset the user named on the command line (never one named in the file)."""
+    return build_dataset(load(compose_config(overrides)).data.dataset)
 
 
 if __name__ == "__main__":

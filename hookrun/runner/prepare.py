@@ -20,19 +20,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from hookrun.build import (
-    build,
-    build_dataset,
-    build_loss,
-    build_model,
-    import_modules,
-    live_dataset,
-    live_model,
-)
 from hookrun.capture.actions import ActionEnv
 from hookrun.capture.actions.record import Record
 from hookrun.capture.plan import make_plan
 from hookrun.capture.points import HookPoint
+from hookrun.config.build import (
+    build,
+    build_dataset,
+    build_loss,
+    build_model,
+    check_dataset,
+    import_modules,
+    live_model,
+)
 from hookrun.config.schema import HookrunConfig
 from hookrun.config.specs import parse_hooks
 from hookrun.errors import ConfigError
@@ -81,7 +81,7 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, da
     model = build_model(cfg.model, device) if model is None else live_model(model, device)
     if mode == "grad":
         disable_inplace(model)
-    dataset = build_dataset(cfg.data.dataset) if dataset is None else live_dataset(dataset)
+    dataset = build_dataset(cfg.data.dataset) if dataset is None else check_dataset(dataset, "run(dataset=...): got")
     if len(dataset) == 0:
         raise ConfigError(f"data.dataset: {dataset_name(cfg)!r} is empty")
     spec = CallSpec(cfg.data.inputs, cfg.data.target)

@@ -85,14 +85,6 @@ def live_model(model: Any, device: torch.device) -> nn.Module:
     return model.to(device).eval()
 
 
-def live_dataset(dataset: Any) -> Any:
-    """A dataset object given to run(cfg, dataset=...): it must be map-style."""
-    if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
-        raise ConfigError(f"run(dataset=...): got a {type(dataset).__name__}; hookrun needs a map-style dataset "
-                          f"(with __len__ and __getitem__)")
-    return dataset
-
-
 def _weights_message(node: Mapping, error: str) -> str:
     """Pretrained weights that are not cached and cannot be downloaded: say where torchvision looks."""
     where = Path(torch.hub.get_dir()) / "checkpoints"
@@ -146,11 +138,14 @@ def load_checkpoint(model: nn.Module, path: str) -> None:
 
 
 def build_dataset(node: Mapping) -> Any:
-    dataset = build(node, "data.dataset")
+    return check_dataset(build(node, "data.dataset"), f"data.dataset: {node['_target_']!r} built")
+
+
+def check_dataset(dataset: Any, where: str) -> Any:
+    """A map-style dataset, or a one-line ConfigError."""
     if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
         raise ConfigError(
-            f"data.dataset: {node['_target_']!r} built a {type(dataset).__name__}; hookrun needs a "
-            f"map-style dataset (with __len__ and __getitem__)"
+            f"{where} a {type(dataset).__name__}; hookrun needs a map-style dataset (with __len__ and __getitem__)"
         )
     return dataset
 

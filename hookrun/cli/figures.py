@@ -1,0 +1,142 @@
+"""The figures of `python -m hookrun.plot`: arrays in, matplotlib figures out, one look for all.
+
+    fig = feature_grid(maps, rows=["#0", "#1"], title="run · hook blocks · layer1.0 · output")
+    save(fig, Path("figures/fmap.png"))
+
+Every figure has readable fonts, axis labels where there are axes, one colour scale with one
+colour bar where colours carry values, and tick labels that cannot run together (few ticks,
+scientific notation for small or large values). Nothing here reads a file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+STYLE = {"font.size": 11, "axes.titlesize": 11, "axes.labelsize": 11, "xtick.labelsize": 9, "ytick.labelsize": 9,
+         "legend.fontsize": 9, "figure.titlesize": 12, "figure.dpi": 100}
+
+
+def pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update(STYLE)
+    return plt
+
+
+def save(fig: Any, path: Path) -> Path:
+    fig.savefig(path, dpi=100)
+    pyplot().close(fig)
+    return path
+
+
+def tidy_ticks(axis: Any, n: int = 5) -> None:
+    """At most `n` ticks, in scientific notation outside 1e-3 .. 1e4 (the exponent shown once)."""
+    from matplotlib.ticker import MaxNLocator, ScalarFormatter
+
+    axis.set_major_locator(MaxNLocator(n))
+    fmt = ScalarFormatter(useMathText=True)
+    fmt.set_powerlimits((-3, 4))
+    axis.set_major_formatter(fmt)
+
+
+def feature_grid(maps: np.ndarray, rows: Sequence[str], title: str, cols: int = 8, label: str = "value") -> Any:
+    """maps: (samples, channels, H, W). One row block per sample, one shared colour scale."""
+    plt = pyplot()
+    samples, channels = maps.shape[:2]
+    cols = min(cols, channels)
+    per_sample = -(-channels // cols)
+    finite = maps[np.isfinite(maps)]
+    vmin, vmax = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    fig, axes = plt.subplots(per_sample * samples, cols, figsize=(1.5 * cols + 1.4, 1.5 * per_sample * samples + 0.9),
+                             squeeze=False, layout="constrained")
+    image = None
+    for s in range(samples):
+        for c in range(per_sample * cols):
+            ax = axes[s * per_sample + c // cols][c % cols]
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if c >= channels:
+                ax.axis("off")
+                continue
+            image = ax.imshow(maps[s, c], cmap="viridis", vmin=vmin, vmax=vmax)
+            ax.set_title(f"ch {c}", fontsize=9, pad=2)
+            if c % cols == 0:
+                ax.set_ylabel(rows[s], fontsize=10)
+    bar = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.9, label=label)
+    tidy_ticks(bar.ax.yaxis)
+    fig.suptitle(title)
+    return fig
+
+
+def histogram(values: np.ndarray, stats: Mapping[str, float], title: str, xlabel: str, note: str = "") -> Any:
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
+    ax.hist(values, bins=100, color="#3b6ea5")
+    ax.set_yscale("log")
+    tidy_ticks(ax.xaxis)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("count (log scale)")
+    ax.set_title(title)
+    text = f"mean {stats['mean']:.3g}\nstd {stats['std']:.3g}\nzeros {stats['zeros']:.1%}" + (f"\n{note}" if note else "")
+    ax.text(0.98, 0.97, text, transform=ax.transAxes, ha="right", va="top", fontsize=9,
+            bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.85, "edgecolor": "#999999"})
+    return fig
+
+
+def gradcam_grid(cams: np.ndarray, captions: Sequence[str], title: str, images: Sequence[np.ndarray] | None) -> Any:
+    """cams: (n, H, W) in [0, 1], already at the images' size where there are images."""
+    plt = pyplot()
+    n = len(cams)
+    fig, axes = plt.subplots(1, n, figsize=(2.9 * n + 1.2, 3.6), squeeze=False, layout="constrained")
+    heat = None
+    for k in range(n):
+        ax = axes[0][k]
+        ax.set_xticks([])
+        ax.set_yticks([])
+        if images is not None:
+            ax.imshow(images[k])
+            heat = ax.imshow(cams[k], cmap="jet", alpha=0.45, vmin=0, vmax=1)
+        else:
+            heat = ax.imshow(cams[k], cmap="jet", vmin=0, vmax=1)
+        ax.set_title(captions[k], fontsize=10)
+    fig.colorbar(heat, ax=axes.ravel().tolist(), shrink=0.85, label="Grad-CAM (scaled to 0-1 per sample)")
+    fig.suptitle(title)
+    return fig
+
+
+def is_categorical(values: Sequence[Any]) -> bool:
+    """Whole numbers (seeds, layer indices) and strings are categories; any float makes a scale."""
+    return not any(isinstance(v, float) for v in values) or any(isinstance(v, str) for v in values)
+
+
+def sweep_lines(xs: Sequence[Any], series: Mapping[str, Sequence[float]], xlabel: str, ylabel: str, title: str) -> Any:
+    """One line per capture against the swept value; integer or string values get a categorical axis."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.6), layout="constrained")
+    categorical = is_categorical(xs)
+    order = list(range(len(xs))) if categorical else sorted(range(len(xs)), key=lambda i: float(xs[i]))
+    if categorical:
+        order = sorted(order, key=lambda i: (isinstance(xs[i], str), xs[i] if not isinstance(xs[i], str) else 0, str(xs[i])))
+    positions = list(range(len(order))) if categorical else [float(xs[i]) for i in order]
+    for label, ys in series.items():
+        ax.plot(positions, [ys[i] if ys[i] is not None else np.nan for i in order], marker="o", label=label,
+                linestyle=":" if categorical else "-")
+    if categorical:
+        ax.set_xticks(positions, [str(xs[i]) for i in order])
+    else:
+        tidy_ticks(ax.xaxis, 6)
+    tidy_ticks(ax.yaxis)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if series:
+        ax.legend(loc="best")
+    return fig

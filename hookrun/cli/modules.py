@@ -1,0 +1,67 @@
+"""`python -m hookrun.modules [OVERRIDES] [--match GLOB]`: the modules `at:` can name.
+
+    python -m hookrun.modules model=resnet50
+    python -m hookrun.modules model=resnet18 --match 'layer1.**'
+
+The model and the dataset are composed from the same config as `python -m hookrun` (any model=,
+data=, experiment= or key=value override); one item of the dataset goes through the model so
+that each module shows its input and output shapes and how often it runs per forward.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from hookrun.capture.lister import ModuleTable, list_modules
+from hookrun.cli.app import compose_config
+from hookrun.config.build import build_dataset, build_model, import_modules
+from hookrun.config.schema import HookrunConfig, load
+from hookrun.errors import ConfigError, HookrunError
+from hookrun.runner.batches import make_loader
+from hookrun.runner.calls import CallSpec, ModelCall
+from hookrun.runner.prepare import resolve_device, seed_everything
+
+
+def modules_of_config(overrides: list[str], match: str | None = None, example: bool = True) -> ModuleTable:
+    """The module table of the model `python -m hookrun OVERRIDES` would build."""
+    cfg = load(compose_config(overrides))
+    import_modules(cfg.imports)
+    device = resolve_device(cfg.device)
+    seed_everything(cfg.seed)
+    model = build_model(cfg.model, device)
+    return list_modules(model, first_call(cfg, device) if example else None, match)
+
+
+def first_call(cfg: HookrunConfig, device: torch.device) -> ModelCall:
+    """The forward call of the dataset's first item, as a batch of one, as the run's loop makes it."""
+    dataset = build_dataset(cfg.data.dataset)
+    if len(dataset) == 0:
+        raise ConfigError(f"data.dataset: {cfg.data.dataset['_target_']!r} is empty")
+    spec = CallSpec(cfg.data.inputs, cfg.data.target)
+    spec.check(dataset[0])
+    _, batch = next(iter(make_loader(dataset, 1, 0)))
+    return spec.split(batch).to(device)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m hookrun.modules", description=__doc__.splitlines()[0])
+    p.add_argument("overrides", nargs="*", help="config overrides, as for python -m hookrun (model=resnet50, data=...)")
+    p.add_argument("--match", help="list only what this module name or glob selects (as hooks.NAME.at would)")
+    p.add_argument("--no-example", action="store_true", help="skip the forward of one example (no shapes, no calls)")
+    a = p.parse_args(argv)
+    try:
+        table = modules_of_config(a.overrides, a.match, example=not a.no_example)
+    except HookrunError as exc:
+        print(f"hookrun: error: {exc}", file=sys.stderr)
+        return 2
+    print(table)
+    print(f"{len(table)} module(s); hooks.NAME.at takes these names, or globs of them "
+          f"(`*` within one dotted part, `**` across parts)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

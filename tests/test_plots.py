@@ -1,0 +1,121 @@
+"""Plots: the files exist, and the figures' properties read back (one colour bar and one colour
+scale per figure, axis labels, tick labels that do not overlap, categorical sweep axes); reading a
+file never builds what its config names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+import yaml
+from conftest import batches, make_cfg
+
+import hookrun
+from hookrun import open_run
+
+pytest.importorskip("matplotlib")
+from hookrun.cli import figures, plot  # noqa: E402
+
+HOOKS = {
+    "fmap": {"at": "layer3", "type": "forward", "actions": [{"name": "record", "what": "output"}]},
+    "g": {"at": "layer3", "type": "tensor", "actions": ["record"]},
+    "images": {"at": "", "type": "forward_pre", "actions": [{"name": "record", "what": "input", "limit": 4}]},
+    "logits": {"at": "fc", "type": "forward", "actions": [{"name": "record", "what": "output"}]},
+}
+GRAD = {"mode": "grad", "loss": {"_target_": "hookrun.runner.losses.target_logit", "_partial_": True}}
+
+
+@pytest.fixture
+def grad_run(tmp_path, checkpoint):
+    return hookrun.run(make_cfg(tmp_path, checkpoint, HOOKS, **GRAD)).path
+
+
+def colorbars(fig) -> list:
+    return [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+
+
+def no_overlap(fig, axis) -> bool:
+    fig.canvas.draw()
+    boxes = [t.get_window_extent() for t in axis.get_ticklabels() if t.get_visible() and t.get_text()]
+    return all(not a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+
+
+def test_feature_grid_has_one_colour_scale_and_one_colour_bar(grad_run):
+    with open_run(grad_run) as run:
+        maps = run["layer3", "output"][:2, :16]
+    fig = figures.feature_grid(maps, ["sample #0", "sample #1"], "r · hook fmap · layer3 · output")
+    assert len(colorbars(fig)) == 1
+    clims = {im.get_clim() for ax in fig.axes for im in ax.images}
+    assert clims == {(float(maps.min()), float(maps.max()))}
+    assert fig._suptitle.get_text() == "r · hook fmap · layer3 · output"
+    assert colorbars(fig)[0].get_ylabel()
+
+
+def test_histogram_of_small_values_has_labels_and_readable_ticks():
+    values = np.random.default_rng(0).normal(0, 3e-5, 20_000)
+    fig = figures.histogram(values, {"mean": 0.0, "std": 3e-5, "zeros": 0.0}, "title", "grad value")
+    (ax,) = fig.axes
+    assert ax.get_xlabel() == "grad value" and ax.get_ylabel().startswith("count")
+    assert len([t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]) <= 6
+    assert no_overlap(fig, ax.xaxis)
+    assert "10^{" in ax.xaxis.get_offset_text().get_text() or "times" in ax.xaxis.get_offset_text().get_text()
+
+
+def test_sweep_axis_is_categorical_for_seeds_and_a_scale_for_floats():
+    fig = figures.sweep_lines([2, 0, 1], {"a": [3.0, 1.0, 2.0]}, "seed", "std", "t")
+    (ax,) = fig.axes
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "1", "2"]
+    assert list(ax.lines[0].get_ydata()) == [1.0, 2.0, 3.0]  # sorted by seed
+    assert ax.get_xlabel() == "seed" and ax.get_ylabel() == "std"
+    fig = figures.sweep_lines([0, 0.5, 1], {"a": [1.0, 2.0, 3.0]}, "params.factor", "std", "t")
+    assert list(fig.axes[0].lines[0].get_xdata()) == [0.0, 0.5, 1.0]  # positions are the values
+
+
+def test_gradcam_names_classes_and_takes_images_from_the_file(grad_run, reference_model, dataset, tmp_path):
+    x, y = next(batches(dataset))
+    with torch.no_grad():
+        pred = reference_model(x).argmax(1).numpy()
+    with open_run(grad_run) as run:
+        idx = np.arange(4)
+        np.testing.assert_array_equal(plot.predictions(run, idx), pred)
+        np.testing.assert_array_equal(plot.targets(run, idx), y.numpy())
+        np.testing.assert_allclose(plot.recorded_images(run, idx), x.numpy())
+        written = plot.plot_run(run, tmp_path / "fig")
+    assert {p.name for p in written} >= {"gradcam_layer3.png", "fmap_fmap__layer3__output.png", "hist_logits__fc__output.png"}
+    assert all(p.stat().st_size > 5000 for p in written)
+
+
+def test_plot_main_lists_the_files_and_never_builds_from_the_file(grad_run, tmp_path, capsys):
+    marker = tmp_path / "emptied.txt"
+    with h5py.File(grad_run, "r+") as f:  # a config naming code to run: plotting must not run it
+        config = yaml.safe_load(f.attrs["config"])
+        config["data"]["dataset"] = {"_target_": "builtins.open", "file": str(marker), "mode": "w"}
+        f.attrs["config"] = yaml.safe_dump(config)
+    assert plot.main([str(grad_run), "--out", str(tmp_path / "fig")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"wrote {len(out) - 1} figure(s) to {tmp_path / 'fig'}:"
+    assert len(out) > 5 and all(Path(line.strip()).is_file() for line in out[1:])
+    assert not marker.exists()
+
+
+def test_gradcam_images_from_a_dataset_named_on_the_command_line(tmp_path, checkpoint, dataset, monkeypatch):
+    hooks = {k: v for k, v in HOOKS.items() if k != "images"}
+    path = hookrun.run(make_cfg(tmp_path, checkpoint, hooks, **GRAD)).path
+    seen = {}
+    draw = figures.gradcam_grid
+
+    def spy(cams, captions, title, images):
+        seen["images"], seen["captions"] = images, captions
+        return draw(cams, captions, title, images)
+
+    monkeypatch.setattr(figures, "gradcam_grid", spy)
+    data = ["data=custom", "data.dataset._target_=hookrun.data.RandomTensors", "+data.dataset.n=12",
+            "+data.dataset.shape=[3,32,32]", "+data.dataset.num_classes=10", "+data.dataset.seed=7"]
+    assert plot.main([str(path), "--out", str(tmp_path / "fig"), "--data", *data]) == 0
+    x = dataset[2][0].numpy()
+    want = np.moveaxis((x - x.min()) / (x.max() - x.min()), 0, -1)
+    np.testing.assert_allclose(seen["images"][2], want, atol=1e-6)
+    assert seen["captions"][2].startswith("#2 · pred ") and seen["captions"][2].endswith(f"target {int(dataset[2][1])}")
