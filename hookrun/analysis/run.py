@@ -20,6 +20,7 @@ import yaml
 
 from hookrun.analysis.stats import block_stats, human_bytes
 from hookrun.errors import HookrunError, NotFoundError, close_matches
+from hookrun.store.merge import check_sources
 
 DIM_NAMES = {2: ("feature",), 3: ("channel", "length"), 4: ("channel", "height", "width")}
 
@@ -55,6 +56,11 @@ class Run:
             raise HookrunError(f"{str(self.path)!r} is not a readable HDF5 file: {exc}") from None
         if "format_version" not in self.file.attrs:
             raise HookrunError(f"{str(self.path)!r} is not a hookrun file (no format_version attribute)")
+        try:
+            check_sources(self.file, self.path)  # a merged view: every shard must be there
+        except HookrunError:
+            self.file.close()
+            raise
         self.captures = list_captures(self.file)
 
     # -- what the run is -----------------------------------------------------------------------
@@ -161,6 +167,8 @@ class Run:
         lines = [
             f"{self.path}",
             f"  status    {a.get('status')}   ({a.get('steps_complete')} batches, {a.get('samples_complete')} samples)",
+            *([f"  shards    {a.get('world_size')} files, view over captures.rank-*.h5"
+               + (f"; not complete: {a['incomplete_shards']}" if a.get("incomplete_shards") else "")] if "shards" in a else []),
             f"  model     {a.get('model_class')} on {a.get('device')}, mode {a.get('mode')}",
             f"  data      {data.get('_target_', '?')}, batch {cfg.get('data', {}).get('batch_size')}",
             f"  written   {a.get('created')} .. {a.get('finished', '(not finished)')}, hookrun {a.get('hookrun_version')}, torch {a.get('torch_version')}",

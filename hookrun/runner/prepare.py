@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,8 @@ class Prepared:
     settings: LoopSettings
     n_batches: int
     n_samples: int
+    first_batch: int = 0  # a rank's shard starts here (hookrun.runner.shards)
+    attrs: dict = field(default_factory=dict)  # more root attributes for the file (rank, world_size)
 
 
 def prepare(cfg: HookrunConfig, check_exists: bool = True) -> Prepared:

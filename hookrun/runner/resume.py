@@ -37,6 +37,7 @@ class ResumeState:
     file: h5py.File
     steps: int  # complete batches in the old file
     status: str
+    first_step: int = 0  # the step of its first batch (0, or where a rank's shard starts)
 
     def close(self) -> None:
         self.file.close()
@@ -60,8 +61,10 @@ def open_resume(path: Path, config_yaml: str) -> ResumeState | None:
             f"resume: the config differs from the one {str(path)!r} was written with, in "
             f"{', '.join(differing)}; resume with the same settings (or start a new run)"
         )
-    steps = len(np.unique(f["samples/step"][:]))
-    return ResumeState(path, f, steps, str(f.attrs["status"]))
+    step_of_row = f["samples/step"][:]
+    steps = len(np.unique(step_of_row))
+    first = int(step_of_row[0]) if len(step_of_row) else 0  # a rank's shard starts at its first batch
+    return ResumeState(path, f, steps, str(f.attrs["status"]), first)
 
 
 def config_differences(old: dict, new: dict) -> list[str]:
@@ -90,10 +93,11 @@ def replay(state: ResumeState, store: H5Store) -> int:
     step_of_row = f["samples/step"][:]
     target = f["samples/target"] if "target" in f["samples"] else None
     paths = f["samples/path"] if "path" in f["samples"] else None
-    columns = [_Column(f[c.path], index, step_of_row) for c in list_captures(f)]
-    bounds = np.searchsorted(step_of_row, np.arange(state.steps + 1))
-    for step in range(state.steps):
-        lo, hi = int(bounds[step]), int(bounds[step + 1])
+    columns = [_Column(f[c.path], index, step_of_row, state.first_step) for c in list_captures(f)]
+    steps = state.first_step + np.arange(state.steps + 1)
+    bounds = np.searchsorted(step_of_row, steps)
+    for i, step in enumerate(steps[:-1].tolist()):
+        lo, hi = int(bounds[i]), int(bounds[i + 1])
         captures = [c for col in columns if (c := col.capture(step, lo, hi)) is not None]
         store.write(StepRecord(
             step=step,
@@ -108,7 +112,7 @@ def replay(state: ResumeState, store: H5Store) -> int:
 class _Column:
     """One old capture dataset, and which of its rows belong to which batch."""
 
-    def __init__(self, ds: h5py.Dataset, index: np.ndarray, step_of_row: np.ndarray) -> None:
+    def __init__(self, ds: h5py.Dataset, index: np.ndarray, step_of_row: np.ndarray, first_step: int = 0) -> None:
         a = ds.attrs
         self.ds = ds
         self.key = CaptureKey(str(a["hook"]), str(a["module"]), str(a["type"]), str(a["role"]), int(a["call"]))
@@ -123,7 +127,7 @@ class _Column:
                 step_of = dict(zip(index.tolist(), step_of_row.tolist(), strict=True))
                 self.row_step = np.array([step_of.get(int(i), -1) for i in self.own_index])
         else:
-            self.row_step = np.arange(ds.shape[0]) if self.per_step else step_of_row[: ds.shape[0]]
+            self.row_step = first_step + np.arange(ds.shape[0]) if self.per_step else step_of_row[: ds.shape[0]]
 
     def capture(self, step: int, lo: int, hi: int) -> Capture | None:
         first, last = np.searchsorted(self.row_step, [step, step + 1])  # rows are in batch order

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,9 @@ from hookrun.errors import ConfigError
 from hookrun.runner.estimate import estimate
 from hookrun.runner.loop import run_batches
 from hookrun.runner.prepare import Prepared, prepare
+from hookrun.runner.ranks import detect
 from hookrun.runner.resume import ResumeState, open_resume, replay
+from hookrun.runner.shards import ShardRun, check_not_a_view
 from hookrun.runner.signals import Interrupted, StopSignals
 from hookrun.store.format import HOOKRUN_VERSION
 from hookrun.store.h5store import H5Store
@@ -51,6 +54,15 @@ class RunResult:
 def run(cfg: Any) -> RunResult:
     started = time.perf_counter()
     cfg = load(cfg)
+    ranks = detect()
+    if ranks.many:  # one rank of torchrun / submitit / srun: its shard, then (rank 0) the merged view
+        return ShardRun(cfg, ranks).run(lambda c, adjust: _run(c, started, adjust))
+    if cfg.resume:
+        check_not_a_view(Path(cfg.output.path).expanduser())
+    return _run(cfg, started)
+
+
+def _run(cfg: HookrunConfig, started: float, adjust: Callable[[Prepared], None] | None = None) -> RunResult:
     resume = None
     out = Path(cfg.output.path).expanduser()
     if cfg.resume:
@@ -68,6 +80,8 @@ def run(cfg: Any) -> RunResult:
             resume.close()
         raise
     try:
+        if adjust is not None:
+            adjust(p)
         if cfg.dry_run or cfg.output.max_bytes is not None:
             report = plan_estimate(p)
             if cfg.dry_run:
@@ -109,16 +123,16 @@ def execute(p: Prepared, resume: ResumeState | None, started: float) -> RunResul
         log.warning("no hook records anything: the file will hold the sample index and targets only")
     target = p.out.with_name(p.out.name + ".resuming") if resume is not None else p.out
     try:
-        store = H5Store(target, file_attrs(cfg, p.model, p.settings.device), cfg.output.compression.value, cfg.output.flush_every,
+        store = H5Store(target, {**file_attrs(cfg, p.model, p.settings.device), **p.attrs}, cfg.output.compression.value, cfg.output.flush_every,
                         expected_samples=p.n_samples, expected_steps=p.n_batches)
     except OSError as exc:
         raise ConfigError(f"output.path: cannot create {str(target)!r}: {exc}") from None
     status, steps, replayed = "failed", 0, False
     stop = StopSignals()
     try:
-        first = 0
+        first = p.first_batch  # 0, or where this rank's shard starts
         if resume is not None:
-            first = replay(resume, store)
+            first += replay(resume, store)
             restore_limits(p.points, store)
             log.info("resume: %d batches from %s kept; going on from batch %d", first, p.out, first)
         replayed = True

@@ -67,6 +67,7 @@ class H5Store:
         self._columns: dict[str, _Column] = {}
         self.steps = 0
         self.samples = 0
+        self.first_step = 0  # the step of the first batch written (a rank's shard starts past 0)
         self._flushed_at = time.monotonic()
         self._update_counts()
 
@@ -75,6 +76,8 @@ class H5Store:
         self._check_space(rec)
         n = len(rec.sample_index)
         start = self.samples
+        if not self.steps:
+            self.first_step = rec.step
         _append(self._index, rec.sample_index.astype(np.int64, copy=False))
         _append(self._step, np.full(n, rec.step, dtype=np.int64))
         if rec.target is not None:
@@ -153,7 +156,7 @@ class H5Store:
     def _start_index(self, path: str, col: _Column) -> h5py.Dataset:
         """A capture that skipped a batch: index its rows explicitly from now on."""
         have = col.ds.shape[0]
-        first = np.arange(have) if col.per_step else self._index[:have]
+        first = self.first_step + np.arange(have) if col.per_step else self._index[:have]
         name = f"{path}.index"
         ds = self.file.create_dataset(name, data=first.astype(np.int64), maxshape=(None,), chunks=(8192,))
         col.ds.attrs["index"] = name.rsplit("/", 1)[1]
