@@ -24,6 +24,7 @@ from omegaconf import DictConfig, open_dict
 
 from hookrun.config.schema import HookrunConfig
 from hookrun.errors import HookrunError
+from hookrun.runner.ranks import agree_on_start, detect
 from hookrun.runner.run import run
 from hookrun.runner.signals import Interrupted
 
@@ -65,6 +66,7 @@ def _app(cfg: DictConfig) -> None:
         sys.exit(130)
 
 
+MULTIRUN = {"-m", "--multirun"}
 DRY_RUN = re.compile(r"^\+?dry_run=(true|True|yes|1)$")
 
 
@@ -96,6 +98,14 @@ def _remove_empty(folder: Path) -> None:
 
 
 def main() -> None:
+    ranks = detect()
+    if ranks.launcher == "torchrun" and ranks.many and "HOOKRUN_STARTED" not in os.environ:
+        try:  # every rank in rank 0's run folder outputs/DATE/TIME, even when they start seconds apart
+            os.environ["HOOKRUN_STARTED"] = agree_on_start(ranks)
+        except HookrunError as exc:
+            _fail(exc)
+    if any(arg.startswith("hydra/launcher=") for arg in sys.argv[1:]) and not MULTIRUN & set(sys.argv[1:]):
+        sys.argv.insert(1, "--multirun")  # Hydra ignores a launcher outside a multirun, silently
     if any(DRY_RUN.match(arg) for arg in sys.argv[1:]):
         # a dry run writes nothing: no .hydra/ folder, no log file (the empty run folder is removed)
         sys.argv += ["hydra.output_subdir=null", "hydra/job_logging=stdout"]

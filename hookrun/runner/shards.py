@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import h5py
+import torch.distributed as dist
 import yaml
 
 from hookrun.config.schema import HookrunConfig, to_yaml
@@ -44,7 +45,8 @@ class ShardRun:
 
     def run(self, body: Callable[[HookrunConfig, Callable], Any]) -> Any:
         """Check, run this rank's shard through `body`, and (rank 0) write the merged view."""
-        store = open_store(self.r, self.merged.parent)
+        # keys per output file: the jobs of a multirun under torchrun share one store
+        store = dist.PrefixStore(f"{self.merged.resolve()}/", open_store(self.r, self.merged.parent))
         self.check_same_config(gather(store, self.r, "config", to_yaml(self.cfg)))
         self.check_files()
         cfg = dataclasses.replace(
