@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import torch
 
@@ -17,6 +18,7 @@ def kill_when_told(ev) -> None:
     if told and ev.call == 0:
         rank, step = map(int, told.split(":"))
         if int(os.environ.get("RANK", os.environ.get("SUBMITIT_LOCAL_GLOBALID", "0"))) == rank and ev.step == step:
+            time.sleep(1.5)  # the writer thread flushes the batches before this one
             os.kill(os.getpid(), signal.SIGKILL)
 
 

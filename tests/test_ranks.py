@@ -161,13 +161,14 @@ def test_submitit_local_two_tasks_equal_one_process(tmp_path, single):
 
 @pytest.mark.slow
 def test_a_killed_rank_then_resume_gives_the_same_file(tmp_path, single):
-    proc = cli(*ARGS, "hydra.run.dir=run", cwd=tmp_path, launcher=TORCHRUN, env={"HOOKRUN_TEST_KILL": "1:4"})
+    proc = cli(*ARGS, "hydra.run.dir=run", cwd=tmp_path, launcher=TORCHRUN, env={"HOOKRUN_TEST_KILL": "1:5"})
     assert proc.returncode != 0
     run_dir = tmp_path / "run"
-    with h5py.File(run_dir / "captures.rank-00001.h5") as f:  # killed in its second batch: never 'complete'
-        assert f.attrs["status"] == "running" and f.attrs["steps_complete"] == 1
+    with h5py.File(run_dir / "captures.rank-00001.h5") as f:  # SIGKILL in its third batch: never 'complete'
+        assert f.attrs["status"] == "running" and f.attrs["steps_complete"] == 2
     with h5py.File(run_dir / "captures.h5") as f:  # rank 0 was stopped by torchrun and wrote the view
-        assert f.attrs["status"] == "incomplete" and "captures.rank-00001.h5 (running" in f.attrs["incomplete_shards"]
+        assert f.attrs["status"] == "incomplete"
+        assert "captures.rank-00001.h5 (running, 2 batches)" in f.attrs["incomplete_shards"]
     rank0 = (run_dir / "captures.rank-00000.h5").stat().st_mtime_ns
     done0 = h5py.File(run_dir / "captures.rank-00000.h5").attrs["status"]
     proc = cli(*ARGS, "hydra.run.dir=run", "resume=true", cwd=tmp_path, launcher=TORCHRUN)

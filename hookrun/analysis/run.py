@@ -225,7 +225,7 @@ def list_captures(f: h5py.File) -> list[CaptureInfo]:
     def visit(name: str, obj: Any) -> None:
         if isinstance(obj, h5py.Dataset) and "role" in obj.attrs:
             a = obj.attrs
-            nbytes = obj.id.get_storage_size()
+            nbytes = obj.size * obj.dtype.itemsize if obj.is_virtual else obj.id.get_storage_size()  # a view: its rows' bytes
             found.append(CaptureInfo(str(a["hook"]), str(a["module"]), str(a["role"]), int(a["call"]), str(a["type"]),
                                      tuple(obj.shape), str(obj.dtype), str(a["rows"]), obj.name, nbytes))
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import re
 import time
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from hookrun.config.schema import HookrunConfig, to_yaml
 from hookrun.errors import ConfigError, HookrunError, RunError
 from hookrun.runner.ranks import Ranks, gather, open_store, rank_device, shard_batches, shard_path
 from hookrun.runner.signals import StopSignals
-from hookrun.store.merge import View, build_view
+from hookrun.store.merge import View, build_view, shard_status
 
 log = logging.getLogger("hookrun")
 GRACE_SECONDS = 10.0  # how long a stopped or failed rank 0 still waits for the others
@@ -49,6 +50,10 @@ class ShardRun:
         store = dist.PrefixStore(f"{self.merged.resolve()}/", open_store(self.r, self.merged.parent))
         self.check_same_config(gather(store, self.r, "config", to_yaml(self.cfg)))
         self.check_files()
+        if self.cfg.resume and shard_status(self.mine) == "unreadable":  # killed before its first flush
+            log.warning("resume: %s holds no readable batch (killed before its first flush); running its shard "
+                        "from the start (the old file is kept as %s.unreadable)", self.mine, self.mine.name)
+            os.replace(self.mine, self.mine.with_name(self.mine.name + ".unreadable"))
         cfg = dataclasses.replace(
             self.cfg, device=rank_device(self.cfg.device, self.r.local_rank),
             output=dataclasses.replace(self.cfg.output, path=str(self.mine)),
