@@ -9,7 +9,7 @@ write the merged view, the same view rebuilt alone over the finished shards, and
 RSS (every process writes its own `ru_maxrss` when it exits).
 
     python benchmarks/ranks.py                 # 16 batches, 3 rounds (about 5 minutes on 2 cores)
-    python benchmarks/ranks.py --quick         # 2 batches, 1 round: a smoke run
+    python benchmarks/ranks.py --quick         # 2 batches of 64x64 images, 1 round: a smoke run
     python benchmarks/ranks.py --markdown docs/benchmarks.md   # also append the table there
 """
 
@@ -50,13 +50,13 @@ def child() -> None:
     main()
 
 
-def scenario(name: str, batches: int, folder: Path) -> dict:
+def scenario(name: str, batches: int, folder: Path, small: bool = False) -> dict:
     """One whole command; its wall time, capture time, merge time and peak RSS per rank."""
     run_dir = folder / name
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     args = ["experiment=resnet_layer1", f"data.dataset.size={batches * BATCH}", "device=cpu", "progress=false",
-            f"hydra.run.dir={run_dir}"]
+            f"hydra.run.dir={run_dir}"] + (["data.dataset.image_size=[3,64,64]"] if small else [])
     threads = "2" if name == "1 process x 2 threads" else "1"
     env = {**os.environ, "OMP_NUM_THREADS": threads, "HOOKRUN_BENCH_RSS": str(run_dir), "PYTHONPATH": str(ROOT)}
     launch = [] if threads == "2" else ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
@@ -100,7 +100,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batches", type=int, default=16, help="batches of 16 images (default 16)")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--quick", action="store_true", help="2 batches, 1 round")
+    p.add_argument("--quick", action="store_true", help="2 batches of 64x64 images, 1 round: a smoke run")
     p.add_argument("--markdown", type=Path, help="append the results table to this file")
     a = p.parse_args()
     batches, n = (2, 1) if a.quick else (a.batches, a.rounds)
@@ -110,7 +110,7 @@ def main() -> None:
         folder = Path(tmp)
         for r in range(n):
             for name in names:
-                res = scenario(name, batches, folder)
+                res = scenario(name, batches, folder, small=a.quick)
                 results[name].append(res)
                 print(f"round {r + 1}/{n}  {name:24s} wall {res['wall']:7.2f} s  capture {res['capture']:7.2f} s  "
                       f"merge {res['merge'] if res['merge'] is not None else '-'}  rss {res['rss']}", flush=True)

@@ -180,6 +180,25 @@ def test_a_killed_rank_then_resume_gives_the_same_file(tmp_path, single):
     assert_same(run_dir / "captures.h5", single)
 
 
+@pytest.mark.slow
+def test_rank_0_takes_a_silent_rank_for_dead_and_marks_the_view(tmp_path):
+    """Two tasks started by hand with submitit's variables (no launcher to stop rank 0 when rank 1
+    dies): rank 0 sees rank 1's heartbeat stop and writes an incomplete view instead of hanging."""
+    procs = []
+    for rank in range(2):
+        env = {**os.environ, **ENV, "SUBMITIT_LOCAL_JOB_ID": f"t{os.getpid()}", "SUBMITIT_LOCAL_NTASKS": "2",
+               "SUBMITIT_LOCAL_GLOBALID": str(rank), "SUBMITIT_LOCAL_LOCALID": str(rank),
+               "HOOKRUN_TEST_KILL": "1:4", "HOOKRUN_RANK_TIMEOUT": "4"}
+        procs.append(subprocess.Popen([sys.executable, "-m", "hookrun", *ARGS, "hydra.run.dir=run"], cwd=tmp_path, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert procs[1].returncode == -9 and procs[0].returncode == 1, outs[0][1][-2000:]
+    assert "rank 1 has been silent" in outs[0][0] + outs[0][1]  # the log (stdout)
+    assert "captures.rank-00001.h5 (running, 1 batches)" in outs[0][1]  # the one error line
+    with h5py.File(tmp_path / "run" / "captures.h5") as f:
+        assert f.attrs["status"] == "incomplete" and f.attrs["samples_complete"] >= 12
+
+
 def test_resume_with_another_world_size_is_refused(tmp_path):
     cfg = hookrun.runner.run.load({"model": {"_target_": "my_pkg.Net"}, "data": {"dataset": {"_target_": "my_pkg.MyData"}},
                                    "output": {"path": str(tmp_path / "captures.h5")}, "resume": True})
@@ -204,3 +223,13 @@ def test_a_missing_shard_is_named_in_the_view(tmp_path):
         f.create_group("captures")
     view = build_view(tmp_path / "captures.h5", shards, {"config": "{}"})
     assert view.status == "incomplete" and view.incomplete == ["captures.rank-00001.h5 (missing)"]
+
+
+@pytest.mark.slow
+def test_rank_benchmark_quick_mode_runs(tmp_path):
+    proc = subprocess.run([sys.executable, "benchmarks/ranks.py", "--quick", "--markdown", str(tmp_path / "b.md")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, **ENV})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = (tmp_path / "b.md").read_text()
+    assert "| 1 process x 2 threads |" in table and "| 2 processes x 1 thread |" in table
+    assert "rank 0" in table and "rank 1" in table and "merged view written by rank 0" in table

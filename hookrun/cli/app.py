@@ -72,6 +72,8 @@ DRY_RUN = re.compile(r"^\+?dry_run=(true|True|yes|1)$")
 
 def _fail(exc: HookrunError) -> None:
     """One line on stderr (and in the run's log), the exit status, no traceback."""
+    if getattr(exc, "every_rank", False) and detect().rank != 0:
+        sys.exit(exc.exit_code)  # every rank found the same; rank 0 says it
     word = "" if isinstance(exc, Interrupted) else "error: "
     _log_to_file(f"{word}{exc}")
     print(f"hookrun: {word}{exc}", file=sys.stderr)

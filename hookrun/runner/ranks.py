@@ -69,12 +69,18 @@ def shard_batches(n_batches: int, world: int, rank: int) -> range:
     where the batches do not divide evenly). Whole batches, so every batch is the batch a one-process
     run has: the same samples together, the same numbers bit for bit."""
     if world > n_batches:
-        raise ConfigError(
+        raise every_rank(ConfigError(
             f"the run has {world} processes (--nproc_per_node x nodes, or tasks) but only {n_batches} "
             f"batch(es) of data.batch_size: each process needs at least one; run at most {n_batches} "
             f"processes, or more batches (data.limit, a smaller data.batch_size)"
-        )
+        ))
     return range(rank * n_batches // world, (rank + 1) * n_batches // world)
+
+
+def every_rank(exc: Exception) -> Exception:
+    """Mark an error that every rank raises alike (the CLI prints it on rank 0 only)."""
+    exc.every_rank = True  # type: ignore[attr-defined]
+    return exc
 
 
 def shard_path(path: Path, rank: int) -> Path:

@@ -17,6 +17,7 @@ import dataclasses
 import logging
 import os
 import re
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,13 +29,23 @@ import yaml
 
 from hookrun.config.schema import HookrunConfig, to_yaml
 from hookrun.errors import ConfigError, HookrunError, RunError
-from hookrun.runner.ranks import Ranks, gather, open_store, rank_device, shard_batches, shard_path
+from hookrun.runner.ranks import (
+    Ranks,
+    every_rank,
+    gather,
+    open_store,
+    rank_device,
+    shard_batches,
+    shard_path,
+)
 from hookrun.runner.signals import StopSignals
 from hookrun.store.merge import View, build_view, shard_status
 
 log = logging.getLogger("hookrun")
 GRACE_SECONDS = 10.0  # how long a stopped or failed rank 0 still waits for the others
 POLL_SECONDS = 0.1
+BEAT_SECONDS = 2.0  # each rank bumps its heartbeat counter in the store this often
+SILENT_SECONDS = float(os.environ.get("HOOKRUN_RANK_TIMEOUT", "120"))  # a rank silent this long is dead
 
 
 class ShardRun:
@@ -59,6 +70,7 @@ class ShardRun:
             output=dataclasses.replace(self.cfg.output, path=str(self.mine)),
         )
         status = "failed"
+        beat = Heartbeat(store, self.r.rank)
         try:
             result = body(cfg, self.adjust)
             status = result.status
@@ -69,6 +81,7 @@ class ShardRun:
             status = "interrupted" if getattr(exc, "signum", None) else "failed"
             raise
         finally:
+            beat.stop()
             store.set(f"done/{self.r.rank}", status)
             if self.r.rank == 0 and status != "dry_run":
                 try:
@@ -90,8 +103,8 @@ class ShardRun:
         for rank, text in enumerate(configs):
             if text != configs[0]:
                 keys = differing(mine, yaml.safe_load(text))
-                raise ConfigError(f"rank {rank} has a different config from rank 0 in {', '.join(keys) or 'its text'}; "
-                                  f"every rank of a run must be given the same config (same command, same files)")
+                raise every_rank(ConfigError(f"rank {rank} has a different config from rank 0 in {', '.join(keys) or 'its text'}; "
+                                  f"every rank of a run must be given the same config (same command, same files)"))
 
     def check_files(self) -> None:
         """Nothing is overwritten unless asked; a resume keeps the world size of the files."""
@@ -104,17 +117,17 @@ class ShardRun:
                 worlds.add(written_world(self.merged) or 1)
             if any(i >= self.r.world for i in found) or worlds - {self.r.world}:
                 was = max(worlds | {max(found, default=-1) + 1})
-                raise ConfigError(
+                raise every_rank(ConfigError(
                     f"resume: {self.merged.parent} was written by {was} process(es) and this run has "
                     f"{self.r.world}; resume with {was} (torchrun --nproc_per_node, or tasks), or start a new run"
-                )
+                ))
             return
         if cfg.output.overwrite:
             return
         taken = ([self.merged] if self.merged.exists() else []) + [self.shards[i] for i in found if i < self.r.world]
         if taken:
-            raise ConfigError(f"output.path: {', '.join(str(p) for p in taken[:3])} exist(s); set output.overwrite=true, "
-                              f"resume=true, or choose another path")
+            raise every_rank(ConfigError(f"output.path: {', '.join(str(p) for p in taken[:3])} exist(s); set "
+                                         f"output.overwrite=true, resume=true, or choose another path"))
 
     def adjust(self, p: Any) -> None:
         """Narrow a prepared run to this rank's block of batches (prepare() applied data.limit)."""
@@ -143,13 +156,23 @@ class ShardRun:
         when rank 0 was stopped). A signal while waiting stops the wait."""
         deadline = None if limit is None else time.monotonic() + limit
         statuses: list[str | None] = [None] * self.r.world
+        beats: dict[int, tuple[int, float]] = {}  # rank -> (its counter, when it last changed)
+        dead: set[int] = set()
         last_log = time.monotonic()
         with StopSignals() as stop:
             while True:
+                now = time.monotonic()
                 for rank in range(self.r.world):
                     if statuses[rank] is None and store.check([f"done/{rank}"]):
                         statuses[rank] = store.get(f"done/{rank}").decode()
-                if all(s is not None for s in statuses) or stop.requested():
+                    elif statuses[rank] is None and rank not in dead:
+                        count = store.add(f"beat/{rank}", 0)
+                        if beats.get(rank, (None,))[0] != count:
+                            beats[rank] = (count, now)
+                        elif now - beats[rank][1] > SILENT_SECONDS:
+                            log.warning("rank %d has been silent for %.0f s: taken for dead", rank, now - beats[rank][1])
+                            dead.add(rank)
+                if all(s is not None or r in dead for r, s in enumerate(statuses)) or stop.requested():
                     return statuses
                 if deadline is not None and time.monotonic() > deadline:
                     return statuses
@@ -157,6 +180,27 @@ class ShardRun:
                     log.info("waiting for %s", ", ".join(f"rank {r}" for r, s in enumerate(statuses) if s is None))
                     last_log = time.monotonic()
                 time.sleep(POLL_SECONDS)
+
+
+class Heartbeat:
+    """A daemon thread that bumps this rank's counter in the store every BEAT_SECONDS, so rank 0
+    can tell a rank that is slow from one that was killed (and never says it is done)."""
+
+    def __init__(self, store: Any, rank: int) -> None:
+        self.store, self.key = store, f"beat/{rank}"
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._beat, name="hookrun-heartbeat", daemon=True)
+        self.thread.start()
+
+    def _beat(self) -> None:
+        while not self.stopped.wait(BEAT_SECONDS):
+            try:
+                self.store.add(self.key, 1)
+            except RuntimeError:  # the store is gone (rank 0 ended): nobody is listening
+                return
+
+    def stop(self) -> None:
+        self.stopped.set()
 
 
 def check_not_a_view(path: Path) -> None:
