@@ -89,14 +89,11 @@ def shard_path(path: Path, rank: int) -> Path:
 
 
 def rank_device(name: str, local_rank: int) -> str:
-    """`auto` and `cuda` mean this rank's own GPU, cuda:LOCAL_RANK, where there are GPUs."""
+    """`auto` and `cuda` mean this rank's own GPU, cuda:LOCAL_RANK, where there are GPUs (modulo the
+    GPUs this process sees: a Slurm task bound to one GPU sees it as cuda:0)."""
     name = str(name).strip()
     if name in ("auto", "cuda") and torch.cuda.is_available():
-        count = torch.cuda.device_count()
-        if local_rank >= count:
-            raise ConfigError(f"device={name}: local rank {local_rank} has no GPU of its own ({count} visible); "
-                              f"run at most {count} processes per node, or device=cpu")
-        return f"cuda:{local_rank}"
+        return f"cuda:{local_rank % torch.cuda.device_count()}"
     if name == "auto":
         return "cpu"
     return name
