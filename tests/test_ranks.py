@@ -117,6 +117,24 @@ def assert_same(merged: Path, single: Path) -> None:
             np.testing.assert_array_equal(x, y, err_msg=name)
 
 
+def stats_of(a: np.ndarray) -> dict:
+    a = a.astype(np.float64)
+    return {"mean": a.mean(), "std": a.std(), "min": a.min(), "max": a.max(), "zeros": float((a == 0).mean())}
+
+
+def patch_from(source: Path, out: Path) -> np.ndarray:
+    """A one-process run whose features.0 output is patched from `source`, with its head recorded."""
+    cfg = {"model": {"_target_": "my_pkg.Net", "width": 4}, "device": "cpu", "progress": False, "seed": 1,
+           "data": {"dataset": {"_target_": "my_pkg.MyData", "n": 22}, "batch_size": 8},
+           "output": {"path": str(out)},
+           "hooks": {"p": {"at": "features.0", "type": "forward",
+                           "actions": [{"name": "modify_output", "op": "patch", "source": str(source), "hook": "fmap"}]},
+                     "h": {"at": "head", "type": "forward", "actions": [{"name": "record", "what": "output"}]}}}
+    hookrun.run(cfg)
+    with h5py.File(out) as f:
+        return f["captures/h/head/output"][:]
+
+
 @pytest.fixture(scope="module")
 def single(tmp_path_factory) -> Path:
     """The one-process run of the same command: the reference."""
@@ -139,6 +157,15 @@ def test_torchrun_two_ranks_equal_one_process_and_the_view_survives_a_move(tmp_p
         assert f["captures/fmap/features.0/output"].is_virtual
         assert list(f["captures/pg/head.weight/grad"].attrs["shard_rows"]) == [3, 3]  # per-step rows, by rank
     assert_same(merged, single)
+    with hookrun.open_run(run_dir) as run:  # hookrun's reader, as on a one-process file
+        assert run.status == "complete" and run["fmap", "features.0", "output"].shape == (22, 4, 32, 32)
+        with h5py.File(single) as f:
+            np.testing.assert_array_equal(run.index("pg", "head.weight", "grad"), np.arange(6))
+            want = stats_of(f["captures/fmap/features.0/output"][:])
+            got = run.stats("fmap/features.0/output")
+            assert {k: got[k] for k in want} == pytest.approx(want)
+    patched = [patch_from(source, tmp_path / f"patched-{i}.h5") for i, source in enumerate((merged, single))]
+    np.testing.assert_array_equal(*patched)  # op: patch reads the view's rows like the one-process file's
     moved = tmp_path / "elsewhere"
     shutil.move(run_dir, moved)
     assert_same(moved / "captures.h5", single)  # relative source names: the folder moves as a whole
@@ -212,6 +239,12 @@ def test_resume_with_another_world_size_is_refused(tmp_path):
     cfg.resume = False
     with pytest.raises(ConfigError, match=r"captures.rank-00000.h5.* exist\(s\); set output.overwrite=true"):
         ShardRun(cfg, Ranks(0, 2, 0, "torchrun", "t")).check_files()
+    with h5py.File(tmp_path / "captures.h5", "w") as f:  # a view, resumed by one process
+        f.attrs["world_size"] = 2
+    one = {"model": {"_target_": "my_pkg.Net"}, "data": {"dataset": {"_target_": "my_pkg.MyData"}}, "resume": True,
+           "output": {"path": str(tmp_path / "captures.h5")}}
+    with pytest.raises(ConfigError, match=r"is the merged view of a 2-process run; resume it with the same launcher"):
+        hookrun.run(one)
 
 
 def test_a_missing_shard_is_named_in_the_view(tmp_path):
