@@ -11,6 +11,7 @@ RSS (every process writes its own `ru_maxrss` when it exits).
     python benchmarks/ranks.py                 # 16 batches, 3 rounds (about 5 minutes on 2 cores)
     python benchmarks/ranks.py --quick         # 2 batches of 64x64 images, 1 round: a smoke run
     python benchmarks/ranks.py --markdown docs/benchmarks.md   # also append the table there
+    python benchmarks/ranks.py --view-only     # only the view over 16 synthetic shards x 20 captures
 """
 
 from __future__ import annotations
@@ -93,6 +94,37 @@ def rebuild_view(run_dir: Path, repeats: int) -> float:
     return statistics.median(times)
 
 
+def view_at_scale(folder: Path, shards: int = 16, captures: int = 20, rows: int = 10_000) -> tuple[float, float]:
+    """The view over `shards` synthetic shard files of `captures` captures of `rows` rows of 64x56x56
+    float32 each (declared, not written: HDF5 allocates nothing), in ms; and its logical size in TB."""
+    import h5py
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT))
+    from hookrun.store.merge import build_view
+
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for r in range(shards):
+        path = folder / f"captures.rank-{r:05d}.h5"
+        with h5py.File(path, "w") as f:
+            f.attrs.update(status="complete", format_version="1", steps_complete=rows // 16, samples_complete=rows)
+            f["samples/index"] = np.arange(r * rows, (r + 1) * rows)
+            f["samples/step"] = np.arange(r * rows, (r + 1) * rows) // 16
+            for c in range(captures):
+                ds = f.create_dataset(f"captures/h{c}/layer{c}/output", shape=(rows, 64, 56, 56), dtype="float32",
+                                      chunks=(1, 64, 56, 56))
+                ds.attrs.update(hook=f"h{c}", module=f"layer{c}", type="forward", role="output", call=0, rows="samples",
+                                torch_dtype="float32", row_shape=np.array([64, 56, 56]), index="")
+        paths.append(path)
+    times = []
+    for _ in range(5):
+        started = time.perf_counter()
+        build_view(folder / "captures.h5", paths, {"config": "{}"})
+        times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1000, shards * captures * rows * 64 * 56 * 56 * 4 / 1e12
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         child()
@@ -102,7 +134,14 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--quick", action="store_true", help="2 batches of 64x64 images, 1 round: a smoke run")
     p.add_argument("--markdown", type=Path, help="append the results table to this file")
+    p.add_argument("--view-only", action="store_true", help="only the view over 16 synthetic shards x 20 captures")
     a = p.parse_args()
+    if a.view_only:
+        with tempfile.TemporaryDirectory(prefix="hookrun-view-") as tmp:
+            ms, tb = view_at_scale(Path(tmp))
+        print(f"the view alone over 16 shards x 20 captures of 64x56x56 float32 ({tb:.2f} TB declared): "
+              f"median of 5 {ms:.0f} ms; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+        return
     batches, n = (2, 1) if a.quick else (a.batches, a.rounds)
     names = ["1 process x 2 threads", "2 processes x 1 thread"]
     results: dict[str, list[dict]] = {name: [] for name in names}
@@ -115,11 +154,13 @@ def main() -> None:
                 print(f"round {r + 1}/{n}  {name:24s} wall {res['wall']:7.2f} s  capture {res['capture']:7.2f} s  "
                       f"merge {res['merge'] if res['merge'] is not None else '-'}  rss {res['rss']}", flush=True)
         view_alone = rebuild_view(results[names[1]][-1]["dir"], 5)
+        scale_ms, scale_tb = view_at_scale(folder / "scale", *((2, 2, 100) if a.quick else (16, 20, 10_000)))
     samples = batches * BATCH
     med = {name: {k: statistics.median(x[k] for x in rs) for k in ("wall", "capture")} for name, rs in results.items()}
     merges = [x["merge"] for x in results[names[1]]]
     lines = [
-        f"{platform.node()}: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"{platform.node()}: {platform.machine()}, {os.cpu_count()} CPUs (load average {os.getloadavg()[0]:.1f} at the end), "
+        f"Python {platform.python_version()}, "
         f"{_versions()}, {time.strftime('%Y-%m-%d')}; {samples} samples ({batches} batches of {BATCH}), {n} round(s)",
         "",
         "| scenario | command wall time | capture time (slowest rank) | samples/s (capture) | peak RSS per process |",
@@ -137,6 +178,8 @@ def main() -> None:
         f"- throughput, 2 processes / 1 process (capture time): **{ratio_capture:.2f}x**; whole command: {ratio_wall:.2f}x",
         f"- merged view written by rank 0: median {statistics.median(merges):.3f} s (rounds: "
         f"{', '.join(f'{m:.3f}' for m in merges)}); rebuilt alone over the finished shards: {view_alone * 1000:.1f} ms",
+        f"- the view alone over {'2 shards x 2' if a.quick else '16 shards x 20'} captures of 64x56x56 float32 "
+        f"({scale_tb:.2f} TB declared): median of 5 {scale_ms:.0f} ms: its time grows with shards x captures, not bytes",
     ]
     text = "\n".join(lines)
     print(text)

@@ -85,82 +85,104 @@ def build_view(path: Path, shards: list[Path], attrs: dict) -> View:
     return View(path, "complete" if not incomplete else "incomplete", incomplete, total, time.perf_counter() - started)
 
 
-def _write(out: h5py.File, shards: list[tuple[Path, h5py.File]]) -> int:
+@dataclass
+class _Shard:
+    """What the view needs of one shard, read once: h5py calls cost about as much as the mapping."""
+
+    path: Path
+    file: h5py.File
+    index: np.ndarray  # /samples/index
+    first_step: int
+    steps: int
+    captures: dict[str, h5py.Dataset]  # by path under /captures
+
+    @classmethod
+    def read(cls, path: Path, f: h5py.File) -> _Shard:
+        index = f["samples/index"][:]
+        step = f["samples/step"][:]
+        found: dict[str, h5py.Dataset] = {}
+
+        def visit(name: str, obj: object) -> None:  # (a value returned would stop visititems)
+            if isinstance(obj, h5py.Dataset) and "role" in obj.attrs:
+                found[name] = obj
+
+        f["captures"].visititems(visit)
+        return cls(path, f, index, int(step[0]) if len(step) else 0, len(np.unique(step)), found)
+
+
+def _write(out: h5py.File, opened: list[tuple[Path, h5py.File]]) -> int:
     """The virtual datasets; returns the number of samples."""
-    counts = [f["samples/index"].shape[0] for _, f in shards]
-    steps = [len(np.unique(f["samples/step"][:])) for _, f in shards]
-    first = shards[0][1] if shards else None
-    if first is not None:
+    shards = [_Shard.read(path, f) for path, f in opened]
+    counts = [len(s.index) for s in shards]
+    if shards:
+        first = shards[0].file.attrs
         for key in ("format_version", "hookrun_version", "torch_version", "model_class", "mode", "created"):
-            if key in first.attrs:
-                out.attrs[key] = first.attrs[key]
-        out.attrs["device"] = ", ".join(sorted({str(f.attrs.get("device", "?")) for _, f in shards}))
-    out.attrs["steps_complete"] = sum(steps)
+            if key in first:
+                out.attrs[key] = first[key]
+        out.attrs["device"] = ", ".join(sorted({str(s.file.attrs.get("device", "?")) for s in shards}))
+    out.attrs["steps_complete"] = sum(s.steps for s in shards)
     out.attrs["samples_complete"] = sum(counts)
     out.attrs["shard_samples"] = np.array(counts, dtype=np.int64)
     samples = out.create_group("samples")
     for name in SAMPLE_DATASETS:
-        have = [(p, f, f"samples/{name}", n) for (p, f), n in zip(shards, counts, strict=True) if f"samples/{name}" in f]
+        have = [(s.path, s.file[f"samples/{name}"], f"samples/{name}", n) for s, n in zip(shards, counts, strict=True)
+                if name in s.file["samples"]]
         if name in ("index", "step") or have:
             if len(have) != len(shards):
                 raise RunError(f"/samples/{name} is in {len(have)} of {len(shards)} shards: they were not written by one config")
             _virtual(samples, name, have)
     out.create_group("captures")
-    names: dict[str, None] = {}
-    for _, f in shards:
-        f["captures"].visititems(lambda n, o: names.setdefault(n) if isinstance(o, h5py.Dataset) and "role" in o.attrs else None)
-    all_index = np.concatenate([f["samples/index"][:] for _, f in shards]) if shards else np.zeros(0, np.int64)
+    names = dict.fromkeys(name for s in shards for name in s.captures)
+    all_index = np.concatenate([s.index for s in shards]) if shards else np.zeros(0, np.int64)
     for name in names:
-        _capture(out, name, shards, counts, steps, all_index)
+        _capture(out, name, shards, all_index)
     return sum(counts)
 
 
-def _capture(out: h5py.File, name: str, shards: list[tuple[Path, h5py.File]], counts: list[int], steps: list[int],
-             all_index: np.ndarray) -> None:
+def _capture(out: h5py.File, name: str, shards: list[_Shard], all_index: np.ndarray) -> None:
     """One capture: its rows from each shard in rank order, capped at `limit` where record had one."""
     full = f"captures/{name}"
     parts, index_parts = [], []
     attrs = None
-    for (path, f), n_samples, n_steps in zip(shards, counts, steps, strict=True):
-        if full not in f:
+    for s in shards:
+        ds = s.captures.get(name)
+        if ds is None:
             continue
-        ds = f[full]
         attrs = attrs or dict(ds.attrs)
-        per_step = str(ds.attrs["rows"]) == "steps"
-        own = ds.parent[ds.attrs["index"]] if ds.attrs.get("index") else None
-        rows = min(ds.shape[0], own.shape[0] if own is not None else (n_steps if per_step else n_samples))
-        parts.append((path, f, full, rows))
+        per_step = str(attrs["rows"]) == "steps"
+        own_name = attrs["index"] if not parts else ds.attrs["index"]  # the first shard's attrs are read already
+        own = ds.parent[own_name] if own_name else None
+        rows = min(ds.shape[0], own.shape[0] if own is not None else (s.steps if per_step else len(s.index)))
+        parts.append((s.path, ds, full, rows))
         if own is not None:
             index_parts.append(own[:rows])
         elif per_step:
-            first_step = int(f["samples/step"][0]) if f["samples/step"].shape[0] else 0
-            index_parts.append(np.arange(first_step, first_step + rows))
+            index_parts.append(np.arange(s.first_step, s.first_step + rows))
         else:
-            index_parts.append(f["samples/index"][:rows])
+            index_parts.append(s.index[:rows])
     limit = int(attrs["limit"]) if "limit" in attrs else None
     if limit is not None:  # each rank recorded its first `limit` rows; the run's are the first of all
         parts, index_parts = _cap(parts, limit), _cap_arrays(index_parts, limit)
-    ds = _virtual(out, full, parts)
+    view = _virtual(out, full, parts)
     for key, value in attrs.items():
-        ds.attrs[key] = value
-    ds.attrs["shard_rows"] = np.array([p[3] for p in parts], dtype=np.int64)
+        view.attrs[key] = value
+    view.attrs["shard_rows"] = np.array([p[3] for p in parts], dtype=np.int64)
     index = np.concatenate(index_parts) if index_parts else np.zeros(0, np.int64)
-    per_step = str(attrs["rows"]) == "steps"
-    implicit = np.arange(len(index)) if per_step else all_index[: len(index)]
+    implicit = np.arange(len(index)) if str(attrs["rows"]) == "steps" else all_index[: len(index)]
     if np.array_equal(index, implicit):
-        ds.attrs["index"] = ""
+        view.attrs["index"] = ""
     else:  # rows that skip samples or steps: the row index, small and written (not a view)
         leaf = full.rsplit("/", 1)[1] + ".index"
-        ds.parent.create_dataset(leaf, data=index.astype(np.int64))
-        ds.attrs["index"] = leaf
+        view.parent.create_dataset(leaf, data=index.astype(np.int64))
+        view.attrs["index"] = leaf
 
 
 def _cap(parts: list[tuple], limit: int) -> list[tuple]:
     out, left = [], limit
-    for path, f, name, rows in parts:
+    for path, ds, name, rows in parts:
         take = min(rows, left)
         if take:
-            out.append((path, f, name, take))
+            out.append((path, ds, name, take))
         left -= take
     return out
 
@@ -174,23 +196,22 @@ def _cap_arrays(arrays: list[np.ndarray], limit: int) -> list[np.ndarray]:
     return out
 
 
-def _virtual(group: h5py.Group, name: str, parts: list[tuple[Path, h5py.File, str, int]]) -> h5py.Dataset:
+def _virtual(group: h5py.Group, name: str, parts: list[tuple[Path, h5py.Dataset, str, int]]) -> h5py.Dataset:
     """A virtual dataset `name` in `group`: the first `rows` rows of each part's dataset, in order."""
     if not parts:
         raise RunError(f"{name}: no shard holds rows of it")
-    ref = parts[0][1][parts[0][2]]
-    for path, f, src, _ in parts[1:]:
-        other = f[src]
-        if other.dtype != ref.dtype or other.shape[1:] != ref.shape[1:]:
-            raise RunError(f"{src}: {path.name} has rows of {other.dtype} {other.shape[1:]}, "
-                           f"{parts[0][0].name} of {ref.dtype} {ref.shape[1:]}: the ranks did not capture the same thing")
+    ref = parts[0][1]
+    dtype, row = ref.dtype, ref.shape[1:]
+    for path, ds, src, _ in parts[1:]:
+        if ds.dtype != dtype or ds.shape[1:] != row:
+            raise RunError(f"{src}: {path.name} has rows of {ds.dtype} {ds.shape[1:]}, "
+                           f"{parts[0][0].name} of {dtype} {row}: the ranks did not capture the same thing")
     total = sum(p[3] for p in parts)
-    layout = h5py.VirtualLayout(shape=(total, *ref.shape[1:]), dtype=ref.dtype)
+    layout = h5py.VirtualLayout(shape=(total, *row), dtype=dtype)
     at = 0
     for path, _, src, rows in parts:
         if rows:
-            source = h5py.VirtualSource(path.name, src, shape=(rows, *ref.shape[1:]), dtype=ref.dtype)
-            layout[at : at + rows] = source
+            layout[at : at + rows] = h5py.VirtualSource(path.name, src, shape=(rows, *row), dtype=dtype)
         at += rows
     return group.create_virtual_dataset(name, layout)
 
