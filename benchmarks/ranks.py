@@ -1,8 +1,9 @@
 """One capture on 1 process x 2 threads against 2 processes x 1 thread: `python benchmarks/ranks.py`.
 
 The same command (experiment=resnet_layer1: ResNet-18, 224x224 synthetic images, batch 16, the
-outputs of layer1's blocks) runs as one process with OMP_NUM_THREADS=2 and under
-`torchrun --standalone --nproc_per_node=2` with OMP_NUM_THREADS=1, interleaved round after round;
+outputs of layer1's blocks) runs as one process with OMP_NUM_THREADS=2, under
+`torchrun --standalone --nproc_per_node=2` with OMP_NUM_THREADS=1, and (a control) as one process
+with OMP_NUM_THREADS=1, interleaved round after round;
 ratios are taken between medians. Reported: the whole command's wall time, the capture time (the
 slowest rank's run(), from hookrun's log), the samples per second of each, the time rank 0 took to
 write the merged view, the same view rebuilt alone over the finished shards, and each rank's peak
@@ -58,9 +59,9 @@ def scenario(name: str, batches: int, folder: Path, small: bool = False) -> dict
     run_dir.mkdir(parents=True)
     args = ["experiment=resnet_layer1", f"data.dataset.size={batches * BATCH}", "device=cpu", "progress=false",
             f"hydra.run.dir={run_dir}"] + (["data.dataset.image_size=[3,64,64]"] if small else [])
-    threads = "2" if name == "1 process x 2 threads" else "1"
+    threads = "2" if "2 threads" in name else "1"
     env = {**os.environ, "OMP_NUM_THREADS": threads, "HOOKRUN_BENCH_RSS": str(run_dir), "PYTHONPATH": str(ROOT)}
-    launch = [] if threads == "2" else ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    launch = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"] if name.startswith("2 processes") else []
     os.sync()
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, *launch, str(Path(__file__).resolve()), "--child", *args], env=env,
@@ -143,7 +144,7 @@ def main() -> None:
               f"median of 5 {ms:.0f} ms; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
         return
     batches, n = (2, 1) if a.quick else (a.batches, a.rounds)
-    names = ["1 process x 2 threads", "2 processes x 1 thread"]
+    names = ["1 process x 2 threads", "2 processes x 1 thread", "1 process x 1 thread"]  # the last: a control
     results: dict[str, list[dict]] = {name: [] for name in names}
     with tempfile.TemporaryDirectory(prefix="hookrun-ranks-") as tmp:
         folder = Path(tmp)
@@ -176,6 +177,8 @@ def main() -> None:
     lines += [
         "",
         f"- throughput, 2 processes / 1 process (capture time): **{ratio_capture:.2f}x**; whole command: {ratio_wall:.2f}x",
+        f"- control, 1 process x 1 thread / 1 process x 2 threads (capture time): "
+        f"{med[names[2]]['capture'] / med[names[0]]['capture']:.2f} (below 1: the second thread slows the run down)",
         f"- merged view written by rank 0: median {statistics.median(merges):.3f} s (rounds: "
         f"{', '.join(f'{m:.3f}' for m in merges)}); rebuilt alone over the finished shards: {view_alone * 1000:.1f} ms",
         f"- the view alone over {'2 shards x 2' if a.quick else '16 shards x 20'} captures of 64x56x56 float32 "

@@ -69,6 +69,14 @@ class ShardRun:
             self.cfg, device=rank_device(self.cfg.device, self.r.local_rank),
             output=dataclasses.replace(self.cfg.output, path=str(self.mine)),
         )
+        prefix = RankPrefix(self.r.rank)
+        log.addFilter(prefix)  # the ranks share the run folder's log file
+        try:
+            return self.run_and_merge(store, cfg, body)
+        finally:
+            log.removeFilter(prefix)
+
+    def run_and_merge(self, store: Any, cfg: HookrunConfig, body: Callable[[HookrunConfig, Callable], Any]) -> Any:
         status = "failed"
         beat = Heartbeat(store, self.r.rank)
         try:
@@ -180,6 +188,18 @@ class ShardRun:
                     log.info("waiting for %s", ", ".join(f"rank {r}" for r, s in enumerate(statuses) if s is None))
                     last_log = time.monotonic()
                 time.sleep(POLL_SECONDS)
+
+
+class RankPrefix(logging.Filter):
+    """'rank 1: ' before each of hookrun's log messages."""
+
+    def __init__(self, rank: int) -> None:
+        super().__init__()
+        self.prefix = f"rank {rank}: "
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = self.prefix + str(record.msg)
+        return True
 
 
 class Heartbeat:
