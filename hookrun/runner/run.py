@@ -132,9 +132,10 @@ def execute(p: Prepared, resume: ResumeState | None, started: float) -> RunResul
     try:
         first = p.first_batch  # 0, or where this rank's shard starts
         if resume is not None:
-            first += replay(resume, store)
+            kept = replay(resume, store)
+            first += kept
             restore_limits(p.points, store)
-            log.info("resume: %d batches from %s kept; going on from batch %d", first, p.out, first)
+            log.info("resume: %d batches from %s kept; going on from batch %d", kept, p.out, first)
         replayed = True
         with stop, HookSession(p.points, p.env, cfg.early_stop) as session, BackgroundWriter(store) as writer:
             p.settings.should_stop = stop.requested
