@@ -20,6 +20,7 @@ import yaml
 
 from hookrun.analysis.stats import block_stats, human_bytes
 from hookrun.errors import HookrunError, NotFoundError, close_matches
+from hookrun.store.merge import check_sources
 
 DIM_NAMES = {2: ("feature",), 3: ("channel", "length"), 4: ("channel", "height", "width")}
 
@@ -55,6 +56,11 @@ class Run:
             raise HookrunError(f"{str(self.path)!r} is not a readable HDF5 file: {exc}") from None
         if "format_version" not in self.file.attrs:
             raise HookrunError(f"{str(self.path)!r} is not a hookrun file (no format_version attribute)")
+        try:
+            check_sources(self.file, self.path)  # a merged view: every shard must be there
+        except HookrunError:
+            self.file.close()
+            raise
         self.captures = list_captures(self.file)
 
     # -- what the run is -----------------------------------------------------------------------
@@ -171,6 +177,8 @@ class Run:
             f"{self.path}",
             f"  status    {self.status}   ({a.get('steps_complete')} batches, {a.get('samples_complete')} samples)"
             + ("" if "config" in self.file.attrs else "   (the file has no config attribute)"),
+            *([f"  shards    {a.get('world_size')} files, view over captures.rank-*.h5"
+               + (f"; not complete: {a['incomplete_shards']}" if a.get("incomplete_shards") else "")] if "shards" in a else []),
             f"  model     {a.get('model_class')} on {a.get('device')}, mode {a.get('mode')}",
             f"  data      {data.get('_target_', data.get('live', '?'))}, batch {cfg.get('data', {}).get('batch_size')}",
             f"  written   {a.get('created')} .. {a.get('finished', '(not finished)')}, hookrun {a.get('hookrun_version')}, torch {a.get('torch_version')}",
@@ -229,7 +237,7 @@ def list_captures(f: h5py.File) -> list[CaptureInfo]:
     def visit(name: str, obj: Any) -> None:
         if isinstance(obj, h5py.Dataset) and "role" in obj.attrs:
             a = obj.attrs
-            nbytes = obj.id.get_storage_size()
+            nbytes = obj.size * obj.dtype.itemsize if obj.is_virtual else obj.id.get_storage_size()  # a view: its rows' bytes
             found.append(CaptureInfo(str(a["hook"]), str(a["module"]), str(a["role"]), int(a["call"]), str(a["type"]),
                                      tuple(obj.shape), str(obj.dtype), str(a["rows"]), obj.name, nbytes))
 

@@ -19,7 +19,8 @@ import torch
 
 from hookrun.analysis.run import CaptureInfo, list_captures, row_index
 from hookrun.capture.ops import OpContext, register_op
-from hookrun.errors import ConfigError, RunError
+from hookrun.errors import ConfigError, HookrunError, RunError
+from hookrun.store.merge import check_sources
 
 
 @register_op("patch")
@@ -43,6 +44,10 @@ class PatchSource:
             raise ConfigError(f"{where} is not a readable HDF5 file: {exc}") from None
         if env is not None:
             env.closers.append(self.file.close)
+        try:
+            check_sources(self.file, path)  # a merged view reads a missing shard as zeros
+        except HookrunError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
         captures = list_captures(self.file)
         available = [f"{c.hook}/{c.module or '(model)'}/{c.role}" for c in captures]
         found = [self.file[c.path] for c in captures if _matches(c, hook, module, role, family)]

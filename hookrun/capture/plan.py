@@ -63,6 +63,7 @@ def resolve_targets(
     model: nn.Module, patterns: Iterable[str], hook: str, kind: str = "module"
 ) -> list[tuple[str, Any]]:
     """The (name, module-or-parameter) pairs the patterns select, in model order, each once."""
+    model = unwrap(model)
     # every name of a tied parameter (GPT-2's lm_head.weight is transformer.wte.weight)
     table = dict(model.named_parameters(remove_duplicate=False) if kind == "param" else model.named_modules())
     names = list(table)
@@ -85,6 +86,18 @@ def resolve_targets(
                 f"{_hint(pattern, names, kind)}"
             )
     return [(n, table[n]) for n in names if n in chosen]
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The model inside DDP / DataParallel (`.module`) and torch.compile (`._orig_mod`) wrappers, so
+    `at: layer1` names the same module as on the bare model (not `module.layer1`)."""
+    while True:
+        if isinstance(model, nn.parallel.DistributedDataParallel | nn.DataParallel):
+            model = model.module
+        elif isinstance(getattr(model, "_orig_mod", None), nn.Module):  # torch.compile's OptimizedModule
+            model = model._orig_mod
+        else:
+            return model
 
 
 def _noun(kind: str) -> str:

@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from hookrun.cli.hydra_errors import dotted_keys, one_line, shell_damage
 from hookrun.config.schema import HookrunConfig
 from hookrun.errors import ConfigError, HookrunError
+from hookrun.runner.ranks import agree_on_start, detect
 from hookrun.runner.run import run
 from hookrun.runner.signals import Interrupted
 
@@ -74,6 +75,7 @@ def _app(cfg: DictConfig) -> None:
         sys.exit(130)
 
 
+MULTIRUN = {"-m", "--multirun"}
 DRY_RUN = re.compile(r"^\+?dry_run=(true|True|yes|1)$")
 _FULL_ERROR = os.environ.get("HYDRA_FULL_ERROR") == "1"  # the user asked for tracebacks
 _TASK_STARTED = False  # before the first job starts, every exception is Hydra's reading of the config
@@ -128,6 +130,8 @@ def _group_options(group: str) -> list[str]:
 
 def _fail(exc: HookrunError) -> None:
     """One line on stderr (and in the run's log), the exit status, no traceback."""
+    if getattr(exc, "every_rank", False) and detect().rank != 0:
+        sys.exit(exc.exit_code)  # every rank found the same; rank 0 says it
     word = "" if isinstance(exc, Interrupted) else "error: "
     _log_to_file(f"{word}{exc}")
     print(f"hookrun: {word}{exc}", file=sys.stderr)
@@ -158,6 +162,14 @@ def main() -> None:
     damage = shell_damage(args)
     if damage:
         _fail(ConfigError(damage))
+    ranks = detect()
+    if ranks.launcher == "torchrun" and ranks.many and "HOOKRUN_STARTED" not in os.environ:
+        try:  # every rank in rank 0's run folder outputs/DATE/TIME, even when they start seconds apart
+            os.environ["HOOKRUN_STARTED"] = agree_on_start(ranks)
+        except HookrunError as exc:
+            _fail(exc)
+    if any(arg.startswith("hydra/launcher=") for arg in args) and not MULTIRUN & set(args):
+        sys.argv.insert(1, "--multirun")  # Hydra ignores a launcher outside a multirun, silently
     if any(DRY_RUN.match(arg) for arg in args):
         # a dry run writes nothing: no .hydra/ folder, no log file (the empty run folder is removed)
         sys.argv += ["hydra.output_subdir=null", "hydra/job_logging=stdout"]

@@ -13,7 +13,7 @@ import errno
 import os
 import random
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,8 @@ class Prepared:
     settings: LoopSettings
     n_batches: int
     n_samples: int
+    first_batch: int = 0  # a rank's shard starts here (hookrun.runner.shards)
+    attrs: dict = field(default_factory=dict)  # more root attributes for the file (rank, world_size)
 
 
 def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, dataset: Any = None) -> Prepared:

@@ -39,6 +39,7 @@ class ResumeState:
     file: h5py.File
     steps: int  # complete batches in the old file
     status: str
+    first_step: int = 0  # the step of its first batch (0, or where a rank's shard starts)
 
     def close(self) -> None:
         self.file.close()
@@ -62,7 +63,9 @@ def open_resume(path: Path, config_yaml: str) -> ResumeState | None:
             f"resume: the config differs from the one {str(path)!r} was written with, in "
             f"{', '.join(differing)}; resume with the same settings (or start a new run)"
         )
-    return ResumeState(path, f, complete_steps(f), str(f.attrs["status"]))
+    step_of_row = f["samples/step"][:]
+    first = int(step_of_row[0]) if len(step_of_row) else 0  # a rank's shard starts at its first batch
+    return ResumeState(path, f, complete_steps(f), str(f.attrs["status"]), first)
 
 
 def complete_steps(f: h5py.File) -> int:
@@ -99,20 +102,21 @@ def replay(state: ResumeState, store: H5Store) -> int:
     target = f["samples/target"] if "target" in f["samples"] else None
     paths = f["samples/path"] if "path" in f["samples"] else None
     extra = {k: f["samples"][k] for k in f["samples"] if k not in SAMPLE_KEYS}  # data.store keys
-    tokens = None
+    steps = state.first_step + np.arange(state.steps + 1)  # a rank's shard starts at its first batch
+    tokens = token_step = None
     if "token_sample" in f["samples"]:  # rows: token: the step of each token row, via its sample
         step_of = dict(zip(index.tolist(), step_of_row.tolist(), strict=True))
         token_sample, token_position = f["samples/token_sample"][:], f["samples/token_position"][:]
         token_step = np.array([step_of.get(int(i), -1) for i in token_sample], dtype=np.int64)
-        tokens = np.searchsorted(token_step, np.arange(state.steps + 1))
-    columns = [_Column(f[c.path], index, step_of_row, token_step if tokens is not None else None) for c in list_captures(f)]
-    bounds = np.searchsorted(step_of_row, np.arange(state.steps + 1))
-    for step in range(state.steps):
-        lo, hi = int(bounds[step]), int(bounds[step + 1])
+        tokens = np.searchsorted(token_step, steps)
+    columns = [_Column(f[c.path], index, step_of_row, state.first_step, token_step) for c in list_captures(f)]
+    bounds = np.searchsorted(step_of_row, steps)
+    for i, step in enumerate(steps[:-1].tolist()):
+        lo, hi = int(bounds[i]), int(bounds[i + 1])
         captures = [c for col in columns if (c := col.capture(step, lo, hi)) is not None]
         token_rows = None
         if tokens is not None:
-            tlo, thi = int(tokens[step]), int(tokens[step + 1])
+            tlo, thi = int(tokens[i]), int(tokens[i + 1])
             token_rows = (token_sample[tlo:thi], token_position[tlo:thi])
         store.write(StepRecord(
             step=step,
@@ -129,7 +133,7 @@ def replay(state: ResumeState, store: H5Store) -> int:
 class _Column:
     """One old capture dataset, and which of its rows belong to which batch."""
 
-    def __init__(self, ds: h5py.Dataset, index: np.ndarray, step_of_row: np.ndarray,
+    def __init__(self, ds: h5py.Dataset, index: np.ndarray, step_of_row: np.ndarray, first_step: int = 0,
                  token_step: np.ndarray | None = None) -> None:
         a = ds.attrs
         self.ds = ds
@@ -151,7 +155,7 @@ class _Column:
         elif self.tokens:
             self.row_step = token_step[: ds.shape[0]]
         else:
-            self.row_step = np.arange(ds.shape[0]) if self.per_step else step_of_row[: ds.shape[0]]
+            self.row_step = first_step + np.arange(ds.shape[0]) if self.per_step else step_of_row[: ds.shape[0]]
 
     def capture(self, step: int, lo: int, hi: int) -> Capture | None:
         first, last = np.searchsorted(self.row_step, [step, step + 1])  # rows are in batch order

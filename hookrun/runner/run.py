@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,8 +31,10 @@ from hookrun.errors import ConfigError
 from hookrun.runner.estimate import estimate
 from hookrun.runner.loop import run_batches
 from hookrun.runner.prepare import Prepared, check_output, dataset_name, prepare
+from hookrun.runner.ranks import detect
 from hookrun.runner.report import end_report
 from hookrun.runner.resume import ResumeState, open_resume, replay
+from hookrun.runner.shards import ShardRun, check_not_a_view
 from hookrun.runner.signals import Interrupted, StopSignals
 from hookrun.store.format import HOOKRUN_VERSION
 from hookrun.store.h5store import H5Store
@@ -56,18 +59,30 @@ def run(cfg: Any, model: torch.nn.Module | None = None, dataset: Any = None) -> 
     model and data.dataset nodes (which may then be left out)."""
     started = time.perf_counter()
     cfg = load(with_live(cfg, model, dataset))
+    ranks = detect()
+    if ranks.many:  # one rank of torchrun / submitit / srun: its shard, then (rank 0) the merged view
+        return ShardRun(cfg, ranks).run(lambda c, adjust: _locked(c, started, model, dataset, adjust))
+    if cfg.resume:
+        check_not_a_view(Path(cfg.output.path).expanduser())
+    return _locked(cfg, started, model, dataset)
+
+
+def _locked(cfg: HookrunConfig, started: float, model: torch.nn.Module | None, dataset: Any,
+            adjust: Callable[[Prepared], None] | None = None) -> RunResult:
+    """_run under the output's lock: one writer per file, held until the file is closed."""
     out = Path(cfg.output.path).expanduser()
     try:
         if cfg.dry_run:
-            return _run(cfg, out, started, model, dataset)
+            return _run(cfg, out, started, model, dataset, adjust)
         check_output(out, overwrite=True)  # a name it can have, its folder made: the lock file goes there
-        with OutputLock(real_path(out)):  # one writer per file: held until the file is closed
-            return _run(cfg, out, started, model, dataset)
+        with OutputLock(real_path(out)):
+            return _run(cfg, out, started, model, dataset, adjust)
     except KeyboardInterrupt:  # Ctrl-C before the file was created (later ones raise Interrupted)
         raise Interrupted(signal.SIGINT, None, 0, resumed_from=out if cfg.resume and out.exists() else None) from None
 
 
-def _run(cfg: HookrunConfig, out: Path, started: float, model: torch.nn.Module | None, dataset: Any) -> RunResult:
+def _run(cfg: HookrunConfig, out: Path, started: float, model: torch.nn.Module | None, dataset: Any,
+         adjust: Callable[[Prepared], None] | None = None) -> RunResult:
     resume = None
     if cfg.resume and not cfg.dry_run:
         check_output(out, overwrite=True)
@@ -85,6 +100,8 @@ def _run(cfg: HookrunConfig, out: Path, started: float, model: torch.nn.Module |
             resume.close()
         raise
     try:
+        if adjust is not None:
+            adjust(p)
         if cfg.dry_run or cfg.output.max_bytes is not None:
             report = plan_estimate(p)
             if cfg.dry_run:
@@ -131,7 +148,7 @@ def execute(p: Prepared, resume: ResumeState | None, started: float) -> RunResul
         check_output(p.out, cfg.output.overwrite)  # again, now that the model is built: still ours to write
     target = real.with_name(real.name + ".resuming") if resume is not None else real
     try:
-        store = H5Store(target, file_attrs(cfg, p.model, p.settings.device), cfg.output.compression.value, cfg.output.flush_every,
+        store = H5Store(target, {**file_attrs(cfg, p.model, p.settings.device), **p.attrs}, cfg.output.compression.value, cfg.output.flush_every,
                         expected_samples=p.n_samples, expected_steps=p.n_batches)
     except OSError as exc:
         raise ConfigError(f"output.path: cannot create {str(target)!r}: {exc}") from None
@@ -139,11 +156,12 @@ def execute(p: Prepared, resume: ResumeState | None, started: float) -> RunResul
     session = HookSession(p.points, p.env, cfg.early_stop)
     with StopSignals() as stop:
         try:
-            first = 0
+            first = p.first_batch  # 0, or where this rank's shard starts
             if resume is not None:
-                first = replay(resume, store)
+                kept = replay(resume, store)
+                first += kept
                 restore_limits(p.points, store)
-                log.info("resume: %d batches from %s kept; going on from batch %d", first, p.out, first)
+                log.info("resume: %d batches from %s kept; going on from batch %d", kept, p.out, first)
             replayed = True
             with session, BackgroundWriter(store) as writer:
                 p.settings.should_stop = stop.requested

@@ -80,6 +80,7 @@ class H5Store:
         self.tokens = 0  # token rows so far
         self.steps = 0
         self.samples = 0
+        self.first_step = 0  # the step of the first batch written (a rank's shard starts past 0)
         self._flushed_at = time.monotonic()
         self.flush()
 
@@ -103,6 +104,8 @@ class H5Store:
     def _write(self, rec: StepRecord) -> None:
         n = len(rec.sample_index)
         start = self.samples
+        if not self.steps:
+            self.first_step = rec.step
         _append(self._index, rec.sample_index.astype(np.int64, copy=False))
         _append(self._step, np.full(n, rec.step, dtype=np.int64))
         if rec.target is not None:
@@ -281,7 +284,7 @@ class H5Store:
     def _start_index(self, path: str, col: _Column) -> h5py.Dataset:
         """A capture that skipped a batch: index its rows explicitly from now on."""
         have = col.ds.shape[0]
-        first = np.arange(have) if col.per_step else self._index[:have]
+        first = self.first_step + np.arange(have) if col.per_step else self._index[:have]
         name = f"{path}.index"
         ds = self.file.create_dataset(name, data=first.astype(np.int64), maxshape=(None,), chunks=(8192,))
         col.ds.attrs["index"] = name.rsplit("/", 1)[1]

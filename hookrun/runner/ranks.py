@@ -1,0 +1,147 @@
+"""Ranks: which process of a data-parallel run this is, its shard of the batches, and a shared store.
+
+    r = detect()                      # Ranks(rank=1, world=2, local_rank=1, launcher='torchrun', ...)
+    shard_batches(10, r.world, r.rank)  # range(5, 10): a contiguous block of whole batches
+
+torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; submitit (Hydra's submitit launchers) and srun set
+SUBMITIT_LOCAL_* or SLURM_* per task. One process (world 1) is the ordinary run. The ranks talk
+through a torch.distributed key-value store (torchrun's TCP store, or a FileStore in the run folder
+for submitit and srun): no process group and no collective is needed, so a rank that dies never
+leaves the others stuck inside a collective call.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from hookrun.errors import ConfigError, RunError
+
+HANDSHAKE_SECONDS = 900  # how long a rank waits for the others to start
+
+
+@dataclass(frozen=True)
+class Ranks:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    launcher: str = "single"  # single | torchrun | submitit | slurm
+    job: str = ""  # the launch's id: keys and rendezvous files are unique to it
+
+    @property
+    def many(self) -> bool:
+        return self.world > 1
+
+
+def detect(environ: Mapping[str, str] = os.environ) -> Ranks:
+    """The rank of this process, from the launcher's environment variables."""
+    e = environ
+    if "RANK" in e and "WORLD_SIZE" in e and ("TORCHELASTIC_RUN_ID" in e or "MASTER_ADDR" in e):
+        job = f"{e.get('TORCHELASTIC_RUN_ID', 'torchrun')}.{e.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+        return _ranks(e, "RANK", "WORLD_SIZE", "LOCAL_RANK", "torchrun", job)
+    if "SUBMITIT_LOCAL_JOB_ID" in e and "SUBMITIT_LOCAL_NTASKS" in e:
+        return _ranks(e, "SUBMITIT_LOCAL_GLOBALID", "SUBMITIT_LOCAL_NTASKS", "SUBMITIT_LOCAL_LOCALID", "submitit",
+                      "local-" + e["SUBMITIT_LOCAL_JOB_ID"])
+    if "SLURM_PROCID" in e and "SLURM_STEP_NUM_TASKS" in e:  # a task of an srun step (submitit_slurm runs one)
+        job = f"{e.get('SLURM_JOB_ID', '')}.{e.get('SLURM_STEP_ID', '')}"
+        return _ranks(e, "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "slurm", job)
+    return Ranks()
+
+
+def _ranks(e: Mapping[str, str], rank: str, world: str, local: str, launcher: str, job: str) -> Ranks:
+    try:
+        r = Ranks(int(e[rank]), int(e[world]), int(e.get(local, "0")), launcher, job)
+    except ValueError:
+        raise ConfigError(f"{launcher}: {rank}={e.get(rank)!r}, {world}={e.get(world)!r} are not whole numbers") from None
+    if not 0 <= r.rank < r.world:
+        raise ConfigError(f"{launcher}: rank {r.rank} is outside the world size {r.world}")
+    return r
+
+
+def shard_batches(n_batches: int, world: int, rank: int) -> range:
+    """The contiguous block of batches rank `rank` of `world` runs (the first ranks get one more
+    where the batches do not divide evenly). Whole batches, so every batch is the batch a one-process
+    run has: the same samples together, the same numbers bit for bit."""
+    if world > n_batches:
+        raise every_rank(ConfigError(
+            f"the run has {world} processes (--nproc_per_node x nodes, or tasks) but only {n_batches} "
+            f"batch(es) of data.batch_size: each process needs at least one; run at most {n_batches} "
+            f"processes, or more batches (data.limit, a smaller data.batch_size)"
+        ))
+    return range(rank * n_batches // world, (rank + 1) * n_batches // world)
+
+
+def every_rank(exc: Exception) -> Exception:
+    """Mark an error that every rank raises alike (the CLI prints it on rank 0 only)."""
+    exc.every_rank = True  # type: ignore[attr-defined]
+    return exc
+
+
+def shard_path(path: Path, rank: int) -> Path:
+    """captures.h5 -> captures.rank-00001.h5 (rank 1's file, beside the merged view)."""
+    return path.with_name(f"{path.stem}.rank-{rank:05d}{path.suffix}")
+
+
+def rank_device(name: str, local_rank: int) -> str:
+    """`auto` and `cuda` mean this rank's own GPU, cuda:LOCAL_RANK, where there are GPUs (modulo the
+    GPUs this process sees: a Slurm task bound to one GPU sees it as cuda:0)."""
+    name = str(name).strip()
+    if name in ("auto", "cuda") and torch.cuda.is_available():
+        return f"cuda:{local_rank % torch.cuda.device_count()}"
+    if name == "auto":
+        return "cpu"
+    return name
+
+
+def open_store(r: Ranks, folder: Path) -> dist.Store:
+    """The key-value store the ranks share: torchrun's own TCP store, else a FileStore in `folder`
+    (the shared run folder: a file system every task sees)."""
+    timeout = dt.timedelta(seconds=HANDSHAKE_SECONDS)
+    if r.launcher == "torchrun":
+        host, port = os.environ.get("MASTER_ADDR", "localhost"), int(os.environ.get("MASTER_PORT", "29500"))
+        agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+        try:
+            store = dist.TCPStore(host, port, r.world, is_master=(r.rank == 0 and not agent), timeout=timeout,
+                                  wait_for_workers=False)
+        except (RuntimeError, OSError) as exc:
+            raise RunError(f"torchrun: cannot reach the rendezvous store at {host}:{port}: {exc}") from None
+    else:
+        folder.mkdir(parents=True, exist_ok=True)
+        store = dist.FileStore(str(folder / f".hookrun-ranks-{r.job}"), r.world)
+        store.set_timeout(timeout)
+    return dist.PrefixStore(f"hookrun/{r.job}/", store)
+
+
+def share_from_rank0(store: dist.Store, key: str, value: str | None) -> str:
+    """Rank 0 passes `value`; every rank gets rank 0's value (waits for it up to HANDSHAKE_SECONDS)."""
+    if value is not None:
+        store.set(key, value)
+    try:
+        return store.get(key).decode()
+    except RuntimeError:
+        raise RunError(f"rank 0 did not send {key!r} within {HANDSHAKE_SECONDS} s: did it start?") from None
+
+
+def gather(store: dist.Store, r: Ranks, key: str, value: str) -> list[str]:
+    """Every rank's `value`, in rank order (waits for each up to HANDSHAKE_SECONDS)."""
+    store.set(f"{key}/{r.rank}", value)
+    out = []
+    for other in range(r.world):
+        try:
+            out.append(store.get(f"{key}/{other}").decode())
+        except RuntimeError:
+            raise RunError(f"rank {other} of {r.world} did not start within {HANDSHAKE_SECONDS} s") from None
+    return out
+
+
+def agree_on_start(r: Ranks) -> str:
+    """Rank 0's start time, 'YYYY-mm-dd/HH-MM-SS', the same on every torchrun rank: the default run
+    folder outputs/DATE/TIME does not split across ranks that start a second apart."""
+    mine = dt.datetime.now().strftime("%Y-%m-%d/%H-%M-%S") if r.rank == 0 else None
+    return share_from_rank0(open_store(r, Path(".")), "start", mine)

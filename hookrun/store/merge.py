@@ -1,0 +1,231 @@
+"""The merged view: one captures.h5 whose datasets are HDF5 virtual datasets over the rank files.
+
+    view = build_view(Path("run/captures.h5"), [Path("run/captures.rank-00000.h5"), ...], attrs)
+    view.status, view.incomplete  # 'complete', [] once every shard is
+
+No capture row is copied: each capture, /samples/index, /step, /target and /path maps the shards'
+rows in rank order (= sample order), by relative file name, so the folder can be moved. A virtual
+dataset whose source file is missing reads as zeros without an error in every HDF5 reader, so a
+reader must check the sources first: check_sources() does, and open_run and patch call it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from hookrun.errors import HookrunError, RunError
+
+SAMPLE_DATASETS = ("index", "step", "target", "path")
+FINAL = ("complete", "failed", "interrupted")
+
+
+@dataclass
+class View:
+    path: Path
+    status: str
+    incomplete: list[str] = field(default_factory=list)  # 'captures.rank-00001.h5 (failed)', ...
+    samples: int = 0
+    seconds: float = 0.0
+
+
+def shard_status(path: Path) -> str:
+    """A shard file's status attribute; 'missing' or 'unreadable' where it cannot be read."""
+    if not path.is_file():
+        return "missing"
+    try:
+        with h5py.File(path, "r", locking=False) as f:
+            return str(f.attrs.get("status", "unreadable"))
+    except (OSError, KeyError):
+        return "unreadable"
+
+
+def build_view(path: Path, shards: list[Path], attrs: dict) -> View:
+    """Write `path` as a view over `shards` (in rank order), in a temporary file renamed into place.
+    Shards that are missing or unreadable are left out and named in `incomplete_shards`."""
+    started = time.perf_counter()
+    folder = path.parent
+    opened: list[tuple[Path, h5py.File]] = []
+    incomplete: list[str] = []
+    try:
+        for shard in shards:
+            if shard.parent.resolve() != folder.resolve():
+                raise RunError(f"shard {shard} is not in the view's folder {folder}")
+            status = shard_status(shard)
+            if status in ("missing", "unreadable"):
+                incomplete.append(f"{shard.name} ({status})")
+                continue
+            f = h5py.File(shard, "r", locking=False)
+            opened.append((shard, f))
+            if status != "complete":
+                incomplete.append(f"{shard.name} ({status}, {int(f.attrs.get('steps_complete', 0))} batches)")
+        tmp = path.with_name(path.name + ".view-tmp")
+        try:
+            with h5py.File(tmp, "w") as out:
+                total = _write(out, opened)
+                for key, value in attrs.items():
+                    out.attrs[key] = value
+                out.attrs["status"] = "complete" if not incomplete else "incomplete"
+                out.attrs["incomplete_shards"] = ", ".join(incomplete)
+                out.attrs["shards"] = np.array([s.name for s in shards], dtype=h5py.string_dtype())
+                out.attrs["world_size"] = len(shards)
+                out.attrs["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    finally:
+        for _, f in opened:
+            f.close()
+    return View(path, "complete" if not incomplete else "incomplete", incomplete, total, time.perf_counter() - started)
+
+
+@dataclass
+class _Shard:
+    """What the view needs of one shard, read once: h5py calls cost about as much as the mapping."""
+
+    path: Path
+    file: h5py.File
+    index: np.ndarray  # /samples/index
+    first_step: int
+    steps: int
+    captures: dict[str, h5py.Dataset]  # by path under /captures
+
+    @classmethod
+    def read(cls, path: Path, f: h5py.File) -> _Shard:
+        index = f["samples/index"][:]
+        step = f["samples/step"][:]
+        found: dict[str, h5py.Dataset] = {}
+
+        def visit(name: str, obj: object) -> None:  # (a value returned would stop visititems)
+            if isinstance(obj, h5py.Dataset) and "role" in obj.attrs:
+                found[name] = obj
+
+        f["captures"].visititems(visit)
+        return cls(path, f, index, int(step[0]) if len(step) else 0, len(np.unique(step)), found)
+
+
+def _write(out: h5py.File, opened: list[tuple[Path, h5py.File]]) -> int:
+    """The virtual datasets; returns the number of samples."""
+    shards = [_Shard.read(path, f) for path, f in opened]
+    counts = [len(s.index) for s in shards]
+    if shards:
+        first = shards[0].file.attrs
+        for key in ("format_version", "hookrun_version", "torch_version", "model_class", "mode", "created"):
+            if key in first:
+                out.attrs[key] = first[key]
+        out.attrs["device"] = ", ".join(sorted({str(s.file.attrs.get("device", "?")) for s in shards}))
+    out.attrs["steps_complete"] = sum(s.steps for s in shards)
+    out.attrs["samples_complete"] = sum(counts)
+    out.attrs["shard_samples"] = np.array(counts, dtype=np.int64)
+    samples = out.create_group("samples")
+    for name in SAMPLE_DATASETS:
+        have = [(s.path, s.file[f"samples/{name}"], f"samples/{name}", n) for s, n in zip(shards, counts, strict=True)
+                if name in s.file["samples"]]
+        if name in ("index", "step") or have:
+            if len(have) != len(shards):
+                raise RunError(f"/samples/{name} is in {len(have)} of {len(shards)} shards: they were not written by one config")
+            _virtual(samples, name, have)
+    out.create_group("captures")
+    names = dict.fromkeys(name for s in shards for name in s.captures)
+    all_index = np.concatenate([s.index for s in shards]) if shards else np.zeros(0, np.int64)
+    for name in names:
+        _capture(out, name, shards, all_index)
+    return sum(counts)
+
+
+def _capture(out: h5py.File, name: str, shards: list[_Shard], all_index: np.ndarray) -> None:
+    """One capture: its rows from each shard in rank order, capped at `limit` where record had one."""
+    full = f"captures/{name}"
+    parts, index_parts = [], []
+    attrs = None
+    for s in shards:
+        ds = s.captures.get(name)
+        if ds is None:
+            continue
+        attrs = attrs or dict(ds.attrs)
+        per_step = str(attrs["rows"]) == "steps"
+        own_name = attrs["index"] if not parts else ds.attrs["index"]  # the first shard's attrs are read already
+        own = ds.parent[own_name] if own_name else None
+        rows = min(ds.shape[0], own.shape[0] if own is not None else (s.steps if per_step else len(s.index)))
+        parts.append((s.path, ds, full, rows))
+        if own is not None:
+            index_parts.append(own[:rows])
+        elif per_step:
+            index_parts.append(np.arange(s.first_step, s.first_step + rows))
+        else:
+            index_parts.append(s.index[:rows])
+    limit = int(attrs["limit"]) if "limit" in attrs else None
+    if limit is not None:  # each rank recorded its first `limit` rows; the run's are the first of all
+        parts, index_parts = _cap(parts, limit), _cap_arrays(index_parts, limit)
+    view = _virtual(out, full, parts)
+    for key, value in attrs.items():
+        view.attrs[key] = value
+    view.attrs["shard_rows"] = np.array([p[3] for p in parts], dtype=np.int64)
+    index = np.concatenate(index_parts) if index_parts else np.zeros(0, np.int64)
+    implicit = np.arange(len(index)) if str(attrs["rows"]) == "steps" else all_index[: len(index)]
+    if np.array_equal(index, implicit):
+        view.attrs["index"] = ""
+    else:  # rows that skip samples or steps: the row index, small and written (not a view)
+        leaf = full.rsplit("/", 1)[1] + ".index"
+        view.parent.create_dataset(leaf, data=index.astype(np.int64))
+        view.attrs["index"] = leaf
+
+
+def _cap(parts: list[tuple], limit: int) -> list[tuple]:
+    out, left = [], limit
+    for path, ds, name, rows in parts:
+        take = min(rows, left)
+        if take:
+            out.append((path, ds, name, take))
+        left -= take
+    return out
+
+
+def _cap_arrays(arrays: list[np.ndarray], limit: int) -> list[np.ndarray]:
+    out, left = [], limit
+    for a in arrays:
+        if left > 0 and len(a):
+            out.append(a[:left])
+            left -= len(out[-1])
+    return out
+
+
+def _virtual(group: h5py.Group, name: str, parts: list[tuple[Path, h5py.Dataset, str, int]]) -> h5py.Dataset:
+    """A virtual dataset `name` in `group`: the first `rows` rows of each part's dataset, in order."""
+    if not parts:
+        raise RunError(f"{name}: no shard holds rows of it")
+    ref = parts[0][1]
+    dtype, row = ref.dtype, ref.shape[1:]
+    for path, ds, src, _ in parts[1:]:
+        if ds.dtype != dtype or ds.shape[1:] != row:
+            raise RunError(f"{src}: {path.name} has rows of {ds.dtype} {ds.shape[1:]}, "
+                           f"{parts[0][0].name} of {dtype} {row}: the ranks did not capture the same thing")
+    total = sum(p[3] for p in parts)
+    layout = h5py.VirtualLayout(shape=(total, *row), dtype=dtype)
+    at = 0
+    for path, _, src, rows in parts:
+        if rows:
+            layout[at : at + rows] = h5py.VirtualSource(path.name, src, shape=(rows, *row), dtype=dtype)
+        at += rows
+    return group.create_virtual_dataset(name, layout)
+
+
+def check_sources(f: h5py.File, path: Path) -> None:
+    """Refuse a view whose shard files are not all there: HDF5 would read their rows as zeros."""
+    shards = f.attrs.get("shards")
+    if shards is None:
+        return
+    names = [s.decode() if isinstance(s, bytes) else str(s) for s in shards]
+    missing = [n for n in names if not (path.parent / n).is_file()]
+    if missing:
+        raise HookrunError(
+            f"{path} is a view over {len(names)} shard files and {len(missing)} of them are missing from "
+            f"{path.parent}: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}; keep the "
+            f"captures.rank-*.h5 files beside it (HDF5 would read their rows as zeros)"
+        )
