@@ -10,18 +10,19 @@ import torch
 from hookrun import open_run
 from hookrun.analysis import loader as loader_mod
 from hookrun.errors import ConfigError, NotFoundError
+from hookrun.store import h5store
 from hookrun.store.h5store import H5Store
 from hookrun.store.records import Capture, CaptureKey, StepRecord
 
 N, BATCH = 1000, 64  # rows, and rows per written batch (the last one short)
 
 
-def write_cache(path, n=N, start=0, seed=0):
+def write_cache(path, n=N, start=0, seed=0, expected=N, compression="none"):
     """A hookrun file written by the store: two per-row captures, float32 (16 wide) and float16 (8 wide)."""
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((n, 16), dtype=np.float32)
     b = rng.standard_normal((n, 8)).astype(np.float16)
-    with H5Store(path, {"config": "{}"}, expected_samples=n) as store:
+    with H5Store(path, {"config": "{}"}, expected_samples=expected and n, compression=compression) as store:
         for step, lo in enumerate(range(0, n, BATCH)):
             hi = min(lo + BATCH, n)
             caps = [Capture(CaptureKey("res", "blocks.1", "forward", "output"), torch.from_numpy(a[lo:hi]), False),
@@ -31,11 +32,15 @@ def write_cache(path, n=N, start=0, seed=0):
 
 
 @pytest.fixture
-def cache(tmp_path):
+def cache(tmp_path, monkeypatch):
+    """Chunks of 37 rows (float32, 64-byte rows) and 148 rows (float16): many, the last ones partial."""
+    monkeypatch.setattr(h5store, "CHUNK_BYTES", 37 * 64)
+    monkeypatch.setattr(h5store, "MIN_CHUNK_BYTES", 1024)
     path = tmp_path / "cache.h5"
-    a, b = write_cache(path)
+    a, b = write_cache(path, expected=None)
     with h5py.File(path, "r") as f:  # the reference: what h5py reads from the file
         ref_a, ref_b = f["captures/res/blocks.1/output"][:], f["captures/res/blocks.2/output"][:]
+        assert f["captures/res/blocks.1/output"].chunks == (37, 16) and f["captures/res/blocks.2/output"].chunks == (148, 8)
     np.testing.assert_array_equal(ref_a, a)
     return path, ref_a, ref_b
 
@@ -101,8 +106,8 @@ def test_whole_file_in_one_window_is_a_uniform_permutation(cache):
 def test_memory_is_one_window(cache, monkeypatch):
     path = cache[0]
     reads = []
-    real = loader_mod._read
-    monkeypatch.setattr(loader_mod, "_read", lambda ds, segs, n: (reads.append(n), real(ds, segs, n))[1])
+    real = loader_mod._Source.read
+    monkeypatch.setattr(loader_mod._Source, "read", lambda self, segs, n: (reads.append(n), real(self, segs, n))[1])
     with open_run(path) as run:
         rows = run.loader(("blocks.1", "output"), batch_size=BATCH, **SMALL)
         list(rows)
@@ -121,6 +126,16 @@ def test_several_captures_concatenated_or_together(cache):
         np.testing.assert_array_equal(b.numpy(), ref_b[ids.numpy()])
         x = next(iter(run.loader(("blocks.2", "output"), batch_size=BATCH, dtype=torch.float32)))
         assert x.dtype == torch.float32 and x.shape == (BATCH, 8)
+
+
+def test_compressed_file_is_read_through_hdf5(tmp_path):
+    path = tmp_path / "gzip.h5"
+    a, b = write_cache(path, 300, compression="gzip")
+    with open_run(path) as run:
+        x, ids, _ = collect(run.loader([("blocks.1", "output"), ("blocks.2", "output")], batch_size=BATCH,
+                                       with_rows=True, block_rows=50))
+    assert sorted(ids.tolist()) == list(range(300))
+    np.testing.assert_array_equal(x, np.concatenate([a, b.astype(np.float32)], axis=1)[ids])
 
 
 def test_drop_last(cache):
