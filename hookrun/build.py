@@ -18,7 +18,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from torch import nn
 
-from hookrun.errors import ConfigError
+from hookrun.errors import ConfigError, HookrunError
 
 
 def build(node: Any, where: str, **kwargs: Any) -> Any:
@@ -28,6 +28,11 @@ def build(node: Any, where: str, **kwargs: Any) -> Any:
     try:
         return instantiate(dict(node), _convert_="all", **kwargs)
     except InstantiationException as exc:
+        cause = exc.__cause__
+        while isinstance(cause, InstantiationException):
+            cause = cause.__cause__
+        if isinstance(cause, HookrunError):  # a builder's own one-line message names its key (model.path: ...)
+            raise ConfigError(str(cause)) from None
         raise ConfigError(f"{where}: {_instantiation_message(exc, node['_target_'])}") from None
 
 
@@ -60,12 +65,31 @@ def build_model(node: Mapping, device: torch.device) -> nn.Module:
     except ConfigError as exc:
         if node.get("weights") and ("URLError" in str(exc) or "HTTPError" in str(exc)):
             raise ConfigError(_weights_message(node, str(exc))) from None
+        if node.get("weights_backbone") and ("URLError" in str(exc) or "HTTPError" in str(exc)):
+            raise ConfigError(f"model.weights_backbone={node['weights_backbone']}: the backbone's pretrained weights are not "
+                              f"in the torch hub cache ({Path(torch.hub.get_dir()) / 'checkpoints'}) and cannot be "
+                              f"downloaded; set model.weights_backbone=null for a random-init backbone") from None
         raise
     if not isinstance(model, nn.Module):
         raise ConfigError(f"model: {node['_target_']!r} built a {type(model).__name__}, not a torch.nn.Module")
     if checkpoint:
         load_checkpoint(model, str(checkpoint))
     return model.to(device).eval()
+
+
+def live_model(model: Any, device: torch.device) -> nn.Module:
+    """A model object given to run(cfg, model=...): checked, moved to the device, in eval mode."""
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"run(model=...): got a {type(model).__name__}, not a torch.nn.Module")
+    return model.to(device).eval()
+
+
+def live_dataset(dataset: Any) -> Any:
+    """A dataset object given to run(cfg, dataset=...): it must be map-style."""
+    if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
+        raise ConfigError(f"run(dataset=...): got a {type(dataset).__name__}; hookrun needs a map-style dataset "
+                          f"(with __len__ and __getitem__)")
+    return dataset
 
 
 def _weights_message(node: Mapping, error: str) -> str:

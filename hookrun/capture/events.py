@@ -10,6 +10,7 @@ parts of a tuple get `.0`, `.1`, ... (`input.1`), of a dict `.KEY`. A one-elemen
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,15 +26,17 @@ class StepState:
     step: int = -1
     batch_size: int = 0
     sample_index: torch.Tensor | None = None  # dataset indices of the batch's samples
+    attention_mask: torch.Tensor | None = None  # (batch, tokens), 1 = a real token, 0 = padding; None: no mask
+    token_map: tuple | None = None  # (sample index, position) of each token row, set by `rows: token` records
 
 
 class Event:
     """One firing of one hook point (a plain class with __slots__: one is made per firing)."""
 
-    __slots__ = ("hook", "type", "module", "target", "call", "state", "tensors", "writable", "replaced")
+    __slots__ = ("hook", "type", "module", "target", "call", "state", "tensors", "writable", "replaced", "raw")
 
     def __init__(self, hook: str, type: str, module: str, target: Any, call: int, state: StepState,
-                 tensors: dict[str, torch.Tensor], writable: str | None = None) -> None:
+                 tensors: dict[str, torch.Tensor], writable: str | None = None, raw: Any = None) -> None:
         self.hook = hook
         self.type = type
         self.module = module  # module path ('' is the whole model) or parameter name
@@ -43,6 +46,7 @@ class Event:
         self.tensors = tensors
         self.writable = writable  # the role family actions may replace (e.g. "output")
         self.replaced: set[str] | None = None  # roles an action replaced
+        self.raw = raw  # a forward hook's output where it is a list (one item per sample: detection)
 
     @property
     def step(self) -> int:
@@ -76,6 +80,27 @@ class Event:
     def where(self) -> str:
         name = self.module if self.module else "(model)"
         return f"{name}" + (f" call {self.call}" if self.call else "")
+
+
+def positional_index(module: Any, name: str) -> int | None:
+    """Where argument `name` sits among `module.forward`'s positional parameters (None: nowhere):
+    `hidden_states` may come positionally (GPT-2 attention) or as a keyword (LLaMA attention)."""
+    try:
+        params = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError, AttributeError):
+        return None
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return positional.index(name) if name in positional else None
+
+
+def positional_role(tensors: dict, family: str, position: int) -> str | None:
+    """The role of the positional input at `position` in an event's tensors (`input`, `input.1`)."""
+    role = f"{family}.{position}"
+    if role in tensors:
+        return role
+    if position == 0 and family in tensors:
+        return family
+    return None
 
 
 def family(role: str) -> str:

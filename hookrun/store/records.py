@@ -38,6 +38,8 @@ class Capture:
     torch_dtype: str = ""
     attrs: dict = field(default_factory=dict)  # what was done to it (set by record)
     index: np.ndarray | None = None  # sample indices of the rows, where not the whole batch
+    tokens: bool = False  # one row per non-padding token, aligned with /samples/token_sample
+    ragged: bool = False  # value is a list: one tensor of varying first dim per sample (variable-length rows)
 
 
 @dataclass
@@ -50,6 +52,8 @@ class StepRecord:
     path: list[str] | None
     captures: list[Capture]
     ticket: Any = None  # hookrun.store.transfer.Ticket: wait() before reading captures, release() after
+    samples: dict[str, np.ndarray] | None = None  # more per-sample arrays for /samples/<name> (data.store)
+    tokens: tuple[np.ndarray, np.ndarray] | None = None  # (sample index, position) of each token row
 
 
 class StepCaptures:

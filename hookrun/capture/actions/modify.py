@@ -10,8 +10,9 @@
 | modify_output | forward                   | the module's output                          |
 | modify_grad   | backward, tensor, param   | grad_input / the gradient                    |
 
-`arg: N` picks one tensor of a tuple (the N-th positional input, say); without it every tensor of
-that kind is replaced. The op is a built-in name (hookrun.capture.ops) or a `_target_` callable.
+`arg: N` picks one tensor of a tuple (the N-th positional input, say), `arg: NAME` a keyword input
+(`arg: hidden_states`, given as a keyword or positionally); without it every tensor of that kind
+is replaced. Naming an input the module does not receive is an error, never a silent no-op. The op is a built-in name (hookrun.capture.ops) or a `_target_` callable.
 """
 
 from __future__ import annotations
@@ -20,31 +21,40 @@ from typing import Any
 
 from hookrun.capture import patch  # noqa: F401  (registers op "patch")
 from hookrun.capture.actions.base import ACTIONS, Action
-from hookrun.capture.events import Event, family
+from hookrun.capture.events import Event, family, positional_index
 from hookrun.capture.ops import OPS, OpContext, build_op
 from hookrun.errors import ConfigError, HookrunError, RunError
 
 
 class Modify(Action):
-    def __init__(self, point, hook_type, env, where: str = "", op: Any = None, arg: int | None = None, **params: Any) -> None:
+    def __init__(self, point, hook_type, env, where: str = "", op: Any = None, arg: int | str | None = None, **params: Any) -> None:
         super().__init__(point, hook_type, env, where)
         if op is None:
             raise ConfigError(f"{self.where}: needs op: one of {', '.join(OPS)}, or op: {{_target_: my_pkg.fn, _partial_: true}}")
         self.op = build_op(op, params, self.where, _point=point, _family=hook_type.writable, _env=env)
         self.op_name = op if isinstance(op, str) else str(op.get("_target_", op))
+        if arg is not None and (isinstance(arg, bool) or not isinstance(arg, int | str) or arg == ""):
+            raise ConfigError(f"{self.where}: arg {arg!r}; give a position (arg: 0) or an argument name (arg: hidden_states)")
         self.arg = arg
+        # an argument name that may come positionally: its position in forward()'s signature
+        self.position = positional_index(point.target, arg) if isinstance(arg, str) else None
 
     def selects(self, role: str, writable: str) -> bool:
         if family(role) != writable:
             return False
         if self.arg is None:
             return True
-        return role == f"{writable}.{self.arg}" or (self.arg == 0 and role == writable)
+        named = f"{writable}.{self.arg}"
+        return role == named or role.startswith(named + ".") or (self.arg == 0 and role == writable)
 
     def __call__(self, ev: Event) -> None:
         roles = [r for r in ev.tensors if self.selects(r, ev.writable)]
+        if not roles and self.position is not None:  # hidden_states given positionally
+            at = f"{ev.writable}.{self.position}"
+            roles = [r for r in ev.tensors if r == at or r.startswith(at + ".") or (self.position == 0 and r == ev.writable)]
         if not roles and self.arg is not None:
-            raise RunError(f"{self.where}: arg {self.arg}: {ev.where} has no {ev.writable}.{self.arg} (it has: {', '.join(ev.tensors)})")
+            raise RunError(f"{self.where}: arg {self.arg}: {ev.where} receives no {ev.writable}.{self.arg}; "
+                           f"it receives: {', '.join(ev.tensors) or 'no tensors'}")
         for role in roles:
             ctx = OpContext(ev.hook, ev.target, ev.module, role, ev.step, ev.call, ev.state.sample_index)
             try:

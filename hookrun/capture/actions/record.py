@@ -3,10 +3,14 @@
     actions: [record]                                   # every tensor the hook sees
     actions: [{name: record, what: output}]             # only the output (or [input, output], input.1)
     actions: [{name: record, what: output, reduce: mean, dims: spatial, dtype: float16, every: 2}]
+    actions: [{name: record, what: input.hidden_states, rows: token}]   # a keyword input, one row per token
+    actions: [{name: record, what: output, select: {dim: token, index: last}}]  # each sample's last token
 
 Reductions run on the tensor's device before the copy, in this order: `select` (index lists or
 slices along named dims), `reduce` (mean / max / norm over `dims`), `dtype`; `every` keeps every
-Nth step, `limit` the first N rows. The capture's attributes record what was done.
+Nth step, `limit` the first N rows. The capture's attributes record what was done. `rows` says how
+a tensor becomes rows (auto | sample | step | token: hookrun.capture.actions.rows); a reduction
+over the token dim and `index: last` follow the batch's attention mask (padding is left out).
 
 A snapshot is a copy taken when the hook fires, so a later in-place op (ReLU(inplace=True) after
 bn1) cannot change what was recorded.
@@ -20,7 +24,16 @@ from typing import Any
 import torch
 
 from hookrun.capture.actions.base import ACTIONS, Action
-from hookrun.capture.events import Event, family
+from hookrun.capture.actions.rows import (
+    STEP,
+    RowRule,
+    fits_tokens,
+    last_positions,
+    padding_mask,
+    per_sample_lists,
+    token_rows,
+)
+from hookrun.capture.events import Event, family, positional_index, positional_role
 from hookrun.errors import ConfigError, HookrunError, RunError, one_of
 from hookrun.store.records import Capture, CaptureKey
 
@@ -41,6 +54,7 @@ class Record(Action):
         every: int = 1,
         limit: int | None = None,
         check_finite: bool = False,
+        rows: str = "auto",
     ) -> None:
         super().__init__(point, hook_type, env, where)
         wanted = [what] if isinstance(what, str) else list(what or [])
@@ -51,6 +65,10 @@ class Record(Action):
                     f"hook sees; choose from: {one_of(hook_type.roles)}"
                 )
         self.what = tuple(wanted)
+        # inputs named by argument (input.hidden_states) that may come positionally: their positions
+        self.named = {w: positional_index(point.target, w.split(".", 1)[1]) for w in wanted
+                      if family(w) == "input" and "." in w and not w.split(".", 1)[1].isdigit()}
+        self.named = {w: i for w, i in self.named.items() if i is not None}
         if dtype is not None and dtype not in DTYPES:
             raise ConfigError(f"{self.where}: record dtype={dtype!r}; choose from: {one_of(DTYPES)}")
         self.dtype = DTYPES[dtype] if dtype is not None else env.store_dtype
@@ -66,7 +84,13 @@ class Record(Action):
         if limit is not None and (not isinstance(limit, int) or limit < 1):
             raise ConfigError(f"{self.where}: record limit={limit!r}; expected a whole number >= 1 or null")
         self.every, self.limit, self.check_finite = every, limit, check_finite
+        self.rule = RowRule(rows, self.where, hook_type.per_step)
+        if rows == "token" and (every > 1 or limit is not None):
+            raise ConfigError(f"{self.where}: rows=token keeps every token of every batch; remove every and limit "
+                              f"(data.limit runs fewer batches)")
+        self.token_rows = rows == "token"
         self.rows: dict[tuple[str, int], int] = {}  # rows recorded so far, per (role, call)
+        self._seen: set[int] = set()  # calls whose roles were checked against `what`
         self.attrs = self._attrs(dtype)
 
     def _attrs(self, dtype: str | None) -> dict:
@@ -85,8 +109,9 @@ class Record(Action):
         return attrs
 
     def reset(self) -> None:
-        """Forget the rows counted for `limit` (after the dry-run estimate)."""
+        """Forget the rows counted for `limit` and the row layouts (after the dry-run estimate)."""
         self.rows.clear()
+        self.rule.reset()
 
     def restore_rows(self, role: str, call: int, rows: int) -> None:
         """Count the rows a resumed file already holds, so `limit` stops where it would have."""
@@ -99,10 +124,27 @@ class Record(Action):
         state = ev.state
         if state.step % self.every:
             return
-        for role, t in ev.tensors.items():
+        tensors: dict = ev.tensors
+        if self.named:  # input.hidden_states passed positionally: recorded under its name
+            tensors = self._by_name(tensors)
+        if self.what and ev.call not in self._seen:
+            self._check_seen(ev, tensors)
+        if ev.raw is not None:  # a list with one item per sample (detection outputs): ragged rows
+            lists = per_sample_lists(ev.raw, "output", state.batch_size)
+            if lists is not None:
+                tensors = {r: t for r, t in tensors.items() if family(r) != "output"} | lists
+        for role, t in tensors.items():
             if t is None or not self.wants(role):
                 continue
-            per_step = self.hook_type.per_step or t.dim() == 0 or t.shape[0] != state.batch_size
+            if isinstance(t, list):
+                self._ragged(ev, role, t)
+                continue
+            if self.token_rows and not self.what and not fits_tokens(t, state):
+                continue  # rows=token without `what`: only the (batch, tokens, ...) tensors
+            k = 1 if self.token_rows else self.rule.layout(role, ev.call, t, state, ev.where)
+            per_step = k == STEP
+            if k > 1:
+                t = t.reshape(state.batch_size, k, *t.shape[1:])
             index = None
             if self.limit is not None:
                 done = self.rows.get((role, ev.call), 0)
@@ -116,32 +158,69 @@ class Record(Action):
                 self.rows[(role, ev.call)] = done + min(n, room)
             if self.check_finite:
                 _check_finite(t, ev, role)
-            try:
-                value = self.transform(t, ev, role)
-            except HookrunError:
-                raise
-            except (IndexError, RuntimeError, TypeError, ValueError) as exc:  # e.g. a channel that does not exist
-                raise RunError(f"{self.where}: record could not select/reduce {role} of {ev.where} "
-                               f"(shape {tuple(t.shape)}): {type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
+            value = self._transform(t, ev, role)
+            if self.token_rows:
+                value = token_rows(value, state, role, f"{self.where} at {ev.where}")
             key = CaptureKey(ev.hook, ev.module, ev.type, role, ev.call)
-            self.env.captures.add(Capture(key, value, per_step, _dtype_name(t.dtype), self.attrs, index))
+            self.env.captures.add(Capture(key, value, per_step, _dtype_name(t.dtype), self.attrs, index, tokens=self.token_rows))
+
+    def _by_name(self, tensors: dict) -> dict:
+        out = None
+        for w, pos in self.named.items():
+            if w not in tensors:
+                role = positional_role(tensors, "input", pos)
+                if role is not None:
+                    out = dict(tensors) if out is None else out
+                    out[w] = out.pop(role) if not self.wants(role) else tensors[role]
+        return tensors if out is None else out
+
+    def _check_seen(self, ev: Event, tensors: dict) -> None:
+        """A `what` that names an input or output the module never receives is an error, not a no-op."""
+        self._seen.add(ev.call)
+        if self.hook_type.name not in ("forward", "forward_pre"):
+            return
+        for w in self.what:
+            if not any(r == w or r.startswith(w + ".") for r in tensors):
+                raise RunError(f"{self.where}: record what={w!r}: {ev.where} receives no {w}; it receives: "
+                               f"{', '.join(tensors) or 'no tensors'}")
+
+    def _ragged(self, ev: Event, role: str, items: list[torch.Tensor]) -> None:
+        """One row of varying length per sample (stored as variable-length HDF5 rows)."""
+        value = [self._transform(x.unsqueeze(0), ev, role)[0].cpu() for x in items]
+        key = CaptureKey(ev.hook, ev.module, ev.type, role, ev.call)
+        self.env.captures.add(Capture(key, value, False, _dtype_name(items[0].dtype), self.attrs, ragged=True))
+
+    def _transform(self, t: torch.Tensor, ev: Event, role: str) -> torch.Tensor:
+        try:
+            return self.transform(t, ev, role)
+        except HookrunError:
+            raise
+        except (IndexError, RuntimeError, TypeError, ValueError) as exc:  # e.g. a channel that does not exist
+            raise RunError(f"{self.where}: record could not select/reduce {role} of {ev.where} "
+                           f"(shape {tuple(t.shape)}): {type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
 
     def transform(self, t: torch.Tensor, ev: Event, role: str) -> torch.Tensor:
         """select -> reduce -> dtype, on the tensor's device; always returns a fresh tensor."""
         t = t.detach()  # select and reduce build no graph
         for dim, index, _ in self.select:
             d = _dim(dim, t.dim(), ev, role)
-            t = t[(slice(None),) * d + (index,)] if isinstance(index, slice) else t.index_select(d, torch.as_tensor(index, device=t.device))
+            if index == "last":  # each sample's last non-padding token; the dim goes
+                t = t.movedim(d, 1)[torch.arange(t.shape[0], device=t.device), last_positions(t.movedim(d, 1), 1, ev.state)]
+            elif isinstance(index, slice):
+                t = t[(slice(None),) * d + (index,)]
+            else:
+                t = t.index_select(d, torch.as_tensor(index, device=t.device))
         if self.reduce:
             dims = sorted({d for spec in self.dims for d in _dims(spec, t.dim(), ev, role)})
             if not t.is_floating_point():
                 t = t.float()
+            m = padding_mask(t, dims, ev.state)  # reductions over tokens ignore padding
             if self.reduce == "mean":
-                t = t.mean(dim=dims)
+                t = t.mean(dim=dims) if m is None else (t * m).sum(dim=dims) / m.expand_as(t).sum(dim=dims).clamp(min=1)
             elif self.reduce == "max":
-                t = t.amax(dim=dims)
+                t = t.amax(dim=dims) if m is None else t.masked_fill(m == 0, float("-inf")).amax(dim=dims)
             else:
-                t = torch.linalg.vector_norm(t, dim=dims)
+                t = torch.linalg.vector_norm(t if m is None else t * m, dim=dims)
         return snapshot(t, self.dtype)
 
 
@@ -198,6 +277,8 @@ def _parse_select(spec: Any, where: str) -> tuple[Any, Any, str]:
     dim = spec.get("dim", 1)
     _check_dim(dim, where)
     index = spec["index"]
+    if index == "last":
+        return dim, "last", "last"
     if isinstance(index, str):
         try:
             parts = [int(p) if p.strip() else None for p in index.split(":")]
