@@ -14,6 +14,7 @@ os.sync(); ratios are taken between medians.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -53,7 +54,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batches", type=int, default=60, help="batches of 8 x 128 tokens per writing run (default 60)")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--rss-batches", type=int, nargs=2, default=[8, 32], metavar=("SMALL", "LARGE"))
+    p.add_argument("--rss-small", type=int, default=8, help="batches of the short run whose peak RSS is set against the timed runs'")
     p.add_argument("--rows", type=int, default=262144, help="token rows in the read benchmark's file (default 262144, 256 MiB)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per child (default 1 of this machine's cores)")
     p.add_argument("--quick", action="store_true", help="2 batches, 1 round, 16384 rows: checks that everything runs")
@@ -61,7 +62,7 @@ def main() -> None:
     p.add_argument("--dir", type=Path)
     a = p.parse_args()
     if a.quick:
-        a.batches, a.rounds, a.rss_batches, a.rows = 2, 1, [1, 2], 16384
+        a.batches, a.rounds, a.rss_small, a.rows = 2, 1, 1, 16384
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     started = time.time()
     missing = [route for route, mod in PEERS.items() if importlib.util.find_spec(mod) is None]
@@ -77,10 +78,10 @@ def main() -> None:
                 res = child(name, folder, a.threads, batches=a.batches)
                 w[name].append(res)
                 log(f"  round {r + 1} {name:18s} {res['seconds']:8.2f} s {res['rss_mb']:7.0f} MB {res['bytes'] / 1e6:8.1f} MB on disk")
-        for n in a.rss_batches:
-            for name in writers:
-                rss[name, n] = child(name, folder, a.threads, batches=n)["rss_mb"]
-                log(f"  peak RSS {name:18s} {n:4d} batches {rss[name, n]:7.0f} MB")
+        for name in writers:  # against the timed runs' peak RSS (the median)
+            rss[name, a.batches] = statistics.median(r["rss_mb"] for r in w[name])
+            rss[name, a.rss_small] = child(name, folder, a.threads, batches=a.rss_small)["rss_mb"]
+            log(f"  peak RSS {name:18s} {a.rss_small:4d} batches {rss[name, a.rss_small]:7.0f} MB")
         log(f"reading: {a.rows} token rows of 256 float32")
         child("make_files", folder, a.threads, rows=a.rows)
         for r in range(a.rounds):
@@ -113,7 +114,7 @@ def table(a, w, rss, reads, missing, seconds) -> str:
             continue
         r = tps["hookrun"] / tps[name]
         row(f"2. hookrun / {label} (tokens/s)", r, bound, None if bound == "(info)" else r >= 1.0, f"{tps[name]:.0f} tokens/s")
-    small, large = a.rss_batches
+    small, large = a.rss_small, a.batches
     for name in w:
         r = rss[name, large] / rss[name, small]
         ok = r <= 1.10 if name == "hookrun" else None
@@ -139,11 +140,11 @@ def table(a, w, rss, reads, missing, seconds) -> str:
     import torch
 
     versions = []
-    for mod in ("transformers", "transformer_lens", "nnsight", "datasets"):
+    for dist in ("transformers", "transformer-lens", "nnsight", "datasets"):
         try:
-            versions.append(f"{mod} {__import__(mod).__version__}")
-        except Exception:  # noqa: BLE001 - a peer that does not import is reported, not fatal
-            versions.append(f"{mod} not installed")
+            versions.append(f"{dist} {importlib.metadata.version(dist)}")
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(f"{dist} not installed")
     env = (f"{platform.node()}: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, {a.threads} torch "
            f"thread(s) per route, Python {platform.python_version()}, torch {torch.__version__}, h5py {h5py.__version__}, "
            f"{', '.join(versions)}, {time.strftime('%Y-%m-%d')}, {seconds:.0f} s")

@@ -135,9 +135,8 @@ def s_transformer_lens(batches: int, out: Path) -> dict:
 
 def s_nnsight(batches: int, out: Path) -> dict:
     """nnsight: trace + nnsight.save of the six outputs, tracer.stop(), torch.save per batch."""
-    from nnsight_route import trace_batch  # the trace body must live in a file nnsight can read
-
     from nnsight import NNsight
+    from nnsight_route import trace_batch  # the trace body must live in a file nnsight can read
 
     model, data = gpt2(), batches_of(batches)
     wrapped = NNsight(model)
