@@ -167,7 +167,8 @@ class _Source:
         self.chunk = ds.chunks[0] if ds.chunks else 0
         self.offsets: np.ndarray | None = None  # file offset of each chunk, -1 where none is stored
         plain = (not ds.is_virtual and ds.chunks is not None and tuple(ds.chunks[1:]) == ds.shape[1:] and ds.dtype.isnative
-                 and ds.id.get_create_plist().get_nfilters() == 0 and hasattr(ds.id, "chunk_iter") and self.row_bytes > 0)
+                 and ds.id.get_create_plist().get_nfilters() == 0 and hasattr(ds.id, "chunk_iter") and self.row_bytes > 0
+                 and hasattr(os, "preadv"))
         if plain:
             self.offsets = np.full(math.ceil(ds.shape[0] / self.chunk), -1, dtype=np.int64)
 
