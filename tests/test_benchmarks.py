@@ -21,3 +21,17 @@ def test_benchmark_quick_mode_runs_every_comparison(tmp_path):
                 "create_feature_extractor + h5py"):
         assert f"| {row}" in table, row
     assert "torch " in table and "h5py " in table  # the machine and versions
+
+
+@pytest.mark.slow
+def test_cache_benchmark_quick_mode_runs_every_route(tmp_path):
+    """benchmarks/cache.py --quick: every writing route and reader runs, or a peer is reported as not installed."""
+    proc = subprocess.run([sys.executable, "benchmarks/cache.py", "--quick", "--markdown", str(tmp_path / "c.md")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = (tmp_path / "c.md").read_text()
+    for row in ("1. bare forward tokens/s / hookrun caching tokens/s", "2. hookrun / TransformerLens", "2. hookrun / nnsight",
+                "2. hookrun / plain hooks + datasets save_to_disk", "2. peak RSS 2 / 1 batches: hookrun",
+                "3. shuffled read / in-order read", "3. hookrun shuffled / h5py fancy indexing", "4. file size: hookrun /"):
+        assert f"| {row}" in table, row
+    assert "torch " in table and "h5py " in table and "nnsight" in table  # the machine and versions

@@ -18,6 +18,7 @@ import h5py
 import numpy as np
 import yaml
 
+from hookrun.analysis.loader import BUFFER_BYTES, RowLoader
 from hookrun.analysis.stats import block_stats, human_bytes
 from hookrun.errors import HookrunError, NotFoundError, close_matches
 from hookrun.store.merge import check_sources
@@ -133,6 +134,24 @@ class Run:
         ds = self.file[self.find(*key, call=call).path]
         for start in range(0, ds.shape[0], batch_size):
             yield ds[start : start + batch_size]
+
+    def loader(self, capture: str | tuple | list, batch_size: int = 4096, shuffle: bool = True, seed: int = 0,
+               drop_last: bool = False, *, concat: bool = True, rank: int = 0, world_size: int = 1,
+               buffer_bytes: int = BUFFER_BYTES, block_rows: int | None = None, dtype: Any = None,
+               with_rows: bool = False) -> RowLoader:
+        """Shuffled batches of a capture's rows as torch tensors, for training (analysis/loader.py).
+
+        `capture` is one name as for find(): ("blocks.3", "output"), ("hook", "blocks.3", "output")
+        or "hook/blocks.3/output"; or a list of them, read row-aligned and joined along the feature
+        axis (concat=False: a tuple, one tensor per capture). rank/world_size: this process's part;
+        buffer_bytes: the shuffle window; block_rows: rows read together (default one chunk);
+        dtype: a torch dtype to cast to; with_rows: yield (x, the rows' numbers in the file).
+        """
+        names = capture if isinstance(capture, list) else [capture]
+        infos = [self.find(*(c if isinstance(c, tuple) else (c,))) for c in names]
+        return RowLoader(self.path, [i.path for i in infos], batch_size=batch_size, shuffle=shuffle, seed=seed,
+                         drop_last=drop_last, concat=concat, rank=rank, world_size=world_size,
+                         buffer_bytes=buffer_bytes, block_rows=block_rows, dtype=dtype, with_rows=with_rows)
 
     def stats(self, *key: str, call: int = 0) -> dict[str, float]:
         """mean, std, min, max and the fraction of zeros over all values, one block at a time."""

@@ -1,0 +1,256 @@
+"""Training on a cache: a capture's rows in shuffled batches of torch tensors, without loading the file.
+
+    rows = open_run("captures.h5").loader(("blocks.3", "output"), batch_size=4096, seed=0)
+    for epoch in range(3): rows.set_epoch(epoch); [train_step(x) for x in rows]
+
+How it shuffles (exact: every row once per epoch). The rows are cut into blocks of about one HDF5
+chunk (`block_rows`, 1 MiB by default); the blocks are put in a random order that depends on
+(seed, epoch) only, and that block sequence is the epoch's stream of rows. The stream is cut into
+windows of `buffer_bytes` (a multiple of `batch_size` rows): each window is read with one
+contiguous read per block (chunk-aligned, so the disk sees ~1 MiB reads) on a reader thread, while
+the window before it is served: its rows are permuted (seed, epoch, rank, window) and handed out
+batch by batch. Memory: two windows plus one batch per process (per DataLoader worker). A batch mixes rows of about buffer_bytes / 1 MiB random blocks of
+the whole file; with the whole file in one window the shuffle is a uniform permutation.
+`shuffle=False` reads the windows in file order with one read each.
+
+Splits: rank r of `world_size` takes the r-th contiguous part of the epoch's stream (sizes differ by
+at most one row), and DataLoader worker w of n takes windows w, w+n, ... of its rank's part. A
+window's batches do not depend on the number of workers, only the order the DataLoader hands them
+out. A merged view (HDF5 virtual datasets over several files) is read like any dataset, after
+checking that every source file is there: HDF5 reads a missing source as zeros, without an error.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import resource
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import h5py
+import numpy as np
+import torch
+
+from hookrun.errors import ConfigError, NotFoundError
+
+BLOCK_BYTES = 1 << 20  # a block when the dataset is not chunked (a merged view)
+BUFFER_BYTES = 128 << 20  # one window; two are held at a time
+IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+
+
+class RowLoader(torch.utils.data.IterableDataset):
+    """Batches of rows of one or more aligned capture datasets of an HDF5 file, as torch tensors.
+
+    Made by Run.loader; iterate it directly, or hand it to torch.utils.data.DataLoader(rows,
+    batch_size=None, num_workers=N). Call set_epoch(e) before each epoch for a new order.
+    """
+
+    def __init__(self, path: str | os.PathLike, datasets: list[str], *, batch_size: int = 4096, shuffle: bool = True,
+                 seed: int = 0, drop_last: bool = False, concat: bool = True, rank: int = 0, world_size: int = 1,
+                 buffer_bytes: int = BUFFER_BYTES, block_rows: int | None = None, dtype: torch.dtype | None = None,
+                 with_rows: bool = False) -> None:
+        if not datasets:
+            raise ConfigError("loader: name at least one capture")
+        if batch_size < 1:
+            raise ConfigError(f"loader: batch_size must be at least 1, got {batch_size}")
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ConfigError(f"loader: rank must be in 0..world_size-1, got rank={rank} world_size={world_size}")
+        if block_rows is not None and block_rows < 1:
+            raise ConfigError(f"loader: block_rows must be at least 1, got {block_rows}")
+        self.path, self.datasets = str(path), list(datasets)
+        self.batch_size, self.shuffle, self.seed, self.drop_last = batch_size, shuffle, seed, drop_last
+        self.concat, self.rank, self.world_size, self.dtype, self.with_rows = concat, rank, world_size, dtype, with_rows
+        self.epoch = 0
+        with h5py.File(self.path, "r", locking=False) as f:
+            dss = [f[name] for name in self.datasets]
+            self.rows = _common_rows(f, dss)
+            for ds in dss:
+                if ds.is_virtual:
+                    check_sources(self.path, ds)
+            row_bytes = sum(int(np.prod(ds.shape[1:], dtype=np.int64)) * ds.dtype.itemsize for ds in dss)
+            chunks = dss[0].chunks
+            if concat and len(dss) > 1:
+                _check_concat(dss)
+        self.block_rows = block_rows or (chunks[0] if chunks else max(1, BLOCK_BYTES // max(1, row_bytes)))
+        per_window = max(1, buffer_bytes // max(1, row_bytes * batch_size))
+        self.window_rows = per_window * batch_size
+        self.lo, self.hi = rank * self.rows // world_size, (rank + 1) * self.rows // world_size
+
+    def set_epoch(self, epoch: int) -> None:
+        """The order of epoch `epoch` (as DistributedSampler.set_epoch): same seed and epoch, same order."""
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        n = self.hi - self.lo
+        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+
+    def block_order(self) -> np.ndarray:
+        """The blocks of the file in this epoch's order (the same on every rank)."""
+        n_blocks = math.ceil(self.rows / self.block_rows)
+        if not self.shuffle:
+            return np.arange(n_blocks)
+        return np.random.default_rng([self.seed, self.epoch]).permutation(n_blocks)
+
+    def __iter__(self) -> Iterator:
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        order = self.block_order()
+        sizes = np.minimum(self.block_rows, self.rows - order * self.block_rows)
+        ends = np.cumsum(sizes)
+        n = self.hi - self.lo
+        usable = n - n % self.batch_size if self.drop_last else n
+        mine = list(range(0, usable, self.window_rows))[worker::workers]
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            with h5py.File(self.path, "r", locking=False, rdcc_nbytes=0) as f, ThreadPoolExecutor(1) as reader:
+                dss = [_Source(f[name], fd) for name in self.datasets]
+                yield from self._serve(reader, dss, order, sizes, ends, mine, usable)
+        finally:
+            os.close(fd)
+
+    def _serve(self, reader: ThreadPoolExecutor, dss: list, order: np.ndarray, sizes: np.ndarray, ends: np.ndarray,
+               mine: list[int], usable: int) -> Iterator:
+        pending = reader.submit(self._window, dss, order, sizes, ends, mine[0], usable) if mine else None
+        for k in range(len(mine)):
+            arrays, rows, perm = pending.result()
+            if k + 1 < len(mine):  # the next window is read while this one is served
+                pending = reader.submit(self._window, dss, order, sizes, ends, mine[k + 1], usable)
+            for start in range(0, len(rows), self.batch_size):
+                pick = slice(start, start + self.batch_size) if perm is None else perm[start : start + self.batch_size]
+                # a slice is a view; a batch of permuted rows is one gather (np.take: the fastest here)
+                parts = [arr[pick] if perm is None else np.take(arr, pick, axis=0) for arr in arrays]
+                yield self._batch(parts, rows[pick])
+
+    def _window(self, dss: list[_Source], order: np.ndarray, sizes: np.ndarray, ends: np.ndarray, w: int,
+                usable: int) -> tuple[list[np.ndarray], np.ndarray, np.ndarray | None]:
+        """Window `w` of this rank's part: its arrays, their rows' numbers in the file, the permutation."""
+        a, b = self.lo + w, self.lo + min(w + self.window_rows, usable)
+        segs = _segments(order, sizes, ends, self.block_rows, a, b)
+        rows = np.concatenate([np.arange(s, e) for s, e in segs])
+        perm = np.random.default_rng([self.seed, self.epoch, self.rank, w]).permutation(b - a) if self.shuffle else None
+        return [ds.read(segs, b - a) for ds in dss], rows, perm
+
+    def _batch(self, parts: list[np.ndarray], rows: np.ndarray) -> object:
+        tensors = [torch.from_numpy(np.ascontiguousarray(p)) for p in parts]
+        if self.dtype is not None:
+            tensors = [t.to(self.dtype) for t in tensors]
+        x = (torch.cat(tensors, dim=1) if len(tensors) > 1 else tensors[0]) if self.concat else tuple(tensors)
+        return (x, torch.from_numpy(rows)) if self.with_rows else x
+
+
+def _segments(order: np.ndarray, sizes: np.ndarray, ends: np.ndarray, block: int, a: int, b: int) -> list[tuple[int, int]]:
+    """The file row ranges that hold stream rows [a, b), in stream order, adjacent ranges merged."""
+    starts = ends - sizes
+    segs: list[list[int]] = []
+    for i in range(int(np.searchsorted(ends, a, "right")), int(np.searchsorted(starts, b, "left"))):
+        first = int(order[i]) * block
+        s, e = first + max(0, a - int(starts[i])), first + min(int(sizes[i]), b - int(starts[i]))
+        if segs and segs[-1][1] == s:
+            segs[-1][1] = e
+        else:
+            segs.append([s, e])
+    return [(s, e) for s, e in segs]
+
+
+class _Source:
+    """Reads a window of rows of one dataset (the batches are then gathered from it). An uncompressed
+    chunked dataset (what hookrun writes) is read with one pread per chunk straight into the buffer,
+    as fast as one large read; HDF5's own read of one chunk at a time costs 2-5x that. (Scattering
+    each row to its permuted place with preadv, to save the gather, is slower: 1 KiB iovecs.)
+    Anything else (compressed, a merged view) is read through h5py."""
+
+    def __init__(self, ds: h5py.Dataset, fd: int) -> None:
+        self.ds, self.fd = ds, fd
+        self.row_bytes = int(np.prod(ds.shape[1:], dtype=np.int64)) * ds.dtype.itemsize
+        self.chunk = ds.chunks[0] if ds.chunks else 0
+        self.offsets: np.ndarray | None = None  # file offset of each chunk, -1 where none is stored
+        plain = (not ds.is_virtual and ds.chunks is not None and tuple(ds.chunks[1:]) == ds.shape[1:] and ds.dtype.isnative
+                 and ds.id.get_create_plist().get_nfilters() == 0 and hasattr(ds.id, "chunk_iter") and self.row_bytes > 0
+                 and hasattr(os, "preadv"))
+        if plain:
+            self.offsets = np.full(math.ceil(ds.shape[0] / self.chunk), -1, dtype=np.int64)
+
+            def note(info: object) -> None:
+                if info.filter_mask == 0:
+                    self.offsets[info.chunk_offset[0] // self.chunk] = info.byte_offset
+
+            ds.id.chunk_iter(note)
+
+    def read(self, segs: list[tuple[int, int]], n: int) -> np.ndarray:
+        """The rows of the file ranges `segs`, one after the other."""
+        out = np.empty((n, *self.ds.shape[1:]), dtype=self.ds.dtype)
+        pieces = self._pieces(segs) if self.offsets is not None else None
+        if pieces is None:
+            at = 0
+            for s, e in segs:
+                self.ds.read_direct(out, np.s_[s:e], np.s_[at : at + e - s])
+                at += e - s
+        else:
+            flat, rb = memoryview(out.reshape(-1).view(np.uint8)), self.row_bytes
+            for offset, at, rows in pieces:
+                self._preadv([flat[at * rb : (at + rows) * rb]], offset, rows * rb)
+        return out
+
+    def _preadv(self, views: list[memoryview], offset: int, size: int) -> None:
+        if os.preadv(self.fd, views, offset) != size:
+            raise OSError(f"{self.ds.file.filename}: short read in {self.ds.name} (is the file being truncated?)")
+
+    def _pieces(self, segs: list[tuple[int, int]]) -> list[tuple[int, int, int]] | None:
+        """(file offset, first stream row, rows) of each chunk-sized piece; None if a chunk is not stored."""
+        c, rb, pieces, at = self.chunk, self.row_bytes, [], 0
+        for s, e in segs:
+            for first in range(s - s % c, e, c):
+                offset = int(self.offsets[first // c])
+                if offset < 0:
+                    return None
+                lo, hi = max(s, first), min(e, first + c)
+                pieces.append((offset + (lo - first) * rb, at + lo - s, hi - lo))
+            at += e - s
+        return pieces
+
+
+def _common_rows(f: h5py.File, dss: list[h5py.Dataset]) -> int:
+    """The rows every dataset holds, the same for all: captures read together must align row by row."""
+    counts = {ds.name: ds.shape[0] for ds in dss}
+    if len(set(counts.values())) > 1:
+        raise ConfigError("loader: captures read together need the same rows; these differ: "
+                          + ", ".join(f"{k} has {v}" for k, v in counts.items()))
+    indexed = [ds for ds in dss if ds.attrs.get("index")]
+    if len(dss) > 1 and indexed:
+        first = _index(dss[0])
+        for ds in dss[1:]:
+            if not np.array_equal(first, _index(ds)):
+                raise ConfigError(f"loader: {dss[0].name} and {ds.name} have the same number of rows but not the "
+                                  "same samples (one skipped batches); read them one at a time")
+    return next(iter(counts.values()))
+
+
+def _index(ds: h5py.Dataset) -> np.ndarray | None:
+    return ds.parent[ds.attrs["index"]][:] if ds.attrs.get("index") else None
+
+
+def _check_concat(dss: list[h5py.Dataset]) -> None:
+    shapes = {ds.name: ds.shape[1:] for ds in dss}
+    if any(len(s) == 0 for s in shapes.values()) or len({(s[1:]) for s in shapes.values()}) > 1:
+        raise ConfigError("loader: concat=True joins captures along their first feature axis, so the rest of their "
+                          "row shapes must agree; these do not: " + ", ".join(f"{k} {v}" for k, v in shapes.items())
+                          + " (pass concat=False to get one tensor per capture)")
+
+
+def check_sources(path: str, ds: h5py.Dataset) -> None:
+    """Every source file of a virtual dataset exists and can be open at once: HDF5 itself reads a
+    missing (or unopenable) source as the fill value, zeros, with no error."""
+    here = Path(path).resolve().parent
+    files = {m.file_name for m in ds.virtual_sources() if m.file_name != "."}
+    missing = sorted(name for name in files if not (Path(name) if Path(name).is_absolute() else here / name).is_file())
+    if missing:
+        raise NotFoundError(f"{path}: the merged view {ds.name} reads {len(missing)} missing source file(s) "
+                            f"({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}); HDF5 would return "
+                            "zeros for their rows. Restore them or rebuild the view")
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft != resource.RLIM_INFINITY and len(files) > soft - 64:
+        raise ConfigError(f"{path}: the merged view {ds.name} has {len(files)} source files but this process may "
+                          f"open only {soft} files at once (ulimit -n); HDF5 reads sources it cannot open as zeros. "
+                          f"Raise the limit (ulimit -n {len(files) + 256}) or merge fewer files")

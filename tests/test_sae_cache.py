@@ -1,0 +1,42 @@
+"""experiment=sae_cache: float16 token rows of the residual stream, equal to raw hooks on the same
+GPT-2, read back by the loader and trained on by examples/train_sae.py."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from test_cache_example import load_example
+from test_hf_experiments import composed
+
+import hookrun
+
+transformers = pytest.importorskip("transformers")
+BLOCKS = ["transformer.h.1", "transformer.h.2", "transformer.h.3"]
+
+
+def test_sae_cache_records_token_rows_like_raw_hooks(tmp_path):
+    cfg = composed("sae_cache", "progress=false", "device=cpu", f"output.path={tmp_path / 'c.h5'}")
+    hookrun.run(cfg)
+    torch.manual_seed(cfg.seed)  # the reference: the same config class, seed and stored inputs
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(**cfg.model.config, attn_implementation="eager")).eval()
+    with h5py.File(tmp_path / "c.h5") as f:
+        ids = torch.from_numpy(f["samples/input_ids"][:])
+        mask = torch.from_numpy(f["samples/attention_mask"][:])
+        got = {b: f[f"captures/res/{b}/output"][:] for b in BLOCKS}
+        assert f[f"captures/res/{BLOCKS[0]}/output"].attrs["rows"] == "tokens"
+    seen = {}
+    for b in BLOCKS:
+        model.get_submodule(b).register_forward_hook(
+            lambda m, i, o, b=b: seen.__setitem__(b, o[0] if isinstance(o, tuple) else o))
+    with torch.no_grad():
+        model(input_ids=ids, attention_mask=mask)
+    keep = mask.bool()
+    for b in BLOCKS:
+        want = seen[b][keep].numpy()  # (sample, position) order, padding dropped
+        assert got[b].dtype == np.float16 and got[b].shape == want.shape == (int(mask.sum()), 128)
+        np.testing.assert_allclose(got[b].astype(np.float32), want, rtol=2e-3, atol=2e-3)
+    # the cache trains a sparse autoencoder through the shuffled reader
+    sae, losses = load_example().train(str(tmp_path / "c.h5"), "res/transformer.h.3/output", epochs=2, batch_size=64)
+    assert len(losses) == 2 and np.isfinite(losses).all()
