@@ -25,6 +25,7 @@ class StepState:
     step: int = -1
     batch_size: int = 0
     sample_index: torch.Tensor | None = None  # dataset indices of the batch's samples
+    tokens: Any = None  # mode=generate: the TokenMap of the model call in flight (capture.generation)
 
 
 class Event:

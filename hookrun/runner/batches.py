@@ -30,7 +30,10 @@ class Indexed(Dataset):
 
 
 def check_item(item: Any) -> None:
-    """A dataset item must be a tensor or a tuple (input, target, ...) whose input is a tensor."""
+    """A dataset item must be a tensor, a dict of tensors (a tokenizer's output), or a tuple
+    (input, target, ...) whose input is a tensor."""
+    if isinstance(item, dict) and item and all(isinstance(v, torch.Tensor) for v in item.values()):
+        return
     first = item[0] if isinstance(item, tuple | list) and len(item) else item
     if not isinstance(first, torch.Tensor):
         got = type(item).__name__ + (f" whose first element is a {type(first).__name__}" if first is not item else "")
@@ -50,11 +53,18 @@ def make_loader(dataset: Dataset, batch_size: int, num_workers: int, start: int 
 
 def split_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(input, target) of a collated batch; target is None where items carry none."""
-    if isinstance(batch, torch.Tensor):
+    if isinstance(batch, torch.Tensor | dict):
         return batch, None
     inputs = batch[0]
     target = batch[1] if len(batch) > 1 and isinstance(batch[1], torch.Tensor) else None
     return inputs, target
+
+
+def to_device(inputs: Any, device: torch.device) -> Any:
+    """A tensor, or a dict of them, on the device."""
+    if isinstance(inputs, dict):
+        return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+    return inputs.to(device, non_blocking=True)
 
 
 def sample_paths(dataset: Dataset, indices: list[int]) -> list[str] | None:

@@ -15,7 +15,8 @@ from tqdm.auto import tqdm
 from hookrun.capture.actions import ActionEnv
 from hookrun.capture.session import HookSession, StopForward
 from hookrun.errors import RunError
-from hookrun.runner.batches import make_loader, sample_paths, split_batch
+from hookrun.runner.batches import make_loader, sample_paths, split_batch, to_device
+from hookrun.runner.generate import Generated, Generation
 from hookrun.store.records import StepRecord
 from hookrun.store.transfer import HostTransfer
 from hookrun.store.writer import BackgroundWriter
@@ -29,6 +30,7 @@ class LoopSettings:
     batches: int | None = None  # how many batches to run (prepare() applies data.limit); None: all
     progress: bool = True
     should_stop: Callable[[], bool] = lambda: False  # checked after each batch (signals)
+    generation: Generation | None = None  # mode=generate: the checked generate() settings
 
 
 def run_batches(
@@ -47,11 +49,13 @@ def run_batches(
             if step >= total:
                 break
             inputs, target = split_batch(batch)
-            inputs = inputs.to(s.device, non_blocking=True)
-            session.begin_step(step, inputs.shape[0], indices)
-            run_step(model, inputs, target, s)
+            inputs = to_device(inputs, s.device)
+            session.begin_step(step, len(indices), indices)
+            generated = run_step(model, inputs, target, s)
             session.end_step()
             captures = env.captures.take()
+            if generated is not None:
+                generated.sort_rows(captures)
             writer.put(StepRecord(
                 step=step,
                 sample_index=indices.numpy(),
@@ -59,6 +63,8 @@ def run_batches(
                 path=sample_paths(dataset, indices.tolist()),
                 captures=captures,
                 ticket=transfer.submit(captures),
+                columns=generated.columns if generated is not None else None,
+                tokens=generated.tokens if generated is not None else None,
             ))
             steps += 1
             bar.update()
@@ -67,9 +73,11 @@ def run_batches(
     return steps
 
 
-def run_step(model: nn.Module, inputs: torch.Tensor, target: torch.Tensor | None, s: LoopSettings) -> None:
-    """One batch through the model: a forward under no_grad (which early_stop may cut short), or
-    in grad mode forward, loss and backward."""
+def run_step(model: nn.Module, inputs: torch.Tensor, target: torch.Tensor | None, s: LoopSettings) -> Generated | None:
+    """One batch through the model: a forward under no_grad (which early_stop may cut short), in
+    grad mode forward, loss and backward, in generate mode model.generate (hookrun.runner.generate)."""
+    if s.mode == "generate":
+        return s.generation.step(model, inputs)
     if s.mode == "grad":
         _grad_step(model, inputs, target, s)
         return
@@ -78,6 +86,7 @@ def run_step(model: nn.Module, inputs: torch.Tensor, target: torch.Tensor | None
             model(inputs)
     except StopForward:
         pass
+    return None
 
 
 def _grad_step(model: nn.Module, inputs: torch.Tensor, target: torch.Tensor | None, s: LoopSettings) -> None:

@@ -27,6 +27,7 @@ from hookrun.config.schema import HookrunConfig
 from hookrun.config.specs import parse_hooks
 from hookrun.errors import ConfigError
 from hookrun.runner.batches import check_item, make_loader
+from hookrun.runner.generate import check_positions, prepare_generation
 from hookrun.runner.loop import LoopSettings
 
 STORE_DTYPES = {"keep": None, "float16": torch.float16, "float32": torch.float32}
@@ -76,12 +77,15 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True) -> Prepared:
     env = ActionEnv(store_dtype=STORE_DTYPES[cfg.output.dtype.value], planned_samples=planned)
     try:
         points = make_plan(model, specs, env, mode)
-        if cfg.early_stop:
+        if cfg.early_stop and mode != "generate":
             check_early_stop(points, mode)
+        generation = prepare_generation(cfg, model, dataset, points, env.state) if mode == "generate" else None
+        if mode != "generate":
+            check_positions(points)
     except BaseException:
         env.close()
         raise
-    settings = LoopSettings(mode, device, loss, n_batches, cfg.progress)
+    settings = LoopSettings(mode, device, loss, n_batches, cfg.progress, generation=generation)
     return Prepared(cfg, out, model, dataset, loader, points, env, settings, n_batches, len(planned))
 
 

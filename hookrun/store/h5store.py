@@ -64,6 +64,8 @@ class H5Store:
         self._step = samples.create_dataset("step", (0,), "int64", maxshape=(None,), chunks=(8192,))
         self._target: h5py.Dataset | None = None
         self._paths: h5py.Dataset | None = None
+        self._extra: dict[str, h5py.Dataset] = {}  # more columns under /samples (mode=generate)
+        self.tokens = 0  # token rows so far (record rows: token)
         self._columns: dict[str, _Column] = {}
         self.steps = 0
         self.samples = 0
@@ -87,12 +89,18 @@ class H5Store:
                     "path", (start,), h5py.string_dtype(), maxshape=(None,), chunks=(4096,)
                 )
             _append(self._paths, np.array(rec.path, dtype=object))
+        for name, values in (rec.columns or {}).items():
+            self._append_extra(name, values, start)
+        for name, values in (rec.tokens or {}).items():
+            self._append_extra(name, values, self.tokens)
         new = sum(cap.key.path not in self._columns for cap in rec.captures)
         chunk_bytes = chunk_bytes_for(len(self._columns) + new)  # for the captures this batch creates
         for cap in rec.captures:
             self._write_capture(cap, rec, start, chunk_bytes)
         self.samples += n
         self.steps += 1
+        if rec.tokens:
+            self.tokens += len(next(iter(rec.tokens.values())))
         due = self.steps % self.flush_every == 0 if self.flush_every else time.monotonic() - self._flushed_at > FLUSH_SECONDS
         if due:
             self.flush()
@@ -113,12 +121,30 @@ class H5Store:
                 f"({free} bytes free, the batch needs about {need}); the file keeps every batch before it"
             )
 
+    def _append_extra(self, name: str, values: np.ndarray, rows_before: int) -> None:
+        """A column under /samples beside index and step: per sample, or per token row (token_*)."""
+        ds = self._extra.get(name)
+        if ds is None:
+            if values.dtype == object:
+                ds = self.file["samples"].create_dataset(name, (rows_before,), h5py.string_dtype(), maxshape=(None,), chunks=(4096,))
+            else:
+                ds = self._new_dataset(f"samples/{name}", values, chunk_rows=max(1, 8192 // max(1, values[0].size if len(values) else 1)),
+                                       backfill=rows_before)
+            self._extra[name] = ds
+        _append(ds, values)
+
     def _write_capture(self, cap: Capture, rec: StepRecord, samples_before: int, chunk_bytes: int) -> None:
         arr = cap.value.numpy(force=True)
         path = cap.key.path
         col = self._columns.get(path)
         if col is None:
             col = self._columns[path] = self._new_column(cap, arr, chunk_bytes)
+        if cap.tokens:  # rows map to /samples/token_sample, token_position
+            if col.ds.shape[0] != self.tokens:
+                raise RunError(f"{path}: batch {rec.step} has token rows from {col.ds.shape[0]} on, the token map from "
+                               f"{self.tokens}; a rows: token capture needs every token of every batch")
+            _append(col.ds, arr)
+            return
         if col.per_step != cap.per_step:
             kind = "one row per step" if col.per_step else "one row per sample"
             raise RunError(f"{path}: its first batch gave {kind}, batch {rec.step} did not (shape {arr.shape})")
@@ -138,7 +164,7 @@ class H5Store:
 
     def _new_column(self, cap: Capture, arr: np.ndarray, chunk_bytes: int) -> _Column:
         row = arr if cap.per_step else arr[0]
-        ds = self._new_dataset(cap.key.path, arr[None] if cap.per_step else arr, max_rows=self.expected[cap.per_step],
+        ds = self._new_dataset(cap.key.path, arr[None] if cap.per_step else arr, max_rows=None if cap.tokens else self.expected[cap.per_step],
                                chunk_bytes=chunk_bytes)
         k = cap.key
         ds.attrs.update(
@@ -146,6 +172,8 @@ class H5Store:
             rows="steps" if cap.per_step else "samples", torch_dtype=cap.torch_dtype,
             row_shape=np.array(row.shape, dtype=np.int64), index="",
         )
+        if cap.tokens:
+            ds.attrs["rows"] = "tokens"
         for key, value in cap.attrs.items():
             ds.attrs[key] = value
         return _Column(ds, cap.per_step, (k.hook, k.module, k.role, k.call))

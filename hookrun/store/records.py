@@ -38,6 +38,7 @@ class Capture:
     torch_dtype: str = ""
     attrs: dict = field(default_factory=dict)  # what was done to it (set by record)
     index: np.ndarray | None = None  # sample indices of the rows, where not the whole batch
+    tokens: bool = False  # one row per processed token (record rows: token), mapped by StepRecord.tokens
 
 
 @dataclass
@@ -50,6 +51,8 @@ class StepRecord:
     path: list[str] | None
     captures: list[Capture]
     ticket: Any = None  # hookrun.store.transfer.Ticket: wait() before reading captures, release() after
+    columns: dict[str, np.ndarray] | None = None  # more per-sample columns under /samples (generated_ids, ...)
+    tokens: dict[str, np.ndarray] | None = None  # the map of token rows: token_sample, token_position, ...
 
 
 class StepCaptures:
@@ -57,15 +60,22 @@ class StepCaptures:
 
     def __init__(self) -> None:
         self._items: dict[CaptureKey, Capture] = {}
+        self._parts: dict[CaptureKey, list[torch.Tensor]] = {}  # token rows, one part per model call
 
     def add(self, capture: Capture) -> None:
         key = capture.key
+        if capture.tokens and key in self._items:  # token rows of the next model call (generate)
+            self._parts.setdefault(key, [self._items[key].value]).append(capture.value)
+            return
         while key in self._items:  # the same hook fired twice for one call: keep both
             key = CaptureKey(key.hook, key.module, key.type, key.role, key.call + 1)
         capture.key = key
         self._items[key] = capture
 
     def take(self) -> list[Capture]:
+        for key, parts in self._parts.items():
+            self._items[key].value = torch.cat(parts)
         items = list(self._items.values())
         self._items.clear()
+        self._parts.clear()
         return items

@@ -12,6 +12,8 @@
 
 `arg: N` picks one tensor of a tuple (the N-th positional input, say); without it every tensor of
 that kind is replaced. The op is a built-in name (hookrun.capture.ops) or a `_target_` callable.
+With mode=generate the action runs at every model call inside `generate`; `positions: prompt`
+keeps it to the prompt pass, `positions: generated` to the passes over new tokens (default `all`).
 """
 
 from __future__ import annotations
@@ -21,18 +23,29 @@ from typing import Any
 from hookrun.capture import patch  # noqa: F401  (registers op "patch")
 from hookrun.capture.actions.base import ACTIONS, Action
 from hookrun.capture.events import Event, family
+from hookrun.capture.generation import PHASES
 from hookrun.capture.ops import OPS, OpContext, build_op
 from hookrun.errors import ConfigError, HookrunError, RunError
 
 
 class Modify(Action):
-    def __init__(self, point, hook_type, env, where: str = "", op: Any = None, arg: int | None = None, **params: Any) -> None:
+    def __init__(self, point, hook_type, env, where: str = "", op: Any = None, arg: int | None = None,
+                 positions: str = "all", **params: Any) -> None:
         super().__init__(point, hook_type, env, where)
+        if positions not in PHASES:
+            raise ConfigError(f"{self.where}: positions={positions!r}; choose from: {', '.join(PHASES)}")
+        self.positions = positions
         if op is None:
             raise ConfigError(f"{self.where}: needs op: one of {', '.join(OPS)}, or op: {{_target_: my_pkg.fn, _partial_: true}}")
         self.op = build_op(op, params, self.where, _point=point, _family=hook_type.writable, _env=env)
         self.op_name = op if isinstance(op, str) else str(op.get("_target_", op))
         self.arg = arg
+
+    def in_phase(self, ev: Event) -> bool:
+        tokens = ev.state.tokens
+        if tokens is None:
+            raise RunError(f"{self.where}: positions: {self.positions} needs mode=generate (a plain forward pass has no generated tokens)")
+        return tokens.generated == (self.positions == "generated")
 
     def selects(self, role: str, writable: str) -> bool:
         if family(role) != writable:
@@ -42,6 +55,8 @@ class Modify(Action):
         return role == f"{writable}.{self.arg}" or (self.arg == 0 and role == writable)
 
     def __call__(self, ev: Event) -> None:
+        if self.positions != "all" and not self.in_phase(ev):
+            return
         roles = [r for r in ev.tensors if self.selects(r, ev.writable)]
         if not roles and self.arg is not None:
             raise RunError(f"{self.where}: arg {self.arg}: {ev.where} has no {ev.writable}.{self.arg} (it has: {', '.join(ev.tensors)})")

@@ -27,6 +27,7 @@ from hookrun.store.records import Capture, CaptureKey
 DIM_NAMES = {"channel": 1, "height": 2, "width": 3, "token": 1, "feature": -1}
 DTYPES = {"keep": None, "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 REDUCERS = ("mean", "max", "norm")
+ROWS = ("sample", "step", "token")
 
 
 @ACTIONS.register("record")
@@ -41,6 +42,7 @@ class Record(Action):
         every: int = 1,
         limit: int | None = None,
         check_finite: bool = False,
+        rows: str | None = None,
     ) -> None:
         super().__init__(point, hook_type, env, where)
         wanted = [what] if isinstance(what, str) else list(what or [])
@@ -66,6 +68,12 @@ class Record(Action):
         if limit is not None and (not isinstance(limit, int) or limit < 1):
             raise ConfigError(f"{self.where}: record limit={limit!r}; expected a whole number >= 1 or null")
         self.every, self.limit, self.check_finite = every, limit, check_finite
+        if rows is not None and rows not in ROWS:
+            raise ConfigError(f"{self.where}: record rows={rows!r}; choose from: {one_of(ROWS)}")
+        if rows == "token" and (limit is not None or "token" in [d for d, _, _ in self.select] + list(self.dims if reduce else [])):
+            raise ConfigError(f"{self.where}: record rows: token keeps one row per token; it takes no limit and no "
+                              f"select/reduce over dim token (select or reduce over feature, or drop rows: token)")
+        self.row_kind = rows
         self.rows: dict[tuple[str, int], int] = {}  # rows recorded so far, per (role, call)
         self.attrs = self._attrs(dtype)
 
@@ -102,6 +110,9 @@ class Record(Action):
         for role, t in ev.tensors.items():
             if t is None or not self.wants(role):
                 continue
+            if self.row_kind == "token":
+                self._token_rows(t, ev, role)
+                continue
             per_step = self.hook_type.per_step or t.dim() == 0 or t.shape[0] != state.batch_size
             index = None
             if self.limit is not None:
@@ -114,17 +125,32 @@ class Record(Action):
                     t = t[:room]
                     index = state.sample_index[: len(t)].numpy() if state.sample_index is not None else None
                 self.rows[(role, ev.call)] = done + min(n, room)
-            if self.check_finite:
-                _check_finite(t, ev, role)
-            try:
-                value = self.transform(t, ev, role)
-            except HookrunError:
-                raise
-            except (IndexError, RuntimeError, TypeError, ValueError) as exc:  # e.g. a channel that does not exist
-                raise RunError(f"{self.where}: record could not select/reduce {role} of {ev.where} "
-                               f"(shape {tuple(t.shape)}): {type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
+            value = self._value(t, ev, role)
             key = CaptureKey(ev.hook, ev.module, ev.type, role, ev.call)
             self.env.captures.add(Capture(key, value, per_step, _dtype_name(t.dtype), self.attrs, index))
+
+    def _value(self, t: torch.Tensor, ev: Event, role: str) -> torch.Tensor:
+        if self.check_finite:
+            _check_finite(t, ev, role)
+        try:
+            return self.transform(t, ev, role)
+        except HookrunError:
+            raise
+        except (IndexError, RuntimeError, TypeError, ValueError) as exc:  # e.g. a channel that does not exist
+            raise RunError(f"{self.where}: record could not select/reduce {role} of {ev.where} "
+                           f"(shape {tuple(t.shape)}): {type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
+
+    def _token_rows(self, t: torch.Tensor, ev: Event, role: str) -> None:
+        """rows: token: the call's real tokens, one row each (ev.state.tokens says which)."""
+        tokens = ev.state.tokens
+        if tokens is None:
+            raise RunError(f"{self.where}: record rows: token needs mode=generate here (a token map of each model call)")
+        if t.dim() < 2 or tuple(t.shape[:2]) != tuple(tokens.valid.shape):
+            raise RunError(f"{self.where}: record rows: token needs a (batch, tokens, ...) tensor; {role} of {ev.where} "
+                           f"has shape {tuple(t.shape)} in a model call over {tuple(tokens.valid.shape)} tokens")
+        value = self._value(t.detach()[tokens.valid], ev, role)
+        key = CaptureKey(ev.hook, ev.module, ev.type, role, ev.call)
+        self.env.captures.add(Capture(key, value, False, _dtype_name(t.dtype), self.attrs, tokens=True))
 
     def transform(self, t: torch.Tensor, ev: Event, role: str) -> torch.Tensor:
         """select -> reduce -> dtype, on the tensor's device; always returns a fresh tensor."""

@@ -1,0 +1,107 @@
+"""Which tokens each forward call inside `model.generate` processes, for the hooks of that call.
+
+    with GenerationTracker(model, points, state, eos_ids=[2]) as tracker:
+        model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=20)
+    order, sample, position, generated = tracker.rows()
+
+`generate` calls the model once for the prompt (B, T) and once per new token (B, 1) with the KV
+cache. A pre-hook on the whole model (registered first, so it runs before every other hook) reads
+each call's `input_ids` and `attention_mask` and sets `state.tokens`: which of the call's tokens
+are real (not padding, and of a sample that has not yet produced its end-of-sequence token), their
+absolute positions in their sample, and whether the call processes generated tokens. Modify
+actions read it for `positions:`, `record rows: token` to keep one row per real token. The call
+counters of the hook points restart at every model call, so call 0 of a block is its first call
+within one forward pass, as in a plain run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from hookrun.capture.events import StepState
+from hookrun.capture.points import HookPoint
+
+PHASES = ("all", "prompt", "generated")
+
+
+@dataclass
+class TokenMap:
+    """The tokens of one forward call, each (B, L) for a call over L tokens."""
+
+    valid: torch.Tensor  # bool: a real token of a sample still generating
+    position: torch.Tensor  # long: absolute position in its sample (0 = its first prompt token)
+    generated: bool  # the call processes generated tokens (a new-token pass), not the prompt
+    call: int  # 0: the prompt pass; k: the pass over the k-th new token
+
+
+class GenerationTracker:
+    """A context manager: the pre-hook on the model that keeps `state.tokens` current."""
+
+    def __init__(self, model: nn.Module, points: list[HookPoint], state: StepState, eos_ids: Iterable[int] = ()) -> None:
+        self.model = model
+        self.points = points
+        self.state = state
+        self.eos = torch.tensor(sorted({int(e) for e in eos_ids}), dtype=torch.long)
+        self.maps: list[TokenMap] = []
+        self._finished: torch.Tensor | None = None
+        self._prompt_len = 0
+        self._handle = None
+
+    def __enter__(self) -> GenerationTracker:
+        self._handle = self.model.register_forward_pre_hook(self._pre, with_kwargs=True, prepend=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+        self.state.tokens = None
+
+    def _pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        embeds = kwargs.get("inputs_embeds")
+        shape = ids.shape[:2] if isinstance(ids, torch.Tensor) else embeds.shape[:2]
+        batch, length = int(shape[0]), int(shape[1])
+        mask = kwargs.get("attention_mask")
+        if not isinstance(mask, torch.Tensor) or mask.dim() != 2:
+            mask = torch.ones(batch, length, dtype=torch.long, device=(ids if ids is not None else embeds).device)
+        total = mask.shape[1]
+        if total == length or self._finished is None:  # a fresh sequence: the prompt pass
+            self._prompt_len = total
+            self._finished = torch.zeros(batch, dtype=torch.bool, device=mask.device)
+            self.maps.clear()
+            call = 0
+        else:
+            call = self.maps[-1].call + 1 if self.maps else 1
+            if isinstance(ids, torch.Tensor) and len(self.eos):
+                self._finished |= torch.isin(ids[:, -1], self.eos.to(ids.device))
+        window = mask[:, total - length :].bool()
+        position = (mask.long().cumsum(1) - 1)[:, total - length :]
+        tokens = TokenMap(window & ~self._finished[:, None], position, total - length >= self._prompt_len, call)
+        self.maps.append(tokens)
+        self.state.tokens = tokens
+        for point in self.points:
+            point.reset()
+
+    def rows(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The generation's token rows: (order, sample, position, generated).
+
+        Rows are first gathered call by call, as `record rows: token` appends them; `order` sorts
+        them by sample, then position, and sample/position/generated are already in that order
+        (sample is the row's place in the batch)."""
+        samples, positions, generated = [], [], []
+        for m in self.maps:
+            b, j = m.valid.nonzero(as_tuple=True)
+            samples.append(b)
+            positions.append(m.position[b, j])
+            generated.append(torch.full_like(b, int(m.generated), dtype=torch.bool))
+        if not samples:
+            empty = torch.zeros(0, dtype=torch.long)
+            return empty, empty, empty, empty.bool()
+        sample, position, gen = torch.cat(samples), torch.cat(positions), torch.cat(generated)
+        order = torch.argsort(sample * (int(position.max()) + 2 if len(position) else 1) + position, stable=True)
+        return order, sample[order], position[order], gen[order]
