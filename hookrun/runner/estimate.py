@@ -19,7 +19,7 @@ from hookrun.analysis.stats import human_bytes
 from hookrun.capture.actions import ActionEnv
 from hookrun.capture.plan import HookPoint
 from hookrun.capture.session import HookSession
-from hookrun.runner.batches import split_batch
+from hookrun.runner.batches import split_batch, to_device
 from hookrun.store.records import Capture
 
 
@@ -41,10 +41,11 @@ class Estimate:
     n_samples: int = 0
     n_batches: int = 0
     header: list[str] = field(default_factory=list)
+    extra_bytes: int = 0  # mode=generate: generated ids and the token-row map
 
     @property
     def total_bytes(self) -> int:
-        return sum(line.total for line in self.lines) + self.n_samples * 16  # + /samples/index, /samples/step
+        return sum(line.total for line in self.lines) + self.n_samples * 16 + self.extra_bytes  # + /samples/index, /samples/step
 
     def text(self) -> str:
         out = list(self.header)
@@ -57,7 +58,7 @@ class Estimate:
             for line in (ln for ln in self.lines if ln.capture.key.hook == hook):
                 c = line.capture
                 shape = tuple(c.value.shape) if c.per_step else tuple(c.value.shape[1:])
-                unit = "step" if c.per_step else "sample"
+                unit = "step" if c.per_step else "token" if c.tokens else "sample"
                 label = (c.key.module or "(model)") + f" {c.key.role}" + (f"@{c.key.call}" if c.key.call else "")
                 out.append(f"    {label:34s} {str(c.value.dtype).replace('torch.', ''):8s} {str(shape):20s} "
                            f"{human_bytes(line.row_bytes):>10s}/{unit} x {line.rows} = {human_bytes(line.total)}")
@@ -73,21 +74,30 @@ def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: Actio
     _, item = loader.dataset[0]
     batch = torch.utils.data.default_collate([item])
     inputs, target = split_batch(batch)
-    inputs = inputs.to(settings.device)
+    inputs = to_device(inputs, settings.device)
     with HookSession(points, env) as session:
         session.begin_step(0, 1, torch.zeros(1, dtype=torch.long))
-        run_step(model, inputs, target, settings)
+        generated = run_step(model, inputs, target, settings)
         captures = env.captures.take()
+    tokens = 0  # mode=generate: token rows per sample, at most (the padded prompt and every new token but the last)
+    if generated is not None:
+        width = settings.generation.width
+        tokens = inputs["input_ids"].shape[1] + width - 1
     for p in points:
         for action in p.actions:
             getattr(action, "reset", lambda: None)()
     report = Estimate(points, n_samples=n_samples, n_batches=n_batches)
+    if generated is not None:
+        report.extra_bytes = n_samples * (width * 8 + 24 + tokens * 17)
     for cap in captures:
         every = int(cap.attrs.get("every", 1))
         limit = cap.attrs.get("limit")
         if cap.per_step:
             row_bytes = cap.value.numel() * cap.value.element_size()
             rows = math.ceil(n_batches / every)
+        elif cap.tokens:
+            row_bytes = cap.value[0].numel() * cap.value.element_size()
+            rows = n_samples * tokens // every
         else:
             row_bytes = cap.value[0].numel() * cap.value.element_size()
             rows = n_samples if every == 1 else math.ceil(n_batches / every) * max(1, n_samples // max(n_batches, 1))
