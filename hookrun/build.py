@@ -68,6 +68,21 @@ def build_model(node: Mapping, device: torch.device) -> nn.Module:
     return model.to(device).eval()
 
 
+def live_model(model: Any, device: torch.device) -> nn.Module:
+    """A model object given to run(cfg, model=...): checked, moved to the device, in eval mode."""
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"run(model=...): got a {type(model).__name__}, not a torch.nn.Module")
+    return model.to(device).eval()
+
+
+def live_dataset(dataset: Any) -> Any:
+    """A dataset object given to run(cfg, dataset=...): it must be map-style."""
+    if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
+        raise ConfigError(f"run(dataset=...): got a {type(dataset).__name__}; hookrun needs a map-style dataset "
+                          f"(with __len__ and __getitem__)")
+    return dataset
+
+
 def _weights_message(node: Mapping, error: str) -> str:
     """Pretrained weights that are not cached and cannot be downloaded: say where torchvision looks."""
     where = Path(torch.hub.get_dir()) / "checkpoints"

@@ -99,7 +99,7 @@ def save_pickled_object(path):
     ({"mode": "grad"}, "mode=grad needs a loss"),
     ({"device": "cuda"} if not torch.cuda.is_available() else {"device": "cuda:99"}, "device=cuda"),
     ({"device": "tpu"}, "device: 'tpu' is not"),
-    ({"data.dataset": {"_target_": "toy_models.Strings"}}, "an item is a str; hookrun needs a tensor or a tuple"),
+    ({"data.dataset": {"_target_": "toy_models.Strings"}}, "an item is a str; hookrun needs a tensor, a tuple/list or a dict"),
     ({"model": {"_target_": "toy_models.NotAModel"}}, "not a torch.nn.Module"),
     ({"model": {"_target_": "no_such_pkg.Net"}}, "cannot import 'no_such_pkg.Net'"),
     ({"model.checkpoint": "/nonexistent/ckpt.pt"}, "model.checkpoint: no file"),

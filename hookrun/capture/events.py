@@ -25,16 +25,18 @@ class StepState:
     step: int = -1
     batch_size: int = 0
     sample_index: torch.Tensor | None = None  # dataset indices of the batch's samples
-    tokens: Any = None  # mode=generate: the TokenMap of the model call in flight (capture.generation)
+    attention_mask: torch.Tensor | None = None  # (batch, tokens), 1 = a real token, 0 = padding; None: no mask
+    token_map: tuple | None = None  # (sample index, position) of each token row, set by `rows: token` records
+    call_tokens: Any = None  # mode=generate: the TokenMap of the model call in flight (capture.generation)
 
 
 class Event:
     """One firing of one hook point (a plain class with __slots__: one is made per firing)."""
 
-    __slots__ = ("hook", "type", "module", "target", "call", "state", "tensors", "writable", "replaced")
+    __slots__ = ("hook", "type", "module", "target", "call", "state", "tensors", "writable", "replaced", "raw")
 
     def __init__(self, hook: str, type: str, module: str, target: Any, call: int, state: StepState,
-                 tensors: dict[str, torch.Tensor], writable: str | None = None) -> None:
+                 tensors: dict[str, torch.Tensor], writable: str | None = None, raw: Any = None) -> None:
         self.hook = hook
         self.type = type
         self.module = module  # module path ('' is the whole model) or parameter name
@@ -44,6 +46,7 @@ class Event:
         self.tensors = tensors
         self.writable = writable  # the role family actions may replace (e.g. "output")
         self.replaced: set[str] | None = None  # roles an action replaced
+        self.raw = raw  # a forward hook's output where it is a list (one item per sample: detection)
 
     @property
     def step(self) -> int:

@@ -6,7 +6,7 @@
 
 `generate` calls the model once for the prompt (B, T) and once per new token (B, 1) with the KV
 cache. A pre-hook on the whole model (registered first, so it runs before every other hook) reads
-each call's `input_ids` and `attention_mask` and sets `state.tokens`: which of the call's tokens
+each call's `input_ids` and `attention_mask` and sets `state.call_tokens`: which of the call's tokens
 are real (not padding, and of a sample that has not yet produced its end-of-sequence token), their
 absolute positions in their sample, and whether the call processes generated tokens. Modify
 actions read it for `positions:`, `record rows: token` to keep one row per real token. The call
@@ -39,7 +39,7 @@ class TokenMap:
 
 
 class GenerationTracker:
-    """A context manager: the pre-hook on the model that keeps `state.tokens` current."""
+    """A context manager: the pre-hook on the model that keeps `state.call_tokens` current."""
 
     def __init__(self, model: nn.Module, points: list[HookPoint], state: StepState, eos_ids: Iterable[int] = ()) -> None:
         self.model = model
@@ -59,7 +59,7 @@ class GenerationTracker:
         if self._handle is not None:
             self._handle.remove()
             self._handle = None
-        self.state.tokens = None
+        self.state.call_tokens = None
 
     def _pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         ids = kwargs.get("input_ids", args[0] if args else None)
@@ -83,7 +83,7 @@ class GenerationTracker:
         position = (mask.long().cumsum(1) - 1)[:, total - length :]
         tokens = TokenMap(window & ~self._finished[:, None], position, total - length >= self._prompt_len, call)
         self.maps.append(tokens)
-        self.state.tokens = tokens
+        self.state.call_tokens = tokens
         for point in self.points:
             point.reset()
 

@@ -4,8 +4,8 @@
 
 | type         | PyTorch call                          | roles (replaceable first)       |
 |--------------|---------------------------------------|---------------------------------|
-| forward_pre  | register_forward_pre_hook             | input                           |
-| forward      | register_forward_hook                 | output, input                   |
+| forward_pre  | register_forward_pre_hook(with_kwargs) | input (keywords: input.NAME)   |
+| forward      | register_forward_hook(with_kwargs)    | output, input                   |
 | backward_pre | register_full_backward_pre_hook       | grad_output                     |
 | backward     | register_full_backward_hook           | grad_input, grad_output         |
 | tensor       | Tensor.register_hook on the output    | grad                            |
@@ -26,8 +26,9 @@ from torch import Tensor
 from hookrun.capture.events import Event, flatten, rebuild
 from hookrun.capture.points import HookPoint
 from hookrun.capture.registry import Registry
+from hookrun.errors import RunError
 
-Fire = Callable[[int, dict, str], Event]
+Fire = Callable[..., Event]  # fire(call, tensors, writable, raw=None)
 
 
 @dataclass(frozen=True)
@@ -52,40 +53,61 @@ def _hook_type(name: str, roles, writable, needs_grad=False, on="module", per_st
     return add
 
 
+def inputs(args: tuple, kwargs: dict) -> dict[str, Tensor]:
+    """A call's tensors by role: positional ones as `input`, `input.1`, ..., keyword ones as
+    `input.NAME` (`input.hidden_states`)."""
+    tensors = flatten(args, "input")
+    for name, value in kwargs.items():
+        tensors.update(flatten(value, f"input.{name}"))
+    return tensors
+
+
 @_hook_type("forward_pre", ("input",), "input")
 def _forward_pre(point: HookPoint, fire: Fire) -> list:
-    def hook(module, args):
-        ev = fire(point.next_forward_call(), flatten(args, "input"), "input")
+    def hook(module, args, kwargs):
+        ev = fire(point.next_forward_call(), inputs(args, kwargs) if kwargs else flatten(args, "input"), "input")
         if ev.replaced:
-            return rebuild(args, "input", ev.tensors)
+            new = {k: rebuild(v, f"input.{k}", ev.tensors) for k, v in kwargs.items()}
+            return rebuild(args, "input", ev.tensors), new
         return None
 
-    return [point.target.register_forward_pre_hook(hook)]
+    return [point.target.register_forward_pre_hook(hook, with_kwargs=True)]
 
 
 @_hook_type("forward", ("output", "input"), "output")
 def _forward(point: HookPoint, fire: Fire) -> list:
-    def hook(module, args, output):
-        if len(args) == 1 and isinstance(output, Tensor) and isinstance(args[0], Tensor):
+    def hook(module, args, kwargs, output):
+        if not kwargs and len(args) == 1 and isinstance(output, Tensor) and isinstance(args[0], Tensor):
             tensors = {"input": args[0], "output": output}  # the common case, what flatten gives
         else:
-            tensors = flatten(args, "input")
+            tensors = inputs(args, kwargs)
             tensors.update(flatten(output, "output"))
-        ev = fire(point.next_forward_call(), tensors, "output")
+        ev = fire(point.next_forward_call(), tensors, "output", output if type(output) is list else None)
         if ev.replaced:
             return rebuild(output, "output", ev.tensors)
         return None
 
-    return [point.target.register_forward_hook(hook)]
+    return [point.target.register_forward_hook(hook, with_kwargs=True)]
 
 
 def _count_forward_calls(point: HookPoint) -> list:
-    """Backward hooks learn which forward call they answer by counting the forward calls."""
+    """Backward hooks learn which forward call they answer by counting the forward calls; a module
+    whose tensors all come as keywords is refused (full backward hooks see positional inputs only)."""
 
-    def count(module, args):
-        point.next_forward_call()  # returns None: the input stays as it is
+    def count(module, args, kwargs):
+        point.next_forward_call()
+        if kwargs and not any(isinstance(a, Tensor) for a in flatten(args, "input").values()):
+            named = [k for k, v in kwargs.items() if flatten(v, "input")]
+            if named:
+                raise RunError(
+                    f"hooks.{point.hook}: a {point.type} hook on {point.name or '(model)'} sees positional inputs "
+                    f"only (PyTorch's full backward hooks), and {point.name or '(model)'} gets its tensors as "
+                    f"keywords ({', '.join(named)}); use type: tensor on the same module (the gradient of its "
+                    f"output), or hook the enclosing block"
+                )
+        return None  # the input stays as it is
 
-    return [point.target.register_forward_pre_hook(count)]
+    return [point.target.register_forward_pre_hook(count, with_kwargs=True)]
 
 
 @_hook_type("backward_pre", ("grad_output",), "grad_output", needs_grad=True)

@@ -47,9 +47,11 @@ class HookSession:
         while self._handles:
             self._handles.pop().remove()
 
-    def begin_step(self, step: int, batch_size: int, sample_index: torch.Tensor | None) -> None:
+    def begin_step(self, step: int, batch_size: int, sample_index: torch.Tensor | None,
+                   attention_mask: torch.Tensor | None = None) -> None:
         state = self.env.state
         state.step, state.batch_size, state.sample_index = step, batch_size, sample_index
+        state.attention_mask, state.token_map = attention_mask, None
         for point in self.points:
             point.reset()
 
@@ -65,8 +67,8 @@ class HookSession:
         hook, kind, name, target, actions, state = point.hook, point.type, point.name, point.target, point.actions, self.env.state
         at_firing = self._at_firing if self.early_stop else None
 
-        def fire(call: int, tensors: dict, writable: str) -> Event:
-            ev = Event(hook, kind, name, target, call, state, tensors, writable)
+        def fire(call: int, tensors: dict, writable: str, raw=None) -> Event:
+            ev = Event(hook, kind, name, target, call, state, tensors, writable, raw)
             for action in actions:
                 action(ev)
             if at_firing is not None:

@@ -45,6 +45,10 @@ class DataConfig:
     num_workers: int = 0
     limit: int | None = None  # most batches to run; null = all
     root: str | None = None  # folder of images, read by data=image_folder
+    inputs: Any = None  # the model's inputs: a list of keys/positions, or a mapping argument -> key; null: default
+    target: Any = "auto"  # the target's key or position; null: none; auto: item[1] of a tuple, "target"/"label" of a dict
+    collate: Any = None  # a _target_ collate function (e.g. hookrun.data.collate_lists); null: default_collate
+    store: list[str] = field(default_factory=list)  # batch keys stored per sample under /samples/ (input_ids, ...)
 
 
 @dataclass
@@ -90,6 +94,23 @@ def load(cfg: Any) -> HookrunConfig:
         raise ConfigError(_omegaconf_message(exc)) from None
     assert isinstance(obj, HookrunConfig)
     return obj
+
+
+def with_live(cfg: Any, model: Any = None, dataset: Any = None) -> Any:
+    """`cfg` with a `{live: module.Class}` node where a live model or dataset object replaces the
+    config's own (run(cfg, model=obj)): the file's config then names what was run."""
+    if model is None and dataset is None:
+        return cfg
+    if isinstance(cfg, HookrunConfig):
+        cfg = OmegaConf.to_container(OmegaConf.structured(cfg))
+    elif isinstance(cfg, DictConfig):
+        cfg = OmegaConf.to_container(cfg, resolve=True)
+    cfg = dict(cfg)
+    if model is not None:
+        cfg["model"] = {"live": f"{type(model).__module__}.{type(model).__qualname__}"}
+    if dataset is not None:
+        cfg["data"] = {**dict(cfg.get("data") or {}), "dataset": {"live": f"{type(dataset).__module__}.{type(dataset).__qualname__}"}}
+    return cfg
 
 
 def to_yaml(cfg: HookrunConfig) -> str:

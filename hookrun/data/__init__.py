@@ -1,6 +1,7 @@
 """Datasets hookrun ships, named by `_target_` in conf/data/ (hookrun.data.synthetic, ...).
 They need no download: synthetic images and tensors, and readers of the user's own files."""
 
+from hookrun.data.collate import collate_lists
 from hookrun.data.datasets import ImageFiles, RandomTensors, image_folder, synthetic
 
-__all__ = ["ImageFiles", "RandomTensors", "image_folder", "synthetic"]
+__all__ = ["ImageFiles", "collate_lists", "RandomTensors", "image_folder", "synthetic"]

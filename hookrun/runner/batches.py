@@ -1,17 +1,18 @@
-"""Batch plumbing of the loop: items with their dataset index, checks, and (input, target) splits.
+"""Batch plumbing of the loop: items with their dataset index, collated into batches.
 
     loader = make_loader(ds, batch_size=16, num_workers=0)  # yields (indices, batch)
-    inputs, target = split_batch(batch)
+    loader = make_loader(ds, 2, 0, collate=collate_lists)   # items of different sizes, as lists
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, default_collate
 
-from hookrun.errors import ConfigError
+from hookrun.errors import ConfigError, RunError
 
 
 class Indexed(Dataset):
@@ -29,42 +30,59 @@ class Indexed(Dataset):
         return self.start + i, self.dataset[self.start + i]
 
 
-def check_item(item: Any) -> None:
-    """A dataset item must be a tensor, a dict of tensors (a tokenizer's output), or a tuple
-    (input, target, ...) whose input is a tensor."""
-    if isinstance(item, dict) and item and all(isinstance(v, torch.Tensor) for v in item.values()):
-        return
-    first = item[0] if isinstance(item, tuple | list) and len(item) else item
-    if not isinstance(first, torch.Tensor):
-        got = type(item).__name__ + (f" whose first element is a {type(first).__name__}" if first is not item else "")
-        raise ConfigError(
-            f"data.dataset: an item is a {got}; hookrun needs a tensor or a tuple (input, target, ...) "
-            f"with a tensor input (add a transform such as torchvision.transforms.ToTensor)"
-        )
+class Collate:
+    """The loader's collate_fn: the indices as a tensor, the items through `fn` (default_collate
+    unless data.collate names another), with one clear line where the items cannot be batched."""
+
+    def __init__(self, fn: Callable | None = None) -> None:
+        self.fn = fn or default_collate
+        self.custom = fn is not None
+
+    def __call__(self, pairs: list[tuple[int, Any]]) -> tuple[torch.Tensor, Any]:
+        indices = torch.tensor([i for i, _ in pairs], dtype=torch.long)
+        items = [item for _, item in pairs]
+        try:
+            return indices, self.fn(items)
+        except (RuntimeError, TypeError) as exc:
+            if self.custom:
+                raise RunError(f"data.collate failed on the samples {indices.tolist()}: {type(exc).__name__}: "
+                               f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+            raise RunError(_collate_message(items, indices.tolist(), exc)) from None
 
 
-def make_loader(dataset: Dataset, batch_size: int, num_workers: int, start: int = 0) -> DataLoader:
+def _collate_message(items: list, indices: list[int], exc: Exception) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if "NoneType" in text:
+        return (f"data: the samples {indices} hold None (a missing target?), which cannot be batched; return a "
+                f"tensor there, set data.target=null and data.inputs to the parts that exist, or give "
+                f"data.collate={{_target_: hookrun.data.collate_lists, _partial_: true}}")
+    shapes = sorted({str(tuple(x.shape)) for x in _first_tensors(items)})
+    return (f"data: the samples {indices} cannot be stacked into one batch ({text}; shapes {', '.join(shapes[:4])}); "
+            f"resize or pad them to one size, use data.batch_size=1, or give data.collate="
+            f"{{_target_: hookrun.data.collate_lists, _partial_: true}} (a model that takes a list, such as detection)")
+
+
+def _first_tensors(items: list) -> list[torch.Tensor]:
+    out = []
+    for item in items:
+        first = item
+        while isinstance(first, tuple | list) and first:
+            first = first[0]
+        if isinstance(first, Mapping):
+            first = next((v for v in first.values() if isinstance(v, torch.Tensor)), None)
+        if isinstance(first, torch.Tensor):
+            out.append(first)
+    return out
+
+
+def make_loader(dataset: Dataset, batch_size: int, num_workers: int, start: int = 0,
+                collate: Callable | None = None) -> DataLoader:
     if batch_size < 1:
         raise ConfigError(f"data.batch_size must be at least 1, got {batch_size}")
     if num_workers < 0:
         raise ConfigError(f"data.num_workers must be 0 or more, got {num_workers}")
-    return DataLoader(Indexed(dataset, start), batch_size=batch_size, shuffle=False, num_workers=num_workers)
-
-
-def split_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(input, target) of a collated batch; target is None where items carry none."""
-    if isinstance(batch, torch.Tensor | dict):
-        return batch, None
-    inputs = batch[0]
-    target = batch[1] if len(batch) > 1 and isinstance(batch[1], torch.Tensor) else None
-    return inputs, target
-
-
-def to_device(inputs: Any, device: torch.device) -> Any:
-    """A tensor, or a dict of them, on the device."""
-    if isinstance(inputs, dict):
-        return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
-    return inputs.to(device, non_blocking=True)
+    return DataLoader(Indexed(dataset, start), batch_size=batch_size, shuffle=False, num_workers=num_workers,
+                      collate_fn=Collate(collate))
 
 
 def sample_paths(dataset: Dataset, indices: list[int]) -> list[str] | None:

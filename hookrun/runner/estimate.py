@@ -19,7 +19,6 @@ from hookrun.analysis.stats import human_bytes
 from hookrun.capture.actions import ActionEnv
 from hookrun.capture.plan import HookPoint
 from hookrun.capture.session import HookSession
-from hookrun.runner.batches import split_batch, to_device
 from hookrun.store.records import Capture
 
 
@@ -57,10 +56,11 @@ class Estimate:
             out.append(f"  hook {hook}: {points[0].type} -> {len(points)} {'target' if len(points) == 1 else 'targets'}: {names}")
             for line in (ln for ln in self.lines if ln.capture.key.hook == hook):
                 c = line.capture
-                shape = tuple(c.value.shape) if c.per_step else tuple(c.value.shape[1:])
+                shape = ("n",) if c.ragged else tuple(c.value.shape) if c.per_step else tuple(c.value.shape[1:])
                 unit = "step" if c.per_step else "token" if c.tokens else "sample"
                 label = (c.key.module or "(model)") + f" {c.key.role}" + (f"@{c.key.call}" if c.key.call else "")
-                out.append(f"    {label:34s} {str(c.value.dtype).replace('torch.', ''):8s} {str(shape):20s} "
+                dtype = c.value[0].dtype if c.ragged else c.value.dtype
+                out.append(f"    {label:34s} {str(dtype).replace('torch.', ''):8s} {str(shape):20s} "
                            f"{human_bytes(line.row_bytes):>10s}/{unit} x {line.rows} = {human_bytes(line.total)}")
             if not any(ln.capture.key.hook == hook for ln in self.lines):
                 out.append("    (records nothing)")
@@ -71,18 +71,16 @@ class Estimate:
 def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: ActionEnv, settings, n_samples: int, n_batches: int) -> Estimate:
     from hookrun.runner.loop import run_step
 
-    _, item = loader.dataset[0]
-    batch = torch.utils.data.default_collate([item])
-    inputs, target = split_batch(batch)
-    inputs = to_device(inputs, settings.device)
+    indices, batch = loader.collate_fn([loader.dataset[0]])
+    call = settings.spec.split(batch).to(settings.device)
     with HookSession(points, env) as session:
-        session.begin_step(0, 1, torch.zeros(1, dtype=torch.long))
-        generated = run_step(model, inputs, target, settings)
+        session.begin_step(0, 1, indices, call.attention_mask)
+        generated = run_step(model, call, settings)
         captures = env.captures.take()
     tokens = 0  # mode=generate: token rows per sample, at most (the padded prompt and every new token but the last)
     if generated is not None:
         width = settings.generation.width
-        tokens = inputs["input_ids"].shape[1] + width - 1
+        tokens = call.kwargs["input_ids"].shape[1] + width - 1 if "input_ids" in call.kwargs else call.args[0].shape[1] + width - 1
     for p in points:
         for action in p.actions:
             getattr(action, "reset", lambda: None)()
@@ -92,12 +90,15 @@ def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: Actio
     for cap in captures:
         every = int(cap.attrs.get("every", 1))
         limit = cap.attrs.get("limit")
-        if cap.per_step:
+        if cap.ragged:  # variable-length rows: the first sample's size stands for all
+            row_bytes = sum(v.numel() * v.element_size() for v in cap.value)
+            rows = n_samples
+        elif cap.tokens:  # the first sample's tokens stand for every sample's
+            row_bytes = cap.value[0].numel() * cap.value.element_size()
+            rows = n_samples * (tokens or len(cap.value))
+        elif cap.per_step:
             row_bytes = cap.value.numel() * cap.value.element_size()
             rows = math.ceil(n_batches / every)
-        elif cap.tokens:
-            row_bytes = cap.value[0].numel() * cap.value.element_size()
-            rows = n_samples * tokens // every
         else:
             row_bytes = cap.value[0].numel() * cap.value.element_size()
             rows = n_samples if every == 1 else math.ceil(n_batches / every) * max(1, n_samples // max(n_batches, 1))

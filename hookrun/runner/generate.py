@@ -1,7 +1,7 @@
 """mode=generate: one `model.generate(**batch, **cfg.generate)` per batch instead of one forward.
 
-    gen = prepare_generation(cfg, model, dataset, points, env.state)  # checks, before any batch
-    out = gen.step(model, batch)       # hooks fire at every model call; out.columns, out.tokens
+    gen = prepare_generation(cfg, model, loader, spec, points, env.state)  # checks, before any batch
+    out = gen.step(model, call)        # hooks fire at every model call; out.columns, out.tokens
 
 Sampling is seeded per batch from (seed, batch number): the same config gives the same text, a
 resumed run too; another batch size groups the prompts differently and changes sampled text.
@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import default_collate
 
 from hookrun.capture.actions.modify import Modify
 from hookrun.capture.actions.record import Record
@@ -24,6 +23,7 @@ from hookrun.capture.events import StepState
 from hookrun.capture.generation import GenerationTracker
 from hookrun.capture.points import HookPoint
 from hookrun.errors import ConfigError, RunError
+from hookrun.runner.calls import CallSpec, ModelCall
 from hookrun.store.records import Capture
 
 
@@ -32,7 +32,7 @@ class Generated:
     """What one batch's generation adds to its StepRecord."""
 
     columns: dict[str, np.ndarray]  # per-sample: generated_ids, generated_length, ..._text
-    tokens: dict[str, np.ndarray]  # the token-row map: token_sample, token_position, token_generated
+    tokens: tuple[np.ndarray, np.ndarray, np.ndarray]  # the token-row map: sample index, position, generated
     order: torch.Tensor  # sorts the token rows of a capture by sample, then position
 
     def sort_rows(self, captures: list[Capture]) -> None:
@@ -60,8 +60,8 @@ class Generation:
     decoder_only: bool = True
     checked: set = field(default_factory=set)
 
-    def step(self, model: torch.nn.Module, inputs: Any) -> Generated:
-        batch = as_kwargs(inputs)
+    def step(self, model: torch.nn.Module, call: ModelCall) -> Generated:
+        batch = as_kwargs(call)
         if self.decoder_only:
             check_left_padded(batch, f"batch {self.state.step}", RunError)
         seed_batch(self.seed, self.state.step)
@@ -72,11 +72,8 @@ class Generation:
         columns = self.columns(prompt, batch.get("attention_mask"), ids[:, prompt.shape[1]:])
         order, sample, position, generated = tracker.rows()
         index = self.state.sample_index
-        tokens = {
-            "token_sample": (index[sample.cpu()] if index is not None else sample.cpu()).numpy().astype(np.int64),
-            "token_position": position.cpu().numpy().astype(np.int64),
-            "token_generated": generated.cpu().numpy().astype(np.uint8),
-        }
+        tokens = ((index[sample.cpu()] if index is not None else sample.cpu()).numpy().astype(np.int64),
+                  position.cpu().numpy().astype(np.int64), generated.cpu().numpy().astype(np.uint8))
         return Generated(columns, tokens, order)
 
     def columns(self, prompt: torch.Tensor, mask: torch.Tensor | None, new: torch.Tensor) -> dict[str, np.ndarray]:
@@ -103,7 +100,8 @@ class Generation:
         return columns
 
 
-def prepare_generation(cfg: Any, model: torch.nn.Module, dataset: Any, points: list[HookPoint], state: StepState) -> Generation:
+def prepare_generation(cfg: Any, model: torch.nn.Module, loader: Any, spec: CallSpec, points: list[HookPoint],
+                       state: StepState) -> Generation:
     """Every check of mode=generate that can run before the first batch, then the settings."""
     if not callable(getattr(model, "generate", None)):
         raise ConfigError(f"mode=generate: {type(model).__name__} has no generate() method; use a language model with "
@@ -129,10 +127,11 @@ def prepare_generation(cfg: Any, model: torch.nn.Module, dataset: Any, points: l
                           "would see every token many times; keep the KV cache (the default)")
     for p in points:
         for a in p.actions:
-            if isinstance(a, Record) and a.row_kind != "token":
+            if isinstance(a, Record) and not a.token_rows:
                 raise ConfigError(
                     f"{a.where}: record in mode=generate needs rows: token: a hook fires on the prompt (batch, T, ...) and "
                     f"then once per new token (batch, 1, ...), so rows of one shape per sample or step cannot hold it")
+    dataset = loader.dataset.dataset  # under the Indexed wrapper
     tokenizer = getattr(dataset, "tokenizer", None)
     for name in ("pad_token_id", "eos_token_id"):
         if kwargs.get(name) is None and getattr(tokenizer, name, None) is not None:
@@ -143,7 +142,7 @@ def prepare_generation(cfg: Any, model: torch.nn.Module, dataset: Any, points: l
         tokenizer.padding_side = "left"  # a decoder-only model continues from the right end
     decoder_only = not getattr(getattr(model, "config", None), "is_encoder_decoder", False)
     gen = Generation(kwargs, cfg.seed, width, eos, points, state, tokenizer, decoder_only)
-    preflight(model, dataset, gen, cfg.data.batch_size, next(model.parameters()).device)
+    preflight(model, loader, spec, gen, next(model.parameters()).device)
     return gen
 
 
@@ -156,9 +155,10 @@ def check_positions(points: list[HookPoint]) -> None:
                                   f"no generated tokens); drop positions or set mode=generate")
 
 
-def preflight(model: torch.nn.Module, dataset: Any, gen: Generation, batch_size: int, device: torch.device) -> None:
+def preflight(model: torch.nn.Module, loader: Any, spec: CallSpec, gen: Generation, device: torch.device) -> None:
     """The first batch must be left-padded, and generate must take the arguments (one token, one prompt)."""
-    batch = as_kwargs(default_collate([dataset[i] for i in range(min(batch_size, len(dataset)))]))
+    first = loader.collate_fn([loader.dataset[i] for i in range(min(loader.batch_size, len(loader.dataset)))])[1]
+    batch = as_kwargs(spec.split(first))
     if gen.decoder_only:
         check_left_padded(batch, "the first batch", ConfigError)
     one = {k: v[:1].to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
@@ -173,15 +173,18 @@ def preflight(model: torch.nn.Module, dataset: Any, gen: Generation, batch_size:
                           f"{text[:300] + ('...' if len(text) > 300 else '')}") from None
 
 
-def as_kwargs(inputs: Any) -> dict[str, Any]:
-    """A batch as generate's keyword arguments: a dict as it is, a tensor as input_ids."""
-    if isinstance(inputs, dict):
-        if "input_ids" not in inputs:
-            raise ConfigError(f"mode=generate: a batch needs input_ids (the prompt's token ids); it has {', '.join(inputs)}")
-        return dict(inputs)
-    if isinstance(inputs, torch.Tensor):
-        return {"input_ids": inputs}
-    raise ConfigError(f"mode=generate: a batch is a {type(inputs).__name__}; give a dict with input_ids and attention_mask")
+def as_kwargs(call: ModelCall) -> dict[str, Any]:
+    """The batch's forward call as generate's keyword arguments: the first positional input is the
+    prompt's input_ids, keyword inputs stay as they are."""
+    kwargs = dict(call.kwargs)
+    if call.args:
+        if len(call.args) > 1 or "input_ids" in kwargs:
+            raise ConfigError(f"mode=generate: the batch gives {len(call.args)} positional input(s); generate takes "
+                              f"input_ids and keywords (data.inputs: {{input_ids: input_ids, attention_mask: attention_mask}})")
+        kwargs["input_ids"] = call.args[0]
+    if not isinstance(kwargs.get("input_ids"), torch.Tensor):
+        raise ConfigError(f"mode=generate: a batch needs input_ids (the prompt's token ids); it gives {', '.join(kwargs) or 'none'}")
+    return kwargs
 
 
 def check_left_padded(batch: dict, where: str, error: type[Exception]) -> None:

@@ -5,9 +5,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 from tqdm.auto import tqdm
@@ -15,7 +18,8 @@ from tqdm.auto import tqdm
 from hookrun.capture.actions import ActionEnv
 from hookrun.capture.session import HookSession, StopForward
 from hookrun.errors import RunError
-from hookrun.runner.batches import make_loader, sample_paths, split_batch, to_device
+from hookrun.runner.batches import make_loader, sample_paths
+from hookrun.runner.calls import CallSpec, ModelCall
 from hookrun.runner.generate import Generated, Generation
 from hookrun.store.records import StepRecord
 from hookrun.store.transfer import HostTransfer
@@ -30,7 +34,17 @@ class LoopSettings:
     batches: int | None = None  # how many batches to run (prepare() applies data.limit); None: all
     progress: bool = True
     should_stop: Callable[[], bool] = lambda: False  # checked after each batch (signals)
+    spec: CallSpec = field(default_factory=CallSpec)  # how a batch becomes the forward call
+    store_keys: tuple[str, ...] = ()  # batch keys stored per sample under /samples/ (data.store)
+    loss_takes_batch: bool = False  # the loss accepts batch= (loss=lm reads input_ids from it)
     generation: Generation | None = None  # mode=generate: the checked generate() settings
+
+    def __post_init__(self) -> None:
+        if self.loss is not None:
+            try:
+                self.loss_takes_batch = "batch" in inspect.signature(self.loss).parameters
+            except (TypeError, ValueError):
+                self.loss_takes_batch = False
 
 
 def run_batches(
@@ -42,16 +56,18 @@ def run_batches(
     total = len(loader) if s.batches is None else s.batches
     dataset = loader.dataset.dataset  # under the Indexed wrapper
     if first:
-        loader = make_loader(dataset, loader.batch_size, loader.num_workers, start=first * loader.batch_size)
+        loader = make_loader(dataset, loader.batch_size, loader.num_workers, start=first * loader.batch_size,
+                             collate=loader.collate_fn.fn if loader.collate_fn.custom else None)
     steps = 0
     with tqdm(total=total, initial=first, disable=not s.progress, unit="batch", desc="hookrun", dynamic_ncols=True) as bar:
         for step, (indices, batch) in enumerate(loader, start=first):
             if step >= total:
                 break
-            inputs, target = split_batch(batch)
-            inputs = to_device(inputs, s.device)
-            session.begin_step(step, len(indices), indices)
-            generated = run_step(model, inputs, target, s)
+            call = s.spec.split(batch)
+            target = call.target
+            call = call.to(s.device)
+            session.begin_step(step, len(indices), indices, call.attention_mask)
+            generated = run_step(model, call, s)
             session.end_step()
             captures = env.captures.take()
             if generated is not None:
@@ -59,12 +75,12 @@ def run_batches(
             writer.put(StepRecord(
                 step=step,
                 sample_index=indices.numpy(),
-                target=target.detach().cpu().numpy() if target is not None else None,
+                target=target.detach().cpu().numpy() if isinstance(target, torch.Tensor) else None,
                 path=sample_paths(dataset, indices.tolist()),
                 captures=captures,
                 ticket=transfer.submit(captures),
-                columns=generated.columns if generated is not None else None,
-                tokens=generated.tokens if generated is not None else None,
+                samples=stored_keys(batch, s.store_keys) if generated is None else {**(stored_keys(batch, s.store_keys) or {}), **generated.columns},
+                tokens=env.state.token_map if generated is None else generated.tokens,
             ))
             steps += 1
             bar.update()
@@ -73,27 +89,43 @@ def run_batches(
     return steps
 
 
-def run_step(model: nn.Module, inputs: torch.Tensor, target: torch.Tensor | None, s: LoopSettings) -> Generated | None:
+def stored_keys(batch: Any, keys: tuple[str, ...]) -> dict[str, np.ndarray] | None:
+    """The batch's tensors named by data.store, as host arrays (one row per sample)."""
+    if not keys:
+        return None
+    if not isinstance(batch, Mapping):
+        raise RunError(f"data.store={list(keys)} names keys of dict items, but the items are {type(batch).__name__}s")
+    out = {}
+    for k in keys:
+        v = batch.get(k)
+        if not isinstance(v, torch.Tensor):
+            raise RunError(f"data.store: the batch has no tensor {k!r}; its keys: {', '.join(map(str, batch))}")
+        out[k] = v.detach().cpu().numpy()
+    return out
+
+
+def run_step(model: nn.Module, call: ModelCall, s: LoopSettings) -> Generated | None:
     """One batch through the model: a forward under no_grad (which early_stop may cut short), in
     grad mode forward, loss and backward, in generate mode model.generate (hookrun.runner.generate)."""
     if s.mode == "generate":
-        return s.generation.step(model, inputs)
+        return s.generation.step(model, call)
     if s.mode == "grad":
-        _grad_step(model, inputs, target, s)
+        _grad_step(model, call, s)
         return
     try:
         with torch.no_grad():
-            model(inputs)
+            call.run(model)
     except StopForward:
         pass
     return None
 
 
-def _grad_step(model: nn.Module, inputs: torch.Tensor, target: torch.Tensor | None, s: LoopSettings) -> None:
-    if inputs.is_floating_point():
-        inputs.requires_grad_(True)
-    output = model(inputs)
-    loss = s.loss(output, target.to(s.device) if target is not None else None)
+def _grad_step(model: nn.Module, call: ModelCall, s: LoopSettings) -> None:
+    for t in call.tensors():
+        if t.is_floating_point():
+            t.requires_grad_(True)
+    output = call.run(model)
+    loss = s.loss(output, call.target, batch=call.batch) if s.loss_takes_batch else s.loss(output, call.target)
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         raise RunError(f"loss: expected a scalar tensor, got {type(loss).__name__} {getattr(loss, 'shape', '')}")
     try:

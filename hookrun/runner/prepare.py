@@ -18,7 +18,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from hookrun.build import build_dataset, build_loss, build_model, import_modules
+from hookrun.build import (
+    build,
+    build_dataset,
+    build_loss,
+    build_model,
+    import_modules,
+    live_dataset,
+    live_model,
+)
 from hookrun.capture.actions import ActionEnv
 from hookrun.capture.actions.record import Record
 from hookrun.capture.plan import make_plan
@@ -26,7 +34,8 @@ from hookrun.capture.points import HookPoint
 from hookrun.config.schema import HookrunConfig
 from hookrun.config.specs import parse_hooks
 from hookrun.errors import ConfigError
-from hookrun.runner.batches import check_item, make_loader
+from hookrun.runner.batches import make_loader
+from hookrun.runner.calls import CallSpec
 from hookrun.runner.generate import check_positions, prepare_generation
 from hookrun.runner.loop import LoopSettings
 
@@ -49,7 +58,8 @@ class Prepared:
     n_samples: int
 
 
-def prepare(cfg: HookrunConfig, check_exists: bool = True) -> Prepared:
+def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, dataset: Any = None) -> Prepared:
+    """`model` and `dataset`, where given, are live objects used instead of cfg.model / cfg.data.dataset."""
     import_modules(cfg.imports)
     specs = parse_hooks(cfg.hooks)
     mode = cfg.mode.value
@@ -63,14 +73,18 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True) -> Prepared:
     out = check_output(cfg.output.path, cfg.output.overwrite or not check_exists, create=not cfg.dry_run)
 
     seed_everything(cfg.seed)
-    model = build_model(cfg.model, device)
+    model = build_model(cfg.model, device) if model is None else live_model(model, device)
     if mode == "grad":
         disable_inplace(model)
-    dataset = build_dataset(cfg.data.dataset)
+    dataset = build_dataset(cfg.data.dataset) if dataset is None else live_dataset(dataset)
     if len(dataset) == 0:
-        raise ConfigError(f"data.dataset: {cfg.data.dataset['_target_']!r} is empty")
-    check_item(dataset[0])
-    loader = make_loader(dataset, cfg.data.batch_size, cfg.data.num_workers)
+        raise ConfigError(f"data.dataset: {dataset_name(cfg)!r} is empty")
+    spec = CallSpec(cfg.data.inputs, cfg.data.target)
+    spec.check(dataset[0])
+    collate = build(cfg.data.collate, "data.collate") if cfg.data.collate is not None else None
+    if collate is not None and not callable(collate):
+        raise ConfigError(f"data.collate: built a {type(collate).__name__}, not a function (add `_partial_: true`)")
+    loader = make_loader(dataset, cfg.data.batch_size, cfg.data.num_workers, collate=collate)
     loss = build_loss(cfg.loss) if mode == "grad" else None
     n_batches = len(loader) if cfg.data.limit is None else min(cfg.data.limit, len(loader))
     planned = np.arange(min(len(dataset), n_batches * cfg.data.batch_size))
@@ -79,14 +93,20 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True) -> Prepared:
         points = make_plan(model, specs, env, mode)
         if cfg.early_stop and mode != "generate":
             check_early_stop(points, mode)
-        generation = prepare_generation(cfg, model, dataset, points, env.state) if mode == "generate" else None
+        generation = prepare_generation(cfg, model, loader, spec, points, env.state) if mode == "generate" else None
         if mode != "generate":
             check_positions(points)
     except BaseException:
         env.close()
         raise
-    settings = LoopSettings(mode, device, loss, n_batches, cfg.progress, generation=generation)
+    settings = LoopSettings(mode, device, loss, n_batches, cfg.progress, spec=spec, store_keys=tuple(cfg.data.store),
+                            generation=generation)
     return Prepared(cfg, out, model, dataset, loader, points, env, settings, n_batches, len(planned))
+
+
+def dataset_name(cfg: HookrunConfig) -> str:
+    node = cfg.data.dataset
+    return str(node.get("_target_", node.get("live", "?"))) if isinstance(node, dict) else str(node)
 
 
 def check_early_stop(points: list, mode: str) -> None:

@@ -24,11 +24,11 @@ from hookrun.analysis.stats import human_bytes
 from hookrun.capture.actions.record import Record
 from hookrun.capture.plan import HookPoint
 from hookrun.capture.session import HookSession
-from hookrun.config.schema import HookrunConfig, load, to_yaml
+from hookrun.config.schema import HookrunConfig, load, to_yaml, with_live
 from hookrun.errors import ConfigError
 from hookrun.runner.estimate import estimate
 from hookrun.runner.loop import run_batches
-from hookrun.runner.prepare import Prepared, prepare
+from hookrun.runner.prepare import Prepared, dataset_name, prepare
 from hookrun.runner.resume import ResumeState, open_resume, replay
 from hookrun.runner.signals import Interrupted, StopSignals
 from hookrun.store.format import HOOKRUN_VERSION
@@ -48,9 +48,11 @@ class RunResult:
     status: str = "complete"
 
 
-def run(cfg: Any) -> RunResult:
+def run(cfg: Any, model: torch.nn.Module | None = None, dataset: Any = None) -> RunResult:
+    """Run `cfg`; `model` and `dataset`, where given, are live objects used instead of the config's
+    model and data.dataset nodes (which may then be left out)."""
     started = time.perf_counter()
-    cfg = load(cfg)
+    cfg = load(with_live(cfg, model, dataset))
     resume = None
     out = Path(cfg.output.path).expanduser()
     if cfg.resume:
@@ -62,7 +64,7 @@ def run(cfg: Any) -> RunResult:
         if resume is None:
             log.info("resume: no file at %s; starting from the first batch", out)
     try:
-        p = prepare(cfg, check_exists=resume is None)
+        p = prepare(cfg, check_exists=resume is None, model=model, dataset=dataset)
     except BaseException:
         if resume is not None:
             resume.close()
@@ -87,7 +89,7 @@ def plan_estimate(p: Prepared):
     report.header = [
         "hookrun plan" + (" (dry run: nothing is written)" if cfg.dry_run else ""),
         f"  model   {type(p.model).__module__}.{type(p.model).__qualname__} on {p.settings.device}, mode {p.settings.mode}",
-        f"  data    {cfg.data.dataset['_target_']}: {len(p.dataset)} samples; this run: {p.n_samples} samples in {p.n_batches} batches of {cfg.data.batch_size}",
+        f"  data    {dataset_name(cfg)}: {len(p.dataset)} samples; this run: {p.n_samples} samples in {p.n_batches} batches of {cfg.data.batch_size}",
         f"  output  {p.out} (compression {cfg.output.compression.value})",
     ]
     return report

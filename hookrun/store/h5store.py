@@ -64,9 +64,10 @@ class H5Store:
         self._step = samples.create_dataset("step", (0,), "int64", maxshape=(None,), chunks=(8192,))
         self._target: h5py.Dataset | None = None
         self._paths: h5py.Dataset | None = None
-        self._extra: dict[str, h5py.Dataset] = {}  # more columns under /samples (mode=generate)
-        self.tokens = 0  # token rows so far (record rows: token)
         self._columns: dict[str, _Column] = {}
+        self._extra: dict[str, h5py.Dataset] = {}  # /samples/<name> of data.store
+        self._tokens: tuple[h5py.Dataset, h5py.Dataset] | None = None  # /samples/token_sample, token_position
+        self.tokens = 0  # token rows so far
         self.steps = 0
         self.samples = 0
         self._flushed_at = time.monotonic()
@@ -89,27 +90,49 @@ class H5Store:
                     "path", (start,), h5py.string_dtype(), maxshape=(None,), chunks=(4096,)
                 )
             _append(self._paths, np.array(rec.path, dtype=object))
-        for name, values in (rec.columns or {}).items():
-            self._append_extra(name, values, start)
-        for name, values in (rec.tokens or {}).items():
-            self._append_extra(name, values, self.tokens)
+        for name, arr in (rec.samples or {}).items():
+            ds = self._extra.get(name)
+            if ds is None and arr.dtype == object:  # text (mode=generate): UTF-8 strings
+                ds = self._extra[name] = self.file["samples"].create_dataset(
+                    name, (start,), h5py.string_dtype(), maxshape=(None,), chunks=(4096,))
+            if ds is None:
+                ds = self._extra[name] = self._new_dataset(f"samples/{name}", arr, chunk_rows=4096, backfill=start)
+            if arr.shape[1:] != ds.shape[1:]:
+                raise RunError(f"/samples/{name}: batch {rec.step} has rows of shape {arr.shape[1:]}, earlier batches "
+                               f"{ds.shape[1:]} (pad every sample to one length, e.g. data.padding=max_length)")
+            _append(ds, arr)
+        if rec.tokens is not None:
+            self._write_tokens(rec.tokens)
         new = sum(cap.key.path not in self._columns for cap in rec.captures)
         chunk_bytes = chunk_bytes_for(len(self._columns) + new)  # for the captures this batch creates
         for cap in rec.captures:
             self._write_capture(cap, rec, start, chunk_bytes)
         self.samples += n
         self.steps += 1
-        if rec.tokens:
-            self.tokens += len(next(iter(rec.tokens.values())))
         due = self.steps % self.flush_every == 0 if self.flush_every else time.monotonic() - self._flushed_at > FLUSH_SECONDS
         if due:
             self.flush()
+
+    def _write_tokens(self, tokens: tuple[np.ndarray, np.ndarray]) -> None:
+        """The token map of `rows: token` captures: the sample and position of every token row, and
+        in mode=generate whether the token was generated."""
+        if self._tokens is None:
+            group = self.file["samples"]
+            names = ("token_sample", "token_position", "token_generated")[: len(tokens)]
+            self._tokens = tuple(group.create_dataset(name, (0,), "int64" if name != "token_generated" else "uint8",
+                                                      maxshape=(None,), chunks=(8192,)) for name in names)
+        for ds, arr in zip(self._tokens, tokens, strict=True):
+            _append(ds, arr.astype(ds.dtype, copy=False))
+        self.tokens += len(tokens[0])
 
     def _check_space(self, rec: StepRecord) -> None:
         """Refuse a batch the disk may not hold, while there is still room to close the file
         cleanly. (Once HDF5 writes fail, its metadata and data on disk can disagree.)"""
         need = SPACE_MARGIN
         for cap in rec.captures:
+            if cap.ragged:
+                need += sum(v.numel() * v.element_size() for v in cap.value)
+                continue
             need += cap.value.numel() * cap.value.element_size()
             col = self._columns.get(cap.key.path)
             chunk = col.ds.chunks if col is not None else None
@@ -121,30 +144,15 @@ class H5Store:
                 f"({free} bytes free, the batch needs about {need}); the file keeps every batch before it"
             )
 
-    def _append_extra(self, name: str, values: np.ndarray, rows_before: int) -> None:
-        """A column under /samples beside index and step: per sample, or per token row (token_*)."""
-        ds = self._extra.get(name)
-        if ds is None:
-            if values.dtype == object:
-                ds = self.file["samples"].create_dataset(name, (rows_before,), h5py.string_dtype(), maxshape=(None,), chunks=(4096,))
-            else:
-                ds = self._new_dataset(f"samples/{name}", values, chunk_rows=max(1, 8192 // max(1, values[0].size if len(values) else 1)),
-                                       backfill=rows_before)
-            self._extra[name] = ds
-        _append(ds, values)
-
     def _write_capture(self, cap: Capture, rec: StepRecord, samples_before: int, chunk_bytes: int) -> None:
+        if cap.ragged:
+            self._write_ragged(cap, rec, samples_before)
+            return
         arr = cap.value.numpy(force=True)
         path = cap.key.path
         col = self._columns.get(path)
         if col is None:
             col = self._columns[path] = self._new_column(cap, arr, chunk_bytes)
-        if cap.tokens:  # rows map to /samples/token_sample, token_position
-            if col.ds.shape[0] != self.tokens:
-                raise RunError(f"{path}: batch {rec.step} has token rows from {col.ds.shape[0]} on, the token map from "
-                               f"{self.tokens}; a rows: token capture needs every token of every batch")
-            _append(col.ds, arr)
-            return
         if col.per_step != cap.per_step:
             kind = "one row per step" if col.per_step else "one row per sample"
             raise RunError(f"{path}: its first batch gave {kind}, batch {rec.step} did not (shape {arr.shape})")
@@ -155,6 +163,12 @@ class H5Store:
                 f"{col.ds.shape[1:]}; a capture needs one shape per row (select or reduce to one)"
             )
         expected = self.steps if cap.per_step else samples_before
+        if cap.tokens:
+            if col.ds.shape[0] != self.tokens - len(rows):
+                raise RunError(f"{path}: rows: token needs the capture in every batch (batch {rec.step} "
+                               f"starts at token row {self.tokens - len(rows)}, the capture has {col.ds.shape[0]})")
+            _append(col.ds, rows)
+            return
         if col.index is None and (col.ds.shape[0] != expected or cap.index is not None):
             col.index = self._start_index(path, col)
         if col.index is not None:
@@ -162,18 +176,44 @@ class H5Store:
             _append(col.index, ids.astype(np.int64, copy=False))
         _append(col.ds, rows)
 
+    def _write_ragged(self, cap: Capture, rec: StepRecord, samples_before: int) -> None:
+        """Variable-length rows, one per sample: row i holds sample i's (n_i, *row_shape) values
+        flattened (n_i may be 0); `row_shape` gives the shape to restore."""
+        arrs = [v.numpy(force=True) for v in cap.value]
+        path = cap.key.path
+        col = self._columns.get(path)
+        tail = arrs[0].shape[1:]
+        if any(a.shape[1:] != tail for a in arrs):
+            raise RunError(f"{path}: the samples of batch {rec.step} have rows of shapes "
+                           f"{sorted({a.shape for a in arrs})[:3]}; variable-length rows may vary in their first dim only")
+        if col is None:
+            ds = self.file.create_dataset(path, (samples_before,), h5py.vlen_dtype(arrs[0].dtype), maxshape=(None,),
+                                          chunks=(256,), compression=self.compression)
+            k = cap.key
+            ds.attrs.update(hook=k.hook, module=k.module, type=k.type, role=k.role, call=k.call, rows="samples",
+                            ragged=True, torch_dtype=cap.torch_dtype, row_shape=np.array(tail, dtype=np.int64), index="")
+            for key, value in cap.attrs.items():
+                ds.attrs[key] = value
+            col = self._columns[path] = _Column(ds, False, (k.hook, k.module, k.role, k.call))
+        if tuple(col.ds.attrs["row_shape"]) != tail:
+            raise RunError(f"{path}: batch {rec.step} has rows of shape (n, {tail}), earlier batches (n, {tuple(col.ds.attrs['row_shape'])})")
+        if col.ds.shape[0] != samples_before:
+            raise RunError(f"{path}: variable-length rows need the capture in every batch (batch {rec.step})")
+        rows = np.empty(len(arrs), dtype=object)
+        rows[:] = [a.reshape(-1) for a in arrs]
+        _append(col.ds, rows)
+
     def _new_column(self, cap: Capture, arr: np.ndarray, chunk_bytes: int) -> _Column:
         row = arr if cap.per_step else arr[0]
-        ds = self._new_dataset(cap.key.path, arr[None] if cap.per_step else arr, max_rows=None if cap.tokens else self.expected[cap.per_step],
+        ds = self._new_dataset(cap.key.path, arr[None] if cap.per_step else arr,
+                               max_rows=None if cap.tokens else self.expected[cap.per_step],
                                chunk_bytes=chunk_bytes)
         k = cap.key
         ds.attrs.update(
             hook=k.hook, module=k.module, type=k.type, role=k.role, call=k.call,
-            rows="steps" if cap.per_step else "samples", torch_dtype=cap.torch_dtype,
+            rows="steps" if cap.per_step else ("tokens" if cap.tokens else "samples"), torch_dtype=cap.torch_dtype,
             row_shape=np.array(row.shape, dtype=np.int64), index="",
         )
-        if cap.tokens:
-            ds.attrs["rows"] = "tokens"
         for key, value in cap.attrs.items():
             ds.attrs[key] = value
         return _Column(ds, cap.per_step, (k.hook, k.module, k.role, k.call))

@@ -38,7 +38,8 @@ class Capture:
     torch_dtype: str = ""
     attrs: dict = field(default_factory=dict)  # what was done to it (set by record)
     index: np.ndarray | None = None  # sample indices of the rows, where not the whole batch
-    tokens: bool = False  # one row per processed token (record rows: token), mapped by StepRecord.tokens
+    tokens: bool = False  # one row per non-padding token, aligned with /samples/token_sample
+    ragged: bool = False  # value is a list: one tensor of varying first dim per sample (variable-length rows)
 
 
 @dataclass
@@ -51,8 +52,8 @@ class StepRecord:
     path: list[str] | None
     captures: list[Capture]
     ticket: Any = None  # hookrun.store.transfer.Ticket: wait() before reading captures, release() after
-    columns: dict[str, np.ndarray] | None = None  # more per-sample columns under /samples (generated_ids, ...)
-    tokens: dict[str, np.ndarray] | None = None  # the map of token rows: token_sample, token_position, ...
+    samples: dict[str, np.ndarray] | None = None  # more per-sample arrays for /samples/<name> (data.store)
+    tokens: tuple[np.ndarray, ...] | None = None  # (sample index, position[, generated]) of each token row
 
 
 class StepCaptures:

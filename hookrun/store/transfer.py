@@ -66,12 +66,14 @@ class HostTransfer:
             self.stream.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(self.stream):
                 for cap in captures:
-                    self._move(cap, buffers)
+                    if not cap.ragged:  # ragged rows are on the host already (record moved them)
+                        self._move(cap, buffers)
                 event = torch.cuda.Event()
                 event.record(self.stream)
             return Ticket(event, buffers, self._give_back)
         for cap in captures:
-            self._move(cap, buffers)
+            if not cap.ragged:
+                self._move(cap, buffers)
         return Ticket(_Ready(), buffers, self._give_back)
 
     def _move(self, cap: Capture, buffers: list[torch.Tensor]) -> None:

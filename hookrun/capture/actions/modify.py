@@ -10,14 +10,16 @@
 | modify_output | forward                   | the module's output                          |
 | modify_grad   | backward, tensor, param   | grad_input / the gradient                    |
 
-`arg: N` picks one tensor of a tuple (the N-th positional input, say); without it every tensor of
-that kind is replaced. The op is a built-in name (hookrun.capture.ops) or a `_target_` callable.
+`arg: N` picks one tensor of a tuple (the N-th positional input, say), `arg: NAME` a keyword input
+(`arg: hidden_states`, given as a keyword or positionally); without it every tensor of that kind
+is replaced. Naming an input the module does not receive is an error, never a silent no-op. The op is a built-in name (hookrun.capture.ops) or a `_target_` callable.
 With mode=generate the action runs at every model call inside `generate`; `positions: prompt`
 keeps it to the prompt pass, `positions: generated` to the passes over new tokens (default `all`).
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from hookrun.capture import patch  # noqa: F401  (registers op "patch")
@@ -29,7 +31,7 @@ from hookrun.errors import ConfigError, HookrunError, RunError
 
 
 class Modify(Action):
-    def __init__(self, point, hook_type, env, where: str = "", op: Any = None, arg: int | None = None,
+    def __init__(self, point, hook_type, env, where: str = "", op: Any = None, arg: int | str | None = None,
                  positions: str = "all", **params: Any) -> None:
         super().__init__(point, hook_type, env, where)
         if positions not in PHASES:
@@ -39,10 +41,14 @@ class Modify(Action):
             raise ConfigError(f"{self.where}: needs op: one of {', '.join(OPS)}, or op: {{_target_: my_pkg.fn, _partial_: true}}")
         self.op = build_op(op, params, self.where, _point=point, _family=hook_type.writable, _env=env)
         self.op_name = op if isinstance(op, str) else str(op.get("_target_", op))
+        if arg is not None and (isinstance(arg, bool) or not isinstance(arg, int | str) or arg == ""):
+            raise ConfigError(f"{self.where}: arg {arg!r}; give a position (arg: 0) or an argument name (arg: hidden_states)")
         self.arg = arg
+        # an argument name that may come positionally: its position in forward()'s signature
+        self.position = positional_index(point.target, arg) if isinstance(arg, str) else None
 
     def in_phase(self, ev: Event) -> bool:
-        tokens = ev.state.tokens
+        tokens = ev.state.call_tokens
         if tokens is None:
             raise RunError(f"{self.where}: positions: {self.positions} needs mode=generate (a plain forward pass has no generated tokens)")
         return tokens.generated == (self.positions == "generated")
@@ -52,14 +58,19 @@ class Modify(Action):
             return False
         if self.arg is None:
             return True
-        return role == f"{writable}.{self.arg}" or (self.arg == 0 and role == writable)
+        named = f"{writable}.{self.arg}"
+        return role == named or role.startswith(named + ".") or (self.arg == 0 and role == writable)
 
     def __call__(self, ev: Event) -> None:
         if self.positions != "all" and not self.in_phase(ev):
             return
         roles = [r for r in ev.tensors if self.selects(r, ev.writable)]
+        if not roles and self.position is not None:  # hidden_states given positionally
+            at = f"{ev.writable}.{self.position}"
+            roles = [r for r in ev.tensors if r == at or r.startswith(at + ".") or (self.position == 0 and r == ev.writable)]
         if not roles and self.arg is not None:
-            raise RunError(f"{self.where}: arg {self.arg}: {ev.where} has no {ev.writable}.{self.arg} (it has: {', '.join(ev.tensors)})")
+            raise RunError(f"{self.where}: arg {self.arg}: {ev.where} receives no {ev.writable}.{self.arg}; "
+                           f"it receives: {', '.join(ev.tensors) or 'no tensors'}")
         for role in roles:
             ctx = OpContext(ev.hook, ev.target, ev.module, role, ev.step, ev.call, ev.state.sample_index)
             try:
@@ -70,6 +81,16 @@ class Modify(Action):
                 raise RunError(f"{self.where}: op {self.op_name} failed at {ev.where} ({role}, batch {ev.step}): "
                                f"{type(exc).__name__}: {exc}") from exc
             ev.replace(role, new)
+
+
+def positional_index(module: Any, name: str) -> int | None:
+    """Where argument `name` sits among `module.forward`'s positional parameters (None: nowhere)."""
+    try:
+        params = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError, AttributeError):
+        return None
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return positional.index(name) if name in positional else None
 
 
 @ACTIONS.register("replace_input")

@@ -3,10 +3,14 @@
     actions: [record]                                   # every tensor the hook sees
     actions: [{name: record, what: output}]             # only the output (or [input, output], input.1)
     actions: [{name: record, what: output, reduce: mean, dims: spatial, dtype: float16, every: 2}]
+    actions: [{name: record, what: input.hidden_states, rows: token}]   # a keyword input, one row per token
+    actions: [{name: record, what: output, select: {dim: token, index: last}}]  # each sample's last token
 
 Reductions run on the tensor's device before the copy, in this order: `select` (index lists or
 slices along named dims), `reduce` (mean / max / norm over `dims`), `dtype`; `every` keeps every
-Nth step, `limit` the first N rows. The capture's attributes record what was done.
+Nth step, `limit` the first N rows. The capture's attributes record what was done. `rows` says how
+a tensor becomes rows (auto | sample | step | token: hookrun.capture.actions.rows); a reduction
+over the token dim and `index: last` follow the batch's attention mask (padding is left out).
 
 A snapshot is a copy taken when the hook fires, so a later in-place op (ReLU(inplace=True) after
 bn1) cannot change what was recorded.
@@ -20,6 +24,14 @@ from typing import Any
 import torch
 
 from hookrun.capture.actions.base import ACTIONS, Action
+from hookrun.capture.actions.rows import (
+    STEP,
+    RowRule,
+    last_positions,
+    padding_mask,
+    per_sample_lists,
+    token_rows,
+)
 from hookrun.capture.events import Event, family
 from hookrun.errors import ConfigError, HookrunError, RunError, one_of
 from hookrun.store.records import Capture, CaptureKey
@@ -27,7 +39,6 @@ from hookrun.store.records import Capture, CaptureKey
 DIM_NAMES = {"channel": 1, "height": 2, "width": 3, "token": 1, "feature": -1}
 DTYPES = {"keep": None, "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 REDUCERS = ("mean", "max", "norm")
-ROWS = ("sample", "step", "token")
 
 
 @ACTIONS.register("record")
@@ -42,7 +53,7 @@ class Record(Action):
         every: int = 1,
         limit: int | None = None,
         check_finite: bool = False,
-        rows: str | None = None,
+        rows: str = "auto",
     ) -> None:
         super().__init__(point, hook_type, env, where)
         wanted = [what] if isinstance(what, str) else list(what or [])
@@ -68,13 +79,13 @@ class Record(Action):
         if limit is not None and (not isinstance(limit, int) or limit < 1):
             raise ConfigError(f"{self.where}: record limit={limit!r}; expected a whole number >= 1 or null")
         self.every, self.limit, self.check_finite = every, limit, check_finite
-        if rows is not None and rows not in ROWS:
-            raise ConfigError(f"{self.where}: record rows={rows!r}; choose from: {one_of(ROWS)}")
-        if rows == "token" and (limit is not None or "token" in [d for d, _, _ in self.select] + list(self.dims if reduce else [])):
-            raise ConfigError(f"{self.where}: record rows: token keeps one row per token; it takes no limit and no "
-                              f"select/reduce over dim token (select or reduce over feature, or drop rows: token)")
-        self.row_kind = rows
+        self.rule = RowRule(rows, self.where, hook_type.per_step)
+        if rows == "token" and (every > 1 or limit is not None):
+            raise ConfigError(f"{self.where}: rows=token keeps every token of every batch; remove every and limit "
+                              f"(data.limit runs fewer batches)")
+        self.token_rows = rows == "token"
         self.rows: dict[tuple[str, int], int] = {}  # rows recorded so far, per (role, call)
+        self._seen: set[int] = set()  # calls whose roles were checked against `what`
         self.attrs = self._attrs(dtype)
 
     def _attrs(self, dtype: str | None) -> dict:
@@ -93,8 +104,9 @@ class Record(Action):
         return attrs
 
     def reset(self) -> None:
-        """Forget the rows counted for `limit` (after the dry-run estimate)."""
+        """Forget the rows counted for `limit` and the row layouts (after the dry-run estimate)."""
         self.rows.clear()
+        self.rule.reset()
 
     def restore_rows(self, role: str, call: int, rows: int) -> None:
         """Count the rows a resumed file already holds, so `limit` stops where it would have."""
@@ -107,13 +119,26 @@ class Record(Action):
         state = ev.state
         if state.step % self.every:
             return
-        for role, t in ev.tensors.items():
+        if self.what and ev.call not in self._seen:
+            self._check_seen(ev)
+        tensors: dict = ev.tensors
+        if ev.raw is not None:  # a list with one item per sample (detection outputs): ragged rows
+            lists = per_sample_lists(ev.raw, "output", state.batch_size)
+            if lists is not None:
+                tensors = {r: t for r, t in tensors.items() if family(r) != "output"} | lists
+        for role, t in tensors.items():
             if t is None or not self.wants(role):
                 continue
-            if self.row_kind == "token":
-                self._token_rows(t, ev, role)
+            if isinstance(t, list):
+                self._ragged(ev, role, t)
                 continue
-            per_step = self.hook_type.per_step or t.dim() == 0 or t.shape[0] != state.batch_size
+            if self.token_rows and state.call_tokens is not None:  # inside generate
+                self._call_token_rows(t, ev, role)
+                continue
+            k = 1 if self.token_rows else self.rule.layout(role, ev.call, t, state, ev.where)
+            per_step = k == STEP
+            if k > 1:
+                t = t.reshape(state.batch_size, k, *t.shape[1:])
             index = None
             if self.limit is not None:
                 done = self.rows.get((role, ev.call), 0)
@@ -125,13 +150,43 @@ class Record(Action):
                     t = t[:room]
                     index = state.sample_index[: len(t)].numpy() if state.sample_index is not None else None
                 self.rows[(role, ev.call)] = done + min(n, room)
-            value = self._value(t, ev, role)
+            if self.check_finite:
+                _check_finite(t, ev, role)
+            value = self._transform(t, ev, role)
+            if self.token_rows:
+                value = token_rows(value, state, role, f"{self.where} at {ev.where}")
             key = CaptureKey(ev.hook, ev.module, ev.type, role, ev.call)
-            self.env.captures.add(Capture(key, value, per_step, _dtype_name(t.dtype), self.attrs, index))
+            self.env.captures.add(Capture(key, value, per_step, _dtype_name(t.dtype), self.attrs, index, tokens=self.token_rows))
 
-    def _value(self, t: torch.Tensor, ev: Event, role: str) -> torch.Tensor:
+    def _call_token_rows(self, t: torch.Tensor, ev: Event, role: str) -> None:
+        """rows: token inside generate: this model call's real tokens (ev.state.call_tokens), one row each."""
+        valid = ev.state.call_tokens.valid
+        if t.dim() < 2 or tuple(t.shape[:2]) != tuple(valid.shape):
+            raise RunError(f"{self.where}: record rows: token needs a (batch, tokens, ...) tensor; {role} of {ev.where} "
+                           f"has shape {tuple(t.shape)} in a model call over {tuple(valid.shape)} tokens")
         if self.check_finite:
             _check_finite(t, ev, role)
+        value = self._transform(t.detach()[valid], ev, role)
+        key = CaptureKey(ev.hook, ev.module, ev.type, role, ev.call)
+        self.env.captures.add(Capture(key, value, False, _dtype_name(t.dtype), self.attrs, tokens=True))
+
+    def _check_seen(self, ev: Event) -> None:
+        """A `what` that names an input or output the module never receives is an error, not a no-op."""
+        self._seen.add(ev.call)
+        if self.hook_type.name not in ("forward", "forward_pre"):
+            return
+        for w in self.what:
+            if not any(r == w or r.startswith(w + ".") for r in ev.tensors):
+                raise RunError(f"{self.where}: record what={w!r}: {ev.where} receives no {w}; it receives: "
+                               f"{', '.join(ev.tensors) or 'no tensors'}")
+
+    def _ragged(self, ev: Event, role: str, items: list[torch.Tensor]) -> None:
+        """One row of varying length per sample (stored as variable-length HDF5 rows)."""
+        value = [self._transform(x.unsqueeze(0), ev, role)[0].cpu() for x in items]
+        key = CaptureKey(ev.hook, ev.module, ev.type, role, ev.call)
+        self.env.captures.add(Capture(key, value, False, _dtype_name(items[0].dtype), self.attrs, ragged=True))
+
+    def _transform(self, t: torch.Tensor, ev: Event, role: str) -> torch.Tensor:
         try:
             return self.transform(t, ev, role)
         except HookrunError:
@@ -140,34 +195,28 @@ class Record(Action):
             raise RunError(f"{self.where}: record could not select/reduce {role} of {ev.where} "
                            f"(shape {tuple(t.shape)}): {type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
 
-    def _token_rows(self, t: torch.Tensor, ev: Event, role: str) -> None:
-        """rows: token: the call's real tokens, one row each (ev.state.tokens says which)."""
-        tokens = ev.state.tokens
-        if tokens is None:
-            raise RunError(f"{self.where}: record rows: token needs mode=generate here (a token map of each model call)")
-        if t.dim() < 2 or tuple(t.shape[:2]) != tuple(tokens.valid.shape):
-            raise RunError(f"{self.where}: record rows: token needs a (batch, tokens, ...) tensor; {role} of {ev.where} "
-                           f"has shape {tuple(t.shape)} in a model call over {tuple(tokens.valid.shape)} tokens")
-        value = self._value(t.detach()[tokens.valid], ev, role)
-        key = CaptureKey(ev.hook, ev.module, ev.type, role, ev.call)
-        self.env.captures.add(Capture(key, value, False, _dtype_name(t.dtype), self.attrs, tokens=True))
-
     def transform(self, t: torch.Tensor, ev: Event, role: str) -> torch.Tensor:
         """select -> reduce -> dtype, on the tensor's device; always returns a fresh tensor."""
         t = t.detach()  # select and reduce build no graph
         for dim, index, _ in self.select:
             d = _dim(dim, t.dim(), ev, role)
-            t = t[(slice(None),) * d + (index,)] if isinstance(index, slice) else t.index_select(d, torch.as_tensor(index, device=t.device))
+            if index == "last":  # each sample's last non-padding token; the dim goes
+                t = t.movedim(d, 1)[torch.arange(t.shape[0], device=t.device), last_positions(t.movedim(d, 1), 1, ev.state)]
+            elif isinstance(index, slice):
+                t = t[(slice(None),) * d + (index,)]
+            else:
+                t = t.index_select(d, torch.as_tensor(index, device=t.device))
         if self.reduce:
             dims = sorted({d for spec in self.dims for d in _dims(spec, t.dim(), ev, role)})
             if not t.is_floating_point():
                 t = t.float()
+            m = padding_mask(t, dims, ev.state)  # reductions over tokens ignore padding
             if self.reduce == "mean":
-                t = t.mean(dim=dims)
+                t = t.mean(dim=dims) if m is None else (t * m).sum(dim=dims) / m.expand_as(t).sum(dim=dims).clamp(min=1)
             elif self.reduce == "max":
-                t = t.amax(dim=dims)
+                t = t.amax(dim=dims) if m is None else t.masked_fill(m == 0, float("-inf")).amax(dim=dims)
             else:
-                t = torch.linalg.vector_norm(t, dim=dims)
+                t = torch.linalg.vector_norm(t if m is None else t * m, dim=dims)
         return snapshot(t, self.dtype)
 
 
@@ -224,6 +273,8 @@ def _parse_select(spec: Any, where: str) -> tuple[Any, Any, str]:
     dim = spec.get("dim", 1)
     _check_dim(dim, where)
     index = spec["index"]
+    if index == "last":
+        return dim, "last", "last"
     if isinstance(index, str):
         try:
             parts = [int(p) if p.strip() else None for p in index.split(":")]

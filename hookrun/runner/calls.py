@@ -1,0 +1,180 @@
+"""How a batch becomes the forward call: which parts are the model's inputs, which the target.
+
+    spec = CallSpec(inputs=None, target="auto")        # the defaults below
+    call = spec.split(batch).to(device); output = call.run(model)
+
+| item              | default call                       | default target                |
+|-------------------|------------------------------------|-------------------------------|
+| tensor            | model(x)                           | none                          |
+| tuple / list      | model(item[0])                     | item[1] (where there is one)  |
+| dict              | model(**item) minus the target key | item["target"] or ["label"]   |
+
+`data.inputs` overrides the inputs: a list of keys or positions passed positionally
+(`[input_ids]`, `[0, 2]`) or a mapping `argument: key` passed as keywords
+(`{input_ids: input_ids, attention_mask: attention_mask}`); `data.target` is a key, a position or
+null. A dict batch's `attention_mask` is handed to the actions (token rows, masked reductions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from hookrun.errors import ConfigError
+
+AUTO = "auto"
+DICT_TARGETS = ("target", "label")
+MASK_KEY = "attention_mask"
+
+
+@dataclass
+class ModelCall:
+    """One batch as the forward call: `model(*args, **kwargs)`, with the target beside it."""
+
+    args: tuple
+    kwargs: dict
+    target: Any = None
+    batch: Any = None  # the whole collated batch (losses such as lm read input_ids from it)
+    attention_mask: torch.Tensor | None = None
+
+    def run(self, model: nn.Module) -> Any:
+        return model(*self.args, **self.kwargs)
+
+    def to(self, device: torch.device) -> ModelCall:
+        """Every tensor of the call, nested ones too, on `device`."""
+        return ModelCall(to_device(self.args, device), to_device(self.kwargs, device), to_device(self.target, device),
+                         to_device(self.batch, device), to_device(self.attention_mask, device))
+
+    def tensors(self) -> list[torch.Tensor]:
+        """The top-level tensor inputs (grad mode makes the floating ones require grad)."""
+        return [t for t in (*self.args, *self.kwargs.values()) if isinstance(t, torch.Tensor)]
+
+
+def to_device(obj: Any, device: torch.device) -> Any:
+    """`obj` with every tensor inside it (tuples, lists, dicts, nested) moved to `device`."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device, non_blocking=True)
+    if isinstance(obj, Mapping):
+        return {k: to_device(v, device) for k, v in obj.items()}
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(to_device(v, device) for v in obj))
+    if isinstance(obj, tuple | list):
+        return type(obj)(to_device(v, device) for v in obj)
+    return obj
+
+
+@dataclass
+class CallSpec:
+    """`data.inputs` and `data.target`, checked against the first item and applied to batches."""
+
+    inputs: Any = None  # None: the default; a list of keys/positions; a mapping argument -> key
+    target: Any = AUTO  # "auto": the default; a key or position; None: no target
+    item_kind: str = ""  # "tensor", "tuple" or "dict": set by check() from the first item
+
+    def __post_init__(self) -> None:
+        if self.inputs is not None and not isinstance(self.inputs, list | tuple | Mapping):
+            raise ConfigError(f"data.inputs: expected a list of keys or positions, or a mapping argument: key; got {self.inputs!r}")
+
+    def check(self, item: Any) -> None:
+        """Refuse, before the run, an item the spec cannot split (the first item of the dataset)."""
+        kind = self.item_kind = _kind(item)
+        if kind == "other":
+            raise ConfigError(
+                f"data.dataset: an item is a {type(item).__name__}; hookrun needs a tensor, a tuple/list or a dict "
+                f"of tensors (add a transform such as torchvision.transforms.ToTensor, or a tokenizer)"
+            )
+        if kind == "tensor":
+            if self.inputs is not None or self.target not in (AUTO, None):
+                raise ConfigError("data.inputs / data.target: the items are plain tensors, which are the input "
+                                  "as they are; remove data.inputs and data.target")
+            return
+        for where, key in self._wanted(item):
+            _get(item, key, where)
+        first = self._input_keys(item)
+        values = [_get(item, k, "data.inputs") for k in (first.values() if isinstance(first, Mapping) else first)]
+        if not any(_has_tensor(v) for v in values):
+            raise ConfigError(
+                f"data.inputs: none of the model's inputs ({', '.join(map(str, _names(first)))}) holds a tensor "
+                f"(got {', '.join(type(v).__name__ for v in values)}); add a transform such as "
+                f"torchvision.transforms.ToTensor, or choose other keys with data.inputs"
+            )
+
+    def _wanted(self, item: Any) -> list[tuple[str, Any]]:
+        out = []
+        if self.target not in (AUTO, None):
+            out.append(("data.target", self.target))
+        if self.inputs is not None:
+            keys = self.inputs.values() if isinstance(self.inputs, Mapping) else self.inputs
+            out.extend(("data.inputs", k) for k in keys)
+        return out
+
+    def target_key(self, batch: Any) -> Any:
+        if self.target != AUTO:
+            return self.target
+        if isinstance(batch, Mapping):
+            return next((k for k in DICT_TARGETS if k in batch), None)
+        if isinstance(batch, tuple | list) and len(batch) > 1:
+            return 1
+        return None
+
+    def _input_keys(self, batch: Any) -> list | Mapping:
+        if self.inputs is not None:
+            return self.inputs
+        if isinstance(batch, Mapping):
+            target = self.target_key(batch)
+            return {k: k for k in batch if k != target}
+        return [0]
+
+    def split(self, batch: Any) -> ModelCall:
+        """The call for one collated batch."""
+        if isinstance(batch, torch.Tensor) or self.item_kind == "tensor":  # a list, where collate made one
+            return ModelCall((batch,), {}, None, batch)
+        keys = self._input_keys(batch)
+        if isinstance(keys, Mapping):
+            args, kwargs = (), {str(a): _get(batch, k, "data.inputs") for a, k in keys.items()}
+        else:
+            args, kwargs = tuple(_get(batch, k, "data.inputs") for k in keys), {}
+        t = self.target_key(batch)
+        target = _get(batch, t, "data.target") if t is not None else None
+        mask = batch.get(MASK_KEY) if isinstance(batch, Mapping) else None
+        return ModelCall(args, kwargs, target, batch, mask if isinstance(mask, torch.Tensor) else None)
+
+
+def _kind(item: Any) -> str:
+    if isinstance(item, torch.Tensor):
+        return "tensor"
+    if isinstance(item, Mapping):
+        return "dict"
+    if isinstance(item, tuple | list) and len(item):
+        return "tuple"
+    return "other"
+
+
+def _get(batch: Any, key: Any, where: str) -> Any:
+    if isinstance(batch, Mapping):
+        if key not in batch:
+            raise ConfigError(f"{where}: the items have no key {key!r}; their keys: {', '.join(map(str, batch))}")
+        return batch[key]
+    if not isinstance(key, int) or isinstance(key, bool):
+        raise ConfigError(f"{where}: {key!r} is not a position; the items are tuples of {len(batch)}, so use 0 to {len(batch) - 1}")
+    if not -len(batch) <= key < len(batch):
+        raise ConfigError(f"{where}: position {key} does not exist; the items are tuples of {len(batch)} (0 to {len(batch) - 1})")
+    return batch[key]
+
+
+def _has_tensor(obj: Any) -> bool:
+    if isinstance(obj, torch.Tensor):
+        return True
+    if isinstance(obj, Mapping):
+        return any(_has_tensor(v) for v in obj.values())
+    if isinstance(obj, tuple | list):
+        return any(_has_tensor(v) for v in obj)
+    return False
+
+
+def _names(keys: list | Mapping) -> list:
+    return list(keys) if not isinstance(keys, Mapping) else list(keys.keys())

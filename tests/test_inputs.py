@@ -1,0 +1,115 @@
+"""Batches of any shape: dict and tuple items, data.inputs / data.target, collate, live objects.
+Every recorded value is compared with the model called by hand on the same items."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from kw_models import NoneTargets, Ragged, Scorer, Tokens, TokenTuples
+
+import hookrun
+from hookrun.errors import ConfigError, RunError
+from hookrun.runner.calls import to_device
+
+LOGITS = {"logits": {"at": "head", "type": "forward", "actions": [{"name": "record", "what": "output"}]}}
+
+
+def base(tmp_path, **data) -> dict:
+    return {"data": {"batch_size": 4, **data}, "device": "cpu", "progress": False, "hooks": LOGITS,
+            "output": {"path": str(tmp_path / "c.h5")}}
+
+
+def reference(model, ds, **call) -> np.ndarray:
+    with torch.no_grad():
+        return torch.cat([model(**{k: torch.stack([ds[i][v] for i in range(len(ds))]) for k, v in call.items()})]).numpy()
+
+
+def test_dict_items_run_as_model_star_star_batch_minus_the_label(tmp_path):
+    torch.manual_seed(0)
+    model, ds = Scorer().eval(), Tokens(n=10)
+    hookrun.run(base(tmp_path), model=model, dataset=ds)  # batches of 4, 4, 2: a smaller last batch
+    with h5py.File(tmp_path / "c.h5") as f:
+        got = f["captures/logits/head/output"][:]
+        np.testing.assert_array_equal(f["samples/target"][:], ds.labels.numpy())
+        assert "model:\n  live: kw_models.Scorer" in f.attrs["config"]
+    want = reference(model, ds, input_ids="input_ids", attention_mask="attention_mask")
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_tuple_items_with_inputs_mapping_and_target_position(tmp_path):
+    torch.manual_seed(0)
+    model, ds = Scorer().eval(), TokenTuples(n=9)
+    hookrun.run(base(tmp_path, inputs={"input_ids": 0, "attention_mask": 1}, target=2), model=model, dataset=ds)
+    with h5py.File(tmp_path / "c.h5") as f:
+        got = f["captures/logits/head/output"][:]
+        np.testing.assert_array_equal(f["samples/target"][:], ds.labels.numpy())
+    want = reference(model, ds, input_ids=0, attention_mask=1)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    # positional inputs: model(item[0], item[1])
+    hookrun.run(base(tmp_path, inputs=[0, 1], target=None, store=[]) | {"output": {"path": str(tmp_path / "d.h5")}},
+                model=model, dataset=ds)
+    with h5py.File(tmp_path / "d.h5") as f:
+        np.testing.assert_allclose(f["captures/logits/head/output"][:], want, rtol=1e-6, atol=1e-6)
+        assert "target" not in f["samples"]
+
+
+def test_data_store_keeps_batch_keys_per_sample(tmp_path):
+    model, ds = Scorer().eval(), Tokens(n=6)
+    hookrun.run(base(tmp_path, store=["input_ids", "attention_mask"], batch_size=4), model=model, dataset=ds)
+    with h5py.File(tmp_path / "c.h5") as f:
+        np.testing.assert_array_equal(f["samples/input_ids"][:], ds.ids.numpy())
+        np.testing.assert_array_equal(f["samples/attention_mask"][:], ds.mask.numpy())
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"inputs": ["nope"]}, "data.inputs: the items have no key 'nope'; their keys: input_ids, attention_mask, label"),
+    ({"target": "y"}, "data.target: the items have no key 'y'"),
+    ({"inputs": "input_ids"}, "data.inputs: expected a list of keys or positions"),
+    ({"inputs": ["label"]}, None),  # a tensor input: runs (and fails in the model: a RunError or a torch error)
+])
+def test_bad_inputs_are_refused_with_the_keys(tmp_path, data, message):
+    if message is None:
+        return
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        hookrun.run(base(tmp_path, **data), model=Scorer(), dataset=Tokens())
+
+
+def test_tuple_positions_out_of_range(tmp_path):
+    with pytest.raises(ConfigError, match=r"data.target: position 5 does not exist; the items are tuples of 3 \(0 to 2\)"):
+        hookrun.run(base(tmp_path, target=5), model=Scorer(), dataset=TokenTuples())
+
+
+def test_items_of_different_sizes_give_one_line(tmp_path):
+    with pytest.raises(RunError, match=r"data: the samples \[0, 1, 2, 3\] cannot be stacked into one batch .*shapes \(3,\), \(4,\)"):
+        hookrun.run(base(tmp_path) | {"hooks": None}, model=torch.nn.Identity(), dataset=Ragged())
+
+
+def test_none_targets_give_one_line(tmp_path):
+    with pytest.raises(RunError, match=r"hold None \(a missing target\?\)"):
+        hookrun.run(base(tmp_path) | {"hooks": None}, model=torch.nn.Identity(), dataset=NoneTargets())
+
+
+def test_collate_lists_passes_lists_to_the_model(tmp_path):
+    seen = []
+
+    class Lengths(torch.nn.Module):
+        def forward(self, xs: list) -> torch.Tensor:
+            seen.append([len(x) for x in xs])
+            return torch.stack([x.sum() for x in xs])
+
+    collate = {"_target_": "hookrun.data.collate_lists", "_partial_": True}
+    hookrun.run(base(tmp_path, collate=collate, batch_size=3) | {"hooks": None}, model=Lengths(), dataset=Ragged())
+    assert seen == [[3, 4, 5], [6]]
+
+
+def test_live_model_must_be_a_module(tmp_path):
+    with pytest.raises(ConfigError, match="run\\(model=...\\): got a str, not a torch.nn.Module"):
+        hookrun.run(base(tmp_path), model="gpt2", dataset=Tokens())
+
+
+def test_to_device_moves_nested_tensors():
+    batch = {"a": torch.ones(2), "b": [torch.zeros(1), {"c": torch.ones(1)}], "d": "text"}
+    moved = to_device(batch, torch.device("meta"))
+    assert moved["a"].is_meta and moved["b"][0].is_meta and moved["b"][1]["c"].is_meta and moved["d"] == "text"
