@@ -1,12 +1,18 @@
-"""hookrun: declarative PyTorch hooks, recorded to HDF5.
+"""hookrun: declarative PyTorch hooks, recorded to HDF5 or, in a notebook, to memory.
 
     from hookrun import run
     run({"model": {"_target_": "torchvision.models.resnet18"}, "data": {...}, "hooks": {...}})
+
+    with hookrun.capture(model, {"f": {"at": "layer1.*", "type": "forward"}}) as cap:
+        model(x)                                     # cap["layer1.0", "output"]: a tensor
 """
 
+from hookrun import capture
 from hookrun.analysis import open_run, open_sweep
 from hookrun.capture.actions import Action, register_action
+from hookrun.capture.memory import Captured
 from hookrun.runner.run import RunResult, run
 from hookrun.store.format import HOOKRUN_VERSION as __version__
 
-__all__ = ["Action", "RunResult", "__version__", "open_run", "open_sweep", "register_action", "run"]
+__all__ = ["Action", "Captured", "RunResult", "__version__", "capture", "open_run", "open_sweep",
+           "register_action", "run"]

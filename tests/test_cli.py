@@ -61,20 +61,53 @@ def test_multirun_gives_each_job_its_own_complete_file(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["bogus=1"], "Key 'bogus' not in 'HookrunConfig'"),
+    (["bogus=1"], "bogus=1: the config has no key 'bogus'; the top level has: data, device, dry_run"),
+    (["data.batchsize=8"], "data.batchsize=8: the config has no key 'data.batchsize'; did you mean data.batch_size? "
+                           "(data has: batch_size, dataset, limit, num_workers, root)"),
+    (["+data.batchsize=8"], "data.batchsize: Key 'batchsize' not in 'DataConfig'; did you mean data.batch_size?"),
+    (["model.num_clases=3"], "did you mean model.num_classes?"),
     (["hooks={x: {at: layer9, type: forward}}"], "has no module 'layer9'; closest names: layer4, layer3"),
     (["hooks={x: {at: fc, type: fwd}}"], "unknown hook type 'fwd'"),
     (["mode=grad", "hooks={x: {at: fc, type: backward}}"], "mode=grad needs a loss"),
-    (["mode=train"], "Invalid value 'train'"),
-    (["model=resnet51"], "Could not find 'model/resnet51'"),
+    (["mode=train"], "mode=train: Invalid value 'train', expected one of [eval, grad]"),
+    (["model=resnet51"], "model=resnet51: there is no model option 'resnet51' (conf/model/resnet51.yaml); did you mean resnet50"),
+    (["experiment=ablate_layr3"], "did you mean ablate_layer3"),
+    (["data.batch_size=[1"], "cannot parse the override 'data.batch_size=[1'"),
+    # what bash makes of `hooks={a:{at:fc,type:forward}}` and of `hooks={a: {at: fc, type: forward}}` unquoted
+    (["hooks={a:at:fc}", "hooks={a:type:forward}"], "hooks is given 2 times (hooks={a:at:fc}, hooks={a:type:forward}): "
+                                                    "the shell brace-expanded an unquoted {..,..}"),
+    (["hooks={a:", "{at:", "fc,", "type:", "forward}}"], "the override 'hooks={a:' was split by the shell at its spaces "
+                                                         "into 5 arguments; put it in single quotes: 'hooks={a: {at: fc, type: forward}}'"),
 ])
 def test_bad_input_gives_one_clear_line_and_no_traceback(tmp_path, args, message):
     proc = run_cli(*args, cwd=tmp_path)
-    assert proc.returncode != 0
+    assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr
+    assert proc.stderr.startswith("hookrun: error: ") and proc.stderr.count("\n") == 1, proc.stderr
     assert (proc.stderr + proc.stdout).count(message) == 1  # once on the terminal, not echoed by the log
     assert "Traceback" not in proc.stderr + proc.stdout
     assert not h5_files(tmp_path)
+
+
+def test_a_malformed_experiment_file_is_one_line(tmp_path):
+    (tmp_path / "extra" / "experiment").mkdir(parents=True)
+    (tmp_path / "extra" / "experiment" / "broken.yaml").write_text("# @package _global_\nhooks:\n  a: {at: fc\n  b: [\n")
+    proc = run_cli(f"hydra.searchpath=[file://{tmp_path / 'extra'}]", "experiment=broken", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (f"hookrun: error: malformed YAML in {tmp_path / 'extra/experiment/broken.yaml'}, "
+                                   f"line 4, column 4: expected ',' or '}}', but got ':'")
+
+
+def test_the_last_lines_name_the_file_and_the_sweep_folder(tmp_path):
+    one = run_cli("experiment=resnet_layer1", "data.limit=1", "progress=false", cwd=tmp_path)
+    assert_ok(one)
+    (path,) = h5_files(tmp_path / "outputs")
+    assert one.stdout.strip().splitlines()[-1].endswith(f"file: {path}")
+    sweep = run_cli("-m", "experiment=resnet_layer1", "seed=0,1", "data.limit=1", "progress=false", cwd=tmp_path)
+    assert_ok(sweep)
+    (folder,) = (tmp_path / "outputs" / "multirun").glob("*/*")
+    last = sweep.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"hookrun: sweep folder: {folder.relative_to(tmp_path)} (2 jobs")
 
 
 def test_wheel_ships_conf_and_runs_from_an_installed_layout(tmp_path):
@@ -105,7 +138,7 @@ def test_intervention_commands_as_written(tmp_path):
     """Issue 3's commands, exactly as a user types them, in one fresh folder."""
     commands = [
         ["hooks={z: {at: layer3, type: forward, actions: [{name: modify_output, op: scale, factor: 0.0}, record]}}"],
-        ["-m", "experiment=ablate_layer3", "hooks.ablate.actions.0.factor=0.0,0.5,1.0"],
+        ["-m", "experiment=ablate_layer3", "params.factor=0,0.5,1"],
         ["hooks={x: {at: layer1.0.conv1, type: forward_pre, actions: [{name: replace_input, op: noise, std: 0.1, seed: 0}]}}"],
         ["mode=grad", "loss=cross_entropy", "hooks={g: {at: layer2, type: backward, actions: [{name: modify_grad, op: scale, factor: 0.0}]}}"],
         ["experiment=clean_reference"],

@@ -36,16 +36,17 @@ def check_sweep(folder, n_jobs, key):
 
 
 def test_joblib_sweep_table_inspect_and_plot(tmp_path):
-    proc = run_cli("-m", "experiment=ablate_layer3", "hooks.ablate.actions.0.factor=0.0,0.5,1.0", "hydra/launcher=joblib",
+    proc = run_cli("-m", "experiment=ablate_layer3", "params.factor=0,0.5,1", "hydra/launcher=joblib",
                    "data.limit=1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     folder = sweep_folder(tmp_path)
-    table = check_sweep(folder, 3, "hooks.ablate.actions.0.factor")
-    assert sorted(table.column("hooks.ablate.actions.0.factor")) == [0.0, 0.5, 1.0]
-    stds = dict(zip(table.column("hooks.ablate.actions.0.factor"), table.column("logits/fc/output:std"), strict=True))
+    table = check_sweep(folder, 3, "params.factor")
+    assert table.column("params.factor") == [0, 0.5, 1]
+    assert [type(v) for v in table.column("params.factor")] == [int, float, int]  # typed, as Hydra reads them
+    stds = dict(zip(table.column("params.factor"), table.column("logits/fc/output:std"), strict=True))
     assert stds[0.0] < stds[0.5] < stds[1.0]  # scaling layer3 down shrinks the spread of the logits
     out = subprocess.run([sys.executable, "-m", "hookrun.inspect", str(folder)], capture_output=True, text=True, check=True).stdout
-    assert "3 jobs, swept: hooks.ablate.actions.0.factor" in out and out.count("complete") == 3
+    assert "3 jobs, swept: params.factor" in out and out.count("complete") == 3
     plot = subprocess.run([sys.executable, "-m", "hookrun.plot", str(folder), "--out", str(tmp_path / "fig")],
                           capture_output=True, text=True, check=True)
     assert (tmp_path / "fig" / "sweep_mean.png").stat().st_size > 5000, plot.stderr

@@ -25,7 +25,7 @@ from hookrun.errors import NotFoundError
 class Job:
     folder: Path
     num: str
-    overrides: dict[str, str]
+    overrides: dict[str, Any]  # typed as Hydra reads them: 0.5 a float, 3 an int, true a bool
     file: Path | None
 
     def open(self) -> Run:
@@ -78,7 +78,7 @@ class Sweep:
     def swept(self) -> list[str]:
         """The override keys whose values differ between jobs."""
         keys = {k for j in self.jobs for k in j.overrides}
-        return sorted(k for k in keys if len({j.overrides.get(k) for j in self.jobs}) > 1)
+        return sorted(k for k in keys if len({repr(j.overrides.get(k)) for j in self.jobs}) > 1)
 
     def table(self, stats: Sequence[str] = ("mean", "std"), captures: Sequence[str] | None = None) -> Table:
         """One row per job: job number, each override, status, `text` (mode=generate: the first
@@ -87,7 +87,7 @@ class Sweep:
         columns = ["job", *keys, "status"]
         rows = []
         for job in self.jobs:
-            row: dict[str, Any] = {"job": job.num, **{k: _value(job.overrides.get(k)) for k in keys}}
+            row: dict[str, Any] = {"job": job.num, **{k: job.overrides.get(k) for k in keys}}
             if job.file is None:
                 row["status"] = "no file"
                 rows.append(row)
@@ -142,7 +142,7 @@ def _find_jobs(folder: Path) -> list[Job]:
         parsed = {}
         for item in items:
             key, _, value = str(item).partition("=")
-            parsed[key.lstrip("+~")] = value
+            parsed[key.lstrip("+~")] = _value(value)
         jobs.append(Job(job_dir, job_dir.name, parsed, _job_file(job_dir)))
     return sorted(jobs, key=lambda j: (len(j.num), j.num))
 
@@ -161,12 +161,20 @@ def _job_file(job_dir: Path) -> Path | None:
 
 
 def _value(text: str | None) -> Any:
+    """An override's value typed as Hydra types it: int, then float (1e-3 too), then YAML
+    (true, null, [1, 2], 'quoted'), else the text itself."""
     if text is None:
         return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
     try:
-        return yaml.safe_load(text)
+        value = yaml.safe_load(text)
     except yaml.YAMLError:
         return text
+    return value if value is not None or text.strip() in ("null", "~", "") else text
 
 
 def _fmt(v: Any) -> str:

@@ -4,8 +4,9 @@
     python -m hookrun -m experiment=resnet_layer1 seed=0,1,2
 
 Hydra composes the config; this module puts the output file in the run folder, calls run(), and
-turns a HookrunError into one line on stderr and a non-zero exit (HYDRA_FULL_ERROR=1 shows the
-traceback instead).
+turns a HookrunError, or an error of Hydra's composition (hydra_errors.py), into one line
+`hookrun: error: ...` on stderr and a non-zero exit (HYDRA_FULL_ERROR=1 shows the traceback
+instead). The last log line names the file; a multirun ends by naming its sweep folder.
 """
 
 from __future__ import annotations
@@ -17,13 +18,17 @@ import sys
 from pathlib import Path
 
 import hydra
+from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
+from hookrun.cli.hydra_errors import dotted_keys, one_line, shell_damage
 from hookrun.config.schema import HookrunConfig
-from hookrun.errors import HookrunError
+from hookrun.errors import ConfigError, HookrunError
 from hookrun.runner.run import run
 from hookrun.runner.signals import Interrupted
 
@@ -53,11 +58,13 @@ def _app(cfg: DictConfig) -> None:
         with open_dict(cfg):
             cfg.output.path = str(Path(HydraConfig.get().runtime.output_dir) / path)
     try:
-        run(cfg)
+        result = run(cfg)
         if cfg.dry_run:
             _remove_empty(Path(HydraConfig.get().runtime.output_dir))
+        else:
+            log.info("file: %s", result.path)
     except HookrunError as exc:
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        if _FULL_ERROR:
             raise
         _fail(exc)
     except KeyboardInterrupt:
@@ -66,6 +73,54 @@ def _app(cfg: DictConfig) -> None:
 
 
 DRY_RUN = re.compile(r"^\+?dry_run=(true|True|yes|1)$")
+_FULL_ERROR = os.environ.get("HYDRA_FULL_ERROR") == "1"  # the user asked for tracebacks
+
+
+class SweepFolder(Callback):
+    """Hydra callback (conf/config.yaml, hydra.callbacks): a multirun ends by naming its folder."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: object) -> None:
+        folder = Path(OmegaConf.select(config, "hydra.sweep.dir", default="."))
+        jobs = len(list(folder.glob("*/.hydra/overrides.yaml")))
+        print(f"hookrun: sweep folder: {folder} ({jobs} jobs; python -m hookrun.inspect {folder})", flush=True)
+
+
+def compose_config(overrides: list[str]) -> DictConfig:
+    """The config `python -m hookrun OVERRIDES` would run, composed without running it (the module
+    lister uses it); Hydra's errors come out as a ConfigError in hookrun's one-line form."""
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="hookrun"):
+            return compose("config", overrides=overrides)
+    except Exception as exc:
+        line = one_line(exc, overrides, lambda: _known_keys(overrides), _group_options)
+        if line is None or _FULL_ERROR:
+            raise
+        raise ConfigError(line) from None
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def _known_keys(overrides: list[str]) -> list[str]:
+    """The dotted keys of the config with these group choices (for 'did you mean')."""
+    groups = []
+    for o in overrides:
+        key, _, value = o.lstrip("+").partition("=")
+        if "." not in key and "/" not in key and Path(conf_dir(), key).is_dir():
+            groups.append(f"{key}={value.split(',')[0]}")
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="hookrun"):
+            cfg = compose("config", overrides=groups)
+    except Exception:  # a group choice is wrong too: the schema's keys
+        cfg = OmegaConf.structured(HookrunConfig)
+    finally:
+        GlobalHydra.instance().clear()
+    return dotted_keys(OmegaConf.to_container(cfg, resolve=False))
+
+
+def _group_options(group: str) -> list[str]:
+    return sorted(p.stem for p in Path(conf_dir(), group).glob("*.yaml"))
 
 
 def _fail(exc: HookrunError) -> None:
@@ -96,10 +151,25 @@ def _remove_empty(folder: Path) -> None:
 
 
 def main() -> None:
-    if any(DRY_RUN.match(arg) for arg in sys.argv[1:]):
+    args = sys.argv[1:]
+    damage = shell_damage(args)
+    if damage:
+        _fail(ConfigError(damage))
+    if any(DRY_RUN.match(arg) for arg in args):
         # a dry run writes nothing: no .hydra/ folder, no log file (the empty run folder is removed)
         sys.argv += ["hydra.output_subdir=null", "hydra/job_logging=stdout"]
-    _app()
+    overrides = [a for a in args if not a.startswith("-")]
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors to us instead of printing them
+    try:
+        _app()
+    except Exception as exc:
+        line = None if _FULL_ERROR else one_line(exc, overrides, lambda: _known_keys(overrides), _group_options)
+        if line is None:
+            raise
+        _fail(ConfigError(line))
+    finally:
+        if not _FULL_ERROR:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from typing import Any
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from hookrun.errors import ConfigError
+from hookrun.errors import ConfigError, close_matches
 
 
 class Mode(str, Enum):
@@ -70,6 +70,7 @@ class HookrunConfig:
     mode: Mode = Mode.eval
     loss: Any = None  # a _target_ node (output, target) -> scalar; needed by mode=grad
     hooks: Any = None  # {name: {at, type, actions}}; checked by hookrun.config.specs
+    params: dict[str, Any] = field(default_factory=dict)  # named values for ${params.NAME}: what a sweep varies
     output: OutputConfig = field(default_factory=OutputConfig)
     imports: list[str] = field(default_factory=list)  # modules imported first (own actions)
     progress: bool = True  # tqdm bar over batches
@@ -121,4 +122,24 @@ def to_yaml(cfg: HookrunConfig) -> str:
 def _omegaconf_message(exc: OmegaConfBaseException) -> str:
     first = str(exc).strip().splitlines()[0]
     key = getattr(exc, "full_key", None)
-    return f"{key}: {first}" if key and key not in first else first
+    message = f"{key}: {first}" if key and key not in first else first
+    if key and first.startswith("Key ") and " not in " in first:
+        close = close_matches(key, schema_keys(), n=1)
+        if close:
+            message += f"; did you mean {close[0]}?"
+    return message
+
+
+def schema_keys() -> list[str]:
+    """The dotted keys the schema types (data.batch_size, output.path, ...)."""
+    out = []
+
+    def walk(node: Any, prefix: str) -> None:
+        for k in node:
+            out.append(f"{prefix}{k}")
+            child = node._get_node(k)
+            if isinstance(child, DictConfig) and child._metadata.object_type not in (None, dict):
+                walk(child, f"{prefix}{k}.")
+
+    walk(OmegaConf.structured(HookrunConfig), "")
+    return out

@@ -1,0 +1,153 @@
+"""In-memory capture: the hooks of a config on a live model, records as tensors, for notebooks.
+
+    with hookrun.capture(model, {"f": {"at": "layer1.*", "type": "forward", "actions": ["record"]}}) as cap:
+        model(x)
+    cap["layer1.0", "output"]  # a torch.Tensor: the rows of every forward inside the block
+
+The same plan (make_plan), session (HookSession) and actions as a file run: only where the
+records go differs. Each call of `model` inside the block is one step (one batch of a file run):
+call counters restart, and its samples get the next sample indices (0, 1, ... across the block,
+as a file run numbers a dataset read in order), so `noise` gives the numbers a file run gives.
+Gradients (`loss.backward()` inside the block) reach tensor, backward and param hooks. Every hook
+is removed when the block ends, on an exception too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+
+from hookrun.capture.actions import ActionEnv
+from hookrun.capture.actions.record import DTYPES
+from hookrun.capture.plan import make_plan
+from hookrun.capture.session import HookSession
+from hookrun.config.specs import parse_hooks
+from hookrun.errors import ConfigError, NotFoundError, close_matches
+from hookrun.store.records import Capture, CaptureKey
+
+Key = tuple[str, str, str]  # (hook, module, role); a role of a later call reads "output@1"
+
+
+class Captured(Mapping):
+    """The records of a `capture()` block: `cap[module, role]`, `cap[hook, module, role]` or
+    `cap["hook/module/role"]` is a tensor with the rows of every step concatenated (per-step
+    captures, such as parameter gradients, are stacked: one row per step)."""
+
+    def __init__(self) -> None:
+        self._parts: dict[Key, list[torch.Tensor]] = {}
+        self._per_step: dict[Key, bool] = {}
+        self._cache: dict[Key, torch.Tensor] = {}
+        self.steps = 0
+
+    def add(self, captures: list[Capture]) -> None:
+        for c in captures:
+            key = _key(c.key)
+            self._parts.setdefault(key, []).append(c.value)
+            self._per_step[key] = c.per_step
+            self._cache.pop(key, None)
+
+    def keys(self) -> list[Key]:  # type: ignore[override]
+        return list(self._parts)
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self._parts)
+
+    def __len__(self) -> int:
+        return len(self._parts)
+
+    def __getitem__(self, key: Any) -> torch.Tensor:
+        key = self.find(*(key if isinstance(key, tuple) else (key,)))
+        if key not in self._cache:
+            parts = self._parts[key]
+            stack = torch.stack if self._per_step[key] else torch.cat
+            self._cache[key] = stack(parts) if len(parts) > 1 or self._per_step[key] else parts[0]
+        return self._cache[key]
+
+    def find(self, *key: str) -> Key:
+        """The full (hook, module, role) of `(module, role)`, `(hook, module, role)` or 'hook/module/role'."""
+        if len(key) == 1 and isinstance(key[0], str) and "/" in key[0]:
+            key = tuple(key[0].split("/"))
+        if len(key) not in (2, 3):
+            raise NotFoundError(f"a capture is named by (module, role) or (hook, module, role), got {key!r}")
+        hook, module, role = (None, *key) if len(key) == 2 else key
+        module = "" if module == "(model)" else module
+        hits = [k for k in self._parts if k[1] == module and k[2] == role and (hook is None or k[0] == hook)]
+        if len(hits) == 1:
+            return hits[0]
+        if hits:
+            raise NotFoundError(f"several hooks recorded {module!r} {role!r}: give the hook too, one of "
+                                f"{', '.join(sorted(k[0] for k in hits))}")
+        labels = ["/".join((h, m or "(model)", r)) for h, m, r in self._parts]
+        want = "/".join(k for k in (hook, module or "(model)", role) if k is not None)
+        hint = close_matches(want, labels)
+        raise NotFoundError(f"no capture {want!r}; {'closest' if hint else 'captures'}: "
+                            f"{', '.join(hint or labels[:10]) or 'none (did the model run inside the block?)'}")
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(f"{'/'.join((h, m or '(model)', r))}: {tuple(self[h, m, r].shape)}" for h, m, r in self._parts)
+        return f"Captured(steps={self.steps}, {{{shapes}}})"
+
+
+@contextmanager
+def capture(model: nn.Module, hooks: Mapping, dtype: str = "keep") -> Iterator[Captured]:
+    """Attach the `hooks:` mapping of a config to `model` for the block; records land in memory.
+
+        with capture(model, {"g": {"at": "layer4", "type": "tensor", "actions": ["record"]}}) as cap:
+            model(x).logsumexp(1).sum().backward()
+
+    `dtype` is `output.dtype` of a file run (keep, float16, float32); hooks that need gradients
+    are allowed (they fire when the block calls backward()).
+    """
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"capture: expected a torch.nn.Module, got {type(model).__name__}")
+    if dtype not in ("keep", "float16", "float32"):
+        raise ConfigError(f"capture: dtype={dtype!r}; choose from: float16, float32, keep")
+    env = ActionEnv(store_dtype=DTYPES[dtype])
+    cap = Captured()
+    try:
+        points = make_plan(model, parse_hooks(hooks), env, mode="grad")
+        steps = _Steps(env, cap)
+        with HookSession(points, env) as session:
+            handles = [model.register_forward_pre_hook(steps.begin(session), with_kwargs=True, prepend=True)]
+            try:
+                yield cap
+            finally:
+                for h in handles:
+                    h.remove()
+                cap.add(env.captures.take())
+    finally:
+        env.close()
+
+
+class _Steps:
+    """Each call of the model is a step: the captures of the one before are collected, the call
+    counters restart, and the samples get the next sample indices."""
+
+    def __init__(self, env: ActionEnv, cap: Captured) -> None:
+        self.env, self.cap, self.seen = env, cap, 0
+
+    def begin(self, session: HookSession):
+        def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+            self.cap.add(self.env.captures.take())  # the step before, its backward included
+            n = _batch_size(args, kwargs)
+            index = torch.arange(self.seen, self.seen + n) if n else None
+            session.begin_step(self.cap.steps, n, index)
+            self.cap.steps += 1
+            self.seen += n
+
+        return hook
+
+
+def _batch_size(args: tuple, kwargs: dict) -> int:
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor) and value.dim() > 0:
+            return int(value.shape[0])
+    return 0
+
+
+def _key(key: CaptureKey) -> Key:
+    return key.hook, key.module, key.role + (f"@{key.call}" if key.call else "")

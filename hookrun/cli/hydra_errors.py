@@ -1,0 +1,138 @@
+"""Hydra's composition errors, and overrides the shell broke, as hookrun's one-line error.
+
+    message = shell_damage(sys.argv[1:])        # before Hydra: a brace-expanded or split override
+    message = one_line(exc, overrides, keys)    # after: "data.batchsize=8: ... did you mean data.batch_size?"
+
+Hydra reports a bad override or a missing config option with several lines of its own (and
+suggests `+key=value`, which a key of hookrun's schema then refuses); the CLI prints what these
+functions return as `hookrun: error: ...` and exits with 2.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+
+import yaml
+from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+from omegaconf.errors import OmegaConfBaseException
+
+from hookrun.errors import close_matches
+
+# nodes whose keys are free (a constructor's arguments, a hook map): a new key there takes `+`
+FREE_NODES = ("model", "data.dataset", "loss", "hooks", "params")
+QUOTE = "put the whole override in single quotes, e.g. 'hooks={fmap: {at: layer1, type: forward}}'"
+
+
+def shell_damage(args: list[str]) -> str | None:
+    """An override the shell brace-expanded (the same key twice) or split at spaces (unbalanced
+    braces), recognised before Hydra sees it; None if the arguments look whole."""
+    overrides = [a for a in args if not a.startswith("-")]
+    for i, arg in enumerate(overrides):
+        if _depth(arg) > 0:
+            pieces = [arg]
+            for more in overrides[i + 1:]:
+                pieces.append(more)
+                if _depth(" ".join(pieces)) <= 0:
+                    whole = " ".join(pieces)
+                    return (f"the override {arg!r} was split by the shell at its spaces into {len(pieces)} "
+                            f"arguments; put it in single quotes: '{whole}'")
+    seen: dict[str, list[str]] = {}
+    for arg in overrides:
+        key, eq, _ = arg.partition("=")
+        if eq:
+            seen.setdefault(key.lstrip("+~"), []).append(arg)
+    for key, given in seen.items():
+        if len(given) > 1:
+            return (f"{key} is given {len(given)} times ({', '.join(given)}): the shell brace-expanded an "
+                    f"unquoted {{..,..}} into several arguments; {QUOTE} (a sweep is -m {key}=a,b)")
+    return None
+
+
+def _depth(text: str) -> int:
+    return text.count("{") + text.count("[") - text.count("}") - text.count("]")
+
+
+def one_line(exc: BaseException, overrides: list[str], known_keys: Callable[[], list[str]],
+             group_options: Callable[[str], list[str]]) -> str | None:
+    """hookrun's one line for an error of Hydra's composition, or None for any other exception.
+    `known_keys()` lists the dotted keys of the config; `group_options(group)` a group's options."""
+    if isinstance(exc, yaml.YAMLError):
+        return _yaml_message(exc)
+    if isinstance(exc, OverrideParseException):
+        return f"cannot parse the override {exc.override!r}: {str(exc).splitlines()[0]}; {QUOTE}"
+    if isinstance(exc, MissingConfigException):
+        return _missing_message(exc, overrides, group_options)
+    if isinstance(exc, ConfigCompositionException):
+        cause = exc.__cause__
+        if isinstance(cause, yaml.YAMLError):
+            return _yaml_message(cause)
+        text = str(exc).strip()
+        m = re.match(r"Could not override '([^']+)'", text)
+        if m:
+            return _unknown_key_message(m.group(1), overrides, known_keys())
+        m = re.match(r"Could not append to config. An item is already at '([^']+)'", text)
+        if m:
+            key = m.group(1)
+            return f"+{key}: the config already has {key}; set it without the +: {_given(key, overrides).lstrip('+')}"
+        m = re.match(r"Error merging override (.+)", text)
+        first = text.splitlines()[0]
+        if m and isinstance(cause, OmegaConfBaseException):
+            return f"{m.group(1)}: {str(cause).strip().splitlines()[0]}"
+        if isinstance(cause, OmegaConfBaseException):
+            return f"{first}: {str(cause).strip().splitlines()[0]}"
+        return first
+    if isinstance(exc, OmegaConfBaseException):
+        return str(exc).strip().splitlines()[0]
+    return None
+
+
+def _unknown_key_message(key: str, overrides: list[str], keys: list[str]) -> str:
+    given = _given(key, overrides)
+    parent = key.rpartition(".")[0]
+    same_depth = [k for k in keys if k.count(".") == key.count(".")]
+    close = close_matches(key, same_depth, n=1)
+    free = next((n for n in FREE_NODES if key.startswith(n + ".")), None)
+    siblings = sorted(k.rpartition(".")[2] for k in keys if k.rpartition(".")[0] == parent)
+    listing = (f"{parent or 'the top level'} has: {', '.join(siblings[:20])}" if siblings
+               else f"{parent} has no keys" if parent else "")
+    hints = [f"did you mean {close[0]}? ({listing})" if close else listing] if listing or close else []
+    if free:
+        hints.append(f"to add a new key to {free}, write +{given.lstrip('+')}")
+    return "; ".join([f"{given}: the config has no key {key!r}", *hints])
+
+
+def _missing_message(exc: MissingConfigException, overrides: list[str], group_options: Callable[[str], list[str]]) -> str:
+    missing = exc.missing_cfg_file or ""
+    group, _, option = missing.rpartition("/")
+    if not group:
+        return str(exc).strip().splitlines()[0]
+    options = list(exc.options or []) or group_options(group)
+    close = close_matches(option, options, n=3)
+    hint = (f"did you mean {' or '.join(close)}? " if close else "") + f"options: {', '.join(sorted(options))}"
+    return f"{group}={option}: there is no {group} option {option!r} (conf/{group}/{option}.yaml); {hint}"
+
+
+def _yaml_message(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    where = f"{mark.name}, line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "a config file"
+    return f"malformed YAML in {where}: {problem}"
+
+
+def _given(key: str, overrides: Iterable[str]) -> str:
+    for o in overrides:
+        if o.split("=", 1)[0].lstrip("+~") == key:
+            return o
+    return key
+
+
+def dotted_keys(node: object, prefix: str = "") -> list[str]:
+    """Every dotted key of a nested mapping (lists are leaves)."""
+    out = []
+    if isinstance(node, Mapping):
+        for k, v in node.items():
+            path = f"{prefix}.{k}" if prefix else str(k)
+            out.append(path)
+            out.extend(dotted_keys(v, path))
+    return out
