@@ -196,3 +196,29 @@ def test_max_new_tokens_over_max_bytes_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="exceeds output.max_bytes"):
         hookrun.run(big)
     assert not (tmp_path / "b.h5").exists()
+
+
+def test_capture_around_generate_steers_and_records_as_a_raw_hook():
+    ds = Prompts()
+    batch = default_collate([ds[i] for i in range(4)])
+    model = tiny_gpt2()
+    hooks = {**steer(4.0), "res": {"at": "transformer.h.1", "type": "forward", "actions": [RECORD]}}
+    with hookrun.capture(model, hooks) as cap:
+        out = model.generate(**batch, max_new_tokens=N_NEW, do_sample=False, pad_token_id=PAD)
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+    ref, calls = tiny_gpt2(), []
+    ref.transformer.h[0].register_forward_hook(adder(4.0 * torch.tensor(VECTOR)))
+    ref.transformer.h[1].register_forward_hook(lambda m, a, o: calls.append((o[0] if isinstance(o, tuple) else o).clone()))
+    with torch.no_grad():
+        expected_ids = ref.generate(**batch, max_new_tokens=N_NEW, do_sample=False, pad_token_id=PAD)
+    torch.testing.assert_close(out, expected_ids, rtol=0, atol=0)
+    mask, new = batch["attention_mask"].bool(), expected_ids[:, batch["input_ids"].shape[1]:]
+    rows, sample, position = [calls[0][mask]], [mask.nonzero()[:, 0]], [mask.long().cumsum(1)[mask] - 1]
+    for k in range(1, len(calls)):  # call k reads new token k-1, for the samples that have not met EOS
+        alive = ~(new[:, :k] == EOS).any(1)
+        rows.append(calls[k][alive, 0])
+        sample.append(alive.nonzero()[:, 0])
+        position.append(mask.sum(1)[alive] + k - 1)
+    torch.testing.assert_close(cap["res", "transformer.h.1", "output"], torch.cat(rows), rtol=0, atol=0)
+    assert torch.equal(cap.tokens["sample"], torch.cat(sample)) and torch.equal(cap.tokens["position"], torch.cat(position))
+    assert cap.tokens["generated"].sum() == sum(len(s) for s in sample[1:])

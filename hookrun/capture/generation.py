@@ -63,12 +63,14 @@ class GenerationTracker:
 
     def _pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         ids = kwargs.get("input_ids", args[0] if args else None)
-        embeds = kwargs.get("inputs_embeds")
-        shape = ids.shape[:2] if isinstance(ids, torch.Tensor) else embeds.shape[:2]
-        batch, length = int(shape[0]), int(shape[1])
+        tokens = ids if isinstance(ids, torch.Tensor) else kwargs.get("inputs_embeds")
+        if not isinstance(tokens, torch.Tensor) or tokens.dim() < 2:  # not a call over tokens
+            self.state.call_tokens = None
+            return
+        batch, length = int(tokens.shape[0]), int(tokens.shape[1])
         mask = kwargs.get("attention_mask")
         if not isinstance(mask, torch.Tensor) or mask.dim() != 2:
-            mask = torch.ones(batch, length, dtype=torch.long, device=(ids if ids is not None else embeds).device)
+            mask = torch.ones(batch, length, dtype=torch.long, device=tokens.device)
         total = mask.shape[1]
         if total == length or self._finished is None:  # a fresh sequence: the prompt pass
             self._prompt_len = total
@@ -105,3 +107,12 @@ class GenerationTracker:
         sample, position, gen = torch.cat(samples), torch.cat(positions), torch.cat(generated)
         order = torch.argsort(sample * (int(position.max()) + 2 if len(position) else 1) + position, stable=True)
         return order, sample[order], position[order], gen[order]
+
+
+def continues(args: tuple, kwargs: dict) -> bool:
+    """Whether a model call continues a generation: its attention mask is longer than its tokens
+    (the KV cache holds the ones before)."""
+    ids = kwargs.get("input_ids", args[0] if args else None)
+    mask = kwargs.get("attention_mask")
+    return (isinstance(ids, torch.Tensor) and isinstance(mask, torch.Tensor) and ids.dim() == 2 and mask.dim() == 2
+            and mask.shape[1] > ids.shape[1])
