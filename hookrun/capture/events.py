@@ -10,6 +10,7 @@ parts of a tuple get `.0`, `.1`, ... (`input.1`), of a dict `.KEY`. A one-elemen
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +81,27 @@ class Event:
     def where(self) -> str:
         name = self.module if self.module else "(model)"
         return f"{name}" + (f" call {self.call}" if self.call else "")
+
+
+def positional_index(module: Any, name: str) -> int | None:
+    """Where argument `name` sits among `module.forward`'s positional parameters (None: nowhere):
+    `hidden_states` may come positionally (GPT-2 attention) or as a keyword (LLaMA attention)."""
+    try:
+        params = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError, AttributeError):
+        return None
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return positional.index(name) if name in positional else None
+
+
+def positional_role(tensors: dict, family: str, position: int) -> str | None:
+    """The role of the positional input at `position` in an event's tensors (`input`, `input.1`)."""
+    role = f"{family}.{position}"
+    if role in tensors:
+        return role
+    if position == 0 and family in tensors:
+        return family
+    return None
 
 
 def family(role: str) -> str:

@@ -3,5 +3,6 @@ They need no download: synthetic images and tensors, and readers of the user's o
 
 from hookrun.data.collate import collate_lists
 from hookrun.data.datasets import ImageFiles, RandomTensors, image_folder, synthetic
+from hookrun.data.text import ByteTokenizer, text
 
-__all__ = ["ImageFiles", "collate_lists", "RandomTensors", "image_folder", "synthetic"]
+__all__ = ["ByteTokenizer", "ImageFiles", "collate_lists", "text", "RandomTensors", "image_folder", "synthetic"]

@@ -11,6 +11,7 @@ The new tokens, their count and their text (where the dataset has a tokenizer) g
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,8 @@ from hookrun.capture.points import HookPoint
 from hookrun.errors import ConfigError, RunError
 from hookrun.runner.calls import CallSpec, ModelCall
 from hookrun.store.records import Capture
+
+log = logging.getLogger("hookrun")
 
 
 @dataclass
@@ -98,6 +101,15 @@ class Generation:
             columns["generated_text"] = np.array([decode(self.tokenizer, ids[i, :n].tolist()) for i, n in
                                                   enumerate(lengths.tolist())], dtype=object)
         return columns
+
+
+def pad_left(cfg: Any) -> None:
+    """A dataset node with `padding_side` (data=text pads when it is built) pads on the left in
+    mode=generate: a decoder-only model continues from the last position."""
+    node = cfg.data.dataset
+    if isinstance(node, dict) and node.get("padding_side") not in (None, "left"):
+        log.info("mode=generate: data.dataset.padding_side=%s set to left", node["padding_side"])
+        node["padding_side"] = "left"
 
 
 def prepare_generation(cfg: Any, model: torch.nn.Module, loader: Any, spec: CallSpec, points: list[HookPoint],
@@ -191,7 +203,8 @@ def check_left_padded(batch: dict, where: str, error: type[Exception]) -> None:
     mask = batch.get("attention_mask")
     if isinstance(mask, torch.Tensor) and mask.dim() == 2 and bool((mask[:, 1:] < mask[:, :-1]).any()):
         raise error(f"mode=generate: {where} is right-padded (attention_mask has 0 after 1); a decoder-only model "
-                    f"continues from the last position, so pad prompts on the left (tokenizer padding_side='left')")
+                    f"continues from the last position, so pad prompts on the left (tokenizer padding_side='left', "
+                    f"data.dataset.padding_side=left)")
 
 
 def seed_batch(seed: int, step: int) -> None:

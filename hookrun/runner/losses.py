@@ -1,9 +1,18 @@
 """Losses for mode=grad: callables (output, target) -> scalar.
 
-    loss: {_target_: hookrun.runner.losses.cross_entropy, _partial_: true}
+    loss: {_target_: hookrun.runner.losses.cross_entropy, _partial_: true, output_key: null}
+
+The model's output may be a tensor, a dict or ModelOutput (transformers), a dataclass or a tuple:
+`output_key` picks the tensor (a key, an attribute or a position); without it a structured output
+gives its `logits`, and a tuple its first element. `lm` is next-token cross-entropy over the
+batch's `input_ids`, ignoring padding (the batch's `attention_mask`).
 """
 
 from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -11,23 +20,75 @@ import torch.nn.functional as F
 from hookrun.errors import RunError
 
 
-def _need_target(target: torch.Tensor | None, name: str) -> torch.Tensor:
+def _need_target(target: Any, name: str) -> torch.Tensor:
     if target is None:
-        raise RunError(f"loss={name} needs a target, but the dataset returns no (input, target) tuple; use loss=sum")
+        raise RunError(f"loss={name} needs a target, but the items carry none (data.target); use loss=sum or loss=lm")
+    if not isinstance(target, torch.Tensor):
+        raise RunError(f"loss={name} needs a tensor target, the batch's target is a {type(target).__name__}")
     return target
 
 
-def cross_entropy(output: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
+def pick_output(output: Any, key: str | int | None, name: str) -> torch.Tensor:
+    """The tensor of `output` the loss works on (see the module docstring)."""
+    if isinstance(output, torch.Tensor) and key is None:
+        return output
+    if dataclasses.is_dataclass(output) and not isinstance(output, Mapping):
+        output = {f.name: getattr(output, f.name) for f in dataclasses.fields(output)}
+    if isinstance(output, Mapping):
+        keys = [k for k, v in output.items() if v is not None]
+        want = key if key is not None else ("logits" if "logits" in output else None)
+        if want is None and len(keys) == 1:
+            want = keys[0]
+        if want is None or want not in output or not isinstance(output[want], torch.Tensor):
+            raise RunError(f"loss={name}: the model's output is a {type(output).__name__} with keys {', '.join(map(str, keys))}; "
+                           f"set loss.output_key to the one to use" + (f" ({want!r} is not a tensor there)" if want is not None else ""))
+        return output[want]
+    if isinstance(output, tuple | list) and output:
+        at = 0 if key is None else key
+        if not isinstance(at, int) or not -len(output) <= at < len(output) or not isinstance(output[at], torch.Tensor):
+            kinds = ", ".join(type(o).__name__ for o in output[:6])
+            raise RunError(f"loss={name}: the model's output is a {type(output).__name__} of {len(output)} ({kinds}); "
+                           f"set loss.output_key to the position of a tensor")
+        return output[at]
+    raise RunError(f"loss={name}: cannot use the model's output, a {type(output).__name__}; "
+                   f"give loss=custom with a function that takes it")
+
+
+def cross_entropy(output: Any, target: Any, output_key: str | int | None = None) -> torch.Tensor:
     """Mean cross entropy over the batch."""
-    return F.cross_entropy(output, _need_target(target, "cross_entropy").long())
+    logits = pick_output(output, output_key, "cross_entropy")
+    target = _need_target(target, "cross_entropy").long()
+    if logits.dim() < 2 or logits.shape[0] != target.shape[0]:
+        raise RunError(f"loss=cross_entropy: logits of shape {tuple(logits.shape)} do not fit targets of shape "
+                       f"{tuple(target.shape)} (one class index per sample); for a language model use loss=lm")
+    return F.cross_entropy(logits, target)
 
 
-def sum_output(output: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor:
+def sum_output(output: Any, target: Any = None, output_key: str | int | None = None) -> torch.Tensor:
     """The sum of every output element: each gradient is then d(sum)/d(x)."""
-    return output.sum()
+    return pick_output(output, output_key, "sum").sum()
 
 
-def target_logit(output: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
+def target_logit(output: Any, target: Any, output_key: str | int | None = None) -> torch.Tensor:
     """The sum over the batch of each sample's logit at its target class (as Grad-CAM uses)."""
+    logits = pick_output(output, output_key, "target_logit")
     target = _need_target(target, "target_logit").long()
-    return output.gather(1, target.view(-1, 1)).sum()
+    return logits.gather(1, target.view(-1, 1)).sum()
+
+
+def lm(output: Any, target: Any = None, batch: Any = None, output_key: str | int | None = None) -> torch.Tensor:
+    """Next-token cross-entropy: logits at position t predict input_ids at t + 1; padded
+    positions (attention_mask 0) are left out of the mean."""
+    logits = pick_output(output, output_key, "lm")
+    if not isinstance(batch, Mapping) or not isinstance(batch.get("input_ids"), torch.Tensor):
+        raise RunError("loss=lm needs dict items with input_ids (data=text gives them)")
+    ids = batch["input_ids"].to(logits.device)
+    if logits.dim() != 3 or tuple(logits.shape[:2]) != tuple(ids.shape):
+        raise RunError(f"loss=lm: logits of shape {tuple(logits.shape)} do not fit input_ids of shape {tuple(ids.shape)} "
+                       f"(expected (batch, tokens, vocab)); set loss.output_key")
+    labels = ids[:, 1:].clone()
+    mask = batch.get("attention_mask")
+    if isinstance(mask, torch.Tensor):
+        keep = mask.to(logits.device)[:, 1:].bool() & mask.to(logits.device)[:, :-1].bool()
+        labels[~keep] = -100
+    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)

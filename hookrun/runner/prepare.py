@@ -36,7 +36,7 @@ from hookrun.config.specs import parse_hooks
 from hookrun.errors import ConfigError
 from hookrun.runner.batches import make_loader
 from hookrun.runner.calls import CallSpec
-from hookrun.runner.generate import check_positions, prepare_generation
+from hookrun.runner.generate import check_positions, pad_left, prepare_generation
 from hookrun.runner.loop import LoopSettings
 
 STORE_DTYPES = {"keep": None, "float16": torch.float16, "float32": torch.float32}
@@ -76,6 +76,8 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, da
     model = build_model(cfg.model, device) if model is None else live_model(model, device)
     if mode == "grad":
         disable_inplace(model)
+    if mode == "generate" and dataset is None:
+        pad_left(cfg)
     dataset = build_dataset(cfg.data.dataset) if dataset is None else live_dataset(dataset)
     if len(dataset) == 0:
         raise ConfigError(f"data.dataset: {dataset_name(cfg)!r} is empty")

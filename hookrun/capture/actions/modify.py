@@ -19,12 +19,11 @@ keeps it to the prompt pass, `positions: generated` to the passes over new token
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 from hookrun.capture import patch  # noqa: F401  (registers op "patch")
 from hookrun.capture.actions.base import ACTIONS, Action
-from hookrun.capture.events import Event, family
+from hookrun.capture.events import Event, family, positional_index
 from hookrun.capture.generation import PHASES
 from hookrun.capture.ops import OPS, OpContext, build_op
 from hookrun.errors import ConfigError, HookrunError, RunError
@@ -81,16 +80,6 @@ class Modify(Action):
                 raise RunError(f"{self.where}: op {self.op_name} failed at {ev.where} ({role}, batch {ev.step}): "
                                f"{type(exc).__name__}: {exc}") from exc
             ev.replace(role, new)
-
-
-def positional_index(module: Any, name: str) -> int | None:
-    """Where argument `name` sits among `module.forward`'s positional parameters (None: nowhere)."""
-    try:
-        params = list(inspect.signature(module.forward).parameters.values())
-    except (TypeError, ValueError, AttributeError):
-        return None
-    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return positional.index(name) if name in positional else None
 
 
 @ACTIONS.register("replace_input")

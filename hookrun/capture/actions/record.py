@@ -27,12 +27,13 @@ from hookrun.capture.actions.base import ACTIONS, Action
 from hookrun.capture.actions.rows import (
     STEP,
     RowRule,
+    fits_tokens,
     last_positions,
     padding_mask,
     per_sample_lists,
     token_rows,
 )
-from hookrun.capture.events import Event, family
+from hookrun.capture.events import Event, family, positional_index, positional_role
 from hookrun.errors import ConfigError, HookrunError, RunError, one_of
 from hookrun.store.records import Capture, CaptureKey
 
@@ -64,6 +65,10 @@ class Record(Action):
                     f"hook sees; choose from: {one_of(hook_type.roles)}"
                 )
         self.what = tuple(wanted)
+        # inputs named by argument (input.hidden_states) that may come positionally: their positions
+        self.named = {w: positional_index(point.target, w.split(".", 1)[1]) for w in wanted
+                      if family(w) == "input" and "." in w and not w.split(".", 1)[1].isdigit()}
+        self.named = {w: i for w, i in self.named.items() if i is not None}
         if dtype is not None and dtype not in DTYPES:
             raise ConfigError(f"{self.where}: record dtype={dtype!r}; choose from: {one_of(DTYPES)}")
         self.dtype = DTYPES[dtype] if dtype is not None else env.store_dtype
@@ -119,9 +124,11 @@ class Record(Action):
         state = ev.state
         if state.step % self.every:
             return
-        if self.what and ev.call not in self._seen:
-            self._check_seen(ev)
         tensors: dict = ev.tensors
+        if self.named:  # input.hidden_states passed positionally: recorded under its name
+            tensors = self._by_name(tensors)
+        if self.what and ev.call not in self._seen:
+            self._check_seen(ev, tensors)
         if ev.raw is not None:  # a list with one item per sample (detection outputs): ragged rows
             lists = per_sample_lists(ev.raw, "output", state.batch_size)
             if lists is not None:
@@ -132,9 +139,13 @@ class Record(Action):
             if isinstance(t, list):
                 self._ragged(ev, role, t)
                 continue
-            if self.token_rows and state.call_tokens is not None:  # inside generate
+            if self.token_rows and state.call_tokens is not None:  # inside generate: this call's tokens
+                if not self.what and tuple(t.shape[:2]) != tuple(state.call_tokens.valid.shape):
+                    continue  # rows=token without `what`: only the (batch, tokens, ...) tensors
                 self._call_token_rows(t, ev, role)
                 continue
+            if self.token_rows and not self.what and not fits_tokens(t, state):
+                continue  # rows=token without `what`: only the (batch, tokens, ...) tensors
             k = 1 if self.token_rows else self.rule.layout(role, ev.call, t, state, ev.where)
             per_step = k == STEP
             if k > 1:
@@ -170,15 +181,25 @@ class Record(Action):
         key = CaptureKey(ev.hook, ev.module, ev.type, role, ev.call)
         self.env.captures.add(Capture(key, value, False, _dtype_name(t.dtype), self.attrs, tokens=True))
 
-    def _check_seen(self, ev: Event) -> None:
+    def _by_name(self, tensors: dict) -> dict:
+        out = None
+        for w, pos in self.named.items():
+            if w not in tensors:
+                role = positional_role(tensors, "input", pos)
+                if role is not None:
+                    out = dict(tensors) if out is None else out
+                    out[w] = out.pop(role) if not self.wants(role) else tensors[role]
+        return tensors if out is None else out
+
+    def _check_seen(self, ev: Event, tensors: dict) -> None:
         """A `what` that names an input or output the module never receives is an error, not a no-op."""
         self._seen.add(ev.call)
         if self.hook_type.name not in ("forward", "forward_pre"):
             return
         for w in self.what:
-            if not any(r == w or r.startswith(w + ".") for r in ev.tensors):
+            if not any(r == w or r.startswith(w + ".") for r in tensors):
                 raise RunError(f"{self.where}: record what={w!r}: {ev.where} receives no {w}; it receives: "
-                               f"{', '.join(ev.tensors) or 'no tensors'}")
+                               f"{', '.join(tensors) or 'no tensors'}")
 
     def _ragged(self, ev: Event, role: str, items: list[torch.Tensor]) -> None:
         """One row of varying length per sample (stored as variable-length HDF5 rows)."""

@@ -63,6 +63,14 @@ class RowRule:
         return known
 
 
+def fits_tokens(t: torch.Tensor, state: StepState) -> bool:
+    """Whether `t` is (batch, tokens, ...) (or flattened batch*tokens) as the attention mask says."""
+    mask = state.attention_mask
+    if mask is None:
+        return t.dim() >= 2 and t.shape[0] == state.batch_size
+    return t.dim() >= 2 and tuple(t.shape[:2]) == tuple(mask.shape) or (t.dim() >= 1 and t.shape[0] == mask.numel())
+
+
 def token_rows(t: torch.Tensor, state: StepState, role: str, where: str) -> torch.Tensor:
     """The rows of the non-padding tokens of `t` ((batch, tokens, ...) or (batch*tokens, ...)),
     in order (sample, position); the step's token map is set from the first such capture."""

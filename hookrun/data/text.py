@@ -1,0 +1,153 @@
+"""Text, tokenized offline: local .txt / .jsonl files or a `datasets` save_to_disk folder.
+
+    ds = text()                                   # the sample text shipped with hookrun, byte tokens
+    ds = text(files=["a.txt"], tokenizer="tok/", max_length=64, padding_side="left")
+    ds[0]  # {"input_ids": LongTensor(max_length), "attention_mask": LongTensor(max_length)}
+
+A .txt file gives one sample per non-empty line, a .jsonl file one per line (its `field`), a
+folder saved with `datasets.Dataset.save_to_disk` one per row. `tokenizer: byte` needs no files
+(ids 0-2 are pad, bos, eos; byte b is b + 3); a folder is read with transformers'
+AutoTokenizer (local_files_only). Every sample is cut to `max_length` and padded to it
+(`padding: max_length`) or to the dataset's longest sample (`padding: longest`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+from hookrun.errors import ConfigError
+
+SAMPLE = Path(__file__).with_name("sample.txt")
+
+
+class ByteTokenizer:
+    """Bytes as tokens, no files: `decode(encode(s)) == s`.
+
+    tok = ByteTokenizer(); tok.encode("hi")  # [1, 107, 108]  (bos, then byte + 3)
+    """
+
+    pad_token_id, bos_token_id, eos_token_id = 0, 1, 2
+    offset = 3
+    vocab_size = 256 + offset
+
+    def __init__(self, add_bos: bool = True, padding_side: str = "right") -> None:
+        if padding_side not in ("left", "right"):
+            raise ConfigError(f"data.dataset.padding_side={padding_side!r}; choose left or right")
+        self.add_bos, self.padding_side = add_bos, padding_side
+
+    def encode(self, text: str) -> list[int]:
+        return ([self.bos_token_id] if self.add_bos else []) + [b + self.offset for b in text.encode("utf-8")]
+
+    def decode(self, ids: Sequence[int] | torch.Tensor, skip_special_tokens: bool = True) -> str:
+        ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
+        data = bytes(i - self.offset for i in ids if i >= self.offset)
+        return data.decode("utf-8", errors="replace")
+
+    def __call__(self, texts: list[str], max_length: int, padding: str = "max_length") -> dict[str, torch.Tensor]:
+        """Token ids and attention masks of `texts`, cut to `max_length` and padded."""
+        ids = [self.encode(t)[:max_length] for t in texts]
+        width = max_length if padding == "max_length" else max(map(len, ids))
+        return pad(ids, width, self.pad_token_id, self.padding_side)
+
+
+def pad(ids: list[list[int]], width: int, pad_id: int, side: str) -> dict[str, torch.Tensor]:
+    out = torch.full((len(ids), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(ids), width), dtype=torch.long)
+    for i, row in enumerate(ids):
+        sl = slice(0, len(row)) if side == "right" else slice(width - len(row), width)
+        out[i, sl] = torch.tensor(row, dtype=torch.long)
+        mask[i, sl] = 1
+    return {"input_ids": out, "attention_mask": mask}
+
+
+class TextDataset(Dataset):
+    """Tokenized texts; items are {input_ids, attention_mask} of one length."""
+
+    def __init__(self, texts: list[str], encoded: dict[str, torch.Tensor], tokenizer: Any) -> None:
+        self.texts, self.encoded, self.tokenizer = texts, encoded, tokenizer
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {k: v[i] for k, v in self.encoded.items()}
+
+
+def text(files: str | list[str] | None = None, tokenizer: str = "byte", max_length: int = 32,
+         padding: str = "max_length", padding_side: str = "right", field: str = "text",
+         limit: int | None = None) -> TextDataset:
+    """The dataset of data=text (see the module docstring); `files: null` reads the shipped sample."""
+    if padding not in ("max_length", "longest"):
+        raise ConfigError(f"data.dataset.padding={padding!r}; choose max_length or longest")
+    if not isinstance(max_length, int) or max_length < 1:
+        raise ConfigError(f"data.dataset.max_length={max_length!r}; expected a whole number >= 1")
+    paths = [SAMPLE] if files is None else [Path(f).expanduser() for f in ([files] if isinstance(files, str) else files)]
+    texts = [t for p in paths for t in read_texts(p, field)][:limit]
+    if not texts:
+        raise ConfigError(f"data.dataset.files: {', '.join(map(str, paths))} hold no text")
+    tok = load_tokenizer(tokenizer, padding_side)
+    if isinstance(tok, ByteTokenizer):
+        encoded = tok(texts, max_length, padding)
+    else:
+        enc = tok(texts, max_length=max_length, truncation=True, padding=padding, return_tensors="pt")
+        encoded = {"input_ids": enc["input_ids"].long(), "attention_mask": enc["attention_mask"].long()}
+    return TextDataset(texts, encoded, tok)
+
+
+def read_texts(path: Path, field: str) -> list[str]:
+    if path.is_dir():
+        try:
+            import datasets
+        except ImportError:
+            raise ConfigError("a datasets folder needs the datasets package: pip install 'hookrun[hf]'") from None
+        try:
+            ds = datasets.load_from_disk(str(path))
+        except (FileNotFoundError, ValueError) as exc:
+            raise ConfigError(f"data.dataset.files: {str(path)!r} is not a folder saved with save_to_disk: {exc}") from None
+        if field not in ds.column_names:
+            raise ConfigError(f"data.dataset.field={field!r}: {str(path)!r} has columns {', '.join(ds.column_names)}")
+        return [str(t) for t in ds[field]]
+    if not path.is_file():
+        raise ConfigError(f"data.dataset.files: no file {str(path)!r}")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if path.suffix == ".jsonl":
+        out = []
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"data.dataset.files: {str(path)!r} line {n} is not JSON: {exc.msg}") from None
+            if not isinstance(row, dict) or field not in row:
+                raise ConfigError(f"data.dataset.field={field!r}: {str(path)!r} line {n} has no such key")
+            out.append(str(row[field]))
+        return out
+    return [line for line in lines if line.strip()]
+
+
+def load_tokenizer(name: str, padding_side: str) -> Any:
+    if name == "byte":
+        return ByteTokenizer(padding_side=padding_side)
+    folder = Path(name).expanduser()
+    if not folder.is_dir():
+        raise ConfigError(f"data.dataset.tokenizer: no folder {str(folder)!r}; give a tokenizer folder "
+                          f"(save_pretrained) or tokenizer=byte, which needs no files")
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        raise ConfigError("a tokenizer folder needs transformers: pip install 'hookrun[hf]'") from None
+    try:
+        tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"data.dataset.tokenizer: {str(folder)!r} cannot be read: {str(exc).splitlines()[0]}") from None
+    tok.padding_side = padding_side
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token or tok.unk_token
+    return tok

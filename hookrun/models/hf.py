@@ -1,0 +1,56 @@
+"""transformers models: built from their config class with random init, or read from a local folder.
+
+    model = hf(model_class="GPT2LMHeadModel", config={"n_layer": 2, "n_embd": 64})
+    model = hf(model_class="AutoModelForCausalLM", path="models/my-gpt2")   # a save_pretrained folder
+
+Nothing is downloaded: a config builds a fresh model (seeded by the run's `seed`), and a folder is
+read with `local_files_only=True`; a folder that is not there is refused with its path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from torch import nn
+
+from hookrun.errors import ConfigError
+
+
+def hf(model_class: str = "GPT2LMHeadModel", config: Mapping | None = None, path: str | None = None,
+       attn_implementation: str | None = "eager") -> nn.Module:
+    """A transformers model: `model_class` (a class of `transformers`, e.g. GPT2LMHeadModel,
+    BertModel, LlamaForCausalLM, AutoModelForCausalLM with `path`) from `config` (the config
+    class's arguments) or from the local folder `path`."""
+    try:
+        import transformers
+    except ImportError:
+        raise ConfigError("model=hf needs transformers: pip install 'hookrun[hf]'") from None
+    cls = getattr(transformers, str(model_class), None)
+    if cls is None or not hasattr(cls, "from_pretrained"):
+        raise ConfigError(f"model.model_class: transformers has no model class {model_class!r} "
+                          f"(e.g. GPT2LMHeadModel, BertModel, LlamaForCausalLM, T5ForConditionalGeneration)")
+    extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    if path:
+        folder = Path(path).expanduser()
+        if not folder.is_dir():
+            raise ConfigError(f"model.path: no folder {str(folder)!r} (a folder written by save_pretrained, "
+                              f"with config.json and the weights)")
+        try:
+            return cls.from_pretrained(str(folder), local_files_only=True, **extra)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"model.path: {str(folder)!r} cannot be read as {model_class}: {str(exc).splitlines()[0]}") from None
+    config_class = getattr(cls, "config_class", None)
+    if config_class is None or config_class is transformers.PretrainedConfig:
+        raise ConfigError(f"model.model_class={model_class} needs model.path=DIR (an Auto class has no config of its "
+                          f"own); for a random-init model name a concrete class such as GPT2LMHeadModel")
+    try:
+        cfg = config_class(**dict(config or {}))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"model.config: {config_class.__name__} refused it: {exc}") from None
+    for key, value in extra.items():
+        setattr(cfg, f"_{key}", value)
+    try:
+        return cls(cfg)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"model.config: building {model_class} failed: {str(exc).splitlines()[0]}") from None
