@@ -222,3 +222,37 @@ def test_capture_around_generate_steers_and_records_as_a_raw_hook():
     torch.testing.assert_close(cap["res", "transformer.h.1", "output"], torch.cat(rows), rtol=0, atol=0)
     assert torch.equal(cap.tokens["sample"], torch.cat(sample)) and torch.equal(cap.tokens["position"], torch.cat(position))
     assert cap.tokens["generated"].sum() == sum(len(s) for s in sample[1:])
+
+
+@pytest.mark.slow
+def test_shipped_experiment_sweeps_steering_strengths_into_a_table_of_texts(tmp_path):
+    import yaml
+    from conftest import ROOT, run_cli
+
+    from hookrun.data.text import text
+    from hookrun.models import hf
+    from hookrun.runner.prepare import seed_everything
+
+    done = run_cli("-m", "experiment=gpt2_steer_generate", "params.factor=0,4", "data.limit=1",
+                   f"hydra.sweep.dir={tmp_path}/sweep", "progress=false")
+    assert done.returncode == 0, done.stderr
+    table = hookrun.open_sweep(tmp_path / "sweep").table(stats=())
+    assert "text" in table.columns and [r["params.factor"] for r in table] == [0, 4]
+    exp = yaml.safe_load((ROOT / "conf/experiment/gpt2_steer_generate.yaml").read_text())
+    vec = torch.tensor(exp["hooks"]["steer"]["actions"][0]["value"])
+    seed_everything(0)  # as the run does before it builds the model
+    model = hf(config=yaml.safe_load((ROOT / "conf/model/hf.yaml").read_text())["config"]).eval()
+    ds = text(max_length=24, padding_side="left")
+    batch = default_collate([ds[i] for i in range(4)])
+    for job, factor in ((0, 0.0), (1, 4.0)):
+        handle = model.transformer.h[0].register_forward_hook(adder(factor * vec))
+        with torch.no_grad():
+            out = model.generate(**batch, max_new_tokens=16, do_sample=False, pad_token_id=0, eos_token_id=2)
+        handle.remove()
+        new = out[:, batch["input_ids"].shape[1]:]
+        run = hookrun.open_run(tmp_path / "sweep" / str(job) / "captures.h5")
+        texts = run.texts()
+        assert [t["tokens"] for t in texts] == [r[: (r.tolist().index(2) + 1) if 2 in r else None].tolist() for r in new]
+        assert table[job]["text"] == texts[0]["text"] == ds.tokenizer.decode(texts[0]["tokens"])
+        assert run["resid", "transformer.h.1", "output"].shape == (len(run.file["samples/token_sample"]), 64)
+        run.close()

@@ -69,8 +69,8 @@ class GenerationTracker:
             return
         batch, length = int(tokens.shape[0]), int(tokens.shape[1])
         mask = kwargs.get("attention_mask")
-        if not isinstance(mask, torch.Tensor) or mask.dim() != 2:
-            mask = torch.ones(batch, length, dtype=torch.long, device=tokens.device)
+        if not isinstance(mask, torch.Tensor) or mask.dim() != 2:  # generate leaves out a mask of ones
+            mask = torch.ones(batch, cached(kwargs) + length, dtype=torch.long, device=tokens.device)
         total = mask.shape[1]
         if total == length or self._finished is None:  # a fresh sequence: the prompt pass
             self._prompt_len = total
@@ -109,10 +109,23 @@ class GenerationTracker:
         return order, sample[order], position[order], gen[order]
 
 
+def cached(kwargs: dict) -> int:
+    """How many tokens the call's KV cache (`past_key_values`) already holds."""
+    past = kwargs.get("past_key_values")
+    if past is None:
+        return 0
+    if hasattr(past, "get_seq_length"):
+        return int(past.get_seq_length())
+    try:  # the legacy tuple of (key, value) per layer
+        return int(past[0][0].shape[-2])
+    except (IndexError, TypeError, AttributeError):
+        return 0
+
+
 def continues(args: tuple, kwargs: dict) -> bool:
-    """Whether a model call continues a generation: its attention mask is longer than its tokens
-    (the KV cache holds the ones before)."""
-    ids = kwargs.get("input_ids", args[0] if args else None)
+    """Whether a model call continues a generation: its KV cache holds the tokens before."""
     mask = kwargs.get("attention_mask")
-    return (isinstance(ids, torch.Tensor) and isinstance(mask, torch.Tensor) and ids.dim() == 2 and mask.dim() == 2
-            and mask.shape[1] > ids.shape[1])
+    ids = kwargs.get("input_ids", args[0] if args else None)
+    if isinstance(ids, torch.Tensor) and isinstance(mask, torch.Tensor) and ids.dim() == 2 and mask.dim() == 2:
+        return mask.shape[1] > ids.shape[1]
+    return cached(kwargs) > 0
