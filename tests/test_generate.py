@@ -137,6 +137,7 @@ def test_token_rows_equal_the_raw_hook_at_every_call_and_stop_at_eos(tmp_path):
     np.testing.assert_array_equal(got["token_position"], position)
     np.testing.assert_array_equal(got["token_generated"].astype(bool), generated_flags)
     assert got["generated_length"][i] == k + 1 and (got["generated_ids"][i, k + 1:] == -1).all()
+    np.testing.assert_array_equal(np.bincount(got["token_sample"]), got["prompt_length"] + got["generated_length"] - 1)
 
 
 def test_left_padded_prompts_of_different_lengths_generate_as_each_prompt_alone(tmp_path):
