@@ -257,3 +257,9 @@ def test_shipped_experiment_sweeps_steering_strengths_into_a_table_of_texts(tmp_
         assert table[job]["text"] == texts[0]["text"] == ds.tokenizer.decode(texts[0]["tokens"])
         assert run["resid", "transformer.h.1", "output"].shape == (len(run.file["samples/token_sample"]), 64)
         run.close()
+
+
+def test_beam_search_with_a_steering_hook_alone_equals_a_raw_hook(tmp_path):
+    result = hookrun.run(cfg(tmp_path, steer(2.0), generate={"num_beams": 2}))
+    expected = stored(raw_generate(adder(2.0 * torch.tensor(VECTOR)), num_beams=2))
+    np.testing.assert_array_equal(read(result.path)["generated_ids"], expected)

@@ -19,6 +19,7 @@ from hookrun.analysis.stats import human_bytes
 from hookrun.capture.actions import ActionEnv
 from hookrun.capture.plan import HookPoint
 from hookrun.capture.session import HookSession
+from hookrun.runner.generate import as_kwargs
 from hookrun.store.records import Capture
 
 
@@ -80,7 +81,7 @@ def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: Actio
     tokens = 0  # mode=generate: token rows per sample, at most (the padded prompt and every new token but the last)
     if generated is not None:
         width = settings.generation.width
-        tokens = call.kwargs["input_ids"].shape[1] + width - 1 if "input_ids" in call.kwargs else call.args[0].shape[1] + width - 1
+        tokens = as_kwargs(call)["input_ids"].shape[1] + width - 1
     for p in points:
         for action in p.actions:
             getattr(action, "reset", lambda: None)()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,7 +35,7 @@ class Generated:
     """What one batch's generation adds to its StepRecord."""
 
     columns: dict[str, np.ndarray]  # per-sample: generated_ids, generated_length, ..._text
-    tokens: tuple[np.ndarray, np.ndarray, np.ndarray]  # the token-row map: sample index, position, generated
+    tokens: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # the token-row map: sample index, position, generated
     order: torch.Tensor  # sorts the token rows of a capture by sample, then position
 
     def sort_rows(self, captures: list[Capture]) -> None:
@@ -61,7 +61,7 @@ class Generation:
     state: StepState
     tokenizer: Any = None
     decoder_only: bool = True
-    checked: set = field(default_factory=set)
+    token_rows: bool = False  # some record keeps token rows: the step writes the token map
 
     def step(self, model: torch.nn.Module, call: ModelCall) -> Generated:
         batch = as_kwargs(call)
@@ -73,6 +73,8 @@ class Generation:
         ids = out if isinstance(out, torch.Tensor) else out.sequences
         prompt = batch["input_ids"]
         columns = self.columns(prompt, batch.get("attention_mask"), ids[:, prompt.shape[1]:])
+        if not self.token_rows:
+            return Generated(columns, None, torch.zeros(0, dtype=torch.long))
         order, sample, position, generated = tracker.rows()
         index = self.state.sample_index
         tokens = ((index[sample.cpu()] if index is not None else sample.cpu()).numpy().astype(np.int64),
@@ -145,6 +147,7 @@ def prepare_generation(cfg: Any, model: torch.nn.Module, loader: Any, spec: Call
                     f"then once per new token (batch, 1, ...), so rows of one shape per sample or step cannot hold it")
     dataset = loader.dataset.dataset  # under the Indexed wrapper
     tokenizer = getattr(dataset, "tokenizer", None)
+    tokenizer = tokenizer if callable(getattr(tokenizer, "decode", None)) else None
     for name in ("pad_token_id", "eos_token_id"):
         if kwargs.get(name) is None and getattr(tokenizer, name, None) is not None:
             kwargs[name] = getattr(tokenizer, name)
@@ -153,7 +156,7 @@ def prepare_generation(cfg: Any, model: torch.nn.Module, loader: Any, spec: Call
     if getattr(tokenizer, "padding_side", "left") != "left":
         tokenizer.padding_side = "left"  # a decoder-only model continues from the right end
     decoder_only = not getattr(getattr(model, "config", None), "is_encoder_decoder", False)
-    gen = Generation(kwargs, cfg.seed, width, eos, points, state, tokenizer, decoder_only)
+    gen = Generation(kwargs, cfg.seed, width, eos, points, state, tokenizer, decoder_only, bool(records))
     preflight(model, loader, spec, gen, next(model.parameters()).device)
     return gen
 

@@ -174,7 +174,8 @@ class Record(Action):
         valid = ev.state.call_tokens.valid
         if t.dim() < 2 or tuple(t.shape[:2]) != tuple(valid.shape):
             raise RunError(f"{self.where}: record rows: token needs a (batch, tokens, ...) tensor; {role} of {ev.where} "
-                           f"has shape {tuple(t.shape)} in a model call over {tuple(valid.shape)} tokens")
+                           f"has shape {tuple(t.shape)} in a model call over {tuple(valid.shape)} tokens (generate runs "
+                           f"the LM head on the last position only: record the block or final norm before it)")
         if self.check_finite:
             _check_finite(t, ev, role)
         value = self._transform(t.detach()[valid], ev, role)
