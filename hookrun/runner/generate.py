@@ -72,7 +72,8 @@ class Generation:
             out = model.generate(**batch, **self.kwargs)
         ids = out if isinstance(out, torch.Tensor) else out.sequences
         prompt = batch["input_ids"]
-        columns = self.columns(prompt, batch.get("attention_mask"), ids[:, prompt.shape[1]:])
+        new = ids[:, prompt.shape[1]:] if self.decoder_only else ids[:, 1:]  # an encoder-decoder's: after the start token
+        columns = self.columns(prompt, batch.get("attention_mask"), new)
         if not self.token_rows:
             return Generated(columns, None, torch.zeros(0, dtype=torch.long))
         order, sample, position, generated = tracker.rows()
@@ -156,6 +157,10 @@ def prepare_generation(cfg: Any, model: torch.nn.Module, loader: Any, spec: Call
     if getattr(tokenizer, "padding_side", "left") != "left":
         tokenizer.padding_side = "left"  # a decoder-only model continues from the right end
     decoder_only = not getattr(getattr(model, "config", None), "is_encoder_decoder", False)
+    modify = [a for p in points for a in p.actions if isinstance(a, Modify) and a.positions != "all"]
+    if not decoder_only and (records or modify):
+        raise ConfigError(f"mode=generate: {type(model).__name__} is an encoder-decoder; record rows: token and positions "
+                          f"follow a decoder-only model's calls. Steer it at every call (positions: all), without record")
     gen = Generation(kwargs, cfg.seed, width, eos, points, state, tokenizer, decoder_only, bool(records))
     preflight(model, loader, spec, gen, next(model.parameters()).device)
     return gen
