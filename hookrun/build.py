@@ -60,6 +60,10 @@ def build_model(node: Mapping, device: torch.device) -> nn.Module:
     except ConfigError as exc:
         if node.get("weights") and ("URLError" in str(exc) or "HTTPError" in str(exc)):
             raise ConfigError(_weights_message(node, str(exc))) from None
+        if node.get("weights_backbone") and ("URLError" in str(exc) or "HTTPError" in str(exc)):
+            raise ConfigError(f"model.weights_backbone={node['weights_backbone']}: the backbone's pretrained weights are not "
+                              f"in the torch hub cache ({Path(torch.hub.get_dir()) / 'checkpoints'}) and cannot be "
+                              f"downloaded; set model.weights_backbone=null for a random-init backbone") from None
         raise
     if not isinstance(model, nn.Module):
         raise ConfigError(f"model: {node['_target_']!r} built a {type(model).__name__}, not a torch.nn.Module")

@@ -160,7 +160,7 @@ class Run:
             name = info.label.replace("(model)", "model")
             index = self.index(info.hook, info.module, info.role, call=info.call)[rows]
             shared = info.rows == "samples" and np.array_equal(index, self.samples[rows])
-            first = "sample" if shared else f"{name}:{'sample' if info.rows == 'samples' else 'step'}"
+            first = "sample" if shared else f"{name}:{ {'samples': 'sample', 'tokens': 'token'}.get(info.rows, 'step')}"
             inner = DIM_NAMES.get(data.ndim, tuple(f"dim_{i}" for i in range(1, data.ndim)))[: data.ndim - 1]
             dims = (first,) + tuple(f"{name}:{d}" for d in inner)
             coords = {first: index}
@@ -176,7 +176,7 @@ class Run:
             f"{self.path}",
             f"  status    {a.get('status')}   ({a.get('steps_complete')} batches, {a.get('samples_complete')} samples)",
             f"  model     {a.get('model_class')} on {a.get('device')}, mode {a.get('mode')}",
-            f"  data      {data.get('_target_', '?')}, batch {cfg.get('data', {}).get('batch_size')}",
+            f"  data      {data.get('_target_', data.get('live', '?'))}, batch {cfg.get('data', {}).get('batch_size')}",
             f"  written   {a.get('created')} .. {a.get('finished', '(not finished)')}, hookrun {a.get('hookrun_version')}, torch {a.get('torch_version')}",
             f"  hooks     {_hooks(cfg)}",
             "  captures",
@@ -217,6 +217,8 @@ def row_index(f: h5py.File, ds: h5py.Dataset) -> np.ndarray:
     where it skipped batches, else the first rows of /samples/index (or 0, 1, ... for per-step rows)."""
     if ds.attrs.get("index"):
         return ds.parent[ds.attrs["index"]][:]
+    if str(ds.attrs["rows"]) == "tokens":  # rows: token: the sample of each token row
+        return f["samples/token_sample"][: ds.shape[0]]
     if str(ds.attrs["rows"]) == "steps":
         return np.arange(ds.shape[0])
     return f["samples/index"][: ds.shape[0]]

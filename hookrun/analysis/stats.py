@@ -26,7 +26,10 @@ def block_stats(ds: h5py.Dataset, rows_per_block: int | None = None) -> dict[str
     count, lo, hi, zeros = 0, np.inf, -np.inf, 0
     mean, m2 = 0.0, 0.0
     for start in range(0, n_rows, step):
-        block = np.asarray(ds[start : start + step], dtype=np.float64).ravel()
+        raw = ds[start : start + step]
+        if raw.dtype == object:  # variable-length rows (detection boxes): each row a 1-D array
+            raw = np.concatenate([np.asarray(r, dtype=np.float64).ravel() for r in raw]) if len(raw) else np.zeros(0)
+        block = np.asarray(raw, dtype=np.float64).ravel()
         if not block.size:
             continue
         b_mean = block.mean()

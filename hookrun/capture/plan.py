@@ -63,7 +63,8 @@ def resolve_targets(
     model: nn.Module, patterns: Iterable[str], hook: str, kind: str = "module"
 ) -> list[tuple[str, Any]]:
     """The (name, module-or-parameter) pairs the patterns select, in model order, each once."""
-    table = dict(model.named_parameters() if kind == "param" else model.named_modules())
+    # every name of a tied parameter (GPT-2's lm_head.weight is transformer.wte.weight)
+    table = dict(model.named_parameters(remove_duplicate=False) if kind == "param" else model.named_modules())
     names = list(table)
     chosen: set[str] = set()
     for pattern in patterns:
@@ -94,6 +95,9 @@ def _hint(pattern: str, names: list[str], kind: str) -> str:
     close = close_matches(pattern.replace("*", "").replace("?", ""), [n for n in names if n])
     if close:
         return "closest names: " + ", ".join(close)
+    if kind == "param":
+        shown = names[:8] + (["..."] if len(names) > 10 else []) + names[-2:] if len(names) > 10 else names
+        return f"its {len(names)} parameters include: " + ", ".join(shown)
     top = [n for n in names if n and "." not in n][:12]
     return f"top-level {_noun(kind)}s: " + ", ".join(top)
 

@@ -199,9 +199,10 @@ class H5Store:
             raise RunError(f"{path}: batch {rec.step} has rows of shape (n, {tail}), earlier batches (n, {tuple(col.ds.attrs['row_shape'])})")
         if col.ds.shape[0] != samples_before:
             raise RunError(f"{path}: variable-length rows need the capture in every batch (batch {rec.step})")
-        rows = np.empty(len(arrs), dtype=object)
-        rows[:] = [a.reshape(-1) for a in arrs]
-        _append(col.ds, rows)
+        n = col.ds.shape[0]
+        col.ds.resize(n + len(arrs), axis=0)
+        for i, a in enumerate(arrs):  # row by row: h5py turns equal-length rows into a 2-D array
+            col.ds[n + i] = a.reshape(-1)
 
     def _new_column(self, cap: Capture, arr: np.ndarray, chunk_bytes: int) -> _Column:
         row = arr if cap.per_step else arr[0]
