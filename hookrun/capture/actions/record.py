@@ -178,7 +178,11 @@ class Record(Action):
                            f"the LM head on the last position only: record the block or final norm before it)")
         if self.check_finite:
             _check_finite(t, ev, role)
-        value = self._transform(t.detach()[valid], ev, role)
+        value = self._transform(t, ev, role)  # select / reduce over the other dims, as in a plain run
+        if tuple(value.shape[:2]) != tuple(valid.shape):
+            raise RunError(f"{self.where}: record rows: token keeps the (batch, tokens) dims; select/reduce turned "
+                           f"{role} of {ev.where} into shape {tuple(value.shape)}: select or reduce over features only")
+        value = value[valid.to(value.device)]
         key = CaptureKey(ev.hook, ev.module, ev.type, role, ev.call)
         self.env.captures.add(Capture(key, value, False, _dtype_name(t.dtype), self.attrs, tokens=True))
 
