@@ -36,6 +36,14 @@ class TokenMap:
     position: torch.Tensor  # long: absolute position in its sample (0 = its first prompt token)
     generated: bool  # the call processes generated tokens (a new-token pass), not the prompt
     call: int  # 0: the prompt pass; k: the pass over the k-th new token
+    _flat: torch.Tensor | None = None
+
+    def flat_rows(self) -> torch.Tensor:
+        """The real tokens' places in the call's (B * L) flattened tokens, computed once per call
+        for every `rows: token` record of it."""
+        if self._flat is None:
+            self._flat = self.valid.reshape(-1).nonzero().squeeze(1)
+        return self._flat
 
 
 class GenerationTracker:
@@ -45,9 +53,11 @@ class GenerationTracker:
         self.model = model
         self.points = points
         self.state = state
-        self.eos = torch.tensor(sorted({int(e) for e in eos_ids}), dtype=torch.long)
+        self.eos = sorted({int(e) for e in eos_ids})
+        self._eos: torch.Tensor | None = None  # on the model's device
         self.maps: list[TokenMap] = []
-        self._finished: torch.Tensor | None = None
+        self._alive: torch.Tensor | None = None  # (B,) the samples that have not produced EOS
+        self._real: torch.Tensor | None = None  # (B,) each prompt's real tokens
         self._prompt_len = 0
         self._handle = None
 
@@ -69,21 +79,30 @@ class GenerationTracker:
             return
         batch, length = int(tokens.shape[0]), int(tokens.shape[1])
         mask = kwargs.get("attention_mask")
-        if not isinstance(mask, torch.Tensor) or mask.dim() != 2:  # generate leaves out a mask of ones
-            mask = torch.ones(batch, cached(kwargs) + length, dtype=torch.long, device=tokens.device)
-        total = mask.shape[1]
-        if total == length or self._finished is None:  # a fresh sequence: the prompt pass
-            self._prompt_len = total
-            self._finished = torch.zeros(batch, dtype=torch.bool, device=mask.device)
+        has_mask = isinstance(mask, torch.Tensor) and mask.dim() == 2
+        total = mask.shape[1] if has_mask else cached(kwargs) + length  # generate leaves out a mask of ones
+        if total == length or self._alive is None or self._alive.shape[0] != batch:  # a fresh sequence: the prompt
+            valid = mask.bool() if has_mask else torch.ones(batch, length, dtype=torch.bool, device=tokens.device)
+            position = valid.long().cumsum(1) - 1
+            self._prompt_len, self._real = total, position[:, -1] + 1
+            self._alive = torch.ones(batch, dtype=torch.bool, device=tokens.device)
             self.maps.clear()
-            call = 0
-        else:
+            tokens = TokenMap(valid, position, False, 0)
+        else:  # the next token(s) of the same samples: generate's mask grows by ones, so no cumsum is needed
+            if isinstance(ids, torch.Tensor) and self.eos:
+                if self._eos is None or self._eos.device != ids.device:
+                    self._eos = torch.tensor(self.eos, device=ids.device)
+                last = ids[:, -1]
+                hit = last == self._eos[0] if len(self.eos) == 1 else torch.isin(last, self._eos)
+                self._alive = self._alive & ~hit
+            done = total - length - self._prompt_len  # generated tokens before this call's
+            position = (self._real + done).unsqueeze(1)
+            valid = self._alive.unsqueeze(1)
+            if length > 1:
+                position = position + torch.arange(length, device=position.device)
+                valid = valid.expand(batch, length)
             call = self.maps[-1].call + 1 if self.maps else 1
-            if isinstance(ids, torch.Tensor) and len(self.eos):
-                self._finished |= torch.isin(ids[:, -1], self.eos.to(ids.device))
-        window = mask[:, total - length :].bool()
-        position = (mask.long().cumsum(1) - 1)[:, total - length :]
-        tokens = TokenMap(window & ~self._finished[:, None], position, total - length >= self._prompt_len, call)
+            tokens = TokenMap(valid, position, done >= 0, call)
         self.maps.append(tokens)
         self.state.call_tokens = tokens
         for point in self.points:

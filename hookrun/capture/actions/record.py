@@ -178,11 +178,17 @@ class Record(Action):
                            f"the LM head on the last position only: record the block or final norm before it)")
         if self.check_finite:
             _check_finite(t, ev, role)
-        value = self._transform(t, ev, role)  # select / reduce over the other dims, as in a plain run
-        if tuple(value.shape[:2]) != tuple(valid.shape):
-            raise RunError(f"{self.where}: record rows: token keeps the (batch, tokens) dims; select/reduce turned "
-                           f"{role} of {ev.where} into shape {tuple(value.shape)}: select or reduce over features only")
-        value = value[valid.to(value.device)]
+        rows = ev.state.call_tokens.flat_rows()
+        if self.select or self.reduce:  # select / reduce over the other dims, as in a plain run
+            value = self._transform(t, ev, role)
+            if tuple(value.shape[:2]) != tuple(valid.shape):
+                raise RunError(f"{self.where}: record rows: token keeps the (batch, tokens) dims; select/reduce turned "
+                               f"{role} of {ev.where} into shape {tuple(value.shape)}: select or reduce over features only")
+            value = value.flatten(0, 1).index_select(0, rows)
+        else:  # index_select makes the copy a snapshot needs
+            value = t.detach().flatten(0, 1).index_select(0, rows)
+            if self.dtype is not None and value.is_floating_point() and value.dtype != self.dtype:
+                value = snapshot(value, self.dtype)
         key = CaptureKey(ev.hook, ev.module, ev.type, role, ev.call)
         self.env.captures.add(Capture(key, value, False, _dtype_name(t.dtype), self.attrs, tokens=True))
 
