@@ -237,8 +237,10 @@ def test_shipped_experiment_sweeps_steering_strengths_into_a_table_of_texts(tmp_
     done = run_cli("-m", "experiment=gpt2_steer_generate", "params.factor=0,4", "data.limit=1",
                    f"hydra.sweep.dir={tmp_path}/sweep", "progress=false")
     assert done.returncode == 0, done.stderr
-    table = hookrun.open_sweep(tmp_path / "sweep").table(stats=())
+    sweep = hookrun.open_sweep(tmp_path / "sweep")
+    table, texts = sweep.table(stats=()), sweep.texts()
     assert "text" in table.columns and [r["params.factor"] for r in table] == [0, 4]
+    assert [(r["job"], r["index"]) for r in texts] == [(j, i) for j in ("0", "1") for i in range(4)]
     exp = yaml.safe_load((ROOT / "conf/experiment/gpt2_steer_generate.yaml").read_text())
     vec = torch.tensor(exp["hooks"]["steer"]["actions"][0]["value"])
     seed_everything(0)  # as the run does before it builds the model

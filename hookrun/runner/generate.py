@@ -127,7 +127,7 @@ def prepare_generation(cfg: Any, model: torch.nn.Module, loader: Any, spec: Call
         raise ConfigError("resume=true is not supported with mode=generate yet: start the run again without resume")
     if cfg.loss is not None:
         raise ConfigError("mode=generate runs no backward pass, so loss is unused: remove the loss, or use mode=grad")
-    kwargs = dict(cfg.generate or {})
+    kwargs = {k: v for k, v in (cfg.generate or {}).items() if v is not None}  # null: generate's own default
     width = kwargs.get("max_new_tokens")
     if not isinstance(width, int) or isinstance(width, bool) or width < 1:
         raise ConfigError(f"generate.max_new_tokens must be a whole number >= 1 (the columns of /samples/generated_ids), got {width!r}")
