@@ -24,6 +24,7 @@ from torch import nn
 
 from hookrun.capture.events import StepState
 from hookrun.capture.points import HookPoint
+from hookrun.errors import RunError
 
 PHASES = ("all", "prompt", "generated")
 
@@ -38,12 +39,20 @@ class TokenMap:
     call: int  # 0: the prompt pass; k: the pass over the k-th new token
     _flat: torch.Tensor | None = None
 
-    def flat_rows(self) -> torch.Tensor:
-        """The real tokens' places in the call's (B * L) flattened tokens, computed once per call
-        for every `rows: token` record of it."""
+    def fits(self, t: torch.Tensor) -> bool:
+        """Whether `t` is (batch, tokens, ...) of this call."""
+        return t.dim() >= 2 and tuple(t.shape[:2]) == tuple(self.valid.shape)
+
+    def take(self, t: torch.Tensor, where: str) -> torch.Tensor:
+        """The rows of the call's real tokens (`record rows: token`); the flat index of those tokens
+        is computed once per call, for every record of it."""
+        if not self.fits(t):
+            raise RunError(f"{where}: record rows: token needs a (batch, tokens, ...) tensor, after select/reduce; it has "
+                           f"shape {tuple(t.shape)} in a model call over {tuple(self.valid.shape)} tokens (generate runs the "
+                           f"LM head on the last position only: record the block or final norm before it)")
         if self._flat is None:
             self._flat = self.valid.reshape(-1).nonzero().squeeze(1)
-        return self._flat
+        return t.flatten(0, 1).index_select(0, self._flat.to(t.device))
 
 
 class GenerationTracker:

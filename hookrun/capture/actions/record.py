@@ -139,12 +139,10 @@ class Record(Action):
             if isinstance(t, list):
                 self._ragged(ev, role, t)
                 continue
-            if self.token_rows and state.call_tokens is not None:  # inside generate: this call's tokens
-                if not self.what and tuple(t.shape[:2]) != tuple(state.call_tokens.valid.shape):
+            if self.token_rows and state.call_tokens is not None:  # inside generate: this model call's tokens
+                if not self.what and not state.call_tokens.fits(t):
                     continue  # rows=token without `what`: only the (batch, tokens, ...) tensors
-                self._call_token_rows(t, ev, role)
-                continue
-            if self.token_rows and not self.what and not fits_tokens(t, state):
+            elif self.token_rows and not self.what and not fits_tokens(t, state):
                 continue  # rows=token without `what`: only the (batch, tokens, ...) tensors
             k = 1 if self.token_rows else self.rule.layout(role, ev.call, t, state, ev.where)
             per_step = k == STEP
@@ -164,33 +162,12 @@ class Record(Action):
             if self.check_finite:
                 _check_finite(t, ev, role)
             value = self._transform(t, ev, role)
-            if self.token_rows:
+            if self.token_rows and state.call_tokens is not None:
+                value = state.call_tokens.take(value, f"{self.where}: {role} of {ev.where}")
+            elif self.token_rows:
                 value = token_rows(value, state, role, f"{self.where} at {ev.where}")
             key = CaptureKey(ev.hook, ev.module, ev.type, role, ev.call)
             self.env.captures.add(Capture(key, value, per_step, _dtype_name(t.dtype), self.attrs, index, tokens=self.token_rows))
-
-    def _call_token_rows(self, t: torch.Tensor, ev: Event, role: str) -> None:
-        """rows: token inside generate: this model call's real tokens (ev.state.call_tokens), one row each."""
-        valid = ev.state.call_tokens.valid
-        if t.dim() < 2 or tuple(t.shape[:2]) != tuple(valid.shape):
-            raise RunError(f"{self.where}: record rows: token needs a (batch, tokens, ...) tensor; {role} of {ev.where} "
-                           f"has shape {tuple(t.shape)} in a model call over {tuple(valid.shape)} tokens (generate runs "
-                           f"the LM head on the last position only: record the block or final norm before it)")
-        if self.check_finite:
-            _check_finite(t, ev, role)
-        rows = ev.state.call_tokens.flat_rows()
-        if self.select or self.reduce:  # select / reduce over the other dims, as in a plain run
-            value = self._transform(t, ev, role)
-            if tuple(value.shape[:2]) != tuple(valid.shape):
-                raise RunError(f"{self.where}: record rows: token keeps the (batch, tokens) dims; select/reduce turned "
-                               f"{role} of {ev.where} into shape {tuple(value.shape)}: select or reduce over features only")
-            value = value.flatten(0, 1).index_select(0, rows)
-        else:  # index_select makes the copy a snapshot needs
-            value = t.detach().flatten(0, 1).index_select(0, rows)
-            if self.dtype is not None and value.is_floating_point() and value.dtype != self.dtype:
-                value = snapshot(value, self.dtype)
-        key = CaptureKey(ev.hook, ev.module, ev.type, role, ev.call)
-        self.env.captures.add(Capture(key, value, False, _dtype_name(t.dtype), self.attrs, tokens=True))
 
     def _by_name(self, tensors: dict) -> dict:
         out = None
