@@ -18,7 +18,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from torch import nn
 
-from hookrun.errors import ConfigError
+from hookrun.errors import ConfigError, HookrunError
 
 
 def build(node: Any, where: str, **kwargs: Any) -> Any:
@@ -28,6 +28,11 @@ def build(node: Any, where: str, **kwargs: Any) -> Any:
     try:
         return instantiate(dict(node), _convert_="all", **kwargs)
     except InstantiationException as exc:
+        cause = exc.__cause__
+        while isinstance(cause, InstantiationException):
+            cause = cause.__cause__
+        if isinstance(cause, HookrunError):  # a builder's own one-line message names its key (model.path: ...)
+            raise ConfigError(str(cause)) from None
         raise ConfigError(f"{where}: {_instantiation_message(exc, node['_target_'])}") from None
 
 

@@ -81,9 +81,11 @@ def test_tuple_positions_out_of_range(tmp_path):
         hookrun.run(base(tmp_path, target=5), model=Scorer(), dataset=TokenTuples())
 
 
-def test_items_of_different_sizes_give_one_line(tmp_path):
-    with pytest.raises(RunError, match=r"data: the samples \[0, 1, 2, 3\] cannot be stacked into one batch .*shapes \(3,\), \(4,\)"):
-        hookrun.run(base(tmp_path) | {"hooks": None}, model=torch.nn.Identity(), dataset=Ragged())
+@pytest.mark.parametrize("workers", [0, 1])
+def test_items_of_different_sizes_give_one_line(tmp_path, workers):
+    with pytest.raises(RunError, match=r"^data: the samples \[0, 1, 2, 3\] cannot be stacked into one batch .*shapes \(3,\), \(4,\)") as info:
+        hookrun.run(base(tmp_path, num_workers=workers) | {"hooks": None}, model=torch.nn.Identity(), dataset=Ragged())
+    assert "\n" not in str(info.value)
 
 
 def test_none_targets_give_one_line(tmp_path):
@@ -113,3 +115,34 @@ def test_to_device_moves_nested_tensors():
     batch = {"a": torch.ones(2), "b": [torch.zeros(1), {"c": torch.ones(1)}], "d": "text"}
     moved = to_device(batch, torch.device("meta"))
     assert moved["a"].is_meta and moved["b"][0].is_meta and moved["b"][1]["c"].is_meta and moved["d"] == "text"
+
+
+def test_a_capture_with_an_empty_dim_is_stored(tmp_path):
+    class NoBoxes(torch.nn.Module):
+        def forward(self, x):
+            return x.new_zeros(0, 4)
+
+    hooks = {"none": {"at": "", "type": "forward", "actions": [{"name": "record", "what": "output"}]}}
+    hookrun.run(base(tmp_path) | {"hooks": hooks}, model=NoBoxes(), dataset=[torch.ones(2)] * 6)
+    with h5py.File(tmp_path / "c.h5") as f:
+        assert f["captures/none/__model__/output"].shape == (2, 0, 4)
+
+
+def test_structured_outputs_reach_the_losses(tmp_path):
+    """A dict output with logits: cross_entropy uses them; the gradient equals autograd's."""
+    torch.manual_seed(0)
+    model, ds = Scorer().eval(), Tokens(n=8)
+    forward = model.forward
+    model.forward = lambda **kw: {"logits": forward(**kw), "extra": None}
+    hooks = {"g": {"at": "head", "type": "tensor", "actions": ["record"]}}
+    loss = {"_target_": "hookrun.runner.losses.cross_entropy", "_partial_": True}
+    hookrun.run(base(tmp_path) | {"hooks": hooks, "mode": "grad", "loss": loss}, model=model, dataset=ds)
+    want = []
+    for i in range(0, 8, 4):
+        keep = []
+        h = model.head.register_forward_hook(lambda m, a, o, keep=keep: keep.append(o))
+        out = forward(input_ids=ds.ids[i:i + 4], attention_mask=ds.mask[i:i + 4])
+        h.remove()
+        want.append(torch.autograd.grad(torch.nn.functional.cross_entropy(out, ds.labels[i:i + 4]), keep[0])[0])
+    with h5py.File(tmp_path / "c.h5") as f:
+        np.testing.assert_allclose(f["captures/g/head/grad"][:], torch.cat(want).numpy(), rtol=1e-5, atol=1e-8)

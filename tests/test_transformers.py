@@ -216,3 +216,24 @@ def test_a_loss_that_cannot_use_the_output_says_so(tmp_path, data):
     loss = {"_target_": "hookrun.runner.losses.sum_output", "_partial_": True, "output_key": "nope"}
     with pytest.raises(RunError, match=r"loss=sum: the model's output is a CausalLMOutputWithCrossAttentions with keys logits, past_key_values; set loss.output_key"):
         run(tmp_path, build("gpt2"), data, None, mode="grad", loss=loss)
+
+
+def test_resume_keeps_token_rows_and_stored_keys(tmp_path, data):
+    from toy_models import STOP_AT
+
+    from hookrun.runner.signals import Interrupted
+
+    hooks = {"res": {"at": "transformer.h.1", "type": "forward", "actions": [{"name": "record", "what": "output", "rows": "token"}]},
+             "stop": {"at": "transformer.h.0", "type": "forward", "actions": [{"_target_": "toy_models.signal_when_told", "_partial_": True}]}}
+    with run(tmp_path / "full", build("gpt2"), data, hooks) as f:
+        want = {k: f[k][:] for k in ("captures/res/transformer.h.1/output", "samples/token_sample", "samples/token_position", "samples/input_ids")}
+    cfg = {"data": {"batch_size": BATCH, "store": ["input_ids", "attention_mask"]}, "device": "cpu", "progress": False,
+           "hooks": hooks, "output": {"path": str(tmp_path / "part.h5")}}
+    STOP_AT[:] = [1]
+    with pytest.raises(Interrupted):
+        hookrun.run(cfg, model=build("gpt2"), dataset=data)
+    hookrun.run({**cfg, "resume": True}, model=build("gpt2"), dataset=data)
+    with h5py.File(tmp_path / "part.h5") as f:
+        assert f.attrs["status"] == "complete"
+        for k, v in want.items():
+            np.testing.assert_array_equal(f[k][:], v)

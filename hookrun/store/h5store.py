@@ -237,9 +237,10 @@ class H5Store:
         rows = chunk_rows or max(1, chunk_bytes // row_bytes)
         if max_rows:  # as few chunks as the run needs, evenly filled (no half-empty last chunk)
             rows = math.ceil(max_rows / math.ceil(max_rows / rows))
+        # a dim of size 0 (no boxes in this batch) needs a chunk of 1 there, and room to stay valid
         return self.file.create_dataset(
-            name, shape=(backfill, *row_shape), dtype=like.dtype, maxshape=(None, *row_shape),
-            chunks=(rows, *row_shape), compression=self.compression,
+            name, shape=(backfill, *row_shape), dtype=like.dtype, maxshape=(None, *(d or None for d in row_shape)),
+            chunks=(rows, *(d or 1 for d in row_shape)), compression=self.compression,
             rdcc_nbytes=rows * row_bytes + 1024, rdcc_w0=1.0,
         )
 
