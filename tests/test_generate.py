@@ -265,3 +265,15 @@ def test_beam_search_with_a_steering_hook_alone_equals_a_raw_hook(tmp_path):
     result = hookrun.run(cfg(tmp_path, steer(2.0), generate={"num_beams": 2}))
     expected = stored(raw_generate(adder(2.0 * torch.tensor(VECTOR)), num_beams=2))
     np.testing.assert_array_equal(read(result.path)["generated_ids"], expected)
+
+
+def test_another_batch_size_changes_sampled_text_but_not_greedy_text(tmp_path):
+    sampled = {"do_sample": True, "temperature": 1.5, "top_k": 0}
+    by4 = read(hookrun.run(cfg(tmp_path, name="s4.h5", generate=sampled)).path)["generated_ids"]
+    c = cfg(tmp_path, name="s2.h5", generate=sampled)
+    c["data"]["batch_size"] = 2
+    by2 = read(hookrun.run(c).path)["generated_ids"]
+    assert not np.array_equal(by4, by2)  # batches are seeded by (seed, batch number): other batches, other draws
+    c = cfg(tmp_path, name="g2.h5")
+    c["data"]["batch_size"] = 2
+    np.testing.assert_array_equal(read(hookrun.run(c).path)["generated_ids"], stored(raw_generate()))
