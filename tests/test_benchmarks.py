@@ -3,6 +3,7 @@ timings on a shared CI machine prove nothing, so this checks only that every com
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -35,3 +36,16 @@ def test_cache_benchmark_quick_mode_runs_every_route(tmp_path):
                 "3. shuffled read / in-order read", "3. hookrun shuffled / h5py fancy indexing", "4. file size: hookrun /"):
         assert f"| {row}" in table, row
     assert "torch " in table and "h5py " in table and "nnsight" in table  # the machine and versions
+
+
+@pytest.mark.slow
+def test_generate_benchmark_quick_mode_runs_every_route(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "benchmarks/generate.py", "--quick", "--markdown", str(tmp_path / "g.md")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = (tmp_path / "g.md").read_text()
+    for row in ("hookrun record every block, every token / bare generate", "hookrun steering hook alone / bare generate",
+                "hookrun steering hook / raw steering hook"):
+        assert f"| {row}" in table, row
+    assert "token rows x 2 blocks" in table

@@ -91,6 +91,20 @@ class Run:
     def targets(self) -> np.ndarray | None:
         return self.file["samples/target"][:] if "target" in self.file["samples"] else None
 
+    def texts(self) -> list[dict[str, Any]]:
+        """mode=generate: each sample's prompt and generated text, in the order they ran.
+
+        [{"index": 0, "prompt": "The cat", "text": " sat on ...", "tokens": [...]}, ...]; "prompt" and
+        "text" are None where the run knew no tokenizer (the token ids are always there)."""
+        samples = self.file["samples"]
+        if "generated_ids" not in samples:
+            raise NotFoundError(f"{self.path.name} holds no generated text (runs with mode=generate write it)")
+        ids, lengths = samples["generated_ids"][:], samples["generated_length"][:]
+        prompt = _strings(samples["prompt_text"]) if "prompt_text" in samples else [None] * len(ids)
+        text = _strings(samples["generated_text"]) if "generated_text" in samples else [None] * len(ids)
+        return [{"index": int(i), "prompt": p, "text": t, "tokens": row[:n].tolist()}
+                for i, p, t, row, n in zip(samples["index"][: len(ids)], prompt, text, ids, lengths, strict=True)]
+
     # -- finding a capture ---------------------------------------------------------------------
     def find(self, *key: str, call: int = 0) -> CaptureInfo:
         """By (module, role), (hook, module, role), or a 'hook/module/role' path."""
@@ -262,6 +276,10 @@ def list_captures(f: h5py.File) -> list[CaptureInfo]:
 
     f["captures"].visititems(visit)
     return found
+
+
+def _strings(ds: h5py.Dataset) -> list[str]:
+    return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in ds[:]]
 
 
 def _plain(attrs: dict) -> dict:

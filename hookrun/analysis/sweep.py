@@ -81,7 +81,8 @@ class Sweep:
         return sorted(k for k in keys if len({repr(j.overrides.get(k)) for j in self.jobs}) > 1)
 
     def table(self, stats: Sequence[str] = ("mean", "std"), captures: Sequence[str] | None = None) -> Table:
-        """One row per job: job number, each override, status, and `stats` of each capture."""
+        """One row per job: job number, each override, status, `text` (mode=generate: the first
+        sample's generated text; texts() has them all) and `stats` of each capture."""
         keys = sorted({k for j in self.jobs for k in j.overrides}, key=lambda k: (k not in self.swept, k))
         columns = ["job", *keys, "status"]
         rows = []
@@ -94,6 +95,10 @@ class Sweep:
             try:
                 with job.open() as run:
                     row["status"] = run.status
+                    if "generated_ids" in run.file["samples"]:
+                        row["text"] = run.texts()[0]["text"] if len(run.file["samples/generated_ids"]) else None
+                        if "text" not in columns:
+                            columns.append("text")
                     for info in run.captures:
                         if captures is not None and info.label not in captures:
                             continue
@@ -107,6 +112,18 @@ class Sweep:
                 row["status"] = f"unreadable: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
             rows.append(row)
         return Table(columns, rows)
+
+    def texts(self) -> Table:
+        """mode=generate: one row per (job, sample): job, the swept overrides, index, prompt, text."""
+        rows = []
+        for job in self.jobs:
+            if job.file is None:
+                continue
+            with job.open() as run:
+                for t in run.texts():
+                    rows.append({"job": job.num, **{k: _value(job.overrides.get(k)) for k in self.swept},
+                                 "index": t["index"], "prompt": t["prompt"], "text": t["text"]})
+        return Table(["job", *self.swept, "index", "prompt", "text"], rows)
 
     def __repr__(self) -> str:
         return f"Sweep({str(self.folder)!r}, jobs={len(self.jobs)}, swept={self.swept})"
@@ -166,4 +183,6 @@ def _value(text: str | None) -> Any:
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.6g}"
+    if isinstance(v, str):
+        return v.replace("\n", "\\n")
     return "" if v is None else str(v)

@@ -28,6 +28,7 @@ class StepState:
     sample_index: torch.Tensor | None = None  # dataset indices of the batch's samples
     attention_mask: torch.Tensor | None = None  # (batch, tokens), 1 = a real token, 0 = padding; None: no mask
     token_map: tuple | None = None  # (sample index, position) of each token row, set by `rows: token` records
+    call_tokens: Any = None  # mode=generate: the TokenMap of the model call in flight (capture.generation)
 
 
 class Event:

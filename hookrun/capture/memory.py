@@ -10,12 +10,17 @@ call counters restart, and its samples get the next sample indices (0, 1, ... ac
 as a file run numbers a dataset read in order), so `noise` gives the numbers a file run gives.
 Gradients (`loss.backward()` inside the block) reach tensor, backward and param hooks. Every hook
 is removed when the block ends, on an exception too.
+
+Around `model.generate(...)` every model call (the prompt, then each new token) is a step of the
+same samples; `positions:` and `record rows: token` work as in mode=generate (padding and tokens
+after a sample's end-of-sequence token, as model.generation_config names it, leave no row), and
+`cap.tokens` maps each token row to its sample, position and whether it was generated.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -23,6 +28,7 @@ from torch import nn
 
 from hookrun.capture.actions import ActionEnv
 from hookrun.capture.actions.record import DTYPES
+from hookrun.capture.generation import GenerationTracker, continues
 from hookrun.capture.plan import make_plan
 from hookrun.capture.session import HookSession
 from hookrun.config.specs import parse_hooks
@@ -41,6 +47,7 @@ class Captured(Mapping):
         self._parts: dict[Key, list[torch.Tensor]] = {}
         self._per_step: dict[Key, bool] = {}
         self._cache: dict[Key, torch.Tensor] = {}
+        self._calls: list[tuple[torch.Tensor, Any]] = []  # (sample index, TokenMap) of each model call
         self.steps = 0
 
     def add(self, captures: list[Capture]) -> None:
@@ -49,6 +56,17 @@ class Captured(Mapping):
             self._parts.setdefault(key, []).append(c.value)
             self._per_step[key] = c.per_step
             self._cache.pop(key, None)
+
+    @property
+    def tokens(self) -> dict[str, torch.Tensor]:
+        """The map of `rows: token` rows, in their order: sample index, position, generated (bool)."""
+        parts: dict[str, list[torch.Tensor]] = {"sample": [], "position": [], "generated": []}
+        for index, m in self._calls:
+            b, j = m.valid.cpu().nonzero(as_tuple=True)
+            parts["sample"].append(index[b])
+            parts["position"].append(m.position.cpu()[b, j])
+            parts["generated"].append(torch.full((len(b),), m.generated, dtype=torch.bool))
+        return {k: torch.cat(v) if v else torch.zeros(0, dtype=torch.long) for k, v in parts.items()}
 
     def keys(self) -> list[Key]:  # type: ignore[override]
         return list(self._parts)
@@ -128,13 +146,17 @@ def capture(model: nn.Module, hooks: Mapping, dtype: str = "keep") -> Iterator[C
     try:
         points = make_plan(model, parse_hooks(hooks), env, mode="grad")
         steps = _Steps(env, cap)
-        with HookSession(points, env) as session:
+        eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        eos = [] if eos is None else eos if isinstance(eos, list | tuple) else [eos]
+        tracker = GenerationTracker(model, points, env.state, eos) if callable(getattr(model, "generate", None)) else nullcontext()
+        with HookSession(points, env) as session, tracker:
             handles = [model.register_forward_pre_hook(steps.begin(session), with_kwargs=True, prepend=True)]
             try:
                 yield cap
             finally:
                 for h in handles:
                     h.remove()
+                steps.end_call()
                 cap.add(env.captures.take())
     finally:
         env.close()
@@ -149,14 +171,26 @@ class _Steps:
 
     def begin(self, session: HookSession):
         def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+            self.end_call()
             self.cap.add(self.env.captures.take())  # the step before, its backward included
             n = _batch_size(args, kwargs)
-            index = torch.arange(self.seen, self.seen + n) if n else None
+            state = self.env.state
+            if continues(args, kwargs) and state.sample_index is not None and len(state.sample_index) == n:
+                index = state.sample_index  # the next token of the same samples (inside generate)
+            else:
+                index = torch.arange(self.seen, self.seen + n) if n else None
+                self.seen += n
             session.begin_step(self.cap.steps, n, index)
             self.cap.steps += 1
-            self.seen += n
 
         return hook
+
+    def end_call(self) -> None:
+        """Keep the token map of the model call that just ended (the GenerationTracker's)."""
+        state = self.env.state
+        if state.call_tokens is not None and state.sample_index is not None:
+            self.cap._calls.append((state.sample_index, state.call_tokens))
+            state.call_tokens = None
 
 
 def _batch_size(args: tuple, kwargs: dict) -> int:

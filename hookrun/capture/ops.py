@@ -52,13 +52,14 @@ def scale(factor: float) -> Op:
 
 
 @register_op("add")
-def add(value: float | list, dim: int = 1) -> Op:
-    """Add a scalar, or a vector placed along `dim` (a steering vector over channels: dim 1)."""
+def add(value: float | list, dim: int = 1, factor: float = 1.0) -> Op:
+    """Add `factor` times a scalar, or a vector placed along `dim` (a steering vector over channels:
+    dim 1; over a transformer's features: dim -1)."""
 
     def op(x: torch.Tensor, ctx: OpContext) -> torch.Tensor:
         if not isinstance(value, list | tuple):
-            return x + value
-        v = torch.as_tensor(value, dtype=x.dtype, device=x.device)
+            return x + factor * value
+        v = torch.as_tensor(value, dtype=x.dtype, device=x.device) * factor
         shape = [1] * x.dim()
         shape[dim] = -1
         return x + v.view(shape)

@@ -23,6 +23,7 @@ from hookrun.errors import ConfigError, close_matches
 class Mode(str, Enum):
     eval = "eval"
     grad = "grad"
+    generate = "generate"
 
 
 class Compression(str, Enum):
@@ -76,6 +77,7 @@ class HookrunConfig:
     resume: bool = False  # continue an interrupted or killed run in the same run folder
     dry_run: bool = False  # print the plan and the estimated file size; write nothing
     early_stop: bool = False  # eval mode, record-only hooks: stop each forward after the last hook
+    generate: dict[str, Any] = field(default_factory=lambda: {"max_new_tokens": 20})  # mode=generate: model.generate(**batch, **generate)
 
 
 def load(cfg: Any) -> HookrunConfig:

@@ -19,6 +19,7 @@ from hookrun.analysis.stats import human_bytes
 from hookrun.capture.actions import ActionEnv
 from hookrun.capture.plan import HookPoint
 from hookrun.capture.session import HookSession
+from hookrun.runner.generate import as_kwargs
 from hookrun.store.records import Capture
 
 
@@ -40,10 +41,11 @@ class Estimate:
     n_samples: int = 0
     n_batches: int = 0
     header: list[str] = field(default_factory=list)
+    extra_bytes: int = 0  # mode=generate: generated ids and the token-row map
 
     @property
     def total_bytes(self) -> int:
-        return sum(line.total for line in self.lines) + self.n_samples * 16  # + /samples/index, /samples/step
+        return sum(line.total for line in self.lines) + self.n_samples * 16 + self.extra_bytes  # + /samples/index, /samples/step
 
     def text(self) -> str:
         out = list(self.header)
@@ -74,12 +76,18 @@ def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: Actio
     call = settings.spec.split(batch).to(settings.device)
     with HookSession(points, env) as session:
         session.begin_step(0, 1, indices, call.attention_mask)
-        run_step(model, call, settings)
+        generated = run_step(model, call, settings)
         captures = env.captures.take()
+    tokens = 0  # mode=generate: token rows per sample, at most (the padded prompt and every new token but the last)
+    if generated is not None:
+        width = settings.generation.width
+        tokens = as_kwargs(call)["input_ids"].shape[1] + width - 1
     for p in points:
         for action in p.actions:
             getattr(action, "reset", lambda: None)()
     report = Estimate(points, n_samples=n_samples, n_batches=n_batches)
+    if generated is not None:
+        report.extra_bytes = n_samples * (width * 8 + 24 + tokens * 17)
     for cap in captures:
         every = int(cap.attrs.get("every", 1))
         limit = cap.attrs.get("limit")
@@ -88,7 +96,7 @@ def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: Actio
             rows = n_samples
         elif cap.tokens:  # the first sample's tokens stand for every sample's
             row_bytes = cap.value[0].numel() * cap.value.element_size()
-            rows = n_samples * len(cap.value)
+            rows = n_samples * (tokens or len(cap.value))
         elif cap.per_step:
             row_bytes = cap.value.numel() * cap.value.element_size()
             rows = math.ceil(n_batches / every)

@@ -20,6 +20,7 @@ from hookrun.capture.session import HookSession, StopForward
 from hookrun.errors import HookrunError, RunError
 from hookrun.runner.batches import make_loader, sample_paths
 from hookrun.runner.calls import CallSpec, ModelCall
+from hookrun.runner.generate import Generated, Generation
 from hookrun.store.records import StepRecord
 from hookrun.store.transfer import HostTransfer
 from hookrun.store.writer import BackgroundWriter
@@ -36,6 +37,7 @@ class LoopSettings:
     spec: CallSpec = field(default_factory=CallSpec)  # how a batch becomes the forward call
     store_keys: tuple[str, ...] = ()  # batch keys stored per sample under /samples/ (data.store)
     loss_takes_batch: bool = False  # the loss accepts batch= (loss=lm reads input_ids from it)
+    generation: Generation | None = None  # mode=generate: the checked generate() settings
 
     def __post_init__(self) -> None:
         if self.loss is not None:
@@ -65,9 +67,11 @@ def run_batches(
             target = call.target
             call = call.to(s.device)
             session.begin_step(step, len(indices), indices, call.attention_mask)
-            run_step(model, call, s)
+            generated = run_step(model, call, s)
             session.end_step()
             captures = env.captures.take()
+            if generated is not None:
+                generated.sort_rows(captures)
             writer.put(StepRecord(
                 step=step,
                 sample_index=indices.numpy(),
@@ -75,8 +79,8 @@ def run_batches(
                 path=sample_paths(dataset, indices.tolist()),
                 captures=captures,
                 ticket=transfer.submit(captures),
-                samples=stored_keys(batch, s.store_keys),
-                tokens=env.state.token_map,
+                samples=stored_keys(batch, s.store_keys) if generated is None else {**(stored_keys(batch, s.store_keys) or {}), **generated.columns},
+                tokens=env.state.token_map if generated is None else generated.tokens,
             ))
             steps += 1
             bar.update()
@@ -117,9 +121,11 @@ def stored_keys(batch: Any, keys: tuple[str, ...]) -> dict[str, np.ndarray] | No
     return out
 
 
-def run_step(model: nn.Module, call: ModelCall, s: LoopSettings) -> None:
-    """One batch through the model: a forward under no_grad (which early_stop may cut short), or
-    in grad mode forward, loss and backward."""
+def run_step(model: nn.Module, call: ModelCall, s: LoopSettings) -> Generated | None:
+    """One batch through the model: a forward under no_grad (which early_stop may cut short), in
+    grad mode forward, loss and backward, in generate mode model.generate (hookrun.runner.generate)."""
+    if s.mode == "generate":
+        return s.generation.step(model, call)
     if s.mode == "grad":
         _grad_step(model, call, s)
         return
@@ -128,6 +134,7 @@ def run_step(model: nn.Module, call: ModelCall, s: LoopSettings) -> None:
             call.run(model)
     except StopForward:
         pass
+    return None
 
 
 def _grad_step(model: nn.Module, call: ModelCall, s: LoopSettings) -> None:

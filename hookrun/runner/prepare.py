@@ -38,6 +38,7 @@ from hookrun.config.specs import parse_hooks
 from hookrun.errors import ConfigError
 from hookrun.runner.batches import make_loader
 from hookrun.runner.calls import CallSpec
+from hookrun.runner.generate import check_positions, pad_left, prepare_generation
 from hookrun.runner.loop import LoopSettings
 
 STORE_DTYPES = {"keep": None, "float16": torch.float16, "float32": torch.float32}
@@ -83,6 +84,8 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, da
     model = build_model(cfg.model, device) if model is None else live_model(model, device)
     if mode == "grad":
         disable_inplace(model)
+    if mode == "generate" and dataset is None:
+        pad_left(cfg)
     dataset = build_dataset(cfg.data.dataset) if dataset is None else check_dataset(dataset, "run(dataset=...): got")
     if len(dataset) == 0:
         raise ConfigError(f"data.dataset: {dataset_name(cfg)!r} is empty")
@@ -98,12 +101,16 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, da
     env = ActionEnv(store_dtype=STORE_DTYPES[cfg.output.dtype.value], planned_samples=planned)
     try:
         points = make_plan(model, specs, env, mode)
-        if cfg.early_stop:
+        if cfg.early_stop and mode != "generate":
             check_early_stop(points, mode)
+        generation = prepare_generation(cfg, model, loader, spec, points, env.state) if mode == "generate" else None
+        if mode != "generate":
+            check_positions(points)
     except BaseException:
         env.close()
         raise
-    settings = LoopSettings(mode, device, loss, n_batches, cfg.progress, spec=spec, store_keys=tuple(cfg.data.store))
+    settings = LoopSettings(mode, device, loss, n_batches, cfg.progress, spec=spec, store_keys=tuple(cfg.data.store),
+                            generation=generation)
     return Prepared(cfg, out, model, dataset, loader, points, env, settings, n_batches, len(planned))
 
 

@@ -120,6 +120,9 @@ class H5Store:
             _append(self._paths, np.array(rec.path, dtype=object))
         for name, arr in (rec.samples or {}).items():
             ds = self._extra.get(name)
+            if ds is None and arr.dtype == object:  # text (mode=generate): UTF-8 strings
+                ds = self._extra[name] = self.file["samples"].create_dataset(
+                    name, (start,), h5py.string_dtype(), maxshape=(None,), chunks=(4096,))
             if ds is None:
                 ds = self._extra[name] = self._new_dataset(f"samples/{name}", arr, chunk_rows=4096, backfill=start)
             if arr.shape[1:] != ds.shape[1:]:
@@ -178,13 +181,15 @@ class H5Store:
             pass
 
     def _write_tokens(self, tokens: tuple[np.ndarray, np.ndarray]) -> None:
-        """The token map of `rows: token` captures: the sample and position of every token row."""
+        """The token map of `rows: token` captures: the sample and position of every token row, and
+        in mode=generate whether the token was generated."""
         if self._tokens is None:
             group = self.file["samples"]
-            self._tokens = tuple(group.create_dataset(name, (0,), "int64", maxshape=(None,), chunks=(8192,))
-                                 for name in ("token_sample", "token_position"))
+            names = ("token_sample", "token_position", "token_generated")[: len(tokens)]
+            self._tokens = tuple(group.create_dataset(name, (0,), "int64" if name != "token_generated" else "uint8",
+                                                      maxshape=(None,), chunks=(8192,)) for name in names)
         for ds, arr in zip(self._tokens, tokens, strict=True):
-            _append(ds, arr.astype(np.int64, copy=False))
+            _append(ds, arr.astype(ds.dtype, copy=False))
         self.tokens += len(tokens[0])
 
     def _check_space(self, rec: StepRecord) -> None:

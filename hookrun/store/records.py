@@ -60,7 +60,7 @@ class StepRecord:
     captures: list[Capture]
     ticket: Any = None  # hookrun.store.transfer.Ticket: wait() before reading captures, release() after
     samples: dict[str, np.ndarray] | None = None  # more per-sample arrays for /samples/<name> (data.store)
-    tokens: tuple[np.ndarray, np.ndarray] | None = None  # (sample index, position) of each token row
+    tokens: tuple[np.ndarray, ...] | None = None  # (sample index, position[, generated]) of each token row
 
 
 class StepCaptures:
@@ -68,15 +68,22 @@ class StepCaptures:
 
     def __init__(self) -> None:
         self._items: dict[CaptureKey, Capture] = {}
+        self._parts: dict[CaptureKey, list[torch.Tensor]] = {}  # token rows, one part per model call
 
     def add(self, capture: Capture) -> None:
         key = capture.key
+        if capture.tokens and key in self._items:  # token rows of the next model call (generate)
+            self._parts.setdefault(key, [self._items[key].value]).append(capture.value)
+            return
         while key in self._items:  # the same hook fired twice for one call: keep both
             key = CaptureKey(key.hook, key.module, key.type, key.role, key.call + 1)
         capture.key = key
         self._items[key] = capture
 
     def take(self) -> list[Capture]:
+        for key, parts in self._parts.items():
+            self._items[key].value = torch.cat(parts)
         items = list(self._items.values())
         self._items.clear()
+        self._parts.clear()
         return items

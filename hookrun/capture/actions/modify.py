@@ -13,6 +13,8 @@
 `arg: N` picks one tensor of a tuple (the N-th positional input, say), `arg: NAME` a keyword input
 (`arg: hidden_states`, given as a keyword or positionally); without it every tensor of that kind
 is replaced (for inputs: every positional one; keyword inputs are replaced only by name). Naming an input the module does not receive is an error, never a silent no-op. The op is a built-in name (hookrun.capture.ops) or a `_target_` callable.
+With mode=generate the action runs at every model call inside `generate`; `positions: prompt`
+keeps it to the prompt pass, `positions: generated` to the passes over new tokens (default `all`).
 """
 
 from __future__ import annotations
@@ -22,13 +24,18 @@ from typing import Any
 from hookrun.capture import patch  # noqa: F401  (registers op "patch")
 from hookrun.capture.actions.base import ACTIONS, Action
 from hookrun.capture.events import Event, family, positional_index
+from hookrun.capture.generation import PHASES
 from hookrun.capture.ops import OPS, OpContext, build_op
 from hookrun.errors import ConfigError, HookrunError, RunError
 
 
 class Modify(Action):
-    def __init__(self, point, hook_type, env, where: str = "", op: Any = None, arg: int | str | None = None, **params: Any) -> None:
+    def __init__(self, point, hook_type, env, where: str = "", op: Any = None, arg: int | str | None = None,
+                 positions: str = "all", **params: Any) -> None:
         super().__init__(point, hook_type, env, where)
+        if positions not in PHASES:
+            raise ConfigError(f"{self.where}: positions={positions!r}; choose from: {', '.join(PHASES)}")
+        self.positions = positions
         if op is None:
             raise ConfigError(f"{self.where}: needs op: one of {', '.join(OPS)}, or op: {{_target_: my_pkg.fn, _partial_: true}}")
         self.op = build_op(op, params, self.where, _point=point, _family=hook_type.writable, _env=env)
@@ -39,6 +46,12 @@ class Modify(Action):
         # an argument name that may come positionally: its position in forward()'s signature
         self.position = positional_index(point.target, arg) if isinstance(arg, str) else None
 
+    def in_phase(self, ev: Event) -> bool:
+        tokens = ev.state.call_tokens
+        if tokens is None:
+            raise RunError(f"{self.where}: positions: {self.positions} needs mode=generate (a plain forward pass has no generated tokens)")
+        return tokens.generated == (self.positions == "generated")
+
     def selects(self, role: str, writable: str) -> bool:
         if family(role) != writable:
             return False
@@ -48,6 +61,8 @@ class Modify(Action):
         return role == named or role.startswith(named + ".") or (self.arg == 0 and role == writable)
 
     def __call__(self, ev: Event) -> None:
+        if self.positions != "all" and not self.in_phase(ev):
+            return
         roles = [r for r in ev.tensors if self.selects(r, ev.writable)]
         if not roles and self.position is not None:  # hidden_states given positionally
             at = f"{ev.writable}.{self.position}"

@@ -139,7 +139,10 @@ class Record(Action):
             if isinstance(t, list):
                 self._ragged(ev, role, t)
                 continue
-            if self.token_rows and not self.what and not fits_tokens(t, state):
+            if self.token_rows and state.call_tokens is not None:  # inside generate: this model call's tokens
+                if not self.what and not state.call_tokens.fits(t):
+                    continue  # rows=token without `what`: only the (batch, tokens, ...) tensors
+            elif self.token_rows and not self.what and not fits_tokens(t, state):
                 continue  # rows=token without `what`: only the (batch, tokens, ...) tensors
             k = 1 if self.token_rows else self.rule.layout(role, ev.call, t, state, ev.where)
             per_step = k == STEP
@@ -157,7 +160,9 @@ class Record(Action):
                     index = state.sample_index[: len(t)].numpy() if state.sample_index is not None else None
                 self.rows[(role, ev.call)] = done + min(n, room)
             shaped = self._shape(t, ev, role)
-            if self.token_rows:
+            if self.token_rows and state.call_tokens is not None:  # inside generate: this call's tokens
+                shaped = state.call_tokens.take(shaped, f"{self.where}: {role} of {ev.where}")
+            elif self.token_rows:
                 shaped = token_rows(shaped, state, role, f"{self.where} at {ev.where}")
             value = snapshot(shaped, self.dtype)
             overflow = None

@@ -1,0 +1,228 @@
+"""mode=generate: one `model.generate(**batch, **cfg.generate)` per batch instead of one forward.
+
+    gen = prepare_generation(cfg, model, loader, spec, points, env.state)  # checks, before any batch
+    out = gen.step(model, call)        # hooks fire at every model call; out.columns, out.tokens
+
+Sampling is seeded per batch from (seed, batch number): the same config gives the same text, a
+resumed run too; another batch size groups the prompts differently and changes sampled text.
+The new tokens, their count and their text (where the dataset has a tokenizer) go under /samples.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from hookrun.capture.actions.modify import Modify
+from hookrun.capture.actions.record import Record
+from hookrun.capture.events import StepState
+from hookrun.capture.generation import GenerationTracker
+from hookrun.capture.points import HookPoint
+from hookrun.errors import ConfigError, RunError
+from hookrun.runner.calls import CallSpec, ModelCall
+from hookrun.store.records import Capture
+
+log = logging.getLogger("hookrun")
+
+
+@dataclass
+class Generated:
+    """What one batch's generation adds to its StepRecord."""
+
+    columns: dict[str, np.ndarray]  # per-sample: generated_ids, generated_length, ..._text
+    tokens: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # the token-row map: sample index, position, generated
+    order: torch.Tensor  # sorts the token rows of a capture by sample, then position
+
+    def sort_rows(self, captures: list[Capture]) -> None:
+        """Put every token-row capture in the map's order (sample by sample, position by position)."""
+        for cap in captures:
+            if not cap.tokens:
+                continue
+            if cap.value.shape[0] != len(self.order):
+                raise RunError(f"{cap.key.path}: record rows: token got {cap.value.shape[0]} rows in a generation of "
+                               f"{len(self.order)} tokens; hook a module that runs once at every model call")
+            cap.value = cap.value[self.order.to(cap.value.device)]
+
+
+@dataclass
+class Generation:
+    """The settings of mode=generate, checked; step() generates one batch."""
+
+    kwargs: dict[str, Any]
+    seed: int
+    width: int  # max_new_tokens: the columns of /samples/generated_ids
+    eos: list[int]
+    points: list[HookPoint]
+    state: StepState
+    tokenizer: Any = None
+    decoder_only: bool = True
+    token_rows: bool = False  # some record keeps token rows: the step writes the token map
+
+    def step(self, model: torch.nn.Module, call: ModelCall) -> Generated:
+        batch = as_kwargs(call)
+        if self.decoder_only:
+            check_left_padded(batch, f"batch {self.state.step}", RunError)
+        seed_batch(self.seed, self.state.step)
+        with GenerationTracker(model, self.points, self.state, self.eos) as tracker, torch.no_grad():
+            out = model.generate(**batch, **self.kwargs)
+        ids = out if isinstance(out, torch.Tensor) else out.sequences
+        prompt = batch["input_ids"]
+        new = ids[:, prompt.shape[1]:] if self.decoder_only else ids[:, 1:]  # an encoder-decoder's: after the start token
+        columns = self.columns(prompt, batch.get("attention_mask"), new)
+        if not self.token_rows:
+            return Generated(columns, None, torch.zeros(0, dtype=torch.long))
+        order, sample, position, generated = tracker.rows()
+        index = self.state.sample_index
+        tokens = ((index[sample.cpu()] if index is not None else sample.cpu()).numpy().astype(np.int64),
+                  position.cpu().numpy().astype(np.int64), generated.cpu().numpy().astype(np.uint8))
+        return Generated(columns, tokens, order)
+
+    def columns(self, prompt: torch.Tensor, mask: torch.Tensor | None, new: torch.Tensor) -> dict[str, np.ndarray]:
+        new = new.cpu()
+        lengths = torch.full((new.shape[0],), new.shape[1], dtype=torch.long)
+        if self.eos and new.numel():
+            hit = torch.isin(new, torch.tensor(self.eos))
+            first = torch.where(hit.any(1), hit.float().argmax(1) + 1, lengths)  # up to and with the EOS token
+            lengths = first
+        ids = torch.full((new.shape[0], self.width), -1, dtype=torch.long)
+        for i, n in enumerate(lengths.tolist()):
+            ids[i, :n] = new[i, :n]
+        mask = torch.ones_like(prompt) if mask is None else mask
+        prompt_ids = [row[m.bool()].tolist() for row, m in zip(prompt.cpu(), mask.cpu(), strict=True)]
+        columns = {
+            "generated_ids": ids.numpy(),
+            "generated_length": lengths.numpy(),
+            "prompt_length": np.array([len(p) for p in prompt_ids], dtype=np.int64),
+        }
+        if self.tokenizer is not None:
+            columns["prompt_text"] = np.array([decode(self.tokenizer, p) for p in prompt_ids], dtype=object)
+            columns["generated_text"] = np.array([decode(self.tokenizer, ids[i, :n].tolist()) for i, n in
+                                                  enumerate(lengths.tolist())], dtype=object)
+        return columns
+
+
+def pad_left(cfg: Any) -> None:
+    """A dataset node with `padding_side` (data=text pads when it is built) pads on the left in
+    mode=generate: a decoder-only model continues from the last position."""
+    node = cfg.data.dataset
+    if isinstance(node, dict) and node.get("padding_side") not in (None, "left"):
+        log.info("mode=generate: data.dataset.padding_side=%s set to left", node["padding_side"])
+        node["padding_side"] = "left"
+
+
+def prepare_generation(cfg: Any, model: torch.nn.Module, loader: Any, spec: CallSpec, points: list[HookPoint],
+                       state: StepState) -> Generation:
+    """Every check of mode=generate that can run before the first batch, then the settings."""
+    if not callable(getattr(model, "generate", None)):
+        raise ConfigError(f"mode=generate: {type(model).__name__} has no generate() method; use a language model with "
+                          f"one (a transformers ...ForCausalLM or GPT2LMHeadModel), or mode=eval")
+    if cfg.early_stop:
+        raise ConfigError("early_stop=true does not fit mode=generate: every model call's output makes the next token")
+    if cfg.resume:
+        raise ConfigError("resume=true is not supported with mode=generate yet: start the run again without resume")
+    if cfg.loss is not None:
+        raise ConfigError("mode=generate runs no backward pass, so loss is unused: remove the loss, or use mode=grad")
+    kwargs = {k: v for k, v in (cfg.generate or {}).items() if v is not None}  # null: generate's own default
+    width = kwargs.get("max_new_tokens")
+    if not isinstance(width, int) or isinstance(width, bool) or width < 1:
+        raise ConfigError(f"generate.max_new_tokens must be a whole number >= 1 (the columns of /samples/generated_ids), got {width!r}")
+    if kwargs.get("num_return_sequences", 1) != 1:
+        raise ConfigError("generate.num_return_sequences: hookrun keeps one sequence per prompt; run the sweep over seeds instead")
+    records = [p for p in points if any(isinstance(a, Record) for a in p.actions)]
+    if kwargs.get("num_beams", 1) != 1 and records:
+        raise ConfigError(f"generate.num_beams={kwargs['num_beams']} with record (hooks.{records[0].hook}): beams reorder "
+                          f"and drop rows at every step, so rows cannot be traced to one sample; record with num_beams=1")
+    if kwargs.get("use_cache") is False and points:
+        raise ConfigError("generate.use_cache=false: each model call would run the whole sequence again, so hooks "
+                          "would see every token many times; keep the KV cache (the default)")
+    for p in points:
+        for a in p.actions:
+            if isinstance(a, Record) and not a.token_rows:
+                raise ConfigError(
+                    f"{a.where}: record in mode=generate needs rows: token: a hook fires on the prompt (batch, T, ...) and "
+                    f"then once per new token (batch, 1, ...), so rows of one shape per sample or step cannot hold it")
+    dataset = loader.dataset.dataset  # under the Indexed wrapper
+    tokenizer = getattr(dataset, "tokenizer", None)
+    tokenizer = tokenizer if callable(getattr(tokenizer, "decode", None)) else None
+    for name in ("pad_token_id", "eos_token_id"):
+        if kwargs.get(name) is None and getattr(tokenizer, name, None) is not None:
+            kwargs[name] = getattr(tokenizer, name)
+    eos = kwargs.get("eos_token_id", getattr(getattr(model, "generation_config", None), "eos_token_id", None))
+    eos = [] if eos is None else [int(e) for e in (eos if isinstance(eos, list | tuple) else [eos])]
+    if getattr(tokenizer, "padding_side", "left") != "left":
+        tokenizer.padding_side = "left"  # a decoder-only model continues from the right end
+    decoder_only = not getattr(getattr(model, "config", None), "is_encoder_decoder", False)
+    modify = [a for p in points for a in p.actions if isinstance(a, Modify) and a.positions != "all"]
+    if not decoder_only and (records or modify):
+        raise ConfigError(f"mode=generate: {type(model).__name__} is an encoder-decoder; record rows: token and positions "
+                          f"follow a decoder-only model's calls. Steer it at every call (positions: all), without record")
+    gen = Generation(kwargs, cfg.seed, width, eos, points, state, tokenizer, decoder_only, bool(records))
+    preflight(model, loader, spec, gen, next(model.parameters()).device)
+    return gen
+
+
+def check_positions(points: list[HookPoint]) -> None:
+    """`positions: prompt | generated` outside mode=generate: there are no generated tokens."""
+    for p in points:
+        for a in p.actions:
+            if isinstance(a, Modify) and a.positions != "all":
+                raise ConfigError(f"{a.where}: positions: {a.positions} needs mode=generate (a plain forward pass has "
+                                  f"no generated tokens); drop positions or set mode=generate")
+
+
+def preflight(model: torch.nn.Module, loader: Any, spec: CallSpec, gen: Generation, device: torch.device) -> None:
+    """The first batch must be left-padded, and generate must take the arguments (one token, one prompt)."""
+    first = loader.collate_fn([loader.dataset[i] for i in range(min(loader.batch_size, len(loader.dataset)))])[1]
+    batch = as_kwargs(spec.split(first))
+    if gen.decoder_only:
+        check_left_padded(batch, "the first batch", ConfigError)
+    one = {k: v[:1].to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    args = {**gen.kwargs, "max_new_tokens": 1}
+    args.pop("min_new_tokens", None)
+    try:
+        with torch.no_grad():
+            model.generate(**one, **args)
+    except (TypeError, ValueError, AttributeError) as exc:
+        text = " ".join(str(exc).split())
+        raise ConfigError(f"generate: model.generate refused the arguments {sorted(gen.kwargs)}: "
+                          f"{text[:300] + ('...' if len(text) > 300 else '')}") from None
+
+
+def as_kwargs(call: ModelCall) -> dict[str, Any]:
+    """The batch's forward call as generate's keyword arguments: the first positional input is the
+    prompt's input_ids, keyword inputs stay as they are."""
+    kwargs = dict(call.kwargs)
+    if call.args:
+        if len(call.args) > 1 or "input_ids" in kwargs:
+            raise ConfigError(f"mode=generate: the batch gives {len(call.args)} positional input(s); generate takes "
+                              f"input_ids and keywords (data.inputs: {{input_ids: input_ids, attention_mask: attention_mask}})")
+        kwargs["input_ids"] = call.args[0]
+    if not isinstance(kwargs.get("input_ids"), torch.Tensor):
+        raise ConfigError(f"mode=generate: a batch needs input_ids (the prompt's token ids); it gives {', '.join(kwargs) or 'none'}")
+    return kwargs
+
+
+def check_left_padded(batch: dict, where: str, error: type[Exception]) -> None:
+    mask = batch.get("attention_mask")
+    if isinstance(mask, torch.Tensor) and mask.dim() == 2 and bool((mask[:, 1:] < mask[:, :-1]).any()):
+        raise error(f"mode=generate: {where} is right-padded (attention_mask has 0 after 1); a decoder-only model "
+                    f"continues from the last position, so pad prompts on the left (tokenizer padding_side='left', "
+                    f"data.dataset.padding_side=left)")
+
+
+def seed_batch(seed: int, step: int) -> None:
+    """Seed torch's generators from (seed, batch number): each batch samples the same way on every run."""
+    digest = hashlib.blake2b(f"{seed},{step}".encode(), digest_size=8).digest()
+    torch.manual_seed(int.from_bytes(digest, "little") >> 1)
+
+
+def decode(tokenizer: Any, ids: list[int]) -> str:
+    try:
+        return tokenizer.decode(ids, skip_special_tokens=True)
+    except TypeError:
+        return tokenizer.decode(ids)

@@ -1,0 +1,55 @@
+"""A tiny random-init GPT-2 and left-padded prompts of different lengths, for mode=generate tests.
+
+    model = tiny_gpt2(seed=0)
+    ds = Prompts(n=6)          # items {input_ids, attention_mask}, left-padded to one length
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import Dataset
+
+VOCAB, WIDTH, PAD, EOS = 64, 32, 0, 3
+
+
+class Letters:
+    """A toy tokenizer: token i is the letter chr(97 + i % 26); 0 (pad) and 3 (eos) are special."""
+
+    pad_token_id, eos_token_id = PAD, EOS
+
+    def __init__(self) -> None:
+        self.padding_side = "left"
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return "".join(chr(97 + i % 26) for i in ids if not (skip_special_tokens and i in (PAD, EOS)))
+
+
+class Prompts(Dataset):
+    """`n` prompts of 2 to `length` tokens, left-padded to `length` (or right-padded, to test the refusal)."""
+
+    def __init__(self, n: int = 6, length: int = 7, seed: int = 0, side: str = "left") -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.items = []
+        for i in range(n):
+            size = 2 + (i * 3) % (length - 1)
+            ids, mask = torch.full((length,), PAD), torch.zeros(length, dtype=torch.long)
+            part = slice(length - size, length) if side == "left" else slice(0, size)
+            ids[part] = torch.randint(4, VOCAB, (size,), generator=g)
+            mask[part] = 1
+            self.items.append({"input_ids": ids, "attention_mask": mask})
+        self.tokenizer = Letters()
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return self.items[i]
+
+
+def tiny_gpt2(seed: int = 0) -> torch.nn.Module:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    config = GPT2Config(n_layer=2, n_embd=WIDTH, n_head=2, vocab_size=VOCAB, n_positions=64,
+                        bos_token_id=1, eos_token_id=EOS, pad_token_id=PAD)
+    return GPT2LMHeadModel(config).eval()
