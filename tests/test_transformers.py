@@ -237,3 +237,16 @@ def test_resume_keeps_token_rows_and_stored_keys(tmp_path, data):
         assert f.attrs["status"] == "complete"
         for k, v in want.items():
             np.testing.assert_array_equal(f[k][:], v)
+
+
+def test_model_from_a_local_folder_and_a_missing_one(tmp_path):
+    from hookrun.errors import ConfigError
+
+    model = build("gpt2")
+    model.save_pretrained(str(tmp_path / "gpt2"))
+    loaded = hf("AutoModelForCausalLM", path=str(tmp_path / "gpt2"))
+    ids = torch.randint(3, 259, (2, 8))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits)
+    with pytest.raises(ConfigError, match=r"model.path: no folder '.*/missing'"):
+        hf("GPT2LMHeadModel", path=str(tmp_path / "missing"))
