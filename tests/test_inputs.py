@@ -154,3 +154,18 @@ def test_tuple_items_give_the_mask_passed_as_attention_mask_to_token_rows(tmp_pa
         keep = ds.mask.bool()
         np.testing.assert_array_equal(f["captures/emb/embed/output"][:], model.embed(ds.ids)[keep].detach().numpy())
         np.testing.assert_array_equal(f["samples/token_position"][:], keep.nonzero()[:, 1].numpy())
+
+
+def test_flattened_batch_times_tokens_rows_follow_the_mask():
+    """A (B*T, d) tensor (flattened before an MLP) gives the same token rows as (B, T, d), by a
+    hand-flattened mask."""
+    from hookrun.capture.actions.rows import token_rows
+    from hookrun.capture.events import StepState
+
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    state = StepState(step=0, batch_size=2, sample_index=torch.tensor([5, 6]), attention_mask=mask)
+    t = torch.arange(24.0).view(6, 4)
+    rows = token_rows(t, state, "output", "here")
+    np.testing.assert_array_equal(rows.numpy(), t[mask.reshape(-1).bool()].numpy())
+    np.testing.assert_array_equal(state.token_map[0], [5, 5, 6])
+    np.testing.assert_array_equal(state.token_map[1], [0, 1, 0])
