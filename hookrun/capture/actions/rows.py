@@ -58,7 +58,8 @@ class RowRule:
         if known != STEP and n != known * b:
             raise RunError(
                 f"{self.where}: {role} of {where} had {known} row(s) per sample in its first batch, but has shape "
-                f"{tuple(t.shape)} in batch {state.step} of {b} samples; set rows: step (one row per batch) or rows: sample"
+                f"{tuple(t.shape)} in batch {state.step} of {b} samples; record it with rows: step (one row per "
+                f"batch), in a record action of its own: {{name: record, what: {role}, rows: step}}"
             )
         return known
 
