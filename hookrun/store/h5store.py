@@ -156,7 +156,8 @@ class H5Store:
         if rows.shape[1:] != col.ds.shape[1:]:
             raise RunError(
                 f"{path}: batch {rec.step} has rows of shape {rows.shape[1:]}, earlier batches "
-                f"{col.ds.shape[1:]}; a capture needs one shape per row (select or reduce to one)"
+                f"{col.ds.shape[1:]}; a capture needs one shape per row (select or reduce to one, or record it with "
+                f"rows: ragged where its first dim changes from batch to batch)"
             )
         expected = self.steps if cap.per_step else samples_before
         if cap.tokens:
@@ -174,10 +175,11 @@ class H5Store:
 
     def _write_ragged(self, cap: Capture, rec: StepRecord, samples_before: int) -> None:
         col = self._columns.get(cap.key.path)
-        ds = append_ragged(self.file, col.ds if col else None, cap, rec.step, samples_before, self.compression)
+        before = self.steps if cap.per_step else samples_before
+        ds = append_ragged(self.file, col.ds if col else None, cap, rec.step, before, self.compression)
         if col is None:
             k = cap.key
-            self._columns[cap.key.path] = _Column(ds, False, (k.hook, k.module, k.role, k.call))
+            self._columns[cap.key.path] = _Column(ds, cap.per_step, (k.hook, k.module, k.role, k.call))
 
     def _new_column(self, cap: Capture, arr: np.ndarray, chunk_bytes: int) -> _Column:
         row = arr if cap.per_step else arr[0]

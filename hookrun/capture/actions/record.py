@@ -161,6 +161,9 @@ class Record(Action):
             if self.token_rows:
                 value = token_rows(value, state, role, f"{self.where} at {ev.where}")
             key = CaptureKey(ev.hook, ev.module, ev.type, role, ev.call)
+            if self.rule.rows == "ragged":  # one variable-length row per step
+                self.env.captures.add(Capture(key, [value.cpu()], True, _dtype_name(t.dtype), self.attrs, ragged=True))
+                continue
             self.env.captures.add(Capture(key, value, per_step, _dtype_name(t.dtype), self.attrs, index, tokens=self.token_rows))
 
     def _by_name(self, tensors: dict) -> dict:
