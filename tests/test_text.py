@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may download
 
 import pytest
 import torch

@@ -4,6 +4,10 @@ has 11 samples in batches of 5: a smaller last batch and a batch of 1 in every f
 
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may download
+
 import h5py
 import numpy as np
 import pytest
@@ -237,3 +241,16 @@ def test_resume_keeps_token_rows_and_stored_keys(tmp_path, data):
         assert f.attrs["status"] == "complete"
         for k, v in want.items():
             np.testing.assert_array_equal(f[k][:], v)
+
+
+def test_model_from_a_local_folder_and_a_missing_one(tmp_path):
+    from hookrun.errors import ConfigError
+
+    model = build("gpt2")
+    model.save_pretrained(str(tmp_path / "gpt2"))
+    loaded = hf("AutoModelForCausalLM", path=str(tmp_path / "gpt2"))
+    ids = torch.randint(3, 259, (2, 8))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits)
+    with pytest.raises(ConfigError, match=r"model.path: no folder '.*/missing'"):
+        hf("GPT2LMHeadModel", path=str(tmp_path / "missing"))

@@ -164,14 +164,14 @@ class _Column:
             return None
         data = self.ds[int(rows[0]) : int(rows[-1]) + 1]
         overflow, self.overflow = self.overflow, 0
+        if self.ragged:
+            value = [torch.from_numpy(np.asarray(r).reshape(-1, *self.row_shape)) for r in data]
+            return Capture(self.key, value, self.per_step, self.torch_dtype, self.attrs, overflow=overflow, ragged=True)
         if self.per_step:
             value = torch.from_numpy(data[0])
             return Capture(self.key, value, True, self.torch_dtype, self.attrs, overflow=overflow)
         if self.tokens:
             return Capture(self.key, torch.from_numpy(data), False, self.torch_dtype, self.attrs, overflow=overflow, tokens=True)
-        if self.ragged:
-            value = [torch.from_numpy(np.asarray(r).reshape(-1, *self.row_shape)) for r in data]
-            return Capture(self.key, value, False, self.torch_dtype, self.attrs, overflow=overflow, ragged=True)
         explicit = None
         if len(rows) != hi - lo:  # a partial batch (limit): its rows carry their own index
             explicit = self.own_index[rows] if self.own_index is not None else None
