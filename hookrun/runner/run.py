@@ -153,7 +153,7 @@ def execute(p: Prepared, resume: ResumeState | None, started: float) -> RunResul
             with stop.shielded():  # a signal now only waits: the file is closed whole
                 samples = store.samples
                 if replayed:
-                    store.set_attrs(end_report(session, store, resume, complete=status == "complete"))
+                    end_attrs(store, end_report(session, store, resume, complete=status == "complete"))
                 close_quietly(store, status)
                 if resume is not None and replayed:
                     os.replace(target, real)  # the new file holds the old batches too
@@ -171,6 +171,13 @@ def execute(p: Prepared, resume: ResumeState | None, started: float) -> RunResul
 def real_path(out: Path) -> Path:
     """The file to write for output path `out`: the target of a symlink, else `out` itself."""
     return out.resolve() if out.is_symlink() else out
+
+
+def end_attrs(store: H5Store, attrs: dict) -> None:
+    try:
+        store.set_attrs(attrs)
+    except Exception as exc:  # e.g. a full disk: closing the file matters more
+        log.error("could not write %s to %s: %s", ", ".join(attrs), store.path, exc)
 
 
 def close_quietly(store: H5Store, status: str) -> None:
