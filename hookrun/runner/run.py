@@ -128,14 +128,14 @@ def execute(p: Prepared, resume: ResumeState | None, started: float) -> RunResul
     if resume is None:
         check_output(p.out, cfg.output.overwrite)  # again, now that the model is built: still ours to write
     target = real.with_name(real.name + ".resuming") if resume is not None else real
-    try:
-        store = H5Store(target, file_attrs(cfg, p.model, p.settings.device), cfg.output.compression.value, cfg.output.flush_every,
-                        expected_samples=p.n_samples, expected_steps=p.n_batches)
-    except OSError as exc:
-        raise ConfigError(f"output.path: cannot create {str(target)!r}: {exc}") from None
     status, steps, replayed, at_once = "failed", 0, False, False
     session = HookSession(p.points, p.env, cfg.early_stop)
-    with StopSignals() as stop:
+    with StopSignals() as stop:  # from before the file exists: a first signal then stops after one batch
+        try:
+            store = H5Store(target, file_attrs(cfg, p.model, p.settings.device), cfg.output.compression.value,
+                            cfg.output.flush_every, expected_samples=p.n_samples, expected_steps=p.n_batches)
+        except OSError as exc:
+            raise ConfigError(f"output.path: cannot create {str(target)!r}: {exc}") from None
         try:
             first = 0
             if resume is not None:
