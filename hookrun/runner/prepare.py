@@ -134,6 +134,10 @@ def check_output(path: str | Path, overwrite: bool, create: bool = True) -> Path
         exists = out.exists()
     except OSError as exc:  # ENAMETOOLONG, ELOOP, EACCES on a parent ...
         raise ConfigError(f"output.path: {_os_reason(out, exc)}") from None
+    room = _name_max(out) - len(".creating") - 24  # beside it: .<name>.<pid>.creating, <name>.resuming, <name>.lock
+    if len(out.name.encode()) > room:
+        raise ConfigError(f"output.path: the file name {out.name[:40]!r}... is too long ({len(out.name.encode())} bytes; "
+                          f"hookrun needs it under {room + 1} bytes, to add .lock or .resuming): choose a shorter output.path")
     if exists and not overwrite:
         raise ConfigError(f"output.path: {str(out)!r} exists; set output.overwrite=true, resume=true, or choose another path")
     if not create:
