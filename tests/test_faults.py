@@ -215,7 +215,7 @@ def test_ctrl_c_while_the_model_is_built_says_nothing_was_written(tmp_path):
 # -- 8. bad input: one line, no traceback ----------------------------------------------------------
 @pytest.mark.parametrize("over, message", [
     ({"output.path": "x" * 300 + ".h5"}, r"output.path: the name 'x+'... is too long \(303 bytes; file systems allow 255 bytes in a name\)"),
-    ({"data.batch_size": 2**70}, r"data.batch_size must be from 1 to \d+, got 1180591620717411303424"),
+    ({"data.batch_size": 2**70}, r"data.batch_size must be at least 1 and at most \d+, got 1180591620717411303424"),
     ({"seed": 2**70}, r"seed: 1180591620717411303424 is out of range; use a whole number from 0 to 18446744073709551615"),
     ({"output.path": "."}, r"output.path: '.*' is a folder; give a file path"),
 ])
