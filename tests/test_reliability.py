@@ -163,20 +163,21 @@ def fork_runs(tmp_path: Path, runs: list[dict], args: list[str] = KILL_ARGS) -> 
 
 
 def assert_a_prefix_of(path: Path, ref: Path) -> None:
-    """An unfinished file: opens with plain h5py (and h5ls), whole batches aligned with
-    /samples/index, the counts equal to the rows, every row equal to the uninterrupted run's."""
+    """An unfinished file: opens with plain h5py (and h5ls); the batches its counts name are whole,
+    aligned with /samples/index and equal to the uninterrupted run's. (The counts equal the rows
+    unless the kill fell inside a flush, which writes the rows before the counts.)"""
     if shutil.which("h5ls"):  # Debian's hdf5-tools, where installed
         assert subprocess.run(["h5ls", "-r", str(path)], capture_output=True).returncode == 0
     with h5py.File(path) as f, h5py.File(ref) as r:
-        n = f["samples/index"].shape[0]
-        assert n <= r["samples/index"].shape[0] and n % 4 == 0
-        assert f.attrs["samples_complete"] == n and f.attrs["steps_complete"] == n // 4
-        np.testing.assert_array_equal(f["samples/index"][:], np.arange(n))
-        np.testing.assert_array_equal(f["samples/step"][:], np.arange(n) // 4)
+        n = int(f.attrs["samples_complete"])
+        assert n <= f["samples/index"].shape[0] <= r["samples/index"].shape[0] and n % 4 == 0
+        assert f.attrs["steps_complete"] == n // 4
+        np.testing.assert_array_equal(f["samples/index"][:n], np.arange(n))
+        np.testing.assert_array_equal(f["samples/step"][:n], np.arange(n) // 4)
         for name in ("captures/f/features.0/output", "captures/h/head/output"):
             if n:
-                np.testing.assert_array_equal(f[name][:], r[name][: f[name].shape[0]])
-                assert f[name].shape[0] == min(n, 30 if "head" in name else n)
+                assert f[name].shape[0] >= min(n, 30 if "head" in name else n)
+                np.testing.assert_array_equal(f[name][:n], r[name][:n])
 
 
 @pytest.mark.slow

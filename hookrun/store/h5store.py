@@ -238,6 +238,9 @@ class H5Store:
 
     # -- state -----------------------------------------------------------------------------
     def flush(self) -> None:
+        """Rows first, then the counts: a kill during the first flush leaves the old counts, which
+        then still name whole batches only (resume keeps those)."""
+        self.file.flush()
         self._update_counts()
         self.file.flush()
         self._flushed_at = time.monotonic()
