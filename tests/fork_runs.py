@@ -4,8 +4,8 @@
 
 This process imports hookrun's CLI once, then forks one child per run; the child runs the CLI's
 main() with the given arguments, exactly what `python -m hookrun ARGS` runs after its imports.
-A run with `kill_after` gets SIGKILL that many seconds after it started; `kill_after_share` does
-the same as a share of the first run's wall time. Prints one JSON line: each run's exit status
+A run with `kill_after` gets SIGKILL that many seconds after it started; `kill_after_share` at that
+share of the first run's file's life (from the moment its file appeared to the run's end). Prints one JSON line: each run's exit status
 (or "killed") and wall time.
 """
 
@@ -44,23 +44,32 @@ def start(args: list[str]) -> int:
 
 def go(plan: dict) -> list[dict]:
     results: list[dict] = []
-    first_seconds = None
+    first_seconds = file_at = None
     for run in plan["runs"]:
         args = [*plan["args"], f"hydra.run.dir={run['dir']}", *run.get("extra", [])]
         kill_after = run.get("kill_after")
-        if kill_after is None and run.get("kill_after_share") is not None:
-            kill_after = run["kill_after_share"] * first_seconds
+        if kill_after is None and run.get("kill_after_share") is not None:  # of the first run's file's life
+            kill_after = file_at + run["kill_after_share"] * (first_seconds - file_at)
         started = time.monotonic()
         pid = start(args)
+        appeared = None
         if kill_after is not None:
             time.sleep(max(0.0, started + kill_after - time.monotonic()))
             os.kill(pid, signal.SIGKILL)
-        _, status = os.waitpid(pid, 0)
+            _, status = os.waitpid(pid, 0)
+        else:  # note when the output file appears
+            output = os.path.join(run["dir"], "captures.h5")
+            while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+                if appeared is None and os.path.exists(output):
+                    appeared = time.monotonic() - started
+                time.sleep(0.005)
+            status = done[1]
         seconds = time.monotonic() - started
-        first_seconds = first_seconds or seconds
+        if first_seconds is None:
+            first_seconds, file_at = seconds, appeared or 0.0
         killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
         results.append({"dir": run["dir"], "code": "killed" if killed else os.waitstatus_to_exitcode(status),
-                        "seconds": seconds, "kill_after": kill_after})
+                        "seconds": seconds, "kill_after": kill_after, "file_at": appeared})
     return results
 
 

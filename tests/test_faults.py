@@ -215,7 +215,7 @@ def test_ctrl_c_while_the_model_is_built_says_nothing_was_written(tmp_path):
 # -- 8. bad input: one line, no traceback ----------------------------------------------------------
 @pytest.mark.parametrize("over, message", [
     ({"output.path": "x" * 300 + ".h5"}, r"output.path: the name 'x+'... is too long \(303 bytes; file systems allow 255 bytes in a name\)"),
-    ({"data.batch_size": 2**70}, r"data.batch_size must be from 1 to \d+, got 1180591620717411303424"),
+    ({"data.batch_size": 2**70}, r"data.batch_size must be at least 1 and at most \d+, got 1180591620717411303424"),
     ({"seed": 2**70}, r"seed: 1180591620717411303424 is out of range; use a whole number from 0 to 18446744073709551615"),
     ({"output.path": "."}, r"output.path: '.*' is a folder; give a file path"),
 ])
@@ -290,3 +290,34 @@ def test_resume_through_a_symlink_keeps_the_link(tmp_path, checkpoint):
     assert hookrun.run(cfg).status == "complete"
     assert link.is_symlink() and link.resolve() == tmp_path / "store" / "real.h5"
     assert_same_captures(full, link)
+
+
+@pytest.mark.slow
+def test_a_second_cli_run_with_overwrite_is_refused_while_the_first_writes(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import run_cli
+    from test_reliability import ENV
+
+    args = ["model=custom", "model._target_=my_pkg.Net", "data=custom", "data.dataset._target_=my_pkg.MyData",
+            "+data.dataset.n=8000", "+data.dataset.size=8", "data.batch_size=4", "progress=false", "hydra.run.dir=run",
+            "hooks={f: {at: features.0, type: forward, actions: [record, {_target_: toy_models.sleep_action, _partial_: true, seconds: 0.1}]}}"]
+    first = subprocess.Popen([sys.executable, "-m", "hookrun", *args], cwd=tmp_path, env={**os.environ, **ENV},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    path = tmp_path / "run" / "captures.h5"
+    deadline = time.monotonic() + 120
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    second = run_cli(*args, "output.overwrite=true", cwd=tmp_path, env=ENV)
+    assert second.returncode == 2 and "Traceback" not in second.stderr
+    assert "another hookrun run (pid" in second.stderr and "is writing" in second.stderr
+    first.send_signal(signal.SIGINT)  # the first run was never disturbed: it stops cleanly
+    _, err = first.communicate(timeout=300)
+    assert first.returncode == 130, err[-2000:]
+    with h5py.File(path) as f:
+        n = f["samples/index"].shape[0]
+        assert f.attrs["status"] == "interrupted" and n > 0
+        assert f["captures/f/features.0/output"].shape[0] == f.attrs["samples_complete"] == n

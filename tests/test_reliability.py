@@ -144,7 +144,7 @@ def test_full_disk_fails_cleanly_keeping_what_was_flushed(tmp_path, checkpoint):
 
 KILL_ARGS = [
     "model=custom", "model._target_=my_pkg.Net", "data=custom", "data.dataset._target_=my_pkg.MyData",
-    "+data.dataset.n=200", "+data.dataset.size=8", "data.batch_size=4", "output.flush_every=1", "progress=false",
+    "+data.dataset.n=200", "+data.dataset.size=8", "data.batch_size=4", "progress=false",
     "hooks={f: {at: features.0, type: forward, actions: [{name: record, what: output}]}, "
     "e: {at: features.2, type: forward, actions: [{name: record, what: output, every: 3, reduce: mean}]}, "
     "h: {at: head, type: forward, actions: [{name: record, what: output, limit: 30}]}, "
@@ -163,28 +163,30 @@ def fork_runs(tmp_path: Path, runs: list[dict], args: list[str] = KILL_ARGS) -> 
 
 
 def assert_a_prefix_of(path: Path, ref: Path) -> None:
-    """An unfinished file: opens with plain h5py (and h5ls), whole batches aligned with
-    /samples/index, the counts equal to the rows, every row equal to the uninterrupted run's."""
+    """An unfinished file: opens with plain h5py (and h5ls); the batches its counts name are whole,
+    aligned with /samples/index and equal to the uninterrupted run's. (The counts equal the rows
+    unless the kill fell inside a flush, which writes the rows before the counts.)"""
     if shutil.which("h5ls"):  # Debian's hdf5-tools, where installed
         assert subprocess.run(["h5ls", "-r", str(path)], capture_output=True).returncode == 0
     with h5py.File(path) as f, h5py.File(ref) as r:
-        n = f["samples/index"].shape[0]
-        assert n <= r["samples/index"].shape[0] and n % 4 == 0
-        assert f.attrs["samples_complete"] == n and f.attrs["steps_complete"] == n // 4
-        np.testing.assert_array_equal(f["samples/index"][:], np.arange(n))
-        np.testing.assert_array_equal(f["samples/step"][:], np.arange(n) // 4)
+        n = int(f.attrs["samples_complete"])
+        assert n <= f["samples/index"].shape[0] <= r["samples/index"].shape[0] and n % 4 == 0
+        assert f.attrs["steps_complete"] == n // 4
+        np.testing.assert_array_equal(f["samples/index"][:n], np.arange(n))
+        np.testing.assert_array_equal(f["samples/step"][:n], np.arange(n) // 4)
         for name in ("captures/f/features.0/output", "captures/h/head/output"):
             if n:
-                np.testing.assert_array_equal(f[name][:], r[name][: f[name].shape[0]])
-                assert f[name].shape[0] == min(n, 30 if "head" in name else n)
+                assert f[name].shape[0] >= min(n, 30 if "head" in name else n)
+                np.testing.assert_array_equal(f[name][:n], r[name][:n])
 
 
 @pytest.mark.slow
 def test_kill_9_at_30_moments_leaves_readable_files_that_resume(tmp_path):
-    """SIGKILL at 30 moments of a run's life (10 in its first second, from the start of Python's
-    own work: Hydra, model, file creation, first batches), each run then resumed to the end."""
-    moments = [{"dir": f"kill_{i}", "kill_after": 0.1 * i} for i in range(10)]
-    moments += [{"dir": f"kill_share_{i}", "kill_after_share": 0.3 + 0.04 * i} for i in range(20)]  # up to 1.06
+    """SIGKILL at 30 moments of a run's life: 5 in its first half second (Hydra, the model), 25
+    spread over the life of its file from the moment it appears (the first 2 seconds, before the
+    first timed flush, included); each run is then resumed to the end."""
+    moments = [{"dir": f"kill_{i}", "kill_after": 0.1 * i} for i in range(5)]  # Hydra, the model
+    moments += [{"dir": f"kill_share_{i}", "kill_after_share": 0.04 * i} for i in range(25)]  # from the file's creation on
     results = fork_runs(tmp_path, [{"dir": "ref"}, *moments])
     assert results[0]["code"] == 0, results[0]
     ref = tmp_path / "ref/captures.h5"
@@ -193,14 +195,18 @@ def test_kill_9_at_30_moments_leaves_readable_files_that_resume(tmp_path):
         path = tmp_path / res["dir"] / "captures.h5"
         if not path.exists():
             continue
-        with h5py.File(path) as f:
-            complete = f.attrs["status"] == "complete"
-        if complete:  # killed after the file was closed: it must then hold the whole run
-            assert_same_captures(ref, path)
-        else:
-            killed_with_a_file += 1
-            assert_a_prefix_of(path, ref)
-    assert killed_with_a_file >= 8, results  # (the others before the file appeared, or after it was closed)
+        try:
+            with h5py.File(path) as f:
+                complete = f.attrs["status"] == "complete"
+            if complete:  # killed after the file was closed: it must then hold the whole run
+                assert_same_captures(ref, path)
+            else:
+                killed_with_a_file += 1
+                assert_a_prefix_of(path, ref)
+        except Exception as exc:
+            raise AssertionError(f"killed at {res['kill_after']:.2f} s (the reference's file appeared at "
+                                 f"{results[0]['file_at']:.2f} s): {type(exc).__name__}: {exc}") from exc
+    assert killed_with_a_file >= 15, results  # (the others before the file appeared, or after it was closed)
     resumed = fork_runs(tmp_path, [{"dir": res["dir"], "extra": ["resume=true"]} for res in results[1:]])
     for res in resumed:
         assert res["code"] == 0, res

@@ -74,8 +74,8 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, da
         raise ConfigError(f"data.limit must be at least 1 (or null for all batches), got {cfg.data.limit}")
     if cfg.output.flush_every is not None and cfg.output.flush_every < 1:
         raise ConfigError(f"output.flush_every must be at least 1 (or null: every 2 seconds), got {cfg.output.flush_every}")
-    if not 1 <= cfg.data.batch_size <= sys.maxsize:
-        raise ConfigError(f"data.batch_size must be from 1 to {sys.maxsize}, got {cfg.data.batch_size}")
+    if cfg.data.batch_size > sys.maxsize:  # (below 1: make_loader says so)
+        raise ConfigError(f"data.batch_size must be at least 1 and at most {sys.maxsize}, got {cfg.data.batch_size}")
     if not -(2**63) <= cfg.seed < 2**64:
         raise ConfigError(f"seed: {cfg.seed} is out of range; use a whole number from 0 to {2**64 - 1} (2**64 - 1)")
     out = check_output(cfg.output.path, cfg.output.overwrite or not check_exists, create=not cfg.dry_run)
@@ -162,6 +162,10 @@ def check_output(path: str | Path, overwrite: bool, create: bool = True) -> Path
         exists = out.exists()
     except OSError as exc:  # ENAMETOOLONG, ELOOP, EACCES on a parent ...
         raise ConfigError(f"output.path: {_os_reason(out, exc)}") from None
+    room = _name_max(out) - len(".creating") - 24  # beside it: .<name>.<pid>.creating, <name>.resuming, <name>.lock
+    if len(out.name.encode()) > room:
+        raise ConfigError(f"output.path: the file name {out.name[:40]!r}... is too long ({len(out.name.encode())} bytes; "
+                          f"hookrun needs it under {room + 1} bytes, to add .lock or .resuming): choose a shorter output.path")
     if exists and not overwrite:
         raise ConfigError(f"output.path: {str(out)!r} exists; set output.overwrite=true, resume=true, or choose another path")
     if not create:

@@ -147,14 +147,14 @@ def execute(p: Prepared, resume: ResumeState | None, started: float) -> RunResul
     if resume is None:
         check_output(p.out, cfg.output.overwrite)  # again, now that the model is built: still ours to write
     target = real.with_name(real.name + ".resuming") if resume is not None else real
-    try:
-        store = H5Store(target, {**file_attrs(cfg, p.model, p.settings.device), **p.attrs}, cfg.output.compression.value, cfg.output.flush_every,
-                        expected_samples=p.n_samples, expected_steps=p.n_batches)
-    except OSError as exc:
-        raise ConfigError(f"output.path: cannot create {str(target)!r}: {exc}") from None
     status, steps, replayed, at_once = "failed", 0, False, False
     session = HookSession(p.points, p.env, cfg.early_stop)
-    with StopSignals() as stop:
+    with StopSignals() as stop:  # from before the file exists: a first signal then stops after one batch
+        try:
+            store = H5Store(target, {**file_attrs(cfg, p.model, p.settings.device), **p.attrs}, cfg.output.compression.value,
+                            cfg.output.flush_every, expected_samples=p.n_samples, expected_steps=p.n_batches)
+        except OSError as exc:
+            raise ConfigError(f"output.path: cannot create {str(target)!r}: {exc}") from None
         try:
             first = p.first_batch  # 0, or where this rank's shard starts
             if resume is not None:
@@ -173,7 +173,7 @@ def execute(p: Prepared, resume: ResumeState | None, started: float) -> RunResul
             with stop.shielded():  # a signal now only waits: the file is closed whole
                 samples = store.samples
                 if replayed:
-                    store.set_attrs(end_report(session, store, resume, complete=status == "complete"))
+                    end_attrs(store, end_report(session, store, resume, complete=status == "complete"))
                 close_quietly(store, status)
                 if resume is not None and replayed:
                     os.replace(target, real)  # the new file holds the old batches too
@@ -191,6 +191,13 @@ def execute(p: Prepared, resume: ResumeState | None, started: float) -> RunResul
 def real_path(out: Path) -> Path:
     """The file to write for output path `out`: the target of a symlink, else `out` itself."""
     return out.resolve() if out.is_symlink() else out
+
+
+def end_attrs(store: H5Store, attrs: dict) -> None:
+    try:
+        store.set_attrs(attrs)
+    except Exception as exc:  # e.g. a full disk: closing the file matters more
+        log.error("could not write %s to %s: %s", ", ".join(attrs), store.path, exc)
 
 
 def close_quietly(store: H5Store, status: str) -> None:

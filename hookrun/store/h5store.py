@@ -4,9 +4,11 @@
         store.write(step_record)
     # status is 'complete' after a clean exit, 'failed' or 'interrupted' otherwise
 
-The file is flushed every `flush_every` batches, or every FLUSH_SECONDS when that is None; between
+The file gets its name only once its skeleton is flushed (store/h5file.py), is flushed after the
+first batch, then every `flush_every` batches, or every FLUSH_SECONDS when that is None; between
 flushes no metadata reaches the disk, so a killed run leaves a file that opens, holding every
-batch up to the last flush. Datasets are created at their first batch from the real shapes and
+batch up to the last flush. A batch that fails part-way is taken out again, so the counts always
+equal the rows. Datasets are created at their first batch from the real shapes and
 dtypes. Rows of a per-sample
 capture align with /samples/index; where a capture skips a batch it gets a `<name>.index` sibling
 with the sample indices of its own rows (step numbers for per-step captures). docs/format.md is
@@ -299,6 +301,9 @@ class H5Store:
 
     # -- state -----------------------------------------------------------------------------
     def flush(self) -> None:
+        """Rows first, then the counts: a kill during the first flush leaves the old counts, which
+        then still name whole batches only (resume keeps those)."""
+        self.file.flush()
         self._update_counts()
         self.file.flush()
         self._flushed_at = time.monotonic()

@@ -10,9 +10,14 @@ lock file never blocks the next run. A run that is refused touches nothing.
 
 from __future__ import annotations
 
-import fcntl
 import os
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
+    import msvcrt
 
 from hookrun.errors import ConfigError
 
@@ -34,9 +39,7 @@ class OutputLock:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as exc:
                 raise ConfigError(f"output.path: cannot create the lock file {str(self.path)!r}: {exc.strerror}") from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+            if not _try_lock(fd):
                 holder = _read_pid(fd)
                 os.close(fd)
                 raise ConfigError(
@@ -60,6 +63,8 @@ class OutputLock:
             return
         try:
             self.path.unlink(missing_ok=True)  # while still holding it: a waiting run then retries on a new file
+        except OSError:  # (Windows keeps an open file) a leftover lock file blocks nothing
+            pass
         finally:
             os.close(self._fd)
             self._fd = None
@@ -70,6 +75,18 @@ class OutputLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _try_lock(fd: int) -> bool:
+    """An exclusive, non-blocking lock on the open file `fd`: False where another process holds it."""
+    try:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        else:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+    except OSError:  # BlockingIOError (EWOULDBLOCK), or EACCES on Windows
+        return False
+    return True
 
 
 def _read_pid(fd: int) -> str:
