@@ -256,6 +256,9 @@ def test_a_missing_shard_is_named_in_the_view(tmp_path):
         f.create_group("captures")
     view = build_view(tmp_path / "captures.h5", shards, {"config": "{}"})
     assert view.status == "incomplete" and view.incomplete == ["captures.rank-00001.h5 (missing)"]
+    with hookrun.open_run(tmp_path) as run:  # what the view maps is all there: it opens, and says what is not
+        assert run.status == "incomplete" and list(run.samples) == [0, 1, 2, 3]
+        assert "not complete: captures.rank-00001.h5 (missing)" in run.summary(stats=False)
 
 
 @pytest.mark.slow

@@ -162,12 +162,13 @@ def main() -> None:
     damage = shell_damage(args)
     if damage:
         _fail(ConfigError(damage))
-    ranks = detect()
-    if ranks.launcher == "torchrun" and ranks.many and "HOOKRUN_STARTED" not in os.environ:
-        try:  # every rank in rank 0's run folder outputs/DATE/TIME, even when they start seconds apart
+    try:
+        ranks = detect()
+        if ranks.launcher == "torchrun" and ranks.many and "HOOKRUN_STARTED" not in os.environ:
+            # every rank in rank 0's run folder outputs/DATE/TIME, even when they start seconds apart
             os.environ["HOOKRUN_STARTED"] = agree_on_start(ranks)
-        except HookrunError as exc:
-            _fail(exc)
+    except HookrunError as exc:
+        _fail(exc)
     if any(arg.startswith("hydra/launcher=") for arg in args) and not MULTIRUN & set(args):
         sys.argv.insert(1, "--multirun")  # Hydra ignores a launcher outside a multirun, silently
     if any(DRY_RUN.match(arg) for arg in args):

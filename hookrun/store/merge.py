@@ -72,7 +72,8 @@ def build_view(path: Path, shards: list[Path], attrs: dict) -> View:
                     out.attrs[key] = value
                 out.attrs["status"] = "complete" if not incomplete else "incomplete"
                 out.attrs["incomplete_shards"] = ", ".join(incomplete)
-                out.attrs["shards"] = np.array([s.name for s in shards], dtype=h5py.string_dtype())
+                # the files the view reads (a missing shard is named in incomplete_shards only)
+                out.attrs["shards"] = np.array([p.name for p, _ in opened], dtype=h5py.string_dtype())
                 out.attrs["world_size"] = len(shards)
                 out.attrs["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
             os.replace(tmp, path)
