@@ -155,7 +155,7 @@ def prepare_generation(cfg: Any, model: torch.nn.Module, loader: Any, spec: Call
     eos = kwargs.get("eos_token_id", getattr(getattr(model, "generation_config", None), "eos_token_id", None))
     eos = [] if eos is None else [int(e) for e in (eos if isinstance(eos, list | tuple) else [eos])]
     if getattr(tokenizer, "padding_side", "left") != "left":
-        tokenizer.padding_side = "left"  # a decoder-only model continues from the right end
+        tokenizer.padding_side = "left"  # for a dataset that tokenizes in __getitem__ (data=text pads when built: pad_left)
     decoder_only = not getattr(getattr(model, "config", None), "is_encoder_decoder", False)
     modify = [a for p in points for a in p.actions if isinstance(a, Modify) and a.positions != "all"]
     if not decoder_only and (records or modify):
