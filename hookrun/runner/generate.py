@@ -123,8 +123,6 @@ def prepare_generation(cfg: Any, model: torch.nn.Module, loader: Any, spec: Call
                           f"one (a transformers ...ForCausalLM or GPT2LMHeadModel), or mode=eval")
     if cfg.early_stop:
         raise ConfigError("early_stop=true does not fit mode=generate: every model call's output makes the next token")
-    if cfg.resume:
-        raise ConfigError("resume=true is not supported with mode=generate yet: start the run again without resume")
     if cfg.loss is not None:
         raise ConfigError("mode=generate runs no backward pass, so loss is unused: remove the loss, or use mode=grad")
     kwargs = {k: v for k, v in (cfg.generate or {}).items() if v is not None}  # null: generate's own default
