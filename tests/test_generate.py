@@ -277,3 +277,30 @@ def test_another_batch_size_changes_sampled_text_but_not_greedy_text(tmp_path):
     c = cfg(tmp_path, name="g2.h5")
     c["data"]["batch_size"] = 2
     np.testing.assert_array_equal(read(hookrun.run(c).path)["generated_ids"], stored(raw_generate()))
+
+
+def test_resume_gives_the_uninterrupted_run_text_and_token_rows(tmp_path):
+    from toy_models import STOP_AT
+
+    from hookrun.runner.signals import Interrupted
+
+    hooks = {"res": {"at": "transformer.h.1", "type": "forward", "actions": [RECORD]},
+             "stop": {"at": "transformer.h.0", "type": "forward", "actions": [{"_target_": "toy_models.signal_when_told", "_partial_": True}]},
+             **steer(1.0)}
+    sampled = {"do_sample": True, "temperature": 1.5, "top_k": 0}
+    c = cfg(tmp_path, hooks, "full.h5", sampled)
+    c["data"]["batch_size"] = 2
+    hookrun.run(c)
+    c["output"]["path"] = str(tmp_path / "part.h5")
+    STOP_AT[:] = [1]
+    with pytest.raises(Interrupted):
+        hookrun.run(c)
+    with h5py.File(tmp_path / "part.h5") as f:
+        assert f.attrs["status"] == "interrupted" and f["samples/index"].shape[0] == 4
+    hookrun.run({**c, "resume": True})
+    with h5py.File(tmp_path / "full.h5") as a, h5py.File(tmp_path / "part.h5") as b:
+        assert b.attrs["status"] == "complete"
+        for k in ("generated_ids", "generated_length", "generated_text", "prompt_text", "token_sample", "token_position",
+                  "token_generated"):
+            np.testing.assert_array_equal(a[f"samples/{k}"][:], b[f"samples/{k}"][:])
+        np.testing.assert_array_equal(a["captures/res/transformer.h.1/output"][:], b["captures/res/transformer.h.1/output"][:])

@@ -123,8 +123,6 @@ def prepare_generation(cfg: Any, model: torch.nn.Module, loader: Any, spec: Call
                           f"one (a transformers ...ForCausalLM or GPT2LMHeadModel), or mode=eval")
     if cfg.early_stop:
         raise ConfigError("early_stop=true does not fit mode=generate: every model call's output makes the next token")
-    if cfg.resume:
-        raise ConfigError("resume=true is not supported with mode=generate yet: start the run again without resume")
     if cfg.loss is not None:
         raise ConfigError("mode=generate runs no backward pass, so loss is unused: remove the loss, or use mode=grad")
     kwargs = {k: v for k, v in (cfg.generate or {}).items() if v is not None}  # null: generate's own default
@@ -155,7 +153,7 @@ def prepare_generation(cfg: Any, model: torch.nn.Module, loader: Any, spec: Call
     eos = kwargs.get("eos_token_id", getattr(getattr(model, "generation_config", None), "eos_token_id", None))
     eos = [] if eos is None else [int(e) for e in (eos if isinstance(eos, list | tuple) else [eos])]
     if getattr(tokenizer, "padding_side", "left") != "left":
-        tokenizer.padding_side = "left"  # a decoder-only model continues from the right end
+        tokenizer.padding_side = "left"  # for a dataset that tokenizes in __getitem__ (data=text pads when built: pad_left)
     decoder_only = not getattr(getattr(model, "config", None), "is_encoder_decoder", False)
     modify = [a for p in points for a in p.actions if isinstance(a, Modify) and a.positions != "all"]
     if not decoder_only and (records or modify):

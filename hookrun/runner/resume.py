@@ -28,7 +28,7 @@ from hookrun.store.records import Capture, CaptureKey, StepRecord
 # keys that do not change what is captured
 IGNORED = {"resume", "dry_run", "progress", "imports", "output.overwrite", "output.max_bytes",
            "output.flush_every", "output.path", "output.compression", "data.num_workers"}
-SAMPLE_KEYS = {"index", "step", "target", "path", "token_sample", "token_position"}
+SAMPLE_KEYS = {"index", "step", "target", "path", "token_sample", "token_position", "token_generated"}
 STANDARD_ATTRS = {"hook", "module", "type", "role", "call", "rows", "torch_dtype", "row_shape", "index", "ragged",
                   "overflow_values"}
 
@@ -107,6 +107,7 @@ def replay(state: ResumeState, store: H5Store) -> int:
     if "token_sample" in f["samples"]:  # rows: token: the step of each token row, via its sample
         step_of = dict(zip(index.tolist(), step_of_row.tolist(), strict=True))
         token_sample, token_position = f["samples/token_sample"][:], f["samples/token_position"][:]
+        token_generated = f["samples/token_generated"][:] if "token_generated" in f["samples"] else None  # mode=generate
         token_step = np.array([step_of.get(int(i), -1) for i in token_sample], dtype=np.int64)
         tokens = np.searchsorted(token_step, steps)
     columns = [_Column(f[c.path], index, step_of_row, state.first_step, token_step) for c in list_captures(f)]
@@ -118,6 +119,8 @@ def replay(state: ResumeState, store: H5Store) -> int:
         if tokens is not None:
             tlo, thi = int(tokens[i]), int(tokens[i + 1])
             token_rows = (token_sample[tlo:thi], token_position[tlo:thi])
+            if token_generated is not None:
+                token_rows += (token_generated[tlo:thi],)
         store.write(StepRecord(
             step=step,
             sample_index=index[lo:hi],
