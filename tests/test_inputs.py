@@ -156,6 +156,23 @@ def test_tuple_items_give_the_mask_passed_as_attention_mask_to_token_rows(tmp_pa
         np.testing.assert_array_equal(f["samples/token_position"][:], keep.nonzero()[:, 1].numpy())
 
 
+def test_token_positions_count_real_tokens_under_left_padding(tmp_path):
+    """Left-padded items: a token's position is its place among the sample's real tokens (as in
+    generate mode), not its padded column; the rows are the raw embedding's rows under the mask."""
+    torch.manual_seed(0)
+    model, ds = Scorer().eval(), Tokens(n=6)
+    ds.ids, ds.mask = ds.ids.flip(1), ds.mask.flip(1)  # the same sequences, padded on the left
+    hooks = {"emb": {"at": "embed", "type": "forward", "actions": [{"name": "record", "what": "output", "rows": "token"}]}}
+    hookrun.run(base(tmp_path) | {"hooks": hooks}, model=model, dataset=ds)
+    keep = ds.mask.bool()
+    want_position = np.concatenate([np.arange(int(n)) for n in keep.sum(1)])
+    with h5py.File(tmp_path / "c.h5") as f:
+        np.testing.assert_array_equal(f["captures/emb/embed/output"][:], model.embed(ds.ids)[keep].detach().numpy())
+        np.testing.assert_array_equal(f["samples/token_sample"][:], keep.nonzero()[:, 0].numpy())
+        np.testing.assert_array_equal(f["samples/token_position"][:], want_position)
+        assert (keep.nonzero()[:, 1].numpy() != want_position).any()  # the padded column would differ
+
+
 def test_flattened_batch_times_tokens_rows_follow_the_mask():
     """A (B*T, d) tensor (flattened before an MLP) gives the same token rows as (B, T, d), by a
     hand-flattened mask."""

@@ -87,9 +87,10 @@ def token_rows(t: torch.Tensor, state: StepState, role: str, where: str) -> torc
     keep = mask.to(torch.bool) if mask is not None else torch.ones(t.shape[:2], dtype=torch.bool, device=t.device)
     keep = keep.to(t.device)
     if state.token_map is None:
-        pos = keep.nonzero().cpu().numpy()
+        rows = keep.nonzero()[:, 0].cpu().numpy()
+        position = (keep.long().cumsum(1) - 1)[keep].cpu().numpy()  # among the sample's real tokens: left padding does not count
         samples = state.sample_index.numpy() if state.sample_index is not None else np.arange(b)
-        state.token_map = (samples[pos[:, 0]], pos[:, 1])
+        state.token_map = (samples[rows], position)
     elif len(state.token_map[0]) != int(keep.sum()):
         raise RunError(f"{where}: {role} has {int(keep.sum())} tokens, another rows=token capture of this batch "
                        f"{len(state.token_map[0])}; token captures must share the batch's tokens")
