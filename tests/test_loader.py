@@ -10,7 +10,7 @@ import torch
 from hookrun import open_run
 from hookrun.analysis import loader as loader_mod
 from hookrun.errors import ConfigError, NotFoundError
-from hookrun.store import h5store
+from hookrun.store import chunks
 from hookrun.store.h5store import H5Store
 from hookrun.store.records import Capture, CaptureKey, StepRecord
 
@@ -34,8 +34,8 @@ def write_cache(path, n=N, start=0, seed=0, expected=N, compression="none"):
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     """Chunks of 37 rows (float32, 64-byte rows) and 148 rows (float16): many, the last ones partial."""
-    monkeypatch.setattr(h5store, "CHUNK_BYTES", 37 * 64)
-    monkeypatch.setattr(h5store, "MIN_CHUNK_BYTES", 1024)
+    monkeypatch.setattr(chunks, "CHUNK_BYTES", 37 * 64)
+    monkeypatch.setattr(chunks, "MIN_CHUNK_BYTES", 1024)
     path = tmp_path / "cache.h5"
     a, b = write_cache(path, expected=None)
     with h5py.File(path, "r") as f:  # the reference: what h5py reads from the file

@@ -117,7 +117,7 @@ def test_cuda_transfer_uses_pinned_buffers_and_an_event(tmp_path):
 def test_many_captures_share_a_bounded_chunk_cache_and_keep_every_row(tmp_path, monkeypatch):
     """100 captures, with an 8 MiB budget: chunks shrink to 8 MiB / 100 (not 1 MiB each), each
     capture caches one chunk, and rows that cross chunk boundaries come back exactly (numpy reference)."""
-    from hookrun.store import h5store as store_module
+    from hookrun.store import chunks as store_module
 
     budget = 8 << 20
     monkeypatch.setattr(store_module, "CACHE_BUDGET", budget)

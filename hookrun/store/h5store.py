@@ -17,7 +17,6 @@ the full description.
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import time
@@ -28,14 +27,14 @@ import h5py
 import numpy as np
 
 from hookrun.errors import RunError
+from hookrun.store.chunks import CHUNK_BYTES, chunk_bytes_for, new_dataset
+from hookrun.store.chunks import append as _append
 from hookrun.store.format import FORMAT_VERSION
 from hookrun.store.h5file import create_hidden
 from hookrun.store.ragged import append_ragged
 from hookrun.store.records import Capture, StepRecord
+from hookrun.store.samples import SampleTable
 
-CHUNK_BYTES = 1 << 20  # about 1 MiB per chunk along the row axis, with few captures
-MIN_CHUNK_BYTES = 64 << 10  # ... and no less than 64 KiB, with many
-CACHE_BUDGET = 64 << 20  # the open chunks of all captures together, held in memory until full
 FLUSH_SECONDS = 2.0
 SPACE_MARGIN = 1 << 20  # bytes kept free for metadata and for closing the file
 
@@ -71,16 +70,9 @@ class H5Store:
         for key, value in attrs.items():
             self.file.attrs[key] = str(value) if isinstance(value, str) else value
         self.file.attrs["status"] = "running"
-        samples = self.file.create_group("samples")
-        self._index = samples.create_dataset("index", (0,), "int64", maxshape=(None,), chunks=(8192,))
-        self._step = samples.create_dataset("step", (0,), "int64", maxshape=(None,), chunks=(8192,))
-        self._target: h5py.Dataset | None = None
-        self._paths: h5py.Dataset | None = None
+        self.table = SampleTable(self.file, self.compression)
         self._columns: dict[str, _Column] = {}
         self.overflow: dict[str, int] = {}  # values a cast turned into inf, per capture path
-        self._extra: dict[str, h5py.Dataset] = {}  # /samples/<name> of data.store
-        self._tokens: tuple[h5py.Dataset, h5py.Dataset] | None = None  # /samples/token_sample, token_position
-        self.tokens = 0  # token rows so far
         self.steps = 0
         self.samples = 0
         self.first_step = 0  # the step of the first batch written (a rank's shard starts past 0)
@@ -105,35 +97,10 @@ class H5Store:
             self.flush()
 
     def _write(self, rec: StepRecord) -> None:
-        n = len(rec.sample_index)
         start = self.samples
         if not self.steps:
             self.first_step = rec.step
-        _append(self._index, rec.sample_index.astype(np.int64, copy=False))
-        _append(self._step, np.full(n, rec.step, dtype=np.int64))
-        if rec.target is not None:
-            if self._target is None:
-                self._target = self._new_dataset("samples/target", rec.target, chunk_rows=8192, backfill=start)
-            _append(self._target, rec.target)
-        if rec.path is not None:
-            if self._paths is None:
-                self._paths = self.file["samples"].create_dataset(
-                    "path", (start,), h5py.string_dtype(), maxshape=(None,), chunks=(4096,)
-                )
-            _append(self._paths, np.array(rec.path, dtype=object))
-        for name, arr in (rec.samples or {}).items():
-            ds = self._extra.get(name)
-            if ds is None and arr.dtype == object:  # text (mode=generate): UTF-8 strings
-                ds = self._extra[name] = self.file["samples"].create_dataset(
-                    name, (start,), h5py.string_dtype(), maxshape=(None,), chunks=(4096,))
-            if ds is None:
-                ds = self._extra[name] = self._new_dataset(f"samples/{name}", arr, chunk_rows=4096, backfill=start)
-            if arr.shape[1:] != ds.shape[1:]:
-                raise RunError(f"/samples/{name}: batch {rec.step} has rows of shape {arr.shape[1:]}, earlier batches "
-                               f"{ds.shape[1:]} (pad every sample to one length, e.g. data.padding=max_length)")
-            _append(ds, arr)
-        if rec.tokens is not None:
-            self._write_tokens(rec.tokens)
+        self.table.write(rec, start)
         new = sum(cap.key.path not in self._columns for cap in rec.captures)
         chunk_bytes = chunk_bytes_for(len(self._columns) + new)  # for the captures this batch creates
         for cap in rec.captures:
@@ -144,12 +111,9 @@ class H5Store:
 
     def _mark(self) -> dict:
         """The rows of every dataset before a batch (for _roll_back)."""
-        sets = [self._index, self._step, self._target, self._paths, *self._extra.values(), *(self._tokens or ())]
-        sets += [d for col in self._columns.values() for d in (col.ds, col.index)]
-        return {"rows": {d.name: d.shape[0] for d in sets if d is not None}, "columns": set(self._columns),
-                "indexed": {p for p, col in self._columns.items() if col.index is not None},
-                "target": self._target is not None, "paths": self._paths is not None,
-                "extra": set(self._extra), "tokens": (self._tokens is not None, self.tokens)}
+        sets = [d for col in self._columns.values() for d in (col.ds, col.index) if d is not None]
+        return {"rows": {d.name: d.shape[0] for d in sets}, "columns": set(self._columns), "table": self.table.mark(),
+                "indexed": {p for p, col in self._columns.items() if col.index is not None}}
 
     def _roll_back(self, mark: dict) -> None:
         """Take out what a failed batch wrote: new datasets go, the others get their old length."""
@@ -164,36 +128,12 @@ class H5Store:
                 if col.index is not None:
                     del self.file[col.index.name]
                     col.index, col.ds.attrs["index"] = None, ""
-            if self._target is not None and not mark["target"]:
-                del self.file[self._target.name]
-                self._target = None
-            if self._paths is not None and not mark["paths"]:
-                del self.file[self._paths.name]
-                self._paths = None
-            for name in set(self._extra) - mark["extra"]:
-                del self.file[self._extra.pop(name).name]
-            had_tokens, self.tokens = mark["tokens"]
-            if self._tokens is not None and not had_tokens:
-                for d in self._tokens:
-                    del self.file[d.name]
-                self._tokens = None
             for name, rows in mark["rows"].items():
                 if name in self.file and self.file[name].shape[0] != rows:
                     self.file[name].resize(rows, axis=0)
+            self.table.roll_back(mark["table"])
         except Exception:  # e.g. the disk is full: the counts still say which rows are whole batches
             pass
-
-    def _write_tokens(self, tokens: tuple[np.ndarray, np.ndarray]) -> None:
-        """The token map of `rows: token` captures: the sample and position of every token row, and
-        in mode=generate whether the token was generated."""
-        if self._tokens is None:
-            group = self.file["samples"]
-            names = ("token_sample", "token_position", "token_generated")[: len(tokens)]
-            self._tokens = tuple(group.create_dataset(name, (0,), "int64" if name != "token_generated" else "uint8",
-                                                      maxshape=(None,), chunks=(8192,)) for name in names)
-        for ds, arr in zip(self._tokens, tokens, strict=True):
-            _append(ds, arr.astype(ds.dtype, copy=False))
-        self.tokens += len(tokens[0])
 
     def _check_space(self, rec: StepRecord) -> None:
         """Refuse a batch the disk may not hold, while there is still room to close the file
@@ -235,9 +175,9 @@ class H5Store:
             )
         expected = self.steps if cap.per_step else samples_before
         if cap.tokens:
-            if col.ds.shape[0] != self.tokens - len(rows):
+            if col.ds.shape[0] != self.table.tokens - len(rows):
                 raise RunError(f"{path}: rows: token needs the capture in every batch (batch {rec.step} "
-                               f"starts at token row {self.tokens - len(rows)}, the capture has {col.ds.shape[0]})")
+                               f"starts at token row {self.table.tokens - len(rows)}, the capture has {col.ds.shape[0]})")
             _append(col.ds, rows)
             return
         if col.index is None and (col.ds.shape[0] != expected or cap.index is not None):
@@ -273,27 +213,14 @@ class H5Store:
     def _start_index(self, path: str, col: _Column) -> h5py.Dataset:
         """A capture that skipped a batch: index its rows explicitly from now on."""
         have = col.ds.shape[0]
-        first = self.first_step + np.arange(have) if col.per_step else self._index[:have]
+        first = self.first_step + np.arange(have) if col.per_step else self.table.index[:have]
         name = f"{path}.index"
         ds = self.file.create_dataset(name, data=first.astype(np.int64), maxshape=(None,), chunks=(8192,))
         col.ds.attrs["index"] = name.rsplit("/", 1)[1]
         return ds
 
-    def _new_dataset(self, name: str, like: np.ndarray, chunk_rows: int | None = None, backfill: int = 0,
-                     max_rows: int | None = None, chunk_bytes: int = CHUNK_BYTES) -> h5py.Dataset:
-        """Chunks of about `chunk_bytes` along the rows (at least one row), but no more rows than the
-        run will write; the dataset's chunk cache holds one chunk, the one being filled."""
-        row_shape = like.shape[1:]
-        row_bytes = max(1, int(np.prod(row_shape, dtype=np.int64)) * like.dtype.itemsize)
-        rows = chunk_rows or max(1, chunk_bytes // row_bytes)
-        if max_rows:  # as few chunks as the run needs, evenly filled (no half-empty last chunk)
-            rows = math.ceil(max_rows / math.ceil(max_rows / rows))
-        # a dim of size 0 (no boxes in this batch) needs a chunk of 1 there, and room to stay valid
-        return self.file.create_dataset(
-            name, shape=(backfill, *row_shape), dtype=like.dtype, maxshape=(None, *(d or None for d in row_shape)),
-            chunks=(rows, *(d or 1 for d in row_shape)), compression=self.compression,
-            rdcc_nbytes=rows * row_bytes + 1024, rdcc_w0=1.0,
-        )
+    def _new_dataset(self, name: str, like: np.ndarray, **kwargs) -> h5py.Dataset:
+        return new_dataset(self.file, name, like, self.compression, **kwargs)
 
     def rows_by_key(self) -> dict[tuple, int]:
         """Rows written so far per capture, by (hook, module, role, call)."""
@@ -345,15 +272,3 @@ class H5Store:
             self.close("interrupted")
         else:
             self.close("failed")
-
-
-def chunk_bytes_for(n_captures: int) -> int:
-    """Bytes per chunk when a run has `n_captures` capture datasets: CHUNK_BYTES while they fit in
-    CACHE_BUDGET together, smaller (down to MIN_CHUNK_BYTES) when there are many."""
-    return max(MIN_CHUNK_BYTES, min(CHUNK_BYTES, CACHE_BUDGET // max(1, n_captures)))
-
-
-def _append(ds: h5py.Dataset, rows: np.ndarray) -> None:
-    n = ds.shape[0]
-    ds.resize(n + len(rows), axis=0)
-    ds[n:] = rows
