@@ -106,3 +106,9 @@ def test_tensor_hook_on_a_keyword_module_matches_autograd(tmp_path):
         want.append(torch.autograd.grad(out, mixed)[0])
     with h5py.File(tmp_path / "c.h5") as f:
         np.testing.assert_allclose(f["captures/g/mix/grad"][:], torch.cat(want).numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_replace_input_without_arg_leaves_keyword_inputs_alone(tmp_path):
+    hooks = {"x": {"at": "mix", "type": "forward_pre", "actions": [{"name": "replace_input", "op": "zero"}]}}
+    with pytest.raises(RunError, match=r"mix receives its inputs as keywords \(input.hidden_states, input.mask\); name the one to replace with arg: NAME"):
+        hookrun.run(cfg(tmp_path, hooks), model=Scorer(), dataset=Tokens())

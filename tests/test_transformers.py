@@ -4,6 +4,10 @@ has 11 samples in batches of 5: a smaller last batch and a batch of 1 in every f
 
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may download
+
 import h5py
 import numpy as np
 import pytest
@@ -216,3 +220,37 @@ def test_a_loss_that_cannot_use_the_output_says_so(tmp_path, data):
     loss = {"_target_": "hookrun.runner.losses.sum_output", "_partial_": True, "output_key": "nope"}
     with pytest.raises(RunError, match=r"loss=sum: the model's output is a CausalLMOutputWithCrossAttentions with keys logits, past_key_values; set loss.output_key"):
         run(tmp_path, build("gpt2"), data, None, mode="grad", loss=loss)
+
+
+def test_resume_keeps_token_rows_and_stored_keys(tmp_path, data):
+    from toy_models import STOP_AT
+
+    from hookrun.runner.signals import Interrupted
+
+    hooks = {"res": {"at": "transformer.h.1", "type": "forward", "actions": [{"name": "record", "what": "output", "rows": "token"}]},
+             "stop": {"at": "transformer.h.0", "type": "forward", "actions": [{"_target_": "toy_models.signal_when_told", "_partial_": True}]}}
+    with run(tmp_path / "full", build("gpt2"), data, hooks) as f:
+        want = {k: f[k][:] for k in ("captures/res/transformer.h.1/output", "samples/token_sample", "samples/token_position", "samples/input_ids")}
+    cfg = {"data": {"batch_size": BATCH, "store": ["input_ids", "attention_mask"]}, "device": "cpu", "progress": False,
+           "hooks": hooks, "output": {"path": str(tmp_path / "part.h5")}}
+    STOP_AT[:] = [1]
+    with pytest.raises(Interrupted):
+        hookrun.run(cfg, model=build("gpt2"), dataset=data)
+    hookrun.run({**cfg, "resume": True}, model=build("gpt2"), dataset=data)
+    with h5py.File(tmp_path / "part.h5") as f:
+        assert f.attrs["status"] == "complete"
+        for k, v in want.items():
+            np.testing.assert_array_equal(f[k][:], v)
+
+
+def test_model_from_a_local_folder_and_a_missing_one(tmp_path):
+    from hookrun.errors import ConfigError
+
+    model = build("gpt2")
+    model.save_pretrained(str(tmp_path / "gpt2"))
+    loaded = hf("AutoModelForCausalLM", path=str(tmp_path / "gpt2"))
+    ids = torch.randint(3, 259, (2, 8))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits)
+    with pytest.raises(ConfigError, match=r"model.path: no folder '.*/missing'"):
+        hf("GPT2LMHeadModel", path=str(tmp_path / "missing"))

@@ -120,9 +120,14 @@ def test_faster_rcnn_boxes_are_variable_length_rows(tmp_path):
         weights=None, weights_backbone=None, num_classes=3, min_size=64, max_size=64, box_score_thresh=0.0,
         box_detections_per_img=6).eval()
     ds = Pictures()
+    pooled = []
+    h = model.roi_heads.box_head.register_forward_hook(lambda m, a, o: pooled.append(o.clone()))
     with torch.no_grad():
         want = [d for i in range(0, N, BATCH) for d in model([ds[j][0] for j in range(i, min(i + BATCH, N))])]
-    hooks = {"det": {"at": "", "type": "forward", "actions": [{"name": "record", "what": "output"}]}}
+    h.remove()
+    assert len({p.shape[0] for p in pooled}) > 1  # the proposals per batch vary: one shape per row cannot hold them
+    hooks = {"det": {"at": "", "type": "forward", "actions": [{"name": "record", "what": "output"}]},
+             "feats": {"at": "roi_heads.box_head", "type": "forward", "actions": [{"name": "record", "what": "output", "rows": "ragged"}]}}
     collate = {"_target_": "hookrun.data.collate_lists", "_partial_": True}
     with run(tmp_path, model, ds, hooks, data={"collate": collate}) as f:
         boxes = f["captures/det/__model__/output.boxes"]
@@ -131,6 +136,10 @@ def test_faster_rcnn_boxes_are_variable_length_rows(tmp_path):
             np.testing.assert_allclose(boxes[i].reshape(-1, 4), want[i]["boxes"].numpy(), rtol=1e-5, atol=1e-4)
             np.testing.assert_array_equal(f["captures/det/__model__/output.labels"][i], want[i]["labels"].numpy())
         np.testing.assert_array_equal(f["samples/index"][:], np.arange(N))
+        feats = f["captures/feats/roi_heads.box_head/output"]
+        assert feats.attrs["rows"] == "steps" and feats.shape == (3,)
+        for step, want_step in enumerate(pooled):
+            np.testing.assert_allclose(feats[step].reshape(-1, *feats.attrs["row_shape"]), want_step.numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_variable_length_rows_with_empty_samples(tmp_path):

@@ -48,9 +48,7 @@ def hf(model_class: str = "GPT2LMHeadModel", config: Mapping | None = None, path
         cfg = config_class(**dict(config or {}))
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"model.config: {config_class.__name__} refused it: {exc}") from None
-    for key, value in extra.items():
-        setattr(cfg, f"_{key}", value)
     try:
-        return cls(cfg)
+        return cls._from_config(cfg, **extra)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"model.config: building {model_class} failed: {str(exc).splitlines()[0]}") from None

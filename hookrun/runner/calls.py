@@ -12,7 +12,8 @@
 `data.inputs` overrides the inputs: a list of keys or positions passed positionally
 (`[input_ids]`, `[0, 2]`) or a mapping `argument: key` passed as keywords
 (`{input_ids: input_ids, attention_mask: attention_mask}`); `data.target` is a key, a position or
-null. A dict batch's `attention_mask` is handed to the actions (token rows, masked reductions).
+null. The batch's `attention_mask` (a dict item's key, or the input that data.inputs passes as
+`attention_mask`) is handed to the actions (token rows, masked reductions).
 """
 
 from __future__ import annotations
@@ -140,7 +141,7 @@ class CallSpec:
             args, kwargs = tuple(_get(batch, k, "data.inputs") for k in keys), {}
         t = self.target_key(batch)
         target = _get(batch, t, "data.target") if t is not None else None
-        mask = batch.get(MASK_KEY) if isinstance(batch, Mapping) else None
+        mask = batch.get(MASK_KEY) if isinstance(batch, Mapping) else kwargs.get(MASK_KEY)  # tuples: by data.inputs
         return ModelCall(args, kwargs, target, batch, mask if isinstance(mask, torch.Tensor) else None)
 
 

@@ -85,7 +85,7 @@ def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: Actio
         limit = cap.attrs.get("limit")
         if cap.ragged:  # variable-length rows: the first sample's size stands for all
             row_bytes = sum(v.numel() * v.element_size() for v in cap.value)
-            rows = n_samples
+            rows = n_batches if cap.per_step else n_samples
         elif cap.tokens:  # the first sample's tokens stand for every sample's
             row_bytes = cap.value[0].numel() * cap.value.element_size()
             rows = n_samples * len(cap.value)

@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 from hookrun.capture.actions import ActionEnv
 from hookrun.capture.session import HookSession, StopForward
-from hookrun.errors import RunError
+from hookrun.errors import HookrunError, RunError
 from hookrun.runner.batches import make_loader, sample_paths
 from hookrun.runner.calls import CallSpec, ModelCall
 from hookrun.store.records import StepRecord
@@ -58,7 +58,7 @@ def run_batches(
                              collate=loader.collate_fn.fn if loader.collate_fn.custom else None)
     steps = 0
     with tqdm(total=total, initial=first, disable=not s.progress, unit="batch", desc="hookrun", dynamic_ncols=True) as bar:
-        for step, (indices, batch) in enumerate(loader, start=first):
+        for step, (indices, batch) in enumerate(one_line_errors(loader), start=first):
             if step >= total:
                 break
             call = s.spec.split(batch)
@@ -83,6 +83,23 @@ def run_batches(
             if s.should_stop():
                 break
     return steps
+
+
+def one_line_errors(loader) -> Any:
+    """The loader's batches; a hookrun error raised in a worker process (a collate error) comes
+    back as its own one line, not as the worker's traceback text."""
+    it = iter(loader)
+    while True:
+        try:
+            yield next(it)
+        except StopIteration:
+            return
+        except HookrunError as exc:
+            text = str(exc)
+            if "DataLoader worker" not in text:
+                raise
+            last = [ln for ln in text.strip().splitlines() if ln.startswith("hookrun.errors.")]
+            raise type(exc)(last[-1].split(": ", 1)[1] if last else text.strip().splitlines()[-1]) from None
 
 
 def stored_keys(batch: Any, keys: tuple[str, ...]) -> dict[str, np.ndarray] | None:

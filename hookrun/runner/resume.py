@@ -28,7 +28,8 @@ from hookrun.store.records import Capture, CaptureKey, StepRecord
 # keys that do not change what is captured
 IGNORED = {"resume", "dry_run", "progress", "imports", "output.overwrite", "output.max_bytes",
            "output.flush_every", "output.path", "data.num_workers"}
-STANDARD_ATTRS = {"hook", "module", "type", "role", "call", "rows", "torch_dtype", "row_shape", "index"}
+SAMPLE_KEYS = {"index", "step", "target", "path", "token_sample", "token_position"}
+STANDARD_ATTRS = {"hook", "module", "type", "role", "call", "rows", "torch_dtype", "row_shape", "index", "ragged"}
 
 
 @dataclass
@@ -90,17 +91,30 @@ def replay(state: ResumeState, store: H5Store) -> int:
     step_of_row = f["samples/step"][:]
     target = f["samples/target"] if "target" in f["samples"] else None
     paths = f["samples/path"] if "path" in f["samples"] else None
-    columns = [_Column(f[c.path], index, step_of_row) for c in list_captures(f)]
+    extra = {k: f["samples"][k] for k in f["samples"] if k not in SAMPLE_KEYS}  # data.store keys
+    tokens = None
+    if "token_sample" in f["samples"]:  # rows: token: the step of each token row, via its sample
+        step_of = dict(zip(index.tolist(), step_of_row.tolist(), strict=True))
+        token_sample, token_position = f["samples/token_sample"][:], f["samples/token_position"][:]
+        token_step = np.array([step_of.get(int(i), -1) for i in token_sample], dtype=np.int64)
+        tokens = np.searchsorted(token_step, np.arange(state.steps + 1))
+    columns = [_Column(f[c.path], index, step_of_row, token_step if tokens is not None else None) for c in list_captures(f)]
     bounds = np.searchsorted(step_of_row, np.arange(state.steps + 1))
     for step in range(state.steps):
         lo, hi = int(bounds[step]), int(bounds[step + 1])
         captures = [c for col in columns if (c := col.capture(step, lo, hi)) is not None]
+        token_rows = None
+        if tokens is not None:
+            tlo, thi = int(tokens[step]), int(tokens[step + 1])
+            token_rows = (token_sample[tlo:thi], token_position[tlo:thi])
         store.write(StepRecord(
             step=step,
             sample_index=index[lo:hi],
             target=target[lo:hi] if target is not None else None,
             path=[p.decode() if isinstance(p, bytes) else p for p in paths[lo:hi]] if paths is not None else None,
             captures=captures,
+            samples={k: ds[lo:hi] for k, ds in extra.items()} or None,
+            tokens=token_rows,
         ))
     return state.steps
 
@@ -108,9 +122,13 @@ def replay(state: ResumeState, store: H5Store) -> int:
 class _Column:
     """One old capture dataset, and which of its rows belong to which batch."""
 
-    def __init__(self, ds: h5py.Dataset, index: np.ndarray, step_of_row: np.ndarray) -> None:
+    def __init__(self, ds: h5py.Dataset, index: np.ndarray, step_of_row: np.ndarray,
+                 token_step: np.ndarray | None = None) -> None:
         a = ds.attrs
         self.ds = ds
+        self.tokens = str(a["rows"]) == "tokens"
+        self.ragged = bool(a.get("ragged", False))
+        self.row_shape = tuple(int(d) for d in a["row_shape"])
         self.key = CaptureKey(str(a["hook"]), str(a["module"]), str(a["type"]), str(a["role"]), int(a["call"]))
         self.per_step = str(a["rows"]) == "steps"
         self.torch_dtype = str(a["torch_dtype"])
@@ -122,6 +140,8 @@ class _Column:
             else:
                 step_of = dict(zip(index.tolist(), step_of_row.tolist(), strict=True))
                 self.row_step = np.array([step_of.get(int(i), -1) for i in self.own_index])
+        elif self.tokens:
+            self.row_step = token_step[: ds.shape[0]]
         else:
             self.row_step = np.arange(ds.shape[0]) if self.per_step else step_of_row[: ds.shape[0]]
 
@@ -131,9 +151,14 @@ class _Column:
         if not len(rows):
             return None
         data = self.ds[int(rows[0]) : int(rows[-1]) + 1]
+        if self.ragged:
+            value = [torch.from_numpy(np.asarray(r).reshape(-1, *self.row_shape)) for r in data]
+            return Capture(self.key, value, self.per_step, self.torch_dtype, self.attrs, ragged=True)
         if self.per_step:
             value = torch.from_numpy(data[0])
             return Capture(self.key, value, True, self.torch_dtype, self.attrs)
+        if self.tokens:
+            return Capture(self.key, torch.from_numpy(data), False, self.torch_dtype, self.attrs, tokens=True)
         explicit = None
         if len(rows) != hi - lo:  # a partial batch (limit): its rows carry their own index
             explicit = self.own_index[rows] if self.own_index is not None else None

@@ -27,6 +27,7 @@ import numpy as np
 
 from hookrun.errors import RunError
 from hookrun.store.format import FORMAT_VERSION
+from hookrun.store.ragged import append_ragged
 from hookrun.store.records import Capture, StepRecord
 
 CHUNK_BYTES = 1 << 20  # about 1 MiB per chunk along the row axis, with few captures
@@ -155,7 +156,8 @@ class H5Store:
         if rows.shape[1:] != col.ds.shape[1:]:
             raise RunError(
                 f"{path}: batch {rec.step} has rows of shape {rows.shape[1:]}, earlier batches "
-                f"{col.ds.shape[1:]}; a capture needs one shape per row (select or reduce to one)"
+                f"{col.ds.shape[1:]}; a capture needs one shape per row (select or reduce to one, or record it with "
+                f"rows: ragged where its first dim changes from batch to batch)"
             )
         expected = self.steps if cap.per_step else samples_before
         if cap.tokens:
@@ -172,32 +174,12 @@ class H5Store:
         _append(col.ds, rows)
 
     def _write_ragged(self, cap: Capture, rec: StepRecord, samples_before: int) -> None:
-        """Variable-length rows, one per sample: row i holds sample i's (n_i, *row_shape) values
-        flattened (n_i may be 0); `row_shape` gives the shape to restore."""
-        arrs = [v.numpy(force=True) for v in cap.value]
-        path = cap.key.path
-        col = self._columns.get(path)
-        tail = arrs[0].shape[1:]
-        if any(a.shape[1:] != tail for a in arrs):
-            raise RunError(f"{path}: the samples of batch {rec.step} have rows of shapes "
-                           f"{sorted({a.shape for a in arrs})[:3]}; variable-length rows may vary in their first dim only")
+        col = self._columns.get(cap.key.path)
+        before = self.steps if cap.per_step else samples_before
+        ds = append_ragged(self.file, col.ds if col else None, cap, rec.step, before, self.compression)
         if col is None:
-            ds = self.file.create_dataset(path, (samples_before,), h5py.vlen_dtype(arrs[0].dtype), maxshape=(None,),
-                                          chunks=(256,), compression=self.compression)
             k = cap.key
-            ds.attrs.update(hook=k.hook, module=k.module, type=k.type, role=k.role, call=k.call, rows="samples",
-                            ragged=True, torch_dtype=cap.torch_dtype, row_shape=np.array(tail, dtype=np.int64), index="")
-            for key, value in cap.attrs.items():
-                ds.attrs[key] = value
-            col = self._columns[path] = _Column(ds, False, (k.hook, k.module, k.role, k.call))
-        if tuple(col.ds.attrs["row_shape"]) != tail:
-            raise RunError(f"{path}: batch {rec.step} has rows of shape (n, {tail}), earlier batches (n, {tuple(col.ds.attrs['row_shape'])})")
-        if col.ds.shape[0] != samples_before:
-            raise RunError(f"{path}: variable-length rows need the capture in every batch (batch {rec.step})")
-        n = col.ds.shape[0]
-        col.ds.resize(n + len(arrs), axis=0)
-        for i, a in enumerate(arrs):  # row by row: h5py turns equal-length rows into a 2-D array
-            col.ds[n + i] = a.reshape(-1)
+            self._columns[cap.key.path] = _Column(ds, cap.per_step, (k.hook, k.module, k.role, k.call))
 
     def _new_column(self, cap: Capture, arr: np.ndarray, chunk_bytes: int) -> _Column:
         row = arr if cap.per_step else arr[0]
@@ -232,9 +214,10 @@ class H5Store:
         rows = chunk_rows or max(1, chunk_bytes // row_bytes)
         if max_rows:  # as few chunks as the run needs, evenly filled (no half-empty last chunk)
             rows = math.ceil(max_rows / math.ceil(max_rows / rows))
+        # a dim of size 0 (no boxes in this batch) needs a chunk of 1 there, and room to stay valid
         return self.file.create_dataset(
-            name, shape=(backfill, *row_shape), dtype=like.dtype, maxshape=(None, *row_shape),
-            chunks=(rows, *row_shape), compression=self.compression,
+            name, shape=(backfill, *row_shape), dtype=like.dtype, maxshape=(None, *(d or None for d in row_shape)),
+            chunks=(rows, *(d or 1 for d in row_shape)), compression=self.compression,
             rdcc_nbytes=rows * row_bytes + 1024, rdcc_w0=1.0,
         )
 

@@ -12,7 +12,7 @@
 
 `arg: N` picks one tensor of a tuple (the N-th positional input, say), `arg: NAME` a keyword input
 (`arg: hidden_states`, given as a keyword or positionally); without it every tensor of that kind
-is replaced. Naming an input the module does not receive is an error, never a silent no-op. The op is a built-in name (hookrun.capture.ops) or a `_target_` callable.
+is replaced (for inputs: every positional one; keyword inputs are replaced only by name). Naming an input the module does not receive is an error, never a silent no-op. The op is a built-in name (hookrun.capture.ops) or a `_target_` callable.
 """
 
 from __future__ import annotations
@@ -52,6 +52,11 @@ class Modify(Action):
         if not roles and self.position is not None:  # hidden_states given positionally
             at = f"{ev.writable}.{self.position}"
             roles = [r for r in ev.tensors if r == at or r.startswith(at + ".") or (self.position == 0 and r == ev.writable)]
+        if self.arg is None and ev.writable == "input":  # without arg: the positional inputs, as before keywords
+            roles = [r for r in roles if r == "input" or r.split(".")[1].isdigit()]
+            if not roles:
+                raise RunError(f"{self.where}: {ev.where} receives its inputs as keywords ({', '.join(ev.tensors)}); "
+                               f"name the one to replace with arg: NAME (e.g. arg: hidden_states)")
         if not roles and self.arg is not None:
             raise RunError(f"{self.where}: arg {self.arg}: {ev.where} receives no {ev.writable}.{self.arg}; "
                            f"it receives: {', '.join(ev.tensors) or 'no tensors'}")

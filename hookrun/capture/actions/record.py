@@ -18,12 +18,12 @@ bn1) cannot change what was recorded.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from hookrun.capture.actions.base import ACTIONS, Action
+from hookrun.capture.actions.dims import check_dim, dim_index, dim_list, parse_select
 from hookrun.capture.actions.rows import (
     STEP,
     RowRule,
@@ -37,7 +37,6 @@ from hookrun.capture.events import Event, family, positional_index, positional_r
 from hookrun.errors import ConfigError, HookrunError, RunError, one_of
 from hookrun.store.records import Capture, CaptureKey
 
-DIM_NAMES = {"channel": 1, "height": 2, "width": 3, "token": 1, "feature": -1}
 DTYPES = {"keep": None, "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 REDUCERS = ("mean", "max", "norm")
 
@@ -77,8 +76,8 @@ class Record(Action):
         self.reduce = reduce
         self.dims = dims if isinstance(dims, list | tuple) else [dims]
         for d in self.dims:
-            _check_dim(d, self.where)
-        self.select = [_parse_select(s, self.where) for s in _as_list(select)]
+            check_dim(d, self.where)
+        self.select = [parse_select(s, self.where) for s in _as_list(select)]
         if not isinstance(every, int) or every < 1:
             raise ConfigError(f"{self.where}: record every={every!r}; expected a whole number >= 1")
         if limit is not None and (not isinstance(limit, int) or limit < 1):
@@ -162,6 +161,9 @@ class Record(Action):
             if self.token_rows:
                 value = token_rows(value, state, role, f"{self.where} at {ev.where}")
             key = CaptureKey(ev.hook, ev.module, ev.type, role, ev.call)
+            if self.rule.rows == "ragged":  # one variable-length row per step
+                self.env.captures.add(Capture(key, [value.cpu()], True, _dtype_name(t.dtype), self.attrs, ragged=True))
+                continue
             self.env.captures.add(Capture(key, value, per_step, _dtype_name(t.dtype), self.attrs, index, tokens=self.token_rows))
 
     def _by_name(self, tensors: dict) -> dict:
@@ -203,7 +205,7 @@ class Record(Action):
         """select -> reduce -> dtype, on the tensor's device; always returns a fresh tensor."""
         t = t.detach()  # select and reduce build no graph
         for dim, index, _ in self.select:
-            d = _dim(dim, t.dim(), ev, role)
+            d = dim_index(dim, t.dim(), ev, role)
             if index == "last":  # each sample's last non-padding token; the dim goes
                 t = t.movedim(d, 1)[torch.arange(t.shape[0], device=t.device), last_positions(t.movedim(d, 1), 1, ev.state)]
             elif isinstance(index, slice):
@@ -211,7 +213,7 @@ class Record(Action):
             else:
                 t = t.index_select(d, torch.as_tensor(index, device=t.device))
         if self.reduce:
-            dims = sorted({d for spec in self.dims for d in _dims(spec, t.dim(), ev, role)})
+            dims = sorted({d for spec in self.dims for d in dim_list(spec, t.dim(), ev, role)})
             if not t.is_floating_point():
                 t = t.float()
             m = padding_mask(t, dims, ev.state)  # reductions over tokens ignore padding
@@ -245,53 +247,6 @@ def _as_list(value: Any) -> list:
     if value is None:
         return []
     return list(value) if isinstance(value, list | tuple) else [value]
-
-
-def _check_dim(spec: Any, where: str) -> None:
-    if isinstance(spec, bool) or not (isinstance(spec, int) or spec == "spatial" or spec in DIM_NAMES):
-        raise ConfigError(f"{where}: dim {spec!r}; use a number, 'spatial' or one of: {one_of(DIM_NAMES)}")
-    if spec == 0:
-        raise ConfigError(f"{where}: dim 0 is the batch; reduce or select over the dims of a sample (1, 2, ...)")
-
-
-def _dims(spec: Any, ndim: int, ev: Event, role: str) -> list[int]:
-    if spec == "spatial":
-        if ndim < 3:
-            raise RunError(f"hook {ev.hook!r} at {ev.where}: {role} has {ndim} dims, no spatial dims to reduce")
-        return list(range(2, ndim))
-    return [_dim(spec, ndim, ev, role)]
-
-
-def _dim(spec: Any, ndim: int, ev: Event, role: str) -> int:
-    d = DIM_NAMES.get(spec, spec) if isinstance(spec, str) else spec
-    d = d + ndim if d < 0 else d
-    if not 0 < d < ndim:
-        raise RunError(f"hook {ev.hook!r} at {ev.where}: {role} has {ndim} dims, so dim {spec!r} does not exist")
-    return d
-
-
-def _parse_select(spec: Any, where: str) -> tuple[Any, Any, str]:
-    """{dim: channel, index: [0, 3]} or {dim: 1, index: "0:64:2"} -> (dim, index list or slice, label)."""
-    if not isinstance(spec, Mapping) or set(spec) - {"dim", "index"} or "index" not in spec:
-        raise ConfigError(f"{where}: select expects {{dim: DIM, index: [i, j, ...] or 'start:stop:step'}}, got {spec!r}")
-    dim = spec.get("dim", 1)
-    _check_dim(dim, where)
-    index = spec["index"]
-    if index == "last":
-        return dim, "last", "last"
-    if isinstance(index, str):
-        try:
-            parts = [int(p) if p.strip() else None for p in index.split(":")]
-            if not 2 <= len(parts) <= 3:
-                raise ValueError
-        except ValueError:
-            raise ConfigError(f"{where}: select index {index!r} is not a slice like '0:64' or '0:64:2'") from None
-        return dim, slice(*parts), index
-    if isinstance(index, int):
-        index = [index]
-    if not isinstance(index, list | tuple) or not all(isinstance(i, int) for i in index):
-        raise ConfigError(f"{where}: select index must be a list of whole numbers or a slice string, got {index!r}")
-    return dim, list(index), ",".join(map(str, index))
 
 
 def _check_finite(t: torch.Tensor, ev: Event, role: str) -> None:

@@ -7,7 +7,9 @@
 sample; a multiple of it (`B*T` flattened tokens, swin's `B*windows`) is folded to one row of
 `(k, ...)` per sample; anything else is one row per step. Later batches keep that decision, so a
 smaller last batch or a batch of 1 cannot flip it. `sample` and `step` force the choice;
-`token` stores one row per non-padding token of `(batch, tokens, ...)` tensors (TokenRows).
+`token` stores one row per non-padding token of `(batch, tokens, ...)` tensors (token_rows);
+`ragged` one variable-length row per step, for a tensor whose first dim changes from batch to batch
+(detection's box features, `(517, 256, 7, 7)` then `(520, ...)`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import torch
 from hookrun.capture.events import StepState, flatten
 from hookrun.errors import ConfigError, RunError, one_of
 
-ROWS = ("auto", "sample", "step", "token")
+ROWS = ("auto", "sample", "step", "token", "ragged")
 STEP = 0
 
 
@@ -38,7 +40,7 @@ class RowRule:
 
     def layout(self, role: str, call: int, t: torch.Tensor, state: StepState, where: str) -> int:
         """0 for one row per step, k >= 1 for k rows folded into each sample's row."""
-        if self.per_step_hook or self.rows == "step":
+        if self.per_step_hook or self.rows in ("step", "ragged"):
             return STEP
         b, n = state.batch_size, (t.shape[0] if t.dim() else None)
         key = (role, call)
@@ -58,7 +60,8 @@ class RowRule:
         if known != STEP and n != known * b:
             raise RunError(
                 f"{self.where}: {role} of {where} had {known} row(s) per sample in its first batch, but has shape "
-                f"{tuple(t.shape)} in batch {state.step} of {b} samples; set rows: step (one row per batch) or rows: sample"
+                f"{tuple(t.shape)} in batch {state.step} of {b} samples; record it with rows: step (one row per "
+                f"batch), in a record action of its own: {{name: record, what: {role}, rows: step}}"
             )
         return known
 

@@ -1,0 +1,63 @@
+"""data=text: .txt, .jsonl, datasets folders, the byte tokenizer and a local tokenizer folder."""
+
+from __future__ import annotations
+
+import json
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may download
+
+import pytest
+import torch
+
+from hookrun.data import ByteTokenizer, text
+from hookrun.errors import ConfigError
+
+
+def test_byte_tokenizer_round_trip_and_padding_sides():
+    tok = ByteTokenizer()
+    ids = tok.encode("héllo")
+    assert ids[0] == tok.bos_token_id and tok.decode(ids) == "héllo" and tok.vocab_size == 259
+    right = ByteTokenizer(padding_side="right")(["ab", "abcd"], max_length=6)
+    left = ByteTokenizer(padding_side="left")(["ab", "abcd"], max_length=6)
+    assert right["input_ids"][0].tolist() == [1, 100, 101, 0, 0, 0] and right["attention_mask"][0].tolist() == [1, 1, 1, 0, 0, 0]
+    assert left["input_ids"][0].tolist() == [0, 0, 0, 1, 100, 101] and left["attention_mask"][0].tolist() == [0, 0, 0, 1, 1, 1]
+    assert ByteTokenizer()(["ab", "abcd"], max_length=6, padding="longest")["input_ids"].shape == (2, 5)
+
+
+def test_txt_jsonl_and_datasets_folder(tmp_path):
+    (tmp_path / "a.txt").write_text("first line\n\nsecond line\n")
+    (tmp_path / "b.jsonl").write_text(json.dumps({"body": "third"}) + "\n" + json.dumps({"body": "fourth"}) + "\n")
+    ds = text(files=[str(tmp_path / "a.txt"), str(tmp_path / "b.jsonl")], field="body", max_length=8)
+    assert ds.texts == ["first line", "second line", "third", "fourth"] and len(ds) == 4
+    assert ByteTokenizer().decode(ds[2]["input_ids"]) == "third" and int(ds[2]["attention_mask"].sum()) == 6
+    datasets = pytest.importorskip("datasets")
+    datasets.Dataset.from_dict({"text": ["alpha", "beta"]}).save_to_disk(str(tmp_path / "saved"))
+    assert text(files=str(tmp_path / "saved")).texts == ["alpha", "beta"]
+    with pytest.raises(ConfigError, match="data.dataset.field='body': .* has columns text"):
+        text(files=str(tmp_path / "saved"), field="body")
+
+
+def test_local_tokenizer_folder(tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    transformers = pytest.importorskip("transformers")
+    vocab = {"[PAD]": 0, "[UNK]": 1, "hello": 2, "world": 3}
+    core = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
+    core.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=core, pad_token="[PAD]", unk_token="[UNK]")
+    fast.save_pretrained(str(tmp_path / "tok"))
+    (tmp_path / "t.txt").write_text("hello world\nworld\n")
+    ds = text(files=str(tmp_path / "t.txt"), tokenizer=str(tmp_path / "tok"), max_length=4, padding_side="left")
+    assert ds.encoded["input_ids"].tolist() == [[0, 0, 2, 3], [0, 0, 0, 3]]
+    assert ds.encoded["attention_mask"].dtype == torch.long
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"files": "/nope.txt"}, "data.dataset.files: no file '/nope.txt'"),
+    ({"tokenizer": "/no/tok"}, "data.dataset.tokenizer: no folder '/no/tok'"),
+    ({"padding": "some"}, "data.dataset.padding='some'; choose max_length or longest"),
+    ({"padding_side": "up"}, "padding_side='up'; choose left or right"),
+])
+def test_bad_text_settings(kw, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        text(**kw)
