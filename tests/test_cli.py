@@ -67,13 +67,13 @@ def test_multirun_gives_each_job_its_own_complete_file(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["bogus=1"], "bogus=1: the config has no key 'bogus'; the top level has: data, device, dry_run"),
     (["data.batchsize=8"], "data.batchsize=8: the config has no key 'data.batchsize'; did you mean data.batch_size? "
-                           "(data has: batch_size, dataset, limit, num_workers, root)"),
+                           "(data has: batch_size, collate, dataset, inputs, limit, num_workers, root, store, target)"),
     (["+data.batchsize=8"], "data.batchsize: Key 'batchsize' not in 'DataConfig'; did you mean data.batch_size?"),
     (["model.num_clases=3"], "did you mean model.num_classes?"),
     (["hooks={x: {at: layer9, type: forward}}"], "has no module 'layer9'; closest names: layer4, layer3"),
     (["hooks={x: {at: fc, type: fwd}}"], "unknown hook type 'fwd'"),
     (["mode=grad", "hooks={x: {at: fc, type: backward}}"], "mode=grad needs a loss"),
-    (["mode=train"], "mode=train: Invalid value 'train', expected one of [eval, grad]"),
+    (["mode=train"], "mode=train: Invalid value 'train', expected one of [eval, grad, generate]"),
     (["model=resnet51"], "model=resnet51: there is no model option 'resnet51' (conf/model/resnet51.yaml); did you mean resnet50"),
     (["experiment=ablate_layr3"], "did you mean ablate_layer3"),
     (["data.batch_size=[1"], "cannot parse the override 'data.batch_size=[1'"),
