@@ -212,10 +212,6 @@ class Record(Action):
             raise RunError(f"{self.where}: record could not select/reduce {role} of {ev.where} "
                            f"(shape {tuple(t.shape)}): {type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
 
-    def transform(self, t: torch.Tensor, ev: Event, role: str) -> torch.Tensor:
-        """select -> reduce -> dtype, on the tensor's device; always returns a fresh tensor."""
-        return snapshot(self.shape(t, ev, role), self.dtype)
-
     def shape(self, t: torch.Tensor, ev: Event, role: str) -> torch.Tensor:
         """select -> reduce, on the tensor's device (not yet a copy, not yet cast)."""
         t = t.detach()  # select and reduce build no graph
