@@ -71,7 +71,7 @@ def _app(cfg: DictConfig) -> None:
             raise
         _fail(exc)
     except KeyboardInterrupt:
-        print("hookrun: interrupted (the file is marked 'interrupted'; resume=true goes on from it)", file=sys.stderr)
+        print("hookrun: interrupted by SIGINT (outside the run's batches: any file keeps the status it had)", file=sys.stderr)
         sys.exit(130)
 
 
