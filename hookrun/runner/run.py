@@ -84,8 +84,7 @@ def _locked(cfg: HookrunConfig, started: float, model: torch.nn.Module | None, d
 def _run(cfg: HookrunConfig, out: Path, started: float, model: torch.nn.Module | None, dataset: Any,
          adjust: Callable[[Prepared], None] | None = None) -> RunResult:
     resume = None
-    if cfg.resume and not cfg.dry_run:
-        check_output(out, overwrite=True)
+    if cfg.resume and not cfg.dry_run:  # _locked has checked the path and taken its lock
         resume = open_resume(out, to_yaml(cfg))
         if resume is not None and resume.status == "complete":
             resume.close()
