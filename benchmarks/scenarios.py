@@ -165,10 +165,10 @@ def s_raw_write(batches: int, out: Path) -> dict:
 def s_hook_cost(batches: int, out: Path) -> dict:
     """Fixed cost per firing: a hookrun hook with no action on every leaf module of ResNet-18,
     against the bare forward pass and against a raw no-op PyTorch hook, on a tiny input."""
-    from hookrun.capture.actions import ActionEnv
-    from hookrun.capture.plan import make_plan
-    from hookrun.capture.session import HookSession
     from hookrun.config.specs import parse_hooks
+    from hookrun.hooks.actions import ActionEnv
+    from hookrun.hooks.plan import make_plan
+    from hookrun.hooks.session import HookSession
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

@@ -8,11 +8,10 @@
     print(hookrun.modules(model, x))                 # every name `at:` accepts, with shapes
 """
 
-from hookrun import capture
 from hookrun.analysis import open_run, open_sweep
-from hookrun.capture.actions import Action, register_action
-from hookrun.capture.lister import list_modules as modules
-from hookrun.capture.memory import Captured
+from hookrun.hooks.actions import Action, register_action
+from hookrun.hooks.lister import list_modules as modules
+from hookrun.hooks.memory import Captured, capture
 from hookrun.runner.run import RunResult, run
 from hookrun.store.format import HOOKRUN_VERSION as __version__
 

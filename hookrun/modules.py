@@ -1,26 +1,15 @@
-"""`python -m hookrun.modules [OVERRIDES] [--match GLOB]`, and `hookrun.modules(model, example)`.
+"""`python -m hookrun.modules [OVERRIDES] [--match GLOB]`: every name `at:` accepts, with shapes.
 
     python -m hookrun.modules model=resnet50 --match 'layer1.**'
-    print(hookrun.modules(model, x))
 
-The entry point; the code is in hookrun.cli.modules (the command) and hookrun.capture.lister (the
-table). The module itself is callable, so `import hookrun.modules` keeps `hookrun.modules(...)`
-working.
+This file is only the command's entry point (the code is in hookrun.cli.modules). The function of
+the same name, `hookrun.modules(model, example)`, is hookrun.hooks.lister.list_modules, bound in
+hookrun/__init__.py; import it as `from hookrun import modules`.
 """
 
 import sys
-import types
-
-from hookrun.capture.lister import list_modules
-from hookrun.cli.modules import main
-
-
-class _CallableModule(types.ModuleType):
-    def __call__(self, model, example=None, match=None):
-        return list_modules(model, example, match)
-
-
-sys.modules[__name__].__class__ = _CallableModule
 
 if __name__ == "__main__":
+    from hookrun.cli.modules import main
+
     sys.exit(main())

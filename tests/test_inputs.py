@@ -176,8 +176,8 @@ def test_token_positions_count_real_tokens_under_left_padding(tmp_path):
 def test_flattened_batch_times_tokens_rows_follow_the_mask():
     """A (B*T, d) tensor (flattened before an MLP) gives the same token rows as (B, T, d), by a
     hand-flattened mask."""
-    from hookrun.capture.actions.rows import token_rows
-    from hookrun.capture.events import StepState
+    from hookrun.hooks.actions.rows import token_rows
+    from hookrun.hooks.events import StepState
 
     mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
     state = StepState(step=0, batch_size=2, sample_index=torch.tensor([5, 6]), attention_mask=mask)

@@ -80,11 +80,15 @@ def test_match_selects_what_the_plan_would(reference_model):
         hookrun.modules(reference_model, match="block*")
 
 
-def test_the_entry_module_is_callable_too(reference_model):
-    import hookrun.modules as entry  # the `python -m hookrun.modules` file; importing it keeps hookrun.modules callable
+def test_the_function_is_a_plain_function_beside_its_command():
+    # issue 19.5: hookrun.modules is a function (no module swapping its __class__); the command is
+    # `python -m hookrun.modules` (test_the_command_line_lists_a_config_model)
+    import inspect
 
-    assert entry(reference_model, match="fc").names() == ["fc"]
-    assert hookrun.modules(reference_model, match="fc").names() == ["fc"]
+    from hookrun.hooks.lister import list_modules
+
+    assert inspect.isfunction(hookrun.modules) and hookrun.modules is list_modules
+    assert inspect.isfunction(hookrun.capture)
 
 
 @pytest.mark.slow

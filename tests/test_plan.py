@@ -6,11 +6,11 @@ import pytest
 import torch
 from conftest import small_resnet
 
-from hookrun.capture.actions import ActionEnv
-from hookrun.capture.plan import make_plan, resolve_targets
-from hookrun.capture.session import HookSession
 from hookrun.config.specs import parse_hooks
 from hookrun.errors import ConfigError, NotFoundError
+from hookrun.hooks.actions import ActionEnv
+from hookrun.hooks.plan import make_plan, resolve_targets
+from hookrun.hooks.session import HookSession
 
 
 def names(model, *patterns, kind="module"):

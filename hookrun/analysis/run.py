@@ -35,7 +35,7 @@ class CaptureInfo:
     type: str
     shape: tuple[int, ...]
     dtype: str
-    rows: str  # "samples" or "steps"
+    rows: str  # samples | steps | tokens
     path: str  # the dataset's path in the file
     nbytes: int  # on disk
 

@@ -5,7 +5,7 @@
 
 The YAML files in conf/ give the values; these dataclasses say which keys exist, so a misspelt key
 is an error, not a silent default. Groups whose options take arbitrary arguments (model, dataset,
-loss) and the hook map are untyped here and checked in code (build.py, spec.py).
+loss) and the hook map are untyped here and checked in code (build.py, specs.py).
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 import torch
 
 from hookrun.analysis.stats import human_bytes
-from hookrun.capture.actions import ActionEnv
-from hookrun.capture.plan import HookPoint
-from hookrun.capture.session import HookSession
+from hookrun.hooks.actions import ActionEnv
+from hookrun.hooks.plan import HookPoint
+from hookrun.hooks.session import HookSession
 from hookrun.runner.generate import as_kwargs
 from hookrun.store.records import Capture
 
@@ -53,7 +53,7 @@ class Estimate:
         for p in self.points:
             by_hook.setdefault(p.hook, []).append(p)
         for hook, points in by_hook.items():
-            names = ", ".join(p.name or "(model)" for p in points)
+            names = ", ".join(p.module or "(model)" for p in points)
             out.append(f"  hook {hook}: {points[0].type} -> {len(points)} {'target' if len(points) == 1 else 'targets'}: {names}")
             for line in (ln for ln in self.lines if ln.capture.key.hook == hook):
                 c = line.capture

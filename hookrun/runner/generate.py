@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from hookrun.capture.actions.modify import Modify
-from hookrun.capture.actions.record import Record
-from hookrun.capture.events import StepState
-from hookrun.capture.generation import GenerationTracker
-from hookrun.capture.points import HookPoint
 from hookrun.errors import ConfigError, RunError
+from hookrun.hooks.actions.modify import Modify
+from hookrun.hooks.actions.record import Record
+from hookrun.hooks.events import StepState
+from hookrun.hooks.generation import GenerationTracker
+from hookrun.hooks.points import HookPoint
 from hookrun.runner.calls import CallSpec, ModelCall
 from hookrun.store.records import Capture
 

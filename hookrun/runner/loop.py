@@ -15,9 +15,9 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from hookrun.capture.actions import ActionEnv
-from hookrun.capture.session import HookSession, StopForward
 from hookrun.errors import HookrunError, RunError
+from hookrun.hooks.actions import ActionEnv
+from hookrun.hooks.session import HookSession, StopForward
 from hookrun.runner.batches import make_loader, sample_paths
 from hookrun.runner.calls import CallSpec, ModelCall
 from hookrun.runner.generate import Generated, Generation
@@ -28,7 +28,7 @@ from hookrun.store.writer import BackgroundWriter
 
 @dataclass
 class LoopSettings:
-    mode: str  # "eval" or "grad"
+    mode: str  # eval | grad | generate
     device: torch.device
     loss: Callable | None = None
     batches: int | None = None  # how many batches to run (prepare() applies data.limit); None: all

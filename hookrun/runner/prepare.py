@@ -20,10 +20,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from hookrun.capture.actions import ActionEnv
-from hookrun.capture.actions.record import Record
-from hookrun.capture.plan import make_plan
-from hookrun.capture.points import HookPoint
 from hookrun.config.build import (
     build,
     build_dataset,
@@ -36,6 +32,10 @@ from hookrun.config.build import (
 from hookrun.config.schema import HookrunConfig
 from hookrun.config.specs import parse_hooks
 from hookrun.errors import ConfigError
+from hookrun.hooks.actions import ActionEnv
+from hookrun.hooks.actions.record import Record
+from hookrun.hooks.plan import make_plan
+from hookrun.hooks.points import HookPoint
 from hookrun.runner.batches import make_loader
 from hookrun.runner.calls import CallSpec
 from hookrun.runner.generate import check_positions, pad_left, prepare_generation

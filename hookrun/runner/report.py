@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from hookrun.capture.session import HookSession
+from hookrun.hooks.session import HookSession
 from hookrun.runner.resume import ResumeState
 from hookrun.store.h5store import H5Store
 
@@ -24,7 +24,7 @@ def end_report(session: HookSession, store: H5Store, resume: ResumeState | None,
         log.warning("hook %r at %s: %d value(s) of %s%s became inf when stored as the record dtype "
                     "(they exceed its range); record in float32, or set check_finite=true to stop at the first",
                     hook, module or "(model)", n, role, f"@{call}" if call else "")
-    unfired = {f"{p.hook}@{p.name}" for p in session.never_fired()}
+    unfired = {f"{p.hook}@{p.module}" for p in session.never_fired()}
     if resume is not None:  # hooks that fired in the batches kept from the old file count as fired
         recorded = {f"{key[0]}@{key[1]}" for key in store.rows_by_key()}
         old = resume.file.attrs.get("hooks_not_fired")

@@ -23,11 +23,11 @@ from typing import Any
 import torch
 
 from hookrun.analysis.stats import human_bytes
-from hookrun.capture.actions.record import Record
-from hookrun.capture.plan import HookPoint
-from hookrun.capture.session import HookSession
 from hookrun.config.schema import HookrunConfig, load, to_yaml, with_live
 from hookrun.errors import ConfigError
+from hookrun.hooks.actions.record import Record
+from hookrun.hooks.plan import HookPoint
+from hookrun.hooks.session import HookSession
 from hookrun.runner.estimate import estimate
 from hookrun.runner.loop import run_batches
 from hookrun.runner.prepare import Prepared, check_output, dataset_name, prepare
@@ -211,7 +211,7 @@ def restore_limits(points: list[HookPoint], store: H5Store) -> None:
     for key_path, rows in store.rows_by_key().items():
         hook, module, role, call = key_path
         for p in points:
-            if p.hook == hook and p.name == module:
+            if p.hook == hook and p.module == module:
                 for action in p.actions:
                     if isinstance(action, Record):
                         action.restore_rows(role, call, rows)

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from hookrun.capture.events import StepState
-from hookrun.capture.points import HookPoint
 from hookrun.errors import RunError
+from hookrun.hooks.events import StepState
+from hookrun.hooks.points import HookPoint
 
 PHASES = ("all", "prompt", "generated")
 

@@ -9,7 +9,7 @@
 Reductions run on the tensor's device before the copy, in this order: `select` (index lists or
 slices along named dims), `reduce` (mean / max / norm over `dims`), `dtype`; `every` keeps every
 Nth step, `limit` the first N rows. The capture's attributes record what was done. `rows` says how
-a tensor becomes rows (auto | sample | step | token: hookrun.capture.actions.rows); a reduction
+a tensor becomes rows (auto | sample | step | token: hookrun.hooks.actions.rows); a reduction
 over the token dim and `index: last` follow the batch's attention mask (padding is left out).
 
 A snapshot is a copy taken when the hook fires, so a later in-place op (ReLU(inplace=True) after
@@ -22,9 +22,10 @@ from typing import Any
 
 import torch
 
-from hookrun.capture.actions.base import ACTIONS, Action
-from hookrun.capture.actions.dims import check_dim, dim_index, dim_list, parse_select
-from hookrun.capture.actions.rows import (
+from hookrun.errors import ConfigError, HookrunError, RunError, one_of
+from hookrun.hooks.actions.base import ACTIONS, Action
+from hookrun.hooks.actions.dims import check_dim, dim_index, dim_list, parse_select
+from hookrun.hooks.actions.rows import (
     STEP,
     RowRule,
     fits_tokens,
@@ -33,8 +34,7 @@ from hookrun.capture.actions.rows import (
     per_sample_lists,
     token_rows,
 )
-from hookrun.capture.events import Event, family, positional_index, positional_role
-from hookrun.errors import ConfigError, HookrunError, RunError, one_of
+from hookrun.hooks.events import Event, family, positional_index, positional_role
 from hookrun.store.records import Capture, CaptureKey
 
 DTYPES = {"keep": None, "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}

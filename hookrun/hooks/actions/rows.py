@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from hookrun.capture.events import StepState, flatten
 from hookrun.errors import ConfigError, RunError, one_of
+from hookrun.hooks.events import StepState, flatten
 
 ROWS = ("auto", "sample", "step", "token", "ragged")
 STEP = 0

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import torch
 
-from hookrun.capture.actions import ActionEnv
-from hookrun.capture.early_stop import EarlyStop, StopForward
-from hookrun.capture.events import Event
-from hookrun.capture.hooks import HOOK_TYPES, Fire
-from hookrun.capture.plan import HookPoint
+from hookrun.hooks.actions import ActionEnv
+from hookrun.hooks.early_stop import EarlyStop, StopForward
+from hookrun.hooks.events import Event
+from hookrun.hooks.hook_types import HOOK_TYPES, Fire
+from hookrun.hooks.plan import HookPoint
 
 __all__ = ["HookSession", "StopForward"]
 
@@ -69,12 +69,12 @@ class HookSession:
     def _firing(self, point: HookPoint, i: int) -> Fire:
         """The point's fire(call, tensors, writable): what it needs is bound once, here, so that a
         firing touches as few objects as it can (a hook fires 10^5-10^7 times in a run)."""
-        hook, kind, name, target, actions, state = point.hook, point.type, point.name, point.target, point.actions, self.env.state
+        hook, kind, module, target, actions, state = point.hook, point.type, point.module, point.target, point.actions, self.env.state
         at_firing = self.early_stop.at_firing if self.early_stop is not None else None
         fired = self.fired
 
         def fire(call: int, tensors: dict, writable: str, raw=None) -> Event:
-            ev = Event(hook, kind, name, target, call, state, tensors, writable, raw)
+            ev = Event(hook, kind, module, target, call, state, tensors, writable, raw)
             fired[i] += 1
             for action in actions:
                 action(ev)

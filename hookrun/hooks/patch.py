@@ -18,8 +18,8 @@ import numpy as np
 import torch
 
 from hookrun.analysis.run import CaptureInfo, list_captures, row_index
-from hookrun.capture.ops import OpContext, register_op
 from hookrun.errors import ConfigError, HookrunError, RunError
+from hookrun.hooks.ops import OpContext, register_op
 from hookrun.store.merge import check_sources
 
 
@@ -28,7 +28,7 @@ def patch(source: str, hook: str | None = None, module: str | None = None, role:
           _point: Any = None, _family: str = "output", _env: Any = None):
     if not isinstance(source, str) or not source:
         raise ConfigError(f"hooks.{_point.hook}: patch needs source: PATH of an earlier run's captures.h5, got {source!r}")
-    return PatchSource(source, hook, module if module is not None else _point.name, role, _family, _point.hook, _env)
+    return PatchSource(source, hook, module if module is not None else _point.module, role, _family, _point.hook, _env)
 
 
 class PatchSource:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hookrun.capture.events import Event
 from hookrun.errors import ConfigError, RunError, one_of
+from hookrun.hooks.events import Event
 
 DIM_NAMES = {"channel": 1, "height": 2, "width": 3, "token": 1, "feature": -1}
 

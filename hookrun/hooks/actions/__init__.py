@@ -1,7 +1,7 @@
 """Actions: what runs when a hook fires (record, replace_input, modify_output, modify_grad).
 Each module registers its actions by name; base.py holds the Action class and the registry."""
 
-from hookrun.capture.actions import modify, record  # noqa: F401  (registers the built-in actions)
-from hookrun.capture.actions.base import ACTIONS, Action, ActionEnv, register_action
+from hookrun.hooks.actions import modify, record  # noqa: F401  (registers the built-in actions)
+from hookrun.hooks.actions.base import ACTIONS, Action, ActionEnv, register_action
 
 __all__ = ["ACTIONS", "Action", "ActionEnv", "register_action"]

@@ -18,9 +18,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from hookrun.capture.events import flatten
-from hookrun.capture.plan import glob_regex, is_glob
 from hookrun.errors import ConfigError, close_matches
+from hookrun.hooks.events import flatten
+from hookrun.hooks.plan import glob_regex, is_glob
 
 
 @dataclass

@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 
-from hookrun.capture.registry import Registry
 from hookrun.config.build import build
 from hookrun.errors import ConfigError, NotFoundError
+from hookrun.hooks.registry import Registry
 
 Op = Callable[[torch.Tensor, "OpContext"], torch.Tensor]
 
@@ -29,12 +29,17 @@ Op = Callable[[torch.Tensor, "OpContext"], torch.Tensor]
 @dataclass(frozen=True)
 class OpContext:
     hook: str
-    module: Any  # the nn.Module (or parameter) the hook sits on
-    module_name: str
+    target: Any  # the nn.Module (or parameter) the hook sits on
+    module: str  # its path ('' is the whole model), as in `at:` and the file
     role: str
     step: int
     call: int
     sample_index: torch.Tensor | None  # dataset indices of the batch's samples
+
+    @property
+    def module_name(self) -> str:
+        """The module's path: the name `ctx.module` had before 0.2 (kept for users' ops)."""
+        return self.module
 
 
 OPS: Registry[Callable[..., Op]] = Registry("op")
@@ -73,7 +78,7 @@ def noise(std: float, seed: int = 0) -> Op:
     so the same run twice, a different batch size or a resumed run gives the same numbers."""
 
     def op(x: torch.Tensor, ctx: OpContext) -> torch.Tensor:
-        salt = zlib.crc32(f"{ctx.hook}/{ctx.module_name}/{ctx.role}/{ctx.call}".encode())
+        salt = zlib.crc32(f"{ctx.hook}/{ctx.module}/{ctx.role}/{ctx.call}".encode())
         g = torch.Generator(device=x.device)
         if ctx.sample_index is None or x.dim() == 0 or x.shape[0] != len(ctx.sample_index):
             g.manual_seed(_mix(seed, salt, ctx.step))

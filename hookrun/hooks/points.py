@@ -1,6 +1,6 @@
 """A hook point: one hook spec on one module or parameter, with its per-step call counters.
 
-    point = HookPoint("fmap", "forward", "layer1.0", model.layer1[0])
+    point = HookPoint("fmap", "forward", "layer1.0", model.layer1[0])   # hook, type, module, target
     point.next_forward_call()  # 0, then 1 for a second call in the same forward pass
 """
 
@@ -16,7 +16,7 @@ class HookPoint:
 
     hook: str
     type: str
-    name: str
+    module: str  # the module's path ('' is the whole model) or the parameter's name
     target: Any  # nn.Module or nn.Parameter
     actions: list = field(default_factory=list)
     forward_calls: int = 0

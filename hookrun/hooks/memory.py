@@ -26,13 +26,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from hookrun.capture.actions import ActionEnv
-from hookrun.capture.actions.record import DTYPES
-from hookrun.capture.generation import GenerationTracker, continues
-from hookrun.capture.plan import make_plan
-from hookrun.capture.session import HookSession
 from hookrun.config.specs import parse_hooks
 from hookrun.errors import ConfigError, NotFoundError, RunError, close_matches
+from hookrun.hooks.actions import ActionEnv
+from hookrun.hooks.actions.record import DTYPES
+from hookrun.hooks.generation import GenerationTracker, continues
+from hookrun.hooks.plan import make_plan
+from hookrun.hooks.session import HookSession
 from hookrun.store.records import Capture, CaptureKey
 
 Key = tuple[str, str, str]  # (hook, module, role); a role of a later call reads "output@1"

@@ -17,11 +17,11 @@ from typing import Any
 
 from torch import nn
 
-from hookrun.capture.actions import ACTIONS
-from hookrun.capture.hooks import HOOK_TYPES
-from hookrun.capture.points import HookPoint
 from hookrun.config.build import build_user_action
 from hookrun.errors import ConfigError, NotFoundError, close_matches
+from hookrun.hooks.actions import ACTIONS
+from hookrun.hooks.hook_types import HOOK_TYPES
+from hookrun.hooks.points import HookPoint
 
 GLOB_CHARS = set("*?[")
 

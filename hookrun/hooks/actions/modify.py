@@ -12,7 +12,7 @@
 
 `arg: N` picks one tensor of a tuple (the N-th positional input, say), `arg: NAME` a keyword input
 (`arg: hidden_states`, given as a keyword or positionally); without it every tensor of that kind
-is replaced (for inputs: every positional one; keyword inputs are replaced only by name). Naming an input the module does not receive is an error, never a silent no-op. The op is a built-in name (hookrun.capture.ops) or a `_target_` callable.
+is replaced (for inputs: every positional one; keyword inputs are replaced only by name). Naming an input the module does not receive is an error, never a silent no-op. The op is a built-in name (hookrun.hooks.ops) or a `_target_` callable.
 With mode=generate the action runs at every model call inside `generate`; `positions: prompt`
 keeps it to the prompt pass, `positions: generated` to the passes over new tokens (default `all`).
 """
@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from hookrun.capture import patch  # noqa: F401  (registers op "patch")
-from hookrun.capture.actions.base import ACTIONS, Action
-from hookrun.capture.events import Event, family, positional_index
-from hookrun.capture.generation import PHASES
-from hookrun.capture.ops import OPS, OpContext, build_op
 from hookrun.errors import ConfigError, HookrunError, RunError
+from hookrun.hooks import patch  # noqa: F401  (registers op "patch")
+from hookrun.hooks.actions.base import ACTIONS, Action
+from hookrun.hooks.events import Event, family, positional_index
+from hookrun.hooks.generation import PHASES
+from hookrun.hooks.ops import OPS, OpContext, build_op
 
 
 class Modify(Action):

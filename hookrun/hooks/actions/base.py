@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from hookrun.capture.events import Event, StepState
-from hookrun.capture.registry import Registry
+from hookrun.hooks.events import Event, StepState
+from hookrun.hooks.registry import Registry
 from hookrun.store.records import StepCaptures
 
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 from torch import nn
 from torch.nn.modules.module import register_module_forward_pre_hook
 
-from hookrun.capture.points import HookPoint
 from hookrun.errors import RunError
+from hookrun.hooks.points import HookPoint
 
 ADVICE = "the hooked modules do not run the same way in every batch; run without early_stop"
 
@@ -94,4 +94,4 @@ class EarlyStop:
 
 
 def _where(point: HookPoint, call: int) -> str:
-    return f"{point.name or '(model)'}" + (f" (call {call})" if call else "")
+    return f"{point.module or '(model)'}" + (f" (call {call})" if call else "")
