@@ -16,11 +16,11 @@ import sys
 import torch
 
 from hookrun.cli.app import compose_config
-from hookrun.config.build import build_dataset, build_model, import_modules
+from hookrun.config.build import build, build_dataset, build_model, import_modules
 from hookrun.config.schema import HookrunConfig, load
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.hooks.lister import ModuleTable, list_modules
-from hookrun.runner.batches import make_loader
+from hookrun.runner.batches import first_batch, make_loader
 from hookrun.runner.calls import CallSpec, ModelCall
 from hookrun.runner.prepare import resolve_device, seed_everything
 
@@ -42,8 +42,8 @@ def first_call(cfg: HookrunConfig, device: torch.device) -> ModelCall:
         raise ConfigError(f"data.dataset: {cfg.data.dataset['_target_']!r} is empty")
     spec = CallSpec(cfg.data.inputs, cfg.data.target)
     spec.check(dataset[0])
-    _, batch = next(iter(make_loader(dataset, 1, 0)))
-    return spec.split(batch).to(device)
+    collate = build(cfg.data.collate, "data.collate") if cfg.data.collate is not None else None
+    return first_batch(make_loader(dataset, 1, 0, collate=collate), spec)[1].to(device)
 
 
 def main(argv: list[str] | None = None) -> int:

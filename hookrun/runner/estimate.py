@@ -1,6 +1,6 @@
 """The plan's estimate: one sample through the hooks, to learn each capture's shape and size.
 
-    report = estimate(model, loader, points, env, settings, n_samples, n_batches)
+    report = estimate(model, loader, points, env, settings, n_samples)   # settings.batches: the run's batches
     print(report.text())        # what `dry_run=true` prints
     report.total_bytes          # what `output.max_bytes` is checked against
 
@@ -19,6 +19,7 @@ from hookrun.analysis.stats import human_bytes
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.session import HookSession
+from hookrun.runner.batches import first_batch
 from hookrun.runner.generate import as_kwargs
 from hookrun.store.records import Capture
 
@@ -69,11 +70,12 @@ class Estimate:
         return "\n".join(out)
 
 
-def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: ActionEnv, settings, n_samples: int, n_batches: int) -> Estimate:
+def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: ActionEnv, settings, n_samples: int) -> Estimate:
     from hookrun.runner.loop import run_step
 
-    indices, batch = loader.collate_fn([loader.dataset[0]])
-    call = settings.spec.split(batch).to(settings.device)
+    n_batches = len(settings.batches)
+    indices, call = first_batch(loader, settings.spec)
+    call = call.to(settings.device)
     with HookSession(points, env) as session:
         session.begin_step(0, 1, indices, call.attention_mask)
         generated = run_step(model, call, settings)

@@ -24,6 +24,7 @@ from hookrun.hooks.actions.record import Record
 from hookrun.hooks.events import StepState
 from hookrun.hooks.generation import GenerationTracker
 from hookrun.hooks.points import HookPoint
+from hookrun.runner.batches import first_batch
 from hookrun.runner.calls import CallSpec, ModelCall
 from hookrun.store.records import Capture
 
@@ -175,8 +176,7 @@ def check_positions(points: list[HookPoint]) -> None:
 
 def preflight(model: torch.nn.Module, loader: Any, spec: CallSpec, gen: Generation, device: torch.device) -> None:
     """The first batch must be left-padded, and generate must take the arguments (one token, one prompt)."""
-    first = loader.collate_fn([loader.dataset[i] for i in range(min(loader.batch_size, len(loader.dataset)))])[1]
-    batch = as_kwargs(spec.split(first))
+    batch = as_kwargs(first_batch(loader, spec, loader.batch_size)[1])
     if gen.decoder_only:
         check_left_padded(batch, "the first batch", ConfigError)
     one = {k: v[:1].to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}

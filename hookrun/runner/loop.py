@@ -1,6 +1,6 @@
 """The data loop: batches in, forward (and backward in grad mode), step records out.
 
-    steps = run_batches(model, loader, session, writer, env, settings)
+    steps = run_batches(model, loader, session, writer, env, settings)   # settings.batches: which ones
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class LoopSettings:
     mode: str  # eval | grad | generate
     device: torch.device
     loss: Callable | None = None
-    batches: int | None = None  # how many batches to run (prepare() applies data.limit); None: all
+    batches: range | None = None  # the batch numbers to run (data.limit applied; a rank's shard); None: all
     progress: bool = True
     should_stop: Callable[[], bool] = lambda: False  # checked after each batch (signals)
     spec: CallSpec = field(default_factory=CallSpec)  # how a batch becomes the forward call
@@ -49,19 +49,22 @@ class LoopSettings:
 
 def run_batches(
     model: nn.Module, loader, session: HookSession, writer: BackgroundWriter, env: ActionEnv, s: LoopSettings,
-    first: int = 0,
+    start: int | None = None,
 ) -> int:
-    """Run batches `first`, `first + 1`, ... (a resumed run starts past the batches it has)."""
+    """Run the batches of `s.batches` from batch number `start` on (default: the range's first; a
+    resumed run starts past the batches it has)."""
     transfer = HostTransfer(s.device)
-    total = len(loader) if s.batches is None else s.batches
+    batches = range(len(loader)) if s.batches is None else s.batches
+    first = batches.start if start is None else start
     dataset = loader.dataset.dataset  # under the Indexed wrapper
     if first:
         loader = make_loader(dataset, loader.batch_size, loader.num_workers, start=first * loader.batch_size,
                              collate=loader.collate_fn.fn if loader.collate_fn.custom else None)
     steps = 0
-    with tqdm(total=total, initial=first, disable=not s.progress, unit="batch", desc="hookrun", dynamic_ncols=True) as bar:
+    with tqdm(total=len(batches), initial=first - batches.start, disable=not s.progress, unit="batch", desc="hookrun",
+              dynamic_ncols=True) as bar:
         for step, (indices, batch) in enumerate(one_line_errors(loader), start=first):
-            if step >= total:
+            if step >= batches.stop:
                 break
             call = s.spec.split(batch)
             target = call.target

@@ -1,7 +1,7 @@
 """prepare(cfg): everything a run needs, built and checked before the output file is touched.
 
     p = prepare(load(cfg))
-    p.model, p.loader, p.points, p.n_batches
+    p.model, p.loader, p.points, p.batches   # batches: the range of batch numbers this run covers
 
 The model, dataset, loader, loss and hook plan are built here, and every check that can run
 before the first batch does: the device, the output path, the data limits, early_stop.
@@ -55,11 +55,21 @@ class Prepared:
     loader: Any
     points: list[HookPoint]
     env: ActionEnv
-    settings: LoopSettings
-    n_batches: int
-    n_samples: int
-    first_batch: int = 0  # a rank's shard starts here (hookrun.runner.shards)
+    settings: LoopSettings  # settings.batches: the range of batch numbers (a rank's shard narrows it)
     attrs: dict = field(default_factory=dict)  # more root attributes for the file (rank, world_size)
+
+    @property
+    def batches(self) -> range:
+        return self.settings.batches
+
+    @property
+    def n_batches(self) -> int:
+        return len(self.settings.batches)
+
+    @property
+    def n_samples(self) -> int:
+        """The samples of this run's batches (the last batch may be short)."""
+        return samples_in(self.settings.batches, self.cfg.data.batch_size, len(self.dataset))
 
 
 def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, dataset: Any = None) -> Prepared:
@@ -96,8 +106,8 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, da
         raise ConfigError(f"data.collate: built a {type(collate).__name__}, not a function (add `_partial_: true`)")
     loader = make_loader(dataset, cfg.data.batch_size, cfg.data.num_workers, collate=collate)
     loss = build_loss(cfg.loss) if mode == "grad" else None
-    n_batches = len(loader) if cfg.data.limit is None else min(cfg.data.limit, len(loader))
-    planned = np.arange(min(len(dataset), n_batches * cfg.data.batch_size))
+    batches = range(len(loader) if cfg.data.limit is None else min(cfg.data.limit, len(loader)))
+    planned = np.arange(samples_in(batches, cfg.data.batch_size, len(dataset)))
     env = ActionEnv(store_dtype=STORE_DTYPES[cfg.output.dtype.value], planned_samples=planned)
     try:
         points = make_plan(model, specs, env, mode)
@@ -109,9 +119,16 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, da
     except BaseException:
         env.close()
         raise
-    settings = LoopSettings(mode, device, loss, n_batches, cfg.progress, spec=spec, store_keys=tuple(cfg.data.store),
+    settings = LoopSettings(mode, device, loss, batches, cfg.progress, spec=spec, store_keys=tuple(cfg.data.store),
                             generation=generation)
-    return Prepared(cfg, out, model, dataset, loader, points, env, settings, n_batches, len(planned))
+    return Prepared(cfg, out, model, dataset, loader, points, env, settings)
+
+
+def samples_in(batches: range, batch_size: int, dataset_size: int) -> int:
+    """How many samples the batches `batches` hold (the dataset's last batch may be short)."""
+    if not len(batches):
+        return 0
+    return max(0, min(dataset_size, batches.stop * batch_size) - batches.start * batch_size)
 
 
 def dataset_name(cfg: HookrunConfig) -> str:

@@ -21,6 +21,7 @@ import torch
 import yaml
 
 from hookrun.analysis.run import list_captures
+from hookrun.config.diff import differing
 from hookrun.errors import ConfigError
 from hookrun.store.h5store import H5Store
 from hookrun.store.records import Capture, CaptureKey, StepRecord
@@ -56,12 +57,12 @@ def open_resume(path: Path, config_yaml: str) -> ResumeState | None:
     if "format_version" not in f.attrs or "config" not in f.attrs:
         f.close()
         raise ConfigError(f"resume: {str(path)!r} is not a hookrun file")
-    differing = config_differences(yaml.safe_load(f.attrs["config"]), yaml.safe_load(config_yaml))
-    if differing:
+    changed = config_differences(yaml.safe_load(f.attrs["config"]), yaml.safe_load(config_yaml))
+    if changed:
         f.close()
         raise ConfigError(
             f"resume: the config differs from the one {str(path)!r} was written with, in "
-            f"{', '.join(differing)}; resume with the same settings (or start a new run)"
+            f"{', '.join(changed)}; resume with the same settings (or start a new run)"
         )
     step_of_row = f["samples/step"][:]
     first = int(step_of_row[0]) if len(step_of_row) else 0  # a rank's shard starts at its first batch
@@ -76,22 +77,8 @@ def complete_steps(f: h5py.File) -> int:
 
 
 def config_differences(old: dict, new: dict) -> list[str]:
-    a, b = _flatten(old), _flatten(new)
-    keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and not _ignored(k))
-    return keys
-
-
-def _ignored(key: str) -> bool:
-    return any(key == i or key.startswith(i + ".") for i in IGNORED)
-
-
-def _flatten(d: object, prefix: str = "") -> dict[str, object]:
-    if isinstance(d, dict):
-        out: dict[str, object] = {}
-        for k, v in d.items():
-            out.update(_flatten(v, f"{prefix}{k}."))
-        return out or {prefix[:-1]: {}}
-    return {prefix[:-1]: d}
+    """The keys that change what is captured (IGNORED keys do not)."""
+    return differing(old, new, ignore=IGNORED)
 
 
 def replay(state: ResumeState, store: H5Store) -> int:

@@ -115,7 +115,7 @@ def _run(cfg: HookrunConfig, out: Path, started: float, model: torch.nn.Module |
 
 
 def plan_estimate(p: Prepared):
-    report = estimate(p.model, p.loader, p.points, p.env, p.settings, p.n_samples, p.n_batches)
+    report = estimate(p.model, p.loader, p.points, p.env, p.settings, p.n_samples)
     cfg = p.cfg
     report.header = [
         "hookrun plan" + (" (dry run: nothing is written)" if cfg.dry_run else ""),
@@ -155,7 +155,7 @@ def execute(p: Prepared, resume: ResumeState | None, started: float) -> RunResul
         except OSError as exc:
             raise ConfigError(f"output.path: cannot create {str(target)!r}: {exc}") from None
         try:
-            first = p.first_batch  # 0, or where this rank's shard starts
+            first = p.batches.start  # 0, or where this rank's shard starts
             if resume is not None:
                 kept = replay(resume, store)
                 first += kept

@@ -27,6 +27,7 @@ import h5py
 import torch.distributed as dist
 import yaml
 
+from hookrun.config.diff import differing
 from hookrun.config.schema import HookrunConfig, to_yaml
 from hookrun.errors import ConfigError, HookrunError, RunError
 from hookrun.runner.ranks import (
@@ -140,12 +141,9 @@ class ShardRun:
     def adjust(self, p: Any) -> None:
         """Narrow a prepared run to this rank's block of batches (prepare() applied data.limit)."""
         block = shard_batches(p.n_batches, self.r.world, self.r.rank)
-        size = p.cfg.data.batch_size
-        p.first_batch, p.settings.batches = block.start, block.stop
-        p.n_batches = len(block)
-        p.n_samples = min(len(p.dataset), block.stop * size) - block.start * size
+        p.settings.batches = p.batches[block.start : block.stop]
         p.attrs.update(rank=self.r.rank, world_size=self.r.world, launcher=self.r.launcher,
-                       first_batch=block.start, last_batch=block.stop)
+                       first_batch=p.batches.start, last_batch=p.batches.stop)
 
     # -- at the end (rank 0) ---------------------------------------------------------------------
     def merge(self, store: Any, stopped: bool) -> View:
@@ -240,10 +238,4 @@ def written_world(path: Path) -> int | None:
     except OSError:
         return None
 
-
-def differing(a: Any, b: Any, prefix: str = "") -> list[str]:
-    """The dotted keys whose values differ between two config trees."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        return [k for key in sorted(set(a) | set(b)) for k in differing(a.get(key), b.get(key), f"{prefix}{key}.")]
-    return [] if a == b else [prefix[:-1]]
 

@@ -4,6 +4,19 @@
     f"captures/{hook}/{module or MODEL_NODE}/{role}"
 """
 
+from importlib import metadata
+
 FORMAT_VERSION = "1"  # the layout version written to every file's `format_version` attribute
-HOOKRUN_VERSION = "0.1.0"  # hookrun's own version (hookrun.__version__), written to `hookrun_version`
 MODEL_NODE = "__model__"  # the group name for the whole model (module path '')
+
+
+def _package_version() -> str:
+    """hookrun's version as installed (pyproject.toml is the one place it is written); a source
+    tree that was never installed says so rather than guessing."""
+    try:
+        return metadata.version("hookrun")
+    except metadata.PackageNotFoundError:
+        return "0+unknown (not installed)"
+
+
+HOOKRUN_VERSION = _package_version()  # hookrun.__version__, written to each file's `hookrun_version`
