@@ -177,7 +177,7 @@ def test_early_stop_refuses_a_batch_that_fires_fewer_calls(tmp_path):
     cfg = toy_cfg(tmp_path, "toy_models.RepeatWhenNegative", hooks, early_stop=True)
     cfg["data"]["dataset"] = {"_target_": "toy_models.SignedRows"}
     cfg["data"]["batch_size"] = 4
-    with pytest.raises(RunError, match=r"early_stop: batch 1 fires hook 'm' at m \(call 1\) where batch 0 fired hook 'h' at head"):
+    with pytest.raises(RunError, match=r"early_stop: batch 1 fires hook 'm' at m \(call 1\) where the probe \(the dataset's first sample\) fired hook 'h' at head"):
         hookrun.run(cfg)
 
 

@@ -10,6 +10,9 @@ exception too, so no hook outlives the run.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 
 from hookrun.hooks.actions import ActionEnv
@@ -61,6 +64,27 @@ class HookSession:
         """Under early_stop: the first step notes where to stop; later ones are checked against it."""
         if self.early_stop is not None:
             self.early_stop.end_step()
+
+    @contextmanager
+    def probe(self, sample_index: torch.Tensor, attention_mask: torch.Tensor | None = None) -> Iterator[None]:
+        """A step that only fires the hooks (every action muted, nothing recorded, no firing
+        counted): early_stop learns from it where to cut, so batch 0 is cut too.
+
+            with session.probe(index):
+                model(first_sample)
+        """
+        muted = [list(p.actions) for p in self.points]
+        fired = list(self.fired)
+        for p in self.points:
+            p.actions.clear()  # in place: each firing's closure holds this list
+        try:
+            self.begin_step(-1, len(sample_index), sample_index, attention_mask)
+            yield
+            self.end_step()
+        finally:
+            for p, actions in zip(self.points, muted, strict=True):
+                p.actions[:] = actions
+            self.fired[:] = fired
 
     def never_fired(self) -> list[HookPoint]:
         """The points whose hook has not fired once in this session (a module that never ran)."""

@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from hookrun.errors import HookrunError, RunError
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.session import HookSession, StopForward
-from hookrun.runner.batches import make_loader, sample_paths
+from hookrun.runner.batches import first_batch, make_loader, sample_paths
 from hookrun.runner.calls import CallSpec, ModelCall
 from hookrun.runner.generate import Generated, Generation
 from hookrun.store.records import StepRecord
@@ -54,6 +54,8 @@ def run_batches(
     """Run the batches of `s.batches` from batch number `start` on (default: the range's first; a
     resumed run starts past the batches it has)."""
     transfer = HostTransfer(s.device)
+    if session.early_stop is not None and not session.early_stop.learned:
+        probe_stop(model, loader, session, s)
     batches = range(len(loader)) if s.batches is None else s.batches
     first = batches.start if start is None else start
     dataset = loader.dataset.dataset  # under the Indexed wrapper
@@ -90,6 +92,15 @@ def run_batches(
             if s.should_stop():
                 break
     return steps
+
+
+def probe_stop(model: nn.Module, loader, session: HookSession, s: LoopSettings) -> None:
+    """early_stop learns where to cut from one sample (the dataset's first item), with every action
+    muted; then no batch, the first included, computes what the captures do not need."""
+    indices, call = first_batch(loader, s.spec)
+    call = call.to(s.device)
+    with session.probe(indices, call.attention_mask):
+        run_step(model, call, s)
 
 
 def one_line_errors(loader) -> Any:
