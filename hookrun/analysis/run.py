@@ -10,7 +10,6 @@ Nothing here needs more memory than one block of rows at a time.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,28 +19,13 @@ import yaml
 
 from hookrun.analysis.loader import BUFFER_BYTES, RowLoader
 from hookrun.analysis.stats import block_stats, human_bytes
-from hookrun.errors import HookrunError, NotFoundError, close_matches
+from hookrun.errors import HookrunError, NotFoundError
 from hookrun.store.merge import check_sources
+from hookrun.store.schema import CaptureInfo, list_captures, resolve, row_index
+
+__all__ = ["CaptureInfo", "Run", "list_captures", "open_run", "row_index"]
 
 DIM_NAMES = {2: ("feature",), 3: ("channel", "length"), 4: ("channel", "height", "width")}
-
-
-@dataclass(frozen=True)
-class CaptureInfo:
-    hook: str
-    module: str
-    role: str
-    call: int
-    type: str
-    shape: tuple[int, ...]
-    dtype: str
-    rows: str  # samples | steps | tokens
-    path: str  # the dataset's path in the file
-    nbytes: int  # on disk
-
-    @property
-    def label(self) -> str:
-        return f"{self.hook}/{self.module or '(model)'}/{self.role}" + (f"@{self.call}" if self.call else "")
 
 
 class Run:
@@ -107,31 +91,8 @@ class Run:
 
     # -- finding a capture ---------------------------------------------------------------------
     def find(self, *key: str, call: int = 0) -> CaptureInfo:
-        """By (module, role), (hook, module, role), or a 'hook/module/role' path."""
-        if len(key) == 1 and "/" in key[0]:
-            labelled = [c for c in self.captures if c.label == key[0] and c.call == call]
-            if len(labelled) == 1:  # a label, also where the module's name has a '/' in it
-                return labelled[0]
-            key = tuple(key[0].split("/"))
-        if len(key) == 2:
-            hook, (module, role) = None, key
-        elif len(key) == 3:
-            hook, module, role = key
-        else:
-            raise NotFoundError(f"a capture is named by (module, role) or (hook, module, role), got {key!r}")
-        module = "" if module in ("(model)", "__model__") else module
-        hits = [c for c in self.captures if c.module == module and c.role == role and c.call == call
-                and (hook is None or c.hook == hook)]
-        if len(hits) == 1:
-            return hits[0]
-        labels = [c.label for c in self.captures]
-        if not hits:
-            want = "/".join(k for k in (hook, module or "(model)", role) if k is not None)
-            hint = close_matches(want, labels)
-            raise NotFoundError(f"{self.path.name} has no capture {want!r}" + (f" call {call}" if call else "")
-                                + f"; {'closest' if hint else 'captures'}: {', '.join(hint or labels[:10])}")
-        raise NotFoundError(f"several hooks recorded {module!r} {role!r}: give the hook too, one of "
-                            f"{', '.join(sorted(c.hook for c in hits))}")
+        """By (module, role), (hook, module, role), or a 'hook/module/role' path (store/schema.resolve)."""
+        return resolve(self.captures, key, call, source=self.path.name, empty="")
 
     def __getitem__(self, key: Any) -> h5py.Dataset:
         """The capture's h5py dataset: lazy, slicing reads only the rows asked for."""
@@ -247,35 +208,6 @@ def open_run(path: str | Path) -> Run:
     if path.is_dir():
         path = path / "captures.h5"
     return Run(path)
-
-
-def row_index(f: h5py.File, ds: h5py.Dataset) -> np.ndarray:
-    """The sample index (or step number) of each row of a capture dataset: its own `<role>.index`
-    where it skipped batches, else the first rows of /samples/index (or 0, 1, ... for per-step rows)."""
-    if ds.attrs.get("index"):
-        return ds.parent[ds.attrs["index"]][:]
-    if str(ds.attrs["rows"]) == "tokens":  # rows: token: the sample of each token row
-        return f["samples/token_sample"][: ds.shape[0]]
-    if str(ds.attrs["rows"]) == "steps":
-        return np.arange(ds.shape[0])
-    return f["samples/index"][: ds.shape[0]]
-
-
-def list_captures(f: h5py.File) -> list[CaptureInfo]:
-    """Every capture dataset of an open file: the datasets under /captures with a `role` attribute."""
-    found: list[CaptureInfo] = []
-    if "captures" not in f:
-        return found
-
-    def visit(name: str, obj: Any) -> None:
-        if isinstance(obj, h5py.Dataset) and "role" in obj.attrs:
-            a = obj.attrs
-            nbytes = obj.size * obj.dtype.itemsize if obj.is_virtual else obj.id.get_storage_size()  # a view: its rows' bytes
-            found.append(CaptureInfo(str(a["hook"]), str(a["module"]), str(a["role"]), int(a["call"]), str(a["type"]),
-                                     tuple(obj.shape), str(obj.dtype), str(a["rows"]), obj.name, nbytes))
-
-    f["captures"].visititems(visit)
-    return found
 
 
 def _strings(ds: h5py.Dataset) -> list[str]:

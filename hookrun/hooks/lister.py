@@ -18,9 +18,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from hookrun.errors import ConfigError, close_matches
+from hookrun.errors import ConfigError, NotFoundError
 from hookrun.hooks.events import flatten
-from hookrun.hooks.plan import glob_regex, is_glob
+from hookrun.hooks.plan import resolve_targets, unwrap
 
 
 @dataclass
@@ -66,7 +66,7 @@ def list_modules(model: nn.Module, example: Any = None, match: str | None = None
     """
     if not isinstance(model, nn.Module):
         raise ConfigError(f"modules: expected a torch.nn.Module, got {type(model).__name__}")
-    named = dict(model.named_modules())
+    named = dict(unwrap(model).named_modules())  # the names `at:` takes (inside DDP / torch.compile wrappers)
     chosen = _select(model, list(named), match)
     table = ModuleTable(ModuleInfo(n, type(named[n]).__name__, sum(p.numel() for p in named[n].parameters()))
                         for n in chosen)
@@ -89,20 +89,13 @@ def list_modules(model: nn.Module, example: Any = None, match: str | None = None
 
 
 def _select(model: nn.Module, names: list[str], match: str | None) -> list[str]:
+    """The names `match` selects, by the plan's own matching (what `hooks.NAME.at: MATCH` would hook)."""
     if match is None:
         return names
-    if not is_glob(match):
-        if match in names:
-            return [match]
-        hint = close_matches(match, [n for n in names if n])
-        raise ConfigError(f"--match: {type(model).__name__} has no module {match!r}; closest names: {', '.join(hint) or 'none'}")
-    regex = glob_regex(match)
-    hits = [n for n in names if regex.match(n)]
-    if not hits:
-        top = [n for n in names if n and "." not in n][:12]
-        raise ConfigError(f"--match: the pattern {match!r} matches no module of {type(model).__name__}; "
-                          f"top-level modules: {', '.join(top)} (`*` stays within one dotted part, `**` crosses them)")
-    return hits
+    try:
+        return [name for name, _ in resolve_targets(model, [match], hook="", where="--match")]
+    except NotFoundError as exc:  # an exact name that is not there: the lister's error is a ConfigError
+        raise ConfigError(str(exc)) from None
 
 
 def _seen_input(info: ModuleInfo):

@@ -21,19 +21,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
 from hookrun.config.specs import parse_hooks
-from hookrun.errors import ConfigError, NotFoundError, RunError, close_matches
+from hookrun.errors import ConfigError, RunError
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.actions.record import DTYPES
 from hookrun.hooks.generation import GenerationTracker, continues
 from hookrun.hooks.plan import make_plan
 from hookrun.hooks.session import HookSession
 from hookrun.store.records import Capture, CaptureKey
+from hookrun.store.schema import resolve
 
 Key = tuple[str, str, str]  # (hook, module, role); a role of a later call reads "output@1"
 
@@ -95,24 +97,10 @@ class Captured(Mapping):
         return list(self._parts[self.find(*key)])
 
     def find(self, *key: str) -> Key:
-        """The full (hook, module, role) of `(module, role)`, `(hook, module, role)` or 'hook/module/role'."""
-        if len(key) == 1 and isinstance(key[0], str) and "/" in key[0]:
-            key = tuple(key[0].split("/"))
-        if len(key) not in (2, 3):
-            raise NotFoundError(f"a capture is named by (module, role) or (hook, module, role), got {key!r}")
-        hook, module, role = (None, *key) if len(key) == 2 else key
-        module = "" if module == "(model)" else module
-        hits = [k for k in self._parts if k[1] == module and k[2] == role and (hook is None or k[0] == hook)]
-        if len(hits) == 1:
-            return hits[0]
-        if hits:
-            raise NotFoundError(f"several hooks recorded {module!r} {role!r}: give the hook too, one of "
-                                f"{', '.join(sorted(k[0] for k in hits))}")
-        labels = ["/".join((h, m or "(model)", r)) for h, m, r in self._parts]
-        want = "/".join(k for k in (hook, module or "(model)", role) if k is not None)
-        hint = close_matches(want, labels)
-        raise NotFoundError(f"no capture {want!r}; {'closest' if hint else 'captures'}: "
-                            f"{', '.join(hint or labels[:10]) or 'none (did the model run inside the block?)'}")
+        """The full (hook, module, role) of `(module, role)`, `(hook, module, role)` or 'hook/module/role'
+        (store/schema.resolve: the same names and errors as a file's `Run.find`)."""
+        named = [_Named(*k) for k in self._parts]
+        return resolve(named, key, empty="none (did the model run inside the block?)").key
 
     def __repr__(self) -> str:
         return f"Captured(steps={self.steps}, {{{', '.join(f'{self._label(k)}: {self._shape(k)}' for k in self._parts)}}})"
@@ -198,6 +186,24 @@ def _batch_size(args: tuple, kwargs: dict) -> int:
         if isinstance(value, torch.Tensor) and value.dim() > 0:
             return int(value.shape[0])
     return 0
+
+
+@dataclass(frozen=True)
+class _Named:
+    """An in-memory key as store/schema.resolve sees it (a later call is in the role: output@1)."""
+
+    hook: str
+    module: str
+    role: str
+    call: int = 0
+
+    @property
+    def key(self) -> Key:
+        return self.hook, self.module, self.role
+
+    @property
+    def label(self) -> str:
+        return "/".join((self.hook, self.module or "(model)", self.role))
 
 
 def _key(key: CaptureKey) -> Key:

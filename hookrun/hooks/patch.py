@@ -17,10 +17,10 @@ import h5py
 import numpy as np
 import torch
 
-from hookrun.analysis.run import CaptureInfo, list_captures, row_index
 from hookrun.errors import ConfigError, HookrunError, RunError
 from hookrun.hooks.ops import OpContext, register_op
 from hookrun.store.merge import check_sources
+from hookrun.store.schema import CaptureMeta, RowKind, list_captures, matches, row_index
 
 
 @register_op("patch")
@@ -50,7 +50,8 @@ class PatchSource:
             raise ConfigError(f"{where}: {exc}") from None
         captures = list_captures(self.file)
         available = [f"{c.hook}/{c.module or '(model)'}/{c.role}" for c in captures]
-        found = [self.file[c.path] for c in captures if _matches(c, hook, module, role, family)]
+        found = [self.file[c.path] for c in captures
+                 if matches(c, hook, module, role or family, family=role is None)]
         if not found:
             listing = ", ".join(sorted(set(available))[:12]) or "none"
             want = f"module {module!r}, role {role or family!r}" + (f", hook {hook!r}" if hook else "")
@@ -61,7 +62,8 @@ class PatchSource:
         self.columns: dict[tuple[str, int], tuple[h5py.Dataset, dict[int, int]]] = {}
         planned = env.planned_samples if env is not None else None
         for ds in found:
-            if ds.attrs["rows"] != "samples":
+            meta = CaptureMeta.from_attrs(ds.attrs)
+            if meta.rows is not RowKind.SAMPLES:
                 raise ConfigError(f"{where}: {ds.name} has one row per step, not per sample; only per-sample captures can be patched in")
             index = row_index(self.file, ds)
             rowmap = {int(i): r for r, i in enumerate(index)}
@@ -70,7 +72,7 @@ class PatchSource:
                 if len(missing):
                     raise ConfigError(f"{where}: {ds.name} lacks sample index {', '.join(map(str, missing[:5]))}"
                                       f"{' ...' if len(missing) > 5 else ''} ({len(missing)} of this run's samples)")
-            self.columns[(str(ds.attrs["role"]), int(ds.attrs["call"]))] = (ds, rowmap)
+            self.columns[(meta.role, meta.call)] = (ds, rowmap)
         self.role = role
         self.where = where
 
@@ -85,11 +87,6 @@ class PatchSource:
             raise RunError(f"{self.where}: {ds.name} lacks sample index {exc.args[0]}") from None
         data = _read_rows(ds, rows)
         return torch.from_numpy(data).to(device=x.device, dtype=x.dtype)
-
-
-def _matches(c: CaptureInfo, hook: str | None, module: str, role: str | None, family: str) -> bool:
-    role_ok = c.role == role if role else (c.role == family or c.role.startswith(family + "."))
-    return c.module == module and role_ok and (hook is None or c.hook == hook)
 
 
 def _read_rows(ds: h5py.Dataset, rows: np.ndarray) -> np.ndarray:

@@ -60,9 +60,11 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
 
 
 def resolve_targets(
-    model: nn.Module, patterns: Iterable[str], hook: str, kind: str = "module"
+    model: nn.Module, patterns: Iterable[str], hook: str, kind: str = "module", where: str | None = None
 ) -> list[tuple[str, Any]]:
-    """The (name, module-or-parameter) pairs the patterns select, in model order, each once."""
+    """The (name, module-or-parameter) pairs the patterns select, in model order, each once.
+    `where` starts the error messages (default `hooks.HOOK.at`; the lister's is `--match`)."""
+    where = where or f"hooks.{hook}.at"
     model = unwrap(model)
     # every name of a tied parameter (GPT-2's lm_head.weight is transformer.wte.weight)
     table = dict(model.named_parameters(remove_duplicate=False) if kind == "param" else model.named_modules())
@@ -74,7 +76,7 @@ def resolve_targets(
             hits = [n for n in names if regex.match(n)]
             if not hits:
                 raise ConfigError(
-                    f"hooks.{hook}.at: the pattern {pattern!r} matches no {_noun(kind)} of "
+                    f"{where}: the pattern {pattern!r} matches no {_noun(kind)} of "
                     f"{type(model).__name__}; {_hint(pattern, names, kind)}"
                 )
             chosen.update(hits)
@@ -82,7 +84,7 @@ def resolve_targets(
             chosen.add(pattern)
         else:
             raise NotFoundError(
-                f"hooks.{hook}.at: {type(model).__name__} has no {_noun(kind)} {pattern!r}; "
+                f"{where}: {type(model).__name__} has no {_noun(kind)} {pattern!r}; "
                 f"{_hint(pattern, names, kind)}"
             )
     return [(n, table[n]) for n in names if n in chosen]

@@ -20,18 +20,16 @@ import numpy as np
 import torch
 import yaml
 
-from hookrun.analysis.run import list_captures
 from hookrun.config.diff import differing
 from hookrun.errors import ConfigError
 from hookrun.store.h5store import H5Store
 from hookrun.store.records import Capture, CaptureKey, StepRecord
+from hookrun.store.schema import CaptureMeta, RowKind, list_captures
 
 # keys that do not change what is captured
 IGNORED = {"resume", "dry_run", "progress", "imports", "output.overwrite", "output.max_bytes",
            "output.flush_every", "output.path", "output.compression", "data.num_workers"}
 SAMPLE_KEYS = {"index", "step", "target", "path", "token_sample", "token_position", "token_generated"}
-STANDARD_ATTRS = {"hook", "module", "type", "role", "call", "rows", "torch_dtype", "row_shape", "index", "ragged",
-                  "overflow_values"}
 
 
 @dataclass
@@ -125,17 +123,17 @@ class _Column:
 
     def __init__(self, ds: h5py.Dataset, index: np.ndarray, step_of_row: np.ndarray, first_step: int = 0,
                  token_step: np.ndarray | None = None) -> None:
-        a = ds.attrs
+        m = CaptureMeta.from_attrs(ds.attrs)
         self.ds = ds
-        self.tokens = str(a["rows"]) == "tokens"
-        self.ragged = bool(a.get("ragged", False))
-        self.row_shape = tuple(int(d) for d in a["row_shape"])
-        self.key = CaptureKey(str(a["hook"]), str(a["module"]), str(a["type"]), str(a["role"]), int(a["call"]))
-        self.per_step = str(a["rows"]) == "steps"
-        self.torch_dtype = str(a["torch_dtype"])
-        self.attrs = {k: v for k, v in a.items() if k not in STANDARD_ATTRS}
-        self.overflow = int(a.get("overflow_values", 0))  # carried over with the first replayed batch
-        self.own_index = ds.parent[a["index"]][:] if a.get("index") else None
+        self.tokens = m.rows is RowKind.TOKENS
+        self.ragged = m.ragged
+        self.row_shape = m.row_shape
+        self.key = CaptureKey(m.hook, m.module, m.type, m.role, m.call)
+        self.per_step = m.rows is RowKind.STEPS
+        self.torch_dtype = m.torch_dtype
+        self.attrs = {k: v for k, v in m.extra.items() if k != "overflow_values"}
+        self.overflow = int(m.extra.get("overflow_values", 0))  # carried over with the first replayed batch
+        self.own_index = ds.parent[m.index][:] if m.index else None
         if self.own_index is not None:
             if self.per_step:
                 self.row_step = self.own_index

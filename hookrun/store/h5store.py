@@ -34,6 +34,7 @@ from hookrun.store.h5file import create_hidden
 from hookrun.store.ragged import append_ragged
 from hookrun.store.records import Capture, StepRecord
 from hookrun.store.samples import SampleTable
+from hookrun.store.schema import CaptureMeta
 
 FLUSH_SECONDS = 2.0
 SPACE_MARGIN = 1 << 20  # bytes kept free for metadata and for closing the file
@@ -193,22 +194,16 @@ class H5Store:
         ds = append_ragged(self.file, col.ds if col else None, cap, rec.step, before, self.compression)
         if col is None:
             k = cap.key
-            self._columns[cap.key.path] = _Column(ds, cap.per_step, (k.hook, k.module, k.role, k.call))
+            self._columns[k.path] = _Column(ds, cap.per_step, (k.hook, k.module, k.role, k.call))
 
     def _new_column(self, cap: Capture, arr: np.ndarray, chunk_bytes: int) -> _Column:
         row = arr if cap.per_step else arr[0]
         ds = self._new_dataset(cap.key.path, arr[None] if cap.per_step else arr,
                                max_rows=None if cap.tokens else self.expected[cap.per_step],
                                chunk_bytes=chunk_bytes)
-        k = cap.key
-        ds.attrs.update(
-            hook=k.hook, module=k.module, type=k.type, role=k.role, call=k.call,
-            rows="steps" if cap.per_step else ("tokens" if cap.tokens else "samples"), torch_dtype=cap.torch_dtype,
-            row_shape=np.array(row.shape, dtype=np.int64), index="",
-        )
-        for key, value in cap.attrs.items():
-            ds.attrs[key] = value
-        return _Column(ds, cap.per_step, (k.hook, k.module, k.role, k.call))
+        meta = CaptureMeta.of(cap, row.shape)
+        ds.attrs.update(meta.to_attrs())
+        return _Column(ds, cap.per_step, meta.key)
 
     def _start_index(self, path: str, col: _Column) -> h5py.Dataset:
         """A capture that skipped a batch: index its rows explicitly from now on."""

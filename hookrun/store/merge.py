@@ -20,6 +20,7 @@ import h5py
 import numpy as np
 
 from hookrun.errors import HookrunError, RunError
+from hookrun.store.schema import CaptureMeta, RowKind, is_capture
 
 SAMPLE_DATASETS = ("index", "step", "target", "path")
 FINAL = ("complete", "failed", "interrupted")
@@ -104,7 +105,7 @@ class _Shard:
         found: dict[str, h5py.Dataset] = {}
 
         def visit(name: str, obj: object) -> None:  # (a value returned would stop visititems)
-            if isinstance(obj, h5py.Dataset) and "role" in obj.attrs:
+            if is_capture(obj):
                 found[name] = obj
 
         f["captures"].visititems(visit)
@@ -144,14 +145,15 @@ def _capture(out: h5py.File, name: str, shards: list[_Shard], all_index: np.ndar
     """One capture: its rows from each shard in rank order, capped at `limit` where record had one."""
     full = f"captures/{name}"
     parts, index_parts = [], []
-    attrs = None
+    attrs = meta = None
     for s in shards:
         ds = s.captures.get(name)
         if ds is None:
             continue
-        attrs = attrs or dict(ds.attrs)
-        per_step = str(attrs["rows"]) == "steps"
-        own_name = attrs["index"] if not parts else ds.attrs["index"]  # the first shard's attrs are read already
+        if meta is None:
+            attrs, meta = dict(ds.attrs), CaptureMeta.from_attrs(ds.attrs)
+        per_step = meta.rows is RowKind.STEPS
+        own_name = meta.index if not parts else ds.attrs["index"]  # the first shard's attrs are read already
         own = ds.parent[own_name] if own_name else None
         rows = min(ds.shape[0], own.shape[0] if own is not None else (s.steps if per_step else len(s.index)))
         parts.append((s.path, ds, full, rows))
@@ -161,7 +163,7 @@ def _capture(out: h5py.File, name: str, shards: list[_Shard], all_index: np.ndar
             index_parts.append(np.arange(s.first_step, s.first_step + rows))
         else:
             index_parts.append(s.index[:rows])
-    limit = int(attrs["limit"]) if "limit" in attrs else None
+    limit = int(meta.extra["limit"]) if "limit" in meta.extra else None
     if limit is not None:  # each rank recorded its first `limit` rows; the run's are the first of all
         parts, index_parts = _cap(parts, limit), _cap_arrays(index_parts, limit)
     view = _virtual(out, full, parts)
@@ -169,7 +171,7 @@ def _capture(out: h5py.File, name: str, shards: list[_Shard], all_index: np.ndar
         view.attrs[key] = value
     view.attrs["shard_rows"] = np.array([p[3] for p in parts], dtype=np.int64)
     index = np.concatenate(index_parts) if index_parts else np.zeros(0, np.int64)
-    implicit = np.arange(len(index)) if str(attrs["rows"]) == "steps" else all_index[: len(index)]
+    implicit = np.arange(len(index)) if meta.rows is RowKind.STEPS else all_index[: len(index)]
     if np.array_equal(index, implicit):
         view.attrs["index"] = ""
     else:  # rows that skip samples or steps: the row index, small and written (not a view)

@@ -11,10 +11,10 @@ with /samples/index; `ragged` and `row_shape` attributes say how to restore it (
 from __future__ import annotations
 
 import h5py
-import numpy as np
 
 from hookrun.errors import RunError
 from hookrun.store.records import Capture
+from hookrun.store.schema import CaptureMeta
 
 
 def append_ragged(file: h5py.File, ds: h5py.Dataset | None, cap: Capture, step: int, rows_before: int,
@@ -31,11 +31,7 @@ def append_ragged(file: h5py.File, ds: h5py.Dataset | None, cap: Capture, step: 
     if ds is None:
         ds = file.create_dataset(path, (rows_before,), h5py.vlen_dtype(arrs[0].dtype), maxshape=(None,),
                                  chunks=(256,), compression=compression)
-        k = cap.key
-        ds.attrs.update(hook=k.hook, module=k.module, type=k.type, role=k.role, call=k.call, rows="steps" if cap.per_step else "samples",
-                        ragged=True, torch_dtype=cap.torch_dtype, row_shape=np.array(tail, dtype=np.int64), index="")
-        for key, value in cap.attrs.items():
-            ds.attrs[key] = value
+        ds.attrs.update(CaptureMeta.of(cap, tail).to_attrs())
     if tuple(ds.attrs["row_shape"]) != tail:
         raise RunError(f"{path}: batch {step} has rows of shape (n, {tail}), earlier batches (n, {tuple(ds.attrs['row_shape'])})")
     if ds.shape[0] != rows_before:

@@ -1,0 +1,213 @@
+"""The capture datasets' schema: their attributes, their row kinds, and how a capture is named.
+
+    meta = CaptureMeta("fmap", "layer1.0", "forward", "output", 0, RowKind.SAMPLES, "float32", (64, 8, 8))
+    ds.attrs.update(meta.to_attrs())             # the writer (h5store, ragged)
+    CaptureMeta.from_attrs(ds.attrs).rows        # RowKind.SAMPLES: merge, resume, patch, readers
+    list_captures(file)                          # every capture dataset of an open file, as CaptureInfo
+    resolve(captures, ("layer1.0", "output"))    # the one capture a (module, role) key names
+
+This module owns the format of one capture (docs/format.md is its prose): whoever writes or reads
+a capture's attributes goes through CaptureMeta, and whoever turns a user's key into a capture
+goes through resolve(), so the file run, the merged view, resume, patch, `Run.find` and
+`Captured.find` agree on every name and every error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Protocol, TypeVar
+
+import h5py
+import numpy as np
+
+from hookrun.errors import NotFoundError, close_matches
+from hookrun.store.records import Capture
+
+MODEL_LABEL = "(model)"  # how the whole model (module path '') is shown; '__model__' is its group name on disk
+
+
+class RowKind(str, Enum):
+    """What one row of a capture is (the `rows` attribute; the strings are the file's)."""
+
+    SAMPLES = "samples"  # one row per sample, aligned with /samples/index (or its own `<role>.index`)
+    STEPS = "steps"  # one row per batch (parameter gradients, `rows: step`)
+    TOKENS = "tokens"  # one row per real token, aligned with /samples/token_sample
+
+    def __str__(self) -> str:
+        return self.value
+
+
+STANDARD = ("hook", "module", "type", "role", "call", "rows", "torch_dtype", "row_shape", "index", "ragged")
+
+
+@dataclass
+class CaptureMeta:
+    """A capture's attributes: where it was hooked, what a row is, and what record did to it."""
+
+    hook: str
+    module: str  # module path ('' is the whole model), parameter name or op site
+    type: str  # the hook type (forward, backward, tensor, ...)
+    role: str  # input, output, grad_input.0, ...
+    call: int
+    rows: RowKind
+    torch_dtype: str  # the dtype the tensor had before the storage cast
+    row_shape: tuple[int, ...]
+    index: str = ""  # the sibling dataset with each row's sample (or step) index, where rows skip
+    ragged: bool = False  # variable-length rows (one flattened row per sample or step)
+    extra: dict[str, Any] = field(default_factory=dict)  # reduce, select, every, limit, overflow_values, ...
+
+    def to_attrs(self) -> dict[str, Any]:
+        attrs = {"hook": self.hook, "module": self.module, "type": self.type, "role": self.role, "call": self.call,
+                 "rows": self.rows.value, "torch_dtype": self.torch_dtype,
+                 "row_shape": np.array(self.row_shape, dtype=np.int64), "index": self.index}
+        if self.ragged:
+            attrs["ragged"] = True
+        return {**attrs, **self.extra}
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any]) -> CaptureMeta:
+        a = attrs
+        return cls(str(a["hook"]), str(a["module"]), str(a["type"]), str(a["role"]), int(a["call"]), RowKind(str(a["rows"])),
+                   str(a.get("torch_dtype", "")), tuple(int(d) for d in a.get("row_shape", ())), str(a.get("index", "") or ""),
+                   bool(a.get("ragged", False)), {k: _plain(v) for k, v in a.items() if k not in STANDARD})
+
+    @classmethod
+    def of(cls, cap: Capture, row_shape: tuple[int, ...]) -> CaptureMeta:
+        """The attributes a capture's dataset gets when its first batch is written."""
+        k = cap.key
+        rows = RowKind.STEPS if cap.per_step else RowKind.TOKENS if cap.tokens else RowKind.SAMPLES
+        return cls(k.hook, k.module, k.type, k.role, k.call, rows, cap.torch_dtype, tuple(row_shape),
+                   ragged=cap.ragged, extra=dict(cap.attrs))
+
+    @property
+    def key(self) -> tuple[str, str, str, int]:
+        return self.hook, self.module, self.role, self.call
+
+    @property
+    def label(self) -> str:
+        return label(self.hook, self.module, self.role, self.call)
+
+
+def is_capture(obj: Any) -> bool:
+    """Whether an HDF5 object is a capture dataset (a dataset with a `role` attribute)."""
+    return isinstance(obj, h5py.Dataset) and "role" in obj.attrs
+
+
+def label(hook: str, module: str, role: str, call: int = 0) -> str:
+    """'hook/module/role' ('@call' after a later call's role; '(model)' for the whole model)."""
+    return f"{hook}/{module or MODEL_LABEL}/{role}" + (f"@{call}" if call else "")
+
+
+@dataclass(frozen=True)
+class CaptureInfo:
+    """One capture dataset of an open file, as the readers list it."""
+
+    hook: str
+    module: str
+    role: str
+    call: int
+    type: str
+    shape: tuple[int, ...]
+    dtype: str
+    rows: str  # a RowKind value: samples | steps | tokens
+    path: str  # the dataset's path in the file
+    nbytes: int  # on disk
+
+    @property
+    def label(self) -> str:
+        return label(self.hook, self.module, self.role, self.call)
+
+
+def list_captures(f: h5py.File) -> list[CaptureInfo]:
+    """Every capture dataset of an open file (those under /captures with a `role` attribute)."""
+    found: list[CaptureInfo] = []
+    if "captures" not in f:
+        return found
+
+    def visit(name: str, obj: Any) -> None:
+        if is_capture(obj):
+            m = CaptureMeta.from_attrs(obj.attrs)
+            nbytes = obj.size * obj.dtype.itemsize if obj.is_virtual else obj.id.get_storage_size()  # a view: its rows' bytes
+            found.append(CaptureInfo(m.hook, m.module, m.role, m.call, m.type, tuple(obj.shape), str(obj.dtype),
+                                     m.rows.value, obj.name, nbytes))
+
+    f["captures"].visititems(visit)
+    return found
+
+
+def row_index(f: h5py.File, ds: h5py.Dataset) -> np.ndarray:
+    """The sample index (or step number) of each row of a capture dataset: its own `<role>.index`
+    where it skipped batches, else the first rows of /samples/index (/samples/token_sample for
+    token rows, 0, 1, ... for per-step rows)."""
+    meta = CaptureMeta.from_attrs(ds.attrs)
+    if meta.index:
+        return ds.parent[meta.index][:]
+    if meta.rows is RowKind.TOKENS:
+        return f["samples/token_sample"][: ds.shape[0]]
+    if meta.rows is RowKind.STEPS:
+        return np.arange(ds.shape[0])
+    return f["samples/index"][: ds.shape[0]]
+
+
+# -- naming a capture ------------------------------------------------------------------------------
+class Named(Protocol):
+    hook: str
+    module: str
+    role: str
+    call: int
+
+    @property
+    def label(self) -> str: ...
+
+
+T = TypeVar("T", bound=Named)
+
+
+def parse_key(key: tuple) -> tuple[str | None, str, str]:
+    """(hook or None, module, role) of a key given as (module, role), (hook, module, role) or a
+    'hook/module/role' string; '(model)' and '__model__' name the whole model."""
+    if len(key) == 1 and isinstance(key[0], str) and "/" in key[0]:
+        key = tuple(key[0].split("/"))
+    if len(key) == 2:
+        hook, (module, role) = None, key
+    elif len(key) == 3:
+        hook, module, role = key
+    else:
+        raise NotFoundError(f"a capture is named by (module, role) or (hook, module, role), got {key!r}")
+    return hook, "" if module in (MODEL_LABEL, "__model__") else module, role
+
+
+def matches(item: Named, hook: str | None, module: str, role: str, family: bool = False) -> bool:
+    """Whether `item` is the capture of `module`'s `role` (with `family`: any role of that family,
+    `output` matching `output.1` too), by `hook` where one is given."""
+    role_ok = item.role == role or (family and item.role.startswith(role + "."))
+    return item.module == module and role_ok and (hook is None or item.hook == hook)
+
+
+def resolve(items: Sequence[T], key: tuple, call: int = 0, source: str = "", empty: str = "none") -> T:
+    """The one item a key names (see parse_key), at `call`. NotFoundError where none does (with the
+    closest labels) or where several hooks recorded it (naming them). `source` starts the message
+    (a file's name), `empty` is what to say when there is nothing at all."""
+    if len(key) == 1 and isinstance(key[0], str) and "/" in key[0]:
+        labelled = [c for c in items if c.label == key[0] and c.call == call]
+        if len(labelled) == 1:  # a label, also where the module's name has a '/' in it
+            return labelled[0]
+    hook, module, role = parse_key(key)
+    hits = [c for c in items if matches(c, hook, module, role) and c.call == call]
+    if len(hits) == 1:
+        return hits[0]
+    if hits:
+        raise NotFoundError(f"several hooks recorded {module!r} {role!r}: give the hook too, one of "
+                            f"{', '.join(sorted(c.hook for c in hits))}")
+    labels = [c.label for c in items]
+    want = "/".join(k for k in (hook, module or MODEL_LABEL, role) if k is not None)
+    hint = close_matches(want, labels)
+    head = f"{source} has no capture {want!r}" if source else f"no capture {want!r}"
+    raise NotFoundError(head + (f" call {call}" if call else "")
+                        + f"; {'closest' if hint else 'captures'}: {', '.join(hint or labels[:10]) or empty}")
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
