@@ -1,11 +1,16 @@
 """Ops: tensor -> replacement tensor, used by the modify actions.
 
-    op = build_op("scale", {"factor": 0.5}, where="hooks.z.actions.0", point=point, env=env)
+    op = build_op("scale", {"factor": 0.5}, where="hooks.z.actions.0", build=OpBuild(point, "output", env))
     new = op(tensor, ctx)
 
-A built-in op is a name with its parameters as sibling keys of the action; a user's op is a
-`_target_` callable that gets the tensor (and `ctx=` where it accepts that keyword) and returns
-the replacement. `ctx` holds the hook name, module, role, step, call and the batch's sample indices.
+A built-in op is a name with its parameters as sibling keys of the action: a factory registered
+with `@register_op(NAME)` whose parameters are the config keys, returning `op(x, ctx) -> tensor`.
+A factory that needs more than its keys declares a keyword-only `build` parameter and gets the
+one build context every op is made with (OpBuild: the hook point, the role family it replaces,
+the run's ActionEnv); `patch` (an earlier run's file) and `splice` (a learned module) are ordinary
+ops of that kind. A user's op is a `_target_` callable that gets the tensor (and `ctx=` where it
+accepts that keyword) and returns the replacement. `ctx` (OpContext) holds the hook name, the
+module's path and the module itself, role, step, call and the batch's sample indices.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Any
 
 import torch
 
-from hookrun.config.build import build
+from hookrun.config.build import build as build_node
 from hookrun.errors import ConfigError, NotFoundError
 from hookrun.hooks.registry import Registry
 
@@ -40,6 +45,19 @@ class OpContext:
     def module_name(self) -> str:
         """The module's path: the name `ctx.module` had before 0.2 (kept for users' ops)."""
         return self.module
+
+
+@dataclass(frozen=True)
+class OpBuild:
+    """What an op factory may need besides its config keys (declare `*, build: OpBuild`)."""
+
+    point: Any  # the HookPoint: .hook, .type, .module (its path), .target (the nn.Module)
+    family: str  # the role family the action replaces: input, output or grad_input (an event's `writable`)
+    env: Any  # the run's ActionEnv: planned samples, closers run at the end of the run
+
+    @property
+    def where(self) -> str:
+        return f"hooks.{self.point.hook}"
 
 
 OPS: Registry[Callable[..., Op]] = Registry("op")
@@ -129,12 +147,13 @@ def constant(value: float) -> Op:
     return lambda x, ctx: torch.full_like(x, value)
 
 
-def build_op(op: Any, params: Mapping, where: str, **patch_args: Any) -> Op:
-    """An Op from a name with params, or from a `_target_` node."""
+def build_op(op: Any, params: Mapping, where: str, build: OpBuild | None = None) -> Op:
+    """An Op from a name with params, or from a `_target_` node; a factory with a keyword-only
+    `build` parameter gets `build` (the one build context, the same for every op)."""
     if isinstance(op, Mapping):
         if params:
             raise ConfigError(f"{where}: with op: {{_target_: ...}}, put the op's arguments inside the op node, not {sorted(params)}")
-        fn = build(op, f"{where}.op")
+        fn = build_node(op, f"{where}.op")
         if not callable(fn):
             raise ConfigError(f"{where}.op: {op['_target_']!r} built a {type(fn).__name__}, not a callable (add `_partial_: true` for a function)")
         return _user_op(fn)
@@ -145,15 +164,18 @@ def build_op(op: Any, params: Mapping, where: str, **patch_args: Any) -> Op:
     except NotFoundError as exc:
         raise ConfigError(f"{where}.op: {exc}") from None
     sig = inspect.signature(factory)
-    extra = set(sig.parameters) - {"self"}
-    if op == "patch":
-        params = {**params, **patch_args}
-    unknown = sorted(set(params) - extra)
+    takes_build = "build" in sig.parameters and sig.parameters["build"].kind is inspect.Parameter.KEYWORD_ONLY
+    keys = set(sig.parameters) - {"self", "build"}
+    unknown = sorted(set(params) - keys)
     if unknown:
-        raise ConfigError(f"{where}: op {op} has no parameter {', '.join(unknown)}; its parameters: {', '.join(sorted(extra - set(patch_args))) or 'none'}")
-    missing = [n for n, p in sig.parameters.items() if p.default is p.empty and n not in params]
+        raise ConfigError(f"{where}: op {op} has no parameter {', '.join(unknown)}; its parameters: {', '.join(sorted(keys)) or 'none'}")
+    missing = [n for n, p in sig.parameters.items() if p.default is p.empty and n not in params and n != "build"]
     if missing:
         raise ConfigError(f"{where}: op {op} needs {', '.join(missing)} (e.g. {{name: ..., op: {op}, {missing[0]}: ...}})")
+    if takes_build:
+        if build is None:
+            raise ConfigError(f"{where}: op {op} needs a hook point to be built (it is made by a modify action)")
+        return factory(**params, build=build)
     return factory(**params)
 
 

@@ -18,17 +18,18 @@ import numpy as np
 import torch
 
 from hookrun.errors import ConfigError, HookrunError, RunError
-from hookrun.hooks.ops import OpContext, register_op
+from hookrun.hooks.ops import OpBuild, OpContext, register_op
 from hookrun.store.merge import check_sources
 from hookrun.store.schema import CaptureMeta, RowKind, list_captures, matches, row_index
 
 
 @register_op("patch")
-def patch(source: str, hook: str | None = None, module: str | None = None, role: str | None = None,
-          _point: Any = None, _family: str = "output", _env: Any = None):
+def patch(source: str, hook: str | None = None, module: str | None = None, role: str | None = None, *,
+          build: OpBuild):
     if not isinstance(source, str) or not source:
-        raise ConfigError(f"hooks.{_point.hook}: patch needs source: PATH of an earlier run's captures.h5, got {source!r}")
-    return PatchSource(source, hook, module if module is not None else _point.module, role, _family, _point.hook, _env)
+        raise ConfigError(f"{build.where}: patch needs source: PATH of an earlier run's captures.h5, got {source!r}")
+    point = build.point
+    return PatchSource(source, hook, module if module is not None else point.module, role, build.family, point.hook, build.env)
 
 
 class PatchSource:

@@ -20,6 +20,7 @@ from torch import nn
 from hookrun.config.build import build_user_action
 from hookrun.errors import ConfigError, NotFoundError, close_matches
 from hookrun.hooks.actions import ACTIONS
+from hookrun.hooks.actions.base import Callback
 from hookrun.hooks.hook_types import HOOK_TYPES
 from hookrun.hooks.points import HookPoint
 
@@ -134,7 +135,8 @@ def make_plan(model: nn.Module, specs: list, env: Any, mode: str) -> list[HookPo
             point = HookPoint(spec.name, spec.type, name, target)
             for action_spec in spec.actions:
                 if action_spec.is_target:
-                    point.actions.append(build_user_action(action_spec, point, hook_type, env))
+                    fn = build_user_action(action_spec, point, hook_type, env)
+                    point.actions.append(Callback(fn, point, hook_type, env, where=action_spec.where))
                     continue
                 try:
                     cls = ACTIONS.get(action_spec.name)

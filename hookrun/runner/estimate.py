@@ -86,7 +86,7 @@ def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: Actio
         tokens = as_kwargs(call)["input_ids"].shape[1] + width - 1
     for p in points:
         for action in p.actions:
-            getattr(action, "reset", lambda: None)()
+            action.reset()
     report = Estimate(points, n_samples=n_samples, n_batches=n_batches)
     if generated is not None:
         report.extra_bytes = n_samples * (width * 8 + 24 + tokens * 17)

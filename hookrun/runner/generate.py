@@ -19,8 +19,6 @@ import numpy as np
 import torch
 
 from hookrun.errors import ConfigError, RunError
-from hookrun.hooks.actions.modify import Modify
-from hookrun.hooks.actions.record import Record
 from hookrun.hooks.events import StepState
 from hookrun.hooks.generation import GenerationTracker
 from hookrun.hooks.points import HookPoint
@@ -132,19 +130,14 @@ def prepare_generation(cfg: Any, model: torch.nn.Module, loader: Any, spec: Call
         raise ConfigError(f"generate.max_new_tokens must be a whole number >= 1 (the columns of /samples/generated_ids), got {width!r}")
     if kwargs.get("num_return_sequences", 1) != 1:
         raise ConfigError("generate.num_return_sequences: hookrun keeps one sequence per prompt; run the sweep over seeds instead")
-    records = [p for p in points if any(isinstance(a, Record) for a in p.actions)]
+    records = [p for p in points if any(a.records for a in p.actions)]
     if kwargs.get("num_beams", 1) != 1 and records:
         raise ConfigError(f"generate.num_beams={kwargs['num_beams']} with record (hooks.{records[0].hook}): beams reorder "
                           f"and drop rows at every step, so rows cannot be traced to one sample; record with num_beams=1")
     if kwargs.get("use_cache") is False and points:
         raise ConfigError("generate.use_cache=false: each model call would run the whole sequence again, so hooks "
                           "would see every token many times; keep the KV cache (the default)")
-    for p in points:
-        for a in p.actions:
-            if isinstance(a, Record) and not a.token_rows:
-                raise ConfigError(
-                    f"{a.where}: record in mode=generate needs rows: token: a hook fires on the prompt (batch, T, ...) and "
-                    f"then once per new token (batch, 1, ...), so rows of one shape per sample or step cannot hold it")
+    check_modes(points, "generate")
     dataset = loader.dataset.dataset  # under the Indexed wrapper
     tokenizer = getattr(dataset, "tokenizer", None)
     tokenizer = tokenizer if callable(getattr(tokenizer, "decode", None)) else None
@@ -156,7 +149,7 @@ def prepare_generation(cfg: Any, model: torch.nn.Module, loader: Any, spec: Call
     if getattr(tokenizer, "padding_side", "left") != "left":
         tokenizer.padding_side = "left"  # for a dataset that tokenizes in __getitem__ (data=text pads when built: pad_left)
     decoder_only = not getattr(getattr(model, "config", None), "is_encoder_decoder", False)
-    modify = [a for p in points for a in p.actions if isinstance(a, Modify) and a.positions != "all"]
+    modify = [a for p in points for a in p.actions if a.positions != "all"]
     if not decoder_only and (records or modify):
         raise ConfigError(f"mode=generate: {type(model).__name__} is an encoder-decoder; record rows: token and positions "
                           f"follow a decoder-only model's calls. Steer it at every call (positions: all), without record")
@@ -165,13 +158,12 @@ def prepare_generation(cfg: Any, model: torch.nn.Module, loader: Any, spec: Call
     return gen
 
 
-def check_positions(points: list[HookPoint]) -> None:
-    """`positions: prompt | generated` outside mode=generate: there are no generated tokens."""
+def check_modes(points: list[HookPoint], mode: str) -> None:
+    """Every action says whether it can run in `mode` (record without rows: token in generate, a
+    `positions:` outside generate ...): the first that cannot is one ConfigError, before any batch."""
     for p in points:
         for a in p.actions:
-            if isinstance(a, Modify) and a.positions != "all":
-                raise ConfigError(f"{a.where}: positions: {a.positions} needs mode=generate (a plain forward pass has "
-                                  f"no generated tokens); drop positions or set mode=generate")
+            a.check_mode(mode)
 
 
 def preflight(model: torch.nn.Module, loader: Any, spec: CallSpec, gen: Generation, device: torch.device) -> None:

@@ -33,12 +33,11 @@ from hookrun.config.schema import HookrunConfig
 from hookrun.config.specs import parse_hooks
 from hookrun.errors import ConfigError
 from hookrun.hooks.actions import ActionEnv
-from hookrun.hooks.actions.record import Record
 from hookrun.hooks.plan import make_plan
 from hookrun.hooks.points import HookPoint
 from hookrun.runner.batches import make_loader
 from hookrun.runner.calls import CallSpec
-from hookrun.runner.generate import check_positions, pad_left, prepare_generation
+from hookrun.runner.generate import check_modes, pad_left, prepare_generation
 from hookrun.runner.loop import LoopSettings
 
 STORE_DTYPES = {"keep": None, "float16": torch.float16, "float32": torch.float32}
@@ -115,7 +114,7 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, da
             check_early_stop(points, mode)
         generation = prepare_generation(cfg, model, loader, spec, points, env.state) if mode == "generate" else None
         if mode != "generate":
-            check_positions(points)
+            check_modes(points, mode)
     except BaseException:
         env.close()
         raise
@@ -140,7 +139,7 @@ def check_early_stop(points: list, mode: str) -> None:
     if mode != "eval":
         raise ConfigError("early_stop=true needs mode=eval: a backward pass needs the whole forward")
     for p in points:
-        if p.type not in ("forward", "forward_pre") or not all(isinstance(a, Record) for a in p.actions):
+        if p.type not in ("forward", "forward_pre") or not all(a.records and not a.modifies for a in p.actions):
             raise ConfigError(
                 f"early_stop=true needs hooks that only record (forward or forward_pre with record actions); "
                 f"hooks.{p.hook} is type {p.type} with {[type(a).__name__ for a in p.actions]}"

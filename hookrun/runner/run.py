@@ -25,7 +25,6 @@ import torch
 from hookrun.analysis.stats import human_bytes
 from hookrun.config.schema import HookrunConfig, load, to_yaml, with_live
 from hookrun.errors import ConfigError
-from hookrun.hooks.actions.record import Record
 from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.session import HookSession
 from hookrun.runner.estimate import estimate
@@ -140,7 +139,7 @@ def execute(p: Prepared, resume: ResumeState | None, started: float) -> RunResul
     name only once it opens, and a resumed file replaces the old one only once it holds its batches."""
     cfg = p.cfg
     log.info("%s on %s, %d hook point(s), writing %s", type(p.model).__name__, p.settings.device, len(p.points), p.out)
-    if not any(isinstance(a, Record) for pt in p.points for a in pt.actions):
+    if not any(a.records for pt in p.points for a in pt.actions):
         log.warning("no hook records anything: the file will hold the sample index and targets only")
     real = real_path(p.out)  # through a symlink: the link stays, its target is written
     if resume is None:
@@ -213,8 +212,7 @@ def restore_limits(points: list[HookPoint], store: H5Store) -> None:
         for p in points:
             if p.hook == hook and p.module == module:
                 for action in p.actions:
-                    if isinstance(action, Record):
-                        action.restore_rows(role, call, rows)
+                    action.restore(role, call, rows)
 
 
 def file_attrs(cfg: HookrunConfig, model: torch.nn.Module, device: torch.device) -> dict:

@@ -1,12 +1,27 @@
-"""The action base: what every action is given (ActionEnv) and the registry of action names.
+"""The action base: what every action is given (ActionEnv), what it declares it can do, and the
+registry of action names.
 
     @register_action("my_action")
     class MyAction(Action):
+        records = True                   # it writes captures (env.captures.add): the runner's checks see it
         def __call__(self, ev): ...
 
 Each action is built once per hook point as ``cls(point, hook_type, env, **params)`` and called
-with every Event of that point. A user's own action is a `_target_` node instead: any callable
-that takes the Event.
+with every Event of that point. The runner never asks an action's class; it asks what the action
+declares:
+
+| declared        | default  | what reads it                                                              |
+|-----------------|----------|----------------------------------------------------------------------------|
+| `records`       | False    | the "no hook records anything" warning; generate's beam check              |
+| `modifies`      | False    | early_stop (only hooks that record and modify nothing may be cut short)    |
+| `positions`     | "all"    | mode=generate: which model calls it acts on (prompt / generated / all)     |
+| `check_mode()`  | accepts  | prepare(): refuse the action for a mode before any batch (one ConfigError) |
+| `reset()`       | no-op    | after the dry-run estimate: forget what the estimate's sample counted      |
+| `restore()`     | no-op    | resume: the rows a replayed file already holds per (role, call)            |
+
+A user's own action may also be a `_target_` node: any callable that takes the Event; it is
+wrapped in a Callback, which reads the same declarations from the callable's attributes
+(`fn.records = True`), so a user's action is seen by every check as a built-in one is.
 """
 
 from __future__ import annotations
@@ -40,6 +55,9 @@ class ActionEnv:
 
 class Action:
     fits: frozenset[str] | None = None  # hook types it may be used with; None: all
+    records: bool = False  # writes captures to the run's file (or the in-memory capture)
+    modifies: bool = False  # replaces what PyTorch computes (an input, output or gradient)
+    positions: str = "all"  # mode=generate: the model calls it acts on (all | prompt | generated)
 
     def __init__(self, point: Any, hook_type: Any, env: ActionEnv, where: str = "") -> None:
         self.point = point
@@ -49,6 +67,33 @@ class Action:
 
     def __call__(self, ev: Event) -> None:
         raise NotImplementedError
+
+    def check_mode(self, mode: str) -> None:
+        """Raise ConfigError where this action cannot run in `mode` (eval | grad | generate)."""
+
+    def reset(self) -> None:
+        """Forget what was counted so far (the dry-run estimate ran one sample through the hooks)."""
+
+    def restore(self, role: str, call: int, rows: int) -> None:
+        """A resumed run: the file already holds `rows` rows of this action's (role, call)."""
+
+
+class Callback(Action):
+    """A user's `_target_` action: any callable taking the Event, with its declarations (records,
+    modifies, positions, check_mode, reset, restore) read from the callable where it has them."""
+
+    def __init__(self, fn: Callable[[Event], Any], point: Any, hook_type: Any, env: ActionEnv, where: str = "") -> None:
+        super().__init__(point, hook_type, env, where)
+        self.fn = fn
+        for name in ("records", "modifies", "positions"):
+            if hasattr(fn, name):
+                setattr(self, name, getattr(fn, name))
+        for name in ("check_mode", "reset", "restore"):
+            if callable(getattr(fn, name, None)):
+                setattr(self, name, getattr(fn, name))
+
+    def __call__(self, ev: Event) -> None:
+        self.fn(ev)
 
 
 ACTIONS: Registry[type[Action]] = Registry("action")

@@ -26,10 +26,12 @@ from hookrun.hooks import patch  # noqa: F401  (registers op "patch")
 from hookrun.hooks.actions.base import ACTIONS, Action
 from hookrun.hooks.events import Event, family, positional_index
 from hookrun.hooks.generation import PHASES
-from hookrun.hooks.ops import OPS, OpContext, build_op
+from hookrun.hooks.ops import OPS, OpBuild, OpContext, build_op
 
 
 class Modify(Action):
+    modifies = True
+
     def __init__(self, point, hook_type, env, where: str = "", op: Any = None, arg: int | str | None = None,
                  positions: str = "all", **params: Any) -> None:
         super().__init__(point, hook_type, env, where)
@@ -38,13 +40,18 @@ class Modify(Action):
         self.positions = positions
         if op is None:
             raise ConfigError(f"{self.where}: needs op: one of {', '.join(OPS)}, or op: {{_target_: my_pkg.fn, _partial_: true}}")
-        self.op = build_op(op, params, self.where, _point=point, _family=hook_type.writable, _env=env)
+        self.op = build_op(op, params, self.where, build=OpBuild(point, hook_type.writable, env))
         self.op_name = op if isinstance(op, str) else str(op.get("_target_", op))
         if arg is not None and (isinstance(arg, bool) or not isinstance(arg, int | str) or arg == ""):
             raise ConfigError(f"{self.where}: arg {arg!r}; give a position (arg: 0) or an argument name (arg: hidden_states)")
         self.arg = arg
         # an argument name that may come positionally: its position in forward()'s signature
         self.position = positional_index(point.target, arg) if isinstance(arg, str) else None
+
+    def check_mode(self, mode: str) -> None:
+        if self.positions != "all" and mode != "generate":
+            raise ConfigError(f"{self.where}: positions: {self.positions} needs mode=generate (a plain forward pass has "
+                              f"no generated tokens); drop positions or set mode=generate")
 
     def in_phase(self, ev: Event) -> bool:
         tokens = ev.state.call_tokens

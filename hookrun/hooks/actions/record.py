@@ -43,6 +43,7 @@ REDUCERS = ("mean", "max", "norm")
 
 @ACTIONS.register("record")
 class Record(Action):
+    records = True
     def __init__(
         self, point, hook_type, env, where: str = "",
         what: str | list[str] | None = None,
@@ -112,9 +113,15 @@ class Record(Action):
         self.rows.clear()
         self.rule.reset()
 
-    def restore_rows(self, role: str, call: int, rows: int) -> None:
+    def restore(self, role: str, call: int, rows: int) -> None:
         """Count the rows a resumed file already holds, so `limit` stops where it would have."""
         self.rows[(role, call)] = rows
+
+    def check_mode(self, mode: str) -> None:
+        if mode == "generate" and not self.token_rows:
+            raise ConfigError(
+                f"{self.where}: record in mode=generate needs rows: token: a hook fires on the prompt (batch, T, ...) and "
+                f"then once per new token (batch, 1, ...), so rows of one shape per sample or step cannot hold it")
 
     def wants(self, role: str) -> bool:
         return not self.what or any(role == w or role.startswith(w + ".") for w in self.what)

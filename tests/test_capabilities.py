@@ -1,0 +1,80 @@
+"""Issue 19.3: actions and ops declare what they can do, so a user's own action or op is treated as
+a built-in one. References: the raw model with a plain forward hook, and numpy on the rows."""
+
+from __future__ import annotations
+
+import logging
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from conftest import make_cfg, small_resnet
+
+import hookrun
+from hookrun.errors import ConfigError
+from hookrun.hooks.actions import Action, register_action
+from hookrun.hooks.ops import register_op
+from hookrun.store.records import Capture, CaptureKey
+
+
+@register_action("test_channel_means")
+class ChannelMeans(Action):
+    """A user's recording action: each sample's per-channel mean of the output."""
+
+    records = True
+
+    def __call__(self, ev) -> None:
+        out = ev.tensors["output"].detach()
+        key = CaptureKey(ev.hook, ev.module, ev.type, "output", ev.call)
+        self.env.captures.add(Capture(key, out.mean(dim=(2, 3)).clone(), False, "float32"))
+
+
+@register_action("test_zero_output")
+class ZeroOutput(Action):
+    modifies = True
+    fits = frozenset({"forward"})
+
+    def __call__(self, ev) -> None:
+        ev.replace("output", torch.zeros_like(ev.tensors["output"]))
+
+
+@register_op("test_scale_by_depth")
+def scale_by_depth(*, build):
+    """A user op that needs its hook point: scale by the number of dots in the module's path + 1."""
+    factor = build.point.module.count(".") + 1.0
+    return lambda x, ctx: x * factor
+
+
+def test_a_user_action_that_records_is_seen_by_early_stop_and_the_warning(tmp_path, checkpoint, dataset, caplog):
+    hooks = {"m": {"at": "layer1", "type": "forward", "actions": [{"name": "test_channel_means"}]}}
+    with caplog.at_level(logging.WARNING, logger="hookrun"):
+        path = hookrun.run(make_cfg(tmp_path, checkpoint, hooks, early_stop=True)).path
+    assert "no hook records anything" not in caplog.text
+    model = small_resnet()
+    model.load_state_dict(torch.load(checkpoint, weights_only=True))
+    seen = []
+    model.layer1.register_forward_hook(lambda m, i, o: seen.append(o.mean(dim=(2, 3))))
+    with torch.no_grad():
+        model.eval()(torch.stack([dataset[i][0] for i in range(len(dataset))]))
+    with h5py.File(path) as f:
+        np.testing.assert_allclose(f["captures/m/layer1/output"][:], seen[0].numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_user_action_that_modifies_is_refused_by_early_stop(tmp_path, checkpoint):
+    hooks = {"z": {"at": "layer1", "type": "forward", "actions": [{"name": "test_zero_output"}]}}
+    with pytest.raises(ConfigError, match="early_stop=true needs hooks that only record"):
+        hookrun.run(make_cfg(tmp_path, checkpoint, hooks, early_stop=True))
+
+
+def test_a_user_op_gets_the_build_context(tmp_path, checkpoint, dataset):
+    hooks = {"s": {"at": "layer1.0", "type": "forward", "actions": [{"name": "modify_output", "op": "test_scale_by_depth"}]},
+             "r": {"at": "fc", "type": "forward", "actions": [{"name": "record", "what": "output"}]}}
+    path = hookrun.run(make_cfg(tmp_path, checkpoint, hooks)).path
+    model = small_resnet()
+    model.load_state_dict(torch.load(checkpoint, weights_only=True))
+    model.layer1[0].register_forward_hook(lambda m, i, o: o * 2.0)  # 'layer1.0': one dot, factor 2
+    with torch.no_grad():
+        want = model.eval()(torch.stack([dataset[i][0] for i in range(len(dataset))]))
+    with h5py.File(path) as f:
+        np.testing.assert_allclose(f["captures/r/fc/output"][:], want.numpy(), rtol=1e-4, atol=1e-5)
