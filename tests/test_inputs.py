@@ -176,13 +176,13 @@ def test_token_positions_count_real_tokens_under_left_padding(tmp_path):
 def test_flattened_batch_times_tokens_rows_follow_the_mask():
     """A (B*T, d) tensor (flattened before an MLP) gives the same token rows as (B, T, d), by a
     hand-flattened mask."""
-    from hookrun.hooks.actions.rows import token_rows
-    from hookrun.hooks.events import StepState
+    from hookrun.hooks.tokens import TokenMap, step_token_rows
 
     mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
-    state = StepState(step=0, batch_size=2, sample_index=torch.tensor([5, 6]), attention_mask=mask)
+    tokens = TokenMap.of_batch(mask)
     t = torch.arange(24.0).view(6, 4)
-    rows = token_rows(t, state, "output", "here")
+    rows = tokens.take(t, 2, "output", "here")
     np.testing.assert_array_equal(rows.numpy(), t[mask.reshape(-1).bool()].numpy())
-    np.testing.assert_array_equal(state.token_map[0], [5, 5, 6])
-    np.testing.assert_array_equal(state.token_map[1], [0, 1, 0])
+    token_map = step_token_rows([tokens], torch.tensor([5, 6]), with_generated=False).columns
+    np.testing.assert_array_equal(token_map[0], [5, 5, 6])
+    np.testing.assert_array_equal(token_map[1], [0, 1, 0])

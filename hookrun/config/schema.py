@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+import torch
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -33,9 +34,15 @@ class Compression(str, Enum):
 
 
 class StoreDtype(str, Enum):
+    """output.dtype: what every capture is stored as (a record action's `dtype` may also say bfloat16)."""
+
     keep = "keep"
     float16 = "float16"
     float32 = "float32"
+
+
+# the one table of storage dtypes: output.dtype, record's dtype and capture(dtype=) all read it
+DTYPES = {"keep": None, "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 @dataclass

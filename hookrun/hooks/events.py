@@ -11,12 +11,15 @@ parts of a tuple get `.0`, `.1`, ... (`input.1`), of a dict `.KEY`. A one-elemen
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from hookrun.errors import RunError
+
+if TYPE_CHECKING:
+    from hookrun.hooks.tokens import TokenMap
 
 
 @dataclass
@@ -27,8 +30,8 @@ class StepState:
     batch_size: int = 0
     sample_index: torch.Tensor | None = None  # dataset indices of the batch's samples
     attention_mask: torch.Tensor | None = None  # (batch, tokens), 1 = a real token, 0 = padding; None: no mask
-    token_map: tuple | None = None  # (sample index, position) of each token row, set by `rows: token` records
-    call_tokens: Any = None  # mode=generate: the TokenMap of the model call in flight (capture.generation)
+    calls: list[TokenMap] = field(default_factory=list)  # the token map of each model call of the step (hooks/tokens.py)
+    call_tokens: TokenMap | None = None  # the map of the model call in flight (the last of `calls`)
 
 
 class Event:

@@ -27,13 +27,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from hookrun.config.schema import DTYPES, StoreDtype
 from hookrun.config.specs import parse_hooks
 from hookrun.errors import ConfigError, RunError
 from hookrun.hooks.actions import ActionEnv
-from hookrun.hooks.actions.record import DTYPES
-from hookrun.hooks.generation import GenerationTracker, continues
 from hookrun.hooks.plan import make_plan
 from hookrun.hooks.session import HookSession
+from hookrun.hooks.tokens import CallTracker, continues, token_columns
 from hookrun.store.records import Capture, CaptureKey
 from hookrun.store.schema import resolve
 
@@ -49,10 +49,12 @@ class Captured(Mapping):
         self._parts: dict[Key, list[torch.Tensor]] = {}
         self._per_step: dict[Key, bool] = {}
         self._cache: dict[Key, torch.Tensor] = {}
-        self._calls: list[tuple[torch.Tensor, Any]] = []  # (sample index, TokenMap) of each model call
+        self._tokens: list[tuple] = []  # the token-row columns of each step that recorded per token
         self.steps = 0
 
-    def add(self, captures: list[Capture]) -> None:
+    def add(self, captures: list[Capture], tokens: tuple | None = None) -> None:
+        if tokens is not None:
+            self._tokens.append(tokens)
         for c in captures:
             key = _key(c.key)
             self._parts.setdefault(key, []).append(c.value)
@@ -62,13 +64,11 @@ class Captured(Mapping):
     @property
     def tokens(self) -> dict[str, torch.Tensor]:
         """The map of `rows: token` rows, in their order: sample index, position, generated (bool)."""
-        parts: dict[str, list[torch.Tensor]] = {"sample": [], "position": [], "generated": []}
-        for index, m in self._calls:
-            b, j = m.valid.cpu().nonzero(as_tuple=True)
-            parts["sample"].append(index[b])
-            parts["position"].append(m.position.cpu()[b, j])
-            parts["generated"].append(torch.full((len(b),), m.generated, dtype=torch.bool))
-        return {k: torch.cat(v) if v else torch.zeros(0, dtype=torch.long) for k, v in parts.items()}
+        names = ("sample", "position", "generated")
+        out = {k: torch.cat([torch.from_numpy(t[i]) for t in self._tokens]) if self._tokens else torch.zeros(0, dtype=torch.long)
+               for i, k in enumerate(names)}
+        out["generated"] = out["generated"].bool()
+        return out
 
     def keys(self) -> list[Key]:  # type: ignore[override]
         return list(self._parts)
@@ -127,8 +127,8 @@ def capture(model: nn.Module, hooks: Mapping, dtype: str = "keep") -> Iterator[C
     """
     if not isinstance(model, nn.Module):
         raise ConfigError(f"capture: expected a torch.nn.Module, got {type(model).__name__}")
-    if dtype not in ("keep", "float16", "float32"):
-        raise ConfigError(f"capture: dtype={dtype!r}; choose from: float16, float32, keep")
+    if dtype not in StoreDtype.__members__:
+        raise ConfigError(f"capture: dtype={dtype!r}; choose from: {', '.join(sorted(StoreDtype.__members__))}")
     env = ActionEnv(store_dtype=DTYPES[dtype])
     cap = Captured()
     try:
@@ -136,7 +136,7 @@ def capture(model: nn.Module, hooks: Mapping, dtype: str = "keep") -> Iterator[C
         steps = _Steps(env, cap)
         eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         eos = [] if eos is None else eos if isinstance(eos, list | tuple) else [eos]
-        tracker = GenerationTracker(model, points, env.state, eos) if callable(getattr(model, "generate", None)) else nullcontext()
+        tracker = CallTracker(model, points, env.state, eos) if callable(getattr(model, "generate", None)) else nullcontext()
         with HookSession(points, env) as session, tracker:
             handles = [model.register_forward_pre_hook(steps.begin(session), with_kwargs=True, prepend=True)]
             try:
@@ -144,8 +144,7 @@ def capture(model: nn.Module, hooks: Mapping, dtype: str = "keep") -> Iterator[C
             finally:
                 for h in handles:
                     h.remove()
-                steps.end_call()
-                cap.add(env.captures.take())
+                steps.end_step()
     finally:
         env.close()
 
@@ -159,8 +158,7 @@ class _Steps:
 
     def begin(self, session: HookSession):
         def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
-            self.end_call()
-            self.cap.add(self.env.captures.take())  # the step before, its backward included
+            self.end_step()  # the step before, its backward included
             n = _batch_size(args, kwargs)
             state = self.env.state
             if continues(args, kwargs) and state.sample_index is not None and len(state.sample_index) == n:
@@ -173,12 +171,10 @@ class _Steps:
 
         return hook
 
-    def end_call(self) -> None:
-        """Keep the token map of the model call that just ended (the GenerationTracker's)."""
-        state = self.env.state
-        if state.call_tokens is not None and state.sample_index is not None:
-            self.cap._calls.append((state.sample_index, state.call_tokens))
-            state.call_tokens = None
+    def end_step(self) -> None:
+        """Collect the step's captures, with its token map where a capture is one row per token."""
+        captures = self.env.captures.take()
+        self.cap.add(captures, token_columns(captures, self.env.state, with_generated=True))
 
 
 def _batch_size(args: tuple, kwargs: dict) -> int:

@@ -20,6 +20,7 @@ from hookrun.hooks.early_stop import EarlyStop, StopForward
 from hookrun.hooks.events import Event
 from hookrun.hooks.hook_types import HOOK_TYPES, Fire
 from hookrun.hooks.plan import HookPoint
+from hookrun.hooks.tokens import TokenMap
 
 __all__ = ["HookSession", "StopForward"]
 
@@ -54,7 +55,9 @@ class HookSession:
                    attention_mask: torch.Tensor | None = None) -> None:
         state = self.env.state
         state.step, state.batch_size, state.sample_index = step, batch_size, sample_index
-        state.attention_mask, state.token_map = attention_mask, None
+        state.attention_mask = attention_mask
+        state.call_tokens = TokenMap.of_batch(attention_mask)  # a CallTracker replaces it at each model call
+        state.calls = [state.call_tokens]
         for point in self.points:
             point.reset()
         if self.early_stop is not None:

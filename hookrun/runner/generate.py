@@ -20,32 +20,20 @@ import torch
 
 from hookrun.errors import ConfigError, RunError
 from hookrun.hooks.events import StepState
-from hookrun.hooks.generation import GenerationTracker
 from hookrun.hooks.points import HookPoint
+from hookrun.hooks.tokens import CallTracker
 from hookrun.runner.batches import first_batch
 from hookrun.runner.calls import CallSpec, ModelCall
-from hookrun.store.records import Capture
 
 log = logging.getLogger("hookrun")
 
 
 @dataclass
 class Generated:
-    """What one batch's generation adds to its StepRecord."""
+    """What one batch's generation adds to its StepRecord (the token map is the step's own:
+    every model call's TokenMap in state.calls, hookrun.hooks.tokens)."""
 
     columns: dict[str, np.ndarray]  # per-sample: generated_ids, generated_length, ..._text
-    tokens: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # the token-row map: sample index, position, generated
-    order: torch.Tensor  # sorts the token rows of a capture by sample, then position
-
-    def sort_rows(self, captures: list[Capture]) -> None:
-        """Put every token-row capture in the map's order (sample by sample, position by position)."""
-        for cap in captures:
-            if not cap.tokens:
-                continue
-            if cap.value.shape[0] != len(self.order):
-                raise RunError(f"{cap.key.path}: record rows: token got {cap.value.shape[0]} rows in a generation of "
-                               f"{len(self.order)} tokens; hook a module that runs once at every model call")
-            cap.value = cap.value[self.order.to(cap.value.device)]
 
 
 @dataclass
@@ -60,26 +48,18 @@ class Generation:
     state: StepState
     tokenizer: Any = None
     decoder_only: bool = True
-    token_rows: bool = False  # some record keeps token rows: the step writes the token map
 
     def step(self, model: torch.nn.Module, call: ModelCall) -> Generated:
         batch = as_kwargs(call)
         if self.decoder_only:
             check_left_padded(batch, f"batch {self.state.step}", RunError)
         seed_batch(self.seed, self.state.step)
-        with GenerationTracker(model, self.points, self.state, self.eos) as tracker, torch.no_grad():
+        with CallTracker(model, self.points, self.state, self.eos), torch.no_grad():
             out = model.generate(**batch, **self.kwargs)
         ids = out if isinstance(out, torch.Tensor) else out.sequences
         prompt = batch["input_ids"]
         new = ids[:, prompt.shape[1]:] if self.decoder_only else ids[:, 1:]  # an encoder-decoder's: after the start token
-        columns = self.columns(prompt, batch.get("attention_mask"), new)
-        if not self.token_rows:
-            return Generated(columns, None, torch.zeros(0, dtype=torch.long))
-        order, sample, position, generated = tracker.rows()
-        index = self.state.sample_index
-        tokens = ((index[sample.cpu()] if index is not None else sample.cpu()).numpy().astype(np.int64),
-                  position.cpu().numpy().astype(np.int64), generated.cpu().numpy().astype(np.uint8))
-        return Generated(columns, tokens, order)
+        return Generated(self.columns(prompt, batch.get("attention_mask"), new))
 
     def columns(self, prompt: torch.Tensor, mask: torch.Tensor | None, new: torch.Tensor) -> dict[str, np.ndarray]:
         new = new.cpu()
@@ -153,7 +133,7 @@ def prepare_generation(cfg: Any, model: torch.nn.Module, loader: Any, spec: Call
     if not decoder_only and (records or modify):
         raise ConfigError(f"mode=generate: {type(model).__name__} is an encoder-decoder; record rows: token and positions "
                           f"follow a decoder-only model's calls. Steer it at every call (positions: all), without record")
-    gen = Generation(kwargs, cfg.seed, width, eos, points, state, tokenizer, decoder_only, bool(records))
+    gen = Generation(kwargs, cfg.seed, width, eos, points, state, tokenizer, decoder_only)
     preflight(model, loader, spec, gen, next(model.parameters()).device)
     return gen
 

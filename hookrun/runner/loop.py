@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 from hookrun.errors import HookrunError, RunError
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.session import HookSession, StopForward
+from hookrun.hooks.tokens import token_columns
 from hookrun.runner.batches import first_batch, make_loader, sample_paths
 from hookrun.runner.calls import CallSpec, ModelCall
 from hookrun.runner.generate import Generated, Generation
@@ -75,8 +76,6 @@ def run_batches(
             generated = run_step(model, call, s)
             session.end_step()
             captures = env.captures.take()
-            if generated is not None:
-                generated.sort_rows(captures)
             writer.put(StepRecord(
                 step=step,
                 sample_index=indices.numpy(),
@@ -85,7 +84,7 @@ def run_batches(
                 captures=captures,
                 ticket=transfer.submit(captures),
                 samples=stored_keys(batch, s.store_keys) if generated is None else {**(stored_keys(batch, s.store_keys) or {}), **generated.columns},
-                tokens=env.state.token_map if generated is None else generated.tokens,
+                tokens=token_columns(captures, env.state, with_generated=s.mode == "generate"),
             ))
             steps += 1
             bar.update()

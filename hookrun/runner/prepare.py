@@ -29,7 +29,7 @@ from hookrun.config.build import (
     import_modules,
     live_model,
 )
-from hookrun.config.schema import HookrunConfig
+from hookrun.config.schema import DTYPES, HookrunConfig
 from hookrun.config.specs import parse_hooks
 from hookrun.errors import ConfigError
 from hookrun.hooks.actions import ActionEnv
@@ -39,8 +39,6 @@ from hookrun.runner.batches import make_loader
 from hookrun.runner.calls import CallSpec
 from hookrun.runner.generate import check_modes, pad_left, prepare_generation
 from hookrun.runner.loop import LoopSettings
-
-STORE_DTYPES = {"keep": None, "float16": torch.float16, "float32": torch.float32}
 
 
 @dataclass
@@ -107,7 +105,7 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, da
     loss = build_loss(cfg.loss) if mode == "grad" else None
     batches = range(len(loader) if cfg.data.limit is None else min(cfg.data.limit, len(loader)))
     planned = np.arange(samples_in(batches, cfg.data.batch_size, len(dataset)))
-    env = ActionEnv(store_dtype=STORE_DTYPES[cfg.output.dtype.value], planned_samples=planned)
+    env = ActionEnv(store_dtype=DTYPES[cfg.output.dtype.value], planned_samples=planned)
     try:
         points = make_plan(model, specs, env, mode)
         if cfg.early_stop and mode != "generate":

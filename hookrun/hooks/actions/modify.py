@@ -25,8 +25,8 @@ from hookrun.errors import ConfigError, HookrunError, RunError
 from hookrun.hooks import patch  # noqa: F401  (registers op "patch")
 from hookrun.hooks.actions.base import ACTIONS, Action
 from hookrun.hooks.events import Event, family, positional_index
-from hookrun.hooks.generation import PHASES
 from hookrun.hooks.ops import OPS, OpBuild, OpContext, build_op
+from hookrun.hooks.tokens import PHASES
 
 
 class Modify(Action):
@@ -55,7 +55,7 @@ class Modify(Action):
 
     def in_phase(self, ev: Event) -> bool:
         tokens = ev.state.call_tokens
-        if tokens is None:
+        if tokens is None or tokens.provisional:  # no CallTracker: a plain forward
             raise RunError(f"{self.where}: positions: {self.positions} needs mode=generate (a plain forward pass has no generated tokens)")
         return tokens.generated == (self.positions == "generated")
 

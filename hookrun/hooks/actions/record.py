@@ -22,22 +22,14 @@ from typing import Any
 
 import torch
 
+from hookrun.config.schema import DTYPES
 from hookrun.errors import ConfigError, HookrunError, RunError, one_of
 from hookrun.hooks.actions.base import ACTIONS, Action
 from hookrun.hooks.actions.dims import check_dim, dim_index, dim_list, parse_select
-from hookrun.hooks.actions.rows import (
-    STEP,
-    RowRule,
-    fits_tokens,
-    last_positions,
-    padding_mask,
-    per_sample_lists,
-    token_rows,
-)
+from hookrun.hooks.actions.rows import STEP, RowRule, last_positions, padding_mask, per_sample_lists
 from hookrun.hooks.events import Event, family, positional_index, positional_role
 from hookrun.store.records import Capture, CaptureKey
 
-DTYPES = {"keep": None, "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 REDUCERS = ("mean", "max", "norm")
 
 
@@ -78,7 +70,7 @@ class Record(Action):
         self.dims = dims if isinstance(dims, list | tuple) else [dims]
         for d in self.dims:
             check_dim(d, self.where)
-        self.select = [parse_select(s, self.where) for s in _as_list(select)]
+        self.selections = [parse_select(s, self.where) for s in _as_list(select)]
         if not isinstance(every, int) or every < 1:
             raise ConfigError(f"{self.where}: record every={every!r}; expected a whole number >= 1")
         if limit is not None and (not isinstance(limit, int) or limit < 1):
@@ -98,8 +90,8 @@ class Record(Action):
         if self.reduce:
             attrs["reduce"] = self.reduce
             attrs["reduce_dims"] = ",".join(map(str, self.dims))
-        if self.select:
-            attrs["select"] = "; ".join(f"dim {d}: {label}" for d, _, label in self.select)
+        if self.selections:
+            attrs["select"] = "; ".join(f"dim {d}: {label}" for d, _, label in self.selections)
         if self.every > 1:
             attrs["every"] = self.every
         if self.limit:
@@ -127,9 +119,22 @@ class Record(Action):
         return not self.what or any(role == w or role.startswith(w + ".") for w in self.what)
 
     def __call__(self, ev: Event) -> None:
-        state = ev.state
-        if state.step % self.every:
+        """select -> shape -> emit, for each tensor of this firing that the action records."""
+        if ev.state.step % self.every:
             return
+        for role, t in self.select(ev):
+            if isinstance(t, list):
+                self._ragged(ev, role, t)
+                continue
+            rows = self.shape_rows(ev, role, t)
+            if rows is not None:
+                self.emit(ev, role, *rows)
+
+    def select(self, ev: Event) -> list[tuple[str, Any]]:
+        """The (role, tensor) pairs of this firing to record: `what` (inputs named by argument also
+        where they came positionally), per-sample lists as ragged rows, and with `rows: token` and
+        no `what` only the tensors over the call's tokens."""
+        state = ev.state
         tensors: dict = ev.tensors
         if self.named:  # input.hidden_states passed positionally: recorded under its name
             tensors = self._by_name(tensors)
@@ -139,49 +144,51 @@ class Record(Action):
             lists = per_sample_lists(ev.raw, "output", state.batch_size)
             if lists is not None:
                 tensors = {r: t for r, t in tensors.items() if family(r) != "output"} | lists
-        for role, t in tensors.items():
-            if t is None or not self.wants(role):
-                continue
-            if isinstance(t, list):
-                self._ragged(ev, role, t)
-                continue
-            if self.token_rows and state.call_tokens is not None:  # inside generate: this model call's tokens
-                if not self.what and not state.call_tokens.fits(t):
-                    continue  # rows=token without `what`: only the (batch, tokens, ...) tensors
-            elif self.token_rows and not self.what and not fits_tokens(t, state):
-                continue  # rows=token without `what`: only the (batch, tokens, ...) tensors
-            k = 1 if self.token_rows else self.rule.layout(role, ev.call, t, state, ev.where)
-            per_step = k == STEP
-            if k > 1:
-                t = t.reshape(state.batch_size, k, *t.shape[1:])
-            index = None
-            if self.limit is not None:
-                done = self.rows.get((role, ev.call), 0)
-                room = self.limit - done
-                if room <= 0:
-                    continue
-                n = 1 if per_step else t.shape[0]
-                if not per_step and room < n:
-                    t = t[:room]
-                    index = state.sample_index[: len(t)].numpy() if state.sample_index is not None else None
-                self.rows[(role, ev.call)] = done + min(n, room)
-            shaped = self._shape(t, ev, role)
-            if self.token_rows and state.call_tokens is not None:  # inside generate: this call's tokens
-                shaped = state.call_tokens.take(shaped, f"{self.where}: {role} of {ev.where}")
-            elif self.token_rows:
-                shaped = token_rows(shaped, state, role, f"{self.where} at {ev.where}")
-            value = snapshot(shaped, self.dtype)
-            overflow = None
-            if self.check_finite:
-                _check_finite(value, ev, role, self.dtype)
-            elif narrows(shaped.dtype, value.dtype):  # counted, without waiting for the device
-                overflow = (torch.isinf(value) & torch.isfinite(shaped)).sum()
-            key = CaptureKey(ev.hook, ev.module, ev.type, role, ev.call)
-            if self.rule.rows == "ragged":  # one variable-length row per step
-                self.env.captures.add(Capture(key, [value.cpu()], True, _dtype_name(t.dtype), self.attrs, ragged=True))
-                continue
-            self.env.captures.add(Capture(key, value, per_step, _dtype_name(t.dtype), self.attrs, index, overflow,
-                                          tokens=self.token_rows))
+        tokens = state.call_tokens
+        return [(role, t) for role, t in tensors.items()
+                if t is not None and self.wants(role)
+                and not (self.token_rows and not self.what and not isinstance(t, list) and not tokens.fits(t, state.batch_size))]
+
+    def shape_rows(self, ev: Event, role: str, t: torch.Tensor) -> tuple | None:
+        """The tensor as the rows to store (layout, `limit`, select/reduce, token rows), with its
+        dtype name, whether it is one row per step, and the rows' sample indices where `limit`
+        cut the batch; None where `limit` is reached."""
+        state = ev.state
+        k = 1 if self.token_rows else self.rule.layout(role, ev.call, t, state, ev.where)
+        per_step = k == STEP
+        if k > 1:
+            t = t.reshape(state.batch_size, k, *t.shape[1:])
+        index = None
+        if self.limit is not None:
+            done = self.rows.get((role, ev.call), 0)
+            room = self.limit - done
+            if room <= 0:
+                return None
+            n = 1 if per_step else t.shape[0]
+            if not per_step and room < n:
+                t = t[:room]
+                index = state.sample_index[: len(t)].numpy() if state.sample_index is not None else None
+            self.rows[(role, ev.call)] = done + min(n, room)
+        shaped = self._shape(t, ev, role)
+        if self.token_rows:  # the model call's real tokens, one row each
+            shaped = state.call_tokens.take(shaped, state.batch_size, role, f"{self.where} at {ev.where}")
+        return shaped, _dtype_name(t.dtype), per_step, index
+
+    def emit(self, ev: Event, role: str, shaped: torch.Tensor, torch_dtype: str, per_step: bool,
+             index: Any) -> None:
+        """A snapshot in the storage dtype (overflow counted or refused) handed to the writer."""
+        value = snapshot(shaped, self.dtype)
+        overflow = None
+        if self.check_finite:
+            _check_finite(value, ev, role, self.dtype)
+        elif narrows(shaped.dtype, value.dtype):  # counted, without waiting for the device
+            overflow = (torch.isinf(value) & torch.isfinite(shaped)).sum()
+        key = CaptureKey(ev.hook, ev.module, ev.type, role, ev.call)
+        if self.rule.rows == "ragged":  # one variable-length row per step
+            self.env.captures.add(Capture(key, [value.cpu()], True, torch_dtype, self.attrs, ragged=True))
+            return
+        self.env.captures.add(Capture(key, value, per_step, torch_dtype, self.attrs, index, overflow,
+                                      tokens=self.token_rows))
 
     def _by_name(self, tensors: dict) -> dict:
         out = None
@@ -222,7 +229,7 @@ class Record(Action):
     def shape(self, t: torch.Tensor, ev: Event, role: str) -> torch.Tensor:
         """select -> reduce, on the tensor's device (not yet a copy, not yet cast)."""
         t = t.detach()  # select and reduce build no graph
-        for dim, index, _ in self.select:
+        for dim, index, _ in self.selections:
             d = dim_index(dim, t.dim(), ev, role)
             if index == "last":  # each sample's last non-padding token; the dim goes
                 t = t.movedim(d, 1)[torch.arange(t.shape[0], device=t.device), last_positions(t.movedim(d, 1), 1, ev.state)]

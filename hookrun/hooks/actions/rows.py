@@ -7,7 +7,8 @@
 sample; a multiple of it (`B*T` flattened tokens, swin's `B*windows`) is folded to one row of
 `(k, ...)` per sample; anything else is one row per step. Later batches keep that decision, so a
 smaller last batch or a batch of 1 cannot flip it. `sample` and `step` force the choice;
-`token` stores one row per non-padding token of `(batch, tokens, ...)` tensors (token_rows);
+`token` stores one row per non-padding token of `(batch, tokens, ...)` tensors (the model call's
+TokenMap, hookrun.hooks.tokens);
 `ragged` one variable-length row per step, for a tensor whose first dim changes from batch to batch
 (detection's box features, `(517, 256, 7, 7)` then `(520, ...)`).
 """
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 
 from hookrun.errors import ConfigError, RunError, one_of
@@ -64,37 +64,6 @@ class RowRule:
                 f"batch), in a record action of its own: {{name: record, what: {role}, rows: step}}"
             )
         return known
-
-
-def fits_tokens(t: torch.Tensor, state: StepState) -> bool:
-    """Whether `t` is (batch, tokens, ...) (or flattened batch*tokens) as the attention mask says."""
-    mask = state.attention_mask
-    if mask is None:
-        return t.dim() >= 2 and t.shape[0] == state.batch_size
-    return t.dim() >= 2 and tuple(t.shape[:2]) == tuple(mask.shape) or (t.dim() >= 1 and t.shape[0] == mask.numel())
-
-
-def token_rows(t: torch.Tensor, state: StepState, role: str, where: str) -> torch.Tensor:
-    """The rows of the non-padding tokens of `t` ((batch, tokens, ...) or (batch*tokens, ...)),
-    in order (sample, position); the step's token map is set from the first such capture."""
-    b = state.batch_size
-    mask = state.attention_mask
-    if mask is not None and t.dim() >= 1 and t.shape[0] == mask.numel() and t.shape[0] != b:
-        t = t.reshape(*mask.shape, *t.shape[1:])
-    if t.dim() < 2 or t.shape[0] != b or (mask is not None and tuple(t.shape[:2]) != tuple(mask.shape)):
-        want = f"the attention mask's {tuple(mask.shape)}" if mask is not None else f"(batch {b}, tokens)"
-        raise RunError(f"{where}: rows=token needs {role} as (batch, tokens, ...) matching {want}; it has shape {tuple(t.shape)}")
-    keep = mask.to(torch.bool) if mask is not None else torch.ones(t.shape[:2], dtype=torch.bool, device=t.device)
-    keep = keep.to(t.device)
-    if state.token_map is None:
-        rows = keep.nonzero()[:, 0].cpu().numpy()
-        position = (keep.long().cumsum(1) - 1)[keep].cpu().numpy()  # among the sample's real tokens: left padding does not count
-        samples = state.sample_index.numpy() if state.sample_index is not None else np.arange(b)
-        state.token_map = (samples[rows], position)
-    elif len(state.token_map[0]) != int(keep.sum()):
-        raise RunError(f"{where}: {role} has {int(keep.sum())} tokens, another rows=token capture of this batch "
-                       f"{len(state.token_map[0])}; token captures must share the batch's tokens")
-    return t[keep]
 
 
 def last_positions(t: torch.Tensor, dim: int, state: StepState) -> torch.Tensor:
