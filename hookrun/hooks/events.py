@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from hookrun.errors import RunError
-
-if TYPE_CHECKING:
-    from hookrun.hooks.tokens import TokenMap
 
 
 @dataclass
@@ -30,8 +27,8 @@ class StepState:
     batch_size: int = 0
     sample_index: torch.Tensor | None = None  # dataset indices of the batch's samples
     attention_mask: torch.Tensor | None = None  # (batch, tokens), 1 = a real token, 0 = padding; None: no mask
-    calls: list[TokenMap] = field(default_factory=list)  # the token map of each model call of the step (hooks/tokens.py)
-    call_tokens: TokenMap | None = None  # the map of the model call in flight (the last of `calls`)
+    calls: list = field(default_factory=list)  # the TokenMap of each model call of the step (hooks/tokens.py)
+    call_tokens: Any = None  # the TokenMap of the model call in flight (the last of `calls`)
 
 
 class Event:
