@@ -9,6 +9,7 @@ Nothing here needs more memory than one block of rows at a time.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -163,26 +164,41 @@ class Run:
         return xr.Dataset(variables, attrs=_plain(self.attrs))
 
     def summary(self, stats: bool = True) -> str:
-        """The text `python -m hookrun.inspect` prints for a run."""
-        a = self.attrs
-        cfg = self.config
-        data = (cfg.get("data") or {}).get("dataset") or {}
-        lines = [
-            f"{self.path}",
-            f"  status    {self.status}   ({a.get('steps_complete')} batches, {a.get('samples_complete')} samples)"
-            + ("" if "config" in self.file.attrs else "   (the file has no config attribute)"),
-            *([f"  shards    {a.get('world_size')} files, view over captures.rank-*.h5"
-               + (f"; not complete: {a['incomplete_shards']}" if a.get("incomplete_shards") else "")] if "shards" in a else []),
-            f"  model     {a.get('model_class')} on {a.get('device')}, mode {a.get('mode')}",
-            f"  data      {data.get('_target_', data.get('live', '?'))}, batch {cfg.get('data', {}).get('batch_size')}",
-            f"  written   {a.get('created')} .. {a.get('finished', '(not finished)')}, hookrun {a.get('hookrun_version')}, torch {a.get('torch_version')}",
-            f"  hooks     {_hooks(cfg)}",
-            "  captures",
-        ]
+        """The text `python -m hookrun.inspect` prints for a run: what the file says, and in one
+        line what it does not (a file written by another tool, or whose attributes were removed)."""
+        a, cfg, f = self.attrs, self.config, self.file
+        missing = [k for k in ("config", "model_class", "device", "mode", "steps_complete", "samples_complete",
+                               "created", "hookrun_version") if k not in f.attrs]
+        samples = a.get("samples_complete", f["samples/index"].shape[0] if "samples/index" in f else 0)
+        steps = a.get("steps_complete", len(np.unique(f["samples/step"][:])) if "samples/step" in f else 0)
+        lines = [f"{self.path}", f"  status    {self.status}   ({steps} batches, {samples} samples)"]
+        if "shards" in a:
+            lines.append(f"  shards    {a.get('world_size')} files, view over captures.rank-*.h5"
+                         + (f"; not complete: {a['incomplete_shards']}" if a.get("incomplete_shards") else ""))
+        model = " ".join(p for p in (a.get("model_class"), a.get("device") and f"on {a['device']}",
+                                      a.get("mode") and f"mode {a['mode']}") if p)
+        if model:
+            lines.append(f"  model     {model}")
+        if cfg:
+            data = (cfg.get("data") or {}).get("dataset") or {}
+            lines.append(f"  data      {data.get('_target_', data.get('live', '?'))}, batch {cfg.get('data', {}).get('batch_size')}")
+        written = ", ".join(p for p in (
+            a.get("created") and f"{a['created']} .. {a.get('finished', '(not finished)')}",
+            a.get("hookrun_version") and f"hookrun {a['hookrun_version']}", a.get("torch_version") and f"torch {a['torch_version']}") if p)
+        if written:
+            lines.append(f"  written   {written}")
+        if cfg:
+            lines.append(f"  hooks     {_hooks(cfg)}")
+        if missing:
+            lines.append(f"  missing   {', '.join(missing)} (not written by hookrun, or removed from the file)")
+        lines.append("  captures")
         if not self.captures:
             lines.append("    (none)")
-        for c in self.captures:
-            row = f"    {c.label:40s} {str(c.shape):24s} {c.dtype:8s} {c.rows:7s} {human_bytes(c.nbytes):>10s}"
+        captures = sorted(self.captures, key=lambda c: natural_key(c.label))
+        width = max((len(c.label) for c in captures), default=0) + 2
+        shape_width = max((len(str(c.shape)) for c in captures), default=0) + 2
+        for c in captures:
+            row = f"    {c.label:{width}s}{str(c.shape):{shape_width}s}{c.dtype:9s}{c.rows:8s}{human_bytes(c.nbytes):>10s}"
             if stats:
                 s = block_stats(self.file[c.path])
                 row += f"  mean {s['mean']:.4g} std {s['std']:.4g} min {s['min']:.4g} max {s['max']:.4g} zeros {s['zeros']:.1%}"
@@ -208,6 +224,11 @@ def open_run(path: str | Path) -> Run:
     if path.is_dir():
         path = path / "captures.h5"
     return Run(path)
+
+
+def natural_key(text: str) -> list:
+    """Sort key that orders the numbers inside names by value: features.4 before features.10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
 def _strings(ds: h5py.Dataset) -> list[str]:

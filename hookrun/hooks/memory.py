@@ -32,7 +32,7 @@ from hookrun.config.specs import parse_hooks
 from hookrun.errors import ConfigError, RunError
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.plan import make_plan
-from hookrun.hooks.session import HookSession
+from hookrun.hooks.session import HookSession, warn_never_fired
 from hookrun.hooks.tokens import CallTracker, continues, token_columns
 from hookrun.store.records import Capture, CaptureKey
 from hookrun.store.schema import resolve
@@ -145,6 +145,8 @@ def capture(model: nn.Module, hooks: Mapping, dtype: str = "keep") -> Iterator[C
                 for h in handles:
                     h.remove()
                 steps.end_step()
+            for point in session.never_fired() if cap.steps else ():  # (not on an exception: the block may have stopped early)
+                warn_never_fired(point.hook, point.module, "in the block", "so cap has no capture from it")
     finally:
         env.close()
 

@@ -20,7 +20,7 @@ import torch
 from hookrun.errors import ConfigError, HookrunError, RunError
 from hookrun.hooks.ops import OpBuild, OpContext, register_op
 from hookrun.store.merge import check_sources
-from hookrun.store.schema import CaptureMeta, RowKind, list_captures, matches, row_index
+from hookrun.store.schema import CaptureMeta, RowKind, damage, list_captures, matches, row_index
 
 
 @register_op("patch")
@@ -49,7 +49,10 @@ class PatchSource:
             check_sources(self.file, path)  # a merged view reads a missing shard as zeros
         except HookrunError as exc:
             raise ConfigError(f"{where}: {exc}") from None
-        captures = list_captures(self.file)
+        try:
+            captures = list_captures(self.file)
+        except HookrunError as exc:
+            raise ConfigError(f"{where}: {exc}; run the clean run again (or point source: at an intact copy)") from None
         available = [f"{c.hook}/{c.module or '(model)'}/{c.role}" for c in captures]
         found = [self.file[c.path] for c in captures
                  if matches(c, hook, module, role or family, family=role is None)]
@@ -63,19 +66,27 @@ class PatchSource:
         self.columns: dict[tuple[str, int], tuple[h5py.Dataset, dict[int, int]]] = {}
         planned = env.planned_samples if env is not None else None
         for ds in found:
-            meta = CaptureMeta.from_attrs(ds.attrs)
-            if meta.rows is not RowKind.SAMPLES:
-                raise ConfigError(f"{where}: {ds.name} has one row per step, not per sample; only per-sample captures can be patched in")
-            index = row_index(self.file, ds)
-            rowmap = {int(i): r for r, i in enumerate(index)}
-            if planned is not None:
-                missing = np.setdiff1d(planned, index)
-                if len(missing):
-                    raise ConfigError(f"{where}: {ds.name} lacks sample index {', '.join(map(str, missing[:5]))}"
-                                      f"{' ...' if len(missing) > 5 else ''} ({len(missing)} of this run's samples)")
-            self.columns[(meta.role, meta.call)] = (ds, rowmap)
+            try:
+                self._add(ds, planned, where)
+            except (KeyError, OSError, RuntimeError) as exc:
+                raise ConfigError(f"{where}: the capture {ds.name} cannot be read: the file is damaged ({damage(exc)}); "
+                                  f"run the clean run again (or point source: at an intact copy)") from None
         self.role = role
         self.where = where
+
+    def _add(self, ds: h5py.Dataset, planned: np.ndarray | None, where: str) -> None:
+        """One capture of the source: its rows by sample index, every planned sample checked."""
+        meta = CaptureMeta.from_attrs(ds.attrs)
+        if meta.rows is not RowKind.SAMPLES:
+            raise ConfigError(f"{where}: {ds.name} has one row per step, not per sample; only per-sample captures can be patched in")
+        index = row_index(self.file, ds)
+        rowmap = {int(i): r for r, i in enumerate(index)}
+        if planned is not None:
+            missing = np.setdiff1d(planned, index)
+            if len(missing):
+                raise ConfigError(f"{where}: {ds.name} lacks sample index {', '.join(map(str, missing[:5]))}"
+                                  f"{' ...' if len(missing) > 5 else ''} ({len(missing)} of this run's samples)")
+        self.columns[(meta.role, meta.call)] = (ds, rowmap)
 
     def __call__(self, x: torch.Tensor, ctx: OpContext) -> torch.Tensor:
         key = (self.role or ctx.role, ctx.call)
@@ -86,7 +97,11 @@ class PatchSource:
             rows = np.array([rowmap[int(i)] for i in ctx.sample_index])
         except KeyError as exc:
             raise RunError(f"{self.where}: {ds.name} lacks sample index {exc.args[0]}") from None
-        data = _read_rows(ds, rows)
+        try:
+            data = _read_rows(ds, rows)
+        except (OSError, RuntimeError) as exc:  # a damaged chunk (or a failed checksum)
+            raise RunError(f"{self.where}: the capture {ds.name} cannot be read at samples "
+                           f"{ctx.sample_index.tolist()[:5]}: the file is damaged ({damage(exc)})") from None
         return torch.from_numpy(data).to(device=x.device, dtype=x.dtype)
 
 

@@ -10,6 +10,7 @@ exception too, so no hook outlives the run.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -22,7 +23,8 @@ from hookrun.hooks.hook_types import HOOK_TYPES, Fire
 from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.tokens import TokenMap
 
-__all__ = ["HookSession", "StopForward"]
+__all__ = ["HookSession", "StopForward", "warn_never_fired"]
+log = logging.getLogger("hookrun")
 
 
 class HookSession:
@@ -93,6 +95,7 @@ class HookSession:
         """The points whose hook has not fired once in this session (a module that never ran)."""
         return [p for p, n in zip(self.points, self.fired, strict=True) if not n]
 
+
     def _firing(self, point: HookPoint, i: int) -> Fire:
         """The point's fire(call, tensors, writable): what it needs is bound once, here, so that a
         firing touches as few objects as it can (a hook fires 10^5-10^7 times in a run)."""
@@ -110,3 +113,8 @@ class HookSession:
             return ev
 
         return fire
+
+
+def warn_never_fired(hook: str, module: str, where: str = "in any batch", then: str = "so the file has no capture from it") -> None:
+    """The one warning for a hook that never fired (a file run's end report, hookrun.capture's end)."""
+    log.warning("hook %r never fired: module %r did not run %s (%s)", hook, module or "(model)", where, then)

@@ -85,6 +85,7 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, da
         raise ConfigError(f"data.batch_size must be at least 1 and at most {sys.maxsize}, got {cfg.data.batch_size}")
     if not -(2**63) <= cfg.seed < 2**64:
         raise ConfigError(f"seed: {cfg.seed} is out of range; use a whole number from 0 to {2**64 - 1} (2**64 - 1)")
+    check_not_a_patch_source(specs, cfg.output.path)
     out = check_output(cfg.output.path, cfg.output.overwrite or not check_exists, create=not cfg.dry_run)
 
     seed_everything(cfg.seed)
@@ -126,6 +127,19 @@ def samples_in(batches: range, batch_size: int, dataset_size: int) -> int:
     if not len(batches):
         return 0
     return max(0, min(dataset_size, batches.stop * batch_size) - batches.start * batch_size)
+
+
+def check_not_a_patch_source(specs: list, output: str) -> None:
+    """A run must not write the file it patches from: output.overwrite would truncate the clean
+    run while it is read. Refused before anything is opened."""
+    out = Path(output).expanduser().resolve()
+    for spec in specs:
+        for action in spec.actions:
+            source = action.params.get("source") if action.params.get("op") == "patch" else None
+            if isinstance(source, str) and source and Path(source).expanduser().resolve() == out:
+                raise ConfigError(f"output.path {output!r} is the patch source of hooks.{spec.name} "
+                                  f"({action.where}.source): the run would overwrite the file it reads; "
+                                  f"write the patched run to another output.path")
 
 
 def dataset_name(cfg: HookrunConfig) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from hookrun.hooks.session import HookSession
+from hookrun.hooks.session import HookSession, warn_never_fired
 from hookrun.runner.resume import ResumeState
 from hookrun.store.h5store import H5Store
 
@@ -34,6 +34,5 @@ def end_report(session: HookSession, store: H5Store, resume: ResumeState | None,
     names = sorted(unfired)
     for name in names if complete else ():  # (a run that stopped early may not have reached them)
         hook, module = name.split("@", 1)
-        log.warning("hook %r never fired: module %r did not run in any batch (so the file has no capture from it)",
-                    hook, module or "(model)")
+        warn_never_fired(hook, module)
     return {"hooks_not_fired": ", ".join(names)}

@@ -28,6 +28,7 @@ from hookrun.errors import ConfigError
 from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.session import HookSession
 from hookrun.runner.estimate import estimate
+from hookrun.runner.live import borrowed
 from hookrun.runner.loop import run_batches
 from hookrun.runner.prepare import Prepared, check_output, dataset_name, prepare
 from hookrun.runner.ranks import detect
@@ -59,11 +60,12 @@ def run(cfg: Any, model: torch.nn.Module | None = None, dataset: Any = None) -> 
     started = time.perf_counter()
     cfg = load(with_live(cfg, model, dataset))
     ranks = detect()
-    if ranks.many:  # one rank of torchrun / submitit / srun: its shard, then (rank 0) the merged view
-        return ShardRun(cfg, ranks).run(lambda c, adjust: _locked(c, started, model, dataset, adjust))
-    if cfg.resume:
-        check_not_a_view(Path(cfg.output.path).expanduser())
-    return _locked(cfg, started, model, dataset)
+    with borrowed(model):  # a live model comes back as it went in (mode, flags, devices, grads)
+        if ranks.many:  # one rank of torchrun / submitit / srun: its shard, then (rank 0) the merged view
+            return ShardRun(cfg, ranks).run(lambda c, adjust: _locked(c, started, model, dataset, adjust))
+        if cfg.resume:
+            check_not_a_view(Path(cfg.output.path).expanduser())
+        return _locked(cfg, started, model, dataset)
 
 
 def _locked(cfg: HookrunConfig, started: float, model: torch.nn.Module | None, dataset: Any,

@@ -22,7 +22,7 @@ from typing import Any, Protocol, TypeVar
 import h5py
 import numpy as np
 
-from hookrun.errors import NotFoundError, close_matches
+from hookrun.errors import HookrunError, NotFoundError, close_matches
 from hookrun.store.records import Capture
 
 MODEL_LABEL = "(model)"  # how the whole model (module path '') is shown; '__model__' is its group name on disk
@@ -121,20 +121,40 @@ class CaptureInfo:
 
 
 def list_captures(f: h5py.File) -> list[CaptureInfo]:
-    """Every capture dataset of an open file (those under /captures with a `role` attribute)."""
+    """Every capture dataset of an open file (those under /captures with a `role` attribute), depth
+    first in name order. An object that HDF5 cannot open (a damaged header) is a HookrunError
+    naming it, never a traceback or a silently shorter list."""
     found: list[CaptureInfo] = []
     if "captures" not in f:
         return found
 
-    def visit(name: str, obj: Any) -> None:
-        if is_capture(obj):
-            m = CaptureMeta.from_attrs(obj.attrs)
-            nbytes = obj.size * obj.dtype.itemsize if obj.is_virtual else obj.id.get_storage_size()  # a view: its rows' bytes
-            found.append(CaptureInfo(m.hook, m.module, m.role, m.call, m.type, tuple(obj.shape), str(obj.dtype),
-                                     m.rows.value, obj.name, nbytes))
+    def walk(group: h5py.Group) -> None:
+        for name in group:  # the names come from the group's link table, even for a damaged object
+            try:
+                obj = group[name]
+                if isinstance(obj, h5py.Group):
+                    walk(obj)
+                    continue
+                if not is_capture(obj):
+                    continue
+                m = CaptureMeta.from_attrs(obj.attrs)
+                nbytes = obj.size * obj.dtype.itemsize if obj.is_virtual else obj.id.get_storage_size()  # a view: its rows' bytes
+                found.append(CaptureInfo(m.hook, m.module, m.role, m.call, m.type, tuple(obj.shape), str(obj.dtype),
+                                         m.rows.value, obj.name, nbytes))
+            except (KeyError, OSError, RuntimeError, ValueError) as exc:
+                raise HookrunError(f"the capture {group.name}/{name} cannot be read: the file is damaged "
+                                   f"({damage(exc)})") from None
 
-    f["captures"].visititems(visit)
+    walk(f["captures"])
     return found
+
+
+def damage(exc: BaseException) -> str:
+    """HDF5's own reason, without h5py's prefix ('Unable to synchronously open object (...)')."""
+    text = str(exc).strip().strip("'\"")
+    if "(" in text and text.endswith(")"):
+        text = text[text.index("(") + 1 : -1]
+    return text or type(exc).__name__
 
 
 def row_index(f: h5py.File, ds: h5py.Dataset) -> np.ndarray:
