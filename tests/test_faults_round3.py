@@ -99,3 +99,111 @@ def test_run_with_a_live_model_restores_its_mode_and_flags(tmp_path, checkpoint,
     assert all(p.grad is None for p in model.parameters())
     with h5py.File(tmp_path / "c.h5") as f:
         assert np.isfinite(f["captures/g/layer1/grad"][:]).all()
+
+
+# -- 3. batches that do not fit the forward ---------------------------------------------------------
+class TakesX(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+class DictItems(torch.utils.data.Dataset):
+    def __init__(self, target_none: bool = False) -> None:
+        self.x, self.none = torch.randn(6, 4), target_none
+
+    def __len__(self) -> int:
+        return 6
+
+    def __getitem__(self, i):
+        return {"image": self.x[i], "label": None if self.none else i % 3}
+
+
+def _cfg(tmp_path, **over):
+    hooks = {"r": {"at": "lin", "type": "forward", "actions": [{"name": "record", "what": "output"}]}}
+    return {"data": {"batch_size": 2}, "device": "cpu", "progress": False, "hooks": hooks,
+            "output": {"path": str(tmp_path / "c.h5")}, **over}
+
+
+def test_dict_keys_that_are_not_the_forwards_arguments_name_the_mapping(tmp_path):
+    with pytest.raises(ConfigError, match=r"items' keys \(image; target label\) .* TakesX\.forward takes x, not image; "
+                                          r"map them with data.inputs='\{x: image\}'"):
+        hookrun.run(_cfg(tmp_path), model=TakesX(), dataset=DictItems())
+    assert not (tmp_path / "c.h5").exists()
+    cfg = _cfg(tmp_path)
+    cfg["data"]["inputs"] = {"x": "image"}  # the line the message gives works
+    ds = DictItems()
+    path = hookrun.run(cfg, model=TakesX(), dataset=ds).path
+    with h5py.File(path) as f, torch.no_grad():
+        np.testing.assert_allclose(f["captures/r/lin/output"][:], TakesX()(ds.x).numpy(), rtol=1e-6)
+
+
+class KwModel(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = torch.nn.Embedding(10, 4)
+
+    def forward(self, input_ids, attention_mask):
+        return self.emb(input_ids) * attention_mask.unsqueeze(-1)
+
+
+class FeatureDictAndLabel(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i):
+        return {"input_ids": torch.tensor([i, i + 1, 2]), "attention_mask": torch.tensor([1, 1, 0])}, i % 2
+
+
+def test_a_feature_dict_with_a_label_is_spread_as_keyword_arguments(tmp_path):
+    hooks = {"e": {"at": "emb", "type": "forward", "actions": [{"name": "record", "what": "output"}]}}
+    cfg = _cfg(tmp_path, hooks=hooks)
+    path = hookrun.run(cfg, model=KwModel(), dataset=FeatureDictAndLabel()).path
+    ids = torch.stack([FeatureDictAndLabel()[i][0]["input_ids"] for i in range(4)])
+    with h5py.File(path) as f, torch.no_grad():
+        np.testing.assert_array_equal(f["captures/e/emb/output"][:], KwModel().emb(ids).numpy())
+        np.testing.assert_array_equal(f["samples/target"][:], [0, 1, 0, 1])
+
+
+def test_a_none_target_is_exit_2_naming_the_dataset_and_the_target(tmp_path):
+    cfg = _cfg(tmp_path)
+    cfg["data"]["inputs"] = {"x": "image"}
+    with pytest.raises(ConfigError, match=r"data\.target: .* None.*data\.dataset.*data\.target=null") as info:
+        hookrun.run(cfg, model=TakesX(), dataset=DictItems(target_none=True))
+    assert info.value.exit_code == 2
+
+
+def test_cross_entropy_on_token_logits_names_both_shapes_and_loss_lm(tmp_path):
+    class TokenLogits(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 5)
+
+        def forward(self, x):
+            return self.lin(x).unsqueeze(1).expand(-1, 3, -1)  # (B, T, V)
+
+    data = torch.utils.data.TensorDataset(torch.randn(4, 4), torch.zeros(4, dtype=torch.long))
+    cfg = _cfg(tmp_path, mode="grad", loss={"_target_": "hookrun.runner.losses.cross_entropy", "_partial_": True})
+    with pytest.raises(hookrun.errors.RunError, match=r"logits of shape \(2, 3, 5\) do not fit targets of shape \(2,\).*loss=lm"):
+        hookrun.run(cfg, model=TokenLogits(), dataset=data)
+
+
+@pytest.mark.slow
+def test_an_error_inside_the_models_forward_is_one_line_with_the_call(tmp_path):
+    pytest.importorskip("transformers")
+    cmd = [sys.executable, "-m", "hookrun", "model=hf", "model.model_class=T5ForConditionalGeneration",
+           "~model.config", "+model.config={num_layers: 1, num_decoder_layers: 1, d_model: 16, d_ff: 32, num_heads: 2, d_kv: 8, "
+           "vocab_size: 300, decoder_start_token_id: 0}", "data=text", "data.limit=1", f"hydra.run.dir={tmp_path}",
+           "hooks={h: {at: encoder, type: forward, actions: [record]}}"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    err = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert any("the model's forward failed: T5ForConditionalGeneration(input_ids=[" in ln and "ValueError" in ln
+               for ln in err), proc.stderr[-2000:]

@@ -86,7 +86,8 @@ def test_items_of_different_sizes_give_one_line(tmp_path, workers):
 
 
 def test_none_targets_give_one_line(tmp_path):
-    with pytest.raises(RunError, match=r"hold None \(a missing target\?\)"):
+    # issue 23: a None target is a config matter (exit 2) naming data.dataset and data.target
+    with pytest.raises(ConfigError, match=r"data\.target: the items' target \(1\) is None.*data\.dataset.*data\.target=null"):
         hookrun.run(base(tmp_path) | {"hooks": None}, model=torch.nn.Identity(), dataset=NoneTargets())
 
 

@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import sys
+import traceback
 from pathlib import Path
 
 import hydra
@@ -77,7 +78,8 @@ def _app(cfg: DictConfig) -> None:
 
 MULTIRUN = {"-m", "--multirun"}
 DRY_RUN = re.compile(r"^\+?dry_run=(true|True|yes|1)$")
-_FULL_ERROR = os.environ.get("HYDRA_FULL_ERROR") == "1"  # the user asked for tracebacks
+# the user asked for tracebacks: HYDRA_FULL_ERROR=1, or --verbose (taken off the command line in main())
+_FULL_ERROR = os.environ.get("HYDRA_FULL_ERROR") == "1" or os.environ.get("HOOKRUN_VERBOSE") == "1"
 _TASK_STARTED = False  # before the first job starts, every exception is Hydra's reading of the config
 
 
@@ -133,6 +135,8 @@ def _fail(exc: HookrunError) -> None:
     if getattr(exc, "every_rank", False) and detect().rank != 0:
         sys.exit(exc.exit_code)  # every rank found the same; rank 0 says it
     word = "" if isinstance(exc, Interrupted) else "error: "
+    if _FULL_ERROR and exc.__cause__ is not None:  # the model's own error behind the one line
+        traceback.print_exception(exc.__cause__, file=sys.stderr)
     _log_to_file(f"{word}{exc}")
     print(f"hookrun: {word}{exc}", file=sys.stderr)
     sys.exit(exc.exit_code)
@@ -158,6 +162,11 @@ def _remove_empty(folder: Path) -> None:
 
 
 def main() -> None:
+    global _FULL_ERROR
+    if "--verbose" in sys.argv:  # hookrun's own flag: Hydra would not know it
+        sys.argv.remove("--verbose")
+        os.environ["HOOKRUN_VERBOSE"] = "1"  # launcher workers inherit it
+        _FULL_ERROR = True
     args = sys.argv[1:]
     damage = shell_damage(args)
     if damage:

@@ -51,15 +51,16 @@ class Collate:
             if self.custom:
                 raise RunError(f"data.collate failed on the samples {indices.tolist()}: {type(exc).__name__}: "
                                f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
-            raise RunError(_collate_message(items, indices.tolist(), exc)) from None
+            message = _collate_message(items, indices.tolist(), exc)
+            raise (ConfigError if "hold None" in message else RunError)(message) from None
 
 
 def _collate_message(items: list, indices: list[int], exc: Exception) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if "NoneType" in text:
-        return (f"data: the samples {indices} hold None (a missing target?), which cannot be batched; return a "
-                f"tensor there, set data.target=null and data.inputs to the parts that exist, or give "
-                f"data.collate={{_target_: hookrun.data.collate_lists, _partial_: true}}")
+        return (f"data: the samples {indices} hold None (a missing target?), which cannot be batched; the dataset "
+                f"(data.dataset) must return a tensor there, or set data.target=null and data.inputs to the parts "
+                f"that exist, or give data.collate={{_target_: hookrun.data.collate_lists, _partial_: true}}")
     shapes = sorted({str(tuple(x.shape)) for x in _first_tensors(items)})
     return (f"data: the samples {indices} cannot be stacked into one batch ({text}; shapes {', '.join(shapes[:4])}); "
             f"resize or pad them to one size, use data.batch_size=1, or give data.collate="

@@ -8,6 +8,7 @@
 | tensor            | model(x)                           | none                          |
 | tuple / list      | model(item[0])                     | item[1] (where there is one)  |
 | dict              | model(**item) minus the target key | item["target"] or ["label"]   |
+| (dict, label)     | model(**item[0])                   | item[1]                       |
 
 `data.inputs` overrides the inputs: a list of keys or positions passed positionally
 (`[input_ids]`, `[0, 2]`) or a mapping `argument: key` passed as keywords
@@ -18,6 +19,7 @@ null. The batch's `attention_mask` (a dict item's key, or the input that data.in
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hookrun.errors import ConfigError
+from hookrun.errors import ConfigError, HookrunError, RunError
 
 AUTO = "auto"
 DICT_TARGETS = ("target", "label")
@@ -43,7 +45,24 @@ class ModelCall:
     attention_mask: torch.Tensor | None = None
 
     def run(self, model: nn.Module) -> Any:
-        return model(*self.args, **self.kwargs)
+        """The forward; an exception the model's own code raises is one RunError line naming the call,
+        the batch's inputs and the model's message (the original stays as its __cause__)."""
+        try:
+            return model(*self.args, **self.kwargs)
+        except (HookrunError, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            if type(exc).__name__ == "StopForward":  # early_stop's cut (hookrun.hooks.early_stop)
+                raise
+            text = " ".join(str(exc).split())
+            raise RunError(f"the model's forward failed: {type(model).__name__}({self.describe()}) raised "
+                           f"{type(exc).__name__}: {text[:400] + ('...' if len(text) > 400 else '')} "
+                           f"(the traceback: HYDRA_FULL_ERROR=1 or --verbose)") from exc
+
+    def describe(self) -> str:
+        """The call's inputs as `input_ids=[2, 8] int64, ...` (shapes and dtypes, no values)."""
+        parts = [_describe(a) for a in self.args] + [f"{k}={_describe(v)}" for k, v in self.kwargs.items()]
+        return ", ".join(parts)
 
     def to(self, device: torch.device) -> ModelCall:
         """Every tensor of the call, nested ones too, on `device`."""
@@ -83,6 +102,11 @@ class CallSpec:
     def check(self, item: Any) -> None:
         """Refuse, before the run, an item the spec cannot split (the first item of the dataset)."""
         kind = self.item_kind = _kind(item)
+        if kind in ("dict", "tuple"):
+            t = self.target_key(item)
+            if t is not None and _get(item, t, "data.target") is None:
+                raise ConfigError(f"data.target: the items' target ({t!r}) is None, which cannot be batched; the "
+                                  f"dataset (data.dataset) returns no target: set data.target=null, or return a tensor there")
         if kind == "other":
             raise ConfigError(
                 f"data.dataset: an item is a {type(item).__name__}; hookrun needs a tensor, a tuple/list or a dict "
@@ -103,6 +127,37 @@ class CallSpec:
                 f"(got {', '.join(type(v).__name__ for v in values)}); add a transform such as "
                 f"torchvision.transforms.ToTensor, or choose other keys with data.inputs"
             )
+
+    def check_forward(self, model: nn.Module, item: Any) -> None:
+        """Keyword inputs must be arguments of `model.forward` (or it takes **kwargs): refused before
+        any batch with the items' keys, the forward's arguments and the data.inputs line that maps them."""
+        if self.item_kind not in ("dict", "tuple"):
+            return
+        keys = self._input_keys(item)
+        if isinstance(keys, Mapping):
+            names = [str(a) for a in keys]
+        else:
+            first = _get(item, keys[0], "data.inputs") if len(keys) == 1 else None
+            if not isinstance(first, Mapping):
+                return
+            names = [str(k) for k in first]
+        try:
+            params = inspect.signature(model.forward).parameters
+        except (TypeError, ValueError):
+            return
+        if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            return
+        unknown = [n for n in names if n not in params]
+        if not unknown:
+            return
+        takes = [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        target = self.target_key(item) if isinstance(item, Mapping) else None
+        fit = dict(zip(takes, [n for n in names if n not in takes], strict=False))
+        line = "{" + ", ".join(f"{a}: {k}" for a, k in fit.items()) + "}"
+        raise ConfigError(
+            f"data: the items' keys ({', '.join(names)}{f'; target {target}' if target else ''}) are passed as keyword "
+            f"arguments, and {type(model).__name__}.forward takes {', '.join(takes) or 'none'}, not "
+            f"{', '.join(unknown)}; map them with data.inputs='{line}'")
 
     def _wanted(self, item: Any) -> list[tuple[str, Any]]:
         out = []
@@ -139,6 +194,8 @@ class CallSpec:
             args, kwargs = (), {str(a): _get(batch, k, "data.inputs") for a, k in keys.items()}
         else:
             args, kwargs = tuple(_get(batch, k, "data.inputs") for k in keys), {}
+            if len(args) == 1 and isinstance(args[0], Mapping):  # (features_dict, label): the dict is the keywords
+                args, kwargs = (), {str(k): v for k, v in args[0].items()}
         t = self.target_key(batch)
         target = _get(batch, t, "data.target") if t is not None else None
         mask = batch.get(MASK_KEY) if isinstance(batch, Mapping) else kwargs.get(MASK_KEY)  # tuples: by data.inputs
@@ -165,6 +222,14 @@ def _get(batch: Any, key: Any, where: str) -> Any:
     if not -len(batch) <= key < len(batch):
         raise ConfigError(f"{where}: position {key} does not exist; the items are tuples of {len(batch)} (0 to {len(batch) - 1})")
     return batch[key]
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"{list(value.shape)} {str(value.dtype).replace('torch.', '')}"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {_describe(v)}" for k, v in value.items()) + "}"
+    return type(value).__name__
 
 
 def _has_tensor(obj: Any) -> bool:

@@ -58,7 +58,7 @@ def cross_entropy(output: Any, target: Any, output_key: str | int | None = None)
     """Mean cross entropy over the batch."""
     logits = pick_output(output, output_key, "cross_entropy")
     target = _need_target(target, "cross_entropy").long()
-    if logits.dim() < 2 or logits.shape[0] != target.shape[0]:
+    if logits.dim() < 2 or logits.shape[0] != target.shape[0] or tuple(target.shape[1:]) != tuple(logits.shape[2:]):
         raise RunError(f"loss=cross_entropy: logits of shape {tuple(logits.shape)} do not fit targets of shape "
                        f"{tuple(target.shape)} (one class index per sample); for a language model use loss=lm")
     return F.cross_entropy(logits, target)

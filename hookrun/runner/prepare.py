@@ -99,6 +99,7 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, da
         raise ConfigError(f"data.dataset: {dataset_name(cfg)!r} is empty")
     spec = CallSpec(cfg.data.inputs, cfg.data.target)
     spec.check(dataset[0])
+    spec.check_forward(model, dataset[0])
     collate = build(cfg.data.collate, "data.collate") if cfg.data.collate is not None else None
     if collate is not None and not callable(collate):
         raise ConfigError(f"data.collate: built a {type(collate).__name__}, not a function (add `_partial_: true`)")
