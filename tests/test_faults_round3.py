@@ -207,3 +207,44 @@ def test_an_error_inside_the_models_forward_is_one_line_with_the_call(tmp_path):
     assert "Traceback" not in proc.stderr
     assert any("the model's forward failed: T5ForConditionalGeneration(input_ids=[" in ln and "ValueError" in ln
                for ln in err), proc.stderr[-2000:]
+
+
+# -- 10. a glob over every module ---------------------------------------------------------------------
+class Boxed:
+    """Not a tensor (as torchvision detection's ImageList is not)."""
+
+    def __init__(self, t):
+        self.t = t
+
+
+class Wrap(torch.nn.Module):
+    def forward(self, x):
+        return Boxed(x)
+
+
+class WithWrapper(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.wrap = Wrap()
+        self.lin = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.lin(self.wrap(x).t)
+
+
+def test_a_glob_over_every_module_skips_one_without_a_tensor_and_lists_it(tmp_path, caplog):
+    data = torch.utils.data.TensorDataset(torch.randn(4, 4), torch.zeros(4, dtype=torch.long))
+    model = WithWrapper()
+    cfg = _cfg(tmp_path, hooks={"all": {"at": "**", "type": "forward", "actions": [{"name": "record", "what": "output"}]}})
+    with caplog.at_level(logging.WARNING, logger="hookrun"):
+        path = hookrun.run(cfg, model=model, dataset=data).path
+    with h5py.File(path) as f, torch.no_grad():
+        assert f.attrs["status"] == "complete"
+        assert "all@wrap (wrap receives no output" in f.attrs["hooks_skipped"]
+        np.testing.assert_allclose(f["captures/all/lin/output"][:], model.lin(data.tensors[0]).numpy(), rtol=1e-6)
+        assert "wrap" not in f["captures/all"]
+    assert "skipped wrap" in caplog.text
+    cfg = _cfg(tmp_path / "named", hooks={"w": {"at": "wrap", "type": "forward", "actions": [{"name": "record", "what": "output"}]}})
+    with pytest.raises(hookrun.errors.RunError, match="record what='output': wrap receives no output"):
+        hookrun.run(cfg, model=model, dataset=data)

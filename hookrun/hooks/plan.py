@@ -132,7 +132,7 @@ def make_plan(model: nn.Module, specs: list, env: Any, mode: str) -> list[HookPo
                 f"mode=grad (and a loss, e.g. loss=cross_entropy)"
             )
         for name, target in resolve_targets(model, spec.at, spec.name, hook_type.on):
-            point = HookPoint(spec.name, spec.type, name, target)
+            point = HookPoint(spec.name, spec.type, name, target, globbed=name not in spec.at)
             for action_spec in spec.actions:
                 if action_spec.is_target:
                     fn = build_user_action(action_spec, point, hook_type, env)

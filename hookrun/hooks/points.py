@@ -19,6 +19,7 @@ class HookPoint:
     module: str  # the module's path ('' is the whole model) or the parameter's name
     target: Any  # nn.Module or nn.Parameter
     actions: list = field(default_factory=list)
+    globbed: bool = False  # reached only through a glob of `at:` (not named there): may have nothing to record
     forward_calls: int = 0
     backward_calls: int = 0
 

@@ -35,4 +35,10 @@ def end_report(session: HookSession, store: H5Store, resume: ResumeState | None,
     for name in names if complete else ():  # (a run that stopped early may not have reached them)
         hook, module = name.split("@", 1)
         warn_never_fired(hook, module)
-    return {"hooks_not_fired": ", ".join(names)}
+    skipped = {}
+    for p in session.points:
+        why = next((a.skipped for a in p.actions if a.skipped), None)
+        if why:
+            skipped[f"{p.hook}@{p.module}"] = why
+            log.warning("hook %r: skipped %s, which a glob of `at:` reached: %s", p.hook, p.module or "(model)", why)
+    return {"hooks_not_fired": ", ".join(names), "hooks_skipped": "; ".join(f"{k} ({v})" for k, v in skipped.items())}

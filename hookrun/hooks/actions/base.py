@@ -18,6 +18,7 @@ declares:
 | `check_mode()`  | accepts  | prepare(): refuse the action for a mode before any batch (one ConfigError) |
 | `reset()`       | no-op    | after the dry-run estimate: forget what the estimate's sample counted      |
 | `restore()`     | no-op    | resume: the rows a replayed file already holds per (role, call)            |
+| `skipped`       | None     | the end report: why a point a glob reached had nothing to record           |
 
 A user's own action may also be a `_target_` node: any callable that takes the Event; it is
 wrapped in a Callback, which reads the same declarations from the callable's attributes
@@ -76,6 +77,12 @@ class Action:
 
     def restore(self, role: str, call: int, rows: int) -> None:
         """A resumed run: the file already holds `rows` rows of this action's (role, call)."""
+
+    @property
+    def skipped(self) -> str | None:
+        """Why this action had nothing to do at its point (a module a glob reached that returns no
+        tensor); None where it did. The end report lists these points."""
+        return None
 
 
 class Callback(Action):

@@ -83,6 +83,7 @@ class Record(Action):
         self.token_rows = rows == "token"
         self.rows: dict[tuple[str, int], int] = {}  # rows recorded so far, per (role, call)
         self._seen: set[int] = set()  # calls whose roles were checked against `what`
+        self._skipped: str | None = None  # a globbed point without the tensors `what` names: why
         self.attrs = self._attrs(dtype)
 
     def _attrs(self, dtype: str | None) -> dict:
@@ -207,8 +208,15 @@ class Record(Action):
             return
         for w in self.what:
             if not any(r == w or r.startswith(w + ".") for r in tensors):
-                raise RunError(f"{self.where}: record what={w!r}: {ev.where} receives no {w}; it receives: "
-                               f"{', '.join(tensors) or 'no tensors'}")
+                why = f"{ev.where} receives no {w}; it receives: {', '.join(tensors) or 'no tensors'}"
+                if self.point.globbed:  # a glob reached it: skipped, and listed at the end of the run
+                    self._skipped = why
+                    continue
+                raise RunError(f"{self.where}: record what={w!r}: {why}")
+
+    @property
+    def skipped(self) -> str | None:
+        return self._skipped
 
     def _ragged(self, ev: Event, role: str, items: list[torch.Tensor]) -> None:
         """One row of varying length per sample (stored as variable-length HDF5 rows)."""
