@@ -248,3 +248,34 @@ def test_a_glob_over_every_module_skips_one_without_a_tensor_and_lists_it(tmp_pa
     cfg = _cfg(tmp_path / "named", hooks={"w": {"at": "wrap", "type": "forward", "actions": [{"name": "record", "what": "output"}]}})
     with pytest.raises(hookrun.errors.RunError, match="record what='output': wrap receives no output"):
         hookrun.run(cfg, model=model, dataset=data)
+
+
+# -- 5. checksums: resume and inspect --verify name damaged rows -----------------------------------------
+def _damage_rows(path, name, row):
+    """Flip bytes inside the stored rows of a capture (its data, not its header)."""
+    with h5py.File(path, "r") as f:
+        ds = f[name]
+        info = ds.id.get_chunk_info_by_coord((row,) + (0,) * (ds.ndim - 1))
+        offset = info.byte_offset + ds.dtype.itemsize * int(np.prod(ds.shape[1:])) * (row % ds.chunks[0])
+    with open(path, "r+b") as raw:
+        raw.seek(offset)
+        raw.write(b"\x7f\x7f\x7f\x7f")
+
+
+def test_resume_refuses_rows_damaged_on_disk_and_inspect_verify_names_them(tmp_path, checkpoint):
+    hooks = {"l": {"at": "layer2", "type": "forward", "actions": [{"name": "record", "what": "output"}]}}
+    cfg = make_cfg(tmp_path, checkpoint, hooks)
+    path = hookrun.run(cfg).path
+    verify = [sys.executable, "-m", "hookrun.inspect", "--verify", str(path)]
+    ok = subprocess.run(verify, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0 and "1 capture(s) checked: every row matches its checksum" in ok.stdout, ok.stderr
+    _damage_rows(path, "captures/l/layer2/output", 5)
+    bad = subprocess.run(verify, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1, bad.stdout
+    assert "damaged: /captures/l/layer2/output: rows 4..7 do not match their checksum" in bad.stderr
+    with h5py.File(path, "a") as f:  # as if it had been interrupted after its last batch
+        f.attrs["status"] = "interrupted"
+    before = path.read_bytes()
+    with pytest.raises(ConfigError, match=r"resume: .*captures/l/layer2/output rows 4\.\.7 \(batch 1\) do not match their checksum"):
+        hookrun.run({**cfg, "resume": True})
+    assert path.read_bytes() == before  # the damaged file is left as it was, for the user to look at

@@ -2,6 +2,7 @@
 
     python -m hookrun.inspect outputs/2026-11-21/10-00-00/captures.h5
     python -m hookrun.inspect outputs/multirun/2026-11-21/10-00-00
+    python -m hookrun.inspect --verify outputs/2026-11-21/10-00-00/captures.h5   # every row against its checksum
 """
 
 from __future__ import annotations
@@ -14,14 +15,18 @@ from hookrun.analysis.run import open_run
 from hookrun.analysis.show import describe_sweep
 from hookrun.analysis.sweep import is_sweep, open_sweep
 from hookrun.errors import HookrunError
+from hookrun.store.digest import verify
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hookrun.inspect", description=__doc__.splitlines()[0])
     p.add_argument("path", type=Path, help="a capture file, a run folder, or a multirun folder")
     p.add_argument("--no-stats", action="store_true", help="skip the statistics (faster on big files)")
+    p.add_argument("--verify", action="store_true", help="read every row and check it against its checksum; exit 1 on damage")
     a = p.parse_args(argv)
     try:
+        if a.verify:
+            return verify_file(a.path)
         if is_sweep(a.path):
             print(describe_sweep(open_sweep(a.path)))
         else:
@@ -31,6 +36,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hookrun.inspect: error: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def verify_file(path: Path) -> int:
+    """Every capture's rows against their checksums (store/digest.py); 0 when all match."""
+    with open_run(path) as run:
+        problems, checked, unchecked = verify(run.file)
+        name = run.path
+    for line in problems:
+        print(f"hookrun.inspect: damaged: {line}", file=sys.stderr)
+    note = f"; {unchecked} without checksums (written with output.checksum=false, ragged, or before hookrun 0.2)" if unchecked else ""
+    print(f"{name}: {checked} capture(s) checked{note}: {'DAMAGED, ' + str(len(problems)) + ' problem(s)' if problems else 'every row matches its checksum'}")
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

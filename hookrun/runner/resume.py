@@ -22,6 +22,7 @@ import yaml
 
 from hookrun.config.diff import differing
 from hookrun.errors import ConfigError
+from hookrun.store.digest import check_block
 from hookrun.store.h5store import H5Store
 from hookrun.store.records import Capture, CaptureKey, StepRecord
 from hookrun.store.schema import CaptureMeta, RowKind, list_captures
@@ -134,6 +135,7 @@ class _Column:
         self.attrs = {k: v for k, v in m.extra.items() if k != "overflow_values"}
         self.overflow = int(m.extra.get("overflow_values", 0))  # carried over with the first replayed batch
         self.own_index = ds.parent[m.index][:] if m.index else None
+        self.digests = ds.parent[m.digest][:] if m.digest and not m.ragged else None  # (batches, 2): end row, xxh3
         if self.own_index is not None:
             if self.per_step:
                 self.row_step = self.own_index
@@ -150,7 +152,12 @@ class _Column:
         rows = np.arange(first, last)
         if not len(rows):
             return None
-        data = self.ds[int(rows[0]) : int(rows[-1]) + 1]
+        lo_row, hi_row = int(rows[0]), int(rows[-1]) + 1
+        data = self.ds[lo_row:hi_row]
+        if self.digests is not None and check_block(self.digests, lo_row, hi_row, data) is False:
+            raise ConfigError(f"resume: {self.ds.file.filename}: the capture {self.ds.name} rows {lo_row}..{hi_row - 1} "
+                              f"(batch {step}) do not match their checksum: the file was damaged on disk; move it away "
+                              f"and run again (python -m hookrun.inspect --verify FILE lists every damaged block)")
         overflow, self.overflow = self.overflow, 0
         if self.ragged:
             value = [torch.from_numpy(np.asarray(r).reshape(-1, *self.row_shape)) for r in data]

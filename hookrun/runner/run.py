@@ -152,7 +152,8 @@ def execute(p: Prepared, resume: ResumeState | None, started: float) -> RunResul
     with StopSignals() as stop:  # from before the file exists: a first signal then stops after one batch
         try:
             store = H5Store(target, {**file_attrs(cfg, p.model, p.settings.device), **p.attrs}, cfg.output.compression.value,
-                            cfg.output.flush_every, expected_samples=p.n_samples, expected_steps=p.n_batches)
+                            cfg.output.flush_every, expected_samples=p.n_samples, expected_steps=p.n_batches,
+                            checksum=cfg.output.checksum)
         except OSError as exc:
             raise ConfigError(f"output.path: cannot create {str(target)!r}: {exc}") from None
         try:

@@ -29,6 +29,7 @@ import numpy as np
 from hookrun.errors import RunError
 from hookrun.store.chunks import CHUNK_BYTES, chunk_bytes_for, new_dataset
 from hookrun.store.chunks import append as _append
+from hookrun.store.digest import SUFFIX, digest
 from hookrun.store.format import FORMAT_VERSION
 from hookrun.store.h5file import create_hidden
 from hookrun.store.ragged import append_ragged
@@ -46,12 +47,14 @@ class _Column:
     per_step: bool
     key: tuple  # (hook, module, role, call)
     index: h5py.Dataset | None = None  # sample (or step) index of each row, once rows skip
+    digest: h5py.Dataset | None = None  # (batches, 2): rows after each batch, xxh3 of its rows
 
 
 class H5Store:
     def __init__(self, path: str | os.PathLike, attrs: dict, compression: str = "none", flush_every: int | None = None,
-                 expected_samples: int | None = None, expected_steps: int | None = None) -> None:
+                 expected_samples: int | None = None, expected_steps: int | None = None, checksum: bool = True) -> None:
         self.path = Path(path)
+        self.checksum = checksum  # a digest of each batch's rows per capture (store/digest.py)
         self.compression = None if compression in (None, "none") else compression
         self.flush_every = flush_every
         self.expected = {False: expected_samples, True: expected_steps}  # rows a capture will get, where known
@@ -112,18 +115,24 @@ class H5Store:
 
     def _mark(self) -> dict:
         """The rows of every dataset before a batch (for _roll_back)."""
-        sets = [d for col in self._columns.values() for d in (col.ds, col.index) if d is not None]
+        sets = [d for col in self._columns.values() for d in (col.ds, col.index, col.digest) if d is not None]
         return {"rows": {d.name: d.shape[0] for d in sets}, "columns": set(self._columns), "table": self.table.mark(),
-                "indexed": {p for p, col in self._columns.items() if col.index is not None}}
+                "indexed": {p for p, col in self._columns.items() if col.index is not None},
+                "digested": {p for p, col in self._columns.items() if col.digest is not None}}
 
     def _roll_back(self, mark: dict) -> None:
         """Take out what a failed batch wrote: new datasets go, the others get their old length."""
         try:
             for path in set(self._columns) - mark["columns"]:
                 col = self._columns.pop(path)
-                for d in (col.index, col.ds):
+                for d in (col.index, col.digest, col.ds):
                     if d is not None:
                         del self.file[d.name]
+            for path in set(self._columns) - mark["digested"]:
+                col = self._columns[path]
+                if col.digest is not None:
+                    del self.file[col.digest.name]
+                    col.digest, col.ds.attrs["digest"] = None, ""
             for path in set(self._columns) - mark["indexed"]:
                 col = self._columns[path]
                 if col.index is not None:
@@ -180,6 +189,7 @@ class H5Store:
                 raise RunError(f"{path}: rows: token needs the capture in every batch (batch {rec.step} "
                                f"starts at token row {self.table.tokens - len(rows)}, the capture has {col.ds.shape[0]})")
             _append(col.ds, rows)
+            self._digest(path, col, rows)
             return
         if col.index is None and (col.ds.shape[0] != expected or cap.index is not None):
             col.index = self._start_index(path, col)
@@ -187,6 +197,17 @@ class H5Store:
             ids = np.array([rec.step]) if cap.per_step else (cap.index if cap.index is not None else rec.sample_index)
             _append(col.index, ids.astype(np.int64, copy=False))
         _append(col.ds, rows)
+        self._digest(path, col, rows)
+
+    def _digest(self, path: str, col: _Column, rows: np.ndarray) -> None:
+        """One row of the capture's checksum table: its row count after this batch, xxh3 of the rows."""
+        if not self.checksum:
+            return
+        if col.digest is None:
+            name = f"{path}{SUFFIX}"
+            col.digest = self.file.create_dataset(name, (0, 2), "uint64", maxshape=(None, 2), chunks=(4096, 2))
+            col.ds.attrs["digest"] = name.rsplit("/", 1)[1]
+        _append(col.digest, np.array([[col.ds.shape[0], digest(rows.astype(col.ds.dtype, copy=False))]], dtype=np.uint64))
 
     def _write_ragged(self, cap: Capture, rec: StepRecord, samples_before: int) -> None:
         col = self._columns.get(cap.key.path)

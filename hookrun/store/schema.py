@@ -39,7 +39,7 @@ class RowKind(str, Enum):
         return self.value
 
 
-STANDARD = ("hook", "module", "type", "role", "call", "rows", "torch_dtype", "row_shape", "index", "ragged")
+STANDARD = ("hook", "module", "type", "role", "call", "rows", "torch_dtype", "row_shape", "index", "ragged", "digest")
 
 
 @dataclass
@@ -56,6 +56,7 @@ class CaptureMeta:
     row_shape: tuple[int, ...]
     index: str = ""  # the sibling dataset with each row's sample (or step) index, where rows skip
     ragged: bool = False  # variable-length rows (one flattened row per sample or step)
+    digest: str = ""  # the sibling dataset with each batch's checksum (store/digest.py); '' where there is none
     extra: dict[str, Any] = field(default_factory=dict)  # reduce, select, every, limit, overflow_values, ...
 
     def to_attrs(self) -> dict[str, Any]:
@@ -64,6 +65,8 @@ class CaptureMeta:
                  "row_shape": np.array(self.row_shape, dtype=np.int64), "index": self.index}
         if self.ragged:
             attrs["ragged"] = True
+        if self.digest:
+            attrs["digest"] = self.digest
         return {**attrs, **self.extra}
 
     @classmethod
@@ -71,7 +74,8 @@ class CaptureMeta:
         a = attrs
         return cls(str(a["hook"]), str(a["module"]), str(a["type"]), str(a["role"]), int(a["call"]), RowKind(str(a["rows"])),
                    str(a.get("torch_dtype", "")), tuple(int(d) for d in a.get("row_shape", ())), str(a.get("index", "") or ""),
-                   bool(a.get("ragged", False)), {k: _plain(v) for k, v in a.items() if k not in STANDARD})
+                   bool(a.get("ragged", False)), str(a.get("digest", "") or ""),
+                   {k: _plain(v) for k, v in a.items() if k not in STANDARD})
 
     @classmethod
     def of(cls, cap: Capture, row_shape: tuple[int, ...]) -> CaptureMeta:
