@@ -9,11 +9,12 @@
 """
 
 from hookrun.analysis import open_run, open_sweep
+from hookrun.cli.compose import compose
 from hookrun.hooks.actions import Action, register_action
 from hookrun.hooks.lister import list_modules as modules
 from hookrun.hooks.memory import Captured, capture
 from hookrun.runner.run import RunResult, run
 from hookrun.store.format import HOOKRUN_VERSION as __version__
 
-__all__ = ["Action", "Captured", "RunResult", "__version__", "capture", "modules", "open_run", "open_sweep",
+__all__ = ["Action", "Captured", "RunResult", "__version__", "capture", "compose", "modules", "open_run", "open_sweep",
            "register_action", "run"]

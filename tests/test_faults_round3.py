@@ -279,3 +279,45 @@ def test_resume_refuses_rows_damaged_on_disk_and_inspect_verify_names_them(tmp_p
     with pytest.raises(ConfigError, match=r"resume: .*captures/l/layer2/output rows 4\.\.7 \(batch 1\) do not match their checksum"):
         hookrun.run({**cfg, "resume": True})
     assert path.read_bytes() == before  # the damaged file is left as it was, for the user to look at
+
+
+# -- friction: compose, hints, plots ------------------------------------------------------------------
+def test_compose_gives_the_config_the_cli_runs(tmp_path, monkeypatch):
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    cfg = hookrun.compose("experiment=resnet_layer1", "data.batch_size=4", "data.limit=1", "device=cpu", "progress=false")
+    assert cfg["data"]["batch_size"] == 4 and cfg["hooks"]["blocks"]["at"] == "layer1.*"
+    assert cfg["output"]["path"].startswith("outputs/") and cfg["output"]["path"].endswith("/captures.h5")
+    want = yaml.safe_load((ROOT / "conf/experiment/resnet_layer1.yaml").read_text())["hooks"]
+    assert cfg["hooks"] == want  # the experiment's own hooks, as the CLI composes them
+    result = hookrun.run(cfg)
+    with h5py.File(result.path) as f:
+        assert f.attrs["status"] == "complete" and f["captures/blocks/layer1.0/output"].shape[0] == 4
+    with pytest.raises(ConfigError, match=r"model=custom model\._target_=torchvision\.models\.resnet34"):
+        hookrun.compose("model=resnet34")
+
+
+def test_grad_without_a_loss_lists_loss_lm(tmp_path, checkpoint):
+    with pytest.raises(ConfigError, match=r"mode=grad needs a loss: .*loss=lm"):
+        hookrun.run(make_cfg(tmp_path, checkpoint, None, mode="grad"))
+
+
+def test_plots_of_two_runs_into_one_folder_never_replace_each_other(tmp_path, checkpoint):
+    pytest.importorskip("matplotlib")
+    from hookrun.cli import plot
+
+    hooks = {"l": {"at": "layer2", "type": "forward", "actions": [{"name": "record", "what": "output"}]}}
+    a = hookrun.run(make_cfg(tmp_path / "a", checkpoint, hooks)).path
+    b = hookrun.run(make_cfg(tmp_path / "b", checkpoint, hooks, seed=3, **{"data.dataset.seed": 9})).path
+    assert plot.main([str(a)]) == 0
+    assert sorted(p.name for p in (a.parent / "figures").glob("*.png")) == ["fmap_l__layer2__output.png", "hist_l__layer2__output.png"]
+    out = tmp_path / "shared"
+    assert plot.main([str(a), "--out", str(out)]) == 0
+    first = {p.name: p.read_bytes() for p in out.glob("*.png")}
+    assert plot.main([str(b), "--out", str(out)]) == 0
+    after = {p.name: p.read_bytes() for p in out.glob("*.png")}
+    assert all(after[name] == data for name, data in first.items())  # run a's figures are untouched
+    assert len(after) == 2 * len(first)
+    assert plot.main([str(a), "--out", str(out)]) == 0  # the same run again: its own figures are refreshed
+    assert len(list(out.glob("*.png"))) == 2 * len(first)

@@ -92,13 +92,14 @@ class SweepFolder(Callback):
         print(f"hookrun: sweep folder: {folder} ({jobs} jobs; python -m hookrun.inspect {folder})", flush=True)
 
 
-def compose_config(overrides: list[str]) -> DictConfig:
+def compose_config(overrides: list[str], hydra: bool = False) -> DictConfig:
     """The config `python -m hookrun OVERRIDES` would run, composed without running it (the module
-    lister uses it); Hydra's errors come out as a ConfigError in hookrun's one-line form."""
+    lister and hookrun.compose use it; `hydra`: with the hydra node, for hydra.run.dir); Hydra's
+    errors come out as a ConfigError in hookrun's one-line form."""
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="hookrun"):
-            return compose("config", overrides=overrides)
+            return compose("config", overrides=overrides, return_hydra_config=hydra)
     except Exception as exc:
         line = one_line(exc, overrides, lambda: _known_keys(overrides), _group_options)
         if line is None or _FULL_ERROR:

@@ -10,6 +10,7 @@ scientific notation for small or large values). Nothing here reads a file.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,10 +31,25 @@ def pyplot() -> Any:
     return plt
 
 
-def save(fig: Any, path: Path) -> Path:
-    fig.savefig(path, dpi=100)
+def save(fig: Any, path: Path, source: str | None = None) -> Path:
+    """Write the PNG, with the run (or sweep) it shows in its metadata ("Source"). A figure of
+    another run already at `path` is never replaced: this one gets the run's short id in its name."""
+    if source is not None and path.exists() and _source_of(path) != source:
+        path = path.with_name(f"{path.stem}.{hashlib.blake2b(source.encode(), digest_size=4).hexdigest()}{path.suffix}")
+    fig.savefig(path, dpi=100, metadata={"Source": source} if source else None)
     pyplot().close(fig)
     return path
+
+
+def _source_of(path: Path) -> str | None:
+    """The run a PNG written by save() shows (None for any other PNG: it is left alone too)."""
+    try:
+        from PIL import Image
+
+        with Image.open(path) as im:
+            return im.info.get("Source")
+    except Exception:
+        return None
 
 
 def tidy_ticks(axis: Any, n: int = 5) -> None:

@@ -122,7 +122,22 @@ def _missing_message(exc: MissingConfigException, overrides: list[str], group_op
     options = list(exc.options or []) or group_options(group)
     close = close_matches(option, options, n=3)
     hint = (f"did you mean {' or '.join(close)}? " if close else "") + f"options: {', '.join(sorted(options))}"
+    builder = _model_builder(option) if group == "model" else None
+    if builder:
+        hint += f"; or any model by its builder: model=custom model._target_={builder}"
     return f"{group}={option}: there is no {group} option {option!r} (conf/{group}/{option}.yaml); {hint}"
+
+
+def _model_builder(name: str) -> str | None:
+    """torchvision.models.NAME (or timm's) where a library has a model of that name."""
+    try:
+        import torchvision
+
+        if name in torchvision.models.list_models():
+            return f"torchvision.models.{name}"
+    except Exception:  # an old torchvision: no list_models
+        pass
+    return None
 
 
 def _yaml_message(exc: yaml.YAMLError) -> str:

@@ -1,4 +1,5 @@
-"""`python -m hookrun.plot PATH --out figures/`: pictures of a run or a sweep (PNG, matplotlib).
+"""`python -m hookrun.plot PATH [--out DIR]`: pictures of a run or a sweep (PNG, matplotlib), by
+default in figures/ beside the run's file (or in the sweep folder).
 
     python -m hookrun.plot outputs/2026-11-21/10-00-00/captures.h5 --out figures/
     python -m hookrun.plot outputs/multirun/2026-11-21/10-00-00 --out figures/ --stat std
@@ -52,7 +53,7 @@ def feature_maps(run: Run, info: CaptureInfo, out: Path, samples: int = 2, chann
     index = run.index(info.hook, info.module, info.role, call=info.call)
     fig = figures.feature_grid(rows, [f"sample #{i}" for i in index[: len(rows)]], title(run, info),
                                label=f"{info.role} value")
-    return figures.save(fig, out / f"fmap_{_name(info)}.png")
+    return figures.save(fig, out / f"fmap_{_name(info)}.png", source=_source(run))
 
 
 def histogram(run: Run, info: CaptureInfo, out: Path) -> Path:
@@ -63,7 +64,7 @@ def histogram(run: Run, info: CaptureInfo, out: Path) -> Path:
     values = values[np.isfinite(values)]
     note = f"first {rows} of {ds.shape[0]} rows" if rows < ds.shape[0] else ""
     fig = figures.histogram(values, block_stats(ds), title(run, info), f"{info.role} value", note)
-    return figures.save(fig, out / f"hist_{_name(info)}.png")
+    return figures.save(fig, out / f"hist_{_name(info)}.png", source=_source(run))
 
 
 def gradcam_pairs(run: Run) -> list[tuple[CaptureInfo, CaptureInfo]]:
@@ -165,7 +166,7 @@ def gradcam_figure(run: Run, act: CaptureInfo, grad: CaptureInfo, out: Path, sam
     if pictures is None:
         head += "\n(no input images: record the model's input, or pass --data)"
     fig = figures.gradcam_grid(cams, captions, head, pictures)
-    return figures.save(fig, out / f"gradcam_{act.module or 'model'}.png")
+    return figures.save(fig, out / f"gradcam_{act.module or 'model'}.png", source=_source(run))
 
 
 def _item_input(dataset: object, i: int) -> np.ndarray:
@@ -197,13 +198,15 @@ def plot_sweep(sweep: Sweep, out: Path, stat: str = "mean", x: str | None = None
         raise NotFoundError(f"--x {x}: the sweep has no override {x!r}; it has: {', '.join(table.columns[1:-1]) or 'none'}")
     series = {c.rsplit(":", 1)[0]: table.column(c) for c in table.columns if c.endswith(f":{stat}")}
     fig = figures.sweep_lines(table.column(x), series, x, stat, f"{sweep.folder.name}: {stat} of each capture against {x}")
-    return [figures.save(fig, out / f"sweep_{stat}.png")]
+    return [figures.save(fig, out / f"sweep_{stat}.png", source=str(sweep.folder.resolve()))]
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hookrun.plot", description=__doc__.splitlines()[0])
     p.add_argument("path", type=Path, help="a capture file, a run folder, or a multirun folder")
-    p.add_argument("--out", type=Path, default=Path("figures"), help="folder for the PNGs (default: figures/)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="folder for the PNGs (default: figures/ beside the run's file, or in the sweep folder); "
+                        "a figure of another run there is never replaced")
     p.add_argument("--samples", type=int, default=2, help="samples per feature-map grid")
     p.add_argument("--channels", type=int, default=16, help="channels per sample in a feature-map grid")
     p.add_argument("--stat", default="mean", choices=["mean", "std", "min", "max", "zeros"], help="sweep: the statistic to plot")
@@ -212,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="Grad-CAM: the dataset whose images to draw under the maps, as config overrides "
                         "(data=image_folder data.root=PATH); used only when the file holds no input images")
     a = p.parse_args(argv)
+    if a.out is None:  # beside what it shows: one run's figures never meet another's
+        a.out = (a.path if a.path.is_dir() else a.path.parent) / "figures"
     try:
         if is_sweep(a.path):
             written = plot_sweep(open_sweep(a.path), a.out, a.stat, a.x)
@@ -229,6 +234,10 @@ def main(argv: list[str] | None = None) -> int:
     for path in written:
         print(f"  {path}")
     return 0
+
+
+def _source(run: Run) -> str:
+    return str(run.path.resolve())
 
 
 def user_dataset(overrides: list[str]) -> object:

@@ -76,7 +76,8 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, da
     mode = cfg.mode.value
     device = resolve_device(cfg.device)
     if mode == "grad" and cfg.loss is None:
-        raise ConfigError("mode=grad needs a loss: add loss=cross_entropy, loss=sum, loss=target_logit or loss=custom")
+        raise ConfigError("mode=grad needs a loss: add loss=cross_entropy, loss=lm (a language model's next-token loss), "
+                          "loss=sum, loss=target_logit or loss=custom")
     if cfg.data.limit is not None and cfg.data.limit < 1:
         raise ConfigError(f"data.limit must be at least 1 (or null for all batches), got {cfg.data.limit}")
     if cfg.output.flush_every is not None and cfg.output.flush_every < 1:

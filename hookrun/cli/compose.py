@@ -1,0 +1,44 @@
+"""`hookrun.compose(*overrides)`: the config the CLI would run, for `hookrun.run` in Python.
+
+    cfg = hookrun.compose("experiment=gradcam", "data.batch_size=4")
+    hookrun.run(cfg)                      # the same run as: python -m hookrun experiment=gradcam data.batch_size=4
+
+Hydra's compose API on hookrun's own conf/ (version_base 1.3), with the CLI's one rule applied on
+top: a relative output.path lands in the run folder the CLI would make (hydra.run.dir, by
+default outputs/DATE/TIME/). Hydra's errors are one ConfigError line, as on the command line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf, open_dict
+
+from hookrun.cli.app import compose_config
+
+
+def compose(*overrides: str) -> dict[str, Any]:
+    """The config `python -m hookrun OVERRIDES` would run, as a plain dict.
+
+    Args:
+        *overrides: command-line overrides, one per argument ("experiment=gradcam",
+            "data.batch_size=4", "+hooks.x={at: fc, type: forward}").
+
+    Returns:
+        A dict with every group resolved and `output.path` inside the run folder, which
+        `hookrun.run` takes as it is (and which may be edited first).
+
+    Raises:
+        hookrun.errors.ConfigError: an unknown group option, key or malformed override, with the
+            closest valid names.
+    """
+    cfg = compose_config(list(overrides), hydra=True)
+    run_dir = Path(OmegaConf.select(cfg, "hydra.run.dir"))
+    with open_dict(cfg):
+        del cfg["hydra"]  # the launcher's settings: not part of what run() takes
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    out = Path(plain["output"]["path"])
+    if not out.is_absolute():
+        plain["output"]["path"] = str(run_dir / out)
+    return plain
