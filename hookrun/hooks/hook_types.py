@@ -21,7 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
+import torch
 from torch import Tensor
+from torch.utils.hooks import BackwardHook
 
 from hookrun.errors import RunError
 from hookrun.hooks.events import Event, flatten, rebuild
@@ -118,7 +120,7 @@ def _backward_pre(point: HookPoint, fire: Fire) -> list:
             return rebuild(grad_output, "grad_output", ev.tensors)
         return None
 
-    return _count_forward_calls(point) + [point.target.register_full_backward_pre_hook(hook)]
+    return _count_forward_calls(point) + _full_backward(point, pre_hook=hook)
 
 
 @_hook_type("backward", ("grad_input", "grad_output"), "grad_input", needs_grad=True)
@@ -131,7 +133,36 @@ def _backward(point: HookPoint, fire: Fire) -> list:
             return rebuild(grad_input, "grad_input", ev.tensors)
         return None
 
-    return _count_forward_calls(point) + [point.target.register_full_backward_hook(hook)]
+    return _count_forward_calls(point) + _full_backward(point, hook=hook)
+
+
+def _full_backward(point: HookPoint, hook=None, pre_hook=None) -> list:
+    """PyTorch's full backward hook (torch.utils.hooks.BackwardHook, as Module.__call__ sets it up),
+    set up by a forward pre-hook and a forward hook of our own, so that the outputs its consumer
+    sees are copies it may modify in place: `out += identity` after a ResNet block's bn2 would
+    otherwise fail on the hook's view (the gradients are the same: a copy passes them through)."""
+    pending: list[BackwardHook] = []  # one per call in flight (a module called inside itself)
+
+    def setup(module, args):
+        bw = BackwardHook(module, [hook] if hook else [], [pre_hook] if pre_hook else [])
+        pending.append(bw)
+        return bw.setup_input_hook(args)
+
+    def finish(module, args, output):
+        if not pending:
+            return None
+        output = pending.pop().setup_output_hook(output)
+        return _copies(output) if torch.is_grad_enabled() else output
+
+    return [point.target.register_forward_pre_hook(setup), point.target.register_forward_hook(finish)]
+
+
+def _copies(obj):
+    if isinstance(obj, Tensor):
+        return obj.clone()
+    if isinstance(obj, tuple):
+        return tuple(_copies(o) for o in obj)
+    return obj
 
 
 @_hook_type("tensor", ("grad",), "grad", needs_grad=True)
