@@ -351,3 +351,20 @@ def test_a_backward_hook_on_bn2_before_out_plus_identity_works(tmp_path, checkpo
         assert f.attrs["status"] == "complete"
         np.testing.assert_allclose(f["captures/b/layer1.0.bn2/grad_output"][:], torch.cat(grads_out).numpy(), rtol=1e-4, atol=1e-7)
         np.testing.assert_allclose(f["captures/b/layer1.0.bn2/grad_input"][:], torch.cat(grads_in).numpy(), rtol=1e-4, atol=1e-7)
+
+
+def test_only_rank_0_draws_a_bar_and_it_counts_its_own_batches(tmp_path, checkpoint):
+    from hookrun.config.schema import load
+    from hookrun.runner.prepare import prepare
+    from hookrun.runner.ranks import Ranks
+    from hookrun.runner.shards import ShardRun
+
+    cfg = load(make_cfg(tmp_path, checkpoint, None, progress=True))  # 12 samples in 3 batches of 4
+    bars = {}
+    for rank in (0, 1):
+        p = prepare(cfg)
+        ShardRun(cfg, Ranks(rank=rank, world=2)).adjust(p)
+        bars[rank] = (p.settings.progress, p.settings.label, len(p.settings.batches))
+        p.env.close()
+    assert bars[0] == (True, "hookrun rank 0/2, batches 0-0", 1)
+    assert bars[1][0] is False and bars[1][2] == 2

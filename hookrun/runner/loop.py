@@ -34,6 +34,7 @@ class LoopSettings:
     loss: Callable | None = None
     batches: range | None = None  # the batch numbers to run (data.limit applied; a rank's shard); None: all
     progress: bool = True
+    label: str = "hookrun"  # the progress bar's label (a rank's: "hookrun rank 0/2, batches 0-4")
     should_stop: Callable[[], bool] = lambda: False  # checked after each batch (signals)
     spec: CallSpec = field(default_factory=CallSpec)  # how a batch becomes the forward call
     store_keys: tuple[str, ...] = ()  # batch keys stored per sample under /samples/ (data.store)
@@ -64,7 +65,7 @@ def run_batches(
         loader = make_loader(dataset, loader.batch_size, loader.num_workers, start=first * loader.batch_size,
                              collate=loader.collate_fn.fn if loader.collate_fn.custom else None)
     steps = 0
-    with tqdm(total=len(batches), initial=first - batches.start, disable=not s.progress, unit="batch", desc="hookrun",
+    with tqdm(total=len(batches), initial=first - batches.start, disable=not s.progress, unit="batch", desc=s.label,
               dynamic_ncols=True) as bar:
         for step, (indices, batch) in enumerate(one_line_errors(loader), start=first):
             if step >= batches.stop:

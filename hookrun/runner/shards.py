@@ -142,6 +142,9 @@ class ShardRun:
         """Narrow a prepared run to this rank's block of batches (prepare() applied data.limit)."""
         block = shard_batches(p.n_batches, self.r.world, self.r.rank)
         p.settings.batches = p.batches[block.start : block.stop]
+        # one bar, on rank 0, labelled with its own block; the other ranks log their ends as lines
+        p.settings.progress = p.settings.progress and self.r.rank == 0
+        p.settings.label = f"hookrun rank 0/{self.r.world}, batches {block.start}-{block.stop - 1}"
         p.attrs.update(rank=self.r.rank, world_size=self.r.world, launcher=self.r.launcher,
                        first_batch=p.batches.start, last_batch=p.batches.stop)
 
