@@ -122,6 +122,18 @@ class Run:
         axis (concat=False: a tuple, one tensor per capture). rank/world_size: this process's part;
         buffer_bytes: the shuffle window; block_rows: rows read together (default one chunk);
         dtype: a torch dtype to cast to; with_rows: yield (x, the rows' numbers in the file).
+
+        Args:
+            capture: one capture name, or a list of them.
+            batch_size, shuffle, seed, drop_last: as torch's DataLoader; the order depends on
+                (seed, epoch) only, and every row comes once per epoch.
+            concat, rank, world_size, buffer_bytes, block_rows, dtype, with_rows: see above.
+
+        Returns:
+            RowLoader: iterable of tensors (batch_size, features); `set_epoch(n)` reshuffles.
+
+        Raises:
+            NotFoundError: a capture name that is not in the file (with the closest labels).
         """
         names = capture if isinstance(capture, list) else [capture]
         infos = [self.find(*(c if isinstance(c, tuple) else (c,))) for c in names]
@@ -219,7 +231,19 @@ class Run:
 
 
 def open_run(path: str | Path) -> Run:
-    """Open a run's capture file (a folder is taken to hold captures.h5)."""
+    """Open a run's capture file for reading (nothing is loaded until asked for).
+
+    Args:
+        path: a captures.h5 file, or a run folder that holds one.
+
+    Returns:
+        Run: a context manager with `status`, `config`, `captures`, `run[module, role]` (an h5py
+        dataset), `stats`, `iter`, `loader`, `to_xarray`, `texts`, `summary`.
+
+    Raises:
+        NotFoundError: no such file. HookrunError: not a readable hookrun file, or a merged view
+        whose shard files are missing (HDF5 would read their rows as zeros).
+    """
     path = Path(path)
     if path.is_dir():
         path = path / "captures.h5"

@@ -130,6 +130,18 @@ class Sweep:
 
 
 def open_sweep(folder: str | Path) -> Sweep:
+    """Open a multirun folder (`outputs/multirun/DATE/TIME`) for reading.
+
+    Args:
+        folder: the sweep folder, with one job folder per run (0/, 1/, ...).
+
+    Returns:
+        Sweep: `jobs` (each with typed `overrides` and `open()`), and `table()`: one row per job
+        with its overrides, status and statistics of every capture (`.to_pandas()`).
+
+    Raises:
+        NotFoundError: no such folder, or a folder that holds no jobs.
+    """
     return Sweep(folder)
 
 

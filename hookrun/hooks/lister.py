@@ -63,6 +63,18 @@ def list_modules(model: nn.Module, example: Any = None, match: str | None = None
     keyword inputs (`model(**example)`).
 
         list_modules(model, x, match="**.relu").names()  # what hooks.NAME.at: '**.relu' hooks
+
+    Args:
+        model: any nn.Module (DDP / DataParallel / torch.compile wrappers are looked through).
+        example: one input for one forward under no_grad (None: names, types and parameters only).
+        match: a module name or glob, as `at:` takes it.
+
+    Returns:
+        ModuleTable: a list of ModuleInfo (name, type, params, calls, inputs, outputs) that prints
+        as an aligned table.
+
+    Raises:
+        ConfigError: `model` is not an nn.Module, or `match` names nothing (with the closest names).
     """
     if not isinstance(model, nn.Module):
         raise ConfigError(f"modules: expected a torch.nn.Module, got {type(model).__name__}")

@@ -122,8 +122,20 @@ def capture(model: nn.Module, hooks: Mapping, dtype: str = "keep") -> Iterator[C
         with capture(model, {"g": {"at": "layer4", "type": "tensor", "actions": ["record"]}}) as cap:
             model(x).logsumexp(1).sum().backward()
 
-    `dtype` is `output.dtype` of a file run (keep, float16, float32); hooks that need gradients
-    are allowed (they fire when the block calls backward()).
+    Hooks that need gradients are allowed (they fire when the block calls backward()). A hook
+    that never fired in the block is a warning, as at the end of a file run.
+
+    Args:
+        model: the nn.Module to hook; every hook is removed when the block ends, also on an exception.
+        hooks: the `hooks:` mapping of a config ({NAME: {at, type, actions}}).
+        dtype: `output.dtype` of a file run: keep, float16 or float32.
+
+    Returns:
+        Captured: `cap[module, role]` (or `cap[hook, module, role]`, `cap["hook/module/role"]`) is a
+        tensor with the rows of every forward in the block; `cap.tokens` maps token rows.
+
+    Raises:
+        ConfigError / NotFoundError: a bad hook spec or module name, before anything is attached.
     """
     if not isinstance(model, nn.Module):
         raise ConfigError(f"capture: expected a torch.nn.Module, got {type(model).__name__}")

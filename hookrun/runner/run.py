@@ -55,8 +55,27 @@ class RunResult:
 
 
 def run(cfg: Any, model: torch.nn.Module | None = None, dataset: Any = None) -> RunResult:
-    """Run `cfg`; `model` and `dataset`, where given, are live objects used instead of the config's
-    model and data.dataset nodes (which may then be left out)."""
+    """Run a config: build (or take) the model and data, hook it, loop, and write one HDF5 file.
+
+        result = run({"hooks": {...}, "output": {"path": "captures.h5"}}, model=model, dataset=ds)
+        result.path, result.steps, result.samples
+
+    Args:
+        cfg: a mapping (or DictConfig, or `hookrun.compose(...)`'s dict) with the keys of
+            conf/config.yaml; missing keys take their defaults.
+        model: a live nn.Module used instead of cfg's `model` node (which may then be left out);
+            it comes back as it went in (mode, inplace flags, devices, gradients).
+        dataset: a live map-style dataset used instead of `data.dataset`.
+
+    Returns:
+        RunResult: the file's path, batches and samples written, seconds, and status
+        ("complete", or "dry_run" with `estimated_bytes`).
+
+    Raises:
+        ConfigError: anything that can be checked before the first batch (exit 2 on the CLI).
+        RunError: a batch that failed; the file keeps every batch before it, marked "failed".
+        Interrupted: SIGINT or SIGTERM; the file is marked "interrupted" and `resume=true` goes on.
+    """
     started = time.perf_counter()
     cfg = load(with_live(cfg, model, dataset))
     ranks = detect()
