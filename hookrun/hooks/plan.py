@@ -23,6 +23,7 @@ from hookrun.hooks.actions import ACTIONS
 from hookrun.hooks.actions.base import Callback
 from hookrun.hooks.hook_types import HOOK_TYPES
 from hookrun.hooks.points import HookPoint
+from hookrun.hooks.sites import check_site_actions, split_site
 
 GLOB_CHARS = set("*?[")
 
@@ -131,8 +132,8 @@ def make_plan(model: nn.Module, specs: list, env: Any, mode: str) -> list[HookPo
                 f"hooks.{spec.name}.type={spec.type} sees gradients, which exist only with "
                 f"mode=grad (and a loss, e.g. loss=cross_entropy)"
             )
-        for name, target in resolve_targets(model, spec.at, spec.name, hook_type.on):
-            point = HookPoint(spec.name, spec.type, name, target, globbed=name not in spec.at)
+        for name, target, site in _targets(model, spec, hook_type):
+            point = HookPoint(spec.name, spec.type, name, target, globbed=name not in spec.at, site=site)
             for action_spec in spec.actions:
                 if action_spec.is_target:
                     fn = build_user_action(action_spec, point, hook_type, env)
@@ -148,8 +149,33 @@ def make_plan(model: nn.Module, specs: list, env: Any, mode: str) -> list[HookPo
                         f"it works with type: {', '.join(sorted(cls.fits))}"
                     )
                 point.actions.append(_construct(cls, action_spec, point, hook_type, env))
+            if site is not None:
+                check_site_actions(point, site[0])
             points.append(point)
     return points
+
+
+SITE_TYPES = ("forward", "forward_pre", "tensor")
+
+
+def _targets(model: nn.Module, spec: Any, hook_type: Any) -> list[tuple[str, Any, tuple | None]]:
+    """(name, target, site) of every point of a hook spec: modules (or parameters) as resolve_targets
+    finds them, and op sites `MODULE/FN[.k]` on the modules their module part names."""
+    names = set(dict(unwrap(model).named_modules())) if hook_type.on == "module" else set()
+    plain, out = [], []
+    for pattern in spec.at:
+        parts = split_site(pattern, names) if hook_type.on == "module" else None
+        if parts is None:
+            plain.append(pattern)
+            continue
+        if spec.type not in SITE_TYPES:
+            raise ConfigError(f"hooks.{spec.name}: {pattern!r} is an op site; it takes type: {', '.join(SITE_TYPES)}, "
+                              f"not {spec.type}")
+        module, fn, call = parts
+        for name, target in resolve_targets(model, [module], spec.name):
+            out.append((f"{name}/{fn}" + (f".{call}" if call is not None else ""), target, (fn, call)))
+    out += [(name, target, None) for name, target in resolve_targets(model, plain, spec.name, hook_type.on)] if plain else []
+    return out
 
 
 def _construct(cls: type, action_spec: Any, point: HookPoint, hook_type: Any, env: Any) -> Any:

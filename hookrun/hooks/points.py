@@ -20,6 +20,7 @@ class HookPoint:
     target: Any  # nn.Module or nn.Parameter
     actions: list = field(default_factory=list)
     globbed: bool = False  # reached only through a glob of `at:` (not named there): may have nothing to record
+    site: tuple | None = None  # an op site (hooks/sites.py): (FN, call or None); target is the module whose code calls FN
     forward_calls: int = 0
     backward_calls: int = 0
 

@@ -21,6 +21,7 @@ from hookrun.hooks.early_stop import EarlyStop, StopForward
 from hookrun.hooks.events import Event
 from hookrun.hooks.hook_types import HOOK_TYPES, Fire
 from hookrun.hooks.plan import HookPoint
+from hookrun.hooks.sites import Interceptor
 from hookrun.hooks.tokens import TokenMap
 
 __all__ = ["HookSession", "StopForward", "warn_never_fired"]
@@ -33,11 +34,16 @@ class HookSession:
         self.env = env
         self.early_stop = EarlyStop() if early_stop else None
         self.fired = [0] * len(points)  # firings of each point over the run
+        self.interceptor = Interceptor()  # op sites' calls (used only where a point is a site)
         self._handles: list = []
 
     def __enter__(self) -> HookSession:
         try:
             for i, point in enumerate(self.points):
+                if point.site is not None:  # an op site: the interceptor fires it (hooks/sites.py)
+                    fn, call = point.site
+                    self._handles.extend(self.interceptor.add(point.target, fn, call, point, self._firing(point, i)))
+                    continue
                 self._handles.extend(HOOK_TYPES.get(point.type).attach(point, self._firing(point, i)))
         except BaseException:
             self.remove()
@@ -103,7 +109,7 @@ class HookSession:
         at_firing = self.early_stop.at_firing if self.early_stop is not None else None
         fired = self.fired
 
-        def fire(call: int, tensors: dict, writable: str, raw=None) -> Event:
+        def fire(call: int, tensors: dict, writable: str, raw=None, module: str = module) -> Event:
             ev = Event(hook, kind, module, target, call, state, tensors, writable, raw)
             fired[i] += 1
             for action in actions:

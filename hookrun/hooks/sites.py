@@ -1,0 +1,194 @@
+"""Op sites: the torch functions a module's own forward calls, as hook points (`at: MODULE/FN`).
+
+    hooks: {attn: {at: "transformer.h.*.attn/softmax", type: forward, actions: [record]}}
+    # captures/attn/transformer.h.0.attn%2Fsoftmax.0/output: the attention pattern of layer 0
+
+A site is named `MODULE/FN.k`: the k-th call (0, 1, ... in call order within one forward of
+MODULE) of the torch function FN that MODULE's own code makes; `MODULE/FN` means every call. The
+root model's sites are `/FN`. Calls made inside a child module belong to the child. FN is the
+function's own name (`softmax`, `matmul`, `flatten`, `gelu`, `add` for `a + b` and `torch.add`,
+`add_` for `a += b`); `hookrun.modules(model, x, ops=True)` lists a model's sites with shapes.
+
+Interception costs only where sites are: a forward pre-hook of a module that holds sites enters a
+`torch.overrides.TorchFunctionMode` and, while that forward runs, module pre/forward hooks note
+which module's code is running; its forward hook (always called, also on an exception) leaves
+them. Torch itself is never patched, and a run without sites is unchanged. Each matching call
+fires its points with an Event like any module's: `forward_pre` sees the call's tensor arguments
+(`input.0`, `input.1`, ...; replace_input replaces them), `forward` its result (`output`; record,
+modify_output), `tensor` the gradient of its result in mode=grad. An in-place op (`add_`) is
+recorded after the op; replacing its result is refused before any batch.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+from torch.overrides import TorchFunctionMode
+
+from hookrun.errors import ConfigError
+from hookrun.hooks.events import flatten, rebuild
+
+SITE = re.compile(r"^(?P<module>.*)/(?P<fn>[A-Za-z_][A-Za-z0-9_]*)(?:\.(?P<call>\d+))?$")
+OPERATORS = {"__add__": "add", "__radd__": "add", "__iadd__": "add_", "__sub__": "sub", "__rsub__": "sub",
+             "__isub__": "sub_", "__mul__": "mul", "__rmul__": "mul", "__imul__": "mul_", "__matmul__": "matmul",
+             "__rmatmul__": "matmul", "__truediv__": "div", "__rtruediv__": "div", "__itruediv__": "div_",
+             "__neg__": "neg", "__pow__": "pow"}
+SKIP = {"__get__", "__set__", "__getitem__", "__setitem__", "__len__", "__iter__", "__bool__", "__format__",
+        "__repr__", "size", "dim", "numel", "is_floating_point", "__hash__", "__eq__", "__ne__"}
+
+
+def fn_name(func: Any) -> str | None:
+    """The readable name of an intercepted torch function (None for attribute reads and the like)."""
+    name = getattr(func, "__name__", None)
+    if name is None or name in SKIP:
+        return None
+    return OPERATORS.get(name, name)
+
+
+def split_site(at: str, modules: set[str]) -> tuple[str, str, int | None] | None:
+    """(module pattern, FN, call or None) of an op-site name; None where `at` names a module (a
+    module whose own name holds a '/' stays a module)."""
+    if at in modules:
+        return None
+    m = SITE.match(at)
+    if not m:
+        return None
+    return m.group("module"), m.group("fn"), int(m.group("call")) if m.group("call") else None
+
+
+def in_place(fn: str) -> bool:
+    return fn.endswith("_") and not fn.startswith("_")
+
+
+@dataclass
+class Site:
+    """The op-site points of one module: FN -> [(call or None, point, fire)]."""
+
+    module: nn.Module
+    points: dict[str, list] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)  # calls of each FN in the forward in flight
+
+
+class Interceptor:
+    """Owns the mode and the hooks that attribute torch calls to the innermost running module."""
+
+    def __init__(self) -> None:
+        self.sites: dict[nn.Module, Site] = {}
+        self.stack: list[nn.Module] = []  # every module whose forward runs inside a hooked one
+        self.depth = 0  # hooked modules in flight
+        self._mode: _SiteMode | None = None
+        self._global: list = []
+
+    def add(self, module: nn.Module, fn: str, call: int | None, point: Any, fire: Callable) -> list:
+        """Attach one point; returns the handles to remove (the module's enter/leave hooks, once)."""
+        site = self.sites.get(module)
+        handles = []
+        if site is None:
+            site = self.sites[module] = Site(module)
+            handles = [module.register_forward_pre_hook(self._enter, prepend=True),
+                       module.register_forward_hook(self._leave, always_call=True), _Closer(self)]
+        site.points.setdefault(fn, []).append((call, point, fire))
+        return handles
+
+    def _enter(self, module: nn.Module, args: Any) -> None:
+        site = self.sites[module]
+        site.counts = {}
+        if self.depth == 0:
+            self._global = [register_module_forward_pre_hook(self._push),
+                            register_module_forward_hook(self._pop, always_call=True)]
+            self._mode = _SiteMode(self)
+            self._mode.__enter__()
+        self.depth += 1
+        self.stack.append(module)
+
+    def _leave(self, module: nn.Module, args: Any, output: Any) -> None:
+        if self.stack and self.stack[-1] is module:
+            self.stack.pop()
+        self.depth -= 1
+        if self.depth == 0:
+            self.close()
+
+    def _push(self, module: nn.Module, args: Any) -> None:
+        if module not in self.sites:  # (a hooked module pushes itself, first)
+            self.stack.append(module)
+
+    def _pop(self, module: nn.Module, args: Any, output: Any) -> None:
+        if module not in self.sites and self.stack and self.stack[-1] is module:
+            self.stack.pop()
+
+    def close(self) -> None:
+        if self._mode is not None:
+            self._mode.__exit__(None, None, None)
+            self._mode = None
+        while self._global:
+            self._global.pop().remove()
+        self.stack.clear()
+        self.depth = 0
+
+    def call(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """One intercepted call: fire the points of the innermost module's site for it, if any."""
+        site = self.sites.get(self.stack[-1]) if self.stack else None
+        name = fn_name(func) if site is not None else None
+        entries = site.points.get(name) if name is not None else None
+        if not entries:
+            return func(*args, **kwargs)
+        k = site.counts.get(name, 0)
+        site.counts[name] = k + 1
+        chosen = [(point, fire, point.module if call is not None else f"{point.module}.{k}")
+                  for call, point, fire in entries if call is None or call == k]
+        for point, fire, where in chosen:
+            if point.type == "forward_pre":
+                ev = fire(0, flatten(args, "input"), "input", module=where)
+                if ev.replaced:
+                    args = rebuild(args, "input", ev.tensors)
+        result = func(*args, **kwargs)
+        for point, fire, where in chosen:
+            if point.type == "forward":
+                ev = fire(0, {"output": result} if isinstance(result, torch.Tensor) else flatten(result, "output"), "output",
+                          module=where)
+                if ev.replaced:
+                    result = rebuild(result, "output", ev.tensors)
+            elif point.type == "tensor":
+                for role, t in flatten(result, "grad").items():
+                    if t.requires_grad:
+                        t.register_hook(partial(_on_grad, fire, role, where))
+        return result
+
+
+def _on_grad(fire: Callable, role: str, where: str, grad: torch.Tensor) -> torch.Tensor | None:
+    ev = fire(0, {role: grad}, "grad", module=where)
+    return ev.tensors[role] if ev.replaced else None
+
+
+class _Closer:
+    """A handle whose remove() leaves any mode still entered (the session removes handles)."""
+
+    def __init__(self, owner: Interceptor) -> None:
+        self.owner = owner
+
+    def remove(self) -> None:
+        self.owner.close()
+
+
+class _SiteMode(TorchFunctionMode):
+    def __init__(self, owner: Interceptor) -> None:
+        super().__init__()
+        self.owner = owner
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return self.owner.call(func, args, kwargs or {})
+
+
+def check_site_actions(point: Any, fn: str) -> None:
+    """Replacing the result of an in-place op would not change what the op wrote: refused."""
+    if in_place(fn) and point.type == "forward" and any(getattr(a, "modifies", False) for a in point.actions):
+        raise ConfigError(f"hooks.{point.hook}: {point.module} is an in-place op ({fn}): its result is the tensor it "
+                          f"changed, so replacing it would not undo the op; modify its input instead "
+                          f"(type: forward_pre, replace_input), or the op site before it")
