@@ -24,7 +24,8 @@ SUFFIX = ".digest"
 
 def digest(rows: np.ndarray) -> int:
     """The xxh3-64 digest of rows as they are stored (C order, the dataset's dtype)."""
-    return xxhash.xxh3_64_intdigest(memoryview(np.ascontiguousarray(rows)).cast("B"))
+    flat = np.ascontiguousarray(rows).reshape(-1).view(np.uint8)  # also for a dim of size 0
+    return xxhash.xxh3_64_intdigest(flat)
 
 
 def check_block(table: np.ndarray, start: int, end: int, rows: np.ndarray) -> bool | None:
