@@ -264,7 +264,7 @@ def _damage_rows(path, name, row):
 
 def test_resume_refuses_rows_damaged_on_disk_and_inspect_verify_names_them(tmp_path, checkpoint):
     hooks = {"l": {"at": "layer2", "type": "forward", "actions": [{"name": "record", "what": "output"}]}}
-    cfg = make_cfg(tmp_path, checkpoint, hooks)
+    cfg = make_cfg(tmp_path, checkpoint, hooks, **{"output.checksum": True})
     path = hookrun.run(cfg).path
     verify = [sys.executable, "-m", "hookrun.inspect", "--verify", str(path)]
     ok = subprocess.run(verify, cwd=ROOT, capture_output=True, text=True, timeout=300)

@@ -45,7 +45,7 @@ def verify_file(path: Path) -> int:
         name = run.path
     for line in problems:
         print(f"hookrun.inspect: damaged: {line}", file=sys.stderr)
-    note = f"; {unchecked} without checksums (written with output.checksum=false, ragged, or before hookrun 0.2)" if unchecked else ""
+    note = f"; {unchecked} without checksums (written without output.checksum=true, or ragged)" if unchecked else ""
     print(f"{name}: {checked} capture(s) checked{note}: {'DAMAGED, ' + str(len(problems)) + ' problem(s)' if problems else 'every row matches its checksum'}")
     return 1 if problems else 0
 

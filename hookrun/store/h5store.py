@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import h5py
@@ -48,11 +48,12 @@ class _Column:
     key: tuple  # (hook, module, role, call)
     index: h5py.Dataset | None = None  # sample (or step) index of each row, once rows skip
     digest: h5py.Dataset | None = None  # (batches, 2): rows after each batch, xxh3 of its rows
+    pending: list = field(default_factory=list)  # digests of batches since the last flush (written at flush)
 
 
 class H5Store:
     def __init__(self, path: str | os.PathLike, attrs: dict, compression: str = "none", flush_every: int | None = None,
-                 expected_samples: int | None = None, expected_steps: int | None = None, checksum: bool = True) -> None:
+                 expected_samples: int | None = None, expected_steps: int | None = None, checksum: bool = False) -> None:
         self.path = Path(path)
         self.checksum = checksum  # a digest of each batch's rows per capture (store/digest.py)
         self.compression = None if compression in (None, "none") else compression
@@ -118,7 +119,7 @@ class H5Store:
         sets = [d for col in self._columns.values() for d in (col.ds, col.index, col.digest) if d is not None]
         return {"rows": {d.name: d.shape[0] for d in sets}, "columns": set(self._columns), "table": self.table.mark(),
                 "indexed": {p for p, col in self._columns.items() if col.index is not None},
-                "digested": {p for p, col in self._columns.items() if col.digest is not None}}
+                "pending": {p: len(col.pending) for p, col in self._columns.items()}}
 
     def _roll_back(self, mark: dict) -> None:
         """Take out what a failed batch wrote: new datasets go, the others get their old length."""
@@ -128,11 +129,9 @@ class H5Store:
                 for d in (col.index, col.digest, col.ds):
                     if d is not None:
                         del self.file[d.name]
-            for path in set(self._columns) - mark["digested"]:
-                col = self._columns[path]
-                if col.digest is not None:
-                    del self.file[col.digest.name]
-                    col.digest, col.ds.attrs["digest"] = None, ""
+            for path, n in mark["pending"].items():  # a failed batch's digest never reaches the file
+                if path in self._columns:
+                    del self._columns[path].pending[n:]
             for path in set(self._columns) - mark["indexed"]:
                 col = self._columns[path]
                 if col.index is not None:
@@ -200,14 +199,23 @@ class H5Store:
         self._digest(path, col, rows)
 
     def _digest(self, path: str, col: _Column, rows: np.ndarray) -> None:
-        """One row of the capture's checksum table: its row count after this batch, xxh3 of the rows."""
-        if not self.checksum:
-            return
-        if col.digest is None:
-            name = f"{path}{SUFFIX}"
-            col.digest = self.file.create_dataset(name, (0, 2), "uint64", maxshape=(None, 2), chunks=(4096, 2))
-            col.ds.attrs["digest"] = name.rsplit("/", 1)[1]
-        _append(col.digest, np.array([[col.ds.shape[0], digest(rows.astype(col.ds.dtype, copy=False))]], dtype=np.uint64))
+        """One row of the capture's checksum table: its row count after this batch, xxh3 of the rows
+        (kept in memory, written at the next flush: one HDF5 append per capture per flush)."""
+        if self.checksum:
+            col.pending.append((col.ds.shape[0], digest(rows.astype(col.ds.dtype, copy=False))))
+
+    def _write_digests(self) -> None:
+        for path, col in self._columns.items():
+            if not col.pending:
+                continue
+            if col.digest is None:
+                name = f"{path}{SUFFIX}"
+                # small chunks and a cache of one: hundreds of captures must not hold 64 KiB each
+                col.digest = self.file.create_dataset(name, (0, 2), "uint64", maxshape=(None, 2), chunks=(128, 2),
+                                                      rdcc_nbytes=4096, rdcc_w0=1.0)
+                col.ds.attrs["digest"] = name.rsplit("/", 1)[1]
+            _append(col.digest, np.array(col.pending, dtype=np.uint64))
+            col.pending.clear()
 
     def _write_ragged(self, cap: Capture, rec: StepRecord, samples_before: int) -> None:
         col = self._columns.get(cap.key.path)
@@ -246,6 +254,7 @@ class H5Store:
     def flush(self) -> None:
         """Rows first, then the counts: a kill during the first flush leaves the old counts, which
         then still name whole batches only (resume keeps those)."""
+        self._write_digests()
         self.file.flush()
         self._update_counts()
         self.file.flush()
@@ -271,6 +280,7 @@ class H5Store:
         if not self.file.id.valid:
             return
         try:
+            self._write_digests()
             self._update_counts()
             self.file.flush()  # every row on disk before the status says so: a kill in close() cannot show a short file as complete
             self.file.attrs["status"] = status
