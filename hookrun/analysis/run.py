@@ -21,6 +21,7 @@ import yaml
 from hookrun.analysis.loader import BUFFER_BYTES, RowLoader
 from hookrun.analysis.stats import block_stats, human_bytes
 from hookrun.errors import HookrunError, NotFoundError
+from hookrun.store.h5file import flushing_path, wait_for_flush
 from hookrun.store.merge import check_sources
 from hookrun.store.schema import CaptureInfo, list_captures, resolve, row_index
 
@@ -34,7 +35,11 @@ class Run:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        if not self.path.is_file():
+        if not self.path.is_file() and not wait_for_flush(self.path):
+            aside = flushing_path(self.path)
+            if aside.is_file():
+                raise NotFoundError(f"no file {str(self.path)!r}, but {aside.name} beside it: the run was killed while it "
+                                    f"flushed; resume=true recovers its batches")
             raise NotFoundError(f"no file {str(self.path)!r}")
         try:
             self.file = h5py.File(self.path, "r", locking=False)

@@ -39,6 +39,7 @@ from hookrun.runner.batches import make_loader
 from hookrun.runner.calls import CallSpec
 from hookrun.runner.generate import check_modes, pad_left, prepare_generation
 from hookrun.runner.loop import LoopSettings
+from hookrun.store.h5file import flushing_path
 
 
 @dataclass
@@ -198,6 +199,9 @@ def check_output(path: str | Path, overwrite: bool, create: bool = True) -> Path
                           f"hookrun needs it under {room + 1} bytes, to add .lock or .resuming): choose a shorter output.path")
     if exists and not overwrite:
         raise ConfigError(f"output.path: {str(out)!r} exists; set output.overwrite=true, resume=true, or choose another path")
+    if not exists and not overwrite and flushing_path(out).exists():
+        raise ConfigError(f"output.path: {str(flushing_path(out))!r} is what a run killed while flushing {out.name} left; "
+                          f"resume=true recovers its batches, output.overwrite=true starts again, or choose another path")
     if not create:
         return out
     try:

@@ -23,6 +23,7 @@ import yaml
 from hookrun.config.diff import differing
 from hookrun.errors import ConfigError
 from hookrun.store.digest import check_block
+from hookrun.store.h5file import flushing_path
 from hookrun.store.h5store import H5Store
 from hookrun.store.records import Capture, CaptureKey, StepRecord
 from hookrun.store.schema import CaptureMeta, RowKind, list_captures
@@ -46,11 +47,15 @@ class ResumeState:
 
 
 def open_resume(path: Path, config_yaml: str) -> ResumeState | None:
-    """The old run to continue, None where there is none; ConfigError where it cannot be."""
+    """The old run to continue, None where there is none; ConfigError where it cannot be. A file
+    killed inside a flush (left at `<name>.flushing`) gives the batches of the flush before it."""
+    source, mid_flush = path, False
     if not path.exists():
-        return None
+        if not flushing_path(path).exists():
+            return None
+        source, mid_flush = flushing_path(path), True
     try:
-        f = h5py.File(path, "r", locking=False)
+        f = h5py.File(source, "r", locking=False)
     except OSError as exc:
         raise ConfigError(f"resume: {str(path)!r} cannot be opened ({exc}); move it away to start again") from None
     if "format_version" not in f.attrs or "config" not in f.attrs:
@@ -65,13 +70,17 @@ def open_resume(path: Path, config_yaml: str) -> ResumeState | None:
         )
     step_of_row = f["samples/step"][:]
     first = int(step_of_row[0]) if len(step_of_row) else 0  # a rank's shard starts at its first batch
-    return ResumeState(path, f, complete_steps(f), str(f.attrs["status"]), first)
+    return ResumeState(path, f, complete_steps(f, mid_flush), "running" if mid_flush else str(f.attrs["status"]), first)
 
 
-def complete_steps(f: h5py.File) -> int:
+def complete_steps(f: h5py.File, mid_flush: bool = False) -> int:
     """Batches complete in every dataset: those of /samples/step, but no more than the file's
-    `steps_complete`, so a batch that failed part-way (or came after the last flush) is redone."""
+    `steps_complete`, so a batch that failed part-way (or came after the last flush) is redone.
+    In a file killed inside a flush only the flush before that one is sure: `previous_flush`
+    (written with the counts, so old or new it names batches every dataset holds)."""
     steps = len(np.unique(f["samples/step"][:]))
+    if mid_flush:
+        return min(steps, int(f.attrs["previous_flush"][0]) if "previous_flush" in f.attrs else 0)
     return min(steps, int(f.attrs.get("steps_complete", steps)))
 
 

@@ -37,6 +37,7 @@ from hookrun.runner.resume import ResumeState, open_resume, replay
 from hookrun.runner.shards import ShardRun, check_not_a_view
 from hookrun.runner.signals import Interrupted, StopSignals
 from hookrun.store.format import HOOKRUN_VERSION
+from hookrun.store.h5file import flushing_path
 from hookrun.store.h5store import H5Store
 from hookrun.store.lock import OutputLock
 from hookrun.store.writer import BackgroundWriter
@@ -197,6 +198,7 @@ def execute(p: Prepared, resume: ResumeState | None, started: float) -> RunResul
                 close_quietly(store, status)
                 if resume is not None and replayed:
                     os.replace(target, real)  # the new file holds the old batches too
+                    flushing_path(real).unlink(missing_ok=True)  # the old file, where a kill in a flush left it
                 elif resume is not None:
                     target.unlink(missing_ok=True)
     seconds = time.perf_counter() - started
