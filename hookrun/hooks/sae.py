@@ -175,15 +175,19 @@ def _sparsify(folder: Path) -> SparseCoder:
                        source="sparsify", hook_name=hook, path=str(folder))
 
 
-# dictionary_learning's classes: their tensors, and how they map onto a SparseCoder
+# dictionary_learning's classes: (architecture, {SparseCoder argument: the class's tensor}); an
+# nn.Linear's weight is stored transposed. Buffers k, threshold and group_sizes may come along.
+_LINEAR = {"W_enc": "encoder.weight", "b_enc": "encoder.bias", "W_dec": "decoder.weight", "b_dec": "b_dec"}
+_PARAMS = {"W_enc": "W_enc", "b_enc": "b_enc", "W_dec": "W_dec", "b_dec": "b_dec", "threshold": "threshold"}
 _DL = {
-    "AutoEncoder": (["encoder.weight", "encoder.bias", "decoder.weight", "bias"], "standard"),
-    "AutoEncoderNew": (["encoder.weight", "encoder.bias", "decoder.weight", "decoder.bias"], "standard"),
-    "GatedAutoEncoder": (["encoder.weight", "decoder.weight", "decoder_bias", "r_mag", "gate_bias", "mag_bias"], "gated"),
-    "AutoEncoderTopK": (["encoder.weight", "encoder.bias", "decoder.weight", "b_dec", "k", "threshold"], "topk"),
-    "BatchTopKSAE": (["encoder.weight", "encoder.bias", "decoder.weight", "b_dec", "k", "threshold"], "jumprelu"),
-    "MatryoshkaBatchTopKSAE": (["W_enc", "b_enc", "W_dec", "b_dec", "k", "threshold", "group_sizes"], "jumprelu"),
-    "JumpReluAutoEncoder": (["W_enc", "b_enc", "W_dec", "b_dec", "threshold"], "jumprelu"),
+    "AutoEncoder": ("standard", {**_LINEAR, "b_dec": "bias"}),
+    "AutoEncoderNew": ("standard", {**_LINEAR, "b_dec": "decoder.bias"}),
+    "GatedAutoEncoder": ("gated", {"W_enc": "encoder.weight", "W_dec": "decoder.weight", "b_dec": "decoder_bias",
+                                   "r_mag": "r_mag", "b_gate": "gate_bias", "b_mag": "mag_bias"}),
+    "AutoEncoderTopK": ("topk", _LINEAR),
+    "BatchTopKSAE": ("jumprelu", {**_LINEAR, "threshold": "threshold"}),  # at inference: relu(pre) > its threshold
+    "MatryoshkaBatchTopKSAE": ("jumprelu", _PARAMS),
+    "JumpReluAutoEncoder": ("jumprelu", _PARAMS),
 }
 
 
@@ -198,32 +202,20 @@ def _dictionary_learning(folder: Path) -> SparseCoder:
     state = read_state_dict(file)
     if isinstance(state.get("ae"), Mapping):  # a training backup: {"ae": state_dict, "optimizer": ...}
         state = dict(state["ae"])
-    names, arch = _DL[cls]
-    t = dict(zip(names, _take(state, [n for n in names if n not in ("threshold", "group_sizes")] +
-                              [n for n in names if n in ("threshold", "group_sizes") and n in state], file, cls), strict=False))
-    _no_extra(state, set(names), file, cls)
-    kw: dict[str, Any] = {}
-    if "encoder.weight" in t:
-        t["W_enc"], t["W_dec"] = t.pop("encoder.weight").T, t.pop("decoder.weight").T
+    arch, names = _DL[cls]
+    found = _take(state, list(names.values()), file, cls)
+    _no_extra(state, set(names.values()) | {"k", "threshold", "group_sizes"}, file, cls)
+    kw: dict[str, Any] = {ours: t.T if theirs.endswith(".weight") else t
+                          for (ours, theirs), t in zip(names.items(), found, strict=True)}
     if cls == "AutoEncoder":  # its from_pretrained makes the decoder's rows unit norm, scaling the encoder
-        norms = t["W_dec"].norm(dim=1)
+        norms = kw["W_dec"].norm(dim=1)
         norms = torch.where(norms > 0, norms, torch.ones_like(norms))
-        t["W_dec"], t["W_enc"] = t["W_dec"] / norms[:, None], t["W_enc"] * norms
-        kw = {"W_enc": t["W_enc"], "b_enc": t["encoder.bias"] * norms, "W_dec": t["W_dec"], "b_dec": t["bias"]}
-    elif cls == "AutoEncoderNew":
-        kw = {"W_enc": t["W_enc"], "b_enc": t["encoder.bias"], "W_dec": t["W_dec"], "b_dec": t["decoder.bias"],
-              "apply_b_dec_to_input": False}
-    elif cls == "GatedAutoEncoder":
-        kw = {"W_enc": t["W_enc"], "W_dec": t["W_dec"], "b_dec": t["decoder_bias"], "r_mag": t["r_mag"],
-              "b_gate": t["gate_bias"], "b_mag": t["mag_bias"]}
-    else:
-        kw = {"W_enc": t["W_enc"], "b_enc": t.get("encoder.bias", t.get("b_enc")), "W_dec": t["W_dec"], "b_dec": t["b_dec"]}
-        if cls == "JumpReluAutoEncoder":  # its apply_b_dec_to_input is False unless set by hand after loading
-            kw |= {"threshold": t["threshold"], "apply_b_dec_to_input": False}
-        elif arch == "topk":
-            kw["k"] = int(trainer.get("k", t["k"].item()))
-        else:  # the BatchTopK kinds at inference: relu(pre) kept where it exceeds the learned scalar threshold
-            kw["threshold"] = t.get("threshold", torch.tensor(-1.0)).reshape(()).expand(t["W_enc"].shape[1]).to(t["W_enc"].dtype)
+        kw |= {"W_dec": kw["W_dec"] / norms[:, None], "W_enc": kw["W_enc"] * norms, "b_enc": kw["b_enc"] * norms}
+    if arch == "jumprelu" and kw["threshold"].dim() == 0:  # the BatchTopK kinds learn one scalar threshold
+        kw["threshold"] = kw["threshold"].expand(kw["W_enc"].shape[1]).to(kw["W_enc"].dtype)
+    if arch == "topk":
+        kw["k"] = trainer.get("k") or (int(state["k"]) if "k" in state else None)
+    kw["apply_b_dec_to_input"] = cls not in ("AutoEncoderNew", "JumpReluAutoEncoder")  # as their encode() does
     d_in, d_sae = kw["W_enc"].shape
     for key, n in (("activation_dim", d_in), ("dict_size", d_sae)):
         if key in trainer and trainer[key] != n:

@@ -8,7 +8,7 @@ own (they pin different versions of TransformerLens and friends):
 
     python3 -m venv /work/venvs/saelens && /work/venvs/saelens/bin/pip install sae-lens           # 6.54
     python3 -m venv /work/venvs/sparsify && /work/venvs/sparsify/bin/pip install eai-sparsify     # 1.3
-    python3 -m venv /work/venvs/dictlearn && /work/venvs/dictlearn/bin/pip install dictionary-learning
+    python3 -m venv /work/venvs/dictlearn && /work/venvs/dictlearn/bin/pip install dictionary-learning  # 0.1.0
     python3 tests/data/sae/make_fixtures.py hookrun      # (this repo's python) examples/train_sae.py --out
     /work/venvs/saelens/bin/python tests/data/sae/make_fixtures.py saelens      # also references hookrun_trained
     /work/venvs/sparsify/bin/python tests/data/sae/make_fixtures.py sparsify
@@ -169,22 +169,23 @@ def sparsify() -> None:
 # -- dictionary_learning ---------------------------------------------------------------------
 def dictionary_learning() -> None:
     from dictionary_learning import utils
-    from dictionary_learning.dictionary import AutoEncoder, GatedAutoEncoder, JumpReluAutoEncoder
+    from dictionary_learning.dictionary import AutoEncoder, AutoEncoderNew, GatedAutoEncoder, JumpReluAutoEncoder
+    from dictionary_learning.trainers.batch_top_k import BatchTopKSAE
+    from dictionary_learning.trainers.matryoshka_batch_top_k import MatryoshkaBatchTopKSAE
     from dictionary_learning.trainers.top_k import AutoEncoderTopK
 
-    classes = {"AutoEncoder": lambda: AutoEncoder(D_IN, D_SAE), "GatedAutoEncoder": lambda: GatedAutoEncoder(D_IN, D_SAE),
+    classes = {"AutoEncoder": lambda: AutoEncoder(D_IN, D_SAE), "AutoEncoderNew": lambda: AutoEncoderNew(D_IN, D_SAE),
+               "GatedAutoEncoder": lambda: GatedAutoEncoder(D_IN, D_SAE),
                "JumpReluAutoEncoder": lambda: JumpReluAutoEncoder(D_IN, D_SAE),
-               "AutoEncoderTopK": lambda: AutoEncoderTopK(D_IN, D_SAE, k=4)}
-    try:
-        from dictionary_learning.trainers.batch_top_k import BatchTopKSAE
-        classes["BatchTopKSAE"] = lambda: BatchTopKSAE(D_IN, D_SAE, k=4)
-    except ImportError:
-        pass
+               "AutoEncoderTopK": lambda: AutoEncoderTopK(D_IN, D_SAE, k=4),
+               "BatchTopKSAE": lambda: BatchTopKSAE(D_IN, D_SAE, k=4),
+               "MatryoshkaBatchTopKSAE": lambda: MatryoshkaBatchTopKSAE(D_IN, D_SAE, k=4, group_sizes=[4, 12])}
     for i, (cls, make) in enumerate(classes.items()):
         ae = make()
         randomize(ae, 500 + i)
-        if cls == "BatchTopKSAE":
-            ae.threshold.fill_(0.3)  # a learned threshold, as training leaves it
+        if "BatchTopK" in cls:
+            ae.threshold.fill_(0.3)  # a learned threshold, as training leaves it (the AutoEncoder's decoder
+            # rows are not unit norm either: its from_pretrained folds their norms into the encoder)
         folder = fresh(f"dictlearn_{cls}")
         torch.save({k: v.cpu() for k, v in ae.state_dict().items()}, folder / "ae.pt")
         trainer = {"dict_class": cls, "activation_dim": D_IN, "dict_size": D_SAE, "submodule_name": "resid_post_layer_3",
