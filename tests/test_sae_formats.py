@@ -76,6 +76,8 @@ def test_dtype_and_device_are_chosen_by_the_caller():
     assert sae.dtype == torch.float64 and sae.encode(ref["x"]).dtype == torch.float64
     torch.testing.assert_close(sae(ref["x"]).float(), ref["recon"], atol=1e-5, rtol=1e-5)
     assert load_sae(DATA / "saelens_float64").dtype == torch.float64  # cfg dtype
+    with pytest.raises(ConfigError, match="dtype 'int3' for the SAE in .*: choose one of float32"):
+        load_sae(DATA / "saelens_jumprelu", dtype="int3")
 
 
 def test_steering_decode_after_encode_uses_the_same_rows_normalization():

@@ -64,7 +64,9 @@ def load_sae(path: str | os.PathLike, *, device: Any = None, dtype: torch.dtype 
             raise ConfigError(f"{folder} is no SAE folder I know: found [{found}]; expected {FORMATS}")
     except ConfigError as exc:
         raise ConfigError(f"{lead}{exc}") from None
-    target_dtype = DTYPES.get(dtype.removeprefix("torch."), dtype) if isinstance(dtype, str) else dtype
+    target_dtype = DTYPES.get(dtype.removeprefix("torch.")) if isinstance(dtype, str) else dtype
+    if dtype is not None and not isinstance(target_dtype, torch.dtype):
+        raise ConfigError(f"{lead}dtype {dtype!r} for the SAE in {folder}: choose one of {', '.join(DTYPES)}")
     sae = sae.to(device=device, dtype=target_dtype) if (device is not None or target_dtype is not None) else sae
     return sae.requires_grad_(False).eval()
 

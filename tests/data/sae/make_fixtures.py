@@ -169,7 +169,12 @@ def sparsify() -> None:
 # -- dictionary_learning ---------------------------------------------------------------------
 def dictionary_learning() -> None:
     from dictionary_learning import utils
-    from dictionary_learning.dictionary import AutoEncoder, AutoEncoderNew, GatedAutoEncoder, JumpReluAutoEncoder
+    from dictionary_learning.dictionary import (
+        AutoEncoder,
+        AutoEncoderNew,
+        GatedAutoEncoder,
+        JumpReluAutoEncoder,
+    )
     from dictionary_learning.trainers.batch_top_k import BatchTopKSAE
     from dictionary_learning.trainers.matryoshka_batch_top_k import MatryoshkaBatchTopKSAE
     from dictionary_learning.trainers.top_k import AutoEncoderTopK
