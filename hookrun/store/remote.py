@@ -88,10 +88,11 @@ class RemoteFolder:
         try:
             if "s3" in _protocols(self.fs) or "s3a" in _protocols(self.fs):
                 bucket = self.root.split("/", 1)[0]
-                if not self.fs.exists(bucket):
-                    raise ConfigError(f"{self.url}: the bucket {bucket!r} does not exist at this endpoint; create it "
-                                      f"(aws s3 mb s3://{bucket}) or fix the URL")
-                self.fs.ls(bucket, detail=False)
+                try:
+                    self.fs.ls(bucket, detail=False)  # (exists() reads an unreachable endpoint as "no")
+                except FileNotFoundError:
+                    raise ConfigError(f"{self.url}: the bucket {bucket!r} does not exist at this endpoint; create "
+                                      f"it (aws s3 mb s3://{bucket}) or fix the URL") from None
             else:
                 self.fs.exists(self.root)
         except ConfigError:
