@@ -25,12 +25,14 @@ from hookrun.errors import ConfigError
 from hookrun.store.digest import check_block
 from hookrun.store.h5file import flushing_path
 from hookrun.store.h5store import H5Store
+from hookrun.store.parts import Output, ResumePoint, prepare_resume
 from hookrun.store.records import Capture, CaptureKey, StepRecord
 from hookrun.store.schema import CaptureMeta, RowKind, list_captures
 
 # keys that do not change what is captured
 IGNORED = {"resume", "dry_run", "progress", "imports", "output.overwrite", "output.max_bytes",
-           "output.flush_every", "output.path", "output.compression", "data.num_workers"}
+           "output.flush_every", "output.path", "output.compression", "data.num_workers", "output.staging",
+           "output.part_bytes"}
 SAMPLE_KEYS = {"index", "step", "target", "path", "token_sample", "token_position", "token_generated"}
 
 
@@ -42,8 +44,51 @@ class ResumeState:
     status: str
     first_step: int = 0  # the step of its first batch (0, or where a rank's shard starts)
 
+    @property
+    def attrs(self) -> dict:
+        return self.file.attrs
+
     def close(self) -> None:
         self.file.close()
+
+
+@dataclass
+class PartsResume:
+    """A run in an object store to continue: its verified parts (store/parts.py), and the part that
+    was being written when it stopped, whose whole batches are replayed."""
+
+    point: ResumePoint
+    partial: ResumeState | None
+    status: str
+
+    @property
+    def steps(self) -> int:
+        return self.point.manifest.steps + (self.partial.steps if self.partial is not None else 0)
+
+    @property
+    def attrs(self) -> dict:
+        return self.partial.attrs if self.partial is not None else self.point.manifest.attrs
+
+    def close(self) -> None:
+        if self.partial is not None:
+            self.partial.close()
+
+
+def open_parts_resume(out: Output, config_yaml: str) -> PartsResume | None:
+    """The run in the object store to continue (its finished local parts uploaded now), None where
+    there is none; ConfigError where the config changed."""
+    point = prepare_resume(out, out.folder(check=False))
+    if point is None:
+        return None
+    old = point.manifest.attrs.get("config")
+    if old is not None:
+        changed = config_differences(yaml.safe_load(old), yaml.safe_load(config_yaml))
+        if changed:
+            raise ConfigError(f"resume: the config differs from the one {out.url} was written with, in "
+                              f"{', '.join(changed)}; resume with the same settings (or start a new run)")
+    partial = open_resume(point.partial, config_yaml) if point.partial is not None else None
+    status = point.manifest.status if partial is None else "interrupted"
+    return PartsResume(point, partial, status)
 
 
 def open_resume(path: Path, config_yaml: str) -> ResumeState | None:
@@ -89,8 +134,17 @@ def config_differences(old: dict, new: dict) -> list[str]:
     return differing(old, new, ignore=IGNORED)
 
 
-def replay(state: ResumeState, store: H5Store) -> int:
-    """Write the old file's complete batches into `store`, in order; returns how many."""
+def replay(state: ResumeState | PartsResume, store: H5Store) -> int:
+    """Write the old file's complete batches into `store`, in order; returns how many (a run in an
+    object store: its verified parts' batches, and those replayed from the part being written)."""
+    if isinstance(state, PartsResume):
+        kept = state.point.manifest.steps
+        if state.partial is not None:
+            kept += replay(state.partial, store)
+            state.partial.close()
+            state.partial.path.unlink(missing_ok=True)
+            state.partial = None
+        return kept
     f = state.file
     index = f["samples/index"][:]
     step_of_row = f["samples/step"][:]
