@@ -18,6 +18,8 @@ import h5py
 import numpy as np
 import yaml
 
+from hookrun.analysis.evaluation import describe as describe_evaluation
+from hookrun.analysis.evaluation import evaluation_table
 from hookrun.analysis.loader import BUFFER_BYTES, RowLoader
 from hookrun.analysis.stats import block_stats, human_bytes
 from hookrun.errors import HookrunError, NotFoundError
@@ -95,6 +97,12 @@ class Run:
         text = _strings(samples["generated_text"]) if "generated_text" in samples else [None] * len(ids)
         return [{"index": int(i), "prompt": p, "text": t, "tokens": row[:n].tolist()}
                 for i, p, t, row, n in zip(samples["index"][: len(ids)], prompt, text, ids, lengths, strict=True)]
+
+    def evaluation(self, batches: bool = False) -> Any:
+        """evaluate's metrics as a Table (`.to_pandas()`): one row per intervened module, a column per
+        metric (ce_clean, ce_intervened, kl_intervened, ... and a splice's l0, mse, ...), the run's
+        totals; `batches=True`: one row per batch and module. NotFoundError without evaluate."""
+        return evaluation_table(self.file, batches)
 
     # -- finding a capture ---------------------------------------------------------------------
     def find(self, *key: str, call: int = 0) -> CaptureInfo:
@@ -221,6 +229,7 @@ class Run:
                 s = block_stats(self.file[c.path])
                 row += f"  mean {s['mean']:.4g} std {s['std']:.4g} min {s['min']:.4g} max {s['max']:.4g} zeros {s['zeros']:.1%}"
             lines.append(row)
+        lines.extend(describe_evaluation(f))
         return "\n".join(lines)
 
     def close(self) -> None:
@@ -247,7 +256,7 @@ def open_run(path: str | Path, cache_dir: str | Path | None = None) -> Run:
 
     Returns:
         Run: a context manager with `status`, `config`, `captures`, `run[module, role]` (an h5py
-        dataset), `stats`, `iter`, `loader`, `to_xarray`, `texts`, `summary`.
+        dataset), `stats`, `iter`, `loader`, `to_xarray`, `texts`, `evaluation`, `summary`.
 
     Raises:
         NotFoundError: no such file. HookrunError: not a readable hookrun file, or a merged view

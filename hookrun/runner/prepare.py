@@ -37,6 +37,7 @@ from hookrun.hooks.plan import make_plan
 from hookrun.hooks.points import HookPoint
 from hookrun.runner.batches import make_loader
 from hookrun.runner.calls import CallSpec
+from hookrun.runner.evaluate import build_evaluator
 from hookrun.runner.generate import check_modes, pad_left, prepare_generation
 from hookrun.runner.loop import LoopSettings
 from hookrun.store.h5file import flushing_path
@@ -111,7 +112,8 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, da
     if collate is not None and not callable(collate):
         raise ConfigError(f"data.collate: built a {type(collate).__name__}, not a function (add `_partial_: true`)")
     loader = make_loader(dataset, cfg.data.batch_size, cfg.data.num_workers, collate=collate)
-    loss = build_loss(cfg.loss) if mode == "grad" else None
+    evaluating = cfg.evaluate is not None and cfg.evaluate.enabled
+    loss = build_loss(cfg.loss) if mode == "grad" or evaluating else None
     batches = range(len(loader) if cfg.data.limit is None else min(cfg.data.limit, len(loader)))
     planned = np.arange(samples_in(batches, cfg.data.batch_size, len(dataset)))
     env = ActionEnv(store_dtype=DTYPES[cfg.output.dtype.value], planned_samples=planned)
@@ -122,11 +124,12 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, da
         generation = prepare_generation(cfg, model, loader, spec, points, env.state) if mode == "generate" else None
         if mode != "generate":
             check_modes(points, mode)
+        evaluator = build_evaluator(cfg, loss, points, env)
     except BaseException:
         env.close()
         raise
     settings = LoopSettings(mode, device, loss, batches, cfg.progress, spec=spec, store_keys=tuple(cfg.data.store),
-                            generation=generation)
+                            generation=generation, evaluator=evaluator)
     return Prepared(cfg, out, model, dataset, loader, points, env, settings)
 
 
