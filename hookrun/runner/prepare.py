@@ -119,12 +119,12 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, da
     env = ActionEnv(store_dtype=DTYPES[cfg.output.dtype.value], planned_samples=planned)
     try:
         points = make_plan(model, specs, env, mode)
+        evaluator = build_evaluator(cfg, loss, points, env)
         if cfg.early_stop and mode != "generate":
             check_early_stop(points, mode)
         generation = prepare_generation(cfg, model, loader, spec, points, env.state) if mode == "generate" else None
         if mode != "generate":
             check_modes(points, mode)
-        evaluator = build_evaluator(cfg, loss, points, env)
     except BaseException:
         env.close()
         raise
