@@ -48,9 +48,9 @@ class ActionEnv:
     store_dtype: torch.dtype | None = None  # None: keep the tensor's dtype
     planned_samples: np.ndarray | None = None  # the dataset indices this run will see
     closers: list[Callable[[], None]] = field(default_factory=list)  # run at the end of the run
+    splices: list = field(default_factory=list)  # hooks/splice.py's Splice modules of this run (their .stats)
     # evaluate: what a modify action returns in the ablated forward, ablation(x, module, role); None: no ablation
     ablation: Callable[[torch.Tensor, str, str], torch.Tensor] | None = None
-    splices: list = field(default_factory=list)  # splice ops register here: .module, .stats (evaluate reads them)
 
     def close(self) -> None:
         while self.closers:
