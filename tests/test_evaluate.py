@@ -402,3 +402,87 @@ def test_the_cli_refuses_evaluate_without_a_loss_with_exit_2(tmp_path):
     lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
     assert lines[-1].endswith("evaluate has no loss for ce: add loss=lm (a language model's next-token cross-entropy), "
                               "loss=cross_entropy (a classifier) or loss=custom"), proc.stderr
+
+
+def saelens_folder(tmp_path: Path, d: int = 32, d_sae: int = 48) -> tuple[Path, dict]:
+    """An SAELens folder with random weights (as tests/test_splice.py writes one), and the weights."""
+    import json
+
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "sae"
+    folder.mkdir()
+    g = torch.Generator().manual_seed(1)
+    w = {"W_enc": torch.randn(d, d_sae, generator=g) * 0.3, "W_dec": torch.randn(d_sae, d, generator=g) * 0.3,
+         "b_enc": torch.randn(d_sae, generator=g) * 0.1 - 0.35, "b_dec": torch.randn(d, generator=g) * 0.1}
+    save_file(w, str(folder / "sae_weights.safetensors"))
+    (folder / "cfg.json").write_text(json.dumps({
+        "architecture": "standard", "d_in": d, "d_sae": d_sae, "dtype": "float32", "apply_b_dec_to_input": True,
+        "normalize_activations": "none", "metadata": {"hook_name": "transformer.h.0"}}))
+    return folder, w
+
+
+def test_a_spliced_sae_is_evaluated_with_saelens_definitions(tmp_path):
+    """The real op splice: the model metrics against raw hooks returning the SAE's reconstruction
+    (computed here from the saved tensors), the splice metrics by their definitions over the real
+    tokens, per batch and for the run; the run's totals survive an interruption and resume."""
+    from toy_models import STOP_AT
+
+    from hookrun.runner.signals import Interrupted
+
+    pytest.importorskip("safetensors")
+    folder, w = saelens_folder(tmp_path)
+    encode = lambda x: torch.relu((x - w["b_dec"]) @ w["W_enc"] + w["b_enc"])  # noqa: E731
+    hooks = {"sae": {"at": "transformer.h.0", "type": "forward",
+                     "actions": [{"name": "modify_output", "op": "splice", "path": str(folder)}]},
+             "stop": {"at": "transformer.h.1", "type": "forward",
+                      "actions": [{"_target_": "toy_models.signal_when_told", "_partial_": True}]}}
+    cfg = lm_cfg(tmp_path, hooks, {"ablation": "zero"}, output={"path": str(tmp_path / "run.h5"), "flush_every": 1})
+    STOP_AT[:] = [1]
+    with pytest.raises(Interrupted):
+        hookrun.run(cfg)
+    cfg["resume"] = True
+    path = hookrun.run(cfg).path
+
+    model, batches = reference_lm(), lm_batches(tmp_path)
+    recon = lambda m, a, o: encode(o) @ w["W_dec"] + w["b_dec"]  # noqa: E731
+    per_batch, terms = [], {k: [] for k in ("ce_clean", "ce_intervened", "ce_ablated", "kl_intervened", "kl_ablated")}
+    xs, fs, splice_rows, seen = [], [], [], []
+    for b in batches:
+        ids, mask = b["input_ids"], b["attention_mask"]
+        clean, inter, abl = logits_with(model, b), logits_with(model, b, recon), logits_with(model, b, lambda m, a, o: torch.zeros_like(o))
+        t = {"ce_clean": token_ce(clean, ids, mask), "ce_intervened": token_ce(inter, ids, mask), "ce_ablated": token_ce(abl, ids, mask),
+             "kl_intervened": token_kl(clean, inter, mask), "kl_ablated": token_kl(clean, abl, mask)}
+        per_batch.append(with_scores({k: v.double().mean().item() for k, v in t.items()}))
+        for k, v in t.items():
+            terms[k].append(v.double())
+        h = model.transformer.h[0].register_forward_hook(lambda m, a, o: seen.append(o))
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=mask)
+        h.remove()
+        out = seen.pop()
+        x = out[mask.bool()].double()
+        f = encode(out)[mask.bool()].double()
+        xs.append(x), fs.append(f)
+        splice_rows.append(splice_metrics(torch.cat(xs[-1:]), torch.cat(fs[-1:]), w, fired=torch.cat(fs) > 0))
+    run = with_scores({k: torch.cat(v).mean().item() for k, v in terms.items()})
+    check_file(path, per_batch, run)
+    total = splice_metrics(torch.cat(xs), torch.cat(fs), w, fired=torch.cat(fs) > 0)
+    assert 0 < total["dead_fraction"] < 1 and 0 < total["l0"] < 48
+    with h5py.File(path) as f:
+        g = f["evaluation/splices/transformer.h.0"]
+        for name in ("l0", "mse", "explained_variance", "dead_fraction"):
+            np.testing.assert_allclose(g[name][:], [r[name] for r in splice_rows], rtol=1e-5, err_msg=name)
+            np.testing.assert_allclose(g.attrs[name], total[name], rtol=1e-5, err_msg=name)
+    row = hookrun.open_run(path).evaluation()[0]
+    assert row["module"] == "transformer.h.0" and math.isclose(row["explained_variance"], total["explained_variance"], rel_tol=1e-5)
+
+
+def splice_metrics(x: torch.Tensor, f: torch.Tensor, w: dict, fired: torch.Tensor) -> dict:
+    """SAELens' definitions over rows x (real tokens) and their latents f."""
+    err = x - (f @ w["W_dec"].double() + w["b_dec"].double())
+    n, d = x.shape
+    var = (x.pow(2).sum() / n - (x.sum(0) / n).pow(2).sum()).item()
+    return {"l0": (f > 0).sum().item() / n, "mse": err.pow(2).sum().item() / (n * d),
+            "explained_variance": 1 - (err.pow(2).sum().item() / n) / var,
+            "dead_fraction": (~fired.any(0)).double().mean().item()}
