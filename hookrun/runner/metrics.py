@@ -39,34 +39,17 @@ MODEL_METRICS = ("ce_clean", "ce_intervened", "ce_ablated", "ce_loss_score", "kl
 COUNTS = ("ce_count", "kl_count")
 
 
+CHUNK_BYTES = {"cpu": 4 << 20}  # the other forwards' log-probs are made a block of rows at a time
+DEFAULT_CHUNK_BYTES = 256 << 20  # (a cache-sized block on a CPU; a large one where kernels are launched)
+
+
 def log_probs(logits: torch.Tensor) -> torch.Tensor:
     """log-softmax over the last dim, in float32 at least."""
     return torch.log_softmax(logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits, dim=-1)
 
 
-def next_token_nll(logp: torch.Tensor, input_ids: torch.Tensor, mask: torch.Tensor | None) -> tuple[float, int]:
-    """Sum and count of -log p(input_ids[t+1]) at positions t whose pair (t, t+1) is not padding."""
-    labels = input_ids[:, 1:].to(logp.device).long()
-    nll = -logp[:, :-1].gather(-1, labels.unsqueeze(-1)).squeeze(-1)
-    if mask is None:
-        return float(nll.double().sum()), nll.numel()
-    m = mask.to(logp.device).bool()
-    keep = m[:, 1:] & m[:, :-1]
-    return float(nll[keep].double().sum()), int(keep.sum())
-
-
-def kl_terms(logp_clean: torch.Tensor, logp_other: torch.Tensor, mask: torch.Tensor | None) -> tuple[float, int]:
-    """Sum over positions of KL(clean || other) (summed over the last dim), and the positions: those
-    of `mask` where it has the positions' shape (tokens), else all."""
-    kl = (logp_clean.exp() * (logp_clean - logp_other)).sum(-1)
-    if mask is not None and tuple(mask.shape) == tuple(kl.shape):
-        keep = mask.to(kl.device).bool()
-        return float(kl[keep].double().sum()), int(keep.sum())
-    return float(kl.double().sum()), kl.numel()
-
-
 def ratio(num: float, den: float) -> float:
-    return num / den if den != 0 and math.isfinite(den) else math.nan
+    return num / den + 0.0 if den != 0 and math.isfinite(den) else math.nan  # (+ 0.0: no -0.0)
 
 
 def scores(m: Mapping[str, float]) -> dict[str, float]:
@@ -94,28 +77,52 @@ class Objective:
     def logits(self, output: Any) -> torch.Tensor:
         return losses.pick_output(output, self.output_key, "lm" if self.lm else "evaluate")
 
-    def ce(self, output: Any, logp: torch.Tensor, call: Any) -> tuple[float, int]:
-        """Sum and count of the cross-entropy terms of one forward."""
-        if self.lm:
-            batch = call.batch
-            if not isinstance(batch, Mapping) or not isinstance(batch.get("input_ids"), torch.Tensor):
-                raise RunError("evaluate with loss=lm needs dict items with input_ids (data=text gives them)")
-            ids = batch["input_ids"]
-            if tuple(logp.shape[:2]) != tuple(ids.shape):
-                raise RunError(f"evaluate: logits of shape {tuple(logp.shape)} do not fit input_ids of shape "
-                               f"{tuple(ids.shape)} (expected (batch, tokens, vocab)); set loss.output_key")
-            return next_token_nll(logp, ids, batch.get("attention_mask"))
+    def loss_terms(self, output: Any, call: Any, samples: int) -> tuple[float, int]:
+        """A loss other than lm: its value times the batch's samples, and the samples."""
         value = self.loss(output, call.target, batch=call.batch) if self.takes_batch else self.loss(output, call.target)
         if not isinstance(value, torch.Tensor) or value.numel() != 1:
             raise RunError(f"evaluate: the loss returned {type(value).__name__} {tuple(getattr(value, 'shape', ()))}, "
                            f"expected a scalar tensor")
-        n = len(logp) if logp.dim() else 1
-        return float(value.double()) * n, n
+        return float(value.double()) * samples, samples
 
     def reference(self, output: Any, call: Any) -> Reference:
-        logp = log_probs(self.logits(output))
-        total, n = self.ce(output, logp, call)
-        return Reference(self, logp, call.attention_mask, total / n if n else math.nan, n)
+        """The clean forward: its log-probabilities (kept for the other forwards), the rows each
+        metric counts, and ce_clean."""
+        logits = self.logits(output)
+        shape = tuple(logits.shape)
+        logp = log_probs(logits).reshape(-1, shape[-1]) if logits.dim() else log_probs(logits)
+        mask = call.attention_mask
+        kl_keep = mask.to(logp.device).bool().reshape(-1) if mask is not None and tuple(mask.shape) == shape[:-1] else None
+        labels = ce_keep = None
+        if self.lm:
+            labels, ce_keep = next_token_labels(call, shape, logp.device)
+            nll = -logp.gather(1, labels.unsqueeze(1)).squeeze(1)
+            total, n = float(nll[ce_keep].double().sum()), int(ce_keep.sum())
+        else:
+            total, n = self.loss_terms(output, call, shape[0] if shape else 1)
+        return Reference(self, logp, shape, kl_keep, labels, ce_keep, total / n if n else math.nan, n)
+
+
+def next_token_labels(call: Any, shape: tuple, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each (sample, position) row of (B, T, V) logits: the next token, and whether it is
+    predicted (t < T - 1, and neither t nor t + 1 is padding)."""
+    batch = call.batch
+    if not isinstance(batch, Mapping) or not isinstance(batch.get("input_ids"), torch.Tensor):
+        raise RunError("evaluate with loss=lm needs dict items with input_ids (data=text gives them)")
+    ids = batch["input_ids"].to(device).long()
+    if len(shape) != 3 or shape[:2] != tuple(ids.shape):
+        raise RunError(f"evaluate: logits of shape {shape} do not fit input_ids of shape {tuple(ids.shape)} "
+                       f"(expected (batch, tokens, vocab)); set loss.output_key")
+    labels = torch.zeros_like(ids)
+    labels[:, :-1] = ids[:, 1:]
+    keep = torch.zeros_like(ids, dtype=torch.bool)
+    mask = batch.get("attention_mask")
+    if isinstance(mask, torch.Tensor):
+        m = mask.to(device).bool()
+        keep[:, :-1] = m[:, 1:] & m[:, :-1]
+    else:
+        keep[:, :-1] = True
+    return labels.reshape(-1), keep.reshape(-1)
 
 
 @dataclass
@@ -123,8 +130,11 @@ class Reference:
     """The clean forward of one batch, which the other forwards are compared with."""
 
     objective: Objective
-    logp: torch.Tensor
-    mask: torch.Tensor | None
+    logp: torch.Tensor  # (rows, V): the clean log-probabilities, one row per position
+    shape: tuple  # the logits' shape
+    kl_keep: torch.Tensor | None  # (rows,) the positions KL is averaged over (None: all)
+    labels: torch.Tensor | None  # loss=lm: (rows,) the next token of each position
+    ce_keep: torch.Tensor | None  # loss=lm: (rows,) the predicted positions
     ce_clean: float
     ce_count: int
 
@@ -132,14 +142,30 @@ class Reference:
         return {"ce_clean": self.ce_clean, "ce_count": self.ce_count}
 
     def compare(self, output: Any, call: Any, name: str) -> dict[str, float]:
-        """ce_NAME, kl_NAME (and kl_count) of another forward of the same batch."""
-        logp = log_probs(self.objective.logits(output))
-        if logp.shape != self.logp.shape:
-            raise RunError(f"evaluate: the {name} forward's output has shape {tuple(logp.shape)}, the clean one's "
-                           f"{tuple(self.logp.shape)}")
-        total, n = self.objective.ce(output, logp, call)
-        kl, positions = kl_terms(self.logp, logp, self.mask)
-        return {f"ce_{name}": total / n if n else math.nan, f"kl_{name}": kl / positions if positions else math.nan,
+        """ce_NAME, kl_NAME (and kl_count) of another forward of the same batch. Its log-probs are
+        made a block of rows at a time (never the whole (B, T, V) at once): per row, the same
+        numbers as a whole log_softmax."""
+        logits = self.objective.logits(output)
+        if tuple(logits.shape) != self.shape:
+            raise RunError(f"evaluate: the {name} forward's output has shape {tuple(logits.shape)}, the clean one's {self.shape}")
+        flat = logits.reshape(-1, self.shape[-1]) if logits.dim() else logits
+        rows = len(self.logp) if self.logp.dim() > 1 else 1
+        step = max(1, CHUNK_BYTES.get(flat.device.type, DEFAULT_CHUNK_BYTES) // (4 * self.shape[-1]))
+        kl = nll = flat.new_zeros((), dtype=torch.float64)
+        for lo in range(0, rows, step):
+            hi = min(rows, lo + step)
+            lp, lpc = log_probs(flat[lo:hi]), self.logp[lo:hi]
+            terms = (lpc - lp).mul_(lpc.exp()).sum(-1)
+            kl = kl + (terms[self.kl_keep[lo:hi]] if self.kl_keep is not None else terms).double().sum()
+            if self.labels is not None:
+                picked = -lp.gather(1, self.labels[lo:hi].unsqueeze(1)).squeeze(1)
+                nll = nll + picked[self.ce_keep[lo:hi]].double().sum()
+        if self.labels is not None:
+            total, n = float(nll), self.ce_count
+        else:
+            total, n = self.objective.loss_terms(output, call, self.shape[0] if self.shape else 1)
+        positions = int(self.kl_keep.sum()) if self.kl_keep is not None else rows
+        return {f"ce_{name}": total / n if n else math.nan, f"kl_{name}": float(kl) / positions if positions else math.nan,
                 "kl_count": positions}
 
 
