@@ -15,6 +15,7 @@ file written and closed.
 The issue's target: `evaluate / forward <= 3.2` (three forwards, and the metrics cost little).
 
     python benchmarks/evaluate.py                        # the full comparison (a few minutes on 2 cores)
+    python benchmarks/evaluate.py --threads 1            # one torch thread: steadier where other processes run
     python benchmarks/evaluate.py --quick                # a smoke run: a tiny model, 1 round
     python benchmarks/evaluate.py --markdown docs/benchmarks.md   # also append the table there
 """
@@ -96,11 +97,14 @@ def main() -> None:
     p.add_argument("--batches", type=int, default=6)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's; 1 is steadier on a shared machine)")
     p.add_argument("--quick", action="store_true", help="a tiny model, 2 batches, 1 round: checks that everything runs")
     p.add_argument("--markdown", type=Path, help="append the results table to this file")
     a = p.parse_args()
     if a.quick:
         a.layers, a.width, a.heads, a.vocab, a.tokens, a.batches, a.rounds = 2, 64, 4, 259, 32, 2, 1
+    if a.threads:
+        torch.set_num_threads(a.threads)
     device = torch.device(a.device)
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:

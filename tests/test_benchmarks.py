@@ -49,3 +49,16 @@ def test_generate_benchmark_quick_mode_runs_every_route(tmp_path):
                 "hookrun steering hook / raw steering hook"):
         assert f"| {row}" in table, row
     assert "token rows x 2 blocks" in table
+
+
+@pytest.mark.slow
+def test_evaluate_benchmark_quick_mode_runs_every_route(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "benchmarks/evaluate.py", "--quick", "--markdown", str(tmp_path / "e.md")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = (tmp_path / "e.md").read_text()
+    for row in ("evaluate (ablation: zero) / plain forward", "evaluate / hookrun run without evaluate",
+                "hookrun run without evaluate / plain forward"):
+        assert f"| {row} |" in table, row
+    assert "<= 3.2" in table and "torch " in table

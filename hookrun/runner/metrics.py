@@ -2,7 +2,7 @@
 
     objective = Objective(loss)                     # loss=lm: next-token; else the configured loss
     clean = objective.reference(out_clean, call)    # the clean forward's log-probabilities and ce
-    row = {**clean.row(), **clean.compare(out_other, call, "intervened")}
+    row = batch_row(clean, {"intervened": clean.compare(out_other, call, "intervened")})
     totals = Totals(); totals.add(row); totals.means()
 
 | metric          | per batch, and for the run from the float64 sums of every batch                  |
@@ -77,30 +77,33 @@ class Objective:
     def logits(self, output: Any) -> torch.Tensor:
         return losses.pick_output(output, self.output_key, "lm" if self.lm else "evaluate")
 
-    def loss_terms(self, output: Any, call: Any, samples: int) -> tuple[float, int]:
-        """A loss other than lm: its value times the batch's samples, and the samples."""
+    def loss_terms(self, output: Any, call: Any, samples: int) -> torch.Tensor:
+        """A loss other than lm: its value times the batch's samples (a float64 0-d tensor)."""
         value = self.loss(output, call.target, batch=call.batch) if self.takes_batch else self.loss(output, call.target)
         if not isinstance(value, torch.Tensor) or value.numel() != 1:
             raise RunError(f"evaluate: the loss returned {type(value).__name__} {tuple(getattr(value, 'shape', ()))}, "
                            f"expected a scalar tensor")
-        return float(value.double()) * samples, samples
+        return value.detach().reshape(()).double() * samples
 
     def reference(self, output: Any, call: Any) -> Reference:
         """The clean forward: its log-probabilities (kept for the other forwards), the rows each
         metric counts, and ce_clean."""
         logits = self.logits(output)
         shape = tuple(logits.shape)
-        logp = log_probs(logits).reshape(-1, shape[-1]) if logits.dim() else log_probs(logits)
+        if len(shape) < 2:
+            raise RunError(f"evaluate: the output's logits have shape {shape}; expected (batch, ..., classes)")
+        logp = log_probs(logits).reshape(-1, shape[-1])
         mask = call.attention_mask
         kl_keep = mask.to(logp.device).bool().reshape(-1) if mask is not None and tuple(mask.shape) == shape[:-1] else None
         labels = ce_keep = None
         if self.lm:
             labels, ce_keep = next_token_labels(call, shape, logp.device)
             nll = -logp.gather(1, labels.unsqueeze(1)).squeeze(1)
-            total, n = float(nll[ce_keep].double().sum()), int(ce_keep.sum())
+            total, n = nll[ce_keep].double().sum(), ce_keep.sum()
         else:
-            total, n = self.loss_terms(output, call, shape[0] if shape else 1)
-        return Reference(self, logp, shape, kl_keep, labels, ce_keep, total / n if n else math.nan, n)
+            total, n = self.loss_terms(output, call, shape[0]), torch.tensor(shape[0], device=logp.device)
+        positions = kl_keep.sum() if kl_keep is not None else torch.tensor(len(logp), device=logp.device)
+        return Reference(self, logp, shape, kl_keep, labels, ce_keep, total, n, positions)
 
 
 def next_token_labels(call: Any, shape: tuple, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -135,21 +138,24 @@ class Reference:
     kl_keep: torch.Tensor | None  # (rows,) the positions KL is averaged over (None: all)
     labels: torch.Tensor | None  # loss=lm: (rows,) the next token of each position
     ce_keep: torch.Tensor | None  # loss=lm: (rows,) the predicted positions
-    ce_clean: float
-    ce_count: int
+    ce_sum: torch.Tensor  # 0-d, float64: the clean forward's ce terms summed
+    ce_count: torch.Tensor  # 0-d: the predicted tokens (loss=lm) or the samples
+    kl_count: torch.Tensor  # 0-d: the positions KL is averaged over
 
-    def row(self) -> dict[str, float]:
-        return {"ce_clean": self.ce_clean, "ce_count": self.ce_count}
+    def sums(self) -> dict[str, torch.Tensor]:
+        """The clean forward's sums, as 0-d tensors on the output's device (batch_row reads them
+        all at once: one device sync per batch)."""
+        return {"ce_clean": self.ce_sum, "ce_count": self.ce_count, "kl_count": self.kl_count}
 
-    def compare(self, output: Any, call: Any, name: str) -> dict[str, float]:
-        """ce_NAME, kl_NAME (and kl_count) of another forward of the same batch. Its log-probs are
+    def compare(self, output: Any, call: Any, name: str) -> dict[str, torch.Tensor]:
+        """The sums of ce_NAME and kl_NAME of another forward of the same batch. Its log-probs are
         made a block of rows at a time (never the whole (B, T, V) at once): per row, the same
         numbers as a whole log_softmax."""
         logits = self.objective.logits(output)
         if tuple(logits.shape) != self.shape:
             raise RunError(f"evaluate: the {name} forward's output has shape {tuple(logits.shape)}, the clean one's {self.shape}")
-        flat = logits.reshape(-1, self.shape[-1]) if logits.dim() else logits
-        rows = len(self.logp) if self.logp.dim() > 1 else 1
+        flat = logits.reshape(-1, self.shape[-1])
+        rows = len(self.logp)
         step = max(1, CHUNK_BYTES.get(flat.device.type, DEFAULT_CHUNK_BYTES) // (4 * self.shape[-1]))
         kl = nll = flat.new_zeros((), dtype=torch.float64)
         for lo in range(0, rows, step):
@@ -160,13 +166,8 @@ class Reference:
             if self.labels is not None:
                 picked = -lp.gather(1, self.labels[lo:hi].unsqueeze(1)).squeeze(1)
                 nll = nll + picked[self.ce_keep[lo:hi]].double().sum()
-        if self.labels is not None:
-            total, n = float(nll), self.ce_count
-        else:
-            total, n = self.objective.loss_terms(output, call, self.shape[0] if self.shape else 1)
-        positions = int(self.kl_keep.sum()) if self.kl_keep is not None else rows
-        return {f"ce_{name}": total / n if n else math.nan, f"kl_{name}": float(kl) / positions if positions else math.nan,
-                "kl_count": positions}
+        total = nll if self.labels is not None else self.objective.loss_terms(output, call, self.shape[0])
+        return {f"ce_{name}": total, f"kl_{name}": kl}
 
 
 class Totals:
@@ -196,10 +197,17 @@ class Totals:
         return {k: out[k] for k in (*MODEL_METRICS, *COUNTS) if k in out}
 
 
-def batch_row(clean: Reference, others: Mapping[str, dict[str, float]]) -> dict[str, float]:
-    """One batch's row: the clean ce, each other forward's ce and kl, the scores, the counts."""
-    row = clean.row()
+def batch_row(clean: Reference, others: Mapping[str, dict[str, torch.Tensor]]) -> dict[str, float]:
+    """One batch's row: the clean ce, each other forward's ce and kl, the scores, the counts. The
+    sums are read from the device together, once."""
+    sums = clean.sums()
     for values in others.values():
-        row.update(values)
+        sums.update(values)
+    names = list(sums)
+    values = dict(zip(names, torch.stack([sums[n].double() for n in names]).tolist(), strict=True))
+    ce_n, kl_n = int(values.pop("ce_count")), int(values.pop("kl_count"))
+    row = {k: (v / (ce_n if k.startswith("ce_") else kl_n) if (ce_n if k.startswith("ce_") else kl_n) else math.nan)
+           for k, v in values.items()}
     row.update(scores(row))
+    row.update(ce_count=ce_n, kl_count=kl_n)
     return {k: row[k] for k in (*MODEL_METRICS, *COUNTS) if k in row}
