@@ -22,7 +22,7 @@ import yaml
 
 from hookrun.config.diff import differing
 from hookrun.errors import ConfigError
-from hookrun.store.digest import check_block
+from hookrun.store.digest import check_block, table_of
 from hookrun.store.h5file import flushing_path
 from hookrun.store.h5store import H5Store
 from hookrun.store.parts import Output, ResumePoint, prepare_resume
@@ -198,7 +198,7 @@ class _Column:
         self.attrs = {k: v for k, v in m.extra.items() if k != "overflow_values"}
         self.overflow = int(m.extra.get("overflow_values", 0))  # carried over with the first replayed batch
         self.own_index = ds.parent[m.index][:] if m.index else None
-        self.digests = ds.parent[m.digest][:] if m.digest and not m.ragged else None  # (batches, 2): end row, xxh3
+        self.digests = table_of(ds, m.digest) if m.digest and not m.ragged else None  # (batches, 2): end row, xxh3
         if self.own_index is not None:
             if self.per_step:
                 self.row_step = self.own_index
