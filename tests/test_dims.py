@@ -26,6 +26,7 @@ PATTERN = ["sample", "head", "query", "key"]
 SITES = {
     "p": {"at": "transformer.h.*.attn/softmax", "type": "forward", "actions": [{"name": "record", "what": "output"}]},
     "w": {"at": "transformer.h.0.attn", "type": "forward", "actions": [{"name": "record", "what": "output.1"}]},
+    "mm": {"at": "transformer.h.0.attn/matmul", "type": "forward", "actions": [{"name": "record", "what": "output"}]},
     "resid": {"at": "transformer.h.1", "type": "forward", "actions": [{"name": "record", "what": "output"}]},
     "tok": {"at": "transformer.h.0", "type": "forward", "actions": [{"name": "record", "what": "output", "rows": "token"}]},
 }
@@ -77,6 +78,17 @@ def test_attention_patterns_of_gpt2_eager_are_sample_head_query_key(gpt2_run):
         weights = f["captures/w/transformer.h.0.attn/output.1"]  # the attention module's own weights output
         assert list(weights.attrs["dims"]) == PATTERN
         np.testing.assert_allclose(weights[:], want[0].numpy(), rtol=1e-5, atol=1e-6)
+        # the two matmuls of one attention forward: q @ k^T (the scores) and pattern @ v (per-head values)
+        scores = f["captures/mm/transformer.h.0.attn%2Fmatmul.0/output"]
+        assert list(scores.attrs["dims"]) == PATTERN
+        assert list(f["captures/mm/transformer.h.0.attn%2Fmatmul.1/output"].attrs["dims"]) == ["sample", "head", "token", "feature"]
+        t = ids.shape[1]
+        allowed = np.tril(np.ones((t, t), bool))[None] & (mask[:, None, :] == 1)  # causal, padding left out
+        z = np.where(allowed[:, None], scores[:] / np.sqrt(32 // HEADS), -np.inf)
+        p = np.exp(z - z.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        real = mask == 1  # the real queries' rows (a padded query's row is of no interest)
+        np.testing.assert_allclose(p.transpose(0, 2, 1, 3)[real], want[0].numpy().transpose(0, 2, 1, 3)[real], rtol=1e-4, atol=1e-6)
         assert list(f["captures/resid/transformer.h.1/output"].attrs["dims"]) == ["sample", "token", "feature"]
         assert list(f["captures/tok/transformer.h.0/output"].attrs["dims"]) == ["token", "feature"]
         index = f["samples/index"][:]

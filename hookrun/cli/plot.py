@@ -4,7 +4,7 @@ default in figures/ beside the run's file (or in the sweep folder).
     python -m hookrun.plot outputs/2026-11-21/10-00-00/captures.h5 --out figures/
     python -m hookrun.plot outputs/multirun/2026-11-21/10-00-00 --out figures/ --stat std
 
-For a run: a feature-map grid for each 4-D capture, a grid of heads for each attention pattern
+For a run: a feature-map grid for each 4-D capture of maps, a grid of heads for each attention pattern
 (a capture whose dims are `sample, head, query, key`: query and key positions labelled with the
 tokens' text where the file holds /samples/input_ids of byte tokens, else with their positions,
 padding left out), a histogram for each capture, and Grad-CAM
@@ -64,6 +64,11 @@ def feature_maps(run: Run, info: CaptureInfo, out: Path, samples: int = 2, chann
 def is_pattern(info: CaptureInfo) -> bool:
     """An attention pattern (or its scores): one (head, query, key) row per sample."""
     return info.rows == "samples" and tuple(info.dims[1:]) == PATTERN
+
+
+def is_map(info: CaptureInfo) -> bool:
+    """A 4-D capture of maps, one (C, H, W) row per sample: not tokens nor heads (docs/format.md "Dim names")."""
+    return len(info.shape) == 4 and info.rows == "samples" and not set(info.dims) & {"head", "token", "query", "key"}
 
 
 def attention_maps(run: Run, info: CaptureInfo, out: Path, samples: int = 2, heads: int = 16) -> Path:
@@ -131,7 +136,7 @@ def gradcam_pairs(run: Run) -> list[tuple[CaptureInfo, CaptureInfo]]:
     tensor hook's grad, or with the backward hook's grad_output."""
     pairs = []
     for act in run.captures:
-        if act.type != "forward" or act.role != "output" or len(act.shape) != 4 or act.rows != "samples" or is_pattern(act):
+        if act.type != "forward" or act.role != "output" or not is_map(act):
             continue
         for grad in run.captures:
             same = grad.module == act.module and grad.call == act.call and grad.shape == act.shape
@@ -243,7 +248,7 @@ def plot_run(run: Run, out: Path, samples: int = 2, channels: int = 16, dataset:
     for info in run.captures:
         if is_pattern(info):
             written.append(attention_maps(run, info, out, samples, channels))
-        elif len(info.shape) == 4 and info.rows == "samples":
+        elif is_map(info):
             written.append(feature_maps(run, info, out, samples, channels))
         written.append(histogram(run, info, out))
     for act, grad in gradcam_pairs(run):

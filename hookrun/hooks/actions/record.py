@@ -97,7 +97,7 @@ class Record(Action):
         if self.dim_names is not None and rows == "ragged":
             raise ConfigError(f"{self.where}: dim_names does not fit rows=ragged: a variable-length row is stored "
                               f"flattened, as one axis; remove dim_names")
-        self.names: dict[tuple[str, int], tuple[str, ...]] = {}  # the stored axes' names, per (role, call)
+        self.names: dict[tuple, tuple[str, ...]] = {}  # the stored axes' names, per (site, role, call)
         self.rows: dict[tuple[str, int], int] = {}  # rows recorded so far, per (role, call)
         self._seen: set[int] = set()  # calls whose roles were checked against `what`
         self._skipped: str | None = None  # a globbed point without the tensors `what` names: why
@@ -192,8 +192,8 @@ class Record(Action):
         shaped = self._shape(t, ev, role)
         if self.token_rows:  # the model call's real tokens, one row each
             shaped = state.call_tokens.take(shaped, state.batch_size, role, f"{self.where} at {ev.where}")
-        if (role, ev.call) not in self.names:
-            self.names[(role, ev.call)] = axis_names(self, ev, role, raw, k == STEP, k > 1, shaped)
+        if (ev.module, role, ev.call) not in self.names:  # (ev.module: an op site's calls are MODULE/FN.0, .1, ...)
+            self.names[(ev.module, role, ev.call)] = axis_names(self, ev, role, raw, k == STEP, k > 1, shaped)
         return shaped, _dtype_name(t.dtype), per_step, index
 
 
@@ -211,7 +211,7 @@ class Record(Action):
             self.env.captures.add(Capture(key, [value.cpu()], True, torch_dtype, self.attrs, ragged=True, dims=("step",)))
             return
         self.env.captures.add(Capture(key, value, per_step, torch_dtype, self.attrs, index, overflow,
-                                      tokens=self.token_rows, dims=self.names.get((role, ev.call))))
+                                      tokens=self.token_rows, dims=self.names.get((ev.module, role, ev.call))))
 
     def _by_name(self, tensors: dict) -> dict:
         out = None
