@@ -251,3 +251,15 @@ def test_a_resumed_run_keeps_the_names_its_first_part_wrote(tmp_path):
         assert f.attrs["status"] == "complete"
         ds = f["captures/p/transformer.h.0.attn%2Fsoftmax.0/output"]
         assert ds.shape[0] == N and list(ds.attrs["dims"]) == ["sample", "h", "q", "k"]
+
+
+def test_each_call_of_an_op_site_keeps_its_own_names_and_limit(gpt2_run, tmp_path):
+    """One record action serves every call of `MODULE/FN`: what it keeps per capture is kept per call."""
+    _, path = gpt2_run
+    folder = str(path.parent / "gpt2")
+    hooks = {"mm": {"at": "transformer.h.0.attn/matmul", "type": "forward", "actions": [{"name": "record", "what": "output", "limit": 4}]}}
+    with h5py.File(hookrun.run(gpt2_cfg(tmp_path, folder, hooks)).path) as f, h5py.File(path) as full:
+        for k, dims in ((0, PATTERN), (1, ["sample", "head", "token", "feature"])):
+            name = f"captures/mm/transformer.h.0.attn%2Fmatmul.{k}/output"
+            assert list(f[name].attrs["dims"]) == dims
+            np.testing.assert_array_equal(f[name][:], full[name][:4])  # the first 4 samples, as the unlimited run has them

@@ -98,7 +98,7 @@ class Record(Action):
             raise ConfigError(f"{self.where}: dim_names does not fit rows=ragged: a variable-length row is stored "
                               f"flattened, as one axis; remove dim_names")
         self.names: dict[tuple, tuple[str, ...]] = {}  # the stored axes' names, per (site, role, call)
-        self.rows: dict[tuple[str, int], int] = {}  # rows recorded so far, per (role, call)
+        self.rows: dict[tuple, int] = {}  # rows recorded so far, per (module or op site, role, call)
         self._seen: set[int] = set()  # calls whose roles were checked against `what`
         self._skipped: str | None = None  # a globbed point without the tensors `what` names: why
         self.attrs = self._attrs(dtype)
@@ -126,7 +126,7 @@ class Record(Action):
 
     def restore(self, role: str, call: int, rows: int) -> None:
         """Count the rows a resumed file already holds, so `limit` stops where it would have."""
-        self.rows[(role, call)] = rows
+        self.rows[(self.point.module, role, call)] = rows
 
     def check_mode(self, mode: str) -> None:
         if mode == "generate" and not self.token_rows:
@@ -180,7 +180,7 @@ class Record(Action):
             t = t.reshape(state.batch_size, k, *t.shape[1:])
         index = None
         if self.limit is not None:
-            done = self.rows.get((role, ev.call), 0)
+            done = self.rows.get((ev.module, role, ev.call), 0)  # (an op site's calls count apart)
             room = self.limit - done
             if room <= 0:
                 return None
@@ -188,7 +188,7 @@ class Record(Action):
             if not per_step and room < n:
                 t = t[:room]
                 index = state.sample_index[: len(t)].numpy() if state.sample_index is not None else None
-            self.rows[(role, ev.call)] = done + min(n, room)
+            self.rows[(ev.module, role, ev.call)] = done + min(n, room)
         shaped = self._shape(t, ev, role)
         if self.token_rows:  # the model call's real tokens, one row each
             shaped = state.call_tokens.take(shaped, state.batch_size, role, f"{self.where} at {ev.where}")
