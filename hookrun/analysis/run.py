@@ -18,6 +18,7 @@ import h5py
 import numpy as np
 import yaml
 
+from hookrun.analysis.labelled import to_dataset
 from hookrun.analysis.loader import BUFFER_BYTES, RowLoader
 from hookrun.analysis.stats import block_stats, human_bytes
 from hookrun.errors import HookrunError, NotFoundError
@@ -27,9 +28,6 @@ from hookrun.store.remote import is_url
 from hookrun.store.schema import CaptureInfo, list_captures, resolve, row_index
 
 __all__ = ["CaptureInfo", "Run", "list_captures", "open_run", "row_index"]
-
-DIM_NAMES = {2: ("feature",), 3: ("channel", "length"), 4: ("channel", "height", "width")}
-
 
 class Run:
     """An open capture file. Use as a context manager, or call close()."""
@@ -156,30 +154,21 @@ class Run:
     def to_xarray(self, captures: list | None = None, rows: slice | None = None) -> Any:
         """An xarray.Dataset of the chosen captures (default: all), loaded into memory.
 
-        Every capture aligned with /samples/index shares the dimension `sample` (its coordinate is
-        the dataset index); the other dimensions are `NAME:channel`, `NAME:height`, `NAME:width`
-        for 4-D maps, `NAME:channel`, `NAME:length` for 3-D, `NAME:feature` for 2-D, where NAME is
-        the capture's variable name `hook/module/role`.
+        Each capture's axes carry the names the file gives them (its `dims` attribute): `sample,
+        head, query, key` for an attention pattern, `sample, token, feature` for token-major
+        activations, `sample, channel, height, width` for image maps, `token, feature` for token
+        rows. `sample` has the dataset indices as its coordinate, `step` the batch numbers, and
+        `token` the coordinates `sample` and `position` of each row (`token_sample` and
+        `token_position` where the Dataset also has a `sample` axis). An axis name on which the
+        chosen captures disagree is qualified per capture: `hook/module/role:channel`
+        (hookrun.analysis.labelled). `rows` slices every capture's rows.
         """
         try:
-            import xarray as xr
+            import xarray  # noqa: F401
         except ImportError:
             raise HookrunError("to_xarray needs xarray: pip install 'hookrun[xarray]'") from None
         chosen = self.captures if captures is None else [self.find(*(c if isinstance(c, tuple) else (c,))) for c in captures]
-        rows = rows or slice(None)
-        variables = {}
-        for info in chosen:
-            ds = self.file[info.path]
-            data = ds[rows]
-            name = info.label.replace("(model)", "model")
-            index = self.index(info.hook, info.module, info.role, call=info.call)[rows]
-            shared = info.rows == "samples" and np.array_equal(index, self.samples[rows])
-            first = "sample" if shared else f"{name}:{ {'samples': 'sample', 'tokens': 'token'}.get(info.rows, 'step')}"
-            inner = DIM_NAMES.get(data.ndim, tuple(f"dim_{i}" for i in range(1, data.ndim)))[: data.ndim - 1]
-            dims = (first,) + tuple(f"{name}:{d}" for d in inner)
-            coords = {first: index}
-            variables[name] = xr.DataArray(data, dims=dims, coords=coords, attrs=_plain(dict(ds.attrs)))
-        return xr.Dataset(variables, attrs=_plain(self.attrs))
+        return to_dataset(self.file, chosen, rows or slice(None), _plain(self.attrs))
 
     def summary(self, stats: bool = True) -> str:
         """The text `python -m hookrun.inspect` prints for a run: what the file says, and in one
