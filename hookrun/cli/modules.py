@@ -67,8 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(table)
     sites = len(table.ops())
-    counts = [f"{n} {what}" for n, what in ((len(table) - sites, "module(s)"), (sites, "op site(s)")) if n or what[0] == "m" and not sites]
-    print(", ".join(counts) + "; hooks.NAME.at takes these "
+    print(f"{len(table) - sites} module(s)" + (f", {sites} op site(s)" if sites else "") + "; hooks.NAME.at takes these "
           "names, or globs of them (`*` within one dotted part, `**` across parts; MODULE/FN: every call of FN)")
     return 0
 
