@@ -26,10 +26,10 @@ def _eager(cls, cfg):
     return cls._from_config(cfg, attn_implementation="eager").eval()
 
 
-def gpt2(n_layer: int = 2):
+def gpt2(n_layer: int = 2, vocab: int = VOCAB):
     import transformers
 
-    cfg = transformers.GPT2Config(n_layer=n_layer, n_embd=32, n_head=4, n_positions=16, vocab_size=VOCAB,
+    cfg = transformers.GPT2Config(n_layer=n_layer, n_embd=32, n_head=4, n_positions=16, vocab_size=vocab,
                                   bos_token_id=0, eos_token_id=0)
     return _eager(transformers.GPT2LMHeadModel, cfg)
 

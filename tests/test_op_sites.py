@@ -13,6 +13,7 @@ from torch.overrides import TorchFunctionMode
 
 import hookrun
 from hookrun.errors import ConfigError
+from hookrun.models import hf
 
 transformers = pytest.importorskip("transformers")
 
@@ -176,7 +177,7 @@ def test_a_file_run_of_the_shipped_configs_records_each_layers_pattern(tmp_path,
                           "actions": [{"name": "record", "what": "output"}]}}
     path = hookrun.run(cfg).path
     torch.manual_seed(cfg["seed"])  # the model the run built: the same class, config and seed
-    model = hookrun.models.hf(**{k: v for k, v in cfg["model"].items() if k not in ("_target_", "checkpoint")}).eval()
+    model = hf(**{k: v for k, v in cfg["model"].items() if k not in ("_target_", "checkpoint")}).eval()
     with h5py.File(path) as f:
         ids, mask = torch.from_numpy(f["samples/input_ids"][:]), torch.from_numpy(f["samples/attention_mask"][:])
         assert (mask == 0).any(1).all()  # every sample padded (to 64 bytes)
