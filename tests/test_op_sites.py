@@ -256,3 +256,19 @@ def test_named_sites_that_never_run_are_refused_and_a_globs_silent_sites_dropped
     with h5py.File(path) as f:
         assert sorted(f["captures/p"]) == ["inner.transformer.h.0.attn%2Fsoftmax.0", "inner.transformer.h.1.attn%2Fsoftmax.0"]
         assert f.attrs["hooks_not_fired"] == ""
+
+
+def test_a_run_without_op_sites_never_enters_a_torch_function_mode(tmp_path, monkeypatch):
+    entered = []
+    original = TorchFunctionMode.__enter__
+    monkeypatch.setattr(TorchFunctionMode, "__enter__", lambda self: (entered.append(type(self).__name__), original(self))[1])
+    model = gpt2()
+    module_hooks = {"a": {"at": "transformer.h.*.attn", "type": "forward", "actions": [{"name": "record", "what": "output.0"}]}}
+    hookrun.run({"hooks": module_hooks, "data": {"batch_size": 2}, "device": "cpu", "progress": False,
+                 "output": {"path": str(tmp_path / "m.h5")}}, model=model, dataset=text_data())
+    with torch.no_grad(), hookrun.capture(model, module_hooks):
+        model(**dict(zip(("input_ids", "attention_mask"), batch(), strict=True)))
+    assert entered == []
+    with torch.no_grad(), hookrun.capture(model, {"p": {"at": "transformer.h.1.attn/softmax", "type": "forward"}}):
+        model(**dict(zip(("input_ids", "attention_mask"), batch(), strict=True)))
+    assert entered == ["_SiteMode"]  # (the check that it is seen: one forward, one hooked module)

@@ -66,8 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hookrun: error: {exc}", file=sys.stderr)
         return 2
     print(table)
-    sites = len(table.ops())
-    print(f"{len(table) - sites} module(s)" + (f", {sites} op site(s)" if sites else "") + "; hooks.NAME.at takes these "
+    sites, modules = len(table.ops()), len(table) - len(table.ops())
+    counts = ([f"{modules} module(s)"] if modules or not sites else []) + ([f"{sites} op site(s)"] if sites else [])
+    print(", ".join(counts) + "; hooks.NAME.at takes these "
           "names, or globs of them (`*` within one dotted part, `**` across parts; MODULE/FN: every call of FN)")
     return 0
 

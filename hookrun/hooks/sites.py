@@ -52,6 +52,20 @@ def fn_name(func: Any) -> str | None:
     return OPERATORS.get(name, name)
 
 
+_NAMES: dict[Any, str | None] = {}  # func -> fn_name(func), filled as calls arrive (a few hundred torch functions)
+
+
+def cached_name(func: Any) -> str | None:
+    """fn_name(func), looked up once per function (the interception's hot path)."""
+    try:
+        return _NAMES[func]
+    except KeyError:
+        name = _NAMES[func] = fn_name(func)
+        return name
+    except TypeError:  # an unhashable callable
+        return fn_name(func)
+
+
 def fn_label(func: Any) -> str:
     """Where an intercepted function lives, for the lister: torch.matmul, Tensor.add, F.softmax."""
     name = getattr(func, "__name__", None) or repr(func)
@@ -147,12 +161,18 @@ class Interceptor:
         self.depth = 0
 
     def call(self, func: Any, args: tuple, kwargs: dict) -> Any:
-        """One intercepted call: fire the points of the innermost module's site for it, if any."""
-        site = self.sites.get(self.stack[-1]) if self.stack else None
-        name = fn_name(func) if site is not None else None
-        entries = site.points.get(name) if name is not None else None
-        if not entries:
-            return func(*args, **kwargs)
+        """One intercepted call: fire the points of the innermost module's site for it, if any. Most
+        calls fire nothing (a child's, or an FN no point names): they cost two dict look-ups."""
+        stack = self.stack
+        site = self.sites.get(stack[-1]) if stack else None
+        if site is not None:
+            name = cached_name(func)
+            entries = site.points.get(name)
+            if entries:
+                return self._fire(site, name, entries, func, args, kwargs)
+        return func(*args, **kwargs)
+
+    def _fire(self, site: Site, name: str, entries: list, func: Any, args: tuple, kwargs: dict) -> Any:
         k = site.counts.get(name, 0)
         site.counts[name] = k + 1
         chosen = [(point, fire, point.module if call is not None else f"{point.module}.{k}")
@@ -199,7 +219,7 @@ class Listener(Interceptor):
     def call(self, func: Any, args: tuple, kwargs: dict) -> Any:
         site = self.sites.get(self.stack[-1]) if self.stack else None
         result = func(*args, **kwargs)
-        name = fn_name(func) if site is not None else None
+        name = cached_name(func) if site is not None else None
         if name is not None:
             k = site.counts.get(name, 0)
             site.counts[name] = k + 1
