@@ -23,7 +23,7 @@ transformers = pytest.importorskip("transformers")
 RECORD = {"name": "record", "what": "output"}
 
 
-def attention_reference(cfg: dict, path, inputs_from: list | None = None) -> tuple[tuple, dict]:
+def attention_reference(cfg: dict, path, inputs_from: list | None = None, hook: str = "p") -> tuple[tuple, dict]:
     """output_attentions of the model the run built (same class, config, seed) on the inputs the file
     stored (or the files `inputs_from`, in order), and the file's records of `p`."""
     torch.manual_seed(cfg["seed"])
@@ -35,7 +35,7 @@ def attention_reference(cfg: dict, path, inputs_from: list | None = None) -> tup
                 v.append(torch.from_numpy(f[f"samples/{k}"][:]))
     ids, mask = torch.cat(stored["input_ids"]), torch.cat(stored["attention_mask"])
     with h5py.File(path) as f:
-        got = {name.replace("%2F", "/"): f[f"captures/p/{name}/output"][:] for name in f["captures/p"]}
+        got = {name.replace("%2F", "/"): f[f"captures/{hook}/{name}/output"][:] for name in f[f"captures/{hook}"]}
     with torch.no_grad():
         return model(input_ids=ids, attention_mask=mask, output_attentions=True).attentions, got
 
@@ -45,6 +45,16 @@ def softmax_config(tmp_path, *over: str, limit: int = 3) -> dict:
                           f"output.path={tmp_path / 'c.h5'}", *over)
     cfg["hooks"] = {"p": {"at": "transformer.h.*.attn/softmax", "type": "forward", "actions": [RECORD]}}
     return cfg
+
+
+def test_the_gpt2_attention_experiment_records_every_head_of_every_layer(tmp_path):
+    cfg = hookrun.compose("experiment=gpt2_attention", "device=cpu", "progress=false", f"output.path={tmp_path / 'a.h5'}")
+    path = hookrun.run(cfg).path
+    want, got = attention_reference(cfg, path, hook="attn")
+    assert sorted(got) == [f"transformer.h.{i}.attn/softmax.0" for i in range(len(want))]
+    for i, pattern in enumerate(want):
+        assert got[f"transformer.h.{i}.attn/softmax.0"].shape == (8, 4, 32, 32)
+        np.testing.assert_allclose(got[f"transformer.h.{i}.attn/softmax.0"], pattern.numpy(), rtol=1e-5, atol=1e-6)
 
 
 # -- generate ---------------------------------------------------------------------------------------
