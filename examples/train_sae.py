@@ -1,17 +1,22 @@
 """Train a tiny sparse autoencoder on a hookrun activation cache, reading it with the shuffled loader.
 
     python -m hookrun experiment=sae_cache                  # writes outputs/.../captures.h5
-    python examples/train_sae.py outputs/.../captures.h5 --capture res/transformer.h.3/output
+    python examples/train_sae.py outputs/.../captures.h5 --capture res/transformer.h.3/output --out saes/h3
 
 The reader is the whole data pipeline: open_run(path).loader(capture) yields shuffled float
 batches of token rows, each row once per epoch, with only a bounded window of the file in memory.
+`--out DIR` saves the SAE as an SAELens folder (cfg.json + sae_weights.safetensors): SAELens'
+`SAE.load_from_disk(DIR)` and hookrun's `load_sae(DIR)` (op splice) both read it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 from torch import nn
 
 from hookrun import open_run
@@ -38,8 +43,10 @@ def train(path: str, capture: str, features: int = 4, epochs: int = 2, batch_siz
     torch.manual_seed(seed)
     with open_run(path) as run:
         rows = run.loader(capture, batch_size=batch_size, seed=seed, dtype=torch.float32)
-        d = run.find(*capture.split("/")).shape[1]
+        info = run.find(*capture.split("/"))
+        d = info.shape[1]
         sae = SparseAutoencoder(d, features * d)
+        sae.hook_name = info.module  # the module path the rows came from
         opt = torch.optim.Adam(sae.parameters(), lr=lr)
         losses = []
         for epoch in range(epochs):
@@ -59,6 +66,23 @@ def train(path: str, capture: str, features: int = 4, epochs: int = 2, batch_siz
     return sae, losses
 
 
+def save_saelens(sae: SparseAutoencoder, out: str) -> Path:
+    """Write `sae` as an SAELens 6 folder: cfg.json (architecture standard) + sae_weights.safetensors.
+    The forward above is SAELens' standard SAE with apply_b_dec_to_input and no normalization."""
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    d_sae, d_in = sae.W_dec.shape
+    cfg = {"architecture": "standard", "d_in": d_in, "d_sae": d_sae, "dtype": "float32", "device": "cpu",
+           "apply_b_dec_to_input": True, "normalize_activations": "none", "reshape_activations": "none",
+           # SAELens reads a cfg without sae_lens_version as a pre-6.0 one, whose `metadata` it drops
+           "metadata": {"hook_name": getattr(sae, "hook_name", None), "sae_lens_version": "6.0.0",
+                        "sae_lens_training_version": None}}
+    (folder / "cfg.json").write_text(json.dumps(cfg, indent=2))
+    save_file({k: v.detach().contiguous().cpu() for k, v in sae.state_dict().items()},
+              str(folder / "sae_weights.safetensors"))
+    return folder
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("cache", help="a hookrun file (or run folder) with token rows")
@@ -67,11 +91,11 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=4096)
     p.add_argument("--l1", type=float, default=1e-3)
-    p.add_argument("--out", help="save the trained SAE's state_dict here")
+    p.add_argument("--out", help="save the trained SAE here as an SAELens folder (read by hookrun's load_sae and by SAELens)")
     a = p.parse_args()
     sae, _ = train(a.cache, a.capture, a.features, a.epochs, a.batch_size, a.l1)
     if a.out:
-        torch.save(sae.state_dict(), a.out)
+        print(f"saved {save_saelens(sae, a.out)}")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ from test_cache_example import load_example
 from test_hf_experiments import composed
 
 import hookrun
+from hookrun.errors import ConfigError
+from hookrun.hooks.sae import load_sae
 
 transformers = pytest.importorskip("transformers")
 BLOCKS = ["transformer.h.1", "transformer.h.2", "transformer.h.3"]
@@ -38,5 +40,15 @@ def test_sae_cache_records_token_rows_like_raw_hooks(tmp_path):
         assert got[b].dtype == np.float16 and got[b].shape == want.shape == (int(mask.sum()), 128)
         np.testing.assert_allclose(got[b].astype(np.float32), want, rtol=2e-3, atol=2e-3)
     # the cache trains a sparse autoencoder through the shuffled reader
-    sae, losses = load_example().train(str(tmp_path / "c.h5"), "res/transformer.h.3/output", epochs=2, batch_size=64)
+    example = load_example()
+    sae, losses = example.train(str(tmp_path / "c.h5"), "res/transformer.h.3/output", epochs=2, batch_size=64)
     assert len(losses) == 2 and np.isfinite(losses).all()
+    # saved as an SAELens folder, it reads back as the SAE of transformer.h.3 and fits that block's output
+    loaded = load_sae(example.save_saelens(sae, str(tmp_path / "sae")))
+    assert loaded.hook_name == "transformer.h.3" and (loaded.d_in, loaded.d_sae) == (128, 512)
+    loaded.check_fits(seen["transformer.h.3"].shape, "transformer.h.3's output")
+    with pytest.raises(ConfigError, match="reads d_in=128 but lm_head's output has 50 features"):
+        loaded.check_fits(50, "lm_head's output")
+    x = torch.from_numpy(got["transformer.h.3"].astype(np.float32))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), sae(x)[0], rtol=1e-5, atol=1e-5)

@@ -21,7 +21,9 @@ import yaml
 from hookrun.analysis.loader import BUFFER_BYTES, RowLoader
 from hookrun.analysis.stats import block_stats, human_bytes
 from hookrun.errors import HookrunError, NotFoundError
+from hookrun.store.h5file import flushing_path, wait_for_flush
 from hookrun.store.merge import check_sources
+from hookrun.store.remote import is_url
 from hookrun.store.schema import CaptureInfo, list_captures, resolve, row_index
 
 __all__ = ["CaptureInfo", "Run", "list_captures", "open_run", "row_index"]
@@ -34,7 +36,11 @@ class Run:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        if not self.path.is_file():
+        if not self.path.is_file() and not wait_for_flush(self.path):
+            aside = flushing_path(self.path)
+            if aside.is_file():
+                raise NotFoundError(f"no file {str(self.path)!r}, but {aside.name} beside it: the run was killed while it "
+                                    f"flushed; resume=true recovers its batches")
             raise NotFoundError(f"no file {str(self.path)!r}")
         try:
             self.file = h5py.File(self.path, "r", locking=False)
@@ -230,11 +236,14 @@ class Run:
         return f"Run({str(self.path)!r}, status={self.status!r}, captures={len(self.captures)}, samples={self.file['samples/index'].shape[0]})"
 
 
-def open_run(path: str | Path) -> Run:
+def open_run(path: str | Path, cache_dir: str | Path | None = None) -> Run:
     """Open a run's capture file for reading (nothing is loaded until asked for).
 
     Args:
-        path: a captures.h5 file, or a run folder that holds one.
+        path: a captures.h5 file, or a run folder that holds one; or the URL of a cache in an
+            object store (`s3://bucket/prefix/captures.h5`, any fsspec URL: analysis/remote.py).
+        cache_dir: for a URL, where its parts are fetched to (default $HOOKRUN_CACHE_DIR or
+            ~/.cache/hookrun, a folder per URL).
 
     Returns:
         Run: a context manager with `status`, `config`, `captures`, `run[module, role]` (an h5py
@@ -244,6 +253,10 @@ def open_run(path: str | Path) -> Run:
         NotFoundError: no such file. HookrunError: not a readable hookrun file, or a merged view
         whose shard files are missing (HDF5 would read their rows as zeros).
     """
+    if is_url(path):
+        from hookrun.analysis.remote import RemoteRun  # (it builds on Run)
+
+        return RemoteRun(str(path), cache_dir)
     path = Path(path)
     if path.is_dir():
         path = path / "captures.h5"

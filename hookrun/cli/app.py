@@ -33,6 +33,7 @@ from hookrun.errors import ConfigError, HookrunError
 from hookrun.runner.ranks import agree_on_start, detect
 from hookrun.runner.run import run
 from hookrun.runner.signals import Interrupted
+from hookrun.store.remote import is_url
 
 log = logging.getLogger("hookrun")
 
@@ -55,10 +56,14 @@ def _app(cfg: DictConfig) -> None:
     _TASK_STARTED = True
     path = Path(cfg.output.path)
     hydra_cfg = HydraConfig.get()
-    if path.is_absolute() and hydra_cfg.mode == RunMode.MULTIRUN:
+    if is_url(cfg.output.path):  # an object store: its parts are staged in the run folder unless output.staging says
+        if cfg.output.get("staging") is None:
+            with open_dict(cfg):
+                cfg.output.staging = str(HydraConfig.get().runtime.output_dir)
+    elif path.is_absolute() and hydra_cfg.mode == RunMode.MULTIRUN:
         _fail(HookrunError(f"output.path={path} is absolute: every job of a multirun would write the same file; "
                            f"give a relative path (each job has its own folder) or one with ${{hydra.job.num}} in it"))
-    if not path.is_absolute():
+    if not path.is_absolute() and not is_url(cfg.output.path):
         with open_dict(cfg):
             cfg.output.path = str(Path(HydraConfig.get().runtime.output_dir) / path)
     try:

@@ -147,6 +147,62 @@ def constant(value: float) -> Op:
     return lambda x, ctx: torch.full_like(x, value)
 
 
+def _features(features: Any, op: str, values: bool = True) -> tuple[list[int], list[float]]:
+    """`features: {123: 4.0, 7: 0.5}` (or a list, for zero_features): feature indices on the last dim."""
+    if not values and isinstance(features, list | tuple):
+        idx, vals = list(features), [0.0] * len(features)
+    elif isinstance(features, Mapping) and features:
+        idx, vals = list(features), list(features.values())
+    else:
+        form = "[3, 17]" if not values else "{123: 4.0}"
+        raise ConfigError(f"op {op}: features must be {'a list or ' if not values else ''}a mapping of feature index to "
+                          f"value, e.g. features: {form}; got {features!r}")
+    try:
+        return [int(i) for i in idx], [float(v) for v in vals]
+    except (TypeError, ValueError):
+        raise ConfigError(f"op {op}: features {features!r}: indices must be integers and values numbers") from None
+
+
+def _feature_op(features: Any, name: str, apply: Callable, values: bool = True) -> Op:
+    idx, vals = _features(features, name, values)
+
+    def op(x: torch.Tensor, ctx: OpContext) -> torch.Tensor:
+        if max(idx) >= x.shape[-1] or min(idx) < -x.shape[-1]:
+            raise ConfigError(f"op {name} at {ctx.module or '(model)'}: feature {max(idx)} is past the last dim's "
+                              f"{x.shape[-1]} features (shape {tuple(x.shape)})")
+        out = x.clone()
+        i = torch.as_tensor(idx, device=x.device)
+        out[..., i] = apply(out[..., i], torch.as_tensor(vals, dtype=x.dtype, device=x.device))
+        return out
+
+    return op
+
+
+@register_op("zero_features")
+def zero_features(features: Any) -> Op:
+    """Zero the listed features of the last dim (an SAE's latents: `features: [3, 17]`)."""
+    return _feature_op(features, "zero_features", lambda cur, v: torch.zeros_like(cur), values=False)
+
+
+@register_op("scale_features")
+def scale_features(features: Any) -> Op:
+    """Multiply each listed feature of the last dim by its value (`features: {3: 0.5}`)."""
+    return _feature_op(features, "scale_features", lambda cur, v: cur * v)
+
+
+@register_op("clamp_features")
+def clamp_features(features: Any) -> Op:
+    """Set each listed feature of the last dim to its value at every position (`features: {123: 8.0}`)."""
+    return _feature_op(features, "clamp_features", lambda cur, v: v.expand_as(cur).clone())
+
+
+@register_op("add_features")
+def add_features(features: Any) -> Op:
+    """Add its value to each listed feature of the last dim. On an SAE's latents (MODULE.sae.latents)
+    this steers: the reconstruction moves by value x the feature's decoder direction."""
+    return _feature_op(features, "add_features", lambda cur, v: cur + v)
+
+
 def build_op(op: Any, params: Mapping, where: str, build: OpBuild | None = None) -> Op:
     """An Op from a name with params, or from a `_target_` node; a factory with a keyword-only
     `build` parameter gets `build` (the one build context, the same for every op)."""

@@ -19,6 +19,7 @@ from torch import nn
 
 from hookrun.config.build import build_user_action
 from hookrun.errors import ConfigError, NotFoundError, close_matches
+from hookrun.hooks import splice
 from hookrun.hooks.actions import ACTIONS
 from hookrun.hooks.actions.base import Callback
 from hookrun.hooks.hook_types import HOOK_TYPES
@@ -123,6 +124,8 @@ def _hint(pattern: str, names: list[str], kind: str) -> str:
 def make_plan(model: nn.Module, specs: list, env: Any, mode: str) -> list[HookPoint]:
     """Every (hook spec, module) pair as a HookPoint with its actions built and checked."""
     points: list[HookPoint] = []
+    # splices add their module (and its latents) to the model first: MODULE.sae.latents may be hooked
+    splice.install(model, specs, env, lambda spec: _targets(model, spec, HOOK_TYPES.get(spec.type)))
     for spec in specs:
         try:
             hook_type = HOOK_TYPES.get(spec.type)

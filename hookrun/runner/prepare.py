@@ -40,6 +40,9 @@ from hookrun.runner.batches import make_loader
 from hookrun.runner.calls import CallSpec
 from hookrun.runner.generate import check_modes, pad_left, prepare_generation
 from hookrun.runner.loop import LoopSettings, one_sample_forward
+from hookrun.store.h5file import flushing_path
+from hookrun.store.parts import Output
+from hookrun.store.remote import is_url
 
 
 @dataclass
@@ -47,7 +50,7 @@ class Prepared:
     """Everything a run needs, built and checked, before the file is touched."""
 
     cfg: HookrunConfig
-    out: Path
+    out: Path | Output  # Output: an object-store path (store/parts.py)
     model: torch.nn.Module
     dataset: Any
     loader: Any
@@ -88,7 +91,10 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, da
     if not -(2**63) <= cfg.seed < 2**64:
         raise ConfigError(f"seed: {cfg.seed} is out of range; use a whole number from 0 to {2**64 - 1} (2**64 - 1)")
     check_not_a_patch_source(specs, cfg.output.path)
-    out = check_output(cfg.output.path, cfg.output.overwrite or not check_exists, create=not cfg.dry_run)
+    if is_url(cfg.output.path):  # an object store: checked (reachable, not taken) by the runner before this
+        out = Output.of(cfg.output.path, cfg.output.staging)
+    else:
+        out = check_output(cfg.output.path, cfg.output.overwrite or not check_exists, create=not cfg.dry_run)
 
     seed_everything(cfg.seed)
     model = build_model(cfg.model, device) if model is None else live_model(model, device)
@@ -204,6 +210,9 @@ def check_output(path: str | Path, overwrite: bool, create: bool = True) -> Path
                           f"hookrun needs it under {room + 1} bytes, to add .lock or .resuming): choose a shorter output.path")
     if exists and not overwrite:
         raise ConfigError(f"output.path: {str(out)!r} exists; set output.overwrite=true, resume=true, or choose another path")
+    if not exists and not overwrite and flushing_path(out).exists():
+        raise ConfigError(f"output.path: {str(flushing_path(out))!r} is what a run killed while flushing {out.name} left; "
+                          f"resume=true recovers its batches, output.overwrite=true starts again, or choose another path")
     if not create:
         return out
     try:

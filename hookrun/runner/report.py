@@ -27,7 +27,7 @@ def end_report(session: HookSession, store: H5Store, resume: ResumeState | None,
     unfired = {f"{p.hook}@{p.module}" for p in session.never_fired()}
     if resume is not None:  # hooks that fired in the batches kept from the old file count as fired
         recorded = {f"{key[0]}@{key[1]}" for key in store.rows_by_key()}
-        old = resume.file.attrs.get("hooks_not_fired")
+        old = resume.attrs.get("hooks_not_fired")
         unfired -= recorded
         if old is not None:
             unfired &= set(filter(None, str(old).split(", ")))

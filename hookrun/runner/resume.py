@@ -23,13 +23,16 @@ import yaml
 from hookrun.config.diff import differing
 from hookrun.errors import ConfigError
 from hookrun.store.digest import check_block
+from hookrun.store.h5file import flushing_path
 from hookrun.store.h5store import H5Store
+from hookrun.store.parts import Output, ResumePoint, prepare_resume
 from hookrun.store.records import Capture, CaptureKey, StepRecord
 from hookrun.store.schema import CaptureMeta, RowKind, list_captures
 
 # keys that do not change what is captured
 IGNORED = {"resume", "dry_run", "progress", "imports", "output.overwrite", "output.max_bytes",
-           "output.flush_every", "output.path", "output.compression", "data.num_workers"}
+           "output.flush_every", "output.path", "output.compression", "data.num_workers", "output.staging",
+           "output.part_bytes"}
 SAMPLE_KEYS = {"index", "step", "target", "path", "token_sample", "token_position", "token_generated"}
 
 
@@ -41,16 +44,63 @@ class ResumeState:
     status: str
     first_step: int = 0  # the step of its first batch (0, or where a rank's shard starts)
 
+    @property
+    def attrs(self) -> dict:
+        return self.file.attrs
+
     def close(self) -> None:
         self.file.close()
 
 
-def open_resume(path: Path, config_yaml: str) -> ResumeState | None:
-    """The old run to continue, None where there is none; ConfigError where it cannot be."""
-    if not path.exists():
+@dataclass
+class PartsResume:
+    """A run in an object store to continue: its verified parts (store/parts.py), and the part that
+    was being written when it stopped, whose whole batches are replayed."""
+
+    point: ResumePoint
+    partial: ResumeState | None
+    status: str
+
+    @property
+    def steps(self) -> int:
+        return self.point.manifest.steps + (self.partial.steps if self.partial is not None else 0)
+
+    @property
+    def attrs(self) -> dict:
+        return self.partial.attrs if self.partial is not None else self.point.manifest.attrs
+
+    def close(self) -> None:
+        if self.partial is not None:
+            self.partial.close()
+
+
+def open_parts_resume(out: Output, config_yaml: str) -> PartsResume | None:
+    """The run in the object store to continue (its finished local parts uploaded now), None where
+    there is none; ConfigError where the config changed."""
+    point = prepare_resume(out, out.folder(check=False))
+    if point is None:
         return None
+    old = point.manifest.attrs.get("config")
+    if old is not None:
+        changed = config_differences(yaml.safe_load(old), yaml.safe_load(config_yaml))
+        if changed:
+            raise ConfigError(f"resume: the config differs from the one {out.url} was written with, in "
+                              f"{', '.join(changed)}; resume with the same settings (or start a new run)")
+    partial = open_resume(point.partial, config_yaml) if point.partial is not None else None
+    status = point.manifest.status if partial is None else "interrupted"
+    return PartsResume(point, partial, status)
+
+
+def open_resume(path: Path, config_yaml: str) -> ResumeState | None:
+    """The old run to continue, None where there is none; ConfigError where it cannot be. A file
+    killed inside a flush (left at `<name>.flushing`) gives the batches of the flush before it."""
+    source, mid_flush = path, False
+    if not path.exists():
+        if not flushing_path(path).exists():
+            return None
+        source, mid_flush = flushing_path(path), True
     try:
-        f = h5py.File(path, "r", locking=False)
+        f = h5py.File(source, "r", locking=False)
     except OSError as exc:
         raise ConfigError(f"resume: {str(path)!r} cannot be opened ({exc}); move it away to start again") from None
     if "format_version" not in f.attrs or "config" not in f.attrs:
@@ -65,13 +115,17 @@ def open_resume(path: Path, config_yaml: str) -> ResumeState | None:
         )
     step_of_row = f["samples/step"][:]
     first = int(step_of_row[0]) if len(step_of_row) else 0  # a rank's shard starts at its first batch
-    return ResumeState(path, f, complete_steps(f), str(f.attrs["status"]), first)
+    return ResumeState(path, f, complete_steps(f, mid_flush), "running" if mid_flush else str(f.attrs["status"]), first)
 
 
-def complete_steps(f: h5py.File) -> int:
+def complete_steps(f: h5py.File, mid_flush: bool = False) -> int:
     """Batches complete in every dataset: those of /samples/step, but no more than the file's
-    `steps_complete`, so a batch that failed part-way (or came after the last flush) is redone."""
+    `steps_complete`, so a batch that failed part-way (or came after the last flush) is redone.
+    In a file killed inside a flush only the flush before that one is sure: `previous_flush`
+    (written with the counts, so old or new it names batches every dataset holds)."""
     steps = len(np.unique(f["samples/step"][:]))
+    if mid_flush:
+        return min(steps, int(f.attrs["previous_flush"][0]) if "previous_flush" in f.attrs else 0)
     return min(steps, int(f.attrs.get("steps_complete", steps)))
 
 
@@ -80,8 +134,17 @@ def config_differences(old: dict, new: dict) -> list[str]:
     return differing(old, new, ignore=IGNORED)
 
 
-def replay(state: ResumeState, store: H5Store) -> int:
-    """Write the old file's complete batches into `store`, in order; returns how many."""
+def replay(state: ResumeState | PartsResume, store: H5Store) -> int:
+    """Write the old file's complete batches into `store`, in order; returns how many (a run in an
+    object store: its verified parts' batches, and those replayed from the part being written)."""
+    if isinstance(state, PartsResume):
+        kept = state.point.manifest.steps
+        if state.partial is not None:
+            kept += replay(state.partial, store)
+            state.partial.close()
+            state.partial.path.unlink(missing_ok=True)
+            state.partial = None
+        return kept
     f = state.file
     index = f["samples/index"][:]
     step_of_row = f["samples/step"][:]

@@ -27,18 +27,23 @@ from hookrun.config.schema import HookrunConfig, load, to_yaml, with_live
 from hookrun.errors import ConfigError
 from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.session import HookSession
+from hookrun.hooks.splice import check_outputs
+from hookrun.runner.batches import first_batch
 from hookrun.runner.estimate import estimate
 from hookrun.runner.live import borrowed
-from hookrun.runner.loop import run_batches
+from hookrun.runner.loop import run_batches, run_step
 from hookrun.runner.prepare import Prepared, check_output, dataset_name, prepare
 from hookrun.runner.ranks import detect
 from hookrun.runner.report import end_report
-from hookrun.runner.resume import ResumeState, open_resume, replay
+from hookrun.runner.resume import PartsResume, ResumeState, open_parts_resume, open_resume, replay
 from hookrun.runner.shards import ShardRun, check_not_a_view
-from hookrun.runner.signals import Interrupted, StopSignals
+from hookrun.runner.signals import Interrupted, StopSignals, StoreAway
 from hookrun.store.format import HOOKRUN_VERSION
+from hookrun.store.h5file import flushing_path
 from hookrun.store.h5store import H5Store
 from hookrun.store.lock import OutputLock
+from hookrun.store.parts import Output, PartedStore, check_remote_output
+from hookrun.store.remote import StoreError, is_url
 from hookrun.store.writer import BackgroundWriter
 
 log = logging.getLogger("hookrun")
@@ -81,7 +86,13 @@ def run(cfg: Any, model: torch.nn.Module | None = None, dataset: Any = None) -> 
     ranks = detect()
     with borrowed(model):  # a live model comes back as it went in (mode, flags, devices, grads)
         if ranks.many:  # one rank of torchrun / submitit / srun: its shard, then (rank 0) the merged view
+            if is_url(cfg.output.path):
+                raise ConfigError(f"output.path={cfg.output.path}: a run on many processes writes shard files "
+                                  f"beside each other; write it to a local or shared folder (an object-store path "
+                                  f"takes one process)")
             return ShardRun(cfg, ranks).run(lambda c, adjust: _locked(c, started, model, dataset, adjust))
+        if is_url(cfg.output.path):
+            return _locked_parts(cfg, started, model, dataset)
         if cfg.resume:
             check_not_a_view(Path(cfg.output.path).expanduser())
         return _locked(cfg, started, model, dataset)
@@ -101,11 +112,25 @@ def _locked(cfg: HookrunConfig, started: float, model: torch.nn.Module | None, d
         raise Interrupted(signal.SIGINT, None, 0, resumed_from=out if cfg.resume and out.exists() else None) from None
 
 
-def _run(cfg: HookrunConfig, out: Path, started: float, model: torch.nn.Module | None, dataset: Any,
+def _locked_parts(cfg: HookrunConfig, started: float, model: torch.nn.Module | None, dataset: Any) -> RunResult:
+    """A run in an object store (store/parts.py): the store checked before anything else, then
+    _run under a lock on the local staging folder."""
+    out = Output.of(cfg.output.path, cfg.output.staging)
+    try:
+        if cfg.dry_run:
+            return _run(cfg, out, started, model, dataset)
+        check_remote_output(out, overwrite=cfg.output.overwrite, resume=cfg.resume)
+        with OutputLock(out.parts_dir):
+            return _run(cfg, out, started, model, dataset)
+    except KeyboardInterrupt:
+        raise Interrupted(signal.SIGINT, None, 0) from None
+
+
+def _run(cfg: HookrunConfig, out: Path | Output, started: float, model: torch.nn.Module | None, dataset: Any,
          adjust: Callable[[Prepared], None] | None = None) -> RunResult:
     resume = None
     if cfg.resume and not cfg.dry_run:  # _locked has checked the path and taken its lock
-        resume = open_resume(out, to_yaml(cfg))
+        resume = open_parts_resume(out, to_yaml(cfg)) if isinstance(out, Output) else open_resume(out, to_yaml(cfg))
         if resume is not None and resume.status == "complete":
             resume.close()
             log.info("resume: %s is already complete; nothing to do", out)
@@ -121,6 +146,7 @@ def _run(cfg: HookrunConfig, out: Path, started: float, model: torch.nn.Module |
     try:
         if adjust is not None:
             adjust(p)
+        check_splices(p)
         if cfg.dry_run or cfg.output.max_bytes is not None:
             report = plan_estimate(p)
             if cfg.dry_run:
@@ -132,6 +158,15 @@ def _run(cfg: HookrunConfig, out: Path, started: float, model: torch.nn.Module |
         p.env.close()
         if resume is not None:
             resume.close()
+
+
+def check_splices(p: Prepared) -> None:
+    """One sample through the bare model before the first batch: a splice whose module's output is
+    no tensor, or not as wide as the SAE reads, is refused now (hooks/splice.check_outputs)."""
+    if not p.env.splices:
+        return
+    indices, call = first_batch(p.loader, p.settings.spec)
+    check_outputs(p.points, lambda: run_step(p.model, call.to(p.settings.device), p.settings))
 
 
 def plan_estimate(p: Prepared):
@@ -155,26 +190,25 @@ def check_max_bytes(total: int, limit: int) -> None:
         )
 
 
-def execute(p: Prepared, resume: ResumeState | None, started: float) -> RunResult:
+def execute(p: Prepared, resume: ResumeState | PartsResume | None, started: float) -> RunResult:
     """Write the file. The caller holds the output's lock (OutputLock); the file appears under its
-    name only once it opens, and a resumed file replaces the old one only once it holds its batches."""
+    name only once it opens, and a resumed file replaces the old one only once it holds its batches.
+    An object-store output (store/parts.py) is written in parts uploaded as they finish."""
     cfg = p.cfg
     log.info("%s on %s, %d hook point(s), writing %s", type(p.model).__name__, p.settings.device, len(p.points), p.out)
     if not any(a.records for pt in p.points for a in pt.actions):
         log.warning("no hook records anything: the file will hold the sample index and targets only")
-    real = real_path(p.out)  # through a symlink: the link stays, its target is written
-    if resume is None:
-        check_output(p.out, cfg.output.overwrite)  # again, now that the model is built: still ours to write
-    target = real.with_name(real.name + ".resuming") if resume is not None else real
-    status, steps, replayed, at_once = "failed", 0, False, False
+    local = not isinstance(p.out, Output)
+    real = target = None
+    if local:
+        real = real_path(p.out)  # through a symlink: the link stays, its target is written
+        if resume is None:
+            check_output(p.out, cfg.output.overwrite)  # again, now that the model is built: still ours to write
+        target = real.with_name(real.name + ".resuming") if resume is not None else real
+    status, steps, replayed, at_once, away = "failed", 0, False, False, None
     session = HookSession(p.points, p.env, cfg.early_stop)
     with StopSignals() as stop:  # from before the file exists: a first signal then stops after one batch
-        try:
-            store = H5Store(target, {**file_attrs(cfg, p.model, p.settings.device), **p.attrs}, cfg.output.compression.value,
-                            cfg.output.flush_every, expected_samples=p.n_samples, expected_steps=p.n_batches,
-                            checksum=cfg.output.checksum)
-        except OSError as exc:
-            raise ConfigError(f"output.path: cannot create {str(target)!r}: {exc}") from None
+        store = open_store(p, target, resume)
         try:
             first = p.batches.start  # 0, or where this rank's shard starts
             if resume is not None:
@@ -187,6 +221,8 @@ def execute(p: Prepared, resume: ResumeState | None, started: float) -> RunResul
                 p.settings.should_stop = stop.requested
                 steps = run_batches(p.model, p.loader, session, writer, p.env, p.settings, first)
             status = "interrupted" if stop.signum else "complete"
+        except StoreError as exc:  # the object store stayed away: the parts not uploaded stay local
+            status, away = "interrupted", exc
         except KeyboardInterrupt:  # a second signal (or Ctrl-C outside the loop): the writer has ended
             status, at_once = "interrupted", True
         finally:
@@ -194,18 +230,41 @@ def execute(p: Prepared, resume: ResumeState | None, started: float) -> RunResul
                 samples = store.samples
                 if replayed:
                     end_attrs(store, end_report(session, store, resume, complete=status == "complete"))
-                close_quietly(store, status)
-                if resume is not None and replayed:
+                away = close_quietly(store, status) or away
+                if local and resume is not None and replayed:
                     os.replace(target, real)  # the new file holds the old batches too
-                elif resume is not None:
+                    flushing_path(real).unlink(missing_ok=True)  # the old file, where a kill in a flush left it
+                elif local and resume is not None:
                     target.unlink(missing_ok=True)
     seconds = time.perf_counter() - started
-    log.info("%s: %d batches, %d samples, %.1f MB in %.1f s", status, steps, samples, p.out.stat().st_size / 1e6, seconds)
+    size = p.out.stat().st_size if local else sum(part.bytes for part in store.manifest.parts)
+    log.info("%s: %d batches, %d samples, %.1f MB in %.1f s", "interrupted" if away else status, steps, samples,
+             size / 1e6, seconds)
+    if away is not None:
+        raise StoreAway(str(away))
     if stop.signum or at_once:
         if not replayed:  # stopped while the old batches were copied: the old file is as it was
             raise Interrupted(stop.signum or signal.SIGINT, None, 0, resumed_from=p.out)
         raise Interrupted(stop.signum or signal.SIGINT, p.out, store.steps)
-    return RunResult(p.out, steps, samples, seconds, status=status)
+    return RunResult(p.out if local else p.out.url, steps, samples, seconds, status=status)
+
+
+def open_store(p: Prepared, target: Path | None, resume: ResumeState | PartsResume | None) -> H5Store | PartedStore:
+    """The run's store: one HDF5 file at `target`, or parts uploaded to the object store p.out."""
+    cfg = p.cfg
+    attrs = {**file_attrs(cfg, p.model, p.settings.device), **p.attrs}
+    kwargs = {"compression": cfg.output.compression.value, "flush_every": cfg.output.flush_every,
+              "expected_samples": p.n_samples, "expected_steps": p.n_batches, "checksum": cfg.output.checksum}
+    if isinstance(p.out, Output):
+        point = resume.point if isinstance(resume, PartsResume) else None
+        try:
+            return PartedStore(p.out, attrs, cfg.output.part_bytes, point, **kwargs)
+        except StoreError as exc:
+            raise ConfigError(f"output.path: {exc}") from None
+    try:
+        return H5Store(target, attrs, **kwargs)
+    except OSError as exc:
+        raise ConfigError(f"output.path: cannot create {str(target)!r}: {exc}") from None
 
 
 def real_path(out: Path) -> Path:
@@ -220,11 +279,15 @@ def end_attrs(store: H5Store, attrs: dict) -> None:
         log.error("could not write %s to %s: %s", ", ".join(attrs), store.path, exc)
 
 
-def close_quietly(store: H5Store, status: str) -> None:
+def close_quietly(store: H5Store | PartedStore, status: str) -> StoreError | None:
+    """Close the store; an object store that stayed away is returned (the run is then interrupted)."""
     try:
         store.close(status)
+    except StoreError as exc:
+        return exc
     except Exception as exc:  # e.g. a full disk: the file keeps its last flush
         log.error("could not mark %s as %s: %s", store.path, status, exc)
+    return None
 
 
 def restore_limits(points: list[HookPoint], store: H5Store) -> None:

@@ -46,6 +46,16 @@ class Interrupted(HookrunError):
         self.exit_code = 128 + signum
 
 
+class StoreAway(Interrupted):
+    """The object store stayed away past the upload retries: the run stopped `interrupted`, its
+    parts kept in the staging folder; exit status 143, as for SIGTERM (a stop from outside)."""
+
+    def __init__(self, message: str) -> None:
+        HookrunError.__init__(self, message)
+        self.signum = signal.SIGTERM
+        self.exit_code = 128 + signal.SIGTERM
+
+
 class StopSignals:
     def __init__(self) -> None:
         self.signum: int | None = None

@@ -11,6 +11,7 @@ metadata stays in memory until an explicit flush; and freed file space is never 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import h5py
@@ -19,6 +20,23 @@ import h5py
 # metadata of the last flush may still point there, and a kill before the next flush must find it
 # intact. The file grows by the freed bytes, a few KiB per capture.
 FILE_SPACE = {"fs_strategy": "none"}
+
+
+def flushing_path(path: Path) -> Path:
+    """Where a file stands while HDF5 flushes it (H5Store._aside); left there by a kill in a flush."""
+    return path.with_name(path.name + ".flushing")
+
+
+def wait_for_flush(path: Path, seconds: float = 2.0) -> bool:
+    """True once `path` is back from a running flush (a live run's file steps aside for a few
+    milliseconds while HDF5 writes); False where it does not come back (killed in a flush) or
+    was never aside."""
+    deadline = time.monotonic() + seconds
+    while flushing_path(path).exists() and time.monotonic() < deadline:
+        if path.exists():
+            return True
+        time.sleep(0.01)
+    return path.exists()
 
 
 def create_hidden(path: Path, **kwargs) -> tuple[h5py.File, Path]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from hookrun.store.chunks import CHUNK_BYTES, chunk_bytes_for, new_dataset
 from hookrun.store.chunks import append as _append
 from hookrun.store.digest import SUFFIX, digest
 from hookrun.store.format import FORMAT_VERSION
-from hookrun.store.h5file import create_hidden
+from hookrun.store.h5file import create_hidden, flushing_path
 from hookrun.store.ragged import append_ragged
 from hookrun.store.records import Capture, StepRecord
 from hookrun.store.samples import SampleTable
@@ -59,12 +60,16 @@ class H5Store:
         self.compression = None if compression in (None, "none") else compression
         self.flush_every = flush_every
         self.expected = {False: expected_samples, True: expected_steps}  # rows a capture will get, where known
+        self._visible = False  # under its own name yet (flushes then step aside: _aside)
+        self._previous = (0, 0)  # steps and samples of the last flush
         # each capture caches only the chunk it is filling (set in _new_dataset): appends never
         # re-read a chunk, and memory stays bounded however many rows or captures there are
         self.file, hidden = create_hidden(self.path, rdcc_nbytes=2 * CHUNK_BYTES, rdcc_w0=1.0)
         try:
             self._skeleton(attrs)
+            flushing_path(self.path).unlink(missing_ok=True)  # a killed flush's file: this run replaces it
             os.replace(hidden, self.path)  # visible only once it opens: the skeleton is on disk
+            self._visible = True
         except BaseException:
             self.file.close()
             hidden.unlink(missing_ok=True)
@@ -252,17 +257,38 @@ class H5Store:
 
     # -- state -----------------------------------------------------------------------------
     def flush(self) -> None:
-        """Rows first, then the counts: a kill during the first flush leaves the old counts, which
-        then still name whole batches only (resume keeps those)."""
+        """Rows, their lengths and the counts reach the disk in one HDF5 flush. No metadata is
+        written between flushes (store/h5file.py), so a kill -9 before this call leaves the file of
+        the last flush, in which every dataset's length agrees with `samples_complete` and
+        `steps_complete`. (Two flushes, rows then counts, left a window in which plain h5py read
+        more rows than the counts named: tests/kill_store.py found 14 of 190 killed files so.)"""
         self._write_digests()
-        self.file.flush()
         self._update_counts()
-        self.file.flush()
+        with self._aside():
+            self.file.flush()
         self._flushed_at = time.monotonic()
+        self._previous = (self.steps, self.samples)
+
+    @contextmanager
+    def _aside(self):
+        """The file leaves its name while HDF5 writes: a flush is many writes, and a kill -9 among
+        them leaves some lengths new and others old. Under its name the file is therefore always
+        the state of a whole flush; one killed inside a flush is found at `<name>.flushing`, where
+        resume (runner/resume.py) recovers the batches of the flush before it."""
+        if not self._visible:
+            yield
+            return
+        aside = flushing_path(self.path)
+        os.replace(self.path, aside)
+        try:
+            yield
+        finally:
+            os.replace(aside, self.path)
 
     def _update_counts(self) -> None:
         self.file.attrs["steps_complete"] = self.steps
         self.file.attrs["samples_complete"] = self.samples
+        self.file.attrs["previous_flush"] = np.array(self._previous, dtype=np.int64)  # (steps, samples)
         for path, n in self.overflow.items():
             if path in self._columns:
                 self._columns[path].ds.attrs["overflow_values"] = n
@@ -282,11 +308,15 @@ class H5Store:
         try:
             self._write_digests()
             self._update_counts()
-            self.file.flush()  # every row on disk before the status says so: a kill in close() cannot show a short file as complete
-            self.file.attrs["status"] = status
-            self.file.attrs["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+            with self._aside():
+                self.file.flush()  # every row on disk before the status says so: a kill in close() cannot show a short file as complete
+                self._previous = (self.steps, self.samples)
+                self.file.attrs["status"] = status
+                self.file.attrs["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+                self.file.close()
         finally:
-            self.file.close()
+            if self.file.id.valid:
+                self.file.close()
 
     def __enter__(self) -> H5Store:
         return self

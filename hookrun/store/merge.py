@@ -22,7 +22,7 @@ import numpy as np
 from hookrun.errors import HookrunError, RunError
 from hookrun.store.schema import CaptureMeta, RowKind, is_capture
 
-SAMPLE_DATASETS = ("index", "step", "target", "path")
+SAMPLE_DATASETS = ("index", "step", "target", "path")  # then every other /samples dataset (token map, data.store keys)
 FINAL = ("complete", "failed", "interrupted")
 
 
@@ -126,9 +126,13 @@ def _write(out: h5py.File, opened: list[tuple[Path, h5py.File]]) -> int:
     out.attrs["samples_complete"] = sum(counts)
     out.attrs["shard_samples"] = np.array(counts, dtype=np.int64)
     samples = out.create_group("samples")
-    for name in SAMPLE_DATASETS:
-        have = [(s.path, s.file[f"samples/{name}"], f"samples/{name}", n) for s, n in zip(shards, counts, strict=True)
-                if name in s.file["samples"]]
+    others = [n for n in (shards[0].file["samples"] if shards else ()) if n not in SAMPLE_DATASETS]
+    for name in (*SAMPLE_DATASETS, *others):
+        have = [(s.path, s.file[f"samples/{name}"], f"samples/{name}",
+                 s.file[f"samples/{name}"].shape[0] if name.startswith("token_") else n)  # token rows, or samples
+                for s, n in zip(shards, counts, strict=True) if name in s.file["samples"]]
+        if name in others and (len(have) != len(shards) or len({(h[1].dtype, h[1].shape[1:]) for h in have}) > 1):
+            continue  # a data.store key padded to different lengths per shard: left out of the view
         if name in ("index", "step") or have:
             if len(have) != len(shards):
                 raise RunError(f"/samples/{name} is in {len(have)} of {len(shards)} shards: they were not written by one config")
@@ -155,8 +159,13 @@ def _capture(out: h5py.File, name: str, shards: list[_Shard], all_index: np.ndar
         per_step = meta.rows is RowKind.STEPS
         own_name = meta.index if not parts else ds.attrs["index"]  # the first shard's attrs are read already
         own = ds.parent[own_name] if own_name else None
-        rows = min(ds.shape[0], own.shape[0] if own is not None else (s.steps if per_step else len(s.index)))
+        if meta.rows is RowKind.TOKENS:  # one row per token: as many as the shard's token map
+            rows = min(ds.shape[0], s.file["samples/token_sample"].shape[0])
+        else:
+            rows = min(ds.shape[0], own.shape[0] if own is not None else (s.steps if per_step else len(s.index)))
         parts.append((s.path, ds, full, rows))
+        if meta.rows is RowKind.TOKENS:
+            continue  # rows are indexed by the view's /samples/token_sample
         if own is not None:
             index_parts.append(own[:rows])
         elif per_step:
@@ -173,7 +182,7 @@ def _capture(out: h5py.File, name: str, shards: list[_Shard], all_index: np.ndar
     view.attrs["shard_rows"] = np.array([p[3] for p in parts], dtype=np.int64)
     index = np.concatenate(index_parts) if index_parts else np.zeros(0, np.int64)
     implicit = np.arange(len(index)) if meta.rows is RowKind.STEPS else all_index[: len(index)]
-    if np.array_equal(index, implicit):
+    if meta.rows is RowKind.TOKENS or np.array_equal(index, implicit):
         view.attrs["index"] = ""
     else:  # rows that skip samples or steps: the row index, small and written (not a view)
         leaf = full.rsplit("/", 1)[1] + ".index"

@@ -48,6 +48,7 @@ class ActionEnv:
     store_dtype: torch.dtype | None = None  # None: keep the tensor's dtype
     planned_samples: np.ndarray | None = None  # the dataset indices this run will see
     closers: list[Callable[[], None]] = field(default_factory=list)  # run at the end of the run
+    splices: list = field(default_factory=list)  # hooks/splice.py's Splice modules of this run (their .stats)
 
     def close(self) -> None:
         while self.closers:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from hookrun.errors import ConfigError, HookrunError, RunError
-from hookrun.hooks import patch  # noqa: F401  (registers op "patch")
+from hookrun.hooks import patch, splice  # noqa: F401  (register ops "patch" and "splice")
 from hookrun.hooks.actions.base import ACTIONS, Action
 from hookrun.hooks.events import Event, family, positional_index
 from hookrun.hooks.ops import OPS, OpBuild, OpContext, build_op

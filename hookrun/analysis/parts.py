@@ -1,0 +1,109 @@
+"""Reading a cache in an object store: its manifest, and its parts fetched (verified) into a local cache.
+
+    parts = Parts.open("s3://bucket/cache/captures.h5", cache_dir="~/.cache/hookrun")
+    parts.entries          # every listed part, in batch order (rank by rank with many ranks)
+    path = parts.fetch(3)  # the 4th part as a local file: size and MD5 checked against the manifest
+
+Only what the manifest lists is read (a part is listed once the store held it verified). A part
+the store no longer has, or whose bytes differ from the manifest's size and MD5, is an error
+naming it, never rows of zeros. Picklable: DataLoader workers each open their own connection.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hookrun.errors import HookrunError, NotFoundError
+from hookrun.store.manifest import MANIFEST, Manifest, PartEntry
+from hookrun.store.remote import RemoteFolder, reason
+
+
+def default_cache_dir(url: str) -> Path:
+    """$HOOKRUN_CACHE_DIR (or ~/.cache/hookrun)/<a hash of the URL>."""
+    root = Path(os.environ.get("HOOKRUN_CACHE_DIR", Path.home() / ".cache" / "hookrun")).expanduser()
+    return root / hashlib.sha1(url.encode()).hexdigest()[:16]
+
+
+@dataclass
+class Parts:
+    url: str
+    manifest: Manifest  # the run's: a top manifest of many ranks is read as one list of parts
+    cache_dir: Path
+    entries: list[PartEntry] = field(default_factory=list)
+    _folder: RemoteFolder | None = field(default=None, repr=False)
+    _pid: int = field(default_factory=os.getpid, repr=False)  # a forked DataLoader worker opens its own
+
+    @classmethod
+    def open(cls, url: str, cache_dir: str | os.PathLike | None = None) -> Parts:
+        url = url.rstrip("/")
+        folder = RemoteFolder.open(url)
+        top = read_manifest(folder, MANIFEST)
+        entries = list(top.parts)
+        for name in top.ranks:  # many ranks: each rank's parts, in rank order
+            entries += read_manifest(folder, name).parts
+            top.captures = {**read_manifest(folder, name).captures, **top.captures}
+        cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir(url)
+        cache.mkdir(parents=True, exist_ok=True)
+        return cls(url, top, cache, entries, folder)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_folder": None}  # a worker process opens its own connection
+
+    @property
+    def folder(self) -> RemoteFolder:
+        if self._folder is None or self._pid != os.getpid():
+            self._folder, self._pid = RemoteFolder.open(self.url, check=False), os.getpid()
+        return self._folder
+
+    def local_name(self, k: int) -> str:
+        return self.entries[k].name.replace("/", ".")
+
+    def fetch(self, k: int, into: Path | None = None) -> Path:
+        """Part k as a verified local file in the cache (downloaded unless it is there already)."""
+        entry = self.entries[k]
+        folder = into or self.cache_dir
+        folder.mkdir(parents=True, exist_ok=True)
+        local = folder / self.local_name(k)
+        mark = local.with_name(local.name + ".md5")
+        if local.is_file() and mark.is_file() and mark.read_text() == entry.md5 and local.stat().st_size == entry.bytes:
+            return local
+        try:
+            self.folder.get(entry.name, local)
+        except FileNotFoundError:
+            raise NotFoundError(f"{self.url}/{entry.name}: the manifest lists this part but the store does not have "
+                                f"it; its rows cannot be read (the cache is damaged: write it again)") from None
+        except Exception as exc:
+            raise HookrunError(f"{self.url}/{entry.name}: the part cannot be fetched ({reason(exc)})") from None
+        size, md5 = local.stat().st_size, _md5(local)
+        if size != entry.bytes or md5 != entry.md5:
+            local.unlink(missing_ok=True)
+            raise HookrunError(f"{self.url}/{entry.name} is damaged: the store's copy has {size} bytes, MD5 {md5}; the "
+                               f"manifest says {entry.bytes} bytes, MD5 {entry.md5} (its rows are not read)")
+        mark.write_text(entry.md5)
+        return local
+
+    def evict(self, k: int, into: Path | None = None) -> None:
+        local = (into or self.cache_dir) / self.local_name(k)
+        local.unlink(missing_ok=True)
+        local.with_name(local.name + ".md5").unlink(missing_ok=True)
+
+
+def read_manifest(folder: RemoteFolder, name: str) -> Manifest:
+    try:
+        text = folder.read_text(name)
+    except FileNotFoundError:
+        raise NotFoundError(f"no hookrun cache at {folder.url} (it has no {name}: a run writes it as it starts)") from None
+    except Exception as exc:
+        raise HookrunError(f"{folder.url}/{name} cannot be read ({reason(exc)})") from None
+    return Manifest.from_json(text, f"{folder.url}/{name}")
+
+
+def _md5(path: Path) -> str:
+    h = hashlib.md5()
+    with open(path, "rb") as f:
+        while block := f.read(64 << 20):
+            h.update(block)
+    return h.hexdigest()

@@ -1,0 +1,130 @@
+"""open_run on an object-store URL: the Run interface over a cache's manifest and parts.
+
+    run = open_run("s3://bucket/cache/captures.h5", cache_dir="/scratch/cache")
+    run.captures, run.status, run.config     # from the manifest: nothing is downloaded
+    rows = run.loader("res/transformer.h.3/output", batch_size=4096)   # parts streamed, a few at a time
+    run["transformer.h.3", "output"][:8]      # fetches every part, then reads a local view over them
+
+The loader fetches parts ahead of use into a bounded cache (analysis/parts_loader.py). Everything
+else that reads rows (indexing, iter, stats, to_xarray, summary with statistics) first fetches
+every part (verified against the manifest) into `cache_dir` and opens a local view over them:
+the same virtual-dataset view as a run of many ranks (store/merge.py), so it needs room for the
+whole cache.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import h5py
+import numpy as np
+import yaml
+
+from hookrun.analysis.loader import BUFFER_BYTES
+from hookrun.analysis.parts import Parts
+from hookrun.analysis.parts_loader import PartsLoader
+from hookrun.analysis.run import Run
+from hookrun.errors import ConfigError, HookrunError
+from hookrun.store.merge import build_view
+from hookrun.store.schema import CaptureInfo, list_captures
+
+
+class UrlPath(str):
+    """A URL where Run keeps a Path: `.name` is its last part (messages use it)."""
+
+    @property
+    def name(self) -> str:
+        return self.rstrip("/").rsplit("/", 1)[-1]
+
+
+class RemoteRun(Run):
+    def __init__(self, url: str, cache_dir: str | os.PathLike | None = None) -> None:  # (Run.__init__ opens a file)
+        self.path = UrlPath(url.rstrip("/"))
+        self.parts = Parts.open(self.path, cache_dir)
+        self._file: h5py.File | None = None
+        m = self.parts.manifest
+        self.captures = []
+        for path, c in m.captures.items():
+            rows = sum(e.rows.get(path, 0) for e in self.parts.entries)
+            shape = (rows, *c["shape"])
+            nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(c["dtype"]).itemsize
+            self.captures.append(CaptureInfo(c["hook"], c["module"], c["role"], int(c["call"]), c["type"], shape,
+                                             c["dtype"], c["rows"], path, nbytes))
+
+    # -- what the manifest says ------------------------------------------------------------------
+    @property
+    def status(self) -> str:
+        return self.parts.manifest.status
+
+    @property
+    def config(self) -> dict:
+        text = self.parts.manifest.attrs.get("config")
+        cfg = yaml.safe_load(text) if text else {}
+        return cfg if isinstance(cfg, dict) else {}
+
+    @property
+    def attrs(self) -> dict:
+        a = {k: v for k, v in self.parts.manifest.attrs.items() if k != "config"}
+        entries = self.parts.entries
+        return {**a, "status": self.status, "steps_complete": sum(e.steps[1] - e.steps[0] for e in entries),
+                "samples_complete": sum(e.samples for e in entries), "parts": len(entries)}
+
+    # -- rows: every part, local ---------------------------------------------------------------
+    @property
+    def file(self) -> h5py.File:
+        """A local view over every part (each fetched and verified first)."""
+        if self._file is None:
+            folder = self.parts.cache_dir / "all"
+            paths = [self.parts.fetch(k, folder) for k in range(len(self.parts.entries))]
+            if not paths:
+                raise HookrunError(f"{self.path}: the cache has no part yet (status {self.status})")
+            view = folder / "view.h5"
+            build_view(view, paths, {k: v for k, v in self.parts.manifest.attrs.items() if isinstance(v, (str, int, float))})
+            with h5py.File(view, "r+") as f:
+                f.attrs["status"] = self.status
+                f.attrs["parts_of"] = str(self.path)
+                del f.attrs["world_size"]
+            self._file = h5py.File(view, "r", locking=False)
+            self.captures = list_captures(self._file)
+        return self._file
+
+    def part_files(self) -> list[h5py.File]:
+        """Every part, fetched and verified, open (for inspect --verify: their own checksums)."""
+        self.file  # noqa: B018 - fetches them
+        folder = self.parts.cache_dir / "all"
+        return [h5py.File(folder / self.parts.local_name(k), "r", locking=False) for k in range(len(self.parts.entries))]
+
+    def loader(self, capture: str | tuple | list, batch_size: int = 4096, shuffle: bool = True, seed: int = 0,
+               drop_last: bool = False, *, concat: bool = True, rank: int = 0, world_size: int = 1,
+               buffer_bytes: int = BUFFER_BYTES, block_rows: int | None = None, dtype: Any = None,
+               with_rows: bool = False, prefetch: int = 2) -> PartsLoader:
+        """As Run.loader, over the parts: each is fetched ahead of use (`prefetch` parts ahead, into
+        `cache_dir`, and removed once read); the part order and the rows of each window are
+        shuffled (analysis/parts_loader.py)."""
+        names = capture if isinstance(capture, list) else [capture]
+        infos = [self.find(*(c if isinstance(c, tuple) else (c,))) for c in names]
+        if concat and len(infos) > 1 and len({i.shape[2:] for i in infos}) > 1:
+            raise ConfigError("loader: concat=True joins captures along their first feature axis, so the rest of "
+                              "their row shapes must agree; these do not: "
+                              + ", ".join(f"{i.label} {i.shape[1:]}" for i in infos) + " (pass concat=False)")
+        return PartsLoader(self.parts, [i.path for i in infos], batch_size=batch_size, shuffle=shuffle, seed=seed,
+                           drop_last=drop_last, concat=concat, rank=rank, world_size=world_size,
+                           buffer_bytes=buffer_bytes, block_rows=block_rows, dtype=dtype, with_rows=with_rows,
+                           prefetch=prefetch)
+
+    def summary(self, stats: bool = True) -> str:
+        text = super().summary(stats)
+        lines = [ln for ln in text.splitlines() if not ln.startswith("  shards ")]
+        n = len(self.parts.entries)
+        lines.insert(2, f"  parts     {n} part file(s), {sum(e.bytes for e in self.parts.entries) / 1e6:.1f} MB, "
+                        f"listed in {self.path}/manifest.json")
+        return "\n".join(lines)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __repr__(self) -> str:
+        return f"RemoteRun({str(self.path)!r}, status={self.status!r}, captures={len(self.captures)}, parts={len(self.parts.entries)})"

@@ -1,0 +1,187 @@
+"""Splice: a learned module (an SAE, a transcoder, any nn.Module) replaces a module's output.
+
+    hooks:
+      sae: {at: transformer.h.1, type: forward, actions: [{name: modify_output, op: splice, path: saes/h1}]}
+      lat: {at: transformer.h.1.sae.latents, type: forward, actions: [{name: record, what: output, rows: token}]}
+
+`install` (make_plan calls it before any point is planned) loads each splice's module (hooks/sae.py
+reads SAELens, sparsify and dictionary_learning folders; `module: {_target_: ...}` + `state_dict:`
+builds any nn.Module) and adds it to the model as a child `sae` of the module it splices. So
+`MODULE.sae.latents` (the SAE's latents, after its activation) and `MODULE.sae.reconstruction`
+(its x_hat) are module paths like any other: recorded, modified (zero_features, scale_features,
+clamp_features, add_features), listed. The op `splice` then calls that child on the output x:
+
+    f = encode(x); g = latents(f)           (hooks on MODULE.sae.latents may edit g)
+    y = reconstruction(decode(g))           (the module's new output)
+    error_term: true   ->  y = x + (decode(g) - decode(f))   (x itself where nothing was edited)
+
+Every spliced forward adds to Splice.stats (float64, padding excluded): l0, mse, explained
+variance, dead latents; the evaluate block reads them (env.splices). The children are removed at
+the end of the run (env.closers): the model comes back as it went in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from hookrun.errors import ConfigError
+from hookrun.hooks.ops import OpBuild, OpContext, register_op
+from hookrun.hooks.sae import load_sae
+from hookrun.hooks.sae_module import load_module
+from hookrun.hooks.splice_stats import SpliceStats
+
+CHILD = "sae"  # MODULE.sae is the spliced module; MODULE.sae.latents and .reconstruction its hook points
+
+
+class Tap(nn.Module):
+    """An identity: a named place in the forward for hooks (TransformerLens' HookPoint)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x
+
+
+class Splice(nn.Module):
+    """The learned module spliced into MODULE's output, with its hook points and statistics."""
+
+    def __init__(self, coder: nn.Module, module: str, error_term: bool, state: Any) -> None:
+        super().__init__()
+        self.coder = coder
+        self.module, self.error_term, self.state = module, bool(error_term), state
+        self.codes = bool(getattr(coder, "has_encode", True))  # encode/decode (an SAE), or only forward
+        if self.codes:
+            self.latents = Tap()
+        self.reconstruction = Tap()
+        self.stats = SpliceStats(getattr(coder, "d_sae", None))
+
+    def forward(self, x: Tensor) -> Tensor:
+        coder = self.coder
+        if self.codes:
+            f = coder.encode(x)
+            g = self.latents(f)
+            clean = coder.decode(f)
+            y = clean if g is f else coder.decode(g)
+        else:
+            f = None
+            clean = y = coder(x)
+        y = self.reconstruction(y)
+        if self.stats.enabled:
+            self.stats.add(x, clean, f, self._valid(x))
+        if self.error_term:  # the model's own output, plus what the edits changed
+            return x if y is clean else x + (y - clean).to(x.dtype)
+        return y.to(x.dtype)
+
+    def _valid(self, x: Tensor) -> Tensor | None:
+        """(B, T) real tokens where x is (B, T, ...) of this call's attention mask, else None (every row)."""
+        tokens = getattr(self.state, "call_tokens", None)
+        valid = getattr(tokens, "valid", None)
+        if valid is not None and x.dim() >= 3 and tuple(x.shape[:2]) == tuple(valid.shape):
+            return valid
+        return None
+
+
+def coder_of(params: Mapping, where: str, device: Any = None) -> nn.Module:
+    """The learned module an action's `path:` or `module:` (+ `state_dict:`) names."""
+    path, module = params.get("path"), params.get("module")
+    if (path is None) == (module is None):
+        raise ConfigError(f"{where}: op splice needs path: DIR (an SAELens, sparsify or dictionary_learning folder) "
+                          f"or module: {{_target_: ...}} with state_dict: FILE; give one of them")
+    if path is not None:
+        return load_sae(str(path), device=device, dtype=params.get("dtype"), where=where)
+    if params.get("dtype") is not None:
+        raise ConfigError(f"{where}: dtype is for path: (an SAE folder); a module: is used as it is built")
+    return load_module(module, params.get("state_dict"), where=where).to(device)
+
+
+def install(model: nn.Module, specs: list, env: Any, targets: Callable[[Any], list]) -> None:
+    """Add a Splice child to every module a `modify_output` with `op: splice` names; record each in
+    env.splices, and the removal of each in env.closers."""
+    for spec in specs:
+        for action in spec.actions:
+            if action.is_target or action.params.get("op") != "splice":
+                continue
+            if action.name != "modify_output" or spec.type != "forward":
+                raise ConfigError(f"{action.where}: op splice replaces a module's output: use it in "
+                                  f"{{name: modify_output, op: splice}} on a hook of type: forward")
+            coder = None
+            for name, target, site in targets(spec):
+                if site is not None or not isinstance(target, nn.Module):
+                    raise ConfigError(f"{action.where}: op splice replaces a module's output; {name} is an op site "
+                                      f"(splice the module {name.split('/')[0] or '(model)'} instead)")
+                if CHILD in target._modules or hasattr(target, CHILD):
+                    raise ConfigError(f"{action.where}: {name or '(model)'} already has an attribute {CHILD!r}: "
+                                      f"one splice per module")
+                if coder is None:
+                    device = next((p.device for p in target.parameters()), None)
+                    coder = coder_of(action.params, action.where, device)
+                splice = Splice(coder, name, action.params.get("error_term", False), env.state)
+                target.add_module(CHILD, splice)
+                env.splices.append(splice)
+                env.closers.append(_remover(target, splice, env))
+
+
+def _remover(target: nn.Module, splice: Splice, env: Any) -> Callable[[], None]:
+    def remove() -> None:
+        if target._modules.get(CHILD) is splice:
+            del target._modules[CHILD]
+        if splice in env.splices:
+            env.splices.remove(splice)
+    return remove
+
+
+@register_op("splice")
+def splice(path: str | None = None, module: Any = None, state_dict: str | None = None, error_term: bool = False,
+           dtype: str | None = None, *, build: OpBuild) -> Callable[[Tensor, OpContext], Tensor]:
+    """The output of MODULE through the learned module `install` spliced in (see the module doc)."""
+    target = build.point.target
+    spliced = getattr(target, "_modules", {}).get(CHILD)
+    if not isinstance(spliced, Splice):
+        raise ConfigError(f"{build.where}: op splice replaces a module's output: use it in "
+                          f"{{name: modify_output, op: splice}} on a hook of type: forward")
+    where = f"{build.where}: op splice at {build.point.module or '(model)'}"
+
+    def op(x: Tensor, ctx: OpContext) -> Tensor:
+        if not torch.is_floating_point(x):
+            raise ConfigError(f"{where}: the output {ctx.role} is {x.dtype}, not a float tensor to reconstruct")
+        spliced.coder.check_fits(tuple(x.shape), f"{build.point.module or '(model)'}'s {ctx.role}", context=where)
+        return spliced(x)
+
+    return op
+
+
+def check_outputs(points: list, run_one: Callable[[], Any]) -> None:
+    """Before the first batch: run one sample (run_one) with a plain forward hook on every spliced
+    module and refuse, in one line, an output that is not a tensor to splice or whose width is not
+    the SAE's d_in (the op would fail at batch 0 otherwise)."""
+    spliced = [(p, a) for p in points for a in p.actions if getattr(a, "op_name", None) == "splice"]
+    if not spliced:
+        return
+    seen: dict[int, Any] = {}
+
+    def keep(key: int) -> Callable:
+        return lambda module, args, out: seen.setdefault(key, out)
+
+    handles = [p.target.register_forward_hook(keep(id(p))) for p, _ in spliced]
+    try:
+        run_one()
+    finally:
+        for h in handles:
+            h.remove()
+    for p, action in spliced:
+        out = seen.get(id(p))
+        name = p.module or "(model)"
+        if id(p) not in seen:
+            continue  # never ran on this sample: the end report lists it
+        if isinstance(out, tuple | list) and action.arg is None:
+            kinds = ", ".join(type(v).__name__ for v in out)
+            raise ConfigError(f"{action.where}: op splice at {name}: its output is a tuple ({kinds}); splice one tensor "
+                              f"of it with arg: 0")
+        value = out[action.arg] if isinstance(out, tuple | list) and isinstance(action.arg, int) and action.arg < len(out) else out
+        if not isinstance(value, Tensor):
+            raise ConfigError(f"{action.where}: op splice at {name}: its output is a {type(value).__name__}, not a tensor "
+                              f"(splice a module that returns its activations as a tensor)")
+        p.target._modules[CHILD].coder.check_fits(tuple(value.shape), f"{name}'s output",
+                                                  context=f"{action.where}: op splice")

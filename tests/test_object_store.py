@@ -1,0 +1,337 @@
+"""Caches in an object store (issue 22), against a real S3 API: moto's server on 127.0.0.1, started
+by each test and stopped after it. The references are independent: the same run written to a local
+file and read with h5py, and the bucket's objects read with boto3 and h5py."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+import hookrun
+from hookrun.data import RandomTensors
+from hookrun.errors import ConfigError, HookrunError, NotFoundError
+from hookrun.runner.signals import Interrupted
+
+boto3 = pytest.importorskip("boto3")
+moto_server = pytest.importorskip("moto.server")
+pytest.importorskip("s3fs")
+
+BUCKET, KEY_ID, SECRET = "hookrun-test", "AKIDTESTKEY123", "s3cr3t-value-never-written-0042"
+N, BATCH = 64, 4
+URL = f"s3://{BUCKET}/cache/captures.h5"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Server:
+    def __init__(self, port: int = 0) -> None:
+        self.moto = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        self.moto.start()
+        self.host, self.port = self.moto.get_host_and_port()
+        self.endpoint = f"http://{self.host}:{self.port}"
+
+    def stop(self) -> None:
+        self.moto.stop()
+
+
+@pytest.fixture
+def s3(monkeypatch):
+    server = Server()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", server.endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY_ID)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    urllib.request.urlopen(urllib.request.Request(f"{server.endpoint}/moto-api/reset", method="POST"))  # a clean store
+    client = boto3.client("s3", endpoint_url=server.endpoint)
+    client.create_bucket(Bucket=BUCKET)
+    yield server, client
+    server.stop()
+
+
+def cfg(path: str, tmp_path: Path, **output) -> dict:
+    return {
+        "model": {"_target_": "torch.nn.Sequential", "_args_": [
+            {"_target_": "torch.nn.Linear", "in_features": 8, "out_features": 16}, {"_target_": "torch.nn.ReLU"},
+            {"_target_": "torch.nn.Linear", "in_features": 16, "out_features": 4}]},
+        "data": {"dataset": {"_target_": "hookrun.data.RandomTensors", "n": N, "shape": [8], "num_classes": 3,
+                             "seed": 1}, "batch_size": BATCH},
+        "device": "cpu", "progress": False, "seed": 3,
+        "hooks": {"h": {"at": ["0", "2"], "type": "forward", "actions": [{"name": "record", "what": "output"}]}},
+        "output": {"path": path, "staging": str(tmp_path / "stage"), "part_bytes": 700, **output},
+    }
+
+
+def local_run(tmp_path: Path, **output) -> Path:
+    out = tmp_path / "local" / "captures.h5"
+    hookrun.run(cfg(str(out), tmp_path, **output))
+    return out
+
+
+def bucket_parts(client, prefix: str = "cache/captures.h5") -> tuple[dict, list[h5py.File]]:
+    """The manifest and every part it lists, read with boto3 and h5py (no hookrun code)."""
+    manifest = json.loads(client.get_object(Bucket=BUCKET, Key=f"{prefix}/manifest.json")["Body"].read())
+    files = [h5py.File(io.BytesIO(client.get_object(Bucket=BUCKET, Key=f"{prefix}/{p['name']}")["Body"].read()), "r")
+             for p in manifest["parts"]]
+    return manifest, files
+
+
+def assert_same_as_local(client, local: Path) -> dict:
+    manifest, parts = bucket_parts(client)
+    with h5py.File(local, "r") as f:
+        names = []
+        f["captures"].visititems(lambda n, o: names.append(f"captures/{n}") if isinstance(o, h5py.Dataset) else None)
+        assert names
+        for name in [*names, "samples/index", "samples/step", "samples/target"]:
+            want = f[name][:]
+            got = np.concatenate([p[name][:] for p in parts])
+            np.testing.assert_array_equal(got, want, err_msg=name)
+        for p in parts:
+            assert p.attrs["status"] == "complete" and p.attrs["format_version"] == f.attrs["format_version"]
+    for p in parts:
+        p.close()
+    return manifest
+
+
+def test_a_cache_in_the_bucket_equals_the_same_run_written_locally(s3, tmp_path):
+    server, client = s3
+    result = hookrun.run(cfg(URL, tmp_path))
+    assert result.status == "complete" and result.steps == N // BATCH and str(result.path) == URL
+    manifest = assert_same_as_local(client, local_run(tmp_path))
+    assert manifest["status"] == "complete" and len(manifest["parts"]) >= 3  # tiny parts: several
+    steps = [p["steps"] for p in manifest["parts"]]
+    assert steps[0][0] == 0 and steps[-1][1] == N // BATCH and all(a[1] == b[0] for a, b in zip(steps, steps[1:], strict=False))
+    assert sum(p["samples"] for p in manifest["parts"]) == N
+    assert not list((tmp_path / "stage" / "captures.h5.parts").glob("part-*"))  # every part uploaded, removed locally
+    # each object is what the manifest says: size and MD5 of the bytes in the bucket
+    import hashlib
+    for p in manifest["parts"]:
+        body = client.get_object(Bucket=BUCKET, Key=f"cache/captures.h5/{p['name']}")["Body"].read()
+        assert len(body) == p["bytes"] and hashlib.md5(body).hexdigest() == p["md5"]
+
+
+def test_open_run_inspect_and_xarray_over_the_bucket(s3, tmp_path, capsys):
+    hookrun.run(cfg(URL, tmp_path))
+    local = local_run(tmp_path)
+    with hookrun.open_run(URL, cache_dir=tmp_path / "cache") as run, h5py.File(local) as f:
+        assert run.status == "complete"
+        assert {c.label: c.shape for c in run.captures} == {"h/0/output": (N, 16), "h/2/output": (N, 4)}
+        np.testing.assert_array_equal(run["0", "output"][:], f["captures/h/0/output"][:])
+        xr = run.to_xarray()
+        np.testing.assert_array_equal(xr["h/2/output"].values, f["captures/h/2/output"][:])
+        np.testing.assert_array_equal(xr["sample"].values, f["samples/index"][:])
+    from hookrun.cli.inspect import main
+    assert main([URL, "--no-stats"]) == 0
+    out = capsys.readouterr().out
+    assert "status    complete   (16 batches, 64 samples)" in out and "h/2/output" in out and "part file(s)" in out
+
+
+def test_the_loader_over_the_bucket_yields_every_row_once_with_local_values(s3, tmp_path):
+    hookrun.run(cfg(URL, tmp_path))
+    with h5py.File(local_run(tmp_path)) as f:
+        want = np.concatenate([f["captures/h/0/output"][:], f["captures/h/2/output"][:]], axis=1)
+    run = hookrun.open_run(URL, cache_dir=tmp_path / "cache")
+    orders = []
+    for epoch in range(2):
+        rows = run.loader(["h/0/output", "h/2/output"], batch_size=5, seed=7, with_rows=True, buffer_bytes=20 * 80)
+        rows.set_epoch(epoch)
+        batches = list(rows)
+        assert [len(x) for x, _ in batches[:-1]] == [5] * (len(batches) - 1) and len(batches) == len(rows)
+        x = torch.cat([b[0] for b in batches]).numpy()
+        r = torch.cat([b[1] for b in batches]).numpy()
+        assert sorted(r.tolist()) == list(range(N))  # every row exactly once
+        np.testing.assert_array_equal(x, want[r])
+        orders.append(r)
+    assert not np.array_equal(orders[0], orders[1]) and not np.array_equal(orders[0], np.arange(N))
+    again = run.loader(["h/0/output", "h/2/output"], batch_size=5, seed=7, with_rows=True, buffer_bytes=20 * 80)
+    np.testing.assert_array_equal(torch.cat([r for _, r in again]).numpy(), orders[0])  # seeded
+    # two ranks: disjoint halves; DataLoader workers: the same rows
+    halves = [torch.cat([r for _, r in run.loader("h/2/output", batch_size=4, with_rows=True, rank=k, world_size=2)])
+              for k in range(2)]
+    assert len(halves[0]) == len(halves[1]) == N // 2
+    assert sorted(torch.cat(halves).tolist()) == list(range(N))
+    dl = torch.utils.data.DataLoader(run.loader("h/2/output", batch_size=4, with_rows=True, buffer_bytes=4 * 16),
+                                     batch_size=None, num_workers=2)
+    got = [(x, r) for x, r in dl]
+    r = torch.cat([g[1] for g in got]).numpy()
+    assert sorted(r.tolist()) == list(range(N))
+    np.testing.assert_array_equal(torch.cat([g[0] for g in got]).numpy(), want[r][:, 16:])
+    in_order = torch.cat([r for _, r in run.loader("h/2/output", batch_size=8, shuffle=False, with_rows=True)])
+    np.testing.assert_array_equal(in_order.numpy(), np.arange(N))
+    assert not list((tmp_path / "cache").glob("stream-*/*"))  # parts are removed once read
+    run.close()
+
+
+def test_a_missing_or_damaged_part_is_named_never_read_as_zeros(s3, tmp_path):
+    server, client = s3
+    hookrun.run(cfg(URL, tmp_path))
+    manifest, _ = bucket_parts(client)
+    second = manifest["parts"][1]["name"]
+    client.put_object(Bucket=BUCKET, Key=f"cache/captures.h5/{second}", Body=b"\0" * manifest["parts"][1]["bytes"])
+    run = hookrun.open_run(URL, cache_dir=tmp_path / "cache")
+    with pytest.raises(HookrunError, match=f"{second} is damaged"):
+        list(run.loader("h/2/output", batch_size=4, shuffle=False))
+    client.delete_object(Bucket=BUCKET, Key=f"cache/captures.h5/{second}")
+    with pytest.raises(NotFoundError, match=f"{second}: the manifest lists this part but the store does not have it"):
+        list(run.loader("h/2/output", batch_size=4, shuffle=False))
+    with pytest.raises(NotFoundError, match=second):
+        run["2", "output"]
+
+
+def test_local_disk_never_holds_more_than_two_parts(s3, tmp_path, monkeypatch):
+    from hookrun.store import upload
+
+    stage = tmp_path / "stage" / "captures.h5.parts"
+    seen: list[int] = []
+    real = upload.Uploader.upload
+
+    def slow_upload(self, part):  # sampled from the upload worker, made slow so the writer catches up
+        seen.append(len([p for p in os.listdir(stage) if p.endswith(".h5") or p.endswith(".creating")]))
+        time.sleep(0.15)
+        seen.append(len([p for p in os.listdir(stage) if p.endswith(".h5") or p.endswith(".creating")]))
+        return real(self, part)
+
+    monkeypatch.setattr(upload.Uploader, "upload", slow_upload)
+    hookrun.run(cfg(URL, tmp_path, part_bytes=300))
+    assert len(seen) >= 10 and max(seen) == 2  # the writer waited for the upload before a third part
+
+
+def test_credentials_are_never_written_to_files_manifest_or_log(s3, tmp_path, caplog):
+    server, client = s3
+    caplog.set_level(logging.DEBUG, logger="hookrun")
+    hookrun.run(cfg(URL, tmp_path))
+    blobs = [client.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read()
+             for o in client.list_objects_v2(Bucket=BUCKET)["Contents"]]
+    blobs += [p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()]
+    blobs.append(caplog.text.encode())
+    assert len(blobs) > 4
+    for secret in (SECRET, KEY_ID):
+        assert not any(secret.encode() in b for b in blobs)
+
+
+def test_an_unreachable_endpoint_or_missing_bucket_is_one_line_before_any_batch(s3, tmp_path, monkeypatch):
+    with pytest.raises(ConfigError, match="bucket 'no-such-bucket' does not exist") as e:
+        hookrun.run(cfg("s3://no-such-bucket/x/captures.h5", tmp_path))
+    assert "\n" not in str(e.value) and SECRET not in str(e.value)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there
+    with pytest.raises(ConfigError, match="the object store cannot be used") as e:
+        hookrun.run(cfg(URL, tmp_path))
+    assert "\n" not in str(e.value) and "AWS_ENDPOINT_URL" in str(e.value)
+    assert not (tmp_path / "stage" / "captures.h5.parts").exists() or not any((tmp_path / "stage").rglob("part-*"))
+    with pytest.raises(ConfigError, match="names a bucket only"):
+        hookrun.run(cfg(f"s3://{BUCKET}", tmp_path))
+
+
+class StopsTheStore(RandomTensors):
+    """The test's dataset: reading sample `at` stops the S3 server (the store goes away mid-run)."""
+
+    def __init__(self, stop, at: int) -> None:
+        super().__init__(n=N, shape=(8,), num_classes=3, seed=1)
+        self.stop, self.at = stop, at
+
+    def __getitem__(self, i: int):
+        if i == self.at and self.stop is not None:
+            self.stop()
+            self.stop = None
+        return super().__getitem__(i)
+
+
+def test_a_store_that_goes_away_interrupts_and_resume_completes_the_cache(s3, tmp_path, monkeypatch):
+    from hookrun.store import upload
+
+    server, client = s3
+    monkeypatch.setattr(upload, "RETRY_SECONDS", 1.5)
+    c = cfg(URL, tmp_path)
+    with pytest.raises(Interrupted, match="resume=true") as e:
+        hookrun.run(c, dataset=StopsTheStore(server.stop, at=30))
+    assert e.value.exit_code == 143
+    stage = tmp_path / "stage" / "captures.h5.parts"
+    kept = sorted(stage.glob("part-*.h5"))
+    assert kept and str(stage) in str(e.value)  # the parts not uploaded stay locally, and it says where
+    restarted = Server(server.port)  # the same port; moto keeps its bucket and objects in this process
+    try:
+        result = hookrun.run({**c, "resume": True}, dataset=StopsTheStore(None, at=-1))
+        assert result.status == "complete"
+        assert_same_as_local(client, local_run(tmp_path))
+        assert not list(stage.glob("part-*"))
+    finally:
+        restarted.stop()
+
+
+RUNNER = """
+import sys, hookrun, json
+cfg = json.loads(sys.argv[1])
+hookrun.run(cfg)
+"""
+
+
+@pytest.mark.slow
+def test_kill_9_at_any_moment_resumes_to_the_rows_of_an_uninterrupted_run(s3, tmp_path):
+    server, client = s3
+    c = cfg(URL, tmp_path, part_bytes=300)
+    c["data"]["dataset"]["n"] = 64 * 6
+    c["data"]["batch_size"] = 2
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for delay in (0.0, 1.5):  # before anything is uploaded, and after some parts are listed
+        proc = subprocess.Popen([sys.executable, "-c", RUNNER, json.dumps(c)], cwd=tmp_path, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while delay and time.monotonic() < deadline:
+            objects = client.list_objects_v2(Bucket=BUCKET).get("Contents", [])
+            if sum("part-" in o["Key"] for o in objects) >= 2:
+                break
+            time.sleep(0.05)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        c = {**c, "resume": True}
+    result = hookrun.run(c)
+    assert result.status == "complete"
+    local = tmp_path / "local" / "captures.h5"
+    hookrun.run({**cfg(str(local), tmp_path), "data": c["data"]})
+    assert_same_as_local(client, local)
+
+
+@pytest.mark.slow
+def test_the_cli_writes_to_the_bucket_and_says_unreachable_in_one_line(s3, tmp_path):
+    from conftest import run_cli
+
+    server, client = s3
+    common = ["model=resnet18", "model.num_classes=4", "data=synthetic", "data.dataset.size=8", "data.batch_size=4",
+              "data.dataset.image_size=[3,32,32]", "device=cpu", "progress=false",
+              "hooks={f: {at: layer1.0, type: forward}}", "output.part_bytes=10000"]
+    done = run_cli(*common, f"output.path={URL}", f"hydra.run.dir={tmp_path / 'run'}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "file: " + URL in done.stderr + done.stdout
+    assert SECRET not in (tmp_path / "run" / "hookrun.log").read_text() + done.stderr + done.stdout
+    inspect = subprocess.run([sys.executable, "-m", "hookrun.inspect", URL, "--no-stats"], capture_output=True,
+                             text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT),
+                                                           "HOOKRUN_CACHE_DIR": str(tmp_path / "cache")})
+    assert inspect.returncode == 0 and "f/layer1.0/output" in inspect.stdout
+    bad = run_cli(*common, "output.path=s3://missing-bucket/c/captures.h5", f"hydra.run.dir={tmp_path / 'run2'}")
+    lines = [ln for ln in bad.stderr.splitlines() if ln.startswith("hookrun:")]
+    assert bad.returncode == 2 and len(lines) == 1 and "missing-bucket" in lines[0], bad.stderr[-2000:]
+
+
+def test_any_fsspec_url_memory(tmp_path):
+    url = "memory://hookrun-test-bucket/run/captures.h5"
+    hookrun.run(cfg(url, tmp_path))
+    with h5py.File(local_run(tmp_path)) as f, hookrun.open_run(url, cache_dir=tmp_path / "cache") as run:
+        r = torch.cat([r for _, r in run.loader("h/0/output", batch_size=8, with_rows=True)]).numpy()
+        x = torch.cat([x for x in run.loader("h/0/output", batch_size=8, seed=1)]).numpy()
+        assert sorted(r.tolist()) == list(range(N))
+        np.testing.assert_array_equal(np.sort(x, axis=0), np.sort(f["captures/h/0/output"][:], axis=0))
+    with pytest.raises(ConfigError, match="exists"):
+        hookrun.run(cfg(url, tmp_path))
+    hookrun.run(cfg(url, tmp_path, overwrite=True))
