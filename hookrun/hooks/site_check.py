@@ -46,12 +46,16 @@ def fused_message(point: HookPoint, impl: str) -> str:
 
 
 def check_fused_attention(points: list[HookPoint]) -> None:
-    """A softmax op site on a transformers attention module that runs a fused kernel: refused."""
+    """A softmax op site on a transformers module whose attention runs a fused kernel: refused where
+    named exactly, and for a glob where every module it reaches is such a module."""
+    groups: dict[tuple, list[HookPoint]] = {}
     for p in points:
         if p.site is not None and p.site[0] == "softmax":
-            impl = attn_implementation(p.target)
-            if impl not in (None, "eager"):
-                raise ConfigError(fused_message(p, impl))
+            groups.setdefault((p.hook, p.site) if p.globbed else (p.hook, p.module), []).append(p)
+    for group in groups.values():
+        impls = [attn_implementation(p.target) for p in group]
+        if all(impl not in (None, "eager") for impl in impls):
+            raise ConfigError(fused_message(group[0], impls[0]))
 
 
 def check_sites_run(points: list[HookPoint], model: nn.Module, forward: Callable[[], Any]) -> list[HookPoint]:
