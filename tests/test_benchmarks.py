@@ -49,3 +49,17 @@ def test_generate_benchmark_quick_mode_runs_every_route(tmp_path):
                 "hookrun steering hook / raw steering hook"):
         assert f"| {row}" in table, row
     assert "token rows x 2 blocks" in table
+
+
+@pytest.mark.slow
+def test_op_sites_benchmark_quick_mode_runs_every_route(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "benchmarks/op_sites.py", "--quick", "--markdown", str(tmp_path / "o.md")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = (tmp_path / "o.md").read_text()
+    for row in ("A / B: attention patterns via op sites / attention outputs via module hooks",
+                "A / D: the same bytes via op sites / via the module's output.1", "B / C: module hooks / no hooks",
+                "A / C: op sites / no hooks"):
+        assert f"| {row} |" in table, row
+    assert "A_sites" in table and "torch " in table
