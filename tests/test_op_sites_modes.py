@@ -179,3 +179,24 @@ def test_resume_after_an_interrupt_gives_the_uninterrupted_file(tmp_path):
         np.testing.assert_array_equal(a["samples/index"][:], b["samples/index"][:])
     want, got = attention_reference(cfg, part)
     np.testing.assert_allclose(got["transformer.h.1.attn/softmax.0"], want[1].numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_resume_keeps_a_record_limit_on_an_op_site_with_many_calls(tmp_path):
+    """`at: MODULE/FN` (every call) stores MODULE/FN.k; resume counts those rows against `limit`."""
+    from toy_models import STOP_AT
+
+    from hookrun.runner.signals import Interrupted
+
+    cfg = softmax_config(tmp_path, limit=8)
+    cfg["hooks"]["p"]["actions"] = [{"name": "record", "what": "output", "limit": 3}]
+    cfg["hooks"]["stop"] = {"at": "transformer.h.0", "type": "forward",
+                            "actions": [{"_target_": "toy_models.signal_when_told", "_partial_": True}]}
+    full = hookrun.run({**cfg, "output": {**cfg["output"], "path": str(tmp_path / "full.h5")}}).path
+    STOP_AT[:] = [1]
+    with pytest.raises(Interrupted):
+        hookrun.run(cfg)
+    hookrun.run({**cfg, "resume": True})
+    with h5py.File(full) as a, h5py.File(cfg["output"]["path"]) as b:
+        for name in ("transformer.h.0.attn%2Fsoftmax.0", "transformer.h.1.attn%2Fsoftmax.0"):
+            assert b[f"captures/p/{name}/output"].shape[0] == a[f"captures/p/{name}/output"].shape[0] == 3
+            np.testing.assert_array_equal(a[f"captures/p/{name}/output"][:], b[f"captures/p/{name}/output"][:])

@@ -294,10 +294,10 @@ def restore_limits(points: list[HookPoint], store: H5Store) -> None:
     """Give `record limit=N` the rows the replayed batches already hold."""
     for key_path, rows in store.rows_by_key().items():
         hook, module, role, call = key_path
-        for p in points:
-            if p.hook == hook and p.module == module:
+        for p in points:  # an op site MODULE/FN stored its calls as MODULE/FN.k
+            if p.hook == hook and (p.module == module or (p.site is not None and module.rpartition(".")[0] == p.module)):
                 for action in p.actions:
-                    action.restore(role, call, rows)
+                    action.restore(role, call, rows, module)
 
 
 def file_attrs(cfg: HookrunConfig, model: torch.nn.Module, device: torch.device) -> dict:

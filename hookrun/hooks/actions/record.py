@@ -124,9 +124,10 @@ class Record(Action):
         self.rule.reset()
         self.names.clear()
 
-    def restore(self, role: str, call: int, rows: int) -> None:
-        """Count the rows a resumed file already holds, so `limit` stops where it would have."""
-        self.rows[(self.point.module, role, call)] = rows
+    def restore(self, role: str, call: int, rows: int, module: str | None = None) -> None:
+        """Count the rows a resumed file already holds, so `limit` stops where it would have
+        (`module`: the capture's own name, MODULE/FN.k for one call of an op site MODULE/FN)."""
+        self.rows[(module or self.point.module, role, call)] = rows
 
     def check_mode(self, mode: str) -> None:
         if mode == "generate" and not self.token_rows:
