@@ -183,11 +183,13 @@ def digests(path: Path, chunk: int) -> tuple[str, str]:
     bytes: that MD5 for one PUT (files under two chunks), else the MD5 of the parts' MD5s and
     '-<parts>'. One pass over the file."""
     whole, parts = hashlib.md5(), []
+    multipart = path.stat().st_size >= 2 * chunk  # (one PUT below: the parts' MD5s are not needed)
     with open(path, "rb") as f:
         while block := f.read(chunk):
             whole.update(block)
-            parts.append(hashlib.md5(block).digest())
+            if multipart:
+                parts.append(hashlib.md5(block).digest())
     md5 = whole.hexdigest()
-    if path.stat().st_size < 2 * chunk:
+    if not multipart:
         return md5, md5
     return md5, f"{hashlib.md5(b''.join(parts)).hexdigest()}-{len(parts)}"
