@@ -173,11 +173,16 @@ class Run:
     def summary(self, stats: bool = True) -> str:
         """The text `python -m hookrun.inspect` prints for a run: what the file says, and in one
         line what it does not (a file written by another tool, or whose attributes were removed)."""
-        a, cfg, f = self.attrs, self.config, self.file
+        a, cfg = self.attrs, self.config
+        written = self.written_attrs()
         missing = [k for k in ("config", "model_class", "device", "mode", "steps_complete", "samples_complete",
-                               "created", "hookrun_version") if k not in f.attrs]
-        samples = a.get("samples_complete", f["samples/index"].shape[0] if "samples/index" in f else 0)
-        steps = a.get("steps_complete", len(np.unique(f["samples/step"][:])) if "samples/step" in f else 0)
+                               "created", "hookrun_version") if k not in written]
+        if "samples_complete" in a and "steps_complete" in a:
+            samples, steps = a["samples_complete"], a["steps_complete"]
+        else:  # counted where the file does not say
+            f = self.file
+            samples = a.get("samples_complete", f["samples/index"].shape[0] if "samples/index" in f else 0)
+            steps = a.get("steps_complete", len(np.unique(f["samples/step"][:])) if "samples/step" in f else 0)
         lines = [f"{self.path}", f"  status    {self.status}   ({steps} batches, {samples} samples)"]
         if "shards" in a:
             lines.append(f"  shards    {a.get('world_size')} files, view over captures.rank-*.h5"
@@ -207,10 +212,18 @@ class Run:
         for c in captures:
             row = f"    {c.label:{width}s}{str(c.shape):{shape_width}s}{c.dtype:9s}{c.rows:8s}{human_bytes(c.nbytes):>10s}"
             if stats:
-                s = block_stats(self.file[c.path])
+                s = self.capture_stats(c)
                 row += f"  mean {s['mean']:.4g} std {s['std']:.4g} min {s['min']:.4g} max {s['max']:.4g} zeros {s['zeros']:.1%}"
             lines.append(row)
         return "\n".join(lines)
+
+    def written_attrs(self) -> set[str]:
+        """The names of the root attributes the file has (summary names the usual ones missing)."""
+        return set(self.file.attrs)
+
+    def capture_stats(self, info: CaptureInfo) -> dict[str, float]:
+        """block_stats of a capture (summary's statistics)."""
+        return block_stats(self.file[info.path])
 
     def close(self) -> None:
         self.file.close()

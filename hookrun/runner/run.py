@@ -11,6 +11,7 @@ from there.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -36,6 +37,7 @@ from hookrun.runner.prepare import Prepared, check_output, dataset_name, prepare
 from hookrun.runner.ranks import detect
 from hookrun.runner.report import end_report
 from hookrun.runner.resume import PartsResume, ResumeState, open_parts_resume, open_resume, replay
+from hookrun.runner.shard_parts import PartsShardRun
 from hookrun.runner.shards import ShardRun, check_not_a_view
 from hookrun.runner.signals import Interrupted, StopSignals, StoreAway
 from hookrun.store.format import HOOKRUN_VERSION
@@ -85,11 +87,10 @@ def run(cfg: Any, model: torch.nn.Module | None = None, dataset: Any = None) -> 
     cfg = load(with_live(cfg, model, dataset))
     ranks = detect()
     with borrowed(model):  # a live model comes back as it went in (mode, flags, devices, grads)
+        if ranks.many and is_url(cfg.output.path):  # one rank's parts, then (rank 0) the top manifest
+            body = lambda c, adjust: _locked_parts(c, started, model, dataset, adjust, ranks.rank)  # noqa: E731
+            return PartsShardRun(cfg, ranks).run(body)
         if ranks.many:  # one rank of torchrun / submitit / srun: its shard, then (rank 0) the merged view
-            if is_url(cfg.output.path):
-                raise ConfigError(f"output.path={cfg.output.path}: a run on many processes writes shard files "
-                                  f"beside each other; write it to a local or shared folder (an object-store path "
-                                  f"takes one process)")
             return ShardRun(cfg, ranks).run(lambda c, adjust: _locked(c, started, model, dataset, adjust))
         if is_url(cfg.output.path):
             return _locked_parts(cfg, started, model, dataset)
@@ -112,16 +113,17 @@ def _locked(cfg: HookrunConfig, started: float, model: torch.nn.Module | None, d
         raise Interrupted(signal.SIGINT, None, 0, resumed_from=out if cfg.resume and out.exists() else None) from None
 
 
-def _locked_parts(cfg: HookrunConfig, started: float, model: torch.nn.Module | None, dataset: Any) -> RunResult:
+def _locked_parts(cfg: HookrunConfig, started: float, model: torch.nn.Module | None, dataset: Any,
+                  adjust: Callable[[Prepared], None] | None = None, rank: int | None = None) -> RunResult:
     """A run in an object store (store/parts.py): the store checked before anything else, then
-    _run under a lock on the local staging folder."""
-    out = Output.of(cfg.output.path, cfg.output.staging)
+    _run under a lock on the local staging folder (`rank`: one rank's parts of a many-process run)."""
+    out = dataclasses.replace(Output.of(cfg.output.path, cfg.output.staging), rank=rank)
     try:
         if cfg.dry_run:
-            return _run(cfg, out, started, model, dataset)
+            return _run(cfg, out, started, model, dataset, adjust)
         check_remote_output(out, overwrite=cfg.output.overwrite, resume=cfg.resume)
         with OutputLock(out.parts_dir):
-            return _run(cfg, out, started, model, dataset)
+            return _run(cfg, out, started, model, dataset, adjust)
     except KeyboardInterrupt:
         raise Interrupted(signal.SIGINT, None, 0) from None
 
