@@ -24,10 +24,9 @@ from hookrun.analysis.stats import block_stats, human_bytes
 from hookrun.errors import HookrunError, NotFoundError
 from hookrun.store.h5file import flushing_path, wait_for_flush
 from hookrun.store.merge import check_sources
-from hookrun.store.remote import is_url
 from hookrun.store.schema import CaptureInfo, list_captures, resolve, row_index
 
-__all__ = ["CaptureInfo", "Run", "list_captures", "open_run", "row_index"]
+__all__ = ["CaptureInfo", "Run", "list_captures", "row_index"]
 
 class Run:
     """An open capture file. Use as a context manager, or call close()."""
@@ -236,33 +235,6 @@ class Run:
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r}, status={self.status!r}, captures={len(self.captures)}, samples={self.file['samples/index'].shape[0]})"
-
-
-def open_run(path: str | Path, cache_dir: str | Path | None = None) -> Run:
-    """Open a run's capture file for reading (nothing is loaded until asked for).
-
-    Args:
-        path: a captures.h5 file, or a run folder that holds one; or the URL of a cache in an
-            object store (`s3://bucket/prefix/captures.h5`, any fsspec URL: analysis/remote.py).
-        cache_dir: for a URL, where its parts are fetched to (default $HOOKRUN_CACHE_DIR or
-            ~/.cache/hookrun, a folder per URL).
-
-    Returns:
-        Run: a context manager with `status`, `config`, `captures`, `run[module, role]` (an h5py
-        dataset), `stats`, `iter`, `loader`, `to_xarray`, `texts`, `summary`.
-
-    Raises:
-        NotFoundError: no such file. HookrunError: not a readable hookrun file, or a merged view
-        whose shard files are missing (HDF5 would read their rows as zeros).
-    """
-    if is_url(path):
-        from hookrun.analysis.remote import RemoteRun  # (it builds on Run)
-
-        return RemoteRun(str(path), cache_dir)
-    path = Path(path)
-    if path.is_dir():
-        path = path / "captures.h5"
-    return Run(path)
 
 
 def natural_key(text: str) -> list:

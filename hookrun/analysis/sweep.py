@@ -17,7 +17,8 @@ from typing import Any
 
 import yaml
 
-from hookrun.analysis.run import Run, block_stats, open_run
+from hookrun.analysis.opening import open_run
+from hookrun.analysis.run import Run, block_stats
 from hookrun.errors import HookrunError, NotFoundError
 
 

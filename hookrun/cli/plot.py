@@ -26,7 +26,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hookrun.analysis.run import CaptureInfo, Run, block_stats, open_run
+from hookrun.analysis.opening import open_run
+from hookrun.analysis.run import CaptureInfo, Run, block_stats
 from hookrun.analysis.sweep import Sweep, is_sweep, open_sweep
 from hookrun.cli import figures
 from hookrun.cli.app import compose_config
