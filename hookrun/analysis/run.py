@@ -18,6 +18,8 @@ import h5py
 import numpy as np
 import yaml
 
+from hookrun.analysis.evaluation import describe as describe_evaluation
+from hookrun.analysis.evaluation import evaluation_table
 from hookrun.analysis.labelled import to_dataset
 from hookrun.analysis.loader import BUFFER_BYTES, RowLoader
 from hookrun.analysis.stats import block_stats, human_bytes
@@ -92,6 +94,12 @@ class Run:
         text = _strings(samples["generated_text"]) if "generated_text" in samples else [None] * len(ids)
         return [{"index": int(i), "prompt": p, "text": t, "tokens": row[:n].tolist()}
                 for i, p, t, row, n in zip(samples["index"][: len(ids)], prompt, text, ids, lengths, strict=True)]
+
+    def evaluation(self, batches: bool = False) -> Any:
+        """evaluate's metrics as a Table (`.to_pandas()`): one row per intervened module, a column per
+        metric (ce_clean, ce_intervened, kl_intervened, ... and a splice's l0, mse, ...), the run's
+        totals; `batches=True`: one row per batch and module. NotFoundError without evaluate."""
+        return evaluation_table(self.file, batches)
 
     # -- finding a capture ---------------------------------------------------------------------
     def find(self, *key: str, call: int = 0) -> CaptureInfo:
@@ -214,6 +222,7 @@ class Run:
                 s = self.capture_stats(c)
                 row += f"  mean {s['mean']:.4g} std {s['std']:.4g} min {s['min']:.4g} max {s['max']:.4g} zeros {s['zeros']:.1%}"
             lines.append(row)
+        lines.extend(describe_evaluation(f))
         return "\n".join(lines)
 
     def written_attrs(self) -> set[str]:

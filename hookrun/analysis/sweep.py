@@ -10,15 +10,17 @@ capture file; the jobs are read one at a time.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from hookrun.analysis.evaluation import evaluation_columns
 from hookrun.analysis.opening import open_run
 from hookrun.analysis.run import Run, block_stats
+from hookrun.analysis.table import Table
 from hookrun.errors import HookrunError, NotFoundError
 
 
@@ -33,37 +35,6 @@ class Job:
         if self.file is None:
             raise NotFoundError(f"job {self.num} ({self.folder}) wrote no capture file")
         return open_run(self.file)
-
-
-@dataclass
-class Table:
-    """Rows of plain values; prints aligned, converts to pandas."""
-
-    columns: list[str]
-    rows: list[dict[str, Any]] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        return iter(self.rows)
-
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        return self.rows[i]
-
-    def column(self, name: str) -> list[Any]:
-        return [r.get(name) for r in self.rows]
-
-    def to_pandas(self) -> Any:
-        import pandas as pd
-
-        return pd.DataFrame(self.rows, columns=self.columns)
-
-    def __str__(self) -> str:
-        cells = [[_fmt(r.get(c)) for c in self.columns] for r in self.rows]
-        widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(self.columns)]
-        line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths, strict=True)).rstrip()  # noqa: E731
-        return "\n".join([line(self.columns), line(["-" * w for w in widths])] + [line(r) for r in cells])
 
 
 class Sweep:
@@ -83,7 +54,8 @@ class Sweep:
 
     def table(self, stats: Sequence[str] = ("mean", "std"), captures: Sequence[str] | None = None) -> Table:
         """One row per job: job number, each override, status, `text` (mode=generate: the first
-        sample's generated text; texts() has them all) and `stats` of each capture."""
+        sample's generated text; texts() has them all), evaluate's metrics (ce_clean,
+        ce_intervened, kl_intervened, ...: run.evaluation()'s columns) and `stats` of each capture."""
         keys = sorted({k for j in self.jobs for k in j.overrides}, key=lambda k: (k not in self.swept, k))
         columns = ["job", *keys, "status"]
         rows = []
@@ -100,6 +72,10 @@ class Sweep:
                         row["text"] = run.texts()[0]["text"] if len(run.file["samples/generated_ids"]) else None
                         if "text" not in columns:
                             columns.append("text")
+                    for col, value in evaluation_columns(run.file).items():  # evaluate's totals
+                        row[col] = value
+                        if col not in columns:
+                            columns.append(col)
                     for info in run.captures:
                         if captures is not None and info.label not in captures:
                             continue
@@ -191,11 +167,3 @@ def _value(text: str | None) -> Any:
     except yaml.YAMLError:
         return text
     return value if value is not None or text.strip() in ("null", "~", "") else text
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    if isinstance(v, str):
-        return v.replace("\n", "\\n")
-    return "" if v is None else str(v)

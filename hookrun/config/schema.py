@@ -72,6 +72,16 @@ class OutputConfig:
 
 
 @dataclass
+class EvaluateConfig:
+    """evaluate: the clean, intervened (and ablated) forward of every batch, and their metrics
+    (hookrun.runner.evaluate). A null block is off; `enabled: false` is off too."""
+
+    enabled: bool = True
+    ablation: str | None = None  # null | zero | mean: a third forward with each modify action's result replaced
+    mean: str | None = None  # ablation=mean: an earlier hookrun run (.h5) that recorded each modified module's tensor
+
+
+@dataclass
 class HookrunConfig:
     model: Any = MISSING  # a _target_ node, plus optional `checkpoint`
     data: DataConfig = field(default_factory=DataConfig)
@@ -88,6 +98,7 @@ class HookrunConfig:
     dry_run: bool = False  # print the plan and the estimated file size; write nothing
     early_stop: bool = False  # eval mode, record-only hooks: stop each forward after the last hook
     generate: dict[str, Any] = field(default_factory=lambda: {"max_new_tokens": 20})  # mode=generate: model.generate(**batch, **generate)
+    evaluate: EvaluateConfig | None = None  # clean vs intervened (vs ablated) forwards: ce, kl, scores per batch
 
 
 def load(cfg: Any) -> HookrunConfig:

@@ -18,6 +18,8 @@ import torch
 
 from hookrun.errors import RunError
 
+CLEAN, INTERVENED, ABLATED = "clean", "intervened", "ablated"  # the forwards of a batch under `evaluate`
+
 
 @dataclass
 class StepState:
@@ -29,6 +31,7 @@ class StepState:
     attention_mask: torch.Tensor | None = None  # (batch, tokens), 1 = a real token, 0 = padding; None: no mask
     calls: list = field(default_factory=list)  # the TokenMap of each model call of the step (hooks/tokens.py)
     call_tokens: Any = None  # the TokenMap of the model call in flight (the last of `calls`)
+    phase: str = INTERVENED  # evaluate's forward in flight: clean (no action runs), intervened, ablated
 
 
 class Event:

@@ -18,7 +18,7 @@ import torch
 
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.early_stop import EarlyStop, StopForward
-from hookrun.hooks.events import Event
+from hookrun.hooks.events import CLEAN, INTERVENED, Event
 from hookrun.hooks.hook_types import HOOK_TYPES, Fire
 from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.sites import Interceptor
@@ -97,6 +97,25 @@ class HookSession:
                 p.actions[:] = actions
             self.fired[:] = fired
 
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """One of `evaluate`'s forwards of the batch in flight (hooks.events: CLEAN, INTERVENED,
+        ABLATED): the points' call counters restart, and in a clean forward no action runs (the
+        hooks stay attached: a check of one attribute is cheaper than detaching); in an ablated one
+        only the modifying actions run, and they return the ablation (actions/modify.py).
+
+            with session.phase(CLEAN):
+                clean = model(x)
+        """
+        state = self.env.state
+        for point in self.points:
+            point.reset()
+        state.phase = name
+        try:
+            yield
+        finally:
+            state.phase = INTERVENED
+
     def never_fired(self) -> list[HookPoint]:
         """The points whose hook has not fired once in this session (a module that never ran)."""
         return [p for p, n in zip(self.points, self.fired, strict=True) if not n]
@@ -111,6 +130,12 @@ class HookSession:
 
         def fire(call: int, tensors: dict, writable: str, raw=None, module: str = module) -> Event:
             ev = Event(hook, kind, module, target, call, state, tensors, writable, raw)
+            if state.phase != INTERVENED:  # evaluate's clean or ablated forward (phase())
+                if state.phase != CLEAN:
+                    for action in actions:
+                        if action.modifies:
+                            action(ev)
+                return ev
             fired[i] += 1
             for action in actions:
                 action(ev)

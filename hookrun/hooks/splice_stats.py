@@ -16,6 +16,7 @@ No torch hooks here: the splice (hooks/splice.py) calls add().
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -33,7 +34,7 @@ class _Sums:
         self.sq_err += float(err.pow(2).sum())
         self.sq += float(x.pow(2).sum())
         s = x.sum(0)
-        self.sum_x = s if self.sum_x is None else self.sum_x + s
+        self.sum_x = s if self.sum_x is None else self.sum_x.to(s.device) + s  # (a resumed run loads it on the host)
         self.active += active
 
     def metrics(self, fired: Tensor | None) -> dict[str, float]:
@@ -84,3 +85,20 @@ class SpliceStats:
     def totals(self) -> dict[str, float]:
         return self.run.metrics(self.fired)
 
+
+    def state(self) -> dict[str, np.ndarray]:
+        """The run's sums as arrays, which evaluate writes at each flush so that a resumed run's
+        totals go on from the batches it keeps (load_state)."""
+        r = self.run
+        out = {"n": np.array(r.n), "sq_err": np.array(r.sq_err), "sq": np.array(r.sq), "active": np.array(r.active)}
+        if r.sum_x is not None:
+            out["sum_x"] = r.sum_x.cpu().numpy()
+        if self.fired is not None:
+            out["fired"] = self.fired.cpu().numpy()
+        return out
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        r = self.run
+        r.n, r.sq_err, r.sq, r.active = int(state["n"]), float(state["sq_err"]), float(state["sq"]), float(state["active"])
+        r.sum_x = torch.from_numpy(np.asarray(state["sum_x"])) if "sum_x" in state else None
+        self.fired = torch.from_numpy(np.asarray(state["fired"]).astype(bool)) if "fired" in state else None

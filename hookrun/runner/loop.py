@@ -40,6 +40,7 @@ class LoopSettings:
     store_keys: tuple[str, ...] = ()  # batch keys stored per sample under /samples/ (data.store)
     loss_takes_batch: bool = False  # the loss accepts batch= (loss=lm reads input_ids from it)
     generation: Generation | None = None  # mode=generate: the checked generate() settings
+    evaluator: Any = None  # evaluate: runner/evaluate.py's Evaluator (clean, intervened, ablated forwards)
 
     def __post_init__(self) -> None:
         if self.loss is not None:
@@ -74,7 +75,11 @@ def run_batches(
             target = call.target
             call = call.to(s.device)
             session.begin_step(step, len(indices), indices, call.attention_mask)
-            generated = run_step(model, call, s)
+            evaluation = generated = None
+            if s.evaluator is not None:
+                evaluation = s.evaluator.step(model, call, session)
+            else:
+                generated = run_step(model, call, s)
             session.end_step()
             captures = env.captures.take()
             writer.put(StepRecord(
@@ -86,6 +91,7 @@ def run_batches(
                 ticket=transfer.submit(captures),
                 samples=stored_keys(batch, s.store_keys) if generated is None else {**(stored_keys(batch, s.store_keys) or {}), **generated.columns},
                 tokens=token_columns(captures, env.state, with_generated=s.mode == "generate"),
+                evaluation=evaluation,
             ))
             steps += 1
             bar.update()

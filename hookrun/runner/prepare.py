@@ -38,6 +38,7 @@ from hookrun.hooks.points import HookPoint
 from hookrun.hooks.site_check import check_sites_run
 from hookrun.runner.batches import make_loader
 from hookrun.runner.calls import CallSpec
+from hookrun.runner.evaluate import build_evaluator
 from hookrun.runner.generate import check_modes, pad_left, prepare_generation
 from hookrun.runner.loop import LoopSettings, one_sample_forward
 from hookrun.store.h5file import flushing_path
@@ -112,12 +113,14 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, da
     if collate is not None and not callable(collate):
         raise ConfigError(f"data.collate: built a {type(collate).__name__}, not a function (add `_partial_: true`)")
     loader = make_loader(dataset, cfg.data.batch_size, cfg.data.num_workers, collate=collate)
-    loss = build_loss(cfg.loss) if mode == "grad" else None
+    evaluating = cfg.evaluate is not None and cfg.evaluate.enabled
+    loss = build_loss(cfg.loss) if mode == "grad" or evaluating else None
     batches = range(len(loader) if cfg.data.limit is None else min(cfg.data.limit, len(loader)))
     planned = np.arange(samples_in(batches, cfg.data.batch_size, len(dataset)))
     env = ActionEnv(store_dtype=DTYPES[cfg.output.dtype.value], planned_samples=planned)
     try:
         points = make_plan(model, specs, env, mode)
+        evaluator = build_evaluator(cfg, loss, points, env)
         if cfg.early_stop and mode != "generate":
             check_early_stop(points, mode)
         generation = prepare_generation(cfg, model, loader, spec, points, env.state) if mode == "generate" else None
@@ -127,7 +130,7 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, da
         env.close()
         raise
     settings = LoopSettings(mode, device, loss, batches, cfg.progress, spec=spec, store_keys=tuple(cfg.data.store),
-                            generation=generation)
+                            generation=generation, evaluator=evaluator)
     try:  # op sites that cannot fire are refused here, from one forward of the first sample
         points = check_sites_run(points, model, lambda: one_sample_forward(model, loader, settings))
     except BaseException:

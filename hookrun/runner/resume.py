@@ -23,6 +23,7 @@ import yaml
 from hookrun.config.diff import differing
 from hookrun.errors import ConfigError
 from hookrun.store.digest import check_block, table_of
+from hookrun.store.evaluation import read_evaluation
 from hookrun.store.h5file import flushing_path
 from hookrun.store.h5store import H5Store
 from hookrun.store.parts import Output, ResumePoint, prepare_resume
@@ -161,6 +162,7 @@ def replay(state: ResumeState | PartsResume, store: H5Store) -> int:
         tokens = np.searchsorted(token_step, steps)
     columns = [_Column(f[c.path], index, step_of_row, state.first_step, token_step) for c in list_captures(f)]
     bounds = np.searchsorted(step_of_row, steps)
+    evaluation, _ = read_evaluation(f, rows=state.steps)  # evaluate's rows of the kept batches (one per batch)
     for i, step in enumerate(steps[:-1].tolist()):
         lo, hi = int(bounds[i]), int(bounds[i + 1])
         captures = [c for col in columns if (c := col.capture(step, lo, hi)) is not None]
@@ -178,6 +180,7 @@ def replay(state: ResumeState | PartsResume, store: H5Store) -> int:
             captures=captures,
             samples={k: ds[lo:hi] for k, ds in extra.items()} or None,
             tokens=token_rows,
+            evaluation=evaluation.get(step),
         ))
     return state.steps
 

@@ -215,6 +215,8 @@ def execute(p: Prepared, resume: ResumeState | PartsResume | None, started: floa
             first = p.batches.start  # 0, or where this rank's shard starts
             if resume is not None:
                 kept = replay(resume, store)
+                if p.settings.evaluator is not None:
+                    p.settings.evaluator.restore(resume.file, kept)
                 first += kept
                 restore_limits(p.points, store)
                 log.info("resume: %d batches from %s kept; going on from batch %d", kept, p.out, first)

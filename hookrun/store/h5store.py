@@ -31,6 +31,7 @@ from hookrun.errors import RunError
 from hookrun.store.chunks import CHUNK_BYTES, chunk_bytes_for, new_dataset
 from hookrun.store.chunks import append as _append
 from hookrun.store.digest import TABLE, digest
+from hookrun.store.evaluation import EvaluationStore
 from hookrun.store.format import FORMAT_VERSION
 from hookrun.store.h5file import create_hidden, flushing_path
 from hookrun.store.ragged import append_ragged
@@ -84,6 +85,7 @@ class H5Store:
         self.file.attrs["status"] = "running"
         self.table = SampleTable(self.file, self.compression)
         self._columns: dict[str, _Column] = {}
+        self.evaluation = EvaluationStore(self.file)  # evaluate's rows and totals (store/evaluation.py)
         self.overflow: dict[str, int] = {}  # values a cast turned into inf, per capture path
         self.steps = 0
         self.samples = 0
@@ -117,6 +119,8 @@ class H5Store:
         chunk_bytes = chunk_bytes_for(len(self._columns) + new)  # for the captures this batch creates
         for cap in rec.captures:
             self._write_capture(cap, rec, start, chunk_bytes)
+        if rec.evaluation is not None:
+            self.evaluation.write(rec.step, rec.evaluation)
         for cap in rec.captures:
             if cap.overflow is not None and (n_inf := int(cap.overflow)):
                 self.overflow[cap.key.path] = self.overflow.get(cap.key.path, 0) + n_inf
@@ -126,7 +130,8 @@ class H5Store:
         sets = [d for col in self._columns.values() for d in (col.ds, col.index) if d is not None]
         return {"rows": {d.name: d.shape[0] for d in sets}, "columns": set(self._columns), "table": self.table.mark(),
                 "indexed": {p for p, col in self._columns.items() if col.index is not None},
-                "pending": len(self._pending)}
+                "pending": len(self._pending),
+                "evaluation": self.evaluation.mark()}
 
     def _roll_back(self, mark: dict) -> None:
         """Take out what a failed batch wrote: new datasets go, the others get their old length."""
@@ -146,6 +151,7 @@ class H5Store:
                 if name in self.file and self.file[name].shape[0] != rows:
                     self.file[name].resize(rows, axis=0)
             self.table.roll_back(mark["table"])
+            self.evaluation.roll_back(mark["evaluation"])
         except Exception:  # e.g. the disk is full: the counts still say which rows are whole batches
             pass
 
@@ -288,6 +294,7 @@ class H5Store:
             os.replace(aside, self.path)
 
     def _update_counts(self) -> None:
+        self.evaluation.flush()  # evaluate's totals: those of the batches this flush holds
         self.file.attrs["steps_complete"] = self.steps
         self.file.attrs["samples_complete"] = self.samples
         self.file.attrs["previous_flush"] = np.array(self._previous, dtype=np.int64)  # (steps, samples)

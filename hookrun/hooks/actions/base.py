@@ -49,6 +49,8 @@ class ActionEnv:
     planned_samples: np.ndarray | None = None  # the dataset indices this run will see
     closers: list[Callable[[], None]] = field(default_factory=list)  # run at the end of the run
     splices: list = field(default_factory=list)  # hooks/splice.py's Splice modules of this run (their .stats)
+    # evaluate: what a modify action returns in the ablated forward, ablation(x, module, role); None: no ablation
+    ablation: Callable[[torch.Tensor, str, str], torch.Tensor] | None = None
 
     def close(self) -> None:
         while self.closers:

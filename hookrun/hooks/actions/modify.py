@@ -13,6 +13,9 @@
 `arg: N` picks one tensor of a tuple (the N-th positional input, say), `arg: NAME` a keyword input
 (`arg: hidden_states`, given as a keyword or positionally); without it every tensor of that kind
 is replaced (for inputs: every positional one; keyword inputs are replaced only by name). Naming an input the module does not receive is an error, never a silent no-op. The op is a built-in name (hookrun.hooks.ops) or a `_target_` callable.
+Under `evaluate` with an ablation, the batch's ablated forward replaces each selected tensor by
+`env.ablation(x, module, role)` (zeros, or a mean) instead of the op's result: every op, a splice
+included, is ablated the same way.
 With mode=generate the action runs at every model call inside `generate`; `positions: prompt`
 keeps it to the prompt pass, `positions: generated` to the passes over new tokens (default `all`).
 """
@@ -24,7 +27,7 @@ from typing import Any
 from hookrun.errors import ConfigError, HookrunError, RunError
 from hookrun.hooks import patch, splice  # noqa: F401  (register ops "patch" and "splice")
 from hookrun.hooks.actions.base import ACTIONS, Action
-from hookrun.hooks.events import Event, family, positional_index
+from hookrun.hooks.events import ABLATED, Event, family, positional_index
 from hookrun.hooks.ops import OPS, OpBuild, OpContext, build_op
 from hookrun.hooks.tokens import PHASES
 
@@ -82,6 +85,10 @@ class Modify(Action):
         if not roles and self.arg is not None:
             raise RunError(f"{self.where}: arg {self.arg}: {ev.where} receives no {ev.writable}.{self.arg}; "
                            f"it receives: {', '.join(ev.tensors) or 'no tensors'}")
+        if ev.state.phase == ABLATED:  # evaluate's ablated forward: the ablation, not the op
+            for role in roles:
+                ev.replace(role, self.env.ablation(ev.tensors[role], ev.module, role))
+            return
         for role in roles:
             ctx = OpContext(ev.hook, ev.target, ev.module, role, ev.step, ev.call, ev.state.sample_index)
             try:
