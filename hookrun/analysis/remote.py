@@ -25,6 +25,7 @@ import h5py
 import numpy as np
 import yaml
 
+from hookrun.analysis.evaluation import describe as describe_evaluation
 from hookrun.analysis.loader import BUFFER_BYTES
 from hookrun.analysis.parts import Parts
 from hookrun.analysis.parts_loader import PartsLoader
@@ -99,6 +100,9 @@ class RemoteRun(Run):
             self._file = h5py.File(view, "r", locking=False)
             self.captures = list_captures(self._file)
         return self._file
+
+    def evaluation_lines(self) -> list[str]:
+        return describe_evaluation(self._file) if self._file is not None else []  # (no download for a summary)
 
     def part_files(self) -> Iterator[h5py.File]:
         """Every part in turn, fetched and verified, open (for inspect --verify: their own checksums);

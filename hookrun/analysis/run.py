@@ -222,8 +222,12 @@ class Run:
                 s = self.capture_stats(c)
                 row += f"  mean {s['mean']:.4g} std {s['std']:.4g} min {s['min']:.4g} max {s['max']:.4g} zeros {s['zeros']:.1%}"
             lines.append(row)
-        lines.extend(describe_evaluation(f))
+        lines.extend(self.evaluation_lines())
         return "\n".join(lines)
+
+    def evaluation_lines(self) -> list[str]:
+        """The evaluation table's lines for the summary (none where the run did not evaluate)."""
+        return describe_evaluation(self.file)
 
     def written_attrs(self) -> set[str]:
         """The names of the root attributes the file has (summary names the usual ones missing)."""

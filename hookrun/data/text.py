@@ -83,7 +83,7 @@ class TextDataset(Dataset):
 
 def text(files: str | list[str] | None = None, tokenizer: str = "byte", max_length: int = 32,
          padding: str = "max_length", padding_side: str = "right", field: str = "text",
-         limit: int | None = None) -> TextDataset:
+         limit: int | None = None, start: int = 0) -> TextDataset:
     """The dataset of data=text (see the module docstring); `files: null` reads the shipped sample."""
     if padding not in ("max_length", "longest"):
         raise ConfigError(f"data.dataset.padding={padding!r}; choose max_length or longest")
@@ -91,7 +91,8 @@ def text(files: str | list[str] | None = None, tokenizer: str = "byte", max_leng
         raise ConfigError(f"data.dataset.max_length={max_length!r}; expected a whole number >= 1")
     names = [SAMPLE] if files is None else ([files] if isinstance(files, str) else list(files))
     paths = [n if isinstance(n, Path) or n == PYDOC else Path(n).expanduser() for n in names]
-    texts = [t for p in paths for t in (pydoc_lines() if p == PYDOC else read_texts(p, field))][:limit]
+    texts = [t for p in paths for t in (pydoc_lines() if p == PYDOC else read_texts(p, field))]
+    texts = texts[start:None if limit is None else start + limit]  # `start`: skip the first texts (a held-out part)
     if not texts:
         raise ConfigError(f"data.dataset.files: {', '.join(map(str, paths))} hold no text")
     tok = load_tokenizer(tokenizer, padding_side)
