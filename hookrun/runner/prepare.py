@@ -36,6 +36,7 @@ from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.plan import make_plan
 from hookrun.hooks.points import HookPoint
 from hookrun.hooks.site_check import check_sites_run
+from hookrun.hooks.splice import check_outputs
 from hookrun.runner.batches import make_loader
 from hookrun.runner.calls import CallSpec
 from hookrun.runner.evaluate import build_evaluator
@@ -131,8 +132,10 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, da
         raise
     settings = LoopSettings(mode, device, loss, batches, cfg.progress, spec=spec, store_keys=tuple(cfg.data.store),
                             generation=generation, evaluator=evaluator)
-    try:  # op sites that cannot fire are refused here, from one forward of the first sample
+    try:  # op sites that cannot fire, and splices that do not fit, are refused here, from the first sample
         points = check_sites_run(points, model, lambda: one_sample_forward(model, loader, settings))
+        if env.splices:
+            check_outputs(points, lambda: one_sample_forward(model, loader, settings))
     except BaseException:
         env.close()
         raise

@@ -28,11 +28,9 @@ from hookrun.config.schema import HookrunConfig, load, to_yaml, with_live
 from hookrun.errors import ConfigError
 from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.session import HookSession
-from hookrun.hooks.splice import check_outputs
-from hookrun.runner.batches import first_batch
 from hookrun.runner.estimate import estimate
 from hookrun.runner.live import borrowed
-from hookrun.runner.loop import run_batches, run_step
+from hookrun.runner.loop import run_batches
 from hookrun.runner.prepare import Prepared, check_output, dataset_name, prepare
 from hookrun.runner.ranks import detect
 from hookrun.runner.report import end_report
@@ -148,7 +146,6 @@ def _run(cfg: HookrunConfig, out: Path | Output, started: float, model: torch.nn
     try:
         if adjust is not None:
             adjust(p)
-        check_splices(p)
         if cfg.dry_run or cfg.output.max_bytes is not None:
             report = plan_estimate(p)
             if cfg.dry_run:
@@ -160,15 +157,6 @@ def _run(cfg: HookrunConfig, out: Path | Output, started: float, model: torch.nn
         p.env.close()
         if resume is not None:
             resume.close()
-
-
-def check_splices(p: Prepared) -> None:
-    """One sample through the bare model before the first batch: a splice whose module's output is
-    no tensor, or not as wide as the SAE reads, is refused now (hooks/splice.check_outputs)."""
-    if not p.env.splices:
-        return
-    indices, call = first_batch(p.loader, p.settings.spec)
-    check_outputs(p.points, lambda: run_step(p.model, call.to(p.settings.device), p.settings))
 
 
 def plan_estimate(p: Prepared):
