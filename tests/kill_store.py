@@ -26,6 +26,7 @@ import h5py
 import numpy as np
 import torch
 
+from hookrun.store.digest import table_of
 from hookrun.store.h5store import H5Store
 from hookrun.store.records import Capture, CaptureKey, StepRecord
 
@@ -79,11 +80,12 @@ def check(path: Path) -> list[str]:
             if have != rows and not (rows == 0 and name not in f):
                 wrong.append(f"{name} has {have} rows, the counts say {rows}")
         wrong += _values(f, steps)
-        digests = [k for k in _walk(f) if k.endswith(".digest")]
-        for name in digests:
-            rows = f[name][:, 0] if f[name].shape[0] else np.zeros(0)
-            if len(rows) and int(rows[-1]) != f[name[: -len(".digest")]].shape[0]:
-                wrong.append(f"{name} ends at row {int(rows[-1])}, its capture has {f[name[:-7]].shape[0]}")
+        for name in _walk(f):
+            tag = f[name].attrs.get("digest", "")
+            if tag:  # the run's /checksums table names this capture's last row
+                ends = table_of(f[name], tag)[:, 0]
+                if len(ends) and int(ends[-1]) != f[name].shape[0]:
+                    wrong.append(f"/checksums ends {name} at row {int(ends[-1])}, the capture has {f[name].shape[0]}")
     return wrong
 
 

@@ -52,6 +52,32 @@ def test_generate_benchmark_quick_mode_runs_every_route(tmp_path):
 
 
 @pytest.mark.slow
+def test_op_sites_benchmark_quick_mode_runs_every_route(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "benchmarks/op_sites.py", "--quick", "--markdown", str(tmp_path / "o.md")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = (tmp_path / "o.md").read_text()
+    for row in ("A / B: attention patterns via op sites / attention outputs via module hooks",
+                "A / D: the same bytes via op sites / via the module's output.1", "B / C: module hooks / no hooks",
+                "A / C: op sites / no hooks"):
+        assert f"| {row} |" in table, row
+    assert "A_sites" in table and "torch " in table
+
+def test_object_store_benchmark_quick_mode_runs_every_comparison(tmp_path):
+    """benchmarks/object_store.py --quick: hookrun to a local S3 server and to disk, the URL loader shuffled and in order."""
+    pytest.importorskip("moto.server")
+    proc = subprocess.run([sys.executable, "benchmarks/object_store.py", "--quick", "--markdown", str(tmp_path / "o.md")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = (tmp_path / "o.md").read_text()
+    for row in ("hookrun to a local S3 server / to local disk (tokens/s)", "writer-bound run: to S3 / to local disk",
+                "URL loader: shuffled / in order (rows/s)"):
+        assert f"| {row}" in table, row
+    assert "s3fs " in table and "moto " in table and "the S3 server" in table
+
+
+@pytest.mark.slow
 def test_evaluate_benchmark_quick_mode_runs_every_route(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "benchmarks/evaluate.py", "--quick", "--markdown", str(tmp_path / "e.md")],

@@ -229,10 +229,9 @@ def test_capture_around_generate_steers_and_records_as_a_raw_hook():
 def test_shipped_experiment_sweeps_steering_strengths_into_a_table_of_texts(tmp_path):
     import yaml
     from conftest import ROOT, run_cli
+    from transformers import GPT2LMHeadModel
 
     from hookrun.data.text import text
-    from hookrun.models import hf
-    from hookrun.runner.prepare import seed_everything
 
     done = run_cli("-m", "experiment=gpt2_steer_generate", "params.factor=0,4", "data.limit=1",
                    f"hydra.sweep.dir={tmp_path}/sweep", "progress=false")
@@ -243,8 +242,7 @@ def test_shipped_experiment_sweeps_steering_strengths_into_a_table_of_texts(tmp_
     assert [(r["job"], r["index"]) for r in texts] == [(j, i) for j in ("0", "1") for i in range(4)]
     exp = yaml.safe_load((ROOT / "conf/experiment/gpt2_steer_generate.yaml").read_text())
     vec = torch.tensor(exp["hooks"]["steer"]["actions"][0]["value"])
-    seed_everything(0)  # as the run does before it builds the model
-    model = hf(config=yaml.safe_load((ROOT / "conf/model/hf.yaml").read_text())["config"]).eval()
+    model = GPT2LMHeadModel.from_pretrained(ROOT / "hookrun/models/tiny_lm", attn_implementation="eager").eval()
     ds = text(max_length=24, padding_side="left")
     batch = default_collate([ds[i] for i in range(4)])
     for job, factor in ((0, 0.0), (1, 4.0)):
@@ -257,7 +255,7 @@ def test_shipped_experiment_sweeps_steering_strengths_into_a_table_of_texts(tmp_
         texts = run.texts()
         assert [t["tokens"] for t in texts] == [r[: (r.tolist().index(2) + 1) if 2 in r else None].tolist() for r in new]
         assert table[job]["text"] == texts[0]["text"] == ds.tokenizer.decode(texts[0]["tokens"])
-        assert run["resid", "transformer.h.1", "output"].shape == (len(run.file["samples/token_sample"]), 64)
+        assert run["resid", "transformer.h.1", "output"].shape == (len(run.file["samples/token_sample"]), 128)
         run.close()
 
 

@@ -103,3 +103,101 @@ def test_the_command_line_lists_a_config_model(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "hookrun.modules", "model=resnt18"], cwd=tmp_path, capture_output=True,
                          text=True, env={"PYTHONPATH": str(ROOT), "PATH": ""})
     assert bad.returncode == 2 and bad.stderr.startswith("hookrun: error: model=resnt18: there is no model option")
+
+
+# -- op sites (issue 21) ----------------------------------------------------------------------------
+SITE_FNS = ("softmax", "add", "add_", "matmul", "flatten", "layer_norm", "mul", "silu")
+
+
+def resnet_and_images():
+    import torchvision
+
+    torch.manual_seed(0)
+    return torchvision.models.resnet18(num_classes=10).eval(), torch.randn(2, 3, 32, 32)
+
+
+def model_and_example(which: str):
+    import op_models
+
+    if which == "resnet":
+        model, x = resnet_and_images()
+        return model, x, lambda: model(x)
+    model, batch = getattr(op_models, which)(), op_models.padded_batch()
+    return model, batch, lambda: model(**batch)
+
+
+@pytest.mark.parametrize("which", ["gpt2", "llama", "resnet"])
+def test_op_sites_are_listed_under_their_module_in_call_order_and_work_as_at(which):
+    pytest.importorskip("transformers")
+    from op_models import OwnCalls
+
+    model, example, forward = model_and_example(which)
+    table = hookrun.modules(model, example, ops=True)
+    with torch.no_grad(), OwnCalls(model) as ref:  # the test's own interception (tests/op_models.py)
+        forward()
+    want = ref.first
+    ops = table.ops()
+    assert ops and all(m.op for m in ops)
+    current = None
+    for m in table:  # each op row follows its module's row
+        if m.op is None:
+            current = m.name
+        else:
+            assert m.name.rsplit("/", 1)[0] == current, m.name
+    for op in ops:  # a call of that module's own code, with the shape the forward gave it
+        assert op.name in want, op.name
+        if isinstance(want[op.name], torch.Tensor):
+            assert op.outputs["output"] == tuple(want[op.name].shape), op.name
+    def fn_of(name):
+        return name.split("/")[-1].rsplit(".", 1)[0]
+
+    listed = [o.name for o in ops]
+    for module in {n.rsplit("/", 1)[0] for n in want}:  # under each module, in call order; these FNs' every call
+        own = [n for n in want if n.rsplit("/", 1)[0] == module]
+        assert [n for n in listed if n.rsplit("/", 1)[0] == module] == [n for n in own if n in listed], module
+        assert {n for n in own if fn_of(n) in SITE_FNS} <= set(listed), module
+    batch_size = 2 if which == "resnet" else 3
+    chosen = [o.name for o in ops if fn_of(o.name) in SITE_FNS
+              and o.outputs.get("output", ())[:1] == (batch_size,)]
+    hooks = {"o": {"at": chosen, "type": "forward", "actions": [{"name": "record", "what": "output"}]}}
+    with torch.no_grad(), hookrun.capture(model, hooks) as cap:
+        forward()
+    assert len(chosen) >= {"gpt2": 12, "llama": 20, "resnet": 9}[which]
+    for name in chosen:
+        torch.testing.assert_close(cap[name, "output"], want[name], msg=name)
+    names = set(table.names())
+    expected = {"gpt2": ["transformer.h.0.attn/softmax.0", "transformer.h.1/add.1"],
+                "llama": ["model.layers.0.self_attn/softmax.0", "model.layers.1/add.0"],
+                "resnet": ["/flatten.0", "layer1.0/add_.0", "layer4.1/add_.0"]}[which]
+    assert set(expected) <= names and set(expected) <= set(chosen)
+    assert all(not mod._forward_hooks and not mod._forward_pre_hooks for mod in model.modules())
+
+
+def test_match_names_op_sites_and_errors_name_what_the_module_calls():
+    model, x = resnet_and_images()
+    table = hookrun.modules(model, x, match="layer*.0/add_")
+    assert table.names() == [f"layer{i}.0/add_.0" for i in range(1, 5)]
+    assert table[0].inputs == {"input.0": (2, 64, 8, 8), "input.1": (2, 64, 8, 8)} and table[0].op == "Tensor.add_"
+    assert str(table).splitlines()[2].split()[:4] == ["layer1.0/add_.0", "Tensor.add_", "-", "1"]
+    assert hookrun.modules(model, x, match="/flatten").names() == ["/flatten.0"]
+    with pytest.raises(ConfigError, match=r"names no op site .* their own forwards call: add_"):
+        hookrun.modules(model, x, match="layer1.0/softmax")
+    with pytest.raises(ConfigError, match="give an example input"):
+        hookrun.modules(model, ops=True)
+
+
+@pytest.mark.slow
+def test_the_command_line_lists_gpt2_attention_sites(tmp_path):
+    env = {"PYTHONPATH": str(ROOT), "PATH": "", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "hookrun.modules", "model=hf", "data=text", "--ops", "--match",
+                           "transformer.h.0.attn"], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines()[2:-1]}
+    assert rows["transformer.h.0.attn"][1] == "GPT2Attention"
+    assert rows["transformer.h.0.attn/softmax.0"][1:4] == ["F.softmax", "-", "1"]
+    assert "[1, 4, 32, 32]" in " ".join(rows["transformer.h.0.attn/softmax.0"])  # data=text: 32 tokens; 4 heads
+    assert list(rows).index("transformer.h.0.attn/matmul.0") < list(rows).index("transformer.h.0.attn/softmax.0")
+    assert proc.stdout.splitlines()[-1].startswith("1 module(s), ")
+    bad = subprocess.run([sys.executable, "-m", "hookrun.modules", "model=resnet18", "--ops", "--no-example"], cwd=tmp_path,
+                         capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and "--ops needs the example's forward" in bad.stderr

@@ -137,6 +137,40 @@ def test_open_run_inspect_and_xarray_over_the_bucket(s3, tmp_path, capsys):
     assert "status    complete   (16 batches, 64 samples)" in out and "h/2/output" in out and "part file(s)" in out
 
 
+def test_inspect_reads_the_manifest_alone_and_statistics_one_part_at_a_time(s3, tmp_path, capsys, monkeypatch):
+    from hookrun.cli.inspect import main
+    from hookrun.store.remote import RemoteFolder
+
+    hookrun.run(cfg(URL, tmp_path, checksum=True))
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("HOOKRUN_CACHE_DIR", str(cache))
+    fetched, on_disk = [], []
+    real_get = RemoteFolder.get
+
+    def get(self, name, local):  # what is downloaded, and how many parts are on disk as each one comes
+        fetched.append(name)
+        on_disk.append(len(list(cache.rglob("part-*.h5"))))
+        return real_get(self, name, local)
+
+    monkeypatch.setattr(RemoteFolder, "get", get)
+    assert main([URL, "--no-stats"]) == 0
+    assert fetched == [] and "status    complete   (16 batches, 64 samples)" in capsys.readouterr().out
+    n_parts = len(hookrun.open_run(URL).parts.entries)
+    assert main([URL]) == 0  # statistics: every part once, one on disk at a time, none left
+    out = capsys.readouterr().out
+    assert sorted(fetched) == sorted(set(fetched)) and len(fetched) == n_parts and max(on_disk) == 0
+    assert not list(cache.rglob("part-*.h5"))
+    with h5py.File(local_run(tmp_path)) as f:
+        for name in ("h/0/output", "h/2/output"):
+            x = f[f"captures/{name}"][:].astype(np.float64)
+            line = next(ln for ln in out.splitlines() if ln.strip().startswith(name))
+            assert f"mean {x.mean():.4g} std {x.std():.4g} min {x.min():.4g} max {x.max():.4g} zeros {(x == 0).mean():.1%}" in line
+    fetched.clear()
+    on_disk.clear()
+    assert main([URL, "--verify"]) == 0 and len(fetched) == n_parts and max(on_disk) == 0
+    assert "every row matches its checksum" in capsys.readouterr().out
+
+
 def test_the_loader_over_the_bucket_yields_every_row_once_with_local_values(s3, tmp_path):
     hookrun.run(cfg(URL, tmp_path))
     with h5py.File(local_run(tmp_path)) as f:

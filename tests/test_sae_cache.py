@@ -1,5 +1,6 @@
 """experiment=sae_cache: float16 token rows of the residual stream, equal to raw hooks on the same
-GPT-2, read back by the loader and trained on by examples/train_sae.py."""
+GPT-2 (the shipped model=tiny_lm, read by transformers itself), read back by the loader and trained
+on by examples/train_sae.py."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from conftest import ROOT
 from test_cache_example import load_example
 from test_hf_experiments import composed
 
@@ -21,8 +23,8 @@ BLOCKS = ["transformer.h.1", "transformer.h.2", "transformer.h.3"]
 def test_sae_cache_records_token_rows_like_raw_hooks(tmp_path):
     cfg = composed("sae_cache", "progress=false", "device=cpu", f"output.path={tmp_path / 'c.h5'}")
     hookrun.run(cfg)
-    torch.manual_seed(cfg.seed)  # the reference: the same config class, seed and stored inputs
-    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(**cfg.model.config, attn_implementation="eager")).eval()
+    # the reference: the shipped weights read by transformers, on the stored inputs
+    model = transformers.GPT2LMHeadModel.from_pretrained(ROOT / "hookrun/models/tiny_lm", attn_implementation="eager").eval()
     with h5py.File(tmp_path / "c.h5") as f:
         ids = torch.from_numpy(f["samples/input_ids"][:])
         mask = torch.from_numpy(f["samples/attention_mask"][:])

@@ -2,6 +2,7 @@
 
     parts = Parts.open("s3://bucket/cache/captures.h5", cache_dir="~/.cache/hookrun")
     parts.entries          # every listed part, in batch order (rank by rank with many ranks)
+    parts.ranks            # many ranks: RanksState (their manifests, status, the ranks not complete)
     path = parts.fetch(3)  # the 4th part as a local file: size and MD5 checked against the manifest
 
 Only what the manifest lists is read (a part is listed once the store held it verified). A part
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from hookrun.errors import HookrunError, NotFoundError
 from hookrun.store.manifest import MANIFEST, Manifest, PartEntry
+from hookrun.store.ranked import RanksState, open_ranked
 from hookrun.store.remote import RemoteFolder, reason
 
 
@@ -33,6 +35,7 @@ class Parts:
     manifest: Manifest  # the run's: a top manifest of many ranks is read as one list of parts
     cache_dir: Path
     entries: list[PartEntry] = field(default_factory=list)
+    ranks: RanksState | None = None  # a cache written by many ranks: their manifests and what is incomplete
     _folder: RemoteFolder | None = field(default=None, repr=False)
     _pid: int = field(default_factory=os.getpid, repr=False)  # a forked DataLoader worker opens its own
 
@@ -41,13 +44,12 @@ class Parts:
         url = url.rstrip("/")
         folder = RemoteFolder.open(url)
         top = read_manifest(folder, MANIFEST)
-        entries = list(top.parts)
-        for name in top.ranks:  # many ranks: each rank's parts, in rank order
-            entries += read_manifest(folder, name).parts
-            top.captures = {**read_manifest(folder, name).captures, **top.captures}
+        entries, ranks = list(top.parts), None
+        if top.ranks:  # many ranks (store/ranked.py): each rank's parts, in rank order, which is batch order
+            top, ranks, entries = open_ranked(folder, top)
         cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir(url)
         cache.mkdir(parents=True, exist_ok=True)
-        return cls(url, top, cache, entries, folder)
+        return cls(url, top, cache, entries, ranks, folder)
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_folder": None}  # a worker process opens its own connection

@@ -5,26 +5,32 @@
     rows = run.loader("res/transformer.h.3/output", batch_size=4096)   # parts streamed, a few at a time
     run["transformer.h.3", "output"][:8]      # fetches every part, then reads a local view over them
 
-The loader fetches parts ahead of use into a bounded cache (analysis/parts_loader.py). Everything
-else that reads rows (indexing, iter, stats, to_xarray, summary with statistics) first fetches
-every part (verified against the manifest) into `cache_dir` and opens a local view over them:
-the same virtual-dataset view as a run of many ranks (store/merge.py), so it needs room for the
-whole cache.
+The loader fetches parts ahead of use into a bounded cache (analysis/parts_loader.py). The summary
+without statistics (`inspect --no-stats`) comes from the manifest alone; statistics (`stats`, the
+default summary) fetch, read and remove one part at a time. What reads rows at random (indexing,
+iter, to_xarray) first fetches every part (verified against the manifest) into `cache_dir` and
+opens a local view over them: the same virtual-dataset view as a run of many ranks
+(store/merge.py), so it needs room for the whole cache. A cache written by many ranks
+(store/ranked.py) reads as one run: its parts rank by rank, which is batch order.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Iterator
 from typing import Any
 
 import h5py
 import numpy as np
 import yaml
 
+from hookrun.analysis.evaluation import describe as describe_evaluation
 from hookrun.analysis.loader import BUFFER_BYTES
 from hookrun.analysis.parts import Parts
 from hookrun.analysis.parts_loader import PartsLoader
 from hookrun.analysis.run import Run
+from hookrun.analysis.stats import block_stats
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.store.merge import build_view
 from hookrun.store.schema import CaptureInfo, list_captures
@@ -43,6 +49,7 @@ class RemoteRun(Run):
         self.path = UrlPath(url.rstrip("/"))
         self.parts = Parts.open(self.path, cache_dir)
         self._file: h5py.File | None = None
+        self._stats: dict[str, dict] | None = None
         m = self.parts.manifest
         self.captures = []
         for path, c in m.captures.items():
@@ -67,8 +74,13 @@ class RemoteRun(Run):
     def attrs(self) -> dict:
         a = {k: v for k, v in self.parts.manifest.attrs.items() if k != "config"}
         entries = self.parts.entries
+        if self.parts.ranks is not None:  # as the ranks' manifests say now, whatever the top one said
+            a["incomplete_ranks"] = ", ".join(self.parts.ranks.incomplete)
         return {**a, "status": self.status, "steps_complete": sum(e.steps[1] - e.steps[0] for e in entries),
                 "samples_complete": sum(e.samples for e in entries), "parts": len(entries)}
+
+    def written_attrs(self) -> set[str]:
+        return set(self.parts.manifest.attrs) | {"steps_complete", "samples_complete"}
 
     # -- rows: every part, local ---------------------------------------------------------------
     @property
@@ -89,11 +101,23 @@ class RemoteRun(Run):
             self.captures = list_captures(self._file)
         return self._file
 
-    def part_files(self) -> list[h5py.File]:
-        """Every part, fetched and verified, open (for inspect --verify: their own checksums)."""
-        self.file  # noqa: B018 - fetches them
-        folder = self.parts.cache_dir / "all"
-        return [h5py.File(folder / self.parts.local_name(k), "r", locking=False) for k in range(len(self.parts.entries))]
+    def evaluation_lines(self) -> list[str]:
+        return describe_evaluation(self._file) if self._file is not None else []  # (no download for a summary)
+
+    def part_files(self) -> Iterator[h5py.File]:
+        """Every part in turn, fetched and verified, open (for inspect --verify: their own checksums);
+        each is removed once the next is asked for."""
+        folder = self.parts.cache_dir / f"verify-{os.getpid()}"
+        try:
+            for k in range(len(self.parts.entries)):
+                path = self.parts.fetch(k, folder)
+                try:
+                    with h5py.File(path, "r", locking=False) as f:
+                        yield f
+                finally:
+                    self.parts.evict(k, folder)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def loader(self, capture: str | tuple | list, batch_size: int = 4096, shuffle: bool = True, seed: int = 0,
                drop_last: bool = False, *, concat: bool = True, rank: int = 0, world_size: int = 1,
@@ -114,12 +138,29 @@ class RemoteRun(Run):
                            prefetch=prefetch)
 
     def summary(self, stats: bool = True) -> str:
+        """As Run.summary, from the manifest alone; with `stats`, each part is fetched, read and
+        removed in turn (the cache holds one part at a time)."""
         text = super().summary(stats)
         lines = [ln for ln in text.splitlines() if not ln.startswith("  shards ")]
         n = len(self.parts.entries)
         lines.insert(2, f"  parts     {n} part file(s), {sum(e.bytes for e in self.parts.entries) / 1e6:.1f} MB, "
                         f"listed in {self.path}/manifest.json")
+        if self.parts.ranks is not None:
+            state = self.parts.ranks
+            lines.insert(3, f"  ranks     {len(state.manifests)}, parts under rank-*/, listed in manifest.rank-*.json"
+                            + (f"; not complete: {', '.join(state.incomplete)}" if state.incomplete else ""))
         return "\n".join(lines)
+
+    def stats(self, *key: str, call: int = 0) -> dict[str, float]:
+        """As Run.stats, one part at a time (nothing is kept but the numbers)."""
+        return self.capture_stats(self.find(*key, call=call))
+
+    def capture_stats(self, info: CaptureInfo) -> dict[str, float]:
+        if self._file is not None:  # every part is here already
+            return super().capture_stats(info)
+        if self._stats is None:
+            self._stats = part_by_part_stats(self.parts)
+        return self._stats.get(info.path, block_stats_of([]))
 
     def close(self) -> None:
         if self._file is not None:
@@ -128,3 +169,40 @@ class RemoteRun(Run):
 
     def __repr__(self) -> str:
         return f"RemoteRun({str(self.path)!r}, status={self.status!r}, captures={len(self.captures)}, parts={len(self.parts.entries)})"
+
+
+def part_by_part_stats(parts: Parts) -> dict[str, dict[str, float]]:
+    """block_stats of every capture over every part, fetching one part at a time (and removing it)."""
+    folder = parts.cache_dir / f"stats-{os.getpid()}"
+    per_capture: dict[str, list[dict]] = {}
+    try:
+        for k in range(len(parts.entries)):
+            path = parts.fetch(k, folder)
+            try:
+                with h5py.File(path, "r", locking=False) as f:
+                    for c in list_captures(f):
+                        ds, rows = f[c.path], parts.entries[k].rows.get(c.path, c.shape[0])
+                        values = ds if rows >= ds.shape[0] else ds[:rows]  # (record limit=N over many ranks)
+                        per_capture.setdefault(c.path, []).append(block_stats(values))
+            finally:
+                parts.evict(k, folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return {path: block_stats_of(blocks) for path, blocks in per_capture.items()}
+
+
+def block_stats_of(blocks: list[dict]) -> dict[str, float]:
+    """The statistics of the parts' values together, from each part's (Chan et al.: their moments merged)."""
+    count, mean, m2, lo, hi, zeros = 0, 0.0, 0.0, np.inf, -np.inf, 0.0
+    for b in blocks:
+        n = b["count"]
+        if not n:
+            continue
+        delta, total = b["mean"] - mean, count + n
+        mean += delta * n / total
+        m2 += b["std"] ** 2 * n + delta**2 * count * n / total
+        count, lo, hi, zeros = total, min(lo, b["min"]), max(hi, b["max"]), zeros + b["zeros"] * n
+    if not count:
+        return {"mean": float("nan"), "std": float("nan"), "min": float("nan"), "max": float("nan"), "zeros": float("nan"), "count": 0}
+    return {"mean": float(mean), "std": float(np.sqrt(m2 / count)), "min": float(lo), "max": float(hi),
+            "zeros": zeros / count, "count": count}

@@ -20,18 +20,15 @@ import yaml
 
 from hookrun.analysis.evaluation import describe as describe_evaluation
 from hookrun.analysis.evaluation import evaluation_table
+from hookrun.analysis.labelled import to_dataset
 from hookrun.analysis.loader import BUFFER_BYTES, RowLoader
 from hookrun.analysis.stats import block_stats, human_bytes
 from hookrun.errors import HookrunError, NotFoundError
 from hookrun.store.h5file import flushing_path, wait_for_flush
 from hookrun.store.merge import check_sources
-from hookrun.store.remote import is_url
 from hookrun.store.schema import CaptureInfo, list_captures, resolve, row_index
 
-__all__ = ["CaptureInfo", "Run", "list_captures", "open_run", "row_index"]
-
-DIM_NAMES = {2: ("feature",), 3: ("channel", "length"), 4: ("channel", "height", "width")}
-
+__all__ = ["CaptureInfo", "Run", "list_captures", "row_index"]
 
 class Run:
     """An open capture file. Use as a context manager, or call close()."""
@@ -164,39 +161,35 @@ class Run:
     def to_xarray(self, captures: list | None = None, rows: slice | None = None) -> Any:
         """An xarray.Dataset of the chosen captures (default: all), loaded into memory.
 
-        Every capture aligned with /samples/index shares the dimension `sample` (its coordinate is
-        the dataset index); the other dimensions are `NAME:channel`, `NAME:height`, `NAME:width`
-        for 4-D maps, `NAME:channel`, `NAME:length` for 3-D, `NAME:feature` for 2-D, where NAME is
-        the capture's variable name `hook/module/role`.
+        Each capture's axes carry the names the file gives them (its `dims` attribute): `sample,
+        head, query, key` for an attention pattern, `sample, token, feature` for token-major
+        activations, `sample, channel, height, width` for image maps, `token, feature` for token
+        rows. `sample` has the dataset indices as its coordinate, `step` the batch numbers, and
+        `token` the coordinates `sample` and `position` of each row (`token_sample` and
+        `token_position` where the Dataset also has a `sample` axis). An axis name on which the
+        chosen captures disagree is qualified per capture: `hook/module/role:channel`
+        (hookrun.analysis.labelled). `rows` slices every capture's rows.
         """
         try:
-            import xarray as xr
+            import xarray  # noqa: F401
         except ImportError:
             raise HookrunError("to_xarray needs xarray: pip install 'hookrun[xarray]'") from None
         chosen = self.captures if captures is None else [self.find(*(c if isinstance(c, tuple) else (c,))) for c in captures]
-        rows = rows or slice(None)
-        variables = {}
-        for info in chosen:
-            ds = self.file[info.path]
-            data = ds[rows]
-            name = info.label.replace("(model)", "model")
-            index = self.index(info.hook, info.module, info.role, call=info.call)[rows]
-            shared = info.rows == "samples" and np.array_equal(index, self.samples[rows])
-            first = "sample" if shared else f"{name}:{ {'samples': 'sample', 'tokens': 'token'}.get(info.rows, 'step')}"
-            inner = DIM_NAMES.get(data.ndim, tuple(f"dim_{i}" for i in range(1, data.ndim)))[: data.ndim - 1]
-            dims = (first,) + tuple(f"{name}:{d}" for d in inner)
-            coords = {first: index}
-            variables[name] = xr.DataArray(data, dims=dims, coords=coords, attrs=_plain(dict(ds.attrs)))
-        return xr.Dataset(variables, attrs=_plain(self.attrs))
+        return to_dataset(self.file, chosen, rows or slice(None), _plain(self.attrs))
 
     def summary(self, stats: bool = True) -> str:
         """The text `python -m hookrun.inspect` prints for a run: what the file says, and in one
         line what it does not (a file written by another tool, or whose attributes were removed)."""
-        a, cfg, f = self.attrs, self.config, self.file
+        a, cfg = self.attrs, self.config
+        written = self.written_attrs()
         missing = [k for k in ("config", "model_class", "device", "mode", "steps_complete", "samples_complete",
-                               "created", "hookrun_version") if k not in f.attrs]
-        samples = a.get("samples_complete", f["samples/index"].shape[0] if "samples/index" in f else 0)
-        steps = a.get("steps_complete", len(np.unique(f["samples/step"][:])) if "samples/step" in f else 0)
+                               "created", "hookrun_version") if k not in written]
+        if "samples_complete" in a and "steps_complete" in a:
+            samples, steps = a["samples_complete"], a["steps_complete"]
+        else:  # counted where the file does not say
+            f = self.file
+            samples = a.get("samples_complete", f["samples/index"].shape[0] if "samples/index" in f else 0)
+            steps = a.get("steps_complete", len(np.unique(f["samples/step"][:])) if "samples/step" in f else 0)
         lines = [f"{self.path}", f"  status    {self.status}   ({steps} batches, {samples} samples)"]
         if "shards" in a:
             lines.append(f"  shards    {a.get('world_size')} files, view over captures.rank-*.h5"
@@ -226,11 +219,23 @@ class Run:
         for c in captures:
             row = f"    {c.label:{width}s}{str(c.shape):{shape_width}s}{c.dtype:9s}{c.rows:8s}{human_bytes(c.nbytes):>10s}"
             if stats:
-                s = block_stats(self.file[c.path])
+                s = self.capture_stats(c)
                 row += f"  mean {s['mean']:.4g} std {s['std']:.4g} min {s['min']:.4g} max {s['max']:.4g} zeros {s['zeros']:.1%}"
             lines.append(row)
-        lines.extend(describe_evaluation(f))
+        lines.extend(self.evaluation_lines())
         return "\n".join(lines)
+
+    def evaluation_lines(self) -> list[str]:
+        """The evaluation table's lines for the summary (none where the run did not evaluate)."""
+        return describe_evaluation(self.file)
+
+    def written_attrs(self) -> set[str]:
+        """The names of the root attributes the file has (summary names the usual ones missing)."""
+        return set(self.file.attrs)
+
+    def capture_stats(self, info: CaptureInfo) -> dict[str, float]:
+        """block_stats of a capture (summary's statistics)."""
+        return block_stats(self.file[info.path])
 
     def close(self) -> None:
         self.file.close()
@@ -243,33 +248,6 @@ class Run:
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r}, status={self.status!r}, captures={len(self.captures)}, samples={self.file['samples/index'].shape[0]})"
-
-
-def open_run(path: str | Path, cache_dir: str | Path | None = None) -> Run:
-    """Open a run's capture file for reading (nothing is loaded until asked for).
-
-    Args:
-        path: a captures.h5 file, or a run folder that holds one; or the URL of a cache in an
-            object store (`s3://bucket/prefix/captures.h5`, any fsspec URL: analysis/remote.py).
-        cache_dir: for a URL, where its parts are fetched to (default $HOOKRUN_CACHE_DIR or
-            ~/.cache/hookrun, a folder per URL).
-
-    Returns:
-        Run: a context manager with `status`, `config`, `captures`, `run[module, role]` (an h5py
-        dataset), `stats`, `iter`, `loader`, `to_xarray`, `texts`, `evaluation`, `summary`.
-
-    Raises:
-        NotFoundError: no such file. HookrunError: not a readable hookrun file, or a merged view
-        whose shard files are missing (HDF5 would read their rows as zeros).
-    """
-    if is_url(path):
-        from hookrun.analysis.remote import RemoteRun  # (it builds on Run)
-
-        return RemoteRun(str(path), cache_dir)
-    path = Path(path)
-    if path.is_dir():
-        path = path / "captures.h5"
-    return Run(path)
 
 
 def natural_key(text: str) -> list:

@@ -18,7 +18,8 @@ from typing import Any
 import yaml
 
 from hookrun.analysis.evaluation import evaluation_columns
-from hookrun.analysis.run import Run, block_stats, open_run
+from hookrun.analysis.opening import open_run
+from hookrun.analysis.run import Run, block_stats
 from hookrun.analysis.table import Table
 from hookrun.errors import HookrunError, NotFoundError
 

@@ -91,6 +91,56 @@ def feature_grid(maps: np.ndarray, rows: Sequence[str], title: str, cols: int = 
     return fig
 
 
+def attention_grid(maps: Sequence[np.ndarray], rows: Sequence[str], title: str,
+                   ticks: Sequence[Sequence[str] | None], cols: int = 4, label: str = "attention") -> Any:
+    """maps: one (heads, query, key) array per sample, each cropped to that sample's real tokens.
+    A block of heads per sample (`cols` heads a row), one shared colour scale (0 to 1 where every
+    value is a probability), query down and key across, labelled with the tokens' text (`ticks`:
+    one label per position, per sample) or their positions."""
+    plt = pyplot()
+    heads = max(m.shape[0] for m in maps)
+    cols = min(cols, heads)
+    per_sample = -(-heads // cols)
+    values = np.concatenate([m[np.isfinite(m)].ravel() for m in maps]) if maps else np.zeros(0)
+    vmin, vmax = (float(values.min()), float(values.max())) if values.size else (0.0, 1.0)
+    if values.size and vmin >= 0 and vmax <= 1:
+        vmin, vmax = 0.0, 1.0
+    fig, axes = plt.subplots(per_sample * len(maps), cols, figsize=(2.9 * cols + 1.4, 2.9 * per_sample * len(maps) + 0.9),
+                             squeeze=False, layout="constrained")
+    image = None
+    for s, m in enumerate(maps):
+        for h in range(per_sample * cols):
+            ax = axes[s * per_sample + h // cols][h % cols]
+            if h >= m.shape[0]:
+                ax.axis("off")
+                continue
+            image = ax.imshow(m[h], cmap="viridis", vmin=vmin, vmax=vmax, interpolation="nearest")
+            ax.set_title(f"{rows[s]} · head {h}", fontsize=9, pad=2)
+            _position_ticks(ax, m.shape[1], m.shape[2], ticks[s])
+            ax.set_xlabel("key", fontsize=9)
+            ax.set_ylabel("query", fontsize=9)
+    bar = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.9, label=label)
+    tidy_ticks(bar.ax.yaxis)
+    fig.suptitle(title)
+    return fig
+
+
+def _position_ticks(ax: Any, queries: int, keys: int, text: Sequence[str] | None, most: int = 24) -> None:
+    """Each position's token text (every k-th where there are more than `most`), or its number.
+    The query axis holds the last `queries` positions of the key axis (a pass over new tokens)."""
+    for axis, n, offset in ((ax.xaxis, keys, 0), (ax.yaxis, queries, keys - queries)):
+        step = max(1, -(-n // most))
+        where = list(range(0, n, step))
+        if text is not None and len(text) == keys:
+            names = [text[offset + i] for i in where]
+            axis.set_ticks(where, names, fontsize=7, fontfamily="monospace")
+            if axis is ax.xaxis:
+                axis.set_tick_params(rotation=90)
+        else:
+            axis.set_ticks(where[:: max(1, len(where) // 6)], [str(offset + i) for i in where[:: max(1, len(where) // 6)]],
+                           fontsize=7)
+
+
 def histogram(values: np.ndarray, stats: Mapping[str, float], title: str, xlabel: str, note: str = "") -> Any:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")

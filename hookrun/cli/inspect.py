@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from hookrun.analysis.run import open_run
+from hookrun.analysis.opening import open_run
 from hookrun.analysis.show import describe_sweep
 from hookrun.analysis.sweep import is_sweep, open_sweep
 from hookrun.errors import HookrunError

@@ -1,7 +1,9 @@
-"""`python -m hookrun.modules [OVERRIDES] [--match GLOB]`: the modules `at:` can name.
+"""`python -m hookrun.modules [OVERRIDES] [--match GLOB] [--ops]`: the modules (and op sites) `at:` can name.
 
     python -m hookrun.modules model=resnet50
     python -m hookrun.modules model=resnet18 --match 'layer1.**'
+    python -m hookrun.modules model=hf data=text --ops --match 'transformer.h.0.attn'   # its op sites too
+    python -m hookrun.modules model=hf data=text --match 'transformer.h.*.attn/softmax'  # just those sites
 
 The model and the dataset are composed from the same config as `python -m hookrun` (any model=,
 data=, experiment= or key=value override); one item of the dataset goes through the model so
@@ -25,14 +27,14 @@ from hookrun.runner.calls import CallSpec, ModelCall
 from hookrun.runner.prepare import resolve_device, seed_everything
 
 
-def modules_of_config(overrides: list[str], match: str | None = None, example: bool = True) -> ModuleTable:
-    """The module table of the model `python -m hookrun OVERRIDES` would build."""
+def modules_of_config(overrides: list[str], match: str | None = None, example: bool = True, ops: bool = False) -> ModuleTable:
+    """The module table of the model `python -m hookrun OVERRIDES` would build (with its op sites: ops)."""
     cfg = load(compose_config(overrides))
     import_modules(cfg.imports)
     device = resolve_device(cfg.device)
     seed_everything(cfg.seed)
     model = build_model(cfg.model, device)
-    return list_modules(model, first_call(cfg, device) if example else None, match)
+    return list_modules(model, first_call(cfg, device) if example else None, match, ops=ops)
 
 
 def first_call(cfg: HookrunConfig, device: torch.device) -> ModelCall:
@@ -50,16 +52,24 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hookrun.modules", description=__doc__.splitlines()[0])
     p.add_argument("overrides", nargs="*", help="config overrides, as for python -m hookrun (model=resnet50, data=...)")
     p.add_argument("--match", help="list only what this module name or glob selects (as hooks.NAME.at would)")
+    p.add_argument("--ops", action="store_true", help="under each module, the op sites (MODULE/FN.k) its own forward "
+                   "calls, in call order, with their shapes")
     p.add_argument("--no-example", action="store_true", help="skip the forward of one example (no shapes, no calls)")
     a = p.parse_args(argv)
+    if a.ops and a.no_example:
+        print("hookrun: error: --ops needs the example's forward (op sites are found by running it); drop --no-example",
+              file=sys.stderr)
+        return 2
     try:
-        table = modules_of_config(a.overrides, a.match, example=not a.no_example)
+        table = modules_of_config(a.overrides, a.match, example=not a.no_example, ops=a.ops)
     except HookrunError as exc:
         print(f"hookrun: error: {exc}", file=sys.stderr)
         return 2
     print(table)
-    print(f"{len(table)} module(s); hooks.NAME.at takes these names, or globs of them "
-          f"(`*` within one dotted part, `**` across parts)")
+    sites, modules = len(table.ops()), len(table) - len(table.ops())
+    counts = ([f"{modules} module(s)"] if modules or not sites else []) + ([f"{sites} op site(s)"] if sites else [])
+    print(", ".join(counts) + "; hooks.NAME.at takes these "
+          "names, or globs of them (`*` within one dotted part, `**` across parts; MODULE/FN: every call of FN)")
     return 0
 
 

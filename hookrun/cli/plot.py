@@ -4,7 +4,10 @@ default in figures/ beside the run's file (or in the sweep folder).
     python -m hookrun.plot outputs/2026-11-21/10-00-00/captures.h5 --out figures/
     python -m hookrun.plot outputs/multirun/2026-11-21/10-00-00 --out figures/ --stat std
 
-For a run: a feature-map grid for each 4-D capture, a histogram for each capture, and Grad-CAM
+For a run: a feature-map grid for each 4-D capture of maps, a grid of heads for each attention pattern
+(a capture whose dims are `sample, head, query, key`: query and key positions labelled with the
+tokens' text where the file holds /samples/input_ids of byte tokens, else with their positions,
+padding left out), a histogram for each capture, and Grad-CAM
 overlays where the run holds a layer's output and its gradient (type tensor, or backward's
 grad_output) for the same samples, with each sample's predicted class (from a recorded logits
 capture) and target. The overlay's input images come from the file itself when the run recorded
@@ -23,13 +26,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hookrun.analysis.run import CaptureInfo, Run, block_stats, open_run
+from hookrun.analysis.opening import open_run
+from hookrun.analysis.run import CaptureInfo, Run, block_stats
 from hookrun.analysis.sweep import Sweep, is_sweep, open_sweep
 from hookrun.cli import figures
 from hookrun.cli.app import compose_config
 from hookrun.config.build import build_dataset
 from hookrun.config.schema import load
+from hookrun.data.text import ByteTokenizer
 from hookrun.errors import HookrunError, NotFoundError
+from hookrun.store.schema import PATTERN
 
 HIST_VALUES = 2_000_000  # at most this many values go into one histogram
 
@@ -56,6 +62,65 @@ def feature_maps(run: Run, info: CaptureInfo, out: Path, samples: int = 2, chann
     return figures.save(fig, out / f"fmap_{_name(info)}.png", source=_source(run))
 
 
+def is_pattern(info: CaptureInfo) -> bool:
+    """An attention pattern (or its scores): one (head, query, key) row per sample."""
+    return info.rows == "samples" and tuple(info.dims[1:]) == PATTERN
+
+
+def is_map(info: CaptureInfo) -> bool:
+    """A 4-D capture of maps, one (C, H, W) row per sample: not tokens nor heads (docs/format.md "Dim names")."""
+    return len(info.shape) == 4 and info.rows == "samples" and not set(info.dims) & {"head", "token", "query", "key"}
+
+
+def attention_maps(run: Run, info: CaptureInfo, out: Path, samples: int = 2, heads: int = 16) -> Path:
+    """Each head's (query, key) map for the first samples, cropped to each sample's real tokens."""
+    ds = run.file[info.path]
+    rows = np.asarray(ds[: min(samples, ds.shape[0])], dtype=np.float32)[:, :heads]
+    index = _index(run, info)[: len(rows)]
+    maps, ticks = [], []
+    for m, i in zip(rows, index, strict=True):
+        keep, text = token_text(run, int(i), m.shape[-1])
+        if keep is not None:  # the real tokens' keys; the queries among them (the last `queries` positions)
+            queries = keep[keep >= m.shape[-1] - m.shape[-2]] - (m.shape[-1] - m.shape[-2])
+            m = m[:, queries][:, :, keep]
+        maps.append(m)
+        ticks.append(text)
+    head = title(run, info) + (" (first heads)" if ds.shape[1] > heads else "")
+    fig = figures.attention_grid(maps, [f"#{i}" for i in index], head, ticks, label=f"{info.role} value")
+    return figures.save(fig, out / f"attn_{_name(info)}.png", source=_source(run))
+
+
+def token_text(run: Run, sample: int, width: int) -> tuple[np.ndarray | None, list[str] | None]:
+    """(the real tokens' positions, their text) of one sample, from /samples/attention_mask and
+    /samples/input_ids where the file has them with `width` positions; the text only where the
+    run's config says the tokens are data=text's bytes (a tokenizer folder is never loaded)."""
+    s = run.file["samples"]
+    rows = {int(v): r for r, v in enumerate(run.samples)}
+    if sample not in rows:
+        return None, None
+    r = rows[sample]
+    mask = s["attention_mask"][r] if "attention_mask" in s and s["attention_mask"].shape[1:] == (width,) else None
+    keep = np.flatnonzero(mask) if mask is not None else np.arange(width)
+    ids = s["input_ids"][r] if "input_ids" in s and s["input_ids"].shape[1:] == (width,) else None
+    data = (run.config.get("data") or {}).get("dataset") or {}
+    byte = str(data.get("_target_", "")).startswith("hookrun.data.text") and data.get("tokenizer", "byte") == "byte"
+    text = [byte_label(int(ids[p])) for p in keep] if ids is not None and byte else None
+    return (keep if mask is not None else None), text
+
+
+def byte_label(token: int) -> str:
+    """One byte token as a tick label: its character (whitespace made visible), <bos> and the
+    like for special ids, \\xNN for a byte that is not a character alone."""
+    tok = ByteTokenizer()
+    special = {tok.pad_token_id: "<pad>", tok.bos_token_id: "<bos>", tok.eos_token_id: "<eos>"}
+    if token in special or not tok.offset <= token < tok.offset + 256:
+        return special.get(token, f"<{token}>")
+    text = tok.decode([token])
+    if text == "\ufffd" or not text.isprintable() and not text.isspace():
+        return f"\\x{token - tok.offset:02x}"
+    return {" ": "␣", "\n": "↵", "\t": "⇥"}.get(text, text)
+
+
 def histogram(run: Run, info: CaptureInfo, out: Path) -> Path:
     ds = run.file[info.path]
     per_row = max(1, int(np.prod(ds.shape[1:], dtype=np.int64)))
@@ -72,7 +137,7 @@ def gradcam_pairs(run: Run) -> list[tuple[CaptureInfo, CaptureInfo]]:
     tensor hook's grad, or with the backward hook's grad_output."""
     pairs = []
     for act in run.captures:
-        if act.type != "forward" or act.role != "output" or len(act.shape) != 4 or act.rows != "samples":
+        if act.type != "forward" or act.role != "output" or not is_map(act):
             continue
         for grad in run.captures:
             same = grad.module == act.module and grad.call == act.call and grad.shape == act.shape
@@ -182,7 +247,9 @@ def plot_run(run: Run, out: Path, samples: int = 2, channels: int = 16, dataset:
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for info in run.captures:
-        if len(info.shape) == 4 and info.rows == "samples":
+        if is_pattern(info):
+            written.append(attention_maps(run, info, out, samples, channels))
+        elif is_map(info):
             written.append(feature_maps(run, info, out, samples, channels))
         written.append(histogram(run, info, out))
     for act, grad in gradcam_pairs(run):
@@ -208,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="folder for the PNGs (default: figures/ beside the run's file, or in the sweep folder); "
                         "a figure of another run there is never replaced")
     p.add_argument("--samples", type=int, default=2, help="samples per feature-map grid")
-    p.add_argument("--channels", type=int, default=16, help="channels per sample in a feature-map grid")
+    p.add_argument("--channels", type=int, default=16, help="channels per sample in a feature-map grid (heads in an attention grid)")
     p.add_argument("--stat", default="mean", choices=["mean", "std", "min", "max", "zeros"], help="sweep: the statistic to plot")
     p.add_argument("--x", help="sweep: the override on the x axis (default: the first swept key)")
     p.add_argument("--data", nargs="+", metavar="OVERRIDE",

@@ -66,7 +66,7 @@ class OutputConfig:
     overwrite: bool = False
     max_bytes: int | None = None  # refuse a run whose estimated file size is larger
     flush_every: int | None = None  # flush every N batches; null: every 2 seconds
-    checksum: bool = False  # an xxh3 digest of each batch's rows per capture, checked on resume and by inspect --verify
+    checksum: bool = True  # an xxh3 digest of each batch's rows per capture (the run's /checksums table), checked on resume and by inspect --verify
     staging: str | None = None  # an object-store path (s3://...): where parts are written before upload; null: the run folder
     part_bytes: int = 2 << 30  # an object-store path: rows per part file, in bytes (2 GiB)
 

@@ -5,7 +5,8 @@
     ds[0]  # {"input_ids": LongTensor(max_length), "attention_mask": LongTensor(max_length)}
 
 A .txt file gives one sample per non-empty line, a .jsonl file one per line (its `field`), a
-folder saved with `datasets.Dataset.save_to_disk` one per row. `tokenizer: byte` needs no files
+folder saved with `datasets.Dataset.save_to_disk` one per row; `files: pydoc_topics` the lines of
+the Python reference's English prose that every CPython has. `tokenizer: byte` needs no files
 (ids 0-2 are pad, bos, eos; byte b is b + 3); a folder is read with transformers'
 AutoTokenizer (local_files_only). Every sample is cut to `max_length` and padded to it
 (`padding: max_length`) or to the dataset's longest sample (`padding: longest`).
@@ -24,6 +25,7 @@ from torch.utils.data import Dataset
 from hookrun.errors import ConfigError
 
 SAMPLE = Path(__file__).with_name("sample.txt")
+PYDOC = "pydoc_topics"  # files: pydoc_topics reads the English text every Python install has
 
 
 class ByteTokenizer:
@@ -81,14 +83,16 @@ class TextDataset(Dataset):
 
 def text(files: str | list[str] | None = None, tokenizer: str = "byte", max_length: int = 32,
          padding: str = "max_length", padding_side: str = "right", field: str = "text",
-         limit: int | None = None) -> TextDataset:
+         limit: int | None = None, start: int = 0) -> TextDataset:
     """The dataset of data=text (see the module docstring); `files: null` reads the shipped sample."""
     if padding not in ("max_length", "longest"):
         raise ConfigError(f"data.dataset.padding={padding!r}; choose max_length or longest")
     if not isinstance(max_length, int) or max_length < 1:
         raise ConfigError(f"data.dataset.max_length={max_length!r}; expected a whole number >= 1")
-    paths = [SAMPLE] if files is None else [Path(f).expanduser() for f in ([files] if isinstance(files, str) else files)]
-    texts = [t for p in paths for t in read_texts(p, field)][:limit]
+    names = [SAMPLE] if files is None else ([files] if isinstance(files, str) else list(files))
+    paths = [n if isinstance(n, Path) or n == PYDOC else Path(n).expanduser() for n in names]
+    texts = [t for p in paths for t in (pydoc_lines() if p == PYDOC else read_texts(p, field))]
+    texts = texts[start:None if limit is None else start + limit]  # `start`: skip the first texts (a held-out part)
     if not texts:
         raise ConfigError(f"data.dataset.files: {', '.join(map(str, paths))} hold no text")
     tok = load_tokenizer(tokenizer, padding_side)
@@ -98,6 +102,14 @@ def text(files: str | list[str] | None = None, tokenizer: str = "byte", max_leng
         enc = tok(texts, max_length=max_length, truncation=True, padding=padding, return_tensors="pt")
         encoded = {"input_ids": enc["input_ids"].long(), "attention_mask": enc["attention_mask"].long()}
     return TextDataset(texts, encoded, tok)
+
+
+def pydoc_lines() -> list[str]:
+    """`files: pydoc_topics`: the non-empty lines of the Python reference's prose that ships with
+    every CPython (pydoc_data/topics.py, ~465,000 characters; model=tiny_lm was trained on it)."""
+    from pydoc_data.topics import topics
+
+    return [line.strip() for key in sorted(topics) for line in topics[key].splitlines() if len(line.strip()) > 1]
 
 
 def read_texts(path: Path, field: str) -> list[str]:

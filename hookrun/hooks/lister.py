@@ -2,10 +2,13 @@
 
     table = list_modules(model, torch.randn(1, 3, 224, 224), match="layer1.**")
     print(table)  # name, type, params, calls, input and output shapes for that example
+    list_modules(model, x, ops=True)  # and under each module its op sites: layer1.0/add_.0 ...
 
 The counterpart of torchvision's get_graph_node_names for hooks: the names are those of
 `named_modules()` (`''` is the whole model); one forward of the example, under no_grad, shows what
 each module receives (keyword inputs too) and returns, and how many times it runs per forward.
+With `ops=True` each module's op sites (hooks/sites.py) follow it in call order, named as `at:`
+takes them (`transformer.h.0.attn/softmax.0`), found by the same interception the hooks use.
 Every hook it sets is removed before it returns.
 """
 
@@ -21,6 +24,7 @@ from torch import nn
 from hookrun.errors import ConfigError, NotFoundError
 from hookrun.hooks.events import flatten
 from hookrun.hooks.plan import resolve_targets, unwrap
+from hookrun.hooks.sites import Listener, fn_label, split_site
 
 
 @dataclass
@@ -31,6 +35,7 @@ class ModuleInfo:
     calls: int | None = None  # runs per forward of the example; None: no example given
     inputs: dict[str, tuple[int, ...]] = field(default_factory=dict)  # role -> shape, first call
     outputs: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    op: str | None = None  # an op site: the torch function it calls (torch.matmul, Tensor.add, F.softmax)
 
 
 class ModuleTable(list):
@@ -39,12 +44,16 @@ class ModuleTable(list):
     def names(self) -> list[str]:
         return [m.name for m in self]
 
+    def ops(self) -> ModuleTable:
+        """The op sites only (rows of `ops=True`)."""
+        return ModuleTable(m for m in self if m.op is not None)
+
     def __str__(self) -> str:
         shown = self[0].calls is not None if self else False
         head = ["module", "type", "params"] + (["calls", "input", "output"] if shown else [])
         rows = [head]
         for m in self:
-            row = [m.name or "''  (the model)", m.type, f"{m.params:,}"]
+            row = [m.name or "''  (the model)", m.type, f"{m.params:,}" if m.op is None else "-"]
             if shown:
                 row += [str(m.calls), _shapes(m.inputs) if m.calls else "-", _shapes(m.outputs) if m.calls else "-"]
             rows.append(row)
@@ -57,29 +66,39 @@ class ModuleTable(list):
         return str(self)
 
 
-def list_modules(model: nn.Module, example: Any = None, match: str | None = None) -> ModuleTable:
+def list_modules(model: nn.Module, example: Any = None, match: str | None = None, ops: bool = False) -> ModuleTable:
     """Every module of `model` (or those `match`, a name or glob, selects), with the shapes it
     sees when `model(example)` runs once: a tensor, a tuple of positional inputs, or a dict of
-    keyword inputs (`model(**example)`).
+    keyword inputs (`model(**example)`); with `ops=True` each module's op sites too.
 
         list_modules(model, x, match="**.relu").names()  # what hooks.NAME.at: '**.relu' hooks
+        list_modules(gpt2, batch, match="transformer.h.*.attn/softmax").names()  # [...attn/softmax.0, ...]
 
     Args:
         model: any nn.Module (DDP / DataParallel / torch.compile wrappers are looked through).
         example: one input for one forward under no_grad (None: names, types and parameters only).
-        match: a module name or glob, as `at:` takes it.
+        match: a module name or glob, as `at:` takes it; or an op site (`MODULE/FN[.k]`, a glob in
+            MODULE allowed), which lists just those sites (and implies ops=True).
+        ops: list under each module the op sites its own forward calls, in call order, with the
+            shapes of their tensor arguments and results (needs `example`).
 
     Returns:
-        ModuleTable: a list of ModuleInfo (name, type, params, calls, inputs, outputs) that prints
-        as an aligned table.
+        ModuleTable: a list of ModuleInfo (name, type, params, calls, inputs, outputs; `op` for an
+        op site) that prints as an aligned table.
 
     Raises:
-        ConfigError: `model` is not an nn.Module, or `match` names nothing (with the closest names).
+        ConfigError: `model` is not an nn.Module, `match` names nothing (with the closest names),
+            or ops without an example.
     """
     if not isinstance(model, nn.Module):
         raise ConfigError(f"modules: expected a torch.nn.Module, got {type(model).__name__}")
     named = dict(unwrap(model).named_modules())  # the names `at:` takes (inside DDP / torch.compile wrappers)
-    chosen = _select(model, list(named), match)
+    site = split_site(match, set(named)) if match is not None else None
+    ops = ops or site is not None
+    if ops and example is None:
+        raise ConfigError("modules: op sites are found by running the model once; give an example input "
+                          "(hookrun.modules(model, example, ops=True))")
+    chosen = _select(model, list(named), site[0] if site is not None else match)
     table = ModuleTable(ModuleInfo(n, type(named[n]).__name__, sum(p.numel() for p in named[n].parameters()))
                         for n in chosen)
     if example is None:
@@ -87,17 +106,53 @@ def list_modules(model: nn.Module, example: Any = None, match: str | None = None
     infos = {m.name: m for m in table}
     for m in table:
         m.calls = 0
-    handles = []
+    handles, listener, found = [], None, {n: {} for n in chosen}
     try:
         for name, info in infos.items():
             handles.append(named[name].register_forward_pre_hook(_seen_input(info), with_kwargs=True))
             handles.append(named[name].register_forward_hook(_seen_output(info)))
+        if ops:
+            listener = Listener(_seen_op({m: n for n, m in named.items() if n in found}, found))
+            for name in chosen:
+                handles.extend(listener.watch(named[name]))
         with torch.no_grad():
             _call(model, example)
     finally:
         for h in reversed(handles):
             h.remove()
-    return table
+    if not ops:
+        return table
+    out = ModuleTable()
+    for m in table:
+        if site is None:
+            out.append(m)
+        out.extend(op for (fn, k), op in found[m.name].items()
+                   if site is None or (fn == site[1] and site[2] in (None, k)))
+    if site is not None and not out:
+        raise ConfigError(f"--match: {match!r} names no op site that runs in one forward of the example; "
+                          f"list them all with --ops (ops=True){_calls_of(found, site)}")
+    return out
+
+
+def _seen_op(names: dict[nn.Module, str], found: dict[str, dict]):
+    """The listener's callback: one ModuleInfo per site (MODULE/FN.k), its calls counted."""
+
+    def on_call(module: nn.Module, fn: str, k: int, func: Any, args: tuple, result: Any) -> None:
+        name = names[module]
+        info = found[name].get((fn, k))
+        if info is None:
+            found[name][fn, k] = ModuleInfo(f"{name}/{fn}.{k}", fn_label(func), 0, calls=1, inputs=_shapes_of(args, "input"),
+                                             outputs=_shapes_of(result, "output"), op=fn_label(func))
+        else:
+            info.calls += 1
+
+    return on_call
+
+
+def _calls_of(found: dict[str, dict], site: tuple) -> str:
+    """Which FNs the selected modules' own forwards do call (for the error)."""
+    fns = sorted({fn for ops in found.values() for fn, _ in ops})
+    return f"; their own forwards call: {', '.join(fns[:20])}{', ...' if len(fns) > 20 else ''}" if fns else ""
 
 
 def _select(model: nn.Module, names: list[str], match: str | None) -> list[str]:

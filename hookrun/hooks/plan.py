@@ -24,6 +24,7 @@ from hookrun.hooks.actions import ACTIONS
 from hookrun.hooks.actions.base import Callback
 from hookrun.hooks.hook_types import HOOK_TYPES
 from hookrun.hooks.points import HookPoint
+from hookrun.hooks.site_check import check_fused_attention
 from hookrun.hooks.sites import check_site_actions, split_site
 
 GLOB_CHARS = set("*?[")
@@ -155,6 +156,7 @@ def make_plan(model: nn.Module, specs: list, env: Any, mode: str) -> list[HookPo
             if site is not None:
                 check_site_actions(point, site[0])
             points.append(point)
+    check_fused_attention(points)
     return points
 
 

@@ -52,6 +52,34 @@ def fn_name(func: Any) -> str | None:
     return OPERATORS.get(name, name)
 
 
+_NAMES: dict[Any, str | None] = {}  # func -> fn_name(func), filled as calls arrive (a few hundred torch functions)
+
+
+def cached_name(func: Any) -> str | None:
+    """fn_name(func), looked up once per function (the interception's hot path)."""
+    try:
+        return _NAMES[func]
+    except KeyError:
+        name = _NAMES[func] = fn_name(func)
+        return name
+    except TypeError:  # an unhashable callable
+        return fn_name(func)
+
+
+def fn_label(func: Any) -> str:
+    """Where an intercepted function lives, for the lister: torch.matmul, Tensor.add, F.softmax."""
+    name = getattr(func, "__name__", None) or repr(func)
+    qual = getattr(func, "__qualname__", None) or name
+    owner, module = qual.rpartition(".")[0], getattr(func, "__module__", None) or ""
+    if owner in ("TensorBase", "Tensor", "_TensorBase"):
+        return f"Tensor.{name}"
+    if owner == "_VariableFunctionsClass" or module == "torch":
+        return f"torch.{name}"
+    if module == "torch.nn.functional":
+        return f"F.{name}"
+    return f"{module}.{qual}" if module else qual
+
+
 def split_site(at: str, modules: set[str]) -> tuple[str, str, int | None] | None:
     """(module pattern, FN, call or None) of an op-site name; None where `at` names a module (a
     module whose own name holds a '/' stays a module)."""
@@ -133,12 +161,18 @@ class Interceptor:
         self.depth = 0
 
     def call(self, func: Any, args: tuple, kwargs: dict) -> Any:
-        """One intercepted call: fire the points of the innermost module's site for it, if any."""
-        site = self.sites.get(self.stack[-1]) if self.stack else None
-        name = fn_name(func) if site is not None else None
-        entries = site.points.get(name) if name is not None else None
-        if not entries:
-            return func(*args, **kwargs)
+        """One intercepted call: fire the points of the innermost module's site for it, if any. Most
+        calls fire nothing (a child's, or an FN no point names): they cost two dict look-ups."""
+        stack = self.stack
+        site = self.sites.get(stack[-1]) if stack else None
+        if site is not None:
+            name = cached_name(func)
+            entries = site.points.get(name)
+            if entries:
+                return self._fire(site, name, entries, func, args, kwargs)
+        return func(*args, **kwargs)
+
+    def _fire(self, site: Site, name: str, entries: list, func: Any, args: tuple, kwargs: dict) -> Any:
         k = site.counts.get(name, 0)
         site.counts[name] = k + 1
         chosen = [(point, fire, point.module if call is not None else f"{point.module}.{k}")
@@ -159,6 +193,37 @@ class Interceptor:
                 for role, t in flatten(result, "grad").items():
                     if t.requires_grad:
                         t.register_hook(partial(_on_grad, fire, role, where))
+        return result
+
+
+class Listener(Interceptor):
+    """Every torch call of the watched modules' own forwards, numbered as sites are, for the lister:
+    `on_call(module, fn, k, func, args, result)` after each call (same attribution as Interceptor).
+
+        listener = Listener(lambda module, fn, k, func, args, result: print(fn, k))
+        handles = [h for m in model.modules() for h in listener.watch(m)]
+    """
+
+    def __init__(self, on_call: Callable) -> None:
+        super().__init__()
+        self.on_call = on_call
+
+    def watch(self, module: nn.Module) -> list:
+        site = self.sites.get(module)
+        if site is not None:
+            return []
+        self.sites[module] = Site(module)
+        return [module.register_forward_pre_hook(self._enter, prepend=True),
+                module.register_forward_hook(self._leave, always_call=True), _Closer(self)]
+
+    def call(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        site = self.sites.get(self.stack[-1]) if self.stack else None
+        result = func(*args, **kwargs)
+        name = cached_name(func) if site is not None else None
+        if name is not None:
+            k = site.counts.get(name, 0)
+            site.counts[name] = k + 1
+            self.on_call(site.module, name, k, func, args, result)
         return result
 
 

@@ -162,7 +162,9 @@ def check_outputs(points: list, run_one: Callable[[], Any]) -> None:
     seen: dict[int, Any] = {}
 
     def keep(key: int) -> Callable:
-        return lambda module, args, out: seen.setdefault(key, out)
+        def hook(module: nn.Module, args: Any, out: Any) -> None:  # returns None: the output stays as it is
+            seen.setdefault(key, out)
+        return hook
 
     handles = [p.target.register_forward_hook(keep(id(p))) for p, _ in spliced]
     try:

@@ -21,7 +21,7 @@ from hookrun.hooks.session import HookSession, StopForward
 from hookrun.hooks.tokens import token_columns
 from hookrun.runner.batches import first_batch, make_loader, sample_paths
 from hookrun.runner.calls import CallSpec, ModelCall
-from hookrun.runner.generate import Generated, Generation
+from hookrun.runner.generate import Generated, Generation, as_kwargs
 from hookrun.store.records import StepRecord
 from hookrun.store.transfer import HostTransfer
 from hookrun.store.writer import BackgroundWriter
@@ -107,6 +107,21 @@ def probe_stop(model: nn.Module, loader, session: HookSession, s: LoopSettings) 
     call = call.to(s.device)
     with session.probe(indices, call.attention_mask):
         run_step(model, call, s)
+
+
+def one_sample_forward(model: nn.Module, loader, s: LoopSettings) -> None:
+    """The dataset's first item through the model once under no_grad, with nothing of the run's
+    hooked (hooks/site_check.py listens to it): a forward, or in generate mode a generate() of two
+    new tokens (the prompt's pass and one pass with the KV cache)."""
+    _, call = first_batch(loader, s.spec)
+    call = call.to(s.device)
+    with torch.no_grad():
+        if s.mode == "generate":
+            args = {**s.generation.kwargs, "max_new_tokens": 2}
+            args.pop("min_new_tokens", None)
+            model.generate(**as_kwargs(call), **args)
+        else:
+            call.run(model)
 
 
 def one_line_errors(loader) -> Any:

@@ -35,11 +35,13 @@ from hookrun.errors import ConfigError
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.plan import make_plan
 from hookrun.hooks.points import HookPoint
+from hookrun.hooks.site_check import check_sites_run
+from hookrun.hooks.splice import check_outputs
 from hookrun.runner.batches import make_loader
 from hookrun.runner.calls import CallSpec
 from hookrun.runner.evaluate import build_evaluator
 from hookrun.runner.generate import check_modes, pad_left, prepare_generation
-from hookrun.runner.loop import LoopSettings
+from hookrun.runner.loop import LoopSettings, one_sample_forward
 from hookrun.store.h5file import flushing_path
 from hookrun.store.parts import Output
 from hookrun.store.remote import is_url
@@ -130,6 +132,13 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, da
         raise
     settings = LoopSettings(mode, device, loss, batches, cfg.progress, spec=spec, store_keys=tuple(cfg.data.store),
                             generation=generation, evaluator=evaluator)
+    try:  # op sites that cannot fire, and splices that do not fit, are refused here, from the first sample
+        points = check_sites_run(points, model, lambda: one_sample_forward(model, loader, settings))
+        if env.splices:
+            check_outputs(points, lambda: one_sample_forward(model, loader, settings))
+    except BaseException:
+        env.close()
+        raise
     return Prepared(cfg, out, model, dataset, loader, points, env, settings)
 
 

@@ -22,7 +22,7 @@ import yaml
 
 from hookrun.config.diff import differing
 from hookrun.errors import ConfigError
-from hookrun.store.digest import check_block
+from hookrun.store.digest import check_block, table_of
 from hookrun.store.evaluation import read_evaluation
 from hookrun.store.h5file import flushing_path
 from hookrun.store.h5store import H5Store
@@ -198,10 +198,11 @@ class _Column:
         self.key = CaptureKey(m.hook, m.module, m.type, m.role, m.call)
         self.per_step = m.rows is RowKind.STEPS
         self.torch_dtype = m.torch_dtype
+        self.dims = m.dims  # the replayed rows keep the names the old file gave them
         self.attrs = {k: v for k, v in m.extra.items() if k != "overflow_values"}
         self.overflow = int(m.extra.get("overflow_values", 0))  # carried over with the first replayed batch
         self.own_index = ds.parent[m.index][:] if m.index else None
-        self.digests = ds.parent[m.digest][:] if m.digest and not m.ragged else None  # (batches, 2): end row, xxh3
+        self.digests = table_of(ds, m.digest) if m.digest and not m.ragged else None  # (batches, 2): end row, xxh3
         if self.own_index is not None:
             if self.per_step:
                 self.row_step = self.own_index
@@ -227,13 +228,15 @@ class _Column:
         overflow, self.overflow = self.overflow, 0
         if self.ragged:
             value = [torch.from_numpy(np.asarray(r).reshape(-1, *self.row_shape)) for r in data]
-            return Capture(self.key, value, self.per_step, self.torch_dtype, self.attrs, overflow=overflow, ragged=True)
+            return Capture(self.key, value, self.per_step, self.torch_dtype, self.attrs, overflow=overflow, ragged=True,
+                           dims=self.dims)
         if self.per_step:
             value = torch.from_numpy(data[0])
-            return Capture(self.key, value, True, self.torch_dtype, self.attrs, overflow=overflow)
+            return Capture(self.key, value, True, self.torch_dtype, self.attrs, overflow=overflow, dims=self.dims)
         if self.tokens:
-            return Capture(self.key, torch.from_numpy(data), False, self.torch_dtype, self.attrs, overflow=overflow, tokens=True)
+            return Capture(self.key, torch.from_numpy(data), False, self.torch_dtype, self.attrs, overflow=overflow, tokens=True,
+                           dims=self.dims)
         explicit = None
         if len(rows) != hi - lo:  # a partial batch (limit): its rows carry their own index
             explicit = self.own_index[rows] if self.own_index is not None else None
-        return Capture(self.key, torch.from_numpy(data), False, self.torch_dtype, self.attrs, explicit, overflow)
+        return Capture(self.key, torch.from_numpy(data), False, self.torch_dtype, self.attrs, explicit, overflow, dims=self.dims)

@@ -11,6 +11,7 @@ from there.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -27,15 +28,14 @@ from hookrun.config.schema import HookrunConfig, load, to_yaml, with_live
 from hookrun.errors import ConfigError
 from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.session import HookSession
-from hookrun.hooks.splice import check_outputs
-from hookrun.runner.batches import first_batch
 from hookrun.runner.estimate import estimate
 from hookrun.runner.live import borrowed
-from hookrun.runner.loop import run_batches, run_step
+from hookrun.runner.loop import run_batches
 from hookrun.runner.prepare import Prepared, check_output, dataset_name, prepare
 from hookrun.runner.ranks import detect
 from hookrun.runner.report import end_report
 from hookrun.runner.resume import PartsResume, ResumeState, open_parts_resume, open_resume, replay
+from hookrun.runner.shard_parts import PartsShardRun
 from hookrun.runner.shards import ShardRun, check_not_a_view
 from hookrun.runner.signals import Interrupted, StopSignals, StoreAway
 from hookrun.store.format import HOOKRUN_VERSION
@@ -85,11 +85,10 @@ def run(cfg: Any, model: torch.nn.Module | None = None, dataset: Any = None) -> 
     cfg = load(with_live(cfg, model, dataset))
     ranks = detect()
     with borrowed(model):  # a live model comes back as it went in (mode, flags, devices, grads)
+        if ranks.many and is_url(cfg.output.path):  # one rank's parts, then (rank 0) the top manifest
+            body = lambda c, adjust: _locked_parts(c, started, model, dataset, adjust, ranks.rank)  # noqa: E731
+            return PartsShardRun(cfg, ranks).run(body)
         if ranks.many:  # one rank of torchrun / submitit / srun: its shard, then (rank 0) the merged view
-            if is_url(cfg.output.path):
-                raise ConfigError(f"output.path={cfg.output.path}: a run on many processes writes shard files "
-                                  f"beside each other; write it to a local or shared folder (an object-store path "
-                                  f"takes one process)")
             return ShardRun(cfg, ranks).run(lambda c, adjust: _locked(c, started, model, dataset, adjust))
         if is_url(cfg.output.path):
             return _locked_parts(cfg, started, model, dataset)
@@ -112,16 +111,17 @@ def _locked(cfg: HookrunConfig, started: float, model: torch.nn.Module | None, d
         raise Interrupted(signal.SIGINT, None, 0, resumed_from=out if cfg.resume and out.exists() else None) from None
 
 
-def _locked_parts(cfg: HookrunConfig, started: float, model: torch.nn.Module | None, dataset: Any) -> RunResult:
+def _locked_parts(cfg: HookrunConfig, started: float, model: torch.nn.Module | None, dataset: Any,
+                  adjust: Callable[[Prepared], None] | None = None, rank: int | None = None) -> RunResult:
     """A run in an object store (store/parts.py): the store checked before anything else, then
-    _run under a lock on the local staging folder."""
-    out = Output.of(cfg.output.path, cfg.output.staging)
+    _run under a lock on the local staging folder (`rank`: one rank's parts of a many-process run)."""
+    out = dataclasses.replace(Output.of(cfg.output.path, cfg.output.staging), rank=rank)
     try:
         if cfg.dry_run:
-            return _run(cfg, out, started, model, dataset)
+            return _run(cfg, out, started, model, dataset, adjust)
         check_remote_output(out, overwrite=cfg.output.overwrite, resume=cfg.resume)
         with OutputLock(out.parts_dir):
-            return _run(cfg, out, started, model, dataset)
+            return _run(cfg, out, started, model, dataset, adjust)
     except KeyboardInterrupt:
         raise Interrupted(signal.SIGINT, None, 0) from None
 
@@ -146,7 +146,6 @@ def _run(cfg: HookrunConfig, out: Path | Output, started: float, model: torch.nn
     try:
         if adjust is not None:
             adjust(p)
-        check_splices(p)
         if cfg.dry_run or cfg.output.max_bytes is not None:
             report = plan_estimate(p)
             if cfg.dry_run:
@@ -158,15 +157,6 @@ def _run(cfg: HookrunConfig, out: Path | Output, started: float, model: torch.nn
         p.env.close()
         if resume is not None:
             resume.close()
-
-
-def check_splices(p: Prepared) -> None:
-    """One sample through the bare model before the first batch: a splice whose module's output is
-    no tensor, or not as wide as the SAE reads, is refused now (hooks/splice.check_outputs)."""
-    if not p.env.splices:
-        return
-    indices, call = first_batch(p.loader, p.settings.spec)
-    check_outputs(p.points, lambda: run_step(p.model, call.to(p.settings.device), p.settings))
 
 
 def plan_estimate(p: Prepared):
@@ -296,10 +286,10 @@ def restore_limits(points: list[HookPoint], store: H5Store) -> None:
     """Give `record limit=N` the rows the replayed batches already hold."""
     for key_path, rows in store.rows_by_key().items():
         hook, module, role, call = key_path
-        for p in points:
-            if p.hook == hook and p.module == module:
+        for p in points:  # an op site MODULE/FN stored its calls as MODULE/FN.k
+            if p.hook == hook and (p.module == module or (p.site is not None and module.rpartition(".")[0] == p.module)):
                 for action in p.actions:
-                    action.restore(role, call, rows)
+                    action.restore(role, call, rows, module)
 
 
 def file_attrs(cfg: HookrunConfig, model: torch.nn.Module, device: torch.device) -> dict:

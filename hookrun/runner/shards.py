@@ -58,24 +58,48 @@ class ShardRun:
 
     def run(self, body: Callable[[HookrunConfig, Callable], Any]) -> Any:
         """Check, run this rank's shard through `body`, and (rank 0) write the merged view."""
-        # keys per output file: the jobs of a multirun under torchrun share one store
-        store = dist.PrefixStore(f"{self.merged.resolve()}/", open_store(self.r, self.merged.parent))
+        key, folder = self.rendezvous()
+        store = dist.PrefixStore(key, open_store(self.r, folder))
         self.check_same_config(gather(store, self.r, "config", to_yaml(self.cfg)))
-        self.check_files()
-        if self.cfg.resume and shard_status(self.mine) == "unreadable":  # killed before its first flush
-            log.warning("resume: %s holds no readable batch (killed before its first flush); running its shard "
-                        "from the start (the old file is kept as %s.unreadable)", self.mine, self.mine.name)
-            os.replace(self.mine, self.mine.with_name(self.mine.name + ".unreadable"))
-        cfg = dataclasses.replace(
-            self.cfg, device=rank_device(self.cfg.device, self.r.local_rank),
-            output=dataclasses.replace(self.cfg.output, path=str(self.mine)),
-        )
+        self.check_all(store)
+        cfg = self.rank_cfg()
         prefix = RankPrefix(self.r.rank)
         log.addFilter(prefix)  # the ranks share the run folder's log file
         try:
             return self.run_and_merge(store, cfg, body)
         finally:
             log.removeFilter(prefix)
+
+    def rendezvous(self) -> tuple[str, Path]:
+        """The key prefix of this output in the ranks' store (the jobs of a multirun under torchrun
+        share one store), and the folder of its FileStore (submitit, srun)."""
+        return f"{self.merged.resolve()}/", self.merged.parent
+
+    def rank_cfg(self) -> HookrunConfig:
+        """This rank's config: its own device and shard file."""
+        if self.cfg.resume and shard_status(self.mine) == "unreadable":  # killed before its first flush
+            log.warning("resume: %s holds no readable batch (killed before its first flush); running its shard "
+                        "from the start (the old file is kept as %s.unreadable)", self.mine, self.mine.name)
+            os.replace(self.mine, self.mine.with_name(self.mine.name + ".unreadable"))
+        return dataclasses.replace(
+            self.cfg, device=rank_device(self.cfg.device, self.r.local_rank),
+            output=dataclasses.replace(self.cfg.output, path=str(self.mine)),
+        )
+
+    def check_all(self, store: Any) -> None:
+        """check_files on every rank, then wait until every rank has checked: no rank writes before
+        the others have looked (one would see another's new file as taken); a rank's refusal
+        stops every rank."""
+        try:
+            self.check_files()
+            problem = ""
+        except ConfigError as exc:
+            problem = str(exc)
+        problems = gather(store, self.r, "checked", problem)
+        first = next(((r, p) for r, p in enumerate(problems) if p), None)
+        if first is not None:
+            rank, text = first
+            raise every_rank(ConfigError(text if text == problem else f"rank {rank}: {text}"))
 
     def run_and_merge(self, store: Any, cfg: HookrunConfig, body: Callable[[HookrunConfig, Callable], Any]) -> Any:
         status = "failed"
@@ -101,10 +125,13 @@ class ShardRun:
                     log.error("could not write the merged view %s: %s", self.merged, exc)  # the run's own error follows
         if self.r.rank == 0 and status != "dry_run":
             if view.incomplete:
-                raise RunError(f"{self.merged} is a view over {self.r.world} shards and these are not complete: "
-                               f"{', '.join(view.incomplete)}; run the same command with resume=true to finish them")
+                raise RunError(f"{self.not_complete()}: {', '.join(view.incomplete)}; run the same command with "
+                               f"resume=true to finish them")
             return dataclasses.replace(result, path=self.merged, samples=view.samples)
         return result
+
+    def not_complete(self) -> str:
+        return f"{self.merged} is a view over {self.r.world} shards and these are not complete"
 
     # -- before any batch ------------------------------------------------------------------------
     def check_same_config(self, configs: list[str]) -> None:
@@ -154,11 +181,14 @@ class ShardRun:
         waiting = [f"rank {r}" for r, s in enumerate(statuses) if s is None]
         if waiting:
             log.warning("%s did not finish; the view marks their shards incomplete", ", ".join(waiting))
-        attrs = {"config": to_yaml(self.cfg), "launcher": self.r.launcher}
-        view = build_view(self.merged, self.shards, attrs)
+        view = self.combine({"config": to_yaml(self.cfg), "launcher": self.r.launcher})
         log.info("merged %d shard(s) into %s: %d samples, %s, in %.3f s", self.r.world, self.merged, view.samples,
                  view.status, view.seconds)
         return view
+
+    def combine(self, attrs: dict) -> View:
+        """The shards as one run: the merged view over the shard files."""
+        return build_view(self.merged, self.shards, attrs)
 
     def wait(self, store: Any, limit: float | None) -> list[str | None]:
         """Each rank's final status, None for a rank that did not report (dead, or still running

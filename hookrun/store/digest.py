@@ -1,14 +1,17 @@
 """Checksums of stored rows: one xxh3-64 digest per batch of each capture, checked on resume and by
 `python -m hookrun.inspect --verify FILE`.
 
-    ds.attrs["digest"] == "output.digest"             # the sibling dataset, (batches, 2) uint64
-    ds.parent["output.digest"][k] == [end_row, xxh3]  # rows [previous end, end_row) of batch k
+    ds.attrs["digest"] == "/checksums:3"              # the run's table, and this capture's number in it
+    f["/checksums"][j] == [3, end_row, xxh3]          # rows [previous end, end_row) of one batch of capture 3
+    table_of(ds)                                      # (batches, 2): [end_row, xxh3] of that capture
     problems = verify(file)                           # [] when every row matches its checksum
 
-Every append of a capture's rows (one batch) adds one row to its digest: the capture's row count
-after the batch and the xxh3-64 digest of those rows' bytes as stored. A reader recomputes it from
-the rows alone, so a damaged block of a file is named, never read as if it were data. Written by
-the store's writer thread; xxh3 runs at about 15 GB/s (docs/benchmarks.md has its cost).
+Every append of a capture's rows (one batch) adds one row to the run's /checksums table: the
+capture's number, its row count after the batch and the xxh3-64 digest of those rows' bytes as
+stored. A reader recomputes it from the rows alone, so a damaged block of a file is named, never
+read as if it were data. Written by the store's writer thread at each flush; xxh3 runs at about
+15 GB/s (docs/benchmarks.md has its cost). Files of hookrun 0.2 kept one sibling table per
+capture (`ds.attrs["digest"] == "output.digest"`, (batches, 2)); table_of reads both.
 """
 
 from __future__ import annotations
@@ -19,7 +22,15 @@ import xxhash
 
 from hookrun.store.schema import CaptureMeta, damage, list_captures
 
-SUFFIX = ".digest"
+TABLE = "/checksums"
+
+
+def table_of(ds: h5py.Dataset, name: str) -> np.ndarray:
+    """(batches, 2) [end_row, xxh3] of the capture `ds` whose `digest` attribute is `name`."""
+    if name.startswith(TABLE + ":"):
+        table = ds.file[TABLE][:]
+        return table[table[:, 0] == int(name.rsplit(":", 1)[1])][:, 1:]
+    return ds.parent[name][:]  # hookrun 0.2: a sibling table per capture
 
 
 def digest(rows: np.ndarray) -> int:
@@ -57,7 +68,7 @@ def verify(f: h5py.File, rows_per_read: int = 1 << 16) -> tuple[list[str], int, 
             continue
         checked += 1
         try:
-            table = ds.parent[meta.digest][:]
+            table = table_of(ds, meta.digest)
         except (KeyError, OSError, RuntimeError) as exc:
             problems.append(f"{info.path}: its checksums cannot be read ({damage(exc)})")
             continue

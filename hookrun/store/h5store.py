@@ -21,7 +21,7 @@ import os
 import shutil
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import h5py
@@ -30,7 +30,7 @@ import numpy as np
 from hookrun.errors import RunError
 from hookrun.store.chunks import CHUNK_BYTES, chunk_bytes_for, new_dataset
 from hookrun.store.chunks import append as _append
-from hookrun.store.digest import SUFFIX, digest
+from hookrun.store.digest import TABLE, digest
 from hookrun.store.evaluation import EvaluationStore
 from hookrun.store.format import FORMAT_VERSION
 from hookrun.store.h5file import create_hidden, flushing_path
@@ -49,8 +49,7 @@ class _Column:
     per_step: bool
     key: tuple  # (hook, module, role, call)
     index: h5py.Dataset | None = None  # sample (or step) index of each row, once rows skip
-    digest: h5py.Dataset | None = None  # (batches, 2): rows after each batch, xxh3 of its rows
-    pending: list = field(default_factory=list)  # digests of batches since the last flush (written at flush)
+    digest_id: int | None = None  # its number in the run's /checksums table (store/digest.py)
 
 
 class H5Store:
@@ -63,6 +62,9 @@ class H5Store:
         self.expected = {False: expected_samples, True: expected_steps}  # rows a capture will get, where known
         self._visible = False  # under its own name yet (flushes then step aside: _aside)
         self._previous = (0, 0)  # steps and samples of the last flush
+        self._pending: list[tuple[int, int, int]] = []  # (capture's digest id, rows after the batch, xxh3) since the last flush
+        self._digest_table: h5py.Dataset | None = None
+        self._next_digest_id = 0
         # each capture caches only the chunk it is filling (set in _new_dataset): appends never
         # re-read a chunk, and memory stays bounded however many rows or captures there are
         self.file, hidden = create_hidden(self.path, rdcc_nbytes=2 * CHUNK_BYTES, rdcc_w0=1.0)
@@ -125,10 +127,10 @@ class H5Store:
 
     def _mark(self) -> dict:
         """The rows of every dataset before a batch (for _roll_back)."""
-        sets = [d for col in self._columns.values() for d in (col.ds, col.index, col.digest) if d is not None]
+        sets = [d for col in self._columns.values() for d in (col.ds, col.index) if d is not None]
         return {"rows": {d.name: d.shape[0] for d in sets}, "columns": set(self._columns), "table": self.table.mark(),
                 "indexed": {p for p, col in self._columns.items() if col.index is not None},
-                "pending": {p: len(col.pending) for p, col in self._columns.items()},
+                "pending": len(self._pending),
                 "evaluation": self.evaluation.mark()}
 
     def _roll_back(self, mark: dict) -> None:
@@ -136,12 +138,10 @@ class H5Store:
         try:
             for path in set(self._columns) - mark["columns"]:
                 col = self._columns.pop(path)
-                for d in (col.index, col.digest, col.ds):
+                for d in (col.index, col.ds):
                     if d is not None:
                         del self.file[d.name]
-            for path, n in mark["pending"].items():  # a failed batch's digest never reaches the file
-                if path in self._columns:
-                    del self._columns[path].pending[n:]
+            del self._pending[mark["pending"]:]  # a failed batch's digests never reach the file
             for path in set(self._columns) - mark["indexed"]:
                 col = self._columns[path]
                 if col.index is not None:
@@ -213,20 +213,22 @@ class H5Store:
         """One row of the capture's checksum table: its row count after this batch, xxh3 of the rows
         (kept in memory, written at the next flush: one HDF5 append per capture per flush)."""
         if self.checksum:
-            col.pending.append((col.ds.shape[0], digest(rows.astype(col.ds.dtype, copy=False))))
+            if col.digest_id is None:
+                col.digest_id = self._next_digest_id
+                self._next_digest_id += 1
+                col.ds.attrs["digest"] = f"{TABLE}:{col.digest_id}"
+            self._pending.append((col.digest_id, col.ds.shape[0], digest(rows.astype(col.ds.dtype, copy=False))))
 
     def _write_digests(self) -> None:
-        for path, col in self._columns.items():
-            if not col.pending:
-                continue
-            if col.digest is None:
-                name = f"{path}{SUFFIX}"
-                # small chunks and a cache of one: hundreds of captures must not hold 64 KiB each
-                col.digest = self.file.create_dataset(name, (0, 2), "uint64", maxshape=(None, 2), chunks=(128, 2),
-                                                      rdcc_nbytes=4096, rdcc_w0=1.0)
-                col.ds.attrs["digest"] = name.rsplit("/", 1)[1]
-            _append(col.digest, np.array(col.pending, dtype=np.uint64))
-            col.pending.clear()
+        """The digests of the batches since the last flush: one append to the run's one table (a
+        table per capture held a chunk cache each: 600 captures grew memory past the load test's bound)."""
+        if not self._pending:
+            return
+        if self._digest_table is None:
+            self._digest_table = self.file.create_dataset(TABLE, (0, 3), "uint64", maxshape=(None, 3), chunks=(1024, 3),
+                                                          rdcc_nbytes=64 << 10, rdcc_w0=1.0)
+        _append(self._digest_table, np.array(self._pending, dtype=np.uint64))
+        self._pending.clear()
 
     def _write_ragged(self, cap: Capture, rec: StepRecord, samples_before: int) -> None:
         col = self._columns.get(cap.key.path)

@@ -224,7 +224,9 @@ def _virtual(group: h5py.Group, name: str, parts: list[tuple[Path, h5py.Dataset,
     at = 0
     for path, _, src, rows in parts:
         if rows:
-            layout[at : at + rows] = h5py.VirtualSource(path.name, src, shape=(rows, *row), dtype=dtype)
+            # HDF5 reads `%` in a source's names as a format specifier: an op site's group (a%2Fb) needs %%
+            layout[at : at + rows] = h5py.VirtualSource(path.name.replace("%", "%%"), src.replace("%", "%%"),
+                                                        shape=(rows, *row), dtype=dtype)
         at += rows
     return group.create_virtual_dataset(name, layout)
 

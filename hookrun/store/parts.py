@@ -75,6 +75,11 @@ class Output:
     def part(self, k: int) -> str:
         return part_name(k, self.rank)
 
+    def owns(self, name: str) -> bool:
+        """Whether the object `name` under the URL is this output's to replace: all of a one-process
+        run's; with many ranks, this rank's manifest and parts only."""
+        return self.rank is None or name == self.manifest_name or name.startswith(f"rank-{self.rank:05d}/")
+
     def folder(self, check: bool = True) -> RemoteFolder:
         return RemoteFolder.open(self.url, check=check)
 
@@ -119,6 +124,8 @@ def describe(path: Path, name: str) -> tuple[PartEntry, dict[str, dict], dict]:
             m = CaptureMeta.from_attrs(f[c.path].attrs)
             schema[c.path] = {"hook": m.hook, "module": m.module, "role": m.role, "call": m.call, "type": m.type,
                               "rows": m.rows.value, "dtype": c.dtype, "shape": list(c.shape[1:])}
+            if "limit" in m.extra:  # record limit=N: with many ranks, each rank's first N (readers keep the run's)
+                schema[c.path]["limit"] = int(m.extra["limit"])
         attrs = {k: _plain(v) for k, v in f.attrs.items() if k not in RUN_ATTRS_SKIP}
         first, stop = (int(steps[0]), int(steps[-1]) + 1) if len(steps) else (0, 0)
     return PartEntry(name, path.stat().st_size, "", [first, stop], int(len(steps)), int(tokens), rows), schema, attrs
@@ -158,6 +165,10 @@ def prepare_resume(out: Output, folder: RemoteFolder) -> ResumePoint | None:
     local = sorted(out.parts_dir.glob("part-*.h5"), key=lambda p: _index(p.name)) if out.parts_dir.is_dir() else []
     for old in out.parts_dir.glob(".part-*.creating") if out.parts_dir.is_dir() else []:
         old.unlink(missing_ok=True)  # a part killed before its first flush: nothing in it
+    if manifest is not None and manifest.ranks and out.rank is None:
+        raise ConfigError(f"resume: {out.url} holds the parts of a {len(manifest.ranks)}-process run; resume it with "
+                          f"the same launcher and {len(manifest.ranks)} processes (torchrun --nproc_per_node="
+                          f"{len(manifest.ranks)}, or {len(manifest.ranks)} tasks)")
     if manifest is None and not local:
         return None
     if manifest is None:
@@ -215,7 +226,7 @@ class PartedStore:
         self.done_overflow: dict[tuple, int] = {}
         self.end_attrs: dict = {}
         if resume is None:  # a new run: whatever an earlier one left under the URL goes (overwrite was checked)
-            retrying(f"clearing {out.url}", self.folder.remove_all)
+            retrying(f"clearing {out.url}", lambda: self.folder.remove_all(keep=lambda n: not out.owns(n)))
             self._write_manifest()
 
     # -- writing -------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ class Capture:
     overflow: Any = None  # values the cast to the storage dtype turned from finite to inf (a 0-d tensor, or int)
     tokens: bool = False  # one row per non-padding token, aligned with /samples/token_sample
     ragged: bool = False  # value is a list: one tensor of varying first dim per sample (variable-length rows)
+    dims: tuple[str, ...] | None = None  # one name per axis of the dataset as stored (None: derived from rows and rank)
 
 
 @dataclass

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from hookrun.errors import ConfigError, HookrunError
@@ -26,6 +27,7 @@ log = logging.getLogger("hookrun")
 SCHEMES_LOCAL = ("", "file", "local")
 UPLOAD_CHUNK = 64 << 20  # S3 multipart part size (and the read-back block)
 UPLOAD_THREADS = 4  # concurrent multipart parts of one upload
+OURS = re.compile(r"^(manifest(\.rank-\d{5})?\.json|(rank-\d{5}/)?part-\d{5}\.h5)$")  # what a run writes
 
 
 class StoreError(HookrunError):
@@ -114,13 +116,21 @@ class RemoteFolder:
         """One PUT: readers see the old object or the new one, never a mix."""
         self.fs.pipe_file(self.path(name), text.encode())
 
-    def remove_all(self) -> None:
+    def names(self) -> list[str]:
+        """The names of the objects (and sub-prefixes) directly under the prefix; [] where there is none."""
+        try:
+            return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(self.root, detail=False))
+        except FileNotFoundError:
+            return []
+
+    def remove_all(self, keep: Callable[[str], bool] | None = None) -> None:
         """The cache objects under the prefix, those hookrun writes only: its manifests and parts
-        (output.overwrite, or a new run over an old one's leftovers)."""
+        (output.overwrite, or a new run over an old one's leftovers), but those whose name under
+        the prefix `keep` says to keep (with many ranks each rank clears its own)."""
         if not self.fs.exists(self.root):
             return
-        ours = re.compile(r"^(manifest(\.rank-\d{5})?\.json|(rank-\d{5}/)?part-\d{5}\.h5)$")
-        found = [p for p in self.fs.find(self.root) if ours.match(p[len(self.root) + 1 :])]
+        names = [p[len(self.root) + 1 :] for p in self.fs.find(self.root)]
+        found = [self.path(n) for n in names if OURS.match(n) and not (keep and keep(n))]
         if found:
             self.fs.rm(found)
 
@@ -173,11 +183,13 @@ def digests(path: Path, chunk: int) -> tuple[str, str]:
     bytes: that MD5 for one PUT (files under two chunks), else the MD5 of the parts' MD5s and
     '-<parts>'. One pass over the file."""
     whole, parts = hashlib.md5(), []
+    multipart = path.stat().st_size >= 2 * chunk  # (one PUT below: the parts' MD5s are not needed)
     with open(path, "rb") as f:
         while block := f.read(chunk):
             whole.update(block)
-            parts.append(hashlib.md5(block).digest())
+            if multipart:
+                parts.append(hashlib.md5(block).digest())
     md5 = whole.hexdigest()
-    if path.stat().st_size < 2 * chunk:
+    if not multipart:
         return md5, md5
     return md5, f"{hashlib.md5(b''.join(parts)).hexdigest()}-{len(parts)}"

@@ -3,6 +3,7 @@
     meta = CaptureMeta("fmap", "layer1.0", "forward", "output", 0, RowKind.SAMPLES, "float32", (64, 8, 8))
     ds.attrs.update(meta.to_attrs())             # the writer (h5store, ragged)
     CaptureMeta.from_attrs(ds.attrs).rows        # RowKind.SAMPLES: merge, resume, patch, readers
+    CaptureMeta.from_attrs(ds.attrs).dims        # ('sample', 'channel', 'height', 'width'): one name per axis
     list_captures(file)                          # every capture dataset of an open file, as CaptureInfo
     resolve(captures, ("layer1.0", "output"))    # the one capture a (module, role) key names
 
@@ -39,7 +40,13 @@ class RowKind(str, Enum):
         return self.value
 
 
-STANDARD = ("hook", "module", "type", "role", "call", "rows", "torch_dtype", "row_shape", "index", "ragged", "digest")
+STANDARD = ("hook", "module", "type", "role", "call", "rows", "torch_dtype", "row_shape", "index", "ragged", "digest",
+            "dims")
+FIRST_DIM = {RowKind.SAMPLES: "sample", RowKind.STEPS: "step", RowKind.TOKENS: "token"}  # the rows' axis
+# the axes of a row by its rank, where nothing else is known: (B, D), (B, T, D), (B, C, H, W)
+BY_RANK = {0: (), 1: ("feature",), 2: ("token", "feature"), 3: ("channel", "height", "width")}
+PATTERN = ("head", "query", "key")  # an attention pattern's (or its scores') axes after the sample
+PATTERN_FNS = ("softmax", "_softmax", "log_softmax")  # op sites whose 4-D result in an attention module is one
 
 
 @dataclass
@@ -57,12 +64,16 @@ class CaptureMeta:
     index: str = ""  # the sibling dataset with each row's sample (or step) index, where rows skip
     ragged: bool = False  # variable-length rows (one flattened row per sample or step)
     digest: str = ""  # the sibling dataset with each batch's checksum (store/digest.py); '' where there is none
+    dims: tuple[str, ...] = ()  # one name per axis of the dataset as stored; () derives them (derive_dims)
     extra: dict[str, Any] = field(default_factory=dict)  # reduce, select, every, limit, overflow_values, ...
+
+    def __post_init__(self) -> None:
+        self.dims = tuple(self.dims) or derive_dims(self.rows, self.row_shape, self.ragged, self.module, self.role)
 
     def to_attrs(self) -> dict[str, Any]:
         attrs = {"hook": self.hook, "module": self.module, "type": self.type, "role": self.role, "call": self.call,
                  "rows": self.rows.value, "torch_dtype": self.torch_dtype,
-                 "row_shape": np.array(self.row_shape, dtype=np.int64), "index": self.index}
+                 "row_shape": np.array(self.row_shape, dtype=np.int64), "index": self.index, "dims": list(self.dims)}
         if self.ragged:
             attrs["ragged"] = True
         if self.digest:
@@ -75,15 +86,17 @@ class CaptureMeta:
         return cls(str(a["hook"]), str(a["module"]), str(a["type"]), str(a["role"]), int(a["call"]), RowKind(str(a["rows"])),
                    str(a.get("torch_dtype", "")), tuple(int(d) for d in a.get("row_shape", ())), str(a.get("index", "") or ""),
                    bool(a.get("ragged", False)), str(a.get("digest", "") or ""),
+                   tuple(_text(d) for d in a.get("dims", ())),  # a file written before `dims`: derived
                    {k: _plain(v) for k, v in a.items() if k not in STANDARD})
 
     @classmethod
     def of(cls, cap: Capture, row_shape: tuple[int, ...]) -> CaptureMeta:
-        """The attributes a capture's dataset gets when its first batch is written."""
+        """The attributes a capture's dataset gets when its first batch is written (`cap.dims`: the
+        names record chose; None derives them)."""
         k = cap.key
         rows = RowKind.STEPS if cap.per_step else RowKind.TOKENS if cap.tokens else RowKind.SAMPLES
         return cls(k.hook, k.module, k.type, k.role, k.call, rows, cap.torch_dtype, tuple(row_shape),
-                   ragged=cap.ragged, extra=dict(cap.attrs))
+                   ragged=cap.ragged, dims=tuple(cap.dims or ()), extra=dict(cap.attrs))
 
     @property
     def key(self) -> tuple[str, str, str, int]:
@@ -92,6 +105,27 @@ class CaptureMeta:
     @property
     def label(self) -> str:
         return label(self.hook, self.module, self.role, self.call)
+
+
+def derive_dims(rows: RowKind, row_shape: tuple[int, ...], ragged: bool = False, module: str = "",
+                role: str = "") -> tuple[str, ...]:
+    """Axis names from what a capture's attributes say, for files written before the `dims`
+    attribute and for writers that name none: the rows' axis (sample, step, token), then a row's
+    axes by rank (BY_RANK; a 3-D row of an op site `.../softmax.k` is an attention pattern),
+    `dim_1`, `dim_2`, ... where the rank says nothing (and for per-step rows)."""
+    first = FIRST_DIM[rows]
+    if ragged:  # one flattened row per sample or step
+        return (first,)
+    n = len(row_shape)
+    site_fn = module.rsplit("/", 1)[1].split(".", 1)[0] if "/" in module else ""
+    if rows is RowKind.SAMPLES and n == 3 and site_fn in PATTERN_FNS and role.split(".", 1)[0] in ("output", "grad", "input"):
+        return (first, *PATTERN)
+    known = BY_RANK.get(n) if rows is RowKind.SAMPLES else ("feature",) if rows is RowKind.TOKENS and n == 1 else None
+    return (first, *(known if known is not None else unnamed(n)))
+
+
+def unnamed(n: int, start: int = 1) -> tuple[str, ...]:
+    return tuple(f"dim_{i}" for i in range(start, start + n))
 
 
 def is_capture(obj: Any) -> bool:
@@ -118,6 +152,7 @@ class CaptureInfo:
     rows: str  # a RowKind value: samples | steps | tokens
     path: str  # the dataset's path in the file
     nbytes: int  # on disk
+    dims: tuple[str, ...] = ()  # one name per axis (the `dims` attribute, or derived for an older file)
 
     @property
     def label(self) -> str:
@@ -144,7 +179,7 @@ def list_captures(f: h5py.File) -> list[CaptureInfo]:
                 m = CaptureMeta.from_attrs(obj.attrs)
                 nbytes = obj.size * obj.dtype.itemsize if obj.is_virtual else obj.id.get_storage_size()  # a view: its rows' bytes
                 found.append(CaptureInfo(m.hook, m.module, m.role, m.call, m.type, tuple(obj.shape), str(obj.dtype),
-                                         m.rows.value, obj.name, nbytes))
+                                         m.rows.value, obj.name, nbytes, m.dims))
             except (KeyError, OSError, RuntimeError, ValueError) as exc:
                 raise HookrunError(f"the capture {group.name}/{name} cannot be read: the file is damaged "
                                    f"({damage(exc)})") from None
@@ -231,6 +266,10 @@ def resolve(items: Sequence[T], key: tuple, call: int = 0, source: str = "", emp
     head = f"{source} has no capture {want!r}" if source else f"no capture {want!r}"
     raise NotFoundError(head + (f" call {call}" if call else "")
                         + f"; {'closest' if hint else 'captures'}: {', '.join(hint or labels[:10]) or empty}")
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
 def _plain(value: Any) -> Any:

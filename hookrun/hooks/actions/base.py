@@ -78,7 +78,7 @@ class Action:
     def reset(self) -> None:
         """Forget what was counted so far (the dry-run estimate ran one sample through the hooks)."""
 
-    def restore(self, role: str, call: int, rows: int) -> None:
+    def restore(self, role: str, call: int, rows: int, module: str | None = None) -> None:
         """A resumed run: the file already holds `rows` rows of this action's (role, call)."""
 
     @property

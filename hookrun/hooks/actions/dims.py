@@ -1,7 +1,16 @@
-"""Dims of a recorded tensor by name, and `select` specs: how record finds the dims it works on.
+"""Dims of a recorded tensor by name, and `select` specs: how record finds the dims it works on,
+and the names by meaning it gives the stored axes (the capture's `dims` attribute).
 
     dim_index("channel", 4, ev, "output")           # 1
     parse_select({"dim": "token", "index": "last"}, where)  # ("token", "last", "last")
+    meaning(point, "output", (8, 4, 32, 32), state)  # ['sample', 'head', 'query', 'key'] at .../attn/softmax
+
+A tensor's axes are named from where it came from and its rank (meaning()): an attention pattern
+or its scores (a softmax op site inside an attention module, an attention module's weights output
+such as GPT-2 eager's `output.1`, TransformerLens' `hook_pattern`) is `head, query, key`; a 4-D
+map `channel, height, width`; a (B, T, ...) tensor over the batch's tokens `token, ...`; 3-D
+`token, feature` (`channel, length` out of a 1-d conv, norm or pool); 2-D `feature`; anything
+else `dim_1, dim_2, ...`. select/reduce then drop the axes they remove (shaped_names()).
 """
 
 from __future__ import annotations
@@ -9,8 +18,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from torch import nn
+
 from hookrun.errors import ConfigError, RunError, one_of
-from hookrun.hooks.events import Event
+from hookrun.hooks.events import Event, StepState, family
+from hookrun.store.schema import BY_RANK, PATTERN, PATTERN_FNS, unnamed
 
 DIM_NAMES = {"channel": 1, "height": 2, "width": 3, "token": 1, "feature": -1}
 
@@ -60,3 +72,131 @@ def parse_select(spec: Any, where: str) -> tuple[Any, Any, str]:
     if not isinstance(index, list | tuple) or not all(isinstance(i, int) for i in index):
         raise ConfigError(f"{where}: select index must be a list of whole numbers or a slice string, got {index!r}")
     return dim, list(index), ",".join(map(str, index))
+
+
+# -- names by meaning ------------------------------------------------------------------------------
+PATTERN_HOOKS = ("hook_pattern", "hook_attn_scores")  # TransformerLens HookPoints of (B, H, Q, K) tensors
+
+
+def meaning(point: Any, role: str, shape: tuple[int, ...], state: StepState | None = None) -> list[str]:
+    """The names of a (batch, ...) tensor's axes, the batch first as `sample` (module docstring)."""
+    n = len(shape)
+    module = point.target if isinstance(point.target, nn.Module) else None
+    kind = type(module).__name__.lower() if module is not None else ""
+    attention = "attention" in kind or "attn" in kind
+    site = point.site[0] if point.site else None
+    heads, head_dim = _heads(module) if attention else (None, None)
+    tokens = _token_axis(shape, state)
+    rest: tuple[str, ...] | None = None
+    if n == 4 and _is_pattern(point.module, role, shape, site, attention, heads, head_dim):
+        rest = PATTERN
+    elif n == 4 and attention:  # per-head queries, keys, values; anything else in there is unnamed
+        if heads is not None and shape[1] == heads and shape[3] == head_dim and shape[2] == shape[3]:
+            rest = ("head", "dim_2", "dim_3")  # as many tokens as a head has features: a pattern or values?
+        elif heads is not None and shape[1] == heads and shape[3] == head_dim and site is not None:
+            rest = ("head", "token", "feature")
+        elif heads is not None and shape[2] == heads and tokens and shape[3] == head_dim:
+            rest = ("token", "head", "feature")
+        else:
+            rest = unnamed(3)
+    elif n == 3 and attention and _is_weights(role, site):  # nn.MultiheadAttention's head-averaged weights
+        rest = ("query", "key")
+    elif n == 3 and kind.endswith("1d"):
+        rest = ("channel", "length")
+    elif n == 5 and kind.endswith("3d"):
+        rest = ("channel", "depth", "height", "width")
+    elif n == 4 and state is not None and state.attention_mask is not None and shape[-1] == state.attention_mask.shape[-1]:
+        rest = unnamed(3)  # over a text batch's tokens (a block's 4-D attention mask): not an image
+    elif n == 2 and tokens:
+        rest = ("token",)  # input_ids, attention_mask
+    else:
+        rest = BY_RANK.get(n - 1) if n >= 1 else ()
+    return ["sample", *(rest if rest is not None else unnamed(n - 1))]
+
+
+def _is_pattern(name: str, role: str, shape: tuple[int, ...], site: str | None, attention: bool,
+                heads: int | None, head_dim: int | None) -> bool:
+    if name.rsplit(".", 1)[-1] in PATTERN_HOOKS:
+        return True
+    if not attention:
+        return False
+    if site is None:
+        return _is_weights(role, None)
+    if site in PATTERN_FNS:
+        return True  # the probabilities, their input (the scores) and their gradient
+    # another op of the attention's code: (B, H, Q, K) scores, masked or scaled, or the dropped-out pattern
+    return family(role) in ("output", "grad") and heads is not None and head_dim is not None and \
+        shape[1] == heads and shape[3] != head_dim
+
+
+def _is_weights(role: str, site: str | None) -> bool:
+    """An attention module's weights output: output.1 (GPT-2, LLaMA, BERT eager), output.attentions..."""
+    return site is None and family(role) == "output" and role not in ("output", "output.0")
+
+
+def _heads(module: nn.Module | None) -> tuple[int | None, int | None]:
+    """(heads, head dim) of an attention module, where its attributes or config say."""
+    cfg = getattr(module, "config", None)
+    heads = next((v for v in (getattr(module, "num_heads", None), getattr(module, "num_attention_heads", None),
+                              getattr(module, "n_head", None), getattr(cfg, "num_attention_heads", None),
+                              getattr(cfg, "n_head", None)) if isinstance(v, int)), None)
+    head_dim = next((v for v in (getattr(module, "head_dim", None), getattr(module, "attention_head_size", None))
+                     if isinstance(v, int)), None)
+    return heads, head_dim
+
+
+def _token_axis(shape: tuple[int, ...], state: StepState | None) -> bool:
+    """Whether axis 1 is the batch's tokens (the attention mask's (B, T) leads the shape)."""
+    mask = state.attention_mask if state is not None else None
+    return mask is not None and len(shape) >= 2 and tuple(shape[:2]) == tuple(mask.shape)
+
+
+def shaped_names(names: list[str], selections: list, reduce_dims: list | None, ev: Event, role: str) -> list[str]:
+    """The names left after record's select (`index: last` drops its axis) and reduce (drops the
+    reduced axes), resolved as Record.shape resolves them."""
+    names = list(names)
+    for dim, index, _ in selections:
+        if index == "last":
+            del names[dim_index(dim, len(names), ev, role)]
+    if reduce_dims:
+        gone = {d for spec in reduce_dims for d in dim_list(spec, len(names), ev, role)}
+        names = [x for i, x in enumerate(names) if i not in gone]
+    return names
+
+
+def check_names(names: Any, where: str) -> tuple[str, ...] | None:
+    """record `dim_names: [head, query, key]`: one name per axis of a row, unique, plain words."""
+    if names is None:
+        return None
+    if isinstance(names, str) or not isinstance(names, list | tuple) or not all(isinstance(x, str) and x for x in names):
+        raise ConfigError(f"{where}: record dim_names={names!r}; expected a list of names, one per axis of a "
+                          f"row (after the sample), e.g. [head, query, key]")
+    bad = [x for x in names if "/" in x or ":" in x]
+    if bad or len(set(names)) != len(names):
+        why = f"{bad[0]!r} holds a '/' or ':'" if bad else "a name is repeated"
+        raise ConfigError(f"{where}: record dim_names={list(names)}: {why}; give each axis a name of its own")
+    return tuple(names)
+
+
+def stored_names(first: str, row: tuple[int, ...], names: Any = None) -> tuple[str, ...]:
+    """(first, *names) where they fit the row (one unique name per axis); dim_1, dim_2, ... otherwise."""
+    names = tuple(names) if names is not None else ()
+    if len(names) != len(row) or len(set((first, *names))) != len(names) + 1:
+        names = unnamed(len(row))
+    return (first, *names)
+
+
+def axis_names(rec: Any, ev: Event, role: str, raw: tuple[int, ...], per_step: bool, folded: bool, shaped: Any) -> tuple[str, ...]:
+    """The names of a record action's stored axes for one (role, call), at its first batch: the
+    rows' axis, then a row's axes by meaning (a per-step or folded tensor's: dim_1, dim_2, ...), or
+    the action's dim_names (their count checked against the row's rank: one RunError line).
+    `raw`: the tensor's shape as the hook saw it; `shaped`: after select/reduce (and token rows)."""
+    row = tuple(shaped.shape) if per_step else tuple(shaped.shape[1:])
+    first = "step" if per_step else "token" if rec.token_rows else "sample"
+    if rec.dim_names is not None and len(rec.dim_names) != len(row):
+        raise RunError(f"{rec.where}: record dim_names has {len(rec.dim_names)} name(s), but {role} of {ev.where} is "
+                       f"stored as one row of shape {row} per {first}: give {len(row)} name(s), one per axis of a row")
+    if rec.dim_names is not None or per_step or folded:
+        return stored_names(first, row, rec.dim_names)
+    full = shaped_names(meaning(rec.point, role, raw, ev.state), rec.selections, rec.dims if rec.reduce else None, ev, role)
+    return stored_names(first, row, full[2:] if rec.token_rows else full[1:])

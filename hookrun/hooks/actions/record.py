@@ -5,12 +5,16 @@
     actions: [{name: record, what: output, reduce: mean, dims: spatial, dtype: float16, every: 2}]
     actions: [{name: record, what: input.hidden_states, rows: token}]   # a keyword input, one row per token
     actions: [{name: record, what: output, select: {dim: token, index: last}}]  # each sample's last token
+    actions: [{name: record, what: output, dim_names: [head, query, key]}]      # the axes' names in the file
 
 Reductions run on the tensor's device before the copy, in this order: `select` (index lists or
 slices along named dims), `reduce` (mean / max / norm over `dims`), `dtype`; `every` keeps every
 Nth step, `limit` the first N rows. The capture's attributes record what was done. `rows` says how
 a tensor becomes rows (auto | sample | step | token: hookrun.hooks.actions.rows); a reduction
 over the token dim and `index: last` follow the batch's attention mask (padding is left out).
+Each capture's axes are named by meaning at its first batch (hookrun.hooks.actions.dims.meaning:
+`sample, head, query, key` for an attention pattern, `token, feature` for token rows, ...), or by
+`dim_names` (one name per axis of a row); the names become the dataset's `dims` attribute.
 
 A snapshot is a copy taken when the hook fires, so a later in-place op (ReLU(inplace=True) after
 bn1) cannot change what was recorded.
@@ -25,7 +29,14 @@ import torch
 from hookrun.config.schema import DTYPES
 from hookrun.errors import ConfigError, HookrunError, RunError, one_of
 from hookrun.hooks.actions.base import ACTIONS, Action
-from hookrun.hooks.actions.dims import check_dim, dim_index, dim_list, parse_select
+from hookrun.hooks.actions.dims import (
+    axis_names,
+    check_dim,
+    check_names,
+    dim_index,
+    dim_list,
+    parse_select,
+)
 from hookrun.hooks.actions.rows import STEP, RowRule, last_positions, padding_mask, per_sample_lists
 from hookrun.hooks.events import Event, family, positional_index, positional_role
 from hookrun.store.records import Capture, CaptureKey
@@ -47,6 +58,7 @@ class Record(Action):
         limit: int | None = None,
         check_finite: bool = False,
         rows: str = "auto",
+        dim_names: list[str] | None = None,
     ) -> None:
         super().__init__(point, hook_type, env, where)
         wanted = [what] if isinstance(what, str) else list(what or [])
@@ -81,7 +93,12 @@ class Record(Action):
             raise ConfigError(f"{self.where}: rows=token keeps every token of every batch; remove every and limit "
                               f"(data.limit runs fewer batches)")
         self.token_rows = rows == "token"
-        self.rows: dict[tuple[str, int], int] = {}  # rows recorded so far, per (role, call)
+        self.dim_names = check_names(dim_names, self.where)
+        if self.dim_names is not None and rows == "ragged":
+            raise ConfigError(f"{self.where}: dim_names does not fit rows=ragged: a variable-length row is stored "
+                              f"flattened, as one axis; remove dim_names")
+        self.names: dict[tuple, tuple[str, ...]] = {}  # the stored axes' names, per (site, role, call)
+        self.rows: dict[tuple, int] = {}  # rows recorded so far, per (module or op site, role, call)
         self._seen: set[int] = set()  # calls whose roles were checked against `what`
         self._skipped: str | None = None  # a globbed point without the tensors `what` names: why
         self.attrs = self._attrs(dtype)
@@ -105,10 +122,12 @@ class Record(Action):
         """Forget the rows counted for `limit` and the row layouts (after the dry-run estimate)."""
         self.rows.clear()
         self.rule.reset()
+        self.names.clear()
 
-    def restore(self, role: str, call: int, rows: int) -> None:
-        """Count the rows a resumed file already holds, so `limit` stops where it would have."""
-        self.rows[(role, call)] = rows
+    def restore(self, role: str, call: int, rows: int, module: str | None = None) -> None:
+        """Count the rows a resumed file already holds, so `limit` stops where it would have
+        (`module`: the capture's own name, MODULE/FN.k for one call of an op site MODULE/FN)."""
+        self.rows[(module or self.point.module, role, call)] = rows
 
     def check_mode(self, mode: str) -> None:
         if mode == "generate" and not self.token_rows:
@@ -157,11 +176,12 @@ class Record(Action):
         state = ev.state
         k = 1 if self.token_rows else self.rule.layout(role, ev.call, t, state, ev.where)
         per_step = k == STEP
+        raw = tuple(t.shape)
         if k > 1:
             t = t.reshape(state.batch_size, k, *t.shape[1:])
         index = None
         if self.limit is not None:
-            done = self.rows.get((role, ev.call), 0)
+            done = self.rows.get((ev.module, role, ev.call), 0)  # (an op site's calls count apart)
             room = self.limit - done
             if room <= 0:
                 return None
@@ -169,11 +189,14 @@ class Record(Action):
             if not per_step and room < n:
                 t = t[:room]
                 index = state.sample_index[: len(t)].numpy() if state.sample_index is not None else None
-            self.rows[(role, ev.call)] = done + min(n, room)
+            self.rows[(ev.module, role, ev.call)] = done + min(n, room)
         shaped = self._shape(t, ev, role)
         if self.token_rows:  # the model call's real tokens, one row each
             shaped = state.call_tokens.take(shaped, state.batch_size, role, f"{self.where} at {ev.where}")
+        if (ev.module, role, ev.call) not in self.names:  # (ev.module: an op site's calls are MODULE/FN.0, .1, ...)
+            self.names[(ev.module, role, ev.call)] = axis_names(self, ev, role, raw, k == STEP, k > 1, shaped)
         return shaped, _dtype_name(t.dtype), per_step, index
+
 
     def emit(self, ev: Event, role: str, shaped: torch.Tensor, torch_dtype: str, per_step: bool,
              index: Any) -> None:
@@ -186,10 +209,10 @@ class Record(Action):
             overflow = (torch.isinf(value) & torch.isfinite(shaped)).sum()
         key = CaptureKey(ev.hook, ev.module, ev.type, role, ev.call)
         if self.rule.rows == "ragged":  # one variable-length row per step
-            self.env.captures.add(Capture(key, [value.cpu()], True, torch_dtype, self.attrs, ragged=True))
+            self.env.captures.add(Capture(key, [value.cpu()], True, torch_dtype, self.attrs, ragged=True, dims=("step",)))
             return
         self.env.captures.add(Capture(key, value, per_step, torch_dtype, self.attrs, index, overflow,
-                                      tokens=self.token_rows))
+                                      tokens=self.token_rows, dims=self.names.get((ev.module, role, ev.call))))
 
     def _by_name(self, tensors: dict) -> dict:
         out = None
@@ -222,7 +245,8 @@ class Record(Action):
         """One row of varying length per sample (stored as variable-length HDF5 rows)."""
         value = [snapshot(self._shape(x.unsqueeze(0), ev, role), self.dtype)[0].cpu() for x in items]
         key = CaptureKey(ev.hook, ev.module, ev.type, role, ev.call)
-        self.env.captures.add(Capture(key, value, False, _dtype_name(items[0].dtype), self.attrs, ragged=True))
+        self.env.captures.add(Capture(key, value, False, _dtype_name(items[0].dtype), self.attrs, ragged=True,
+                                      dims=("sample",)))
 
     def _shape(self, t: torch.Tensor, ev: Event, role: str) -> torch.Tensor:
         """shape(), with a failed select/reduce as one RunError line."""

@@ -1,0 +1,93 @@
+"""A run's captures as one xarray.Dataset, each axis named by meaning (the capture's `dims`).
+
+    ds = to_dataset(run.file, [run.find("transformer.h.0.attn/softmax.0", "output")], slice(None))
+    ds["p/transformer.h.0.attn/softmax.0/output"].dims     # ('sample', 'head', 'query', 'key')
+
+The names are the file's own (`dims` attribute; derived for a file written before it). A row axis
+carries its coordinates: `sample` the dataset index of each sample, `step` the batch number, and
+`token` two coordinates, `sample` and `position` (/samples/token_sample and token_position), named
+`token_sample` and `token_position` where the Dataset also has a `sample` axis (a coordinate may not
+share its name with an axis). Captures share an axis where they agree on it (its size, and for a
+row axis its coordinate): every attention pattern of a model shares `sample, head, query, key`. An
+axis name on which the chosen captures disagree (`channel` of 64 and of 128) is qualified, for
+each capture, with the capture's name: `blocks/layer2.0/output:channel`; for a row axis only the
+captures that skip rows are (those whose rows are not the run's /samples/index, or token map).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import h5py
+import numpy as np
+
+from hookrun.store.schema import CaptureInfo, CaptureMeta, RowKind, row_index
+
+ROW_AXES = ("sample", "step", "token")
+
+
+def to_dataset(f: h5py.File, chosen: list[CaptureInfo], rows: slice, attrs: dict) -> Any:
+    import xarray as xr
+
+    parts = [_part(f, info, rows) for info in chosen]
+    canonical = _canonical(f, rows)
+    uses: dict[str, set] = defaultdict(set)
+    for p in parts:
+        for d, sig in zip(p["dims"], p["sigs"], strict=True):
+            uses[d].add(sig)
+
+    def final(p: dict, i: int) -> str:
+        d = p["dims"][i]
+        if len(uses[d]) == 1 or (d in canonical and p["sigs"][i] == canonical[d]):
+            return d
+        return f"{p['name']}:{d}"
+
+    named = [(p, [final(p, i) for i in range(len(p["dims"]))]) for p in parts]
+    has_sample_axis = any("sample" in dims for _, dims in named)
+    variables = {}
+    for p, dims in named:
+        first = dims[0]
+        coords: dict[str, Any] = {first: p["index"]} if p["rows"] is not RowKind.TOKENS else {}
+        if p["rows"] is RowKind.TOKENS:
+            prefix = f"{p['name']}:" if first != "token" else "token_" if has_sample_axis else ""
+            coords[f"{prefix}sample"] = (first, p["index"])
+            if p["position"] is not None:
+                coords[f"{prefix}position"] = (first, p["position"])
+        variables[p["name"]] = xr.DataArray(p["data"], dims=tuple(dims), coords=coords, attrs=p["attrs"])
+    return xr.Dataset(variables, attrs=attrs)
+
+
+def _part(f: h5py.File, info: CaptureInfo, rows: slice) -> dict:
+    """One capture: its data, names, row coordinates, and each axis's signature (what another
+    capture must agree on to share the axis)."""
+    ds = f[info.path]
+    meta = CaptureMeta.from_attrs(ds.attrs)
+    data = ds[rows]
+    index = row_index(f, ds)[rows]
+    position = None
+    if meta.rows is RowKind.TOKENS and not meta.index:
+        position = f["samples/token_position"][: ds.shape[0]][rows]
+    dims = list(meta.dims)
+    if len(dims) != data.ndim:  # (a damaged or hand-edited attribute): the rows' axis, then dim_1, ...
+        dims = [dims[0] if dims else "dim_0", *[f"dim_{i}" for i in range(1, data.ndim)]]
+    sigs = [(data.shape[0], index.tobytes())] + [(n,) for n in data.shape[1:]]
+    return {"name": info.label.replace("(model)", "model"), "data": data, "dims": dims, "sigs": sigs,
+            "index": index, "position": position, "rows": meta.rows, "attrs": _plain(dict(ds.attrs))}
+
+
+def _canonical(f: h5py.File, rows: slice) -> dict[str, tuple]:
+    """The signature of the run's own row axes: /samples/index and the token map."""
+    out = {"sample": _sig(f["samples/index"][rows])}
+    if "samples/token_sample" in f:
+        out["token"] = _sig(f["samples/token_sample"][rows])
+    return out
+
+
+def _sig(index: np.ndarray) -> tuple:
+    return (len(index), index.tobytes())
+
+
+def _plain(attrs: dict) -> dict:
+    return {k: (v.tolist() if isinstance(v, np.ndarray) else v.item() if isinstance(v, np.generic) else v)
+            for k, v in attrs.items()}

@@ -1,0 +1,121 @@
+"""Op sites that cannot fire, refused before any batch: fused attention, and a probe of one forward.
+
+    check_fused_attention(points)              # at plan time: a softmax site in an sdpa/flash attention module
+    kept = check_sites_run(points, model, lambda: model(**first_sample))   # a run, before its first batch
+
+Fused attention (`attn_implementation: sdpa` or flash) never computes the attention probabilities,
+so a `.../softmax` site inside such an attention module can never fire: the plan refuses it at
+once, naming `model.attn_implementation=eager` (transformers' attention modules carry the model's
+config, whose `_attn_implementation` says which kernel runs). Any other op site is checked by
+running one forward of the first sample with the same interception the hooks use (the lister's,
+hooks/sites.Listener): an op site named exactly (`transformer.h.0/add.1`, `/flatten`) that does
+not run there is an error naming the calls its module does make; a glob (`**/softmax`,
+`transformer.h.*.attn/matmul`) is an error only where none of the sites it reaches runs, and the
+sites it reaches that do not run are dropped from the plan (logged), so a wide glob costs only
+where its function is really called.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from torch import nn
+
+from hookrun.errors import ConfigError
+from hookrun.hooks.points import HookPoint
+from hookrun.hooks.sites import Listener
+
+log = logging.getLogger("hookrun")
+EAGER = "model.attn_implementation=eager"
+FUSED_FNS = ("scaled_dot_product_attention", "flash_attn_func", "flash_attn_varlen_func", "flex_attention")
+
+
+def attn_implementation(module: Any) -> str | None:
+    """The attention kernel a transformers module (or model) runs: eager, sdpa, flash_attention_2 ..."""
+    impl = getattr(getattr(module, "config", None), "_attn_implementation", None)
+    return impl if isinstance(impl, str) else None
+
+
+def fused_message(point: HookPoint, impl: str) -> str:
+    return (f"hooks.{point.hook}.at: {point.module} never runs: {point.module.split('/')[0] or '(model)'} uses "
+            f"attn_implementation={impl}, a fused kernel that never computes the attention probabilities; build the "
+            f"model with eager attention: {EAGER} (a model of your own: "
+            f"_from_config(cfg, attn_implementation='eager'))")
+
+
+def check_fused_attention(points: list[HookPoint]) -> None:
+    """A softmax op site on a transformers module whose attention runs a fused kernel: refused where
+    named exactly, and for a glob where every module it reaches is such a module."""
+    groups: dict[tuple, list[HookPoint]] = {}
+    for p in points:
+        if p.site is not None and p.site[0] == "softmax":
+            groups.setdefault((p.hook, p.site) if p.globbed else (p.hook, p.module), []).append(p)
+    for group in groups.values():
+        impls = [attn_implementation(p.target) for p in group]
+        if all(impl not in (None, "eager") for impl in impls):
+            raise ConfigError(fused_message(group[0], impls[0]))
+
+
+def check_sites_run(points: list[HookPoint], model: nn.Module, forward: Callable[[], Any]) -> list[HookPoint]:
+    """Run `forward()` once (one sample, no_grad, the caller's) listening to the op sites' modules;
+    refuse what cannot fire, and return the points without the globbed sites that did not run."""
+    sites = [p for p in points if p.site is not None]
+    if not sites:
+        return points
+    calls: dict[nn.Module, dict[str, int]] = {}  # module -> FN -> calls in one forward of it (the most)
+
+    def on_call(module: nn.Module, fn: str, k: int, func: Any, args: tuple, result: Any) -> None:
+        seen = calls.setdefault(module, {})
+        seen[fn] = max(seen.get(fn, 0), k + 1)
+
+    listener = Listener(on_call)
+    handles = [h for m in dict.fromkeys(p.target for p in sites) for h in listener.watch(m)]
+    try:
+        forward()
+    finally:
+        for h in reversed(handles):
+            h.remove()
+
+    def runs(p: HookPoint) -> bool:
+        fn, call = p.site
+        n = calls.get(p.target, {}).get(fn, 0)
+        return n > 0 and (call is None or call < n)
+
+    dead = [p for p in sites if not runs(p)]
+    for p in dead:
+        if not p.globbed:
+            raise ConfigError(_why(p, calls.get(p.target, {}), model))
+    groups: dict[tuple, list[HookPoint]] = {}  # the sites one glob of one hook reached
+    for p in sites:
+        if p.globbed:
+            groups.setdefault((p.hook, p.site), []).append(p)
+    for group in groups.values():
+        if all(p in dead for p in group):
+            raise ConfigError(_why(group[0], calls.get(group[0].target, {}), model, group))
+    if dead:
+        log.info("op sites that a glob reached but that never run in one forward of the first sample, dropped: %s",
+                 ", ".join(f"{p.hook}@{p.module}" for p in dead))
+    return [p for p in points if p not in dead]
+
+
+def _why(p: HookPoint, seen: dict[str, int], model: nn.Module, group: list[HookPoint] | None = None) -> str:
+    """One line: why the site cannot fire, and what its module does call."""
+    fn, call = p.site
+    impl = attn_implementation(p.target) or attn_implementation(model)
+    if impl not in (None, "eager") and (fn == "softmax" or any(f in seen for f in FUSED_FNS)):
+        return fused_message(p, impl)
+    module = p.module.split("/")[0] or "(model)"
+    if seen.get(fn) and call is not None and group is None:
+        return (f"hooks.{p.hook}.at: {p.module} never runs: {module} calls {fn} {seen[fn]} time(s) per forward "
+                f"({fn}.0 to {fn}.{seen[fn] - 1}); `{p.module.rsplit('.', 1)[0]}` takes every call")
+    own = ", ".join(sorted(seen)[:15]) + (", ..." if len(seen) > 15 else "") if seen else "no torch function"
+    if group is None:
+        head = f"{p.module} never runs in one forward of the first sample: {module}'s own code does not call {fn}"
+    else:
+        names = [q.module.split("/")[0] or "(model)" for q in group]
+        head = (f"{fn} is called by none of the {len(group)} modules a glob reaches ({', '.join(names[:4])}"
+                f"{', ...' if len(names) > 4 else ''}) in one forward of the first sample")
+    return (f"hooks.{p.hook}.at: {head} (calls inside a child module belong to the child); {module} calls {own}; "
+            f"python -m hookrun.modules ... --ops lists every op site")
