@@ -79,7 +79,7 @@ def evaluation_table(f: h5py.File, batches: bool = False) -> Table:
     rows = []
     for i, step in enumerate(steps.tolist()):
         for m in modules:
-            row = {"step": step, "module": m or "(model)", **{k: float(v[i]) for k, v in model.items()}}
+            row = {"step": step, "module": m or "(model)", **{k: v[i].item() for k, v in model.items()}}
             row.update({k: float(spliced[m][k][i]) if m in spliced and k in spliced[m] else None for k in splice_cols})
             rows.append(row)
     counts = [c for c in COUNTS if c in model]

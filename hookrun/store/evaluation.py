@@ -60,11 +60,11 @@ class EvaluationStore:
             self.latest, self.latest_rows = row, n + 1
 
     def _append_all(self, group: h5py.Group, values: Mapping[str, float], n: int) -> None:
-        for name, value in values.items():
-            self._append(group, name, value, n)
+        for name, value in values.items():  # counts (ints) as int64, metrics as float64
+            self._append(group, name, value, n, np.int64 if isinstance(value, int | np.integer) else np.float64)
         for ds in group.values():  # a metric this row lacks
             if isinstance(ds, h5py.Dataset) and ds.shape[0] == n:
-                append(ds, np.full(1, np.nan))
+                append(ds, np.full(1, np.nan if ds.dtype.kind == "f" else 0, dtype=ds.dtype))
 
     def _append(self, group: h5py.Group, name: str, value: float, n: int, dtype=np.float64) -> None:
         ds = group.get(name)
@@ -140,7 +140,7 @@ def read_evaluation(f: h5py.File, rows: int | None = None) -> tuple[dict[int, Ev
             states[module] = {k: ds[()] for k, ds in sg["state"].items()}
     out = {}
     for i, step in enumerate(steps.tolist()):
-        out[step] = EvaluationRow({k: float(v[i]) for k, v in model.items() if not np.isnan(v[i])},
+        out[step] = EvaluationRow({k: v[i].item() for k, v in model.items() if not np.isnan(v[i])},
                                   {m: {k: float(v[i]) for k, v in d.items() if not np.isnan(v[i])} for m, d in splices.items()},
                                   attrs=attrs)
     if out and int(g.attrs.get("totals_rows", -1)) == len(steps):
