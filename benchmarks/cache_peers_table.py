@@ -112,6 +112,7 @@ def environment(a, res: dict) -> str:
     return (f"{platform.machine()}, {os.cpu_count()} CPUs (load average {res['load'][0]:.1f} at the start, "
             f"{res['load'][1]:.1f} at the end), device {a.device}, {a.threads} torch thread(s) per worker, Python "
             f"{platform.python_version()}, hookrun at {commit}, {time.strftime('%Y-%m-%d')}, {res['seconds']:.0f} s; "
-            f"GPT-2 8 blocks x 256 (random init), vocabulary 50257, {a.points} hook point(s) after block 5 and before, "
+            f"GPT-2 8 blocks x 256 (random init), vocabulary 50257, the residual stream after block(s) "
+            f"{', '.join(str(b) for b in range(6 - a.points, 6))} (every token), "
             f"{a.batches} batches of 8 x 128 tokens, {a.rounds} round(s) in random order, S3 parts of {a.part_mb:g} MiB. "
             f"Workers: {workers}")
