@@ -20,10 +20,8 @@ def _rows(n: int, lo: int, hi: int) -> np.ndarray:
     return np.random.default_rng(lo).standard_normal((hi - lo, D), dtype=np.float32)
 
 
-def make_files(n: int, folder: Path) -> dict:
-    """cache.h5 through hookrun's store (1024 token rows a batch), and arrow/ through datasets."""
-    import datasets
-
+def make_h5(n: int, folder: Path) -> dict:
+    """cache.h5 through hookrun's store (1024 token rows a batch)."""
     from hookrun.store.h5store import H5Store
     from hookrun.store.records import Capture, CaptureKey, StepRecord
 
@@ -32,6 +30,14 @@ def make_files(n: int, folder: Path) -> dict:
             hi = min(lo + 1024, n)
             cap = Capture(CaptureKey(CAPTURE[0], CAPTURE[1], "forward", CAPTURE[2]), torch.from_numpy(_rows(n, lo, hi)), False)
             store.write(StepRecord(step, np.arange(lo, hi), None, None, [cap]))
+    return {"seconds": 0.0, "rows": n}
+
+
+def make_files(n: int, folder: Path) -> dict:
+    """cache.h5 (make_h5), and arrow/ through datasets."""
+    import datasets
+
+    make_h5(n, folder)
     datasets.disable_progress_bars()
     features = datasets.Features({"x": datasets.Sequence(datasets.Value("float32"), length=D)})
     shards = [datasets.Dataset.from_dict({"x": _rows(n, lo, min(lo + 65536, n))}, features=features)

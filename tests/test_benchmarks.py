@@ -88,3 +88,42 @@ def test_evaluate_benchmark_quick_mode_runs_every_route(tmp_path):
                 "hookrun run without evaluate / plain forward"):
         assert f"| {row} |" in table, row
     assert "<= 3.2" in table and "torch " in table
+
+
+CACHE_PEER_ROWS = ("hookrun time / bare forward time", "hookrun / TransformerLens", "hookrun / nnsight", "hookrun / SAELens",
+                   "hookrun to S3 / hookrun to a local file", "hookrun loader: shuffled / in-order reads",
+                   "peak RSS 2 / 1 batches: hookrun")
+
+
+def _cache_peers(tmp_path, *args: str) -> str:
+    proc = subprocess.run([sys.executable, "benchmarks/cache_peers.py", "--quick", "--markdown", str(tmp_path / "p.md"), *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = (tmp_path / "p.md").read_text()
+    for row in CACHE_PEER_ROWS:
+        assert f"| {row}" in table, row
+    return table
+
+
+@pytest.mark.slow
+def test_cache_peers_quick_mode_runs_the_routes_this_python_has(tmp_path):
+    """benchmarks/cache_peers.py --quick: the bare forward, hookrun and hookrun to a local S3 server
+    run (a peer whose library is missing is a row saying so), and hookrun's cached activations equal
+    those a plain forward hook sees (the route checks its first batch after the clock)."""
+    table = _cache_peers(tmp_path)
+    assert "| same activations as the bare forward: hookrun | equal | (check) | yes |" in table
+    assert "| peak RSS 2 / 1 batches: hookrun_s3" in table  # moto[server] and s3fs come with the dev extra
+    assert "torch " in table and "h5py " in table
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("HOOKRUN_BENCH_PYTHONS"), reason="set HOOKRUN_BENCH_PYTHONS to the peers' "
+                    "interpreters (os.pathsep-separated), e.g. /work/venvs/bench/bin/python:/work/venvs/saelens/bin/python")
+def test_cache_peers_quick_mode_with_every_peer(tmp_path):
+    """With the peers' venvs: every route runs, in the worker of the first interpreter that has its
+    library, and every route cached the activations a plain forward hook sees."""
+    args = [a for py in os.environ["HOOKRUN_BENCH_PYTHONS"].split(os.pathsep) for a in ("--python", py)]
+    table = _cache_peers(tmp_path, *args)
+    assert "not run" not in table
+    for route in ("hookrun", "transformer_lens", "nnsight", "saelens"):
+        assert f"| same activations as the bare forward: {route} | equal | (check) | yes |" in table, route

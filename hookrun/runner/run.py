@@ -143,6 +143,8 @@ def _run(cfg: HookrunConfig, out: Path | Output, started: float, model: torch.nn
         if resume is not None:
             resume.close()
         raise
+    if isinstance(out, Output) and isinstance(p.out, Output):
+        p.out = out  # the same place, with the store's folder opened and checked before: one client a run
     try:
         if adjust is not None:
             adjust(p)

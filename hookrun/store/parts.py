@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import h5py
@@ -45,6 +45,7 @@ class Output:
     url: str
     staging: Path
     rank: int | None = None
+    _folder: RemoteFolder | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def of(cls, url: str, staging: str | None) -> Output:
@@ -81,7 +82,12 @@ class Output:
         return self.rank is None or name == self.manifest_name or name.startswith(f"rank-{self.rank:05d}/")
 
     def folder(self, check: bool = True) -> RemoteFolder:
-        return RemoteFolder.open(self.url, check=check)
+        """The run's folder in the store: opened (one client) at the first call, then the same one."""
+        if self._folder is None:
+            self._folder = RemoteFolder.open(self.url, check=check)
+        elif check:
+            self._folder.check()
+        return self._folder
 
     def read_manifest(self, folder: RemoteFolder) -> Manifest | None:
         try:
