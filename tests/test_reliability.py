@@ -39,9 +39,22 @@ def rich_hooks(stop_at=None, told=False):
 
 
 def datasets_of(path: Path) -> dict[str, np.ndarray]:
+    """Every dataset's values; the run's /checksums table as each capture's own rows of it (its
+    [end_row, xxh3] per batch): which number a capture gets there depends on the order the writer
+    first met it, which a resumed file's replay does not keep."""
+    from hookrun.store.digest import TABLE, table_of
+
     out = {}
+
+    def take(name: str, obj) -> None:
+        if not isinstance(obj, h5py.Dataset) or "/" + name == TABLE:
+            return
+        out[name] = obj[()]
+        if obj.attrs.get("digest", ""):
+            out[name + " (checksums)"] = table_of(obj, obj.attrs["digest"])
+
     with h5py.File(path) as f:
-        f.visititems(lambda name, obj: out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None)
+        f.visititems(take)
     return out
 
 
