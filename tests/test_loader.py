@@ -107,11 +107,36 @@ def test_memory_is_one_window(cache, monkeypatch):
     path = cache[0]
     reads = []
     real = loader_mod._Source.read
-    monkeypatch.setattr(loader_mod._Source, "read", lambda self, segs, n: (reads.append(n), real(self, segs, n))[1])
+    monkeypatch.setattr(loader_mod._Source, "read", lambda self, segs, n, buf=None: (reads.append(n), real(self, segs, n, buf))[1])
     with open_run(path) as run:
         rows = run.loader(("blocks.1", "output"), batch_size=BATCH, **SMALL)
         list(rows)
     assert rows.window_rows == 3 * BATCH and max(reads) == 3 * BATCH and sum(reads) == N
+
+
+def test_window_buffers_reused_across_epochs_leave_kept_batches_intact(cache, monkeypatch):
+    """A shuffled pass reads into the last pass's window buffers; the batches handed out before are
+    copies, so keeping every batch of epoch 0 while epoch 1 runs must leave them equal to the file."""
+    path, ref_a, ref_b = cache
+    fresh = []
+    real = loader_mod._Source.read
+    monkeypatch.setattr(loader_mod._Source, "read",
+                        lambda self, segs, n, buf=None: (fresh.append(buf is None), real(self, segs, n, buf))[1])
+    with open_run(path) as run:
+        rows = run.loader([("blocks.1", "output"), ("blocks.2", "output")], batch_size=BATCH, concat=False,
+                          with_rows=True, **SMALL)
+        kept = [(a.clone(), b.clone(), ids.clone(), (a, b)) for (a, b), ids in rows]
+        first_pass = len(fresh)
+        rows.set_epoch(1)
+        again = list(rows)
+    assert not any(fresh[first_pass:first_pass + 4]), "epoch 1 allocated its first windows again"
+    for a0, b0, ids, (a, b) in kept:
+        np.testing.assert_array_equal(a.numpy(), ref_a[ids.numpy()])  # the tensors handed out in epoch 0
+        np.testing.assert_array_equal(b.numpy(), ref_b[ids.numpy()])
+        assert torch.equal(a, a0) and torch.equal(b, b0)
+    ids1 = torch.cat([g[1] for g in again]).numpy()
+    assert sorted(ids1.tolist()) == list(range(N))
+    np.testing.assert_array_equal(torch.cat([g[0][0] for g in again]).numpy(), ref_a[ids1])
 
 
 def test_several_captures_concatenated_or_together(cache):

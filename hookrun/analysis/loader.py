@@ -33,14 +33,13 @@ import h5py
 import numpy as np
 import torch
 
+from hookrun.analysis.batching import BLOCK_BYTES, BUFFER_BYTES, RowBatches
 from hookrun.errors import ConfigError, NotFoundError
 
-BLOCK_BYTES = 1 << 20  # a block when the dataset is not chunked (a merged view)
-BUFFER_BYTES = 128 << 20  # one window; two are held at a time
 IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 
 
-class RowLoader(torch.utils.data.IterableDataset):
+class RowLoader(RowBatches):
     """Batches of rows of one or more aligned capture datasets of an HDF5 file, as torch tensors.
 
     Made by Run.loader; iterate it directly, or hand it to torch.utils.data.DataLoader(rows,
@@ -51,21 +50,12 @@ class RowLoader(torch.utils.data.IterableDataset):
                  seed: int = 0, drop_last: bool = False, concat: bool = True, rank: int = 0, world_size: int = 1,
                  buffer_bytes: int = BUFFER_BYTES, block_rows: int | None = None, dtype: torch.dtype | None = None,
                  with_rows: bool = False) -> None:
-        if not datasets:
-            raise ConfigError("loader: name at least one capture")
-        if batch_size < 1:
-            raise ConfigError(f"loader: batch_size must be at least 1, got {batch_size}")
-        if world_size < 1 or not 0 <= rank < world_size:
-            raise ConfigError(f"loader: rank must be in 0..world_size-1, got rank={rank} world_size={world_size}")
-        if block_rows is not None and block_rows < 1:
-            raise ConfigError(f"loader: block_rows must be at least 1, got {block_rows}")
-        self.path, self.datasets = str(path), list(datasets)
-        self.batch_size, self.shuffle, self.seed, self.drop_last = batch_size, shuffle, seed, drop_last
-        self.concat, self.rank, self.world_size, self.dtype, self.with_rows = concat, rank, world_size, dtype, with_rows
-        self.epoch = 0
+        super().__init__(datasets, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last, concat=concat,
+                         rank=rank, world_size=world_size, block_rows=block_rows, dtype=dtype, with_rows=with_rows)
+        self.path = str(path)
         with h5py.File(self.path, "r", locking=False) as f:
             dss = [f[name] for name in self.datasets]
-            self.rows = _common_rows(f, dss)
+            rows = _common_rows(f, dss)
             for ds in dss:
                 if ds.is_virtual:
                     check_sources(self.path, ds)
@@ -74,17 +64,7 @@ class RowLoader(torch.utils.data.IterableDataset):
             if concat and len(dss) > 1:
                 _check_concat(dss)
         self.block_rows = block_rows or (chunks[0] if chunks else max(1, BLOCK_BYTES // max(1, row_bytes)))
-        per_window = max(1, buffer_bytes // max(1, row_bytes * batch_size))
-        self.window_rows = per_window * batch_size
-        self.lo, self.hi = rank * self.rows // world_size, (rank + 1) * self.rows // world_size
-
-    def set_epoch(self, epoch: int) -> None:
-        """The order of epoch `epoch` (as DistributedSampler.set_epoch): same seed and epoch, same order."""
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        n = self.hi - self.lo
-        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+        self.split(rows, row_bytes, buffer_bytes)
 
     def block_order(self) -> np.ndarray:
         """The blocks of the file in this epoch's order (the same on every rank)."""
@@ -102,42 +82,38 @@ class RowLoader(torch.utils.data.IterableDataset):
         n = self.hi - self.lo
         usable = n - n % self.batch_size if self.drop_last else n
         mine = list(range(0, usable, self.window_rows))[worker::workers]
+        spares = self.take_spares()
         fd = os.open(self.path, os.O_RDONLY)
         try:
             with h5py.File(self.path, "r", locking=False, rdcc_nbytes=0) as f, ThreadPoolExecutor(1) as reader:
                 dss = [_Source(f[name], fd) for name in self.datasets]
-                yield from self._serve(reader, dss, order, sizes, ends, mine, usable)
+                yield from self._serve(reader, dss, order, sizes, ends, mine, usable, spares)
         finally:
             os.close(fd)
+        self.keep_spares(spares)  # no read is in flight now: the next epoch reads into them
 
     def _serve(self, reader: ThreadPoolExecutor, dss: list, order: np.ndarray, sizes: np.ndarray, ends: np.ndarray,
-               mine: list[int], usable: int) -> Iterator:
-        pending = reader.submit(self._window, dss, order, sizes, ends, mine[0], usable) if mine else None
+               mine: list[int], usable: int, spares: list[list[np.ndarray]]) -> Iterator:
+        """Serves window k while window k+1 is read. Shuffled, each batch is a copy (a gather), so a
+        served window's buffers are read into again (`spares`): no new 128 MiB to fault in and zero."""
+        spare = lambda: spares.pop() if spares else None  # noqa: E731
+        pending = reader.submit(self._window, dss, order, sizes, ends, mine[0], usable, spare()) if mine else None
         for k in range(len(mine)):
             arrays, rows, perm = pending.result()
             if k + 1 < len(mine):  # the next window is read while this one is served
-                pending = reader.submit(self._window, dss, order, sizes, ends, mine[k + 1], usable)
-            for start in range(0, len(rows), self.batch_size):
-                pick = slice(start, start + self.batch_size) if perm is None else perm[start : start + self.batch_size]
-                # a slice is a view; a batch of permuted rows is one gather (np.take: the fastest here)
-                parts = [arr[pick] if perm is None else np.take(arr, pick, axis=0) for arr in arrays]
-                yield self._batch(parts, rows[pick])
+                pending = reader.submit(self._window, dss, order, sizes, ends, mine[k + 1], usable, spare())
+            yield from self.batches(arrays, rows, perm, len(rows))
+            self.served(spares, arrays)
 
     def _window(self, dss: list[_Source], order: np.ndarray, sizes: np.ndarray, ends: np.ndarray, w: int,
-                usable: int) -> tuple[list[np.ndarray], np.ndarray, np.ndarray | None]:
-        """Window `w` of this rank's part: its arrays, their rows' numbers in the file, the permutation."""
+                usable: int, spare: list[np.ndarray] | None = None) -> tuple[list[np.ndarray], np.ndarray, np.ndarray | None]:
+        """Window `w` of this rank's part: its arrays, their rows' numbers in the file, the permutation.
+        `spare`: buffers to read into (a served window's: no new 128 MiB to fault in and zero)."""
         a, b = self.lo + w, self.lo + min(w + self.window_rows, usable)
         segs = _segments(order, sizes, ends, self.block_rows, a, b)
         rows = np.concatenate([np.arange(s, e) for s, e in segs])
         perm = np.random.default_rng([self.seed, self.epoch, self.rank, w]).permutation(b - a) if self.shuffle else None
-        return [ds.read(segs, b - a) for ds in dss], rows, perm
-
-    def _batch(self, parts: list[np.ndarray], rows: np.ndarray) -> object:
-        tensors = [torch.from_numpy(np.ascontiguousarray(p)) for p in parts]
-        if self.dtype is not None:
-            tensors = [t.to(self.dtype) for t in tensors]
-        x = (torch.cat(tensors, dim=1) if len(tensors) > 1 else tensors[0]) if self.concat else tuple(tensors)
-        return (x, torch.from_numpy(rows)) if self.with_rows else x
+        return [ds.read(segs, b - a, buf) for ds, buf in zip(dss, spare or [None] * len(dss), strict=True)], rows, perm
 
 
 def _segments(order: np.ndarray, sizes: np.ndarray, ends: np.ndarray, block: int, a: int, b: int) -> list[tuple[int, int]]:
@@ -178,9 +154,12 @@ class _Source:
 
             ds.id.chunk_iter(note)
 
-    def read(self, segs: list[tuple[int, int]], n: int) -> np.ndarray:
-        """The rows of the file ranges `segs`, one after the other."""
-        out = np.empty((n, *self.ds.shape[1:]), dtype=self.ds.dtype)
+    def read(self, segs: list[tuple[int, int]], n: int, buf: np.ndarray | None = None) -> np.ndarray:
+        """The rows of the file ranges `segs`, one after the other (into `buf` if it has room)."""
+        if buf is not None and len(buf) >= n:
+            out = buf[:n]
+        else:
+            out = np.empty((n, *self.ds.shape[1:]), dtype=self.ds.dtype)
         pieces = self._pieces(segs) if self.offsets is not None else None
         if pieces is None:
             at = 0

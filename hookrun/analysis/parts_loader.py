@@ -33,32 +33,24 @@ import h5py
 import numpy as np
 import torch
 
-from hookrun.analysis.loader import BLOCK_BYTES, BUFFER_BYTES, _segments, _Source
+from hookrun.analysis.batching import BLOCK_BYTES, BUFFER_BYTES, RowBatches
+from hookrun.analysis.loader import _segments, _Source
 from hookrun.analysis.parts import Parts
 from hookrun.errors import ConfigError
 
 
-class PartsLoader(torch.utils.data.IterableDataset):
+class PartsLoader(RowBatches):
     """Batches of rows of one or more aligned captures of a cache in an object store (see above)."""
 
     def __init__(self, parts: Parts, datasets: list[str], *, batch_size: int = 4096, shuffle: bool = True,
                  seed: int = 0, drop_last: bool = False, concat: bool = True, rank: int = 0, world_size: int = 1,
                  buffer_bytes: int = BUFFER_BYTES, block_rows: int | None = None, dtype: torch.dtype | None = None,
                  with_rows: bool = False, prefetch: int = 2) -> None:
-        if not datasets:
-            raise ConfigError("loader: name at least one capture")
-        if batch_size < 1:
-            raise ConfigError(f"loader: batch_size must be at least 1, got {batch_size}")
-        if world_size < 1 or not 0 <= rank < world_size:
-            raise ConfigError(f"loader: rank must be in 0..world_size-1, got rank={rank} world_size={world_size}")
-        if block_rows is not None and block_rows < 1:
-            raise ConfigError(f"loader: block_rows must be at least 1, got {block_rows}")
+        super().__init__(datasets, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last, concat=concat,
+                         rank=rank, world_size=world_size, block_rows=block_rows, dtype=dtype, with_rows=with_rows)
         if prefetch < 0:
             raise ConfigError(f"loader: prefetch must be 0 or more, got {prefetch}")
-        self.parts, self.datasets = parts, list(datasets)
-        self.batch_size, self.shuffle, self.seed, self.drop_last = batch_size, shuffle, seed, drop_last
-        self.concat, self.rank, self.world_size, self.dtype, self.with_rows = concat, rank, world_size, dtype, with_rows
-        self.prefetch, self.epoch = prefetch, 0
+        self.parts, self.prefetch = parts, prefetch
         per_part = [[e.rows.get(d, 0) for d in self.datasets] for e in parts.entries]
         for e, rows in zip(parts.entries, per_part, strict=True):
             if len(set(rows)) > 1:
@@ -66,20 +58,10 @@ class PartsLoader(torch.utils.data.IterableDataset):
                                   + ", ".join(f"{d} has {n}" for d, n in zip(self.datasets, rows, strict=True)))
         self.part_rows = np.array([r[0] for r in per_part], dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.part_rows)])  # each part's first row in the run
-        self.rows = int(self.offsets[-1])
         schema = [parts.manifest.captures[d] for d in self.datasets]
         row_bytes = sum(int(np.prod(c["shape"], dtype=np.int64)) * np.dtype(c["dtype"]).itemsize for c in schema)
         self.block_rows = block_rows or max(1, BLOCK_BYTES // max(1, row_bytes))
-        self.window_rows = max(1, buffer_bytes // max(1, row_bytes * batch_size)) * batch_size
-        self.lo, self.hi = rank * self.rows // world_size, (rank + 1) * self.rows // world_size
-
-    def set_epoch(self, epoch: int) -> None:
-        """The order of epoch `epoch`: same seed and epoch, same order."""
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        n = self.hi - self.lo
-        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+        self.split(int(self.offsets[-1]), row_bytes, buffer_bytes)
 
     def part_order(self) -> np.ndarray:
         n = len(self.part_rows)
@@ -105,14 +87,16 @@ class PartsLoader(torch.utils.data.IterableDataset):
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         mine = self.pieces()[worker::workers]
         folder = self.parts.cache_dir / f"stream-{os.getpid()}-r{self.rank}-w{worker}"
+        spares = self.take_spares()
         try:
             with ThreadPoolExecutor(1, thread_name_prefix="hookrun-fetch") as fetcher:
-                yield from self._serve(mine, folder, fetcher, worker, workers)
+                yield from self._serve(mine, folder, fetcher, worker, workers, spares)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+        self.keep_spares(spares)
 
     def _serve(self, mine: list[tuple[int, int, int]], folder: Path, fetcher: ThreadPoolExecutor, worker: int,
-               workers: int) -> Iterator:
+               workers: int, spares: list[list[np.ndarray]]) -> Iterator:
         fetching: dict[int, Future] = {}
 
         def ahead(i: int) -> None:
@@ -133,7 +117,7 @@ class PartsLoader(torch.utils.data.IterableDataset):
                     sources = [_Source(f[d], fd) for d in self.datasets]
                     while a < b:
                         if window is None:
-                            window = self._new_window(sources)
+                            window = self._new_window(sources, spares)
                         take = min(b - a, self.window_rows - filled)
                         segs = _segments(order, sizes, ends, self.block_rows, a, a + take)
                         for buf, src in zip(window[0], sources, strict=True):
@@ -141,33 +125,22 @@ class PartsLoader(torch.utils.data.IterableDataset):
                         window[1][filled : filled + take] = self.offsets[k] + np.concatenate([np.arange(s, e) for s, e in segs])
                         filled, a = filled + take, a + take
                         if filled == self.window_rows:
-                            yield from self._batches(window, filled, w, worker, workers)
+                            yield from self._batches(window, filled, w, worker, workers, spares)
                             window, filled, w = None, 0, w + 1
             finally:
                 os.close(fd)
                 self.parts.evict(k, folder)
         if filled:
-            yield from self._batches(window, filled, w, worker, workers)
+            yield from self._batches(window, filled, w, worker, workers, spares)
 
-    def _new_window(self, sources: list[_Source]) -> tuple[list[np.ndarray], np.ndarray]:
-        arrays = [np.empty((self.window_rows, *s.ds.shape[1:]), dtype=s.ds.dtype) for s in sources]
+    def _new_window(self, sources: list[_Source], spares: list[list[np.ndarray]]) -> tuple[list[np.ndarray], np.ndarray]:
+        arrays = spares.pop() if spares else [np.empty((self.window_rows, *s.ds.shape[1:]), dtype=s.ds.dtype) for s in sources]
         return arrays, np.empty(self.window_rows, dtype=np.int64)
 
-    def _batches(self, window: tuple[list[np.ndarray], np.ndarray], n: int, w: int, worker: int,
-                 workers: int) -> Iterator:
+    def _batches(self, window: tuple[list[np.ndarray], np.ndarray], n: int, w: int, worker: int, workers: int,
+                 spares: list[list[np.ndarray]]) -> Iterator:
         arrays, rows = [a[:n] for a in window[0]], window[1][:n]
         perm = (np.random.default_rng([self.seed, self.epoch, self.rank, workers, worker, w]).permutation(n)
                 if self.shuffle else None)
-        for start in range(0, n, self.batch_size):
-            pick = slice(start, start + self.batch_size) if perm is None else perm[start : start + self.batch_size]
-            if self.drop_last and n - start < self.batch_size:
-                return
-            parts = [a[pick] if perm is None else np.take(a, pick, axis=0) for a in arrays]
-            yield self._batch(parts, rows[pick])
-
-    def _batch(self, parts: list[np.ndarray], rows: np.ndarray) -> object:
-        tensors = [torch.from_numpy(np.ascontiguousarray(p)) for p in parts]
-        if self.dtype is not None:
-            tensors = [t.to(self.dtype) for t in tensors]
-        x = (torch.cat(tensors, dim=1) if len(tensors) > 1 else tensors[0]) if self.concat else tuple(tensors)
-        return (x, torch.from_numpy(np.ascontiguousarray(rows))) if self.with_rows else x
+        yield from self.batches(arrays, rows, perm, n)
+        self.served(spares, window[0])

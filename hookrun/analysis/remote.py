@@ -25,8 +25,8 @@ import h5py
 import numpy as np
 import yaml
 
+from hookrun.analysis.batching import BUFFER_BYTES
 from hookrun.analysis.evaluation import describe as describe_evaluation
-from hookrun.analysis.loader import BUFFER_BYTES
 from hookrun.analysis.parts import Parts
 from hookrun.analysis.parts_loader import PartsLoader
 from hookrun.analysis.run import Run

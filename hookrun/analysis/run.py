@@ -18,10 +18,11 @@ import h5py
 import numpy as np
 import yaml
 
+from hookrun.analysis.batching import BUFFER_BYTES
 from hookrun.analysis.evaluation import describe as describe_evaluation
 from hookrun.analysis.evaluation import evaluation_table
 from hookrun.analysis.labelled import to_dataset
-from hookrun.analysis.loader import BUFFER_BYTES, RowLoader
+from hookrun.analysis.loader import RowLoader
 from hookrun.analysis.stats import block_stats, human_bytes
 from hookrun.errors import HookrunError, NotFoundError
 from hookrun.store.h5file import flushing_path, wait_for_flush
