@@ -131,6 +131,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--rss-small", type=int, default=4, help="batches of the short run whose peak RSS is set against the timed runs'")
     p.add_argument("--rows", type=int, default=262144, help="token rows (256 float32) in the read benchmark's file")
+    p.add_argument("--read-epochs", type=int, default=8, help="epochs per timed read of the read benchmark (default 8: "
+                   "one pass over a file in the page cache takes about 50 ms, too short to time)")
     p.add_argument("--points", type=int, default=1, help="hook points: the residual stream after the last N blocks up to "
                    "block 5 (default 1: SAELens' runner takes one)")
     p.add_argument("--part-mb", type=float, default=8.0, help="the S3 route's output.part_bytes, in MiB (default 8)")
@@ -143,7 +145,7 @@ def main() -> None:
     p.add_argument("--dir", type=Path)
     a = p.parse_args()
     if a.quick:
-        a.batches, a.rounds, a.rss_small, a.rows = 2, 1, 1, 16384
+        a.batches, a.rounds, a.rss_small, a.rows, a.read_epochs = 2, 1, 1, 16384, 1
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     wanted = [r for r in a.routes.split(",") if r]
     started, load = time.time(), os.getloadavg()[0]
@@ -224,7 +226,7 @@ def measure(a: argparse.Namespace, host: dict, log) -> dict:
         w.call({"op": "make_h5", "rows": a.rows})
         for r in range(a.rounds):
             for name in rng.sample(list(reads), 2):
-                reads[name].append(w.call({"op": name, "rows": a.rows}))
+                reads[name].append(w.call({"op": name, "rows": a.rows, "kwargs": {"epochs": a.read_epochs}}))
                 log(f"  round {r + 1} {name:17s} {reads[name][-1]['rows_per_s']:10.0f} rows/s")
     return {"runs": runs, "small": small, "checks": checks, "reads": reads}
 

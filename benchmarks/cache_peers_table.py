@@ -61,7 +61,7 @@ def table(a, res: dict) -> str:
         rate = {k: statistics.median(r["rows_per_s"] for r in v) for k, v in reads.items()}
         row("hookrun loader: shuffled / in-order reads (rows/s)", statistics.median(per), ">= 0.5",
             statistics.median(per) >= 0.5, f"rounds {', '.join(f'{x:.2f}' for x in per)}; medians "
-            f"{rate['read_shuffled']:.0f} / {rate['read_inorder']:.0f} rows/s; {a.rows} rows of 256 float32, batches of 4096")
+            f"{rate['read_shuffled']:.0f} / {rate['read_inorder']:.0f} rows/s; {a.rows} rows of 256 float32, batches of 4096, {a.read_epochs} epoch(s) per timed read")
     else:
         row("hookrun loader: shuffled / in-order reads (rows/s)", "not run", ">= 0.5", None, "hookrun: not run")
     for route in runs:

@@ -57,18 +57,27 @@ def _timed(n: int, batches) -> dict:
     return {"seconds": seconds, "rows": rows, "rows_per_s": rows / seconds, "checksum": checksum}
 
 
-def read_inorder(n: int, folder: Path) -> dict:
+def _epochs(loader, epochs: int):
+    """The loader's batches over `epochs` epochs (set_epoch before each, as a training loop does)."""
+    for e in range(epochs):
+        loader.set_epoch(e)
+        yield from loader
+
+
+def read_inorder(n: int, folder: Path, epochs: int = 1) -> dict:
+    """hookrun's loader in file order; with epochs > 1 the timed read is that many passes (a pass
+    over a file in the page cache can take 50 ms, too short to time on a shared machine)."""
     from hookrun import open_run
 
     with open_run(folder / "cache.h5") as run:
-        return _timed(n, run.loader(CAPTURE, batch_size=BATCH, shuffle=False))
+        return _timed(n, _epochs(run.loader(CAPTURE, batch_size=BATCH, shuffle=False), epochs))
 
 
-def read_shuffled(n: int, folder: Path) -> dict:
+def read_shuffled(n: int, folder: Path, epochs: int = 1) -> dict:
     from hookrun import open_run
 
     with open_run(folder / "cache.h5") as run:
-        return _timed(n, run.loader(CAPTURE, batch_size=BATCH, shuffle=True, seed=0))
+        return _timed(n, _epochs(run.loader(CAPTURE, batch_size=BATCH, shuffle=True, seed=0), epochs))
 
 
 def read_h5py_fancy(n: int, folder: Path, seconds: float = 20.0) -> dict:

@@ -103,7 +103,7 @@ def main() -> None:
             else:  # a reader of benchmarks/cache_reads.py over one hookrun file
                 import cache_reads as readers
 
-                res = getattr(readers, cmd["op"])(cmd["rows"], a.dir)
+                res = getattr(readers, cmd["op"])(cmd["rows"], a.dir, **cmd.get("kwargs", {}))
             res.update(rss_before_mb=before, peak_mb=rss_mb("VmHWM"))
             send(res)
         except Exception:
