@@ -1,4 +1,5 @@
-"""Shared fixtures: a small ResNet-18 saved as a checkpoint, the same data, and a run helper.
+"""Shared fixtures: a small ResNet-18 saved as a checkpoint, the same data, a run helper, and the
+one-process reference of the multi-process tests.
 
 Tests build their reference model from the same checkpoint and data, so what hookrun recorded is
 compared with raw PyTorch on the same weights and inputs, never with hookrun's own output.
@@ -46,6 +47,15 @@ def reference_model(checkpoint) -> torch.nn.Module:
     model = small_resnet()
     model.load_state_dict(torch.load(checkpoint, weights_only=True))
     return model.eval()
+
+
+@pytest.fixture(scope="session")
+def single(tmp_path_factory) -> Path:
+    """The multi-process tests' reference: their command (rank_runs.ARGS) run by one process into a
+    local file, which test_ranks.py and test_object_store_ranks.py read and never change."""
+    from rank_runs import one_process_run  # here, not at the top: rank_runs imports conftest
+
+    return one_process_run(tmp_path_factory.mktemp("single"))
 
 
 @pytest.fixture(scope="session")
