@@ -1,5 +1,5 @@
-"""Shared fixtures: a small ResNet-18 saved as a checkpoint, the same data, a run helper, and the
-one-process reference of the multi-process tests.
+"""Shared fixtures: a small ResNet-18 saved as a checkpoint, the same data, a run helper, the
+one-process reference of the multi-process tests, and hookrun's wheel unpacked as an install.
 
 Tests build their reference model from the same checkpoint and data, so what hookrun recorded is
 compared with raw PyTorch on the same weights and inputs, never with hookrun's own output.
@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import h5py
@@ -56,6 +57,19 @@ def single(tmp_path_factory) -> Path:
     from rank_runs import one_process_run  # here, not at the top: rank_runs imports conftest
 
     return one_process_run(tmp_path_factory.mktemp("single"))
+
+
+@pytest.fixture(scope="session")
+def wheel_site(tmp_path_factory) -> tuple[list[str], Path]:
+    """hookrun's wheel built from this checkout and unpacked as an install lays it out: the wheel's
+    file names, and the folder to put on PYTHONPATH (tests run from a folder outside the checkout)."""
+    folder = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(folder / "dist"), str(ROOT)], check=True, capture_output=True)
+    (wheel,) = (folder / "dist").glob("hookrun-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(folder / "site")
+        return z.namelist(), folder / "site"
 
 
 @pytest.fixture(scope="session")
