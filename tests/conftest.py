@@ -1,4 +1,5 @@
-"""Shared fixtures: a small ResNet-18 saved as a checkpoint, the same data, and a run helper.
+"""Shared fixtures: a small ResNet-18 saved as a checkpoint, the same data, a run helper, the
+one-process reference of the multi-process tests, and hookrun's wheel unpacked as an install.
 
 Tests build their reference model from the same checkpoint and data, so what hookrun recorded is
 compared with raw PyTorch on the same weights and inputs, never with hookrun's own output.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import h5py
@@ -46,6 +48,28 @@ def reference_model(checkpoint) -> torch.nn.Module:
     model = small_resnet()
     model.load_state_dict(torch.load(checkpoint, weights_only=True))
     return model.eval()
+
+
+@pytest.fixture(scope="session")
+def single(tmp_path_factory) -> Path:
+    """The multi-process tests' reference: their command (rank_runs.ARGS) run by one process into a
+    local file, which test_ranks.py and test_object_store_ranks.py read and never change."""
+    from rank_runs import one_process_run  # here, not at the top: rank_runs imports conftest
+
+    return one_process_run(tmp_path_factory.mktemp("single"))
+
+
+@pytest.fixture(scope="session")
+def wheel_site(tmp_path_factory) -> tuple[list[str], Path]:
+    """hookrun's wheel built from this checkout and unpacked as an install lays it out: the wheel's
+    file names, and the folder to put on PYTHONPATH (tests run from a folder outside the checkout)."""
+    folder = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(folder / "dist"), str(ROOT)], check=True, capture_output=True)
+    (wheel,) = (folder / "dist").glob("hookrun-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(folder / "site")
+        return z.namelist(), folder / "site"
 
 
 @pytest.fixture(scope="session")

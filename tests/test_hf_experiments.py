@@ -6,12 +6,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import zipfile
 
 import h5py
 import numpy as np
 import pytest
-from conftest import ROOT
 
 pytest.importorskip("transformers")
 
@@ -44,16 +42,12 @@ def test_experiment_configs_run(tmp_path, exp, path, shape):
 
 
 @pytest.mark.slow
-def test_experiments_run_offline_from_the_wheel(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(tmp_path / "dist"), str(ROOT)], check=True, capture_output=True)
-    (wheel,) = (tmp_path / "dist").glob("hookrun-*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
+def test_experiments_run_offline_from_the_wheel(tmp_path, wheel_site):
+    names, site = wheel_site
     for name in ("hookrun/data/sample.txt", "hookrun/models/hf.py", "hookrun/conf/model/hf.yaml",
                  "hookrun/conf/data/text.yaml", "hookrun/conf/experiment/gpt2_residual.yaml"):
         assert name in names
-    site, work = tmp_path / "site", tmp_path / "work"
-    zipfile.ZipFile(wheel).extractall(site)
+    work = tmp_path / "work"
     work.mkdir()
     env = {**os.environ, "PYTHONPATH": str(site), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     for exp in ("gpt2_residual", "detection_boxes"):

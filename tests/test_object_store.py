@@ -267,6 +267,22 @@ def test_an_unreachable_endpoint_or_missing_bucket_is_one_line_before_any_batch(
         hookrun.run(cfg(f"s3://{BUCKET}", tmp_path))
 
 
+def test_a_staging_folder_that_cannot_be_made_or_written_is_one_line_before_any_batch(tmp_path, monkeypatch):
+    url = "memory://hookrun-test-staging/run/captures.h5"
+    (tmp_path / "a-file").write_text("")
+    bad = cfg(url, tmp_path)
+    bad["output"]["staging"] = str(tmp_path / "a-file" / "stage")  # mkdir fails with ENOTDIR, even for root
+    with pytest.raises(ConfigError, match=r"^output.staging: cannot create the folder '.*a-file/stage/captures.h5.parts': "
+                                          r"Not a directory$"):
+        hookrun.run(bad)
+    stage = tmp_path / "stage" / "captures.h5.parts"
+    real_access = os.access  # root may write anywhere: the test says which folder the user may not write
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: Path(p) != stage and real_access(p, mode, **kw))
+    with pytest.raises(ConfigError, match=rf"^output.staging: the folder '{stage}' is not writable$"):
+        hookrun.run(cfg(url, tmp_path))
+    assert not any(stage.iterdir())  # no part begun
+
+
 class StopsTheStore(RandomTensors):
     """The test's dataset: reading sample `at` stops the S3 server (the store goes away mid-run)."""
 

@@ -17,8 +17,8 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from rank_runs import ARGS, ENV, TORCHRUN, captures, cli
 from test_object_store import BUCKET, KEY_ID, SECRET, Server, boto3
-from test_ranks import ARGS, ENV, TORCHRUN, captures, cli
 
 import hookrun
 from hookrun.errors import ConfigError
@@ -39,15 +39,6 @@ def s3(monkeypatch):
     client.create_bucket(Bucket=BUCKET)
     yield server, client
     server.stop()
-
-
-@pytest.fixture(scope="module")
-def single(tmp_path_factory) -> Path:
-    """The same command, one process, into a local file: the reference."""
-    folder = tmp_path_factory.mktemp("single")
-    proc = cli(*ARGS, "hydra.run.dir=one", cwd=folder)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return folder / "one" / "captures.h5"
 
 
 def s3_env(server) -> dict:

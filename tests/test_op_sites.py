@@ -31,6 +31,15 @@ def batch():
     return ids, mask
 
 
+def block_input_and_attention(block: torch.nn.Module, attention: torch.nn.Module) -> dict:
+    """Raw module hooks, the residual midpoint's reference: once the model has run, `seen["in"]` is
+    the block's input (positional or hidden_states=) and `seen["attn"]` its attention's output."""
+    seen = {}
+    block.register_forward_pre_hook(lambda m, a, kw: seen.update({"in": a[0] if a else kw["hidden_states"]}), with_kwargs=True)
+    attention.register_forward_hook(lambda m, i, o: seen.update({"attn": o[0] if isinstance(o, tuple) else o}))
+    return seen
+
+
 def test_softmax_sites_equal_output_attentions_in_memory_and_in_the_file(tmp_path):
     model, (ids, mask) = gpt2(), batch()
     hooks = {"p": {"at": "transformer.h.*.attn/softmax", "type": "forward", "actions": [{"name": "record", "what": "output"}]}}
@@ -53,10 +62,7 @@ def test_softmax_sites_equal_output_attentions_in_memory_and_in_the_file(tmp_pat
 
 def test_the_residual_midpoint_is_the_blocks_input_plus_its_attention_output():
     model, (ids, mask) = gpt2(), batch()
-    seen = {}
-    block = model.transformer.h[0]
-    block.register_forward_pre_hook(lambda m, args, kwargs: seen.update({"in": args[0] if args else kwargs["hidden_states"]}), with_kwargs=True)
-    block.attn.register_forward_hook(lambda m, i, o: seen.update({"attn": o[0] if isinstance(o, tuple) else o}))
+    seen = block_input_and_attention(model.transformer.h[0], model.transformer.h[0].attn)
     hooks = {"mid": {"at": "transformer.h.0/add.0", "type": "forward", "actions": [{"name": "record", "what": "output"}]}}
     with torch.no_grad(), hookrun.capture(model, hooks) as cap:
         model(input_ids=ids, attention_mask=mask)
@@ -192,10 +198,7 @@ def test_llamas_residual_midpoint_is_the_layers_input_plus_self_attentions_outpu
     import op_models
 
     model, batch = op_models.llama(), op_models.padded_batch("left")
-    seen = {}
-    layer = model.model.layers[1]
-    layer.register_forward_pre_hook(lambda m, a, kw: seen.update({"in": a[0] if a else kw["hidden_states"]}), with_kwargs=True)
-    layer.self_attn.register_forward_hook(lambda m, i, o: seen.update({"attn": o[0] if isinstance(o, tuple) else o}))
+    seen = block_input_and_attention(model.model.layers[1], model.model.layers[1].self_attn)
     hooks = {"mid": {"at": "model.layers.*/add", "type": "forward", "actions": [{"name": "record", "what": "output"}]}}
     with torch.no_grad(), hookrun.capture(model, hooks) as cap:
         out = model(**batch, output_hidden_states=True)

@@ -16,23 +16,13 @@ import h5py
 import numpy as np
 import pytest
 from conftest import ROOT
+from rank_runs import ARGS, ENV, TORCHRUN, captures, cli
 
 import hookrun
-from hookrun.analysis.run import list_captures, row_index
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.runner.ranks import Ranks, detect, shard_batches, shard_path
 from hookrun.runner.shards import ShardRun, differing
 from hookrun.store.merge import build_view
-
-ENV = {"PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-HOOKS = ("hooks={fmap: {at: features.0, type: forward, actions: [{name: record, what: output}]},"
-         " sparse: {at: features.2, type: forward, actions: [{name: record, what: output, every: 2, reduce: mean}]},"
-         " first: {at: head, type: forward, actions: [{name: record, what: output, limit: 6}]},"
-         " pg: {at: head.weight, type: param},"
-         " kill: {at: features.0, type: forward, actions: [{_target_: rank_helpers.kill_when_told, _partial_: true}]}}")
-ARGS = ["model=custom", "model._target_=my_pkg.Net", "+model.width=4", "data=custom", "data.dataset._target_=my_pkg.MyData",
-        "+data.dataset.n=22", "data.batch_size=4", "device=cpu", "progress=false", "mode=grad", "loss=cross_entropy",
-        "output.flush_every=1", HOOKS]
 
 
 # -- units ------------------------------------------------------------------------------------------
@@ -87,27 +77,6 @@ def test_dataparallel_and_compiled_models_keep_their_module_names(tmp_path):
 
 
 # -- end to end -------------------------------------------------------------------------------------
-def cli(*args: str, cwd: Path, launcher: list[str] | None = None, env: dict | None = None, timeout: int = 300):
-    full = {**os.environ, **ENV, **(env or {})}
-    full.pop("HYDRA_FULL_ERROR", None)
-    cmd = [sys.executable, *(launcher or []), "-m", "hookrun", *args]
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full)
-
-
-TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-
-
-def captures(path: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Every capture's rows and row index, and the /samples datasets, read with plain h5py."""
-    out = {}
-    with h5py.File(path, "r") as f:
-        for c in list_captures(f):
-            out[c.path] = (f[c.path][()], row_index(f, f[c.path]))
-        for name in f["samples"]:
-            out[f"samples/{name}"] = (f["samples"][name][()], np.zeros(0))
-    return out
-
-
 def assert_same(merged: Path, single: Path) -> None:
     a, b = captures(merged), captures(single)
     assert sorted(a) == sorted(b)
@@ -133,15 +102,6 @@ def patch_from(source: Path, out: Path) -> np.ndarray:
     hookrun.run(cfg)
     with h5py.File(out) as f:
         return f["captures/h/head/output"][:]
-
-
-@pytest.fixture(scope="module")
-def single(tmp_path_factory) -> Path:
-    """The one-process run of the same command: the reference."""
-    folder = tmp_path_factory.mktemp("single")
-    proc = cli(*ARGS, "hydra.run.dir=one", cwd=folder)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return folder / "one" / "captures.h5"
 
 
 @pytest.mark.slow

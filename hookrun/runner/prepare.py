@@ -42,7 +42,7 @@ from hookrun.runner.calls import CallSpec
 from hookrun.runner.evaluate import build_evaluator
 from hookrun.runner.generate import check_modes, pad_left, prepare_generation
 from hookrun.runner.loop import LoopSettings, one_sample_forward
-from hookrun.store.h5file import flushing_path
+from hookrun.store.h5file import flushing_path, writable_folder
 from hookrun.store.parts import Output
 from hookrun.store.remote import is_url
 
@@ -221,12 +221,7 @@ def check_output(path: str | Path, overwrite: bool, create: bool = True) -> Path
                           f"resume=true recovers its batches, output.overwrite=true starts again, or choose another path")
     if not create:
         return out
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"output.path: cannot create the folder {str(out.parent)!r}: {exc.strerror}") from None
-    if not os.access(out.parent, os.W_OK):
-        raise ConfigError(f"output.path: the folder {str(out.parent)!r} is not writable")
+    writable_folder(out.parent, "output.path")
     return out
 
 

@@ -1,5 +1,6 @@
 """Opening an HDF5 file for writing that a kill -9 at any moment leaves readable.
 
+    writable_folder(Path("."), "output.path")       # made if missing, else a ConfigError naming the key
     f, hidden = create_hidden(Path("captures.h5"))   # h5py.File at .captures.h5.<pid>.creating
     ...  # write the skeleton, f.flush()
     os.replace(hidden, "captures.h5")               # the visible name always opens
@@ -15,6 +16,8 @@ import time
 from pathlib import Path
 
 import h5py
+
+from hookrun.errors import ConfigError
 
 # Space HDF5 frees (an old B-tree node, a moved object header) is never handed out again: the
 # metadata of the last flush may still point there, and a kill before the next flush must find it
@@ -37,6 +40,17 @@ def wait_for_flush(path: Path, seconds: float = 2.0) -> bool:
             return True
         time.sleep(0.01)
     return path.exists()
+
+
+def writable_folder(folder: Path, key: str) -> None:
+    """The folder files will be created in (an output file's, a staging folder of parts), made if
+    missing and checked writable; a ConfigError naming the config `key` where it cannot be."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{key}: cannot create the folder {str(folder)!r}: {exc.strerror}") from None
+    if not os.access(folder, os.W_OK):
+        raise ConfigError(f"{key}: the folder {str(folder)!r} is not writable")
 
 
 def create_hidden(path: Path, **kwargs) -> tuple[h5py.File, Path]:

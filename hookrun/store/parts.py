@@ -25,6 +25,7 @@ import h5py
 import numpy as np
 
 from hookrun.errors import ConfigError
+from hookrun.store.h5file import writable_folder
 from hookrun.store.h5store import H5Store
 from hookrun.store.manifest import MANIFEST, Manifest, PartEntry, part_name, rank_manifest
 from hookrun.store.records import StepRecord
@@ -110,12 +111,7 @@ def check_remote_output(out: Output, overwrite: bool, resume: bool) -> None:
     if taken and not overwrite and not resume:
         raise ConfigError(f"output.path: {out.url} exists (it has a {out.manifest_name}); set output.overwrite=true, "
                           f"resume=true, or choose another path")
-    try:
-        out.parts_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"output.staging: cannot create {str(out.parts_dir)!r}: {exc.strerror}") from None
-    if not os.access(out.parts_dir, os.W_OK):
-        raise ConfigError(f"output.staging: the folder {str(out.parts_dir)!r} is not writable")
+    writable_folder(out.parts_dir, "output.staging")
 
 
 def describe(path: Path, name: str) -> tuple[PartEntry, dict[str, dict], dict]:
