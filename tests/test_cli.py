@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import zipfile
 from pathlib import Path
 
 import h5py
@@ -118,18 +117,13 @@ def test_the_last_lines_name_the_file_and_the_sweep_folder(tmp_path):
     assert last.startswith(f"hookrun: sweep folder: {folder.relative_to(tmp_path)} (2 jobs")
 
 
-def test_wheel_ships_conf_and_runs_from_an_installed_layout(tmp_path):
+def test_wheel_ships_conf_and_runs_from_an_installed_layout(tmp_path, wheel_site):
     import subprocess
 
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(tmp_path / "dist"), str(ROOT)], check=True, capture_output=True)
-    (wheel,) = (tmp_path / "dist").glob("hookrun-*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
+    names, site = wheel_site
     for conf in ("hookrun/conf/config.yaml", "hookrun/conf/model/resnet18.yaml", "hookrun/conf/experiment/resnet_layer1.yaml",
                  "hookrun/conf/data/synthetic.yaml", "hookrun/conf/loss/cross_entropy.yaml"):
         assert conf in names
-    site = tmp_path / "site"
-    zipfile.ZipFile(wheel).extractall(site)
     work = tmp_path / "elsewhere"
     work.mkdir()
     env = {**os.environ, "PYTHONPATH": str(site)}
