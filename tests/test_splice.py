@@ -212,6 +212,25 @@ def test_an_sae_of_the_wrong_width_names_both_numbers_before_any_batch(tmp_path,
     assert "sae" not in model.transformer.h[0]._modules
 
 
+def test_the_splice_check_and_the_site_check_share_one_forward_of_the_first_sample(tmp_path, data, sae):
+    """A splice beside an op site: both checks listen to one forward of the first sample, then the
+    batches run; the model's forwards are counted with a raw pre-hook on it."""
+    folder, w = sae
+    model = gpt2()
+    ref = torch.cat(logits_with(model, data, lambda x: decode(w, encode(w, x))))
+    calls = []
+    handle = model.register_forward_pre_hook(lambda m, a: calls.append(1))
+    hooks = {**splice_hooks(folder), "soft": {"at": "transformer.h.1.attn/softmax", "type": "forward",
+                                               "actions": [{"name": "record", "what": "output"}]}}
+    model.config._attn_implementation = "eager"  # a softmax site needs eager attention
+    try:
+        with run(tmp_path, model, data, hooks) as f:
+            torch.testing.assert_close(stored_logits(f), ref, rtol=1e-5, atol=1e-5)
+    finally:
+        handle.remove()
+    assert len(calls) == 1 + len(range(0, len(data), BATCH))  # one probe forward, then the batches
+
+
 def test_splice_on_an_input_or_an_op_site_is_refused(tmp_path, data, sae):
     folder, _ = sae
     hooks = {"s": {"at": BLOCK, "type": "forward_pre", "actions": [{"name": "replace_input", "op": "splice", "path": str(folder)}]}}

@@ -10,6 +10,7 @@ before the first batch does: the device, the output path, the data limits, early
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import random
 import sys
@@ -132,10 +133,14 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, da
         raise
     settings = LoopSettings(mode, device, loss, batches, cfg.progress, spec=spec, store_keys=tuple(cfg.data.store),
                             generation=generation, evaluator=evaluator)
-    try:  # op sites that cannot fire, and splices that do not fit, are refused here, from the first sample
-        points = check_sites_run(points, model, lambda: one_sample_forward(model, loader, settings))
-        if env.splices:
-            check_outputs(points, lambda: one_sample_forward(model, loader, settings))
+    try:  # op sites that cannot fire, and splices that do not fit, are refused here: one forward of the first sample
+        forward = lambda: one_sample_forward(model, loader, settings)  # noqa: E731
+        if env.splices:  # the splice check listens to the same forward as the site check
+            forward = functools.partial(check_outputs, points, forward)
+        if any(p.site is not None for p in points):
+            points = check_sites_run(points, model, forward)
+        elif env.splices:
+            forward()
     except BaseException:
         env.close()
         raise
