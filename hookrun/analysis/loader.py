@@ -9,7 +9,9 @@ chunk (`block_rows`, 1 MiB by default); the blocks are put in a random order tha
 windows of `buffer_bytes` (a multiple of `batch_size` rows): each window is read with one
 contiguous read per block (chunk-aligned, so the disk sees ~1 MiB reads) on a reader thread, while
 the window before it is served: its rows are permuted (seed, epoch, rank, window) and handed out
-batch by batch. Memory: two windows plus one batch per process (per DataLoader worker). A batch mixes rows of about buffer_bytes / 1 MiB random blocks of
+batch by batch. Memory: two windows plus one batch per process (per DataLoader worker); shuffled, the
+batches are copies, so the two window buffers are read into again, and kept for the next epoch. A
+batch mixes rows of about buffer_bytes / 1 MiB random blocks of
 the whole file; with the whole file in one window the shuffle is a uniform permutation.
 `shuffle=False` reads the windows in file order with one read each.
 
