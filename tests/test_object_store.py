@@ -19,6 +19,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
+import yaml
 
 import hookrun
 from hookrun.data import RandomTensors
@@ -135,6 +136,26 @@ def test_open_run_inspect_and_xarray_over_the_bucket(s3, tmp_path, capsys):
     assert main([URL, "--no-stats"]) == 0
     out = capsys.readouterr().out
     assert "status    complete   (16 batches, 64 samples)" in out and "h/2/output" in out and "part file(s)" in out
+
+
+def test_a_one_part_run_lists_the_runs_attributes_in_its_manifest(s3, tmp_path, capsys):
+    """With one part the end-of-run attributes are set before the part is finished; the manifest
+    still carries the run's own (config, model class, ...): inspect --no-stats reads them there."""
+    hookrun.run(cfg(URL, tmp_path, part_bytes=1 << 30))
+    local = local_run(tmp_path)
+    manifest, _ = bucket_parts(s3[1])
+    assert len(manifest["parts"]) == 1
+    with h5py.File(local) as f:
+        for key in ("model_class", "device", "mode", "hookrun_version"):
+            assert manifest["attrs"][key] == f.attrs[key], key
+        ours, theirs = yaml.safe_load(manifest["attrs"]["config"]), yaml.safe_load(f.attrs["config"])
+        assert ours.pop("output")["path"] == URL and theirs.pop("output")["path"] == str(local)
+        assert ours == theirs  # the same config but for where it went
+    assert "hooks_not_fired" in manifest["attrs"]
+    from hookrun.cli.inspect import main
+    assert main([URL, "--no-stats"]) == 0
+    out = capsys.readouterr().out
+    assert "missing" not in out and "status    complete   (16 batches, 64 samples)" in out
 
 
 def test_inspect_reads_the_manifest_alone_and_statistics_one_part_at_a_time(s3, tmp_path, capsys, monkeypatch):
@@ -364,7 +385,9 @@ def test_the_cli_writes_to_the_bucket_and_says_unreachable_in_one_line(s3, tmp_p
     done = run_cli(*common, f"output.path={URL}", f"hydra.run.dir={tmp_path / 'run'}")
     assert done.returncode == 0, done.stderr[-2000:]
     assert "file: " + URL in done.stderr + done.stdout
-    assert SECRET not in (tmp_path / "run" / "hookrun.log").read_text() + done.stderr + done.stdout
+    log = (tmp_path / "run" / "hookrun.log").read_text()
+    assert SECRET not in log + done.stderr + done.stdout
+    assert "botocore" not in log + done.stderr, "the S3 client's INFO lines crowd the run's log"
     inspect = subprocess.run([sys.executable, "-m", "hookrun.inspect", URL, "--no-stats"], capture_output=True,
                              text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT),
                                                            "HOOKRUN_CACHE_DIR": str(tmp_path / "cache")})

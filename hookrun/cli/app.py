@@ -36,6 +36,8 @@ from hookrun.runner.signals import Interrupted
 from hookrun.store.remote import is_url
 
 log = logging.getLogger("hookrun")
+# libraries whose INFO lines (botocore: "Found endpoint for s3 via ...") would crowd the run's log
+QUIET = ("botocore", "aiobotocore", "boto3", "s3transfer", "s3fs", "fsspec", "urllib3", "filelock", "httpx")
 
 
 def conf_dir() -> str:
@@ -54,6 +56,9 @@ ConfigStore.instance().store(name="hookrun_schema", node=HookrunConfig)
 def _app(cfg: DictConfig) -> None:
     global _TASK_STARTED
     _TASK_STARTED = True
+    for name in QUIET:  # Hydra's job logging sets the root to INFO; these keep to warnings
+        if logging.getLogger(name).level == logging.NOTSET:
+            logging.getLogger(name).setLevel(logging.WARNING)
     path = Path(cfg.output.path)
     hydra_cfg = HydraConfig.get()
     if is_url(cfg.output.path):  # an object store: its parts are staged in the run folder unless output.staging says

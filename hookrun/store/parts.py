@@ -267,8 +267,8 @@ class PartedStore:
             path.unlink(missing_ok=True)
             return
         entry, schema, attrs = describe(path, self.out.part(int(path.stem.split("-")[1])))
-        if not self.manifest.attrs:
-            self.manifest.attrs = attrs
+        for k, v in attrs.items():  # the run's attributes (config, model, ...); those set_attrs gave stay
+            self.manifest.attrs.setdefault(k, v)
         self.uploader.submit(LocalPart(path, entry, schema))
 
     def _removed(self, path: Path) -> None:
