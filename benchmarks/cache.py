@@ -13,18 +13,15 @@ os.sync(); ratios are taken between medians.
 
 from __future__ import annotations
 
-import argparse
-import importlib.metadata
 import importlib.util
-import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import harness
 
 HERE = Path(__file__).resolve().parent
 WRITERS = ["bare", "hookrun", "hooks_torch_save", "transformer_lens", "nnsight", "datasets"]
@@ -34,36 +31,24 @@ READS = ["read_inorder", "read_shuffled", "read_datasets_inorder", "read_dataset
 
 def child(name: str, folder: Path, threads: int, batches: int = 0, rows: int = 0) -> dict:
     os.sync()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join([str(HERE.parent), str(HERE), os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, str(HERE / "cache_scenarios.py"), name, "--batches", str(batches), "--rows", str(rows),
            "--dir", str(folder), "--threads", str(threads)]
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0), err.seek(0)
-        out, err = out.read(), err.read()
-    if proc.returncode != 0:
-        raise RuntimeError(f"scenario {name} failed:\n{err[-3000:]}")
-    result = json.loads(out.strip().splitlines()[-1])
+    result, usage = harness.run_child(cmd, f"scenario {name}", harness.child_env())
     result["rss_mb"] = usage.ru_maxrss / 1024  # Linux: KiB
     return result
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = harness.parser(__doc__)
     p.add_argument("--batches", type=int, default=60, help="batches of 8 x 128 tokens per writing run (default 60)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--rss-small", type=int, default=8, help="batches of the short run whose peak RSS is set against the timed runs'")
     p.add_argument("--rows", type=int, default=262144, help="token rows in the read benchmark's file (default 262144, 256 MiB)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per child (default 1 of this machine's cores)")
-    p.add_argument("--quick", action="store_true", help="2 batches, 1 round, 16384 rows: checks that everything runs")
-    p.add_argument("--markdown", type=Path)
+    harness.quick_and_markdown(p, "2 batches, 1 round, 16384 rows: checks that everything runs")
     p.add_argument("--dir", type=Path)
-    a = p.parse_args()
-    if a.quick:
-        a.batches, a.rounds, a.rss_small, a.rows = 2, 1, 1, 16384
-    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    a = harness.parse(p, batches=2, rounds=1, rss_small=1, rows=16384)
+    log = harness.log
     started = time.time()
     missing = [route for route, mod in PEERS.items() if importlib.util.find_spec(mod) is None]
     writers = [w for w in WRITERS if w not in missing]
@@ -95,11 +80,8 @@ def main() -> None:
 
 
 def table(a, w, rss, reads, missing, seconds) -> str:
-    rows = []
-
-    def row(target: str, value: float | str, bound: str, ok: bool | None, how: str) -> None:
-        rows.append((target, value if isinstance(value, str) else f"{value:.3f}", bound, "" if ok is None else "yes" if ok else "NO", how))
-
+    targets = harness.Targets()
+    row = targets.add
     # the best round of each route: on a shared machine other jobs only ever slow a run down, so
     # the least disturbed round is the closest to the route's own cost (medians in the detail)
     tps = {name: max(r["tokens"] / r["seconds"] for r in runs) for name, runs in w.items()}
@@ -141,25 +123,10 @@ def table(a, w, rss, reads, missing, seconds) -> str:
             row(f"4. file size: hookrun / {kind}", size["hookrun"] / size[name], "(info)", None,
                 f"{size['hookrun'] / 1e6:.1f} MB vs {size[name] / 1e6:.1f} MB, the same {a.batches * 1024} tokens x 6 points")
 
-    import h5py
-    import torch
-
-    versions = []
-    for dist in ("transformers", "transformer-lens", "nnsight", "datasets"):
-        try:
-            versions.append(f"{dist} {importlib.metadata.version(dist)}")
-        except importlib.metadata.PackageNotFoundError:
-            versions.append(f"{dist} not installed")
-    env = (f"{platform.node()}: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, {a.threads} torch "
-           f"thread(s) per route, Python {platform.python_version()}, torch {torch.__version__}, h5py {h5py.__version__}, "
-           f"{', '.join(versions)}, {time.strftime('%Y-%m-%d')}, {seconds:.0f} s")
-    cmd = "python benchmarks/cache.py " + " ".join(sys.argv[1:])
-    text = "\n".join([f"`{cmd.strip()}`", "", env, "", "| target | measured | bound | met | detail |", "|---|---|---|---|---|",
-                      *[f"| {' | '.join(r)} |" for r in rows], ""])
-    if a.markdown:
-        a.markdown.parent.mkdir(parents=True, exist_ok=True)
-        a.markdown.write_text(text)
-    return text
+    env = harness.environment(seconds, *harness.module_versions("torch", "h5py"),
+                              *harness.versions("transformers", "transformer-lens", "nnsight", "datasets"),
+                              threads=f"{a.threads} torch thread(s) per route")
+    return harness.report("cache.py", env, targets.lines(), markdown=a.markdown)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ import json
 import os
 import random
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import harness  # noqa: E402
 from cache_peers_table import table  # noqa: E402
 from peer_routes import BUCKET, NEEDS  # noqa: E402
 
@@ -124,7 +124,7 @@ def have_moto() -> bool:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = harness.parser(__doc__)
     p.add_argument("--python", action="append", default=[], help="another environment's interpreter (repeatable): "
                    "its worker runs the routes this one cannot (e.g. a venv with sae-lens)")
     p.add_argument("--batches", type=int, default=32, help="batches of 8 x 128 tokens per timed run (default 32)")
@@ -140,21 +140,16 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="torch threads per worker")
     p.add_argument("--routes", default=",".join(ROUTES), help="comma-separated subset of " + ",".join(ROUTES))
     p.add_argument("--seed", type=int, default=0, help="the rounds' random orders")
-    p.add_argument("--quick", action="store_true", help="2 batches, 1 round, 16384 rows: checks that everything runs")
-    p.add_argument("--markdown", type=Path)
+    harness.quick_and_markdown(p, "2 batches, 1 round, 16384 rows: checks that everything runs")
     p.add_argument("--dir", type=Path)
-    a = p.parse_args()
-    if a.quick:
-        a.batches, a.rounds, a.rss_small, a.rows, a.read_epochs = 2, 1, 1, 16384, 1
-    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    a = harness.parse(p, batches=2, rounds=1, rss_small=1, rows=16384, read_epochs=1)
+    log = harness.log
     wanted = [r for r in a.routes.split(",") if r]
     started, load = time.time(), os.getloadavg()[0]
     with tempfile.TemporaryDirectory(dir=a.dir) as tmp:
         folder = Path(tmp)
         server = S3Server() if "hookrun_s3" in wanted and have_moto() else None
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-               "BENCH_PART_BYTES": str(int(a.part_mb * 2**20)),
-               "PYTHONPATH": os.pathsep.join([str(HERE.parent), str(HERE), os.environ.get("PYTHONPATH", "")])}
+        env = harness.child_env(TOKENIZERS_PARALLELISM="false", BENCH_PART_BYTES=str(int(a.part_mb * 2**20)))
         env.update(server.env if server else {})
         if server is None:
             env.pop("AWS_ENDPOINT_URL", None)
@@ -178,9 +173,7 @@ def main() -> None:
                    load=(load, os.getloadavg()[0]))
     text = table(a, results)
     print(text)
-    if a.markdown:
-        a.markdown.parent.mkdir(parents=True, exist_ok=True)
-        a.markdown.write_text(text)
+    harness.save(text, a.markdown)
 
 
 def assign(workers: list[Worker], wanted: list[str], s3: bool) -> tuple[dict, dict]:
@@ -229,12 +222,6 @@ def measure(a: argparse.Namespace, host: dict, log) -> dict:
                 reads[name].append(w.call({"op": name, "rows": a.rows, "kwargs": {"epochs": a.read_epochs}}))
                 log(f"  round {r + 1} {name:17s} {reads[name][-1]['rows_per_s']:10.0f} rows/s")
     return {"runs": runs, "small": small, "checks": checks, "reads": reads}
-
-
-def paired(num: list[dict], den: list[dict], key: str = "seconds") -> tuple[float, list[float]]:
-    """The median over rounds of each round's ratio of rates: den's time over num's."""
-    ratios = [d[key] / n[key] for n, d in zip(num, den, strict=True)]
-    return statistics.median(ratios), ratios
 
 
 if __name__ == "__main__":

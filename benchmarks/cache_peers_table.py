@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import harness
+
 LABELS = {"bare": "bare forward (stopped after block 5)", "hookrun": "hookrun to a local file",
           "hookrun_s3": "hookrun to S3 (moto on 127.0.0.1)", "transformer_lens": "TransformerLens run_with_cache + torch.save",
           "nnsight": "nnsight trace + save + stop + torch.save", "saelens": "SAELens CacheActivationsRunner (Arrow)"}
@@ -31,11 +33,8 @@ def _close(a: list[float], b: list[float]) -> tuple[bool, float]:
 
 def table(a, res: dict) -> str:
     runs, small, checks, reads, missing = res["runs"], res["small"], res["checks"], res["reads"], res["missing"]
-    rows: list[tuple] = []
-
-    def row(target: str, value, bound: str, ok: bool | None, how: str) -> None:
-        text = value if isinstance(value, str) else f"{value:.3f}"
-        rows.append((target, text, bound, "" if ok is None else "yes" if ok else "NO", how))
+    targets = harness.Targets()
+    row = targets.add
 
     def compare(target: str, num: str, den: str, bound: float, at_least: bool) -> None:
         """The median of per-round ratios of num's rate to den's (or its time to den's: at_least False)."""
@@ -79,10 +78,7 @@ def table(a, res: dict) -> str:
                 ok, diff = _close(check, checks["bare"])
                 row(f"same activations as the bare forward: {route}", "equal" if ok else "differ", "(check)", ok,
                     f"first batch: sum |x| {check[0]:.6g} vs {checks['bare'][0]:.6g}; largest difference {diff:.2g}")
-    head = environment(a, res)
-    lines = [f"`{command()}`", "", head, "", "| target | measured | bound | met | detail |", "|---|---|---|---|---|",
-             *[f"| {' | '.join(r)} |" for r in rows], "", per_round(a, runs, reads), ""]
-    return "\n".join(lines)
+    return harness.document(command(), environment(a, res), targets.lines(), per_round(a, runs, reads))
 
 
 def per_round(a, runs: dict, reads: dict) -> str:
@@ -98,7 +94,7 @@ def per_round(a, runs: dict, reads: dict) -> str:
 
 def command() -> str:
     exe = sys.executable if Path(sys.executable).parent.parent.name != Path(sys.base_prefix).name else "python"
-    return f"{exe} benchmarks/cache_peers.py {' '.join(sys.argv[1:])}".strip()
+    return harness.command("cache_peers.py", exe)
 
 
 def environment(a, res: dict) -> str:

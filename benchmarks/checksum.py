@@ -10,7 +10,6 @@ paired per-round ratios):
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -18,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import harness
 import numpy as np
 import torch
 
@@ -60,13 +60,10 @@ def run_seconds(folder: Path, batches: int, checksum: bool) -> float:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--batches", type=int, default=40)
+    p = harness.parser(__doc__)
+    harness.int_options(p, rounds=5, batches=40)
     p.add_argument("--quick", action="store_true", help="1 round of 4 batches: checks that it runs")
-    a = p.parse_args()
-    if a.quick:
-        a.rounds, a.batches = 1, 4
+    a = harness.parse(p, rounds=1, batches=4)
     ratios: dict[str, list[float]] = {"store": [], "run": []}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)

@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import argparse
 import platform
-import random
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+import harness
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -87,55 +86,21 @@ def routes(a: argparse.Namespace, folder: Path, device: torch.device) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--layers", type=int, default=12)
-    p.add_argument("--width", type=int, default=768)
-    p.add_argument("--heads", type=int, default=12)
-    p.add_argument("--vocab", type=int, default=50257)
-    p.add_argument("--tokens", type=int, default=128)
-    p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--batches", type=int, default=6)
-    p.add_argument("--rounds", type=int, default=3)
+    p = harness.parser(__doc__)
+    harness.int_options(p, layers=12, width=768, heads=12, vocab=50257, tokens=128, batch=4, batches=6, rounds=3)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's; 1 is steadier on a shared machine)")
-    p.add_argument("--quick", action="store_true", help="a tiny model, 2 batches, 1 round: checks that everything runs")
-    p.add_argument("--markdown", type=Path, help="append the results table to this file")
-    a = p.parse_args()
-    if a.quick:
-        a.layers, a.width, a.heads, a.vocab, a.tokens, a.batches, a.rounds = 2, 64, 4, 259, 32, 2, 1
+    harness.quick_and_markdown(p, "a tiny model, 2 batches, 1 round: checks that everything runs", "append the results table to this file")
+    a = harness.parse(p, layers=2, width=64, heads=4, vocab=259, tokens=32, batches=2, rounds=1)
     if a.threads:
         torch.set_num_threads(a.threads)
     device = torch.device(a.device)
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
-        run = routes(a, Path(tmp), device)
-        for fn in run.values():  # warm-up: imports, allocator, kernels, the first file
-            fn()
-        wall: dict[str, list[float]] = {name: [] for name in run}
-        cpu: dict[str, list[float]] = {name: [] for name in run}
-        order = list(run)
-        shuffle = random.Random(0).shuffle
-        for r in range(a.rounds):
-            shuffle(order)
-            for name in order:
-                t0, c0 = time.perf_counter(), time.process_time()
-                run[name]()
-                wall[name].append(time.perf_counter() - t0)
-                cpu[name].append(time.process_time() - c0)
-                print(f"  round {r + 1}/{a.rounds} {name:9s} {wall[name][-1]:7.3f} s wall {cpu[name][-1]:7.3f} s cpu",
-                      file=sys.stderr, flush=True)
-
-    def ratio(times: dict, num: str, den: str) -> float:
-        return statistics.median(n / d for n, d in zip(times[num], times[den], strict=True))
-
+        timed = harness.paired_rounds(routes(a, Path(tmp), device), a.rounds, harness.seeded_shuffle(0))
+    wall, cpu = timed.wall, timed.cpu
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{platform.machine()}, {torch.get_num_threads()} torch threads"
-    cmd = "python benchmarks/evaluate.py " + " ".join(sys.argv[1:])
     lines = [
-        f"`{cmd.strip()}`", "",
-        f"{where}, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}, {time.time() - started:.0f} s; GPT-2 "
-        f"{a.layers} layers x {a.width}, vocab {a.vocab}, {a.batches} batches of {a.batch} x {a.tokens} tokens, "
-        f"{a.rounds} rounds (order shuffled each round); one modify_output hook on transformer.h.0",
-        "",
         "| comparison | wall clock (median of per-round ratios) | CPU time | bound | met (wall) | detail (medians, wall) |",
         "|---|---|---|---|---|---|",
     ]
@@ -143,15 +108,15 @@ def main() -> None:
     for label, num, den, bound in (("evaluate (ablation: zero) / plain forward", "evaluate", "forward", BOUND),
                                    ("evaluate / hookrun run without evaluate", "evaluate", "hookrun", None),
                                    ("hookrun run without evaluate / plain forward", "hookrun", "forward", None)):
-        w, c = ratio(wall, num, den), ratio(cpu, num, den)
+        w, c = harness.ratio(wall, num, den), harness.ratio(cpu, num, den)
         met = ("yes" if w <= bound else "NO") if bound else "(info)"
         lines.append(f"| {label} | {w:.3f} | {c:.3f} | {f'<= {bound}' if bound else ''} | {met} | "
                      f"{med[num]:.3f} s / {med[den]:.3f} s |")
-    table = "\n".join(lines)
-    print(table)
-    if a.markdown:
-        with a.markdown.open("a") as f:
-            f.write("\n" + table + "\n")
+    head = (f"{where}, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}, {time.time() - started:.0f} s; GPT-2 "
+            f"{a.layers} layers x {a.width}, vocab {a.vocab}, {a.batches} batches of {a.batch} x {a.tokens} tokens, "
+            f"{a.rounds} rounds (order shuffled each round); one modify_output hook on transformer.h.0")
+    text = harness.report("evaluate.py", head, lines, markdown=a.markdown, append=True)
+    print(text, end="")
 
 
 if __name__ == "__main__":

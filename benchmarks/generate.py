@@ -24,12 +24,12 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import h5py
+import harness
 import torch
 from torch.utils.data import DataLoader, default_collate
 
@@ -85,34 +85,19 @@ def routes(args: argparse.Namespace, folder: Path) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--layers", type=int, default=8)
-    p.add_argument("--width", type=int, default=512)
-    p.add_argument("--batch", type=int, default=8)
+    p = harness.parser(__doc__)
+    harness.int_options(p, layers=8, width=512, batch=8)
     p.add_argument("--prompt", type=int, default=32, help="prompt tokens (max_length; shorter lines are left-padded)")
     p.add_argument("--new", type=int, default=32, help="max_new_tokens")
     p.add_argument("--repeat", type=int, default=8, help="times the 12 sample lines are repeated")
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--quick", action="store_true", help="a tiny model, 1 round: checks that everything runs")
-    p.add_argument("--markdown", type=Path, help="append the results table to this file")
-    a = p.parse_args()
-    if a.quick:
-        a.layers, a.width, a.new, a.repeat, a.rounds = 2, 64, 4, 1, 1
+    harness.quick_and_markdown(p, "a tiny model, 1 round: checks that everything runs", "append the results table to this file")
+    a = harness.parse(p, layers=2, width=64, new=4, repeat=1, rounds=1)
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         run, n = routes(a, Path(tmp))
-        for fn in run.values():  # warm-up: imports, allocator, the first file
-            fn()
-        times: dict[str, list[float]] = {name: [] for name in run}
-        cpu: dict[str, list[float]] = {name: [] for name in run}
-        for r in range(a.rounds):
-            for name, fn in run.items():
-                t0, c0 = time.perf_counter(), time.process_time()
-                fn()
-                times[name].append(time.perf_counter() - t0)
-                cpu[name].append(time.process_time() - c0)
-                print(f"  round {r + 1}/{a.rounds} {name:15s} {times[name][-1]:7.3f} s wall {cpu[name][-1]:7.3f} s cpu",
-                      file=sys.stderr, flush=True)
+        timed = harness.paired_rounds(run, a.rounds)  # in the order of `run`, every round
+        times, cpu = timed.wall, timed.cpu
         with h5py.File(Path(tmp) / "record.h5", "r") as f:
             rows = f["samples/token_sample"].shape[0]
             size = (Path(tmp) / "record.h5").stat().st_size
@@ -135,9 +120,7 @@ def main() -> None:
                      f"{med_cpu[num]:.2f} s / {med_cpu[den]:.2f} s; {med[num]:.2f} s / {med[den]:.2f} s |")
     table = "\n".join(lines)
     print(table)
-    if a.markdown:
-        with a.markdown.open("a") as f:
-            f.write("\n" + table + "\n")
+    harness.save(table, a.markdown, append=True)
 
 
 if __name__ == "__main__":

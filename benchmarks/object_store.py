@@ -28,16 +28,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import harness
 
 HERE = Path(__file__).resolve().parent
 BUCKET = "bench"
@@ -125,19 +125,11 @@ def child_main(a: argparse.Namespace) -> dict:
 # -- the parent ------------------------------------------------------------------------------------
 def child(route: str, a: argparse.Namespace, folder: Path, url: str) -> dict:
     os.sync()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1",
-           "PYTHONPATH": os.pathsep.join([str(HERE.parent), str(HERE), os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, str(HERE / "object_store.py"), "--child", route, "--dir", str(folder), "--url", url,
            "--batches", str(a.batches), "--part-bytes", str(a.part_bytes), "--threads", str(a.threads)]
     server_before = resource.getrusage(resource.RUSAGE_SELF)  # this process runs nothing but the S3 server now
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)  # this child's own CPU time
-        server = resource.getrusage(resource.RUSAGE_SELF)
-        out.seek(0), err.seek(0)
-        if os.waitstatus_to_exitcode(status) != 0:
-            raise RuntimeError(f"route {route} failed:\n{err.read()[-3000:]}")
-        result = json.loads(out.read().strip().splitlines()[-1])
+    result, usage = harness.run_child(cmd, f"route {route}", harness.child_env())  # usage: this child's own CPU time
+    server = resource.getrusage(resource.RUSAGE_SELF)
     result["cpu"] = usage.ru_utime + usage.ru_stime
     result["server_cpu"] = (server.ru_utime + server.ru_stime) - (server_before.ru_utime + server_before.ru_stime)
     return result
@@ -158,25 +150,20 @@ def paired(routes: list[str], a: argparse.Namespace, folder: Path, url_of, log) 
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = harness.parser(__doc__)
     p.add_argument("--batches", type=int, default=40, help="batches of 8 x 128 tokens per run (default 40: 240 MiB)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--part-bytes", type=int, default=32 << 20, help="output.part_bytes of the runs to the store (32 MiB)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per child (default 1 of this machine's cores)")
-    p.add_argument("--quick", action="store_true", help="2 batches, 1 round: checks that everything runs")
-    p.add_argument("--markdown", type=Path, help="write the results table to this file too")
+    harness.quick_and_markdown(p, "2 batches, 1 round: checks that everything runs", "write the results table to this file too")
     p.add_argument("--dir", type=Path, help="where the runs write (default: a temporary folder)")
     p.add_argument("--child", dest="route", help=argparse.SUPPRESS)
     p.add_argument("--url", default="", help=argparse.SUPPRESS)
-    a = p.parse_args()
+    a = harness.parse(p, batches=2, rounds=1, part_bytes=1 << 20)  # a child is never --quick: it gets the sizes
     if a.route:
         print(json.dumps(child_main(a)))
         return
-    if a.quick:
-        a.batches, a.rounds, a.part_bytes = 2, 1, 1 << 20
-
-    def log(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
+    log = harness.log
 
     import boto3
     from moto.server import ThreadedMotoServer
@@ -203,11 +190,10 @@ def main() -> None:
 
 
 def table(a: argparse.Namespace, write: list, bound: list, read: list, started: float) -> str:
-    rows = []
+    targets = harness.Targets()
 
     def row(target: str, ratios: list[float], bound: str, ok: bool | None, detail: str) -> None:
-        met = "" if ok is None else "yes" if ok else "NO"
-        rows.append(f"| {target} | {statistics.median(ratios):.3f} | {bound} | {met} | {detail} |")
+        targets.add(target, statistics.median(ratios), bound, ok, detail)
 
     def cpu(runs: list, kind: str) -> str:
         def m(route: str, key: str) -> float:
@@ -236,21 +222,9 @@ def table(a: argparse.Namespace, write: list, bound: list, read: list, started: 
         f"{rate(read, 'read_shuffled', 'rows'):.0f} vs {rate(read, 'read_inorder', 'rows'):.0f} rows/s (medians), "
         f"{read[0]['read_inorder']['rows']} token rows of {D} float32, batches of 4096, parts fetched from the server; "
         f"per round {', '.join(f'{x:.3f}' for x in s)}")
-    import h5py
-    import moto
-    import s3fs
-    import torch
-
-    env = (f"{platform.node()}: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, {a.threads} torch "
-           f"thread(s) per route, Python {platform.python_version()}, torch {torch.__version__}, h5py {h5py.__version__}, "
-           f"s3fs {s3fs.__version__}, moto {moto.__version__}, {time.strftime('%Y-%m-%d')}, {time.time() - started:.0f} s")
-    cmd = "python benchmarks/object_store.py " + " ".join(sys.argv[1:])
-    text = "\n".join([f"`{cmd.strip()}`", "", env, "", "| target | measured | bound | met | detail |",
-                      "|---|---|---|---|---|", *rows, ""])
-    if a.markdown:
-        a.markdown.parent.mkdir(parents=True, exist_ok=True)
-        a.markdown.write_text(text)
-    return text
+    env = harness.environment(time.time() - started, *harness.module_versions("torch", "h5py", "s3fs", "moto"),
+                              threads=f"{a.threads} torch thread(s) per route")
+    return harness.report("object_store.py", env, targets.lines(), markdown=a.markdown)
 
 
 if __name__ == "__main__":

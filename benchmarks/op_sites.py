@@ -26,13 +26,12 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import random
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+import harness
 import torch
 
 import hookrun
@@ -71,44 +70,20 @@ def routes(a: argparse.Namespace, folder: Path) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--layers", type=int, default=6)
-    p.add_argument("--width", type=int, default=256)
-    p.add_argument("--tokens", type=int, default=128)
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--batches", type=int, default=8)
-    p.add_argument("--rounds", type=int, default=9)
+    p = harness.parser(__doc__)
+    harness.int_options(p, layers=6, width=256, tokens=128, batch=8, batches=8, rounds=9)
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1: steadier on a shared machine)")
-    p.add_argument("--quick", action="store_true", help="2 layers, 2 batches, 1 round: checks that every route runs")
-    p.add_argument("--markdown", type=Path, help="append the results table to this file")
-    a = p.parse_args()
-    if a.quick:
-        a.layers, a.width, a.tokens, a.batches, a.rounds = 2, 64, 32, 2, 1
+    harness.quick_and_markdown(p, "2 layers, 2 batches, 1 round: checks that every route runs", "append the results table to this file")
+    a = harness.parse(p, layers=2, width=64, tokens=32, batches=2, rounds=1)
     torch.set_num_threads(a.threads)
-    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
-        run = routes(a, Path(tmp))
-        sizes = {name: fn() for name, fn in run.items()}  # warm-up: imports, allocator, the first file
-        wall: dict[str, list[float]] = {name: [] for name in run}
-        cpu: dict[str, list[float]] = {name: [] for name in run}
-        order = list(run)
-        for r in range(a.rounds):
-            random.Random(r).shuffle(order)
-            for name in order:
-                t0, c0 = time.perf_counter(), time.process_time()
-                run[name]()
-                wall[name].append(time.perf_counter() - t0)
-                cpu[name].append(time.process_time() - c0)
-                log(f"  round {r + 1}/{a.rounds} {name:10s} {wall[name][-1]:7.3f} s wall {cpu[name][-1]:7.3f} s cpu")
+        timed = harness.paired_rounds(routes(a, Path(tmp)), a.rounds, harness.per_round_shuffle)  # the warm-up's sizes
     extra, bare = per_call_cost(5 if a.quick else 50)
-    text = table(a, wall, cpu, sizes, time.time() - started)
-    text += (f"\nInterception: {extra:.2f} µs more a torch call made inside a hooked module's forward that fires "
-             f"nothing (the bare call: {bare:.2f} µs); min of {5 if a.quick else 50} interleaved forwards of 1000 calls.\n")
-    print(text)
-    if a.markdown:
-        with a.markdown.open("a") as f:
-            f.write("\n" + text)
+    head, lines = table(a, timed.wall, timed.cpu, timed.first, time.time() - started)
+    interception = (f"Interception: {extra:.2f} µs more a torch call made inside a hooked module's forward that fires "
+                    f"nothing (the bare call: {bare:.2f} µs); min of {5 if a.quick else 50} interleaved forwards of 1000 calls.")
+    print(harness.report("op_sites.py", head, lines, interception, markdown=a.markdown, append=True))
 
 
 class ManyCalls(torch.nn.Module):
@@ -139,35 +114,24 @@ def per_call_cost(reps: int) -> tuple[float, float]:
     return (min(hooked) - min(bare)) * 1e6 / 1000, min(bare) * 1e6 / 1000
 
 
-def ratio(times: dict[str, list[float]], num: str, den: str) -> float:
-    """The median of the per-round ratios num/den."""
-    return statistics.median(x / y for x, y in zip(times[num], times[den], strict=True))
-
-
-def table(a: argparse.Namespace, wall: dict, cpu: dict, sizes: dict, seconds: float) -> str:
+def table(a: argparse.Namespace, wall: dict, cpu: dict, sizes: dict, seconds: float) -> tuple[str, list[str]]:
+    """The line under the command (machine, sizes, files) and the table's lines."""
     med = {k: statistics.median(v) for k, v in wall.items()}
     rows = [("A / B: attention patterns via op sites / attention outputs via module hooks", "A_sites", "B_modules", BOUND),
             ("A / D: the same bytes via op sites / via the module's output.1", "A_sites", "D_weights", None),
             ("B / C: module hooks / no hooks", "B_modules", "C_bare", None),
             ("A / C: op sites / no hooks", "A_sites", "C_bare", None)]
-    lines = [
-        f"`python benchmarks/op_sites.py {' '.join(sys.argv[1:])}`".replace(" `", "`"),
-        "",
-        f"{platform.machine()}, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch thread(s), torch {torch.__version__}, "
-        f"{time.strftime('%Y-%m-%d')}, {seconds:.0f} s; GPT-2 {a.layers} layers x {a.width}, 4 heads, eager, vocab 259, "
-        f"{a.batches} batches of {a.batch} x {a.tokens} tokens, {a.rounds} rounds in shuffled order, the whole forward in "
-        f"every route; files: "
-        + ", ".join(f"{k} {v / 1e6:.0f} MB" for k, v in sizes.items()),
-        "",
-        "| comparison | wall clock | CPU time | bound | met (wall) | medians (wall) |",
-        "|---|---|---|---|---|---|",
-    ]
+    head = (f"{platform.machine()}, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch thread(s), torch {torch.__version__}, "
+            f"{time.strftime('%Y-%m-%d')}, {seconds:.0f} s; GPT-2 {a.layers} layers x {a.width}, 4 heads, eager, vocab 259, "
+            f"{a.batches} batches of {a.batch} x {a.tokens} tokens, {a.rounds} rounds in shuffled order, the whole forward in "
+            f"every route; files: " + ", ".join(f"{k} {v / 1e6:.0f} MB" for k, v in sizes.items()))
+    lines = ["| comparison | wall clock | CPU time | bound | met (wall) | medians (wall) |", "|---|---|---|---|---|---|"]
     for label, num, den, bound in rows:
-        w, c = ratio(wall, num, den), ratio(cpu, num, den)
+        w, c = harness.ratio(wall, num, den), harness.ratio(cpu, num, den)
         met = ("yes" if w <= bound else "NO") if bound else "(info)"
         lines.append(f"| {label} | {w:.3f} | {c:.3f} | {f'<= {bound:.2f}' if bound else '(info)'} | {met} | "
                      f"{med[num]:.2f} s / {med[den]:.2f} s |")
-    return "\n".join(lines) + "\n"
+    return head, lines
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ RSS (every process writes its own `ru_maxrss` when it exits).
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import json
 import os
@@ -31,6 +30,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import harness
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCH = 16
@@ -130,20 +131,19 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         child()
         return
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = harness.parser(__doc__)
     p.add_argument("--batches", type=int, default=16, help="batches of 16 images (default 16)")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--quick", action="store_true", help="2 batches of 64x64 images, 1 round: a smoke run")
-    p.add_argument("--markdown", type=Path, help="append the results table to this file")
+    harness.quick_and_markdown(p, "2 batches of 64x64 images, 1 round: a smoke run", "append the results table to this file")
     p.add_argument("--view-only", action="store_true", help="only the view over 16 synthetic shards x 20 captures")
-    a = p.parse_args()
+    a = harness.parse(p, batches=2, rounds=1)
     if a.view_only:
         with tempfile.TemporaryDirectory(prefix="hookrun-view-") as tmp:
             ms, tb = view_at_scale(Path(tmp))
         print(f"the view alone over 16 shards x 20 captures of 64x56x56 float32 ({tb:.2f} TB declared): "
               f"median of 5 {ms:.0f} ms; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
         return
-    batches, n = (2, 1) if a.quick else (a.batches, a.rounds)
+    batches, n = a.batches, a.rounds
     names = ["1 process x 2 threads", "2 processes x 1 thread", "1 process x 1 thread"]  # the last: a control
     results: dict[str, list[dict]] = {name: [] for name in names}
     with tempfile.TemporaryDirectory(prefix="hookrun-ranks-") as tmp:
@@ -186,16 +186,13 @@ def main() -> None:
     ]
     text = "\n".join(lines)
     print(text)
-    if a.markdown:
-        with open(a.markdown, "a") as fh:
-            fh.write("\n" + text + "\n")
+    harness.save(text, a.markdown, append=True)
 
 
 def _versions() -> str:
     import h5py
-    import torch
 
-    return f"torch {torch.__version__}, h5py {h5py.__version__}, HDF5 {h5py.version.hdf5_version}"
+    return ", ".join([*harness.module_versions("torch", "h5py"), f"HDF5 {h5py.version.hdf5_version}"])
 
 
 if __name__ == "__main__":

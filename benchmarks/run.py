@@ -11,17 +11,15 @@ os.sync() so that no run pays for another's dirty pages, and each ratio is taken
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
-import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import harness
 
 HERE = Path(__file__).resolve().parent
 
@@ -29,14 +27,8 @@ HERE = Path(__file__).resolve().parent
 def child(name: str, batches: int, folder: Path) -> dict:
     """Run one scenario in a fresh process; its JSON line plus its own peak RSS."""
     os.sync()
-    proc = subprocess.Popen([sys.executable, str(HERE / "scenarios.py"), name, "--batches", str(batches), "--dir", str(folder)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, err = proc.stdout.read(), proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise RuntimeError(f"scenario {name} failed:\n{err[-3000:]}")
-    result = json.loads(out.strip().splitlines()[-1])
+    cmd = [sys.executable, str(HERE / "scenarios.py"), name, "--batches", str(batches), "--dir", str(folder)]
+    result, usage = harness.run_child(cmd, f"scenario {name}", harness.child_env())
     result["rss_mb"] = usage.ru_maxrss / 1024  # Linux: KiB
     return result
 
@@ -56,20 +48,14 @@ def med(results: list[dict], key: str = "seconds") -> float:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = harness.parser(__doc__)
     p.add_argument("--batches", type=int, default=40, help="batches of 16 for the timing runs (default 40)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved repetitions (default 3)")
     p.add_argument("--rss-batches", type=int, nargs=2, default=[8, 64], metavar=("SMALL", "LARGE"))
-    p.add_argument("--quick", action="store_true", help="3 batches, 1 round: checks that everything runs")
-    p.add_argument("--markdown", type=Path, help="write the results table to this file too")
+    harness.quick_and_markdown(p, "3 batches, 1 round: checks that everything runs", "write the results table to this file too")
     p.add_argument("--dir", type=Path, help="where the scenarios write (default: a temporary folder)")
-    a = p.parse_args()
-    if a.quick:
-        a.batches, a.rounds, a.rss_batches = 3, 1, [2, 4]
-
-    def log(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-
+    a = harness.parse(p, batches=3, rounds=1, rss_batches=[2, 4])
+    log = harness.log
     started = time.time()
     with tempfile.TemporaryDirectory(dir=a.dir) as tmp:
         folder = Path(tmp)
@@ -91,11 +77,8 @@ def main() -> None:
         for c in costs:
             log(f"  hook_cost: {c['us_per_firing']:.2f} us a firing (raw PyTorch hook {c['raw_us_per_firing']:.2f})")
 
-    rows = []
-
-    def row(target: str, value: float, bound: str, ok: bool, how: str) -> None:
-        rows.append((target, f"{value:.3f}", bound, "yes" if ok else "NO", how))
-
+    targets = harness.Targets()
+    row = targets.add
     base = med(t["no_hooks"])
     r1 = med(t["record"]) / base
     row("1. record / no hooks (time)", r1, "<= 1.10", r1 <= 1.10, f"{med(t['record']):.2f} s / {base:.2f} s")
@@ -125,19 +108,10 @@ def main() -> None:
         row("TorchLens full trace + h5py / no hooks", tl, "(info)", True, f"{med(t['torchlens']):.2f} s (1 round)")
 
     import h5py
-    import torch
 
-    env = (f"{platform.node()}: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-           f"Python {platform.python_version()}, torch {torch.__version__}, h5py {h5py.__version__}, "
-           f"HDF5 {h5py.version.hdf5_version}, {time.strftime('%Y-%m-%d')}, {time.time() - started:.0f} s")
-    cmd = "python benchmarks/run.py " + " ".join(sys.argv[1:])
-    table = ["| target | measured | bound | met | detail |", "|---|---|---|---|---|"]
-    table += [f"| {' | '.join(r)} |" for r in rows]
-    text = "\n".join([f"`{cmd.strip()}`", "", env, "", *table, ""])
-    print(text)
-    if a.markdown:
-        a.markdown.parent.mkdir(parents=True, exist_ok=True)
-        a.markdown.write_text(text)
+    env = harness.environment(time.time() - started, *harness.module_versions("torch", "h5py"),
+                              f"HDF5 {h5py.version.hdf5_version}")
+    print(harness.report("run.py", env, targets.lines(), markdown=a.markdown))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The benchmark command runs from a fresh install (its figures are in docs/benchmarks.md, not here:
+"""The benchmark commands run from a fresh install (their figures are in docs/benchmarks.md, not here:
 timings on a shared CI machine prove nothing, so this checks only that every comparison runs)."""
 
 from __future__ import annotations
@@ -6,114 +6,82 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from typing import NamedTuple
 
 import pytest
 from conftest import ROOT
 
 
-@pytest.mark.slow
-def test_benchmark_quick_mode_runs_every_comparison(tmp_path):
-    proc = subprocess.run([sys.executable, "benchmarks/run.py", "--quick", "--markdown", str(tmp_path / "b.md")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+def quick(tmp_path, script: str, *args: str, timeout: int = 600) -> str:
+    """`python benchmarks/SCRIPT --quick --markdown FILE ARGS` from the repository root, offline, with
+    this checkout's hookrun first on the path: it must succeed and print the table it wrote; the table."""
+    path = tmp_path / "table.md"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, f"benchmarks/{script}", "--quick", "--markdown", str(path), *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    table = (tmp_path / "b.md").read_text()
-    for row in ("1. record / no hooks", "2. record / tutorial script", "3. peak RSS 4 / 2 batches",
-                "4. writer bytes/s / one h5py write", "5. cost per hook firing", "early stop: layer1",
-                "create_feature_extractor + h5py"):
-        assert f"| {row}" in table, row
-    assert "torch " in table and "h5py " in table  # the machine and versions
-
-
-@pytest.mark.slow
-def test_cache_benchmark_quick_mode_runs_every_route(tmp_path):
-    """benchmarks/cache.py --quick: every writing route and reader runs, or a peer is reported as not installed."""
-    proc = subprocess.run([sys.executable, "benchmarks/cache.py", "--quick", "--markdown", str(tmp_path / "c.md")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    table = (tmp_path / "c.md").read_text()
-    for row in ("1. bare forward tokens/s / hookrun caching tokens/s", "2. hookrun / TransformerLens", "2. hookrun / nnsight",
-                "2. hookrun / plain hooks + datasets save_to_disk", "2. peak RSS 2 / 1 batches: hookrun",
-                "3. shuffled read / in-order read", "3. hookrun shuffled / h5py fancy indexing", "4. file size: hookrun /"):
-        assert f"| {row}" in table, row
-    assert "torch " in table and "h5py " in table and "nnsight" in table  # the machine and versions
-
-
-@pytest.mark.slow
-def test_generate_benchmark_quick_mode_runs_every_route(tmp_path):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "benchmarks/generate.py", "--quick", "--markdown", str(tmp_path / "g.md")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    table = (tmp_path / "g.md").read_text()
-    for row in ("hookrun record every block, every token / bare generate", "hookrun steering hook alone / bare generate",
-                "hookrun steering hook / raw steering hook"):
-        assert f"| {row}" in table, row
-    assert "token rows x 2 blocks" in table
-
-
-@pytest.mark.slow
-def test_op_sites_benchmark_quick_mode_runs_every_route(tmp_path):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "benchmarks/op_sites.py", "--quick", "--markdown", str(tmp_path / "o.md")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    table = (tmp_path / "o.md").read_text()
-    for row in ("A / B: attention patterns via op sites / attention outputs via module hooks",
-                "A / D: the same bytes via op sites / via the module's output.1", "B / C: module hooks / no hooks",
-                "A / C: op sites / no hooks"):
-        assert f"| {row} |" in table, row
-    assert "A_sites" in table and "torch " in table
-
-def test_object_store_benchmark_quick_mode_runs_every_comparison(tmp_path):
-    """benchmarks/object_store.py --quick: hookrun to a local S3 server and to disk, the URL loader shuffled and in order."""
-    pytest.importorskip("moto.server")
-    proc = subprocess.run([sys.executable, "benchmarks/object_store.py", "--quick", "--markdown", str(tmp_path / "o.md")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    table = (tmp_path / "o.md").read_text()
-    for row in ("hookrun to a local S3 server / to local disk (tokens/s)", "writer-bound run: to S3 / to local disk",
-                "URL loader: shuffled / in order (rows/s)"):
-        assert f"| {row}" in table, row
-    assert "s3fs " in table and "moto " in table and "the S3 server" in table
-
-
-@pytest.mark.slow
-def test_evaluate_benchmark_quick_mode_runs_every_route(tmp_path):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "benchmarks/evaluate.py", "--quick", "--markdown", str(tmp_path / "e.md")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    table = (tmp_path / "e.md").read_text()
-    for row in ("evaluate (ablation: zero) / plain forward", "evaluate / hookrun run without evaluate",
-                "hookrun run without evaluate / plain forward"):
-        assert f"| {row} |" in table, row
-    assert "<= 3.2" in table and "torch " in table
-
-
-CACHE_PEER_ROWS = ("hookrun time / bare forward time", "hookrun / TransformerLens", "hookrun / nnsight", "hookrun / SAELens",
-                   "hookrun to S3 / hookrun to a local file", "hookrun loader: shuffled / in-order reads",
-                   "peak RSS 2 / 1 batches: hookrun")
-
-
-def _cache_peers(tmp_path, *args: str) -> str:
-    proc = subprocess.run([sys.executable, "benchmarks/cache_peers.py", "--quick", "--markdown", str(tmp_path / "p.md"), *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    table = (tmp_path / "p.md").read_text()
-    for row in CACHE_PEER_ROWS:
-        assert f"| {row}" in table, row
+    table = path.read_text()
+    assert table.strip() in proc.stdout  # the same table on stdout
     return table
 
 
+class Expect(NamedTuple):
+    rows: list[str]  # the rows its table must have, each by its start: `| ROW`
+    text: list[str]  # other text the table must hold: the machine and versions, sizes
+    needs: tuple[str, ...] = ()  # modules it needs (skipped without them)
+    timeout: int = 600
+
+
+QUICK = {
+    "run.py": Expect(
+        ["1. record / no hooks", "2. record / tutorial script", "3. peak RSS 4 / 2 batches",
+         "4. writer bytes/s / one h5py write", "5. cost per hook firing", "early stop: layer1", "create_feature_extractor + h5py"],
+        ["torch ", "h5py "], timeout=900),
+    "cache.py": Expect(
+        ["1. bare forward tokens/s / hookrun caching tokens/s", "2. hookrun / TransformerLens", "2. hookrun / nnsight",
+         "2. hookrun / plain hooks + datasets save_to_disk", "2. peak RSS 2 / 1 batches: hookrun",
+         "3. shuffled read / in-order read", "3. hookrun shuffled / h5py fancy indexing", "4. file size: hookrun /"],
+        ["torch ", "h5py ", "nnsight"], timeout=900),
+    "generate.py": Expect(
+        ["hookrun record every block, every token / bare generate |", "hookrun steering hook alone / bare generate |",
+         "hookrun steering hook / raw steering hook |"],
+        ["token rows x 2 blocks"]),
+    "op_sites.py": Expect(
+        ["A / B: attention patterns via op sites / attention outputs via module hooks |",
+         "A / D: the same bytes via op sites / via the module's output.1 |", "B / C: module hooks / no hooks |",
+         "A / C: op sites / no hooks |"],
+        ["A_sites", "torch "]),
+    "object_store.py": Expect(  # hookrun to a local S3 server and to disk, the URL loader shuffled and in order
+        ["hookrun to a local S3 server / to local disk (tokens/s)", "writer-bound run: to S3 / to local disk",
+         "URL loader: shuffled / in order (rows/s)"],
+        ["s3fs ", "moto ", "the S3 server"], needs=("moto.server",)),
+    "evaluate.py": Expect(
+        ["evaluate (ablation: zero) / plain forward |", "evaluate / hookrun run without evaluate |",
+         "hookrun run without evaluate / plain forward |"],
+        ["<= 3.2", "torch "]),
+    # the bare forward, hookrun and hookrun to a local S3 server run (moto[server] and s3fs come with
+    # the dev extra; a peer whose library is missing is a row saying so), and hookrun's cached
+    # activations equal those a plain forward hook sees (the route checks its first batch after the clock)
+    "cache_peers.py": Expect(
+        ["hookrun time / bare forward time", "hookrun / TransformerLens", "hookrun / nnsight", "hookrun / SAELens",
+         "hookrun to S3 / hookrun to a local file", "hookrun loader: shuffled / in-order reads",
+         "peak RSS 2 / 1 batches: hookrun", "peak RSS 2 / 1 batches: hookrun_s3",
+         "same activations as the bare forward: hookrun | equal | (check) | yes |"],
+        ["torch ", "h5py "]),
+}
+
+
 @pytest.mark.slow
-def test_cache_peers_quick_mode_runs_the_routes_this_python_has(tmp_path):
-    """benchmarks/cache_peers.py --quick: the bare forward, hookrun and hookrun to a local S3 server
-    run (a peer whose library is missing is a row saying so), and hookrun's cached activations equal
-    those a plain forward hook sees (the route checks its first batch after the clock)."""
-    table = _cache_peers(tmp_path)
-    assert "| same activations as the bare forward: hookrun | equal | (check) | yes |" in table
-    assert "| peak RSS 2 / 1 batches: hookrun_s3" in table  # moto[server] and s3fs come with the dev extra
-    assert "torch " in table and "h5py " in table
+@pytest.mark.parametrize("script", list(QUICK))
+def test_benchmark_quick_mode_runs_every_comparison(tmp_path, script):
+    expect = QUICK[script]
+    for module in expect.needs:
+        pytest.importorskip(module)
+    table = quick(tmp_path, script, timeout=expect.timeout)
+    for row in expect.rows:
+        assert f"| {row}" in table, row
+    for part in expect.text:
+        assert part in table, part
 
 
 @pytest.mark.slow
@@ -123,7 +91,33 @@ def test_cache_peers_quick_mode_with_every_peer(tmp_path):
     """With the peers' venvs: every route runs, in the worker of the first interpreter that has its
     library, and every route cached the activations a plain forward hook sees."""
     args = [a for py in os.environ["HOOKRUN_BENCH_PYTHONS"].split(os.pathsep) for a in ("--python", py)]
-    table = _cache_peers(tmp_path, *args)
+    table = quick(tmp_path, "cache_peers.py", *args)
+    for row in QUICK["cache_peers.py"].rows:
+        assert f"| {row}" in table, row
     assert "not run" not in table
     for route in ("hookrun", "transformer_lens", "nnsight", "saelens"):
         assert f"| same activations as the bare forward: {route} | equal | (check) | yes |" in table, route
+
+
+def test_harness_pairs_rounds_and_writes_the_table(tmp_path, monkeypatch):
+    """benchmarks/harness.py: the median of per-round ratios (not the ratio of medians), every route
+    once a round in the order given, and the table appended after a blank line."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import harness
+
+    times = {"a": [1.0, 4.0, 9.0], "b": [2.0, 1.0, 3.0]}  # per-round ratios 0.5, 4, 3
+    assert harness.ratio(times, "a", "b") == 3.0  # the ratio of medians would be 4 / 2 = 2
+    calls = []
+    timed = harness.paired_rounds({"x": lambda: calls.append("x") or 1, "y": lambda: calls.append("y") or 2}, 2,
+                                  lambda r, order: order.reverse())
+    assert calls == ["x", "y", "y", "x", "x", "y"] and timed.first == {"x": 1, "y": 2}
+    assert [len(v) for v in (*timed.wall.values(), *timed.cpu.values())] == [2, 2, 2, 2]
+    t = harness.Targets()
+    t.add("speed", 1.23456, "<= 1.10", False, "detail")
+    t.add("check", "equal", "(check)", None, "")
+    assert t.rows == ["| speed | 1.235 | <= 1.10 | NO | detail |", "| check | equal | (check) |  |  |"]
+    path = tmp_path / "t.md"
+    path.write_text("before\n")
+    harness.save("`cmd`\n\nhead\n", path, append=True)
+    harness.save("second", path, append=True)
+    assert path.read_text() == "before\n\n`cmd`\n\nhead\n\nsecond\n"
