@@ -175,27 +175,32 @@ def test_token_positions_count_real_tokens_under_left_padding(tmp_path):
 
 
 class ScaledInPlace(torch.nn.Module):
-    """Token ids only (no mask), and the hooked embedding's output scaled in place after the hook."""
+    """Token ids (with or without a mask), and the hooked embedding's output scaled in place after the hook."""
 
     def __init__(self) -> None:
         super().__init__()
         self.embed = torch.nn.Embedding(20, 8)
         self.head = torch.nn.Linear(8, 3)
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         h = self.embed(input_ids)
         h.mul_(0)  # what the hook saw must not follow
         return self.head(h).mean(dim=1)
 
 
-def test_token_rows_without_a_mask_are_every_token_in_order_and_a_copy(tmp_path):
-    """No attention mask: every (sample, position) is a row, in order, equal to the embedding
-    called directly; the rows are copied at the hook, so the forward's later in-place op does not
-    reach them."""
+@pytest.mark.parametrize("mask", [False, True], ids=["no mask", "a mask of ones"])
+def test_token_rows_where_every_token_is_real_are_every_token_in_order_and_a_copy(tmp_path, mask):
+    """No attention mask, or one of all ones: every (sample, position) is a row, in order, equal to
+    the embedding called directly; the rows are copied at the hook, so the forward's later in-place
+    op does not reach them."""
     torch.manual_seed(0)
     model, ids = ScaledInPlace().eval(), torch.randint(0, 20, (6, 5))
     hooks = {"emb": {"at": "embed", "type": "forward", "actions": [{"name": "record", "what": "output", "rows": "token"}]}}
-    hookrun.run(base(tmp_path) | {"hooks": hooks}, model=model, dataset=torch.utils.data.TensorDataset(ids))
+    if mask:
+        items = [{"input_ids": i, "attention_mask": torch.ones_like(i)} for i in ids]
+        hookrun.run(base(tmp_path) | {"hooks": hooks}, model=model, dataset=items)
+    else:
+        hookrun.run(base(tmp_path) | {"hooks": hooks}, model=model, dataset=torch.utils.data.TensorDataset(ids))
     with torch.no_grad():
         want = model.embed(ids).reshape(-1, 8).numpy()
     assert np.abs(want).sum() > 0

@@ -46,7 +46,6 @@ class TokenMap:
     generated: bool = False  # the call processes generated tokens (a new-token pass), not the prompt
     call: int = 0  # 0: the prompt pass (a plain forward); k: the pass over the k-th new token
     provisional: bool = False  # made by begin_step; a CallTracker replaces it at the model call
-    dense: bool = False  # no mask: every token of every sample is real, in order
     _flat: torch.Tensor | None = None
 
     @classmethod
@@ -66,11 +65,10 @@ class TokenMap:
 
     def take(self, t: torch.Tensor, batch_size: int, role: str, where: str) -> torch.Tensor:
         """The rows of the call's real tokens, in order (sample, position): a view where every token
-        is real (no mask), else a gather."""
+        is real (no mask, or a mask of ones), else a gather."""
         if self.valid is None and t.dim() >= 2 and t.shape[0] == batch_size:  # no mask: this tensor's tokens
             self.valid = torch.ones(t.shape[:2], dtype=torch.bool, device=t.device)
             self.position = torch.arange(t.shape[1], device=t.device).expand(t.shape[:2])
-            self.dense = True
         if self.valid is None or not self.fits(t, batch_size):
             want = (f"(batch {batch_size}, tokens)" if self.valid is None else
                     f"the {'model call' if self.call else 'attention mask'}'s {tuple(self.valid.shape)}")
@@ -80,11 +78,12 @@ class TokenMap:
                            f"select/reduce; it has shape {tuple(t.shape)}{hint}")
         if t.dim() < 2 or tuple(t.shape[:2]) != tuple(self.valid.shape):  # (batch*tokens, ...)
             t = t.reshape(*self.valid.shape, *t.shape[1:])
-        if self.dense:  # every row is a real token, already in order: no gather (the record's snapshot copies)
-            return t.flatten(0, 1)
         if self._flat is None or self._flat.device != t.device:
             self._flat = self.valid.to(t.device).reshape(-1).nonzero().squeeze(1)
-        return t.flatten(0, 1).index_select(0, self._flat)
+        rows = t.flatten(0, 1)
+        if len(self._flat) == len(rows):  # every token is real, already in order: a view (the record's snapshot copies)
+            return rows
+        return rows.index_select(0, self._flat)
 
 
 @dataclass
