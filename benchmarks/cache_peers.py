@@ -37,10 +37,22 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import harness  # noqa: E402
+import torch  # noqa: E402
 from cache_peers_table import table  # noqa: E402
 from peer_routes import BUCKET, NEEDS  # noqa: E402
 
 ROUTES = list(NEEDS)
+
+
+def check_device(p: argparse.ArgumentParser, device: str) -> None:
+    """--device, refused in one line before any worker starts (this process may lack hookrun, so
+    not hookrun's own check: torch's)."""
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:
+        p.error(f"--device {device!r} is not a torch device; use cpu, cuda or cuda:N")
+    if kind == "cuda" and not torch.cuda.is_available():
+        p.error(f"--device {device}: CUDA is not available on this machine; use --device cpu")
 
 
 class Worker:
@@ -143,6 +155,7 @@ def main() -> None:
     harness.quick_and_markdown(p, "2 batches, 1 round, 16384 rows: checks that everything runs")
     p.add_argument("--dir", type=Path)
     a = harness.parse(p, batches=2, rounds=1, rss_small=1, rows=16384, read_epochs=1)
+    check_device(p, a.device)
     log = harness.log
     wanted = [r for r in a.routes.split(",") if r]
     started, load = time.time(), os.getloadavg()[0]

@@ -9,6 +9,7 @@ import sys
 from typing import NamedTuple
 
 import pytest
+import torch
 from conftest import ROOT
 
 
@@ -121,3 +122,17 @@ def test_harness_pairs_rounds_and_writes_the_table(tmp_path, monkeypatch):
     harness.save("`cmd`\n\nhead\n", path, append=True)
     harness.save("second", path, append=True)
     assert path.read_text() == "before\n\n`cmd`\n\nhead\n\nsecond\n"
+
+
+@pytest.mark.parametrize("device", ["tpu"] + ([] if torch.cuda.is_available() else ["cuda"]))
+def test_cache_peers_refuses_a_device_it_cannot_use_in_one_line_before_any_worker(device):
+    """`--device tpu` (not a torch device), or `--device cuda` on a machine without CUDA: exit 2 and
+    one error line naming the flag and what to give instead, no traceback, no worker started."""
+    proc = subprocess.run([sys.executable, "benchmarks/cache_peers.py", "--quick", "--device", device],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "setup" not in proc.stderr and proc.stdout == ""  # no worker started
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"cache_peers.py: error: --device {device!r}" if device == "tpu" else
+                           "cache_peers.py: error: --device cuda: CUDA is not available"), last
+    assert "use cpu" in last or "use --device cpu" in last
