@@ -6,14 +6,15 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from hookrun.analysis.remote import RemoteRun
 from hookrun.analysis.run import Run
-from hookrun.store.remote import is_url
+from hookrun.store.reading import PartsSource, open_source
 
 
-def open_run(path: str | Path, cache_dir: str | Path | None = None) -> Run:
+def open_run(path: str | os.PathLike, cache_dir: str | Path | None = None) -> Run:
     """Open a run's capture file for reading (nothing is loaded until asked for).
 
     Args:
@@ -30,9 +31,5 @@ def open_run(path: str | Path, cache_dir: str | Path | None = None) -> Run:
         NotFoundError: no such file. HookrunError: not a readable hookrun file, or a merged view
         whose shard files are missing (HDF5 would read their rows as zeros).
     """
-    if is_url(path):
-        return RemoteRun(str(path), cache_dir)
-    path = Path(path)
-    if path.is_dir():
-        path = path / "captures.h5"
-    return Run(path)
+    source = open_source(path, cache_dir)
+    return RemoteRun(source) if isinstance(source, PartsSource) else Run(source)

@@ -35,8 +35,8 @@ import torch
 
 from hookrun.analysis.batching import BLOCK_BYTES, BUFFER_BYTES, RowBatches
 from hookrun.analysis.loader import _segments, _Source
-from hookrun.analysis.parts import Parts
 from hookrun.errors import ConfigError
+from hookrun.store.fetch import Parts
 
 
 class PartsLoader(RowBatches):

@@ -27,28 +27,20 @@ import yaml
 
 from hookrun.analysis.batching import BUFFER_BYTES
 from hookrun.analysis.evaluation import describe as describe_evaluation
-from hookrun.analysis.parts import Parts
 from hookrun.analysis.parts_loader import PartsLoader
 from hookrun.analysis.run import Run
 from hookrun.analysis.stats import block_stats
-from hookrun.errors import ConfigError, HookrunError
-from hookrun.store.merge import build_view
+from hookrun.errors import ConfigError
+from hookrun.store.fetch import Parts
+from hookrun.store.reading import PartsSource
 from hookrun.store.schema import CaptureInfo, list_captures
 
 
-class UrlPath(str):
-    """A URL where Run keeps a Path: `.name` is its last part (messages use it)."""
-
-    @property
-    def name(self) -> str:
-        return self.rstrip("/").rsplit("/", 1)[-1]
-
-
 class RemoteRun(Run):
-    def __init__(self, url: str, cache_dir: str | os.PathLike | None = None) -> None:  # (Run.__init__ opens a file)
-        self.path = UrlPath(url.rstrip("/"))
-        self.parts = Parts.open(self.path, cache_dir)
-        self._file: h5py.File | None = None
+    def __init__(self, source: PartsSource) -> None:  # (Run's file is the parts' view, made when rows are read)
+        self.source = source
+        self.path = source.path
+        self.parts = source.parts
         self._stats: dict[str, dict] | None = None
         m = self.parts.manifest
         self.captures = []
@@ -86,38 +78,18 @@ class RemoteRun(Run):
     @property
     def file(self) -> h5py.File:
         """A local view over every part (each fetched and verified first)."""
-        if self._file is None:
-            folder = self.parts.cache_dir / "all"
-            paths = [self.parts.fetch(k, folder) for k in range(len(self.parts.entries))]
-            if not paths:
-                raise HookrunError(f"{self.path}: the cache has no part yet (status {self.status})")
-            view = folder / "view.h5"
-            build_view(view, paths, {k: v for k, v in self.parts.manifest.attrs.items() if isinstance(v, (str, int, float))})
-            with h5py.File(view, "r+") as f:
-                f.attrs["status"] = self.status
-                f.attrs["parts_of"] = str(self.path)
-                del f.attrs["world_size"]
-            self._file = h5py.File(view, "r", locking=False)
-            self.captures = list_captures(self._file)
-        return self._file
+        if not self.source.opened:
+            file = self.source.file
+            self.captures = list_captures(file)
+        return self.source.file
 
     def evaluation_lines(self) -> list[str]:
-        return describe_evaluation(self._file) if self._file is not None else []  # (no download for a summary)
+        return describe_evaluation(self.source.file) if self.source.opened else []  # (no download for a summary)
 
-    def part_files(self) -> Iterator[h5py.File]:
-        """Every part in turn, fetched and verified, open (for inspect --verify: their own checksums);
-        each is removed once the next is asked for."""
-        folder = self.parts.cache_dir / f"verify-{os.getpid()}"
-        try:
-            for k in range(len(self.parts.entries)):
-                path = self.parts.fetch(k, folder)
-                try:
-                    with h5py.File(path, "r", locking=False) as f:
-                        yield f
-                finally:
-                    self.parts.evict(k, folder)
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+    def part_files(self, problems: list[str] | None = None) -> Iterator[h5py.File]:
+        """Every part in turn, fetched and verified, open (inspect --verify: their own checksums);
+        with `problems`, a part that cannot be fetched or fails its MD5 is named there and skipped."""
+        return self.source.part_files(problems)
 
     def loader(self, capture: str | tuple | list, batch_size: int = 4096, shuffle: bool = True, seed: int = 0,
                drop_last: bool = False, *, concat: bool = True, rank: int = 0, world_size: int = 1,
@@ -156,16 +128,14 @@ class RemoteRun(Run):
         return self.capture_stats(self.find(*key, call=call))
 
     def capture_stats(self, info: CaptureInfo) -> dict[str, float]:
-        if self._file is not None:  # every part is here already
+        if self.source.opened:  # every part is here already
             return super().capture_stats(info)
         if self._stats is None:
             self._stats = part_by_part_stats(self.parts)
         return self._stats.get(info.path, block_stats_of([]))
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        self.source.close()
 
     def __repr__(self) -> str:
         return f"RemoteRun({str(self.path)!r}, status={self.status!r}, captures={len(self.captures)}, parts={len(self.parts.entries)})"

@@ -25,8 +25,7 @@ from hookrun.analysis.labelled import to_dataset
 from hookrun.analysis.loader import RowLoader
 from hookrun.analysis.stats import block_stats, human_bytes
 from hookrun.errors import HookrunError, NotFoundError
-from hookrun.store.h5file import flushing_path, wait_for_flush
-from hookrun.store.merge import check_sources
+from hookrun.store.reading import LocalSource
 from hookrun.store.schema import CaptureInfo, list_captures, resolve, row_index
 
 __all__ = ["CaptureInfo", "Run", "list_captures", "row_index"]
@@ -34,25 +33,10 @@ __all__ = ["CaptureInfo", "Run", "list_captures", "row_index"]
 class Run:
     """An open capture file. Use as a context manager, or call close()."""
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        if not self.path.is_file() and not wait_for_flush(self.path):
-            aside = flushing_path(self.path)
-            if aside.is_file():
-                raise NotFoundError(f"no file {str(self.path)!r}, but {aside.name} beside it: the run was killed while it "
-                                    f"flushed; resume=true recovers its batches")
-            raise NotFoundError(f"no file {str(self.path)!r}")
-        try:
-            self.file = h5py.File(self.path, "r", locking=False)
-        except OSError as exc:
-            raise HookrunError(f"{str(self.path)!r} is not a readable HDF5 file: {exc}") from None
-        if "format_version" not in self.file.attrs:
-            raise HookrunError(f"{str(self.path)!r} is not a hookrun file (no format_version attribute)")
-        try:
-            check_sources(self.file, self.path)  # a merged view: every shard must be there
-        except HookrunError:
-            self.file.close()
-            raise
+    def __init__(self, source: LocalSource | str | Path) -> None:
+        self.source = source if isinstance(source, LocalSource) else LocalSource(source)
+        self.path = self.source.path
+        self.file = self.source.file
         self.captures = list_captures(self.file)
 
     # -- what the run is -----------------------------------------------------------------------
@@ -238,8 +222,13 @@ class Run:
         """block_stats of a capture (summary's statistics)."""
         return block_stats(self.file[info.path])
 
+    def part_files(self, problems: list[str] | None = None) -> Iterator[h5py.File]:
+        """The run's HDF5 files one at a time (one for a local file; every part of an object-store
+        cache, fetched and verified): what `inspect --verify` checks."""
+        yield from self.source.part_files()
+
     def close(self) -> None:
-        self.file.close()
+        self.source.close()
 
     def __enter__(self) -> Run:
         return self

@@ -16,7 +16,7 @@ from hookrun.analysis.show import describe_sweep
 from hookrun.analysis.sweep import is_sweep, open_sweep
 from hookrun.errors import HookrunError
 from hookrun.store.digest import verify
-from hookrun.store.remote import is_url
+from hookrun.store.reading import UrlPath, run_path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,11 +25,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-stats", action="store_true", help="skip the statistics (faster on big files)")
     p.add_argument("--verify", action="store_true", help="read every row and check it against its checksum; exit 1 on damage")
     a = p.parse_args(argv)
-    a.path = a.path if is_url(a.path) else Path(a.path)
+    a.path = run_path(a.path)
     try:
         if a.verify:
             return verify_file(a.path)
-        if isinstance(a.path, Path) and is_sweep(a.path):
+        if not isinstance(a.path, UrlPath) and is_sweep(a.path):
             print(describe_sweep(open_sweep(a.path)))
         else:
             with open_run(a.path) as run:
@@ -41,23 +41,22 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def verify_file(path: Path | str) -> int:
-    """Every capture's rows against their checksums (store/digest.py); 0 when all match."""
+    """Every capture's rows against their checksums (store/digest.py); 0 when all match, 1 on damage.
+    An object-store cache: every part, each fetched and MD5-checked against the manifest, then checked
+    against its own checksums; a part that is missing or damaged is named, and the next is checked."""
     with open_run(path) as run:
         name = run.path
-        if not hasattr(run, "part_files"):
-            problems, checked, unchecked = verify(run.file)
-        else:  # a cache in an object store: each part (MD5-checked as fetched) against its own checksums
-            problems, checked, unchecked = [], 0, 0
-            for f in run.part_files():
-                with f:
-                    p, c, u = verify(f)
-                problems, checked, unchecked = problems + [f"{Path(f.filename).name}: {x}" for x in p], checked + c, unchecked + u
+        problems: list[str] = []
+        checked = unchecked = 0
+        for f in run.part_files(problems):
+            p, c, u = verify(f)
+            prefix = f"{Path(f.filename).name}: " if run.path != Path(f.filename) else ""
+            problems, checked, unchecked = problems + [prefix + x for x in p], checked + c, unchecked + u
     for line in problems:
         print(f"hookrun.inspect: damaged: {line}", file=sys.stderr)
     note = f"; {unchecked} without checksums (written without output.checksum=true, or ragged)" if unchecked else ""
     print(f"{name}: {checked} capture(s) checked{note}: {'DAMAGED, ' + str(len(problems)) + ' problem(s)' if problems else 'every row matches its checksum'}")
     return 1 if problems else 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

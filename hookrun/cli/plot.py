@@ -35,6 +35,7 @@ from hookrun.config.build import build_dataset
 from hookrun.config.schema import load
 from hookrun.data.text import ByteTokenizer
 from hookrun.errors import HookrunError, NotFoundError
+from hookrun.store.reading import UrlPath, run_path
 from hookrun.store.schema import PATTERN
 
 HIST_VALUES = 2_000_000  # at most this many values go into one histogram
@@ -270,7 +271,7 @@ def plot_sweep(sweep: Sweep, out: Path, stat: str = "mean", x: str | None = None
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hookrun.plot", description=__doc__.splitlines()[0])
-    p.add_argument("path", type=Path, help="a capture file, a run folder, or a multirun folder")
+    p.add_argument("path", type=run_path, help="a capture file, a run folder, a multirun folder, or a cache's URL (s3://...)")
     p.add_argument("--out", type=Path, default=None,
                    help="folder for the PNGs (default: figures/ beside the run's file, or in the sweep folder); "
                         "a figure of another run there is never replaced")
@@ -283,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
                         "(data=image_folder data.root=PATH); used only when the file holds no input images")
     a = p.parse_args(argv)
     if a.out is None:  # beside what it shows: one run's figures never meet another's
-        a.out = (a.path if a.path.is_dir() else a.path.parent) / "figures"
+        a.out = (a.path if a.path.is_dir() else Path(".") if isinstance(a.path, UrlPath) else a.path.parent) / "figures"
     try:
         if is_sweep(a.path):
             written = plot_sweep(open_sweep(a.path), a.out, a.stat, a.x)

@@ -1,6 +1,10 @@
 """The `patch` op: put activations recorded by an earlier run in place of this run's.
 
     actions: [{name: modify_output, op: patch, source: outputs/clean/captures.h5}]
+    actions: [{name: modify_output, op: patch, source: "s3://bucket/clean/captures.h5"}]
+
+The source is any run `open_run` reads (store/reading.py): a file, a run folder, a merged view of
+ranks, or an object-store cache (its parts fetched and verified when the plan is built).
 
 The capture is found by module (default: the hooked module), role (default: the role being
 replaced) and, where several hooks recorded it, `hook`. Rows are matched by dataset sample
@@ -10,17 +14,19 @@ when the plan is built, before any batch.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import h5py
 import numpy as np
 import torch
 
-from hookrun.errors import ConfigError, HookrunError, RunError
+from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError
 from hookrun.hooks.ops import OpBuild, OpContext, register_op
-from hookrun.store.merge import check_sources
+from hookrun.store.reading import open_source
 from hookrun.store.schema import CaptureMeta, RowKind, damage, list_captures, matches, row_index
+
+if TYPE_CHECKING:
+    from hookrun.hooks.actions import ActionEnv
 
 
 @register_op("patch")
@@ -34,21 +40,17 @@ def patch(source: str, hook: str | None = None, module: str | None = None, role:
 
 class PatchSource:
     def __init__(self, source: str, hook: str | None, module: str, role: str | None, family: str,
-                 this_hook: str, env: Any) -> None:
+                 this_hook: str, env: ActionEnv | None) -> None:
         where = f"hooks.{this_hook}: patch source {source!r}"
-        path = Path(source).expanduser()
-        if not path.is_file():
-            raise ConfigError(f"{where} does not exist (run the clean run first, or fix the path)")
-        try:
-            self.file = h5py.File(path, "r")
-        except OSError as exc:
-            raise ConfigError(f"{where} is not a readable HDF5 file: {exc}") from None
-        if env is not None:
-            env.closers.append(self.file.close)
-        try:
-            check_sources(self.file, path)  # a merged view reads a missing shard as zeros
+        try:  # a local file (a merged view of ranks: its shards checked), or an object store's parts, fetched
+            self.source = open_source(source)
+            self.file = self.source.file
+        except NotFoundError:
+            raise ConfigError(f"{where} does not exist (run the clean run first, or fix the path)") from None
         except HookrunError as exc:
             raise ConfigError(f"{where}: {exc}") from None
+        if env is not None:
+            env.closers.append(self.source.close)
         try:
             captures = list_captures(self.file)
         except HookrunError as exc:

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from hookrun.config.schema import HookrunConfig
-from hookrun.errors import ConfigError, RunError, one_of
+from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError, one_of
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.actions.modify import Modify
 from hookrun.hooks.events import ABLATED, CLEAN, INTERVENED, family
@@ -38,8 +38,8 @@ from hookrun.runner.calls import ModelCall
 from hookrun.runner.metrics import Objective, Totals, batch_row
 from hookrun.runner.ranks import detect
 from hookrun.store.evaluation import read_evaluation
+from hookrun.store.reading import open_source
 from hookrun.store.records import EvaluationRow
-from hookrun.store.remote import is_url
 from hookrun.store.schema import RowKind, list_captures
 
 log = logging.getLogger("hookrun")
@@ -112,9 +112,6 @@ def build_evaluator(cfg: HookrunConfig, loss: Any, points: list[HookPoint], env:
     if loss is None:
         raise ConfigError("evaluate has no loss for ce: add loss=lm (a language model's next-token cross-entropy), "
                           "loss=cross_entropy (a classifier) or loss=custom")
-    if is_url(cfg.output.path):
-        raise ConfigError(f"evaluate with output.path={cfg.output.path}: an object-store run has no evaluation "
-                          f"datasets yet; write to a local file")
     if detect().many:
         raise ConfigError("evaluate with many processes: each rank would hold a part of the totals; run it in one process")
     if ev.ablation is not None and ev.ablation not in ABLATIONS:
@@ -177,15 +174,16 @@ class MeanAblation:
 def read_means(path: str, wanted: list[tuple[str, str]]) -> dict[tuple[str, str], np.ndarray]:
     """The mean row of each capture of `path` whose module and role family (output, input) a modify
     action replaces: float64, read block by block."""
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise ConfigError(f"evaluate.mean: no file {str(file)!r} (an earlier hookrun run that recorded the modified "
-                          f"modules' outputs)")
-    try:
-        f = h5py.File(file, "r", locking=False)
-    except OSError as exc:
-        raise ConfigError(f"evaluate.mean: {str(file)!r} is not a readable HDF5 file ({exc})") from None
-    with f:
+    try:  # a local file, a merged view of ranks, or an object-store cache (store/reading.py)
+        source = open_source(path)
+    except NotFoundError:
+        raise ConfigError(f"evaluate.mean: no file {str(Path(path).expanduser())!r} (an earlier hookrun run that "
+                          f"recorded the modified modules' outputs)") from None
+    except HookrunError as exc:
+        raise ConfigError(f"evaluate.mean: {exc}") from None
+    file = source.path
+    with source:
+        f = source.file
         captures = list_captures(f)
         out = {}
         for module, fam in dict.fromkeys(wanted):

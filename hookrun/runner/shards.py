@@ -23,7 +23,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import h5py
 import torch.distributed as dist
 import yaml
 
@@ -41,6 +40,7 @@ from hookrun.runner.ranks import (
 )
 from hookrun.runner.signals import StopSignals
 from hookrun.store.merge import View, build_view, shard_status
+from hookrun.store.reading import LocalSource
 
 log = logging.getLogger("hookrun")
 GRACE_SECONDS = 10.0  # how long a stopped or failed rank 0 still waits for the others
@@ -265,10 +265,10 @@ def check_not_a_view(path: Path) -> None:
 def written_world(path: Path) -> int | None:
     """The world size a shard or view was written with (None: unreadable or not a ranked file)."""
     try:
-        with h5py.File(path, "r", locking=False) as f:
-            value = f.attrs.get("world_size")
+        with LocalSource(path, wait=False, rows=False) as source:
+            value = source.file.attrs.get("world_size")
             return int(value) if value is not None else None
-    except OSError:
+    except HookrunError:
         return None
 
 

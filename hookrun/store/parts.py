@@ -28,6 +28,7 @@ from hookrun.errors import ConfigError
 from hookrun.store.h5file import writable_folder
 from hookrun.store.h5store import H5Store
 from hookrun.store.manifest import MANIFEST, Manifest, PartEntry, part_name, rank_manifest
+from hookrun.store.reading import LocalSource
 from hookrun.store.records import StepRecord
 from hookrun.store.remote import RemoteFolder, StoreError, reason
 from hookrun.store.schema import CaptureMeta, list_captures
@@ -117,7 +118,8 @@ def check_remote_output(out: Output, overwrite: bool, resume: bool) -> None:
 def describe(path: Path, name: str) -> tuple[PartEntry, dict[str, dict], dict]:
     """What the manifest says of a finished part file: its entry, its captures' schema, its root
     attributes (the run's, without the part's counts)."""
-    with h5py.File(path, "r", locking=False) as f:
+    with LocalSource(path, wait=False) as source:
+        f = source.file
         steps = f["samples/step"][:]
         tokens = f["samples/token_sample"].shape[0] if "token_sample" in f["samples"] else 0
         rows, schema = {}, {}

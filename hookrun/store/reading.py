@@ -1,0 +1,182 @@
+"""Reading a run: one reader over a local file, a merged view of ranks, or an object store's parts.
+
+    with open_source("outputs/run/captures.h5") as src:   # or a run folder, or "s3://bucket/cache/captures.h5"
+        src.file["samples/index"][:]                        # an h5py.File: the file, or a view over the parts
+
+Everything in hookrun that reads a run's file opens it here: `open_run` (analysis/, the user's
+reader, built on this), resume's replay source, `op: patch`'s source, `evaluate.mean`, the ranks'
+checks, `inspect` and `plot`. Two classes satisfy RunSource: LocalSource (an HDF5 file; a merged
+view of ranks is refused where a shard file is missing, since HDF5 would read its rows as zeros)
+and PartsSource (a cache in an object store: the manifest at once, and at the first use of `file`
+every part fetched, verified against the manifest, under one local view: store/merge.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Protocol
+
+import h5py
+
+from hookrun.errors import HookrunError, NotFoundError
+from hookrun.store.fetch import Parts
+from hookrun.store.h5file import flushing_path, wait_for_flush
+from hookrun.store.merge import build_view, check_sources
+from hookrun.store.remote import is_url
+
+
+class UrlPath(str):
+    """A URL where a local reader keeps a Path: `.name` is its last part (messages use it); it is
+    never a local folder or file, and resolves to itself."""
+
+    @property
+    def name(self) -> str:
+        return self.rstrip("/").rsplit("/", 1)[-1]
+
+    def is_dir(self) -> bool:
+        return False
+
+    def is_file(self) -> bool:
+        return False
+
+    def resolve(self) -> UrlPath:
+        return self
+
+
+class RunSource(Protocol):
+    """An open run: its HDF5 content as one h5py.File, whatever holds it."""
+
+    path: Path | UrlPath
+
+    @property
+    def file(self) -> h5py.File: ...
+
+    def close(self) -> None: ...
+
+
+class LocalSource:
+    """A hookrun HDF5 file on disk (a merged view of ranks included: its shards must be beside it).
+    `wait`: a live run's file stepped aside for a flush is waited for (resume opens the aside file
+    itself, so it does not wait). `rows=False`: only the attributes will be read, so a view's
+    missing shards are not refused (the ranks' checks read a view's world size)."""
+
+    def __init__(self, path: str | os.PathLike, wait: bool = True, rows: bool = True) -> None:
+        self.path = Path(path)
+        if not self.path.is_file() and not (wait and wait_for_flush(self.path)):
+            aside = flushing_path(self.path)
+            if aside.is_file():
+                raise NotFoundError(f"no file {str(self.path)!r}, but {aside.name} beside it: the run was killed while it "
+                                    f"flushed; resume=true recovers its batches")
+            raise NotFoundError(f"no file {str(self.path)!r}")
+        try:
+            self._file = h5py.File(self.path, "r", locking=False)
+        except OSError as exc:
+            raise HookrunError(f"{str(self.path)!r} is not a readable HDF5 file: {exc}") from None
+        try:
+            if "format_version" not in self._file.attrs:
+                raise HookrunError(f"{str(self.path)!r} is not a hookrun file (no format_version attribute)")
+            if rows:
+                check_sources(self._file, self.path)
+        except HookrunError:
+            self._file.close()
+            raise
+
+    @property
+    def file(self) -> h5py.File:
+        return self._file
+
+    def part_files(self) -> Iterator[h5py.File]:
+        """The file itself: one 'part' (inspect --verify reads every part alike)."""
+        yield self._file
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> LocalSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class PartsSource:
+    """A cache in an object store: its manifest (read at once), its parts fetched when rows are read."""
+
+    def __init__(self, url: str, cache_dir: str | os.PathLike | None = None) -> None:
+        self.path = UrlPath(url.rstrip("/"))
+        self.parts = Parts.open(self.path, cache_dir)
+        self._file: h5py.File | None = None
+
+    @property
+    def opened(self) -> bool:
+        """Whether the parts are here already (a summary reads the manifest alone)."""
+        return self._file is not None
+
+    @property
+    def file(self) -> h5py.File:
+        """A local view over every part (each fetched and verified first)."""
+        if self._file is None:
+            folder = self.parts.cache_dir / "all"
+            paths = [self.parts.fetch(k, folder) for k in range(len(self.parts.entries))]
+            if not paths:
+                raise HookrunError(f"{self.path}: the cache has no part yet (status {self.parts.manifest.status})")
+            view = folder / "view.h5"
+            attrs = {k: v for k, v in self.parts.manifest.attrs.items() if isinstance(v, (str, int, float))}
+            build_view(view, paths, attrs)
+            with h5py.File(view, "r+") as f:
+                f.attrs["status"] = self.parts.manifest.status
+                f.attrs["parts_of"] = str(self.path)
+                del f.attrs["world_size"]
+            self._file = h5py.File(view, "r", locking=False)
+        return self._file
+
+    def part_files(self, problems: list[str] | None = None) -> Iterator[h5py.File]:
+        """Every part in turn, fetched and verified, open; each removed once the next is asked for.
+        With `problems`, a part that cannot be fetched or fails its MD5 is named there and skipped
+        (inspect --verify names every damaged part); without, it raises."""
+        folder = self.parts.cache_dir / f"verify-{os.getpid()}"
+        try:
+            for k in range(len(self.parts.entries)):
+                try:
+                    path = self.parts.fetch(k, folder)
+                except HookrunError as exc:
+                    if problems is None:
+                        raise
+                    problems.append(str(exc))
+                    continue
+                try:
+                    with h5py.File(path, "r", locking=False) as f:
+                        yield f
+                finally:
+                    self.parts.evict(k, folder)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> PartsSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def run_path(text: str) -> Path | UrlPath:
+    """A path given on a command line: a URL stays a URL (a Path would turn `s3://` into `s3:/`)."""
+    return UrlPath(text.rstrip("/")) if is_url(text) else Path(text)
+
+
+def open_source(path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> LocalSource | PartsSource:
+    """The run at `path`: a captures.h5 file, a run folder holding one, or an object-store URL
+    (`cache_dir`: where its parts are fetched to; default $HOOKRUN_CACHE_DIR or ~/.cache/hookrun)."""
+    if is_url(path):
+        return PartsSource(str(path), cache_dir)
+    local = Path(path).expanduser()
+    return LocalSource(local / "captures.h5" if local.is_dir() else local)
+
