@@ -1,19 +1,23 @@
 """Resume: continue an interrupted or killed run from its last complete batch.
 
     state = open_resume(path, cfg_yaml)      # refuses a config that would change the captures
-    steps = replay(state, store)             # the old batches, written again through the store
+    steps = state.replay(store)              # the old batches, written again through the store
     # ... the loop then runs from batch `steps` on; the new file replaces the old one at the end
 
 The old file is only read: its complete batches are written again, batch by batch, into a new
 file through the same writer code, so the result equals an uninterrupted run's captures bit for
 bit. Until the new file is closed, the old one stays where it was: nothing is lost on a second
-failure.
+failure. Both kinds of old run satisfy Resume: ResumeState (one local file, or one rank's shard)
+and PartsResume (an object-store run: its verified parts are kept as they are, and the part being
+written when it stopped is replayed). The destination (runner/destination.py) opens the right one.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import h5py
 import numpy as np
@@ -21,12 +25,13 @@ import torch
 import yaml
 
 from hookrun.config.diff import differing
-from hookrun.errors import ConfigError
+from hookrun.errors import ConfigError, HookrunError
 from hookrun.store.digest import check_block, table_of
 from hookrun.store.evaluation import read_evaluation
 from hookrun.store.h5file import flushing_path
-from hookrun.store.h5store import H5Store
 from hookrun.store.parts import Output, ResumePoint, prepare_resume
+from hookrun.store.protocol import RunStore
+from hookrun.store.reading import LocalSource
 from hookrun.store.records import Capture, CaptureKey, StepRecord
 from hookrun.store.schema import CaptureMeta, RowKind, list_captures
 
@@ -35,6 +40,29 @@ IGNORED = {"resume", "dry_run", "progress", "imports", "output.overwrite", "outp
            "output.flush_every", "output.path", "output.compression", "data.num_workers", "output.staging",
            "output.part_bytes"}
 SAMPLE_KEYS = {"index", "step", "target", "path", "token_sample", "token_position", "token_generated"}
+
+
+class Resume(Protocol):
+    """An old run to continue: what the runner reads from it, whatever holds it."""
+
+    status: str  # the old run's: complete (nothing to do), interrupted, failed, running (killed)
+
+    @property
+    def steps(self) -> int:
+        """Complete batches kept."""
+
+    @property
+    def attrs(self) -> Mapping:
+        """The old run's root attributes (hooks_not_fired, ...)."""
+
+    @property
+    def file(self) -> h5py.File | None:
+        """The old file (evaluate restores its totals from /evaluation); None where there is none."""
+
+    def replay(self, store: RunStore) -> int:
+        """Write the kept batches into `store`, in order; returns how many."""
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -46,8 +74,11 @@ class ResumeState:
     first_step: int = 0  # the step of its first batch (0, or where a rank's shard starts)
 
     @property
-    def attrs(self) -> dict:
+    def attrs(self) -> Mapping:
         return self.file.attrs
+
+    def replay(self, store: RunStore) -> int:
+        return replay_file(self, store)
 
     def close(self) -> None:
         self.file.close()
@@ -67,8 +98,23 @@ class PartsResume:
         return self.point.manifest.steps + (self.partial.steps if self.partial is not None else 0)
 
     @property
-    def attrs(self) -> dict:
+    def attrs(self) -> Mapping:
         return self.partial.attrs if self.partial is not None else self.point.manifest.attrs
+
+    @property
+    def file(self) -> h5py.File | None:
+        return self.partial.file if self.partial is not None else None
+
+    def replay(self, store: RunStore) -> int:
+        """The verified parts stay as they are; the part being written is replayed into `store`,
+        then removed (its batches are in the new part)."""
+        kept = self.point.manifest.steps
+        if self.partial is not None:
+            kept += self.partial.replay(store)
+            self.partial.close()
+            self.partial.path.unlink(missing_ok=True)
+            self.partial = None
+        return kept
 
     def close(self) -> None:
         if self.partial is not None:
@@ -101,10 +147,10 @@ def open_resume(path: Path, config_yaml: str) -> ResumeState | None:
             return None
         source, mid_flush = flushing_path(path), True
     try:
-        f = h5py.File(source, "r", locking=False)
-    except OSError as exc:
+        f = LocalSource(source, wait=False).file
+    except HookrunError as exc:
         raise ConfigError(f"resume: {str(path)!r} cannot be opened ({exc}); move it away to start again") from None
-    if "format_version" not in f.attrs or "config" not in f.attrs:
+    if "config" not in f.attrs:
         f.close()
         raise ConfigError(f"resume: {str(path)!r} is not a hookrun file")
     changed = config_differences(yaml.safe_load(f.attrs["config"]), yaml.safe_load(config_yaml))
@@ -135,17 +181,13 @@ def config_differences(old: dict, new: dict) -> list[str]:
     return differing(old, new, ignore=IGNORED)
 
 
-def replay(state: ResumeState | PartsResume, store: H5Store) -> int:
-    """Write the old file's complete batches into `store`, in order; returns how many (a run in an
-    object store: its verified parts' batches, and those replayed from the part being written)."""
-    if isinstance(state, PartsResume):
-        kept = state.point.manifest.steps
-        if state.partial is not None:
-            kept += replay(state.partial, store)
-            state.partial.close()
-            state.partial.path.unlink(missing_ok=True)
-            state.partial = None
-        return kept
+def replay(state: Resume, store: RunStore) -> int:
+    """Write the old run's complete batches into `store`, in order; returns how many (Resume.replay)."""
+    return state.replay(store)
+
+
+def replay_file(state: ResumeState, store: RunStore) -> int:
+    """One old file's complete batches, written again through `store`."""
     f = state.file
     index = f["samples/index"][:]
     step_of_row = f["samples/step"][:]

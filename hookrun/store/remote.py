@@ -135,6 +135,33 @@ class RemoteFolder:
         """One PUT: readers see the old object or the new one, never a mix."""
         self.fs.pipe_file(self.path(name), text.encode())
 
+    def create_text(self, name: str, text: str) -> None:
+        """One PUT that succeeds only where no object `name` exists (S3: If-None-Match: *);
+        FileExistsError where one does. NotImplementedError where the store cannot tell."""
+        try:
+            self.fs.pipe_file(self.path(name), text.encode(), mode="create")
+        except TypeError:  # a filesystem whose pipe_file has no mode
+            raise NotImplementedError(f"{self.url}: the store has no conditional write") from None
+
+    def tag(self, name: str) -> str | None:
+        """The object's ETag (what a conditional replace names), None where the store gives none."""
+        info = self.fs.info(self.path(name))
+        tag = info.get("ETag", info.get("etag"))
+        return str(tag) if tag else None
+
+    def replace_text(self, name: str, text: str, tag: str | None) -> None:
+        """Replace `name` only while it is still the object with ETag `tag` (S3: If-Match); an
+        error (OSError, FileExistsError) where another writer replaced it first. A store without
+        ETags: removed and created again, which fails where another writer created it between."""
+        if tag is None:
+            self.fs.rm(self.path(name))
+            self.create_text(name, text)
+        else:
+            self.fs.pipe_file(self.path(name), text.encode(), IfMatch=tag)
+
+    def remove(self, name: str) -> None:
+        self.fs.rm(self.path(name))
+
     def names(self) -> list[str]:
         """The names of the objects (and sub-prefixes) directly under the prefix; [] where there is none."""
         try:
