@@ -30,10 +30,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from hookrun.cli.hydra_errors import dotted_keys, one_line, shell_damage
 from hookrun.config.schema import HookrunConfig
 from hookrun.errors import ConfigError, HookrunError
+from hookrun.runner.destination import in_run_folder
 from hookrun.runner.ranks import agree_on_start, detect
 from hookrun.runner.run import run
 from hookrun.runner.signals import Interrupted
-from hookrun.store.remote import is_url
 
 log = logging.getLogger("hookrun")
 # libraries whose INFO lines (botocore: "Found endpoint for s3 via ...") would crowd the run's log
@@ -61,16 +61,12 @@ def _app(cfg: DictConfig) -> None:
             logging.getLogger(name).setLevel(logging.WARNING)
     path = Path(cfg.output.path)
     hydra_cfg = HydraConfig.get()
-    if is_url(cfg.output.path):  # an object store: its parts are staged in the run folder unless output.staging says
-        if cfg.output.get("staging") is None:
-            with open_dict(cfg):
-                cfg.output.staging = str(HydraConfig.get().runtime.output_dir)
-    elif path.is_absolute() and hydra_cfg.mode == RunMode.MULTIRUN:
+    if path.is_absolute() and hydra_cfg.mode == RunMode.MULTIRUN:  # (a URL is never an absolute path)
         _fail(HookrunError(f"output.path={path} is absolute: every job of a multirun would write the same file; "
                            f"give a relative path (each job has its own folder) or one with ${{hydra.job.num}} in it"))
-    if not path.is_absolute() and not is_url(cfg.output.path):
-        with open_dict(cfg):
-            cfg.output.path = str(Path(HydraConfig.get().runtime.output_dir) / path)
+    with open_dict(cfg):  # a relative file, or an object store's staged parts: in the run folder
+        cfg.output.path, cfg.output.staging = in_run_folder(str(cfg.output.path), cfg.output.get("staging"),
+                                                            Path(HydraConfig.get().runtime.output_dir))
     try:
         result = run(cfg)
         if cfg.dry_run:

@@ -26,7 +26,7 @@ from hookrun.store.reading import open_source
 from hookrun.store.schema import CaptureMeta, RowKind, damage, list_captures, matches, row_index
 
 if TYPE_CHECKING:
-    from hookrun.hooks.actions import ActionEnv
+    from hookrun.hooks.actions.base import ActionEnv
 
 
 @register_op("patch")

@@ -4,14 +4,13 @@
     p.model, p.loader, p.points, p.batches   # batches: the range of batch numbers this run covers
 
 The model, dataset, loader, loss and hook plan are built here, and every check that can run
-before the first batch does: the device, the output path, the data limits, early_stop.
+before the first batch does: the device, the output (its destination's checks), the data limits,
+early_stop.
 """
 
 from __future__ import annotations
 
-import errno
 import functools
-import os
 import random
 import sys
 from dataclasses import dataclass, field
@@ -40,12 +39,10 @@ from hookrun.hooks.site_check import check_sites_run
 from hookrun.hooks.splice import check_outputs
 from hookrun.runner.batches import make_loader
 from hookrun.runner.calls import CallSpec
+from hookrun.runner.destination import Destination, open_destination
 from hookrun.runner.evaluate import build_evaluator
 from hookrun.runner.generate import check_modes, pad_left, prepare_generation
 from hookrun.runner.loop import LoopSettings, one_sample_forward
-from hookrun.store.h5file import flushing_path, writable_folder
-from hookrun.store.parts import Output
-from hookrun.store.remote import is_url
 
 
 @dataclass
@@ -53,7 +50,7 @@ class Prepared:
     """Everything a run needs, built and checked, before the file is touched."""
 
     cfg: HookrunConfig
-    out: Path | Output  # Output: an object-store path (store/parts.py)
+    out: Destination  # where the run is written: a local file or object-store parts (runner/destination.py)
     model: torch.nn.Module
     dataset: Any
     loader: Any
@@ -76,8 +73,10 @@ class Prepared:
         return samples_in(self.settings.batches, self.cfg.data.batch_size, len(self.dataset))
 
 
-def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, dataset: Any = None) -> Prepared:
-    """`model` and `dataset`, where given, are live objects used instead of cfg.model / cfg.data.dataset."""
+def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, dataset: Any = None,
+            out: Destination | None = None) -> Prepared:
+    """`model` and `dataset`, where given, are live objects used instead of cfg.model / cfg.data.dataset;
+    `out`: the run's destination, made once by run() (default: output.path's)."""
     import_modules(cfg.imports)
     specs = parse_hooks(cfg.hooks)
     mode = cfg.mode.value
@@ -94,10 +93,9 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, da
     if not -(2**63) <= cfg.seed < 2**64:
         raise ConfigError(f"seed: {cfg.seed} is out of range; use a whole number from 0 to {2**64 - 1} (2**64 - 1)")
     check_not_a_patch_source(specs, cfg.output.path)
-    if is_url(cfg.output.path):  # an object store: checked (reachable, not taken) by the runner before this
-        out = Output.of(cfg.output.path, cfg.output.staging)
-    else:
-        out = check_output(cfg.output.path, cfg.output.overwrite or not check_exists, create=not cfg.dry_run)
+    out = open_destination(cfg) if out is None else out
+    out.check_free(cfg.output.overwrite or not check_exists, cfg.dry_run)
+    out.check_options(cfg)
 
     seed_everything(cfg.seed)
     model = build_model(cfg.model, device) if model is None else live_model(model, device)
@@ -205,45 +203,6 @@ def resolve_device(name: str) -> torch.device:
     elif device.type not in ("cpu", "cuda", "mps"):
         raise ConfigError(f"device: {name!r} is not supported; use auto, cpu, cuda, cuda:N or mps")
     return device
-
-
-def check_output(path: str | Path, overwrite: bool, create: bool = True) -> Path:
-    out = Path(path).expanduser()
-    try:
-        if out.is_dir():
-            raise ConfigError(f"output.path: {str(out)!r} is a folder; give a file path such as captures.h5")
-        exists = out.exists()
-    except OSError as exc:  # ENAMETOOLONG, ELOOP, EACCES on a parent ...
-        raise ConfigError(f"output.path: {_os_reason(out, exc)}") from None
-    room = _name_max(out) - len(".creating") - 24  # beside it: .<name>.<pid>.creating, <name>.resuming, <name>.lock
-    if len(out.name.encode()) > room:
-        raise ConfigError(f"output.path: the file name {out.name[:40]!r}... is too long ({len(out.name.encode())} bytes; "
-                          f"hookrun needs it under {room + 1} bytes, to add .lock or .resuming): choose a shorter output.path")
-    if exists and not overwrite:
-        raise ConfigError(f"output.path: {str(out)!r} exists; set output.overwrite=true, resume=true, or choose another path")
-    if not exists and not overwrite and flushing_path(out).exists():
-        raise ConfigError(f"output.path: {str(flushing_path(out))!r} is what a run killed while flushing {out.name} left; "
-                          f"resume=true recovers its batches, output.overwrite=true starts again, or choose another path")
-    if not create:
-        return out
-    writable_folder(out.parent, "output.path")
-    return out
-
-
-def _os_reason(out: Path, exc: OSError) -> str:
-    if exc.errno == errno.ENAMETOOLONG:
-        longest = max(out.parts, key=len)
-        return (f"the name {longest[:40]!r}... is too long ({len(longest.encode())} bytes; file systems allow "
-                f"{_name_max(out)} bytes in a name): choose a shorter output.path")
-    return f"{str(out)[:200]!r} cannot be used: {exc.strerror or exc}"
-
-
-def _name_max(out: Path) -> int:
-    folder = next((p for p in [out.parent, *out.parents] if p.exists()), Path("."))
-    try:
-        return os.pathconf(folder, "PC_NAME_MAX")
-    except (OSError, ValueError):
-        return 255
 
 
 def seed_everything(seed: int) -> None:

@@ -13,13 +13,13 @@ from __future__ import annotations
 import logging
 
 from hookrun.hooks.session import HookSession, warn_never_fired
-from hookrun.runner.resume import ResumeState
-from hookrun.store.h5store import H5Store
+from hookrun.runner.resume import Resume
+from hookrun.store.protocol import RunStore
 
 log = logging.getLogger("hookrun")
 
 
-def end_report(session: HookSession, store: H5Store, resume: ResumeState | None, complete: bool = True) -> dict:
+def end_report(session: HookSession, store: RunStore, resume: Resume | None, complete: bool = True) -> dict:
     for (hook, module, role, call), n in sorted(store.overflow_by_key().items()):
         log.warning("hook %r at %s: %d value(s) of %s%s became inf when stored as the record dtype "
                     "(they exceed its range); record in float32, or set check_finite=true to stop at the first",

@@ -1,6 +1,11 @@
-"""One rank of a data-parallel run: its shard file, the checks across ranks, and the merged view.
+"""One rank of a data-parallel run: the checks across ranks, this rank's block, and the whole at the end.
 
-    result = ShardRun(cfg, detect()).run(body)   # body(cfg_of_this_rank, adjust) runs the shard
+    layout = open_destination(cfg).shards(cfg, ranks)   # LocalShards or PartsShards
+    result = ShardRun(cfg, ranks, layout).run(body)     # body(cfg_of_this_rank, its destination, adjust)
+
+ShardRun is the ranks strategy, a wrapper around either destination's layout (runner/destination.py):
+the rendezvous, the checks, the heartbeats and rank 0's wait are here; which files or objects a
+rank writes, and how rank 0 combines them, are the layout's. With a local file:
 
 Before any batch every rank checks that all ranks have the same config, that no file would be
 overwritten, and on resume that the world size is the one the files were written with. Each rank
@@ -16,12 +21,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import re
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import torch.distributed as dist
 import yaml
@@ -29,18 +32,29 @@ import yaml
 from hookrun.config.diff import differing
 from hookrun.config.schema import HookrunConfig, to_yaml
 from hookrun.errors import ConfigError, HookrunError, RunError
+from hookrun.runner.local_output import LocalShards
 from hookrun.runner.ranks import (
     Ranks,
     every_rank,
     gather,
     open_store,
-    rank_device,
     shard_batches,
-    shard_path,
 )
 from hookrun.runner.signals import StopSignals
-from hookrun.store.merge import View, build_view, shard_status
-from hookrun.store.reading import LocalSource
+from hookrun.store.merge import View
+
+if TYPE_CHECKING:
+    from hookrun.runner.destination import Destination, ShardLayout
+    from hookrun.runner.prepare import Prepared
+
+
+class Result(Protocol):
+    """What a rank's run gives back (runner/run.py's RunResult): rank 0 replaces path and samples."""
+
+    status: str
+
+
+R = TypeVar("R", bound=Result)
 
 log = logging.getLogger("hookrun")
 GRACE_SECONDS = 10.0  # how long a stopped or failed rank 0 still waits for the others
@@ -50,41 +64,25 @@ SILENT_SECONDS = float(os.environ.get("HOOKRUN_RANK_TIMEOUT", "120"))  # a rank 
 
 
 class ShardRun:
-    def __init__(self, cfg: HookrunConfig, ranks: Ranks) -> None:
+    def __init__(self, cfg: HookrunConfig, ranks: Ranks, layout: ShardLayout | None = None) -> None:
         self.cfg, self.r = cfg, ranks
-        self.merged = Path(cfg.output.path).expanduser()
-        self.shards = [shard_path(self.merged, i) for i in range(ranks.world)]
-        self.mine = self.shards[ranks.rank]
+        self.layout = layout if layout is not None else LocalShards(cfg, ranks)  # (default: a local file's)
+        self.merged = self.layout.merged
 
-    def run(self, body: Callable[[HookrunConfig, Callable], Any]) -> Any:
-        """Check, run this rank's shard through `body`, and (rank 0) write the merged view."""
-        key, folder = self.rendezvous()
+    def run(self, body: Callable[[HookrunConfig, Destination, Callable], R]) -> R:
+        """Check, run this rank's shard through `body`, and (rank 0) combine the ranks' outputs."""
+        key, folder = self.layout.rendezvous()
         store = dist.PrefixStore(key, open_store(self.r, folder))
         self.check_same_config(gather(store, self.r, "config", to_yaml(self.cfg)))
         self.check_all(store)
-        cfg = self.rank_cfg()
+        self.layout.begin()
+        cfg = self.layout.rank_cfg()
         prefix = RankPrefix(self.r.rank)
         log.addFilter(prefix)  # the ranks share the run folder's log file
         try:
             return self.run_and_merge(store, cfg, body)
         finally:
             log.removeFilter(prefix)
-
-    def rendezvous(self) -> tuple[str, Path]:
-        """The key prefix of this output in the ranks' store (the jobs of a multirun under torchrun
-        share one store), and the folder of its FileStore (submitit, srun)."""
-        return f"{self.merged.resolve()}/", self.merged.parent
-
-    def rank_cfg(self) -> HookrunConfig:
-        """This rank's config: its own device and shard file."""
-        if self.cfg.resume and shard_status(self.mine) == "unreadable":  # killed before its first flush
-            log.warning("resume: %s holds no readable batch (killed before its first flush); running its shard "
-                        "from the start (the old file is kept as %s.unreadable)", self.mine, self.mine.name)
-            os.replace(self.mine, self.mine.with_name(self.mine.name + ".unreadable"))
-        return dataclasses.replace(
-            self.cfg, device=rank_device(self.cfg.device, self.r.local_rank),
-            output=dataclasses.replace(self.cfg.output, path=str(self.mine)),
-        )
 
     def check_all(self, store: Any) -> None:
         """check_files on every rank, then wait until every rank has checked: no rank writes before
@@ -101,11 +99,16 @@ class ShardRun:
             rank, text = first
             raise every_rank(ConfigError(text if text == problem else f"rank {rank}: {text}"))
 
-    def run_and_merge(self, store: Any, cfg: HookrunConfig, body: Callable[[HookrunConfig, Callable], Any]) -> Any:
+    def check_files(self) -> None:
+        """Nothing is overwritten unless asked; a resume keeps the number of processes (the layout's)."""
+        self.layout.check_files()
+
+    def run_and_merge(self, store: Any, cfg: HookrunConfig,
+                      body: Callable[[HookrunConfig, Destination, Callable], R]) -> R:
         status = "failed"
         beat = Heartbeat(store, self.r.rank)
         try:
-            result = body(cfg, self.adjust)
+            result = body(cfg, self.layout.mine, self.adjust)
             status = result.status
         except KeyboardInterrupt:
             status = "interrupted"
@@ -125,13 +128,10 @@ class ShardRun:
                     log.error("could not write the merged view %s: %s", self.merged, exc)  # the run's own error follows
         if self.r.rank == 0 and status != "dry_run":
             if view.incomplete:
-                raise RunError(f"{self.not_complete()}: {', '.join(view.incomplete)}; run the same command with "
+                raise RunError(f"{self.layout.not_complete()}: {', '.join(view.incomplete)}; run the same command with "
                                f"resume=true to finish them")
             return dataclasses.replace(result, path=self.merged, samples=view.samples)
         return result
-
-    def not_complete(self) -> str:
-        return f"{self.merged} is a view over {self.r.world} shards and these are not complete"
 
     # -- before any batch ------------------------------------------------------------------------
     def check_same_config(self, configs: list[str]) -> None:
@@ -142,30 +142,7 @@ class ShardRun:
                 raise every_rank(ConfigError(f"rank {rank} has a different config from rank 0 in {', '.join(keys) or 'its text'}; "
                                   f"every rank of a run must be given the same config (same command, same files)"))
 
-    def check_files(self) -> None:
-        """Nothing is overwritten unless asked; a resume keeps the world size of the files."""
-        cfg = self.cfg
-        pattern = re.compile(re.escape(self.merged.stem) + r"\.rank-(\d{5})" + re.escape(self.merged.suffix) + "$")
-        found = sorted(int(m.group(1)) for p in self.merged.parent.glob("*") if (m := pattern.match(p.name)))
-        if cfg.resume:
-            worlds = {written_world(self.shards[i]) for i in found if i < self.r.world} - {None}
-            if self.merged.is_file() and not found:
-                worlds.add(written_world(self.merged) or 1)
-            if any(i >= self.r.world for i in found) or worlds - {self.r.world}:
-                was = max(worlds | {max(found, default=-1) + 1})
-                raise every_rank(ConfigError(
-                    f"resume: {self.merged.parent} was written by {was} process(es) and this run has "
-                    f"{self.r.world}; resume with {was} (torchrun --nproc_per_node, or tasks), or start a new run"
-                ))
-            return
-        if cfg.output.overwrite:
-            return
-        taken = ([self.merged] if self.merged.exists() else []) + [self.shards[i] for i in found if i < self.r.world]
-        if taken:
-            raise every_rank(ConfigError(f"output.path: {', '.join(str(p) for p in taken[:3])} exist(s); set "
-                                         f"output.overwrite=true, resume=true, or choose another path"))
-
-    def adjust(self, p: Any) -> None:
+    def adjust(self, p: Prepared) -> None:
         """Narrow a prepared run to this rank's block of batches (prepare() applied data.limit)."""
         block = shard_batches(p.n_batches, self.r.world, self.r.rank)
         p.settings.batches = p.batches[block.start : block.stop]
@@ -181,14 +158,10 @@ class ShardRun:
         waiting = [f"rank {r}" for r, s in enumerate(statuses) if s is None]
         if waiting:
             log.warning("%s did not finish; the view marks their shards incomplete", ", ".join(waiting))
-        view = self.combine({"config": to_yaml(self.cfg), "launcher": self.r.launcher})
+        view = self.layout.combine({"config": to_yaml(self.cfg), "launcher": self.r.launcher})
         log.info("merged %d shard(s) into %s: %d samples, %s, in %.3f s", self.r.world, self.merged, view.samples,
                  view.status, view.seconds)
         return view
-
-    def combine(self, attrs: dict) -> View:
-        """The shards as one run: the merged view over the shard files."""
-        return build_view(self.merged, self.shards, attrs)
 
     def wait(self, store: Any, limit: float | None) -> list[str | None]:
         """Each rank's final status, None for a rank that did not report (dead, or still running
@@ -252,23 +225,3 @@ class Heartbeat:
 
     def stop(self) -> None:
         self.stopped.set()
-
-
-def check_not_a_view(path: Path) -> None:
-    """A one-process resume of a merged view would read a view as a run: refuse it, saying why."""
-    world = written_world(path) if path.is_file() else None
-    if world is not None and world > 1:
-        raise ConfigError(f"resume: {path} is the merged view of a {world}-process run; resume it with the same "
-                          f"launcher and {world} processes (torchrun --nproc_per_node={world}, or {world} tasks)")
-
-
-def written_world(path: Path) -> int | None:
-    """The world size a shard or view was written with (None: unreadable or not a ranked file)."""
-    try:
-        with LocalSource(path, wait=False, rows=False) as source:
-            value = source.file.attrs.get("world_size")
-            return int(value) if value is not None else None
-    except HookrunError:
-        return None
-
-

@@ -14,13 +14,13 @@ import queue
 import threading
 
 from hookrun.errors import HookrunError, RunError
-from hookrun.store.h5store import H5Store
+from hookrun.store.protocol import RunStore
 from hookrun.store.records import StepRecord
 
 _STOP = object()
 
 
-def write_error(exc: Exception, store: H5Store, step: int) -> RunError:
+def write_error(exc: Exception, store: RunStore, step: int) -> RunError:
     text = str(exc)
     if getattr(exc, "errno", None) == errno.ENOSPC or "errno = 28" in text or "No space left" in text:
         reason = "no space left on the device"
@@ -31,7 +31,7 @@ def write_error(exc: Exception, store: H5Store, step: int) -> RunError:
 
 
 class BackgroundWriter:
-    def __init__(self, store: H5Store, max_pending: int = 2) -> None:
+    def __init__(self, store: RunStore, max_pending: int = 2) -> None:
         self.store = store
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, max_pending))
         self._error: BaseException | None = None

@@ -1,0 +1,115 @@
+"""Where a run is written: one object, made once in run() from output.path, that the runner asks.
+
+    dest = open_destination(cfg)                 # LocalFile or StoreParts, from output.path
+    dest.check_place()                           # before the lock: a place the run can write
+    with dest.locked():                          # one writer
+        resume = dest.open_resume(config_yaml)   # a Resume (runner/resume.py), or None
+        store = dest.open_store(attrs, resume, part_bytes, **h5_kwargs)   # a RunStore (store/protocol.py)
+        ...
+        dest.end(resume, replayed)
+
+Two classes satisfy Destination: LocalFile (one HDF5 file: runner/local_output.py) and StoreParts
+(HDF5 parts in an object store: runner/store_output.py). With many ranks, `dest.shards(cfg, ranks)`
+is the layout runner/shards.py's ShardRun wraps around either (LocalShards: a file per rank and a
+merged view; PartsShards: parts per rank and a top manifest); each rank writes through its own
+destination (`layout.mine`). Nothing above this module asks whether a path is a URL.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Protocol
+
+from hookrun.config.schema import HookrunConfig
+from hookrun.errors import ConfigError
+from hookrun.runner.local_output import LocalFile
+from hookrun.runner.ranks import Ranks, every_rank
+from hookrun.runner.resume import Resume
+from hookrun.runner.store_output import StoreParts
+from hookrun.store.merge import View
+from hookrun.store.parts import Output
+from hookrun.store.protocol import RunStore
+from hookrun.store.remote import is_url
+
+
+class Destination(Protocol):
+    """Where one process writes its run (see the module's docstring for the order of the calls)."""
+
+    @property
+    def result(self) -> Path | str:
+        """What RunResult.path says: the file, or the URL."""
+
+    def check_resume(self) -> None:
+        """resume=true: the output is one this process can resume (not a many-rank run's whole)."""
+
+    def check_place(self) -> None:
+        """Before the lock: the place can be written (a file's folder made, a store that answers)."""
+
+    def locked(self) -> AbstractContextManager:
+        """One writer: held from before anything is created until the store is closed."""
+
+    def check_free(self, overwrite: bool, dry_run: bool) -> None:
+        """Before the model is built: nothing is overwritten unless `overwrite`."""
+
+    def check_options(self, cfg: HookrunConfig) -> None:
+        """Options this destination cannot write, refused in one line."""
+
+    def check_still_free(self, overwrite: bool) -> None:
+        """Under the lock, once the model is built, for a new run: still ours to write."""
+
+    def open_resume(self, config_yaml: str) -> Resume | None:
+        """The old run to continue (None: nothing there); ConfigError where it cannot be."""
+
+    def resumed_from(self, resume: bool) -> Path | None:
+        """What an interrupt before the first batch names as the run to resume."""
+
+    def open_store(self, attrs: dict, resume: Resume | None, part_bytes: int, **h5_kwargs) -> RunStore:
+        """The run's store (for a resume: where the old batches are replayed to)."""
+
+    def end(self, resume: Resume | None, replayed: bool) -> None:
+        """After the store is closed: a resumed run takes the old one's place."""
+
+    def size(self, store: RunStore) -> int:
+        """Bytes written (the end-of-run log line)."""
+
+    def shards(self, cfg: HookrunConfig, ranks: Ranks) -> ShardLayout:
+        """The layout of a many-process run on this output."""
+
+
+class ShardLayout(Protocol):
+    """A many-process run's outputs (LocalShards, PartsShards), driven by runner/shards.py's ShardRun."""
+
+    merged: Path | str  # what RunResult.path says once rank 0 has combined the ranks
+    mine: Destination  # this rank's own
+
+    def rendezvous(self) -> tuple[str, Path]: ...
+
+    def check_files(self) -> None: ...
+
+    def begin(self) -> None: ...
+
+    def rank_cfg(self) -> HookrunConfig: ...
+
+    def combine(self, attrs: dict) -> View: ...
+
+    def not_complete(self) -> str: ...
+
+
+def open_destination(cfg: HookrunConfig, ranks: Ranks | None = None) -> LocalFile | StoreParts:
+    """output.path, resolved once: an object-store URL (with output.staging) or a local file. With
+    many ranks an error is every rank's alike."""
+    try:
+        if is_url(cfg.output.path):
+            return StoreParts(Output.of(cfg.output.path, cfg.output.staging))
+        return LocalFile(Path(cfg.output.path).expanduser())
+    except ConfigError as exc:
+        raise (every_rank(exc) if ranks is not None and ranks.many else exc) from None
+
+
+def in_run_folder(path: str, staging: str | None, folder: Path) -> tuple[str, str | None]:
+    """The CLI's output.path and output.staging in its run folder: a relative file path goes there,
+    and so do an object store's staged parts unless output.staging says where."""
+    if is_url(path):
+        return path, staging if staging is not None else str(folder)
+    return (path if Path(path).is_absolute() else str(folder / path)), staging

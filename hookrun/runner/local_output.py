@@ -1,0 +1,228 @@
+"""A run written to one HDF5 file on disk: the local Destination, and its shards with many ranks.
+
+    dest = LocalFile(Path("outputs/run/captures.h5"))
+    dest.check_place(); lock = dest.locked()       # before anything is created: one writer per file
+    store = dest.open_store(attrs, resume, part_bytes, **h5_kwargs)
+
+The file appears under its name only once it opens; a resumed run writes `<name>.resuming` and
+replaces the old file with it only once it holds the old batches too (`end`). With many ranks
+(LocalShards, the layout runner/shards.py's ShardRun drives) each rank writes its own
+`captures.rank-NNNNN.h5` and rank 0 writes `captures.h5`, a view over them (store/merge.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import logging
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hookrun.config.schema import HookrunConfig
+from hookrun.errors import ConfigError, HookrunError
+from hookrun.runner.ranks import Ranks, every_rank, rank_device, shard_path
+from hookrun.runner.resume import ResumeState, open_resume
+from hookrun.store.h5file import flushing_path, writable_folder
+from hookrun.store.h5store import H5Store
+from hookrun.store.lock import OutputLock
+from hookrun.store.merge import View, build_view, shard_status
+from hookrun.store.reading import LocalSource
+
+if TYPE_CHECKING:
+    from hookrun.store.protocol import RunStore
+
+log = logging.getLogger("hookrun")
+
+
+class LocalFile:
+    """output.path as a local file (`shard`: one rank's file of a many-process run)."""
+
+    def __init__(self, path: Path, shard: bool = False) -> None:
+        self.path, self.shard = path, shard
+        self.target: Path | None = None
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    @property
+    def result(self) -> Path:
+        return self.path
+
+    # -- before any batch --------------------------------------------------------------------------
+    def check_resume(self) -> None:
+        if not self.shard:
+            check_not_a_view(self.path)
+
+    def check_place(self) -> None:
+        """A name the file can have, its folder made (the lock file goes there)."""
+        check_output(self.path, overwrite=True)
+
+    def locked(self) -> OutputLock:
+        return OutputLock(real_path(self.path))
+
+    def check_free(self, overwrite: bool, dry_run: bool) -> None:
+        """Nothing is overwritten unless asked (prepare(), before the model is built)."""
+        check_output(self.path, overwrite, create=not dry_run)
+
+    def check_options(self, cfg: HookrunConfig) -> None:
+        """A local file takes every option."""
+
+    def check_still_free(self, overwrite: bool) -> None:
+        """Again under the lock, now that the model is built: still ours to write."""
+        check_output(self.path, overwrite)
+
+    # -- the run -----------------------------------------------------------------------------------
+    def open_resume(self, config_yaml: str) -> ResumeState | None:
+        return open_resume(self.path, config_yaml)
+
+    def resumed_from(self, resume: bool) -> Path | None:
+        return self.path if resume and self.path.exists() else None
+
+    def open_store(self, attrs: dict, resume: ResumeState | None, part_bytes: int, **h5_kwargs) -> H5Store:
+        real = real_path(self.path)  # through a symlink: the link stays, its target is written
+        self.target = real.with_name(real.name + ".resuming") if resume is not None else real
+        try:
+            return H5Store(self.target, attrs, **h5_kwargs)
+        except OSError as exc:
+            raise ConfigError(f"output.path: cannot create {str(self.target)!r}: {exc}") from None
+
+    def end(self, resume: ResumeState | None, replayed: bool) -> None:
+        """The store is closed: a resumed file replaces the old one once it holds the old batches."""
+        if resume is None or self.target is None:
+            return
+        if replayed:
+            real = real_path(self.path)
+            os.replace(self.target, real)
+            flushing_path(real).unlink(missing_ok=True)  # the old file, where a kill in a flush left it
+        else:
+            self.target.unlink(missing_ok=True)
+
+    def size(self, store: RunStore) -> int:
+        return self.path.stat().st_size
+
+    # -- many ranks --------------------------------------------------------------------------------
+    def shards(self, cfg: HookrunConfig, ranks: Ranks) -> LocalShards:
+        return LocalShards(cfg, ranks, self)
+
+
+class LocalShards:
+    """Many ranks on a local file: a shard file per rank, and rank 0's merged view."""
+
+    def __init__(self, cfg: HookrunConfig, ranks: Ranks, dest: LocalFile | None = None) -> None:
+        self.cfg, self.r = cfg, ranks
+        self.merged = Path(cfg.output.path).expanduser() if dest is None else dest.path
+        self.shards = [shard_path(self.merged, i) for i in range(ranks.world)]
+        self.mine = LocalFile(self.shards[ranks.rank], shard=True)
+
+    def rendezvous(self) -> tuple[str, Path]:
+        """The key prefix of this output in the ranks' store (the jobs of a multirun under torchrun
+        share one store), and the folder of its FileStore (submitit, srun)."""
+        return f"{self.merged.resolve()}/", self.merged.parent
+
+    def begin(self) -> None:
+        """Rank 0, once every rank has checked: nothing to write before the shards."""
+
+    def rank_cfg(self) -> HookrunConfig:
+        """This rank's config: its own device and shard file."""
+        mine = self.mine.path
+        if self.cfg.resume and shard_status(mine) == "unreadable":  # killed before its first flush
+            log.warning("resume: %s holds no readable batch (killed before its first flush); running its shard "
+                        "from the start (the old file is kept as %s.unreadable)", mine, mine.name)
+            os.replace(mine, mine.with_name(mine.name + ".unreadable"))
+        return dataclasses.replace(self.cfg, device=rank_device(self.cfg.device, self.r.local_rank),
+                                   output=dataclasses.replace(self.cfg.output, path=str(mine)))
+
+    def check_files(self) -> None:
+        """Nothing is overwritten unless asked; a resume keeps the world size of the files."""
+        cfg = self.cfg
+        pattern = re.compile(re.escape(self.merged.stem) + r"\.rank-(\d{5})" + re.escape(self.merged.suffix) + "$")
+        found = sorted(int(m.group(1)) for p in self.merged.parent.glob("*") if (m := pattern.match(p.name)))
+        if cfg.resume:
+            worlds = {written_world(self.shards[i]) for i in found if i < self.r.world} - {None}
+            if self.merged.is_file() and not found:
+                worlds.add(written_world(self.merged) or 1)
+            if any(i >= self.r.world for i in found) or worlds - {self.r.world}:
+                was = max(worlds | {max(found, default=-1) + 1})
+                raise every_rank(ConfigError(
+                    f"resume: {self.merged.parent} was written by {was} process(es) and this run has "
+                    f"{self.r.world}; resume with {was} (torchrun --nproc_per_node, or tasks), or start a new run"
+                ))
+            return
+        if cfg.output.overwrite:
+            return
+        taken = ([self.merged] if self.merged.exists() else []) + [self.shards[i] for i in found if i < self.r.world]
+        if taken:
+            raise every_rank(ConfigError(f"output.path: {', '.join(str(p) for p in taken[:3])} exist(s); set "
+                                         f"output.overwrite=true, resume=true, or choose another path"))
+
+    def combine(self, attrs: dict) -> View:
+        """The shards as one run: the merged view over the shard files."""
+        return build_view(self.merged, self.shards, attrs)
+
+    def not_complete(self) -> str:
+        return f"{self.merged} is a view over {self.r.world} shards and these are not complete"
+
+
+def check_not_a_view(path: Path) -> None:
+    """A one-process resume of a merged view would read a view as a run: refuse it, saying why."""
+    world = written_world(path) if path.is_file() else None
+    if world is not None and world > 1:
+        raise ConfigError(f"resume: {path} is the merged view of a {world}-process run; resume it with the same "
+                          f"launcher and {world} processes (torchrun --nproc_per_node={world}, or {world} tasks)")
+
+
+def written_world(path: Path) -> int | None:
+    """The world size a shard or view was written with (None: unreadable or not a ranked file)."""
+    try:
+        with LocalSource(path, wait=False, rows=False) as source:
+            value = source.file.attrs.get("world_size")
+            return int(value) if value is not None else None
+    except HookrunError:
+        return None
+
+
+def real_path(out: Path) -> Path:
+    """The file to write for output path `out`: the target of a symlink, else `out` itself."""
+    return out.resolve() if out.is_symlink() else out
+
+
+def check_output(path: str | Path, overwrite: bool, create: bool = True) -> Path:
+    """A name the output can have, not a folder, not taken unless `overwrite`; with `create`, its
+    folder made and writable."""
+    out = Path(path).expanduser()
+    try:
+        if out.is_dir():
+            raise ConfigError(f"output.path: {str(out)!r} is a folder; give a file path such as captures.h5")
+        exists = out.exists()
+    except OSError as exc:  # ENAMETOOLONG, ELOOP, EACCES on a parent ...
+        raise ConfigError(f"output.path: {_os_reason(out, exc)}") from None
+    room = _name_max(out) - len(".creating") - 24  # beside it: .<name>.<pid>.creating, <name>.resuming, <name>.lock
+    if len(out.name.encode()) > room:
+        raise ConfigError(f"output.path: the file name {out.name[:40]!r}... is too long ({len(out.name.encode())} bytes; "
+                          f"hookrun needs it under {room + 1} bytes, to add .lock or .resuming): choose a shorter output.path")
+    if exists and not overwrite:
+        raise ConfigError(f"output.path: {str(out)!r} exists; set output.overwrite=true, resume=true, or choose another path")
+    if not exists and not overwrite and flushing_path(out).exists():
+        raise ConfigError(f"output.path: {str(flushing_path(out))!r} is what a run killed while flushing {out.name} left; "
+                          f"resume=true recovers its batches, output.overwrite=true starts again, or choose another path")
+    if create:
+        writable_folder(out.parent, "output.path")
+    return out
+
+
+def _os_reason(out: Path, exc: OSError) -> str:
+    if exc.errno == errno.ENAMETOOLONG:
+        longest = max(out.parts, key=len)
+        return (f"the name {longest[:40]!r}... is too long ({len(longest.encode())} bytes; file systems allow "
+                f"{_name_max(out)} bytes in a name): choose a shorter output.path")
+    return f"{str(out)[:200]!r} cannot be used: {exc.strerror or exc}"
+
+
+def _name_max(out: Path) -> int:
+    folder = next((p for p in [out.parent, *out.parents] if p.exists()), Path("."))
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255

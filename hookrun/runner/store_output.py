@@ -1,0 +1,159 @@
+"""A run written to an object store: the Destination over HDF5 parts uploaded as they finish.
+
+    dest = StoreParts(Output.of("s3://bucket/cache/captures.h5", staging))
+    dest.check_place(); lock = dest.locked()    # the store reachable; one writer (a lock object + the staging folder's)
+    store = dest.open_store(attrs, resume, part_bytes, **h5_kwargs)   # a PartedStore (store/parts.py)
+
+Before the lock: the store answers and the staging folder can be written. Under it: nothing is
+overwritten unless asked (the manifest is the run's mark), and a resume continues from the parts
+the manifest lists (runner/resume.py, PartsResume). Two runs on one URL: the second is refused in
+one line naming the first (store/remote_lock.py).
+
+With many ranks (PartsShards, the layout runner/shards.py's ShardRun drives), as LocalShards for a
+local file with the object store in place of the shard files and the merged view: before any batch
+every rank checks the store (store/ranked.py: reachable, not taken, the same number of processes on
+resume) and rank 0 writes the top manifest (running). Each rank writes its block of batches as
+parts under `rank-RRRRR/` with its own manifest, lock and staging folder
+(`<output.staging>/<name>.rank-RRRRR.parts`), exactly as one process writes a run; when every rank
+has ended, rank 0 writes the top manifest again, complete or naming the ranks that are not.
+`resume=true` resumes each rank from its own manifest and staging folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from hookrun.config.schema import HookrunConfig, to_yaml
+from hookrun.errors import ConfigError
+from hookrun.runner.ranks import Ranks, rank_device
+from hookrun.runner.resume import PartsResume, open_parts_resume
+from hookrun.store.h5file import writable_folder
+from hookrun.store.lock import OutputLock
+from hookrun.store.merge import View
+from hookrun.store.parts import Output, PartedStore
+from hookrun.store.ranked import begin_ranks, check_ranked_output, finish_ranks
+from hookrun.store.remote import StoreError, reason
+from hookrun.store.remote_lock import RemoteLock, lock_name
+
+
+class StoreParts:
+    """output.path as an object-store URL (store/parts.py's Output: its parts, manifest, staging)."""
+
+    def __init__(self, out: Output) -> None:
+        self.out = out
+        self.store: PartedStore | None = None
+
+    def __str__(self) -> str:
+        return self.out.url
+
+    @property
+    def result(self) -> str:
+        return self.out.url
+
+    # -- before any batch --------------------------------------------------------------------------
+    def check_resume(self) -> None:
+        """(A one-process resume of a many-rank cache is refused when the parts are read: PartsResume.)"""
+
+    def check_place(self) -> None:
+        """The store answers (one listing: endpoint, credentials, bucket), the staging folder is writable."""
+        self.out.folder()
+        writable_folder(self.out.parts_dir, "output.staging")
+
+    def locked(self) -> ExitStack:
+        """A lock object under the URL (store/remote_lock.py), and the staging folder's lock file."""
+        stack = ExitStack()
+        try:
+            stack.enter_context(RemoteLock(self.out.folder(check=False), lock_name(self.out.rank)))
+            stack.enter_context(OutputLock(self.out.parts_dir))
+        except BaseException:
+            stack.close()
+            raise
+        return stack
+
+    def check_free(self, overwrite: bool, dry_run: bool) -> None:
+        """Nothing is overwritten unless asked: a manifest there is an earlier run's (a dry run asks
+        the store nothing)."""
+        if dry_run or overwrite:
+            return
+        try:
+            taken = self.out.folder(check=False).exists(self.out.manifest_name)
+        except Exception as exc:
+            raise ConfigError(f"{self.out.url}: the object store cannot be used ({reason(exc)})") from None
+        if taken:
+            raise ConfigError(f"output.path: {self.out.url} exists (it has a {self.out.manifest_name}); set "
+                              f"output.overwrite=true, resume=true, or choose another path")
+
+    def check_options(self, cfg: HookrunConfig) -> None:
+        if cfg.evaluate is not None and cfg.evaluate.enabled:
+            raise ConfigError(f"evaluate with output.path={self.out.url}: an object-store run has no evaluation "
+                              f"datasets yet; write to a local file")
+
+    def check_still_free(self, overwrite: bool) -> None:
+        """(Checked under the lock already: the lock object keeps every other writer out.)"""
+
+    # -- the run -----------------------------------------------------------------------------------
+    def open_resume(self, config_yaml: str) -> PartsResume | None:
+        return open_parts_resume(self.out, config_yaml)
+
+    def resumed_from(self, resume: bool) -> None:
+        return None
+
+    def open_store(self, attrs: dict, resume: PartsResume | None, part_bytes: int, **h5_kwargs) -> PartedStore:
+        try:
+            self.store = PartedStore(self.out, attrs, part_bytes, resume.point if resume is not None else None,
+                                     **h5_kwargs)
+        except StoreError as exc:
+            raise ConfigError(f"output.path: {exc}") from None
+        return self.store
+
+    def end(self, resume: PartsResume | None, replayed: bool) -> None:
+        """(Each part was uploaded as it finished; the manifest was written as the store closed.)"""
+
+    def size(self, store: PartedStore) -> int:
+        return sum(part.bytes for part in store.manifest.parts)
+
+    # -- many ranks --------------------------------------------------------------------------------
+    def for_rank(self, rank: int) -> StoreParts:
+        return StoreParts(dataclasses.replace(self.out, rank=rank))  # (the same client: one a run)
+
+    def shards(self, cfg: HookrunConfig, ranks: Ranks) -> PartsShards:
+        return PartsShards(cfg, ranks, self)
+
+
+class PartsShards:
+    """Many ranks on an object store: each rank's parts and manifest, and rank 0's top manifest."""
+
+    def __init__(self, cfg: HookrunConfig, ranks: Ranks, dest: StoreParts) -> None:
+        self.cfg, self.r = cfg, ranks
+        self.url = dest.out.url
+        self.merged = self.url  # what RunResult.path says: the URL
+        self.staging = dest.out.staging
+        self.mine = dest.for_rank(ranks.rank)  # this rank's part names, manifest, staging folder and lock
+
+    def rendezvous(self) -> tuple[str, Path]:
+        return f"{self.url}/", self.staging  # (the staging folder: the run folder by default)
+
+    def check_files(self) -> None:
+        check_ranked_output(self.url, self.r.world, self.cfg.output.overwrite, self.cfg.resume)
+
+    def begin(self) -> None:
+        """Rank 0, once every rank has checked: the top manifest, running."""
+        if self.r.rank == 0 and not self.cfg.dry_run:
+            begin_ranks(self.url, self.r.world, self.run_attrs(), self.cfg.resume)
+
+    def rank_cfg(self) -> HookrunConfig:
+        return dataclasses.replace(self.cfg, device=rank_device(self.cfg.device, self.r.local_rank))
+
+    def run_attrs(self) -> dict:
+        return {"config": to_yaml(self.cfg), "launcher": self.r.launcher, "world_size": self.r.world}
+
+    def combine(self, attrs: dict) -> View:
+        started = time.perf_counter()
+        state = finish_ranks(self.url, self.r.world, {**attrs, **self.run_attrs()})
+        return View(self.url, state.status, state.incomplete, state.samples, time.perf_counter() - started)
+
+    def not_complete(self) -> str:
+        return f"{self.url} holds the parts of {self.r.world} ranks and these are not complete"
