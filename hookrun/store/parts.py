@@ -1,7 +1,7 @@
 """A run written to an object store: HDF5 parts in a staging folder, uploaded as they finish.
 
-    store = PartedStore(Output("s3://bucket/cache/captures.h5", staging), attrs, part_bytes=2 << 30)
-    store.write(step_record)          # the H5Store interface (the writer thread calls it)
+    store = PartedStore(Output.of("s3://bucket/cache/captures.h5", staging), attrs, part_bytes=2 << 30)
+    store.write(step_record)          # a RunStore (store/protocol.py), as H5Store (the writer thread calls it)
     store.close("complete")           # last part uploaded, the manifest says 'complete'
 
 Each part is an ordinary hookrun file (docs/format.md) of whole batches, written by H5Store in
@@ -18,101 +18,25 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import h5py
 import numpy as np
 
 from hookrun.errors import ConfigError
-from hookrun.store.h5file import writable_folder
 from hookrun.store.h5store import H5Store
-from hookrun.store.manifest import MANIFEST, Manifest, PartEntry, part_name, rank_manifest
+from hookrun.store.manifest import Manifest, PartEntry
+from hookrun.store.output import Output
 from hookrun.store.reading import LocalSource
 from hookrun.store.records import StepRecord
-from hookrun.store.remote import RemoteFolder, StoreError, reason
+from hookrun.store.remote import RemoteFolder, StoreError
 from hookrun.store.schema import CaptureMeta, list_captures
 from hookrun.store.upload import LocalPart, Uploader, retrying
 
 log = logging.getLogger("hookrun")
 PART_BYTES = 2 << 30
 RUN_ATTRS_SKIP = {"status", "steps_complete", "samples_complete", "finished", "part", "parts_of", "first_batch", "last_batch"}
-
-
-@dataclass
-class Output:
-    """Where a run in an object store goes: its URL, the local staging folder, and (with many
-    processes) this rank's own part names and manifest."""
-
-    url: str
-    staging: Path
-    rank: int | None = None
-    _folder: RemoteFolder | None = field(default=None, repr=False, compare=False)
-
-    @classmethod
-    def of(cls, url: str, staging: str | None) -> Output:
-        """output.path and output.staging (None: the current folder; the CLI gives the run folder)."""
-        bucket_and_key = url.split("://", 1)[1].strip("/")
-        if "/" not in bucket_and_key:
-            raise ConfigError(f"output.path: {url} names a bucket only; give an object name under it, such as "
-                              f"{url.rstrip('/')}/cache/captures.h5 (the cache's parts and manifest go under that name)")
-        return cls(url.rstrip("/"), Path(staging or ".").expanduser())
-
-    def __str__(self) -> str:
-        return self.url
-
-    @property
-    def name(self) -> str:
-        return self.url.rstrip("/").rsplit("/", 1)[-1]
-
-    @property
-    def parts_dir(self) -> Path:
-        """Where parts are written before they are uploaded."""
-        suffix = "" if self.rank is None else f".rank-{self.rank:05d}"
-        return self.staging / f"{self.name}{suffix}.parts"
-
-    @property
-    def manifest_name(self) -> str:
-        return MANIFEST if self.rank is None else rank_manifest(self.rank)
-
-    def part(self, k: int) -> str:
-        return part_name(k, self.rank)
-
-    def owns(self, name: str) -> bool:
-        """Whether the object `name` under the URL is this output's to replace: all of a one-process
-        run's; with many ranks, this rank's manifest and parts only."""
-        return self.rank is None or name == self.manifest_name or name.startswith(f"rank-{self.rank:05d}/")
-
-    def folder(self, check: bool = True) -> RemoteFolder:
-        """The run's folder in the store: opened (one client) at the first call, then the same one."""
-        if self._folder is None:
-            self._folder = RemoteFolder.open(self.url, check=check)
-        elif check:
-            self._folder.check()
-        return self._folder
-
-    def read_manifest(self, folder: RemoteFolder) -> Manifest | None:
-        try:
-            if not folder.exists(self.manifest_name):
-                return None
-            text = folder.read_text(self.manifest_name)
-        except Exception as exc:
-            raise ConfigError(f"{self.url}: its manifest cannot be read ({reason(exc)})") from None
-        return Manifest.from_json(text, f"{self.url}/{self.manifest_name}")
-
-
-def check_remote_output(out: Output, overwrite: bool, resume: bool) -> None:
-    """Before any batch: the store is reachable (RemoteFolder.open checks), nothing is overwritten
-    unless asked, and the staging folder can be written."""
-    folder = out.folder()
-    try:
-        taken = folder.exists(out.manifest_name)
-    except Exception as exc:
-        raise ConfigError(f"{out.url}: the object store cannot be used ({reason(exc)})") from None
-    if taken and not overwrite and not resume:
-        raise ConfigError(f"output.path: {out.url} exists (it has a {out.manifest_name}); set output.overwrite=true, "
-                          f"resume=true, or choose another path")
-    writable_folder(out.parts_dir, "output.staging")
 
 
 def describe(path: Path, name: str) -> tuple[PartEntry, dict[str, dict], dict]:
@@ -203,7 +127,7 @@ def prepare_resume(out: Output, folder: RemoteFolder) -> ResumePoint | None:
 
 
 class PartedStore:
-    """The H5Store interface over a sequence of parts (see the module's docstring)."""
+    """A RunStore (store/protocol.py) over a sequence of parts (see the module's docstring)."""
 
     def __init__(self, out: Output, attrs: dict, part_bytes: int = PART_BYTES, resume: ResumePoint | None = None,
                  **h5_kwargs) -> None:
@@ -215,7 +139,7 @@ class PartedStore:
         self.manifest = resume.manifest if resume is not None else Manifest(out.url)
         self.manifest.status, self.manifest.url = "running", out.url
         self.next_part = resume.next_part if resume is not None else 0
-        self.uploader = Uploader(self.folder, self.manifest, out.manifest_name, on_removed=self._removed)
+        self.uploader = Uploader(self.folder, self.manifest, out.manifest_name)
         out.parts_dir.mkdir(parents=True, exist_ok=True)
         self.current: H5Store | None = None
         self.current_path: Path | None = None
@@ -273,9 +197,6 @@ class PartedStore:
             self.manifest.attrs.setdefault(k, v)
         self.uploader.submit(LocalPart(path, entry, schema))
 
-    def _removed(self, path: Path) -> None:
-        """A hook for tests: the upload worker removed a verified part."""
-
     def _write_manifest(self) -> None:
         text = self.manifest.to_json()
         retrying(f"writing {self.out.url}/{self.out.manifest_name}",
@@ -329,9 +250,6 @@ class PartedStore:
             raise StoreError(f"{self.uploader.error}; the run is interrupted after {self.steps} batches and the parts not "
                              f"uploaded are kept in {self.out.parts_dir}: run the same command with resume=true "
                              f"to upload them and go on") from None
-
-    def local_parts(self) -> list[Path]:
-        return sorted(self.out.parts_dir.glob("part-*.h5"))
 
 
 def record_bytes(rec: StepRecord) -> int:
