@@ -51,7 +51,8 @@ def verify_file(path: Path | str) -> int:
         for f in run.part_files(problems):
             p, c, u = verify(f)
             prefix = f"{Path(f.filename).name}: " if run.path != Path(f.filename) else ""
-            problems, checked, unchecked = problems + [prefix + x for x in p], checked + c, unchecked + u
+            problems.extend(prefix + x for x in p)  # (the same list: a part that cannot be read is named there too)
+            checked, unchecked = checked + c, unchecked + u
     for line in problems:
         print(f"hookrun.inspect: damaged: {line}", file=sys.stderr)
     note = f"; {unchecked} without checksums (written without output.checksum=true, or ragged)" if unchecked else ""

@@ -36,6 +36,10 @@ class UrlPath(str):
     def name(self) -> str:
         return self.rstrip("/").rsplit("/", 1)[-1]
 
+    @property
+    def parent(self) -> UrlPath:
+        return UrlPath(self.rstrip("/").rsplit("/", 1)[0])
+
     def is_dir(self) -> bool:
         return False
 
