@@ -24,7 +24,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import torch.distributed as dist
 import yaml
@@ -84,7 +84,7 @@ class ShardRun:
         finally:
             log.removeFilter(prefix)
 
-    def check_all(self, store: Any) -> None:
+    def check_all(self, store: dist.Store) -> None:
         """check_files on every rank, then wait until every rank has checked: no rank writes before
         the others have looked (one would see another's new file as taken); a rank's refusal
         stops every rank."""
@@ -103,7 +103,7 @@ class ShardRun:
         """Nothing is overwritten unless asked; a resume keeps the number of processes (the layout's)."""
         self.layout.check_files()
 
-    def run_and_merge(self, store: Any, cfg: HookrunConfig,
+    def run_and_merge(self, store: dist.Store, cfg: HookrunConfig,
                       body: Callable[[HookrunConfig, Destination, Callable], R]) -> R:
         status = "failed"
         beat = Heartbeat(store, self.r.rank)
@@ -153,7 +153,7 @@ class ShardRun:
                        first_batch=p.batches.start, last_batch=p.batches.stop)
 
     # -- at the end (rank 0) ---------------------------------------------------------------------
-    def merge(self, store: Any, stopped: bool) -> View:
+    def merge(self, store: dist.Store, stopped: bool) -> View:
         statuses = self.wait(store, GRACE_SECONDS if stopped else None)
         waiting = [f"rank {r}" for r, s in enumerate(statuses) if s is None]
         if waiting:
@@ -163,7 +163,7 @@ class ShardRun:
                  view.status, view.seconds)
         return view
 
-    def wait(self, store: Any, limit: float | None) -> list[str | None]:
+    def wait(self, store: dist.Store, limit: float | None) -> list[str | None]:
         """Each rank's final status, None for a rank that did not report (dead, or still running
         when rank 0 was stopped). A signal while waiting stops the wait."""
         deadline = None if limit is None else time.monotonic() + limit
@@ -210,7 +210,7 @@ class Heartbeat:
     """A daemon thread that bumps this rank's counter in the store every BEAT_SECONDS, so rank 0
     can tell a rank that is slow from one that was killed (and never says it is done)."""
 
-    def __init__(self, store: Any, rank: int) -> None:
+    def __init__(self, store: dist.Store, rank: int) -> None:
         self.store, self.key = store, f"beat/{rank}"
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._beat, name="hookrun-heartbeat", daemon=True)
