@@ -188,7 +188,7 @@ def execute(p: Prepared, resume: ResumeState | PartsResume | None, started: floa
     An object-store output (store/parts.py) is written in parts uploaded as they finish."""
     cfg = p.cfg
     log.info("%s on %s, %d hook point(s), writing %s", type(p.model).__name__, p.settings.device, len(p.points), p.out)
-    if not any(a.records for pt in p.points for a in pt.actions):
+    if not any(a.records for pt in p.points for a in pt.actions) and not p.settings.kind.adds:  # the kind's rows count
         log.warning("no hook records anything: the file will hold the sample index and targets only")
     local = not isinstance(p.out, Output)
     real = target = None
@@ -205,8 +205,7 @@ def execute(p: Prepared, resume: ResumeState | PartsResume | None, started: floa
             first = p.batches.start  # 0, or where this rank's shard starts
             if resume is not None:
                 kept = replay(resume, store)
-                if p.settings.evaluator is not None:
-                    p.settings.evaluator.restore(resume.file, kept)
+                p.settings.kind.restore(resume.file, kept)
                 first += kept
                 restore_limits(p.points, store)
                 log.info("resume: %d batches from %s kept; going on from batch %d", kept, p.out, first)

@@ -16,7 +16,7 @@ closure and the store never ask which kind runs; they read what the kind hands t
 |                          |                         | generate); `block`: the config block that turns   |
 |                          |                         | it on (`evaluate`, `patching`): kind_for(cfg)     |
 | `forwards`               | estimates, docs         | model forwards (or generate calls) per batch      |
-| `adds`                   | end report, warnings    | HDF5 groups it writes beside /captures            |
+| `adds`                   | end report, warnings    | HDF5 paths it writes beside /captures             |
 | `check(cfg)`             | prepare(), before build | refusals: one ConfigError line, before any batch  |
 | `__init__(ctx)`          | prepare()               | build, with every check that needs the model      |
 | `step(model, call, s)`   | every batch             | its forwards under the session -> StepAdds        |
@@ -95,7 +95,7 @@ class RunKind:
     mode: ClassVar[Mode | None] = None  # the cfg.mode this kind runs, where no block kind is on
     block: ClassVar[str | None] = None  # a config block (cfg.<block>) that turns this kind on
     forwards: ClassVar[int] = 1  # model forwards (or generate calls) per batch
-    adds: ClassVar[tuple[str, ...]] = ()  # HDF5 groups this kind writes beside /captures ("evaluation")
+    adds: ClassVar[tuple[str, ...]] = ()  # HDF5 paths this kind writes beside /captures ("evaluation")
 
     def __init__(self, ctx: KindContext) -> None:
         self.ctx = ctx
