@@ -8,8 +8,9 @@
     print(hookrun.modules(model, x))                 # every name `at:` accepts, with shapes
 """
 
+from typing import Any
+
 from hookrun.analysis import open_run, open_sweep
-from hookrun.cli.compose import compose
 from hookrun.hooks.actions import Action, register_action
 from hookrun.hooks.lister import list_modules as modules
 from hookrun.hooks.memory import Captured, capture
@@ -18,3 +19,13 @@ from hookrun.store.format import HOOKRUN_VERSION as __version__
 
 __all__ = ["Action", "Captured", "RunResult", "__version__", "capture", "compose", "modules", "open_run", "open_sweep",
            "register_action", "run"]
+
+
+def __getattr__(name: str) -> Any:
+    """`hookrun.compose` is imported when first used: importing hookrun builds no Hydra app (the
+    CLI's module registers its schema and finds its config folder when it is imported)."""
+    if name == "compose":
+        from hookrun.cli.compose import compose
+
+        return compose
+    raise AttributeError(f"module 'hookrun' has no attribute {name!r}")

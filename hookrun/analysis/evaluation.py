@@ -18,6 +18,7 @@ import numpy as np
 
 from hookrun.analysis.table import Table
 from hookrun.errors import NotFoundError
+from hookrun.labels import module_label
 
 GROUP = "evaluation"
 MODEL = ("ce_clean", "ce_intervened", "ce_ablated", "ce_loss_score", "kl_intervened", "kl_ablated", "kl_div_score")
@@ -67,7 +68,7 @@ def evaluation_table(f: h5py.File, batches: bool = False) -> Table:
     if not batches:
         rows = []
         for m in modules:
-            row: dict[str, Any] = {"module": m or "(model)"}
+            row: dict[str, Any] = {"module": module_label(m)}
             row.update({k: _plain(g["model"].attrs.get(k)) for k in model_cols})
             sg = splices.get(m)
             row.update({k: _plain(sg.attrs.get(k)) if sg is not None else None for k in splice_cols})
@@ -79,7 +80,7 @@ def evaluation_table(f: h5py.File, batches: bool = False) -> Table:
     rows = []
     for i, step in enumerate(steps.tolist()):
         for m in modules:
-            row = {"step": step, "module": m or "(model)", **{k: v[i].item() for k, v in model.items()}}
+            row = {"step": step, "module": module_label(m), **{k: v[i].item() for k, v in model.items()}}
             row.update({k: float(spliced[m][k][i]) if m in spliced and k in spliced[m] else None for k in splice_cols})
             rows.append(row)
     counts = [c for c in COUNTS if c in model]

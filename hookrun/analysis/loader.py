@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 import os
-import resource
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -36,7 +35,8 @@ import numpy as np
 import torch
 
 from hookrun.analysis.batching import BLOCK_BYTES, BUFFER_BYTES, RowBatches
-from hookrun.errors import ConfigError, NotFoundError
+from hookrun.errors import ConfigError
+from hookrun.store.merge import check_sources
 
 IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 
@@ -60,7 +60,7 @@ class RowLoader(RowBatches):
             rows = _common_rows(f, dss)
             for ds in dss:
                 if ds.is_virtual:
-                    check_sources(self.path, ds)
+                    check_sources(f, Path(self.path), [ds])
             row_bytes = sum(int(np.prod(ds.shape[1:], dtype=np.int64)) * ds.dtype.itemsize for ds in dss)
             chunks = dss[0].chunks
             if concat and len(dss) > 1:
@@ -218,20 +218,3 @@ def _check_concat(dss: list[h5py.Dataset]) -> None:
         raise ConfigError("loader: concat=True joins captures along their first feature axis, so the rest of their "
                           "row shapes must agree; these do not: " + ", ".join(f"{k} {v}" for k, v in shapes.items())
                           + " (pass concat=False to get one tensor per capture)")
-
-
-def check_sources(path: str, ds: h5py.Dataset) -> None:
-    """Every source file of a virtual dataset exists and can be open at once: HDF5 itself reads a
-    missing (or unopenable) source as the fill value, zeros, with no error."""
-    here = Path(path).resolve().parent
-    files = {m.file_name for m in ds.virtual_sources() if m.file_name != "."}
-    missing = sorted(name for name in files if not (Path(name) if Path(name).is_absolute() else here / name).is_file())
-    if missing:
-        raise NotFoundError(f"{path}: the merged view {ds.name} reads {len(missing)} missing source file(s) "
-                            f"({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}); HDF5 would return "
-                            "zeros for their rows. Restore them or rebuild the view")
-    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    if soft != resource.RLIM_INFINITY and len(files) > soft - 64:
-        raise ConfigError(f"{path}: the merged view {ds.name} has {len(files)} source files but this process may "
-                          f"open only {soft} files at once (ulimit -n); HDF5 reads sources it cannot open as zeros. "
-                          f"Raise the limit (ulimit -n {len(files) + 256}) or merge fewer files")

@@ -19,6 +19,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from hookrun.errors import ConfigError, close_matches
+from hookrun.store.format import PART_BYTES
 
 
 class Mode(str, Enum):
@@ -68,15 +69,17 @@ class OutputConfig:
     flush_every: int | None = None  # flush every N batches; null: every 2 seconds
     checksum: bool = True  # an xxh3 digest of each batch's rows per capture (the run's /checksums table), checked on resume and by inspect --verify
     staging: str | None = None  # an object-store path (s3://...): where parts are written before upload; null: the run folder
-    part_bytes: int = 2 << 30  # an object-store path: rows per part file, in bytes (2 GiB)
+    part_bytes: int = PART_BYTES  # an object-store path: rows per part file, in bytes (2 GiB)
 
 
 @dataclass
 class EvaluateConfig:
     """evaluate: the clean, intervened (and ablated) forward of every batch, and their metrics
-    (hookrun.runner.evaluate). A null block is off; `enabled: false` is off too."""
+    (hookrun.runner.kinds.evaluate). On with `enabled: true`; with `enabled: null` (the default) on
+    where the block names an ablation or a mean, or a Python config gives the block (`evaluate: {}`);
+    off with `enabled: false` or `evaluate: null`. hookrun.config.checks.evaluating says which."""
 
-    enabled: bool = True
+    enabled: bool | None = None
     ablation: str | None = None  # null | zero | mean: a third forward with each modify action's result replaced
     mean: str | None = None  # ablation=mean: an earlier hookrun run (.h5) that recorded each modified module's tensor
 
@@ -98,7 +101,7 @@ class HookrunConfig:
     dry_run: bool = False  # print the plan and the estimated file size; write nothing
     early_stop: bool = False  # eval mode, record-only hooks: stop each forward after the last hook
     generate: dict[str, Any] = field(default_factory=lambda: {"max_new_tokens": 20})  # mode=generate: model.generate(**batch, **generate)
-    evaluate: EvaluateConfig | None = None  # clean vs intervened (vs ablated) forwards: ce, kl, scores per batch
+    evaluate: EvaluateConfig | None = field(default_factory=EvaluateConfig)  # clean vs intervened (vs ablated) forwards
 
 
 def load(cfg: Any) -> HookrunConfig:
@@ -110,12 +113,22 @@ def load(cfg: Any) -> HookrunConfig:
         if isinstance(cfg, DictConfig):
             cfg = OmegaConf.to_container(cfg, resolve=True)
             cfg.pop("hydra", None)
+        cfg = given_blocks_on(cfg)
         merged = OmegaConf.merge(schema, cfg)
         obj = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
         raise ConfigError(_omegaconf_message(exc)) from None
     assert isinstance(obj, HookrunConfig)
     return obj
+
+
+def given_blocks_on(cfg: Any) -> Any:
+    """A config's `evaluate: {...}` block without `enabled` turns evaluate on (`evaluate: {}` too):
+    the mapping given says so, where the schema's own block (enabled: null) leaves it to the keys."""
+    node = cfg.get("evaluate") if isinstance(cfg, dict) else None
+    if isinstance(node, dict) and "enabled" not in node:
+        cfg = {**cfg, "evaluate": {**node, "enabled": True}}
+    return cfg
 
 
 def with_live(cfg: Any, model: Any = None, dataset: Any = None) -> Any:

@@ -22,6 +22,7 @@ from torch.nn.modules.module import register_module_forward_pre_hook
 
 from hookrun.errors import RunError
 from hookrun.hooks.points import HookPoint
+from hookrun.labels import module_label
 
 ADVICE = "the hooked modules do not run the same way in every batch; run without early_stop"
 
@@ -106,4 +107,4 @@ class EarlyStop:
 
 
 def _where(point: HookPoint, call: int) -> str:
-    return f"{point.module or '(model)'}" + (f" (call {call})" if call else "")
+    return f"{module_label(point.module)}" + (f" (call {call})" if call else "")

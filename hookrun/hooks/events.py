@@ -17,8 +17,31 @@ from typing import Any
 import torch
 
 from hookrun.errors import RunError
+from hookrun.labels import module_label
 
-CLEAN, INTERVENED, ABLATED = "clean", "intervened", "ablated"  # the forwards of a batch under `evaluate`
+
+class Phase:
+    """Which actions run in one of a batch's forwards (a run kind hands it to HookSession.phase).
+
+    every:     every action runs and the firing counts (the plain forward)
+    modifying: (where not every) the modifying actions run, the others not
+    ablate:    the modifying actions return env.ablation(x, module, role) instead of their op's result
+    """
+
+    __slots__ = ("name", "every", "modifying", "ablate")
+
+    def __init__(self, name: str, every: bool = False, modifying: bool = False, ablate: bool = False) -> None:
+        self.name, self.every, self.modifying, self.ablate = name, every, modifying, ablate
+
+    def __repr__(self) -> str:
+        return f"Phase({self.name!r})"
+
+
+# the forwards of a batch under `evaluate`: clean (hooks attached, no action runs), intervened
+# (as configured: also every plain run's one forward), ablated (modify actions return the ablation)
+CLEAN = Phase("clean")
+INTERVENED = Phase("intervened", every=True)
+ABLATED = Phase("ablated", modifying=True, ablate=True)
 
 
 @dataclass
@@ -31,7 +54,7 @@ class StepState:
     attention_mask: torch.Tensor | None = None  # (batch, tokens), 1 = a real token, 0 = padding; None: no mask
     calls: list = field(default_factory=list)  # the TokenMap of each model call of the step (hooks/tokens.py)
     call_tokens: Any = None  # the TokenMap of the model call in flight (the last of `calls`)
-    phase: str = INTERVENED  # evaluate's forward in flight: clean (no action runs), intervened, ablated
+    phase: Phase = INTERVENED  # which actions run in the forward in flight (a run kind's phases)
 
 
 class Event:
@@ -82,7 +105,7 @@ class Event:
 
     @property
     def where(self) -> str:
-        name = self.module if self.module else "(model)"
+        name = module_label(self.module)
         return f"{name}" + (f" call {self.call}" if self.call else "")
 
 

@@ -29,6 +29,7 @@ from hookrun.errors import RunError
 from hookrun.hooks.events import Event, flatten, rebuild
 from hookrun.hooks.points import HookPoint
 from hookrun.hooks.registry import Registry
+from hookrun.labels import module_label
 
 Fire = Callable[..., Event]  # fire(call, tensors, writable, raw=None)
 
@@ -102,8 +103,8 @@ def _count_forward_calls(point: HookPoint) -> list:
             named = [k for k, v in kwargs.items() if flatten(v, "input")]
             if named:
                 raise RunError(
-                    f"hooks.{point.hook}: a {point.type} hook on {point.module or '(model)'} sees positional inputs "
-                    f"only (PyTorch's full backward hooks), and {point.module or '(model)'} gets its tensors as "
+                    f"hooks.{point.hook}: a {point.type} hook on {module_label(point.module)} sees positional inputs "
+                    f"only (PyTorch's full backward hooks), and {module_label(point.module)} gets its tensors as "
                     f"keywords ({', '.join(named)}); use type: tensor on the same module (the gradient of its "
                     f"output), or hook the enclosing block"
                 )

@@ -27,13 +27,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from hookrun.config.schema import DTYPES, StoreDtype
+from hookrun.config.schema import DTYPES, Mode, StoreDtype
 from hookrun.config.specs import parse_hooks
 from hookrun.errors import ConfigError, RunError
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.plan import make_plan
 from hookrun.hooks.session import HookSession, warn_never_fired
 from hookrun.hooks.tokens import CallTracker, continues, token_columns
+from hookrun.labels import capture_label
 from hookrun.store.records import Capture, CaptureKey
 from hookrun.store.schema import resolve
 
@@ -106,7 +107,7 @@ class Captured(Mapping):
         return f"Captured(steps={self.steps}, {{{', '.join(f'{self._label(k)}: {self._shape(k)}' for k in self._parts)}}})"
 
     def _label(self, key: Key) -> str:
-        return "/".join((key[0], key[1] or "(model)", key[2]))
+        return capture_label(key[1], key[2], hook=key[0], sep="/")
 
     def _shape(self, key: Key) -> str:
         try:
@@ -144,7 +145,7 @@ def capture(model: nn.Module, hooks: Mapping, dtype: str = "keep") -> Iterator[C
     env = ActionEnv(store_dtype=DTYPES[dtype])
     cap = Captured()
     try:
-        points = make_plan(model, parse_hooks(hooks), env, mode="grad")
+        points = make_plan(model, parse_hooks(hooks), env, mode=Mode.grad)
         steps = _Steps(env, cap)
         eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         eos = [] if eos is None else eos if isinstance(eos, list | tuple) else [eos]
@@ -213,7 +214,7 @@ class _Named:
 
     @property
     def label(self) -> str:
-        return "/".join((self.hook, self.module or "(model)", self.role))
+        return capture_label(self.module, self.role, hook=self.hook, sep="/")
 
 
 def _key(key: CaptureKey) -> Key:

@@ -27,6 +27,7 @@ import torch
 from hookrun.config.build import build as build_node
 from hookrun.errors import ConfigError, NotFoundError
 from hookrun.hooks.registry import Registry
+from hookrun.labels import module_label
 
 Op = Callable[[torch.Tensor, "OpContext"], torch.Tensor]
 
@@ -168,7 +169,7 @@ def _feature_op(features: Any, name: str, apply: Callable, values: bool = True) 
 
     def op(x: torch.Tensor, ctx: OpContext) -> torch.Tensor:
         if max(idx) >= x.shape[-1] or min(idx) < -x.shape[-1]:
-            raise ConfigError(f"op {name} at {ctx.module or '(model)'}: feature {max(idx)} is past the last dim's "
+            raise ConfigError(f"op {name} at {module_label(ctx.module)}: feature {max(idx)} is past the last dim's "
                               f"{x.shape[-1]} features (shape {tuple(x.shape)})")
         out = x.clone()
         i = torch.as_tensor(idx, device=x.device)

@@ -22,6 +22,7 @@ import torch
 
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError
 from hookrun.hooks.ops import OpBuild, OpContext, register_op
+from hookrun.labels import module_label
 from hookrun.store.reading import open_source
 from hookrun.store.schema import CaptureMeta, RowKind, damage, list_captures, matches, row_index
 
@@ -55,7 +56,7 @@ class PatchSource:
             captures = list_captures(self.file)
         except HookrunError as exc:
             raise ConfigError(f"{where}: {exc}; run the clean run again (or point source: at an intact copy)") from None
-        available = [f"{c.hook}/{c.module or '(model)'}/{c.role}" for c in captures]
+        available = [f"{c.hook}/{module_label(c.module)}/{c.role}" for c in captures]
         found = [self.file[c.path] for c in captures
                  if matches(c, hook, module, role or family, family=role is None)]
         if not found:

@@ -18,9 +18,10 @@ from typing import Any
 from torch import nn
 
 from hookrun.config.build import build_user_action
+from hookrun.config.schema import Mode
 from hookrun.errors import ConfigError, NotFoundError, close_matches
 from hookrun.hooks import splice
-from hookrun.hooks.actions import ACTIONS
+from hookrun.hooks.actions import ACTIONS, ActionEnv
 from hookrun.hooks.actions.base import Callback
 from hookrun.hooks.hook_types import HOOK_TYPES
 from hookrun.hooks.points import HookPoint
@@ -121,7 +122,7 @@ def _hint(pattern: str, names: list[str], kind: str) -> str:
     return f"top-level {_noun(kind)}s: " + ", ".join(top)
 
 
-def make_plan(model: nn.Module, specs: list, env: Any, mode: str) -> list[HookPoint]:
+def make_plan(model: nn.Module, specs: list, env: ActionEnv, mode: Mode) -> list[HookPoint]:
     """Every (hook spec, module) pair as a HookPoint with its actions built and checked."""
     points: list[HookPoint] = []
     # splices add their module (and its latents) to the model first: MODULE.sae.latents may be hooked
@@ -131,7 +132,7 @@ def make_plan(model: nn.Module, specs: list, env: Any, mode: str) -> list[HookPo
             hook_type = HOOK_TYPES.get(spec.type)
         except NotFoundError as exc:
             raise ConfigError(f"hooks.{spec.name}.type: {exc}") from None
-        if hook_type.needs_grad and mode != "grad":
+        if hook_type.needs_grad and mode is not Mode.grad:
             raise ConfigError(
                 f"hooks.{spec.name}.type={spec.type} sees gradients, which exist only with "
                 f"mode=grad (and a loss, e.g. loss=cross_entropy)"

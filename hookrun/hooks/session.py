@@ -18,11 +18,12 @@ import torch
 
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.early_stop import EarlyStop, StopForward
-from hookrun.hooks.events import CLEAN, INTERVENED, Event
+from hookrun.hooks.events import INTERVENED, Event, Phase
 from hookrun.hooks.hook_types import HOOK_TYPES, Fire
 from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.sites import Interceptor
 from hookrun.hooks.tokens import TokenMap
+from hookrun.labels import module_label
 
 __all__ = ["HookSession", "StopForward", "warn_never_fired"]
 log = logging.getLogger("hookrun")
@@ -98,11 +99,12 @@ class HookSession:
             self.fired[:] = fired
 
     @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        """One of `evaluate`'s forwards of the batch in flight (hooks.events: CLEAN, INTERVENED,
-        ABLATED): the points' call counters restart, and in a clean forward no action runs (the
-        hooks stay attached: a check of one attribute is cheaper than detaching); in an ablated one
-        only the modifying actions run, and they return the ablation (actions/modify.py).
+    def phase(self, phase: Phase) -> Iterator[None]:
+        """One of a run kind's forwards of the batch in flight (hooks.events.Phase: evaluate's CLEAN,
+        INTERVENED, ABLATED): the points' call counters restart (at the block's start and end), and
+        the phase's flags say which actions run: in a clean forward none (the hooks stay attached:
+        a check of one attribute is cheaper than detaching); in an ablated one only the modifying
+        actions, returning the ablation (actions/modify.py).
 
             with session.phase(CLEAN):
                 clean = model(x)
@@ -110,11 +112,13 @@ class HookSession:
         state = self.env.state
         for point in self.points:
             point.reset()
-        state.phase = name
+        state.phase = phase
         try:
             yield
         finally:
             state.phase = INTERVENED
+            for point in self.points:  # a forward after the block counts its calls from 0 again
+                point.reset()
 
     def never_fired(self) -> list[HookPoint]:
         """The points whose hook has not fired once in this session (a module that never ran)."""
@@ -130,8 +134,9 @@ class HookSession:
 
         def fire(call: int, tensors: dict, writable: str, raw=None, module: str = module) -> Event:
             ev = Event(hook, kind, module, target, call, state, tensors, writable, raw)
-            if state.phase != INTERVENED:  # evaluate's clean or ablated forward (phase())
-                if state.phase != CLEAN:
+            phase = state.phase
+            if not phase.every:  # a run kind's other forward (phase()): a clean one, an ablated one
+                if phase.modifying:
                     for action in actions:
                         if action.modifies:
                             action(ev)
@@ -148,4 +153,4 @@ class HookSession:
 
 def warn_never_fired(hook: str, module: str, where: str = "in any batch", then: str = "so the file has no capture from it") -> None:
     """The one warning for a hook that never fired (a file run's end report, hookrun.capture's end)."""
-    log.warning("hook %r never fired: module %r did not run %s (%s)", hook, module or "(model)", where, then)
+    log.warning("hook %r never fired: module %r did not run %s (%s)", hook, module_label(module), where, then)

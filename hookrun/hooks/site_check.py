@@ -26,6 +26,7 @@ from torch import nn
 from hookrun.errors import ConfigError
 from hookrun.hooks.points import HookPoint
 from hookrun.hooks.sites import Listener
+from hookrun.labels import module_label
 
 log = logging.getLogger("hookrun")
 EAGER = "model.attn_implementation=eager"
@@ -39,7 +40,7 @@ def attn_implementation(module: Any) -> str | None:
 
 
 def fused_message(point: HookPoint, impl: str) -> str:
-    return (f"hooks.{point.hook}.at: {point.module} never runs: {point.module.split('/')[0] or '(model)'} uses "
+    return (f"hooks.{point.hook}.at: {point.module} never runs: {module_label(point.module.split('/')[0])} uses "
             f"attn_implementation={impl}, a fused kernel that never computes the attention probabilities; build the "
             f"model with eager attention: {EAGER} (a model of your own: "
             f"_from_config(cfg, attn_implementation='eager'))")
@@ -106,7 +107,7 @@ def _why(p: HookPoint, seen: dict[str, int], model: nn.Module, group: list[HookP
     impl = attn_implementation(p.target) or attn_implementation(model)
     if impl not in (None, "eager") and (fn == "softmax" or any(f in seen for f in FUSED_FNS)):
         return fused_message(p, impl)
-    module = p.module.split("/")[0] or "(model)"
+    module = module_label(p.module.split("/")[0])
     if seen.get(fn) and call is not None and group is None:
         return (f"hooks.{p.hook}.at: {p.module} never runs: {module} calls {fn} {seen[fn]} time(s) per forward "
                 f"({fn}.0 to {fn}.{seen[fn] - 1}); `{p.module.rsplit('.', 1)[0]}` takes every call")
@@ -114,7 +115,7 @@ def _why(p: HookPoint, seen: dict[str, int], model: nn.Module, group: list[HookP
     if group is None:
         head = f"{p.module} never runs in one forward of the first sample: {module}'s own code does not call {fn}"
     else:
-        names = [q.module.split("/")[0] or "(model)" for q in group]
+        names = [module_label(q.module.split("/")[0]) for q in group]
         head = (f"{fn} is called by none of the {len(group)} modules a glob reaches ({', '.join(names[:4])}"
                 f"{', ...' if len(names) > 4 else ''}) in one forward of the first sample")
     return (f"hooks.{p.hook}.at: {head} (calls inside a child module belong to the child); {module} calls {own}; "

@@ -33,6 +33,7 @@ from hookrun.hooks.ops import OpBuild, OpContext, register_op
 from hookrun.hooks.sae import load_sae
 from hookrun.hooks.sae_module import load_module
 from hookrun.hooks.splice_stats import SpliceStats
+from hookrun.labels import module_label
 
 CHILD = "sae"  # MODULE.sae is the spliced module; MODULE.sae.latents and .reconstruction its hook points
 
@@ -110,9 +111,9 @@ def install(model: nn.Module, specs: list, env: Any, targets: Callable[[Any], li
             for name, target, site in targets(spec):
                 if site is not None or not isinstance(target, nn.Module):
                     raise ConfigError(f"{action.where}: op splice replaces a module's output; {name} is an op site "
-                                      f"(splice the module {name.split('/')[0] or '(model)'} instead)")
+                                      f"(splice the module {module_label(name.split('/')[0])} instead)")
                 if CHILD in target._modules or hasattr(target, CHILD):
-                    raise ConfigError(f"{action.where}: {name or '(model)'} already has an attribute {CHILD!r}: "
+                    raise ConfigError(f"{action.where}: {module_label(name)} already has an attribute {CHILD!r}: "
                                       f"one splice per module")
                 if coder is None:
                     device = next((p.device for p in target.parameters()), None)
@@ -141,12 +142,12 @@ def splice(path: str | None = None, module: Any = None, state_dict: str | None =
     if not isinstance(spliced, Splice):
         raise ConfigError(f"{build.where}: op splice replaces a module's output: use it in "
                           f"{{name: modify_output, op: splice}} on a hook of type: forward")
-    where = f"{build.where}: op splice at {build.point.module or '(model)'}"
+    where = f"{build.where}: op splice at {module_label(build.point.module)}"
 
     def op(x: Tensor, ctx: OpContext) -> Tensor:
         if not torch.is_floating_point(x):
             raise ConfigError(f"{where}: the output {ctx.role} is {x.dtype}, not a float tensor to reconstruct")
-        spliced.coder.check_fits(tuple(x.shape), f"{build.point.module or '(model)'}'s {ctx.role}", context=where)
+        spliced.coder.check_fits(tuple(x.shape), f"{module_label(build.point.module)}'s {ctx.role}", context=where)
         return spliced(x)
 
     return op
@@ -174,7 +175,7 @@ def check_outputs(points: list, run_one: Callable[[], Any]) -> None:
             h.remove()
     for p, action in spliced:
         out = seen.get(id(p))
-        name = p.module or "(model)"
+        name = module_label(p.module)
         if id(p) not in seen:
             continue  # never ran on this sample: the end report lists it
         if isinstance(out, tuple | list) and action.arg is None:

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from hookrun.errors import ConfigError, HookrunError, RunError
+from hookrun.hooks.early_stop import StopForward
 
 AUTO = "auto"
 DICT_TARGETS = ("target", "label")
@@ -49,11 +50,9 @@ class ModelCall:
         the batch's inputs and the model's message (the original stays as its __cause__)."""
         try:
             return model(*self.args, **self.kwargs)
-        except (HookrunError, KeyboardInterrupt):
+        except (HookrunError, KeyboardInterrupt, StopForward):  # StopForward: early_stop's cut
             raise
         except Exception as exc:
-            if type(exc).__name__ == "StopForward":  # early_stop's cut (hookrun.hooks.early_stop)
-                raise
             text = " ".join(str(exc).split())
             raise RunError(f"the model's forward failed: {type(model).__name__}({self.describe()}) raised "
                            f"{type(exc).__name__}: {text[:400] + ('...' if len(text) > 400 else '')} "

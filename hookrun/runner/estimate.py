@@ -19,8 +19,8 @@ from hookrun.analysis.stats import human_bytes
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.session import HookSession
+from hookrun.labels import capture_label, module_label
 from hookrun.runner.batches import first_batch
-from hookrun.runner.generate import as_kwargs
 from hookrun.store.records import Capture
 
 
@@ -54,13 +54,13 @@ class Estimate:
         for p in self.points:
             by_hook.setdefault(p.hook, []).append(p)
         for hook, points in by_hook.items():
-            names = ", ".join(p.module or "(model)" for p in points)
+            names = ", ".join(module_label(p.module) for p in points)
             out.append(f"  hook {hook}: {points[0].type} -> {len(points)} {'target' if len(points) == 1 else 'targets'}: {names}")
             for line in (ln for ln in self.lines if ln.capture.key.hook == hook):
                 c = line.capture
                 shape = ("n",) if c.ragged else tuple(c.value.shape) if c.per_step else tuple(c.value.shape[1:])
                 unit = "step" if c.per_step else "token" if c.tokens else "sample"
-                label = (c.key.module or "(model)") + f" {c.key.role}" + (f"@{c.key.call}" if c.key.call else "")
+                label = capture_label(c.key.module, c.key.role, c.key.call)
                 dtype = c.value[0].dtype if c.ragged else c.value.dtype
                 out.append(f"    {label:34s} {str(dtype).replace('torch.', ''):8s} {str(shape):20s} "
                            f"{human_bytes(line.row_bytes):>10s}/{unit} x {line.rows} = {human_bytes(line.total)}")
@@ -71,25 +71,20 @@ class Estimate:
 
 
 def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: ActionEnv, settings, n_samples: int) -> Estimate:
-    from hookrun.runner.loop import run_step
-
     n_batches = len(settings.batches)
+    kind = settings.kind
     indices, call = first_batch(loader, settings.spec)
     call = call.to(settings.device)
     with HookSession(points, env) as session:
         session.begin_step(0, 1, indices, call.attention_mask)
-        generated = run_step(model, call, settings)
+        kind.sample_step(model, call, session)
         captures = env.captures.take()
-    tokens = 0  # mode=generate: token rows per sample, at most (the padded prompt and every new token but the last)
-    if generated is not None:
-        width = settings.generation.width
-        tokens = as_kwargs(call)["input_ids"].shape[1] + width - 1
+    tokens = kind.token_rows(call)  # mode=generate: token rows per sample, at most (more than the prompt's)
     for p in points:
         for action in p.actions:
             action.reset()
     report = Estimate(points, n_samples=n_samples, n_batches=n_batches)
-    if generated is not None:
-        report.extra_bytes = n_samples * (width * 8 + 24 + tokens * 17)
+    report.extra_bytes = kind.file_bytes(n_samples) + n_samples * tokens * 17  # 17: a token row's map
     for cap in captures:
         every = int(cap.attrs.get("every", 1))
         limit = cap.attrs.get("limit")

@@ -1,7 +1,9 @@
 """mode=generate: one `model.generate(**batch, **cfg.generate)` per batch instead of one forward.
 
-    gen = prepare_generation(cfg, model, loader, spec, points, env.state)  # checks, before any batch
-    out = gen.step(model, call)        # hooks fire at every model call; out.columns, out.tokens
+    gen = Generation(kwargs, seed, width, eos, points, env.state)   # built by the generate kind
+    out = gen.step(model, call)        # hooks fire at every model call; out.columns
+
+The generate kind (hookrun.runner.kinds.generate) checks the settings and builds a Generation.
 
 Sampling is seeded per batch from (seed, batch number): the same config gives the same text, a
 resumed run too; another batch size groups the prompts differently and changes sampled text.
@@ -92,58 +94,6 @@ def pad_left(cfg: Any) -> None:
     if isinstance(node, dict) and node.get("padding_side") not in (None, "left"):
         log.info("mode=generate: data.dataset.padding_side=%s set to left", node["padding_side"])
         node["padding_side"] = "left"
-
-
-def prepare_generation(cfg: Any, model: torch.nn.Module, loader: Any, spec: CallSpec, points: list[HookPoint],
-                       state: StepState) -> Generation:
-    """Every check of mode=generate that can run before the first batch, then the settings."""
-    if not callable(getattr(model, "generate", None)):
-        raise ConfigError(f"mode=generate: {type(model).__name__} has no generate() method; use a language model with "
-                          f"one (a transformers ...ForCausalLM or GPT2LMHeadModel), or mode=eval")
-    if cfg.early_stop:
-        raise ConfigError("early_stop=true does not fit mode=generate: every model call's output makes the next token")
-    if cfg.loss is not None:
-        raise ConfigError("mode=generate runs no backward pass, so loss is unused: remove the loss, or use mode=grad")
-    kwargs = {k: v for k, v in (cfg.generate or {}).items() if v is not None}  # null: generate's own default
-    width = kwargs.get("max_new_tokens")
-    if not isinstance(width, int) or isinstance(width, bool) or width < 1:
-        raise ConfigError(f"generate.max_new_tokens must be a whole number >= 1 (the columns of /samples/generated_ids), got {width!r}")
-    if kwargs.get("num_return_sequences", 1) != 1:
-        raise ConfigError("generate.num_return_sequences: hookrun keeps one sequence per prompt; run the sweep over seeds instead")
-    records = [p for p in points if any(a.records for a in p.actions)]
-    if kwargs.get("num_beams", 1) != 1 and records:
-        raise ConfigError(f"generate.num_beams={kwargs['num_beams']} with record (hooks.{records[0].hook}): beams reorder "
-                          f"and drop rows at every step, so rows cannot be traced to one sample; record with num_beams=1")
-    if kwargs.get("use_cache") is False and points:
-        raise ConfigError("generate.use_cache=false: each model call would run the whole sequence again, so hooks "
-                          "would see every token many times; keep the KV cache (the default)")
-    check_modes(points, "generate")
-    dataset = loader.dataset.dataset  # under the Indexed wrapper
-    tokenizer = getattr(dataset, "tokenizer", None)
-    tokenizer = tokenizer if callable(getattr(tokenizer, "decode", None)) else None
-    for name in ("pad_token_id", "eos_token_id"):
-        if kwargs.get(name) is None and getattr(tokenizer, name, None) is not None:
-            kwargs[name] = getattr(tokenizer, name)
-    eos = kwargs.get("eos_token_id", getattr(getattr(model, "generation_config", None), "eos_token_id", None))
-    eos = [] if eos is None else [int(e) for e in (eos if isinstance(eos, list | tuple) else [eos])]
-    if getattr(tokenizer, "padding_side", "left") != "left":
-        tokenizer.padding_side = "left"  # for a dataset that tokenizes in __getitem__ (data=text pads when built: pad_left)
-    decoder_only = not getattr(getattr(model, "config", None), "is_encoder_decoder", False)
-    modify = [a for p in points for a in p.actions if a.positions != "all"]
-    if not decoder_only and (records or modify):
-        raise ConfigError(f"mode=generate: {type(model).__name__} is an encoder-decoder; record rows: token and positions "
-                          f"follow a decoder-only model's calls. Steer it at every call (positions: all), without record")
-    gen = Generation(kwargs, cfg.seed, width, eos, points, state, tokenizer, decoder_only)
-    preflight(model, loader, spec, gen, next(model.parameters()).device)
-    return gen
-
-
-def check_modes(points: list[HookPoint], mode: str) -> None:
-    """Every action says whether it can run in `mode` (record without rows: token in generate, a
-    `positions:` outside generate ...): the first that cannot is one ConfigError, before any batch."""
-    for p in points:
-        for a in p.actions:
-            a.check_mode(mode)
 
 
 def preflight(model: torch.nn.Module, loader: Any, spec: CallSpec, gen: Generation, device: torch.device) -> None:

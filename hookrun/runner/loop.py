@@ -1,11 +1,13 @@
-"""The data loop: batches in, forward (and backward in grad mode), step records out.
+"""The data loop: batches in, the run kind's step per batch, step records out.
 
     steps = run_batches(model, loader, session, writer, env, settings)   # settings.batches: which ones
+
+What a batch does (one forward, forward and backward, generate(), evaluate's forwards) is the run
+kind's (hookrun.runner.kinds, `settings.kind`); the loop never asks which kind runs.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,13 +17,14 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from hookrun.config.schema import Mode
 from hookrun.errors import HookrunError, RunError
 from hookrun.hooks.actions import ActionEnv
-from hookrun.hooks.session import HookSession, StopForward
+from hookrun.hooks.session import HookSession
 from hookrun.hooks.tokens import token_columns
 from hookrun.runner.batches import first_batch, make_loader, sample_paths
-from hookrun.runner.calls import CallSpec, ModelCall
-from hookrun.runner.generate import Generated, Generation, as_kwargs
+from hookrun.runner.calls import CallSpec
+from hookrun.runner.kinds import RunKind
 from hookrun.store.records import StepRecord
 from hookrun.store.transfer import HostTransfer
 from hookrun.store.writer import BackgroundWriter
@@ -29,25 +32,18 @@ from hookrun.store.writer import BackgroundWriter
 
 @dataclass
 class LoopSettings:
-    mode: str  # eval | grad | generate
+    kind: RunKind  # what a batch does (hookrun.runner.kinds): its forwards and what they add
     device: torch.device
-    loss: Callable | None = None
     batches: range | None = None  # the batch numbers to run (data.limit applied; a rank's shard); None: all
     progress: bool = True
     label: str = "hookrun"  # the progress bar's label (a rank's: "hookrun rank 0/2, batches 0-4")
     should_stop: Callable[[], bool] = lambda: False  # checked after each batch (signals)
     spec: CallSpec = field(default_factory=CallSpec)  # how a batch becomes the forward call
     store_keys: tuple[str, ...] = ()  # batch keys stored per sample under /samples/ (data.store)
-    loss_takes_batch: bool = False  # the loss accepts batch= (loss=lm reads input_ids from it)
-    generation: Generation | None = None  # mode=generate: the checked generate() settings
-    evaluator: Any = None  # evaluate: runner/evaluate.py's Evaluator (clean, intervened, ablated forwards)
 
-    def __post_init__(self) -> None:
-        if self.loss is not None:
-            try:
-                self.loss_takes_batch = "batch" in inspect.signature(self.loss).parameters
-            except (TypeError, ValueError):
-                self.loss_takes_batch = False
+    @property
+    def mode(self) -> Mode:
+        return self.kind.ctx.cfg.mode
 
 
 def run_batches(
@@ -75,13 +71,10 @@ def run_batches(
             target = call.target
             call = call.to(s.device)
             session.begin_step(step, len(indices), indices, call.attention_mask)
-            evaluation = generated = None
-            if s.evaluator is not None:
-                evaluation = s.evaluator.step(model, call, session)
-            else:
-                generated = run_step(model, call, s)
+            adds = s.kind.step(model, call, session)
             session.end_step()
             captures = env.captures.take()
+            stored = stored_keys(batch, s.store_keys)
             writer.put(StepRecord(
                 step=step,
                 sample_index=indices.numpy(),
@@ -89,9 +82,9 @@ def run_batches(
                 path=sample_paths(dataset, indices.tolist()),
                 captures=captures,
                 ticket=transfer.submit(captures),
-                samples=stored_keys(batch, s.store_keys) if generated is None else {**(stored_keys(batch, s.store_keys) or {}), **generated.columns},
-                tokens=token_columns(captures, env.state, with_generated=s.mode == "generate"),
-                evaluation=evaluation,
+                samples=stored if adds.samples is None else {**(stored or {}), **adds.samples},
+                tokens=token_columns(captures, env.state, with_generated=adds.generated),
+                **adds.record,
             ))
             steps += 1
             bar.update()
@@ -106,22 +99,14 @@ def probe_stop(model: nn.Module, loader, session: HookSession, s: LoopSettings) 
     indices, call = first_batch(loader, s.spec)
     call = call.to(s.device)
     with session.probe(indices, call.attention_mask):
-        run_step(model, call, s)
+        s.kind.probe(model, call)
 
 
 def one_sample_forward(model: nn.Module, loader, s: LoopSettings) -> None:
     """The dataset's first item through the model once under no_grad, with nothing of the run's
-    hooked (hooks/site_check.py listens to it): a forward, or in generate mode a generate() of two
-    new tokens (the prompt's pass and one pass with the KV cache)."""
+    hooked (hooks/site_check.py listens to it): the kind's sample_forward (generate: two new tokens)."""
     _, call = first_batch(loader, s.spec)
-    call = call.to(s.device)
-    with torch.no_grad():
-        if s.mode == "generate":
-            args = {**s.generation.kwargs, "max_new_tokens": 2}
-            args.pop("min_new_tokens", None)
-            model.generate(**as_kwargs(call), **args)
-        else:
-            call.run(model)
+    s.kind.sample_forward(model, call.to(s.device))
 
 
 def one_line_errors(loader) -> Any:
@@ -154,41 +139,3 @@ def stored_keys(batch: Any, keys: tuple[str, ...]) -> dict[str, np.ndarray] | No
             raise RunError(f"data.store: the batch has no tensor {k!r}; its keys: {', '.join(map(str, batch))}")
         out[k] = v.detach().cpu().numpy()
     return out
-
-
-def run_step(model: nn.Module, call: ModelCall, s: LoopSettings) -> Generated | None:
-    """One batch through the model: a forward under no_grad (which early_stop may cut short), in
-    grad mode forward, loss and backward, in generate mode model.generate (hookrun.runner.generate)."""
-    if s.mode == "generate":
-        return s.generation.step(model, call)
-    if s.mode == "grad":
-        _grad_step(model, call, s)
-        return
-    try:
-        with torch.no_grad():
-            call.run(model)
-    except StopForward:
-        pass
-    return None
-
-
-def _grad_step(model: nn.Module, call: ModelCall, s: LoopSettings) -> None:
-    for t in call.tensors():
-        if t.is_floating_point():
-            t.requires_grad_(True)
-    output = call.run(model)
-    loss = s.loss(output, call.target, batch=call.batch) if s.loss_takes_batch else s.loss(output, call.target)
-    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-        raise RunError(f"loss: expected a scalar tensor, got {type(loss).__name__} {getattr(loss, 'shape', '')}")
-    try:
-        loss.backward()
-    except RuntimeError as exc:
-        if "BackwardHookFunctionBackward" in str(exc):
-            raise RunError(
-                "a backward hook's module has its output modified in place later in the forward pass "
-                "(e.g. `out += identity` in a ResNet block), which full backward hooks cannot follow; "
-                "hook the enclosing block instead, or use type: tensor on the same module"
-            ) from None
-        raise
-    finally:
-        model.zero_grad(set_to_none=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import random
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,8 @@ from hookrun.config.build import (
     import_modules,
     live_model,
 )
-from hookrun.config.schema import DTYPES, HookrunConfig
+from hookrun.config.checks import check_config, evaluating
+from hookrun.config.schema import DTYPES, HookrunConfig, Mode
 from hookrun.config.specs import parse_hooks
 from hookrun.errors import ConfigError
 from hookrun.hooks.actions import ActionEnv
@@ -40,8 +40,8 @@ from hookrun.hooks.splice import check_outputs
 from hookrun.runner.batches import make_loader
 from hookrun.runner.calls import CallSpec
 from hookrun.runner.destination import Destination, open_destination
-from hookrun.runner.evaluate import build_evaluator
-from hookrun.runner.generate import check_modes, pad_left, prepare_generation
+from hookrun.runner.generate import pad_left
+from hookrun.runner.kinds import KindContext, kind_for
 from hookrun.runner.loop import LoopSettings, one_sample_forward
 
 
@@ -79,19 +79,11 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, da
     `out`: the run's destination, made once by run() (default: output.path's)."""
     import_modules(cfg.imports)
     specs = parse_hooks(cfg.hooks)
-    mode = cfg.mode.value
+    mode = cfg.mode
     device = resolve_device(cfg.device)
-    if mode == "grad" and cfg.loss is None:
-        raise ConfigError("mode=grad needs a loss: add loss=cross_entropy, loss=lm (a language model's next-token loss), "
-                          "loss=sum, loss=target_logit or loss=custom")
-    if cfg.data.limit is not None and cfg.data.limit < 1:
-        raise ConfigError(f"data.limit must be at least 1 (or null for all batches), got {cfg.data.limit}")
-    if cfg.output.flush_every is not None and cfg.output.flush_every < 1:
-        raise ConfigError(f"output.flush_every must be at least 1 (or null: every 2 seconds), got {cfg.output.flush_every}")
-    if cfg.data.batch_size > sys.maxsize:  # (below 1: make_loader says so)
-        raise ConfigError(f"data.batch_size must be at least 1 and at most {sys.maxsize}, got {cfg.data.batch_size}")
-    if not -(2**63) <= cfg.seed < 2**64:
-        raise ConfigError(f"seed: {cfg.seed} is out of range; use a whole number from 0 to {2**64 - 1} (2**64 - 1)")
+    check_config(cfg)
+    kind = kind_for(cfg)
+    kind.check(cfg)
     check_not_a_patch_source(specs, cfg.output.path)
     out = open_destination(cfg) if out is None else out
     out.check_free(cfg.output.overwrite or not check_exists, cfg.dry_run)
@@ -99,9 +91,9 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, da
 
     seed_everything(cfg.seed)
     model = build_model(cfg.model, device) if model is None else live_model(model, device)
-    if mode == "grad":
+    if mode is Mode.grad:
         disable_inplace(model)
-    if mode == "generate" and dataset is None:
+    if mode is Mode.generate and dataset is None:
         pad_left(cfg)
     dataset = build_dataset(cfg.data.dataset) if dataset is None else check_dataset(dataset, "run(dataset=...): got")
     if len(dataset) == 0:
@@ -113,24 +105,19 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, da
     if collate is not None and not callable(collate):
         raise ConfigError(f"data.collate: built a {type(collate).__name__}, not a function (add `_partial_: true`)")
     loader = make_loader(dataset, cfg.data.batch_size, cfg.data.num_workers, collate=collate)
-    evaluating = cfg.evaluate is not None and cfg.evaluate.enabled
-    loss = build_loss(cfg.loss) if mode == "grad" or evaluating else None
+    loss = build_loss(cfg.loss) if cfg.loss is not None and (mode is Mode.grad or evaluating(cfg)) else None
     batches = range(len(loader) if cfg.data.limit is None else min(cfg.data.limit, len(loader)))
     planned = np.arange(samples_in(batches, cfg.data.batch_size, len(dataset)))
     env = ActionEnv(store_dtype=DTYPES[cfg.output.dtype.value], planned_samples=planned)
     try:
         points = make_plan(model, specs, env, mode)
-        evaluator = build_evaluator(cfg, loss, points, env)
-        if cfg.early_stop and mode != "generate":
-            check_early_stop(points, mode)
-        generation = prepare_generation(cfg, model, loader, spec, points, env.state) if mode == "generate" else None
-        if mode != "generate":
-            check_modes(points, mode)
+        if cfg.early_stop:
+            check_early_stop(points)
+        run_kind = kind(KindContext(cfg, model, loader, spec, points, env, loss, device))
     except BaseException:
         env.close()
         raise
-    settings = LoopSettings(mode, device, loss, batches, cfg.progress, spec=spec, store_keys=tuple(cfg.data.store),
-                            generation=generation, evaluator=evaluator)
+    settings = LoopSettings(run_kind, device, batches, cfg.progress, spec=spec, store_keys=tuple(cfg.data.store))
     try:  # op sites that cannot fire, and splices that do not fit, are refused here: one forward of the first sample
         forward = lambda: one_sample_forward(model, loader, settings)  # noqa: E731
         if env.splices:  # the splice check listens to the same forward as the site check
@@ -170,9 +157,7 @@ def dataset_name(cfg: HookrunConfig) -> str:
     return str(node.get("_target_", node.get("live", "?"))) if isinstance(node, dict) else str(node)
 
 
-def check_early_stop(points: list, mode: str) -> None:
-    if mode != "eval":
-        raise ConfigError("early_stop=true needs mode=eval: a backward pass needs the whole forward")
+def check_early_stop(points: list) -> None:
     for p in points:
         if p.type not in ("forward", "forward_pre") or not all(a.records and not a.modifies for a in p.actions):
             raise ConfigError(

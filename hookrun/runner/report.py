@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from hookrun.hooks.session import HookSession, warn_never_fired
+from hookrun.labels import module_label
 from hookrun.runner.resume import Resume
 from hookrun.store.protocol import RunStore
 
@@ -23,7 +24,7 @@ def end_report(session: HookSession, store: RunStore, resume: Resume | None, com
     for (hook, module, role, call), n in sorted(store.overflow_by_key().items()):
         log.warning("hook %r at %s: %d value(s) of %s%s became inf when stored as the record dtype "
                     "(they exceed its range); record in float32, or set check_finite=true to stop at the first",
-                    hook, module or "(model)", n, role, f"@{call}" if call else "")
+                    hook, module_label(module), n, role, f"@{call}" if call else "")
     unfired = {f"{p.hook}@{p.module}" for p in session.never_fired()}
     if resume is not None:  # hooks that fired in the batches kept from the old file count as fired
         recorded = {f"{key[0]}@{key[1]}" for key in store.rows_by_key()}
@@ -40,5 +41,5 @@ def end_report(session: HookSession, store: RunStore, resume: Resume | None, com
         why = next((a.skipped for a in p.actions if a.skipped), None)
         if why:
             skipped[f"{p.hook}@{p.module}"] = why
-            log.warning("hook %r: skipped %s, which a glob of `at:` reached: %s", p.hook, p.module or "(model)", why)
+            log.warning("hook %r: skipped %s, which a glob of `at:` reached: %s", p.hook, module_label(p.module), why)
     return {"hooks_not_fired": ", ".join(names), "hooks_skipped": "; ".join(f"{k} ({v})" for k, v in skipped.items())}

@@ -163,7 +163,7 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
     object-store run is written in parts uploaded as they finish (runner/destination.py)."""
     cfg, dest = p.cfg, p.out
     log.info("%s on %s, %d hook point(s), writing %s", type(p.model).__name__, p.settings.device, len(p.points), dest)
-    if not any(a.records for pt in p.points for a in pt.actions):
+    if not any(a.records for pt in p.points for a in pt.actions) and not p.settings.kind.adds:  # the kind's rows count
         log.warning("no hook records anything: the file will hold the sample index and targets only")
     if resume is None:
         dest.check_still_free(cfg.output.overwrite)
@@ -175,8 +175,7 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
             first = p.batches.start  # 0, or where this rank's shard starts
             if resume is not None:
                 kept = resume.replay(store)
-                if p.settings.evaluator is not None:
-                    p.settings.evaluator.restore(resume.file, kept)
+                p.settings.kind.restore(resume.file, kept)
                 first += kept
                 restore_limits(p.points, store)
                 log.info("resume: %d batches from %s kept; going on from batch %d", kept, dest, first)

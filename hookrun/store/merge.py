@@ -12,6 +12,7 @@ reader must check the sources first: check_sources() does, and open_run and patc
 from __future__ import annotations
 
 import os
+import resource
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from hookrun.errors import HookrunError, RunError
+from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError
 from hookrun.store.schema import CaptureMeta, RowKind, is_capture
 
 SAMPLE_DATASETS = ("index", "step", "target", "path")  # then every other /samples dataset (token map, data.store keys)
@@ -231,12 +232,12 @@ def _virtual(group: h5py.Group, name: str, parts: list[tuple[Path, h5py.Dataset,
     return group.create_virtual_dataset(name, layout)
 
 
-def check_sources(f: h5py.File, path: Path) -> None:
-    """Refuse a view whose shard files are not all there: HDF5 would read their rows as zeros."""
+def check_sources(f: h5py.File, path: Path, datasets: list[h5py.Dataset] = ()) -> None:
+    """Refuse a view whose source files are not all there, or cannot be open at once: HDF5 itself
+    reads a missing (or unopenable) source as the fill value, zeros, with no error. Checks the file's
+    `shards` list, and the sources of each virtual dataset of `datasets` (those about to be read)."""
     shards = f.attrs.get("shards")
-    if shards is None:
-        return
-    names = [s.decode() if isinstance(s, bytes) else str(s) for s in shards]
+    names = [s.decode() if isinstance(s, bytes) else str(s) for s in shards] if shards is not None else []
     missing = [n for n in names if not (path.parent / n).is_file()]
     if missing:
         raise HookrunError(
@@ -244,3 +245,21 @@ def check_sources(f: h5py.File, path: Path) -> None:
             f"{path.parent}: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}; keep the "
             f"captures.rank-*.h5 files beside it (HDF5 would read their rows as zeros)"
         )
+    here = Path(path).resolve().parent
+    for ds in datasets:
+        if ds.is_virtual:
+            _check_virtual(path, here, ds)
+
+
+def _check_virtual(path: Path, here: Path, ds: h5py.Dataset) -> None:
+    files = {m.file_name for m in ds.virtual_sources() if m.file_name != "."}
+    missing = sorted(name for name in files if not (Path(name) if Path(name).is_absolute() else here / name).is_file())
+    if missing:
+        raise NotFoundError(f"{path}: the merged view {ds.name} reads {len(missing)} missing source file(s) "
+                            f"({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}); HDF5 would return "
+                            "zeros for their rows. Restore them or rebuild the view")
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft != resource.RLIM_INFINITY and len(files) > soft - 64:
+        raise ConfigError(f"{path}: the merged view {ds.name} has {len(files)} source files but this process may "
+                          f"open only {soft} files at once (ulimit -n); HDF5 reads sources it cannot open as zeros. "
+                          f"Raise the limit (ulimit -n {len(files) + 256}) or merge fewer files")

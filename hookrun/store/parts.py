@@ -25,6 +25,7 @@ import h5py
 import numpy as np
 
 from hookrun.errors import ConfigError
+from hookrun.store.format import PART_BYTES
 from hookrun.store.h5store import H5Store
 from hookrun.store.manifest import Manifest, PartEntry
 from hookrun.store.output import Output
@@ -35,7 +36,6 @@ from hookrun.store.schema import CaptureMeta, list_captures
 from hookrun.store.upload import LocalPart, Uploader, retrying
 
 log = logging.getLogger("hookrun")
-PART_BYTES = 2 << 30
 RUN_ATTRS_SKIP = {"status", "steps_complete", "samples_complete", "finished", "part", "parts_of", "first_batch", "last_batch"}
 
 

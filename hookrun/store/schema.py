@@ -24,9 +24,8 @@ import h5py
 import numpy as np
 
 from hookrun.errors import HookrunError, NotFoundError, close_matches
+from hookrun.labels import MODEL_LABEL, capture_label
 from hookrun.store.records import Capture
-
-MODEL_LABEL = "(model)"  # how the whole model (module path '') is shown; '__model__' is its group name on disk
 
 
 class RowKind(str, Enum):
@@ -134,8 +133,8 @@ def is_capture(obj: Any) -> bool:
 
 
 def label(hook: str, module: str, role: str, call: int = 0) -> str:
-    """'hook/module/role' ('@call' after a later call's role; '(model)' for the whole model)."""
-    return f"{hook}/{module or MODEL_LABEL}/{role}" + (f"@{call}" if call else "")
+    """'hook/module/role' ('@call' after a later call's role; MODEL_LABEL for the whole model)."""
+    return capture_label(module, role, call, hook=hook, sep="/")
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -37,6 +37,9 @@ import torch
 from hookrun.hooks.events import Event, StepState
 from hookrun.hooks.registry import Registry
 from hookrun.store.records import StepCaptures
+
+if TYPE_CHECKING:
+    from hookrun.config.schema import Mode
 
 
 @dataclass
@@ -72,8 +75,9 @@ class Action:
     def __call__(self, ev: Event) -> None:
         raise NotImplementedError
 
-    def check_mode(self, mode: str) -> None:
-        """Raise ConfigError where this action cannot run in `mode` (eval | grad | generate)."""
+    def check_mode(self, mode: Mode) -> None:
+        """Raise ConfigError where this action cannot run in `mode` (a hookrun.config.schema.Mode,
+        a str enum: Mode.generate == "generate")."""
 
     def reset(self) -> None:
         """Forget what was counted so far (the dry-run estimate ran one sample through the hooks)."""

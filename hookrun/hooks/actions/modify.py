@@ -24,10 +24,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from hookrun.config.schema import Mode
 from hookrun.errors import ConfigError, HookrunError, RunError
 from hookrun.hooks import patch, splice  # noqa: F401  (register ops "patch" and "splice")
 from hookrun.hooks.actions.base import ACTIONS, Action
-from hookrun.hooks.events import ABLATED, Event, family, positional_index
+from hookrun.hooks.events import Event, family, positional_index
 from hookrun.hooks.ops import OPS, OpBuild, OpContext, build_op
 from hookrun.hooks.tokens import PHASES
 
@@ -51,8 +52,8 @@ class Modify(Action):
         # an argument name that may come positionally: its position in forward()'s signature
         self.position = positional_index(point.target, arg) if isinstance(arg, str) else None
 
-    def check_mode(self, mode: str) -> None:
-        if self.positions != "all" and mode != "generate":
+    def check_mode(self, mode: Mode) -> None:
+        if self.positions != "all" and mode is not Mode.generate:
             raise ConfigError(f"{self.where}: positions: {self.positions} needs mode=generate (a plain forward pass has "
                               f"no generated tokens); drop positions or set mode=generate")
 
@@ -85,7 +86,7 @@ class Modify(Action):
         if not roles and self.arg is not None:
             raise RunError(f"{self.where}: arg {self.arg}: {ev.where} receives no {ev.writable}.{self.arg}; "
                            f"it receives: {', '.join(ev.tensors) or 'no tensors'}")
-        if ev.state.phase == ABLATED:  # evaluate's ablated forward: the ablation, not the op
+        if ev.state.phase.ablate:  # evaluate's ablated forward: the ablation, not the op
             for role in roles:
                 ev.replace(role, self.env.ablation(ev.tensors[role], ev.module, role))
             return

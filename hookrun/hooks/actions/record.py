@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from hookrun.config.schema import DTYPES
+from hookrun.config.schema import DTYPES, Mode
 from hookrun.errors import ConfigError, HookrunError, RunError, one_of
 from hookrun.hooks.actions.base import ACTIONS, Action
 from hookrun.hooks.actions.dims import (
@@ -129,8 +129,8 @@ class Record(Action):
         (`module`: the capture's own name, MODULE/FN.k for one call of an op site MODULE/FN)."""
         self.rows[(module or self.point.module, role, call)] = rows
 
-    def check_mode(self, mode: str) -> None:
-        if mode == "generate" and not self.token_rows:
+    def check_mode(self, mode: Mode) -> None:
+        if mode is Mode.generate and not self.token_rows:
             raise ConfigError(
                 f"{self.where}: record in mode=generate needs rows: token: a hook fires on the prompt (batch, T, ...) and "
                 f"then once per new token (batch, 1, ...), so rows of one shape per sample or step cannot hold it")

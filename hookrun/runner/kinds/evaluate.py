@@ -1,0 +1,137 @@
+"""The evaluate kind: each batch's clean, intervened and (with an ablation) ablated forward, and their metrics.
+
+    kind = EvaluateKind(ctx)                  # prepare(): every check before any batch
+    adds = kind.step(model, call, session)    # adds.record["evaluation"]: the batch's EvaluationRow
+
+| forward    | phase (hooks.events)  | hooks                                                  | records |
+|------------|-----------------------|--------------------------------------------------------|---------|
+| clean      | CLEAN                 | attached, but no action runs                           | none    |
+| intervened | INTERVENED            | as configured                                          | all     |
+| ablated    | ABLATED               | each modify action returns the ablation (zeros, or the | none    |
+|            |                       | mean of an earlier run's rows) instead of its op's     |         |
+
+The metrics' formulas are in runner/metrics.py, the ablations in runner/evaluate.py; the rows go
+to /evaluation (store/evaluation.py). Spliced modules (ops that append to `env.splices` an object
+with `.module` and `.stats`) add their `stats.batch()` per batch and `stats.totals()` for the run;
+`stats.reset_batch()` is called before each intervened forward, and where the stats have
+`state()` / `load_state(dict)` a resumed run carries them over.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+from torch import nn
+
+from hookrun.config.checks import evaluating
+from hookrun.config.schema import HookrunConfig, Mode
+from hookrun.errors import ConfigError
+from hookrun.hooks.actions.modify import Modify
+from hookrun.hooks.events import ABLATED, CLEAN, INTERVENED
+from hookrun.hooks.session import HookSession
+from hookrun.runner.calls import ModelCall
+from hookrun.runner.evaluate import MeanAblation, read_means, zero_ablation
+from hookrun.runner.kinds import register_kind
+from hookrun.runner.kinds.base import KindContext, RunKind, StepAdds, plain_forward
+from hookrun.runner.metrics import Objective, Totals, batch_row
+from hookrun.runner.ranks import detect
+from hookrun.store.evaluation import read_evaluation
+from hookrun.store.records import EvaluationRow
+from hookrun.store.remote import is_url
+
+log = logging.getLogger("hookrun")
+
+
+@register_kind("evaluate")
+class EvaluateKind(RunKind):
+    mode = Mode.eval
+    block = "evaluate"
+    forwards = 2  # clean and intervened; 3 with an ablation
+    adds = ("evaluation",)
+
+    @classmethod
+    def wanted(cls, cfg: HookrunConfig) -> bool:
+        return evaluating(cfg)
+
+    @classmethod
+    def check(cls, cfg: HookrunConfig) -> None:
+        if is_url(cfg.output.path):
+            raise ConfigError(f"evaluate with output.path={cfg.output.path}: an object-store run has no evaluation "
+                              f"datasets yet; write to a local file")
+        if detect().many:
+            raise ConfigError("evaluate with many processes: each rank would hold a part of the totals; run it in "
+                              "one process")
+
+    def __init__(self, ctx: KindContext) -> None:
+        super().__init__(ctx)
+        ev, env = ctx.cfg.evaluate, ctx.env
+        modifying = [(p, a) for p in ctx.points for a in p.actions if a.modifies]
+        if ev.ablation is not None:
+            if not modifying:
+                raise ConfigError(f"evaluate.ablation={ev.ablation}: no hook modifies anything, so there is nothing "
+                                  f"to ablate; add a modify action (modify_output, replace_input) or set ablation=null")
+            other = next((a for _, a in modifying if not isinstance(a, Modify)), None)
+            if other is not None:
+                raise ConfigError(f"evaluate.ablation={ev.ablation}: {other.where} modifies with its own code "
+                                  f"({type(getattr(other, 'fn', other)).__name__}), which evaluate cannot ablate; "
+                                  f"use a modify action with op: {{_target_: ...}} instead")
+            if ev.ablation == "mean":
+                env.ablation = MeanAblation(read_means(ev.mean, [(p.module, a.hook_type.writable) for p, a in modifying]))
+            else:
+                env.ablation = zero_ablation
+        self.forwards = 3 if ev.ablation is not None else 2
+        self.objective = Objective(ctx.loss)
+        loss = ctx.loss
+        loss_name = "lm" if self.objective.lm else str(getattr(getattr(loss, "func", loss), "__qualname__",
+                                                                 type(loss).__name__))
+        modules = list(dict.fromkeys(p.module for p, _ in modifying))
+        self.attrs = {"ablation": ev.ablation or "none", "modules": modules, "mean": ev.mean or "", "loss": loss_name}
+        self.ablation = ev.ablation
+        self.env = env
+        self.totals = Totals()
+
+    def step(self, model: nn.Module, call: ModelCall, session: HookSession) -> StepAdds:
+        """The batch's forwards (clean, intervened, ablated) and its row of metrics."""
+        with session.phase(CLEAN):
+            out = plain_forward(model, call)
+        clean = self.objective.reference(out, call)
+        del out
+        for s in self.env.splices:
+            s.stats.reset_batch()
+        with session.phase(INTERVENED):
+            out = plain_forward(model, call)
+        others = {"intervened": clean.compare(out, call, "intervened")}
+        del out
+        if self.ablation is not None:
+            with session.phase(ABLATED):
+                out = plain_forward(model, call)
+            others["ablated"] = clean.compare(out, call, "ablated")
+            del out
+        row = batch_row(clean, others)
+        self.totals.add(row)
+        splices = self.env.splices
+        state = {s.module: {k: np.asarray(v) for k, v in s.stats.state().items()}
+                 for s in splices if callable(getattr(s.stats, "state", None))}
+        evaluation = EvaluationRow(row, {s.module: dict(s.stats.batch()) for s in splices},
+                                   {"": self.totals.means(), **{s.module: dict(s.stats.totals()) for s in splices}},
+                                   state or None, self.attrs)
+        return StepAdds(record={"evaluation": evaluation})
+
+    def sample_step(self, model: nn.Module, call: ModelCall, session: HookSession) -> StepAdds:
+        """The estimate sees the intervened forward's captures; the totals are left as they are."""
+        plain_forward(model, call)
+        return StepAdds()
+
+    def restore(self, file: Any, kept: int) -> None:
+        """A resumed run: the totals of the `kept` batches of the old file, and the splice states."""
+        rows, states = read_evaluation(file, rows=kept)
+        for row in rows.values():
+            self.totals.add(row.model)
+        for s in self.env.splices:
+            if s.module in states and callable(getattr(s.stats, "load_state", None)):
+                s.stats.load_state(states[s.module])
+            elif rows:
+                log.warning("resume: the splice at %s cannot carry its statistics over (no state in the file, or "
+                            "the stats have no load_state); its run totals cover the batches run from now on", s.module)
