@@ -179,3 +179,32 @@ def test_a_stale_lock_is_taken_over_when_its_lease_ended_or_its_process_is_gone(
     with caplog.at_level(logging.WARNING, logger="hookrun"):
         assert hookrun.run(cfg(URL, tmp_path, overwrite=True)).status == "complete"
     assert "is no longer running on this host" in caplog.text
+
+
+@pytest.mark.slow
+def test_a_run_writing_in_another_process_refuses_a_second_and_its_kill_frees_the_url(s3, tmp_path):
+    import os
+
+    from test_object_store import ROOT, RUNNER, assert_same_as_local
+
+    server, client = s3
+    c = cfg(URL, tmp_path, part_bytes=300)
+    c["data"]["dataset"]["n"] = 64 * 6
+    c["data"]["batch_size"] = 2
+    first = subprocess.Popen([sys.executable, "-c", RUNNER, json.dumps(c)], cwd=tmp_path,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while f"{PREFIX}/writer.lock" not in keys(client) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for again in ({**c, "output": {**c["output"], "overwrite": True}}, {**c, "resume": True}):
+            with pytest.raises(ConfigError, match=rf"another hookrun run \(host {socket.gethostname()}, pid {first.pid}, "):
+                hookrun.run(again)
+    finally:
+        first.send_signal(9)
+        first.wait()
+    assert hookrun.run({**c, "resume": True}).status == "complete"  # its lock is taken over: its process is gone
+    local = tmp_path / "local" / "captures.h5"
+    hookrun.run({**cfg(str(local), tmp_path), "data": c["data"]})
+    assert_same_as_local(client, local)
+    assert f"{PREFIX}/writer.lock" not in keys(client)

@@ -37,19 +37,25 @@ from hookrun.store.schema import CaptureInfo, list_captures
 
 
 class RemoteRun(Run):
-    def __init__(self, source: PartsSource) -> None:  # (Run's file is the parts' view, made when rows are read)
-        self.source = source
-        self.path = source.path
+    """Run over a PartsSource: what it is from the manifest, rows from the parts."""
+
+    source: PartsSource
+
+    def __init__(self, source: PartsSource) -> None:
         self.parts = source.parts
         self._stats: dict[str, dict] | None = None
-        m = self.parts.manifest
-        self.captures = []
-        for path, c in m.captures.items():
+        super().__init__(source)
+
+    def list_captures(self) -> list[CaptureInfo]:
+        """From the manifest: nothing is downloaded."""
+        captures = []
+        for path, c in self.parts.manifest.captures.items():
             rows = sum(e.rows.get(path, 0) for e in self.parts.entries)
             shape = (rows, *c["shape"])
             nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(c["dtype"]).itemsize
-            self.captures.append(CaptureInfo(c["hook"], c["module"], c["role"], int(c["call"]), c["type"], shape,
-                                             c["dtype"], c["rows"], path, nbytes))
+            captures.append(CaptureInfo(c["hook"], c["module"], c["role"], int(c["call"]), c["type"], shape,
+                                        c["dtype"], c["rows"], path, nbytes))
+        return captures
 
     # -- what the manifest says ------------------------------------------------------------------
     @property

@@ -25,7 +25,7 @@ from hookrun.analysis.labelled import to_dataset
 from hookrun.analysis.loader import RowLoader
 from hookrun.analysis.stats import block_stats, human_bytes
 from hookrun.errors import HookrunError, NotFoundError
-from hookrun.store.reading import LocalSource
+from hookrun.store.reading import LocalSource, RunSource
 from hookrun.store.schema import CaptureInfo, list_captures, resolve, row_index
 
 __all__ = ["CaptureInfo", "Run", "list_captures", "row_index"]
@@ -33,11 +33,18 @@ __all__ = ["CaptureInfo", "Run", "list_captures", "row_index"]
 class Run:
     """An open capture file. Use as a context manager, or call close()."""
 
-    def __init__(self, source: LocalSource | str | Path) -> None:
-        self.source = source if isinstance(source, LocalSource) else LocalSource(source)
+    def __init__(self, source: RunSource | str | Path) -> None:
+        self.source = LocalSource(source) if isinstance(source, (str, Path)) else source
         self.path = self.source.path
-        self.file = self.source.file
-        self.captures = list_captures(self.file)
+        self.captures = self.list_captures()
+
+    @property
+    def file(self) -> h5py.File:
+        """The run's HDF5 content (store/reading.py: the file, or a local view over the parts)."""
+        return self.source.file
+
+    def list_captures(self) -> list[CaptureInfo]:
+        return list_captures(self.file)
 
     # -- what the run is -----------------------------------------------------------------------
     @property

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.data import DataLoader
 
 from hookrun.config.build import (
     build,
@@ -52,8 +53,8 @@ class Prepared:
     cfg: HookrunConfig
     out: Destination  # where the run is written: a local file or object-store parts (runner/destination.py)
     model: torch.nn.Module
-    dataset: Any
-    loader: Any
+    dataset: Any  # the user's map-style dataset
+    loader: DataLoader
     points: list[HookPoint]
     env: ActionEnv
     settings: LoopSettings  # settings.batches: the range of batch numbers (a rank's shard narrows it)
@@ -73,7 +74,7 @@ class Prepared:
         return samples_in(self.settings.batches, self.cfg.data.batch_size, len(self.dataset))
 
 
-def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, dataset: Any = None,
+def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Module | None = None, dataset: Any = None,
             out: Destination | None = None) -> Prepared:
     """`model` and `dataset`, where given, are live objects used instead of cfg.model / cfg.data.dataset;
     `out`: the run's destination, made once by run() (default: output.path's)."""

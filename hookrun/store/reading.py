@@ -76,7 +76,7 @@ class LocalSource:
                                     f"flushed; resume=true recovers its batches")
             raise NotFoundError(f"no file {str(self.path)!r}")
         try:
-            self._file = h5py.File(self.path, "r", locking=False)
+            self._file = _open_read(self.path)
         except OSError as exc:
             raise HookrunError(f"{str(self.path)!r} is not a readable HDF5 file: {exc}") from None
         try:
@@ -104,6 +104,17 @@ class LocalSource:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _open_read(path: Path) -> h5py.File:
+    """Read-only, without HDF5's file lock (a live run's file is read beside its writer); a file this
+    process already holds open with HDF5's default locking must be opened with the same flags."""
+    try:
+        return h5py.File(path, "r", locking=False)
+    except OSError as exc:
+        if "locking flag" not in str(exc):
+            raise
+        return h5py.File(path, "r")
 
 
 class PartsSource:

@@ -63,11 +63,14 @@ class RemoteLock:
     # -- taking it -------------------------------------------------------------------------------
     def acquire(self) -> None:
         try:
-            self._create()
-        except FileExistsError:
-            self._take_over()
-        except NotImplementedError:
-            self._plain()
+            try:
+                self._create()
+            except FileExistsError:
+                self._take_over()
+            except NotImplementedError:
+                self._plain()
+        except ConfigError:
+            raise
         except Exception as exc:
             raise ConfigError(f"output.path: the lock {self.where} cannot be written ({reason(exc)})") from None
         _HELD.add(self.token)
@@ -115,15 +118,23 @@ class RemoteLock:
         if self._holder()[0].get("token") != self.token:
             self._take_over()
 
-    def _holder(self) -> tuple[dict, str | None]:
-        try:
-            tag = self.folder.tag(self.name)
-            holder = json.loads(self.folder.read_text(self.name))
-            return (holder if isinstance(holder, dict) else {}), tag
-        except FileNotFoundError:
-            return {"expires": 0}, None
-        except (ValueError, UnicodeDecodeError):  # not a lock hookrun wrote: treated as expired
-            return {"expires": 0}, None
+    def _holder(self, tries: int = 5) -> tuple[dict, str | None]:
+        """The lock's holder and the ETag of what was read; a lock replaced while it was read (its
+        holder renewed it) is read again."""
+        for attempt in range(tries):
+            try:
+                tag = self.folder.tag(self.name)
+                holder = json.loads(self.folder.read_text(self.name))
+                return (holder if isinstance(holder, dict) else {}), tag
+            except FileNotFoundError:
+                return {"expires": 0}, None
+            except (ValueError, UnicodeDecodeError):  # not a lock hookrun wrote: treated as expired
+                return {"expires": 0}, None
+            except OSError:  # S3: PreconditionFailed, the object changed between its listing and its read
+                if attempt == tries - 1:
+                    raise
+                time.sleep(0.05)
+        raise AssertionError("unreachable")
 
     # -- holding it ------------------------------------------------------------------------------
     def _renew(self) -> None:
