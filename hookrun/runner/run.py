@@ -205,7 +205,7 @@ def execute(p: Prepared, resume: ResumeState | PartsResume | None, started: floa
             first = p.batches.start  # 0, or where this rank's shard starts
             if resume is not None:
                 kept = replay(resume, store)
-                p.settings.kind.restore(resume.file, kept)
+                p.settings.kind.restore(resume, kept)
                 first += kept
                 restore_limits(p.points, store)
                 log.info("resume: %d batches from %s kept; going on from batch %d", kept, p.out, first)

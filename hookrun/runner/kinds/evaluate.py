@@ -124,9 +124,10 @@ class EvaluateKind(RunKind):
         plain_forward(model, call)
         return StepAdds()
 
-    def restore(self, file: Any, kept: int) -> None:
-        """A resumed run: the totals of the `kept` batches of the old file, and the splice states."""
-        rows, states = read_evaluation(file, rows=kept)
+    def restore(self, resume: Any, kept: int) -> None:
+        """A resumed run: the totals of the `kept` batches of the old file, and the splice states
+        (a local file: check() refuses an object-store output)."""
+        rows, states = read_evaluation(resume.file, rows=kept)
         for row in rows.values():
             self.totals.add(row.model)
         for s in self.env.splices:
