@@ -23,9 +23,14 @@ from hookrun.store.format import PART_BYTES
 
 
 class Mode(str, Enum):
+    """cfg.mode; compare with `is` (`cfg.mode is Mode.grad`): the run kind of each is hookrun.runner.kinds."""
+
     eval = "eval"
     grad = "grad"
     generate = "generate"
+
+    def __str__(self) -> str:  # f"{mode}" is "eval" on every Python (3.12 would say "Mode.eval")
+        return self.value
 
 
 class Compression(str, Enum):

@@ -122,8 +122,9 @@ def _hint(pattern: str, names: list[str], kind: str) -> str:
     return f"top-level {_noun(kind)}s: " + ", ".join(top)
 
 
-def make_plan(model: nn.Module, specs: list, env: ActionEnv, mode: Mode) -> list[HookPoint]:
+def make_plan(model: nn.Module, specs: list, env: ActionEnv, mode: Mode | str) -> list[HookPoint]:
     """Every (hook spec, module) pair as a HookPoint with its actions built and checked."""
+    mode = Mode(mode)
     points: list[HookPoint] = []
     # splices add their module (and its latents) to the model first: MODULE.sae.latents may be hooked
     splice.install(model, specs, env, lambda spec: _targets(model, spec, HOOK_TYPES.get(spec.type)))

@@ -175,7 +175,7 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
             first = p.batches.start  # 0, or where this rank's shard starts
             if resume is not None:
                 kept = resume.replay(store)
-                p.settings.kind.restore(resume.file, kept)
+                p.settings.kind.restore(resume, kept)
                 first += kept
                 restore_limits(p.points, store)
                 log.info("resume: %d batches from %s kept; going on from batch %d", kept, dest, first)

@@ -26,6 +26,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+from hookrun.config.checks import evaluating
 from hookrun.config.schema import HookrunConfig, to_yaml
 from hookrun.errors import ConfigError
 from hookrun.runner.ranks import Ranks, rank_device
@@ -87,7 +88,7 @@ class StoreParts:
                               f"output.overwrite=true, resume=true, or choose another path")
 
     def check_options(self, cfg: HookrunConfig) -> None:
-        if cfg.evaluate is not None and cfg.evaluate.enabled:
+        if evaluating(cfg):
             raise ConfigError(f"evaluate with output.path={self.out.url}: an object-store run has no evaluation "
                               f"datasets yet; write to a local file")
 

@@ -40,6 +40,8 @@ from hookrun.store.records import StepCaptures
 
 if TYPE_CHECKING:
     from hookrun.config.schema import Mode
+    from hookrun.hooks.hook_types import HookType
+    from hookrun.hooks.points import HookPoint
 
 
 @dataclass
@@ -66,7 +68,7 @@ class Action:
     modifies: bool = False  # replaces what PyTorch computes (an input, output or gradient)
     positions: str = "all"  # mode=generate: the model calls it acts on (all | prompt | generated)
 
-    def __init__(self, point: Any, hook_type: Any, env: ActionEnv, where: str = "") -> None:
+    def __init__(self, point: HookPoint, hook_type: HookType, env: ActionEnv, where: str = "") -> None:
         self.point = point
         self.hook_type = hook_type
         self.env = env
@@ -96,7 +98,8 @@ class Callback(Action):
     """A user's `_target_` action: any callable taking the Event, with its declarations (records,
     modifies, positions, check_mode, reset, restore) read from the callable where it has them."""
 
-    def __init__(self, fn: Callable[[Event], Any], point: Any, hook_type: Any, env: ActionEnv, where: str = "") -> None:
+    def __init__(self, fn: Callable[[Event], Any], point: HookPoint, hook_type: HookType, env: ActionEnv,
+                 where: str = "") -> None:
         super().__init__(point, hook_type, env, where)
         self.fn = fn
         for name in ("records", "modifies", "positions"):

@@ -22,7 +22,7 @@ keeps it to the prompt pass, `positions: generated` to the passes over new token
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hookrun.config.schema import Mode
 from hookrun.errors import ConfigError, HookrunError, RunError
@@ -32,11 +32,16 @@ from hookrun.hooks.events import Event, family, positional_index
 from hookrun.hooks.ops import OPS, OpBuild, OpContext, build_op
 from hookrun.hooks.tokens import PHASES
 
+if TYPE_CHECKING:
+    from hookrun.hooks.actions.base import ActionEnv
+    from hookrun.hooks.hook_types import HookType
+    from hookrun.hooks.points import HookPoint
+
 
 class Modify(Action):
     modifies = True
 
-    def __init__(self, point, hook_type, env, where: str = "", op: Any = None, arg: int | str | None = None,
+    def __init__(self, point: HookPoint, hook_type: HookType, env: ActionEnv, where: str = "", op: Any = None, arg: int | str | None = None,
                  positions: str = "all", **params: Any) -> None:
         super().__init__(point, hook_type, env, where)
         if positions not in PHASES:

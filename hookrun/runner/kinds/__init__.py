@@ -33,6 +33,14 @@ def register_kind(name: str) -> Callable[[type[RunKind]], type[RunKind]]:
     """Class decorator: register a RunKind subclass under `name` (its `name` is set to it)."""
 
     def add(cls: type[RunKind]) -> type[RunKind]:
+        if cls.block is None and cls.mode is None:
+            raise ValueError(f"run kind {name!r}: give it a mode (the cfg.mode it runs) or a block (the config "
+                             f"block that turns it on)")
+        taken = [n for n in KINDS if n != name and cls.block is None and KINDS.get(n).block is None
+                 and KINDS.get(n).mode is cls.mode]
+        if taken:
+            raise ValueError(f"run kind {name!r}: mode={cls.mode.value} is run by the kind {taken[0]!r}; "
+                             f"a new kind is turned on by a config block of its own (block = ...)")
         cls.name = name
         return KINDS.register(name)(cls)
 

@@ -23,7 +23,7 @@ closure and the store never ask which kind runs; they read what the kind hands t
 | `sample_step(m, c, s)`   | dry_run estimate        | one sample's step, leaving no state behind        |
 | `sample_forward(m, c)`   | prepare(): site check   | one sample through the model, no_grad             |
 | `probe(model, call)`     | early_stop's probe      | a forward the session may cut short               |
-| `restore(file, kept)`    | resume                  | state carried over from the kept batches          |
+| `restore(resume, kept)`  | resume                  | state carried over from the kept batches          |
 | `finish()`               | after the last batch    | arrays for the end of the file ({} for none)      |
 | `file_bytes(n)`          | dry_run estimate        | bytes it adds besides the captures                |
 
@@ -138,8 +138,9 @@ class RunKind:
         """early_stop's probe: one forward the session may cut short."""
         plain_forward(model, call)
 
-    def restore(self, file: Any, kept: int) -> None:
-        """A resumed run: carry over this kind's state from the `kept` batches of the old file."""
+    def restore(self, resume: Any, kept: int) -> None:
+        """A resumed run: carry over this kind's state from the `kept` batches of the old run
+        (`resume`: what runner/resume.py opened; a local file's is `resume.file`, an h5py.File)."""
 
     def finish(self) -> dict[str, np.ndarray]:
         """After the last batch: arrays for the end of the file (none by default)."""

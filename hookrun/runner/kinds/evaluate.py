@@ -39,7 +39,6 @@ from hookrun.runner.metrics import Objective, Totals, batch_row
 from hookrun.runner.ranks import detect
 from hookrun.store.evaluation import read_evaluation
 from hookrun.store.records import EvaluationRow
-from hookrun.store.remote import is_url
 
 log = logging.getLogger("hookrun")
 
@@ -57,9 +56,6 @@ class EvaluateKind(RunKind):
 
     @classmethod
     def check(cls, cfg: HookrunConfig) -> None:
-        if is_url(cfg.output.path):
-            raise ConfigError(f"evaluate with output.path={cfg.output.path}: an object-store run has no evaluation "
-                              f"datasets yet; write to a local file")
         if detect().many:
             raise ConfigError("evaluate with many processes: each rank would hold a part of the totals; run it in "
                               "one process")
@@ -124,9 +120,10 @@ class EvaluateKind(RunKind):
         plain_forward(model, call)
         return StepAdds()
 
-    def restore(self, file: Any, kept: int) -> None:
-        """A resumed run: the totals of the `kept` batches of the old file, and the splice states."""
-        rows, states = read_evaluation(file, rows=kept)
+    def restore(self, resume: Any, kept: int) -> None:
+        """A resumed run: the totals of the `kept` batches of the old file, and the splice states
+        (a local file: the object-store destination refuses evaluate, runner/store_output.py)."""
+        rows, states = read_evaluation(resume.file, rows=kept)
         for row in rows.values():
             self.totals.add(row.model)
         for s in self.env.splices:
