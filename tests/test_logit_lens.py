@@ -108,3 +108,19 @@ def test_bad_inputs_are_one_line_before_any_batch(tmp_path, model, data, change,
         hookrun.run(cfg, model=model, dataset=data)
     assert not (tmp_path / "bad.h5").exists()
     assert not any(m._forward_hooks for m in model.modules())  # the final-logits hook is gone too
+
+
+@pytest.mark.slow
+def test_the_shipped_experiment_runs_from_the_cli_and_sharpens_layer_by_layer(tmp_path):
+    from conftest import run_cli
+
+    proc = run_cli("experiment=logit_lens", f"hydra.run.dir={tmp_path}", "data.dataset.limit=16", "device=cpu",
+                   "progress=false")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open_run(tmp_path / "captures.h5") as run:
+        real = run.file["samples/attention_mask"][:].astype(bool)
+        layers = ["transformer.drop", *(f"transformer.h.{i}" for i in range(4))]
+        kl = [float(run[m, "lens.kl_to_final"][:][real].mean()) for m in layers]
+        hit = [float((run[m, "lens.target_rank"][:][real[:, 1:].nonzero()] == 0).mean()) for m in layers]
+    assert kl == sorted(kl, reverse=True) and kl[-1] < 1e-4 < 1 < kl[0], kl  # the last block's lens is the output
+    assert hit == sorted(hit) and hit[-1] > 0.4, hit  # the next byte is the top guess more often, layer by layer
