@@ -29,11 +29,11 @@ def brute(values: np.ndarray, samples: np.ndarray, positions: np.ndarray, k: int
     return out
 
 
-def assert_top(path, hook: str, module: str, values, samples, positions) -> None:
+def assert_top(path, hook: str, module: str, values, samples, positions, k: int = K) -> None:
     with h5py.File(path, "r", locking=False) as f:
         g = f[f"captures/{hook}/{module}"]
         got_v, got_s, got_p = g["top.values"][()], g["top.samples"][()], g["top.positions"][()]
-    for f_, (v, s, p) in enumerate(brute(values, samples, positions)):
+    for f_, (v, s, p) in enumerate(brute(values, samples, positions, k)):
         np.testing.assert_array_equal(got_s[f_, : len(s)], s, err_msg=f"feature {f_}")
         np.testing.assert_array_equal(got_p[f_, : len(p)], p, err_msg=f"feature {f_}")
         np.testing.assert_array_equal(got_v[f_, : len(v)], v.astype(np.float32), err_msg=f"feature {f_}")
@@ -169,3 +169,26 @@ def test_two_ranks_merge_to_the_brute_force_top_k(tmp_path):
             assert f["captures/h/head/top.samples"].shape == (10, 5)
     assert_top(path, "c", "features.0", c, samples, np.full(len(samples), -1))
     assert_top(path, "h", "head", h, samples, np.full(len(samples), -1))
+
+
+def test_sae_eval_keeps_each_latents_top_examples(tmp_path):
+    import json
+
+    import safetensors.torch
+
+    folder = tmp_path / "sae"
+    folder.mkdir()
+    g = torch.Generator().manual_seed(0)
+    safetensors.torch.save_file({"W_enc": torch.randn(128, 64, generator=g) * 0.1, "W_dec": torch.randn(64, 128, generator=g),
+                                 "b_enc": torch.zeros(64), "b_dec": torch.zeros(128)}, str(folder / "sae_weights.safetensors"))
+    (folder / "cfg.json").write_text(json.dumps({"architecture": "standard", "d_in": 128, "d_sae": 64, "dtype": "float32",
+                                                 "apply_b_dec_to_input": True, "normalize_activations": "none"}))
+    cfg = hookrun.compose("experiment=sae_eval", f"params.sae={folder}", f"output.path={tmp_path / 's.h5'}",
+                          "data.dataset.limit=12", "data.batch_size=4", "device=cpu", "progress=false")
+    cfg["hooks"]["latents"]["actions"][0]["dtype"] = "float32"  # the brute force reads the record exactly
+    path = hookrun.run(cfg).path
+    with open_run(path) as run:
+        rec = run["transformer.h.3.sae.latents", "output"][:]
+        ts, tp = run.file["samples/token_sample"][:], run.file["samples/token_position"][:]
+        assert run.top_example_modules == {"transformer.h.3.sae.latents": 64}
+    assert_top(path, "latents", "transformer.h.3.sae.latents", rec, ts, tp, k=20)

@@ -181,6 +181,10 @@ def dataset_name(cfg: HookrunConfig) -> str:
 def check_early_stop(points: list, mode: str) -> None:
     if mode != "eval":
         raise ConfigError("early_stop=true needs mode=eval: a backward pass needs the whole forward")
+    whole = next((a for p in points for a in p.actions if getattr(a, "whole_forward", False)), None)
+    if whole is not None:
+        raise ConfigError(f"early_stop=true cuts the forward after the last hook, but {whole.where} needs the whole "
+                          f"forward ({type(whole).__name__} reads the model's output); drop early_stop")
     for p in points:
         if p.type not in ("forward", "forward_pre") or not all(a.records and not a.modifies for a in p.actions):
             raise ConfigError(

@@ -14,6 +14,7 @@ declares:
 |-----------------|----------|----------------------------------------------------------------------------|
 | `records`       | False    | the "no hook records anything" warning; generate's beam check              |
 | `modifies`      | False    | early_stop (only hooks that record and modify nothing may be cut short)    |
+| `whole_forward` | False    | early_stop refused: the action reads the model's output (logit_lens)       |
 | `positions`     | "all"    | mode=generate: which model calls it acts on (prompt / generated / all)     |
 | `check_mode()`  | accepts  | prepare(): refuse the action for a mode before any batch (one ConfigError) |
 | `reset()`       | no-op    | after the dry-run estimate: forget what the estimate's sample counted      |
@@ -78,6 +79,7 @@ class Action:
     fits: frozenset[str] | None = None  # hook types it may be used with; None: all
     records: bool = False  # writes captures to the run's file (or the in-memory capture)
     modifies: bool = False  # replaces what PyTorch computes (an input, output or gradient)
+    whole_forward: bool = False  # needs the forward to run to its end (early_stop is refused)
     positions: str = "all"  # mode=generate: the model calls it acts on (all | prompt | generated)
 
     def __init__(self, point: Any, hook_type: Any, env: ActionEnv, where: str = "") -> None:

@@ -89,6 +89,7 @@ class FinalLogits:
 class LogitLens(Action):
     fits = frozenset({"forward", "forward_pre"})
     records = True
+    whole_forward = True  # the unembed's output is the final distribution: early_stop is refused
 
     def __init__(self, point, hook_type, env, where: str = "", norm: str | None = None, unembed: str | None = None,
                  top_k: int = 5, target: str | None = None, target_shift: int = 0, translator: Any = None,
