@@ -192,3 +192,27 @@ def test_sae_eval_keeps_each_latents_top_examples(tmp_path):
         ts, tp = run.file["samples/token_sample"][:], run.file["samples/token_position"][:]
         assert run.top_example_modules == {"transformer.h.3.sae.latents": 64}
     assert_top(path, "latents", "transformer.h.3.sae.latents", rec, ts, tp, k=20)
+
+
+def test_a_killed_run_resumed_gives_the_brute_force_top_k(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from rank_runs import ENV
+
+    cfg = text_cfg(tmp_path / "k.h5")
+    cfg["hooks"]["stop"]["actions"] = [{"_target_": "rank_helpers.kill_when_told", "_partial_": True}]
+    code = f"import hookrun, json; hookrun.run(json.loads({json.dumps(json.dumps(cfg))}))"
+    proc = subprocess.run([sys.executable, "-c", code], env={**__import__("os").environ, **ENV, "HOOKRUN_TEST_KILL": "0:3"},
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == -9, proc.stderr[-2000:]  # SIGKILL at batch 3: no end of run, no close
+    with h5py.File(cfg["output"]["path"], "r", locking=False) as f:
+        assert f.attrs["status"] == "running" and 1 <= f.attrs["steps_complete"] <= 3
+    cfg["resume"] = True
+    assert hookrun.run(cfg).status == "complete"
+    with open_run(cfg["output"]["path"]) as run:
+        rec = run["transformer.h.1.mlp.act", "output"][:]
+        ts, tp = run.file["samples/token_sample"][:], run.file["samples/token_position"][:]
+    assert len(np.unique(ts)) == 14
+    assert_top(cfg["output"]["path"], "act", "transformer.h.1.mlp.act", rec, ts, tp)

@@ -128,6 +128,11 @@ class LogitLens(Action):
             keys = ", ".join(map(str, item)) if isinstance(item, Mapping) else f"none (items are {type(item).__name__}s)"
             raise ConfigError(f"{self.where}: logit_lens target={self.target!r} is not a key of the items; their keys: {keys}")
 
+    def check_mode(self, mode: str) -> None:
+        if mode == "generate":
+            raise ConfigError(f"{self.where}: logit_lens does not run in mode=generate (each new token is a model call "
+                              f"of its own); run it with mode=eval on the texts")
+
     def check_tensor(self, role: str, tensor: Any) -> None:
         if role not in (self.what, f"{self.what}.0") or not isinstance(tensor, torch.Tensor):
             return

@@ -76,6 +76,11 @@ class TopExamples(Action):
                 return role, tensors[role]
         return self.what, None
 
+    def check_mode(self, mode: str) -> None:
+        if mode == "generate":
+            raise ConfigError(f"{self.where}: top_examples does not run in mode=generate (each new token is a model call "
+                              f"of its own); run it with mode=eval on the texts")
+
     def check_tensor(self, role: str, tensor: Any) -> None:
         if role in (self.what, f"{self.what}.0") and isinstance(tensor, torch.Tensor) and tensor.dim() not in (2, 3, 4):
             raise ConfigError(f"{self.where}: top_examples at {self.point.module}: its {role} has shape "
