@@ -216,3 +216,24 @@ def test_a_killed_run_resumed_gives_the_brute_force_top_k(tmp_path):
         ts, tp = run.file["samples/token_sample"][:], run.file["samples/token_position"][:]
     assert len(np.unique(ts)) == 14
     assert_top(cfg["output"]["path"], "act", "transformer.h.1.mlp.act", rec, ts, tp)
+
+
+def test_the_state_is_written_in_two_slots_in_place(tmp_path):
+    from hookrun.store.run_state import RunState, read_state
+
+    states = RunState()
+    with h5py.File(tmp_path / "s.h5", "w") as f:
+        for steps in range(1, 41):
+            states.keep(steps, {"hooks.t.actions.0@m": {"values": np.full((256, 20), steps, np.float32)}})
+            states.flush(f, steps)
+            if steps == 2:
+                size = f.id.get_filesize()
+        f.flush()
+        assert f.id.get_filesize() <= size + 4096  # 38 more flushes, no more space
+        assert sorted(f["state/hooks.t.actions.0@m"]) == ["a", "b"]
+        assert read_state(f, 40)["hooks.t.actions.0@m"]["values"][0, 0] == 40
+        assert read_state(f, 39)["hooks.t.actions.0@m"]["values"][0, 0] == 39  # the flush before: a kill inside this one
+        assert read_state(f, 38) == {}
+        states.keep(41, {"hooks.t.actions.0@m": {"values": np.zeros((256, 20), np.float32)}})
+        states.flush(f, 40)  # a snapshot of other batches than the flush's is never written
+        assert read_state(f, 41) == {}

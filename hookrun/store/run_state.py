@@ -7,9 +7,10 @@
     write_features(h5file, captures)    # the end of a complete run: one row per feature
     merge_features(view, shard_files)   # a many-rank view: top-k of the ranks' top-k
 
-    /state/KEY/s{STEPS}/NAME            an action's state after STEPS batches (attrs: steps, key);
-                                        the last two flushes' are kept, so a file killed inside a
-                                        flush still has the one of the flush before it.
+    /state/KEY/{a,b}/NAME               an action's state (attrs: steps, the batches it covers; key),
+                                        the two slots written in turn, in place: the other slot
+                                        keeps the flush before, so a file killed inside a flush
+                                        still has the state of the batches it recovers.
     /captures/HOOK/MODULE/top.values    a features capture (rows = "features"): written once
 
 The store hands these arrays on; it knows nothing of the actions that made them. A features
@@ -30,6 +31,7 @@ from hookrun.store.records import Capture, escape
 from hookrun.store.schema import CaptureMeta, RowKind, is_capture
 
 GROUP = "state"
+SLOTS = ("a", "b")
 
 
 def as_array(value: Any) -> np.ndarray:
@@ -55,16 +57,21 @@ class RunState:
         root = f.require_group(GROUP)
         for key, arrays in self.latest.items():
             g = root.require_group(escape(key))
-            name = f"s{steps}"
-            if name in g:
-                del g[name]
-            snap = g.create_group(name)
-            snap.attrs["steps"], snap.attrs["key"] = steps, key
+            # two slots, written in turn: the other keeps the flush before (a kill inside this one)
+            slot = min(SLOTS, key=lambda n: int(g[n].attrs.get("steps", -1)) if n in g else -2)
+            snap = g.require_group(slot)
+            snap.attrs["steps"], snap.attrs["key"] = -1, key  # not whole until the arrays are in
             for k, v in arrays.items():
-                snap.create_dataset(k, data=as_array(v))
-            old = sorted((int(s.attrs["steps"]), n) for n, s in g.items() if n != name)
-            for _, n in old[:-1]:  # keep this flush's and the one before
-                del g[n]
+                a = as_array(v)
+                ds = snap.get(k)
+                if ds is not None and (ds.shape != a.shape or ds.dtype != a.dtype):
+                    del snap[k]
+                    ds = None
+                if ds is None:
+                    snap.create_dataset(k, data=a)
+                else:
+                    ds[...] = a  # in place: a run's many flushes do not grow the file
+            snap.attrs["steps"] = steps
         self.latest = None
 
 
