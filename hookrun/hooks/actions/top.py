@@ -46,9 +46,9 @@ def order_keys(values: torch.Tensor) -> torch.Tensor:
     """int64 keys that sort as the float32 values do: the value's bits in the high half, the low
     half left for the arrival order (filled by the caller). NaN gets EMPTY."""
     v = values.float() + 0.0  # -0.0 becomes +0.0: equal values, equal keys
-    bits = v.view(torch.int32).to(torch.int64)
-    bits = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)  # negative floats: reversed, below the positives
-    return torch.where(torch.isnan(v), torch.full_like(bits, EMPTY), bits * LOW)
+    bits = v.view(torch.int32)
+    bits = bits ^ ((bits >> 31) & 0x7FFFFFFF)  # negative floats: reversed, below the positives
+    return (bits.to(torch.int64) * LOW).masked_fill_(torch.isnan(v), EMPTY)
 
 
 @ACTIONS.register("top_examples")
@@ -138,16 +138,15 @@ class TopExamples(Action):
         old = order_keys(self.values)
         # the low half: k + n - 1 - arrival, so that of equal values the earlier arrival is larger
         arrival = torch.arange(self.k + n - 1, -1, -1, device=dev, dtype=torch.int64)
-        all_keys = torch.cat([old, keys], dim=1)
-        all_keys = torch.where(all_keys == EMPTY, all_keys, all_keys + arrival)
+        all_keys = torch.cat([old, keys], dim=1) + arrival  # EMPTY + arrival stays below every real key
         top = torch.topk(all_keys, self.k, dim=1).indices
-        empty = torch.gather(all_keys, 1, top) == EMPTY
-        cand_v = torch.cat([self.values, vals], dim=1)
-        cand_s = torch.cat([self.samples, sample.expand(n_feat, n)], dim=1)
-        cand_p = torch.cat([self.positions, position.expand(n_feat, n)], dim=1)
-        self.values = torch.gather(cand_v, 1, top).masked_fill(empty, float("nan"))
-        self.samples = torch.gather(cand_s, 1, top).masked_fill(empty, -1)
-        self.positions = torch.gather(cand_p, 1, top).masked_fill(empty, -1)
+        empty = torch.gather(all_keys, 1, top) < EMPTY + LOW
+        old_slot = top < self.k  # from the running top-k, else the j-th new activation
+        j = (top - self.k).clamp(min=0)
+        at = top.clamp(max=self.k - 1)
+        self.values = torch.where(old_slot, torch.gather(self.values, 1, at), torch.gather(vals, 1, j)).masked_fill(empty, float("nan"))
+        self.samples = torch.where(old_slot, torch.gather(self.samples, 1, at), sample[j]).masked_fill(empty, -1)
+        self.positions = torch.where(old_slot, torch.gather(self.positions, 1, at), position[j]).masked_fill(empty, -1)
 
     def state(self) -> dict[str, Any] | None:
         if self.values is None:
