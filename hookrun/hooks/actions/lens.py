@@ -65,7 +65,7 @@ def width_of(unembed: nn.Module) -> int | None:
 
 class FinalLogits:
     """The unembed module's output in each forward, shared by the run's lenses: a plain forward
-    hook that hands the final log-probabilities to every lens waiting for them."""
+    hook that hands the final logits to every lens waiting for them (no copy of them is made)."""
 
     def __init__(self, unembed: nn.Module, env: Any) -> None:
         self.pending: list[tuple[LogitLens, torch.Tensor, dict]] = []
@@ -78,11 +78,10 @@ class FinalLogits:
         logits = next(iter(flatten(out, "output").values()), None)
         if logits is None:
             raise RunError("logit_lens: the unembed module returned no tensor")
-        with torch.no_grad():
-            final = torch.log_softmax(logits.detach().float(), dim=-1)
+        with torch.no_grad():  # the logits as they are: each lens takes their log_softmax chunk by chunk
             pending, self.pending = self.pending, []
             for lens, x, seen in pending:
-                lens.emit(x, final, seen)
+                lens.emit(x, logits.detach(), seen)
 
 
 @ACTIONS.register("logit_lens")
@@ -182,7 +181,7 @@ class LogitLens(Action):
         return out, ok
 
     def emit(self, x: torch.Tensor, final: torch.Tensor, seen: dict) -> None:
-        """The lens of x against the final log-probabilities, chunk by chunk of positions."""
+        """The lens of x against the final logits (the model's output), chunk by chunk of positions."""
         b, t, _ = x.shape
         if final.shape[:2] != (b, t):
             raise RunError(f"{self.where}: logit_lens: the unembed's output has shape {tuple(final.shape)}, the "
@@ -199,7 +198,7 @@ class LogitLens(Action):
             top = lp.topk(self.top_k, dim=-1)
             out["ids"].append(top.indices)
             out["lps"].append(top.values)
-            f = fin[lo:lo + step]
+            f = torch.log_softmax(fin[lo:lo + step].float(), dim=-1)
             out["kl"].append((f.exp() * (f - lp)).sum(-1))
             if tid is not None:
                 ids, ok = tid[lo:lo + step], tok[lo:lo + step]
