@@ -24,6 +24,7 @@ from hookrun.analysis.evaluation import evaluation_table
 from hookrun.analysis.labelled import to_dataset
 from hookrun.analysis.loader import RowLoader
 from hookrun.analysis.stats import block_stats, human_bytes
+from hookrun.analysis.top import top_example_modules, top_examples
 from hookrun.errors import HookrunError, NotFoundError
 from hookrun.store.reading import LocalSource, RunSource
 from hookrun.store.schema import CaptureInfo, list_captures, resolve, row_index
@@ -92,6 +93,19 @@ class Run:
         metric (ce_clean, ce_intervened, kl_intervened, ... and a splice's l0, mse, ...), the run's
         totals; `batches=True`: one row per batch and module. NotFoundError without evaluate."""
         return evaluation_table(self.file, batches)
+
+    # -- top examples (hooks/actions/top.py) ---------------------------------------------------
+    @property
+    def top_example_modules(self) -> dict[str, int]:
+        """module -> the number of features with top examples (top_examples actions of the run)."""
+        return top_example_modules(self.file)
+
+    def top_examples(self, module: str, feature: int) -> list[dict]:
+        """The k largest activations of `feature` at `module`, largest first: dicts of value, sample,
+        position, context (token texts around it) and at (its index in context); analysis/top.py."""
+        data = (self.config.get("data") or {}).get("dataset") or {}
+        byte = str(data.get("_target_", "")).startswith("hookrun.data.text") and data.get("tokenizer", "byte") == "byte"
+        return top_examples(self.file, module, feature, byte)
 
     # -- finding a capture ---------------------------------------------------------------------
     def find(self, *key: str, call: int = 0) -> CaptureInfo:

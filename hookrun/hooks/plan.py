@@ -126,6 +126,7 @@ def make_plan(model: nn.Module, specs: list, env: ActionEnv, mode: Mode | str) -
     """Every (hook spec, module) pair as a HookPoint with its actions built and checked."""
     mode = Mode(mode)
     points: list[HookPoint] = []
+    env.model = unwrap(model)  # actions that call the model's own modules (logit_lens) find them here
     # splices add their module (and its latents) to the model first: MODULE.sae.latents may be hooked
     splice.install(model, specs, env, lambda spec: _targets(model, spec, HOOK_TYPES.get(spec.type)))
     for spec in specs:

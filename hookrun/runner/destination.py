@@ -55,6 +55,9 @@ class Destination(Protocol):
     def check_options(self, cfg: HookrunConfig) -> None:
         """Options this destination cannot write, refused in one line."""
 
+    def check_state(self, stateful: list) -> None:
+        """Actions that keep a state over the run (top_examples), refused where it cannot be saved."""
+
     def check_still_free(self, overwrite: bool) -> None:
         """Under the lock, once the model is built, for a new run: still ours to write."""
 

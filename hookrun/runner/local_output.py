@@ -66,6 +66,9 @@ class LocalFile:
         """Nothing is overwritten unless asked (prepare(), before the model is built)."""
         check_output(self.path, overwrite, create=not dry_run)
 
+    def check_state(self, stateful: list) -> None:
+        """(A local file saves the actions' state at each flush.)"""
+
     def check_options(self, cfg: HookrunConfig) -> None:
         """A local file takes every option."""
 

@@ -70,7 +70,7 @@ def run_batches(
             call = s.spec.split(batch)
             target = call.target
             call = call.to(s.device)
-            session.begin_step(step, len(indices), indices, call.attention_mask)
+            session.begin_step(step, len(indices), indices, call.attention_mask, call.batch)
             adds = s.kind.step(model, call, session)
             session.end_step()
             captures = env.captures.take()
@@ -85,6 +85,7 @@ def run_batches(
                 samples=stored if adds.samples is None else {**(stored or {}), **adds.samples},
                 tokens=token_columns(captures, env.state, with_generated=adds.generated),
                 **adds.record,
+                state=env.snapshot(),  # stateful actions (top_examples): saved at the next flush
             ))
             steps += 1
             bar.update()

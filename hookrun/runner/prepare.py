@@ -38,6 +38,7 @@ from hookrun.hooks.plan import make_plan
 from hookrun.hooks.points import HookPoint
 from hookrun.hooks.site_check import check_sites_run
 from hookrun.hooks.splice import check_outputs
+from hookrun.runner.action_state import check_actions
 from hookrun.runner.batches import make_loader
 from hookrun.runner.calls import CallSpec
 from hookrun.runner.destination import Destination, open_destination
@@ -127,6 +128,9 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
             points = check_sites_run(points, model, forward)
         elif env.splices:
             forward()
+        # actions' own checks (an item key, a tensor's width or axes): one line before any batch
+        check_actions(points, dataset[0], lambda: one_sample_forward(model, loader, settings))
+        out.check_state(env.stateful)
     except BaseException:
         env.close()
         raise
@@ -159,6 +163,10 @@ def dataset_name(cfg: HookrunConfig) -> str:
 
 
 def check_early_stop(points: list) -> None:
+    whole = next((a for p in points for a in p.actions if getattr(a, "whole_forward", False)), None)
+    if whole is not None:
+        raise ConfigError(f"early_stop=true cuts the forward after the last hook, but {whole.where} needs the whole "
+                          f"forward ({type(whole).__name__} reads the model's output); drop early_stop")
     for p in points:
         if p.type not in ("forward", "forward_pre") or not all(a.records and not a.modifies for a in p.actions):
             raise ConfigError(

@@ -92,6 +92,11 @@ class StoreParts:
             raise ConfigError(f"evaluate with output.path={self.out.url}: an object-store run has no evaluation "
                               f"datasets yet; write to a local file")
 
+    def check_state(self, stateful: list) -> None:
+        if stateful:
+            raise ConfigError(f"{stateful[0].where}: {type(stateful[0]).__name__} keeps a state over the run, "
+                              f"which an object-store output does not save yet; write to a local file")
+
     def check_still_free(self, overwrite: bool) -> None:
         """(Checked under the lock already: the lock object keeps every other writer out.)"""
 
