@@ -18,6 +18,7 @@ from typing import Any
 from torch import nn
 
 from hookrun.config.build import build_user_action
+from hookrun.config.params import typed_params
 from hookrun.errors import ConfigError, NotFoundError, close_matches
 from hookrun.hooks import splice
 from hookrun.hooks.actions import ACTIONS
@@ -193,4 +194,4 @@ def _construct(cls: type, action_spec: Any, point: HookPoint, hook_type: Any, en
             f"{action_spec.where}: {action_spec.name} has no parameter {', '.join(map(repr, unknown))}; "
             f"its parameters: {', '.join(a for a in allowed if params[a].kind is not params[a].VAR_KEYWORD) or 'none'}"
         )
-    return cls(point, hook_type, env, where=action_spec.where, **action_spec.params)
+    return cls(point, hook_type, env, where=action_spec.where, **typed_params(cls.__init__, action_spec.params, action_spec.where))

@@ -20,6 +20,7 @@ carries them over.
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ class Evaluator:
         self.attrs = attrs
         self.ablation = ablation
         self.totals = Totals()
+        self.warned: set[tuple[str, str]] = set()  # (module, metric) already said to be non-finite
 
     def step(self, model: nn.Module, call: ModelCall, session: Any) -> EvaluationRow:
         """The batch's forwards (clean, intervened, ablated) and its row of metrics."""
@@ -74,6 +76,9 @@ class Evaluator:
         row = batch_row(clean, others)
         self.totals.add(row)
         splices = self.env.splices
+        warn_non_finite(row, "", self.warned)
+        for s in splices:
+            warn_non_finite(s.stats.batch(), s.module, self.warned)
         state = {s.module: {k: np.asarray(v) for k, v in s.stats.state().items()}
                  for s in splices if callable(getattr(s.stats, "state", None))}
         return EvaluationRow(row, {s.module: dict(s.stats.batch()) for s in splices},
@@ -91,6 +96,28 @@ class Evaluator:
             elif rows:
                 log.warning("resume: the splice at %s cannot carry its statistics over (no state in the file, or "
                             "the stats have no load_state); its run totals cover the batches run from now on", s.module)
+
+
+CAUSES = {
+    "ce_clean": "the model's own logits are not finite (before any hook)",
+    "intervened": "the hooked forward's logits are not finite: an op or a splice put NaN/inf into the model",
+    "ablated": "the ablated forward's logits are not finite (ablation=mean: NaN/inf in the mean file?)",
+    "_score": "its denominator (ce_ablated - ce_clean, or the clean ce) is 0 or not finite",
+    "explained_variance": "the SAE's reconstruction is not finite, or the activations it reads do not vary (variance 0)",
+    "mse": "the SAE's reconstruction is not finite (NaN/inf in its output), or the activations it reads are not",
+}
+
+
+def warn_non_finite(values: dict, module: str, seen: set) -> None:
+    """One warning per (module, metric) whose value came out NaN or inf, with its likely cause
+    (l0 and dead_fraction of a module without latents are NaN by definition: not warned)."""
+    for name, value in values.items():
+        if name in ("l0", "dead_fraction") or (module, name) in seen or not isinstance(value, float) or math.isfinite(value):
+            continue
+        seen.add((module, name))
+        cause = next((c for key, c in CAUSES.items() if key in name), "a NaN or inf in the forward")
+        log.warning("evaluate: %s%s is %s from this batch on (the run's totals too): %s", name,
+                    f" of the splice at {module}" if module else "", value, cause)
 
 
 def forward(model: nn.Module, call: ModelCall) -> Any:
