@@ -89,11 +89,16 @@ def import_modules(names: list[str]) -> None:
             raise ConfigError(f"imports: cannot import {name!r}: {exc}") from None
 
 
-def build_model(node: Mapping, device: torch.device) -> nn.Module:
+def build_model(node: Mapping, device: torch.device, progress: bool = True) -> nn.Module:
+    """The model a `model:` node builds, on `device`, in eval mode; `progress=False` keeps a
+    library's weight-loading bar (transformers') off, as the run's own bar is."""
+    from hookrun.models.hf import loading_bars
+
     node = dict(node)
     checkpoint = node.pop("checkpoint", None)
     try:
-        model = build(node, "model")
+        with loading_bars(progress):
+            model = build(node, "model")
     except ConfigError as exc:
         if node.get("weights") and ("URLError" in str(exc) or "HTTPError" in str(exc)):
             raise ConfigError(_weights_message(node, str(exc))) from None

@@ -100,7 +100,7 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, da
         out = check_output(cfg.output.path, cfg.output.overwrite or not check_exists, create=not cfg.dry_run)
 
     seed_everything(cfg.seed)
-    model = build_model(cfg.model, device) if model is None else live_model(model, device)
+    model = build_model(cfg.model, device, cfg.progress) if model is None else live_model(model, device)
     if mode == "grad":
         disable_inplace(model)
     if mode == "generate" and dataset is None:
