@@ -45,6 +45,19 @@ def fused_message(point: HookPoint, impl: str) -> str:
             f"_from_config(cfg, attn_implementation='eager'))")
 
 
+def no_output(where: str, module: Any, role: str, returned: list[str]) -> str:
+    """Why `role` is not among a module's outputs (it returns None there, as attention weights under
+    a fused kernel, or has no such output), naming what the module does return."""
+    impl = attn_implementation(module)
+    line = (f"{where} receives no {role}: it returns None there, or has no such output (a None is never "
+            f"recorded); it returns: {', '.join(returned) or 'no tensor'}")
+    if impl not in (None, "eager"):
+        line += (f"; its attention runs attn_implementation={impl}, which returns None for the attention weights: "
+                 f"build the model with eager attention: {EAGER} (a model of your own: "
+                 f"_from_config(cfg, attn_implementation='eager'))")
+    return line
+
+
 def check_fused_attention(points: list[HookPoint]) -> None:
     """A softmax op site on a transformers module whose attention runs a fused kernel: refused where
     named exactly, and for a glob where every module it reaches is such a module."""
