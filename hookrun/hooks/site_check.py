@@ -58,6 +58,26 @@ def no_output(where: str, module: Any, role: str, returned: list[str]) -> str:
     return line
 
 
+def unfuse(modules: list[nn.Module], why: str) -> Callable[[], None]:
+    """Switch timm-style attention modules (a `fused_attn` attribute, True: F.scaled_dot_product_attention,
+    where no softmax or matmul of the attention runs) to their unfused path, which computes q @ k^T,
+    softmax and @ v in the module's own code so op sites can fire; logs the switch. Returns what
+    restores them (run at the end of the run: a live model comes back as it went in)."""
+    switched = [m for m in dict.fromkeys(modules) if getattr(m, "fused_attn", None) is True]
+    for m in switched:
+        m.fused_attn = False
+    if switched:
+        log.info("%s: %d attention module(s) (%s) switched from fused attention to their unfused path "
+                 "(fused_attn=False), so their softmax and matmuls run; same results, slower",
+                 why, len(switched), type(switched[0]).__name__)
+
+    def restore() -> None:
+        for m in switched:
+            m.fused_attn = True
+
+    return restore
+
+
 def check_fused_attention(points: list[HookPoint]) -> None:
     """A softmax op site on a transformers module whose attention runs a fused kernel: refused where
     named exactly, and for a glob where every module it reaches is such a module."""
