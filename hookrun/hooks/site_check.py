@@ -21,10 +21,12 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from torch import nn
+from torch import Tensor, nn
 
 from hookrun.errors import ConfigError
+from hookrun.hooks.events import flatten
 from hookrun.hooks.points import HookPoint
+from hookrun.hooks.site_axes import Call, site_axes
 from hookrun.hooks.sites import Listener
 
 log = logging.getLogger("hookrun")
@@ -98,10 +100,18 @@ def check_sites_run(points: list[HookPoint], model: nn.Module, forward: Callable
     if not sites:
         return points
     calls: dict[nn.Module, dict[str, int]] = {}  # module -> FN -> calls in one forward of it (the most)
+    structure: dict[nn.Module, list[Call]] = {}  # module -> the calls of its first forward (site_axes)
+    done: set[nn.Module] = set()
 
     def on_call(module: nn.Module, fn: str, k: int, func: Any, args: tuple, result: Any) -> None:
         seen = calls.setdefault(module, {})
         seen[fn] = max(seen.get(fn, 0), k + 1)
+        kept = structure.setdefault(module, [])
+        if module in done or (k == 0 and any(c.fn == fn and c.k == 0 for c in kept)):
+            done.add(module)  # a second forward of the module: its first one is the structure
+            return
+        out = {"output": result} if isinstance(result, Tensor) else flatten(result, "output")
+        kept.append(Call(fn, k, flatten(args, "input"), out))
 
     listener = Listener(on_call)
     handles = [h for m in dict.fromkeys(p.target for p in sites) for h in listener.watch(m)]
@@ -116,6 +126,9 @@ def check_sites_run(points: list[HookPoint], model: nn.Module, forward: Callable
         n = calls.get(p.target, {}).get(fn, 0)
         return n > 0 and (call is None or call < n)
 
+    for p in sites:  # the axis names the structure of the calls gives (site_axes), for dims.meaning
+        p.axes = {key: names for key, names in site_axes(structure.get(p.target, [])).items() if key[0] == p.site[0]}
+    structure.clear()
     dead = [p for p in sites if not runs(p)]
     for p in dead:
         if not p.globbed:
