@@ -1,12 +1,13 @@
 """Typed parameters of actions and ops: the one place their booleans are checked.
 
-    params = typed_params(splice_factory, {"error_term": "false"}, "hooks.sae.actions.0")
-    params["error_term"]  # False
+    from hookrun.hooks.splice import splice          # the op's factory: error_term: bool = False
+    typed_params(splice, {"error_term": "false", "path": "saes/h1"}, "hooks.sae.actions.0")
+    # {'error_term': False, 'path': 'saes/h1'}
 
 An action's or op's parameters are sibling keys of the action in the config (`{name: modify_output,
 op: splice, error_term: false}`); YAML, a script or an override may give a boolean as a string.
 Every parameter the callable declares as `bool` (annotated `bool` or `bool | None`, or defaulting
-to True/False) is read as the schema's own booleans are: True/False, or the strings true/false,
+to True/False) is read as the schema's own booleans are: True/False, 0/1, or the strings true/false,
 yes/no, on/off (any case); anything else is one ConfigError naming the key. Other keys pass as given.
 """
 
@@ -43,6 +44,8 @@ def as_bool(value: Any, key: str, where: str) -> bool | None:
         return value
     if isinstance(value, str) and value.strip().lower() in TRUE + FALSE:
         return value.strip().lower() in TRUE
+    if isinstance(value, int) and value in (0, 1):  # as OmegaConf reads 0 and 1 for a bool
+        return bool(value)
     raise ConfigError(f"{where}: {key}={value!r} is not a boolean; give true or false")
 
 
