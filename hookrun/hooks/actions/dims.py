@@ -10,7 +10,11 @@ or its scores (a softmax op site inside an attention module, an attention module
 such as GPT-2 eager's `output.1`, TransformerLens' `hook_pattern`) is `head, query, key`; a 4-D
 map `channel, height, width`; a (B, T, ...) tensor over the batch's tokens `token, ...`; 3-D
 `token, feature` (`channel, length` out of a 1-d conv, norm or pool); 2-D `feature`; anything
-else `dim_1, dim_2, ...`. select/reduce then drop the axes they remove (shaped_names()).
+else `dim_1, dim_2, ...`. An op site's names come first from the structure of its module's calls
+(hooks/site_axes.py: which tensor the softmax reads and writes, which operands are queries and keys),
+found by the site check before the first batch, so a sequence as long as a head is wide is still
+`head, query, key`; the size rules name what that structure does not reach. select/reduce then
+drop the axes they remove (shaped_names()).
 """
 
 from __future__ import annotations
