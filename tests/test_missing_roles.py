@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import hookrun
-from hookrun.errors import RunError
+from hookrun.errors import ConfigError
 
 transformers = pytest.importorskip("transformers")
 HOOKS = {"a": {"at": "transformer.h.0.attn", "type": "forward", "actions": [{"name": "record", "what": "output.1"}]}}
@@ -37,18 +37,28 @@ def test_the_module_itself_returns_none_for_the_weights_under_sdpa():
     assert seen[0][1] is None
 
 
-def test_capture_of_a_none_output_is_one_clear_error():
+def test_capture_of_a_none_output_is_one_clear_error_before_the_forward():
     model = gpt2("sdpa")
-    with pytest.raises(RunError, match=MESSAGE), hookrun.capture(model, HOOKS), torch.no_grad():
-        model(input_ids=torch.randint(0, 50, (2, 6)))
+    with pytest.raises(ConfigError, match=MESSAGE), hookrun.capture(model, HOOKS):
+        pass
 
 
-def test_a_file_run_says_the_same(tmp_path):
+def test_a_file_run_says_the_same_before_any_batch(tmp_path):
     ds = [{"input_ids": torch.randint(0, 50, (6,))} for _ in range(4)]
     cfg = {"data": {"batch_size": 2, "target": None}, "device": "cpu", "progress": False, "hooks": HOOKS,
            "output": {"path": str(tmp_path / "c.h5")}}
-    with pytest.raises(RunError, match=MESSAGE):
+    with pytest.raises(ConfigError, match=MESSAGE):
         hookrun.run(cfg, model=gpt2("sdpa"), dataset=ds)
+    assert not list(tmp_path.iterdir())  # no file, no `failed` file
+
+
+@pytest.mark.parametrize("at", ["transformer.h.*.attn", "**.attn"])
+def test_a_glob_reaching_only_such_modules_is_refused_too(at):
+    """Before: a glob skipped every module it reached and the capture ended empty, without a word."""
+    model = gpt2("sdpa")
+    hooks = {"a": {"at": at, "type": "forward", "actions": [{"name": "record", "what": "output.1"}]}}
+    with pytest.raises(ConfigError, match=MESSAGE), hookrun.capture(model, hooks):
+        pass
 
 
 def test_eager_attention_records_the_weights():

@@ -25,7 +25,7 @@ from hookrun.hooks.actions import ACTIONS
 from hookrun.hooks.actions.base import Callback
 from hookrun.hooks.hook_types import HOOK_TYPES
 from hookrun.hooks.points import HookPoint
-from hookrun.hooks.site_check import check_fused_attention, unfuse
+from hookrun.hooks.site_check import check_attention_weights, check_fused_attention, unfuse
 from hookrun.hooks.sites import check_site_actions, split_site
 
 GLOB_CHARS = set("*?[")
@@ -159,6 +159,7 @@ def make_plan(model: nn.Module, specs: list, env: Any, mode: str) -> list[HookPo
             points.append(point)
     env.closers.append(unfuse([p.target for p in points if p.site is not None], "op sites"))
     check_fused_attention(points)
+    check_attention_weights(points)
     return points
 
 

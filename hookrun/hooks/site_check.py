@@ -80,6 +80,26 @@ def unfuse(modules: list[nn.Module], why: str) -> Callable[[], None]:
     return restore
 
 
+def check_attention_weights(points: list[HookPoint]) -> None:
+    """`record what: output.1` on a transformers attention module whose kernel is fused (sdpa, flash):
+    its weights output is always None there, so it is refused when the plan is made (before any
+    batch), with the same line a firing would give: where named exactly, and for a glob where every
+    module it reaches is such a module (a glob would otherwise skip them all: an empty capture)."""
+    groups: dict[str, list[tuple[HookPoint, Any]]] = {}
+    for p in points:
+        for action in p.actions:
+            if p.site is None and "output.1" in (getattr(action, "what", None) or ()):
+                groups.setdefault(p.hook, []).append((p, action))
+    for group in groups.values():
+        fused = [(p, a) for p, a in group if "Attention" in type(p.target).__name__
+                 and attn_implementation(p.target) not in (None, "eager")]
+        exact = [(p, a) for p, a in fused if not p.globbed]
+        if exact or (fused and len(fused) == len(group)):
+            p, action = (exact or fused)[0]
+            raise ConfigError(f"{action.where}: record what='output.1': "
+                              + no_output(p.module or "(model)", p.target, "output.1", ["output.0"]))
+
+
 def check_fused_attention(points: list[HookPoint]) -> None:
     """A softmax op site on a transformers module whose attention runs a fused kernel: refused where
     named exactly, and for a glob where every module it reaches is such a module."""
