@@ -28,6 +28,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hookrun.cli.hydra_errors import dotted_keys, one_line, shell_damage
+from hookrun.cli.usage import usage, version
 from hookrun.config.schema import HookrunConfig
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.runner.destination import in_run_folder
@@ -83,6 +84,7 @@ def _app(cfg: DictConfig) -> None:
 
 
 MULTIRUN = {"-m", "--multirun"}
+HELP = {"-h", "--help"}
 DRY_RUN = re.compile(r"^\+?dry_run=(true|True|yes|1)$")
 # the user asked for tracebacks: HYDRA_FULL_ERROR=1, or --verbose (taken off the command line in main())
 _FULL_ERROR = os.environ.get("HYDRA_FULL_ERROR") == "1" or os.environ.get("HOOKRUN_VERBOSE") == "1"
@@ -175,6 +177,11 @@ def main() -> None:
         os.environ["HOOKRUN_VERBOSE"] = "1"  # launcher workers inherit it
         _FULL_ERROR = True
     args = sys.argv[1:]
+    if "--version" in args:  # hookrun's version, not Hydra's
+        print(version())
+        sys.exit(0)
+    if HELP & set(args):  # hookrun's own help; Hydra's groups and config follow (hydra.help in conf/config.yaml)
+        print(usage(), flush=True)
     damage = shell_damage(args)
     if damage:
         _fail(ConfigError(damage))

@@ -18,7 +18,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from torch import nn
 
-from hookrun.errors import ConfigError, HookrunError
+from hookrun.errors import ConfigError, HookrunError, close_matches
 
 
 def build(node: Any, where: str, **kwargs: Any) -> Any:
@@ -43,10 +43,41 @@ def _instantiation_message(exc: InstantiationException, target: str) -> str:
     # the whole message on one line: Hydra wraps some sentences over several lines (a blocklisted target)
     text = " ".join(str(exc).split()).replace(", set env var HYDRA_FULL_ERROR=1 to see chained stack trace.", "")
     if "Error locating target" in text:
-        return f"cannot import {target!r} (is the package installed and the name spelt right?)"
+        return f"cannot import {target!r} ({_closest_names(target)})"
     if cause is not None:
         return f"building {target!r} failed: {type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}"
     return text
+
+
+def _closest_names(target: str) -> str:
+    """What the importable part of a dotted `target` holds that is close to the rest of it: the
+    hint of 'cannot import' (torchvision.models.resnet181 -> torchvision.models.resnet18, ...)."""
+    parts = str(target).split(".")
+    obj, found = None, 0
+    for i in range(len(parts), 0, -1):  # the longest importable module prefix
+        name = ".".join(parts[:i])
+        try:
+            obj, found = importlib.import_module(name), i
+            break
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and exc.name != name and not name.startswith(exc.name + "."):
+                return f"importing {name} needs {exc.name!r}, which is not installed"
+            continue
+        except Exception as exc:  # the module is there but fails on import
+            return f"importing {name} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    if obj is None:
+        return f"no module {parts[0]!r}: is the package installed and the name spelt right?"
+    for part in parts[found:]:
+        nxt = getattr(obj, part, None)
+        if nxt is None:
+            names = [n for n in dir(obj) if not n.startswith("_")]
+            close = close_matches(part, names, n=3)
+            owner = ".".join(parts[:parts.index(part, found)])
+            if close:
+                return f"{owner} has no {part!r}; did you mean {' or '.join(f'{owner}.{c}' for c in close)}?"
+            return f"{owner} has no {part!r}; is the name spelt right?"
+        obj = nxt
+    return "is the package installed and the name spelt right?"
 
 
 def import_modules(names: list[str]) -> None:
@@ -58,11 +89,16 @@ def import_modules(names: list[str]) -> None:
             raise ConfigError(f"imports: cannot import {name!r}: {exc}") from None
 
 
-def build_model(node: Mapping, device: torch.device) -> nn.Module:
+def build_model(node: Mapping, device: torch.device, progress: bool = True) -> nn.Module:
+    """The model a `model:` node builds, on `device`, in eval mode; `progress=False` keeps a
+    library's weight-loading bar (transformers') off, as the run's own bar is."""
+    from hookrun.models.hf import loading_bars
+
     node = dict(node)
     checkpoint = node.pop("checkpoint", None)
     try:
-        model = build(node, "model")
+        with loading_bars(progress):
+            model = build(node, "model")
     except ConfigError as exc:
         if node.get("weights") and ("URLError" in str(exc) or "HTTPError" in str(exc)):
             raise ConfigError(_weights_message(node, str(exc))) from None

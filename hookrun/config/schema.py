@@ -10,6 +10,8 @@ loss) and the hook map are untyped here and checked in code (build.py, specs.py)
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -163,22 +165,29 @@ def _omegaconf_message(exc: OmegaConfBaseException) -> str:
     key = getattr(exc, "full_key", None)
     message = f"{key}: {first}" if key and key not in first else first
     if key and first.startswith("Key ") and " not in " in first:
-        close = close_matches(key, schema_keys(), n=1)
+        keys = schema_keys()
+        parent = key.rpartition(".")[0]
+        siblings = [k for k in keys if k.rpartition(".")[0] == parent]  # the block's own keys first
+        close = close_matches(key, siblings, n=1) or close_matches(key, [k for k in keys if k.count(".") == key.count(".")], n=1)
         if close:
             message += f"; did you mean {close[0]}?"
+        if parent and siblings:
+            message += f" ({parent} has: {', '.join(sorted(k.rpartition('.')[2] for k in siblings))})"
     return message
 
 
 def schema_keys() -> list[str]:
-    """The dotted keys the schema types (data.batch_size, output.path, ...)."""
+    """The dotted keys the schema types (data.batch_size, output.path, evaluate.ablation, ...): the
+    fields of its dataclasses, an optional block's (evaluate: null) included."""
     out = []
 
-    def walk(node: Any, prefix: str) -> None:
-        for k in node:
-            out.append(f"{prefix}{k}")
-            child = node._get_node(k)
-            if isinstance(child, DictConfig) and child._metadata.object_type not in (None, dict):
-                walk(child, f"{prefix}{k}.")
+    def walk(cls: type, prefix: str) -> None:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            out.append(f"{prefix}{f.name}")
+            inner = [t for t in (typing.get_args(hints[f.name]) or (hints[f.name],)) if dataclasses.is_dataclass(t)]
+            if inner:
+                walk(inner[0], f"{prefix}{f.name}.")
 
-    walk(OmegaConf.structured(HookrunConfig), "")
+    walk(HookrunConfig, "")
     return out

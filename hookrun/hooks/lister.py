@@ -24,6 +24,7 @@ from torch import nn
 from hookrun.errors import ConfigError, NotFoundError
 from hookrun.hooks.events import flatten
 from hookrun.hooks.plan import resolve_targets, unwrap
+from hookrun.hooks.site_check import unfuse
 from hookrun.hooks.sites import Listener, fn_label, split_site
 
 
@@ -107,6 +108,7 @@ def list_modules(model: nn.Module, example: Any = None, match: str | None = None
     for m in table:
         m.calls = 0
     handles, listener, found = [], None, {n: {} for n in chosen}
+    restore = unfuse([named[n] for n in chosen], "modules") if ops else None  # the op sites a run would hook
     try:
         for name, info in infos.items():
             handles.append(named[name].register_forward_pre_hook(_seen_input(info), with_kwargs=True))
@@ -120,6 +122,8 @@ def list_modules(model: nn.Module, example: Any = None, match: str | None = None
     finally:
         for h in reversed(handles):
             h.remove()
+        if restore is not None:
+            restore()
     if not ops:
         return table
     out = ModuleTable()

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from hookrun.config.build import build as build_node
+from hookrun.config.params import typed_params
 from hookrun.errors import ConfigError, NotFoundError
 from hookrun.hooks.registry import Registry
 from hookrun.labels import module_label
@@ -158,17 +159,26 @@ def _features(features: Any, op: str, values: bool = True) -> tuple[list[int], l
         form = "[3, 17]" if not values else "{123: 4.0}"
         raise ConfigError(f"op {op}: features must be {'a list or ' if not values else ''}a mapping of feature index to "
                           f"value, e.g. features: {form}; got {features!r}")
+    if not idx or any(isinstance(i, bool) for i in idx):
+        raise ConfigError(f"op {op}: features {features!r}: give one or more feature indices (whole numbers)")
     try:
-        return [int(i) for i in idx], [float(v) for v in vals]
+        idx, vals = [int(i) for i in idx], [float(v) for v in vals]
     except (TypeError, ValueError):
         raise ConfigError(f"op {op}: features {features!r}: indices must be integers and values numbers") from None
+    if min(idx) < 0:  # Python's negative index would edit a feature counted from the end
+        raise ConfigError(f"op {op}: feature {min(idx)} is negative; feature indices count from 0")
+    return idx, vals
 
 
-def _feature_op(features: Any, name: str, apply: Callable, values: bool = True) -> Op:
+def _feature_op(features: Any, name: str, apply: Callable, build: OpBuild | None, values: bool = True) -> Op:
     idx, vals = _features(features, name, values)
+    width = getattr(build.point.target, "width", None) if build is not None else None  # an SAE's latents: d_sae
+    if isinstance(width, int) and max(idx) >= width:
+        raise ConfigError(f"{build.where}: op {name} at {build.point.module}: feature {max(idx)} does not exist; "
+                          f"the SAE has d_sae={width} features (0 to {width - 1})")
 
     def op(x: torch.Tensor, ctx: OpContext) -> torch.Tensor:
-        if max(idx) >= x.shape[-1] or min(idx) < -x.shape[-1]:
+        if max(idx) >= x.shape[-1]:
             raise ConfigError(f"op {name} at {module_label(ctx.module)}: feature {max(idx)} is past the last dim's "
                               f"{x.shape[-1]} features (shape {tuple(x.shape)})")
         out = x.clone()
@@ -180,28 +190,28 @@ def _feature_op(features: Any, name: str, apply: Callable, values: bool = True) 
 
 
 @register_op("zero_features")
-def zero_features(features: Any) -> Op:
+def zero_features(features: Any, *, build: OpBuild | None = None) -> Op:
     """Zero the listed features of the last dim (an SAE's latents: `features: [3, 17]`)."""
-    return _feature_op(features, "zero_features", lambda cur, v: torch.zeros_like(cur), values=False)
+    return _feature_op(features, "zero_features", lambda cur, v: torch.zeros_like(cur), build, values=False)
 
 
 @register_op("scale_features")
-def scale_features(features: Any) -> Op:
+def scale_features(features: Any, *, build: OpBuild | None = None) -> Op:
     """Multiply each listed feature of the last dim by its value (`features: {3: 0.5}`)."""
-    return _feature_op(features, "scale_features", lambda cur, v: cur * v)
+    return _feature_op(features, "scale_features", lambda cur, v: cur * v, build)
 
 
 @register_op("clamp_features")
-def clamp_features(features: Any) -> Op:
+def clamp_features(features: Any, *, build: OpBuild | None = None) -> Op:
     """Set each listed feature of the last dim to its value at every position (`features: {123: 8.0}`)."""
-    return _feature_op(features, "clamp_features", lambda cur, v: v.expand_as(cur).clone())
+    return _feature_op(features, "clamp_features", lambda cur, v: v.expand_as(cur).clone(), build)
 
 
 @register_op("add_features")
-def add_features(features: Any) -> Op:
+def add_features(features: Any, *, build: OpBuild | None = None) -> Op:
     """Add its value to each listed feature of the last dim. On an SAE's latents (MODULE.sae.latents)
     this steers: the reconstruction moves by value x the feature's decoder direction."""
-    return _feature_op(features, "add_features", lambda cur, v: cur + v)
+    return _feature_op(features, "add_features", lambda cur, v: cur + v, build)
 
 
 def build_op(op: Any, params: Mapping, where: str, build: OpBuild | None = None) -> Op:
@@ -229,6 +239,7 @@ def build_op(op: Any, params: Mapping, where: str, build: OpBuild | None = None)
     missing = [n for n, p in sig.parameters.items() if p.default is p.empty and n not in params and n != "build"]
     if missing:
         raise ConfigError(f"{where}: op {op} needs {', '.join(missing)} (e.g. {{name: ..., op: {op}, {missing[0]}: ...}})")
+    params = typed_params(factory, params, where)
     if takes_build:
         if build is None:
             raise ConfigError(f"{where}: op {op} needs a hook point to be built (it is made by a modify action)")

@@ -18,6 +18,7 @@ from typing import Any
 from torch import nn
 
 from hookrun.config.build import build_user_action
+from hookrun.config.params import typed_params
 from hookrun.config.schema import Mode
 from hookrun.errors import ConfigError, NotFoundError, close_matches
 from hookrun.hooks import splice
@@ -25,7 +26,7 @@ from hookrun.hooks.actions import ACTIONS, ActionEnv
 from hookrun.hooks.actions.base import Callback
 from hookrun.hooks.hook_types import HOOK_TYPES
 from hookrun.hooks.points import HookPoint
-from hookrun.hooks.site_check import check_fused_attention
+from hookrun.hooks.site_check import check_attention_weights, check_fused_attention, unfuse
 from hookrun.hooks.sites import check_site_actions, split_site
 
 GLOB_CHARS = set("*?[")
@@ -159,7 +160,9 @@ def make_plan(model: nn.Module, specs: list, env: ActionEnv, mode: Mode | str) -
             if site is not None:
                 check_site_actions(point, site[0])
             points.append(point)
+    env.closers.append(unfuse([p.target for p in points if p.site is not None], "op sites"))
     check_fused_attention(points)
+    check_attention_weights(points)
     return points
 
 
@@ -196,4 +199,4 @@ def _construct(cls: type, action_spec: Any, point: HookPoint, hook_type: Any, en
             f"{action_spec.where}: {action_spec.name} has no parameter {', '.join(map(repr, unknown))}; "
             f"its parameters: {', '.join(a for a in allowed if params[a].kind is not params[a].VAR_KEYWORD) or 'none'}"
         )
-    return cls(point, hook_type, env, where=action_spec.where, **action_spec.params)
+    return cls(point, hook_type, env, where=action_spec.where, **typed_params(cls.__init__, action_spec.params, action_spec.where))

@@ -28,7 +28,7 @@ from hookrun.errors import ConfigError
 from hookrun.hooks.sae_model import SparseCoder
 from hookrun.hooks.sae_module import ModuleCoder, load_module, read_safetensors, read_state_dict
 
-__all__ = ["SparseCoder", "load_sae", "load_module", "ModuleCoder"]
+__all__ = ["SparseCoder", "check_finite_weights", "load_sae", "load_module", "ModuleCoder"]
 
 FORMATS = ("cfg.json + sae_weights.safetensors (SAELens), cfg.json + sae.safetensors (sparsify) "
            "or ae.pt + config.json (dictionary_learning)")
@@ -67,8 +67,20 @@ def load_sae(path: str | os.PathLike, *, device: Any = None, dtype: torch.dtype 
     target_dtype = DTYPES.get(dtype.removeprefix("torch.")) if isinstance(dtype, str) else dtype
     if dtype is not None and not isinstance(target_dtype, torch.dtype):
         raise ConfigError(f"{lead}dtype {dtype!r} for the SAE in {folder}: choose one of {', '.join(DTYPES)}")
+    check_finite_weights(sae, f"{lead}the SAE in {folder}")
     sae = sae.to(device=device, dtype=target_dtype) if (device is not None or target_dtype is not None) else sae
     return sae.requires_grad_(False).eval()
+
+
+def check_finite_weights(module: torch.nn.Module, what: str) -> None:
+    """Refuse a learned module with a NaN or infinite weight (it would splice NaN into every batch),
+    naming the tensor."""
+    for name, t in module.state_dict().items():
+        if torch.is_floating_point(t) and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            kinds = "/".join(k for k, f in (("NaN", torch.isnan), ("inf", torch.isinf)) if bool(f(t).any()))
+            raise ConfigError(f"{what}: its tensor {name} holds {bad} non-finite value(s) ({kinds}) of {t.numel()}; "
+                              f"the weights are damaged (a diverged training run?): retrain or re-save them")
 
 
 def _is_sae_folder(p: Path) -> bool:

@@ -21,10 +21,12 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from torch import nn
+from torch import Tensor, nn
 
 from hookrun.errors import ConfigError
+from hookrun.hooks.events import flatten
 from hookrun.hooks.points import HookPoint
+from hookrun.hooks.site_axes import Call, site_axes
 from hookrun.hooks.sites import Listener
 from hookrun.labels import module_label
 
@@ -44,6 +46,59 @@ def fused_message(point: HookPoint, impl: str) -> str:
             f"attn_implementation={impl}, a fused kernel that never computes the attention probabilities; build the "
             f"model with eager attention: {EAGER} (a model of your own: "
             f"_from_config(cfg, attn_implementation='eager'))")
+
+
+def no_output(where: str, module: Any, role: str, returned: list[str]) -> str:
+    """Why `role` is not among a module's outputs (it returns None there, as attention weights under
+    a fused kernel, or has no such output), naming what the module does return."""
+    impl = attn_implementation(module)
+    line = (f"{where} receives no {role}: it returns None there, or has no such output (a None is never "
+            f"recorded); it returns: {', '.join(returned) or 'no tensor'}")
+    if impl not in (None, "eager"):
+        line += (f"; its attention runs attn_implementation={impl}, which returns None for the attention weights: "
+                 f"build the model with eager attention: {EAGER} (a model of your own: "
+                 f"_from_config(cfg, attn_implementation='eager'))")
+    return line
+
+
+def unfuse(modules: list[nn.Module], why: str) -> Callable[[], None]:
+    """Switch timm-style attention modules (a `fused_attn` attribute, True: F.scaled_dot_product_attention,
+    where no softmax or matmul of the attention runs) to their unfused path, which computes q @ k^T,
+    softmax and @ v in the module's own code so op sites can fire; logs the switch. Returns what
+    restores them (run at the end of the run: a live model comes back as it went in)."""
+    switched = [m for m in dict.fromkeys(modules) if getattr(m, "fused_attn", None) is True]
+    for m in switched:
+        m.fused_attn = False
+    if switched:
+        log.info("%s: %d attention module(s) (%s) switched from fused attention to their unfused path "
+                 "(fused_attn=False), so their softmax and matmuls run; same results, slower",
+                 why, len(switched), type(switched[0]).__name__)
+
+    def restore() -> None:
+        for m in switched:
+            m.fused_attn = True
+
+    return restore
+
+
+def check_attention_weights(points: list[HookPoint]) -> None:
+    """`record what: output.1` on a transformers attention module whose kernel is fused (sdpa, flash):
+    its weights output is always None there, so it is refused when the plan is made (before any
+    batch), with the same line a firing would give: where named exactly, and for a glob where every
+    module it reaches is such a module (a glob would otherwise skip them all: an empty capture)."""
+    groups: dict[str, list[tuple[HookPoint, Any]]] = {}
+    for p in points:
+        for action in p.actions:
+            if p.site is None and "output.1" in (getattr(action, "what", None) or ()):
+                groups.setdefault(p.hook, []).append((p, action))
+    for group in groups.values():
+        fused = [(p, a) for p, a in group if "Attention" in type(p.target).__name__
+                 and attn_implementation(p.target) not in (None, "eager")]
+        exact = [(p, a) for p, a in fused if not p.globbed]
+        if exact or (fused and len(fused) == len(group)):
+            p, action = (exact or fused)[0]
+            raise ConfigError(f"{action.where}: record what='output.1': "
+                              + no_output(p.module or "(model)", p.target, "output.1", ["output.0"]))
 
 
 def check_fused_attention(points: list[HookPoint]) -> None:
@@ -66,10 +121,18 @@ def check_sites_run(points: list[HookPoint], model: nn.Module, forward: Callable
     if not sites:
         return points
     calls: dict[nn.Module, dict[str, int]] = {}  # module -> FN -> calls in one forward of it (the most)
+    structure: dict[nn.Module, list[Call]] = {}  # module -> the calls of its first forward (site_axes)
+    done: set[nn.Module] = set()
 
     def on_call(module: nn.Module, fn: str, k: int, func: Any, args: tuple, result: Any) -> None:
         seen = calls.setdefault(module, {})
         seen[fn] = max(seen.get(fn, 0), k + 1)
+        kept = structure.setdefault(module, [])
+        if module in done or (k == 0 and any(c.fn == fn and c.k == 0 for c in kept)):
+            done.add(module)  # a second forward of the module: its first one is the structure
+            return
+        out = {"output": result} if isinstance(result, Tensor) else flatten(result, "output")
+        kept.append(Call(fn, k, flatten(args, "input"), out))
 
     listener = Listener(on_call)
     handles = [h for m in dict.fromkeys(p.target for p in sites) for h in listener.watch(m)]
@@ -84,6 +147,9 @@ def check_sites_run(points: list[HookPoint], model: nn.Module, forward: Callable
         n = calls.get(p.target, {}).get(fn, 0)
         return n > 0 and (call is None or call < n)
 
+    for p in sites:  # the axis names the structure of the calls gives (site_axes), for dims.meaning
+        p.axes = {key: names for key, names in site_axes(structure.get(p.target, [])).items() if key[0] == p.site[0]}
+    structure.clear()
     dead = [p for p in sites if not runs(p)]
     for p in dead:
         if not p.globbed:

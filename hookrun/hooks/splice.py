@@ -28,9 +28,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from hookrun.config.params import typed_params
 from hookrun.errors import ConfigError
 from hookrun.hooks.ops import OpBuild, OpContext, register_op
-from hookrun.hooks.sae import load_sae
+from hookrun.hooks.sae import check_finite_weights, load_sae
 from hookrun.hooks.sae_module import load_module
 from hookrun.hooks.splice_stats import SpliceStats
 from hookrun.labels import module_label
@@ -39,7 +40,12 @@ CHILD = "sae"  # MODULE.sae is the spliced module; MODULE.sae.latents and .recon
 
 
 class Tap(nn.Module):
-    """An identity: a named place in the forward for hooks (TransformerLens' HookPoint)."""
+    """An identity: a named place in the forward for hooks (TransformerLens' HookPoint); `width`:
+    the size of its tensor's last dim where it is known before any batch (an SAE's d_sae)."""
+
+    def __init__(self, width: int | None = None) -> None:
+        super().__init__()
+        self.width = width
 
     def forward(self, x: Tensor) -> Tensor:
         return x
@@ -54,7 +60,8 @@ class Splice(nn.Module):
         self.module, self.error_term, self.state = module, bool(error_term), state
         self.codes = bool(getattr(coder, "has_encode", True))  # encode/decode (an SAE), or only forward
         if self.codes:
-            self.latents = Tap()
+            d_sae = getattr(coder, "d_sae", None)
+            self.latents = Tap(d_sae if isinstance(d_sae, int) else None)
         self.reconstruction = Tap()
         self.stats = SpliceStats(getattr(coder, "d_sae", None))
 
@@ -94,7 +101,9 @@ def coder_of(params: Mapping, where: str, device: Any = None) -> nn.Module:
         return load_sae(str(path), device=device, dtype=params.get("dtype"), where=where)
     if params.get("dtype") is not None:
         raise ConfigError(f"{where}: dtype is for path: (an SAE folder); a module: is used as it is built")
-    return load_module(module, params.get("state_dict"), where=where).to(device)
+    coder = load_module(module, params.get("state_dict"), where=where)
+    check_finite_weights(coder, f"{where}: the module {module.get('_target_') if isinstance(module, Mapping) else module!r}")
+    return coder.to(device)
 
 
 def install(model: nn.Module, specs: list, env: Any, targets: Callable[[Any], list]) -> None:
@@ -118,10 +127,11 @@ def install(model: nn.Module, specs: list, env: Any, targets: Callable[[Any], li
                 if coder is None:
                     device = next((p.device for p in target.parameters()), None)
                     coder = coder_of(action.params, action.where, device)
-                splice = Splice(coder, name, action.params.get("error_term", False), env.state)
-                target.add_module(CHILD, splice)
-                env.splices.append(splice)
-                env.closers.append(_remover(target, splice, env))
+                error_term = typed_params(splice, action.params, action.where).get("error_term", False)
+                spliced = Splice(coder, name, error_term, env.state)
+                target.add_module(CHILD, spliced)
+                env.splices.append(spliced)
+                env.closers.append(_remover(target, spliced, env))
 
 
 def _remover(target: nn.Module, splice: Splice, env: Any) -> Callable[[], None]:

@@ -9,12 +9,40 @@ read with `local_files_only=True`; a folder that is not there is refused with it
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from torch import nn
 
 from hookrun.errors import ConfigError
+
+BARS: ContextVar[bool] = ContextVar("hookrun_loading_bars", default=True)  # progress=false: no loading bar
+
+
+@contextmanager
+def loading_bars(on: bool) -> Iterator[None]:
+    """Within it, models built by hf() show transformers' weight-loading bar only when `on` (the
+    run's `progress`); build_model enters it."""
+    token = BARS.set(bool(on))
+    try:
+        yield
+    finally:
+        BARS.reset(token)
+
+
+@contextmanager
+def _quiet(transformers_logging: object) -> Iterator[None]:
+    """transformers' progress bars off while a model loads, as they were afterwards."""
+    if BARS.get() or not transformers_logging.is_progress_bar_enabled():
+        yield
+        return
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        transformers_logging.enable_progress_bar()
 
 
 def hf(model_class: str = "GPT2LMHeadModel", config: Mapping | None = None, path: str | None = None,
@@ -37,7 +65,8 @@ def hf(model_class: str = "GPT2LMHeadModel", config: Mapping | None = None, path
             raise ConfigError(f"model.path: no folder {str(folder)!r} (a folder written by save_pretrained, "
                               f"with config.json and the weights)")
         try:
-            return cls.from_pretrained(str(folder), local_files_only=True, **extra)
+            with _quiet(transformers.utils.logging):
+                return cls.from_pretrained(str(folder), local_files_only=True, **extra)
         except (OSError, ValueError) as exc:
             raise ConfigError(f"model.path: {str(folder)!r} cannot be read as {model_class}: {str(exc).splitlines()[0]}") from None
     config_class = getattr(cls, "config_class", None)

@@ -11,6 +11,7 @@ its checks are hookrun.runner.kinds.evaluate.
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 
 import h5py
@@ -24,6 +25,28 @@ from hookrun.store.reading import open_source
 from hookrun.store.schema import RowKind, list_captures
 
 log = logging.getLogger("hookrun")
+CAUSES = {
+    "ce_clean": "the model's own logits are not finite (before any hook)",
+    "intervened": "the hooked forward's logits are not finite: an op or a splice put NaN/inf into the model",
+    "ablated": "the ablated forward's logits are not finite (ablation=mean: NaN/inf in the mean file?)",
+    "_score": "its denominator (ce_ablated - ce_clean, or the clean ce) is 0 or not finite",
+    "explained_variance": "the SAE's reconstruction is not finite, or the activations it reads do not vary (variance 0)",
+    "mse": "the SAE's reconstruction is not finite (NaN/inf in its output), or the activations it reads are not",
+}
+
+
+def warn_non_finite(values: dict, module: str, seen: set) -> None:
+    """One warning per (module, metric) whose value came out NaN or inf, with its likely cause
+    (l0 and dead_fraction of a module without latents are NaN by definition: not warned)."""
+    for name, value in values.items():
+        if name in ("l0", "dead_fraction") or (module, name) in seen or not isinstance(value, float) or math.isfinite(value):
+            continue
+        seen.add((module, name))
+        cause = next((c for key, c in CAUSES.items() if key in name), "a NaN or inf in the forward")
+        log.warning("evaluate: %s%s is %s from this batch on (the run's totals too): %s", name,
+                    f" of the splice at {module}" if module else "", value, cause)
+
+
 
 
 def zero_ablation(x: torch.Tensor, module: str, role: str) -> torch.Tensor:

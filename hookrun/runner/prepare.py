@@ -92,7 +92,7 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
     out.check_options(cfg)
 
     seed_everything(cfg.seed)
-    model = build_model(cfg.model, device) if model is None else live_model(model, device)
+    model = build_model(cfg.model, device, cfg.progress) if model is None else live_model(model, device)
     if mode is Mode.grad:
         disable_inplace(model)
     if mode is Mode.generate and dataset is None:

@@ -10,7 +10,11 @@ or its scores (a softmax op site inside an attention module, an attention module
 such as GPT-2 eager's `output.1`, TransformerLens' `hook_pattern`) is `head, query, key`; a 4-D
 map `channel, height, width`; a (B, T, ...) tensor over the batch's tokens `token, ...`; 3-D
 `token, feature` (`channel, length` out of a 1-d conv, norm or pool); 2-D `feature`; anything
-else `dim_1, dim_2, ...`. select/reduce then drop the axes they remove (shaped_names()).
+else `dim_1, dim_2, ...`. An op site's names come first from the structure of its module's calls
+(hooks/site_axes.py: which tensor the softmax reads and writes, which operands are queries and keys),
+found by the site check before the first batch, so a sequence as long as a head is wide is still
+`head, query, key`; the size rules name what that structure does not reach. select/reduce then
+drop the axes they remove (shaped_names()).
 """
 
 from __future__ import annotations
@@ -78,9 +82,13 @@ def parse_select(spec: Any, where: str) -> tuple[Any, Any, str]:
 PATTERN_HOOKS = ("hook_pattern", "hook_attn_scores")  # TransformerLens HookPoints of (B, H, Q, K) tensors
 
 
-def meaning(point: Any, role: str, shape: tuple[int, ...], state: StepState | None = None) -> list[str]:
-    """The names of a (batch, ...) tensor's axes, the batch first as `sample` (module docstring)."""
+def meaning(point: Any, role: str, shape: tuple[int, ...], state: StepState | None = None, where: str = "") -> list[str]:
+    """The names of a (batch, ...) tensor's axes, the batch first as `sample` (module docstring);
+    `where`: the firing's module (MODULE/FN.k for an op site, whose call k picks its structural names)."""
     n = len(shape)
+    known = _structural(point, role, where)
+    if known is not None and len(known) == n - 1:
+        return ["sample", *known]
     module = point.target if isinstance(point.target, nn.Module) else None
     kind = type(module).__name__.lower() if module is not None else ""
     attention = "attention" in kind or "attn" in kind
@@ -112,6 +120,18 @@ def meaning(point: Any, role: str, shape: tuple[int, ...], state: StepState | No
     else:
         rest = BY_RANK.get(n - 1) if n >= 1 else ()
     return ["sample", *(rest if rest is not None else unnamed(n - 1))]
+
+
+def _structural(point: Any, role: str, where: str) -> tuple[str, ...] | None:
+    """The names the structure of an op site's calls gives (HookPoint.axes, hooks/site_axes.py)."""
+    axes = getattr(point, "axes", None)
+    if not axes or point.site is None:
+        return None
+    _, _, k = where.rpartition(".")
+    if not k.isdigit():
+        return None
+    as_output = "output" + role[len("grad"):] if family(role) == "grad" else role  # a gradient has its result's axes
+    return axes.get((point.site[0], int(k), as_output))
 
 
 def _is_pattern(name: str, role: str, shape: tuple[int, ...], site: str | None, attention: bool,
@@ -198,5 +218,5 @@ def axis_names(rec: Any, ev: Event, role: str, raw: tuple[int, ...], per_step: b
                        f"stored as one row of shape {row} per {first}: give {len(row)} name(s), one per axis of a row")
     if rec.dim_names is not None or per_step or folded:
         return stored_names(first, row, rec.dim_names)
-    full = shaped_names(meaning(rec.point, role, raw, ev.state), rec.selections, rec.dims if rec.reduce else None, ev, role)
+    full = shaped_names(meaning(rec.point, role, raw, ev.state, ev.module), rec.selections, rec.dims if rec.reduce else None, ev, role)
     return stored_names(first, row, full[2:] if rec.token_rows else full[1:])

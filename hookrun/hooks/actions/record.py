@@ -39,6 +39,7 @@ from hookrun.hooks.actions.dims import (
 )
 from hookrun.hooks.actions.rows import STEP, RowRule, last_positions, padding_mask, per_sample_lists
 from hookrun.hooks.events import Event, family, positional_index, positional_role
+from hookrun.hooks.site_check import no_output
 from hookrun.store.records import Capture, CaptureKey
 
 REDUCERS = ("mean", "max", "norm")
@@ -232,6 +233,8 @@ class Record(Action):
         for w in self.what:
             if not any(r == w or r.startswith(w + ".") for r in tensors):
                 why = f"{ev.where} receives no {w}; it receives: {', '.join(tensors) or 'no tensors'}"
+                if family(w) == "output":
+                    why = no_output(ev.where, ev.target, w, [r for r in tensors if family(r) == "output"])
                 if self.point.globbed:  # a glob reached it: skipped, and listed at the end of the run
                     self._skipped = why
                     continue

@@ -32,7 +32,7 @@ from hookrun.hooks.actions.modify import Modify
 from hookrun.hooks.events import ABLATED, CLEAN, INTERVENED
 from hookrun.hooks.session import HookSession
 from hookrun.runner.calls import ModelCall
-from hookrun.runner.evaluate import MeanAblation, read_means, zero_ablation
+from hookrun.runner.evaluate import MeanAblation, read_means, warn_non_finite, zero_ablation
 from hookrun.runner.kinds import register_kind
 from hookrun.runner.kinds.base import KindContext, RunKind, StepAdds, plain_forward
 from hookrun.runner.metrics import Objective, Totals, batch_row
@@ -87,6 +87,7 @@ class EvaluateKind(RunKind):
         self.ablation = ev.ablation
         self.env = env
         self.totals = Totals()
+        self.warned: set[tuple[str, str]] = set()  # (module, metric) already said to be non-finite
 
     def step(self, model: nn.Module, call: ModelCall, session: HookSession) -> StepAdds:
         """The batch's forwards (clean, intervened, ablated) and its row of metrics."""
@@ -108,6 +109,9 @@ class EvaluateKind(RunKind):
         row = batch_row(clean, others)
         self.totals.add(row)
         splices = self.env.splices
+        warn_non_finite(row, "", self.warned)
+        for s in splices:
+            warn_non_finite(s.stats.batch(), s.module, self.warned)
         state = {s.module: {k: np.asarray(v) for k, v in s.stats.state().items()}
                  for s in splices if callable(getattr(s.stats, "state", None))}
         evaluation = EvaluationRow(row, {s.module: dict(s.stats.batch()) for s in splices},

@@ -1,0 +1,71 @@
+"""A requested output the module returns as None (issue 34, item 12): GPT-2's attention under sdpa
+returns (attn_output, None); `record what: output.1` is one clear error naming what it does return
+and, for attention, model.attn_implementation=eager, in the notebook as in a file run. Reference:
+the same module called directly returns None there."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+import torch
+
+import hookrun
+from hookrun.errors import ConfigError
+
+transformers = pytest.importorskip("transformers")
+HOOKS = {"a": {"at": "transformer.h.0.attn", "type": "forward", "actions": [{"name": "record", "what": "output.1"}]}}
+MESSAGE = (r"hooks\.a\.actions\.0: record what='output\.1': transformer\.h\.0\.attn receives no output\.1: it returns None there.*"
+           r"it returns: output\.0; its attention runs attn_implementation=sdpa, .*model\.attn_implementation=eager")
+
+
+def gpt2(impl: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, n_positions=32, vocab_size=50, bos_token_id=1,
+                                  eos_token_id=2)
+    return transformers.GPT2LMHeadModel._from_config(cfg, attn_implementation=impl).eval()
+
+
+def test_the_module_itself_returns_none_for_the_weights_under_sdpa():
+    model, seen = gpt2("sdpa"), []
+    handle = model.transformer.h[0].attn.register_forward_hook(lambda m, a, out: seen.append(out))
+    with torch.no_grad():
+        model(input_ids=torch.randint(0, 50, (2, 6)))
+    handle.remove()
+    assert seen[0][1] is None
+
+
+def test_capture_of_a_none_output_is_one_clear_error_before_the_forward():
+    model = gpt2("sdpa")
+    with pytest.raises(ConfigError, match=MESSAGE), hookrun.capture(model, HOOKS):
+        pass
+
+
+def test_a_file_run_says_the_same_before_any_batch(tmp_path):
+    ds = [{"input_ids": torch.randint(0, 50, (6,))} for _ in range(4)]
+    cfg = {"data": {"batch_size": 2, "target": None}, "device": "cpu", "progress": False, "hooks": HOOKS,
+           "output": {"path": str(tmp_path / "c.h5")}}
+    with pytest.raises(ConfigError, match=MESSAGE):
+        hookrun.run(cfg, model=gpt2("sdpa"), dataset=ds)
+    assert not list(tmp_path.iterdir())  # no file, no `failed` file
+
+
+@pytest.mark.parametrize("at", ["transformer.h.*.attn", "**.attn"])
+def test_a_glob_reaching_only_such_modules_is_refused_too(at):
+    """Before: a glob skipped every module it reached and the capture ended empty, without a word."""
+    model = gpt2("sdpa")
+    hooks = {"a": {"at": at, "type": "forward", "actions": [{"name": "record", "what": "output.1"}]}}
+    with pytest.raises(ConfigError, match=MESSAGE), hookrun.capture(model, hooks):
+        pass
+
+
+def test_eager_attention_records_the_weights():
+    model = gpt2("eager")
+    ids = torch.randint(0, 50, (2, 6))
+    with hookrun.capture(model, HOOKS) as cap, torch.no_grad():
+        model(input_ids=ids)
+    pattern = cap["transformer.h.0.attn", "output.1"]
+    assert pattern.shape == (2, 2, 6, 6)
+    torch.testing.assert_close(pattern.sum(-1), torch.ones(2, 2, 6))  # rows of a softmax
