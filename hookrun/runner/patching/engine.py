@@ -142,7 +142,7 @@ class PatchEngine:
             sizes = None
             for p in points:
                 x = self.source[p.module]
-                dims = site.dims or tuple("position" if d == "token" else d for d in meaning(p, "output", tuple(x.shape), self.env.state))
+                dims = site.dims or self._dims(p, x)
                 if len(dims) != x.dim():
                     raise ConfigError(f"{where}.dims={list(dims)}: {p.module}'s output has {x.dim()} axes {tuple(x.shape)}; name each once")
                 missing = [a for a in site.over if a not in dims]
@@ -158,6 +158,13 @@ class PatchEngine:
             grids.append(SiteGrid(site.name, tuple(p.module for p in points), site.over, site_dims, sizes, offset))
             offset += grids[-1].size
         return grids
+
+    def _dims(self, point: Any, x: torch.Tensor) -> tuple[str, ...]:
+        """(sample, position, feature) / (sample, position, head, feature) over the input's tokens,
+        else the names record gives (hooks/actions/dims.py), its `token` called `position`."""
+        if x.dim() in (3, 4) and x.shape[1] == self.base_ids.shape[1] and self.base_ids.dim() == 2:
+            return ("sample", "position", "feature") if x.dim() == 3 else ("sample", "position", "head", "feature")
+        return tuple("position" if d == "token" else d for d in meaning(point, "output", tuple(x.shape), self.env.state))
 
     # -- exact ------------------------------------------------------------------------------------
     def chunks(self, start: int = 0, stop: int | None = None) -> Iterator[list[int]]:
