@@ -71,9 +71,18 @@ def head_grid(a, t: harness.Targets) -> None:
     def hr():
         return hookrun.patch_grid(model, items, input="input", sites={"heads": HEADS})["heads"].values
 
-    import tqdm.auto  # TransformerLens' progress bar: silenced for both routes alike
-    tqdm.auto.tqdm.__init__.__kwdefaults__ = {**(tqdm.auto.tqdm.__init__.__kwdefaults__ or {}), "disable": True}
-    rounds = harness.paired_rounds({"transformer_lens": tl, "hookrun": hr}, a.rounds, harness.seeded_shuffle())
+    def hr_no_skip():  # the same, every block run in every packed forward (the stack not found)
+        from hookrun.runner.patching import engine
+
+        find = engine.BlockStack.find
+        engine.BlockStack.find = staticmethod(lambda model: None)
+        try:
+            return hr()
+        finally:
+            engine.BlockStack.find = find
+
+    rounds = harness.paired_rounds({"transformer_lens": tl, "hookrun": hr, "hookrun_all_blocks": hr_no_skip}, a.rounds,
+                                   harness.seeded_shuffle())
     ratio = harness.ratio(rounds.wall, "hookrun", "transformer_lens")
     diff = float(np.abs(rounds.first["hookrun"] - rounds.first["transformer_lens"]).max())
     cells = a.layers * a.tokens * 4
@@ -81,6 +90,9 @@ def head_grid(a, t: harness.Targets) -> None:
           ratio <= 0.2, f"{statistics.median(rounds.wall['hookrun']):.2f} s / {statistics.median(rounds.wall['transformer_lens']):.2f} s, "
           f"{cells} cells, {a.prompts} prompts, medians of {a.rounds} rounds")
     t.add("1. the same grid: max abs difference", f"{diff:.1e}", "<= 1e-4", diff <= 1e-4, "every cell")
+    skip = harness.ratio(rounds.wall, "hookrun", "hookrun_all_blocks")
+    t.add("1. blocks below the patched one not rerun / every block rerun (hookrun, time)", skip, "< 1", skip < 1,
+          f"{statistics.median(rounds.wall['hookrun']):.2f} s / {statistics.median(rounds.wall['hookrun_all_blocks']):.2f} s")
 
 
 def task_grid(a, method: str, **extra):
@@ -134,7 +146,7 @@ def atp_vs_exact(a, t: harness.Targets) -> None:
 def main() -> None:
     p = harness.parser(__doc__)
     harness.quick_and_markdown(p, "small sizes, 1 round: checks that everything runs", "append the table to this file")
-    harness.int_options(p, layers=3, width=64, tokens=12, vocab=512, prompts=8, rounds=5, items=8, length=24, processes=3)
+    harness.int_options(p, layers=3, width=64, tokens=12, vocab=512, prompts=8, rounds=3, items=8, length=24, processes=3)
     a = harness.parse(p, layers=2, tokens=6, prompts=4, rounds=1, items=4, length=12, processes=1)
     started = time.perf_counter()
     t = harness.Targets()

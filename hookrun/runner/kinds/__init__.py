@@ -56,3 +56,5 @@ def kind_for(cfg: HookrunConfig) -> type[RunKind]:
 
 __all__ = ["KINDS", "KindContext", "RunKind", "StepAdds", "kind_for", "plain_forward", "register_kind"]
 # the kinds hookrun ships register themselves here (record, grad, generate, evaluate: next commit)
+
+from hookrun.runner.kinds import patching as _patching  # noqa: E402, F401  (registers the patching kind)
