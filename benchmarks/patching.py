@@ -113,7 +113,7 @@ def multirun(a, t: harness.Targets) -> None:
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-m", "hookrun", "experiment=patching_grid", "device=cpu", "progress=false",
                         f"data.dataset.n={a.items}", f"data.dataset.length={a.length}",
-                        f"hydra.run.dir={ROOT / 'outputs' / 'bench_patching' / str(layer)}",
+                        f"hydra.run.dir={ROOT / 'outputs' / 'bench_patching' / str(layer)}", "output.overwrite=true",
                         f"patching.sites.resid.at=transformer.h.{layer}", "patching.sites.resid.over=[]",
                         "~patching.sites.attn", "~patching.sites.mlp"],
                        cwd=ROOT, check=True, capture_output=True, env=harness.child_env())
