@@ -168,10 +168,26 @@ class PatchEngine:
 
     # -- exact ------------------------------------------------------------------------------------
     def chunks(self, start: int = 0, stop: int | None = None) -> Iterator[list[int]]:
+        """Consecutive cells, at most cells_per_forward a chunk; where the model is a stack of blocks a
+        chunk holds one block's cells only (a chunk of block L runs blocks L.. alone)."""
         stop = self.layout.size if stop is None else stop
-        c = self.cells_per_forward
-        for lo in range(start, stop, c):
-            yield list(range(lo, min(stop, lo + c)))
+        chunk: list[int] = []
+        level = None
+        for k in range(start, stop):
+            here = self._level(k)
+            if chunk and (len(chunk) == self.cells_per_forward or here != level):
+                yield chunk
+                chunk = []
+            chunk.append(k)
+            level = here
+        if chunk:
+            yield chunk
+
+    def _level(self, k: int) -> int:
+        if self.stack is None:
+            return 0
+        grid = self.layout.grid_of(k)
+        return self.stack.level(grid.modules[(k - grid.offset) // max(1, int(np.prod(grid.sizes)))])
 
     def exact(self, ks: list[int]) -> np.ndarray:
         """The metric with each cell of `ks` patched, one copy of the items per cell, in one forward."""
