@@ -63,6 +63,11 @@ QUICK = {
     # the bare forward, hookrun and hookrun to a local S3 server run (moto[server] and s3fs come with
     # the dev extra; a peer whose library is missing is a row saying so), and hookrun's cached
     # activations equal those a plain forward hook sees (the route checks its first batch after the clock)
+    "patching.py": Expect(
+        ["1. exact head grid: hookrun / TransformerLens get_act_patch_attn_head_out_by_pos (time)",
+         "1. the same grid: max abs difference", "2. one process per cell (extrapolated)", "3. atp / exact on the shipped task",
+         "3. atp vs exact: Spearman rank correlation"],
+        ["transformer-lens ", "extrapolated"], needs=("transformer_lens",), timeout=900),
     "cache_peers.py": Expect(
         ["hookrun time / bare forward time", "hookrun / TransformerLens", "hookrun / nnsight", "hookrun / SAELens",
          "hookrun to S3 / hookrun to a local file", "hookrun loader: shuffled / in-order reads",

@@ -21,6 +21,7 @@ import yaml
 from hookrun.analysis.batching import BUFFER_BYTES
 from hookrun.analysis.evaluation import describe as describe_evaluation
 from hookrun.analysis.evaluation import evaluation_table
+from hookrun.analysis.grids import file_grid, grid_lines, patching_meta
 from hookrun.analysis.labelled import to_dataset
 from hookrun.analysis.loader import RowLoader
 from hookrun.analysis.stats import block_stats, human_bytes
@@ -106,6 +107,18 @@ class Run:
         data = (self.config.get("data") or {}).get("dataset") or {}
         byte = str(data.get("_target_", "")).startswith("hookrun.data.text") and data.get("tokenizer", "byte") == "byte"
         return top_examples(self.file, module, feature, byte)
+
+    # -- patching grids (runner/patching, analysis/grids.py) ----------------------------------
+    @property
+    def grids(self) -> list[str]:
+        """The patching grids the file holds, by site name ([] for a run that patched nothing)."""
+        meta = patching_meta(self.file)
+        return list(meta["layout"]) if meta is not None else []
+
+    def grid(self, name: str, which: str = "value") -> Any:
+        """A patching grid as an xarray.DataArray, dims ("module", *over); `which="exact"`: an atp
+        run's exactly recomputed cells (verify: K), NaN elsewhere. docs/patching.md."""
+        return file_grid(self.file, name, which)
 
     # -- finding a capture ---------------------------------------------------------------------
     def find(self, *key: str, call: int = 0) -> CaptureInfo:
@@ -229,6 +242,7 @@ class Run:
                 row += f"  mean {s['mean']:.4g} std {s['std']:.4g} min {s['min']:.4g} max {s['max']:.4g} zeros {s['zeros']:.1%}"
             lines.append(row)
         lines.extend(self.evaluation_lines())
+        lines.extend(grid_lines(self.file))
         return "\n".join(lines)
 
     def evaluation_lines(self) -> list[str]:

@@ -123,6 +123,8 @@ def _run(cfg: HookrunConfig, dest: Destination, started: float, model: torch.nn.
     try:
         if adjust is not None:
             adjust(p)
+        if not cfg.dry_run:  # what the kind sets up beyond the loop (patching: its base runs and checks)
+            p.settings.kind.prepare_run(p)
         if cfg.dry_run or cfg.output.max_bytes is not None:
             report = plan_estimate(p)
             if cfg.dry_run:
@@ -132,6 +134,7 @@ def _run(cfg: HookrunConfig, dest: Destination, started: float, model: torch.nn.
             check_max_bytes(report.total_bytes, cfg.output.max_bytes)
         return execute(p, resume, started)
     finally:
+        p.settings.kind.close()
         p.env.close()
         if resume is not None:
             resume.close()
@@ -184,7 +187,9 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
             replayed = True
             with session, BackgroundWriter(store) as writer:
                 p.settings.should_stop = stop.requested
-                steps = run_batches(p.model, p.loader, session, writer, p.env, p.settings, first)
+                steps = p.settings.kind.run_steps(  # the data loop, unless the kind's steps are not batches (patching)
+                    lambda: run_batches(p.model, p.loader, session, writer, p.env, p.settings, first),
+                    writer, store.samples, stop.requested)
             status = "interrupted" if stop.signum else "complete"
             if status == "complete":
                 finish_actions(p.env, store)  # end-of-run captures (top_examples), once

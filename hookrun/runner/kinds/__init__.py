@@ -65,4 +65,4 @@ def kind_for(cfg: HookrunConfig) -> type[RunKind]:
 __all__ = ["KINDS", "KindContext", "RunKind", "StepAdds", "kind_for", "plain_forward", "register_kind"]
 
 # the kinds hookrun ships (each registers itself); a new kind adds its import here
-from hookrun.runner.kinds import evaluate, generate, grad, record  # noqa: E402, F401
+from hookrun.runner.kinds import evaluate, generate, grad, patching, record  # noqa: E402, F401

@@ -35,6 +35,7 @@ ablation instead of their op (`ablate`); the firing closure reads these flags an
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -137,6 +138,20 @@ class RunKind:
     def probe(self, model: nn.Module, call: ModelCall) -> None:
         """early_stop's probe: one forward the session may cut short."""
         plain_forward(model, call)
+
+    def prepare_run(self, p: Any) -> None:
+        """After prepare (runner/prepare.py's Prepared `p`), before the store opens: what a kind sets
+        up beyond the loop (patching: its base runs, every check, the grid's layout in `p.attrs`)."""
+
+    def run_steps(self, data_loop: Callable[[], int], writer: Any, first_row: int,
+                  should_stop: Callable[[], bool]) -> int:
+        """The run's steps, written to `writer`: the data loop (`data_loop()`, one step a batch) for
+        every kind whose steps are batches of the data; a kind whose steps are something else
+        (patching: chunks of cells, rows from `first_row` on) writes its own. Returns the steps run."""
+        return data_loop()
+
+    def close(self) -> None:
+        """After the run, also when it failed: release what prepare_run took."""
 
     def restore(self, resume: Any, kept: int) -> None:
         """A resumed run: carry over this kind's state from the `kept` batches of the old run

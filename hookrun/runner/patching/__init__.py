@@ -1,0 +1,18 @@
+"""Activation-patching grids: the engine behind `patching:` runs and hookrun.patch_grid.
+
+    from hookrun.runner.patching.notebook import patch_grid
+    grids = patch_grid(model, items, sites={"resid": {"at": "blocks.*.hook_resid_pre", "over": ["position"]}})
+
+| module      | what                                                                      |
+|-------------|---------------------------------------------------------------------------|
+| block.py    | the `patching:` block, checked (one ConfigError per bad key)              |
+| items.py    | the items as one batch, checked against the block                         |
+| cells.py    | Cell (site, module, index), SiteGrid and Layout: how cells are numbered   |
+| engine.py   | PatchEngine: the base runs, exact chunks packed along the batch, atp       |
+| stack.py    | the model's stack of blocks: the blocks below a patched one not rerun      |
+| budget.py   | one forward's measured bytes (cells_per_forward's default)                |
+| notebook.py | patch_grid, and run_cells (shared with the file run's kind)               |
+
+The metrics' formulas are in runner/metrics.py; the file run is runner/kinds/patching.py; the
+grids are read back by analysis/grids.py (open_run(p).grid(name)).
+"""
