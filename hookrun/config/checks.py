@@ -37,6 +37,11 @@ class Refused(NamedTuple):
 
 # option           | refused when                                          | the line
 TOGETHER: list[Refused] = [
+    Refused("patching", lambda c: getattr(c, "patching", None) is not None and c.mode is not Mode.eval,
+            "patching with mode={mode}: a patching run makes its own forwards (clean, corrupted, patched; atp its "
+            "own backward); drop mode or set mode=eval"),
+    Refused("patching", lambda c: getattr(c, "patching", None) is not None and evaluating(c),
+            "patching and evaluate are each a kind of run of their own and cannot go together; keep one of them"),
     Refused("mode=grad", lambda c: c.mode is Mode.grad and c.loss is None,
             "mode=grad needs a loss: add loss=cross_entropy, loss=lm (a language model's next-token loss), "
             "loss=sum, loss=target_logit or loss=custom"),

@@ -22,8 +22,7 @@ import numpy as np
 import torch
 
 from hookrun.config.build import build
-from hookrun.config.checks import evaluating
-from hookrun.config.schema import HookrunConfig, Mode
+from hookrun.config.schema import HookrunConfig
 from hookrun.errors import ConfigError
 from hookrun.runner.kinds import RunKind, register_kind
 from hookrun.runner.patching.block import parse_block
@@ -57,11 +56,6 @@ class PatchingKind(RunKind):
 
     @classmethod
     def check(cls, cfg: HookrunConfig) -> None:
-        if cfg.mode is not Mode.eval:
-            raise ConfigError(f"patching with mode={cfg.mode.value}: a patching run makes its own forwards (clean, "
-                              f"corrupted, patched; atp its own backward); drop mode or set mode=eval")
-        if evaluating(cfg):
-            raise ConfigError("patching and evaluate are each a kind of run of their own and cannot go together; keep one of them")
         if detect().many:
             raise ConfigError("patching: a run over many ranks is not supported yet; run it as one process")
         parse_block(cfg.patching, build=lambda node, where: build(node, where))
