@@ -3,6 +3,7 @@
     python -m hookrun.inspect outputs/2026-11-21/10-00-00/captures.h5
     python -m hookrun.inspect outputs/multirun/2026-11-21/10-00-00
     python -m hookrun.inspect --verify outputs/2026-11-21/10-00-00/captures.h5   # every row against its checksum
+    python -m hookrun.inspect --verify --allow-unverified FILE   # a file written with output.checksum=false
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from hookrun.analysis.opening import open_run
 from hookrun.analysis.show import describe_sweep
 from hookrun.analysis.sweep import is_sweep, open_sweep
 from hookrun.errors import HookrunError
-from hookrun.store.digest import verify
+from hookrun.store.digest import Verified, verify
 from hookrun.store.remote import is_url
 
 
@@ -23,12 +24,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hookrun.inspect", description=__doc__.splitlines()[0])
     p.add_argument("path", help="a capture file, a run folder, a multirun folder, or a cache's URL (s3://...)")
     p.add_argument("--no-stats", action="store_true", help="skip the statistics (faster on big files)")
-    p.add_argument("--verify", action="store_true", help="read every row and check it against its checksum; exit 1 on damage")
+    p.add_argument("--verify", action="store_true", help="read every row and check it against its checksum; exit 1 on damage, "
+                   "3 where a dataset has no checksums")
+    p.add_argument("--allow-unverified", action="store_true",
+                   help="with --verify: exit 0 where datasets without checksums are the only finding")
     a = p.parse_args(argv)
     a.path = a.path if is_url(a.path) else Path(a.path)
     try:
         if a.verify:
-            return verify_file(a.path)
+            return verify_file(a.path, a.allow_unverified)
         if isinstance(a.path, Path) and is_sweep(a.path):
             print(describe_sweep(open_sweep(a.path)))
         else:
@@ -40,24 +44,35 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def verify_file(path: Path | str) -> int:
-    """Every capture's rows against their checksums (store/digest.py); 0 when all match."""
+def verify_file(path: Path | str, allow_unverified: bool = False) -> int:
+    """Every capture's rows and the sample table against their checksums (store/digest.py): 0 when
+    all match, 1 on damage, 3 when a dataset has no checksums (unless `allow_unverified`)."""
     with open_run(path) as run:
         name = run.path
         if not hasattr(run, "part_files"):
-            problems, checked, unchecked = verify(run.file)
+            found = verify(run.file)
         else:  # a cache in an object store: each part (MD5-checked as fetched) against its own checksums
-            problems, checked, unchecked = [], 0, 0
+            found = Verified()
             for f in run.part_files():
                 with f:
-                    p, c, u = verify(f)
-                problems, checked, unchecked = problems + [f"{Path(f.filename).name}: {x}" for x in p], checked + c, unchecked + u
-    for line in problems:
+                    part = verify(f)
+                part.problems = [f"{Path(f.filename).name}: {x}" for x in part.problems]
+                found = found + part
+    for line in found.problems:
         print(f"hookrun.inspect: damaged: {line}", file=sys.stderr)
-    note = f"; {unchecked} without checksums (written without output.checksum=true, or ragged)" if unchecked else ""
-    print(f"{name}: {checked} capture(s) checked{note}: {'DAMAGED, ' + str(len(problems)) + ' problem(s)' if problems else 'every row matches its checksum'}")
-    return 1 if problems else 0
-
+    unchecked = sorted(set(found.unchecked))
+    note = f"; {len(unchecked)} without checksums ({', '.join(unchecked[:3])}{', ...' if len(unchecked) > 3 else ''})" if unchecked else ""
+    verdict = f"DAMAGED, {len(found.problems)} problem(s)" if found.problems else (
+        "every checked row matches its checksum" if found.checked else "NOTHING could be verified")
+    print(f"{name}: {len(set(found.checked))} dataset(s) checked{note}: {verdict}")
+    if found.problems:
+        return 1
+    if unchecked and not allow_unverified:
+        what = "nothing could be verified" if not found.checked else f"{len(unchecked)} dataset(s) could not be verified"
+        print(f"hookrun.inspect: unverified: {what}: {unchecked[0]} has no checksums (written with "
+              f"output.checksum=false, or by an older hookrun); pass --allow-unverified to accept that", file=sys.stderr)
+        return 3
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -30,7 +30,7 @@ import numpy as np
 from hookrun.errors import RunError
 from hookrun.store.chunks import CHUNK_BYTES, chunk_bytes_for, new_dataset
 from hookrun.store.chunks import append as _append
-from hookrun.store.digest import TABLE, digest
+from hookrun.store.digest import DigestLog, digest, digest_ragged
 from hookrun.store.evaluation import EvaluationStore
 from hookrun.store.format import FORMAT_VERSION
 from hookrun.store.h5file import create_hidden, flushing_path
@@ -62,9 +62,6 @@ class H5Store:
         self.expected = {False: expected_samples, True: expected_steps}  # rows a capture will get, where known
         self._visible = False  # under its own name yet (flushes then step aside: _aside)
         self._previous = (0, 0)  # steps and samples of the last flush
-        self._pending: list[tuple[int, int, int]] = []  # (capture's digest id, rows after the batch, xxh3) since the last flush
-        self._digest_table: h5py.Dataset | None = None
-        self._next_digest_id = 0
         # each capture caches only the chunk it is filling (set in _new_dataset): appends never
         # re-read a chunk, and memory stays bounded however many rows or captures there are
         self.file, hidden = create_hidden(self.path, rdcc_nbytes=2 * CHUNK_BYTES, rdcc_w0=1.0)
@@ -84,6 +81,7 @@ class H5Store:
             self.file.attrs[key] = str(value) if isinstance(value, str) else value
         self.file.attrs["status"] = "running"
         self.table = SampleTable(self.file, self.compression)
+        self.digests = DigestLog(self.file)  # the run's /checksums table, written at each flush
         self._columns: dict[str, _Column] = {}
         self.evaluation = EvaluationStore(self.file)  # evaluate's rows and totals (store/evaluation.py)
         self.overflow: dict[str, int] = {}  # values a cast turned into inf, per capture path
@@ -115,6 +113,8 @@ class H5Store:
         if not self.steps:
             self.first_step = rec.step
         self.table.write(rec, start)
+        if self.checksum:  # the sample table too: a changed index would map rows to the wrong samples
+            self._digest_samples(rec)
         new = sum(cap.key.path not in self._columns for cap in rec.captures)
         chunk_bytes = chunk_bytes_for(len(self._columns) + new)  # for the captures this batch creates
         for cap in rec.captures:
@@ -130,7 +130,7 @@ class H5Store:
         sets = [d for col in self._columns.values() for d in (col.ds, col.index) if d is not None]
         return {"rows": {d.name: d.shape[0] for d in sets}, "columns": set(self._columns), "table": self.table.mark(),
                 "indexed": {p for p, col in self._columns.items() if col.index is not None},
-                "pending": len(self._pending),
+                "pending": self.digests.mark(),
                 "evaluation": self.evaluation.mark()}
 
     def _roll_back(self, mark: dict) -> None:
@@ -141,7 +141,7 @@ class H5Store:
                 for d in (col.index, col.ds):
                     if d is not None:
                         del self.file[d.name]
-            del self._pending[mark["pending"]:]  # a failed batch's digests never reach the file
+            self.digests.roll_back(mark["pending"])  # a failed batch's digests never reach the file
             for path in set(self._columns) - mark["indexed"]:
                 col = self._columns[path]
                 if col.index is not None:
@@ -209,26 +209,21 @@ class H5Store:
         _append(col.ds, rows)
         self._digest(path, col, rows)
 
-    def _digest(self, path: str, col: _Column, rows: np.ndarray) -> None:
+    def _digest(self, path: str, col: _Column, rows: np.ndarray | list) -> None:
         """One row of the capture's checksum table: its row count after this batch, xxh3 of the rows
         (kept in memory, written at the next flush: one HDF5 append per capture per flush)."""
         if self.checksum:
             if col.digest_id is None:
-                col.digest_id = self._next_digest_id
-                self._next_digest_id += 1
-                col.ds.attrs["digest"] = f"{TABLE}:{col.digest_id}"
-            self._pending.append((col.digest_id, col.ds.shape[0], digest(rows.astype(col.ds.dtype, copy=False))))
+                col.digest_id = self.digests.new_id(col.ds)
+            value = digest_ragged(rows) if isinstance(rows, list) else digest(rows.astype(col.ds.dtype, copy=False))
+            self.digests.add(col.digest_id, col.ds.shape[0], value)
 
-    def _write_digests(self) -> None:
-        """The digests of the batches since the last flush: one append to the run's one table (a
-        table per capture held a chunk cache each: 600 captures grew memory past the load test's bound)."""
-        if not self._pending:
-            return
-        if self._digest_table is None:
-            self._digest_table = self.file.create_dataset(TABLE, (0, 3), "uint64", maxshape=(None, 3), chunks=(1024, 3),
-                                                          rdcc_nbytes=64 << 10, rdcc_w0=1.0)
-        _append(self._digest_table, np.array(self._pending, dtype=np.uint64))
-        self._pending.clear()
+    def _digest_samples(self, rec: StepRecord) -> None:
+        """Checksums of the batch's /samples/index and /samples/step rows (what maps a row to its sample)."""
+        n = len(rec.sample_index)
+        for ds, rows in ((self.table.index, rec.sample_index.astype(np.int64, copy=False)),
+                         (self.table.step, np.full(n, rec.step, dtype=np.int64))):
+            self.digests.add(self.digests.id_of(ds), ds.shape[0], digest(rows))
 
     def _write_ragged(self, cap: Capture, rec: StepRecord, samples_before: int) -> None:
         col = self._columns.get(cap.key.path)
@@ -236,7 +231,10 @@ class H5Store:
         ds = append_ragged(self.file, col.ds if col else None, cap, rec.step, before, self.compression)
         if col is None:
             k = cap.key
-            self._columns[k.path] = _Column(ds, cap.per_step, (k.hook, k.module, k.role, k.call))
+            col = self._columns[k.path] = _Column(ds, cap.per_step, (k.hook, k.module, k.role, k.call))
+        if self.checksum:
+            self._digest(cap.key.path, col, [v.numpy(force=True).reshape(-1).astype(h5py.check_vlen_dtype(ds.dtype), copy=False)
+                                             for v in cap.value])
 
     def _new_column(self, cap: Capture, arr: np.ndarray, chunk_bytes: int) -> _Column:
         row = arr if cap.per_step else arr[0]
@@ -270,7 +268,7 @@ class H5Store:
         the last flush, in which every dataset's length agrees with `samples_complete` and
         `steps_complete`. (Two flushes, rows then counts, left a window in which plain h5py read
         more rows than the counts named: tests/kill_store.py found 14 of 190 killed files so.)"""
-        self._write_digests()
+        self.digests.write()
         self._update_counts()
         with self._aside():
             self.file.flush()
@@ -315,7 +313,7 @@ class H5Store:
         if not self.file.id.valid:
             return
         try:
-            self._write_digests()
+            self.digests.write()
             self._update_counts()
             with self._aside():
                 self.file.flush()  # every row on disk before the status says so: a kill in close() cannot show a short file as complete
