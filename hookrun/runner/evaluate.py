@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from hookrun.config.schema import HookrunConfig
-from hookrun.errors import ConfigError, RunError, one_of
+from hookrun.errors import ConfigError, HookrunError, RunError, one_of
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.actions.modify import Modify
 from hookrun.hooks.events import ABLATED, CLEAN, INTERVENED, family
@@ -40,7 +40,7 @@ from hookrun.runner.ranks import detect
 from hookrun.store.evaluation import read_evaluation
 from hookrun.store.records import EvaluationRow
 from hookrun.store.remote import is_url
-from hookrun.store.schema import RowKind, list_captures
+from hookrun.store.schema import RowKind, damage, list_captures
 
 log = logging.getLogger("hookrun")
 ABLATIONS = ("zero", "mean")
@@ -186,7 +186,10 @@ def read_means(path: str, wanted: list[tuple[str, str]]) -> dict[tuple[str, str]
     except OSError as exc:
         raise ConfigError(f"evaluate.mean: {str(file)!r} is not a readable HDF5 file ({exc})") from None
     with f:
-        captures = list_captures(f)
+        try:
+            captures = list_captures(f)
+        except HookrunError as exc:  # a damaged object header, named
+            raise ConfigError(f"evaluate.mean: {str(file)!r}: {exc}; record the means again (or point evaluate.mean at an intact copy)") from None
         out = {}
         for module, fam in dict.fromkeys(wanted):
             found = [c for c in captures if c.module == module and family(c.role) == fam]
@@ -197,7 +200,11 @@ def read_means(path: str, wanted: list[tuple[str, str]]) -> dict[tuple[str, str]
                                   f"{module or '(model)'} {fam} (it has {have}); record it there with "
                                   f"{{name: record, what: {fam}, rows: token}}")
             for c in usable:
-                out[(module, c.role)] = _mean(f[c.path])
+                try:
+                    out[(module, c.role)] = _mean(f[c.path])
+                except (KeyError, OSError, RuntimeError, ValueError) as exc:  # a damaged chunk
+                    raise ConfigError(f"evaluate.mean: {str(file)!r}: the capture {c.path} cannot be read: the file is "
+                                      f"damaged ({damage(exc)}); record the means again (or point evaluate.mean at an intact copy)") from None
     return out
 
 
