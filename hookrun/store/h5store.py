@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from hookrun.store.digest import DigestLog, digest, digest_ragged
 from hookrun.store.evaluation import EvaluationStore
 from hookrun.store.format import FORMAT_VERSION
 from hookrun.store.h5file import create_hidden, flushing_path
+from hookrun.store.held import filling_chunks
 from hookrun.store.ragged import append_ragged
 from hookrun.store.records import Capture, StepRecord
 from hookrun.store.samples import SampleTable
@@ -60,18 +60,17 @@ class H5Store:
         self.compression = None if compression in (None, "none") else compression
         self.flush_every = flush_every
         self.expected = {False: expected_samples, True: expected_steps}  # rows a capture will get, where known
-        self._visible = False  # under its own name yet (flushes then step aside: _aside)
         self._previous = (0, 0)  # steps and samples of the last flush
         # each capture caches only the chunk it is filling (set in _new_dataset): appends never
         # re-read a chunk, and memory stays bounded however many rows or captures there are
-        self.file, hidden = create_hidden(self.path, rdcc_nbytes=2 * CHUNK_BYTES, rdcc_w0=1.0)
+        self.file, self.raw, hidden = create_hidden(self.path, rdcc_nbytes=2 * CHUNK_BYTES, rdcc_w0=1.0)
         try:
             self._skeleton(attrs)
             flushing_path(self.path).unlink(missing_ok=True)  # a killed flush's file: this run replaces it
             os.replace(hidden, self.path)  # visible only once it opens: the skeleton is on disk
-            self._visible = True
         except BaseException:
             self.file.close()
+            self.raw.close()
             hidden.unlink(missing_ok=True)
             raise
 
@@ -264,32 +263,24 @@ class H5Store:
     # -- state -----------------------------------------------------------------------------
     def flush(self) -> None:
         """Rows, their lengths and the counts reach the disk in one HDF5 flush. No metadata is
-        written between flushes (store/h5file.py), so a kill -9 before this call leaves the file of
-        the last flush, in which every dataset's length agrees with `samples_complete` and
-        `steps_complete`. (Two flushes, rows then counts, left a window in which plain h5py read
-        more rows than the counts named: tests/kill_store.py found 14 of 190 killed files so.)"""
+        written between flushes (store/h5file.py), and what a flush rewrites in place is applied all
+        at once (store/held.py), so a kill -9 at any moment leaves the file of one whole flush under
+        its name, in which every dataset's length agrees with `samples_complete` and `steps_complete`."""
         self.digests.write()
         self._update_counts()
-        with self._aside():
-            self.file.flush()
+        self.raw.hold(filling_chunks(self._datasets()))
+        try:
+            self.file.flush()  # new space on disk; what the last flush's file is made of: held
+        finally:
+            self.raw.release()  # all at once (store/held.py)
         self._flushed_at = time.monotonic()
         self._previous = (self.steps, self.samples)
 
-    @contextmanager
-    def _aside(self):
-        """The file leaves its name while HDF5 writes: a flush is many writes, and a kill -9 among
-        them leaves some lengths new and others old. Under its name the file is therefore always
-        the state of a whole flush; one killed inside a flush is found at `<name>.flushing`, where
-        resume (runner/resume.py) recovers the batches of the flush before it."""
-        if not self._visible:
-            yield
-            return
-        aside = flushing_path(self.path)
-        os.replace(self.path, aside)
-        try:
-            yield
-        finally:
-            os.replace(aside, self.path)
+    def _datasets(self) -> list[h5py.Dataset]:
+        """The datasets rows are appended to (their last chunks are rewritten at each flush)."""
+        cols = [d for col in self._columns.values() for d in (col.ds, col.index) if d is not None]
+        tables = [self.digests.table] if self.digests.table is not None else []
+        return cols + tables + [self.table.index, self.table.step, *self.table.optional.values()]
 
     def _update_counts(self) -> None:
         self.evaluation.flush()  # evaluate's totals: those of the batches this flush holds
@@ -313,17 +304,18 @@ class H5Store:
         if not self.file.id.valid:
             return
         try:
-            self.digests.write()
-            self._update_counts()
-            with self._aside():
-                self.file.flush()  # every row on disk before the status says so: a kill in close() cannot show a short file as complete
-                self._previous = (self.steps, self.samples)
+            self.flush()  # every row on disk before the status says so: a kill in close() cannot show a short file as complete
+            self.raw.hold()
+            try:
                 self.file.attrs["status"] = status
                 self.file.attrs["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
                 self.file.close()
+            finally:
+                self.raw.release()
         finally:
             if self.file.id.valid:
                 self.file.close()
+            self.raw.close()
 
     def __enter__(self) -> H5Store:
         return self
