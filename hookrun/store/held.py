@@ -68,26 +68,38 @@ class Applier:
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.proc = None
+        self.pending = False  # a message sent, its answer not yet read
         if os.name == "posix":
             self.proc = subprocess.Popen([sys.executable, "-S", "-c", _HELPER, str(fd)], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, pass_fds=(fd,), start_new_session=True)
 
     def apply(self, message: bytes) -> None:
+        """Hand one message to the helper. Its answer is awaited at the next apply, read or close
+        (wait): the helper writes while this process goes on with the next batch, and a kill in
+        between leaves the message applied, since the helper has all of it."""
         if self.proc is None:
             _apply(self.fd, message)
             return
+        self.wait()
         old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM}) if _main_thread() else None
-        try:
+        try:  # never half a message from here: a KeyboardInterrupt would leave the helper waiting
             self.proc.stdin.write(struct.pack("<Q", len(message)) + message)
             self.proc.stdin.flush()
-            if self.proc.stdout.read(1) != b"k":
-                raise OSError(f"the flush helper of {self.fd} stopped (exit {self.proc.poll()})")
+            self.pending = True
         finally:
             if old is not None:
                 signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
+    def wait(self) -> None:
+        """Until the helper has written the last message."""
+        if self.pending:
+            self.pending = False
+            if self.proc.stdout.read(1) != b"k":
+                raise OSError(f"the flush helper stopped (exit {self.proc.poll()}): the file's last flush may be incomplete")
+
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
+            self.wait()
             self.proc.stdin.close()
             self.proc.wait()
             self.proc.stdout.close()
@@ -151,6 +163,7 @@ class HeldWrites(io.RawIOBase):
         return self.pos
 
     def readinto(self, buf) -> int:
+        self.applier.wait()  # what the helper still writes must be on disk before it is read
         n = os.preadv(self.fd, [buf], self.pos)
         view = memoryview(buf).cast("B")
         for off, data, size in self.held:  # what HDF5 wrote but the disk does not hold yet
@@ -214,7 +227,9 @@ class HeldWrites(io.RawIOBase):
             message = b"".join(struct.pack("<qq", size, -1) if data is None else struct.pack("<qq", off, len(data)) + data
                                for off, data, size in held)
             self.applier.apply(message)
-        self.flushed_size = os.fstat(self.fd).st_size
+            if any(data is None for _, data, _ in held):  # a truncation: the size is the helper's to set
+                self.applier.wait()
+        self.flushed_size = max(os.fstat(self.fd).st_size, max((o + len(d) for o, d, _ in held if d is not None), default=0))
 
     def _size(self) -> int:
         size = os.fstat(self.fd).st_size
