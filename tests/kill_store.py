@@ -26,9 +26,11 @@ import h5py
 import numpy as np
 import torch
 
-from hookrun.store.digest import table_of
-from hookrun.store.h5store import H5Store
-from hookrun.store.records import Capture, CaptureKey, StepRecord
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's hookrun, run as a script too
+
+from hookrun.store.digest import table_of  # noqa: E402
+from hookrun.store.h5store import H5Store  # noqa: E402
+from hookrun.store.records import Capture, CaptureKey, StepRecord  # noqa: E402
 
 B, TOKENS = 4, 3  # samples per batch, token rows per sample
 

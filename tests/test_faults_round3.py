@@ -268,7 +268,7 @@ def test_resume_refuses_rows_damaged_on_disk_and_inspect_verify_names_them(tmp_p
     path = hookrun.run(cfg).path
     verify = [sys.executable, "-m", "hookrun.inspect", "--verify", str(path)]
     ok = subprocess.run(verify, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert ok.returncode == 0 and "1 capture(s) checked: every row matches its checksum" in ok.stdout, ok.stderr
+    assert ok.returncode == 0 and "3 dataset(s) checked: every checked row matches its checksum" in ok.stdout, ok.stderr
     _damage_rows(path, "captures/l/layer2/output", 5)
     bad = subprocess.run(verify, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1, bad.stdout
@@ -308,7 +308,7 @@ real = h5py.File.flush
 def flush(self):
     calls[0] += 1
     if calls[0] == at_flush:
-        os._exit(9)  # as a kill -9 would: the file stands aside, nothing of this flush written
+        os._exit(9)  # as a kill -9 would: nothing of this flush written
     real(self)
 h5py.File.flush = flush
 hookrun.run(cfg)
@@ -316,8 +316,8 @@ hookrun.run(cfg)
 
 
 def _killed_inside_a_flush(cfg, at_flush):
-    """Run `cfg` in a child process that dies inside its `at_flush`-th flush, after the file stepped
-    aside and before HDF5 wrote anything of that flush."""
+    """Run `cfg` in a child process that dies inside its `at_flush`-th flush, before HDF5 wrote
+    anything of that flush."""
     import json
 
     out = subprocess.run([sys.executable, "-c", KILL_IN_FLUSH, json.dumps(cfg), str(at_flush)], cwd=ROOT,
@@ -325,18 +325,21 @@ def _killed_inside_a_flush(cfg, at_flush):
     assert out.returncode == 9, out.stderr[-2000:]
 
 
-def test_a_run_killed_inside_a_flush_is_named_and_resume_recovers_it(tmp_path, checkpoint):
+def test_a_run_killed_inside_a_flush_leaves_its_file_under_its_name_and_resume_recovers_it(tmp_path, checkpoint):
+    """Killed inside a flush, the file stays under its name as the last whole flush (issue 34 item
+    10; it stood aside at captures.h5.flushing before). A `.flushing` file an older hookrun left
+    is still named by open_run, kept from a new run, and recovered by resume."""
     hooks = {"l": {"at": "layer2", "type": "forward", "actions": [{"name": "record", "what": "output"}]}}
     ref = hookrun.run(make_cfg(tmp_path / "ref", checkpoint, hooks)).path
     cfg = make_cfg(tmp_path, checkpoint, hooks, **{"output.flush_every": 1})
     _killed_inside_a_flush(cfg, at_flush=4)  # the skeleton, batches 0 and 1 flushed; killed flushing batch 2
     path, aside = tmp_path / "captures.h5", tmp_path / "captures.h5.flushing"
-    assert not path.exists() and aside.exists()
-    with h5py.File(aside, "r") as f:  # plain h5py: what previous_flush names is whole
-        steps, samples = (int(v) for v in f.attrs["previous_flush"])
-        assert (steps, samples) == (1, 4)  # on disk: batch 1's flush, whose previous_flush is batch 0's
-        with h5py.File(ref) as r:
-            np.testing.assert_array_equal(f["captures/l/layer2/output"][:samples], r["captures/l/layer2/output"][:samples])
+    assert path.exists() and not aside.exists()
+    with h5py.File(path, "r") as f, h5py.File(ref) as r:  # plain h5py: the file of batch 1's flush
+        assert (int(f.attrs["steps_complete"]), int(f.attrs["samples_complete"])) == (2, 8)
+        assert f["samples/index"].shape[0] == f["captures/l/layer2/output"].shape[0] == 8
+        np.testing.assert_array_equal(f["captures/l/layer2/output"][:], r["captures/l/layer2/output"][:8])
+    path.rename(aside)  # as hookrun 0.2 left a file killed inside a flush
     with pytest.raises(hookrun.errors.NotFoundError, match=r"captures\.h5\.flushing beside it: the run was killed while it flushed; resume=true"):
         hookrun.open_run(path)
     with pytest.raises(ConfigError, match=r"captures\.h5\.flushing.* resume=true recovers its batches, output\.overwrite=true"):

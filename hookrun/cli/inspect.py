@@ -3,6 +3,7 @@
     python -m hookrun.inspect outputs/2026-11-21/10-00-00/captures.h5
     python -m hookrun.inspect outputs/multirun/2026-11-21/10-00-00
     python -m hookrun.inspect --verify outputs/2026-11-21/10-00-00/captures.h5   # every row against its checksum
+    python -m hookrun.inspect --verify --allow-unverified FILE   # a file written with output.checksum=false
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from hookrun.analysis.opening import open_run
 from hookrun.analysis.show import describe_sweep
 from hookrun.analysis.sweep import is_sweep, open_sweep
 from hookrun.errors import HookrunError
-from hookrun.store.digest import verify
+from hookrun.store.digest import Verified, verify
 from hookrun.store.reading import UrlPath, run_path
 
 
@@ -23,12 +24,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hookrun.inspect", description=__doc__.splitlines()[0])
     p.add_argument("path", help="a capture file, a run folder, a multirun folder, or a cache's URL (s3://...)")
     p.add_argument("--no-stats", action="store_true", help="skip the statistics (faster on big files)")
-    p.add_argument("--verify", action="store_true", help="read every row and check it against its checksum; exit 1 on damage")
+    p.add_argument("--verify", action="store_true", help="read every row and check it against its checksum; exit 1 on damage, "
+                   "3 where a dataset has no checksums")
+    p.add_argument("--allow-unverified", action="store_true",
+                   help="with --verify: exit 0 where datasets without checksums are the only finding")
     a = p.parse_args(argv)
     a.path = run_path(a.path)
     try:
         if a.verify:
-            return verify_file(a.path)
+            return verify_file(a.path, a.allow_unverified)
         if not isinstance(a.path, UrlPath) and is_sweep(a.path):
             print(describe_sweep(open_sweep(a.path)))
         else:
@@ -40,24 +44,36 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def verify_file(path: Path | str) -> int:
-    """Every capture's rows against their checksums (store/digest.py); 0 when all match, 1 on damage.
-    An object-store cache: every part, each fetched and MD5-checked against the manifest, then checked
+def verify_file(path: Path | str, allow_unverified: bool = False) -> int:
+    """Every capture's rows and the sample table against their checksums (store/digest.py): 0 when
+    all match, 1 on damage, 3 when a dataset has no checksums (unless `allow_unverified`). An
+    object-store cache: every part, each fetched and MD5-checked against the manifest, then checked
     against its own checksums; a part that is missing or damaged is named, and the next is checked."""
     with open_run(path) as run:
         name = run.path
-        problems: list[str] = []
-        checked = unchecked = 0
-        for f in run.part_files(problems):
-            p, c, u = verify(f)
+        unreadable: list[str] = []  # parts that cannot be fetched or opened (part_files names them here)
+        found = Verified()
+        for f in run.part_files(unreadable):
+            part = verify(f)
             prefix = f"{Path(f.filename).name}: " if run.path != Path(f.filename) else ""
-            problems.extend(prefix + x for x in p)  # (the same list: a part that cannot be read is named there too)
-            checked, unchecked = checked + c, unchecked + u
-    for line in problems:
+            part.problems = [prefix + x for x in part.problems]
+            found = found + part
+    found.problems = unreadable + found.problems
+    for line in found.problems:
         print(f"hookrun.inspect: damaged: {line}", file=sys.stderr)
-    note = f"; {unchecked} without checksums (written without output.checksum=true, or ragged)" if unchecked else ""
-    print(f"{name}: {checked} capture(s) checked{note}: {'DAMAGED, ' + str(len(problems)) + ' problem(s)' if problems else 'every row matches its checksum'}")
-    return 1 if problems else 0
+    unchecked = sorted(set(found.unchecked))
+    note = f"; {len(unchecked)} without checksums ({', '.join(unchecked[:3])}{', ...' if len(unchecked) > 3 else ''})" if unchecked else ""
+    verdict = f"DAMAGED, {len(found.problems)} problem(s)" if found.problems else (
+        "every checked row matches its checksum" if found.checked else "NOTHING could be verified")
+    print(f"{name}: {len(set(found.checked))} dataset(s) checked{note}: {verdict}")
+    if found.problems:
+        return 1
+    if unchecked and not allow_unverified:
+        what = "nothing could be verified" if not found.checked else f"{len(unchecked)} dataset(s) could not be verified"
+        print(f"hookrun.inspect: unverified: {what}: {unchecked[0]} has no checksums (written with "
+              f"output.checksum=false, or by an older hookrun); pass --allow-unverified to accept that", file=sys.stderr)
+        return 3
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main())

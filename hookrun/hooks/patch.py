@@ -82,7 +82,11 @@ class PatchSource:
         meta = CaptureMeta.from_attrs(ds.attrs)
         if meta.rows is not RowKind.SAMPLES:
             raise ConfigError(f"{where}: {ds.name} has one row per step, not per sample; only per-sample captures can be patched in")
-        index = row_index(self.file, ds)
+        try:
+            index = row_index(self.file, ds)
+        except (KeyError, OSError, RuntimeError, ValueError) as exc:
+            raise ConfigError(f"{where}: the sample index of {ds.name} ({meta.index or '/samples/index'}) cannot be read: "
+                              f"the file is damaged ({damage(exc)}); run the clean run again (or point source: at an intact copy)") from None
         rowmap = {int(i): r for r, i in enumerate(index)}
         if planned is not None:
             missing = np.setdiff1d(planned, index)

@@ -22,7 +22,7 @@ from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError
 from hookrun.hooks.events import family
 from hookrun.labels import module_label
 from hookrun.store.reading import open_source
-from hookrun.store.schema import RowKind, list_captures
+from hookrun.store.schema import RowKind, damage, list_captures
 
 log = logging.getLogger("hookrun")
 CAUSES = {
@@ -89,7 +89,10 @@ def read_means(path: str, wanted: list[tuple[str, str]]) -> dict[tuple[str, str]
     file = source.path
     with source:
         f = source.file
-        captures = list_captures(f)
+        try:
+            captures = list_captures(f)
+        except HookrunError as exc:  # a damaged object header, named
+            raise ConfigError(f"evaluate.mean: {str(file)!r}: {exc}; record the means again (or point evaluate.mean at an intact copy)") from None
         out = {}
         for module, fam in dict.fromkeys(wanted):
             found = [c for c in captures if c.module == module and family(c.role) == fam]
@@ -100,7 +103,11 @@ def read_means(path: str, wanted: list[tuple[str, str]]) -> dict[tuple[str, str]
                                   f"{module_label(module)} {fam} (it has {have}); record it there with "
                                   f"{{name: record, what: {fam}, rows: token}}")
             for c in usable:
-                out[(module, c.role)] = _mean(f[c.path])
+                try:
+                    out[(module, c.role)] = _mean(f[c.path])
+                except (KeyError, OSError, RuntimeError, ValueError) as exc:  # a damaged chunk
+                    raise ConfigError(f"evaluate.mean: {str(file)!r}: the capture {c.path} cannot be read: the file is "
+                                      f"damaged ({damage(exc)}); record the means again (or point evaluate.mean at an intact copy)") from None
     return out
 
 

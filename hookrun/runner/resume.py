@@ -33,7 +33,7 @@ from hookrun.store.parts import Output, ResumePoint, prepare_resume
 from hookrun.store.protocol import RunStore
 from hookrun.store.reading import LocalSource
 from hookrun.store.records import Capture, CaptureKey, StepRecord
-from hookrun.store.schema import CaptureMeta, RowKind, list_captures
+from hookrun.store.schema import CaptureMeta, RowKind, damage, list_captures
 
 # keys that do not change what is captured
 IGNORED = {"resume", "dry_run", "progress", "imports", "output.overwrite", "output.max_bytes",
@@ -160,7 +160,11 @@ def open_resume(path: Path, config_yaml: str) -> ResumeState | None:
             f"resume: the config differs from the one {str(path)!r} was written with, in "
             f"{', '.join(changed)}; resume with the same settings (or start a new run)"
         )
-    step_of_row = f["samples/step"][:]
+    try:
+        step_of_row = f["samples/step"][:]
+    except READ_ERRORS as exc:
+        f.close()
+        raise _damaged(path, "/samples/step", exc) from None
     first = int(step_of_row[0]) if len(step_of_row) else 0  # a rank's shard starts at its first batch
     return ResumeState(path, f, complete_steps(f, mid_flush), "running" if mid_flush else str(f.attrs["status"]), first)
 
@@ -189,8 +193,42 @@ def replay(state: Resume, store: RunStore) -> int:
 def replay_file(state: ResumeState, store: RunStore) -> int:
     """One old file's complete batches, written again through `store`."""
     f = state.file
-    index = f["samples/index"][:]
-    step_of_row = f["samples/step"][:]
+    try:
+        return _replay(state, store, f)
+    except _Unreadable as exc:
+        raise _damaged(state.path, exc.args[0], exc.__cause__) from None
+
+
+class _Unreadable(Exception):
+    """An old file's object (named in args[0]) that HDF5 could not read (the cause)."""
+
+
+READ_ERRORS = (KeyError, OSError, RuntimeError, ValueError)  # what h5py raises for a damaged header or chunk
+
+
+def _damaged(path: Path, what: str, exc: BaseException | None) -> ConfigError:
+    return ConfigError(f"resume: {str(path)!r}: {what} cannot be read: the file is damaged ({damage(exc) if exc else '?'}); "
+                       f"move it away and run again (python -m hookrun.inspect --verify FILE names what is damaged)")
+
+
+def _read(what: str, read):
+    """read(), or _Unreadable naming `what` where HDF5 cannot."""
+    try:
+        return read()
+    except READ_ERRORS as exc:
+        raise _Unreadable(what) from exc
+
+
+def _captures(path: Path, f: h5py.File) -> list:
+    try:
+        return list_captures(f)
+    except HookrunError as exc:  # a damaged object header, named by list_captures
+        raise ConfigError(f"resume: {str(path)!r}: {exc}; move it away and run again") from None
+
+
+def _replay(state: ResumeState, store: RunStore, f: h5py.File) -> int:
+    index = _read("/samples/index", lambda: f["samples/index"][:])
+    step_of_row = _read("/samples/step", lambda: f["samples/step"][:])
     target = f["samples/target"] if "target" in f["samples"] else None
     paths = f["samples/path"] if "path" in f["samples"] else None
     extra = {k: f["samples"][k] for k in f["samples"] if k not in SAMPLE_KEYS}  # data.store keys
@@ -202,7 +240,8 @@ def replay_file(state: ResumeState, store: RunStore) -> int:
         token_generated = f["samples/token_generated"][:] if "token_generated" in f["samples"] else None  # mode=generate
         token_step = np.array([step_of.get(int(i), -1) for i in token_sample], dtype=np.int64)
         tokens = np.searchsorted(token_step, steps)
-    columns = [_Column(f[c.path], index, step_of_row, state.first_step, token_step) for c in list_captures(f)]
+    columns = [_read(f"the capture {c.path}", lambda c=c: _Column(f[c.path], index, step_of_row, state.first_step, token_step))
+               for c in _captures(state.path, f)]
     bounds = np.searchsorted(step_of_row, steps)
     evaluation, _ = read_evaluation(f, rows=state.steps)  # evaluate's rows of the kept batches (one per batch)
     for i, step in enumerate(steps[:-1].tolist()):
@@ -262,7 +301,7 @@ class _Column:
         if not len(rows):
             return None
         lo_row, hi_row = int(rows[0]), int(rows[-1]) + 1
-        data = self.ds[lo_row:hi_row]
+        data = _read(f"the capture {self.ds.name} rows {lo_row}..{hi_row - 1} (batch {step})", lambda: self.ds[lo_row:hi_row])
         if self.digests is not None and check_block(self.digests, lo_row, hi_row, data) is False:
             raise ConfigError(f"resume: {self.ds.file.filename}: the capture {self.ds.name} rows {lo_row}..{hi_row - 1} "
                               f"(batch {step}) do not match their checksum: the file was damaged on disk; move it away "

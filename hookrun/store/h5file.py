@@ -18,6 +18,7 @@ from pathlib import Path
 import h5py
 
 from hookrun.errors import ConfigError
+from hookrun.store.held import HeldWrites
 
 # Space HDF5 frees (an old B-tree node, a moved object header) is never handed out again: the
 # metadata of the last flush may still point there, and a kill before the next flush must find it
@@ -53,15 +54,21 @@ def writable_folder(folder: Path, key: str) -> None:
         raise ConfigError(f"{key}: the folder {str(folder)!r} is not writable")
 
 
-def create_hidden(path: Path, **kwargs) -> tuple[h5py.File, Path]:
+def create_hidden(path: Path, **kwargs) -> tuple[h5py.File, HeldWrites, Path]:
     """A new, empty HDF5 file under a hidden name beside `path`, to be moved to `path` once its
-    skeleton is flushed. (The caller holds the output's lock: leftovers of a killed run go.)"""
+    skeleton is flushed, and the file object HDF5 writes it through. (The caller holds the
+    output's lock: leftovers of a killed run go.)"""
     for old in path.parent.glob(f".{path.name}.*.creating"):
         old.unlink(missing_ok=True)
     hidden = path.with_name(f".{path.name}.{os.getpid()}.creating")
-    f = h5py.File(hidden, "w", **FILE_SPACE, **kwargs)
+    raw = HeldWrites(hidden)
+    try:
+        f = h5py.File(raw, "w", **FILE_SPACE, **kwargs)
+    except BaseException:
+        raw.close()
+        raise
     _metadata_only_at_flush(f)
-    return f, hidden
+    return f, raw, hidden
 
 
 def _metadata_only_at_flush(f: h5py.File) -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,10 +29,11 @@ import numpy as np
 from hookrun.errors import RunError
 from hookrun.store.chunks import CHUNK_BYTES, chunk_bytes_for, new_dataset
 from hookrun.store.chunks import append as _append
-from hookrun.store.digest import TABLE, digest
+from hookrun.store.digest import DigestLog, digest, digest_ragged
 from hookrun.store.evaluation import EvaluationStore
 from hookrun.store.format import FORMAT_VERSION
 from hookrun.store.h5file import create_hidden, flushing_path
+from hookrun.store.held import filling_chunks
 from hookrun.store.ragged import append_ragged
 from hookrun.store.records import Capture, StepRecord
 from hookrun.store.run_state import RunState, write_features
@@ -61,21 +61,17 @@ class H5Store:
         self.compression = None if compression in (None, "none") else compression
         self.flush_every = flush_every
         self.expected = {False: expected_samples, True: expected_steps}  # rows a capture will get, where known
-        self._visible = False  # under its own name yet (flushes then step aside: _aside)
         self._previous = (0, 0)  # steps and samples of the last flush
-        self._pending: list[tuple[int, int, int]] = []  # (capture's digest id, rows after the batch, xxh3) since the last flush
-        self._digest_table: h5py.Dataset | None = None
-        self._next_digest_id = 0
         # each capture caches only the chunk it is filling (set in _new_dataset): appends never
         # re-read a chunk, and memory stays bounded however many rows or captures there are
-        self.file, hidden = create_hidden(self.path, rdcc_nbytes=2 * CHUNK_BYTES, rdcc_w0=1.0)
+        self.file, self.raw, hidden = create_hidden(self.path, rdcc_nbytes=2 * CHUNK_BYTES, rdcc_w0=1.0)
         try:
             self._skeleton(attrs)
             flushing_path(self.path).unlink(missing_ok=True)  # a killed flush's file: this run replaces it
             os.replace(hidden, self.path)  # visible only once it opens: the skeleton is on disk
-            self._visible = True
         except BaseException:
             self.file.close()
+            self.raw.close()
             hidden.unlink(missing_ok=True)
             raise
 
@@ -85,6 +81,7 @@ class H5Store:
             self.file.attrs[key] = str(value) if isinstance(value, str) else value
         self.file.attrs["status"] = "running"
         self.table = SampleTable(self.file, self.compression)
+        self.digests = DigestLog(self.file)  # the run's /checksums table, written at each flush
         self._columns: dict[str, _Column] = {}
         self.evaluation = EvaluationStore(self.file)  # evaluate's rows and totals (store/evaluation.py)
         self.run_state = RunState()  # stateful actions' latest state, written at flush (store/run_state.py)
@@ -118,6 +115,8 @@ class H5Store:
         if not self.steps:
             self.first_step = rec.step
         self.table.write(rec, start)
+        if self.checksum:  # the sample table too: a changed index would map rows to the wrong samples
+            self._digest_samples(rec)
         new = sum(cap.key.path not in self._columns for cap in rec.captures)
         chunk_bytes = chunk_bytes_for(len(self._columns) + new)  # for the captures this batch creates
         for cap in rec.captures:
@@ -133,7 +132,7 @@ class H5Store:
         sets = [d for col in self._columns.values() for d in (col.ds, col.index) if d is not None]
         return {"rows": {d.name: d.shape[0] for d in sets}, "columns": set(self._columns), "table": self.table.mark(),
                 "indexed": {p for p, col in self._columns.items() if col.index is not None},
-                "pending": len(self._pending),
+                "pending": self.digests.mark(),
                 "evaluation": self.evaluation.mark()}
 
     def _roll_back(self, mark: dict) -> None:
@@ -144,7 +143,7 @@ class H5Store:
                 for d in (col.index, col.ds):
                     if d is not None:
                         del self.file[d.name]
-            del self._pending[mark["pending"]:]  # a failed batch's digests never reach the file
+            self.digests.roll_back(mark["pending"])  # a failed batch's digests never reach the file
             for path in set(self._columns) - mark["indexed"]:
                 col = self._columns[path]
                 if col.index is not None:
@@ -212,26 +211,21 @@ class H5Store:
         _append(col.ds, rows)
         self._digest(path, col, rows)
 
-    def _digest(self, path: str, col: _Column, rows: np.ndarray) -> None:
+    def _digest(self, path: str, col: _Column, rows: np.ndarray | list) -> None:
         """One row of the capture's checksum table: its row count after this batch, xxh3 of the rows
         (kept in memory, written at the next flush: one HDF5 append per capture per flush)."""
         if self.checksum:
             if col.digest_id is None:
-                col.digest_id = self._next_digest_id
-                self._next_digest_id += 1
-                col.ds.attrs["digest"] = f"{TABLE}:{col.digest_id}"
-            self._pending.append((col.digest_id, col.ds.shape[0], digest(rows.astype(col.ds.dtype, copy=False))))
+                col.digest_id = self.digests.new_id(col.ds)
+            value = digest_ragged(rows) if isinstance(rows, list) else digest(rows.astype(col.ds.dtype, copy=False))
+            self.digests.add(col.digest_id, col.ds.shape[0], value)
 
-    def _write_digests(self) -> None:
-        """The digests of the batches since the last flush: one append to the run's one table (a
-        table per capture held a chunk cache each: 600 captures grew memory past the load test's bound)."""
-        if not self._pending:
-            return
-        if self._digest_table is None:
-            self._digest_table = self.file.create_dataset(TABLE, (0, 3), "uint64", maxshape=(None, 3), chunks=(1024, 3),
-                                                          rdcc_nbytes=64 << 10, rdcc_w0=1.0)
-        _append(self._digest_table, np.array(self._pending, dtype=np.uint64))
-        self._pending.clear()
+    def _digest_samples(self, rec: StepRecord) -> None:
+        """Checksums of the batch's /samples/index and /samples/step rows (what maps a row to its sample)."""
+        n = len(rec.sample_index)
+        for ds, rows in ((self.table.index, rec.sample_index.astype(np.int64, copy=False)),
+                         (self.table.step, np.full(n, rec.step, dtype=np.int64))):
+            self.digests.add(self.digests.id_of(ds), ds.shape[0], digest(rows))
 
     def _write_ragged(self, cap: Capture, rec: StepRecord, samples_before: int) -> None:
         col = self._columns.get(cap.key.path)
@@ -239,7 +233,10 @@ class H5Store:
         ds = append_ragged(self.file, col.ds if col else None, cap, rec.step, before, self.compression)
         if col is None:
             k = cap.key
-            self._columns[k.path] = _Column(ds, cap.per_step, (k.hook, k.module, k.role, k.call))
+            col = self._columns[k.path] = _Column(ds, cap.per_step, (k.hook, k.module, k.role, k.call))
+        if self.checksum:
+            self._digest(cap.key.path, col, [v.numpy(force=True).reshape(-1).astype(h5py.check_vlen_dtype(ds.dtype), copy=False)
+                                             for v in cap.value])
 
     def _new_column(self, cap: Capture, arr: np.ndarray, chunk_bytes: int) -> _Column:
         row = arr if cap.per_step else arr[0]
@@ -269,32 +266,24 @@ class H5Store:
     # -- state -----------------------------------------------------------------------------
     def flush(self) -> None:
         """Rows, their lengths and the counts reach the disk in one HDF5 flush. No metadata is
-        written between flushes (store/h5file.py), so a kill -9 before this call leaves the file of
-        the last flush, in which every dataset's length agrees with `samples_complete` and
-        `steps_complete`. (Two flushes, rows then counts, left a window in which plain h5py read
-        more rows than the counts named: tests/kill_store.py found 14 of 190 killed files so.)"""
-        self._write_digests()
+        written between flushes (store/h5file.py), and what a flush rewrites in place is applied all
+        at once (store/held.py), so a kill -9 at any moment leaves the file of one whole flush under
+        its name, in which every dataset's length agrees with `samples_complete` and `steps_complete`."""
+        self.digests.write()
         self._update_counts()
-        with self._aside():
-            self.file.flush()
+        self.raw.hold(filling_chunks(self._datasets()))
+        try:
+            self.file.flush()  # new space on disk; what the last flush's file is made of: held
+        finally:
+            self.raw.release()  # all at once (store/held.py)
         self._flushed_at = time.monotonic()
         self._previous = (self.steps, self.samples)
 
-    @contextmanager
-    def _aside(self):
-        """The file leaves its name while HDF5 writes: a flush is many writes, and a kill -9 among
-        them leaves some lengths new and others old. Under its name the file is therefore always
-        the state of a whole flush; one killed inside a flush is found at `<name>.flushing`, where
-        resume (runner/resume.py) recovers the batches of the flush before it."""
-        if not self._visible:
-            yield
-            return
-        aside = flushing_path(self.path)
-        os.replace(self.path, aside)
-        try:
-            yield
-        finally:
-            os.replace(aside, self.path)
+    def _datasets(self) -> list[h5py.Dataset]:
+        """The datasets rows are appended to (their last chunks are rewritten at each flush)."""
+        cols = [d for col in self._columns.values() for d in (col.ds, col.index) if d is not None]
+        tables = [self.digests.table] if self.digests.table is not None else []
+        return cols + tables + [self.table.index, self.table.step, *self.table.optional.values()]
 
     def _update_counts(self) -> None:
         self.evaluation.flush()  # evaluate's totals: those of the batches this flush holds
@@ -327,17 +316,18 @@ class H5Store:
         if not self.file.id.valid:
             return
         try:
-            self._write_digests()
-            self._update_counts()
-            with self._aside():
-                self.file.flush()  # every row on disk before the status says so: a kill in close() cannot show a short file as complete
-                self._previous = (self.steps, self.samples)
+            self.flush()  # every row on disk before the status says so: a kill in close() cannot show a short file as complete
+            self.raw.hold()
+            try:
                 self.file.attrs["status"] = status
                 self.file.attrs["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
                 self.file.close()
+            finally:
+                self.raw.release()
         finally:
             if self.file.id.valid:
                 self.file.close()
+            self.raw.close()
 
     def __enter__(self) -> H5Store:
         return self

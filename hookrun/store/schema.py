@@ -185,7 +185,11 @@ def list_captures(f: h5py.File) -> list[CaptureInfo]:
                 raise HookrunError(f"the capture {group.name}/{name} cannot be read: the file is damaged "
                                    f"({damage(exc)})") from None
 
-    walk(f["captures"])
+    try:
+        top = f["captures"]
+    except (KeyError, OSError, RuntimeError, ValueError) as exc:  # the group's own header
+        raise HookrunError(f"the group /captures cannot be read: the file is damaged ({damage(exc)})") from None
+    walk(top)
     return found
 
 

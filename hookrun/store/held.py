@@ -1,0 +1,258 @@
+"""The file object an HDF5 store is written through, so that a kill -9 at any moment leaves the
+file under its name as one whole flush: what HDF5 rewrites in place goes to disk all at once.
+
+    raw = HeldWrites(Path("captures.h5"))
+    f = h5py.File(raw, "w")                    # h5py's fileobj driver
+    raw.hold(filling_chunks(datasets))         # before f.flush()
+    f.flush()                                  # new space: to disk; the last flush's bytes: held
+    raw.release()                              # the held writes, applied whole by a helper process
+
+A flush is many writes, in HDF5's order, some into the metadata the last flush left (object
+headers, B-tree nodes, the superblock's end of file). Those are held in memory while HDF5 writes
+and then sent in one message to a small helper process, which applies a message only once it has
+all of it. A kill -9 of the writer before the message is complete leaves the last flush's file, one
+after it the next flush's: plain h5py opens the file under its name with lengths equal to its counts
+at every moment. (Only the helper's own death in the microseconds it writes, by a kill of the
+whole process group or a power cut, could tear a flush; on Windows the writes are applied in
+this process.) Held: a few KiB per capture per flush; written through: new space, and the
+uncompressed chunks being filled (their earlier rows are rewritten unchanged).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+
+# the helper: reads messages [u64 length][records] from stdin; a record is [i64 offset][i64 n][n bytes]
+# (n = -1: truncate the file to `offset`); a message is applied only when whole, then acknowledged
+_HELPER = """
+import os, signal, struct, sys
+for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(s, signal.SIG_IGN)
+fd, r, w = int(sys.argv[1]), sys.stdin.buffer, sys.stdout.buffer
+while True:
+    head = r.read(8)
+    if len(head) < 8:
+        break
+    n = struct.unpack("<Q", head)[0]
+    body = r.read(n)
+    if len(body) < n:
+        break
+    at = 0
+    while at < n:
+        off, size = struct.unpack_from("<qq", body, at)
+        at += 16
+        if size < 0:
+            os.ftruncate(fd, off)
+            continue
+        view = memoryview(body)[at:at + size]
+        at += size
+        while len(view):
+            done = os.pwrite(fd, view, off)
+            view, off = view[done:], off + done
+    w.write(b"k")
+    w.flush()
+"""
+
+
+class Applier:
+    """The helper process that applies a flush's held writes whole (in-process on Windows)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.proc = None
+        self.pending = False  # a message sent, its answer not yet read
+        if os.name == "posix":
+            self.proc = subprocess.Popen([sys.executable, "-S", "-c", _HELPER, str(fd)], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, pass_fds=(fd,), start_new_session=True)
+
+    def apply(self, message: bytes) -> None:
+        """Hand one message to the helper. Its answer is awaited at the next apply, read or close
+        (wait): the helper writes while this process goes on with the next batch, and a kill in
+        between leaves the message applied, since the helper has all of it."""
+        if self.proc is None:
+            _apply(self.fd, message)
+            return
+        self.wait()
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM}) if _main_thread() else None
+        try:  # never half a message from here: a KeyboardInterrupt would leave the helper waiting
+            self.proc.stdin.write(struct.pack("<Q", len(message)) + message)
+            self.proc.stdin.flush()
+            self.pending = True
+        finally:
+            if old is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+    def wait(self) -> None:
+        """Until the helper has written the last message."""
+        if self.pending:
+            self.pending = False
+            if self.proc.stdout.read(1) != b"k":
+                raise OSError(f"the flush helper stopped (exit {self.proc.poll()}): the file's last flush may be incomplete")
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.wait()
+            self.proc.stdin.close()
+            self.proc.wait()
+            self.proc.stdout.close()
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _apply(fd: int, message: bytes) -> None:
+    at = 0
+    while at < len(message):
+        off, size = struct.unpack_from("<qq", message, at)
+        at += 16
+        if size < 0:
+            os.ftruncate(fd, off)
+        else:
+            _pwrite(fd, memoryview(message)[at:at + size], off)
+            at += size
+
+
+class HeldWrites(io.RawIOBase):
+    """The file object HDF5 writes the store through (h5py's `fileobj` driver). While `holding`,
+    writes into the part of the file the last flush's metadata may point at (below `stable`, the
+    file's size when that flush ended) are kept in memory, and writes past it go to disk at once;
+    `release` then puts the held bytes in place, a few KiB of metadata and the chunks being
+    filled, in one short burst of pwrite calls. HDF5 itself writes a flush as many in-place
+    writes, in its own order, over milliseconds."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o666)
+        self.applier = Applier(self.fd)
+        self.pos = 0
+        self.stable: int | None = None  # while holding: the size of the file as of the last flush
+        self.held: list[tuple[int, bytes | None, int]] = []  # (offset, bytes, 0) or (-1, None, truncate size)
+        self.flushed_size = 0  # where the last flush's file ended: its metadata points below
+        self.filling: list[tuple[int, int]] = []  # byte ranges written through while holding
+
+    # -- io.RawIOBase, as h5py's driver calls it -----------------------------------------------
+    def readable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        if whence == os.SEEK_END:
+            offset += self._size()
+        elif whence == os.SEEK_CUR:
+            offset += self.pos
+        self.pos = offset
+        return offset
+
+    def tell(self) -> int:
+        return self.pos
+
+    def readinto(self, buf) -> int:
+        self.applier.wait()  # what the helper still writes must be on disk before it is read
+        n = os.preadv(self.fd, [buf], self.pos)
+        view = memoryview(buf).cast("B")
+        for off, data, size in self.held:  # what HDF5 wrote but the disk does not hold yet
+            if data is None:
+                if size < self.pos + n:
+                    n = max(0, size - self.pos)
+                continue
+            lo, hi = max(off, self.pos), min(off + len(data), self.pos + len(view))
+            if lo < hi:
+                view[lo - self.pos:hi - self.pos] = data[lo - off:hi - off]
+                n = max(n, hi - self.pos)
+        self.pos += n
+        return n
+
+    def write(self, buf) -> int:
+        view = memoryview(buf).cast("B")
+        n, at = len(view), self.pos
+        if self.stable is not None and at < self.stable and not self._filling(at, n):  # bytes the last flush may point at
+            cut = min(n, self.stable - at)
+            self.held.append((at, bytes(view[:cut]), 0))
+            view, at = view[cut:], at + cut
+        _pwrite(self.fd, view, at)
+        self.pos += n
+        return n
+
+    def _filling(self, at: int, n: int) -> bool:
+        """Whether [at, at + n) lies in a chunk being filled: rewriting it leaves the rows it held
+        at the last flush as they were, so it goes to disk at once."""
+        return any(lo <= at and at + n <= hi for lo, hi in self.filling)
+
+    def truncate(self, size: int | None = None) -> int:
+        size = self.pos if size is None else size
+        if self.stable is not None and size < self.stable:
+            self.held.append((-1, None, size))
+        else:
+            os.ftruncate(self.fd, size)
+        return size
+
+    def flush(self) -> None:
+        pass  # unbuffered: every write is in the page cache at once
+
+    def close(self) -> None:
+        if not self.closed:
+            self.applier.close()
+            os.close(self.fd)
+        super().close()
+
+    # -- holding -----------------------------------------------------------------------------
+    def hold(self, filling: list[tuple[int, int]] = ()) -> None:
+        """From now on, keep writes below the file's size as of the last release in memory, but
+        those inside `filling`: the byte ranges of uncompressed chunks being filled (rewritten
+        whole at each flush, with the rows the last flush wrote unchanged)."""
+        self.stable, self.filling = self.flushed_size, list(filling)
+
+    def release(self) -> None:
+        """Put the held writes in place, in the order HDF5 made them, all or none: they go to a
+        helper process in one message, and it writes them only once the whole message is in, so a
+        kill -9 of this process at any moment leaves the file of one flush or of the next."""
+        held, self.held, self.stable = self.held, [], None
+        if held:
+            message = b"".join(struct.pack("<qq", size, -1) if data is None else struct.pack("<qq", off, len(data)) + data
+                               for off, data, size in held)
+            self.applier.apply(message)
+            if any(data is None for _, data, _ in held):  # a truncation: the size is the helper's to set
+                self.applier.wait()
+        self.flushed_size = max(os.fstat(self.fd).st_size, max((o + len(d) for o, d, _ in held if d is not None), default=0))
+
+    def _size(self) -> int:
+        size = os.fstat(self.fd).st_size
+        for off, data, n in self.held:
+            size = n if data is None else max(size, off + len(data))
+        return size
+
+
+def filling_chunks(datasets: list[h5py.Dataset]) -> list[tuple[int, int]]:
+    """The byte ranges of each uncompressed dataset's last chunk, where it is on disk already."""
+    ranges = []
+    for ds in datasets:
+        if ds.compression or not ds.chunks or not ds.shape[0] or h5py.check_vlen_dtype(ds.dtype) is not None:
+            continue
+        first = (ds.shape[0] - 1) // ds.chunks[0] * ds.chunks[0]
+        info = ds.id.get_chunk_info_by_coord((first,) + (0,) * (ds.ndim - 1))
+        if info.byte_offset is not None:
+            ranges.append((info.byte_offset, info.byte_offset + info.size))
+    return ranges
+
+
+def _pwrite(fd: int, data, offset: int) -> None:
+    view = memoryview(data)
+    while len(view):
+        done = os.pwrite(fd, view, offset)
+        view, offset = view[done:], offset + done
