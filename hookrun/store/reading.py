@@ -64,8 +64,8 @@ class RunSource(Protocol):
 class LocalSource:
     """A hookrun HDF5 file on disk (a merged view of ranks included: its shards must be beside it).
     `wait`: a live run's file stepped aside for a flush is waited for (resume opens the aside file
-    itself, so it does not wait). `rows=False`: only the attributes will be read, so a view's
-    missing shards are not refused (the ranks' checks read a view's world size)."""
+    itself, so it does not wait). `rows=False`: only the attributes will be read, so neither
+    the format nor a view's shards are checked (the ranks' checks read any file's world size)."""
 
     def __init__(self, path: str | os.PathLike, wait: bool = True, rows: bool = True) -> None:
         self.path = Path(path)
@@ -80,7 +80,7 @@ class LocalSource:
         except OSError as exc:
             raise HookrunError(f"{str(self.path)!r} is not a readable HDF5 file: {exc}") from None
         try:
-            if "format_version" not in self._file.attrs:
+            if rows and "format_version" not in self._file.attrs:
                 raise HookrunError(f"{str(self.path)!r} is not a hookrun file (no format_version attribute)")
             if rows:
                 check_sources(self._file, self.path)
