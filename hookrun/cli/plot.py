@@ -27,13 +27,13 @@ import torch
 import torch.nn.functional as F
 
 from hookrun.analysis.opening import open_run
+from hookrun.analysis.report.tokens import byte_label, token_text  # noqa: F401 (byte_label: plot's public name)
 from hookrun.analysis.run import CaptureInfo, Run, block_stats
 from hookrun.analysis.sweep import Sweep, is_sweep, open_sweep
 from hookrun.cli import figures
 from hookrun.cli.app import compose_config
 from hookrun.config.build import build_dataset
 from hookrun.config.schema import load
-from hookrun.data.text import ByteTokenizer
 from hookrun.errors import HookrunError, NotFoundError
 from hookrun.store.schema import PATTERN
 
@@ -88,37 +88,6 @@ def attention_maps(run: Run, info: CaptureInfo, out: Path, samples: int = 2, hea
     head = title(run, info) + (" (first heads)" if ds.shape[1] > heads else "")
     fig = figures.attention_grid(maps, [f"#{i}" for i in index], head, ticks, label=f"{info.role} value")
     return figures.save(fig, out / f"attn_{_name(info)}.png", source=_source(run))
-
-
-def token_text(run: Run, sample: int, width: int) -> tuple[np.ndarray | None, list[str] | None]:
-    """(the real tokens' positions, their text) of one sample, from /samples/attention_mask and
-    /samples/input_ids where the file has them with `width` positions; the text only where the
-    run's config says the tokens are data=text's bytes (a tokenizer folder is never loaded)."""
-    s = run.file["samples"]
-    rows = {int(v): r for r, v in enumerate(run.samples)}
-    if sample not in rows:
-        return None, None
-    r = rows[sample]
-    mask = s["attention_mask"][r] if "attention_mask" in s and s["attention_mask"].shape[1:] == (width,) else None
-    keep = np.flatnonzero(mask) if mask is not None else np.arange(width)
-    ids = s["input_ids"][r] if "input_ids" in s and s["input_ids"].shape[1:] == (width,) else None
-    data = (run.config.get("data") or {}).get("dataset") or {}
-    byte = str(data.get("_target_", "")).startswith("hookrun.data.text") and data.get("tokenizer", "byte") == "byte"
-    text = [byte_label(int(ids[p])) for p in keep] if ids is not None and byte else None
-    return (keep if mask is not None else None), text
-
-
-def byte_label(token: int) -> str:
-    """One byte token as a tick label: its character (whitespace made visible), <bos> and the
-    like for special ids, \\xNN for a byte that is not a character alone."""
-    tok = ByteTokenizer()
-    special = {tok.pad_token_id: "<pad>", tok.bos_token_id: "<bos>", tok.eos_token_id: "<eos>"}
-    if token in special or not tok.offset <= token < tok.offset + 256:
-        return special.get(token, f"<{token}>")
-    text = tok.decode([token])
-    if text == "\ufffd" or not text.isprintable() and not text.isspace():
-        return f"\\x{token - tok.offset:02x}"
-    return {" ": "␣", "\n": "↵", "\t": "⇥"}.get(text, text)
 
 
 def histogram(run: Run, info: CaptureInfo, out: Path) -> Path:
