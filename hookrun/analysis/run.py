@@ -238,6 +238,12 @@ class Run:
         """block_stats of a capture (summary's statistics)."""
         return block_stats(self.file[info.path])
 
+    def report(self) -> Any:
+        """This run's HTML report (hookrun.analysis.report): `.save(path)`, shown inline in Jupyter."""
+        from hookrun.analysis.report import build_report  # (the report reads through this class)
+
+        return build_report(self)
+
     def close(self) -> None:
         self.file.close()
 

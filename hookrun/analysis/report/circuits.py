@@ -19,25 +19,30 @@ from hookrun.analysis.report.specs import Heatmap, Scatter, histogram_of
 from hookrun.analysis.report.tokens import token_text
 
 
-def grids(run: Any) -> list[dict]:
-    names = list(getattr(run, "grids", None) or [])
-    items: list[dict] = []
-    for name in names:
+def grid_specs(run: Any) -> list[tuple[Any, str]]:
+    """(spec, caption) of every grid the file holds: a module x axis heatmap per plane, and where
+    exact values were recomputed (atp with verify), the estimate against them."""
+    out: list[tuple[Any, str]] = []
+    for name in list(getattr(run, "grids", None) or []):
         g = run.grid(name)
         a = dict(g.attrs)
         about = ", ".join(f"{k} {a[k]}" for k in ("metric", "method", "direction", "metric_clean", "metric_corrupt", "normalize") if k in a)
         for title, z, x, xlabel in _planes(g):
-            items.append(figure(Heatmap(z, f"{name}{title}", x=x, y=[str(m) for m in g.coords["module"].values],
-                                        xlabel=xlabel, ylabel="module", label=str(a.get("metric", "value")), symmetric=True),
-                                caption=about))
+            out.append((Heatmap(z, f"{name}{title}", x=x, y=[str(m) for m in g.coords["module"].values],
+                                xlabel=xlabel, ylabel="module", label=str(a.get("metric", "value")), symmetric=True), about))
         exact = _exact(run, name)
         if exact is not None:
             est, ex = np.asarray(g.values, dtype=np.float64).ravel(), np.asarray(exact.values, dtype=np.float64).ravel()
             done = np.isfinite(ex)
             labels = [", ".join(f"{d} {g.coords[d].values[i]}" for d, i in zip(g.dims, idx, strict=True))
                       for idx in zip(*np.unravel_index(np.flatnonzero(done), g.shape), strict=True)]
-            items.append(figure(Scatter(est[done], ex[done], f"estimate ({a.get('method', 'atp')})", "exact", f"{name}: estimate against exact",
-                                        labels), caption=f"{int(done.sum())} cells recomputed exactly"))
+            out.append((Scatter(est[done], ex[done], f"estimate ({a.get('method', 'atp')})", "exact",
+                                f"{name}: estimate against exact", labels), f"{int(done.sum())} cells recomputed exactly"))
+    return out
+
+
+def grids(run: Any) -> list[dict]:
+    items = [figure(spec, caption) for spec, caption in grid_specs(run)]
     return [section("grids", "Patching and attribution grids", items)] if items else []
 
 
@@ -66,22 +71,27 @@ def _planes(g: Any) -> list[tuple[str, np.ndarray, list[str] | None, str]]:
     return planes
 
 
-def lens(run: Any, budget: Budget) -> list[dict]:
-    """One heatmap per lens role: layer (hooked module) down, position across, for the first sample."""
+def lens_specs(run: Any, samples: int) -> list[Heatmap]:
+    """One heatmap per lens role and sample: layer (hooked module) down, position across."""
     by_role: dict[str, list] = {}
     for c in run.captures:
         if c.role.startswith("lens.") and len(c.shape) == 2 and c.rows == "samples":
             by_role.setdefault(c.role, []).append(c)
-    items = []
+    specs = []
     for role, infos in sorted(by_role.items()):
         first = infos[0]
         index = run.index(first.hook, first.module, first.role, call=first.call)
-        for r in range(min(budget.samples, len(index))):
+        for r in range(min(samples, len(index))):
             z = np.stack([np.asarray(run.file[c.path][r], dtype=np.float64) for c in infos])
             keep, text = token_text(run, int(index[r]), z.shape[1])
             cols = keep if keep is not None else np.arange(z.shape[1])
-            items.append(figure(Heatmap(z[:, cols], f"{role} · sample #{index[r]}", x=text or [str(int(p)) for p in cols],
-                                        y=[c.module or "(model)" for c in infos], xlabel="position", ylabel="layer", label=role)))
+            specs.append(Heatmap(z[:, cols], f"{role} · sample #{index[r]}", x=text or [str(int(p)) for p in cols],
+                                 y=[c.module or "(model)" for c in infos], xlabel="position", ylabel="layer", label=role))
+    return specs
+
+
+def lens(run: Any, budget: Budget) -> list[dict]:
+    items = [figure(spec) for spec in lens_specs(run, budget.samples)]
     return [section("lens", "Logit lens", items, f"the first {budget.samples} samples")] if items else []
 
 
