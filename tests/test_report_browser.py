@@ -14,6 +14,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -46,7 +48,7 @@ def browser():
                 "--proxy-server=127.0.0.1:9", "--host-resolver-rules=MAP * ~NOTFOUND"):  # no request can leave
         options.add_argument(arg)
     options.binary_location = CHROMIUM if Path(CHROMIUM).is_file() else shutil.which("chromium")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})  # performance: every request
     driver = webdriver.Chrome(service=Service(DRIVER if Path(DRIVER).is_file() else shutil.which("chromedriver")), options=options)
     yield driver
     driver.quit()
@@ -55,6 +57,7 @@ def browser():
 def open_page(driver, path: Path) -> list[dict]:
     """Load a report; its console entries. The page must have drawn itself and reference no URL."""
     driver.get_log("browser")  # (drop what earlier pages logged)
+    driver.get_log("performance")
     driver.get(path.resolve().as_uri())
     for _ in range(100):
         if driver.execute_script("return document.body.dataset.ready") == "1":
@@ -63,7 +66,13 @@ def open_page(driver, path: Path) -> list[dict]:
     assert driver.execute_script("return document.body.dataset.ready") == "1", "the page's script never finished"
     urls = driver.execute_script("return Array.from(document.querySelectorAll('[src],[href]')).map(e => e.getAttribute('src') || e.getAttribute('href'))")
     assert not [u for u in urls if re.match(r"^(https?:)?//", u or "")], urls
-    assert not re.search(r"""(src|href)\s*=\s*["']https?://""", path.read_text()), "the file names a URL to load"
+    from hookrun.analysis.report.page import plotly_js
+
+    ours = path.read_text().replace(plotly_js(), "")  # (plotly.js's own source names its web site in strings)
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", ours), "the file names a URL to load"
+    events = [json.loads(e["message"])["message"] for e in driver.get_log("performance")]
+    requested = [e["params"]["request"]["url"] for e in events if e["method"] == "Network.requestWillBeSent"]
+    assert requested and all(u.startswith(("file:", "data:", "about:", "blob:")) for u in requested), requested
     logs = driver.get_log("browser")
     assert not [e for e in logs if e["level"] == "SEVERE"], logs
     return logs
@@ -92,7 +101,8 @@ def hover(driver, plot, col: int, row: int) -> str:
 
 
 def report(path: Path, *extra: str) -> Path:
-    proc = run_cli("-m", "hookrun.report", str(path), *extra)
+    proc = subprocess.run([sys.executable, "-m", "hookrun.report", str(path), *extra], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     out = Path(proc.stdout.split("wrote ", 1)[1].split(" (", 1)[0])
     assert out.is_file() and out.stat().st_size < 20e6
@@ -118,8 +128,9 @@ def test_attention_report_hover_shows_the_files_value(browser, tmp_path):
     with h5py.File(run / "captures.h5") as f:
         expected = f[key["capture"]][key["row"]][0]  # head 0 of the first sample: (query, key)
         ids = f["samples/input_ids"][key["row"]]
-    ticks = browser.execute_script("return arguments[0]._fullLayout.xaxis._vals.map(v => v.text)", plots[0])
-    assert ticks[0] == chr(ids[key["keys"][0]] - 3).replace(" ", "␣")  # the token's own text labels the axis
+    ticks = browser.execute_script("return Array.from(arguments[0].querySelectorAll('.xtick text')).map(t => t.textContent)", plots[0])
+    tokens = ["<bos>" if ids[k] == 1 else chr(ids[k] - 3).replace(" ", "␣") for k in key["keys"][:6]]
+    assert ticks[:6] == tokens  # each key's own text labels the axis, "<bos>" shown as written
     for row, col in ((0, 0), (len(key["queries"]) - 1, len(key["keys"]) - 1), (5, 2)):
         text = hover(browser, plots[0], col, row)
         shown = float(re.search(r"output: ([-0-9.e+]+)", text).group(1))
@@ -186,7 +197,7 @@ def test_sae_report_shows_evaluation_latents_and_the_files_top_examples(browser,
 
 def test_sweep_report_charts_each_metric_against_the_swept_parameter(browser, tmp_path):
     sweep = tmp_path / "sweep"
-    proc = run_cli("-m", "hookrun", "-m", "experiment=ablation_sweep", "params.factor=0,1", "data.dataset.limit=16",
+    proc = run_cli("-m", "experiment=ablation_sweep", "params.factor=0,1", "data.dataset.limit=16",
                    f"hydra.sweep.dir={sweep}", *FAST)
     assert proc.returncode == 0, proc.stderr
     page = report(sweep)
