@@ -6,6 +6,7 @@
     with hookrun.capture(model, {"f": {"at": "layer1.*", "type": "forward"}}) as cap:
         model(x)                                     # cap["layer1.0", "output"]: a tensor
     print(hookrun.modules(model, x))                 # every name `at:` accepts, with shapes
+    grids = hookrun.patch_grid(model, items, sites={...})   # activation-patching grids (docs/patching.md)
 """
 
 from hookrun.analysis import open_run, open_sweep
@@ -13,8 +14,9 @@ from hookrun.cli.compose import compose
 from hookrun.hooks.actions import Action, register_action
 from hookrun.hooks.lister import list_modules as modules
 from hookrun.hooks.memory import Captured, capture
+from hookrun.runner.patching.notebook import patch_grid
 from hookrun.runner.run import RunResult, run
 from hookrun.store.format import HOOKRUN_VERSION as __version__
 
 __all__ = ["Action", "Captured", "RunResult", "__version__", "capture", "compose", "modules", "open_run", "open_sweep",
-           "register_action", "run"]
+           "patch_grid", "register_action", "run"]

@@ -21,6 +21,7 @@ import yaml
 from hookrun.analysis.batching import BUFFER_BYTES
 from hookrun.analysis.evaluation import describe as describe_evaluation
 from hookrun.analysis.evaluation import evaluation_table
+from hookrun.analysis.grids import file_grid, grid_lines, patching_meta
 from hookrun.analysis.labelled import to_dataset
 from hookrun.analysis.loader import RowLoader
 from hookrun.analysis.stats import block_stats, human_bytes
@@ -101,6 +102,17 @@ class Run:
         metric (ce_clean, ce_intervened, kl_intervened, ... and a splice's l0, mse, ...), the run's
         totals; `batches=True`: one row per batch and module. NotFoundError without evaluate."""
         return evaluation_table(self.file, batches)
+
+    @property
+    def grids(self) -> list[str]:
+        """The patching grids the file holds, by site name ([] for a run that patched nothing)."""
+        meta = patching_meta(self.file)
+        return list(meta["layout"]) if meta is not None else []
+
+    def grid(self, name: str, which: str = "value") -> Any:
+        """A patching grid as an xarray.DataArray, dims ("module", *over); `which="exact"`: an atp
+        run's exactly recomputed cells (verify: K), NaN elsewhere. docs/patching.md."""
+        return file_grid(self.file, name, which)
 
     # -- finding a capture ---------------------------------------------------------------------
     def find(self, *key: str, call: int = 0) -> CaptureInfo:
@@ -224,6 +236,7 @@ class Run:
                 row += f"  mean {s['mean']:.4g} std {s['std']:.4g} min {s['min']:.4g} max {s['max']:.4g} zeros {s['zeros']:.1%}"
             lines.append(row)
         lines.extend(self.evaluation_lines())
+        lines.extend(grid_lines(self.file))
         return "\n".join(lines)
 
     def evaluation_lines(self) -> list[str]:

@@ -82,6 +82,23 @@ class EvaluateConfig:
 
 
 @dataclass
+class PatchingConfig:
+    """patching: activation-patching grids (hookrun.runner.patching; docs/patching.md). A null block is off."""
+
+    input: str = "input_ids"  # the forward argument the clean / corrupted ids go to
+    clean: str = "clean"  # item keys of the clean and the corrupted input (same shape)
+    corrupt: str = "corrupt"
+    direction: str = "denoise"  # denoise: clean activations into the corrupted run; noise: the reverse
+    method: str = "exact"  # exact: one patched run per cell (packed); atp: attribution patching's estimate
+    metric: Any = field(default_factory=lambda: {"name": "logit_diff", "answer": "answer", "wrong": "wrong", "position": -1,
+                                                 "normalize": False})  # or {_target_: fn(logits, items) -> (items,)}
+    sites: dict[str, Any] = field(default_factory=dict)  # {NAME: {at, over, dims}}
+    cells_per_forward: int | None = None  # null: from `memory`, measured on the first forward
+    memory: Any = "1GiB"  # the budget for one packed forward's activations
+    verify: int = 0  # atp: recompute the K cells of largest |estimate| exactly
+
+
+@dataclass
 class HookrunConfig:
     model: Any = MISSING  # a _target_ node, plus optional `checkpoint`
     data: DataConfig = field(default_factory=DataConfig)
@@ -99,6 +116,7 @@ class HookrunConfig:
     early_stop: bool = False  # eval mode, record-only hooks: stop each forward after the last hook
     generate: dict[str, Any] = field(default_factory=lambda: {"max_new_tokens": 20})  # mode=generate: model.generate(**batch, **generate)
     evaluate: EvaluateConfig | None = None  # clean vs intervened (vs ablated) forwards: ce, kl, scores per batch
+    patching: PatchingConfig | None = None  # activation-patching grids (docs/patching.md)
 
 
 def load(cfg: Any) -> HookrunConfig:

@@ -211,3 +211,52 @@ def batch_row(clean: Reference, others: Mapping[str, dict[str, torch.Tensor]]) -
     row.update(scores(row))
     row.update(ce_count=ce_n, kl_count=kl_n)
     return {k: row[k] for k in (*MODEL_METRICS, *COUNTS) if k in row}
+
+
+# patching's metrics (runner/patching/): one value per item, from the (items, T, V) logits of a run
+PATCH_METRICS = ("logit_diff", "logprob", "prob", "ce", "kl")
+
+
+def item_metric(name: str, logits: torch.Tensor, items: Mapping[str, torch.Tensor], position: int | str | None,
+                answer: str | None, wrong: str | None, ids: torch.Tensor, reference: torch.Tensor | None) -> torch.Tensor:
+    """The metric `name` of each item (a 1-d tensor, one value per row of `logits`):
+
+    | name       | per item                                                                      |
+    |------------|-------------------------------------------------------------------------------|
+    | logit_diff | logits[pos, answer] - logits[pos, wrong]                                      |
+    | logprob    | log_softmax(logits[pos])[answer]                                              |
+    | prob       | softmax(logits[pos])[answer]                                                  |
+    | ce         | mean next-token cross-entropy of `ids` (the clean input) over the sequence    |
+    | kl         | KL(reference || this run) at pos, summed over the vocabulary (reference: the  |
+    |            | clean run's log-probabilities)                                                |
+
+    `position` is an int (every item; -1 the last) or an item key holding each item's position.
+    """
+    n = logits.shape[0]
+    rows = torch.arange(n, device=logits.device)
+    if name == "ce":
+        lp = log_probs(logits[:, :-1])
+        return -lp.gather(-1, ids[:, 1:, None].to(lp.device).long()).squeeze(-1).mean(-1)
+    pos = items[position].to(logits.device).long() if isinstance(position, str) else torch.full((n,), int(position), device=logits.device)
+    at = logits[rows, pos % logits.shape[1]]
+    if name == "kl":
+        lp = log_probs(at)
+        return (reference.exp() * (reference - lp)).sum(-1)
+    a = items[answer].to(logits.device).long().reshape(n)
+    if name == "logit_diff":
+        return at[rows, a] - at[rows, items[wrong].to(logits.device).long().reshape(n)]
+    lp = log_probs(at)[rows, a]
+    return lp if name == "logprob" else lp.exp()
+
+
+def reference_logprobs(logits: torch.Tensor, items: Mapping[str, torch.Tensor], position: int | str | None) -> torch.Tensor:
+    """kl's reference: the log-probabilities at each item's position (the clean run)."""
+    n = logits.shape[0]
+    rows = torch.arange(n, device=logits.device)
+    pos = items[position].to(logits.device).long() if isinstance(position, str) else torch.full((n,), int(position), device=logits.device)
+    return log_probs(logits[rows, pos % logits.shape[1]]).detach()
+
+
+def normalized(value: Any, clean: float, corrupt: float) -> Any:
+    """(m - m_corrupt) / (m_clean - m_corrupt): 0 where a cell restores nothing, 1 where it restores all."""
+    return (value - corrupt) / (clean - corrupt) if clean != corrupt else value * math.nan

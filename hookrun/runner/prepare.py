@@ -61,6 +61,7 @@ class Prepared:
     env: ActionEnv
     settings: LoopSettings  # settings.batches: the range of batch numbers (a rank's shard narrows it)
     attrs: dict = field(default_factory=dict)  # more root attributes for the file (rank, world_size)
+    patching: Any = None  # a patching run's engine, set up (runner/kinds/patching.py's PatchRun)
 
     @property
     def batches(self) -> range:

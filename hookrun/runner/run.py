@@ -29,6 +29,7 @@ from hookrun.errors import ConfigError
 from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.session import HookSession
 from hookrun.runner.estimate import estimate
+from hookrun.runner.kinds.patching import PatchingKind, PatchRun
 from hookrun.runner.live import borrowed
 from hookrun.runner.loop import run_batches
 from hookrun.runner.prepare import Prepared, check_output, dataset_name, prepare
@@ -138,6 +139,8 @@ def _run(cfg: HookrunConfig, out: Path | Output, started: float, model: torch.nn
         if resume is None:
             log.info("resume: no file at %s; starting from the first batch", out)
     try:
+        if cfg.patching is not None:
+            PatchingKind.check(cfg)
         p = prepare(cfg, check_exists=resume is None, model=model, dataset=dataset)
     except BaseException:
         if resume is not None:
@@ -148,6 +151,8 @@ def _run(cfg: HookrunConfig, out: Path | Output, started: float, model: torch.nn
     try:
         if adjust is not None:
             adjust(p)
+        if cfg.patching is not None and not cfg.dry_run:  # a patching run: its base runs and checks, before the file
+            p.patching = PatchRun(p)
         if cfg.dry_run or cfg.output.max_bytes is not None:
             report = plan_estimate(p)
             if cfg.dry_run:
@@ -156,6 +161,8 @@ def _run(cfg: HookrunConfig, out: Path | Output, started: float, model: torch.nn
             check_max_bytes(report.total_bytes, cfg.output.max_bytes)
         return execute(p, resume, started)
     finally:
+        if p.patching is not None:
+            p.patching.close()
         p.env.close()
         if resume is not None:
             resume.close()
@@ -188,7 +195,7 @@ def execute(p: Prepared, resume: ResumeState | PartsResume | None, started: floa
     An object-store output (store/parts.py) is written in parts uploaded as they finish."""
     cfg = p.cfg
     log.info("%s on %s, %d hook point(s), writing %s", type(p.model).__name__, p.settings.device, len(p.points), p.out)
-    if not any(a.records for pt in p.points for a in pt.actions):
+    if p.patching is None and not any(a.records for pt in p.points for a in pt.actions):
         log.warning("no hook records anything: the file will hold the sample index and targets only")
     local = not isinstance(p.out, Output)
     real = target = None
@@ -213,7 +220,10 @@ def execute(p: Prepared, resume: ResumeState | PartsResume | None, started: floa
             replayed = True
             with session, BackgroundWriter(store) as writer:
                 p.settings.should_stop = stop.requested
-                steps = run_batches(p.model, p.loader, session, writer, p.env, p.settings, first)
+                if p.patching is not None:  # chunks of cells, not data batches (runner/kinds/patching.py)
+                    steps = p.patching.run(writer, store.samples, stop.requested)
+                else:
+                    steps = run_batches(p.model, p.loader, session, writer, p.env, p.settings, first)
             status = "interrupted" if stop.signum else "complete"
         except StoreError as exc:  # the object store stayed away: the parts not uploaded stay local
             status, away = "interrupted", exc

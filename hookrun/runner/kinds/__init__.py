@@ -1,0 +1,58 @@
+"""Run kinds: what a batch does (one module per kind) and the table that picks one for a config.
+
+    from hookrun.runner.kinds import kind_for
+    kind_cls = kind_for(cfg)            # EvaluateKind where cfg.evaluate is on, else by cfg.mode
+    kind_cls.check(cfg)                 # refusals, before anything is built
+
+| kind       | module       | chosen by                  | forwards per batch                    |
+|------------|--------------|----------------------------|---------------------------------------|
+| record     | record.py    | mode=eval                  | 1 (no_grad; early_stop may cut it)    |
+| grad       | grad.py      | mode=grad                  | 1 forward + loss + backward           |
+| generate   | generate.py  | mode=generate              | 1 model.generate (a call per token)   |
+| evaluate   | evaluate.py  | the `evaluate:` block      | clean, intervened (+ ablated)         |
+
+Adding a kind: one module with a RunKind subclass, registered with `@register_kind("name")`, and
+its import at the end of this file (docs/architecture.md walks through evaluate as the example).
+A kind with a `block` is chosen when that block of the config is on; two such blocks at once are
+refused in one line; otherwise the kind whose `mode` is cfg.mode runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hookrun.config.schema import HookrunConfig
+from hookrun.errors import ConfigError
+from hookrun.hooks.registry import Registry
+from hookrun.runner.kinds.base import KindContext, RunKind, StepAdds, plain_forward
+
+KINDS: Registry[type[RunKind]] = Registry("run kind")
+
+
+def register_kind(name: str) -> Callable[[type[RunKind]], type[RunKind]]:
+    """Class decorator: register a RunKind subclass under `name` (its `name` is set to it)."""
+
+    def add(cls: type[RunKind]) -> type[RunKind]:
+        cls.name = name
+        return KINDS.register(name)(cls)
+
+    return add
+
+
+def kind_for(cfg: HookrunConfig) -> type[RunKind]:
+    """The kind a config runs: the block kind it turns on (evaluate, patching), else its mode's."""
+    kinds = [KINDS.get(n) for n in KINDS]
+    on = [k for k in kinds if k.block and k.wanted(cfg)]
+    if len(on) > 1:
+        names = " and ".join(k.block for k in on)
+        raise ConfigError(f"{names} are each a kind of run of their own and cannot go together; keep one of them")
+    if on:
+        return on[0]
+    for k in kinds:
+        if k.block is None and k.mode is cfg.mode:
+            return k
+    raise ConfigError(f"mode={cfg.mode.value}: no run kind runs it; registered kinds: {', '.join(KINDS)}")
+
+
+__all__ = ["KINDS", "KindContext", "RunKind", "StepAdds", "kind_for", "plain_forward", "register_kind"]
+# the kinds hookrun ships register themselves here (record, grad, generate, evaluate: next commit)

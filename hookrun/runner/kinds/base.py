@@ -1,0 +1,163 @@
+"""What a batch does: the RunKind interface every kind of run implements.
+
+    kind = kind_for(cfg)(KindContext(cfg, model, loader, spec, points, env, loss, device))
+    adds = kind.step(model, call, session)    # the loop, per batch: its forwards, and what they add
+    record = StepRecord(..., samples=adds.samples, **adds.record)
+
+A kind owns everything that differs between a plain record run, a grad run, a generate run, an
+evaluate run (clean, intervened and ablated forwards) and a patching run (clean, corrupted and
+patched forwards): how many forwards a batch costs, which options it refuses, what it adds to a
+step's record and to the file, and what it restores on resume. The loop, the session's firing
+closure and the store never ask which kind runs; they read what the kind hands them.
+
+| member                   | when                    | what                                              |
+|--------------------------|-------------------------|---------------------------------------------------|
+| `name`, `mode`, `block`  | registration            | `mode`: the `cfg.mode` it runs for (record, grad, |
+|                          |                         | generate); `block`: the config block that turns   |
+|                          |                         | it on (`evaluate`, `patching`): kind_for(cfg)     |
+| `forwards`               | estimates, docs         | model forwards (or generate calls) per batch      |
+| `adds`                   | end report, warnings    | HDF5 groups it writes beside /captures            |
+| `check(cfg)`             | prepare(), before build | refusals: one ConfigError line, before any batch  |
+| `__init__(ctx)`          | prepare()               | build, with every check that needs the model      |
+| `step(model, call, s)`   | every batch             | its forwards under the session -> StepAdds        |
+| `sample_step(m, c, s)`   | dry_run estimate        | one sample's step, leaving no state behind        |
+| `sample_forward(m, c)`   | prepare(): site check   | one sample through the model, no_grad             |
+| `probe(model, call)`     | early_stop's probe      | a forward the session may cut short               |
+| `restore(file, kept)`    | resume                  | state carried over from the kept batches          |
+| `finish()`               | after the last batch    | arrays for the end of the file ({} for none)      |
+| `file_bytes(n)`          | dry_run estimate        | bytes it adds besides the captures                |
+
+A kind that runs several forwards per batch hands the session a `Phase` for each
+(`with session.phase(CLEAN): ...`, hookrun.hooks.events): a phase is a value saying whether every
+action runs (`every`), or only the modifying ones (`modifying`), and whether those return the
+ablation instead of their op (`ablate`); the firing closure reads these flags and nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from hookrun.config.schema import HookrunConfig, Mode
+from hookrun.hooks.early_stop import StopForward
+
+if TYPE_CHECKING:
+    from hookrun.hooks.actions import ActionEnv
+    from hookrun.hooks.points import HookPoint
+    from hookrun.hooks.session import HookSession
+    from hookrun.runner.calls import CallSpec, ModelCall
+
+
+@dataclass
+class KindContext:
+    """What prepare() has built when the kind is made: everything a kind's checks and steps use."""
+
+    cfg: HookrunConfig
+    model: nn.Module
+    loader: Any  # the run's DataLoader (runner/batches.py)
+    spec: CallSpec
+    points: list[HookPoint]
+    env: ActionEnv
+    loss: Any = None  # the built loss, where the kind needs one (grad, evaluate)
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+
+
+@dataclass
+class StepAdds:
+    """What one batch's kind adds to its StepRecord (hookrun.store.records).
+
+    samples: per-sample columns for /samples/<name> (generate's generated_ids, ...).
+    record: more StepRecord fields by name ({"evaluation": EvaluationRow}); a new kind that writes
+        its own rows adds a StepRecord field and the store's writer of it.
+    generated: the step's token rows include generated tokens (/samples/token_generated).
+    """
+
+    samples: dict[str, np.ndarray] | None = None
+    record: dict[str, Any] = field(default_factory=dict)
+    generated: bool = False
+
+
+NOTHING = StepAdds()
+
+
+class RunKind:
+    """The base of every kind: a plain forward per batch under no_grad, nothing added.
+
+    Subclass it, set `name` and `mode` (or `block`), override what differs, and register the
+    class with `@KINDS.register("name")` (hookrun.runner.kinds).
+    """
+
+    name: ClassVar[str] = ""
+    mode: ClassVar[Mode | None] = None  # the cfg.mode this kind runs, where no block kind is on
+    block: ClassVar[str | None] = None  # a config block (cfg.<block>) that turns this kind on
+    forwards: ClassVar[int] = 1  # model forwards (or generate calls) per batch
+    adds: ClassVar[tuple[str, ...]] = ()  # HDF5 groups this kind writes beside /captures ("evaluation")
+
+    def __init__(self, ctx: KindContext) -> None:
+        self.ctx = ctx
+        self.check_actions()
+
+    def check_actions(self) -> None:
+        """Every action says whether it can run in this kind's mode (record without rows: token in
+        generate, a `positions:` outside generate ...): the first that cannot is one ConfigError."""
+        mode = self.ctx.cfg.mode
+        for p in self.ctx.points:
+            for a in p.actions:
+                a.check_mode(mode)
+
+    @classmethod
+    def wanted(cls, cfg: HookrunConfig) -> bool:
+        """Whether cfg turns this block kind on (its block given and not `enabled: false`)."""
+        node = getattr(cfg, cls.block, None) if cls.block else None
+        return node is not None and getattr(node, "enabled", True) is not False
+
+    @classmethod
+    def check(cls, cfg: HookrunConfig) -> None:
+        """Refuse what this kind cannot run (one ConfigError line), before anything is built.
+        The options that may not go together whatever the kind are in hookrun.config.checks."""
+
+    def step(self, model: nn.Module, call: ModelCall, session: HookSession) -> StepAdds:
+        """One batch: its forwards under `session`, and what they add to the step's record."""
+        plain_forward(model, call)
+        return NOTHING
+
+    def sample_step(self, model: nn.Module, call: ModelCall, session: HookSession) -> StepAdds:
+        """The dry-run estimate's step of one sample: as `step`, leaving no state behind."""
+        return self.step(model, call, session)
+
+    def sample_forward(self, model: nn.Module, call: ModelCall) -> None:
+        """One sample through the model with nothing of the run hooked (the site check listens)."""
+        with torch.no_grad():
+            call.run(model)
+
+    def probe(self, model: nn.Module, call: ModelCall) -> None:
+        """early_stop's probe: one forward the session may cut short."""
+        plain_forward(model, call)
+
+    def restore(self, file: Any, kept: int) -> None:
+        """A resumed run: carry over this kind's state from the `kept` batches of the old file."""
+
+    def finish(self) -> dict[str, np.ndarray]:
+        """After the last batch: arrays for the end of the file (none by default)."""
+        return {}
+
+    def file_bytes(self, n_samples: int) -> int:
+        """Bytes this kind adds to the file besides the captures (the dry-run estimate)."""
+        return 0
+
+    def token_rows(self, call: ModelCall) -> int:
+        """Token rows per sample where the kind makes more than the batch holds (generate); 0: as the batch."""
+        return 0
+
+
+def plain_forward(model: nn.Module, call: ModelCall) -> Any:
+    """A forward under no_grad that early_stop may cut short (its StopForward ends it quietly)."""
+    try:
+        with torch.no_grad():
+            return call.run(model)
+    except StopForward:
+        return None

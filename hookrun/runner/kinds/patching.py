@@ -1,0 +1,108 @@
+"""The patching kind: a run whose steps are chunks of a patching grid's cells (docs/patching.md).
+
+    python -m hookrun experiment=patching_grid        # the `patching:` block turns this kind on
+
+A step is one chunk of cells (one packed forward; with method=atp one step holds every cell); its
+rows are cells, numbered as in runner/patching/cells.py, so /samples/index holds cell numbers and
+the capture `patching/cells/value` (and `patching/cells/exact`: atp's exactly recomputed cells,
+NaN elsewhere) one value per cell. The file's root attribute `patching` (JSON) holds the layout
+(each site's modules, over axes and sizes, first cell), the metric's name, method, direction,
+metric_clean, metric_corrupt, normalize and the token text of the positions: the reader
+(hookrun.analysis.run: `run.grids`, `run.grid(name)`) reshapes the rows into labelled grids.
+Rows are appended through the store's normal path: flushes, crash safety and resume (which goes on
+from the first cell not written) come from it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import torch
+
+from hookrun.config.build import build
+from hookrun.config.schema import HookrunConfig, Mode
+from hookrun.errors import ConfigError
+from hookrun.runner.kinds import RunKind, register_kind
+from hookrun.runner.patching.block import parse_block
+from hookrun.runner.patching.engine import PatchEngine
+from hookrun.runner.patching.items import load_items
+from hookrun.runner.patching.notebook import grid_attrs, run_cells
+from hookrun.runner.ranks import detect
+from hookrun.store.records import Capture, CaptureKey, StepRecord
+
+KEY = {which: CaptureKey("patching", "cells", "patching", which) for which in ("value", "exact")}
+
+
+@register_kind("patching")
+class PatchingKind(RunKind):
+    block = "patching"
+    forwards = 0  # per data batch: the cells decide (one packed forward per chunk; atp: 2 + a backward)
+
+    @classmethod
+    def check(cls, cfg: HookrunConfig) -> None:
+        if cfg.mode is not Mode.eval:
+            raise ConfigError(f"patching with mode={cfg.mode.value}: a patching run makes its own forwards (clean, "
+                              f"corrupted, patched; atp its own backward); drop mode or set mode=eval")
+        if cfg.evaluate is not None and cfg.evaluate.enabled:
+            raise ConfigError("patching and evaluate are each a kind of run of their own and cannot go together; keep one of them")
+        if detect().many:
+            raise ConfigError("patching: a run over many ranks is not supported yet; run it as one process")
+        parse_block(cfg.patching, build=lambda node, where: build(node, where))
+
+
+class PatchRun:
+    """The engine of a file run, set up (base runs, every check) before the file is opened."""
+
+    def __init__(self, p: Any) -> None:
+        cfg = p.cfg
+        PatchingKind.check(cfg)
+        self.block = parse_block(cfg.patching, build=lambda node, where: build(node, where))
+        limit = None if cfg.data.limit is None else cfg.data.limit * cfg.data.batch_size
+        items = load_items(p.dataset, self.block, limit, p.settings.device)
+        self.engine = PatchEngine(p.model, self.block, items, p.env, p.points).__enter__()
+        p.points = []  # the engine's session holds them (a splice must not run twice)
+        e = self.engine
+        meta = {**grid_attrs(e, self.block), "layout": e.layout.describe(), "cells": e.layout.size,
+                "cells_per_forward": e.cells_per_forward, "labels": token_labels(p.dataset, items[self.block.clean])}
+        p.attrs["patching"] = json.dumps(meta)
+
+    def close(self) -> None:
+        self.engine.__exit__(None, None, None)
+
+    def run(self, writer: Any, first_cell: int, should_stop: Any, progress: bool = True) -> int:
+        """Write every cell from `first_cell` on, a chunk a step; the number of steps written."""
+        steps = [0]
+        step0 = first_cell // max(1, self.engine.cells_per_forward)
+
+        def put(ks: list[int], values: np.ndarray, exact: np.ndarray) -> None:
+            rows = len(ks)
+            writer.put(StepRecord(
+                step=step0 + steps[0], sample_index=np.asarray(ks, dtype=np.int64), target=None, path=None,
+                captures=[Capture(KEY["value"], torch.as_tensor(np.asarray(values, dtype=np.float64)).reshape(rows), False),
+                          Capture(KEY["exact"], torch.as_tensor(np.asarray(exact, dtype=np.float64)).reshape(rows), False)]))
+            steps[0] += 1
+            if should_stop():
+                raise _Stop
+
+        try:
+            run_cells(self.engine, first_cell, on_chunk=put)
+        except _Stop:
+            pass
+        return steps[0]
+
+
+class _Stop(Exception):
+    """A signal asked the run to stop after the chunk in flight."""
+
+
+def token_labels(dataset: Any, ids: torch.Tensor) -> list[str] | None:
+    """The token text of the first item's positions, where the data set has a tokenizer."""
+    tok = getattr(dataset, "tokenizer", None)
+    if tok is None or not hasattr(tok, "decode"):
+        return None
+    try:
+        return [tok.decode([int(t)]) for t in ids[0].tolist()]
+    except Exception:  # a tokenizer that cannot decode one id: integer positions
+        return None

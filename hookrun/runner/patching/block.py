@@ -1,0 +1,158 @@
+"""The `patching:` block, checked: what a patching run (or hookrun.patch_grid) was asked for.
+
+    block = parse_block({"sites": {"resid": {"at": "blocks.*.hook_resid_pre", "over": ["position"]}}})
+    block.sites[0].over   # ('position',)
+
+Every key is checked here, before the model runs: a wrong value is one ConfigError naming the
+key, what is wrong and the choices (closest matches for names). The defaults are those of
+hookrun.config.schema.PatchingConfig.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from hookrun.config.schema import PatchingConfig
+from hookrun.errors import ConfigError, close_matches, one_of
+from hookrun.runner.metrics import PATCH_METRICS
+
+DIRECTIONS, METHODS = ("denoise", "noise"), ("exact", "atp")
+SITE_KEYS = ("at", "over", "dims")
+METRIC_KEYS = ("name", "answer", "wrong", "position", "normalize")
+UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 1 << 10, "m": 1e6, "mb": 1e6, "mib": 1 << 20, "g": 1e9,
+         "gb": 1e9, "gib": 1 << 30, "t": 1e12, "tb": 1e12, "tib": 1 << 40}
+
+
+@dataclass(frozen=True)
+class SiteSpec:
+    name: str
+    at: tuple[str, ...]
+    over: tuple[str, ...]
+    dims: tuple[str, ...] | None  # the tensor's axis names, sample first; None: inferred
+
+
+@dataclass
+class Block:
+    input: str
+    clean: str
+    corrupt: str
+    direction: str
+    method: str
+    metric: str  # a built-in name, or the user function's _target_
+    answer: str | None
+    wrong: str | None
+    position: int | str | None
+    normalize: bool
+    user_metric: Callable | None
+    sites: list[SiteSpec]
+    cells_per_forward: int | None
+    memory: int
+    verify: int
+
+    def item_keys(self) -> list[str]:
+        """The item keys the block reads (a missing one is refused before any forward)."""
+        keys = [self.clean, self.corrupt]
+        if self.user_metric is None and self.metric in ("logit_diff", "logprob", "prob"):
+            keys.append(self.answer)
+        if self.user_metric is None and self.metric == "logit_diff":
+            keys.append(self.wrong)
+        if isinstance(self.position, str):
+            keys.append(self.position)
+        return keys
+
+
+def parse_block(raw: Any, build: Callable[[Mapping, str], Any] | None = None) -> Block:
+    """The checked block; `build` instantiates a user metric's `_target_` node (config/build.py's)."""
+    if isinstance(raw, PatchingConfig):
+        raw = {f.name: getattr(raw, f.name) for f in fields(raw)}
+    defaults = PatchingConfig()
+    allowed = [f.name for f in fields(PatchingConfig)]
+    raw = dict(raw or {})
+    for key in raw:
+        if key not in allowed:
+            raise ConfigError(f"patching.{key}: no such key; the block's keys: {', '.join(allowed)}"
+                              + _did_you_mean(key, allowed))
+    get = lambda k: raw.get(k, getattr(defaults, k))  # noqa: E731
+    direction, method = get("direction"), get("method")
+    if direction not in DIRECTIONS:
+        raise ConfigError(f"patching.direction={direction!r}; choose from: {one_of(DIRECTIONS)}")
+    if method not in METHODS:
+        raise ConfigError(f"patching.method={method!r}; choose from: {one_of(METHODS)}")
+    metric = dict(get("metric") or {})
+    normalize = bool(metric.pop("normalize", False))
+    user = None
+    if "_target_" in metric:
+        name = str(metric["_target_"])
+        default = PatchingConfig().metric  # the schema's defaults merged under a user's node: not its arguments
+        metric = {k: v for k, v in metric.items() if not (k in METRIC_KEYS and default.get(k) == v)}
+        if build is None:
+            raise ConfigError("patching.metric: a _target_ metric needs hookrun's config builder")
+        user = build({**metric, "_partial_": True}, "patching.metric")
+        answer = wrong = position = None
+    else:
+        for key in metric:
+            if key not in METRIC_KEYS:
+                raise ConfigError(f"patching.metric.{key}: no such key; a built-in metric takes: {', '.join(METRIC_KEYS)}, "
+                                  f"a user's metric is {{_target_: my_pkg.metric, ...}}" + _did_you_mean(key, METRIC_KEYS))
+        name = metric.get("name", "logit_diff")
+        if name not in PATCH_METRICS:
+            raise ConfigError(f"patching.metric.name={name!r}; choose from: {one_of(PATCH_METRICS)}, or give "
+                              f"{{_target_: my_pkg.metric}} (one value per item)" + _did_you_mean(str(name), PATCH_METRICS))
+        answer, wrong, position = metric.get("answer", "answer"), metric.get("wrong", "wrong"), metric.get("position", -1)
+        if isinstance(position, bool) or not isinstance(position, int | str):
+            raise ConfigError(f"patching.metric.position={position!r}; give a token position (-1: the last) or an item key")
+    cells = get("cells_per_forward")
+    if cells is not None and (isinstance(cells, bool) or not isinstance(cells, int) or cells < 1):
+        raise ConfigError(f"patching.cells_per_forward={cells!r}; give a positive integer, or null to choose it from patching.memory")
+    verify = get("verify")
+    if isinstance(verify, bool) or not isinstance(verify, int) or verify < 0:
+        raise ConfigError(f"patching.verify={verify!r}; give how many cells (largest |estimate|) to recompute exactly, 0 for none")
+    if verify and method != "atp":
+        raise ConfigError(f"patching.verify={verify}: verify recomputes attribution estimates; it needs method: atp")
+    sites = [parse_site(n, body) for n, body in (get("sites") or {}).items()]
+    if not sites:
+        raise ConfigError("patching.sites: empty; name at least one site, e.g. sites: {resid: {at: 'blocks.*.hook_resid_pre', over: [position]}}")
+    return Block(str(get("input")), str(get("clean")), str(get("corrupt")), direction, method, name, answer, wrong,
+                 position, normalize, user, sites, cells, parse_bytes(get("memory"), "patching.memory"), verify)
+
+
+def parse_site(name: str, body: Any) -> SiteSpec:
+    where = f"patching.sites.{name}"
+    if isinstance(body, str):
+        body = {"at": body}
+    if not isinstance(body, Mapping) or "at" not in body:
+        raise ConfigError(f"{where}: expected {{at: MODULE_OR_GLOB, over: [AXIS, ...], dims: [...]}}, got {body!r}")
+    for key in body:
+        if key not in SITE_KEYS:
+            raise ConfigError(f"{where}.{key}: no such key; a site takes: {', '.join(SITE_KEYS)}" + _did_you_mean(key, SITE_KEYS))
+    at = body["at"]
+    at = (at,) if isinstance(at, str) else tuple(at)
+    over = tuple(body.get("over") or ())
+    if "sample" in over:
+        raise ConfigError(f"{where}.over: 'sample' is the items' axis, patched whole in every cell; cut along the others")
+    if len(set(over)) != len(over):
+        raise ConfigError(f"{where}.over={list(over)}: an axis named twice")
+    dims = body.get("dims")
+    dims = tuple(dims) if dims is not None else None
+    if dims is not None and (not dims or dims[0] != "sample" or len(set(dims)) != len(dims)):
+        raise ConfigError(f"{where}.dims={list(dims)}: name every axis once, the first 'sample' (the items), "
+                          f"e.g. [sample, position, head, feature]")
+    return SiteSpec(name, at, over, dims)
+
+
+def parse_bytes(value: Any, where: str) -> int:
+    """1000000, '512MB', '2GiB' -> bytes."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)\s*", str(value))
+    if m is None or m.group(2).lower() not in UNITS:
+        raise ConfigError(f"{where}={value!r}; give bytes as a number or with a unit (512MB, 2GiB)")
+    return max(1, int(float(m.group(1)) * UNITS[m.group(2).lower()]))
+
+
+def _did_you_mean(key: str, choices: Any) -> str:
+    close = close_matches(key, list(choices), n=1)
+    return f"; did you mean {close[0]}?" if close else ""

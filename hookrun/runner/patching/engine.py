@@ -1,0 +1,223 @@
+"""The patching engine: exact grids packed many cells to a forward, and attribution patching.
+
+    with PatchEngine(model, block, items, env) as engine:   # the clean and corrupted runs, every check
+        values = np.concatenate([engine.exact(ks) for ks in engine.chunks()])   # or engine.atp()
+
+The sites are hooked through the same plan (make_plan), session (HookSession) and action
+(hooks/actions/patch_cells.py) as every hookrun run. What it does:
+
+- the base run (the corrupted input for direction=denoise, the clean one for noise) and the source
+  run (the other) each once, keeping every site's output; they give metric_clean, metric_corrupt,
+  each site's modules and axes (checked: a site that never fires, an `over` axis its tensor lacks),
+  and the bytes one copy of the items' forward allocates (the cells_per_forward default);
+- exact: a chunk of c cells is one forward of the base input repeated c times, copy j patched at
+  cell j with the source run's values; the blocks below the lowest patched block are not run (they
+  return the base run's outputs, runner/patching/stack.py). A cell's value: the metric averaged
+  over the items of its copy;
+- atp: one forward of the base input with zeros added at every site (their gradient is the
+  metric's), one backward: a cell's value is metric(base) + sum over the cell of
+  (source - base) * d metric / d activation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from hookrun.config.specs import parse_hooks
+from hookrun.errors import ConfigError, HookrunError, RunError
+from hookrun.hooks.actions.dims import meaning
+from hookrun.hooks.actions.patch_cells import PatchCells, PatchState
+from hookrun.hooks.hook_types import HOOK_TYPES
+from hookrun.hooks.plan import make_plan
+from hookrun.hooks.session import HookSession
+from hookrun.runner.losses import pick_output
+from hookrun.runner.metrics import item_metric, reference_logprobs
+from hookrun.runner.patching.block import Block
+from hookrun.runner.patching.budget import measure_bytes
+from hookrun.runner.patching.cells import Layout, SiteGrid
+from hookrun.runner.patching.stack import BlockStack
+
+SPEC = "patching_site_"  # the site's hook name in the plan (errors are renamed to patching.sites.NAME)
+
+
+class PatchEngine:
+    def __init__(self, model: nn.Module, block: Block, items: Mapping[str, torch.Tensor], env: Any,
+                 points: list | None = None) -> None:
+        self.model, self.block, self.env = model, block, env
+        self.items = dict(items)
+        self.state = PatchState()
+        self.site_points = self._plan()
+        self.session = HookSession([*(points or []), *self.site_points], env)
+        self.stack = BlockStack.find(model)
+        noise = block.direction == "noise"
+        self.base_ids = self.items[block.clean if noise else block.corrupt]
+        self.source_ids = self.items[block.corrupt if noise else block.clean]
+        self.n = self.base_ids.shape[0]
+        self.cells_per_forward = block.cells_per_forward
+
+    # -- setting up: the two runs and every check -------------------------------------------------
+    def __enter__(self) -> PatchEngine:
+        self.session.__enter__()
+        try:
+            self._base_runs()
+        except BaseException:
+            self.session.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.state.mode = "off"
+        self.session.__exit__(*exc)
+
+    def _plan(self) -> list:
+        specs = parse_hooks({f"{SPEC}{s.name}": {"at": list(s.at), "type": "forward", "actions": []} for s in self.block.sites})
+        try:
+            points = make_plan(self.model, specs, self.env, "eval")
+        except HookrunError as exc:
+            raise type(exc)(str(exc).replace(f"hooks.{SPEC}", "patching.sites.")) from None
+        hook_type = HOOK_TYPES.get("forward")
+        for p in points:
+            p.actions.append(PatchCells(p, hook_type, self.env, where=f"patching.sites.{p.hook[len(SPEC):]}", state=self.state))
+        return points
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        self.session.begin_step(0, ids.shape[0], None)
+        return pick_output(self.model(**{self.block.input: ids}), None, "patching")
+
+    def measure(self, logits: torch.Tensor, copies: int) -> torch.Tensor:
+        """The metric of each copy: its items' values averaged (float64)."""
+        b = self.block
+        rep = {k: v.repeat(copies, *[1] * (v.dim() - 1)) for k, v in self.items.items()} if copies > 1 else self.items
+        if b.user_metric is not None:
+            value = b.user_metric(logits, rep)
+            if not isinstance(value, torch.Tensor) or value.dim() != 1 or value.shape[0] != logits.shape[0]:
+                got = f"shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
+                raise ConfigError(f"patching.metric {b.metric}: returned {got}; it must return one value per item, a "
+                                  f"tensor of shape ({logits.shape[0]},): patching averages it over the items itself "
+                                  f"(a scalar, such as a .mean() over the batch, would mix the cells packed into one forward)")
+        else:
+            ref = self.reference.repeat(copies, 1) if self.reference is not None else None
+            ids = self.items[b.clean].repeat(copies, 1)
+            value = item_metric(b.metric, logits, rep, b.position, b.answer, b.wrong, ids, ref)
+        return value.detach().double().view(copies, -1).mean(1) if not value.requires_grad else value.double().view(copies, -1).mean(1)
+
+    def _base_runs(self) -> None:
+        b, state = self.block, self.state
+        self.model.eval()
+        self.reference = None
+        with torch.no_grad():
+            state.mode, state.kept = "keep", {}
+            source_logits = self.forward(self.source_ids)
+            self.source = state.kept
+            state.kept = {}
+            run = lambda: self.forward(self.base_ids)  # noqa: E731
+            base_run = (lambda: self.stack.keep_outputs(run)) if self.stack is not None else run
+            base_logits, self.copy_bytes = measure_bytes(self.model, base_run)
+            self.base = state.kept
+            state.mode = "off"
+            clean_logits, corrupt_logits = (base_logits, source_logits) if b.direction == "noise" else (source_logits, base_logits)
+            if b.user_metric is None and b.metric == "kl":
+                self.reference = reference_logprobs(clean_logits, self.items, b.position)
+            self.metric_clean = float(self.measure(clean_logits, 1)[0])
+            self.metric_corrupt = float(self.measure(corrupt_logits, 1)[0])
+        self.metric_base = self.metric_clean if b.direction == "noise" else self.metric_corrupt
+        self.layout = Layout(self._grids())
+        if self.cells_per_forward is None:
+            self.cells_per_forward = max(1, min(self.layout.size, b.memory // max(1, self.copy_bytes)))
+
+    def _grids(self) -> list[SiteGrid]:
+        grids, offset = [], 0
+        for site in self.block.sites:
+            where = f"patching.sites.{site.name}"
+            points = [p for p in self.site_points if p.hook == SPEC + site.name]
+            silent = [p.module for p in points if p.module not in self.source]
+            if silent:
+                raise ConfigError(f"{where}.at: {', '.join(silent)} never fired (or returned no tensor) in a forward of "
+                                  f"{self.block.input}; patch modules that run on this input (hookrun.modules(model, x) lists them)")
+            sizes = None
+            for p in points:
+                x = self.source[p.module]
+                dims = site.dims or self._dims(p, x)
+                if len(dims) != x.dim():
+                    raise ConfigError(f"{where}.dims={list(dims)}: {p.module}'s output has {x.dim()} axes {tuple(x.shape)}; name each once")
+                missing = [a for a in site.over if a not in dims]
+                if missing:
+                    raise ConfigError(f"{where}.over: {', '.join(map(repr, missing))} is not an axis of {p.module}'s output "
+                                      f"(shape {tuple(x.shape)}, axes {', '.join(dims)}); cut along {', '.join(dims[1:])}, "
+                                      f"or name its axes with dims: [sample, ...]")
+                s = tuple(x.shape[dims.index(a)] for a in site.over)
+                if sizes is not None and s != sizes:
+                    raise ConfigError(f"{where}: its modules' {list(site.over)} differ in size ({sizes} and {s} at {p.module}); "
+                                      f"split them into sites of their own")
+                sizes, site_dims = s, dims
+            grids.append(SiteGrid(site.name, tuple(p.module for p in points), site.over, site_dims, sizes, offset))
+            offset += grids[-1].size
+        return grids
+
+    def _dims(self, point: Any, x: torch.Tensor) -> tuple[str, ...]:
+        """(sample, position, feature) / (sample, position, head, feature) over the input's tokens,
+        else the names record gives (hooks/actions/dims.py), its `token` called `position`."""
+        if x.dim() in (3, 4) and x.shape[1] == self.base_ids.shape[1] and self.base_ids.dim() == 2:
+            return ("sample", "position", "feature") if x.dim() == 3 else ("sample", "position", "head", "feature")
+        return tuple("position" if d == "token" else d for d in meaning(point, "output", tuple(x.shape), self.env.state))
+
+    # -- exact ------------------------------------------------------------------------------------
+    def chunks(self, start: int = 0, stop: int | None = None) -> Iterator[list[int]]:
+        stop = self.layout.size if stop is None else stop
+        c = self.cells_per_forward
+        for lo in range(start, stop, c):
+            yield list(range(lo, min(stop, lo + c)))
+
+    def exact(self, ks: list[int]) -> np.ndarray:
+        """The metric with each cell of `ks` patched, one copy of the items per cell, in one forward."""
+        plan: dict[str, list] = {}
+        level = len(self.stack) if self.stack is not None else 0
+        for copy, k in enumerate(ks):
+            grid = self.layout.grid_of(k)
+            cell = grid.cell(k - grid.offset)
+            plan.setdefault(cell.module, []).append((copy, grid.tensor_index(cell)))
+            if self.stack is not None:
+                level = min(level, self.stack.level(cell.module))
+        self.state.begin_patch(plan, self.source, self.n)
+        try:
+            with torch.no_grad():
+                if self.stack is not None:
+                    with self.stack.skip_below(level, len(ks)):
+                        logits = self.forward(self.base_ids.repeat(len(ks), 1))
+                else:
+                    logits = self.forward(self.base_ids.repeat(len(ks), 1))
+                return self.measure(logits, len(ks)).cpu().numpy()
+        finally:
+            self.state.mode = "off"
+
+    # -- attribution patching ---------------------------------------------------------------------
+    def atp(self) -> np.ndarray:
+        """metric(base) + sum over each cell of (source - base) * d metric / d activation, every cell."""
+        state = self.state
+        state.mode, state.deltas = "grad", {}
+        try:
+            with torch.enable_grad():
+                metric = self.measure(self.forward(self.base_ids), 1)[0]
+        finally:
+            state.mode = "off"
+        modules = list(state.deltas)
+        grads = dict(zip(modules, torch.autograd.grad(metric, [state.deltas[m] for m in modules], allow_unused=True), strict=True))
+        state.deltas = {}
+        out = np.empty(self.layout.size)
+        for g in self.layout.grids:
+            axes = [g.dims.index(a) for a in g.over]
+            rest = [i for i in range(len(g.dims)) if i not in axes]
+            for j, module in enumerate(g.modules):
+                grad = grads.get(module)
+                if grad is None:
+                    raise RunError(f"patching.sites.{g.name}: {module}'s output is not on the metric's gradient path")
+                terms = ((self.source[module] - self.base[module]).double() * grad.double()).permute(*axes, *rest)
+                cell_sums = terms.sum(dim=tuple(range(len(axes), len(g.dims))))
+                n = int(np.prod(g.sizes))
+                out[g.offset + j * n: g.offset + (j + 1) * n] = (self.metric_base + cell_sums.detach().cpu().numpy().reshape(-1))
+        return out

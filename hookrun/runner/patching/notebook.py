@@ -1,0 +1,88 @@
+"""hookrun.patch_grid: a patching block on a live model and data set, the grids returned.
+
+    grids = hookrun.patch_grid(model, dataset, input="input", sites={"resid": {"at": "blocks.*.hook_resid_pre",
+                               "over": ["position"]}})
+    grids["resid"]     # xarray.DataArray, dims ("module", "position")
+
+The same engine (runner/patching/engine.py), plan, session and actions as a file run; nothing is
+written. The model comes back as it went in (its training flag; every hook and splice removed).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from hookrun.analysis.grids import as_grid
+from hookrun.config.build import build
+from hookrun.config.specs import parse_hooks
+from hookrun.hooks.actions import ActionEnv
+from hookrun.hooks.plan import make_plan
+from hookrun.runner.metrics import normalized
+from hookrun.runner.patching.block import Block, parse_block
+from hookrun.runner.patching.engine import PatchEngine
+from hookrun.runner.patching.items import load_items
+
+
+def patch_grid(model: nn.Module, dataset: Any, hooks: Any = None, limit: int | None = None, which: str = "value",
+               **block: Any) -> dict[str, Any]:
+    """The grid of every site of `block` (the keys of the `patching:` config block), by site name.
+
+    `hooks`: hookrun hooks attached as well (a splice, so that `MODULE.sae.latents` can be a site);
+    `limit`: the first N items; `which="exact"`: an atp run's exactly recomputed cells (verify: K).
+    """
+    b = parse_block(block, build=lambda node, where: build(node, where))
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    items = load_items(dataset, b, limit, device)
+    env = ActionEnv()
+    training = model.training
+    try:
+        points = make_plan(model, parse_hooks(hooks), env, "eval")
+        with PatchEngine(model, b, items, env, points) as engine:
+            values, exact = run_cells(engine)
+            attrs = grid_attrs(engine, b)
+    finally:
+        env.close()
+        model.train(training)
+    layout = engine.layout.describe()
+    out = exact if which == "exact" else values
+    return {name: as_grid(name, out, layout, attrs) for name in layout}
+
+
+def run_cells(engine: PatchEngine, start: int = 0, on_chunk: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """Every cell's value (normalized where the block says) and, for atp with verify, the exact
+    values of the verified cells (NaN elsewhere). `on_chunk(ks, values, exact)`: after each chunk."""
+    b, size = engine.block, engine.layout.size
+    exact = np.full(size, np.nan)
+    if b.method == "atp":
+        values = engine.atp()
+        if b.verify:
+            top = np.argsort(-np.abs(values - engine.metric_base), kind="stable")[: b.verify]
+            for ks in _split(sorted(top.tolist()), engine.cells_per_forward):
+                exact[ks] = engine.exact(ks)
+        values, exact = scaled(values, b, engine), scaled(exact, b, engine)
+        if on_chunk is not None:
+            on_chunk(list(range(size)), values, exact)
+        return values, exact
+    values = np.full(size, np.nan)
+    for ks in engine.chunks(start):
+        values[ks] = scaled(engine.exact(ks), b, engine)
+        if on_chunk is not None:
+            on_chunk(ks, values[ks], exact[ks])
+    return values, exact
+
+
+def scaled(values: np.ndarray, b: Block, engine: PatchEngine) -> np.ndarray:
+    return normalized(values, engine.metric_clean, engine.metric_corrupt) if b.normalize else values
+
+
+def grid_attrs(engine: PatchEngine, b: Block) -> dict[str, Any]:
+    return {"metric": b.metric, "method": b.method, "direction": b.direction, "metric_clean": engine.metric_clean,
+            "metric_corrupt": engine.metric_corrupt, "normalize": b.normalize}
+
+
+def _split(ks: list[int], n: int) -> list[list[int]]:
+    return [ks[i: i + n] for i in range(0, len(ks), n)]
