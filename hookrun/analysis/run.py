@@ -24,7 +24,10 @@ from hookrun.analysis.evaluation import evaluation_table
 from hookrun.analysis.grids import file_grid, grid_lines, patching_meta
 from hookrun.analysis.labelled import to_dataset
 from hookrun.analysis.loader import RowLoader
+from hookrun.analysis.report import build_report
+from hookrun.analysis.report.tokens import is_byte_text
 from hookrun.analysis.stats import block_stats, human_bytes
+from hookrun.analysis.top import top_example_modules, top_examples
 from hookrun.errors import HookrunError, NotFoundError
 from hookrun.store.h5file import flushing_path, wait_for_flush
 from hookrun.store.merge import check_sources
@@ -113,6 +116,17 @@ class Run:
         """A patching grid as an xarray.DataArray, dims ("module", *over); `which="exact"`: an atp
         run's exactly recomputed cells (verify: K), NaN elsewhere. docs/patching.md."""
         return file_grid(self.file, name, which)
+
+    # -- top examples (hooks/actions/top.py) ---------------------------------------------------
+    @property
+    def top_example_modules(self) -> dict[str, int]:
+        """module -> the number of features with top examples (top_examples actions of the run)."""
+        return top_example_modules(self.file)
+
+    def top_examples(self, module: str, feature: int) -> list[dict]:
+        """The k largest activations of `feature` at `module`, largest first: dicts of value, sample,
+        position, context (token texts around it) and at (its index in context); analysis/top.py."""
+        return top_examples(self.file, module, feature, is_byte_text(self.config))
 
     # -- finding a capture ---------------------------------------------------------------------
     def find(self, *key: str, call: int = 0) -> CaptureInfo:
@@ -253,8 +267,6 @@ class Run:
 
     def report(self) -> Any:
         """This run's HTML report (hookrun.analysis.report): `.save(path)`, shown inline in Jupyter."""
-        from hookrun.analysis.report import build_report  # (the report reads through this class)
-
         return build_report(self)
 
     def close(self) -> None:

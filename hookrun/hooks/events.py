@@ -32,6 +32,7 @@ class StepState:
     calls: list = field(default_factory=list)  # the TokenMap of each model call of the step (hooks/tokens.py)
     call_tokens: Any = None  # the TokenMap of the model call in flight (the last of `calls`)
     phase: str = INTERVENED  # evaluate's forward in flight: clean (no action runs), intervened, ablated
+    batch: Any = None  # the batch's items as the model call has them (a dict of tensors: logit_lens' target)
 
 
 class Event:

@@ -180,7 +180,7 @@ class _Steps:
             else:
                 index = torch.arange(self.seen, self.seen + n) if n else None
                 self.seen += n
-            session.begin_step(self.cap.steps, n, index)
+            session.begin_step(self.cap.steps, n, index, batch=kwargs)
             self.cap.steps += 1
 
         return hook

@@ -124,6 +124,7 @@ def _hint(pattern: str, names: list[str], kind: str) -> str:
 def make_plan(model: nn.Module, specs: list, env: Any, mode: str) -> list[HookPoint]:
     """Every (hook spec, module) pair as a HookPoint with its actions built and checked."""
     points: list[HookPoint] = []
+    env.model = unwrap(model)  # actions that call the model's own modules (logit_lens) find them here
     # splices add their module (and its latents) to the model first: MODULE.sae.latents may be hooked
     splice.install(model, specs, env, lambda spec: _targets(model, spec, HOOK_TYPES.get(spec.type)))
     for spec in specs:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 
@@ -60,9 +61,10 @@ class HookSession:
             self._handles.pop().remove()
 
     def begin_step(self, step: int, batch_size: int, sample_index: torch.Tensor | None,
-                   attention_mask: torch.Tensor | None = None) -> None:
+                   attention_mask: torch.Tensor | None = None, batch: Any = None) -> None:
         state = self.env.state
         state.step, state.batch_size, state.sample_index = step, batch_size, sample_index
+        state.batch = batch
         state.attention_mask = attention_mask
         state.call_tokens = TokenMap.of_batch(attention_mask)  # a CallTracker replaces it at each model call
         state.calls = [state.call_tokens]

@@ -74,7 +74,7 @@ def run_batches(
             call = s.spec.split(batch)
             target = call.target
             call = call.to(s.device)
-            session.begin_step(step, len(indices), indices, call.attention_mask)
+            session.begin_step(step, len(indices), indices, call.attention_mask, call.batch)
             evaluation = generated = None
             if s.evaluator is not None:
                 evaluation = s.evaluator.step(model, call, session)
@@ -92,6 +92,7 @@ def run_batches(
                 samples=stored_keys(batch, s.store_keys) if generated is None else {**(stored_keys(batch, s.store_keys) or {}), **generated.columns},
                 tokens=token_columns(captures, env.state, with_generated=s.mode == "generate"),
                 evaluation=evaluation,
+                state=env.snapshot(),  # stateful actions (top_examples): saved at the next flush
             ))
             steps += 1
             bar.update()

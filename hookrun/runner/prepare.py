@@ -38,6 +38,7 @@ from hookrun.hooks.plan import make_plan
 from hookrun.hooks.points import HookPoint
 from hookrun.hooks.site_check import check_sites_run
 from hookrun.hooks.splice import check_outputs
+from hookrun.runner.action_state import check_actions
 from hookrun.runner.batches import make_loader
 from hookrun.runner.calls import CallSpec
 from hookrun.runner.evaluate import build_evaluator
@@ -142,6 +143,11 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: Any = None, da
             points = check_sites_run(points, model, forward)
         elif env.splices:
             forward()
+        # actions' own checks (an item key, a tensor's width or axes): one line before any batch
+        check_actions(points, dataset[0], lambda: one_sample_forward(model, loader, settings))
+        if env.stateful and is_url(cfg.output.path):
+            raise ConfigError(f"{env.stateful[0].where}: {type(env.stateful[0]).__name__} keeps a state over the run, "
+                              f"which an object-store output does not save yet; write to a local file")
     except BaseException:
         env.close()
         raise

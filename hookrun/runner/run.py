@@ -28,6 +28,7 @@ from hookrun.config.schema import HookrunConfig, load, to_yaml, with_live
 from hookrun.errors import ConfigError
 from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.session import HookSession
+from hookrun.runner.action_state import finish_actions, restore_states
 from hookrun.runner.estimate import estimate
 from hookrun.runner.kinds.patching import PatchingKind, PatchRun
 from hookrun.runner.live import borrowed
@@ -216,6 +217,7 @@ def execute(p: Prepared, resume: ResumeState | PartsResume | None, started: floa
                     p.settings.evaluator.restore(resume.file, kept)
                 first += kept
                 restore_limits(p.points, store)
+                restore_states(p.env, getattr(resume, "file", None), kept, store)  # top_examples' running state
                 log.info("resume: %d batches from %s kept; going on from batch %d", kept, p.out, first)
             replayed = True
             with session, BackgroundWriter(store) as writer:
@@ -225,6 +227,8 @@ def execute(p: Prepared, resume: ResumeState | PartsResume | None, started: floa
                 else:
                     steps = run_batches(p.model, p.loader, session, writer, p.env, p.settings, first)
             status = "interrupted" if stop.signum else "complete"
+            if status == "complete":
+                finish_actions(p.env, store)  # end-of-run captures (top_examples), once
         except StoreError as exc:  # the object store stayed away: the parts not uploaded stay local
             status, away = "interrupted", exc
         except KeyboardInterrupt:  # a second signal (or Ctrl-C outside the loop): the writer has ended

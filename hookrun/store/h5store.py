@@ -36,6 +36,7 @@ from hookrun.store.format import FORMAT_VERSION
 from hookrun.store.h5file import create_hidden, flushing_path
 from hookrun.store.ragged import append_ragged
 from hookrun.store.records import Capture, StepRecord
+from hookrun.store.run_state import RunState, write_features
 from hookrun.store.samples import SampleTable
 from hookrun.store.schema import CaptureMeta
 
@@ -86,6 +87,7 @@ class H5Store:
         self.table = SampleTable(self.file, self.compression)
         self._columns: dict[str, _Column] = {}
         self.evaluation = EvaluationStore(self.file)  # evaluate's rows and totals (store/evaluation.py)
+        self.run_state = RunState()  # stateful actions' latest state, written at flush (store/run_state.py)
         self.overflow: dict[str, int] = {}  # values a cast turned into inf, per capture path
         self.steps = 0
         self.samples = 0
@@ -106,6 +108,7 @@ class H5Store:
             raise
         self.samples += len(rec.sample_index)
         self.steps += 1
+        self.run_state.keep(self.steps, rec.state)
         due = self.steps % self.flush_every == 0 if self.flush_every else time.monotonic() - self._flushed_at > FLUSH_SECONDS
         if due or self.steps == 1:  # the first batch's datasets reach the disk at once
             self.flush()
@@ -295,6 +298,7 @@ class H5Store:
 
     def _update_counts(self) -> None:
         self.evaluation.flush()  # evaluate's totals: those of the batches this flush holds
+        self.run_state.flush(self.file, self.steps)  # actions' state: that of the batches this flush holds
         self.file.attrs["steps_complete"] = self.steps
         self.file.attrs["samples_complete"] = self.samples
         self.file.attrs["previous_flush"] = np.array(self._previous, dtype=np.int64)  # (steps, samples)
@@ -305,6 +309,14 @@ class H5Store:
     def overflow_by_key(self) -> dict[tuple, int]:
         """Values a cast turned from finite into inf, per capture (hook, module, role, call)."""
         return {self._columns[p].key: n for p, n in self.overflow.items() if p in self._columns}
+
+    def keep_state(self, state: dict[str, dict]) -> None:
+        """A resumed run: the actions' state of the batches replayed so far, saved at the next flush."""
+        self.run_state.keep(self.steps, state)
+
+    def write_features(self, captures: list[Capture]) -> None:
+        """End-of-run captures (one row per feature: top_examples), written once before close."""
+        write_features(self.file, captures)
 
     def set_attrs(self, attrs: dict) -> None:
         """Root attributes written at the end of a run (before close)."""

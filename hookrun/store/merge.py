@@ -20,6 +20,7 @@ import h5py
 import numpy as np
 
 from hookrun.errors import HookrunError, RunError
+from hookrun.store.run_state import merge_features
 from hookrun.store.schema import CaptureMeta, RowKind, is_capture
 
 SAMPLE_DATASETS = ("index", "step", "target", "path")  # then every other /samples dataset (token map, data.store keys)
@@ -141,7 +142,9 @@ def _write(out: h5py.File, opened: list[tuple[Path, h5py.File]]) -> int:
     names = dict.fromkeys(name for s in shards for name in s.captures)
     all_index = np.concatenate([s.index for s in shards]) if shards else np.zeros(0, np.int64)
     for name in names:
-        _capture(out, name, shards, all_index)
+        if str(next(s.captures[name] for s in shards if name in s.captures).attrs["rows"]) != RowKind.FEATURES.value:
+            _capture(out, name, shards, all_index)
+    merge_features(out, [s.file for s in shards])  # end-of-run captures: merged, not concatenated
     return sum(counts)
 
 

@@ -48,6 +48,7 @@ class Capture:
     tokens: bool = False  # one row per non-padding token, aligned with /samples/token_sample
     ragged: bool = False  # value is a list: one tensor of varying first dim per sample (variable-length rows)
     dims: tuple[str, ...] | None = None  # one name per axis of the dataset as stored (None: derived from rows and rank)
+    features: bool = False  # written once at the end of the run, one row per feature (top_examples)
 
 
 @dataclass
@@ -74,6 +75,7 @@ class StepRecord:
     samples: dict[str, np.ndarray] | None = None  # more per-sample arrays for /samples/<name> (data.store)
     tokens: tuple[np.ndarray, ...] | None = None  # (sample index, position[, generated]) of each token row
     evaluation: EvaluationRow | None = None  # evaluate's metrics of this batch
+    state: dict[str, dict[str, Any]] | None = None  # stateful actions' state after this batch, by key (saved at flush)
 
 
 class StepCaptures:

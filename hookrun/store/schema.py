@@ -35,6 +35,7 @@ class RowKind(str, Enum):
     SAMPLES = "samples"  # one row per sample, aligned with /samples/index (or its own `<role>.index`)
     STEPS = "steps"  # one row per batch (parameter gradients, `rows: step`)
     TOKENS = "tokens"  # one row per real token, aligned with /samples/token_sample
+    FEATURES = "features"  # one row per feature, written once at the end of the run (top_examples)
 
     def __str__(self) -> str:
         return self.value
@@ -42,7 +43,7 @@ class RowKind(str, Enum):
 
 STANDARD = ("hook", "module", "type", "role", "call", "rows", "torch_dtype", "row_shape", "index", "ragged", "digest",
             "dims")
-FIRST_DIM = {RowKind.SAMPLES: "sample", RowKind.STEPS: "step", RowKind.TOKENS: "token"}  # the rows' axis
+FIRST_DIM = {RowKind.SAMPLES: "sample", RowKind.STEPS: "step", RowKind.TOKENS: "token", RowKind.FEATURES: "feature"}  # the rows' axis
 # the axes of a row by its rank, where nothing else is known: (B, D), (B, T, D), (B, C, H, W)
 BY_RANK = {0: (), 1: ("feature",), 2: ("token", "feature"), 3: ("channel", "height", "width")}
 PATTERN = ("head", "query", "key")  # an attention pattern's (or its scores') axes after the sample
@@ -94,7 +95,8 @@ class CaptureMeta:
         """The attributes a capture's dataset gets when its first batch is written (`cap.dims`: the
         names record chose; None derives them)."""
         k = cap.key
-        rows = RowKind.STEPS if cap.per_step else RowKind.TOKENS if cap.tokens else RowKind.SAMPLES
+        rows = (RowKind.FEATURES if cap.features else RowKind.STEPS if cap.per_step else RowKind.TOKENS if cap.tokens
+                else RowKind.SAMPLES)
         return cls(k.hook, k.module, k.type, k.role, k.call, rows, cap.torch_dtype, tuple(row_shape),
                    ragged=cap.ragged, dims=tuple(cap.dims or ()), extra=dict(cap.attrs))
 
@@ -205,7 +207,7 @@ def row_index(f: h5py.File, ds: h5py.Dataset) -> np.ndarray:
         return ds.parent[meta.index][:]
     if meta.rows is RowKind.TOKENS:
         return f["samples/token_sample"][: ds.shape[0]]
-    if meta.rows is RowKind.STEPS:
+    if meta.rows in (RowKind.STEPS, RowKind.FEATURES):
         return np.arange(ds.shape[0])
     return f["samples/index"][: ds.shape[0]]
 

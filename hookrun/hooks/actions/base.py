@@ -19,6 +19,16 @@ declares:
 | `reset()`       | no-op    | after the dry-run estimate: forget what the estimate's sample counted      |
 | `restore()`     | no-op    | resume: the rows a replayed file already holds per (role, call)            |
 | `skipped`       | None     | the end report: why a point a glob reached had nothing to record           |
+| `check_item()`  | accepts  | prepare(): the dataset's first item, before any batch (a missing key)      |
+| `check_tensor()`| accepts  | prepare(): the hooked tensor of one sample's forward (its width, its axes) |
+| `state()`       | None     | each step: a snapshot of what the action kept so far, saved at each flush  |
+| `load_state()`  | no-op    | resume: the snapshot of the last flush whose batches the file keeps        |
+| `finish()`      | []       | the end of a complete run: captures written once (one row per feature)     |
+
+A stateful action (top_examples) registers itself with `env.stateful` and keeps its state
+in tensors: the loop puts `env.snapshot()` into each StepRecord, the store writes the latest one
+under /state at each flush (with the rows it covers), resume hands it back to `load_state`, and
+`finish()`'s captures are written when the run completes (hookrun.runner.action_state).
 
 A user's own action may also be a `_target_` node: any callable that takes the Event; it is
 wrapped in a Callback, which reads the same declarations from the callable's attributes
@@ -36,7 +46,7 @@ import torch
 
 from hookrun.hooks.events import Event, StepState
 from hookrun.hooks.registry import Registry
-from hookrun.store.records import StepCaptures
+from hookrun.store.records import Capture, StepCaptures
 
 
 @dataclass
@@ -51,6 +61,13 @@ class ActionEnv:
     splices: list = field(default_factory=list)  # hooks/splice.py's Splice modules of this run (their .stats)
     # evaluate: what a modify action returns in the ablated forward, ablation(x, module, role); None: no ablation
     ablation: Callable[[torch.Tensor, str, str], torch.Tensor] | None = None
+    model: Any = None  # the hooked model (unwrapped): actions that call its modules (logit_lens) find them here
+    stateful: list = field(default_factory=list)  # actions with a state to save at each flush (top_examples)
+    shared: dict = field(default_factory=dict)  # objects the actions of a run share, by name (logit_lens' final logits)
+
+    def snapshot(self) -> dict[str, dict[str, Any]] | None:
+        """Each stateful action's state after this step, by its state_key (None: no such action)."""
+        return {a.state_key: a.state() for a in self.stateful} or None
 
     def close(self) -> None:
         while self.closers:
@@ -87,6 +104,28 @@ class Action:
         tensor); None where it did. The end report lists these points."""
         return None
 
+    def check_item(self, item: Any) -> None:
+        """Raise ConfigError where the dataset's first item lacks what the action reads."""
+
+    def check_tensor(self, role: str, tensor: Any) -> None:
+        """Raise ConfigError where the tensor the hook sees (one sample's forward) does not fit."""
+
+    @property
+    def state_key(self) -> str:
+        """The name of this action's state in the file (unique within a run)."""
+        return f"{self.where}@{self.point.module}"
+
+    def state(self) -> dict[str, Any] | None:
+        """A copy of what the action kept so far: arrays or tensors (copied: the action goes on)."""
+        return None
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        """A resumed run: the state saved with the last batch the file keeps."""
+
+    def finish(self) -> list[Capture]:
+        """The end of a complete run: captures to write once (Capture.features: one row per feature)."""
+        return []
+
 
 class Callback(Action):
     """A user's `_target_` action: any callable taking the Event, with its declarations (records,
@@ -98,7 +137,7 @@ class Callback(Action):
         for name in ("records", "modifies", "positions"):
             if hasattr(fn, name):
                 setattr(self, name, getattr(fn, name))
-        for name in ("check_mode", "reset", "restore"):
+        for name in ("check_mode", "reset", "restore", "check_item", "check_tensor", "state", "load_state", "finish"):
             if callable(getattr(fn, name, None)):
                 setattr(self, name, getattr(fn, name))
 

@@ -1,0 +1,216 @@
+"""logit_lens: what the hooked residual stream would predict, through the model's own final norm
+and unembedding, per sample and position.
+
+    hooks:
+      lens:
+        at: transformer.h.*
+        actions: [{name: logit_lens, norm: transformer.ln_f, unembed: lm_head, top_k: 5,
+                   target: input_ids, target_shift: 1}]      # the target: the next token
+
+For a hooked tensor x of (batch, T, width) (a forward hook's output, a forward_pre hook's input;
+`what` picks another, `output.0` is taken where the output is a tuple), with
+lp = log_softmax(unembed(norm(translator(x)))) over the vocabulary, it records:
+
+| role                | rows x ...           | what                                                      |
+|---------------------|----------------------|-----------------------------------------------------------|
+| lens.top_ids        | sample x T x top_k   | the top_k token ids of lp, largest first                  |
+| lens.top_logprobs   | sample x T x top_k   | their log-probabilities                                   |
+| lens.target_logprob | sample x T           | lp of the target token (NaN where there is none)          |
+| lens.target_rank    | sample x T           | how many tokens lp puts strictly above it (0: the top; -1: none) |
+| lens.kl_to_final    | sample x T           | KL(final || lens) = sum p_final (log p_final - lp), nats  |
+
+`target: KEY` names an item key: a (T,) tensor gives the target id at each position, a scalar
+one id for every position of the sample; `target_shift: s` reads the id at position t + s (1:
+the next token of input_ids); a position whose target lies past the end, or on padding, has none.
+No target: the two target roles are left out. The final distribution is the model's own: the
+unembed module's output in the same forward (a forward hook on it, added by the first lens of a
+run); the lens of every hooked layer is computed when it arrives, in chunks of positions of at
+most CHUNK_ELEMENTS logits, so no (batch, T, vocab) tensor exists per layer. The norm and unembed
+are called as their `forward` (no hook of the run fires inside them).
+`translator:` is the seam for a tuned lens (a per-layer affine map applied to x first): today
+only the identity (null) is accepted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from hookrun.errors import ConfigError, RunError, close_matches
+from hookrun.hooks.actions.base import ACTIONS, Action
+from hookrun.hooks.events import Event, flatten
+from hookrun.store.records import Capture, CaptureKey
+
+CHUNK_ELEMENTS = 1 << 22  # logits of one chunk of positions (4M: 80 positions of a 50k vocabulary)
+
+
+def find_module(model: nn.Module, name: Any, where: str, key: str) -> nn.Module:
+    table = dict(model.named_modules())
+    if not isinstance(name, str) or name not in table or not name:
+        hint = close_matches(str(name), [n for n in table if n])
+        raise ConfigError(f"{where}: logit_lens {key}={name!r} is not a module of {type(model).__name__}; "
+                          f"{'closest: ' + ', '.join(hint) if hint else 'name one with python -m hookrun.modules'}")
+    return table[name]
+
+
+def width_of(unembed: nn.Module) -> int | None:
+    if isinstance(getattr(unembed, "in_features", None), int):
+        return unembed.in_features
+    w = getattr(unembed, "weight", None)
+    return int(w.shape[-1]) if isinstance(w, torch.Tensor) and w.dim() == 2 else None
+
+
+class FinalLogits:
+    """The unembed module's output in each forward, shared by the run's lenses: a plain forward
+    hook that hands the final log-probabilities to every lens waiting for them."""
+
+    def __init__(self, unembed: nn.Module, env: Any) -> None:
+        self.pending: list[tuple[LogitLens, torch.Tensor, dict]] = []
+        self.handle = unembed.register_forward_hook(self._fired)
+        env.closers.append(self.handle.remove)
+
+    def _fired(self, module: nn.Module, args: Any, out: Any) -> None:
+        if not self.pending:
+            return
+        logits = next(iter(flatten(out, "output").values()), None)
+        if logits is None:
+            raise RunError("logit_lens: the unembed module returned no tensor")
+        with torch.no_grad():
+            final = torch.log_softmax(logits.detach().float(), dim=-1)
+            pending, self.pending = self.pending, []
+            for lens, x, seen in pending:
+                lens.emit(x, final, seen)
+
+
+@ACTIONS.register("logit_lens")
+class LogitLens(Action):
+    fits = frozenset({"forward", "forward_pre"})
+    records = True
+
+    def __init__(self, point, hook_type, env, where: str = "", norm: str | None = None, unembed: str | None = None,
+                 top_k: int = 5, target: str | None = None, target_shift: int = 0, translator: Any = None,
+                 what: str | None = None) -> None:
+        super().__init__(point, hook_type, env, where)
+        model = env.model
+        if model is None:
+            raise ConfigError(f"{self.where}: logit_lens needs the model (built by make_plan)")
+        self.norm = find_module(model, norm, self.where, "norm")
+        self.unembed = find_module(model, unembed, self.where, "unembed")
+        self.width = width_of(self.unembed)
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+            raise ConfigError(f"{self.where}: logit_lens top_k={top_k!r}; expected a whole number >= 1")
+        if isinstance(target_shift, bool) or not isinstance(target_shift, int) or target_shift < 0:
+            raise ConfigError(f"{self.where}: logit_lens target_shift={target_shift!r}; expected a whole number >= 0")
+        if target is not None and (not isinstance(target, str) or not target):
+            raise ConfigError(f"{self.where}: logit_lens target={target!r}; give an item key (e.g. input_ids)")
+        if translator is not None:
+            raise ConfigError(f"{self.where}: logit_lens translator={translator!r}: only the identity (null) exists "
+                              f"yet; a tuned lens's per-layer maps will be given here")
+        self.top_k, self.target, self.shift, self.names = top_k, target, target_shift, (norm, unembed)
+        self.what = what or ("input" if hook_type.name == "forward_pre" else "output")
+        key = f"logit_lens:{unembed}"
+        if key not in env.shared:
+            env.shared[key] = FinalLogits(self.unembed, env)
+        self.final: FinalLogits = env.shared[key]
+
+    def translate(self, x: torch.Tensor) -> torch.Tensor:
+        """The translator seam: the identity (a tuned lens maps each layer's x here)."""
+        return x
+
+    def check_item(self, item: Any) -> None:
+        if self.target is None:
+            return
+        if not isinstance(item, Mapping) or self.target not in item:
+            keys = ", ".join(map(str, item)) if isinstance(item, Mapping) else f"none (items are {type(item).__name__}s)"
+            raise ConfigError(f"{self.where}: logit_lens target={self.target!r} is not a key of the items; their keys: {keys}")
+
+    def check_tensor(self, role: str, tensor: Any) -> None:
+        if role not in (self.what, f"{self.what}.0") or not isinstance(tensor, torch.Tensor):
+            return
+        if tensor.dim() != 3 or (self.width is not None and tensor.shape[-1] != self.width):
+            raise ConfigError(f"{self.where}: logit_lens at {self.point.module}: its {role} has shape "
+                              f"{tuple(tensor.shape)}, but the unembedding takes (batch, tokens, {self.width}): "
+                              f"hook a point whose tensor has the model's width (a block's output, the residual stream)")
+
+    def __call__(self, ev: Event) -> None:
+        role = next((r for r in (self.what, f"{self.what}.0") if isinstance(ev.tensors.get(r), torch.Tensor)), None)
+        if role is None:
+            raise RunError(f"{self.where}: logit_lens: {ev.where} has no tensor {self.what}; it has: "
+                           f"{', '.join(ev.tensors) or 'none'}")
+        x = ev.tensors[role]
+        self.check_tensor(role, x)
+        stale = [p for p in self.final.pending if p[2]["step"] != ev.step]
+        if stale:
+            raise RunError(f"{self.where}: logit_lens: the unembed module did not run after {ev.where} in batch "
+                           f"{stale[0][2]['step']} (early_stop, or an unembed the forward never calls)")
+        seen = {"step": ev.step, "hook": ev.hook, "module": ev.module, "type": ev.type, "call": ev.call,
+                "mask": ev.state.attention_mask, "targets": self.targets(ev.state, x)}
+        self.final.pending.append((self, x.detach().clone(), seen))
+
+    def targets(self, state: Any, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(target id, whether there is one) per (sample, position) of x."""
+        if self.target is None:
+            return None
+        batch = state.batch
+        if not isinstance(batch, Mapping) or not isinstance(batch.get(self.target), torch.Tensor):
+            raise RunError(f"{self.where}: logit_lens target={self.target!r}: the batch has no such tensor")
+        b, t = x.shape[:2]
+        ids = batch[self.target].to(x.device).long()
+        if ids.dim() == 1:  # one id per sample: at every position
+            return ids[:, None].expand(b, t), torch.ones(b, t, dtype=torch.bool, device=x.device)
+        if ids.shape[:2] != (b, t):
+            raise RunError(f"{self.where}: logit_lens target={self.target!r} has shape {tuple(ids.shape)}; expected "
+                           f"({b},) or ({b}, {t}) to match the hooked tensor")
+        ok = torch.zeros(b, t, dtype=torch.bool, device=x.device)
+        out = torch.zeros(b, t, dtype=torch.long, device=x.device)
+        s = self.shift
+        if s < t:
+            out[:, : t - s] = ids[:, s:]
+            ok[:, : t - s] = True
+            mask = state.attention_mask
+            if mask is not None and tuple(mask.shape) == (b, t):
+                ok[:, : t - s] &= mask.to(x.device)[:, s:].bool()
+        return out, ok
+
+    def emit(self, x: torch.Tensor, final: torch.Tensor, seen: dict) -> None:
+        """The lens of x against the final log-probabilities, chunk by chunk of positions."""
+        b, t, _ = x.shape
+        if final.shape[:2] != (b, t):
+            raise RunError(f"{self.where}: logit_lens: the unembed's output has shape {tuple(final.shape)}, the "
+                           f"hooked tensor {tuple(x.shape)}: their (batch, tokens) differ")
+        vocab = final.shape[-1]
+        rows = self.translate(x).reshape(b * t, -1)
+        fin = final.reshape(b * t, vocab)
+        tg = seen["targets"]
+        tid, tok = (tg[0].reshape(-1), tg[1].reshape(-1)) if tg is not None else (None, None)
+        out: dict[str, list[torch.Tensor]] = {k: [] for k in ("ids", "lps", "tlp", "rank", "kl")}
+        step = max(1, CHUNK_ELEMENTS // vocab)
+        for lo in range(0, b * t, step):
+            lp = torch.log_softmax(self.unembed.forward(self.norm.forward(rows[lo:lo + step])).float(), dim=-1)
+            top = lp.topk(self.top_k, dim=-1)
+            out["ids"].append(top.indices)
+            out["lps"].append(top.values)
+            f = fin[lo:lo + step]
+            out["kl"].append((f.exp() * (f - lp)).sum(-1))
+            if tid is not None:
+                ids, ok = tid[lo:lo + step], tok[lo:lo + step]
+                tlp = lp.gather(1, ids[:, None].clamp(0, vocab - 1))[:, 0]
+                rank = (lp > tlp[:, None]).sum(-1)
+                out["tlp"].append(tlp.masked_fill(~ok, float("nan")))
+                out["rank"].append(rank.masked_fill(~ok, -1))
+            del lp
+        roles = {"lens.top_ids": ("ids", ("sample", "position", "rank")),
+                 "lens.top_logprobs": ("lps", ("sample", "position", "rank")),
+                 "lens.kl_to_final": ("kl", ("sample", "position"))}
+        if tid is not None:
+            roles |= {"lens.target_logprob": ("tlp", ("sample", "position")),
+                      "lens.target_rank": ("rank", ("sample", "position"))}
+        attrs = {"top_k": self.top_k, "norm": self.names[0], "unembed": self.names[1], "target": self.target or "", "target_shift": self.shift, "translator": "identity"}
+        for role, (name, dims) in roles.items():
+            value = torch.cat(out[name]).reshape(b, t, *out[name][0].shape[1:])
+            key = CaptureKey(seen["hook"], seen["module"], seen["type"], role, seen["call"])
+            self.env.captures.add(Capture(key, value, False, str(value.dtype).replace("torch.", ""), dict(attrs), dims=dims))
+

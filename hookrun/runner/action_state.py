@@ -1,0 +1,97 @@
+"""Stateful actions over a run: their checks before any batch, their state on resume, their end.
+
+    check_actions(points, dataset[0], forward)   # prepare(): items and hooked tensors, one line each
+    restore_states(env, old_file, kept, store)   # resume: the state saved with the kept batches
+    finish_actions(env, store)                   # a complete run: the actions' end-of-run captures
+
+An action declares what it needs (hookrun.hooks.actions.base): `check_item(item)` sees the
+dataset's first item, `check_tensor(role, tensor)` the tensor its hook sees in one sample's
+forward (run with plain forward hooks, nothing of the run's attached); `state()` is saved at each
+flush (store/run_state.py) and handed back to `load_state()` on resume; `finish()` returns the
+captures written when the run completes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import h5py
+
+from hookrun.errors import ConfigError
+from hookrun.hooks.actions import ActionEnv
+from hookrun.hooks.events import flatten
+from hookrun.hooks.points import HookPoint
+from hookrun.store.run_state import read_state
+
+
+def _declares(action: Any, name: str) -> bool:
+    from hookrun.hooks.actions.base import Action
+
+    own = getattr(type(action), name, None)
+    return own is not None and own is not getattr(Action, name) or callable(getattr(getattr(action, "fn", None), name, None))
+
+
+def tensor_checked(points: list[HookPoint]) -> list[tuple[HookPoint, Any]]:
+    return [(p, a) for p in points for a in p.actions
+            if p.site is None and p.type in ("forward", "forward_pre") and _declares(a, "check_tensor")]
+
+
+def check_actions(points: list[HookPoint], item: Any, run_one: Callable[[], Any]) -> None:
+    """Before the first batch: each action's check of the first item, then (where an action checks
+    its tensor) one sample's forward with a plain hook on those modules."""
+    for p in points:
+        for a in p.actions:
+            a.check_item(item)
+    checked = tensor_checked(points)
+    if not checked:
+        return
+    seen: dict[int, dict] = {}
+
+    def keep(key: int, pre: bool) -> Callable:
+        if pre:
+            def hook(module, args, kwargs) -> None:
+                seen.setdefault(key, {**flatten(args, "input"), **{f"input.{k}": v for k, v in kwargs.items()}})
+            return hook
+
+        def hook(module, args, out) -> None:
+            seen.setdefault(key, flatten(out, "output"))
+        return hook
+
+    handles = []
+    try:
+        for p, _ in checked:
+            pre = p.type == "forward_pre"
+            handles.append(p.target.register_forward_pre_hook(keep(id(p), True), with_kwargs=True) if pre
+                           else p.target.register_forward_hook(keep(id(p), False)))
+        run_one()
+    finally:
+        for h in handles:
+            h.remove()
+    for p, a in checked:
+        for role, t in seen.get(id(p), {}).items():
+            a.check_tensor(role, t)
+
+
+def restore_states(env: ActionEnv, old: h5py.File | None, kept: int, store: Any) -> None:
+    """A resumed run: each stateful action's state of the `kept` batches, from the old file; the
+    store saves it again at its next flush. No state for kept batches: ConfigError (the action's
+    result would miss them)."""
+    if not env.stateful or old is None:
+        return
+    states = read_state(old, kept) if kept else {}
+    for a in env.stateful:
+        if a.state_key in states:
+            a.load_state(states[a.state_key])
+        elif kept:
+            raise ConfigError(f"resume: {old.filename} holds no state of {a.where} at {a.point.module} for its {kept} "
+                              f"kept batches (written by an older hookrun?); start a new run (output.overwrite=true)")
+    if kept and callable(getattr(store, "keep_state", None)):
+        store.keep_state(env.snapshot())
+
+
+def finish_actions(env: ActionEnv, store: Any) -> None:
+    """The end of a complete run: the stateful actions' end-of-run captures, written by the store."""
+    captures = [c for a in env.stateful for c in a.finish()]
+    if captures:
+        store.write_features(captures)

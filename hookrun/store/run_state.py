@@ -1,0 +1,126 @@
+"""Run state in the file: actions' state saved at each flush (resume), and their end-of-run arrays.
+
+    states = RunState()
+    states.keep(steps, {"hooks.top.actions.0@h.3": {"values": arr, ...}})  # after each batch
+    states.flush(h5file, steps)         # at each flush, inside the store's one HDF5 flush
+    read_state(h5file, steps)           # resume: the states saved with exactly `steps` batches
+    write_features(h5file, captures)    # the end of a complete run: one row per feature
+    merge_features(view, shard_files)   # a many-rank view: top-k of the ranks' top-k
+
+    /state/KEY/s{STEPS}/NAME            an action's state after STEPS batches (attrs: steps, key);
+                                        the last two flushes' are kept, so a file killed inside a
+                                        flush still has the one of the flush before it.
+    /captures/HOOK/MODULE/top.values    a features capture (rows = "features"): written once
+
+The store hands these arrays on; it knows nothing of the actions that made them. A features
+capture carries its merge rule in its attributes (`merge: top_k`, `merge_order`): the view of a
+many-rank run sorts the ranks' rows by the first capture named there (descending), then by the
+others (ascending), and keeps the first `k` per row.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import h5py
+import numpy as np
+import torch
+
+from hookrun.store.records import Capture, escape
+from hookrun.store.schema import CaptureMeta, RowKind, is_capture
+
+GROUP = "state"
+
+
+def as_array(value: Any) -> np.ndarray:
+    return value.numpy(force=True) if isinstance(value, torch.Tensor) else np.asarray(value)
+
+
+class RunState:
+    """The latest state snapshot handed to the store, written at the next flush."""
+
+    def __init__(self) -> None:
+        self.latest: dict[str, dict[str, Any]] | None = None
+        self.steps = -1  # the batches the latest snapshot covers
+
+    def keep(self, steps: int, state: dict[str, dict[str, Any]] | None) -> None:
+        if state:
+            self.latest, self.steps = state, steps
+
+    def flush(self, f: h5py.File, steps: int) -> None:
+        """Write the latest snapshot where it covers exactly `steps` batches (else nothing: a
+        snapshot of other batches would not match the rows)."""
+        if self.latest is None or self.steps != steps:
+            return
+        root = f.require_group(GROUP)
+        for key, arrays in self.latest.items():
+            g = root.require_group(escape(key))
+            name = f"s{steps}"
+            if name in g:
+                del g[name]
+            snap = g.create_group(name)
+            snap.attrs["steps"], snap.attrs["key"] = steps, key
+            for k, v in arrays.items():
+                snap.create_dataset(k, data=as_array(v))
+            old = sorted((int(s.attrs["steps"]), n) for n, s in g.items() if n != name)
+            for _, n in old[:-1]:  # keep this flush's and the one before
+                del g[n]
+        self.latest = None
+
+
+def read_state(f: h5py.File, steps: int) -> dict[str, dict[str, np.ndarray]]:
+    """Each action's state saved with exactly `steps` batches (by key); {} where none was."""
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for g in (f[GROUP].values() if GROUP in f else ()):
+        for snap in g.values():
+            if int(snap.attrs.get("steps", -1)) == steps:
+                out[str(snap.attrs["key"])] = {k: ds[()] for k, ds in snap.items()}
+    return out
+
+
+def write_features(f: h5py.File, captures: list[Capture]) -> None:
+    """End-of-run captures, one row per feature, each written whole."""
+    for cap in captures:
+        arr = as_array(cap.value)
+        path = cap.key.path
+        if path in f:
+            del f[path]
+        ds = f.create_dataset(path, data=arr)
+        ds.attrs.update(CaptureMeta.of(cap, arr.shape[1:]).to_attrs())
+
+
+def merge_features(out: h5py.File, files: list[h5py.File]) -> None:
+    """The features captures of a many-rank run in its view: each group (same hook, module, call and
+    merge rule) merged as its `merge` attribute says (top_k: the k first rows of the ranks' rows
+    sorted by `merge_order`), written as real data."""
+    groups: dict[tuple, dict[str, list[h5py.Dataset]]] = {}
+    for f in files:
+        def visit(name: str, obj: Any, f: h5py.File = f) -> None:
+            if is_capture(obj) and str(obj.attrs.get("rows")) == RowKind.FEATURES.value:
+                m = CaptureMeta.from_attrs(obj.attrs)
+                groups.setdefault((m.hook, m.module, m.call, obj.parent.name), {}).setdefault(m.role, []).append(obj)
+        if "captures" in f:
+            f["captures"].visititems(visit)
+    for (_, _, _, parent), roles in groups.items():
+        first = next(iter(roles.values()))[0]
+        order = str(first.attrs.get("merge_order", "")).split(",")
+        if first.attrs.get("merge") != "top_k" or not all(r in roles for r in order):
+            continue
+        k = int(first.attrs["k"])
+        parts = {r: np.concatenate([ds[()] for ds in roles[r]], axis=1) for r in roles}
+        merged = top_k_rows(parts, order, k)
+        for role, dss in roles.items():
+            ds = out.create_dataset(f"{parent}/{role}", data=merged[role])
+            ds.attrs.update({key: v for key, v in dss[0].attrs.items()})
+
+
+def top_k_rows(parts: dict[str, np.ndarray], order: list[str], k: int) -> dict[str, np.ndarray]:
+    """Per row, the k first columns sorted by order[0] descending (NaN last), then the others
+    ascending; every array of `parts` (rows x columns) taken in that order."""
+    key = parts[order[0]].astype(np.float64)
+    key = np.where(np.isnan(key), -np.inf, key)
+    empty = np.isnan(parts[order[0]].astype(np.float64))
+    # np.lexsort sorts by the last key first: empty slots last, then -value, then the others
+    keys = [parts[r] for r in reversed(order[1:])] + [-key, empty]
+    idx = np.lexsort(keys, axis=-1)[:, :k]
+    return {r: np.take_along_axis(a, idx, axis=1) for r, a in parts.items()}

@@ -1,0 +1,126 @@
+"""logit_lens equals log_softmax(lm_head(ln_f(resid))) computed here with the model's own modules
+on the residual stream raw forward hooks caught, with the target's log-probability, its rank and
+KL(final || lens) computed independently; in a file run (with chunks of a few positions), in
+hookrun.capture, and its bad inputs are one line before any batch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import hookrun
+from hookrun.analysis import open_run
+from hookrun.data.text import text
+from hookrun.errors import ConfigError
+from hookrun.hooks.actions import lens as lens_module
+from hookrun.models import tiny_lm
+
+LENS = {"name": "logit_lens", "norm": "transformer.ln_f", "unembed": "lm_head", "top_k": 4,
+        "target": "input_ids", "target_shift": 1}
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_lm().eval()
+
+
+@pytest.fixture(scope="module")
+def data():
+    return text(files="pydoc_topics", max_length=16, limit=6)
+
+
+def reference(model, ids: torch.Tensor, mask: torch.Tensor, layer: int, k: int) -> dict[str, np.ndarray]:
+    """The lens of block `layer`'s output, from a raw hook and the model's own ln_f and lm_head."""
+    caught = {}
+    h = model.transformer.h[layer].register_forward_hook(
+        lambda m, a, out: caught.setdefault("x", out[0] if isinstance(out, tuple) else out))
+    try:
+        with torch.no_grad():
+            final = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits.double(), -1)
+    finally:
+        h.remove()
+    with torch.no_grad():
+        lp = torch.log_softmax(model.lm_head(model.transformer.ln_f(caught["x"])).double(), -1)
+    top = torch.topk(lp, k, dim=-1)
+    nxt = ids[:, 1:]
+    tlp = torch.full(ids.shape, float("nan"), dtype=torch.float64)
+    tlp[:, :-1] = lp[:, :-1].gather(-1, nxt[..., None])[..., 0]
+    valid = torch.zeros(ids.shape, dtype=torch.bool)
+    valid[:, :-1] = mask[:, 1:].bool()
+    tlp[~valid] = float("nan")
+    rank = torch.full(ids.shape, -1, dtype=torch.int64)
+    lp_np, nxt_np = lp.numpy(), nxt.numpy()
+    for b in range(ids.shape[0]):
+        for t in range(ids.shape[1] - 1):
+            if valid[b, t]:
+                rank[b, t] = int((lp_np[b, t] > lp_np[b, t, nxt_np[b, t]]).sum())
+    kl = (final.exp() * (final - lp)).sum(-1)
+    return {"lens.top_ids": top.indices.numpy(), "lens.top_logprobs": top.values.numpy(),
+            "lens.target_logprob": tlp.numpy(), "lens.target_rank": rank.numpy(), "lens.kl_to_final": kl.numpy()}
+
+
+def check(got: dict, want: dict) -> None:
+    np.testing.assert_array_equal(got["lens.top_ids"], want["lens.top_ids"])
+    np.testing.assert_array_equal(got["lens.target_rank"], want["lens.target_rank"])
+    for role in ("lens.top_logprobs", "lens.target_logprob", "lens.kl_to_final"):
+        np.testing.assert_allclose(got[role], want[role], rtol=1e-4, atol=1e-4, err_msg=role)
+
+
+def test_file_run_equals_the_models_own_modules_in_small_chunks(tmp_path, model, data, monkeypatch):
+    monkeypatch.setattr(lens_module, "CHUNK_ELEMENTS", 3 * 259)  # 3 positions per chunk: many chunks per batch
+    cfg = {"hooks": {"lens": {"at": "transformer.h.*", "type": "forward", "actions": [LENS]}},
+           "data": {"batch_size": 4}, "output": {"path": str(tmp_path / "l.h5")}, "device": "cpu", "progress": False}
+    path = hookrun.run(cfg, model=model, dataset=data).path
+    ids, mask = data.encoded["input_ids"], data.encoded["attention_mask"]
+    with open_run(path) as run:
+        for layer in (0, 3):
+            got = {role: run[f"transformer.h.{layer}", role][:] for role in
+                   ("lens.top_ids", "lens.top_logprobs", "lens.target_logprob", "lens.target_rank", "lens.kl_to_final")}
+            check(got, reference(model, ids, mask, layer, 4))
+            assert run.find(f"transformer.h.{layer}", "lens.top_ids").dims == ("sample", "position", "rank")
+    assert float(np.nanmean(got["lens.kl_to_final"])) < 1e-4  # the last block's lens is the model's own output
+
+
+def test_capture_in_a_notebook_gives_the_same_lens(model, data):
+    ids, mask = data.encoded["input_ids"][:3], data.encoded["attention_mask"][:3]
+    with hookrun.capture(model, {"lens": {"at": "transformer.h.1", "type": "forward", "actions": [LENS]}}) as cap:
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=mask)
+    got = {role: cap["transformer.h.1", role].numpy() for role in
+           ("lens.top_ids", "lens.top_logprobs", "lens.target_logprob", "lens.target_rank", "lens.kl_to_final")}
+    check(got, reference(model, ids, mask, 1, 4))
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"norm": "transformer.ln_x"}, r"norm='transformer.ln_x' is not a module of GPT2LMHeadModel; closest: transformer.ln_f"),
+    ({"unembed": "lm_heads"}, r"unembed='lm_heads' is not a module .*closest: lm_head"),
+    ({"top_k": 0}, r"top_k=0; expected a whole number >= 1"),
+    ({"target": "labels"}, r"target='labels' is not a key of the items; their keys: input_ids, attention_mask"),
+    ({"translator": "maps.pt"}, r"translator='maps.pt': only the identity"),
+    ({"at": "transformer.h.0.attn.c_attn"}, r"has shape \(1, 16, 384\), but the unembedding takes \(batch, tokens, 128\)"),
+])
+def test_bad_inputs_are_one_line_before_any_batch(tmp_path, model, data, change, message):
+    at = change.pop("at", "transformer.h.1")
+    cfg = {"hooks": {"lens": {"at": at, "type": "forward", "actions": [{**LENS, **change}]}},
+           "data": {"batch_size": 4}, "output": {"path": str(tmp_path / "bad.h5")}, "device": "cpu", "progress": False}
+    with pytest.raises(ConfigError, match=message):
+        hookrun.run(cfg, model=model, dataset=data)
+    assert not (tmp_path / "bad.h5").exists()
+    assert not any(m._forward_hooks for m in model.modules())  # the final-logits hook is gone too
+
+
+@pytest.mark.slow
+def test_the_shipped_experiment_runs_from_the_cli_and_sharpens_layer_by_layer(tmp_path):
+    from conftest import run_cli
+
+    proc = run_cli("experiment=logit_lens", f"hydra.run.dir={tmp_path}", "data.dataset.limit=16", "device=cpu",
+                   "progress=false")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open_run(tmp_path / "captures.h5") as run:
+        real = run.file["samples/attention_mask"][:].astype(bool)
+        layers = ["transformer.drop", *(f"transformer.h.{i}" for i in range(4))]
+        kl = [float(run[m, "lens.kl_to_final"][:][real].mean()) for m in layers]
+        hit = [float((run[m, "lens.target_rank"][:][real[:, 1:].nonzero()] == 0).mean()) for m in layers]
+    assert kl == sorted(kl, reverse=True) and kl[-1] < 1e-4 < 1 < kl[0], kl  # the last block's lens is the output
+    assert hit == sorted(hit) and hit[-1] > 0.4, hit  # the next byte is the top guess more often, layer by layer

@@ -1,0 +1,171 @@
+"""top_examples: each feature's k largest activations over a run, equal to a brute-force sort of a
+`record` of the same hook point in the same run (numpy lexsort: value descending, then sample,
+then position), for token rows with padding, (batch, feature) rows with many ties, and channel
+maps; after an interrupted run is resumed; and across two ranks (torchrun)."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from rank_runs import TORCHRUN, cli
+from torch import nn
+
+import hookrun
+from hookrun.analysis import open_run
+from hookrun.errors import ConfigError
+from hookrun.runner.signals import Interrupted
+
+K = 5
+
+
+def brute(values: np.ndarray, samples: np.ndarray, positions: np.ndarray, k: int = K):
+    """Per feature (column of `values`), the k first rows sorted by value desc, sample, position."""
+    out = []
+    for f in range(values.shape[1]):
+        order = np.lexsort((positions, samples, -values[:, f].astype(np.float64)))[:k]
+        out.append((values[order, f], samples[order], positions[order]))
+    return out
+
+
+def assert_top(path, hook: str, module: str, values, samples, positions) -> None:
+    with h5py.File(path, "r", locking=False) as f:
+        g = f[f"captures/{hook}/{module}"]
+        got_v, got_s, got_p = g["top.values"][()], g["top.samples"][()], g["top.positions"][()]
+    for f_, (v, s, p) in enumerate(brute(values, samples, positions)):
+        np.testing.assert_array_equal(got_s[f_, : len(s)], s, err_msg=f"feature {f_}")
+        np.testing.assert_array_equal(got_p[f_, : len(p)], p, err_msg=f"feature {f_}")
+        np.testing.assert_array_equal(got_v[f_, : len(v)], v.astype(np.float32), err_msg=f"feature {f_}")
+
+
+def text_cfg(path, **extra) -> dict:
+    return {"model": {"_target_": "hookrun.models.tiny_lm"},
+            "data": {"dataset": {"_target_": "hookrun.data.text", "files": "pydoc_topics", "max_length": 20, "limit": 14},
+                     "batch_size": 4, "store": ["input_ids", "attention_mask"]},
+            "hooks": {"act": {"at": "transformer.h.1.mlp.act", "type": "forward", "actions": [
+                {"name": "top_examples", "k": K, "context": 3}, {"name": "record", "rows": "token", "dtype": "float32"}]},
+                "stop": {"at": "transformer.h.0", "type": "forward",
+                         "actions": [{"_target_": "toy_models.signal_when_told", "_partial_": True}]}},
+            "output": {"path": str(path), "flush_every": 1}, "device": "cpu", "progress": False, **extra}
+
+
+def test_token_rows_equal_a_brute_force_sort_and_the_reader_gives_their_tokens(tmp_path):
+    path = hookrun.run(text_cfg(tmp_path / "t.h5")).path
+    with open_run(path) as run:
+        rec = run["transformer.h.1.mlp.act", "output"][:]
+        ts, tp = run.file["samples/token_sample"][:], run.file["samples/token_position"][:]
+        assert_top(path, "act", "transformer.h.1.mlp.act", rec, ts, tp)
+        assert run.top_example_modules == {"transformer.h.1.mlp.act": rec.shape[1]}
+        ex = run.top_examples("transformer.h.1.mlp.act", 3)
+        order = brute(rec, ts, tp)[3]
+        assert [e["sample"] for e in ex] == order[1].tolist() and [e["position"] for e in ex] == order[2].tolist()
+        ids, mask = run.file["samples/input_ids"][:], run.file["samples/attention_mask"][:]
+        for e in ex:
+            row = ids[list(run.samples).index(e["sample"])]
+            assert mask[list(run.samples).index(e["sample"])][e["position"]] == 1  # padding never enters
+            lo = max(0, e["position"] - 3)
+            want = bytes(int(t) - 3 for t in row[lo:e["position"] + 4] if t >= 3).decode("utf-8", "replace")
+            assert "".join(c for c in e["context"] if not c.startswith("<")) == want
+            assert e["context"][e["at"]] == (bytes([int(row[e["position"]]) - 3]).decode("utf-8", "replace")
+                                             if row[e["position"]] >= 3 else "<bos>")
+        with pytest.raises(LookupError, match="closest"):
+            run.top_examples("transformer.h.1.mlp.ac", 0)
+        with pytest.raises(LookupError, match="features 0"):
+            run.top_examples("transformer.h.1.mlp.act", 10_000)
+
+
+class Rounded(nn.Module):
+    """A layer whose outputs repeat (rounded to halves): many ties; a channel map beside it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = nn.Linear(12, 6)
+        self.round = nn.Identity()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        r = self.round(torch.round(self.lin(x) * 2) / 2)
+        img = x[:, :12].reshape(-1, 3, 2, 2).repeat(1, 1, 2, 2)
+        return r.sum() + self.conv(img).sum()
+
+
+def test_ties_go_to_the_earlier_sample_and_channel_maps_use_each_channels_max(tmp_path):
+    from hookrun.data import RandomTensors
+
+    cfg = {"hooks": {"r": {"at": "round", "type": "forward", "actions": [{"name": "top_examples", "k": K}, "record"]},
+                     "c": {"at": "conv", "type": "forward", "actions": [{"name": "top_examples", "k": K}, "record"]}},
+           "data": {"batch_size": 7}, "output": {"path": str(tmp_path / "r.h5"), "dtype": "float32"},
+           "device": "cpu", "progress": False}
+    path = hookrun.run(cfg, model=Rounded(), dataset=RandomTensors(n=40, shape=(12,))).path
+    with open_run(path) as run:
+        r = run["round", "output"][:]
+        assert len(np.unique(r[:, 0])) < 15  # ties are there to break
+        n = np.arange(len(r))
+        assert_top(path, "r", "round", r, n, np.full(len(r), -1))
+        c = run["conv", "output"][:].max(axis=(2, 3))  # (sample, channel): the max over space
+        assert_top(path, "c", "conv", c, n, np.full(len(r), -1))
+        ex = run.top_examples("conv", 1)
+        assert ex[0]["position"] is None and ex[0]["context"] is None and ex[0]["at"] is None
+
+
+def test_an_interrupted_run_resumed_gives_the_brute_force_top_k(tmp_path):
+    from toy_models import STOP_AT
+
+    cfg = text_cfg(tmp_path / "t.h5")
+    STOP_AT[:] = [2]
+    with pytest.raises(Interrupted):
+        hookrun.run(cfg)
+    with h5py.File(cfg["output"]["path"], "r", locking=False) as f:
+        assert f.attrs["status"] == "interrupted" and "top.values" not in f["captures/act/transformer.h.1.mlp.act"]
+        assert "state" in f  # the running top-k of the kept batches
+    cfg["resume"] = True
+    assert hookrun.run(cfg).status == "complete"
+    with open_run(cfg["output"]["path"]) as run:
+        rec = run["transformer.h.1.mlp.act", "output"][:]
+        ts, tp = run.file["samples/token_sample"][:], run.file["samples/token_position"][:]
+    assert len(np.unique(ts)) == 14
+    assert_top(cfg["output"]["path"], "act", "transformer.h.1.mlp.act", rec, ts, tp)
+
+
+def test_bad_top_examples_are_one_line_before_any_batch(tmp_path):
+    from hookrun.data import RandomTensors
+
+    class Flat(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(12, 3)
+
+        def forward(self, x):
+            return self.lin(x).sum(1)  # (batch,): no feature axis
+
+    base = {"data": {"batch_size": 4}, "output": {"path": str(tmp_path / "x.h5")}, "device": "cpu", "progress": False}
+    with pytest.raises(ConfigError, match=r"k=0; expected a whole number >= 1"):
+        hookrun.run({**base, "hooks": {"t": {"at": "lin", "type": "forward", "actions": [{"name": "top_examples", "k": 0}]}}},
+                    model=Flat(), dataset=RandomTensors(n=8, shape=(12,)))
+    with pytest.raises(ConfigError, match=r"has shape \(1,\), without a feature axis"):
+        hookrun.run({**base, "hooks": {"t": {"at": "", "type": "forward", "actions": [{"name": "top_examples"}]}}},
+                    model=Flat(), dataset=RandomTensors(n=8, shape=(12,)))
+    assert not (tmp_path / "x.h5").exists()
+
+
+@pytest.mark.slow
+def test_two_ranks_merge_to_the_brute_force_top_k(tmp_path):
+    hooks = ("hooks={c: {at: features.0, type: forward, actions: [{name: top_examples, k: 5}, {name: record, what: output}]},"
+             " h: {at: head, type: forward, actions: [{name: top_examples, k: 5}, {name: record, what: output}]}}")
+    args = ["model=custom", "model._target_=my_pkg.Net", "+model.width=4", "data=custom", "data.dataset._target_=my_pkg.MyData",
+            "+data.dataset.n=22", "data.batch_size=4", "device=cpu", "progress=false", "output.dtype=float32", hooks]
+    proc = cli(*args, "hydra.run.dir=two", cwd=tmp_path, launcher=TORCHRUN)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    path = tmp_path / "two" / "captures.h5"
+    with open_run(path) as run:
+        samples = run.samples
+        assert sorted(samples.tolist()) == list(range(22)) and run.attrs["world_size"] == 2
+        c = run["features.0", "output"][:].max(axis=(2, 3))
+        h = run["head", "output"][:]
+    for shard in sorted((tmp_path / "two").glob("captures.rank-*.h5")):
+        with h5py.File(shard, "r", locking=False) as f:  # each rank's own top-k covers only its samples
+            assert f["captures/h/head/top.samples"].shape == (10, 5)
+    assert_top(path, "c", "features.0", c, samples, np.full(len(samples), -1))
+    assert_top(path, "h", "head", h, samples, np.full(len(samples), -1))
