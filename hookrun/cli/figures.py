@@ -192,9 +192,9 @@ def heatmap(spec: Heatmap) -> Any:
     rows, cols = z.shape
     fig, ax = plt.subplots(figsize=(min(16, 2.5 + 0.28 * cols), min(12, 1.8 + 0.3 * rows)), layout="constrained")
     kw: dict[str, Any] = {"cmap": "viridis"}
-    if spec.symmetric:
-        top = float(np.nanmax(np.abs(z))) if np.isfinite(z).any() else 1.0
-        kw = {"cmap": "RdBu_r", "vmin": -top, "vmax": top}
+    if spec.centre is not None:
+        top = float(np.nanmax(np.abs(z - spec.centre))) if np.isfinite(z).any() else 1.0
+        kw = {"cmap": "RdBu_r", "vmin": spec.centre - (top or 1.0), "vmax": spec.centre + (top or 1.0)}
     image = ax.imshow(z, aspect="auto", interpolation="nearest", **kw)
     for axis, labels, n in ((ax.xaxis, spec.x, cols), (ax.yaxis, spec.y, rows)):
         step = max(1, -(-n // 40))

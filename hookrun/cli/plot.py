@@ -119,9 +119,9 @@ def plot_run(run: Run, out: Path, samples: int = 2, channels: int = 16, dataset:
         written += [p for p in [histogram(run, info, out)] if p is not None]
     for act, grad in gradcam_pairs(run):
         written.append(gradcam_figure(run, act, grad, out, dataset=dataset))
-    for k, (spec, _) in enumerate(grid_specs(run)):  # patching grids, then logit-lens pictures
-        if isinstance(spec, Heatmap):
-            written.append(figures.save(figures.heatmap(spec), out / f"grid_{k}_{_file_name(spec.title)}.png", source=_source(run)))
+    for _, _, specs in grid_specs(run):  # patching grids, then logit-lens pictures
+        for spec in (s for s in specs if isinstance(s, Heatmap)):
+            written.append(figures.save(figures.heatmap(spec), out / f"grid_{_file_name(spec.title)}.png", source=_source(run)))
     for k, spec in enumerate(lens_specs(run, samples)):
         written.append(figures.save(figures.heatmap(spec), out / f"lens_{k}_{_file_name(spec.title)}.png", source=_source(run)))
     return written

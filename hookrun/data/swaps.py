@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import random
 import re
+from pathlib import Path
 
 import torch
 from torch.utils.data import Dataset
-
-from pathlib import Path
 
 from hookrun.data.text import PYDOC, ByteTokenizer, pydoc_lines, read_texts
 from hookrun.errors import ConfigError

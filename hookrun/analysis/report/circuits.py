@@ -19,30 +19,46 @@ from hookrun.analysis.report.specs import Heatmap, Scatter, histogram_of
 from hookrun.analysis.report.tokens import token_text
 
 
-def grid_specs(run: Any) -> list[tuple[Any, str]]:
-    """(spec, caption) of every grid the file holds: a module x axis heatmap per plane, and where
-    exact values were recomputed (atp with verify), the estimate against them."""
-    out: list[tuple[Any, str]] = []
+def grid_specs(run: Any) -> list[tuple[str, str, list[Any]]]:
+    """(grid name, what it measured, specs) of every grid the file holds: a module x axis heatmap
+    per plane (coloured around the unpatched run's metric: the corrupted run's when denoising,
+    the clean run's when noising, 0 when normalized), and where exact values were recomputed
+    (atp with verify), the estimate against them."""
+    out = []
     for name in list(getattr(run, "grids", None) or []):
         g = run.grid(name)
         a = dict(g.attrs)
-        about = ", ".join(f"{k} {a[k]}" for k in ("metric", "method", "direction", "metric_clean", "metric_corrupt", "normalize") if k in a)
-        for title, z, x, xlabel in _planes(g):
-            out.append((Heatmap(z, f"{name}{title}", x=x, y=[str(m) for m in g.coords["module"].values],
-                                xlabel=xlabel, ylabel="module", label=str(a.get("metric", "value")), symmetric=True), about))
+        about = ", ".join(f"{k} {_short(a[k])}" for k in ("metric", "method", "direction", "metric_clean", "metric_corrupt", "normalize") if k in a)
+        base = 0.0 if a.get("normalize") else a.get("metric_clean" if a.get("direction") == "noise" else "metric_corrupt")
+        specs: list[Any] = [Heatmap(z, f"{name}{title}", x=x, y=[str(m) for m in g.coords["module"].values], xlabel=xlabel,
+                                    ylabel="module", label=str(a.get("metric", "value")), centre=_float(base))
+                            for title, z, x, xlabel in _planes(g)]
         exact = _exact(run, name)
         if exact is not None:
             est, ex = np.asarray(g.values, dtype=np.float64).ravel(), np.asarray(exact.values, dtype=np.float64).ravel()
             done = np.isfinite(ex)
             labels = [", ".join(f"{d} {g.coords[d].values[i]}" for d, i in zip(g.dims, idx, strict=True))
                       for idx in zip(*np.unravel_index(np.flatnonzero(done), g.shape), strict=True)]
-            out.append((Scatter(est[done], ex[done], f"estimate ({a.get('method', 'atp')})", "exact",
-                                f"{name}: estimate against exact", labels), f"{int(done.sum())} cells recomputed exactly"))
+            specs.append(Scatter(est[done], ex[done], f"estimate ({a.get('method', 'atp')})", "exact",
+                                 f"{name}: estimate against exact ({int(done.sum())} cells recomputed)", labels))
+        out.append((name, about, specs))
     return out
 
 
+def _short(v: Any) -> str:
+    return f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
+def _float(v: Any) -> float | None:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
 def grids(run: Any) -> list[dict]:
-    items = [figure(spec, caption) for spec, caption in grid_specs(run)]
+    items = [{"type": "figures", "title": f"{name}: {about}", "figures": [figure(s) for s in specs]}
+             for name, about, specs in grid_specs(run)]
     return [section("grids", "Patching and attribution grids", items)] if items else []
 
 

@@ -62,14 +62,15 @@ def heatmap(spec: Heatmap) -> dict:
         "type": "heatmap", "z": _finite(z), "x": list(range(cols)), "y": list(range(rows)), "text": text,
         "hovertemplate": f"{escape(spec.ylabel) or 'row'} · {escape(spec.xlabel) or 'column'}: %{{text}}<br>"
                          f"{escape(spec.label)}: %{{z:.6g}}<extra></extra>",
-        "colorscale": "RdBu" if spec.symmetric else "Viridis", "colorbar": {"title": {"text": escape(spec.label)}},
+        "colorscale": "RdBu" if spec.centre is not None else "Viridis", "colorbar": {"title": {"text": escape(spec.label)}},
     }
-    if spec.symmetric:
-        top = float(np.nanmax(np.abs(z))) if np.isfinite(z).any() else 1.0
-        trace.update(zmid=0.0, zmin=-top, zmax=top, reversescale=True)
+    if spec.centre is not None:
+        top = float(np.nanmax(np.abs(z - spec.centre))) if np.isfinite(z).any() else 1.0
+        top = top or 1.0
+        trace.update(zmid=spec.centre, zmin=spec.centre - top, zmax=spec.centre + top, reversescale=True)
     layout = _layout(spec.title, spec.xlabel, spec.ylabel)
-    layout["xaxis"].update(_ticks(spec.x, cols), showgrid=False)
-    layout["yaxis"].update(_ticks(spec.y, rows), showgrid=False, autorange="reversed")
+    layout["xaxis"].update(_ticks(spec.x, cols), showgrid=False, automargin=True)
+    layout["yaxis"].update(_ticks(spec.y, rows), showgrid=False, autorange="reversed", automargin=True)
     layout["height"] = int(min(720, max(260, 18 * rows + 140)))
     return {"data": [trace], "layout": layout}
 

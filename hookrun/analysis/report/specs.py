@@ -28,7 +28,7 @@ class Heatmap:
     xlabel: str = ""
     ylabel: str = ""
     label: str = "value"  # the colour bar
-    symmetric: bool = False  # a diverging scale centred on 0 (patching grids)
+    centre: float | None = None  # a diverging scale, symmetric about this value (patching grids)
 
 
 @dataclass

@@ -18,7 +18,7 @@
     box.appendChild(div);
     if (caption) box.appendChild(el("div", "caption", caption));
     parent.appendChild(box);
-    Plotly.newPlot(div, fig.data, fig.layout, { displaylogo: false, responsive: true });
+    Plotly.newPlot(div, fig.data, fig.layout, { displaylogo: false, displayModeBar: false, responsive: true });
     return div;
   }
 
