@@ -156,24 +156,17 @@ def test_sae_report_shows_evaluation_latents_and_the_files_top_examples(browser,
     run = tmp_path / "sae"
     over = [f"params.sae={sae_dir}", "data.dataset.limit=16", "data.batch_size=8", f"output.path={run / 'captures.h5'}", *FAST]
     top = "+hooks.top.at=transformer.h.3.sae.latents", "+hooks.top.type=forward", "+hooks.top.actions=[{name: top_examples, k: 5, context: 6}]"
-    try:
-        hookrun.run(hookrun.compose("experiment=sae_eval", *over, *top))
-    except Exception as exc:  # no top_examples action in this checkout yet: the splice alone
-        if "top_examples" not in str(exc):
-            raise
-        hookrun.run(hookrun.compose("experiment=sae_eval", *over))
+    hookrun.run(hookrun.compose("experiment=sae_eval", *over, *top))
     page = report(run)
     open_page(browser, page)
     found = sections(browser)
-    assert found[:3] == ["section-header", "section-evaluation", "section-captures"]
+    assert found == ["section-header", "section-evaluation", "section-captures", "section-latents"]
     with hookrun.open_run(run) as r:
         table = r.evaluation()
         modules = dict(getattr(r, "top_example_modules", None) or {})
         shown_cells = browser.execute_script("return Array.from(document.querySelectorAll('#section-evaluation td')).map(t => t.textContent)")
         assert f"{table.rows[0]['ce_clean']:.6g}" in shown_cells
-        if not modules:
-            return
-        assert "section-latents" in found
+        assert list(modules) == ["transformer.h.3.sae.latents"]
         module = next(iter(modules))
         items = browser.find_elements("css selector", "#section-latents .latent-list li")
         for feature in (0, 3):
@@ -191,8 +184,11 @@ def test_sae_report_shows_evaluation_latents_and_the_files_top_examples(browser,
         norms = np.linalg.norm(load_file(str(sae_dir / "sae_weights.safetensors"))["W_dec"].astype(np.float64), axis=1)
         caption = browser.execute_script("return document.querySelector('#section-latents .latent-detail .caption').textContent")
         assert caption.startswith("decoder norm") and float(caption.split()[-1]) == pytest.approx(norms[3], rel=1e-3)
-    if os.environ.get("HOOKRUN_UPDATE_IMAGES"):
-        browser.save_screenshot(str(ROOT / "docs" / "images" / "report.png"))
+        items[3].click()
+        browser.execute_script("document.getElementById('section-latents').scrollIntoView()")
+        browser.save_screenshot(str(tmp_path / "report.png"))
+    if os.environ.get("HOOKRUN_UPDATE_IMAGES"):  # the README's picture
+        shutil.copy(tmp_path / "report.png", ROOT / "docs" / "images" / "report.png")
 
 
 def test_sweep_report_charts_each_metric_against_the_swept_parameter(browser, tmp_path):
