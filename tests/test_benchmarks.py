@@ -63,6 +63,7 @@ QUICK = {
     # the bare forward, hookrun and hookrun to a local S3 server run (moto[server] and s3fs come with
     # the dev extra; a peer whose library is missing is a row saying so), and hookrun's cached
     # activations equal those a plain forward hook sees (the route checks its first batch after the clock)
+    "report.py": Expect(["report size (MB)", "report time (s)"], ["GB run", "torch "]),
     "cache_peers.py": Expect(
         ["hookrun time / bare forward time", "hookrun / TransformerLens", "hookrun / nnsight", "hookrun / SAELens",
          "hookrun to S3 / hookrun to a local file", "hookrun loader: shuffled / in-order reads",

@@ -76,3 +76,20 @@ def test_shapes_gradcam_records_the_maps_and_gradients_raw_pytorch_computes(tmp_
     inside = x[:, 0].numpy() > 0.5
     on, off = (cam * inside).sum((1, 2)) / inside.sum((1, 2)), (cam * ~inside).sum((1, 2)) / (~inside).sum((1, 2))
     assert (on > off).mean() >= 0.75, (on, off)
+
+
+@pytest.mark.slow
+def test_a_wheel_carries_the_weights_and_the_report_page(tmp_path, wheel_site):
+    import os
+
+    names, site = wheel_site
+    for name in ("hookrun/models/tiny_cnn/model.safetensors", "hookrun/models/tiny_cnn/training.json",
+                 "hookrun/conf/model/tiny_cnn.yaml", "hookrun/conf/data/shapes.yaml", "hookrun/conf/experiment/shapes_gradcam.yaml",
+                 "hookrun/analysis/report/assets/report.js", "hookrun/analysis/report/assets/report.css"):
+        assert name in names, name
+    probe = ("import hookrun.models as m, hookrun.analysis.report.page as p; m.tiny_cnn(); "
+             "print(p.__file__, len(p.render({'title': 't', 'source': 's', 'sections': []})) > 10**6)")
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(site)}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == [str(site / "hookrun" / "analysis" / "report" / "page.py"), "True"]
