@@ -5,6 +5,7 @@ notebook view, bounded reading, and each metric against each swept parameter."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -14,7 +15,7 @@ import h5py
 import numpy as np
 import pytest
 import yaml
-from conftest import ROOT
+from conftest import ROOT, run_cli
 
 import hookrun
 from hookrun.analysis.report import Report
@@ -163,3 +164,30 @@ def test_plot_sweep_with_nothing_to_draw_writes_nothing_and_fails(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "hookrun.plot", str(tmp_path / "s")], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 2 and "nothing to draw" in proc.stderr, proc.stderr
     assert not (tmp_path / "s" / "figures").exists() or not list((tmp_path / "s" / "figures").iterdir())
+
+
+@pytest.mark.slow
+def test_a_run_in_an_object_store_reports_through_open_run(tmp_path, monkeypatch):
+    pytest.importorskip("s3fs")
+    moto_server = pytest.importorskip("moto.server")
+    import boto3
+
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        for key, value in (("AWS_ENDPOINT_URL", f"http://{host}:{port}"), ("AWS_ACCESS_KEY_ID", "k"), ("AWS_SECRET_ACCESS_KEY", "s"),
+                           ("AWS_DEFAULT_REGION", "us-east-1"), ("HOOKRUN_CACHE_DIR", str(tmp_path / "cache"))):
+            monkeypatch.setenv(key, value)
+        boto3.client("s3").create_bucket(Bucket="runs")
+        url = "s3://runs/shapes/captures.h5"
+        run = run_cli("experiment=shapes_gradcam", "data.dataset.size=8", "device=cpu", "progress=false", f"output.path={url}",
+                      f"output.staging={tmp_path / 'stage'}", f"hydra.run.dir={tmp_path / 'run'}")
+        assert run.returncode == 0, run.stderr
+        proc = subprocess.run([sys.executable, "-m", "hookrun.report", url], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})  # (the default: report.html in the current folder)
+        assert proc.returncode == 0, proc.stderr
+        page = (tmp_path / "report.html").read_text()
+        assert f'content="{url}"' in page and "fmap/block3/output" in page
+    finally:
+        server.stop()
