@@ -52,11 +52,26 @@ def header(run: Any) -> dict:
             ["samples", f"{a.get('samples_complete', '?')} in {a.get('steps_complete', '?')} batches"],
             ["started", str(a.get("created", "?"))], ["finished", str(a.get("finished", "(not finished)"))],
             ["written by", " ".join(f"{k} {a[v]}" for k, v in (("hookrun", "hookrun_version"), ("torch", "torch_version")) if v in a)]]
+    if _seconds(a) is not None:
+        rows.append(["wall time", f"{_seconds(a):.0f} s (started .. finished)"])
     rows += [[f"hook {name}", f"{spec.get('type')} at {spec.get('at')}: {_actions(spec)}"] for name, spec in hooks.items()]
+    shown = {"model_class", "device", "samples_complete", "steps_complete", "created", "finished", "hookrun_version", "torch_version", "mode", "status"}
+    rest = {k: str(v.tolist() if isinstance(v, np.ndarray) else v) for k, v in sorted(a.items()) if k not in shown}
+    rows += [[k, v] for k, v in rest.items() if v not in ("", "None")]
     items = [{"type": "kv", "rows": rows}]
     if cfg:
         items.append({"type": "pre", "title": "config", "text": yaml.safe_dump(cfg, sort_keys=False)})
     return section("header", "Run", items)
+
+
+def _seconds(a: dict) -> float | None:
+    from datetime import datetime
+
+    try:
+        start, end = (datetime.strptime(str(a[k]), "%Y-%m-%dT%H:%M:%S%z") for k in ("created", "finished"))
+    except (KeyError, ValueError):
+        return None
+    return (end - start).total_seconds()
 
 
 def _actions(spec: dict) -> str:
