@@ -12,8 +12,12 @@ overlays where the run holds a layer's output and its gradient (type tensor, or 
 grad_output) for the same samples, with each sample's predicted class (from a recorded logits
 capture) and target. The overlay's input images come from the file itself when the run recorded
 them (a 4-D input capture with 1 or 3 channels); otherwise from a dataset the user names with
-`--data data=... [key=value ...]`. Reading a file never builds anything the file names. For a
-sweep: each capture's statistic against the swept value. The files written are listed at the end.
+`--data data=... [key=value ...]`. Patching grids and logit-lens pictures are heatmaps with
+labelled axes. Reading a file never builds anything the file names. For a sweep: each metric
+(evaluate's, then each capture's `--stat`) against each swept parameter. What is drawn is decided
+once with the HTML report (analysis/report/specs.py); a figure with nothing to draw is not written
+(the command says so), and when nothing at all can be drawn the command exits 2. The files
+written are listed at the end.
 """
 
 from __future__ import annotations

@@ -92,7 +92,6 @@ def sweep_data(sweep: Any) -> dict:
 
 
 def build_report(source: Any, budget: Budget | None = None) -> Report:
-    """The Report of an open run (open_run) or sweep (open_sweep)."""
-    from hookrun.analysis.sweep import Sweep
-
-    return Report(sweep_data(source) if isinstance(source, Sweep) else run_data(source, budget))
+    """The Report of an open run (open_run) or sweep (open_sweep: it has `jobs`; this package
+    imports neither class, so the reader can offer `run.report()` without a cycle)."""
+    return Report(sweep_data(source) if hasattr(source, "jobs") else run_data(source, budget))
