@@ -169,16 +169,27 @@ def test_sae_report_shows_evaluation_latents_and_the_files_top_examples(browser,
         assert list(modules) == ["transformer.h.3.sae.latents"]
         module = next(iter(modules))
         items = browser.find_elements("css selector", "#section-latents .latent-list li")
+        with h5py.File(run / "captures.h5", "r", locking=False) as f:
+            latents = f["captures/latents/transformer.h.3.sae.latents/output"][:]
+            token_sample, token_position = f["samples/token_sample"][: len(latents)], f["samples/token_position"][: len(latents)]
         for feature in (0, 3):
             items[feature].click()
             rows = browser.execute_script(
                 "return Array.from(document.querySelectorAll('#section-latents .latent-detail .example')).map(e => "
-                "[parseFloat(e.dataset.value), parseInt(e.dataset.sample), Array.from(e.querySelectorAll('.tok')).map(t => t.textContent)])")
+                "[parseFloat(e.dataset.value), parseInt(e.dataset.sample), Array.from(e.querySelectorAll('.tok')).map(t => t.textContent), "
+                "Array.from(e.querySelectorAll('.tok')).map(t => t.dataset.act === undefined ? null : parseFloat(t.dataset.act))])")
             expected = r.top_examples(module, feature)
             assert len(rows) == len(expected)
-            for (value, sample, tokens), e in zip(rows, expected, strict=True):
+            for (value, sample, tokens, acts), e in zip(rows, expected, strict=True):
                 assert value == pytest.approx(e["value"], rel=1e-6) and sample == e["sample"]
                 assert tokens == list(e["context"])
+                for i, act in enumerate(acts):  # each context token shows its own activation, read here with h5py
+                    position = e["position"] - e["at"] + i
+                    row = np.flatnonzero((token_sample == sample) & (token_position == position))
+                    assert (act is None) == (len(row) == 0)
+                    if len(row):
+                        assert act == pytest.approx(float(latents[row[0], feature]), rel=1e-3, abs=1e-6), (i, act)
+                assert acts[e["at"]] == pytest.approx(e["value"], rel=1e-3)
         from safetensors.numpy import load_file
 
         norms = np.linalg.norm(load_file(str(sae_dir / "sae_weights.safetensors"))["W_dec"].astype(np.float64), axis=1)

@@ -125,10 +125,11 @@ def latents(run: Any, budget: Budget) -> list[dict]:
             values = values.reshape(-1, values.shape[-1])
         norms = _decoder_norms(run, module)
         shown = min(n, budget.features)
+        lookup = TokenRows(run, capture) if capture is not None and capture.rows == "tokens" else None
         rows = []
         for f in range(shown):
             examples = run.top_examples(module, f)
-            entry: dict[str, Any] = {"feature": f, "examples": [_example(e) for e in examples],
+            entry: dict[str, Any] = {"feature": f, "examples": [_example(e, lookup, f) for e in examples],
                                      "max": float(max((e["value"] for e in examples), default=0.0))}
             if values is not None and f < values.shape[1]:
                 entry["hist"] = figure(histogram_of(values[:, f], f"{module} latent {f}: activations", "activation", note))["figure"]
@@ -140,9 +141,39 @@ def latents(run: Any, budget: Budget) -> list[dict]:
     return [section("latents", "Latents", items)] if items else []
 
 
-def _example(e: dict) -> dict:
-    return {"value": float(e["value"]), "sample": int(e["sample"]), "position": e.get("position"),
-            "context": list(e["context"]) if e.get("context") is not None else None, "at": e.get("at")}
+def _example(e: dict, lookup: TokenRows | None, feature: int) -> dict:
+    out = {"value": float(e["value"]), "sample": int(e["sample"]), "position": e.get("position"),
+           "context": list(e["context"]) if e.get("context") is not None else None, "at": e.get("at")}
+    if lookup is not None and out["context"] is not None and out["at"] is not None and out["position"] is not None:
+        start = int(out["position"]) - int(out["at"])
+        out["acts"] = lookup.values(out["sample"], range(start, start + len(out["context"])), feature)
+    return out
+
+
+class TokenRows:
+    """The activations of a token-row capture at (sample, position), read a few rows at a time:
+    each context token of a top example gets its own value (None where the run kept no row)."""
+
+    def __init__(self, run: Any, info: Any) -> None:
+        f = run.file
+        self.ds = f[info.path]
+        n = self.ds.shape[0]
+        sample, position = f["samples/token_sample"][:n].astype(np.int64), f["samples/token_position"][:n].astype(np.int64)
+        self.width = int(position.max()) + 1 if n else 1
+        keys = sample * self.width + position
+        self.order = np.argsort(keys, kind="stable")
+        self.keys = keys[self.order]
+
+    def values(self, sample: int, positions: range, feature: int) -> list[float | None]:
+        want = np.array([sample * self.width + p if 0 <= p < self.width else -1 for p in positions], dtype=np.int64)
+        at = np.clip(np.searchsorted(self.keys, want), 0, max(len(self.keys) - 1, 0))
+        found = (want >= 0) & (self.keys[at] == want) if len(self.keys) else np.zeros(len(want), bool)
+        rows = np.where(found, self.order[at], -1)
+        if not found.any():
+            return [None] * len(want)
+        lo, hi = int(rows[found].min()), int(rows[found].max())
+        block = np.asarray(self.ds[lo : hi + 1, feature], dtype=np.float64)  # one read: the context's rows are together
+        return [float(block[r - lo]) if r >= 0 else None for r in rows.tolist()]
 
 
 def _latent_capture(run: Any, module: str) -> Any:

@@ -49,10 +49,12 @@
     } else {
       ex.context.forEach((t, i) => {
         const s = el("span", i === ex.at ? "tok at" : "tok", t);
-        if (i === ex.at) {
-          const a = max > 0 ? Math.max(0.15, Math.min(1, ex.value / max)) : 0.5;
-          s.style.background = "rgba(255, 140, 0, " + a.toFixed(3) + ")";
-          s.title = "activation " + ex.value;
+        const v = ex.acts ? ex.acts[i] : i === ex.at ? ex.value : null;
+        if (v !== null && v !== undefined) {
+          s.dataset.act = String(v);
+          const a = max > 0 ? Math.max(0, Math.min(1, v / max)) : 0;
+          if (a > 0) s.style.background = "rgba(255, 140, 0, " + a.toFixed(3) + ")";
+          s.title = "activation " + v;
         }
         line.appendChild(s);
       });
