@@ -73,7 +73,7 @@ def run_data(run: Any, budget: Budget | None = None) -> dict:
         body.insert(1 if body and body[0]["id"] == "evaluation" else 0, captures(run, budget))
     if not body:
         raise NotFoundError(f"{run.path}: nothing to show (no capture, evaluation, grid or top examples in the file)")
-    return {"title": f"hookrun report: {run.path}", "source": str(run.path), "sections": [header(run), *body]}
+    return {"title": f"hookrun report: {run.path}", "source": _source(run.path), "sections": [header(run), *body]}
 
 
 def sweep_data(sweep: Any) -> dict:
@@ -87,8 +87,16 @@ def sweep_data(sweep: Any) -> dict:
     if not charts and not len(table):
         raise NotFoundError(f"{sweep.folder}: nothing to show")
     note = "" if charts else ("no parameter differs between the jobs" if not swept else "no job wrote a number to chart")
-    return {"title": f"hookrun report: sweep {sweep.folder}", "source": str(sweep.folder),
+    return {"title": f"hookrun report: sweep {sweep.folder}", "source": _source(sweep.folder),
             "sections": [section("sweep", f"Sweep: {len(sweep.jobs)} jobs, swept {', '.join(swept) or 'nothing'}", items, note)]}
+
+
+def _source(path: Any) -> str:
+    """What a page records as the run it shows: a URL as given, a local path made absolute (the
+    same run reached from another folder is the same run)."""
+    from pathlib import Path
+
+    return str(path) if "://" in str(path) else str(Path(path).resolve())
 
 
 def build_report(source: Any, budget: Budget | None = None) -> Report:
