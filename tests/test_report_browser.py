@@ -155,7 +155,7 @@ def sae_dir(tmp_path_factory) -> Path:
 def test_sae_report_shows_evaluation_latents_and_the_files_top_examples(browser, tmp_path, sae_dir):
     run = tmp_path / "sae"
     over = [f"params.sae={sae_dir}", "data.dataset.limit=16", "data.batch_size=8", f"output.path={run / 'captures.h5'}", *FAST]
-    top = "+hooks.top.at=transformer.h.3.sae.latents", "+hooks.top.type=forward", "+hooks.top.actions=[{name: top_examples, k: 5, context: 6}]"
+    top = ["hooks.latents.actions=[{name: record, what: output, rows: token, dtype: float16}, {name: top_examples, k: 5, context: 6}]"]
     hookrun.run(hookrun.compose("experiment=sae_eval", *over, *top))
     page = report(run)
     open_page(browser, page)
