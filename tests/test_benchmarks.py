@@ -68,6 +68,7 @@ QUICK = {
          "1. the same grid: max abs difference", "2. one process per cell (extrapolated)", "3. atp / exact on the shipped task",
          "3. atp vs exact: Spearman rank correlation"],
         ["transformer-lens ", "extrapolated"], needs=("transformer_lens",), timeout=900),
+    "report.py": Expect(["report size (MB)", "report time (s)"], ["GB run", "torch "]),
     "cache_peers.py": Expect(
         ["hookrun time / bare forward time", "hookrun / TransformerLens", "hookrun / nnsight", "hookrun / SAELens",
          "hookrun to S3 / hookrun to a local file", "hookrun loader: shuffled / in-order reads",

@@ -24,6 +24,8 @@ from hookrun.analysis.evaluation import evaluation_table
 from hookrun.analysis.grids import file_grid, grid_lines, patching_meta
 from hookrun.analysis.labelled import to_dataset
 from hookrun.analysis.loader import RowLoader
+from hookrun.analysis.report import build_report
+from hookrun.analysis.report.tokens import is_byte_text
 from hookrun.analysis.stats import block_stats, human_bytes
 from hookrun.analysis.top import top_example_modules, top_examples
 from hookrun.errors import HookrunError, NotFoundError
@@ -95,20 +97,6 @@ class Run:
         totals; `batches=True`: one row per batch and module. NotFoundError without evaluate."""
         return evaluation_table(self.file, batches)
 
-    # -- top examples (hooks/actions/top.py) ---------------------------------------------------
-    @property
-    def top_example_modules(self) -> dict[str, int]:
-        """module -> the number of features with top examples (top_examples actions of the run)."""
-        return top_example_modules(self.file)
-
-    def top_examples(self, module: str, feature: int) -> list[dict]:
-        """The k largest activations of `feature` at `module`, largest first: dicts of value, sample,
-        position, context (token texts around it) and at (its index in context); analysis/top.py."""
-        data = (self.config.get("data") or {}).get("dataset") or {}
-        byte = str(data.get("_target_", "")).startswith("hookrun.data.text") and data.get("tokenizer", "byte") == "byte"
-        return top_examples(self.file, module, feature, byte)
-
-    # -- patching grids (runner/patching, analysis/grids.py) ----------------------------------
     @property
     def grids(self) -> list[str]:
         """The patching grids the file holds, by site name ([] for a run that patched nothing)."""
@@ -119,6 +107,17 @@ class Run:
         """A patching grid as an xarray.DataArray, dims ("module", *over); `which="exact"`: an atp
         run's exactly recomputed cells (verify: K), NaN elsewhere. docs/patching.md."""
         return file_grid(self.file, name, which)
+
+    # -- top examples (hooks/actions/top.py) ---------------------------------------------------
+    @property
+    def top_example_modules(self) -> dict[str, int]:
+        """module -> the number of features with top examples (top_examples actions of the run)."""
+        return top_example_modules(self.file)
+
+    def top_examples(self, module: str, feature: int) -> list[dict]:
+        """The k largest activations of `feature` at `module`, largest first: dicts of value, sample,
+        position, context (token texts around it) and at (its index in context); analysis/top.py."""
+        return top_examples(self.file, module, feature, is_byte_text(self.config))
 
     # -- finding a capture ---------------------------------------------------------------------
     def find(self, *key: str, call: int = 0) -> CaptureInfo:
@@ -261,6 +260,10 @@ class Run:
         """The run's HDF5 files one at a time (one for a local file; every part of an object-store
         cache, fetched and verified): what `inspect --verify` checks."""
         yield from self.source.part_files()
+
+    def report(self) -> Any:
+        """This run's HTML report (hookrun.analysis.report): `.save(path)`, shown inline in Jupyter."""
+        return build_report(self)
 
     def close(self) -> None:
         self.source.close()

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from hookrun.analysis.report.specs import Heatmap, Lines, is_categorical
+
 STYLE = {"font.size": 11, "axes.titlesize": 11, "axes.labelsize": 11, "xtick.labelsize": 9, "ytick.labelsize": 9,
          "legend.fontsize": 9, "figure.titlesize": 12, "figure.dpi": 100}
 
@@ -177,9 +179,34 @@ def gradcam_grid(cams: np.ndarray, captions: Sequence[str], title: str, images: 
     return fig
 
 
-def is_categorical(values: Sequence[Any]) -> bool:
-    """Whole numbers (seeds, layer indices) and strings are categories; any float makes a scale."""
-    return not any(isinstance(v, float) for v in values) or any(isinstance(v, str) for v in values)
+def lines(spec: Lines) -> Any:
+    """A Lines spec (analysis/report/specs.py): the report draws the same spec with plotly."""
+    return sweep_lines(spec.x, spec.series, spec.xlabel, spec.ylabel, spec.title)
+
+
+def heatmap(spec: Heatmap) -> Any:
+    """A Heatmap spec: rows down, columns across, each labelled (every k-th where there are many),
+    a diverging scale centred on 0 where the spec asks for one."""
+    plt = pyplot()
+    z = np.asarray(spec.z, dtype=np.float64)
+    rows, cols = z.shape
+    fig, ax = plt.subplots(figsize=(min(16, 2.5 + 0.28 * cols), min(12, 1.8 + 0.3 * rows)), layout="constrained")
+    kw: dict[str, Any] = {"cmap": "viridis"}
+    if spec.centre is not None:
+        top = float(np.nanmax(np.abs(z - spec.centre))) if np.isfinite(z).any() else 1.0
+        kw = {"cmap": "RdBu_r", "vmin": spec.centre - (top or 1.0), "vmax": spec.centre + (top or 1.0)}
+    image = ax.imshow(z, aspect="auto", interpolation="nearest", **kw)
+    for axis, labels, n in ((ax.xaxis, spec.x, cols), (ax.yaxis, spec.y, rows)):
+        step = max(1, -(-n // 40))
+        where = list(range(0, n, step))
+        axis.set_ticks(where, [labels[i] for i in where] if labels is not None else [str(i) for i in where], fontsize=7)
+    ax.tick_params(axis="x", rotation=90)
+    ax.set_xlabel(spec.xlabel)
+    ax.set_ylabel(spec.ylabel)
+    ax.set_title(spec.title)
+    bar = fig.colorbar(image, ax=ax, label=spec.label)
+    tidy_ticks(bar.ax.yaxis)
+    return fig
 
 
 def sweep_lines(xs: Sequence[Any], series: Mapping[str, Sequence[float]], xlabel: str, ylabel: str, title: str) -> Any:

@@ -12,8 +12,12 @@ overlays where the run holds a layer's output and its gradient (type tensor, or 
 grad_output) for the same samples, with each sample's predicted class (from a recorded logits
 capture) and target. The overlay's input images come from the file itself when the run recorded
 them (a 4-D input capture with 1 or 3 channels); otherwise from a dataset the user names with
-`--data data=... [key=value ...]`. Reading a file never builds anything the file names. For a
-sweep: each capture's statistic against the swept value. The files written are listed at the end.
+`--data data=... [key=value ...]`. Patching grids and logit-lens pictures are heatmaps with
+labelled axes. Reading a file never builds anything the file names. For a sweep: each metric
+(evaluate's, then each capture's `--stat`) against each swept parameter. What is drawn is decided
+once with the HTML report (analysis/report/specs.py); a figure with nothing to draw is not written
+(the command says so), and when nothing at all can be drawn the command exits 2. The files
+written are listed at the end.
 """
 
 from __future__ import annotations
@@ -23,17 +27,30 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from hookrun.analysis.opening import open_run
+from hookrun.analysis.report.circuits import grid_specs, lens_specs
+from hookrun.analysis.report.specs import Heatmap, sweep_charts, sweep_metrics
+from hookrun.analysis.report.tokens import byte_label, token_text  # noqa: F401 (byte_label: plot's public name)
 from hookrun.analysis.run import CaptureInfo, Run, block_stats
 from hookrun.analysis.sweep import Sweep, is_sweep, open_sweep
 from hookrun.cli import figures
 from hookrun.cli.app import compose_config
+from hookrun.cli.gradcam import (  # noqa: F401 (plot's public names)
+    _index,
+    _source,
+    as_pictures,
+    gradcam,
+    gradcam_figure,
+    gradcam_pairs,
+    is_map,
+    predictions,
+    recorded_images,
+    run_label,
+    targets,
+)
 from hookrun.config.build import build_dataset
 from hookrun.config.schema import load
-from hookrun.data.text import ByteTokenizer
 from hookrun.errors import HookrunError, NotFoundError
 from hookrun.store.reading import UrlPath, run_path
 from hookrun.store.schema import PATTERN
@@ -43,10 +60,6 @@ HIST_VALUES = 2_000_000  # at most this many values go into one histogram
 
 def _name(info: CaptureInfo) -> str:
     return info.label.replace("/", "__").replace("(model)", "model").replace("@", "_call")
-
-
-def run_label(run: Run) -> str:
-    return f"{run.path.parent.name}/{run.path.name}"
 
 
 def title(run: Run, info: CaptureInfo) -> str:
@@ -68,11 +81,6 @@ def is_pattern(info: CaptureInfo) -> bool:
     return info.rows == "samples" and tuple(info.dims[1:]) == PATTERN
 
 
-def is_map(info: CaptureInfo) -> bool:
-    """A 4-D capture of maps, one (C, H, W) row per sample: not tokens nor heads (docs/format.md "Dim names")."""
-    return len(info.shape) == 4 and info.rows == "samples" and not set(info.dims) & {"head", "token", "query", "key"}
-
-
 def attention_maps(run: Run, info: CaptureInfo, out: Path, samples: int = 2, heads: int = 16) -> Path:
     """Each head's (query, key) map for the first samples, cropped to each sample's real tokens."""
     ds = run.file[info.path]
@@ -91,157 +99,18 @@ def attention_maps(run: Run, info: CaptureInfo, out: Path, samples: int = 2, hea
     return figures.save(fig, out / f"attn_{_name(info)}.png", source=_source(run))
 
 
-def token_text(run: Run, sample: int, width: int) -> tuple[np.ndarray | None, list[str] | None]:
-    """(the real tokens' positions, their text) of one sample, from /samples/attention_mask and
-    /samples/input_ids where the file has them with `width` positions; the text only where the
-    run's config says the tokens are data=text's bytes (a tokenizer folder is never loaded)."""
-    s = run.file["samples"]
-    rows = {int(v): r for r, v in enumerate(run.samples)}
-    if sample not in rows:
-        return None, None
-    r = rows[sample]
-    mask = s["attention_mask"][r] if "attention_mask" in s and s["attention_mask"].shape[1:] == (width,) else None
-    keep = np.flatnonzero(mask) if mask is not None else np.arange(width)
-    ids = s["input_ids"][r] if "input_ids" in s and s["input_ids"].shape[1:] == (width,) else None
-    data = (run.config.get("data") or {}).get("dataset") or {}
-    byte = str(data.get("_target_", "")).startswith("hookrun.data.text") and data.get("tokenizer", "byte") == "byte"
-    text = [byte_label(int(ids[p])) for p in keep] if ids is not None and byte else None
-    return (keep if mask is not None else None), text
-
-
-def byte_label(token: int) -> str:
-    """One byte token as a tick label: its character (whitespace made visible), <bos> and the
-    like for special ids, \\xNN for a byte that is not a character alone."""
-    tok = ByteTokenizer()
-    special = {tok.pad_token_id: "<pad>", tok.bos_token_id: "<bos>", tok.eos_token_id: "<eos>"}
-    if token in special or not tok.offset <= token < tok.offset + 256:
-        return special.get(token, f"<{token}>")
-    text = tok.decode([token])
-    if text == "\ufffd" or not text.isprintable() and not text.isspace():
-        return f"\\x{token - tok.offset:02x}"
-    return {" ": "␣", "\n": "↵", "\t": "⇥"}.get(text, text)
-
-
-def histogram(run: Run, info: CaptureInfo, out: Path) -> Path:
+def histogram(run: Run, info: CaptureInfo, out: Path) -> Path | None:
     ds = run.file[info.path]
     per_row = max(1, int(np.prod(ds.shape[1:], dtype=np.int64)))
     rows = max(1, min(ds.shape[0], HIST_VALUES // per_row))
     values = np.asarray(ds[:rows], dtype=np.float64).ravel()
     values = values[np.isfinite(values)]
+    if not values.size:
+        print(f"not drawn: the histogram of {info.label} (no finite value in its first {rows} rows)")
+        return None
     note = f"first {rows} of {ds.shape[0]} rows" if rows < ds.shape[0] else ""
     fig = figures.histogram(values, block_stats(ds), title(run, info), f"{info.role} value", note)
     return figures.save(fig, out / f"hist_{_name(info)}.png", source=_source(run))
-
-
-def gradcam_pairs(run: Run) -> list[tuple[CaptureInfo, CaptureInfo]]:
-    """(activation, gradient) captures of the same module and call: forward output with the
-    tensor hook's grad, or with the backward hook's grad_output."""
-    pairs = []
-    for act in run.captures:
-        if act.type != "forward" or act.role != "output" or not is_map(act):
-            continue
-        for grad in run.captures:
-            same = grad.module == act.module and grad.call == act.call and grad.shape == act.shape
-            if same and ((grad.type == "tensor" and grad.role == "grad") or (grad.type == "backward" and grad.role == "grad_output")):
-                if np.array_equal(_index(run, act), _index(run, grad)):
-                    pairs.append((act, grad))
-                    break
-    return pairs
-
-
-def gradcam(act: np.ndarray, grad: np.ndarray) -> np.ndarray:
-    """Grad-CAM (Selvaraju et al.): relu(sum_c mean_hw(grad)_c * A_c), per sample, scaled to [0, 1]."""
-    weights = grad.mean(axis=(2, 3), keepdims=True)
-    cam = np.maximum((weights * act).sum(axis=1), 0)
-    top = cam.reshape(len(cam), -1).max(axis=1).reshape(-1, 1, 1)
-    return cam / np.where(top > 0, top, 1)
-
-
-def _index(run: Run, info: CaptureInfo) -> np.ndarray:
-    return run.index(info.hook, info.module, info.role, call=info.call)
-
-
-def _rows_of(run: Run, info: CaptureInfo, indices: np.ndarray) -> np.ndarray | None:
-    """The capture's rows for these sample indices, or None if it lacks one of them."""
-    where = {int(i): r for r, i in enumerate(_index(run, info))}
-    if not all(int(i) in where for i in indices):
-        return None
-    ds = run.file[info.path]
-    return np.stack([ds[where[int(i)]] for i in indices])
-
-
-def recorded_images(run: Run, indices: np.ndarray) -> np.ndarray | None:
-    """Input images the run recorded itself: a 4-D input capture with 1 or 3 channels, the
-    model's own input ('') first, then the largest."""
-    found = [c for c in run.captures if c.role == "input" and len(c.shape) == 4 and c.shape[1] in (1, 3) and c.rows == "samples"]
-    found.sort(key=lambda c: (c.module != "", -c.shape[2] * c.shape[3]))
-    for info in found:
-        rows = _rows_of(run, info, indices)
-        if rows is not None:
-            return rows
-    return None
-
-
-def predictions(run: Run, indices: np.ndarray) -> np.ndarray | None:
-    """Each sample's predicted class from a recorded logits capture: the model's output (''),
-    else a hook named 'logits', else the only 2-D per-sample output."""
-    outputs = [c for c in run.captures if c.role == "output" and len(c.shape) == 2 and c.rows == "samples"]
-    ranked = [c for c in outputs if c.module == ""] or [c for c in outputs if c.hook == "logits"] or (outputs if len(outputs) == 1 else [])
-    for info in ranked:
-        rows = _rows_of(run, info, indices)
-        if rows is not None:
-            return rows.argmax(axis=1)
-    return None
-
-
-def targets(run: Run, indices: np.ndarray) -> np.ndarray | None:
-    if run.targets is None:
-        return None
-    where = {int(i): r for r, i in enumerate(run.samples)}
-    return np.array([run.targets[where[int(i)]] for i in indices])
-
-
-def as_pictures(batch: np.ndarray) -> list[np.ndarray]:
-    """(n, C, H, W) with C 1 or 3 -> H x W x 3 images in [0, 1], each scaled on its own."""
-    out = []
-    for x in np.asarray(batch, dtype=np.float64):
-        x = np.moveaxis(x, 0, -1)
-        x = (x - x.min()) / max(float(x.max() - x.min()), 1e-8)
-        out.append(x if x.shape[-1] == 3 else np.repeat(x, 3, axis=-1))
-    return out
-
-
-def gradcam_figure(run: Run, act: CaptureInfo, grad: CaptureInfo, out: Path, samples: int = 4,
-                   dataset: object | None = None) -> Path:
-    n = min(samples, act.shape[0])
-    cams = gradcam(run.file[act.path][:n].astype(np.float64), run.file[grad.path][:n].astype(np.float64))
-    indices = _index(run, act)[:n]
-    images = recorded_images(run, indices)
-    if images is None and dataset is not None:
-        images = np.stack([_item_input(dataset, int(i)) for i in indices])
-    pictures = as_pictures(images) if images is not None else None
-    if pictures is not None:
-        h, w = pictures[0].shape[:2]
-        cams = F.interpolate(torch.from_numpy(cams)[:, None], size=(h, w), mode="bilinear", align_corners=False)[:, 0].numpy()
-    pred, target = predictions(run, indices), targets(run, indices)
-    captions = []
-    for k, i in enumerate(indices):
-        parts = [f"#{i}"] + ([f"pred {pred[k]}"] if pred is not None else []) + ([f"target {target[k]}"] if target is not None else [])
-        captions.append(" · ".join(parts))
-    head = f"{run_label(run)} · Grad-CAM at {act.module or '(model)'} (hooks {act.hook}, {grad.hook}/{grad.role})"
-    if pictures is None:
-        head += "\n(no input images: record the model's input, or pass --data)"
-    fig = figures.gradcam_grid(cams, captions, head, pictures)
-    return figures.save(fig, out / f"gradcam_{act.module or 'model'}.png", source=_source(run))
-
-
-def _item_input(dataset: object, i: int) -> np.ndarray:
-    item = dataset[i]  # type: ignore[index]
-    x = item[0] if isinstance(item, tuple | list) else item
-    x = x.detach().float().numpy()
-    if x.ndim != 3 or x.shape[0] not in (1, 3):
-        raise NotFoundError(f"--data: item {i} is a {tuple(x.shape)} tensor, not an image (channels 1 or 3, H, W)")
-    return x
 
 
 def plot_run(run: Run, out: Path, samples: int = 2, channels: int = 16, dataset: object | None = None) -> list[Path]:
@@ -252,22 +121,40 @@ def plot_run(run: Run, out: Path, samples: int = 2, channels: int = 16, dataset:
             written.append(attention_maps(run, info, out, samples, channels))
         elif is_map(info):
             written.append(feature_maps(run, info, out, samples, channels))
-        written.append(histogram(run, info, out))
+        written += [p for p in [histogram(run, info, out)] if p is not None]
     for act, grad in gradcam_pairs(run):
         written.append(gradcam_figure(run, act, grad, out, dataset=dataset))
+    for _, _, specs in grid_specs(run):  # patching grids, then logit-lens pictures
+        for spec in (s for s in specs if isinstance(s, Heatmap)):
+            written.append(figures.save(figures.heatmap(spec), out / f"grid_{_file_name(spec.title)}.png", source=_source(run)))
+    for k, spec in enumerate(lens_specs(run, samples)):
+        written.append(figures.save(figures.heatmap(spec), out / f"lens_{k}_{_file_name(spec.title)}.png", source=_source(run)))
     return written
 
 
 def plot_sweep(sweep: Sweep, out: Path, stat: str = "mean", x: str | None = None) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
+    """Each metric (evaluate's, then each capture's `stat`) against each swept parameter (or `x`
+    alone): one PNG per pair that has a number to draw; NotFoundError where none has."""
     table = sweep.table(stats=(stat,))
-    x = x or (sweep.swept[0] if sweep.swept else "job")
-    if x not in table.columns:
+    swept = [x] if x else sweep.swept
+    if x and x not in table.columns:
         raise NotFoundError(f"--x {x}: the sweep has no override {x!r}; it has: {', '.join(table.columns[1:-1]) or 'none'}")
-    series = {c.rsplit(":", 1)[0]: table.column(c) for c in table.columns if c.endswith(f":{stat}")}
-    fig = figures.sweep_lines(table.column(x), series, x, stat, f"{sweep.folder.name}: {stat} of each capture against {x}")
-    return [figures.save(fig, out / f"sweep_{stat}.png", source=str(sweep.folder.resolve()))]
+    if not swept:
+        raise NotFoundError(f"{sweep.folder}: no parameter differs between its {len(sweep.jobs)} jobs; nothing to draw against")
+    candidates = [c for c in table.columns[table.columns.index("status") + 1 :] if c != "text"]
+    metrics = sweep_metrics(table, swept)
+    for column in (c for c in candidates if c not in metrics):
+        print(f"not drawn: {column} (no job wrote a number to it)")
+    charts = sweep_charts(table, swept, metrics)
+    if not charts:
+        raise NotFoundError(f"{sweep.folder}: no job wrote a number (no evaluation, no capture); nothing to draw")
+    out.mkdir(parents=True, exist_ok=True)
+    return [figures.save(figures.lines(c), out / f"sweep_{_file_name(c.ylabel)}_vs_{_file_name(c.xlabel)}.png",
+                         source=str(sweep.folder.resolve())) for c in charts]
 
+
+def _file_name(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in text.replace("/", "__"))[:80]
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hookrun.plot", description=__doc__.splitlines()[0])
@@ -298,14 +185,13 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as exc:
         print(f"hookrun: error: {exc}; install the plot extra: pip install 'hookrun[plot]'", file=sys.stderr)
         return 2
+    if not written:
+        print(f"hookrun: error: {a.path}: nothing could be drawn (no capture, grid or lens values in it)", file=sys.stderr)
+        return 2
     print(f"wrote {len(written)} figure(s) to {a.out}:")
     for path in written:
         print(f"  {path}")
     return 0
-
-
-def _source(run: Run) -> str:
-    return str(run.path.resolve())
 
 
 def user_dataset(overrides: list[str]) -> object:

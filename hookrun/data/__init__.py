@@ -3,6 +3,7 @@ They need no download: synthetic images and tensors, and readers of the user's o
 
 from hookrun.data.collate import collate_lists
 from hookrun.data.datasets import ImageFiles, RandomTensors, image_folder, synthetic
+from hookrun.data.shapes import shapes
 from hookrun.data.text import ByteTokenizer, text
 
-__all__ = ["ByteTokenizer", "ImageFiles", "collate_lists", "text", "RandomTensors", "image_folder", "synthetic"]
+__all__ = ["ByteTokenizer", "ImageFiles", "collate_lists", "text", "RandomTensors", "image_folder", "shapes", "synthetic"]

@@ -1,0 +1,206 @@
+"""The report's sections for what interpretability runs add: patching and attribution grids,
+logit-lens pictures and SAE latents (their top examples), read through the reader's API.
+
+    [*grids(run), *lens(run, budget), *latents(run, budget)]   # empty lists where the file has none
+
+Grids come from `run.grids` / `run.grid(name)` (labelled arrays, dims ("module", *over)); lens
+pictures from captures of roles `lens.*` (one value per sample and position, a layer per hooked
+module); latents from `run.top_example_modules` / `run.top_examples(module, feature)`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from hookrun.analysis.report.run_sections import Budget, figure, sampled_rows, section
+from hookrun.analysis.report.specs import Heatmap, Scatter, histogram_of
+from hookrun.analysis.report.tokens import token_text
+
+
+def grid_specs(run: Any) -> list[tuple[str, str, list[Any]]]:
+    """(grid name, what it measured, specs) of every grid the file holds: a module x axis heatmap
+    per plane (coloured around the unpatched run's metric: the corrupted run's when denoising,
+    the clean run's when noising, 0 when normalized), and where exact values were recomputed
+    (atp with verify), the estimate against them."""
+    out = []
+    for name in list(getattr(run, "grids", None) or []):
+        g = run.grid(name)
+        a = dict(g.attrs)
+        about = ", ".join(f"{k} {_short(a[k])}" for k in ("metric", "method", "direction", "metric_clean", "metric_corrupt", "normalize") if k in a)
+        base = 0.0 if a.get("normalize") else a.get("metric_clean" if a.get("direction") == "noise" else "metric_corrupt")
+        specs: list[Any] = [Heatmap(z, f"{name}{title}", x=x, y=[str(m) for m in g.coords["module"].values], xlabel=xlabel,
+                                    ylabel="module", label=str(a.get("metric", "value")), centre=_float(base))
+                            for title, z, x, xlabel in _planes(g)]
+        exact = _exact(run, name)
+        if exact is not None:
+            est, ex = np.asarray(g.values, dtype=np.float64).ravel(), np.asarray(exact.values, dtype=np.float64).ravel()
+            done = np.isfinite(ex)
+            labels = [", ".join(f"{d} {g.coords[d].values[i]}" for d, i in zip(g.dims, idx, strict=True))
+                      for idx in zip(*np.unravel_index(np.flatnonzero(done), g.shape), strict=True)]
+            specs.append(Scatter(est[done], ex[done], f"estimate ({a.get('method', 'atp')})", "exact",
+                                 f"{name}: estimate against exact ({int(done.sum())} cells recomputed)", labels))
+        out.append((name, about, specs))
+    return out
+
+
+def _short(v: Any) -> str:
+    return f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
+def _float(v: Any) -> float | None:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def grids(run: Any) -> list[dict]:
+    items = [{"type": "figures", "title": f"{name}: {about}", "figures": [figure(s) for s in specs]}
+             for name, about, specs in grid_specs(run)]
+    return [section("grids", "Patching and attribution grids", items)] if items else []
+
+
+def _exact(run: Any, name: str) -> Any:
+    try:
+        return run.grid(name, "exact")
+    except (LookupError, KeyError, ValueError):
+        return None
+
+
+def _planes(g: Any) -> list[tuple[str, np.ndarray, list[str] | None, str]]:
+    """(title suffix, module x axis values, axis labels, axis name) for each 2-D plane of a grid:
+    the second axis across, one plane per index of the axes after it (at most 16)."""
+    values = np.asarray(g.values, dtype=np.float64)
+    if values.ndim == 1:
+        return [("", values[:, None], None, "")]
+    dim = g.dims[1]
+    x = [str(v) for v in g.coords[dim].values] if dim in g.coords else None
+    rest = values.shape[2:]
+    planes = []
+    for k, idx in enumerate(np.ndindex(*rest)):
+        if k >= 16:
+            break
+        title = "".join(f" · {d} {g.coords[d].values[i] if d in g.coords else i}" for d, i in zip(g.dims[2:], idx, strict=True))
+        planes.append((title, values[(slice(None), slice(None), *idx)], x, dim))
+    return planes
+
+
+def lens_specs(run: Any, samples: int) -> list[Heatmap]:
+    """One heatmap per lens role and sample: layer (hooked module) down, position across."""
+    by_role: dict[str, list] = {}
+    for c in run.captures:
+        if c.role.startswith("lens.") and len(c.shape) == 2 and c.rows == "samples":
+            by_role.setdefault(c.role, []).append(c)
+    specs = []
+    for role, infos in sorted(by_role.items()):
+        first = infos[0]
+        index = run.index(first.hook, first.module, first.role, call=first.call)
+        for r in range(min(samples, len(index))):
+            z = np.stack([np.asarray(run.file[c.path][r], dtype=np.float64) for c in infos])
+            keep, text = token_text(run, int(index[r]), z.shape[1])
+            cols = keep if keep is not None else np.arange(z.shape[1])
+            specs.append(Heatmap(z[:, cols], f"{role} · sample #{index[r]}", x=text or [str(int(p)) for p in cols],
+                                 y=[c.module or "(model)" for c in infos], xlabel="position", ylabel="layer", label=role))
+    return specs
+
+
+def lens(run: Any, budget: Budget) -> list[dict]:
+    items = [figure(spec) for spec in lens_specs(run, budget.samples)]
+    return [section("lens", "Logit lens", items, f"the first {budget.samples} samples")] if items else []
+
+
+def latents(run: Any, budget: Budget) -> list[dict]:
+    """Per module with top examples: a searchable list of latents, each with its top examples
+    (tokens, the activating one highlighted), its activation histogram (from a recorded capture
+    of that module, where the file has one) and its decoder norm (where the file holds it)."""
+    modules = dict(getattr(run, "top_example_modules", None) or {})
+    items = []
+    for module, n in modules.items():
+        capture = _latent_capture(run, module)
+        values, note = (None, "")
+        if capture is not None:
+            values, note = sampled_rows(run.file[capture.path], budget.values * 8)
+            values = values.reshape(-1, values.shape[-1])
+        norms = _decoder_norms(run, module)
+        shown = min(n, budget.features)
+        lookup = TokenRows(run, capture) if capture is not None and capture.rows == "tokens" else None
+        rows = []
+        for f in range(shown):
+            examples = run.top_examples(module, f)
+            entry: dict[str, Any] = {"feature": f, "examples": [_example(e, lookup, f) for e in examples],
+                                     "max": float(max((e["value"] for e in examples), default=0.0))}
+            if values is not None and f < values.shape[1]:
+                entry["hist"] = figure(histogram_of(values[:, f], f"{module} latent {f}: activations", "activation", note))["figure"]
+            if norms is not None and f < len(norms):
+                entry["decoder_norm"] = float(norms[f])
+            rows.append(entry)
+        items.append({"type": "latents", "module": module, "features": rows,
+                      "title": f"{module}: {n} latents" + (f" (the first {shown} listed)" if shown < n else "")})
+    return [section("latents", "Latents", items)] if items else []
+
+
+def _example(e: dict, lookup: TokenRows | None, feature: int) -> dict:
+    out = {"value": float(e["value"]), "sample": int(e["sample"]), "position": e.get("position"),
+           "context": list(e["context"]) if e.get("context") is not None else None, "at": e.get("at")}
+    if lookup is not None and out["context"] is not None and out["at"] is not None and out["position"] is not None:
+        start = int(out["position"]) - int(out["at"])
+        out["acts"] = lookup.values(out["sample"], range(start, start + len(out["context"])), feature)
+    return out
+
+
+class TokenRows:
+    """The activations of a token-row capture at (sample, position), read a few rows at a time:
+    each context token of a top example gets its own value (None where the run kept no row)."""
+
+    def __init__(self, run: Any, info: Any) -> None:
+        f = run.file
+        self.ds = f[info.path]
+        n = self.ds.shape[0]
+        sample, position = f["samples/token_sample"][:n].astype(np.int64), f["samples/token_position"][:n].astype(np.int64)
+        self.width = int(position.max()) + 1 if n else 1
+        keys = sample * self.width + position
+        self.order = np.argsort(keys, kind="stable")
+        self.keys = keys[self.order]
+
+    def values(self, sample: int, positions: range, feature: int) -> list[float | None]:
+        want = np.array([sample * self.width + p if 0 <= p < self.width else -1 for p in positions], dtype=np.int64)
+        at = np.clip(np.searchsorted(self.keys, want), 0, max(len(self.keys) - 1, 0))
+        found = (want >= 0) & (self.keys[at] == want) if len(self.keys) else np.zeros(len(want), bool)
+        rows = np.where(found, self.order[at], -1)
+        if not found.any():
+            return [None] * len(want)
+        lo, hi = int(rows[found].min()), int(rows[found].max())
+        block = np.asarray(self.ds[lo : hi + 1, feature], dtype=np.float64)  # one read: the context's rows are together
+        return [float(block[r - lo]) if r >= 0 else None for r in rows.tolist()]
+
+
+def _latent_capture(run: Any, module: str) -> Any:
+    found = [c for c in run.captures if c.module == module and not c.role.startswith(("top.", "lens.")) and len(c.shape) >= 2]
+    return found[0] if found else None
+
+
+def _decoder_norms(run: Any, module: str) -> np.ndarray | None:
+    """Each latent's decoder row norm |W_dec[f]|, where the run spliced an SAE at `module` (its
+    latents are the module `MODULE.sae.latents`) and the SAE folder its config names is still
+    there (SAELens' sae_weights.safetensors or sparsify's sae.safetensors: tensors only, nothing
+    is built); None elsewhere."""
+    from pathlib import Path
+
+    for spec in (run.config.get("hooks") or {}).values():
+        at = spec.get("at")
+        for action in spec.get("actions") or []:
+            if not isinstance(action, dict) or action.get("op") != "splice" or not isinstance(at, str):
+                continue
+            if module not in (at, f"{at}.sae.latents", f"{at}.sae"):
+                continue
+            folder = Path(str(action.get("path", "")))
+            for name in ("sae_weights.safetensors", "sae.safetensors"):
+                if (folder / name).is_file():
+                    from safetensors.numpy import load_file
+
+                    w = load_file(str(folder / name)).get("W_dec")
+                    if w is not None:
+                        return np.linalg.norm(np.asarray(w, dtype=np.float64), axis=1)
+    return None

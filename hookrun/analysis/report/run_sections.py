@@ -1,0 +1,190 @@
+"""The report's sections of one run that every file can have: header, evaluation, captures,
+attention patterns. Each section is plain data (analysis/report/page.py draws it).
+
+    sections = [header(run), *evaluation(run), captures(run, budget), *attention(run, budget)]
+
+Bounded whatever the file's size: statistics are exact (read block by block), but a histogram
+is made of at most `budget.values` values from at most 8 blocks spread over the capture, and
+maps and patterns are shown for the first samples only; the section says so.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import yaml
+
+from hookrun.analysis.report.plotly_figures import to_plotly
+from hookrun.analysis.report.specs import Heatmap, histogram_of
+from hookrun.analysis.report.tokens import token_text
+from hookrun.analysis.stats import human_bytes
+from hookrun.store.schema import PATTERN
+
+
+@dataclass
+class Budget:
+    values: int = 200_000  # values per histogram
+    samples: int = 2  # samples of maps and attention patterns
+    channels: int = 16  # channels (or heads) per sample
+    features: int = 256  # latents listed per module
+
+
+def section(sid: str, title: str, items: list[dict], note: str = "") -> dict:
+    return {"id": sid, "title": title, "items": items, "note": note}
+
+
+def figure(spec: Any, caption: str = "") -> dict:
+    return {"type": "figure", "figure": to_plotly(spec), "caption": caption}
+
+
+def header(run: Any) -> dict:
+    a, cfg = run.attrs, run.config
+    data = (cfg.get("data") or {}).get("dataset") or {}
+    hooks = cfg.get("hooks") or {}
+    rows = [["file", str(run.path)], ["status", run.status],
+            ["model", " ".join(str(p) for p in (a.get("model_class"), a.get("device") and f"on {a['device']}") if p) or "?"],
+            ["mode", str(cfg.get("mode", a.get("mode", "?")))],
+            ["data", f"{data.get('_target_', '?')}, batch {(cfg.get('data') or {}).get('batch_size', '?')}"],
+            ["samples", f"{a.get('samples_complete', '?')} in {a.get('steps_complete', '?')} batches"],
+            ["started", str(a.get("created", "?"))], ["finished", str(a.get("finished", "(not finished)"))],
+            ["written by", " ".join(f"{k} {a[v]}" for k, v in (("hookrun", "hookrun_version"), ("torch", "torch_version")) if v in a)]]
+    if _seconds(a) is not None:
+        rows.append(["wall time", f"{_seconds(a):.0f} s (started .. finished)"])
+    rows += [[f"hook {name}", f"{spec.get('type')} at {spec.get('at')}: {_actions(spec)}"] for name, spec in hooks.items()]
+    shown = {"model_class", "device", "samples_complete", "steps_complete", "created", "finished", "hookrun_version", "torch_version", "mode", "status"}
+    rest = {k: str(v.tolist() if isinstance(v, np.ndarray) else v) for k, v in sorted(a.items()) if k not in shown}
+    rows += [[k, v] for k, v in rest.items() if v not in ("", "None")]
+    items = [{"type": "kv", "rows": rows}]
+    if cfg:
+        items.append({"type": "pre", "title": "config", "text": yaml.safe_dump(cfg, sort_keys=False)})
+    return section("header", "Run", items)
+
+
+def _seconds(a: dict) -> float | None:
+    from datetime import datetime
+
+    try:
+        start, end = (datetime.strptime(str(a[k]), "%Y-%m-%dT%H:%M:%S%z") for k in ("created", "finished"))
+    except (KeyError, ValueError):
+        return None
+    return (end - start).total_seconds()
+
+
+def _actions(spec: dict) -> str:
+    return ", ".join(a if isinstance(a, str) else str(a.get("name", a)) for a in spec.get("actions") or [])
+
+
+def evaluation(run: Any) -> list[dict]:
+    try:
+        table = run.evaluation()
+    except Exception:  # no evaluation in this file (NotFoundError), or none readable
+        return []
+    return [section("evaluation", "Evaluation", [table_item(table.columns, table.rows)])]
+
+
+def table_item(columns: list[str], rows: list[dict]) -> dict:
+    return {"type": "table", "columns": columns, "rows": [[_cell(r.get(c)) for c in columns] for r in rows]}
+
+
+def _cell(v: Any) -> Any:
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, float):
+        return float(f"{v:.6g}") if np.isfinite(v) else str(v)
+    return v if isinstance(v, int | str | bool) or v is None else str(v)
+
+
+def sampled_rows(ds: Any, values: int, blocks: int = 8) -> tuple[np.ndarray, str]:
+    """At most `values` values of a dataset's rows, read as up to `blocks` contiguous blocks spread
+    evenly over it; and a note saying how many rows that is (empty when all were read)."""
+    n = ds.shape[0]
+    per_row = max(1, int(np.prod(ds.shape[1:], dtype=np.int64)))
+    want = max(1, min(n, values // per_row))
+    if want >= n:
+        return np.asarray(ds[:], dtype=np.float64), ""
+    blocks = min(blocks, want)
+    size = want // blocks
+    starts = np.linspace(0, n - size, blocks).astype(int)
+    rows = np.concatenate([np.asarray(ds[s : s + size], dtype=np.float64) for s in starts])
+    return rows, f"a sample of {len(rows)} of {n} rows, in {blocks} blocks"
+
+
+def is_pattern(info: Any) -> bool:
+    return info.rows == "samples" and tuple(info.dims[1:]) == PATTERN
+
+
+def is_map(info: Any) -> bool:
+    return len(info.shape) == 4 and info.rows == "samples" and not set(info.dims) & {"head", "token", "query", "key"}
+
+
+def captures(run: Any, budget: Budget) -> dict:
+    shown = [c for c in run.captures if not c.role.startswith(("top.", "lens."))]
+    rows = []
+    for c in shown:
+        s = run.capture_stats(c)
+        rows.append({"capture": c.label, "shape": str(c.shape), "dims": ", ".join(c.dims), "dtype": c.dtype,
+                     "size": human_bytes(c.nbytes), **{k: s[k] for k in ("mean", "std", "min", "max", "zeros")}})
+    items = [table_item(["capture", "shape", "dims", "dtype", "size", "mean", "std", "min", "max", "zeros"], rows)]
+    hists, maps = [], []
+    for c in shown:
+        ds = run.file[c.path]
+        if ds.dtype == object or not ds.shape[0]:
+            continue
+        values, note = sampled_rows(ds, budget.values)
+        hists.append(figure(histogram_of(values, c.label, f"{c.role} value", note)))
+        if is_map(c):
+            maps.append(thumbnails(run, c, budget))
+    if hists:
+        items.append({"type": "figures", "title": "histograms of the values", "figures": hists})
+    return section("captures", "Captures", items + maps)
+
+
+def thumbnails(run: Any, info: Any, budget: Budget) -> dict:
+    ds = run.file[info.path]
+    rows = np.asarray(ds[: min(budget.samples, ds.shape[0])], dtype=np.float64)[:, : budget.channels]
+    index = run.index(info.hook, info.module, info.role, call=info.call)
+    lo, hi = float(np.nanmin(rows)), float(np.nanmax(rows))
+    images = [{"src": png(m, lo, hi), "caption": f"#{index[s]} ch {c}"} for s, sample in enumerate(rows) for c, m in enumerate(sample)]
+    return {"type": "images", "title": f"{info.label}: feature maps (first {len(rows)} samples, channels 0-{rows.shape[1] - 1}; "
+                                        f"one colour scale, {lo:.3g} .. {hi:.3g})", "images": images}
+
+
+def png(m: np.ndarray, lo: float, hi: float, size: int = 64) -> str:
+    """One map as a viridis PNG data URI, scaled up to about `size` pixels (nearest neighbour)."""
+    from matplotlib import colormaps
+    from PIL import Image
+
+    scaled = np.clip((np.nan_to_num(m) - lo) / max(hi - lo, 1e-12), 0, 1)
+    rgb = (colormaps["viridis"](scaled)[..., :3] * 255).astype(np.uint8)
+    k = max(1, size // max(m.shape))
+    buf = io.BytesIO()
+    Image.fromarray(rgb).resize((m.shape[1] * k, m.shape[0] * k), Image.NEAREST).save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def attention(run: Any, budget: Budget) -> list[dict]:
+    """Each attention capture: a heatmap per head for the first samples, the tokens on both axes."""
+    items = []
+    for c in (c for c in run.captures if is_pattern(c)):
+        ds = run.file[c.path]
+        index = run.index(c.hook, c.module, c.role, call=c.call)
+        for r in range(min(budget.samples, ds.shape[0])):
+            m = np.asarray(ds[r], dtype=np.float64)
+            keep, text = token_text(run, int(index[r]), m.shape[-1])
+            offset = m.shape[-1] - m.shape[-2]
+            queries = np.arange(m.shape[-2]) if keep is None else keep[keep >= offset] - offset
+            keys = np.arange(m.shape[-1]) if keep is None else keep
+            labels = text if text is not None else [str(int(k)) for k in keys]
+            qlabels = [labels[list(keys).index(q + offset)] for q in queries]
+            figs = [figure(Heatmap(m[h][np.ix_(queries, keys)], f"{c.label} · #{index[r]} · head {h}", x=labels, y=qlabels,
+                                   xlabel="key", ylabel="query", label=c.role))
+                    for h in range(min(budget.channels, m.shape[0]))]
+            items.append({"type": "figures", "title": f"{c.label}: sample #{index[r]}", "figures": figs,
+                          "key": {"capture": c.path, "row": r, "queries": queries.tolist(), "keys": keys.tolist()}})
+    if not items:
+        return []
+    return [section("attention", "Attention patterns", items, f"the first {budget.samples} samples, at most {budget.channels} heads each")]

@@ -1,0 +1,8 @@
+"""`python -m hookrun.report PATH [--out FILE]`: the entry point; the code is in hookrun.cli.report."""
+
+import sys
+
+from hookrun.cli.report import main
+
+if __name__ == "__main__":
+    sys.exit(main())
