@@ -25,7 +25,7 @@ SMALL = ("progress=false", "data.limit=1")
 RUNS = {  # the folder a page reads -> the overrides that make it (at test size)
     "outputs/first": ("experiment=resnet_layer1", "data.batch_size=4"),
     "outputs/sae_cache": ("experiment=sae_cache", "data.dataset.limit=32"),
-    "outputs/ablation": ("experiment=ablation_sweep", "data.batch_size=4", "data.dataset.limit=4"),
+    "outputs/evaluated": ("experiment=ablation_sweep", "data.batch_size=4", "data.dataset.limit=4"),
     "outputs/steer": ("experiment=gpt2_steer_generate", "data.batch_size=2", "generate.max_new_tokens=4"),
     "outputs/attention": ("experiment=gpt2_attention", "data.batch_size=4"),
 }

@@ -213,7 +213,7 @@ class PartedStore:
         self.manifest = resume.manifest if resume is not None else Manifest(out.url)
         self.manifest.status, self.manifest.url = "running", out.url
         self.next_part = resume.next_part if resume is not None else 0
-        self.uploader = Uploader(self.folder, self.manifest, out.manifest_name, on_removed=self._removed)
+        self.uploader = Uploader(self.folder, self.manifest, out.manifest_name)
         out.parts_dir.mkdir(parents=True, exist_ok=True)
         self.current: H5Store | None = None
         self.current_path: Path | None = None
@@ -271,9 +271,6 @@ class PartedStore:
             self.manifest.attrs.setdefault(k, v)
         self.uploader.submit(LocalPart(path, entry, schema))
 
-    def _removed(self, path: Path) -> None:
-        """A hook for tests: the upload worker removed a verified part."""
-
     def _write_manifest(self) -> None:
         text = self.manifest.to_json()
         retrying(f"writing {self.out.url}/{self.out.manifest_name}",
@@ -327,9 +324,6 @@ class PartedStore:
             raise StoreError(f"{self.uploader.error}; the run is interrupted after {self.steps} batches and the parts not "
                              f"uploaded are kept in {self.out.parts_dir}: run the same command with resume=true "
                              f"to upload them and go on") from None
-
-    def local_parts(self) -> list[Path]:
-        return sorted(self.out.parts_dir.glob("part-*.h5"))
 
 
 def record_bytes(rec: StepRecord) -> int:
