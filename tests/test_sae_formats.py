@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from hookrun.errors import ConfigError
-from hookrun.hooks.sae import load_module, load_sae
+from hookrun.sae import load_module, load_sae
 
 DATA = Path(__file__).parent / "data" / "sae"
 RESID = "blocks.1.hook_resid_post"
