@@ -28,12 +28,12 @@ from hookrun.config.schema import HookrunConfig, load, to_yaml, with_live
 from hookrun.errors import ConfigError
 from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.session import HookSession
+from hookrun.runner.end_warnings import end_report
 from hookrun.runner.estimate import estimate
 from hookrun.runner.live import borrowed
 from hookrun.runner.loop import run_batches
 from hookrun.runner.prepare import Prepared, check_output, dataset_name, prepare
 from hookrun.runner.ranks import detect
-from hookrun.runner.report import end_report
 from hookrun.runner.resume import PartsResume, ResumeState, open_parts_resume, open_resume, replay
 from hookrun.runner.shard_parts import PartsShardRun
 from hookrun.runner.shards import ShardRun, check_not_a_view
