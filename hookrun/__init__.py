@@ -13,8 +13,8 @@ from typing import Any
 
 from hookrun.analysis import open_run, open_sweep
 from hookrun.hooks.actions import Action, register_action
-from hookrun.hooks.lister import list_modules as modules
-from hookrun.hooks.memory import Captured, capture
+from hookrun.notebook.capture import Captured, capture
+from hookrun.notebook.lister import list_modules as modules
 from hookrun.runner.patching.notebook import patch_grid
 from hookrun.runner.run import RunResult, run
 from hookrun.store.format import HOOKRUN_VERSION as __version__

@@ -3,7 +3,7 @@
     python -m hookrun.modules model=resnet50 --match 'layer1.**'
 
 This file is only the command's entry point (the code is in hookrun.cli.modules). The function of
-the same name, `hookrun.modules(model, example)`, is hookrun.hooks.lister.list_modules, bound in
+the same name, `hookrun.modules(model, example)`, is hookrun.notebook.lister.list_modules, bound in
 hookrun/__init__.py; import it as `from hookrun import modules`.
 """
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.overrides import TorchFunctionMode
+from toy_lm import tiny_gpt2
 
 VOCAB, BATCH, TOKENS = 50, 3, 8
 OPERATORS = {"__add__": "add", "__radd__": "add", "__iadd__": "add_", "__mul__": "mul", "__rmul__": "mul",
@@ -27,11 +28,8 @@ def _eager(cls, cfg):
 
 
 def gpt2(n_layer: int = 2, vocab: int = VOCAB):
-    import transformers
-
-    cfg = transformers.GPT2Config(n_layer=n_layer, n_embd=32, n_head=4, n_positions=16, vocab_size=vocab,
-                                  bos_token_id=0, eos_token_id=0)
-    return _eager(transformers.GPT2LMHeadModel, cfg)
+    return tiny_gpt2(0, "eager", n_layer=n_layer, n_embd=32, n_head=4, n_positions=16, vocab_size=vocab,
+                     bos_token_id=0, eos_token_id=0, pad_token_id=None)
 
 
 def llama():

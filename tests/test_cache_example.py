@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import ROOT
 
-from hookrun.hooks.sae import load_sae
+from hookrun.sae import load_sae
 from hookrun.store.h5store import H5Store
 from hookrun.store.records import Capture, CaptureKey, StepRecord
 

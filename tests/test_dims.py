@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import batches, make_cfg
+from toy_lm import tiny_gpt2
 
 import hookrun
 from hookrun import open_run
@@ -34,10 +35,8 @@ SITES = {
 
 def gpt2_folder(tmp_path):
     """A GPT-2 with eager attention over byte tokens, saved where model=hf reads it (model.path)."""
-    torch.manual_seed(0)
-    cfg = transformers.GPT2Config(n_layer=2, n_head=HEADS, n_embd=32, n_positions=32, vocab_size=259,
-                                  bos_token_id=1, eos_token_id=2, pad_token_id=0)
-    model = transformers.GPT2LMHeadModel._from_config(cfg, attn_implementation="eager").eval()
+    model = tiny_gpt2(0, "eager", n_head=HEADS, n_embd=32, n_positions=32, vocab_size=259,
+                      bos_token_id=1, eos_token_id=2, pad_token_id=0)
     model.save_pretrained(str(tmp_path / "gpt2"))
     return model, str(tmp_path / "gpt2")
 

@@ -85,7 +85,7 @@ def test_the_function_is_a_plain_function_beside_its_command():
     # `python -m hookrun.modules` (test_the_command_line_lists_a_config_model)
     import inspect
 
-    from hookrun.hooks.lister import list_modules
+    from hookrun.notebook.lister import list_modules
 
     assert inspect.isfunction(hookrun.modules) and hookrun.modules is list_modules
     assert inspect.isfunction(hookrun.capture)

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import h5py
 import numpy as np
+import op_models
 import pytest
 import torch
 import torchvision
 from torch.overrides import TorchFunctionMode
+from toy_lm import tiny_gpt2
 
 import hookrun
 from hookrun.errors import ConfigError
@@ -19,9 +21,7 @@ transformers = pytest.importorskip("transformers")
 
 
 def gpt2():
-    torch.manual_seed(0)
-    cfg = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=4, n_positions=16, vocab_size=50, bos_token_id=0, eos_token_id=0)
-    return transformers.GPT2LMHeadModel._from_config(cfg, attn_implementation="eager").eval()
+    return op_models.gpt2()
 
 
 def batch():
@@ -231,9 +231,8 @@ class CountCalls(torch.nn.Module):
 
 @pytest.mark.parametrize("impl", ["sdpa"])
 def test_a_softmax_site_under_fused_attention_is_refused_naming_eager(tmp_path, impl):
-    torch.manual_seed(0)
-    cfg = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=4, n_positions=16, vocab_size=50)
-    model = CountCalls(transformers.GPT2LMHeadModel._from_config(cfg, attn_implementation=impl).eval())
+    model = CountCalls(tiny_gpt2(0, impl, n_embd=32, n_head=4, n_positions=16, vocab_size=50,
+                                 bos_token_id=50256, eos_token_id=50256, pad_token_id=None))  # GPT2Config's own token ids
     for at in ("inner.transformer.h.*.attn/softmax", "inner.transformer.h.0.attn/softmax.0"):
         with pytest.raises(ConfigError, match=rf"^hooks\.p\.at: inner\.transformer\.h\.0\.attn/softmax(\.0)? never runs: .* "
                                               rf"attn_implementation={impl}, .*model\.attn_implementation=eager"):

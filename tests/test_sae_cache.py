@@ -14,7 +14,7 @@ from test_hf_experiments import composed
 
 import hookrun
 from hookrun.errors import ConfigError
-from hookrun.hooks.sae import load_sae
+from hookrun.sae import load_sae
 
 transformers = pytest.importorskip("transformers")
 BLOCKS = ["transformer.h.1", "transformer.h.2", "transformer.h.3"]

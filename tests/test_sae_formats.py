@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from hookrun.errors import ConfigError
-from hookrun.hooks.sae import load_module, load_sae
+from hookrun.sae import load_module, load_sae
 
 DATA = Path(__file__).parent / "data" / "sae"
 RESID = "blocks.1.hook_resid_post"
@@ -294,3 +294,18 @@ def test_load_module_errors(tmp_path):
     with pytest.raises(ConfigError) as exc:
         load_module("test_sae_formats.TiedSAE", str(tmp_path / "missing.pt"), d=8, n=16)
     assert "no file" in one_line(exc)
+
+
+@pytest.mark.parametrize("folder, rescaled", [("saelens_standard", False), ("saelens_topk_rescaled", True)])
+def test_directions_are_the_decoder_rows_in_the_units_of_one_latent(folder, rescaled):
+    """docs/sae.md: `sae.directions` is what one unit of f[..., i] adds; W_dec's rows, normalised to
+    unit length where the cfg rescales the latents by the decoder norm (read from the files directly)."""
+    cfg = json.loads((DATA / folder / "cfg.json").read_text())
+    assert bool(cfg.get("rescale_acts_by_decoder_norm")) is rescaled
+    w_dec = load_file(DATA / folder / "sae_weights.safetensors")["W_dec"].double()
+    want = w_dec / w_dec.norm(dim=-1, keepdim=True) if rescaled else w_dec
+    sae = load_sae(DATA / folder, dtype=torch.float64)
+    assert sae.directions.shape == (cfg["d_sae"], cfg["d_in"])
+    torch.testing.assert_close(sae.directions, want)
+    if rescaled:
+        assert not torch.allclose(sae.directions, w_dec)  # the fixture's rows are not unit already

@@ -1,10 +1,14 @@
-"""A tiny random-init GPT-2 and left-padded prompts of different lengths, for mode=generate tests.
+"""The tests' tiny random-init GPT-2 (one builder for every test that needs one) and left-padded
+prompts of different lengths, for mode=generate tests.
 
     model = tiny_gpt2(seed=0)
+    model = tiny_gpt2(0, "eager", n_embd=32, n_head=4, vocab_size=50)   # other sizes, eager attention
     ds = Prompts(n=6)          # items {input_ids, attention_mask}, left-padded to one length
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch.utils.data import Dataset
@@ -46,10 +50,16 @@ class Prompts(Dataset):
         return self.items[i]
 
 
-def tiny_gpt2(seed: int = 0) -> torch.nn.Module:
+def tiny_gpt2(seed: int = 0, attn_implementation: str | None = None, **config: Any) -> torch.nn.Module:
+    """The tests' one tiny random-init GPT-2 (transformers' GPT2LMHeadModel), in eval mode, its weights
+    drawn after torch.manual_seed(seed). `config`: GPT2Config's arguments over these defaults (2
+    blocks of WIDTH, 2 heads, VOCAB tokens, 64 positions, the Letters' special tokens);
+    `attn_implementation`: "eager" or "sdpa", transformers' default where None."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(seed)
-    config = GPT2Config(n_layer=2, n_embd=WIDTH, n_head=2, vocab_size=VOCAB, n_positions=64,
-                        bos_token_id=1, eos_token_id=EOS, pad_token_id=PAD)
-    return GPT2LMHeadModel(config).eval()
+    config = GPT2Config(**{"n_layer": 2, "n_embd": WIDTH, "n_head": 2, "vocab_size": VOCAB, "n_positions": 64,
+                           "bos_token_id": 1, "eos_token_id": EOS, "pad_token_id": PAD, **config})
+    if attn_implementation is None:
+        return GPT2LMHeadModel(config).eval()
+    return GPT2LMHeadModel._from_config(config, attn_implementation=attn_implementation).eval()

@@ -21,7 +21,7 @@ from hookrun.cli.app import compose_config
 from hookrun.config.build import build, build_dataset, build_model, import_modules
 from hookrun.config.schema import HookrunConfig, load
 from hookrun.errors import ConfigError, HookrunError
-from hookrun.hooks.lister import ModuleTable, list_modules
+from hookrun.notebook.lister import ModuleTable, list_modules
 from hookrun.runner.batches import first_batch, make_loader
 from hookrun.runner.calls import CallSpec, ModelCall
 from hookrun.runner.prepare import resolve_device, seed_everything

@@ -1,8 +1,8 @@
 """Hooks on a model: the plan (which modules), hook types, the session that owns the handles,
-events, actions, ops, patching and the in-memory capture. It may import config/ and
-store/ (records and the file schema); never HDF5 writing, never analysis/.
+events, actions, ops, patching. It may import config/, sae/ and store/ (records and the file
+schema); never HDF5 writing, never analysis/. The in-memory capture and the module lister,
+which drive these hooks from a notebook, are in hookrun/notebook/.
 
-    from hookrun.hooks.memory import capture        # also hookrun.capture
-    with capture(model, {"f": {"at": "layer1.*", "type": "forward"}}) as cap:
-        model(x)
+    from hookrun.hooks.plan import make_plan          # the hook points a config's specs name
+    from hookrun.hooks.session import HookSession     # owns every handle, removes them in reverse
 """

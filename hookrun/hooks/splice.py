@@ -4,7 +4,7 @@
       sae: {at: transformer.h.1, type: forward, actions: [{name: modify_output, op: splice, path: saes/h1}]}
       lat: {at: transformer.h.1.sae.latents, type: forward, actions: [{name: record, what: output, rows: token}]}
 
-`install` (make_plan calls it before any point is planned) loads each splice's module (hooks/sae.py
+`install` (make_plan calls it before any point is planned) loads each splice's module (sae/readers.py
 reads SAELens, sparsify and dictionary_learning folders; `module: {_target_: ...}` + `state_dict:`
 builds any nn.Module) and adds it to the model as a child `sae` of the module it splices. So
 `MODULE.sae.latents` (the SAE's latents, after its activation) and `MODULE.sae.reconstruction`
@@ -31,10 +31,10 @@ from torch import Tensor, nn
 from hookrun.config.params import typed_params
 from hookrun.errors import ConfigError
 from hookrun.hooks.ops import OpBuild, OpContext, register_op
-from hookrun.hooks.sae import check_finite_weights, load_sae
-from hookrun.hooks.sae_module import load_module
-from hookrun.hooks.splice_stats import SpliceStats
 from hookrun.labels import module_label
+from hookrun.sae.module_coder import load_module
+from hookrun.sae.readers import check_finite_weights, load_sae
+from hookrun.sae.splice_stats import SpliceStats
 
 CHILD = "sae"  # MODULE.sae is the spliced module; MODULE.sae.latents and .reconstruction its hook points
 

@@ -65,8 +65,8 @@ def _ranks(e: Mapping[str, str], rank: str, world: str, local: str, launcher: st
 
 
 def shard_batches(n_batches: int, world: int, rank: int) -> range:
-    """The contiguous block of batches rank `rank` of `world` runs (the first ranks get one more
-    where the batches do not divide evenly). Whole batches, so every batch is the batch a one-process
+    """The contiguous block of batches rank `rank` of `world` runs (where the batches do not divide
+    evenly, the last ranks get one more: 5 batches over 2 ranks are 0-1 and 2-4). Whole batches, so every batch is the batch a one-process
     run has: the same samples together, the same numbers bit for bit."""
     if world > n_batches:
         raise every_rank(ConfigError(

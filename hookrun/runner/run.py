@@ -28,12 +28,12 @@ from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.session import HookSession
 from hookrun.runner.action_state import finish_actions, restore_states
 from hookrun.runner.destination import Destination, open_destination
+from hookrun.runner.end_warnings import end_report
 from hookrun.runner.estimate import estimate
 from hookrun.runner.live import borrowed
 from hookrun.runner.loop import run_batches
 from hookrun.runner.prepare import Prepared, dataset_name, prepare
 from hookrun.runner.ranks import detect
-from hookrun.runner.report import end_report
 from hookrun.runner.resume import Resume
 from hookrun.runner.shards import ShardRun
 from hookrun.runner.signals import Interrupted, StopSignals, StoreAway

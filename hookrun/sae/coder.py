@@ -1,4 +1,4 @@
-"""One sparse coder for the SAEs of every format hookrun reads (hooks/sae.py reads the files).
+"""One sparse coder for the SAEs of every format hookrun reads (sae/readers.py reads the files).
 
     sae = load_sae("saes/blocks.3")                 # a SparseCoder
     f = sae.encode(x); x_hat = sae.decode(f)        # x_hat == sae(x); f has shape (..., d_sae)

@@ -1,4 +1,4 @@
-"""Issue 19.3: actions and ops declare what they can do, so a user's own action or op is treated as
+"""Actions and ops declare what they can do, so a user's own action or op is treated as
 a built-in one. References: the raw model with a plain forward hook, and numpy on the rows."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ With n the rows (tokens, padding excluded), SAELens' definitions:
     explained_variance  = 1 - (sum ||x - x_hat||^2 / n) / Var(x),  Var(x) = sum ||x||^2 / n - ||sum x / n||^2
     dead_fraction       = the share of latents never > 0 in the run so far
 Sums (not means of batch means) are kept, so the run's figures are exact whatever the batch sizes.
-No torch hooks here: the splice (hooks/splice.py) calls add().
+No torch hooks here: the splice op (hooks/splice.py) calls add().
 """
 
 from __future__ import annotations

@@ -1,0 +1,49 @@
+"""hookrun.run and hookrun.compose from Python: a live model comes back as it went in, and compose gives
+the config the CLI runs. References: the model's own flags and the CLI's composed config."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from conftest import ROOT, small_resnet
+
+import hookrun
+from hookrun.errors import ConfigError
+
+
+def test_run_with_a_live_model_restores_its_mode_and_flags(tmp_path, checkpoint, dataset):
+    model = small_resnet()
+    model.load_state_dict(torch.load(checkpoint, weights_only=True))
+    model.train()
+    model.layer1[0].relu.inplace = True
+    before = {n: (m.training, getattr(m, "inplace", None)) for n, m in model.named_modules()}
+    grads = {n: p.requires_grad for n, p in model.named_parameters()}
+    hooks = {"g": {"at": "layer1", "type": "tensor", "actions": ["record"]}}
+    cfg = {"data": {"batch_size": 4}, "device": "cpu", "mode": "grad", "progress": False, "hooks": hooks,
+           "loss": {"_target_": "hookrun.runner.losses.cross_entropy", "_partial_": True},
+           "output": {"path": str(tmp_path / "c.h5")}}
+    hookrun.run(cfg, model=model, dataset=dataset)
+    assert {n: (m.training, getattr(m, "inplace", None)) for n, m in model.named_modules()} == before
+    assert {n: p.requires_grad for n, p in model.named_parameters()} == grads
+    assert all(not m._forward_hooks and not m._forward_pre_hooks and not m._backward_hooks for m in model.modules())
+    assert all(p.grad is None for p in model.parameters())
+    with h5py.File(tmp_path / "c.h5") as f:
+        assert np.isfinite(f["captures/g/layer1/grad"][:]).all()
+
+
+def test_compose_gives_the_config_the_cli_runs(tmp_path, monkeypatch):
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    cfg = hookrun.compose("experiment=resnet_layer1", "data.batch_size=4", "data.limit=1", "device=cpu", "progress=false")
+    assert cfg["data"]["batch_size"] == 4 and cfg["hooks"]["blocks"]["at"] == "layer1.*"
+    assert cfg["output"]["path"].startswith("outputs/") and cfg["output"]["path"].endswith("/captures.h5")
+    want = yaml.safe_load((ROOT / "conf/experiment/resnet_layer1.yaml").read_text())["hooks"]
+    assert cfg["hooks"] == want  # the experiment's own hooks, as the CLI composes them
+    result = hookrun.run(cfg)
+    with h5py.File(result.path) as f:
+        assert f.attrs["status"] == "complete" and f["captures/blocks/layer1.0/output"].shape[0] == 4
+    with pytest.raises(ConfigError, match=r"model=custom model\._target_=torchvision\.models\.resnet34"):
+        hookrun.compose("model=resnet34")

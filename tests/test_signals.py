@@ -1,0 +1,42 @@
+"""A second SIGINT while the writer drains, and Ctrl-C while the model is built: counts and rows stay
+equal, and the line says what was written. Reference: plain h5py."""
+
+from __future__ import annotations
+
+import h5py
+import pytest
+from toy_runs import RECORD_BODY, toy_cfg
+
+import hookrun
+from hookrun.runner.signals import Interrupted
+from hookrun.store.h5store import H5Store
+
+
+def test_a_second_sigint_while_the_writer_drains_keeps_counts_and_rows_equal(tmp_path, monkeypatch):
+    original = H5Store.write
+
+    def slow(self, rec):
+        import time
+
+        time.sleep(0.25)
+        return original(self, rec)
+
+    monkeypatch.setattr(H5Store, "write", slow)
+    hooks = {**RECORD_BODY, "stop": {"at": "body", "type": "forward",
+                                     "actions": [{"_target_": "toy_models.interrupt_twice", "_partial_": True, "step": 2, "after": 0.1}]}}
+    cfg = toy_cfg(tmp_path, hooks=hooks, **{"data.batch_size": 1})
+    with pytest.raises(Interrupted, match="interrupted by SIGINT after") as info:
+        hookrun.run(cfg)
+    assert info.value.exit_code == 130
+    with h5py.File(tmp_path / "captures.h5") as f:
+        n = f["samples/index"].shape[0]
+        assert f.attrs["status"] == "interrupted"
+        assert f.attrs["samples_complete"] == f.attrs["steps_complete"] == n == f["captures/b/body/output"].shape[0]
+        assert 1 <= n <= 3
+
+
+def test_ctrl_c_while_the_model_is_built_says_nothing_was_written(tmp_path):
+    with pytest.raises(Interrupted, match="before the output file was created; nothing was written") as info:
+        hookrun.run(toy_cfg(tmp_path, "toy_models.InterruptedWhileBuilt"))
+    assert info.value.exit_code == 130
+    assert list(tmp_path.iterdir()) == []
