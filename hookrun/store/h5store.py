@@ -9,7 +9,7 @@ first batch, then every `flush_every` batches, or every FLUSH_SECONDS when that 
 flushes no metadata reaches the disk, so a killed run leaves a file that opens, holding every
 batch up to the last flush. A batch that fails part-way is taken out again, so the counts always
 equal the rows. Datasets are created at their first batch from the real shapes and
-dtypes. Rows of a per-sample
+dtypes (store/columns.py). Rows of a per-sample
 capture align with /samples/index; where a capture skips a batch it gets a `<name>.index` sibling
 with the sample indices of its own rows (step numbers for per-step captures). docs/format.md is
 the full description.
@@ -20,40 +20,28 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import h5py
 import numpy as np
 
 from hookrun.errors import RunError
-from hookrun.store.chunks import CHUNK_BYTES, chunk_bytes_for, new_dataset
-from hookrun.store.chunks import append as _append
-from hookrun.store.digest import DigestLog, digest, digest_ragged
+from hookrun.store.chunks import CHUNK_BYTES, chunk_bytes_for
+from hookrun.store.columns import CaptureColumns, Column
+from hookrun.store.digest import DigestLog
 from hookrun.store.evaluation import EvaluationStore
 from hookrun.store.format import FORMAT_VERSION
 from hookrun.store.h5file import create_hidden, flushing_path
 from hookrun.store.held import filling_chunks
-from hookrun.store.ragged import append_ragged
 from hookrun.store.records import Capture, StepRecord
 from hookrun.store.run_state import RunState, write_features
 from hookrun.store.samples import SampleTable
-from hookrun.store.schema import CaptureMeta
 
 FLUSH_SECONDS = 2.0
 SPACE_MARGIN = 1 << 20  # bytes kept free for metadata and for closing the file
 
 
-@dataclass
-class _Column:
-    ds: h5py.Dataset
-    per_step: bool
-    key: tuple  # (hook, module, role, call)
-    index: h5py.Dataset | None = None  # sample (or step) index of each row, once rows skip
-    digest_id: int | None = None  # its number in the run's /checksums table (store/digest.py)
-
-
-class H5Store:
+class H5Store(CaptureColumns):
     def __init__(self, path: str | os.PathLike, attrs: dict, compression: str = "none", flush_every: int | None = None,
                  expected_samples: int | None = None, expected_steps: int | None = None, checksum: bool = False) -> None:
         self.path = Path(path)
@@ -82,7 +70,7 @@ class H5Store:
         self.file.attrs["status"] = "running"
         self.table = SampleTable(self.file, self.compression)
         self.digests = DigestLog(self.file)  # the run's /checksums table, written at each flush
-        self._columns: dict[str, _Column] = {}
+        self._columns: dict[str, Column] = {}
         self.evaluation = EvaluationStore(self.file)  # evaluate's rows and totals (store/evaluation.py)
         self.run_state = RunState()  # stateful actions' latest state, written at flush (store/run_state.py)
         self.overflow: dict[str, int] = {}  # values a cast turned into inf, per capture path
@@ -175,93 +163,6 @@ class H5Store:
                 f"writing {self.path} stopped before batch {rec.step}: no space left on the device "
                 f"({free} bytes free, the batch needs about {need}); the file keeps every batch before it"
             )
-
-    def _write_capture(self, cap: Capture, rec: StepRecord, samples_before: int, chunk_bytes: int) -> None:
-        if cap.ragged:
-            self._write_ragged(cap, rec, samples_before)
-            return
-        arr = cap.value.numpy(force=True)
-        path = cap.key.path
-        col = self._columns.get(path)
-        if col is None:
-            col = self._columns[path] = self._new_column(cap, arr, chunk_bytes)
-        if col.per_step != cap.per_step:
-            kind = "one row per step" if col.per_step else "one row per sample"
-            raise RunError(f"{path}: its first batch gave {kind}, batch {rec.step} did not (shape {arr.shape})")
-        rows = arr[None] if cap.per_step else arr
-        if rows.shape[1:] != col.ds.shape[1:]:
-            raise RunError(
-                f"{path}: batch {rec.step} has rows of shape {rows.shape[1:]}, earlier batches "
-                f"{col.ds.shape[1:]}; a capture needs one shape per row (select or reduce to one, or record it with "
-                f"rows: ragged where its first dim changes from batch to batch)"
-            )
-        expected = self.steps if cap.per_step else samples_before
-        if cap.tokens:
-            if col.ds.shape[0] != self.table.tokens - len(rows):
-                raise RunError(f"{path}: rows: token needs the capture in every batch (batch {rec.step} "
-                               f"starts at token row {self.table.tokens - len(rows)}, the capture has {col.ds.shape[0]})")
-            _append(col.ds, rows)
-            self._digest(path, col, rows)
-            return
-        if col.index is None and (col.ds.shape[0] != expected or cap.index is not None):
-            col.index = self._start_index(path, col)
-        if col.index is not None:
-            ids = np.array([rec.step]) if cap.per_step else (cap.index if cap.index is not None else rec.sample_index)
-            _append(col.index, ids.astype(np.int64, copy=False))
-        _append(col.ds, rows)
-        self._digest(path, col, rows)
-
-    def _digest(self, path: str, col: _Column, rows: np.ndarray | list) -> None:
-        """One row of the capture's checksum table: its row count after this batch, xxh3 of the rows
-        (kept in memory, written at the next flush: one HDF5 append per capture per flush)."""
-        if self.checksum:
-            if col.digest_id is None:
-                col.digest_id = self.digests.new_id(col.ds)
-            value = digest_ragged(rows) if isinstance(rows, list) else digest(rows.astype(col.ds.dtype, copy=False))
-            self.digests.add(col.digest_id, col.ds.shape[0], value)
-
-    def _digest_samples(self, rec: StepRecord) -> None:
-        """Checksums of the batch's /samples/index and /samples/step rows (what maps a row to its sample)."""
-        n = len(rec.sample_index)
-        for ds, rows in ((self.table.index, rec.sample_index.astype(np.int64, copy=False)),
-                         (self.table.step, np.full(n, rec.step, dtype=np.int64))):
-            self.digests.add(self.digests.id_of(ds), ds.shape[0], digest(rows))
-
-    def _write_ragged(self, cap: Capture, rec: StepRecord, samples_before: int) -> None:
-        col = self._columns.get(cap.key.path)
-        before = self.steps if cap.per_step else samples_before
-        ds = append_ragged(self.file, col.ds if col else None, cap, rec.step, before, self.compression)
-        if col is None:
-            k = cap.key
-            col = self._columns[k.path] = _Column(ds, cap.per_step, (k.hook, k.module, k.role, k.call))
-        if self.checksum:
-            self._digest(cap.key.path, col, [v.numpy(force=True).reshape(-1).astype(h5py.check_vlen_dtype(ds.dtype), copy=False)
-                                             for v in cap.value])
-
-    def _new_column(self, cap: Capture, arr: np.ndarray, chunk_bytes: int) -> _Column:
-        row = arr if cap.per_step else arr[0]
-        ds = self._new_dataset(cap.key.path, arr[None] if cap.per_step else arr,
-                               max_rows=None if cap.tokens else self.expected[cap.per_step],
-                               chunk_bytes=chunk_bytes)
-        meta = CaptureMeta.of(cap, row.shape)
-        ds.attrs.update(meta.to_attrs())
-        return _Column(ds, cap.per_step, meta.key)
-
-    def _start_index(self, path: str, col: _Column) -> h5py.Dataset:
-        """A capture that skipped a batch: index its rows explicitly from now on."""
-        have = col.ds.shape[0]
-        first = self.first_step + np.arange(have) if col.per_step else self.table.index[:have]
-        name = f"{path}.index"
-        ds = self.file.create_dataset(name, data=first.astype(np.int64), maxshape=(None,), chunks=(8192,))
-        col.ds.attrs["index"] = name.rsplit("/", 1)[1]
-        return ds
-
-    def _new_dataset(self, name: str, like: np.ndarray, **kwargs) -> h5py.Dataset:
-        return new_dataset(self.file, name, like, self.compression, **kwargs)
-
-    def rows_by_key(self) -> dict[tuple, int]:
-        """Rows written so far per capture, by (hook, module, role, call)."""
-        return {col.key: col.ds.shape[0] for col in self._columns.values()}
 
     # -- state -----------------------------------------------------------------------------
     def flush(self) -> None:

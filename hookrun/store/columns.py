@@ -1,0 +1,140 @@
+"""Capture columns: the dataset of each capture in an HDF5 run file, created at its first batch from
+the real shape and dtype, appended to batch by batch, given a `<name>.index` sibling once its rows
+skip batches, and digested into the run's /checksums table.
+
+    from hookrun.store.h5store import H5Store
+    with H5Store(path, attrs={}) as store:
+        store.write(step_record)          # each capture's rows go through CaptureColumns
+        rows = store.rows_by_key()        # {(hook, module, role, call): rows written}
+
+CaptureColumns is a part of H5Store (store/h5store.py), which owns the file, the sample table, the
+digest log and the counts these methods read: `file`, `table`, `digests`, `compression`, `expected`,
+`checksum`, `steps`, `first_step` and the `_columns` dict by capture path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import h5py
+import numpy as np
+
+from hookrun.errors import RunError
+from hookrun.store.chunks import append as _append
+from hookrun.store.chunks import new_dataset
+from hookrun.store.digest import DigestLog, digest, digest_ragged
+from hookrun.store.ragged import append_ragged
+from hookrun.store.records import Capture, StepRecord
+from hookrun.store.samples import SampleTable
+from hookrun.store.schema import CaptureMeta
+
+
+@dataclass
+class Column:
+    ds: h5py.Dataset
+    per_step: bool
+    key: tuple  # (hook, module, role, call)
+    index: h5py.Dataset | None = None  # sample (or step) index of each row, once rows skip
+    digest_id: int | None = None  # its number in the run's /checksums table (store/digest.py)
+
+
+class CaptureColumns:
+    """The capture-writing half of H5Store: one column (dataset, its index, its digest id) per capture."""
+
+    # set by H5Store
+    file: h5py.File
+    table: SampleTable
+    digests: DigestLog
+    compression: str | None
+    expected: dict[bool, int | None]
+    checksum: bool
+    steps: int
+    first_step: int
+    _columns: dict[str, Column]
+
+    def _write_capture(self, cap: Capture, rec: StepRecord, samples_before: int, chunk_bytes: int) -> None:
+        if cap.ragged:
+            self._write_ragged(cap, rec, samples_before)
+            return
+        arr = cap.value.numpy(force=True)
+        path = cap.key.path
+        col = self._columns.get(path)
+        if col is None:
+            col = self._columns[path] = self._new_column(cap, arr, chunk_bytes)
+        if col.per_step != cap.per_step:
+            kind = "one row per step" if col.per_step else "one row per sample"
+            raise RunError(f"{path}: its first batch gave {kind}, batch {rec.step} did not (shape {arr.shape})")
+        rows = arr[None] if cap.per_step else arr
+        if rows.shape[1:] != col.ds.shape[1:]:
+            raise RunError(
+                f"{path}: batch {rec.step} has rows of shape {rows.shape[1:]}, earlier batches "
+                f"{col.ds.shape[1:]}; a capture needs one shape per row (select or reduce to one, or record it with "
+                f"rows: ragged where its first dim changes from batch to batch)"
+            )
+        expected = self.steps if cap.per_step else samples_before
+        if cap.tokens:
+            if col.ds.shape[0] != self.table.tokens - len(rows):
+                raise RunError(f"{path}: rows: token needs the capture in every batch (batch {rec.step} "
+                               f"starts at token row {self.table.tokens - len(rows)}, the capture has {col.ds.shape[0]})")
+            _append(col.ds, rows)
+            self._digest(path, col, rows)
+            return
+        if col.index is None and (col.ds.shape[0] != expected or cap.index is not None):
+            col.index = self._start_index(path, col)
+        if col.index is not None:
+            ids = np.array([rec.step]) if cap.per_step else (cap.index if cap.index is not None else rec.sample_index)
+            _append(col.index, ids.astype(np.int64, copy=False))
+        _append(col.ds, rows)
+        self._digest(path, col, rows)
+
+    def _digest(self, path: str, col: Column, rows: np.ndarray | list) -> None:
+        """One row of the capture's checksum table: its row count after this batch, xxh3 of the rows
+        (kept in memory, written at the next flush: one HDF5 append per capture per flush)."""
+        if self.checksum:
+            if col.digest_id is None:
+                col.digest_id = self.digests.new_id(col.ds)
+            value = digest_ragged(rows) if isinstance(rows, list) else digest(rows.astype(col.ds.dtype, copy=False))
+            self.digests.add(col.digest_id, col.ds.shape[0], value)
+
+    def _digest_samples(self, rec: StepRecord) -> None:
+        """Checksums of the batch's /samples/index and /samples/step rows (what maps a row to its sample)."""
+        n = len(rec.sample_index)
+        for ds, rows in ((self.table.index, rec.sample_index.astype(np.int64, copy=False)),
+                         (self.table.step, np.full(n, rec.step, dtype=np.int64))):
+            self.digests.add(self.digests.id_of(ds), ds.shape[0], digest(rows))
+
+    def _write_ragged(self, cap: Capture, rec: StepRecord, samples_before: int) -> None:
+        col = self._columns.get(cap.key.path)
+        before = self.steps if cap.per_step else samples_before
+        ds = append_ragged(self.file, col.ds if col else None, cap, rec.step, before, self.compression)
+        if col is None:
+            k = cap.key
+            col = self._columns[k.path] = Column(ds, cap.per_step, (k.hook, k.module, k.role, k.call))
+        if self.checksum:
+            self._digest(cap.key.path, col, [v.numpy(force=True).reshape(-1).astype(h5py.check_vlen_dtype(ds.dtype), copy=False)
+                                             for v in cap.value])
+
+    def _new_column(self, cap: Capture, arr: np.ndarray, chunk_bytes: int) -> Column:
+        row = arr if cap.per_step else arr[0]
+        ds = self._new_dataset(cap.key.path, arr[None] if cap.per_step else arr,
+                               max_rows=None if cap.tokens else self.expected[cap.per_step],
+                               chunk_bytes=chunk_bytes)
+        meta = CaptureMeta.of(cap, row.shape)
+        ds.attrs.update(meta.to_attrs())
+        return Column(ds, cap.per_step, meta.key)
+
+    def _start_index(self, path: str, col: Column) -> h5py.Dataset:
+        """A capture that skipped a batch: index its rows explicitly from now on."""
+        have = col.ds.shape[0]
+        first = self.first_step + np.arange(have) if col.per_step else self.table.index[:have]
+        name = f"{path}.index"
+        ds = self.file.create_dataset(name, data=first.astype(np.int64), maxshape=(None,), chunks=(8192,))
+        col.ds.attrs["index"] = name.rsplit("/", 1)[1]
+        return ds
+
+    def _new_dataset(self, name: str, like: np.ndarray, **kwargs) -> h5py.Dataset:
+        return new_dataset(self.file, name, like, self.compression, **kwargs)
+
+    def rows_by_key(self) -> dict[tuple, int]:
+        """Rows written so far per capture, by (hook, module, role, call)."""
+        return {col.key: col.ds.shape[0] for col in self._columns.values()}
