@@ -8,8 +8,9 @@ The old file is only read: its complete batches are written again, batch by batc
 file through the same writer code, so the result equals an uninterrupted run's captures bit for
 bit. Until the new file is closed, the old one stays where it was: nothing is lost on a second
 failure. Both kinds of old run satisfy Resume: ResumeState (one local file, or one rank's shard)
-and PartsResume (an object-store run: its verified parts are kept as they are, and the part being
-written when it stopped is replayed). The destination (runner/destination.py) opens the right one.
+and PartsResume (an object-store run, runner/resume_parts.py: its verified parts are kept as they
+are, and the part being written when it stopped is replayed). The destination
+(runner/destination.py) opens the right one.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from hookrun.errors import ConfigError, HookrunError
 from hookrun.store.digest import check_block, table_of
 from hookrun.store.evaluation import read_evaluation
 from hookrun.store.h5file import flushing_path
-from hookrun.store.parts import Output, ResumePoint, prepare_resume
 from hookrun.store.protocol import RunStore
 from hookrun.store.reading import LocalSource
 from hookrun.store.records import Capture, CaptureKey, StepRecord
@@ -82,60 +82,6 @@ class ResumeState:
 
     def close(self) -> None:
         self.file.close()
-
-
-@dataclass
-class PartsResume:
-    """A run in an object store to continue: its verified parts (store/parts.py), and the part that
-    was being written when it stopped, whose whole batches are replayed."""
-
-    point: ResumePoint
-    partial: ResumeState | None
-    status: str
-
-    @property
-    def steps(self) -> int:
-        return self.point.manifest.steps + (self.partial.steps if self.partial is not None else 0)
-
-    @property
-    def attrs(self) -> Mapping:
-        return self.partial.attrs if self.partial is not None else self.point.manifest.attrs
-
-    @property
-    def file(self) -> h5py.File | None:
-        return self.partial.file if self.partial is not None else None
-
-    def replay(self, store: RunStore) -> int:
-        """The verified parts stay as they are; the part being written is replayed into `store`,
-        then removed (its batches are in the new part)."""
-        kept = self.point.manifest.steps
-        if self.partial is not None:
-            kept += self.partial.replay(store)
-            self.partial.close()
-            self.partial.path.unlink(missing_ok=True)
-            self.partial = None
-        return kept
-
-    def close(self) -> None:
-        if self.partial is not None:
-            self.partial.close()
-
-
-def open_parts_resume(out: Output, config_yaml: str) -> PartsResume | None:
-    """The run in the object store to continue (its finished local parts uploaded now), None where
-    there is none; ConfigError where the config changed."""
-    point = prepare_resume(out, out.folder(check=False))
-    if point is None:
-        return None
-    old = point.manifest.attrs.get("config")
-    if old is not None:
-        changed = config_differences(yaml.safe_load(old), yaml.safe_load(config_yaml))
-        if changed:
-            raise ConfigError(f"resume: the config differs from the one {out.url} was written with, in "
-                              f"{', '.join(changed)}; resume with the same settings (or start a new run)")
-    partial = open_resume(point.partial, config_yaml) if point.partial is not None else None
-    status = point.manifest.status if partial is None else "interrupted"
-    return PartsResume(point, partial, status)
 
 
 def open_resume(path: Path, config_yaml: str) -> ResumeState | None:

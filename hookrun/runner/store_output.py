@@ -6,7 +6,7 @@
 
 Before the lock: the store answers and the staging folder can be written. Under it: nothing is
 overwritten unless asked (the manifest is the run's mark), and a resume continues from the parts
-the manifest lists (runner/resume.py, PartsResume). Two runs on one URL: the second is refused in
+the manifest lists (runner/resume_parts.py, PartsResume). Two runs on one URL: the second is refused in
 one line naming the first (store/remote_lock.py).
 
 With many ranks (PartsShards, the layout runner/shards.py's ShardRun drives), as LocalShards for a
@@ -30,7 +30,7 @@ from hookrun.config.checks import evaluating
 from hookrun.config.schema import HookrunConfig, to_yaml
 from hookrun.errors import ConfigError
 from hookrun.runner.ranks import Ranks, rank_device
-from hookrun.runner.resume import PartsResume, open_parts_resume
+from hookrun.runner.resume_parts import PartsResume, open_parts_resume
 from hookrun.store.h5file import writable_folder
 from hookrun.store.lock import OutputLock
 from hookrun.store.merge import View
