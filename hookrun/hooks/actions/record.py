@@ -7,11 +7,12 @@
     actions: [{name: record, what: output, select: {dim: token, index: last}}]  # each sample's last token
     actions: [{name: record, what: output, dim_names: [head, query, key]}]      # the axes' names in the file
 
-Reductions run on the tensor's device before the copy, in this order: `select` (index lists or
-slices along named dims), `reduce` (mean / max / norm over `dims`), `dtype`; `every` keeps every
-Nth step, `limit` the first N rows. The capture's attributes record what was done. `rows` says how
-a tensor becomes rows (auto | sample | step | token: hookrun.hooks.actions.rows); a reduction
-over the token dim and `index: last` follow the batch's attention mask (padding is left out).
+Reductions run on the tensor's device before the copy, in this order (hookrun.hooks.actions.reduction):
+`select` (index lists or slices along named dims), `reduce` (mean / max / norm over `dims`), `dtype`;
+`every` keeps every Nth step, `limit` the first N rows. The capture's attributes record what was
+done. `rows` says how a tensor becomes rows (auto | sample | step | token:
+hookrun.hooks.actions.rows); a reduction over the token dim and `index: last` follow the batch's
+attention mask (padding is left out).
 Each capture's axes are named by meaning at its first batch (hookrun.hooks.actions.dims.meaning:
 `sample, head, query, key` for an attention pattern, `token, feature` for token rows, ...), or by
 `dim_names` (one name per axis of a row); the names become the dataset's `dims` attribute.
@@ -33,16 +34,20 @@ from hookrun.hooks.actions.dims import (
     axis_names,
     check_dim,
     check_names,
-    dim_index,
-    dim_list,
     parse_select,
 )
-from hookrun.hooks.actions.rows import STEP, RowRule, last_positions, padding_mask, per_sample_lists
+from hookrun.hooks.actions.reduction import (
+    REDUCERS,
+    check_finite,
+    dtype_name,
+    narrows,
+    select_reduce,
+    snapshot,
+)
+from hookrun.hooks.actions.rows import STEP, RowRule, per_sample_lists
 from hookrun.hooks.events import Event, family, positional_index, positional_role
 from hookrun.hooks.site_check import no_output
 from hookrun.store.records import Capture, CaptureKey
-
-REDUCERS = ("mean", "max", "norm")
 
 
 @ACTIONS.register("record")
@@ -196,7 +201,7 @@ class Record(Action):
             shaped = state.call_tokens.take(shaped, state.batch_size, role, f"{self.where} at {ev.where}")
         if (ev.module, role, ev.call) not in self.names:  # (ev.module: an op site's calls are MODULE/FN.0, .1, ...)
             self.names[(ev.module, role, ev.call)] = axis_names(self, ev, role, raw, k == STEP, k > 1, shaped)
-        return shaped, _dtype_name(t.dtype), per_step, index
+        return shaped, dtype_name(t.dtype), per_step, index
 
 
     def emit(self, ev: Event, role: str, shaped: torch.Tensor, torch_dtype: str, per_step: bool,
@@ -205,7 +210,7 @@ class Record(Action):
         value = snapshot(shaped, self.dtype)
         overflow = None
         if self.check_finite:
-            _check_finite(value, ev, role, self.dtype)
+            check_finite(value, ev, role, self.dtype)
         elif narrows(shaped.dtype, value.dtype):  # counted, without waiting for the device
             overflow = (torch.isinf(value) & torch.isfinite(shaped)).sum()
         key = CaptureKey(ev.hook, ev.module, ev.type, role, ev.call)
@@ -248,7 +253,7 @@ class Record(Action):
         """One row of varying length per sample (stored as variable-length HDF5 rows)."""
         value = [snapshot(self._shape(x.unsqueeze(0), ev, role), self.dtype)[0].cpu() for x in items]
         key = CaptureKey(ev.hook, ev.module, ev.type, role, ev.call)
-        self.env.captures.add(Capture(key, value, False, _dtype_name(items[0].dtype), self.attrs, ragged=True,
+        self.env.captures.add(Capture(key, value, False, dtype_name(items[0].dtype), self.attrs, ragged=True,
                                       dims=("sample",)))
 
     def _shape(self, t: torch.Tensor, ev: Event, role: str) -> torch.Tensor:
@@ -263,63 +268,10 @@ class Record(Action):
 
     def shape(self, t: torch.Tensor, ev: Event, role: str) -> torch.Tensor:
         """select -> reduce, on the tensor's device (not yet a copy, not yet cast)."""
-        t = t.detach()  # select and reduce build no graph
-        for dim, index, _ in self.selections:
-            d = dim_index(dim, t.dim(), ev, role)
-            if index == "last":  # each sample's last non-padding token; the dim goes
-                t = t.movedim(d, 1)[torch.arange(t.shape[0], device=t.device), last_positions(t.movedim(d, 1), 1, ev.state)]
-            elif isinstance(index, slice):
-                t = t[(slice(None),) * d + (index,)]
-            else:
-                t = t.index_select(d, torch.as_tensor(index, device=t.device))
-        if self.reduce:
-            dims = sorted({d for spec in self.dims for d in dim_list(spec, t.dim(), ev, role)})
-            if not t.is_floating_point():
-                t = t.float()
-            m = padding_mask(t, dims, ev.state)  # reductions over tokens ignore padding
-            if self.reduce == "mean":
-                t = t.mean(dim=dims) if m is None else (t * m).sum(dim=dims) / m.expand_as(t).sum(dim=dims).clamp(min=1)
-            elif self.reduce == "max":
-                t = t.amax(dim=dims) if m is None else t.masked_fill(m == 0, float("-inf")).amax(dim=dims)
-            else:
-                t = torch.linalg.vector_norm(t if m is None else t * m, dim=dims)
-        return t
-
-
-def snapshot(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
-    """A detached copy on the tensor's own device, in the storage dtype.
-
-    bfloat16 is rounded to bfloat16 when asked for, then kept as float32 (numpy has no bfloat16).
-    The copy to the host happens later, off the hook (hookrun.store.transfer).
-    """
-    target = dtype if (dtype is not None and t.is_floating_point()) else t.dtype
-    if target == torch.bfloat16:
-        t = t.to(torch.bfloat16)
-        target = torch.float32
-    return t.detach().to(dtype=target, copy=True)
-
-
-def narrows(source: torch.dtype, stored: torch.dtype) -> bool:
-    """Whether casting `source` to `stored` can turn a finite value into inf (float32 -> float16)."""
-    return source.is_floating_point and stored.is_floating_point and torch.finfo(stored).max < torch.finfo(source).max
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
+        return select_reduce(t, self.selections, self.reduce, self.dims, ev, role)
 
 
 def _as_list(value: Any) -> list:
     if value is None:
         return []
     return list(value) if isinstance(value, list | tuple) else [value]
-
-
-def _check_finite(value: torch.Tensor, ev: Event, role: str, dtype: torch.dtype | None) -> None:
-    """The value as it is stored (after select, reduce and the cast) must be finite."""
-    if value.is_floating_point() and not bool(torch.isfinite(value).all()):
-        bad = int((~torch.isfinite(value)).sum())
-        hint = "; float16 holds values up to 65504: use dtype float32" if value.dtype == torch.float16 else ""
-        raise RunError(
-            f"hook {ev.hook!r} at {ev.where}: {role} has {bad} non-finite value(s) at step {ev.step} "
-            f"as stored, in {_dtype_name(value.dtype)} (record check_finite=true){hint}"
-        )
