@@ -25,11 +25,11 @@ from hookrun.analysis.report import Budget, build_report
 from hookrun.analysis.report.page import source_of
 from hookrun.analysis.sweep import is_sweep, open_sweep
 from hookrun.errors import ConfigError, HookrunError
-from hookrun.store.remote import is_url
+from hookrun.store.reading import is_remote
 
 
 def default_out(path: str) -> Path:
-    if is_url(path):
+    if is_remote(path):
         return Path.cwd() / "report.html"
     p = Path(path)
     return (p if p.is_dir() else p.parent) / "report.html"
@@ -56,7 +56,7 @@ def check_writable(folder: Path) -> None:
 def write(path: str, out: Path | None, budget: Budget) -> Path:
     out = out or default_out(path)
     check_writable(out.parent)  # before anything is read
-    local = not is_url(path)
+    local = not is_remote(path)
     if local and is_sweep(Path(path)):
         sweep = open_sweep(path)
         report = build_report(sweep)

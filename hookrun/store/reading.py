@@ -182,6 +182,11 @@ class PartsSource:
         self.close()
 
 
+def is_remote(path: str | os.PathLike) -> bool:
+    """Whether `path` names a run in an object store (read through PartsSource), not a local file or folder."""
+    return is_url(path)
+
+
 def run_path(text: str) -> Path | UrlPath:
     """A path given on a command line: a URL stays a URL (a Path would turn `s3://` into `s3:/`)."""
     return UrlPath(text.rstrip("/")) if is_url(text) else Path(text)
