@@ -35,18 +35,19 @@ def as_grid(name: str, values: np.ndarray, layout: Mapping[str, Any], attrs: Map
                         attrs={k: attrs[k] for k in ATTRS if k in attrs})
 
 
-def patching_meta(file: Any) -> dict | None:
-    """A file's `patching` root attribute (JSON), or None where the run was no patching run."""
+def patching_meta(attrs: Any) -> dict | None:
+    """A run's `patching` root attribute (JSON), from its root attributes (an h5py file's `attrs`, or
+    an object-store run's manifest), or None where the run was no patching run."""
     import json
 
-    text = file.attrs.get("patching")
+    text = attrs.get("patching")
     return json.loads(text) if text is not None else None
 
 
 def file_grid(file: Any, name: str, which: str = "value") -> Any:
     """Grid `name` of a patching run's file: its rows (one per cell, /samples/index the cell number)
     placed at their cells; cells not written (an unfinished run) are NaN."""
-    meta = patching_meta(file)
+    meta = patching_meta(file.attrs)
     if meta is None:
         raise LookupError(f"no patching grid {name!r}: {file.filename} is not a patching run (it has no grids)")
     if which not in ("value", "exact"):
@@ -59,9 +60,9 @@ def file_grid(file: Any, name: str, which: str = "value") -> Any:
     return as_grid(name, values, meta["layout"], meta, meta.get("labels"))
 
 
-def grid_lines(file: Any) -> list[str]:
-    """inspect's lines for a patching run's grids."""
-    meta = patching_meta(file)
+def grid_lines(attrs: Any) -> list[str]:
+    """inspect's lines for a patching run's grids (from the root attributes alone)."""
+    meta = patching_meta(attrs)
     if meta is None:
         return []
     lines = [f"  grids     {meta['method']} {meta['direction']} patching, metric {meta['metric']} (clean "

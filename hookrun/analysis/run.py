@@ -100,7 +100,7 @@ class Run:
     @property
     def grids(self) -> list[str]:
         """The patching grids the file holds, by site name ([] for a run that patched nothing)."""
-        meta = patching_meta(self.file)
+        meta = patching_meta(self.attrs)  # (an object-store run's come from its manifest: nothing fetched)
         return list(meta["layout"]) if meta is not None else []
 
     def grid(self, name: str, which: str = "value") -> Any:
@@ -241,7 +241,7 @@ class Run:
                 row += f"  mean {s['mean']:.4g} std {s['std']:.4g} min {s['min']:.4g} max {s['max']:.4g} zeros {s['zeros']:.1%}"
             lines.append(row)
         lines.extend(self.evaluation_lines())
-        lines.extend(grid_lines(self.file))
+        lines.extend(grid_lines(self.attrs))
         return "\n".join(lines)
 
     def evaluation_lines(self) -> list[str]:
