@@ -64,10 +64,23 @@ def reference() -> np.ndarray:
     return patched_grid(-1)
 
 
-def test_the_shares_of_two_ranks_make_the_grid_of_transformer_lens():
+@pytest.fixture(scope="module")
+def tl_task():
+    """A tiny HookedTransformer and three items (tests/test_patching_runs.py's kind)."""
+    from test_patching_runs import HookedTransformer, HookedTransformerConfig, V
+
+    torch.manual_seed(0)
+    model = HookedTransformer(HookedTransformerConfig(n_layers=2, d_model=16, n_ctx=8, d_head=4, n_heads=4, d_vocab=V)).eval()
+    clean = torch.randint(0, V, (3, 5), generator=torch.Generator().manual_seed(1))
+    corrupt = torch.cat([clean[:, :1], torch.randint(0, V, (3, 1)), clean[:, 2:]], 1)
+    items = [{"clean": c, "corrupt": x, "answer": torch.tensor(3), "wrong": torch.tensor(4)} for c, x in zip(clean, corrupt, strict=True)]
+    return model, items
+
+
+def test_the_shares_of_two_ranks_make_the_grid_of_transformer_lens(tl_task):
     """In one process: each rank's share of the cells (every second one, from its own), exact and
     atp with verify, together equal TransformerLens' one-forward-per-cell grid."""
-    from test_patching_runs import HEADS, HookedTransformer, HookedTransformerConfig, V
+    from test_patching_runs import HEADS
     from test_patching_runs import reference as tl_reference
 
     from hookrun.config.build import build
@@ -77,11 +90,7 @@ def test_the_shares_of_two_ranks_make_the_grid_of_transformer_lens():
     from hookrun.runner.patching.items import load_items
     from hookrun.runner.patching.notebook import run_cells
 
-    torch.manual_seed(0)
-    model = HookedTransformer(HookedTransformerConfig(n_layers=2, d_model=16, n_ctx=8, d_head=4, n_heads=4, d_vocab=V)).eval()
-    clean = torch.randint(0, V, (3, 5), generator=torch.Generator().manual_seed(1))
-    corrupt = torch.cat([clean[:, :1], torch.randint(0, V, (3, 1)), clean[:, 2:]], 1)
-    items = [{"clean": c, "corrupt": x, "answer": torch.tensor(3), "wrong": torch.tensor(4)} for c, x in zip(clean, corrupt, strict=True)]
+    model, items = tl_task
     expected = tl_reference(model, items).reshape(-1)
     for method in ("exact", "atp"):
         block = parse_block({"input": "input", "sites": {"heads": HEADS}, "metric": {"_target_": "patch_metrics.last_logit"},
@@ -101,6 +110,32 @@ def test_the_shares_of_two_ranks_make_the_grid_of_transformer_lens():
             exact = np.where(np.isnan(shares[0][1]), shares[1][1], shares[0][1])
             assert np.isfinite(exact).sum() == 6
             np.testing.assert_allclose(exact[np.isfinite(exact)], expected[np.isfinite(exact)], atol=1e-4)
+
+
+@pytest.mark.parametrize("rank, world", [(1, 2), (0, 6)])
+def test_a_rank_takes_every_world_th_cell_and_more_ranks_than_cells_are_refused(tmp_path, tl_task, rank, world):
+    from hookrun.config.schema import load, with_live
+    from hookrun.errors import ConfigError
+    from hookrun.runner.prepare import prepare
+
+    model, items = tl_task
+    cfg = load(with_live({"data": {"inputs": {"input": "clean"}, "target": None}, "output": {"path": str(tmp_path / "p.h5")},
+                          "patching": {"input": "input", "sites": {"r": {"at": "blocks.0.hook_resid_pre", "over": ["position"]}}}},
+                         model, items))
+    p = prepare(cfg, model=model, dataset=items)
+    kind = p.settings.kind
+    assert kind.share(rank, world).startswith(f"cells {rank}, {rank + world}")
+    try:
+        if world > 5:  # 5 cells: one module, 5 positions
+            with pytest.raises(ConfigError, match=r"^patching: the run has 6 processes but its grids only 5 cell\(s\);.*at most 5"):
+                kind.prepare_run(p)
+            assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())  # left unhooked
+        else:
+            kind.prepare_run(p)
+            assert list(kind.engine.cells) == [1, 3]
+    finally:
+        kind.close()
+        p.env.close()
 
 
 @pytest.mark.slow
