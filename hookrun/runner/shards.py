@@ -143,12 +143,16 @@ class ShardRun:
                                   f"every rank of a run must be given the same config (same command, same files)"))
 
     def adjust(self, p: Prepared) -> None:
-        """Narrow a prepared run to this rank's block of batches (prepare() applied data.limit)."""
-        block = shard_batches(p.n_batches, self.r.world, self.r.rank)
-        p.settings.batches = p.batches[block.start : block.stop]
+        """Narrow a prepared run to this rank's block of batches (prepare() applied data.limit), or
+        to its share of the kind's own rows where its steps are not batches (patching: cells)."""
+        share = p.settings.kind.share(self.r.rank, self.r.world)
+        if share is None:
+            block = shard_batches(p.n_batches, self.r.world, self.r.rank)
+            p.settings.batches = p.batches[block.start : block.stop]
+            share = f"batches {block.start}-{block.stop - 1}"
         # one bar, on rank 0, labelled with its own block; the other ranks log their ends as lines
         p.settings.progress = p.settings.progress and self.r.rank == 0
-        p.settings.label = f"hookrun rank 0/{self.r.world}, batches {block.start}-{block.stop - 1}"
+        p.settings.label = f"hookrun rank 0/{self.r.world}, {share}"
         p.attrs.update(rank=self.r.rank, world_size=self.r.world, launcher=self.r.launcher,
                        first_batch=p.batches.start, last_batch=p.batches.stop)
 

@@ -23,6 +23,8 @@ closure and the store never ask which kind runs; they read what the kind hands t
 | `sample_step(m, c, s)`   | dry_run estimate        | one sample's step, leaving no state behind        |
 | `sample_forward(m, c)`   | prepare(): site check   | one sample through the model, no_grad             |
 | `probe(model, call)`     | early_stop's probe      | a forward the session may cut short               |
+| `share(rank, world)`     | many ranks, prepare()   | a kind whose rows are not batches takes its share |
+|                          |                         | (patching: cells); None: the ranks split batches  |
 | `restore(resume, kept)`  | resume                  | state carried over from the kept batches          |
 | `finish()`               | after the last batch    | arrays for the end of the file ({} for none)      |
 | `file_bytes(n)`          | dry_run estimate        | bytes it adds besides the captures                |
@@ -138,6 +140,12 @@ class RunKind:
     def probe(self, model: nn.Module, call: ModelCall) -> None:
         """early_stop's probe: one forward the session may cut short."""
         plain_forward(model, call)
+
+    def share(self, rank: int, world: int) -> str | None:
+        """Many ranks (runner/shards.py), before prepare_run: a kind whose steps are not batches of the
+        data takes rank `rank` of `world`'s share of its own rows and returns a label for it; None
+        (every kind whose steps are batches): the ranks split the batches (runner/ranks.py)."""
+        return None
 
     def prepare_run(self, p: Any) -> None:
         """After prepare (runner/prepare.py's Prepared `p`), before the store opens: what a kind sets

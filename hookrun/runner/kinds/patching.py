@@ -10,7 +10,11 @@ NaN elsewhere) one value per cell. The file's root attribute `patching` (JSON) h
 metric_clean, metric_corrupt, normalize and the token text of the positions: the reader
 (hookrun.analysis.run: `run.grids`, `run.grid(name)`) reshapes the rows into labelled grids.
 Rows are appended through the store's normal path: flushes, crash safety and resume (which goes on
-from the first cell not written) come from it.
+from the first cell not written) come from it. Over many ranks (torchrun, submitit, srun) the
+ranks split the cells, not the data: rank r of N computes cells r, r+N, r+2N, ... (strided, so
+that each rank gets as many cells of each block, and the cheap upper blocks are not all one
+rank's) into its own shard; the merged view's rows are every rank's cells and the reader places
+them by cell number. A resumed shard goes on with its own cells not yet written.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from hookrun.runner.patching.block import parse_block
 from hookrun.runner.patching.engine import PatchEngine
 from hookrun.runner.patching.items import load_items
 from hookrun.runner.patching.notebook import grid_attrs, run_cells
-from hookrun.runner.ranks import detect
+from hookrun.runner.ranks import every_rank
 from hookrun.store.records import Capture, CaptureKey, StepRecord
 
 KEY = {which: CaptureKey("patching", "cells", "patching", which) for which in ("value", "exact")}
@@ -41,12 +45,19 @@ class PatchingKind(RunKind):
     forwards = 0  # per data batch: the cells decide (one packed forward per chunk; atp: 2 + a backward)
     adds = ("captures/patching",)  # the cells' rows (the warning "no hook records anything" asks)
     engine: PatchRun | None = None
+    rank, world = 0, 1  # this process's share of the cells: every world-th from rank (share())
+
+    def share(self, rank: int, world: int) -> str:
+        """Many ranks: every `world`-th cell from cell `rank` is this rank's (the data is not split:
+        every cell's value is the metric over every item)."""
+        self.rank, self.world = rank, world
+        return f"cells {rank}, {rank + world}, {rank + 2 * world}, ..."
 
     def prepare_run(self, p: Any) -> None:
-        self.engine = PatchRun(p)
+        self.engine = PatchRun(p, self.rank, self.world)
 
     def run_steps(self, data_loop: Any, writer: Any, first_row: int, should_stop: Any) -> int:
-        """Chunks of cells, not batches of the data: rows are cells, from the first not written."""
+        """Chunks of cells, not batches of the data: rows are this rank's cells, from the first not written."""
         return self.engine.run(writer, first_row, should_stop)
 
     def close(self) -> None:
@@ -56,15 +67,13 @@ class PatchingKind(RunKind):
 
     @classmethod
     def check(cls, cfg: HookrunConfig) -> None:
-        if detect().many:
-            raise ConfigError("patching: a run over many ranks is not supported yet; run it as one process")
         parse_block(cfg.patching, build=lambda node, where: build(node, where))
 
 
 class PatchRun:
     """The engine of a file run, set up (base runs, every check) before the file is opened."""
 
-    def __init__(self, p: Any) -> None:
+    def __init__(self, p: Any, rank: int = 0, world: int = 1) -> None:
         cfg = p.cfg
         PatchingKind.check(cfg)
         self.block = parse_block(cfg.patching, build=lambda node, where: build(node, where))
@@ -76,19 +85,30 @@ class PatchRun:
         meta = {**grid_attrs(e, self.block), "layout": e.layout.describe(), "cells": e.layout.size,
                 "cells_per_forward": e.cells_per_forward, "labels": token_labels(p.dataset, items[self.block.clean])}
         p.attrs["patching"] = json.dumps(meta)
+        if world > e.layout.size:
+            self.close()  # (the model comes back unhooked)
+            raise every_rank(ConfigError(
+                f"patching: the run has {world} processes but its grids only {e.layout.size} cell(s); each process "
+                f"needs at least one: run at most {e.layout.size} processes, or patch more cells"))
+        self.cells = range(rank, e.layout.size, world)
+        self.rank, self.world = rank, world  # a step's number: its chunk's, interleaved as the cells are
 
     def close(self) -> None:
         self.engine.__exit__(None, None, None)
 
-    def run(self, writer: Any, first_cell: int, should_stop: Any, progress: bool = True) -> int:
-        """Write every cell from `first_cell` on, a chunk a step; the number of steps written."""
+    def run(self, writer: Any, first_row: int, should_stop: Any) -> int:
+        """Write this rank's cells from its `first_row`-th on (those written before are kept), a chunk
+        a step; the number of steps written."""
+        cells = self.cells[first_row:]
+        if not cells:
+            return 0
         steps = [0]
-        step0 = first_cell // max(1, self.engine.cells_per_forward)
+        step0 = sum(1 for _ in self.engine.chunks(self.cells[:first_row]))  # the chunks written (whole ones)
 
         def put(ks: list[int], values: np.ndarray, exact: np.ndarray) -> None:
             rows = len(ks)
             writer.put(StepRecord(
-                step=step0 + steps[0], sample_index=np.asarray(ks, dtype=np.int64), target=None, path=None,
+                step=(step0 + steps[0]) * self.world + self.rank, sample_index=np.asarray(ks, dtype=np.int64), target=None, path=None,
                 captures=[Capture(KEY["value"], torch.as_tensor(np.asarray(values, dtype=np.float64)).reshape(rows), False),
                           Capture(KEY["exact"], torch.as_tensor(np.asarray(exact, dtype=np.float64)).reshape(rows), False)]))
             steps[0] += 1
@@ -96,7 +116,7 @@ class PatchRun:
                 raise _Stop
 
         try:
-            run_cells(self.engine, first_cell, on_chunk=put)
+            run_cells(self.engine, cells, on_chunk=put)
         except _Stop:
             pass
         return steps[0]

@@ -21,7 +21,7 @@ The sites are hooked through the same plan (make_plan), session (HookSession) an
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -167,13 +167,12 @@ class PatchEngine:
         return tuple("position" if d == "token" else d for d in meaning(point, "output", tuple(x.shape), self.env.state))
 
     # -- exact ------------------------------------------------------------------------------------
-    def chunks(self, start: int = 0, stop: int | None = None) -> Iterator[list[int]]:
-        """Consecutive cells, at most cells_per_forward a chunk; where the model is a stack of blocks a
-        chunk holds one block's cells only (a chunk of block L runs blocks L.. alone)."""
-        stop = self.layout.size if stop is None else stop
+    def chunks(self, cells: Iterable[int] | None = None) -> Iterator[list[int]]:
+        """`cells` (every cell by default) in order, at most cells_per_forward a chunk; where the model is
+        a stack of blocks a chunk holds one block's cells only (a chunk of block L runs blocks L.. alone)."""
         chunk: list[int] = []
         level = None
-        for k in range(start, stop):
+        for k in range(self.layout.size) if cells is None else cells:
             here = self._level(k)
             if chunk and (len(chunk) == self.cells_per_forward or here != level):
                 yield chunk

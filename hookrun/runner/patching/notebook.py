@@ -10,6 +10,7 @@ written. The model comes back as it went in (its training flag; every hook and s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -52,23 +53,28 @@ def patch_grid(model: nn.Module, dataset: Any, hooks: Any = None, limit: int | N
     return {name: as_grid(name, out, layout, attrs) for name in layout}
 
 
-def run_cells(engine: PatchEngine, start: int = 0, on_chunk: Any = None) -> tuple[np.ndarray, np.ndarray]:
-    """Every cell's value (normalized where the block says) and, for atp with verify, the exact
-    values of the verified cells (NaN elsewhere). `on_chunk(ks, values, exact)`: after each chunk."""
+def run_cells(engine: PatchEngine, cells: Sequence[int] | None = None,
+              on_chunk: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """The value of each of `cells` (every cell by default; a rank's share, or those a resume has
+    left) normalized where the block says, and, for atp with verify, the exact values of the
+    verified cells among them (NaN elsewhere), both over the whole layout (NaN outside `cells`).
+    `on_chunk(ks, values, exact)`: after each chunk (atp: one chunk, every cell of `cells`)."""
     b, size = engine.block, engine.layout.size
+    cells = range(size) if cells is None else cells
     exact = np.full(size, np.nan)
-    if b.method == "atp":
-        values = engine.atp()
-        if b.verify:
-            top = np.argsort(-np.abs(values - engine.metric_base), kind="stable")[: b.verify]
-            for ks in _split(sorted(top.tolist()), engine.cells_per_forward):
-                exact[ks] = engine.exact(ks)
-        values, exact = scaled(values, b, engine), scaled(exact, b, engine)
-        if on_chunk is not None:
-            on_chunk(list(range(size)), values, exact)
-        return values, exact
     values = np.full(size, np.nan)
-    for ks in engine.chunks(start):
+    if b.method == "atp":  # the estimate of every cell is one backward: each rank makes it whole
+        estimate = engine.atp()
+        ks = list(cells)
+        if b.verify:  # the K largest of the whole grid (every rank finds the same), those of `cells` recomputed
+            top = set(np.argsort(-np.abs(estimate - engine.metric_base), kind="stable")[: b.verify].tolist())
+            for chunk in _split([k for k in ks if k in top], engine.cells_per_forward):
+                exact[chunk] = engine.exact(chunk)
+        values[ks], exact[ks] = scaled(estimate, b, engine)[ks], scaled(exact, b, engine)[ks]
+        if on_chunk is not None and ks:
+            on_chunk(ks, values[ks], exact[ks])
+        return values, exact
+    for ks in engine.chunks(cells):
         values[ks] = scaled(engine.exact(ks), b, engine)
         if on_chunk is not None:
             on_chunk(ks, values[ks], exact[ks])
