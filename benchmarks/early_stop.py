@@ -9,6 +9,7 @@ random tokens, hooked after block STOP-1 (`--stop`, default 6: blocks 0-5, as ca
 | `bare_body` | a plain loop: `wte + wpe` and blocks 0..STOP-1 called directly, the last one's output kept |
 | `bare_cut` | a plain loop of `model(ids)` cut after block STOP-1 by a forward hook that raises (the model's own forward: its mask and position set-up) |
 | `early_stop` | `hookrun.run`: `record` on `transformer.h.{STOP-1}`, `early_stop: true`, a local file |
+| `full_probe` | the same run with the probe of before issue 34 (one sample through the whole model, the head included): `probe_guard` patched to None for this route only |
 | `bare_full` | a plain loop of the whole forward (`model(ids)`), the hidden state of block STOP-1 kept by a hook |
 | `full_forward` | `hookrun.run`: the same hook without early_stop (the whole forward, head included) |
 
@@ -16,7 +17,7 @@ The routes run in one process after a warm-up, every round in a shuffled order; 
 median of the per-round ratios, by wall clock and by the process's CPU time (all threads: the
 writer's and the store helper's own process is not counted, its start is).
 
-    python benchmarks/early_stop.py                      # 5 rounds (a few minutes on 2 cores)
+    python benchmarks/early_stop.py                      # 9 rounds (a few minutes on 2 cores)
     python benchmarks/early_stop.py --no-full            # early_stop's pairs only (the full forward is 5x longer)
     python benchmarks/early_stop.py --quick              # a smoke run: 2 batches, 1 round
     python benchmarks/early_stop.py --markdown docs/benchmarks.md
@@ -95,20 +96,28 @@ def routes(a, folder: Path) -> dict:
         finally:
             handle.remove()
 
-    def run(early: bool):
+    def run(early: bool, full_probe: bool = False):
         def go() -> None:
+            from hookrun.hooks import session
+
+            guard = session.probe_guard
+            if full_probe:  # the probe as it was: nothing it may stop at
+                session.probe_guard = lambda model, targets: None
             cfg = {"data": {"batch_size": BATCH}, "device": "cpu", "progress": False, "early_stop": early,
                    "hooks": hooks, "output": {"path": str(folder / "es.h5"), "overwrite": True}}
-            hookrun.run(cfg, model=model, dataset=dataset)
+            try:
+                hookrun.run(cfg, model=model, dataset=dataset)
+            finally:
+                session.probe_guard = guard
         return go
 
     full = {} if a.no_full else {"bare_full": bare_full, "full_forward": run(False)}
-    return {"bare_body": bare_body, "bare_cut": bare_cut, "early_stop": run(True), **full}
+    return {"bare_body": bare_body, "bare_cut": bare_cut, "early_stop": run(True), "full_probe": run(True, True), **full}
 
 
 def main() -> None:
     p = harness.parser(__doc__)
-    harness.int_options(p, batches=12, rounds=5, stop=6)
+    harness.int_options(p, batches=12, rounds=9, stop=6)
     p.add_argument("--no-full", action="store_true", help="leave out the full-forward pair (bare_full, full_forward)")
     harness.quick_and_markdown(p, "2 batches, 1 round: checks that every route runs", "append the results table to this file")
     a = harness.parse(p, batches=2, rounds=1)
@@ -117,7 +126,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         r = harness.paired_rounds(routes(a, Path(tmp)), a.rounds, harness.seeded_shuffle())
     targets = harness.Targets()
-    pairs = [("early_stop", "bare_body", 1.10), ("bare_cut", "bare_body", None)]
+    pairs = [("early_stop", "bare_body", 1.10), ("full_probe", "bare_body", None), ("bare_cut", "bare_body", None),
+             ("early_stop", "bare_cut", None)]
     pairs += [] if a.no_full else [("full_forward", "bare_full", 1.05)]
     for num, den, target in pairs:
         w, c = harness.ratio(r.wall, num, den), harness.ratio(r.cpu, num, den)
