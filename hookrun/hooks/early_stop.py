@@ -12,12 +12,13 @@ not need, the head included. The probe itself stops once the forward has left th
 (probe_guard): at the first module call, after every hook has fired, that is not a hooked module,
 inside one, an ancestor, a child of a hooked module's parent, or in a ModuleList, Sequential or
 ModuleDict on a hooked module's path (where a loop may call it again). A probe that hooks a module
-reachable under two names (T5's shared embedding) runs in full. What the probe cannot see: a hooked
-module called again, after that point, by the code of a module two or more levels above it. Every batch must then fire the same hooks in the same
-order, and after the last firing must go on to that same module, where the forward is cut
-(before it runs). A batch that fires differently (a module called more or fewer times, in another
-order, or called again after the stop point) stops the run with a RunError naming it, rather than
-dropping captures.
+reachable under two names (T5's shared embedding) runs in full. What the probe cannot see: a
+hooked module called again, after that point, by the code of a module two or more levels above it.
+
+Every batch must then fire the same hooks in the same order, and after the last firing must go on
+to that same module, where the forward is cut (before it runs). A batch that fires differently (a
+module called more or fewer times, in another order, or called again after the stop point) stops
+the run with a RunError naming it, rather than dropping captures.
 """
 
 from __future__ import annotations
