@@ -69,6 +69,10 @@ QUICK = {
          "3. atp vs exact: Spearman rank correlation"],
         ["transformer-lens ", "extrapolated"], needs=("transformer_lens",), timeout=900),
     "report.py": Expect(["report size (MB)", "report time (s)"], ["GB run", "torch "]),
+    "early_stop.py": Expect(
+        ["early_stop / bare_body (wall)", "full_probe / bare_body (wall)", "bare_cut / bare_body (wall)",
+         "early_stop / bare_cut (wall)", "full_forward / bare_full (wall)"],
+        ["torch ", "transformers ", "by CPU time"]),
     "cache_peers.py": Expect(
         ["hookrun time / bare forward time", "hookrun / TransformerLens", "hookrun / nnsight", "hookrun / SAELens",
          "hookrun to S3 / hookrun to a local file", "hookrun loader: shuffled / in-order reads",

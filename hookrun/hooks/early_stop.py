@@ -5,17 +5,25 @@
     stop.begin_step(step); model(x)  # hooks call stop.at_firing(point, call); StopForward cuts
     stop.end_step()                  # RunError where this batch fired differently from the probe
 
-The first step to run in full learns the order of the hook firings and which module the forward
-calls next after the last one. The runner makes that step a probe of one sample (the dataset's
-first item) with every action muted (HookSession.probe), so no real batch computes what the
-capture does not need, the head included. Every batch must then fire the same hooks in the same
-order, and after the last firing must go on to that same module, where the forward is cut
-(before it runs). A batch that fires differently (a module called more or fewer times, in another
-order, or called again after the stop point) stops the run with a RunError naming it, rather than
-dropping captures.
+The first step to run learns the order of the hook firings and which module the forward calls
+next after the last one. The runner makes that step a probe of one sample (the dataset's first
+item) with every action muted (HookSession.probe), so no real batch computes what the capture does
+not need, the head included. The probe itself stops once the forward has left the hooked modules
+(probe_guard): at the first module call, after every hook has fired, that is not a hooked module,
+inside one, an ancestor, a child of a hooked module's parent, or in a ModuleList, Sequential or
+ModuleDict on a hooked module's path (where a loop may call it again). A probe that hooks a module
+reachable under two names (T5's shared embedding) runs in full. What the probe cannot see: a
+hooked module called again, after that point, by the code of a module two or more levels above it.
+
+Every batch must then fire the same hooks in the same order, and after the last firing must go on
+to that same module, where the forward is cut (before it runs). A batch that fires differently (a
+module called more or fewer times, in another order, or called again after the stop point) stops
+the run with a RunError naming it, rather than dropping captures.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from torch import nn
 from torch.nn.modules.module import register_module_forward_pre_hook
@@ -42,16 +50,25 @@ class EarlyStop:
         self._step = 0
         self._handle = None
         self.reference = "batch 0"  # what the firings were learned from (the probe: "the probe")
+        self.guard: set[int] | None = None  # the probe: ids of the modules it may not stop at (probe_guard)
+        self._points = 0  # the probe: how many points must fire before it may stop
+        self._fired: set[int] = set()
 
     @property
     def learned(self) -> bool:
         return self.first is not None
 
+    def stop_probe(self, guard: set[int] | None, points: int) -> None:
+        """Let the coming probe stop at the first module call, after all `points` have fired, whose id
+        is not in `guard` (probe_guard's; None: the probe runs in full)."""
+        self.guard, self._points = guard, points
+
     def begin_step(self, step: int) -> None:
-        """Step -1 is the probe: it learns the firings and is never cut."""
+        """Step -1 is the probe: it learns the firings and stops only once past every hooked module."""
         if step < 0:
             self.reference = "the probe (the dataset's first sample)"
         self._step, self._pos, self._seen, self._next, self._pending = step, 0, [], None, False
+        self._fired = set()
         self._remove()
         if self.first is None:
             self._handle = register_module_forward_pre_hook(self._note_next)
@@ -59,6 +76,7 @@ class EarlyStop:
     def at_firing(self, point: HookPoint, call: int) -> None:
         if self.first is None:
             self._seen.append((point, call))
+            self._fired.add(id(point))
             self._next, self._pending = None, True
             return
         pos = self._pos
@@ -71,6 +89,7 @@ class EarlyStop:
 
     def end_step(self) -> None:
         self._remove()
+        self.guard = None
         if self.first is None:
             self.first, self.after = self._seen, self._next
         elif self._pos != len(self.first):
@@ -83,6 +102,10 @@ class EarlyStop:
     def _note_next(self, module: nn.Module, args: object) -> None:
         if self._pending:
             self._next, self._pending = module, False
+        guard = self.guard
+        if guard is not None and id(module) not in guard and len(self._fired) >= self._points:
+            self._remove()  # past every hooked module: the rest of the probe's forward is not needed
+            raise StopForward
 
     def _cut(self, module: nn.Module, args: object) -> None:
         self._remove()
@@ -104,6 +127,39 @@ class EarlyStop:
         if self._handle is not None:
             self._handle.remove()
             self._handle = None
+
+
+CONTAINERS = (nn.ModuleList, nn.Sequential, nn.ModuleDict)
+
+
+def probe_guard(model: nn.Module, targets: Iterable[object]) -> set[int] | None:
+    """The ids of the modules early_stop's probe may not stop at: each hooked module and everything
+    inside it, its ancestors, every child of its parent (a module may call a child, a shared ReLU,
+    again), and the whole of any ModuleList/Sequential/ModuleDict on its path (a loop over a stack
+    of blocks may come back to a hooked one). None (the probe runs in full) where a target is not a
+    module of `model` reached under exactly one name.
+
+        probe_guard(gpt2, [gpt2.transformer.h[1]])   # h.*, transformer, the root: not ln_f, lm_head
+    """
+    parents: dict[int, nn.Module] = {}
+    names: dict[int, int] = {}
+    for _, m in model.named_modules(remove_duplicate=False):
+        names[id(m)] = names.get(id(m), 0) + 1
+        for child in m.children():
+            parents[id(child)] = m
+    guard: set[int] = set()
+    for target in targets:
+        if not isinstance(target, nn.Module) or names.get(id(target)) != 1:
+            return None
+        guard.update(id(m) for m in target.modules())
+        node = target
+        while id(node) in parents:
+            parent = parents[id(node)]
+            guard.add(id(parent))
+            if node is target or isinstance(parent, CONTAINERS):
+                guard.update(id(m) for m in parent.modules())
+            node = parent
+    return guard
 
 
 def _where(point: HookPoint, call: int) -> str:

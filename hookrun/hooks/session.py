@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from hookrun.hooks.actions import ActionEnv
-from hookrun.hooks.early_stop import EarlyStop, StopForward
+from hookrun.hooks.early_stop import EarlyStop, StopForward, probe_guard
 from hookrun.hooks.events import INTERVENED, Event, Phase
 from hookrun.hooks.hook_types import HOOK_TYPES, Fire
 from hookrun.hooks.plan import HookPoint
@@ -80,13 +80,17 @@ class HookSession:
             self.early_stop.end_step()
 
     @contextmanager
-    def probe(self, sample_index: torch.Tensor, attention_mask: torch.Tensor | None = None) -> Iterator[None]:
+    def probe(self, sample_index: torch.Tensor, attention_mask: torch.Tensor | None = None,
+              model: torch.nn.Module | None = None) -> Iterator[None]:
         """A step that only fires the hooks (every action muted, nothing recorded, no firing
-        counted): early_stop learns from it where to cut, so batch 0 is cut too.
+        counted): early_stop learns from it where to cut, so batch 0 is cut too. Given the `model`,
+        the probe stops itself once past every hooked module (early_stop.probe_guard).
 
-            with session.probe(index):
+            with session.probe(index, model=model):
                 model(first_sample)
         """
+        if self.early_stop is not None and model is not None:
+            self.early_stop.stop_probe(probe_guard(model, (p.target for p in self.points)), len(self.points))
         muted = [list(p.actions) for p in self.points]
         fired = list(self.fired)
         for p in self.points:
