@@ -5,7 +5,6 @@ the estimate computed with torch.autograd.grad, on module sites and on a spliced
 from __future__ import annotations
 
 import json
-import warnings
 
 import numpy as np
 import pytest
@@ -15,7 +14,8 @@ import hookrun
 
 tl = pytest.importorskip("transformer_lens")
 safetensors = pytest.importorskip("safetensors.torch")
-from transformer_lens import HookedTransformer, HookedTransformerConfig, patching  # noqa: E402
+from tl_models import hooked_transformer  # noqa: E402
+from transformer_lens import patching  # noqa: E402
 
 N, T, V = 3, 6, 50
 HEADS = {"at": "blocks.*.attn.hook_z", "over": ["position", "head"], "dims": ["sample", "position", "head", "feature"]}
@@ -25,12 +25,7 @@ RESID = {"at": "blocks.*.hook_resid_pre", "over": ["position"]}
 
 @pytest.fixture(scope="module")
 def model():
-    torch.manual_seed(0)
-    cfg = HookedTransformerConfig(n_layers=2, d_model=32, n_ctx=16, d_head=8, n_heads=4, d_vocab=V, act_fn="gelu")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        m = HookedTransformer(cfg)
-    return m.eval()
+    return hooked_transformer(V, d_model=32, n_ctx=16, d_head=8, act_fn="gelu")
 
 
 @pytest.fixture(scope="module")

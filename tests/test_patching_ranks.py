@@ -67,10 +67,10 @@ def reference() -> np.ndarray:
 @pytest.fixture(scope="module")
 def tl_task():
     """A tiny HookedTransformer and three items (tests/test_patching_runs.py's kind)."""
-    from test_patching_runs import HookedTransformer, HookedTransformerConfig, V
+    from test_patching_runs import V
+    from tl_models import hooked_transformer
 
-    torch.manual_seed(0)
-    model = HookedTransformer(HookedTransformerConfig(n_layers=2, d_model=16, n_ctx=8, d_head=4, n_heads=4, d_vocab=V)).eval()
+    model = hooked_transformer(V)
     clean = torch.randint(0, V, (3, 5), generator=torch.Generator().manual_seed(1))
     corrupt = torch.cat([clean[:, :1], torch.randint(0, V, (3, 1)), clean[:, 2:]], 1)
     items = [{"clean": c, "corrupt": x, "answer": torch.tensor(3), "wrong": torch.tensor(4)} for c, x in zip(clean, corrupt, strict=True)]

@@ -3,8 +3,6 @@ written, and bad inputs are one line before any forward."""
 
 from __future__ import annotations
 
-import warnings
-
 import h5py
 import numpy as np
 import pytest
@@ -14,7 +12,7 @@ import hookrun
 from hookrun.errors import ConfigError
 
 tl = pytest.importorskip("transformer_lens")
-from transformer_lens import HookedTransformer, HookedTransformerConfig  # noqa: E402
+from tl_models import hooked_transformer  # noqa: E402
 
 N, T, V = 3, 5, 40
 HEADS = {"at": "blocks.*.attn.hook_z", "over": ["position", "head"], "dims": ["sample", "position", "head", "feature"]}
@@ -22,11 +20,7 @@ HEADS = {"at": "blocks.*.attn.hook_z", "over": ["position", "head"], "dims": ["s
 
 @pytest.fixture(scope="module")
 def model():
-    torch.manual_seed(0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        m = HookedTransformer(HookedTransformerConfig(n_layers=2, d_model=16, n_ctx=8, d_head=4, n_heads=4, d_vocab=V))
-    return m.eval()
+    return hooked_transformer(V)
 
 
 @pytest.fixture(scope="module")

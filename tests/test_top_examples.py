@@ -120,6 +120,12 @@ def test_an_interrupted_run_resumed_gives_the_brute_force_top_k(tmp_path):
     with h5py.File(cfg["output"]["path"], "r", locking=False) as f:
         assert f.attrs["status"] == "interrupted" and "top.values" not in f["captures/act/transformer.h.1.mlp.act"]
         assert "state" in f  # the running top-k of the kept batches
+    resume_and_check_top(cfg)
+
+
+def resume_and_check_top(cfg: dict) -> None:
+    """Resume the stopped run `cfg` to the end; its top examples equal a brute-force sort of the
+    record of the same hook point (all 14 samples' token rows)."""
     cfg["resume"] = True
     assert hookrun.run(cfg).status == "complete"
     with open_run(cfg["output"]["path"]) as run:
@@ -209,13 +215,7 @@ def test_a_killed_run_resumed_gives_the_brute_force_top_k(tmp_path):
     assert proc.returncode == -9, proc.stderr[-2000:]  # SIGKILL at batch 3: no end of run, no close
     with h5py.File(cfg["output"]["path"], "r", locking=False) as f:
         assert f.attrs["status"] == "running" and 1 <= f.attrs["steps_complete"] <= 3
-    cfg["resume"] = True
-    assert hookrun.run(cfg).status == "complete"
-    with open_run(cfg["output"]["path"]) as run:
-        rec = run["transformer.h.1.mlp.act", "output"][:]
-        ts, tp = run.file["samples/token_sample"][:], run.file["samples/token_position"][:]
-    assert len(np.unique(ts)) == 14
-    assert_top(cfg["output"]["path"], "act", "transformer.h.1.mlp.act", rec, ts, tp)
+    resume_and_check_top(cfg)
 
 
 def test_the_state_is_written_in_two_slots_in_place(tmp_path):
