@@ -85,3 +85,32 @@ def test_random_kills_always_leave_the_file_under_its_name(tmp_path):
     result = json.loads(out.stdout.splitlines()[-1])
     assert result["mid_flush"] == 0, result
     assert result["checked"] >= 25 and result["disagreements"] == [], result
+
+
+@pytest.mark.skipif(os.name != "posix", reason="the helper process is posix-only (Windows applies in-process)")
+def test_closing_ends_the_flush_helper_while_a_forked_child_holds_its_pipe(tmp_path):
+    """A DataLoader worker is a fork of the writer, so it holds the write end of the helper's pipe
+    too: closing the pipe sends the helper no EOF. The store's close must still end the helper (it
+    hung until the worker went away: test_inputs' ragged items with num_workers=1)."""
+    import threading
+
+    from hookrun.store.held import HeldWrites
+
+    raw = HeldWrites(tmp_path / "x.bin")
+    helper = raw.applier.proc
+    child = os.fork()
+    if child == 0:  # the "worker": holds every inherited fd, the helper's stdin among them
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        import time
+
+        time.sleep(300)
+        os._exit(0)
+    try:
+        closing = threading.Thread(target=raw.close, daemon=True)
+        closing.start()
+        closing.join(60)
+        assert not closing.is_alive(), "close() waited on a helper that never saw the end of its input"
+        assert helper.poll() == 0
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)

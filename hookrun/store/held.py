@@ -42,6 +42,8 @@ while True:
     if len(head) < 8:
         break
     n = struct.unpack("<Q", head)[0]
+    if n == 2**64 - 1:  # the end: a forked child (a DataLoader worker) may hold the pipe open, so no EOF comes
+        break
     body = r.read(n)
     if len(body) < n:
         break
@@ -60,6 +62,9 @@ while True:
     w.write(b"k")
     w.flush()
 """
+
+
+END = 2**64 - 1  # the message length that tells the helper to end
 
 
 class Applier:
@@ -98,10 +103,21 @@ class Applier:
                 raise OSError(f"the flush helper stopped (exit {self.proc.poll()}): the file's last flush may be incomplete")
 
     def close(self) -> None:
+        """Tell the helper to end (in words: a process forked from this one, a DataLoader worker,
+        holds the pipe's write end too, so closing it here sends no EOF) and wait for it."""
         if self.proc is not None and self.proc.poll() is None:
             self.wait()
-            self.proc.stdin.close()
-            self.proc.wait()
+            try:
+                self.proc.stdin.write(struct.pack("<Q", END))
+                self.proc.stdin.flush()
+                self.proc.stdin.close()
+            except OSError:  # the helper is gone already
+                pass
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:  # (every message was acknowledged above: nothing is lost)
+                self.proc.kill()
+                self.proc.wait()
             self.proc.stdout.close()
 
 
