@@ -49,7 +49,8 @@ def test_joblib_sweep_table_inspect_and_plot(tmp_path):
     assert "3 jobs, swept: params.factor" in out and out.count("complete") == 3
     plot = subprocess.run([sys.executable, "-m", "hookrun.plot", str(folder), "--out", str(tmp_path / "fig")],
                           capture_output=True, text=True, check=True)
-    assert (tmp_path / "fig" / "sweep_mean.png").stat().st_size > 5000, plot.stderr
+    # each metric against each swept parameter: the logits' mean against params.factor among them
+    assert (tmp_path / "fig" / "sweep_logits__fc__output_mean_vs_params.factor.png").stat().st_size > 5000, plot.stderr
 
 
 def test_submitit_local_sweep(tmp_path):
