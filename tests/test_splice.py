@@ -231,6 +231,26 @@ def test_the_splice_check_and_the_site_check_share_one_forward_of_the_first_samp
     assert len(calls) == 1 + len(range(0, len(data), BATCH))  # one probe forward, then the batches
 
 
+def test_the_actions_tensor_check_shares_that_forward_too(tmp_path, data, sae):
+    """top_examples checks its tensor's feature axis in one sample's forward: it listens to the same
+    forward as the splice and site checks (two forwards before the batches, before)."""
+    folder, w = sae
+    model = gpt2()
+    ref = torch.cat(logits_with(model, data, lambda x: decode(w, encode(w, x))))
+    calls = []
+    handle = model.register_forward_pre_hook(lambda m, a: calls.append(1))
+    hooks = {**splice_hooks(folder),
+             "soft": {"at": "transformer.h.1.attn/softmax", "type": "forward", "actions": [{"name": "record", "what": "output"}]},
+             "top": {"at": f"{BLOCK}.sae.latents", "type": "forward", "actions": [{"name": "top_examples", "k": 2}]}}
+    model.config._attn_implementation = "eager"  # a softmax site needs eager attention
+    try:
+        with run(tmp_path, model, data, hooks) as f:
+            torch.testing.assert_close(stored_logits(f), ref, rtol=1e-5, atol=1e-5)
+    finally:
+        handle.remove()
+    assert len(calls) == 1 + len(range(0, len(data), BATCH))  # one forward for every check, then the batches
+
+
 def test_splice_on_an_input_or_an_op_site_is_refused(tmp_path, data, sae):
     folder, _ = sae
     hooks = {"s": {"at": BLOCK, "type": "forward_pre", "actions": [{"name": "replace_input", "op": "splice", "path": str(folder)}]}}

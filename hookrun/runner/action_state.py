@@ -1,6 +1,7 @@
 """Stateful actions over a run: their checks before any batch, their state on resume, their end.
 
-    check_actions(points, dataset[0], forward)   # prepare(): items and hooked tensors, one line each
+    check_items(points, dataset[0])             # prepare(): each action's look at the first item
+    check_tensors(points, forward)              # ... and at its tensor, listening to `forward` (run once)
     restore_states(env, old_file, kept, store)   # resume: the state saved with the kept batches
     finish_actions(env, store)                   # a complete run: the actions' end-of-run captures
 
@@ -37,15 +38,18 @@ def tensor_checked(points: list[HookPoint]) -> list[tuple[HookPoint, Any]]:
             if p.site is None and p.type in ("forward", "forward_pre") and _declares(a, "check_tensor")]
 
 
-def check_actions(points: list[HookPoint], item: Any, run_one: Callable[[], Any]) -> None:
-    """Before the first batch: each action's check of the first item, then (where an action checks
-    its tensor) one sample's forward with a plain hook on those modules."""
+def check_items(points: list[HookPoint], item: Any) -> None:
+    """Before the first batch: each action's check of the dataset's first item (a missing key)."""
     for p in points:
         for a in p.actions:
             a.check_item(item)
+
+
+def check_tensors(points: list[HookPoint], run_one: Callable[[], Any]) -> None:
+    """`run_one()` (one sample's forward, which the site and splice checks listen to as well) with a
+    plain hook on each module whose action checks its tensor (a width, an axis); then the checks.
+    prepare() composes it onto the one forward of the checks before the first batch."""
     checked = tensor_checked(points)
-    if not checked:
-        return
     seen: dict[int, dict] = {}
 
     def keep(key: int, pre: bool) -> Callable:

@@ -38,7 +38,7 @@ from hookrun.hooks.plan import make_plan
 from hookrun.hooks.points import HookPoint
 from hookrun.hooks.site_check import check_sites_run
 from hookrun.hooks.splice import check_outputs
-from hookrun.runner.action_state import check_actions
+from hookrun.runner.action_state import check_items, check_tensors, tensor_checked
 from hookrun.runner.batches import make_loader
 from hookrun.runner.calls import CallSpec
 from hookrun.runner.destination import Destination, open_destination
@@ -121,15 +121,17 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
         raise
     settings = LoopSettings(run_kind, device, batches, cfg.progress, spec=spec, store_keys=tuple(cfg.data.store))
     try:  # op sites that cannot fire, and splices that do not fit, are refused here: one forward of the first sample
+        check_items(points, dataset[0])  # actions' own look at the first item (a key): no forward needed
         forward = lambda: one_sample_forward(model, loader, settings)  # noqa: E731
         if env.splices:  # the splice check listens to the same forward as the site check
             forward = functools.partial(check_outputs, points, forward)
+        tensors = tensor_checked(points)
+        if tensors:  # so does the actions' check of their tensors (a width, an axis)
+            forward = functools.partial(check_tensors, points, forward)
         if any(p.site is not None for p in points):
             points = check_sites_run(points, model, forward)
-        elif env.splices:
+        elif env.splices or tensors:
             forward()
-        # actions' own checks (an item key, a tensor's width or axes): one line before any batch
-        check_actions(points, dataset[0], lambda: one_sample_forward(model, loader, settings))
         out.check_state(env.stateful)
     except BaseException:
         env.close()
