@@ -31,7 +31,7 @@ def test_a_misspelt_key_of_a_typed_block_keeps_its_suggestion():
 @pytest.mark.parametrize(("target", "hint"), [
     ("torchvision.models.resnet181", "torchvision.models has no 'resnet181'; did you mean torchvision.models.resnet18 or "),
     ("torch.nn.Linearr", "torch.nn has no 'Linearr'; did you mean torch.nn.Linear"),
-    ("hookrun.models.tiny_llm", "hookrun.models has no 'tiny_llm'; did you mean hookrun.models.tiny_lm?"),
+    ("hookrun.models.tiny_llm", "hookrun.models has no 'tiny_llm'; did you mean hookrun.models.tiny_lm or hookrun.models.tiny_cnn?"),
     ("torchvision.modls.resnet18", "torchvision has no 'modls'; did you mean torchvision.models"),
     ("torchvison.models.resnet18", "no module 'torchvison': is the package installed and the name spelt right?"),
 ])
