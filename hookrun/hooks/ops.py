@@ -55,7 +55,7 @@ class OpBuild:
 
     point: Any  # the HookPoint: .hook, .type, .module (its path), .target (the nn.Module)
     family: str  # the role family the action replaces: input, output or grad_input (an event's `writable`)
-    env: Any  # the run's ActionEnv: planned samples, closers run at the end of the run
+    env: Any  # the run's ActionEnv: planned samples, and its hold (undone at the end of the run)
 
     @property
     def where(self) -> str:

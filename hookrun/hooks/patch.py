@@ -51,7 +51,7 @@ class PatchSource:
         except HookrunError as exc:
             raise ConfigError(f"{where}: {exc}") from None
         if env is not None:
-            env.closers.append(self.source.close)
+            env.hold.on_close(self.source.close)
         try:
             captures = list_captures(self.file)
         except HookrunError as exc:

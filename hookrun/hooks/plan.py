@@ -160,7 +160,7 @@ def make_plan(model: nn.Module, specs: list, env: ActionEnv, mode: Mode | str) -
             if site is not None:
                 check_site_actions(point, site[0])
             points.append(point)
-    env.closers.append(unfuse([p.target for p in points if p.site is not None], "op sites"))
+    env.hold.on_close(unfuse([p.target for p in points if p.site is not None], "op sites"))
     check_fused_attention(points)
     check_attention_weights(points)
     return points

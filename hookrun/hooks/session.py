@@ -47,6 +47,7 @@ class HookSession:
                     self._handles.extend(self.interceptor.add(point.target, fn, call, point, self._firing(point, i)))
                     continue
                 self._handles.extend(HOOK_TYPES.get(point.type).attach(point, self._firing(point, i)))
+            self.env.hold.on_close(self.remove)  # the run's one owner removes them too, if this session is never exited
         except BaseException:
             self.remove()
             raise
@@ -60,6 +61,7 @@ class HookSession:
             self.early_stop.close()
         while self._handles:
             self._handles.pop().remove()
+        self.env.hold.forget(self.remove)
 
     def begin_step(self, step: int, batch_size: int, sample_index: torch.Tensor | None,
                    attention_mask: torch.Tensor | None = None, batch: Any = None) -> None:

@@ -17,7 +17,7 @@ clamp_features, add_features), listed. The op `splice` then calls that child on 
 
 Every spliced forward adds to Splice.stats (float64, padding excluded): l0, mse, explained
 variance, dead latents; the evaluate block reads them (env.splices). The children are removed at
-the end of the run (env.closers): the model comes back as it went in.
+the end of the run (env.hold): the model comes back as it went in.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def coder_of(params: Mapping, where: str, device: Any = None) -> nn.Module:
 
 def install(model: nn.Module, specs: list, env: Any, targets: Callable[[Any], list]) -> None:
     """Add a Splice child to every module a `modify_output` with `op: splice` names; record each in
-    env.splices, and the removal of each in env.closers."""
+    env.splices, and the removal of each with env.hold (hooks/hold.py)."""
     for spec in specs:
         for action in spec.actions:
             if action.is_target or action.params.get("op") != "splice":
@@ -131,7 +131,7 @@ def install(model: nn.Module, specs: list, env: Any, targets: Callable[[Any], li
                 spliced = Splice(coder, name, error_term, env.state)
                 target.add_module(CHILD, spliced)
                 env.splices.append(spliced)
-                env.closers.append(_remover(target, spliced, env))
+                env.hold.on_close(_remover(target, spliced, env))
 
 
 def _remover(target: nn.Module, splice: Splice, env: Any) -> Callable[[], None]:

@@ -151,12 +151,10 @@ def capture(model: nn.Module, hooks: Mapping, dtype: str = "keep") -> Iterator[C
         eos = [] if eos is None else eos if isinstance(eos, list | tuple) else [eos]
         tracker = CallTracker(model, points, env.state, eos) if callable(getattr(model, "generate", None)) else nullcontext()
         with HookSession(points, env) as session, tracker:
-            handles = [model.register_forward_pre_hook(steps.begin(session), with_kwargs=True, prepend=True)]
+            env.hold.on_close(model.register_forward_pre_hook(steps.begin(session), with_kwargs=True, prepend=True).remove)
             try:
                 yield cap
             finally:
-                for h in handles:
-                    h.remove()
                 steps.end_step()
             for point in session.never_fired() if cap.steps else ():  # (not on an exception: the block may have stopped early)
                 warn_never_fired(point.hook, point.module, "in the block", "so cap has no capture from it")

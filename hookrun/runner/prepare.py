@@ -34,6 +34,7 @@ from hookrun.config.schema import DTYPES, HookrunConfig, Mode
 from hookrun.config.specs import parse_hooks
 from hookrun.errors import ConfigError
 from hookrun.hooks.actions import ActionEnv
+from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.plan import make_plan
 from hookrun.hooks.points import HookPoint
 from hookrun.hooks.site_check import check_sites_run
@@ -76,9 +77,10 @@ class Prepared:
 
 
 def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Module | None = None, dataset: Any = None,
-            out: Destination | None = None) -> Prepared:
+            out: Destination | None = None, hold: ModelHold | None = None) -> Prepared:
     """`model` and `dataset`, where given, are live objects used instead of cfg.model / cfg.data.dataset;
-    `out`: the run's destination, made once by run() (default: output.path's)."""
+    `out`: the run's destination, made once by run() (default: output.path's); `hold`: the owner of
+    what the run attaches to the model (hooks/hold.py), made by run() before the model is touched."""
     import_modules(cfg.imports)
     specs = parse_hooks(cfg.hooks)
     mode = cfg.mode
@@ -110,7 +112,7 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
     loss = build_loss(cfg.loss) if cfg.loss is not None and (mode is Mode.grad or evaluating(cfg)) else None
     batches = range(len(loader) if cfg.data.limit is None else min(cfg.data.limit, len(loader)))
     planned = np.arange(samples_in(batches, cfg.data.batch_size, len(dataset)))
-    env = ActionEnv(store_dtype=DTYPES[cfg.output.dtype.value], planned_samples=planned)
+    env = ActionEnv(store_dtype=DTYPES[cfg.output.dtype.value], planned_samples=planned, hold=hold or ModelHold())
     try:
         points = make_plan(model, specs, env, mode)
         if cfg.early_stop:

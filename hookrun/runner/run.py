@@ -24,13 +24,13 @@ import torch
 from hookrun.analysis.stats import human_bytes
 from hookrun.config.schema import HookrunConfig, load, to_yaml, with_live
 from hookrun.errors import ConfigError
+from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.session import HookSession
 from hookrun.runner.action_state import finish_actions, restore_states
 from hookrun.runner.destination import Destination, open_destination
 from hookrun.runner.end_warnings import end_report
 from hookrun.runner.estimate import estimate
-from hookrun.runner.live import borrowed
 from hookrun.runner.loop import run_batches
 from hookrun.runner.prepare import Prepared, dataset_name, prepare
 from hookrun.runner.ranks import detect
@@ -80,31 +80,33 @@ def run(cfg: Any, model: torch.nn.Module | None = None, dataset: Any = None) -> 
     started = time.perf_counter()
     cfg = load(with_live(cfg, model, dataset))
     ranks = detect()
-    with borrowed(model):  # a live model comes back as it went in (mode, flags, devices, grads)
+    # the one owner of what the run attaches to the model: hooks, splices, unfused attention, and a
+    # live model's own state (mode, flags, devices, grads), all undone on the way out (hooks/hold.py)
+    with ModelHold(model) as hold:
         dest = open_destination(cfg, ranks)  # output.path, resolved once: a local file or object-store parts
-        body = lambda c, d, adjust=None: _locked(c, d, started, model, dataset, adjust)  # noqa: E731
+        body = lambda c, d, adjust=None: _locked(c, d, started, model, dataset, hold, adjust)  # noqa: E731
         if ranks.many:  # one rank of torchrun / submitit / srun: its block, then (rank 0) the whole run
             return ShardRun(cfg, ranks, dest.shards(cfg, ranks)).run(body)
         return body(cfg, dest)
 
 
 def _locked(cfg: HookrunConfig, dest: Destination, started: float, model: torch.nn.Module | None, dataset: Any,
-            adjust: Callable[[Prepared], None] | None = None) -> RunResult:
+            hold: ModelHold, adjust: Callable[[Prepared], None] | None = None) -> RunResult:
     """_run under the destination's lock: one writer per output, held until the store is closed."""
     try:
         if cfg.resume:
             dest.check_resume()
         if cfg.dry_run:
-            return _run(cfg, dest, started, model, dataset, adjust)
+            return _run(cfg, dest, started, model, dataset, hold, adjust)
         dest.check_place()
         with dest.locked():
-            return _run(cfg, dest, started, model, dataset, adjust)
+            return _run(cfg, dest, started, model, dataset, hold, adjust)
     except KeyboardInterrupt:  # Ctrl-C before the file was created (later ones raise Interrupted)
         raise Interrupted(signal.SIGINT, None, 0, resumed_from=dest.resumed_from(cfg.resume)) from None
 
 
 def _run(cfg: HookrunConfig, dest: Destination, started: float, model: torch.nn.Module | None, dataset: Any,
-         adjust: Callable[[Prepared], None] | None = None) -> RunResult:
+         hold: ModelHold, adjust: Callable[[Prepared], None] | None = None) -> RunResult:
     resume = None
     if cfg.resume and not cfg.dry_run:  # _locked holds the destination's lock
         resume = dest.open_resume(to_yaml(cfg))
@@ -115,7 +117,7 @@ def _run(cfg: HookrunConfig, dest: Destination, started: float, model: torch.nn.
         if resume is None:
             log.info("resume: no file at %s; starting from the first batch", dest)
     try:
-        p = prepare(cfg, check_exists=resume is None, model=model, dataset=dataset, out=dest)
+        p = prepare(cfg, check_exists=resume is None, model=model, dataset=dataset, out=dest, hold=hold)
     except BaseException:
         if resume is not None:
             resume.close()

@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from hookrun.hooks.events import Event, StepState
+from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.registry import Registry
 from hookrun.store.records import Capture, StepCaptures
 
@@ -63,7 +64,7 @@ class ActionEnv:
     state: StepState = field(default_factory=StepState)
     store_dtype: torch.dtype | None = None  # None: keep the tensor's dtype
     planned_samples: np.ndarray | None = None  # the dataset indices this run will see
-    closers: list[Callable[[], None]] = field(default_factory=list)  # run at the end of the run
+    hold: ModelHold = field(default_factory=ModelHold)  # what the run attached to the model, undone at its end
     splices: list = field(default_factory=list)  # hooks/splice.py's Splice modules of this run (their .stats)
     # evaluate: what a modify action returns in the ablated forward, ablation(x, module, role); None: no ablation
     ablation: Callable[[torch.Tensor, str, str], torch.Tensor] | None = None
@@ -76,8 +77,8 @@ class ActionEnv:
         return {a.state_key: a.state() for a in self.stateful} or None
 
     def close(self) -> None:
-        while self.closers:
-            self.closers.pop()()
+        """Undo everything the run attached (hooks/hold.py), last attached first."""
+        self.hold.close()
 
 
 class Action:

@@ -70,7 +70,7 @@ class FinalLogits:
     def __init__(self, unembed: nn.Module, env: Any) -> None:
         self.pending: list[tuple[LogitLens, torch.Tensor, dict]] = []
         self.handle = unembed.register_forward_hook(self._fired)
-        env.closers.append(self.handle.remove)
+        env.hold.on_close(self.handle.remove)
 
     def _fired(self, module: nn.Module, args: Any, out: Any) -> None:
         if not self.pending:

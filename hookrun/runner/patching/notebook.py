@@ -5,7 +5,7 @@
     grids["resid"]     # xarray.DataArray, dims ("module", "position")
 
 The same engine (runner/patching/engine.py), plan, session and actions as a file run; nothing is
-written. The model comes back as it went in (its training flag; every hook and splice removed).
+written. The model comes back as it went in (its mode, flags, devices and grads; every hook and splice removed: hooks/hold.py).
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ from torch import nn
 
 from hookrun.analysis.grids import as_grid
 from hookrun.config.build import build
+from hookrun.config.schema import Mode
 from hookrun.config.specs import parse_hooks
 from hookrun.hooks.actions import ActionEnv
+from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.plan import make_plan
 from hookrun.runner.metrics import normalized
 from hookrun.runner.patching.block import Block, parse_block
@@ -38,16 +40,14 @@ def patch_grid(model: nn.Module, dataset: Any, hooks: Any = None, limit: int | N
     b = parse_block(block, build=lambda node, where: build(node, where))
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     items = load_items(dataset, b, limit, device)
-    env = ActionEnv()
-    training = model.training
+    env = ActionEnv(hold=ModelHold(model))  # the model comes back as it went in: hooks, splices, its mode
     try:
-        points = make_plan(model, parse_hooks(hooks), env, "eval")
+        points = make_plan(model, parse_hooks(hooks), env, Mode.eval)
         with PatchEngine(model, b, items, env, points) as engine:
             values, exact = run_cells(engine)
             attrs = grid_attrs(engine, b)
     finally:
         env.close()
-        model.train(training)
     layout = engine.layout.describe()
     out = exact if which == "exact" else values
     return {name: as_grid(name, out, layout, attrs) for name in layout}
