@@ -2,7 +2,7 @@
 
     python -m hookrun.modules model=resnet50 --match 'layer1.**'
 
-This file is only the command's entry point (the code is in hookrun.cli.modules). The function of
+This file is only the command's entry point (the code is in hookrun.cli.modules_command). The function of
 the same name, `hookrun.modules(model, example)`, is hookrun.notebook.lister.list_modules, bound in
 hookrun/__init__.py; import it as `from hookrun import modules`.
 """
@@ -10,6 +10,6 @@ hookrun/__init__.py; import it as `from hookrun import modules`.
 import sys
 
 if __name__ == "__main__":
-    from hookrun.cli.modules import main
+    from hookrun.cli.modules_command import main
 
     sys.exit(main())

@@ -1,8 +1,8 @@
-"""`python -m hookrun.plot PATH --out DIR`: the entry point; the code is in hookrun.cli.plot."""
+"""`python -m hookrun.plot PATH --out DIR`: the entry point; the code is in hookrun.cli.plot_command."""
 
 import sys
 
-from hookrun.cli.plot import main
+from hookrun.cli.plot_command import main
 
 if __name__ == "__main__":
     sys.exit(main())

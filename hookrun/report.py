@@ -1,8 +1,8 @@
-"""`python -m hookrun.report PATH [--out FILE]`: the entry point; the code is in hookrun.cli.report."""
+"""`python -m hookrun.report PATH [--out FILE]`: the entry point; the code is in hookrun.cli.report_command."""
 
 import sys
 
-from hookrun.cli.report import main
+from hookrun.cli.report_command import main
 
 if __name__ == "__main__":
     sys.exit(main())

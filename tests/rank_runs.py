@@ -19,7 +19,7 @@ import h5py
 import numpy as np
 from conftest import ROOT
 
-from hookrun.analysis.run import list_captures, row_index
+from hookrun.analysis.run_reader import list_captures, row_index
 
 ENV = {"PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 HOOKS = ("hooks={fmap: {at: features.0, type: forward, actions: [{name: record, what: output}]},"

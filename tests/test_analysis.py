@@ -9,7 +9,7 @@ from conftest import batches, make_cfg
 
 import hookrun
 from hookrun import open_run
-from hookrun.analysis.run import block_stats
+from hookrun.analysis.run_reader import block_stats
 from hookrun.errors import ConfigError, NotFoundError
 
 HOOKS = {
@@ -116,7 +116,7 @@ def test_max_bytes_refuses_before_any_batch(tmp_path, checkpoint):
 
 def test_plot_writes_real_images(run_file, tmp_path):
     plt = pytest.importorskip("matplotlib.pyplot")
-    from hookrun.cli.plot import main
+    from hookrun.cli.plot_command import main
 
     assert main([str(run_file), "--out", str(tmp_path / "fig")]) == 0
     names = sorted(p.name for p in (tmp_path / "fig").glob("*.png"))
@@ -129,7 +129,7 @@ def test_plot_writes_real_images(run_file, tmp_path):
 
 def test_gradcam_matches_the_formula_and_is_drawn(tmp_path, checkpoint, reference_model, dataset):
     pytest.importorskip("matplotlib")
-    from hookrun.cli.plot import gradcam, gradcam_pairs, main
+    from hookrun.cli.plot_command import gradcam, gradcam_pairs, main
 
     hooks = {"fmap": {"at": "layer3", "type": "forward", "actions": [{"name": "record", "what": "output"}]},
              "g": {"at": "layer3", "type": "tensor", "actions": ["record"]}}

@@ -195,7 +195,8 @@ def test_a_file_without_the_attribute_reads_with_derived_names(gpt2_run, tmp_pat
 
 def test_attention_plot_labels_heads_query_key_and_token_text(gpt2_run, tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
-    from hookrun.cli import figures, plot
+    from hookrun.cli import figures
+    from hookrun.cli import plot_command as plot
 
     _, path = gpt2_run
     with h5py.File(path) as f:

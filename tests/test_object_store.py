@@ -132,7 +132,7 @@ def test_open_run_inspect_and_xarray_over_the_bucket(s3, tmp_path, capsys):
         xr = run.to_xarray()
         np.testing.assert_array_equal(xr["h/2/output"].values, f["captures/h/2/output"][:])
         np.testing.assert_array_equal(xr["sample"].values, f["samples/index"][:])
-    from hookrun.cli.inspect import main
+    from hookrun.cli.inspect_command import main
     assert main([URL, "--no-stats"]) == 0
     out = capsys.readouterr().out
     assert "status    complete   (16 batches, 64 samples)" in out and "h/2/output" in out and "part file(s)" in out
@@ -152,15 +152,15 @@ def test_a_one_part_run_lists_the_runs_attributes_in_its_manifest(s3, tmp_path, 
         assert ours.pop("output")["path"] == URL and theirs.pop("output")["path"] == str(local)
         assert ours == theirs  # the same config but for where it went
     assert "hooks_not_fired" in manifest["attrs"]
-    from hookrun.cli.inspect import main
+    from hookrun.cli.inspect_command import main
     assert main([URL, "--no-stats"]) == 0
     out = capsys.readouterr().out
     assert "missing" not in out and "status    complete   (16 batches, 64 samples)" in out
 
 
 def test_inspect_reads_the_manifest_alone_and_statistics_one_part_at_a_time(s3, tmp_path, capsys, monkeypatch):
-    from hookrun.cli.inspect import main
-    from hookrun.store.remote import RemoteFolder
+    from hookrun.cli.inspect_command import main
+    from hookrun.store.object_folder import RemoteFolder
 
     hookrun.run(cfg(URL, tmp_path, checksum=True))
     cache = tmp_path / "cache"

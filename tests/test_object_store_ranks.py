@@ -192,9 +192,9 @@ def test_a_taken_url_is_refused_on_every_rank_in_one_line(s3, tmp_path):
 def test_rank_outputs_own_only_their_objects_and_a_reader_derives_the_status(tmp_path):
     """Units over memory://: which objects a rank replaces, and the run's status from its ranks'."""
     from hookrun.store.manifest import Manifest
-    from hookrun.store.parts import Output
+    from hookrun.store.object_folder import RemoteFolder
+    from hookrun.store.parts import ObjectStoreOutput
     from hookrun.store.ranked import begin_ranks, check_ranked_output, combined_status
-    from hookrun.store.remote import RemoteFolder
 
     url = "memory://ranks-unit/run/captures.h5"
     folder = RemoteFolder.open(url, check=False)
@@ -202,8 +202,8 @@ def test_rank_outputs_own_only_their_objects_and_a_reader_derives_the_status(tmp
                  "manifest.rank-00001.json", "rank-00001/part-00003.h5", "manifest.rank-00002.json",
                  "rank-00002/part-00000.h5", "notes.txt"):
         folder.write_text(name, "x")
-    one = Output.of(url, str(tmp_path))
-    r1 = Output(one.url, one.staging, rank=1)
+    one = ObjectStoreOutput.of(url, str(tmp_path))
+    r1 = ObjectStoreOutput(one.url, one.staging, rank=1)
     assert r1.owns("rank-00001/part-00003.h5") and r1.owns("manifest.rank-00001.json")
     assert not r1.owns("rank-00000/part-00000.h5") and not r1.owns("manifest.json") and one.owns("manifest.json")
     assert r1.parts_dir == tmp_path / "captures.h5.rank-00001.parts" and r1.part(3) == "rank-00001/part-00003.h5"

@@ -60,7 +60,7 @@ def test_op_patch_reads_its_source_from_the_bucket(s3, tmp_path, monkeypatch):
 
 
 def test_evaluate_mean_reads_the_means_from_the_bucket(s3, tmp_path, monkeypatch):
-    from hookrun.runner.evaluate import read_means
+    from hookrun.runner.ablations import read_means
 
     monkeypatch.setenv("HOOKRUN_CACHE_DIR", str(tmp_path / "cache"))
     hookrun.run(cfg(URL, tmp_path))
@@ -88,7 +88,7 @@ def test_evaluate_mean_reads_the_means_from_the_bucket(s3, tmp_path, monkeypatch
 def test_plot_draws_an_object_store_run_as_the_same_run_in_a_local_file(s3, tmp_path, monkeypatch):
     from matplotlib.image import imread
 
-    from hookrun.cli import plot
+    from hookrun.cli import plot_command as plot
 
     monkeypatch.setenv("HOOKRUN_CACHE_DIR", str(tmp_path / "fetched"))
     hookrun.run(cfg(URL, tmp_path))
@@ -103,7 +103,7 @@ def test_plot_draws_an_object_store_run_as_the_same_run_in_a_local_file(s3, tmp_
 
 
 def test_inspect_verify_names_every_damaged_part_and_exits_1(s3, tmp_path, monkeypatch, capsys):
-    from hookrun.cli.inspect import main
+    from hookrun.cli.inspect_command import main
 
     server, client = s3
     monkeypatch.setenv("HOOKRUN_CACHE_DIR", str(tmp_path / "cache"))
@@ -146,7 +146,7 @@ def test_a_second_writer_or_a_resume_on_a_url_being_written_is_refused_naming_th
 
 
 def test_the_lock_is_a_conditional_put_renewed_while_held_and_removed_at_the_end(s3, tmp_path):
-    from hookrun.store.remote import RemoteFolder
+    from hookrun.store.object_folder import RemoteFolder
     from hookrun.store.remote_lock import RemoteLock
 
     server, client = s3

@@ -3,6 +3,8 @@ written, and bad inputs are one line before any forward."""
 
 from __future__ import annotations
 
+import re
+
 import h5py
 import numpy as np
 import pytest
@@ -54,7 +56,9 @@ def test_a_file_run_reads_back_as_labelled_grids(tmp_path, model, items):
     g = run.grid("heads")
     assert g.dims == ("module", "position", "head") and g.shape == (2, T, 4)
     np.testing.assert_allclose(g.values, reference(model, items), atol=1e-4)
-    assert "heads" in run.summary(stats=False)
+    summary = run.summary(stats=False)
+    assert "heads" in summary
+    assert re.search(rf"status    complete   \(\d+ chunks of cells, {2 * T * 4} cells\)", summary), summary  # a row is a cell
     with pytest.raises(LookupError, match="heads"):
         run.grid("head")
 

@@ -17,7 +17,8 @@ import hookrun
 from hookrun import open_run
 
 pytest.importorskip("matplotlib")
-from hookrun.cli import figures, plot  # noqa: E402
+from hookrun.cli import figures  # noqa: E402
+from hookrun.cli import plot_command as plot  # noqa: E402
 
 HOOKS = {
     "fmap": {"at": "layer3", "type": "forward", "actions": [{"name": "record", "what": "output"}]},

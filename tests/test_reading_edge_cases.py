@@ -11,7 +11,7 @@ from toy_runs import toy_cfg
 
 import hookrun
 from hookrun.analysis.sweep import open_sweep
-from hookrun.cli.inspect import main as inspect_main
+from hookrun.cli.inspect_command import main as inspect_main
 
 
 def test_inspect_a_file_without_config(tmp_path, capsys):
@@ -47,7 +47,7 @@ def test_a_module_name_with_a_slash_is_reachable_by_its_label(tmp_path):
 
 def test_plots_of_two_runs_into_one_folder_never_replace_each_other(tmp_path, checkpoint):
     pytest.importorskip("matplotlib")
-    from hookrun.cli import plot
+    from hookrun.cli import plot_command as plot
 
     hooks = {"l": {"at": "layer2", "type": "forward", "actions": [{"name": "record", "what": "output"}]}}
     a = hookrun.run(make_cfg(tmp_path / "a", checkpoint, hooks)).path

@@ -19,10 +19,10 @@ from conftest import ROOT, run_cli
 
 import hookrun
 from hookrun.analysis.report import Report
+from hookrun.analysis.report.figure_specs import Heatmap
 from hookrun.analysis.report.page import dumps, render
 from hookrun.analysis.report.plotly_figures import to_plotly
 from hookrun.analysis.report.run_sections import sampled_rows
-from hookrun.analysis.report.specs import Heatmap
 
 pytest.importorskip("plotly")
 EVIL = "</script><script>alert(1)</script><!-- <img src=x onerror=alert(2)> & \u2028\u2029 </SCRIPT >"
@@ -147,7 +147,7 @@ def test_plot_sweep_draws_each_evaluation_metric_against_the_swept_parameter(tmp
     blue = (np.abs(pixels - np.array([31, 119, 180])).sum(axis=-1) < 30).sum()
     assert blue > 200
     from hookrun.analysis import open_sweep
-    from hookrun.analysis.report.specs import sweep_charts
+    from hookrun.analysis.report.figure_specs import sweep_charts
 
     sweep = open_sweep(tmp_path / "sweep")
     chart = next(c for c in sweep_charts(sweep.table(), sweep.swept, ["ce_intervened"]))

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from kill_store import batch
 
-from hookrun.cli.inspect import main
+from hookrun.cli.inspect_command import main
 from hookrun.store.h5store import H5Store
 from hookrun.store.records import Capture, CaptureKey
 

@@ -3,7 +3,7 @@ It reads HDF5 with h5py and knows nothing of hooks or the runner."""
 
 from hookrun.analysis.loader import RowLoader
 from hookrun.analysis.opening import open_run
-from hookrun.analysis.run import CaptureInfo, Run
+from hookrun.analysis.run_reader import CaptureInfo, Run
 from hookrun.analysis.stats import block_stats
 from hookrun.analysis.sweep import Sweep, Table, open_sweep
 

@@ -23,7 +23,7 @@ import h5py
 import numpy as np
 
 from hookrun.labels import MODEL_LABEL
-from hookrun.store.schema import CaptureInfo, CaptureMeta, RowKind, row_index
+from hookrun.store.capture_schema import CaptureInfo, CaptureMeta, RowKind, row_index
 
 ROW_AXES = ("sample", "step", "token")
 

@@ -1,4 +1,4 @@
-"""open_run: a local capture file (analysis/run.py) or a cache in an object store (analysis/remote.py).
+"""open_run: a local capture file (analysis/run_reader.py) or a cache in an object store (analysis/remote_run.py).
 
     with open_run("outputs/first") as run: ...            # a run folder, or its captures.h5
     with open_run("s3://bucket/cache/captures.h5") as run: ...
@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from hookrun.analysis.remote import RemoteRun
-from hookrun.analysis.run import Run
+from hookrun.analysis.remote_run import RemoteRun
+from hookrun.analysis.run_reader import Run
 from hookrun.store.reading import PartsSource, open_source
 
 
@@ -19,7 +19,7 @@ def open_run(path: str | os.PathLike, cache_dir: str | Path | None = None) -> Ru
 
     Args:
         path: a captures.h5 file, or a run folder that holds one; or the URL of a cache in an
-            object store (`s3://bucket/prefix/captures.h5`, any fsspec URL: analysis/remote.py).
+            object store (`s3://bucket/prefix/captures.h5`, any fsspec URL: analysis/remote_run.py).
         cache_dir: for a URL, where its parts are fetched to (default $HOOKRUN_CACHE_DIR or
             ~/.cache/hookrun, a folder per URL).
 

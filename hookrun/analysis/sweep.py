@@ -17,9 +17,9 @@ from typing import Any
 
 import yaml
 
-from hookrun.analysis.evaluation import evaluation_columns
+from hookrun.analysis.evaluation_table import evaluation_columns
 from hookrun.analysis.opening import open_run
-from hookrun.analysis.run import Run, block_stats
+from hookrun.analysis.run_reader import Run, block_stats
 from hookrun.analysis.table import Table
 from hookrun.errors import HookrunError, NotFoundError
 

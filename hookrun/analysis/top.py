@@ -20,7 +20,7 @@ import numpy as np
 
 from hookrun.data.text import ByteTokenizer
 from hookrun.errors import NotFoundError, close_matches
-from hookrun.store.schema import CaptureMeta, RowKind, is_capture
+from hookrun.store.capture_schema import CaptureMeta, RowKind, is_capture
 
 VALUES = "top.values"
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from hookrun.analysis.report.specs import Heatmap, Lines, is_categorical
+from hookrun.analysis.report.figure_specs import Heatmap, Lines, is_categorical
 
 STYLE = {"font.size": 11, "axes.titlesize": 11, "axes.labelsize": 11, "xtick.labelsize": 9, "ytick.labelsize": 9,
          "legend.fontsize": 9, "figure.titlesize": 12, "figure.dpi": 100}
@@ -180,7 +180,7 @@ def gradcam_grid(cams: np.ndarray, captions: Sequence[str], title: str, images: 
 
 
 def lines(spec: Lines) -> Any:
-    """A Lines spec (analysis/report/specs.py): the report draws the same spec with plotly."""
+    """A Lines spec (analysis/report/figure_specs.py): the report draws the same spec with plotly."""
     return sweep_lines(spec.x, spec.series, spec.xlabel, spec.ylabel, spec.title)
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hookrun.analysis.run import CaptureInfo, Run
+from hookrun.analysis.run_reader import CaptureInfo, Run
 from hookrun.cli import figures
 from hookrun.errors import NotFoundError
 

@@ -3,8 +3,8 @@
     print(usage())     # what hookrun does, its commands, an example, where the config reference is
     print(version())   # hookrun 0.2.0 (torch 2.x, Python 3.x)
 
-The command list names only the entry points this install has (hookrun.report and hookrun.patch
-where they exist), so the help never points at a command that is not there.
+The command list names only the entry points this install has, so the help never points at a
+command that is not there.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ COMMANDS = (  # (module run as python -m MODULE, what it does)
     ("hookrun.inspect", "summarise a run's file or a sweep folder (--verify checks every row's checksum)"),
     ("hookrun.plot", "plot a run's captures and evaluation"),
     ("hookrun.report", "an HTML report of a run"),
-    ("hookrun.patch", "activation patching grids"),
 )
 
 

@@ -23,8 +23,15 @@ import torch
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError
 from hookrun.hooks.ops import OpBuild, OpContext, register_op
 from hookrun.labels import module_label
+from hookrun.store.capture_schema import (
+    CaptureMeta,
+    RowKind,
+    damage,
+    list_captures,
+    matches,
+    row_index,
+)
 from hookrun.store.reading import open_source
-from hookrun.store.schema import CaptureMeta, RowKind, damage, list_captures, matches, row_index
 
 if TYPE_CHECKING:
     from hookrun.hooks.actions.base import ActionEnv

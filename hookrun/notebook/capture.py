@@ -35,8 +35,8 @@ from hookrun.hooks.plan import make_plan
 from hookrun.hooks.session import HookSession, warn_never_fired
 from hookrun.hooks.tokens import CallTracker, continues, token_columns
 from hookrun.labels import capture_label
+from hookrun.store.capture_schema import resolve
 from hookrun.store.records import Capture, CaptureKey
-from hookrun.store.schema import resolve
 
 Key = tuple[str, str, str]  # (hook, module, role); a role of a later call reads "output@1"
 
@@ -99,7 +99,7 @@ class Captured(Mapping):
 
     def find(self, *key: str) -> Key:
         """The full (hook, module, role) of `(module, role)`, `(hook, module, role)` or 'hook/module/role'
-        (store/schema.resolve: the same names and errors as a file's `Run.find`)."""
+        (store/capture_schema.resolve: the same names and errors as a file's `Run.find`)."""
         named = [_Named(*k) for k in self._parts]
         return resolve(named, key, empty="none (did the model run inside the block?)").key
 
@@ -199,7 +199,7 @@ def _batch_size(args: tuple, kwargs: dict) -> int:
 
 @dataclass(frozen=True)
 class _Named:
-    """An in-memory key as store/schema.resolve sees it (a later call is in the role: output@1)."""
+    """An in-memory key as store/capture_schema.resolve sees it (a later call is in the role: output@1)."""
 
     hook: str
     module: str

@@ -28,9 +28,9 @@ from hookrun.runner.ranks import Ranks, every_rank
 from hookrun.runner.resume import Resume
 from hookrun.runner.store_output import StoreParts
 from hookrun.store.merge import View
-from hookrun.store.parts import Output
+from hookrun.store.object_folder import is_url
+from hookrun.store.parts import ObjectStoreOutput
 from hookrun.store.protocol import RunStore
-from hookrun.store.remote import is_url
 
 
 class Destination(Protocol):
@@ -104,7 +104,7 @@ def open_destination(cfg: HookrunConfig, ranks: Ranks | None = None) -> LocalFil
     many ranks an error is every rank's alike."""
     try:
         if is_url(cfg.output.path):
-            return StoreParts(Output.of(cfg.output.path, cfg.output.staging))
+            return StoreParts(ObjectStoreOutput.of(cfg.output.path, cfg.output.staging))
         return LocalFile(Path(cfg.output.path).expanduser())
     except ConfigError as exc:
         raise (every_rank(exc) if ranks is not None and ranks.many else exc) from None

@@ -43,7 +43,7 @@ from hookrun.runner.action_state import check_items, check_tensors, tensor_check
 from hookrun.runner.batches import make_loader
 from hookrun.runner.calls import CallSpec
 from hookrun.runner.destination import Destination, open_destination
-from hookrun.runner.generate import pad_left
+from hookrun.runner.generation import pad_left
 from hookrun.runner.kinds import KindContext, kind_for
 from hookrun.runner.loop import LoopSettings, one_sample_forward
 

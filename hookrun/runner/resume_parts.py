@@ -18,7 +18,7 @@ import yaml
 
 from hookrun.errors import ConfigError
 from hookrun.runner.resume import ResumeState, config_differences, open_resume
-from hookrun.store.parts import Output, ResumePoint, prepare_resume
+from hookrun.store.parts import ObjectStoreOutput, ResumePoint, prepare_resume
 from hookrun.store.protocol import RunStore
 
 
@@ -59,7 +59,7 @@ class PartsResume:
             self.partial.close()
 
 
-def open_parts_resume(out: Output, config_yaml: str) -> PartsResume | None:
+def open_parts_resume(out: ObjectStoreOutput, config_yaml: str) -> PartsResume | None:
     """The run in the object store to continue (its finished local parts uploaded now), None where
     there is none; ConfigError where the config changed."""
     point = prepare_resume(out, out.folder(check=False))

@@ -38,8 +38,8 @@ from hookrun.runner.resume import Resume
 from hookrun.runner.shards import ShardRun
 from hookrun.runner.signals import Interrupted, StopSignals, StoreAway
 from hookrun.store.format import HOOKRUN_VERSION
+from hookrun.store.object_folder import StoreError
 from hookrun.store.protocol import RunStore
-from hookrun.store.remote import StoreError
 from hookrun.store.writer import BackgroundWriter
 
 log = logging.getLogger("hookrun")
@@ -185,7 +185,7 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
                 first += kept
                 restore_limits(p.points, store)
                 restore_states(p.env, getattr(resume, "file", None), kept, store)  # top_examples' running state
-                log.info("resume: %d batches from %s kept; going on from batch %d", kept, dest, first)
+                log.info("resume: %d %s from %s kept; going on from step %d", kept, p.settings.kind.units[0], dest, first)
             replayed = True
             with session, BackgroundWriter(store) as writer:
                 p.settings.should_stop = stop.requested
@@ -207,8 +207,9 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
                 away = close_quietly(store, status) or away
                 dest.end(resume, replayed)
     seconds = time.perf_counter() - started
-    log.info("%s: %d batches, %d samples, %.1f MB in %.1f s", "interrupted" if away else status, steps, samples,
-             dest.size(store) / 1e6, seconds)
+    steps_unit, rows_unit = p.settings.kind.units
+    log.info("%s: %d %s, %d %s, %.1f MB in %.1f s", "interrupted" if away else status, steps, steps_unit, samples,
+             rows_unit, dest.size(store) / 1e6, seconds)
     if away is not None:
         raise StoreAway(str(away))
     if stop.signum or at_once:

@@ -1,6 +1,6 @@
 """A run written to an object store: the Destination over HDF5 parts uploaded as they finish.
 
-    dest = StoreParts(Output.of("s3://bucket/cache/captures.h5", staging))
+    dest = StoreParts(ObjectStoreOutput.of("s3://bucket/cache/captures.h5", staging))
     dest.check_place(); lock = dest.locked()    # the store reachable; one writer (a lock object + the staging folder's)
     store = dest.open_store(attrs, resume, part_bytes, **h5_kwargs)   # a PartedStore (store/parts.py)
 
@@ -34,16 +34,16 @@ from hookrun.runner.resume_parts import PartsResume, open_parts_resume
 from hookrun.store.h5file import writable_folder
 from hookrun.store.lock import OutputLock
 from hookrun.store.merge import View
-from hookrun.store.parts import Output, PartedStore
+from hookrun.store.object_folder import StoreError, reason
+from hookrun.store.parts import ObjectStoreOutput, PartedStore
 from hookrun.store.ranked import begin_ranks, check_ranked_output, finish_ranks
-from hookrun.store.remote import StoreError, reason
 from hookrun.store.remote_lock import RemoteLock, lock_name
 
 
 class StoreParts:
-    """output.path as an object-store URL (store/parts.py's Output: its parts, manifest, staging)."""
+    """output.path as an object-store URL (store/parts.py's ObjectStoreOutput: its parts, manifest, staging)."""
 
-    def __init__(self, out: Output) -> None:
+    def __init__(self, out: ObjectStoreOutput) -> None:
         self.out = out
         self.store: PartedStore | None = None
 

@@ -20,13 +20,13 @@ import h5py
 import numpy as np
 
 from hookrun.errors import RunError
+from hookrun.store.capture_schema import CaptureMeta
 from hookrun.store.chunks import append as _append
 from hookrun.store.chunks import new_dataset
 from hookrun.store.digest import DigestLog, digest, digest_ragged
 from hookrun.store.ragged import append_ragged
 from hookrun.store.records import Capture, StepRecord
 from hookrun.store.samples import SampleTable
-from hookrun.store.schema import CaptureMeta
 
 
 @dataclass

@@ -22,7 +22,7 @@ import h5py
 import numpy as np
 import xxhash
 
-from hookrun.store.schema import damage, list_captures
+from hookrun.store.capture_schema import damage, list_captures
 
 TABLE = "/checksums"
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from hookrun.errors import HookrunError, NotFoundError
 from hookrun.store.manifest import MANIFEST, Manifest, PartEntry
+from hookrun.store.object_folder import RemoteFolder, reason
 from hookrun.store.ranked import RanksState, open_ranked
-from hookrun.store.remote import RemoteFolder, reason
 
 
 def default_cache_dir(url: str) -> Path:

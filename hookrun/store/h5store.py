@@ -29,7 +29,7 @@ from hookrun.errors import RunError
 from hookrun.store.chunks import CHUNK_BYTES, chunk_bytes_for
 from hookrun.store.columns import CaptureColumns, Column
 from hookrun.store.digest import DigestLog
-from hookrun.store.evaluation import EvaluationStore
+from hookrun.store.evaluation_rows import EvaluationStore
 from hookrun.store.format import FORMAT_VERSION
 from hookrun.store.h5file import create_hidden, flushing_path
 from hookrun.store.held import filling_chunks
@@ -71,7 +71,7 @@ class H5Store(CaptureColumns):
         self.table = SampleTable(self.file, self.compression)
         self.digests = DigestLog(self.file)  # the run's /checksums table, written at each flush
         self._columns: dict[str, Column] = {}
-        self.evaluation = EvaluationStore(self.file)  # evaluate's rows and totals (store/evaluation.py)
+        self.evaluation = EvaluationStore(self.file)  # evaluate's rows and totals (store/evaluation_rows.py)
         self.run_state = RunState()  # stateful actions' latest state, written at flush (store/run_state.py)
         self.overflow: dict[str, int] = {}  # values a cast turned into inf, per capture path
         self.steps = 0

@@ -22,8 +22,8 @@ import h5py
 import numpy as np
 
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError
+from hookrun.store.capture_schema import CaptureMeta, RowKind, is_capture
 from hookrun.store.run_state import merge_features
-from hookrun.store.schema import CaptureMeta, RowKind, is_capture
 
 SAMPLE_DATASETS = ("index", "step", "target", "path")  # then every other /samples dataset (token map, data.store keys)
 FINAL = ("complete", "failed", "interrupted")

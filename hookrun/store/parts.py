@@ -1,6 +1,6 @@
 """A run written to an object store: HDF5 parts in a staging folder, uploaded as they finish.
 
-    store = PartedStore(Output.of("s3://bucket/cache/captures.h5", staging), attrs, part_bytes=2 << 30)
+    store = PartedStore(ObjectStoreOutput.of("s3://bucket/cache/captures.h5", staging), attrs, part_bytes=2 << 30)
     store.write(step_record)          # a RunStore (store/protocol.py), as H5Store (the writer thread calls it)
     store.close("complete")           # last part uploaded, the manifest says 'complete'
 
@@ -8,7 +8,7 @@ Each part is an ordinary hookrun file (docs/format.md) of whole batches, written
 `<staging>/<name>.parts/part-NNNNN.h5`; once its rows reach `part_bytes` it is closed, and the
 upload worker (store/upload.py) uploads and verifies it while the next part is written, lists it
 in the manifest, and removes it locally: the staging folder holds two parts at most. Nothing here
-knows S3: the folder is any fsspec URL (store/remote.py). `prepare_resume` finds what a killed or
+knows S3: the folder is any fsspec URL (store/object_folder.py). `prepare_resume` finds what a killed or
 interrupted run left: parts the manifest lists, finished local parts it does not (uploaded now),
 and the part that was being written (the caller replays its whole batches).
 """
@@ -25,14 +25,14 @@ import h5py
 import numpy as np
 
 from hookrun.errors import ConfigError
+from hookrun.store.capture_schema import CaptureMeta, list_captures
 from hookrun.store.format import PART_BYTES
 from hookrun.store.h5store import H5Store
 from hookrun.store.manifest import Manifest, PartEntry
-from hookrun.store.output import Output
+from hookrun.store.object_folder import RemoteFolder, StoreError
+from hookrun.store.object_output import ObjectStoreOutput
 from hookrun.store.reading import LocalSource
 from hookrun.store.records import StepRecord
-from hookrun.store.remote import RemoteFolder, StoreError
-from hookrun.store.schema import CaptureMeta, list_captures
 from hookrun.store.upload import LocalPart, Uploader, retrying
 
 log = logging.getLogger("hookrun")
@@ -86,7 +86,7 @@ class ResumePoint:
     next_part: int
 
 
-def prepare_resume(out: Output, folder: RemoteFolder) -> ResumePoint | None:
+def prepare_resume(out: ObjectStoreOutput, folder: RemoteFolder) -> ResumePoint | None:
     """What an interrupted or killed run left, made whole: finished local parts the manifest does not
     list are uploaded (and listed) now; None where there is nothing to resume."""
     manifest = out.read_manifest(folder)
@@ -129,7 +129,7 @@ def prepare_resume(out: Output, folder: RemoteFolder) -> ResumePoint | None:
 class PartedStore:
     """A RunStore (store/protocol.py) over a sequence of parts (see the module's docstring)."""
 
-    def __init__(self, out: Output, attrs: dict, part_bytes: int = PART_BYTES, resume: ResumePoint | None = None,
+    def __init__(self, out: ObjectStoreOutput, attrs: dict, part_bytes: int = PART_BYTES, resume: ResumePoint | None = None,
                  **h5_kwargs) -> None:
         if part_bytes < 1:
             raise ConfigError(f"output.part_bytes must be at least 1, got {part_bytes}")

@@ -13,8 +13,8 @@ from __future__ import annotations
 import h5py
 
 from hookrun.errors import RunError
+from hookrun.store.capture_schema import CaptureMeta
 from hookrun.store.records import Capture
-from hookrun.store.schema import CaptureMeta
 
 
 def append_ragged(file: h5py.File, ds: h5py.Dataset | None, cap: Capture, step: int, rows_before: int,

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from hookrun.errors import ConfigError, HookrunError, NotFoundError
 from hookrun.store.manifest import MANIFEST, Manifest, PartEntry, rank_manifest
-from hookrun.store.remote import RemoteFolder, reason
+from hookrun.store.object_folder import RemoteFolder, reason
 from hookrun.store.upload import retrying
 
 RANK_MANIFEST = re.compile(r"^manifest\.rank-(\d{5})\.json$")
@@ -77,7 +77,7 @@ def begin_ranks(url: str, world: int, attrs: dict, resume: bool) -> None:
     if not resume:
         this_run = re.compile(r"^(manifest\.json|manifest\.rank-(\d{5})\.json|rank-(\d{5})/.*)$")
 
-        def keep(name: str) -> bool:  # each rank clears its own (store/parts.py: Output.owns)
+        def keep(name: str) -> bool:  # each rank clears its own (store/parts.py: ObjectStoreOutput.owns)
             m = this_run.match(name)
             rank = m and (m.group(2) or m.group(3))
             return bool(m) and (rank is None or int(rank) < world)

@@ -25,7 +25,7 @@ from hookrun.errors import HookrunError, NotFoundError
 from hookrun.store.fetch import Parts
 from hookrun.store.h5file import flushing_path, wait_for_flush
 from hookrun.store.merge import build_view, check_sources
-from hookrun.store.remote import is_url
+from hookrun.store.object_folder import is_url
 
 
 class UrlPath(str):

@@ -53,7 +53,7 @@ class Capture:
 
 @dataclass
 class EvaluationRow:
-    """One batch's `evaluate` metrics (runner/evaluate.py), written under /evaluation (store/evaluation.py)."""
+    """One batch's `evaluate` metrics (runner/ablations.py), written under /evaluation (store/evaluation_rows.py)."""
 
     model: dict[str, float]  # ce_clean, ce_intervened, kl_intervened, ... and the counts ce_count, kl_count
     splices: dict[str, dict[str, float]] = field(default_factory=dict)  # spliced module -> its metrics this batch

@@ -26,7 +26,7 @@ import time
 import uuid
 
 from hookrun.errors import ConfigError
-from hookrun.store.remote import RemoteFolder, reason
+from hookrun.store.object_folder import RemoteFolder, reason
 
 log = logging.getLogger("hookrun")
 LOCK = "writer.lock"

@@ -27,8 +27,8 @@ import h5py
 import numpy as np
 import torch
 
+from hookrun.store.capture_schema import CaptureMeta, RowKind, is_capture
 from hookrun.store.records import Capture, escape
-from hookrun.store.schema import CaptureMeta, RowKind, is_capture
 
 GROUP = "state"
 SLOTS = ("a", "b")

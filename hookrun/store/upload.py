@@ -5,7 +5,7 @@
     up.raise_error()       # StoreError once the store stayed away past RETRY_SECONDS
     up.close()             # waits for the last upload
 
-One part at a time, in order: upload, verify (size and checksum, store/remote.py), list it in the
+One part at a time, in order: upload, verify (size and checksum, store/object_folder.py), list it in the
 manifest (written to the store), and only then remove the local file. A kill at any moment leaves
 either a part that the manifest lists and the store holds verified, or a local part that resume
 uploads again. A failed step is retried with exponential backoff (0.5 s doubling to 8 s) until
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hookrun.store.manifest import Manifest, PartEntry
-from hookrun.store.remote import RemoteFolder, StoreError, reason
+from hookrun.store.object_folder import RemoteFolder, StoreError, reason
 
 log = logging.getLogger("hookrun")
 RETRY_SECONDS = float(os.environ.get("HOOKRUN_UPLOAD_RETRY_SECONDS", "300"))

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from hookrun.analysis.report.circuits import grids, latents, lens
+from hookrun.analysis.report.figure_specs import sweep_charts, sweep_metrics
 from hookrun.analysis.report.page import render
 from hookrun.analysis.report.run_sections import (
     Budget,
@@ -29,7 +30,6 @@ from hookrun.analysis.report.run_sections import (
     section,
     table_item,
 )
-from hookrun.analysis.report.specs import sweep_charts, sweep_metrics
 from hookrun.errors import NotFoundError
 
 __all__ = ["Budget", "Report", "build_report", "run_data", "sweep_data"]

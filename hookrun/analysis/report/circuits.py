@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from hookrun.analysis.report.figure_specs import Heatmap, Scatter, histogram_of
 from hookrun.analysis.report.run_sections import Budget, figure, sampled_rows, section
-from hookrun.analysis.report.specs import Heatmap, Scatter, histogram_of
-from hookrun.analysis.report.tokens import token_text
+from hookrun.analysis.report.token_text import token_text
 
 
 def grid_specs(run: Any) -> list[tuple[str, str, list[Any]]]:
@@ -125,7 +125,7 @@ def latents(run: Any, budget: Budget) -> list[dict]:
             values = values.reshape(-1, values.shape[-1])
         norms = _decoder_norms(run, module)
         shown = min(n, budget.features)
-        lookup = TokenRows(run, capture) if capture is not None and capture.rows == "tokens" else None
+        lookup = TokenActivations(run, capture) if capture is not None and capture.rows == "tokens" else None
         rows = []
         for f in range(shown):
             examples = run.top_examples(module, f)
@@ -141,7 +141,7 @@ def latents(run: Any, budget: Budget) -> list[dict]:
     return [section("latents", "Latents", items)] if items else []
 
 
-def _example(e: dict, lookup: TokenRows | None, feature: int) -> dict:
+def _example(e: dict, lookup: TokenActivations | None, feature: int) -> dict:
     out = {"value": float(e["value"]), "sample": int(e["sample"]), "position": e.get("position"),
            "context": list(e["context"]) if e.get("context") is not None else None, "at": e.get("at")}
     if lookup is not None and out["context"] is not None and out["at"] is not None and out["position"] is not None:
@@ -150,7 +150,7 @@ def _example(e: dict, lookup: TokenRows | None, feature: int) -> dict:
     return out
 
 
-class TokenRows:
+class TokenActivations:
     """The activations of a token-row capture at (sample, position), read a few rows at a time:
     each context token of a top example gets its own value (None where the run kept no row)."""
 

@@ -1,4 +1,4 @@
-"""The report's renderer: figure specs (analysis/report/specs.py) as plotly figures, in the JSON
+"""The report's renderer: figure specs (analysis/report/figure_specs.py) as plotly figures, in the JSON
 form `Plotly.newPlot` takes (`{"data": [...], "layout": {...}}`).
 
     fig = to_plotly(Heatmap(z=np.eye(2), title="t", x=["a", "b"]))
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from hookrun.analysis.report.specs import Heatmap, Histogram, Lines, Scatter, is_categorical
+from hookrun.analysis.report.figure_specs import Heatmap, Histogram, Lines, Scatter, is_categorical
 
 FONT = {"size": 11}
 

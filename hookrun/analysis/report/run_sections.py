@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 import yaml
 
+from hookrun.analysis.report.figure_specs import Heatmap, histogram_of
 from hookrun.analysis.report.plotly_figures import to_plotly
-from hookrun.analysis.report.specs import Heatmap, histogram_of
-from hookrun.analysis.report.tokens import token_text
+from hookrun.analysis.report.token_text import token_text
 from hookrun.analysis.stats import human_bytes
-from hookrun.store.schema import PATTERN
+from hookrun.store.capture_schema import PATTERN
 
 
 @dataclass

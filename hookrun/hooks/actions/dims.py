@@ -26,7 +26,7 @@ from torch import nn
 
 from hookrun.errors import ConfigError, RunError, one_of
 from hookrun.hooks.events import Event, StepState, family
-from hookrun.store.schema import BY_RANK, PATTERN, PATTERN_FNS, unnamed
+from hookrun.store.capture_schema import BY_RANK, PATTERN, PATTERN_FNS, unnamed
 
 DIM_NAMES = {"channel": 1, "height": 2, "width": 3, "token": 1, "feature": -1}
 

@@ -4,12 +4,13 @@
     kind_cls = kind_for(cfg)            # EvaluateKind where cfg.evaluate is on, else by cfg.mode
     kind_cls.check(cfg)                 # refusals, before anything is built
 
-| kind       | module       | chosen by                  | forwards per batch                    |
-|------------|--------------|----------------------------|---------------------------------------|
-| record     | record.py    | mode=eval                  | 1 (no_grad; early_stop may cut it)    |
-| grad       | grad.py      | mode=grad                  | 1 forward + loss + backward           |
-| generate   | generate.py  | mode=generate              | 1 model.generate (a call per token)   |
-| evaluate   | evaluate.py  | the `evaluate:` block      | clean, intervened (+ ablated)         |
+| kind       | module           | chosen by                  | forwards per batch                    |
+|------------|------------------|----------------------------|---------------------------------------|
+| record     | record_kind.py   | mode=eval                  | 1 (no_grad; early_stop may cut it)    |
+| grad       | grad_kind.py     | mode=grad                  | 1 forward + loss + backward           |
+| generate   | generate_kind.py | mode=generate              | 1 model.generate (a call per token)   |
+| evaluate   | evaluate_kind.py | the `evaluate:` block      | clean, intervened (+ ablated)         |
+| patching   | patching_kind.py | the `patching:` block      | chunks of cells (steps are not batches) |
 
 Adding a kind: one module with a RunKind subclass, registered with `@register_kind("name")`, and
 its import at the end of this file (docs/architecture.md walks through evaluate as the example).
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from hookrun.config.schema import HookrunConfig
 from hookrun.errors import ConfigError
 from hookrun.hooks.registry import Registry
-from hookrun.runner.kinds.base import KindContext, RunKind, StepAdds, plain_forward
+from hookrun.runner.kinds.run_kind import KindContext, RunKind, StepAdds, plain_forward
 
 KINDS: Registry[type[RunKind]] = Registry("run kind")
 
@@ -65,4 +66,4 @@ def kind_for(cfg: HookrunConfig) -> type[RunKind]:
 __all__ = ["KINDS", "KindContext", "RunKind", "StepAdds", "kind_for", "plain_forward", "register_kind"]
 
 # the kinds hookrun ships (each registers itself); a new kind adds its import here
-from hookrun.runner.kinds import evaluate, generate, grad, patching, record  # noqa: E402, F401
+from hookrun.runner.kinds import evaluate_kind, generate_kind, grad_kind, patching_kind, record_kind  # noqa: E402, F401

@@ -13,6 +13,6 @@
 | budget.py   | one forward's measured bytes (cells_per_forward's default)                |
 | notebook.py | patch_grid, and run_cells (shared with the file run's kind)               |
 
-The metrics' formulas are in runner/metrics.py; the file run is runner/kinds/patching.py; the
+The metrics' formulas are in runner/metrics.py; the file run is runner/kinds/patching_kind.py; the
 grids are read back by analysis/grids.py (open_run(p).grid(name)).
 """

@@ -15,7 +15,7 @@ them (a 4-D input capture with 1 or 3 channels); otherwise from a dataset the us
 `--data data=... [key=value ...]`. Patching grids and logit-lens pictures are heatmaps with
 labelled axes. Reading a file never builds anything the file names. For a sweep: each metric
 (evaluate's, then each capture's `--stat`) against each swept parameter. What is drawn is decided
-once with the HTML report (analysis/report/specs.py); a figure with nothing to draw is not written
+once with the HTML report (analysis/report/figure_specs.py); a figure with nothing to draw is not written
 (the command says so), and when nothing at all can be drawn the command exits 2. The files
 written are listed at the end.
 """
@@ -30,12 +30,13 @@ import numpy as np
 
 from hookrun.analysis.opening import open_run
 from hookrun.analysis.report.circuits import grid_specs, lens_specs
-from hookrun.analysis.report.specs import Heatmap, sweep_charts, sweep_metrics
-from hookrun.analysis.report.tokens import byte_label, token_text  # noqa: F401 (byte_label: plot's public name)
-from hookrun.analysis.run import CaptureInfo, Run, block_stats
+from hookrun.analysis.report.figure_specs import Heatmap, sweep_charts, sweep_metrics
+from hookrun.analysis.report.token_text import byte_label, token_text  # noqa: F401 (byte_label: plot's public name)
+from hookrun.analysis.run_reader import CaptureInfo, Run, block_stats
 from hookrun.analysis.sweep import Sweep, is_sweep, open_sweep
 from hookrun.cli import figures
 from hookrun.cli.app import compose_config
+from hookrun.cli.command import fail, run_command
 from hookrun.cli.gradcam import (  # noqa: F401 (plot's public names)
     _index,
     _source,
@@ -51,9 +52,9 @@ from hookrun.cli.gradcam import (  # noqa: F401 (plot's public names)
 )
 from hookrun.config.build import build_dataset
 from hookrun.config.schema import load
-from hookrun.errors import HookrunError, NotFoundError
+from hookrun.errors import NotFoundError
+from hookrun.store.capture_schema import PATTERN
 from hookrun.store.reading import UrlPath, run_path
-from hookrun.store.schema import PATTERN
 
 HIST_VALUES = 2_000_000  # at most this many values go into one histogram
 
@@ -172,22 +173,18 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.out is None:  # beside what it shows: one run's figures never meet another's
         a.out = (a.path if a.path.is_dir() else Path(".") if isinstance(a.path, UrlPath) else a.path.parent) / "figures"
-    try:
-        if is_sweep(a.path):
-            written = plot_sweep(open_sweep(a.path), a.out, a.stat, a.x)
-        else:
-            dataset = user_dataset(a.data) if a.data else None
-            with open_run(a.path) as run:
-                written = plot_run(run, a.out, a.samples, a.channels, dataset)
-    except HookrunError as exc:
-        print(f"hookrun: error: {exc}", file=sys.stderr)
-        return 2
-    except ImportError as exc:
-        print(f"hookrun: error: {exc}; install the plot extra: pip install 'hookrun[plot]'", file=sys.stderr)
-        return 2
+    return run_command(lambda: _plot(a), needs="install the plot extra: pip install 'hookrun[plot]'")
+
+
+def _plot(a: argparse.Namespace) -> int:
+    if is_sweep(a.path):
+        written = plot_sweep(open_sweep(a.path), a.out, a.stat, a.x)
+    else:
+        dataset = user_dataset(a.data) if a.data else None
+        with open_run(a.path) as run:
+            written = plot_run(run, a.out, a.samples, a.channels, dataset)
     if not written:
-        print(f"hookrun: error: {a.path}: nothing could be drawn (no capture, grid or lens values in it)", file=sys.stderr)
-        return 2
+        return fail(f"{a.path}: nothing could be drawn (no capture, grid or lens values in it)")
     print(f"wrote {len(written)} figure(s) to {a.out}:")
     for path in written:
         print(f"  {path}")

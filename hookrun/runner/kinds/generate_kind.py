@@ -4,7 +4,7 @@
     adds = kind.step(model, call, session)   # adds.samples: generated_ids, generated_length, ...
 
 The generation itself (seeding, the columns under /samples, left padding) is
-hookrun.runner.generate; this module is what a generate run does per batch and what it refuses.
+hookrun.runner.generation; this module is what a generate run does per batch and what it refuses.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from torch import nn
 from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError
 from hookrun.runner.calls import ModelCall
-from hookrun.runner.generate import Generation, as_kwargs, preflight
+from hookrun.runner.generation import Generation, as_kwargs, preflight
 from hookrun.runner.kinds import register_kind
-from hookrun.runner.kinds.base import KindContext, RunKind, StepAdds
+from hookrun.runner.kinds.run_kind import KindContext, RunKind, StepAdds
 
 
 @register_kind("generate")

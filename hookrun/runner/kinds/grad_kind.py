@@ -19,7 +19,7 @@ from hookrun.config.schema import Mode
 from hookrun.errors import RunError
 from hookrun.runner.calls import ModelCall
 from hookrun.runner.kinds import register_kind
-from hookrun.runner.kinds.base import NOTHING, KindContext, RunKind, StepAdds
+from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds
 
 IN_PLACE = ("a backward hook's module has its output modified in place later in the forward pass "
             "(e.g. `out += identity` in a ResNet block), which full backward hooks cannot follow; "

@@ -15,7 +15,7 @@ from pathlib import Path
 from hookrun.analysis.opening import open_run
 from hookrun.analysis.show import describe_sweep
 from hookrun.analysis.sweep import is_sweep, open_sweep
-from hookrun.errors import HookrunError
+from hookrun.cli.command import run_command
 from hookrun.store.digest import Verified, verify
 from hookrun.store.reading import UrlPath, run_path
 
@@ -30,18 +30,18 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --verify: exit 0 where datasets without checksums are the only finding")
     a = p.parse_args(argv)
     a.path = run_path(a.path)
-    try:
-        if a.verify:
-            return verify_file(a.path, a.allow_unverified)
-        if not isinstance(a.path, UrlPath) and is_sweep(a.path):
-            print(describe_sweep(open_sweep(a.path)))
-        else:
-            with open_run(a.path) as run:
-                print(run.summary(stats=not a.no_stats))
-    except HookrunError as exc:
-        print(f"hookrun.inspect: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return run_command(lambda: _inspect(a), prog="hookrun.inspect")
+
+
+def _inspect(a: argparse.Namespace) -> int | None:
+    if a.verify:
+        return verify_file(a.path, a.allow_unverified)
+    if not isinstance(a.path, UrlPath) and is_sweep(a.path):
+        print(describe_sweep(open_sweep(a.path)))
+    else:
+        with open_run(a.path) as run:
+            print(run.summary(stats=not a.no_stats))
+    return None
 
 
 def verify_file(path: Path | str, allow_unverified: bool = False) -> int:

@@ -5,7 +5,7 @@
 
 Each is called as `ablation(x, module, role)` by a modify action (hooks/actions/modify.py) in the
 ABLATED phase and returns the tensor that replaces `x`. The evaluate kind itself, its forwards and
-its checks are hookrun.runner.kinds.evaluate.
+its checks are hookrun.runner.kinds.evaluate_kind.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import torch
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError
 from hookrun.hooks.events import family
 from hookrun.labels import module_label
+from hookrun.store.capture_schema import RowKind, damage, list_captures
 from hookrun.store.reading import open_source
-from hookrun.store.schema import RowKind, damage, list_captures
 
 log = logging.getLogger("hookrun")
 CAUSES = {

@@ -26,14 +26,14 @@ import numpy as np
 import yaml
 
 from hookrun.analysis.batching import BUFFER_BYTES
-from hookrun.analysis.evaluation import describe as describe_evaluation
+from hookrun.analysis.evaluation_table import describe as describe_evaluation
 from hookrun.analysis.parts_loader import PartsLoader
-from hookrun.analysis.run import Run
+from hookrun.analysis.run_reader import Run
 from hookrun.analysis.stats import block_stats
 from hookrun.errors import ConfigError
+from hookrun.store.capture_schema import CaptureInfo, list_captures
 from hookrun.store.fetch import Parts
 from hookrun.store.reading import PartsSource
-from hookrun.store.schema import CaptureInfo, list_captures
 
 
 class RemoteRun(Run):

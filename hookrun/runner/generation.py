@@ -3,7 +3,7 @@
     gen = Generation(kwargs, seed, width, eos, points, env.state)   # built by the generate kind
     out = gen.step(model, call)        # hooks fire at every model call; out.columns
 
-The generate kind (hookrun.runner.kinds.generate) checks the settings and builds a Generation.
+The generate kind (hookrun.runner.kinds.generate_kind) checks the settings and builds a Generation.
 
 Sampling is seeded per batch from (seed, batch number): the same config gives the same text, a
 resumed run too; another batch size groups the prompts differently and changes sampled text.

@@ -1,6 +1,6 @@
 """Where a run in an object store goes: its URL, its local staging folder, its part and manifest names.
 
-    out = Output.of("s3://bucket/cache/captures.h5", staging="outputs/run")
+    out = ObjectStoreOutput.of("s3://bucket/cache/captures.h5", staging="outputs/run")
     out.parts_dir, out.manifest_name, out.part(3)     # .../captures.h5.parts, manifest.json, part-00003.h5
 
 With many processes each rank has its own (`dataclasses.replace(out, rank=r)`): its parts under
@@ -15,11 +15,11 @@ from pathlib import Path
 
 from hookrun.errors import ConfigError
 from hookrun.store.manifest import MANIFEST, Manifest, part_name, rank_manifest
-from hookrun.store.remote import RemoteFolder, reason
+from hookrun.store.object_folder import RemoteFolder, reason
 
 
 @dataclass
-class Output:
+class ObjectStoreOutput:
     """Where a run in an object store goes: its URL, the local staging folder, and (with many
     processes) this rank's own part names and manifest."""
 
@@ -29,7 +29,7 @@ class Output:
     _folder: RemoteFolder | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def of(cls, url: str, staging: str | None) -> Output:
+    def of(cls, url: str, staging: str | None) -> ObjectStoreOutput:
         """output.path and output.staging (None: the current folder; the CLI gives the run folder)."""
         bucket_and_key = url.split("://", 1)[1].strip("/")
         if "/" not in bucket_and_key:

@@ -8,7 +8,7 @@ the capture `patching/cells/value` (and `patching/cells/exact`: atp's exactly re
 NaN elsewhere) one value per cell. The file's root attribute `patching` (JSON) holds the layout
 (each site's modules, over axes and sizes, first cell), the metric's name, method, direction,
 metric_clean, metric_corrupt, normalize and the token text of the positions: the reader
-(hookrun.analysis.run: `run.grids`, `run.grid(name)`) reshapes the rows into labelled grids.
+(hookrun.analysis.run_reader: `run.grids`, `run.grid(name)`) reshapes the rows into labelled grids.
 Rows are appended through the store's normal path: flushes, crash safety and resume (which goes on
 from the first cell not written) come from it. Over many ranks (torchrun, submitit, srun) the
 ranks split the cells, not the data: rank r of N computes cells r, r+N, r+2N, ... (strided, so
@@ -44,6 +44,7 @@ class PatchingKind(RunKind):
     block = "patching"
     forwards = 0  # per data batch: the cells decide (one packed forward per chunk; atp: 2 + a backward)
     adds = ("captures/patching",)  # the cells' rows (the warning "no hook records anything" asks)
+    units = ("chunks of cells", "cells")  # a step is one chunk of cells; a row is a cell
     engine: PatchRun | None = None
     rank, world = 0, 1  # this process's share of the cells: every world-th from rank (share())
 

@@ -18,9 +18,10 @@ import sys
 import torch
 
 from hookrun.cli.app import compose_config
+from hookrun.cli.command import fail, run_command
 from hookrun.config.build import build, build_dataset, build_model, import_modules
 from hookrun.config.schema import HookrunConfig, load
-from hookrun.errors import ConfigError, HookrunError
+from hookrun.errors import ConfigError
 from hookrun.notebook.lister import ModuleTable, list_modules
 from hookrun.runner.batches import first_batch, make_loader
 from hookrun.runner.calls import CallSpec, ModelCall
@@ -57,14 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-example", action="store_true", help="skip the forward of one example (no shapes, no calls)")
     a = p.parse_args(argv)
     if a.ops and a.no_example:
-        print("hookrun: error: --ops needs the example's forward (op sites are found by running it); drop --no-example",
-              file=sys.stderr)
-        return 2
-    try:
-        table = modules_of_config(a.overrides, a.match, example=not a.no_example, ops=a.ops)
-    except HookrunError as exc:
-        print(f"hookrun: error: {exc}", file=sys.stderr)
-        return 2
+        return fail("--ops needs the example's forward (op sites are found by running it); drop --no-example")
+    return run_command(lambda: _modules(a))
+
+
+def _modules(a: argparse.Namespace) -> int:
+    table = modules_of_config(a.overrides, a.match, example=not a.no_example, ops=a.ops)
     print(table)
     sites, modules = len(table.ops()), len(table) - len(table.ops())
     counts = ([f"{modules} module(s)"] if modules or not sites else []) + ([f"{sites} op site(s)"] if sites else [])

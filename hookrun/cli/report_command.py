@@ -24,7 +24,8 @@ from hookrun.analysis.opening import open_run
 from hookrun.analysis.report import Budget, build_report
 from hookrun.analysis.report.page import source_of
 from hookrun.analysis.sweep import is_sweep, open_sweep
-from hookrun.errors import ConfigError, HookrunError
+from hookrun.cli.command import run_command
+from hookrun.errors import ConfigError
 from hookrun.store.reading import is_remote
 
 
@@ -82,16 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--samples", type=int, default=Budget.samples, help="samples shown of maps, patterns and lens pictures")
     p.add_argument("--features", type=int, default=Budget.features, help="latents listed per module")
     a = p.parse_args(argv)
-    try:
-        target = write(a.path, a.out, Budget(values=a.values, samples=a.samples, features=a.features))
-    except HookrunError as exc:
-        print(f"hookrun: error: {exc}", file=sys.stderr)
-        return 2
-    except ImportError as exc:
-        print(f"hookrun: error: {exc}; the report needs plotly: pip install 'hookrun[plot]'", file=sys.stderr)
-        return 2
+    return run_command(lambda: _report(a), needs="the report needs plotly: pip install 'hookrun[plot]'")
+
+
+def _report(a: argparse.Namespace) -> None:
+    target = write(a.path, a.out, Budget(values=a.values, samples=a.samples, features=a.features))
     print(f"wrote {target} ({target.stat().st_size / 1e6:.1f} MB)")
-    return 0
 
 
 if __name__ == "__main__":

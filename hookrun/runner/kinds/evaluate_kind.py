@@ -10,8 +10,8 @@
 | ablated    | ABLATED               | each modify action returns the ablation (zeros, or the | none    |
 |            |                       | mean of an earlier run's rows) instead of its op's     |         |
 
-The metrics' formulas are in runner/metrics.py, the ablations in runner/evaluate.py; the rows go
-to /evaluation (store/evaluation.py). Spliced modules (ops that append to `env.splices` an object
+The metrics' formulas are in runner/metrics.py, the ablations in runner/ablations.py; the rows go
+to /evaluation (store/evaluation_rows.py). Spliced modules (ops that append to `env.splices` an object
 with `.module` and `.stats`) add their `stats.batch()` per batch and `stats.totals()` for the run;
 `stats.reset_batch()` is called before each intervened forward, and where the stats have
 `state()` / `load_state(dict)` a resumed run carries them over.
@@ -31,13 +31,13 @@ from hookrun.errors import ConfigError
 from hookrun.hooks.actions.modify import Modify
 from hookrun.hooks.events import ABLATED, CLEAN, INTERVENED
 from hookrun.hooks.session import HookSession
+from hookrun.runner.ablations import MeanAblation, read_means, warn_non_finite, zero_ablation
 from hookrun.runner.calls import ModelCall
-from hookrun.runner.evaluate import MeanAblation, read_means, warn_non_finite, zero_ablation
 from hookrun.runner.kinds import register_kind
-from hookrun.runner.kinds.base import KindContext, RunKind, StepAdds, plain_forward
+from hookrun.runner.kinds.run_kind import KindContext, RunKind, StepAdds, plain_forward
 from hookrun.runner.metrics import Objective, Totals, batch_row
 from hookrun.runner.ranks import detect
-from hookrun.store.evaluation import read_evaluation
+from hookrun.store.evaluation_rows import read_evaluation
 from hookrun.store.records import EvaluationRow
 
 log = logging.getLogger("hookrun")

@@ -4,7 +4,7 @@
     print(run.evaluation())                 # module, ce_clean, ce_intervened, ..., splice metrics
     run.evaluation(batches=True).to_pandas()  # one row per (batch, module)
 
-The file's layout is store/evaluation.py's (docs/format.md); the numbers are read as written
+The file's layout is store/evaluation_rows.py's (docs/format.md); the numbers are read as written
 (the run's totals are the attributes the run wrote at its last flush), never recomputed here.
 """
 

@@ -19,18 +19,18 @@ import numpy as np
 import yaml
 
 from hookrun.analysis.batching import BUFFER_BYTES
-from hookrun.analysis.evaluation import describe as describe_evaluation
-from hookrun.analysis.evaluation import evaluation_table
+from hookrun.analysis.evaluation_table import describe as describe_evaluation
+from hookrun.analysis.evaluation_table import evaluation_table
 from hookrun.analysis.grids import file_grid, grid_lines, patching_meta
 from hookrun.analysis.labelled import to_dataset
 from hookrun.analysis.loader import RowLoader
 from hookrun.analysis.report import build_report
-from hookrun.analysis.report.tokens import is_byte_text
+from hookrun.analysis.report.token_text import is_byte_text
 from hookrun.analysis.stats import block_stats, human_bytes
 from hookrun.analysis.top import top_example_modules, top_examples
 from hookrun.errors import HookrunError, NotFoundError
+from hookrun.store.capture_schema import CaptureInfo, list_captures, resolve, row_index
 from hookrun.store.reading import LocalSource, RunSource
-from hookrun.store.schema import CaptureInfo, list_captures, resolve, row_index
 
 __all__ = ["CaptureInfo", "Run", "list_captures", "row_index"]
 
@@ -108,7 +108,7 @@ class Run:
         run's exactly recomputed cells (verify: K), NaN elsewhere. docs/patching.md."""
         return file_grid(self.file, name, which)
 
-    # -- top examples (hooks/actions/top.py) ---------------------------------------------------
+    # -- top examples (hooks/actions/top_examples.py) ---------------------------------------------------
     @property
     def top_example_modules(self) -> dict[str, int]:
         """module -> the number of features with top examples (top_examples actions of the run)."""
@@ -121,7 +121,7 @@ class Run:
 
     # -- finding a capture ---------------------------------------------------------------------
     def find(self, *key: str, call: int = 0) -> CaptureInfo:
-        """By (module, role), (hook, module, role), or a 'hook/module/role' path (store/schema.resolve)."""
+        """By (module, role), (hook, module, role), or a 'hook/module/role' path (store/capture_schema.resolve)."""
         return resolve(self.captures, key, call, source=self.path.name, empty="")
 
     def __getitem__(self, key: Any) -> h5py.Dataset:
@@ -208,7 +208,8 @@ class Run:
             f = self.file
             samples = a.get("samples_complete", f["samples/index"].shape[0] if "samples/index" in f else 0)
             steps = a.get("steps_complete", len(np.unique(f["samples/step"][:])) if "samples/step" in f else 0)
-        lines = [f"{self.path}", f"  status    {self.status}   ({steps} batches, {samples} samples)"]
+        units = ("chunks of cells", "cells") if patching_meta(a) is not None else ("batches", "samples")  # a row is a cell
+        lines = [f"{self.path}", f"  status    {self.status}   ({steps} {units[0]}, {samples} {units[1]})"]
         if "shards" in a:
             lines.append(f"  shards    {a.get('world_size')} files, view over captures.rank-*.h5"
                          + (f"; not complete: {a['incomplete_shards']}" if a.get("incomplete_shards") else ""))

@@ -3,14 +3,14 @@
     kind = RecordKind(ctx)
     kind.step(model, call, session)   # the hooks fire; their record actions fill env.captures
 
-Everything is the base's (hookrun.runner.kinds.base.RunKind): it is the plain run.
+Everything is the base's (hookrun.runner.kinds.run_kind.RunKind): it is the plain run.
 """
 
 from __future__ import annotations
 
 from hookrun.config.schema import Mode
 from hookrun.runner.kinds import register_kind
-from hookrun.runner.kinds.base import RunKind
+from hookrun.runner.kinds.run_kind import RunKind
 
 
 @register_kind("record")

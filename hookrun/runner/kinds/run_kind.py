@@ -99,6 +99,7 @@ class RunKind:
     block: ClassVar[str | None] = None  # a config block (cfg.<block>) that turns this kind on
     forwards: ClassVar[int] = 1  # model forwards (or generate calls) per batch
     adds: ClassVar[tuple[str, ...]] = ()  # HDF5 paths this kind writes beside /captures ("evaluation")
+    units: ClassVar[tuple[str, str]] = ("batches", "samples")  # what the log calls its steps and its rows
 
     def __init__(self, ctx: KindContext) -> None:
         self.ctx = ctx
