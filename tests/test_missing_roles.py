@@ -11,6 +11,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 import torch
+from toy_lm import tiny_gpt2
 
 import hookrun
 from hookrun.errors import ConfigError
@@ -22,10 +23,8 @@ MESSAGE = (r"hooks\.a\.actions\.0: record what='output\.1': transformer\.h\.0\.a
 
 
 def gpt2(impl: str) -> torch.nn.Module:
-    torch.manual_seed(0)
-    cfg = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, n_positions=32, vocab_size=50, bos_token_id=1,
-                                  eos_token_id=2)
-    return transformers.GPT2LMHeadModel._from_config(cfg, attn_implementation=impl).eval()
+    return tiny_gpt2(attn_implementation=impl, n_layer=1, n_head=2, n_embd=16, n_positions=32, vocab_size=50,
+                     eos_token_id=2)
 
 
 def test_the_module_itself_returns_none_for_the_weights_under_sdpa():

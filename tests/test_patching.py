@@ -15,6 +15,7 @@ import hookrun
 tl = pytest.importorskip("transformer_lens")
 safetensors = pytest.importorskip("safetensors.torch")
 from tl_models import hooked_transformer  # noqa: E402
+from toy_lm import tiny_gpt2  # noqa: E402
 from transformer_lens import patching  # noqa: E402
 
 N, T, V = 3, 6, 50
@@ -82,10 +83,7 @@ def test_normalize_uses_the_clean_and_corrupted_means(model, task):
 
 
 def test_packed_grid_equals_a_one_cell_loop_of_raw_hooks_on_gpt2():
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(0)
-    m = GPT2LMHeadModel(GPT2Config(n_layer=3, n_embd=32, n_head=4, vocab_size=V, n_positions=16)).eval()
+    m = tiny_gpt2(n_layer=3, n_embd=32, n_head=4, vocab_size=V, n_positions=16)
     g = torch.Generator().manual_seed(2)
     clean = torch.randint(0, V, (4, 5), generator=g)
     corrupt = torch.randint(0, V, (4, 5), generator=g)
