@@ -30,6 +30,7 @@ from hookrun.analysis.stats import block_stats, human_bytes
 from hookrun.analysis.top import top_example_modules, top_examples
 from hookrun.errors import HookrunError, NotFoundError
 from hookrun.store.capture_schema import CaptureInfo, list_captures, resolve, row_index
+from hookrun.store.format import BATCH_UNITS, CELL_UNITS
 from hookrun.store.reading import LocalSource, RunSource
 
 __all__ = ["CaptureInfo", "Run", "list_captures", "row_index"]
@@ -208,7 +209,7 @@ class Run:
             f = self.file
             samples = a.get("samples_complete", f["samples/index"].shape[0] if "samples/index" in f else 0)
             steps = a.get("steps_complete", len(np.unique(f["samples/step"][:])) if "samples/step" in f else 0)
-        units = ("chunks of cells", "cells") if patching_meta(a) is not None else ("batches", "samples")  # a row is a cell
+        units = CELL_UNITS if patching_meta(a) is not None else BATCH_UNITS  # as the run's kind logged them
         lines = [f"{self.path}", f"  status    {self.status}   ({steps} {units[0]}, {samples} {units[1]})"]
         if "shards" in a:
             lines.append(f"  shards    {a.get('world_size')} files, view over captures.rank-*.h5"

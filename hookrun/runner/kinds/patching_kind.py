@@ -34,6 +34,7 @@ from hookrun.runner.patching.engine import PatchEngine
 from hookrun.runner.patching.items import load_items
 from hookrun.runner.patching.notebook import grid_attrs, run_cells
 from hookrun.runner.ranks import every_rank
+from hookrun.store.format import CELL_UNITS
 from hookrun.store.records import Capture, CaptureKey, StepRecord
 
 KEY = {which: CaptureKey("patching", "cells", "patching", which) for which in ("value", "exact")}
@@ -44,7 +45,7 @@ class PatchingKind(RunKind):
     block = "patching"
     forwards = 0  # per data batch: the cells decide (one packed forward per chunk; atp: 2 + a backward)
     adds = ("captures/patching",)  # the cells' rows (the warning "no hook records anything" asks)
-    units = ("chunks of cells", "cells")  # a step is one chunk of cells; a row is a cell
+    units = CELL_UNITS  # a step is one chunk of cells; a row is a cell
     engine: PatchRun | None = None
     rank, world = 0, 1  # this process's share of the cells: every world-th from rank (share())
 

@@ -47,6 +47,7 @@ from torch import nn
 
 from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.hooks.early_stop import StopForward
+from hookrun.store.format import BATCH_UNITS
 
 if TYPE_CHECKING:
     from hookrun.hooks.actions import ActionEnv
@@ -99,7 +100,7 @@ class RunKind:
     block: ClassVar[str | None] = None  # a config block (cfg.<block>) that turns this kind on
     forwards: ClassVar[int] = 1  # model forwards (or generate calls) per batch
     adds: ClassVar[tuple[str, ...]] = ()  # HDF5 paths this kind writes beside /captures ("evaluation")
-    units: ClassVar[tuple[str, str]] = ("batches", "samples")  # what the log calls its steps and its rows
+    units: ClassVar[tuple[str, str]] = BATCH_UNITS  # what the log calls its steps and its rows
 
     def __init__(self, ctx: KindContext) -> None:
         self.ctx = ctx
