@@ -24,7 +24,7 @@ import yaml
 import hookrun
 from hookrun.data import RandomTensors
 from hookrun.errors import ConfigError, HookrunError, NotFoundError
-from hookrun.runner.signals import Interrupted
+from hookrun.output.signals import Interrupted
 
 boto3 = pytest.importorskip("boto3")
 moto_server = pytest.importorskip("moto.server")

@@ -20,8 +20,8 @@ from rank_runs import ARGS, ENV, TORCHRUN, captures, cli
 
 import hookrun
 from hookrun.errors import ConfigError, HookrunError
-from hookrun.runner.ranks import Ranks, detect, shard_batches, shard_path
-from hookrun.runner.shards import ShardRun, differing
+from hookrun.output.ranks import Ranks, detect, shard_batches, shard_path
+from hookrun.output.shards import ShardRun, differing
 from hookrun.store.merge import build_view
 
 

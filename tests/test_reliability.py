@@ -17,7 +17,7 @@ from conftest import ROOT, make_cfg, run_cli
 
 import hookrun
 from hookrun.errors import ConfigError, HookrunError, RunError
-from hookrun.runner.signals import Interrupted
+from hookrun.output.signals import Interrupted
 
 ENV = {"PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
 GRAD = {"mode": "grad", "loss": {"_target_": "hookrun.runner.losses.cross_entropy", "_partial_": True}}

@@ -9,10 +9,10 @@ import torch
 from conftest import BATCH, N, make_cfg, small_resnet
 
 from hookrun.config.schema import load
+from hookrun.output.ranks import Ranks
+from hookrun.output.shards import ShardRun
 from hookrun.runner.prepare import prepare
-from hookrun.runner.ranks import Ranks
 from hookrun.runner.run import execute
-from hookrun.runner.shards import ShardRun
 
 
 def test_a_shards_range_runs_exactly_its_batches(tmp_path, checkpoint, dataset):

@@ -8,7 +8,7 @@ import pytest
 from toy_runs import RECORD_BODY, toy_cfg
 
 import hookrun
-from hookrun.runner.signals import Interrupted
+from hookrun.output.signals import Interrupted
 from hookrun.store.h5store import H5Store
 
 

@@ -15,7 +15,7 @@ from torch import nn
 import hookrun
 from hookrun.analysis import open_run
 from hookrun.errors import ConfigError
-from hookrun.runner.signals import Interrupted
+from hookrun.output.signals import Interrupted
 
 K = 5
 

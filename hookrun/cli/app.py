@@ -31,10 +31,10 @@ from hookrun.cli.hydra_errors import dotted_keys, one_line, shell_damage
 from hookrun.cli.usage import usage, version
 from hookrun.config.schema import HookrunConfig
 from hookrun.errors import ConfigError, HookrunError
-from hookrun.runner.destination import in_run_folder
-from hookrun.runner.ranks import agree_on_start, detect
+from hookrun.output.destination import in_run_folder
+from hookrun.output.ranks import agree_on_start, detect
+from hookrun.output.signals import Interrupted
 from hookrun.runner.run import run
-from hookrun.runner.signals import Interrupted
 
 log = logging.getLogger("hookrun")
 # libraries whose INFO lines (botocore: "Found endpoint for s3 via ...") would crowd the run's log

@@ -14,7 +14,7 @@ import logging
 
 from hookrun.hooks.session import HookSession, warn_never_fired
 from hookrun.labels import module_label
-from hookrun.runner.resume import Resume
+from hookrun.output.resume import Resume
 from hookrun.store.protocol import RunStore
 
 log = logging.getLogger("hookrun")

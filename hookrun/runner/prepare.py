@@ -39,10 +39,10 @@ from hookrun.hooks.plan import make_plan
 from hookrun.hooks.points import HookPoint
 from hookrun.hooks.site_check import check_sites_run
 from hookrun.hooks.splice import check_outputs
+from hookrun.output.destination import Destination, open_destination
 from hookrun.runner.action_state import check_items, check_tensors, tensor_checked
 from hookrun.runner.batches import make_loader
 from hookrun.runner.calls import CallSpec
-from hookrun.runner.destination import Destination, open_destination
 from hookrun.runner.generation import pad_left
 from hookrun.runner.kinds import KindContext, kind_for
 from hookrun.runner.loop import LoopSettings, one_sample_forward
@@ -53,7 +53,7 @@ class Prepared:
     """Everything a run needs, built and checked, before the file is touched."""
 
     cfg: HookrunConfig
-    out: Destination  # where the run is written: a local file or object-store parts (runner/destination.py)
+    out: Destination  # where the run is written: a local file or object-store parts (output/destination.py)
     model: torch.nn.Module
     dataset: Any  # the user's map-style dataset
     loader: DataLoader
@@ -91,7 +91,6 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
     check_not_a_patch_source(specs, cfg.output.path)
     out = open_destination(cfg) if out is None else out
     out.check_free(cfg.output.overwrite or not check_exists, cfg.dry_run)
-    out.check_options(cfg)
 
     seed_everything(cfg.seed)
     model = build_model(cfg.model, device, cfg.progress) if model is None else live_model(model, device)

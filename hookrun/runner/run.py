@@ -27,16 +27,16 @@ from hookrun.errors import ConfigError
 from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.session import HookSession
+from hookrun.output.destination import Destination, open_destination
+from hookrun.output.ranks import detect
+from hookrun.output.resume import Resume
+from hookrun.output.shards import ShardRun
+from hookrun.output.signals import Interrupted, StopSignals, StoreAway
 from hookrun.runner.action_state import finish_actions, restore_states
-from hookrun.runner.destination import Destination, open_destination
 from hookrun.runner.end_warnings import end_report
 from hookrun.runner.estimate import estimate
 from hookrun.runner.loop import run_batches
 from hookrun.runner.prepare import Prepared, dataset_name, prepare
-from hookrun.runner.ranks import detect
-from hookrun.runner.resume import Resume
-from hookrun.runner.shards import ShardRun
-from hookrun.runner.signals import Interrupted, StopSignals, StoreAway
 from hookrun.store.format import HOOKRUN_VERSION
 from hookrun.store.object_folder import StoreError
 from hookrun.store.protocol import RunStore
@@ -166,7 +166,7 @@ def check_max_bytes(total: int, limit: int) -> None:
 def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
     """Write the run. The caller holds the destination's lock; a local file appears under its name
     only once it opens, and a resumed file replaces the old one only once it holds its batches; an
-    object-store run is written in parts uploaded as they finish (runner/destination.py)."""
+    object-store run is written in parts uploaded as they finish (output/destination.py)."""
     cfg, dest = p.cfg, p.out
     log.info("%s on %s, %d hook point(s), writing %s", type(p.model).__name__, p.settings.device, len(p.points), dest)
     if not any(a.records for pt in p.points for a in pt.actions) and not p.settings.kind.adds:  # the kind's rows count

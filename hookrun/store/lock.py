@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 try:
     import fcntl
@@ -20,6 +21,28 @@ except ImportError:  # Windows
     import msvcrt
 
 from hookrun.errors import ConfigError
+
+
+@runtime_checkable
+class WriterLock(Protocol):
+    """One writer per output, whatever the output is: `acquire` refuses in one ConfigError line naming
+    the holder, `release` lets the next run in; used as a context manager around the whole run.
+
+    | lock                         | where                      | a killed holder                        |
+    |------------------------------|----------------------------|----------------------------------------|
+    | OutputLock (this module)     | `<file>.lock`, flock(2)    | the OS drops its lock                  |
+    | RemoteLock (remote_lock.py)  | `<url>/writer.lock` object | taken over when its lease has ended    |
+
+    A destination (hookrun/output/) holds one, or both for an object-store run (the URL's lock and
+    the staging folder's)."""
+
+    def acquire(self) -> None: ...
+
+    def release(self) -> None: ...
+
+    def __enter__(self) -> WriterLock: ...
+
+    def __exit__(self, *exc: object) -> None: ...
 
 
 def lock_path(output: Path) -> Path:

@@ -31,13 +31,14 @@ from hookrun.errors import ConfigError
 from hookrun.hooks.actions.modify import Modify
 from hookrun.hooks.events import ABLATED, CLEAN, INTERVENED
 from hookrun.hooks.session import HookSession
+from hookrun.output.ranks import detect
 from hookrun.runner.ablations import MeanAblation, read_means, warn_non_finite, zero_ablation
 from hookrun.runner.calls import ModelCall
 from hookrun.runner.kinds import register_kind
 from hookrun.runner.kinds.run_kind import KindContext, RunKind, StepAdds, plain_forward
 from hookrun.runner.metrics import Objective, Totals, batch_row
-from hookrun.runner.ranks import detect
 from hookrun.store.evaluation_rows import read_evaluation
+from hookrun.store.object_folder import is_url
 from hookrun.store.records import EvaluationRow
 
 log = logging.getLogger("hookrun")
@@ -56,6 +57,9 @@ class EvaluateKind(RunKind):
 
     @classmethod
     def check(cls, cfg: HookrunConfig) -> None:
+        if is_url(cfg.output.path):
+            raise ConfigError(f"evaluate with output.path={cfg.output.path}: an object-store run has no evaluation "
+                              f"datasets yet; write to a local file")
         if detect().many:
             raise ConfigError("evaluate with many processes: each rank would hold a part of the totals; run it in "
                               "one process")
@@ -126,7 +130,7 @@ class EvaluateKind(RunKind):
 
     def restore(self, resume: Any, kept: int) -> None:
         """A resumed run: the totals of the `kept` batches of the old file, and the splice states
-        (a local file: the object-store destination refuses evaluate, runner/store_output.py)."""
+        (a local file: the object-store destination refuses evaluate, output/store_parts.py)."""
         rows, states = read_evaluation(resume.file, rows=kept)
         for row in rows.values():
             self.totals.add(row.model)

@@ -28,12 +28,12 @@ import torch
 from hookrun.config.build import build
 from hookrun.config.schema import HookrunConfig
 from hookrun.errors import ConfigError
+from hookrun.output.ranks import every_rank
 from hookrun.runner.kinds import RunKind, register_kind
 from hookrun.runner.patching.block import parse_block
 from hookrun.runner.patching.engine import PatchEngine
 from hookrun.runner.patching.items import load_items
 from hookrun.runner.patching.notebook import grid_attrs, run_cells
-from hookrun.runner.ranks import every_rank
 from hookrun.store.format import CELL_UNITS
 from hookrun.store.records import Capture, CaptureKey, StepRecord
 

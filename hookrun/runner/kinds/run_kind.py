@@ -144,9 +144,9 @@ class RunKind:
         plain_forward(model, call)
 
     def share(self, rank: int, world: int) -> str | None:
-        """Many ranks (runner/shards.py), before prepare_run: a kind whose steps are not batches of the
+        """Many ranks (output/shards.py), before prepare_run: a kind whose steps are not batches of the
         data takes rank `rank` of `world`'s share of its own rows and returns a label for it; None
-        (every kind whose steps are batches): the ranks split the batches (runner/ranks.py)."""
+        (every kind whose steps are batches): the ranks split the batches (output/ranks.py)."""
         return None
 
     def prepare_run(self, p: Any) -> None:
@@ -165,7 +165,7 @@ class RunKind:
 
     def restore(self, resume: Any, kept: int) -> None:
         """A resumed run: carry over this kind's state from the `kept` batches of the old run
-        (`resume`: what runner/resume.py opened; a local file's is `resume.file`, an h5py.File)."""
+        (`resume`: what output/resume.py opened; a local file's is `resume.file`, an h5py.File)."""
 
     def finish(self) -> dict[str, np.ndarray]:
         """After the last batch: arrays for the end of the file (none by default)."""

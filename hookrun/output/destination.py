@@ -3,14 +3,14 @@
     dest = open_destination(cfg)                 # LocalFile or StoreParts, from output.path
     dest.check_place()                           # before the lock: a place the run can write
     with dest.locked():                          # one writer
-        resume = dest.open_resume(config_yaml)   # a Resume (runner/resume.py), or None
+        resume = dest.open_resume(config_yaml)   # a Resume (output/resume.py), or None
         store = dest.open_store(attrs, resume, part_bytes, **h5_kwargs)   # a RunStore (store/protocol.py)
         ...
         dest.end(resume, replayed)
 
-Two classes satisfy Destination: LocalFile (one HDF5 file: runner/local_output.py) and StoreParts
-(HDF5 parts in an object store: runner/store_output.py). With many ranks, `dest.shards(cfg, ranks)`
-is the layout runner/shards.py's ShardRun wraps around either (LocalShards: a file per rank and a
+Two classes satisfy Destination: LocalFile (one HDF5 file: output/local_file.py) and StoreParts
+(HDF5 parts in an object store: output/store_parts.py). With many ranks, `dest.shards(cfg, ranks)`
+is the layout output/shards.py's ShardRun wraps around either (LocalShards: a file per rank and a
 merged view; PartsShards: parts per rank and a top manifest); each rank writes through its own
 destination (`layout.mine`). Nothing above this module asks whether a path is a URL.
 """
@@ -23,10 +23,10 @@ from typing import Protocol
 
 from hookrun.config.schema import HookrunConfig
 from hookrun.errors import ConfigError
-from hookrun.runner.local_output import LocalFile
-from hookrun.runner.ranks import Ranks, every_rank
-from hookrun.runner.resume import Resume
-from hookrun.runner.store_output import StoreParts
+from hookrun.output.local_file import LocalFile
+from hookrun.output.ranks import Ranks, every_rank
+from hookrun.output.resume import Resume
+from hookrun.output.store_parts import StoreParts
 from hookrun.store.merge import View
 from hookrun.store.object_folder import is_url
 from hookrun.store.parts import ObjectStoreOutput
@@ -51,9 +51,6 @@ class Destination(Protocol):
 
     def check_free(self, overwrite: bool, dry_run: bool) -> None:
         """Before the model is built: nothing is overwritten unless `overwrite`."""
-
-    def check_options(self, cfg: HookrunConfig) -> None:
-        """Options this destination cannot write, refused in one line."""
 
     def check_state(self, stateful: list) -> None:
         """Actions that keep a state over the run (top_examples), refused where it cannot be saved."""
@@ -81,7 +78,7 @@ class Destination(Protocol):
 
 
 class ShardLayout(Protocol):
-    """A many-process run's outputs (LocalShards, PartsShards), driven by runner/shards.py's ShardRun."""
+    """A many-process run's outputs (LocalShards, PartsShards), driven by output/shards.py's ShardRun."""
 
     merged: Path | str  # what RunResult.path says once rank 0 has combined the ranks
     mine: Destination  # this rank's own

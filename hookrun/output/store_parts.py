@@ -6,10 +6,10 @@
 
 Before the lock: the store answers and the staging folder can be written. Under it: nothing is
 overwritten unless asked (the manifest is the run's mark), and a resume continues from the parts
-the manifest lists (runner/resume_parts.py, PartsResume). Two runs on one URL: the second is refused in
+the manifest lists (output/resume_parts.py, PartsResume). Two runs on one URL: the second is refused in
 one line naming the first (store/remote_lock.py).
 
-With many ranks (PartsShards, the layout runner/shards.py's ShardRun drives), as LocalShards for a
+With many ranks (PartsShards, the layout output/shards.py's ShardRun drives), as LocalShards for a
 local file with the object store in place of the shard files and the merged view: before any batch
 every rank checks the store (store/ranked.py: reachable, not taken, the same number of processes on
 resume) and rank 0 writes the top manifest (running). Each rank writes its block of batches as
@@ -23,16 +23,16 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
-from hookrun.config.checks import evaluating
 from hookrun.config.schema import HookrunConfig, to_yaml
 from hookrun.errors import ConfigError
-from hookrun.runner.ranks import Ranks, rank_device
-from hookrun.runner.resume_parts import PartsResume, open_parts_resume
+from hookrun.output.ranks import Ranks, rank_device
+from hookrun.output.resume_parts import PartsResume, open_parts_resume
 from hookrun.store.h5file import writable_folder
-from hookrun.store.lock import OutputLock
+from hookrun.store.lock import OutputLock, WriterLock
 from hookrun.store.merge import View
 from hookrun.store.object_folder import StoreError, reason
 from hookrun.store.parts import ObjectStoreOutput, PartedStore
@@ -67,8 +67,11 @@ class StoreParts:
         """A lock object under the URL (store/remote_lock.py), and the staging folder's lock file."""
         stack = ExitStack()
         try:
-            stack.enter_context(RemoteLock(self.out.folder(check=False), lock_name(self.out.rank)))
-            stack.enter_context(OutputLock(self.out.parts_dir))
+            locks: tuple[Callable[[], WriterLock], ...] = (
+                lambda: RemoteLock(self.out.folder(check=False), lock_name(self.out.rank)),
+                lambda: OutputLock(self.out.parts_dir))
+            for lock in locks:
+                stack.enter_context(lock())
         except BaseException:
             stack.close()
             raise
@@ -86,11 +89,6 @@ class StoreParts:
         if taken:
             raise ConfigError(f"output.path: {self.out.url} exists (it has a {self.out.manifest_name}); set "
                               f"output.overwrite=true, resume=true, or choose another path")
-
-    def check_options(self, cfg: HookrunConfig) -> None:
-        if evaluating(cfg):
-            raise ConfigError(f"evaluate with output.path={self.out.url}: an object-store run has no evaluation "
-                              f"datasets yet; write to a local file")
 
     def check_state(self, stateful: list) -> None:
         if stateful:

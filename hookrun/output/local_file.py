@@ -6,7 +6,7 @@
 
 The file appears under its name only once it opens; a resumed run writes `<name>.resuming` and
 replaces the old file with it only once it holds the old batches too (`end`). With many ranks
-(LocalShards, the layout runner/shards.py's ShardRun drives) each rank writes its own
+(LocalShards, the layout output/shards.py's ShardRun drives) each rank writes its own
 `captures.rank-NNNNN.h5` and rank 0 writes `captures.h5`, a view over them (store/merge.py).
 """
 
@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING
 
 from hookrun.config.schema import HookrunConfig
 from hookrun.errors import ConfigError, HookrunError
-from hookrun.runner.ranks import Ranks, every_rank, rank_device, shard_path
-from hookrun.runner.resume import ResumeState, open_resume
+from hookrun.output.ranks import Ranks, every_rank, rank_device, shard_path
+from hookrun.output.resume import ResumeState, open_resume
 from hookrun.store.h5file import flushing_path, writable_folder
 from hookrun.store.h5store import H5Store
-from hookrun.store.lock import OutputLock
+from hookrun.store.lock import OutputLock, WriterLock
 from hookrun.store.merge import View, build_view, shard_status
 from hookrun.store.reading import LocalSource
 
@@ -59,7 +59,7 @@ class LocalFile:
         """A name the file can have, its folder made (the lock file goes there)."""
         check_output(self.path, overwrite=True)
 
-    def locked(self) -> OutputLock:
+    def locked(self) -> WriterLock:
         return OutputLock(real_path(self.path))
 
     def check_free(self, overwrite: bool, dry_run: bool) -> None:
@@ -68,9 +68,6 @@ class LocalFile:
 
     def check_state(self, stateful: list) -> None:
         """(A local file saves the actions' state at each flush.)"""
-
-    def check_options(self, cfg: HookrunConfig) -> None:
-        """A local file takes every option."""
 
     def check_still_free(self, overwrite: bool) -> None:
         """Again under the lock, now that the model is built: still ours to write."""

@@ -3,7 +3,7 @@
     layout = open_destination(cfg).shards(cfg, ranks)   # LocalShards or PartsShards
     result = ShardRun(cfg, ranks, layout).run(body)     # body(cfg_of_this_rank, its destination, adjust)
 
-ShardRun is the ranks strategy, a wrapper around either destination's layout (runner/destination.py):
+ShardRun is the ranks strategy, a wrapper around either destination's layout (output/destination.py):
 the rendezvous, the checks, the heartbeats and rank 0's wait are here; which files or objects a
 rank writes, and how rank 0 combines them, are the layout's. With a local file:
 
@@ -24,7 +24,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import torch.distributed as dist
 import yaml
@@ -32,20 +32,19 @@ import yaml
 from hookrun.config.diff import differing
 from hookrun.config.schema import HookrunConfig, to_yaml
 from hookrun.errors import ConfigError, HookrunError, RunError
-from hookrun.runner.local_output import LocalShards
-from hookrun.runner.ranks import (
+from hookrun.output.local_file import LocalShards
+from hookrun.output.ranks import (
     Ranks,
     every_rank,
     gather,
     open_store,
     shard_batches,
 )
-from hookrun.runner.signals import StopSignals
+from hookrun.output.signals import StopSignals
 from hookrun.store.merge import View
 
 if TYPE_CHECKING:
-    from hookrun.runner.destination import Destination, ShardLayout
-    from hookrun.runner.prepare import Prepared
+    from hookrun.output.destination import Destination, ShardLayout
 
 
 class Result(Protocol):
@@ -55,6 +54,16 @@ class Result(Protocol):
 
 
 R = TypeVar("R", bound=Result)
+
+
+class Narrowed(Protocol):
+    """What ShardRun.adjust narrows to this rank: the runner's Prepared (runner/prepare.py), which this
+    package below the runner knows only by these fields."""
+
+    settings: Any  # the loop's settings: kind (its share), batches, progress, label
+    batches: range
+    n_batches: int
+    attrs: dict
 
 log = logging.getLogger("hookrun")
 GRACE_SECONDS = 10.0  # how long a stopped or failed rank 0 still waits for the others
@@ -142,7 +151,7 @@ class ShardRun:
                 raise every_rank(ConfigError(f"rank {rank} has a different config from rank 0 in {', '.join(keys) or 'its text'}; "
                                   f"every rank of a run must be given the same config (same command, same files)"))
 
-    def adjust(self, p: Prepared) -> None:
+    def adjust(self, p: Narrowed) -> None:
         """Narrow a prepared run to this rank's block of batches (prepare() applied data.limit), or
         to its share of the kind's own rows where its steps are not batches (patching: cells)."""
         share = p.settings.kind.share(self.r.rank, self.r.world)

@@ -1,11 +1,11 @@
 """Resume of an object-store run: its verified parts are kept as they are, and the part being
-written when it stopped is replayed (a Resume, runner/resume.py).
+written when it stopped is replayed (a Resume, output/resume.py).
 
     state = open_parts_resume(out, cfg_yaml)  # None where the object store holds no run
     steps = state.replay(store)               # the kept parts' batches, plus the partial part's
 
-The destination for an object-store URL (runner/store_output.py) opens it; a local file's resume
-is ResumeState (runner/resume.py), whose replay this one uses for the partial part.
+The destination for an object-store URL (output/store_parts.py) opens it; a local file's resume
+is ResumeState (output/resume.py), whose replay this one uses for the partial part.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import h5py
 import yaml
 
 from hookrun.errors import ConfigError
-from hookrun.runner.resume import ResumeState, config_differences, open_resume
+from hookrun.output.resume import ResumeState, config_differences, open_resume
 from hookrun.store.parts import ObjectStoreOutput, ResumePoint, prepare_resume
 from hookrun.store.protocol import RunStore
 
