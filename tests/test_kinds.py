@@ -20,11 +20,11 @@ from omegaconf import OmegaConf
 from torch import nn
 
 import hookrun
-from hookrun.config.checks import TOGETHER, check_config
+from hookrun.config.checks import TOGETHER
 from hookrun.config.schema import HookrunConfig, Mode, load
 from hookrun.errors import ConfigError, RunError
 from hookrun.hooks.events import Phase
-from hookrun.runner.kinds import KINDS, RunKind, StepAdds, kind_for
+from hookrun.runner.kinds import KINDS, RunKind, StepAdds, check_config, kind_for
 
 
 def tiny() -> tuple[nn.Module, torch.utils.data.TensorDataset]:

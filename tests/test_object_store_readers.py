@@ -60,7 +60,7 @@ def test_op_patch_reads_its_source_from_the_bucket(s3, tmp_path, monkeypatch):
 
 
 def test_evaluate_mean_reads_the_means_from_the_bucket(s3, tmp_path, monkeypatch):
-    from hookrun.runner.ablations import read_means
+    from hookrun.runner.kinds.evaluate.ablations import read_means
 
     monkeypatch.setenv("HOOKRUN_CACHE_DIR", str(tmp_path / "cache"))
     hookrun.run(cfg(URL, tmp_path))

@@ -26,7 +26,7 @@ import numpy as np
 import yaml
 
 from hookrun.analysis.batching import BUFFER_BYTES
-from hookrun.analysis.evaluation_table import describe as describe_evaluation
+from hookrun.analysis.kind_readers import kind_lines
 from hookrun.analysis.parts_loader import PartsLoader
 from hookrun.analysis.run_reader import Run
 from hookrun.analysis.stats import block_stats
@@ -89,8 +89,8 @@ class RemoteRun(Run):
             self.captures = list_captures(file)
         return self.source.file
 
-    def evaluation_lines(self) -> list[str]:
-        return describe_evaluation(self.source.file) if self.source.opened else []  # (no download for a summary)
+    def kind_lines(self) -> list[str]:
+        return kind_lines(self.source.file) if self.source.opened else []  # (no download for a summary)
 
     def part_files(self, problems: list[str] | None = None) -> Iterator[h5py.File]:
         """Every part in turn, fetched and verified, open (inspect --verify: their own checksums);

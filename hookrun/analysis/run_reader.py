@@ -19,9 +19,8 @@ import numpy as np
 import yaml
 
 from hookrun.analysis.batching import BUFFER_BYTES
-from hookrun.analysis.evaluation_table import describe as describe_evaluation
-from hookrun.analysis.evaluation_table import evaluation_table
 from hookrun.analysis.grids import file_grid, grid_lines, patching_meta
+from hookrun.analysis.kind_readers import kind_lines, kind_method, method_names
 from hookrun.analysis.labelled import to_dataset
 from hookrun.analysis.loader import RowLoader
 from hookrun.analysis.report import build_report
@@ -92,11 +91,13 @@ class Run:
         return [{"index": int(i), "prompt": p, "text": t, "tokens": row[:n].tolist()}
                 for i, p, t, row, n in zip(samples["index"][: len(ids)], prompt, text, ids, lengths, strict=True)]
 
-    def evaluation(self, batches: bool = False) -> Any:
-        """evaluate's metrics as a Table (`.to_pandas()`): one row per intervened module, a column per
-        metric (ce_clean, ce_intervened, kl_intervened, ... and a splice's l0, mse, ...), the run's
-        totals; `batches=True`: one row per batch and module. NotFoundError without evaluate."""
-        return evaluation_table(self.file, batches)
+    def __getattr__(self, name: str) -> Any:
+        """A kind's reader method (analysis/kind_readers.py), asked of the file's kind: evaluate's
+        `run.evaluation(batches=False)`, its metrics as a Table (one row per intervened module, the
+        run's totals; `batches=True`: one row per batch and module); NotFoundError without evaluate."""
+        if name.startswith("_") or name not in method_names():
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return kind_method(self.file, name)
 
     @property
     def grids(self) -> list[str]:
@@ -242,13 +243,13 @@ class Run:
                 s = self.capture_stats(c)
                 row += f"  mean {s['mean']:.4g} std {s['std']:.4g} min {s['min']:.4g} max {s['max']:.4g} zeros {s['zeros']:.1%}"
             lines.append(row)
-        lines.extend(self.evaluation_lines())
+        lines.extend(self.kind_lines())
         lines.extend(grid_lines(self.attrs))
         return "\n".join(lines)
 
-    def evaluation_lines(self) -> list[str]:
-        """The evaluation table's lines for the summary (none where the run did not evaluate)."""
-        return describe_evaluation(self.file)
+    def kind_lines(self) -> list[str]:
+        """What the file's kind adds to the summary (evaluate's table; none for a plain record run)."""
+        return kind_lines(self.file)
 
     def written_attrs(self) -> set[str]:
         """The names of the root attributes the file has (summary names the usual ones missing)."""

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from hookrun.analysis.evaluation_table import evaluation_columns
+from hookrun.analysis.kind_readers import kind_columns
 from hookrun.analysis.opening import open_run
 from hookrun.analysis.run_reader import Run, block_stats
 from hookrun.analysis.table import Table
@@ -72,7 +72,7 @@ class Sweep:
                         row["text"] = run.texts()[0]["text"] if len(run.file["samples/generated_ids"]) else None
                         if "text" not in columns:
                             columns.append("text")
-                    for col, value in evaluation_columns(run.file).items():  # evaluate's totals
+                    for col, value in kind_columns(run.file).items():  # the kind's numbers (evaluate's totals)
                         row[col] = value
                         if col not in columns:
                             columns.append(col)

@@ -2,9 +2,10 @@
 
     check_config(load(cfg))   # ConfigError, one line, at the first option that does not fit
 
-The table below is the whole list of combinations refused whatever else the config says; a run
-kind's own refusals (a model without generate(), an ablation with nothing to ablate) are in its
-module (hookrun.runner.kinds), where the built model and hooks are known.
+The table below is the list of combinations of the common options refused whatever else the config
+says; a run kind's refusals about its own block are the kind's (evaluate's rows are in
+hookrun/runner/kinds/evaluate/block.py, run by the kind's `check`), and those that need the built
+model and hooks (a model without generate(), an ablation with nothing to ablate) its constructor's.
 """
 
 from __future__ import annotations
@@ -14,19 +15,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from hookrun.config.schema import HookrunConfig, Mode
-from hookrun.errors import ConfigError, one_of
-
-ABLATIONS = ("zero", "mean")  # evaluate.ablation: null, or one of these
-
-
-def evaluating(cfg: HookrunConfig) -> bool:
-    """evaluate is on: `enabled: true`, or `enabled: null` (the default) with an ablation or a mean named
-    (`python -m hookrun evaluate.ablation=zero` evaluates; a Python `evaluate: {}` block is made
-    `enabled: true` when it is loaded, hookrun.config.schema.load)."""
-    ev = cfg.evaluate
-    if ev is None or ev.enabled is False:
-        return False
-    return ev.enabled is True or ev.ablation is not None or ev.mean is not None
+from hookrun.errors import ConfigError
 
 
 class Refused(NamedTuple):
@@ -40,27 +29,9 @@ TOGETHER: list[Refused] = [
     Refused("patching", lambda c: getattr(c, "patching", None) is not None and c.mode is not Mode.eval,
             "patching with mode={mode}: a patching run makes its own forwards (clean, corrupted, patched; atp its "
             "own backward); drop mode or set mode=eval"),
-    Refused("patching", lambda c: getattr(c, "patching", None) is not None and evaluating(c),
-            "patching and evaluate are each a kind of run of their own and cannot go together; keep one of them"),
     Refused("mode=grad", lambda c: c.mode is Mode.grad and c.loss is None,
             "mode=grad needs a loss: add loss=cross_entropy, loss=lm (a language model's next-token loss), "
             "loss=sum, loss=target_logit or loss=custom"),
-    Refused("evaluate", lambda c: evaluating(c) and c.mode is not Mode.eval,
-            "evaluate needs mode=eval (its forwards run under no_grad), got mode={mode}; drop evaluate or set mode=eval"),
-    Refused("evaluate", lambda c: evaluating(c) and c.early_stop,
-            "evaluate with early_stop=true: the clean forward needs the whole model (its output); "
-            "drop early_stop or evaluate"),
-    Refused("evaluate", lambda c: evaluating(c) and c.loss is None,
-            "evaluate has no loss for ce: add loss=lm (a language model's next-token cross-entropy), "
-            "loss=cross_entropy (a classifier) or loss=custom"),
-    Refused("evaluate.ablation", lambda c: evaluating(c) and c.evaluate.ablation not in (None, *ABLATIONS),
-            "evaluate.ablation={ablation!r}; choose " + one_of(ABLATIONS) + " or null (no ablated forward)"),
-    Refused("evaluate.mean", lambda c: evaluating(c) and c.evaluate.mean is not None and c.evaluate.ablation != "mean",
-            "evaluate.mean={mean!r} is read by evaluate.ablation=mean only (ablation is {ablation}); "
-            "set evaluate.ablation=mean or drop evaluate.mean"),
-    Refused("evaluate.ablation", lambda c: evaluating(c) and c.evaluate.ablation == "mean" and not c.evaluate.mean,
-            "evaluate.ablation=mean without a mean to use: set evaluate.mean=RUN.h5, an earlier hookrun run that "
-            "recorded each modified module's output (rows: token gives the per-token mean)"),
     Refused("early_stop", lambda c: c.early_stop and c.mode is Mode.generate,
             "early_stop=true does not fit mode=generate: every model call's output makes the next token"),
     Refused("early_stop", lambda c: c.early_stop and c.mode is Mode.grad,
@@ -83,8 +54,7 @@ RANGES: list[tuple[str, int | None, int | None, str]] = [
 
 def check_config(cfg: HookrunConfig) -> None:
     """Every row of TOGETHER, then every range, in order: the first that fails is one ConfigError."""
-    ev = cfg.evaluate
-    fields = {"mode": cfg.mode.value, "ablation": getattr(ev, "ablation", None), "mean": getattr(ev, "mean", None)}
+    fields = {"mode": cfg.mode.value}
     for row in TOGETHER:
         if row.when(cfg):
             raise ConfigError(row.message.format(**fields))

@@ -29,11 +29,11 @@ from hookrun.config.diff import differing
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.store.capture_schema import CaptureMeta, RowKind, damage, list_captures
 from hookrun.store.digest import check_block, table_of
-from hookrun.store.evaluation_rows import read_evaluation
 from hookrun.store.h5file import flushing_path
 from hookrun.store.protocol import RunStore
 from hookrun.store.reading import LocalSource
 from hookrun.store.records import Capture, CaptureKey, StepRecord
+from hookrun.store.tables import tables_in
 
 # keys that do not change what is captured
 IGNORED = {"resume", "dry_run", "progress", "imports", "output.overwrite", "output.max_bytes",
@@ -189,7 +189,7 @@ def _replay(state: ResumeState, store: RunStore, f: h5py.File) -> int:
     columns = [_read(f"the capture {c.path}", lambda c=c: _Column(f[c.path], index, step_of_row, state.first_step, token_step))
                for c in _captures(state.path, f)]
     bounds = np.searchsorted(step_of_row, steps)
-    evaluation, _ = read_evaluation(f, rows=state.steps)  # evaluate's rows of the kept batches (one per batch)
+    tables = {t.name: t.read(f, rows=state.steps) for t in tables_in(f)}  # a kind's rows of the kept batches (evaluate's)
     for i, step in enumerate(steps[:-1].tolist()):
         lo, hi = int(bounds[i]), int(bounds[i + 1])
         captures = [c for col in columns if (c := col.capture(step, lo, hi)) is not None]
@@ -207,7 +207,7 @@ def _replay(state: ResumeState, store: RunStore, f: h5py.File) -> int:
             captures=captures,
             samples={k: ds[lo:hi] for k, ds in extra.items()} or None,
             tokens=token_rows,
-            evaluation=evaluation.get(step),
+            tables={name: rows[step] for name, rows in tables.items() if step in rows},
         ))
     return state.steps
 

@@ -84,7 +84,7 @@ def run_batches(
                 ticket=transfer.submit(captures),
                 samples=stored if adds.samples is None else {**(stored or {}), **adds.samples},
                 tokens=token_columns(captures, env.state, with_generated=adds.generated),
-                **adds.record,
+                tables=adds.tables,
                 state=env.snapshot(),  # stateful actions (top_examples): saved at the next flush
             ))
             steps += 1

@@ -29,7 +29,6 @@ from hookrun.config.build import (
     import_modules,
     live_model,
 )
-from hookrun.config.checks import check_config, evaluating
 from hookrun.config.schema import DTYPES, HookrunConfig, Mode
 from hookrun.config.specs import parse_hooks
 from hookrun.errors import ConfigError
@@ -44,7 +43,7 @@ from hookrun.runner.action_state import check_items, check_tensors, tensor_check
 from hookrun.runner.batches import make_loader
 from hookrun.runner.calls import CallSpec
 from hookrun.runner.generation import pad_left
-from hookrun.runner.kinds import KindContext, kind_for
+from hookrun.runner.kinds import KindContext, check_config, kind_for
 from hookrun.runner.loop import LoopSettings, one_sample_forward
 
 
@@ -85,9 +84,8 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
     specs = parse_hooks(cfg.hooks)
     mode = cfg.mode
     device = resolve_device(cfg.device)
-    check_config(cfg)
+    check_config(cfg)  # the common table, then the kind's own check
     kind = kind_for(cfg)
-    kind.check(cfg)
     check_not_a_patch_source(specs, cfg.output.path)
     out = open_destination(cfg) if out is None else out
     out.check_free(cfg.output.overwrite or not check_exists, cfg.dry_run)
@@ -108,7 +106,7 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
     if collate is not None and not callable(collate):
         raise ConfigError(f"data.collate: built a {type(collate).__name__}, not a function (add `_partial_: true`)")
     loader = make_loader(dataset, cfg.data.batch_size, cfg.data.num_workers, collate=collate)
-    loss = build_loss(cfg.loss) if cfg.loss is not None and (mode is Mode.grad or evaluating(cfg)) else None
+    loss = build_loss(cfg.loss) if cfg.loss is not None and kind.uses_loss else None
     batches = range(len(loader) if cfg.data.limit is None else min(cfg.data.limit, len(loader)))
     planned = np.arange(samples_in(batches, cfg.data.batch_size, len(dataset)))
     env = ActionEnv(store_dtype=DTYPES[cfg.output.dtype.value], planned_samples=planned, hold=hold or ModelHold())

@@ -222,7 +222,7 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
 def open_store(p: Prepared, resume: Resume | None) -> RunStore:
     """The run's store, where its destination keeps it (for a resume: the old batches replayed first)."""
     cfg = p.cfg
-    attrs = {**file_attrs(cfg, p.model, p.settings.device), **p.attrs}
+    attrs = {**file_attrs(cfg, p.model, p.settings.device), "kind": p.settings.kind.name, **p.attrs}  # readers ask the kind
     kwargs = {"compression": cfg.output.compression.value, "flush_every": cfg.output.flush_every,
               "expected_samples": p.n_samples, "expected_steps": p.n_batches, "checksum": cfg.output.checksum}
     return p.out.open_store(attrs, resume, cfg.output.part_bytes, **kwargs)

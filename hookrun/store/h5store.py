@@ -29,13 +29,13 @@ from hookrun.errors import RunError
 from hookrun.store.chunks import CHUNK_BYTES, chunk_bytes_for
 from hookrun.store.columns import CaptureColumns, Column
 from hookrun.store.digest import DigestLog
-from hookrun.store.evaluation_rows import EvaluationStore
 from hookrun.store.format import FORMAT_VERSION
 from hookrun.store.h5file import create_hidden, flushing_path
 from hookrun.store.held import filling_chunks
 from hookrun.store.records import Capture, StepRecord
 from hookrun.store.run_state import RunState, write_features
 from hookrun.store.samples import SampleTable
+from hookrun.store.tables import TableWriter, table
 
 FLUSH_SECONDS = 2.0
 SPACE_MARGIN = 1 << 20  # bytes kept free for metadata and for closing the file
@@ -71,7 +71,7 @@ class H5Store(CaptureColumns):
         self.table = SampleTable(self.file, self.compression)
         self.digests = DigestLog(self.file)  # the run's /checksums table, written at each flush
         self._columns: dict[str, Column] = {}
-        self.evaluation = EvaluationStore(self.file)  # evaluate's rows and totals (store/evaluation_rows.py)
+        self.tables: dict[str, TableWriter] = {}  # a kind's named tables (/evaluation), made at their first rows (store/tables.py)
         self.run_state = RunState()  # stateful actions' latest state, written at flush (store/run_state.py)
         self.overflow: dict[str, int] = {}  # values a cast turned into inf, per capture path
         self.steps = 0
@@ -109,8 +109,10 @@ class H5Store(CaptureColumns):
         chunk_bytes = chunk_bytes_for(len(self._columns) + new)  # for the captures this batch creates
         for cap in rec.captures:
             self._write_capture(cap, rec, start, chunk_bytes)
-        if rec.evaluation is not None:
-            self.evaluation.write(rec.step, rec.evaluation)
+        for name, rows in rec.tables.items():
+            if name not in self.tables:
+                self.tables[name] = table(name).writer(self.file)
+            self.tables[name].write(rec.step, rows)
         for cap in rec.captures:
             if cap.overflow is not None and (n_inf := int(cap.overflow)):
                 self.overflow[cap.key.path] = self.overflow.get(cap.key.path, 0) + n_inf
@@ -121,7 +123,7 @@ class H5Store(CaptureColumns):
         return {"rows": {d.name: d.shape[0] for d in sets}, "columns": set(self._columns), "table": self.table.mark(),
                 "indexed": {p for p, col in self._columns.items() if col.index is not None},
                 "pending": self.digests.mark(),
-                "evaluation": self.evaluation.mark()}
+                "tables": {name: t.mark() for name, t in self.tables.items()}}
 
     def _roll_back(self, mark: dict) -> None:
         """Take out what a failed batch wrote: new datasets go, the others get their old length."""
@@ -141,7 +143,10 @@ class H5Store(CaptureColumns):
                 if name in self.file and self.file[name].shape[0] != rows:
                     self.file[name].resize(rows, axis=0)
             self.table.roll_back(mark["table"])
-            self.evaluation.roll_back(mark["evaluation"])
+            for name, t in list(self.tables.items()):
+                t.roll_back(mark["tables"].get(name, {}))
+                if name not in mark["tables"]:  # a table the failed batch made: taken out whole
+                    del self.tables[name]
         except Exception:  # e.g. the disk is full: the counts still say which rows are whole batches
             pass
 
@@ -187,7 +192,8 @@ class H5Store(CaptureColumns):
         return cols + tables + [self.table.index, self.table.step, *self.table.optional.values()]
 
     def _update_counts(self) -> None:
-        self.evaluation.flush()  # evaluate's totals: those of the batches this flush holds
+        for t in self.tables.values():  # a kind's totals (evaluate's): those of the batches this flush holds
+            t.flush()
         self.run_state.flush(self.file, self.steps)  # actions' state: that of the batches this flush holds
         self.file.attrs["steps_complete"] = self.steps
         self.file.attrs["samples_complete"] = self.samples

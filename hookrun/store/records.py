@@ -52,17 +52,6 @@ class Capture:
 
 
 @dataclass
-class EvaluationRow:
-    """One batch's `evaluate` metrics (runner/ablations.py), written under /evaluation (store/evaluation_rows.py)."""
-
-    model: dict[str, float]  # ce_clean, ce_intervened, kl_intervened, ... and the counts ce_count, kl_count
-    splices: dict[str, dict[str, float]] = field(default_factory=dict)  # spliced module -> its metrics this batch
-    totals: dict[str, dict[str, float]] | None = None  # the run's totals after this batch: "" the model's, else a module's
-    state: dict[str, dict[str, np.ndarray]] | None = None  # spliced module -> its statistics' state (resume)
-    attrs: dict[str, Any] = field(default_factory=dict)  # /evaluation's attributes (ablation, modules)
-
-
-@dataclass
 class StepRecord:
     """Everything the writer needs for one batch."""
 
@@ -74,7 +63,7 @@ class StepRecord:
     ticket: Any = None  # hookrun.store.transfer.Ticket: wait() before reading captures, release() after
     samples: dict[str, np.ndarray] | None = None  # more per-sample arrays for /samples/<name> (data.store)
     tokens: tuple[np.ndarray, ...] | None = None  # (sample index, position[, generated]) of each token row
-    evaluation: EvaluationRow | None = None  # evaluate's metrics of this batch
+    tables: dict[str, Any] = field(default_factory=dict)  # a kind's rows by table name ({"evaluation": row}: store/tables.py)
     state: dict[str, dict[str, Any]] | None = None  # stateful actions' state after this batch, by key (saved at flush)
 
 

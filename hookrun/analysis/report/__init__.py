@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hookrun.analysis.kind_readers import kind_sections
 from hookrun.analysis.report.circuits import grids, latents, lens
 from hookrun.analysis.report.figure_specs import sweep_charts, sweep_metrics
 from hookrun.analysis.report.page import render
@@ -24,7 +25,6 @@ from hookrun.analysis.report.run_sections import (
     Budget,
     attention,
     captures,
-    evaluation,
     figure,
     header,
     section,
@@ -67,10 +67,11 @@ class Report:
 def run_data(run: Any, budget: Budget | None = None) -> dict:
     """The page's data for one run; NotFoundError where the file has nothing to show."""
     budget = budget or Budget()
-    body = [*evaluation(run), *attention(run, budget), *grids(run), *lens(run, budget), *latents(run, budget)]
+    kinds = kind_sections(run)  # what the file's kind shows first (evaluate's table)
+    body = [*kinds, *attention(run, budget), *grids(run), *lens(run, budget), *latents(run, budget)]
     shown = [c for c in run.captures if not c.role.startswith(("top.", "lens."))]
     if shown:
-        body.insert(1 if body and body[0]["id"] == "evaluation" else 0, captures(run, budget))
+        body.insert(len(kinds), captures(run, budget))
     if not body:
         raise NotFoundError(f"{run.path}: nothing to show (no capture, evaluation, grid or top examples in the file)")
     return {"title": f"hookrun report: {run.path}", "source": _source(run.path), "sections": [header(run), *body]}

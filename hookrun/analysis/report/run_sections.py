@@ -1,7 +1,7 @@
-"""The report's sections of one run that every file can have: header, evaluation, captures,
+"""The report's sections of one run that every file can have: header, captures,
 attention patterns. Each section is plain data (analysis/report/page.py draws it).
 
-    sections = [header(run), *evaluation(run), captures(run, budget), *attention(run, budget)]
+    sections = [header(run), *kind_sections(run), captures(run, budget), *attention(run, budget)]
 
 Bounded whatever the file's size: statistics are exact (read block by block), but a histogram
 is made of at most `budget.values` values from at most 8 blocks spread over the capture, and
@@ -76,14 +76,6 @@ def _seconds(a: dict) -> float | None:
 
 def _actions(spec: dict) -> str:
     return ", ".join(a if isinstance(a, str) else str(a.get("name", a)) for a in spec.get("actions") or [])
-
-
-def evaluation(run: Any) -> list[dict]:
-    try:
-        table = run.evaluation()
-    except Exception:  # no evaluation in this file (NotFoundError), or none readable
-        return []
-    return [section("evaluation", "Evaluation", [table_item(table.columns, table.rows)])]
 
 
 def table_item(columns: list[str], rows: list[dict]) -> dict:

@@ -6,14 +6,15 @@
 
 | kind       | module           | chosen by                  | forwards per batch                    |
 |------------|------------------|----------------------------|---------------------------------------|
-| record     | record_kind.py   | mode=eval                  | 1 (no_grad; early_stop may cut it)    |
+| record     | run_kind.py      | mode=eval                  | 1 (no_grad; early_stop may cut it)    |
 | grad       | grad_kind.py     | mode=grad                  | 1 forward + loss + backward           |
 | generate   | generate_kind.py | mode=generate              | 1 model.generate (a call per token)   |
-| evaluate   | evaluate_kind.py | the `evaluate:` block      | clean, intervened (+ ablated)         |
+| evaluate   | evaluate/        | the `evaluate:` block      | clean, intervened (+ ablated)         |
 | patching   | patching_kind.py | the `patching:` block      | chunks of cells (steps are not batches) |
 
-Adding a kind: one module with a RunKind subclass, registered with `@register_kind("name")`, and
-its import at the end of this file (docs/architecture.md walks through evaluate as the example).
+Adding a kind: one module, or one folder where the kind has a block, a table and readers of its
+own (evaluate/), with a RunKind subclass registered with `@register_kind("name")`, and its import
+at the end of this file (docs/architecture.md walks through evaluate as the example).
 A kind with a `block` is chosen when that block of the config is on; two such blocks at once are
 refused in one line; otherwise the kind whose `mode` is cfg.mode runs.
 """
@@ -22,7 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from hookrun.config.schema import HookrunConfig
+from hookrun.config.checks import check_config as common_checks
+from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError
 from hookrun.hooks.registry import Registry
 from hookrun.runner.kinds.run_kind import KindContext, RunKind, StepAdds, plain_forward
@@ -63,7 +65,23 @@ def kind_for(cfg: HookrunConfig) -> type[RunKind]:
     raise ConfigError(f"mode={cfg.mode.value}: no run kind runs it; registered kinds: {', '.join(KINDS)}")
 
 
-__all__ = ["KINDS", "KindContext", "RunKind", "StepAdds", "kind_for", "plain_forward", "register_kind"]
+def check_config(cfg: HookrunConfig) -> None:
+    """Every refusal before anything is built: the common options' table (config/checks.py), then
+    the kind's own block (kind.check: evaluate's rows, an object-store output, ...)."""
+    common_checks(cfg)
+    kind_for(cfg).check(cfg)
+
+
+__all__ = ["KINDS", "KindContext", "RunKind", "StepAdds", "check_config", "kind_for", "plain_forward", "register_kind"]
 
 # the kinds hookrun ships (each registers itself); a new kind adds its import here
-from hookrun.runner.kinds import evaluate_kind, generate_kind, grad_kind, patching_kind, record_kind  # noqa: E402, F401
+
+
+@register_kind("record")
+class RecordKind(RunKind):
+    """mode=eval: one forward per batch under no_grad (early_stop may cut it); everything is RunKind's."""
+
+    mode = Mode.eval
+
+
+from hookrun.runner.kinds import evaluate, generate_kind, grad_kind, patching_kind  # noqa: E402, F401

@@ -29,6 +29,7 @@ IN_PLACE = ("a backward hook's module has its output modified in place later in 
 @register_kind("grad")
 class GradKind(RunKind):
     mode = Mode.grad
+    uses_loss = True
 
     def __init__(self, ctx: KindContext) -> None:
         super().__init__(ctx)

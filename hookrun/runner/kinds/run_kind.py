@@ -2,7 +2,7 @@
 
     kind = kind_for(cfg)(KindContext(cfg, model, loader, spec, points, env, loss, device))
     adds = kind.step(model, call, session)    # the loop, per batch: its forwards, and what they add
-    record = StepRecord(..., samples=adds.samples, **adds.record)
+    record = StepRecord(..., samples=adds.samples, tables=adds.tables)
 
 A kind owns everything that differs between a plain record run, a grad run, a generate run, an
 evaluate run (clean, intervened and ablated forwards) and a patching run (clean, corrupted and
@@ -75,13 +75,13 @@ class StepAdds:
     """What one batch's kind adds to its StepRecord (hookrun.store.records).
 
     samples: per-sample columns for /samples/<name> (generate's generated_ids, ...).
-    record: more StepRecord fields by name ({"evaluation": EvaluationRow}); a new kind that writes
-        its own rows adds a StepRecord field and the store's writer of it.
+    tables: the kind's rows by table name ({"evaluation": EvaluationRow}); the store writes each with
+        the writer its kind registered (store/tables.py): a new kind's rows need no store change.
     generated: the step's token rows include generated tokens (/samples/token_generated).
     """
 
     samples: dict[str, np.ndarray] | None = None
-    record: dict[str, Any] = field(default_factory=dict)
+    tables: dict[str, Any] = field(default_factory=dict)
     generated: bool = False
 
 
@@ -100,6 +100,7 @@ class RunKind:
     block: ClassVar[str | None] = None  # a config block (cfg.<block>) that turns this kind on
     forwards: ClassVar[int] = 1  # model forwards (or generate calls) per batch
     adds: ClassVar[tuple[str, ...]] = ()  # HDF5 paths this kind writes beside /captures ("evaluation")
+    uses_loss: ClassVar[bool] = False  # prepare() builds cfg.loss for it (grad, evaluate)
     units: ClassVar[tuple[str, str]] = BATCH_UNITS  # what the log calls its steps and its rows
 
     def __init__(self, ctx: KindContext) -> None:

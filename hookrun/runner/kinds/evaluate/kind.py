@@ -1,7 +1,7 @@
 """The evaluate kind: each batch's clean, intervened and (with an ablation) ablated forward, and their metrics.
 
     kind = EvaluateKind(ctx)                  # prepare(): every check before any batch
-    adds = kind.step(model, call, session)    # adds.record["evaluation"]: the batch's EvaluationRow
+    adds = kind.step(model, call, session)    # adds.tables["evaluation"]: the batch's EvaluationRow
 
 | forward    | phase (hooks.events)  | hooks                                                  | records |
 |------------|-----------------------|--------------------------------------------------------|---------|
@@ -10,8 +10,10 @@
 | ablated    | ABLATED               | each modify action returns the ablation (zeros, or the | none    |
 |            |                       | mean of an earlier run's rows) instead of its op's     |         |
 
-The metrics' formulas are in runner/metrics.py, the ablations in runner/ablations.py; the rows go
-to /evaluation (store/evaluation_rows.py). Spliced modules (ops that append to `env.splices` an object
+This folder is the whole kind: its block and refusals (block.py), the ablations (ablations.py), its
+table under /evaluation (table.py, written by the store's generic table writer, store/tables.py)
+and what readers show of it (reader.py); the metrics' formulas, shared with patching, are in
+runner/metrics.py. Spliced modules (ops that append to `env.splices` an object
 with `.module` and `.stats`) add their `stats.batch()` per batch and `stats.totals()` for the run;
 `stats.reset_batch()` is called before each intervened forward, and where the stats have
 `state()` / `load_state(dict)` a resumed run carries them over.
@@ -25,21 +27,25 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from hookrun.config.checks import evaluating
 from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError
 from hookrun.hooks.actions.modify import Modify
 from hookrun.hooks.events import ABLATED, CLEAN, INTERVENED
 from hookrun.hooks.session import HookSession
 from hookrun.output.ranks import detect
-from hookrun.runner.ablations import MeanAblation, read_means, warn_non_finite, zero_ablation
 from hookrun.runner.calls import ModelCall
 from hookrun.runner.kinds import register_kind
+from hookrun.runner.kinds.evaluate.ablations import (
+    MeanAblation,
+    read_means,
+    warn_non_finite,
+    zero_ablation,
+)
+from hookrun.runner.kinds.evaluate.block import check_block, evaluating
+from hookrun.runner.kinds.evaluate.table import EvaluationRow, read_evaluation
 from hookrun.runner.kinds.run_kind import KindContext, RunKind, StepAdds, plain_forward
 from hookrun.runner.metrics import Objective, Totals, batch_row
-from hookrun.store.evaluation_rows import read_evaluation
 from hookrun.store.object_folder import is_url
-from hookrun.store.records import EvaluationRow
 
 log = logging.getLogger("hookrun")
 
@@ -50,6 +56,7 @@ class EvaluateKind(RunKind):
     block = "evaluate"
     forwards = 2  # clean and intervened; 3 with an ablation
     adds = ("evaluation",)
+    uses_loss = True  # ce of each forward
 
     @classmethod
     def wanted(cls, cfg: HookrunConfig) -> bool:
@@ -57,6 +64,7 @@ class EvaluateKind(RunKind):
 
     @classmethod
     def check(cls, cfg: HookrunConfig) -> None:
+        check_block(cfg)
         if is_url(cfg.output.path):
             raise ConfigError(f"evaluate with output.path={cfg.output.path}: an object-store run has no evaluation "
                               f"datasets yet; write to a local file")
@@ -121,7 +129,7 @@ class EvaluateKind(RunKind):
         evaluation = EvaluationRow(row, {s.module: dict(s.stats.batch()) for s in splices},
                                    {"": self.totals.means(), **{s.module: dict(s.stats.totals()) for s in splices}},
                                    state or None, self.attrs)
-        return StepAdds(record={"evaluation": evaluation})
+        return StepAdds(tables={"evaluation": evaluation})
 
     def sample_step(self, model: nn.Module, call: ModelCall, session: HookSession) -> StepAdds:
         """The estimate sees the intervened forward's captures; the totals are left as they are."""

@@ -1,7 +1,7 @@
-"""`evaluate`'s datasets: one row per batch under /evaluation, the run's totals as attributes.
+"""`evaluate`'s table: one row per batch under /evaluation, the run's totals as attributes.
 
     ev = EvaluationStore(h5file)
-    ev.write(step, row)      # an EvaluationRow (store/records.py): appended at once, like a capture
+    ev.write(step, row)      # an EvaluationRow (below): appended at once, like a capture
     ev.flush()               # the latest totals (and splice states) reach the attributes
     rows, state = read_evaluation(h5file)   # resume: the rows of each batch, the states of the last flush
 
@@ -13,7 +13,8 @@
                                      `module` and the module's run totals by METRIC
     /evaluation/splices/MODULE/state/NAME   the splice statistics' state at the last flush (resume)
 
-The totals are written at each flush with the counts, so a killed file's totals are those of the
+The store writes it as a table a kind hands it (store/tables.py: StepRecord.tables["evaluation"]),
+registered below. The totals are written at each flush with the counts, so a killed file's totals are those of the
 batches it holds. docs/format.md describes the layout for readers.
 """
 
@@ -21,15 +22,29 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import h5py
 import numpy as np
 
 from hookrun.store.chunks import append
-from hookrun.store.records import EvaluationRow, escape
+from hookrun.store.records import escape
+from hookrun.store.tables import KindTable, register_table
 
 GROUP = "evaluation"
 CHUNK_ROWS = 1024
+
+
+@dataclass
+class EvaluationRow:
+    """One batch's `evaluate` metrics (kind.py), written under /evaluation."""
+
+    model: dict[str, float]  # ce_clean, ce_intervened, kl_intervened, ... and the counts ce_count, kl_count
+    splices: dict[str, dict[str, float]] = field(default_factory=dict)  # spliced module -> its metrics this batch
+    totals: dict[str, dict[str, float]] | None = None  # the run's totals after this batch: "" the model's, else a module's
+    state: dict[str, dict[str, np.ndarray]] | None = None  # spliced module -> its statistics' state (resume)
+    attrs: dict[str, Any] = field(default_factory=dict)  # /evaluation's attributes (ablation, modules)
 
 
 class EvaluationStore:
@@ -121,6 +136,11 @@ class EvaluationStore:
         self.latest = None
 
 
+def read_rows(f: h5py.File, rows: int | None = None) -> dict[int, EvaluationRow]:
+    """The first `rows` batches' rows by batch number (resume's replay)."""
+    return read_evaluation(f, rows)[0]
+
+
 def read_evaluation(f: h5py.File, rows: int | None = None) -> tuple[dict[int, EvaluationRow], dict]:
     """The rows of a file's /evaluation by batch number (the first `rows` of them), with the file's
     totals and states on the last one where they cover exactly those rows; and the states by module."""
@@ -158,3 +178,6 @@ def _attr(value):
         except ValueError:
             return value
     return value.item() if isinstance(value, np.generic) else value
+
+
+TABLE = register_table(KindTable(GROUP, EvaluationStore, read_rows))

@@ -4,8 +4,10 @@
     print(run.evaluation())                 # module, ce_clean, ce_intervened, ..., splice metrics
     run.evaluation(batches=True).to_pandas()  # one row per (batch, module)
 
-The file's layout is store/evaluation_rows.py's (docs/format.md); the numbers are read as written
-(the run's totals are the attributes the run wrote at its last flush), never recomputed here.
+The file's layout is table.py's (docs/format.md); the numbers are read as written (the run's totals
+are the attributes the run wrote at its last flush), never recomputed here. Registered below as
+evaluate's reader (analysis/kind_readers.py): `run.evaluation(...)`, inspect's lines, a sweep's
+columns (plot) and the report's section come from here, asked of the file's kind.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any
 import h5py
 import numpy as np
 
+from hookrun.analysis.kind_readers import KindReader, register_reader
+from hookrun.analysis.report.run_sections import section, table_item
 from hookrun.analysis.table import Table
 from hookrun.errors import NotFoundError
 from hookrun.labels import module_label
@@ -109,3 +113,16 @@ def describe(f: h5py.File) -> list[str]:
     head = (f"  evaluation ({g['step'].shape[0]} batches; ablation {a.get('ablation', '?')}, loss {a.get('loss', '?')}"
             + (f", mean of {a['mean']}" if a.get("mean") else "") + ")")
     return [head, *("    " + line for line in str(evaluation_table(f)).splitlines())]
+
+
+def sections(run: Any) -> list[dict]:
+    """The report's evaluation section: the run's totals, one row per intervened module."""
+    try:
+        table = evaluation_table(run.file)
+    except Exception:  # none readable
+        return []
+    return [section("evaluation", "Evaluation", [table_item(table.columns, table.rows)])]
+
+
+READER = register_reader(KindReader("evaluate", present=has_evaluation, lines=describe, columns=evaluation_columns,
+                                    sections=sections, methods={"evaluation": evaluation_table}))

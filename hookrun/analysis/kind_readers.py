@@ -1,0 +1,82 @@
+"""What readers show of a kind of run: one registry that each kind's reader module fills.
+
+    register_reader(KindReader("evaluate", present=has_evaluation, lines=describe, columns=evaluation_columns,
+                               sections=sections, methods={"evaluation": evaluation_table}))
+    for r in readers_of(run.file): ...   # the file's kind's reader (inspect, plot, report, open_run)
+
+A file names its kind in the root attribute `kind` (written by run() from hookrun 0.x on); a file
+written before that is asked through each reader's `present(f)`. The readers (run_reader.py,
+remote_run.py, sweep.py, report/) ask this registry and test no group or attribute by name; the
+kinds' reader modules live in their own folders (hookrun/runner/kinds/<kind>/reader.py) and are
+imported with hookrun, so the registry is full before any file is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import h5py
+
+
+def _none(_: Any) -> list:
+    return []
+
+
+def _no_columns(_: h5py.File) -> dict:
+    return {}
+
+
+@dataclass(frozen=True)
+class KindReader:
+    kind: str  # the kind's registered name, as the file's `kind` attribute says it
+    present: Callable[[h5py.File], bool]  # a file written before the `kind` attribute holds this kind's rows
+    lines: Callable[[h5py.File], list[str]] = _none  # inspect's summary lines
+    columns: Callable[[h5py.File], dict[str, Any]] = _no_columns  # a sweep table's (and plot's) numbers
+    sections: Callable[[Any], list[dict]] = _none  # the report's sections (given the Run)
+    methods: dict[str, Callable[..., Any]] = field(default_factory=dict)  # Run's methods: run.NAME(...) -> fn(file, ...)
+
+
+READERS: dict[str, KindReader] = {}
+
+
+def register_reader(reader: KindReader) -> KindReader:
+    READERS[reader.kind] = reader
+    return reader
+
+
+def readers_of(f: h5py.File) -> list[KindReader]:
+    """The reader of the file's kind (by its `kind` attribute), else every reader whose rows it holds."""
+    kind = f.attrs.get("kind")
+    kind = kind.decode() if isinstance(kind, bytes) else kind
+    if kind is not None:
+        return [READERS[kind]] if kind in READERS and READERS[kind].present(f) else []
+    return [r for r in READERS.values() if r.present(f)]
+
+
+def kind_method(f: h5py.File, name: str) -> Callable[..., Any] | None:
+    """A kind's reader method `name` bound to the file (run.evaluation(...)); None where no kind has
+    it. Called on a file of another kind, the method says in its own NotFoundError what is missing."""
+    owners = [r for r in readers_of(f) if name in r.methods] or [r for r in READERS.values() if name in r.methods]
+    if not owners:
+        return None
+    method = owners[0].methods[name]
+    return lambda *args, **kwargs: method(f, *args, **kwargs)
+
+
+def method_names() -> set[str]:
+    """Every method a kind's reader adds to Run (run.evaluation)."""
+    return {name for r in READERS.values() for name in r.methods}
+
+
+def kind_lines(f: h5py.File) -> list[str]:
+    return [line for r in readers_of(f) for line in r.lines(f)]
+
+
+def kind_columns(f: h5py.File) -> dict[str, Any]:
+    return {k: v for r in readers_of(f) for k, v in r.columns(f).items()}
+
+
+def kind_sections(run: Any) -> list[dict]:
+    return [s for r in readers_of(run.file) for s in r.sections(run)]
