@@ -52,6 +52,11 @@ class Sweep:
         keys = {k for j in self.jobs for k in j.overrides}
         return sorted(k for k in keys if len({repr(j.overrides.get(k)) for j in self.jobs}) > 1)
 
+    def describe(self) -> str:
+        """The text `python -m hookrun.inspect SWEEP_FOLDER` prints: the jobs and the table."""
+        head = f"{self.folder}: {len(self.jobs)} jobs" + (f", swept: {', '.join(self.swept)}" if self.swept else "")
+        return head + "\n" + str(self.table())
+
     def table(self, stats: Sequence[str] = ("mean", "std"), captures: Sequence[str] | None = None) -> Table:
         """One row per job: job number, each override, status, `text` (mode=generate: the first
         sample's generated text; texts() has them all), evaluate's metrics (ce_clean,

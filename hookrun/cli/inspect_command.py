@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 from hookrun.analysis.opening import open_run
-from hookrun.analysis.show import describe_sweep
 from hookrun.analysis.sweep import is_sweep, open_sweep
 from hookrun.cli.command import run_command
 from hookrun.store.digest import Verified, verify
@@ -37,7 +36,7 @@ def _inspect(a: argparse.Namespace) -> int | None:
     if a.verify:
         return verify_file(a.path, a.allow_unverified)
     if not isinstance(a.path, UrlPath) and is_sweep(a.path):
-        print(describe_sweep(open_sweep(a.path)))
+        print(open_sweep(a.path).describe())
     else:
         with open_run(a.path) as run:
             print(run.summary(stats=not a.no_stats))

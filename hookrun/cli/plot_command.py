@@ -53,6 +53,7 @@ from hookrun.cli.gradcam import (  # noqa: F401 (plot's public names)
 from hookrun.config.build import build_dataset
 from hookrun.config.schema import load
 from hookrun.errors import NotFoundError
+from hookrun.labels import MODEL_LABEL
 from hookrun.store.capture_schema import PATTERN
 from hookrun.store.reading import UrlPath, run_path
 
@@ -60,7 +61,7 @@ HIST_VALUES = 2_000_000  # at most this many values go into one histogram
 
 
 def _name(info: CaptureInfo) -> str:
-    return info.label.replace("/", "__").replace("(model)", "model").replace("@", "_call")
+    return info.label.replace("/", "__").replace(MODEL_LABEL, "model").replace("@", "_call")
 
 
 def title(run: Run, info: CaptureInfo) -> str:

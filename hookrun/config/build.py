@@ -195,8 +195,10 @@ def build_loss(node: Mapping | None) -> Callable | None:
     return loss
 
 
-def build_user_action(action_spec: Any, point: Any, hook_type: Any, env: Any) -> Callable:
-    """A `_target_` action: anything callable with the Event (a function needs `_partial_: true`)."""
+def build_user_action(action_spec: Any, point: object, hook_type: object, env: object) -> Callable:
+    """A `_target_` action: anything callable with the Event (a function needs `_partial_: true`).
+    `point`, `hook_type` and `env` (the plan's HookPoint, HookType and ActionEnv) are opaque here:
+    config/ sits above hooks/ and knows none of them."""
     action = build(action_spec.params, action_spec.where)
     if not callable(action):
         raise ConfigError(

@@ -20,15 +20,19 @@ import inspect
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from hookrun.config.build import build as build_node
 from hookrun.config.params import typed_params
 from hookrun.errors import ConfigError, NotFoundError
+from hookrun.hooks.points import HookPoint
 from hookrun.hooks.registry import Registry
 from hookrun.labels import module_label
+
+if TYPE_CHECKING:
+    from hookrun.hooks.actions.base import ActionEnv
 
 Op = Callable[[torch.Tensor, "OpContext"], torch.Tensor]
 
@@ -53,9 +57,9 @@ class OpContext:
 class OpBuild:
     """What an op factory may need besides its config keys (declare `*, build: OpBuild`)."""
 
-    point: Any  # the HookPoint: .hook, .type, .module (its path), .target (the nn.Module)
+    point: HookPoint  # the HookPoint: .hook, .type, .module (its path), .target (the nn.Module)
     family: str  # the role family the action replaces: input, output or grad_input (an event's `writable`)
-    env: Any  # the run's ActionEnv: planned samples, and its hold (undone at the end of the run)
+    env: ActionEnv  # the run's ActionEnv: planned samples, and its hold (undone at the end of the run)
 
     @property
     def where(self) -> str:

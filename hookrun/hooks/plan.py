@@ -24,7 +24,7 @@ from hookrun.errors import ConfigError, NotFoundError, close_matches
 from hookrun.hooks import splice
 from hookrun.hooks.actions import ACTIONS, ActionEnv
 from hookrun.hooks.actions.base import Callback
-from hookrun.hooks.hook_types import HOOK_TYPES
+from hookrun.hooks.hook_types import HOOK_TYPES, HookType
 from hookrun.hooks.points import HookPoint
 from hookrun.hooks.site_check import check_attention_weights, check_fused_attention, unfuse
 from hookrun.hooks.sites import check_site_actions, split_site
@@ -169,7 +169,7 @@ def make_plan(model: nn.Module, specs: list, env: ActionEnv, mode: Mode | str) -
 SITE_TYPES = ("forward", "forward_pre", "tensor")
 
 
-def _targets(model: nn.Module, spec: Any, hook_type: Any) -> list[tuple[str, Any, tuple | None]]:
+def _targets(model: nn.Module, spec: Any, hook_type: HookType) -> list[tuple[str, Any, tuple | None]]:
     """(name, target, site) of every point of a hook spec: modules (or parameters) as resolve_targets
     finds them, and op sites `MODULE/FN[.k]` on the modules their module part names."""
     names = set(dict(unwrap(model).named_modules())) if hook_type.on == "module" else set()
@@ -189,7 +189,7 @@ def _targets(model: nn.Module, spec: Any, hook_type: Any) -> list[tuple[str, Any
     return out
 
 
-def _construct(cls: type, action_spec: Any, point: HookPoint, hook_type: Any, env: Any) -> Any:
+def _construct(cls: type, action_spec: Any, point: HookPoint, hook_type: HookType, env: ActionEnv) -> Any:
     params = inspect.signature(cls.__init__).parameters
     allowed = [p for p in params if p not in ("self", "point", "hook_type", "env", "where")]
     takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())

@@ -98,7 +98,7 @@ def check_attention_weights(points: list[HookPoint]) -> None:
         if exact or (fused and len(fused) == len(group)):
             p, action = (exact or fused)[0]
             raise ConfigError(f"{action.where}: record what='output.1': "
-                              + no_output(p.module or "(model)", p.target, "output.1", ["output.0"]))
+                              + no_output(module_label(p.module), p.target, "output.1", ["output.0"]))
 
 
 def check_fused_attention(points: list[HookPoint]) -> None:

@@ -34,6 +34,7 @@ from torch.overrides import TorchFunctionMode
 
 from hookrun.errors import ConfigError
 from hookrun.hooks.events import flatten, rebuild
+from hookrun.hooks.points import HookPoint
 
 SITE = re.compile(r"^(?P<module>.*)/(?P<fn>[A-Za-z_][A-Za-z0-9_]*)(?:\.(?P<call>\d+))?$")
 OPERATORS = {"__add__": "add", "__radd__": "add", "__iadd__": "add_", "__sub__": "sub", "__rsub__": "sub",
@@ -114,7 +115,7 @@ class Interceptor:
         self._mode: _SiteMode | None = None
         self._global: list = []
 
-    def add(self, module: nn.Module, fn: str, call: int | None, point: Any, fire: Callable) -> list:
+    def add(self, module: nn.Module, fn: str, call: int | None, point: HookPoint, fire: Callable) -> list:
         """Attach one point; returns the handles to remove (the module's enter/leave hooks, once)."""
         site = self.sites.get(module)
         handles = []
@@ -251,7 +252,7 @@ class _SiteMode(TorchFunctionMode):
         return self.owner.call(func, args, kwargs or {})
 
 
-def check_site_actions(point: Any, fn: str) -> None:
+def check_site_actions(point: HookPoint, fn: str) -> None:
     """Replacing the result of an in-place op would not change what the op wrote: refused."""
     if in_place(fn) and point.type == "forward" and any(getattr(a, "modifies", False) for a in point.actions):
         raise ConfigError(f"hooks.{point.hook}: {point.module} is an in-place op ({fn}): its result is the tensor it "

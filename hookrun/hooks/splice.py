@@ -23,7 +23,7 @@ the end of the run (env.hold): the model comes back as it went in.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -35,6 +35,9 @@ from hookrun.labels import module_label
 from hookrun.sae.module_coder import load_module
 from hookrun.sae.readers import check_finite_weights, load_sae
 from hookrun.sae.splice_stats import SpliceStats
+
+if TYPE_CHECKING:
+    from hookrun.hooks.actions.base import ActionEnv
 
 CHILD = "sae"  # MODULE.sae is the spliced module; MODULE.sae.latents and .reconstruction its hook points
 
@@ -106,7 +109,7 @@ def coder_of(params: Mapping, where: str, device: Any = None) -> nn.Module:
     return coder.to(device)
 
 
-def install(model: nn.Module, specs: list, env: Any, targets: Callable[[Any], list]) -> None:
+def install(model: nn.Module, specs: list, env: ActionEnv, targets: Callable[[Any], list]) -> None:
     """Add a Splice child to every module a `modify_output` with `op: splice` names; record each in
     env.splices, and the removal of each with env.hold (hooks/hold.py)."""
     for spec in specs:
@@ -134,7 +137,7 @@ def install(model: nn.Module, specs: list, env: Any, targets: Callable[[Any], li
                 env.hold.on_close(_remover(target, spliced, env))
 
 
-def _remover(target: nn.Module, splice: Splice, env: Any) -> Callable[[], None]:
+def _remover(target: nn.Module, splice: Splice, env: ActionEnv) -> Callable[[], None]:
     def remove() -> None:
         if target._modules.get(CHILD) is splice:
             del target._modules[CHILD]

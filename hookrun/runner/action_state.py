@@ -23,6 +23,7 @@ from hookrun.errors import ConfigError
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.events import flatten
 from hookrun.hooks.points import HookPoint
+from hookrun.store.protocol import RunStore
 from hookrun.store.run_state import read_state
 
 
@@ -77,7 +78,7 @@ def check_tensors(points: list[HookPoint], run_one: Callable[[], Any]) -> None:
             a.check_tensor(role, t)
 
 
-def restore_states(env: ActionEnv, old: h5py.File | None, kept: int, store: Any) -> None:
+def restore_states(env: ActionEnv, old: h5py.File | None, kept: int, store: RunStore) -> None:
     """A resumed run: each stateful action's state of the `kept` batches, from the old file; the
     store saves it again at its next flush. No state for kept batches: ConfigError (the action's
     result would miss them)."""
@@ -94,7 +95,7 @@ def restore_states(env: ActionEnv, old: h5py.File | None, kept: int, store: Any)
         store.keep_state(env.snapshot())
 
 
-def finish_actions(env: ActionEnv, store: Any) -> None:
+def finish_actions(env: ActionEnv, store: RunStore) -> None:
     """The end of a complete run: the stateful actions' end-of-run captures, written by the store."""
     captures = [c for a in env.stateful for c in a.finish()]
     if captures:

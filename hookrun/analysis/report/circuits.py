@@ -17,6 +17,7 @@ import numpy as np
 from hookrun.analysis.report.figure_specs import Heatmap, Scatter, histogram_of
 from hookrun.analysis.report.run_sections import Budget, figure, sampled_rows, section
 from hookrun.analysis.report.token_text import token_text
+from hookrun.labels import module_label
 
 
 def grid_specs(run: Any) -> list[tuple[str, str, list[Any]]]:
@@ -102,7 +103,7 @@ def lens_specs(run: Any, samples: int) -> list[Heatmap]:
             keep, text = token_text(run, int(index[r]), z.shape[1])
             cols = keep if keep is not None else np.arange(z.shape[1])
             specs.append(Heatmap(z[:, cols], f"{role} · sample #{index[r]}", x=text or [str(int(p)) for p in cols],
-                                 y=[c.module or "(model)" for c in infos], xlabel="position", ylabel="layer", label=role))
+                                 y=[module_label(c.module) for c in infos], xlabel="position", ylabel="layer", label=role))
     return specs
 
 

@@ -26,6 +26,7 @@ from torch import nn
 
 from hookrun.errors import ConfigError, RunError, one_of
 from hookrun.hooks.events import Event, StepState, family
+from hookrun.hooks.points import HookPoint
 from hookrun.store.capture_schema import BY_RANK, PATTERN, PATTERN_FNS, unnamed
 
 DIM_NAMES = {"channel": 1, "height": 2, "width": 3, "token": 1, "feature": -1}
@@ -82,7 +83,7 @@ def parse_select(spec: Any, where: str) -> tuple[Any, Any, str]:
 PATTERN_HOOKS = ("hook_pattern", "hook_attn_scores")  # TransformerLens HookPoints of (B, H, Q, K) tensors
 
 
-def meaning(point: Any, role: str, shape: tuple[int, ...], state: StepState | None = None, where: str = "") -> list[str]:
+def meaning(point: HookPoint, role: str, shape: tuple[int, ...], state: StepState | None = None, where: str = "") -> list[str]:
     """The names of a (batch, ...) tensor's axes, the batch first as `sample` (module docstring);
     `where`: the firing's module (MODULE/FN.k for an op site, whose call k picks its structural names)."""
     n = len(shape)
@@ -122,7 +123,7 @@ def meaning(point: Any, role: str, shape: tuple[int, ...], state: StepState | No
     return ["sample", *(rest if rest is not None else unnamed(n - 1))]
 
 
-def _structural(point: Any, role: str, where: str) -> tuple[str, ...] | None:
+def _structural(point: HookPoint, role: str, where: str) -> tuple[str, ...] | None:
     """The names the structure of an op site's calls gives (HookPoint.axes, hooks/site_axes.py)."""
     axes = getattr(point, "axes", None)
     if not axes or point.site is None:

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hookrun.config.schema import Mode
 from hookrun.errors import ConfigError, RunError
 from hookrun.hooks.actions.base import ACTIONS, Action
 from hookrun.hooks.events import Event
@@ -76,8 +77,8 @@ class TopExamples(Action):
                 return role, tensors[role]
         return self.what, None
 
-    def check_mode(self, mode: str) -> None:
-        if mode == "generate":
+    def check_mode(self, mode: Mode) -> None:
+        if mode is Mode.generate:
             raise ConfigError(f"{self.where}: top_examples does not run in mode=generate (each new token is a model call "
                               f"of its own); run it with mode=eval on the texts")
 
