@@ -82,9 +82,9 @@ class OutputConfig:
 @dataclass
 class EvaluateConfig:
     """evaluate: the clean, intervened (and ablated) forward of every batch, and their metrics
-    (hookrun.runner.kinds.evaluate_kind). On with `enabled: true`; with `enabled: null` (the default) on
+    (hookrun.runner.kinds.evaluate). On with `enabled: true`; with `enabled: null` (the default) on
     where the block names an ablation or a mean, or a Python config gives the block (`evaluate: {}`);
-    off with `enabled: false` or `evaluate: null`. hookrun.config.checks.evaluating says which."""
+    off with `enabled: false` or `evaluate: null`. hookrun.runner.kinds.evaluate.block.evaluating says which."""
 
     enabled: bool | None = None
     ablation: str | None = None  # null | zero | mean: a third forward with each modify action's result replaced

@@ -1,5 +1,5 @@
-"""The evaluate kind, whole: its block and refusals (block.py), forwards and metrics (kind.py, with
-runner/metrics.py's formulas), ablations (ablations.py), its table under /evaluation (table.py) and
+"""The evaluate kind, whole: its block and refusals (block.py), forwards (kind.py), metrics
+(metrics.py), ablations (ablations.py), its table under /evaluation (table.py) and
 what readers show of it (reader.py). Importing the folder registers the kind, its table (store/tables.py)
 and its reader (analysis/kind_readers.py)."""
 

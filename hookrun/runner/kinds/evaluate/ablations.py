@@ -5,7 +5,7 @@
 
 Each is called as `ablation(x, module, role)` by a modify action (hooks/actions/modify.py) in the
 ABLATED phase and returns the tensor that replaces `x`. The evaluate kind itself, its forwards and
-its checks are hookrun.runner.kinds.evaluate_kind.
+its checks are hookrun.runner.kinds.evaluate.kind.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@
 
 This folder is the whole kind: its block and refusals (block.py), the ablations (ablations.py), its
 table under /evaluation (table.py, written by the store's generic table writer, store/tables.py)
-and what readers show of it (reader.py); the metrics' formulas, shared with patching, are in
-runner/metrics.py. Spliced modules (ops that append to `env.splices` an object
+and what readers show of it (reader.py); its metrics (metrics.py) take the log-probabilities from
+runner/metrics.py, shared with patching. Spliced modules (ops that append to `env.splices` an object
 with `.module` and `.stats`) add their `stats.batch()` per batch and `stats.totals()` for the run;
 `stats.reset_batch()` is called before each intervened forward, and where the stats have
 `state()` / `load_state(dict)` a resumed run carries them over.
@@ -42,9 +42,9 @@ from hookrun.runner.kinds.evaluate.ablations import (
     zero_ablation,
 )
 from hookrun.runner.kinds.evaluate.block import check_block, evaluating
+from hookrun.runner.kinds.evaluate.metrics import Objective, Totals, batch_row
 from hookrun.runner.kinds.evaluate.table import EvaluationRow, read_evaluation
 from hookrun.runner.kinds.run_kind import KindContext, RunKind, StepAdds, plain_forward
-from hookrun.runner.metrics import Objective, Totals, batch_row
 from hookrun.store.object_folder import is_url
 
 log = logging.getLogger("hookrun")
