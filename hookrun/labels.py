@@ -2,6 +2,7 @@
 
     module_label("")                          # '(model)': the whole model (module path '')
     capture_label("layer1", "output", call=1)  # 'layer1 output@1'
+    call_role("output", 1)                     # 'output@1': a capture's role and call, as the file names it
 
 The file itself names the whole model's group MODEL_NODE (hookrun.store.format); this is what a
 person reads.
@@ -17,8 +18,14 @@ def module_label(module: str) -> str:
     return module or MODEL_LABEL
 
 
+def call_role(role: str, call: int = 0) -> str:
+    """A capture's role with its call: 'output' for a module's first call, 'output@1' for the next:
+    the one builder of that name (the file's dataset names, the labels, the in-memory keys)."""
+    return role + (f"@{call}" if call else "")
+
+
 def capture_label(module: str, role: str, call: int = 0, hook: str | None = None, sep: str = " ") -> str:
     """`module role` (`@call` where it is not the module's first call), prefixed by `hook` where given:
     sep=" " for messages ('layer1 output@1'), sep="/" for keys ('fmap/layer1/output')."""
-    parts = ([hook] if hook is not None else []) + [module_label(module), role + (f"@{call}" if call else "")]
+    parts = ([hook] if hook is not None else []) + [module_label(module), call_role(role, call)]
     return sep.join(parts)

@@ -34,7 +34,7 @@ from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.plan import make_plan
 from hookrun.hooks.session import HookSession, warn_never_fired
 from hookrun.hooks.tokens import CallTracker, continues, token_columns
-from hookrun.labels import capture_label
+from hookrun.labels import call_role, capture_label
 from hookrun.store.capture_schema import resolve
 from hookrun.store.records import Capture, CaptureKey
 
@@ -216,4 +216,4 @@ class _Named:
 
 
 def _key(key: CaptureKey) -> Key:
-    return key.hook, key.module, key.role + (f"@{key.call}" if key.call else "")
+    return key.hook, key.module, call_role(key.role, key.call)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hookrun.labels import call_role
 from hookrun.store.format import MODEL_NODE
 
 
@@ -26,8 +27,7 @@ class CaptureKey:
     @property
     def path(self) -> str:
         node = escape(self.module) or MODEL_NODE
-        suffix = f"@{self.call}" if self.call else ""
-        return f"captures/{self.hook}/{node}/{self.role}{suffix}"
+        return f"captures/{self.hook}/{node}/{call_role(self.role, self.call)}"
 
 
 def escape(name: str) -> str:
