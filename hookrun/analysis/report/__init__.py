@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from hookrun.analysis.report.circuits import grids, latents, lens
+from hookrun.analysis.report.circuits import grids, latents
 from hookrun.analysis.report.figure_specs import sweep_charts, sweep_metrics
+from hookrun.analysis.report.gradcam_section import gradcam
+from hookrun.analysis.report.lens_figures import lens
 from hookrun.analysis.report.page import render
 from hookrun.analysis.report.run_sections import (
     Budget,
@@ -67,10 +69,10 @@ class Report:
 def run_data(run: Any, budget: Budget | None = None) -> dict:
     """The page's data for one run; NotFoundError where the file has nothing to show."""
     budget = budget or Budget()
-    body = [*evaluation(run), *attention(run, budget), *grids(run), *lens(run, budget), *latents(run, budget)]
+    body = [*evaluation(run), *gradcam(run, budget), *attention(run, budget), *grids(run), *lens(run, budget), *latents(run, budget)]
     shown = [c for c in run.captures if not c.role.startswith(("top.", "lens."))]
     if shown:
-        body.insert(1 if body and body[0]["id"] == "evaluation" else 0, captures(run, budget))
+        body.insert(sum(s["id"] in ("evaluation", "gradcam") for s in body), captures(run, budget))
     if not body:
         raise NotFoundError(f"{run.path}: nothing to show (no capture, evaluation, grid or top examples in the file)")
     return {"title": f"hookrun report: {run.path}", "source": _source(run.path), "sections": [header(run), *body]}
