@@ -129,6 +129,8 @@ def test_an_exact_run_has_no_empty_picture_nor_nan_statistics(exact_run, tmp_pat
     assert not [f for f in figs if "recomputed" in f["layout"]["title"]["text"]]  # no "(0 cells recomputed)" scatter
     assert all(any(t.get("x") or t.get("z") for t in f["data"]) for f in figs)
     assert "nan" not in summary and "inf" not in summary
+    table = next(s for s in page.data["sections"] if s["id"] == "captures")
+    assert not [v for row in table["items"][0]["rows"] for v in row if str(v) in ("nan", "inf", "-inf")]
     assert "patching/cells/exact" in summary and "no values: nothing recomputed" in summary
     with caplog.at_level(logging.INFO, logger="hookrun"):
         _run(tmp_path, "experiment=patching_grid", *SMALL_PATCH)

@@ -7,13 +7,17 @@ default in figures/ beside the run's file (or in the sweep folder).
 For a run: a feature-map grid for each 4-D capture of maps, a grid of heads for each attention pattern
 (a capture whose dims are `sample, head, query, key`: query and key positions labelled with the
 tokens' text where the file holds /samples/input_ids of byte tokens, else with their positions,
-padding left out), a histogram for each capture, and Grad-CAM
+padding left out), a histogram for each capture whose values make a distribution, and Grad-CAM
 overlays where the run holds a layer's output and its gradient (type tensor, or backward's
 grad_output) for the same samples, with each sample's predicted class (from a recorded logits
 capture) and target. The overlay's input images come from the file itself when the run recorded
 them (a 4-D input capture with 1 or 3 channels); otherwise from a dataset the user names with
 `--data data=... [key=value ...]`. Patching grids and logit-lens pictures are heatmaps with
-labelled axes. Reading a file never builds anything the file names. For a sweep: each metric
+labelled axes, titled and named by method and metric (`grid_resid_atp_logit_diff_normalised.png`);
+the lens' pictures start with the mean over every sample. Not drawn, each said in one line
+(`not drawn: ...: why`): histograms of integer captures (token ids, indices), of lens rows and of
+captures with no finite value, and maps that are one value over space in every channel (a
+gradient after global pooling). Reading a file never builds anything the file names. For a sweep: each metric
 (evaluate's, then each capture's `--stat`) against each swept parameter. What is drawn is decided
 once with the HTML report (analysis/report/figure_specs.py); a figure with nothing to draw is not written
 (the command says so), and when nothing at all can be drawn the command exits 2. The files

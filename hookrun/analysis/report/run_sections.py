@@ -30,7 +30,7 @@ from hookrun.analysis.report.figure_specs import (
 )
 from hookrun.analysis.report.plotly_figures import to_plotly
 from hookrun.analysis.report.token_text import token_text
-from hookrun.analysis.stats import human_bytes
+from hookrun.analysis.stats import human_bytes, no_values
 from hookrun.store.capture_schema import PATTERN
 
 
@@ -156,21 +156,25 @@ def captures(run: Any, budget: Budget) -> dict:
     """The captures' table, a histogram of each capture whose values make a distribution, and
     thumbnails of image maps; the section's note says in one line what was left out and why."""
     shown = [c for c in run.captures if not c.role.startswith(("top.", "lens."))]
-    rows = []
+    rows, left, empty = [], LeftOut(), set()
     for c in shown:
         s = run.capture_stats(c)
+        if not np.isfinite(s["min"]):  # never "nan, inf, -inf": the note says why there is nothing
+            left.add(c.label, no_values(c.label, s))
+            empty.add(c.label)
+            s = dict.fromkeys(("mean", "std", "min", "max", "zeros"))
         rows.append({"capture": c.label, "shape": str(c.shape), "dims": ", ".join(c.dims), "dtype": c.dtype,
                      "size": human_bytes(c.nbytes), **{k: s[k] for k in ("mean", "std", "min", "max", "zeros")}})
     items = [table_item(["capture", "shape", "dims", "dtype", "size", "mean", "std", "min", "max", "zeros"], rows)]
-    hists, maps, left = [], [], LeftOut()
+    hists, maps = [], []
     for c in shown:
         ds = run.file[c.path]
-        if ds.dtype == object or not ds.shape[0]:
+        if ds.dtype == object or not ds.shape[0] or c.label in empty:
             continue
         why, spec = skip_reason(c, ds), None
         if why is None:
             values, note = sampled_rows(ds, budget.values)
-            spec = histogram_of(values, c.label, f"{c.role} value", note)
+            spec = histogram_of(values, c.label, c.role if c.role.endswith("value") else f"{c.role} value", note)
             why = None if spec is not None else "no finite value"
         if why:
             left.add(f"histogram of {c.label}", why)
