@@ -17,6 +17,7 @@ Every picture in README.md and docs/*.md is one of these (tests/test_pictures.py
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import re
 import shlex
@@ -75,15 +76,13 @@ def screenshot(page: Path, out: Path) -> None:
         driver.execute_script("window.scrollTo(0, document.getElementById('section-gradcam').offsetTop"
                               " - document.querySelector('header').offsetHeight - 12)")
         time.sleep(0.5)
-        shot = out.with_suffix(".whole.png")
-        driver.save_screenshot(str(shot))
+        shot = driver.get_screenshot_as_png()
         height = driver.execute_script("return document.querySelector('header').offsetHeight"
                                        " + document.getElementById('section-gradcam').offsetHeight + 24")
     finally:
         driver.quit()
-    with Image.open(shot) as image:
+    with Image.open(io.BytesIO(shot)) as image:
         image.convert("RGB").crop((0, 0, image.width, min(image.height, int(height)))).save(out, optimize=True)
-    shot.unlink()
 
 
 def make(images: Path, work: Path) -> list[Path]:
