@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from hookrun.analysis.report.figure_specs import Heatmap
+from hookrun.analysis.report.run_sections import figure, section
 from hookrun.analysis.report.token_text import byte_label, is_byte_text, token_text
 
 ROLES = {  # role: (what the colour shows, how a value becomes a colour)
@@ -127,8 +128,6 @@ def lens_specs(run: Any, samples: int) -> list[Heatmap]:
 
 def lens(run: Any, budget: Any) -> list[dict]:
     """The report's "Logit lens" section (empty where the run has no lens)."""
-    from hookrun.analysis.report.run_sections import figure, section
-
     items = [figure(spec) for spec in lens_specs(run, budget.samples)]
     note = f"the mean over every sample, then the first {budget.samples} samples one by one"
     return [section("lens", "Logit lens", items, note)] if items else []
