@@ -102,10 +102,12 @@ def test_notebook_view_is_the_same_page_in_an_iframe(small_run):
 
     with hookrun.open_run(small_run) as run:
         page = run.report()
-    assert isinstance(page, Report) and page.sections == ["header", "captures"]
+    assert isinstance(page, Report) and page.sections == ["header", "gradcam", "captures"]  # Grad-CAM: issue 39 item 4
     shown = page._repr_html_()
     assert shown.startswith("<iframe srcdoc=") and html.unescape(shown.split('srcdoc="', 1)[1].split('" style=')[0]) == page.html
-    maps = [i for i in page.data["sections"][1]["items"] if i["type"] == "images"]
+    maps = [i for i in page.data["sections"][2]["items"] if i["type"] == "images"]
+    cams = page.data["sections"][1]["items"]
+    assert len(cams) == 1 and len(cams[0]["images"]) == 8 and cams[0]["images"][0]["caption"].startswith("#0 · pred ")
     assert maps and all(im["src"].startswith("data:image/png;base64,") for m in maps for im in m["images"])
 
 

@@ -5,13 +5,11 @@ splice (evaluation, latents, top examples where the file has them) and an evalua
 Each page must log no console error, hold every section its file calls for, load nothing from the
 network, show under the pointer the value h5py reads from the file, and list the file's top
 examples. Missing chromium, chromedriver or selenium FAILS these tests (CI installs them: .ci/run).
-HOOKRUN_UPDATE_IMAGES=1 also writes the browser's screenshot to docs/images/report.png.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -198,8 +196,6 @@ def test_sae_report_shows_evaluation_latents_and_the_files_top_examples(browser,
         items[3].click()
         browser.execute_script("document.getElementById('section-latents').scrollIntoView()")
         browser.save_screenshot(str(tmp_path / "report.png"))
-    if os.environ.get("HOOKRUN_UPDATE_IMAGES"):  # the README's picture
-        shutil.copy(tmp_path / "report.png", ROOT / "docs" / "images" / "report.png")
 
 
 def test_sweep_report_charts_each_metric_against_the_swept_parameter(browser, tmp_path):

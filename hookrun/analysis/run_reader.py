@@ -25,7 +25,7 @@ from hookrun.analysis.labelled import to_dataset
 from hookrun.analysis.loader import RowLoader
 from hookrun.analysis.report import build_report
 from hookrun.analysis.report.token_text import is_byte_text
-from hookrun.analysis.stats import block_stats, human_bytes
+from hookrun.analysis.stats import block_stats, human_bytes, no_values
 from hookrun.analysis.top import top_example_modules, top_examples
 from hookrun.errors import HookrunError, NotFoundError
 from hookrun.store.capture_schema import CaptureInfo, list_captures, resolve, row_index
@@ -241,7 +241,8 @@ class Run:
             row = f"    {c.label:{width}s}{str(c.shape):{shape_width}s}{c.dtype:9s}{c.rows:8s}{human_bytes(c.nbytes):>10s}"
             if stats:
                 s = self.capture_stats(c)
-                row += f"  mean {s['mean']:.4g} std {s['std']:.4g} min {s['min']:.4g} max {s['max']:.4g} zeros {s['zeros']:.1%}"
+                row += (f"  mean {s['mean']:.4g} std {s['std']:.4g} min {s['min']:.4g} max {s['max']:.4g} zeros {s['zeros']:.1%}"
+                        if np.isfinite(s["min"]) else f"  {no_values(c.label, s)}")
             lines.append(row)
         lines.extend(self.kind_lines())
         lines.extend(grid_lines(self.attrs))

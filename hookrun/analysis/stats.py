@@ -45,3 +45,11 @@ def block_stats(ds: h5py.Dataset, rows_per_block: int | None = None) -> dict[str
         return {"mean": float("nan"), "std": float("nan"), "min": float("nan"), "max": float("nan"), "zeros": float("nan"), "count": 0}
     return {"mean": float(mean), "std": float(np.sqrt(m2 / count)), "min": float(lo), "max": float(hi),
             "zeros": zeros / count, "count": count}
+
+
+def no_values(label: str, s: dict) -> str:
+    """What a summary says of a capture with no finite value (its block_stats `s`), instead of
+    "mean nan std nan min inf max -inf"."""
+    if label == "patching/cells/exact":
+        return "no values: nothing recomputed (an exact run's cells are in patching/cells/value; atp fills this with verify)"
+    return "no values written" if not s.get("count") else f"no finite value ({s['count']} values, all NaN)"

@@ -17,7 +17,15 @@ from typing import Any
 
 import numpy as np
 
-from hookrun.analysis.report.figure_specs import Heatmap, Lines, is_categorical
+from hookrun.analysis.report.figure_specs import (
+    DIVERGING,
+    SEQUENTIAL,
+    Heatmap,
+    Lines,
+    diverging_range,
+    is_categorical,
+    is_signed,
+)
 
 STYLE = {"font.size": 11, "axes.titlesize": 11, "axes.labelsize": 11, "xtick.labelsize": 9, "ytick.labelsize": 9,
          "legend.fontsize": 9, "figure.titlesize": 12, "figure.dpi": 100}
@@ -54,6 +62,13 @@ def _source_of(path: Path) -> str | None:
         return None
 
 
+def diverging_cmap() -> Any:
+    """The diverging scale both renderers share (analysis/report/figure_specs.py): positive red."""
+    from matplotlib.colors import LinearSegmentedColormap
+
+    return LinearSegmentedColormap.from_list("hookrun_diverging", list(DIVERGING))
+
+
 def tidy_ticks(axis: Any, n: int = 5) -> None:
     """At most `n` ticks, in scientific notation outside 1e-3 .. 1e4 (the exponent shown once)."""
     from matplotlib.ticker import MaxNLocator, ScalarFormatter
@@ -72,6 +87,9 @@ def feature_grid(maps: np.ndarray, rows: Sequence[str], title: str, cols: int = 
     per_sample = -(-channels // cols)
     finite = maps[np.isfinite(maps)]
     vmin, vmax = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    cmap = diverging_cmap() if is_signed(maps) else SEQUENTIAL  # values of both signs: centred on 0
+    if is_signed(maps):
+        vmin, vmax = diverging_range(maps)
     fig, axes = plt.subplots(per_sample * samples, cols, figsize=(1.5 * cols + 1.4, 1.5 * per_sample * samples + 0.9),
                              squeeze=False, layout="constrained")
     image = None
@@ -83,7 +101,7 @@ def feature_grid(maps: np.ndarray, rows: Sequence[str], title: str, cols: int = 
             if c >= channels:
                 ax.axis("off")
                 continue
-            image = ax.imshow(maps[s, c], cmap="viridis", vmin=vmin, vmax=vmax)
+            image = ax.imshow(maps[s, c], cmap=cmap, vmin=vmin, vmax=vmax)
             ax.set_title(f"ch {c}", fontsize=9, pad=2)
             if c % cols == 0:
                 ax.set_ylabel(rows[s], fontsize=10)
@@ -170,9 +188,9 @@ def gradcam_grid(cams: np.ndarray, captions: Sequence[str], title: str, images: 
         ax.set_yticks([])
         if images is not None:
             ax.imshow(images[k])
-            heat = ax.imshow(cams[k], cmap="jet", alpha=0.45, vmin=0, vmax=1)
+            heat = ax.imshow(cams[k], cmap=SEQUENTIAL, alpha=0.5, vmin=0, vmax=1)
         else:
-            heat = ax.imshow(cams[k], cmap="jet", vmin=0, vmax=1)
+            heat = ax.imshow(cams[k], cmap=SEQUENTIAL, vmin=0, vmax=1)
         ax.set_title(captions[k], fontsize=10)
     fig.colorbar(heat, ax=axes.ravel().tolist(), shrink=0.85, label="Grad-CAM (scaled to 0-1 per sample)")
     fig.suptitle(title)
@@ -191,11 +209,18 @@ def heatmap(spec: Heatmap) -> Any:
     z = np.asarray(spec.z, dtype=np.float64)
     rows, cols = z.shape
     fig, ax = plt.subplots(figsize=(min(16, 2.5 + 0.28 * cols), min(12, 1.8 + 0.3 * rows)), layout="constrained")
-    kw: dict[str, Any] = {"cmap": "viridis"}
+    kw: dict[str, Any] = {"cmap": SEQUENTIAL}
     if spec.centre is not None:
-        top = float(np.nanmax(np.abs(z - spec.centre))) if np.isfinite(z).any() else 1.0
-        kw = {"cmap": "RdBu_r", "vmin": spec.centre - (top or 1.0), "vmax": spec.centre + (top or 1.0)}
+        lo, hi = diverging_range(z, spec.centre)
+        kw = {"cmap": diverging_cmap(), "vmin": lo, "vmax": hi}
     image = ax.imshow(z, aspect="auto", interpolation="nearest", **kw)
+    if spec.cells is not None and rows * cols <= 2000:  # each cell's text (the lens' top-1 token), readable on its colour
+        norm = image.norm
+        for r in range(rows):
+            for c in range(cols):
+                shade = norm(z[r, c]) if np.isfinite(z[r, c]) else 0.5
+                dark = shade < 0.6 if spec.centre is None else abs(shade - 0.5) > 0.3
+                ax.text(c, r, spec.cells[r][c], ha="center", va="center", fontsize=6, color="white" if dark else "black")
     for axis, labels, n in ((ax.xaxis, spec.x, cols), (ax.yaxis, spec.y, rows)):
         step = max(1, -(-n // 40))
         where = list(range(0, n, step))
@@ -232,4 +257,22 @@ def sweep_lines(xs: Sequence[Any], series: Mapping[str, Sequence[float]], xlabel
     ax.grid(alpha=0.3)
     if series:
         ax.legend(loc="best")
+    return fig
+
+
+def scatter(spec: Any) -> Any:
+    """A Scatter spec (an atp grid's estimate against the exact values it recomputed), with y = x."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(5.2, 4.6), layout="constrained")
+    x, y = np.asarray(spec.x, dtype=np.float64), np.asarray(spec.y, dtype=np.float64)
+    both = np.concatenate([x, y])
+    lo, hi = (float(np.nanmin(both)), float(np.nanmax(both))) if both.size else (0.0, 1.0)
+    ax.plot([lo, hi], [lo, hi], linestyle=":", color="#999999", label="y = x")
+    ax.scatter(x, y, s=14, color=DIVERGING[-2], label="cells")
+    tidy_ticks(ax.xaxis)
+    tidy_ticks(ax.yaxis)
+    ax.set_xlabel(spec.xlabel)
+    ax.set_ylabel(spec.ylabel)
+    ax.set_title(spec.title)
+    ax.legend(loc="best")
     return fig

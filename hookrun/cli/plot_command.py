@@ -7,13 +7,17 @@ default in figures/ beside the run's file (or in the sweep folder).
 For a run: a feature-map grid for each 4-D capture of maps, a grid of heads for each attention pattern
 (a capture whose dims are `sample, head, query, key`: query and key positions labelled with the
 tokens' text where the file holds /samples/input_ids of byte tokens, else with their positions,
-padding left out), a histogram for each capture, and Grad-CAM
+padding left out), a histogram for each capture whose values make a distribution, and Grad-CAM
 overlays where the run holds a layer's output and its gradient (type tensor, or backward's
 grad_output) for the same samples, with each sample's predicted class (from a recorded logits
 capture) and target. The overlay's input images come from the file itself when the run recorded
 them (a 4-D input capture with 1 or 3 channels); otherwise from a dataset the user names with
 `--data data=... [key=value ...]`. Patching grids and logit-lens pictures are heatmaps with
-labelled axes. Reading a file never builds anything the file names. For a sweep: each metric
+labelled axes, titled and named by method and metric (`grid_resid_atp_logit_diff_normalised.png`);
+the lens' pictures start with the mean over every sample. Not drawn, each said in one line
+(`not drawn: ...: why`): histograms of integer captures (token ids, indices), of lens rows and of
+captures with no finite value, and maps that are one value over space in every channel (a
+gradient after global pooling). Reading a file never builds anything the file names. For a sweep: each metric
 (evaluate's, then each capture's `--stat`) against each swept parameter. What is drawn is decided
 once with the HTML report (analysis/report/figure_specs.py); a figure with nothing to draw is not written
 (the command says so), and when nothing at all can be drawn the command exits 2. The files
@@ -29,8 +33,16 @@ from pathlib import Path
 import numpy as np
 
 from hookrun.analysis.opening import open_run
-from hookrun.analysis.report.circuits import grid_specs, lens_specs
-from hookrun.analysis.report.figure_specs import Heatmap, sweep_charts, sweep_metrics
+from hookrun.analysis.report.circuits import grid_file_name, grid_specs
+from hookrun.analysis.report.figure_specs import (
+    Heatmap,
+    constant_over_space,
+    skip_reason,
+    sweep_charts,
+    sweep_metrics,
+)
+from hookrun.analysis.report.lens_figures import lens_specs
+from hookrun.analysis.report.run_sections import LeftOut
 from hookrun.analysis.report.token_text import byte_label, token_text  # noqa: F401 (byte_label: plot's public name)
 from hookrun.analysis.run_reader import CaptureInfo, Run, block_stats
 from hookrun.analysis.sweep import Sweep, is_sweep, open_sweep
@@ -101,14 +113,17 @@ def attention_maps(run: Run, info: CaptureInfo, out: Path, samples: int = 2, hea
     return figures.save(fig, out / f"attn_{_name(info)}.png", source=_source(run))
 
 
-def histogram(run: Run, info: CaptureInfo, out: Path) -> Path | None:
+def histogram(run: Run, info: CaptureInfo, out: Path, left: LeftOut | None = None) -> Path | None:
     ds = run.file[info.path]
+    why = skip_reason(info, ds)
     per_row = max(1, int(np.prod(ds.shape[1:], dtype=np.int64)))
     rows = max(1, min(ds.shape[0], HIST_VALUES // per_row))
-    values = np.asarray(ds[:rows], dtype=np.float64).ravel()
+    values = np.asarray(ds[:rows], dtype=np.float64).ravel() if why is None else np.zeros(0)
     values = values[np.isfinite(values)]
-    if not values.size:
-        print(f"not drawn: the histogram of {info.label} (no finite value in its first {rows} rows)")
+    if why is None and not values.size:
+        why = f"no finite value in its first {rows} rows"
+    if why is not None:
+        (left or LeftOut()).add(f"the histogram of {info.label}", why)
         return None
     note = f"first {rows} of {ds.shape[0]} rows" if rows < ds.shape[0] else ""
     fig = figures.histogram(values, block_stats(ds), title(run, info), f"{info.role} value", note)
@@ -116,22 +131,38 @@ def histogram(run: Run, info: CaptureInfo, out: Path) -> Path | None:
 
 
 def plot_run(run: Run, out: Path, samples: int = 2, channels: int = 16, dataset: object | None = None) -> list[Path]:
+    """Every picture of a run that carries information; what is left out is said in one line a
+    reason ("not drawn: ... (why)")."""
     out.mkdir(parents=True, exist_ok=True)
-    written = []
+    written, left = [], LeftOut()
     for info in run.captures:
         if is_pattern(info):
             written.append(attention_maps(run, info, out, samples, channels))
         elif is_map(info):
-            written.append(feature_maps(run, info, out, samples, channels))
-        written += [p for p in [histogram(run, info, out)] if p is not None]
+            rows = np.asarray(run.file[info.path][: min(samples, info.shape[0])], dtype=np.float32)[:, :channels]
+            if constant_over_space(rows):
+                left.add(f"the maps of {info.label}", "each channel is one value over space (a gradient after global pooling)")
+            else:
+                written.append(feature_maps(run, info, out, samples, channels))
+        written += [p for p in [histogram(run, info, out, left)] if p is not None]
     for act, grad in gradcam_pairs(run):
         written.append(gradcam_figure(run, act, grad, out, dataset=dataset))
-    for _, _, specs in grid_specs(run):  # patching grids, then logit-lens pictures
-        for spec in (s for s in specs if isinstance(s, Heatmap)):
-            written.append(figures.save(figures.heatmap(spec), out / f"grid_{_file_name(spec.title)}.png", source=_source(run)))
+    for name, _, specs in grid_specs(run):  # patching grids, then logit-lens pictures
+        attrs = dict(run.grid(name).attrs)
+        for spec in specs:
+            draw = figures.heatmap if isinstance(spec, Heatmap) else figures.scatter
+            written.append(figures.save(draw(spec), out / f"{_file_name(grid_file_name(spec, attrs))}.png", source=_source(run)))
     for k, spec in enumerate(lens_specs(run, samples)):
-        written.append(figures.save(figures.heatmap(spec), out / f"lens_{k}_{_file_name(spec.title)}.png", source=_source(run)))
+        written.append(figures.save(figures.heatmap(spec), out / f"lens_{k}_{_file_name(_lens_name(spec))}.png", source=_source(run)))
+    for line in left.lines():
+        print(line)
     return written
+
+
+def _lens_name(spec: Heatmap) -> str:
+    parts = spec.title.split(" · ")
+    what = parts[1].split(",")[0].split("(")[0].strip().replace(" ", "_")
+    return f"{what}_{parts[2].split(' (')[0].replace(' ', '_').replace('#', '')}"
 
 
 def plot_sweep(sweep: Sweep, out: Path, stat: str = "mean", x: str | None = None) -> list[Path]:

@@ -168,7 +168,8 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
     only once it opens, and a resumed file replaces the old one only once it holds its batches; an
     object-store run is written in parts uploaded as they finish (output/destination.py)."""
     cfg, dest = p.cfg, p.out
-    log.info("%s on %s, %d hook point(s), writing %s", type(p.model).__name__, p.settings.device, len(p.points), dest)
+    has = f"{len(p.points)} hook point(s)" if p.points or not p.settings.kind.adds else f"a {p.settings.kind.name} run ({p.settings.kind.units[1]})"
+    log.info("%s on %s, %s, writing %s", type(p.model).__name__, p.settings.device, has, dest)
     if not any(a.records for pt in p.points for a in pt.actions) and not p.settings.kind.adds:  # the kind's rows count
         log.warning("no hook records anything: the file will hold the sample index and targets only")
     if resume is None:

@@ -18,8 +18,10 @@ from __future__ import annotations
 from typing import Any
 
 from hookrun.analysis.kind_readers import kind_sections
-from hookrun.analysis.report.circuits import grids, latents, lens
+from hookrun.analysis.report.circuits import grids, latents
 from hookrun.analysis.report.figure_specs import sweep_charts, sweep_metrics
+from hookrun.analysis.report.gradcam_section import gradcam
+from hookrun.analysis.report.lens_figures import lens
 from hookrun.analysis.report.page import render
 from hookrun.analysis.report.run_sections import (
     Budget,
@@ -68,10 +70,10 @@ def run_data(run: Any, budget: Budget | None = None) -> dict:
     """The page's data for one run; NotFoundError where the file has nothing to show."""
     budget = budget or Budget()
     kinds = kind_sections(run)  # what the file's kind shows first (evaluate's table)
-    body = [*kinds, *attention(run, budget), *grids(run), *lens(run, budget), *latents(run, budget)]
+    body = [*kinds, *gradcam(run, budget), *attention(run, budget), *grids(run), *lens(run, budget), *latents(run, budget)]
     shown = [c for c in run.captures if not c.role.startswith(("top.", "lens."))]
     if shown:
-        body.insert(len(kinds), captures(run, budget))
+        body.insert(len(kinds) + sum(s["id"] == "gradcam" for s in body), captures(run, budget))
     if not body:
         raise NotFoundError(f"{run.path}: nothing to show (no capture, evaluation, grid or top examples in the file)")
     return {"title": f"hookrun report: {run.path}", "source": _source(run.path), "sections": [header(run), *body]}

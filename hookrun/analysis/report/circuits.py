@@ -1,11 +1,10 @@
-"""The report's sections for what interpretability runs add: patching and attribution grids,
-logit-lens pictures and SAE latents (their top examples), read through the reader's API.
+"""The report's sections for what interpretability runs add: patching and attribution grids
+and SAE latents (their top examples), read through the reader's API (the logit lens' pictures
+are analysis/report/lens_figures.py).
 
-    [*grids(run), *lens(run, budget), *latents(run, budget)]   # empty lists where the file has none
+    [*grids(run), *latents(run, budget)]   # empty lists where the file has none (the lens: lens_figures.py)
 
-Grids come from `run.grids` / `run.grid(name)` (labelled arrays, dims ("module", *over)); lens
-pictures from captures of roles `lens.*` (one value per sample and position, a layer per hooked
-module); latents from `run.top_example_modules` / `run.top_examples(module, feature)`.
+Grids come from `run.grids` / `run.grid(name)` (labelled arrays, dims ("module", *over)); latents from `run.top_example_modules` / `run.top_examples(module, feature)`.
 """
 
 from __future__ import annotations
@@ -14,36 +13,51 @@ from typing import Any
 
 import numpy as np
 
-from hookrun.analysis.report.figure_specs import Heatmap, Scatter, histogram_of
+from hookrun.analysis.report.figure_specs import (
+    Heatmap,
+    Scatter,
+    grid_title,
+    histogram_of,
+    metric_label,
+)
 from hookrun.analysis.report.run_sections import Budget, figure, sampled_rows, section
-from hookrun.analysis.report.token_text import token_text
-from hookrun.labels import module_label
 
 
 def grid_specs(run: Any) -> list[tuple[str, str, list[Any]]]:
     """(grid name, what it measured, specs) of every grid the file holds: a module x axis heatmap
-    per plane (coloured around the unpatched run's metric: the corrupted run's when denoising,
-    the clean run's when noising, 0 when normalized), and where exact values were recomputed
-    (atp with verify), the estimate against them."""
+    per plane, titled `site · method · metric` (the method from the file's patching attribute) and
+    coloured around the unpatched run's metric (the corrupted run's when denoising, the clean
+    run's when noising, 0 when normalised), and where exact values were recomputed (atp with
+    verify), the estimate against them. An exact run has no estimate to compare: no scatter."""
     out = []
     for name in list(getattr(run, "grids", None) or []):
         g = run.grid(name)
         a = dict(g.attrs)
         about = ", ".join(f"{k} {_short(a[k])}" for k in ("metric", "method", "direction", "metric_clean", "metric_corrupt", "normalize") if k in a)
         base = 0.0 if a.get("normalize") else a.get("metric_clean" if a.get("direction") == "noise" else "metric_corrupt")
-        specs: list[Any] = [Heatmap(z, f"{name}{title}", x=x, y=[str(m) for m in g.coords["module"].values], xlabel=xlabel,
-                                    ylabel="module", label=str(a.get("metric", "value")), centre=_float(base))
+        specs: list[Any] = [Heatmap(z, grid_title(name, a, title), x=x, y=[str(m) for m in g.coords["module"].values], xlabel=xlabel,
+                                    ylabel="module", label=metric_label(a), centre=_float(base))
                             for title, z, x, xlabel in _planes(g)]
-        exact = _exact(run, name)
+        exact = _exact(run, name) if a.get("method", "exact") != "exact" else None
         if exact is not None:
             est, ex = np.asarray(g.values, dtype=np.float64).ravel(), np.asarray(exact.values, dtype=np.float64).ravel()
             done = np.isfinite(ex)
             labels = [", ".join(f"{d} {g.coords[d].values[i]}" for d, i in zip(g.dims, idx, strict=True))
                       for idx in zip(*np.unravel_index(np.flatnonzero(done), g.shape), strict=True)]
-            specs.append(Scatter(est[done], ex[done], f"estimate ({a.get('method', 'atp')})", "exact",
-                                 f"{name}: estimate against exact ({int(done.sum())} cells recomputed)", labels))
+            if done.any():
+                specs.append(Scatter(est[done], ex[done], f"estimate ({a.get('method', 'atp')}), {metric_label(a)}", "exact",
+                                     f"{name}: {a.get('method', 'atp')} estimate against exact patching ({int(done.sum())} cells recomputed)",
+                                     labels))
         out.append((name, about, specs))
     return out
+
+
+def grid_file_name(spec: Any, attrs: Any) -> str:
+    """A grid picture's file stem: `grid_SITE_METHOD_METRIC` (two methods' pictures never share a name)."""
+    site = " · ".join(spec.title.split(" · ")[:-2]) if isinstance(spec, Heatmap) else spec.title.split(":")[0]
+    what = "" if isinstance(spec, Heatmap) else "_estimate_vs_exact"
+    normalised = "_normalised" if "normalised" in metric_label(attrs) else ""
+    return f"grid_{site}_{attrs.get('method', 'exact')}_{attrs.get('metric', 'value')}{normalised}{what}"
 
 
 def _short(v: Any) -> str:
@@ -88,30 +102,6 @@ def _planes(g: Any) -> list[tuple[str, np.ndarray, list[str] | None, str]]:
     return planes
 
 
-def lens_specs(run: Any, samples: int) -> list[Heatmap]:
-    """One heatmap per lens role and sample: layer (hooked module) down, position across."""
-    by_role: dict[str, list] = {}
-    for c in run.captures:
-        if c.role.startswith("lens.") and len(c.shape) == 2 and c.rows == "samples":
-            by_role.setdefault(c.role, []).append(c)
-    specs = []
-    for role, infos in sorted(by_role.items()):
-        first = infos[0]
-        index = run.index(first.hook, first.module, first.role, call=first.call)
-        for r in range(min(samples, len(index))):
-            z = np.stack([np.asarray(run.file[c.path][r], dtype=np.float64) for c in infos])
-            keep, text = token_text(run, int(index[r]), z.shape[1])
-            cols = keep if keep is not None else np.arange(z.shape[1])
-            specs.append(Heatmap(z[:, cols], f"{role} · sample #{index[r]}", x=text or [str(int(p)) for p in cols],
-                                 y=[module_label(c.module) for c in infos], xlabel="position", ylabel="layer", label=role))
-    return specs
-
-
-def lens(run: Any, budget: Budget) -> list[dict]:
-    items = [figure(spec) for spec in lens_specs(run, budget.samples)]
-    return [section("lens", "Logit lens", items, f"the first {budget.samples} samples")] if items else []
-
-
 def latents(run: Any, budget: Budget) -> list[dict]:
     """Per module with top examples: a searchable list of latents, each with its top examples
     (tokens, the activating one highlighted), its activation histogram (from a recorded capture
@@ -132,8 +122,9 @@ def latents(run: Any, budget: Budget) -> list[dict]:
             examples = run.top_examples(module, f)
             entry: dict[str, Any] = {"feature": f, "examples": [_example(e, lookup, f) for e in examples],
                                      "max": float(max((e["value"] for e in examples), default=0.0))}
-            if values is not None and f < values.shape[1]:
-                entry["hist"] = figure(histogram_of(values[:, f], f"{module} latent {f}: activations", "activation", note))["figure"]
+            hist = histogram_of(values[:, f], f"{module} latent {f}: activations", "activation", note) if values is not None and f < values.shape[1] else None
+            if hist is not None:
+                entry["hist"] = figure(hist)["figure"]
             if norms is not None and f < len(norms):
                 entry["decoder_norm"] = float(norms[f])
             rows.append(entry)

@@ -7,7 +7,12 @@ and `report` with plotly (analysis/report/plotly_figures.py).
 
 A spec holds plain arrays and labels, nothing else: it reads no file and knows no renderer.
 `x`/`y` are one label per column/row (token text, module names) or None for positions; a
-heatmap's `hover` names its axes in the value shown under the pointer.
+heatmap's `cells` (one text per cell: the lens' top-1 token) is written in its cell.
+
+The colours are decided here too, once for both renderers: values of either sign (a centred
+Heatmap, signed maps) use DIVERGING, centred on `centre` (0 unless a grid's baseline is another
+value) with positive values red and negative blue, in `plot` and in `report` alike; values of one
+sign use SEQUENTIAL. `skip_reason` says which captures carry no picture and why.
 """
 
 from __future__ import annotations
@@ -29,6 +34,74 @@ class Heatmap:
     ylabel: str = ""
     label: str = "value"  # the colour bar
     centre: float | None = None  # a diverging scale, symmetric about this value (patching grids)
+    cells: Sequence[Sequence[str]] | None = None  # a text written in each cell (rows x cols)
+
+
+# ColorBrewer's RdBu, from the most negative (blue) to the most positive (red): both renderers
+# build their scale from these stops (matplotlib: a ListedColormap, plotly: a colorscale).
+DIVERGING = ("#053061", "#2166ac", "#4393c3", "#92c5de", "#d1e5f0", "#f7f7f7", "#fddbc7", "#f4a582", "#d6604d", "#b2182b", "#67001f")
+POSITIVE, NEGATIVE = DIVERGING[-1], DIVERGING[0]
+SEQUENTIAL = "viridis"  # values of one sign (matplotlib's and plotly's viridis are the same stops)
+
+
+def diverging_range(z: np.ndarray, centre: float = 0.0) -> tuple[float, float]:
+    """(lo, hi) symmetric about `centre`, reaching the value furthest from it (1 where none is finite)."""
+    z = np.asarray(z, dtype=np.float64)
+    top = float(np.nanmax(np.abs(z - centre))) if np.isfinite(z).any() else 1.0
+    top = top if np.isfinite(top) and top > 0 else 1.0
+    return centre - top, centre + top
+
+
+def is_signed(z: np.ndarray) -> bool:
+    """Values on both sides of zero: drawn with the diverging scale centred on 0."""
+    z = np.asarray(z, dtype=np.float64)
+    finite = z[np.isfinite(z)]
+    return bool(finite.size) and float(finite.min()) < 0 < float(finite.max())
+
+
+METHODS = {"exact": "exact patching", "atp": "attribution patching (atp)", "atp_ig": "atp with integrated gradients (atp_ig)",
+           "eap": "edge attribution patching (eap)", "eap_ig": "eap with integrated gradients (eap_ig)"}
+
+
+def metric_label(attrs: Any) -> str:
+    """A grid's colour bar: its metric, and 'normalised' where the values are (0 corrupt, 1 clean)."""
+    normalised = bool(attrs.get("normalize")) and str(attrs.get("normalize")).lower() not in ("false", "0", "no")
+    return f"{attrs.get('metric', 'value')}" + (" (normalised)" if normalised else "")
+
+
+def grid_title(name: str, attrs: Any, plane: str = "") -> str:
+    """`site · method · metric`: what was patched, how, and what the colours measure."""
+    method = str(attrs.get("method", "exact"))
+    return f"{name}{plane} · {METHODS.get(method, method)} · {metric_label(attrs)}"
+
+
+def skip_reason(info: Any, ds: Any = None) -> str | None:
+    """Why a capture gets no histogram (None: it gets one): integer values are token ids or
+    indices (their histogram says nothing), lens and top-example rows have pictures of their own,
+    and a capture with no finite value has nothing to count."""
+    role = str(getattr(info, "role", ""))
+    if role.startswith(("lens.", "top.")):
+        return "drawn as lens or latent pictures"
+    try:
+        kind = np.dtype(str(getattr(info, "dtype", "O"))).kind
+    except TypeError:
+        kind = "O"
+    if kind in "iub":
+        return "integer values: token ids or indices, not a distribution"
+    if ds is not None and kind == "f" and ds.shape and ds.shape[0] and not np.isfinite(np.asarray(ds[: min(ds.shape[0], 4096)])).any():
+        return "no finite value (nothing recomputed or written)"
+    return None
+
+
+def constant_over_space(maps: np.ndarray, rtol: float = 1e-6) -> bool:
+    """(samples, channels, H, W) maps where every channel is one value over H x W (a gradient
+    after global pooling): a picture of flat squares, so none is drawn."""
+    maps = np.asarray(maps, dtype=np.float64)
+    if maps.ndim != 4 or maps.shape[-1] * maps.shape[-2] <= 1:
+        return maps.ndim == 4
+    spread = np.nanmax(maps, axis=(2, 3)) - np.nanmin(maps, axis=(2, 3))
+    scale = float(np.nanmax(np.abs(maps))) if np.isfinite(maps).any() else 0.0
+    return bool(np.all(spread <= rtol * max(scale, 1e-30)))
 
 
 @dataclass
@@ -65,12 +138,12 @@ def is_categorical(values: Sequence[Any]) -> bool:
     return not any(isinstance(v, float) for v in values) or any(isinstance(v, str) for v in values)
 
 
-def histogram_of(values: np.ndarray, title: str, xlabel: str, note: str = "", bins: int = 60) -> Histogram:
-    """A histogram spec of the finite values (an empty one where there are none)."""
+def histogram_of(values: np.ndarray, title: str, xlabel: str, note: str = "", bins: int = 60) -> Histogram | None:
+    """A histogram spec of the finite values (None where there are none: nothing to draw)."""
     values = np.asarray(values, dtype=np.float64).ravel()
     values = values[np.isfinite(values)]
     if not values.size:
-        return Histogram(np.zeros(0), np.zeros(1), title, xlabel, note or "no finite values")
+        return None
     lo, hi = float(values.min()), float(values.max())
     counts, edges = np.histogram(values, bins=bins, range=(lo, hi if hi > lo else lo + 1))
     return Histogram(counts, edges, title, xlabel, note)

@@ -17,9 +17,18 @@ from typing import Any
 
 import numpy as np
 
-from hookrun.analysis.report.figure_specs import Heatmap, Histogram, Lines, Scatter, is_categorical
+from hookrun.analysis.report.figure_specs import (
+    DIVERGING,
+    Heatmap,
+    Histogram,
+    Lines,
+    Scatter,
+    diverging_range,
+    is_categorical,
+)
 
 FONT = {"size": 11}
+COLORSCALE = [[i / (len(DIVERGING) - 1), c] for i, c in enumerate(DIVERGING)]  # the shared scale: positive red
 
 
 def escape(text: object) -> str:
@@ -57,17 +66,19 @@ def heatmap(spec: Heatmap) -> dict:
     rows, cols = z.shape
     xs = [escape(t) for t in spec.x] if spec.x is not None else [str(i) for i in range(cols)]
     ys = [escape(t) for t in spec.y] if spec.y is not None else [str(i) for i in range(rows)]
-    text = [[f"{ys[r]} · {xs[c]}" for c in range(cols)] for r in range(rows)]
+    where = [[f"{ys[r]} · {xs[c]}" + (f" · {escape(spec.cells[r][c])}" if spec.cells is not None else "") for c in range(cols)]
+             for r in range(rows)]
     trace: dict[str, Any] = {
-        "type": "heatmap", "z": _finite(z), "x": list(range(cols)), "y": list(range(rows)), "text": text,
-        "hovertemplate": f"{escape(spec.ylabel) or 'row'} · {escape(spec.xlabel) or 'column'}: %{{text}}<br>"
+        "type": "heatmap", "z": _finite(z), "x": list(range(cols)), "y": list(range(rows)), "customdata": where,
+        "hovertemplate": f"{escape(spec.ylabel) or 'row'} · {escape(spec.xlabel) or 'column'}: %{{customdata}}<br>"
                          f"{escape(spec.label)}: %{{z:.6g}}<extra></extra>",
-        "colorscale": "RdBu" if spec.centre is not None else "Viridis", "colorbar": {"title": {"text": escape(spec.label)}},
+        "colorscale": COLORSCALE if spec.centre is not None else "Viridis", "colorbar": {"title": {"text": escape(spec.label)}},
     }
     if spec.centre is not None:
-        top = float(np.nanmax(np.abs(z - spec.centre))) if np.isfinite(z).any() else 1.0
-        top = top or 1.0
-        trace.update(zmid=spec.centre, zmin=spec.centre - top, zmax=spec.centre + top, reversescale=True)
+        lo, hi = diverging_range(z, spec.centre)
+        trace.update(zmid=spec.centre, zmin=lo, zmax=hi)
+    if spec.cells is not None and rows * cols <= 4000:
+        trace.update(text=[[escape(t) for t in row] for row in spec.cells], texttemplate="%{text}", textfont={"size": 8})
     layout = _layout(spec.title, spec.xlabel, spec.ylabel)
     layout["xaxis"].update(_ticks(spec.x, cols), showgrid=False, automargin=True)
     layout["yaxis"].update(_ticks(spec.y, rows), showgrid=False, autorange="reversed", automargin=True)
@@ -93,9 +104,10 @@ def histogram(spec: Histogram) -> dict:
     data = [{"type": "bar", "x": centres, "y": spec.counts.tolist(), "width": width, "marker": {"color": "#3b6ea5"},
              "hovertemplate": f"{escape(spec.xlabel)} %{{x:.4g}}: %{{y}} values<extra></extra>"}]
     title = spec.title + (f" ({spec.note})" if spec.note else "")
-    layout = _layout(title, spec.xlabel, "count" + (" (log scale)" if spec.log else ""), height=300, bargap=0)
-    if spec.log:
-        layout["yaxis"]["type"] = "log"
+    log = spec.log and len(spec.counts) and int(spec.counts.max()) >= 10  # below 10 a log axis has no decade to mark
+    layout = _layout(title, spec.xlabel, "count" + (" (log scale)" if log else ""), height=300, bargap=0)
+    if log:  # one tick per power of ten (1, 10, 100, ...): plotly's default labels 2..9 too, and they run together
+        layout["yaxis"].update(type="log", dtick=1, exponentformat="power", minor={"showgrid": False})
     return {"data": data, "layout": layout}
 
 

@@ -18,10 +18,19 @@ from typing import Any
 import numpy as np
 import yaml
 
-from hookrun.analysis.report.figure_specs import Heatmap, histogram_of
+from hookrun.analysis.report.figure_specs import (
+    DIVERGING,
+    SEQUENTIAL,
+    Heatmap,
+    constant_over_space,
+    diverging_range,
+    histogram_of,
+    is_signed,
+    skip_reason,
+)
 from hookrun.analysis.report.plotly_figures import to_plotly
 from hookrun.analysis.report.token_text import token_text
-from hookrun.analysis.stats import human_bytes
+from hookrun.analysis.stats import human_bytes, no_values
 from hookrun.store.capture_schema import PATTERN
 
 
@@ -41,23 +50,45 @@ def figure(spec: Any, caption: str = "") -> dict:
     return {"type": "figure", "figure": to_plotly(spec), "caption": caption}
 
 
+# Root attributes that are the file's own bookkeeping, not what the user set nor what the run did.
+INTERNAL = {"previous_flush", "format_version", "config", "patching", "hooks_not_fired", "hooks_skipped", "checksum"}
+
+
 def header(run: Any) -> dict:
+    """The run's table: what the user set (model, mode, data, hooks, the run's block) and what the
+    run did (status, rows, times, grids); the whole config below it. The file's bookkeeping
+    (previous_flush, format_version, JSON attributes) stays out: `inspect` prints it."""
+    from hookrun.analysis.grids import grid_lines
+
     a, cfg = run.attrs, run.config
     data = (cfg.get("data") or {}).get("dataset") or {}
     hooks = cfg.get("hooks") or {}
+    patching = "patching" in a
+    done = (f"{a.get('samples_complete', '?')} cells in {a.get('steps_complete', '?')} chunks of cells" if patching
+            else f"{a.get('samples_complete', '?')} samples in {a.get('steps_complete', '?')} batches")
     rows = [["file", str(run.path)], ["status", run.status],
             ["model", " ".join(str(p) for p in (a.get("model_class"), a.get("device") and f"on {a['device']}") if p) or "?"],
             ["mode", str(cfg.get("mode", a.get("mode", "?")))],
             ["data", f"{data.get('_target_', '?')}, batch {(cfg.get('data') or {}).get('batch_size', '?')}"],
-            ["samples", f"{a.get('samples_complete', '?')} in {a.get('steps_complete', '?')} batches"],
+            ["done", done],
             ["started", str(a.get("created", "?"))], ["finished", str(a.get("finished", "(not finished)"))],
             ["written by", " ".join(f"{k} {a[v]}" for k, v in (("hookrun", "hookrun_version"), ("torch", "torch_version")) if v in a)]]
     if _seconds(a) is not None:
         rows.append(["wall time", f"{_seconds(a):.0f} s (started .. finished)"])
     rows += [[f"hook {name}", f"{spec.get('type')} at {spec.get('at')}: {_actions(spec)}"] for name, spec in hooks.items()]
-    shown = {"model_class", "device", "samples_complete", "steps_complete", "created", "finished", "hookrun_version", "torch_version", "mode", "status"}
-    rest = {k: str(v.tolist() if isinstance(v, np.ndarray) else v) for k, v in sorted(a.items()) if k not in shown}
-    rows += [[k, v] for k, v in rest.items() if v not in ("", "None")]
+    for key, what in (("hooks_not_fired", "hooks that never fired"), ("hooks_skipped", "hooks skipped")):
+        if str(a.get(key, "") or ""):
+            rows.append([what, str(a[key])])
+    lines = grid_lines(a)
+    if lines:
+        rows.append(["patching", lines[0].split("grids", 1)[1].strip()])
+        rows += [[f"grid {line.split()[0]}", " ".join(line.split()[1:])] for line in lines[1:]]
+    shown = {"model_class", "device", "samples_complete", "steps_complete", "created", "finished", "hookrun_version", "torch_version",
+             "mode", "status", *INTERNAL}
+    for k, v in sorted(a.items()):
+        text = str(v.tolist() if isinstance(v, np.ndarray) else v)
+        if k not in shown and not isinstance(v, np.ndarray) and text not in ("", "None") and not text.lstrip().startswith(("{", "[")):
+            rows.append([k.replace("_", " "), text])
     items = [{"type": "kv", "rows": rows}]
     if cfg:
         items.append({"type": "pre", "title": "config", "text": yaml.safe_dump(cfg, sort_keys=False)})
@@ -114,44 +145,90 @@ def is_map(info: Any) -> bool:
 
 
 def captures(run: Any, budget: Budget) -> dict:
+    """The captures' table, a histogram of each capture whose values make a distribution, and
+    thumbnails of image maps; the section's note says in one line what was left out and why."""
     shown = [c for c in run.captures if not c.role.startswith(("top.", "lens."))]
-    rows = []
+    rows, left, empty = [], LeftOut(), set()
     for c in shown:
         s = run.capture_stats(c)
+        if not np.isfinite(s["min"]):  # never "nan, inf, -inf": the note says why there is nothing
+            left.add(c.label, no_values(c.label, s))
+            empty.add(c.label)
+            s = dict.fromkeys(("mean", "std", "min", "max", "zeros"))
         rows.append({"capture": c.label, "shape": str(c.shape), "dims": ", ".join(c.dims), "dtype": c.dtype,
                      "size": human_bytes(c.nbytes), **{k: s[k] for k in ("mean", "std", "min", "max", "zeros")}})
     items = [table_item(["capture", "shape", "dims", "dtype", "size", "mean", "std", "min", "max", "zeros"], rows)]
     hists, maps = [], []
     for c in shown:
         ds = run.file[c.path]
-        if ds.dtype == object or not ds.shape[0]:
+        if ds.dtype == object or not ds.shape[0] or c.label in empty:
             continue
-        values, note = sampled_rows(ds, budget.values)
-        hists.append(figure(histogram_of(values, c.label, f"{c.role} value", note)))
+        why, spec = skip_reason(c, ds), None
+        if why is None:
+            values, note = sampled_rows(ds, budget.values)
+            spec = histogram_of(values, c.label, c.role if c.role.endswith("value") else f"{c.role} value", note)
+            why = None if spec is not None else "no finite value"
+        if why:
+            left.add(f"histogram of {c.label}", why)
+        else:
+            hists.append(figure(spec))
         if is_map(c):
-            maps.append(thumbnails(run, c, budget))
+            thumbs = thumbnails(run, c, budget)
+            if thumbs is None:
+                left.add(f"maps of {c.label}", "each channel is one value over space (a gradient after global pooling)")
+            else:
+                maps.append(thumbs)
     if hists:
         items.append({"type": "figures", "title": "histograms of the values", "figures": hists})
-    return section("captures", "Captures", items + maps)
+    return section("captures", "Captures", items + maps, left.note())
 
 
-def thumbnails(run: Any, info: Any, budget: Budget) -> dict:
+class LeftOut:
+    """What a picture set left out, grouped by reason, said in one line."""
+
+    def __init__(self) -> None:
+        self.why: dict[str, list[str]] = {}
+
+    def add(self, what: str, why: str) -> None:
+        self.why.setdefault(why, []).append(what)
+
+    def lines(self) -> list[str]:
+        out = []
+        for why, whats in self.why.items():
+            named = ", ".join(whats[:3]) + (f" and {len(whats) - 3} more" if len(whats) > 3 else "")
+            out.append(f"not drawn: {named}: {why}")
+        return out
+
+    def note(self) -> str:
+        return "; ".join(self.lines())
+
+
+def thumbnails(run: Any, info: Any, budget: Budget) -> dict | None:
+    """The first samples' maps as images (None where every channel is constant over space). Maps
+    of both signs use the diverging scale centred on 0, others the sequential one."""
     ds = run.file[info.path]
     rows = np.asarray(ds[: min(budget.samples, ds.shape[0])], dtype=np.float64)[:, : budget.channels]
+    if constant_over_space(rows):
+        return None
     index = run.index(info.hook, info.module, info.role, call=info.call)
-    lo, hi = float(np.nanmin(rows)), float(np.nanmax(rows))
-    images = [{"src": png(m, lo, hi), "caption": f"#{index[s]} ch {c}"} for s, sample in enumerate(rows) for c, m in enumerate(sample)]
+    signed = is_signed(rows)
+    lo, hi = diverging_range(rows) if signed else (float(np.nanmin(rows)), float(np.nanmax(rows)))
+    images = [{"src": png(m, lo, hi, signed=signed), "caption": f"#{index[s]} ch {c}"} for s, sample in enumerate(rows) for c, m in enumerate(sample)]
+    scale = f"diverging, centred on 0, {lo:.3g} .. {hi:.3g}: positive red" if signed else f"{lo:.3g} .. {hi:.3g}"
     return {"type": "images", "title": f"{info.label}: feature maps (first {len(rows)} samples, channels 0-{rows.shape[1] - 1}; "
-                                        f"one colour scale, {lo:.3g} .. {hi:.3g})", "images": images}
+                                        f"one colour scale, {scale})", "images": images}
 
 
-def png(m: np.ndarray, lo: float, hi: float, size: int = 64) -> str:
-    """One map as a viridis PNG data URI, scaled up to about `size` pixels (nearest neighbour)."""
+def png(m: np.ndarray, lo: float, hi: float, size: int = 64, signed: bool = False) -> str:
+    """One map as a PNG data URI (the sequential scale, or the diverging one), scaled up to about
+    `size` pixels (nearest neighbour)."""
     from matplotlib import colormaps
+    from matplotlib.colors import LinearSegmentedColormap
     from PIL import Image
 
+    cmap = LinearSegmentedColormap.from_list("hookrun_diverging", list(DIVERGING)) if signed else colormaps[SEQUENTIAL]
     scaled = np.clip((np.nan_to_num(m) - lo) / max(hi - lo, 1e-12), 0, 1)
-    rgb = (colormaps["viridis"](scaled)[..., :3] * 255).astype(np.uint8)
+    rgb = (cmap(scaled)[..., :3] * 255).astype(np.uint8)
     k = max(1, size // max(m.shape))
     buf = io.BytesIO()
     Image.fromarray(rgb).resize((m.shape[1] * k, m.shape[0] * k), Image.NEAREST).save(buf, format="PNG")

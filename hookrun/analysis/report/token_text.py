@@ -45,6 +45,6 @@ def byte_label(token: int) -> str:
     if token in special or not tok.offset <= token < tok.offset + 256:
         return special.get(token, f"<{token}>")
     text = tok.decode([token])
-    if text == "\ufffd" or not text.isprintable() and not text.isspace():
+    if text == "\ufffd" or not text.isprintable() and text not in " \n\t":
         return f"\\x{token - tok.offset:02x}"
     return {" ": "␣", "\n": "↵", "\t": "⇥"}.get(text, text)

@@ -1,0 +1,102 @@
+"""Grad-CAM of a run that recorded a layer's maps and their gradient, from the file alone: read by
+`plot` (cli/gradcam.py draws it with matplotlib) and `report` (a section of overlays).
+
+    pairs = gradcam_pairs(run)                 # (activation, gradient) captures of one module
+    cams = gradcam(act_rows, grad_rows)        # (n, H, W) in [0, 1]
+
+The map of a sample is relu(sum_c mean_hw(grad)_c * A_c) (Selvaraju et al.), scaled to [0, 1].
+The input images are the run's own (a recorded 4-D input with 1 or 3 channels); each sample's
+predicted class comes from a recorded logits capture and its target from /samples/target.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+CaptureInfo = Any
+Run = Any
+
+
+def is_map(info: CaptureInfo) -> bool:
+    """A 4-D capture of maps, one (C, H, W) row per sample: not tokens nor heads (docs/format.md "Dim names")."""
+    return len(info.shape) == 4 and info.rows == "samples" and not set(info.dims) & {"head", "token", "query", "key"}
+
+
+def gradcam_pairs(run: Run) -> list[tuple[CaptureInfo, CaptureInfo]]:
+    """(activation, gradient) captures of the same module and call: forward output with the
+    tensor hook's grad, or with the backward hook's grad_output."""
+    pairs = []
+    for act in run.captures:
+        if act.type != "forward" or act.role != "output" or not is_map(act):
+            continue
+        for grad in run.captures:
+            same = grad.module == act.module and grad.call == act.call and grad.shape == act.shape
+            if same and ((grad.type == "tensor" and grad.role == "grad") or (grad.type == "backward" and grad.role == "grad_output")):
+                if np.array_equal(_index(run, act), _index(run, grad)):
+                    pairs.append((act, grad))
+                    break
+    return pairs
+
+
+def gradcam(act: np.ndarray, grad: np.ndarray) -> np.ndarray:
+    """Grad-CAM (Selvaraju et al.): relu(sum_c mean_hw(grad)_c * A_c), per sample, scaled to [0, 1]."""
+    weights = grad.mean(axis=(2, 3), keepdims=True)
+    cam = np.maximum((weights * act).sum(axis=1), 0)
+    top = cam.reshape(len(cam), -1).max(axis=1).reshape(-1, 1, 1)
+    return cam / np.where(top > 0, top, 1)
+
+
+def _index(run: Run, info: CaptureInfo) -> np.ndarray:
+    return run.index(info.hook, info.module, info.role, call=info.call)
+
+
+def _rows_of(run: Run, info: CaptureInfo, indices: np.ndarray) -> np.ndarray | None:
+    """The capture's rows for these sample indices, or None if it lacks one of them."""
+    where = {int(i): r for r, i in enumerate(_index(run, info))}
+    if not all(int(i) in where for i in indices):
+        return None
+    ds = run.file[info.path]
+    return np.stack([ds[where[int(i)]] for i in indices])
+
+
+def recorded_images(run: Run, indices: np.ndarray) -> np.ndarray | None:
+    """Input images the run recorded itself: a 4-D input capture with 1 or 3 channels, the
+    model's own input ('') first, then the largest."""
+    found = [c for c in run.captures if c.role == "input" and len(c.shape) == 4 and c.shape[1] in (1, 3) and c.rows == "samples"]
+    found.sort(key=lambda c: (c.module != "", -c.shape[2] * c.shape[3]))
+    for info in found:
+        rows = _rows_of(run, info, indices)
+        if rows is not None:
+            return rows
+    return None
+
+
+def predictions(run: Run, indices: np.ndarray) -> np.ndarray | None:
+    """Each sample's predicted class from a recorded logits capture: the model's output (''),
+    else a hook named 'logits', else the only 2-D per-sample output."""
+    outputs = [c for c in run.captures if c.role == "output" and len(c.shape) == 2 and c.rows == "samples"]
+    ranked = [c for c in outputs if c.module == ""] or [c for c in outputs if c.hook == "logits"] or (outputs if len(outputs) == 1 else [])
+    for info in ranked:
+        rows = _rows_of(run, info, indices)
+        if rows is not None:
+            return rows.argmax(axis=1)
+    return None
+
+
+def targets(run: Run, indices: np.ndarray) -> np.ndarray | None:
+    if run.targets is None:
+        return None
+    where = {int(i): r for r, i in enumerate(run.samples)}
+    return np.array([run.targets[where[int(i)]] for i in indices])
+
+
+def as_pictures(batch: np.ndarray) -> list[np.ndarray]:
+    """(n, C, H, W) with C 1 or 3 -> H x W x 3 images in [0, 1], each scaled on its own."""
+    out = []
+    for x in np.asarray(batch, dtype=np.float64):
+        x = np.moveaxis(x, 0, -1)
+        x = (x - x.min()) / max(float(x.max() - x.min()), 1e-8)
+        out.append(x if x.shape[-1] == 3 else np.repeat(x, 3, axis=-1))
+    return out

@@ -1,0 +1,134 @@
+"""The logit lens' pictures, shared by `plot` and `report`: layer (hooked module) down, position
+across, first the mean over every sample, then the first samples one by one.
+
+    specs = lens_specs(run, samples=2)      # [Heatmap, ...]; empty where the run has no lens
+
+Per layer and position: KL(final || lens) in nats, and the target's rank on a log scale
+(log10(1 + rank): rank 0 is the top; one position such as `<bos>` where the target ranks in the
+hundreds does not wash out the others' colours), and the target's log-probability. Each cell
+names the lens' top-1 token (its text for byte tokens of data=text, its id otherwise); in the
+mean picture, the top-1 token most samples share at that cell. Padding (attention_mask 0) and
+positions with no target (rank -1) are left out of the means.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from hookrun.analysis.report.figure_specs import Heatmap
+from hookrun.analysis.report.run_sections import figure, section
+from hookrun.analysis.report.token_text import byte_label, is_byte_text, token_text
+from hookrun.labels import module_label
+
+ROLES = {  # role: (what the colour shows, how a value becomes a colour)
+    "lens.kl_to_final": ("KL(final ‖ lens), nats", None),
+    "lens.target_rank": ("target rank, log10(1 + rank)", "log"),
+    "lens.target_logprob": ("target log-probability", None),
+}
+BLOCK = 4096  # rows read at a time
+
+
+def lens_infos(run: Any) -> dict[str, list[Any]]:
+    """The lens captures of each role, one per hooked module, in the file's order."""
+    by_role: dict[str, list] = {}
+    for c in run.captures:
+        if c.role.startswith("lens.") and c.rows == "samples":
+            by_role.setdefault(c.role, []).append(c)
+    return by_role
+
+
+def _mask(run: Any, n: int, width: int) -> np.ndarray | None:
+    s = run.file["samples"] if "samples" in run.file else {}
+    if "attention_mask" in s and s["attention_mask"].shape == (n, width):
+        return s["attention_mask"]
+    return None
+
+
+def _values(raw: np.ndarray, role: str) -> np.ndarray:
+    v = np.asarray(raw, dtype=np.float64)
+    if role == "lens.target_rank":
+        v = np.where(v < 0, np.nan, v)  # -1: no target at this position
+    return v
+
+
+def mean_over_samples(run: Any, infos: list[Any], role: str) -> tuple[np.ndarray, int]:
+    """(layers x positions) mean over every sample of one role (NaN where no sample has a value), and
+    the number of samples. Read BLOCK rows at a time."""
+    n, width = infos[0].shape[:2]
+    mask = _mask(run, n, width)
+    out = np.full((len(infos), width), np.nan)
+    for k, info in enumerate(infos):
+        total, count = np.zeros(width), np.zeros(width)
+        ds = run.file[info.path]
+        for lo in range(0, n, BLOCK):
+            v = _values(ds[lo:lo + BLOCK], role)
+            ok = np.isfinite(v) & (np.asarray(mask[lo:lo + BLOCK]) > 0 if mask is not None else True)
+            total += np.where(ok, v, 0).sum(0)
+            count += ok.sum(0)
+        out[k] = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+    return out, n
+
+
+def _colour(z: np.ndarray, role: str) -> np.ndarray:
+    return np.log10(1 + z) if ROLES[role][1] == "log" else z
+
+
+def _label(run: Any) -> Any:
+    return byte_label if is_byte_text(run.config) else str
+
+
+def top1_common(run: Any, infos: list[Any], rows: int = BLOCK) -> list[list[str]] | None:
+    """Per layer and position: the top-1 token most of the first `rows` samples share, as text."""
+    if not infos:
+        return None
+    label = _label(run)
+    n, width = infos[0].shape[:2]
+    mask = _mask(run, n, width)
+    cells = []
+    for info in infos:
+        ids = np.asarray(run.file[info.path][:rows, :, 0], dtype=np.int64)
+        ok = np.asarray(mask[: len(ids)]) > 0 if mask is not None else np.ones(ids.shape, bool)
+        row = []
+        for p in range(width):
+            seen = ids[ok[:, p], p]
+            row.append(label(int(np.bincount(seen - seen.min()).argmax() + seen.min())) if seen.size else "")
+        cells.append(row)
+    return cells
+
+
+def lens_specs(run: Any, samples: int) -> list[Heatmap]:
+    by_role = lens_infos(run)
+    top = by_role.get("lens.top_ids")
+    specs = []
+    shown = [r for r in ROLES if r in by_role and len(by_role[r][0].shape) == 2]
+    if not shown:
+        return []
+    common = top1_common(run, top) if top else None
+    layers = [module_label(c.module) for c in by_role[shown[0]]]
+    for role in shown:
+        z, n = mean_over_samples(run, by_role[role], role)
+        specs.append(Heatmap(_colour(z, role), f"logit lens · {ROLES[role][0]} · mean over {n} samples (top-1 token in each cell: the most common)",
+                             y=layers, xlabel="position", ylabel="layer", label=ROLES[role][0], cells=common))
+    first = by_role[shown[0]][0]
+    index = run.index(first.hook, first.module, first.role, call=first.call)
+    label = _label(run)
+    for r in range(min(samples, len(index))):
+        ids = np.stack([np.asarray(run.file[c.path][r, :, 0]) for c in top]) if top else None
+        for role in shown:
+            z = np.stack([_values(run.file[c.path][r], role) for c in by_role[role]])
+            keep, text = token_text(run, int(index[r]), z.shape[1])
+            cols = keep if keep is not None else np.arange(z.shape[1])
+            cells = [[label(int(ids[k, p])) for p in cols] for k in range(len(ids))] if ids is not None else None
+            specs.append(Heatmap(_colour(z[:, cols], role), f"logit lens · {ROLES[role][0]} · sample #{index[r]} (top-1 token in each cell)",
+                                 x=text or [str(int(p)) for p in cols], y=layers, xlabel="position (input token)",
+                                 ylabel="layer", label=ROLES[role][0], cells=cells))
+    return specs
+
+
+def lens(run: Any, budget: Any) -> list[dict]:
+    """The report's "Logit lens" section (empty where the run has no lens)."""
+    items = [figure(spec) for spec in lens_specs(run, budget.samples)]
+    note = f"the mean over every sample, then the first {budget.samples} samples one by one"
+    return [section("lens", "Logit lens", items, note)] if items else []
