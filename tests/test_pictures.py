@@ -107,6 +107,15 @@ def test_no_histogram_of_token_ids_and_a_line_saying_so(lens_run, tmp_path, caps
     assert len(out.strip().splitlines()) == 1  # one line, not one per capture
 
 
+def test_integer_captures_get_no_histogram_whatever_their_role():
+    from types import SimpleNamespace
+
+    from hookrun.analysis.report.figure_specs import skip_reason
+
+    assert "token ids" in skip_reason(SimpleNamespace(role="input", dtype="int64"))
+    assert skip_reason(SimpleNamespace(role="output", dtype="float32")) is None
+
+
 def test_flat_gradient_maps_are_not_drawn_in_plot_nor_report(shapes_run, tmp_path, capsys):
     with h5py.File(shapes_run) as f:
         grad = f["captures/fmap_grad/block3/grad"][:2]
