@@ -18,6 +18,7 @@ import h5py
 import numpy as np
 import yaml
 
+from hookrun.analysis.attribution import AttributionReading
 from hookrun.analysis.batching import BUFFER_BYTES
 from hookrun.analysis.evaluation_table import describe as describe_evaluation
 from hookrun.analysis.evaluation_table import evaluation_table
@@ -35,7 +36,7 @@ from hookrun.store.reading import LocalSource, RunSource
 
 __all__ = ["CaptureInfo", "Run", "list_captures", "row_index"]
 
-class Run:
+class Run(AttributionReading):
     """An open capture file. Use as a context manager, or call close()."""
 
     def __init__(self, source: RunSource | str | Path) -> None:

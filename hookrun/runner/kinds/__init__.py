@@ -11,6 +11,7 @@
 | generate   | generate_kind.py | mode=generate              | 1 model.generate (a call per token)   |
 | evaluate   | evaluate_kind.py | the `evaluate:` block      | clean, intervened (+ ablated)         |
 | patching   | patching_kind.py | the `patching:` block      | chunks of cells (steps are not batches) |
+| attribution| attribution/     | the `attribution:` block   | captum's (zennit's) per batch         |
 
 Adding a kind: one module with a RunKind subclass, registered with `@register_kind("name")`, and
 its import at the end of this file (docs/architecture.md walks through evaluate as the example).
@@ -67,3 +68,4 @@ __all__ = ["KINDS", "KindContext", "RunKind", "StepAdds", "kind_for", "plain_for
 
 # the kinds hookrun ships (each registers itself); a new kind adds its import here
 from hookrun.runner.kinds import evaluate_kind, generate_kind, grad_kind, patching_kind, record_kind  # noqa: E402, F401
+from hookrun.runner.kinds import attribution  # noqa: E402, F401
