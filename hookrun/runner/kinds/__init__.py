@@ -67,5 +67,11 @@ def kind_for(cfg: HookrunConfig) -> type[RunKind]:
 __all__ = ["KINDS", "KindContext", "RunKind", "StepAdds", "kind_for", "plain_forward", "register_kind"]
 
 # the kinds hookrun ships (each registers itself); a new kind adds its import here
-from hookrun.runner.kinds import evaluate_kind, generate_kind, grad_kind, patching_kind, record_kind  # noqa: E402, F401
-from hookrun.runner.kinds import attribution  # noqa: E402, F401
+from hookrun.runner.kinds import (  # noqa: E402, F401
+    attribution,  # a kind in a folder of its own
+    evaluate_kind,
+    generate_kind,
+    grad_kind,
+    patching_kind,
+    record_kind,
+)
