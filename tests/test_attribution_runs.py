@@ -183,3 +183,25 @@ def test_the_shipped_experiments_compose_and_run(tmp_path):
             assert got.shape == (4, 1, 32, 32) and "deletion_area" in got.coords and "delta" in got.coords
         else:
             assert got.shape == (2, 64, 8, 8) and got.attrs["at"] == "layer1.1.conv2"
+
+
+def test_a_token_model_attributes_at_its_embeddings_as_captum_does(tmp_path):
+    pytest.importorskip("transformers")
+    from toy_lm import VOCAB, tiny_gpt2
+
+    lm = tiny_gpt2()
+    g = torch.Generator().manual_seed(5)
+    ids = torch.randint(3, VOCAB, (4, 6), generator=g)
+    items = [{"input_ids": ids[i], "answer": int(ids[i, 0])} for i in range(4)]
+    c = {"data": {"batch_size": 2, "target": None}, "device": "cpu", "progress": False, "output": {"path": str(tmp_path / "t.h5")},
+         "attribution": {"method": "integrated_gradients", "at": "transformer.wte", "target": "answer", "steps": 4,
+                         "measure": {"deletion": 3}}}
+    hookrun.run(c, model=lm, dataset=items)
+    run = hookrun.open_run(tmp_path / "t.h5")
+    got = run.attribution()
+    assert got.dims == ("sample", "position", "feature") and got.shape[:2] == (4, 6)
+    want = torch.cat([captum_attr.LayerIntegratedGradients(lambda x: lm(input_ids=x).logits[:, -1], lm.transformer.wte).attribute(
+        ids[s: s + 2], baselines=torch.zeros_like(ids[s: s + 2]), target=ids[s: s + 2, 0], n_steps=4) for s in (0, 2)])
+    np.testing.assert_allclose(got.values, want.detach().numpy(), rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+    assert got.sum("feature").dims == ("sample", "position")  # each token's share
+    assert run.attribution("deletion").shape == (4, 4)

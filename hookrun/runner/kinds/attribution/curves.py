@@ -5,7 +5,7 @@ as the most important pixels are removed, and rises as they are put back.
     rows["deletion"]        # (n, 17): the target's probability after removing k/16 of the pixels, k = 0..16
     rows["deletion_area"]   # (n,): the trapezoid rule's area under it over [0, 1]
 
-Each sample's pixels (or positions of a sequence, or features) are ranked by the attribution summed
+Each sample's pixels (or positions of a sequence: token ids are set to the baseline's ids, or features) are ranked by the attribution summed
 over channels (features), largest first, ties in pixel order; a layer's map is first resized to the
 input's (bilinear). Step k of N sets the first k*P//N of the P pixels to the baseline (every channel)
 for deletion; insertion starts from the baseline and puts the same pixels back. The masked inputs of
@@ -27,7 +27,7 @@ def scores(attr: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         if s.shape[-2:] != x.shape[-2:]:
             s = F.interpolate(s.float(), size=x.shape[-2:], mode="bilinear", align_corners=False)
         return s.flatten(1)
-    if x.dim() == 3:
+    if x.dim() == 3 or (x.dim() == 2 and attr.dim() == 3):  # a sequence's positions (token ids: their embeddings')
         return attr.sum(-1)
     return attr.reshape(x.shape[0], -1)
 

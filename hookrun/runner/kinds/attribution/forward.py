@@ -47,13 +47,6 @@ class Forward:
                 kwargs[place] = value
         return logits_of(self.model(*args, **kwargs))
 
-    def with_input(self, x: torch.Tensor) -> Forward:
-        """The same call with another attributed input (a batch of masked images)."""
-        other = object.__new__(Forward)
-        other.__dict__.update(self.__dict__)
-        other.input = x
-        return other
-
 
 def logits_of(out: Any) -> torch.Tensor:
     """The classes' logits of a model's output: a tensor (n, classes); `.logits` or the first item of a
