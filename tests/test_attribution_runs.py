@@ -76,7 +76,7 @@ def test_deletion_and_insertion_equal_numpy_of_the_definition(tmp_path, model, d
         got = run.attribution(name)
         assert got.dims == ("sample", "fraction") and got.shape == (N, steps + 1)
         np.testing.assert_allclose(got.values, want, rtol=1e-5, atol=1e-7)
-        np.testing.assert_allclose(run.attribution()[f"{name}_area"].values, np.trapz(want, np.linspace(0, 1, steps + 1), axis=1),
+        np.testing.assert_allclose(run.attribution()[f"{name}_area"].values, np.trapezoid(want, np.linspace(0, 1, steps + 1), axis=1),
                                    rtol=1e-5, atol=1e-7)
     budget = json.loads(run.attribution().attrs["budget"])
     assert budget["curve_rows_per_forward"] < 2 * (5 + 1)  # the 200KB budget split the curves' forwards

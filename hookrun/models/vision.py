@@ -43,14 +43,14 @@ def torchvision_cached(name: str, weights: Any = "cached", **kwargs: Any) -> nn.
 
     try:
         builder = torchvision.models.get_model_builder(name)
-        weights = torchvision.models.get_model_weights(name).DEFAULT
+        default = torchvision.models.get_model_weights(name).DEFAULT
     except ValueError:
         raise ConfigError(f"model.name={name!r}: torchvision has no such model") from None
     if weights != "cached":
         return builder(weights=weights, **kwargs)
-    cached = Path(torch.hub.get_dir()) / "checkpoints" / Path(weights.url).name
+    cached = Path(torch.hub.get_dir()) / "checkpoints" / Path(default.url).name
     if cached.is_file():
-        return builder(weights=weights, **kwargs)
+        return builder(weights=default, **kwargs)
     logging.getLogger("hookrun").warning(
         "model %s: its DEFAULT weights are not in the torch hub cache (%s); the model is RANDOM (its maps show the "
         "method, not what a trained network looks at)", name, cached)
