@@ -205,3 +205,13 @@ def test_a_token_model_attributes_at_its_embeddings_as_captum_does(tmp_path):
     np.testing.assert_allclose(got.values, want.detach().numpy(), rtol=1e-5, atol=1e-5 * float(want.abs().max()))
     assert got.sum("feature").dims == ("sample", "position")  # each token's share
     assert run.attribution("deletion").shape == (4, 4)
+
+
+def test_plot_draws_the_maps_over_the_images_and_the_curves(tmp_path, data):
+    pytest.importorskip("matplotlib")
+    from hookrun.cli.plot_command import plot_run
+
+    hookrun.run(cfg(tmp_path / "p.h5", method="saliency", measure={"deletion": 2, "insertion": 2}))
+    written = plot_run(hookrun.open_run(tmp_path / "p.h5"), tmp_path / "fig", samples=2, dataset=data)
+    names = [p.name for p in written]
+    assert "attribution_saliency.png" in names and "attribution_curves_saliency.png" in names
