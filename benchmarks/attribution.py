@@ -91,7 +91,10 @@ def compare(a, t: harness.Targets, model, data, method: str, block: dict) -> Non
     want, hand_peak = peak(a.device, hand)
     rounds = harness.paired_rounds({"hookrun": hr, "captum": hand}, a.rounds, harness.seeded_shuffle())
     ratio = harness.ratio(rounds.wall, "hookrun", "captum")
-    size = f"{len(data)} images {a.size} x {a.size}, batch {a.batch}, budget {a.budget_mb} MB ({budget})"
+    cpu = harness.ratio(rounds.cpu, "hookrun", "captum")
+    rows = ", ".join(f"{x / y:.2f}" for x, y in zip(rounds.wall["hookrun"], rounds.wall["captum"], strict=True))
+    size = (f"{len(data)} images {a.size} x {a.size}, batch {a.batch}, budget {a.budget_mb} MB ({budget}); rounds {rows}; "
+            f"by CPU time {cpu:.3f}")
     t.add(f"{method}: hookrun run / captum hand loop (wall)", ratio, "<= 1.05", ratio <= 1.05, size)
     diff = float(np.abs(values - want).max())
     t.add(f"{method}: max abs difference", f"{diff:.2e}", "(check)", diff <= 1e-5 * float(np.abs(want).max()),

@@ -215,3 +215,22 @@ def test_plot_draws_the_maps_over_the_images_and_the_curves(tmp_path, data):
     written = plot_run(hookrun.open_run(tmp_path / "p.h5"), tmp_path / "fig", samples=2, dataset=data)
     names = [p.name for p in written]
     assert "attribution_saliency.png" in names and "attribution_curves_saliency.png" in names
+
+
+@pytest.mark.slow
+def test_two_torchrun_ranks_split_the_samples_into_the_one_process_file(tmp_path):
+    from rank_runs import TORCHRUN, cli
+
+    args = ["experiment=attribution_shapes", "device=cpu", "progress=false", "data.dataset.size=8", "data.batch_size=2",
+            "attribution.steps=4", "attribution.measure=null"]
+    one = hookrun.run(hookrun.compose(*args, f"output.path={tmp_path / 'one.h5'}")).path
+    proc = cli(*args, f"hydra.run.dir={tmp_path / 'ranks'}", cwd=tmp_path, launcher=TORCHRUN, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = hookrun.open_run(tmp_path / "ranks").attribution()
+    want = hookrun.open_run(one).attribution()
+    order = np.argsort(got["sample"].values)
+    np.testing.assert_array_equal(got["sample"].values[order], np.arange(8))
+    np.testing.assert_allclose(got.values[order], want.values, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(got["delta"].values[order], want["delta"].values, rtol=1e-5, atol=1e-7)
+    with h5py.File(tmp_path / "ranks" / "captures.rank-1.h5") as f:  # rank 1 wrote its own half
+        assert f["captures/attribution/__model__/attribution"].shape[0] == 4

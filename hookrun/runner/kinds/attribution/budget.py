@@ -1,6 +1,6 @@
 """The memory budget, spent on the first batch's measured bytes (never guessed).
 
-    budget = Budget(model, block, forward, targets)
+    budget = Budget(model, block, forward, targets, forward_bytes)
     budget.internal_batch_size(n)      # integrated gradients: rows (samples x steps) per forward + backward
     budget.perturbations_per_eval      # occlusion: occluded copies of the batch per forward
     budget.rows_per_forward            # deletion / insertion: masked inputs per forward
@@ -22,12 +22,11 @@ from hookrun.runner.patching.budget import measure_bytes
 
 
 class Budget:
-    def __init__(self, model: nn.Module, block: Block, f: Any, targets: torch.Tensor) -> None:
+    def __init__(self, model: nn.Module, block: Block, f: Any, targets: torch.Tensor, forward: int) -> None:
+        """`forward`: the bytes the first batch's forward (no graph) took, measured by the engine."""
         self.block = block
         x = f.input.detach()
         n = max(1, x.shape[0])
-        with torch.no_grad():
-            _, forward = measure_bytes(model, lambda: f(x, *f.extras))
         self.forward_row = max(1, forward // n)  # one row's forward, no graph
         self.grad_row = self.forward_row
         if block.method == "integrated_gradients":

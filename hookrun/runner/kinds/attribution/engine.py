@@ -32,6 +32,7 @@ from hookrun.runner.kinds.attribution.budget import Budget
 from hookrun.runner.kinds.attribution.curves import curves
 from hookrun.runner.kinds.attribution.forward import Forward
 from hookrun.runner.kinds.attribution.lrp import LRP
+from hookrun.runner.patching.budget import measure_bytes
 
 W = "attribution"
 
@@ -45,11 +46,11 @@ class Engine:
         self.baselines = Baselines(block, f.input, dataset, spec)
         self.check_input(f)
         with torch.no_grad():
-            logits = self.fires(f)
+            logits, forward_bytes = measure_bytes(model, lambda: self.fires(f))
         self.classes = int(logits.shape[1])
         targets = self.targets(call, logits, first=True)
         self.baselines.of(call, f.input, first=True)
-        self.budget = Budget(model, block, f, targets)
+        self.budget = Budget(model, block, f, targets, forward_bytes)
 
     # -- checks on the first batch -------------------------------------------------------------
     def check_input(self, f: Forward) -> None:
@@ -81,8 +82,11 @@ class Engine:
                               f"attribute to a module the forward calls (python -m hookrun.modules lists them)")
         return logits
 
-    def targets(self, call: Any, logits: torch.Tensor, first: bool = False) -> torch.Tensor:
-        err, t, n = ConfigError if first else RunError, self.block.target, logits.shape[0]
+    def targets(self, call: Any, logits: torch.Tensor | None, first: bool = False, x: torch.Tensor | None = None) -> torch.Tensor:
+        """The class attributed, per sample; `logits` are needed for target=predicted (and the first batch)."""
+        err, t = ConfigError if first else RunError, self.block.target
+        n, classes = (logits.shape[0], logits.shape[1]) if logits is not None else (x.shape[0], self.classes)
+        device = logits.device if logits is not None else x.device
         if t == "predicted":
             return logits.argmax(1)
         if isinstance(t, int):
@@ -101,22 +105,30 @@ class Engine:
                           f"(their keys: {', '.join(map(str, keys)) or 'none: they are not dicts'}); give label, "
                           f"predicted, a class number or an item key")
             value = batch[t]
-        value = torch.as_tensor(value).to(logits.device).reshape(-1).long()
-        if value.shape[0] != n or value.min() < 0 or value.max() >= logits.shape[1]:
-            bad = int(value.max()) if value.numel() and value.max() >= logits.shape[1] else int(value.min())
-            raise err(f"{W}.target={t}: class {bad} is out of range: the model has {logits.shape[1]} classes "
-                      f"(0 to {logits.shape[1] - 1})")
+        value = torch.as_tensor(value).to(device).reshape(-1).long()
+        if value.shape[0] != n or value.min() < 0 or value.max() >= classes:
+            bad = int(value.max()) if value.numel() and value.max() >= classes else int(value.min())
+            raise err(f"{W}.target={t}: class {bad} is out of range: the model has {classes} classes "
+                      f"(0 to {classes - 1})")
         return value
 
     # -- a batch -------------------------------------------------------------------------------
     def batch(self, call: Any) -> dict[str, torch.Tensor]:
         f = Forward(self.model, call)
-        x = f.input.detach()
-        with torch.no_grad():
-            logits = f(x, *f.extras)
-        target = self.targets(call, logits)
+        x = f.input.detach().clone()
+        logits = None
+        if self.block.target == "predicted" or self.lrp is not None:
+            with torch.no_grad():
+                logits = f(x, *f.extras)
+        target = self.targets(call, logits, x=x)
         baseline = self.baselines.of(call, x)
+        f.watch = x  # the method's own forward of x gives the logits (no forward of their own)
         attr, delta = self.attribute(f, x, target, baseline)
+        if logits is None:
+            logits = f.seen
+        if logits is None:  # (a method that never ran x itself)
+            with torch.no_grad():
+                logits = f(x, *f.extras)
         picked = logits.gather(1, target[:, None])[:, 0]
         out = {"attribution": attr.detach(), "target": target, "logit": picked,
                "prob": torch.softmax(logits.double(), 1).gather(1, target[:, None])[:, 0]}
@@ -131,7 +143,6 @@ class Engine:
 
         b, layer = self.block, self.layer
         kw = {"target": target, "additional_forward_args": f.extras or None}
-        x = x.clone()
         if b.method == "saliency":
             return ca.Saliency(f).attribute(x, abs=True, **kw), None
         if b.method == "input_x_gradient":

@@ -4,6 +4,8 @@ the target's logits out.
     f = Forward(model, call)          # call: a batch's ModelCall (runner/calls.py)
     logits = f(f.input, *f.extras)    # (n, classes): a token model's last position
 
+`f.watch = x` keeps the logits of the first call on that very tensor (`f.seen`): the methods' own
+forward of the unperturbed inputs gives the model's logits without a forward of their own.
 The attributed input is the call's first positional tensor, else its `input_ids` keyword, else its
 first tensor keyword. The other tensors whose first axis is the batch's go to captum as
 `additional_forward_args`, so that it repeats them with the interpolation steps and occluded copies.
@@ -37,6 +39,8 @@ class Forward:
         self.places += [k for k, v in kwargs.items() if k != self.slot and batched(v)]
         self.extras = tuple(args[p] if isinstance(p, int) else kwargs[p] for p in self.places)
         self.args, self.kwargs = args, kwargs
+        self.watch: torch.Tensor | None = None  # the batch's own input: its logits are kept when captum runs it
+        self.seen: torch.Tensor | None = None
 
     def __call__(self, x: torch.Tensor, *extras: torch.Tensor) -> torch.Tensor:
         args, kwargs = list(self.args), dict(self.kwargs)
@@ -45,7 +49,10 @@ class Forward:
                 args[place] = value
             else:
                 kwargs[place] = value
-        return logits_of(self.model(*args, **kwargs))
+        logits = logits_of(self.model(*args, **kwargs))
+        if x is self.watch and self.seen is None:  # captum's own forward of the inputs (occlusion's first, IG's delta)
+            self.seen = logits.detach()
+        return logits
 
 
 def logits_of(out: Any) -> torch.Tensor:
