@@ -232,5 +232,5 @@ def test_two_torchrun_ranks_split_the_samples_into_the_one_process_file(tmp_path
     np.testing.assert_array_equal(got["sample"].values[order], np.arange(8))
     np.testing.assert_allclose(got.values[order], want.values, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(got["delta"].values[order], want["delta"].values, rtol=1e-5, atol=1e-7)
-    with h5py.File(tmp_path / "ranks" / "captures.rank-1.h5") as f:  # rank 1 wrote its own half
+    with h5py.File(tmp_path / "ranks" / "captures.rank-00001.h5") as f:  # rank 1 wrote its own half
         assert f["captures/attribution/__model__/attribution"].shape[0] == 4
