@@ -24,7 +24,7 @@ from hookrun.cli.gradcam import _item_input, as_pictures, run_label
 
 
 def attribution_figures(run: Run, out: Path, samples: int = 4, dataset: object | None = None) -> list[Path]:
-    meta = attribution_meta(run.file.attrs)
+    meta = attribution_meta(run.attrs)  # (an object-store run: from its manifest, nothing fetched)
     if meta is None:
         return []
     a = run.attribution()
