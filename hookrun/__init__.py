@@ -7,6 +7,7 @@
         model(x)                                     # cap["layer1.0", "output"]: a tensor
     print(hookrun.modules(model, x))                 # every name `at:` accepts, with shapes
     grids = hookrun.patch_grid(model, items, sites={...})   # activation-patching grids (docs/patching.md)
+    rows = hookrun.attribute(model, dataset, method="occlusion", window=[3, 8, 8])   # docs/attribution.md
 """
 
 from typing import Any
@@ -15,11 +16,12 @@ from hookrun.analysis import open_run, open_sweep
 from hookrun.hooks.actions import Action, register_action
 from hookrun.notebook.capture import Captured, capture
 from hookrun.notebook.lister import list_modules as modules
+from hookrun.runner.kinds.attribution.notebook import attribute
 from hookrun.runner.patching.notebook import patch_grid
 from hookrun.runner.run import RunResult, run
 from hookrun.store.format import HOOKRUN_VERSION as __version__
 
-__all__ = ["Action", "Captured", "RunResult", "__version__", "capture", "compose", "modules", "open_run", "open_sweep",
+__all__ = ["Action", "attribute", "Captured", "RunResult", "__version__", "capture", "compose", "modules", "open_run", "open_sweep",
            "patch_grid", "register_action", "run"]
 
 

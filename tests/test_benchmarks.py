@@ -69,6 +69,10 @@ QUICK = {
          "3. atp vs exact: Spearman rank correlation"],
         ["transformer-lens ", "extrapolated"], needs=("transformer_lens",), timeout=900),
     "report.py": Expect(["report size (MB)", "report time (s)"], ["GB run", "torch "]),
+    "attribution.py": Expect(
+        ["integrated_gradients: hookrun run / captum hand loop (wall)", "integrated_gradients: max abs difference",
+         "occlusion: hookrun run / captum hand loop (wall)", "occlusion: max abs difference", "occlusion: peak memory"],
+        ["captum ", "load average"], needs=("captum",)),
     "early_stop.py": Expect(
         ["early_stop / bare_body (wall)", "full_probe / bare_body (wall)", "bare_cut / bare_body (wall)",
          "early_stop / bare_cut (wall)", "full_forward / bare_full (wall)"],

@@ -48,6 +48,7 @@ from hookrun.analysis.run_reader import CaptureInfo, Run, block_stats
 from hookrun.analysis.sweep import Sweep, is_sweep, open_sweep
 from hookrun.cli import figures
 from hookrun.cli.app import compose_config
+from hookrun.cli.attribution_figure import attribution_figures
 from hookrun.cli.command import fail, run_command
 from hookrun.cli.gradcam import (  # noqa: F401 (plot's public names)
     _index,
@@ -147,6 +148,7 @@ def plot_run(run: Run, out: Path, samples: int = 2, channels: int = 16, dataset:
         written += [p for p in [histogram(run, info, out, left)] if p is not None]
     for act, grad in gradcam_pairs(run):
         written.append(gradcam_figure(run, act, grad, out, dataset=dataset))
+    written += attribution_figures(run, out, samples, dataset)  # an attribution run's maps and curves
     for name, _, specs in grid_specs(run):  # patching grids, then logit-lens pictures
         attrs = dict(run.grid(name).attrs)
         for spec in specs:

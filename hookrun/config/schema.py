@@ -109,6 +109,25 @@ class PatchingConfig:
 
 
 @dataclass
+class AttributionConfig:
+    """attribution: a method's attribution of every sample (hookrun.runner.kinds.attribution; docs/attribution.md)."""
+
+    method: str = "integrated_gradients"  # saliency | input_x_gradient | integrated_gradients | occlusion | grad_cam | lrp
+    at: str = "input"  # input, or a module path: attribution to that module's output (layer attribution)
+    target: Any = "label"  # label | predicted | a class number | an item key
+    baseline: str = "zero"  # zero | mean (the data set's mean input) | blur (gaussian, sigma pixels) | an item key
+    sigma: float = 5.0  # baseline=blur: the gaussian's sigma in pixels
+    steps: int = 32  # integrated_gradients: interpolation steps
+    rule: str = "gausslegendre"  # integrated_gradients: gausslegendre | riemann_left | riemann_right | riemann_middle | riemann_trapezoid
+    window: list[int] | None = None  # occlusion: the sliding window's shape (without the sample axis)
+    strides: list[int] | None = None  # occlusion: its strides; null: the window's shape
+    composite: str = "epsilon_plus_flat"  # lrp: a zennit composite
+    relu: bool = False  # grad_cam: captum's relu_attributions
+    memory: Any = "1GiB"  # the budget for one forward (+ backward): steps / occluded copies per forward
+    measure: dict[str, int] | None = None  # {deletion: N, insertion: N}: curves of the target's probability
+
+
+@dataclass
 class HookrunConfig:
     model: Any = MISSING  # a _target_ node, plus optional `checkpoint`
     data: DataConfig = field(default_factory=DataConfig)
@@ -127,6 +146,7 @@ class HookrunConfig:
     generate: dict[str, Any] = field(default_factory=lambda: {"max_new_tokens": 20})  # mode=generate: model.generate(**batch, **generate)
     evaluate: EvaluateConfig | None = field(default_factory=EvaluateConfig)  # clean vs intervened (vs ablated) forwards
     patching: PatchingConfig | None = None  # activation-patching grids (docs/patching.md)
+    attribution: AttributionConfig | None = None  # attribution runs (docs/attribution.md)
 
 
 def load(cfg: Any) -> HookrunConfig:

@@ -26,3 +26,32 @@ def timm_model(name: str, pretrained: bool = False, **kwargs: Any) -> nn.Module:
         return timm.create_model(name, pretrained=pretrained, **kwargs)
     except (TypeError, ValueError, RuntimeError) as exc:
         raise ConfigError(f"model: timm.create_model({name!r}) failed: {str(exc).splitlines()[0]}") from None
+
+
+def torchvision_cached(name: str, weights: Any = "cached", **kwargs: Any) -> nn.Module:
+    """torchvision's `name` with its DEFAULT weights where they are in the torch hub cache, random
+    weights otherwise (with a warning saying so): nothing is downloaded. `weights` other than
+    "cached" (null, DEFAULT, IMAGENET1K_V2) goes to torchvision as it is.
+
+        model = torchvision_cached("resnet50")    # experiment=attribution_resnet50's model
+    """
+    import logging
+    from pathlib import Path
+
+    import torch
+    import torchvision
+
+    try:
+        builder = torchvision.models.get_model_builder(name)
+        default = torchvision.models.get_model_weights(name).DEFAULT
+    except ValueError:
+        raise ConfigError(f"model.name={name!r}: torchvision has no such model") from None
+    if weights != "cached":
+        return builder(weights=weights, **kwargs)
+    cached = Path(torch.hub.get_dir()) / "checkpoints" / Path(default.url).name
+    if cached.is_file():
+        return builder(weights=default, **kwargs)
+    logging.getLogger("hookrun").warning(
+        "model %s: its DEFAULT weights are not in the torch hub cache (%s); the model is RANDOM (its maps show the "
+        "method, not what a trained network looks at)", name, cached)
+    return builder(weights=None, **kwargs)

@@ -121,7 +121,8 @@ def _write(out: h5py.File, opened: list[tuple[Path, h5py.File]]) -> int:
     counts = [len(s.index) for s in shards]
     if shards:
         first = shards[0].file.attrs
-        for key in ("format_version", "hookrun_version", "torch_version", "model_class", "mode", "created", "patching"):
+        for key in ("format_version", "hookrun_version", "torch_version", "model_class", "mode", "created", "patching",
+                    "attribution"):  # a kind's root attribute (its reader reads it)
             if key in first:
                 out.attrs[key] = first[key]
         out.attrs["device"] = ", ".join(sorted({str(s.file.attrs.get("device", "?")) for s in shards}))

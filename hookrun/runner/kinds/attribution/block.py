@@ -1,0 +1,152 @@
+"""The `attribution:` block, checked: what an attribution run (or hookrun.attribute) was asked for.
+
+    block = parse_block({"method": "occlusion", "window": [3, 8, 8]})
+    block.strides   # (3, 8, 8): the window's own size where strides are not given
+
+Every key is checked here, before the model is built: a wrong value is one ConfigError naming the
+key, what is wrong and the choices. What needs the model or the first batch (a module that never
+runs, a target class out of range, a window larger than the input, a baseline of the wrong shape)
+is checked by the engine (engine.py) on the first batch, still before any batch is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from hookrun.config.schema import AttributionConfig
+from hookrun.errors import ConfigError, close_matches, one_of
+from hookrun.runner.patching.block import parse_bytes
+
+METHODS = ("saliency", "input_x_gradient", "integrated_gradients", "occlusion", "grad_cam", "lrp")
+LAYER_METHODS = ("integrated_gradients", "input_x_gradient", "grad_cam")  # at: MODULE (captum's Layer* classes)
+INPUT_METHODS = ("saliency", "input_x_gradient", "integrated_gradients", "occlusion", "lrp")
+RULES = ("gausslegendre", "riemann_left", "riemann_right", "riemann_middle", "riemann_trapezoid")
+BASELINES = ("zero", "mean", "blur")
+MEASURES = ("deletion", "insertion")
+WHERE = "attribution"
+
+
+@dataclass
+class Block:
+    method: str
+    at: str  # "input", or a module path (layer attribution)
+    target: str | int  # "label", "predicted", a class number, or an item key
+    baseline: str  # "zero", "mean", "blur", or an item key
+    sigma: float  # baseline=blur: the gaussian's sigma in pixels
+    steps: int
+    rule: str
+    window: tuple[int, ...] | None
+    strides: tuple[int, ...] | None
+    composite: str
+    relu: bool
+    memory: int  # bytes: the budget for one forward (+ backward)
+    measure: dict[str, int]  # {"deletion": N, "insertion": N}: steps of each curve asked for
+
+    @property
+    def layer(self) -> str | None:
+        """The module attributed to, or None for the input."""
+        return None if self.at == "input" else self.at
+
+    def describe(self) -> dict[str, Any]:
+        """The block as the file's `attribution` attribute holds it (JSON-ready)."""
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}
+
+
+def parse_block(node: Any) -> Block:
+    """The `attribution:` block (a mapping, or the schema's AttributionConfig) -> Block, checked."""
+    if node is None:
+        raise ConfigError("attribution: the block is null; give at least {method: saliency}")
+    if not isinstance(node, Mapping):
+        node = {f.name: getattr(node, f.name) for f in fields(node)}
+    known = {f.name for f in fields(AttributionConfig)}
+    unknown = [k for k in node if k not in known]
+    if unknown:
+        hint = close_matches(str(unknown[0]), known, n=1)
+        raise ConfigError(f"{WHERE}.{unknown[0]}: not a key of the attribution block"
+                          f"{f'; did you mean {hint[0]}?' if hint else ''} (it has: {one_of(known)})")
+    defaults = AttributionConfig()
+    d = {**{f.name: getattr(defaults, f.name) for f in fields(defaults)}, **dict(node)}
+    method = _choice(d.get("method"), METHODS, "method")
+    at = str(d.get("at") if d.get("at") is not None else "input")
+    if at != "input" and method not in LAYER_METHODS:
+        raise ConfigError(f"{WHERE}.at={at!r}: method={method} attributes to the input only; at: a module works with "
+                          f"{', '.join(LAYER_METHODS)} (or set at: input)")
+    if at == "input" and method == "grad_cam":
+        raise ConfigError(f"{WHERE}.at=input: grad_cam weighs a layer's feature maps; name a convolutional module, "
+                          f"e.g. at: layer4")
+    target = d.get("target")
+    if isinstance(target, bool) or target is None or (isinstance(target, int) and target < 0):
+        raise ConfigError(f"{WHERE}.target={target!r}; give label, predicted, a class number (0 or more) or an item key")
+    if isinstance(target, str) and target.strip().lstrip("-").isdigit():
+        target = int(target)
+    baseline = d.get("baseline")
+    if not isinstance(baseline, str) or not baseline:
+        raise ConfigError(f"{WHERE}.baseline={baseline!r}; give {', '.join(BASELINES)} or an item key")
+    sigma = _number(d.get("sigma"), "sigma", float)
+    steps = _number(d.get("steps"), "steps", int)
+    rule = _choice(d.get("rule"), RULES, "rule")
+    window, strides = _shape(d.get("window"), "window"), _shape(d.get("strides"), "strides")
+    if method == "occlusion":
+        if window is None:
+            raise ConfigError(f"{WHERE}.window: occlusion needs the sliding window's shape, one size per axis of an "
+                              f"item's input without the sample axis (e.g. [3, 16, 16] for 3-channel images)")
+        strides = window if strides is None else strides
+        if len(strides) != len(window):
+            raise ConfigError(f"{WHERE}.strides={list(strides)}: give one stride per axis of window={list(window)}")
+    composite = str(d.get("composite"))
+    if method == "lrp":
+        from zennit.composites import COMPOSITES
+
+        if composite not in COMPOSITES:
+            hint = close_matches(composite, COMPOSITES, n=1)
+            raise ConfigError(f"{WHERE}.composite={composite!r}: not one of zennit's composites"
+                              f"{f'; did you mean {hint[0]}?' if hint else ''} (choose from {one_of(COMPOSITES)})")
+    relu = d.get("relu")
+    if not isinstance(relu, bool):
+        raise ConfigError(f"{WHERE}.relu={relu!r}; give true or false (grad_cam: captum's relu_attributions)")
+    memory = parse_bytes(d.get("memory"), f"{WHERE}.memory")
+    return Block(method, at, target, baseline, sigma, steps, rule, window, strides, composite, relu, memory,
+                 _measure(d.get("measure")))
+
+
+def _choice(value: Any, choices: tuple[str, ...], key: str) -> str:
+    if value not in choices:
+        hint = close_matches(str(value), choices, n=1)
+        raise ConfigError(f"{WHERE}.{key}={value!r}: not a choice{f'; did you mean {hint[0]}?' if hint else ''} "
+                          f"(choose from {', '.join(choices)})")
+    return str(value)
+
+
+def _number(value: Any, key: str, kind: type) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0 or (kind is int and value != int(value)):
+        raise ConfigError(f"{WHERE}.{key}={value!r}; give a positive {'integer' if kind is int else 'number'}")
+    return kind(value)
+
+
+def _shape(value: Any, key: str) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    items = list(value) if isinstance(value, list | tuple) or hasattr(value, "__iter__") and not isinstance(value, str) else None
+    if not items or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in items):
+        raise ConfigError(f"{WHERE}.{key}={value!r}; give a list of positive integers, one per axis of an item's "
+                          f"input (e.g. [3, 16, 16])")
+    return tuple(int(v) for v in items)
+
+
+def _measure(value: Any) -> dict[str, int]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{WHERE}.measure={value!r}; give a mapping such as {{deletion: 16, insertion: 16}}")
+    out = {}
+    for k, n in value.items():
+        if k not in MEASURES:
+            raise ConfigError(f"{WHERE}.measure.{k}: not a measure; choose from {', '.join(MEASURES)}")
+        if n is None:
+            continue
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigError(f"{WHERE}.measure.{k}={n!r}; give the curve's number of steps, a positive integer")
+        out[str(k)] = int(n)
+    return out

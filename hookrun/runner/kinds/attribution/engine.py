@@ -1,0 +1,177 @@
+"""One batch's attributions by captum (zennit for lrp), with the target used, the model's logit and
+probability for it, captum's convergence delta (integrated gradients) and the deletion / insertion curves.
+
+    engine = Engine(model, block, first_call, dataset)   # every check on the first batch; the budget measured
+    rows = engine.batch(call)     # {"attribution": (n, ...), "target": (n,), "logit", "prob", ["delta"], ...}
+
+| method               | at: input                 | at: MODULE                      |
+|----------------------|---------------------------|---------------------------------|
+| saliency             | captum Saliency (abs)     | -                               |
+| input_x_gradient     | captum InputXGradient     | captum LayerGradientXActivation |
+| integrated_gradients | captum IntegratedGradients| captum LayerIntegratedGradients |
+| occlusion            | captum Occlusion          | -                               |
+| grad_cam             | -                         | captum LayerGradCam             |
+| lrp                  | zennit Gradient + composite (on a copy of the model: canonizers change it) | - |
+
+The memory budget (`memory`) is spent on the first batch's measured bytes per row (budget.py):
+integrated gradients' `internal_batch_size`, occlusion's `perturbations_per_eval` and the curves'
+masked images per forward.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from hookrun.errors import ConfigError, RunError, close_matches
+from hookrun.runner.kinds.attribution.baselines import Baselines
+from hookrun.runner.kinds.attribution.block import Block
+from hookrun.runner.kinds.attribution.budget import Budget
+from hookrun.runner.kinds.attribution.curves import curves
+from hookrun.runner.kinds.attribution.forward import Forward
+from hookrun.runner.kinds.attribution.lrp import LRP
+from hookrun.runner.patching.budget import measure_bytes
+
+W = "attribution"
+
+
+class Engine:
+    def __init__(self, model: nn.Module, block: Block, call: Any, dataset: Any = None, spec: Any = None) -> None:
+        self.model, self.block = model, block
+        self.layer = find_module(model, block.layer) if block.layer else None
+        self.lrp = LRP(model, block.composite) if block.method == "lrp" else None
+        f = Forward(model, call)
+        self.baselines = Baselines(block, f.input, dataset, spec)
+        self.check_input(f)
+        with torch.no_grad():
+            logits, forward_bytes = measure_bytes(model, lambda: self.fires(f))
+        self.classes = int(logits.shape[1])
+        targets = self.targets(call, logits, first=True)
+        self.baselines.of(call, f.input, first=True)
+        self.budget = Budget(model, block, f, targets, forward_bytes)
+
+    # -- checks on the first batch -------------------------------------------------------------
+    def check_input(self, f: Forward) -> None:
+        b, x = self.block, f.input
+        if b.layer is None and not x.is_floating_point():
+            raise ConfigError(f"{W}.at=input: the model's input is {str(x.dtype).replace('torch.', '')} (token ids?), "
+                              f"which has no gradient; attribute to the embeddings' output instead, e.g. at: transformer.wte")
+        if b.method == "occlusion":
+            shape = tuple(x.shape[1:])
+            if len(b.window) != len(shape) or any(w > s for w, s in zip(b.window, shape, strict=False)):
+                raise ConfigError(f"{W}.window={list(b.window)}: larger than an item's input {list(shape)} (or another "
+                                  f"number of axes); give one size per axis, each at most the input's")
+        if self.lrp is not None and f.extras:
+            raise ConfigError(f"{W}.method=lrp: the model takes more than its input ({len(f.extras)} more tensor(s)); "
+                              f"zennit's Gradient calls model(input)")
+
+    def fires(self, f: Forward) -> torch.Tensor:
+        """The first batch's logits; `at: MODULE` must run in that forward."""
+        if self.layer is None:
+            return f(f.input, *f.extras)
+        seen = []
+        handle = self.layer.register_forward_hook(lambda *a: seen.append(1))
+        try:
+            logits = f(f.input, *f.extras)
+        finally:
+            handle.remove()
+        if not seen:
+            raise ConfigError(f"{W}.at={self.block.at!r}: the module never ran in a forward of the first batch; "
+                              f"attribute to a module the forward calls (python -m hookrun.modules lists them)")
+        return logits
+
+    def targets(self, call: Any, logits: torch.Tensor | None, first: bool = False, x: torch.Tensor | None = None) -> torch.Tensor:
+        """The class attributed, per sample; `logits` are needed for target=predicted (and the first batch)."""
+        err, t = ConfigError if first else RunError, self.block.target
+        n, classes = (logits.shape[0], logits.shape[1]) if logits is not None else (x.shape[0], self.classes)
+        device = logits.device if logits is not None else x.device
+        if t == "predicted":
+            return logits.argmax(1)
+        if isinstance(t, int):
+            value: Any = torch.full((n,), t)
+        elif t == "label":
+            value = call.target
+            if value is None:
+                raise err(f"{W}.target=label: the items have no label (data.target); use predicted, a class number "
+                          f"or an item key")
+        else:
+            batch = call.batch
+            if not isinstance(batch, dict) or t not in batch:
+                keys = list(batch) if isinstance(batch, dict) else []
+                hint = close_matches(str(t), [str(k) for k in keys], n=1)
+                raise err(f"{W}.target={t!r}: the items have no key {t!r}{f'; did you mean {hint[0]}?' if hint else ''} "
+                          f"(their keys: {', '.join(map(str, keys)) or 'none: they are not dicts'}); give label, "
+                          f"predicted, a class number or an item key")
+            value = batch[t]
+        value = torch.as_tensor(value).to(device).reshape(-1).long()
+        if value.shape[0] != n or value.min() < 0 or value.max() >= classes:
+            bad = int(value.max()) if value.numel() and value.max() >= classes else int(value.min())
+            raise err(f"{W}.target={t}: class {bad} is out of range: the model has {classes} classes "
+                      f"(0 to {classes - 1})")
+        return value
+
+    # -- a batch -------------------------------------------------------------------------------
+    def batch(self, call: Any) -> dict[str, torch.Tensor]:
+        f = Forward(self.model, call)
+        x = f.input.detach().clone()
+        logits = None
+        if self.block.target == "predicted" or self.lrp is not None:
+            with torch.no_grad():
+                logits = f(x, *f.extras)
+        target = self.targets(call, logits, x=x)
+        baseline = self.baselines.of(call, x)
+        f.watch = x  # the method's own forward of x gives the logits (no forward of their own)
+        attr, delta = self.attribute(f, x, target, baseline)
+        if logits is None:
+            logits = f.seen
+        if logits is None:  # (a method that never ran x itself)
+            with torch.no_grad():
+                logits = f(x, *f.extras)
+        picked = logits.gather(1, target[:, None])[:, 0]
+        out = {"attribution": attr.detach(), "target": target, "logit": picked,
+               "prob": torch.softmax(logits.double(), 1).gather(1, target[:, None])[:, 0]}
+        if delta is not None:
+            out["delta"] = delta.detach().reshape(-1)
+        if self.block.measure:
+            out.update(curves(f, x, baseline, target, attr.detach(), self.block.measure, self.budget.rows_per_forward))
+        return out
+
+    def attribute(self, f: Forward, x: torch.Tensor, target: torch.Tensor, baseline: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        from captum import attr as ca
+
+        b, layer = self.block, self.layer
+        kw = {"target": target, "additional_forward_args": f.extras or None}
+        if b.method == "saliency":
+            return ca.Saliency(f).attribute(x, abs=True, **kw), None
+        if b.method == "input_x_gradient":
+            if layer is not None:
+                return ca.LayerGradientXActivation(f, layer).attribute(x, **kw), None
+            return ca.InputXGradient(f).attribute(x, **kw), None
+        if b.method == "integrated_gradients":
+            ig = ca.LayerIntegratedGradients(f, layer) if layer is not None else ca.IntegratedGradients(f)
+            return ig.attribute(x, baselines=baseline, n_steps=b.steps, method=b.rule, return_convergence_delta=True,
+                                internal_batch_size=self.budget.internal_batch_size(x.shape[0]), **kw)
+        if b.method == "occlusion":
+            return ca.Occlusion(f).attribute(x, sliding_window_shapes=b.window, strides=b.strides, baselines=baseline,
+                                             perturbations_per_eval=self.budget.perturbations_per_eval, **kw), None
+        if b.method == "grad_cam":
+            return ca.LayerGradCam(f, layer).attribute(x, relu_attributions=b.relu, **kw), None
+        return self.lrp.attribute(x, target, self.classes), None
+
+
+def find_module(model: nn.Module, name: str) -> nn.Module:
+    modules = dict(model.named_modules())
+    if name not in modules:
+        hint = close_matches(name, [n for n in modules if n], n=3)
+        raise ConfigError(f"{W}.at={name!r}: the model has no module {name!r}"
+                          f"{'; closest names: ' + ', '.join(hint) if hint else ''} (or at: input)")
+    return modules[name]
+
+
+def dims_of(attr_shape: tuple[int, ...]) -> tuple[str, ...]:
+    """The attribution's axis names: images `sample, channel, height, width`; token inputs (and any
+    sequence) `sample, position, feature`."""
+    named = {4: ("sample", "channel", "height", "width"), 3: ("sample", "position", "feature"), 2: ("sample", "feature")}
+    return named.get(len(attr_shape), ("sample", *[f"dim_{i}" for i in range(1, len(attr_shape))]))
