@@ -17,10 +17,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hookrun.runner.kinds.attribution.reader import attribution_meta
 from hookrun.analysis.run_reader import Run
 from hookrun.cli import figures
 from hookrun.cli.gradcam import _item_input, as_pictures, run_label
+from hookrun.runner.kinds.attribution.reader import attribution_meta
 
 
 def attribution_figures(run: Run, out: Path, samples: int = 4, dataset: object | None = None) -> list[Path]:
