@@ -15,11 +15,12 @@ from pathlib import Path
 from hookrun.analysis.opening import open_run
 from hookrun.analysis.show import describe_sweep
 from hookrun.analysis.sweep import is_sweep, open_sweep
-from hookrun.cli.command import run_command
+from hookrun.cli.command import ends_quietly, run_command
 from hookrun.store.digest import Verified, verify
 from hookrun.store.reading import UrlPath, run_path
 
 
+@ends_quietly
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hookrun.inspect", description=__doc__.splitlines()[0])
     p.add_argument("path", help="a capture file, a run folder, a multirun folder, or a cache's URL (s3://...)")

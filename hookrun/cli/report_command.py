@@ -24,7 +24,7 @@ from hookrun.analysis.opening import open_run
 from hookrun.analysis.report import Budget, build_report
 from hookrun.analysis.report.page import source_of
 from hookrun.analysis.sweep import is_sweep, open_sweep
-from hookrun.cli.command import run_command
+from hookrun.cli.command import ends_quietly, run_command
 from hookrun.errors import ConfigError
 from hookrun.store.reading import is_remote
 
@@ -75,6 +75,7 @@ def write(path: str, out: Path | None, budget: Budget) -> Path:
     return target
 
 
+@ends_quietly
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hookrun.report", description=__doc__.splitlines()[0])
     p.add_argument("path", help="a capture file, a run folder, an object-store URL, or a sweep folder")
