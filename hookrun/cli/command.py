@@ -49,6 +49,12 @@ def ends_quietly(main: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def description(doc: str | None) -> str:
+    """A command's --help description: its docstring's first paragraph as one line (the first line
+    alone may stop mid-sentence)."""
+    return " ".join((doc or "").strip().split("\n\n")[0].split())
+
+
 def run_command(body: Callable[[], int | None], prog: str = "hookrun", needs: str | None = None) -> int:
     try:
         code = body()
