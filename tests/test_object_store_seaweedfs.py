@@ -49,15 +49,18 @@ def _free_port() -> int:
 
 
 class Weed:
-    def __init__(self, folder: Path) -> None:
-        ports = []
+    def __init__(self, folder: Path, ports: list[int] | None = None) -> None:
+        """A weed server keeping its data in `folder` (`ports`: those of an earlier one, restarted)."""
+        ports = list(ports or [])
         while len(ports) < 4:
             p = _free_port()
             if p not in ports and p + 10000 not in ports and p - 10000 not in ports:
                 ports.append(p)
+        self.folder, self.ports = folder, ports
+        folder.mkdir(parents=True, exist_ok=True)
         master, volume, filer, s3 = ports
         self.endpoint = f"http://127.0.0.1:{s3}"
-        self.log = open(folder / "weed.log", "wb")
+        self.log = open(folder / "weed.log", "ab")
         self.proc = subprocess.Popen(
             [WEED, "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={folder}", "-s3",
              f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}", f"-s3.port={s3}",
@@ -77,6 +80,8 @@ class Weed:
                 time.sleep(0.3)
 
     def stop(self) -> None:
+        if self.proc.poll() is not None:
+            return
         self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(timeout=20)
@@ -202,3 +207,48 @@ def test_a_store_refusing_conditional_replace_gets_the_plain_lease(s3, tmp_path,
     assert "held by host gpu-node-7, pid 4242" in caplog.text and "taken over" in caplog.text
     assert "writing the lease plainly" in caplog.text
     assert keys(client) == []
+
+
+class StopsTheStore(RandomTensors):
+    """The test's dataset: reading sample `at` stops the S3 server (the store goes away mid-run)."""
+
+    def __init__(self, stop, at: int) -> None:
+        super().__init__(n=48, shape=(8,), num_classes=3, seed=1)
+        self.stop, self.at = stop, at
+
+    def __getitem__(self, i: int):
+        if i == self.at and self.stop is not None:
+            self.stop()
+            self.stop = None
+        return super().__getitem__(i)
+
+
+def test_a_store_that_went_away_then_resume_completes_the_cache(tmp_path, monkeypatch):
+    """The issue's other flow: the server stops mid-run (the run ends interrupted, its lock left in
+    the bucket), comes back, and `resume=true` takes the lock over and completes the rows."""
+    from hookrun.runner.signals import Interrupted
+    from hookrun.store import upload
+
+    server = Weed(tmp_path / "weed-data")
+    try:
+        for key, value in {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ACCESS_KEY_ID": KEY_ID,
+                           "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_DEFAULT_REGION": "us-east-1"}.items():
+            monkeypatch.setenv(key, value)
+        server.client.create_bucket(Bucket=BUCKET)
+        monkeypatch.setattr(upload, "RETRY_SECONDS", 1.5)
+        c = cfg(URL, tmp_path, part_bytes=300)
+        c["data"]["dataset"]["n"] = 48
+        c["data"]["batch_size"] = 2
+        with pytest.raises(Interrupted, match="resume=true"):
+            hookrun.run(c, dataset=StopsTheStore(server.stop, at=24))
+        server = Weed(server.folder, server.ports)  # back, with what it held
+        assert f"{PREFIX}/writer.lock" in keys(server.client)  # left behind: the store was away at the end
+        result = hookrun.run({**c, "resume": True}, dataset=StopsTheStore(None, at=-1))
+        assert result.status == "complete"
+        local = tmp_path / "local" / "captures.h5"
+        hookrun.run({**cfg(str(local), tmp_path), "data": c["data"]})
+        manifest = assert_same_as_local(server.client, local)
+        assert sum(p["samples"] for p in manifest["parts"]) == 48
+        assert f"{PREFIX}/writer.lock" not in keys(server.client)
+    finally:
+        server.stop()
