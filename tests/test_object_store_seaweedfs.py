@@ -127,6 +127,7 @@ class SlowTensors(RandomTensors):
         return super().__getitem__(i)
 
 
+@pytest.mark.slow
 def test_kill_9_then_resume_completes_the_cache(s3, tmp_path):
     """The issue's flow: an `s3://` run of 48 rows SIGKILLed after some parts are uploaded, then
     `resume=true`; it was refused ('the lock .../writer.lock cannot be written (OSError: [Errno 22]
@@ -223,6 +224,7 @@ class StopsTheStore(RandomTensors):
         return super().__getitem__(i)
 
 
+@pytest.mark.slow
 def test_a_store_that_went_away_then_resume_completes_the_cache(tmp_path, monkeypatch):
     """The issue's other flow: the server stops mid-run (the run ends interrupted, its lock left in
     the bucket), comes back, and `resume=true` takes the lock over and completes the rows."""
