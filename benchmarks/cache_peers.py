@@ -1,8 +1,8 @@
 """hookrun's activation cache against every peer, side by side: `python benchmarks/cache_peers.py`.
 
     python benchmarks/cache_peers.py --quick                      # a smoke run: the routes this Python has
-    /work/venvs/bench/bin/python benchmarks/cache_peers.py \\
-        --python /work/venvs/saelens/bin/python --markdown table.md  # every peer (docs/benchmarks.md)
+    bash tests/envs/make_tl4.sh /opt/tl4                          # TransformerLens 4.3 beside dev's 3.9
+    python benchmarks/cache_peers.py --python /opt/tl4/bin/python --markdown table.md  # every peer (docs/benchmarks.md)
 
 Six routes cache the same activations of the same GPT-2-shaped model (random weights, seed 0) on the
 same token ids (benchmarks/peer_routes.py): the bare forward stopped after the last cached block;

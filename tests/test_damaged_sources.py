@@ -77,3 +77,47 @@ def test_a_damaged_file_to_resume_is_one_line_and_left_as_it_was(tmp_path, check
         hookrun.run({**cfg, "resume": True})
     assert "\n" not in str(info.value)
     assert path.read_bytes() == before
+
+
+def _overwrite(path, start, n):
+    with open(path, "r+b") as raw:
+        raw.seek(start)
+        raw.write(b"\xff" * n)
+
+
+def test_a_patch_source_damaged_right_after_its_superblock_is_one_line_naming_it(tmp_path, checkpoint, clean):
+    """Issue 41 item 8: the root group's own header (right after the superblock) overwritten: h5py
+    opens the file, then fails at its first attribute read (it was `KeyError: ... bad object header
+    version number` from store/reading.py)."""
+    source = tmp_path / "source.h5"
+    source.write_bytes(clean.read_bytes())
+    with h5py.File(source, "r") as f:
+        root = h5py.h5o.get_info(f.id).addr
+    _overwrite(source, root, 4096)
+    with pytest.raises(ConfigError, match=rf"patch source '{source}'.*'{source}' is damaged: bad object header") as info:
+        hookrun.run(_patched(tmp_path, checkpoint, source))
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "captures.h5").exists()
+
+
+def test_every_h5py_error_opening_a_patch_source_past_its_superblock_is_one_line_naming_it(tmp_path, clean):
+    """16 bytes overwritten at each of many offsets of the file's metadata (object headers, the root's
+    local heap and B-tree): opening it as a patch source (its captures and their sample index read)
+    either works or is one ConfigError naming the file; never h5py's KeyError / RuntimeError (the
+    root's local heap overwritten was `RuntimeError: Unable to synchronously check link existence`)."""
+    from hookrun.hooks.patch import PatchSource
+
+    source = tmp_path / "source.h5"
+    with h5py.File(clean, "r") as f:
+        root = h5py.h5o.get_info(f.id).addr
+    failed = 0
+    for start in range(root, 2048, 37):
+        source.write_bytes(clean.read_bytes())
+        _overwrite(source, start, 16)
+        try:
+            PatchSource(str(source), None, "layer2", None, "output", "p", None).source.close()
+        except ConfigError as exc:
+            failed += 1
+            assert f"patch source '{source}'" in str(exc), (start, str(exc))
+            assert "\n" not in str(exc)
+    assert failed  # the damage is real

@@ -27,6 +27,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from hookrun.cli.command import ends_quietly
 from hookrun.cli.hydra_errors import dotted_keys, one_line, shell_damage
 from hookrun.cli.usage import usage, version
 from hookrun.config.schema import HookrunConfig
@@ -170,6 +171,7 @@ def _remove_empty(folder: Path) -> None:
         pass
 
 
+@ends_quietly
 def main() -> None:
     global _FULL_ERROR
     if "--verbose" in sys.argv:  # hookrun's own flag: Hydra would not know it

@@ -7,14 +7,52 @@
 A HookrunError is printed as `PROG: error: MESSAGE` and exits 2, with no traceback; so is an
 ImportError where the command names the extra that provides it (`needs`); anything else is a bug
 and keeps its traceback. The body returns its exit code (None: 0).
+
+Every command's `main` is wrapped in `@ends_quietly`: a reader that closes the pipe early
+(`python -m hookrun.inspect RUN | head`) ends the command with exit 141 (128 + SIGPIPE, what a
+shell reports for a Unix tool killed by it) and nothing on stderr, never a BrokenPipeError
+traceback or Python's "Exception ignored ... BrokenPipeError" at exit.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import sys
 from collections.abc import Callable
+from typing import TypeVar
 
 from hookrun.errors import HookrunError
+
+F = TypeVar("F", bound=Callable)
+CLOSED_PIPE = 141  # 128 + SIGPIPE
+
+
+def ends_quietly(main: F) -> F:
+    """`main`, ending with exit 141 and no traceback where its reader closed stdout (a pipe into
+    `head`); stdout is flushed inside, so what Python would flush at exit fails here instead."""
+
+    @functools.wraps(main)
+    def wrapper(*args, **kwargs):
+        try:
+            try:
+                return main(*args, **kwargs)
+            finally:
+                sys.stdout.flush()  # (argparse's --help exits through here too)
+        except BrokenPipeError:
+            try:  # Python flushes stdout again at exit: point it at /dev/null so that flush is quiet
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            except (OSError, ValueError):  # no file descriptor (a test's captured stdout)
+                pass
+            raise SystemExit(CLOSED_PIPE) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def description(doc: str | None) -> str:
+    """A command's --help description: its docstring's first paragraph as one line (the first line
+    alone may stop mid-sentence)."""
+    return " ".join((doc or "").strip().split("\n\n")[0].split())
 
 
 def run_command(body: Callable[[], int | None], prog: str = "hookrun", needs: str | None = None) -> int:

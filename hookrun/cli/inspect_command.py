@@ -14,13 +14,14 @@ from pathlib import Path
 
 from hookrun.analysis.opening import open_run
 from hookrun.analysis.sweep import is_sweep, open_sweep
-from hookrun.cli.command import run_command
+from hookrun.cli.command import description, ends_quietly, run_command
 from hookrun.store.digest import Verified, verify
 from hookrun.store.reading import UrlPath, run_path
 
 
+@ends_quietly
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m hookrun.inspect", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m hookrun.inspect", description=description(__doc__))
     p.add_argument("path", help="a capture file, a run folder, a multirun folder, or a cache's URL (s3://...)")
     p.add_argument("--no-stats", action="store_true", help="skip the statistics (faster on big files)")
     p.add_argument("--verify", action="store_true", help="read every row and check it against its checksum; exit 1 on damage, "

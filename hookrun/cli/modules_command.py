@@ -18,7 +18,7 @@ import sys
 import torch
 
 from hookrun.cli.app import compose_config
-from hookrun.cli.command import fail, run_command
+from hookrun.cli.command import description, ends_quietly, fail, run_command
 from hookrun.config.build import build, build_dataset, build_model, import_modules
 from hookrun.config.schema import HookrunConfig, load
 from hookrun.errors import ConfigError
@@ -49,8 +49,9 @@ def first_call(cfg: HookrunConfig, device: torch.device) -> ModelCall:
     return first_batch(make_loader(dataset, 1, 0, collate=collate), spec)[1].to(device)
 
 
+@ends_quietly
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m hookrun.modules", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m hookrun.modules", description=description(__doc__))
     p.add_argument("overrides", nargs="*", help="config overrides, as for python -m hookrun (model=resnet50, data=...)")
     p.add_argument("--match", help="list only what this module name or glob selects (as hooks.NAME.at would)")
     p.add_argument("--ops", action="store_true", help="under each module, the op sites (MODULE/FN.k) its own forward "

@@ -49,7 +49,7 @@ from hookrun.analysis.sweep import Sweep, is_sweep, open_sweep
 from hookrun.cli import figures
 from hookrun.cli.app import compose_config
 from hookrun.cli.attribution_figure import attribution_figures
-from hookrun.cli.command import fail, run_command
+from hookrun.cli.command import description, ends_quietly, fail, run_command
 from hookrun.cli.gradcam import (  # noqa: F401 (plot's public names)
     _index,
     _source,
@@ -191,8 +191,9 @@ def plot_sweep(sweep: Sweep, out: Path, stat: str = "mean", x: str | None = None
 def _file_name(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in text.replace("/", "__"))[:80]
 
+@ends_quietly
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m hookrun.plot", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m hookrun.plot", description=description(__doc__))
     p.add_argument("path", type=run_path, help="a capture file, a run folder, a multirun folder, or a cache's URL (s3://...)")
     p.add_argument("--out", type=Path, default=None,
                    help="folder for the PNGs (default: figures/ beside the run's file, or in the sweep folder); "

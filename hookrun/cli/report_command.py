@@ -24,7 +24,7 @@ from hookrun.analysis.opening import open_run
 from hookrun.analysis.report import Budget, build_report
 from hookrun.analysis.report.page import source_of
 from hookrun.analysis.sweep import is_sweep, open_sweep
-from hookrun.cli.command import run_command
+from hookrun.cli.command import description, ends_quietly, run_command
 from hookrun.errors import ConfigError
 from hookrun.store.reading import is_remote
 
@@ -55,6 +55,8 @@ def check_writable(folder: Path) -> None:
 
 
 def write(path: str, out: Path | None, budget: Budget) -> Path:
+    if out is not None and out.is_dir():
+        raise ConfigError(f"--out {out}: that is a directory; --out names the page's file, e.g. --out {out / 'report.html'}")
     out = out or default_out(path)
     check_writable(out.parent)  # before anything is read
     local = not is_remote(path)
@@ -75,8 +77,9 @@ def write(path: str, out: Path | None, budget: Budget) -> Path:
     return target
 
 
+@ends_quietly
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m hookrun.report", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m hookrun.report", description=description(__doc__))
     p.add_argument("path", help="a capture file, a run folder, an object-store URL, or a sweep folder")
     p.add_argument("--out", type=Path, default=None, help="the HTML file (default: report.html beside the run)")
     p.add_argument("--values", type=int, default=Budget.values, help="values read for each histogram (a sample beyond)")

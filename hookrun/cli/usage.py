@@ -48,7 +48,7 @@ def usage() -> str:
         "  python -m hookrun experiment=resnet_layer1          # record layer1's outputs of a ResNet-18",
         "  python -m hookrun model=tiny_lm data=text 'hooks={attn: {at: transformer.h.0.attn, type: forward}}'",
         "",
-        "Every config key is described in docs/config.md (and the README's config reference);",
+        "Every config key is described in docs/config.md (the config reference);",
         "python -m hookrun --version prints hookrun's version; --verbose shows tracebacks.",
         "",
     ]

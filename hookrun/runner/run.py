@@ -209,8 +209,10 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
                 dest.end(resume, replayed)
     seconds = time.perf_counter() - started
     steps_unit, rows_unit = p.settings.kind.units
-    log.info("%s: %d %s, %d %s, %.1f MB in %.1f s", "interrupted" if away else status, steps, steps_unit, samples,
-             rows_unit, dest.size(store) / 1e6, seconds)
+    done = f"{steps} {steps_unit}, {samples} {rows_unit}"
+    if resume is not None and replayed:  # this session's batches, the whole file's rows: say which is which
+        done = f"{steps} {steps_unit} run now ({store.steps} in the file), {samples} {rows_unit} in the file"
+    log.info("%s: %s, %.1f MB in %.1f s", "interrupted" if away else status, done, dest.size(store) / 1e6, seconds)
     if away is not None:
         raise StoreAway(str(away))
     if stop.signum or at_once:

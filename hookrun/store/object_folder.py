@@ -142,6 +142,10 @@ class RemoteFolder:
             self.fs.pipe_file(self.path(name), text.encode(), mode="create")
         except TypeError:  # a filesystem whose pipe_file has no mode
             raise NotImplementedError(f"{self.url}: the store has no conditional write") from None
+        except OSError as exc:  # SeaweedFS's 412 does not name its condition, so s3fs does not say FileExistsError
+            if isinstance(exc, FileExistsError) or not precondition_failed(exc):
+                raise
+            raise FileExistsError(str(exc)) from exc
 
     def tag(self, name: str) -> str | None:
         """The object's ETag (what a conditional replace names), None where the store gives none."""
@@ -217,6 +221,13 @@ class RemoteFolder:
             tmp.replace(local)
         finally:
             tmp.unlink(missing_ok=True)
+
+
+def precondition_failed(exc: BaseException) -> bool:
+    """Whether the store refused a conditional write (S3's 412 PreconditionFailed)."""
+    cause = getattr(exc, "__cause__", None)
+    code = (getattr(cause, "response", None) or {}).get("Error", {}).get("Code")
+    return code == "PreconditionFailed" or "pre-condition" in str(exc) or isinstance(exc, FileExistsError)
 
 
 def _protocols(fs) -> tuple[str, ...]:

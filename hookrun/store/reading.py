@@ -22,6 +22,7 @@ from typing import Protocol
 import h5py
 
 from hookrun.errors import HookrunError, NotFoundError
+from hookrun.store.capture_schema import damage
 from hookrun.store.fetch import Parts
 from hookrun.store.h5file import flushing_path, wait_for_flush
 from hookrun.store.merge import build_view, check_sources
@@ -79,14 +80,20 @@ class LocalSource:
             self._file = _open_read(self.path)
         except OSError as exc:
             raise HookrunError(f"{str(self.path)!r} is not a readable HDF5 file: {exc}") from None
+        except H5_ERRORS as exc:  # the superblock read, but what it points at cannot be
+            raise damaged(self.path, exc) from None
         try:
             if rows and "format_version" not in self._file.attrs:
                 raise HookrunError(f"{str(self.path)!r} is not a hookrun file (no format_version attribute)")
             if rows:
+                list(self._file)  # the root's link table: its heap overwritten fails here, not at a first lookup
                 check_sources(self._file, self.path)
         except HookrunError:
             self._file.close()
             raise
+        except H5_ERRORS as exc:  # the root group's header (its attributes, its links) overwritten
+            self._file.close()
+            raise damaged(self.path, exc) from None
 
     @property
     def file(self) -> h5py.File:
@@ -104,6 +111,14 @@ class LocalSource:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+H5_ERRORS = (KeyError, OSError, RuntimeError, ValueError)  # what h5py raises for bytes HDF5 cannot parse
+
+
+def damaged(path: Path | str, exc: BaseException) -> HookrunError:
+    """One line naming a file whose HDF5 objects cannot be read (a header overwritten on disk)."""
+    return HookrunError(f"{str(path)!r} is damaged: {damage(exc)}; run it again (or use an intact copy)")
 
 
 def _open_read(path: Path) -> h5py.File:

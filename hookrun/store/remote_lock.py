@@ -12,7 +12,10 @@ is refused in one line naming the holder. A stale lock never blocks for ever: it
 (a conditional replace of the stale object, so two runs cannot both take it) once its lease has
 ended (`HOOKRUN_LOCK_LEASE` seconds, 60 by default, after its last renewal: its writer stopped
 renewing), or at once where its holder ran on this host and that process is gone (a kill -9).
-A store without conditional writes gets the same lease, written plainly and read back.
+A store without conditional writes gets the same lease, written plainly and read back; so does a
+takeover (or a renewal) whose conditional replace the store refuses although the object did not
+change. SeaweedFS's 412 for an existing object names no condition, so s3fs cannot call it
+FileExistsError: RemoteFolder.create_text does. A refusal names the holder and when its lease ends.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import time
 import uuid
 
 from hookrun.errors import ConfigError
-from hookrun.store.object_folder import RemoteFolder, reason
+from hookrun.store.object_folder import RemoteFolder, precondition_failed, reason
 
 log = logging.getLogger("hookrun")
 LOCK = "writer.lock"
@@ -88,25 +91,37 @@ class RemoteLock:
             return None
 
     def _take_over(self) -> None:
-        """The lock exists: refuse while its holder is live, else replace it (conditionally)."""
+        """The lock exists: refuse while its holder is live, else replace it (conditionally; where
+        the store refuses a conditional replace of an object that did not change, as SeaweedFS's
+        412 may, the lease is written plainly and read back, as on a store without conditional writes)."""
         holder, tag = self._holder()
         why = stale(holder)
         if why is None:
             raise ConfigError(
-                f"output.path: another hookrun run (host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, "
-                f"started {holder.get('started', '?')}) is writing {self.folder.url} (it holds {self.where}); wait "
-                f"for it to end, or choose another path (a lock whose writer died is taken over once its lease "
-                f"ends, {self.lease:.0f} s after its last renewal)")
+                f"output.path: another hookrun run ({who(holder)}) is writing {self.folder.url} (it holds {self.where} "
+                f"until {until(holder)}); wait for it to end, or choose another path (a lock whose writer died is "
+                f"taken over once its lease ends, {self.lease:.0f} s after its last renewal)")
         try:
             self.folder.replace_text(self.name, self._body(), tag)
-        except Exception:  # another run took it over first
-            holder, _ = self._holder()
-            raise ConfigError(f"output.path: another hookrun run (host {holder.get('host', '?')}, pid "
-                              f"{holder.get('pid', '?')}) took over the stale lock {self.where} first; wait for it to "
-                              f"end, or choose another path") from None
-        self._tag = self._own_tag()
+            self._tag = self._own_tag()
+        except Exception as exc:
+            now, now_tag = self._holder()
+            if not precondition_failed(exc) or now.get("token") != holder.get("token") or now_tag != tag:
+                self._refuse_taken(now, exc)
+            log.info("%s: the store refused a conditional replace of an unchanged lock (%s); writing the lease "
+                     "plainly", self.where, reason(exc))
+            self.folder.write_text(self.name, self._body())
+            self._tag = None  # renewed by plain writes, each read back
+            if self._holder()[0].get("token") != self.token:
+                self._refuse_taken(self._holder()[0], exc)
         log.warning("%s was held by host %s, pid %s (started %s), which %s: taken over", self.where,
                     holder.get("host", "?"), holder.get("pid", "?"), holder.get("started", "?"), why)
+
+    def _refuse_taken(self, holder: dict, exc: BaseException) -> None:
+        if holder.get("token") in (None, self.token) or "expires" not in holder or not holder.get("host"):
+            raise ConfigError(f"output.path: the lock {self.where} cannot be written ({reason(exc)})") from None
+        raise ConfigError(f"output.path: another hookrun run ({who(holder)}) took over the stale lock {self.where} "
+                          f"first and holds it until {until(holder)}; wait for it to end, or choose another path") from None
 
     def _plain(self) -> None:
         """A store without conditional writes: a lease written plainly, then read back."""
@@ -150,9 +165,13 @@ class RemoteLock:
                     holder = {}
                 if holder.get("token") not in (None, self.token):
                     self.lost = True
-                    log.error("%s was taken over by host %s, pid %s: another run writes this URL now", self.where,
-                              holder.get("host", "?"), holder.get("pid", "?"))
+                    log.error("%s was taken over by %s: another run writes this URL now", self.where, who(holder))
                     return
+                if holder.get("token") == self.token and self._tag and precondition_failed(exc):
+                    self._tag = None  # ours still, yet the replace was refused: renew it plainly from now on
+                    log.info("%s: the store refused a conditional replace of this run's own lock (%s); renewing it "
+                             "plainly", self.where, reason(exc))
+                    continue
                 log.warning("could not renew %s (%s); retrying", self.where, reason(exc))
 
     def release(self) -> None:
@@ -174,6 +193,19 @@ class RemoteLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def who(holder: dict) -> str:
+    return f"host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, started {holder.get('started', '?')}"
+
+
+def until(holder: dict) -> str:
+    """When a holder's lease ends, as a time of day (and how far off)."""
+    try:
+        expires = float(holder["expires"])
+    except (KeyError, TypeError, ValueError):
+        return "an unknown time (its lock names no lease end)"
+    return f"{time.strftime('%Y-%m-%dT%H:%M:%S%z', time.localtime(expires))} ({expires - time.time():+.0f} s from now)"
 
 
 def stale(holder: dict) -> str | None:
