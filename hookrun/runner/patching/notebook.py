@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from hookrun.analysis.edges import edge_grid
 from hookrun.analysis.grids import as_grid
 from hookrun.config.build import build
 from hookrun.config.schema import Mode
@@ -26,6 +27,8 @@ from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.plan import make_plan
 from hookrun.runner.metrics import normalized
 from hookrun.runner.patching.block import Block, parse_block
+from hookrun.runner.patching.edges.run import compute, prepare
+from hookrun.runner.patching.edges.spec import EDGE_METHODS
 from hookrun.runner.patching.engine import PatchEngine
 from hookrun.runner.patching.items import load_items
 
@@ -43,6 +46,12 @@ def patch_grid(model: nn.Module, dataset: Any, hooks: Any = None, limit: int | N
     env = ActionEnv(hold=ModelHold(model))  # the model comes back as it went in: hooks, splices, its mode
     try:
         points = make_plan(model, parse_hooks(hooks), env, Mode.eval)
+        if b.method in EDGE_METHODS:  # edges: runner/patching/edges/
+            graph, wiring = prepare(model, b, items)
+            with PatchEngine(model, b, items, env, points) as engine:
+                result = compute(engine, graph, wiring)
+                meta = {**grid_attrs(engine, b), **result.meta()}
+            return {"edges": edge_grid(result.scores, meta)}
         with PatchEngine(model, b, items, env, points) as engine:
             values, exact = run_cells(engine)
             attrs = grid_attrs(engine, b)

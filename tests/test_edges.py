@@ -1,0 +1,255 @@
+"""Edge attribution (EAP, EAP-IG), atp_ig and faithfulness against raw-torch computations of their
+definitions on a TransformerLens 3.9 HookedTransformer with split q/k/v inputs (docs/edges.md).
+
+The references loop over items one at a time (as TransformerLens 4.3 does), read gradients with
+TransformerLens' own backward hooks at hook_q_input / k / v, hook_mlp_in and the last hook_resid_post,
+interpolate hook_embed (the token embedding), and enumerate edges by explicit layer rules.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import hookrun
+from hookrun.errors import ConfigError
+from tl_models import hooked_transformer
+
+V, L, H, T = 40, 2, 4, 6
+
+
+@pytest.fixture(scope="module")
+def model():
+    return hooked_transformer(V, n_layers=L, d_model=16, n_ctx=8, d_head=4, n_heads=H, act_fn="gelu")
+
+
+@pytest.fixture(scope="module")
+def items():
+    g = torch.Generator().manual_seed(1)
+    out = []
+    for _ in range(3):
+        c = torch.randint(0, V, (T,), generator=g)
+        k = c.clone()
+        k[2] = (k[2] + 7) % V
+        out.append({"clean": c, "corrupt": k, "answer": int(c[2]), "wrong": int(k[2])})
+    return out
+
+
+def metric(logits, it):
+    return logits[0, -1, it["answer"]] - logits[0, -1, it["wrong"]]
+
+
+def labels():
+    writers, readers = ["embed"], []
+    for layer in range(L):
+        readers += [f"L{layer}.H{h}.{k}" for k in "qkv" for h in range(H)] + [f"L{layer}.MLP"]
+        writers += [f"L{layer}.H{h}" for h in range(H)] + [f"L{layer}.MLP"]
+    return writers, readers + ["logits"]
+
+
+def feeds(w, r):
+    if w == "embed" or r == "logits":
+        return True
+    wl, rl = int(w.split(".")[0][1:]), int(r.split(".")[0][1:])
+    if w.endswith(".MLP") or not r.endswith(".MLP"):
+        return wl < rl
+    return wl <= rl
+
+
+def writer_acts(model, ids):
+    """{label: [T, d]} of one item, from run_with_cache."""
+    model.set_use_attn_result(True)
+    _, cache = model.run_with_cache(ids[None])
+    out = {"embed": cache["hook_embed"][0]}
+    for layer in range(L):
+        for h in range(H):
+            out[f"L{layer}.H{h}"] = cache[f"blocks.{layer}.attn.hook_result"][0, :, h]
+        out[f"L{layer}.MLP"] = cache[f"blocks.{layer}.hook_mlp_out"][0]
+    return out
+
+
+def reader_grads(model, ids, it, embed_clean=None, embed_corrupt=None, alpha=0.0):
+    """{label: [T, d]}: d metric / d reader input on one item, hook_embed interpolated by alpha."""
+    model.set_use_split_qkv_input(True)
+    model.set_use_hook_mlp_in(True)
+    grads = {}
+
+    def keep(name):
+        def hook(g, hook):
+            grads[name] = g[0].detach().clone()
+        return hook
+
+    names = [f"blocks.{layer}.hook_{k}_input" for layer in range(L) for k in "qkv"]
+    names += [f"blocks.{layer}.hook_mlp_in" for layer in range(L)] + [f"blocks.{L - 1}.hook_resid_post"]
+    fwd = []
+    if embed_clean is not None:
+        fwd.append(("hook_embed", lambda x, hook: (embed_corrupt + alpha * (embed_clean - embed_corrupt))[None]))
+    logits = model.run_with_hooks(ids[None], fwd_hooks=fwd, bwd_hooks=[(n, keep(n)) for n in names])
+    model.zero_grad()
+    metric(logits, it).backward()
+    model.zero_grad()
+    out = {"logits": grads[f"blocks.{L - 1}.hook_resid_post"]}
+    for layer in range(L):
+        for k in "qkv":
+            for h in range(H):
+                out[f"L{layer}.H{h}.{k}"] = grads[f"blocks.{layer}.hook_{k}_input"][:, h]
+        out[f"L{layer}.MLP"] = grads[f"blocks.{layer}.hook_mlp_in"]
+    return out
+
+
+def reference_edges(model, items, m):
+    writers, readers = labels()
+    total = np.zeros((len(writers), len(readers)))
+    for it in items:
+        clean, corrupt = writer_acts(model, it["clean"]), writer_acts(model, it["corrupt"])
+        grads = None
+        for step in range(m):
+            g = reader_grads(model, it["corrupt"], it, clean["embed"], corrupt["embed"], step / m)
+            grads = g if grads is None else {k: grads[k] + g[k] for k in g}
+        for i, w in enumerate(writers):
+            for j, r in enumerate(readers):
+                if feeds(w, r):
+                    total[i, j] += float(((clean[w] - corrupt[w]).double() * grads[r].double() / m).sum())
+    out = total / len(items)
+    mask = np.array([[feeds(w, r) for r in readers] for w in writers])
+    return np.where(mask, out, np.nan)
+
+
+@pytest.mark.parametrize("method, m", [("eap", 1), ("eap_ig", 3)])
+def test_edges_equal_raw_torch(model, items, method, m):
+    got = hookrun.patch_grid(model, items, input="input", method=method, **({"ig_steps": m} if m > 1 else {}))["edges"]
+    writers, readers = labels()
+    assert list(got.writer.values) == writers and list(got.reader.values) == readers
+    want = reference_edges(model, items, m)
+    np.testing.assert_array_equal(np.isnan(got.values), np.isnan(want))
+    np.testing.assert_allclose(got.values, want, atol=1e-5, rtol=1e-4)
+    assert np.isfinite(got.values).sum() == 11 * 27 - (L * (L - 1) // 2) * 0 - _upstream_missing()
+    np.testing.assert_allclose(got.attrs["node_scores"], np.nansum(want, axis=1), atol=1e-5)
+
+
+def _upstream_missing():
+    writers, readers = labels()
+    return sum(not feeds(w, r) for w in writers for r in readers)
+
+
+def reference_faithfulness(model, items, kept, ablation):
+    """Mean over items of the metric with every edge outside `kept` ablated, rebuilt reader by reader."""
+    writers, readers = labels()
+    values = []
+    mean = None
+    if ablation == "mean":
+        acts = [writer_acts(model, it["corrupt"]) for it in items]
+        mean = {w: sum(a[w] for a in acts) / len(acts) for w in writers}
+    for it in items:
+        repl = writer_acts(model, it["corrupt"]) if mean is None else mean
+        live = {}
+
+        def cap(label, head=None):
+            def hook(x, hook):
+                live[label] = x[0] if head is None else None
+                if head == "all":
+                    for h in range(H):
+                        live[label.format(h=h)] = x[0, :, h]
+            return hook
+
+        def rebuild(read, head=None):
+            def hook(x, hook):
+                x = x.clone()
+                for w in writers:
+                    for h in (range(H) if head else [None]):
+                        r = read.format(h=h) if head else read
+                        if feeds(w, r) and (w, r) not in kept:
+                            if h is None:
+                                x[0] = x[0] - (live[w] - repl[w])
+                            else:
+                                x[0, :, h] = x[0, :, h] - (live[w] - repl[w])
+                return x
+            return hook
+
+        fwd = [("hook_embed", cap("embed"))]
+        for layer in range(L):
+            for k in "qkv":
+                fwd.append((f"blocks.{layer}.hook_{k}_input", rebuild(f"L{layer}.H{{h}}.{k}", head=True)))
+            fwd.append((f"blocks.{layer}.attn.hook_result", cap(f"L{layer}.H{{h}}", head="all")))
+            fwd.append((f"blocks.{layer}.hook_mlp_in", rebuild(f"L{layer}.MLP")))
+            fwd.append((f"blocks.{layer}.hook_mlp_out", cap(f"L{layer}.MLP")))
+        fwd.append((f"blocks.{L - 1}.hook_resid_post", rebuild("logits")))
+        model.set_use_split_qkv_input(True)
+        model.set_use_hook_mlp_in(True)
+        model.set_use_attn_result(True)
+        with torch.no_grad():
+            values.append(float(metric(model.run_with_hooks(it["clean"][None], fwd_hooks=fwd), it)))
+    return float(np.mean(values))
+
+
+@pytest.mark.parametrize("ablation", ["corrupt", "mean"])
+def test_faithfulness_equals_raw_torch(model, items, ablation):
+    ks = [0, 7, 60, 110]
+    got = hookrun.patch_grid(model, items, input="input", method="eap",
+                             faithfulness={"edges": ks, "ablation": ablation})["edges"]
+    writers, readers = labels()
+    scores = np.nan_to_num(got.values, nan=-1.0)
+    flat = np.where(np.isnan(got.values), -1.0, np.abs(got.values)).reshape(-1)
+    order = np.argsort(-flat, kind="stable")
+    with torch.no_grad():
+        clean = np.mean([float(metric(model(it["clean"][None]), it)) for it in items])
+        corrupt = np.mean([float(metric(model(it["corrupt"][None]), it)) for it in items])
+    for k, rec in zip(ks, got.attrs["faithfulness_recovered"], strict=True):
+        kept = {(writers[i // len(readers)], readers[i % len(readers)]) for i in order[:k]}
+        want = (reference_faithfulness(model, items, kept, ablation) - corrupt) / (clean - corrupt)
+        assert rec == pytest.approx(want, abs=1e-4), (k, rec, want)
+    del scores
+
+
+def test_atp_ig_equals_raw_torch(model, items):
+    m = 4
+    got = hookrun.patch_grid(model, items, input="input", method="atp_ig", ig_steps=m,
+                             sites={"resid": {"at": "blocks.*.hook_resid_pre", "over": ["position"]}})["resid"]
+    want = np.zeros((L, T))
+    base = 0.0
+    for it in items:
+        model.reset_hooks()
+        with torch.no_grad():
+            _, cc = model.run_with_cache(it["clean"][None])
+            _, kc = model.run_with_cache(it["corrupt"][None])
+            base += float(metric(model(it["corrupt"][None]), it)) / len(items)
+        for step in range(m):
+            acts = {}
+
+            def keep(x, hook):
+                x.retain_grad()
+                acts[hook.name] = x
+            e = kc["hook_embed"] + step / m * (cc["hook_embed"] - kc["hook_embed"])
+            fwd = [("hook_embed", lambda x, hook: e)] + [(f"blocks.{layer}.hook_resid_pre", keep) for layer in range(L)]
+            with torch.enable_grad():
+                logits = model.run_with_hooks(it["corrupt"][None], fwd_hooks=fwd)
+                metric(logits, it).backward()
+            for layer in range(L):
+                name = f"blocks.{layer}.hook_resid_pre"
+                want[layer] += ((cc[name] - kc[name]) * acts[name].grad)[0].sum(-1).numpy() / m / len(items)
+            model.zero_grad()
+    np.testing.assert_allclose(got.values, want + base, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("block, message", [
+    ({"method": "eap_ig", "ig_steps": 0}, "patching.ig_steps=0"),
+    ({"method": "eap", "faithfulness": {"edges": [10, 100000]}}, "100000 is more than the model's"),
+    ({"method": "eap", "graph": "mine"}, "patching.graph='mine'; choose from: auto"),
+])
+def test_bad_edge_blocks_one_line(model, items, block, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")) as err:
+        hookrun.patch_grid(model, items, input="input", **block)
+    assert "\n" not in str(err.value)
+
+
+def test_clean_equal_to_corrupt_refused(model, items):
+    same = [{**it, "corrupt": it["clean"]} for it in items]
+    with pytest.raises(ConfigError, match="recovered fraction"):
+        hookrun.patch_grid(model, same, input="input", method="eap", faithfulness={"edges": [5]})
+
+
+def test_no_graph_refused_in_one_line(items):
+    net = torch.nn.Sequential(torch.nn.Embedding(V, 8), torch.nn.Linear(8, V))
+    with pytest.raises(ConfigError, match="no residual graph found for Sequential"):
+        hookrun.patch_grid(net, items, input="input", method="eap")
