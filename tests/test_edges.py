@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from tl_models import hooked_transformer
 
 import hookrun
 from hookrun.errors import ConfigError
-from tl_models import hooked_transformer
 
 V, L, H, T = 40, 2, 4, 6
 

@@ -72,7 +72,7 @@ def run_cells(engine: PatchEngine, cells: Sequence[int] | None = None,
     cells = range(size) if cells is None else cells
     exact = np.full(size, np.nan)
     values = np.full(size, np.nan)
-    if b.method == "atp":  # the estimate of every cell is one backward: each rank makes it whole
+    if b.method in ("atp", "atp_ig"):  # the estimate of every cell is one backward: each rank makes it whole
         estimate = engine.atp()
         ks = list(cells)
         if b.verify:  # the K largest of the whole grid (every rank finds the same), those of `cells` recomputed

@@ -102,3 +102,14 @@ def edge_scores(engine: Any, graph: Any, wiring: Any, m: int) -> tuple[np.ndarra
                 delta = (source[wg] - base[wg]).double()
                 scores[ws, rs] = torch.einsum("npwd,nprd->wr", delta, g).cpu().numpy()
     return scores, base, source
+
+
+def atp_ig_grads(engine: Any) -> dict:
+    """atp_ig: d metric / d each site's output, averaged over the block's ig_steps interpolated runs (summed
+    over the copies of the mean-over-copies metric), by module: engine.atp's gradients with m runs."""
+    from hookrun.runner.patching.edges.wiring import find_wiring
+
+    wiring = find_wiring(engine.model, "patching.method=atp_ig")  # where the embedding is
+    source = writer_outputs(engine, wiring, engine.source_ids)
+    return interpolated_grads(engine, wiring, engine.block.ig_steps, source[("embed",)][:, :, 0],
+                              leaves=lambda: engine.state.deltas)

@@ -9,7 +9,9 @@ merged heads' output projection split by head, without its bias), an MLP's outpu
 (`[batch, position, 1, d_model]`). `reader(group, x)` gets a reader group's input (the residual
 stream before the norm, one copy per head for q/k/v) and returns the input the reader uses: the
 gradient pass adds zeros that require grad, faithfulness rebuilds it. `embed(e)` replaces the
-residual stream's first value (EAP-IG's interpolation). Hooks are plain PyTorch hooks, removed
+token embedding (EAP-IG's interpolation; the position embedding is the same on
+both inputs, so the embed writer's clean-minus-corrupt difference is the token embedding's, as in
+TransformerLens 4.3, whose embed node is hook_embed). Hooks are plain PyTorch hooks, removed
 (and the TransformerLens flags restored) when the block ends, also after an exception.
 
 TransformerLens HookedTransformer: its own hook points (hook_result, hook_q_input / k / v with
@@ -86,9 +88,9 @@ class LensWiring(Wiring):
     def hooks(self, embed: Any, writer: Any, reader: Any) -> list:
         b, out = self.model.blocks, []
         if embed is not None:
-            out.append((b[0].hook_resid_pre, "post", lambda m, i, o: embed(o)))
+            out.append((self.model.hook_embed, "post", lambda m, i, o: embed(o)))
         if writer is not None:
-            out.append((b[0].hook_resid_pre, "post", lambda m, i, o: writer(("embed",), o[:, :, None])))
+            out.append((self.model.hook_embed, "post", lambda m, i, o: writer(("embed",), o[:, :, None])))
             for layer, blk in enumerate(b):
                 out.append((blk.attn.hook_result, "post", _put(writer, ("attn", layer), False)))
                 out.append((blk.hook_mlp_out, "post", _put(writer, ("mlp", layer), True)))
@@ -189,12 +191,12 @@ def find_wiring(model: nn.Module, where: str) -> Wiring:
         t = getattr(model, "transformer", model)
         layers = [{"ln1": b.ln_1, "qkv": [(b.attn.c_attn, KINDS)], "o_proj": b.attn.c_proj, "mlp": b.mlp, "ln2": b.ln_2}
                   for b in t.h]
-        return HFWiring("gpt2", t.drop, layers, t.ln_f, cfg.n_head)
+        return HFWiring("gpt2", t.wte, layers, t.ln_f, cfg.n_head)
     if arch == "gpt_neox":
         t = getattr(model, "gpt_neox", model)
         layers = [{"ln1": b.input_layernorm, "qkv": [(b.attention.query_key_value, KINDS)], "o_proj": b.attention.dense,
                    "mlp": b.mlp, "ln2": b.post_attention_layernorm} for b in t.layers]
-        return HFWiring("gpt_neox", t.emb_dropout, layers, t.final_layer_norm, cfg.num_attention_heads,
+        return HFWiring("gpt_neox", t.embed_in, layers, t.final_layer_norm, cfg.num_attention_heads,
                         parallel=bool(cfg.use_parallel_residual))
     if arch is not None and all(hasattr(cfg, k) for k in ("num_attention_heads", "num_key_value_heads")):
         t = getattr(model, "model", model)
