@@ -109,6 +109,14 @@ class Run:
         run's exactly recomputed cells (verify: K), NaN elsewhere. docs/patching.md."""
         return file_grid(self.file, name, which)
 
+    def edges(self, top: int = 20) -> Any:
+        """An edges run's (patching method eap / eap_ig) top edges by |score| as a Table (writer, reader,
+        score) and its [writer, reader] grid as an xarray.DataArray (node scores and the faithfulness
+        curve in its attrs). docs/edges.md."""
+        from hookrun.analysis.edges import file_edges
+
+        return file_edges(self.file, top)
+
     # -- top examples (hooks/actions/top_examples.py) ---------------------------------------------------
     @property
     def top_example_modules(self) -> dict[str, int]:
