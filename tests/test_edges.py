@@ -6,6 +6,7 @@ TransformerLens' own backward hooks at hook_q_input / k / v, hook_mlp_in and the
 interpolate hook_embed (the token embedding), and enumerate edges by explicit layer rules.
 """
 
+# ruff: noqa: B023  (the reference hooks are closures used within the loop iteration that defines them)
 from __future__ import annotations
 
 import numpy as np

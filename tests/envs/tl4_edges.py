@@ -12,11 +12,14 @@ import sys
 
 import numpy as np
 import torch
-from transformers import AutoTokenizer, GPT2LMHeadModel
-
 from transformer_lens.model_bridge import TransformerBridge
-from transformer_lens.tools.analysis.attribution_patching import (EdgeAttributionConfig, Node, attribution_patch,
-                                                                  faithfulness)
+from transformer_lens.tools.analysis.attribution_patching import (
+    EdgeAttributionConfig,
+    Node,
+    attribution_patch,
+    faithfulness,
+)
+from transformers import AutoTokenizer, GPT2LMHeadModel
 
 folder, spec_path, out = sys.argv[1:4]
 spec = json.load(open(spec_path))
