@@ -254,3 +254,34 @@ def test_no_graph_refused_in_one_line(items):
     net = torch.nn.Sequential(torch.nn.Embedding(V, 8), torch.nn.Linear(8, V))
     with pytest.raises(ConfigError, match="no residual graph found for Sequential"):
         hookrun.patch_grid(net, items, input="input", method="eap")
+
+
+def _hf_models():
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    neox = GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                            intermediate_size=64, max_position_embeddings=16, use_parallel_residual=True))
+    llama = LlamaForCausalLM(LlamaConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                         num_key_value_heads=4, intermediate_size=64, max_position_embeddings=16))
+    return {"neox": (neox.eval(), 110 - L * H), "llama": (llama.eval(), 110)}
+
+
+def test_neox_and_llama_graphs_rebuild_the_clean_and_corrupted_runs(items):
+    """No edge kept: the corrupted run's metric (recovered 0); every edge kept: the clean run's (1), the model's
+    own forwards being the reference; a parallel block's MLP reads no head of its own layer."""
+    hf_items = [{"input_ids": it["clean"], **{k: it[k] for k in ("corrupt", "answer", "wrong")}} for it in items]
+    for name, (net, edges) in _hf_models().items():
+        got = hookrun.patch_grid(net, hf_items, clean="input_ids", method="eap", faithfulness={"edges": [0, edges]})["edges"]
+        assert int(np.isfinite(got.values).sum()) == edges, name
+        np.testing.assert_allclose(got.attrs["faithfulness_recovered"], [0.0, 1.0], atol=1e-5, err_msg=name)
+
+
+def test_grouped_query_attention_refused(items):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    net = LlamaForCausalLM(LlamaConfig(vocab_size=V, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                       num_key_value_heads=2, intermediate_size=64)).eval()
+    hf_items = [{"input_ids": it["clean"], "corrupt": it["corrupt"], "answer": 1, "wrong": 2} for it in items]
+    with pytest.raises(ConfigError, match=r"grouped-query attention \(2 key/value heads for 4 query heads\)"):
+        hookrun.patch_grid(net, hf_items, clean="input_ids", method="eap")

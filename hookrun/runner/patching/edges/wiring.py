@@ -160,7 +160,7 @@ class HFWiring(Wiring):
             x = seen["x"]
             B, P, d = x.shape
             copies = torch.stack([reader((k, layer), x[:, :, None].expand(B, P, H, d)) for k in kinds], 2)  # [B,P,K,H,d]
-            normed = ln(copies)
+            normed = ln.forward(copies)  # (not ln(...): its hooks, ours included, fired on the real call)
             w = _weight_in_out(proj)  # [d, out]
             K, dh = len(kinds), w.shape[1] // (len(kinds) * H)
             if arch == "gpt_neox":  # columns ordered (head, kind, dh)
