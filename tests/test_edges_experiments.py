@@ -1,0 +1,41 @@
+"""The shipped edge experiments run from the CLI (small size): experiment=edges writes the [writer, reader]
+grid that open_run(p).edges() reads; experiment=faithfulness its curve, whose ends are the model's own
+corrupted (no edge kept: 0) and clean (every edge kept: 1) runs; bad edge keys end in one line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import run_cli
+
+import hookrun
+
+pytest.importorskip("transformers")
+SMALL = ["device=cpu", "progress=false", "data.dataset.n=2", "data.dataset.length=8"]
+
+
+@pytest.mark.slow
+def test_faithfulness_experiment_runs_from_the_cli(tmp_path):
+    proc = run_cli("experiment=faithfulness", f"hydra.run.dir={tmp_path}", "patching.ig_steps=2", *SMALL)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run = hookrun.open_run(tmp_path / "captures.h5")
+    top, grid = run.edges(top=7)
+    assert grid.dims == ("writer", "reader") and grid.shape == (21, 53)
+    assert len(top) == 7 and top.columns == ["writer", "reader", "score"]
+    assert abs(top[0]["score"]) == pytest.approx(np.nanmax(np.abs(grid.values)))
+    assert grid.attrs["method"] == "eap_ig" and grid.attrs["ig_steps"] == 2
+    assert grid.attrs["faithfulness_k"] == [0, 10, 50, 200, 479]
+    rec = grid.attrs["faithfulness_recovered"]
+    np.testing.assert_allclose([rec[0], rec[-1]], [0.0, 1.0], atol=1e-5)
+    np.testing.assert_allclose(grid.attrs["node_scores"], np.nansum(grid.values, axis=1), atol=1e-9)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("change, line", [
+    ("patching.ig_steps=0", "patching.ig_steps=0; give the number of interpolation steps"),
+    ("patching.faithfulness.edges=[5,5000]", "patching.faithfulness.edges: 5000 is more than the model's 479 edges"),
+])
+def test_bad_edge_keys_are_one_line_from_the_cli(tmp_path, change, line):
+    proc = run_cli("experiment=faithfulness", f"hydra.run.dir={tmp_path}", change, *SMALL)
+    assert proc.returncode != 0
+    assert line in proc.stderr and "Traceback" not in proc.stderr
