@@ -102,6 +102,7 @@ def reader_grads(model, ids, it, embed_clean=None, embed_corrupt=None, alpha=0.0
 def reference_edges(model, items, m):
     writers, readers = labels()
     total = np.zeros((len(writers), len(readers)))
+    by_position = np.zeros((len(writers), T))
     for it in items:
         clean, corrupt = writer_acts(model, it["clean"]), writer_acts(model, it["corrupt"])
         grads = None
@@ -111,10 +112,12 @@ def reference_edges(model, items, m):
         for i, w in enumerate(writers):
             for j, r in enumerate(readers):
                 if feeds(w, r):
-                    total[i, j] += float(((clean[w] - corrupt[w]).double() * grads[r].double() / m).sum())
+                    terms = (clean[w] - corrupt[w]).double() * grads[r].double() / m
+                    total[i, j] += float(terms.sum())
+                    by_position[i] += terms.sum(-1).numpy()
     out = total / len(items)
     mask = np.array([[feeds(w, r) for r in readers] for w in writers])
-    return np.where(mask, out, np.nan)
+    return np.where(mask, out, np.nan), by_position / len(items)
 
 
 @pytest.mark.parametrize("method, m", [("eap", 1), ("eap_ig", 3)])
@@ -122,7 +125,8 @@ def test_edges_equal_raw_torch(model, items, method, m):
     got = hookrun.patch_grid(model, items, input="input", method=method, **({"ig_steps": m} if m > 1 else {}))["edges"]
     writers, readers = labels()
     assert list(got.writer.values) == writers and list(got.reader.values) == readers
-    want = reference_edges(model, items, m)
+    want, by_position = reference_edges(model, items, m)
+    np.testing.assert_allclose(got.attrs["node_scores_by_position"], by_position, atol=1e-5, rtol=1e-4)
     np.testing.assert_array_equal(np.isnan(got.values), np.isnan(want))
     np.testing.assert_allclose(got.values, want, atol=1e-5, rtol=1e-4)
     assert np.isfinite(got.values).sum() == 11 * 27 - (L * (L - 1) // 2) * 0 - _upstream_missing()

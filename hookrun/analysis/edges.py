@@ -50,6 +50,7 @@ def edge_grid(scores: np.ndarray, meta: dict) -> Any:
                         name="edges", attrs={k: meta[k] for k in ("metric", "method", "metric_clean", "metric_corrupt",
                                                                    "ig_steps") if k in meta})
     grid.attrs["node_scores"] = meta.get("node_scores")
+    grid.attrs["node_scores_by_position"] = meta.get("node_scores_by_position")  # [writer][position]
     if meta.get("faithfulness"):
         grid.attrs["faithfulness_k"] = meta["faithfulness"]["k"]
         grid.attrs["faithfulness_recovered"] = meta["faithfulness"]["recovered"]

@@ -95,12 +95,15 @@ def edge_scores(engine: Any, graph: Any, wiring: Any, m: int) -> tuple[np.ndarra
     base: dict = {}
     grads = interpolated_grads(engine, wiring, m, source[("embed",)][:, :, 0], reader=True, keep_writers=base)
     scores = np.full(graph.mask.shape, np.nan)
+    by_position = np.zeros((len(graph.writers), engine.base_ids.shape[1]))  # each writer's score at each position
     for rg, rs in graph.reader_groups.items():
         g = grads[rg].double()
         for wg, ws in graph.writer_groups.items():
             if graph.feeds(wg, rg):
                 delta = (source[wg] - base[wg]).double()
                 scores[ws, rs] = torch.einsum("npwd,nprd->wr", delta, g).cpu().numpy()
+                by_position[ws] += torch.einsum("npwd,nprd->wp", delta, g).cpu().numpy()
+    engine.node_positions = by_position
     return scores, base, source
 
 

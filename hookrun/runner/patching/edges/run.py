@@ -29,6 +29,7 @@ class EdgeResult:
     scores: np.ndarray  # [writers, readers], NaN where the writer does not feed the reader
     ig_steps: int
     faithfulness: dict | None = None
+    node_positions: np.ndarray | None = None  # [writers, positions]: each writer's score at each position
 
     @property
     def node_scores(self) -> np.ndarray:
@@ -42,6 +43,7 @@ class EdgeResult:
 
     def meta(self) -> dict:
         return {"graph": self.graph.describe(), "ig_steps": self.ig_steps, "node_scores": self.node_scores.tolist(),
+                "node_scores_by_position": None if self.node_positions is None else self.node_positions.tolist(),
                 "faithfulness": self.faithfulness}
 
 
@@ -61,6 +63,7 @@ def compute(engine: Any, graph: Graph, wiring: Any) -> EdgeResult:
     b = engine.block
     steps = b.ig_steps if b.method == "eap_ig" else 1
     scores, base, source = edge_scores(engine, graph, wiring, steps)
+    by_position = engine.node_positions
     curve = None
     f = b.faithfulness
     if f is not None:
@@ -76,8 +79,8 @@ def compute(engine: Any, graph: Graph, wiring: Any) -> EdgeResult:
         curve["from"] = f.source
     if b.normalize:
         gap = engine.metric_clean - engine.metric_corrupt
-        scores = scores / gap if gap != 0 else scores * np.nan
-    return EdgeResult(graph, scores, steps, curve)
+        scores, by_position = (scores / gap, by_position / gap) if gap != 0 else (scores * np.nan, by_position * np.nan)
+    return EdgeResult(graph, scores, steps, curve, by_position)
 
 
 def file_scores(path: str, graph: Graph) -> np.ndarray:
