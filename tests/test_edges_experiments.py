@@ -29,6 +29,14 @@ def test_faithfulness_experiment_runs_from_the_cli(tmp_path):
     np.testing.assert_allclose([rec[0], rec[-1]], [0.0, 1.0], atol=1e-5)
     np.testing.assert_allclose(grid.attrs["node_scores"], np.nansum(grid.values, axis=1), atol=1e-9)
 
+    from hookrun.analysis.report.circuits import grid_specs
+    from hookrun.analysis.report.figure_specs import Heatmap, Lines
+
+    (name, _, specs), = grid_specs(run)  # the report: the [writer, reader] heatmap and the faithfulness curve
+    assert name == "edges" and isinstance(specs[0], Heatmap) and specs[0].z.shape == (21, 53)
+    curve = [s for s in specs if isinstance(s, Lines)]
+    assert len(curve) == 1 and list(curve[0].x) == [0, 10, 50, 200, 479] and list(curve[0].series["recovered"]) == rec
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("change, line", [

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from hookrun.analysis.report.figure_specs import Heatmap, Scatter, histogram_of
+from hookrun.analysis.report.figure_specs import Heatmap, Lines, Scatter, histogram_of
 from hookrun.analysis.report.run_sections import Budget, figure, sampled_rows, section
 from hookrun.analysis.report.token_text import token_text
 
@@ -41,8 +41,20 @@ def grid_specs(run: Any) -> list[tuple[str, str, list[Any]]]:
                       for idx in zip(*np.unravel_index(np.flatnonzero(done), g.shape), strict=True)]
             specs.append(Scatter(est[done], ex[done], f"estimate ({a.get('method', 'atp')})", "exact",
                                  f"{name}: estimate against exact ({int(done.sum())} cells recomputed)", labels))
+        specs += _faithfulness(run) if name == "edges" else []
         out.append((name, about, specs))
     return out
+
+
+def _faithfulness(run: Any) -> list[Any]:
+    """An edges run's faithfulness curve (docs/edges.md): the recovered fraction against the edges kept."""
+    from hookrun.analysis.grids import patching_meta
+
+    curve = (patching_meta(getattr(run, "attrs", {})) or {}).get("faithfulness")
+    if not curve:
+        return []
+    return [Lines(curve["k"], {"recovered": curve["recovered"]}, "edges kept (top k by |score|)", "recovered fraction",
+                  f"faithfulness: {curve.get('ablation', 'corrupt')} ablation outside the top-k edges of {curve.get('from', '')}")]
 
 
 def _short(v: Any) -> str:
