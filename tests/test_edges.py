@@ -289,3 +289,18 @@ def test_grouped_query_attention_refused(items):
     hf_items = [{"input_ids": it["clean"], "corrupt": it["corrupt"], "answer": 1, "wrong": 2} for it in items]
     with pytest.raises(ConfigError, match=r"grouped-query attention \(2 key/value heads for 4 query heads\)"):
         hookrun.patch_grid(net, hf_items, clean="input_ids", method="eap")
+
+
+def test_faithfulness_ranked_by_an_earlier_runs_file(model, items, tmp_path):
+    """faithfulness.from: PATH ranks the edges by that file's grid: an eap file run, then an eap_ig run whose
+    circuits come from it, equal to the eap run's own curve (the same circuits, the same exact forwards)."""
+    path = tmp_path / "eap.h5"
+    hookrun.run({"data": {"inputs": {"input": "clean"}, "target": None}, "progress": False, "output": {"path": str(path), "overwrite": True},
+                 "patching": {"input": "input", "method": "eap", "faithfulness": {"edges": [3, 30]}}},
+                model=model, dataset=items)
+    own = hookrun.open_run(path).edges()[1].attrs["faithfulness_recovered"]
+    got = hookrun.patch_grid(model, items, input="input", method="eap_ig", ig_steps=2,
+                             faithfulness={"edges": [3, 30], "from": str(path)})["edges"]
+    np.testing.assert_allclose(got.attrs["faithfulness_recovered"], own, atol=1e-6)
+    with pytest.raises(ConfigError, match="patching.faithfulness.from="):
+        hookrun.patch_grid(model, items, input="input", method="eap", faithfulness={"edges": [3], "from": str(tmp_path / "no.h5")})

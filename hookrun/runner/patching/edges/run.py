@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hookrun.errors import ConfigError
+from hookrun.errors import ConfigError, HookrunError
 from hookrun.runner.patching.edges.eap import edge_scores
 from hookrun.runner.patching.edges.faithfulness import faithfulness
 from hookrun.runner.patching.edges.graph import Graph, find_graph
@@ -88,7 +88,10 @@ def file_scores(path: str, graph: Graph) -> np.ndarray:
     from hookrun.analysis.edges import edge_values
     from hookrun.store.reading import open_source
 
-    source = open_source(path)
+    try:
+        source = open_source(path)
+    except (HookrunError, OSError) as exc:
+        raise ConfigError(f"patching.faithfulness.from={path!r}: {exc}; give eap, eap_ig or an edges run's file") from None
     try:
         scores, meta = edge_values(source.file)
     except (LookupError, OSError) as exc:
