@@ -39,6 +39,8 @@ def patch_grid(model: nn.Module, dataset: Any, hooks: Any = None, limit: int | N
 
     `hooks`: hookrun hooks attached as well (a splice, so that `MODULE.sae.latents` can be a site);
     `limit`: the first N items; `which="exact"`: an atp run's exactly recomputed cells (verify: K).
+    method eap / eap_ig: {"edges": the [writer, reader] grid, node scores and faithfulness curve in its attrs}
+    (docs/edges.md).
     """
     b = parse_block(block, build=lambda node, where: build(node, where))
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
