@@ -32,8 +32,16 @@ def test_faithfulness_experiment_runs_from_the_cli(tmp_path):
     from hookrun.analysis.report.circuits import grid_specs
     from hookrun.analysis.report.figure_specs import Heatmap, Lines
 
-    (name, _, specs), = grid_specs(run)  # the report: the [writer, reader] heatmap and the faithfulness curve
+    (name, _, specs), = grid_specs(run)  # the report: the [writer, reader] heatmap, the circuit, the faithfulness curve
     assert name == "edges" and isinstance(specs[0], Heatmap) and specs[0].z.shape == (21, 53)
+    from hookrun.analysis.report.figure_specs import Circuit
+    from hookrun.analysis.report.plotly_figures import to_plotly
+
+    circuit, = [s for s in specs if isinstance(s, Circuit)]
+    top30 = run.edges(top=30)[0]
+    assert sorted(e[3] for e in circuit.edges) == sorted(f"{r['writer']} -> {r['reader']}" for r in top30)
+    assert {"embed", "logits", "L0.H0", "L3.MLP"} <= set(circuit.nodes)
+    assert len(to_plotly(circuit)["data"]) == 31  # a line per edge, then the nodes
     curve = [s for s in specs if isinstance(s, Lines)]
     assert len(curve) == 1 and list(curve[0].x) == [0, 10, 50, 200, 479] and list(curve[0].series["recovered"]) == rec
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from hookrun.analysis.opening import open_run
 from hookrun.analysis.report.circuits import grid_specs, lens_specs
-from hookrun.analysis.report.figure_specs import Heatmap, sweep_charts, sweep_metrics
+from hookrun.analysis.report.figure_specs import Heatmap, Lines, sweep_charts, sweep_metrics
 from hookrun.analysis.report.token_text import byte_label, token_text  # noqa: F401 (byte_label: plot's public name)
 from hookrun.analysis.run_reader import CaptureInfo, Run, block_stats
 from hookrun.analysis.sweep import Sweep, is_sweep, open_sweep
@@ -128,6 +128,8 @@ def plot_run(run: Run, out: Path, samples: int = 2, channels: int = 16, dataset:
     for _, _, specs in grid_specs(run):  # patching grids, then logit-lens pictures
         for spec in (s for s in specs if isinstance(s, Heatmap)):
             written.append(figures.save(figures.heatmap(spec), out / f"grid_{_file_name(spec.title)}.png", source=_source(run)))
+        for spec in (s for s in specs if isinstance(s, Lines)):  # an edges run's faithfulness curve
+            written.append(figures.save(figures.lines(spec), out / f"curve_{_file_name(spec.title)}.png", source=_source(run)))
     for k, spec in enumerate(lens_specs(run, samples)):
         written.append(figures.save(figures.heatmap(spec), out / f"lens_{k}_{_file_name(spec.title)}.png", source=_source(run)))
     return written

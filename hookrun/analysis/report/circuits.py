@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from hookrun.analysis.report.figure_specs import Heatmap, Lines, Scatter, histogram_of
+from hookrun.analysis.report.figure_specs import Circuit, Heatmap, Lines, Scatter, histogram_of
 from hookrun.analysis.report.run_sections import Budget, figure, sampled_rows, section
 from hookrun.analysis.report.token_text import token_text
 
@@ -41,9 +41,41 @@ def grid_specs(run: Any) -> list[tuple[str, str, list[Any]]]:
                       for idx in zip(*np.unravel_index(np.flatnonzero(done), g.shape), strict=True)]
             specs.append(Scatter(est[done], ex[done], f"estimate ({a.get('method', 'atp')})", "exact",
                                  f"{name}: estimate against exact ({int(done.sum())} cells recomputed)", labels))
-        specs += _faithfulness(run) if name == "edges" else []
+        specs += [_circuit(run, g), *_faithfulness(run)] if name == "edges" and "reader" in g.dims else []
         out.append((name, about, specs))
     return out
+
+
+def _circuit(run: Any, g: Any, top: int = 30) -> Circuit:
+    """The `top` edges of an edges run's [writer, reader] grid (dims module, reader) as a circuit: a node per
+    component (a head's q/k/v readers are its node), embed at the bottom, each layer's heads then its MLP
+    above, logits at the top."""
+    from hookrun.analysis.grids import patching_meta
+
+    graph = (patching_meta(getattr(run, "attrs", {})) or {}).get("graph") or {}
+    writers, readers = graph.get("writers") or [], graph.get("readers") or []
+    values = np.asarray(g.values, dtype=np.float64)
+    node = lambda label: label.rsplit(".", 1)[0] if label.count(".") == 2 else label  # noqa: E731 (L0.H1.q -> L0.H1)
+    names = list(dict.fromkeys([*map(node, writers), *map(node, readers)]))
+    layers = 1 + max([int(n.split(".")[0][1:]) for n in names if n[0] == "L"] or [0])
+    x, y = [], []
+    for n in names:
+        if n in ("embed", "logits"):
+            x.append(0.0)
+            y.append(0.0 if n == "embed" else 2.0 * layers + 1)
+            continue
+        layer, part = n.split(".")
+        x.append(float(part[1:]) if part[0] == "H" else -1.0)
+        y.append(2.0 * int(layer[1:]) + (1 if part[0] == "H" else 2))
+    flat = np.where(np.isfinite(values), np.abs(values), -1.0).ravel()
+    index = {n: i for i, n in enumerate(names)}
+    edges = []
+    for f in np.argsort(-flat, kind="stable")[:top]:
+        if flat[f] < 0:
+            break
+        w, r = writers[f // len(readers)], readers[f % len(readers)]
+        edges.append((index[node(w)], index[node(r)], float(values.ravel()[f]), f"{w} -> {r}"))
+    return Circuit(names, x, y, edges[::-1], f"circuit: the top {len(edges)} edges by |score|")
 
 
 def _faithfulness(run: Any) -> list[Any]:
