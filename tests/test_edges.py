@@ -256,8 +256,18 @@ def test_clean_equal_to_corrupt_refused(model, items):
 
 def test_no_graph_refused_in_one_line(items):
     net = torch.nn.Sequential(torch.nn.Embedding(V, 8), torch.nn.Linear(8, V))
-    with pytest.raises(ConfigError, match="no residual graph found for Sequential"):
+    with pytest.raises(ConfigError, match=r"^patching.graph=auto: no residual graph found for Sequential"):
         hookrun.patch_grid(net, items, input="input", method="eap")
+    calls = []
+    net.register_forward_hook(lambda *a: calls.append(1))
+    with pytest.raises(ConfigError, match=r"^patching.method=atp_ig: no residual graph found for Sequential"):
+        hookrun.patch_grid(net, items, input="input", method="atp_ig", sites={"emb": {"at": "0", "over": ["position"]}})
+    assert not calls  # refused before any forward
+
+
+def test_sites_with_an_edge_method_refused(model, items):
+    with pytest.raises(ConfigError, match="patching.sites: method eap scores the edges"):
+        hookrun.patch_grid(model, items, input="input", method="eap", sites={"r": "blocks.*.hook_resid_pre"})
 
 
 def _hf_models():

@@ -30,6 +30,7 @@ from hookrun.config.schema import HookrunConfig
 from hookrun.errors import ConfigError
 from hookrun.runner.kinds import RunKind, register_kind
 from hookrun.runner.patching.block import parse_block
+from hookrun.runner.patching.edges.run import check_atp_ig
 from hookrun.runner.patching.edges.run import compute as compute_edges
 from hookrun.runner.patching.edges.run import prepare as prepare_edges
 from hookrun.runner.patching.edges.spec import EDGE_METHODS
@@ -85,6 +86,7 @@ class PatchRun:
         limit = None if cfg.data.limit is None else cfg.data.limit * cfg.data.batch_size
         items = load_items(p.dataset, self.block, limit, p.settings.device)
         edges = prepare_edges(p.model, self.block, items) if self.block.method in EDGE_METHODS else None
+        check_atp_ig(p.model, self.block)
         self.engine = PatchEngine(p.model, self.block, items, p.env, p.points).__enter__()
         p.points = []  # the engine's session holds them (a splice must not run twice)
         e = self.engine

@@ -27,7 +27,7 @@ from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.plan import make_plan
 from hookrun.runner.metrics import normalized
 from hookrun.runner.patching.block import Block, parse_block
-from hookrun.runner.patching.edges.run import compute, prepare
+from hookrun.runner.patching.edges.run import check_atp_ig, compute, prepare
 from hookrun.runner.patching.edges.spec import EDGE_METHODS
 from hookrun.runner.patching.engine import PatchEngine
 from hookrun.runner.patching.items import load_items
@@ -48,6 +48,7 @@ def patch_grid(model: nn.Module, dataset: Any, hooks: Any = None, limit: int | N
     env = ActionEnv(hold=ModelHold(model))  # the model comes back as it went in: hooks, splices, its mode
     try:
         points = make_plan(model, parse_hooks(hooks), env, Mode.eval)
+        check_atp_ig(model, b)
         if b.method in EDGE_METHODS:  # edges: runner/patching/edges/
             graph, wiring = prepare(model, b, items)
             with PatchEngine(model, b, items, env, points) as engine:

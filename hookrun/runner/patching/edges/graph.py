@@ -82,7 +82,7 @@ class Graph:
                 "n_heads": self.n_heads, "parallel": self.parallel, "edges": self.edges}
 
 
-def find_graph(model, where: str = "patching.graph"):
+def find_graph(model, where: str = "patching.graph=auto"):
     """The model's Graph and the Wiring that taps it (edges/wiring.py); a ConfigError naming what is missing."""
     from hookrun.runner.patching.edges.wiring import find_wiring
 

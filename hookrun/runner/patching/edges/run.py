@@ -48,7 +48,7 @@ class EdgeResult:
 
 
 def prepare(model: Any, block: Any, items: dict) -> tuple[Graph, Any]:
-    graph, wiring = find_graph(model, "patching.graph")
+    graph, wiring = find_graph(model, "patching.graph=auto")
     check_circuits(block.faithfulness, graph.edges)
     if block.faithfulness is not None and torch.equal(items[block.clean], items[block.corrupt]):
         raise ConfigError(f"patching.clean / patching.corrupt: every item's clean input {block.clean!r} equals its corrupted "
@@ -57,6 +57,14 @@ def prepare(model: Any, block: Any, items: dict) -> tuple[Graph, Any]:
     if block.faithfulness is not None and block.faithfulness.source not in EDGE_METHODS:
         file_scores(block.faithfulness.source, graph)  # a missing or foreign file: refused before any forward
     return graph, wiring
+
+
+def check_atp_ig(model: Any, block: Any) -> None:
+    """atp_ig interpolates the token embedding: a model without a residual graph is refused before any forward."""
+    if block.method == "atp_ig":
+        from hookrun.runner.patching.edges.wiring import find_wiring
+
+        find_wiring(model, "patching.method=atp_ig")
 
 
 def compute(engine: Any, graph: Graph, wiring: Any) -> EdgeResult:

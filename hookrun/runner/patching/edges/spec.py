@@ -42,6 +42,9 @@ def parse_edge_keys(get: Callable[[str], Any], method: str) -> tuple[str, int, F
     if steps != 1 and method not in IG_METHODS:
         raise ConfigError(f"patching.ig_steps={steps} with method {method}: interpolation steps need method eap_ig "
                           f"(edges) or atp_ig (sites); {method} takes the gradient at the corrupted run alone")
+    if method in EDGE_METHODS and get("sites"):
+        raise ConfigError(f"patching.sites: method {method} scores the edges of the model's residual graph and patches no "
+                          f"site; drop patching.sites, or use method exact, atp or atp_ig for sites")
     return graph, steps, parse_faithfulness(get("faithfulness"), method)
 
 

@@ -204,7 +204,7 @@ def find_wiring(model: nn.Module, where: str) -> Wiring:
         blk = getattr(t, "layers", [None])[0]
         attn = getattr(blk, "self_attn", None)
         if not all(hasattr(t, k) for k in need) or attn is None or not all(hasattr(attn, k) for k in ("q_proj", "k_proj", "v_proj", "o_proj")):
-            raise ConfigError(f"{where}=auto: {type(model).__name__} ({arch}) is not Llama-style (model.embed_tokens, "
+            raise ConfigError(f"{where}: {type(model).__name__} ({arch}) is not Llama-style (model.embed_tokens, "
                               f"model.layers[i].self_attn.q_proj/k_proj/v_proj/o_proj, model.norm); hookrun finds the "
                               f"residual graph of TransformerLens HookedTransformers, HF GPT-2, GPT-NeoX and Llama-style models")
         if cfg.num_key_value_heads != cfg.num_attention_heads:
@@ -215,6 +215,6 @@ def find_wiring(model: nn.Module, where: str) -> Wiring:
                                                      (b.self_attn.v_proj, ("v",))],
                    "o_proj": b.self_attn.o_proj, "mlp": b.mlp, "ln2": b.post_attention_layernorm} for b in t.layers]
         return HFWiring("llama", t.embed_tokens, layers, t.norm, cfg.num_attention_heads)
-    raise ConfigError(f"{where}=auto: no residual graph found for {type(model).__name__}: it is not a TransformerLens "
+    raise ConfigError(f"{where}: no residual graph found for {type(model).__name__}: it is not a TransformerLens "
                       f"HookedTransformer (blocks, cfg, hook_dict) nor an HF GPT-2, GPT-NeoX or Llama-style model "
                       f"(config.model_type {arch!r}); edges need per-head q/k/v inputs and per-head outputs")
