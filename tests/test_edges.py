@@ -314,3 +314,43 @@ def test_faithfulness_ranked_by_an_earlier_runs_file(model, items, tmp_path):
     np.testing.assert_allclose(got.attrs["faithfulness_recovered"], own, atol=1e-6)
     with pytest.raises(ConfigError, match="patching.faithfulness.from="):
         hookrun.patch_grid(model, items, input="input", method="eap", faithfulness={"edges": [3], "from": str(tmp_path / "no.h5")})
+
+
+@pytest.fixture(scope="module")
+def gpt2_pair():
+    """An HF GPT-2 and a HookedTransformer with its weights (TransformerLens 3.9's convert_gpt2_weights)."""
+    import warnings
+
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+    from transformer_lens.pretrained.weight_conversions import convert_gpt2_weights
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    hf = GPT2LMHeadModel(GPT2Config(vocab_size=V, n_positions=16, n_embd=16, n_layer=L, n_head=H)).eval()
+    cfg = HookedTransformerConfig(n_layers=L, d_model=16, d_head=4, n_heads=H, d_mlp=64, d_vocab=V, n_ctx=16,
+                                  act_fn="gelu_new", normalization_type="LN", eps=1e-5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ht = HookedTransformer(cfg)
+    ht.load_state_dict(convert_gpt2_weights(hf, cfg), strict=False)
+    return hf, ht.eval()
+
+
+def test_hf_gpt2_edges_and_faithfulness_equal_raw_torch(gpt2_pair, items):
+    """The HF GPT-2 graph (per-head q/k/v inputs recomputed through ln_1, per-head outputs from c_proj's input)
+    against the raw-torch references on the HookedTransformer with the same weights."""
+    hf, ht = gpt2_pair
+    hf_items = [{"input_ids": it["clean"], **{k: it[k] for k in ("corrupt", "answer", "wrong")}} for it in items]
+    for method, m in (("eap", 1), ("eap_ig", 2)):
+        got = hookrun.patch_grid(hf, hf_items, clean="input_ids", method=method, ig_steps=m if m > 1 else None,
+                                 faithfulness={"edges": [4, 40]})["edges"]
+        want, _ = reference_edges(ht, items, m)
+        np.testing.assert_allclose(got.values, want, atol=1e-5, rtol=1e-4, err_msg=method)
+    writers, readers = labels()
+    order = np.argsort(-np.where(np.isnan(got.values), -1.0, np.abs(got.values)).reshape(-1), kind="stable")
+    with torch.no_grad():
+        clean = np.mean([float(metric(ht(it["clean"][None]), it)) for it in items])
+        corrupt = np.mean([float(metric(ht(it["corrupt"][None]), it)) for it in items])
+    for k, rec in zip([4, 40], got.attrs["faithfulness_recovered"], strict=True):
+        kept = {(writers[i // len(readers)], readers[i % len(readers)]) for i in order[:k]}
+        assert rec == pytest.approx((reference_faithfulness(ht, items, kept, "corrupt") - corrupt) / (clean - corrupt), abs=1e-4)
