@@ -58,10 +58,11 @@ def _circuit(run: Any, g: Any, top: int = 30) -> Circuit:
     node = lambda label: label.rsplit(".", 1)[0] if label.count(".") == 2 else label  # noqa: E731 (L0.H1.q -> L0.H1)
     names = list(dict.fromkeys([*map(node, writers), *map(node, readers)]))
     layers = 1 + max([int(n.split(".")[0][1:]) for n in names if n[0] == "L"] or [0])
+    heads = 1 + max([int(n.split(".")[1][1:]) for n in names if ".H" in n] or [0])
     x, y = [], []
     for n in names:
         if n in ("embed", "logits"):
-            x.append(0.0)
+            x.append((heads - 1) / 2)
             y.append(0.0 if n == "embed" else 2.0 * layers + 1)
             continue
         layer, part = n.split(".")

@@ -130,9 +130,9 @@ def circuit(spec: Circuit) -> dict:
     data.append({"type": "scatter", "mode": "markers+text", "x": spec.x, "y": spec.y, "text": [escape(n) for n in spec.nodes],
                  "textposition": "middle right", "textfont": {"size": 9}, "marker": {"size": 7, "color": "#444444"},
                  "hoverinfo": "text", "showlegend": False})
-    layout = _layout(spec.title, "", "layer", height=int(min(900, 60 * (max(spec.y or [0]) + 2))))
-    layout["xaxis"].update(showticklabels=False, showgrid=False, zeroline=False)
-    layout["yaxis"].update(showgrid=False, zeroline=False)
+    layout = _layout(spec.title, "", "", height=int(min(900, 60 * (max(spec.y or [0]) + 2))))
+    for axis in ("xaxis", "yaxis"):  # the nodes' names say where they are
+        layout[axis].update(showticklabels=False, showgrid=False, zeroline=False)
     return {"data": data, "layout": layout}
 
 
