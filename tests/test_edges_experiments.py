@@ -55,3 +55,21 @@ def test_bad_edge_keys_are_one_line_from_the_cli(tmp_path, change, line):
     proc = run_cli("experiment=faithfulness", f"hydra.run.dir={tmp_path}", change, *SMALL)
     assert proc.returncode != 0
     assert line in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_two_ranks_write_the_whole_edge_grid(tmp_path):
+    """Under torchrun each rank scores every edge and writes every second cell; the merged view is the
+    one-process grid of the same items (hookrun.patch_grid here)."""
+    from rank_runs import TORCHRUN, cli
+
+    from hookrun.data.swaps import word_swap
+    from hookrun.models.tiny_lm import tiny_lm
+
+    proc = cli("experiment=edges", "hydra.run.dir=two", "patching.method=eap", "patching.ig_steps=1", *SMALL,
+               cwd=tmp_path, launcher=TORCHRUN)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, grid = hookrun.open_run(tmp_path / "two" / "captures.h5").edges()
+    want = hookrun.patch_grid(tiny_lm().eval(), word_swap(n=2, length=8), method="eap")["edges"]
+    np.testing.assert_array_equal(np.isnan(grid.values), np.isnan(want.values))
+    np.testing.assert_allclose(grid.values, want.values, atol=1e-6)
