@@ -1,6 +1,7 @@
 """Reading back: open_run, open_sweep, statistics and text views of finished (or running) files.
 It reads HDF5 with h5py and knows nothing of hooks or the runner."""
 
+from hookrun.analysis import edges  # noqa: F401  (registers run.edges() for patching runs)
 from hookrun.analysis.loader import RowLoader
 from hookrun.analysis.opening import open_run
 from hookrun.analysis.run_reader import CaptureInfo, Run

@@ -36,6 +36,8 @@ from hookrun.analysis.opening import open_run
 from hookrun.analysis.report.circuits import grid_file_name, grid_specs
 from hookrun.analysis.report.figure_specs import (
     Heatmap,
+    Lines,
+    Scatter,
     constant_over_space,
     skip_reason,
     sweep_charts,
@@ -149,11 +151,14 @@ def plot_run(run: Run, out: Path, samples: int = 2, channels: int = 16, dataset:
     for act, grad in gradcam_pairs(run):
         written.append(gradcam_figure(run, act, grad, out, dataset=dataset))
     written += attribution_figures(run, out, samples, dataset)  # an attribution run's maps and curves
-    for name, _, specs in grid_specs(run):  # patching grids, then logit-lens pictures
+    for name, _, specs in grid_specs(run):  # patching grids (an edges run's curve too), then logit-lens pictures
         attrs = dict(run.grid(name).attrs)
         for spec in specs:
-            draw = figures.heatmap if isinstance(spec, Heatmap) else figures.scatter
-            written.append(figures.save(draw(spec), out / f"{_file_name(grid_file_name(spec, attrs))}.png", source=_source(run)))
+            if isinstance(spec, Lines):  # an edges run's faithfulness curve
+                written.append(figures.save(figures.lines(spec), out / f"curve_{_file_name(spec.title)}.png", source=_source(run)))
+            elif isinstance(spec, Heatmap | Scatter):  # (the circuit drawing is the report's)
+                draw = figures.heatmap if isinstance(spec, Heatmap) else figures.scatter
+                written.append(figures.save(draw(spec), out / f"{_file_name(grid_file_name(spec, attrs))}.png", source=_source(run)))
     for k, spec in enumerate(lens_specs(run, samples)):
         written.append(figures.save(figures.heatmap(spec), out / f"lens_{k}_{_file_name(_lens_name(spec))}.png", source=_source(run)))
     for line in left.lines():

@@ -106,6 +106,9 @@ class PatchingConfig:
     cells_per_forward: int | None = None  # null: from `memory`, measured on the first forward
     memory: Any = "1GiB"  # the budget for one packed forward's activations
     verify: int = 0  # atp: recompute the K cells of largest |estimate| exactly
+    graph: str = "auto"  # eap / eap_ig: the residual graph, found from the model
+    ig_steps: int | None = None  # eap_ig / atp_ig: interpolation steps m (default 5); eap / atp: 1
+    faithfulness: Any = None  # {edges: [10, 50], ablation: corrupt | mean, from: eap_ig}
 
 
 @dataclass

@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 
 from hookrun.analysis.report.figure_specs import (
+    Circuit,
     Heatmap,
+    Lines,
     Scatter,
     grid_title,
     histogram_of,
@@ -48,6 +50,7 @@ def grid_specs(run: Any) -> list[tuple[str, str, list[Any]]]:
                 specs.append(Scatter(est[done], ex[done], f"estimate ({a.get('method', 'atp')}), {metric_label(a)}", "exact",
                                      f"{name}: {a.get('method', 'atp')} estimate against exact patching ({int(done.sum())} cells recomputed)",
                                      labels))
+        specs += [_circuit(run, g), *_faithfulness(run)] if name == "edges" and "reader" in g.dims else []
         out.append((name, about, specs))
     return out
 
@@ -58,6 +61,50 @@ def grid_file_name(spec: Any, attrs: Any) -> str:
     what = "" if isinstance(spec, Heatmap) else "_estimate_vs_exact"
     normalised = "_normalised" if "normalised" in metric_label(attrs) else ""
     return f"grid_{site}_{attrs.get('method', 'exact')}_{attrs.get('metric', 'value')}{normalised}{what}"
+
+
+def _circuit(run: Any, g: Any, top: int = 30) -> Circuit:
+    """The `top` edges of an edges run's [writer, reader] grid (dims module, reader) as a circuit: a node per
+    component (a head's q/k/v readers are its node), embed at the bottom, each layer's heads then its MLP
+    above, logits at the top."""
+    from hookrun.analysis.grids import patching_meta
+
+    graph = (patching_meta(getattr(run, "attrs", {})) or {}).get("graph") or {}
+    writers, readers = graph.get("writers") or [], graph.get("readers") or []
+    values = np.asarray(g.values, dtype=np.float64)
+    node = lambda label: label.rsplit(".", 1)[0] if label.count(".") == 2 else label  # noqa: E731 (L0.H1.q -> L0.H1)
+    names = list(dict.fromkeys([*map(node, writers), *map(node, readers)]))
+    layers = 1 + max([int(n.split(".")[0][1:]) for n in names if n[0] == "L"] or [0])
+    heads = 1 + max([int(n.split(".")[1][1:]) for n in names if ".H" in n] or [0])
+    x, y = [], []
+    for n in names:
+        if n in ("embed", "logits"):
+            x.append((heads - 1) / 2)
+            y.append(0.0 if n == "embed" else 2.0 * layers + 1)
+            continue
+        layer, part = n.split(".")
+        x.append(float(part[1:]) if part[0] == "H" else -1.0)
+        y.append(2.0 * int(layer[1:]) + (1 if part[0] == "H" else 2))
+    flat = np.where(np.isfinite(values), np.abs(values), -1.0).ravel()
+    index = {n: i for i, n in enumerate(names)}
+    edges = []
+    for f in np.argsort(-flat, kind="stable")[:top]:
+        if flat[f] < 0:
+            break
+        w, r = writers[f // len(readers)], readers[f % len(readers)]
+        edges.append((index[node(w)], index[node(r)], float(values.ravel()[f]), f"{w} -> {r}"))
+    return Circuit(names, x, y, edges[::-1], f"circuit: the top {len(edges)} edges by |score|")
+
+
+def _faithfulness(run: Any) -> list[Any]:
+    """An edges run's faithfulness curve (docs/edges.md): the recovered fraction against the edges kept."""
+    from hookrun.analysis.grids import patching_meta
+
+    curve = (patching_meta(getattr(run, "attrs", {})) or {}).get("faithfulness")
+    if not curve:
+        return []
+    return [Lines(curve["k"], {"recovered": curve["recovered"]}, "edges kept (top k by |score|)", "recovered fraction",
+                  f"faithfulness: {curve.get('ablation', 'corrupt')} ablation outside the top-k edges of {curve.get('from', '')}")]
 
 
 def _short(v: Any) -> str:

@@ -114,6 +114,17 @@ class Lines:
 
 
 @dataclass
+class Circuit:
+    """A residual graph's top edges: nodes placed by layer, each edge drawn with width by |score|, colour by sign."""
+
+    nodes: list[str]
+    x: list[float]
+    y: list[float]
+    edges: list[tuple[int, int, float, str]]  # (writer node, reader node, score, label)
+    title: str
+
+
+@dataclass
 class Histogram:
     counts: np.ndarray  # (bins,)
     edges: np.ndarray  # (bins + 1,)

@@ -19,6 +19,7 @@ import numpy as np
 
 from hookrun.analysis.report.figure_specs import (
     DIVERGING,
+    Circuit,
     Heatmap,
     Histogram,
     Lines,
@@ -45,6 +46,8 @@ def to_plotly(spec: Any) -> dict:
         return histogram(spec)
     if isinstance(spec, Scatter):
         return scatter(spec)
+    if isinstance(spec, Circuit):
+        return circuit(spec)
     raise TypeError(f"no plotly renderer for {type(spec).__name__}")
 
 
@@ -121,6 +124,22 @@ def scatter(spec: Scatter) -> dict:
             {"type": "scatter", "mode": "lines", "x": [lo, hi], "y": [lo, hi], "name": "y = x",
              "line": {"dash": "dot", "color": "#999999"}, "hoverinfo": "skip"}]
     return {"data": data, "layout": _layout(spec.title, spec.xlabel, spec.ylabel, height=380)}
+
+
+def circuit(spec: Circuit) -> dict:
+    """One line per edge (width by |score|, red positive, blue negative), then the nodes with their names."""
+    top = max([abs(e[2]) for e in spec.edges] or [1.0]) or 1.0
+    data = [{"type": "scatter", "mode": "lines", "x": [spec.x[i], spec.x[j]], "y": [spec.y[i], spec.y[j]],
+             "line": {"width": 0.5 + 6 * abs(s) / top, "color": "#b2182b" if s > 0 else "#2166ac"}, "opacity": 0.8,
+             "hovertemplate": f"{escape(label)}: {s:.4g}<extra></extra>", "showlegend": False}
+            for i, j, s, label in spec.edges]
+    data.append({"type": "scatter", "mode": "markers+text", "x": spec.x, "y": spec.y, "text": [escape(n) for n in spec.nodes],
+                 "textposition": "middle right", "textfont": {"size": 9}, "marker": {"size": 7, "color": "#444444"},
+                 "hoverinfo": "text", "showlegend": False})
+    layout = _layout(spec.title, "", "", height=int(min(900, 60 * (max(spec.y or [0]) + 2))))
+    for axis in ("xaxis", "yaxis"):  # the nodes' names say where they are
+        layout[axis].update(showticklabels=False, showgrid=False, zeroline=False)
+    return {"data": data, "layout": layout}
 
 
 def _finite(a: np.ndarray) -> list:

@@ -31,6 +31,10 @@ from hookrun.errors import ConfigError
 from hookrun.output.ranks import every_rank
 from hookrun.runner.kinds import RunKind, register_kind
 from hookrun.runner.patching.block import parse_block
+from hookrun.runner.patching.edges.run import check_atp_ig
+from hookrun.runner.patching.edges.run import compute as compute_edges
+from hookrun.runner.patching.edges.run import prepare as prepare_edges
+from hookrun.runner.patching.edges.spec import EDGE_METHODS
 from hookrun.runner.patching.engine import PatchEngine
 from hookrun.runner.patching.items import load_items
 from hookrun.runner.patching.notebook import grid_attrs, run_cells
@@ -81,18 +85,29 @@ class PatchRun:
         self.block = parse_block(cfg.patching, build=lambda node, where: build(node, where))
         limit = None if cfg.data.limit is None else cfg.data.limit * cfg.data.batch_size
         items = load_items(p.dataset, self.block, limit, p.settings.device)
+        edges = prepare_edges(p.model, self.block, items) if self.block.method in EDGE_METHODS else None
+        check_atp_ig(p.model, self.block)
         self.engine = PatchEngine(p.model, self.block, items, p.env, p.points).__enter__()
         p.points = []  # the engine's session holds them (a splice must not run twice)
         e = self.engine
         meta = {**grid_attrs(e, self.block), "layout": e.layout.describe(), "cells": e.layout.size,
                 "cells_per_forward": e.cells_per_forward, "labels": token_labels(p.dataset, items[self.block.clean])}
+        self.edges = None
+        if edges is not None:  # the [writer, reader] grid is the one grid `edges`, computed here, written as cells
+            try:
+                self.edges = compute_edges(e, *edges)
+            except BaseException:
+                self.close()
+                raise
+            meta.update(self.edges.meta(), layout=self.edges.layout(), cells=self.edges.scores.size)
+        size = meta["cells"]
         p.attrs["patching"] = json.dumps(meta)
-        if world > e.layout.size:
+        if world > size:
             self.close()  # (the model comes back unhooked)
             raise every_rank(ConfigError(
                 f"patching: the run has {world} processes but its grids only {e.layout.size} cell(s); each process "
                 f"needs at least one: run at most {e.layout.size} processes, or patch more cells"))
-        self.cells = range(rank, e.layout.size, world)
+        self.cells = range(rank, size, world)
         self.rank, self.world = rank, world  # a step's number: its chunk's, interleaved as the cells are
 
     def close(self) -> None:
@@ -118,7 +133,10 @@ class PatchRun:
                 raise _Stop
 
         try:
-            run_cells(self.engine, cells, on_chunk=put)
+            if self.edges is not None:  # every rank holds the whole grid; it writes its own cells of it
+                put(list(cells), self.edges.scores.reshape(-1)[list(cells)], np.full(len(cells), np.nan))
+            else:
+                run_cells(self.engine, cells, on_chunk=put)
         except _Stop:
             pass
         return steps[0]

@@ -12,6 +12,7 @@
 | stack.py    | the model's stack of blocks: the blocks below a patched one not rerun      |
 | budget.py   | one forward's measured bytes (cells_per_forward's default)                |
 | notebook.py | patch_grid, and run_cells (shared with the file run's kind)               |
+| edges/      | the residual graph, EAP / EAP-IG, atp_ig's gradients, faithfulness         |
 
 The metrics' formulas are in runner/metrics.py; the file run is runner/kinds/patching_kind.py; the
 grids are read back by analysis/grids.py (open_run(p).grid(name)).

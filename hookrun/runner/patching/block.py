@@ -18,8 +18,9 @@ from typing import Any
 from hookrun.config.schema import PatchingConfig
 from hookrun.errors import ConfigError, close_matches, one_of
 from hookrun.runner.metrics import PATCH_METRICS
+from hookrun.runner.patching.edges.spec import EDGE_METHODS, FaithSpec, parse_edge_keys
 
-DIRECTIONS, METHODS = ("denoise", "noise"), ("exact", "atp")
+DIRECTIONS, METHODS = ("denoise", "noise"), ("exact", "atp", "atp_ig", *EDGE_METHODS)
 SITE_KEYS = ("at", "over", "dims")
 METRIC_KEYS = ("name", "answer", "wrong", "position", "normalize")
 UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 1 << 10, "m": 1e6, "mb": 1e6, "mib": 1 << 20, "g": 1e9,
@@ -51,6 +52,9 @@ class Block:
     cells_per_forward: int | None
     memory: int
     verify: int
+    ig_steps: int = 1  # eap_ig / atp_ig: the interpolated runs (runner/patching/edges/)
+    graph: str = "auto"
+    faithfulness: FaithSpec | None = None
 
     def item_keys(self) -> list[str]:
         """The item keys the block reads (a missing one is refused before any forward)."""
@@ -110,13 +114,15 @@ def parse_block(raw: Any, build: Callable[[Mapping, str], Any] | None = None) ->
     verify = get("verify")
     if isinstance(verify, bool) or not isinstance(verify, int) or verify < 0:
         raise ConfigError(f"patching.verify={verify!r}; give how many cells (largest |estimate|) to recompute exactly, 0 for none")
-    if verify and method != "atp":
-        raise ConfigError(f"patching.verify={verify}: verify recomputes attribution estimates; it needs method: atp")
+    if verify and method not in ("atp", "atp_ig"):
+        raise ConfigError(f"patching.verify={verify}: verify recomputes attribution estimates; it needs method: atp or atp_ig")
+    graph, ig_steps, faith = parse_edge_keys(get, method)
     sites = [parse_site(n, body) for n, body in (get("sites") or {}).items()]
-    if not sites:
+    if not sites and method not in EDGE_METHODS:
         raise ConfigError("patching.sites: empty; name at least one site, e.g. sites: {resid: {at: 'blocks.*.hook_resid_pre', over: [position]}}")
     return Block(str(get("input")), str(get("clean")), str(get("corrupt")), direction, method, name, answer, wrong,
-                 position, normalize, user, sites, cells, parse_bytes(get("memory"), "patching.memory"), verify)
+                 position, normalize, user, sites, cells, parse_bytes(get("memory"), "patching.memory"), verify,
+                 ig_steps, graph, faith)
 
 
 def parse_site(name: str, body: Any) -> SiteSpec:

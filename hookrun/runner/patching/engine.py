@@ -214,14 +214,19 @@ class PatchEngine:
     def atp(self) -> np.ndarray:
         """metric(base) + sum over each cell of (source - base) * d metric / d activation, every cell."""
         state = self.state
-        state.mode, state.deltas = "grad", {}
-        try:
-            with torch.enable_grad():
-                metric = self.measure(self.forward(self.base_ids), 1)[0]
-        finally:
-            state.mode = "off"
-        modules = list(state.deltas)
-        grads = dict(zip(modules, torch.autograd.grad(metric, [state.deltas[m] for m in modules], allow_unused=True), strict=True))
+        if self.block.method == "atp_ig":  # the gradient averaged over the interpolated runs (runner/patching/edges/eap.py)
+            from hookrun.runner.patching.edges.eap import atp_ig_grads
+
+            grads = atp_ig_grads(self)
+        else:
+            state.mode, state.deltas = "grad", {}
+            try:
+                with torch.enable_grad():
+                    metric = self.measure(self.forward(self.base_ids), 1)[0]
+            finally:
+                state.mode = "off"
+            modules = list(state.deltas)
+            grads = dict(zip(modules, torch.autograd.grad(metric, [state.deltas[m] for m in modules], allow_unused=True), strict=True))
         state.deltas = {}
         out = np.empty(self.layout.size)
         for g in self.layout.grids:

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from hookrun.analysis.edges import edge_grid
 from hookrun.analysis.grids import as_grid
 from hookrun.config.build import build
 from hookrun.config.schema import Mode
@@ -26,6 +27,8 @@ from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.plan import make_plan
 from hookrun.runner.metrics import normalized
 from hookrun.runner.patching.block import Block, parse_block
+from hookrun.runner.patching.edges.run import check_atp_ig, compute, prepare
+from hookrun.runner.patching.edges.spec import EDGE_METHODS
 from hookrun.runner.patching.engine import PatchEngine
 from hookrun.runner.patching.items import load_items
 
@@ -36,6 +39,8 @@ def patch_grid(model: nn.Module, dataset: Any, hooks: Any = None, limit: int | N
 
     `hooks`: hookrun hooks attached as well (a splice, so that `MODULE.sae.latents` can be a site);
     `limit`: the first N items; `which="exact"`: an atp run's exactly recomputed cells (verify: K).
+    method eap / eap_ig: {"edges": the [writer, reader] grid, node scores and faithfulness curve in its attrs}
+    (docs/edges.md).
     """
     b = parse_block(block, build=lambda node, where: build(node, where))
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
@@ -43,6 +48,13 @@ def patch_grid(model: nn.Module, dataset: Any, hooks: Any = None, limit: int | N
     env = ActionEnv(hold=ModelHold(model))  # the model comes back as it went in: hooks, splices, its mode
     try:
         points = make_plan(model, parse_hooks(hooks), env, Mode.eval)
+        check_atp_ig(model, b)
+        if b.method in EDGE_METHODS:  # edges: runner/patching/edges/
+            graph, wiring = prepare(model, b, items)
+            with PatchEngine(model, b, items, env, points) as engine:
+                result = compute(engine, graph, wiring)
+                meta = {**grid_attrs(engine, b), **result.meta()}
+            return {"edges": edge_grid(result.scores, meta)}
         with PatchEngine(model, b, items, env, points) as engine:
             values, exact = run_cells(engine)
             attrs = grid_attrs(engine, b)
@@ -63,7 +75,7 @@ def run_cells(engine: PatchEngine, cells: Sequence[int] | None = None,
     cells = range(size) if cells is None else cells
     exact = np.full(size, np.nan)
     values = np.full(size, np.nan)
-    if b.method == "atp":  # the estimate of every cell is one backward: each rank makes it whole
+    if b.method in ("atp", "atp_ig"):  # the estimate of every cell is one backward: each rank makes it whole
         estimate = engine.atp()
         ks = list(cells)
         if b.verify:  # the K largest of the whole grid (every rank finds the same), those of `cells` recomputed

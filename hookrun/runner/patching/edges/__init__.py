@@ -1,0 +1,11 @@
+"""Edges of the residual graph: EAP, EAP-IG, atp_ig's gradients and faithfulness (docs/edges.md).
+
+| module           | what                                                                            |
+|------------------|---------------------------------------------------------------------------------|
+| graph.py         | Graph: writers, readers, which feeds which (a value object); find_graph          |
+| wiring.py        | taps on a model: writers' contributions, readers' inputs, the token embedding     |
+| spec.py          | the block's graph / ig_steps / faithfulness keys, checked                       |
+| eap.py           | one batched gradient pass over m interpolated runs: edge scores, atp_ig's grads  |
+| faithfulness.py  | top-k circuits, every other edge ablated exactly, several k in one forward       |
+| run.py           | an edges run: the checks before any forward, the scores, the curve, its meta     |
+"""

@@ -1,0 +1,113 @@
+"""An edges run, set up and computed: the checks before any forward, the scores, the faithfulness curve.
+
+    graph, wiring = prepare(model, block, items)          # one ConfigError before any forward
+    result = compute(engine, graph, wiring)               # EdgeResult: scores [writers, readers], curve
+    result.meta()                                          # what the file's `patching` attribute adds
+
+`engine` is the patching engine with no sites (runner/patching/engine.py): its forward, its metric
+and the clean and corrupted runs' metric values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from hookrun.errors import ConfigError, HookrunError
+from hookrun.runner.patching.edges.eap import edge_scores
+from hookrun.runner.patching.edges.faithfulness import faithfulness
+from hookrun.runner.patching.edges.graph import Graph, find_graph
+from hookrun.runner.patching.edges.spec import DEFAULT_STEPS, EDGE_METHODS, check_circuits
+
+
+@dataclass
+class EdgeResult:
+    graph: Graph
+    scores: np.ndarray  # [writers, readers], NaN where the writer does not feed the reader
+    ig_steps: int
+    faithfulness: dict | None = None
+    node_positions: np.ndarray | None = None  # [writers, positions]: each writer's score at each position
+
+    @property
+    def node_scores(self) -> np.ndarray:
+        """Each writer's outgoing sum (with the logits reader in it, a writer's own score)."""
+        return np.nansum(self.scores, axis=1)
+
+    def layout(self) -> dict:
+        g = self.graph
+        return {"edges": {"modules": list(g.writers), "over": ["reader"], "sizes": [len(g.readers)], "offset": 0,
+                          "dims": ["writer", "reader"]}}
+
+    def meta(self) -> dict:
+        return {"graph": self.graph.describe(), "ig_steps": self.ig_steps, "node_scores": self.node_scores.tolist(),
+                "node_scores_by_position": None if self.node_positions is None else self.node_positions.tolist(),
+                "faithfulness": self.faithfulness}
+
+
+def prepare(model: Any, block: Any, items: dict) -> tuple[Graph, Any]:
+    graph, wiring = find_graph(model, "patching.graph=auto")
+    check_circuits(block.faithfulness, graph.edges)
+    if block.faithfulness is not None and torch.equal(items[block.clean], items[block.corrupt]):
+        raise ConfigError(f"patching.clean / patching.corrupt: every item's clean input {block.clean!r} equals its corrupted "
+                          f"one {block.corrupt!r}, so faithfulness' recovered fraction (m - m_corrupt) / (m_clean - m_corrupt) "
+                          f"is undefined; give corrupted inputs that differ")
+    if block.faithfulness is not None and block.faithfulness.source not in EDGE_METHODS:
+        file_scores(block.faithfulness.source, graph)  # a missing or foreign file: refused before any forward
+    return graph, wiring
+
+
+def check_atp_ig(model: Any, block: Any) -> None:
+    """atp_ig interpolates the token embedding: a model without a residual graph is refused before any forward."""
+    if block.method == "atp_ig":
+        from hookrun.runner.patching.edges.wiring import find_wiring
+
+        find_wiring(model, "patching.method=atp_ig")
+
+
+def compute(engine: Any, graph: Graph, wiring: Any) -> EdgeResult:
+    b = engine.block
+    steps = b.ig_steps if b.method == "eap_ig" else 1
+    scores, base, source = edge_scores(engine, graph, wiring, steps)
+    by_position = engine.node_positions
+    curve = None
+    f = b.faithfulness
+    if f is not None:
+        if f.source == b.method:
+            rank = scores
+        elif f.source in EDGE_METHODS:
+            rank = edge_scores(engine, graph, wiring, 1 if f.source == "eap" else DEFAULT_STEPS)[0]
+        else:
+            rank = file_scores(f.source, graph)
+        corrupt = base if b.direction == "denoise" else source
+        chunk = b.cells_per_forward or max(1, b.memory // max(1, engine.copy_bytes))
+        curve = faithfulness(engine, graph, wiring, rank, list(f.edges), f.ablation, corrupt, chunk)
+        curve["from"] = f.source
+    if b.normalize:
+        gap = engine.metric_clean - engine.metric_corrupt
+        scores, by_position = (scores / gap, by_position / gap) if gap != 0 else (scores * np.nan, by_position * np.nan)
+    return EdgeResult(graph, scores, steps, curve, by_position)
+
+
+def file_scores(path: str, graph: Graph) -> np.ndarray:
+    """The edge grid of an earlier edges run (faithfulness.from: PATH), checked against this model's graph."""
+    from hookrun.analysis.edges import edge_values
+    from hookrun.store.reading import open_source
+
+    try:
+        source = open_source(path)
+    except (HookrunError, OSError) as exc:
+        raise ConfigError(f"patching.faithfulness.from={path!r}: {exc}; give eap, eap_ig or an edges run's file") from None
+    try:
+        scores, meta = edge_values(source.file)
+    except (LookupError, OSError) as exc:
+        raise ConfigError(f"patching.faithfulness.from={path!r}: {exc}") from None
+    finally:
+        source.close()
+    g = meta["graph"]
+    if tuple(g["writers"]) != graph.writers or tuple(g["readers"]) != graph.readers:
+        raise ConfigError(f"patching.faithfulness.from={path!r}: its graph ({len(g['writers'])} writers, "
+                          f"{len(g['readers'])} readers) is not this model's ({len(graph.writers)}, {len(graph.readers)})")
+    return scores

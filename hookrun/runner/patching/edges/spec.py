@@ -1,0 +1,84 @@
+"""The edge keys of the `patching:` block, checked: graph, ig_steps and faithfulness.
+
+    graph, ig_steps, faith = parse_edge_keys(get, "eap_ig")   # "auto", 5, None
+
+`get(key)` reads the block with the schema's defaults (runner/patching/block.py). Each bad value is
+one ConfigError naming the key, what is wrong and what would be right, before the model runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hookrun.errors import ConfigError, one_of
+
+EDGE_METHODS = ("eap", "eap_ig")
+IG_METHODS = ("eap_ig", "atp_ig")
+ABLATIONS = ("corrupt", "mean")
+FAITH_KEYS = ("edges", "ablation", "from")
+DEFAULT_STEPS = 5
+
+
+@dataclass(frozen=True)
+class FaithSpec:
+    edges: tuple[int, ...]  # the k of each circuit
+    ablation: str  # corrupt | mean
+    source: str  # eap | eap_ig (this run's scoring) or a run file's path whose edge grid ranks the edges
+
+
+def parse_edge_keys(get: Callable[[str], Any], method: str) -> tuple[str, int, FaithSpec | None]:
+    graph = get("graph")
+    if graph != "auto":
+        raise ConfigError(f"patching.graph={graph!r}; choose from: auto (the residual graph found from the model: "
+                          f"TransformerLens HookedTransformer, HF GPT-2, GPT-NeoX, Llama-style)")
+    steps = get("ig_steps")
+    if steps is None:
+        steps = DEFAULT_STEPS if method in IG_METHODS else 1
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ConfigError(f"patching.ig_steps={steps!r}; give the number of interpolation steps m >= 1 "
+                          f"(the runs e_corrupt + (k/m)(e_clean - e_corrupt), k = 0..m-1; m = 1 is plain eap / atp)")
+    if steps != 1 and method not in IG_METHODS:
+        raise ConfigError(f"patching.ig_steps={steps} with method {method}: interpolation steps need method eap_ig "
+                          f"(edges) or atp_ig (sites); {method} takes the gradient at the corrupted run alone")
+    if method in EDGE_METHODS and get("sites"):
+        raise ConfigError(f"patching.sites: method {method} scores the edges of the model's residual graph and patches no "
+                          f"site; drop patching.sites, or use method exact, atp or atp_ig for sites")
+    return graph, steps, parse_faithfulness(get("faithfulness"), method)
+
+
+def parse_faithfulness(raw: Any, method: str) -> FaithSpec | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"patching.faithfulness={raw!r}; expected {{edges: [10, 50], ablation: corrupt, from: eap_ig}}")
+    for key in raw:
+        if key not in FAITH_KEYS:
+            raise ConfigError(f"patching.faithfulness.{key}: no such key; it takes: {', '.join(FAITH_KEYS)}")
+    if method not in EDGE_METHODS:
+        raise ConfigError(f"patching.faithfulness with method {method}: faithfulness ablates edges; use method "
+                          f"{one_of(EDGE_METHODS)} (it scores the edges; faithfulness.from may rank them by another scoring)")
+    edges = raw.get("edges", [10, 50, 200])
+    edges = [edges] if isinstance(edges, int) else list(edges or [])
+    if not edges or any(isinstance(k, bool) or not isinstance(k, int) or k < 0 for k in edges):
+        raise ConfigError(f"patching.faithfulness.edges={raw.get('edges')!r}; give circuit sizes, a list of "
+                          f"non-negative integers such as [10, 50, 200]")
+    ablation = raw.get("ablation", "corrupt")
+    if ablation not in ABLATIONS:
+        raise ConfigError(f"patching.faithfulness.ablation={ablation!r}; choose from: {one_of(ABLATIONS)}")
+    source = str(raw.get("from", method))
+    if source not in EDGE_METHODS and not source.endswith((".h5", ".hdf5")) and "://" not in source and "/" not in source:
+        raise ConfigError(f"patching.faithfulness.from={source!r}; choose from: {one_of(EDGE_METHODS)}, or the path "
+                          f"of an edges run's file whose grid ranks the edges")
+    return FaithSpec(tuple(int(k) for k in edges), ablation, source)
+
+
+def check_circuits(faith: FaithSpec | None, edges: int) -> None:
+    """k larger than the graph's edge count: one line, before any forward."""
+    if faith is None:
+        return
+    big = [k for k in faith.edges if k > edges]
+    if big:
+        raise ConfigError(f"patching.faithfulness.edges: {big[0]} is more than the model's {edges} edges; give "
+                          f"circuit sizes of at most {edges}")
