@@ -9,7 +9,10 @@ this interpreter), in a fresh work folder, so the pictures are what a user who t
 - docs/images/shapes_gradcam.png: `python -m hookrun.plot outputs/shapes`'s Grad-CAM figure;
 - docs/images/report.png: `python -m hookrun.report outputs/shapes`'s page, opened in headless
   Chromium (Debian's chromium and chromium-driver, driven by selenium) with the network blocked:
-  its title bar and its Grad-CAM section.
+  its title bar and its Grad-CAM section;
+- docs/images/attribution_shapes.png and attribution_shapes_curves.png: docs/attribution.md's first
+  bash block and its "## Pictures" block, run as written (`python -m hookrun.plot`'s attribution maps
+  and curves).
 
 Every picture in README.md and docs/*.md is one of these (tests/test_pictures.py checks both).
 """
@@ -29,17 +32,27 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PICTURES = ("shapes_gradcam.png", "report.png")  # every picture the README and docs show
+PICTURES = ("shapes_gradcam.png", "report.png", "attribution_shapes.png", "attribution_shapes_curves.png")  # every picture the README and docs show
 
 
 def see_it_commands(readme: Path = ROOT / "README.md") -> list[str]:
     """The command lines of the README's "## See it" bash block."""
-    text = readme.read_text(encoding="utf-8")
-    part = text[text.index("## See it"):]
+    return _bash_block(readme, "## See it")
+
+
+def attribution_commands(page: Path = ROOT / "docs" / "attribution.md") -> list[str]:
+    """docs/attribution.md's first bash block (the run) and its "## Pictures" block (the plot)."""
+    return [*_bash_block(page, "# Attribution"), *_bash_block(page, "## Pictures")]
+
+
+def _bash_block(page: Path, heading: str) -> list[str]:
+    """The command lines of the first bash block under `heading` in `page`."""
+    text = page.read_text(encoding="utf-8")
+    part = text[text.index(heading):]
     part = part[: part.find("\n## ", 1)]
     block = re.search(r"```bash\n(.*?)```", part, re.S)
     if block is None:
-        raise SystemExit("README.md: no bash block under '## See it'")
+        raise SystemExit(f"{page.name}: no bash block under {heading!r}")
     return [line.split("#")[0].strip() for line in block.group(1).splitlines() if line.split("#")[0].strip()]
 
 
@@ -91,6 +104,10 @@ def make(images: Path, work: Path) -> list[Path]:
     images.mkdir(parents=True, exist_ok=True)
     shutil.copy(figures / "gradcam_block3.png", images / "shapes_gradcam.png")
     screenshot(work / "outputs" / "shapes" / "report.html", images / "report.png")
+    run_commands(attribution_commands(), work)
+    drawn = work / "outputs" / "attribution_shapes" / "figures"
+    shutil.copy(drawn / "attribution_integrated_gradients.png", images / "attribution_shapes.png")
+    shutil.copy(drawn / "attribution_curves_integrated_gradients.png", images / "attribution_shapes_curves.png")
     return [images / name for name in PICTURES]
 
 
