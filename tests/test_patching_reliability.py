@@ -192,3 +192,88 @@ def test_ragged_clean_inputs_are_one_line_naming_the_lengths(net):
     with pytest.raises(ConfigError, match=r"patching.clean: the items' 'clean' differ in shape: item 0 has \(5,\), item 1 "
                                           r"\(4,\); patching stacks the items into one batch: pad them to one length"):
         hookrun.patch_grid(net, items, sites={"e": {"at": "e", "over": ["position"]}})
+
+
+class Mix(nn.Module):
+    """Attention without heads: softmax(x x^T * 3) x; `override(pattern)` replaces the pattern (the reference's seam)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.override = None
+
+    def forward(self, x):
+        pattern = torch.softmax(x @ x.transpose(-1, -2) * 3, dim=-1)
+        if self.override is not None:
+            pattern = self.override(pattern)
+        return pattern @ x
+
+
+class MixNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.e, self.a, self.h = nn.Embedding(V, 8), Mix(), nn.Linear(8, V)
+
+    def forward(self, input_ids):
+        return self.h(self.a(self.e(input_ids)))
+
+
+@pytest.mark.parametrize("at", ["a/softmax", "a/softmax.0"])
+def test_an_op_site_spelt_as_capture_takes_it_is_patched(task, at):
+    clean, corrupt, ans, wrong, items = task
+    model = MixNet().eval()
+    g = hookrun.patch_grid(model, items, sites={"p": {"at": at, "over": ["query"], "dims": ["sample", "query", "key"]}})["p"]
+    assert list(g.module.values) == ["a/softmax.0"]
+    with torch.no_grad():  # the reference: the pattern's row q replaced by the clean run's, one q at a time
+        kept = {}
+        model.a.override = lambda pat: kept.setdefault("p", pat)
+        model(clean)
+        ref = []
+        for q in range(T):
+            def swap(pat, q=q):
+                pat = pat.clone()
+                pat[:, q] = kept["p"][:, q]
+                return pat
+            model.a.override = swap
+            ref.append(float(logit_diff(ans, wrong)(model(corrupt)).double().mean()))
+        model.a.override = None
+    assert np.ptp(ref) > 1e-3
+    np.testing.assert_allclose(g.values[0], ref, atol=1e-5)
+
+
+def test_patching_input_alone_sends_the_inputs_to_the_forward(tmp_path, net, task):
+    clean, corrupt, ans, wrong, items = task
+    cfg = {"progress": False, "output": {"path": str(tmp_path / "p.h5")},
+           "patching": {"input": "input_ids", "sites": {"e": {"at": "e", "over": ["position"]}}}}
+    hookrun.run(cfg, model=net, dataset=items)  # no data.inputs: {input_ids: clean} is the patching block's
+    grid = hookrun.open_run(tmp_path / "p.h5").grid("e")
+    np.testing.assert_allclose(grid.values[0], raw_loop(net, net.e, clean, corrupt, logit_diff(ans, wrong)), atol=1e-5)
+
+
+def test_a_grid_without_xarray_names_the_extra(monkeypatch):
+    import sys
+
+    from hookrun.analysis.grids import as_grid
+    from hookrun.errors import HookrunError
+
+    monkeypatch.setitem(sys.modules, "xarray", None)  # import xarray raises ModuleNotFoundError
+    layout = {"e": {"modules": ["e"], "over": ["position"], "sizes": [2], "offset": 0, "dims": ["sample", "position"]}}
+    with pytest.raises(HookrunError, match=r"needs xarray: pip install 'hookrun\[xarray\]'"):
+        as_grid("e", np.zeros(2), layout, {})
+
+
+@pytest.mark.slow
+def test_bad_values_in_an_experiment_file_are_one_line_from_the_cli(tmp_path):
+    from conftest import run_cli
+
+    (tmp_path / "extra" / "experiment").mkdir(parents=True)
+    (tmp_path / "extra" / "experiment" / "bad.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - patching_grid\npatching:\n  cells_per_forward: abc\n")
+    proc = run_cli(f"hydra.searchpath=[file://{tmp_path / 'extra'}]", "experiment=bad", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("hookrun: error: In 'experiment/bad': ValidationError raised while composing config: "
+                                   "patching.cells_per_forward: Value 'abc' of type 'str' could not be converted to Integer")
+    proc = run_cli("experiment=patching_grid", "patching.memory=1.2.3", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip() == "hookrun: error: patching.memory='1.2.3'; give bytes as a number or with a unit (512MB, 2GiB)"
+    assert "Traceback" not in proc.stderr + proc.stdout

@@ -140,30 +140,41 @@ class PatchEngine:
         grids, offset = [], 0
         for site in self.block.sites:
             where = f"patching.sites.{site.name}"
-            points = [p for p in self.site_points if p.hook == SPEC + site.name]
-            silent = [p.module for p in points if p.module not in self.source]
+            points = [(p, name) for q in self.site_points if q.hook == SPEC + site.name for p, name in self._fired(q)]
+            silent = [p.module for p in self.site_points if p.hook == SPEC + site.name and not self._fired(p)]
             if silent:
                 raise ConfigError(f"{where}.at: {', '.join(silent)} never fired (or returned no tensor) in a forward of "
                                   f"{self.block.input}; patch modules that run on this input (hookrun.modules(model, x) lists them)")
             sizes = None
-            for p in points:
-                x = self.source[p.module]
+            for p, name in points:
+                x = self.source[name]
                 dims = site.dims or self._dims(p, x)
                 if len(dims) != x.dim():
-                    raise ConfigError(f"{where}.dims={list(dims)}: {p.module}'s output has {x.dim()} axes {tuple(x.shape)}; name each once")
+                    raise ConfigError(f"{where}.dims={list(dims)}: {name}'s output has {x.dim()} axes {tuple(x.shape)}; name each once")
                 missing = [a for a in site.over if a not in dims]
                 if missing:
-                    raise ConfigError(f"{where}.over: {', '.join(map(repr, missing))} is not an axis of {p.module}'s output "
+                    raise ConfigError(f"{where}.over: {', '.join(map(repr, missing))} is not an axis of {name}'s output "
                                       f"(shape {tuple(x.shape)}, axes {', '.join(dims)}); cut along {', '.join(dims[1:])}, "
                                       f"or name its axes with dims: [sample, ...]")
                 s = tuple(x.shape[dims.index(a)] for a in site.over)
                 if sizes is not None and s != sizes:
-                    raise ConfigError(f"{where}: its modules' {list(site.over)} differ in size ({sizes} and {s} at {p.module}); "
+                    raise ConfigError(f"{where}: its modules' {list(site.over)} differ in size ({sizes} and {s} at {name}); "
                                       f"split them into sites of their own")
                 sizes, site_dims = s, dims
-            grids.append(SiteGrid(site.name, tuple(p.module for p in points), site.over, site_dims, sizes, offset))
+            grids.append(SiteGrid(site.name, tuple(name for _, name in points), site.over, site_dims, sizes, offset))
             offset += grids[-1].size
         return grids
+
+    def _fired(self, point: Any) -> list[tuple[Any, str]]:
+        """(point, the name its output was kept under) for each firing: the point's module, or, for an op
+        site spelt without its call (MODULE/FN, as capture() takes it), each call MODULE/FN.k that ran."""
+        if point.module in self.source:
+            return [(point, point.module)]
+        if "/" not in point.module:
+            return []
+        head = point.module + "."
+        calls = sorted(int(k[len(head):]) for k in self.source if k.startswith(head) and k[len(head):].isdigit())
+        return [(point, f"{head}{k}") for k in calls]
 
     def _dims(self, point: Any, x: torch.Tensor) -> tuple[str, ...]:
         """(sample, position, feature) / (sample, position, head, feature) over the input's tokens,
