@@ -214,7 +214,7 @@ def batch_row(clean: Reference, others: Mapping[str, dict[str, torch.Tensor]]) -
 
 
 # patching's metrics (runner/patching/): one value per item, from the (items, T, V) logits of a run
-PATCH_METRICS = ("logit_diff", "logprob", "prob", "ce", "kl")
+PATCH_METRICS = ("logit_diff", "logprob", "prob", "ce", "kl", "logit")
 
 
 def item_metric(name: str, logits: torch.Tensor, items: Mapping[str, torch.Tensor], position: int | str | None,
@@ -224,6 +224,7 @@ def item_metric(name: str, logits: torch.Tensor, items: Mapping[str, torch.Tenso
     | name       | per item                                                                      |
     |------------|-------------------------------------------------------------------------------|
     | logit_diff | logits[pos, answer] - logits[pos, wrong]                                      |
+    | logit      | logits[pos, answer]                                                           |
     | logprob    | log_softmax(logits[pos])[answer]                                              |
     | prob       | softmax(logits[pos])[answer]                                                  |
     | ce         | mean next-token cross-entropy of `ids` (the clean input) over the sequence    |
@@ -245,6 +246,8 @@ def item_metric(name: str, logits: torch.Tensor, items: Mapping[str, torch.Tenso
     a = items[answer].to(logits.device).long().reshape(n)
     if name == "logit_diff":
         return at[rows, a] - at[rows, items[wrong].to(logits.device).long().reshape(n)]
+    if name == "logit":
+        return at[rows, a]
     lp = log_probs(at)[rows, a]
     return lp if name == "logprob" else lp.exp()
 

@@ -56,7 +56,7 @@ class Block:
     def item_keys(self) -> list[str]:
         """The item keys the block reads (a missing one is refused before any forward)."""
         keys = [self.clean, self.corrupt]
-        if self.user_metric is None and self.metric in ("logit_diff", "logprob", "prob"):
+        if self.user_metric is None and self.metric in ("logit_diff", "logprob", "prob", "logit"):
             keys.append(self.answer)
         if self.user_metric is None and self.metric == "logit_diff":
             keys.append(self.wrong)

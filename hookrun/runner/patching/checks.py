@@ -29,10 +29,10 @@ def check_metric_inputs(block: Any, logits: torch.Tensor, items: Mapping[str, to
     classes = logits.shape[-1]
     if logits.dim() == 2 and block.metric == "ce":
         raise ConfigError(f"patching.metric.name='ce' reads the next token at every position, and the model's output "
-                          f"{tuple(logits.shape)} has no token axis; choose logit_diff, logprob, prob or kl")
+                          f"{tuple(logits.shape)} has no token axis; choose logit, logit_diff, logprob, prob or kl")
     if logits.dim() == 3 and block.metric != "ce":
         _check_position(block.position, items, logits.shape[1])
-    if block.metric in ("logit_diff", "logprob", "prob"):
+    if block.metric in ("logit_diff", "logprob", "prob", "logit"):
         keys = [("answer", block.answer)] + ([("wrong", block.wrong)] if block.metric == "logit_diff" else [])
         for name, key in keys:
             ids = items[key]
