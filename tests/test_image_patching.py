@@ -167,3 +167,30 @@ def test_what_cannot_be_patched_is_one_line(resnet, task, block, message):
     with pytest.raises(ConfigError, match=message):
         hookrun.patch_grid(resnet, items, **block)
     assert not any(m._forward_hooks for m in resnet.modules())
+
+
+def test_a_vit_token_axis_is_a_position(task):
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    torch.manual_seed(0)
+    vit = VisionTransformer(image_size=16, patch_size=4, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32,
+                            num_classes=CLASSES).eval()
+    clean, corrupt, ans, wrong, items = task
+    g = hookrun.patch_grid(vit, items, input="x", sites={"t": {"at": "encoder.layers.*", "over": ["position"]}})["t"]
+    assert g.dims == ("module", "position") and g.shape == (2, 17)  # the class token and 16 patches
+    layer = vit.encoder.layers[1]
+    with torch.no_grad():  # the reference: one token of block 1's output from the clean run, one token a forward
+        kept = {}
+        h = layer.register_forward_hook(lambda mod, a, o: kept.setdefault("x", o.clone()))
+        vit(clean)
+        h.remove()
+        ref = []
+        for p in range(17):
+            def patch(mod, a, o, p=p):
+                o = o.clone()
+                o[:, p] = kept["x"][:, p]
+                return o
+            h = layer.register_forward_hook(patch)
+            ref.append(float(METRICS["logit_diff"](vit(corrupt), ans, wrong).double().mean()))
+            h.remove()
+    np.testing.assert_allclose(g.values[1], ref, atol=1e-5)
