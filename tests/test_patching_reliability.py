@@ -277,3 +277,9 @@ def test_bad_values_in_an_experiment_file_are_one_line_from_the_cli(tmp_path):
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip() == "hookrun: error: patching.memory='1.2.3'; give bytes as a number or with a unit (512MB, 2GiB)"
     assert "Traceback" not in proc.stderr + proc.stdout
+    proc = run_cli("experiment=patching_grid", "patching.metric.position=50", "data.dataset.n=2", "data.dataset.length=8",
+                   "hydra.run.dir=out", "progress=false", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip() == ("hookrun: error: patching.metric.position=50: outside the sequence; the output has 8 "
+                                   "position(s): 0..7, or -8..-1 from the end")
+    assert not list((tmp_path / "out").glob("*.h5"))  # no file, no failed file
