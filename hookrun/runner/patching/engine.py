@@ -118,7 +118,8 @@ class PatchEngine:
             self.source = state.kept
             state.kept = {}
             run = lambda: self.forward(self.base_ids)  # noqa: E731
-            base_run = (lambda: self.stack.keep_outputs(run)) if self.stack is not None else run
+            watch = [p.module for p in self.site_points]
+            base_run = (lambda: self.stack.keep_outputs(run, watch)) if self.stack is not None else run
             base_logits, self.copy_bytes = measure_bytes(self.model, base_run)
             self.base = state.kept
             state.mode = "off"

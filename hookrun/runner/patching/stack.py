@@ -21,7 +21,7 @@ skip is off: every forward runs every block.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -58,9 +58,10 @@ class BlockStack:
             return int(name[len(self.prefix) + 1:].split(".")[0])
         return len(self.blocks) if name in self.after else 0
 
-    def keep_outputs(self, run: Callable[[], Any]) -> Any:
-        """Run the base forward, keeping each block's output (detached) and the order every module
-        of the model starts and ends its calls in (what is before and after the stack)."""
+    def keep_outputs(self, run: Callable[[], Any], watch: Iterable[str] | None = None) -> Any:
+        """Run the base forward, keeping each block's output (detached) and the order the blocks and the
+        modules of `watch` (the sites' modules; None: every module) start and end their calls in
+        (what is before and after the stack)."""
         kept: list[Any] = [None] * len(self.blocks)
         calls: dict[str, list[list[int]]] = {}  # module -> [start, end] of each call, in a forward-wide count
         clock = [0]
@@ -85,8 +86,9 @@ class BlockStack:
 
         index = {id(b): i for i, b in enumerate(self.blocks)}
         handles = []
+        wanted = None if watch is None else {n.split("/")[0] for n in watch} | {f"{self.prefix}.{i}" for i in range(len(self.blocks))}
         for name, m in self.model.named_modules():
-            if name:
+            if name and (wanted is None or name in wanted):
                 handles.append(m.register_forward_pre_hook(pre(name)))
                 handles.append(m.register_forward_hook(post(name, index.get(id(m)))))
         try:
