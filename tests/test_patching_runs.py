@@ -90,7 +90,7 @@ def test_resume_continues_the_cells_not_yet_written(tmp_path, model, items):
     ({"sites": {"x": {"at": "blocks.0.hook_resid_pre", "over": ["position", "layer"]}}}, "'layer' is not an axis"),
     ({"metric": {"name": "logit_diff", "answer": "answr"}}, "patching.metric.answer='answr'.*did you mean answer"),
     ({"metric": {"_target_": "patch_metrics.batch_mean"}}, "one value per item"),
-    ({"metric": {"name": "logit"}}, "patching.metric.name"),
+    ({"metric": {"name": "logits"}}, "patching.metric.name=.logits.*did you mean logit"),
     ({"direction": "forward"}, "patching.direction"),
 ])
 def test_bad_inputs_are_one_line_before_any_batch(tmp_path, model, items, change, message):

@@ -13,12 +13,17 @@ from typing import Any
 
 import numpy as np
 
+from hookrun.errors import HookrunError
+
 ATTRS = ("metric", "method", "direction", "metric_clean", "metric_corrupt", "normalize")
 
 
 def as_grid(name: str, values: np.ndarray, layout: Mapping[str, Any], attrs: Mapping[str, Any],
             labels: list[str] | None = None) -> Any:
-    import xarray as xr  # (imported here: hookrun imports without it)
+    try:
+        import xarray as xr  # (imported here: hookrun imports without it)
+    except ModuleNotFoundError:
+        raise HookrunError(f"the patching grid {name!r} is a labelled array and needs xarray: pip install 'hookrun[xarray]'") from None
 
     if name not in layout:
         raise LookupError(f"no patching grid {name!r}; the grids: {', '.join(layout) or 'none'}")

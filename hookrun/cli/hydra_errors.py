@@ -69,7 +69,7 @@ def one_line(exc: BaseException, overrides: list[str], known_keys: Callable[[], 
     if isinstance(exc, MissingConfigException):
         return _missing_message(exc, overrides, group_options)
     if isinstance(exc, ConfigCompositionException):
-        cause = exc.__cause__
+        cause = exc.__cause__ or exc.__context__  # (a ValidationError of an experiment file is only the context)
         if isinstance(cause, yaml.YAMLError):
             return _yaml_message(cause)
         text = str(exc).strip()
@@ -85,8 +85,10 @@ def one_line(exc: BaseException, overrides: list[str], known_keys: Callable[[], 
         if m and isinstance(cause, OmegaConfBaseException):
             return f"{m.group(1)}: {str(cause).strip().splitlines()[0]}"
         if isinstance(cause, OmegaConfBaseException):
-            return f"{first}: {str(cause).strip().splitlines()[0]}"
-        return first
+            key = getattr(cause, "full_key", None)
+            return f"{first.rstrip(': ')}: {f'{key}: ' if key else ''}{str(cause).strip().splitlines()[0]}"
+        rest = [line.strip() for line in text.splitlines()[1:] if line.strip()]
+        return f"{first.rstrip(': ')}: {rest[0]}" if rest else first
     if isinstance(exc, OmegaConfBaseException | HydraException) and str(exc).strip():
         return str(exc).strip().splitlines()[0]
     return None

@@ -20,7 +20,8 @@ def log_probs(logits: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits, dim=-1)
 
 
-PATCH_METRICS = ("logit_diff", "logprob", "prob", "ce", "kl")
+# patching's metrics (runner/patching/): one value per item, from the (items, T, V) logits of a run
+PATCH_METRICS = ("logit_diff", "logprob", "prob", "ce", "kl", "logit")
 
 
 def item_metric(name: str, logits: torch.Tensor, items: Mapping[str, torch.Tensor], position: int | str | None,
@@ -30,27 +31,30 @@ def item_metric(name: str, logits: torch.Tensor, items: Mapping[str, torch.Tenso
     | name       | per item                                                                      |
     |------------|-------------------------------------------------------------------------------|
     | logit_diff | logits[pos, answer] - logits[pos, wrong]                                      |
+    | logit      | logits[pos, answer]                                                           |
     | logprob    | log_softmax(logits[pos])[answer]                                              |
     | prob       | softmax(logits[pos])[answer]                                                  |
     | ce         | mean next-token cross-entropy of `ids` (the clean input) over the sequence    |
     | kl         | KL(reference || this run) at pos, summed over the vocabulary (reference: the  |
     |            | clean run's log-probabilities)                                                |
 
-    `position` is an int (every item; -1 the last) or an item key holding each item's position.
+    `position` is an int (every item; -1 the last) or an item key holding each item's position;
+    (items, classes) logits (an image classifier's) have no position: the row is read whole.
     """
     n = logits.shape[0]
     rows = torch.arange(n, device=logits.device)
     if name == "ce":
         lp = log_probs(logits[:, :-1])
         return -lp.gather(-1, ids[:, 1:, None].to(lp.device).long()).squeeze(-1).mean(-1)
-    pos = items[position].to(logits.device).long() if isinstance(position, str) else torch.full((n,), int(position), device=logits.device)
-    at = logits[rows, pos % logits.shape[1]]
+    at = logits if logits.dim() == 2 else logits[rows, _positions(items, position, n, logits) % logits.shape[1]]
     if name == "kl":
         lp = log_probs(at)
         return (reference.exp() * (reference - lp)).sum(-1)
     a = items[answer].to(logits.device).long().reshape(n)
     if name == "logit_diff":
         return at[rows, a] - at[rows, items[wrong].to(logits.device).long().reshape(n)]
+    if name == "logit":
+        return at[rows, a]
     lp = log_probs(at)[rows, a]
     return lp if name == "logprob" else lp.exp()
 
@@ -58,9 +62,16 @@ def item_metric(name: str, logits: torch.Tensor, items: Mapping[str, torch.Tenso
 def reference_logprobs(logits: torch.Tensor, items: Mapping[str, torch.Tensor], position: int | str | None) -> torch.Tensor:
     """kl's reference: the log-probabilities at each item's position (the clean run)."""
     n = logits.shape[0]
+    if logits.dim() == 2:  # (items, classes): an image classifier's output has no position
+        return log_probs(logits).detach()
     rows = torch.arange(n, device=logits.device)
-    pos = items[position].to(logits.device).long() if isinstance(position, str) else torch.full((n,), int(position), device=logits.device)
-    return log_probs(logits[rows, pos % logits.shape[1]]).detach()
+    return log_probs(logits[rows, _positions(items, position, n, logits) % logits.shape[1]]).detach()
+
+
+def _positions(items: Mapping[str, torch.Tensor], position: int | str | None, n: int, logits: torch.Tensor) -> torch.Tensor:
+    if isinstance(position, str):
+        return items[position].to(logits.device).long().reshape(n)
+    return torch.full((n,), int(position), device=logits.device)
 
 
 def normalized(value: Any, clean: float, corrupt: float) -> Any:

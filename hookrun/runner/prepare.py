@@ -99,7 +99,7 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
     dataset = build_dataset(cfg.data.dataset) if dataset is None else check_dataset(dataset, "run(dataset=...): got")
     if len(dataset) == 0:
         raise ConfigError(f"data.dataset: {dataset_name(cfg)!r} is empty")
-    spec = CallSpec(cfg.data.inputs, cfg.data.target)
+    spec = CallSpec(*kind.call_inputs(cfg))
     spec.check(dataset[0])
     spec.check_forward(model, dataset[0])
     collate = build(cfg.data.collate, "data.collate") if cfg.data.collate is not None else None

@@ -22,6 +22,11 @@ lp = log_softmax(unembed(norm(translator(x)))) over the vocabulary, it records:
 `target: KEY` names an item key: a (T,) tensor gives the target id at each position, a scalar
 one id for every position of the sample; `target_shift: s` reads the id at position t + s (1:
 the next token of input_ids); a position whose target lies past the end, or on padding, has none.
+A target id outside the vocabulary (0..V-1) is refused (the first item before any batch, a later
+one when its batch comes), never clamped into it; `ignore_index: -100` marks ids that stand for
+"no target" (labels padded with -100): those positions have none (NaN log-probability, rank -1).
+`top_k` is at most the vocabulary; `norm` must be a norm: a module whose children hold no
+parameters (LayerNorm, RMSNorm, TransformerLens' LayerNormPre) and keeps its input's shape.
 No target: the two target roles are left out. The final distribution is the model's own: the
 unembed module's output in the same forward (a forward hook on it, added by the first lens of a
 run); the lens of every hooked layer is computed when it arrives, in chunks of positions of at
@@ -63,6 +68,38 @@ def width_of(unembed: nn.Module) -> int | None:
     return int(w.shape[-1]) if isinstance(w, torch.Tensor) and w.dim() == 2 else None
 
 
+def vocab_of(unembed: nn.Module) -> int | None:
+    """The unembedding's output size (the vocabulary), where its weights say it."""
+    if isinstance(getattr(unembed, "out_features", None), int):
+        return unembed.out_features
+    w_u = getattr(unembed, "W_U", None)  # TransformerLens' Unembed: (d_model, d_vocab)
+    if isinstance(w_u, torch.Tensor) and w_u.dim() == 2:
+        return int(w_u.shape[-1])
+    w = getattr(unembed, "weight", None)
+    return int(w.shape[0]) if isinstance(w, torch.Tensor) and w.dim() == 2 else None
+
+
+def check_norm(norm: nn.Module, name: Any, width: int | None, model: nn.Module, where: str) -> None:
+    """A norm: its children hold no parameters (TransformerLens' norms hold hook points) and it keeps
+    a (1, 2, width) input's shape; a block or a layer given as `norm` is one line naming the norms."""
+    inner = any(p.numel() for c in norm.children() for p in c.parameters())
+    ok = not inner
+    if ok and width is not None:
+        p = next(norm.parameters(), None)
+        x = torch.ones(1, 2, width, device=p.device if p is not None else None, dtype=p.dtype if p is not None else None)
+        try:
+            with torch.no_grad():
+                y = norm.forward(x)
+            ok = isinstance(y, torch.Tensor) and tuple(y.shape) == tuple(x.shape)
+        except Exception:  # whatever a module that is no norm raises on a (1, 2, width) input
+            ok = False
+    if not ok:
+        norms = [n for n, m in model.named_modules() if "norm" in type(m).__name__.lower() or n.endswith(("ln_f", "norm"))]
+        raise ConfigError(f"{where}: logit_lens norm={name!r} is a {type(norm).__name__}, not a norm (a norm keeps its "
+                          f"(batch, tokens, width) input's shape and holds no layers); name the model's final norm"
+                          + (f", e.g. {', '.join(norms[-3:])}" if norms else ""))
+
+
 class FinalLogits:
     """The unembed module's output in each forward, shared by the run's lenses: a plain forward
     hook that hands the final logits to every lens waiting for them (no copy of them is made)."""
@@ -92,16 +129,24 @@ class LogitLens(Action):
 
     def __init__(self, point, hook_type, env, where: str = "", norm: str | None = None, unembed: str | None = None,
                  top_k: int = 5, target: str | None = None, target_shift: int = 0, translator: Any = None,
-                 what: str | None = None) -> None:
+                 what: str | None = None, ignore_index: int | None = None) -> None:
         super().__init__(point, hook_type, env, where)
         model = env.model
         if model is None:
             raise ConfigError(f"{self.where}: logit_lens needs the model (built by make_plan)")
         self.norm = find_module(model, norm, self.where, "norm")
         self.unembed = find_module(model, unembed, self.where, "unembed")
-        self.width = width_of(self.unembed)
+        self.width, self.vocab = width_of(self.unembed), vocab_of(self.unembed)
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
             raise ConfigError(f"{self.where}: logit_lens top_k={top_k!r}; expected a whole number >= 1")
+        if self.vocab is not None and top_k > self.vocab:
+            raise ConfigError(f"{self.where}: logit_lens top_k={top_k} is larger than the vocabulary of {unembed} "
+                              f"({self.vocab} tokens); give at most {self.vocab}")
+        check_norm(self.norm, norm, self.width, model, self.where)
+        if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, int)):
+            raise ConfigError(f"{self.where}: logit_lens ignore_index={ignore_index!r}; give the whole number that marks "
+                              f"'no target' in the items (e.g. -100), or null")
+        self.ignore = ignore_index
         if isinstance(target_shift, bool) or not isinstance(target_shift, int) or target_shift < 0:
             raise ConfigError(f"{self.where}: logit_lens target_shift={target_shift!r}; expected a whole number >= 0")
         if target is not None and (not isinstance(target, str) or not target):
@@ -126,6 +171,21 @@ class LogitLens(Action):
         if not isinstance(item, Mapping) or self.target not in item:
             keys = ", ".join(map(str, item)) if isinstance(item, Mapping) else f"none (items are {type(item).__name__}s)"
             raise ConfigError(f"{self.where}: logit_lens target={self.target!r} is not a key of the items; their keys: {keys}")
+        ids = item[self.target]
+        if isinstance(ids, int | torch.Tensor) and not isinstance(ids, bool):
+            self.check_ids(torch.as_tensor(ids), "the first item")
+
+    def check_ids(self, ids: torch.Tensor, which: str) -> None:
+        """Every target id (but ignore_index) within the vocabulary, or one line naming the range."""
+        if self.vocab is None or ids.is_floating_point():
+            return
+        real = ids[ids != self.ignore] if self.ignore is not None else ids.reshape(-1)
+        bad = real[(real < 0) | (real >= self.vocab)]
+        if bad.numel():
+            error = ConfigError if which == "the first item" else RunError
+            raise error(f"{self.where}: logit_lens target={self.target!r}: {which} holds id {int(bad[0])}, outside the "
+                        f"vocabulary of {self.names[1]} (0..{self.vocab - 1}); a value that means 'no target' (such as "
+                        f"-100 padding) is named with ignore_index: {int(bad[0])}")
 
     def check_mode(self, mode: str) -> None:
         if mode == "generate":
@@ -164,8 +224,11 @@ class LogitLens(Action):
             raise RunError(f"{self.where}: logit_lens target={self.target!r}: the batch has no such tensor")
         b, t = x.shape[:2]
         ids = batch[self.target].to(x.device).long()
+        self.check_ids(ids, f"batch {state.step}")
+        real = (ids != self.ignore) if self.ignore is not None else torch.ones_like(ids, dtype=torch.bool)
+        ids = ids.masked_fill(~real, 0)
         if ids.dim() == 1:  # one id per sample: at every position
-            return ids[:, None].expand(b, t), torch.ones(b, t, dtype=torch.bool, device=x.device)
+            return ids[:, None].expand(b, t), real[:, None].expand(b, t).clone()
         if ids.shape[:2] != (b, t):
             raise RunError(f"{self.where}: logit_lens target={self.target!r} has shape {tuple(ids.shape)}; expected "
                            f"({b},) or ({b}, {t}) to match the hooked tensor")
@@ -174,7 +237,7 @@ class LogitLens(Action):
         s = self.shift
         if s < t:
             out[:, : t - s] = ids[:, s:]
-            ok[:, : t - s] = True
+            ok[:, : t - s] = real[:, s:]
             mask = state.attention_mask
             if mask is not None and tuple(mask.shape) == (b, t):
                 ok[:, : t - s] &= mask.to(x.device)[:, s:].bool()
@@ -202,7 +265,7 @@ class LogitLens(Action):
             out["kl"].append((f.exp() * (f - lp)).sum(-1))
             if tid is not None:
                 ids, ok = tid[lo:lo + step], tok[lo:lo + step]
-                tlp = lp.gather(1, ids[:, None].clamp(0, vocab - 1))[:, 0]
+                tlp = lp.gather(1, ids[:, None])[:, 0]  # (ids checked against the vocabulary; none-targets are 0)
                 rank = (lp > tlp[:, None]).sum(-1)
                 out["tlp"].append(tlp.masked_fill(~ok, float("nan")))
                 out["rank"].append(rank.masked_fill(~ok, -1))
@@ -213,7 +276,8 @@ class LogitLens(Action):
         if tid is not None:
             roles |= {"lens.target_logprob": ("tlp", ("sample", "position")),
                       "lens.target_rank": ("rank", ("sample", "position"))}
-        attrs = {"top_k": self.top_k, "norm": self.names[0], "unembed": self.names[1], "target": self.target or "", "target_shift": self.shift, "translator": "identity"}
+        attrs = {"top_k": self.top_k, "norm": self.names[0], "unembed": self.names[1], "target": self.target or "", "target_shift": self.shift, "translator": "identity",
+                 "ignore_index": "" if self.ignore is None else self.ignore}
         for role, (name, dims) in roles.items():
             value = torch.cat(out[name]).reshape(b, t, *out[name][0].shape[1:])
             key = CaptureKey(seen["hook"], seen["module"], seen["type"], role, seen["call"])

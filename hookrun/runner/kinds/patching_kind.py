@@ -72,6 +72,17 @@ class PatchingKind(RunKind):
             self.engine = None
 
     @classmethod
+    def call_inputs(cls, cfg: HookrunConfig) -> tuple[Any, Any]:
+        """`patching.input` alone sends the clean (and, in the cells, the corrupted) input to the forward:
+        without data.inputs, the site check's forward of the first item is {input: item[clean]}, no target."""
+        if cfg.data.inputs is not None:
+            return cfg.data.inputs, cfg.data.target
+        block = cfg.patching
+        get = (lambda k, d: block.get(k, d)) if isinstance(block, dict) else (lambda k, d: getattr(block, k, d))
+        target = None if cfg.data.target == "auto" else cfg.data.target
+        return {str(get("input", "input_ids")): str(get("clean", "clean"))}, target
+
+    @classmethod
     def check(cls, cfg: HookrunConfig) -> None:
         parse_block(cfg.patching, build=lambda node, where: build(node, where))
 

@@ -126,6 +126,12 @@ class RunKind:
         """Refuse what this kind cannot run (one ConfigError line), before anything is built.
         The options that may not go together whatever the kind are in hookrun.config.checks."""
 
+    @classmethod
+    def call_inputs(cls, cfg: HookrunConfig) -> tuple[Any, Any]:
+        """(data.inputs, data.target) as the run's forward takes them: the config's, unless the kind
+        has its own default (patching: its `input` fed the clean item key)."""
+        return cfg.data.inputs, cfg.data.target
+
     def step(self, model: nn.Module, call: ModelCall, session: HookSession) -> StepAdds:
         """One batch: its forwards under `session`, and what they add to the step's record."""
         plain_forward(model, call)

@@ -7,9 +7,10 @@
 |-------------|---------------------------------------------------------------------------|
 | block.py    | the `patching:` block, checked (one ConfigError per bad key)              |
 | items.py    | the items as one batch, checked against the block                         |
+| checks.py   | the metric's position and answer/wrong ids checked against the output     |
 | cells.py    | Cell (site, module, index), SiteGrid and Layout: how cells are numbered   |
 | engine.py   | PatchEngine: the base runs, exact chunks packed along the batch, atp       |
-| stack.py    | the model's stack of blocks: the blocks below a patched one not rerun      |
+| stack.py    | the model's stack of blocks (order seen in a forward): blocks below not rerun |
 | budget.py   | one forward's measured bytes (cells_per_forward's default)                |
 | notebook.py | patch_grid, and run_cells (shared with the file run's kind)               |
 | edges/      | the residual graph, EAP / EAP-IG, atp_ig's gradients, faithfulness         |

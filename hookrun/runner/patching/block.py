@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from hookrun.config.params import as_bool
 from hookrun.config.schema import PatchingConfig
 from hookrun.errors import ConfigError, close_matches, one_of
 from hookrun.runner.metrics import PATCH_METRICS
@@ -59,7 +60,7 @@ class Block:
     def item_keys(self) -> list[str]:
         """The item keys the block reads (a missing one is refused before any forward)."""
         keys = [self.clean, self.corrupt]
-        if self.user_metric is None and self.metric in ("logit_diff", "logprob", "prob"):
+        if self.user_metric is None and self.metric in ("logit_diff", "logprob", "prob", "logit"):
             keys.append(self.answer)
         if self.user_metric is None and self.metric == "logit_diff":
             keys.append(self.wrong)
@@ -85,10 +86,26 @@ def parse_block(raw: Any, build: Callable[[Mapping, str], Any] | None = None) ->
         raise ConfigError(f"patching.direction={direction!r}; choose from: {one_of(DIRECTIONS)}")
     if method not in METHODS:
         raise ConfigError(f"patching.method={method!r}; choose from: {one_of(METHODS)}")
-    metric = dict(get("metric") or {})
-    normalize = bool(metric.pop("normalize", False))
+    metric = get("metric")
+    if callable(metric) or isinstance(metric, str):  # patch_grid(metric=fn) or metric="prob": the metric itself
+        metric = {"_callable_": metric} if callable(metric) else {"name": metric}
+    if not isinstance(metric, Mapping):
+        raise ConfigError(f"patching.metric={metric!r}; give {{name: logit_diff, answer: KEY, wrong: KEY, position: -1, "
+                          f"normalize: false}}, {{_target_: my_pkg.metric}}, or (in Python) a function (logits, items) -> one value per item")
+    metric = dict(metric)
+    if callable(metric.get("name")):  # {name: fn, normalize: true}
+        metric["_callable_"] = metric.pop("name")
+    normalize = bool(as_bool(metric.pop("normalize", False), "normalize", "patching.metric"))
     user = None
-    if "_target_" in metric:
+    if "_callable_" in metric:
+        user = metric.pop("_callable_")
+        name = str(getattr(user, "__qualname__", None) or getattr(user, "__name__", None) or type(user).__name__)
+        extra = [k for k in metric if k not in METRIC_KEYS or metric[k] != PatchingConfig().metric.get(k)]
+        if extra:
+            raise ConfigError(f"patching.metric: a function metric takes no keys beside normalize; got {', '.join(extra)} "
+                              f"(bind them with functools.partial)")
+        answer = wrong = position = None
+    elif "_target_" in metric:
         name = str(metric["_target_"])
         default = PatchingConfig().metric  # the schema's defaults merged under a user's node: not its arguments
         metric = {k: v for k, v in metric.items() if not (k in METRIC_KEYS and default.get(k) == v)}
@@ -117,7 +134,11 @@ def parse_block(raw: Any, build: Callable[[Mapping, str], Any] | None = None) ->
     if verify and method not in ("atp", "atp_ig"):
         raise ConfigError(f"patching.verify={verify}: verify recomputes attribution estimates; it needs method: atp or atp_ig")
     graph, ig_steps, faith = parse_edge_keys(get, method)
-    sites = [parse_site(n, body) for n, body in (get("sites") or {}).items()]
+    sites = get("sites") or {}
+    if not isinstance(sites, Mapping):
+        raise ConfigError(f"patching.sites: got a {type(sites).__name__}; give a mapping of site names to sites, e.g. "
+                          f"sites={{'resid': {{'at': 'blocks.*.hook_resid_pre', 'over': ['position']}}}}")
+    sites = [parse_site(str(n), body) for n, body in sites.items()]
     if not sites and method not in EDGE_METHODS:
         raise ConfigError("patching.sites: empty; name at least one site, e.g. sites: {resid: {at: 'blocks.*.hook_resid_pre', over: [position]}}")
     return Block(str(get("input")), str(get("clean")), str(get("corrupt")), direction, method, name, answer, wrong,
@@ -153,8 +174,8 @@ def parse_bytes(value: Any, where: str) -> int:
     """1000000, '512MB', '2GiB' -> bytes."""
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)\s*", str(value))
-    if m is None or m.group(2).lower() not in UNITS:
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
+    if m is None or m.group(2).lower() not in UNITS or float(m.group(1)) <= 0:
         raise ConfigError(f"{where}={value!r}; give bytes as a number or with a unit (512MB, 2GiB)")
     return max(1, int(float(m.group(1)) * UNITS[m.group(2).lower()]))
 

@@ -40,6 +40,7 @@ from hookrun.runner.metrics import item_metric, reference_logprobs
 from hookrun.runner.patching.block import Block
 from hookrun.runner.patching.budget import measure_bytes
 from hookrun.runner.patching.cells import Layout, SiteGrid
+from hookrun.runner.patching.checks import check_metric_inputs
 from hookrun.runner.patching.stack import BlockStack
 
 SPEC = "patching_site_"  # the site's hook name in the plan (errors are renamed to patching.sites.NAME)
@@ -92,7 +93,7 @@ class PatchEngine:
     def measure(self, logits: torch.Tensor, copies: int) -> torch.Tensor:
         """The metric of each copy: its items' values averaged (float64)."""
         b = self.block
-        rep = {k: v.repeat(copies, *[1] * (v.dim() - 1)) for k, v in self.items.items()} if copies > 1 else self.items
+        rep = {k: _repeat(v, copies) for k, v in self.items.items()} if copies > 1 else self.items
         if b.user_metric is not None:
             value = b.user_metric(logits, rep)
             if not isinstance(value, torch.Tensor) or value.dim() != 1 or value.shape[0] != logits.shape[0]:
@@ -102,7 +103,7 @@ class PatchEngine:
                                   f"(a scalar, such as a .mean() over the batch, would mix the cells packed into one forward)")
         else:
             ref = self.reference.repeat(copies, 1) if self.reference is not None else None
-            ids = self.items[b.clean].repeat(copies, 1)
+            ids = _repeat(self.items[b.clean], copies)
             value = item_metric(b.metric, logits, rep, b.position, b.answer, b.wrong, ids, ref)
         return value.detach().double().view(copies, -1).mean(1) if not value.requires_grad else value.double().view(copies, -1).mean(1)
 
@@ -113,10 +114,12 @@ class PatchEngine:
         with torch.no_grad():
             state.mode, state.kept = "keep", {}
             source_logits = self.forward(self.source_ids)
+            check_metric_inputs(b, source_logits, self.items)
             self.source = state.kept
             state.kept = {}
             run = lambda: self.forward(self.base_ids)  # noqa: E731
-            base_run = (lambda: self.stack.keep_outputs(run)) if self.stack is not None else run
+            watch = [p.module for p in self.site_points]
+            base_run = (lambda: self.stack.keep_outputs(run, watch)) if self.stack is not None else run
             base_logits, self.copy_bytes = measure_bytes(self.model, base_run)
             self.base = state.kept
             state.mode = "off"
@@ -126,6 +129,10 @@ class PatchEngine:
             self.metric_clean = float(self.measure(clean_logits, 1)[0])
             self.metric_corrupt = float(self.measure(corrupt_logits, 1)[0])
         self.metric_base = self.metric_clean if b.direction == "noise" else self.metric_corrupt
+        if b.normalize and not self.metric_clean != self.metric_corrupt:
+            raise ConfigError(f"patching.metric.normalize: the metric is {self.metric_clean} on the clean input and "
+                              f"{self.metric_corrupt} on the corrupted one, so (m - m_corrupt) / (m_clean - m_corrupt) is "
+                              f"undefined in every cell; choose items whose clean and corrupted runs differ, or normalize: false")
         self.layout = Layout(self._grids())
         if self.cells_per_forward is None:
             self.cells_per_forward = max(1, min(self.layout.size, b.memory // max(1, self.copy_bytes)))
@@ -134,30 +141,41 @@ class PatchEngine:
         grids, offset = [], 0
         for site in self.block.sites:
             where = f"patching.sites.{site.name}"
-            points = [p for p in self.site_points if p.hook == SPEC + site.name]
-            silent = [p.module for p in points if p.module not in self.source]
+            points = [(p, name) for q in self.site_points if q.hook == SPEC + site.name for p, name in self._fired(q)]
+            silent = [p.module for p in self.site_points if p.hook == SPEC + site.name and not self._fired(p)]
             if silent:
                 raise ConfigError(f"{where}.at: {', '.join(silent)} never fired (or returned no tensor) in a forward of "
                                   f"{self.block.input}; patch modules that run on this input (hookrun.modules(model, x) lists them)")
             sizes = None
-            for p in points:
-                x = self.source[p.module]
+            for p, name in points:
+                x = self.source[name]
                 dims = site.dims or self._dims(p, x)
                 if len(dims) != x.dim():
-                    raise ConfigError(f"{where}.dims={list(dims)}: {p.module}'s output has {x.dim()} axes {tuple(x.shape)}; name each once")
+                    raise ConfigError(f"{where}.dims={list(dims)}: {name}'s output has {x.dim()} axes {tuple(x.shape)}; name each once")
                 missing = [a for a in site.over if a not in dims]
                 if missing:
-                    raise ConfigError(f"{where}.over: {', '.join(map(repr, missing))} is not an axis of {p.module}'s output "
+                    raise ConfigError(f"{where}.over: {', '.join(map(repr, missing))} is not an axis of {name}'s output "
                                       f"(shape {tuple(x.shape)}, axes {', '.join(dims)}); cut along {', '.join(dims[1:])}, "
                                       f"or name its axes with dims: [sample, ...]")
                 s = tuple(x.shape[dims.index(a)] for a in site.over)
                 if sizes is not None and s != sizes:
-                    raise ConfigError(f"{where}: its modules' {list(site.over)} differ in size ({sizes} and {s} at {p.module}); "
+                    raise ConfigError(f"{where}: its modules' {list(site.over)} differ in size ({sizes} and {s} at {name}); "
                                       f"split them into sites of their own")
                 sizes, site_dims = s, dims
-            grids.append(SiteGrid(site.name, tuple(p.module for p in points), site.over, site_dims, sizes, offset))
+            grids.append(SiteGrid(site.name, tuple(name for _, name in points), site.over, site_dims, sizes, offset))
             offset += grids[-1].size
         return grids
+
+    def _fired(self, point: Any) -> list[tuple[Any, str]]:
+        """(point, the name its output was kept under) for each firing: the point's module, or, for an op
+        site spelt without its call (MODULE/FN, as capture() takes it), each call MODULE/FN.k that ran."""
+        if point.module in self.source:
+            return [(point, point.module)]
+        if "/" not in point.module:
+            return []
+        head = point.module + "."
+        calls = sorted(int(k[len(head):]) for k in self.source if k.startswith(head) and k[len(head):].isdigit())
+        return [(point, f"{head}{k}") for k in calls]
 
     def _dims(self, point: Any, x: torch.Tensor) -> tuple[str, ...]:
         """(sample, position, feature) / (sample, position, head, feature) over the input's tokens,
@@ -183,7 +201,7 @@ class PatchEngine:
             yield chunk
 
     def _level(self, k: int) -> int:
-        if self.stack is None:
+        if self.stack is None or not self.stack.ordered:
             return 0
         grid = self.layout.grid_of(k)
         return self.stack.level(grid.modules[(k - grid.offset) // max(1, int(np.prod(grid.sizes)))])
@@ -203,9 +221,9 @@ class PatchEngine:
             with torch.no_grad():
                 if self.stack is not None:
                     with self.stack.skip_below(level, len(ks)):
-                        logits = self.forward(self.base_ids.repeat(len(ks), 1))
+                        logits = self.forward(_repeat(self.base_ids, len(ks)))
                 else:
-                    logits = self.forward(self.base_ids.repeat(len(ks), 1))
+                    logits = self.forward(_repeat(self.base_ids, len(ks)))
                 return self.measure(logits, len(ks)).cpu().numpy()
         finally:
             self.state.mode = "off"
@@ -241,3 +259,8 @@ class PatchEngine:
                 n = int(np.prod(g.sizes))
                 out[g.offset + j * n: g.offset + (j + 1) * n] = (self.metric_base + cell_sums.detach().cpu().numpy().reshape(-1))
         return out
+
+
+def _repeat(x: torch.Tensor, copies: int) -> torch.Tensor:
+    """`copies` copies of a batch along its first axis, whatever its rank (token ids, images)."""
+    return x.repeat(copies, *[1] * (x.dim() - 1))

@@ -29,7 +29,16 @@ def load_items(dataset: Any, block: Block, limit: int | None = None, device: Any
             close = close_matches(str(key), list(map(str, first)), n=1)
             raise ConfigError(f"{where}={key!r}: the items have no key {key!r}; their keys: {', '.join(map(str, first))}"
                               + (f"; did you mean {close[0]}?" if close else ""))
-    batch = default_collate([{k: v for k, v in dataset[i].items() if isinstance(v, torch.Tensor | int | float)} for i in range(n)])
+    rows = [{k: v for k, v in dataset[i].items() if isinstance(v, torch.Tensor | int | float)} for i in range(n)]
+    for name in ("clean", "corrupt"):
+        key = getattr(block, name)
+        shapes = [tuple(torch.as_tensor(r[key]).shape) if key in r else None for r in rows]
+        j = next((j for j, s in enumerate(shapes) if s != shapes[0]), None)
+        if j is not None:
+            raise ConfigError(f"patching.{name}: the items' {key!r} differ in shape: item 0 has {shapes[0]}, item {j} "
+                              f"{shapes[j]}; patching stacks the items into one batch: pad them to one length (and give "
+                              f"each item's position with metric.position: KEY), or make items of one length")
+    batch = default_collate(rows)
     clean, corrupt = batch[block.clean], batch[block.corrupt]
     if tuple(clean.shape) != tuple(corrupt.shape):
         raise ConfigError(f"patching.clean / patching.corrupt: the clean input {block.clean!r} has shape {tuple(clean.shape[1:])} "

@@ -10,6 +10,8 @@ written. The model comes back as it went in (its mode, flags, devices and grads;
 
 from __future__ import annotations
 
+import inspect
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +24,7 @@ from hookrun.analysis.grids import as_grid
 from hookrun.config.build import build
 from hookrun.config.schema import Mode
 from hookrun.config.specs import parse_hooks
+from hookrun.errors import ConfigError, close_matches
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.plan import make_plan
@@ -32,17 +35,29 @@ from hookrun.runner.patching.edges.spec import EDGE_METHODS
 from hookrun.runner.patching.engine import PatchEngine
 from hookrun.runner.patching.items import load_items
 
+WHICH = ("value", "exact")
+log = logging.getLogger("hookrun")
+
 
 def patch_grid(model: nn.Module, dataset: Any, hooks: Any = None, limit: int | None = None, which: str = "value",
                **block: Any) -> dict[str, Any]:
     """The grid of every site of `block` (the keys of the `patching:` config block), by site name.
 
     `hooks`: hookrun hooks attached as well (a splice, so that `MODULE.sae.latents` can be a site);
-    `limit`: the first N items; `which="exact"`: an atp run's exactly recomputed cells (verify: K).
+    `limit`: the first N items; `which="exact"`: an atp run's exactly recomputed cells (verify: K);
+    `metric`: as the block's (a name, {name: ..., normalize: ...}, {_target_: ...}) or a Python function
+    `metric(logits, items) -> tensor of shape (items,)`, one value per item (patching averages them;
+    `items` holds every item key, batched; {"name": fn, "normalize": True} normalizes it).
     method eap / eap_ig: {"edges": the [writer, reader] grid, node scores and faithfulness curve in its attrs}
-    (docs/edges.md).
+    (docs/edges.md). Every argument is checked before any forward (one ConfigError); the model comes
+    back unchanged.
     """
+    if which not in WHICH:
+        raise ConfigError(f"patch_grid: which={which!r}; choose from: {', '.join(WHICH)}" + _close(str(which), WHICH))
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ConfigError(f"patch_grid: limit={limit!r}; give how many items to use (a whole number >= 1), or None for all")
     b = parse_block(block, build=lambda node, where: build(node, where))
+    check_forward_argument(model, b.input)
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     items = load_items(dataset, b, limit, device)
     env = ActionEnv(hold=ModelHold(model))  # the model comes back as it went in: hooks, splices, its mode
@@ -85,12 +100,51 @@ def run_cells(engine: PatchEngine, cells: Sequence[int] | None = None,
         values[ks], exact[ks] = scaled(estimate, b, engine)[ks], scaled(exact, b, engine)[ks]
         if on_chunk is not None and ks:
             on_chunk(ks, values[ks], exact[ks])
+        warn_nan(engine, values, ks)
         return values, exact
     for ks in engine.chunks(cells):
         values[ks] = scaled(engine.exact(ks), b, engine)
         if on_chunk is not None:
             on_chunk(ks, values[ks], exact[ks])
+    warn_nan(engine, values, cells)
     return values, exact
+
+
+def warn_nan(engine: PatchEngine, values: np.ndarray, cells: Sequence[int]) -> None:
+    """One warning line per site with NaN cells among `cells`: which, and the likely cause."""
+    ks = np.asarray(list(cells), dtype=np.int64)
+    bad = ks[np.isnan(values[ks])] if len(ks) else ks
+    for g in engine.layout.grids:
+        mine = [int(k) for k in bad if g.offset <= k < g.offset + g.size]
+        if not mine:
+            continue
+        where = [_cell_text(g, g.cell(k - g.offset)) for k in mine[:4]]
+        log.warning("patching.sites.%s: %d of %d cell(s) are NaN (the metric %s returned NaN for some items of those "
+                    "runs): %s%s", g.name, len(mine), g.size, engine.block.metric, "; ".join(where),
+                    ", ..." if len(mine) > 4 else "")
+
+
+def _cell_text(g: Any, cell: Any) -> str:
+    return " ".join([cell.module, *(f"{a} {i}" for a, i in zip(g.over, cell.index, strict=True))])
+
+
+def check_forward_argument(model: nn.Module, name: str) -> None:
+    """patching.input must be an argument of the model's forward (or it takes **kwargs)."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return
+    if name in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    takes = [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    raise ConfigError(f"patching.input={name!r} is not an argument of {type(model).__name__}.forward, which takes "
+                      f"{', '.join(takes) or 'no named argument'}; set input= to the one the clean and corrupted inputs go to"
+                      + _close(name, takes))
+
+
+def _close(word: str, choices: Sequence[str]) -> str:
+    near = close_matches(word, list(choices), n=1)
+    return f"; did you mean {near[0]}?" if near else ""
 
 
 def scaled(values: np.ndarray, b: Block, engine: PatchEngine) -> np.ndarray:

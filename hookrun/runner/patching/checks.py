@@ -1,0 +1,59 @@
+"""The metric's inputs checked against the model's output, before any cell runs.
+
+    check_metric_inputs(block, logits, items)   # logits: the first base run's output
+
+A position outside the sequence, or an answer / wrong id outside the output's classes, would be
+read as another index (position 50 of 8 tokens as 2, -9 as 7) or end in an IndexError: each is
+one ConfigError naming the key, the value and the range. A model whose output has no token axis
+(an image classifier's (items, classes)) has no position to read: ce, which reads next tokens,
+is refused there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from hookrun.errors import ConfigError
+
+
+def check_metric_inputs(block: Any, logits: torch.Tensor, items: Mapping[str, torch.Tensor]) -> None:
+    if block.user_metric is not None:
+        return
+    if logits.dim() not in (2, 3):
+        raise ConfigError(f"patching.metric.name={block.metric!r}: the model's output has shape {tuple(logits.shape)}; the "
+                          f"built-in metrics read (items, classes) or (items, tokens, vocabulary) logits: give a metric of "
+                          f"your own ({{_target_: my_pkg.metric}}, one value per item)")
+    classes = logits.shape[-1]
+    if logits.dim() == 2 and block.metric == "ce":
+        raise ConfigError(f"patching.metric.name='ce' reads the next token at every position, and the model's output "
+                          f"{tuple(logits.shape)} has no token axis; choose logit, logit_diff, logprob, prob or kl")
+    if logits.dim() == 3 and block.metric != "ce":
+        _check_position(block.position, items, logits.shape[1])
+    if block.metric in ("logit_diff", "logprob", "prob", "logit"):
+        keys = [("answer", block.answer)] + ([("wrong", block.wrong)] if block.metric == "logit_diff" else [])
+        for name, key in keys:
+            ids = items[key]
+            if ids.is_floating_point() and not torch.equal(ids, ids.round()):
+                raise ConfigError(f"patching.metric.{name}={key!r}: the items' {key!r} are not whole numbers (class ids)")
+            if ids.numel() != logits.shape[0]:
+                raise ConfigError(f"patching.metric.{name}={key!r}: expected one id per item, got shape {tuple(ids.shape)}")
+            bad = ((ids < 0) | (ids >= classes)).reshape(-1)
+            if bool(bad.any()):
+                i = int(bad.nonzero()[0])
+                raise ConfigError(f"patching.metric.{name}={key!r}: item {i} has id {int(ids.reshape(-1)[i])}, outside the "
+                                  f"model's {classes} output classes (0..{classes - 1})")
+
+
+def _check_position(position: Any, items: Mapping[str, torch.Tensor], tokens: int) -> None:
+    span = f"the output has {tokens} position(s): 0..{tokens - 1}, or -{tokens}..-1 from the end"
+    if isinstance(position, str):
+        pos = items[position].reshape(-1)
+        bad = (pos < -tokens) | (pos >= tokens)
+        if bool(bad.any()):
+            i = int(bad.nonzero()[0])
+            raise ConfigError(f"patching.metric.position={position!r}: item {i} asks for position {int(pos[i])}; {span}")
+    elif not -tokens <= int(position) < tokens:
+        raise ConfigError(f"patching.metric.position={position}: outside the sequence; {span}")

@@ -1,0 +1,85 @@
+"""logit_lens's ranges (issue 41 items 2 and 7): a target id outside the vocabulary is refused before
+any batch (never clamped into it), ids that mean "no target" are named with ignore_index and masked
+(NaN log-probability, rank -1) while the others equal the model's own modules; top_k past the
+vocabulary and a norm that is no norm are one line before any batch, no file."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import hookrun
+from hookrun.analysis import open_run
+from hookrun.data.text import text
+from hookrun.errors import ConfigError
+from hookrun.models import tiny_lm
+
+LENS = {"name": "logit_lens", "norm": "transformer.ln_f", "unembed": "lm_head", "top_k": 3, "target": "labels"}
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_lm().eval()
+
+
+@pytest.fixture(scope="module")
+def encoded():
+    data = text(files="pydoc_topics", max_length=8, limit=4)
+    return data.encoded["input_ids"], data.encoded["attention_mask"]
+
+
+def items(encoded, labels):
+    ids, mask = encoded
+    return [{"input_ids": ids[i], "attention_mask": mask[i], "labels": labels[i]} for i in range(len(ids))]
+
+
+def run(tmp_path, model, data, **change):
+    cfg = {"hooks": {"lens": {"at": "transformer.h.1", "type": "forward", "actions": [{**LENS, **change}]}},
+           "data": {"batch_size": 2, "inputs": {"input_ids": "input_ids", "attention_mask": "attention_mask"}, "target": None},
+           "output": {"path": str(tmp_path / "l.h5")}, "device": "cpu", "progress": False}
+    return hookrun.run(cfg, model=model, dataset=data)
+
+
+@pytest.mark.parametrize(("bad", "change", "message"), [
+    (9999, {}, r"target='labels': the first item holds id 9999, outside the vocabulary of lm_head \(0..258\)"),
+    (-100, {}, r"holds id -100, outside the vocabulary .* is named with ignore_index: -100"),
+    (None, {"top_k": 300}, r"top_k=300 is larger than the vocabulary of lm_head \(259 tokens\); give at most 259"),
+    (None, {"norm": "transformer.h.3"}, r"norm='transformer.h.3' is a GPT2Block, not a norm .* e.g. .*transformer.ln_f"),
+])
+def test_out_of_range_is_one_line_before_any_batch(tmp_path, model, encoded, bad, change, message):
+    labels = encoded[0].clone()
+    if bad is not None:
+        labels[0, 2] = bad
+    with pytest.raises(ConfigError, match=message):
+        run(tmp_path, model, items(encoded, labels), **change)
+    assert not list(tmp_path.iterdir())  # no file, no failed file
+    assert not any(m._forward_hooks for m in model.modules())
+
+
+def test_ignore_index_masks_those_positions_and_the_rest_equal_the_models_modules(tmp_path, model, encoded):
+    ids, mask = encoded
+    labels = ids.clone()
+    labels[:, ::3] = -100
+    path = run(tmp_path, model, items(encoded, labels), ignore_index=-100).path
+    caught = {}
+    h = model.transformer.h[1].register_forward_hook(lambda m, a, o: caught.setdefault("x", o[0] if isinstance(o, tuple) else o))
+    with torch.no_grad():
+        model(input_ids=ids, attention_mask=mask)
+        h.remove()
+        lp = torch.log_softmax(model.lm_head(model.transformer.ln_f(caught["x"])).double(), -1)
+    real = labels != -100
+    want = np.full(ids.shape, np.nan)
+    want[real.numpy()] = lp.gather(-1, labels.clamp(min=0)[..., None])[..., 0][real].numpy()
+    rank = np.where(real.numpy(), (lp > lp.gather(-1, labels.clamp(min=0)[..., None])).sum(-1).numpy(), -1)
+    with open_run(path) as r:
+        got = r["transformer.h.1", "lens.target_logprob"][:]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        np.testing.assert_array_equal(r["transformer.h.1", "lens.target_rank"][:], rank)
+
+
+def test_a_later_batch_with_an_id_past_the_vocabulary_is_not_clamped(tmp_path, model, encoded):
+    labels = encoded[0].clone()
+    labels[3, 1] = 9999  # the second batch: the first item is fine
+    with pytest.raises(hookrun.errors.RunError, match=r"batch 1 holds id 9999, outside the vocabulary"):
+        run(tmp_path, model, items(encoded, labels))
