@@ -24,6 +24,14 @@ from hookrun.data import RandomTensors
 ROOT = Path(__file__).resolve().parents[1]
 N, BATCH, SHAPE, CLASSES = 12, 4, (3, 32, 32), 10
 
+# One intra-op thread, here and in every `python -m hookrun` a test starts (they inherit the
+# environment): the tests' models are tiny, and on CI's 2 cores a second thread costs more in
+# synchronisation than it gains (test_top_examples' runs took 3x the wall time and 1.2x the CPU
+# with two). The benchmarks' smoke runs keep torch's default (tests/test_benchmarks.py).
+# setdefault: OMP_NUM_THREADS=2 python -m pytest still chooses.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 
 def small_resnet() -> torch.nn.Module:
     return torchvision.models.resnet18(weights=None, num_classes=CLASSES)

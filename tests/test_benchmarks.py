@@ -18,6 +18,7 @@ def quick(tmp_path, script: str, *args: str, timeout: int = 600) -> str:
     this checkout's hookrun first on the path: it must succeed and print the table it wrote; the table."""
     path = tmp_path / "table.md"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop("OMP_NUM_THREADS", None)  # torch's own default, as a user runs it (conftest sets one thread for tests)
     proc = subprocess.run([sys.executable, f"benchmarks/{script}", "--quick", "--markdown", str(path), *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -68,6 +69,9 @@ QUICK = {
          "1. the same grid: max abs difference", "2. one process per cell (extrapolated)", "3. atp / exact on the shipped task",
          "3. atp vs exact: Spearman rank correlation"],
         ["transformer-lens ", "extrapolated"], needs=("transformer_lens",), timeout=900),
+    "process_pair.py": Expect(  # issue 41 item 18: whole `python -m hookrun` process / the tutorial script
+        ["whole process: hookrun / tutorial script (wall)", "whole process: hookrun / tutorial script (CPU)"],
+        ["torch ", "1-minute load average"]),
     "report.py": Expect(["report size (MB)", "report time (s)"], ["GB run", "torch "]),
     "attribution.py": Expect(
         ["integrated_gradients: hookrun run / captum hand loop (wall)", "integrated_gradients: max abs difference",

@@ -1,7 +1,9 @@
-"""top_examples: each feature's k largest activations over a run, equal to a brute-force sort of a
-`record` of the same hook point in the same run (numpy lexsort: value descending, then sample,
-then position), for token rows with padding, (batch, feature) rows with many ties, and channel
-maps; after an interrupted run is resumed; and across two ranks (torchrun)."""
+"""top_examples: each feature's k largest activations over a run, equal to a brute-force sort (numpy
+lexsort: value descending, then sample, then position) of activations computed without hookrun, by
+the model's own modules called directly or a raw PyTorch forward hook on the same weights and
+inputs, and equal to a sort of a `record` of the same hook point in the same run; for token rows
+with padding, (batch, feature) rows with many ties, and channel maps; after an interrupted run is
+resumed; and across two ranks (torchrun)."""
 
 from __future__ import annotations
 
@@ -39,6 +41,40 @@ def assert_top(path, hook: str, module: str, values, samples, positions, k: int 
         np.testing.assert_array_equal(got_v[f_, : len(v)], v.astype(np.float32), err_msg=f"feature {f_}")
 
 
+@pytest.fixture(scope="module")
+def tiny_lm_acts():
+    """The reference for text_cfg's hook point, without hookrun's runner: the shipped tiny_lm's 14
+    samples of the same text through a raw forward hook on transformer.h.1.mlp.act; its token rows
+    (attention mask 1) as (values, sample index, position)."""
+    from hookrun.data import text
+    from hookrun.models import tiny_lm
+
+    ds = text(files="pydoc_topics", max_length=20, limit=14)
+    ids = torch.stack([ds[i]["input_ids"] for i in range(len(ds))])
+    mask = torch.stack([ds[i]["attention_mask"] for i in range(len(ds))])
+    model, seen = tiny_lm().eval(), []
+    handle = model.transformer.h[1].mlp.act.register_forward_hook(lambda m, i, o: seen.append(o.detach()))
+    with torch.no_grad():
+        for lo in range(0, len(ids), 4):  # the run's batches of 4
+            model(input_ids=ids[lo:lo + 4], attention_mask=mask[lo:lo + 4])
+    handle.remove()
+    act, keep = torch.cat(seen).numpy(), mask.numpy() == 1
+    samples, positions = np.nonzero(keep)
+    return act[keep], samples, positions
+
+
+def assert_top_close(path, hook: str, module: str, values, samples, positions, k: int = K) -> None:
+    """The file's top-k against a brute-force sort of a reference computed outside the run: the
+    same samples and positions, values equal to float32 rounding."""
+    with h5py.File(path, "r", locking=False) as f:
+        g = f[f"captures/{hook}/{module}"]
+        got_v, got_s, got_p = g["top.values"][()], g["top.samples"][()], g["top.positions"][()]
+    for f_, (v, s, p) in enumerate(brute(values, samples, positions, k)):
+        np.testing.assert_array_equal(got_s[f_, : len(s)], s, err_msg=f"feature {f_}")
+        np.testing.assert_array_equal(got_p[f_, : len(p)], p, err_msg=f"feature {f_}")
+        np.testing.assert_allclose(got_v[f_, : len(v)], v, rtol=1e-5, atol=1e-6, err_msg=f"feature {f_}")
+
+
 def text_cfg(path, **extra) -> dict:
     return {"model": {"_target_": "hookrun.models.tiny_lm"},
             "data": {"dataset": {"_target_": "hookrun.data.text", "files": "pydoc_topics", "max_length": 20, "limit": 14},
@@ -50,8 +86,9 @@ def text_cfg(path, **extra) -> dict:
             "output": {"path": str(path), "flush_every": 1}, "device": "cpu", "progress": False, **extra}
 
 
-def test_token_rows_equal_a_brute_force_sort_and_the_reader_gives_their_tokens(tmp_path):
+def test_token_rows_equal_a_brute_force_sort_and_the_reader_gives_their_tokens(tmp_path, tiny_lm_acts):
     path = hookrun.run(text_cfg(tmp_path / "t.h5")).path
+    assert_top_close(path, "act", "transformer.h.1.mlp.act", *tiny_lm_acts)  # against a raw hook, no hookrun
     with open_run(path) as run:
         rec = run["transformer.h.1.mlp.act", "output"][:]
         ts, tp = run.file["samples/token_sample"][:], run.file["samples/token_position"][:]
@@ -98,7 +135,15 @@ def test_ties_go_to_the_earlier_sample_and_channel_maps_use_each_channels_max(tm
                      "c": {"at": "conv", "type": "forward", "actions": [{"name": "top_examples", "k": K}, "record"]}},
            "data": {"batch_size": 7}, "output": {"path": str(tmp_path / "r.h5"), "dtype": "float32"},
            "device": "cpu", "progress": False}
-    path = hookrun.run(cfg, model=Rounded(), dataset=RandomTensors(n=40, shape=(12,))).path
+    data = RandomTensors(n=40, shape=(12,))
+    path = hookrun.run(cfg, model=Rounded(), dataset=data).path
+    ref, x = Rounded(), torch.stack([data[i][0] for i in range(len(data))])  # the same weights and inputs, no hookrun
+    with torch.no_grad():
+        ref_r = (torch.round(ref.lin(x) * 2) / 2).numpy()  # the model's own modules, called directly
+        ref_c = ref.conv(x[:, :12].reshape(-1, 3, 2, 2).repeat(1, 1, 2, 2)).amax(dim=(2, 3)).numpy()
+    every = np.arange(len(x))
+    assert_top_close(path, "r", "round", ref_r, every, np.full(len(x), -1))
+    assert_top_close(path, "c", "conv", ref_c, every, np.full(len(x), -1))
     with open_run(path) as run:
         r = run["round", "output"][:]
         assert len(np.unique(r[:, 0])) < 15  # ties are there to break
@@ -110,7 +155,7 @@ def test_ties_go_to_the_earlier_sample_and_channel_maps_use_each_channels_max(tm
         assert ex[0]["position"] is None and ex[0]["context"] is None and ex[0]["at"] is None
 
 
-def test_an_interrupted_run_resumed_gives_the_brute_force_top_k(tmp_path):
+def test_an_interrupted_run_resumed_gives_the_brute_force_top_k(tmp_path, tiny_lm_acts):
     from toy_models import STOP_AT
 
     cfg = text_cfg(tmp_path / "t.h5")
@@ -120,14 +165,15 @@ def test_an_interrupted_run_resumed_gives_the_brute_force_top_k(tmp_path):
     with h5py.File(cfg["output"]["path"], "r", locking=False) as f:
         assert f.attrs["status"] == "interrupted" and "top.values" not in f["captures/act/transformer.h.1.mlp.act"]
         assert "state" in f  # the running top-k of the kept batches
-    resume_and_check_top(cfg)
+    resume_and_check_top(cfg, tiny_lm_acts)
 
 
-def resume_and_check_top(cfg: dict) -> None:
+def resume_and_check_top(cfg: dict, reference) -> None:
     """Resume the stopped run `cfg` to the end; its top examples equal a brute-force sort of the
-    record of the same hook point (all 14 samples' token rows)."""
+    raw-hook `reference` and of the record of the same hook point (all 14 samples' token rows)."""
     cfg["resume"] = True
     assert hookrun.run(cfg).status == "complete"
+    assert_top_close(cfg["output"]["path"], "act", "transformer.h.1.mlp.act", *reference)
     with open_run(cfg["output"]["path"]) as run:
         rec = run["transformer.h.1.mlp.act", "output"][:]
         ts, tp = run.file["samples/token_sample"][:], run.file["samples/token_position"][:]
@@ -200,7 +246,7 @@ def test_sae_eval_keeps_each_latents_top_examples(tmp_path):
     assert_top(path, "latents", "transformer.h.3.sae.latents", rec, ts, tp, k=20)
 
 
-def test_a_killed_run_resumed_gives_the_brute_force_top_k(tmp_path):
+def test_a_killed_run_resumed_gives_the_brute_force_top_k(tmp_path, tiny_lm_acts):
     import json
     import subprocess
     import sys
@@ -215,7 +261,7 @@ def test_a_killed_run_resumed_gives_the_brute_force_top_k(tmp_path):
     assert proc.returncode == -9, proc.stderr[-2000:]  # SIGKILL at batch 3: no end of run, no close
     with h5py.File(cfg["output"]["path"], "r", locking=False) as f:
         assert f.attrs["status"] == "running" and 1 <= f.attrs["steps_complete"] <= 3
-    resume_and_check_top(cfg)
+    resume_and_check_top(cfg, tiny_lm_acts)
 
 
 def test_the_state_is_written_in_two_slots_in_place(tmp_path):
