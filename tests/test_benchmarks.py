@@ -36,7 +36,7 @@ class Expect(NamedTuple):
 
 QUICK = {
     "run.py": Expect(
-        ["1. record / no hooks", "2. record / tutorial script", "3. peak RSS 4 / 2 batches",
+        ["1. record / no hooks", "2. record / tutorial script", "3. peak RSS 2 / 1 batches",
          "4. writer bytes/s / one h5py write", "5. cost per hook firing", "early stop: layer1", "create_feature_extractor + h5py"],
         ["torch ", "h5py "], timeout=900),
     "cache.py": Expect(
