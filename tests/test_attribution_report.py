@@ -13,6 +13,7 @@ import json
 import h5py
 import numpy as np
 import pytest
+import test_report_browser
 import yaml
 
 import hookrun
@@ -21,6 +22,7 @@ from hookrun.analysis.report.figure_specs import DIVERGING
 
 pytest.importorskip("captum.attr")
 
+browser = pytest.fixture(scope="module")(test_report_browser.browser.__wrapped__)  # headless Chromium, no network
 N, B = 8, 4
 METHODS = ("saliency", "integrated_gradients", "occlusion")
 HOOKS = {"images": {"at": "", "type": "forward_pre", "actions": [{"name": "record", "what": "input"}]},
@@ -123,3 +125,28 @@ def test_sweep_page_compares_the_methods(sweep):
                 assert row[cols.index(f"{w} area")] == pytest.approx(np.trapezoid(c, np.linspace(0, 1, c.shape[1]), axis=1).mean(), rel=1e-5)
     for fig in figs["figures"]:  # one chart per curve, one line per method
         assert [t["name"].split(" (")[0] for t in fig["figure"]["data"]] == list(METHODS)
+
+
+@pytest.mark.slow
+def test_pages_draw_in_a_browser(browser, sweep, tmp_path):
+    """Both pages in headless Chromium: no console error, nothing loaded from the network, every overlay
+    decoded, the curves drawn (tests/test_report_browser.py's browser)."""
+    from test_report_browser import open_page, sections
+
+    driver = browser
+    with hookrun.open_run(sweep / "1") as run:
+        page = build_report(run).save(tmp_path / "run.html")
+    open_page(driver, page)
+    assert "section-attribution" in sections(driver)
+    widths = driver.execute_script("return Array.from(document.querySelectorAll('#section-attribution img')).map(i => i.naturalWidth)")
+    assert len(widths) == N and min(widths) > 0
+    assert driver.execute_script("return document.querySelectorAll('#section-attribution .plot').length") == 2
+    driver.execute_script("document.getElementById('section-attribution').scrollIntoView()")
+    driver.save_screenshot(str(tmp_path / "run.png"))
+    page = build_report(hookrun.open_sweep(sweep)).save(tmp_path / "sweep.html")
+    open_page(driver, page)
+    assert sections(driver) == ["section-attribution-methods", "section-sweep"]
+    names = driver.execute_script("return Array.from(document.querySelectorAll('#section-attribution-methods .plot'))"
+                                  ".map(p => p.data.map(t => t.name.split(' (')[0]))")
+    assert names == [list(METHODS)] * 2
+    driver.save_screenshot(str(tmp_path / "sweep.png"))  # (to look at: --basetemp)

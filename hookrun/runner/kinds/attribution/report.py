@@ -118,10 +118,10 @@ def curve_figure(fraction: np.ndarray, rows: np.ndarray, name: str, area: float,
 
 def curve_layout(title: str, name: str) -> dict:
     what = "removed" if name == "deletion" else "put back"
-    return {"title": {"text": escape(title), "font": {"size": 12}}, "font": {"size": 11}, "height": 340,
-            "margin": {"l": 60, "r": 20, "t": 40, "b": 50}, "legend": {"x": 0.98, "xanchor": "right", "y": 0.98},
-            "xaxis": {"title": {"text": f"fraction of pixels {what}, most important first"}, "range": [0, 1]},
-            "yaxis": {"title": {"text": "probability of the target"}, "range": [0, 1.02]}}
+    return {"title": {"text": escape(title), "font": {"size": 12}}, "font": {"size": 11}, "height": 400,
+            "margin": {"l": 60, "r": 20, "t": 40, "b": 50}, "legend": {"orientation": "h", "x": 0, "y": -0.22},
+            "xaxis": {"title": {"text": f"fraction of pixels {what}, most important first"}, "range": [-0.02, 1.02]},
+            "yaxis": {"title": {"text": "probability of the target"}, "range": [-0.02, 1.04]}}
 
 
 def curves(run: Any, meta: dict) -> list[dict]:
