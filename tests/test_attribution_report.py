@@ -150,3 +150,38 @@ def test_pages_draw_in_a_browser(browser, sweep, tmp_path):
                                   ".map(p => p.data.map(t => t.name.split(' (')[0]))")
     assert names == [list(METHODS)] * 2
     driver.save_screenshot(str(tmp_path / "sweep.png"))  # (to look at: --basetemp)
+
+
+def test_top_examples_of_a_conv_layer_show_each_channels_map_over_its_images(tmp_path):
+    """top_examples on tiny_cnn's block3.0: each channel's top samples carry a picture, and the map under it
+    is that sample's channel from a raw forward hook on the same weights and image."""
+    import torch
+
+    from hookrun.analysis.report.channel_images import ChannelImages
+    from hookrun.analysis.report.circuits import _latent_capture
+    from hookrun.data.shapes import shapes
+    from hookrun.models.tiny_cnn import tiny_cnn
+
+    c = cfg(tmp_path / "top.h5", "saliency")
+    del c["attribution"]
+    c["hooks"] = {"images": HOOKS["images"], "conv": {"at": "block3.0", "type": "forward",
+                                                      "actions": [{"name": "top_examples", "k": 3}, "record"]}}
+    hookrun.run(c)
+    model, data, seen = tiny_cnn().eval(), shapes(N), {}
+    model.block3[0].register_forward_hook(lambda m, i, o: seen.__setitem__("out", o))
+    with hookrun.open_run(tmp_path / "top.h5") as run:
+        latents = section(build_report(run).data, "latents")["items"][0]
+        pics = ChannelImages.of(run, _latent_capture(run, "block3.0"))  # what the section draws
+        hist = next(f for f in latents["features"] if f["feature"] == 0)["hist"]["data"][0]
+        assert max(hist["x"]) <= run.file["captures/conv/block3.0/output"][:, 0].max()  # the channel's own values
+        assert max(hist["x"]) > run.file["captures/conv/block3.0/output"][:, 0].max() - 2 * (hist["x"][1] - hist["x"][0])
+        assert latents["module"] == "block3.0" and latents["features"]
+        for f in latents["features"][:4]:
+            assert len(f["examples"]) == 3
+            for ex in f["examples"]:
+                with torch.no_grad():
+                    model(data[ex["sample"]][0][None])
+                want = seen["out"][0, f["feature"]].double().numpy()
+                assert ex["value"] == pytest.approx(want.max(), rel=1e-5)  # the channel's max over H, W
+                np.testing.assert_allclose(pics.channel(ex["sample"], f["feature"]), want, rtol=1e-5, atol=1e-6)
+                assert decode(ex["src"]).shape[:2] == (128, 128)  # the 32 x 32 image, scaled up
