@@ -36,6 +36,7 @@ class KindReader:
     columns: Callable[[h5py.File], dict[str, Any]] = _no_columns  # a sweep table's (and plot's) numbers
     sections: Callable[[Any], list[dict]] = _none  # the report's sections (given the Run)
     methods: dict[str, Callable[..., Any]] = field(default_factory=dict)  # Run's methods: run.NAME(...) -> fn(file, ...)
+    sweep: Callable[[Any], list[dict]] = _none  # the report's sections of a sweep (given the Sweep) whose jobs are this kind's
 
 
 READERS: dict[str, KindReader] = {}
@@ -80,3 +81,17 @@ def kind_columns(f: h5py.File) -> dict[str, Any]:
 
 def kind_sections(run: Any) -> list[dict]:
     return [s for r in readers_of(run.file) for s in r.sections(run)]
+
+
+def kind_sweep_sections(sweep: Any) -> list[dict]:
+    """The report's sections of a sweep from the kinds of its jobs' files (each kind once)."""
+    kinds: dict[str, KindReader] = {}
+    for job in sweep.jobs:
+        if job.file is None:
+            continue
+        try:
+            with h5py.File(job.file, "r") as f:
+                kinds.update((r.kind, r) for r in readers_of(f))
+        except OSError:  # an unreadable job: the sweep table says so
+            continue
+    return [s for r in kinds.values() for s in r.sweep(sweep)]

@@ -5,7 +5,7 @@ and its deletion / insertion curves.
 
 Each map is the attribution summed over channels (a layer's map resized to the image, bilinear),
 drawn with one diverging colour scale centred on zero per sample (red: for the target, blue:
-against), as a translucent overlay where the input images are known (`--data`, as Grad-CAM's).
+against), as a translucent overlay where the input images are known (recorded by the run, else `--data`, as Grad-CAM's).
 Captions name the sample, the class attributed and the model's probability for it.
 """
 
@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from hookrun.analysis.run_reader import Run
 from hookrun.cli import figures
-from hookrun.cli.gradcam import _item_input, as_pictures, run_label
+from hookrun.cli.gradcam import _item_input, as_pictures, recorded_images, run_label
 from hookrun.runner.kinds.attribution.reader import attribution_meta
 
 
@@ -32,7 +32,10 @@ def attribution_figures(run: Run, out: Path, samples: int = 4, dataset: object |
     maps = a.values[:n].astype(np.float64)
     maps = maps.sum(1) if maps.ndim == 4 else maps.sum(-1)[:, None, :] if maps.ndim == 3 else maps.reshape(n, 1, -1)
     indices = a["sample"].values[:n]
-    pictures = as_pictures(np.stack([_item_input(dataset, int(i)) for i in indices])) if dataset is not None else None
+    images = recorded_images(run, indices) if a.ndim == 4 else None  # the run's own (a hook on the input)
+    if images is None and dataset is not None:
+        images = np.stack([_item_input(dataset, int(i)) for i in indices])
+    pictures = as_pictures(images) if images is not None else None
     if pictures is not None and maps.shape[-2:] != pictures[0].shape[:2]:
         maps = F.interpolate(torch.from_numpy(maps)[:, None], size=pictures[0].shape[:2], mode="bilinear",
                              align_corners=False)[:, 0].numpy()
@@ -40,7 +43,7 @@ def attribution_figures(run: Run, out: Path, samples: int = 4, dataset: object |
     where = "the input" if meta["at"] == "input" else meta["at"]
     title = f"{meta['method']} attribution to {where}, summed over channels\n{run_label(run)}"
     if pictures is None:
-        title += " (no input images: --data draws the maps over them)"
+        title += " (no input images: record the input, or --data, to draw the maps over them)"
     written = [figures.save(_grid(maps, captions, title, pictures), out / f"attribution_{meta['method']}.png",
                             source=str(run.path.resolve()))]
     curves = [w for w in ("deletion", "insertion") if f"{w}_area" in a.coords]

@@ -34,6 +34,8 @@ def draw(kind: int, cx: float, cy: float, r: float, n: int) -> np.ndarray:
 class Shapes(Dataset):
     """`size` images of `image_size` pixels, each the same for its index on every call."""
 
+    classes = SHAPES  # the class names, as torchvision's data sets name theirs
+
     def __init__(self, size: int = 256, image_size: int = 32, seed: int = 0, noise: float = 0.05) -> None:
         self.size, self.n, self.seed, self.noise = int(size), int(image_size), int(seed), float(noise)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hookrun.analysis.kind_readers import kind_sections
+from hookrun.analysis.kind_readers import kind_sections, kind_sweep_sections
 from hookrun.analysis.report.circuits import grids, latents
 from hookrun.analysis.report.figure_specs import sweep_charts, sweep_metrics
 from hookrun.analysis.report.gradcam_section import gradcam
@@ -91,7 +91,8 @@ def sweep_data(sweep: Any) -> dict:
         raise NotFoundError(f"{sweep.folder}: nothing to show")
     note = "" if charts else ("no parameter differs between the jobs" if not swept else "no job wrote a number to chart")
     return {"title": f"hookrun report: sweep {sweep.folder}", "source": _source(sweep.folder),
-            "sections": [section("sweep", f"Sweep: {len(sweep.jobs)} jobs, swept {', '.join(swept) or 'nothing'}", items, note)]}
+            "sections": [*kind_sweep_sections(sweep),  # what the jobs' kind compares (attribution: its methods)
+                         section("sweep", f"Sweep: {len(sweep.jobs)} jobs, swept {', '.join(swept) or 'nothing'}", items, note)]}
 
 
 def _source(path: Any) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from hookrun.analysis.report.channel_images import ChannelImages
 from hookrun.analysis.report.figure_specs import (
     Circuit,
     Heatmap,
@@ -160,15 +161,20 @@ def latents(run: Any, budget: Budget) -> list[dict]:
         values, note = (None, "")
         if capture is not None:
             values, note = sampled_rows(run.file[capture.path], budget.values * 8)
+            values = np.moveaxis(values, 1, -1) if values.ndim == 4 else values  # a map's features are its channels
             values = values.reshape(-1, values.shape[-1])
         norms = _decoder_norms(run, module)
         shown = min(n, budget.features)
         lookup = TokenActivations(run, capture) if capture is not None and capture.rows == "tokens" else None
+        pictures = ChannelImages.of(run, capture)  # a conv layer's channels: their maps over the recorded images
         rows = []
         for f in range(shown):
             examples = run.top_examples(module, f)
             entry: dict[str, Any] = {"feature": f, "examples": [_example(e, lookup, f) for e in examples],
                                      "max": float(max((e["value"] for e in examples), default=0.0))}
+            if pictures is not None:
+                for ex in entry["examples"]:
+                    ex["src"] = pictures.src(ex["sample"], f, entry["max"])
             hist = histogram_of(values[:, f], f"{module} latent {f}: activations", "activation", note) if values is not None and f < values.shape[1] else None
             if hist is not None:
                 entry["hist"] = figure(hist)["figure"]
@@ -216,7 +222,12 @@ class TokenActivations:
 
 
 def _latent_capture(run: Any, module: str) -> Any:
+    """The recorded tensor the top examples were taken from: the same hook's output (a forward_pre
+    hook's input) first, then any other capture of the module."""
+    top = next((c for c in run.captures if c.module == module and c.role == "top.values"), None)
+    role = "input" if top is not None and top.type == "forward_pre" else "output"
     found = [c for c in run.captures if c.module == module and not c.role.startswith(("top.", "lens.")) and len(c.shape) >= 2]
+    found.sort(key=lambda c: (top is None or c.hook != top.hook, c.role != role))
     return found[0] if found else None
 
 

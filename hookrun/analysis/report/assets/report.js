@@ -44,7 +44,12 @@
     line.dataset.sample = String(ex.sample);
     line.appendChild(el("span", "val", ex.value.toPrecision(4)));
     line.appendChild(el("span", "meta", "#" + ex.sample + (ex.position === null ? "" : " @" + ex.position)));
-    if (ex.context === null) {
+    if (ex.context === null && typeof ex.src === "string" && ex.src.startsWith(PNG)) {
+      const img = el("img", "example-map");
+      img.src = ex.src;
+      img.alt = "sample #" + ex.sample + ": the channel's map over its image";
+      line.appendChild(img);
+    } else if (ex.context === null) {
       line.appendChild(el("span", "tok at", "(image sample #" + ex.sample + ")"));
     } else {
       ex.context.forEach((t, i) => {

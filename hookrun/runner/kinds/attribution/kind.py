@@ -61,12 +61,14 @@ class AttributionKind(RunKind):
         dataset = getattr(ctx.loader.dataset, "dataset", ctx.loader.dataset)  # under the Indexed wrapper
         self.engine = Engine(ctx.model, self.spec_block, call.to(ctx.device), dataset, ctx.spec)
         self.module = self.spec_block.layer or ""
+        self.class_names = class_names(dataset, self.engine.classes)
 
     def prepare_run(self, p: Any) -> None:
         p.attrs["attribution"] = json.dumps(self.describe())
 
     def describe(self) -> dict:
-        return {**self.spec_block.describe(), "budget": self.engine.budget.describe(), "classes": self.engine.classes}
+        return {**self.spec_block.describe(), "budget": self.engine.budget.describe(), "classes": self.engine.classes,
+                **({"class_names": self.class_names} if self.class_names else {})}
 
     def step(self, model: nn.Module, call: Any, session: Any) -> StepAdds:
         if self.ctx.points:  # the user's hooks record in a plain forward
@@ -87,3 +89,11 @@ def captures(rows: dict[str, torch.Tensor], module: str) -> list[Capture]:
             ("sample", "step") if value.dim() == 2 else ("sample",)
         out.append(Capture(CaptureKey(HOOK, module, HOOK, role), value, False, dims=dims))
     return out
+
+
+def class_names(dataset: Any, classes: int) -> list[str] | None:
+    """The data set's class names (torchvision's `classes`, one per class of the model), for the pictures' captions."""
+    names = getattr(dataset, "classes", None)
+    if isinstance(names, list | tuple) and len(names) == classes and all(isinstance(n, str) for n in names):
+        return list(names)
+    return None

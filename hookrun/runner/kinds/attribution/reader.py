@@ -86,5 +86,17 @@ def _columns(f: Any) -> dict[str, Any]:
             if f"{group}/{name}" in f and f[f"{group}/{name}"].shape[0]}
 
 
+def _sections(run: Any) -> list[dict]:
+    from hookrun.runner.kinds.attribution.report import sections
+
+    return sections(run)
+
+
+def _sweep_sections(sweep: Any) -> list[dict]:
+    from hookrun.runner.kinds.attribution.sweep_report import sweep_sections
+
+    return sweep_sections(sweep)
+
+
 READER = register_reader(KindReader("attribution", present=lambda f: "attribution" in f.attrs, columns=_columns,
-                                    methods={"attribution": attribution_method}))
+                                    sections=_sections, sweep=_sweep_sections, methods={"attribution": attribution_method}))

@@ -1,0 +1,162 @@
+"""The report's sections of an attribution run: its maps over the input images and its deletion /
+insertion curves with their areas (registered as the kind's `sections`, reader.py).
+
+    sections(run)            # [] for a run of another kind
+    shown_maps(run, 8)       # (sample indices, (n, H, W) maps summed over channels, pictures or None)
+
+Each map is the attribution summed over channels (a layer's map resized to the image, bilinear; a
+sequence's: summed over features, one row), drawn on the diverging colour scale of
+analysis/report/figure_specs.py centred on zero per sample (red: for the target, blue: against), at
+half opacity over the image the run recorded (a hook recording the model's input:
+experiment=attribution_shapes has one); without one, the map alone. Captions name the target and the
+prediction (a recorded logits capture; target=predicted: the target) as the data set's class names
+where the run wrote them (`class_names` in the `attribution` attribute).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from typing import Any
+
+import numpy as np
+
+from hookrun.analysis.gradcam import as_pictures, predictions, recorded_images
+from hookrun.analysis.report.figure_specs import DIVERGING, NEGATIVE, POSITIVE, diverging_range
+from hookrun.analysis.report.plotly_figures import escape
+from hookrun.analysis.report.run_sections import section, table_item
+
+SAMPLES = 8  # overlays shown
+LINES = 32  # samples drawn behind the mean curve
+ALPHA = 0.5  # the map's opacity over the image
+CURVE_COLOURS = {"deletion": POSITIVE, "insertion": NEGATIVE}
+
+
+def summed(values: np.ndarray) -> np.ndarray:
+    """(n, H, W) maps: the attribution summed over channels (features: a sequence is one row)."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim == 4:
+        return v.sum(1)
+    if v.ndim == 3:
+        return v.sum(-1)[:, None, :]
+    return v.reshape(len(v), 1, -1)
+
+
+def shown_maps(run: Any, n: int = SAMPLES) -> tuple[np.ndarray, np.ndarray, list[np.ndarray] | None]:
+    """The first `n` samples: their indices, their maps (summed over channels, at the picture's size
+    where there is one) and the pictures the run recorded (None where it recorded none)."""
+    a = run.attribution()
+    n = min(n, a.shape[0])
+    maps = summed(a.values[:n])
+    indices = a["sample"].values[:n]
+    images = recorded_images(run, indices) if a.ndim == 4 else None
+    pictures = as_pictures(images) if images is not None else None
+    if pictures is not None and maps.shape[-2:] != pictures[0].shape[:2]:
+        import torch
+        import torch.nn.functional as F
+
+        maps = F.interpolate(torch.from_numpy(maps)[:, None], size=pictures[0].shape[:2], mode="bilinear",
+                             align_corners=False)[:, 0].numpy()
+    return indices, maps, pictures
+
+
+def overlay_png(m: np.ndarray, lo: float, hi: float, picture: np.ndarray | None, size: int = 128) -> str:
+    """A map on the diverging scale (lo..hi) at ALPHA over an (H, W, 3) picture in [0, 1] (or alone),
+    scaled up by a whole factor (nearest neighbour), as a PNG data URI."""
+    from matplotlib.colors import LinearSegmentedColormap
+    from PIL import Image
+
+    cmap = LinearSegmentedColormap.from_list("hookrun_diverging", list(DIVERGING))
+    rgb = cmap(np.clip((np.nan_to_num(m) - lo) / max(hi - lo, 1e-300), 0, 1))[..., :3]
+    if picture is not None:
+        rgb = (1 - ALPHA) * picture + ALPHA * rgb
+    k = max(1, size // max(m.shape))
+    img = Image.fromarray(np.round(rgb * 255).astype(np.uint8)).resize((m.shape[1] * k, m.shape[0] * k), Image.NEAREST)
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def class_name(meta: dict, c: Any) -> str:
+    names = meta.get("class_names") or []
+    c = int(c)
+    return str(names[c]) if 0 <= c < len(names) else str(c)
+
+
+def overlays(run: Any, meta: dict) -> dict:
+    a = run.attribution()
+    indices, maps, pictures = shown_maps(run)
+    pred = predictions(run, indices)
+    if pred is None and meta.get("target") == "predicted":
+        pred = a["target"].values[: len(indices)]
+    shown = []
+    for k, i in enumerate(indices):
+        lo, hi = diverging_range(maps[k])
+        words = [f"#{int(i)}", f"target {class_name(meta, a['target'].values[k])}"]
+        if pred is not None:
+            words.append(f"pred {class_name(meta, pred[k])}")
+        words.append(f"p {float(a['prob'].values[k]):.2f}")
+        shown.append({"src": overlay_png(maps[k], lo, hi, pictures[k] if pictures is not None else None),
+                      "caption": " · ".join(words), "sample": int(i), "scale": [lo, hi]})
+    where = "the input" if meta["at"] == "input" else meta["at"]
+    title = (f"{meta['method']} attribution to {where}, summed over channels: first {len(indices)} samples"
+             + ("" if pictures is not None else "; no input image recorded (a hook recording the model's input "
+                                                "draws the maps over the images): the maps alone"))
+    return {"type": "images", "title": title, "images": shown}
+
+
+def curve_figure(fraction: np.ndarray, rows: np.ndarray, name: str, area: float, title: str) -> dict:
+    """Every sample's curve (grey, at most LINES) behind their mean (coloured, its area in the legend)."""
+    data = [{"type": "scatter", "mode": "lines", "x": fraction.tolist(), "y": row.tolist(), "showlegend": False,
+             "line": {"color": "#999999", "width": 0.8}, "opacity": 0.35, "hoverinfo": "skip"} for row in rows[:LINES]]
+    data.append({"type": "scatter", "mode": "lines+markers", "x": fraction.tolist(), "y": rows.mean(0).tolist(),
+                 "name": escape(f"mean (area {area:.4f})"), "line": {"color": CURVE_COLOURS.get(name, "#333333"), "width": 3},
+                 "hovertemplate": "fraction %{x:.3f}<br>probability %{y:.4f}<extra>mean</extra>"})
+    return {"data": data, "layout": curve_layout(title, name)}
+
+
+def curve_layout(title: str, name: str) -> dict:
+    what = "removed" if name == "deletion" else "put back"
+    return {"title": {"text": escape(title), "font": {"size": 12}}, "font": {"size": 11}, "height": 400,
+            "margin": {"l": 60, "r": 20, "t": 40, "b": 50}, "legend": {"orientation": "h", "x": 0, "y": -0.22},
+            "xaxis": {"title": {"text": f"fraction of pixels {what}, most important first"}, "range": [-0.02, 1.02]},
+            "yaxis": {"title": {"text": "probability of the target"}, "range": [-0.02, 1.04]}}
+
+
+def curves(run: Any, meta: dict) -> list[dict]:
+    a = run.attribution()
+    names = [w for w in ("deletion", "insertion") if f"{w}_area" in a.coords]
+    if not names:
+        return []
+    figs, rows = [], []
+    for name in names:
+        c = run.attribution(name)
+        areas = a[f"{name}_area"].values.astype(np.float64)
+        mean = float(np.mean(areas))
+        title = f"{name}: {len(c)} samples, {c.shape[1] - 1} steps"
+        figs.append({"figure": curve_figure(c["fraction"].values, c.values.astype(np.float64), name, mean, title), "caption": ""})
+        rows.append({"curve": name, "mean area": mean, "min": float(areas.min()), "max": float(areas.max()),
+                     "samples": int(len(areas)), "better": "lower" if name == "deletion" else "higher"})
+    per = [{"sample": int(i), "target": class_name(meta, t), **{f"{w} area": float(a[f"{w}_area"].values[k]) for w in names}}
+           for k, (i, t) in enumerate(zip(a["sample"].values[:SAMPLES], a["target"].values[:SAMPLES], strict=True))]
+    return [{"type": "figures", "title": "deletion / insertion curves: the target's probability per step, each sample "
+                                          "(grey) and their mean", "figures": figs},
+            table_item(["curve", "mean area", "min", "max", "samples", "better"], rows),
+            table_item(["sample", "target", *[f"{w} area" for w in names]], per)]
+
+
+def meta_of(run: Any) -> dict | None:
+    text = run.attrs.get("attribution")
+    return json.loads(text) if text is not None else None
+
+
+def sections(run: Any) -> list[dict]:
+    meta = meta_of(run)
+    if meta is None:
+        return []
+    items = [overlays(run, meta), *curves(run, meta)]
+    note = ("maps on the diverging colour scale centred on 0 per sample (red: for the target class, blue: against), "
+            f"at {ALPHA:.0%} opacity over the recorded input; areas by the trapezoid rule over [0, 1]: a good map's "
+            "deletion falls fast (small area), its insertion rises fast (large area)")
+    return [section("attribution", f"Attribution ({meta['method']})", items, note)]
