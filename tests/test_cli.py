@@ -64,7 +64,7 @@ def test_multirun_gives_each_job_its_own_complete_file(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["bogus=1"], "bogus=1: the config has no key 'bogus'; the top level has: data, device, dry_run"),
+    (["bogus=1"], "bogus=1: the config has no key 'bogus'; the top level has: attribution, data, device, dry_run"),
     (["data.batchsize=8"], "data.batchsize=8: the config has no key 'data.batchsize'; did you mean data.batch_size? "
                            "(data has: batch_size, collate, dataset, inputs, limit, num_workers, root, store, target)"),
     (["+data.batchsize=8"], "data.batchsize: Key 'batchsize' not in 'DataConfig'; did you mean data.batch_size?"),

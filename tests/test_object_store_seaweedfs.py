@@ -228,7 +228,7 @@ class StopsTheStore(RandomTensors):
 def test_a_store_that_went_away_then_resume_completes_the_cache(tmp_path, monkeypatch):
     """The issue's other flow: the server stops mid-run (the run ends interrupted, its lock left in
     the bucket), comes back, and `resume=true` takes the lock over and completes the rows."""
-    from hookrun.runner.signals import Interrupted
+    from hookrun.output.signals import Interrupted
 
     from hookrun.store import upload
 
