@@ -44,8 +44,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from hookrun.config.schema import Mode
 from hookrun.errors import ConfigError, RunError, close_matches
-from hookrun.hooks.actions.base import ACTIONS, Action
+from hookrun.hooks.actions.base import ACTIONS, Action, ActionEnv
 from hookrun.hooks.events import Event, flatten
 from hookrun.store.records import Capture, CaptureKey
 
@@ -104,7 +105,7 @@ class FinalLogits:
     """The unembed module's output in each forward, shared by the run's lenses: a plain forward
     hook that hands the final logits to every lens waiting for them (no copy of them is made)."""
 
-    def __init__(self, unembed: nn.Module, env: Any) -> None:
+    def __init__(self, unembed: nn.Module, env: ActionEnv) -> None:
         self.pending: list[tuple[LogitLens, torch.Tensor, dict]] = []
         self.handle = unembed.register_forward_hook(self._fired)
         env.hold.on_close(self.handle.remove)
@@ -187,8 +188,8 @@ class LogitLens(Action):
                         f"vocabulary of {self.names[1]} (0..{self.vocab - 1}); a value that means 'no target' (such as "
                         f"-100 padding) is named with ignore_index: {int(bad[0])}")
 
-    def check_mode(self, mode: str) -> None:
-        if mode == "generate":
+    def check_mode(self, mode: Mode) -> None:
+        if mode is Mode.generate:
             raise ConfigError(f"{self.where}: logit_lens does not run in mode=generate (each new token is a model call "
                               f"of its own); run it with mode=eval on the texts")
 
