@@ -69,8 +69,10 @@ def kind_for(cfg: HookrunConfig) -> type[RunKind]:
 def check_config(cfg: HookrunConfig) -> None:
     """Every refusal before anything is built: the common options' table (config/checks.py), then
     the kind's own block (kind.check: evaluate's rows, an object-store output, ...)."""
+    kind = kind_for(cfg)
+    kind.check_mode(cfg)
     common_checks(cfg)
-    kind_for(cfg).check(cfg)
+    kind.check(cfg)
 
 
 __all__ = ["KINDS", "KindContext", "RunKind", "StepAdds", "check_config", "kind_for", "plain_forward", "register_kind"]

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from hookrun.config.build import build
-from hookrun.config.schema import HookrunConfig
+from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError
 from hookrun.output.ranks import every_rank
 from hookrun.runner.kinds import RunKind, register_kind
@@ -83,7 +83,14 @@ class PatchingKind(RunKind):
         return {str(get("input", "input_ids")): str(get("clean", "clean"))}, target
 
     @classmethod
+    def check_mode(cls, cfg: HookrunConfig) -> None:
+        if cfg.mode is not Mode.eval:
+            raise ConfigError(f"patching with mode={cfg.mode.value}: a patching run makes its own forwards (clean, "
+                              "corrupted, patched; atp its own backward); drop mode or set mode=eval")
+
+    @classmethod
     def check(cls, cfg: HookrunConfig) -> None:
+        cls.check_mode(cfg)
         parse_block(cfg.patching, build=lambda node, where: build(node, where))
 
 
