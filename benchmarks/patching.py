@@ -72,7 +72,7 @@ def head_grid(a, t: harness.Targets) -> None:
         return hookrun.patch_grid(model, items, input="input", sites={"heads": HEADS})["heads"].values
 
     def hr_no_skip():  # the same, every block run in every packed forward (the stack not found)
-        from hookrun.runner.patching import engine
+        from hookrun.runner.kinds.patching import engine
 
         find = engine.BlockStack.find
         engine.BlockStack.find = staticmethod(lambda model: None)

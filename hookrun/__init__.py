@@ -17,7 +17,7 @@ from hookrun.hooks.actions import Action, register_action
 from hookrun.notebook.capture import Captured, capture
 from hookrun.notebook.lister import list_modules as modules
 from hookrun.runner.kinds.attribution.notebook import attribute
-from hookrun.runner.patching.notebook import patch_grid
+from hookrun.runner.kinds.patching.notebook import patch_grid
 from hookrun.runner.run import RunResult, run
 from hookrun.store.format import HOOKRUN_VERSION as __version__
 

@@ -85,10 +85,10 @@ def test_the_shares_of_two_ranks_make_the_grid_of_transformer_lens(tl_task):
 
     from hookrun.config.build import build
     from hookrun.hooks.actions import ActionEnv
-    from hookrun.runner.patching.block import parse_block
-    from hookrun.runner.patching.engine import PatchEngine
-    from hookrun.runner.patching.items import load_items
-    from hookrun.runner.patching.notebook import run_cells
+    from hookrun.runner.kinds.patching.block import parse_block
+    from hookrun.runner.kinds.patching.engine import PatchEngine
+    from hookrun.runner.kinds.patching.items import load_items
+    from hookrun.runner.kinds.patching.notebook import run_cells
 
     model, items = tl_task
     expected = tl_reference(model, items).reshape(-1)

@@ -2,7 +2,7 @@
 
     grid = as_grid("heads", values, layout, attrs)   # DataArray, dims ("module", "position", "head")
 
-`layout` is runner/patching's Layout.describe() (as a file stores it); `values` holds every cell
+`layout` is runner/kinds/patching's Layout.describe() (as a file stores it); `values` holds every cell
 of the run, numbered as there; `labels` (token text) names the `position` axis where known.
 """
 

@@ -4,7 +4,7 @@
 
 The table below is the list of combinations of the common options refused whatever else the config
 says; a run kind's refusals about its own block are the kind's (evaluate's rows are in
-hookrun/runner/kinds/evaluate/block.py, run by the kind's `check`), and those that need the built
+hookrun/runner/kinds/evaluate/block.py, run by the kind's `check`; patching's in its kind's `check`), and those that need the built
 model and hooks (a model without generate(), an ablation with nothing to ablate) its constructor's.
 """
 
@@ -26,9 +26,6 @@ class Refused(NamedTuple):
 
 # option           | refused when                                          | the line
 TOGETHER: list[Refused] = [
-    Refused("patching", lambda c: getattr(c, "patching", None) is not None and c.mode is not Mode.eval,
-            "patching with mode={mode}: a patching run makes its own forwards (clean, corrupted, patched; atp its "
-            "own backward); drop mode or set mode=eval"),
     Refused("mode=grad", lambda c: c.mode is Mode.grad and c.loss is None,
             "mode=grad needs a loss: add loss=cross_entropy, loss=lm (a language model's next-token loss), "
             "loss=sum, loss=target_logit or loss=custom"),

@@ -93,7 +93,7 @@ class EvaluateConfig:
 
 @dataclass
 class PatchingConfig:
-    """patching: activation-patching grids (hookrun.runner.patching; docs/patching.md). A null block is off."""
+    """patching: activation-patching grids (hookrun.runner.kinds.patching; docs/patching.md). A null block is off."""
 
     input: str = "input_ids"  # the forward argument the clean / corrupted ids go to
     clean: str = "clean"  # item keys of the clean and the corrupted input (same shape)

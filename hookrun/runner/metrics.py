@@ -1,5 +1,5 @@
 """The log-probabilities both block kinds read (log_probs), and patching's metrics: one value per
-item from the (items, T, V) logits of a run (runner/patching/). evaluate's own metrics are in
+item from the (items, T, V) logits of a run (runner/kinds/patching/). evaluate's own metrics are in
 runner/kinds/evaluate/metrics.py.
 
     item_metric("logit_diff", logits, items, position=-1, answer="answer", wrong="wrong", ids=ids, reference=None)
@@ -20,7 +20,7 @@ def log_probs(logits: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits, dim=-1)
 
 
-# patching's metrics (runner/patching/): one value per item, from the (items, T, V) logits of a run
+# patching's metrics (runner/kinds/patching/): one value per item, from the (items, T, V) logits of a run
 PATCH_METRICS = ("logit_diff", "logprob", "prob", "ce", "kl", "logit")
 
 

@@ -5,7 +5,7 @@
 
 No capture row is copied: each capture, /samples/index, /step, /target and /path maps the shards'
 rows in rank order (= sample order), by relative file name, so the folder can be moved; the run's
-root attributes (versions, model, mode, a patching run's grid layout `patching`) are rank 0's. A virtual
+root attributes (versions, model, mode, `kind` and the attribute named by it: a kind's own, e.g. a grid layout) are rank 0's. A virtual
 dataset whose source file is missing reads as zeros without an error in every HDF5 reader, so a
 reader must check the sources first: check_sources() does, and open_run and patch call it.
 """
@@ -121,8 +121,9 @@ def _write(out: h5py.File, opened: list[tuple[Path, h5py.File]]) -> int:
     counts = [len(s.index) for s in shards]
     if shards:
         first = shards[0].file.attrs
-        for key in ("format_version", "hookrun_version", "torch_version", "model_class", "mode", "created", "patching",
-                    "attribution"):  # a kind's root attribute (its reader reads it)
+        kind = str(first.get("kind", ""))  # the file's kind; its root attribute of that name is its reader's
+        for key in ("format_version", "hookrun_version", "torch_version", "model_class", "mode", "created", "kind",
+                    *((kind,) if kind else ())):
             if key in first:
                 out.attrs[key] = first[key]
         out.attrs["device"] = ", ".join(sorted({str(s.file.attrs.get("device", "?")) for s in shards}))

@@ -1,4 +1,4 @@
-"""patch_cells: the action an activation-patching run puts on every site (runner/patching/).
+"""patch_cells: the action an activation-patching run puts on every site (runner/kinds/patching/).
 
     state = PatchState()
     point.actions.append(PatchCells(point, hook_type, env, state=state))

@@ -10,7 +10,7 @@
 | grad       | grad_kind.py     | mode=grad                  | 1 forward + loss + backward           |
 | generate   | generate_kind.py | mode=generate              | 1 model.generate (a call per token)   |
 | evaluate   | evaluate/        | the `evaluate:` block      | clean, intervened (+ ablated)         |
-| patching   | patching_kind.py | the `patching:` block      | chunks of cells (steps are not batches) |
+| patching   | patching/        | the `patching:` block      | chunks of cells (steps are not batches) |
 | attribution | attribution/    | the `attribution:` block   | captum's (zennit's) per batch         |
 
 Adding a kind: one module, or one folder where the kind has a block, a table and readers of its
@@ -69,8 +69,10 @@ def kind_for(cfg: HookrunConfig) -> type[RunKind]:
 def check_config(cfg: HookrunConfig) -> None:
     """Every refusal before anything is built: the common options' table (config/checks.py), then
     the kind's own block (kind.check: evaluate's rows, an object-store output, ...)."""
+    kind = kind_for(cfg)
+    kind.check_mode(cfg)
     common_checks(cfg)
-    kind_for(cfg).check(cfg)
+    kind.check(cfg)
 
 
 __all__ = ["KINDS", "KindContext", "RunKind", "StepAdds", "check_config", "kind_for", "plain_forward", "register_kind"]
@@ -85,4 +87,4 @@ class RecordKind(RunKind):
     mode = Mode.eval
 
 
-from hookrun.runner.kinds import attribution, evaluate, generate_kind, grad_kind, patching_kind  # noqa: E402, F401
+from hookrun.runner.kinds import attribution, evaluate, generate_kind, grad_kind, patching  # noqa: E402, F401

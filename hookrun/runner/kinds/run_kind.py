@@ -127,6 +127,11 @@ class RunKind:
         The options that may not go together whatever the kind are in hookrun.config.checks."""
 
     @classmethod
+    def check_mode(cls, cfg: HookrunConfig) -> None:
+        """Refuse cfg.mode where the kind makes its own forwards: run before the common table, whose
+        rows about a mode (mode=grad needs a loss, ...) do not apply to such a kind."""
+
+    @classmethod
     def call_inputs(cls, cfg: HookrunConfig) -> tuple[Any, Any]:
         """(data.inputs, data.target) as the run's forward takes them: the config's, unless the kind
         has its own default (patching: its `input` fed the clean item key)."""

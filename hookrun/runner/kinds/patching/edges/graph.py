@@ -84,7 +84,7 @@ class Graph:
 
 def find_graph(model, where: str = "patching.graph=auto"):
     """The model's Graph and the Wiring that taps it (edges/wiring.py); a ConfigError naming what is missing."""
-    from hookrun.runner.patching.edges.wiring import find_wiring
+    from hookrun.runner.kinds.patching.edges.wiring import find_wiring
 
     wiring = find_wiring(model, where)
     return Graph(wiring.n_layers, wiring.n_heads, wiring.parallel), wiring

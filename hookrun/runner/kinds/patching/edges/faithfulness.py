@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from hookrun.errors import ConfigError, RunError
-from hookrun.runner.patching.edges.eap import record
+from hookrun.runner.kinds.patching.edges.eap import record
 
 
 def top_edges(graph: Any, scores: np.ndarray, k: int) -> np.ndarray:

@@ -4,7 +4,7 @@
     result = compute(engine, graph, wiring)               # EdgeResult: scores [writers, readers], curve
     result.meta()                                          # what the file's `patching` attribute adds
 
-`engine` is the patching engine with no sites (runner/patching/engine.py): its forward, its metric
+`engine` is the patching engine with no sites (runner/kinds/patching/engine.py): its forward, its metric
 and the clean and corrupted runs' metric values.
 """
 
@@ -17,10 +17,10 @@ import numpy as np
 import torch
 
 from hookrun.errors import ConfigError, HookrunError
-from hookrun.runner.patching.edges.eap import edge_scores
-from hookrun.runner.patching.edges.faithfulness import faithfulness
-from hookrun.runner.patching.edges.graph import Graph, find_graph
-from hookrun.runner.patching.edges.spec import DEFAULT_STEPS, EDGE_METHODS, check_circuits
+from hookrun.runner.kinds.patching.edges.eap import edge_scores
+from hookrun.runner.kinds.patching.edges.faithfulness import faithfulness
+from hookrun.runner.kinds.patching.edges.graph import Graph, find_graph
+from hookrun.runner.kinds.patching.edges.spec import DEFAULT_STEPS, EDGE_METHODS, check_circuits
 
 
 @dataclass
@@ -62,7 +62,7 @@ def prepare(model: Any, block: Any, items: dict) -> tuple[Graph, Any]:
 def check_atp_ig(model: Any, block: Any) -> None:
     """atp_ig interpolates the token embedding: a model without a residual graph is refused before any forward."""
     if block.method == "atp_ig":
-        from hookrun.runner.patching.edges.wiring import find_wiring
+        from hookrun.runner.kinds.patching.edges.wiring import find_wiring
 
         find_wiring(model, "patching.method=atp_ig")
 

@@ -3,7 +3,7 @@
     python -m hookrun experiment=patching_grid        # the `patching:` block turns this kind on
 
 A step is one chunk of cells (one packed forward; with method=atp one step holds every cell); its
-rows are cells, numbered as in runner/patching/cells.py, so /samples/index holds cell numbers and
+rows are cells, numbered as in runner/kinds/patching/cells.py, so /samples/index holds cell numbers and
 the capture `patching/cells/value` (and `patching/cells/exact`: atp's exactly recomputed cells,
 NaN elsewhere) one value per cell. The file's root attribute `patching` (JSON) holds the layout
 (each site's modules, over axes and sizes, first cell), the metric's name, method, direction,
@@ -26,18 +26,18 @@ import numpy as np
 import torch
 
 from hookrun.config.build import build
-from hookrun.config.schema import HookrunConfig
+from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError
 from hookrun.output.ranks import every_rank
 from hookrun.runner.kinds import RunKind, register_kind
-from hookrun.runner.patching.block import parse_block
-from hookrun.runner.patching.edges.run import check_atp_ig
-from hookrun.runner.patching.edges.run import compute as compute_edges
-from hookrun.runner.patching.edges.run import prepare as prepare_edges
-from hookrun.runner.patching.edges.spec import EDGE_METHODS
-from hookrun.runner.patching.engine import PatchEngine
-from hookrun.runner.patching.items import load_items
-from hookrun.runner.patching.notebook import grid_attrs, run_cells
+from hookrun.runner.kinds.patching.block import parse_block
+from hookrun.runner.kinds.patching.edges.run import check_atp_ig
+from hookrun.runner.kinds.patching.edges.run import compute as compute_edges
+from hookrun.runner.kinds.patching.edges.run import prepare as prepare_edges
+from hookrun.runner.kinds.patching.edges.spec import EDGE_METHODS
+from hookrun.runner.kinds.patching.engine import PatchEngine
+from hookrun.runner.kinds.patching.items import load_items
+from hookrun.runner.kinds.patching.notebook import grid_attrs, run_cells
 from hookrun.store.format import CELL_UNITS
 from hookrun.store.records import Capture, CaptureKey, StepRecord
 
@@ -83,7 +83,14 @@ class PatchingKind(RunKind):
         return {str(get("input", "input_ids")): str(get("clean", "clean"))}, target
 
     @classmethod
+    def check_mode(cls, cfg: HookrunConfig) -> None:
+        if cfg.mode is not Mode.eval:
+            raise ConfigError(f"patching with mode={cfg.mode.value}: a patching run makes its own forwards (clean, "
+                              "corrupted, patched; atp its own backward); drop mode or set mode=eval")
+
+    @classmethod
     def check(cls, cfg: HookrunConfig) -> None:
+        cls.check_mode(cfg)
         parse_block(cfg.patching, build=lambda node, where: build(node, where))
 
 

@@ -4,7 +4,7 @@
                                "over": ["position"]}})
     grids["resid"]     # xarray.DataArray, dims ("module", "position")
 
-The same engine (runner/patching/engine.py), plan, session and actions as a file run; nothing is
+The same engine (runner/kinds/patching/engine.py), plan, session and actions as a file run; nothing is
 written. The model comes back as it went in (its mode, flags, devices and grads; every hook and splice removed: hooks/hold.py).
 """
 
@@ -28,12 +28,12 @@ from hookrun.errors import ConfigError, close_matches
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.plan import make_plan
+from hookrun.runner.kinds.patching.block import Block, parse_block
+from hookrun.runner.kinds.patching.edges.run import check_atp_ig, compute, prepare
+from hookrun.runner.kinds.patching.edges.spec import EDGE_METHODS
+from hookrun.runner.kinds.patching.engine import PatchEngine
+from hookrun.runner.kinds.patching.items import load_items
 from hookrun.runner.metrics import normalized
-from hookrun.runner.patching.block import Block, parse_block
-from hookrun.runner.patching.edges.run import check_atp_ig, compute, prepare
-from hookrun.runner.patching.edges.spec import EDGE_METHODS
-from hookrun.runner.patching.engine import PatchEngine
-from hookrun.runner.patching.items import load_items
 
 WHICH = ("value", "exact")
 log = logging.getLogger("hookrun")
@@ -64,7 +64,7 @@ def patch_grid(model: nn.Module, dataset: Any, hooks: Any = None, limit: int | N
     try:
         points = make_plan(model, parse_hooks(hooks), env, Mode.eval)
         check_atp_ig(model, b)
-        if b.method in EDGE_METHODS:  # edges: runner/patching/edges/
+        if b.method in EDGE_METHODS:  # edges: runner/kinds/patching/edges/
             graph, wiring = prepare(model, b, items)
             with PatchEngine(model, b, items, env, points) as engine:
                 result = compute(engine, graph, wiring)

@@ -2,7 +2,7 @@
 
     graph, ig_steps, faith = parse_edge_keys(get, "eap_ig")   # "auto", 5, None
 
-`get(key)` reads the block with the schema's defaults (runner/patching/block.py). Each bad value is
+`get(key)` reads the block with the schema's defaults (runner/kinds/patching/block.py). Each bad value is
 one ConfigError naming the key, what is wrong and what would be right, before the model runs.
 """
 

@@ -12,7 +12,7 @@ The sites are hooked through the same plan (make_plan), session (HookSession) an
   and the bytes one copy of the items' forward allocates (the cells_per_forward default);
 - exact: a chunk of c cells is one forward of the base input repeated c times, copy j patched at
   cell j with the source run's values; the blocks below the lowest patched block are not run (they
-  return the base run's outputs, runner/patching/stack.py). A cell's value: the metric averaged
+  return the base run's outputs, runner/kinds/patching/stack.py). A cell's value: the metric averaged
   over the items of its copy;
 - atp: one forward of the base input with zeros added at every site (their gradient is the
   metric's), one backward: a cell's value is metric(base) + sum over the cell of
@@ -35,13 +35,13 @@ from hookrun.hooks.actions.patch_cells import PatchCells, PatchState
 from hookrun.hooks.hook_types import HOOK_TYPES
 from hookrun.hooks.plan import make_plan
 from hookrun.hooks.session import HookSession
+from hookrun.runner.kinds.patching.block import Block
+from hookrun.runner.kinds.patching.budget import measure_bytes
+from hookrun.runner.kinds.patching.cells import Layout, SiteGrid
+from hookrun.runner.kinds.patching.checks import check_metric_inputs
+from hookrun.runner.kinds.patching.stack import BlockStack
 from hookrun.runner.losses import pick_output
 from hookrun.runner.metrics import item_metric, reference_logprobs
-from hookrun.runner.patching.block import Block
-from hookrun.runner.patching.budget import measure_bytes
-from hookrun.runner.patching.cells import Layout, SiteGrid
-from hookrun.runner.patching.checks import check_metric_inputs
-from hookrun.runner.patching.stack import BlockStack
 
 SPEC = "patching_site_"  # the site's hook name in the plan (errors are renamed to patching.sites.NAME)
 
@@ -232,8 +232,8 @@ class PatchEngine:
     def atp(self) -> np.ndarray:
         """metric(base) + sum over each cell of (source - base) * d metric / d activation, every cell."""
         state = self.state
-        if self.block.method == "atp_ig":  # the gradient averaged over the interpolated runs (runner/patching/edges/eap.py)
-            from hookrun.runner.patching.edges.eap import atp_ig_grads
+        if self.block.method == "atp_ig":  # the gradient averaged over the interpolated runs (runner/kinds/patching/edges/eap.py)
+            from hookrun.runner.kinds.patching.edges.eap import atp_ig_grads
 
             grads = atp_ig_grads(self)
         else:

@@ -1,6 +1,6 @@
 """Activation-patching grids: the engine behind `patching:` runs and hookrun.patch_grid.
 
-    from hookrun.runner.patching.notebook import patch_grid
+    from hookrun.runner.kinds.patching.notebook import patch_grid
     grids = patch_grid(model, items, sites={"resid": {"at": "blocks.*.hook_resid_pre", "over": ["position"]}})
 
 | module      | what                                                                      |
@@ -14,7 +14,12 @@
 | budget.py   | one forward's measured bytes (cells_per_forward's default)                |
 | notebook.py | patch_grid, and run_cells (shared with the file run's kind)               |
 | edges/      | the residual graph, EAP / EAP-IG, atp_ig's gradients, faithfulness         |
+| kind.py     | PatchingKind: the file run (`patching:` block), registered on import      |
 
-The metrics' formulas are in runner/metrics.py; the file run is runner/kinds/patching_kind.py; the
+The metrics' formulas are in runner/metrics.py; the file run is kind.py; the
 grids are read back by analysis/grids.py (open_run(p).grid(name)).
 """
+
+from hookrun.runner.kinds.patching.kind import PatchingKind  # noqa: E402  (registers the kind)
+
+__all__ = ["PatchingKind"]

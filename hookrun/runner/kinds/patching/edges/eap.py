@@ -110,7 +110,7 @@ def edge_scores(engine: Any, graph: Any, wiring: Any, m: int) -> tuple[np.ndarra
 def atp_ig_grads(engine: Any) -> dict:
     """atp_ig: d metric / d each site's output, averaged over the block's ig_steps interpolated runs (summed
     over the copies of the mean-over-copies metric), by module: engine.atp's gradients with m runs."""
-    from hookrun.runner.patching.edges.wiring import find_wiring
+    from hookrun.runner.kinds.patching.edges.wiring import find_wiring
 
     wiring = find_wiring(engine.model, "patching.method=atp_ig")  # where the embedding is
     source = writer_outputs(engine, wiring, engine.source_ids)

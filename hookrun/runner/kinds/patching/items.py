@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import default_collate
 
 from hookrun.errors import ConfigError, close_matches
-from hookrun.runner.patching.block import Block
+from hookrun.runner.kinds.patching.block import Block
 
 
 def load_items(dataset: Any, block: Block, limit: int | None = None, device: Any = None) -> dict[str, torch.Tensor]:

@@ -18,8 +18,8 @@ from typing import Any
 from hookrun.config.params import as_bool
 from hookrun.config.schema import PatchingConfig
 from hookrun.errors import ConfigError, close_matches, one_of
+from hookrun.runner.kinds.patching.edges.spec import EDGE_METHODS, FaithSpec, parse_edge_keys
 from hookrun.runner.metrics import PATCH_METRICS
-from hookrun.runner.patching.edges.spec import EDGE_METHODS, FaithSpec, parse_edge_keys
 
 DIRECTIONS, METHODS = ("denoise", "noise"), ("exact", "atp", "atp_ig", *EDGE_METHODS)
 SITE_KEYS = ("at", "over", "dims")
@@ -53,7 +53,7 @@ class Block:
     cells_per_forward: int | None
     memory: int
     verify: int
-    ig_steps: int = 1  # eap_ig / atp_ig: the interpolated runs (runner/patching/edges/)
+    ig_steps: int = 1  # eap_ig / atp_ig: the interpolated runs (runner/kinds/patching/edges/)
     graph: str = "auto"
     faithfulness: FaithSpec | None = None
 
