@@ -2,7 +2,7 @@
 
     state = PatchState()
     point.actions.append(PatchCells(point, hook_type, env, state=state))
-    state.mode = "keep"; model(clean)        # state.kept[module]: each site's output
+    state.mode = CellMode.KEEP; model(clean)        # state.kept[module]: each site's output
     state.begin_patch({"blocks.0.hook_z": [(0, (3, 1))]}, sources, batch=8)   # copy 0: position 3, head 1
     model(corrupt.repeat(copies, 1))         # each copy of the batch gets its own cells patched
 
@@ -25,17 +25,31 @@ through the decoder, as with SAELens' error term.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from enum import Enum
+from typing import TYPE_CHECKING
 
 import torch
 
-from hookrun.hooks.actions.base import Action
+from hookrun.hooks.actions.base import Action, ActionEnv
 from hookrun.hooks.events import Event
+
+if TYPE_CHECKING:
+    from hookrun.hooks.hook_types import HookType
+    from hookrun.hooks.points import HookPoint
+
+
+class CellMode(Enum):
+    """What every site does in the forward in flight (the table above)."""
+
+    OFF = "off"
+    KEEP = "keep"
+    PATCH = "patch"
+    GRAD = "grad"
 
 
 @dataclass
 class PatchState:
-    mode: str = "off"  # off | keep | patch | grad
+    mode: CellMode = CellMode.OFF
     kept: dict[str, torch.Tensor] = field(default_factory=dict)
     plan: dict[str, list[tuple[int, tuple]]] = field(default_factory=dict)
     sources: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -43,32 +57,33 @@ class PatchState:
     batch: int = 0
 
     def begin_patch(self, plan: dict[str, list[tuple[int, tuple]]], sources: dict[str, torch.Tensor], batch: int) -> None:
-        self.mode, self.plan, self.sources, self.batch = "patch", plan, sources, batch
+        self.mode, self.plan, self.sources, self.batch = CellMode.PATCH, plan, sources, batch
 
 
 class PatchCells(Action):
     fits = frozenset({"forward"})
     modifies = True
 
-    def __init__(self, point: Any, hook_type: Any, env: Any, where: str = "", state: PatchState | None = None) -> None:
+    def __init__(self, point: HookPoint, hook_type: HookType, env: ActionEnv, where: str = "",
+                 state: PatchState | None = None) -> None:
         super().__init__(point, hook_type, env, where)
         self.state = state if state is not None else PatchState()
 
     def __call__(self, ev: Event) -> None:
         s = self.state
-        if s.mode == "off" or ev.call != 0:
+        if s.mode is CellMode.OFF or ev.call != 0:
             return
         role = "output" if "output" in ev.tensors else "output.0"
         x = ev.tensors.get(role)
         if not isinstance(x, torch.Tensor):
             return
-        if s.mode == "keep":
+        if s.mode is CellMode.KEEP:
             s.kept[ev.module] = x.detach().clone()
-        elif s.mode == "grad":
+        elif s.mode is CellMode.GRAD:
             delta = torch.zeros_like(x, requires_grad=True)
             s.deltas[ev.module] = delta
             ev.replace(role, x + delta)
-        elif s.mode == "patch" and ev.module in s.plan:
+        elif s.mode is CellMode.PATCH and ev.module in s.plan:
             y = x.clone()
             view = y.view(-1, s.batch, *y.shape[1:])
             src = s.sources[ev.module]

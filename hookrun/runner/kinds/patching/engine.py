@@ -30,10 +30,12 @@ from torch import nn
 
 from hookrun.config.specs import parse_hooks
 from hookrun.errors import ConfigError, HookrunError, RunError
+from hookrun.hooks.actions.base import ActionEnv
 from hookrun.hooks.actions.dims import meaning
-from hookrun.hooks.actions.patch_cells import PatchCells, PatchState
+from hookrun.hooks.actions.patch_cells import CellMode, PatchCells, PatchState
 from hookrun.hooks.hook_types import HOOK_TYPES
 from hookrun.hooks.plan import make_plan
+from hookrun.hooks.points import HookPoint
 from hookrun.hooks.session import HookSession
 from hookrun.runner.kinds.patching.block import Block
 from hookrun.runner.kinds.patching.budget import measure_bytes
@@ -47,7 +49,7 @@ SPEC = "patching_site_"  # the site's hook name in the plan (errors are renamed 
 
 
 class PatchEngine:
-    def __init__(self, model: nn.Module, block: Block, items: Mapping[str, torch.Tensor], env: Any,
+    def __init__(self, model: nn.Module, block: Block, items: Mapping[str, torch.Tensor], env: ActionEnv,
                  points: list | None = None) -> None:
         self.model, self.block, self.env = model, block, env
         self.items = dict(items)
@@ -72,7 +74,7 @@ class PatchEngine:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.state.mode = "off"
+        self.state.mode = CellMode.OFF
         self.session.__exit__(*exc)
 
     def _plan(self) -> list:
@@ -112,7 +114,7 @@ class PatchEngine:
         self.model.eval()
         self.reference = None
         with torch.no_grad():
-            state.mode, state.kept = "keep", {}
+            state.mode, state.kept = CellMode.KEEP, {}
             source_logits = self.forward(self.source_ids)
             check_metric_inputs(b, source_logits, self.items)
             self.source = state.kept
@@ -122,7 +124,7 @@ class PatchEngine:
             base_run = (lambda: self.stack.keep_outputs(run, watch)) if self.stack is not None else run
             base_logits, self.copy_bytes = measure_bytes(self.model, base_run)
             self.base = state.kept
-            state.mode = "off"
+            state.mode = CellMode.OFF
             clean_logits, corrupt_logits = (base_logits, source_logits) if b.direction == "noise" else (source_logits, base_logits)
             if b.user_metric is None and b.metric == "kl":
                 self.reference = reference_logprobs(clean_logits, self.items, b.position)
@@ -166,7 +168,7 @@ class PatchEngine:
             offset += grids[-1].size
         return grids
 
-    def _fired(self, point: Any) -> list[tuple[Any, str]]:
+    def _fired(self, point: HookPoint) -> list[tuple[Any, str]]:
         """(point, the name its output was kept under) for each firing: the point's module, or, for an op
         site spelt without its call (MODULE/FN, as capture() takes it), each call MODULE/FN.k that ran."""
         if point.module in self.source:
@@ -177,7 +179,7 @@ class PatchEngine:
         calls = sorted(int(k[len(head):]) for k in self.source if k.startswith(head) and k[len(head):].isdigit())
         return [(point, f"{head}{k}") for k in calls]
 
-    def _dims(self, point: Any, x: torch.Tensor) -> tuple[str, ...]:
+    def _dims(self, point: HookPoint, x: torch.Tensor) -> tuple[str, ...]:
         """(sample, position, feature) / (sample, position, head, feature) over the input's tokens,
         else the names record gives (hooks/actions/dims.py), its `token` called `position`."""
         if x.dim() in (3, 4) and x.shape[1] == self.base_ids.shape[1] and self.base_ids.dim() == 2:
@@ -226,7 +228,7 @@ class PatchEngine:
                     logits = self.forward(_repeat(self.base_ids, len(ks)))
                 return self.measure(logits, len(ks)).cpu().numpy()
         finally:
-            self.state.mode = "off"
+            self.state.mode = CellMode.OFF
 
     # -- attribution patching ---------------------------------------------------------------------
     def atp(self) -> np.ndarray:
@@ -237,12 +239,12 @@ class PatchEngine:
 
             grads = atp_ig_grads(self)
         else:
-            state.mode, state.deltas = "grad", {}
+            state.mode, state.deltas = CellMode.GRAD, {}
             try:
                 with torch.enable_grad():
                     metric = self.measure(self.forward(self.base_ids), 1)[0]
             finally:
-                state.mode = "off"
+                state.mode = CellMode.OFF
             modules = list(state.deltas)
             grads = dict(zip(modules, torch.autograd.grad(metric, [state.deltas[m] for m in modules], allow_unused=True), strict=True))
         state.deltas = {}

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from hookrun.errors import RunError
+from hookrun.hooks.actions.patch_cells import CellMode
 
 
 def record(into: dict):
@@ -64,11 +65,11 @@ def interpolated_grads(engine: Any, wiring: Any, m: int, source_embed: torch.Ten
         with torch.enable_grad(), wiring.tap(embed=embed, writer=record(written) if start == 0 and keep_writers is not None else None,
                                              reader=add_zeros if reader else None):
             if leaves is not None:  # atp_ig: the sites' PatchCells add the zeros (engine.state.deltas)
-                engine.state.mode, engine.state.deltas = "grad", {}
+                engine.state.mode, engine.state.deltas = CellMode.GRAD, {}
             try:
                 metric = engine.measure(engine.forward(engine.base_ids.repeat(c, 1)), c).sum() / m
             finally:
-                engine.state.mode = "off"
+                engine.state.mode = CellMode.OFF
         named = dict(deltas) if reader else dict(leaves())
         keys = list(named)
         grads = torch.autograd.grad(metric, [named[k] for k in keys], allow_unused=True)
