@@ -65,7 +65,7 @@ def _grid(maps: np.ndarray, captions: list[str], title: str, pictures: list[np.n
         m = max(float(np.abs(maps[k]).max()), 1e-12)  # centred on zero: -m .. m
         if pictures is not None:
             ax.imshow(pictures[k].mean(-1), cmap="gray")
-        heat = ax.imshow(maps[k] / m, cmap="RdBu_r", vmin=-1, vmax=1, alpha=0.6 if pictures is not None else 1.0,
+        heat = ax.imshow(maps[k] / m, cmap=figures.diverging_cmap(), vmin=-1, vmax=1, alpha=0.6 if pictures is not None else 1.0,
                          aspect="auto" if maps[k].shape[0] == 1 else "equal")
         ax.set_title(captions[k], fontsize=9)
     fig.colorbar(heat, ax=axes.ravel().tolist(), shrink=0.85, label="attribution / max |attr.| (per sample)")
