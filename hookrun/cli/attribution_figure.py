@@ -54,23 +54,15 @@ def attribution_figures(run: Run, out: Path, samples: int = 4, dataset: object |
 
 
 def _grid(maps: np.ndarray, captions: list[str], title: str, pictures: list[np.ndarray] | None):
-    plt = figures.pyplot()
-    n = len(maps)
-    fig, axes = plt.subplots(1, n, figsize=(2.9 * n + 1.2, 3.6), squeeze=False, layout="constrained")
-    heat = None
-    for k in range(n):
-        ax = axes[0][k]
-        ax.set_xticks([])
-        ax.set_yticks([])
+    def draw(ax, k: int):
         m = max(float(np.abs(maps[k]).max()), 1e-12)  # centred on zero: -m .. m
         if pictures is not None:
             ax.imshow(pictures[k].mean(-1), cmap="gray")
-        heat = ax.imshow(maps[k] / m, cmap=figures.diverging_cmap(), vmin=-1, vmax=1, alpha=0.6 if pictures is not None else 1.0,
-                         aspect="auto" if maps[k].shape[0] == 1 else "equal")
         ax.set_title(captions[k], fontsize=9)
-    fig.colorbar(heat, ax=axes.ravel().tolist(), shrink=0.85, label="attribution / max |attr.| (per sample)")
-    fig.suptitle(title)
-    return fig
+        return ax.imshow(maps[k] / m, cmap=figures.diverging_cmap(), vmin=-1, vmax=1, alpha=0.6 if pictures is not None else 1.0,
+                         aspect="auto" if maps[k].shape[0] == 1 else "equal")
+
+    return figures.image_row(len(maps), draw, title, "attribution / max |attr.| (per sample)")
 
 
 def _curves(run: Run, names: list[str], method: str):

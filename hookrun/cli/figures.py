@@ -11,7 +11,7 @@ scientific notation for small or large values). Nothing here reads a file.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -176,25 +176,32 @@ def histogram(values: np.ndarray, stats: Mapping[str, float], title: str, xlabel
     return fig
 
 
-def gradcam_grid(cams: np.ndarray, captions: Sequence[str], title: str, images: Sequence[np.ndarray] | None) -> Any:
-    """cams: (n, H, W) in [0, 1], already at the images' size where there are images."""
+def image_row(n: int, draw: Callable[[Any, int], Any], title: str, label: str) -> Any:
+    """A row of n pictures without ticks: `draw(ax, k)` draws the k-th and returns the image its
+    colour bar (labelled `label`) reads; the figure is titled `title`. Grad-CAM's and attribution's."""
     plt = pyplot()
-    n = len(cams)
     fig, axes = plt.subplots(1, n, figsize=(2.9 * n + 1.2, 3.6), squeeze=False, layout="constrained")
     heat = None
     for k in range(n):
         ax = axes[0][k]
         ax.set_xticks([])
         ax.set_yticks([])
-        if images is not None:
-            ax.imshow(images[k])
-            heat = ax.imshow(cams[k], cmap=SEQUENTIAL, alpha=0.5, vmin=0, vmax=1)
-        else:
-            heat = ax.imshow(cams[k], cmap=SEQUENTIAL, vmin=0, vmax=1)
-        ax.set_title(captions[k], fontsize=10)
-    fig.colorbar(heat, ax=axes.ravel().tolist(), shrink=0.85, label="Grad-CAM (scaled to 0-1 per sample)")
+        heat = draw(ax, k)
+    fig.colorbar(heat, ax=axes.ravel().tolist(), shrink=0.85, label=label)
     fig.suptitle(title)
     return fig
+
+
+def gradcam_grid(cams: np.ndarray, captions: Sequence[str], title: str, images: Sequence[np.ndarray] | None) -> Any:
+    """cams: (n, H, W) in [0, 1], already at the images' size where there are images."""
+
+    def draw(ax: Any, k: int) -> Any:
+        if images is not None:
+            ax.imshow(images[k])
+        ax.set_title(captions[k], fontsize=10)
+        return ax.imshow(cams[k], cmap=SEQUENTIAL, vmin=0, vmax=1, **({"alpha": 0.5} if images is not None else {}))
+
+    return image_row(len(cams), draw, title, "Grad-CAM (scaled to 0-1 per sample)")
 
 
 def lines(spec: Lines) -> Any:
