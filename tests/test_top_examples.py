@@ -31,14 +31,19 @@ def brute(values: np.ndarray, samples: np.ndarray, positions: np.ndarray, k: int
     return out
 
 
-def assert_top(path, hook: str, module: str, values, samples, positions, k: int = K) -> None:
+def assert_top(path, hook: str, module: str, values, samples, positions, k: int = K, close: bool = False) -> None:
+    """The file's top-k against a brute-force sort of `values`: the same samples and positions, and the
+    same values (`close`: a reference computed outside the run, equal to float32 rounding)."""
     with h5py.File(path, "r", locking=False) as f:
         g = f[f"captures/{hook}/{module}"]
         got_v, got_s, got_p = g["top.values"][()], g["top.samples"][()], g["top.positions"][()]
     for f_, (v, s, p) in enumerate(brute(values, samples, positions, k)):
         np.testing.assert_array_equal(got_s[f_, : len(s)], s, err_msg=f"feature {f_}")
         np.testing.assert_array_equal(got_p[f_, : len(p)], p, err_msg=f"feature {f_}")
-        np.testing.assert_array_equal(got_v[f_, : len(v)], v.astype(np.float32), err_msg=f"feature {f_}")
+        if close:
+            np.testing.assert_allclose(got_v[f_, : len(v)], v, rtol=1e-5, atol=1e-6, err_msg=f"feature {f_}")
+        else:
+            np.testing.assert_array_equal(got_v[f_, : len(v)], v.astype(np.float32), err_msg=f"feature {f_}")
 
 
 @pytest.fixture(scope="module")
@@ -63,16 +68,6 @@ def tiny_lm_acts():
     return act[keep], samples, positions
 
 
-def assert_top_close(path, hook: str, module: str, values, samples, positions, k: int = K) -> None:
-    """The file's top-k against a brute-force sort of a reference computed outside the run: the
-    same samples and positions, values equal to float32 rounding."""
-    with h5py.File(path, "r", locking=False) as f:
-        g = f[f"captures/{hook}/{module}"]
-        got_v, got_s, got_p = g["top.values"][()], g["top.samples"][()], g["top.positions"][()]
-    for f_, (v, s, p) in enumerate(brute(values, samples, positions, k)):
-        np.testing.assert_array_equal(got_s[f_, : len(s)], s, err_msg=f"feature {f_}")
-        np.testing.assert_array_equal(got_p[f_, : len(p)], p, err_msg=f"feature {f_}")
-        np.testing.assert_allclose(got_v[f_, : len(v)], v, rtol=1e-5, atol=1e-6, err_msg=f"feature {f_}")
 
 
 def text_cfg(path, **extra) -> dict:
@@ -88,7 +83,7 @@ def text_cfg(path, **extra) -> dict:
 
 def test_token_rows_equal_a_brute_force_sort_and_the_reader_gives_their_tokens(tmp_path, tiny_lm_acts):
     path = hookrun.run(text_cfg(tmp_path / "t.h5")).path
-    assert_top_close(path, "act", "transformer.h.1.mlp.act", *tiny_lm_acts)  # against a raw hook, no hookrun
+    assert_top(path, "act", "transformer.h.1.mlp.act", *tiny_lm_acts, close=True)  # against a raw hook, no hookrun
     with open_run(path) as run:
         rec = run["transformer.h.1.mlp.act", "output"][:]
         ts, tp = run.file["samples/token_sample"][:], run.file["samples/token_position"][:]
@@ -142,8 +137,8 @@ def test_ties_go_to_the_earlier_sample_and_channel_maps_use_each_channels_max(tm
         ref_r = (torch.round(ref.lin(x) * 2) / 2).numpy()  # the model's own modules, called directly
         ref_c = ref.conv(x[:, :12].reshape(-1, 3, 2, 2).repeat(1, 1, 2, 2)).amax(dim=(2, 3)).numpy()
     every = np.arange(len(x))
-    assert_top_close(path, "r", "round", ref_r, every, np.full(len(x), -1))
-    assert_top_close(path, "c", "conv", ref_c, every, np.full(len(x), -1))
+    assert_top(path, "r", "round", ref_r, every, np.full(len(x), -1), close=True)
+    assert_top(path, "c", "conv", ref_c, every, np.full(len(x), -1), close=True)
     with open_run(path) as run:
         r = run["round", "output"][:]
         assert len(np.unique(r[:, 0])) < 15  # ties are there to break
@@ -173,7 +168,7 @@ def resume_and_check_top(cfg: dict, reference) -> None:
     raw-hook `reference` and of the record of the same hook point (all 14 samples' token rows)."""
     cfg["resume"] = True
     assert hookrun.run(cfg).status == "complete"
-    assert_top_close(cfg["output"]["path"], "act", "transformer.h.1.mlp.act", *reference)
+    assert_top(cfg["output"]["path"], "act", "transformer.h.1.mlp.act", *reference, close=True)
     with open_run(cfg["output"]["path"]) as run:
         rec = run["transformer.h.1.mlp.act", "output"][:]
         ts, tp = run.file["samples/token_sample"][:], run.file["samples/token_position"][:]
