@@ -114,6 +114,22 @@ def test_cuda_transfer_uses_pinned_buffers_and_an_event(tmp_path):
     assert transfer.allocated == 1
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_transfer_leaves_values_already_on_the_host():
+    """A kind that computes its rows on the host (attribution) hands the writer CPU tensors on a CUDA
+    run: they are written as they are (record_stream exists for CUDA tensors only)."""
+    transfer = HostTransfer(torch.device("cuda"))
+    on_gpu, on_host = torch.randn(4, 3, device="cuda"), torch.randn(4, 5)
+    rec = record(0, on_gpu.clone())
+    rec.captures.append(Capture(CaptureKey("h2", "m", "forward", "output"), on_host, False))
+    ticket = transfer.submit(rec.captures)
+    ticket.wait()
+    torch.testing.assert_close(rec.captures[0].value, on_gpu.cpu())
+    assert rec.captures[1].value is on_host
+    ticket.release()
+    assert transfer.allocated == 1
+
+
 def test_many_captures_share_a_bounded_chunk_cache_and_keep_every_row(tmp_path, monkeypatch):
     """100 captures, with an 8 MiB budget: chunks shrink to 8 MiB / 100 (not 1 MiB each), each
     capture caches one chunk, and rows that cross chunk boundaries come back exactly (numpy reference)."""

@@ -66,7 +66,8 @@ class HostTransfer:
             self.stream.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(self.stream):
                 for cap in captures:
-                    if not cap.ragged:  # ragged rows are on the host already (record moved them)
+                    # ragged rows, and values a kind computed on the host (attribution's), need no copy
+                    if not cap.ragged and cap.value.is_cuda:
                         self._move(cap, buffers)
                 event = torch.cuda.Event()
                 event.record(self.stream)
