@@ -181,3 +181,20 @@ def test_own_actions_by_name_and_by_target(tmp_path):
                         cwd=tmp_path, env=ENV)
     assert_ok(by_target)
     assert "n layer1 {'input': (16, 64, 56, 56), 'output': (16, 64, 56, 56)}" in by_target.stdout
+
+
+def test_a_mode_set_by_an_override_or_a_config_still_sweeps(tmp_path):
+    """hookrun skips Hydra's first compose (it only reads hydra.mode) where nothing can set the mode
+    (issue 41 item 18); an override or a config folder that sets it still starts a sweep."""
+    from hookrun.cli.app import conf_dir
+    from hookrun.cli.hydra_mode import mode_is_the_command_lines
+
+    assert mode_is_the_command_lines(["experiment=resnet_layer1", "seed=0,1"], conf_dir())
+    assert not mode_is_the_command_lines(["hydra.mode=MULTIRUN"], conf_dir())
+    extra = tmp_path / "conf" / "experiment"
+    extra.mkdir(parents=True)
+    (extra / "swept.yaml").write_text("# @package _global_\ndefaults:\n  - resnet_layer1\nhydra:\n  mode: MULTIRUN\n"
+                                      "  sweeper:\n    params:\n      seed: 0,1\n")
+    assert not mode_is_the_command_lines([f"--config-dir={tmp_path / 'conf'}"], conf_dir())
+    assert_ok(run_cli(f"--config-dir={tmp_path / 'conf'}", "experiment=swept", "data.limit=1", "progress=false", cwd=tmp_path))
+    assert [p.parent.name for p in h5_files(tmp_path / "outputs" / "multirun")] == ["0", "1"]

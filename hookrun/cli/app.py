@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hookrun.cli.command import ends_quietly
 from hookrun.cli.hydra_errors import dotted_keys, one_line, shell_damage
+from hookrun.cli.hydra_mode import skip_mode_compose
 from hookrun.cli.usage import usage, version
 from hookrun.config.schema import HookrunConfig
 from hookrun.errors import ConfigError, HookrunError
@@ -202,7 +203,8 @@ def main() -> None:
     overrides = [a for a in args if not a.startswith("-")]
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors to us instead of printing them
     try:
-        _app()
+        with skip_mode_compose(args, conf_dir()):
+            _app()
     except Exception as exc:
         if _FULL_ERROR:
             raise
