@@ -5,7 +5,7 @@
     budget.perturbations_per_eval      # occlusion: occluded copies of the batch per forward
     budget.rows_per_forward            # deletion / insertion: masked inputs per forward
 
-The bytes of one row are measured as patching's cells_per_forward are (runner/kinds/patching/budget.py):
+The bytes of one row are measured as every budgeted kind's forwards are (runner/memory.py):
 on CUDA the peak allocated during the first batch's forward, elsewhere the bytes of every tensor a
 module returned in it; a forward that keeps its graph for a backward counts twice (its gradients).
 Occlusion and the deletion / insertion curves also build their perturbed inputs before the forward
@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from hookrun.runner.kinds.attribution.block import Block
-from hookrun.runner.kinds.patching.budget import measure_bytes
+from hookrun.runner.memory import measure_bytes
 
 
 class Budget:

@@ -32,7 +32,7 @@ from hookrun.runner.kinds.attribution.budget import Budget
 from hookrun.runner.kinds.attribution.curves import curves
 from hookrun.runner.kinds.attribution.forward import Forward
 from hookrun.runner.kinds.attribution.lrp import LRP
-from hookrun.runner.kinds.patching.budget import measure_bytes
+from hookrun.runner.memory import measure_bytes
 
 W = "attribution"
 

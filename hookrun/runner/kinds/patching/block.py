@@ -10,7 +10,6 @@ hookrun.config.schema.PatchingConfig.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -19,13 +18,12 @@ from hookrun.config.params import as_bool
 from hookrun.config.schema import PatchingConfig
 from hookrun.errors import ConfigError, close_matches, one_of
 from hookrun.runner.kinds.patching.edges.spec import EDGE_METHODS, FaithSpec, parse_edge_keys
-from hookrun.runner.metrics import PATCH_METRICS
+from hookrun.runner.kinds.patching.metrics import PATCH_METRICS
+from hookrun.runner.memory import parse_bytes
 
 DIRECTIONS, METHODS = ("denoise", "noise"), ("exact", "atp", "atp_ig", *EDGE_METHODS)
 SITE_KEYS = ("at", "over", "dims")
 METRIC_KEYS = ("name", "answer", "wrong", "position", "normalize")
-UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 1 << 10, "m": 1e6, "mb": 1e6, "mib": 1 << 20, "g": 1e9,
-         "gb": 1e9, "gib": 1 << 30, "t": 1e12, "tb": 1e12, "tib": 1 << 40}
 
 
 @dataclass(frozen=True)
@@ -168,16 +166,6 @@ def parse_site(name: str, body: Any) -> SiteSpec:
         raise ConfigError(f"{where}.dims={list(dims)}: name every axis once, the first 'sample' (the items), "
                           f"e.g. [sample, position, head, feature]")
     return SiteSpec(name, at, over, dims)
-
-
-def parse_bytes(value: Any, where: str) -> int:
-    """1000000, '512MB', '2GiB' -> bytes."""
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
-    if m is None or m.group(2).lower() not in UNITS or float(m.group(1)) <= 0:
-        raise ConfigError(f"{where}={value!r}; give bytes as a number or with a unit (512MB, 2GiB)")
-    return max(1, int(float(m.group(1)) * UNITS[m.group(2).lower()]))
 
 
 def _did_you_mean(key: str, choices: Any) -> str:

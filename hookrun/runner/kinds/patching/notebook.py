@@ -33,7 +33,7 @@ from hookrun.runner.kinds.patching.edges.run import check_atp_ig, compute, prepa
 from hookrun.runner.kinds.patching.edges.spec import EDGE_METHODS
 from hookrun.runner.kinds.patching.engine import PatchEngine
 from hookrun.runner.kinds.patching.items import load_items
-from hookrun.runner.metrics import normalized
+from hookrun.runner.kinds.patching.metrics import normalized
 
 WHICH = ("value", "exact")
 log = logging.getLogger("hookrun")
