@@ -1,23 +1,28 @@
 """What readers show of a kind of run: one registry that each kind's reader module fills.
 
-    register_reader(KindReader("evaluate", present=has_evaluation, lines=describe, columns=evaluation_columns,
-                               sections=sections, methods={"evaluation": evaluation_table}))
+    register_reader(KindReader("mykind", present=lambda f: "mykind" in f, lines=describe, columns=columns,
+                               sections=sections, methods={"mine": read_mine}, properties={"names": names}))
     for r in readers_of(run.file): ...   # the file's kind's reader (inspect, plot, report, open_run)
+    run.mine(...), run.names             # a kind's methods and properties, through Run.__getattr__
 
 A file names its kind in the root attribute `kind` (written by run() from hookrun 0.x on); a file
 written before that is asked through each reader's `present(f)`. The readers (run_reader.py,
 remote_run.py, sweep.py, report/) ask this registry and test no group or attribute by name; the
 kinds' reader modules live in their own folders (hookrun/runner/kinds/<kind>/reader.py) and are
-imported with hookrun, so the registry is full before any file is read.
+imported with hookrun, so the registry is full before any file is read. What a reader reads from
+the root attributes alone (`units`, `attr_lines`, `header`, `properties`) is asked through
+`readers_by_attrs`: an object-store run's come from its manifest, nothing fetched.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import h5py
+
+from hookrun.store.format import BATCH_UNITS
 
 
 def _none(_: Any) -> list:
@@ -26,6 +31,10 @@ def _none(_: Any) -> list:
 
 def _no_columns(_: h5py.File) -> dict:
     return {}
+
+
+def _no_note(_: str) -> str | None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,12 @@ class KindReader:
     sections: Callable[[Any], list[dict]] = _none  # the report's sections (given the Run)
     methods: dict[str, Callable[..., Any]] = field(default_factory=dict)  # Run's methods: run.NAME(...) -> fn(file, ...)
     sweep: Callable[[Any], list[dict]] = _none  # the report's sections of a sweep (given the Sweep) whose jobs are this kind's
+    units: tuple[str, str] = BATCH_UNITS  # what its steps and rows are called (inspect, the report)
+    attr_lines: Callable[[Mapping], list[str]] = _none  # inspect's lines from the root attributes alone
+    header: Callable[[Mapping], list[list[str]]] = _none  # the report's run-table rows, from the root attributes
+    properties: dict[str, Callable[[Mapping], Any]] = field(default_factory=dict)  # Run's properties: run.NAME -> fn(attrs)
+    figures: Callable[[Any], list[tuple[str, Any]]] = _none  # plot's pictures (given the Run): (file stem, figure spec)
+    no_values: Callable[[str], str | None] = _no_note  # what a summary says of its capture LABEL with no finite value
 
 
 READERS: dict[str, KindReader] = {}
@@ -54,6 +69,42 @@ def readers_of(f: h5py.File) -> list[KindReader]:
     if kind is not None:
         return [READERS[kind]] if kind in READERS and READERS[kind].present(f) else []
     return [r for r in READERS.values() if r.present(f)]
+
+
+def readers_by_attrs(attrs: Mapping, file: Callable[[], h5py.File | None]) -> list[KindReader]:
+    """The reader of the kind the root attributes name; for a file written before the `kind`
+    attribute, every reader whose rows `file()` holds (None: no file to ask, no reader)."""
+    kind = attrs.get("kind")
+    kind = kind.decode() if isinstance(kind, bytes) else kind
+    if kind is not None:
+        return [READERS[kind]] if kind in READERS else []
+    f = file()
+    return [r for r in READERS.values() if r.present(f)] if f is not None else []
+
+
+def kind_units(readers: list[KindReader]) -> tuple[str, str]:
+    return readers[0].units if readers else BATCH_UNITS
+
+
+def kind_property(readers: list[KindReader], attrs: Mapping, name: str) -> Any:
+    """run.NAME of a kind's reader, from the root attributes; a run of another kind gets what the
+    owning reader says of attributes that are not its own (an empty list, ...)."""
+    owners = [r for r in readers if name in r.properties] or [r for r in READERS.values() if name in r.properties]
+    return owners[0].properties[name](attrs)
+
+
+def property_names() -> set[str]:
+    return {name for r in READERS.values() for name in r.properties}
+
+
+def no_values_note(label: str) -> str | None:
+    """What a kind says of its own capture `label` holding no finite value (None: nothing special)."""
+    return next((note for r in READERS.values() if (note := r.no_values(label))), None)
+
+
+def kind_figures(run: Any) -> list[tuple[str, Any]]:
+    """plot's pictures of the file's kind: (file stem, figure spec)."""
+    return [fig for r in readers_of(run.file) for fig in r.figures(run)]
 
 
 def kind_method(f: h5py.File, name: str) -> Callable[..., Any] | None:

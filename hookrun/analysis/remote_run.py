@@ -26,7 +26,7 @@ import numpy as np
 import yaml
 
 from hookrun.analysis.batching import BUFFER_BYTES
-from hookrun.analysis.kind_readers import kind_lines
+from hookrun.analysis.kind_readers import KindReader, kind_lines, readers_by_attrs
 from hookrun.analysis.parts_loader import PartsLoader
 from hookrun.analysis.run_reader import Run
 from hookrun.analysis.stats import block_stats
@@ -91,6 +91,11 @@ class RemoteRun(Run):
 
     def kind_lines(self) -> list[str]:
         return kind_lines(self.source.file) if self.source.opened else []  # (no download for a summary)
+
+    def kind_readers(self) -> list[KindReader]:
+        """The reader of the kind the manifest names (a run older than the `kind` attribute: the
+        readers whose rows the parts hold, once they are fetched; none before)."""
+        return readers_by_attrs(self.attrs, lambda: self.source.file if self.source.opened else None)
 
     def part_files(self, problems: list[str] | None = None) -> Iterator[h5py.File]:
         """Every part in turn, fetched and verified, open (inspect --verify: their own checksums);

@@ -59,22 +59,6 @@ def is_signed(z: np.ndarray) -> bool:
     return bool(finite.size) and float(finite.min()) < 0 < float(finite.max())
 
 
-METHODS = {"exact": "exact patching", "atp": "attribution patching (atp)", "atp_ig": "atp with integrated gradients (atp_ig)",
-           "eap": "edge attribution patching (eap)", "eap_ig": "eap with integrated gradients (eap_ig)"}
-
-
-def metric_label(attrs: Any) -> str:
-    """A grid's colour bar: its metric, and 'normalised' where the values are (0 corrupt, 1 clean)."""
-    normalised = bool(attrs.get("normalize")) and str(attrs.get("normalize")).lower() not in ("false", "0", "no")
-    return f"{attrs.get('metric', 'value')}" + (" (normalised)" if normalised else "")
-
-
-def grid_title(name: str, attrs: Any, plane: str = "") -> str:
-    """`site · method · metric`: what was patched, how, and what the colours measure."""
-    method = str(attrs.get("method", "exact"))
-    return f"{name}{plane} · {METHODS.get(method, method)} · {metric_label(attrs)}"
-
-
 def skip_reason(info: Any, ds: Any = None) -> str | None:
     """Why a capture gets no histogram (None: it gets one): integer values are token ids or
     indices (their histogram says nothing), lens and top-example rows have pictures of their own,

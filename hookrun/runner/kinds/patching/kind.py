@@ -38,7 +38,7 @@ from hookrun.runner.kinds.patching.edges.spec import EDGE_METHODS
 from hookrun.runner.kinds.patching.engine import PatchEngine
 from hookrun.runner.kinds.patching.items import load_items
 from hookrun.runner.kinds.patching.notebook import grid_attrs, run_cells
-from hookrun.store.format import CELL_UNITS
+from hookrun.runner.kinds.patching.reader import CELL_UNITS
 from hookrun.store.records import Capture, CaptureKey, StepRecord
 
 KEY = {which: CaptureKey("patching", "cells", "patching", which) for which in ("value", "exact")}

@@ -93,7 +93,7 @@ def compute(engine: Any, graph: Graph, wiring: Any) -> EdgeResult:
 
 def file_scores(path: str, graph: Graph) -> np.ndarray:
     """The edge grid of an earlier edges run (faithfulness.from: PATH), checked against this model's graph."""
-    from hookrun.analysis.edges import edge_values
+    from hookrun.runner.kinds.patching.reader import edge_values
     from hookrun.store.reading import open_source
 
     try:
