@@ -108,7 +108,7 @@ def kind_figures(run: Any) -> list[tuple[str, Any]]:
 
 
 def kind_method(f: h5py.File, name: str) -> Callable[..., Any] | None:
-    """A kind's reader method `name` bound to the file (run.evaluation(...)); None where no kind has
+    """A kind's reader method `name` bound to the file (run.NAME(...)); None where no kind has
     it. Called on a file of another kind, the method says in its own NotFoundError what is missing."""
     owners = [r for r in readers_of(f) if name in r.methods] or [r for r in READERS.values() if name in r.methods]
     if not owners:
@@ -118,7 +118,7 @@ def kind_method(f: h5py.File, name: str) -> Callable[..., Any] | None:
 
 
 def method_names() -> set[str]:
-    """Every method a kind's reader adds to Run (run.evaluation)."""
+    """Every method a kind's reader adds to Run (run.NAME(...))."""
     return {name for r in READERS.values() for name in r.methods}
 
 

@@ -91,7 +91,7 @@ class Run:
 
     def __getattr__(self, name: str) -> Any:
         """A kind's reader property or method (analysis/kind_readers.py), asked of the file's kind:
-        `run.grids`, `run.grid(name, which)`, `run.edges(top)`, `run.evaluation(batches)`, ...;
+        `run.grids`, `run.grid(name, which)`, `run.edges(top)`, ... (each kind's reader.py);
         on a run of another kind a method says what is missing, and a property is empty."""
         if name.startswith("_"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
@@ -245,7 +245,7 @@ class Run:
         return "\n".join(lines)
 
     def kind_lines(self) -> list[str]:
-        """What the file's kind adds to the summary (evaluate's table; none for a plain record run)."""
+        """What the file's kind adds to the summary (a block kind's table; none for a plain record run)."""
         return kinds.kind_lines(self.file)
 
     def written_attrs(self) -> set[str]:

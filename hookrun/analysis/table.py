@@ -3,7 +3,7 @@
     t = Table(["job", "ce_intervened"], [{"job": "0", "ce_intervened": 2.5}])
     print(t); t.to_pandas(); t.column("ce_intervened")
 
-open_sweep(...).table() and open_run(...).evaluation() return one.
+open_sweep(...).table() and the kinds' reader methods (open_run(...).edges(), ...) return one.
 """
 
 from __future__ import annotations

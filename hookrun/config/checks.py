@@ -3,8 +3,8 @@
     check_config(load(cfg))   # ConfigError, one line, at the first option that does not fit
 
 The table below is the list of combinations of the common options refused whatever else the config
-says; a run kind's refusals about its own block are the kind's (evaluate's rows are in
-hookrun/runner/kinds/evaluate/block.py, run by the kind's `check`; patching's in its kind's `check`), and those that need the built
+says; a run kind's refusals about its own block are the kind's (in its folder, hookrun/runner/kinds/<kind>/,
+run by the kind's `check`), and those that need the built
 model and hooks (a model without generate(), an ablation with nothing to ablate) its constructor's.
 """
 

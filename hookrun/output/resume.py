@@ -57,7 +57,7 @@ class Resume(Protocol):
 
     @property
     def file(self) -> h5py.File | None:
-        """The old file (evaluate restores its totals from /evaluation); None where there is none."""
+        """The old file (a kind restores its totals from its tables); None where there is none."""
 
     def replay(self, store: RunStore) -> int:
         """Write the kept batches into `store`, in order; returns how many."""
@@ -189,7 +189,7 @@ def _replay(state: ResumeState, store: RunStore, f: h5py.File) -> int:
     columns = [_read(f"the capture {c.path}", lambda c=c: _Column(f[c.path], index, step_of_row, state.first_step, token_step))
                for c in _captures(state.path, f)]
     bounds = np.searchsorted(step_of_row, steps)
-    tables = {t.name: t.read(f, rows=state.steps) for t in tables_in(f)}  # a kind's rows of the kept batches (evaluate's)
+    tables = {t.name: t.read(f, rows=state.steps) for t in tables_in(f)}  # a kind's rows of the kept batches
     for i, step in enumerate(steps[:-1].tolist()):
         lo, hi = int(bounds[i]), int(bounds[i + 1])
         captures = [c for col in columns if (c := col.capture(step, lo, hi)) is not None]

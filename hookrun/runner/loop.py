@@ -2,7 +2,7 @@
 
     steps = run_batches(model, loader, session, writer, env, settings)   # settings.batches: which ones
 
-What a batch does (one forward, forward and backward, generate(), evaluate's forwards) is the run
+What a batch does (one forward, forward and backward, generate(), a block kind's forwards) is the run
 kind's (hookrun.runner.kinds, `settings.kind`); the loop never asks which kind runs.
 """
 

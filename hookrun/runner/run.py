@@ -125,7 +125,7 @@ def _run(cfg: HookrunConfig, dest: Destination, started: float, model: torch.nn.
     try:
         if adjust is not None:
             adjust(p)
-        if not cfg.dry_run:  # what the kind sets up beyond the loop (patching: its base runs and checks)
+        if not cfg.dry_run:  # what the kind sets up beyond the loop (its base runs and checks)
             p.settings.kind.prepare_run(p)
         if cfg.dry_run or cfg.output.max_bytes is not None:
             report = plan_estimate(p)
@@ -190,7 +190,7 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
             replayed = True
             with session, BackgroundWriter(store) as writer:
                 p.settings.should_stop = stop.requested
-                steps = p.settings.kind.run_steps(  # the data loop, unless the kind's steps are not batches (patching)
+                steps = p.settings.kind.run_steps(  # the data loop, unless the kind's steps are not batches (a grid's cells)
                     lambda: run_batches(p.model, p.loader, session, writer, p.env, p.settings, first),
                     writer, store.samples, stop.requested)
             status = "interrupted" if stop.signum else "complete"

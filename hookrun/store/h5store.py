@@ -71,7 +71,7 @@ class H5Store(CaptureColumns):
         self.table = SampleTable(self.file, self.compression)
         self.digests = DigestLog(self.file)  # the run's /checksums table, written at each flush
         self._columns: dict[str, Column] = {}
-        self.tables: dict[str, TableWriter] = {}  # a kind's named tables (/evaluation), made at their first rows (store/tables.py)
+        self.tables: dict[str, TableWriter] = {}  # a kind's named tables (/NAME), made at their first rows (store/tables.py)
         self.run_state = RunState()  # stateful actions' latest state, written at flush (store/run_state.py)
         self.overflow: dict[str, int] = {}  # values a cast turned into inf, per capture path
         self.steps = 0
@@ -192,7 +192,7 @@ class H5Store(CaptureColumns):
         return cols + tables + [self.table.index, self.table.step, *self.table.optional.values()]
 
     def _update_counts(self) -> None:
-        for t in self.tables.values():  # a kind's totals (evaluate's): those of the batches this flush holds
+        for t in self.tables.values():  # a kind's totals: those of the batches this flush holds
             t.flush()
         self.run_state.flush(self.file, self.steps)  # actions' state: that of the batches this flush holds
         self.file.attrs["steps_complete"] = self.steps

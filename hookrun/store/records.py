@@ -63,7 +63,7 @@ class StepRecord:
     ticket: Any = None  # hookrun.store.transfer.Ticket: wait() before reading captures, release() after
     samples: dict[str, np.ndarray] | None = None  # more per-sample arrays for /samples/<name> (data.store)
     tokens: tuple[np.ndarray, ...] | None = None  # (sample index, position[, generated]) of each token row
-    tables: dict[str, Any] = field(default_factory=dict)  # a kind's rows by table name ({"evaluation": row}: store/tables.py)
+    tables: dict[str, Any] = field(default_factory=dict)  # a kind's rows by table name ({NAME: row}: store/tables.py)
     state: dict[str, dict[str, Any]] | None = None  # stateful actions' state after this batch, by key (saved at flush)
 
 

@@ -1,13 +1,13 @@
 """The named tables a kind of run writes beside the captures, one generic mechanism for every kind.
 
-    register_table(KindTable("evaluation", EvaluationStore, read_evaluation))   # in the kind's folder
-    StepRecord(..., tables={"evaluation": row})   # a kind's step hands its rows by the table's name
+    register_table(KindTable("mytable", MyTableWriter, read_mytable))   # in the kind's folder
+    StepRecord(..., tables={"mytable": row})   # a kind's step hands its rows by the table's name
     store.write(rec)          # H5Store: each named table's writer, made at its first row, appends them
-    rows = TABLES["evaluation"].read(f, rows=kept)   # resume's replay: the kept batches' rows by step
+    rows = TABLES["mytable"].read(f, rows=kept)   # resume's replay: the kept batches' rows by step
 
 The store knows no kind: a table's writer comes from this registry, filled by each kind's folder
 (hookrun/runner/kinds/<kind>/) as it is imported. The table's name is its group in the file, so the
-layout of files written before this mechanism is the same (evaluate's /evaluation).
+layout of files written before this mechanism is the same.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ class Heatmap:
     xlabel: str = ""
     ylabel: str = ""
     label: str = "value"  # the colour bar
-    centre: float | None = None  # a diverging scale, symmetric about this value (patching grids)
+    centre: float | None = None  # a diverging scale, symmetric about this value (a kind's grids)
     cells: Sequence[Sequence[str]] | None = None  # a text written in each cell (rows x cols)
 
 
@@ -167,7 +167,7 @@ def sweep_charts(table: Any, swept: Sequence[str], metrics: Sequence[str]) -> li
 
 
 def sweep_metrics(table: Any, swept: Sequence[str]) -> list[str]:
-    """The columns of a sweep table that hold numbers and are not overrides: evaluation metrics
+    """The columns of a sweep table that hold numbers and are not overrides: the kinds' metrics
     first (as the table orders them), then the captures' statistics."""
     skip = {"job", "status", "text", *swept}
     keys = [c for c in table.columns if c not in skip and c not in _overrides(table, swept)]
