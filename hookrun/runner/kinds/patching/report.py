@@ -8,13 +8,13 @@ faithfulness curve. Built from the figure specs shared by report and plot (analy
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
 
 from hookrun.analysis.report.figure_specs import Circuit, Heatmap, Lines, Scatter
 from hookrun.analysis.report.run_sections import figure, section
-from hookrun.runner.kinds.patching.reader import grid_names, patching_meta
 
 METHODS = {"exact": "exact patching", "atp": "attribution patching (atp)", "atp_ig": "atp with integrated gradients (atp_ig)",
            "eap": "edge attribution patching (eap)", "eap_ig": "eap with integrated gradients (eap_ig)"}
@@ -39,7 +39,7 @@ def grid_specs(run: Any) -> list[tuple[str, str, list[Any]]]:
     run's when noising, 0 when normalised), and where exact values were recomputed (atp with
     verify), the estimate against them. An exact run has no estimate to compare: no scatter."""
     out = []
-    for name in grid_names(run.attrs):
+    for name in list(getattr(run, "grids", None) or []):  # (asked of the kind registry: reader.py)
         g = run.grid(name)
         a = dict(g.attrs)
         about = ", ".join(f"{k} {_short(a[k])}" for k in ("metric", "method", "direction", "metric_clean", "metric_corrupt", "normalize") if k in a)
@@ -119,7 +119,7 @@ def _circuit(run: Any, g: Any, top: int = 30) -> Circuit:
     """The `top` edges of an edges run's [writer, reader] grid (dims module, reader) as a circuit: a node per
     component (a head's q/k/v readers are its node), embed at the bottom, each layer's heads then its MLP
     above, logits at the top."""
-    graph = (patching_meta(run.attrs) or {}).get("graph") or {}
+    graph = _meta(run).get("graph") or {}
     writers, readers = graph.get("writers") or [], graph.get("readers") or []
     values = np.asarray(g.values, dtype=np.float64)
     node = lambda label: label.rsplit(".", 1)[0] if label.count(".") == 2 else label  # noqa: E731 (L0.H1.q -> L0.H1)
@@ -148,11 +148,16 @@ def _circuit(run: Any, g: Any, top: int = 30) -> Circuit:
 
 def _faithfulness(run: Any) -> list[Any]:
     """An edges run's faithfulness curve (docs/edges.md): the recovered fraction against the edges kept."""
-    curve = (patching_meta(run.attrs) or {}).get("faithfulness")
+    curve = _meta(run).get("faithfulness")
     if not curve:
         return []
     return [Lines(curve["k"], {"recovered": curve["recovered"]}, "edges kept (top k by |score|)", "recovered fraction",
                   f"faithfulness: {curve.get('ablation', 'corrupt')} ablation outside the top-k edges of {curve.get('from', '')}")]
+
+
+def _meta(run: Any) -> dict:
+    """The run's `patching` root attribute (reader.py's patching_meta, read here without importing it)."""
+    return json.loads(run.attrs.get("patching") or "{}")
 
 
 def _short(v: Any) -> str:
