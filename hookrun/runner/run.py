@@ -33,9 +33,8 @@ from hookrun.output.resume import Resume
 from hookrun.output.shards import ShardRun
 from hookrun.output.signals import Interrupted, StopSignals, StoreAway
 from hookrun.runner.action_state import finish_actions, restore_states
-from hookrun.runner.end_warnings import end_report
 from hookrun.runner.estimate import estimate
-from hookrun.runner.loop import run_batches
+from hookrun.runner.loop import end_report, run_batches
 from hookrun.runner.prepare import Prepared, dataset_name, prepare
 from hookrun.store.format import HOOKRUN_VERSION
 from hookrun.store.object_folder import StoreError

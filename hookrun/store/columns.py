@@ -10,6 +10,12 @@ skip batches, and digested into the run's /checksums table.
 CaptureColumns is a part of H5Store (store/h5store.py), which owns the file, the sample table, the
 digest log and the counts these methods read: `file`, `table`, `digests`, `compression`, `expected`,
 `checksum`, `steps`, `first_step` and the `_columns` dict by capture path.
+
+Variable-length rows (append_ragged, below): one row per sample whose first dim varies (detection
+boxes, n_i >= 0), or one per step (`record rows: ragged`: a tensor whose first dim changes from batch
+to batch). Each row is sample i's values flattened, in a variable-length HDF5 dataset of shape (N,)
+aligned with /samples/index; `ragged` and `row_shape` attributes say how to restore it
+(docs/format.md): `ds[3].reshape(-1, *ds.attrs["row_shape"])` reads (n_3, 4).
 """
 
 from __future__ import annotations
@@ -24,7 +30,6 @@ from hookrun.store.capture_schema import CaptureMeta
 from hookrun.store.chunks import append as _append
 from hookrun.store.chunks import new_dataset
 from hookrun.store.digest import DigestLog, digest, digest_ragged
-from hookrun.store.ragged import append_ragged
 from hookrun.store.records import Capture, StepRecord
 from hookrun.store.samples import SampleTable
 
@@ -138,3 +143,29 @@ class CaptureColumns:
     def rows_by_key(self) -> dict[tuple, int]:
         """Rows written so far per capture, by (hook, module, role, call)."""
         return {col.key: col.ds.shape[0] for col in self._columns.values()}
+
+
+def append_ragged(file: h5py.File, ds: h5py.Dataset | None, cap: Capture, step: int, rows_before: int,
+                  compression: str | None = None) -> h5py.Dataset:
+    """Append one batch of variable-length rows (`cap.value`: a list of tensors, one per sample, or
+    one for the step where `cap.per_step`), creating the dataset at its first batch; returns it.
+    `rows_before`: the samples (steps) written before this batch."""
+    arrs = [v.numpy(force=True) for v in cap.value]
+    path = cap.key.path
+    tail = arrs[0].shape[1:]
+    if any(a.shape[1:] != tail for a in arrs):
+        raise RunError(f"{path}: the samples of batch {step} have rows of shapes "
+                       f"{sorted({a.shape for a in arrs})[:3]}; variable-length rows may vary in their first dim only")
+    if ds is None:
+        ds = file.create_dataset(path, (rows_before,), h5py.vlen_dtype(arrs[0].dtype), maxshape=(None,),
+                                 chunks=(256,), compression=compression)
+        ds.attrs.update(CaptureMeta.of(cap, tail).to_attrs())
+    if tuple(ds.attrs["row_shape"]) != tail:
+        raise RunError(f"{path}: batch {step} has rows of shape (n, {tail}), earlier batches (n, {tuple(ds.attrs['row_shape'])})")
+    if ds.shape[0] != rows_before:
+        raise RunError(f"{path}: variable-length rows need the capture in every batch (batch {step})")
+    n = ds.shape[0]
+    ds.resize(n + len(arrs), axis=0)
+    for i, a in enumerate(arrs):  # row by row: h5py turns equal-length rows into a 2-D array
+        ds[n + i] = a.reshape(-1)
+    return ds
