@@ -12,11 +12,15 @@ kinds' reader modules live in their own folders (hookrun/runner/kinds/<kind>/rea
 imported with hookrun, so the registry is full before any file is read. What a reader reads from
 the root attributes alone (`units`, `attr_lines`, `header`, `properties`) is asked through
 `readers_by_attrs`: an object-store run's come from its manifest, nothing fetched.
+
+Table (below): a table of plain values, rows of dicts that print aligned and convert to pandas
+(`print(t); t.to_pandas(); t.column("score")`): what open_sweep(...).table() and the kinds' reader
+methods (run.edges(), ...) return.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,3 +150,42 @@ def kind_sweep_sections(sweep: Any) -> list[dict]:
         except OSError:  # an unreadable job: the sweep table says so
             continue
     return [s for r in kinds.values() for s in r.sweep(sweep)]
+
+
+@dataclass
+class Table:
+    """Rows of plain values; prints aligned, converts to pandas."""
+
+    columns: list[str]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.rows)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.rows[i]
+
+    def column(self, name: str) -> list[Any]:
+        return [r.get(name) for r in self.rows]
+
+    def to_pandas(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame(self.rows, columns=self.columns)
+
+    def __str__(self) -> str:
+        cells = [[_fmt(r.get(c)) for c in self.columns] for r in self.rows]
+        widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(self.columns)]
+        line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths, strict=True)).rstrip()  # noqa: E731
+        return "\n".join([line(self.columns), line(["-" * w for w in widths])] + [line(r) for r in cells])
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, str):
+        return v.replace("\n", "\\n")
+    return "" if v is None else str(v)

@@ -17,10 +17,9 @@ from typing import Any
 
 import yaml
 
-from hookrun.analysis.kind_readers import kind_columns
-from hookrun.analysis.opening import open_run
+from hookrun.analysis.kind_readers import Table, kind_columns
+from hookrun.analysis.remote_run import open_run
 from hookrun.analysis.run_reader import Run, block_stats
-from hookrun.analysis.table import Table
 from hookrun.errors import HookrunError, NotFoundError
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from hookrun.analysis.kind_readers import kind_figures
-from hookrun.analysis.opening import open_run
+from hookrun.analysis.remote_run import open_run
 from hookrun.analysis.report.figure_specs import (
     Heatmap,
     Lines,

@@ -5,8 +5,7 @@
 
 | module      | what                                                                      |
 |-------------|---------------------------------------------------------------------------|
-| block.py    | the `patching:` block, checked (one ConfigError per bad key)              |
-| items.py    | the items as one batch, checked against the block                         |
+| block.py    | the `patching:` block, checked (one ConfigError per bad key), and the items as one batch, checked against it |
 | checks.py   | the metric's position and answer/wrong ids checked against the output     |
 | cells.py    | Cell (site, module, index), SiteGrid and Layout: how cells are numbered   |
 | engine.py   | PatchEngine: the base runs, exact chunks packed along the batch, atp       |

@@ -21,8 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from hookrun.analysis.kind_readers import KindReader, register_reader
-from hookrun.analysis.table import Table
+from hookrun.analysis.kind_readers import KindReader, Table, register_reader
 from hookrun.errors import HookrunError
 
 ATTRS = ("metric", "method", "direction", "metric_clean", "metric_corrupt", "normalize")
