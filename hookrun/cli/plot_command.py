@@ -50,12 +50,12 @@ from hookrun.analysis.run_reader import CaptureInfo, Run, block_stats
 from hookrun.analysis.sweep import Sweep, is_sweep, open_sweep
 from hookrun.cli import figures
 from hookrun.cli.app import compose_config
-from hookrun.cli.attribution_figure import attribution_figures
 from hookrun.cli.command import description, ends_quietly, fail, run_command
 from hookrun.cli.gradcam import (  # noqa: F401 (plot's public names)
     _index,
     _source,
     as_pictures,
+    attribution_figures,
     gradcam,
     gradcam_figure,
     gradcam_pairs,

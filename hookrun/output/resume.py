@@ -29,11 +29,9 @@ from hookrun.config.diff import differing
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.store.capture_schema import CaptureMeta, RowKind, damage, list_captures
 from hookrun.store.digest import check_block, table_of
-from hookrun.store.h5file import flushing_path
-from hookrun.store.protocol import RunStore
+from hookrun.store.lock import flushing_path
 from hookrun.store.reading import LocalSource
-from hookrun.store.records import Capture, CaptureKey, StepRecord
-from hookrun.store.tables import tables_in
+from hookrun.store.records import Capture, CaptureKey, RunStore, StepRecord, tables_in
 
 # keys that do not change what is captured
 IGNORED = {"resume", "dry_run", "progress", "imports", "output.overwrite", "output.max_bytes",

@@ -19,7 +19,7 @@ import yaml
 from hookrun.errors import ConfigError
 from hookrun.output.resume import ResumeState, config_differences, open_resume
 from hookrun.store.parts import ObjectStoreOutput, ResumePoint, prepare_resume
-from hookrun.store.protocol import RunStore
+from hookrun.store.records import RunStore
 
 
 @dataclass

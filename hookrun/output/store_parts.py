@@ -31,8 +31,7 @@ from hookrun.config.schema import HookrunConfig, to_yaml
 from hookrun.errors import ConfigError
 from hookrun.output.ranks import Ranks, rank_device
 from hookrun.output.resume_parts import PartsResume, open_parts_resume
-from hookrun.store.h5file import writable_folder
-from hookrun.store.lock import OutputLock, WriterLock
+from hookrun.store.lock import OutputLock, WriterLock, writable_folder
 from hookrun.store.merge import View
 from hookrun.store.object_folder import StoreError, reason
 from hookrun.store.parts import ObjectStoreOutput, PartedStore

@@ -38,7 +38,7 @@ from hookrun.runner.loop import end_report, run_batches
 from hookrun.runner.prepare import Prepared, dataset_name, prepare
 from hookrun.store.format import HOOKRUN_VERSION
 from hookrun.store.object_folder import StoreError
-from hookrun.store.protocol import RunStore
+from hookrun.store.records import RunStore
 from hookrun.store.writer import BackgroundWriter
 
 log = logging.getLogger("hookrun")

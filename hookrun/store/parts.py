@@ -1,7 +1,7 @@
 """A run written to an object store: HDF5 parts in a staging folder, uploaded as they finish.
 
     store = PartedStore(ObjectStoreOutput.of("s3://bucket/cache/captures.h5", staging), attrs, part_bytes=2 << 30)
-    store.write(step_record)          # a RunStore (store/protocol.py), as H5Store (the writer thread calls it)
+    store.write(step_record)          # a RunStore (store/records.py), as H5Store (the writer thread calls it)
     store.close("complete")           # last part uploaded, the manifest says 'complete'
 
 Each part is an ordinary hookrun file (docs/format.md) of whole batches, written by H5Store in
@@ -127,7 +127,7 @@ def prepare_resume(out: ObjectStoreOutput, folder: RemoteFolder) -> ResumePoint 
 
 
 class PartedStore:
-    """A RunStore (store/protocol.py) over a sequence of parts (see the module's docstring)."""
+    """A RunStore (store/records.py) over a sequence of parts (see the module's docstring)."""
 
     def __init__(self, out: ObjectStoreOutput, attrs: dict, part_bytes: int = PART_BYTES, resume: ResumePoint | None = None,
                  **h5_kwargs) -> None:

@@ -24,7 +24,7 @@ import h5py
 from hookrun.errors import HookrunError, NotFoundError
 from hookrun.store.capture_schema import damage
 from hookrun.store.fetch import Parts
-from hookrun.store.h5file import flushing_path, wait_for_flush
+from hookrun.store.lock import flushing_path, wait_for_flush
 from hookrun.store.merge import build_view, check_sources
 from hookrun.store.object_folder import is_url
 

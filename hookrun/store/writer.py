@@ -14,8 +14,7 @@ import queue
 import threading
 
 from hookrun.errors import HookrunError, RunError
-from hookrun.store.protocol import RunStore
-from hookrun.store.records import StepRecord
+from hookrun.store.records import RunStore, StepRecord
 
 _STOP = object()
 

@@ -75,7 +75,7 @@ class StepAdds:
 
     samples: per-sample columns for /samples/<name> (generate's generated_ids, ...).
     tables: the kind's rows by table name ({NAME: row}); the store writes each with
-        the writer its kind registered (store/tables.py): a new kind's rows need no store change.
+        the writer its kind registered (store/records.py): a new kind's rows need no store change.
     generated: the step's token rows include generated tokens (/samples/token_generated).
     """
 
