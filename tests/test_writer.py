@@ -13,8 +13,7 @@ import torch
 from hookrun.errors import RunError
 from hookrun.store.h5store import H5Store
 from hookrun.store.records import Capture, CaptureKey, StepRecord
-from hookrun.store.transfer import HostTransfer
-from hookrun.store.writer import BackgroundWriter
+from hookrun.store.writer import BackgroundWriter, HostTransfer
 
 
 def record(step, value, per_step=False):

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import yaml
 
-from hookrun.config.diff import differing
+from hookrun.config.checks import differing
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.store.capture_schema import CaptureMeta, RowKind, damage, list_captures
 from hookrun.store.digest import check_block, table_of

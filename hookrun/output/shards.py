@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import torch.distributed as dist
 import yaml
 
-from hookrun.config.diff import differing
+from hookrun.config.checks import differing
 from hookrun.config.schema import HookrunConfig, to_yaml
 from hookrun.errors import ConfigError, HookrunError, RunError
 from hookrun.output.local_file import LocalShards

@@ -35,8 +35,7 @@ from hookrun.runner.batches import first_batch, make_loader, sample_paths
 from hookrun.runner.calls import CallSpec
 from hookrun.runner.kinds import RunKind
 from hookrun.store.records import RunStore, StepRecord
-from hookrun.store.transfer import HostTransfer
-from hookrun.store.writer import BackgroundWriter
+from hookrun.store.writer import BackgroundWriter, HostTransfer
 
 
 @dataclass

@@ -27,14 +27,13 @@ import numpy as np
 
 from hookrun.errors import RunError
 from hookrun.store.chunks import CHUNK_BYTES, chunk_bytes_for
-from hookrun.store.columns import CaptureColumns, Column
+from hookrun.store.columns import CaptureColumns, Column, SampleTable
 from hookrun.store.digest import DigestLog
 from hookrun.store.format import FORMAT_VERSION
 from hookrun.store.held import filling_chunks
 from hookrun.store.lock import create_hidden, flushing_path
 from hookrun.store.records import Capture, StepRecord, TableWriter, table
 from hookrun.store.run_state import RunState, write_features
-from hookrun.store.samples import SampleTable
 
 FLUSH_SECONDS = 2.0
 SPACE_MARGIN = 1 << 20  # bytes kept free for metadata and for closing the file

@@ -84,7 +84,7 @@ class StepRecord:
     target: np.ndarray | None
     path: list[str] | None
     captures: list[Capture]
-    ticket: Any = None  # hookrun.store.transfer.Ticket: wait() before reading captures, release() after
+    ticket: Any = None  # hookrun.store.writer.Ticket: wait() before reading captures, release() after
     samples: dict[str, np.ndarray] | None = None  # more per-sample arrays for /samples/<name> (data.store)
     tokens: tuple[np.ndarray, ...] | None = None  # (sample index, position[, generated]) of each token row
     tables: dict[str, Any] = field(default_factory=dict)  # a kind's rows by table name ({NAME: row}: register_table, below)

@@ -66,7 +66,7 @@ def snapshot(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     """A detached copy on the tensor's own device, in the storage dtype.
 
     bfloat16 is rounded to bfloat16 when asked for, then kept as float32 (numpy has no bfloat16).
-    The copy to the host happens later, off the hook (hookrun.store.transfer).
+    The copy to the host happens later, off the hook (hookrun.store.writer: HostTransfer).
     """
     target = dtype if (dtype is not None and t.is_floating_point()) else t.dtype
     if target == torch.bfloat16:
