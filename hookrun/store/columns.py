@@ -26,10 +26,20 @@ token map), appended batch by batch beside the captures.
 /samples/index and /samples/step exist from the start; target, path, the `data.store` keys, the
 generated text and the token map (/samples/token_sample, token_position, token_generated) appear
 at the first batch that has them, backfilled to the rows before. docs/format.md describes each.
+
+Chunked, resizable datasets: how big a chunk is, and appending whole blocks of rows.
+
+    ds = new_dataset(file, "captures/f/layer1.0/output", first_batch, compression=None, max_rows=64)
+    append(ds, next_batch)
+
+A chunk holds about CHUNK_BYTES along the row axis while a run has few captures; with many they
+share CACHE_BUDGET (down to MIN_CHUNK_BYTES each), since each capture keeps the chunk it is
+filling in memory. A chunk never holds more rows than the run will write.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import h5py
@@ -37,8 +47,6 @@ import numpy as np
 
 from hookrun.errors import RunError
 from hookrun.store.capture_schema import CaptureMeta
-from hookrun.store.chunks import append, new_dataset
-from hookrun.store.chunks import append as _append
 from hookrun.store.digest import DigestLog, digest, digest_ragged
 from hookrun.store.records import Capture, StepRecord
 
@@ -90,15 +98,15 @@ class CaptureColumns:
             if col.ds.shape[0] != self.table.tokens - len(rows):
                 raise RunError(f"{path}: rows: token needs the capture in every batch (batch {rec.step} "
                                f"starts at token row {self.table.tokens - len(rows)}, the capture has {col.ds.shape[0]})")
-            _append(col.ds, rows)
+            append(col.ds, rows)
             self._digest(path, col, rows)
             return
         if col.index is None and (col.ds.shape[0] != expected or cap.index is not None):
             col.index = self._start_index(path, col)
         if col.index is not None:
             ids = np.array([rec.step]) if cap.per_step else (cap.index if cap.index is not None else rec.sample_index)
-            _append(col.index, ids.astype(np.int64, copy=False))
-        _append(col.ds, rows)
+            append(col.index, ids.astype(np.int64, copy=False))
+        append(col.ds, rows)
         self._digest(path, col, rows)
 
     def _digest(self, path: str, col: Column, rows: np.ndarray | list) -> None:
@@ -198,18 +206,18 @@ class SampleTable:
         append(self.index, rec.sample_index.astype(np.int64, copy=False))
         append(self.step, np.full(n, rec.step, dtype=np.int64))
         if rec.target is not None:
-            self._append("target", rec.target, start, chunk_rows=8192)
+            self.append("target", rec.target, start, chunk_rows=8192)
         if rec.path is not None:
-            self._append("path", np.array(rec.path, dtype=object), start)
+            self.append("path", np.array(rec.path, dtype=object), start)
         for name, arr in (rec.samples or {}).items():
-            self._append(name, arr, start, step=rec.step)
+            self.append(name, arr, start, step=rec.step)
         if rec.tokens is not None:  # the token map of `rows: token` captures
             for name, arr in zip(TOKEN_NAMES, rec.tokens, strict=False):
                 dtype = "uint8" if name == "token_generated" else "int64"
-                self._append(name, np.asarray(arr).astype(dtype, copy=False), self.tokens)
+                self.append(name, np.asarray(arr).astype(dtype, copy=False), self.tokens)
             self.tokens += len(rec.tokens[0])
 
-    def _append(self, name: str, arr: np.ndarray, backfill: int, chunk_rows: int = 4096, step: int = 0) -> None:
+    def append(self, name: str, arr: np.ndarray, backfill: int, chunk_rows: int = 4096, step: int = 0) -> None:
         ds = self.optional.get(name)
         if ds is None and arr.dtype == object:  # paths and texts: UTF-8 strings
             ds = self.file["samples"].create_dataset(name, (backfill,), h5py.string_dtype(), maxshape=(None,), chunks=(4096,))
@@ -234,3 +242,39 @@ class SampleTable:
         for name, rows in mark["rows"].items():
             if self.file[name].shape[0] != rows:
                 self.file[name].resize(rows, axis=0)
+
+
+CHUNK_BYTES = 1 << 20  # about 1 MiB per chunk along the row axis, with few captures
+MIN_CHUNK_BYTES = 64 << 10  # ... and no less than 64 KiB, with many
+CACHE_BUDGET = 64 << 20  # the open chunks of all captures together, held in memory until full
+
+
+def chunk_bytes_for(n_captures: int) -> int:
+    """Bytes per chunk when a run has `n_captures` capture datasets: CHUNK_BYTES while they fit in
+    CACHE_BUDGET together, smaller (down to MIN_CHUNK_BYTES) when there are many."""
+    return max(MIN_CHUNK_BYTES, min(CHUNK_BYTES, CACHE_BUDGET // max(1, n_captures)))
+
+
+def new_dataset(file: h5py.File, name: str, like: np.ndarray, compression: str | None, chunk_rows: int | None = None,
+                backfill: int = 0, max_rows: int | None = None, chunk_bytes: int = CHUNK_BYTES) -> h5py.Dataset:
+    """A dataset with `like`'s row shape and dtype, `backfill` rows long. Chunks of about
+    `chunk_bytes` along the rows (at least one row), but no more rows than the run will write; the
+    dataset's chunk cache holds one chunk, the one being filled."""
+    row_shape = like.shape[1:]
+    row_bytes = max(1, int(np.prod(row_shape, dtype=np.int64)) * like.dtype.itemsize)
+    rows = chunk_rows or max(1, chunk_bytes // row_bytes)
+    if max_rows:  # as few chunks as the run needs, evenly filled (no half-empty last chunk)
+        rows = math.ceil(max_rows / math.ceil(max_rows / rows))
+    # a dim of size 0 (no boxes in this batch) needs a chunk of 1 there, and room to stay valid
+    return file.create_dataset(
+        name, shape=(backfill, *row_shape), dtype=like.dtype, maxshape=(None, *(d or None for d in row_shape)),
+        chunks=(rows, *(d or 1 for d in row_shape)), compression=compression,
+        rdcc_nbytes=rows * row_bytes + 1024, rdcc_w0=1.0,
+    )
+
+
+def append(ds: h5py.Dataset, rows: np.ndarray) -> None:
+    """Add `rows` at the end of `ds` (one resize, one write)."""
+    n = ds.shape[0]
+    ds.resize(n + len(rows), axis=0)
+    ds[n:] = rows

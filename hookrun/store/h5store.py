@@ -26,8 +26,7 @@ import h5py
 import numpy as np
 
 from hookrun.errors import RunError
-from hookrun.store.chunks import CHUNK_BYTES, chunk_bytes_for
-from hookrun.store.columns import CaptureColumns, Column, SampleTable
+from hookrun.store.columns import CHUNK_BYTES, CaptureColumns, Column, SampleTable, chunk_bytes_for
 from hookrun.store.digest import DigestLog
 from hookrun.store.format import FORMAT_VERSION
 from hookrun.store.held import filling_chunks

@@ -30,10 +30,9 @@ from hookrun.store.format import PART_BYTES
 from hookrun.store.h5store import H5Store
 from hookrun.store.manifest import Manifest, PartEntry
 from hookrun.store.object_folder import RemoteFolder, StoreError
-from hookrun.store.object_output import ObjectStoreOutput
 from hookrun.store.reading import LocalSource
 from hookrun.store.records import StepRecord
-from hookrun.store.upload import LocalPart, Uploader, retrying
+from hookrun.store.upload import LocalPart, ObjectStoreOutput, Uploader, retrying
 
 log = logging.getLogger("hookrun")
 RUN_ATTRS_SKIP = {"status", "steps_complete", "samples_complete", "finished", "part", "parts_of", "first_batch", "last_batch"}

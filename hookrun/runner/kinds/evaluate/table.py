@@ -28,7 +28,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from hookrun.store.chunks import append
+from hookrun.store.columns import append
 from hookrun.store.records import KindTable, escape, register_table
 
 GROUP = "evaluation"
