@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from hookrun.config.params import typed_params
+from hookrun.config.specs import typed_params
 from hookrun.errors import ConfigError
 from hookrun.hooks.ops import OpBuild, OpContext, register_op
 from hookrun.labels import module_label
