@@ -157,8 +157,7 @@ def test_top_examples_of_a_conv_layer_show_each_channels_map_over_its_images(tmp
     is that sample's channel from a raw forward hook on the same weights and image."""
     import torch
 
-    from hookrun.analysis.report.channel_images import ChannelImages
-    from hookrun.analysis.report.circuits import _latent_capture
+    from hookrun.analysis.report.latents import ChannelImages, _latent_capture
     from hookrun.data.shapes import shapes
     from hookrun.models.tiny_cnn import tiny_cnn
 

@@ -29,8 +29,8 @@ def test_faithfulness_experiment_runs_from_the_cli(tmp_path):
     np.testing.assert_allclose([rec[0], rec[-1]], [0.0, 1.0], atol=1e-5)
     np.testing.assert_allclose(grid.attrs["node_scores"], np.nansum(grid.values, axis=1), atol=1e-9)
 
-    from hookrun.analysis.report.circuits import grid_specs
     from hookrun.analysis.report.figure_specs import Heatmap, Lines
+    from hookrun.runner.kinds.patching.report import grid_specs
 
     (name, _, specs), = grid_specs(run)  # the report: the [writer, reader] heatmap, the circuit, the faithfulness curve
     assert name == "edges" and isinstance(specs[0], Heatmap) and specs[0].z.shape == (21, 53)

@@ -1,5 +1,5 @@
 """The generic mechanism a kind adopts with one registry line each: the store writes the named tables
-a kind hands it (store/tables.py), resume reads them back, and readers ask the file's kind
+a kind hands it (store/records.py), resume reads them back, and readers ask the file's kind
 (analysis/kind_readers.py). A toy kind's table, checked against the numbers handed in."""
 
 import h5py
@@ -17,9 +17,8 @@ from hookrun.analysis.kind_readers import (
 )
 from hookrun.store.h5store import H5Store
 from hookrun.store.lock import OutputLock, WriterLock
-from hookrun.store.records import StepRecord
+from hookrun.store.records import TABLES, KindTable, StepRecord, register_table, tables_in
 from hookrun.store.remote_lock import RemoteLock
-from hookrun.store.tables import TABLES, KindTable, register_table, tables_in
 
 
 class ToyWriter:

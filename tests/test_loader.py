@@ -10,7 +10,7 @@ import torch
 from hookrun import open_run
 from hookrun.analysis import loader as loader_mod
 from hookrun.errors import ConfigError, NotFoundError
-from hookrun.store import chunks
+from hookrun.store import columns as chunks
 from hookrun.store.h5store import H5Store
 from hookrun.store.records import Capture, CaptureKey, StepRecord
 

@@ -85,9 +85,8 @@ def test_the_shares_of_two_ranks_make_the_grid_of_transformer_lens(tl_task):
 
     from hookrun.config.build import build
     from hookrun.hooks.actions import ActionEnv
-    from hookrun.runner.kinds.patching.block import parse_block
+    from hookrun.runner.kinds.patching.block import load_items, parse_block
     from hookrun.runner.kinds.patching.engine import PatchEngine
-    from hookrun.runner.kinds.patching.items import load_items
     from hookrun.runner.kinds.patching.notebook import run_cells
 
     model, items = tl_task

@@ -253,8 +253,8 @@ def test_patching_input_alone_sends_the_inputs_to_the_forward(tmp_path, net, tas
 def test_a_grid_without_xarray_names_the_extra(monkeypatch):
     import sys
 
-    from hookrun.analysis.grids import as_grid
     from hookrun.errors import HookrunError
+    from hookrun.runner.kinds.patching.reader import as_grid
 
     monkeypatch.setitem(sys.modules, "xarray", None)  # import xarray raises ModuleNotFoundError
     layout = {"e": {"modules": ["e"], "over": ["position"], "sizes": [2], "offset": 0, "dims": ["sample", "position"]}}

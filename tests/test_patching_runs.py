@@ -63,6 +63,22 @@ def test_a_file_run_reads_back_as_labelled_grids(tmp_path, model, items):
         run.grid("head")
 
 
+def test_a_file_written_before_the_kind_attribute_still_reads_as_a_patching_run(tmp_path, model, items):
+    """Readers ask the file's kind through the registry; a file without the root `kind` attribute is
+    asked through each reader's present(f): its grids, units and report section are still patching's."""
+    from hookrun.analysis.report import build_report
+
+    hookrun.run(cfg(tmp_path / "p.h5", metric={"_target_": "patch_metrics.last_logit"}), model=model, dataset=items)
+    with h5py.File(tmp_path / "p.h5", "a") as f:
+        assert f.attrs["kind"] == "patching"
+        del f.attrs["kind"]
+    with hookrun.open_run(tmp_path / "p.h5") as run:
+        assert run.grids == ["heads"]
+        np.testing.assert_allclose(run.grid("heads").values, reference(model, items), atol=1e-4)
+        assert f"{2 * T * 4} cells)" in run.summary(stats=False)
+        assert "grids" in [s["id"] for s in build_report(run).data["sections"]]
+
+
 def test_resume_continues_the_cells_not_yet_written(tmp_path, model, items):
     from patch_metrics import SIGNAL_AT
 

@@ -68,7 +68,7 @@ def test_a_boolean_parameter_that_is_no_boolean_is_refused_naming_the_key(tmp_pa
 @pytest.mark.parametrize(("given", "read"), [(True, True), (False, False), ("TRUE", True), (" no ", False), (1, True),
                                              (0, False), (None, None)])
 def test_typed_params_reads_booleans_as_the_schema_does(given, read):
-    from hookrun.config.params import typed_params
+    from hookrun.config.specs import typed_params
     from hookrun.hooks.splice import splice
 
     got = typed_params(splice, {"error_term": given, "path": "x"}, "w")
@@ -77,7 +77,7 @@ def test_typed_params_reads_booleans_as_the_schema_does(given, read):
 
 @pytest.mark.parametrize("given", ["maybe", 2, 0.0, [True]])
 def test_typed_params_refuses_what_is_no_boolean(given):
-    from hookrun.config.params import typed_params
+    from hookrun.config.specs import typed_params
     from hookrun.hooks.splice import splice
 
     with pytest.raises(ConfigError, match=r"^w: error_term=.* is not a boolean; give true or false$"):

@@ -13,8 +13,7 @@ import torch
 from hookrun.errors import RunError
 from hookrun.store.h5store import H5Store
 from hookrun.store.records import Capture, CaptureKey, StepRecord
-from hookrun.store.transfer import HostTransfer
-from hookrun.store.writer import BackgroundWriter
+from hookrun.store.writer import BackgroundWriter, HostTransfer
 
 
 def record(step, value, per_step=False):
@@ -133,7 +132,7 @@ def test_cuda_transfer_leaves_values_already_on_the_host():
 def test_many_captures_share_a_bounded_chunk_cache_and_keep_every_row(tmp_path, monkeypatch):
     """100 captures, with an 8 MiB budget: chunks shrink to 8 MiB / 100 (not 1 MiB each), each
     capture caches one chunk, and rows that cross chunk boundaries come back exactly (numpy reference)."""
-    from hookrun.store import chunks as store_module
+    from hookrun.store import columns as store_module
 
     budget = 8 << 20
     monkeypatch.setattr(store_module, "CACHE_BUDGET", budget)

@@ -1,23 +1,32 @@
 """What readers show of a kind of run: one registry that each kind's reader module fills.
 
-    register_reader(KindReader("evaluate", present=has_evaluation, lines=describe, columns=evaluation_columns,
-                               sections=sections, methods={"evaluation": evaluation_table}))
+    register_reader(KindReader("mykind", present=lambda f: "mykind" in f, lines=describe, columns=columns,
+                               sections=sections, methods={"mine": read_mine}, properties={"names": names}))
     for r in readers_of(run.file): ...   # the file's kind's reader (inspect, plot, report, open_run)
+    run.mine(...), run.names             # a kind's methods and properties, through Run.__getattr__
 
 A file names its kind in the root attribute `kind` (written by run() from hookrun 0.x on); a file
 written before that is asked through each reader's `present(f)`. The readers (run_reader.py,
 remote_run.py, sweep.py, report/) ask this registry and test no group or attribute by name; the
 kinds' reader modules live in their own folders (hookrun/runner/kinds/<kind>/reader.py) and are
-imported with hookrun, so the registry is full before any file is read.
+imported with hookrun, so the registry is full before any file is read. What a reader reads from
+the root attributes alone (`units`, `attr_lines`, `header`, `properties`) is asked through
+`readers_by_attrs`: an object-store run's come from its manifest, nothing fetched.
+
+Table (below): a table of plain values, rows of dicts that print aligned and convert to pandas
+(`print(t); t.to_pandas(); t.column("score")`): what open_sweep(...).table() and the kinds' reader
+methods (run.edges(), ...) return.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import h5py
+
+from hookrun.store.format import BATCH_UNITS
 
 
 def _none(_: Any) -> list:
@@ -26,6 +35,10 @@ def _none(_: Any) -> list:
 
 def _no_columns(_: h5py.File) -> dict:
     return {}
+
+
+def _no_note(_: str) -> str | None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -37,6 +50,12 @@ class KindReader:
     sections: Callable[[Any], list[dict]] = _none  # the report's sections (given the Run)
     methods: dict[str, Callable[..., Any]] = field(default_factory=dict)  # Run's methods: run.NAME(...) -> fn(file, ...)
     sweep: Callable[[Any], list[dict]] = _none  # the report's sections of a sweep (given the Sweep) whose jobs are this kind's
+    units: tuple[str, str] = BATCH_UNITS  # what its steps and rows are called (inspect, the report)
+    attr_lines: Callable[[Mapping], list[str]] = _none  # inspect's lines from the root attributes alone
+    header: Callable[[Mapping], list[list[str]]] = _none  # the report's run-table rows, from the root attributes
+    properties: dict[str, Callable[[Mapping], Any]] = field(default_factory=dict)  # Run's properties: run.NAME -> fn(attrs)
+    figures: Callable[[Any], list[tuple[str, Any]]] = _none  # plot's pictures (given the Run): (file stem, figure spec)
+    no_values: Callable[[str], str | None] = _no_note  # what a summary says of its capture LABEL with no finite value
 
 
 READERS: dict[str, KindReader] = {}
@@ -56,8 +75,44 @@ def readers_of(f: h5py.File) -> list[KindReader]:
     return [r for r in READERS.values() if r.present(f)]
 
 
+def readers_by_attrs(attrs: Mapping, file: Callable[[], h5py.File | None]) -> list[KindReader]:
+    """The reader of the kind the root attributes name; for a file written before the `kind`
+    attribute, every reader whose rows `file()` holds (None: no file to ask, no reader)."""
+    kind = attrs.get("kind")
+    kind = kind.decode() if isinstance(kind, bytes) else kind
+    if kind is not None:
+        return [READERS[kind]] if kind in READERS else []
+    f = file()
+    return [r for r in READERS.values() if r.present(f)] if f is not None else []
+
+
+def kind_units(readers: list[KindReader]) -> tuple[str, str]:
+    return readers[0].units if readers else BATCH_UNITS
+
+
+def kind_property(readers: list[KindReader], attrs: Mapping, name: str) -> Any:
+    """run.NAME of a kind's reader, from the root attributes; a run of another kind gets what the
+    owning reader says of attributes that are not its own (an empty list, ...)."""
+    owners = [r for r in readers if name in r.properties] or [r for r in READERS.values() if name in r.properties]
+    return owners[0].properties[name](attrs)
+
+
+def property_names() -> set[str]:
+    return {name for r in READERS.values() for name in r.properties}
+
+
+def no_values_note(label: str) -> str | None:
+    """What a kind says of its own capture `label` holding no finite value (None: nothing special)."""
+    return next((note for r in READERS.values() if (note := r.no_values(label))), None)
+
+
+def kind_figures(run: Any) -> list[tuple[str, Any]]:
+    """plot's pictures of the file's kind: (file stem, figure spec)."""
+    return [fig for r in readers_of(run.file) for fig in r.figures(run)]
+
+
 def kind_method(f: h5py.File, name: str) -> Callable[..., Any] | None:
-    """A kind's reader method `name` bound to the file (run.evaluation(...)); None where no kind has
+    """A kind's reader method `name` bound to the file (run.NAME(...)); None where no kind has
     it. Called on a file of another kind, the method says in its own NotFoundError what is missing."""
     owners = [r for r in readers_of(f) if name in r.methods] or [r for r in READERS.values() if name in r.methods]
     if not owners:
@@ -67,7 +122,7 @@ def kind_method(f: h5py.File, name: str) -> Callable[..., Any] | None:
 
 
 def method_names() -> set[str]:
-    """Every method a kind's reader adds to Run (run.evaluation)."""
+    """Every method a kind's reader adds to Run (run.NAME(...))."""
     return {name for r in READERS.values() for name in r.methods}
 
 
@@ -95,3 +150,42 @@ def kind_sweep_sections(sweep: Any) -> list[dict]:
         except OSError:  # an unreadable job: the sweep table says so
             continue
     return [s for r in kinds.values() for s in r.sweep(sweep)]
+
+
+@dataclass
+class Table:
+    """Rows of plain values; prints aligned, converts to pandas."""
+
+    columns: list[str]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.rows)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.rows[i]
+
+    def column(self, name: str) -> list[Any]:
+        return [r.get(name) for r in self.rows]
+
+    def to_pandas(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame(self.rows, columns=self.columns)
+
+    def __str__(self) -> str:
+        cells = [[_fmt(r.get(c)) for c in self.columns] for r in self.rows]
+        widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(self.columns)]
+        line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths, strict=True)).rstrip()  # noqa: E731
+        return "\n".join([line(self.columns), line(["-" * w for w in widths])] + [line(r) for r in cells])
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, str):
+        return v.replace("\n", "\\n")
+    return "" if v is None else str(v)

@@ -12,6 +12,9 @@ iter, to_xarray) first fetches every part (verified against the manifest) into `
 opens a local view over them: the same virtual-dataset view as a run of many ranks
 (store/merge.py), so it needs room for the whole cache. A cache written by many ranks
 (store/ranked.py) reads as one run: its parts rank by rank, which is batch order.
+
+open_run (below) opens either: a local capture file or run folder as a Run (analysis/run_reader.py),
+an object-store URL as a RemoteRun.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import h5py
@@ -26,14 +30,14 @@ import numpy as np
 import yaml
 
 from hookrun.analysis.batching import BUFFER_BYTES
-from hookrun.analysis.kind_readers import kind_lines
+from hookrun.analysis.kind_readers import KindReader, kind_lines, readers_by_attrs
 from hookrun.analysis.parts_loader import PartsLoader
 from hookrun.analysis.run_reader import Run
 from hookrun.analysis.stats import block_stats
 from hookrun.errors import ConfigError
 from hookrun.store.capture_schema import CaptureInfo, list_captures
 from hookrun.store.fetch import Parts
-from hookrun.store.reading import PartsSource
+from hookrun.store.reading import PartsSource, open_source
 
 
 class RemoteRun(Run):
@@ -91,6 +95,11 @@ class RemoteRun(Run):
 
     def kind_lines(self) -> list[str]:
         return kind_lines(self.source.file) if self.source.opened else []  # (no download for a summary)
+
+    def kind_readers(self) -> list[KindReader]:
+        """The reader of the kind the manifest names (a run older than the `kind` attribute: the
+        readers whose rows the parts hold, once they are fetched; none before)."""
+        return readers_by_attrs(self.attrs, lambda: self.source.file if self.source.opened else None)
 
     def part_files(self, problems: list[str] | None = None) -> Iterator[h5py.File]:
         """Every part in turn, fetched and verified, open (inspect --verify: their own checksums);
@@ -182,3 +191,24 @@ def block_stats_of(blocks: list[dict]) -> dict[str, float]:
         return {"mean": float("nan"), "std": float("nan"), "min": float("nan"), "max": float("nan"), "zeros": float("nan"), "count": 0}
     return {"mean": float(mean), "std": float(np.sqrt(m2 / count)), "min": float(lo), "max": float(hi),
             "zeros": zeros / count, "count": count}
+
+
+def open_run(path: str | os.PathLike, cache_dir: str | Path | None = None) -> Run:
+    """Open a run's capture file for reading (nothing is loaded until asked for).
+
+    Args:
+        path: a captures.h5 file, or a run folder that holds one; or the URL of a cache in an
+            object store (`s3://bucket/prefix/captures.h5`, any fsspec URL: analysis/remote_run.py).
+        cache_dir: for a URL, where its parts are fetched to (default $HOOKRUN_CACHE_DIR or
+            ~/.cache/hookrun, a folder per URL).
+
+    Returns:
+        Run: a context manager with `status`, `config`, `captures`, `run[module, role]` (an h5py
+        dataset), `stats`, `iter`, `loader`, `to_xarray`, `texts`, `summary`.
+
+    Raises:
+        NotFoundError: no such file. HookrunError: not a readable hookrun file, or a merged view
+        whose shard files are missing (HDF5 would read their rows as zeros).
+    """
+    source = open_source(path, cache_dir)
+    return RemoteRun(source) if isinstance(source, PartsSource) else Run(source)

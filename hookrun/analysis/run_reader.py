@@ -18,9 +18,8 @@ import h5py
 import numpy as np
 import yaml
 
+from hookrun.analysis import kind_readers as kinds
 from hookrun.analysis.batching import BUFFER_BYTES
-from hookrun.analysis.grids import file_grid, grid_lines, patching_meta
-from hookrun.analysis.kind_readers import kind_lines, kind_method, method_names
 from hookrun.analysis.labelled import to_dataset
 from hookrun.analysis.loader import RowLoader
 from hookrun.analysis.report import build_report
@@ -29,7 +28,6 @@ from hookrun.analysis.stats import block_stats, human_bytes, no_values
 from hookrun.analysis.top import top_example_modules, top_examples
 from hookrun.errors import HookrunError, NotFoundError
 from hookrun.store.capture_schema import CaptureInfo, list_captures, resolve, row_index
-from hookrun.store.format import BATCH_UNITS, CELL_UNITS
 from hookrun.store.reading import LocalSource, RunSource
 
 __all__ = ["CaptureInfo", "Run", "list_captures", "row_index"]
@@ -92,23 +90,20 @@ class Run:
                 for i, p, t, row, n in zip(samples["index"][: len(ids)], prompt, text, ids, lengths, strict=True)]
 
     def __getattr__(self, name: str) -> Any:
-        """A kind's reader method (analysis/kind_readers.py), asked of the file's kind: evaluate's
-        `run.evaluation(batches=False)`, its metrics as a Table (one row per intervened module, the
-        run's totals; `batches=True`: one row per batch and module); NotFoundError without evaluate."""
-        if name.startswith("_") or name not in method_names():
+        """A kind's reader property or method (analysis/kind_readers.py), asked of the file's kind:
+        `run.grids`, `run.grid(name, which)`, `run.edges(top)`, ... (each kind's reader.py);
+        on a run of another kind a method says what is missing, and a property is empty."""
+        if name.startswith("_"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        return kind_method(self.file, name)
+        if name in kinds.property_names():
+            return kinds.kind_property(self.kind_readers(), self.attrs, name)
+        if name not in kinds.method_names():
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return kinds.kind_method(self.file, name)
 
-    @property
-    def grids(self) -> list[str]:
-        """The patching grids the file holds, by site name ([] for a run that patched nothing)."""
-        meta = patching_meta(self.attrs)  # (an object-store run's come from its manifest: nothing fetched)
-        return list(meta["layout"]) if meta is not None else []
-
-    def grid(self, name: str, which: str = "value") -> Any:
-        """A patching grid as an xarray.DataArray, dims ("module", *over); `which="exact"`: an atp
-        run's exactly recomputed cells (verify: K), NaN elsewhere. docs/patching.md."""
-        return file_grid(self.file, name, which)
+    def kind_readers(self) -> list[kinds.KindReader]:
+        """The reader of the run's kind, from its root attributes (analysis/kind_readers.py)."""
+        return kinds.readers_by_attrs(self.attrs, lambda: self.file)
 
     # -- top examples (hooks/actions/top_examples.py) ---------------------------------------------------
     @property
@@ -210,7 +205,8 @@ class Run:
             f = self.file
             samples = a.get("samples_complete", f["samples/index"].shape[0] if "samples/index" in f else 0)
             steps = a.get("steps_complete", len(np.unique(f["samples/step"][:])) if "samples/step" in f else 0)
-        units = CELL_UNITS if patching_meta(a) is not None else BATCH_UNITS  # as the run's kind logged them
+        readers = self.kind_readers()
+        units = kinds.kind_units(readers)  # as the run's kind logged them
         lines = [f"{self.path}", f"  status    {self.status}   ({steps} {units[0]}, {samples} {units[1]})"]
         if "shards" in a:
             lines.append(f"  shards    {a.get('world_size')} files, view over captures.rank-*.h5"
@@ -245,12 +241,12 @@ class Run:
                         if np.isfinite(s["min"]) else f"  {no_values(c.label, s)}")
             lines.append(row)
         lines.extend(self.kind_lines())
-        lines.extend(grid_lines(self.attrs))
+        lines.extend(line for r in readers for line in r.attr_lines(a))
         return "\n".join(lines)
 
     def kind_lines(self) -> list[str]:
-        """What the file's kind adds to the summary (evaluate's table; none for a plain record run)."""
-        return kind_lines(self.file)
+        """What the file's kind adds to the summary (a block kind's table; none for a plain record run)."""
+        return kinds.kind_lines(self.file)
 
     def written_attrs(self) -> set[str]:
         """The names of the root attributes the file has (summary names the usual ones missing)."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 import h5py
 import numpy as np
 
+from hookrun.analysis.kind_readers import no_values_note  # (a kind's own captures: its reader says)
+
 
 def human_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
@@ -50,6 +52,7 @@ def block_stats(ds: h5py.Dataset, rows_per_block: int | None = None) -> dict[str
 def no_values(label: str, s: dict) -> str:
     """What a summary says of a capture with no finite value (its block_stats `s`), instead of
     "mean nan std nan min inf max -inf"."""
-    if label == "patching/cells/exact":
-        return "no values: nothing recomputed (an exact run's cells are in patching/cells/value; atp fills this with verify)"
+    note = no_values_note(label)
+    if note is not None:
+        return note
     return "no values written" if not s.get("count") else f"no finite value ({s['count']} values, all NaN)"

@@ -17,10 +17,9 @@ from typing import Any
 
 import yaml
 
-from hookrun.analysis.kind_readers import kind_columns
-from hookrun.analysis.opening import open_run
+from hookrun.analysis.kind_readers import Table, kind_columns
+from hookrun.analysis.remote_run import open_run
 from hookrun.analysis.run_reader import Run, block_stats
-from hookrun.analysis.table import Table
 from hookrun.errors import HookrunError, NotFoundError
 
 
@@ -59,8 +58,8 @@ class Sweep:
 
     def table(self, stats: Sequence[str] = ("mean", "std"), captures: Sequence[str] | None = None) -> Table:
         """One row per job: job number, each override, status, `text` (mode=generate: the first
-        sample's generated text; texts() has them all), evaluate's metrics (ce_clean,
-        ce_intervened, kl_intervened, ...: run.evaluation()'s columns) and `stats` of each capture."""
+        sample's generated text; texts() has them all), the numbers the file's kind adds (its
+        reader's `columns`: a block kind's totals, ...) and `stats` of each capture."""
         keys = sorted({k for j in self.jobs for k in j.overrides}, key=lambda k: (k not in self.swept, k))
         columns = ["job", *keys, "status"]
         rows = []
@@ -77,7 +76,7 @@ class Sweep:
                         row["text"] = run.texts()[0]["text"] if len(run.file["samples/generated_ids"]) else None
                         if "text" not in columns:
                             columns.append("text")
-                    for col, value in kind_columns(run.file).items():  # the kind's numbers (evaluate's totals)
+                    for col, value in kind_columns(run.file).items():  # the kind's numbers (its totals)
                         row[col] = value
                         if col not in columns:
                             columns.append(col)

@@ -8,6 +8,13 @@ The map of a sample is relu(sum_c mean_hw(grad)_c * A_c) (Selvaraju et al.), sca
 The input images come from the file itself where the run recorded them, else from a dataset the
 user names on the command line; each sample is captioned with its predicted class (a recorded
 logits capture) and target.
+
+An attribution run's pictures (attribution_figures, below; [] for a run of another kind): each map is
+the attribution summed over channels (a layer's map resized to the image, bilinear), drawn with one
+diverging colour scale centred on zero per sample (red: for the target, blue: against), as a
+translucent overlay where the input images are known (recorded by the run, else `--data`, as
+Grad-CAM's); captions name the sample, the class attributed and the model's probability for it. Its
+deletion / insertion curves are one more picture.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from hookrun.analysis.gradcam import (  # noqa: F401 (plot's public names)
 from hookrun.analysis.run_reader import CaptureInfo, Run
 from hookrun.cli import figures
 from hookrun.errors import NotFoundError
+from hookrun.runner.kinds.attribution.reader import attribution_meta
 
 
 def run_label(run: Run) -> str:
@@ -72,3 +80,64 @@ def _item_input(dataset: object, i: int) -> np.ndarray:
     if x.ndim != 3 or x.shape[0] not in (1, 3):
         raise NotFoundError(f"--data: item {i} is a {tuple(x.shape)} tensor, not an image (channels 1 or 3, H, W)")
     return x
+
+
+def attribution_figures(run: Run, out: Path, samples: int = 4, dataset: object | None = None) -> list[Path]:
+    meta = attribution_meta(run.attrs)  # (an object-store run: from its manifest, nothing fetched)
+    if meta is None:
+        return []
+    a = run.attribution()
+    n = min(samples, a.shape[0])
+    maps = a.values[:n].astype(np.float64)
+    maps = maps.sum(1) if maps.ndim == 4 else maps.sum(-1)[:, None, :] if maps.ndim == 3 else maps.reshape(n, 1, -1)
+    indices = a["sample"].values[:n]
+    images = recorded_images(run, indices) if a.ndim == 4 else None  # the run's own (a hook on the input)
+    if images is None and dataset is not None:
+        images = np.stack([_item_input(dataset, int(i)) for i in indices])
+    pictures = as_pictures(images) if images is not None else None
+    if pictures is not None and maps.shape[-2:] != pictures[0].shape[:2]:
+        maps = F.interpolate(torch.from_numpy(maps)[:, None], size=pictures[0].shape[:2], mode="bilinear",
+                             align_corners=False)[:, 0].numpy()
+    captions = [f"#{i} · target {int(a['target'][k])} · p {float(a['prob'][k]):.2f}" for k, i in enumerate(indices)]
+    where = "the input" if meta["at"] == "input" else meta["at"]
+    title = f"{meta['method']} attribution to {where}, summed over channels\n{run_label(run)}"
+    if pictures is None:
+        title += " (no input images: record the input, or --data, to draw the maps over them)"
+    written = [figures.save(_grid(maps, captions, title, pictures), out / f"attribution_{meta['method']}.png",
+                            source=str(run.path.resolve()))]
+    curves = [w for w in ("deletion", "insertion") if f"{w}_area" in a.coords]
+    if curves:
+        written.append(figures.save(_curves(run, curves, meta["method"]), out / f"attribution_curves_{meta['method']}.png",
+                                    source=str(run.path.resolve())))
+    return written
+
+
+def _grid(maps: np.ndarray, captions: list[str], title: str, pictures: list[np.ndarray] | None):
+    def draw(ax, k: int):
+        m = max(float(np.abs(maps[k]).max()), 1e-12)  # centred on zero: -m .. m
+        if pictures is not None:
+            ax.imshow(pictures[k].mean(-1), cmap="gray")
+        ax.set_title(captions[k], fontsize=9)
+        return ax.imshow(maps[k] / m, cmap=figures.diverging_cmap(), vmin=-1, vmax=1, alpha=0.6 if pictures is not None else 1.0,
+                         aspect="auto" if maps[k].shape[0] == 1 else "equal")
+
+    return figures.image_row(len(maps), draw, title, "attribution / max |attr.| (per sample)")
+
+
+def _curves(run: Run, names: list[str], method: str):
+    plt = figures.pyplot()
+    fig, axes = plt.subplots(1, len(names), figsize=(4.6 * len(names), 3.6), squeeze=False, layout="constrained")
+    for ax, name in zip(axes[0], names, strict=True):
+        c = run.attribution(name)
+        x = c["fraction"].values
+        for row in c.values:
+            ax.plot(x, row, color="#999999", alpha=0.3, linewidth=0.8)
+        ax.plot(x, c.values.mean(0), color="#b2182b" if name == "deletion" else "#2166ac", linewidth=2,
+                label=f"mean (area {float(run.attribution()[f'{name}_area'].mean()):.3f})")
+        ax.set_xlabel(f"fraction of pixels {'removed' if name == 'deletion' else 'put back'}, most important first")
+        ax.set_ylabel("probability of the target")
+        ax.set_ylim(0, 1)
+        ax.set_title(f"{name} ({len(c)} samples)")
+        ax.legend(loc="best")
+    fig.suptitle(f"{method}: a good map's deletion falls fast, its insertion rises fast\n{run_label(run)}")
+    return fig

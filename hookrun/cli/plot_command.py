@@ -12,13 +12,14 @@ overlays where the run holds a layer's output and its gradient (type tensor, or 
 grad_output) for the same samples, with each sample's predicted class (from a recorded logits
 capture) and target. The overlay's input images come from the file itself when the run recorded
 them (a 4-D input capture with 1 or 3 channels); otherwise from a dataset the user names with
-`--data data=... [key=value ...]`. Patching grids and logit-lens pictures are heatmaps with
-labelled axes, titled and named by method and metric (`grid_resid_atp_logit_diff_normalised.png`);
+`--data data=... [key=value ...]`. A kind's grids and logit-lens pictures are heatmaps with
+labelled axes, titled and named by method and metric (`grid_resid_atp_logit_diff_normalised.png`:
+each kind's reader names its pictures);
 the lens' pictures start with the mean over every sample. Not drawn, each said in one line
 (`not drawn: ...: why`): histograms of integer captures (token ids, indices), of lens rows and of
 captures with no finite value, and maps that are one value over space in every channel (a
 gradient after global pooling). Reading a file never builds anything the file names. For a sweep: each metric
-(evaluate's, then each capture's `--stat`) against each swept parameter. What is drawn is decided
+(the kind's numbers, then each capture's `--stat`) against each swept parameter. What is drawn is decided
 once with the HTML report (analysis/report/figure_specs.py); a figure with nothing to draw is not written
 (the command says so), and when nothing at all can be drawn the command exits 2. The files
 written are listed at the end.
@@ -32,12 +33,11 @@ from pathlib import Path
 
 import numpy as np
 
-from hookrun.analysis.opening import open_run
-from hookrun.analysis.report.circuits import grid_file_name, grid_specs
+from hookrun.analysis.kind_readers import kind_figures
+from hookrun.analysis.remote_run import open_run
 from hookrun.analysis.report.figure_specs import (
     Heatmap,
     Lines,
-    Scatter,
     constant_over_space,
     skip_reason,
     sweep_charts,
@@ -50,12 +50,12 @@ from hookrun.analysis.run_reader import CaptureInfo, Run, block_stats
 from hookrun.analysis.sweep import Sweep, is_sweep, open_sweep
 from hookrun.cli import figures
 from hookrun.cli.app import compose_config
-from hookrun.cli.attribution_figure import attribution_figures
 from hookrun.cli.command import description, ends_quietly, fail, run_command
 from hookrun.cli.gradcam import (  # noqa: F401 (plot's public names)
     _index,
     _source,
     as_pictures,
+    attribution_figures,
     gradcam,
     gradcam_figure,
     gradcam_pairs,
@@ -151,14 +151,9 @@ def plot_run(run: Run, out: Path, samples: int = 2, channels: int = 16, dataset:
     for act, grad in gradcam_pairs(run):
         written.append(gradcam_figure(run, act, grad, out, dataset=dataset))
     written += attribution_figures(run, out, samples, dataset)  # an attribution run's maps and curves
-    for name, _, specs in grid_specs(run):  # patching grids (an edges run's curve too), then logit-lens pictures
-        attrs = dict(run.grid(name).attrs)
-        for spec in specs:
-            if isinstance(spec, Lines):  # an edges run's faithfulness curve
-                written.append(figures.save(figures.lines(spec), out / f"curve_{_file_name(spec.title)}.png", source=_source(run)))
-            elif isinstance(spec, Heatmap | Scatter):  # (the circuit drawing is the report's)
-                draw = figures.heatmap if isinstance(spec, Heatmap) else figures.scatter
-                written.append(figures.save(draw(spec), out / f"{_file_name(grid_file_name(spec, attrs))}.png", source=_source(run)))
+    for stem, spec in kind_figures(run):  # what the file's kind draws (its reader: grids, curves), then logit-lens pictures
+        draw = figures.lines if isinstance(spec, Lines) else figures.heatmap if isinstance(spec, Heatmap) else figures.scatter
+        written.append(figures.save(draw(spec), out / f"{_file_name(stem)}.png", source=_source(run)))
     for k, spec in enumerate(lens_specs(run, samples)):
         written.append(figures.save(figures.heatmap(spec), out / f"lens_{k}_{_file_name(_lens_name(spec))}.png", source=_source(run)))
     for line in left.lines():
@@ -173,7 +168,7 @@ def _lens_name(spec: Heatmap) -> str:
 
 
 def plot_sweep(sweep: Sweep, out: Path, stat: str = "mean", x: str | None = None) -> list[Path]:
-    """Each metric (evaluate's, then each capture's `stat`) against each swept parameter (or `x`
+    """Each metric (the kind's numbers, then each capture's `stat`) against each swept parameter (or `x`
     alone): one PNG per pair that has a number to draw; NotFoundError where none has."""
     table = sweep.table(stats=(stat,))
     swept = [x] if x else sweep.swept
@@ -187,7 +182,7 @@ def plot_sweep(sweep: Sweep, out: Path, stat: str = "mean", x: str | None = None
         print(f"not drawn: {column} (no job wrote a number to it)")
     charts = sweep_charts(table, swept, metrics)
     if not charts:
-        raise NotFoundError(f"{sweep.folder}: no job wrote a number (no evaluation, no capture); nothing to draw")
+        raise NotFoundError(f"{sweep.folder}: no job wrote a number (no kind's metric, no capture); nothing to draw")
     out.mkdir(parents=True, exist_ok=True)
     return [figures.save(figures.lines(c), out / f"sweep_{_file_name(c.ylabel)}_vs_{_file_name(c.xlabel)}.png",
                          source=str(sweep.folder.resolve())) for c in charts]

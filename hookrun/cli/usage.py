@@ -16,7 +16,7 @@ COMMANDS = (  # (module run as python -m MODULE, what it does)
     ("hookrun", "run hooks over a dataset and write what they record to HDF5 (this command)"),
     ("hookrun.modules", "list the modules and op sites `at:` can name, with shapes (--match GLOB, --ops)"),
     ("hookrun.inspect", "summarise a run's file or a sweep folder (--verify checks every row's checksum)"),
-    ("hookrun.plot", "plot a run's captures and evaluation"),
+    ("hookrun.plot", "plot a run's captures and what its kind adds"),
     ("hookrun.report", "an HTML report of a run"),
 )
 

@@ -37,7 +37,7 @@ class Phase:
         return f"Phase({self.name!r})"
 
 
-# the forwards of a batch under `evaluate`: clean (hooks attached, no action runs), intervened
+# the forwards of a batch of a kind that compares them: clean (hooks attached, no action runs), intervened
 # (as configured: also every plain run's one forward), ablated (modify actions return the ablation)
 CLEAN = Phase("clean")
 INTERVENED = Phase("intervened", every=True)

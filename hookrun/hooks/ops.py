@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from hookrun.config.build import build as build_node
-from hookrun.config.params import typed_params
+from hookrun.config.specs import typed_params
 from hookrun.errors import ConfigError, NotFoundError
 from hookrun.hooks.points import HookPoint
 from hookrun.hooks.registry import Registry

@@ -16,7 +16,7 @@ clamp_features, add_features), listed. The op `splice` then calls that child on 
     error_term: true   ->  y = x + (decode(g) - decode(f))   (x itself where nothing was edited)
 
 Every spliced forward adds to Splice.stats (float64, padding excluded): l0, mse, explained
-variance, dead latents; the evaluate block reads them (env.splices). The children are removed at
+variance, dead latents; a kind that measures splices reads them (env.splices). The children are removed at
 the end of the run (env.hold): the model comes back as it went in.
 """
 
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from hookrun.config.params import typed_params
+from hookrun.config.specs import typed_params
 from hookrun.errors import ConfigError
 from hookrun.hooks.ops import OpBuild, OpContext, register_op
 from hookrun.labels import module_label

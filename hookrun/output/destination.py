@@ -4,7 +4,7 @@
     dest.check_place()                           # before the lock: a place the run can write
     with dest.locked():                          # one writer
         resume = dest.open_resume(config_yaml)   # a Resume (output/resume.py), or None
-        store = dest.open_store(attrs, resume, part_bytes, **h5_kwargs)   # a RunStore (store/protocol.py)
+        store = dest.open_store(attrs, resume, part_bytes, **h5_kwargs)   # a RunStore (store/records.py)
         ...
         dest.end(resume, replayed)
 
@@ -30,7 +30,7 @@ from hookrun.output.store_parts import StoreParts
 from hookrun.store.merge import View
 from hookrun.store.object_folder import is_url
 from hookrun.store.parts import ObjectStoreOutput
-from hookrun.store.protocol import RunStore
+from hookrun.store.records import RunStore
 
 
 class Destination(Protocol):

@@ -24,14 +24,13 @@ from hookrun.config.schema import HookrunConfig
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.output.ranks import Ranks, every_rank, rank_device, shard_path
 from hookrun.output.resume import ResumeState, open_resume
-from hookrun.store.h5file import flushing_path, writable_folder
 from hookrun.store.h5store import H5Store
-from hookrun.store.lock import OutputLock, WriterLock
+from hookrun.store.lock import OutputLock, WriterLock, flushing_path, writable_folder
 from hookrun.store.merge import View, build_view, shard_status
 from hookrun.store.reading import LocalSource
 
 if TYPE_CHECKING:
-    from hookrun.store.protocol import RunStore
+    from hookrun.store.records import RunStore
 
 log = logging.getLogger("hookrun")
 

@@ -8,7 +8,7 @@ The old file is only read: its complete batches are written again, batch by batc
 file through the same writer code, so the result equals an uninterrupted run's captures bit for
 bit. Until the new file is closed, the old one stays where it was: nothing is lost on a second
 failure. Both kinds of old run satisfy Resume: ResumeState (one local file, or one rank's shard)
-and PartsResume (an object-store run, output/resume_parts.py: its verified parts are kept as they
+and PartsResume (an object-store run, output/store_parts.py: its verified parts are kept as they
 are, and the part being written when it stopped is replayed). The destination
 (output/destination.py) opens the right one.
 """
@@ -25,15 +25,13 @@ import numpy as np
 import torch
 import yaml
 
-from hookrun.config.diff import differing
+from hookrun.config.checks import differing
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.store.capture_schema import CaptureMeta, RowKind, damage, list_captures
 from hookrun.store.digest import check_block, table_of
-from hookrun.store.h5file import flushing_path
-from hookrun.store.protocol import RunStore
+from hookrun.store.lock import flushing_path
 from hookrun.store.reading import LocalSource
-from hookrun.store.records import Capture, CaptureKey, StepRecord
-from hookrun.store.tables import tables_in
+from hookrun.store.records import Capture, CaptureKey, RunStore, StepRecord, tables_in
 
 # keys that do not change what is captured
 IGNORED = {"resume", "dry_run", "progress", "imports", "output.overwrite", "output.max_bytes",
@@ -57,7 +55,7 @@ class Resume(Protocol):
 
     @property
     def file(self) -> h5py.File | None:
-        """The old file (evaluate restores its totals from /evaluation); None where there is none."""
+        """The old file (a kind restores its totals from its tables); None where there is none."""
 
     def replay(self, store: RunStore) -> int:
         """Write the kept batches into `store`, in order; returns how many."""
@@ -189,7 +187,7 @@ def _replay(state: ResumeState, store: RunStore, f: h5py.File) -> int:
     columns = [_read(f"the capture {c.path}", lambda c=c: _Column(f[c.path], index, step_of_row, state.first_step, token_step))
                for c in _captures(state.path, f)]
     bounds = np.searchsorted(step_of_row, steps)
-    tables = {t.name: t.read(f, rows=state.steps) for t in tables_in(f)}  # a kind's rows of the kept batches (evaluate's)
+    tables = {t.name: t.read(f, rows=state.steps) for t in tables_in(f)}  # a kind's rows of the kept batches
     for i, step in enumerate(steps[:-1].tolist()):
         lo, hi = int(bounds[i]), int(bounds[i + 1])
         captures = [c for col in columns if (c := col.capture(step, lo, hi)) is not None]

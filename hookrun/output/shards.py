@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import torch.distributed as dist
 import yaml
 
-from hookrun.config.diff import differing
+from hookrun.config.checks import differing
 from hookrun.config.schema import HookrunConfig, to_yaml
 from hookrun.errors import ConfigError, HookrunError, RunError
 from hookrun.output.local_file import LocalShards
@@ -153,7 +153,7 @@ class ShardRun:
 
     def adjust(self, p: Narrowed) -> None:
         """Narrow a prepared run to this rank's block of batches (prepare() applied data.limit), or
-        to its share of the kind's own rows where its steps are not batches (patching: cells)."""
+        to its share of the kind's own rows where its steps are not batches (a grid's cells)."""
         share = p.settings.kind.share(self.r.rank, self.r.world)
         if share is None:
             block = shard_batches(p.n_batches, self.r.world, self.r.rank)

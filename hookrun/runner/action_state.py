@@ -23,7 +23,7 @@ from hookrun.errors import ConfigError
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.events import flatten
 from hookrun.hooks.points import HookPoint
-from hookrun.store.protocol import RunStore
+from hookrun.store.records import RunStore
 from hookrun.store.run_state import read_state
 
 

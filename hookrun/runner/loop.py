@@ -2,12 +2,19 @@
 
     steps = run_batches(model, loader, session, writer, env, settings)   # settings.batches: which ones
 
-What a batch does (one forward, forward and backward, generate(), evaluate's forwards) is the run
+What a batch does (one forward, forward and backward, generate(), a block kind's forwards) is the run
 kind's (hookrun.runner.kinds, `settings.kind`); the loop never asks which kind runs.
+
+What the end of a run reports (end_report): hooks that never fired, and values a cast turned into
+inf. A hook whose module never ran leaves no capture, which looks like success: it is named in the
+log and in the file's `hooks_not_fired` attribute. A capture stored as float16 whose values
+exceeded float16's range holds inf: the count is in the log and in the capture's `overflow_values`
+(`attrs = end_report(session, store, resume); store.set_attrs(attrs)`).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,14 +27,15 @@ from tqdm.auto import tqdm
 from hookrun.config.schema import Mode
 from hookrun.errors import HookrunError, RunError
 from hookrun.hooks.actions import ActionEnv
-from hookrun.hooks.session import HookSession
+from hookrun.hooks.session import HookSession, warn_never_fired
 from hookrun.hooks.tokens import token_columns
+from hookrun.labels import module_label
+from hookrun.output.resume import Resume
 from hookrun.runner.batches import first_batch, make_loader, sample_paths
 from hookrun.runner.calls import CallSpec
 from hookrun.runner.kinds import RunKind
-from hookrun.store.records import StepRecord
-from hookrun.store.transfer import HostTransfer
-from hookrun.store.writer import BackgroundWriter
+from hookrun.store.records import RunStore, StepRecord
+from hookrun.store.writer import BackgroundWriter, HostTransfer
 
 
 @dataclass
@@ -140,3 +148,31 @@ def stored_keys(batch: Any, keys: tuple[str, ...]) -> dict[str, np.ndarray] | No
             raise RunError(f"data.store: the batch has no tensor {k!r}; its keys: {', '.join(map(str, batch))}")
         out[k] = v.detach().cpu().numpy()
     return out
+
+
+log = logging.getLogger("hookrun")
+
+
+def end_report(session: HookSession, store: RunStore, resume: Resume | None, complete: bool = True) -> dict:
+    for (hook, module, role, call), n in sorted(store.overflow_by_key().items()):
+        log.warning("hook %r at %s: %d value(s) of %s%s became inf when stored as the record dtype "
+                    "(they exceed its range); record in float32, or set check_finite=true to stop at the first",
+                    hook, module_label(module), n, role, f"@{call}" if call else "")
+    unfired = {f"{p.hook}@{p.module}" for p in session.never_fired()}
+    if resume is not None:  # hooks that fired in the batches kept from the old file count as fired
+        recorded = {f"{key[0]}@{key[1]}" for key in store.rows_by_key()}
+        old = resume.attrs.get("hooks_not_fired")
+        unfired -= recorded
+        if old is not None:
+            unfired &= set(filter(None, str(old).split(", ")))
+    names = sorted(unfired)
+    for name in names if complete else ():  # (a run that stopped early may not have reached them)
+        hook, module = name.split("@", 1)
+        warn_never_fired(hook, module)
+    skipped = {}
+    for p in session.points:
+        why = next((a.skipped for a in p.actions if a.skipped), None)
+        if why:
+            skipped[f"{p.hook}@{p.module}"] = why
+            log.warning("hook %r: skipped %s, which a glob of `at:` reached: %s", p.hook, module_label(p.module), why)
+    return {"hooks_not_fired": ", ".join(names), "hooks_skipped": "; ".join(f"{k} ({v})" for k, v in skipped.items())}

@@ -92,3 +92,8 @@ def lm(output: Any, target: Any = None, batch: Any = None, output_key: str | int
         keep = mask.to(logits.device)[:, 1:].bool() & mask.to(logits.device)[:, :-1].bool()
         labels[~keep] = -100
     return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
+
+
+def log_probs(logits: torch.Tensor) -> torch.Tensor:
+    """log-softmax over the last dim, in float32 at least (the block kinds' ce, kl and logprob metrics)."""
+    return torch.log_softmax(logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits, dim=-1)

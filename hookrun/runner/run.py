@@ -33,13 +33,12 @@ from hookrun.output.resume import Resume
 from hookrun.output.shards import ShardRun
 from hookrun.output.signals import Interrupted, StopSignals, StoreAway
 from hookrun.runner.action_state import finish_actions, restore_states
-from hookrun.runner.end_warnings import end_report
 from hookrun.runner.estimate import estimate
-from hookrun.runner.loop import run_batches
+from hookrun.runner.loop import end_report, run_batches
 from hookrun.runner.prepare import Prepared, dataset_name, prepare
 from hookrun.store.format import HOOKRUN_VERSION
 from hookrun.store.object_folder import StoreError
-from hookrun.store.protocol import RunStore
+from hookrun.store.records import RunStore
 from hookrun.store.writer import BackgroundWriter
 
 log = logging.getLogger("hookrun")
@@ -125,7 +124,7 @@ def _run(cfg: HookrunConfig, dest: Destination, started: float, model: torch.nn.
     try:
         if adjust is not None:
             adjust(p)
-        if not cfg.dry_run:  # what the kind sets up beyond the loop (patching: its base runs and checks)
+        if not cfg.dry_run:  # what the kind sets up beyond the loop (its base runs and checks)
             p.settings.kind.prepare_run(p)
         if cfg.dry_run or cfg.output.max_bytes is not None:
             report = plan_estimate(p)
@@ -190,7 +189,7 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
             replayed = True
             with session, BackgroundWriter(store) as writer:
                 p.settings.should_stop = stop.requested
-                steps = p.settings.kind.run_steps(  # the data loop, unless the kind's steps are not batches (patching)
+                steps = p.settings.kind.run_steps(  # the data loop, unless the kind's steps are not batches (a grid's cells)
                     lambda: run_batches(p.model, p.loader, session, writer, p.env, p.settings, first),
                     writer, store.samples, stop.requested)
             status = "interrupted" if stop.signum else "complete"

@@ -54,7 +54,7 @@ class _Sums:
 class SpliceStats:
     def __init__(self, d_sae: int | None) -> None:
         self.d_sae = d_sae
-        self.enabled = False  # the evaluate block turns it on (reset_batch)
+        self.enabled = False  # a kind that measures splices turns it on (reset_batch)
         self.run, self.this = _Sums(), _Sums()
         self.fired: Tensor | None = None  # (d_sae,) bool: ever > 0 in the run
 
@@ -87,7 +87,7 @@ class SpliceStats:
 
 
     def state(self) -> dict[str, np.ndarray]:
-        """The run's sums as arrays, which evaluate writes at each flush so that a resumed run's
+        """The run's sums as arrays, which a measuring kind writes at each flush so that a resumed run's
         totals go on from the batches it keeps (load_state)."""
         r = self.run
         out = {"n": np.array(r.n), "sq_err": np.array(r.sq_err), "sq": np.array(r.sq), "active": np.array(r.active)}

@@ -10,10 +10,36 @@ skip batches, and digested into the run's /checksums table.
 CaptureColumns is a part of H5Store (store/h5store.py), which owns the file, the sample table, the
 digest log and the counts these methods read: `file`, `table`, `digests`, `compression`, `expected`,
 `checksum`, `steps`, `first_step` and the `_columns` dict by capture path.
+
+Variable-length rows (append_ragged, below): one row per sample whose first dim varies (detection
+boxes, n_i >= 0), or one per step (`record rows: ragged`: a tensor whose first dim changes from batch
+to batch). Each row is sample i's values flattened, in a variable-length HDF5 dataset of shape (N,)
+aligned with /samples/index; `ragged` and `row_shape` attributes say how to restore it
+(docs/format.md): `ds[3].reshape(-1, *ds.attrs["row_shape"])` reads (n_3, 4).
+
+The /samples group: what each row of a run is (dataset index, batch, target, path, batch keys,
+token map), appended batch by batch beside the captures.
+
+    table = SampleTable(file, compression=None)
+    table.write(step_record, start=samples_before)
+
+/samples/index and /samples/step exist from the start; target, path, the `data.store` keys, the
+generated text and the token map (/samples/token_sample, token_position, token_generated) appear
+at the first batch that has them, backfilled to the rows before. docs/format.md describes each.
+
+Chunked, resizable datasets: how big a chunk is, and appending whole blocks of rows.
+
+    ds = new_dataset(file, "captures/f/layer1.0/output", first_batch, compression=None, max_rows=64)
+    append(ds, next_batch)
+
+A chunk holds about CHUNK_BYTES along the row axis while a run has few captures; with many they
+share CACHE_BUDGET (down to MIN_CHUNK_BYTES each), since each capture keeps the chunk it is
+filling in memory. A chunk never holds more rows than the run will write.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import h5py
@@ -21,12 +47,8 @@ import numpy as np
 
 from hookrun.errors import RunError
 from hookrun.store.capture_schema import CaptureMeta
-from hookrun.store.chunks import append as _append
-from hookrun.store.chunks import new_dataset
 from hookrun.store.digest import DigestLog, digest, digest_ragged
-from hookrun.store.ragged import append_ragged
 from hookrun.store.records import Capture, StepRecord
-from hookrun.store.samples import SampleTable
 
 
 @dataclass
@@ -76,15 +98,15 @@ class CaptureColumns:
             if col.ds.shape[0] != self.table.tokens - len(rows):
                 raise RunError(f"{path}: rows: token needs the capture in every batch (batch {rec.step} "
                                f"starts at token row {self.table.tokens - len(rows)}, the capture has {col.ds.shape[0]})")
-            _append(col.ds, rows)
+            append(col.ds, rows)
             self._digest(path, col, rows)
             return
         if col.index is None and (col.ds.shape[0] != expected or cap.index is not None):
             col.index = self._start_index(path, col)
         if col.index is not None:
             ids = np.array([rec.step]) if cap.per_step else (cap.index if cap.index is not None else rec.sample_index)
-            _append(col.index, ids.astype(np.int64, copy=False))
-        _append(col.ds, rows)
+            append(col.index, ids.astype(np.int64, copy=False))
+        append(col.ds, rows)
         self._digest(path, col, rows)
 
     def _digest(self, path: str, col: Column, rows: np.ndarray | list) -> None:
@@ -138,3 +160,121 @@ class CaptureColumns:
     def rows_by_key(self) -> dict[tuple, int]:
         """Rows written so far per capture, by (hook, module, role, call)."""
         return {col.key: col.ds.shape[0] for col in self._columns.values()}
+
+
+def append_ragged(file: h5py.File, ds: h5py.Dataset | None, cap: Capture, step: int, rows_before: int,
+                  compression: str | None = None) -> h5py.Dataset:
+    """Append one batch of variable-length rows (`cap.value`: a list of tensors, one per sample, or
+    one for the step where `cap.per_step`), creating the dataset at its first batch; returns it.
+    `rows_before`: the samples (steps) written before this batch."""
+    arrs = [v.numpy(force=True) for v in cap.value]
+    path = cap.key.path
+    tail = arrs[0].shape[1:]
+    if any(a.shape[1:] != tail for a in arrs):
+        raise RunError(f"{path}: the samples of batch {step} have rows of shapes "
+                       f"{sorted({a.shape for a in arrs})[:3]}; variable-length rows may vary in their first dim only")
+    if ds is None:
+        ds = file.create_dataset(path, (rows_before,), h5py.vlen_dtype(arrs[0].dtype), maxshape=(None,),
+                                 chunks=(256,), compression=compression)
+        ds.attrs.update(CaptureMeta.of(cap, tail).to_attrs())
+    if tuple(ds.attrs["row_shape"]) != tail:
+        raise RunError(f"{path}: batch {step} has rows of shape (n, {tail}), earlier batches (n, {tuple(ds.attrs['row_shape'])})")
+    if ds.shape[0] != rows_before:
+        raise RunError(f"{path}: variable-length rows need the capture in every batch (batch {step})")
+    n = ds.shape[0]
+    ds.resize(n + len(arrs), axis=0)
+    for i, a in enumerate(arrs):  # row by row: h5py turns equal-length rows into a 2-D array
+        ds[n + i] = a.reshape(-1)
+    return ds
+
+
+TOKEN_NAMES = ("token_sample", "token_position", "token_generated")
+
+
+class SampleTable:
+    def __init__(self, file: h5py.File, compression: str | None) -> None:
+        self.file, self.compression = file, compression
+        group = file.create_group("samples")
+        self.index = group.create_dataset("index", (0,), "int64", maxshape=(None,), chunks=(8192,))
+        self.step = group.create_dataset("step", (0,), "int64", maxshape=(None,), chunks=(8192,))
+        self.optional: dict[str, h5py.Dataset] = {}  # target, path, data.store keys, texts, token map
+        self.tokens = 0  # token rows so far
+
+    def write(self, rec: StepRecord, start: int) -> None:
+        """Append one batch's rows; `start` is the number of samples before it."""
+        n = len(rec.sample_index)
+        append(self.index, rec.sample_index.astype(np.int64, copy=False))
+        append(self.step, np.full(n, rec.step, dtype=np.int64))
+        if rec.target is not None:
+            self.append("target", rec.target, start, chunk_rows=8192)
+        if rec.path is not None:
+            self.append("path", np.array(rec.path, dtype=object), start)
+        for name, arr in (rec.samples or {}).items():
+            self.append(name, arr, start, step=rec.step)
+        if rec.tokens is not None:  # the token map of `rows: token` captures
+            for name, arr in zip(TOKEN_NAMES, rec.tokens, strict=False):
+                dtype = "uint8" if name == "token_generated" else "int64"
+                self.append(name, np.asarray(arr).astype(dtype, copy=False), self.tokens)
+            self.tokens += len(rec.tokens[0])
+
+    def append(self, name: str, arr: np.ndarray, backfill: int, chunk_rows: int = 4096, step: int = 0) -> None:
+        ds = self.optional.get(name)
+        if ds is None and arr.dtype == object:  # paths and texts: UTF-8 strings
+            ds = self.file["samples"].create_dataset(name, (backfill,), h5py.string_dtype(), maxshape=(None,), chunks=(4096,))
+        elif ds is None:
+            ds = new_dataset(self.file, f"samples/{name}", arr, self.compression, chunk_rows=chunk_rows, backfill=backfill)
+        self.optional[name] = ds
+        if arr.shape[1:] != ds.shape[1:]:
+            raise RunError(f"/samples/{name}: batch {step} has rows of shape {arr.shape[1:]}, earlier batches "
+                           f"{ds.shape[1:]} (pad every sample to one length, e.g. data.padding=max_length)")
+        append(ds, arr)
+
+    def mark(self) -> dict:
+        """Its state before a batch, for roll_back."""
+        sets = [self.index, self.step, *self.optional.values()]
+        return {"rows": {d.name: d.shape[0] for d in sets}, "optional": set(self.optional), "tokens": self.tokens}
+
+    def roll_back(self, mark: dict) -> None:
+        """Take out what a failed batch wrote: new datasets go, the others get their old length."""
+        for name in set(self.optional) - mark["optional"]:
+            del self.file[self.optional.pop(name).name]
+        self.tokens = mark["tokens"]
+        for name, rows in mark["rows"].items():
+            if self.file[name].shape[0] != rows:
+                self.file[name].resize(rows, axis=0)
+
+
+CHUNK_BYTES = 1 << 20  # about 1 MiB per chunk along the row axis, with few captures
+MIN_CHUNK_BYTES = 64 << 10  # ... and no less than 64 KiB, with many
+CACHE_BUDGET = 64 << 20  # the open chunks of all captures together, held in memory until full
+
+
+def chunk_bytes_for(n_captures: int) -> int:
+    """Bytes per chunk when a run has `n_captures` capture datasets: CHUNK_BYTES while they fit in
+    CACHE_BUDGET together, smaller (down to MIN_CHUNK_BYTES) when there are many."""
+    return max(MIN_CHUNK_BYTES, min(CHUNK_BYTES, CACHE_BUDGET // max(1, n_captures)))
+
+
+def new_dataset(file: h5py.File, name: str, like: np.ndarray, compression: str | None, chunk_rows: int | None = None,
+                backfill: int = 0, max_rows: int | None = None, chunk_bytes: int = CHUNK_BYTES) -> h5py.Dataset:
+    """A dataset with `like`'s row shape and dtype, `backfill` rows long. Chunks of about
+    `chunk_bytes` along the rows (at least one row), but no more rows than the run will write; the
+    dataset's chunk cache holds one chunk, the one being filled."""
+    row_shape = like.shape[1:]
+    row_bytes = max(1, int(np.prod(row_shape, dtype=np.int64)) * like.dtype.itemsize)
+    rows = chunk_rows or max(1, chunk_bytes // row_bytes)
+    if max_rows:  # as few chunks as the run needs, evenly filled (no half-empty last chunk)
+        rows = math.ceil(max_rows / math.ceil(max_rows / rows))
+    # a dim of size 0 (no boxes in this batch) needs a chunk of 1 there, and room to stay valid
+    return file.create_dataset(
+        name, shape=(backfill, *row_shape), dtype=like.dtype, maxshape=(None, *(d or None for d in row_shape)),
+        chunks=(rows, *(d or 1 for d in row_shape)), compression=compression,
+        rdcc_nbytes=rows * row_bytes + 1024, rdcc_w0=1.0,
+    )
+
+
+def append(ds: h5py.Dataset, rows: np.ndarray) -> None:
+    """Add `rows` at the end of `ds` (one resize, one write)."""
+    n = ds.shape[0]
+    ds.resize(n + len(rows), axis=0)
+    ds[n:] = rows

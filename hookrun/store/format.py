@@ -9,10 +9,8 @@ from importlib import metadata
 FORMAT_VERSION = "1"  # the layout version written to every file's `format_version` attribute
 MODEL_NODE = "__model__"  # the group name for the whole model (module path '')
 PART_BYTES = 2 << 30  # an object-store run: bytes of rows per part file (2 GiB), output.part_bytes' default
-# what a run's steps and rows are called in its log and in inspect: a batch of samples, or (a
-# patching run, whose rows are cells) a chunk of cells
+# what a run's steps and rows are called in its log and in inspect, unless its kind names its own
 BATCH_UNITS = ("batches", "samples")
-CELL_UNITS = ("chunks of cells", "cells")
 
 
 def _package_version() -> str:

@@ -4,7 +4,7 @@
         store.write(step_record)
     # status is 'complete' after a clean exit, 'failed' or 'interrupted' otherwise
 
-The file gets its name only once its skeleton is flushed (store/h5file.py), is flushed after the
+The file gets its name only once its skeleton is flushed (store/lock.py), is flushed after the
 first batch, then every `flush_every` batches, or every FLUSH_SECONDS when that is None; between
 flushes no metadata reaches the disk, so a killed run leaves a file that opens, holding every
 batch up to the last flush. A batch that fails part-way is taken out again, so the counts always
@@ -26,16 +26,13 @@ import h5py
 import numpy as np
 
 from hookrun.errors import RunError
-from hookrun.store.chunks import CHUNK_BYTES, chunk_bytes_for
-from hookrun.store.columns import CaptureColumns, Column
+from hookrun.store.columns import CHUNK_BYTES, CaptureColumns, Column, SampleTable, chunk_bytes_for
 from hookrun.store.digest import DigestLog
 from hookrun.store.format import FORMAT_VERSION
-from hookrun.store.h5file import create_hidden, flushing_path
 from hookrun.store.held import filling_chunks
-from hookrun.store.records import Capture, StepRecord
+from hookrun.store.lock import create_hidden, flushing_path
+from hookrun.store.records import Capture, StepRecord, TableWriter, table
 from hookrun.store.run_state import RunState, write_features
-from hookrun.store.samples import SampleTable
-from hookrun.store.tables import TableWriter, table
 
 FLUSH_SECONDS = 2.0
 SPACE_MARGIN = 1 << 20  # bytes kept free for metadata and for closing the file
@@ -71,7 +68,7 @@ class H5Store(CaptureColumns):
         self.table = SampleTable(self.file, self.compression)
         self.digests = DigestLog(self.file)  # the run's /checksums table, written at each flush
         self._columns: dict[str, Column] = {}
-        self.tables: dict[str, TableWriter] = {}  # a kind's named tables (/evaluation), made at their first rows (store/tables.py)
+        self.tables: dict[str, TableWriter] = {}  # a kind's named tables (/NAME), made at their first rows (store/records.py)
         self.run_state = RunState()  # stateful actions' latest state, written at flush (store/run_state.py)
         self.overflow: dict[str, int] = {}  # values a cast turned into inf, per capture path
         self.steps = 0
@@ -172,7 +169,7 @@ class H5Store(CaptureColumns):
     # -- state -----------------------------------------------------------------------------
     def flush(self) -> None:
         """Rows, their lengths and the counts reach the disk in one HDF5 flush. No metadata is
-        written between flushes (store/h5file.py), and what a flush rewrites in place is applied all
+        written between flushes (store/lock.py), and what a flush rewrites in place is applied all
         at once (store/held.py), so a kill -9 at any moment leaves the file of one whole flush under
         its name, in which every dataset's length agrees with `samples_complete` and `steps_complete`."""
         self.digests.write()
@@ -192,7 +189,7 @@ class H5Store(CaptureColumns):
         return cols + tables + [self.table.index, self.table.step, *self.table.optional.values()]
 
     def _update_counts(self) -> None:
-        for t in self.tables.values():  # a kind's totals (evaluate's): those of the batches this flush holds
+        for t in self.tables.values():  # a kind's totals: those of the batches this flush holds
             t.flush()
         self.run_state.flush(self.file, self.steps)  # actions' state: that of the batches this flush holds
         self.file.attrs["steps_complete"] = self.steps

@@ -1,7 +1,7 @@
 """A run written to an object store: HDF5 parts in a staging folder, uploaded as they finish.
 
     store = PartedStore(ObjectStoreOutput.of("s3://bucket/cache/captures.h5", staging), attrs, part_bytes=2 << 30)
-    store.write(step_record)          # a RunStore (store/protocol.py), as H5Store (the writer thread calls it)
+    store.write(step_record)          # a RunStore (store/records.py), as H5Store (the writer thread calls it)
     store.close("complete")           # last part uploaded, the manifest says 'complete'
 
 Each part is an ordinary hookrun file (docs/format.md) of whole batches, written by H5Store in
@@ -30,10 +30,9 @@ from hookrun.store.format import PART_BYTES
 from hookrun.store.h5store import H5Store
 from hookrun.store.manifest import Manifest, PartEntry
 from hookrun.store.object_folder import RemoteFolder, StoreError
-from hookrun.store.object_output import ObjectStoreOutput
 from hookrun.store.reading import LocalSource
 from hookrun.store.records import StepRecord
-from hookrun.store.upload import LocalPart, Uploader, retrying
+from hookrun.store.upload import LocalPart, ObjectStoreOutput, Uploader, retrying
 
 log = logging.getLogger("hookrun")
 RUN_ATTRS_SKIP = {"status", "steps_complete", "samples_complete", "finished", "part", "parts_of", "first_batch", "last_batch"}
@@ -127,7 +126,7 @@ def prepare_resume(out: ObjectStoreOutput, folder: RemoteFolder) -> ResumePoint 
 
 
 class PartedStore:
-    """A RunStore (store/protocol.py) over a sequence of parts (see the module's docstring)."""
+    """A RunStore (store/records.py) over a sequence of parts (see the module's docstring)."""
 
     def __init__(self, out: ObjectStoreOutput, attrs: dict, part_bytes: int = PART_BYTES, resume: ResumePoint | None = None,
                  **h5_kwargs) -> None:

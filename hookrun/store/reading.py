@@ -4,7 +4,7 @@
         src.file["samples/index"][:]                        # an h5py.File: the file, or a view over the parts
 
 Everything in hookrun that reads a run's file opens it here: `open_run` (analysis/, the user's
-reader, built on this), resume's replay source, `op: patch`'s source, `evaluate.mean`, the ranks'
+reader, built on this), resume's replay source, `op: patch`'s source, a mean read from an earlier run, the ranks'
 checks, `inspect` and `plot`. Two classes satisfy RunSource: LocalSource (an HDF5 file; a merged
 view of ranks is refused where a shard file is missing, since HDF5 would read its rows as zeros)
 and PartsSource (a cache in an object store: the manifest at once, and at the first use of `file`
@@ -24,7 +24,7 @@ import h5py
 from hookrun.errors import HookrunError, NotFoundError
 from hookrun.store.capture_schema import damage
 from hookrun.store.fetch import Parts
-from hookrun.store.h5file import flushing_path, wait_for_flush
+from hookrun.store.lock import flushing_path, wait_for_flush
 from hookrun.store.merge import build_view, check_sources
 from hookrun.store.object_folder import is_url
 

@@ -2,16 +2,40 @@
 
     key = CaptureKey(hook="fmap", module="layer1.0", type="forward", role="output", call=0)
     key.path  # 'captures/fmap/layer1.0/output'
+
+The named tables a kind of run writes beside the captures (KindTable, register_table), one
+generic mechanism for every kind:
+
+    register_table(KindTable("mytable", MyTableWriter, read_mytable))   # in the kind's folder
+    StepRecord(..., tables={"mytable": row})   # a kind's step hands its rows by the table's name
+    store.write(rec)          # H5Store: each named table's writer, made at its first row, appends them
+    rows = TABLES["mytable"].read(f, rows=kept)   # resume's replay: the kept batches' rows by step
+
+The store knows no kind: a table's writer comes from this registry, filled by each kind's folder
+(hookrun/runner/kinds/<kind>/) as it is imported. The table's name is its group in the file, so the
+layout of files written before this mechanism is the same.
+
+What the data loop writes to (RunStore): the one interface of a run's store, whatever holds it.
+
+    def end_attrs(store: RunStore, attrs: dict) -> None: store.set_attrs(attrs)
+
+Two classes satisfy it: H5Store (one HDF5 file, store/h5store.py) and PartedStore (HDF5 parts
+uploaded to an object store, store/parts.py). The writer thread (store/writer.py), resume's replay,
+the end-of-run report and `record limit=N`'s restore take a RunStore and never ask which it is.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
+import h5py
 import numpy as np
 import torch
 
+from hookrun.errors import RunError
 from hookrun.labels import call_role
 from hookrun.store.format import MODEL_NODE
 
@@ -60,10 +84,10 @@ class StepRecord:
     target: np.ndarray | None
     path: list[str] | None
     captures: list[Capture]
-    ticket: Any = None  # hookrun.store.transfer.Ticket: wait() before reading captures, release() after
+    ticket: Any = None  # hookrun.store.writer.Ticket: wait() before reading captures, release() after
     samples: dict[str, np.ndarray] | None = None  # more per-sample arrays for /samples/<name> (data.store)
     tokens: tuple[np.ndarray, ...] | None = None  # (sample index, position[, generated]) of each token row
-    tables: dict[str, Any] = field(default_factory=dict)  # a kind's rows by table name ({"evaluation": row}: store/tables.py)
+    tables: dict[str, Any] = field(default_factory=dict)  # a kind's rows by table name ({NAME: row}: register_table, below)
     state: dict[str, dict[str, Any]] | None = None  # stateful actions' state after this batch, by key (saved at flush)
 
 
@@ -91,3 +115,75 @@ class StepCaptures:
         self._items.clear()
         self._parts.clear()
         return items
+
+
+class TableWriter(Protocol):
+    """One kind's table in one open file: rows appended per batch, rolled back with a failed batch,
+    and what is written once per flush (totals, states)."""
+
+    def write(self, step: int, rows: Any) -> None: ...
+
+    def mark(self) -> Any: ...
+
+    def roll_back(self, mark: Any) -> None: ...
+
+    def flush(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class KindTable:
+    name: str  # the table's group in the file, and its key in StepRecord.tables
+    writer: Callable[[h5py.File], TableWriter]  # its writer in a new file
+    read: Callable[..., dict[int, Any]]  # read(f, rows=N): the first N batches' rows by batch number (resume)
+
+
+TABLES: dict[str, KindTable] = {}
+
+
+def register_table(table: KindTable) -> KindTable:
+    TABLES[table.name] = table
+    return table
+
+
+def table(name: str) -> KindTable:
+    """The registered table `name` (a row handed for a table no kind registered is a bug: RunError)."""
+    try:
+        return TABLES[name]
+    except KeyError:
+        raise RunError(f"a step handed rows for the table {name!r}, which no kind registered; "
+                       f"registered: {', '.join(TABLES) or 'none'}") from None
+
+
+def tables_in(f: h5py.File) -> list[KindTable]:
+    """The registered tables a file holds (resume replays their rows)."""
+    return [t for t in TABLES.values() if t.name in f]
+
+
+Key = tuple[str, str, str, int]  # (hook, module, role, call)
+
+
+@runtime_checkable
+class RunStore(Protocol):
+    """A run's store: whole batches in (`write`), counts out, closed with the run's status."""
+
+    path: Path | str  # the file, or the object-store URL (messages name it)
+    steps: int  # batches written
+    samples: int  # samples written
+
+    def write(self, rec: StepRecord) -> None:
+        """One batch: every dataset grows by its rows, or (on an error) none does."""
+
+    def flush(self) -> None:
+        """Make what was written readable under the run's name."""
+
+    def rows_by_key(self) -> dict[tuple, int]:
+        """Rows written so far of each capture, by (hook, module, role, call)."""
+
+    def overflow_by_key(self) -> dict[tuple, int]:
+        """Values that became inf when cast to the record dtype, by capture."""
+
+    def set_attrs(self, attrs: dict) -> None:
+        """Root attributes of the end of the run."""
+
+    def close(self, status: str) -> None:
+        """Flush, mark `status` (complete, interrupted, failed) and close."""

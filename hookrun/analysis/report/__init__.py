@@ -9,7 +9,7 @@ and `open_run(p).report()` shows in a notebook.
 The page is data plus one plotting library: every section is built here as plain data (JSON),
 written into the page escaped (analysis/report/page.py), and drawn in the browser by a small
 script with plotly.js, both inlined, so the page opens with no network. Only the reader's API is
-used (run.captures, run.file, run.grids, run.top_examples ...): the report knows nothing of the
+used (run.captures, run.file, run.top_examples, the kinds' readers ...): the report knows nothing of the
 runner nor the command line.
 """
 
@@ -18,9 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from hookrun.analysis.kind_readers import kind_sections, kind_sweep_sections
-from hookrun.analysis.report.circuits import grids, latents
 from hookrun.analysis.report.figure_specs import sweep_charts, sweep_metrics
 from hookrun.analysis.report.gradcam_section import gradcam
+from hookrun.analysis.report.latents import latents
 from hookrun.analysis.report.lens_figures import lens
 from hookrun.analysis.report.page import render
 from hookrun.analysis.report.run_sections import (
@@ -69,13 +69,13 @@ class Report:
 def run_data(run: Any, budget: Budget | None = None) -> dict:
     """The page's data for one run; NotFoundError where the file has nothing to show."""
     budget = budget or Budget()
-    kinds = kind_sections(run)  # what the file's kind shows first (evaluate's table)
-    body = [*kinds, *gradcam(run, budget), *attention(run, budget), *grids(run), *lens(run, budget), *latents(run, budget)]
+    kinds = kind_sections(run)  # what the file's kind shows first (its table, its grids)
+    body = [*kinds, *gradcam(run, budget), *attention(run, budget), *lens(run, budget), *latents(run, budget)]
     shown = [c for c in run.captures if not c.role.startswith(("top.", "lens."))]
     if shown:
         body.insert(len(kinds) + sum(s["id"] == "gradcam" for s in body), captures(run, budget))
     if not body:
-        raise NotFoundError(f"{run.path}: nothing to show (no capture, evaluation, grid or top examples in the file)")
+        raise NotFoundError(f"{run.path}: nothing to show (no capture, kind's rows or top examples in the file)")
     return {"title": f"hookrun report: {run.path}", "source": _source(run.path), "sections": [header(run), *body]}
 
 

@@ -33,7 +33,7 @@ class Heatmap:
     xlabel: str = ""
     ylabel: str = ""
     label: str = "value"  # the colour bar
-    centre: float | None = None  # a diverging scale, symmetric about this value (patching grids)
+    centre: float | None = None  # a diverging scale, symmetric about this value (a kind's grids)
     cells: Sequence[Sequence[str]] | None = None  # a text written in each cell (rows x cols)
 
 
@@ -57,22 +57,6 @@ def is_signed(z: np.ndarray) -> bool:
     z = np.asarray(z, dtype=np.float64)
     finite = z[np.isfinite(z)]
     return bool(finite.size) and float(finite.min()) < 0 < float(finite.max())
-
-
-METHODS = {"exact": "exact patching", "atp": "attribution patching (atp)", "atp_ig": "atp with integrated gradients (atp_ig)",
-           "eap": "edge attribution patching (eap)", "eap_ig": "eap with integrated gradients (eap_ig)"}
-
-
-def metric_label(attrs: Any) -> str:
-    """A grid's colour bar: its metric, and 'normalised' where the values are (0 corrupt, 1 clean)."""
-    normalised = bool(attrs.get("normalize")) and str(attrs.get("normalize")).lower() not in ("false", "0", "no")
-    return f"{attrs.get('metric', 'value')}" + (" (normalised)" if normalised else "")
-
-
-def grid_title(name: str, attrs: Any, plane: str = "") -> str:
-    """`site · method · metric`: what was patched, how, and what the colours measure."""
-    method = str(attrs.get("method", "exact"))
-    return f"{name}{plane} · {METHODS.get(method, method)} · {metric_label(attrs)}"
 
 
 def skip_reason(info: Any, ds: Any = None) -> str | None:
@@ -183,7 +167,7 @@ def sweep_charts(table: Any, swept: Sequence[str], metrics: Sequence[str]) -> li
 
 
 def sweep_metrics(table: Any, swept: Sequence[str]) -> list[str]:
-    """The columns of a sweep table that hold numbers and are not overrides: evaluation metrics
+    """The columns of a sweep table that hold numbers and are not overrides: the kinds' metrics
     first (as the table orders them), then the captures' statistics."""
     skip = {"job", "status", "text", *swept}
     keys = [c for c in table.columns if c not in skip and c not in _overrides(table, swept)]

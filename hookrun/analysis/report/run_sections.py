@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from hookrun.analysis.kind_readers import kind_units
 from hookrun.analysis.report.figure_specs import (
     DIVERGING,
     SEQUENTIAL,
@@ -51,21 +52,19 @@ def figure(spec: Any, caption: str = "") -> dict:
 
 
 # Root attributes that are the file's own bookkeeping, not what the user set nor what the run did.
-INTERNAL = {"previous_flush", "format_version", "config", "patching", "hooks_not_fired", "hooks_skipped", "checksum"}
+INTERNAL = {"previous_flush", "format_version", "config", "hooks_not_fired", "hooks_skipped", "checksum"}  # (JSON attributes: below)
 
 
 def header(run: Any) -> dict:
     """The run's table: what the user set (model, mode, data, hooks, the run's block) and what the
-    run did (status, rows, times, grids); the whole config below it. The file's bookkeeping
-    (previous_flush, format_version, JSON attributes) stays out: `inspect` prints it."""
-    from hookrun.analysis.grids import grid_lines
-
+    run did (status, rows, times, and what its kind's reader says); the whole config below it. The
+    file's bookkeeping (previous_flush, format_version, JSON attributes) stays out: `inspect` prints it."""
     a, cfg = run.attrs, run.config
     data = (cfg.get("data") or {}).get("dataset") or {}
     hooks = cfg.get("hooks") or {}
-    patching = "patching" in a
-    done = (f"{a.get('samples_complete', '?')} cells in {a.get('steps_complete', '?')} chunks of cells" if patching
-            else f"{a.get('samples_complete', '?')} samples in {a.get('steps_complete', '?')} batches")
+    readers = run.kind_readers()
+    steps, rows_name = kind_units(readers)
+    done = f"{a.get('samples_complete', '?')} {rows_name} in {a.get('steps_complete', '?')} {steps}"
     rows = [["file", str(run.path)], ["status", run.status],
             ["model", " ".join(str(p) for p in (a.get("model_class"), a.get("device") and f"on {a['device']}") if p) or "?"],
             ["mode", str(cfg.get("mode", a.get("mode", "?")))],
@@ -79,10 +78,7 @@ def header(run: Any) -> dict:
     for key, what in (("hooks_not_fired", "hooks that never fired"), ("hooks_skipped", "hooks skipped")):
         if str(a.get(key, "") or ""):
             rows.append([what, str(a[key])])
-    lines = grid_lines(a)
-    if lines:
-        rows.append(["patching", lines[0].split("grids", 1)[1].strip()])
-        rows += [[f"grid {line.split()[0]}", " ".join(line.split()[1:])] for line in lines[1:]]
+    rows += [row for r in readers for row in r.header(a)]
     shown = {"model_class", "device", "samples_complete", "steps_complete", "created", "finished", "hookrun_version", "torch_version",
              "mode", "status", *INTERNAL}
     for k, v in sorted(a.items()):

@@ -66,7 +66,7 @@ class ActionEnv:
     planned_samples: np.ndarray | None = None  # the dataset indices this run will see
     hold: ModelHold = field(default_factory=ModelHold)  # what the run attached to the model, undone at its end
     splices: list = field(default_factory=list)  # hooks/splice.py's Splice modules of this run (their .stats)
-    # evaluate: what a modify action returns in the ablated forward, ablation(x, module, role); None: no ablation
+    # what a modify action returns in a kind's ablated forward, ablation(x, module, role); None: no ablation
     ablation: Callable[[torch.Tensor, str, str], torch.Tensor] | None = None
     model: Any = None  # the hooked model (unwrapped): actions that call its modules (logit_lens) find them here
     stateful: list = field(default_factory=list)  # actions with a state to save at each flush (top_examples)

@@ -13,7 +13,7 @@
 `arg: N` picks one tensor of a tuple (the N-th positional input, say), `arg: NAME` a keyword input
 (`arg: hidden_states`, given as a keyword or positionally); without it every tensor of that kind
 is replaced (for inputs: every positional one; keyword inputs are replaced only by name). Naming an input the module does not receive is an error, never a silent no-op. The op is a built-in name (hookrun.hooks.ops) or a `_target_` callable.
-Under `evaluate` with an ablation, the batch's ablated forward replaces each selected tensor by
+Under a kind with an ablation (env.ablation), the batch's ablated forward replaces each selected tensor by
 `env.ablation(x, module, role)` (zeros, or a mean) instead of the op's result: every op, a splice
 included, is ablated the same way.
 With mode=generate the action runs at every model call inside `generate`; `positions: prompt`
@@ -91,7 +91,7 @@ class Modify(Action):
         if not roles and self.arg is not None:
             raise RunError(f"{self.where}: arg {self.arg}: {ev.where} receives no {ev.writable}.{self.arg}; "
                            f"it receives: {', '.join(ev.tensors) or 'no tensors'}")
-        if ev.state.phase.ablate:  # evaluate's ablated forward: the ablation, not the op
+        if ev.state.phase.ablate:  # the ablated forward: the ablation, not the op
             for role in roles:
                 ev.replace(role, self.env.ablation(ev.tensors[role], ev.module, role))
             return

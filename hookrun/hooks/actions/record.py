@@ -38,13 +38,15 @@ from hookrun.hooks.actions.dims import (
 )
 from hookrun.hooks.actions.reduction import (
     REDUCERS,
+    STEP,
+    RowRule,
     check_finite,
     dtype_name,
     narrows,
+    per_sample_lists,
     select_reduce,
     snapshot,
 )
-from hookrun.hooks.actions.rows import STEP, RowRule, per_sample_lists
 from hookrun.hooks.events import Event, family, positional_index, positional_role
 from hookrun.hooks.site_check import no_output
 from hookrun.store.records import Capture, CaptureKey

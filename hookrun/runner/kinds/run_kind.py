@@ -4,9 +4,8 @@
     adds = kind.step(model, call, session)    # the loop, per batch: its forwards, and what they add
     record = StepRecord(..., samples=adds.samples, tables=adds.tables)
 
-A kind owns everything that differs between a plain record run, a grad run, a generate run, an
-evaluate run (clean, intervened and ablated forwards) and a patching run (clean, corrupted and
-patched forwards): how many forwards a batch costs, which options it refuses, what it adds to a
+A kind owns everything that differs between a plain record run, a grad run, a generate run and the
+block kinds (several forwards per batch, or steps that are not batches; their folders under kinds/): how many forwards a batch costs, which options it refuses, what it adds to a
 step's record and to the file, and what it restores on resume. The loop, the session's firing
 closure and the store never ask which kind runs; they read what the kind hands them.
 
@@ -14,7 +13,7 @@ closure and the store never ask which kind runs; they read what the kind hands t
 |--------------------------|-------------------------|---------------------------------------------------|
 | `name`, `mode`, `block`  | registration            | `mode`: the `cfg.mode` it runs for (record, grad, |
 |                          |                         | generate); `block`: the config block that turns   |
-|                          |                         | it on (`evaluate`, `patching`): kind_for(cfg)     |
+|                          |                         | it on (the block kinds): kind_for(cfg)            |
 | `forwards`               | estimates, docs         | model forwards (or generate calls) per batch      |
 | `adds`                   | end report, warnings    | HDF5 paths it writes beside /captures             |
 | `check(cfg)`             | prepare(), before build | refusals: one ConfigError line, before any batch  |
@@ -24,7 +23,7 @@ closure and the store never ask which kind runs; they read what the kind hands t
 | `sample_forward(m, c)`   | prepare(): site check   | one sample through the model, no_grad             |
 | `probe(model, call)`     | early_stop's probe      | a forward the session may cut short               |
 | `share(rank, world)`     | many ranks, prepare()   | a kind whose rows are not batches takes its share |
-|                          |                         | (patching: cells); None: the ranks split batches  |
+|                          |                         | (a grid's cells); None: the ranks split batches   |
 | `restore(resume, kept)`  | resume                  | state carried over from the kept batches          |
 | `finish()`               | after the last batch    | arrays for the end of the file ({} for none)      |
 | `file_bytes(n)`          | dry_run estimate        | bytes it adds besides the captures                |
@@ -66,7 +65,7 @@ class KindContext:
     spec: CallSpec
     points: list[HookPoint]
     env: ActionEnv
-    loss: Any = None  # the built loss, where the kind needs one (grad, evaluate)
+    loss: Any = None  # the built loss, where the kind needs one (grad, a block kind's ce)
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
 
 
@@ -75,8 +74,8 @@ class StepAdds:
     """What one batch's kind adds to its StepRecord (hookrun.store.records).
 
     samples: per-sample columns for /samples/<name> (generate's generated_ids, ...).
-    tables: the kind's rows by table name ({"evaluation": EvaluationRow}); the store writes each with
-        the writer its kind registered (store/tables.py): a new kind's rows need no store change.
+    tables: the kind's rows by table name ({NAME: row}); the store writes each with
+        the writer its kind registered (store/records.py): a new kind's rows need no store change.
     generated: the step's token rows include generated tokens (/samples/token_generated).
     """
 
@@ -99,8 +98,8 @@ class RunKind:
     mode: ClassVar[Mode | None] = None  # the cfg.mode this kind runs, where no block kind is on
     block: ClassVar[str | None] = None  # a config block (cfg.<block>) that turns this kind on
     forwards: ClassVar[int] = 1  # model forwards (or generate calls) per batch
-    adds: ClassVar[tuple[str, ...]] = ()  # HDF5 paths this kind writes beside /captures ("evaluation")
-    uses_loss: ClassVar[bool] = False  # prepare() builds cfg.loss for it (grad, evaluate)
+    adds: ClassVar[tuple[str, ...]] = ()  # HDF5 paths this kind writes beside /captures (its tables' groups)
+    uses_loss: ClassVar[bool] = False  # prepare() builds cfg.loss for it (grad, a block kind's ce)
     units: ClassVar[tuple[str, str]] = BATCH_UNITS  # what the log calls its steps and its rows
 
     def __init__(self, ctx: KindContext) -> None:
@@ -134,7 +133,7 @@ class RunKind:
     @classmethod
     def call_inputs(cls, cfg: HookrunConfig) -> tuple[Any, Any]:
         """(data.inputs, data.target) as the run's forward takes them: the config's, unless the kind
-        has its own default (patching: its `input` fed the clean item key)."""
+        has its own default (a kind whose items name their own input key)."""
         return cfg.data.inputs, cfg.data.target
 
     def step(self, model: nn.Module, call: ModelCall, session: HookSession) -> StepAdds:
@@ -163,13 +162,13 @@ class RunKind:
 
     def prepare_run(self, p: Any) -> None:
         """After prepare (runner/prepare.py's Prepared `p`), before the store opens: what a kind sets
-        up beyond the loop (patching: its base runs, every check, the grid's layout in `p.attrs`)."""
+        up beyond the loop (its base runs, every check, its layout in `p.attrs`)."""
 
     def run_steps(self, data_loop: Callable[[], int], writer: Any, first_row: int,
                   should_stop: Callable[[], bool]) -> int:
         """The run's steps, written to `writer`: the data loop (`data_loop()`, one step a batch) for
         every kind whose steps are batches of the data; a kind whose steps are something else
-        (patching: chunks of cells, rows from `first_row` on) writes its own. Returns the steps run."""
+        (chunks of a grid's cells, rows from `first_row` on) writes its own. Returns the steps run."""
         return data_loop()
 
     def close(self) -> None:

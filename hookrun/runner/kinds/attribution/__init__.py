@@ -8,12 +8,9 @@
 |---------------|----------------------------------------------------------------------------------|
 | block.py      | the block, checked before the model is built                                     |
 | kind.py       | the run kind: a step per batch, its rows as captures, the file's `attribution`   |
-| engine.py     | one batch: captum's (zennit's) attribution, target, logit, prob, delta, curves   |
-| forward.py    | the model as captum calls it (attributed input first, the logits out)            |
-| baselines.py  | zero, mean, blur or an item key                                                  |
-| budget.py     | the memory budget, measured on the first batch                                    |
-| curves.py     | deletion and insertion curves and their areas                                    |
-| lrp.py        | zennit's composites on a copy of the model, with its canonizers                  |
+| engine.py     | one batch: captum's (zennit's) attribution, target, logit, prob, delta, curves; the memory budget, measured on the first batch |
+| forward.py    | the model as captum calls it (attributed input first, the logits out); zennit's composites on a copy of it (LRP) |
+| baselines.py  | zero, mean, blur or an item key; the deletion and insertion curves to them and their areas |
 | notebook.py   | hookrun.attribute: the same engine over a data set, arrays in memory             |
 | reader.py     | what readers show: `open_run(p).attribution()`, the sweep table's curve areas    |
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from hookrun.config.schema import AttributionConfig
 from hookrun.errors import ConfigError, close_matches, one_of
-from hookrun.runner.kinds.patching.block import parse_bytes
+from hookrun.runner.memory import parse_bytes
 
 METHODS = ("saliency", "input_x_gradient", "integrated_gradients", "occlusion", "grad_cam", "lrp")
 LAYER_METHODS = ("integrated_gradients", "input_x_gradient", "grad_cam")  # at: MODULE (captum's Layer* classes)

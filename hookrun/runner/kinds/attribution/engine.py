@@ -13,9 +13,18 @@ probability for it, captum's convergence delta (integrated gradients) and the de
 | grad_cam             | -                         | captum LayerGradCam             |
 | lrp                  | zennit Gradient + composite (on a copy of the model: canonizers change it) | - |
 
-The memory budget (`memory`) is spent on the first batch's measured bytes per row (budget.py):
+The memory budget (`memory`) is spent on the first batch's measured bytes per row (Budget, below):
 integrated gradients' `internal_batch_size`, occlusion's `perturbations_per_eval` and the curves'
 masked images per forward.
+
+The memory budget (Budget, below) is spent on the first batch's measured bytes, never guessed: one
+row's bytes are measured as every budgeted kind's forwards are (runner/memory.py): on CUDA the peak
+allocated during the first batch's forward, elsewhere the bytes of every tensor a module returned in
+it; a forward that keeps its graph for a backward counts twice (its gradients). Occlusion and the
+deletion / insertion curves also build their perturbed inputs before the forward (captum's
+`expanded * (1 - mask) + baseline * mask`: three input-sized tensors per row at once), so their row
+is the measured forward plus three input rows: on CUDA, a 224 px ResNet-18 with 2 GB spent 2.33 GB on
+occlusion without them (benchmarks/attribution.py, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -26,13 +35,10 @@ import torch
 from torch import nn
 
 from hookrun.errors import ConfigError, RunError, close_matches
-from hookrun.runner.kinds.attribution.baselines import Baselines
+from hookrun.runner.kinds.attribution.baselines import Baselines, curves
 from hookrun.runner.kinds.attribution.block import Block
-from hookrun.runner.kinds.attribution.budget import Budget
-from hookrun.runner.kinds.attribution.curves import curves
-from hookrun.runner.kinds.attribution.forward import Forward
-from hookrun.runner.kinds.attribution.lrp import LRP
-from hookrun.runner.kinds.patching.budget import measure_bytes
+from hookrun.runner.kinds.attribution.forward import LRP, Forward
+from hookrun.runner.memory import measure_bytes
 
 W = "attribution"
 
@@ -175,3 +181,38 @@ def dims_of(attr_shape: tuple[int, ...]) -> tuple[str, ...]:
     sequence) `sample, position, feature`."""
     named = {4: ("sample", "channel", "height", "width"), 3: ("sample", "position", "feature"), 2: ("sample", "feature")}
     return named.get(len(attr_shape), ("sample", *[f"dim_{i}" for i in range(1, len(attr_shape))]))
+
+
+class Budget:
+    def __init__(self, model: nn.Module, block: Block, f: Any, targets: torch.Tensor, forward: int) -> None:
+        """`forward`: the bytes the first batch's forward (no graph) took, measured by the engine."""
+        self.block = block
+        x = f.input.detach()
+        n = max(1, x.shape[0])
+        self.forward_row = max(1, forward // n)  # one row's forward, no graph
+        self.grad_row = self.forward_row
+        perturbed_row = self.forward_row + 3 * x[0].numel() * x.element_size()
+        if block.method == "integrated_gradients":
+            with torch.enable_grad():
+                xg = x.clone().requires_grad_(x.is_floating_point())
+                _, kept = measure_bytes(model, lambda: f(xg, *f.extras).gather(1, targets[:, None]).sum())
+            self.grad_row = max(1, 2 * kept // n)
+        self.rows_per_forward = max(1, block.memory // perturbed_row)
+        self.perturbations_per_eval = max(1, block.memory // (perturbed_row * n))
+        self.perturbed_row = perturbed_row
+
+    def internal_batch_size(self, n: int) -> int:
+        """Integrated gradients' rows per forward: at least the batch (captum's floor), at most every step's."""
+        return int(min(n * self.block.steps, max(n, self.block.memory // self.grad_row)))
+
+    def describe(self) -> dict[str, int]:
+        """What the file's `attribution` attribute says of the budget."""
+        ig = self.block.method == "integrated_gradients"
+        out = {"bytes_per_row": int(self.grad_row if ig else self.perturbed_row)}
+        if ig:
+            out["rows_per_forward"] = int(max(1, self.block.memory // self.grad_row))
+        if self.block.method == "occlusion":
+            out["perturbations_per_eval"] = int(self.perturbations_per_eval)
+        if self.block.measure:
+            out["curve_rows_per_forward"] = int(self.rows_per_forward)
+        return out

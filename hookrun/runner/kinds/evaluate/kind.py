@@ -11,9 +11,9 @@
 |            |                       | mean of an earlier run's rows) instead of its op's     |         |
 
 This folder is the whole kind: its block and refusals (block.py), the ablations (ablations.py), its
-table under /evaluation (table.py, written by the store's generic table writer, store/tables.py)
+table under /evaluation (table.py, written by the store's generic table writer, store/records.py)
 and what readers show of it (reader.py); its metrics (metrics.py) take the log-probabilities from
-runner/metrics.py, shared with patching. Spliced modules (ops that append to `env.splices` an object
+runner/losses.py (log_probs). Spliced modules (ops that append to `env.splices` an object
 with `.module` and `.stats`) add their `stats.batch()` per batch and `stats.totals()` for the run;
 `stats.reset_batch()` is called before each intervened forward, and where the stats have
 `state()` / `load_state(dict)` a resumed run carries them over.

@@ -32,7 +32,7 @@ import torch
 
 from hookrun.errors import RunError
 from hookrun.runner import losses
-from hookrun.runner.metrics import log_probs
+from hookrun.runner.losses import log_probs
 
 PASSES = ("clean", "intervened", "ablated")
 MODEL_METRICS = ("ce_clean", "ce_intervened", "ce_ablated", "ce_loss_score", "kl_intervened", "kl_ablated",

@@ -18,9 +18,8 @@ from typing import Any
 import h5py
 import numpy as np
 
-from hookrun.analysis.kind_readers import KindReader, register_reader
+from hookrun.analysis.kind_readers import KindReader, Table, register_reader
 from hookrun.analysis.report.run_sections import section, table_item
-from hookrun.analysis.table import Table
 from hookrun.errors import NotFoundError
 from hookrun.labels import module_label
 

@@ -13,7 +13,7 @@
                                      `module` and the module's run totals by METRIC
     /evaluation/splices/MODULE/state/NAME   the splice statistics' state at the last flush (resume)
 
-The store writes it as a table a kind hands it (store/tables.py: StepRecord.tables["evaluation"]),
+The store writes it as a table a kind hands it (store/records.py: StepRecord.tables["evaluation"]),
 registered below. The totals are written at each flush with the counts, so a killed file's totals are those of the
 batches it holds. docs/format.md describes the layout for readers.
 """
@@ -28,9 +28,8 @@ from typing import Any
 import h5py
 import numpy as np
 
-from hookrun.store.chunks import append
-from hookrun.store.records import escape
-from hookrun.store.tables import KindTable, register_table
+from hookrun.store.columns import append
+from hookrun.store.records import KindTable, escape, register_table
 
 GROUP = "evaluation"
 CHUNK_ROWS = 1024

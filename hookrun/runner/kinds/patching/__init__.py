@@ -5,19 +5,19 @@
 
 | module      | what                                                                      |
 |-------------|---------------------------------------------------------------------------|
-| block.py    | the `patching:` block, checked (one ConfigError per bad key)              |
-| items.py    | the items as one batch, checked against the block                         |
+| block.py    | the `patching:` block, checked (one ConfigError per bad key), and the items as one batch, checked against it |
 | checks.py   | the metric's position and answer/wrong ids checked against the output     |
 | cells.py    | Cell (site, module, index), SiteGrid and Layout: how cells are numbered   |
 | engine.py   | PatchEngine: the base runs, exact chunks packed along the batch, atp       |
 | stack.py    | the model's stack of blocks (order seen in a forward): blocks below not rerun |
-| budget.py   | one forward's measured bytes (cells_per_forward's default)                |
+| metrics.py  | the metrics per item (logit_diff, logprob, prob, ce, kl, logit), normalized |
 | notebook.py | patch_grid, and run_cells (shared with the file run's kind)               |
 | edges/      | the residual graph, EAP / EAP-IG, atp_ig's gradients, faithfulness         |
 | kind.py     | PatchingKind: the file run (`patching:` block), registered on import      |
+| reader.py   | what readers show of it: run.grids, run.grid(name), run.edges(), inspect's lines |
+| report.py   | its pictures (report and plot): a heatmap per grid plane, atp against exact, circuits |
 
-The metrics' formulas are in runner/metrics.py; the file run is kind.py; the
-grids are read back by analysis/grids.py (open_run(p).grid(name)).
+One forward's measured bytes (cells_per_forward's default) come from runner/memory.py.
 """
 
 from hookrun.runner.kinds.patching.kind import PatchingKind  # noqa: E402  (registers the kind)

@@ -6,26 +6,30 @@
 Every key is checked here, before the model runs: a wrong value is one ConfigError naming the
 key, what is wrong and the choices (closest matches for names). The defaults are those of
 hookrun.config.schema.PatchingConfig.
+
+The items of a run, as one batch, checked against the block before any forward (load_items, below):
+`items = load_items(dataset, block, limit=None, device=device)` gives {"clean": (N, T), "corrupt": (N, T), ...}.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from hookrun.config.params import as_bool
+import torch
+from torch.utils.data import default_collate
+
 from hookrun.config.schema import PatchingConfig
+from hookrun.config.specs import as_bool
 from hookrun.errors import ConfigError, close_matches, one_of
 from hookrun.runner.kinds.patching.edges.spec import EDGE_METHODS, FaithSpec, parse_edge_keys
-from hookrun.runner.metrics import PATCH_METRICS
+from hookrun.runner.kinds.patching.metrics import PATCH_METRICS
+from hookrun.runner.memory import parse_bytes
 
 DIRECTIONS, METHODS = ("denoise", "noise"), ("exact", "atp", "atp_ig", *EDGE_METHODS)
 SITE_KEYS = ("at", "over", "dims")
 METRIC_KEYS = ("name", "answer", "wrong", "position", "normalize")
-UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 1 << 10, "m": 1e6, "mb": 1e6, "mib": 1 << 20, "g": 1e9,
-         "gb": 1e9, "gib": 1 << 30, "t": 1e12, "tb": 1e12, "tib": 1 << 40}
 
 
 @dataclass(frozen=True)
@@ -170,16 +174,48 @@ def parse_site(name: str, body: Any) -> SiteSpec:
     return SiteSpec(name, at, over, dims)
 
 
-def parse_bytes(value: Any, where: str) -> int:
-    """1000000, '512MB', '2GiB' -> bytes."""
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
-    if m is None or m.group(2).lower() not in UNITS or float(m.group(1)) <= 0:
-        raise ConfigError(f"{where}={value!r}; give bytes as a number or with a unit (512MB, 2GiB)")
-    return max(1, int(float(m.group(1)) * UNITS[m.group(2).lower()]))
-
-
 def _did_you_mean(key: str, choices: Any) -> str:
     close = close_matches(key, list(choices), n=1)
     return f"; did you mean {close[0]}?" if close else ""
+
+
+def load_items(dataset: Any, block: Block, limit: int | None = None, device: Any = None) -> dict[str, torch.Tensor]:
+    n = len(dataset) if limit is None else min(limit, len(dataset))
+    if n == 0:
+        raise ConfigError("patching: the data set has no items")
+    first = dataset[0]
+    if not isinstance(first, Mapping):
+        raise ConfigError(f"patching: the items are {type(first).__name__}s; patching reads dict items with the keys "
+                          f"{', '.join(block.item_keys())} (the clean and corrupted inputs and what the metric needs)")
+    for key in block.item_keys():
+        if key not in first:
+            where = _key_of(block, key)
+            close = close_matches(str(key), list(map(str, first)), n=1)
+            raise ConfigError(f"{where}={key!r}: the items have no key {key!r}; their keys: {', '.join(map(str, first))}"
+                              + (f"; did you mean {close[0]}?" if close else ""))
+    rows = [{k: v for k, v in dataset[i].items() if isinstance(v, torch.Tensor | int | float)} for i in range(n)]
+    for name in ("clean", "corrupt"):
+        key = getattr(block, name)
+        shapes = [tuple(torch.as_tensor(r[key]).shape) if key in r else None for r in rows]
+        j = next((j for j, s in enumerate(shapes) if s != shapes[0]), None)
+        if j is not None:
+            raise ConfigError(f"patching.{name}: the items' {key!r} differ in shape: item 0 has {shapes[0]}, item {j} "
+                              f"{shapes[j]}; patching stacks the items into one batch: pad them to one length (and give "
+                              f"each item's position with metric.position: KEY), or make items of one length")
+    batch = default_collate(rows)
+    clean, corrupt = batch[block.clean], batch[block.corrupt]
+    if tuple(clean.shape) != tuple(corrupt.shape):
+        raise ConfigError(f"patching.clean / patching.corrupt: the clean input {block.clean!r} has shape {tuple(clean.shape[1:])} "
+                          f"per item and the corrupted {block.corrupt!r} {tuple(corrupt.shape[1:])}; patching needs the same "
+                          f"shape (pad or cut them to one length)")
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def _key_of(block: Block, key: str) -> str:
+    for name in ("clean", "corrupt"):
+        if getattr(block, name) == key:
+            return f"patching.{name}"
+    for name in ("answer", "wrong", "position"):
+        if getattr(block, name) == key:
+            return f"patching.metric.{name}"
+    return "patching"

@@ -38,12 +38,12 @@ from hookrun.hooks.plan import make_plan
 from hookrun.hooks.points import HookPoint
 from hookrun.hooks.session import HookSession
 from hookrun.runner.kinds.patching.block import Block
-from hookrun.runner.kinds.patching.budget import measure_bytes
 from hookrun.runner.kinds.patching.cells import Layout, SiteGrid
 from hookrun.runner.kinds.patching.checks import check_metric_inputs
+from hookrun.runner.kinds.patching.metrics import item_metric, reference_logprobs
 from hookrun.runner.kinds.patching.stack import BlockStack
 from hookrun.runner.losses import pick_output
-from hookrun.runner.metrics import item_metric, reference_logprobs
+from hookrun.runner.memory import measure_bytes
 
 SPEC = "patching_site_"  # the site's hook name in the plan (errors are renamed to patching.sites.NAME)
 

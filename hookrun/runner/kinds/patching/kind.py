@@ -30,15 +30,14 @@ from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError
 from hookrun.output.ranks import every_rank
 from hookrun.runner.kinds import RunKind, register_kind
-from hookrun.runner.kinds.patching.block import parse_block
+from hookrun.runner.kinds.patching.block import load_items, parse_block
 from hookrun.runner.kinds.patching.edges.run import check_atp_ig
 from hookrun.runner.kinds.patching.edges.run import compute as compute_edges
 from hookrun.runner.kinds.patching.edges.run import prepare as prepare_edges
 from hookrun.runner.kinds.patching.edges.spec import EDGE_METHODS
 from hookrun.runner.kinds.patching.engine import PatchEngine
-from hookrun.runner.kinds.patching.items import load_items
 from hookrun.runner.kinds.patching.notebook import grid_attrs, run_cells
-from hookrun.store.format import CELL_UNITS
+from hookrun.runner.kinds.patching.reader import CELL_UNITS
 from hookrun.store.records import Capture, CaptureKey, StepRecord
 
 KEY = {which: CaptureKey("patching", "cells", "patching", which) for which in ("value", "exact")}

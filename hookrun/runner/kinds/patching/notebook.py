@@ -19,8 +19,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from hookrun.analysis.edges import edge_grid
-from hookrun.analysis.grids import as_grid
 from hookrun.config.build import build
 from hookrun.config.schema import Mode
 from hookrun.config.specs import parse_hooks
@@ -28,12 +26,12 @@ from hookrun.errors import ConfigError, close_matches
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.plan import make_plan
-from hookrun.runner.kinds.patching.block import Block, parse_block
+from hookrun.runner.kinds.patching.block import Block, load_items, parse_block
 from hookrun.runner.kinds.patching.edges.run import check_atp_ig, compute, prepare
 from hookrun.runner.kinds.patching.edges.spec import EDGE_METHODS
 from hookrun.runner.kinds.patching.engine import PatchEngine
-from hookrun.runner.kinds.patching.items import load_items
-from hookrun.runner.metrics import normalized
+from hookrun.runner.kinds.patching.metrics import normalized
+from hookrun.runner.kinds.patching.reader import as_grid, edge_grid
 
 WHICH = ("value", "exact")
 log = logging.getLogger("hookrun")

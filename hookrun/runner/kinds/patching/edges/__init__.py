@@ -6,6 +6,5 @@
 | wiring.py        | taps on a model: writers' contributions, readers' inputs, the token embedding     |
 | spec.py          | the block's graph / ig_steps / faithfulness keys, checked                       |
 | eap.py           | one batched gradient pass over m interpolated runs: edge scores, atp_ig's grads  |
-| faithfulness.py  | top-k circuits, every other edge ablated exactly, several k in one forward       |
-| run.py           | an edges run: the checks before any forward, the scores, the curve, its meta     |
+| run.py           | an edges run: the checks before any forward, the scores, its meta; faithfulness: top-k circuits, every other edge ablated exactly, several k in one forward |
 """

@@ -1,6 +1,5 @@
-"""The log-probabilities both block kinds read (log_probs), and patching's metrics: one value per
-item from the (items, T, V) logits of a run (runner/kinds/patching/). evaluate's own metrics are in
-runner/kinds/evaluate/metrics.py.
+"""patching's metrics: one value per item from the (items, T, V) logits of a run, and the
+normalization of a cell's value between the corrupted and the clean run's.
 
     item_metric("logit_diff", logits, items, position=-1, answer="answer", wrong="wrong", ids=ids, reference=None)
     normalized(value, clean, corrupt)   # 0 where a cell restores nothing, 1 where it restores all
@@ -14,13 +13,8 @@ from typing import Any
 
 import torch
 
+from hookrun.runner.losses import log_probs
 
-def log_probs(logits: torch.Tensor) -> torch.Tensor:
-    """log-softmax over the last dim, in float32 at least."""
-    return torch.log_softmax(logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits, dim=-1)
-
-
-# patching's metrics (runner/kinds/patching/): one value per item, from the (items, T, V) logits of a run
 PATCH_METRICS = ("logit_diff", "logprob", "prob", "ce", "kl", "logit")
 
 

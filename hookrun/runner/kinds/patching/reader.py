@@ -1,0 +1,171 @@
+"""What readers show of a patching run, from its file alone: the grids as labelled arrays, an edges
+run's top edges, inspect's lines and the report's header rows; registered below as patching's reader
+(analysis/kind_readers.py), so `open_run`, inspect, plot and report ask the file's kind.
+
+    run = open_run("outputs/.../captures.h5")
+    run.grids                    # ["resid", "heads"]: the grids the file holds (from its root attributes)
+    run.grid("heads")            # xarray.DataArray, dims ("module", "position", "head")
+    top, grid = run.edges(top=20)   # an edges run: Table(writer, reader, score); DataArray (writer, reader)
+
+A run's grids are its rows (one per cell, /samples/index the cell number) placed at their cells by
+the layout of its root attribute `patching` (JSON: cells.py's Layout.describe(), the metric, the
+method, an edges run's graph, node scores and faithfulness curve; docs/format.md); cells not
+written (an unfinished run) are NaN. `labels` (token text) names the `position` axis where known.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from hookrun.analysis.kind_readers import KindReader, Table, register_reader
+from hookrun.errors import HookrunError
+
+ATTRS = ("metric", "method", "direction", "metric_clean", "metric_corrupt", "normalize")
+CELL_UNITS = ("chunks of cells", "cells")  # a step is one chunk of cells; a row is a cell
+
+
+def patching_meta(attrs: Any) -> dict | None:
+    """A run's `patching` root attribute (JSON), from its root attributes (an h5py file's `attrs`, or
+    an object-store run's manifest), or None where the run was no patching run."""
+    text = attrs.get("patching")
+    return json.loads(text) if text is not None else None
+
+
+def as_grid(name: str, values: np.ndarray, layout: Mapping[str, Any], attrs: Mapping[str, Any],
+            labels: list[str] | None = None) -> Any:
+    """Grid `name` as a DataArray, dims ("module", *over), from every cell's value `values`."""
+    try:
+        import xarray as xr  # (imported here: hookrun imports without it)
+    except ModuleNotFoundError:
+        raise HookrunError(f"the patching grid {name!r} is a labelled array and needs xarray: pip install 'hookrun[xarray]'") from None
+
+    if name not in layout:
+        raise LookupError(f"no patching grid {name!r}; the grids: {', '.join(layout) or 'none'}")
+    g = layout[name]
+    shape = (len(g["modules"]), *g["sizes"])
+    n = int(np.prod(shape))
+    data = np.asarray(values[g["offset"]: g["offset"] + n], dtype=np.float64)
+    if len(data) < n:  # an unfinished run: the cells not yet written are NaN
+        data = np.concatenate([data, np.full(n - len(data), np.nan)])
+    coords: dict[str, Any] = {"module": list(g["modules"])}
+    for axis, size in zip(g["over"], g["sizes"], strict=True):
+        coords[axis] = list(labels) if axis == "position" and labels is not None and len(labels) == size else np.arange(size)
+    return xr.DataArray(data.reshape(shape), dims=("module", *g["over"]), coords=coords, name=name,
+                        attrs={k: attrs[k] for k in ATTRS if k in attrs})
+
+
+def file_grid(file: Any, name: str, which: str = "value") -> Any:
+    """run.grid(name, which): a patching grid as an xarray.DataArray, dims ("module", *over);
+    `which="exact"`: an atp run's exactly recomputed cells (verify: K), NaN elsewhere. docs/patching.md."""
+    meta = patching_meta(file.attrs)
+    if meta is None:
+        raise LookupError(f"no patching grid {name!r}: {file.filename} is not a patching run (it has no grids)")
+    if which not in ("value", "exact"):
+        raise LookupError(f"which={which!r}; choose value or exact")
+    values = np.full(int(meta["cells"]), np.nan)
+    path = f"captures/patching/cells/{which}"
+    if path in file:
+        rows = file[path][:]
+        values[file["samples/index"][: len(rows)]] = rows
+    return as_grid(name, values, meta["layout"], meta, meta.get("labels"))
+
+
+def grid_names(attrs: Any) -> list[str]:
+    """run.grids: the patching grids the file holds, by site name ([] for a run that patched nothing;
+    an object-store run's from its manifest: nothing fetched)."""
+    meta = patching_meta(attrs)
+    return list(meta["layout"]) if meta is not None else []
+
+
+def grid_lines(attrs: Any) -> list[str]:
+    """inspect's lines for a patching run's grids (from the root attributes alone)."""
+    meta = patching_meta(attrs)
+    if meta is None:
+        return []
+    lines = [f"  grids     {meta['method']} {meta['direction']} patching, metric {meta['metric']} (clean "
+             f"{meta['metric_clean']:.4g}, corrupt {meta['metric_corrupt']:.4g}){', normalized' if meta['normalize'] else ''}"]
+    for name, g in meta["layout"].items():
+        shape = " x ".join(f"{a} {n}" for a, n in zip(("module", *g["over"]), (len(g["modules"]), *g["sizes"]), strict=True))
+        lines.append(f"    {name:12s}{shape}")
+    return lines
+
+
+def header_rows(attrs: Any) -> list[list[str]]:
+    """The report's run table: how the run patched, and each grid's shape."""
+    lines = grid_lines(attrs)
+    if not lines:
+        return []
+    return [["patching", lines[0].split("grids", 1)[1].strip()],
+            *([f"grid {line.split()[0]}", " ".join(line.split()[1:])] for line in lines[1:])]
+
+
+# -- an edges run (patching method eap / eap_ig, docs/edges.md): its grid `edges` is [writer, reader],
+# NaN where the writer does not feed the reader; its graph, node scores and faithfulness curve are in
+# the `patching` attribute.
+def edge_values(file: Any) -> tuple[np.ndarray, dict]:
+    """The [writers, readers] scores of an edges run's file and its `patching` meta."""
+    meta = patching_meta(file.attrs)
+    if meta is None or "edges" not in meta.get("layout", {}) or "graph" not in meta:
+        raise LookupError(f"{getattr(file, 'filename', file)} holds no edge grid: run patching with method eap or eap_ig")
+    return np.asarray(file_grid(file, "edges").values, dtype=np.float64), meta
+
+
+def top_table(writers: list[str], readers: list[str], scores: np.ndarray, top: int) -> Table:
+    flat = np.where(np.isnan(scores), -1.0, np.abs(scores)).reshape(-1)
+    order = [i for i in np.argsort(-flat, kind="stable")[:top] if flat[i] >= 0]
+    rows = [{"writer": writers[i // len(readers)], "reader": readers[i % len(readers)],
+             "score": float(scores.reshape(-1)[i])} for i in order]
+    return Table(["writer", "reader", "score"], rows)
+
+
+def edge_grid(scores: np.ndarray, meta: dict) -> Any:
+    """The [writer, reader] grid as an xarray.DataArray; `meta`: the run's `patching` attribute."""
+    import xarray as xr  # (imported here: hookrun imports without it)
+
+    g = meta["graph"]
+    grid = xr.DataArray(scores, dims=("writer", "reader"), coords={"writer": g["writers"], "reader": g["readers"]},
+                        name="edges", attrs={k: meta[k] for k in ("metric", "method", "metric_clean", "metric_corrupt",
+                                                                   "ig_steps") if k in meta})
+    grid.attrs["node_scores"] = meta.get("node_scores")
+    grid.attrs["node_scores_by_position"] = meta.get("node_scores_by_position")  # [writer][position]
+    if meta.get("faithfulness"):
+        grid.attrs["faithfulness_k"] = meta["faithfulness"]["k"]
+        grid.attrs["faithfulness_recovered"] = meta["faithfulness"]["recovered"]
+    return grid
+
+
+def file_edges(file: Any, top: int = 20) -> tuple[Table, Any]:
+    """run.edges(top): an edges run's top edges by |score| as a Table (writer, reader, score) and its
+    [writer, reader] grid as an xarray.DataArray (node scores and the faithfulness curve in its
+    attrs). docs/edges.md."""
+    scores, meta = edge_values(file)
+    g = meta["graph"]
+    return top_table(g["writers"], g["readers"], scores, top), edge_grid(scores, meta)
+
+
+def _figures(run: Any) -> list[tuple[str, Any]]:
+    from hookrun.runner.kinds.patching.report import plot_figures
+
+    return plot_figures(run)
+
+
+def _sections(run: Any) -> list[dict]:
+    from hookrun.runner.kinds.patching.report import sections
+
+    return sections(run)
+
+
+def _no_values(label: str) -> str | None:
+    if label == "patching/cells/exact":
+        return "no values: nothing recomputed (an exact run's cells are in patching/cells/value; atp fills this with verify)"
+    return None
+
+
+READER = register_reader(KindReader(
+    "patching", present=lambda f: patching_meta(f.attrs) is not None, units=CELL_UNITS, attr_lines=grid_lines,
+    header=header_rows, properties={"grids": grid_names}, methods={"grid": file_grid, "edges": file_edges},
+    sections=_sections, figures=_figures, no_values=_no_values))
