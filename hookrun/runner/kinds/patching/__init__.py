@@ -11,6 +11,8 @@
 | cells.py    | Cell (site, module, index), SiteGrid and Layout: how cells are numbered   |
 | engine.py   | PatchEngine: the base runs, exact chunks packed along the batch, atp       |
 | stack.py    | the model's stack of blocks (order seen in a forward): blocks below not rerun |
+| suffix.py   | the suffix route: a causal LM's cells run from their first position, cached KV |
+| families.py | the models the suffix route resumes (HookedTransformer, HF GPT-2), their caches |
 | budget.py   | one forward's measured bytes (cells_per_forward's default)                |
 | notebook.py | patch_grid, and run_cells (shared with the file run's kind)               |
 | edges/      | the residual graph, EAP / EAP-IG, atp_ig's gradients, faithfulness         |

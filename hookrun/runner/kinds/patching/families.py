@@ -29,7 +29,11 @@ from torch import nn
 
 def find_family(model: nn.Module, input_name: str) -> _TL | _GPT2 | None:
     tl = sys.modules.get("transformer_lens")
-    if tl is not None and isinstance(model, getattr(tl, "HookedTransformer", ())) and input_name == "input":
+    try:  # TransformerLens 4 raises ImportError for HookedTransformer
+        hooked = getattr(tl, "HookedTransformer", ()) if tl is not None else ()
+    except ImportError:
+        hooked = ()
+    if hooked and isinstance(model, hooked) and input_name == "input":
         return _TL.check(model)
     gpt2 = sys.modules.get("transformers.models.gpt2.modeling_gpt2")
     if gpt2 is not None and type(model) is getattr(gpt2, "GPT2LMHeadModel", None) and input_name == "input_ids":
