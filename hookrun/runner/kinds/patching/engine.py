@@ -13,7 +13,8 @@ The sites are hooked through the same plan (make_plan), session (HookSession) an
 - exact: a chunk of c cells is one forward of the base input repeated c times, copy j patched at
   cell j with the source run's values; the blocks below the lowest patched block are not run (they
   return the base run's outputs, runner/kinds/patching/stack.py). A cell's value: the metric averaged
-  over the items of its copy;
+  over the items of its copy. On a causal LM the chunk runs from its first patched position on
+  (runner/kinds/patching/suffix.py);
 - atp: one forward of the base input with zeros added at every site (their gradient is the
   metric's), one backward: a cell's value is metric(base) + sum over the cell of
   (source - base) * d metric / d activation.
