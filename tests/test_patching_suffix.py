@@ -83,6 +83,9 @@ def test_heads_resid_attn_and_mlp_grids_equal_transformer_lens_on_the_route(tl_m
         ref = fn(tl_model, corrupt, cache, metric).numpy()
         np.testing.assert_allclose(g[name], ref, atol=1e-5, err_msg=name)
     assert np.abs(g["resid"][:, 0]).max() > 1e-3 and np.abs(g["resid"][:, -1]).max() > 1e-3  # position 0 and the last move
+    # block 0's input between the two corrupted tokens (positions 1, 2) is equal in both runs: metric_base, no forward
+    assert engine.equal_cells >= 2
+    np.testing.assert_array_equal(g["resid"][0, 1:3], engine.metric_base)
 
 
 def raw_hf_loop(model, sites, clean, corrupt, metric):

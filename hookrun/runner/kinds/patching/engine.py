@@ -51,6 +51,8 @@ SPEC = "patching_site_"  # the site's hook name in the plan (errors are renamed 
 
 
 class PatchEngine:
+    skip_equal = True  # cells whose source equals the base run take metric_base (benchmarks/patching.py turns it off)
+
     def __init__(self, model: nn.Module, block: Block, items: Mapping[str, torch.Tensor], env: ActionEnv,
                  points: list | None = None) -> None:
         self.model, self.block, self.env = model, block, env
@@ -60,7 +62,7 @@ class PatchEngine:
         self.session = HookSession([*(points or []), *self.site_points], env)
         self.extra_points = bool(points)  # other hooks see every forward: no suffix route (suffix.py)
         self.route: SuffixRoute | None = None
-        self.full_forwards = 0  # packed forwards of the whole input (the route's own: route.forwards)
+        self.full_forwards = self.equal_cells = 0  # whole-input forwards (the route's: route.forwards); cells not run
         self.stack = BlockStack.find(model)
         noise = block.direction == "noise"
         self.base_ids = self.items[block.clean if noise else block.corrupt]
@@ -220,7 +222,18 @@ class PatchEngine:
         return self.stack.level(grid.modules[(k - grid.offset) // max(1, int(np.prod(grid.sizes)))])
 
     def exact(self, ks: list[int]) -> np.ndarray:
-        """The metric with each cell of `ks` patched, one copy of the items per cell, in one forward."""
+        """The metric with each cell of `ks` patched, one copy of the items per cell, in one forward. A cell
+        whose source values equal the base run's (every element) leaves the base run as it is: metric_base,
+        no forward (a causal model's positions before the first token the inputs differ at)."""
+        same = np.array([self.skip_equal and self.layout.unchanged(k, self.source, self.base) for k in ks], dtype=bool)
+        if not same.any():
+            return self._exact(ks)
+        out, self.equal_cells = np.full(len(ks), self.metric_base), self.equal_cells + int(same.sum())
+        if not same.all():
+            out[~same] = self._exact([k for k, s in zip(ks, same, strict=True) if not s])
+        return out
+
+    def _exact(self, ks: list[int]) -> np.ndarray:
         plan: dict[str, list] = {}
         level = len(self.stack) if self.stack is not None else 0
         for copy, k in enumerate(ks):
