@@ -1,10 +1,14 @@
 """Patching grids, measured side by side: `python benchmarks/patching.py`.
 
-1. The exact head grid ([layer, position, head], hook_z patched from the clean run) on one random-init
-   HookedTransformer: TransformerLens 3.9's `patching.get_act_patch_attn_head_out_by_pos` (one full
-   forward per cell) against `hookrun.patch_grid` (many cells per forward, the blocks below the
-   patched one not rerun), in paired rounds whose order is shuffled each round (seeded); the ratio
-   is the median of the rounds' ratios. Target: hookrun / TransformerLens <= 0.2, equal values.
+1. The exact head grid ([layer, position, head], hook_z patched from the clean run) on two random-init
+   HookedTransformers (tiny: 3 layers, d_model 64, 4 heads, 12 tokens; wide: 6 layers, d_model 256,
+   8 heads, 24 tokens; 8 prompts each): TransformerLens 3.9's `patching.get_act_patch_attn_head_out_by_pos`
+   (one full forward per cell) against `hookrun.patch_grid` (many cells per forward, each run from its
+   first patched position on with the base run's keys and values before it, from the lowest patched
+   block, unembedded only at the metric's position), in paired rounds whose order is shuffled each
+   round (seeded); the ratio is the median of the rounds' ratios. Target: hookrun / TransformerLens
+   <= 0.2, equal values. hookrun with each saving turned off (--variants) shows what each one pays;
+   the machine's load average is written beside every figure.
 2. A Hydra multirun of one process per cell (what a grid cost in hookrun before patching runs):
    `python -m hookrun experiment=patching_grid` with a one-cell site (one block's whole output), a
    few processes timed and their mean multiplied by the grid's cells (an extrapolation, said so in
@@ -14,17 +18,21 @@
 
     python benchmarks/patching.py                      # the full comparison
     python benchmarks/patching.py --quick              # a smoke run: small sizes, 1 round
+    python benchmarks/patching.py --sections 1         # the head grids only
     python benchmarks/patching.py --markdown docs/benchmarks.md
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import sys
 import time
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import harness
 import numpy as np
@@ -38,28 +46,75 @@ TASK_SITES = {"resid": {"at": "transformer.h.*", "over": ["position"]}, "attn": 
               "mlp": {"at": "transformer.h.*.mlp", "over": ["position"]}}
 
 
-def tl_model(a):
+def tl_model(m: Model):
     from transformer_lens import HookedTransformer, HookedTransformerConfig
 
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cfg = HookedTransformerConfig(n_layers=a.layers, d_model=a.width, n_heads=4, d_head=a.width // 4, n_ctx=a.tokens,
-                                      d_vocab=a.vocab, act_fn="gelu")
+        cfg = HookedTransformerConfig(n_layers=m.layers, d_model=m.width, n_heads=m.heads, d_head=m.width // m.heads,
+                                      n_ctx=m.tokens, d_vocab=m.vocab, act_fn="gelu")
         return HookedTransformer(cfg).eval()
 
 
-def head_grid(a, t: harness.Targets) -> None:
+class Model(NamedTuple):
+    name: str
+    layers: int
+    width: int
+    heads: int
+    tokens: int
+    vocab: int
+    prompts: int
+
+
+def load() -> str:
+    """The machine's load averages (1, 5, 15 min) on its CPUs: printed beside every figure."""
+    return f"load {'/'.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs"
+
+
+@contextmanager
+def routes(**off: bool):
+    """hookrun's exact-grid savings switched as given (runner/kinds/patching/suffix.py's ROUTES), `route=False`:
+    the suffix route never taken, `stack=False`: every block run in every full-path forward, `equal=False`: cells
+    whose clean and corrupted values are equal computed too (PatchEngine.skip_equal)."""
+    from hookrun.runner.kinds.patching import engine, suffix
+
+    saved, find, stack = dict(vars(suffix.ROUTES)), engine.SuffixRoute.find, engine.BlockStack.find
+    engine.PatchEngine.skip_equal = off.get("equal", True)
+    try:
+        for k in ("suffix", "skip", "narrow"):
+            setattr(suffix.ROUTES, k, off.get(k, True))
+        if not off.get("route", True):
+            engine.SuffixRoute.find = staticmethod(lambda *args: None)
+        if not off.get("stack", True):
+            engine.BlockStack.find = staticmethod(lambda model: None)
+        yield
+    finally:
+        vars(suffix.ROUTES).update(saved)
+        engine.PatchEngine.skip_equal = True
+        engine.SuffixRoute.find, engine.BlockStack.find = find, stack
+
+
+# hookrun's routes: each saving turned off in turn (the cells before the corrupted token, whose clean and
+# corrupted activations are equal, computed too: every later variant computes them), then the route off (the
+# full path, the blocks below the patched one still skipped), then every block run in every forward
+VARIANTS = {"hookrun": {}, "hookrun_no_equal_cells": {"equal": False},
+            "hookrun_no_suffix": {"suffix": False, "equal": False}, "hookrun_no_skip": {"skip": False, "equal": False},
+            "hookrun_no_narrow": {"narrow": False, "equal": False}, "hookrun_full_path": {"route": False, "equal": False},
+            "hookrun_all_blocks": {"route": False, "stack": False, "equal": False}}
+
+
+def head_grid(a, m: Model, t: harness.Targets) -> None:
     from transformer_lens import patching
 
-    model = tl_model(a)
+    model = tl_model(m)
     g = torch.Generator().manual_seed(1)
-    clean = torch.randint(0, a.vocab, (a.prompts, a.tokens), generator=g)
+    clean = torch.randint(0, m.vocab, (m.prompts, m.tokens), generator=g)
     corrupt = clean.clone()
-    corrupt[:, a.tokens // 2] = torch.randint(0, a.vocab, (a.prompts,), generator=g)
-    ans, wrong = torch.randint(0, a.vocab, (a.prompts,), generator=g), torch.randint(0, a.vocab, (a.prompts,), generator=g)
-    items = [{"clean": clean[i], "corrupt": corrupt[i], "answer": ans[i], "wrong": wrong[i]} for i in range(a.prompts)]
-    r = torch.arange(a.prompts)
+    corrupt[:, m.tokens // 2] = torch.randint(0, m.vocab, (m.prompts,), generator=g)
+    ans, wrong = torch.randint(0, m.vocab, (m.prompts,), generator=g), torch.randint(0, m.vocab, (m.prompts,), generator=g)
+    items = [{"clean": clean[i], "corrupt": corrupt[i], "answer": ans[i], "wrong": wrong[i]} for i in range(m.prompts)]
+    r = torch.arange(m.prompts)
     metric = lambda lg: (lg[r, -1, ans] - lg[r, -1, wrong]).mean()  # noqa: E731
 
     def tl():
@@ -68,31 +123,33 @@ def head_grid(a, t: harness.Targets) -> None:
             warnings.simplefilter("ignore")
             return patching.get_act_patch_attn_head_out_by_pos(model, corrupt, cache, metric).numpy()
 
-    def hr():
-        return hookrun.patch_grid(model, items, input="input", sites={"heads": HEADS})["heads"].values
+    def hr(**off):
+        def run():
+            with routes(**off):
+                return hookrun.patch_grid(model, items, input="input", sites={"heads": HEADS})["heads"].values
+        return run
 
-    def hr_no_skip():  # the same, every block run in every packed forward (the stack not found)
-        from hookrun.runner.kinds.patching import engine
-
-        find = engine.BlockStack.find
-        engine.BlockStack.find = staticmethod(lambda model: None)
-        try:
-            return hr()
-        finally:
-            engine.BlockStack.find = find
-
-    rounds = harness.paired_rounds({"transformer_lens": tl, "hookrun": hr, "hookrun_all_blocks": hr_no_skip}, a.rounds,
-                                   harness.seeded_shuffle())
+    run = {"transformer_lens": tl, **{name: hr(**off) for name, off in VARIANTS.items() if name in a.variants}}
+    harness.log(f"1. {m.name}: {m.layers} layers, d_model {m.width}, {m.heads} heads, {m.tokens} tokens, {m.prompts} prompts, {load()}")
+    rounds = harness.paired_rounds(run, a.rounds, harness.seeded_shuffle())
+    here = load()
+    med = {k: statistics.median(v) for k, v in rounds.wall.items()}
     ratio = harness.ratio(rounds.wall, "hookrun", "transformer_lens")
-    diff = float(np.abs(rounds.first["hookrun"] - rounds.first["transformer_lens"]).max())
-    cells = a.layers * a.tokens * 4
-    t.add("1. exact head grid: hookrun / TransformerLens get_act_patch_attn_head_out_by_pos (time)", ratio, "<= 0.2",
-          ratio <= 0.2, f"{statistics.median(rounds.wall['hookrun']):.2f} s / {statistics.median(rounds.wall['transformer_lens']):.2f} s, "
-          f"{cells} cells, {a.prompts} prompts, medians of {a.rounds} rounds")
-    t.add("1. the same grid: max abs difference", f"{diff:.1e}", "<= 1e-4", diff <= 1e-4, "every cell")
-    skip = harness.ratio(rounds.wall, "hookrun", "hookrun_all_blocks")
-    t.add("1. blocks below the patched one not rerun / every block rerun (hookrun, time)", skip, "< 1", skip < 1,
-          f"{statistics.median(rounds.wall['hookrun']):.2f} s / {statistics.median(rounds.wall['hookrun_all_blocks']):.2f} s")
+    diff = max(float(np.abs(rounds.first[k] - rounds.first["transformer_lens"]).max()) for k in run)
+    cells = m.layers * m.tokens * m.heads
+    size = f"{m.name}: {m.layers} layers, d_model {m.width}, {m.heads} heads, {m.tokens} tokens, {m.prompts} prompts"
+    t.add(f"1. exact head grid, {size}: hookrun / TransformerLens get_act_patch_attn_head_out_by_pos (time)", ratio,
+          "<= 0.2", ratio <= 0.2, f"{med['hookrun']:.2f} s / {med['transformer_lens']:.2f} s, {cells} cells, medians of "
+          f"{a.rounds} rounds; {here}")
+    t.add(f"1. {m.name}: the same grid, every hookrun route: max abs difference", f"{diff:.1e}", "<= 1e-4", diff <= 1e-4,
+          f"every cell; {here}")
+    for name in run:  # each saving against the same route without it (the suffix route's pieces: without equal cells too)
+        if name in ("transformer_lens", "hookrun"):
+            continue
+        base = "hookrun" if name == "hookrun_no_equal_cells" or "hookrun_no_equal_cells" not in run else "hookrun_no_equal_cells"
+        x = harness.ratio(rounds.wall, base, name)
+        t.add(f"1. {m.name}: {base} / {name} (time)", x, "< 1", x < 1, f"{med[base]:.2f} s / {med[name]:.2f} s; {here}")
+
 
 
 def task_grid(a, method: str, **extra):
@@ -146,15 +203,25 @@ def atp_vs_exact(a, t: harness.Targets) -> None:
 def main() -> None:
     p = harness.parser(__doc__)
     harness.quick_and_markdown(p, "small sizes, 1 round: checks that everything runs", "append the table to this file")
-    harness.int_options(p, layers=3, width=64, tokens=12, vocab=512, prompts=8, rounds=3, items=8, length=24, processes=3)
-    a = harness.parse(p, layers=2, tokens=6, prompts=4, rounds=1, items=4, length=12, processes=1)
+    harness.int_options(p, layers=3, width=64, heads=4, tokens=12, vocab=512, prompts=8, wide_layers=6, wide_width=256,
+                        wide_heads=8, wide_tokens=24, rounds=3, items=8, length=24, processes=3)
+    p.add_argument("--sections", default="1,2,3", help="which sections to run (1: head grids, 2: multirun, 3: atp)")
+    p.add_argument("--variants", default=",".join(VARIANTS), help="hookrun's routes timed in section 1")
+    a = harness.parse(p, layers=2, tokens=6, prompts=4, rounds=1, items=4, length=12, processes=1, wide_layers=2,
+                      wide_width=64, wide_tokens=8)
+    a.variants = set(a.variants.split(",")) | {"hookrun"}
+    sections = set(a.sections.split(","))
     started = time.perf_counter()
     t = harness.Targets()
-    head_grid(a, t)
-    multirun(a, t)
-    atp_vs_exact(a, t)
+    if "1" in sections:
+        head_grid(a, Model("tiny", a.layers, a.width, a.heads, a.tokens, a.vocab, a.prompts), t)
+        head_grid(a, Model("wide", a.wide_layers, a.wide_width, a.wide_heads, a.wide_tokens, a.vocab, a.prompts), t)
+    if "2" in sections:
+        multirun(a, t)
+    if "3" in sections:
+        atp_vs_exact(a, t)
     head = harness.environment(time.perf_counter() - started, *harness.versions("torch", "transformer-lens"),
-                               f"threads {torch.get_num_threads()}")
+                               f"threads {torch.get_num_threads()}", load())
     print(harness.report("patching.py", head, t.lines(), markdown=a.markdown, append=True))
 
 

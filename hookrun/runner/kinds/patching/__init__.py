@@ -11,6 +11,8 @@
 | engine.py   | PatchEngine: the base runs, exact chunks packed along the batch, atp       |
 | stack.py    | the model's stack of blocks (order seen in a forward): blocks below not rerun |
 | metrics.py  | the metrics per item (logit_diff, logprob, prob, ce, kl, logit), normalized |
+| suffix.py   | the suffix route: a causal LM's cells run from their first position, cached KV |
+| families.py | the models the suffix route resumes (HookedTransformer, HF GPT-2), their caches |
 | notebook.py | patch_grid, and run_cells (shared with the file run's kind)               |
 | edges/      | the residual graph, EAP / EAP-IG, atp_ig's gradients, faithfulness         |
 | kind.py     | PatchingKind: the file run (`patching:` block), registered on import      |

@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import torch
+
 
 @dataclass(frozen=True)
 class Cell:
@@ -71,6 +73,13 @@ class Layout:
 
     def grid_of(self, k: int) -> SiteGrid:
         return next(g for g in self.grids if g.offset <= k < g.offset + g.size)
+
+    def unchanged(self, k: int, source: dict[str, torch.Tensor], base: dict[str, torch.Tensor]) -> bool:
+        """Whether cell k's values (every item) are equal in the source and base runs' outputs."""
+        grid = self.grid_of(k)
+        cell = grid.cell(k - grid.offset)
+        at = (slice(None), *grid.tensor_index(cell))
+        return torch.equal(source[cell.module][at], base[cell.module][at])
 
     def describe(self) -> dict:
         """The layout as plain data (the file's attrs; the reader's reshape)."""

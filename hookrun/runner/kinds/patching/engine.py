@@ -13,7 +13,8 @@ The sites are hooked through the same plan (make_plan), session (HookSession) an
 - exact: a chunk of c cells is one forward of the base input repeated c times, copy j patched at
   cell j with the source run's values; the blocks below the lowest patched block are not run (they
   return the base run's outputs, runner/kinds/patching/stack.py). A cell's value: the metric averaged
-  over the items of its copy;
+  over the items of its copy. On a causal LM the chunk runs from its first patched position on
+  (runner/kinds/patching/suffix.py);
 - atp: one forward of the base input with zeros added at every site (their gradient is the
   metric's), one backward: a cell's value is metric(base) + sum over the cell of
   (source - base) * d metric / d activation.
@@ -42,6 +43,7 @@ from hookrun.runner.kinds.patching.cells import Layout, SiteGrid
 from hookrun.runner.kinds.patching.checks import check_metric_inputs
 from hookrun.runner.kinds.patching.metrics import item_metric, reference_logprobs
 from hookrun.runner.kinds.patching.stack import BlockStack
+from hookrun.runner.kinds.patching.suffix import SuffixRoute
 from hookrun.runner.losses import pick_output
 from hookrun.runner.memory import measure_bytes
 
@@ -49,6 +51,8 @@ SPEC = "patching_site_"  # the site's hook name in the plan (errors are renamed 
 
 
 class PatchEngine:
+    skip_equal = True  # cells whose source equals the base run take metric_base (benchmarks/patching.py turns it off)
+
     def __init__(self, model: nn.Module, block: Block, items: Mapping[str, torch.Tensor], env: ActionEnv,
                  points: list | None = None) -> None:
         self.model, self.block, self.env = model, block, env
@@ -56,6 +60,9 @@ class PatchEngine:
         self.state = PatchState()
         self.site_points = self._plan()
         self.session = HookSession([*(points or []), *self.site_points], env)
+        self.extra_points = bool(points)  # other hooks see every forward: no suffix route (suffix.py)
+        self.route: SuffixRoute | None = None
+        self.full_forwards = self.equal_cells = 0  # whole-input forwards (the route's: route.forwards); cells not run
         self.stack = BlockStack.find(model)
         noise = block.direction == "noise"
         self.base_ids = self.items[block.clean if noise else block.corrupt]
@@ -92,8 +99,8 @@ class PatchEngine:
         self.session.begin_step(0, ids.shape[0], None)
         return pick_output(self.model(**{self.block.input: ids}), None, "patching")
 
-    def measure(self, logits: torch.Tensor, copies: int) -> torch.Tensor:
-        """The metric of each copy: its items' values averaged (float64)."""
+    def measure(self, logits: torch.Tensor, copies: int, position: int | None = None) -> torch.Tensor:
+        """The metric of each copy: its items' values averaged (float64); `position` overrides the block's."""
         b = self.block
         rep = {k: _repeat(v, copies) for k, v in self.items.items()} if copies > 1 else self.items
         if b.user_metric is not None:
@@ -106,7 +113,7 @@ class PatchEngine:
         else:
             ref = self.reference.repeat(copies, 1) if self.reference is not None else None
             ids = _repeat(self.items[b.clean], copies)
-            value = item_metric(b.metric, logits, rep, b.position, b.answer, b.wrong, ids, ref)
+            value = item_metric(b.metric, logits, rep, b.position if position is None else position, b.answer, b.wrong, ids, ref)
         return value.detach().double().view(copies, -1).mean(1) if not value.requires_grad else value.double().view(copies, -1).mean(1)
 
     def _base_runs(self) -> None:
@@ -136,6 +143,7 @@ class PatchEngine:
                               f"{self.metric_corrupt} on the corrupted one, so (m - m_corrupt) / (m_clean - m_corrupt) is "
                               f"undefined in every cell; choose items whose clean and corrupted runs differ, or normalize: false")
         self.layout = Layout(self._grids())
+        self.route = SuffixRoute.find(self, base_logits)
         if self.cells_per_forward is None:
             self.cells_per_forward = max(1, min(self.layout.size, b.memory // max(1, self.copy_bytes)))
 
@@ -189,14 +197,19 @@ class PatchEngine:
     # -- exact ------------------------------------------------------------------------------------
     def chunks(self, cells: Iterable[int] | None = None) -> Iterator[list[int]]:
         """`cells` (every cell by default) in order, at most cells_per_forward a chunk; where the model is
-        a stack of blocks a chunk holds one block's cells only (a chunk of block L runs blocks L.. alone)."""
+        a stack of blocks a chunk holds one block's cells only (a chunk of block L runs blocks L.. alone);
+        on the suffix route a chunk is also cut where its cells' positions spread too far (SuffixRoute.cut)."""
         chunk: list[int] = []
-        level = None
+        level = start = None
         for k in range(self.layout.size) if cells is None else cells:
             here = self._level(k)
-            if chunk and (len(chunk) == self.cells_per_forward or here != level):
+            at = self.route.start(k) if self.route is not None else None
+            cut = at is not None and start is not None and self.route.cut(start, at, len(chunk) * self.n)
+            if chunk and (len(chunk) == self.cells_per_forward or here != level or cut):
                 yield chunk
                 chunk = []
+            if not chunk:
+                start = at
             chunk.append(k)
             level = here
         if chunk:
@@ -209,7 +222,18 @@ class PatchEngine:
         return self.stack.level(grid.modules[(k - grid.offset) // max(1, int(np.prod(grid.sizes)))])
 
     def exact(self, ks: list[int]) -> np.ndarray:
-        """The metric with each cell of `ks` patched, one copy of the items per cell, in one forward."""
+        """The metric with each cell of `ks` patched, one copy of the items per cell, in one forward. A cell
+        whose source values equal the base run's (every element) leaves the base run as it is: metric_base,
+        no forward (a causal model's positions before the first token the inputs differ at)."""
+        same = np.array([self.skip_equal and self.layout.unchanged(k, self.source, self.base) for k in ks], dtype=bool)
+        if not same.any():
+            return self._exact(ks)
+        out, self.equal_cells = np.full(len(ks), self.metric_base), self.equal_cells + int(same.sum())
+        if not same.all():
+            out[~same] = self._exact([k for k, s in zip(ks, same, strict=True) if not s])
+        return out
+
+    def _exact(self, ks: list[int]) -> np.ndarray:
         plan: dict[str, list] = {}
         level = len(self.stack) if self.stack is not None else 0
         for copy, k in enumerate(ks):
@@ -218,6 +242,10 @@ class PatchEngine:
             plan.setdefault(cell.module, []).append((copy, grid.tensor_index(cell)))
             if self.stack is not None:
                 level = min(level, self.stack.level(cell.module))
+        fast = self.route.exact(ks, plan) if self.route is not None else None
+        if fast is not None:
+            return fast
+        self.full_forwards += 1
         self.state.begin_patch(plan, self.source, self.n)
         try:
             with torch.no_grad():
