@@ -19,9 +19,11 @@ from transformer_lens import patching  # noqa: E402
 from hookrun.hooks.actions import ActionEnv  # noqa: E402
 from hookrun.hooks.hold import ModelHold  # noqa: E402
 from hookrun.runner.kinds.patching import families  # noqa: E402
-from hookrun.runner.kinds.patching.block import parse_block  # noqa: E402
+from hookrun.runner.kinds.patching.block import (
+    load_items,  # noqa: E402
+    parse_block,  # noqa: E402
+)
 from hookrun.runner.kinds.patching.engine import PatchEngine  # noqa: E402
-from hookrun.runner.kinds.patching.block import load_items  # noqa: E402
 from hookrun.runner.kinds.patching.notebook import run_cells  # noqa: E402
 
 N, T, V = 3, 7, 40

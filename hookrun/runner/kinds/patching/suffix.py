@@ -25,7 +25,7 @@ chunk. ROUTES turns each saving off (benchmarks/patching.py measures each).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -35,7 +35,9 @@ from hookrun.runner.kinds.patching.families import find_family
 
 if TYPE_CHECKING:
     from hookrun.runner.kinds.patching.cells import SiteGrid
-    from hookrun.runner.kinds.patching.engine import PatchEngine
+
+# `engine` below is the PatchEngine (engine.py) that owns the route; it is not imported here, so that
+# engine.py -> suffix.py stays the one direction between them.
 
 
 @dataclass
@@ -52,7 +54,7 @@ LINE_METRICS = ("logit_diff", "logit", "logprob", "prob", "kl")  # read one posi
 
 
 class SuffixRoute:
-    def __init__(self, engine: PatchEngine, family, reads: torch.Tensor) -> None:
+    def __init__(self, engine: Any, family, reads: torch.Tensor) -> None:
         self.engine, self.family, self.reads = engine, family, reads
         self.forwards = 0  # packed forwards that took this route
         self.kv, self.resid = family.base(engine.base_ids)
@@ -62,7 +64,7 @@ class SuffixRoute:
         self.grids = {g.name: self._fits(g) for g in engine.layout.grids}
 
     @classmethod
-    def find(cls, engine: PatchEngine, base_logits: torch.Tensor) -> SuffixRoute | None:
+    def find(cls, engine: Any, base_logits: torch.Tensor) -> SuffixRoute | None:
         b, ids = engine.block, engine.base_ids
         if engine.extra_points or b.user_metric is not None or b.metric not in LINE_METRICS:
             return None
