@@ -1,4 +1,4 @@
-"""A patching task from the shipped text: the same window of a line, its last word swapped.
+"""A clean / corrupted task from the shipped text: the same window of a line, its last word swapped.
 
     ds = word_swap(n=32, length=40)
     ds[0]   # {"clean": (40,), "corrupt": (40,), "answer": (), "wrong": (), "position": ()}

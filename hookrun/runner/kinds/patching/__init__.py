@@ -7,6 +7,7 @@
 |-------------|---------------------------------------------------------------------------|
 | block.py    | the `patching:` block, checked (one ConfigError per bad key), and the items as one batch, checked against it |
 | checks.py   | the metric's position and answer/wrong ids checked against the output     |
+| cell_action.py | PatchCells, the action on every site: keep, patch or read each site's output per cell |
 | cells.py    | Cell (site, module, index), SiteGrid and Layout: how cells are numbered   |
 | engine.py   | PatchEngine: the base runs, exact chunks packed along the batch, atp       |
 | stack.py    | the model's stack of blocks (order seen in a forward): blocks below not rerun |

@@ -4,7 +4,7 @@
         values = np.concatenate([engine.exact(ks) for ks in engine.chunks()])   # or engine.atp()
 
 The sites are hooked through the same plan (make_plan), session (HookSession) and action
-(hooks/actions/patch_cells.py) as every hookrun run. What it does:
+(cell_action.py, a hooks action) as every hookrun run. What it does:
 
 - the base run (the corrupted input for direction=denoise, the clean one for noise) and the source
   run (the other) each once, keeping every site's output; they give metric_clean, metric_corrupt,
@@ -33,7 +33,7 @@ from hookrun.config.specs import parse_hooks
 from hookrun.errors import ConfigError, HookrunError, RunError
 from hookrun.hooks.actions.base import ActionEnv
 from hookrun.hooks.actions.dims import meaning
-from hookrun.hooks.actions.patch_cells import CellMode, PatchCells, PatchState
+from hookrun.runner.kinds.patching.cell_action import CellMode, PatchCells, PatchState
 from hookrun.hooks.hook_types import HOOK_TYPES
 from hookrun.hooks.plan import make_plan
 from hookrun.hooks.points import HookPoint

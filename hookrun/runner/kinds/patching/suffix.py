@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from hookrun.hooks.actions.patch_cells import CellMode
+from hookrun.runner.kinds.patching.cell_action import CellMode
 from hookrun.runner.kinds.patching.families import find_family
 
 if TYPE_CHECKING:

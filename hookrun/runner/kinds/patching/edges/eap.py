@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from hookrun.errors import RunError
-from hookrun.hooks.actions.patch_cells import CellMode
+from hookrun.runner.kinds.patching.cell_action import CellMode
 
 
 def record(into: dict):

@@ -1,4 +1,5 @@
-"""patch_cells: the action an activation-patching run puts on every site (runner/kinds/patching/).
+"""The cells' action (PatchCells): what an activation-patching run puts on every site, a hooks action
+attached through the plan like any other.
 
     state = PatchState()
     point.actions.append(PatchCells(point, hook_type, env, state=state))
