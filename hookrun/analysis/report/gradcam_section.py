@@ -27,6 +27,7 @@ from hookrun.analysis.gradcam import (
 from hookrun.analysis.gradcam import gradcam as cam_of
 from hookrun.analysis.report.figure_specs import SEQUENTIAL
 from hookrun.analysis.report.run_sections import section
+from hookrun.labels import module_label
 
 SAMPLES = 8  # overlays per pair
 
@@ -63,7 +64,7 @@ def gradcam(run: Any, budget: Any = None) -> list[dict]:
             caption = " · ".join([f"#{i}"] + ([f"pred {pred[k]}"] if pred is not None else [])
                                  + ([f"target {target[k]}"] if target is not None else []))
             shown.append({"src": overlay_png(cams[k], pictures[k]), "caption": caption})
-        where = act.module or "(model)"
+        where = module_label(act.module)
         items.append({"type": "images", "title": f"Grad-CAM at {where} (hooks {act.hook}, {grad.hook}/{grad.role}): first {n} samples"
                                                  + ("" if images is not None else "; no input images recorded: the maps alone"),
                       "images": shown})

@@ -33,12 +33,12 @@ from hookrun.config.specs import parse_hooks
 from hookrun.errors import ConfigError, HookrunError, RunError
 from hookrun.hooks.actions.base import ActionEnv
 from hookrun.hooks.actions.dims import meaning
-from hookrun.runner.kinds.patching.cell_action import CellMode, PatchCells, PatchState
 from hookrun.hooks.hook_types import HOOK_TYPES
 from hookrun.hooks.plan import make_plan
 from hookrun.hooks.points import HookPoint
 from hookrun.hooks.session import HookSession
 from hookrun.runner.kinds.patching.block import Block
+from hookrun.runner.kinds.patching.cell_action import CellMode, PatchCells, PatchState
 from hookrun.runner.kinds.patching.cells import Layout, SiteGrid
 from hookrun.runner.kinds.patching.checks import check_metric_inputs
 from hookrun.runner.kinds.patching.metrics import item_metric, reference_logprobs
