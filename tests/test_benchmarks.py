@@ -65,8 +65,10 @@ QUICK = {
     # the dev extra; a peer whose library is missing is a row saying so), and hookrun's cached
     # activations equal those a plain forward hook sees (the route checks its first batch after the clock)
     "patching.py": Expect(
-        ["1. exact head grid: hookrun / TransformerLens get_act_patch_attn_head_out_by_pos (time)",
-         "1. the same grid: max abs difference", "2. one process per cell (extrapolated)", "3. atp / exact on the shipped task",
+        ["1. exact head grid, tiny: 2 layers", "1. tiny: the same grid, every hookrun route: max abs difference",
+         "1. tiny: hookrun_no_equal_cells / hookrun_full_path (time)", "1. exact head grid, wide: 2 layers",
+         "1. wide: the same grid, every hookrun route: max abs difference", "2. one process per cell (extrapolated)",
+         "3. atp / exact on the shipped task",
          "3. atp vs exact: Spearman rank correlation"],
         ["transformer-lens ", "extrapolated"], needs=("transformer_lens",), timeout=900),
     "process_pair.py": Expect(  # issue 41 item 18: whole `python -m hookrun` process / the tutorial script
