@@ -10,39 +10,26 @@
     rows = hookrun.attribute(model, dataset, method="occlusion", window=[3, 8, 8])   # docs/attribution.md
 """
 
-from importlib import import_module
 from typing import Any
 
+from hookrun.analysis import open_run, open_sweep
+from hookrun.hooks.actions import Action, register_action
+from hookrun.notebook.capture import Captured, capture
+from hookrun.notebook.lister import list_modules as modules
+from hookrun.runner.kinds.attribution.notebook import attribute
+from hookrun.runner.kinds.patching.notebook import patch_grid
+from hookrun.runner.run import RunResult, run
 from hookrun.store.format import HOOKRUN_VERSION as __version__
-
-# The package face, imported when first used (PEP 562): `python -m hookrun` loads the runner's
-# modules only, not the readers, the notebook helpers or Hydra's compose API (about 0.1 s of every
-# run's start; benchmarks/process_pair.py).
-_FACE = {
-    "open_run": "hookrun.analysis", "open_sweep": "hookrun.analysis",
-    "Action": "hookrun.hooks.actions", "register_action": "hookrun.hooks.actions",
-    "Captured": "hookrun.notebook.capture", "capture": "hookrun.notebook.capture",
-    "modules": ("hookrun.notebook.lister", "list_modules"),
-    "attribute": "hookrun.runner.kinds.attribution.notebook",
-    "patch_grid": "hookrun.runner.kinds.patching.notebook",
-    "RunResult": "hookrun.runner.run", "run": "hookrun.runner.run",
-    "compose": "hookrun.cli.compose",
-}
 
 __all__ = ["Action", "attribute", "Captured", "RunResult", "__version__", "capture", "compose", "modules", "open_run", "open_sweep",
            "patch_grid", "register_action", "run"]
 
 
 def __getattr__(name: str) -> Any:
-    """`hookrun.NAME` for the names above, from their modules on first use (then cached here)."""
-    where = _FACE.get(name)
-    if where is None:
-        raise AttributeError(f"module 'hookrun' has no attribute {name!r}")
-    module, attr = where if isinstance(where, tuple) else (where, name)
-    value = getattr(import_module(module), attr)
-    globals()[name] = value
-    return value
+    """`hookrun.compose` is imported when first used: importing hookrun builds no Hydra app (the
+    CLI's module registers its schema and finds its config folder when it is imported)."""
+    if name == "compose":
+        from hookrun.cli.compose import compose
 
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+        return compose
+    raise AttributeError(f"module 'hookrun' has no attribute {name!r}")
