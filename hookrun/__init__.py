@@ -6,7 +6,7 @@
     with hookrun.capture(model, {"f": {"at": "layer1.*", "type": "forward"}}) as cap:
         model(x)                                     # cap["layer1.0", "output"]: a tensor
     print(hookrun.modules(model, x))                 # every name `at:` accepts, with shapes
-    grids = hookrun.patch_grid(model, items, sites={...})   # activation-patching grids (docs/patching.md)
+    grids = hookrun.patch_grid(model, items, sites={...})   # a grid of clean-into-corrupted swaps (README)
     rows = hookrun.attribute(model, dataset, method="occlusion", window=[3, 8, 8])   # docs/attribution.md
 """
 
@@ -16,8 +16,7 @@ from hookrun.analysis import open_run, open_sweep
 from hookrun.hooks.actions import Action, register_action
 from hookrun.notebook.capture import Captured, capture
 from hookrun.notebook.lister import list_modules as modules
-from hookrun.runner.kinds.attribution.notebook import attribute
-from hookrun.runner.kinds.patching.notebook import patch_grid
+from hookrun.runner.kinds import attribute, patch_grid
 from hookrun.runner.run import RunResult, run
 from hookrun.store.format import HOOKRUN_VERSION as __version__
 

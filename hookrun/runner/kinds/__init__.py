@@ -75,7 +75,8 @@ def check_config(cfg: HookrunConfig) -> None:
     kind.check(cfg)
 
 
-__all__ = ["KINDS", "KindContext", "RunKind", "StepAdds", "check_config", "kind_for", "plain_forward", "register_kind"]
+__all__ = ["KINDS", "KindContext", "RunKind", "StepAdds", "attribute", "check_config", "kind_for", "patch_grid", "plain_forward",
+           "register_kind"]
 
 # the kinds hookrun ships (each registers itself); a new kind adds its import here
 
@@ -88,3 +89,7 @@ class RecordKind(RunKind):
 
 
 from hookrun.runner.kinds import attribution, evaluate, generate_kind, grad_kind, patching  # noqa: E402, F401
+
+# the kinds' notebook functions, which the package face binds (hookrun.patch_grid, hookrun.attribute)
+from hookrun.runner.kinds.attribution.notebook import attribute  # noqa: E402
+from hookrun.runner.kinds.patching.notebook import patch_grid  # noqa: E402
