@@ -1,3 +1,3 @@
-from hookrun.cli.app import main
+from hookrun.cli.app import process
 
-main()
+process()

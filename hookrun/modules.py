@@ -7,9 +7,8 @@ the same name, `hookrun.modules(model, example)`, is hookrun.notebook.lister.lis
 hookrun/__init__.py; import it as `from hookrun import modules`.
 """
 
-import sys
-
 if __name__ == "__main__":
+    from hookrun.cli.command import exit_process
     from hookrun.cli.modules_command import main
 
-    sys.exit(main())
+    exit_process(main)

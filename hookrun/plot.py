@@ -1,8 +1,7 @@
 """`python -m hookrun.plot PATH --out DIR`: the entry point; the code is in hookrun.cli.plot_command."""
 
-import sys
-
+from hookrun.cli.command import exit_process
 from hookrun.cli.plot_command import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main)

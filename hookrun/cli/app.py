@@ -27,7 +27,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from hookrun.cli.command import ends_quietly
+from hookrun.cli.command import ends_quietly, exit_process
 from hookrun.cli.hydra_errors import dotted_keys, one_line, shell_damage
 from hookrun.cli.hydra_mode import skip_mode_compose
 from hookrun.cli.usage import usage, version
@@ -221,5 +221,10 @@ def main() -> None:
             os.environ.pop("HYDRA_FULL_ERROR", None)
 
 
+def process() -> None:
+    """`python -m hookrun` and the `hookrun` script: main() as the whole process (command.exit_process)."""
+    exit_process(main)
+
+
 if __name__ == "__main__":
-    main()
+    process()

@@ -12,15 +12,23 @@ Every command's `main` is wrapped in `@ends_quietly`: a reader that closes the p
 (`python -m hookrun.inspect RUN | head`) ends the command with exit 141 (128 + SIGPIPE, what a
 shell reports for a Unix tool killed by it) and nothing on stderr, never a BrokenPipeError
 traceback or Python's "Exception ignored ... BrokenPipeError" at exit.
+
+Where a command is the whole process (`python -m hookrun...`, the `hookrun` script), `exit_process`
+runs it: after the command has closed its files, the heap is frozen (gc.freeze), so the interpreter's
+last collection does not walk torch's objects again: that walk was 0.8 s of every process that
+imports torch and torchvision on this 2-core machine (benchmarks/process_pair.py, issue 41 item 18).
+Nothing is skipped: atexit handlers and logging's shutdown run, and objects freed by their
+reference count are freed as before; only cycles still alive at exit are left to the OS.
 """
 
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import sys
 from collections.abc import Callable
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from hookrun.errors import HookrunError
 
@@ -47,6 +55,16 @@ def ends_quietly(main: F) -> F:
             raise SystemExit(CLOSED_PIPE) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def exit_process(main: Callable[[], int | None]) -> NoReturn:
+    """Run `main` as the process's whole work and exit with its code (module docstring: the heap is
+    frozen first; tests call `main` itself, so a test session's heap is never frozen)."""
+    try:
+        code = main()
+    finally:
+        gc.freeze()
+    sys.exit(code)
 
 
 def description(doc: str | None) -> str:

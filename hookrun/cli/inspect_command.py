@@ -14,7 +14,7 @@ from pathlib import Path
 
 from hookrun.analysis.remote_run import open_run
 from hookrun.analysis.sweep import is_sweep, open_sweep
-from hookrun.cli.command import description, ends_quietly, run_command
+from hookrun.cli.command import description, ends_quietly, exit_process, run_command
 from hookrun.store.digest import Verified, verify
 from hookrun.store.reading import UrlPath, run_path
 
@@ -76,4 +76,4 @@ def verify_file(path: Path | str, allow_unverified: bool = False) -> int:
     return 0
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main)

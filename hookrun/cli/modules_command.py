@@ -13,12 +13,11 @@ that each module shows its input and output shapes and how often it runs per for
 from __future__ import annotations
 
 import argparse
-import sys
 
 import torch
 
 from hookrun.cli.app import compose_config
-from hookrun.cli.command import description, ends_quietly, fail, run_command
+from hookrun.cli.command import description, ends_quietly, exit_process, fail, run_command
 from hookrun.config.build import build, build_dataset, build_model, import_modules
 from hookrun.config.schema import HookrunConfig, load
 from hookrun.errors import ConfigError
@@ -74,4 +73,4 @@ def _modules(a: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main)

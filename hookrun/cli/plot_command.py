@@ -28,7 +28,6 @@ written are listed at the end.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -50,7 +49,7 @@ from hookrun.analysis.run_reader import CaptureInfo, Run, block_stats
 from hookrun.analysis.sweep import Sweep, is_sweep, open_sweep
 from hookrun.cli import figures
 from hookrun.cli.app import compose_config
-from hookrun.cli.command import description, ends_quietly, fail, run_command
+from hookrun.cli.command import description, ends_quietly, exit_process, fail, run_command
 from hookrun.cli.gradcam import (  # noqa: F401 (plot's public names)
     _index,
     _source,
@@ -232,4 +231,4 @@ def user_dataset(overrides: list[str]) -> object:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main)

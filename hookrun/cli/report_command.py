@@ -17,14 +17,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import sys
 from pathlib import Path
 
 from hookrun.analysis.remote_run import open_run
 from hookrun.analysis.report import Budget, build_report
 from hookrun.analysis.report.page import source_of
 from hookrun.analysis.sweep import is_sweep, open_sweep
-from hookrun.cli.command import description, ends_quietly, run_command
+from hookrun.cli.command import description, ends_quietly, exit_process, run_command
 from hookrun.errors import ConfigError
 from hookrun.store.reading import is_remote
 
@@ -95,4 +94,4 @@ def _report(a: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main)
