@@ -66,6 +66,31 @@ def test_stats_match_numpy(run_file):
             assert run.stats(*key)["count"] == a.size
 
 
+
+def test_stats_leave_out_nan_and_say_how_many(tmp_path):
+    """A capture with NaN or inf beside its finite values (an edges grid's cells that are not edges)
+    gets the finite values' statistics (numpy's nan-functions on the same data) and the count left
+    out, block by block and merged, never "no finite value (all NaN)"."""
+    import h5py
+
+    from hookrun.analysis.stats import no_values, nonfinite_note
+
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(40, 3))
+    a[rng.random(a.shape) < 0.4] = np.nan
+    a[0, 0], a[5, 1], a[7, 2] = np.inf, -np.inf, 0.0
+    with h5py.File(tmp_path / "x.h5", "w") as f:
+        f["v"], f["all_nan"] = a, np.full(4, np.nan)
+        finite = a[np.isfinite(a)]
+        for rows in (None, 3):
+            s = block_stats(f["v"], rows_per_block=rows)
+            np.testing.assert_allclose([s["mean"], s["std"], s["min"], s["max"], s["zeros"]],
+                                       [finite.mean(), finite.std(), finite.min(), finite.max(), (finite == 0).mean()], rtol=1e-12)
+            assert (s["count"], s["values"], s["nonfinite"]) == (finite.size, a.size, a.size - finite.size)
+        assert nonfinite_note(s) == f" nonfinite {a.size - finite.size} ({(a.size - finite.size) / a.size:.1%}, left out of the statistics)"
+        empty = block_stats(f["all_nan"])
+        assert (empty["count"], empty["values"]) == (0, 4) and no_values("x/v", empty) == "no finite value (4 values, all NaN or inf)"
+
 def test_unknown_and_ambiguous_captures(run_file, tmp_path, checkpoint):
     with open_run(run_file) as run, pytest.raises(NotFoundError, match="no capture 'fc/input'"):
         run.find("fc", "input")

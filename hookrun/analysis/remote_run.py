@@ -33,7 +33,7 @@ from hookrun.analysis.batching import BUFFER_BYTES
 from hookrun.analysis.kind_readers import KindReader, kind_lines, readers_by_attrs
 from hookrun.analysis.parts_loader import PartsLoader
 from hookrun.analysis.run_reader import Run
-from hookrun.analysis.stats import block_stats
+from hookrun.analysis.stats import block_stats, merge_stats
 from hookrun.errors import ConfigError
 from hookrun.store.capture_schema import CaptureInfo, list_captures
 from hookrun.store.fetch import Parts
@@ -147,7 +147,7 @@ class RemoteRun(Run):
             return super().capture_stats(info)
         if self._stats is None:
             self._stats = part_by_part_stats(self.parts)
-        return self._stats.get(info.path, block_stats_of([]))
+        return self._stats.get(info.path, merge_stats([]))
 
     def close(self) -> None:
         self.source.close()
@@ -173,24 +173,7 @@ def part_by_part_stats(parts: Parts) -> dict[str, dict[str, float]]:
                 parts.evict(k, folder)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    return {path: block_stats_of(blocks) for path, blocks in per_capture.items()}
-
-
-def block_stats_of(blocks: list[dict]) -> dict[str, float]:
-    """The statistics of the parts' values together, from each part's (Chan et al.: their moments merged)."""
-    count, mean, m2, lo, hi, zeros = 0, 0.0, 0.0, np.inf, -np.inf, 0.0
-    for b in blocks:
-        n = b["count"]
-        if not n:
-            continue
-        delta, total = b["mean"] - mean, count + n
-        mean += delta * n / total
-        m2 += b["std"] ** 2 * n + delta**2 * count * n / total
-        count, lo, hi, zeros = total, min(lo, b["min"]), max(hi, b["max"]), zeros + b["zeros"] * n
-    if not count:
-        return {"mean": float("nan"), "std": float("nan"), "min": float("nan"), "max": float("nan"), "zeros": float("nan"), "count": 0}
-    return {"mean": float(mean), "std": float(np.sqrt(m2 / count)), "min": float(lo), "max": float(hi),
-            "zeros": zeros / count, "count": count}
+    return {path: merge_stats(blocks) for path, blocks in per_capture.items()}
 
 
 def open_run(path: str | os.PathLike, cache_dir: str | Path | None = None) -> Run:

@@ -24,7 +24,7 @@ from hookrun.analysis.labelled import to_dataset
 from hookrun.analysis.loader import RowLoader
 from hookrun.analysis.report import build_report
 from hookrun.analysis.report.token_text import is_byte_text
-from hookrun.analysis.stats import block_stats, human_bytes, no_values
+from hookrun.analysis.stats import block_stats, human_bytes, no_values, nonfinite_note
 from hookrun.analysis.top import top_example_modules, top_examples
 from hookrun.errors import HookrunError, NotFoundError
 from hookrun.store.capture_schema import CaptureInfo, list_captures, resolve, row_index
@@ -168,7 +168,8 @@ class Run:
                          buffer_bytes=buffer_bytes, block_rows=block_rows, dtype=dtype, with_rows=with_rows)
 
     def stats(self, *key: str, call: int = 0) -> dict[str, float]:
-        """mean, std, min, max and the fraction of zeros over all values, one block at a time."""
+        """mean, std, min, max and the fraction of zeros over the finite values, one block at a time
+        (`count` of `values`; `nonfinite` NaN or inf left out)."""
         ds = self.file[self.find(*key, call=call).path]
         return block_stats(ds)
 
@@ -238,7 +239,7 @@ class Run:
             if stats:
                 s = self.capture_stats(c)
                 row += (f"  mean {s['mean']:.4g} std {s['std']:.4g} min {s['min']:.4g} max {s['max']:.4g} zeros {s['zeros']:.1%}"
-                        if np.isfinite(s["min"]) else f"  {no_values(c.label, s)}")
+                        f"{nonfinite_note(s)}" if np.isfinite(s["min"]) else f"  {no_values(c.label, s)}")
             lines.append(row)
         lines.extend(self.kind_lines())
         lines.extend(line for r in readers for line in r.attr_lines(a))

@@ -21,32 +21,56 @@ def human_bytes(n: float) -> str:
 
 
 def block_stats(ds: h5py.Dataset, rows_per_block: int | None = None) -> dict[str, float]:
-    """Exact mean/std/min/max/zeros of a dataset, in float64, reading one block of rows at a time."""
+    """Exact mean/std/min/max/zeros of a dataset's finite values, in float64, reading one block of
+    rows at a time; `count` finite values of `values`, `nonfinite` the NaN and inf left out (an edges
+    grid's cells that are not edges are NaN: its statistics are those of the edges)."""
     n_rows = ds.shape[0]
     per_row = int(np.prod(ds.shape[1:], dtype=np.int64)) or 1
     step = rows_per_block or max(1, (64 << 20) // (per_row * 8))  # about 64 MiB of float64 a block
-    count, lo, hi, zeros = 0, np.inf, -np.inf, 0
-    mean, m2 = 0.0, 0.0
+    blocks = []
     for start in range(0, n_rows, step):
         raw = ds[start : start + step]
         if raw.dtype == object:  # variable-length rows (detection boxes): each row a 1-D array
             raw = np.concatenate([np.asarray(r, dtype=np.float64).ravel() for r in raw]) if len(raw) else np.zeros(0)
-        block = np.asarray(raw, dtype=np.float64).ravel()
-        if not block.size:
+        blocks.append(values_stats(np.asarray(raw, dtype=np.float64).ravel()))
+    return merge_stats(blocks)
+
+
+def values_stats(values: np.ndarray) -> dict[str, float]:
+    """block_stats of one block of float64 values."""
+    finite = values[np.isfinite(values)]
+    if not finite.size:
+        return {**merge_stats([]), "values": int(values.size), "nonfinite": int(values.size)}
+    mean = finite.mean()
+    return {"mean": float(mean), "std": float(np.sqrt(((finite - mean) ** 2).mean())), "min": float(finite.min()),
+            "max": float(finite.max()), "zeros": float((finite == 0).mean()), "count": int(finite.size),
+            "values": int(values.size), "nonfinite": int(values.size - finite.size)}
+
+
+def merge_stats(blocks: list[dict]) -> dict[str, float]:
+    """The statistics of several blocks' values together (Chan et al.: their moments merged); the
+    object-store reader merges its parts' the same way."""
+    count, mean, m2, lo, hi, zeros, values = 0, 0.0, 0.0, np.inf, -np.inf, 0.0, 0
+    for b in blocks:
+        n = b["count"]
+        values += b.get("values", n)
+        if not n:
             continue
-        b_mean = block.mean()
-        b_m2 = ((block - b_mean) ** 2).sum()
-        n = count + block.size
-        delta = b_mean - mean
-        mean += delta * block.size / n  # Chan et al.: merge the block's moments
-        m2 += b_m2 + delta**2 * count * block.size / n
-        count = n
-        lo, hi = min(lo, block.min()), max(hi, block.max())
-        zeros += int((block == 0).sum())
-    if count == 0:
-        return {"mean": float("nan"), "std": float("nan"), "min": float("nan"), "max": float("nan"), "zeros": float("nan"), "count": 0}
+        delta, total = b["mean"] - mean, count + n
+        mean += delta * n / total
+        m2 += b["std"] ** 2 * n + delta**2 * count * n / total
+        count, lo, hi, zeros = total, min(lo, b["min"]), max(hi, b["max"]), zeros + b["zeros"] * n
+    if not count:
+        nan = float("nan")
+        return {"mean": nan, "std": nan, "min": nan, "max": nan, "zeros": nan, "count": 0, "values": values, "nonfinite": values}
     return {"mean": float(mean), "std": float(np.sqrt(m2 / count)), "min": float(lo), "max": float(hi),
-            "zeros": zeros / count, "count": count}
+            "zeros": zeros / count, "count": count, "values": values, "nonfinite": values - count}
+
+
+def nonfinite_note(s: dict) -> str:
+    """' nonfinite N (P%)' where a capture holds NaN or inf beside its finite values, else ''."""
+    n = s.get("nonfinite", 0)
+    return f" nonfinite {n} ({n / s['values']:.1%}, left out of the statistics)" if n and s.get("count") else ""
 
 
 def no_values(label: str, s: dict) -> str:
@@ -55,4 +79,5 @@ def no_values(label: str, s: dict) -> str:
     note = no_values_note(label)
     if note is not None:
         return note
-    return "no values written" if not s.get("count") else f"no finite value ({s['count']} values, all NaN)"
+    values = s.get("values", s.get("count", 0))
+    return "no values written" if not values else f"no finite value ({values} values, all NaN or inf)"

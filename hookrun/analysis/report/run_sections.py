@@ -140,6 +140,9 @@ def is_map(info: Any) -> bool:
     return len(info.shape) == 4 and info.rows == "samples" and not set(info.dims) & {"head", "token", "query", "key"}
 
 
+NONFINITE = "NaN or inf (left out)"
+
+
 def captures(run: Any, budget: Budget) -> dict:
     """The captures' table, a histogram of each capture whose values make a distribution, and
     thumbnails of image maps; the section's note says in one line what was left out and why."""
@@ -152,8 +155,12 @@ def captures(run: Any, budget: Budget) -> dict:
             empty.add(c.label)
             s = dict.fromkeys(("mean", "std", "min", "max", "zeros"))
         rows.append({"capture": c.label, "shape": str(c.shape), "dims": ", ".join(c.dims), "dtype": c.dtype,
-                     "size": human_bytes(c.nbytes), **{k: s[k] for k in ("mean", "std", "min", "max", "zeros")}})
-    items = [table_item(["capture", "shape", "dims", "dtype", "size", "mean", "std", "min", "max", "zeros"], rows)]
+                     "size": human_bytes(c.nbytes), **{k: s[k] for k in ("mean", "std", "min", "max", "zeros")},
+                     NONFINITE: s.get("nonfinite", 0)})
+    columns = ["capture", "shape", "dims", "dtype", "size", "mean", "std", "min", "max", "zeros"]
+    if any(r[NONFINITE] for r in rows):  # the statistics are of the finite values: say how many were not
+        columns.append(NONFINITE)
+    items = [table_item(columns, rows)]
     hists, maps = [], []
     for c in shown:
         ds = run.file[c.path]
