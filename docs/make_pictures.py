@@ -102,13 +102,26 @@ def make(images: Path, work: Path) -> list[Path]:
     run_commands(see_it_commands(), work)
     figures = work / "outputs" / "shapes" / "figures"
     images.mkdir(parents=True, exist_ok=True)
-    shutil.copy(figures / "gradcam_block3.png", images / "shapes_gradcam.png")
+    copy_png(figures / "gradcam_block3.png", images / "shapes_gradcam.png", work)
     screenshot(work / "outputs" / "shapes" / "report.html", images / "report.png")
     run_commands(attribution_commands(), work)
     drawn = work / "outputs" / "attribution_shapes" / "figures"
-    shutil.copy(drawn / "attribution_integrated_gradients.png", images / "attribution_shapes.png")
-    shutil.copy(drawn / "attribution_curves_integrated_gradients.png", images / "attribution_shapes_curves.png")
+    copy_png(drawn / "attribution_integrated_gradients.png", images / "attribution_shapes.png", work)
+    copy_png(drawn / "attribution_curves_integrated_gradients.png", images / "attribution_shapes_curves.png", work)
     return [images / name for name in PICTURES]
+
+
+def copy_png(src: Path, dst: Path, work: Path) -> None:
+    """Copy a picture, its `Source` text (the run file it was drawn from) made relative to the work
+    folder, as a user's own folder would show it: the same commands give the same bytes wherever
+    the temporary folder is."""
+    from PIL import Image, PngImagePlugin
+
+    with Image.open(src) as im:
+        info = PngImagePlugin.PngInfo()
+        for key, value in im.text.items():
+            info.add_text(key, os.path.relpath(value, work) if key == "Source" and os.path.isabs(value) else value)
+        im.save(dst, pnginfo=info, **({"dpi": im.info["dpi"]} if "dpi" in im.info else {}))
 
 
 def main(argv: list[str] | None = None) -> int:

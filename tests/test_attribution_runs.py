@@ -215,6 +215,12 @@ def test_plot_draws_the_maps_over_the_images_and_the_curves(tmp_path, data):
     written = plot_run(hookrun.open_run(tmp_path / "p.h5"), tmp_path / "fig", samples=2, dataset=data)
     names = [p.name for p in written]
     assert "attribution_saliency.png" in names and "attribution_curves_saliency.png" in names
+    from hookrun.cli.gradcam import attribution_captions
+    from hookrun.runner.kinds.attribution.reader import attribution_meta
+
+    with hookrun.open_run(tmp_path / "p.h5") as run:  # captions name the class as the data set does
+        caps = attribution_captions(attribution_meta(run.attrs), run.attribution(), [0, 1])
+    assert [c.split(" · ")[:2] for c in caps] == [[f"#{i}", f"target {data.classes[int(data[i][1])]}"] for i in (0, 1)]
 
 
 @pytest.mark.slow

@@ -207,11 +207,19 @@ def test_docs_pictures_are_made_by_the_readme_commands(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "docs" / "make_pictures.py"), "--images", str(tmp_path / "images"),
                            "--work", str(tmp_path / "work")], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    import matplotlib
     from PIL import Image
 
     for name in make_pictures.PICTURES:
         with Image.open(tmp_path / "images" / name) as im:
             assert im.width > 600 and im.height > 200
+        if name == "report.png":  # a browser's screenshot: its fonts are the machine's
+            continue
+        with Image.open(tmp_path / "images" / name) as made, Image.open(ROOT / "docs" / "images" / name) as shown:
+            assert made.text["Source"].startswith("outputs/")  # no temporary folder in the picture's text
+            if shown.text.get("Software") == f"Matplotlib version{matplotlib.__version__}, https://matplotlib.org/":
+                assert np.array_equal(np.asarray(made), np.asarray(shown)), \
+                    f"docs/images/{name} is not what its commands draw now: run python docs/make_pictures.py"
     page = (tmp_path / "work" / "outputs" / "shapes" / "report.html").read_text()
     data = page[page.index('id="hookrun-data">') :]
     assert '"title":"hookrun report: outputs/shapes/captures.h5"' in data  # no temporary path in the page's title

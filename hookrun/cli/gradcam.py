@@ -20,6 +20,7 @@ deletion / insertion curves are one more picture.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -38,7 +39,7 @@ from hookrun.analysis.gradcam import (  # noqa: F401 (plot's public names)
 from hookrun.analysis.run_reader import CaptureInfo, Run
 from hookrun.cli import figures
 from hookrun.errors import NotFoundError
-from hookrun.runner.kinds.attribution.reader import attribution_meta
+from hookrun.runner.kinds.attribution.reader import attribution_meta, class_name
 
 
 def run_label(run: Run) -> str:
@@ -98,7 +99,7 @@ def attribution_figures(run: Run, out: Path, samples: int = 4, dataset: object |
     if pictures is not None and maps.shape[-2:] != pictures[0].shape[:2]:
         maps = F.interpolate(torch.from_numpy(maps)[:, None], size=pictures[0].shape[:2], mode="bilinear",
                              align_corners=False)[:, 0].numpy()
-    captions = [f"#{i} · target {int(a['target'][k])} · p {float(a['prob'][k]):.2f}" for k, i in enumerate(indices)]
+    captions = attribution_captions(meta, a, indices)
     where = "the input" if meta["at"] == "input" else meta["at"]
     title = f"{meta['method']} attribution to {where}, summed over channels\n{run_label(run)}"
     if pictures is None:
@@ -110,6 +111,12 @@ def attribution_figures(run: Run, out: Path, samples: int = 4, dataset: object |
         written.append(figures.save(_curves(run, curves, meta["method"]), out / f"attribution_curves_{meta['method']}.png",
                                     source=str(run.path.resolve())))
     return written
+
+
+def attribution_captions(meta: dict, a: Any, indices: Any) -> list[str]:
+    """Each drawn sample's caption: its index, its target (the data set's class name where the run
+    wrote them) and the target's probability."""
+    return [f"#{i} · target {class_name(meta, a['target'][k])} · p {float(a['prob'][k]):.2f}" for k, i in enumerate(indices)]
 
 
 def _grid(maps: np.ndarray, captions: list[str], title: str, pictures: list[np.ndarray] | None):
