@@ -39,7 +39,8 @@ from hookrun.analysis.gradcam import (  # noqa: F401 (plot's public names)
 from hookrun.analysis.run_reader import CaptureInfo, Run
 from hookrun.cli import figures
 from hookrun.errors import NotFoundError
-from hookrun.runner.kinds.attribution.reader import attribution_meta, class_name
+from hookrun.runner.kinds.attribution.reader import attribution_meta
+from hookrun.runner.kinds.attribution.report import class_name
 
 
 def run_label(run: Run) -> str:

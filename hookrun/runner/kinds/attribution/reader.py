@@ -98,13 +98,5 @@ def _sweep_sections(sweep: Any) -> list[dict]:
     return sweep_sections(sweep)
 
 
-def class_name(meta: dict, c: Any) -> str:
-    """Class `c` as the pictures name it: the data set's class name where the run wrote them
-    (`class_names` in the `attribution` attribute), else its number."""
-    names = meta.get("class_names") or []
-    c = int(c)
-    return str(names[c]) if 0 <= c < len(names) else str(c)
-
-
 READER = register_reader(KindReader("attribution", present=lambda f: "attribution" in f.attrs, columns=_columns,
                                     sections=_sections, sweep=_sweep_sections, methods={"attribution": attribution_method}))

@@ -34,7 +34,6 @@ from hookrun.analysis.report.figure_specs import DIVERGING, NEGATIVE, POSITIVE, 
 from hookrun.analysis.report.plotly_figures import escape
 from hookrun.analysis.report.run_sections import section, table_item
 from hookrun.errors import HookrunError
-from hookrun.runner.kinds.attribution.reader import class_name
 
 SAMPLES = 8  # overlays shown
 LINES = 32  # samples drawn behind the mean curve
@@ -85,6 +84,15 @@ def overlay_png(m: np.ndarray, lo: float, hi: float, picture: np.ndarray | None,
     buf = io.BytesIO()
     img.save(buf, format="PNG")
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def class_name(meta: dict, c: Any) -> str:
+    """Class `c` as the pictures name it: the data set's class name where the run wrote them
+    (`class_names` in the `attribution` attribute), else its number."""
+    names = meta.get("class_names") or []
+    c = int(c)
+    return str(names[c]) if 0 <= c < len(names) else str(c)
+
 
 
 def overlays(run: Any, meta: dict) -> dict:
