@@ -7,6 +7,13 @@ the data, the hooks and the file, everything a user waits for.
     python benchmarks/process_pair.py --quick       # a smoke run: 1 batch, 1 round
     python benchmarks/process_pair.py --also output.checksum=false   # one more hookrun route, to find a cost
 
+The target is the wall clock, what a user waits for. The CPU time is printed beside it as
+information: hookrun's writer thread writes each batch while the next forward runs, which saves
+wall time but, on 2 cores, takes a core from torch's thread pool now and then (whose other thread
+then spins at its barrier); the script writes once at the end, alone. By CPU time the two were
+equal within the rounds' spread (0.99-1.02) in every quiet run; with OMP_WAIT_POLICY=PASSIVE for
+both (no spinning) hookrun took 0.97 of the script's CPU time (docs/benchmarks.md).
+
 Each route is one child process, timed by the wall clock and by its CPU time (os.wait4: user + system
 of the process and the children it waited for, the flush helper included), interleaved round after
 round after an os.sync(); every ratio is the median of per-round ratios. The load average is printed
@@ -88,7 +95,9 @@ def main() -> None:
     med = statistics.median
     for clock, times in (("wall", wall), ("CPU", cpu)):
         r = harness.ratio(times, "hookrun", "tutorial")
-        t.add(f"whole process: hookrun / tutorial script ({clock})", r, "<= 1.00", r <= 1.0,
+        target = clock == "wall"  # what a user waits for (item 18); CPU: see the module docstring
+        t.add(f"whole process: hookrun / tutorial script ({clock})", r, "<= 1.00" if target else "(info)",
+              r <= 1.0 if target else None,
               f"{med(times['hookrun']):.2f} s / {med(times['tutorial']):.2f} s; rounds "
               + ", ".join(f"{x / y:.3f}" for x, y in zip(times["hookrun"], times["tutorial"], strict=True)))
     for name in routes:
