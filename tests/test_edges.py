@@ -354,3 +354,27 @@ def test_hf_gpt2_edges_and_faithfulness_equal_raw_torch(gpt2_pair, items):
     for k, rec in zip([4, 40], got.attrs["faithfulness_recovered"], strict=True):
         kept = {(writers[i // len(readers)], readers[i % len(readers)]) for i in order[:k]}
         assert rec == pytest.approx((reference_faithfulness(ht, items, kept, "corrupt") - corrupt) / (clean - corrupt), abs=1e-4)
+
+
+def test_an_interrupted_edges_run_resumes_to_the_same_scores(model, items, tmp_path):
+    """An edges run scores every edge before its file opens: a SIGINT meanwhile (here at the metric's
+    third call, inside the integrated-gradients pass) leaves no file and says so, and resume=true then
+    writes the scores and the faithfulness curve of an uninterrupted run."""
+    import patch_metrics
+
+    from hookrun.output.signals import Interrupted
+
+    def cfg(path, **more):
+        return {"data": {"inputs": {"input": "clean"}, "target": None}, "progress": False, "output": {"path": str(path)},
+                "patching": {"input": "input", "method": "eap_ig", "ig_steps": 2, "metric": {"_target_": "patch_metrics.last_logit"},
+                             "faithfulness": {"edges": [3, 30]}}, **more}
+
+    hookrun.run(cfg(tmp_path / "straight.h5"), model=model, dataset=items)
+    patch_metrics.CALLS[0], patch_metrics.SIGNAL_AT[:] = 0, [3]
+    with pytest.raises(Interrupted, match="before the output file was created; nothing was written"):
+        hookrun.run(cfg(tmp_path / "cut.h5"), model=model, dataset=items)
+    assert not (tmp_path / "cut.h5").exists()
+    assert hookrun.run(cfg(tmp_path / "cut.h5", resume=True), model=model, dataset=items).status == "complete"
+    want, got = (hookrun.open_run(tmp_path / name).edges()[1] for name in ("straight.h5", "cut.h5"))
+    np.testing.assert_array_equal(got.values, want.values)
+    np.testing.assert_array_equal(got.attrs["faithfulness_recovered"], want.attrs["faithfulness_recovered"])
