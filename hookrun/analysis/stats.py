@@ -53,7 +53,7 @@ def merge_stats(blocks: list[dict]) -> dict[str, float]:
     count, mean, m2, lo, hi, zeros, values = 0, 0.0, 0.0, np.inf, -np.inf, 0.0, 0
     for b in blocks:
         n = b["count"]
-        values += b.get("values", n)
+        values += b["values"]
         if not n:
             continue
         delta, total = b["mean"] - mean, count + n
@@ -69,8 +69,8 @@ def merge_stats(blocks: list[dict]) -> dict[str, float]:
 
 def nonfinite_note(s: dict) -> str:
     """' nonfinite N (P%)' where a capture holds NaN or inf beside its finite values, else ''."""
-    n = s.get("nonfinite", 0)
-    return f" nonfinite {n} ({n / s['values']:.1%}, left out of the statistics)" if n and s.get("count") else ""
+    n = s["nonfinite"]
+    return f" nonfinite {n} ({n / s['values']:.1%}, left out of the statistics)" if n and s["count"] else ""
 
 
 def no_values(label: str, s: dict) -> str:
@@ -79,5 +79,4 @@ def no_values(label: str, s: dict) -> str:
     note = no_values_note(label)
     if note is not None:
         return note
-    values = s.get("values", s.get("count", 0))
-    return "no values written" if not values else f"no finite value ({values} values, all NaN or inf)"
+    return "no values written" if not s["values"] else f"no finite value ({s['values']} values, all NaN or inf)"

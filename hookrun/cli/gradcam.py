@@ -109,7 +109,7 @@ def attribution_figures(run: Run, out: Path, samples: int = 4, dataset: object |
                             source=str(run.path.resolve()))]
     curves = [w for w in ("deletion", "insertion") if f"{w}_area" in a.coords]
     if curves:
-        written.append(figures.save(_curves(run, curves, meta["method"]), out / f"attribution_curves_{meta['method']}.png",
+        written.append(figures.save(_curves(run, a, curves, meta["method"]), out / f"attribution_curves_{meta['method']}.png",
                                     source=str(run.path.resolve())))
     return written
 
@@ -132,7 +132,8 @@ def _grid(maps: np.ndarray, captions: list[str], title: str, pictures: list[np.n
     return figures.image_row(len(maps), draw, title, "attribution / max |attr.| (per sample)")
 
 
-def _curves(run: Run, names: list[str], method: str):
+def _curves(run: Run, a: Any, names: list[str], method: str):
+    """The curves `names` of the run whose attribution (with its areas) is `a`."""
     plt = figures.pyplot()
     fig, axes = plt.subplots(1, len(names), figsize=(4.6 * len(names), 3.6), squeeze=False, layout="constrained")
     for ax, name in zip(axes[0], names, strict=True):
@@ -141,7 +142,7 @@ def _curves(run: Run, names: list[str], method: str):
         for row in c.values:
             ax.plot(x, row, color="#999999", alpha=0.3, linewidth=0.8)
         ax.plot(x, c.values.mean(0), color="#b2182b" if name == "deletion" else "#2166ac", linewidth=2,
-                label=f"mean (area {float(run.attribution()[f'{name}_area'].mean()):.3f})")
+                label=f"mean (area {float(a[f'{name}_area'].mean()):.3f})")
         ax.set_xlabel(f"fraction of pixels {'removed' if name == 'deletion' else 'put back'}, most important first")
         ax.set_ylabel("probability of the target")
         ax.set_ylim(0, 1)

@@ -150,13 +150,14 @@ def captures(run: Any, budget: Budget) -> dict:
     rows, left, empty = [], LeftOut(), set()
     for c in shown:
         s = run.capture_stats(c)
+        nonfinite = s["nonfinite"]  # beside finite values; a capture with none has its note instead
         if not np.isfinite(s["min"]):  # never "nan, inf, -inf": the note says why there is nothing
             left.add(c.label, no_values(c.label, s))
             empty.add(c.label)
-            s = dict.fromkeys(("mean", "std", "min", "max", "zeros"))
+            s, nonfinite = dict.fromkeys(("mean", "std", "min", "max", "zeros")), None
         rows.append({"capture": c.label, "shape": str(c.shape), "dims": ", ".join(c.dims), "dtype": c.dtype,
                      "size": human_bytes(c.nbytes), **{k: s[k] for k in ("mean", "std", "min", "max", "zeros")},
-                     NONFINITE: s.get("nonfinite", 0)})
+                     NONFINITE: nonfinite})
     columns = ["capture", "shape", "dims", "dtype", "size", "mean", "std", "min", "max", "zeros"]
     if any(r[NONFINITE] for r in rows):  # the statistics are of the finite values: say how many were not
         columns.append(NONFINITE)
