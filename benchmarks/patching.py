@@ -151,7 +151,6 @@ def head_grid(a, m: Model, t: harness.Targets) -> None:
         t.add(f"1. {m.name}: {base} / {name} (time)", x, "< 1", x < 1, f"{med[base]:.2f} s / {med[name]:.2f} s; {here}")
 
 
-
 def task_grid(a, method: str, **extra):
     from hookrun.data.swaps import word_swap
     from hookrun.models.tiny_lm import tiny_lm
