@@ -1,0 +1,1 @@
+"""The similarity kind: representational similarity (CKA, RSA) between hook points (docs/similarity.md)."""
