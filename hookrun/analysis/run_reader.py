@@ -95,6 +95,7 @@ class Run:
         on a run of another kind a method says what is missing, and a property is empty."""
         if name.startswith("_"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        self.kind_readers()  # the file's kind's reader loaded (a kind plugin's is loaded when first asked)
         if name in kinds.property_names():
             return kinds.kind_property(self.kind_readers(), self.attrs, name)
         if name not in kinds.method_names():

@@ -217,6 +217,8 @@ def heatmap(spec: Heatmap) -> Any:
     rows, cols = z.shape
     fig, ax = plt.subplots(figsize=(min(16, 2.5 + 0.28 * cols), min(12, 1.8 + 0.3 * rows)), layout="constrained")
     kw: dict[str, Any] = {"cmap": SEQUENTIAL}
+    if spec.range is not None:  # one scale for every such figure (CKA: 0 to 1)
+        kw.update(vmin=spec.range[0], vmax=spec.range[1])
     if spec.centre is not None:
         lo, hi = diverging_range(z, spec.centre)
         kw = {"cmap": diverging_cmap(), "vmin": lo, "vmax": hi}
