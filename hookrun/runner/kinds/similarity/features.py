@@ -78,7 +78,7 @@ def pool(t: torch.Tensor | None, how: str, mask: torch.Tensor | None, where: str
     tokens = mask is not None and t.dim() == 3 and mask.dim() == 2 and tuple(mask.shape) == tuple(t.shape[:2])
     if how == "flatten":
         if tokens and not bool(mask.bool().all()):
-            raise RunError(f"{where}: pool=flatten over token rows with padding would make the padding features; "
+            raise ConfigError(f"{where}: pool=flatten over token rows with padding would make the padding features; "
                            f"use similarity.pool=mean (padding left out), or batches without padding")
         return t.reshape(len(t), -1)
     t = t.to(torch.float64)
