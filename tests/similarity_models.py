@@ -32,3 +32,18 @@ class Scored(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.lin(x)
         return self.score(h) + self.pairs(h.reshape(-1, 2)).sum()
+
+
+class Lengths(torch.utils.data.Dataset):
+    """Sequences of 3 features, 5 steps long for items 0-3 and 7 for items 4-7 (batches of 4: no padding)."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.linspace(-1, 1, (5 if i < 4 else 7) * 3).reshape(-1, 3) * (i + 1)
+
+
+def token_mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 4)).eval()

@@ -196,3 +196,13 @@ def test_cka_resnet_experiment_runs(tmp_path) -> None:
     got, meta = file_matrix(out / "captures.h5")
     assert got.shape == (4, 4) and meta["with"] == "torchvision.models.resnet34"
     assert np.all((got > 0) & (got <= 1 + 1e-9))
+
+
+def test_flattened_rows_whose_length_changes_are_refused_in_one_line(tmp_path) -> None:
+    from hookrun.errors import RunError
+
+    block = {"model": {"_target_": "similarity_models.token_mlp"},
+             "data": {"dataset": {"_target_": "similarity_models.Lengths"}, "batch_size": 4}, "at": ["0", "2"]}
+    with pytest.raises(RunError, match="similarity.pool=flatten: 0 gives 28 features per item in this batch and 20"):
+        hookrun.run(cfg(tmp_path / "l.h5", **block))
+    hookrun.run(cfg(tmp_path / "ok.h5", **block, pool="mean"))  # the mean over steps has one width

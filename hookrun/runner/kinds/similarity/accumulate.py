@@ -55,7 +55,7 @@ def choose_route(measure: str, estimator: str, dims: list[int], rows: int | None
     if estimator == "minibatch":
         need = route_bytes("minibatch", dims, rows, batch)
         if need > memory:
-            raise ConfigError(f"similarity.memory={memory} bytes: the minibatch estimator holds {need} bytes for "
+            raise ConfigError(f"similarity.memory={_mb(memory)}: the minibatch estimator holds {_mb(need)} for "
                               f"batches of {batch}; raise memory or lower data.batch_size")
         return "minibatch"
     exact = ["gram"] if measure != "linear_cka" else ["feature", "gram"] if rows is None or sum(dims) <= rows \
@@ -68,8 +68,12 @@ def choose_route(measure: str, estimator: str, dims: list[int], rows: int | None
     need = min((route_bytes(r, dims, rows, batch) for r in exact), default=0)
     hint = ("estimator: minibatch (unbiased HSIC over the batches)" if measure == "linear_cka"
             else "fewer items, or linear_cka with estimator: minibatch")
-    raise ConfigError(f"similarity.memory={memory} bytes: exact {measure} over {rows or 'an unsized set of'} items "
-                      f"and {sum(dims)} features needs {need} bytes; raise memory or use {hint}")
+    raise ConfigError(f"similarity.memory={_mb(memory)}: exact {measure} over {rows or 'an unsized set of'} items "
+                      f"and {sum(dims)} features needs {_mb(need)}; raise memory or use {hint}")
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f}MB"
 
 
 class FeatureRoute:
@@ -110,40 +114,46 @@ class GramRoute:
         self.dir = tempfile.TemporaryDirectory(prefix="hookrun-similarity-", dir=folder)
         self.files: list[Any] = []
         self.dims: list[int] = []
+        self.dtypes: list[type] = []
         self.n = 0
 
     def add(self, series: list[torch.Tensor]) -> None:
-        if not self.files:
+        if not self.files:  # float32 rows stay float32 on disk (exact); float64 (pooled) rows stay float64
             self.dims = [s[0].numel() for s in series]
-            self.files = [open(os.path.join(self.dir.name, f"{k}.f64"), "wb") for k in range(len(series))]
-        for f, s in zip(self.files, series, strict=True):
-            f.write(s.reshape(len(s), -1).to(torch.float64).cpu().numpy().tobytes())
+            self.dtypes = [np.float64 if s.dtype == torch.float64 else np.float32 for s in series]
+            self.files = [open(os.path.join(self.dir.name, f"{k}.rows"), "wb") for k in range(len(series))]
+        for f, s, dtype in zip(self.files, series, self.dtypes, strict=True):
+            f.write(np.ascontiguousarray(s.reshape(len(s), -1).cpu().numpy(), dtype=dtype).data)
         self.n += len(series[0])
 
     def gram(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Series k's Gram matrix and row sums, its rows read back in slabs of columns."""
         self.files[k].flush()
         d = self.dims[k]
-        x = np.memmap(self.files[k].name, dtype=np.float64, mode="r", shape=(self.n, d))
+        x = np.memmap(self.files[k].name, dtype=self.dtypes[k], mode="r", shape=(self.n, d))
         g, sums = np.zeros((self.n, self.n)), np.zeros(self.n)
         step = max(1, SLAB // (8 * self.n))
         for c in range(0, d, step):
-            part = np.asarray(x[:, c:c + step])
+            part = np.asarray(x[:, c:c + step], dtype=np.float64)
             g += part @ part.T
             sums += part.sum(axis=1)
         del x
         return g, sums
 
     def matrix(self, shape: tuple[int, int]) -> np.ndarray:
+        """Each series' Gram matrix once (centred for CKA, as dissimilarities for RSA), then every pair."""
         prepared = []
         for k in range(len(self.files)):
             g, sums = self.gram(k)
             if self.measure == "rsa":
                 prepared.append(m.dissimilarity(g, sums, self.dims[k], self.dissimilarity))
             else:
-                prepared.append(m.rbf_gram(g, self.sigma) if self.measure == "rbf_cka" else g)
-        measure = m.rsa if self.measure == "rsa" else m.linear_cka
-        out = np.array([measure(prepared[i], prepared[j]) for i, j in self.pairs])
+                prepared.append(m.center(m.rbf_gram(g, self.sigma) if self.measure == "rbf_cka" else g))
+        if self.measure == "rsa":
+            out = np.array([m.rsa(prepared[i], prepared[j]) for i, j in self.pairs])
+        else:  # <HKH, HLH> / (|HKH| |HLH|): m.linear_cka with the centring done once per series
+            norms = [np.linalg.norm(g) for g in prepared]
+            out = np.array([np.vdot(prepared[i], prepared[j]) / (norms[i] * norms[j]) for i, j in self.pairs])
         return out.reshape(shape)
 
     def close(self) -> None:

@@ -62,7 +62,7 @@ class SimilarityKind(RunKind):
         self.rows = self.taps[0].names
         self.cols = self.taps[1].names if self.other is not None else self.rows
         batch = ctx.cfg.data.batch_size
-        _, call = first_batch(ctx.loader, ctx.spec, size=batch)
+        _, call = first_batch(ctx.loader, ctx.spec, size=min(batch, 2))  # two items: features per row, rows
         series = self.features(ctx.model, call.to(ctx.device))  # every check that needs the model
         self.dims = [s[0].numel() for s in series]
         self.items = len(ctx.loader.dataset) if hasattr(ctx.loader.dataset, "__len__") else None
@@ -107,8 +107,19 @@ class SimilarityKind(RunKind):
         return None
 
     def step(self, model: nn.Module, call: Any, session: Any) -> StepAdds:
-        self.acc.add(self.features(model, call))
+        series = self.features(model, call)
+        dims = [s[0].numel() for s in series]
+        if dims != self.dims:  # token rows flattened: the batch's length decides the features
+            k = next(i for i, (d, e) in enumerate(zip(dims, self.dims, strict=True)) if d != e)
+            raise RunError(f"similarity.pool={self.block.pool}: {self.label(k)} "
+                           f"gives {dims[k]} features per item in this batch and {self.dims[k]} in the first; "
+                           f"use similarity.pool=mean (rows of varying length)")
+        self.acc.add(series)
         return NOTHING
+
+    def label(self, k: int) -> str:
+        names = [*self.taps[0].names, *(self.taps[1].names if len(self.taps) > 1 else [])]
+        return names[k]
 
     def sample_step(self, model: nn.Module, call: Any, session: Any) -> StepAdds:
         self.features(model, call)  # the estimate's forward, nothing accumulated
