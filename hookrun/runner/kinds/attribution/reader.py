@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from hookrun.analysis.kind_readers import KindReader, register_reader
+from hookrun.analysis.kind_readers import KindReader
 from hookrun.errors import NotFoundError
 from hookrun.store.capture_schema import CaptureMeta, row_index
 
@@ -98,5 +98,5 @@ def _sweep_sections(sweep: Any) -> list[dict]:
     return sweep_sections(sweep)
 
 
-READER = register_reader(KindReader("attribution", present=lambda f: "attribution" in f.attrs, columns=_columns,
+READER = (KindReader("attribution", present=lambda f: "attribution" in f.attrs, columns=_columns,
                                     sections=_sections, sweep=_sweep_sections, methods={"attribution": attribution_method}))
