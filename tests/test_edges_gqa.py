@@ -304,3 +304,40 @@ def test_an_unknown_attention_is_refused_in_one_line(items):
     with pytest.raises(ConfigError, match=r"does not know this decoder layer: it has post_feedforward_layernorm"):
         hookrun.patch_grid(llama, items, clean="input_ids", method="eap")
     assert not calls
+
+
+@pytest.mark.parametrize("kind, kv", [("gemma2", 2), ("mistral", 1)])
+def test_exact_head_grid_equals_raw_hooks(kind, kv, items):
+    """Exact patching over heads on HF attention: the op site `self_attn/contiguous.0` (eager attention's per-head
+    output [batch, position, head, d_head], the query heads) against a plain pre-hook on o_proj that puts one head's
+    clean slice at one position into the corrupted run."""
+    net = build(kind, kv)
+    site = {"at": "model.layers.*.self_attn/contiguous.0", "over": ["position", "head"],
+            "dims": ["sample", "position", "head", "feature"]}
+    got = hookrun.patch_grid(net, items, clean="input_ids", method="exact", sites={"heads": site})["heads"]
+    assert got.shape == (L, T, H)
+    clean_ids = torch.stack([it["input_ids"] for it in items])
+    corrupt_ids = torch.stack([it["corrupt"] for it in items])
+    answer, wrong = torch.tensor([it["answer"] for it in items]), torch.tensor([it["wrong"] for it in items])
+    z = {}
+    projs = [b.self_attn.o_proj for b in net.model.layers]
+    handles = [p.register_forward_pre_hook(lambda m, a, layer=layer: z.__setitem__(layer, a[0].clone())) for layer, p in enumerate(projs)]
+    with torch.no_grad():
+        net(clean_ids)
+    for h in handles:
+        h.remove()
+    want = np.zeros((L, T, H))
+    for layer in range(L):
+        for pos in range(T):
+            for head in range(H):
+                def put(m, a, layer=layer, pos=pos, head=head):
+                    x = a[0].clone()
+                    x[:, pos, head * DH:(head + 1) * DH] = z[layer][:, pos, head * DH:(head + 1) * DH]
+                    return (x,)
+                handle = projs[layer].register_forward_pre_hook(put)
+                with torch.no_grad():
+                    logits = net(corrupt_ids).logits[:, -1]
+                handle.remove()
+                want[layer, pos, head] = float((logits[torch.arange(len(items)), answer] - logits[torch.arange(len(items)), wrong]).mean())
+    np.testing.assert_allclose(got.values, want, atol=1e-5, rtol=1e-4)
+    assert np.ptp(want) > 0.1

@@ -16,8 +16,12 @@ TransformerLens 4.3, whose embed node is hook_embed). Hooks are plain PyTorch ho
 
 TransformerLens HookedTransformer: its own hook points (hook_result, hook_q_input / k / v with
 use_split_qkv_input, hook_mlp_in / out, the last hook_resid_post). HF GPT-2, GPT-NeoX / Pythia and
-Llama-style models: the per-head q/k/v inputs by recomputing the q/k/v projection from the norm of a
-per-head copy of the block's input, the per-head contributions from the output projection's input.
+Llama-style models (edges/hf_layout.py): the per-head q/k/v inputs by recomputing the q/k/v projection
+from the norm of a per-head copy of the block's input, the per-head contributions from the output
+projection's input. Grouped-query attention: a key / value projection gives one output per query head
+(its group's weights on that head's copy) and the attention uses them ungrouped. Gemma 2: a head's
+contribution is its share of the post-attention norm's output at the run's own scale, the MLP's the
+post-feedforward norm's output.
 """
 
 from __future__ import annotations
