@@ -78,13 +78,14 @@ def feeds(w, r):
     return wl < rl or (wl == rl and not w.endswith(".MLP") and r.endswith(".MLP"))
 
 
-def forward(net, ids, reader=lambda name, x: x, record=lambda name, a: None):
-    """The model's logits [T, V], written out: reader(name, residual) gives each reader's input."""
+def forward(net, ids, reader=lambda name, x: x, record=lambda name, a: None, embed=None):
+    """The model's logits [T, V], written out: reader(name, residual) gives each reader's input; `embed`
+    replaces the token embedding (EAP-IG's interpolation)."""
     cfg, t = net.config, net.model
     gemma = cfg.model_type == "gemma2"
     rope = sys.modules[type(t.layers[0].self_attn).__module__].apply_rotary_pos_emb
     kv = cfg.num_key_value_heads
-    x = t.embed_tokens(ids[None])  # (Gemma 2's embedding module multiplies by sqrt(d_model) itself)
+    x = t.embed_tokens(ids[None]) if embed is None else embed  # (Gemma 2's module multiplies by sqrt(d_model))
     record("embed", x[0])
     cos, sin = t.rotary_emb(x, torch.arange(T)[None])
     causal = torch.ones(T, T, dtype=torch.bool).triu(1)
@@ -137,19 +138,25 @@ def acts(net, ids):
     return out
 
 
-def reference_edges(net, items):
+def reference_edges(net, items, m=1):
+    """EAP (m = 1) or EAP-IG: the gradients averaged over m runs whose token embedding is
+    e_corrupt + (k / m)(e_clean - e_corrupt), k = 0..m-1."""
     writers, readers = labels()
     total = np.zeros((len(writers), len(readers)))
     for it in items:
         clean, corrupt = acts(net, it["input_ids"]), acts(net, it["corrupt"])
-        leaves = {}
+        grads = {}
+        for step in range(m):
+            leaves = {}
 
-        def leaf(name, x):
-            leaves[name] = torch.zeros_like(x, requires_grad=True)
-            return x + leaves[name]
+            def leaf(name, x):
+                leaves[name] = torch.zeros_like(x, requires_grad=True)
+                return x + leaves[name]
 
-        value = metric(forward(net, it["corrupt"], reader=leaf), it)
-        grads = dict(zip(leaves, torch.autograd.grad(value, list(leaves.values())), strict=True))
+            e = (corrupt["embed"] + step / m * (clean["embed"] - corrupt["embed"]))[None]
+            value = metric(forward(net, it["corrupt"], reader=leaf, embed=e), it)
+            for name, g in zip(leaves, torch.autograd.grad(value, list(leaves.values())), strict=True):
+                grads[name] = grads.get(name, 0) + g / m
         for i, w in enumerate(writers):
             for j, r in enumerate(readers):
                 if feeds(w, r):
@@ -180,21 +187,23 @@ def reference_recovered(net, items, kept):
     return (np.mean(values) - np.mean(corrupt_m)) / (np.mean(clean_m) - np.mean(corrupt_m))
 
 
-MODELS = [("gemma2", H), ("gemma2", 2), ("llama", 2), ("qwen2", 2), ("mistral", 1)]
+MODELS = [("gemma2", H, 1), ("gemma2", 2, 2), ("llama", 2, 1), ("qwen2", 2, 2), ("mistral", 1, 1)]
 
 
-@pytest.mark.parametrize("kind, kv", MODELS)
-def test_edges_and_faithfulness_equal_raw_torch(kind, kv, items):
-    """The grid (names, NaN pattern, values) equals the raw-torch EAP; faithfulness at k = 6 and 60 equals the
-    reference ablation of the same circuits; the written-out forward is checked against the model's own."""
+@pytest.mark.parametrize("kind, kv, m", MODELS)
+def test_edges_and_faithfulness_equal_raw_torch(kind, kv, m, items):
+    """The grid (names, NaN pattern, values) equals the raw-torch EAP (m = 1) or EAP-IG; faithfulness at k = 6
+    and 60 equals the reference ablation of the same circuits; the written-out forward is checked against the
+    model's own."""
     net = build(kind, kv)
     for it in items[:1]:
         with torch.no_grad():
             torch.testing.assert_close(forward(net, it["input_ids"]), net(it["input_ids"][None]).logits[0], atol=1e-4, rtol=1e-4)
-    got = hookrun.patch_grid(net, items, clean="input_ids", method="eap", faithfulness={"edges": [6, 60]})["edges"]
+    method = {"method": "eap"} if m == 1 else {"method": "eap_ig", "ig_steps": m}
+    got = hookrun.patch_grid(net, items, clean="input_ids", faithfulness={"edges": [6, 60]}, **method)["edges"]
     writers, readers = labels()
     assert list(got.writer.values) == writers and list(got.reader.values) == readers
-    want = reference_edges(net, items)
+    want = reference_edges(net, items, m)
     np.testing.assert_array_equal(np.isnan(got.values), np.isnan(want))
     scale = np.nanmax(np.abs(want))
     assert scale > 0.1, "the model is too flat for the comparison to mean anything"
@@ -232,13 +241,13 @@ def test_writers_of_a_block_sum_to_the_residual_increment(kind, kv, items):
         torch.testing.assert_close(got[("mlp", layer)][:, :, 0], resid[("post", layer)] - resid[("mid", layer)], atol=1e-5, rtol=1e-4)
 
 
-def test_hooked_transformer_gqa_is_ungrouped(items):
+@pytest.mark.parametrize("kv", [2, 1])
+def test_hooked_transformer_gqa_is_ungrouped(kv, items):
     """A HookedTransformer with n_key_value_heads: one k and v reader per query head; the k (v) readers of a
     group's query heads sum to the grouped model's own key (value) input of that group (TransformerLens' grouped
     hook_k_input, split q/k/v inputs, no ungrouping), q / MLP / logits readers equal it directly."""
     from tl_models import hooked_transformer
 
-    kv = 2
     model = hooked_transformer(V, n_layers=L, d_model=16, n_ctx=8, d_head=4, n_heads=H, n_key_value_heads=kv, act_fn="gelu")
     tl_items = [{"clean": it["input_ids"], **{k: it[k] for k in ("corrupt", "answer", "wrong")}} for it in items]
     got = hookrun.patch_grid(model, tl_items, input="input", method="eap")["edges"]
@@ -304,6 +313,13 @@ def test_an_unknown_attention_is_refused_in_one_line(items):
     with pytest.raises(ConfigError, match=r"does not know this decoder layer: it has post_feedforward_layernorm"):
         hookrun.patch_grid(llama, items, clean="input_ids", method="eap")
     assert not calls
+    from tl_models import hooked_transformer
+
+    sandwich = hooked_transformer(V, n_layers=1, d_model=16, n_ctx=8, d_head=4, n_heads=H, normalization_type="RMS",
+                                  use_normalization_before_and_after=True)
+    tl_items = [{"clean": it["input_ids"], **{k: it[k] for k in ("corrupt", "answer", "wrong")}} for it in items]
+    with pytest.raises(ConfigError, match=r"norms each attention and MLP output .*use_normalization_before_and_after"):
+        hookrun.patch_grid(sandwich, tl_items, input="input", method="eap")
 
 
 @pytest.mark.parametrize("kind, kv", [("gemma2", 2), ("mistral", 1)])
