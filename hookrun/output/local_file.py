@@ -225,3 +225,8 @@ def _name_max(out: Path) -> int:
         return os.pathconf(folder, "PC_NAME_MAX")
     except (OSError, ValueError):
         return 255
+
+
+def local_destination(cfg: HookrunConfig) -> LocalFile:
+    """output.path as a local HDF5 file (the `file` scheme's destination, store/schemes.py)."""
+    return LocalFile(Path(cfg.output.path).expanduser())

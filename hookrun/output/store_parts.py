@@ -228,3 +228,9 @@ def open_parts_resume(out: ObjectStoreOutput, config_yaml: str) -> PartsResume |
     partial = open_resume(point.partial, config_yaml) if point.partial is not None else None
     status = point.manifest.status if partial is None else "interrupted"
     return PartsResume(point, partial, status)
+
+
+def parts_destination(cfg: HookrunConfig) -> StoreParts:
+    """output.path as parts in an object store, staged in output.staging (the object-store scheme's
+    destination, store/schemes.py)."""
+    return StoreParts(ObjectStoreOutput.of(cfg.output.path, cfg.output.staging))
