@@ -31,11 +31,13 @@ from hookrun.errors import ConfigError
 from hookrun.output.ranks import every_rank
 from hookrun.runner.kinds import RunKind, register_kind
 from hookrun.runner.kinds.patching.block import load_items, parse_block
+from hookrun.runner.kinds.patching.checks import refuse_recording
 from hookrun.runner.kinds.patching.edges.run import check_atp_ig
 from hookrun.runner.kinds.patching.edges.run import compute as compute_edges
 from hookrun.runner.kinds.patching.edges.run import prepare as prepare_edges
 from hookrun.runner.kinds.patching.edges.spec import EDGE_METHODS
 from hookrun.runner.kinds.patching.engine import PatchEngine
+from hookrun.runner.kinds.patching.forward_inputs import check_inputs
 from hookrun.runner.kinds.patching.notebook import grid_attrs, run_cells
 from hookrun.runner.kinds.patching.reader import CELL_UNITS
 from hookrun.store.records import Capture, CaptureKey, StepRecord
@@ -90,7 +92,11 @@ class PatchingKind(RunKind):
     @classmethod
     def check(cls, cfg: HookrunConfig) -> None:
         cls.check_mode(cfg)
-        parse_block(cfg.patching, build=lambda node, where: build(node, where))
+        check_inputs(parse_block(cfg.patching, build=lambda node, where: build(node, where)), cfg.data.inputs)
+
+    def check_actions(self) -> None:
+        super().check_actions()
+        refuse_recording(self.ctx.points)
 
 
 class PatchRun:
@@ -104,7 +110,7 @@ class PatchRun:
         items = load_items(p.dataset, self.block, limit, p.settings.device)
         edges = prepare_edges(p.model, self.block, items) if self.block.method in EDGE_METHODS else None
         check_atp_ig(p.model, self.block)
-        self.engine = PatchEngine(p.model, self.block, items, p.env, p.points).__enter__()
+        self.engine = PatchEngine(p.model, self.block, items, p.env, p.points, cfg.data.inputs).__enter__()
         p.points = []  # the engine's session holds them (a splice must not run twice)
         e = self.engine
         meta = {**grid_attrs(e, self.block), "layout": e.layout.describe(), "cells": e.layout.size,
