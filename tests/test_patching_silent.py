@@ -11,6 +11,7 @@ model called directly: a loop of one full forward per cell whose patch is a plai
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -100,16 +101,19 @@ def test_a_spliced_sae_below_the_patched_block_applies_once(model, task, sae):
     folder, w = sae
     splice = model.transformer.h[1].register_forward_hook(  # the reference: the SAE's reconstruction, by hand
         lambda m, a, o: torch.relu((o - w["b_dec"]) @ w["W_enc"] + w["b_enc"]) @ w["W_dec"] + w["b_dec"])
+    modules = {"b2": model.transformer.h[2], "qkv": model.transformer.h[2].attn.c_attn}  # qkv: every position counts
     try:
-        ref = raw_loop(model, model.transformer.h[2], clean, corrupt, logit_diff(ans, wrong))
+        ref = {name: raw_loop(model, m, clean, corrupt, logit_diff(ans, wrong)) for name, m in modules.items()}
     finally:
         splice.remove()
     hooks = {"sae": {"at": "transformer.h.1", "type": "forward",
                      "actions": [{"name": "modify_output", "op": "splice", "path": str(folder), "error_term": False}]}}
     got = hookrun.patch_grid(model, items, hooks=hooks, input="input_ids",
-                             sites={"b2": {"at": "transformer.h.2", "over": ["position"]}})["b2"]
-    np.testing.assert_allclose(got.values[0], ref, atol=1e-5)
-    assert np.ptp(ref) > 1e-3  # the cells differ: the comparison is not of constants
+                             sites={"b2": {"at": "transformer.h.2", "over": ["position"]},
+                                    "qkv": {"at": "transformer.h.2.attn.c_attn", "over": ["position"]}})
+    for name in modules:
+        np.testing.assert_allclose(got[name].values[0], ref[name], atol=1e-5, err_msg=name)
+        assert np.ptp(ref[name]) > 1e-3  # the cells differ: the comparison is not of constants
     assert not model.transformer.h[1]._forward_hooks and "sae" not in dict(model.transformer.h[1].named_children())
 
 
@@ -193,7 +197,8 @@ def padded():
 MASKED = {"input_ids": "clean", "attention_mask": "attention_mask"}
 
 
-def test_a_file_runs_cells_and_metrics_are_the_masked_models(tmp_path, model, padded):
+@pytest.mark.parametrize("inputs", [MASKED, {"attention_mask": "attention_mask"}])  # patching.input adds the ids
+def test_a_file_runs_cells_and_metrics_are_the_masked_models(tmp_path, model, padded, inputs):
     clean, corrupt, mask, ans, wrong, items = padded
     metric = logit_diff(ans, wrong)
     with torch.no_grad():
@@ -202,7 +207,7 @@ def test_a_file_runs_cells_and_metrics_are_the_masked_models(tmp_path, model, pa
     assert abs(m_clean - unmasked) > 1e-3  # the mask matters on these items
     ref = raw_loop(model, model.transformer.h[1], clean, corrupt, metric, attention_mask=mask)
     path = tmp_path / "masked.h5"
-    hookrun.run({"progress": False, "output": {"path": str(path)}, "data": {"inputs": MASKED, "target": None},
+    hookrun.run({"progress": False, "output": {"path": str(path)}, "data": {"inputs": inputs, "target": None},
                  "patching": {"cells_per_forward": 2, "sites": {"b1": {"at": "transformer.h.1", "over": ["position"]}}}},
                 model=model, dataset=items)
     g = hookrun.open_run(path).grid("b1")
@@ -262,6 +267,19 @@ def test_every_forward_of_every_method_carries_the_mask(model, padded, block):
     assert seen and all(seen), f"{seen.count(False)} of {len(seen)} forwards without the items' mask"
     assert g.attrs["metric_clean"] == pytest.approx(m_clean, abs=1e-5)
     assert g.attrs["metric_corrupt"] == pytest.approx(m_corrupt, abs=1e-5)
+
+
+def test_a_mask_no_forward_receives_is_one_warning(model, padded, caplog):
+    *_, items = padded
+    sites = {"b1": {"at": "transformer.h.1", "over": ["position"]}}
+    with caplog.at_level(logging.WARNING, logger="hookrun"):
+        hookrun.patch_grid(model, items, sites=sites, input="input_ids")
+    said = [r.getMessage() for r in caplog.records if "attention_mask" in r.getMessage()]
+    assert len(said) == 1 and "no forward receives, so the model runs unmasked" in said[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="hookrun"):
+        hookrun.patch_grid(model, items, sites=sites, inputs=MASKED)
+    assert not [r for r in caplog.records if "attention_mask" in r.getMessage()]
 
 
 @pytest.mark.parametrize(("inputs", "message"), [

@@ -10,17 +10,21 @@ A mapped input is the item's own in every forward (clean, corrupted, patched, at
 kinds'): the clean and corrupted runs of an item share it. Refused in one ConfigError line (before
 any forward): a list (patching passes inputs by name), `patching.input` mapped to another key than
 the clean input, the clean or corrupted input mapped to another argument, a key that is not a
-tensor of the items.
+tensor of the items. Items with an attention_mask that no forward receives: one warning line.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from hookrun.errors import ConfigError
+from hookrun.runner.calls import MASK_KEY
+
+log = logging.getLogger("hookrun")
 
 
 def check_inputs(block: Any, inputs: Any) -> dict[str, str]:
@@ -59,6 +63,10 @@ class ForwardCall:
         self.extra = check_inputs(block, inputs)
         self.items = items
         self.n = items[block.clean].shape[0]
+        if MASK_KEY in items and MASK_KEY not in self.extra.values() and block.input != MASK_KEY:
+            log.warning("patching: the items have an %r that no forward receives, so the model runs unmasked; map it "
+                        "with data.inputs {%s: %s, attention_mask: attention_mask} (patch_grid: inputs={...})",
+                        MASK_KEY, block.input, block.clean)
         for arg, key in self.extra.items():
             if not isinstance(items.get(key), torch.Tensor):
                 raise ConfigError(f"data.inputs.{arg}={key!r}: the items have no tensor {key!r} (their tensors: "

@@ -20,6 +20,7 @@ them by cell number. A resumed shard goes on with its own cells not yet written.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -75,13 +76,16 @@ class PatchingKind(RunKind):
     @classmethod
     def call_inputs(cls, cfg: HookrunConfig) -> tuple[Any, Any]:
         """`patching.input` alone sends the clean (and, in the cells, the corrupted) input to the forward:
-        without data.inputs, the site check's forward of the first item is {input: item[clean]}, no target."""
-        if cfg.data.inputs is not None:
-            return cfg.data.inputs, cfg.data.target
+        without data.inputs, the site check's forward of the first item is {input: item[clean]}, no target;
+        a data.inputs mapping adds its inputs (an attention_mask) to that one."""
         block = cfg.patching
         get = (lambda k, d: block.get(k, d)) if isinstance(block, dict) else (lambda k, d: getattr(block, k, d))
-        target = None if cfg.data.target == "auto" else cfg.data.target
-        return {str(get("input", "input_ids")): str(get("clean", "clean"))}, target
+        ids = {str(get("input", "input_ids")): str(get("clean", "clean"))}
+        if isinstance(cfg.data.inputs, Mapping):  # more inputs (an attention_mask) beside the ids
+            return {**ids, **cfg.data.inputs}, cfg.data.target
+        if cfg.data.inputs is not None:
+            return cfg.data.inputs, cfg.data.target
+        return ids, None if cfg.data.target == "auto" else cfg.data.target
 
     @classmethod
     def check_mode(cls, cfg: HookrunConfig) -> None:
