@@ -42,6 +42,7 @@ from hookrun.runner.kinds.patching.cell_action import CellMode, PatchCells, Patc
 from hookrun.runner.kinds.patching.cells import Layout, SiteGrid
 from hookrun.runner.kinds.patching.checks import check_metric_inputs
 from hookrun.runner.kinds.patching.forward_inputs import ForwardCall
+from hookrun.runner.kinds.patching.forward_inputs import repeat_items as _repeat
 from hookrun.runner.kinds.patching.metrics import item_metric, reference_logprobs
 from hookrun.runner.kinds.patching.stack import BlockStack
 from hookrun.runner.kinds.patching.suffix import SuffixRoute, hooks_on
@@ -292,8 +293,3 @@ class PatchEngine:
                 n = int(np.prod(g.sizes))
                 out[g.offset + j * n: g.offset + (j + 1) * n] = (self.metric_base + cell_sums.detach().cpu().numpy().reshape(-1))
         return out
-
-
-def _repeat(x: torch.Tensor, copies: int) -> torch.Tensor:
-    """`copies` copies of a batch along its first axis, whatever its rank (token ids, images)."""
-    return x.repeat(copies, *[1] * (x.dim() - 1))

@@ -76,6 +76,10 @@ class ForwardCall:
         copies = ids.shape[0] // self.n
         call = {self.input: ids}
         for arg, key in self.extra.items():
-            v = self.items[key]
-            call[arg] = v.repeat(copies, *[1] * (v.dim() - 1)) if copies > 1 else v
+            call[arg] = repeat_items(self.items[key], copies) if copies > 1 else self.items[key]
         return call
+
+
+def repeat_items(x: torch.Tensor, copies: int) -> torch.Tensor:
+    """`copies` copies of a batch along its first axis, whatever its rank (token ids, images, masks)."""
+    return x.repeat(copies, *[1] * (x.dim() - 1))
