@@ -131,18 +131,19 @@ def returning(pairs: Iterable[tuple[nn.Module, Any]]) -> Iterator[None]:
     """Each (module, value): a call of the module returns the value, running neither its forward nor
     any of its hooks (its own, with_kwargs ones, global ones): the value is what a whole call returned,
     after its hooks, so they must not apply again (a splice, a user's forward hook). The call itself
-    is replaced on the instance (nn.Module.__call__ goes through self._call_impl); a compiled module
-    (its own _compiled_call_impl) is left to run whole."""
+    is replaced on the instance (nn.Module.__call__ goes through self._call_impl, or a compiled
+    module's _compiled_call_impl, set aside meanwhile)."""
     swapped = []
     try:
         for module, value in pairs:
-            if getattr(module, "_compiled_call_impl", None) is None:
-                module._call_impl = lambda *a, _value=value, **k: _value
-                swapped.append(module)
+            swapped.append((module, module._compiled_call_impl))
+            module._compiled_call_impl = None
+            module._call_impl = lambda *a, _value=value, **k: _value
         yield
     finally:
-        for module in swapped:
+        for module, compiled in swapped:
             del module._call_impl
+            module._compiled_call_impl = compiled
 
 
 def _map(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
