@@ -96,8 +96,8 @@ class BackgroundWriter:
         KeyboardInterrupt meanwhile (a second Ctrl-C) drops the records still queued, but the one
         being written is finished and the thread has ended before it is raised again: the store
         is never closed under a running writer, so its counts are those of the rows it holds.
-        (The wait is on an event the thread sets, not Thread.join: a join that a KeyboardInterrupt
-        interrupts marks the thread as ended while it still writes, up to Python 3.12.)"""
+        (The wait is on an event the thread sets, not Thread.join: on Python 3.11 a join that a
+        KeyboardInterrupt interrupts marks the thread as ended while it still writes.)"""
         interrupted: BaseException | None = None
         while not self._done.is_set():
             try:
