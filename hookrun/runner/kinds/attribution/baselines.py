@@ -103,6 +103,17 @@ def scores(attr: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return attr.reshape(x.shape[0], -1)
 
 
+def measurable(attr_shape: tuple[int, ...], x: torch.Tensor) -> bool:
+    """Whether an attribution of this shape ranks x's pixels as `scores` does: an image's map has
+    spatial axes (resized to the input's), a sequence's has the input's positions, anything else
+    has one score per input element."""
+    if x.dim() == 4:
+        return len(attr_shape) == 4
+    if x.dim() == 3 or (x.dim() == 2 and len(attr_shape) == 3):
+        return len(attr_shape) == 3 and attr_shape[1] == x.shape[1]
+    return math.prod(attr_shape[1:]) == math.prod(pixel_shape(x))
+
+
 def masks(s: torch.Tensor, steps: int) -> torch.Tensor:
     """(n, steps + 1, P) booleans: the pixels removed (or put back) after each step."""
     n, p = s.shape
