@@ -173,6 +173,15 @@ def load(cfg: Any) -> HookrunConfig:
     return obj
 
 
+def replaced(cfg: HookrunConfig, **changes: Any) -> HookrunConfig:
+    """dataclasses.replace(cfg, **changes), keeping the kind plugins' parsed blocks (a rank's config)."""
+    out = dataclasses.replace(cfg, **changes)
+    for name in ("_blocks", "_block_nodes"):
+        if name in cfg.__dict__:
+            object.__setattr__(out, name, cfg.__dict__[name])
+    return out
+
+
 def _plugin_blocks(cfg: Any) -> tuple[Any, dict[str, Any]]:
     """The config without its kind plugins' blocks, and those blocks (null blocks left out)."""
     if not isinstance(cfg, dict):
