@@ -182,6 +182,10 @@ class RunKind:
         """After the last batch: arrays for the end of the file (none by default)."""
         return {}
 
+    def end_note(self) -> str:
+        """What the run's last log line adds after the file's name (an edges run: its recovered fractions)."""
+        return ""
+
     def file_bytes(self, n_samples: int) -> int:
         """Bytes this kind adds to the file besides the captures (the dry-run estimate)."""
         return 0
