@@ -26,6 +26,7 @@ recovered = (m_ablated - m_corrupt) / (m_clean - m_corrupt) per k, the metric av
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,7 @@ import torch
 
 from hookrun.errors import ConfigError, HookrunError, RunError
 from hookrun.runner.kinds.patching.edges.eap import edge_scores, record
+from hookrun.runner.kinds.patching.edges.formats import read_circuit
 from hookrun.runner.kinds.patching.edges.graph import Graph, find_graph
 from hookrun.runner.kinds.patching.edges.mib import mib_curves
 from hookrun.runner.kinds.patching.edges.spec import DEFAULT_STEPS, EDGE_METHODS, check_circuits
@@ -45,6 +47,7 @@ class EdgeResult:
     ig_steps: int
     faithfulness: dict | None = None
     node_positions: np.ndarray | None = None  # [writers, positions]: each writer's score at each position
+    d_model: int | None = None  # the residual stream's width (EAP-IG's cfg: edges/formats.py)
 
     @property
     def node_scores(self) -> np.ndarray:
@@ -59,7 +62,7 @@ class EdgeResult:
     def meta(self) -> dict:
         return {"graph": self.graph.describe(), "ig_steps": self.ig_steps, "node_scores": self.node_scores.tolist(),
                 "node_scores_by_position": None if self.node_positions is None else self.node_positions.tolist(),
-                "faithfulness": self.faithfulness}
+                "faithfulness": self.faithfulness, "d_model": self.d_model}
 
 
 def prepare(model: Any, block: Any, items: dict) -> tuple[Graph, Any]:
@@ -106,11 +109,14 @@ def compute(engine: Any, graph: Graph, wiring: Any) -> EdgeResult:
     if b.normalize:
         gap = engine.metric_clean - engine.metric_corrupt
         scores, by_position = (scores / gap, by_position / gap) if gap != 0 else (scores * np.nan, by_position * np.nan)
-    return EdgeResult(graph, scores, steps, curve, by_position)
+    return EdgeResult(graph, scores, steps, curve, by_position, int(base[("embed",)].shape[-1]))
 
 
 def file_scores(path: str, graph: Graph) -> np.ndarray:
-    """The edge grid of an earlier edges run (faithfulness.from: PATH), checked against this model's graph."""
+    """The edge grid of an earlier edges run (faithfulness.from: PATH), or of an EAP-IG graph JSON or a MIB
+    folder (edges/formats.py), checked against this model's graph."""
+    if path.endswith(".json") or Path(path).is_dir():
+        return read_circuit(path, graph.writers, graph.readers, graph.mask)
     from hookrun.runner.kinds.patching.reader import edge_values
     from hookrun.store.reading import open_source
 

@@ -70,9 +70,9 @@ def parse_faithfulness(raw: Any, method: str) -> FaithSpec | None:
     if ablation not in ABLATIONS:
         raise ConfigError(f"patching.faithfulness.ablation={ablation!r}; choose from: {one_of(ABLATIONS)}")
     source = str(raw.get("from", method))
-    if source not in EDGE_METHODS and not source.endswith((".h5", ".hdf5")) and "://" not in source and "/" not in source:
+    if source not in EDGE_METHODS and not source.endswith((".h5", ".hdf5", ".json")) and "://" not in source and "/" not in source:
         raise ConfigError(f"patching.faithfulness.from={source!r}; choose from: {one_of(EDGE_METHODS)}, or the path "
-                          f"of an edges run's file whose grid ranks the edges")
+                          f"of an edges run's file, an EAP-IG graph JSON or a MIB folder whose scores rank the edges")
     return FaithSpec(tuple(int(k) for k in edges), ablation, source, fractions)
 
 
