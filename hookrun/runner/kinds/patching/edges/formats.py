@@ -1,4 +1,5 @@
-"""Edge scores in other tools' files: hannamw/EAP-IG's graph JSON and MIB's submission folder.
+"""Edge scores in other tools' files: hannamw/EAP-IG's graph JSON, MIB's submission folder and
+TransformerLens 4.3's edge scores.
 
     doc = to_eap_ig(writers, readers, scores, cfg={"n_layers": 2, "n_heads": 4, "parallel_attn_mlp": False, "d_model": 16})
     path = write_mib(doc, "outputs/mib", task="ioi", model="gpt2")   # outputs/mib/ioi_gpt2/importances.json
@@ -10,6 +11,9 @@ parallel_attn_mlp, d_model}, "nodes": {name: {"in_graph", "score"}}, "edges": {"
 `logits`; an edge into a head names the head's input it enters, `a0.h1->a1.h0<q>` (hookrun's reader
 L1.H0.q). MIB's circuit track reads a folder per task and model, `{task}_{model}/importances.json`
 (MIB-circuit-track's README and run_evaluation.py), each that JSON with importance scores.
+TransformerLens 4.3's `attribution_patch(granularity="edge")` scores (writer, reader) node pairs per
+position; its JSON here is the list `[{"writer": asdict(w), "reader": asdict(r), "score": s} for (w, r), s in
+result.edge_scores.items()]` (or {"edge_scores": that list}), read summed over positions.
 """
 
 from __future__ import annotations
@@ -106,9 +110,14 @@ def read_circuit(path: str | Path, writers: Sequence[str], readers: Sequence[str
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{where}={str(path)!r}: {p.name} is not JSON ({exc}); give an EAP-IG graph JSON "
                           f"({{cfg, nodes, edges}}) or a MIB folder") from None
+    if isinstance(doc, dict) and isinstance(doc.get("edge_scores"), list):
+        doc = doc["edge_scores"]
+    if isinstance(doc, list):
+        return _tl_scores(doc, writers, readers, mask, f"{where}={str(path)!r}")
     if not isinstance(doc, dict) or not all(isinstance(doc.get(k), dict) for k in ("cfg", "nodes", "edges")):
-        raise ConfigError(f"{where}={str(path)!r}: unknown circuit format (no cfg, nodes and edges objects); "
-                          f"give EAP-IG's graph JSON or MIB's importances folder")
+        raise ConfigError(f"{where}={str(path)!r}: unknown circuit format (neither EAP-IG's {{cfg, nodes, edges}} nor "
+                          f"TransformerLens 4.3's edge_scores records); give EAP-IG's graph JSON, MIB's importances "
+                          f"folder or TransformerLens' edge scores")
     names = edge_names(writers, readers)
     index = {names[i][j]: (i, j) for i in range(len(writers)) for j in range(len(readers)) if mask[i, j]}
     known_nodes = {node_name(w) for w in writers} | {"logits"}
@@ -133,6 +142,48 @@ def read_circuit(path: str | Path, writers: Sequence[str], readers: Sequence[str
         i, j = missing[0]
         raise ConfigError(f"{where}={str(path)!r}: it scores {int(np.isfinite(scores).sum())} of this model's "
                           f"{int(mask.sum())} edges; edge {names[i][j]!r} is missing (the circuit is for another model)")
+    return scores
+
+
+TL_READERS = {"q_input": "q", "k_input": "k", "v_input": "v"}
+
+
+def tl_label(node: Any) -> str:
+    """hookrun's writer or reader label of a TransformerLens 4.3 Node (as a dict: kind, position, layer, head)."""
+    kind, layer, head = node.get("kind"), node.get("layer"), node.get("head")
+    if kind == "embed" or kind == "logits":
+        return str(kind)
+    if kind == "attn_head_out":
+        return f"L{layer}.H{head}"
+    if kind in ("mlp_out", "mlp_in"):
+        return f"L{layer}.MLP"
+    if kind in TL_READERS:
+        return f"L{layer}.H{head}.{TL_READERS[kind]}"
+    raise ValueError(f"unknown TransformerLens node kind {kind!r}")
+
+
+def _tl_scores(records: list, writers: Sequence[str], readers: Sequence[str], mask: np.ndarray, where: str) -> np.ndarray:
+    """TransformerLens 4.3's `AttributionResult.edge_scores` as records {writer, reader, score} (each node
+    `dataclasses.asdict(Node)`), summed over positions into the [writers, readers] grid."""
+    wi, ri = {w: i for i, w in enumerate(writers)}, {r: j for j, r in enumerate(readers)}
+    scores = np.full((len(writers), len(readers)), np.nan)
+    for n, rec in enumerate(records):
+        try:
+            w, r, score = tl_label(rec["writer"]), tl_label(rec["reader"]), float(rec["score"])
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ConfigError(f"{where}: record {n} is not a TransformerLens edge score {{writer, reader, score}} ({exc})") from None
+        for label, known in ((w, wi), (r, ri)):
+            if label not in known:
+                raise ConfigError(f"{where}: node {label!r} is not in this model's graph; the circuit is for another model")
+        i, j = wi[w], ri[r]
+        if not mask[i, j]:
+            raise ConfigError(f"{where}: edge {w} -> {r} is not in this model's graph; the circuit is for another model")
+        scores[i, j] = score if np.isnan(scores[i, j]) else scores[i, j] + score
+    missing = np.argwhere(mask & ~np.isfinite(scores))
+    if len(missing):
+        i, j = missing[0]
+        raise ConfigError(f"{where}: it scores {int(np.isfinite(scores).sum())} of this model's {int(mask.sum())} edges; "
+                          f"edge {writers[i]} -> {readers[j]} is missing (the circuit is for another model)")
     return scores
 
 
