@@ -193,6 +193,9 @@ def test_file_run_writes_inspects_and_plots_the_curves(model, items, tmp_path):
     lines = "\n".join(grid_lines(run.attrs))
     assert cpr in lines and cmd in lines and f"0.1: {want['cmd'][0][1]:.3g}" in lines
     assert "recovered at k edges 5:" in lines
+    from hookrun.runner.kinds.patching.reader import header_rows
+    rows = {name: text for name, text in header_rows(run.attrs)}  # the report's run table
+    assert rows["MIB"] == f"{cpr}, {cmd} over fractions of {n} edges" and "grid edges" in rows
 
     from hookrun.analysis.report.figure_specs import Lines
     from hookrun.runner.kinds.patching.report import plot_figures

@@ -116,8 +116,12 @@ def header_rows(attrs: Any) -> list[list[str]]:
     lines = grid_lines(attrs)
     if not lines:
         return []
+    meta = patching_meta(attrs)
+    grids = lines[1: 1 + len(meta["layout"])]
+    faith = [line.split(None, 1) for line in faithfulness_lines(meta.get("faithfulness"))]
     return [["patching", lines[0].split("grids", 1)[1].strip()],
-            *([f"grid {line.split()[0]}", " ".join(line.split()[1:])] for line in lines[1:])]
+            *([f"grid {line.split()[0]}", " ".join(line.split()[1:])] for line in grids),
+            *([name, rest] for name, rest in faith)]
 
 
 # -- an edges run (patching method eap / eap_ig, docs/edges.md): its grid `edges` is [writer, reader],
