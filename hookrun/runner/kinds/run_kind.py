@@ -26,6 +26,7 @@ closure and the store never ask which kind runs; they read what the kind hands t
 |                          |                         | (a grid's cells); None: the ranks split batches   |
 | `restore(resume, kept)`  | resume                  | state carried over from the kept batches          |
 | `finish()`               | after the last batch    | arrays for the end of the file ({} for none)      |
+| `end_note()`             | the run's last log line | what it adds after the file's name ("" for none)  |
 | `file_bytes(n)`          | dry_run estimate        | bytes it adds besides the captures                |
 
 A kind that runs several forwards per batch hands the session a `Phase` for each
