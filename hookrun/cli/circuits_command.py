@@ -90,6 +90,8 @@ def score(a: argparse.Namespace) -> int:
     cfg = _config(a.source)
     patching = dict(cfg.get("patching") or {})
     faith = dict(patching.get("faithfulness") or {})
+    for key in ("sites", "verify"):  # a node-site run's keys: the edges run patches no site
+        patching.pop(key, None)
     patching.update(method="eap", ig_steps=1, faithfulness={"fractions": list(fractions), "from": str(a.circuit),
                                                             "ablation": faith.get("ablation", "corrupt")})
     out = a.out or str(Path(tempfile.mkdtemp(prefix="hookrun_circuit_")) / "scored.h5")
