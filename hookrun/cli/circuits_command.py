@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from hookrun.analysis.remote_run import open_run
 from hookrun.cli.command import description, ends_quietly, run_command
 from hookrun.errors import ConfigError
 from hookrun.runner.kinds.patching.edges.formats import FORMATS, describe_cfg, to_eap_ig, write_mib
@@ -52,15 +53,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def export(a: argparse.Namespace) -> int:
     """Write the run's [writer, reader] scores in `a.format`; print the path."""
-    import hookrun
-
     if a.format not in FORMATS:
         raise ConfigError(f"--format {a.format!r}; choose from: {', '.join(FORMATS)}")
     if a.format == "mib" and not (a.task and a.model):
         raise ConfigError("--format mib needs --task and --model: MIB reads the folder {task}_{model} (e.g. --task ioi --model gpt2)")
     if a.fraction is not None and not 0 < a.fraction <= 1:
         raise ConfigError(f"--fraction {a.fraction}; give a fraction of the edges in (0, 1]")
-    with hookrun.open_run(a.run) as run:
+    with open_run(a.run) as run:
         meta = json.loads(run.attrs.get("patching") or "{}")
         if "graph" not in meta:
             raise ConfigError(f"{a.run}: holds no edge grid (an edges run: patching method eap or eap_ig)")
@@ -84,7 +83,7 @@ def export(a: argparse.Namespace) -> int:
 
 def score(a: argparse.Namespace) -> int:
     """Run the source's config again with faithfulness.from: the circuit; print the run's faithfulness line."""
-    import hookrun
+    from hookrun.runner.run import run
 
     fractions = parse_fractions("mib" if a.fractions == "mib" else _numbers(a.fractions))
     cfg = _config(a.source)
@@ -97,7 +96,7 @@ def score(a: argparse.Namespace) -> int:
     out = a.out or str(Path(tempfile.mkdtemp(prefix="hookrun_circuit_")) / "scored.h5")
     cfg.update(patching=patching, progress=False, output={**dict(cfg.get("output") or {}), "path": out, "overwrite": True,
                                                           "staging": None})
-    result = hookrun.run(cfg)
+    result = run(cfg)
     print(f"{a.circuit}: {result.note}")
     print(f"file: {result.path}")
     return 0
@@ -119,9 +118,7 @@ def _config(source: str) -> dict:
         if not p.is_file():
             raise ConfigError(f"{source}: no such config file")
         return dict(yaml.safe_load(p.read_text()) or {})
-    import hookrun
-
-    with hookrun.open_run(source) as run:
+    with open_run(source) as run:
         cfg = run.config
     if not cfg:
         raise ConfigError(f"{source}: the run keeps no config to run again; give a YAML config")
