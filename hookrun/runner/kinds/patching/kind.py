@@ -33,6 +33,7 @@ from hookrun.output.ranks import every_rank
 from hookrun.runner.kinds import RunKind, register_kind
 from hookrun.runner.kinds.patching.block import load_items, parse_block
 from hookrun.runner.kinds.patching.checks import refuse_recording
+from hookrun.runner.kinds.patching.edges.mib import summary as mib_summary
 from hookrun.runner.kinds.patching.edges.run import check_atp_ig
 from hookrun.runner.kinds.patching.edges.run import compute as compute_edges
 from hookrun.runner.kinds.patching.edges.run import prepare as prepare_edges
@@ -40,7 +41,7 @@ from hookrun.runner.kinds.patching.edges.spec import EDGE_METHODS
 from hookrun.runner.kinds.patching.engine import PatchEngine
 from hookrun.runner.kinds.patching.forward_inputs import check_inputs
 from hookrun.runner.kinds.patching.notebook import grid_attrs, run_cells
-from hookrun.runner.kinds.patching.reader import CELL_UNITS
+from hookrun.runner.kinds.patching.reader import CELL_UNITS, faithfulness_lines
 from hookrun.store.records import Capture, CaptureKey, StepRecord
 
 KEY = {which: CaptureKey("patching", "cells", "patching", which) for which in ("value", "exact")}
@@ -63,6 +64,14 @@ class PatchingKind(RunKind):
 
     def prepare_run(self, p: Any) -> None:
         self.engine = PatchRun(p, self.rank, self.world)
+        curve = self.engine.edges.faithfulness if self.engine.edges is not None else None
+        lines = faithfulness_lines({**curve, "mib": None}) if curve else []
+        mib = (curve or {}).get("mib")
+        self.note = "; ".join([line.strip() for line in lines] + ([f"MIB {mib_summary(mib)}"] if mib else []))
+
+    def end_note(self) -> str:
+        """An edges run's recovered fractions (per k, and MIB's CPR / CMD), for the run's last log line."""
+        return getattr(self, "note", "")
 
     def run_steps(self, data_loop: Any, writer: Any, first_row: int, should_stop: Any) -> int:
         """Chunks of cells, not batches of the data: rows are this rank's cells, from the first not written."""
