@@ -28,7 +28,7 @@ import torch
 from hookrun.errors import ConfigError
 from hookrun.runner.kinds.similarity import measures as m
 
-SLAB = 64 << 20  # bytes of rows read at once when the spooled features become Gram matrices
+SLAB = 16 << 20  # bytes of rows read at once when the spooled features become Gram matrices
 ROUTES = ("feature", "gram", "minibatch")
 
 
