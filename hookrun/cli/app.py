@@ -30,12 +30,14 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from hookrun.cli.command import ends_quietly, exit_process
 from hookrun.cli.hydra_errors import dotted_keys, one_line, shell_damage
 from hookrun.cli.hydra_mode import skip_mode_compose
+from hookrun.cli.run_record import RunRecord, held_saves
 from hookrun.cli.usage import usage, version
 from hookrun.config.schema import HookrunConfig
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.output.destination import in_run_folder
 from hookrun.output.ranks import agree_on_start, detect
 from hookrun.output.signals import Interrupted
+from hookrun.runner.accepted import on_accepted
 from hookrun.runner.run import run
 
 log = logging.getLogger("hookrun")
@@ -62,19 +64,28 @@ def _app(cfg: DictConfig) -> None:
     for name in QUIET:  # Hydra's job logging sets the root to INFO; these keep to warnings
         if logging.getLogger(name).level == logging.NOTSET:
             logging.getLogger(name).setLevel(logging.WARNING)
+    folder = Path(HydraConfig.get().runtime.output_dir)
+    record = RunRecord.take(folder)  # Hydra's .hydra/ and log: written only once the run is accepted
+    try:
+        _task(cfg, folder, record)
+    finally:
+        if not record.written:  # refused, or a dry run: the run folder stays as it was
+            record.discard()
+            _remove_empty(folder)
+
+
+def _task(cfg: DictConfig, folder: Path, record: RunRecord) -> None:
     path = Path(cfg.output.path)
     hydra_cfg = HydraConfig.get()
     if path.is_absolute() and hydra_cfg.mode == RunMode.MULTIRUN:  # (a URL is never an absolute path)
         _fail(HookrunError(f"output.path={path} is absolute: every job of a multirun would write the same file; "
                            f"give a relative path (each job has its own folder) or one with ${{hydra.job.num}} in it"))
     with open_dict(cfg):  # a relative file, or an object store's staged parts: in the run folder
-        cfg.output.path, cfg.output.staging = in_run_folder(str(cfg.output.path), cfg.output.get("staging"),
-                                                            Path(HydraConfig.get().runtime.output_dir))
+        cfg.output.path, cfg.output.staging = in_run_folder(str(cfg.output.path), cfg.output.get("staging"), folder)
     try:
-        result = run(cfg)
-        if cfg.dry_run:
-            _remove_empty(Path(HydraConfig.get().runtime.output_dir))
-        else:
+        with on_accepted(record.write):
+            result = run(cfg)
+        if not cfg.dry_run:
             log.info("file: %s", result.path)
     except HookrunError as exc:
         if _FULL_ERROR:
@@ -203,7 +214,7 @@ def main() -> None:
     overrides = [a for a in args if not a.startswith("-")]
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors to us instead of printing them
     try:
-        with skip_mode_compose(args, conf_dir()):
+        with skip_mode_compose(args, conf_dir()), held_saves():
             _app()
     except Exception as exc:
         if _FULL_ERROR:
