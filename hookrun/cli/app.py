@@ -27,6 +27,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from hookrun.cli.blocks import block_names, hydra_slots, missing_block
 from hookrun.cli.command import ends_quietly, exit_process
 from hookrun.cli.hydra_errors import dotted_keys, one_line, shell_damage
 from hookrun.cli.hydra_mode import skip_mode_compose
@@ -54,7 +55,8 @@ def conf_dir() -> str:
     raise FileNotFoundError(f"hookrun's conf/ folder is missing (looked in {here / 'conf'} and {here.parent / 'conf'})")
 
 
-ConfigStore.instance().store(name="hookrun_schema", node=HookrunConfig)
+SCHEMA = hydra_slots(HookrunConfig)  # the kinds' null blocks typed Any: the command line can add one (blocks.py)
+ConfigStore.instance().store(name="hookrun_schema", node=SCHEMA)
 
 
 @hydra.main(version_base="1.3", config_path=conf_dir(), config_name="config")
@@ -117,6 +119,9 @@ def compose_config(overrides: list[str], hydra: bool = False) -> DictConfig:
     """The config `python -m hookrun OVERRIDES` would run, composed without running it (the module
     lister and hookrun.compose use it; `hydra`: with the hydra node, for hydra.run.dir); Hydra's
     errors come out as a ConfigError in hookrun's one-line form."""
+    line = _missing_block(overrides)
+    if line is not None:
+        raise ConfigError(line)
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="hookrun"):
@@ -132,6 +137,11 @@ def compose_config(overrides: list[str], hydra: bool = False) -> DictConfig:
 
 def _known_keys(overrides: list[str]) -> list[str]:
     """The dotted keys of the config with these group choices (for 'did you mean')."""
+    return dotted_keys(OmegaConf.to_container(_compose_groups(overrides), resolve=False))
+
+
+def _compose_groups(overrides: list[str]) -> DictConfig:
+    """The config of these overrides' group choices alone (a sweep's first choice)."""
     groups = []
     for o in overrides:
         key, _, value = o.lstrip("+").partition("=")
@@ -140,12 +150,16 @@ def _known_keys(overrides: list[str]) -> list[str]:
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="hookrun"):
-            cfg = compose("config", overrides=groups)
+            return compose("config", overrides=groups)
     except Exception:  # a group choice is wrong too: the schema's keys
-        cfg = OmegaConf.structured(HookrunConfig)
+        return OmegaConf.structured(HookrunConfig)
     finally:
         GlobalHydra.instance().clear()
-    return dotted_keys(OmegaConf.to_container(cfg, resolve=False))
+
+
+def _missing_block(overrides: list[str]) -> str | None:
+    """`patching.method=eap` where the config has no patching block: one line saying how to add it."""
+    return missing_block(overrides, block_names(SCHEMA, HookrunConfig), lambda: _compose_groups(overrides), conf_dir())
 
 
 def _group_options(group: str) -> list[str]:
@@ -196,7 +210,7 @@ def main() -> None:
         sys.exit(0)
     if HELP & set(args):  # hookrun's own help; Hydra's groups and config follow (hydra.help in conf/config.yaml)
         print(usage(), flush=True)
-    damage = shell_damage(args)
+    damage = shell_damage(args) or _missing_block([a for a in args if not a.startswith("-")])
     if damage:
         _fail(ConfigError(damage))
     try:
