@@ -16,6 +16,7 @@ import os
 import re
 import sys
 import traceback
+import warnings
 from pathlib import Path
 
 import hydra
@@ -29,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hookrun.cli.blocks import block_names, hydra_slots, missing_block
 from hookrun.cli.command import ends_quietly, exit_process
-from hookrun.cli.hydra_errors import dotted_keys, one_line, shell_damage
+from hookrun.cli.hydra_errors import dotted_keys, one_line, renamed, shell_damage
 from hookrun.cli.hydra_mode import skip_mode_compose
 from hookrun.cli.run_record import RunRecord, held_saves
 from hookrun.cli.usage import usage, version
@@ -122,6 +123,8 @@ def compose_config(overrides: list[str], hydra: bool = False) -> DictConfig:
     line = _missing_block(overrides)
     if line is not None:
         raise ConfigError(line)
+    for note in renamed(overrides, conf_dir()):
+        warnings.warn(note, UserWarning, stacklevel=3)
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="hookrun"):
@@ -210,6 +213,8 @@ def main() -> None:
         sys.exit(0)
     if HELP & set(args):  # hookrun's own help; Hydra's groups and config follow (hydra.help in conf/config.yaml)
         print(usage(), flush=True)
+    for note in renamed([a for a in args if not a.startswith("-")], conf_dir()):
+        print(f"hookrun: note: {note}", file=sys.stderr, flush=True)
     damage = shell_damage(args) or _missing_block([a for a in args if not a.startswith("-")])
     if damage:
         _fail(ConfigError(damage))
