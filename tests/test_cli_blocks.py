@@ -100,6 +100,9 @@ def test_a_plugins_null_slot_behaves_as_the_shipped_blocks():
     assert line == "probe.layer=3: this config has no probe block; add one with '+probe={layer: 3}'"
     assert missing_block(["+probe={layer: 3}", "probe.layer=4"], ["probe"], lambda: composed, ".") is None
     assert missing_block(["seed=1"], ["probe"], lambda: 1 / 0, ".") is None  # nothing composed where no block is set
+    swept = ["experiment=attribution_shapes,resnet_layer1"]  # Hydra composes a sweep's config first without them
+    line = missing_block([*swept, "attribution.method=saliency"], ["attribution"], lambda: composed, ".", swept)
+    assert line.endswith("write '++attribution.method=saliency' (it sets the key where a job has the block, and adds it elsewhere)")
 
 
 def test_experiments_with_a_block_and_the_help():

@@ -161,8 +161,11 @@ def _compose_groups(overrides: list[str]) -> DictConfig:
 
 
 def _missing_block(overrides: list[str]) -> str | None:
-    """`patching.method=eap` where the config has no patching block: one line saying how to add it."""
-    return missing_block(overrides, block_names(SCHEMA, HookrunConfig), lambda: _compose_groups(overrides), conf_dir())
+    """`patching.method=eap` where the config has no patching block: one line saying how to add it
+    (a sweep over group options: Hydra composes the sweep's config without them first)."""
+    swept = [o for o in overrides if "," in o.partition("=")[2] and Path(conf_dir(), o.partition("=")[0].lstrip("+")).is_dir()]
+    rest = [o for o in overrides if o not in swept]
+    return missing_block(overrides, block_names(SCHEMA, HookrunConfig), lambda: _compose_groups(rest), conf_dir(), swept)
 
 
 def _group_options(group: str) -> list[str]:

@@ -45,10 +45,12 @@ def hydra_slots(schema: type) -> type:
     return dataclasses.make_dataclass(schema.__name__, null, bases=(schema,)) if null else schema
 
 
-def missing_block(overrides: list[str], blocks: list[str], compose_groups: Callable[[], Any], conf: str | Path) -> str | None:
+def missing_block(overrides: list[str], blocks: list[str], compose_groups: Callable[[], Any], conf: str | Path,
+                  swept: list[str] = ()) -> str | None:
     """One line for `BLOCK.key=value` (no `+`) where the config, as its groups compose it, has no
     BLOCK; None where every such override has its block. `compose_groups()` composes the group
-    choices alone (called only where a block's key is set)."""
+    choices alone (called only where a block's key is set); `swept`: the sweeps over group options
+    (`-m experiment=a,b`), which Hydra leaves out of the config it composes first."""
     given = {o.lstrip("+").split("=", 1)[0] for o in overrides if "=" in o}
     dotted = [o for o in overrides if not o.startswith(("+", "~")) and "=" in o and "." in o.split("=", 1)[0]
               and o.split(".", 1)[0] in blocks and o.split(".", 1)[0] not in given]
@@ -57,6 +59,9 @@ def missing_block(overrides: list[str], blocks: list[str], compose_groups: Calla
     cfg = compose_groups()
     for override in dotted:
         block = override.split(".", 1)[0]
+        if cfg.get(block) is None and swept:
+            return (f"{override}: the sweep {', '.join(swept)} is composed first without its options, where there is no "
+                    f"{block} block; write '++{override}' (it sets the key where a job has the block, and adds it elsewhere)")
         if cfg.get(block) is None:
             key, _, value = override.partition("=")
             rest = key.split(".", 1)[1]
