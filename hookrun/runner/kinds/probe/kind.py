@@ -19,7 +19,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from torch import nn
 
 from hookrun.config.schema import HookrunConfig, Mode

@@ -37,7 +37,7 @@ def read_probes(f: Any) -> Table:
     rows = []
     for pg in _groups(f):
         a = pg.attrs
-        get = lambda k: float(a[k]) if k in a else None  # noqa: E731
+        get = lambda k, a=a: float(a[k]) if k in a else None  # noqa: E731
         rows.append({"at": str(a["module"]), "rows": int(a["rows"]), "features": int(a["features"]),
                      "train": get("train_score"), "test": get("test_score"), "control": get("control_test_score"),
                      "selectivity": get("selectivity")})
