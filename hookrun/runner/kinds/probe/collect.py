@@ -57,12 +57,13 @@ class Collector:
         target = block.target
         self.fn = None
         if isinstance(target, Mapping):
-            from hookrun.config.plugins import _resolve
+            import importlib
 
             path = str(target["_target_"])
             try:
-                self.fn = _resolve(path.rsplit(".", 1)[0] + ":" + path.rsplit(".", 1)[1])
-            except (ImportError, AttributeError, IndexError) as exc:
+                module, _, attr = path.rpartition(".")
+                self.fn = getattr(importlib.import_module(module), attr)
+            except (ImportError, AttributeError, ValueError) as exc:
                 raise ConfigError(f"probe.target._target_={path!r} cannot be imported ({exc}); give a function "
                                   f"package.module.name taking the batch") from None
 

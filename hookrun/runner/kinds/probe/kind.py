@@ -16,9 +16,11 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from hookrun.config.schema import HookrunConfig, Mode
@@ -66,6 +68,7 @@ class ProbeKind(RunKind):
         if isinstance(classes, list | tuple) and b.target in ("label", "target") and len(classes) < 2:
             raise ConfigError(f"probe.target={b.target}: the data set has {len(classes)} class(es); a probe needs at least 2")
         self.features = {name: first[name][0].shape[1] for name in self.names}
+        self.first = (indices, first)  # batch 0's rows: its step uses them where no user hook needs its forward
         self.stores: dict[str, RowStore] = {}
         self.last = -1
         self.world = 1
@@ -97,7 +100,12 @@ class ProbeKind(RunKind):
                 "test_data": b.test_data is not None, "control": b.control, "memory": b.memory}
 
     def add(self, model: nn.Module, call: Any, indices: Any, part: int = 0) -> None:
-        for name, (x, y, key, item) in self.collector.batch(model, call, indices).items():
+        first, self.first = self.first, None
+        if first is not None and not part and not self.ctx.points and torch.equal(first[0].cpu(), indices.cpu()):
+            rows = first[1]  # (computed by __init__'s check on the same batch)
+        else:
+            rows = self.collector.batch(model, call, indices)
+        for name, (x, y, key, item) in rows.items():
             if part:  # test_data's items: identities of their own
                 key, item = -1 - key if self.spec.pool != "every" else key, -1 - item
             self.stores[name].add(x, y, key, item, part)
@@ -119,7 +127,9 @@ class ProbeKind(RunKind):
         for name in self.names:
             log.info("probe: fitting %s (%d rows of %d features, %s)", name, self.stores[name].rows,
                      self.features[name], "spilled to disk" if self.stores[name].spilled else "in memory")
-            points.append((name, fit_point(self.stores[name], spec, self.ctx.device, where=f" at {name}")))
+            t0 = time.perf_counter()
+            result = fit_point(self.stores[name], spec, self.ctx.device, where=f" at {name}")
+            points.append((name, {**result, "fit_seconds": time.perf_counter() - t0}))
         regression = points[0][1]["regression"]
         return {"attrs": {"method": b.method, "metric": "r2" if regression else "accuracy", "pool": b.pool},
                 "points": points}
