@@ -112,8 +112,6 @@ def fit_point(store: RowStore, spec: FitSpec, device: torch.device | str = "cpu"
 def fit_one(blocks, t: np.ndarray, train: np.ndarray, classes: np.ndarray | None, d: int, spec: FitSpec,
             mean: np.ndarray, scale: np.ndarray) -> dict:
     """The probe on targets `t` (class indices, or values): its weights in both spaces."""
-    mu, sd = torch.from_numpy(mean), torch.from_numpy(scale)
-    transform = (lambda x: (x - mu.to(x.device)) / sd.to(x.device)) if spec.standardize else None  # noqa: E731
     info: dict = {}
     if spec.method == "ridge":
         m = Moments()
@@ -125,7 +123,8 @@ def fit_one(blocks, t: np.ndarray, train: np.ndarray, classes: np.ndarray | None
             m.add(torch.cat([x[sel], tt], 1))
         coef, intercept = ridge_solve(m, d, spec.alpha, scale if spec.standardize else None)
     else:
-        f = fit_logistic(blocks, t, train, len(classes), d, spec.C, spec.tol, spec.max_iter, transform)
+        f = fit_logistic(blocks, t, train, len(classes), d, spec.C, spec.tol, spec.max_iter,
+                         *((mean, scale) if spec.standardize else (None, None)))
         coef, intercept = f.coef, f.intercept
         info = {"objective": f.objective, "iterations": f.iterations, "converged": f.converged}
     weight = coef / scale if spec.standardize else coef

@@ -33,57 +33,64 @@ class LogisticFit:
 
 
 def objective(blocks: Blocks, y: np.ndarray, rows: np.ndarray, classes: int, C: float, w: np.ndarray,
-              transform: Callable[[torch.Tensor], torch.Tensor] | None = None, grad: bool = True
+              mean: np.ndarray | None = None, scale: np.ndarray | None = None, grad: bool = True
               ) -> tuple[float, np.ndarray | None]:
     """sklearn's objective (and its gradient) at the flat parameters `w` over the rows `rows` (a bool
-    mask over every row) with class indices `y` (every row's; -1 where a row has none)."""
+    mask over every row) with class indices `y` (every row's; -1 where a row has none). With `mean`
+    and `scale` (StandardScaler's), `w` is in the standardised space; the blocks stay raw: the scaling
+    is folded into the weights (z = x (W/s)^T + b - (W/s) mean) and the gradient, so no block is copied."""
     k = 1 if classes == 2 else classes
     n = int(rows.sum())
-    wt = None
+    params = w.reshape(k, -1)
+    coefs, icpt = params[:, :-1], params[:, -1]
+    d = coefs.shape[1]
+    mean = np.zeros(d) if mean is None else mean
+    scale = np.ones(d) if scale is None else scale
+    raw = coefs / scale
+    wt = bt = None
     total = 0.0
-    g = np.zeros_like(w)
+    gx = np.zeros((k, d))
+    gb = np.zeros(k)
     for start, x in blocks():
-        sel = torch.from_numpy(rows[start:start + len(x)]).to(x.device)
-        if not bool(sel.any()):
+        sel = rows[start:start + len(x)]
+        if not sel.any():
             continue
-        xs = x[sel]
-        if transform is not None:
-            xs = transform(xs)
         if wt is None:
-            wt = torch.from_numpy(w.reshape(k, -1)).to(xs.device)
-        yi = torch.from_numpy(y[start:start + len(x)]).to(xs.device)[sel]
-        z = xs @ wt[:, :-1].T + wt[:, -1]
+            wt = torch.from_numpy(raw).to(x.device)
+            bt = torch.from_numpy(icpt - raw @ mean).to(x.device)
+        m = torch.from_numpy(sel).to(x.device, x.dtype)
+        yi = torch.from_numpy(np.where(sel, y[start:start + len(x)], 0)).to(x.device)
+        z = x @ wt.T + bt
         if k == 1:
             z = z[:, 0]
             yb = (yi == 1).to(z.dtype)
-            total += float((torch.nn.functional.softplus(z) - yb * z).sum())
-            r = (torch.sigmoid(z) - yb)[:, None]
+            total += float((m * (torch.nn.functional.softplus(z) - yb * z)).sum())
+            r = ((torch.sigmoid(z) - yb) * m)[:, None]
         else:
-            lse = torch.logsumexp(z, 1)
-            total += float((lse - z.gather(1, yi[:, None])[:, 0]).sum())
+            total += float((m * (torch.logsumexp(z, 1) - z.gather(1, yi[:, None])[:, 0])).sum())
             r = torch.softmax(z, 1)
             r[torch.arange(len(yi), device=r.device), yi] -= 1.0
+            r = r * m[:, None]
         if grad:
-            gw = torch.cat([r.T @ xs, r.sum(0)[:, None]], 1)
-            g += gw.cpu().numpy().reshape(-1)
-    coefs = w.reshape(k, -1)[:, :-1]
+            gx += (r.T @ x).cpu().numpy()
+            gb += r.sum(0).cpu().numpy()
     f = total / n + float((coefs ** 2).sum()) / (2 * C * n)
     if not grad:
         return f, None
-    g /= n
-    g.reshape(k, -1)[:, :-1] += coefs / (C * n)
-    return f, g
+    g = np.concatenate([(gx - np.outer(gb, mean)) / scale / n + coefs / (C * n), gb[:, None] / n], 1)
+    return f, g.reshape(-1)
 
 
 def fit_logistic(blocks: Blocks, y: np.ndarray, rows: np.ndarray, classes: int, d: int, C: float,
                  tol: float = 1e-8, max_iter: int = 1000,
-                 transform: Callable[[torch.Tensor], torch.Tensor] | None = None) -> LogisticFit:
-    """Minimise the objective from zeros with scipy's L-BFGS-B (sklearn's options)."""
+                 mean: np.ndarray | None = None, scale: np.ndarray | None = None) -> LogisticFit:
+    """Minimise the objective from zeros with scipy's L-BFGS-B (sklearn's options); the weights come
+    back in the standardised space where `mean` and `scale` are given."""
     from scipy import optimize
 
     k = 1 if classes == 2 else classes
     res = optimize.minimize(
-        lambda w: objective(blocks, y, rows, classes, C, w, transform), np.zeros(k * (d + 1)), method="L-BFGS-B",
+        lambda w: objective(blocks, y, rows, classes, C, w, mean, scale), np.zeros(k * (d + 1)), method="L-BFGS-B",
         jac=True, options={"maxiter": max_iter, "maxls": 50, "gtol": tol, "ftol": 64 * np.finfo(float).eps})
     w = res.x.reshape(k, d + 1)
     return LogisticFit(w[:, :-1].copy(), w[:, -1].copy(), float(res.fun), int(res.nit), bool(res.success))

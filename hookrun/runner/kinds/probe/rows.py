@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 BYTES = 8  # float64
+BLOCK = 16 << 20  # in memory, batches are merged into blocks of up to this many bytes before a pass
 
 
 class RowStore:
@@ -77,6 +78,7 @@ class RowStore:
     def blocks(self, device: torch.device | str = "cpu") -> Iterator[tuple[int, torch.Tensor]]:
         """(first row, features) blocks over every row in order, each within the memory budget."""
         if self.file is None:
+            self._compact()
             start = 0
             for x in self.chunks:
                 yield start, x.to(device)
@@ -86,6 +88,23 @@ class RowStore:
         step = max(1, self.memory // (BYTES * self.features))
         for start in range(0, self.rows, step):
             yield start, torch.from_numpy(ds[start:start + step]).to(device)
+
+    def _compact(self) -> None:
+        """Merge runs of small held batches into blocks of up to min(BLOCK, memory) bytes (one block
+        of extra memory at a time): a solver's pass then costs a few large products, not one per batch."""
+        limit = max(min(BLOCK, self.memory), 1)
+        merged: list[torch.Tensor] = []
+        group: list[torch.Tensor] = []
+        size = 0
+        for x in self.chunks:
+            if group and size + x.numel() * BYTES > limit:
+                merged.append(torch.cat(group) if len(group) > 1 else group[0])
+                group, size = [], 0
+            group.append(x)
+            size += x.numel() * BYTES
+        if group:
+            merged.append(torch.cat(group) if len(group) > 1 else group[0])
+        self.chunks = merged
 
     def close(self) -> None:
         """Drop the rows; the spill file's dataset is deleted (and the file, when it holds nothing else)."""
