@@ -172,3 +172,17 @@ def test_pooling_against_numpy():
     every = pool_rows(tt, "every", mask)
     close(every.x, np.concatenate([t[0, :3], t[1, 2:]]), 1e-12)
     assert every.item.tolist() == [0, 0, 0, 1, 1, 1] and every.token.tolist() == [0, 1, 2, 7, 8, 9]
+
+
+@pytest.mark.parametrize("diag", [False, True])
+def test_moments_merged_over_uneven_batches_equal_numpy(diag):
+    from hookrun.runner.kinds.probe.moments import Moments
+
+    rng = np.random.default_rng(3)
+    z = rng.normal(size=(157, 6)) * 10 + 1e4  # a large mean: the merged form keeps the digits
+    m = Moments(diag=diag)
+    for a, b in ((0, 1), (1, 40), (40, 41), (41, 157)):
+        m.add(torch.from_numpy(z[a:b]))
+    c = (z - z.mean(0)).T @ (z - z.mean(0))
+    close(m.mean.numpy(), z.mean(0), 1e-12)
+    close(m.comoment.numpy(), np.diag(c) if diag else c, 1e-9)

@@ -75,11 +75,11 @@ def fit_point(store: RowStore, spec: FitSpec, device: torch.device | str = "cpu"
     d = store.features
     blocks = lambda: store.blocks(device)  # noqa: E731
     if spec.standardize:
-        m = Moments()
+        m = Moments(diag=True)
         for start, x in blocks():
             m.add(x[torch.from_numpy(train[start:start + len(x)]).to(x.device)])
         mean = m.mean.cpu().numpy()
-        scale = scaler_scale(mean, m.comoment.diagonal().cpu().numpy() / m.n, m.n)
+        scale = scaler_scale(mean, m.comoment.cpu().numpy() / m.n, m.n)
     else:
         mean, scale = np.zeros(d), np.ones(d)
     targets: dict[str, np.ndarray] = {}

@@ -19,7 +19,10 @@ import torch
 
 
 class Moments:
-    def __init__(self) -> None:
+    """diag=True keeps only the co-moment's diagonal (the sums of squared deviations: a variance)."""
+
+    def __init__(self, diag: bool = False) -> None:
+        self.diag = diag
         self.n = 0
         self.mean: torch.Tensor | None = None
         self.comoment: torch.Tensor | None = None
@@ -31,7 +34,7 @@ class Moments:
             return
         mb = z.mean(0)
         c = z - mb
-        self.merge(nb, mb, c.T @ c)
+        self.merge(nb, mb, (c * c).sum(0) if self.diag else c.T @ c)
 
     def merge(self, nb: int, mb: torch.Tensor, cb: torch.Tensor) -> None:
         if self.n == 0:
@@ -39,7 +42,8 @@ class Moments:
             return
         n = self.n + nb
         delta = mb - self.mean
-        self.comoment = self.comoment + cb + torch.outer(delta, delta) * (self.n * nb / n)
+        cross = delta * delta if self.diag else torch.outer(delta, delta)
+        self.comoment = self.comoment + cb + cross * (self.n * nb / n)
         self.mean = self.mean + delta * (nb / n)
         self.n = n
 
