@@ -13,8 +13,8 @@ this interpreter), in a fresh work folder, so the pictures are what a user who t
 - docs/images/attribution_shapes.png and attribution_shapes_curves.png: docs/attribution.md's first
   bash block and its "## Pictures" block, run as written (`python -m hookrun.plot`'s attribution maps
   and curves).
-- docs/images/probe_shapes.png and probe_tokens.png: docs/probe.md's first bash block, run as written
-  (`python -m hookrun.plot`'s probe_depth figure of each run).
+- docs/images/probe_shapes.png and probe_tokens.png: docs/probe.md's first bash block and its
+  "## The token experiment" block, run as written (`python -m hookrun.plot`'s probe_depth figures).
 
 Every picture in README.md and docs/*.md is one of these (tests/test_pictures.py checks both).
 """
@@ -111,7 +111,8 @@ def make(images: Path, work: Path) -> list[Path]:
     drawn = work / "outputs" / "attribution_shapes" / "figures"
     copy_png(drawn / "attribution_integrated_gradients.png", images / "attribution_shapes.png", work)
     copy_png(drawn / "attribution_curves_integrated_gradients.png", images / "attribution_shapes_curves.png", work)
-    run_commands(_bash_block(ROOT / "docs" / "probe.md", "# Probes"), work)
+    probe = ROOT / "docs" / "probe.md"
+    run_commands([*_bash_block(probe, "# Probes"), *_bash_block(probe, "## The token experiment")], work)
     for name in ("shapes", "tokens"):
         copy_png(work / "outputs" / f"probe_{name}" / "figures" / "probe_depth.png", images / f"probe_{name}.png", work)
     return [images / name for name in PICTURES]
