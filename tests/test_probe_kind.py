@@ -173,3 +173,19 @@ def test_a_single_class_is_refused(tmp_path):
     ds = [{**d, "label": torch.tensor(2)} for d in data()]
     with pytest.raises(ConfigError, match="the training rows hold 1 class"):
         run(tmp_path, Net().eval(), ds, at="fc", target="label")
+
+
+def test_text_targets_against_the_text_itself():
+    """after_space / is_space on data=text's byte tokens, against the characters of the lines."""
+    from hookrun.data.text import text
+    from hookrun.runner.kinds.probe.targets import after_space, is_space
+
+    ds = text(max_length=24)
+    batch = {k: torch.stack([ds[i][k] for i in range(4)]) for k in ("input_ids", "attention_mask")}
+    after, space = after_space(batch), is_space(batch)
+    for i in range(4):
+        n = int(batch["attention_mask"][i].sum())
+        chars = [None] + list(ds.texts[i].encode()[: n - 1])  # position 0 is bos
+        for p in range(1, n):
+            assert int(space[i, p]) == (chars[p] == ord(" "))
+            assert int(after[i, p]) == (chars[p - 1] == ord(" "))
