@@ -75,7 +75,7 @@ def _app(cfg: DictConfig) -> None:
         if cfg.dry_run:
             _remove_empty(Path(HydraConfig.get().runtime.output_dir))
         else:
-            log.info("file: %s", result.path)
+            log.info("file: %s%s", result.path, f" · {result.note}" if result.note else "")
     except HookrunError as exc:
         if _FULL_ERROR:
             raise

@@ -206,7 +206,10 @@ def gradcam_grid(cams: np.ndarray, captions: Sequence[str], title: str, images: 
 
 def lines(spec: Lines) -> Any:
     """A Lines spec (analysis/report/figure_specs.py): the report draws the same spec with plotly."""
-    return sweep_lines(spec.x, spec.series, spec.xlabel, spec.ylabel, spec.title)
+    fig = sweep_lines(spec.x, spec.series, spec.xlabel, spec.ylabel, spec.title)
+    if getattr(spec, "log_x", False):
+        fig.axes[0].set_xscale("log")
+    return fig
 
 
 def heatmap(spec: Heatmap) -> Any:

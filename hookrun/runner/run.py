@@ -52,6 +52,7 @@ class RunResult:
     seconds: float
     estimated_bytes: int | None = None  # set by dry_run
     status: str = "complete"
+    note: str = ""  # the kind's summary for the run's last log line (an edges run's recovered fractions)
 
 
 def run(cfg: Any, model: torch.nn.Module | None = None, dataset: Any = None) -> RunResult:
@@ -218,7 +219,7 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
         if not replayed:  # stopped while the old batches were copied: the old file is as it was
             raise Interrupted(stop.signum or signal.SIGINT, None, 0, resumed_from=dest.result)
         raise Interrupted(stop.signum or signal.SIGINT, dest.result, store.steps)
-    return RunResult(dest.result, steps, samples, seconds, status=status)
+    return RunResult(dest.result, steps, samples, seconds, status=status, note=p.settings.kind.end_note())
 
 
 def open_store(p: Prepared, resume: Resume | None) -> RunStore:

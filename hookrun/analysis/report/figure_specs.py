@@ -95,6 +95,7 @@ class Lines:
     xlabel: str
     ylabel: str
     title: str
+    log_x: bool = False  # a logarithmic x axis (faithfulness against fractions of the edges)
 
 
 @dataclass

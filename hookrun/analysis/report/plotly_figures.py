@@ -98,6 +98,8 @@ def lines(spec: Lines) -> dict:
     layout = _layout(spec.title, spec.xlabel, spec.ylabel, height=340, showlegend=len(data) > 1)
     if categorical:
         layout["xaxis"]["type"] = "category"
+    elif getattr(spec, "log_x", False):
+        layout["xaxis"]["type"] = "log"
     return {"data": data, "layout": layout}
 
 

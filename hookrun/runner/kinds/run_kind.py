@@ -26,6 +26,7 @@ closure and the store never ask which kind runs; they read what the kind hands t
 |                          |                         | (a grid's cells); None: the ranks split batches   |
 | `restore(resume, kept)`  | resume                  | state carried over from the kept batches          |
 | `finish()`               | after the last batch    | arrays for the end of the file ({} for none)      |
+| `end_note()`             | the run's last log line | what it adds after the file's name ("" for none)  |
 | `file_bytes(n)`          | dry_run estimate        | bytes it adds besides the captures                |
 
 A kind that runs several forwards per batch hands the session a `Phase` for each
@@ -181,6 +182,10 @@ class RunKind:
     def finish(self) -> dict[str, np.ndarray]:
         """After the last batch: arrays for the end of the file (none by default)."""
         return {}
+
+    def end_note(self) -> str:
+        """What the run's last log line adds after the file's name (an edges run: its recovered fractions)."""
+        return ""
 
     def file_bytes(self, n_samples: int) -> int:
         """Bytes this kind adds to the file besides the captures (the dry-run estimate)."""
