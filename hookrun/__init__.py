@@ -31,4 +31,10 @@ def __getattr__(name: str) -> Any:
         from hookrun.cli.compose import compose
 
         return compose
+    from hookrun.config.plugins import loaded_plugins, plugin, plugin_names
+
+    for kind in [*loaded_plugins(), *(plugin(n) for n in plugin_names())]:  # a kind's notebook function
+        fn = kind.notebook if isinstance(kind.notebook, str) else getattr(kind.notebook, "__name__", None)
+        if fn is not None and fn.rpartition(":")[2] == name:
+            return kind.notebook_function()
     raise AttributeError(f"module 'hookrun' has no attribute {name!r}")

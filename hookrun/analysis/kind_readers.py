@@ -66,11 +66,24 @@ def register_reader(reader: KindReader) -> KindReader:
     return reader
 
 
+def reader_for(kind: str) -> KindReader | None:
+    """The reader of the kind `kind`: registered, or loaded from its kind plugin (hookrun/config/plugins.py)."""
+    if kind not in READERS:
+        from hookrun.config.plugins import plugin
+
+        found = plugin(kind)
+        reader = found.reader_object() if found is not None else None
+        if reader is not None:
+            register_reader(reader)
+    return READERS.get(kind)
+
+
 def readers_of(f: h5py.File) -> list[KindReader]:
     """The reader of the file's kind (by its `kind` attribute), else every reader whose rows it holds."""
     kind = f.attrs.get("kind")
     kind = kind.decode() if isinstance(kind, bytes) else kind
     if kind is not None:
+        reader_for(kind)
         return [READERS[kind]] if kind in READERS and READERS[kind].present(f) else []
     return [r for r in READERS.values() if r.present(f)]
 
@@ -81,6 +94,7 @@ def readers_by_attrs(attrs: Mapping, file: Callable[[], h5py.File | None]) -> li
     kind = attrs.get("kind")
     kind = kind.decode() if isinstance(kind, bytes) else kind
     if kind is not None:
+        reader_for(kind)
         return [READERS[kind]] if kind in READERS else []
     f = file()
     return [r for r in READERS.values() if r.present(f)] if f is not None else []

@@ -95,8 +95,9 @@ class Run:
         on a run of another kind a method says what is missing, and a property is empty."""
         if name.startswith("_"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        readers = self.kind_readers()  # (loads the reader of a kind plugin the run names)
         if name in kinds.property_names():
-            return kinds.kind_property(self.kind_readers(), self.attrs, name)
+            return kinds.kind_property(readers, self.attrs, name)
         if name not in kinds.method_names():
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         return kinds.kind_method(self.file, name)

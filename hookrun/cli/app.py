@@ -31,7 +31,7 @@ from hookrun.cli.command import ends_quietly, exit_process
 from hookrun.cli.hydra_errors import dotted_keys, one_line, shell_damage
 from hookrun.cli.hydra_mode import skip_mode_compose
 from hookrun.cli.usage import usage, version
-from hookrun.config.schema import HookrunConfig
+from hookrun.config.schema import hydra_schema
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.output.destination import in_run_folder
 from hookrun.output.ranks import agree_on_start, detect
@@ -52,7 +52,7 @@ def conf_dir() -> str:
     raise FileNotFoundError(f"hookrun's conf/ folder is missing (looked in {here / 'conf'} and {here.parent / 'conf'})")
 
 
-ConfigStore.instance().store(name="hookrun_schema", node=HookrunConfig)
+ConfigStore.instance().store(name="hookrun_schema", node=hydra_schema())  # the kinds' blocks: null slots
 
 
 @hydra.main(version_base="1.3", config_path=conf_dir(), config_name="config")
@@ -131,7 +131,7 @@ def _known_keys(overrides: list[str]) -> list[str]:
         with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="hookrun"):
             cfg = compose("config", overrides=groups)
     except Exception:  # a group choice is wrong too: the schema's keys
-        cfg = OmegaConf.structured(HookrunConfig)
+        cfg = OmegaConf.structured(hydra_schema())
     finally:
         GlobalHydra.instance().clear()
     return dotted_keys(OmegaConf.to_container(cfg, resolve=False))

@@ -20,6 +20,7 @@ import torch
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from hookrun.config.plugins import block_to_dict, parse_block, plugin_names
 from hookrun.errors import ConfigError, close_matches
 from hookrun.store.format import PART_BYTES
 
@@ -151,6 +152,20 @@ class HookrunConfig:
     patching: PatchingConfig | None = None  # activation-patching grids (docs/patching.md)
     attribution: AttributionConfig | None = None  # attribution runs (docs/attribution.md)
 
+    def __getattr__(self, name: str) -> Any:
+        """A kind plugin's block (`cfg.probe`): its parsed dataclass, or None where not given."""
+        blocks = self.__dict__.get("_blocks")
+        if blocks is not None and name in blocks:
+            return blocks[name]
+        if not name.startswith("_") and name in plugin_names():
+            return None
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def blocks(self) -> dict[str, Any]:
+        """The kind plugins' blocks this config gives, parsed: {name: dataclass}."""
+        return dict(self.__dict__.get("_blocks") or {})
+
 
 def load(cfg: Any) -> HookrunConfig:
     """Merge ``cfg`` (DictConfig, dict or HookrunConfig) onto the schema and resolve it."""
@@ -162,12 +177,29 @@ def load(cfg: Any) -> HookrunConfig:
             cfg = OmegaConf.to_container(cfg, resolve=True)
             cfg.pop("hydra", None)
         cfg = given_blocks_on(cfg)
+        if isinstance(cfg, dict) and cfg.get("imports"):  # a module of `imports:` may register a kind
+            from hookrun.config.build import import_modules
+
+            import_modules(list(cfg["imports"]))
+        cfg, given = _plugin_blocks(cfg)
         merged = OmegaConf.merge(schema, cfg)
         obj = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
         raise ConfigError(_omegaconf_message(exc)) from None
     assert isinstance(obj, HookrunConfig)
+    object.__setattr__(obj, "_blocks", {name: parse_block(name, node) for name, node in given.items()})
     return obj
+
+
+def _plugin_blocks(cfg: Any) -> tuple[Any, dict[str, Any]]:
+    """The config without its kind plugins' blocks, and those blocks (null blocks left out)."""
+    if not isinstance(cfg, dict):
+        return cfg, {}
+    own = {f.name for f in dataclasses.fields(HookrunConfig)}
+    names = set(plugin_names())
+    rest = {k: v for k, v in cfg.items() if k in own or k not in names}
+    given = {k: v for k, v in cfg.items() if k not in own and k in names and v is not None}
+    return rest, given
 
 
 def given_blocks_on(cfg: Any) -> Any:
@@ -197,8 +229,20 @@ def with_live(cfg: Any, model: Any = None, dataset: Any = None) -> Any:
 
 
 def to_yaml(cfg: HookrunConfig) -> str:
-    """The resolved config as YAML, as stored in each run's file."""
-    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+    """The resolved config as YAML, as stored in each run's file (a kind plugin's block included)."""
+    node = OmegaConf.structured(cfg)
+    if cfg.blocks:
+        node = OmegaConf.create({**OmegaConf.to_container(node),
+                                 **{name: block_to_dict(block) for name, block in cfg.blocks.items()}})
+    return OmegaConf.to_yaml(node)
+
+
+def hydra_schema() -> type:
+    """The schema Hydra composes onto: HookrunConfig with an untyped, null slot for every kind
+    plugin's block (typed once, by load), so an experiment may give `probe: {...}`."""
+    own = {f.name for f in dataclasses.fields(HookrunConfig)}
+    extra = [(name, Any, field(default=None)) for name in plugin_names() if name not in own]
+    return dataclasses.make_dataclass("HookrunConfig", extra, bases=(HookrunConfig,)) if extra else HookrunConfig
 
 
 def _omegaconf_message(exc: OmegaConfBaseException) -> str:
@@ -231,4 +275,4 @@ def schema_keys() -> list[str]:
                 walk(inner[0], f"{prefix}{f.name}.")
 
     walk(HookrunConfig, "")
-    return out
+    return out + [name for name in plugin_names() if name not in out]  # the kind plugins' blocks

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hookrun.config.checks import check_config as common_checks
+from hookrun.config.plugins import plugin
 from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError
 from hookrun.hooks.registry import Registry
@@ -55,6 +56,7 @@ def kind_for(cfg: HookrunConfig) -> type[RunKind]:
     """The kind a config runs: the block kind it turns on (evaluate, patching), else its mode's."""
     kinds = [KINDS.get(n) for n in KINDS]
     on = [k for k in kinds if k.block and k.wanted(cfg)]
+    on += [plugin(name).run_class() for name in cfg.blocks]  # the kind plugins whose block is given
     if len(on) > 1:
         names = " and ".join(k.block for k in on)
         raise ConfigError(f"{names} are each a kind of run of their own and cannot go together; keep one of them")

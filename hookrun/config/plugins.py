@@ -1,0 +1,179 @@
+"""Kinds of run as plugins: one object per kind declares its config block, its run, its reader and
+its notebook function, by import path, so nothing of a kind is imported until a run, a file or a
+notebook call needs it.
+
+    # hookrun/runner/kinds/probe/__init__.py (or any module of a user's package)
+    KIND = KindPlugin("probe", block="my_pkg.block:ProbeBlock", run="my_pkg.kind:ProbeKind",
+                      reader="my_pkg.reader:READER", notebook="my_pkg.notebook:probe")
+    plugin("probe").block_class()        # the dataclass the `probe:` block is parsed into, once
+
+Discovery, without a hand list: every folder of hookrun/runner/kinds/ (found on disk, imported only
+when that kind is asked for), the entry points of the group `hookrun.kinds` (a user's package: the
+way pytest finds its plugins), and `register_plugin(KIND)` from a module named in `imports:`.
+A block's dataclass may give `check(self)`, raising a one-line ConfigError for values that need no
+model; `parse_block` runs it once, in `hookrun.config.schema.load`, before anything is built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import keyword
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hookrun.errors import ConfigError, close_matches
+
+GROUP = "hookrun.kinds"  # the entry-point group a user's package declares its kinds in
+SHIPPED = "hookrun.runner.kinds"  # the package whose folders are hookrun's own kinds
+
+
+@dataclass(frozen=True)
+class KindPlugin:
+    """One kind of run: `name` is its config block's key and the file's root `kind` attribute; the
+    others are objects or "module:attribute" strings, resolved when first used."""
+
+    name: str
+    block: Any  # a dataclass: the block's keys, types and defaults (its `check()` the value checks)
+    run: Any  # a RunKind subclass (hookrun/runner/kinds/run_kind.py)
+    reader: Any = None  # a KindReader (hookrun/analysis/kind_readers.py)
+    notebook: Any = None  # a function, bound as hookrun.<its __name__>
+
+    def block_class(self) -> type:
+        return _resolve(self.block)
+
+    def run_class(self) -> type:
+        cls = _resolve(self.run)
+        cls.name, cls.block = self.name, self.name
+        return cls
+
+    def reader_object(self) -> Any:
+        return _resolve(self.reader) if self.reader is not None else None
+
+    def notebook_function(self) -> Callable[..., Any] | None:
+        return _resolve(self.notebook) if self.notebook is not None else None
+
+
+_PLUGINS: dict[str, KindPlugin] = {}
+_FOUND: dict[str, Callable[[], KindPlugin]] = {}  # name -> how to load it (not yet imported)
+_SCANNED = False
+
+
+def _resolve(target: Any) -> Any:
+    if not isinstance(target, str):
+        return target
+    module, _, attr = target.partition(":")
+    obj = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def register_plugin(kind: KindPlugin) -> KindPlugin:
+    """Add a kind (a module named in `imports:` calls this; shipped kinds and entry points are found)."""
+    if not isinstance(kind, KindPlugin):
+        raise TypeError(f"register_plugin takes a KindPlugin, not {type(kind).__name__}")
+    _PLUGINS[kind.name] = kind
+    return kind
+
+
+def _scan() -> None:
+    """Find the kinds' names (folders of hookrun/runner/kinds/, entry points) without importing them."""
+    global _SCANNED
+    if _SCANNED:
+        return
+    _SCANNED = True
+    folder = Path(__file__).resolve().parents[1] / "runner" / "kinds"
+    for sub in sorted(folder.iterdir()) if folder.is_dir() else []:
+        if (sub / "__init__.py").is_file() and "KIND = KindPlugin(" in (sub / "__init__.py").read_text():
+            _FOUND.setdefault(sub.name, lambda m=f"{SHIPPED}.{sub.name}": _resolve(f"{m}:KIND"))
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=GROUP):
+        _FOUND.setdefault(ep.name, ep.load)
+
+
+def plugin_names() -> list[str]:
+    """Every kind that can be asked for (loaded or only found)."""
+    _scan()
+    return sorted(set(_PLUGINS) | set(_FOUND))
+
+
+def plugin(name: str) -> KindPlugin | None:
+    """The kind `name` (loaded now if it was only found), or None."""
+    if name not in _PLUGINS:
+        _scan()
+        load = _FOUND.get(name)
+        if load is None:
+            return None
+        kind = load()
+        if not isinstance(kind, KindPlugin) or kind.name != name:
+            raise ConfigError(f"the kind plugin {name!r} is {kind!r}; an entry point of {GROUP} names a "
+                              f"KindPlugin whose name is {name!r}")
+        _PLUGINS[name] = kind
+    return _PLUGINS[name]
+
+
+def loaded_plugins() -> list[KindPlugin]:
+    return list(_PLUGINS.values())
+
+
+def parse_block(name: str, node: Any) -> Any:
+    """The `name:` block of a config -> its kind's dataclass, typed and checked (one ConfigError line)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    kind = plugin(name)
+    assert kind is not None, name
+    cls = kind.block_class()
+    if dataclasses.is_dataclass(node) and not isinstance(node, type):
+        node = {f.name: getattr(node, f.name) for f in dataclasses.fields(node)}
+    if node is None:
+        node = {}
+    if not isinstance(node, Mapping):
+        raise ConfigError(f"{name}: the block is {node!r}; give a mapping of its keys ({_keys(cls)})")
+    fields = {f.name for f in dataclasses.fields(cls)}
+    mapped = {}
+    for key, value in node.items():
+        field_name = f"{key}_" if keyword.iskeyword(str(key)) else str(key)
+        if field_name not in fields:
+            hint = close_matches(str(key), [_key(f) for f in fields], n=1)
+            raise ConfigError(f"{name}.{key}: not a key of the {name} block"
+                              f"{f'; did you mean {hint[0]}?' if hint else ''} (it has: {_keys(cls)})")
+        mapped[field_name] = value
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(cls), mapped)
+        block = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as exc:
+        first = str(exc).strip().splitlines()[0]
+        key = _key(str(getattr(exc, "full_key", "") or ""))
+        raise ConfigError(f"{name}.{key}: {first}" if key else f"{name}: {first}") from None
+    check = getattr(block, "check", None)
+    if callable(check):
+        check()
+    return block
+
+
+def block_fields(name: str) -> list[str]:
+    """The keys of a kind's block, as a config writes them (`with`, not `with_`)."""
+    kind = plugin(name)
+    return [_key(f.name) for f in dataclasses.fields(kind.block_class())] if kind else []
+
+
+def _key(field_name: str) -> str:
+    return field_name[:-1] if field_name.endswith("_") and keyword.iskeyword(field_name[:-1]) else field_name
+
+
+def _keys(cls: type) -> str:
+    return ", ".join(sorted(_key(f.name) for f in dataclasses.fields(cls)))
+
+
+def block_to_dict(block: Any) -> dict[str, Any]:
+    """A parsed block as its config node (`with` for `with_`), for the file's stored config."""
+    from omegaconf import OmegaConf
+
+    plain = OmegaConf.to_container(OmegaConf.structured(block)) if dataclasses.is_dataclass(block) else dict(block)
+    return {_key(k): v for k, v in typing.cast(dict, plain).items()}

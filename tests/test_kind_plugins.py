@@ -1,0 +1,198 @@
+"""A kind of run added from outside hookrun/: a user's package with its own block, run, file table,
+inspect lines, plot picture, report section and notebook function, found through the entry-point
+group `hookrun.kinds` (a dist-info folder on sys.path, as pip leaves it) or through `imports:`.
+
+References: the model's own forward (the rows the kind writes), the block's own keys (the errors),
+h5py (the file); no file of hookrun/ is edited."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from conftest import ROOT
+
+PACKAGE = {
+    "__init__.py": '''
+        from hookrun.config.plugins import KindPlugin
+        KIND = KindPlugin("{name}", block="{pkg}.block:Block", run="{pkg}.kind:ScaledKind",
+                          reader="{pkg}.reader:READER", notebook="{pkg}.notebook:{name}_sums")
+        ''',
+    "block.py": '''
+        from dataclasses import dataclass
+        from hookrun.errors import ConfigError
+
+        @dataclass
+        class Block:
+            factor: float = 1.0
+            label: str = "sum"
+
+            def check(self):
+                COUNT.append(1)
+                if self.factor <= 0:
+                    raise ConfigError(f"{name}.factor={{self.factor}}: must be above 0 (e.g. 2.0)")
+
+        COUNT = []  # how often a block was checked (the test counts it)
+        ''',
+    "models.py": '''
+        import torch
+        from torch import nn
+
+        def tiny():
+            torch.manual_seed(0)
+            return nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
+
+        def data():
+            g = torch.Generator().manual_seed(1)
+            return torch.utils.data.TensorDataset(torch.randn(6, 4, generator=g), torch.zeros(6, dtype=torch.long))
+        ''',
+    "kind.py": '''
+        import json
+        from hookrun.runner.kinds.run_kind import NOTHING, RunKind, plain_forward
+        from hookrun.store.records import Capture, CaptureKey
+
+        class ScaledKind(RunKind):
+            def step(self, model, call, session):
+                out = plain_forward(model, call)
+                value = out.sum(1) * self.ctx.cfg.{name}.factor
+                self.ctx.env.captures.add(Capture(CaptureKey("{name}", "", "{name}", self.ctx.cfg.{name}.label),
+                                                  value.detach(), False, dims=("sample",)))
+                return NOTHING
+
+            def prepare_run(self, p):
+                p.attrs["{name}"] = json.dumps({{"factor": self.ctx.cfg.{name}.factor}})
+        ''',
+    "reader.py": '''
+        import json
+        import numpy as np
+        from hookrun.analysis.kind_readers import KindReader, Table
+        from hookrun.analysis.report.figure_specs import Lines
+        from hookrun.analysis.report.run_sections import section, table_item
+
+        def sums(f):
+            ds = f["captures/{name}/__model__/sum"]
+            return Table(["sample", "sum"], [{{"sample": i, "sum": float(v)}} for i, v in enumerate(ds[:])])
+
+        def lines(f):
+            return [f"  {name}     factor {{json.loads(f.attrs['{name}'])['factor']}}, {{len(sums(f))}} sums"]
+
+        def figures(run):
+            t = sums(run.file)
+            return [("{name}_sums", Lines(x=t.column("sample"), series={{"sum": t.column("sum")}}, xlabel="sample",
+                                          ylabel="scaled sum", title="{name}: scaled sums"))]
+
+        def sections(run):
+            t = sums(run.file)
+            return [section("{name}", "Scaled sums", [table_item(t.columns, t.rows)])]
+
+        READER = KindReader("{name}", present=lambda f: "captures/{name}" in f, lines=lines, figures=figures,
+                            sections=sections, methods={{"{name}_sums": sums}})
+        ''',
+    "notebook.py": '''
+        import torch
+
+        def {name}_sums(model, x, factor=1.0):
+            with torch.no_grad():
+                return model(x).sum(1) * factor
+        ''',
+}
+
+
+def make_package(root: Path, pkg: str, name: str, entry_point: bool) -> None:
+    (root / pkg).mkdir(parents=True)
+    for file, text in PACKAGE.items():
+        (root / pkg / file).write_text(textwrap.dedent(text.format(pkg=pkg, name=name)))
+    if entry_point:  # what `pip install` of a package declaring [project.entry-points."hookrun.kinds"] leaves
+        info = root / f"{pkg}-0.1.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {pkg}\nVersion: 0.1\n")
+        (info / "entry_points.txt").write_text(f"[hookrun.kinds]\n{name} = {pkg}:KIND\n")
+
+
+def cli(*args: str, cwd: Path, pythonpath: Path, module: str = "hookrun") -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(pythonpath), str(ROOT)]), "OMP_NUM_THREADS": "1"}
+    env.pop("HYDRA_FULL_ERROR", None)
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600, env=env)
+
+
+def expected_sums(pkg_root: Path, pkg: str, factor: float) -> np.ndarray:
+    sys.path.insert(0, str(pkg_root))
+    try:
+        models = __import__(f"{pkg}.models", fromlist=["tiny"])
+        model, data = models.tiny().eval(), models.data()
+        with torch.no_grad():
+            return (model(data.tensors[0]).sum(1) * factor).numpy()
+    finally:
+        sys.path.remove(str(pkg_root))
+
+
+@pytest.mark.slow
+def test_a_kind_from_a_users_package_runs_reads_plots_and_reports(tmp_path):
+    pkg_root = tmp_path / "site"
+    make_package(pkg_root, "userkind_ep", "scaled", entry_point=True)
+    base = ["model=custom", "model._target_=userkind_ep.models.tiny", "data=custom",
+            "data.dataset._target_=userkind_ep.models.data", "data.batch_size=4", "device=cpu", "progress=false"]
+    done = cli(*base, "+scaled={factor: 2.5}", "hydra.run.dir=out", cwd=tmp_path, pythonpath=pkg_root)
+    assert done.returncode == 0, done.stderr
+    with h5py.File(tmp_path / "out/captures.h5") as f:
+        assert f.attrs["kind"] == "scaled"
+        np.testing.assert_allclose(f["captures/scaled/__model__/sum"][:], expected_sums(pkg_root, "userkind_ep", 2.5),
+                                   rtol=1e-6)
+        assert "scaled:\n  factor: 2.5" in f.attrs["config"]  # the block as run, in the file's config
+    shown = cli("out", cwd=tmp_path, pythonpath=pkg_root, module="hookrun.inspect")
+    assert shown.returncode == 0 and "scaled     factor 2.5, 6 sums" in shown.stdout, shown.stdout + shown.stderr
+    drawn = cli("out", cwd=tmp_path, pythonpath=pkg_root, module="hookrun.plot")
+    assert drawn.returncode == 0, drawn.stderr
+    assert (tmp_path / "out/figures/scaled_sums.png").is_file(), sorted(os.listdir(tmp_path / "out/figures"))
+    page = cli("out", cwd=tmp_path, pythonpath=pkg_root, module="hookrun.report")
+    assert page.returncode == 0, page.stderr
+    assert "Scaled sums" in (tmp_path / "out/report.html").read_text()
+    # a wrong value and a misspelt key of the user's block: one line each, before any model is built
+    bad = cli(*base, "+scaled={factor: -1}", "hydra.run.dir=bad", cwd=tmp_path, pythonpath=pkg_root)
+    assert bad.returncode == 2 and bad.stderr.strip() == "hookrun: error: scaled.factor=-1.0: must be above 0 (e.g. 2.0)"
+    typo = cli(*base, "+scaled={factr: 2}", "hydra.run.dir=typo", cwd=tmp_path, pythonpath=pkg_root)
+    assert typo.returncode == 2 and "scaled.factr: not a key of the scaled block; did you mean factor?" in typo.stderr
+
+
+def test_a_kind_registered_by_imports_runs_in_python_and_its_block_is_checked_once(tmp_path, monkeypatch):
+    import hookrun
+    from hookrun.config.plugins import _PLUGINS, register_plugin  # noqa: F401
+
+    pkg_root = tmp_path / "site"
+    make_package(pkg_root, "userkind_imp", "halved", entry_point=False)
+    (pkg_root / "userkind_imp/register.py").write_text(
+        "from hookrun.config.plugins import register_plugin\nfrom userkind_imp import KIND\nregister_plugin(KIND)\n")
+    monkeypatch.syspath_prepend(str(pkg_root))
+    monkeypatch.delitem(_PLUGINS, "halved", raising=False)
+    from userkind_imp import models
+    from userkind_imp.block import COUNT
+
+    cfg = {"imports": ["userkind_imp.register"], "halved": {"factor": 0.5}, "device": "cpu", "progress": False,
+           "data": {"batch_size": 4}, "output": {"path": str(tmp_path / "h.h5")}}
+    result = hookrun.run(cfg, model=models.tiny(), dataset=models.data())
+    assert len(COUNT) == 1  # parsed and checked once per run
+    run = hookrun.open_run(result.path)
+    np.testing.assert_allclose(run.halved_sums().column("sum"), expected_sums(pkg_root, "userkind_imp", 0.5), rtol=1e-6)
+    x = models.data().tensors[0]
+    np.testing.assert_allclose(hookrun.halved_sums(models.tiny().eval(), x, 0.5).numpy(),
+                               expected_sums(pkg_root, "userkind_imp", 0.5), rtol=1e-6)
+    _PLUGINS.pop("halved", None)
+
+
+def test_import_hookrun_loads_no_kind_plugin():
+    code = ("import sys, hookrun; from hookrun.config.plugins import loaded_plugins; "
+            "print(len(loaded_plugins()), sorted(m for m in sys.modules if m.startswith('hookrun.runner.kinds.') "
+            "and m.count('.') == 3 and m.rsplit('.', 1)[1] in __import__('hookrun.config.plugins', fromlist=['x'])"
+            ".plugin_names()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[0] == "0", out.stdout
+    assert out.stdout.strip().endswith("[]"), out.stdout
