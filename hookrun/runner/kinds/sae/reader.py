@@ -74,7 +74,7 @@ def figures(run: Any) -> list[tuple[str, Any]]:
     t = curves(run.file)
     if not len(t):
         return []
-    x = t.column("step")
+    x = [float(s) for s in t.column("step")]  # floats: a scale, not one category per step
     out = []
     for stem, names in PLOTTED.items():
         series = {n: t.column(n) for n in names if n in t.columns}
