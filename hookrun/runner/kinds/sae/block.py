@@ -30,6 +30,7 @@ class SaeBlock:
 
     from_: str | None = None  # a cache run: its folder, its captures.h5, or an s3:// URL
     capture: str | None = None  # the capture whose rows are trained on (hook/module/role)
+    vectors: str = "auto"  # auto: the capture's rows; channel: a feature map's channel vector at each position
     architecture: str = "topk"
     d_sae: int = 2048
     lr: float = 3e-4
@@ -73,6 +74,9 @@ class SaeBlock:
             near = close_matches(self.architecture, ARCHITECTURES)
             raise ConfigError(f"sae.architecture: {self.architecture!r} is not one of SAELens' training SAEs hookrun "
                               f"trains ({', '.join(ARCHITECTURES)})" + (f"; did you mean {near[0]!r}?" if near else ""))
+        if self.vectors not in ("auto", "channel"):
+            raise ConfigError(f"sae.vectors: {self.vectors!r}; choose auto (the capture's rows) or channel (a feature "
+                              "map's channel vector at each position)")
         if self.normalize not in NORMALIZE:
             raise ConfigError(f"sae.normalize: {self.normalize!r}; choose none or expected_norm")
         for key in ("d_sae", "batch_rows"):

@@ -8,7 +8,9 @@ The capture is read with the cache loader (hookrun.analysis.loader for a local f
 parts_loader for an s3:// URL): with `shuffle`, epoch e's order is the loader's seeded order for
 (seed, e) with a window of `buffer_rows` rows (blocks of about one HDF5 chunk in a random order,
 each window's rows permuted), so memory is two windows plus a batch whatever the number of rows;
-`shuffle=False` is the cache's own row order. When the stream runs past the cache's rows it goes on
+`shuffle=False` is the cache's own row order. `vectors="channel"` reads a feature map
+(sample, channel, positions...) as one row per position: its channel vector (a sample's positions
+stay together, in row-major order, and the shuffle moves whole samples). When the stream runs past the cache's rows it goes on
 with the next epoch (a new order); a batch may span two epochs, so every batch holds exactly
 `batch_rows` rows. Token rows of a cache hold only real tokens (the record action writes no
 padding row), so padding never enters. `skip(n)` drops the first n batches (a resumed run).
@@ -29,19 +31,30 @@ from hookrun.errors import ConfigError, HookrunError, NotFoundError, close_match
 class CacheRows:
     """An endless iterator of float32 batches of one capture of a cache run (see the module doc)."""
 
-    def __init__(self, source: str, capture: str, batch_rows: int, shuffle: dict | bool) -> None:
+    def __init__(self, source: str, capture: str, batch_rows: int, shuffle: dict | bool, vectors: str = "auto") -> None:
         self.source, self.capture, self.batch_rows, self.shuffle = str(source), capture, batch_rows, shuffle
         self.run = open_cache(self.source)
         self.info = find_capture(self.run, capture, self.source)
-        if len(self.info.shape) != 2:
-            raise ConfigError(f"sae.capture: {capture} has rows of shape {tuple(self.info.shape[1:])}; an SAE trains "
-                              "on vectors (record with rows: token, or rows: channel for a feature map)")
-        self.n_rows, self.d_in = int(self.info.shape[0]), int(self.info.shape[1])
+        shape = tuple(int(n) for n in self.info.shape)
+        self.channel = vectors == "channel"
+        if self.channel and len(shape) < 3:
+            self.run.close()
+            raise ConfigError(f"sae.vectors: channel reads a feature map (sample, channel, positions...); {capture} "
+                              f"has rows of shape {shape[1:]}: drop vectors (its rows are the vectors)")
+        if not self.channel and len(shape) != 2:
+            self.run.close()
+            raise ConfigError(f"sae.capture: {capture} has rows of shape {shape[1:]}; an SAE trains on vectors: "
+                              "give sae.vectors=channel (a feature map's channels at each position), or record "
+                              "with rows: token")
+        self.per_sample = int(np.prod(shape[2:])) if self.channel else 1  # rows a stored row gives
+        self.n_rows, self.d_in = shape[0] * self.per_sample, shape[1]
         if self.n_rows == 0:
+            self.run.close()
             raise ConfigError(f"sae.from: {self.source}'s capture {capture} holds no rows")
-        row_bytes = self.d_in * np.dtype(self.info.dtype).itemsize
-        buffer = shuffle["buffer_rows"] if shuffle else 1_000_000
-        self.loader = self.run.loader(self.info.path.removeprefix("/captures/"), batch_size=batch_rows,
+        row_bytes = int(np.prod(shape[1:])) * np.dtype(self.info.dtype).itemsize  # one stored row
+        buffer = -(-(shuffle["buffer_rows"] if shuffle else 1_000_000) // self.per_sample)
+        self.loader = self.run.loader(self.info.path.removeprefix("/captures/"),
+                                      batch_size=max(1, batch_rows // self.per_sample),
                                       shuffle=bool(shuffle), seed=shuffle["seed"] if shuffle else 0,
                                       buffer_bytes=max(1, buffer) * row_bytes, dtype=torch.float32)
         self.epochs = 0  # epochs started so far
@@ -61,6 +74,8 @@ class CacheRows:
             self.loader.set_epoch(epoch)
             self.epochs = epoch + 1
             for x in self.loader:
+                if self.channel:  # (samples, C, positions...) -> a C-vector per position, sample by sample
+                    x = x.movedim(1, -1).reshape(-1, self.d_in)
                 if not carry and len(x) == self.batch_rows:
                     yield x
                     continue

@@ -55,7 +55,7 @@ class SaeKind(RunKind):
         from hookrun.runner.kinds.sae.engine import holds_sae, sae_config
 
         block: SaeBlock = cfg.sae
-        rows = CacheRows(block.from_, block.capture, block.batch_rows, block.shuffle)
+        rows = CacheRows(block.from_, block.capture, block.batch_rows, block.shuffle, block.vectors)
         try:
             sae_config(block, rows.d_in, rows.info.module)
         finally:
@@ -68,7 +68,8 @@ class SaeKind(RunKind):
     def __init__(self, ctx: Any) -> None:
         super().__init__(ctx)
         self.block: SaeBlock = ctx.cfg.sae
-        self.rows = CacheRows(self.block.from_, self.block.capture, self.block.batch_rows, self.block.shuffle)
+        self.rows = CacheRows(self.block.from_, self.block.capture, self.block.batch_rows, self.block.shuffle,
+                              self.block.vectors)
         self.out = out_folder(ctx.cfg)
         local = "://" not in str(ctx.cfg.output.path)
         self.checkpoints = run_folder(ctx.cfg) / "checkpoints" if local else self.out.with_name(self.out.name + ".checkpoints")
