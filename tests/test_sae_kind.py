@@ -157,3 +157,36 @@ def test_shuffled_order_is_seeded_and_a_new_order_per_epoch(cache):
     for half in (a[:400], a[400:]):  # each pass is a permutation of the cache's rows
         np.testing.assert_array_equal(np.sort(half, axis=0), np.sort(x, axis=0))
     assert not np.array_equal(a[:400], a[400:]) and not np.array_equal(a[:400], x)
+
+
+@pytest.mark.slow
+def test_cli_sweep_inspect_and_plot(cache, tmp_path):
+    """`-m sae.k=4,8`: each job's SAE in its own run folder, one table in open_sweep (the last step's
+    figures, read back here from each job's file with h5py), inspect's last step, plot's curves."""
+    from conftest import run_cli
+
+    common = [f"sae.from={cache}", f"sae.capture={CAPTURE}", "sae.d_sae=64", "sae.batch_rows=32", "sae.rows=320",
+              "sae.out=null", "sae.checkpoints=0", "data.dataset.limit=1", "progress=false"]
+    done = run_cli("-m", "experiment=sae_train", "sae.k=4,8", *common, f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                   cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = hookrun.open_sweep(tmp_path / "sweep").table(captures=[])
+    assert [r["sae.k"] for r in table.rows] == [4, 8]
+    for r in table.rows:
+        job = tmp_path / "sweep" / str(r["job"])
+        with h5py.File(job / "captures.h5") as f:
+            assert r["l0"] == f["captures/sae/curves/l0"][-1] == r["sae.k"]
+            assert r["explained_variance"] == f["captures/sae/curves/explained_variance"][-1]
+        assert json.loads((job / "sae" / "cfg.json").read_text())["k"] == r["sae.k"]
+    job0 = tmp_path / "sweep" / "0"
+    out = subprocess.run([sys.executable, "-m", "hookrun.inspect", str(job0), "--no-stats"], capture_output=True,
+                         text=True, cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    last = next(line for line in out.stdout.splitlines() if "last step" in line)
+    with h5py.File(job0 / "captures.h5") as f:
+        assert "last step 9: " in last and f"mse_loss {f['captures/sae/curves/mse_loss'][-1]:.6g}" in last
+    plotted = subprocess.run([sys.executable, "-m", "hookrun.plot", str(job0)], capture_output=True, text=True,
+                             cwd=tmp_path, timeout=300)
+    assert plotted.returncode == 0, plotted.stderr[-2000:]
+    assert (job0 / "figures" / "sae_loss.png").stat().st_size > 0
+    assert (job0 / "figures" / "sae_explained_variance.png").stat().st_size > 0

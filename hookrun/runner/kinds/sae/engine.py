@@ -16,6 +16,7 @@ output (what it logs to wandb when asked), taken after the step as its fit loop 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from collections.abc import Callable, Iterator
@@ -108,8 +109,18 @@ class Training:
         self.trainer.checkpoint_thresholds = [t for t in self.trainer.checkpoint_thresholds if t >= done]
         return self.trainer.n_training_steps
 
-    def fit(self) -> Any:
-        return self.trainer.fit()
+    def fit(self, progress: bool = True) -> Any:
+        """SAELens' fit; progress=False: without its progress bar (hookrun's progress=false)."""
+        if progress:
+            return self.trainer.fit()
+        import sae_lens.training.sae_trainer as trainer_module
+
+        bar = trainer_module.tqdm
+        trainer_module.tqdm = functools.partial(bar, disable=True)
+        try:
+            return self.trainer.fit()
+        finally:
+            trainer_module.tqdm = bar
 
 
 def holds_sae(folder: str | Path) -> bool:

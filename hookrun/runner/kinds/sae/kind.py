@@ -119,7 +119,7 @@ class SaeKind(RunKind):
         if first_row:
             self.resume_from(train, first_row)
         try:
-            sae = train.fit()
+            sae = train.fit(progress=bool(self.ctx.cfg.progress))
         except _Stop:
             return written[0]
         if self.out.exists() and self.block.overwrite:
