@@ -21,6 +21,10 @@ from hookrun.runner.kinds.sae.data import CacheRows  # noqa: E402
 CAPTURE = "fmap/block3/output"
 
 
+def FROM_CACHE(cache: str) -> tuple[str, ...]:  # noqa: N802
+    return ("sae.at=null", f"sae.from={cache}", f"sae.capture={CAPTURE}")
+
+
 @pytest.fixture(scope="module")
 def shapes_cache(tmp_path_factory) -> str:
     folder = tmp_path_factory.mktemp("shapes_cache")
@@ -53,7 +57,7 @@ def test_channel_vectors_are_each_positions_channels(shapes_cache):
 
 def test_channel_sae_run_equals_saelens(shapes_cache, tmp_path):
     torch.set_num_threads(1)
-    cfg = hookrun.compose("experiment=sae_shapes", f"sae.from={shapes_cache}", "sae.rows=2560", "sae.batch_rows=128",
+    cfg = hookrun.compose("experiment=sae_shapes", *FROM_CACHE(shapes_cache), "sae.rows=2560", "sae.batch_rows=128",
                           "sae.shuffle=false", "sae.d_sae=64", "sae.lr_schedule.warmup=2", "progress=false",
                           f"hydra.run.dir={tmp_path / 'run'}")
     result = hookrun.run(cfg)
@@ -88,7 +92,50 @@ def test_channel_sae_run_equals_saelens(shapes_cache, tmp_path):
 
 
 def test_a_feature_map_needs_vectors_channel(shapes_cache, tmp_path):
-    cfg = hookrun.compose("experiment=sae_shapes", f"sae.from={shapes_cache}", "sae.vectors=auto", "progress=false",
+    cfg = hookrun.compose("experiment=sae_shapes", *FROM_CACHE(shapes_cache), "sae.vectors=auto", "progress=false",
                           f"hydra.run.dir={tmp_path / 'run'}")
     with pytest.raises(ConfigError, match="give sae.vectors=channel"):
         hookrun.run(cfg)
+
+
+def test_on_the_fly_channel_rows_equal_a_raw_hook(tmp_path):
+    """experiment=sae_shapes as shipped (on the fly, at: block3), smaller: its SAE equals SAELens'
+    trainer on the rows a raw forward hook on tiny_cnn's block3 gives over the same images."""
+    from hookrun.data import shapes
+    from hookrun.models import tiny_cnn
+
+    torch.set_num_threads(1)
+    data = shapes(size=20, seed=0)
+    images = torch.stack([data[i][0] for i in range(20)])
+    model, seen = tiny_cnn().eval(), []
+    model.block3.register_forward_hook(lambda m, i, o: seen.append(o))
+    with torch.no_grad():
+        for lo in range(0, 20, 8):
+            model(images[lo:lo + 8])
+    rows = torch.cat(seen).movedim(1, -1).reshape(-1, 32)
+    cfg = hookrun.compose("experiment=sae_shapes", "data.dataset.size=20", "data.batch_size=8", "sae.rows=2560",
+                          "sae.batch_rows=128", "sae.shuffle=false", "sae.d_sae=64", "sae.lr_schedule.warmup=2",
+                          "progress=false", f"hydra.run.dir={tmp_path / 'run'}")
+    result = hookrun.run(cfg)
+    torch.manual_seed(0)
+    ref = TopKTrainingSAE(TopKTrainingSAEConfig(d_in=32, d_sae=64, k=8))
+    stream = torch.cat([rows, rows])
+    logs = []
+
+    class Logged(SAETrainer):
+        def step(self, batch):
+            out = super().step(batch)
+            logs.append(self.build_train_step_log_dict(out, self.n_training_samples))
+            return out
+
+    Logged(SAETrainerConfig(total_training_samples=2560, train_batch_size_samples=128, lr=1e-3, lr_end=1e-4,
+                            lr_warm_up_steps=2, lr_decay_steps=4), ref,
+           iter([stream[i * 128:(i + 1) * 128] for i in range(20)])).fit()
+    with hookrun.open_run(result.path) as run:
+        got = [r["mse_loss"] for r in run.sae_curves().rows]
+    assert got == pytest.approx([w["losses/mse_loss"] for w in logs], rel=1e-5)
+    loaded = sae_lens.SAE.load_from_disk(str(tmp_path / "run" / "sae"))
+    ref.save_inference_model(str(tmp_path / "ref"))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.encode(rows), sae_lens.SAE.load_from_disk(str(tmp_path / "ref")).encode(rows),
+                                   rtol=1e-4, atol=1e-4)

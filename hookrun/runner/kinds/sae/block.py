@@ -29,6 +29,7 @@ class SaeBlock:
     """`sae:` (docs/sae.md): train a sparse dictionary with SAELens' SAETrainer on a cache's rows."""
 
     from_: str | None = None  # a cache run: its folder, its captures.h5, or an s3:// URL
+    at: str | None = None  # or on the fly, no cache: a module of the run's own model, over the run's own data
     capture: str | None = None  # the capture whose rows are trained on (hook/module/role)
     vectors: str = "auto"  # auto: the capture's rows; channel: a feature map's channel vector at each position
     architecture: str = "topk"
@@ -67,9 +68,10 @@ class SaeBlock:
 
     def check(self) -> None:
         """One ConfigError line per bad value; shuffle and lr_schedule become plain dicts (or False)."""
-        if not self.from_ or not self.capture:
+        if bool(self.from_) == bool(self.at) or (self.from_ and not self.capture):
             raise ConfigError("sae: give `from` (a cache run: folder, captures.h5 or s3:// URL) and `capture` "
-                              "(its hook/module/role, e.g. res/transformer.h.3/output)")
+                              "(its hook/module/role, e.g. res/transformer.h.3/output), or `at` (a module of the "
+                              "run's own model, trained on the fly), not both")
         if self.architecture not in ARCHITECTURES:
             near = close_matches(self.architecture, ARCHITECTURES)
             raise ConfigError(f"sae.architecture: {self.architecture!r} is not one of SAELens' training SAEs hookrun "

@@ -55,11 +55,12 @@ class SaeKind(RunKind):
         from hookrun.runner.kinds.sae.engine import holds_sae, sae_config
 
         block: SaeBlock = cfg.sae
-        rows = CacheRows(block.from_, block.capture, block.batch_rows, block.shuffle, block.vectors)
-        try:
-            sae_config(block, rows.d_in, rows.info.module)
-        finally:
-            rows.close()
+        if block.from_:  # on the fly (`at`), the keys are checked once the model gives d_in (__init__)
+            rows = CacheRows(block.from_, block.capture, block.batch_rows, block.shuffle, block.vectors)
+            try:
+                sae_config(block, rows.d_in, rows.info.module)
+            finally:
+                rows.close()
         out = out_folder(cfg)
         if holds_sae(out) and not block.overwrite and not cfg.resume:
             raise ConfigError(f"sae.out: {out} already holds an SAE (cfg.json or sae_weights.safetensors); give "
@@ -68,12 +69,22 @@ class SaeKind(RunKind):
     def __init__(self, ctx: Any) -> None:
         super().__init__(ctx)
         self.block: SaeBlock = ctx.cfg.sae
-        self.rows = CacheRows(self.block.from_, self.block.capture, self.block.batch_rows, self.block.shuffle,
-                              self.block.vectors)
+        b = self.block
+        if b.at:
+            from hookrun.runner.kinds.sae.engine import sae_config
+            from hookrun.runner.kinds.sae.live import LiveRows
+
+            self.rows: Any = LiveRows(ctx.model, ctx.loader, ctx.spec, b.at, b.batch_rows, b.shuffle, b.vectors,
+                                      ctx.device)
+            self.module, self.cache_rows = b.at, None
+            sae_config(b, self.rows.d_in, b.at)
+        else:
+            self.rows = CacheRows(b.from_, b.capture, b.batch_rows, b.shuffle, b.vectors)
+            self.module, self.cache_rows = self.rows.info.module, self.rows.n_rows
         self.out = out_folder(ctx.cfg)
         local = "://" not in str(ctx.cfg.output.path)
         self.checkpoints = run_folder(ctx.cfg) / "checkpoints" if local else self.out.with_name(self.out.name + ".checkpoints")
-        self.epochs = self.rows.epochs_for(self.block.rows + self.norm_rows())
+        self.epochs = self.rows.epochs_for(self.block.rows + self.norm_rows()) if self.cache_rows else None
 
     def norm_rows(self) -> int:
         """Rows expected_norm's estimate reads before training (SAELens' n_batches_for_norm_estimate)."""
@@ -85,11 +96,14 @@ class SaeKind(RunKind):
         b = self.block
         given = {f.name.rstrip("_"): getattr(b, f.name) for f in dataclasses.fields(b) if getattr(b, f.name) is not None}
         p.attrs["sae"] = json.dumps({**given,
-                                     "module": self.rows.info.module, "d_in": self.rows.d_in,
-                                     "cache_rows": self.rows.n_rows, "epochs": self.epochs, "out": str(self.out),
+                                     "module": self.module, "d_in": self.rows.d_in,
+                                     "cache_rows": self.cache_rows, "epochs": self.epochs, "out": str(self.out),
                                      "steps": -(-b.rows // b.batch_rows)})
-        log.info("sae: %s rows of %s's %s (%d a pass): %d epoch(s)%s", b.rows, b.from_, b.capture, self.rows.n_rows,
-                 self.epochs, " in a new seeded order each" if b.shuffle and self.epochs > 1 else "")
+        if self.cache_rows:
+            log.info("sae: %s rows of %s's %s (%d a pass): %d epoch(s)%s", b.rows, b.from_, b.capture,
+                     self.cache_rows, self.epochs, " in a new seeded order each" if b.shuffle and self.epochs > 1 else "")
+        else:
+            log.info("sae: %s rows of %s's output on the fly (the run's model over its data)", b.rows, b.at)
 
     def run_steps(self, data_loop: Any, writer: Any, first_row: int, should_stop: Any) -> int:
         """SAELens' fit over the cache's rows; each step's figures a row, those from `first_row` on."""
@@ -113,7 +127,7 @@ class SaeKind(RunKind):
                 raise _Stop
 
         device = str(self.ctx.device)
-        train = Training(self.block, self.rows.d_in, self.rows.info.module, self.rows,
+        train = Training(self.block, self.rows.d_in, self.module, self.rows,
                          checkpoint_path=str(self.checkpoints) if self.block.checkpoints else None, device=device,
                          on_step=on_step)
         if first_row:
@@ -126,6 +140,8 @@ class SaeKind(RunKind):
             for name in ("cfg.json", "sae_weights.safetensors"):
                 (self.out / name).unlink(missing_ok=True)
         save_sae(sae, self.out)
+        if not self.cache_rows:
+            log.info("sae: %d pass(es) over the data on the fly", self.rows.epochs)
         log.info("sae: %s written (%s, d_in %d, d_sae %d)", self.out, sae.cfg.architecture(), self.rows.d_in,
                  self.block.d_sae)
         return written[0]

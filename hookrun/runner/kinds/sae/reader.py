@@ -52,8 +52,9 @@ def last(f: h5py.File) -> dict[str, Any]:
 
 def lines(f: h5py.File) -> list[str]:
     meta, end = sae_meta(f.attrs), last(f)
-    head = (f"  sae      {meta.get('architecture')} d_in {meta.get('d_in')} d_sae {meta.get('d_sae')} on "
-            f"{meta.get('from')} {meta.get('capture')} ({meta.get('cache_rows')} rows, {meta.get('epochs')} epoch(s)); "
+    source = (f"{meta.get('at')}'s output on the fly" if meta.get("at") else
+              f"{meta.get('from')} {meta.get('capture')} ({meta.get('cache_rows')} rows, {meta.get('epochs')} epoch(s))")
+    head = (f"  sae      {meta.get('architecture')} d_in {meta.get('d_in')} d_sae {meta.get('d_sae')} on {source}; "
             f"out {meta.get('out')}")
     if not end:
         return [head, "  sae      no training step written"]
