@@ -9,6 +9,7 @@
 |-----------|-------------------------------------------------------------------------------------|
 | block.py  | the `sae:` block (a dataclass) and its checks that need no model                     |
 | data.py   | a cache run's capture as exact [batch_rows, d_in] batches: seeded windows, epochs    |
+| live.py   | on the fly (`at:`): the run's model over its data, a module's output as rows, no cache |
 | engine.py | SAELens' training SAE and SAETrainerConfig from the block; the per-step figures      |
 | kind.py   | the run kind: a row of figures per training step, checkpoints, resume, the SAE folder |
 | reader.py | what readers show: `run.sae_curves()`, inspect's last step, plot's curves, sweep columns |

@@ -1,4 +1,5 @@
-"""The sae run kind: SAELens' SAETrainer on a cache run's rows; a step is one training step.
+"""The sae run kind: SAELens' SAETrainer on a cache run's rows (or, with `at:`, a module's output on
+the fly); a step is one training step.
 
     python -m hookrun experiment=sae_train hydra.run.dir=outputs/h3_sae     # the `sae:` block
     hookrun.open_run("outputs/h3_sae").sae_curves()                        # the figures per step
@@ -52,6 +53,11 @@ class SaeKind(RunKind):
     @classmethod
     def check(cls, cfg: HookrunConfig) -> None:
         """The cache, its capture, the architecture's keys and the out folder, before anything is built."""
+        import importlib.util
+
+        if importlib.util.find_spec("sae_lens") is None:
+            raise ConfigError("sae: training runs SAELens 6's trainer, which is not installed: pip install sae-lens "
+                              "(it pins TransformerLens 3.9: keep it out of an environment that needs TransformerLens 4)")
         from hookrun.runner.kinds.sae.engine import holds_sae, sae_config
 
         block: SaeBlock = cfg.sae
