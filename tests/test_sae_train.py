@@ -166,3 +166,32 @@ def test_shuffled_training_learns_sparse_sums(tmp_path):
     mine = load_sae(out)
     assert (mine.source, mine.architecture, mine.hook_name, mine.d_in, mine.d_sae) == (
         "saelens", "topk", "transformer.h.1", 16, 64)
+
+
+def test_expected_norm_equals_saelens(cache, tmp_path):
+    """normalize: expected_norm is SAELens' expected_average_only_in: its estimate batches taken from
+    the stream before training, the scale folded into the weights when fit ends."""
+    torch.set_num_threads(1)
+    b = block(cache, "topk", 320, normalize="expected_norm", norm_batches=3)
+    data = CacheRows(b.from_, b.capture, b.batch_rows, b.shuffle)
+    train = Training(b, data.d_in, "0", data)
+    sae = train.fit()
+    data.close()
+    with h5py.File(cache) as f:
+        x = torch.from_numpy(f[f"captures/{CAPTURE}"][:].astype(np.float32))
+    stream = torch.cat([x, x])
+    torch.manual_seed(5)
+    ref = sae_lens.TopKTrainingSAE(sae_lens.TopKTrainingSAEConfig(d_in=D_IN, d_sae=D_SAE, k=8,
+                                                                  normalize_activations="expected_average_only_in"))
+    SAETrainer(SAETrainerConfig(total_training_samples=320, train_batch_size_samples=BATCH, lr=1e-3, lr_end=1e-4,
+                                lr_warm_up_steps=2, lr_decay_steps=2, n_batches_for_norm_estimate=3), ref,
+               iter([stream[i * BATCH:(i + 1) * BATCH] for i in range(13)])).fit()
+    got, want = sae.state_dict(), ref.state_dict()
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=1e-5, atol=1e-5 * float(want[name].abs().max()))
+    assert len(train.logs) == 10
+    out = save_sae(sae, tmp_path / "sae")
+    ref.save_inference_model(str(tmp_path / "ref"))
+    with torch.no_grad():
+        torch.testing.assert_close(SAE.load_from_disk(str(out)).encode(x),
+                                   SAE.load_from_disk(str(tmp_path / "ref")).encode(x), rtol=1e-5, atol=1e-5)
