@@ -12,7 +12,9 @@ round after round, the load average read before and after each round:
               with the cache's rows.
 
 Rows per second = the training budget / the seconds `fit()` takes; ratios are medians of per-round
-ratios.
+ratios. Memory: the child's peak RSS (os.wait4; the imports of torch and SAELens dominate it), and
+the resident memory it still holds after `fit()` beyond what it held before reading any row (the
+data: the tensor, or the loader's windows).
 
     python benchmarks/sae_train.py                 # 262144-row cache, 80 steps of 4096 (minutes on 2 cores)
     python benchmarks/sae_train.py --quick         # a smoke run: tiny sizes, 1 round
@@ -70,7 +72,10 @@ def child(a) -> None:  # noqa: ANN001
     from hookrun.runner.kinds.sae.engine import Training
 
     torch.set_num_threads(a.threads)
+    import sae_lens  # noqa: F401  (imported before `before`: its memory is not the route's)
+
     b = block(a, a.cache)
+    before = rss_mib()
     if a.child == "memory":
         import h5py
 
@@ -93,9 +98,18 @@ def child(a) -> None:  # noqa: ANN001
     t0 = time.perf_counter()
     train.fit(progress=False)
     seconds = time.perf_counter() - t0
+    held = rss_mib() - before  # what the route still holds after training: its data (tensor, or windows)
     if rows is not None:
         rows.close()
-    print(json.dumps({"seconds": seconds, "rows": b.rows}))
+    print(json.dumps({"seconds": seconds, "rows": b.rows, "held_mib": held}))
+
+
+def rss_mib() -> float:
+    """This process's resident memory now (Linux /proc), MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def main() -> None:
@@ -117,6 +131,7 @@ def main() -> None:
                   ("d_in", "d_sae", "k", "batch", "steps", "buffer_rows", "threads")]
         rate: dict[str, list[float]] = {r: [] for r in ROUTES}
         rss: dict[str, list[float]] = {r: [] for r in ROUTES}
+        held: dict[str, list[float]] = {r: [] for r in ROUTES}
         loads: list[float] = []
         order = list(ROUTES)
         for r in range(a.rounds):
@@ -129,17 +144,22 @@ def main() -> None:
                                                route, env=harness.child_env(OMP_NUM_THREADS=str(a.threads)))
                 rate[route].append(out["rows"] / out["seconds"])
                 rss[route].append(usage.ru_maxrss / 1024)
+                held[route].append(out["held_mib"])
                 harness.log(f"  round {r + 1}/{a.rounds} {route:11s} {rate[route][-1]:10.0f} rows/s "
-                            f"peak {rss[route][-1]:7.0f} MiB")
+                            f"peak {rss[route][-1]:7.0f} MiB, held after fit {held[route][-1]:6.0f} MiB")
             loads.append(os.getloadavg()[0])
     speed = statistics.median(h / m for h, m in zip(rate["hookrun"], rate["memory"], strict=True))
     growth = statistics.median(rss["hookrun_4x"]) / statistics.median(rss["hookrun"])
+    held_growth = statistics.median(held["hookrun_4x"]) / max(1.0, statistics.median(held["hookrun"]))
     t = harness.Targets()
     t.add("rows/s: hookrun from a local cache / SAELens from memory", speed, ">= 0.90", speed >= 0.9,
           f"{statistics.median(rate['hookrun']):.0f} / {statistics.median(rate['memory']):.0f} rows/s")
     t.add("peak RSS: 4x the cache's rows / 1x (hookrun)", growth, "<= 1.10", growth <= 1.1,
           f"{statistics.median(rss['hookrun_4x']):.0f} / {statistics.median(rss['hookrun']):.0f} MiB "
           f"(memory route: {statistics.median(rss['memory']):.0f} MiB)")
+    t.add("memory held after fit: 4x the cache's rows / 1x (hookrun)", held_growth, "<= 1.10", held_growth <= 1.1,
+          f"{statistics.median(held['hookrun_4x']):.0f} / {statistics.median(held['hookrun']):.0f} MiB "
+          f"(memory route, the cache in a tensor: {statistics.median(held['memory']):.0f} MiB)")
     head = harness.environment(time.perf_counter() - started, *harness.versions("torch", "sae-lens"),
                                threads=f"{a.threads} torch thread(s)")
     sizes = (f"cache {a.cache_rows} rows x {a.d_in} (float16; 4x: {4 * a.cache_rows}), topk d_sae {a.d_sae} k {a.k}, "
