@@ -16,7 +16,7 @@ from hookrun.analysis import open_run, open_sweep
 from hookrun.hooks.actions import Action, register_action
 from hookrun.notebook.capture import Captured, capture
 from hookrun.notebook.lister import list_modules as modules
-from hookrun.runner.kinds import attribute, patch_grid
+from hookrun.runner.kinds import patch_grid
 from hookrun.runner.run import RunResult, run
 from hookrun.store.format import HOOKRUN_VERSION as __version__
 

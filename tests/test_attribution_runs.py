@@ -5,14 +5,12 @@ writes, bad inputs are one line before any batch, and the shipped experiments co
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT
+from kill_in_flush import killed_inside_a_flush
 
 import hookrun
 from hookrun.errors import ConfigError
@@ -82,23 +80,6 @@ def test_deletion_and_insertion_equal_numpy_of_the_definition(tmp_path, model, d
     assert budget["curve_rows_per_forward"] < 2 * (5 + 1)  # the 200KB budget split the curves' forwards
 
 
-KILL_IN_FLUSH = """
-import json, os, sys
-import h5py
-import hookrun
-cfg, at_flush = json.loads(sys.argv[1]), int(sys.argv[2])
-calls = [0]
-real = h5py.File.flush
-def flush(self):
-    calls[0] += 1
-    if calls[0] == at_flush:
-        os._exit(9)  # as a kill -9 would
-    real(self)
-h5py.File.flush = flush
-hookrun.run(cfg)
-"""
-
-
 def test_a_killed_run_resumes_to_the_same_file(tmp_path):
     block = {"method": "integrated_gradients", "steps": 4, "measure": {"deletion": 2}}
     ref = hookrun.run(cfg(tmp_path / "ref.h5", **block)).path
@@ -106,8 +87,7 @@ def test_a_killed_run_resumes_to_the_same_file(tmp_path):
     c["data"] = {**DATA, "batch_size": 2}
     c["output"]["flush_every"] = 1
     ref2 = hookrun.run({**c, "output": {"path": str(tmp_path / "ref2.h5")}}).path
-    out = subprocess.run([sys.executable, "-c", KILL_IN_FLUSH, json.dumps(c), "4"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=600)
+    out = killed_inside_a_flush(c, 4)
     assert out.returncode == 9, out.stderr[-2000:]
     with h5py.File(tmp_path / "k.h5") as f:
         assert f.attrs["status"] != "complete" and 0 < f["samples/index"].shape[0] < N

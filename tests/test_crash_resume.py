@@ -12,6 +12,7 @@ import h5py
 import numpy as np
 import pytest
 from conftest import ROOT, make_cfg
+from kill_in_flush import killed_inside_a_flush
 from test_reliability import assert_same_captures, rich_hooks
 
 import hookrun
@@ -108,30 +109,10 @@ def test_hundreds_of_kills_leave_files_whose_lengths_agree_with_their_counts(tmp
     assert result["disagreements"] == [], result["disagreements"][:5]
 
 
-KILL_IN_FLUSH = """
-import json, os, sys
-import h5py
-import hookrun
-cfg, at_flush = json.loads(sys.argv[1]), int(sys.argv[2])
-calls = [0]
-real = h5py.File.flush
-def flush(self):
-    calls[0] += 1
-    if calls[0] == at_flush:
-        os._exit(9)  # as a kill -9 would: nothing of this flush written
-    real(self)
-h5py.File.flush = flush
-hookrun.run(cfg)
-"""
-
-
 def _killed_inside_a_flush(cfg, at_flush):
     """Run `cfg` in a child process that dies inside its `at_flush`-th flush, before HDF5 wrote
     anything of that flush."""
-    import json
-
-    out = subprocess.run([sys.executable, "-c", KILL_IN_FLUSH, json.dumps(cfg), str(at_flush)], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)
+    out = killed_inside_a_flush(cfg, at_flush, timeout=300)
     assert out.returncode == 9, out.stderr[-2000:]
 
 

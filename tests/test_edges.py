@@ -291,16 +291,6 @@ def test_neox_and_llama_graphs_rebuild_the_clean_and_corrupted_runs(items):
         np.testing.assert_allclose(got.attrs["faithfulness_recovered"], [0.0, 1.0], atol=1e-5, err_msg=name)
 
 
-def test_grouped_query_attention_refused(items):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    net = LlamaForCausalLM(LlamaConfig(vocab_size=V, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-                                       num_key_value_heads=2, intermediate_size=64)).eval()
-    hf_items = [{"input_ids": it["clean"], "corrupt": it["corrupt"], "answer": 1, "wrong": 2} for it in items]
-    with pytest.raises(ConfigError, match=r"grouped-query attention \(2 key/value heads for 4 query heads\)"):
-        hookrun.patch_grid(net, hf_items, clean="input_ids", method="eap")
-
-
 def test_faithfulness_ranked_by_an_earlier_runs_file(model, items, tmp_path):
     """faithfulness.from: PATH ranks the edges by that file's grid: an eap file run, then an eap_ig run whose
     circuits come from it, equal to the eap run's own curve (the same circuits, the same exact forwards)."""

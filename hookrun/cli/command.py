@@ -14,11 +14,14 @@ shell reports for a Unix tool killed by it) and nothing on stderr, never a Broke
 traceback or Python's "Exception ignored ... BrokenPipeError" at exit.
 
 Where a command is the whole process (`python -m hookrun...`, the `hookrun` script), `exit_process`
-runs it: after the command has closed its files, the heap is frozen (gc.freeze), so the interpreter's
-last collection does not walk torch's objects again: that walk was 0.8 s of every process that
-imports torch and torchvision on this 2-core machine (benchmarks/process_pair.py, issue 41 item 18).
-Nothing is skipped: atexit handlers and logging's shutdown run, and objects freed by their
-reference count are freed as before; only cycles still alive at exit are left to the OS.
+runs it: after the command has closed its files, one collection frees what the command left in
+reference cycles (a user's data set that refers to itself: its `__del__` runs, as under plain
+`main()`), then the heap is frozen (gc.freeze), so the interpreter's last collection does not walk
+torch's objects again: that walk was 0.8 s of every process that imports torch and torchvision on
+this 2-core machine (benchmarks/process_pair.py, issue 41 item 18); the one collection walks them
+once, about 0.16 s. Nothing is skipped: atexit handlers and logging's shutdown run, and objects
+freed by their reference count are freed as before; only objects still reachable at exit (module
+globals) are left to the OS.
 """
 
 from __future__ import annotations
@@ -58,11 +61,19 @@ def ends_quietly(main: F) -> F:
 
 
 def exit_process(main: Callable[[], int | None]) -> NoReturn:
-    """Run `main` as the process's whole work and exit with its code (module docstring: the heap is
-    frozen first; tests call `main` itself, so a test session's heap is never frozen)."""
+    """Run `main` as the process's whole work and exit with its code (module docstring: the run's
+    garbage is collected, then the heap is frozen; tests call `main` itself, so a test session's heap
+    is never frozen). First, a torch and torchvision that do not belong together are one line and
+    exit 2 (cli/torch_pair.py)."""
+    from hookrun.cli.torch_pair import mismatch
+
+    broken = mismatch()  # torch and torchvision of two builds: one line, not a failed import later
+    if broken is not None:
+        sys.exit(fail(broken))
     try:
         code = main()
     finally:
+        gc.collect()  # what the run left in reference cycles is freed (its __del__ runs) before the heap is frozen
         gc.freeze()
     sys.exit(code)
 

@@ -40,7 +40,7 @@ from hookrun.analysis.run_reader import CaptureInfo, Run
 from hookrun.cli import figures
 from hookrun.errors import NotFoundError
 from hookrun.runner.kinds.attribution.reader import attribution_meta
-from hookrun.runner.kinds.attribution.report import class_name
+from hookrun.runner.kinds.attribution.report import class_name, curve_area, random_curve
 
 
 def run_label(run: Run) -> str:
@@ -138,15 +138,21 @@ def _curves(run: Run, a: Any, names: list[str], method: str):
     fig, axes = plt.subplots(1, len(names), figsize=(4.6 * len(names), 3.6), squeeze=False, layout="constrained")
     for ax, name in zip(axes[0], names, strict=True):
         c = run.attribution(name)
-        x = c["fraction"].values
-        for row in c.values:
+        x, rows = c["fraction"].values, c.values.astype(np.float64)
+        colour = "#b2182b" if name == "deletion" else "#2166ac"
+        for row in rows:
             ax.plot(x, row, color="#999999", alpha=0.3, linewidth=0.8)
-        ax.plot(x, c.values.mean(0), color="#b2182b" if name == "deletion" else "#2166ac", linewidth=2,
-                label=f"mean (area {float(a[f'{name}_area'].mean()):.3f})")
+        ax.fill_between(x, np.quantile(rows, 0.25, axis=0), np.quantile(rows, 0.75, axis=0), color=colour, alpha=0.2,
+                        linewidth=0, label="middle half of the samples")
+        ax.plot(x, rows.mean(0), color=colour, linewidth=2, label=f"mean (area {float(a[f'{name}_area'].mean()):.3f})")
+        random = random_curve(run, name)
+        if random is not None:
+            ax.plot(x, random.mean(0), color="#333333", linewidth=1.6, linestyle="--",
+                    label=f"random order (area {curve_area(random):.3f})")
         ax.set_xlabel(f"fraction of pixels {'removed' if name == 'deletion' else 'put back'}, most important first")
         ax.set_ylabel("probability of the target")
         ax.set_ylim(0, 1)
         ax.set_title(f"{name} ({len(c)} samples)")
-        ax.legend(loc="best")
+        ax.legend(loc="best", fontsize=8)
     fig.suptitle(f"{method}: a good map's deletion falls fast, its insertion rises fast\n{run_label(run)}")
     return fig

@@ -123,6 +123,12 @@ def loaded_plugins() -> list[KindPlugin]:
 
 def parse_block(name: str, node: Any) -> Any:
     """The `name:` block of a config -> its kind's dataclass, typed and checked (one ConfigError line)."""
+    return typed_block(name, node)[1]
+
+
+def typed_block(name: str, node: Any) -> tuple[dict[str, Any], Any]:
+    """(the block as typed, before its check: what the run's stored config says, with `with` for
+    `with_`; the dataclass, checked and normalised)."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -142,10 +148,11 @@ def parse_block(name: str, node: Any) -> Any:
         if field_name not in fields:
             hint = close_matches(str(key), [_key(f) for f in fields], n=1)
             raise ConfigError(f"{name}.{key}: not a key of the {name} block"
-                              f"{f'; did you mean {hint[0]}?' if hint else ''} (it has: {_keys(cls)})")
+                              f"{f'; did you mean {name}.{hint[0]}?' if hint else ''} (it has: {_keys(cls)})")
         mapped[field_name] = value
     try:
         merged = OmegaConf.merge(OmegaConf.structured(cls), mapped)
+        plain = {_key(k): v for k, v in typing.cast(dict, OmegaConf.to_container(merged)).items()}
         block = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
         first = str(exc).strip().splitlines()[0]
@@ -154,7 +161,7 @@ def parse_block(name: str, node: Any) -> Any:
     check = getattr(block, "check", None)
     if callable(check):
         check()
-    return block
+    return plain, block
 
 
 def block_fields(name: str) -> list[str]:
@@ -169,11 +176,3 @@ def _key(field_name: str) -> str:
 
 def _keys(cls: type) -> str:
     return ", ".join(sorted(_key(f.name) for f in dataclasses.fields(cls)))
-
-
-def block_to_dict(block: Any) -> dict[str, Any]:
-    """A parsed block as its config node (`with` for `with_`), for the file's stored config."""
-    from omegaconf import OmegaConf
-
-    plain = OmegaConf.to_container(OmegaConf.structured(block)) if dataclasses.is_dataclass(block) else dict(block)
-    return {_key(k): v for k, v in typing.cast(dict, plain).items()}

@@ -20,7 +20,7 @@ import torch
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from hookrun.config.plugins import block_to_dict, parse_block, plugin_names
+from hookrun.config.plugins import plugin_names, typed_block
 from hookrun.errors import ConfigError, close_matches
 from hookrun.store.format import PART_BYTES
 
@@ -113,25 +113,6 @@ class PatchingConfig:
 
 
 @dataclass
-class AttributionConfig:
-    """attribution: a method's attribution of every sample (hookrun.runner.kinds.attribution; docs/attribution.md)."""
-
-    method: str = "integrated_gradients"  # saliency | input_x_gradient | integrated_gradients | occlusion | grad_cam | lrp
-    at: str = "input"  # input, or a module path: attribution to that module's output (layer attribution)
-    target: Any = "label"  # label | predicted | a class number | an item key
-    baseline: str = "zero"  # zero | mean (the data set's mean input) | blur (gaussian, sigma pixels) | an item key
-    sigma: float = 5.0  # baseline=blur: the gaussian's sigma in pixels
-    steps: int = 32  # integrated_gradients: interpolation steps
-    rule: str = "gausslegendre"  # integrated_gradients: gausslegendre | riemann_left | riemann_right | riemann_middle | riemann_trapezoid
-    window: list[int] | None = None  # occlusion: the sliding window's shape (without the sample axis)
-    strides: list[int] | None = None  # occlusion: its strides; null: the window's shape
-    composite: str = "epsilon_plus_flat"  # lrp: a zennit composite
-    relu: bool = False  # grad_cam: captum's relu_attributions
-    memory: Any = "1GiB"  # the budget for one forward (+ backward): steps / occluded copies per forward
-    measure: dict[str, int] | None = None  # {deletion: N, insertion: N}: curves of the target's probability
-
-
-@dataclass
 class HookrunConfig:
     model: Any = MISSING  # a _target_ node, plus optional `checkpoint`
     data: DataConfig = field(default_factory=DataConfig)
@@ -150,7 +131,6 @@ class HookrunConfig:
     generate: dict[str, Any] = field(default_factory=lambda: {"max_new_tokens": 20})  # mode=generate: model.generate(**batch, **generate)
     evaluate: EvaluateConfig | None = field(default_factory=EvaluateConfig)  # clean vs intervened (vs ablated) forwards
     patching: PatchingConfig | None = None  # activation-patching grids (docs/patching.md)
-    attribution: AttributionConfig | None = None  # attribution runs (docs/attribution.md)
 
     def __getattr__(self, name: str) -> Any:
         """A kind plugin's block (`cfg.probe`): its parsed dataclass, or None where not given."""
@@ -187,8 +167,19 @@ def load(cfg: Any) -> HookrunConfig:
     except OmegaConfBaseException as exc:
         raise ConfigError(_omegaconf_message(exc)) from None
     assert isinstance(obj, HookrunConfig)
-    object.__setattr__(obj, "_blocks", {name: parse_block(name, node) for name, node in given.items()})
+    typed = {name: typed_block(name, node) for name, node in given.items()}
+    object.__setattr__(obj, "_blocks", {name: block for name, (_, block) in typed.items()})
+    object.__setattr__(obj, "_block_nodes", {name: plain for name, (plain, _) in typed.items()})
     return obj
+
+
+def replaced(cfg: HookrunConfig, **changes: Any) -> HookrunConfig:
+    """dataclasses.replace(cfg, **changes), keeping the kind plugins' parsed blocks (a rank's config)."""
+    out = dataclasses.replace(cfg, **changes)
+    for name in ("_blocks", "_block_nodes"):
+        if name in cfg.__dict__:
+            object.__setattr__(out, name, cfg.__dict__[name])
+    return out
 
 
 def _plugin_blocks(cfg: Any) -> tuple[Any, dict[str, Any]]:
@@ -217,7 +208,7 @@ def with_live(cfg: Any, model: Any = None, dataset: Any = None) -> Any:
     if model is None and dataset is None:
         return cfg
     if isinstance(cfg, HookrunConfig):
-        cfg = OmegaConf.to_container(OmegaConf.structured(cfg))
+        cfg = OmegaConf.to_container(OmegaConf.create(to_yaml(cfg)))  # (its kind plugin's block included)
     elif isinstance(cfg, DictConfig):
         cfg = OmegaConf.to_container(cfg, resolve=True)
     cfg = dict(cfg)
@@ -231,9 +222,9 @@ def with_live(cfg: Any, model: Any = None, dataset: Any = None) -> Any:
 def to_yaml(cfg: HookrunConfig) -> str:
     """The resolved config as YAML, as stored in each run's file (a kind plugin's block included)."""
     node = OmegaConf.structured(cfg)
-    if cfg.blocks:
-        node = OmegaConf.create({**OmegaConf.to_container(node),
-                                 **{name: block_to_dict(block) for name, block in cfg.blocks.items()}})
+    given = cfg.__dict__.get("_block_nodes")
+    if given:
+        node = OmegaConf.create({**OmegaConf.to_container(node), **given})
     return OmegaConf.to_yaml(node)
 
 

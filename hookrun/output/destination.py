@@ -28,9 +28,8 @@ from hookrun.output.ranks import Ranks, every_rank
 from hookrun.output.resume import Resume
 from hookrun.output.store_parts import StoreParts
 from hookrun.store.merge import View
-from hookrun.store.object_folder import is_url
-from hookrun.store.parts import ObjectStoreOutput
 from hookrun.store.records import RunStore
+from hookrun.store.schemes import scheme_of
 
 
 class Destination(Protocol):
@@ -100,9 +99,7 @@ def open_destination(cfg: HookrunConfig, ranks: Ranks | None = None) -> LocalFil
     """output.path, resolved once: an object-store URL (with output.staging) or a local file. With
     many ranks an error is every rank's alike."""
     try:
-        if is_url(cfg.output.path):
-            return StoreParts(ObjectStoreOutput.of(cfg.output.path, cfg.output.staging))
-        return LocalFile(Path(cfg.output.path).expanduser())
+        return scheme_of(cfg.output.path).open_destination(cfg)  # (store/schemes.py: by the path's scheme)
     except ConfigError as exc:
         raise (every_rank(exc) if ranks is not None and ranks.many else exc) from None
 
@@ -110,6 +107,6 @@ def open_destination(cfg: HookrunConfig, ranks: Ranks | None = None) -> LocalFil
 def in_run_folder(path: str, staging: str | None, folder: Path) -> tuple[str, str | None]:
     """The CLI's output.path and output.staging in its run folder: a relative file path goes there,
     and so do an object store's staged parts unless output.staging says where."""
-    if is_url(path):
+    if scheme_of(path).remote:
         return path, staging if staging is not None else str(folder)
     return (path if Path(path).is_absolute() else str(folder / path)), staging

@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hookrun.config.schema import HookrunConfig
+from hookrun.config.schema import HookrunConfig, replaced
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.output.ranks import Ranks, every_rank, rank_device, shard_path
 from hookrun.output.resume import ResumeState, open_resume
@@ -130,7 +130,7 @@ class LocalShards:
             log.warning("resume: %s holds no readable batch (killed before its first flush); running its shard "
                         "from the start (the old file is kept as %s.unreadable)", mine, mine.name)
             os.replace(mine, mine.with_name(mine.name + ".unreadable"))
-        return dataclasses.replace(self.cfg, device=rank_device(self.cfg.device, self.r.local_rank),
+        return replaced(self.cfg, device=rank_device(self.cfg.device, self.r.local_rank),
                                    output=dataclasses.replace(self.cfg.output, path=str(mine)))
 
     def check_files(self) -> None:
@@ -225,3 +225,8 @@ def _name_max(out: Path) -> int:
         return os.pathconf(folder, "PC_NAME_MAX")
     except (OSError, ValueError):
         return 255
+
+
+def local_destination(cfg: HookrunConfig) -> LocalFile:
+    """output.path as a local HDF5 file (the `file` scheme's destination, store/schemes.py)."""
+    return LocalFile(Path(cfg.output.path).expanduser())

@@ -40,7 +40,7 @@ from pathlib import Path
 import h5py
 import yaml
 
-from hookrun.config.schema import HookrunConfig, to_yaml
+from hookrun.config.schema import HookrunConfig, replaced, to_yaml
 from hookrun.errors import ConfigError
 from hookrun.output.ranks import Ranks, rank_device
 from hookrun.output.resume import ResumeState, config_differences, open_resume
@@ -162,7 +162,7 @@ class PartsShards:
             begin_ranks(self.url, self.r.world, self.run_attrs(), self.cfg.resume)
 
     def rank_cfg(self) -> HookrunConfig:
-        return dataclasses.replace(self.cfg, device=rank_device(self.cfg.device, self.r.local_rank))
+        return replaced(self.cfg, device=rank_device(self.cfg.device, self.r.local_rank))
 
     def run_attrs(self) -> dict:
         return {"config": to_yaml(self.cfg), "launcher": self.r.launcher, "world_size": self.r.world}
@@ -228,3 +228,9 @@ def open_parts_resume(out: ObjectStoreOutput, config_yaml: str) -> PartsResume |
     partial = open_resume(point.partial, config_yaml) if point.partial is not None else None
     status = point.manifest.status if partial is None else "interrupted"
     return PartsResume(point, partial, status)
+
+
+def parts_destination(cfg: HookrunConfig) -> StoreParts:
+    """output.path as parts in an object store, staged in output.staging (the object-store scheme's
+    destination, store/schemes.py)."""
+    return StoreParts(ObjectStoreOutput.of(cfg.output.path, cfg.output.staging))

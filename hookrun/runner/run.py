@@ -32,6 +32,7 @@ from hookrun.output.ranks import detect
 from hookrun.output.resume import Resume
 from hookrun.output.shards import ShardRun
 from hookrun.output.signals import Interrupted, StopSignals, StoreAway
+from hookrun.runner.accepted import accepted
 from hookrun.runner.action_state import finish_actions, restore_states
 from hookrun.runner.estimate import estimate
 from hookrun.runner.loop import end_report, run_batches
@@ -52,6 +53,7 @@ class RunResult:
     seconds: float
     estimated_bytes: int | None = None  # set by dry_run
     status: str = "complete"
+    note: str = ""  # the kind's summary for the run's last log line (an edges run's recovered fractions)
 
 
 def run(cfg: Any, model: torch.nn.Module | None = None, dataset: Any = None) -> RunResult:
@@ -177,6 +179,7 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
     session = HookSession(p.points, p.env, cfg.early_stop)
     with StopSignals() as stop:  # from before the file exists: a first signal then stops after one batch
         store = open_store(p, resume)
+        accepted()  # the output is this run's: the CLI now writes Hydra's record of it (runner/accepted.py)
         try:
             first = p.batches.start  # 0, or where this rank's shard starts
             if resume is not None:
@@ -218,7 +221,7 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
         if not replayed:  # stopped while the old batches were copied: the old file is as it was
             raise Interrupted(stop.signum or signal.SIGINT, None, 0, resumed_from=dest.result)
         raise Interrupted(stop.signum or signal.SIGINT, dest.result, store.steps)
-    return RunResult(dest.result, steps, samples, seconds, status=status)
+    return RunResult(dest.result, steps, samples, seconds, status=status, note=p.settings.kind.end_note())
 
 
 def open_store(p: Prepared, resume: Resume | None) -> RunStore:

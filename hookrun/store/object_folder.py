@@ -24,7 +24,6 @@ from pathlib import Path
 from hookrun.errors import ConfigError, HookrunError
 
 log = logging.getLogger("hookrun")
-SCHEMES_LOCAL = ("", "file", "local")
 UPLOAD_CHUNK = 64 << 20  # S3 multipart part size (and the read-back block)
 UPLOAD_THREADS = 4  # concurrent multipart parts of one upload
 OURS = re.compile(r"^(manifest(\.rank-\d{5})?\.json|(rank-\d{5}/)?part-\d{5}\.h5)$")  # what a run writes
@@ -32,12 +31,6 @@ OURS = re.compile(r"^(manifest(\.rank-\d{5})?\.json|(rank-\d{5}/)?part-\d{5}\.h5
 
 class StoreError(HookrunError):
     """The object store refused or could not be reached (after retries, where there were any)."""
-
-
-def is_url(path: object) -> bool:
-    """Whether an output or input path is an object-store URL (`s3://...`), not a local path."""
-    m = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://", str(path))
-    return bool(m) and m.group(1).lower() not in SCHEMES_LOCAL
 
 
 def _options(protocol: str) -> dict:

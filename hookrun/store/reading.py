@@ -26,7 +26,7 @@ from hookrun.store.capture_schema import damage
 from hookrun.store.fetch import Parts
 from hookrun.store.lock import flushing_path, wait_for_flush
 from hookrun.store.merge import build_view, check_sources
-from hookrun.store.object_folder import is_url
+from hookrun.store.schemes import scheme_of
 
 
 class UrlPath(str):
@@ -199,19 +199,27 @@ class PartsSource:
 
 def is_remote(path: str | os.PathLike) -> bool:
     """Whether `path` names a run in an object store (read through PartsSource), not a local file or folder."""
-    return is_url(path)
+    return scheme_of(path).remote
 
 
 def run_path(text: str) -> Path | UrlPath:
     """A path given on a command line: a URL stays a URL (a Path would turn `s3://` into `s3:/`)."""
-    return UrlPath(text.rstrip("/")) if is_url(text) else Path(text)
+    return UrlPath(text.rstrip("/")) if scheme_of(text).remote else Path(text)
 
 
 def open_source(path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> LocalSource | PartsSource:
     """The run at `path`: a captures.h5 file, a run folder holding one, or an object-store URL
-    (`cache_dir`: where its parts are fetched to; default $HOOKRUN_CACHE_DIR or ~/.cache/hookrun)."""
-    if is_url(path):
-        return PartsSource(str(path), cache_dir)
+    (`cache_dir`: where its parts are fetched to; default $HOOKRUN_CACHE_DIR or ~/.cache/hookrun),
+    read by the source its scheme names (store/schemes.py)."""
+    return scheme_of(path).open_source(path, cache_dir)
+
+
+def local_source(path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> LocalSource:
+    """A local file, or a run folder's captures.h5 (the `file` scheme's source)."""
     local = Path(path).expanduser()
     return LocalSource(local / "captures.h5" if local.is_dir() else local)
 
+
+def parts_source(path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> PartsSource:
+    """An object store's parts under a URL (the object-store scheme's source)."""
+    return PartsSource(str(path), cache_dir)

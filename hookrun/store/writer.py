@@ -54,10 +54,17 @@ class BackgroundWriter:
         self._error: BaseException | None = None
         self._abort = False  # a second signal: skip what waits in the queue
         self._stop_sent = False
+        self._done = threading.Event()  # set by the thread as it ends (drain: not Thread.join)
         self._thread = threading.Thread(target=self._work, name="hookrun-writer", daemon=True)
         self._thread.start()
 
     def _work(self) -> None:
+        try:
+            self._loop()
+        finally:
+            self._done.set()
+
+    def _loop(self) -> None:
         while True:
             item = self._queue.get()
             if item is _STOP:
@@ -88,14 +95,16 @@ class BackgroundWriter:
         """Wait until every queued record is written, then raise any writer error. A
         KeyboardInterrupt meanwhile (a second Ctrl-C) drops the records still queued, but the one
         being written is finished and the thread has ended before it is raised again: the store
-        is never closed under a running writer."""
+        is never closed under a running writer, so its counts are those of the rows it holds.
+        (The wait is on an event the thread sets, not Thread.join: on Python 3.11 a join that a
+        KeyboardInterrupt interrupts marks the thread as ended while it still writes.)"""
         interrupted: BaseException | None = None
-        while self._thread.is_alive():
+        while not self._done.is_set():
             try:
                 if not self._stop_sent:
                     self._queue.put(_STOP)
                     self._stop_sent = True
-                self._thread.join()
+                self._done.wait()
             except KeyboardInterrupt as exc:
                 self._abort, interrupted = True, exc
         if interrupted is not None:

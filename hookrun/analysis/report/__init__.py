@@ -33,6 +33,7 @@ from hookrun.analysis.report.run_sections import (
     table_item,
 )
 from hookrun.errors import NotFoundError
+from hookrun.store.schemes import scheme_of
 
 __all__ = ["Budget", "Report", "build_report", "run_data", "sweep_data"]
 
@@ -100,7 +101,7 @@ def _source(path: Any) -> str:
     same run reached from another folder is the same run)."""
     from pathlib import Path
 
-    return str(path) if "://" in str(path) else str(Path(path).resolve())
+    return str(path) if scheme_of(path).remote else str(Path(path).resolve())
 
 
 def build_report(source: Any, budget: Budget | None = None) -> Report:

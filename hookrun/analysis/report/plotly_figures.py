@@ -80,6 +80,8 @@ def heatmap(spec: Heatmap) -> dict:
     if spec.centre is not None:
         lo, hi = diverging_range(z, spec.centre)
         trace.update(zmid=spec.centre, zmin=lo, zmax=hi)
+    elif spec.range is not None:
+        trace.update(zmin=spec.range[0], zmax=spec.range[1])
     if spec.cells is not None and rows * cols <= 4000:
         trace.update(text=[[escape(t) for t in row] for row in spec.cells], texttemplate="%{text}", textfont={"size": 8})
     layout = _layout(spec.title, spec.xlabel, spec.ylabel)
@@ -98,6 +100,8 @@ def lines(spec: Lines) -> dict:
     layout = _layout(spec.title, spec.xlabel, spec.ylabel, height=340, showlegend=len(data) > 1)
     if categorical:
         layout["xaxis"]["type"] = "category"
+    elif getattr(spec, "log_x", False):
+        layout["xaxis"]["type"] = "log"
     return {"data": data, "layout": layout}
 
 

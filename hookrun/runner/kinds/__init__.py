@@ -11,7 +11,7 @@
 | generate   | generate_kind.py | mode=generate              | 1 model.generate (a call per token)   |
 | evaluate   | evaluate/        | the `evaluate:` block      | clean, intervened (+ ablated)         |
 | patching   | patching/        | the `patching:` block      | chunks of cells (steps are not batches) |
-| attribution | attribution/    | the `attribution:` block   | captum's (zennit's) per batch         |
+| attribution | attribution/    | the `attribution:` block   | captum's (zennit's) per batch (a plugin) |
 
 Adding a kind: one module, or one folder where the kind has a block, a table and readers of its
 own (evaluate/), with a RunKind subclass registered with `@register_kind("name")`, and its import
@@ -77,7 +77,7 @@ def check_config(cfg: HookrunConfig) -> None:
     kind.check(cfg)
 
 
-__all__ = ["KINDS", "KindContext", "RunKind", "StepAdds", "attribute", "check_config", "kind_for", "patch_grid", "plain_forward",
+__all__ = ["KINDS", "KindContext", "RunKind", "StepAdds", "check_config", "kind_for", "patch_grid", "plain_forward",
            "register_kind"]
 
 # the kinds hookrun ships (each registers itself); a new kind adds its import here
@@ -90,8 +90,8 @@ class RecordKind(RunKind):
     mode = Mode.eval
 
 
-from hookrun.runner.kinds import attribution, evaluate, generate_kind, grad_kind, patching  # noqa: E402, F401
+from hookrun.runner.kinds import evaluate, generate_kind, grad_kind, patching  # noqa: E402, F401
 
-# the kinds' notebook functions, which the package face binds (hookrun.patch_grid, hookrun.attribute)
-from hookrun.runner.kinds.attribution.notebook import attribute  # noqa: E402
+# the kinds' notebook functions, which the package face binds (hookrun.patch_grid; a kind plugin's,
+# such as hookrun.attribute, through hookrun.config.plugins)
 from hookrun.runner.kinds.patching.notebook import patch_grid  # noqa: E402

@@ -17,6 +17,7 @@ closure and the store never ask which kind runs; they read what the kind hands t
 | `forwards`               | estimates, docs         | model forwards (or generate calls) per batch      |
 | `adds`                   | end report, warnings    | HDF5 paths it writes beside /captures             |
 | `check(cfg)`             | prepare(), before build | refusals: one ConfigError line, before any batch  |
+| `inputs_refused(...)`    | prepare(): data, forward| the line for items that do not fit the model      |
 | `__init__(ctx)`          | prepare()               | build, with every check that needs the model      |
 | `step(model, call, s)`   | every batch             | its forwards under the session -> StepAdds        |
 | `sample_step(m, c, s)`   | dry_run estimate        | one sample's step, leaving no state behind        |
@@ -26,6 +27,7 @@ closure and the store never ask which kind runs; they read what the kind hands t
 |                          |                         | (a grid's cells); None: the ranks split batches   |
 | `restore(resume, kept)`  | resume                  | state carried over from the kept batches          |
 | `finish()`               | after the last batch    | arrays for the end of the file ({} for none)      |
+| `end_note()`             | the run's last log line | what it adds after the file's name ("" for none)  |
 | `file_bytes(n)`          | dry_run estimate        | bytes it adds besides the captures                |
 
 A kind that runs several forwards per batch hands the session a `Phase` for each
@@ -136,6 +138,13 @@ class RunKind:
         has its own default (a kind whose items name their own input key)."""
         return cfg.data.inputs, cfg.data.target
 
+    @classmethod
+    def inputs_refused(cls, cfg: HookrunConfig, model: nn.Module, refusal: Exception) -> Exception:
+        """The error prepare() raises where the items cannot be built or do not fit the model's
+        forward (`refusal`, one ConfigError line): a kind whose items and model must be of one
+        sort (patching's token ids into a language model) says what it needs instead."""
+        return refusal
+
     def step(self, model: nn.Module, call: ModelCall, session: HookSession) -> StepAdds:
         """One batch: its forwards under `session`, and what they add to the step's record."""
         plain_forward(model, call)
@@ -181,6 +190,10 @@ class RunKind:
     def finish(self) -> dict[str, np.ndarray]:
         """After the last batch: arrays for the end of the file (none by default)."""
         return {}
+
+    def end_note(self) -> str:
+        """What the run's last log line adds after the file's name (an edges run: its recovered fractions)."""
+        return ""
 
     def file_bytes(self, n_samples: int) -> int:
         """Bytes this kind adds to the file besides the captures (the dry-run estimate)."""

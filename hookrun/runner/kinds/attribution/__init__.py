@@ -6,7 +6,7 @@
 
 | module        | what                                                                             |
 |---------------|----------------------------------------------------------------------------------|
-| block.py      | the block, checked before the model is built                                     |
+| block.py      | the block (its dataclass), checked once before the model is built                |
 | kind.py       | the run kind: a step per batch, its rows as captures, the file's `attribution`   |
 | engine.py     | one batch: captum's (zennit's) attribution, target, logit, prob, delta, curves; the memory budget, measured on the first batch |
 | forward.py    | the model as captum calls it (attributed input first, the logits out); zennit's composites on a copy of it (LRP) |
@@ -14,8 +14,13 @@
 | notebook.py   | hookrun.attribute: the same engine over a data set, arrays in memory             |
 | reader.py     | what readers show: `open_run(p).attribution()`, the sweep table's curve areas    |
 
-The reader's side (reader.py) registers itself in hookrun/analysis/kind_readers.py, so readers ask the
-file's kind and never name it.
+The kind is a plugin (hookrun/config/plugins.py): nothing of it is imported until a config gives the
+block, a file names the kind or a notebook calls `hookrun.attribute`.
 """
 
-from hookrun.runner.kinds.attribution import kind, reader  # noqa: F401  (they register themselves)
+from hookrun.config.plugins import KindPlugin
+
+KIND = KindPlugin("attribution", block="hookrun.runner.kinds.attribution.block:Block",
+                  run="hookrun.runner.kinds.attribution.kind:AttributionKind",
+                  reader="hookrun.runner.kinds.attribution.reader:READER",
+                  notebook="hookrun.runner.kinds.attribution.notebook:attribute")

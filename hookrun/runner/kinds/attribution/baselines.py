@@ -103,6 +103,17 @@ def scores(attr: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return attr.reshape(x.shape[0], -1)
 
 
+def measurable(attr_shape: tuple[int, ...], x: torch.Tensor) -> bool:
+    """Whether an attribution of this shape ranks x's pixels as `scores` does: an image's map has
+    spatial axes (resized to the input's), a sequence's has the input's positions, anything else
+    has one score per input element."""
+    if x.dim() == 4:
+        return len(attr_shape) == 4
+    if x.dim() == 3 or (x.dim() == 2 and len(attr_shape) == 3):
+        return len(attr_shape) == 3 and attr_shape[1] == x.shape[1]
+    return math.prod(attr_shape[1:]) == math.prod(pixel_shape(x))
+
+
 def masks(s: torch.Tensor, steps: int) -> torch.Tensor:
     """(n, steps + 1, P) booleans: the pixels removed (or put back) after each step."""
     n, p = s.shape
@@ -113,15 +124,25 @@ def masks(s: torch.Tensor, steps: int) -> torch.Tensor:
     return rank[:, None, :] < counts[None, :, None]
 
 
+def random_scores(s: torch.Tensor) -> torch.Tensor:
+    """Scores that order each sample's pixels at random: the reference curve every reader of a
+    deletion or insertion curve looks for (a seeded generator per batch, so a resumed run and each
+    rank draw the same orders)."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+    return torch.rand(s.shape, generator=g, dtype=torch.float64).to(s.device)
+
+
 def curves(f: Any, x: torch.Tensor, baseline: torch.Tensor, target: torch.Tensor, attr: torch.Tensor,
            measure: dict[str, int], rows_per_forward: int) -> dict[str, torch.Tensor]:
+    """The target's probability as the most important pixels are removed (deletion) or put back
+    (insertion), step by step, and the same with the pixels in a random order (`..._random`)."""
     s = scores(attr, x)
     jobs = []
     for name, steps in measure.items():
-        m = masks(s, steps)
-        jobs.append((name, steps, m))
+        jobs.append((name, name, steps, masks(s, steps)))
+        jobs.append((f"{name}_random", name, steps, masks(random_scores(s), steps)))
     out = {}
-    for name, steps, m in jobs:
+    for name, way, steps, m in jobs:
         n, k1, _ = m.shape
         probs = torch.empty(n * k1, dtype=torch.float64, device=x.device)
         flat = m.reshape(n * k1, -1)
@@ -129,7 +150,7 @@ def curves(f: Any, x: torch.Tensor, baseline: torch.Tensor, target: torch.Tensor
             rows = torch.arange(start, min(start + rows_per_forward, n * k1), device=x.device)
             i = rows // k1
             mask = flat[rows].reshape(len(rows), *pixel_shape(x)).to(x.dtype)
-            removed, kept = (baseline[i], x[i]) if name == "deletion" else (x[i], baseline[i])
+            removed, kept = (baseline[i], x[i]) if way == "deletion" else (x[i], baseline[i])
             inputs = kept * (1 - mask) + removed * mask
             with torch.no_grad():
                 logits = f(inputs, *(e[i] for e in f.extras))

@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from hookrun.config.schema import AttributionConfig
 from hookrun.errors import ConfigError, close_matches, one_of
 from hookrun.runner.memory import parse_bytes
 
@@ -30,19 +29,21 @@ WHERE = "attribution"
 
 @dataclass
 class Block:
-    method: str
-    at: str  # "input", or a module path (layer attribution)
-    target: str | int  # "label", "predicted", a class number, or an item key
-    baseline: str  # "zero", "mean", "blur", or an item key
-    sigma: float  # baseline=blur: the gaussian's sigma in pixels
-    steps: int
-    rule: str
-    window: tuple[int, ...] | None
-    strides: tuple[int, ...] | None
-    composite: str
-    relu: bool
-    memory: int  # bytes: the budget for one forward (+ backward)
-    measure: dict[str, int]  # {"deletion": N, "insertion": N}: steps of each curve asked for
+    """The `attribution:` block: its keys and defaults (YAML types them), normalised by `check()`."""
+
+    method: str = "integrated_gradients"  # saliency | input_x_gradient | integrated_gradients | occlusion | grad_cam | lrp
+    at: str = "input"  # input, or a module path: attribution to that module's output (layer attribution)
+    target: Any = "label"  # label | predicted | a class number | an item key
+    baseline: str = "zero"  # zero | mean (the data set's mean input) | blur (gaussian, sigma pixels) | an item key
+    sigma: float = 5.0  # baseline=blur: the gaussian's sigma in pixels
+    steps: int = 32  # integrated_gradients: interpolation steps
+    rule: str = "gausslegendre"  # integrated_gradients: gausslegendre | riemann_left | riemann_right | riemann_middle | riemann_trapezoid
+    window: list[int] | None = None  # occlusion: the sliding window's shape (without the sample axis)
+    strides: list[int] | None = None  # occlusion: its strides; null: the window's shape
+    composite: str = "epsilon_plus_flat"  # lrp: a zennit composite
+    relu: bool = False  # grad_cam: captum's relu_attributions
+    memory: Any = "1GiB"  # the budget for one forward (+ backward): steps / occluded copies per forward
+    measure: dict[str, int] | None = None  # {deletion: N, insertion: N}: curves of the target's probability
 
     @property
     def layer(self) -> str | None:
@@ -53,41 +54,42 @@ class Block:
         """The block as the file's `attribution` attribute holds it (JSON-ready)."""
         return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}
 
+    def check(self) -> None:
+        """Every key checked and normalised in place (memory in bytes, window a tuple, ...), once."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(_checked(self), f.name))
+
 
 def parse_block(node: Any) -> Block:
-    """The `attribution:` block (a mapping, or the schema's AttributionConfig) -> Block, checked."""
+    """The `attribution:` block (a mapping, as hookrun.attribute's keywords give it) -> Block, checked."""
+    from hookrun.config.plugins import parse_block as parse
+
     if node is None:
         raise ConfigError("attribution: the block is null; give at least {method: saliency}")
-    if not isinstance(node, Mapping):
-        node = {f.name: getattr(node, f.name) for f in fields(node)}
-    known = {f.name for f in fields(AttributionConfig)}
-    unknown = [k for k in node if k not in known]
-    if unknown:
-        hint = close_matches(str(unknown[0]), known, n=1)
-        raise ConfigError(f"{WHERE}.{unknown[0]}: not a key of the attribution block"
-                          f"{f'; did you mean {hint[0]}?' if hint else ''} (it has: {one_of(known)})")
-    defaults = AttributionConfig()
-    d = {**{f.name: getattr(defaults, f.name) for f in fields(defaults)}, **dict(node)}
-    method = _choice(d.get("method"), METHODS, "method")
-    at = str(d.get("at") if d.get("at") is not None else "input")
+    return parse("attribution", node)
+
+
+def _checked(d: Block) -> Block:
+    method = _choice(d.method, METHODS, "method")
+    at = str(d.at if d.at is not None else "input")
     if at != "input" and method not in LAYER_METHODS:
         raise ConfigError(f"{WHERE}.at={at!r}: method={method} attributes to the input only; at: a module works with "
                           f"{', '.join(LAYER_METHODS)} (or set at: input)")
     if at == "input" and method == "grad_cam":
         raise ConfigError(f"{WHERE}.at=input: grad_cam weighs a layer's feature maps; name a convolutional module, "
                           f"e.g. at: layer4")
-    target = d.get("target")
+    target = d.target
     if isinstance(target, bool) or target is None or (isinstance(target, int) and target < 0):
         raise ConfigError(f"{WHERE}.target={target!r}; give label, predicted, a class number (0 or more) or an item key")
     if isinstance(target, str) and target.strip().lstrip("-").isdigit():
         target = int(target)
-    baseline = d.get("baseline")
+    baseline = d.baseline
     if not isinstance(baseline, str) or not baseline:
         raise ConfigError(f"{WHERE}.baseline={baseline!r}; give {', '.join(BASELINES)} or an item key")
-    sigma = _number(d.get("sigma"), "sigma", float)
-    steps = _number(d.get("steps"), "steps", int)
-    rule = _choice(d.get("rule"), RULES, "rule")
-    window, strides = _shape(d.get("window"), "window"), _shape(d.get("strides"), "strides")
+    sigma = _number(d.sigma, "sigma", float)
+    steps = _number(d.steps, "steps", int)
+    rule = _choice(d.rule, RULES, "rule")
+    window, strides = _shape(d.window, "window"), _shape(d.strides, "strides")
     if method == "occlusion":
         if window is None:
             raise ConfigError(f"{WHERE}.window: occlusion needs the sliding window's shape, one size per axis of an "
@@ -95,7 +97,7 @@ def parse_block(node: Any) -> Block:
         strides = window if strides is None else strides
         if len(strides) != len(window):
             raise ConfigError(f"{WHERE}.strides={list(strides)}: give one stride per axis of window={list(window)}")
-    composite = str(d.get("composite"))
+    composite = str(d.composite)
     if method == "lrp":
         from zennit.composites import COMPOSITES
 
@@ -103,12 +105,13 @@ def parse_block(node: Any) -> Block:
             hint = close_matches(composite, COMPOSITES, n=1)
             raise ConfigError(f"{WHERE}.composite={composite!r}: not one of zennit's composites"
                               f"{f'; did you mean {hint[0]}?' if hint else ''} (choose from {one_of(COMPOSITES)})")
-    relu = d.get("relu")
+    relu = d.relu
     if not isinstance(relu, bool):
         raise ConfigError(f"{WHERE}.relu={relu!r}; give true or false (grad_cam: captum's relu_attributions)")
-    memory = parse_bytes(d.get("memory"), f"{WHERE}.memory")
+    memory = d.memory if isinstance(d.memory, int) and not isinstance(d.memory, bool) else \
+        parse_bytes(d.memory, f"{WHERE}.memory")
     return Block(method, at, target, baseline, sigma, steps, rule, window, strides, composite, relu, memory,
-                 _measure(d.get("measure")))
+                 _measure(d.measure))
 
 
 def _choice(value: Any, choices: tuple[str, ...], key: str) -> str:

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from hookrun.errors import ConfigError, RunError, close_matches
-from hookrun.runner.kinds.attribution.baselines import Baselines, curves
+from hookrun.runner.kinds.attribution.baselines import Baselines, curves, measurable
 from hookrun.runner.kinds.attribution.block import Block
 from hookrun.runner.kinds.attribution.forward import LRP, Forward
 from hookrun.runner.memory import measure_bytes
@@ -78,7 +78,7 @@ class Engine:
         if self.layer is None:
             return f(f.input, *f.extras)
         seen = []
-        handle = self.layer.register_forward_hook(lambda *a: seen.append(1))
+        handle = self.layer.register_forward_hook(lambda m, i, out: seen.append(out))
         try:
             logits = f(f.input, *f.extras)
         finally:
@@ -86,7 +86,26 @@ class Engine:
         if not seen:
             raise ConfigError(f"{W}.at={self.block.at!r}: the module never ran in a forward of the first batch; "
                               f"attribute to a module the forward calls (python -m hookrun.modules lists them)")
+        if self.block.measure:
+            self.check_measurable(seen[0], f.input)
         return logits
+
+    def check_measurable(self, out: Any, x: torch.Tensor) -> None:
+        """measure ranks the input's pixels (positions) by the attribution: at: MODULE's output must map
+        onto them (an image's spatial axes; a sequence's positions), which a class vector (at: fc) does not."""
+        out = out[0] if isinstance(out, tuple | list) and out and isinstance(out[0], torch.Tensor) else out
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else None
+        if shape is not None and measurable(shape, x):
+            return
+        if x.dim() == 4:
+            convs = [n for n, m in self.model.named_modules() if isinstance(m, nn.Conv2d)]
+            want = f"a module whose output has height and width{f' (e.g. at: {convs[-1]})' if convs else ''}"
+        else:
+            want = f"a module whose output has the input's {x.shape[1] if x.dim() > 1 else 0} positions (sample, position, feature)"
+        got = f"(sample, {', '.join(map(str, shape[1:]))})" if shape else f"a {type(out).__name__}"
+        raise ConfigError(f"{W}.measure: deletion and insertion rank the input's pixels by the attribution, but "
+                          f"at={self.block.at!r} gives {got}, which has no spatial axes to rank; attribute to "
+                          f"{want}, or at: input, or leave measure out")
 
     def targets(self, call: Any, logits: torch.Tensor | None, first: bool = False, x: torch.Tensor | None = None) -> torch.Tensor:
         """The class attributed, per sample; `logits` are needed for target=predicted (and the first batch)."""

@@ -14,7 +14,8 @@ LRP (below): layer-wise relevance propagation by zennit, its Gradient attributor
 composite, on a copy of the model (zennit's canonizers merge batch norms into the convolutions of the
 model they run on, leaving a zero `bias` parameter on each: the user's model must come back as it
 went in). `LRP(model, "epsilon_plus_flat").attribute(x, target, classes)`; refused in one line where
-zennit cannot canonize the model. Canonizers: torchvision's ResNets (BasicBlock / Bottleneck) get
+zennit cannot canonize the model, or where the composite has no rule for one of its modules (a
+LayerNorm, attention, parameters of a container's own: check_rules, below). Canonizers: torchvision's ResNets (BasicBlock / Bottleneck) get
 zennit's ResNetCanonizer (batch norms merged, the skip connection's sum made a module); other models
 with batch norm get SequentialMergeBatchNorm, which merges a batch norm that directly follows a
 convolution or linear layer; a model with no batch norm needs none.
@@ -86,6 +87,7 @@ class LRP:
         self.model = copy.deepcopy(model).eval()
         self.canonizers = canonizers_for(self.model)
         self.composite = COMPOSITES[composite](canonizers=self.canonizers)
+        check_rules(self.model, self.composite, composite)
 
     def attribute(self, x: torch.Tensor, target: torch.Tensor, classes: int) -> torch.Tensor:
         from zennit.attribution import Gradient
@@ -118,3 +120,34 @@ def canonizers_for(model: nn.Module) -> list:
                           f"{', '.join(left[:4])}{' ...' if len(left) > 4 else ''} do not directly follow a convolution or "
                           f"linear layer, so zennit's canonizers cannot merge them; use another method (integrated_gradients)")
     return [canonizer]
+
+
+# no parameters of their own, but not linear either: no rule of zennit's composites covers them
+NONLINEAR = (nn.LayerNorm, nn.GroupNorm, nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d, nn.LocalResponseNorm,
+             nn.RMSNorm, nn.Softmax, nn.Softmax2d, nn.LogSoftmax, nn.Softmin)
+
+
+def check_rules(model: nn.Module, composite: Any, name: str) -> None:
+    """Refuse a model with modules the composite gives no rule to (zennit would pass them the plain
+    gradient, and the relevances would no longer be LRP's: a ViT's sums run from 672 to -412,416):
+    a module with parameters of its own, a normalization or softmax, or attention (softmax(QK)V has
+    no rule in zennit, whatever its projections get; zennit gives nn.MultiheadAttention the
+    pass-through it gives activations, its weights unused). Containers, activations, pooling,
+    Dropout, Flatten and Identity need none. The rules are what the composite's `module_map` gives
+    each module, as zennit's Composite.register asks it."""
+    ctx: dict = {}
+    missing: dict[str, list[str]] = {}
+    for path, module in model.named_modules():
+        rule = composite.module_map(ctx, path, module)
+        own = next(module.parameters(recurse=False), None) is not None
+        attention = "attention" in type(module).__name__.lower()
+        if attention or (rule is None and (own or isinstance(module, NONLINEAR))):
+            own_only = own and not attention and not isinstance(module, NONLINEAR) and next(module.children(), None)
+            label = f"{path or 'the model'}'s {', '.join(n for n, _ in module.named_parameters(recurse=False))}" \
+                if own_only else path
+            missing.setdefault(type(module).__name__, []).append(label)
+    if missing:
+        listed = ", ".join(f"{kind} ({', '.join(paths[:3])}{', ...' if len(paths) > 3 else ''})"
+                           for kind, paths in missing.items())
+        raise ConfigError(f"attribution.method=lrp: the composite {name} has no rule for {listed}; LRP would be wrong: "
+                          f"use a model of Conv/Linear/BatchNorm/ReLU/pooling or another method (integrated_gradients)")

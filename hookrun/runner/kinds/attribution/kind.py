@@ -31,8 +31,6 @@ from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError
 from hookrun.hooks.events import CLEAN
 from hookrun.runner.batches import first_batch
-from hookrun.runner.kinds import register_kind
-from hookrun.runner.kinds.attribution.block import parse_block
 from hookrun.runner.kinds.attribution.engine import Engine, dims_of
 from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds, plain_forward
 from hookrun.store.records import Capture, CaptureKey
@@ -40,7 +38,6 @@ from hookrun.store.records import Capture, CaptureKey
 HOOK = "attribution"
 
 
-@register_kind("attribution")
 class AttributionKind(RunKind):
     block = "attribution"
     forwards = 2  # the logits' forward and the method's (integrated gradients: steps / batch; occlusion: windows)
@@ -48,14 +45,13 @@ class AttributionKind(RunKind):
 
     @classmethod
     def check(cls, cfg: HookrunConfig) -> None:
-        parse_block(cfg.attribution)
         if cfg.mode is not Mode.eval:
             raise ConfigError(f"attribution with mode={cfg.mode.value}: the attribution runs its own forwards and "
                               f"backwards; leave mode=eval")
 
     def __init__(self, ctx: KindContext) -> None:
         super().__init__(ctx)
-        self.spec_block = parse_block(ctx.cfg.attribution)
+        self.spec_block = ctx.cfg.attribution  # (parsed and checked once, by load)
         ctx.model.eval()  # (a live model's mode comes back: hooks/hold.py)
         _, call = first_batch(ctx.loader, ctx.spec, size=ctx.cfg.data.batch_size)
         dataset = getattr(ctx.loader.dataset, "dataset", ctx.loader.dataset)  # under the Indexed wrapper

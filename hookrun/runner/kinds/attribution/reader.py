@@ -16,12 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from hookrun.analysis.kind_readers import KindReader, register_reader
+from hookrun.analysis.kind_readers import KindReader
 from hookrun.errors import NotFoundError
 from hookrun.store.capture_schema import CaptureMeta, row_index
 
-SCALARS = ("target", "logit", "prob", "delta", "deletion_area", "insertion_area")
-CURVES = ("deletion", "insertion")
+SCALARS = ("target", "logit", "prob", "delta", "deletion_area", "insertion_area", "deletion_random_area",
+           "insertion_random_area")
+CURVES = ("deletion", "insertion", "deletion_random", "insertion_random")  # ..._random: pixels in a random order
 
 
 def attribution_meta(attrs: Any) -> dict | None:
@@ -38,7 +39,7 @@ def read_attribution(file: Any, which: str = "attribution") -> Any:
         raise NotFoundError(f"{file.filename} is not an attribution run (no `attribution` attribute); runs with an "
                             f"attribution: block write one")
     if which not in ("attribution", *CURVES):
-        raise NotFoundError(f"which={which!r}; choose attribution, deletion or insertion")
+        raise NotFoundError(f"which={which!r}; choose attribution, {', '.join(CURVES[:-1])} or {CURVES[-1]}")
     group = f"captures/attribution/{_node(meta['at'])}"
     if which in CURVES and f"{group}/{which}" not in file:
         raise NotFoundError(f"{file.filename} holds no {which} curves: the run's attribution.measure did not ask for them")
@@ -98,5 +99,5 @@ def _sweep_sections(sweep: Any) -> list[dict]:
     return sweep_sections(sweep)
 
 
-READER = register_reader(KindReader("attribution", present=lambda f: "attribution" in f.attrs, columns=_columns,
+READER = (KindReader("attribution", present=lambda f: "attribution" in f.attrs, columns=_columns,
                                     sections=_sections, sweep=_sweep_sections, methods={"attribution": attribution_method}))

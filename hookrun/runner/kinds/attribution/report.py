@@ -117,14 +117,44 @@ def overlays(run: Any, meta: dict) -> dict:
     return {"type": "images", "title": title, "images": shown}
 
 
-def curve_figure(fraction: np.ndarray, rows: np.ndarray, name: str, area: float, title: str) -> dict:
-    """Every sample's curve (grey, at most LINES) behind their mean (coloured, its area in the legend)."""
-    data = [{"type": "scatter", "mode": "lines", "x": fraction.tolist(), "y": row.tolist(), "showlegend": False,
+def curve_figure(fraction: np.ndarray, rows: np.ndarray, name: str, area: float, title: str,
+                 random: np.ndarray | None = None) -> dict:
+    """Every sample's curve (grey, at most LINES), the middle half of the samples (a band between
+    the quartiles), their mean (coloured, its area in the legend) and, where the run measured it,
+    the mean curve of a random pixel order (dashed): the reference a map must beat."""
+    x = fraction.tolist()
+    data = [{"type": "scatter", "mode": "lines", "x": x, "y": row.tolist(), "showlegend": False,
              "line": {"color": "#999999", "width": 0.8}, "opacity": 0.35, "hoverinfo": "skip"} for row in rows[:LINES]]
-    data.append({"type": "scatter", "mode": "lines+markers", "x": fraction.tolist(), "y": rows.mean(0).tolist(),
-                 "name": escape(f"mean (area {area:.4f})"), "line": {"color": CURVE_COLOURS.get(name, "#333333"), "width": 3},
+    low, high = np.quantile(rows, 0.25, axis=0), np.quantile(rows, 0.75, axis=0)
+    colour = CURVE_COLOURS.get(name, "#333333")
+    data.append({"type": "scatter", "mode": "lines", "x": x, "y": low.tolist(), "line": {"width": 0, "color": colour},
+                 "showlegend": False, "hoverinfo": "skip"})
+    data.append({"type": "scatter", "mode": "lines", "x": x, "y": high.tolist(), "fill": "tonexty", "opacity": 0.2,
+                 "line": {"width": 0, "color": colour}, "name": "middle half of the samples (quartiles)",
+                 "hoverinfo": "skip"})
+    data.append({"type": "scatter", "mode": "lines+markers", "x": x, "y": rows.mean(0).tolist(),
+                 "name": escape(f"mean (area {area:.4f})"), "line": {"color": colour, "width": 3},
                  "hovertemplate": "fraction %{x:.3f}<br>probability %{y:.4f}<extra>mean</extra>"})
+    if random is not None:
+        data.append({"type": "scatter", "mode": "lines", "x": x, "y": random.mean(0).tolist(),
+                     "name": escape(f"random order, mean (area {float(curve_area(random)):.4f})"),
+                     "line": {"color": "#333333", "width": 2, "dash": "dash"},
+                     "hovertemplate": "fraction %{x:.3f}<br>probability %{y:.4f}<extra>random order</extra>"})
     return {"data": data, "layout": curve_layout(title, name)}
+
+
+def curve_area(rows: np.ndarray) -> float:
+    """The mean area under `rows` (trapezoids over [0, 1], as the run's own areas)."""
+    steps = rows.shape[1] - 1
+    return float((((rows[:, 1:] + rows[:, :-1]) / 2).sum(1) / steps).mean())
+
+
+def random_curve(run: Any, name: str) -> np.ndarray | None:
+    """The run's random-order curves of `name` (None where it was written before they were)."""
+    try:
+        return run.attribution(f"{name}_random").values.astype(np.float64)
+    except Exception:  # an older run: no random-order curves
+        return None
 
 
 def curve_layout(title: str, name: str) -> dict:
@@ -146,14 +176,18 @@ def curves(run: Any, meta: dict) -> list[dict]:
         areas = a[f"{name}_area"].values.astype(np.float64)
         mean = float(np.mean(areas))
         title = f"{name}: {len(c)} samples, {c.shape[1] - 1} steps"
-        figs.append({"figure": curve_figure(c["fraction"].values, c.values.astype(np.float64), name, mean, title), "caption": ""})
-        rows.append({"curve": name, "mean area": mean, "min": float(areas.min()), "max": float(areas.max()),
+        random = random_curve(run, name)
+        figs.append({"figure": curve_figure(c["fraction"].values, c.values.astype(np.float64), name, mean, title, random),
+                     "caption": ""})
+        rows.append({"curve": name, "mean area": mean, "random order": curve_area(random) if random is not None else None,
+                     "min": float(areas.min()), "max": float(areas.max()),
                      "samples": int(len(areas)), "better": "lower" if name == "deletion" else "higher"})
     per = [{"sample": int(i), "target": class_name(meta, t), **{f"{w} area": float(a[f"{w}_area"].values[k]) for w in names}}
            for k, (i, t) in enumerate(zip(a["sample"].values[:SAMPLES], a["target"].values[:SAMPLES], strict=True))]
     return [{"type": "figures", "title": "deletion / insertion curves: the target's probability per step, each sample "
-                                          "(grey) and their mean", "figures": figs},
-            table_item(["curve", "mean area", "min", "max", "samples", "better"], rows),
+                                          "(grey), the middle half (band), their mean, and a random pixel order (dashed)",
+             "figures": figs},
+            table_item(["curve", "mean area", "random order", "min", "max", "samples", "better"], rows),
             table_item(["sample", "target", *[f"{w} area" for w in names]], per)]
 
 

@@ -45,7 +45,7 @@ from hookrun.runner.kinds.evaluate.block import check_block, evaluating
 from hookrun.runner.kinds.evaluate.metrics import Objective, Totals, batch_row
 from hookrun.runner.kinds.evaluate.table import EvaluationRow, read_evaluation
 from hookrun.runner.kinds.run_kind import KindContext, RunKind, StepAdds, plain_forward
-from hookrun.store.object_folder import is_url
+from hookrun.store.schemes import scheme_of
 
 log = logging.getLogger("hookrun")
 
@@ -65,7 +65,7 @@ class EvaluateKind(RunKind):
     @classmethod
     def check(cls, cfg: HookrunConfig) -> None:
         check_block(cfg)
-        if is_url(cfg.output.path):
+        if scheme_of(cfg.output.path).remote:
             raise ConfigError(f"evaluate with output.path={cfg.output.path}: an object-store run has no evaluation "
                               f"datasets yet; write to a local file")
         if detect().many:

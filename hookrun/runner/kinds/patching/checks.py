@@ -57,3 +57,17 @@ def _check_position(position: Any, items: Mapping[str, torch.Tensor], tokens: in
             raise ConfigError(f"patching.metric.position={position!r}: item {i} asks for position {int(pos[i])}; {span}")
     elif not -tokens <= int(position) < tokens:
         raise ConfigError(f"patching.metric.position={position}: outside the sequence; {span}")
+
+
+def refuse_recording(points: list) -> None:
+    """A hook that records (record, top_examples, logit_lens, a user's action with records = True) beside
+    a patching block would record nothing: the run writes only its cells, and its forwards are packed
+    copies of the items, not the data's batches. One ConfigError naming the hook, before any forward."""
+    for p in points:
+        for a in p.actions:
+            if a.records:
+                raise ConfigError(f"hooks.{p.hook}: its action {a.where} ({type(a).__name__}) records captures, but a "
+                                  f"patching run writes only its grid's cells (its forwards are packed copies of the items, "
+                                  f"not the data's batches), so it would record nothing; record in a run of its own (the "
+                                  f"same hooks without the patching block), and keep beside patching only hooks that "
+                                  f"change the forward (modify_output: splice, ...)")

@@ -41,9 +41,11 @@ from hookrun.runner.kinds.patching.block import Block
 from hookrun.runner.kinds.patching.cell_action import CellMode, PatchCells, PatchState
 from hookrun.runner.kinds.patching.cells import Layout, SiteGrid
 from hookrun.runner.kinds.patching.checks import check_metric_inputs
+from hookrun.runner.kinds.patching.forward_inputs import ForwardCall
+from hookrun.runner.kinds.patching.forward_inputs import repeat_items as _repeat
 from hookrun.runner.kinds.patching.metrics import item_metric, reference_logprobs
 from hookrun.runner.kinds.patching.stack import BlockStack
-from hookrun.runner.kinds.patching.suffix import SuffixRoute
+from hookrun.runner.kinds.patching.suffix import SuffixRoute, hooks_on
 from hookrun.runner.losses import pick_output
 from hookrun.runner.memory import measure_bytes
 
@@ -54,9 +56,11 @@ class PatchEngine:
     skip_equal = True  # cells whose source equals the base run take metric_base (benchmarks/patching.py turns it off)
 
     def __init__(self, model: nn.Module, block: Block, items: Mapping[str, torch.Tensor], env: ActionEnv,
-                 points: list | None = None) -> None:
+                 points: list | None = None, inputs: Any = None) -> None:
         self.model, self.block, self.env = model, block, env
         self.items = dict(items)
+        self.call = ForwardCall(block, inputs, self.items)  # data.inputs beside the ids (an attention_mask)
+        self.foreign_hooks = hooks_on(model)  # hooks hookrun did not attach (a user's own): no suffix route
         self.state = PatchState()
         self.site_points = self._plan()
         self.session = HookSession([*(points or []), *self.site_points], env)
@@ -97,7 +101,7 @@ class PatchEngine:
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         self.session.begin_step(0, ids.shape[0], None)
-        return pick_output(self.model(**{self.block.input: ids}), None, "patching")
+        return pick_output(self.model(**self.call(ids)), None, "patching")
 
     def measure(self, logits: torch.Tensor, copies: int, position: int | None = None) -> torch.Tensor:
         """The metric of each copy: its items' values averaged (float64); `position` overrides the block's."""
@@ -289,8 +293,3 @@ class PatchEngine:
                 n = int(np.prod(g.sizes))
                 out[g.offset + j * n: g.offset + (j + 1) * n] = (self.metric_base + cell_sums.detach().cpu().numpy().reshape(-1))
         return out
-
-
-def _repeat(x: torch.Tensor, copies: int) -> torch.Tensor:
-    """`copies` copies of a batch along its first axis, whatever its rank (token ids, images)."""
-    return x.repeat(copies, *[1] * (x.dim() - 1))

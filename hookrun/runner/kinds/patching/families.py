@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
 from torch import nn
+
+from hookrun.runner.kinds.patching.stack import returning
 
 
 def find_family(model: nn.Module, input_name: str) -> _TL | _GPT2 | None:
@@ -158,13 +159,6 @@ class _GPT2:
         return self.model.lm_head(h)
 
 
-@contextmanager
-def _skip(blocks: nn.ModuleList, level: int, x: torch.Tensor) -> Iterator[None]:
-    """Blocks below `level` return `x` (the input of block `level`) instead of running."""
-    try:
-        for b in blocks[:level]:
-            b.forward = lambda *a, **k: x
-        yield
-    finally:
-        for b in blocks[:level]:
-            del b.forward
+def _skip(blocks: nn.ModuleList, level: int, x: torch.Tensor) -> AbstractContextManager:
+    """Blocks below `level` return `x` (the input of block `level`) instead of running, their hooks too."""
+    return returning((b, x) for b in blocks[:level])

@@ -20,6 +20,7 @@ them by cell number. A resumed shard goes on with its own cells not yet written.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -31,13 +32,16 @@ from hookrun.errors import ConfigError
 from hookrun.output.ranks import every_rank
 from hookrun.runner.kinds import RunKind, register_kind
 from hookrun.runner.kinds.patching.block import load_items, parse_block
+from hookrun.runner.kinds.patching.checks import refuse_recording
+from hookrun.runner.kinds.patching.edges.mib import summary as mib_summary
 from hookrun.runner.kinds.patching.edges.run import check_atp_ig
 from hookrun.runner.kinds.patching.edges.run import compute as compute_edges
 from hookrun.runner.kinds.patching.edges.run import prepare as prepare_edges
 from hookrun.runner.kinds.patching.edges.spec import EDGE_METHODS
 from hookrun.runner.kinds.patching.engine import PatchEngine
-from hookrun.runner.kinds.patching.notebook import grid_attrs, run_cells
-from hookrun.runner.kinds.patching.reader import CELL_UNITS
+from hookrun.runner.kinds.patching.forward_inputs import check_inputs
+from hookrun.runner.kinds.patching.notebook import forward_arguments, grid_attrs, run_cells
+from hookrun.runner.kinds.patching.reader import CELL_UNITS, faithfulness_lines
 from hookrun.store.records import Capture, CaptureKey, StepRecord
 
 KEY = {which: CaptureKey("patching", "cells", "patching", which) for which in ("value", "exact")}
@@ -60,6 +64,14 @@ class PatchingKind(RunKind):
 
     def prepare_run(self, p: Any) -> None:
         self.engine = PatchRun(p, self.rank, self.world)
+        curve = self.engine.edges.faithfulness if self.engine.edges is not None else None
+        lines = faithfulness_lines({**curve, "mib": None}) if curve else []
+        mib = (curve or {}).get("mib")
+        self.note = "; ".join([line.strip() for line in lines] + ([f"MIB {mib_summary(mib)}"] if mib else []))
+
+    def end_note(self) -> str:
+        """An edges run's recovered fractions (per k, and MIB's CPR / CMD), for the run's last log line."""
+        return getattr(self, "note", "")
 
     def run_steps(self, data_loop: Any, writer: Any, first_row: int, should_stop: Any) -> int:
         """Chunks of cells, not batches of the data: rows are this rank's cells, from the first not written."""
@@ -73,13 +85,16 @@ class PatchingKind(RunKind):
     @classmethod
     def call_inputs(cls, cfg: HookrunConfig) -> tuple[Any, Any]:
         """`patching.input` alone sends the clean (and, in the cells, the corrupted) input to the forward:
-        without data.inputs, the site check's forward of the first item is {input: item[clean]}, no target."""
-        if cfg.data.inputs is not None:
-            return cfg.data.inputs, cfg.data.target
+        without data.inputs, the site check's forward of the first item is {input: item[clean]}, no target;
+        a data.inputs mapping adds its inputs (an attention_mask) to that one."""
         block = cfg.patching
         get = (lambda k, d: block.get(k, d)) if isinstance(block, dict) else (lambda k, d: getattr(block, k, d))
-        target = None if cfg.data.target == "auto" else cfg.data.target
-        return {str(get("input", "input_ids")): str(get("clean", "clean"))}, target
+        ids = {str(get("input", "input_ids")): str(get("clean", "clean"))}
+        if isinstance(cfg.data.inputs, Mapping):  # more inputs (an attention_mask) beside the ids
+            return {**ids, **cfg.data.inputs}, cfg.data.target
+        if cfg.data.inputs is not None:
+            return cfg.data.inputs, cfg.data.target
+        return ids, None if cfg.data.target == "auto" else cfg.data.target
 
     @classmethod
     def check_mode(cls, cfg: HookrunConfig) -> None:
@@ -90,7 +105,30 @@ class PatchingKind(RunKind):
     @classmethod
     def check(cls, cfg: HookrunConfig) -> None:
         cls.check_mode(cfg)
-        parse_block(cfg.patching, build=lambda node, where: build(node, where))
+        check_inputs(parse_block(cfg.patching, build=lambda node, where: build(node, where)), cfg.data.inputs)
+
+    def check_actions(self) -> None:
+        super().check_actions()
+        refuse_recording(self.ctx.points)
+
+    @classmethod
+    def inputs_refused(cls, cfg: HookrunConfig, model: Any, refusal: Exception) -> Exception:
+        """The model's inputs and what patching needs, where the items cannot be built or their
+        input is not an argument of the forward (an edges experiment with data=shapes, or on a
+        vision model), instead of a data.inputs mapping that leads nowhere."""
+        block = cfg.patching
+        key, clean, corrupt = (getattr(block, k) for k in ("input", "clean", "corrupt"))
+        takes, open_kwargs = forward_arguments(model)
+        named = f"{type(model).__name__}.forward takes {', '.join(takes[:4]) or 'no named argument'}{', ...' if len(takes) > 4 else ''}"
+        edges = str(getattr(block, "method", "")) in EDGE_METHODS  # a transformer's residual graph: tokens only
+        needs = (f"a patching run sends each item's {clean!r} and {corrupt!r} (the same shape) to the forward's "
+                 f"{key!r} (patching.input): token ids for a language model (experiment=edges and experiment=patching_grid "
+                 f"build them with their own data=custom and model=tiny_lm)"
+                 + ("" if edges else ", or an image for an image model with patching.input set to its argument")
+                 + " (docs/patching.md)")
+        if takes and key not in takes and not open_kwargs:
+            return ConfigError(f"patching.input={key!r}: {named}, not {key}; {needs}")
+        return ConfigError(f"{refusal} ({named}); {needs}; a data=... given with such an experiment replaces its items: drop it")
 
 
 class PatchRun:
@@ -104,7 +142,7 @@ class PatchRun:
         items = load_items(p.dataset, self.block, limit, p.settings.device)
         edges = prepare_edges(p.model, self.block, items) if self.block.method in EDGE_METHODS else None
         check_atp_ig(p.model, self.block)
-        self.engine = PatchEngine(p.model, self.block, items, p.env, p.points).__enter__()
+        self.engine = PatchEngine(p.model, self.block, items, p.env, p.points, cfg.data.inputs).__enter__()
         p.points = []  # the engine's session holds them (a splice must not run twice)
         e = self.engine
         meta = {**grid_attrs(e, self.block), "layout": e.layout.describe(), "cells": e.layout.size,

@@ -27,9 +27,11 @@ from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.plan import make_plan
 from hookrun.runner.kinds.patching.block import Block, load_items, parse_block
+from hookrun.runner.kinds.patching.checks import refuse_recording
 from hookrun.runner.kinds.patching.edges.run import check_atp_ig, compute, prepare
 from hookrun.runner.kinds.patching.edges.spec import EDGE_METHODS
 from hookrun.runner.kinds.patching.engine import PatchEngine
+from hookrun.runner.kinds.patching.forward_inputs import check_inputs
 from hookrun.runner.kinds.patching.metrics import normalized
 from hookrun.runner.kinds.patching.reader import as_grid, edge_grid
 
@@ -38,11 +40,12 @@ log = logging.getLogger("hookrun")
 
 
 def patch_grid(model: nn.Module, dataset: Any, hooks: Any = None, limit: int | None = None, which: str = "value",
-               **block: Any) -> dict[str, Any]:
+               inputs: Any = None, **block: Any) -> dict[str, Any]:
     """The grid of every site of `block` (the keys of the `patching:` config block), by site name.
 
     `hooks`: hookrun hooks attached as well (a splice, so that `MODULE.sae.latents` can be a site);
     `limit`: the first N items; `which="exact"`: an atp run's exactly recomputed cells (verify: K);
+    `inputs`: as data.inputs, {argument: item key}: more inputs for every forward (an attention_mask);
     `metric`: as the block's (a name, {name: ..., normalize: ...}, {_target_: ...}) or a Python function
     `metric(logits, items) -> tensor of shape (items,)`, one value per item (patching averages them;
     `items` holds every item key, batched; {"name": fn, "normalize": True} normalizes it).
@@ -56,19 +59,21 @@ def patch_grid(model: nn.Module, dataset: Any, hooks: Any = None, limit: int | N
         raise ConfigError(f"patch_grid: limit={limit!r}; give how many items to use (a whole number >= 1), or None for all")
     b = parse_block(block, build=lambda node, where: build(node, where))
     check_forward_argument(model, b.input)
+    check_inputs(b, inputs)
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     items = load_items(dataset, b, limit, device)
     env = ActionEnv(hold=ModelHold(model))  # the model comes back as it went in: hooks, splices, its mode
     try:
         points = make_plan(model, parse_hooks(hooks), env, Mode.eval)
+        refuse_recording(points)
         check_atp_ig(model, b)
         if b.method in EDGE_METHODS:  # edges: runner/kinds/patching/edges/
             graph, wiring = prepare(model, b, items)
-            with PatchEngine(model, b, items, env, points) as engine:
+            with PatchEngine(model, b, items, env, points, inputs) as engine:
                 result = compute(engine, graph, wiring)
                 meta = {**grid_attrs(engine, b), **result.meta()}
             return {"edges": edge_grid(result.scores, meta)}
-        with PatchEngine(model, b, items, env, points) as engine:
+        with PatchEngine(model, b, items, env, points, inputs) as engine:
             values, exact = run_cells(engine)
             attrs = grid_attrs(engine, b)
     finally:
@@ -126,15 +131,21 @@ def _cell_text(g: Any, cell: Any) -> str:
     return " ".join([cell.module, *(f"{a} {i}" for a, i in zip(g.over, cell.index, strict=True))])
 
 
-def check_forward_argument(model: nn.Module, name: str) -> None:
-    """patching.input must be an argument of the model's forward (or it takes **kwargs)."""
+def forward_arguments(model: nn.Module) -> tuple[list[str], bool]:
+    """The named arguments of the model's forward, and whether it takes **kwargs ([], True: unknown)."""
     try:
         params = inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
-        return
-    if name in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return
+        return [], True
     takes = [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    return takes, any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def check_forward_argument(model: nn.Module, name: str) -> None:
+    """patching.input must be an argument of the model's forward (or it takes **kwargs)."""
+    takes, open_kwargs = forward_arguments(model)
+    if name in takes or open_kwargs:
+        return
     raise ConfigError(f"patching.input={name!r} is not an argument of {type(model).__name__}.forward, which takes "
                       f"{', '.join(takes) or 'no named argument'}; set input= to the one the clean and corrupted inputs go to"
                       + _close(name, takes))

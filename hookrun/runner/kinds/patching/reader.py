@@ -91,7 +91,24 @@ def grid_lines(attrs: Any) -> list[str]:
     for name, g in meta["layout"].items():
         shape = " x ".join(f"{a} {n}" for a, n in zip(("module", *g["over"]), (len(g["modules"]), *g["sizes"]), strict=True))
         lines.append(f"    {name:12s}{shape}")
-    return lines
+    return lines + faithfulness_lines(meta.get("faithfulness"))
+
+
+def faithfulness_lines(curve: Mapping[str, Any] | None) -> list[str]:
+    """An edges run's recovered fractions: per circuit size k, and MIB's CPR / CMD curves (edges/mib.py)."""
+    if not curve:
+        return []
+    out = []
+    if curve.get("k"):
+        pairs = ", ".join(f"{k}: {r:.3g}" for k, r in zip(curve["k"], curve["recovered"], strict=True))
+        out.append(f"    faithfulness {curve.get('ablation', 'corrupt')} ablation, from {curve.get('from', '?')}: recovered at k edges {pairs}")
+    mib = curve.get("mib")
+    if mib:
+        out.append(f"    MIB          CPR {mib['cpr']['area']:.4g}, CMD {mib['cmd']['area']:.4g} over fractions of {mib['n_edges']} edges")
+        for name in ("cpr", "cmd"):
+            pairs = ", ".join(f"{f:g}: {v:.3g}" for f, v in zip(mib["fractions"], mib[name]["faithfulness"], strict=True))
+            out.append(f"      {name} ({'signed' if name == 'cpr' else '|score|'}) faithfulness {pairs}")
+    return out
 
 
 def header_rows(attrs: Any) -> list[list[str]]:
@@ -99,8 +116,12 @@ def header_rows(attrs: Any) -> list[list[str]]:
     lines = grid_lines(attrs)
     if not lines:
         return []
+    meta = patching_meta(attrs)
+    grids = lines[1: 1 + len(meta["layout"])]
+    faith = [line.split(None, 1) for line in faithfulness_lines(meta.get("faithfulness"))]
     return [["patching", lines[0].split("grids", 1)[1].strip()],
-            *([f"grid {line.split()[0]}", " ".join(line.split()[1:])] for line in lines[1:])]
+            *([f"grid {line.split()[0]}", " ".join(line.split()[1:])] for line in grids),
+            *([name, rest] for name, rest in faith)]
 
 
 # -- an edges run (patching method eap / eap_ig, docs/edges.md): its grid `edges` is [writer, reader],
@@ -135,6 +156,12 @@ def edge_grid(scores: np.ndarray, meta: dict) -> Any:
     if meta.get("faithfulness"):
         grid.attrs["faithfulness_k"] = meta["faithfulness"]["k"]
         grid.attrs["faithfulness_recovered"] = meta["faithfulness"]["recovered"]
+        mib = meta["faithfulness"].get("mib")
+        if mib:  # MIB's circuits at fractions of the edges (docs/edges.md)
+            grid.attrs["faithfulness_fractions"] = mib["fractions"]
+            grid.attrs["faithfulness_cpr"], grid.attrs["faithfulness_cmd"] = mib["cpr"]["area"], mib["cmd"]["area"]
+            grid.attrs["faithfulness_cpr_curve"] = mib["cpr"]["faithfulness"]
+            grid.attrs["faithfulness_cmd_curve"] = mib["cmd"]["faithfulness"]
     return grid
 
 

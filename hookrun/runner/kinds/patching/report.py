@@ -151,8 +151,18 @@ def _faithfulness(run: Any) -> list[Any]:
     curve = _meta(run).get("faithfulness")
     if not curve:
         return []
-    return [Lines(curve["k"], {"recovered": curve["recovered"]}, "edges kept (top k by |score|)", "recovered fraction",
-                  f"faithfulness: {curve.get('ablation', 'corrupt')} ablation outside the top-k edges of {curve.get('from', '')}")]
+    out = []
+    if curve.get("k"):
+        out.append(Lines(curve["k"], {"recovered": curve["recovered"]}, "edges kept (top k by |score|)", "recovered fraction",
+                         f"faithfulness: {curve.get('ablation', 'corrupt')} ablation outside the top-k edges of {curve.get('from', '')}"))
+    mib = curve.get("mib")
+    if mib:  # MIB's circuits at fractions of the edges (edges/mib.py): CPR from the signed ranking, CMD from |score|
+        out.append(Lines(mib["fractions"], {"signed ranking (CPR)": mib["cpr"]["faithfulness"],
+                                            "|score| ranking (CMD)": mib["cmd"]["faithfulness"]},
+                         f"fraction of the {mib['n_edges']} edges kept (pruned as MIB prunes)", "faithfulness",
+                         f"faithfulness (MIB) of {curve.get('from', '')}: CPR {mib['cpr']['area']:.3f}, CMD {mib['cmd']['area']:.3f}",
+                         log_x=True))
+    return out
 
 
 def _meta(run: Any) -> dict:

@@ -8,7 +8,9 @@
 
 The stack is the largest nn.ModuleList whose children are all of one class. Below the lowest
 patched block the packed forward would recompute what the base run computed: each of those
-blocks' forward is replaced, for the forward, by its kept output repeated for the copies.
+blocks' call is replaced, for the forward, by its kept output repeated for the copies: the output
+the base run's call returned after the block's hooks (hookrun's, a user's own, global ones), so the
+skipped block runs no hook again (`returning`).
 
 What runs before and after the stack is the order modules run in the base run (observed by
 keep_outputs), never the order they were registered in (`self.blocks = ...; self.embed = ...`
@@ -119,16 +121,29 @@ class BlockStack:
         if not self.ordered or not self.kept or any(k is None for k in self.kept[:level]):
             yield
             return
-        swapped = []
-        try:
-            for i in range(level):
-                out = _map(self.kept[i], lambda t: t.repeat(copies, *[1] * (t.dim() - 1)))
-                self.blocks[i].forward = lambda *a, _out=out, **k: _out
-                swapped.append(self.blocks[i])
+        with returning([(self.blocks[i], _map(self.kept[i], lambda t: t.repeat(copies, *[1] * (t.dim() - 1))))
+                        for i in range(level)]):
             yield
-        finally:
-            for b in swapped:
-                del b.forward
+
+
+@contextmanager
+def returning(pairs: Iterable[tuple[nn.Module, Any]]) -> Iterator[None]:
+    """Each (module, value): a call of the module returns the value, running neither its forward nor
+    any of its hooks (its own, with_kwargs ones, global ones): the value is what a whole call returned,
+    after its hooks, so they must not apply again (a splice, a user's forward hook). The call itself
+    is replaced on the instance (nn.Module.__call__ goes through self._call_impl, or a compiled
+    module's _compiled_call_impl, set aside meanwhile)."""
+    swapped = []
+    try:
+        for module, value in pairs:
+            swapped.append((module, module._compiled_call_impl))
+            module._compiled_call_impl = None
+            module._call_impl = lambda *a, _value=value, **k: _value
+        yield
+    finally:
+        for module, compiled in swapped:
+            del module._call_impl
+            module._compiled_call_impl = compiled
 
 
 def _map(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:

@@ -16,7 +16,9 @@ the base run, in any layer. So a chunk whose cells all sit at a position (a site
   metrics but ce read one position: metric.position, or an item key).
 
 p0 is also at most the read position. A user metric or ce (they read every position), a run with
-other hooks beside the sites (they would see the suffix only), a model not in families.py, or a
+other hooks beside the sites (they would see the suffix only: hookrun's `hooks:`, and any forward
+hook or pre-hook on the model or global that hookrun did not attach, `hooks_on`), inputs beside the
+ids (data.inputs' attention_mask: the cache is the unmasked one), a model not in families.py, or a
 first resumed forward whose logits differ from the full forward's (checked once) turn the route
 off; cells at a site without a position axis (or outside the stack) take the full path chunk by
 chunk. ROUTES turns each saving off (benchmarks/patching.py measures each).
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from hookrun.runner.kinds.patching.cell_action import CellMode
 from hookrun.runner.kinds.patching.families import find_family
@@ -66,7 +69,7 @@ class SuffixRoute:
     @classmethod
     def find(cls, engine: Any, base_logits: torch.Tensor) -> SuffixRoute | None:
         b, ids = engine.block, engine.base_ids
-        if engine.extra_points or b.user_metric is not None or b.metric not in LINE_METRICS:
+        if engine.extra_points or engine.call.extra or engine.foreign_hooks or b.user_metric is not None or b.metric not in LINE_METRICS:
             return None
         if ids.dim() != 2 or ids.dtype.is_floating_point or base_logits.dim() != 3 or base_logits.shape[1] != ids.shape[1]:
             return None
@@ -140,3 +143,11 @@ class SuffixRoute:
         if ROUTES.narrow:
             return fam.head(h[rows, at][:, None])
         return fam.head(h)[rows, at][:, None]
+
+
+def hooks_on(model: nn.Module) -> list[str]:
+    """The modules of `model` with a forward hook or pre-hook (with_kwargs ones too), and "global" where
+    torch's global ones are set: before the engine's session, hooks hookrun did not attach."""
+    found = [name or type(model).__name__ for name, m in model.named_modules() if m._forward_hooks or m._forward_pre_hooks]
+    module = nn.modules.module
+    return found + (["global"] if module._global_forward_hooks or module._global_forward_pre_hooks else [])

@@ -1,6 +1,6 @@
 """The residual graph of a transformer: its writers, its readers and which writer feeds which reader.
 
-    graph, wiring = find_graph(model)           # HookedTransformer, HF GPT-2 / GPT-NeoX; else one ConfigError
+    graph, wiring = find_graph(model)           # HookedTransformer, HF GPT-2 / NeoX / Llama / Gemma 2...; else one ConfigError
     graph.writers[:3], graph.readers[-1]        # ('embed', 'L0.H0', 'L0.H1'), 'logits'
     graph.mask.sum()                            # the edge count: writer upstream of reader
 
@@ -8,8 +8,10 @@ Nodes as TransformerLens 4.3 names them: writers `embed` (token + position embed
 own contribution to the residual stream `L{l}.H{h}`, each MLP's output `L{l}.MLP`; readers each
 head's query, key and value input `L{l}.H{h}.q|k|v` (before the norm), each MLP's input `L{l}.MLP`
 and `logits` (the final norm's input). An edge joins a writer to every reader downstream of it; in a
-parallel block (GPT-NeoX) an MLP reads no head of its own layer. Writers and readers come in groups
-that one hook sees at once (`("attn", l)`: a layer's heads; `("q", l)`: its heads' query inputs):
+parallel block (GPT-NeoX) an MLP reads no head of its own layer. With grouped-query attention the
+heads are the query heads, each with its own k and v reader (ungrouped, as MIB and TransformerLens'
+`ungroup_grouped_query_attention`): the graph is that of the same model without grouping.
+Writers and readers come in groups that one hook sees at once (`("attn", l)`: a layer's heads; `("q", l)`: its heads' query inputs):
 the wiring (edges/wiring.py) hands each group's tensor `[batch, position, k, d_model]` over.
 """
 

@@ -26,6 +26,7 @@ recovered = (m_ablated - m_corrupt) / (m_clean - m_corrupt) per k, the metric av
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,9 @@ import torch
 
 from hookrun.errors import ConfigError, HookrunError, RunError
 from hookrun.runner.kinds.patching.edges.eap import edge_scores, record
+from hookrun.runner.kinds.patching.edges.formats import read_circuit
 from hookrun.runner.kinds.patching.edges.graph import Graph, find_graph
+from hookrun.runner.kinds.patching.edges.mib import mib_curves
 from hookrun.runner.kinds.patching.edges.spec import DEFAULT_STEPS, EDGE_METHODS, check_circuits
 
 
@@ -44,6 +47,7 @@ class EdgeResult:
     ig_steps: int
     faithfulness: dict | None = None
     node_positions: np.ndarray | None = None  # [writers, positions]: each writer's score at each position
+    d_model: int | None = None  # the residual stream's width (EAP-IG's cfg: edges/formats.py)
 
     @property
     def node_scores(self) -> np.ndarray:
@@ -58,7 +62,7 @@ class EdgeResult:
     def meta(self) -> dict:
         return {"graph": self.graph.describe(), "ig_steps": self.ig_steps, "node_scores": self.node_scores.tolist(),
                 "node_scores_by_position": None if self.node_positions is None else self.node_positions.tolist(),
-                "faithfulness": self.faithfulness}
+                "faithfulness": self.faithfulness, "d_model": self.d_model}
 
 
 def prepare(model: Any, block: Any, items: dict) -> tuple[Graph, Any]:
@@ -99,14 +103,20 @@ def compute(engine: Any, graph: Graph, wiring: Any) -> EdgeResult:
         chunk = b.cells_per_forward or max(1, b.memory // max(1, engine.copy_bytes))
         curve = faithfulness(engine, graph, wiring, rank, list(f.edges), f.ablation, corrupt, chunk)
         curve["from"] = f.source
+        if f.fractions:  # MIB's circuits at fractions of the edges, and its CPR / CMD areas (edges/mib.py)
+            evaluate = lambda keep: ablated_metrics(engine, graph, wiring, keep, f.ablation, corrupt, chunk)  # noqa: E731
+            curve["mib"] = mib_curves(graph, rank, f.fractions, evaluate, engine.metric_clean, engine.metric_corrupt)
     if b.normalize:
         gap = engine.metric_clean - engine.metric_corrupt
         scores, by_position = (scores / gap, by_position / gap) if gap != 0 else (scores * np.nan, by_position * np.nan)
-    return EdgeResult(graph, scores, steps, curve, by_position)
+    return EdgeResult(graph, scores, steps, curve, by_position, int(base[("embed",)].shape[-1]))
 
 
 def file_scores(path: str, graph: Graph) -> np.ndarray:
-    """The edge grid of an earlier edges run (faithfulness.from: PATH), checked against this model's graph."""
+    """The edge grid of an earlier edges run (faithfulness.from: PATH), or of an EAP-IG graph JSON or a MIB
+    folder (edges/formats.py), checked against this model's graph."""
+    if path.endswith(".json") or Path(path).is_dir():
+        return read_circuit(path, graph.writers, graph.readers, graph.mask)
     from hookrun.runner.kinds.patching.reader import edge_values
     from hookrun.store.reading import open_source
 
@@ -138,23 +148,27 @@ def top_edges(graph: Any, scores: np.ndarray, k: int) -> np.ndarray:
 def faithfulness(engine: Any, graph: Any, wiring: Any, scores: np.ndarray, ks: list[int], ablation: str,
                  corrupt: dict, chunk: int | None = None) -> dict:
     """{"k", "recovered", "metric", "metric_clean", "metric_corrupt"}: one value per k."""
-    b = engine.block
-    clean_ids = engine.items[b.clean]
     m_clean, m_corrupt = engine.metric_clean, engine.metric_corrupt
     if m_clean == m_corrupt:
         raise ConfigError(f"patching.faithfulness: the clean and corrupted runs give the same metric ({m_clean:.6g}), "
                           f"so the recovered fraction (m - m_corrupt) / (m_clean - m_corrupt) is undefined; choose items "
                           f"the metric separates")
-    repl = corrupt if ablation == "corrupt" else {g: a.mean(0, keepdim=True) for g, a in corrupt.items()}
-    chunk = chunk or len(ks)
-    values = []
-    for start in range(0, len(ks), chunk):
-        part = ks[start: start + chunk]
-        keep = np.stack([top_edges(graph, scores, k) for k in part])  # [C, W, R]
-        values += list(_ablated(engine, graph, wiring, clean_ids, keep, repl))
-    values = np.asarray(values, dtype=np.float64)
+    keep = np.stack([top_edges(graph, scores, k) for k in ks]) if ks else np.zeros((0, *graph.mask.shape), dtype=bool)
+    values = ablated_metrics(engine, graph, wiring, keep, ablation, corrupt, chunk)
     return {"k": list(map(int, ks)), "recovered": ((values - m_corrupt) / (m_clean - m_corrupt)).tolist(),
             "metric": values.tolist(), "metric_clean": m_clean, "metric_corrupt": m_corrupt, "ablation": ablation}
+
+
+def ablated_metrics(engine: Any, graph: Any, wiring: Any, keep: np.ndarray, ablation: str, corrupt: dict,
+                    chunk: int | None = None) -> np.ndarray:
+    """The metric (averaged over the items) of each circuit keep[c] ([C, writers, readers] bool), every other
+    edge ablated; `chunk` circuits per forward."""
+    repl = corrupt if ablation == "corrupt" else {g: a.mean(0, keepdim=True) for g, a in corrupt.items()}
+    ids = engine.items[engine.block.clean]
+    chunk = chunk or max(1, len(keep))
+    values = [v for start in range(0, len(keep), chunk)
+              for v in _ablated(engine, graph, wiring, ids, keep[start: start + chunk], repl)]
+    return np.asarray(values, dtype=np.float64)
 
 
 def _ablated(engine: Any, graph: Any, wiring: Any, ids: torch.Tensor, keep: np.ndarray, repl: dict) -> np.ndarray:

@@ -8,7 +8,7 @@ one ConfigError naming the key, what is wrong and what would be right, before th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +17,7 @@ from hookrun.errors import ConfigError, one_of
 EDGE_METHODS = ("eap", "eap_ig")
 IG_METHODS = ("eap_ig", "atp_ig")
 ABLATIONS = ("corrupt", "mean")
-FAITH_KEYS = ("edges", "ablation", "from")
+FAITH_KEYS = ("edges", "fractions", "ablation", "from")
 DEFAULT_STEPS = 5
 
 
@@ -26,6 +26,7 @@ class FaithSpec:
     edges: tuple[int, ...]  # the k of each circuit
     ablation: str  # corrupt | mean
     source: str  # eap | eap_ig (this run's scoring) or a run file's path whose edge grid ranks the edges
+    fractions: tuple[float, ...] = ()  # MIB's circuits at fractions of the edges (edges/mib.py), ascending
 
 
 def parse_edge_keys(get: Callable[[str], Any], method: str) -> tuple[str, int, FaithSpec | None]:
@@ -52,26 +53,44 @@ def parse_faithfulness(raw: Any, method: str) -> FaithSpec | None:
     if raw is None:
         return None
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"patching.faithfulness={raw!r}; expected {{edges: [10, 50], ablation: corrupt, from: eap_ig}}")
+        raise ConfigError(f"patching.faithfulness={raw!r}; expected {{edges: [10, 50], fractions: mib, ablation: corrupt, from: eap_ig}}")
     for key in raw:
         if key not in FAITH_KEYS:
             raise ConfigError(f"patching.faithfulness.{key}: no such key; it takes: {', '.join(FAITH_KEYS)}")
     if method not in EDGE_METHODS:
         raise ConfigError(f"patching.faithfulness with method {method}: faithfulness ablates edges; use method "
                           f"{one_of(EDGE_METHODS)} (it scores the edges; faithfulness.from may rank them by another scoring)")
-    edges = raw.get("edges", [10, 50, 200])
+    fractions = parse_fractions(raw.get("fractions"))
+    edges = raw.get("edges", [] if fractions else [10, 50, 200])
     edges = [edges] if isinstance(edges, int) else list(edges or [])
-    if not edges or any(isinstance(k, bool) or not isinstance(k, int) or k < 0 for k in edges):
+    if (not edges and not fractions) or any(isinstance(k, bool) or not isinstance(k, int) or k < 0 for k in edges):
         raise ConfigError(f"patching.faithfulness.edges={raw.get('edges')!r}; give circuit sizes, a list of "
                           f"non-negative integers such as [10, 50, 200]")
     ablation = raw.get("ablation", "corrupt")
     if ablation not in ABLATIONS:
         raise ConfigError(f"patching.faithfulness.ablation={ablation!r}; choose from: {one_of(ABLATIONS)}")
     source = str(raw.get("from", method))
-    if source not in EDGE_METHODS and not source.endswith((".h5", ".hdf5")) and "://" not in source and "/" not in source:
+    if source not in EDGE_METHODS and not source.endswith((".h5", ".hdf5", ".json")) and "://" not in source and "/" not in source:
         raise ConfigError(f"patching.faithfulness.from={source!r}; choose from: {one_of(EDGE_METHODS)}, or the path "
-                          f"of an edges run's file whose grid ranks the edges")
-    return FaithSpec(tuple(int(k) for k in edges), ablation, source)
+                          f"of an edges run's file, an EAP-IG graph JSON or a MIB folder whose scores rank the edges")
+    return FaithSpec(tuple(int(k) for k in edges), ablation, source, fractions)
+
+
+def parse_fractions(raw: Any) -> tuple[float, ...]:
+    """faithfulness.fractions: `mib` (MIB's ten fractions), one fraction or a list, each in (0, 1]; sorted."""
+    from hookrun.runner.kinds.patching.edges.mib import MIB_FRACTIONS
+
+    if raw is None:
+        return ()
+    if raw == "mib":
+        return MIB_FRACTIONS
+    values = [raw] if isinstance(raw, int | float) and not isinstance(raw, bool) else raw
+    ok = isinstance(values, Sequence) and not isinstance(values, str) and len(values) > 0 and all(
+        isinstance(f, int | float) and not isinstance(f, bool) and 0 < f <= 1 for f in values)
+    if not ok:
+        raise ConfigError(f"patching.faithfulness.fractions={raw!r}; give mib (MIB's fractions of the edges "
+                          f"{', '.join(map(str, MIB_FRACTIONS))}) or a list of fractions in (0, 1] such as [0.01, 0.1, 1]")
+    return tuple(sorted({float(f) for f in values}))
 
 
 def check_circuits(faith: FaithSpec | None, edges: int) -> None:

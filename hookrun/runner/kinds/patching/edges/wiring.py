@@ -16,8 +16,12 @@ TransformerLens 4.3, whose embed node is hook_embed). Hooks are plain PyTorch ho
 
 TransformerLens HookedTransformer: its own hook points (hook_result, hook_q_input / k / v with
 use_split_qkv_input, hook_mlp_in / out, the last hook_resid_post). HF GPT-2, GPT-NeoX / Pythia and
-Llama-style models: the per-head q/k/v inputs by recomputing the q/k/v projection from the norm of a
-per-head copy of the block's input, the per-head contributions from the output projection's input.
+Llama-style models (edges/hf_layout.py): the per-head q/k/v inputs by recomputing the q/k/v projection
+from the norm of a per-head copy of the block's input, the per-head contributions from the output
+projection's input. Grouped-query attention: a key / value projection gives one output per query head
+(its group's weights on that head's copy) and the attention uses them ungrouped. Gemma 2: a head's
+contribution is its share of the post-attention norm's output at the run's own scale, the MLP's the
+post-feedforward norm's output.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import torch
 from torch import nn
 
 from hookrun.errors import ConfigError
+from hookrun.runner.kinds.patching.edges.hf_layout import llama_layout
 
 KINDS = ("q", "k", "v")
 
@@ -72,9 +77,14 @@ class LensWiring(Wiring):
         self.n_layers, self.n_heads = cfg.n_layers, cfg.n_heads
         self.parallel = bool(getattr(cfg, "parallel_attn_mlp", False))
         kv = getattr(cfg, "n_key_value_heads", None)
-        if kv is not None and kv != cfg.n_heads:
-            raise ConfigError(f"{where}: the model has grouped-query attention ({kv} key/value heads for {cfg.n_heads} "
-                              f"query heads): its key and value inputs are not per head, so edges are not defined (as in TransformerLens)")
+        if kv is not None and kv != cfg.n_heads:  # ungrouped: one key and one value input per query head (as MIB)
+            self.FLAGS = (*self.FLAGS, "ungroup_grouped_query_attention")
+        post = [f for f in ("use_normalization_before_and_after",) if getattr(cfg, f, False)]
+        if post or getattr(cfg, "original_architecture", None) in ("Olmo2ForCausalLM", "Olmo3ForCausalLM"):
+            raise ConfigError(f"{where}: the HookedTransformer norms each attention and MLP output before it joins the "
+                              f"residual stream ({post[0] if post else cfg.original_architecture}): its hook_result is "
+                              f"taken before that norm, so the heads' contributions are not hook_result; give the HF "
+                              f"model (Gemma 2's post-norms are handled there)")
 
     def enter(self) -> None:
         self.saved = {f: getattr(self.cfg, f) for f in self.FLAGS}
@@ -117,9 +127,16 @@ class HFWiring(Wiring):
     """HF GPT-2, GPT-NeoX and Llama-style decoders: modules found by name, per-head readers recomputed."""
 
     def __init__(self, arch: str, embed: nn.Module, layers: list, final_norm: nn.Module, n_heads: int,
-                 parallel: bool = False) -> None:
+                 parallel: bool = False, n_kv_heads: int | None = None) -> None:
         self.arch, self.embed_module, self.layers, self.final_norm = arch, embed, layers, final_norm
         self.n_layers, self.n_heads, self.parallel = len(layers), n_heads, parallel
+        self.n_kv_heads = n_kv_heads or n_heads
+        self.saved_groups: dict = {}  # attention module -> its num_key_value_groups while ungrouped
+
+    def exit(self) -> None:
+        for attn, groups in self.saved_groups.items():
+            attn.num_key_value_groups = groups
+        self.saved_groups = {}
 
     def hooks(self, embed: Any, writer: Any, reader: Any) -> list:
         out = []
@@ -129,13 +146,19 @@ class HFWiring(Wiring):
             out.append((self.embed_module, "post", lambda m, i, o: writer(("embed",), o[:, :, None])))
         for layer, blk in enumerate(self.layers):
             if writer is not None:
-                out.append((blk["o_proj"], "pre", self._heads_out(writer, layer, blk["o_proj"])))
-                out.append((blk["mlp"], "post", _put(writer, ("mlp", layer), True)))
+                post = blk.get("post_attn")
+                heads: dict = {}
+                emit = writer if post is None else (lambda group, a, heads=heads: heads.__setitem__("a", a))
+                out.append((blk["o_proj"], "pre", self._heads_out(emit, layer, blk["o_proj"])))
+                if post is not None:  # each head's share of the post-norm's output, at this run's own scale
+                    out.append((post, "pre", lambda m, args, layer=layer, post=post, heads=heads:
+                                writer(("attn", layer), _post_norm_share(post, args[0], heads.pop("a")))))
+                out.append((blk.get("post_mlp", blk["mlp"]), "post", _put(writer, ("mlp", layer), True)))
             if reader is not None:
                 seen: dict = {}
                 out.append((blk["ln1"], "pre", lambda m, args, seen=seen: seen.__setitem__("x", args[0])))
                 for proj, kinds in blk["qkv"]:
-                    out.append((proj, "post", self._qkv(reader, layer, blk["ln1"], proj, kinds, seen)))
+                    out.append((proj, "post", self._qkv(reader, layer, blk["ln1"], proj, kinds, seen, blk.get("attn"))))
                 out.append((blk["ln2"], "pre", lambda m, args, layer=layer: (reader(("mlp", layer), args[0][:, :, None])[:, :, 0],)))
         if reader is not None:
             out.append((self.final_norm, "pre", lambda m, args: (reader(("logits",), args[0][:, :, None])[:, :, 0],)))
@@ -152,9 +175,14 @@ class HFWiring(Wiring):
             writer(("attn", layer), torch.einsum("bphe,hed->bphd", zh, w.reshape(H, zh.shape[-1], w.shape[1])))
         return hook
 
-    def _qkv(self, reader: Any, layer: int, ln: nn.Module, proj: nn.Module, kinds: tuple, seen: dict):
-        """The projection's output recomputed from the norm of each head's own (adjusted) copy of the input."""
+    def _qkv(self, reader: Any, layer: int, ln: nn.Module, proj: nn.Module, kinds: tuple, seen: dict,
+             attn: nn.Module | None = None):
+        """The projection's output recomputed from the norm of each head's own (adjusted) copy of the input.
+        A key or value projection shared by a group of query heads (grouped-query attention) gives one
+        output per query head, from that head's own copy, and its attention module uses them ungrouped."""
         H, arch = self.n_heads, self.arch
+        grouped = self.n_kv_heads != H and kinds[0] in ("k", "v")
+        group_of = torch.arange(H) // (H // self.n_kv_heads)  # query head -> its key/value head (repeat_kv's order)
 
         def hook(m, args, output):
             x = seen["x"]
@@ -162,6 +190,16 @@ class HFWiring(Wiring):
             copies = torch.stack([reader((k, layer), x[:, :, None].expand(B, P, H, d)) for k in kinds], 2)  # [B,P,K,H,d]
             normed = ln.forward(copies)  # (not ln(...): its hooks, ours included, fired on the real call)
             w = _weight_in_out(proj)  # [d, out]
+            if grouped:
+                dh = w.shape[1] // self.n_kv_heads
+                idx = group_of.to(w.device)
+                w3 = w.view(d, 1, self.n_kv_heads, dh)[:, :, idx]
+                bias = None if proj.bias is None else proj.bias.view(1, self.n_kv_heads, dh)[:, idx]
+                if attn not in self.saved_groups:
+                    self.saved_groups[attn] = attn.num_key_value_groups
+                attn.num_key_value_groups = 1  # (restored when the tap ends)
+                res = torch.einsum("bpkhd,dkhe->bpkhe", normed, w3)
+                return (res if bias is None else res + bias).reshape(B, P, -1).to(output.dtype)
             K, dh = len(kinds), w.shape[1] // (len(kinds) * H)
             if arch == "gpt_neox":  # columns ordered (head, kind, dh)
                 w3 = w.view(d, H, K, dh).permute(0, 2, 1, 3)
@@ -175,6 +213,14 @@ class HFWiring(Wiring):
                 res = res.permute(0, 1, 3, 2, 4)
             return res.reshape(B, P, -1).to(output.dtype)
         return hook
+
+
+def _post_norm_share(norm: nn.Module, x: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
+    """Each head's share of a Gemma-style post-norm's output x * rsqrt(mean(x^2) + eps) * (1 + w), the scale
+    taken from x, the norm's own input in this run: linear in x at that scale, so the shares sum to the output."""
+    xf = x.float()
+    gain = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + norm.eps) * (1.0 + norm.weight.float())  # [B, P, d]
+    return (heads.float() * gain[:, :, None]).to(heads.dtype)
 
 
 def _weight_in_out(proj: nn.Module) -> torch.Tensor:
@@ -198,23 +244,9 @@ def find_wiring(model: nn.Module, where: str) -> Wiring:
                    "mlp": b.mlp, "ln2": b.post_attention_layernorm} for b in t.layers]
         return HFWiring("gpt_neox", t.embed_in, layers, t.final_layer_norm, cfg.num_attention_heads,
                         parallel=bool(cfg.use_parallel_residual))
-    if arch is not None and all(hasattr(cfg, k) for k in ("num_attention_heads", "num_key_value_heads")):
-        t = getattr(model, "model", model)
-        need = ("embed_tokens", "layers", "norm")
-        blk = getattr(t, "layers", [None])[0]
-        attn = getattr(blk, "self_attn", None)
-        if not all(hasattr(t, k) for k in need) or attn is None or not all(hasattr(attn, k) for k in ("q_proj", "k_proj", "v_proj", "o_proj")):
-            raise ConfigError(f"{where}: {type(model).__name__} ({arch}) is not Llama-style (model.embed_tokens, "
-                              f"model.layers[i].self_attn.q_proj/k_proj/v_proj/o_proj, model.norm); hookrun finds the "
-                              f"residual graph of TransformerLens HookedTransformers, HF GPT-2, GPT-NeoX and Llama-style models")
-        if cfg.num_key_value_heads != cfg.num_attention_heads:
-            raise ConfigError(f"{where}: {type(model).__name__} has grouped-query attention ({cfg.num_key_value_heads} key/value "
-                              f"heads for {cfg.num_attention_heads} query heads): its key and value inputs are not per head, "
-                              f"so edges are not defined (as in TransformerLens)")
-        layers = [{"ln1": b.input_layernorm, "qkv": [(b.self_attn.q_proj, ("q",)), (b.self_attn.k_proj, ("k",)),
-                                                     (b.self_attn.v_proj, ("v",))],
-                   "o_proj": b.self_attn.o_proj, "mlp": b.mlp, "ln2": b.post_attention_layernorm} for b in t.layers]
-        return HFWiring("llama", t.embed_tokens, layers, t.norm, cfg.num_attention_heads)
+    layout = llama_layout(model, where)
+    if layout is not None:
+        return HFWiring("llama", **layout)
     raise ConfigError(f"{where}: no residual graph found for {type(model).__name__}: it is not a TransformerLens "
                       f"HookedTransformer (blocks, cfg, hook_dict) nor an HF GPT-2, GPT-NeoX or Llama-style model "
                       f"(config.model_type {arch!r}); edges need per-head q/k/v inputs and per-head outputs")

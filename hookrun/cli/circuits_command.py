@@ -1,0 +1,132 @@
+"""`python -m hookrun.circuits`: an edges run's scores to other tools' files, and their circuits scored here.
+
+    python -m hookrun.circuits export outputs/edges/captures.h5 --format eap-ig graph.json
+    python -m hookrun.circuits export outputs/edges/captures.h5 --format mib submission --task ioi --model gpt2
+    python -m hookrun.circuits score outputs/edges/captures.h5 --circuit graph.json --out scored.h5
+    python -m hookrun.circuits score my_config.yaml --circuit submission/ioi_gpt2 --fractions 0.01,0.1,1
+
+`export` writes EAP-IG's graph JSON (hannamw/EAP-IG's `Graph.from_json` loads it) or MIB's submission
+folder (`OUT/{task}_{model}/importances.json`); `--fraction F` marks MIB's circuit of that fraction of
+the edges (top by |score|, pruned) as `in_graph`, every edge otherwise. `score` runs the run's (or the
+YAML config's) model and items again with `patching.faithfulness.from: CIRCUIT` and MIB's fractions
+(docs/edges.md): the circuit's scores rank the edges; the CPR / CMD line is printed and written to
+--out. A file of unknown format, or a circuit for another model, is one line naming what is wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hookrun.analysis.remote_run import open_run
+from hookrun.cli.command import description, ends_quietly, run_command
+from hookrun.errors import ConfigError
+from hookrun.runner.kinds.patching.edges.formats import FORMATS, describe_cfg, to_eap_ig, write_mib
+from hookrun.runner.kinds.patching.edges.mib import mib_circuit
+from hookrun.runner.kinds.patching.edges.spec import parse_fractions
+
+
+@ends_quietly
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m hookrun.circuits", description=description(__doc__))
+    sub = p.add_subparsers(dest="command", required=True)
+    e = sub.add_parser("export", help="an edges run's scores as EAP-IG's graph JSON or MIB's submission folder")
+    e.add_argument("run", help="an edges run's file (patching method eap / eap_ig)")
+    e.add_argument("--format", required=True, help=f"one of: {', '.join(FORMATS)}")
+    e.add_argument("out", help="eap-ig: the JSON file; mib: the submission folder")
+    e.add_argument("--task", help="mib: the task's name in the folder's name (ioi, mcqa, arc-easy, ...)")
+    e.add_argument("--model", help="mib: the model's name in the folder's name (gpt2, qwen2.5, gemma2, llama3)")
+    e.add_argument("--fraction", type=float, help="mark MIB's circuit of this fraction of the edges as in_graph")
+    s = sub.add_parser("score", help="faithfulness (MIB's CPR and CMD) of a circuit file on a run's model and items")
+    s.add_argument("source", help="an edges run's file (its stored config is run again) or a YAML config")
+    s.add_argument("--circuit", required=True, help="an EAP-IG graph JSON, a MIB folder or an edges run's file")
+    s.add_argument("--fractions", default="mib", help="mib, or fractions in (0, 1] separated by commas")
+    s.add_argument("--out", help="the run file to write (default: a temporary one)")
+    a = p.parse_args(argv)
+    return run_command(lambda: export(a) if a.command == "export" else score(a), prog="hookrun.circuits")
+
+
+def export(a: argparse.Namespace) -> int:
+    """Write the run's [writer, reader] scores in `a.format`; print the path."""
+    if a.format not in FORMATS:
+        raise ConfigError(f"--format {a.format!r}; choose from: {', '.join(FORMATS)}")
+    if a.format == "mib" and not (a.task and a.model):
+        raise ConfigError("--format mib needs --task and --model: MIB reads the folder {task}_{model} (e.g. --task ioi --model gpt2)")
+    if a.fraction is not None and not 0 < a.fraction <= 1:
+        raise ConfigError(f"--fraction {a.fraction}; give a fraction of the edges in (0, 1]")
+    with open_run(a.run) as run:
+        meta = json.loads(run.attrs.get("patching") or "{}")
+        if "graph" not in meta:
+            raise ConfigError(f"{a.run}: holds no edge grid (an edges run: patching method eap or eap_ig)")
+        scores = np.asarray(run.edges(top=0)[1].values, dtype=np.float64)
+    g = meta["graph"]
+    cfg = describe_cfg(meta)
+    kept = None
+    if a.fraction is not None:
+        kept = mib_circuit(_Graph(g["writers"], g["readers"], np.isfinite(scores)), scores,
+                           int(a.fraction * np.isfinite(scores).sum()), absolute=True)
+    doc = to_eap_ig(g["writers"], g["readers"], scores, cfg, kept)
+    if a.format == "mib":
+        path = write_mib(doc, a.out, a.task, a.model)
+    else:
+        path = Path(a.out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc))
+    print(f"wrote {path} ({len(doc['edges'])} edges, {len(doc['nodes'])} nodes)")
+    return 0
+
+
+def score(a: argparse.Namespace) -> int:
+    """Run the source's config again with faithfulness.from: the circuit; print the run's faithfulness line."""
+    from hookrun.runner.run import run
+
+    fractions = parse_fractions("mib" if a.fractions == "mib" else _numbers(a.fractions))
+    cfg = _config(a.source)
+    patching = dict(cfg.get("patching") or {})
+    faith = dict(patching.get("faithfulness") or {})
+    for key in ("sites", "verify"):  # a node-site run's keys: the edges run patches no site
+        patching.pop(key, None)
+    patching.update(method="eap", ig_steps=1, faithfulness={"fractions": list(fractions), "from": str(a.circuit),
+                                                            "ablation": faith.get("ablation", "corrupt")})
+    out = a.out or str(Path(tempfile.mkdtemp(prefix="hookrun_circuit_")) / "scored.h5")
+    cfg.update(patching=patching, progress=False, output={**dict(cfg.get("output") or {}), "path": out, "overwrite": True,
+                                                          "staging": None})
+    result = run(cfg)
+    print(f"{a.circuit}: {result.note}")
+    print(f"file: {result.path}")
+    return 0
+
+
+def _numbers(text: str) -> list[Any]:
+    try:
+        return [float(x) for x in text.split(",")]
+    except ValueError:
+        return [text]
+
+
+def _config(source: str) -> dict:
+    """A run's stored config (its `config` root attribute), or a YAML config file, as a dict."""
+    import yaml
+
+    p = Path(source)
+    if p.suffix in (".yaml", ".yml"):
+        if not p.is_file():
+            raise ConfigError(f"{source}: no such config file")
+        return dict(yaml.safe_load(p.read_text()) or {})
+    with open_run(source) as run:
+        cfg = run.config
+    if not cfg:
+        raise ConfigError(f"{source}: the run keeps no config to run again; give a YAML config")
+    return dict(cfg)
+
+
+class _Graph:
+    """The graph as mib_circuit reads it: labels and the edge mask."""
+
+    def __init__(self, writers: list[str], readers: list[str], mask: np.ndarray) -> None:
+        self.writers, self.readers, self.mask = writers, readers, mask

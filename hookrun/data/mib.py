@@ -1,0 +1,155 @@
+"""MIB's task data, as its data sets publish their rows, made into patching items; and IOI rows to test with.
+
+    rows = ioi_rows(n=8, seed=0)                         # rows shaped as MIB's IOI data set's
+    ds = mib_task(rows, tokenizer=tok, task="ioi")      # or a .jsonl / .json / .csv / .parquet file
+    ds[0]   # {"clean": (T,), "corrupt": (T,), "answer": (), "wrong": (), "position": ()}
+
+A row of MIB's IOI set (Hugging Face `mib-bench/ioi`) holds `prompt`, `metadata` (`indirect_object`,
+`subject`, `random_c`) and counterfactual prompts such as `s2_io_flip_counterfactual.prompt`;
+MIB-circuit-track's `HFEAPDataset` reads the clean prompt, the counterfactual's prompt and, as the two
+answer tokens, the first token of " " + indirect object and of " " + subject. `columns` maps the
+four roles to dotted paths into a row (`choices.label[answerKey]` indexes by another path's value), so
+another data set's names work too. Prompts are tokenized as EAP-IG's `tokenize_plus` does (a BOS
+first, padded on the right); `position` is each item's last real token, where MIB's logit difference
+is read (give it as `metric.position: position`). Rows whose clean and counterfactual prompts differ
+in token count are left out, as MIB's filter leaves them out (`ds.dropped` counts them).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+from hookrun.errors import ConfigError
+
+ROLES = ("clean", "corrupt", "answer", "wrong")
+TASKS: dict[str, dict[str, Any]] = {  # MIB-circuit-track's dataset.py, per task
+    "ioi": {"clean": "prompt", "corrupt": "s2_io_flip_counterfactual.prompt", "answer": "metadata.indirect_object",
+            "wrong": "metadata.subject", "space": True},
+    "arithmetic": {"clean": "prompt", "corrupt": "random_counterfactual.prompt", "answer": "label",
+                   "wrong": "random_counterfactual.label", "space": False},
+    "mcqa": {"clean": "prompt", "corrupt": "symbol_counterfactual.prompt", "answer": "choices.label[answerKey]",
+             "wrong": "symbol_counterfactual.choices.label[symbol_counterfactual.answerKey]", "space": False},
+}
+TASKS["arc"] = TASKS["mcqa"]
+
+
+class MIBTask(Dataset):
+    def __init__(self, items: list[dict[str, torch.Tensor]], tokenizer: Any, dropped: int) -> None:
+        self.items, self.tokenizer, self.dropped = items, tokenizer, dropped
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return self.items[i]
+
+
+def mib_task(rows: str | Path | Sequence[Mapping], tokenizer: Any, task: str = "ioi",
+             columns: Mapping[str, str] | None = None, answer_space: bool | None = None,
+             limit: int | None = None) -> MIBTask:
+    """Patching items from MIB task rows (module docstring); `columns` overrides the task's paths."""
+    if task not in TASKS and columns is None:
+        raise ConfigError(f"data.dataset.task={task!r}; choose from: {', '.join(TASKS)}, or give columns "
+                          f"{{clean, corrupt, answer, wrong}} (dotted paths into a row)")
+    spec = {**TASKS.get(task, {"space": False}), **dict(columns or {})}
+    missing = [r for r in ROLES if r not in spec]
+    if missing:
+        raise ConfigError(f"data.dataset.columns: no path for {', '.join(missing)}; give each of {', '.join(ROLES)}")
+    space = spec["space"] if answer_space is None else answer_space
+    table = read_rows(rows) if isinstance(rows, str | Path) else list(rows)
+    bos = getattr(tokenizer, "bos_token_id", None)
+    pad = getattr(tokenizer, "pad_token_id", None)
+    pad = pad if pad is not None else (getattr(tokenizer, "eos_token_id", None) or 0)
+    pairs, answers, dropped = [], [], 0
+    for i, row in enumerate(table[: limit or None]):
+        clean, corrupt = (([bos] if bos is not None else []) + _ids(tokenizer, str(value(row, spec[k], i, k)))
+                          for k in ("clean", "corrupt"))
+        if len(clean) != len(corrupt):
+            dropped += 1
+            continue
+        pairs.append((clean, corrupt))
+        answers.append([_ids(tokenizer, (" " if space else "") + str(value(row, spec[k], i, k)))[0] for k in ("answer", "wrong")])
+    if not pairs:
+        raise ConfigError(f"data.dataset: none of the {len(table)} rows has clean and counterfactual prompts of one token count")
+    width = max(len(c) for c, _ in pairs)
+    items = [{"clean": torch.tensor(c + [pad] * (width - len(c))), "corrupt": torch.tensor(k + [pad] * (width - len(k))),
+              "answer": torch.tensor(a), "wrong": torch.tensor(w), "position": torch.tensor(len(c) - 1)}
+             for (c, k), (a, w) in zip(pairs, answers, strict=True)]
+    return MIBTask(items, tokenizer, dropped)
+
+
+def value(row: Mapping, path: str, i: int = 0, role: str = "") -> Any:
+    """`a.b[c.d]`: row["a"]["b"][row["c"]["d"]]; a missing key is one ConfigError naming the row."""
+    node: Any = row
+    for part in re.findall(r"[^.\[\]]+(?:\[[^\]]+\])?", path):
+        name, _, index = part.partition("[")
+        try:
+            node = node[name]
+            if index:
+                node = node[value(row, index[:-1], i, role)]
+        except (KeyError, IndexError, TypeError):
+            keys = ", ".join(map(str, node)) if isinstance(node, Mapping) else type(node).__name__
+            raise ConfigError(f"data.dataset.columns.{role}={path!r}: row {i} has no {part!r} (there: {keys})") from None
+    return node
+
+
+def read_rows(path: str | Path) -> list[dict]:
+    """The rows of a .jsonl, .json (a list), .csv or .parquet file, as MIB's data sets are published."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ConfigError(f"data.dataset.rows={str(path)!r}: no such file")
+    if p.suffix == ".jsonl":
+        return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+    if p.suffix == ".json":
+        return list(json.loads(p.read_text()))
+    if p.suffix in (".csv", ".parquet"):
+        import pandas as pd
+
+        return (pd.read_csv(p) if p.suffix == ".csv" else pd.read_parquet(p)).to_dict("records")
+    raise ConfigError(f"data.dataset.rows={str(path)!r}: give a .jsonl, .json, .csv or .parquet file")
+
+
+def _ids(tokenizer: Any, text: str) -> list[int]:
+    try:
+        ids = list(tokenizer.encode(text, add_special_tokens=False))
+    except TypeError:  # hookrun's ByteTokenizer: encode(text), a BOS first
+        ids = list(tokenizer.encode(text))
+        if ids and ids[0] == getattr(tokenizer, "bos_token_id", None):
+            ids = ids[1:]
+    return ids
+
+
+# IOI rows in the form of MIB's IOI set, from templates in the style of Wang et al. 2022's (ABBA and BABA
+# orders), for tests: the counterfactual swaps the subject's second mention for the indirect object.
+TEMPLATES = (
+    "Then, {A} and {B} went to the {PLACE}. {S} gave a {OBJECT} to",
+    "When {A} and {B} got a {OBJECT} at the {PLACE}, {S} decided to give it to",
+    "After {A} and {B} went to the {PLACE}, {S} gave a {OBJECT} to",
+    "While {A} and {B} were working at the {PLACE}, {S} gave a {OBJECT} to",
+)
+NAMES = ("Mary", "John", "Anna", "Paul", "Kate", "Mark", "Lisa", "Tom", "Sara", "Dave")
+PLACES = ("store", "park", "school", "office", "garden")
+OBJECTS = ("drink", "book", "ring", "bone", "kiss")
+
+
+def ioi_rows(n: int = 8, seed: int = 0, names: Sequence[str] = NAMES) -> list[dict]:
+    """`n` rows shaped as MIB's IOI set's: prompt, metadata {indirect_object, subject, random_c},
+    s2_io_flip_counterfactual {prompt}."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        io, s, c = rng.sample(list(names), 3)
+        a, b = (io, s) if rng.random() < 0.5 else (s, io)  # ABBA or BABA
+        t, place, obj = rng.choice(TEMPLATES), rng.choice(PLACES), rng.choice(OBJECTS)
+        fill = {"A": a, "B": b, "PLACE": place, "OBJECT": obj}
+        rows.append({"prompt": t.format(S=s, **fill), "metadata": {"indirect_object": io, "subject": s, "random_c": c},
+                     "s2_io_flip_counterfactual": {"prompt": t.format(S=io, **fill)}})
+    return rows

@@ -1,0 +1,194 @@
+"""Edge scores in other tools' files: hannamw/EAP-IG's graph JSON, MIB's submission folder and
+TransformerLens 4.3's edge scores.
+
+    doc = to_eap_ig(writers, readers, scores, cfg={"n_layers": 2, "n_heads": 4, "parallel_attn_mlp": False, "d_model": 16})
+    path = write_mib(doc, "outputs/mib", task="ioi", model="gpt2")   # outputs/mib/ioi_gpt2/importances.json
+    scores = read_circuit("outputs/mib/ioi_gpt2", writers, readers)   # [writers, readers], NaN where no edge
+
+EAP-IG's `Graph.to_json` / `from_json` (hannamw/EAP-IG, src/eap/graph.py): `{"cfg": {n_layers, n_heads,
+parallel_attn_mlp, d_model}, "nodes": {name: {"in_graph", "score"}}, "edges": {"P->C": {"score",
+"in_graph"}}}`. Its nodes are hookrun's: `input` (embed), `a{l}.h{h}` (L{l}.H{h}), `m{l}` (L{l}.MLP) and
+`logits`; an edge into a head names the head's input it enters, `a0.h1->a1.h0<q>` (hookrun's reader
+L1.H0.q). MIB's circuit track reads a folder per task and model, `{task}_{model}/importances.json`
+(MIB-circuit-track's README and run_evaluation.py), each that JSON with importance scores.
+TransformerLens 4.3's `attribution_patch(granularity="edge")` scores (writer, reader) node pairs per
+position; its JSON here is the list `[{"writer": asdict(w), "reader": asdict(r), "score": s} for (w, r), s in
+result.edge_scores.items()]` (or {"edge_scores": that list}), read summed over positions.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hookrun.errors import ConfigError
+
+FORMATS = ("mib", "eap-ig")
+_HEAD = re.compile(r"^L(\d+)\.H(\d+)$")
+_READER_HEAD = re.compile(r"^L(\d+)\.H(\d+)\.([qkv])$")
+_MLP = re.compile(r"^L(\d+)\.MLP$")
+
+
+def node_name(label: str) -> str:
+    """EAP-IG's node of a hookrun writer (or of the MLP / logits reader)."""
+    if label == "embed":
+        return "input"
+    if label == "logits":
+        return label
+    if m := _HEAD.match(label):
+        return f"a{m[1]}.h{m[2]}"
+    if m := _MLP.match(label):
+        return f"m{m[1]}"
+    raise ValueError(f"no EAP-IG node for {label!r}")
+
+
+def child_name(reader: str) -> str:
+    """The child part of EAP-IG's edge name for a hookrun reader: `a1.h0<q>`, `m1`, `logits`."""
+    if m := _READER_HEAD.match(reader):
+        return f"a{m[1]}.h{m[2]}<{m[3]}>"
+    return node_name(reader)
+
+
+def edge_names(writers: Sequence[str], readers: Sequence[str]) -> list[list[str]]:
+    """[writers][readers] EAP-IG edge names ('P->C' or 'P->C<q>')."""
+    children = [child_name(r) for r in readers]
+    return [[f"{node_name(w)}->{c}" for c in children] for w in writers]
+
+
+def to_eap_ig(writers: Sequence[str], readers: Sequence[str], scores: np.ndarray, cfg: dict,
+              in_graph: np.ndarray | None = None) -> dict:
+    """EAP-IG's graph JSON of a [writers, readers] grid (NaN: no edge). `in_graph`: the circuit's edges
+    ([writers, readers] bool; every edge where None); a node is in the graph where it has a kept edge."""
+    mask = np.isfinite(scores)
+    keep = mask if in_graph is None else (np.asarray(in_graph, dtype=bool) & mask)
+    names = edge_names(writers, readers)
+    nodes: dict = {}
+    for i, w in enumerate(writers):
+        nodes[node_name(w)] = {"in_graph": bool(keep[i].any()) or (in_graph is None),
+                               "score": float(np.nansum(scores[i]))}
+    edges = {names[i][j]: {"score": float(scores[i, j]), "in_graph": bool(keep[i, j])}
+             for i in range(len(writers)) for j in range(len(readers)) if mask[i, j]}
+    nodes["logits"] = {"in_graph": True}
+    return {"cfg": dict(cfg), "nodes": nodes, "edges": edges}
+
+
+def write_mib(doc: dict, out: str | Path, task: str, model: str) -> Path:
+    """MIB's submission layout: OUT/{task}_{model}/importances.json."""
+    folder = Path(out) / f"{task.replace('_', '-')}_{model}"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "importances.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def circuit_file(path: str | Path, where: str) -> Path:
+    """The JSON of a circuit given as a file or as MIB's folder (one `*.json` in it or its one subfolder)."""
+    p = Path(path)
+    if p.is_dir():
+        found = sorted(p.glob("*.json")) or sorted(p.glob("*/*.json"))
+        if len(found) != 1:
+            raise ConfigError(f"{where}={str(path)!r}: a MIB folder holds one importances.json (in it or in its "
+                              f"one {{task}}_{{model}} folder); found {len(found)} JSON files")
+        return found[0]
+    if not p.is_file():
+        raise ConfigError(f"{where}={str(path)!r}: no such file or folder; give an EAP-IG graph JSON or a MIB folder")
+    return p
+
+
+def read_circuit(path: str | Path, writers: Sequence[str], readers: Sequence[str], mask: np.ndarray,
+                 where: str = "patching.faithfulness.from") -> np.ndarray:
+    """[writers, readers] scores from an EAP-IG graph JSON or a MIB folder, checked against this graph:
+    an edge or node it names that the graph lacks, or an edge of the graph it lacks, is one ConfigError."""
+    p = circuit_file(path, where)
+    try:
+        doc = json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{where}={str(path)!r}: {p.name} is not JSON ({exc}); give an EAP-IG graph JSON "
+                          f"({{cfg, nodes, edges}}) or a MIB folder") from None
+    if isinstance(doc, dict) and isinstance(doc.get("edge_scores"), list):
+        doc = doc["edge_scores"]
+    if isinstance(doc, list):
+        return _tl_scores(doc, writers, readers, mask, f"{where}={str(path)!r}")
+    if not isinstance(doc, dict) or not all(isinstance(doc.get(k), dict) for k in ("cfg", "nodes", "edges")):
+        raise ConfigError(f"{where}={str(path)!r}: unknown circuit format (neither EAP-IG's {{cfg, nodes, edges}} nor "
+                          f"TransformerLens 4.3's edge_scores records); give EAP-IG's graph JSON, MIB's importances "
+                          f"folder or TransformerLens' edge scores")
+    names = edge_names(writers, readers)
+    index = {names[i][j]: (i, j) for i in range(len(writers)) for j in range(len(readers)) if mask[i, j]}
+    known_nodes = {node_name(w) for w in writers} | {"logits"}
+    for node in doc["nodes"]:
+        if node not in known_nodes:
+            raise ConfigError(f"{where}={str(path)!r}: node {node!r} is not in this model's graph "
+                              f"({len(known_nodes)} nodes: input, a{{l}}.h{{h}}, m{{l}}, logits); the circuit is for another model")
+    scores = np.full((len(writers), len(readers)), np.nan)
+    for name, info in doc["edges"].items():
+        if name not in index:
+            parent, _, child = name.partition("->")
+            missing = parent if parent not in known_nodes else child.split("<")[0]
+            raise ConfigError(f"{where}={str(path)!r}: edge {name!r} is not in this model's graph (node {missing!r} "
+                              f"is not, or the edge is not); the circuit is for another model")
+        score = info.get("score") if isinstance(info, dict) else None
+        if not isinstance(score, int | float) or isinstance(score, bool):
+            raise ConfigError(f"{where}={str(path)!r}: edge {name!r} has no number as its score ({score!r}); "
+                              f"faithfulness ranks edges by importance scores")
+        scores[index[name]] = float(score)
+    missing = np.argwhere(mask & ~np.isfinite(scores))
+    if len(missing):
+        i, j = missing[0]
+        raise ConfigError(f"{where}={str(path)!r}: it scores {int(np.isfinite(scores).sum())} of this model's "
+                          f"{int(mask.sum())} edges; edge {names[i][j]!r} is missing (the circuit is for another model)")
+    return scores
+
+
+TL_READERS = {"q_input": "q", "k_input": "k", "v_input": "v"}
+
+
+def tl_label(node: Any) -> str:
+    """hookrun's writer or reader label of a TransformerLens 4.3 Node (as a dict: kind, position, layer, head)."""
+    kind, layer, head = node.get("kind"), node.get("layer"), node.get("head")
+    if kind == "embed" or kind == "logits":
+        return str(kind)
+    if kind == "attn_head_out":
+        return f"L{layer}.H{head}"
+    if kind in ("mlp_out", "mlp_in"):
+        return f"L{layer}.MLP"
+    if kind in TL_READERS:
+        return f"L{layer}.H{head}.{TL_READERS[kind]}"
+    raise ValueError(f"unknown TransformerLens node kind {kind!r}")
+
+
+def _tl_scores(records: list, writers: Sequence[str], readers: Sequence[str], mask: np.ndarray, where: str) -> np.ndarray:
+    """TransformerLens 4.3's `AttributionResult.edge_scores` as records {writer, reader, score} (each node
+    `dataclasses.asdict(Node)`), summed over positions into the [writers, readers] grid."""
+    wi, ri = {w: i for i, w in enumerate(writers)}, {r: j for j, r in enumerate(readers)}
+    scores = np.full((len(writers), len(readers)), np.nan)
+    for n, rec in enumerate(records):
+        try:
+            w, r, score = tl_label(rec["writer"]), tl_label(rec["reader"]), float(rec["score"])
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ConfigError(f"{where}: record {n} is not a TransformerLens edge score {{writer, reader, score}} ({exc})") from None
+        for label, known in ((w, wi), (r, ri)):
+            if label not in known:
+                raise ConfigError(f"{where}: node {label!r} is not in this model's graph; the circuit is for another model")
+        i, j = wi[w], ri[r]
+        if not mask[i, j]:
+            raise ConfigError(f"{where}: edge {w} -> {r} is not in this model's graph; the circuit is for another model")
+        scores[i, j] = score if np.isnan(scores[i, j]) else scores[i, j] + score
+    missing = np.argwhere(mask & ~np.isfinite(scores))
+    if len(missing):
+        i, j = missing[0]
+        raise ConfigError(f"{where}: it scores {int(np.isfinite(scores).sum())} of this model's {int(mask.sum())} edges; "
+                          f"edge {writers[i]} -> {readers[j]} is missing (the circuit is for another model)")
+    return scores
+
+
+def describe_cfg(meta: dict[str, Any]) -> dict:
+    """EAP-IG's cfg of an edges run's graph (its `patching` attribute)."""
+    g = meta["graph"]
+    return {"n_layers": int(g["n_layers"]), "n_heads": int(g["n_heads"]), "parallel_attn_mlp": bool(g.get("parallel", False)),
+            "d_model": int(meta.get("d_model") or 0)}

@@ -1,0 +1,72 @@
+"""Where a run lives, by the scheme of its path: the one registry of destinations (where a run is
+written) and sources (where it is read from). Nothing else in hookrun asks whether a path is a URL.
+
+    scheme_of("outputs/run/captures.h5").name    # 'file': a local HDF5 file (output/local_file.py)
+    scheme_of("s3://bucket/cache/captures.h5")   # 'objects': parts in an object store through fsspec
+    open_destination(cfg) / open_source(path)    # output/destination.py and store/reading.py ask here
+
+A scheme names its destination and its source by import path ("module:callable"), resolved when
+first used: `destination(cfg) -> Destination` (output/destination.py's protocol: writer, lock,
+resume) and `source(path, cache_dir) -> RunSource` (store/reading.py's protocol). Adding one, say
+`gs://` through another client, is one module that calls `register_scheme(Scheme("gs", ...))`
+(imported through `imports:` or at the top of a user's script) and its test; a URL whose scheme no
+entry names goes to the object store (fsspec), as `s3://` does.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+LOCAL_PREFIXES = ("", "file", "local")  # a path with one of these (or none) is a local file
+
+
+@dataclass(frozen=True)
+class Scheme:
+    name: str  # the URL scheme it serves ("s3"), or "file" for local paths
+    remote: bool  # a URL, not a local path: the CLI stages it in the run folder, readers fetch it
+    destination: str  # "module:callable": (cfg) -> a Destination
+    source: str  # "module:callable": (path, cache_dir) -> a RunSource
+
+    def open_destination(self, cfg: Any) -> Any:
+        return _resolve(self.destination)(cfg)
+
+    def open_source(self, path: Any, cache_dir: Any = None) -> Any:
+        return _resolve(self.source)(path, cache_dir)
+
+
+LOCAL = Scheme("file", False, "hookrun.output.local_file:local_destination", "hookrun.store.reading:local_source")
+OBJECTS = Scheme("objects", True, "hookrun.output.store_parts:parts_destination", "hookrun.store.reading:parts_source")
+SCHEMES: dict[str, Scheme] = {"s3": OBJECTS}
+
+
+def register_scheme(scheme: Scheme) -> Scheme:
+    """Serve the URLs `NAME://...` with `scheme`'s destination and source."""
+    SCHEMES[scheme.name.lower()] = scheme
+    return scheme
+
+
+def prefix(path: object) -> str | None:
+    """The URL scheme of `path` ("s3"), or None for a local path."""
+    m = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://", str(path))
+    return m.group(1).lower() if m and m.group(1).lower() not in LOCAL_PREFIXES else None
+
+
+def scheme_of(path: object) -> Scheme:
+    """The scheme that serves `path`: a registered one, the object store for any other URL, else local."""
+    name = prefix(path)
+    if name is None:
+        return LOCAL
+    return SCHEMES.get(name, OBJECTS)
+
+
+def is_url(path: object) -> bool:
+    """Whether `path` names a run behind a URL (an object store), not a local file or folder."""
+    return scheme_of(path).remote
+
+
+def _resolve(target: str) -> Any:
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)

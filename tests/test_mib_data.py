@@ -1,0 +1,70 @@
+"""MIB's task rows as patching items (hookrun/data/mib.py): the IOI rows' prompts, counterfactuals and
+answer tokens against the byte tokenizer's definition (BOS, then byte + 3) computed here, MIB's filter of
+rows whose two prompts differ in length, a column mapping for other names, and the items run through
+patching with each item's own position."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from hookrun.data.mib import ioi_rows, mib_task, value
+from hookrun.data.text import ByteTokenizer
+from hookrun.errors import ConfigError
+
+
+def byte_ids(text):
+    return [1] + [b + 3 for b in text.encode()]
+
+
+def test_ioi_rows_read_as_mib_reads_them(tmp_path):
+    rows = ioi_rows(n=12, seed=2)
+    (tmp_path / "ioi.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    ds = mib_task(tmp_path / "ioi.jsonl", ByteTokenizer(), task="ioi", answer_space=False)
+    kept = [r for r in rows if len(r["prompt"]) == len(r["s2_io_flip_counterfactual"]["prompt"])]
+    assert len(ds) == len(kept) > 0 and ds.dropped == len(rows) - len(kept)
+    width = max(len(byte_ids(r["prompt"])) for r in kept)
+    for item, r in zip(ds, kept, strict=True):
+        io, s = r["metadata"]["indirect_object"], r["metadata"]["subject"]
+        clean, cf = byte_ids(r["prompt"]), byte_ids(r["s2_io_flip_counterfactual"]["prompt"])
+        assert item["clean"].tolist() == clean + [0] * (width - len(clean))
+        assert item["corrupt"].tolist() == cf + [0] * (width - len(cf))
+        assert int(item["position"]) == len(clean) - 1
+        assert int(item["answer"]) == ord(io[0]) + 3 and int(item["wrong"]) == ord(s[0]) + 3
+        assert r["prompt"].count(s) == 2 and r["s2_io_flip_counterfactual"]["prompt"].count(io) == 2
+
+
+def test_other_names_through_a_column_mapping():
+    rows = [{"text": "ab c", "cf": {"text": "ab d"}, "good": "x", "bad": "y"}]
+    ds = mib_task(rows, ByteTokenizer(), columns={"clean": "text", "corrupt": "cf.text", "answer": "good", "wrong": "bad"},
+                  answer_space=False)
+    assert ds[0]["clean"].tolist() == byte_ids("ab c") and ds[0]["corrupt"].tolist() == byte_ids("ab d")
+    assert (int(ds[0]["answer"]), int(ds[0]["wrong"])) == (ord("x") + 3, ord("y") + 3)
+    mcqa = {"choices": {"label": ["A", "B"]}, "answerKey": 1}
+    assert value(mcqa, "choices.label[answerKey]") == "B"
+
+
+def test_bad_paths_and_tasks_are_one_line():
+    with pytest.raises(ConfigError, match=r"columns.answer='meta.io': row 0 has no 'meta'") as err:
+        mib_task([{"prompt": "a", "s2_io_flip_counterfactual": {"prompt": "b"}}], ByteTokenizer(),
+                 columns={"answer": "meta.io", "wrong": "meta.s"})
+    assert "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match="task='sst2'; choose from: ioi, arithmetic, mcqa, arc"):
+        mib_task([], ByteTokenizer(), task="sst2")
+
+
+def test_items_run_through_patching_at_their_own_positions():
+    import hookrun
+    from hookrun.models.tiny_lm import tiny_lm
+
+    ds = mib_task(ioi_rows(n=6, seed=1), ByteTokenizer(), answer_space=False)
+    model = tiny_lm().eval()
+    grid = hookrun.patch_grid(model, ds, method="eap", metric={"name": "logit_diff", "position": "position"},
+                              faithfulness={"fractions": [0.1, 1.0]})["edges"]
+    with torch.no_grad():
+        want = sum(float(model(it["clean"][None]).logits[0, int(it["position"]), int(it["answer"])]
+                         - model(it["clean"][None]).logits[0, int(it["position"]), int(it["wrong"])]) for it in ds) / len(ds)
+    assert grid.attrs["metric_clean"] == pytest.approx(want, abs=1e-4)
+    assert grid.attrs["faithfulness_cpr_curve"][-1] == pytest.approx(1.0, abs=1e-5)
