@@ -124,7 +124,7 @@ def test_bad_input_is_one_line_before_any_step(cache, tmp_path):
     assert "smaller than one batch" in bad(cache, tmp_path, rows=16)
     assert "has no such key" in bad(cache, tmp_path, architecture="standard", k=None, l0_coefficient=1.0)
     assert "matryoshka_widths" in bad(cache, tmp_path, architecture="matryoshka_batchtopk")
-    assert "did you mean architecture" in bad(cache, tmp_path, architecure="topk")
+    assert "did you mean sae.architecture?" in bad(cache, tmp_path, architecure="topk")
     # a cache that is not complete
     partial = tmp_path / "partial.h5"
     partial.write_bytes(Path(cache).read_bytes())
