@@ -76,15 +76,16 @@ def test_overlays_are_the_files_maps_over_the_recorded_images(sweep):
         index = f["samples/index"][:]
         x = f["captures/images/__model__/input"][:].astype(np.float64)
         logits = f["captures/logits/fc/output"][:]
-    assert images["type"] == "images" and len(images["images"]) == N
+    assert images["type"] == "images" and len(images["images"]) == N + 1 and images["images"][-1]["colorbar"]  # the maps, their colour bar
     cmap = LinearSegmentedColormap.from_list("ref", list(DIVERGING))
     names = ("circle", "square", "triangle", "cross")
-    for k, im in enumerate(images["images"]):
+    for k, im in enumerate(images["images"][:N]):
         m = attr[k].sum(0)  # numpy: summed over channels
         lo, hi = im["scale"]
         assert lo == pytest.approx(-np.abs(m).max()) and hi == pytest.approx(np.abs(m).max())  # centred on zero
         grey = (x[k, 0] - x[k, 0].min()) / (x[k, 0].max() - x[k, 0].min())
-        want = 0.5 * grey[..., None] + 0.5 * cmap((m - lo) / (hi - lo))[..., :3]
+        alpha = (0.35 + 0.65 * np.abs(m) / hi)[..., None]  # opaque at the largest |value|
+        want = (1 - alpha) * grey[..., None] + alpha * cmap((m - lo) / (hi - lo))[..., :3]
         got = decode(im["src"])
         step = got.shape[0] // m.shape[0]
         np.testing.assert_allclose(got[::step, ::step] / 255, want, atol=1.5 / 255)

@@ -25,6 +25,7 @@ from hookrun.analysis.report.figure_specs import (
     diverging_range,
     is_categorical,
     is_signed,
+    log_counts,
 )
 
 STYLE = {"font.size": 11, "axes.titlesize": 11, "axes.labelsize": 11, "xtick.labelsize": 9, "ytick.labelsize": 9,
@@ -46,9 +47,45 @@ def save(fig: Any, path: Path, source: str | None = None) -> Path:
     another run already at `path` is never replaced: this one gets the run's short id in its name."""
     if source is not None and path.exists() and _source_of(path) != source:
         path = path.with_name(f"{path.stem}.{hashlib.blake2b(source.encode(), digest_size=4).hexdigest()}{path.suffix}")
+    fit_titles(fig)
     fig.savefig(path, dpi=100, metadata={"Source": source} if source else None)
     pyplot().close(fig)
     return path
+
+
+def titles(fig: Any) -> list[Any]:
+    """The figure's title texts that show something: its suptitle and each axes' titles."""
+    out = [fig._suptitle] if getattr(fig, "_suptitle", None) is not None else []
+    for ax in fig.axes:
+        out += [t for t in (ax.title, ax._left_title, ax._right_title)]
+    return [t for t in out if t.get_text() and t.get_visible()]
+
+
+def fit_titles(fig: Any, margin: float = 4.0, tries: int = 8) -> None:
+    """Wrap each title (at spaces, then smaller) until it lies inside the figure: a title centred at
+    x may be at most twice the distance from x to the nearer edge wide. Drawn, then measured."""
+    import textwrap
+
+    for _ in range(tries):
+        fig.canvas.draw()
+        box, wide = fig.bbox, []
+        for t in titles(fig):
+            ext = t.get_window_extent()
+            centre = (ext.x0 + ext.x1) / 2
+            room = 2 * min(centre - box.x0, box.x1 - centre) - 2 * margin
+            if ext.x0 < box.x0 + margin / 2 or ext.x1 > box.x1 - margin / 2 or ext.y1 > box.y1:
+                wide.append((t, room / max(ext.width, 1.0)))
+        if not wide:
+            return
+        for t, ratio in wide:
+            lines = t.get_text().split("\n")
+            longest = max(len(line) for line in lines)
+            width = max(12, int(longest * min(ratio, 0.97) * 0.9))
+            text = "\n".join(textwrap.fill(line, width, break_long_words=False) for line in lines)
+            if text == t.get_text() or ratio <= 0:  # cannot wrap any further (one long word): smaller
+                t.set_fontsize(max(5.0, t.get_fontsize() * max(0.5, min(ratio, 0.9))))
+            else:
+                t.set_text(text)
 
 
 def _source_of(path: Path) -> str | None:
@@ -164,11 +201,15 @@ def _position_ticks(ax: Any, queries: int, keys: int, text: Sequence[str] | None
 def histogram(values: np.ndarray, stats: Mapping[str, float], title: str, xlabel: str, note: str = "") -> Any:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
-    ax.hist(values, bins=100, color="#3b6ea5")
-    ax.set_yscale("log")
+    values = np.asarray(values, dtype=np.float64).ravel()
+    counts, edges = np.histogram(values, bins=100)
+    ax.hist(values, bins=edges, color="#3b6ea5")
+    log = log_counts(counts)  # a log axis only where the counts span more than two decades
+    if log:
+        ax.set_yscale("log")
     tidy_ticks(ax.xaxis)
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("count (log scale)")
+    ax.set_ylabel("count (log scale)" if log else "count")
     ax.set_title(title)
     text = f"mean {stats['mean']:.3g}\nstd {stats['std']:.3g}\nzeros {stats['zeros']:.1%}" + (f"\n{note}" if note else "")
     ax.text(0.98, 0.97, text, transform=ax.transAxes, ha="right", va="top", fontsize=9,
