@@ -7,7 +7,7 @@
 The map of a sample is relu(sum_c mean_hw(grad)_c * A_c) (Selvaraju et al.), scaled to [0, 1].
 The input images come from the file itself where the run recorded them, else from a dataset the
 user names on the command line; each sample is captioned with its predicted class (a recorded
-logits capture) and target.
+logits capture) and target, by the data set's class names where the run wrote them (`class_names`).
 
 An attribution run's pictures (attribution_figures, below; [] for a run of another kind): each map is
 the attribution summed over channels (a layer's map resized to the image, bilinear), drawn with one
