@@ -154,7 +154,7 @@ def circuit(spec: Circuit) -> dict:
                      "line": {"width": w, "color": colour}, "showlegend": True, "hoverinfo": "skip"})
     lo, hi = min(spec.x or [0.0]) - 1, max(spec.x or [0.0]) + 1
     bottom, up = min(spec.y or [0.0]) - 1, max(spec.y or [0.0]) + 1
-    layout = _layout(spec.title, "", "", width=int(CIRCUIT_UNIT * (hi - lo) + 80), height=int(CIRCUIT_UNIT / 2 * (up - bottom) + 160),
+    layout = _layout(spec.title, "", "", width=int(max(720, CIRCUIT_UNIT * (hi - lo) + 80)), height=int(CIRCUIT_UNIT / 2 * (up - bottom) + 160),
                      legend={"orientation": "h", "x": 0, "y": -0.02, "yanchor": "top"})
     layout["xaxis"].update(range=[lo, hi])
     layout["yaxis"].update(range=[bottom, up])

@@ -137,7 +137,8 @@ def _planes(g: Any) -> list[tuple[str, np.ndarray, list[str] | None, str]]:
 def _circuit(run: Any, g: Any, top: int = 30) -> Circuit:
     """The `top` edges of an edges run's [writer, reader] grid as a circuit, laid out by layer: embed
     at the bottom; each layer a row of its heads' q, k and v readers (side by side under their
-    head), a row of its heads (writers) and a row of its MLP; logits at the top. Every node of the
+    head), a row of its heads (writers) and a row of its MLP (in a column right of the heads);
+    logits at the top. Every node of the
     graph is drawn (its short name as its label, its full name on hover); edges are the top ones."""
     graph = _meta(run).get("graph") or {}
     writers, readers = graph.get("writers") or [], graph.get("readers") or []
@@ -161,8 +162,8 @@ def _circuit(run: Any, g: Any, top: int = 30) -> Circuit:
             x.append(float(parts[1][1:]))
             y.append(3.0 * layer + 2)
             labels.append(n)
-        else:  # the layer's MLP (its input a reader, its output a writer)
-            x.append(mid)
+        else:  # the layer's MLP (its input a reader, its output a writer): a column right of the heads
+            x.append(heads + 0.4)
             y.append(3.0 * layer + 3)
             labels.append(n)
     flat = np.where(np.isfinite(values), np.abs(values), -1.0).ravel()
@@ -173,8 +174,8 @@ def _circuit(run: Any, g: Any, top: int = 30) -> Circuit:
             break
         w, r = writers[f // len(readers)], readers[f % len(readers)]
         edges.append((index[w], index[r], float(values.ravel()[f]), f"{w} -> {r}"))
-    return Circuit(names, x, y, edges[::-1], f"circuit: the top {len(edges)} edges by |score| ({METHODS.get(str(g.attrs.get('method')), 'edges')}, "
-                   f"{metric_label(g.attrs)})", labels)
+    return Circuit(names, x, y, edges[::-1], f"circuit · {g.attrs.get('method', 'edges')} · {metric_label(g.attrs)}: the top {len(edges)} "
+                   "edges by |score|", labels)
 
 
 QKV_OFFSET = {"q": -0.28, "k": 0.0, "v": 0.28}  # a head's three readers, side by side under it
