@@ -140,7 +140,7 @@ def test_pages_draw_in_a_browser(browser, sweep, tmp_path):
     open_page(driver, page)
     assert "section-attribution" in sections(driver)
     widths = driver.execute_script("return Array.from(document.querySelectorAll('#section-attribution img')).map(i => i.naturalWidth)")
-    assert len(widths) == N and min(widths) > 0
+    assert len(widths) == N + 1 and min(widths) > 0  # the maps and their colour bar
     assert driver.execute_script("return document.querySelectorAll('#section-attribution .plot').length") == 2
     driver.execute_script("document.getElementById('section-attribution').scrollIntoView()")
     driver.save_screenshot(str(tmp_path / "run.png"))

@@ -89,7 +89,7 @@ def test_grid_pictures_name_the_method_and_the_normalised_metric(exact_run, atp_
             written = plot.plot_run(run, tmp_path / which)
             grid = next(s for s in build_report(run).data["sections"] if s["id"] == "grids")
         heat = grid["items"][0]["figures"][0]["figure"]
-        assert heat["layout"]["title"]["text"] == f"resid · {'exact patching' if which == 'exact' else 'attribution patching (atp)'} · logit_diff (normalised)"
+        assert heat["layout"]["title"]["text"].replace("<br>", " ") == f"resid · {'exact patching' if which == 'exact' else 'attribution patching (atp)'} · logit_diff (normalised)"
         assert heat["data"][0]["colorbar"]["title"]["text"] == "logit_diff (normalised)"
         names[which] = {p.name for p in written if p.name.startswith("grid_")}
     assert "grid_resid_exact_logit_diff_normalised.png" in names["exact"]

@@ -316,3 +316,34 @@ def test_random_weights_are_named_in_the_titles(random_run, lens_run, monkeypatc
     assert random_weights({"model": {"_target_": "hookrun.models.hf", "path": None}})
     assert random_weights({"model": {"_target_": "hookrun.models.vision.timm_model", "pretrained": False}})
     assert not random_weights({"model": {"_target_": "hookrun.models.vision.torchvision_cached", "weights": "cached"}})
+
+
+# 6 in the report: every plotly title inside its figure, every figure inside its box, in a real browser
+
+def test_report_titles_and_figures_fit_in_the_browser(edges_run, lens_run, tmp_path):
+    import test_report_browser
+
+    driver = next(test_report_browser.browser.__wrapped__())
+    try:
+        for k, path in enumerate((edges_run, lens_run)):
+            with open_run(path) as run:
+                html = build_report(run).save(tmp_path / f"r{k}.html")
+            test_report_browser.open_page(driver, Path(html))
+            boxes = driver.execute_script("""
+                return Array.from(document.querySelectorAll('.js-plotly-plot')).map(p => {
+                  const svg = p.querySelector('svg.main-svg').getBoundingClientRect();
+                  const t = p.querySelector('.gtitle');
+                  const r = t ? t.getBoundingClientRect() : null;
+                  const box = p.closest('.fig').getBoundingClientRect();
+                  return {title: t ? t.textContent : '', svg: [svg.left, svg.right, svg.top], box: [box.left, box.right],
+                          side: !!p.closest('.figs'),
+                          t: r ? [r.left, r.right, r.top] : null};
+                });""")
+            assert boxes
+            for b in boxes:
+                if b["t"] is not None:
+                    assert b["svg"][0] - 1 <= b["t"][0] and b["t"][1] <= b["svg"][1] + 1 and b["t"][2] >= b["svg"][2] - 1, b
+                assert not b["side"] or b["svg"][1] <= b["box"][1] + 1, b  # side by side, a wide figure (the circuit) widens its box
+    finally:
+        driver.quit()
+

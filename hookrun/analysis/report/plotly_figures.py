@@ -53,8 +53,28 @@ def to_plotly(spec: Any) -> dict:
     raise TypeError(f"no plotly renderer for {type(spec).__name__}")
 
 
+FIG_WIDTH = 420  # the page's figures side by side are this wide (report.css: .figs .fig; one with its own width: that)
+TITLE_EM = 0.6  # a title character's width, on average at most, in em (of the 12 px title font)
+
+
+def title_lines(text: str, width: int = FIG_WIDTH, size: int = 12) -> list[str]:
+    """A title broken at spaces into lines that fit `width` pixels at `size` px (each line escaped)."""
+    import textwrap
+
+    most = max(16, int((width - 24) / (TITLE_EM * size)))
+    return [escape(line) for line in textwrap.wrap(str(text), most, break_long_words=False)] or [""]
+
+
+def title_layout(text: str, width: int = FIG_WIDTH) -> tuple[dict, int]:
+    """plotly's title for `text`, wrapped to fit the figure (lines joined by <br>), and the top
+    margin that holds its lines."""
+    lines = title_lines(text, width)
+    return {"text": "<br>".join(lines), "font": {"size": 12}}, 40 + 16 * (len(lines) - 1)
+
+
 def _layout(title: str, xlabel: str, ylabel: str, **extra: Any) -> dict:
-    return {"title": {"text": escape(title), "font": {"size": 12}}, "font": FONT, "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
+    head, top = title_layout(title, int(extra.get("width") or FIG_WIDTH))
+    return {"title": head, "font": FONT, "margin": {"l": 60, "r": 20, "t": top, "b": 50},
             "xaxis": {"title": {"text": escape(xlabel)}}, "yaxis": {"title": {"text": escape(ylabel)}}, **extra}
 
 

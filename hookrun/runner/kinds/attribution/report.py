@@ -32,7 +32,7 @@ import numpy as np
 
 from hookrun.analysis.gradcam import as_pictures, predictions, recorded_images
 from hookrun.analysis.report.figure_specs import DIVERGING, NEGATIVE, POSITIVE, diverging_range
-from hookrun.analysis.report.plotly_figures import escape
+from hookrun.analysis.report.plotly_figures import escape, title_layout
 from hookrun.analysis.report.run_sections import section, table_item
 from hookrun.errors import HookrunError
 
@@ -185,8 +185,9 @@ def random_curve(run: Any, name: str) -> np.ndarray | None:
 
 def curve_layout(title: str, name: str) -> dict:
     what = "removed" if name == "deletion" else "put back"
-    return {"title": {"text": escape(title), "font": {"size": 12}}, "font": {"size": 11}, "height": 400,
-            "margin": {"l": 60, "r": 20, "t": 40, "b": 50}, "legend": {"orientation": "h", "x": 0, "y": -0.22},
+    head, top = title_layout(title)
+    return {"title": head, "font": {"size": 11}, "height": 400,
+            "margin": {"l": 60, "r": 20, "t": top, "b": 50}, "legend": {"orientation": "h", "x": 0, "y": -0.22},
             "xaxis": {"title": {"text": f"fraction of pixels {what}, most important first"}, "range": [-0.02, 1.02]},
             "yaxis": {"title": {"text": "probability of the target"}, "range": [-0.02, 1.04]}}
 
