@@ -5,7 +5,9 @@
 
 Every figure has readable fonts, axis labels where there are axes, one colour scale with one
 colour bar where colours carry values, and tick labels that cannot run together (few ticks,
-scientific notation for small or large values). Nothing here reads a file.
+scientific notation for small or large values), titles that fit inside the figure (save wraps
+them: figure_titles.py) and count axes on a log scale only where the counts span more than two
+decades. Nothing here reads a file.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from hookrun.analysis.report.figure_specs import (
     is_signed,
     log_counts,
 )
+from hookrun.cli.figure_titles import fit_titles, titles  # noqa: F401 (titles: the figures' public name)
 
 STYLE = {"font.size": 11, "axes.titlesize": 11, "axes.labelsize": 11, "xtick.labelsize": 9, "ytick.labelsize": 9,
          "legend.fontsize": 9, "figure.titlesize": 12, "figure.dpi": 100}
@@ -51,41 +54,6 @@ def save(fig: Any, path: Path, source: str | None = None) -> Path:
     fig.savefig(path, dpi=100, metadata={"Source": source} if source else None)
     pyplot().close(fig)
     return path
-
-
-def titles(fig: Any) -> list[Any]:
-    """The figure's title texts that show something: its suptitle and each axes' titles."""
-    out = [fig._suptitle] if getattr(fig, "_suptitle", None) is not None else []
-    for ax in fig.axes:
-        out += [t for t in (ax.title, ax._left_title, ax._right_title)]
-    return [t for t in out if t.get_text() and t.get_visible()]
-
-
-def fit_titles(fig: Any, margin: float = 4.0, tries: int = 8) -> None:
-    """Wrap each title (at spaces, then smaller) until it lies inside the figure: a title centred at
-    x may be at most twice the distance from x to the nearer edge wide. Drawn, then measured."""
-    import textwrap
-
-    for _ in range(tries):
-        fig.canvas.draw()
-        box, wide = fig.bbox, []
-        for t in titles(fig):
-            ext = t.get_window_extent()
-            centre = (ext.x0 + ext.x1) / 2
-            room = 2 * min(centre - box.x0, box.x1 - centre) - 2 * margin
-            if ext.x0 < box.x0 + margin / 2 or ext.x1 > box.x1 - margin / 2 or ext.y1 > box.y1:
-                wide.append((t, room / max(ext.width, 1.0)))
-        if not wide:
-            return
-        for t, ratio in wide:
-            lines = t.get_text().split("\n")
-            longest = max(len(line) for line in lines)
-            width = max(12, int(longest * min(ratio, 0.97) * 0.9))
-            text = "\n".join(textwrap.fill(line, width, break_long_words=False) for line in lines)
-            if text == t.get_text() or ratio <= 0:  # cannot wrap any further (one long word): smaller
-                t.set_fontsize(max(5.0, t.get_fontsize() * max(0.5, min(ratio, 0.9))))
-            else:
-                t.set_text(text)
 
 
 def _source_of(path: Path) -> str | None:
