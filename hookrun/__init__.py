@@ -41,12 +41,15 @@ def __getattr__(name: str) -> Any:
     the CLI's module registers its schema and finds its config folder when it is imported), and a
     kind plugin's notebook function (hookrun.attribute), bound through hookrun.config.plugins."""
     import importlib
+    import importlib.util
 
     if name in _FACE:
         module, _, attr = _FACE[name].partition(":")
         value = getattr(importlib.import_module(module), attr)
         globals()[name] = value
         return value
+    if importlib.util.find_spec(f"{__name__}.{name}") is not None:  # a submodule not yet imported (hookrun.models)
+        raise AttributeError(f"module 'hookrun' has no attribute {name!r}")
     from hookrun.config.plugins import loaded_plugins, plugin, plugin_names
 
     for kind in [*loaded_plugins(), *(plugin(n) for n in plugin_names())]:  # a kind's notebook function

@@ -37,7 +37,6 @@ from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.plan import make_plan
 from hookrun.hooks.points import HookPoint
 from hookrun.hooks.site_check import check_sites_run
-from hookrun.hooks.splice import check_outputs
 from hookrun.output.destination import Destination, open_destination
 from hookrun.runner.action_state import check_items, check_tensors, tensor_checked
 from hookrun.runner.batches import make_loader
@@ -123,6 +122,8 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
         check_items(points, dataset[0])  # actions' own look at the first item (a key): no forward needed
         forward = lambda: one_sample_forward(model, loader, settings)  # noqa: E731
         if env.splices:  # the splice check listens to the same forward as the site check
+            from hookrun.hooks.splice import check_outputs
+
             forward = functools.partial(check_outputs, points, forward)
         tensors = tensor_checked(points)
         if tensors:  # so does the actions' check of their tensors (a width, an axis)
