@@ -11,7 +11,7 @@ route; on a CPU the row says it was not measured). The load average is printed w
 
     python benchmarks/attribution.py                   # 64 images of 64 x 64, 3 rounds
     python benchmarks/attribution.py --quick           # a smoke run: 4 images of 32 x 32, 1 round
-    python benchmarks/attribution.py --markdown docs/benchmarks.md
+    python benchmarks/attribution.py --markdown docs/benchmarks/attribution.md
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
     python benchmarks/cache_peers.py --quick                      # a smoke run: the routes this Python has
     bash tests/envs/make_tl4.sh /opt/tl4                          # TransformerLens 4.3 beside dev's 3.9
-    python benchmarks/cache_peers.py --python /opt/tl4/bin/python --markdown table.md  # every peer (docs/benchmarks.md)
+    python benchmarks/cache_peers.py --python /opt/tl4/bin/python --markdown table.md  # every peer (docs/benchmarks/caches.md)
 
 Six routes cache the same activations of the same GPT-2-shaped model (random weights, seed 0) on the
 same token ids (benchmarks/peer_routes.py): the bare forward stopped after the last cached block;

@@ -20,7 +20,7 @@ writer's and the store helper's own process is not counted, its start is).
     python benchmarks/early_stop.py                      # 9 rounds (a few minutes on 2 cores)
     python benchmarks/early_stop.py --no-full            # early_stop's pairs only (the full forward is 5x longer)
     python benchmarks/early_stop.py --quick              # a smoke run: 2 batches, 1 round
-    python benchmarks/early_stop.py --markdown docs/benchmarks.md
+    python benchmarks/early_stop.py --markdown docs/benchmarks/early-stop.md
 """
 
 from __future__ import annotations

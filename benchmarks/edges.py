@@ -12,7 +12,7 @@ and the machine's load average beside it.
 
     python benchmarks/edges.py              # n=8 items of 24 tokens
     python benchmarks/edges.py --quick      # a smoke run: 4 items of 12 tokens
-    python benchmarks/edges.py --markdown docs/benchmarks.md
+    python benchmarks/edges.py --markdown docs/benchmarks/patching.md
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ The issue's target: `evaluate / forward <= 3.2` (three forwards, and the metrics
     python benchmarks/evaluate.py                        # the full comparison (a few minutes on 2 cores)
     python benchmarks/evaluate.py --threads 1            # one torch thread: steadier where other processes run
     python benchmarks/evaluate.py --quick                # a smoke run: a tiny model, 1 round
-    python benchmarks/evaluate.py --markdown docs/benchmarks.md   # also append the table there
+    python benchmarks/evaluate.py --markdown docs/benchmarks/evaluate.md   # also append the table there
 """
 
 from __future__ import annotations

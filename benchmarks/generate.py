@@ -16,7 +16,7 @@ config checks, the preflight call of `generate`, the file written and closed.
 
     python benchmarks/generate.py                          # the full comparison (a few minutes on 2 cores)
     python benchmarks/generate.py --quick                  # a smoke run: a tiny model, 1 round
-    python benchmarks/generate.py --markdown docs/benchmarks.md   # also append the table there
+    python benchmarks/generate.py --markdown docs/benchmarks/generate.md   # also append the table there
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ sides of a pair). Times are wall clock and the process's CPU time (all threads, 
 
     python benchmarks/op_sites.py                           # the comparison (a few minutes on 2 cores)
     python benchmarks/op_sites.py --quick                   # a smoke run: 2 layers, 2 batches, 1 round
-    python benchmarks/op_sites.py --markdown docs/benchmarks.md   # also append the table there
+    python benchmarks/op_sites.py --markdown docs/benchmarks/op-sites.md   # also append the table there
 """
 
 from __future__ import annotations

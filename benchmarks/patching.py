@@ -19,7 +19,7 @@
     python benchmarks/patching.py                      # the full comparison
     python benchmarks/patching.py --quick              # a smoke run: small sizes, 1 round
     python benchmarks/patching.py --sections 1         # the head grids only
-    python benchmarks/patching.py --markdown docs/benchmarks.md
+    python benchmarks/patching.py --markdown docs/benchmarks/patching.md
 """
 
 from __future__ import annotations

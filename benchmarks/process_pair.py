@@ -12,7 +12,7 @@ information: hookrun's writer thread writes each batch while the next forward ru
 wall time but, on 2 cores, takes a core from torch's thread pool now and then (whose other thread
 then spins at its barrier); the script writes once at the end, alone. By CPU time the two were
 equal within the rounds' spread (0.99-1.02) in every quiet run; with OMP_WAIT_POLICY=PASSIVE for
-both (no spinning) hookrun took 0.97 of the script's CPU time (docs/benchmarks.md).
+both (no spinning) hookrun took 0.97 of the script's CPU time (docs/benchmarks/process.md).
 
 Each route is one child process, timed by the wall clock and by its CPU time (os.wait4: user + system
 of the process and the children it waited for, the flush helper included), interleaved round after

@@ -11,7 +11,7 @@ RSS (every process writes its own `ru_maxrss` when it exits).
 
     python benchmarks/ranks.py                 # 16 batches, 3 rounds (about 5 minutes on 2 cores)
     python benchmarks/ranks.py --quick         # 2 batches of 64x64 images, 1 round: a smoke run
-    python benchmarks/ranks.py --markdown docs/benchmarks.md   # also append the table there
+    python benchmarks/ranks.py --markdown docs/benchmarks/ranks.md   # also append the table there
     python benchmarks/ranks.py --view-only     # only the view over 16 synthetic shards x 20 captures
 """
 

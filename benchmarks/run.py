@@ -6,7 +6,7 @@ os.sync() so that no run pays for another's dirty pages, and each ratio is taken
 
     python benchmarks/run.py                  # the full comparison (about 10 minutes on 2 cores)
     python benchmarks/run.py --quick          # a smoke run: 2 batches, 1 round
-    python benchmarks/run.py --markdown docs/benchmarks.md   # also write the table there
+    python benchmarks/run.py --markdown table.md   # also write the table there (replacing the file; the figures: docs/benchmarks/recording.md)
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ this interpreter), in a fresh work folder, so the pictures are what a user who t
 - docs/images/attribution_shapes.png and attribution_shapes_curves.png: docs/attribution.md's first
   bash block and its "## Pictures" block, run as written (`python -m hookrun.plot`'s attribution maps
   and curves).
+- docs/images/probe_shapes.png and probe_tokens.png: docs/probe.md's first bash block and its
+  "## The token experiment" block, run as written (`python -m hookrun.plot`'s probe_depth figures).
 
 Every picture in README.md and docs/*.md is one of these (tests/test_pictures.py checks both).
 """
@@ -32,7 +34,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PICTURES = ("shapes_gradcam.png", "report.png", "attribution_shapes.png", "attribution_shapes_curves.png")  # every picture the README and docs show
+PICTURES = ("shapes_gradcam.png", "report.png", "attribution_shapes.png", "attribution_shapes_curves.png",
+            "probe_shapes.png", "probe_tokens.png")  # every picture the README and docs show
 
 
 def see_it_commands(readme: Path = ROOT / "README.md") -> list[str]:
@@ -108,6 +111,10 @@ def make(images: Path, work: Path) -> list[Path]:
     drawn = work / "outputs" / "attribution_shapes" / "figures"
     copy_png(drawn / "attribution_integrated_gradients.png", images / "attribution_shapes.png", work)
     copy_png(drawn / "attribution_curves_integrated_gradients.png", images / "attribution_shapes_curves.png", work)
+    probe = ROOT / "docs" / "probe.md"
+    run_commands([*_bash_block(probe, "# Probes"), *_bash_block(probe, "## The token experiment")], work)
+    for name in ("shapes", "tokens"):
+        copy_png(work / "outputs" / f"probe_{name}" / "figures" / "probe_depth.png", images / f"probe_{name}.png", work)
     return [images / name for name in PICTURES]
 
 

@@ -1,4 +1,4 @@
-"""Every docs/*.md page's code runs as written, as the README's does (tests/doc_blocks.py): every
+"""Every docs page's code (docs/*.md, docs/benchmarks/*.md) runs as written, as the README's does (tests/doc_blocks.py): every
 ```python block, in one namespace per page, and every ```bash command, in one folder that all
 pages share. A block that cannot run here (a cluster, an S3 server, a download, a full-size run of
 minutes) is marked `<!-- no-run: why -->`; the count of marks per page is printed.
@@ -20,7 +20,7 @@ from doc_blocks import ROOT, env, parse, run_page
 
 import hookrun
 
-PAGES = sorted((ROOT / "docs").glob("*.md"))
+PAGES = sorted((ROOT / "docs").rglob("*.md"))  # docs/benchmarks/ holds a page per area
 SMALL = ("progress=false", "data.limit=1")
 RUNS = {  # the folder a page reads -> the overrides that make it (at test size)
     "outputs/first": ("experiment=resnet_layer1", "data.batch_size=4"),
@@ -66,7 +66,7 @@ def test_every_page_is_found():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+@pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(ROOT / "docs").as_posix() for p in PAGES])
 def test_every_block_of_the_page_runs(page, folder):
     code = [b for b in parse(page.read_text()) if b[0] in ("bash", "python")]
     ran, marked = run_page(page, folder, env())

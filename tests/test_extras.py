@@ -41,7 +41,7 @@ def _named_combinations() -> set[tuple[str, ...]]:
     """Every combination of extras the README and docs tell users to install (`.[a,b]`,
     `hookrun[a]`), the issue's `dev,bench`, and all of them at once."""
     extras = _extras()
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
     found = {tuple(sorted(m.split(","))) for page in pages
              for m in re.findall(r"(?:\.|hookrun)\[([a-z0-9,-]+)\]", page.read_text())}
     assert found and all(set(c) <= set(extras) for c in found), found  # each names extras that exist

@@ -105,7 +105,7 @@ def test_patching_grid_runs_from_the_cli_and_restores_the_answer_at_the_last_pos
 
 @pytest.mark.slow
 def test_attribution_runs_from_the_cli_with_its_exact_check(tmp_path, raw):
-    proc = run_cli("experiment=attribution", f"hydra.run.dir={tmp_path}", "patching.verify=4", *SMALL)
+    proc = run_cli("experiment=attribution_patching", f"hydra.run.dir={tmp_path}", "patching.verify=4", *SMALL)
     assert proc.returncode == 0, proc.stderr[-2000:]
     run = hookrun.open_run(tmp_path / "captures.h5")
     est = run.grid("resid")

@@ -16,6 +16,7 @@ import os
 import re
 import sys
 import traceback
+import warnings
 from pathlib import Path
 
 import hydra
@@ -27,15 +28,18 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from hookrun.cli.blocks import block_names, hydra_slots, missing_block
 from hookrun.cli.command import ends_quietly, exit_process
-from hookrun.cli.hydra_errors import dotted_keys, one_line, shell_damage
+from hookrun.cli.hydra_errors import dotted_keys, one_line, renamed, shell_damage
 from hookrun.cli.hydra_mode import skip_mode_compose
+from hookrun.cli.run_record import RunRecord, held_saves
 from hookrun.cli.usage import usage, version
-from hookrun.config.schema import hydra_schema
+from hookrun.config.schema import HookrunConfig, hydra_schema
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.output.destination import in_run_folder
 from hookrun.output.ranks import agree_on_start, detect
 from hookrun.output.signals import Interrupted
+from hookrun.runner.accepted import on_accepted
 from hookrun.runner.run import run
 
 log = logging.getLogger("hookrun")
@@ -52,7 +56,8 @@ def conf_dir() -> str:
     raise FileNotFoundError(f"hookrun's conf/ folder is missing (looked in {here / 'conf'} and {here.parent / 'conf'})")
 
 
-ConfigStore.instance().store(name="hookrun_schema", node=hydra_schema())  # the kinds' blocks: null slots
+SCHEMA = hydra_slots(hydra_schema())  # every kind's null block typed Any: the command line can add one (blocks.py)
+ConfigStore.instance().store(name="hookrun_schema", node=SCHEMA)
 
 
 @hydra.main(version_base="1.3", config_path=conf_dir(), config_name="config")
@@ -62,19 +67,28 @@ def _app(cfg: DictConfig) -> None:
     for name in QUIET:  # Hydra's job logging sets the root to INFO; these keep to warnings
         if logging.getLogger(name).level == logging.NOTSET:
             logging.getLogger(name).setLevel(logging.WARNING)
+    folder = Path(HydraConfig.get().runtime.output_dir)
+    record = RunRecord.take(folder)  # Hydra's .hydra/ and log: written only once the run is accepted
+    try:
+        _task(cfg, folder, record)
+    finally:
+        if not record.written:  # refused, or a dry run: the run folder stays as it was
+            record.discard()
+            _remove_empty(folder)
+
+
+def _task(cfg: DictConfig, folder: Path, record: RunRecord) -> None:
     path = Path(cfg.output.path)
     hydra_cfg = HydraConfig.get()
     if path.is_absolute() and hydra_cfg.mode == RunMode.MULTIRUN:  # (a URL is never an absolute path)
         _fail(HookrunError(f"output.path={path} is absolute: every job of a multirun would write the same file; "
                            f"give a relative path (each job has its own folder) or one with ${{hydra.job.num}} in it"))
     with open_dict(cfg):  # a relative file, or an object store's staged parts: in the run folder
-        cfg.output.path, cfg.output.staging = in_run_folder(str(cfg.output.path), cfg.output.get("staging"),
-                                                            Path(HydraConfig.get().runtime.output_dir))
+        cfg.output.path, cfg.output.staging = in_run_folder(str(cfg.output.path), cfg.output.get("staging"), folder)
     try:
-        result = run(cfg)
-        if cfg.dry_run:
-            _remove_empty(Path(HydraConfig.get().runtime.output_dir))
-        else:
+        with on_accepted(record.write):
+            result = run(cfg)
+        if not cfg.dry_run:
             log.info("file: %s%s", result.path, f" · {result.note}" if result.note else "")
     except HookrunError as exc:
         if _FULL_ERROR:
@@ -106,6 +120,11 @@ def compose_config(overrides: list[str], hydra: bool = False) -> DictConfig:
     """The config `python -m hookrun OVERRIDES` would run, composed without running it (the module
     lister and hookrun.compose use it; `hydra`: with the hydra node, for hydra.run.dir); Hydra's
     errors come out as a ConfigError in hookrun's one-line form."""
+    line = _missing_block(overrides)
+    if line is not None:
+        raise ConfigError(line)
+    for note in renamed(overrides, conf_dir()):
+        warnings.warn(note, UserWarning, stacklevel=3)
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="hookrun"):
@@ -121,6 +140,11 @@ def compose_config(overrides: list[str], hydra: bool = False) -> DictConfig:
 
 def _known_keys(overrides: list[str]) -> list[str]:
     """The dotted keys of the config with these group choices (for 'did you mean')."""
+    return dotted_keys(OmegaConf.to_container(_compose_groups(overrides), resolve=False))
+
+
+def _compose_groups(overrides: list[str]) -> DictConfig:
+    """The config of these overrides' group choices alone (a sweep's first choice)."""
     groups = []
     for o in overrides:
         key, _, value = o.lstrip("+").partition("=")
@@ -129,12 +153,19 @@ def _known_keys(overrides: list[str]) -> list[str]:
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="hookrun"):
-            cfg = compose("config", overrides=groups)
+            return compose("config", overrides=groups)
     except Exception:  # a group choice is wrong too: the schema's keys
-        cfg = OmegaConf.structured(hydra_schema())
+        return OmegaConf.structured(SCHEMA)
     finally:
         GlobalHydra.instance().clear()
-    return dotted_keys(OmegaConf.to_container(cfg, resolve=False))
+
+
+def _missing_block(overrides: list[str]) -> str | None:
+    """`patching.method=eap` where the config has no patching block: one line saying how to add it
+    (a sweep over group options: Hydra composes the sweep's config without them first)."""
+    swept = [o for o in overrides if "," in o.partition("=")[2] and Path(conf_dir(), o.partition("=")[0].lstrip("+")).is_dir()]
+    rest = [o for o in overrides if o not in swept]
+    return missing_block(overrides, block_names(SCHEMA, HookrunConfig), lambda: _compose_groups(rest), conf_dir(), swept)
 
 
 def _group_options(group: str) -> list[str]:
@@ -185,7 +216,9 @@ def main() -> None:
         sys.exit(0)
     if HELP & set(args):  # hookrun's own help; Hydra's groups and config follow (hydra.help in conf/config.yaml)
         print(usage(), flush=True)
-    damage = shell_damage(args)
+    for note in renamed([a for a in args if not a.startswith("-")], conf_dir()):
+        print(f"hookrun: note: {note}", file=sys.stderr, flush=True)
+    damage = shell_damage(args) or _missing_block([a for a in args if not a.startswith("-")])
     if damage:
         _fail(ConfigError(damage))
     try:
@@ -203,7 +236,7 @@ def main() -> None:
     overrides = [a for a in args if not a.startswith("-")]
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors to us instead of printing them
     try:
-        with skip_mode_compose(args, conf_dir()):
+        with skip_mode_compose(args, conf_dir()), held_saves():
             _app()
     except Exception as exc:
         if _FULL_ERROR:

@@ -63,7 +63,13 @@ def ends_quietly(main: F) -> F:
 def exit_process(main: Callable[[], int | None]) -> NoReturn:
     """Run `main` as the process's whole work and exit with its code (module docstring: the run's
     garbage is collected, then the heap is frozen; tests call `main` itself, so a test session's heap
-    is never frozen)."""
+    is never frozen). First, a torch and torchvision that do not belong together are one line and
+    exit 2 (cli/torch_pair.py)."""
+    from hookrun.cli.torch_pair import mismatch
+
+    broken = mismatch()  # torch and torchvision of two builds: one line, not a failed import later
+    if broken is not None:
+        sys.exit(fail(broken))
     try:
         code = main()
     finally:

@@ -5,7 +5,15 @@
 
 Hydra's compose API on hookrun's own conf/ (version_base 1.3), with the CLI's one rule applied on
 top: a relative output.path lands in the run folder the CLI would make (hydra.run.dir, by
-default outputs/DATE/TIME/). Hydra's errors are one ConfigError line, as on the command line.
+default outputs/DATE/TIME/, a new one each second). Hydra's errors are one ConfigError line, as on
+the command line.
+
+A relative output.path: the command line and compose put it in the run folder; a dict written by
+hand and given to hookrun.run has no run folder, so its relative path is from the working folder
+(docs/config.md, "Where a relative output.path lands"). To write a fixed place with compose, name
+the folder, or give an absolute path:
+
+    hookrun.run(hookrun.compose("experiment=gradcam", "hydra.run.dir=outputs/gradcam"))   # outputs/gradcam/captures.h5
 """
 
 from __future__ import annotations
@@ -26,7 +34,9 @@ def compose(*overrides: str) -> dict[str, Any]:
             "data.batch_size=4", "+hooks.x={at: fc, type: forward}").
 
     Returns:
-        A dict with every group resolved and `output.path` inside the run folder, which
+        A dict with every group resolved and a relative `output.path` made the run folder's
+        (`hydra.run.dir`: outputs/DATE/TIME/ unless given, as on the command line; a dict given
+        to `hookrun.run` by hand keeps its relative path from the working folder), which
         `hookrun.run` takes as it is (and which may be edited first).
 
     Raises:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 
 import yaml
 from hydra.errors import (
@@ -52,6 +53,25 @@ def shell_damage(args: list[str]) -> str | None:
             return (f"{key} is given {len(given)} times ({', '.join(given)}): the shell brace-expanded an "
                     f"unquoted {{..,..}} into several arguments; {QUOTE} (a sweep is -m {key}=a,b)")
     return None
+
+
+RENAMED = re.compile(r"^# renamed: (\S+)", re.MULTILINE)  # a group option's file that only points at its new name
+
+
+def renamed(overrides: list[str], conf: str) -> list[str]:
+    """A note for each group choice whose file says `# renamed: NEW` (experiment=attribution):
+    the old name still runs (its file pulls the new one in)."""
+    notes = []
+    for o in overrides:
+        key, eq, value = o.lstrip("+").partition("=")
+        if not eq or "." in key or not re.fullmatch(r"[\w/]+", key):
+            continue
+        for option in value.split(","):
+            path = Path(conf, key, f"{option.strip()}.yaml")
+            m = RENAMED.search(path.read_text(errors="replace")) if path.is_file() else None
+            if m:
+                notes.append(f"{key}={option.strip()} was renamed {key}={m.group(1)}; the old name still runs")
+    return notes
 
 
 def _depth(text: str) -> int:

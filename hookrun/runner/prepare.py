@@ -95,12 +95,18 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
         disable_inplace(model)
     if mode is Mode.generate and dataset is None:
         pad_left(cfg)
-    dataset = build_dataset(cfg.data.dataset) if dataset is None else check_dataset(dataset, "run(dataset=...): got")
-    if len(dataset) == 0:
-        raise ConfigError(f"data.dataset: {dataset_name(cfg)!r} is empty")
-    spec = CallSpec(*kind.call_inputs(cfg))
-    spec.check(dataset[0])
-    spec.check_forward(model, dataset[0])
+    try:  # items that cannot be built, or do not fit the forward: the kind may say what it needs
+        dataset = build_dataset(cfg.data.dataset) if dataset is None else check_dataset(dataset, "run(dataset=...): got")
+        if len(dataset) == 0:
+            raise ConfigError(f"data.dataset: {dataset_name(cfg)!r} is empty")
+        spec = CallSpec(*kind.call_inputs(cfg))
+        spec.check(dataset[0])
+        spec.check_forward(model, dataset[0])
+    except ConfigError as exc:
+        refused = kind.inputs_refused(cfg, model, exc)
+        if refused is exc:
+            raise
+        raise refused from exc
     collate = build(cfg.data.collate, "data.collate") if cfg.data.collate is not None else None
     if collate is not None and not callable(collate):
         raise ConfigError(f"data.collate: built a {type(collate).__name__}, not a function (add `_partial_: true`)")

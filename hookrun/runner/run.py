@@ -32,6 +32,7 @@ from hookrun.output.ranks import detect
 from hookrun.output.resume import Resume
 from hookrun.output.shards import ShardRun
 from hookrun.output.signals import Interrupted, StopSignals, StoreAway
+from hookrun.runner.accepted import accepted
 from hookrun.runner.action_state import finish_actions, restore_states
 from hookrun.runner.estimate import estimate
 from hookrun.runner.loop import end_report, run_batches
@@ -178,6 +179,7 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
     session = HookSession(p.points, p.env, cfg.early_stop)
     with StopSignals() as stop:  # from before the file exists: a first signal then stops after one batch
         store = open_store(p, resume)
+        accepted()  # the output is this run's: the CLI now writes Hydra's record of it (runner/accepted.py)
         try:
             first = p.batches.start  # 0, or where this rank's shard starts
             if resume is not None:

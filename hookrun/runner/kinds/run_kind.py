@@ -17,6 +17,7 @@ closure and the store never ask which kind runs; they read what the kind hands t
 | `forwards`               | estimates, docs         | model forwards (or generate calls) per batch      |
 | `adds`                   | end report, warnings    | HDF5 paths it writes beside /captures             |
 | `check(cfg)`             | prepare(), before build | refusals: one ConfigError line, before any batch  |
+| `inputs_refused(...)`    | prepare(): data, forward| the line for items that do not fit the model      |
 | `__init__(ctx)`          | prepare()               | build, with every check that needs the model      |
 | `step(model, call, s)`   | every batch             | its forwards under the session -> StepAdds        |
 | `sample_step(m, c, s)`   | dry_run estimate        | one sample's step, leaving no state behind        |
@@ -136,6 +137,13 @@ class RunKind:
         """(data.inputs, data.target) as the run's forward takes them: the config's, unless the kind
         has its own default (a kind whose items name their own input key)."""
         return cfg.data.inputs, cfg.data.target
+
+    @classmethod
+    def inputs_refused(cls, cfg: HookrunConfig, model: nn.Module, refusal: Exception) -> Exception:
+        """The error prepare() raises where the items cannot be built or do not fit the model's
+        forward (`refusal`, one ConfigError line): a kind whose items and model must be of one
+        sort (patching's token ids into a language model) says what it needs instead."""
+        return refusal
 
     def step(self, model: nn.Module, call: ModelCall, session: HookSession) -> StepAdds:
         """One batch: its forwards under `session`, and what they add to the step's record."""

@@ -40,7 +40,7 @@ from hookrun.runner.kinds.patching.edges.run import prepare as prepare_edges
 from hookrun.runner.kinds.patching.edges.spec import EDGE_METHODS
 from hookrun.runner.kinds.patching.engine import PatchEngine
 from hookrun.runner.kinds.patching.forward_inputs import check_inputs
-from hookrun.runner.kinds.patching.notebook import grid_attrs, run_cells
+from hookrun.runner.kinds.patching.notebook import forward_arguments, grid_attrs, run_cells
 from hookrun.runner.kinds.patching.reader import CELL_UNITS, faithfulness_lines
 from hookrun.store.records import Capture, CaptureKey, StepRecord
 
@@ -110,6 +110,25 @@ class PatchingKind(RunKind):
     def check_actions(self) -> None:
         super().check_actions()
         refuse_recording(self.ctx.points)
+
+    @classmethod
+    def inputs_refused(cls, cfg: HookrunConfig, model: Any, refusal: Exception) -> Exception:
+        """The model's inputs and what patching needs, where the items cannot be built or their
+        input is not an argument of the forward (an edges experiment with data=shapes, or on a
+        vision model), instead of a data.inputs mapping that leads nowhere."""
+        block = cfg.patching
+        key, clean, corrupt = (getattr(block, k) for k in ("input", "clean", "corrupt"))
+        takes, open_kwargs = forward_arguments(model)
+        named = f"{type(model).__name__}.forward takes {', '.join(takes[:4]) or 'no named argument'}{', ...' if len(takes) > 4 else ''}"
+        edges = str(getattr(block, "method", "")) in EDGE_METHODS  # a transformer's residual graph: tokens only
+        needs = (f"a patching run sends each item's {clean!r} and {corrupt!r} (the same shape) to the forward's "
+                 f"{key!r} (patching.input): token ids for a language model (experiment=edges and experiment=patching_grid "
+                 f"build them with their own data=custom and model=tiny_lm)"
+                 + ("" if edges else ", or an image for an image model with patching.input set to its argument")
+                 + " (docs/patching.md)")
+        if takes and key not in takes and not open_kwargs:
+            return ConfigError(f"patching.input={key!r}: {named}, not {key}; {needs}")
+        return ConfigError(f"{refusal} ({named}); {needs}; a data=... given with such an experiment replaces its items: drop it")
 
 
 class PatchRun:

@@ -131,15 +131,21 @@ def _cell_text(g: Any, cell: Any) -> str:
     return " ".join([cell.module, *(f"{a} {i}" for a, i in zip(g.over, cell.index, strict=True))])
 
 
-def check_forward_argument(model: nn.Module, name: str) -> None:
-    """patching.input must be an argument of the model's forward (or it takes **kwargs)."""
+def forward_arguments(model: nn.Module) -> tuple[list[str], bool]:
+    """The named arguments of the model's forward, and whether it takes **kwargs ([], True: unknown)."""
     try:
         params = inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
-        return
-    if name in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return
+        return [], True
     takes = [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    return takes, any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def check_forward_argument(model: nn.Module, name: str) -> None:
+    """patching.input must be an argument of the model's forward (or it takes **kwargs)."""
+    takes, open_kwargs = forward_arguments(model)
+    if name in takes or open_kwargs:
+        return
     raise ConfigError(f"patching.input={name!r} is not an argument of {type(model).__name__}.forward, which takes "
                       f"{', '.join(takes) or 'no named argument'}; set input= to the one the clean and corrupted inputs go to"
                       + _close(name, takes))

@@ -1,0 +1,82 @@
+"""The `probe:` block: its keys, types and defaults, and the value checks that need no model.
+
+    probe: {at: [block1, block2, block3], target: label, method: logistic, C: 1.0, control: true}
+
+Parsed once by hookrun.config.schema.load (hookrun/config/plugins.py) into ProbeBlock; `check()`
+raises one ConfigError line per wrong value and turns `memory` into bytes. What needs the model or
+the first batch (a hook point with no feature axis, a target key the items lack, a float target with
+logistic, a budget too small for one batch) is checked by the kind (kind.py) before any batch.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from hookrun.errors import ConfigError
+
+METHODS = ("logistic", "ridge")
+POOLS = ("mean", "max", "last", "every")
+UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 1 << 10, "m": 1e6, "mb": 1e6, "mib": 1 << 20,
+         "g": 1e9, "gb": 1e9, "gib": 1 << 30, "t": 1e12, "tb": 1e12, "tib": 1 << 40}
+
+
+@dataclass
+class Split:
+    test: float = 0.25  # the fraction of items held out (sklearn's train_test_split test_size)
+    seed: int = 0  # its random_state; also the control task's seed
+
+
+@dataclass
+class ProbeBlock:
+    at: Any = None  # a module path or glob, or a list of them
+    target: Any = "label"  # an item key (`label`: the data's target), or {_target_: fn}: fn(batch) -> targets
+    method: str = "logistic"  # logistic (C) | ridge (alpha)
+    C: float = 1.0
+    alpha: float = 1.0
+    pool: str = "mean"  # feature maps: mean | max; token rows: last | mean | max | every
+    standardize: bool = True
+    split: Split = field(default_factory=Split)
+    test_data: Any = None  # a data node ({dataset: {_target_: ...}, batch_size: N}) whose items are the test rows
+    control: bool = False  # Hewitt & Liang's control task and the selectivity
+    memory: Any = "2GB"  # bytes of rows held in memory; beyond: a spill file beside the run's
+
+    def check(self) -> None:
+        at = [self.at] if isinstance(self.at, str) else self.at
+        if not at or not all(isinstance(a, str) and a for a in at):
+            raise ConfigError(f"probe.at={self.at!r}: give the hook points to probe, a module path or glob or a "
+                              f"list of them (e.g. [layer1, layer2]; `python -m hookrun.modules` lists them)")
+        self.at = list(at)
+        if self.method not in METHODS:
+            raise ConfigError(f"probe.method={self.method!r}; choose logistic or ridge")
+        if not self.C > 0:
+            raise ConfigError(f"probe.C={self.C}: the inverse regularisation strength must be above 0 (e.g. 1.0)")
+        if not self.alpha >= 0:
+            raise ConfigError(f"probe.alpha={self.alpha}: ridge's penalty must be 0 or more (e.g. 1.0)")
+        if self.pool not in POOLS:
+            raise ConfigError(f"probe.pool={self.pool!r}; choose mean, max (feature maps, token rows), last or every "
+                              f"(token rows)")
+        if not 0 < self.split.test < 1:
+            raise ConfigError(f"probe.split.test={self.split.test}: the fraction of items held out must be in (0, 1) "
+                              f"(e.g. 0.25)")
+        target = self.target
+        if isinstance(target, dict) and not target.get("_target_"):
+            raise ConfigError(f"probe.target={target!r}: give an item key, or {{_target_: my_pkg.labels}} (a function "
+                              f"of the batch returning one target per item or per token)")
+        if not isinstance(target, str | int | dict):
+            raise ConfigError(f"probe.target={target!r}: give an item key (label), or {{_target_: my_pkg.labels}}")
+        if self.test_data is not None and not isinstance(self.test_data, dict):
+            raise ConfigError(f"probe.test_data={self.test_data!r}: give a data node, {{dataset: {{_target_: ...}}, "
+                              f"batch_size: 16}}")
+        self.memory = parse_bytes(self.memory, "probe.memory")
+
+
+def parse_bytes(value: Any, where: str) -> int:
+    """2000000, '512MB', '2GiB' -> bytes."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
+    if m is None or m.group(2).lower() not in UNITS or float(m.group(1)) <= 0:
+        raise ConfigError(f"{where}={value!r}; give bytes as a number or with a unit (512MB, 2GiB)")
+    return max(1, int(float(m.group(1)) * UNITS[m.group(2).lower()]))

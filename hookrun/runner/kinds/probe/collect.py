@@ -1,0 +1,144 @@
+"""A batch's probe rows at every hook point: one forward with a forward hook on each module, each
+output pooled (pool.py), with each row's target, identity key and dataset item.
+
+    c = Collector(model, ["layer1", "layer2"], block)       # globs resolved, in model order
+    rows = c.batch(model, call, indices)                     # {module: (x, y, key, item)}
+
+The target: an item key (a dict item's key; `label` or `target` for a tuple item's target, or a
+position), or a function of the batch ({_target_: fn}) giving one target per item (batch,) or per
+token (batch, tokens). A row that is a token takes its token's target (or its item's); a row that
+is an item takes its item's. Keys: the token id for rows of `pool: every` (a token's identity),
+else the item index (the control task's identity). The hooks are removed after each forward, also
+when it fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from hookrun.errors import ConfigError, close_matches
+from hookrun.hooks.plan import resolve_targets
+from hookrun.runner.kinds.probe.pool import Rows, pool_rows
+from hookrun.runner.kinds.run_kind import plain_forward
+
+TARGET_NAMES = ("label", "target")
+
+
+def first_tensor(out: Any) -> torch.Tensor | None:
+    """A module's output tensor: itself, a tuple's first, a ModelOutput's last_hidden_state or first tensor."""
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, tuple | list):
+        return next((t for t in (first_tensor(o) for o in out) if t is not None), None)
+    if isinstance(out, Mapping):
+        if isinstance(out.get("last_hidden_state"), torch.Tensor):
+            return out["last_hidden_state"]
+        return next((v for v in out.values() if isinstance(v, torch.Tensor)), None)
+    return None
+
+
+def token_ids(call: Any) -> torch.Tensor | None:
+    """The batch's token ids (batch, tokens): the `input_ids` keyword or item key, else None."""
+    ids = call.kwargs.get("input_ids")
+    if ids is None and isinstance(call.batch, Mapping):
+        ids = call.batch.get("input_ids")
+    return ids if isinstance(ids, torch.Tensor) and ids.dim() == 2 else None
+
+
+class Collector:
+    def __init__(self, model: nn.Module, at: list[str], block: Any) -> None:
+        self.modules = resolve_targets(model, at, "probe", where="probe.at")
+        self.pool, self.block = block.pool, block
+        target = block.target
+        self.fn = None
+        if isinstance(target, Mapping):
+            import importlib
+
+            path = str(target["_target_"])
+            try:
+                module, _, attr = path.rpartition(".")
+                self.fn = getattr(importlib.import_module(module), attr)
+            except (ImportError, AttributeError, ValueError) as exc:
+                raise ConfigError(f"probe.target._target_={path!r} cannot be imported ({exc}); give a function "
+                                  f"package.module.name taking the batch") from None
+
+    def targets(self, call: Any) -> torch.Tensor:
+        """The batch's targets: (batch,) per item or (batch, tokens) per token."""
+        key, batch = self.block.target, call.batch
+        if self.fn is not None:
+            t = self.fn(batch)
+            where = f"probe.target: {self.block.target['_target_']}(batch)"
+        elif isinstance(batch, Mapping):
+            if key not in batch:
+                hint = close_matches(str(key), [str(k) for k in batch], n=1)
+                raise ConfigError(f"probe.target={key!r}: the items have no key {key!r}"
+                                  f"{f'; did you mean {hint[0]}?' if hint else ''} (their keys: "
+                                  f"{', '.join(map(str, batch))})")
+            t, where = batch[key], f"probe.target={key!r}"
+        elif key in TARGET_NAMES and call.target is not None:
+            t, where = call.target, f"probe.target={key!r}"
+        elif isinstance(key, int) and isinstance(batch, list | tuple) and -len(batch) <= key < len(batch):
+            t, where = batch[key], f"probe.target={key}"
+        else:
+            raise ConfigError(f"probe.target={key!r}: the items are {type(batch).__name__}s with no such key; use "
+                              f"`label` (the data's target) or a position")
+        if not isinstance(t, torch.Tensor) or t.dim() not in (1, 2):
+            raise ConfigError(f"{where} gives {type(t).__name__} {tuple(getattr(t, 'shape', ()))}; a probe needs a tensor "
+                              f"with one target per item (batch,) or per token (batch, tokens)")
+        return t.long() if t.dtype == torch.bool else t
+
+    def outputs(self, model: nn.Module, call: Any) -> dict[str, torch.Tensor]:
+        """Every hooked module's output of one forward (early_stop's cut may end it after the last)."""
+        seen: dict[str, torch.Tensor] = {}
+        handles = []
+        try:
+            for name, module in self.modules:
+                def hook(_m: nn.Module, _args: Any, out: Any, name: str = name) -> None:
+                    t = first_tensor(out)
+                    if t is not None and name not in seen:
+                        seen[name] = t.detach()
+                handles.append(module.register_forward_hook(hook))
+            plain_forward(model, call)
+        finally:
+            for h in reversed(handles):
+                h.remove()
+        missing = [n for n, _ in self.modules if n not in seen]
+        if missing:
+            raise ConfigError(f"probe.at: {', '.join(missing)} gave no tensor output in the forward (a module that "
+                              f"never runs, or returns none); probe modules that run")
+        return seen
+
+    def batch(self, model: nn.Module, call: Any, indices: torch.Tensor) -> dict[str, tuple]:
+        """{module: (x float64 (rows, features), y, key, item)} of one batch (host arrays but x)."""
+        mask = call.attention_mask
+        ids = token_ids(call)
+        if mask is None and ids is not None:
+            mask = torch.ones_like(ids)
+        target = self.targets(call)
+        out = {}
+        for name, t in self.outputs(model, call).items():
+            rows = pool_rows(t, self.pool, mask, where=name)
+            out[name] = (rows.x, self.row_targets(rows, target, name), self.keys(rows, ids, indices),
+                         indices.cpu().numpy()[rows.item.cpu().numpy()])
+        return out
+
+    def row_targets(self, rows: Rows, target: torch.Tensor, name: str) -> np.ndarray:
+        t = target.detach().cpu()
+        if t.dim() == 2:
+            if rows.token is None:
+                raise ConfigError(f"probe.target gives one target per token {tuple(t.shape)}, but pool={self.pool} makes "
+                                  f"one row per item at {name}; use pool: every (or last)")
+            t = t.reshape(-1)[rows.token.cpu()]
+        else:
+            t = t[rows.item.cpu()]
+        return t.numpy().astype(np.float64 if t.is_floating_point() else np.int64)
+
+    def keys(self, rows: Rows, ids: torch.Tensor | None, indices: torch.Tensor) -> np.ndarray:
+        if self.pool == "every" and ids is not None and rows.token is not None:
+            return ids.reshape(-1)[rows.token.to(ids.device)].cpu().numpy().astype(np.int64)
+        return indices.cpu().numpy()[rows.item.cpu().numpy()].astype(np.int64)

@@ -1,0 +1,164 @@
+"""The probe run kind: one forward per batch with the `at` modules hooked, each hook point's rows
+pooled and kept (rows.py), every probe fitted at the last batch and written with it (table.py).
+
+    python -m hookrun experiment=probe_shapes hydra.run.dir=outputs/probe_shapes
+    hookrun.open_run("outputs/probe_shapes").probes()      # Table: at, train, test, control, selectivity
+
+Before any batch, on the first batch: the modules resolve, their outputs have a feature axis, the
+target key exists and suits the method, one batch's rows fit `memory` (its share per hook point).
+User hooks (`hooks:`) record in the same forward. A resumed run recomputes the rows of the batches
+it keeps (their forwards, not the file's) and goes on, so its probes equal an uninterrupted run's;
+many ranks are refused (each would see a part of the rows).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from hookrun.config.schema import HookrunConfig, Mode
+from hookrun.errors import ConfigError
+from hookrun.runner.batches import first_batch
+from hookrun.runner.kinds.probe.collect import Collector
+from hookrun.runner.kinds.probe.fit import FitSpec, fit_point
+from hookrun.runner.kinds.probe.rows import RowStore
+from hookrun.runner.kinds.probe.table import GROUP
+from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds
+
+log = logging.getLogger("hookrun")
+
+
+class ProbeKind(RunKind):
+    adds = (GROUP,)
+
+    @classmethod
+    def check(cls, cfg: HookrunConfig) -> None:
+        if cfg.mode is not Mode.eval:
+            raise ConfigError(f"probe with mode={cfg.mode.value}: a probe needs one forward per batch; leave mode=eval")
+
+    def __init__(self, ctx: KindContext) -> None:
+        super().__init__(ctx)
+        b = self.spec = ctx.cfg.probe
+        ctx.model.eval()
+        self.collector = Collector(ctx.model, b.at, b)
+        self.names = [n for n, _ in self.collector.modules]
+        indices, call = first_batch(ctx.loader, ctx.spec, size=ctx.cfg.data.batch_size)
+        first = self.collector.batch(ctx.model, call.to(ctx.device), indices)
+        share = b.memory // len(self.names)
+        for name, (x, y, _, _) in first.items():
+            if y.dtype.kind == "f" and b.method == "logistic":
+                raise ConfigError("probe.target: the targets are numbers (floats), which method=logistic cannot fit; use "
+                                  "method: ridge for regression, or give integer classes")
+            if y.dtype.kind == "f" and b.control:
+                raise ConfigError("probe.control=true needs class targets; the targets are numbers (floats): set "
+                                  "control: false for a regression probe")
+            need = x.numel() * 8
+            if need > share:
+                raise ConfigError(f"probe.memory={b.memory} bytes: one batch's rows at {name} take {need} bytes (float64) "
+                                  f"and each of the {len(self.names)} hook point(s) has {share}; give probe.memory at "
+                                  f"least {need * len(self.names)} bytes, or a smaller data.batch_size")
+        classes = getattr(getattr(ctx.loader.dataset, "dataset", None), "classes", None)
+        if isinstance(classes, list | tuple) and b.target in ("label", "target") and len(classes) < 2:
+            raise ConfigError(f"probe.target={b.target}: the data set has {len(classes)} class(es); a probe needs at least 2")
+        self.features = {name: first[name][0].shape[1] for name in self.names}
+        self.first = (indices, first)  # batch 0's rows: its step uses them where no user hook needs its forward
+        self.stores: dict[str, RowStore] = {}
+        self.last = -1
+        self.world = 1
+        self.tmp: tempfile.TemporaryDirectory | None = None
+
+    def share(self, rank: int, world: int) -> str | None:
+        self.world = world
+        return None
+
+    def prepare_run(self, p: Any) -> None:
+        if self.world > 1:
+            raise ConfigError(f"probe with {self.world} ranks: each rank would see a part of the rows and the probes "
+                              f"need them all; run it as one process")
+        self.last = p.batches.stop - 1
+        folder = Path(p.cfg.output.path).parent if "://" not in str(p.cfg.output.path) else None
+        if folder is not None and folder.is_dir():
+            self.tmp = tempfile.TemporaryDirectory(prefix=".probe_rows_", dir=folder)
+        else:
+            self.tmp = tempfile.TemporaryDirectory(prefix="probe_rows_")
+        share = self.spec.memory // len(self.names)
+        self.stores = {n: RowStore(self.features[n], share, Path(self.tmp.name) / "rows.h5", f"p{i:03d}")
+                       for i, n in enumerate(self.names)}
+        p.attrs[GROUP] = json.dumps(self.describe())
+
+    def describe(self) -> dict:
+        b = self.spec
+        return {"at": self.names, "target": b.target, "method": b.method, "C": b.C, "alpha": b.alpha, "pool": b.pool,
+                "standardize": b.standardize, "split": {"test": b.split.test, "seed": b.split.seed},
+                "test_data": b.test_data is not None, "control": b.control, "memory": b.memory}
+
+    def add(self, model: nn.Module, call: Any, indices: Any, part: int = 0) -> None:
+        first, self.first = self.first, None
+        if first is not None and not part and not self.ctx.points and torch.equal(first[0].cpu(), indices.cpu()):
+            rows = first[1]  # (computed by __init__'s check on the same batch)
+        else:
+            rows = self.collector.batch(model, call, indices)
+        for name, (x, y, key, item) in rows.items():
+            if part:  # test_data's items: identities of their own
+                key, item = -1 - key if self.spec.pool != "every" else key, -1 - item
+            self.stores[name].add(x, y, key, item, part)
+
+    def step(self, model: nn.Module, call: Any, session: Any) -> StepAdds:
+        state = self.ctx.env.state
+        self.add(model, call, state.sample_index)
+        if state.step != self.last:
+            return NOTHING
+        return StepAdds(tables={GROUP: self.fit(model)})
+
+    def fit(self, model: nn.Module) -> dict:
+        b = self.spec
+        if b.test_data is not None:
+            self.test_pass(model)
+        spec = FitSpec(method=b.method, C=b.C, alpha=b.alpha, standardize=b.standardize,
+                       test=None if b.test_data is not None else b.split.test, seed=b.split.seed, control=b.control)
+        points = []
+        for name in self.names:
+            log.info("probe: fitting %s (%d rows of %d features, %s)", name, self.stores[name].rows,
+                     self.features[name], "spilled to disk" if self.stores[name].spilled else "in memory")
+            t0 = time.perf_counter()
+            result = fit_point(self.stores[name], spec, self.ctx.device, where=f" at {name}")
+            points.append((name, {**result, "fit_seconds": time.perf_counter() - t0}))
+        regression = points[0][1]["regression"]
+        return {"attrs": {"method": b.method, "metric": "r2" if regression else "accuracy", "pool": b.pool},
+                "points": points}
+
+    def test_pass(self, model: nn.Module) -> None:
+        """test_data's items through the model: their rows are the test rows (part 1)."""
+        from hookrun.config.build import build_dataset
+        from hookrun.runner.batches import make_loader
+
+        node = dict(self.spec.test_data)
+        data = build_dataset(node["dataset"] if "dataset" in node else node)
+        loader = make_loader(data, int(node.get("batch_size") or self.ctx.cfg.data.batch_size), 0)
+        for indices, batch in loader:
+            self.add(model, self.ctx.spec.split(batch).to(self.ctx.device), indices, part=1)
+
+    def restore(self, resume: Any, kept: int) -> None:
+        """A resumed run: the rows of the `kept` batches, recomputed (the file keeps no rows)."""
+        for step, (indices, batch) in enumerate(self.ctx.loader):
+            if step >= kept:
+                break
+            self.add(self.ctx.model, self.ctx.spec.split(batch).to(self.ctx.device), indices)
+        log.info("probe: the rows of the %d kept batch(es) recomputed", kept)
+
+    def close(self) -> None:
+        for s in self.stores.values():
+            s.close()
+        if self.tmp is not None:
+            self.tmp.cleanup()
+            self.tmp = None
+
+    def file_bytes(self, n_samples: int) -> int:
+        return sum(8 * (f + 2) * 8 for f in self.features.values())  # weights (a few classes), bias, mean, scale

@@ -1,0 +1,96 @@
+"""L2-regularised logistic regression as scikit-learn's LogisticRegression(C, solver="lbfgs") defines
+it, minimised by full-batch L-BFGS over rows read block by block (in memory or from the spill file).
+
+    w, b, info = fit_logistic(blocks, y, classes=3, C=1.0, rows=train_rows)
+
+The objective is sklearn's (linear_model/_logistic.py, _linear_loss.py), scaled by 1 / n:
+    f(W, b) = (1/n) sum_i loss_i + ||W||^2 / (2 C n)      (the intercept is not penalised)
+with the multinomial loss logsumexp(z_i) - z_i[y_i] (z_i = W x_i + b, W: (classes, d)) from three
+classes, and for two sklearn's binary form: one vector w, loss softplus(z_i) - y_i z_i with y_i = 1
+for the second class. scipy's L-BFGS-B drives it with sklearn's options (maxls 50, gtol = tol,
+ftol = 64 eps) from zeros; each function evaluation is one pass over the blocks, computed with torch
+in float64 on the blocks' device (a GPU where the run has one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+Blocks = Callable[[], Iterable[tuple[int, torch.Tensor]]]  # () -> (first row, features) over every row
+
+
+@dataclass
+class LogisticFit:
+    coef: np.ndarray  # (classes, d); (1, d) for two classes
+    intercept: np.ndarray  # (classes,); (1,) for two classes
+    objective: float  # sklearn's scaled objective at the optimum
+    iterations: int
+    converged: bool
+
+
+def objective(blocks: Blocks, y: np.ndarray, rows: np.ndarray, classes: int, C: float, w: np.ndarray,
+              mean: np.ndarray | None = None, scale: np.ndarray | None = None, grad: bool = True
+              ) -> tuple[float, np.ndarray | None]:
+    """sklearn's objective (and its gradient) at the flat parameters `w` over the rows `rows` (a bool
+    mask over every row) with class indices `y` (every row's; -1 where a row has none). With `mean`
+    and `scale` (StandardScaler's), `w` is in the standardised space; the blocks stay raw: the scaling
+    is folded into the weights (z = x (W/s)^T + b - (W/s) mean) and the gradient, so no block is copied."""
+    k = 1 if classes == 2 else classes
+    n = int(rows.sum())
+    params = w.reshape(k, -1)
+    coefs, icpt = params[:, :-1], params[:, -1]
+    d = coefs.shape[1]
+    mean = np.zeros(d) if mean is None else mean
+    scale = np.ones(d) if scale is None else scale
+    raw = coefs / scale
+    wt = bt = None
+    total = 0.0
+    gx = np.zeros((k, d))
+    gb = np.zeros(k)
+    for start, x in blocks():
+        sel = rows[start:start + len(x)]
+        if not sel.any():
+            continue
+        if wt is None:
+            wt = torch.from_numpy(raw).to(x.device)
+            bt = torch.from_numpy(icpt - raw @ mean).to(x.device)
+        m = torch.from_numpy(sel).to(x.device, x.dtype)
+        yi = torch.from_numpy(np.where(sel, y[start:start + len(x)], 0)).to(x.device)
+        z = x @ wt.T + bt
+        if k == 1:
+            z = z[:, 0]
+            yb = (yi == 1).to(z.dtype)
+            total += float((m * (torch.nn.functional.softplus(z) - yb * z)).sum())
+            r = ((torch.sigmoid(z) - yb) * m)[:, None]
+        else:
+            total += float((m * (torch.logsumexp(z, 1) - z.gather(1, yi[:, None])[:, 0])).sum())
+            r = torch.softmax(z, 1)
+            r[torch.arange(len(yi), device=r.device), yi] -= 1.0
+            r = r * m[:, None]
+        if grad:
+            gx += (r.T @ x).cpu().numpy()
+            gb += r.sum(0).cpu().numpy()
+    f = total / n + float((coefs ** 2).sum()) / (2 * C * n)
+    if not grad:
+        return f, None
+    g = np.concatenate([(gx - np.outer(gb, mean)) / scale / n + coefs / (C * n), gb[:, None] / n], 1)
+    return f, g.reshape(-1)
+
+
+def fit_logistic(blocks: Blocks, y: np.ndarray, rows: np.ndarray, classes: int, d: int, C: float,
+                 tol: float = 1e-8, max_iter: int = 1000,
+                 mean: np.ndarray | None = None, scale: np.ndarray | None = None) -> LogisticFit:
+    """Minimise the objective from zeros with scipy's L-BFGS-B (sklearn's options); the weights come
+    back in the standardised space where `mean` and `scale` are given."""
+    from scipy import optimize
+
+    k = 1 if classes == 2 else classes
+    res = optimize.minimize(
+        lambda w: objective(blocks, y, rows, classes, C, w, mean, scale), np.zeros(k * (d + 1)), method="L-BFGS-B",
+        jac=True, options={"maxiter": max_iter, "maxls": 50, "gtol": tol, "ftol": 64 * np.finfo(float).eps})
+    w = res.x.reshape(k, d + 1)
+    return LogisticFit(w[:, :-1].copy(), w[:, -1].copy(), float(res.fun), int(res.nit), bool(res.success))

@@ -1,0 +1,77 @@
+"""One hook point's output as probe rows: a feature map pooled over space, token rows pooled over the
+real tokens (padding never enters), or one row per real token.
+
+    rows = pool_rows(output, "mean", mask)     # (batch, C, H, W) -> (batch, C); (batch, T, D) + mask -> (batch, D)
+    rows.x, rows.item, rows.token              # float64 rows, the batch position of each row, its token slot
+
+| output             | pool                 | rows                                                      |
+|--------------------|----------------------|-----------------------------------------------------------|
+| (B, D)             | any                  | one per item, as they are                                 |
+| (B, C, *space)     | mean / max           | one per item: the mean / max over space                   |
+| (B, T, D) tokens   | last / mean / max    | one per item: its last real token / the mean, max over real tokens |
+| (B, T, D) tokens   | every                | one per real token, in (sample, position) order           |
+
+A tensor is token rows where the batch has token ids or an attention mask of shape (B, T) and the
+tensor is (B, T, D). Pooling runs in float64 (the probe's statistics are accumulated in it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from hookrun.errors import ConfigError
+
+POOLS = ("mean", "max", "last", "every")
+TOKEN_ONLY = ("last", "every")
+
+
+@dataclass
+class Rows:
+    x: torch.Tensor  # (rows, features) float64
+    item: torch.Tensor  # (rows,) long: the row's sample, its position in the batch
+    token: torch.Tensor | None  # (rows,) long: the row's token slot (sample * T + position) where rows are tokens
+
+
+def is_tokens(t: torch.Tensor, mask: torch.Tensor | None) -> bool:
+    """Whether `t` is (batch, tokens, features) of a batch whose attention mask / token ids are `mask`'s shape."""
+    return mask is not None and t.dim() == 3 and tuple(t.shape[:2]) == tuple(mask.shape)
+
+
+def layout(t: torch.Tensor, mask: torch.Tensor | None, pool: str, where: str) -> str:
+    """'tokens', 'map' or 'flat' for the output `t`; a ConfigError line where `pool` cannot pool it."""
+    if t.dim() < 2:
+        raise ConfigError(f"probe.at: {where}'s output has shape {tuple(t.shape)}, with no feature axis (a probe "
+                          f"needs (batch, features, ...) or (batch, tokens, features)); probe a module before it")
+    if is_tokens(t, mask):
+        return "tokens"
+    if pool in TOKEN_ONLY:
+        raise ConfigError(f"probe.pool={pool}: {where}'s output {tuple(t.shape)} is not token rows (batch, tokens, "
+                          f"features) of the batch's token ids; choose mean or max for a feature map")
+    return "map" if t.dim() > 2 else "flat"
+
+
+def pool_rows(t: torch.Tensor, pool: str, mask: torch.Tensor | None, where: str = "the hook point") -> Rows:
+    """`t`'s rows pooled as `pool` (see the table); `mask` (batch, tokens): 1 = a real token, or None."""
+    kind = layout(t, mask, pool, where)
+    t = t.detach().to(torch.float64)
+    n = t.shape[0]
+    items = torch.arange(n, device=t.device)
+    if kind == "flat":
+        return Rows(t, items, None)
+    if kind == "map":
+        flat = t.reshape(n, t.shape[1], -1)
+        return Rows(flat.amax(2) if pool == "max" else flat.mean(2), items, None)
+    valid = mask.to(device=t.device, dtype=torch.bool)
+    if pool == "every":
+        where_ = valid.reshape(-1).nonzero().squeeze(1)
+        return Rows(t.reshape(-1, t.shape[2])[where_], where_ // t.shape[1], where_)
+    if pool == "last":
+        pos = torch.arange(valid.shape[1], device=t.device).expand_as(valid)
+        last = torch.where(valid, pos, -1).amax(1).clamp(min=0)
+        return Rows(t[items, last], items, items * t.shape[1] + last)
+    if pool == "max":
+        return Rows(t.masked_fill(~valid[..., None], float("-inf")).amax(1), items, None)
+    w = valid.to(t.dtype)[..., None]
+    return Rows((t * w).sum(1) / w.sum(1).clamp(min=1), items, None)

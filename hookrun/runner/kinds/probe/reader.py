@@ -1,0 +1,148 @@
+"""What readers show of a probe run, from its file alone (/probe, table.py): registered as the kind's
+reader through its plugin (hookrun/config/plugins.py).
+
+    run = open_run("outputs/probe_shapes")
+    run.probes()                      # Table: at, rows, features, train, test, control, selectivity
+    w, b = run.probe_weights("block3")   # the probe's direction(s) on the pooled activations
+
+inspect prints one line per hook point; plot draws the test accuracy (or R^2), the training score
+and the control task's test accuracy against depth (`probe_depth.png`); the report adds the table
+and that chart; a sweep (`probe.C=0.01,1,100`) gets each job's test score per hook point as columns
+of open_sweep's table (`test@block3`), and the report a chart of them against depth.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from hookrun.analysis.kind_readers import KindReader, Table
+from hookrun.errors import NotFoundError
+
+COLUMNS = ["at", "rows", "features", "train", "test", "control", "selectivity"]
+
+
+def _groups(f: Any) -> list[Any]:
+    if "probe" not in f:
+        raise NotFoundError(f"{f.filename} holds no probes (/probe): the run is not a complete probe run")
+    g = f["probe"]
+    return [g[k] for k in sorted(g)]
+
+
+def read_probes(f: Any) -> Table:
+    """run.probes(): one row per hook point, in `at`'s order: rows, features, train and test score
+    (accuracy, or R^2 for regression), the control task's test accuracy and the selectivity."""
+    rows = []
+    for pg in _groups(f):
+        a = pg.attrs
+        get = lambda k, a=a: float(a[k]) if k in a else None  # noqa: E731
+        rows.append({"at": str(a["module"]), "rows": int(a["rows"]), "features": int(a["features"]),
+                     "train": get("train_score"), "test": get("test_score"), "control": get("control_test_score"),
+                     "selectivity": get("selectivity")})
+    return Table(list(COLUMNS), rows)
+
+
+def probe_weights(f: Any, at: str) -> tuple[np.ndarray, np.ndarray]:
+    """run.probe_weights(at): (weight (classes or 1, features), bias) with scores = x @ weight.T + bias on
+    the pooled activations of hook point `at`."""
+    for pg in _groups(f):
+        if str(pg.attrs["module"]) == at:
+            return pg["weight"][:], pg["bias"][:]
+    raise NotFoundError(f"no probe at {at!r}; the probes: {', '.join(str(g.attrs['module']) for g in _groups(f))}")
+
+
+def _metric(f: Any) -> str:
+    return str(f["probe"].attrs.get("metric", "accuracy"))
+
+
+def lines(f: Any) -> list[str]:
+    if "probe" not in f:
+        return ["  probe     no results (the run did not reach its last batch)"]
+    meta = json.loads(f.attrs.get("probe", "{}"))
+    head = (f"  probe     {meta.get('method')} ({'C=' + str(meta.get('C')) if meta.get('method') == 'logistic' else 'alpha=' + str(meta.get('alpha'))}), "
+            f"pool {meta.get('pool')}, {_metric(f)} on held-out items")
+    out = [head]
+    for r in read_probes(f):
+        ctrl = f", control {r['control']:.3f}, selectivity {r['selectivity']:.3f}" if r["control"] is not None else ""
+        out.append(f"    {r['at']:<20} {r['rows']:>7} rows x {r['features']:<5} train {r['train']:.3f}  test {r['test']:.3f}{ctrl}")
+    return out
+
+
+def columns(f: Any) -> dict[str, Any]:
+    """A sweep table's numbers: each hook point's test score (and control, selectivity)."""
+    if "probe" not in f:
+        return {}
+    out = {}
+    for r in read_probes(f):
+        out[f"test@{r['at']}"] = r["test"]
+        if r["control"] is not None:
+            out[f"selectivity@{r['at']}"] = r["selectivity"]
+    return out
+
+
+def depth_labels(names: list[str]) -> list[str]:
+    width = len(str(len(names) - 1))
+    return [f"{i:0{width}d} {n}" for i, n in enumerate(names)]
+
+
+def depth_figure(f: Any) -> Any:
+    from hookrun.analysis.report.figure_specs import Lines
+
+    t = read_probes(f)
+    metric = _metric(f)
+    series: dict[str, list] = {f"test {metric}": t.column("test"), f"train {metric}": t.column("train")}
+    if any(v is not None for v in t.column("control")):
+        series["control task (test)"] = t.column("control")
+    meta = json.loads(f.attrs.get("probe", "{}"))
+    return Lines(x=depth_labels(t.column("at")), series=series, xlabel="hook point (depth order)", ylabel=metric,
+                 title=f"linear probe ({meta.get('method', '')}) {metric} by depth")
+
+
+def figures(run: Any) -> list[tuple[str, Any]]:
+    return [("probe_depth", depth_figure(run.file))] if "probe" in run.file else []
+
+
+def sections(run: Any) -> list[dict]:
+    from hookrun.analysis.report.run_sections import figure, section, table_item
+
+    if "probe" not in run.file:
+        return []
+    t = read_probes(run.file)
+    note = ("Each hook point's probe is fitted on the training items' rows and scored on the held-out items; the "
+            "control task (Hewitt & Liang 2019) gives each input identity a random class, and selectivity is the test "
+            "accuracy minus the control's: a high score with low selectivity says the probe memorises identities.")
+    return [section("probe", "Linear probes by depth", [table_item(t.columns, t.rows), figure(depth_figure(run.file))],
+                    note)]
+
+
+def sweep_sections(sweep: Any) -> list[dict]:
+    from hookrun.analysis.report.figure_specs import Lines
+    from hookrun.analysis.report.run_sections import figure, section, table_item
+
+    names: list[str] = []
+    series: dict[str, list] = {}
+    rows = []
+    for job in sweep.jobs:
+        if job.file is None:
+            continue
+        try:
+            with job.open() as run:
+                t = read_probes(run.file)
+        except (NotFoundError, OSError, KeyError):
+            continue
+        names = names or t.column("at")
+        label = ", ".join(f"{k}={job.overrides.get(k)}" for k in sweep.swept)
+        series[label or str(job.num)] = t.column("test")
+        rows.append({"job": job.num, "label": label, **{f"test@{r['at']}": r["test"] for r in t}})
+    if not rows:
+        return []
+    chart = Lines(x=depth_labels(names), series=series, xlabel="hook point (depth order)", ylabel="test score",
+                  title="linear probes: test score by depth, one line per job")
+    return [section("probe-sweep", f"Linear probes across the sweep ({len(rows)} runs)",
+                    [table_item(list(rows[0]), rows), figure(chart)])]
+
+
+READER = KindReader("probe", present=lambda f: "probe" in f.attrs, lines=lines, columns=columns, sections=sections,
+                    sweep=sweep_sections, figures=figures, methods={"probes": read_probes, "probe_weights": probe_weights})

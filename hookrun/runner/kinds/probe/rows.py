@@ -1,0 +1,119 @@
+"""The probe rows of one hook point: features (float64) held in memory up to a byte budget, beyond it
+kept in a temporary HDF5 file and read back in blocks that fit the budget.
+
+    store = RowStore(features=64, memory=2 * 2**30, spill="outputs/run/.probe_rows.h5", name="layer1")
+    store.add(x, y, key, item)                  # a batch's rows (x: (rows, 64) float64 tensor)
+    for start, x in store.blocks(device):       # every row, in order, a block at a time
+        ...
+    store.close()                               # the spill file's dataset is removed
+
+The row columns (target, identity key, item index) are small and always in memory; only the features
+spill. Each block is at most `memory` bytes, so a full pass over the rows (a solver's function
+evaluation) holds no more than the budget whatever the number of rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+
+BYTES = 8  # float64
+BLOCK = 16 << 20  # in memory, batches are merged into blocks of up to this many bytes before a pass
+
+
+class RowStore:
+    def __init__(self, features: int, memory: int, spill: str | Path | None = None, name: str = "rows") -> None:
+        self.features, self.memory, self.spill_path, self.name = features, int(memory), spill, name
+        self.chunks: list[torch.Tensor] = []
+        self.held = 0  # bytes of features in memory
+        self.rows = 0
+        self.file = None  # the spill file (h5py.File) once the rows exceed the budget
+        self.cols: dict[str, list[np.ndarray]] = {"y": [], "key": [], "item": [], "part": []}
+
+    @property
+    def spilled(self) -> bool:
+        return self.file is not None
+
+    def add(self, x: torch.Tensor, y: np.ndarray, key: np.ndarray, item: np.ndarray, part: int = 0) -> None:
+        """A batch's rows: features, targets, identity keys (token id or item index), dataset item
+        indices; `part` 1 marks rows of test_data."""
+        x = x.detach().to("cpu", torch.float64)
+        for name, v in (("y", y), ("key", key), ("item", item), ("part", np.full(len(x), part, np.int8))):
+            self.cols[name].append(np.asarray(v))
+        self.rows += len(x)
+        if self.file is None and self.held + x.numel() * BYTES > self.memory:
+            self._spill()
+        if self.file is not None:
+            ds = self.file[self.name]
+            ds.resize(self.rows, axis=0)
+            ds[self.rows - len(x):] = x.numpy()
+        else:
+            self.chunks.append(x)
+            self.held += x.numel() * BYTES
+
+    def _spill(self) -> None:
+        import h5py
+
+        if self.spill_path is None:
+            raise RuntimeError("RowStore: the rows exceed the memory budget and no spill file was given")
+        self.file = h5py.File(self.spill_path, "a")
+        if self.name in self.file:
+            del self.file[self.name]
+        held = torch.cat(self.chunks).numpy() if self.chunks else np.zeros((0, self.features))
+        chunk_rows = max(1, min(4096, (1 << 20) // (BYTES * self.features)))
+        ds = self.file.create_dataset(self.name, shape=(len(held), self.features), maxshape=(None, self.features),
+                                      dtype="f8", chunks=(chunk_rows, self.features))
+        ds[:] = held
+        self.chunks, self.held = [], 0
+
+    def column(self, name: str) -> np.ndarray:
+        parts = self.cols[name]
+        if len(parts) > 1:
+            self.cols[name] = parts = [np.concatenate(parts)]
+        return parts[0] if parts else np.zeros(0)
+
+    def blocks(self, device: torch.device | str = "cpu") -> Iterator[tuple[int, torch.Tensor]]:
+        """(first row, features) blocks over every row in order, each within the memory budget."""
+        if self.file is None:
+            self._compact()
+            start = 0
+            for x in self.chunks:
+                yield start, x.to(device)
+                start += len(x)
+            return
+        ds = self.file[self.name]
+        step = max(1, self.memory // (BYTES * self.features))
+        for start in range(0, self.rows, step):
+            yield start, torch.from_numpy(ds[start:start + step]).to(device)
+
+    def _compact(self) -> None:
+        """Merge runs of small held batches into blocks of up to min(BLOCK, memory) bytes (one block
+        of extra memory at a time): a solver's pass then costs a few large products, not one per batch."""
+        limit = max(min(BLOCK, self.memory), 1)
+        merged: list[torch.Tensor] = []
+        group: list[torch.Tensor] = []
+        size = 0
+        for x in self.chunks:
+            if group and size + x.numel() * BYTES > limit:
+                merged.append(torch.cat(group) if len(group) > 1 else group[0])
+                group, size = [], 0
+            group.append(x)
+            size += x.numel() * BYTES
+        if group:
+            merged.append(torch.cat(group) if len(group) > 1 else group[0])
+        self.chunks = merged
+
+    def close(self) -> None:
+        """Drop the rows; the spill file's dataset is deleted (and the file, when it holds nothing else)."""
+        self.chunks = []
+        if self.file is not None:
+            path = Path(self.file.filename)
+            del self.file[self.name]
+            empty = len(self.file) == 0
+            self.file.close()
+            self.file = None
+            if empty:
+                path.unlink(missing_ok=True)

@@ -1,0 +1,70 @@
+"""The probe's results in the file: one group per hook point under /probe, written once, with the
+last batch's record (the store's normal path: a failed batch rolls it back).
+
+    /probe                   attrs: method, metric (accuracy | r2), pool, points (JSON: the hook points in order)
+    /probe/NNN               attrs: module, rows, train_rows, test_rows, features, train_score,
+                             test_score, control_train_score, control_test_score, selectivity,
+                             classes (JSON), objective, iterations, converged, spilled,
+                             fit_seconds (the solver's wall time, control task included)
+    /probe/NNN/weight        (classes or 1, features) float64: scores = x @ weight.T + bias on the
+    /probe/NNN/bias          pooled activations x (standardisation folded in)
+    /probe/NNN/mean, scale   (features,): the training rows' StandardScaler (0 and 1 without standardize)
+
+NNN is the hook point's place in `at`'s order (000, 001, ...), so depth order is the groups' order.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import h5py
+import numpy as np
+
+from hookrun.store.records import KindTable, register_table
+
+GROUP = "probe"
+SCALARS = ("rows", "train_rows", "test_rows", "features", "train_score", "test_score", "control_train_score",
+           "control_test_score", "selectivity", "objective", "iterations", "converged", "spilled", "fit_seconds")
+ARRAYS = ("weight", "bias", "mean", "scale")
+
+
+class ProbeTableWriter:
+    def __init__(self, file: h5py.File) -> None:
+        self.file = file
+
+    def write(self, step: int, rows: dict[str, Any]) -> None:
+        """rows: {"attrs": {...}, "points": [(module, result dict from fit.fit_point), ...]}."""
+        g = self.file.require_group(GROUP)
+        for k, v in rows["attrs"].items():
+            g.attrs[k] = json.dumps(v) if isinstance(v, list | dict) else v
+        g.attrs["points"] = json.dumps([m for m, _ in rows["points"]])
+        for i, (module, r) in enumerate(rows["points"]):
+            pg = g.create_group(f"{i:03d}")
+            pg.attrs["module"] = module
+            for k in SCALARS:
+                if k in r:
+                    pg.attrs[k] = r[k]
+            if "classes" in r:
+                pg.attrs["classes"] = json.dumps(r["classes"])
+            for k in ARRAYS:
+                pg.create_dataset(k, data=np.asarray(r[k], dtype=np.float64))
+
+    def mark(self) -> Any:
+        return GROUP in self.file
+
+    def roll_back(self, mark: Any) -> None:
+        if not mark and GROUP in self.file:
+            del self.file[GROUP]
+
+    def flush(self) -> None:
+        pass
+
+
+def read_rows(f: h5py.File, rows: int | None = None) -> dict[int, Any]:
+    """Resume replays no probe rows: the results are written with the last batch only (a file that
+    holds them is complete)."""
+    return {}
+
+
+TABLE = register_table(KindTable(GROUP, ProbeTableWriter, read_rows))
