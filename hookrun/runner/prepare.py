@@ -41,7 +41,6 @@ from hookrun.output.destination import Destination, open_destination
 from hookrun.runner.action_state import check_items, check_tensors, tensor_checked
 from hookrun.runner.batches import make_loader
 from hookrun.runner.calls import CallSpec
-from hookrun.runner.generation import pad_left
 from hookrun.runner.kinds import KindContext, check_config, kind_for
 from hookrun.runner.loop import LoopSettings, one_sample_forward
 
@@ -94,6 +93,9 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
     if mode is Mode.grad:
         disable_inplace(model)
     if mode is Mode.generate and dataset is None:
+        # (the generate kind's module: not on a record run's route)
+        from hookrun.runner.generation import pad_left
+
         pad_left(cfg)
     try:  # items that cannot be built, or do not fit the forward: the kind may say what it needs
         dataset = build_dataset(cfg.data.dataset) if dataset is None else check_dataset(dataset, "run(dataset=...): got")
