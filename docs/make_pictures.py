@@ -12,9 +12,11 @@ this interpreter), in a fresh work folder, so the pictures are what a user who t
   its title bar and its Grad-CAM section;
 - docs/images/attribution_shapes.png and attribution_shapes_curves.png: docs/attribution.md's first
   bash block and its "## Pictures" block, run as written (`python -m hookrun.plot`'s attribution maps
-  and curves).
+  and curves);
 - docs/images/probe_shapes.png and probe_tokens.png: docs/probe.md's first bash block and its
-  "## The token experiment" block, run as written (`python -m hookrun.plot`'s probe_depth figures).
+  "## The token experiment" block, run as written (`python -m hookrun.plot`'s probe_depth figures);
+- docs/images/cka_resnet.png: docs/similarity.md's first bash block, run as written (`python -m
+  hookrun.plot`'s similarity heatmap).
 
 Every picture in README.md and docs/*.md is one of these (tests/test_pictures.py checks both).
 """
@@ -35,7 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PICTURES = ("shapes_gradcam.png", "report.png", "attribution_shapes.png", "attribution_shapes_curves.png",
-            "probe_shapes.png", "probe_tokens.png")  # every picture the README and docs show
+            "probe_shapes.png", "probe_tokens.png", "cka_resnet.png")  # every picture the README and docs show
 
 
 def see_it_commands(readme: Path = ROOT / "README.md") -> list[str]:
@@ -46,6 +48,11 @@ def see_it_commands(readme: Path = ROOT / "README.md") -> list[str]:
 def attribution_commands(page: Path = ROOT / "docs" / "attribution.md") -> list[str]:
     """docs/attribution.md's first bash block (the run) and its "## Pictures" block (the plot)."""
     return [*_bash_block(page, "# Attribution"), *_bash_block(page, "## Pictures")]
+
+
+def similarity_commands(page: Path = ROOT / "docs" / "similarity.md") -> list[str]:
+    """docs/similarity.md's first bash block (the run and its plot)."""
+    return _bash_block(page, "# Representational similarity")
 
 
 def _bash_block(page: Path, heading: str) -> list[str]:
@@ -115,6 +122,8 @@ def make(images: Path, work: Path) -> list[Path]:
     run_commands([*_bash_block(probe, "# Probes"), *_bash_block(probe, "## The token experiment")], work)
     for name in ("shapes", "tokens"):
         copy_png(work / "outputs" / f"probe_{name}" / "figures" / "probe_depth.png", images / f"probe_{name}.png", work)
+    run_commands(similarity_commands(), work)
+    copy_png(work / "outputs" / "cka_resnet" / "figures" / "similarity.png", images / "cka_resnet.png", work)
     return [images / name for name in PICTURES]
 
 

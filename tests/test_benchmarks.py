@@ -79,6 +79,11 @@ QUICK = {
         ["integrated_gradients: hookrun run / captum hand loop (wall)", "integrated_gradients: max abs difference",
          "occlusion: hookrun run / captum hand loop (wall)", "occlusion: max abs difference", "occlusion: peak memory"],
         ["captum ", "load average"], needs=("captum",)),
+    "similarity.py": Expect(  # issue 48 item 3: a linear-CKA matrix of 4 layers, the bare forward, a hand script
+        ["hookrun / bare forward (wall)", "script / bare forward (wall)", "hookrun / script (wall)",
+         "max abs difference of the matrices", "peak RSS above the bare forward: hookrun (MB)",
+         "peak RSS above the bare forward: script (MB)"],
+        ["torch ", "load average"]),
     "early_stop.py": Expect(
         ["early_stop / bare_body (wall)", "full_probe / bare_body (wall)", "bare_cut / bare_body (wall)",
          "early_stop / bare_cut (wall)", "full_forward / bare_full (wall)"],

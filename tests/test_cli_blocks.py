@@ -6,9 +6,6 @@ References: saliency by torch.autograd.grad on the same model and images; OmegaC
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
-
 import numpy as np
 import pytest
 import torch
@@ -84,10 +81,12 @@ def test_a_wrong_key_inside_an_added_block_is_one_line(tmp_path):
 def test_a_plugins_null_slot_behaves_as_the_shipped_blocks():
     """A kind plugin's block is an untyped null slot beside hookrun's fields (not a key of
     conf/config.yaml): it is a block, and a key of it set without + is refused the same way."""
-    plugin_schema = dataclasses.make_dataclass("HookrunConfig", [("probe", Any, dataclasses.field(default=None))],
-                                               bases=(HookrunConfig,))
-    schema = hydra_slots(plugin_schema)
-    assert block_names(schema, HookrunConfig) == ["evaluate", "patching", "attribution", "probe"]
+    from hookrun.config.plugins import plugin_names
+    from hookrun.config.schema import hydra_schema
+
+    schema = hydra_slots(hydra_schema())  # the schema the CLI composes onto: a null slot per kind plugin
+    assert block_names(schema, HookrunConfig) == ["evaluate", "patching", *plugin_names()]
+    assert {"attribution", "probe", "similarity"} <= set(plugin_names())
     raw = OmegaConf.structured(HookrunConfig)
     with pytest.raises(AssertionError):  # what OmegaConf does with the dataclass-typed null: the old error
         OmegaConf.update(raw, "patching.method", "eap", merge=True)
@@ -97,7 +96,7 @@ def test_a_plugins_null_slot_behaves_as_the_shipped_blocks():
     assert cfg.patching == {"method": "x"} and cfg.probe == {"layer": "x"}
     composed = OmegaConf.structured(schema)
     line = missing_block(["probe.layer=3"], block_names(schema, HookrunConfig), lambda: composed, conf_dir())
-    assert line == "probe.layer=3: this config has no probe block; add one with '+probe={layer: 3}'"
+    assert line.startswith("probe.layer=3: this config has no probe block; add one with '+probe={layer: 3}'")
     assert missing_block(["+probe={layer: 3}", "probe.layer=4"], ["probe"], lambda: composed, ".") is None
     assert missing_block(["seed=1"], ["probe"], lambda: 1 / 0, ".") is None  # nothing composed where no block is set
     swept = ["experiment=attribution_shapes,resnet_layer1"]  # Hydra composes a sweep's config first without them

@@ -159,7 +159,7 @@ def test_a_kind_from_a_users_package_runs_reads_plots_and_reports(tmp_path):
     bad = cli(*base, "+scaled={factor: -1}", "hydra.run.dir=bad", cwd=tmp_path, pythonpath=pkg_root)
     assert bad.returncode == 2 and bad.stderr.strip() == "hookrun: error: scaled.factor=-1.0: must be above 0 (e.g. 2.0)"
     typo = cli(*base, "+scaled={factr: 2}", "hydra.run.dir=typo", cwd=tmp_path, pythonpath=pkg_root)
-    assert typo.returncode == 2 and "scaled.factr: not a key of the scaled block; did you mean factor?" in typo.stderr
+    assert typo.returncode == 2 and "scaled.factr: not a key of the scaled block; did you mean scaled.factor?" in typo.stderr
 
 
 def test_a_kind_registered_by_imports_runs_in_python_and_its_block_is_checked_once(tmp_path, monkeypatch):

@@ -218,8 +218,11 @@ def heatmap(spec: Heatmap) -> Any:
     plt = pyplot()
     z = np.asarray(spec.z, dtype=np.float64)
     rows, cols = z.shape
-    fig, ax = plt.subplots(figsize=(min(16, 2.5 + 0.28 * cols), min(12, 1.8 + 0.3 * rows)), layout="constrained")
+    size = (min(16, max(6.4, 2.5 + 0.28 * cols)), min(12, max(4.0, 1.8 + 0.3 * rows)))  # a small grid stays readable
+    fig, ax = plt.subplots(figsize=size, layout="constrained")
     kw: dict[str, Any] = {"cmap": SEQUENTIAL}
+    if spec.range is not None:  # one scale for every such figure (CKA: 0 to 1)
+        kw.update(vmin=spec.range[0], vmax=spec.range[1])
     if spec.centre is not None:
         lo, hi = diverging_range(z, spec.centre)
         kw = {"cmap": diverging_cmap(), "vmin": lo, "vmax": hi}
@@ -230,12 +233,13 @@ def heatmap(spec: Heatmap) -> Any:
             for c in range(cols):
                 shade = norm(z[r, c]) if np.isfinite(z[r, c]) else 0.5
                 dark = shade < 0.6 if spec.centre is None else abs(shade - 0.5) > 0.3
-                ax.text(c, r, spec.cells[r][c], ha="center", va="center", fontsize=6, color="white" if dark else "black")
+                ax.text(c, r, spec.cells[r][c], ha="center", va="center", fontsize=10 if rows * cols <= 64 else 6,
+                        color="white" if dark else "black")
     for axis, labels, n in ((ax.xaxis, spec.x, cols), (ax.yaxis, spec.y, rows)):
         step = max(1, -(-n // 40))
         where = list(range(0, n, step))
-        axis.set_ticks(where, [labels[i] for i in where] if labels is not None else [str(i) for i in where], fontsize=7)
-    ax.tick_params(axis="x", rotation=90)
+        axis.set_ticks(where, [labels[i] for i in where] if labels is not None else [str(i) for i in where], fontsize=9 if n <= 16 else 7)
+    ax.tick_params(axis="x", rotation=90 if cols > 8 else 0)
     ax.set_xlabel(spec.xlabel)
     ax.set_ylabel(spec.ylabel)
     ax.set_title(spec.title)

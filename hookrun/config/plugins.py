@@ -148,7 +148,7 @@ def typed_block(name: str, node: Any) -> tuple[dict[str, Any], Any]:
         if field_name not in fields:
             hint = close_matches(str(key), [_key(f) for f in fields], n=1)
             raise ConfigError(f"{name}.{key}: not a key of the {name} block"
-                              f"{f'; did you mean {hint[0]}?' if hint else ''} (it has: {_keys(cls)})")
+                              f"{f'; did you mean {name}.{hint[0]}?' if hint else ''} (it has: {_keys(cls)})")
         mapped[field_name] = value
     try:
         merged = OmegaConf.merge(OmegaConf.structured(cls), mapped)

@@ -35,6 +35,7 @@ class Heatmap:
     label: str = "value"  # the colour bar
     centre: float | None = None  # a diverging scale, symmetric about this value (a kind's grids)
     cells: Sequence[Sequence[str]] | None = None  # a text written in each cell (rows x cols)
+    range: tuple[float, float] | None = None  # a fixed colour range (a measure bounded by 0 and 1), sequential
 
 
 # ColorBrewer's RdBu, from the most negative (blue) to the most positive (red): both renderers
@@ -66,6 +67,8 @@ def skip_reason(info: Any, ds: Any = None) -> str | None:
     role = str(getattr(info, "role", ""))
     if role.startswith(("lens.", "top.")):
         return "drawn as lens or latent pictures"
+    if str(getattr(info, "hook", "")) == "similarity":  # a similarity run's matrix
+        return "drawn as the similarity heatmap"
     try:
         kind = np.dtype(str(getattr(info, "dtype", "O"))).kind
     except TypeError:

@@ -80,6 +80,8 @@ def heatmap(spec: Heatmap) -> dict:
     if spec.centre is not None:
         lo, hi = diverging_range(z, spec.centre)
         trace.update(zmid=spec.centre, zmin=lo, zmax=hi)
+    elif spec.range is not None:
+        trace.update(zmin=spec.range[0], zmax=spec.range[1])
     if spec.cells is not None and rows * cols <= 4000:
         trace.update(text=[[escape(t) for t in row] for row in spec.cells], texttemplate="%{text}", textfont={"size": 8})
     layout = _layout(spec.title, spec.xlabel, spec.ylabel)

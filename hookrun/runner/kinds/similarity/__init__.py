@@ -1,0 +1,24 @@
+"""The similarity kind: representational similarity (linear / rbf CKA, RSA) between every pair of hook
+points of one model, or between two models on the same batches, in one pass (docs/similarity.md).
+
+    python -m hookrun experiment=cka_resnet        # the `similarity:` block turns this kind on
+    hookrun.open_run("outputs/...").similarity()   # xarray (at, with_at)
+
+| module        | what                                                                             |
+|---------------|----------------------------------------------------------------------------------|
+| block.py      | the block's keys and defaults, checked before the model is built                 |
+| kind.py       | the run: the second model, the route by size, a step per batch, the matrix at the end |
+| features.py   | forward hooks at the `at` modules, each output pooled to (rows, features)        |
+| accumulate.py | the accumulators: feature-space cross-covariances, Gram matrices, minibatch HSIC |
+| measures.py   | the definitions: linear CKA, rbf CKA, RSA, unbiased HSIC, from Gram matrices     |
+| reader.py     | open_run(p).similarity(), inspect's lines, plot's heatmap, the report's section  |
+"""
+
+from hookrun.config.plugins import KindPlugin
+
+KIND = KindPlugin(
+    name="similarity",
+    block="hookrun.runner.kinds.similarity.block:SimilarityBlock",
+    run="hookrun.runner.kinds.similarity.kind:SimilarityKind",
+    reader="hookrun.runner.kinds.similarity.reader:READER",
+)

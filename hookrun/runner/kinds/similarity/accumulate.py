@@ -1,0 +1,202 @@
+"""The three accumulators of a similarity run, fed batch by batch, and the choice among them by size.
+
+    acc = accumulator(route, measure="linear_cka", series=4, pairs=pairs_of(4, None))
+    for batch in data: acc.add([pooled features of each series: (rows, features) tensors])
+    acc.matrix()        # (rows, cols) float64, the measure for every pair
+
+| route      | holds                                    | exact for                 | bytes             |
+|------------|------------------------------------------|---------------------------|-------------------|
+| feature    | sums of Z and Z^T Z, Z = every series'   | linear CKA, any rows      | 8 D^2 (D features)|
+|            | features side by side (float64)          |                           |                   |
+| gram       | each series' rows spooled to a temporary | linear CKA, rbf CKA, RSA  | 8 S n^2 (n rows)  |
+|            | file; at the end its n x n Gram matrix   |                           |                   |
+| minibatch  | unbiased HSIC of every pair, summed over | Nguyen et al. 2021        | 8 S b^2 (b batch) |
+|            | the full batches                         |                           |                   |
+
+A series is one hook point's pooled features (a model's `at`, then the second model's `with.at`).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+import numpy as np
+import torch
+
+from hookrun.errors import ConfigError
+from hookrun.runner.kinds.similarity import measures as m
+
+SLAB = 16 << 20  # bytes of rows read at once when the spooled features become Gram matrices
+ROUTES = ("feature", "gram", "minibatch")
+
+
+def pairs_of(rows: int, cols: int | None) -> list[tuple[int, int]]:
+    """The (row series, column series) of every cell: [at, with.at], or [at, at] where cols is None."""
+    if cols is None:
+        return [(i, j) for i in range(rows) for j in range(rows)]
+    return [(i, rows + j) for i in range(rows) for j in range(cols)]
+
+
+def route_bytes(route: str, dims: list[int], rows: int | None, batch: int) -> int:
+    """The bytes a route holds: `dims` the series' feature counts, `rows` the data set's items."""
+    if route == "feature":
+        return 8 * sum(dims) ** 2 + 8 * batch * sum(dims)
+    if route == "gram":
+        return 8 * len(dims) * (rows or 0) ** 2 + SLAB
+    return 8 * len(dims) * batch**2 + 8 * batch * sum(dims)
+
+
+def choose_route(measure: str, estimator: str, dims: list[int], rows: int | None, batch: int,
+                 memory: int) -> str:
+    """The accumulator: minibatch where asked; else the cheaper exact route that fits `memory`
+    (feature space where the features are fewer than the rows), or one ConfigError line."""
+    if estimator == "minibatch":
+        need = route_bytes("minibatch", dims, rows, batch)
+        if need > memory:
+            raise ConfigError(f"similarity.memory={_mb(memory)}: the minibatch estimator holds {_mb(need)} for "
+                              f"batches of {batch}; raise memory or lower data.batch_size")
+        return "minibatch"
+    exact = ["gram"] if measure != "linear_cka" else ["feature", "gram"] if rows is None or sum(dims) <= rows \
+        else ["gram", "feature"]
+    if rows is None:
+        exact = [r for r in exact if r == "feature"]
+    for route in exact:
+        if route_bytes(route, dims, rows, batch) <= memory:
+            return route
+    need = min((route_bytes(r, dims, rows, batch) for r in exact), default=0)
+    hint = ("estimator: minibatch (unbiased HSIC over the batches)" if measure == "linear_cka"
+            else "fewer items, or linear_cka with estimator: minibatch")
+    raise ConfigError(f"similarity.memory={_mb(memory)}: exact {measure} over {rows or 'an unsized set of'} items "
+                      f"and {sum(dims)} features needs {_mb(need)}; raise memory or use {hint}")
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f}MB"
+
+
+class FeatureRoute:
+    """Exact linear CKA from the centred cross-covariances of every series, accumulated in float64."""
+
+    def __init__(self, pairs: list[tuple[int, int]]) -> None:
+        self.pairs = pairs
+        self.n, self.shift, self.sums, self.zz, self.offsets = 0, None, None, None, None
+
+    def add(self, series: list[torch.Tensor]) -> None:
+        z = torch.cat([s.reshape(len(s), -1).to(torch.float64) for s in series], dim=1)
+        if self.shift is None:  # a shift by the first batch's mean keeps the centring exact in float64
+            self.shift = z.mean(dim=0)
+            self.sums = torch.zeros_like(self.shift)
+            self.zz = torch.zeros(z.shape[1], z.shape[1], dtype=torch.float64, device=z.device)
+            self.offsets = np.cumsum([0] + [s[0].numel() for s in series])
+        z = z - self.shift
+        self.sums += z.sum(dim=0)
+        self.zz.addmm_(z.T, z)
+        self.n += len(z)
+
+    def matrix(self, shape: tuple[int, int]) -> np.ndarray:
+        c = (self.zz - torch.outer(self.sums, self.sums) / self.n).cpu().numpy()
+        o = self.offsets
+        block = [slice(o[i], o[i + 1]) for i in range(len(o) - 1)]
+        out = np.empty(len(self.pairs))
+        for k, (i, j) in enumerate(self.pairs):
+            out[k] = m.cka_from_covariances(c[block[i], block[j]], c[block[i], block[i]], c[block[j], block[j]])
+        return out.reshape(shape)
+
+
+class GramRoute:
+    """Every series' rows spooled to a temporary file; at the end its Gram matrix, then the measure."""
+
+    def __init__(self, pairs: list[tuple[int, int]], measure: str, sigma: float, dissimilarity: str,
+                 folder: str | None = None) -> None:
+        self.pairs, self.measure, self.sigma, self.dissimilarity = pairs, measure, sigma, dissimilarity
+        self.dir = tempfile.TemporaryDirectory(prefix="hookrun-similarity-", dir=folder)
+        self.files: list[Any] = []
+        self.dims: list[int] = []
+        self.dtypes: list[type] = []
+        self.n = 0
+
+    def add(self, series: list[torch.Tensor]) -> None:
+        if not self.files:  # float32 rows stay float32 on disk (exact); float64 (pooled) rows stay float64
+            self.dims = [s[0].numel() for s in series]
+            self.dtypes = [np.float64 if s.dtype == torch.float64 else np.float32 for s in series]
+            self.files = [open(os.path.join(self.dir.name, f"{k}.rows"), "wb") for k in range(len(series))]
+        for f, s, dtype in zip(self.files, series, self.dtypes, strict=True):
+            f.write(np.ascontiguousarray(s.reshape(len(s), -1).cpu().numpy(), dtype=dtype).data)
+        self.n += len(series[0])
+
+    def gram(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Series k's Gram matrix and row sums, its rows read back in slabs of columns."""
+        self.files[k].flush()
+        d = self.dims[k]
+        x = np.memmap(self.files[k].name, dtype=self.dtypes[k], mode="r", shape=(self.n, d))
+        g, sums = np.zeros((self.n, self.n)), np.zeros(self.n)
+        step = max(1, SLAB // (8 * self.n))
+        for c in range(0, d, step):
+            part = np.asarray(x[:, c:c + step], dtype=np.float64)
+            g += part @ part.T
+            sums += part.sum(axis=1)
+        del x
+        return g, sums
+
+    def matrix(self, shape: tuple[int, int]) -> np.ndarray:
+        """Each series' Gram matrix once (centred for CKA, as dissimilarities for RSA), then every pair."""
+        prepared = []
+        for k in range(len(self.files)):
+            g, sums = self.gram(k)
+            if self.measure == "rsa":
+                prepared.append(m.dissimilarity(g, sums, self.dims[k], self.dissimilarity))
+            else:
+                prepared.append(m.center(m.rbf_gram(g, self.sigma) if self.measure == "rbf_cka" else g))
+        if self.measure == "rsa":
+            out = np.array([m.rsa(prepared[i], prepared[j]) for i, j in self.pairs])
+        else:  # <HKH, HLH> / (|HKH| |HLH|): m.linear_cka with the centring done once per series
+            norms = [np.linalg.norm(g) for g in prepared]
+            out = np.array([np.vdot(prepared[i], prepared[j]) / (norms[i] * norms[j]) for i, j in self.pairs])
+        return out.reshape(shape)
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
+        self.dir.cleanup()
+
+
+class MinibatchRoute:
+    """Nguyen et al. 2021: unbiased HSIC of every pair summed over the full batches (a smaller last
+    batch left out); CKA = mean HSIC(K, L) / sqrt(mean HSIC(K, K) mean HSIC(L, L))."""
+
+    def __init__(self, pairs: list[tuple[int, int]], batch: int) -> None:
+        self.pairs, self.batch = pairs, batch
+        self.hsic: torch.Tensor | None = None
+        self.batches = 0
+
+    def add(self, series: list[torch.Tensor]) -> None:
+        n = len(series[0])
+        if n != self.batch:
+            return
+        x = [s.reshape(n, -1).to(torch.float64) for s in series]
+        grams = torch.stack([a @ a.T for a in x])
+        grams.diagonal(dim1=1, dim2=2).zero_()
+        flat, rows = grams.reshape(len(x), -1), grams.sum(dim=2)
+        tot = rows.sum(dim=1)
+        h = (flat @ flat.T + torch.outer(tot, tot) / ((n - 1) * (n - 2)) - 2.0 / (n - 2) * (rows @ rows.T)) \
+            / (n * (n - 3))
+        self.hsic = h if self.hsic is None else self.hsic + h
+        self.batches += 1
+
+    def matrix(self, shape: tuple[int, int]) -> np.ndarray:
+        h = self.hsic.cpu().numpy() / self.batches
+        out = np.array([h[i, j] / np.sqrt(h[i, i] * h[j, j]) for i, j in self.pairs])
+        return out.reshape(shape)
+
+
+def accumulator(route: str, pairs: list[tuple[int, int]], measure: str = "linear_cka", sigma: float = 0.8,
+                dissimilarity: str = "correlation", batch: int = 0,
+                folder: str | None = None) -> FeatureRoute | GramRoute | MinibatchRoute:
+    """The route's accumulator for these pairs (see the table above)."""
+    if route == "feature":
+        return FeatureRoute(pairs)
+    if route == "gram":
+        return GramRoute(pairs, measure, sigma, dissimilarity, folder)
+    return MinibatchRoute(pairs, batch)

@@ -1,0 +1,102 @@
+"""The `similarity:` block: its keys, types and defaults, and the checks that need no model.
+
+    similarity: {at: [layer1, layer2], measure: linear_cka, pool: mean}
+    similarity: {at: [layer1], with: {model: {_target_: torchvision.models.resnet34}, at: [layer1]}}
+
+Parsed once (hookrun.config.plugins.parse_block, from hookrun.config.schema.load) before the model is
+built: an unknown key, a wrong type, an unknown measure and the pairs that do not go together are one
+ConfigError line each.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hookrun.errors import ConfigError, close_matches, one_of
+
+MEASURES = ("linear_cka", "rbf_cka", "rsa")
+ESTIMATORS = ("exact", "minibatch")
+POOLS = ("flatten", "mean")
+DISSIMILARITIES = ("correlation", "euclidean")
+WITH_KEYS = ("model", "at")
+UNITS = {"": 1, "b": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "kb": 1e3, "kib": 1 << 10, "mb": 1e6, "mib": 1 << 20, "gb": 1e9, "gib": 1 << 30,
+         "tb": 1e12, "tib": 1 << 40}
+
+
+@dataclass
+class SimilarityBlock:
+    """What a similarity run was asked for; `check()` normalises `at`, `with` and `memory` (bytes)."""
+
+    at: Any = field(default_factory=list)  # module paths or globs of the run's model (a string: one)
+    with_: Any = None  # {model: {_target_: ...}, at: [...]}: a second model on the same batches
+    measure: str = "linear_cka"
+    sigma: float = 0.8  # rbf_cka: the width, a fraction of the median distance between rows
+    dissimilarity: str = "correlation"  # rsa: 1 - Pearson correlation, or euclidean
+    estimator: str = "exact"
+    pool: str = "flatten"  # flatten | mean over space / tokens (padding never enters)
+    memory: Any = "2GB"  # bytes the accumulators may hold
+
+    def check(self) -> None:
+        self.measure = _choice(self.measure, MEASURES, "measure")
+        self.estimator = _choice(self.estimator, ESTIMATORS, "estimator")
+        self.pool = _choice(self.pool, POOLS, "pool")
+        self.dissimilarity = _choice(self.dissimilarity, DISSIMILARITIES, "dissimilarity")
+        self.at = _names(self.at, "similarity.at")
+        if self.estimator == "minibatch" and self.measure != "linear_cka":
+            why = ("the rbf kernel's width is the median distance over all rows, which a batch does not have"
+                   if self.measure == "rbf_cka" else "RSA ranks the dissimilarities of all rows at once")
+            raise ConfigError(f"similarity.estimator=minibatch with measure={self.measure}: undefined ({why}); "
+                              f"use estimator: exact, or measure: linear_cka")
+        if not self.sigma > 0:
+            raise ConfigError(f"similarity.sigma={self.sigma}: the rbf width is a positive fraction of the median "
+                              f"distance (Kornblith et al. use 0.2 to 0.8)")
+        self.memory = parse_memory(self.memory)
+        if self.with_ is not None:
+            self.with_ = _with(self.with_)
+
+    @property
+    def columns(self) -> list[str]:
+        """The matrix's columns: the second model's `with.at`, or `at` itself."""
+        return self.with_["at"] if self.with_ else self.at
+
+
+def _choice(value: Any, choices: tuple[str, ...], key: str) -> str:
+    if value in choices:
+        return str(value)
+    hint = close_matches(str(value), choices, n=1)
+    raise ConfigError(f"similarity.{key}={value!r}: not a {key}{f'; did you mean {hint[0]}?' if hint else ''} "
+                      f"(choose one of: {one_of(choices)})")
+
+
+def _names(value: Any, where: str) -> list[str]:
+    names = [value] if isinstance(value, str) else list(value) if isinstance(value, list | tuple) else None
+    if not names or not all(isinstance(n, str) and n for n in names):
+        raise ConfigError(f"{where}={value!r}: give one or more module paths or globs, e.g. [layer1, layer2]")
+    return names
+
+
+def _with(node: Any) -> dict[str, Any]:
+    if not isinstance(node, Mapping):
+        raise ConfigError(f"similarity.with={node!r}: give {{model: {{_target_: ...}}, at: [...]}}")
+    unknown = [k for k in node if k not in WITH_KEYS]
+    if unknown:
+        why = " (the second model runs on the run's own batches)" if unknown[0] in ("data", "batch_size") else ""
+        raise ConfigError(f"similarity.with.{unknown[0]}: not a key of with{why}; it has: model, at")
+    model = node.get("model")
+    if not isinstance(model, Mapping) or not model.get("_target_"):
+        raise ConfigError(f"similarity.with.model={model!r}: give the second model as a node with "
+                          f"`_target_: package.module.Name`, e.g. {{_target_: torchvision.models.resnet34}}")
+    return {"model": dict(model), "at": _names(node.get("at"), "similarity.with.at")}
+
+
+def parse_memory(value: Any) -> int:
+    """1000000, '512MB', '2GiB' -> bytes (runner/memory.parse_bytes's units)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
+    if m is None or m.group(2).lower() not in UNITS or float(m.group(1)) <= 0:
+        raise ConfigError(f"similarity.memory={value!r}; give bytes as a number or with a unit (512MB, 2GiB)")
+    return max(1, int(float(m.group(1)) * UNITS[m.group(2).lower()]))

@@ -1,0 +1,159 @@
+"""The similarity run kind: one pass over the data with forward hooks at every `at` (and the second
+model's `with.at`), the accumulator fed per batch, the matrix written at the end of a complete run.
+
+    python -m hookrun experiment=cka_resnet hydra.run.dir=outputs/cka
+    hookrun.open_run("outputs/cka").similarity()     # xarray (at, with_at), the measure per pair
+
+| in the file                          | what                                                        |
+|--------------------------------------|-------------------------------------------------------------|
+| captures/similarity/__model__/MEASURE | the matrix (at, with_at): rows `at`, columns `with.at` (or `at`) |
+| root attribute `similarity` (JSON)   | the block as run, the labels, the route (feature, gram, minibatch), rows |
+
+User hooks (`hooks:`) record in the same forward. The route is chosen before any batch
+(accumulate.choose_route); a run stopped early writes no matrix and does not resume (the pass starts again).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from hookrun.config.build import build_model
+from hookrun.config.schema import HookrunConfig, Mode
+from hookrun.errors import ConfigError, RunError
+from hookrun.runner.batches import first_batch
+from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds
+from hookrun.runner.kinds.similarity.accumulate import accumulator, choose_route, pairs_of
+from hookrun.runner.kinds.similarity.features import Taps
+from hookrun.store.records import Capture, CaptureKey
+
+HOOK = "similarity"
+
+
+class SimilarityKind(RunKind):
+    adds = ("captures/similarity",)
+
+    @classmethod
+    def check_mode(cls, cfg: HookrunConfig) -> None:
+        if cfg.mode is not Mode.eval:
+            raise ConfigError(f"similarity with mode={cfg.mode.value}: a similarity run makes plain forwards; "
+                              f"drop mode or set mode=eval")
+
+    @classmethod
+    def check(cls, cfg: HookrunConfig) -> None:
+        cls.check_mode(cfg)
+        if cfg.similarity.estimator == "minibatch" and cfg.data.batch_size < 4:
+            raise ConfigError(f"data.batch_size={cfg.data.batch_size} with similarity.estimator=minibatch: the "
+                              f"unbiased HSIC needs batches of at least 4 rows; raise data.batch_size")
+
+    def __init__(self, ctx: KindContext) -> None:
+        super().__init__(ctx)
+        self.block = b = ctx.cfg.similarity
+        ctx.model.eval()
+        self.taps = [Taps(ctx.model, b.at, "similarity.at", b.pool)]
+        self.other: nn.Module | None = None
+        if b.with_:
+            self.other = build_model(b.with_["model"], ctx.device, progress=False)
+            self.taps.append(Taps(self.other, b.with_["at"], "similarity.with.at", b.pool))
+        self.rows = self.taps[0].names
+        self.cols = self.taps[1].names if self.other is not None else self.rows
+        batch = ctx.cfg.data.batch_size
+        _, call = first_batch(ctx.loader, ctx.spec, size=min(batch, 2))  # two items: features per row, rows
+        series = self.features(ctx.model, call.to(ctx.device))  # every check that needs the model
+        self.dims = [s[0].numel() for s in series]
+        self.items = len(ctx.loader.dataset) if hasattr(ctx.loader.dataset, "__len__") else None
+        if b.estimator == "minibatch" and self.items is not None and self.items < batch:
+            raise ConfigError(f"similarity.estimator=minibatch: the data has {self.items} items, fewer than one "
+                              f"batch of data.batch_size={batch}; lower data.batch_size (at least 4) or use exact")
+        self.route = choose_route(b.measure, b.estimator, self.dims, self.items, batch, b.memory)
+        self.shape = (len(self.rows), len(self.cols))
+        pairs = pairs_of(len(self.rows), len(self.cols) if self.other is not None else None)
+        self.acc = accumulator(self.route, pairs, b.measure, b.sigma, b.dissimilarity, batch)
+
+    def features(self, model: nn.Module, call: Any) -> list[torch.Tensor]:
+        """One batch through the model (its hooks, and the user's, fire) and the second model: the
+        pooled features of every series, each with the batch's rows."""
+        out = []
+        for taps, m in zip(self.taps, [model, self.other], strict=False):
+            with taps.attached(call.attention_mask), torch.no_grad():
+                call.run(m)
+            out += taps.take()
+        rows = {len(s) for s in out}
+        if len(rows) > 1:
+            names = [*self.taps[0].names, *(self.taps[1].names if len(self.taps) > 1 else [])]
+            got = ", ".join(f"{n}: {len(s)}" for n, s in zip(names, out, strict=True))
+            raise ConfigError(f"similarity: the hook points' batches differ in rows ({got}); every `at` and "
+                              f"`with.at` must give one row per item of the same batch")
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        b = self.block
+        return {"measure": b.measure, "estimator": b.estimator, "route": self.route, "pool": b.pool,
+                "sigma": b.sigma, "dissimilarity": b.dissimilarity, "memory": b.memory, "rows": self.rows,
+                "cols": self.cols, "features": self.dims,
+                "with": b.with_["model"]["_target_"] if b.with_ else None,
+                "model": model_name(self.ctx.cfg.model, self.ctx.model)}
+
+    def prepare_run(self, p: Any) -> None:
+        p.attrs["similarity"] = json.dumps(self.describe())
+
+    def share(self, rank: int, world: int) -> str | None:
+        if world > 1:
+            raise ConfigError(f"similarity over {world} ranks: the accumulators are one process's; run it on one rank")
+        return None
+
+    def step(self, model: nn.Module, call: Any, session: Any) -> StepAdds:
+        series = self.features(model, call)
+        dims = [s[0].numel() for s in series]
+        if dims != self.dims:  # token rows flattened: the batch's length decides the features
+            k = next(i for i, (d, e) in enumerate(zip(dims, self.dims, strict=True)) if d != e)
+            raise RunError(f"similarity.pool={self.block.pool}: {self.label(k)} "
+                           f"gives {dims[k]} features per item in this batch and {self.dims[k]} in the first; "
+                           f"use similarity.pool=mean (rows of varying length)")
+        self.acc.add(series)
+        return NOTHING
+
+    def label(self, k: int) -> str:
+        names = [*self.taps[0].names, *(self.taps[1].names if len(self.taps) > 1 else [])]
+        return names[k]
+
+    def sample_step(self, model: nn.Module, call: Any, session: Any) -> StepAdds:
+        self.features(model, call)  # the estimate's forward, nothing accumulated
+        return NOTHING
+
+    def run_steps(self, data_loop: Any, writer: Any, first_row: int, should_stop: Any) -> int:
+        """The data loop, then (a complete pass) the matrix, written once after the last batch."""
+        steps = data_loop()
+        if should_stop():
+            return steps
+        writer.drain()  # the writer thread has ended: this thread writes the end of the file
+        write = getattr(writer.store, "write_features", None)
+        if write is None:
+            raise RunError("similarity: this store cannot hold end-of-run arrays; write to a local folder")
+        matrix = torch.from_numpy(self.acc.matrix(self.shape))
+        key = CaptureKey(HOOK, "", HOOK, self.block.measure)
+        write([Capture(key, matrix, False, features=True, dims=("at", "with_at"))])  # labels: root attribute
+        return steps
+
+    def restore(self, resume: Any, kept: int) -> None:
+        if kept:
+            raise ConfigError("resume: a similarity run keeps its accumulators in memory only; start the pass "
+                              "again (output.overwrite=true)")
+
+    def close(self) -> None:
+        close = getattr(getattr(self, "acc", None), "close", None)
+        if close is not None:
+            close()
+
+    def file_bytes(self, n_samples: int) -> int:
+        return 8 * len(self.rows) * len(self.cols)
+
+
+def model_name(node: Any, model: nn.Module) -> str:
+    """The model's `_target_` (torchvision.models.resnet18), or its class where it was given live."""
+    target = node.get("_target_") if isinstance(node, Mapping) else getattr(node, "_target_", None)
+    return str(target or type(model).__name__)

@@ -1,0 +1,109 @@
+"""What readers show of a similarity run, from its file alone (the kind's reader, found through its
+plugin by the file's `kind` attribute):
+
+    run = open_run("outputs/cka")
+    run.similarity()             # xarray.DataArray (at, with_at): the measure of every pair
+    python -m hookrun.inspect outputs/cka        # the matrix's lines; plot / report: its heatmap
+
+The matrix is the features capture captures/similarity/__model__/MEASURE (written once, at the end of
+a complete pass); the root attribute `similarity` (JSON) holds its labels, the block as run and the route.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import h5py
+import numpy as np
+
+from hookrun.analysis.kind_readers import KindReader
+from hookrun.analysis.report.figure_specs import Heatmap
+from hookrun.errors import HookrunError, NotFoundError
+
+NAMES = {"linear_cka": "linear CKA", "rbf_cka": "RBF CKA", "rsa": "RSA (Spearman)"}
+
+
+def meta(attrs: Any) -> dict | None:
+    text = attrs.get("similarity")
+    return json.loads(text) if text is not None else None
+
+
+def matrix(f: h5py.File) -> tuple[np.ndarray, dict]:
+    """The matrix (rows x cols, float64) and the run's `similarity` attribute."""
+    m = meta(f.attrs)
+    if m is None:
+        raise NotFoundError(f"{f.filename} is no similarity run (no `similarity` root attribute)")
+    path = f"captures/similarity/__model__/{m['measure']}"
+    if path not in f:
+        raise NotFoundError(f"{f.filename}: the similarity matrix is written at the end of a complete pass; this "
+                            f"run's status is {f.attrs.get('status')!r} (run it again to the end)")
+    return np.asarray(f[path][()], dtype=np.float64), m
+
+
+def read_similarity(f: h5py.File) -> Any:
+    """The matrix as an xarray.DataArray: dims (at, with_at), the module names as coordinates."""
+    try:
+        import xarray as xr
+    except ModuleNotFoundError:
+        raise HookrunError("run.similarity() is a labelled array and needs xarray: pip install 'hookrun[xarray]'") from None
+    z, m = matrix(f)
+    attrs = {k: m[k] for k in ("measure", "estimator", "route", "pool") if k in m}
+    return xr.DataArray(z, dims=("at", "with_at"), coords={"at": m["rows"], "with_at": m["cols"]},
+                        name=m["measure"], attrs=attrs)
+
+
+def title(m: dict) -> str:
+    """`linear CKA · resnet18 vs resnet34`: the measure and the models (their targets' last names)."""
+    short = lambda t: str(t or "model").rpartition(".")[2]  # noqa: E731
+    models = f"{short(m.get('model'))} vs {short(m['with'])}" if m.get("with") else short(m.get("model"))
+    return f"{NAMES.get(m['measure'], m['measure'])} · {models}"
+
+
+def spec(f: h5py.File) -> Heatmap:
+    z, m = matrix(f)
+    short = lambda t: str(t or "model").rpartition(".")[2]  # noqa: E731
+    ylabel = f"at ({short(m.get('model'))})"
+    xlabel = f"with.at ({short(m['with'])})" if m.get("with") else ylabel
+    return Heatmap(z=z, title=title(m), x=m["cols"], y=m["rows"], xlabel=xlabel, ylabel=ylabel,
+                   label=NAMES.get(m["measure"], m["measure"]), range=(0.0, 1.0),
+                   cells=[[f"{v:.2f}" for v in row] for row in z])
+
+
+def _complete(f: h5py.File) -> bool:
+    m = meta(f.attrs)
+    return m is not None and f"captures/similarity/__model__/{m['measure']}" in f
+
+
+def lines(f: h5py.File) -> list[str]:
+    m = meta(f.attrs)
+    if m is None:
+        return []
+    head = f"similarity: {title(m)}; estimator {m['estimator']} ({m['route']} route), pool {m['pool']}"
+    if not _complete(f):
+        return [head, "  no matrix: the pass did not finish"]
+    z, _ = matrix(f)
+    width = max(len(c) for c in m["cols"])
+    rows = [f"  {'':{max(len(r) for r in m['rows'])}}  " + "  ".join(f"{c:>{width}}" for c in m["cols"])]
+    for r, values in zip(m["rows"], z, strict=True):
+        rows.append(f"  {r:{max(len(r) for r in m['rows'])}}  " + "  ".join(f"{v:>{width}.4f}" for v in values))
+    return [head, *rows]
+
+
+def figures(run: Any) -> list[tuple[str, Any]]:
+    return [("similarity", spec(run.file))] if _complete(run.file) else []
+
+
+def sections(run: Any) -> list[dict]:
+    from hookrun.analysis.report.run_sections import figure, section
+
+    if not _complete(run.file):
+        return []
+    m = meta(run.file.attrs)
+    note = (f"Each cell compares the rows of two hook points over every item of the run ({m['route']} route); "
+            f"1 is the same representation up to rotation and scale (CKA) or the same ranking of distances (RSA).")
+    return [section("similarity", "Representational similarity", [figure(spec(run.file))], note)]
+
+
+READER = KindReader("similarity", present=lambda f: meta(f.attrs) is not None, lines=lines, sections=sections,
+                    methods={"similarity": read_similarity}, figures=figures)

@@ -1,0 +1,135 @@
+"""The similarity accumulators against numpy on the whole data, written here from the papers' definitions:
+linear CKA (Kornblith et al. 2019, HSIC form with centred Gram matrices), rbf CKA (their gram_rbf),
+RSA (scipy's pdist and spearmanr), the minibatch estimator (Song et al. 2012's unbiased HSIC on the
+same batches, Nguyen, Raghu & Kornblith 2021's ratio of means)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from hookrun.errors import ConfigError
+from hookrun.runner.kinds.similarity.accumulate import accumulator, choose_route, pairs_of
+
+
+def hsic(k: np.ndarray, l_: np.ndarray) -> float:
+    n = k.shape[0]
+    h = np.eye(n) - np.ones((n, n)) / n
+    return np.trace(k @ h @ l_ @ h) / (n - 1) ** 2
+
+
+def cka(k: np.ndarray, l_: np.ndarray) -> float:
+    return hsic(k, l_) / np.sqrt(hsic(k, k) * hsic(l_, l_))
+
+
+def gram_rbf(x: np.ndarray, threshold: float = 1.0) -> np.ndarray:  # Kornblith et al.'s code
+    dot_products = x.dot(x.T)
+    sq_norms = np.diag(dot_products)
+    sq_distances = -2 * dot_products + sq_norms[:, None] + sq_norms[None, :]
+    sq_median_distance = np.median(sq_distances)
+    return np.exp(-sq_distances / (2 * threshold**2 * sq_median_distance))
+
+
+def unbiased(k: np.ndarray, l_: np.ndarray) -> float:  # Song et al. 2012, eq. 5, term by term
+    n = k.shape[0]
+    kt, lt = k * (1 - np.eye(n)), l_ * (1 - np.eye(n))
+    one = np.ones(n)
+    return (np.trace(kt @ lt) + (one @ kt @ one) * (one @ lt @ one) / ((n - 1) * (n - 2))
+            - 2 / (n - 2) * one @ kt @ lt @ one) / (n * (n - 3))
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    try:
+        from scipy.stats import spearmanr
+        return float(spearmanr(a, b).statistic)
+    except ImportError:  # numpy's ranks (the data have no ties)
+        ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+        return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def dissim(x: np.ndarray, kind: str) -> np.ndarray:
+    if kind == "euclidean":
+        return np.sqrt(((x[:, None] - x[None]) ** 2).sum(-1))
+    return 1 - np.corrcoef(x)
+
+
+def data(n: int, seed: int = 0) -> list[np.ndarray]:
+    """Three related series: 6 features, 4 features x 5 positions (a feature map), 9 features."""
+    g = np.random.default_rng(seed)
+    a = g.normal(size=(n, 6)) + 3.0  # an offset: the centring must be exact
+    b = (a @ g.normal(size=(6, 20)) + 0.5 * g.normal(size=(n, 20))).reshape(n, 4, 5)
+    c = np.tanh(a @ g.normal(size=(6, 9))) + 0.3 * g.normal(size=(n, 9))
+    return [a.astype(np.float32), b.astype(np.float32), c.astype(np.float32)]
+
+
+def run(route: str, series: list[np.ndarray], batch: int, cols: int | None = None, **kw) -> np.ndarray:
+    rows = len(series) - (cols or 0)
+    acc = accumulator(route, pairs_of(rows, cols), batch=batch, **kw)
+    for s in range(0, len(series[0]), batch):
+        acc.add([torch.from_numpy(x[s:s + batch]) for x in series])
+    out = acc.matrix((rows, cols or rows))
+    if hasattr(acc, "close"):
+        acc.close()
+    return out
+
+
+def flat(x: np.ndarray) -> np.ndarray:
+    return x.reshape(len(x), -1).astype(np.float64)
+
+
+@pytest.mark.parametrize("route", ["feature", "gram"])
+@pytest.mark.parametrize("batch", [1, 7, 40])
+def test_linear_cka_exact_whatever_the_batch(route: str, batch: int) -> None:
+    series = data(40)
+    got = run(route, series, batch)
+    want = np.array([[cka(flat(x) @ flat(x).T, flat(y) @ flat(y).T) for y in series] for x in series])
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert want[0, 1] < 0.99  # the pairs differ: the test can fail
+
+
+def test_two_models_give_the_rectangle() -> None:
+    series = data(30, seed=1)
+    got = run("feature", series, 8, cols=1)  # rows: series 0, 1; columns: series 2
+    want = [[cka(flat(x) @ flat(x).T, flat(series[2]) @ flat(series[2]).T)] for x in series[:2]]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("sigma", [0.8, 0.4])
+def test_rbf_cka_equals_gram_rbf(sigma: float) -> None:
+    series = data(31, seed=2)
+    got = run("gram", series, 10, measure="rbf_cka", sigma=sigma)
+    want = np.array([[cka(gram_rbf(flat(x), sigma), gram_rbf(flat(y), sigma)) for y in series] for x in series])
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["correlation", "euclidean"])
+def test_rsa_equals_spearman_of_dissimilarities(kind: str) -> None:
+    series = data(25, seed=3)
+    got = run("gram", series, 6, measure="rsa", dissimilarity=kind)
+    iu = np.triu_indices(25, k=1)
+    want = np.array([[spearman(dissim(flat(x), kind)[iu], dissim(flat(y), kind)[iu]) for y in series]
+                     for x in series])
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("batch", [4, 9])
+def test_minibatch_is_the_mean_unbiased_hsic_of_the_full_batches(batch: int) -> None:
+    series = data(40, seed=4)  # 40 rows: batches of 9 leave a last batch of 4 out
+    got = run("minibatch", series, batch)
+    full = [slice(s, s + batch) for s in range(0, 40 - batch + 1, batch)]
+
+    def mean_hsic(x: np.ndarray, y: np.ndarray) -> float:
+        return np.mean([unbiased(flat(x[b]) @ flat(x[b]).T, flat(y[b]) @ flat(y[b]).T) for b in full])
+
+    want = np.array([[mean_hsic(x, y) / np.sqrt(mean_hsic(x, x) * mean_hsic(y, y)) for y in series]
+                     for x in series])
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_routes_by_size_and_the_refusal() -> None:
+    assert choose_route("linear_cka", "exact", [10, 20], rows=1000, batch=10, memory=1 << 30) == "feature"
+    assert choose_route("linear_cka", "exact", [10**5, 10**5], rows=100, batch=10, memory=1 << 30) == "gram"
+    assert choose_route("rbf_cka", "exact", [10, 20], rows=1000, batch=10, memory=1 << 30) == "gram"
+    with pytest.raises(ConfigError, match="estimator: minibatch"):
+        choose_route("linear_cka", "exact", [10**5, 10**5], rows=10**5, batch=10, memory=1 << 30)

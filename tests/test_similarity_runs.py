@@ -1,0 +1,208 @@
+"""Similarity runs (issue 48, item 2): the matrix in the file equals numpy on the features recorded by
+raw PyTorch forward hooks on the same models and items (the definitions written in
+test_similarity_engine.py), by both exact routes, the minibatch estimator, rbf CKA, RSA and a second
+model; token rows are averaged over their real tokens; bad input is one line before any batch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from conftest import ROOT
+from test_similarity_engine import cka, dissim, gram_rbf, spearman, unbiased
+
+import hookrun
+from hookrun.analysis.kind_readers import kind_figures, kind_lines, kind_sections
+from hookrun.errors import ConfigError, HookrunError
+
+MODEL = {"_target_": "hookrun.models.tiny_cnn"}
+SECOND = {"_target_": "similarity_models.seeded_cnn", "seed": 1}
+
+
+def cfg(path, n: int = 24, batch: int = 5, model=MODEL, data=None, **block) -> dict:
+    data = data or {"dataset": {"_target_": "hookrun.data.shapes", "size": n}, "batch_size": batch}
+    return {"model": model, "data": data, "device": "cpu", "progress": False, "output": {"path": str(path)},
+            "similarity": block}
+
+
+def recorded(model: torch.nn.Module, names: list[str], x: torch.Tensor, pool: str) -> list[np.ndarray]:
+    """Every module's output for all items at once, by raw forward hooks, pooled in numpy."""
+    out: dict[str, torch.Tensor] = {}
+    handles = [model.get_submodule(n).register_forward_hook(lambda m, i, o, n=n: out.__setitem__(n, o.detach()))
+               for n in names]
+    with torch.no_grad():
+        model(x)
+    for h in handles:
+        h.remove()
+    feats = [out[n].double().numpy() for n in names]
+    return [f.reshape(len(f), -1) if pool == "flatten" else f.reshape(*f.shape[:2], -1).mean(-1) if f.ndim > 2 else f
+            for f in feats]
+
+
+def images(n: int) -> torch.Tensor:
+    from hookrun.data.shapes import shapes
+
+    data = shapes(n)
+    return torch.stack([data[i][0] for i in range(n)])
+
+
+def file_matrix(path) -> tuple[np.ndarray, dict]:
+    import json
+
+    with h5py.File(path) as f:
+        meta = json.loads(f.attrs["similarity"])
+        return f[f"captures/similarity/__model__/{meta['measure']}"][()], meta
+
+
+def grams(feats: list[np.ndarray]) -> list[np.ndarray]:
+    return [f @ f.T for f in feats]
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    from hookrun.models.tiny_cnn import tiny_cnn
+
+    return tiny_cnn()
+
+
+@pytest.mark.parametrize(("at", "pool", "n", "route"), [
+    (["block1", "block2", "block3", "fc"], "flatten", 24, "gram"),  # 16384 + ... features, 24 items
+    (["block3", "fc"], "mean", 40, "feature"),  # 36 features, 40 items
+])
+def test_exact_linear_cka_equals_numpy(tmp_path, cnn, at, pool, n, route) -> None:
+    path = hookrun.run(cfg(tmp_path / "s.h5", n=n, at=at, pool=pool)).path
+    got, meta = file_matrix(path)
+    assert meta["route"] == route and meta["rows"] == at == meta["cols"]
+    k = grams(recorded(cnn, at, images(n), pool))
+    want = np.array([[cka(a, b) for b in k] for a in k])
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert want.min() < 0.999  # the layers differ: the comparison can fail
+
+
+def test_second_model_gives_the_rectangle(tmp_path, cnn) -> None:
+    import similarity_models
+
+    at, other = ["block2", "fc"], ["block1", "block2", "block3"]
+    path = hookrun.run(cfg(tmp_path / "w.h5", at=at, pool="mean", **{"with": {"model": SECOND, "at": other}})).path
+    got, meta = file_matrix(path)
+    assert (meta["rows"], meta["cols"], meta["with"]) == (at, other, SECOND["_target_"])
+    x = images(24)
+    k, l_ = grams(recorded(cnn, at, x, "mean")), grams(recorded(similarity_models.seeded_cnn(1), other, x, "mean"))
+    np.testing.assert_allclose(got, [[cka(a, b) for b in l_] for a in k], rtol=1e-6)
+
+
+def test_minibatch_equals_the_unbiased_estimator_on_the_same_batches(tmp_path, cnn) -> None:
+    at = ["block1", "block3", "fc"]
+    path = hookrun.run(cfg(tmp_path / "m.h5", n=24, batch=5, at=at, estimator="minibatch")).path
+    got, meta = file_matrix(path)
+    assert meta["route"] == "minibatch"
+    feats = recorded(cnn, at, images(24), "flatten")
+    batches = [slice(s, s + 5) for s in range(0, 20, 5)]  # 24 items: the last batch of 4 is left out
+
+    def mean_hsic(a, b):
+        return np.mean([unbiased(a[s] @ a[s].T, b[s] @ b[s].T) for s in batches])
+
+    want = [[mean_hsic(a, b) / np.sqrt(mean_hsic(a, a) * mean_hsic(b, b)) for b in feats] for a in feats]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("measure", ["rbf_cka", "rsa"])
+def test_rbf_cka_and_rsa_equal_their_definitions(tmp_path, cnn, measure) -> None:
+    at = ["block2", "block3", "fc"]
+    path = hookrun.run(cfg(tmp_path / "r.h5", n=20, at=at, measure=measure, sigma=0.5, pool="mean")).path
+    got, _ = file_matrix(path)
+    feats = recorded(cnn, at, images(20), "mean")
+    if measure == "rbf_cka":
+        want = [[cka(gram_rbf(a, 0.5), gram_rbf(b, 0.5)) for b in feats] for a in feats]
+    else:
+        iu = np.triu_indices(20, k=1)
+        want = [[spearman(dissim(a, "correlation")[iu], dissim(b, "correlation")[iu]) for b in feats] for a in feats]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_token_rows_average_the_real_tokens_only(tmp_path) -> None:
+    from toy_lm import Prompts, tiny_gpt2
+
+    data = {"dataset": {"_target_": "toy_lm.Prompts", "n": 9}, "batch_size": 4}
+    at = ["transformer.h.0", "transformer.ln_f"]  # hidden_states[1] and [2] (the last is after ln_f)
+    path = hookrun.run(cfg(tmp_path / "t.h5", model={"_target_": "toy_lm.tiny_gpt2"}, data=data, at=at,
+                           pool="mean")).path
+    got, _ = file_matrix(path)
+    items = Prompts(n=9).items
+    ids, mask = torch.stack([i["input_ids"] for i in items]), torch.stack([i["attention_mask"] for i in items])
+    with torch.no_grad():
+        hidden = tiny_gpt2().forward(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+    m = mask.double().unsqueeze(-1).numpy()
+    feats = [(h.double().numpy() * m).sum(1) / m.sum(1) for h in hidden[1:3]]
+    k = grams(feats)
+    np.testing.assert_allclose(got, [[cka(a, b) for b in k] for a in k], rtol=1e-6)
+    with pytest.raises(ConfigError, match="pool=flatten over token rows with padding"):
+        hookrun.run(cfg(tmp_path / "f.h5", model={"_target_": "toy_lm.tiny_gpt2"}, data=data, at=at))
+
+
+def test_readers_show_the_labelled_matrix(tmp_path) -> None:
+    at = ["block1", "block2", "fc"]
+    path = hookrun.run(cfg(tmp_path / "v.h5", at=at, pool="mean")).path
+    got, _ = file_matrix(path)
+    run = hookrun.open_run(path)
+    da = run.similarity()
+    assert da.dims == ("at", "with_at") and list(da.coords["at"].values) == at
+    np.testing.assert_array_equal(da.values, got)
+    [(stem, spec)] = kind_figures(run)
+    assert stem == "similarity" and spec.range == (0.0, 1.0) and list(spec.x) == at and list(spec.y) == at
+    np.testing.assert_array_equal(spec.z, got)
+    assert "linear CKA" in spec.title and spec.cells[0][2] == f"{got[0, 2]:.2f}"
+    assert [s["id"] for s in kind_sections(run)] == ["similarity"]
+    text = "\n".join(kind_lines(run.file))
+    assert f"{got[1, 2]:.4f}" in text and "block2" in text
+
+
+SCORED = {"_target_": "similarity_models.Scored"}
+ROWS = {"dataset": {"_target_": "toy_models.SignedRows"}, "batch_size": 4}
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"at": ["block1"], "measure": "linear_ckaa"}, "similarity.measure='linear_ckaa': not a measure; did you mean linear_cka?"),
+    ({"at": ["block1"], "measure": "rbf_cka", "estimator": "minibatch"}, "estimator=minibatch with measure=rbf_cka: undefined"),
+    ({"at": ["block1"], "pool": "max"}, "similarity.pool='max'"),
+    ({"at": ["block1"], "estimator": "minibatch", "data": {"dataset": {"_target_": "hookrun.data.shapes", "size": 8},
+                                                          "batch_size": 3}}, "at least 4 rows"),
+    ({"at": ["block1"], "memory": "1MB"}, "estimator: minibatch"),
+    ({"at": ["blok1"]}, "block1"),
+    ({"at": ["block1"], "with": {"model": SECOND, "at": ["block1"], "data": {}}}, "similarity.with.data: not a key"),
+    ({"at": ["block1"], "colour": 1}, "similarity.colour: not a key"),
+    ({"at": ["score"], "model": SCORED, "data": ROWS}, "similarity.at: score gives shape (2,) torch.float32: no feature axis"),
+    ({"at": ["lin"], "model": SCORED, "data": ROWS, "with": {"model": SCORED, "at": ["pairs"]}},
+     "batches differ in rows (lin: 2, pairs: 4)"),
+])
+def test_bad_input_is_one_line_before_any_batch(tmp_path, overrides, message) -> None:
+    model, data = overrides.pop("model", MODEL), overrides.pop("data", None)
+    with pytest.raises(HookrunError) as err:
+        hookrun.run(cfg(tmp_path / "bad.h5", model=model, data=data, **overrides))
+    assert message in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "bad.h5").exists()
+
+
+@pytest.mark.slow
+def test_cka_resnet_experiment_runs(tmp_path) -> None:
+    out = tmp_path / "cka"
+    subprocess.run([sys.executable, "-m", "hookrun", "experiment=cka_resnet", "data.dataset.size=24",
+                    "data.dataset.image_size=[3,32,32]", "data.batch_size=8", "progress=false",
+                    f"hydra.run.dir={out}"], cwd=ROOT, check=True, capture_output=True, text=True, timeout=300)
+    got, meta = file_matrix(out / "captures.h5")
+    assert got.shape == (4, 4) and meta["with"] == "torchvision.models.resnet34"
+    assert np.all((got > 0) & (got <= 1 + 1e-9))
+
+
+def test_flattened_rows_whose_length_changes_are_refused_in_one_line(tmp_path) -> None:
+    from hookrun.errors import RunError
+
+    block = {"model": {"_target_": "similarity_models.token_mlp"},
+             "data": {"dataset": {"_target_": "similarity_models.Lengths"}, "batch_size": 4}, "at": ["0", "2"]}
+    with pytest.raises(RunError, match="similarity.pool=flatten: 0 gives 28 features per item in this batch and 20"):
+        hookrun.run(cfg(tmp_path / "l.h5", **block))
+    hookrun.run(cfg(tmp_path / "ok.h5", **block, pool="mean"))  # the mean over steps has one width
