@@ -76,15 +76,16 @@ def test_overlays_are_the_files_maps_over_the_recorded_images(sweep):
         index = f["samples/index"][:]
         x = f["captures/images/__model__/input"][:].astype(np.float64)
         logits = f["captures/logits/fc/output"][:]
-    assert images["type"] == "images" and len(images["images"]) == N
+    assert images["type"] == "images" and len(images["images"]) == N + 1 and images["images"][-1]["colorbar"]  # the maps, their colour bar
     cmap = LinearSegmentedColormap.from_list("ref", list(DIVERGING))
     names = ("circle", "square", "triangle", "cross")
-    for k, im in enumerate(images["images"]):
+    for k, im in enumerate(images["images"][:N]):
         m = attr[k].sum(0)  # numpy: summed over channels
         lo, hi = im["scale"]
         assert lo == pytest.approx(-np.abs(m).max()) and hi == pytest.approx(np.abs(m).max())  # centred on zero
         grey = (x[k, 0] - x[k, 0].min()) / (x[k, 0].max() - x[k, 0].min())
-        want = 0.5 * grey[..., None] + 0.5 * cmap((m - lo) / (hi - lo))[..., :3]
+        alpha = (0.35 + 0.65 * np.abs(m) / hi)[..., None]  # opaque at the largest |value|
+        want = (1 - alpha) * grey[..., None] + alpha * cmap((m - lo) / (hi - lo))[..., :3]
         got = decode(im["src"])
         step = got.shape[0] // m.shape[0]
         np.testing.assert_allclose(got[::step, ::step] / 255, want, atol=1.5 / 255)
@@ -106,7 +107,7 @@ def test_curve_areas_on_the_page_are_numpys_trapezoid(sweep):
         assert row[2] == pytest.approx(areas["deletion"][k], rel=1e-5) and row[3] == pytest.approx(areas["insertion"][k], rel=1e-5)
     figs = next(i for i in items if i["type"] == "figures")["figures"]
     for fig, w in zip(figs, ("deletion", "insertion"), strict=True):
-        mean = fig["figure"]["data"][-1]
+        mean = next(t for t in fig["figure"]["data"] if str(t.get("name", "")).startswith("mean"))
         np.testing.assert_allclose(mean["y"], curves[w].mean(0), rtol=1e-9)
         assert len(fig["figure"]["data"]) == N + 1  # every sample behind the mean
 
@@ -139,7 +140,7 @@ def test_pages_draw_in_a_browser(browser, sweep, tmp_path):
     open_page(driver, page)
     assert "section-attribution" in sections(driver)
     widths = driver.execute_script("return Array.from(document.querySelectorAll('#section-attribution img')).map(i => i.naturalWidth)")
-    assert len(widths) == N and min(widths) > 0
+    assert len(widths) == N + 1 and min(widths) > 0  # the maps and their colour bar
     assert driver.execute_script("return document.querySelectorAll('#section-attribution .plot').length") == 2
     driver.execute_script("document.getElementById('section-attribution').scrollIntoView()")
     driver.save_screenshot(str(tmp_path / "run.png"))

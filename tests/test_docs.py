@@ -45,15 +45,7 @@ def folder(tmp_path_factory) -> Path:
     try:
         for run_dir, overrides in RUNS.items():
             hookrun.run(hookrun.compose(*overrides, *SMALL, f"hydra.run.dir={run_dir}"))
-        sys.path.insert(0, str(ROOT / "examples"))
-        try:
-            from train_sae import SparseAutoencoder, save_saelens
-        finally:
-            sys.path.remove(str(ROOT / "examples"))
-        torch.manual_seed(0)
-        sae = SparseAutoencoder(128, 512)  # tiny_lm's width; what train_sae.py --out writes
-        sae.hook_name = "transformer.h.3"
-        save_saelens(sae, "saes/h3")
+        save_standard_sae("saes/h3", 128, 512, "transformer.h.3")  # tiny_lm's width; the folder sae_train writes
     finally:
         os.chdir(cwd)
     for sweep in sweeps:
@@ -72,3 +64,21 @@ def test_every_block_of_the_page_runs(page, folder):
     ran, marked = run_page(page, folder, env())
     print(f"{page.name}: {ran} blocks and commands run, {marked} block(s) marked no-run")
     assert ran + marked >= len(code)
+
+
+def save_standard_sae(out: str, d_in: int, d_sae: int, hook_name: str) -> None:
+    """A random SAELens 6 standard SAE folder (cfg.json + sae_weights.safetensors), seeded."""
+    import json
+
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(d_in, d_sae, generator=g) / d_in**0.5
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg = {"architecture": "standard", "d_in": d_in, "d_sae": d_sae, "dtype": "float32", "device": "cpu",
+           "apply_b_dec_to_input": True, "normalize_activations": "none", "reshape_activations": "none",
+           "metadata": {"hook_name": hook_name, "sae_lens_version": "6.0.0", "sae_lens_training_version": None}}
+    (folder / "cfg.json").write_text(json.dumps(cfg, indent=2))
+    save_file({"W_enc": w.contiguous(), "W_dec": w.T.contiguous(), "b_enc": torch.zeros(d_sae), "b_dec": torch.zeros(d_in)},
+              str(folder / "sae_weights.safetensors"))

@@ -41,7 +41,7 @@ def test_faithfulness_experiment_runs_from_the_cli(tmp_path):
     top30 = run.edges(top=30)[0]
     assert sorted(e[3] for e in circuit.edges) == sorted(f"{r['writer']} -> {r['reader']}" for r in top30)
     assert {"embed", "logits", "L0.H0", "L3.MLP"} <= set(circuit.nodes)
-    assert len(to_plotly(circuit)["data"]) == 31  # a line per edge, then the nodes
+    assert len(to_plotly(circuit)["data"]) == 34  # a line per edge, then the nodes, then the legend's sign and width
     curve = [s for s in specs if isinstance(s, Lines)]
     assert len(curve) == 1 and list(curve[0].x) == [0, 10, 50, 200, 479] and list(curve[0].series["recovered"]) == rec
 

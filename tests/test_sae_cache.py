@@ -1,6 +1,6 @@
 """experiment=sae_cache: float16 token rows of the residual stream, equal to raw hooks on the same
 GPT-2 (the shipped model=tiny_lm, read by transformers itself), read back by the loader and trained
-on by examples/train_sae.py."""
+on by the `sae:` kind's engine (SAELens' trainer)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
-from test_cache_example import load_example
 from test_hf_experiments import composed
 
 import hookrun
@@ -41,16 +40,25 @@ def test_sae_cache_records_token_rows_like_raw_hooks(tmp_path):
         want = seen[b][keep].numpy()  # (sample, position) order, padding dropped
         assert got[b].dtype == np.float16 and got[b].shape == want.shape == (int(mask.sum()), 128)
         np.testing.assert_allclose(got[b].astype(np.float32), want, rtol=2e-3, atol=2e-3)
-    # the cache trains a sparse autoencoder through the shuffled reader
-    example = load_example()
-    sae, losses = example.train(str(tmp_path / "c.h5"), "res/transformer.h.3/output", epochs=2, batch_size=64)
-    assert len(losses) == 2 and np.isfinite(losses).all()
+    # the cache trains a sparse autoencoder through the shuffled reader (the sae kind's engine)
+    from hookrun.runner.kinds.sae.block import SaeBlock
+    from hookrun.runner.kinds.sae.data import CacheRows
+    from hookrun.runner.kinds.sae.engine import Training, save_sae
+
+    block = SaeBlock(from_=str(tmp_path / "c.h5"), capture="res/transformer.h.3/output", architecture="standard",
+                     d_sae=512, batch_rows=64, rows=2 * len(got["transformer.h.3"]), l1_coefficient=1e-3)
+    block.check()
+    data = CacheRows(block.from_, block.capture, block.batch_rows, block.shuffle)
+    train = Training(block, data.d_in, data.info.module, data)
+    sae = train.fit()
+    data.close()
+    assert all(np.isfinite(log["losses/overall_loss"]) for log in train.logs)
     # saved as an SAELens folder, it reads back as the SAE of transformer.h.3 and fits that block's output
-    loaded = load_sae(example.save_saelens(sae, str(tmp_path / "sae")))
+    loaded = load_sae(save_sae(sae, tmp_path / "sae"))
     assert loaded.hook_name == "transformer.h.3" and (loaded.d_in, loaded.d_sae) == (128, 512)
     loaded.check_fits(seen["transformer.h.3"].shape, "transformer.h.3's output")
     with pytest.raises(ConfigError, match="reads d_in=128 but lm_head's output has 50 features"):
         loaded.check_fits(50, "lm_head's output")
     x = torch.from_numpy(got["transformer.h.3"].astype(np.float32))
     with torch.no_grad():
-        torch.testing.assert_close(loaded(x), sae(x)[0], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(loaded(x), sae(x), rtol=1e-5, atol=1e-5)

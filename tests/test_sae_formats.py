@@ -245,7 +245,7 @@ def test_bad_dictionary_learning(tmp_path):
 
 # -- any module ------------------------------------------------------------------------------
 class TiedSAE(nn.Module):
-    """A module of the user's own: returns (x_hat, latents) like examples/train_sae.py."""
+    """A module of the user's own: returns (x_hat, latents) like a hand-written ReLU SAE."""
 
     def __init__(self, d: int, n: int) -> None:
         super().__init__()

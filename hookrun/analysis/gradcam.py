@@ -73,6 +73,26 @@ def recorded_images(run: Run, indices: np.ndarray) -> np.ndarray | None:
     return None
 
 
+def class_names(run: Run) -> list[str] | None:
+    """The data set's class names where the run wrote them (the root attribute `class_names`, or an
+    attribution run's own), else None: captions then give class numbers."""
+    import json
+
+    attrs = run.attrs
+    for text in (attrs.get("class_names"), (json.loads(attrs["attribution"]) if attrs.get("attribution") else {}).get("class_names")):
+        names = json.loads(text) if isinstance(text, str) else text
+        if isinstance(names, list) and names:
+            return [str(n) for n in names]
+    return None
+
+
+def caption(i: int, pred: Any, target: Any, names: list[str] | None) -> str:
+    """A sample's caption: `#i · pred NAME · target NAME` (class numbers where the names are not known)."""
+    name = lambda c: names[int(c)] if names is not None and 0 <= int(c) < len(names) else str(c)  # noqa: E731
+    return " · ".join([f"#{i}", *([f"pred {name(pred)}"] if pred is not None else []),
+                       *([f"target {name(target)}"] if target is not None else [])])
+
+
 def predictions(run: Run, indices: np.ndarray) -> np.ndarray | None:
     """Each sample's predicted class from a recorded logits capture: the model's output (''),
     else a hook named 'logits', else the only 2-D per-sample output."""

@@ -5,7 +5,9 @@
 
 Every figure has readable fonts, axis labels where there are axes, one colour scale with one
 colour bar where colours carry values, and tick labels that cannot run together (few ticks,
-scientific notation for small or large values). Nothing here reads a file.
+scientific notation for small or large values), titles that fit inside the figure (save wraps
+them: figure_titles.py) and count axes on a log scale only where the counts span more than two
+decades. Nothing here reads a file.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from hookrun.analysis.report.figure_specs import (
     diverging_range,
     is_categorical,
     is_signed,
+    log_counts,
 )
+from hookrun.cli.figure_titles import fit_titles, titles  # noqa: F401 (titles: the figures' public name)
 
 STYLE = {"font.size": 11, "axes.titlesize": 11, "axes.labelsize": 11, "xtick.labelsize": 9, "ytick.labelsize": 9,
          "legend.fontsize": 9, "figure.titlesize": 12, "figure.dpi": 100}
@@ -46,6 +50,7 @@ def save(fig: Any, path: Path, source: str | None = None) -> Path:
     another run already at `path` is never replaced: this one gets the run's short id in its name."""
     if source is not None and path.exists() and _source_of(path) != source:
         path = path.with_name(f"{path.stem}.{hashlib.blake2b(source.encode(), digest_size=4).hexdigest()}{path.suffix}")
+    fit_titles(fig)
     fig.savefig(path, dpi=100, metadata={"Source": source} if source else None)
     pyplot().close(fig)
     return path
@@ -164,11 +169,15 @@ def _position_ticks(ax: Any, queries: int, keys: int, text: Sequence[str] | None
 def histogram(values: np.ndarray, stats: Mapping[str, float], title: str, xlabel: str, note: str = "") -> Any:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
-    ax.hist(values, bins=100, color="#3b6ea5")
-    ax.set_yscale("log")
+    values = np.asarray(values, dtype=np.float64).ravel()
+    counts, edges = np.histogram(values, bins=100)
+    ax.hist(edges[:-1], bins=edges, weights=counts, color="#3b6ea5")  # the counts above, not counted twice
+    log = log_counts(counts)  # a log axis only where the counts span more than two decades
+    if log:
+        ax.set_yscale("log")
     tidy_ticks(ax.xaxis)
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("count (log scale)")
+    ax.set_ylabel("count (log scale)" if log else "count")
     ax.set_title(title)
     text = f"mean {stats['mean']:.3g}\nstd {stats['std']:.3g}\nzeros {stats['zeros']:.1%}" + (f"\n{note}" if note else "")
     ax.text(0.98, 0.97, text, transform=ax.transAxes, ha="right", va="top", fontsize=9,

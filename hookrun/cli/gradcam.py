@@ -7,7 +7,7 @@
 The map of a sample is relu(sum_c mean_hw(grad)_c * A_c) (Selvaraju et al.), scaled to [0, 1].
 The input images come from the file itself where the run recorded them, else from a dataset the
 user names on the command line; each sample is captioned with its predicted class (a recorded
-logits capture) and target.
+logits capture) and target, by the data set's class names where the run wrote them (`class_names`).
 
 An attribution run's pictures (attribution_figures, below; [] for a run of another kind): each map is
 the attribution summed over channels (a layer's map resized to the image, bilinear), drawn with one
@@ -29,6 +29,8 @@ import torch.nn.functional as F
 from hookrun.analysis.gradcam import (  # noqa: F401 (plot's public names)
     _index,
     as_pictures,
+    caption,
+    class_names,
     gradcam,
     gradcam_pairs,
     is_map,
@@ -36,6 +38,7 @@ from hookrun.analysis.gradcam import (  # noqa: F401 (plot's public names)
     recorded_images,
     targets,
 )
+from hookrun.analysis.report.figure_specs import weights_note
 from hookrun.analysis.run_reader import CaptureInfo, Run
 from hookrun.cli import figures
 from hookrun.errors import NotFoundError
@@ -44,7 +47,10 @@ from hookrun.runner.kinds.attribution.report import class_name, curve_area, rand
 
 
 def run_label(run: Run) -> str:
-    return f"{run.path.parent.name}/{run.path.name}"
+    """The run as titles name it: its folder and file, and `random weights` where its model had them
+    (figure_specs.random_weights: a picture of a random network says so)."""
+    note = weights_note(run.config)
+    return f"{run.path.parent.name}/{run.path.name}" + (f" · {note}" if note else "")
 
 
 def _source(run: Run) -> str:
@@ -64,10 +70,9 @@ def gradcam_figure(run: Run, act: CaptureInfo, grad: CaptureInfo, out: Path, sam
         h, w = pictures[0].shape[:2]
         cams = F.interpolate(torch.from_numpy(cams)[:, None], size=(h, w), mode="bilinear", align_corners=False)[:, 0].numpy()
     pred, target = predictions(run, indices), targets(run, indices)
-    captions = []
-    for k, i in enumerate(indices):
-        parts = [f"#{i}"] + ([f"pred {pred[k]}"] if pred is not None else []) + ([f"target {target[k]}"] if target is not None else [])
-        captions.append(" · ".join(parts))
+    names = class_names(run)
+    captions = [caption(i, pred[k] if pred is not None else None, target[k] if target is not None else None, names)
+                for k, i in enumerate(indices)]
     head = f"{run_label(run)} · Grad-CAM at {act.module or '(model)'} (hooks {act.hook}, {grad.hook}/{grad.role})"
     if pictures is None:
         head += "\n(no input images: record the model's input, or pass --data)"

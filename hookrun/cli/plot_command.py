@@ -41,6 +41,8 @@ from hookrun.analysis.report.figure_specs import (
     skip_reason,
     sweep_charts,
     sweep_metrics,
+    value_label,
+    weights_note,
 )
 from hookrun.analysis.report.lens_figures import lens_specs
 from hookrun.analysis.report.run_sections import LeftOut
@@ -88,7 +90,7 @@ def feature_maps(run: Run, info: CaptureInfo, out: Path, samples: int = 2, chann
     rows = np.asarray(ds[: min(samples, ds.shape[0])], dtype=np.float32)[:, :channels]
     index = run.index(info.hook, info.module, info.role, call=info.call)
     fig = figures.feature_grid(rows, [f"sample #{i}" for i in index[: len(rows)]], title(run, info),
-                               label=f"{info.role} value")
+                               label=value_label(info.role))
     return figures.save(fig, out / f"fmap_{_name(info)}.png", source=_source(run))
 
 
@@ -128,7 +130,7 @@ def histogram(run: Run, info: CaptureInfo, out: Path, left: LeftOut | None = Non
         (left or LeftOut()).add(f"the histogram of {info.label}", why)
         return None
     note = f"first {rows} of {ds.shape[0]} rows" if rows < ds.shape[0] else ""
-    fig = figures.histogram(values, block_stats(ds), title(run, info), f"{info.role} value", note)
+    fig = figures.histogram(values, block_stats(ds), title(run, info), value_label(info.role), note)
     return figures.save(fig, out / f"hist_{_name(info)}.png", source=_source(run))
 
 
@@ -150,11 +152,15 @@ def plot_run(run: Run, out: Path, samples: int = 2, channels: int = 16, dataset:
     for act, grad in gradcam_pairs(run):
         written.append(gradcam_figure(run, act, grad, out, dataset=dataset))
     written += attribution_figures(run, out, samples, dataset)  # an attribution run's maps and curves
+    note = weights_note(run.config)  # a random network's pictures say so in their titles
     for stem, spec in kind_figures(run):  # what the file's kind draws (its reader: grids, curves), then logit-lens pictures
+        spec.title += f" · {note}" if note else ""
         draw = figures.lines if isinstance(spec, Lines) else figures.heatmap if isinstance(spec, Heatmap) else figures.scatter
         written.append(figures.save(draw(spec), out / f"{_file_name(stem)}.png", source=_source(run)))
     for k, spec in enumerate(lens_specs(run, samples)):
-        written.append(figures.save(figures.heatmap(spec), out / f"lens_{k}_{_file_name(_lens_name(spec))}.png", source=_source(run)))
+        name = _lens_name(spec)
+        spec.title += f" · {note}" if note else ""
+        written.append(figures.save(figures.heatmap(spec), out / f"lens_{k}_{_file_name(name)}.png", source=_source(run)))
     for line in left.lines():
         print(line)
     return written

@@ -11,6 +11,7 @@ from there.
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import time
@@ -228,7 +229,8 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
 def open_store(p: Prepared, resume: Resume | None) -> RunStore:
     """The run's store, where its destination keeps it (for a resume: the old batches replayed first)."""
     cfg = p.cfg
-    attrs = {**file_attrs(cfg, p.model, p.settings.device), "kind": p.settings.kind.name, **p.attrs}  # readers ask the kind
+    attrs = {**file_attrs(cfg, p.model, p.settings.device), "kind": p.settings.kind.name, **class_names(p.dataset),
+             **p.attrs}  # readers ask the kind
     kwargs = {"compression": cfg.output.compression.value, "flush_every": cfg.output.flush_every,
               "expected_samples": p.n_samples, "expected_steps": p.n_batches, "checksum": cfg.output.checksum}
     return p.out.open_store(attrs, resume, cfg.output.part_bytes, **kwargs)
@@ -260,6 +262,15 @@ def restore_limits(points: list[HookPoint], store: RunStore) -> None:
             if p.hook == hook and (p.module == module or (p.site is not None and module.rpartition(".")[0] == p.module)):
                 for action in p.actions:
                     action.restore(role, call, rows, module)
+
+
+def class_names(dataset: Any) -> dict:
+    """{"class_names": JSON list} where the data set names its classes (torchvision's and data=shapes'
+    `classes`: a list of strings), so pictures caption classes by name; {} otherwise."""
+    names = getattr(dataset, "classes", None)
+    if isinstance(names, list | tuple) and 0 < len(names) <= 100_000 and all(isinstance(n, str) for n in names):
+        return {"class_names": json.dumps(list(names))}
+    return {}
 
 
 def file_attrs(cfg: HookrunConfig, model: torch.nn.Module, device: torch.device) -> dict:

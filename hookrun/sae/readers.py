@@ -4,7 +4,7 @@
     sae.check_fits(128, "transformer.h.3's output") # a one-line ConfigError unless d_in == 128
 
 A folder is recognised by its files:
-  cfg.json + sae_weights.safetensors   SAELens (and hookrun's own: examples/train_sae.py --out)
+  cfg.json + sae_weights.safetensors   SAELens (and hookrun's own: the `sae:` kind's out)
   cfg.json + sae.safetensors           sparsify (EleutherAI); a checkpoint holds one such folder per hookpoint
   ae.pt + config.json                  dictionary_learning (saprmarks)
 Every problem (no such folder, unknown files, architecture or normalization, tensors that disagree)

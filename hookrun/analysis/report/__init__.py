@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from hookrun.analysis.kind_readers import kind_sections, kind_sweep_sections
-from hookrun.analysis.report.figure_specs import sweep_charts, sweep_metrics
+from hookrun.analysis.report.figure_specs import sweep_charts, sweep_metrics, weights_note
 from hookrun.analysis.report.gradcam_section import gradcam
 from hookrun.analysis.report.latents import latents
 from hookrun.analysis.report.lens_figures import lens
@@ -77,7 +77,8 @@ def run_data(run: Any, budget: Budget | None = None) -> dict:
         body.insert(len(kinds) + sum(s["id"] == "gradcam" for s in body), captures(run, budget))
     if not body:
         raise NotFoundError(f"{run.path}: nothing to show (no capture, kind's rows or top examples in the file)")
-    return {"title": f"hookrun report: {run.path}", "source": _source(run.path), "sections": [header(run), *body]}
+    note = weights_note(run.config)  # a random network's page says so in its title
+    return {"title": f"hookrun report: {run.path}" + (f" ({note})" if note else ""), "source": _source(run.path), "sections": [header(run), *body]}
 
 
 def sweep_data(sweep: Any) -> dict:

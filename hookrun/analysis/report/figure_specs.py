@@ -110,6 +110,7 @@ class Circuit:
     y: list[float]
     edges: list[tuple[int, int, float, str]]  # (writer node, reader node, score, label)
     title: str
+    labels: list[str] = field(default_factory=list)  # each node's short text (q, k, v under a head); its name on hover
 
 
 @dataclass
@@ -138,14 +139,52 @@ def is_categorical(values: Sequence[Any]) -> bool:
 
 
 def histogram_of(values: np.ndarray, title: str, xlabel: str, note: str = "", bins: int = 60) -> Histogram | None:
-    """A histogram spec of the finite values (None where there are none: nothing to draw)."""
+    """A histogram spec of the finite values (None where there are none: nothing to draw), its
+    count axis on a log scale only where the counts span more than two decades (log_counts)."""
     values = np.asarray(values, dtype=np.float64).ravel()
     values = values[np.isfinite(values)]
     if not values.size:
         return None
     lo, hi = float(values.min()), float(values.max())
     counts, edges = np.histogram(values, bins=bins, range=(lo, hi if hi > lo else lo + 1))
-    return Histogram(counts, edges, title, xlabel, note)
+    return Histogram(counts, edges, title, xlabel, note, log=log_counts(counts))
+
+
+def log_counts(counts: np.ndarray, decades: float = 2.0) -> bool:
+    """Whether a histogram's counts need a log axis: the largest over the smallest non-zero count is
+    more than 10**decades (counts of 1 to 7 read better on a linear axis)."""
+    c = np.asarray(counts, dtype=np.float64)
+    c = c[c > 0]
+    return bool(c.size) and float(c.max()) > 10 ** decades * float(c.min())
+
+
+def value_label(role: str) -> str:
+    """A capture's value axis: `output value`, and `value` (never `value value`) for a role that is one."""
+    role = str(role)
+    return role if role == "value" or role.endswith((" value", "_value", ".value")) else f"{role} value"
+
+
+def random_weights(config: Any) -> bool:
+    """Whether the run's model had random weights, as its config says: a torchvision builder with
+    `weights: null`, a timm model with `pretrained: false`, a transformers model from a config (no
+    `path`), each with no `checkpoint`. tiny_cnn and tiny_lm load their shipped trained weights;
+    torchvision_cached's `cached` depends on the machine, and a user's own model is not known: False."""
+    model = (config or {}).get("model") if isinstance(config, dict) else None
+    if not isinstance(model, dict) or model.get("checkpoint"):
+        return False
+    target = str(model.get("_target_", ""))
+    if target.startswith("torchvision.models.") or target == "hookrun.models.vision.torchvision_cached":
+        return model.get("weights", "cached" if "cached" in target else None) in (None, "None", "none", "null")
+    if target == "hookrun.models.vision.timm_model":
+        return str(model.get("pretrained", False)).lower() in ("false", "0", "no", "none")
+    if target == "hookrun.models.hf":
+        return not model.get("path")
+    return False
+
+
+def weights_note(config: Any) -> str:
+    """What a picture's title says about the model's weights: `random weights`, or nothing."""
+    return "random weights" if random_weights(config) else ""
 
 
 def sweep_charts(table: Any, swept: Sequence[str], metrics: Sequence[str]) -> list[Lines]:

@@ -19,6 +19,8 @@ import numpy as np
 from hookrun.analysis.gradcam import (
     _index,
     as_pictures,
+    caption,
+    class_names,
     gradcam_pairs,
     predictions,
     recorded_images,
@@ -59,11 +61,10 @@ def gradcam(run: Any, budget: Any = None) -> list[dict]:
         images = recorded_images(run, indices)
         pictures = as_pictures(images) if images is not None else [None] * n
         pred, target = predictions(run, indices), targets(run, indices)
-        shown = []
-        for k, i in enumerate(indices):
-            caption = " · ".join([f"#{i}"] + ([f"pred {pred[k]}"] if pred is not None else [])
-                                 + ([f"target {target[k]}"] if target is not None else []))
-            shown.append({"src": overlay_png(cams[k], pictures[k]), "caption": caption})
+        names = class_names(run)
+        shown = [{"src": overlay_png(cams[k], pictures[k]),
+                  "caption": caption(i, pred[k] if pred is not None else None, target[k] if target is not None else None, names)}
+                 for k, i in enumerate(indices)]
         where = module_label(act.module)
         items.append({"type": "images", "title": f"Grad-CAM at {where} (hooks {act.hook}, {grad.hook}/{grad.role}): first {n} samples"
                                                  + ("" if images is not None else "; no input images recorded: the maps alone"),

@@ -5,7 +5,9 @@ across, first the mean over every sample, then the first samples one by one.
 
 Per layer and position: KL(final || lens) in nats, and the target's rank on a log scale
 (log10(1 + rank): rank 0 is the top; one position such as `<bos>` where the target ranks in the
-hundreds does not wash out the others' colours), and the target's log-probability. Each cell
+hundreds does not wash out the others' colours), and the target's log-probability. The rows are
+the model's layers (`embed`, `L0`, `L1`, ...: layer_names); positions where no layer has a value
+(no target: the last position has no next token) are left out, and the title says so. Each cell
 names the lens' top-1 token (its text for byte tokens of data=text, its id otherwise); in the
 mean picture, the top-1 token most samples share at that cell. Padding (attention_mask 0) and
 positions with no target (rank -1) are left out of the means.
@@ -98,6 +100,33 @@ def top1_common(run: Any, infos: list[Any], rows: int = BLOCK) -> list[list[str]
     return cells
 
 
+def layer_names(modules: list[str]) -> list[str]:
+    """The lens' rows as the model's layers: a block of a numbered stack (`transformer.h.3`,
+    `model.layers.3`) is `L3` (a part of one, `L3.attn`), a module before every block (the
+    embeddings' output, `transformer.drop`) is `embed`, any other keeps its name."""
+    out, seen_block = [], False
+    for m in modules:
+        parts = str(m).split(".")
+        numbered = [i for i, p in enumerate(parts) if p.isdigit()]
+        if numbered:
+            i = numbered[-1]
+            out.append(".".join([f"L{parts[i]}", *parts[i + 1:]]))
+            seen_block = True
+        else:
+            out.append("embed" if not seen_block else module_label(m))
+    return out if len(set(out)) == len(out) else [module_label(m) for m in modules]
+
+
+def _targetless(z: np.ndarray) -> np.ndarray:
+    """The positions (columns) where no layer has a value: no target there (the last position has no next token)."""
+    return ~np.isfinite(z).any(0)
+
+
+def _without(note_cols: int) -> str:
+    return (f"; {note_cols} position{'s' if note_cols > 1 else ''} without a target left out (the last has no next token)"
+            if note_cols else "")
+
+
 def lens_specs(run: Any, samples: int) -> list[Heatmap]:
     by_role = lens_infos(run)
     top = by_role.get("lens.top_ids")
@@ -106,11 +135,17 @@ def lens_specs(run: Any, samples: int) -> list[Heatmap]:
     if not shown:
         return []
     common = top1_common(run, top) if top else None
-    layers = [module_label(c.module) for c in by_role[shown[0]]]
+    modules = [module_label(c.module) for c in by_role[shown[0]]]
+    layers = layer_names(modules)
+    ylabel = f"layer (embed: {modules[0]})" if layers[0] == "embed" else "layer"
     for role in shown:
         z, n = mean_over_samples(run, by_role[role], role)
-        specs.append(Heatmap(_colour(z, role), f"logit lens · {ROLES[role][0]} · mean over {n} samples (top-1 token in each cell: the most common)",
-                             y=layers, xlabel="position", ylabel="layer", label=ROLES[role][0], cells=common))
+        gone = _targetless(z)  # a target's roles have no value at the last position: that column is left out
+        keep = np.flatnonzero(~gone) if gone.any() and not gone.all() else np.arange(z.shape[1])
+        cells = [[row[p] for p in keep] for row in common] if common is not None else None
+        specs.append(Heatmap(_colour(z[:, keep], role), f"logit lens · {ROLES[role][0]} · mean over {n} samples (top-1 token in each cell: "
+                             f"the most common){_without(z.shape[1] - len(keep))}", x=[str(int(p)) for p in keep], y=layers,
+                             xlabel="position", ylabel=ylabel, label=ROLES[role][0], cells=cells))
     first = by_role[shown[0]][0]
     index = run.index(first.hook, first.module, first.role, call=first.call)
     label = _label(run)
@@ -120,10 +155,15 @@ def lens_specs(run: Any, samples: int) -> list[Heatmap]:
             z = np.stack([_values(run.file[c.path][r], role) for c in by_role[role]])
             keep, text = token_text(run, int(index[r]), z.shape[1])
             cols = keep if keep is not None else np.arange(z.shape[1])
+            names = list(text) if text else [str(int(p)) for p in cols]
+            gone = _targetless(z[:, cols])
+            if gone.any() and not gone.all():
+                cols, names = cols[~gone], [t for t, g in zip(names, gone, strict=True) if not g]
             cells = [[label(int(ids[k, p])) for p in cols] for k in range(len(ids))] if ids is not None else None
-            specs.append(Heatmap(_colour(z[:, cols], role), f"logit lens · {ROLES[role][0]} · sample #{index[r]} (top-1 token in each cell)",
-                                 x=text or [str(int(p)) for p in cols], y=layers, xlabel="position (input token)",
-                                 ylabel="layer", label=ROLES[role][0], cells=cells))
+            specs.append(Heatmap(_colour(z[:, cols], role), f"logit lens · {ROLES[role][0]} · sample #{index[r]} (top-1 token in each cell)"
+                                 f"{_without(int(gone.sum()) if not gone.all() else 0)}",
+                                 x=names, y=layers, xlabel="position (input token)",
+                                 ylabel=ylabel, label=ROLES[role][0], cells=cells))
     return specs
 
 

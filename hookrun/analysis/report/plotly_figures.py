@@ -19,6 +19,8 @@ import numpy as np
 
 from hookrun.analysis.report.figure_specs import (
     DIVERGING,
+    NEGATIVE,
+    POSITIVE,
     Circuit,
     Heatmap,
     Histogram,
@@ -51,8 +53,28 @@ def to_plotly(spec: Any) -> dict:
     raise TypeError(f"no plotly renderer for {type(spec).__name__}")
 
 
+FIG_WIDTH = 420  # the page's figures side by side are this wide (report.css: .figs .fig; one with its own width: that)
+TITLE_EM = 0.6  # a title character's width, on average at most, in em (of the 12 px title font)
+
+
+def title_lines(text: str, width: int = FIG_WIDTH, size: int = 12) -> list[str]:
+    """A title broken at spaces into lines that fit `width` pixels at `size` px (each line escaped)."""
+    import textwrap
+
+    most = max(16, int((width - 24) / (TITLE_EM * size)))
+    return [escape(line) for line in textwrap.wrap(str(text), most, break_long_words=False)] or [""]
+
+
+def title_layout(text: str, width: int = FIG_WIDTH) -> tuple[dict, int]:
+    """plotly's title for `text`, wrapped to fit the figure (lines joined by <br>), and the top
+    margin that holds its lines."""
+    lines = title_lines(text, width)
+    return {"text": "<br>".join(lines), "font": {"size": 12}}, 40 + 16 * (len(lines) - 1)
+
+
 def _layout(title: str, xlabel: str, ylabel: str, **extra: Any) -> dict:
-    return {"title": {"text": escape(title), "font": {"size": 12}}, "font": FONT, "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
+    head, top = title_layout(title, int(extra.get("width") or FIG_WIDTH))
+    return {"title": head, "font": FONT, "margin": {"l": 60, "r": 20, "t": top, "b": 50},
             "xaxis": {"title": {"text": escape(xlabel)}}, "yaxis": {"title": {"text": escape(ylabel)}}, **extra}
 
 
@@ -111,7 +133,7 @@ def histogram(spec: Histogram) -> dict:
     data = [{"type": "bar", "x": centres, "y": spec.counts.tolist(), "width": width, "marker": {"color": "#3b6ea5"},
              "hovertemplate": f"{escape(spec.xlabel)} %{{x:.4g}}: %{{y}} values<extra></extra>"}]
     title = spec.title + (f" ({spec.note})" if spec.note else "")
-    log = spec.log and len(spec.counts) and int(spec.counts.max()) >= 10  # below 10 a log axis has no decade to mark
+    log = spec.log and len(spec.counts) and int(spec.counts.max()) >= 10  # histogram_of: log only over > 2 decades
     layout = _layout(title, spec.xlabel, "count" + (" (log scale)" if log else ""), height=300, bargap=0)
     if log:  # one tick per power of ten (1, 10, 100, ...): plotly's default labels 2..9 too, and they run together
         layout["yaxis"].update(type="log", dtick=1, exponentformat="power", minor={"showgrid": False})
@@ -130,20 +152,51 @@ def scatter(spec: Scatter) -> dict:
     return {"data": data, "layout": _layout(spec.title, spec.xlabel, spec.ylabel, height=380)}
 
 
+CIRCUIT_UNIT = 70  # pixels per head column and per row of a circuit (labels of 8 characters fit in one)
+
+
 def circuit(spec: Circuit) -> dict:
-    """One line per edge (width by |score|, red positive, blue negative), then the nodes with their names."""
+    """One curve per edge (width by |score|, red positive, blue negative; bowed, so edges between
+    nodes of one column do not lie on each other), then the nodes with their short labels (full
+    names on hover), and a legend that reads sign and width. The axes span every node with a
+    margin of one unit, at CIRCUIT_UNIT pixels a column, so no label is cut off."""
     top = max([abs(e[2]) for e in spec.edges] or [1.0]) or 1.0
-    data = [{"type": "scatter", "mode": "lines", "x": [spec.x[i], spec.x[j]], "y": [spec.y[i], spec.y[j]],
-             "line": {"width": 0.5 + 6 * abs(s) / top, "color": "#b2182b" if s > 0 else "#2166ac"}, "opacity": 0.8,
-             "hovertemplate": f"{escape(label)}: {s:.4g}<extra></extra>", "showlegend": False}
-            for i, j, s, label in spec.edges]
-    data.append({"type": "scatter", "mode": "markers+text", "x": spec.x, "y": spec.y, "text": [escape(n) for n in spec.nodes],
-                 "textposition": "middle right", "textfont": {"size": 9}, "marker": {"size": 7, "color": "#444444"},
-                 "hoverinfo": "text", "showlegend": False})
-    layout = _layout(spec.title, "", "", height=int(min(900, 60 * (max(spec.y or [0]) + 2))))
+    width = lambda s: 0.5 + 6 * abs(s) / top  # noqa: E731
+    data = []
+    for i, j, s, label in spec.edges:
+        xs, ys = _bow(spec.x[i], spec.y[i], spec.x[j], spec.y[j])
+        data.append({"type": "scatter", "mode": "lines", "x": xs, "y": ys, "line": {"width": width(s), "color": POSITIVE if s > 0 else NEGATIVE},
+                     "opacity": 0.8, "hovertemplate": f"{escape(label)}: {s:.4g}<extra></extra>", "showlegend": False})
+    labels = spec.labels or spec.nodes
+    data.append({"type": "scatter", "mode": "markers+text", "x": spec.x, "y": spec.y, "text": [escape(n) for n in labels],
+                 "hovertext": [escape(n) for n in spec.nodes], "textposition": "top center", "textfont": {"size": 8},
+                 "marker": {"size": 6, "color": "#444444"}, "hoverinfo": "text", "showlegend": False})
+    for name, colour, w in ((f"positive: the writer's patch raises the metric (|score| {top:.3g})", POSITIVE, width(top)),
+                            (f"negative: it lowers the metric (|score| {top:.3g})", NEGATIVE, width(top)),
+                            (f"width: |score| {top / 4:.3g}", "#777777", width(top / 4))):
+        data.append({"type": "scatter", "mode": "lines", "x": [None], "y": [None], "name": escape(name),
+                     "line": {"width": w, "color": colour}, "showlegend": True, "hoverinfo": "skip"})
+    lo, hi = min(spec.x or [0.0]) - 1, max(spec.x or [0.0]) + 1
+    bottom, up = min(spec.y or [0.0]) - 1, max(spec.y or [0.0]) + 1
+    layout = _layout(spec.title, "", "", width=int(max(720, CIRCUIT_UNIT * (hi - lo) + 80)), height=int(CIRCUIT_UNIT / 2 * (up - bottom) + 160),
+                     legend={"orientation": "h", "x": 0, "y": -0.02, "yanchor": "top"})
+    layout["xaxis"].update(range=[lo, hi])
+    layout["yaxis"].update(range=[bottom, up])
     for axis in ("xaxis", "yaxis"):  # the nodes' names say where they are
         layout[axis].update(showticklabels=False, showgrid=False, zeroline=False)
     return {"data": data, "layout": layout}
+
+
+def _bow(x0: float, y0: float, x1: float, y1: float, points: int = 12) -> tuple[list[float], list[float]]:
+    """A quadratic curve from (x0, y0) to (x1, y1) bowed sideways (its control point a fifth of its
+    length off the straight line, a row counted as half a column, as they are drawn): two edges
+    between nodes of one column, of different lengths, take different paths."""
+    dx, dy = x1 - x0, (y1 - y0) / 2
+    cx, cy = (x0 + x1) / 2 - 0.2 * dy, (y0 + y1) / 2 + 0.2 * dx * 2
+    t = np.linspace(0, 1, points)
+    xs = (1 - t) ** 2 * x0 + 2 * (1 - t) * t * cx + t ** 2 * x1
+    ys = (1 - t) ** 2 * y0 + 2 * (1 - t) * t * cy + t ** 2 * y1
+    return [round(float(v), 4) for v in xs], [round(float(v), 4) for v in ys]
 
 
 def _finite(a: np.ndarray) -> list:

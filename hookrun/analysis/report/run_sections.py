@@ -28,6 +28,8 @@ from hookrun.analysis.report.figure_specs import (
     histogram_of,
     is_signed,
     skip_reason,
+    value_label,
+    weights_note,
 )
 from hookrun.analysis.report.plotly_figures import to_plotly
 from hookrun.analysis.report.token_text import token_text
@@ -66,7 +68,8 @@ def header(run: Any) -> dict:
     steps, rows_name = kind_units(readers)
     done = f"{a.get('samples_complete', '?')} {rows_name} in {a.get('steps_complete', '?')} {steps}"
     rows = [["file", str(run.path)], ["status", run.status],
-            ["model", " ".join(str(p) for p in (a.get("model_class"), a.get("device") and f"on {a['device']}") if p) or "?"],
+            ["model", " ".join(str(p) for p in (a.get("model_class"), a.get("device") and f"on {a['device']}",
+                                                weights_note(cfg) and f"({weights_note(cfg)})") if p) or "?"],
             ["mode", str(cfg.get("mode", a.get("mode", "?")))],
             ["data", f"{data.get('_target_', '?')}, batch {(cfg.get('data') or {}).get('batch_size', '?')}"],
             ["done", done],
@@ -170,7 +173,7 @@ def captures(run: Any, budget: Budget) -> dict:
         why, spec = skip_reason(c, ds), None
         if why is None:
             values, note = sampled_rows(ds, budget.values)
-            spec = histogram_of(values, c.label, c.role if c.role.endswith("value") else f"{c.role} value", note)
+            spec = histogram_of(values, c.label, value_label(c.role), note)
             why = None if spec is not None else "no finite value"
         if why:
             left.add(f"histogram of {c.label}", why)
@@ -219,7 +222,8 @@ def thumbnails(run: Any, info: Any, budget: Budget) -> dict | None:
     lo, hi = diverging_range(rows) if signed else (float(np.nanmin(rows)), float(np.nanmax(rows)))
     images = [{"src": png(m, lo, hi, signed=signed), "caption": f"#{index[s]} ch {c}"} for s, sample in enumerate(rows) for c, m in enumerate(sample)]
     scale = f"diverging, centred on 0, {lo:.3g} .. {hi:.3g}: positive red" if signed else f"{lo:.3g} .. {hi:.3g}"
-    return {"type": "images", "title": f"{info.label}: feature maps (first {len(rows)} samples, channels 0-{rows.shape[1] - 1}; "
+    weights = f"{weights_note(run.config)}, " if weights_note(run.config) else ""
+    return {"type": "images", "title": f"{info.label}: feature maps ({weights}first {len(rows)} samples, channels 0-{rows.shape[1] - 1}; "
                                         f"one colour scale, {scale})", "images": images}
 
 

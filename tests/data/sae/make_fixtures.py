@@ -9,7 +9,7 @@ own (they pin different versions of TransformerLens and friends):
     python3 -m venv /work/venvs/saelens && /work/venvs/saelens/bin/pip install sae-lens           # 6.54
     python3 -m venv /work/venvs/sparsify && /work/venvs/sparsify/bin/pip install eai-sparsify     # 1.3
     python3 -m venv /work/venvs/dictlearn && /work/venvs/dictlearn/bin/pip install dictionary-learning  # 0.1.0
-    python3 tests/data/sae/make_fixtures.py hookrun      # (this repo's python) examples/train_sae.py --out
+    python3 tests/data/sae/make_fixtures.py hookrun      # (this repo's python, with sae-lens) the sae kind's out
     /work/venvs/saelens/bin/python tests/data/sae/make_fixtures.py saelens      # also references hookrun_trained
     /work/venvs/sparsify/bin/python tests/data/sae/make_fixtures.py sparsify
     /work/venvs/dictlearn/bin/python tests/data/sae/make_fixtures.py dictionary_learning
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -119,7 +118,7 @@ def saelens() -> None:
         write_saelens_reference(SAE, folder, inputs(200 + len(name)))
 
     trained = HERE / "hookrun_trained"
-    if (trained / "cfg.json").is_file():  # written by examples/train_sae.py --out (`make_fixtures.py hookrun`)
+    if (trained / "cfg.json").is_file():  # written by the sae kind (`make_fixtures.py hookrun`)
         write_saelens_reference(SAE, trained, inputs(300))
     else:
         print("no hookrun_trained/: run `python3 tests/data/sae/make_fixtures.py hookrun` first")
@@ -207,13 +206,14 @@ def dictionary_learning() -> None:
         print(f"{folder.name}: L0 {(latents != 0).float().sum(-1).mean():.2f}")
 
 
-# -- hookrun's own: examples/train_sae.py --out ----------------------------------------------
+# -- hookrun's own: the `sae:` kind's out folder --------------------------------------------
 def hookrun() -> None:
-    """Train the example's SAE for a few steps on a tiny cache and save it with --out."""
+    """Train a standard SAE with the `sae:` kind (SAELens' trainer) for a few steps on a tiny cache."""
     import tempfile
 
     import numpy as np
 
+    import hookrun as hr
     from hookrun.store.h5store import H5Store
     from hookrun.store.records import Capture, CaptureKey, StepRecord
 
@@ -225,9 +225,12 @@ def hookrun() -> None:
             store.write(StepRecord(0, np.arange(len(x)), None, None, [cap]))
         folder = HERE / "hookrun_trained"
         shutil.rmtree(folder, ignore_errors=True)
-        subprocess.run([sys.executable, str(HERE.parents[2] / "examples" / "train_sae.py"), str(cache), "--capture",
-                        "res/transformer.h.1/output", "--features", "2", "--epochs", "1", "--batch-size", "64",
-                        "--out", str(folder)], check=True)
+        hr.run({"model": {"_target_": "torchvision.ops.MLP", "in_channels": D_IN, "hidden_channels": [D_IN]},
+                "data": {"dataset": {"_target_": "hookrun.data.RandomTensors", "n": 1, "shape": [D_IN], "num_classes": 2},
+                         "batch_size": 1},
+                "device": "cpu", "progress": False, "output": {"path": str(Path(tmp) / "run" / "captures.h5")},
+                "sae": {"from": str(cache), "capture": "res/transformer.h.1/output", "architecture": "standard",
+                        "d_sae": D_SAE, "batch_rows": 64, "rows": 256, "out": str(folder)}})
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@
 
   function plot(parent, fig, caption) {
     const box = el("div", "fig");
+    if (fig.layout && fig.layout.width) box.style.width = fig.layout.width + "px"; // a wide figure (the circuit) keeps its width
     const div = el("div", "plot");
     box.appendChild(div);
     if (caption) box.appendChild(el("div", "caption", caption));

@@ -7,8 +7,9 @@ insertion curves with their areas (registered as the kind's `sections`, reader.p
 Each map is the attribution summed over channels (a layer's map resized to the image, bilinear; a
 sequence's: summed over features, one row), drawn on the diverging colour scale of
 analysis/report/figure_specs.py centred on zero per sample (red: for the target, blue: against), at
-half opacity over the image the run recorded (a hook recording the model's input:
-experiment=attribution_shapes has one); without one, the map alone. Captions name the target and the
+least SIZE pixels wide, over the image the run recorded drawn in grey (a hook recording the model's
+input: experiment=attribution_shapes has one), opaque where the map is strongest; without one, the
+map alone. A colour bar follows the maps. Captions name the target and the
 prediction (a recorded logits capture; target=predicted: the target) as the data set's class names
 where the run wrote them (`class_names` in the `attribution` attribute).
 
@@ -31,13 +32,15 @@ import numpy as np
 
 from hookrun.analysis.gradcam import as_pictures, predictions, recorded_images
 from hookrun.analysis.report.figure_specs import DIVERGING, NEGATIVE, POSITIVE, diverging_range
-from hookrun.analysis.report.plotly_figures import escape
+from hookrun.analysis.report.plotly_figures import escape, title_layout
 from hookrun.analysis.report.run_sections import section, table_item
 from hookrun.errors import HookrunError
 
 SAMPLES = 8  # overlays shown
 LINES = 32  # samples drawn behind the mean curve
-ALPHA = 0.5  # the map's opacity over the image
+ALPHA = 0.35  # the map's opacity over the image where it is 0 (1 at the sample's largest |value|)
+SIZE = 256  # an overlay's side in pixels, at least
+SCALE = "attribution / max |attribution| of the sample (red: for the target, blue: against)"
 CURVE_COLOURS = {"deletion": POSITIVE, "insertion": NEGATIVE}
 
 
@@ -69,20 +72,41 @@ def shown_maps(run: Any, n: int = SAMPLES) -> tuple[np.ndarray, np.ndarray, list
     return indices, maps, pictures
 
 
-def overlay_png(m: np.ndarray, lo: float, hi: float, picture: np.ndarray | None, size: int = 128) -> str:
-    """A map on the diverging scale (lo..hi) at ALPHA over an (H, W, 3) picture in [0, 1] (or alone),
-    scaled up by a whole factor (nearest neighbour), as a PNG data URI."""
+def overlay_png(m: np.ndarray, lo: float, hi: float, picture: np.ndarray | None, size: int = SIZE) -> str:
+    """A map on the diverging scale (lo..hi) over an (H, W, 3) picture in [0, 1] drawn in grey (or
+    alone): each pixel's colour at an opacity from ALPHA (no attribution) to 1 (the largest |value|),
+    so the strongest evidence shows in its own colour; scaled up by a whole factor to at least
+    `size` pixels (nearest neighbour), as a PNG data URI."""
     from matplotlib.colors import LinearSegmentedColormap
     from PIL import Image
 
     cmap = LinearSegmentedColormap.from_list("hookrun_diverging", list(DIVERGING))
     rgb = cmap(np.clip((np.nan_to_num(m) - lo) / max(hi - lo, 1e-300), 0, 1))[..., :3]
     if picture is not None:
-        rgb = (1 - ALPHA) * picture + ALPHA * rgb
-    k = max(1, size // max(m.shape))
+        grey = np.repeat(np.asarray(picture, dtype=np.float64).mean(-1, keepdims=True), 3, axis=-1)
+        half = max((hi - lo) / 2, 1e-300)
+        alpha = ALPHA + (1 - ALPHA) * np.clip(np.abs(np.nan_to_num(m) - (lo + hi) / 2) / half, 0, 1)[..., None]
+        rgb = (1 - alpha) * grey + alpha * rgb
+    k = max(1, -(-size // max(m.shape)))
     img = Image.fromarray(np.round(rgb * 255).astype(np.uint8)).resize((m.shape[1] * k, m.shape[0] * k), Image.NEAREST)
     buf = io.BytesIO()
     img.save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def colorbar_png(label: str, width: float = 3.6) -> str:
+    """The overlays' colour bar (the diverging scale from -1 to 1, its label below) as a PNG data URI."""
+    from matplotlib.colorbar import ColorbarBase
+    from matplotlib.colors import LinearSegmentedColormap, Normalize
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, 0.95), dpi=100, layout="constrained")
+    bar = ColorbarBase(fig.add_subplot(), cmap=LinearSegmentedColormap.from_list("hookrun_diverging", list(DIVERGING)),
+                       norm=Normalize(-1, 1), orientation="horizontal")
+    bar.set_ticks([-1, -0.5, 0, 0.5, 1])
+    bar.set_label(label, fontsize=9)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
@@ -108,8 +132,10 @@ def overlays(run: Any, meta: dict) -> dict:
         if pred is not None:
             words.append(f"pred {class_name(meta, pred[k])}")
         words.append(f"p {float(a['prob'].values[k]):.2f}")
+        words.append(f"max |attr.| {hi:.3g}")
         shown.append({"src": overlay_png(maps[k], lo, hi, pictures[k] if pictures is not None else None),
                       "caption": " · ".join(words), "sample": int(i), "scale": [lo, hi]})
+    shown.append({"src": colorbar_png(SCALE), "caption": "colour bar: each map on this scale", "colorbar": True})
     where = "the input" if meta["at"] == "input" else meta["at"]
     title = (f"{meta['method']} attribution to {where}, summed over channels: first {len(indices)} samples"
              + ("" if pictures is not None else "; no input image recorded (a hook recording the model's input "
@@ -159,8 +185,9 @@ def random_curve(run: Any, name: str) -> np.ndarray | None:
 
 def curve_layout(title: str, name: str) -> dict:
     what = "removed" if name == "deletion" else "put back"
-    return {"title": {"text": escape(title), "font": {"size": 12}}, "font": {"size": 11}, "height": 400,
-            "margin": {"l": 60, "r": 20, "t": 40, "b": 50}, "legend": {"orientation": "h", "x": 0, "y": -0.22},
+    head, top = title_layout(title)
+    return {"title": head, "font": {"size": 11}, "height": 400,
+            "margin": {"l": 60, "r": 20, "t": top, "b": 50}, "legend": {"orientation": "h", "x": 0, "y": -0.22},
             "xaxis": {"title": {"text": f"fraction of pixels {what}, most important first"}, "range": [-0.02, 1.02]},
             "yaxis": {"title": {"text": "probability of the target"}, "range": [-0.02, 1.04]}}
 
@@ -201,8 +228,9 @@ def sections(run: Any) -> list[dict]:
     if meta is None:
         return []
     items = [overlays(run, meta), *curves(run, meta)]
-    note = ("maps on the diverging colour scale centred on 0 per sample (red: for the target class, blue: against), "
-            f"at {ALPHA:.0%} opacity over the recorded input; areas by the trapezoid rule over [0, 1]: a good map's "
+    note = ("maps on the diverging colour scale centred on 0 per sample (red: for the target class, blue: against; its colour "
+            f"bar after the maps), over the recorded input in grey, from {ALPHA:.0%} opacity where the map is 0 to opaque at the "
+            "sample's largest |value|; areas by the trapezoid rule over [0, 1]: a good map's "
             "deletion falls fast (small area), its insertion rises fast (large area)")
     return [section("attribution", f"Attribution ({meta['method']})", items, note)]
 

@@ -35,9 +35,16 @@ def patching_meta(attrs: Any) -> dict | None:
     return json.loads(text) if text is not None else None
 
 
+def first_dim(g: Mapping[str, Any]) -> str:
+    """The name of a grid's first axis: `writer` for an edges run's [writer, reader] grid (its layout
+    says so; a file written before it did: the grid over `reader` alone), `module` for a site's grid."""
+    return "writer" if list(g.get("dims") or []) == ["writer", "reader"] or list(g.get("over") or []) == ["reader"] else "module"
+
+
 def as_grid(name: str, values: np.ndarray, layout: Mapping[str, Any], attrs: Mapping[str, Any],
             labels: list[str] | None = None) -> Any:
-    """Grid `name` as a DataArray, dims ("module", *over), from every cell's value `values`."""
+    """Grid `name` as a DataArray, dims ("module", *over) (an edges grid: ("writer", "reader"), its
+    readers named as the graph in `attrs` names them), from every cell's value `values`."""
     try:
         import xarray as xr  # (imported here: hookrun imports without it)
     except ModuleNotFoundError:
@@ -51,15 +58,20 @@ def as_grid(name: str, values: np.ndarray, layout: Mapping[str, Any], attrs: Map
     data = np.asarray(values[g["offset"]: g["offset"] + n], dtype=np.float64)
     if len(data) < n:  # an unfinished run: the cells not yet written are NaN
         data = np.concatenate([data, np.full(n - len(data), np.nan)])
-    coords: dict[str, Any] = {"module": list(g["modules"])}
+    first = first_dim(g)
+    coords: dict[str, Any] = {first: list(g["modules"])}
+    readers = (attrs.get("graph") or {}).get("readers") if first == "writer" else None
     for axis, size in zip(g["over"], g["sizes"], strict=True):
         coords[axis] = list(labels) if axis == "position" and labels is not None and len(labels) == size else np.arange(size)
-    return xr.DataArray(data.reshape(shape), dims=("module", *g["over"]), coords=coords, name=name,
+        if axis == "reader" and readers is not None and len(readers) == size:
+            coords[axis] = list(readers)
+    return xr.DataArray(data.reshape(shape), dims=(first, *g["over"]), coords=coords, name=name,
                         attrs={k: attrs[k] for k in ATTRS if k in attrs})
 
 
 def file_grid(file: Any, name: str, which: str = "value") -> Any:
-    """run.grid(name, which): a patching grid as an xarray.DataArray, dims ("module", *over);
+    """run.grid(name, which): a patching grid as an xarray.DataArray, dims ("module", *over) (an
+    edges run's: ("writer", "reader"));
     `which="exact"`: an atp run's exactly recomputed cells (verify: K), NaN elsewhere. docs/patching.md."""
     meta = patching_meta(file.attrs)
     if meta is None:
@@ -89,7 +101,7 @@ def grid_lines(attrs: Any) -> list[str]:
     lines = [f"  grids     {meta['method']} {meta['direction']} patching, metric {meta['metric']} (clean "
              f"{meta['metric_clean']:.4g}, corrupt {meta['metric_corrupt']:.4g}){', normalized' if meta['normalize'] else ''}"]
     for name, g in meta["layout"].items():
-        shape = " x ".join(f"{a} {n}" for a, n in zip(("module", *g["over"]), (len(g["modules"]), *g["sizes"]), strict=True))
+        shape = " x ".join(f"{a} {n}" for a, n in zip((first_dim(g), *g["over"]), (len(g["modules"]), *g["sizes"]), strict=True))
         lines.append(f"    {name:12s}{shape}")
     return lines + faithfulness_lines(meta.get("faithfulness"))
 

@@ -34,18 +34,18 @@ def grid_title(name: str, attrs: Any, plane: str = "") -> str:
 
 def grid_specs(run: Any) -> list[tuple[str, str, list[Any]]]:
     """(grid name, what it measured, specs) of every grid the file holds: a module x axis heatmap
-    per plane, titled `site · method · metric` (the method from the file's patching attribute) and
-    coloured around the unpatched run's metric (the corrupted run's when denoising, the clean
-    run's when noising, 0 when normalised), and where exact values were recomputed (atp with
+    per plane (an edges grid: writer x reader, both named), titled `site · method · metric` (the
+    method from the file's patching attribute) and coloured on the diverging scale centred on the
+    value that means "no effect" (no_effect), and where exact values were recomputed (atp with
     verify), the estimate against them. An exact run has no estimate to compare: no scatter."""
     out = []
     for name in list(getattr(run, "grids", None) or []):  # (asked of the kind registry: reader.py)
         g = run.grid(name)
         a = dict(g.attrs)
         about = ", ".join(f"{k} {_short(a[k])}" for k in ("metric", "method", "direction", "metric_clean", "metric_corrupt", "normalize") if k in a)
-        base = 0.0 if a.get("normalize") else a.get("metric_clean" if a.get("direction") == "noise" else "metric_corrupt")
-        specs: list[Any] = [Heatmap(z, grid_title(name, a, title), x=x, y=[str(m) for m in g.coords["module"].values], xlabel=xlabel,
-                                    ylabel="module", label=metric_label(a), centre=_float(base))
+        first = g.dims[0]  # module (a site's grid) or writer (an edges grid)
+        specs: list[Any] = [Heatmap(z, grid_title(name, a, title), x=x, y=[str(m) for m in g.coords[first].values], xlabel=xlabel,
+                                    ylabel=first, label=_colour_label(a, first), centre=no_effect(a, first))
                             for title, z, x, xlabel in _planes(g)]
         exact = _exact(run, name) if a.get("method", "exact") != "exact" else None
         if exact is not None:
@@ -60,6 +60,25 @@ def grid_specs(run: Any) -> list[tuple[str, str, list[Any]]]:
         specs += [_circuit(run, g), *_faithfulness(run)] if name == "edges" and "reader" in g.dims else []
         out.append((name, about, specs))
     return out
+
+
+def no_effect(attrs: Any, first: str = "module") -> float | None:
+    """The value a grid's cell takes where patching changes nothing, the centre of its diverging
+    scale: 0 for an edges grid (a score is an estimated change of the metric); for a site's grid
+    (exact: the metric of the patched run; atp, atp_ig: the unpatched run's metric plus the
+    estimated change) the unpatched run's metric: the corrupted run's when denoising, the clean
+    run's when noising, and normalised, 0 when denoising, 1 when noising."""
+    if first == "writer":
+        return 0.0
+    noise = attrs.get("direction") == "noise"
+    if attrs.get("normalize"):
+        return 1.0 if noise else 0.0
+    return _float(attrs.get("metric_clean" if noise else "metric_corrupt"))
+
+
+def _colour_label(attrs: Any, first: str) -> str:
+    """The colour bar: an edge's score is a change of the metric, a cell's value the metric itself."""
+    return f"change of {metric_label(attrs)} (edge score)" if first == "writer" else metric_label(attrs)
 
 
 def grid_file_name(spec: Any, attrs: Any) -> str:
@@ -116,25 +135,37 @@ def _planes(g: Any) -> list[tuple[str, np.ndarray, list[str] | None, str]]:
 
 
 def _circuit(run: Any, g: Any, top: int = 30) -> Circuit:
-    """The `top` edges of an edges run's [writer, reader] grid (dims module, reader) as a circuit: a node per
-    component (a head's q/k/v readers are its node), embed at the bottom, each layer's heads then its MLP
-    above, logits at the top."""
+    """The `top` edges of an edges run's [writer, reader] grid as a circuit, laid out by layer: embed
+    at the bottom; each layer a row of its heads' q, k and v readers (side by side under their
+    head), a row of its heads (writers) and a row of its MLP (in a column right of the heads);
+    logits at the top. Every node of the
+    graph is drawn (its short name as its label, its full name on hover); edges are the top ones."""
     graph = _meta(run).get("graph") or {}
     writers, readers = graph.get("writers") or [], graph.get("readers") or []
     values = np.asarray(g.values, dtype=np.float64)
-    node = lambda label: label.rsplit(".", 1)[0] if label.count(".") == 2 else label  # noqa: E731 (L0.H1.q -> L0.H1)
-    names = list(dict.fromkeys([*map(node, writers), *map(node, readers)]))
-    layers = 1 + max([int(n.split(".")[0][1:]) for n in names if n[0] == "L"] or [0])
-    heads = 1 + max([int(n.split(".")[1][1:]) for n in names if ".H" in n] or [0])
-    x, y = [], []
-    for n in names:
-        if n in ("embed", "logits"):
-            x.append((heads - 1) / 2)
-            y.append(0.0 if n == "embed" else 2.0 * layers + 1)
-            continue
-        layer, part = n.split(".")
-        x.append(float(part[1:]) if part[0] == "H" else -1.0)
-        y.append(2.0 * int(layer[1:]) + (1 if part[0] == "H" else 2))
+    names = list(dict.fromkeys([*writers, *readers]))
+    layers = 1 + max([_layer(n) for n in names if _layer(n) is not None] or [0])
+    heads = 1 + max([int(n.split(".")[1][1:]) for n in names if _layer(n) is not None and n.split(".")[1][0] == "H"] or [0])
+    mid = (heads - 1) / 2
+    x, y, labels = [], [], []
+    for k, n in enumerate(names):
+        layer, parts = _layer(n), n.split(".")
+        if n in ("embed", "logits") or layer is None:
+            x.append(mid)
+            y.append(0.0 if n == "embed" else 3.0 * layers + 1 if n == "logits" else -1.0 - k)
+            labels.append(n)
+        elif parts[1][0] == "H" and len(parts) == 3:  # a head's q, k or v reader
+            x.append(int(parts[1][1:]) + QKV_OFFSET.get(parts[2], 0.0))
+            y.append(3.0 * layer + 1)
+            labels.append(parts[2])
+        elif parts[1][0] == "H":  # a head (its output: a writer)
+            x.append(float(parts[1][1:]))
+            y.append(3.0 * layer + 2)
+            labels.append(n)
+        else:  # the layer's MLP (its input a reader, its output a writer): a column right of the heads
+            x.append(heads + 0.4)
+            y.append(3.0 * layer + 3)
+            labels.append(n)
     flat = np.where(np.isfinite(values), np.abs(values), -1.0).ravel()
     index = {n: i for i, n in enumerate(names)}
     edges = []
@@ -142,8 +173,17 @@ def _circuit(run: Any, g: Any, top: int = 30) -> Circuit:
         if flat[f] < 0:
             break
         w, r = writers[f // len(readers)], readers[f % len(readers)]
-        edges.append((index[node(w)], index[node(r)], float(values.ravel()[f]), f"{w} -> {r}"))
-    return Circuit(names, x, y, edges[::-1], f"circuit: the top {len(edges)} edges by |score|")
+        edges.append((index[w], index[r], float(values.ravel()[f]), f"{w} -> {r}"))
+    return Circuit(names, x, y, edges[::-1], f"circuit · {g.attrs.get('method', 'edges')} · {metric_label(g.attrs)}: the top {len(edges)} "
+                   "edges by |score|", labels)
+
+
+QKV_OFFSET = {"q": -0.28, "k": 0.0, "v": 0.28}  # a head's three readers, side by side under it
+
+
+def _layer(name: str) -> int | None:
+    head = name.split(".")[0]
+    return int(head[1:]) if head[:1] == "L" and head[1:].isdigit() else None
 
 
 def _faithfulness(run: Any) -> list[Any]:

@@ -1,0 +1,46 @@
+"""Titles that fit: every title of a matplotlib figure wrapped (then made smaller) until it lies
+inside the figure, as `plot` saves it (cli/figures.py's save calls fit_titles).
+
+    fig.suptitle("a long run label · hook blocks · layer1.0 · output")
+    fit_titles(fig)                       # wrapped at spaces to the figure's width
+    [t.get_text() for t in titles(fig)]   # the suptitle and each axes' titles that show something
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def titles(fig: Any) -> list[Any]:
+    """The figure's title texts that show something: its suptitle and each axes' titles."""
+    out = [fig._suptitle] if getattr(fig, "_suptitle", None) is not None else []
+    for ax in fig.axes:
+        out += [t for t in (ax.title, ax._left_title, ax._right_title)]
+    return [t for t in out if t.get_text() and t.get_visible()]
+
+
+def fit_titles(fig: Any, margin: float = 4.0, tries: int = 8) -> None:
+    """Wrap each title (at spaces, then smaller) until it lies inside the figure: a title centred at
+    x may be at most twice the distance from x to the nearer edge wide. Drawn, then measured."""
+    import textwrap
+
+    for _ in range(tries):
+        fig.canvas.draw()
+        box, wide = fig.bbox, []
+        for t in titles(fig):
+            ext = t.get_window_extent()
+            centre = (ext.x0 + ext.x1) / 2
+            room = 2 * min(centre - box.x0, box.x1 - centre) - 2 * margin
+            if ext.x0 < box.x0 + margin / 2 or ext.x1 > box.x1 - margin / 2 or ext.y1 > box.y1:
+                wide.append((t, room / max(ext.width, 1.0)))
+        if not wide:
+            return
+        for t, ratio in wide:
+            lines = t.get_text().split("\n")
+            longest = max(len(line) for line in lines)
+            width = max(12, int(longest * min(ratio, 0.97) * 0.9))
+            text = "\n".join(textwrap.fill(line, width, break_long_words=False) for line in lines)
+            if text == t.get_text() or ratio <= 0:  # cannot wrap any further (one long word): smaller
+                t.set_fontsize(max(5.0, t.get_fontsize() * max(0.5, min(ratio, 0.9))))
+            else:
+                t.set_text(text)

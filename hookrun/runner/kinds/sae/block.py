@@ -1,0 +1,140 @@
+"""The `sae:` block: its keys, types and defaults, and the checks that need no model.
+
+    block = SaeBlock(from_="outputs/h3_cache", capture="res/transformer.h.3/output", d_sae=512, rows=100_000)
+    block.check()      # one ConfigError line per bad value; normalises shuffle and lr_schedule
+
+The architecture keys (k, l1_coefficient, ...) are None unless given: None is SAELens' own default
+for that architecture's training config. Whether a given key belongs to the chosen architecture is
+checked against SAELens' config class itself (engine.sae_config), before any step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hookrun.errors import ConfigError, close_matches
+
+ARCHITECTURES = ("standard", "topk", "batchtopk", "jumprelu", "matryoshka_batchtopk")
+NORMALIZE = {"none": "none", "expected_norm": "expected_average_only_in"}  # the block's word -> SAELens'
+# the block keys passed to SAELens' training-SAE config when given (None: SAELens' default)
+ARCH_KEYS = ("k", "l1_coefficient", "lp_norm", "l1_warm_up_steps", "l0_coefficient", "l0_warm_up_steps",
+             "jumprelu_init_threshold", "jumprelu_bandwidth", "jumprelu_sparsity_loss_mode", "pre_act_loss_coefficient",
+             "target_l0", "matryoshka_widths", "use_matryoshka_aux_loss", "aux_loss_coefficient",
+             "rescale_acts_by_decoder_norm", "topk_threshold_lr", "decoder_init_norm", "apply_b_dec_to_input")
+
+
+@dataclass
+class SaeBlock:
+    """`sae:` (docs/sae.md): train a sparse dictionary with SAELens' SAETrainer on a cache's rows."""
+
+    from_: str | None = None  # a cache run: its folder, its captures.h5, or an s3:// URL
+    at: str | None = None  # or on the fly, no cache: a module of the run's own model, over the run's own data
+    capture: str | None = None  # the capture whose rows are trained on (hook/module/role)
+    vectors: str = "auto"  # auto: the capture's rows; channel: a feature map's channel vector at each position
+    architecture: str = "topk"
+    d_sae: int = 2048
+    lr: float = 3e-4
+    lr_schedule: Any = None  # {warmup: steps, decay: fraction of the steps, end: lr at the end (lr / 10)}
+    batch_rows: int = 4096
+    rows: int = 0  # the training budget in activation rows (SAELens' total_training_samples)
+    shuffle: Any = None  # {buffer_rows, seed} (default 1_000_000 rows, seed 0); false: the cache's order
+    normalize: str = "none"
+    norm_batches: int | None = None  # expected_norm's estimate batches (SAELens' default: 1000)
+    checkpoints: int = 0
+    seed: int = 0  # torch.manual_seed just before the SAE is built
+    out: str | None = None  # the SAE folder; default the run folder's sae/
+    overwrite: bool = False
+    dead_feature_window: int | None = None
+    feature_sampling_window: int | None = None
+    k: Any = None
+    l1_coefficient: float | None = None
+    lp_norm: float | None = None
+    l1_warm_up_steps: int | None = None
+    l0_coefficient: float | None = None
+    l0_warm_up_steps: int | None = None
+    jumprelu_init_threshold: float | None = None
+    jumprelu_bandwidth: float | None = None
+    jumprelu_sparsity_loss_mode: str | None = None
+    pre_act_loss_coefficient: float | None = None
+    target_l0: float | None = None
+    matryoshka_widths: Any = None
+    use_matryoshka_aux_loss: bool | None = None
+    aux_loss_coefficient: float | None = None
+    rescale_acts_by_decoder_norm: bool | None = None
+    topk_threshold_lr: float | None = None
+    decoder_init_norm: float | None = None
+    apply_b_dec_to_input: bool | None = None
+
+    def check(self) -> None:
+        """One ConfigError line per bad value; shuffle and lr_schedule become plain dicts (or False)."""
+        if bool(self.from_) == bool(self.at) or (self.from_ and not self.capture):
+            raise ConfigError("sae: give `from` (a cache run: folder, captures.h5 or s3:// URL) and `capture` "
+                              "(its hook/module/role, e.g. res/transformer.h.3/output), or `at` (a module of the "
+                              "run's own model, trained on the fly), not both")
+        if self.architecture not in ARCHITECTURES:
+            near = close_matches(self.architecture, ARCHITECTURES)
+            raise ConfigError(f"sae.architecture: {self.architecture!r} is not one of SAELens' training SAEs hookrun "
+                              f"trains ({', '.join(ARCHITECTURES)})" + (f"; did you mean {near[0]!r}?" if near else ""))
+        if self.vectors not in ("auto", "channel"):
+            raise ConfigError(f"sae.vectors: {self.vectors!r}; choose auto (the capture's rows) or channel (a feature "
+                              "map's channel vector at each position)")
+        if self.normalize not in NORMALIZE:
+            raise ConfigError(f"sae.normalize: {self.normalize!r}; choose none or expected_norm")
+        for key in ("d_sae", "batch_rows"):
+            if int(getattr(self, key)) < 1:
+                raise ConfigError(f"sae.{key}: must be at least 1, got {getattr(self, key)}")
+        if self.rows < self.batch_rows:
+            raise ConfigError(f"sae.rows: the training budget ({self.rows} rows) is smaller than one batch "
+                              f"(sae.batch_rows {self.batch_rows}); give rows >= batch_rows")
+        if self.lr <= 0:
+            raise ConfigError(f"sae.lr: must be above 0, got {self.lr}")
+        if self.checkpoints < 0:
+            raise ConfigError(f"sae.checkpoints: must be 0 or more, got {self.checkpoints}")
+        if self.k is not None:
+            if self.architecture not in ("topk", "batchtopk", "matryoshka_batchtopk"):
+                raise ConfigError(f"sae.k: the {self.architecture} SAE has no k (topk, batchtopk and "
+                                  "matryoshka_batchtopk do); drop it")
+            if not 0 < self.k <= self.d_sae:
+                raise ConfigError(f"sae.k: {self.k} latents kept of d_sae {self.d_sae}; give 1 <= k <= d_sae")
+        if self.architecture == "matryoshka_batchtopk" and self.matryoshka_widths is None:
+            raise ConfigError(f"sae.matryoshka_widths: the matryoshka_batchtopk SAE needs its nested widths, rising to "
+                              f"d_sae (e.g. [{max(1, self.d_sae // 4)}, {self.d_sae}])")
+        if self.matryoshka_widths is not None:
+            widths = [int(w) for w in self.matryoshka_widths]
+            if not widths or widths != sorted(widths) or widths[-1] != self.d_sae:
+                raise ConfigError(f"sae.matryoshka_widths: {widths} must rise and end at d_sae ({self.d_sae})")
+            self.matryoshka_widths = widths
+        self.shuffle = _shuffle(self.shuffle)
+        self.lr_schedule = _schedule(self.lr_schedule, self.lr)
+
+    def arch_keys(self) -> dict[str, Any]:
+        """The architecture keys the block gives (the rest stay SAELens' defaults)."""
+        return {k: getattr(self, k) for k in ARCH_KEYS if getattr(self, k) is not None}
+
+
+def _shuffle(value: Any) -> dict[str, int] | bool:
+    if value is False:
+        return False
+    got = dict(value or {})
+    unknown = set(got) - {"buffer_rows", "seed"}
+    if unknown or value is True:
+        raise ConfigError(f"sae.shuffle: {value!r}; give {{buffer_rows: N, seed: S}} or false (the cache's own order)")
+    out = {"buffer_rows": int(got.get("buffer_rows", 1_000_000)), "seed": int(got.get("seed", 0))}
+    if out["buffer_rows"] < 1:
+        raise ConfigError(f"sae.shuffle.buffer_rows: must be at least 1, got {out['buffer_rows']}")
+    return out
+
+
+def _schedule(value: Any, lr: float) -> dict[str, Any]:
+    got = dict(value or {})
+    unknown = set(got) - {"warmup", "decay", "end"}
+    if unknown:
+        raise ConfigError(f"sae.lr_schedule: unknown key(s) {', '.join(sorted(unknown))}; its keys are warmup "
+                          "(steps), decay (the last fraction of the steps) and end (the lr decay falls to; lr / 10)")
+    out = {"warmup": int(got.get("warmup", 0)), "decay": float(got.get("decay", 0.0)),
+           "end": float(got["end"]) if got.get("end") is not None else lr / 10}
+    if out["warmup"] < 0 or not 0.0 <= out["decay"] < 1.0:
+        raise ConfigError(f"sae.lr_schedule: warmup {out['warmup']} must be >= 0 and decay {out['decay']} "
+                          "a fraction in [0, 1)")
+    return out

@@ -1,0 +1,134 @@
+"""The rows an SAE trains on: a cache run's capture as an endless stream of [batch_rows, d_in] batches.
+
+    rows = CacheRows("outputs/h3_cache", "res/transformer.h.3/output", batch_rows=4096,
+                     shuffle={"buffer_rows": 1_000_000, "seed": 0})
+    x = next(iter(rows))        # torch.float32, (4096, d_in)
+
+The capture is read with the cache loader (hookrun.analysis.loader for a local folder or file,
+parts_loader for an s3:// URL): with `shuffle`, epoch e's order is the loader's seeded order for
+(seed, e) with a window of `buffer_rows` rows (blocks of about one HDF5 chunk in a random order,
+each window's rows permuted), so memory is two windows plus a batch whatever the number of rows;
+`shuffle=False` is the cache's own row order. `vectors="channel"` reads a feature map
+(sample, channel, positions...) as one row per position: its channel vector (a sample's positions
+stay together, in row-major order, and the shuffle moves whole samples). When the stream runs past the cache's rows it goes on
+with the next epoch (a new order); a batch may span two epochs, so every batch holds exactly
+`batch_rows` rows. Token rows of a cache hold only real tokens (the record action writes no
+padding row), so padding never enters. `skip(n)` drops the first n batches (a resumed run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from hookrun.analysis.remote_run import open_run
+from hookrun.errors import ConfigError, HookrunError, NotFoundError, close_matches
+
+
+class CacheRows:
+    """An endless iterator of float32 batches of one capture of a cache run (see the module doc)."""
+
+    def __init__(self, source: str, capture: str, batch_rows: int, shuffle: dict | bool, vectors: str = "auto") -> None:
+        self.source, self.capture, self.batch_rows, self.shuffle = str(source), capture, batch_rows, shuffle
+        self.run = open_cache(self.source)
+        self.info = find_capture(self.run, capture, self.source)
+        shape = tuple(int(n) for n in self.info.shape)
+        self.channel = vectors == "channel"
+        if self.channel and len(shape) < 3:
+            self.run.close()
+            raise ConfigError(f"sae.vectors: channel reads a feature map (sample, channel, positions...); {capture} "
+                              f"has rows of shape {shape[1:]}: drop vectors (its rows are the vectors)")
+        if not self.channel and len(shape) != 2:
+            self.run.close()
+            raise ConfigError(f"sae.capture: {capture} has rows of shape {shape[1:]}; an SAE trains on vectors: "
+                              "give sae.vectors=channel (a feature map's channels at each position), or record "
+                              "with rows: token")
+        self.per_sample = int(np.prod(shape[2:])) if self.channel else 1  # rows a stored row gives
+        self.n_rows, self.d_in = shape[0] * self.per_sample, shape[1]
+        if self.n_rows == 0:
+            self.run.close()
+            raise ConfigError(f"sae.from: {self.source}'s capture {capture} holds no rows")
+        row_bytes = int(np.prod(shape[1:])) * np.dtype(self.info.dtype).itemsize  # one stored row
+        buffer = -(-(shuffle["buffer_rows"] if shuffle else 1_000_000) // self.per_sample)
+        self.loader = self.run.loader(self.info.path.removeprefix("/captures/"),
+                                      batch_size=max(1, batch_rows // self.per_sample),
+                                      shuffle=bool(shuffle), seed=shuffle["seed"] if shuffle else 0,
+                                      buffer_bytes=max(1, buffer) * row_bytes, dtype=torch.float32)
+        self.epochs = 0  # epochs started so far
+        self.batches = 0  # batches handed out
+        self._it: Iterator[torch.Tensor] | None = None
+
+    def epochs_for(self, rows: int) -> int:
+        """How many passes over the cache `rows` training rows take."""
+        return -(-rows // self.n_rows)
+
+    def _stream(self) -> Iterator[torch.Tensor]:
+        """Exact batches, each epoch in its own order, a batch spanning two epochs where it must."""
+        carry: list[torch.Tensor] = []
+        have = 0
+        epoch = 0
+        while True:
+            self.loader.set_epoch(epoch)
+            self.epochs = epoch + 1
+            for x in self.loader:
+                if self.channel:  # (samples, C, positions...) -> a C-vector per position, sample by sample
+                    x = x.movedim(1, -1).reshape(-1, self.d_in)
+                if not carry and len(x) == self.batch_rows:
+                    yield x
+                    continue
+                carry.append(x)
+                have += len(x)
+                while have >= self.batch_rows:
+                    joined = torch.cat(carry)
+                    yield joined[: self.batch_rows]
+                    rest = joined[self.batch_rows :]
+                    carry, have = ([rest] if len(rest) else []), len(rest)
+            epoch += 1
+
+    def __iter__(self) -> CacheRows:
+        return self
+
+    def __next__(self) -> torch.Tensor:
+        if self._it is None:
+            self._it = self._stream()
+        self.batches += 1
+        return next(self._it)
+
+    def skip(self, n: int) -> None:
+        """Drop the next n batches (a resumed run: the steps already trained)."""
+        for _ in range(n):
+            next(self)
+
+    def close(self) -> None:
+        self._it = None
+        self.run.close()
+
+
+def open_cache(source: str) -> Any:
+    """The cache run, refused in one line unless it is there and complete."""
+    try:
+        run = open_run(source)
+    except HookrunError as e:
+        raise ConfigError(f"sae.from: {source}: {e}") from None
+    status = getattr(run, "status", "complete")
+    if status != "complete":
+        run.close()
+        raise ConfigError(f"sae.from: {source} is a cache run whose status is {status!r}, not complete; finish it "
+                          "(resume=true) or train on a complete cache")
+    return run
+
+
+def find_capture(run: Any, capture: str, source: str) -> Any:
+    """The capture's info; a capture the cache lacks is one line with the closest it holds."""
+    try:
+        return run.find(capture)
+    except (NotFoundError, KeyError, ValueError):
+        names = [c.path.removeprefix("/captures/") for c in run.captures]
+        near = close_matches(capture, names)
+        run.close()
+        raise ConfigError(f"sae.capture: {source} has no capture {capture!r}"
+                          + (f"; did you mean {near[0]!r}?" if near else "")
+                          + f" (it holds: {', '.join(names[:8])}{' ...' if len(names) > 8 else ''})") from None

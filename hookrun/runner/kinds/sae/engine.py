@@ -1,0 +1,141 @@
+"""SAELens 6's SAETrainer as hookrun's SAE engine: its training SAE and trainer config from the block.
+
+    block = SaeBlock(from_="outputs/h3_cache", capture="res/transformer.h.3/output", architecture="topk",
+                     d_sae=512, k=16, rows=100_000, batch_rows=1024); block.check()
+    rows = CacheRows(block.from_, block.capture, block.batch_rows, block.shuffle)
+    train = Training(block, rows.d_in, "transformer.h.3", rows)
+    sae = train.fit(); save_sae(sae, "saes/h3")     # figures per step: train.logs
+
+Everything the block does not set is SAELens' default (its training-SAE config class for the
+architecture, SAETrainerConfig's Adam betas, windows, the gradient clipping in its step). The SAE is
+built right after `torch.manual_seed(block.seed)`, so a run equals SAETrainer given the same rows in
+the same order. The per-step figures are SAELens' own `build_train_step_log_dict` of each step's
+output (what it logs to wandb when asked), taken after the step as its fit loop does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from sae_lens import SAETrainer
+from sae_lens.config import SAETrainerConfig
+from sae_lens.registry import get_sae_training_class
+
+from hookrun.errors import ConfigError
+from hookrun.runner.kinds.sae.block import NORMALIZE, SaeBlock
+
+StepHook = Callable[[int, dict[str, Any]], None]
+
+
+def sae_config(block: SaeBlock, d_in: int, hook_name: str | None = None, device: str = "cpu") -> Any:
+    """SAELens' training-SAE config for the block's architecture: the block's keys, SAELens' defaults."""
+    cls, cfg_cls = get_sae_training_class(block.architecture)
+    fields = {f.name for f in dataclasses.fields(cfg_cls)}
+    keys = block.arch_keys()
+    foreign = sorted(set(keys) - fields)
+    if foreign:
+        raise ConfigError(f"sae.{foreign[0]}: SAELens' {block.architecture} training SAE has no such key; drop it "
+                          f"(its keys: {', '.join(sorted(fields - {'d_in', 'd_sae', 'dtype', 'device', 'metadata'}))})")
+    if "k" in keys and block.architecture != "topk":
+        keys["k"] = float(keys["k"])  # batchtopk's k is a float (a mean over the batch)
+    cfg = cfg_cls(d_in=d_in, d_sae=block.d_sae, device=device, normalize_activations=NORMALIZE[block.normalize],
+                  **keys)
+    cfg.metadata.hook_name = hook_name
+    return cfg
+
+
+def build_sae(block: SaeBlock, d_in: int, hook_name: str | None = None, device: str = "cpu") -> Any:
+    """The training SAE, built right after torch.manual_seed(block.seed)."""
+    cfg = sae_config(block, d_in, hook_name, device)
+    cls, _ = get_sae_training_class(block.architecture)
+    torch.manual_seed(block.seed)
+    return cls(cfg)
+
+
+def trainer_config(block: SaeBlock, checkpoint_path: str | None = None, device: str = "cpu") -> SAETrainerConfig:
+    """SAETrainerConfig from the block: lr and its schedule, batch, budget, checkpoints, windows."""
+    steps = block.rows // block.batch_rows
+    sched = block.lr_schedule
+    extra = {k: getattr(block, k) for k in ("dead_feature_window", "feature_sampling_window")
+             if getattr(block, k) is not None}
+    if block.norm_batches is not None:
+        extra["n_batches_for_norm_estimate"] = block.norm_batches
+    return SAETrainerConfig(total_training_samples=block.rows, train_batch_size_samples=block.batch_rows, lr=block.lr,
+                            lr_end=sched["end"], lr_warm_up_steps=sched["warmup"],
+                            lr_decay_steps=int(math.floor(sched["decay"] * steps)), device=device,
+                            n_checkpoints=block.checkpoints, checkpoint_path=checkpoint_path, **extra)
+
+
+class LoggingTrainer(SAETrainer):
+    """SAETrainer that hands each step's log dict (SAELens' build_train_step_log_dict) to `on_step`."""
+
+    def __init__(self, *args: Any, on_step: StepHook | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.on_step = on_step
+
+    def step(self, batch: torch.Tensor) -> Any:
+        out = super().step(batch)
+        if self.on_step is not None:
+            self.on_step(self.n_training_steps, self.build_train_step_log_dict(out, self.n_training_samples))
+        return out
+
+
+class Training:
+    """One training: the SAE, the trainer over `rows`, and the figures of each step (`logs`)."""
+
+    def __init__(self, block: SaeBlock, d_in: int, hook_name: str | None, rows: Iterator[torch.Tensor],
+                 checkpoint_path: str | None = None, device: str = "cpu", on_step: StepHook | None = None,
+                 save_checkpoint_fn: Callable[..., None] | None = None) -> None:
+        self.block = block
+        self.logs: list[dict[str, Any]] = []
+        hook = on_step or (lambda step, log: self.logs.append(log))
+        self.sae = build_sae(block, d_in, hook_name, device)
+        self.trainer = LoggingTrainer(trainer_config(block, checkpoint_path, device), self.sae, rows, on_step=hook,
+                                      save_checkpoint_fn=save_checkpoint_fn)
+
+    def resume(self, checkpoint: str | Path) -> int:
+        """Carry on from a checkpoint folder SAELens wrote: weights, optimizer, schedules, windows.
+        Returns the steps it holds (the batches already trained on)."""
+        self.trainer.load_trainer_state(checkpoint)
+        self.sae.load_weights_from_checkpoint(checkpoint)
+        done = self.trainer.n_training_samples
+        self.trainer.checkpoint_thresholds = [t for t in self.trainer.checkpoint_thresholds if t >= done]
+        return self.trainer.n_training_steps
+
+    def fit(self, progress: bool = True) -> Any:
+        """SAELens' fit; progress=False: without its progress bar (hookrun's progress=false)."""
+        if progress:
+            return self.trainer.fit()
+        import sae_lens.training.sae_trainer as trainer_module
+
+        bar = trainer_module.tqdm
+        trainer_module.tqdm = functools.partial(bar, disable=True)
+        try:
+            return self.trainer.fit()
+        finally:
+            trainer_module.tqdm = bar
+
+
+def holds_sae(folder: str | Path) -> bool:
+    """Whether `folder` already holds an SAE (an SAELens cfg.json or weights)."""
+    f = Path(folder)
+    return (f / "cfg.json").exists() or (f / "sae_weights.safetensors").exists()
+
+
+def save_sae(sae: Any, out: str | Path) -> Path:
+    """The folder SAELens' training runner writes at the end: save_inference_model (cfg.json +
+    sae_weights.safetensors; batchtopk and matryoshka as jumprelu with their threshold)."""
+    out = Path(out)
+    sae.save_inference_model(str(out))
+    return out
+
+
+def inference_cfg(out: str | Path) -> dict[str, Any]:
+    return json.loads((Path(out) / "cfg.json").read_text())

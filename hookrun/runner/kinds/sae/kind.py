@@ -1,0 +1,197 @@
+"""The sae run kind: SAELens' SAETrainer on a cache run's rows (or, with `at:`, a module's output on
+the fly); a step is one training step.
+
+    python -m hookrun experiment=sae_train hydra.run.dir=outputs/h3_sae     # the `sae:` block
+    hookrun.open_run("outputs/h3_sae").sae_curves()                        # the figures per step
+
+Each training step writes one row: /samples/index holds the step number and the captures
+`sae/curves/NAME` SAELens' figures of that step (its build_train_step_log_dict: the loss and its
+terms, mse_loss, l0, explained_variance, dead_features, lr after the step, samples seen), through
+the store's normal path (flushes, crash safety). Checkpoints are SAELens' own folders
+(`checkpoints/<samples seen>/` beside the file). A resumed run (resume=true) loads the last whole
+checkpoint at or before the steps the file kept, skips the rows those steps read, trains on and
+writes only the steps the file lacks: the steps in between are trained again, in the same order,
+to the same figures. The trained SAE is written at the end with SAELens' save_inference_model to
+`sae.out` (default: the run folder's sae/). The root attribute `sae` (JSON) holds the block as run,
+the capture's module, d_in, the cache's rows and the epochs the budget takes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from hookrun.config.schema import HookrunConfig
+from hookrun.errors import ConfigError
+from hookrun.runner.kinds.run_kind import RunKind
+from hookrun.runner.kinds.sae.block import SaeBlock
+from hookrun.runner.kinds.sae.data import CacheRows
+from hookrun.store.records import Capture, CaptureKey, StepRecord
+
+log = logging.getLogger("hookrun")
+UNITS = ("training steps", "steps")
+RENAME = {"details/current_learning_rate": "lr", "details/n_training_samples": "samples"}
+
+
+def figure_name(key: str, taken: set[str]) -> str:
+    """SAELens' log key -> the capture's role: its last part ('losses/mse_loss' -> 'mse_loss')."""
+    name = RENAME.get(key, key.rsplit("/", 1)[-1])
+    return key.replace("/", ".") if name in taken else name
+
+
+class SaeKind(RunKind):
+    forwards = 0  # no model forward: the rows come from the cache
+    adds = ("captures/sae",)
+    units = UNITS
+
+    @classmethod
+    def check(cls, cfg: HookrunConfig) -> None:
+        """The cache, its capture, the architecture's keys and the out folder, before anything is built."""
+        import importlib.util
+
+        if importlib.util.find_spec("sae_lens") is None:
+            raise ConfigError("sae: training runs SAELens 6's trainer, which is not installed: pip install sae-lens "
+                              "(it pins TransformerLens 3.9: keep it out of an environment that needs TransformerLens 4)")
+        from hookrun.runner.kinds.sae.engine import holds_sae, sae_config
+
+        block: SaeBlock = cfg.sae
+        if block.from_:  # on the fly (`at`), the keys are checked once the model gives d_in (__init__)
+            rows = CacheRows(block.from_, block.capture, block.batch_rows, block.shuffle, block.vectors)
+            try:
+                sae_config(block, rows.d_in, rows.info.module)
+            finally:
+                rows.close()
+        out = out_folder(cfg)
+        if holds_sae(out) and not block.overwrite and not cfg.resume:
+            raise ConfigError(f"sae.out: {out} already holds an SAE (cfg.json or sae_weights.safetensors); give "
+                              "another folder, or sae.overwrite=true to replace it")
+
+    def __init__(self, ctx: Any) -> None:
+        super().__init__(ctx)
+        self.block: SaeBlock = ctx.cfg.sae
+        b = self.block
+        if b.at:
+            from hookrun.runner.kinds.sae.engine import sae_config
+            from hookrun.runner.kinds.sae.live import LiveRows
+
+            self.rows: Any = LiveRows(ctx.model, ctx.loader, ctx.spec, b.at, b.batch_rows, b.shuffle, b.vectors,
+                                      ctx.device)
+            self.module, self.cache_rows = b.at, None
+            sae_config(b, self.rows.d_in, b.at)
+        else:
+            self.rows = CacheRows(b.from_, b.capture, b.batch_rows, b.shuffle, b.vectors)
+            self.module, self.cache_rows = self.rows.info.module, self.rows.n_rows
+        self.out = out_folder(ctx.cfg)
+        local = "://" not in str(ctx.cfg.output.path)
+        self.checkpoints = run_folder(ctx.cfg) / "checkpoints" if local else self.out.with_name(self.out.name + ".checkpoints")
+        self.epochs = self.rows.epochs_for(self.block.rows + self.norm_rows()) if self.cache_rows else None
+
+    def norm_rows(self) -> int:
+        """Rows expected_norm's estimate reads before training (SAELens' n_batches_for_norm_estimate)."""
+        if self.block.normalize != "expected_norm":
+            return 0
+        return (self.block.norm_batches if self.block.norm_batches is not None else 1000) * self.block.batch_rows
+
+    def prepare_run(self, p: Any) -> None:
+        b = self.block
+        given = {f.name.rstrip("_"): getattr(b, f.name) for f in dataclasses.fields(b) if getattr(b, f.name) is not None}
+        p.attrs["sae"] = json.dumps({**given,
+                                     "module": self.module, "d_in": self.rows.d_in,
+                                     "cache_rows": self.cache_rows, "epochs": self.epochs, "out": str(self.out),
+                                     "steps": -(-b.rows // b.batch_rows)})
+        if self.cache_rows:
+            log.info("sae: %s rows of %s's %s (%d a pass): %d epoch(s)%s", b.rows, b.from_, b.capture,
+                     self.cache_rows, self.epochs, " in a new seeded order each" if b.shuffle and self.epochs > 1 else "")
+        else:
+            log.info("sae: %s rows of %s's output on the fly (the run's model over its data)", b.rows, b.at)
+
+    def run_steps(self, data_loop: Any, writer: Any, first_row: int, should_stop: Any) -> int:
+        """SAELens' fit over the cache's rows; each step's figures a row, those from `first_row` on."""
+        from hookrun.runner.kinds.sae.engine import Training, save_sae
+
+        written = [0]
+        names: dict[str, str] = {}
+
+        def on_step(step: int, figures: dict[str, Any]) -> None:
+            if step >= first_row:
+                if not names:
+                    for key in figures:
+                        names[key] = figure_name(key, set(names.values()))
+                captures = [Capture(CaptureKey("sae", "curves", "sae", names[k]),
+                                    torch.tensor([float(v)], dtype=torch.float64), False, dims=("step",))
+                            for k, v in figures.items() if k in names]
+                writer.put(StepRecord(step=step, sample_index=np.array([step], dtype=np.int64), target=None,
+                                      path=None, captures=captures))
+                written[0] += 1
+            if should_stop():
+                raise _Stop
+
+        device = str(self.ctx.device)
+        train = Training(self.block, self.rows.d_in, self.module, self.rows,
+                         checkpoint_path=str(self.checkpoints) if self.block.checkpoints else None, device=device,
+                         on_step=on_step)
+        if first_row:
+            self.resume_from(train, first_row)
+        try:
+            sae = train.fit(progress=bool(self.ctx.cfg.progress))
+        except _Stop:
+            return written[0]
+        if self.out.exists() and self.block.overwrite:
+            for name in ("cfg.json", "sae_weights.safetensors"):
+                (self.out / name).unlink(missing_ok=True)
+        save_sae(sae, self.out)
+        if not self.cache_rows:
+            log.info("sae: %d pass(es) over the data on the fly", self.rows.epochs)
+        log.info("sae: %s written (%s, d_in %d, d_sae %d)", self.out, sae.cfg.architecture(), self.rows.d_in,
+                 self.block.d_sae)
+        return written[0]
+
+    def resume_from(self, train: Any, kept: int) -> None:
+        """Load the last whole checkpoint at or before `kept` steps and skip the rows it has read."""
+        done = 0
+        for folder in checkpoints_before(self.checkpoints, kept * self.block.batch_rows):
+            try:
+                train.resume(folder)
+            except Exception as exc:  # a checkpoint cut short by the kill: the one before it
+                log.warning("sae: checkpoint %s unreadable (%s); trying the one before", folder, exc)
+                continue
+            # SAELens saves before it counts the step: the steps done are its samples / batch
+            done = train.trainer.n_training_steps = train.trainer.n_training_samples // self.block.batch_rows
+            break
+        skip = done + (self.norm_rows() // self.block.batch_rows if done else 0)
+        self.rows.skip(skip)
+        log.info("resume: %s; %d training step(s) run again to the %d the file holds",
+                 f"from checkpoint step {done}" if done else "no checkpoint: from the start", kept - done, kept)
+
+    def close(self) -> None:
+        self.rows.close()
+
+
+class _Stop(Exception):
+    """A signal asked the run to stop after the step in flight."""
+
+
+def checkpoints_before(folder: Path, samples: int) -> list[Path]:
+    """SAELens' checkpoint folders (named by samples seen) at or before `samples`, newest first."""
+    if not folder.is_dir():
+        return []
+    found = [(int(p.name), p) for p in folder.iterdir() if p.name.isdigit() and (p / "trainer_state.pt").exists()]
+    return [p for n, p in sorted(found, reverse=True) if n <= samples]
+
+
+def run_folder(cfg: HookrunConfig) -> Path:
+    path = str(cfg.output.path)
+    if "://" in path:
+        raise ConfigError("sae.out: the run is written to an object store; give sae.out, a local folder for the SAE")
+    return Path(path).resolve().parent
+
+
+def out_folder(cfg: HookrunConfig) -> Path:
+    """sae.out (relative to where you run), or the run folder's sae/."""
+    return Path(cfg.sae.out).resolve() if cfg.sae.out else run_folder(cfg) / "sae"

@@ -1,0 +1,139 @@
+"""Rows on the fly: the run's own model over the run's own data, a module's output as SAE rows, no cache.
+
+    rows = LiveRows(model, loader, spec, "transformer.h.3", batch_rows=4096, shuffle={"buffer_rows": 1 << 20, "seed": 0},
+                    vectors="auto", device=torch.device("cpu"))
+    x = next(rows)                 # torch.float32, (4096, d_in)
+
+Each data batch runs one forward under no_grad, cut short right after module `at` (nothing after it
+is computed). Its output (the first element of a tuple) becomes rows: a (sample, features) output
+as it is; a (sample, token, features) output one row per real token (the call's attention mask:
+padding never enters); `vectors="channel"` a feature map's channel vector at each position. With
+`shuffle`, rows fill a buffer of `buffer_rows`; a full buffer is permuted (numpy's generator seeded
+with (seed, pass, window)) and handed out batch by batch, so memory is one buffer whatever the
+budget; `shuffle=False` keeps the data's order. Past the data's end the next pass starts (the
+run's loader in its own order again); every batch holds exactly `batch_rows` rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from hookrun.errors import ConfigError, close_matches
+from hookrun.hooks.early_stop import StopForward
+
+
+class LiveRows:
+    """An endless iterator of float32 batches of a module's output over the run's data (see above)."""
+
+    def __init__(self, model: nn.Module, loader: Any, spec: Any, at: str, batch_rows: int, shuffle: dict | bool,
+                 vectors: str, device: torch.device) -> None:
+        self.model, self.loader, self.spec, self.at = model, loader, spec, at
+        self.batch_rows, self.shuffle, self.vectors, self.device = batch_rows, shuffle, vectors, device
+        names = [n for n, _ in model.named_modules()]
+        if at not in names:
+            near = close_matches(at, names)
+            raise ConfigError(f"sae.at: the model has no module {at!r}" + (f"; did you mean {near[0]!r}?" if near else "")
+                              + " (python -m hookrun.modules lists them)")
+        self.module = model.get_submodule(at)
+        self.epochs = 0
+        self.batches = 0
+        self.d_in = 0
+        self._it: Iterator[torch.Tensor] | None = None
+        self.first = self._rows_of(next(iter(self._calls())))  # one forward: d_in, and a check of the output
+        self.d_in = self.first.shape[1]
+
+    def _calls(self) -> Iterator[Any]:
+        for _, batch in self.loader:
+            yield self.spec.split(batch).to(self.device)
+
+    def _forward(self, call: Any) -> Any:
+        seen: list[Any] = []
+
+        def grab(module: nn.Module, args: Any, output: Any) -> None:
+            seen.append(output[0] if isinstance(output, tuple | list) else output)
+            raise StopForward
+
+        handle = self.module.register_forward_hook(grab)
+        try:
+            with torch.no_grad():
+                call.run(self.model)
+        except StopForward:
+            pass
+        finally:
+            handle.remove()
+        if not seen or not isinstance(seen[0], torch.Tensor):
+            raise ConfigError(f"sae.at: {self.at}'s output is {type(seen[0]).__name__ if seen else 'never produced'}, "
+                              "not a tensor; give a module whose output is a tensor")
+        return seen[0]
+
+    def _rows_of(self, call: Any) -> torch.Tensor:
+        out = self._forward(call).detach()
+        if self.vectors == "channel":
+            if out.dim() < 3:
+                raise ConfigError(f"sae.vectors: channel reads a feature map (sample, channel, positions...); "
+                                  f"{self.at}'s output has shape {tuple(out.shape)}: drop vectors")
+            return out.movedim(1, -1).reshape(-1, out.shape[1]).float().cpu()
+        if out.dim() == 2:
+            return out.float().cpu()
+        mask = call.attention_mask if call.attention_mask is not None else call.kwargs.get("attention_mask")
+        if out.dim() == 3:
+            keep = torch.ones(out.shape[:2], dtype=torch.bool, device=out.device) if mask is None else mask.bool()
+            return out[keep].float().cpu()
+        raise ConfigError(f"sae.at: {self.at}'s output has shape {tuple(out.shape)}; an SAE trains on vectors: "
+                          "give sae.vectors=channel for a feature map")
+
+    def _passes(self) -> Iterator[torch.Tensor]:
+        """Each pass's rows, in the data's order, a data batch at a time."""
+        epoch = 0
+        while True:
+            self.epochs = epoch + 1
+            if hasattr(getattr(self.loader, "sampler", None), "set_epoch"):
+                self.loader.sampler.set_epoch(epoch)
+            for call in self._calls():
+                yield epoch, self._rows_of(call)
+            epoch += 1
+
+    def _stream(self) -> Iterator[torch.Tensor]:
+        size = self.shuffle["buffer_rows"] if self.shuffle else self.batch_rows
+        held: list[torch.Tensor] = []
+        have, window = 0, 0
+        for epoch, rows in self._passes():
+            held.append(rows)
+            have += len(rows)
+            while have >= max(size, self.batch_rows):
+                buf = torch.cat(held)
+                take = buf[: max(size, self.batch_rows)]
+                rest = buf[len(take):]
+                held, have = ([rest] if len(rest) else []), len(rest)
+                if self.shuffle:
+                    perm = np.random.default_rng([self.shuffle["seed"], epoch, window]).permutation(len(take))
+                    take = take[torch.from_numpy(perm)]
+                    window += 1
+                usable = len(take) - len(take) % self.batch_rows
+                for lo in range(0, usable, self.batch_rows):
+                    yield take[lo:lo + self.batch_rows]
+                if usable < len(take):  # a partial batch goes back to the front of what is held
+                    held.insert(0, take[usable:])
+                    have += len(take) - usable
+
+    def __iter__(self) -> LiveRows:
+        return self
+
+    def __next__(self) -> torch.Tensor:
+        if self._it is None:
+            self._it = self._stream()
+        self.batches += 1
+        return next(self._it)
+
+    def skip(self, n: int) -> None:
+        """Drop the next n batches (a resumed run: the steps already trained; their forwards run again)."""
+        for _ in range(n):
+            next(self)
+
+    def close(self) -> None:
+        self._it = None

@@ -1,0 +1,113 @@
+"""What readers show of an sae run: its training curves, the last step's figures, a sweep's table.
+
+    run = hookrun.open_run("outputs/h3_sae")
+    run.sae_curves()             # Table: step, then SAELens' figures of each training step
+    run.sae                      # the block as run, the capture's module, d_in, epochs, out
+
+`python -m hookrun.inspect` prints the last step's figures, `python -m hookrun.plot` draws the
+curves (loss terms, L0, explained variance, dead features, lr), `open_sweep` gives one row per job
+with the last step's l0, explained_variance, mse_loss, overall_loss and dead_features, and the report
+of a sweep draws L0 against explained variance.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import h5py
+import numpy as np
+
+from hookrun.analysis.kind_readers import KindReader, Table
+from hookrun.analysis.report.figure_specs import Lines, Scatter
+from hookrun.analysis.report.run_sections import figure, section, table_item
+
+GROUP = "captures/sae/curves"
+COLUMNS = ("l0", "explained_variance", "mse_loss", "overall_loss", "dead_features")
+PLOTTED = {"loss": ("overall_loss", "mse_loss"), "l0": ("l0",), "explained_variance": ("explained_variance",),
+           "dead_features": ("dead_features",), "lr": ("lr",)}
+
+
+def sae_meta(attrs: Mapping) -> dict[str, Any]:
+    raw = attrs.get("sae")
+    return json.loads(raw) if raw is not None else {}
+
+
+def curves(f: h5py.File) -> Table:
+    """One row per training step: its number and SAELens' figures of that step."""
+    if GROUP not in f:
+        return Table(["step"], [])
+    names = list(f[GROUP].keys())
+    steps = f["samples/index"][:]
+    values = {n: f[f"{GROUP}/{n}"][:] for n in names}
+    rows = [{"step": int(s), **{n: float(values[n][i]) for n in names}} for i, s in enumerate(steps)]
+    return Table(["step", *names], rows)
+
+
+def last(f: h5py.File) -> dict[str, Any]:
+    t = curves(f)
+    return t.rows[-1] if len(t) else {}
+
+
+def lines(f: h5py.File) -> list[str]:
+    meta, end = sae_meta(f.attrs), last(f)
+    source = (f"{meta.get('at')}'s output on the fly" if meta.get("at") else
+              f"{meta.get('from')} {meta.get('capture')} ({meta.get('cache_rows')} rows, {meta.get('epochs')} epoch(s))")
+    head = (f"  sae      {meta.get('architecture')} d_in {meta.get('d_in')} d_sae {meta.get('d_sae')} on {source}; "
+            f"out {meta.get('out')}")
+    if not end:
+        return [head, "  sae      no training step written"]
+    figures = "  ".join(f"{k} {_fmt(v)}" for k, v in end.items() if k != "step")
+    return [head, f"  last step {end['step']}: {figures}"]
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.6g}"
+
+
+def columns(f: h5py.File) -> dict[str, Any]:
+    end = last(f)
+    return {c: end[c] for c in COLUMNS if c in end}
+
+
+def figures(run: Any) -> list[tuple[str, Any]]:
+    t = curves(run.file)
+    if not len(t):
+        return []
+    x = [float(s) for s in t.column("step")]  # floats: a scale, not one category per step
+    out = []
+    for stem, names in PLOTTED.items():
+        series = {n: t.column(n) for n in names if n in t.columns}
+        if series:
+            out.append((f"sae_{stem}", Lines(x=x, series=series, xlabel="training step", ylabel=stem,
+                                             title=f"SAE training: {stem} per step")))
+    return out
+
+
+def sections(run: Any) -> list[dict]:
+    t, meta = curves(run.file), sae_meta(run.file.attrs)
+    if not len(t):
+        return []
+    items = [table_item(["step", *[c for c in t.columns if c != "step"]], [t.rows[-1]])]
+    items += [figure(spec) for _, spec in figures(run)]
+    return [section("sae", f"SAE training ({meta.get('architecture')}, d_sae {meta.get('d_sae')})", items,
+                    note=f"the trained SAE: {meta.get('out')}")]
+
+
+def sweep_sections(sweep: Any) -> list[dict]:
+    table = sweep.table(captures=[])
+    rows = [r for r in table.rows if "l0" in r and "explained_variance" in r]
+    if len(rows) < 2:
+        return []
+    labels = [", ".join(f"{k}={r[k]}" for k in sweep.swept) or f"job {r['job']}" for r in rows]
+    spec = Scatter(x=np.array([r["l0"] for r in rows]), y=np.array([r["explained_variance"] for r in rows]),
+                   xlabel="L0 (last step)", ylabel="explained variance (last step)",
+                   title="SAE sweep: sparsity against reconstruction", labels=labels)
+    cols = ["job", *sweep.swept, *[c for c in COLUMNS if any(c in r for r in rows)]]
+    return [section("sae-sweep", f"SAE sweep ({len(rows)} runs)", [table_item(cols, rows), figure(spec)])]
+
+
+READER = KindReader("sae", present=lambda f: "sae" in f.attrs, lines=lines, columns=columns, sections=sections,
+                    sweep=sweep_sections, figures=figures, units=("training steps", "steps"),
+                    methods={"sae_curves": curves}, properties={"sae": sae_meta})

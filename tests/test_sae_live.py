@@ -1,0 +1,83 @@
+"""The `sae:` kind on the fly (`at:`, no cache): the rows are the module's output on the run's own
+data, padding dropped (the reference: transformers' GPT-2 with a raw forward hook on the inputs
+experiment=sae_cache stores for the same data), and the training equals SAELens' SAETrainer on them."""
+
+from __future__ import annotations
+
+import h5py
+import pytest
+import torch
+from conftest import ROOT
+
+import hookrun
+from hookrun.errors import ConfigError
+
+transformers = pytest.importorskip("transformers")
+sae_lens = pytest.importorskip("sae_lens")
+from sae_lens import SAETrainer, TopKTrainingSAE, TopKTrainingSAEConfig  # noqa: E402
+from sae_lens.config import SAETrainerConfig  # noqa: E402
+
+DATA = ("data.dataset.limit=16", "data.dataset.max_length=16", "data.batch_size=8")
+
+
+def reference_rows(tmp_path) -> torch.Tensor:
+    """transformer.h.3's output at every real token, by a raw hook on transformers' GPT-2."""
+    cache = hookrun.run(hookrun.compose("experiment=sae_cache", *DATA, "progress=false",
+                                        f"hydra.run.dir={tmp_path / 'inputs'}")).path
+    with h5py.File(cache) as f:
+        ids = torch.from_numpy(f["samples/input_ids"][:])
+        mask = torch.from_numpy(f["samples/attention_mask"][:])
+    model = transformers.GPT2LMHeadModel.from_pretrained(ROOT / "hookrun/models/tiny_lm", attn_implementation="eager").eval()
+    seen = []
+    model.transformer.h[3].register_forward_hook(lambda m, i, o: seen.append(o[0] if isinstance(o, tuple) else o))
+    with torch.no_grad():
+        for lo in range(0, len(ids), 8):
+            model(input_ids=ids[lo:lo + 8], attention_mask=mask[lo:lo + 8])
+    return torch.cat([s[mask[i * 8:(i + 1) * 8].bool()] for i, s in enumerate(seen)])
+
+
+def test_on_the_fly_rows_and_training_equal_saelens(tmp_path):
+    torch.set_num_threads(1)
+    rows = reference_rows(tmp_path)
+    n = len(rows)
+    budget = 2 * n + 64  # a second pass, and part of a third
+    cfg = hookrun.compose("experiment=sae_train", "sae.from=null", "sae.capture=null", "sae.at=transformer.h.3",
+                          "sae.shuffle=false", f"sae.rows={budget}", "sae.batch_rows=32", "sae.d_sae=256", "sae.k=16",
+                          "sae.out=null", "sae.checkpoints=0", *DATA, "progress=false", f"hydra.run.dir={tmp_path / 'run'}")
+    result = hookrun.run(cfg)
+    steps = -(-budget // 32)
+    stream = torch.cat([rows] * 4)
+    torch.manual_seed(0)
+    ref = TopKTrainingSAE(TopKTrainingSAEConfig(d_in=128, d_sae=256, k=16))
+    logs = []
+
+    class Logged(SAETrainer):
+        def step(self, batch):
+            out = super().step(batch)
+            logs.append(self.build_train_step_log_dict(out, self.n_training_samples))
+            return out
+
+    Logged(SAETrainerConfig(total_training_samples=budget, train_batch_size_samples=32, lr=1e-3, lr_end=1e-4,
+                            lr_warm_up_steps=50, lr_decay_steps=int(0.2 * (budget // 32))), ref,
+           iter([stream[i * 32:(i + 1) * 32] for i in range(steps)])).fit()
+    with hookrun.open_run(result.path) as run:
+        curves = run.sae_curves()
+        assert run.sae["at"] == "transformer.h.3" and run.sae["d_in"] == 128
+    assert len(curves) == steps == len(logs)
+    for row, want in zip(curves.rows, logs, strict=True):
+        assert row["mse_loss"] == pytest.approx(want["losses/mse_loss"], rel=1e-5)
+        assert row["explained_variance"] == pytest.approx(want["metrics/explained_variance"], rel=1e-5, abs=1e-7)
+    loaded = sae_lens.SAE.load_from_disk(str(tmp_path / "run" / "sae"))
+    assert loaded.cfg.metadata.hook_name == "transformer.h.3"
+    ref.save_inference_model(str(tmp_path / "ref"))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.encode(rows), sae_lens.SAE.load_from_disk(str(tmp_path / "ref")).encode(rows),
+                                   rtol=1e-4, atol=1e-4)
+
+
+def test_on_the_fly_refuses_a_module_the_model_lacks(tmp_path):
+    cfg = hookrun.compose("experiment=sae_train", "sae.from=null", "sae.capture=null", "sae.at=transformer.h.33",
+                          *DATA, "progress=false", f"hydra.run.dir={tmp_path / 'run'}")
+    with pytest.raises(ConfigError, match="did you mean 'transformer.h.3'"):
+        hookrun.run(cfg)
+    assert not (tmp_path / "run" / "captures.h5").exists()
