@@ -10,27 +10,46 @@
     rows = hookrun.attribute(model, dataset, method="occlusion", window=[3, 8, 8])   # docs/attribution.md
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hookrun.analysis import open_run, open_sweep
-from hookrun.hooks.actions import Action, register_action
-from hookrun.notebook.capture import Captured, capture
-from hookrun.notebook.lister import list_modules as modules
-from hookrun.runner.kinds import patch_grid
-from hookrun.runner.run import RunResult, run
 from hookrun.store.format import HOOKRUN_VERSION as __version__
 
 __all__ = ["Action", "attribute", "Captured", "RunResult", "__version__", "capture", "compose", "modules", "open_run", "open_sweep",
            "patch_grid", "register_action", "run"]
 
+# the package face, imported when first used (PEP 562): `import hookrun` loads no runner, reader,
+# action or kind; `hookrun.run` and `from hookrun import run` import hookrun/runner/run.py then
+_FACE = {"open_run": "hookrun.analysis:open_run", "open_sweep": "hookrun.analysis:open_sweep",
+         "Action": "hookrun.hooks.actions.base:Action", "register_action": "hookrun.hooks.actions.base:register_action",
+         "Captured": "hookrun.notebook.capture:Captured", "capture": "hookrun.notebook.capture:capture",
+         "modules": "hookrun.notebook.lister:list_modules", "patch_grid": "hookrun.runner.kinds.patching.notebook:patch_grid",
+         "RunResult": "hookrun.runner.run:RunResult", "run": "hookrun.runner.run:run",
+         "compose": "hookrun.cli.compose:compose"}
+
+if TYPE_CHECKING:  # what the face names, for type checkers and editors
+    from hookrun.analysis import open_run, open_sweep
+    from hookrun.cli.compose import compose
+    from hookrun.hooks.actions import Action, register_action
+    from hookrun.notebook.capture import Captured, capture
+    from hookrun.notebook.lister import list_modules as modules
+    from hookrun.runner.kinds.patching.notebook import patch_grid
+    from hookrun.runner.run import RunResult, run
+
 
 def __getattr__(name: str) -> Any:
-    """`hookrun.compose` is imported when first used: importing hookrun builds no Hydra app (the
-    CLI's module registers its schema and finds its config folder when it is imported)."""
-    if name == "compose":
-        from hookrun.cli.compose import compose
+    """The face's names, imported when first used (`hookrun.compose` builds no Hydra app until then:
+    the CLI's module registers its schema and finds its config folder when it is imported), and a
+    kind plugin's notebook function (hookrun.attribute), bound through hookrun.config.plugins."""
+    import importlib
+    import importlib.util
 
-        return compose
+    if name in _FACE:
+        module, _, attr = _FACE[name].partition(":")
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    if importlib.util.find_spec(f"{__name__}.{name}") is not None:  # a submodule not yet imported (hookrun.models)
+        raise AttributeError(f"module 'hookrun' has no attribute {name!r}")
     from hookrun.config.plugins import loaded_plugins, plugin, plugin_names
 
     for kind in [*loaded_plugins(), *(plugin(n) for n in plugin_names())]:  # a kind's notebook function

@@ -9,7 +9,8 @@ A file names its kind in the root attribute `kind` (written by run() from hookru
 written before that is asked through each reader's `present(f)`. The readers (run_reader.py,
 remote_run.py, sweep.py, report/) ask this registry and test no group or attribute by name; the
 kinds' reader modules live in their own folders (hookrun/runner/kinds/<kind>/reader.py) and are
-imported with hookrun, so the registry is full before any file is read. What a reader reads from
+imported when first asked for: a file's `kind` imports that kind's reader (reader_for), and a question
+put to every reader (a file without `kind`, the names Run adds) imports the shipped ones first. What a reader reads from
 the root attributes alone (`units`, `attr_lines`, `header`, `properties`) is asked through
 `readers_by_attrs`: an object-store run's come from its manifest, nothing fetched.
 
@@ -20,6 +21,7 @@ methods (run.edges(), ...) return.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +61,8 @@ class KindReader:
 
 
 READERS: dict[str, KindReader] = {}
+# the shipped kinds that are not plugins: the module that registers each one's reader when imported
+SHIPPED_READERS = {"evaluate": "hookrun.runner.kinds.evaluate.reader", "patching": "hookrun.runner.kinds.patching.reader"}
 
 
 def register_reader(reader: KindReader) -> KindReader:
@@ -68,6 +72,8 @@ def register_reader(reader: KindReader) -> KindReader:
 
 def reader_for(kind: str) -> KindReader | None:
     """The reader of the kind `kind`: registered, or loaded from its kind plugin (hookrun/config/plugins.py)."""
+    if kind not in READERS and kind in SHIPPED_READERS:
+        importlib.import_module(SHIPPED_READERS[kind])
     if kind not in READERS:
         from hookrun.config.plugins import plugin
 
@@ -78,6 +84,13 @@ def reader_for(kind: str) -> KindReader | None:
     return READERS.get(kind)
 
 
+def all_readers() -> list[KindReader]:
+    """Every registered reader, the shipped kinds' imported first (a file without `kind` asks each)."""
+    for kind in SHIPPED_READERS:
+        reader_for(kind)
+    return list(READERS.values())
+
+
 def readers_of(f: h5py.File) -> list[KindReader]:
     """The reader of the file's kind (by its `kind` attribute), else every reader whose rows it holds."""
     kind = f.attrs.get("kind")
@@ -85,7 +98,7 @@ def readers_of(f: h5py.File) -> list[KindReader]:
     if kind is not None:
         reader_for(kind)
         return [READERS[kind]] if kind in READERS and READERS[kind].present(f) else []
-    return [r for r in READERS.values() if r.present(f)]
+    return [r for r in all_readers() if r.present(f)]
 
 
 def readers_by_attrs(attrs: Mapping, file: Callable[[], h5py.File | None]) -> list[KindReader]:
@@ -97,7 +110,7 @@ def readers_by_attrs(attrs: Mapping, file: Callable[[], h5py.File | None]) -> li
         reader_for(kind)
         return [READERS[kind]] if kind in READERS else []
     f = file()
-    return [r for r in READERS.values() if r.present(f)] if f is not None else []
+    return [r for r in all_readers() if r.present(f)] if f is not None else []
 
 
 def kind_units(readers: list[KindReader]) -> tuple[str, str]:
@@ -107,17 +120,17 @@ def kind_units(readers: list[KindReader]) -> tuple[str, str]:
 def kind_property(readers: list[KindReader], attrs: Mapping, name: str) -> Any:
     """run.NAME of a kind's reader, from the root attributes; a run of another kind gets what the
     owning reader says of attributes that are not its own (an empty list, ...)."""
-    owners = [r for r in readers if name in r.properties] or [r for r in READERS.values() if name in r.properties]
+    owners = [r for r in readers if name in r.properties] or [r for r in all_readers() if name in r.properties]
     return owners[0].properties[name](attrs)
 
 
 def property_names() -> set[str]:
-    return {name for r in READERS.values() for name in r.properties}
+    return {name for r in all_readers() for name in r.properties}
 
 
 def no_values_note(label: str) -> str | None:
     """What a kind says of its own capture `label` holding no finite value (None: nothing special)."""
-    return next((note for r in READERS.values() if (note := r.no_values(label))), None)
+    return next((note for r in all_readers() if (note := r.no_values(label))), None)
 
 
 def kind_figures(run: Any) -> list[tuple[str, Any]]:
@@ -128,7 +141,7 @@ def kind_figures(run: Any) -> list[tuple[str, Any]]:
 def kind_method(f: h5py.File, name: str) -> Callable[..., Any] | None:
     """A kind's reader method `name` bound to the file (run.NAME(...)); None where no kind has
     it. Called on a file of another kind, the method says in its own NotFoundError what is missing."""
-    owners = [r for r in readers_of(f) if name in r.methods] or [r for r in READERS.values() if name in r.methods]
+    owners = [r for r in readers_of(f) if name in r.methods] or [r for r in all_readers() if name in r.methods]
     if not owners:
         return None
     method = owners[0].methods[name]
@@ -137,7 +150,7 @@ def kind_method(f: h5py.File, name: str) -> Callable[..., Any] | None:
 
 def method_names() -> set[str]:
     """Every method a kind's reader adds to Run (run.NAME(...))."""
-    return {name for r in READERS.values() for name in r.methods}
+    return {name for r in all_readers() for name in r.methods}
 
 
 def kind_lines(f: h5py.File) -> list[str]:

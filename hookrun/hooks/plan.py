@@ -21,7 +21,6 @@ from hookrun.config.build import build_user_action
 from hookrun.config.schema import Mode
 from hookrun.config.specs import typed_params
 from hookrun.errors import ConfigError, NotFoundError, close_matches
-from hookrun.hooks import splice
 from hookrun.hooks.actions import ACTIONS, ActionEnv
 from hookrun.hooks.actions.base import Callback
 from hookrun.hooks.hook_types import HOOK_TYPES, HookType
@@ -129,7 +128,12 @@ def make_plan(model: nn.Module, specs: list, env: ActionEnv, mode: Mode | str) -
     points: list[HookPoint] = []
     env.model = unwrap(model)  # actions that call the model's own modules (logit_lens) find them here
     # splices add their module (and its latents) to the model first: MODULE.sae.latents may be hooked
-    splice.install(model, specs, env, lambda spec: _targets(model, spec, HOOK_TYPES.get(spec.type)))
+    if any(not a.is_target and a.params.get("op") == "splice" for spec in specs for a in spec.actions):
+        from hookrun.hooks import (
+            splice,  # (the SAE readers behind it load only for a run that splices)
+        )
+
+        splice.install(model, specs, env, lambda spec: _targets(model, spec, HOOK_TYPES.get(spec.type)))
     for spec in specs:
         try:
             hook_type = HOOK_TYPES.get(spec.type)

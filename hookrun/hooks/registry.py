@@ -4,10 +4,12 @@
     @ACTIONS.register("record")
     class Record: ...
     ACTIONS.get("recrod")  # NotFoundError: unknown action 'recrod'; did you mean: record? known: ...
+    ACTIONS.register_lazy("logit_lens", "hookrun.hooks.actions.lens")  # imported when first asked for
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
@@ -20,6 +22,7 @@ class Registry(Generic[T]):
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._items: dict[str, T] = {}
+        self._lazy: dict[str, str] = {}  # name -> the module that registers it when imported
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator: make ``obj`` available under ``name`` (a user package may add names too)."""
@@ -32,18 +35,34 @@ class Registry(Generic[T]):
 
         return add
 
+    def register_lazy(self, name: str, module: str) -> None:
+        """`name` is registered by importing `module`, done when `name` is first asked for."""
+        if name not in self._items:
+            self._lazy[name] = module
+
     def get(self, name: str) -> T:
+        if isinstance(name, str) and name not in self._items and name in self._lazy:
+            importlib.import_module(self._lazy[name])
         try:
             return self._items[name]
         except (KeyError, TypeError):
-            hint = close_matches(str(name), self._items)
+            known = self.names()
+            hint = close_matches(str(name), known)
             did = f"; did you mean: {', '.join(hint)}?" if hint else ""
             raise NotFoundError(
-                f"unknown {self.kind} {name!r}{did} known {self.kind}s: {one_of(self._items)}"
+                f"unknown {self.kind} {name!r}{did} known {self.kind}s: {one_of(known)}"
             ) from None
 
+    def names(self) -> list[str]:
+        """Every name, registered or to be imported when asked for."""
+        return sorted({*self._items, *self._lazy})
+
+    def loaded(self) -> list[str]:
+        """The names whose objects are imported already."""
+        return sorted(self._items)
+
     def __contains__(self, name: object) -> bool:
-        return name in self._items
+        return name in self._items or name in self._lazy
 
     def __iter__(self) -> Iterator[str]:
-        return iter(sorted(self._items))
+        return iter(self.names())

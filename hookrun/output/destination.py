@@ -19,17 +19,19 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from hookrun.config.schema import HookrunConfig
 from hookrun.errors import ConfigError
-from hookrun.output.local_file import LocalFile
 from hookrun.output.ranks import Ranks, every_rank
-from hookrun.output.resume import Resume
-from hookrun.output.store_parts import StoreParts
-from hookrun.store.merge import View
-from hookrun.store.records import RunStore
 from hookrun.store.schemes import scheme_of
+
+if TYPE_CHECKING:  # the destinations themselves are imported by their scheme (store/schemes.py), when used
+    from hookrun.output.local_file import LocalFile
+    from hookrun.output.resume import Resume
+    from hookrun.output.store_parts import StoreParts
+    from hookrun.store.merge import View
+    from hookrun.store.records import RunStore
 
 
 class Destination(Protocol):

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from hookrun.analysis.stats import human_bytes
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.session import HookSession
@@ -49,6 +48,9 @@ class Estimate:
         return sum(line.total for line in self.lines) + self.n_samples * 16 + self.extra_bytes  # + /samples/index, /samples/step
 
     def text(self) -> str:
+        # (dry_run's printout only: analysis/ is not on a run's route)
+        from hookrun.analysis.stats import human_bytes
+
         out = list(self.header)
         by_hook: dict[str, list[HookPoint]] = {}
         for p in self.points:

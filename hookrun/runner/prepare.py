@@ -37,12 +37,10 @@ from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.plan import make_plan
 from hookrun.hooks.points import HookPoint
 from hookrun.hooks.site_check import check_sites_run
-from hookrun.hooks.splice import check_outputs
 from hookrun.output.destination import Destination, open_destination
 from hookrun.runner.action_state import check_items, check_tensors, tensor_checked
 from hookrun.runner.batches import make_loader
 from hookrun.runner.calls import CallSpec
-from hookrun.runner.generation import pad_left
 from hookrun.runner.kinds import KindContext, check_config, kind_for
 from hookrun.runner.loop import LoopSettings, one_sample_forward
 
@@ -95,6 +93,9 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
     if mode is Mode.grad:
         disable_inplace(model)
     if mode is Mode.generate and dataset is None:
+        # (the generate kind's module: not on a record run's route)
+        from hookrun.runner.generation import pad_left
+
         pad_left(cfg)
     try:  # items that cannot be built, or do not fit the forward: the kind may say what it needs
         dataset = build_dataset(cfg.data.dataset) if dataset is None else check_dataset(dataset, "run(dataset=...): got")
@@ -129,6 +130,8 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
         check_items(points, dataset[0])  # actions' own look at the first item (a key): no forward needed
         forward = lambda: one_sample_forward(model, loader, settings)  # noqa: E731
         if env.splices:  # the splice check listens to the same forward as the site check
+            from hookrun.hooks.splice import check_outputs
+
             forward = functools.partial(check_outputs, points, forward)
         tensors = tensor_checked(points)
         if tensors:  # so does the actions' check of their tensors (a width, an axis)

@@ -22,7 +22,6 @@ from typing import Any
 
 import torch
 
-from hookrun.analysis.stats import human_bytes
 from hookrun.config.schema import HookrunConfig, load, to_yaml, with_live
 from hookrun.errors import ConfigError
 from hookrun.hooks.hold import ModelHold
@@ -158,6 +157,8 @@ def plan_estimate(p: Prepared):
 
 def check_max_bytes(total: int, limit: int) -> None:
     if total > limit:
+        from hookrun.analysis.stats import human_bytes
+
         raise ConfigError(
             f"output.max_bytes: the estimated file size {human_bytes(total)} ({total} bytes) exceeds "
             f"output.max_bytes={limit}; record less (what, select, reduce, dtype, every, limit, data.limit) "

@@ -23,7 +23,6 @@ import h5py
 
 from hookrun.errors import HookrunError, NotFoundError
 from hookrun.store.capture_schema import damage
-from hookrun.store.fetch import Parts
 from hookrun.store.lock import flushing_path, wait_for_flush
 from hookrun.store.merge import build_view, check_sources
 from hookrun.store.schemes import scheme_of
@@ -136,6 +135,9 @@ class PartsSource:
     """A cache in an object store: its manifest (read at once), its parts fetched when rows are read."""
 
     def __init__(self, url: str, cache_dir: str | os.PathLike | None = None) -> None:
+        # (the object store's client: not on a local run's route)
+        from hookrun.store.fetch import Parts
+
         self.path = UrlPath(url.rstrip("/"))
         self.parts = Parts.open(self.path, cache_dir)
         self._file: h5py.File | None = None

@@ -14,15 +14,18 @@
 | attribution | attribution/    | the `attribution:` block   | captum's (zennit's) per batch (a plugin) |
 
 Adding a kind: one module, or one folder where the kind has a block, a table and readers of its
-own (evaluate/), with a RunKind subclass registered with `@register_kind("name")`, and its import
-at the end of this file (docs/architecture.md walks through evaluate as the example).
+own (evaluate/), with a RunKind subclass registered with `@register_kind("name")`, and its line in
+SHIPPED at the end of this file (docs/architecture.md walks through evaluate as the example): a
+kind's module is imported only when a config asks for it (its block given, or its mode).
 A kind with a `block` is chosen when that block of the config is on; two such blocks at once are
 refused in one line; otherwise the kind whose `mode` is cfg.mode runs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 from hookrun.config.checks import check_config as common_checks
 from hookrun.config.plugins import plugin
@@ -41,8 +44,10 @@ def register_kind(name: str) -> Callable[[type[RunKind]], type[RunKind]]:
         if cls.block is None and cls.mode is None:
             raise ValueError(f"run kind {name!r}: give it a mode (the cfg.mode it runs) or a block (the config "
                              f"block that turns it on)")
-        taken = [n for n in KINDS if n != name and cls.block is None and KINDS.get(n).block is None
+        taken = [n for n in KINDS.loaded() if n != name and cls.block is None and KINDS.get(n).block is None
                  and KINDS.get(n).mode is cls.mode]
+        taken += [n for n, (_, on) in SHIPPED.items() if n != name and n not in KINDS.loaded()
+                  and cls.block is None and on is cls.mode]
         if taken:
             raise ValueError(f"run kind {name!r}: mode={cls.mode.value} is run by the kind {taken[0]!r}; "
                              f"a new kind is turned on by a config block of its own (block = ...)")
@@ -53,8 +58,12 @@ def register_kind(name: str) -> Callable[[type[RunKind]], type[RunKind]]:
 
 
 def kind_for(cfg: HookrunConfig) -> type[RunKind]:
-    """The kind a config runs: the block kind it turns on (evaluate, patching), else its mode's."""
-    kinds = [KINDS.get(n) for n in KINDS]
+    """The kind a config runs: the block kind it turns on (evaluate, patching), else its mode's.
+    A shipped kind's module is imported here only where the config gives its block or its mode."""
+    for name, (_, on) in SHIPPED.items():
+        if on is cfg.mode if isinstance(on, Mode) else _given(cfg, on):
+            KINDS.get(name)
+    kinds = [KINDS.get(n) for n in KINDS.loaded()]
     on = [k for k in kinds if k.block and k.wanted(cfg)]
     on += [plugin(name).run_class() for name in cfg.blocks]  # the kind plugins whose block is given
     if len(on) > 1:
@@ -66,6 +75,29 @@ def kind_for(cfg: HookrunConfig) -> type[RunKind]:
         if k.block is None and k.mode is cfg.mode:
             return k
     raise ConfigError(f"mode={cfg.mode.value}: no run kind runs it; registered kinds: {', '.join(KINDS)}")
+
+
+def __getattr__(name: str) -> Any:
+    """`patch_grid` (the patching kind's notebook function), imported when first used."""
+    if name == "patch_grid":
+        from hookrun.runner.kinds.patching.notebook import patch_grid
+
+        return patch_grid
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _given(cfg: HookrunConfig, block: str) -> bool:
+    """Whether cfg's `block` is other than the schema's default (None, or evaluate's block of defaults):
+    a kind whose block is at its default is not on, so kind_for leaves its module unimported."""
+    node = getattr(cfg, block, None)
+    if node is None:
+        return False
+    try:
+        field = next(f for f in dataclasses.fields(cfg) if f.name == block)
+    except (TypeError, StopIteration):  # not a schema dataclass, or a block the schema does not name
+        return True
+    default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
+    return node != default
 
 
 def check_config(cfg: HookrunConfig) -> None:
@@ -80,7 +112,17 @@ def check_config(cfg: HookrunConfig) -> None:
 __all__ = ["KINDS", "KindContext", "RunKind", "StepAdds", "check_config", "kind_for", "patch_grid", "plain_forward",
            "register_kind"]
 
-# the kinds hookrun ships (each registers itself); a new kind adds its import here
+# the kinds hookrun ships beside the plugins (hookrun/config/plugins.py): name -> (the module that
+# registers it, what turns it on: its config block's key or its mode), imported when kind_for needs it
+SHIPPED: dict[str, tuple[str, str | Mode]] = {
+    "evaluate": ("hookrun.runner.kinds.evaluate", "evaluate"),
+    "patching": ("hookrun.runner.kinds.patching", "patching"),
+    "grad": ("hookrun.runner.kinds.grad_kind", Mode.grad),
+    "generate": ("hookrun.runner.kinds.generate_kind", Mode.generate),
+}
+for _name, (_module, _) in SHIPPED.items():
+    KINDS.register_lazy(_name, _module)
+
 
 
 @register_kind("record")
@@ -88,10 +130,3 @@ class RecordKind(RunKind):
     """mode=eval: one forward per batch under no_grad (early_stop may cut it); everything is RunKind's."""
 
     mode = Mode.eval
-
-
-from hookrun.runner.kinds import evaluate, generate_kind, grad_kind, patching  # noqa: E402, F401
-
-# the kinds' notebook functions, which the package face binds (hookrun.patch_grid; a kind plugin's,
-# such as hookrun.attribute, through hookrun.config.plugins)
-from hookrun.runner.kinds.patching.notebook import patch_grid  # noqa: E402
