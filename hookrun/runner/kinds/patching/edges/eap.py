@@ -13,7 +13,8 @@ metric averaged over the copies. Then
 with the metric averaged over the items (so the score is averaged over them too): TransformerLens
 4.3's `attribution_patch(granularity="edge")` in its denoising sign. The copies go through in chunks
 (`memory`, the block's budget for a forward's activations, measured on the base run) whose gradients
-add up.
+add up. When every reader's gradient does not fit in `memory` beside them, edges/bounded.py folds each
+reader group's gradient into the grid as the backward makes it, and keeps none.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 
 from hookrun.errors import RunError
 from hookrun.runner.kinds.patching.cell_action import CellMode
+from hookrun.runner.kinds.patching.edges.bounded import EdgeBytes, streamed_scores
 
 
 def record(into: dict):
@@ -94,6 +96,12 @@ def edge_scores(engine: Any, graph: Any, wiring: Any, m: int) -> tuple[np.ndarra
     """[writers, readers] scores (NaN where no edge), the base and source runs' writer contributions."""
     source = writer_outputs(engine, wiring, engine.source_ids)
     base: dict = {}
+    sizes, memory = EdgeBytes.of(engine.model, wiring, graph, engine.base_ids), engine.block.memory
+    forward = 3 * engine.copy_bytes  # a backward keeps ~3 forwards' bytes
+    if not sizes.fast(memory, forward, max(1, min(m, memory // max(1, forward)))):  # edges/bounded.py
+        per = sizes.copies(memory, forward, m)
+        scores, engine.node_positions = streamed_scores(engine, graph, wiring, m, source, base, per)
+        return scores, base, source
     grads = interpolated_grads(engine, wiring, m, source[("embed",)][:, :, 0], reader=True, keep_writers=base)
     scores = np.full(graph.mask.shape, np.nan)
     by_position = np.zeros((len(graph.writers), engine.base_ids.shape[1]))  # each writer's score at each position

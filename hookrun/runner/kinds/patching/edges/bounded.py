@@ -1,0 +1,136 @@
+"""Edges within `patching.memory`: each reader group's gradient folded into the grid as the backward makes it.
+
+    sizes = EdgeBytes.of(model, wiring, graph, items[block.clean])   # from shapes, before any forward
+    sizes.check(block.memory)                                         # one ConfigError when it cannot fit
+    scores, by_position = streamed_scores(engine, graph, wiring, m, source, base, per)
+
+What an edges run holds beyond the model (eap.py): the writers' contributions on both inputs
+(2 x writers x items x positions x d_model), the forward of the interpolated copies kept for the
+backward, and, on the fast route, the gradient of every reader at once (readers x items x positions x
+d_model, twice while a chunk's gradients add up). The [writer, reader] grid itself is writers x readers
+float64, small beside them. When they do not fit in `memory`, no reader's gradient is kept: each reader
+group's input passes through an identity whose backward receives the group's gradient the moment the
+backward has summed it, adds its scores (d metric / d input[r] against every writer feeding r) to the grid
+and lets it go on; one backward per chunk of copies, as on the fast route, so the values are the same
+sums in another order. The smallest budget that works holds the writers and one reader group's
+gradient with one writer group's difference (both float64); a smaller one is one ConfigError line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from hookrun.errors import ConfigError, RunError
+
+
+@dataclass(frozen=True)
+class EdgeBytes:
+    writers: int  # the writers' contributions on the base and source inputs, held the whole run
+    grads: int  # every reader's gradient for one copy of the items (the fast route holds them)
+    group: int  # the bounded route's one reader group in flight: its gradient and a writer group's difference, float64
+    taps: int  # what the reader taps add to one copy's forward (per-head copies of the q/k/v inputs)
+
+    @classmethod
+    def of(cls, model: Any, wiring: Any, graph: Any, ids: torch.Tensor) -> EdgeBytes:
+        p = next(model.parameters(), None)
+        elem = torch.empty((), dtype=p.dtype if p is not None else torch.float32).element_size()
+        slot = int(ids.shape[0]) * int(ids.shape[1]) * d_model(model, wiring)  # one node's [items, positions, d_model]
+        widest = max(s.stop - s.start for s in (*graph.reader_groups.values(), *graph.writer_groups.values()))
+        readers = len(graph.readers)
+        return cls(2 * len(graph.writers) * slot * elem, readers * slot * elem, 2 * widest * slot * 8, 3 * readers * slot * elem)
+
+    @property
+    def floor(self) -> int:
+        return self.writers + self.group
+
+    def check(self, memory: int) -> None:
+        if memory < self.floor:
+            raise ConfigError(f"patching.memory={memory} bytes is too small for one reader group of this edges run: the "
+                              f"writers' contributions on both inputs take {self.writers} and one reader group's gradient "
+                              f"{self.group}; give at least {self.floor} bytes ({_mib(self.floor)})")
+
+    def fast(self, memory: int, forward: int, per: int) -> bool:
+        """Whether the fast route (every reader's gradient held) fits: per copies a chunk, `forward` bytes a copy."""
+        return self.writers + self.grads * (per + 1) + per * (forward + self.taps) <= memory
+
+    def copies(self, memory: int, forward: int, m: int) -> int:
+        """Copies per chunk on the bounded route; a ConfigError when not even one fits."""
+        per_copy = forward + self.taps + self.group
+        if memory < self.writers + per_copy:
+            need = self.writers + per_copy
+            raise ConfigError(f"patching.memory={memory} bytes cannot hold one copy of the items' forward and backward "
+                              f"(about {forward + self.taps} bytes measured on the base run) with the writers' contributions "
+                              f"({self.writers}) and one reader group ({self.group}); give at least {need} bytes ({_mib(need)})")
+        return max(1, min(m, (memory - self.writers) // per_copy))
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f}MiB"
+
+
+def d_model(model: Any, wiring: Any) -> int:
+    cfg = getattr(model, "cfg", None)
+    if cfg is not None and getattr(cfg, "d_model", None):
+        return int(cfg.d_model)
+    return int(wiring.embed_module.weight.shape[1])
+
+
+class _Fold(torch.autograd.Function):
+    """The identity; its backward hands the gradient to `fold` before passing it on."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, fold: Any) -> torch.Tensor:
+        ctx.fold = fold
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple:
+        ctx.fold(g)
+        return g, None
+
+
+def streamed_scores(engine: Any, graph: Any, wiring: Any, m: int, source: dict, base: dict,
+                    per: int) -> tuple[np.ndarray, np.ndarray]:
+    """eap.edge_scores' grid and by-position sums, no reader's gradient kept; `base` is filled with the base run's
+    writer contributions (copy 0 of the first chunk)."""
+    n = engine.n
+    source_embed = source[("embed",)][:, :, 0]
+    scores = np.zeros(graph.mask.shape)
+    by_position = np.zeros((len(graph.writers), engine.base_ids.shape[1]))
+    seen: set = set()
+    for start in range(0, m, per):
+        c = min(per, m - start)
+        alpha = (torch.arange(start, start + c, dtype=source_embed.dtype, device=source_embed.device) / m)
+        alpha = alpha.repeat_interleave(n).view(-1, 1, 1)
+        leaf: dict = {}
+        written: dict = {}
+
+        def embed(x, alpha=alpha, c=c, leaf=leaf):
+            leaf["z"] = torch.zeros((), dtype=x.dtype, device=x.device, requires_grad=True)  # what the backward reaches
+            return x + alpha.to(x.dtype) * (source_embed.repeat(c, 1, 1).to(x.dtype) - x) + leaf["z"]
+
+        def fold(group, g, c=c):
+            g = g.reshape(c, n, *g.shape[1:]).sum(0).double()
+            rs = graph.reader_groups[group]
+            for wg, ws in graph.writer_groups.items():
+                if graph.feeds(wg, group):
+                    delta = (source[wg] - base[wg]).double()
+                    scores[ws, rs] += torch.einsum("npwd,nprd->wr", delta, g).cpu().numpy()
+                    by_position[ws] += torch.einsum("npwd,nprd->wp", delta, g).cpu().numpy()
+            seen.add(group)
+
+        keep = (lambda group, a, written=written: written.__setitem__(group, a[:n].detach().clone())) if start == 0 else None
+        with torch.enable_grad(), wiring.tap(embed=embed, writer=keep,
+                                             reader=lambda group, x: _Fold.apply(x, lambda g, group=group: fold(group, g))):
+            metric = engine.measure(engine.forward(engine.base_ids.repeat(c, 1)), c).sum() / m
+        if start == 0:
+            base.update(written)
+        torch.autograd.grad(metric, [leaf["z"]])
+    missing = [g for g in graph.reader_groups if g not in seen]
+    if missing:
+        raise RunError(f"patching: {missing[0]} is not on the metric's gradient path")
+    return np.where(graph.mask, scores, np.nan), by_position
