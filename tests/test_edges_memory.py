@@ -76,14 +76,13 @@ def test_bounded_equals_raw_torch_and_unbounded(lens, routes, method, m):
     assert routes == []
     want, by_position = lens_ref.reference_edges(lens, items, m)
     smallest = budget_floor(lens, items, **kw)
-    for memory, per in ((smallest, 1), (2 * smallest, 2)) if m > 1 else ((smallest, 1),):
-        got = hookrun.patch_grid(lens, items, memory=memory, **kw)["edges"]
-        assert routes[-1] == per  # several backwards (ceil(m / per)), every reader's gradient folded as it came
-        np.testing.assert_array_equal(np.isnan(got.values), np.isnan(want))
-        np.testing.assert_allclose(got.values, want, atol=1e-5, rtol=1e-4)
-        np.testing.assert_allclose(got.attrs["node_scores_by_position"], by_position, atol=1e-5, rtol=1e-4)
-        np.testing.assert_allclose(got.values, fast.values, atol=1e-7, rtol=1e-5)
-        np.testing.assert_allclose(got.attrs["node_scores"], fast.attrs["node_scores"], atol=1e-7, rtol=1e-5)
+    got = hookrun.patch_grid(lens, items, memory=smallest, **kw)["edges"]
+    assert routes == [1]  # m backwards of one copy each, every reader's gradient folded as it came
+    np.testing.assert_array_equal(np.isnan(got.values), np.isnan(want))
+    np.testing.assert_allclose(got.values, want, atol=1e-5, rtol=1e-4)
+    np.testing.assert_allclose(got.attrs["node_scores_by_position"], by_position, atol=1e-5, rtol=1e-4)
+    np.testing.assert_allclose(got.values, fast.values, atol=1e-7, rtol=1e-5)
+    np.testing.assert_allclose(got.attrs["node_scores"], fast.attrs["node_scores"], atol=1e-7, rtol=1e-5)
 
 
 def test_bounded_gqa_and_faithfulness_equal_raw_torch(routes):

@@ -53,9 +53,11 @@ class EdgeBytes:
                               f"writers' contributions on both inputs take {self.writers} and one reader group's gradient "
                               f"{self.group}; give at least {self.floor} bytes ({_mib(self.floor)})")
 
-    def fast(self, memory: int, forward: int, per: int) -> bool:
-        """Whether the fast route (every reader's gradient held) fits: per copies a chunk, `forward` bytes a copy."""
-        return self.writers + self.grads * (per + 1) + per * (forward + self.taps) <= memory
+    def fast(self, memory: int, forward: int, m: int) -> int:
+        """Copies per chunk on the fast route (every reader's gradient held, twice while a chunk's add up), `forward`
+        bytes a copy's forward and backward; 0 when not even one copy fits beside them."""
+        per_copy = self.grads + forward + self.taps
+        return max(0, min(m, (memory - self.writers - self.grads) // per_copy))
 
     def copies(self, memory: int, forward: int, m: int) -> int:
         """Copies per chunk on the bounded route; a ConfigError when not even one fits."""
