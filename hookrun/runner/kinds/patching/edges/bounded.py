@@ -117,12 +117,13 @@ def streamed_scores(engine: Any, graph: Any, wiring: Any, m: int, source: dict, 
 
         def fold(group, g, c=c):
             g = g.reshape(c, n, *g.shape[1:]).sum(0).double()
+            g_readers = g.sum(2)  # by position the group's readers add up: one einsum r times smaller
             rs = graph.reader_groups[group]
             for wg, ws in graph.writer_groups.items():
                 if graph.feeds(wg, group):
                     delta = (source[wg] - base[wg]).double()
                     scores[ws, rs] += torch.einsum("npwd,nprd->wr", delta, g).cpu().numpy()
-                    by_position[ws] += torch.einsum("npwd,nprd->wp", delta, g).cpu().numpy()
+                    by_position[ws] += torch.einsum("npwd,npd->wp", delta, g_readers).cpu().numpy()
             seen.add(group)
 
         keep = (lambda group, a, written=written: written.__setitem__(group, a[:n].detach().clone())) if start == 0 else None
