@@ -119,7 +119,8 @@ def test_a_budget_below_one_reader_group_is_one_line_before_any_forward(lens):
     text = str(err.value)
     assert calls == [] and "\n" not in text
     assert "patching.memory=10000 bytes" in text and "one reader group" in text
-    # the floor: both inputs' writer contributions and one reader group's and one writer group's float64 gradient
+    # the floor: both inputs' writer contributions, their float64 differences, one reader group's float64 gradient
+    # twice and its sum over the group's readers
     n, t, d, writers, heads = 3, lens_ref.T, 16, 1 + lens_ref.L * (lens_ref.H + 1), lens_ref.H
-    floor = 2 * writers * n * t * d * 4 + 2 * heads * n * t * d * 8
+    floor = 2 * writers * n * t * d * 4 + writers * n * t * d * 8 + (2 * heads + 1) * n * t * d * 8
     assert f"give at least {floor} bytes" in text
