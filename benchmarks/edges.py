@@ -111,8 +111,9 @@ def memory_child(a) -> None:
         from hookrun.runner.kinds.patching.edges.graph import find_graph
 
         sizes = EdgeBytes.of(model, find_graph(model)[1], find_graph(model)[0], items[0]["input_ids"].expand(len(items), -1))
-        # the fast route at one copy a backward: every reader's gradient (twice) where the bounded route has one group
-        print(json.dumps({"budget": memory, "fast": memory - sizes.group + 2 * sizes.grads}))
+        # the fast route at one copy a backward: every reader's zeros and gradient, and their sum over the copies,
+        # where the bounded route has the writers' differences
+        print(json.dumps({"budget": memory, "fast": memory - sizes.deltas + 3 * sizes.grads}))
         return
     warm = [{**it, "input_ids": it["input_ids"][:4], "corrupt": it["corrupt"][:4]} for it in items[:1]]
     hookrun.patch_grid(model, warm, memory=64 << 30, **kw)  # hookrun's imports and first-run state, outside the peak
