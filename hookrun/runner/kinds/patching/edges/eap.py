@@ -13,7 +13,8 @@ metric averaged over the copies. Then
 with the metric averaged over the items (so the score is averaged over them too): TransformerLens
 4.3's `attribution_patch(granularity="edge")` in its denoising sign. The copies go through in chunks
 (`memory`, the block's budget for a forward's activations, measured on the base run) whose gradients
-add up.
+add up. When every reader's gradient does not fit in `memory` beside them, edges/bounded.py folds each
+reader group's gradient into the grid as the backward makes it, and keeps none.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 
 from hookrun.errors import RunError
 from hookrun.runner.kinds.patching.cell_action import CellMode
+from hookrun.runner.kinds.patching.edges.bounded import EdgeBytes, streamed_scores
 
 
 def record(into: dict):
@@ -40,12 +42,13 @@ def writer_outputs(engine: Any, wiring: Any, ids: torch.Tensor) -> dict:
 
 
 def interpolated_grads(engine: Any, wiring: Any, m: int, source_embed: torch.Tensor, reader: Any = None,
-                       keep_writers: dict | None = None, leaves: Any = None) -> dict:
+                       keep_writers: dict | None = None, leaves: Any = None, per: int | None = None) -> dict:
     """Run the m interpolated copies (in chunks) and return d mean-metric / d leaf, summed over the copies,
     for the leaves `leaves(deltas_of_this_chunk)` names; reader taps add zeros requiring grad when
-    `reader` is True. `keep_writers`: filled with copy 0's writer contributions (the base run's)."""
+    `reader` is True. `keep_writers`: filled with copy 0's writer contributions (the base run's). `per`: copies a
+    chunk (edges' fast route sizes it beside the gradients it holds); by default from `memory` and one copy's bytes."""
     n = engine.n
-    per = max(1, min(m, engine.block.memory // max(1, 3 * engine.copy_bytes)))  # a backward keeps ~3 forwards' bytes
+    per = per or max(1, min(m, engine.block.memory // max(1, 3 * engine.copy_bytes)))  # a backward keeps ~3 forwards' bytes
     total: dict = {}
     for start in range(0, m, per):
         c = min(per, m - start)
@@ -94,7 +97,14 @@ def edge_scores(engine: Any, graph: Any, wiring: Any, m: int) -> tuple[np.ndarra
     """[writers, readers] scores (NaN where no edge), the base and source runs' writer contributions."""
     source = writer_outputs(engine, wiring, engine.source_ids)
     base: dict = {}
-    grads = interpolated_grads(engine, wiring, m, source[("embed",)][:, :, 0], reader=True, keep_writers=base)
+    sizes, memory = EdgeBytes.of(engine.model, wiring, graph, engine.base_ids), engine.block.memory
+    forward = 3 * engine.copy_bytes  # a backward keeps ~3 forwards' bytes
+    per = sizes.fast(memory, forward, m)
+    if per == 0:  # every reader's gradient does not fit: edges/bounded.py
+        scores, engine.node_positions = streamed_scores(engine, graph, wiring, m, source, base,
+                                                        sizes.copies(memory, forward, m))
+        return scores, base, source
+    grads = interpolated_grads(engine, wiring, m, source[("embed",)][:, :, 0], reader=True, keep_writers=base, per=per)
     scores = np.full(graph.mask.shape, np.nan)
     by_position = np.zeros((len(graph.writers), engine.base_ids.shape[1]))  # each writer's score at each position
     for rg, rs in graph.reader_groups.items():

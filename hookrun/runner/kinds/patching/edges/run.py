@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from hookrun.errors import ConfigError, HookrunError, RunError
+from hookrun.runner.kinds.patching.edges.bounded import EdgeBytes
 from hookrun.runner.kinds.patching.edges.eap import edge_scores, record
 from hookrun.runner.kinds.patching.edges.formats import read_circuit
 from hookrun.runner.kinds.patching.edges.graph import Graph, find_graph
@@ -68,6 +69,7 @@ class EdgeResult:
 def prepare(model: Any, block: Any, items: dict) -> tuple[Graph, Any]:
     graph, wiring = find_graph(model, "patching.graph=auto")
     check_circuits(block.faithfulness, graph.edges)
+    EdgeBytes.of(model, wiring, graph, items[block.clean]).check(block.memory)  # one reader group fits (edges/bounded.py)
     if block.faithfulness is not None and torch.equal(items[block.clean], items[block.corrupt]):
         raise ConfigError(f"patching.clean / patching.corrupt: every item's clean input {block.clean!r} equals its corrupted "
                           f"one {block.corrupt!r}, so faithfulness' recovered fraction (m - m_corrupt) / (m_clean - m_corrupt) "
