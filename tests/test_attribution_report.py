@@ -109,7 +109,9 @@ def test_curve_areas_on_the_page_are_numpys_trapezoid(sweep):
     for fig, w in zip(figs, ("deletion", "insertion"), strict=True):
         mean = next(t for t in fig["figure"]["data"] if str(t.get("name", "")).startswith("mean"))
         np.testing.assert_allclose(mean["y"], curves[w].mean(0), rtol=1e-9)
-        assert len(fig["figure"]["data"]) == N + 1  # every sample behind the mean
+        grey = [t for t in fig["figure"]["data"] if t.get("line", {}).get("color") == "#999999"]
+        assert len(grey) == N  # every sample behind the band, the mean and the random order
+        assert len(fig["figure"]["data"]) == N + 4
 
 
 def test_sweep_page_compares_the_methods(sweep):

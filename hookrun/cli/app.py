@@ -128,7 +128,7 @@ def compose_config(overrides: list[str], hydra: bool = False) -> DictConfig:
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="hookrun"):
-            return compose("config", overrides=overrides, return_hydra_config=hydra)
+            return compose("config", overrides=forced_block_keys(overrides), return_hydra_config=hydra)
     except Exception as exc:
         line = one_line(exc, overrides, lambda: _known_keys(overrides), _group_options)
         if line is None or _FULL_ERROR:
@@ -158,6 +158,15 @@ def _compose_groups(overrides: list[str]) -> DictConfig:
         return OmegaConf.structured(SCHEMA)
     finally:
         GlobalHydra.instance().clear()
+
+
+def forced_block_keys(args: list[str]) -> list[str]:
+    """`patching.verify=2` where the config has the block (missing_block said so): `++patching.verify=2`.
+    A block's slot is untyped (blocks.py), so a key its YAML does not list would be refused by
+    Hydra's struct mode; `load()` types the block and refuses a key it does not have, in one line."""
+    blocks = set(block_names(SCHEMA, HookrunConfig))
+    return [f"++{a}" if not a.startswith(("+", "-")) and "=" in a and "." in a.partition("=")[0]
+            and a.partition(".")[0] in blocks else a for a in args]
 
 
 def _missing_block(overrides: list[str]) -> str | None:
@@ -221,6 +230,7 @@ def main() -> None:
     damage = shell_damage(args) or _missing_block([a for a in args if not a.startswith("-")])
     if damage:
         _fail(ConfigError(damage))
+    sys.argv[1:] = forced_block_keys(sys.argv[1:])
     try:
         ranks = detect()
         if ranks.launcher == "torchrun" and ranks.many and "HOOKRUN_STARTED" not in os.environ:
