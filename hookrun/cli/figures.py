@@ -5,9 +5,8 @@
 
 Every figure has readable fonts, axis labels where there are axes, one colour scale with one
 colour bar where colours carry values, and tick labels that cannot run together (few ticks,
-scientific notation for small or large values), titles that fit inside the figure (save wraps
-them: figure_titles.py) and count axes on a log scale only where the counts span more than two
-decades. Nothing here reads a file.
+scientific notation for small or large values), titles that fit (figure_titles.py) and count axes
+on a log scale only where the counts span more than two decades. Nothing here reads a file.
 """
 
 from __future__ import annotations

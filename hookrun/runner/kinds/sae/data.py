@@ -28,7 +28,35 @@ from hookrun.analysis.remote_run import open_run
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, close_matches
 
 
-class CacheRows:
+class BatchStream:
+    """An endless iterator over `self._stream()` (a generator of batches), counting them: what the
+    trainer is fed, from a cache (CacheRows) or from the model on the fly (live.py's LiveRows)."""
+
+    _it: Iterator[torch.Tensor] | None = None
+    batches: int = 0
+
+    def _stream(self) -> Iterator[torch.Tensor]:
+        raise NotImplementedError
+
+    def __iter__(self) -> BatchStream:
+        return self
+
+    def __next__(self) -> torch.Tensor:
+        if self._it is None:
+            self._it = self._stream()
+        self.batches += 1
+        return next(self._it)
+
+    def skip(self, n: int) -> None:
+        """Drop the next n batches (a resumed run: the steps already trained; live rows run their forwards again)."""
+        for _ in range(n):
+            next(self)
+
+    def close(self) -> None:
+        self._it = None
+
+
+class CacheRows(BatchStream):
     """An endless iterator of float32 batches of one capture of a cache run (see the module doc)."""
 
     def __init__(self, source: str, capture: str, batch_rows: int, shuffle: dict | bool, vectors: str = "auto") -> None:
@@ -88,22 +116,8 @@ class CacheRows:
                     carry, have = ([rest] if len(rest) else []), len(rest)
             epoch += 1
 
-    def __iter__(self) -> CacheRows:
-        return self
-
-    def __next__(self) -> torch.Tensor:
-        if self._it is None:
-            self._it = self._stream()
-        self.batches += 1
-        return next(self._it)
-
-    def skip(self, n: int) -> None:
-        """Drop the next n batches (a resumed run: the steps already trained)."""
-        for _ in range(n):
-            next(self)
-
     def close(self) -> None:
-        self._it = None
+        super().close()
         self.run.close()
 
 

@@ -25,9 +25,10 @@ from torch import nn
 
 from hookrun.errors import ConfigError, close_matches
 from hookrun.hooks.early_stop import StopForward
+from hookrun.runner.kinds.sae.data import BatchStream
 
 
-class LiveRows:
+class LiveRows(BatchStream):
     """An endless iterator of float32 batches of a module's output over the run's data (see above)."""
 
     def __init__(self, model: nn.Module, loader: Any, spec: Any, at: str, batch_rows: int, shuffle: dict | bool,
@@ -120,20 +121,3 @@ class LiveRows:
                 if usable < len(take):  # a partial batch goes back to the front of what is held
                     held.insert(0, take[usable:])
                     have += len(take) - usable
-
-    def __iter__(self) -> LiveRows:
-        return self
-
-    def __next__(self) -> torch.Tensor:
-        if self._it is None:
-            self._it = self._stream()
-        self.batches += 1
-        return next(self._it)
-
-    def skip(self, n: int) -> None:
-        """Drop the next n batches (a resumed run: the steps already trained; their forwards run again)."""
-        for _ in range(n):
-            next(self)
-
-    def close(self) -> None:
-        self._it = None
