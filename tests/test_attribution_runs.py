@@ -96,11 +96,13 @@ def test_a_killed_run_resumes_to_the_same_file(tmp_path):
         names = []
         f["captures"].visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
         assert sorted(names) == sorted(["attribution/__model__/" + k for k in
-                                        ("attribution", "target", "logit", "prob", "delta", "deletion", "deletion_area")])
+                                        ("attribution", "target", "logit", "prob", "delta", "deletion", "deletion_area",
+                                         "deletion_random", "deletion_random_area")])
         np.testing.assert_array_equal(f["samples/index"][:], np.arange(N))
         for n in names:
             np.testing.assert_array_equal(f["captures/" + n][:], r["captures/" + n][:])
-            np.testing.assert_allclose(f["captures/" + n][:], r4["captures/" + n][:], rtol=1e-5, atol=1e-6)
+            if "_random" not in n:  # (the random orders are drawn per batch: batches of 4 draw others)
+                np.testing.assert_allclose(f["captures/" + n][:], r4["captures/" + n][:], rtol=1e-5, atol=1e-6)
 
 
 class Unused(torch.nn.Module):
