@@ -232,8 +232,7 @@ class Routes:
 
         if len(self.blocks) != 1:
             raise RuntimeError("SAELens' CacheActivationsRunner caches one hook point: run with --points 1")
-        self.wrappers["saelens"] = hooked_gpt2(self.model, SEQ)
-        self.model = None  # this process runs SAELens only: the HookedTransformer holds the weights
+        self.wrappers["saelens"] = hooked_gpt2(self.model, SEQ)  # (an environment with SAELens may run the others too)
 
     def r_saelens(self, ids: torch.Tensor, out: Path):
         """CacheActivationsRunner(cfg, override_dataset=the tokens).run(): Arrow shards of 8 batches."""
