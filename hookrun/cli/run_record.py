@@ -78,8 +78,11 @@ class RunRecord:
             if isinstance(handler, logging.FileHandler):
                 handler.close()
                 path = Path(handler.baseFilename)
-                if path.is_file() and path.stat().st_size == 0:
-                    path.unlink()
+                try:  # (torchrun's ranks share the run folder: another rank may have removed it first)
+                    if path.is_file() and path.stat().st_size == 0:
+                        path.unlink(missing_ok=True)
+                        made.append(path)
+                except FileNotFoundError:
                     made.append(path)
                 stand_in = _Pending(handler)
                 root.removeHandler(handler)

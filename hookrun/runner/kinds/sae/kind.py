@@ -33,6 +33,7 @@ from hookrun.runner.kinds.run_kind import RunKind
 from hookrun.runner.kinds.sae.block import SaeBlock
 from hookrun.runner.kinds.sae.data import CacheRows
 from hookrun.store.records import Capture, CaptureKey, StepRecord
+from hookrun.store.schemes import scheme_of
 
 log = logging.getLogger("hookrun")
 UNITS = ("training steps", "steps")
@@ -187,7 +188,7 @@ def checkpoints_before(folder: Path, samples: int) -> list[Path]:
 
 def run_folder(cfg: HookrunConfig) -> Path:
     path = str(cfg.output.path)
-    if "://" in path:
+    if scheme_of(path).remote:
         raise ConfigError("sae.out: the run is written to an object store; give sae.out, a local folder for the SAE")
     return Path(path).resolve().parent
 
