@@ -13,7 +13,7 @@ import json
 
 import numpy as np
 import pytest
-import torch
+from edge_graph import prompt_pairs
 from test_mib_metrics import eap_ig_edges, reference
 from tl_models import hooked_transformer
 
@@ -25,14 +25,7 @@ V, T = 40, 6
 
 
 def make_items(seed=7):
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for _ in range(3):
-        c = torch.randint(0, V, (T,), generator=g)
-        k = c.clone()
-        k[1] = (k[1] + 11) % V
-        out.append({"clean": c, "corrupt": k, "answer": int(c[1]), "wrong": int(k[1])})
-    return out
+    return prompt_pairs(V, T, seed=seed, at=1, shift=11)
 
 
 def edges_run(model, items, path, **faith):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from edge_graph import feeds, graph_labels, prompt_pairs
 from tl_models import hooked_transformer
 
 import hookrun
@@ -27,35 +28,11 @@ def model():
 
 @pytest.fixture(scope="module")
 def items():
-    g = torch.Generator().manual_seed(1)
-    out = []
-    for _ in range(3):
-        c = torch.randint(0, V, (T,), generator=g)
-        k = c.clone()
-        k[2] = (k[2] + 7) % V
-        out.append({"clean": c, "corrupt": k, "answer": int(c[2]), "wrong": int(k[2])})
-    return out
+    return prompt_pairs(V, T, seed=1, at=2, shift=7)
 
 
 def metric(logits, it):
     return logits[0, -1, it["answer"]] - logits[0, -1, it["wrong"]]
-
-
-def labels():
-    writers, readers = ["embed"], []
-    for layer in range(L):
-        readers += [f"L{layer}.H{h}.{k}" for k in "qkv" for h in range(H)] + [f"L{layer}.MLP"]
-        writers += [f"L{layer}.H{h}" for h in range(H)] + [f"L{layer}.MLP"]
-    return writers, readers + ["logits"]
-
-
-def feeds(w, r):
-    if w == "embed" or r == "logits":
-        return True
-    wl, rl = int(w.split(".")[0][1:]), int(r.split(".")[0][1:])
-    if w.endswith(".MLP") or not r.endswith(".MLP"):
-        return wl < rl
-    return wl <= rl
 
 
 def writer_acts(model, ids):
@@ -100,7 +77,7 @@ def reader_grads(model, ids, it, embed_clean=None, embed_corrupt=None, alpha=0.0
 
 
 def reference_edges(model, items, m):
-    writers, readers = labels()
+    writers, readers = graph_labels(L, H)
     total = np.zeros((len(writers), len(readers)))
     by_position = np.zeros((len(writers), T))
     for it in items:
@@ -123,7 +100,7 @@ def reference_edges(model, items, m):
 @pytest.mark.parametrize("method, m", [("eap", 1), ("eap_ig", 3)])
 def test_edges_equal_raw_torch(model, items, method, m):
     got = hookrun.patch_grid(model, items, input="input", method=method, **({"ig_steps": m} if m > 1 else {}))["edges"]
-    writers, readers = labels()
+    writers, readers = graph_labels(L, H)
     assert list(got.writer.values) == writers and list(got.reader.values) == readers
     want, by_position = reference_edges(model, items, m)
     np.testing.assert_allclose(got.attrs["node_scores_by_position"], by_position, atol=1e-5, rtol=1e-4)
@@ -134,13 +111,13 @@ def test_edges_equal_raw_torch(model, items, method, m):
 
 
 def _upstream_missing():
-    writers, readers = labels()
+    writers, readers = graph_labels(L, H)
     return sum(not feeds(w, r) for w in writers for r in readers)
 
 
 def reference_faithfulness(model, items, kept, ablation):
     """Mean over items of the metric with every edge outside `kept` ablated, rebuilt reader by reader."""
-    writers, readers = labels()
+    writers, readers = graph_labels(L, H)
     values = []
     mean = None
     if ablation == "mean":
@@ -193,7 +170,7 @@ def test_faithfulness_equals_raw_torch(model, items, ablation):
     ks = [0, 7, 60, 110]
     got = hookrun.patch_grid(model, items, input="input", method="eap",
                              faithfulness={"edges": ks, "ablation": ablation})["edges"]
-    writers, readers = labels()
+    writers, readers = graph_labels(L, H)
     scores = np.nan_to_num(got.values, nan=-1.0)
     flat = np.where(np.isnan(got.values), -1.0, np.abs(got.values)).reshape(-1)
     order = np.argsort(-flat, kind="stable")
@@ -336,7 +313,7 @@ def test_hf_gpt2_edges_and_faithfulness_equal_raw_torch(gpt2_pair, items):
                                  faithfulness={"edges": [4, 40]})["edges"]
         want, _ = reference_edges(ht, items, m)
         np.testing.assert_allclose(got.values, want, atol=1e-5, rtol=1e-4, err_msg=method)
-    writers, readers = labels()
+    writers, readers = graph_labels(L, H)
     order = np.argsort(-np.where(np.isnan(got.values), -1.0, np.abs(got.values)).reshape(-1), kind="stable")
     with torch.no_grad():
         clean = np.mean([float(metric(ht(it["clean"][None]), it)) for it in items])

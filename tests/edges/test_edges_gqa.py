@@ -20,6 +20,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from edge_graph import feeds, graph_labels, prompt_pairs
 
 import hookrun
 from hookrun.errors import ConfigError
@@ -53,29 +54,7 @@ def build(kind: str, kv: int):
 
 @pytest.fixture(scope="module")
 def items():
-    g = torch.Generator().manual_seed(1)
-    out = []
-    for _ in range(3):
-        c = torch.randint(0, V, (T,), generator=g)
-        k = c.clone()
-        k[2] = (k[2] + 7) % V
-        out.append({"input_ids": c, "corrupt": k, "answer": int(c[2]), "wrong": int(k[2])})
-    return out
-
-
-def labels():
-    writers, readers = ["embed"], []
-    for layer in range(L):
-        readers += [f"L{layer}.H{h}.{k}" for k in "qkv" for h in range(H)] + [f"L{layer}.MLP"]
-        writers += [f"L{layer}.H{h}" for h in range(H)] + [f"L{layer}.MLP"]
-    return writers, readers + ["logits"]
-
-
-def feeds(w, r):
-    if w == "embed" or r == "logits":
-        return True
-    wl, rl = int(w.split(".")[0][1:]), int(r.split(".")[0][1:])
-    return wl < rl or (wl == rl and not w.endswith(".MLP") and r.endswith(".MLP"))
+    return prompt_pairs(V, T, seed=1, at=2, shift=7, clean="input_ids")
 
 
 def forward(net, ids, reader=lambda name, x: x, record=lambda name, a: None, embed=None):
@@ -141,7 +120,7 @@ def acts(net, ids):
 def reference_edges(net, items, m=1):
     """EAP (m = 1) or EAP-IG: the gradients averaged over m runs whose token embedding is
     e_corrupt + (k / m)(e_clean - e_corrupt), k = 0..m-1."""
-    writers, readers = labels()
+    writers, readers = graph_labels(L, H)
     total = np.zeros((len(writers), len(readers)))
     for it in items:
         clean, corrupt = acts(net, it["input_ids"]), acts(net, it["corrupt"])
@@ -167,7 +146,7 @@ def reference_edges(net, items, m=1):
 
 def reference_recovered(net, items, kept):
     """Every edge outside `kept` ablated: each reader's input minus (live - corrupted) of its ablated writers."""
-    writers, _ = labels()
+    writers, _ = graph_labels(L, H)
     values, clean_m, corrupt_m = [], [], []
     for it in items:
         corrupt = acts(net, it["corrupt"])
@@ -201,7 +180,7 @@ def test_edges_and_faithfulness_equal_raw_torch(kind, kv, m, items):
             torch.testing.assert_close(forward(net, it["input_ids"]), net(it["input_ids"][None]).logits[0], atol=1e-4, rtol=1e-4)
     method = {"method": "eap"} if m == 1 else {"method": "eap_ig", "ig_steps": m}
     got = hookrun.patch_grid(net, items, clean="input_ids", faithfulness={"edges": [6, 60]}, **method)["edges"]
-    writers, readers = labels()
+    writers, readers = graph_labels(L, H)
     assert list(got.writer.values) == writers and list(got.reader.values) == readers
     want = reference_edges(net, items, m)
     np.testing.assert_array_equal(np.isnan(got.values), np.isnan(want))
@@ -251,7 +230,7 @@ def test_hooked_transformer_gqa_is_ungrouped(kv, items):
     model = hooked_transformer(V, n_layers=L, d_model=16, n_ctx=8, d_head=4, n_heads=H, n_key_value_heads=kv, act_fn="gelu")
     tl_items = [{"clean": it["input_ids"], **{k: it[k] for k in ("corrupt", "answer", "wrong")}} for it in items]
     got = hookrun.patch_grid(model, tl_items, input="input", method="eap")["edges"]
-    writers, readers = labels()
+    writers, readers = graph_labels(L, H)
     assert list(got.writer.values) == writers and list(got.reader.values) == readers
     assert not model.cfg.ungroup_grouped_query_attention  # restored after the run
     model.set_use_split_qkv_input(True)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import test_edges as lens_ref
 import test_edges_gqa as hf_ref
-import torch
+from edge_graph import prompt_pairs
 from tl_models import hooked_transformer
 
 import hookrun
@@ -27,14 +27,7 @@ from hookrun.runner.kinds.patching.edges import eap
 
 
 def lens_items():
-    g = torch.Generator().manual_seed(1)
-    out = []
-    for _ in range(3):
-        c = torch.randint(0, lens_ref.V, (lens_ref.T,), generator=g)
-        k = c.clone()
-        k[2] = (k[2] + 7) % lens_ref.V
-        out.append({"clean": c, "corrupt": k, "answer": int(c[2]), "wrong": int(k[2])})
-    return out
+    return prompt_pairs(lens_ref.V, lens_ref.T, seed=1, at=2, shift=7)  # test_edges.py's items
 
 
 @pytest.fixture(scope="module")
@@ -90,13 +83,7 @@ def test_bounded_gqa_and_faithfulness_equal_raw_torch(routes):
     the grid equals the raw-torch reference and the recovered fractions equal the unbounded run's (the
     bounded route's base-run writers are the ones the ablation uses)."""
     net = hf_ref.build("llama", 2)
-    g = torch.Generator().manual_seed(1)
-    items = []
-    for _ in range(3):
-        c = torch.randint(0, hf_ref.V, (hf_ref.T,), generator=g)
-        k = c.clone()
-        k[2] = (k[2] + 7) % hf_ref.V
-        items.append({"input_ids": c, "corrupt": k, "answer": int(c[2]), "wrong": int(k[2])})
+    items = prompt_pairs(hf_ref.V, hf_ref.T, seed=1, at=2, shift=7, clean="input_ids")
     kw = {"clean": "input_ids", "method": "eap_ig", "ig_steps": 2, "faithfulness": {"edges": [6, 60]}}
     fast = hookrun.patch_grid(net, items, **kw)["edges"]
     got = hookrun.patch_grid(net, items, memory=budget_floor(net, items, **kw), **kw)["edges"]

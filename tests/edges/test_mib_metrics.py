@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from edge_graph import prompt_pairs
 from tl_models import hooked_transformer
 
 import hookrun
@@ -31,14 +32,7 @@ def model():
 
 @pytest.fixture(scope="module")
 def items():
-    g = torch.Generator().manual_seed(5)
-    out = []
-    for _ in range(3):
-        c = torch.randint(0, V, (T,), generator=g)
-        k = c.clone()
-        k[1] = (k[1] + 11) % V
-        out.append({"clean": c, "corrupt": k, "answer": int(c[1]), "wrong": int(k[1])})
-    return out
+    return prompt_pairs(V, T, seed=5, at=1, shift=11)
 
 
 def metric(logits, it):

@@ -14,8 +14,8 @@ from hookrun.errors import ConfigError
 
 transformers = pytest.importorskip("transformers")
 sae_lens = pytest.importorskip("sae_lens")
-from sae_lens import SAETrainer, TopKTrainingSAE, TopKTrainingSAEConfig  # noqa: E402
-from sae_lens.config import SAETrainerConfig  # noqa: E402
+from sae_lens import TopKTrainingSAE, TopKTrainingSAEConfig  # noqa: E402
+from saelens_reference import assert_same_latents, saelens_fit  # noqa: E402
 
 DATA = ("data.dataset.limit=16", "data.dataset.max_length=16", "data.batch_size=8")
 
@@ -46,20 +46,9 @@ def test_on_the_fly_rows_and_training_equal_saelens(tmp_path):
                           "sae.out=null", "sae.checkpoints=0", *DATA, "progress=false", f"hydra.run.dir={tmp_path / 'run'}")
     result = hookrun.run(cfg)
     steps = -(-budget // 32)
-    stream = torch.cat([rows] * 4)
     torch.manual_seed(0)
     ref = TopKTrainingSAE(TopKTrainingSAEConfig(d_in=128, d_sae=256, k=16))
-    logs = []
-
-    class Logged(SAETrainer):
-        def step(self, batch):
-            out = super().step(batch)
-            logs.append(self.build_train_step_log_dict(out, self.n_training_samples))
-            return out
-
-    Logged(SAETrainerConfig(total_training_samples=budget, train_batch_size_samples=32, lr=1e-3, lr_end=1e-4,
-                            lr_warm_up_steps=50, lr_decay_steps=int(0.2 * (budget // 32))), ref,
-           iter([stream[i * 32:(i + 1) * 32] for i in range(steps)])).fit()
+    logs = saelens_fit(ref, rows, budget, 32, lr_warm_up_steps=50, lr_decay_steps=int(0.2 * (budget // 32)))
     with hookrun.open_run(result.path) as run:
         curves = run.sae_curves()
         assert run.sae["at"] == "transformer.h.3" and run.sae["d_in"] == 128
@@ -67,12 +56,8 @@ def test_on_the_fly_rows_and_training_equal_saelens(tmp_path):
     for row, want in zip(curves.rows, logs, strict=True):
         assert row["mse_loss"] == pytest.approx(want["losses/mse_loss"], rel=1e-5)
         assert row["explained_variance"] == pytest.approx(want["metrics/explained_variance"], rel=1e-5, abs=1e-7)
-    loaded = sae_lens.SAE.load_from_disk(str(tmp_path / "run" / "sae"))
+    loaded = assert_same_latents(tmp_path / "run" / "sae", ref, rows, tmp_path / "ref", tol=1e-4)
     assert loaded.cfg.metadata.hook_name == "transformer.h.3"
-    ref.save_inference_model(str(tmp_path / "ref"))
-    with torch.no_grad():
-        torch.testing.assert_close(loaded.encode(rows), sae_lens.SAE.load_from_disk(str(tmp_path / "ref")).encode(rows),
-                                   rtol=1e-4, atol=1e-4)
 
 
 def test_on_the_fly_refuses_a_module_the_model_lacks(tmp_path):

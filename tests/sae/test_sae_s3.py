@@ -13,8 +13,8 @@ from moto_s3 import URL, cfg, local_run, moto_bucket
 import hookrun
 
 sae_lens = pytest.importorskip("sae_lens")
-from sae_lens import SAETrainer, TopKTrainingSAE, TopKTrainingSAEConfig  # noqa: E402
-from sae_lens.config import SAETrainerConfig  # noqa: E402
+from sae_lens import TopKTrainingSAE, TopKTrainingSAEConfig  # noqa: E402
+from saelens_reference import assert_same_latents, saelens_fit  # noqa: E402
 
 s3 = pytest.fixture(moto_bucket)  # moto's server, a clean bucket: the same fixture
 
@@ -34,23 +34,9 @@ def test_sae_trains_from_an_s3_cache_like_saelens(s3, tmp_path, monkeypatch):
     result = hookrun.run(run_cfg)
     torch.manual_seed(1)
     ref = TopKTrainingSAE(TopKTrainingSAEConfig(d_in=16, d_sae=32, k=4))
-    stream = torch.cat([rows] * 3)
-    logs = []
-
-    class Logged(SAETrainer):
-        def step(self, batch):
-            out = super().step(batch)
-            logs.append(self.build_train_step_log_dict(out, self.n_training_samples))
-            return out
-
-    Logged(SAETrainerConfig(total_training_samples=160, train_batch_size_samples=16, lr=1e-3, lr_end=1e-4), ref,
-           iter([stream[i * 16:(i + 1) * 16] for i in range(10)])).fit()
+    logs = saelens_fit(ref, rows, 160, 16)  # 10 steps over the 64 rows in order
     with hookrun.open_run(result.path) as run:
         curves = run.sae_curves()
         assert run.sae["epochs"] == 3
     assert [r["mse_loss"] for r in curves.rows] == pytest.approx([w["losses/mse_loss"] for w in logs], rel=1e-6)
-    loaded = sae_lens.SAE.load_from_disk(str(tmp_path / "sae_run" / "sae"))
-    ref.save_inference_model(str(tmp_path / "ref"))
-    with torch.no_grad():
-        torch.testing.assert_close(loaded.encode(rows), sae_lens.SAE.load_from_disk(str(tmp_path / "ref")).encode(rows),
-                                   rtol=1e-5, atol=1e-5)
+    assert_same_latents(tmp_path / "sae_run" / "sae", ref, rows, tmp_path / "ref")

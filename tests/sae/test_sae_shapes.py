@@ -13,8 +13,8 @@ import hookrun
 from hookrun.errors import ConfigError
 
 sae_lens = pytest.importorskip("sae_lens")
-from sae_lens import SAETrainer, TopKTrainingSAE, TopKTrainingSAEConfig  # noqa: E402
-from sae_lens.config import SAETrainerConfig  # noqa: E402
+from sae_lens import TopKTrainingSAE, TopKTrainingSAEConfig  # noqa: E402
+from saelens_reference import assert_same_latents, saelens_fit  # noqa: E402
 
 from hookrun.runner.kinds.sae.data import CacheRows  # noqa: E402
 
@@ -62,20 +62,9 @@ def test_channel_sae_run_equals_saelens(shapes_cache, tmp_path):
                           f"hydra.run.dir={tmp_path / 'run'}")
     result = hookrun.run(cfg)
     rows = torch.from_numpy(maps(shapes_cache).transpose(0, 2, 3, 1).reshape(-1, 32).copy())
-    stream = torch.cat([rows, rows])
     torch.manual_seed(0)
     ref = TopKTrainingSAE(TopKTrainingSAEConfig(d_in=32, d_sae=64, k=8))
-    logs = []
-
-    class Logged(SAETrainer):
-        def step(self, batch):
-            out = super().step(batch)
-            logs.append(self.build_train_step_log_dict(out, self.n_training_samples))
-            return out
-
-    Logged(SAETrainerConfig(total_training_samples=2560, train_batch_size_samples=128, lr=1e-3, lr_end=1e-4,
-                            lr_warm_up_steps=2, lr_decay_steps=4), ref,
-           iter([stream[i * 128:(i + 1) * 128] for i in range(20)])).fit()
+    logs = saelens_fit(ref, rows, 2560, 128, lr_warm_up_steps=2, lr_decay_steps=4)  # 20 steps: every row twice
     with hookrun.open_run(result.path) as run:
         curves = run.sae_curves()
         assert run.sae["cache_rows"] == 1280 and run.sae["d_in"] == 32
@@ -83,12 +72,7 @@ def test_channel_sae_run_equals_saelens(shapes_cache, tmp_path):
     for row, want in zip(curves.rows, logs, strict=True):
         assert row["mse_loss"] == pytest.approx(want["losses/mse_loss"], rel=1e-6)
         assert row["explained_variance"] == pytest.approx(want["metrics/explained_variance"], rel=1e-6, abs=1e-9)
-    loaded = sae_lens.SAE.load_from_disk(str(tmp_path / "run" / "sae"))
-    ref_dir = tmp_path / "ref"
-    ref.save_inference_model(str(ref_dir))
-    with torch.no_grad():
-        torch.testing.assert_close(loaded.encode(rows), sae_lens.SAE.load_from_disk(str(ref_dir)).encode(rows),
-                                   rtol=1e-5, atol=1e-5)
+    assert_same_latents(tmp_path / "run" / "sae", ref, rows, tmp_path / "ref")
 
 
 def test_a_feature_map_needs_vectors_channel(shapes_cache, tmp_path):
@@ -119,23 +103,8 @@ def test_on_the_fly_channel_rows_equal_a_raw_hook(tmp_path):
     result = hookrun.run(cfg)
     torch.manual_seed(0)
     ref = TopKTrainingSAE(TopKTrainingSAEConfig(d_in=32, d_sae=64, k=8))
-    stream = torch.cat([rows, rows])
-    logs = []
-
-    class Logged(SAETrainer):
-        def step(self, batch):
-            out = super().step(batch)
-            logs.append(self.build_train_step_log_dict(out, self.n_training_samples))
-            return out
-
-    Logged(SAETrainerConfig(total_training_samples=2560, train_batch_size_samples=128, lr=1e-3, lr_end=1e-4,
-                            lr_warm_up_steps=2, lr_decay_steps=4), ref,
-           iter([stream[i * 128:(i + 1) * 128] for i in range(20)])).fit()
+    logs = saelens_fit(ref, rows, 2560, 128, lr_warm_up_steps=2, lr_decay_steps=4)  # 20 steps: every row twice
     with hookrun.open_run(result.path) as run:
         got = [r["mse_loss"] for r in run.sae_curves().rows]
     assert got == pytest.approx([w["losses/mse_loss"] for w in logs], rel=1e-5)
-    loaded = sae_lens.SAE.load_from_disk(str(tmp_path / "run" / "sae"))
-    ref.save_inference_model(str(tmp_path / "ref"))
-    with torch.no_grad():
-        torch.testing.assert_close(loaded.encode(rows), sae_lens.SAE.load_from_disk(str(tmp_path / "ref")).encode(rows),
-                                   rtol=1e-4, atol=1e-4)
+    assert_same_latents(tmp_path / "run" / "sae", ref, rows, tmp_path / "ref", tol=1e-4)

@@ -18,6 +18,7 @@ import hookrun
 sae_lens = pytest.importorskip("sae_lens")
 from sae_lens import SAE, SAETrainer  # noqa: E402
 from sae_lens.config import SAETrainerConfig  # noqa: E402
+from saelens_reference import saelens_fit  # noqa: E402
 
 from hookrun.runner.kinds.sae.block import SaeBlock  # noqa: E402
 from hookrun.runner.kinds.sae.data import CacheRows  # noqa: E402
@@ -58,9 +59,6 @@ def reference(cache: str, arch: str, rows: int, seed: int, lr_warmup: int, lr_de
     with h5py.File(cache) as f:
         x = torch.from_numpy(f[f"captures/{CAPTURE}"][:].astype(np.float32))
     assert x.shape == (N_CACHE, D_IN)
-    steps = -(-rows // BATCH)
-    stream = torch.cat([x] * (-(-steps * BATCH // N_CACHE)))
-    batches = iter([stream[i * BATCH:(i + 1) * BATCH] for i in range(steps)])
     cfg_cls = {"standard": sae_lens.StandardTrainingSAEConfig, "topk": sae_lens.TopKTrainingSAEConfig,
                "batchtopk": sae_lens.BatchTopKTrainingSAEConfig, "jumprelu": sae_lens.JumpReLUTrainingSAEConfig,
                "matryoshka_batchtopk": sae_lens.MatryoshkaBatchTopKTrainingSAEConfig}[arch]
@@ -69,18 +67,7 @@ def reference(cache: str, arch: str, rows: int, seed: int, lr_warmup: int, lr_de
         keys["k"] = float(keys["k"])
     torch.manual_seed(seed)
     sae = CLASSES[arch](cfg_cls(d_in=D_IN, d_sae=D_SAE, **keys))
-    logs = []
-
-    class Logged(SAETrainer):
-        def step(self, batch):
-            out = super().step(batch)
-            logs.append(self.build_train_step_log_dict(out, self.n_training_samples))
-            return out
-
-    tcfg = SAETrainerConfig(total_training_samples=rows, train_batch_size_samples=BATCH, lr=1e-3, lr_end=1e-4,
-                            lr_warm_up_steps=lr_warmup, lr_decay_steps=lr_decay_steps)
-    Logged(tcfg, sae, batches).fit()
-    return sae, logs
+    return sae, saelens_fit(sae, x, rows, BATCH, lr_warm_up_steps=lr_warmup, lr_decay_steps=lr_decay_steps)
 
 
 def block(cache: str, arch: str, rows: int, **over) -> SaeBlock:
