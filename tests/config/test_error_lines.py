@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT, make_cfg
+from h5_damage import damage_object_header
 from toy_runs import lin_cfg, toy_cfg
 
 import hookrun
@@ -47,18 +48,9 @@ def _patch(source):
     return {"p": {"at": "layer2", "type": "forward", "actions": [{"name": "modify_output", "op": "patch", "source": str(source)}]}}
 
 
-def _damage_object_header(path, name):
-    """Overwrite the first bytes of a dataset's object header, as a bad disk block would."""
-    with h5py.File(path, "r") as f:
-        addr = h5py.h5o.get_info(f[name].id).addr
-    with open(path, "r+b") as raw:
-        raw.seek(addr)
-        raw.write(b"\xff" * 16)
-
-
 def test_a_damaged_patch_source_is_one_line_naming_the_file_and_the_capture(tmp_path, checkpoint):
     clean = _clean(tmp_path, checkpoint)
-    _damage_object_header(clean, "captures/l/layer2/output")
+    damage_object_header(clean, "captures/l/layer2/output")
     with pytest.raises(ConfigError, match=r"patch source .*clean/captures\.h5.* (capture|captures/l/layer2).*damaged"):
         hookrun.run(make_cfg(tmp_path, checkpoint, _patch(clean)))
     assert not (tmp_path / "captures.h5").exists()

@@ -11,45 +11,27 @@ a local word-level tokenizer and writes its scores to an .npz. Skipped only wher
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from tl4_venv import needs_tl4, run_tl4, saved_word_gpt2
 
 import hookrun
 
-TL4 = os.environ.get("HOOKRUN_TL4_PYTHON", "/opt/tl4/bin/python")
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not Path(TL4).exists(), reason=f"no TransformerLens 4.3 venv at {TL4} "
-                                                   f"(bash tests/envs/make_tl4.sh DIR; HOOKRUN_TL4_PYTHON=DIR/bin/python)")]
-SCRIPT = Path(__file__).resolve().parents[1] / "envs" / "tl4_edges.py"
+pytestmark = [pytest.mark.slow, needs_tl4]
 KS = [0, 5, 40, 110]
 
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
-
     d = tmp_path_factory.mktemp("gpt2")
-    words = [f"w{i}" for i in range(46)] + ["<unk>", "<|endoftext|>"]
-    tk = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", eos_token="<|endoftext|>").save_pretrained(d)
-    torch.manual_seed(0)
-    cfg = GPT2Config(vocab_size=48, n_positions=16, n_embd=32, n_layer=2, n_head=4, bos_token_id=47, eos_token_id=47)
-    model = GPT2LMHeadModel._from_config(cfg, attn_implementation="eager").eval()
-    model.save_pretrained(d)
+    model = saved_word_gpt2(d)
     spec = {"clean": [[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12], [13, 14, 15, 16, 17, 18]],
             "corrupt": [[1, 2, 30, 4, 5, 6], [7, 8, 31, 10, 11, 12], [13, 14, 32, 16, 17, 18]],
             "answer": 3, "wrong": 30, "ks": KS}
     (d / "spec.json").write_text(json.dumps(spec))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
-    run = subprocess.run([TL4, str(SCRIPT), str(d), str(d / "spec.json"), str(d / "tl.npz")], capture_output=True,
-                         text=True, env=env, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
+    run_tl4("tl4_edges.py", d, d / "spec.json", d / "tl.npz")
     items = [{"input_ids": torch.tensor(c), "corrupt": torch.tensor(k), "answer": 3, "wrong": 30}
              for c, k in zip(spec["clean"], spec["corrupt"], strict=True)]
     return model, items, np.load(d / "tl.npz")

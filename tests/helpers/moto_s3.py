@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import hookrun
+from hookrun.data import RandomTensors
 
 boto3 = pytest.importorskip("boto3")
 moto_server = pytest.importorskip("moto.server")
@@ -103,3 +104,18 @@ import sys, hookrun, json
 cfg = json.loads(sys.argv[1])
 hookrun.run(cfg)
 """
+
+
+class StopsTheStore(RandomTensors):
+    """cfg's data as a live dataset (n rows): reading sample `at` calls `stop` (the S3 server goes away
+    mid-run); `stop=None` reads plainly."""
+
+    def __init__(self, stop, at: int, n: int = N) -> None:
+        super().__init__(n=n, shape=(8,), num_classes=3, seed=1)
+        self.stop, self.at = stop, at
+
+    def __getitem__(self, i: int):
+        if i == self.at and self.stop is not None:
+            self.stop()
+            self.stop = None
+        return super().__getitem__(i)

@@ -9,6 +9,7 @@ import h5py
 import numpy as np
 import pytest
 from conftest import make_cfg
+from h5_damage import damage_object_header
 from lm_runs import lm_cfg, scaled_block
 
 import hookrun
@@ -16,17 +17,6 @@ from hookrun.errors import ConfigError
 
 RECORD = {"l": {"at": "layer2", "type": "forward", "actions": [{"name": "record", "what": "output"}]}}
 PATCH = {"p": {"at": "layer2", "type": "forward", "actions": [{"name": "modify_output", "op": "patch", "source": None}]}}
-
-
-def _damage_header(path, name):
-    """Overwrite the first bytes of an object's header (its version byte first) with 0xff."""
-    with h5py.File(path, "r") as f:
-        addr = h5py.h5o.get_info(f[name].id).addr
-    with open(path, "r+b") as raw:
-        raw.seek(addr)
-        raw.write(b"\xff" * 16)
-    with h5py.File(path, "r") as f, pytest.raises(KeyError, match="bad object header"):
-        f[name]  # plain h5py cannot open it: the damage is real
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +37,7 @@ def _patched(tmp_path, checkpoint, source):
 def test_a_damaged_patch_source_is_one_line_naming_the_file_and_what(tmp_path, checkpoint, clean, damaged, named):
     source = tmp_path / "source.h5"
     source.write_bytes(clean.read_bytes())
-    _damage_header(source, damaged)
+    damage_object_header(source, damaged)
     with pytest.raises(ConfigError, match=rf"patch source '{source}'.*{named}.*bad object header version number") as info:
         hookrun.run(_patched(tmp_path, checkpoint, source))
     assert "\n" not in str(info.value)
@@ -57,7 +47,7 @@ def test_a_damaged_patch_source_is_one_line_naming_the_file_and_what(tmp_path, c
 def test_a_damaged_evaluate_mean_file_is_one_line(tmp_path):
     record = {"r": {"at": "transformer.h.0", "type": "forward", "actions": [{"name": "record", "what": "output", "rows": "token"}]}}
     source = hookrun.run(lm_cfg(tmp_path, record, None, "source.h5")).path
-    _damage_header(source, "captures/r/transformer.h.0/output")
+    damage_object_header(source, "captures/r/transformer.h.0/output")
     with pytest.raises(ConfigError, match=rf"evaluate.mean: '{source}': the capture /captures/r/transformer.h.0/output "
                                           r"cannot be read: the file is damaged \(bad object header") as info:
         hookrun.run(lm_cfg(tmp_path, scaled_block(0.5), {"ablation": "mean", "mean": str(source)}))
@@ -70,7 +60,7 @@ def test_a_damaged_file_to_resume_is_one_line_and_left_as_it_was(tmp_path, check
     with h5py.File(path, "a") as f:
         f.attrs["status"] = "interrupted"
         assert np.isfinite(f["captures/l/layer2/output"][:]).all()
-    _damage_header(path, "captures/l/layer2/output")
+    damage_object_header(path, "captures/l/layer2/output")
     before = path.read_bytes()
     with pytest.raises(ConfigError, match=rf"resume: '{path}': the capture /captures/l/layer2/output cannot be read: "
                                           r"the file is damaged \(bad object header") as info:

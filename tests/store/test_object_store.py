@@ -28,6 +28,7 @@ from moto_s3 import (
     URL,
     N,
     Server,
+    StopsTheStore,
     assert_same_as_local,
     bucket_parts,
     cfg,
@@ -36,7 +37,6 @@ from moto_s3 import (
 )
 
 import hookrun
-from hookrun.data import RandomTensors
 from hookrun.errors import ConfigError, HookrunError, NotFoundError
 from hookrun.output.signals import Interrupted
 
@@ -240,20 +240,6 @@ def test_a_staging_folder_that_cannot_be_made_or_written_is_one_line_before_any_
     with pytest.raises(ConfigError, match=rf"^output.staging: the folder '{stage}' is not writable$"):
         hookrun.run(cfg(url, tmp_path))
     assert not any(stage.iterdir())  # no part begun
-
-
-class StopsTheStore(RandomTensors):
-    """The test's dataset: reading sample `at` stops the S3 server (the store goes away mid-run)."""
-
-    def __init__(self, stop, at: int) -> None:
-        super().__init__(n=N, shape=(8,), num_classes=3, seed=1)
-        self.stop, self.at = stop, at
-
-    def __getitem__(self, i: int):
-        if i == self.at and self.stop is not None:
-            self.stop()
-            self.stop = None
-        return super().__getitem__(i)
 
 
 def test_a_store_that_goes_away_interrupts_and_resume_completes_the_cache(s3, tmp_path, monkeypatch):

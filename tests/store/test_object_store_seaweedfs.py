@@ -19,10 +19,9 @@ from pathlib import Path
 
 import pytest
 from conftest import HELPERS, ROOT
-from moto_s3 import BUCKET, KEY_ID, RUNNER, SECRET, URL, assert_same_as_local, cfg
+from moto_s3 import BUCKET, KEY_ID, RUNNER, SECRET, URL, StopsTheStore, assert_same_as_local, cfg
 
 import hookrun
-from hookrun.data import RandomTensors
 from hookrun.errors import ConfigError
 
 boto3 = pytest.importorskip("boto3")
@@ -202,20 +201,6 @@ def test_a_store_refusing_conditional_replace_gets_the_plain_lease(s3, tmp_path,
     assert keys(client) == []
 
 
-class StopsTheStore(RandomTensors):
-    """The test's dataset: reading sample `at` stops the S3 server (the store goes away mid-run)."""
-
-    def __init__(self, stop, at: int) -> None:
-        super().__init__(n=48, shape=(8,), num_classes=3, seed=1)
-        self.stop, self.at = stop, at
-
-    def __getitem__(self, i: int):
-        if i == self.at and self.stop is not None:
-            self.stop()
-            self.stop = None
-        return super().__getitem__(i)
-
-
 @pytest.mark.slow
 def test_a_store_that_went_away_then_resume_completes_the_cache(tmp_path, monkeypatch):
     """The issue's other flow: the server stops mid-run (the run ends interrupted, its lock left in
@@ -234,10 +219,10 @@ def test_a_store_that_went_away_then_resume_completes_the_cache(tmp_path, monkey
         c["data"]["dataset"]["n"] = 48
         c["data"]["batch_size"] = 2
         with pytest.raises(Interrupted, match="resume=true"):
-            hookrun.run(c, dataset=StopsTheStore(server.stop, at=24))
+            hookrun.run(c, dataset=StopsTheStore(server.stop, at=24, n=48))
         server = Weed(server.folder, server.ports)  # back, with what it held
         assert f"{PREFIX}/writer.lock" in keys(server.client)  # left behind: the store was away at the end
-        result = hookrun.run({**c, "resume": True}, dataset=StopsTheStore(None, at=-1))
+        result = hookrun.run({**c, "resume": True}, dataset=StopsTheStore(None, at=-1, n=48))
         assert result.status == "complete"
         local = tmp_path / "local" / "captures.h5"
         hookrun.run({**cfg(str(local), tmp_path), "data": c["data"]})
