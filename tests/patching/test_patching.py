@@ -14,6 +14,7 @@ import hookrun
 
 tl = pytest.importorskip("transformer_lens")
 safetensors = pytest.importorskip("safetensors.torch")
+from patch_tasks import token_task  # noqa: E402
 from tl_models import hooked_transformer  # noqa: E402
 from toy_lm import tiny_gpt2  # noqa: E402
 from transformer_lens import patching  # noqa: E402
@@ -31,13 +32,7 @@ def model():
 
 @pytest.fixture(scope="module")
 def task():
-    g = torch.Generator().manual_seed(1)
-    clean = torch.randint(0, V, (N, T), generator=g)
-    corrupt = clean.clone()
-    corrupt[:, 2] = torch.randint(0, V, (N,), generator=g)
-    ans, wrong = torch.randint(0, V, (N,), generator=g), torch.randint(0, V, (N,), generator=g)
-    items = [{"clean": clean[i], "corrupt": corrupt[i], "answer": ans[i], "wrong": wrong[i]} for i in range(N)]
-    return clean, corrupt, ans, wrong, items
+    return token_task(V, N, T, at=2)
 
 
 def tl_metric(ans, wrong):

@@ -16,6 +16,7 @@ import logging
 import numpy as np
 import pytest
 import torch
+from patch_tasks import token_task
 from safetensors.torch import save_file
 from toy_lm import PAD, tiny_gpt2
 
@@ -37,13 +38,7 @@ def model():
 
 @pytest.fixture(scope="module")
 def task():
-    g = torch.Generator().manual_seed(1)
-    clean = torch.randint(4, V, (N, T), generator=g)
-    corrupt = clean.clone()
-    corrupt[:, 1] = torch.randint(4, V, (N,), generator=g)
-    ans, wrong = torch.randint(0, V, (N,), generator=g), torch.randint(0, V, (N,), generator=g)
-    items = [{"clean": clean[i], "corrupt": corrupt[i], "answer": ans[i], "wrong": wrong[i]} for i in range(N)]
-    return clean, corrupt, ans, wrong, items
+    return token_task(V, N, T, at=1, low=4)
 
 
 def logit_diff(ans, wrong):
