@@ -44,8 +44,9 @@ SITES = {"attn": {"at": "transformer.h.*.attn", "over": ["position"]}, "mlp": {"
 MIB = {"fractions": "mib"}
 
 
-def exact_scores(model, items) -> np.ndarray:
-    """[writers, readers]: m_clean - m(every edge kept but this one), the others' inputs rebuilt exactly."""
+def exact_scores(model, items, **kw) -> np.ndarray:
+    """[writers, readers]: m_clean - m(every edge kept but this one), the others' inputs rebuilt exactly; `kw`:
+    patch_grid's (the metric by default METRIC)."""
     out: dict = {}
     real = notebook.compute
 
@@ -62,7 +63,7 @@ def exact_scores(model, items) -> np.ndarray:
 
     notebook.compute = measure
     try:
-        hookrun.patch_grid(model, items, method="eap", metric=METRIC)
+        hookrun.patch_grid(model, items, **{"method": "eap", "metric": METRIC, **kw})
     finally:
         notebook.compute = real
     return out["scores"]
