@@ -25,6 +25,8 @@ closure and the store never ask which kind runs; they read what the kind hands t
 | `probe(model, call)`     | early_stop's probe      | a forward the session may cut short               |
 | `share(rank, world)`     | many ranks, prepare()   | a kind whose rows are not batches takes its share |
 |                          |                         | (a grid's cells); None: the ranks split batches   |
+| `join_ranks(link)`       | many ranks, prepare()   | a kind that merges the ranks' statistics at the   |
+|                          |                         | end gets the channel (output/rank_link.py)        |
 | `restore(resume, kept)`  | resume                  | state carried over from the kept batches          |
 | `finish()`               | after the last batch    | arrays for the end of the file ({} for none)      |
 | `end_note()`             | the run's last log line | what it adds after the file's name ("" for none)  |
@@ -168,6 +170,10 @@ class RunKind:
         data takes rank `rank` of `world`'s share of its own rows and returns a label for it; None
         (every kind whose steps are batches): the ranks split the batches (output/ranks.py)."""
         return None
+
+    def join_ranks(self, link: Any) -> None:
+        """Many ranks, after share(): `link` (output/rank_link.py's RankLink, None in tests that narrow a
+        run by hand) lets a kind whose result needs every rank's rows hand them to rank 0."""
 
     def prepare_run(self, p: Any) -> None:
         """After prepare (runner/prepare.py's Prepared `p`), before the store opens: what a kind sets

@@ -7,8 +7,11 @@ pooled and kept (rows.py), every probe fitted at the last batch and written with
 Before any batch, on the first batch: the modules resolve, their outputs have a feature axis, the
 target key exists and suits the method, one batch's rows fit `memory` (its share per hook point).
 User hooks (`hooks:`) record in the same forward. A resumed run recomputes the rows of the batches
-it keeps (their forwards, not the file's) and goes on, so its probes equal an uninterrupted run's;
-many ranks are refused (each would see a part of the rows).
+it keeps (their forwards, not the file's) and goes on, so its probes equal an uninterrupted run's.
+Many ranks (torchrun) run contiguous blocks of the batches; at its last batch each rank but 0 hands
+its rows to rank 0 (output/rank_link.py), which adds them batch by batch in batch order and fits:
+the one-process rows, blocks and probes. Many ranks with resume=true are refused (a finished shard
+would not hand its rows over again).
 """
 
 from __future__ import annotations
@@ -71,18 +74,25 @@ class ProbeKind(RunKind):
         self.first = (indices, first)  # batch 0's rows: its step uses them where no user hook needs its forward
         self.stores: dict[str, RowStore] = {}
         self.last = -1
-        self.world = 1
+        self.rank, self.world, self.link, self.begin = 0, 1, None, 0
+        self.should_stop = lambda: False
         self.tmp: tempfile.TemporaryDirectory | None = None
 
     def share(self, rank: int, world: int) -> str | None:
-        self.world = world
+        self.rank, self.world = rank, world
         return None
 
+    def join_ranks(self, link: Any) -> None:
+        self.link = link
+
     def prepare_run(self, p: Any) -> None:
-        if self.world > 1:
-            raise ConfigError(f"probe with {self.world} ranks: each rank would see a part of the rows and the probes "
-                              f"need them all; run it as one process")
-        self.last = p.batches.stop - 1
+        if self.world > 1 and self.link is None:
+            raise ConfigError(f"probe with {self.world} ranks: no channel between the ranks; run it as one process")
+        if self.world > 1 and p.cfg.resume:
+            raise ConfigError(f"probe with {self.world} ranks and resume=true: a finished rank would not hand its rows "
+                              f"to rank 0 again; start the run again (output.overwrite=true), or resume it as one process")
+        self.last, self.begin = p.batches.stop - 1, p.batches.start
+        self.should_stop = lambda: p.settings.should_stop()
         folder = Path(p.cfg.output.path).parent if "://" not in str(p.cfg.output.path) else None
         if folder is not None and folder.is_dir():
             self.tmp = tempfile.TemporaryDirectory(prefix=".probe_rows_", dir=folder)
@@ -115,7 +125,30 @@ class ProbeKind(RunKind):
         self.add(model, call, state.sample_index)
         if state.step != self.last:
             return NOTHING
+        if self.world > 1 and not self.merge_ranks():
+            return NOTHING  # (a rank but 0: its rows are rank 0's now)
         return StepAdds(tables={GROUP: self.fit(model)})
+
+    def merge_ranks(self) -> bool:
+        """Ranks 1..N-1 save their rows for rank 0 (False); rank 0 adds every rank's, in rank order (True)."""
+        import h5py
+
+        if self.rank:
+            path = self.link.path("probe", self.rank)
+            tmp = path.with_name(path.name + ".tmp")
+            with h5py.File(tmp, "w") as f:
+                for i, name in enumerate(self.names):
+                    self.stores[name].save(f.create_group(f"{i:03d}"))
+            tmp.replace(path)
+            self.link.send("probe", str(path))
+            return False
+        for path in self.link.receive("probe", self.should_stop):
+            with h5py.File(path, "r") as f:
+                for i, name in enumerate(self.names):
+                    self.stores[name].load(f[f"{i:03d}"])
+            Path(path).unlink(missing_ok=True)
+        log.info("probe: the rows of %d rank(s) merged", self.world)
+        return True
 
     def fit(self, model: nn.Module) -> dict:
         b = self.spec
@@ -148,7 +181,9 @@ class ProbeKind(RunKind):
     def restore(self, resume: Any, kept: int) -> None:
         """A resumed run: the rows of the `kept` batches, recomputed (the file keeps no rows)."""
         for step, (indices, batch) in enumerate(self.ctx.loader):
-            if step >= kept:
+            if step < self.begin:
+                continue
+            if step >= self.begin + kept:
                 break
             self.add(self.ctx.model, self.ctx.spec.split(batch).to(self.ctx.device), indices)
         log.info("probe: the rows of the %d kept batch(es) recomputed", kept)
