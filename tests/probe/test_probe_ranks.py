@@ -57,6 +57,7 @@ def test_two_ranks_equal_one_process_and_sklearn(tmp_path):
     r2, r1 = hookrun.open_run(tmp_path / "two"), hookrun.open_run(tmp_path / "one")
     assert r2.probes().rows == r1.probes().rows
     assert [row["rows"] for row in r2.probes().rows] == [N, N]
+    assert r2.file.attrs["world_size"] == 2
     for at in AT:
         w2, b2 = r2.probe_weights(at)
         w1, b1 = r1.probe_weights(at)
