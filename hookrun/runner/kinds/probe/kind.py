@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -67,9 +68,15 @@ class ProbeKind(RunKind):
                 raise ConfigError(f"probe.memory={b.memory} bytes: one batch's rows at {name} take {need} bytes (float64) "
                                   f"and each of the {len(self.names)} hook point(s) has {share}; give probe.memory at "
                                   f"least {need * len(self.names)} bytes, or a smaller data.batch_size")
-        classes = getattr(getattr(ctx.loader.dataset, "dataset", None), "classes", None)
+        data = getattr(ctx.loader.dataset, "dataset", None)
+        classes = getattr(data, "classes", None)
         if isinstance(classes, list | tuple) and b.target in ("label", "target") and len(classes) < 2:
             raise ConfigError(f"probe.target={b.target}: the data set has {len(classes)} class(es); a probe needs at least 2")
+        limit = ctx.cfg.data.limit
+        known = listed_targets(data, None if limit is None else limit * ctx.cfg.data.batch_size)
+        if b.target in ("label", "target") and known is not None and len(np.unique(known)) < 2:
+            raise ConfigError(f"probe.target={b.target}: the run's items hold {len(np.unique(known))} class(es) "
+                              f"({np.unique(known).tolist()}); a probe needs at least 2: probe more items or other data")
         self.features = {name: first[name][0].shape[1] for name in self.names}
         self.first = (indices, first)  # batch 0's rows: its step uses them where no user hook needs its forward
         self.stores: dict[str, RowStore] = {}
@@ -152,6 +159,11 @@ class ProbeKind(RunKind):
 
     def fit(self, model: nn.Module) -> dict:
         b = self.spec
+        y = self.stores[self.names[0]].column("y")
+        if y.dtype.kind != "f" and len(np.unique(y)) < 2:  # (before test_data's pass and any solver)
+            raise ConfigError(f"probe.target={b.target}: the data's targets hold {len(np.unique(y))} class(es) "
+                              f"({np.unique(y).tolist()}) over {len(y)} rows; a probe needs at least 2: probe more "
+                              f"items or another target")
         if b.test_data is not None:
             self.test_pass(model)
         spec = FitSpec(method=b.method, C=b.C, alpha=b.alpha, standardize=b.standardize,
@@ -197,3 +209,15 @@ class ProbeKind(RunKind):
 
     def file_bytes(self, n_samples: int) -> int:
         return sum(8 * (f + 2) * 8 for f in self.features.values())  # weights (a few classes), bias, mean, scale
+
+
+def listed_targets(data: Any, n: int | None) -> np.ndarray | None:
+    """The class targets of the run's first `n` items (None: all) where the data set lists them up front
+    (torchvision's `targets`: a list, array or tensor of integers); None where it does not."""
+    t = getattr(data, "targets", None)
+    if isinstance(t, torch.Tensor):
+        t = t.detach().cpu().numpy()
+    if not isinstance(t, list | tuple | np.ndarray):
+        return None
+    t = np.asarray(t[:n] if n is not None else t)
+    return t if t.ndim == 1 and t.dtype.kind in "iub" and len(t) else None
