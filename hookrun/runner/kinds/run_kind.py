@@ -28,7 +28,6 @@ closure and the store never ask which kind runs; they read what the kind hands t
 | `join_ranks(link)`       | many ranks, prepare()   | a kind that merges the ranks' statistics at the   |
 |                          |                         | end gets the channel (output/rank_link.py)        |
 | `restore(resume, kept)`  | resume                  | state carried over from the kept batches          |
-| `finish()`               | after the last batch    | arrays for the end of the file ({} for none)      |
 | `end_note()`             | the run's last log line | what it adds after the file's name ("" for none)  |
 | `file_bytes(n)`          | dry_run estimate        | bytes it adds besides the captures                |
 
@@ -183,7 +182,9 @@ class RunKind:
                   should_stop: Callable[[], bool]) -> int:
         """The run's steps, written to `writer`: the data loop (`data_loop()`, one step a batch) for
         every kind whose steps are batches of the data; a kind whose steps are something else
-        (chunks of a grid's cells, rows from `first_row` on) writes its own. Returns the steps run."""
+        (chunks of a grid's cells, rows from `first_row` on) writes its own. Returns the steps run.
+        End-of-run arrays are written here after the loop (`writer.drain()`, then
+        `writer.store.write_features`, as the similarity kind does)."""
         return data_loop()
 
     def close(self) -> None:
@@ -192,10 +193,6 @@ class RunKind:
     def restore(self, resume: Any, kept: int) -> None:
         """A resumed run: carry over this kind's state from the `kept` batches of the old run
         (`resume`: what output/resume.py opened; a local file's is `resume.file`, an h5py.File)."""
-
-    def finish(self) -> dict[str, np.ndarray]:
-        """After the last batch: arrays for the end of the file (none by default)."""
-        return {}
 
     def end_note(self) -> str:
         """What the run's last log line adds after the file's name (an edges run: its recovered fractions)."""
