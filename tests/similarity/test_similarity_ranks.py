@@ -11,8 +11,9 @@ import pytest
 import torch
 from rank_runs import TORCHRUN, cli
 from test_similarity_engine import cka, data, flat, unbiased
-from test_similarity_runs import file_matrix, grams, images, recorded
+from test_similarity_runs import cfg, file_matrix, grams, images, recorded
 
+import hookrun
 from hookrun.runner.kinds.similarity.accumulate import accumulator, pairs_of
 
 
@@ -60,10 +61,9 @@ def test_two_ranks_equal_one_process_and_numpy(tmp_path) -> None:
 
     two = cli(*ARGS, "hydra.run.dir=two", cwd=tmp_path, launcher=TORCHRUN)
     assert two.returncode == 0, two.stderr[-3000:]
-    one = cli(*ARGS, "hydra.run.dir=one", cwd=tmp_path)
-    assert one.returncode == 0, one.stderr[-3000:]
+    one = hookrun.run(cfg(tmp_path / "one.h5", n=40, batch=8, at=["block1", "block3", "fc"], pool="flatten")).path
     got, meta = file_matrix(tmp_path / "two" / "captures.h5")
-    ref, _ = file_matrix(tmp_path / "one" / "captures.h5")
+    ref, _ = file_matrix(one)
     assert meta["route"] == "gram"
     with h5py.File(tmp_path / "two" / "captures.h5") as f:
         assert f.attrs["world_size"] == 2 and f.attrs["status"] == "complete"
