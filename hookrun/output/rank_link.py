@@ -53,7 +53,7 @@ class RankLink:
                     continue
                 if self.store.check([f"kind/{name}/{r}"]):
                     out[r] = self.store.get(f"kind/{name}/{r}").decode()
-                elif self.store.check([f"done/{r}"]):
+                elif self.store.check([f"done/{r}"]) and not self.store.check([f"kind/{name}/{r}"]):
                     status = self.store.get(f"done/{r}").decode()
                     raise RunError(f"{name}: rank {r} ended ({status}) without handing over its rows; the result "
                                    f"needs every rank's: run the same command again")
