@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -37,6 +38,12 @@ class RankLink:
     def path(self, name: str, rank: int) -> Path:
         """The file rank `rank` hands to rank 0 for `name` (in the run folder every rank sees)."""
         return self.folder / f".hookrun-{name}-{self.tag}.rank-{rank:05d}"
+
+    def discard(self, name: str) -> None:
+        """Rank 0, at the end (also of a failed run): remove what the other ranks left for `name`."""
+        for r in range(1, self.world):
+            for p in (self.path(name, r), self.path(name, r).with_name(self.path(name, r).name + ".tmp")):
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
     def send(self, name: str, payload: str) -> None:
         """This rank's part of `name` is ready (`payload`: what rank 0 needs to read it)."""

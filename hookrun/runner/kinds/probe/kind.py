@@ -203,6 +203,8 @@ class ProbeKind(RunKind):
     def close(self) -> None:
         for s in self.stores.values():
             s.close()
+        if self.world > 1 and not self.rank and self.link is not None:
+            self.link.discard("probe")
         if self.tmp is not None:
             self.tmp.cleanup()
             self.tmp = None

@@ -188,6 +188,8 @@ class SimilarityKind(RunKind):
         close = getattr(getattr(self, "acc", None), "close", None)
         if close is not None:
             close()
+        if self.world > 1 and not self.rank and self.link is not None:
+            self.link.discard("similarity")
 
     def file_bytes(self, n_samples: int) -> int:
         return 8 * len(self.rows) * len(self.cols)
