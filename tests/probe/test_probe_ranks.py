@@ -72,3 +72,43 @@ def test_two_ranks_equal_one_process_and_sklearn(tmp_path):
         row = next(r for r in r2.probes().rows if r["at"] == at)
         assert row["test"] == pytest.approx(test_acc)
     assert not list(tmp_path.glob("two/.hookrun-probe-*"))  # rank 1's rows file, removed by rank 0
+
+
+@pytest.mark.parametrize("memory", [1 << 30, 3 * 10 * 6 * 8])  # held, or spilled after three batches
+def test_rows_handed_over_fit_the_one_process_logistic_probe(tmp_path, memory):
+    """Rank 1's rows saved and added to rank 0's batch by batch give the one-process store's rows,
+    blocks and logistic probe (and scikit-learn's predictions, fitted on all the rows at once)."""
+    import h5py
+
+    from hookrun.runner.kinds.probe.fit import FitSpec, fit_point
+    from hookrun.runner.kinds.probe.rows import RowStore
+
+    g = np.random.default_rng(0)
+    x = g.normal(size=(60, 6))
+    y = (x[:, 0] + 0.5 * x[:, 1] > 0).astype(np.int64) + (x[:, 2] > 0.8)
+    one, zero, other = (RowStore(6, memory, tmp_path / f"{n}.h5", n) for n in ("one", "zero", "other"))
+    for s in range(0, 60, 10):  # six batches: rank 0 has 0-2, rank 1 has 3-5
+        rows = (torch.from_numpy(x[s:s + 10]), y[s:s + 10], np.arange(s, s + 10), np.arange(s, s + 10))
+        one.add(*rows)
+        (zero if s < 30 else other).add(*rows)
+    with h5py.File(tmp_path / "handed.h5", "w") as f:
+        other.save(f.create_group("000"))
+    with h5py.File(tmp_path / "handed.h5", "r") as f:
+        zero.load(f["000"])
+    assert zero.spilled == one.spilled == (memory < 1 << 20)
+    for a, b in zip(zero.blocks(), one.blocks(), strict=True):
+        assert a[0] == b[0]
+        torch.testing.assert_close(a[1], b[1], rtol=0, atol=0)
+    for name in ("y", "key", "item", "part"):
+        np.testing.assert_array_equal(zero.column(name), one.column(name))
+    spec = FitSpec(method="logistic", C=1.0, test=0.25, seed=0)
+    got, want = fit_point(zero, spec), fit_point(one, spec)
+    np.testing.assert_array_equal(got["weight"], want["weight"])
+    from sklearn.linear_model import LogisticRegression
+
+    test = np.isin(np.arange(60), got["test_items"])
+    sc = StandardScaler().fit(x[~test])
+    ref = LogisticRegression(C=1.0, tol=1e-10, max_iter=10000).fit(sc.transform(x[~test]), y[~test])
+    assert got["test_score"] == pytest.approx((ref.predict(sc.transform(x[test])) == y[test]).mean())
+    for s in (one, zero, other):
+        s.close()
