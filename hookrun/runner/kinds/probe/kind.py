@@ -5,7 +5,9 @@ pooled and kept (rows.py), every probe fitted at the last batch and written with
     hookrun.open_run("outputs/probe_shapes").probes()      # Table: at, train, test, control, selectivity
 
 Before any batch, on the first batch: the modules resolve, their outputs have a feature axis, the
-target key exists and suits the method, one batch's rows fit `memory` (its share per hook point).
+target key exists and suits the method, one batch's rows fit `memory` (its share per hook point),
+the run's items hold 2 classes or more where the data set lists its targets (else checked at the end
+of the pass, before any solver).
 User hooks (`hooks:`) record in the same forward. A resumed run recomputes the rows of the batches
 it keeps (their forwards, not the file's) and goes on, so its probes equal an uninterrupted run's.
 Many ranks (torchrun) run contiguous blocks of the batches; at its last batch each rank but 0 hands
