@@ -29,6 +29,7 @@ closure and the store never ask which kind runs; they read what the kind hands t
 |                          |                         | end gets the channel (output/rank_link.py)        |
 | `restore(resume, kept)`  | resume                  | state carried over from the kept batches          |
 | `end_note()`             | the run's last log line | what it adds after the file's name ("" for none)  |
+| `end_attrs()`            | after its last step     | root attributes known only then ({} for none)     |
 | `file_bytes(n)`          | dry_run estimate        | bytes it adds besides the captures                |
 
 A kind that runs several forwards per batch hands the session a `Phase` for each
@@ -193,6 +194,11 @@ class RunKind:
     def restore(self, resume: Any, kept: int) -> None:
         """A resumed run: carry over this kind's state from the `kept` batches of the old run
         (`resume`: what output/resume.py opened; a local file's is `resume.file`, an h5py.File)."""
+
+    def end_attrs(self) -> dict[str, Any]:
+        """Root attributes known only once the steps have run (an edges grid written as it goes: its node scores
+        and faithfulness); written after the last step, not when the steps stopped early."""
+        return {}
 
     def end_note(self) -> str:
         """What the run's last log line adds after the file's name (an edges run: its recovered fractions)."""
