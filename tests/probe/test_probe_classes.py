@@ -79,7 +79,7 @@ def test_the_cli_exits_non_zero_with_one_line(tmp_path) -> None:
     out = cli("model=tiny_cnn", "data=shapes", "data.dataset.size=16", "data.batch_size=8", "device=cpu",
               "progress=false", "+probe.at=[block1]", "+probe.target={_target_: test_probe_classes.zeros}",
               "hydra.run.dir=run", cwd=tmp_path,
-              env={"PYTHONPATH": os.pathsep.join([ENV["PYTHONPATH"], str(Path(__file__).parent)])})
+              env={"PYTHONPATH": os.pathsep.join([ENV["PYTHONPATH"], str(Path(__file__).parent), str(Path(__file__).parents[1])])})
     assert out.returncode != 0
     lines = [line for line in out.stderr.splitlines() if "class(es)" in line]
     assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
