@@ -208,7 +208,8 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
             with stop.shielded():  # a signal now only waits: the file is closed whole
                 samples = store.samples
                 if replayed:
-                    end_attrs(store, end_report(session, store, resume, complete=status == "complete"))
+                    end_attrs(store, {**end_report(session, store, resume, complete=status == "complete"),
+                                       **p.settings.kind.end_attrs()})
                 away = close_quietly(store, status) or away
                 dest.end(resume, replayed)
     seconds = time.perf_counter() - started

@@ -27,6 +27,7 @@ closure and the store never ask which kind runs; they read what the kind hands t
 |                          |                         | (a grid's cells); None: the ranks split batches   |
 | `restore(resume, kept)`  | resume                  | state carried over from the kept batches          |
 | `finish()`               | after the last batch    | arrays for the end of the file ({} for none)      |
+| `end_attrs()`            | the file's end          | root attributes it adds (a dict; {} for none)     |
 | `end_note()`             | the run's last log line | what it adds after the file's name ("" for none)  |
 | `file_bytes(n)`          | dry_run estimate        | bytes it adds besides the captures                |
 
@@ -189,6 +190,10 @@ class RunKind:
 
     def finish(self) -> dict[str, np.ndarray]:
         """After the last batch: arrays for the end of the file (none by default)."""
+        return {}
+
+    def end_attrs(self) -> dict[str, Any]:
+        """Root attributes for the end of the file, beside end_report's (none by default)."""
         return {}
 
     def end_note(self) -> str:

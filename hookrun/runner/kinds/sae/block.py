@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hookrun.errors import ConfigError, close_matches
+from hookrun.runner.kinds.sae.evaluation import parse as parse_evaluate
 
 ARCHITECTURES = ("standard", "topk", "batchtopk", "jumprelu", "matryoshka_batchtopk")
 NORMALIZE = {"none": "none", "expected_norm": "expected_average_only_in"}  # the block's word -> SAELens'
@@ -45,6 +46,7 @@ class SaeBlock:
     seed: int = 0  # torch.manual_seed just before the SAE is built
     out: str | None = None  # the SAE folder; default the run folder's sae/
     overwrite: bool = False
+    evaluate: Any = None  # {data: {...}, limit: N}: after training, the splice evaluated on held-out items (evaluation.py)
     dead_feature_window: int | None = None
     feature_sampling_window: int | None = None
     k: Any = None
@@ -107,6 +109,7 @@ class SaeBlock:
             self.matryoshka_widths = widths
         self.shuffle = _shuffle(self.shuffle)
         self.lr_schedule = _schedule(self.lr_schedule, self.lr)
+        self.evaluate = parse_evaluate(self.evaluate)
 
     def arch_keys(self) -> dict[str, Any]:
         """The architecture keys the block gives (the rest stay SAELens' defaults)."""

@@ -60,12 +60,17 @@ class SaeKind(RunKind):
             raise ConfigError("sae: training runs SAELens 6's trainer, which is not installed: pip install sae-lens "
                               "(it pins TransformerLens 3.9: keep it out of an environment that needs TransformerLens 4)")
         from hookrun.runner.kinds.sae.engine import holds_sae, sae_config
+        from hookrun.runner.kinds.sae.evaluation import check_model, eval_data, to_dict
 
         block: SaeBlock = cfg.sae
+        if block.evaluate:
+            eval_data(to_dict(cfg)["data"], block.evaluate)
         if block.from_:  # on the fly (`at`), the keys are checked once the model gives d_in (__init__)
             rows = CacheRows(block.from_, block.capture, block.batch_rows, block.shuffle, block.vectors)
             try:
                 sae_config(block, rows.d_in, rows.info.module)
+                if block.evaluate:
+                    check_model(cfg, rows.run.config, block.from_)
             finally:
                 rows.close()
         out = out_folder(cfg)
@@ -92,6 +97,10 @@ class SaeKind(RunKind):
         local = "://" not in str(ctx.cfg.output.path)
         self.checkpoints = run_folder(ctx.cfg) / "checkpoints" if local else self.out.with_name(self.out.name + ".checkpoints")
         self.epochs = self.rows.epochs_for(self.block.rows + self.norm_rows()) if self.cache_rows else None
+        self.evaluation: dict[str, Any] | None = None
+        if b.evaluate and self.module not in dict(ctx.model.named_modules()):
+            raise ConfigError(f"sae.evaluate: the run's model has no module {self.module!r} to splice the SAE into "
+                              "(the cache's capture was recorded there); give the cache's model, or drop sae.evaluate")
 
     def norm_rows(self) -> int:
         """Rows expected_norm's estimate reads before training (SAELens' n_batches_for_norm_estimate)."""
@@ -147,11 +156,30 @@ class SaeKind(RunKind):
             for name in ("cfg.json", "sae_weights.safetensors"):
                 (self.out / name).unlink(missing_ok=True)
         save_sae(sae, self.out)
+        if self.block.evaluate:
+            self.evaluate()
         if not self.cache_rows:
             log.info("sae: %d pass(es) over the data on the fly", self.rows.epochs)
         log.info("sae: %s written (%s, d_in %d, d_sae %d)", self.out, sae.cfg.architecture(), self.rows.d_in,
                  self.block.d_sae)
         return written[0]
+
+    def evaluate(self) -> None:
+        """sae.evaluate: the evaluate kind's run on the SAE just written (evaluation.py)."""
+        from hookrun.runner.kinds.sae.evaluation import evaluate_sae
+
+        cfg = self.ctx.cfg
+        live = self.ctx.model if isinstance(cfg.model, dict) and "live" in cfg.model else None
+        self.evaluation = evaluate_sae(cfg, self.block.evaluate, self.out, self.module,
+                                       self.out.with_name(self.out.name + ".evaluation.h5"), model=live)
+        m, s = self.evaluation["model"], self.evaluation["splice"]
+        log.info("sae: evaluated on %d held-out item(s): ce_loss_score %.4g, kl_div_score %.4g, l0 %.4g, "
+                 "explained_variance %.4g (%s)", self.evaluation["items"], m.get("ce_loss_score", float("nan")),
+                 m.get("kl_div_score", float("nan")), s.get("l0", float("nan")),
+                 s.get("explained_variance", float("nan")), self.evaluation["file"])
+
+    def end_attrs(self) -> dict[str, Any]:
+        return {"sae_evaluation": json.dumps(self.evaluation)} if self.evaluation else {}
 
     def resume_from(self, train: Any, kept: int) -> None:
         """Load the last whole checkpoint at or before `kept` steps and skip the rows it has read."""
