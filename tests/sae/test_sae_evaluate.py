@@ -174,3 +174,32 @@ def test_report_section_and_sweep_show_ce_loss_score(trained):
     assert len(scored) == 1
     trace = scored[0]["data"][0]
     assert list(trace["x"]) == [8.0, 16.0] and list(trace["y"]) == [0.7, 0.9]
+
+
+def test_the_evaluation_keeps_each_latents_top_examples_for_the_report(trained):
+    """One further command after training: `python -m hookrun.report OUT.evaluation.h5` (docs/sae.md)
+    shows each latent's top examples; they are SAELens' latents of the clean layer-3 output here."""
+    tmp, _, path = trained
+    with hookrun.open_run(path) as run:
+        file = run.sae_evaluation["file"]
+    with h5py.File(file) as f:
+        ids = torch.from_numpy(f["samples/input_ids"][:])
+        mask = torch.from_numpy(f["samples/attention_mask"][:])
+        index = f["samples/index"][:]
+    model = transformers.GPT2LMHeadModel.from_pretrained(ROOT / "hookrun/models/tiny_lm", attn_implementation="eager").eval()
+    sae = sae_lens.SAE.load_from_disk(str(tmp / "sae"))
+    seen = []
+    handle = model.transformer.h[3].register_forward_hook(lambda m, i, o: seen.append(o[0] if isinstance(o, tuple) else o))
+    with torch.no_grad():
+        model(input_ids=ids, attention_mask=mask)
+        latents = sae.encode(seen[0]) * mask[..., None]  # (sample, position, latent); padding 0
+    handle.remove()
+    best = latents.flatten(0, 1).max(0).values
+    run = hookrun.open_run(file)
+    assert run.top_example_modules == {"transformer.h.3.sae.latents": 256}
+    for feature in best.argsort(descending=True)[:5].tolist():
+        top = run.top_examples("transformer.h.3.sae.latents", feature)
+        flat = int(latents[..., feature].argmax())
+        assert top[0]["value"] == pytest.approx(float(best[feature]), rel=1e-3)
+        assert (top[0]["sample"], top[0]["position"]) == (int(index[flat // ids.shape[1]]), flat % ids.shape[1])
+    assert "latents" in " ".join(run.report().sections)

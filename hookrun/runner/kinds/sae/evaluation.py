@@ -12,9 +12,11 @@ held-out items by the evaluate kind itself (its forwards, metrics and table: exp
 is the number of held-out items, set as the data set's own `limit` (data=text's: texts read after
 `start`). The run is the evaluate kind's: a clean, a spliced (modify_output with op: splice, as
 experiment=sae_eval) and a zero-ablated forward per batch, loss=lm unless the run names its loss;
-its file is kept beside the SAE and its totals (evaluate's definitions: ce_loss_score,
-kl_div_score; the splice's l0, mse, explained_variance, dead_fraction) are returned for the run's
-file (the root attribute `sae_evaluation`, JSON).
+each latent's 20 strongest tokens are kept too (top_examples on `MODULE.sae.latents`, as
+experiment=sae_eval), so `python -m hookrun.report OUT.evaluation.h5` shows them. Its file is kept
+beside the SAE and its totals (evaluate's definitions: ce_loss_score, kl_div_score; the splice's
+l0, mse, explained_variance, dead_fraction) are returned for the run's file (the root attribute
+`sae_evaluation`, JSON).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 from hookrun.errors import ConfigError
 
 KEYS = ("data", "limit")
+TOP_K = 20  # each latent's strongest tokens kept (top_examples, as experiment=sae_eval)
 LM_LOSS = {"_target_": "hookrun.runner.losses.lm", "_partial_": True, "output_key": None}
 
 
@@ -106,7 +109,9 @@ def eval_config(cfg: Any, spec: Mapping, sae: str | Path, module: str, path: str
                evaluate={"enabled": True, "ablation": "zero"},
                hooks={"sae": {"at": module, "type": "forward",
                               "actions": [{"name": "modify_output", "op": "splice", "path": str(sae),
-                                           "error_term": False}]}},
+                                           "error_term": False}]},
+                      "latents": {"at": f"{module}.sae.latents", "type": "forward",  # as experiment=sae_eval
+                                  "actions": [{"name": "top_examples", "k": TOP_K, "context": 12}]}},
                output={"path": str(path), "overwrite": True})
     return out
 

@@ -156,12 +156,12 @@ class SaeKind(RunKind):
             for name in ("cfg.json", "sae_weights.safetensors"):
                 (self.out / name).unlink(missing_ok=True)
         save_sae(sae, self.out)
-        if self.block.evaluate:
-            self.evaluate()
         if not self.cache_rows:
             log.info("sae: %d pass(es) over the data on the fly", self.rows.epochs)
         log.info("sae: %s written (%s, d_in %d, d_sae %d)", self.out, sae.cfg.architecture(), self.rows.d_in,
                  self.block.d_sae)
+        if self.block.evaluate:
+            self.evaluate()
         return written[0]
 
     def evaluate(self) -> None:

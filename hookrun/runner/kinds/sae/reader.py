@@ -117,8 +117,10 @@ def sections(run: Any) -> list[dict]:
     if ev:
         items.append(table_item(list(ev), [ev]))
     items += [figure(spec) for _, spec in figures(run)]
+    ev_file = evaluation(run.file.attrs).get("file")
+    top = f"; its latents' top examples: python -m hookrun.report {ev_file}" if ev_file else ""
     return [section("sae", f"SAE training ({meta.get('architecture')}, d_sae {meta.get('d_sae')})", items,
-                    note=f"the trained SAE: {meta.get('out')}")]
+                    note=f"the trained SAE: {meta.get('out')}{top}")]
 
 
 def sweep_sections(sweep: Any) -> list[dict]:
