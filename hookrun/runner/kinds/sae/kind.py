@@ -12,8 +12,10 @@ the store's normal path (flushes, crash safety). Checkpoints are SAELens' own fo
 checkpoint at or before the steps the file kept, skips the rows those steps read, trains on and
 writes only the steps the file lacks: the steps in between are trained again, in the same order,
 to the same figures. The trained SAE is written at the end with SAELens' save_inference_model to
-`sae.out` (default: the run folder's sae/). The root attribute `sae` (JSON) holds the block as run,
-the capture's module, d_in, the cache's rows and the epochs the budget takes.
+`sae.out` (default: the run folder's sae/). A cache's batches are read ahead by a thread
+(prefetch.py; with device: cuda, through pinned memory onto the GPU while the step runs). The
+root attribute `sae` (JSON) holds the block as run, the capture's module, d_in, the cache's rows
+and the epochs the budget takes; `sae_evaluation` (JSON) sae.evaluate's totals (evaluation.py).
 """
 
 from __future__ import annotations
@@ -143,7 +145,11 @@ class SaeKind(RunKind):
                 raise _Stop
 
         device = str(self.ctx.device)
-        train = Training(self.block, self.rows.d_in, self.module, self.rows,
+        from hookrun.runner.kinds.sae.prefetch import Prefetch
+
+        # a cache's next batches are read (and, on a GPU, copied over from pinned memory) while the step runs
+        self.batches = Prefetch(self.rows, self.ctx.device) if self.cache_rows else self.rows
+        train = Training(self.block, self.rows.d_in, self.module, self.batches,
                          checkpoint_path=str(self.checkpoints) if self.block.checkpoints else None, device=device,
                          on_step=on_step)
         if first_row:
@@ -199,7 +205,7 @@ class SaeKind(RunKind):
                  f"from checkpoint step {done}" if done else "no checkpoint: from the start", kept - done, kept)
 
     def close(self) -> None:
-        self.rows.close()
+        getattr(self, "batches", self.rows).close()  # (the prefetch thread ends first, then the rows close)
 
 
 class _Stop(Exception):
