@@ -141,6 +141,14 @@ def test_bad_evaluate_values_are_one_line(trained, tmp_path, value, match):
         hookrun.run(cfg)
 
 
+def test_evaluate_of_a_channel_sae_is_one_line_before_any_step(tmp_path):
+    cfg = hookrun.compose("experiment=sae_shapes", "sae.evaluate={data: {dataset: {seed: 3}}}", "progress=false",
+                          f"hydra.run.dir={tmp_path}")
+    with pytest.raises(ConfigError, match=r"sae.evaluate: op: splice .* \(rows: channel\); drop sae.evaluate"):
+        hookrun.run(cfg)
+    assert not any(tmp_path.iterdir())
+
+
 def test_a_limit_for_a_data_set_without_one_is_one_line():
     from hookrun.runner.kinds.sae.evaluation import eval_data
 
@@ -203,3 +211,12 @@ def test_the_evaluation_keeps_each_latents_top_examples_for_the_report(trained):
         assert top[0]["value"] == pytest.approx(float(best[feature]), rel=1e-3)
         assert (top[0]["sample"], top[0]["position"]) == (int(index[flat // ids.shape[1]]), flat % ids.shape[1])
     assert "latents" in " ".join(run.report().sections)
+
+
+def test_items_without_input_ids_for_the_default_lm_loss_are_one_line(tmp_path):
+    """A classifier's SAE (tiny_cnn's fc input rows) with evaluate but no loss: refused before training."""
+    over = ("experiment=sae_shapes", "sae.at=fc", "sae.rows=token", "sae.evaluate={data: {dataset: {seed: 3}}}",
+            "progress=false", f"hydra.run.dir={tmp_path}")
+    with pytest.raises(ConfigError, match=r"held-out items \(hookrun.data.shapes\) have no input_ids"):
+        hookrun.run(hookrun.compose(*over))
+    assert not any(tmp_path.iterdir())

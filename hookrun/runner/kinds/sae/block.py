@@ -117,6 +117,9 @@ class SaeBlock:
         self.shuffle = _shuffle(self.shuffle)
         self.lr_schedule = _schedule(self.lr_schedule, self.lr)
         self.evaluate = parse_evaluate(self.evaluate)
+        if self.evaluate and self.vectors == "channel":
+            raise ConfigError("sae.evaluate: op: splice applies an SAE to the last dimension of a module's output, "
+                              "not to a feature map's channel vectors (rows: channel); drop sae.evaluate")
 
     def arch_keys(self) -> dict[str, Any]:
         """The architecture keys the block gives (the rest stay SAELens' defaults)."""

@@ -4,6 +4,7 @@ held-out items by the evaluate kind itself (its forwards, metrics and table: exp
     sae: {..., evaluate: {data: {dataset: {start: 4096, max_length: 64}, batch_size: 32}, limit: 256}}
 
     spec = parse(block.evaluate)                       # None (off) or {data, limit}; one ConfigError line
+    check_items(cfg, spec)                             # loss=lm (the default) needs the items' input_ids
     check_model(cfg, cache_config, "outputs/h3_cache")  # the cache's model is the one evaluate splices into
     result = evaluate_sae(cfg, spec, "saes/h3", "transformer.h.3", "saes/h3.evaluation.h5")
     result["model"]["ce_loss_score"], result["splice"]["explained_variance"]
@@ -68,6 +69,22 @@ def eval_data(run_data: Mapping, spec: Mapping) -> dict[str, Any]:
                               "give its size in sae.evaluate.data (e.g. {dataset: {size: 256}}) and drop limit")
         dataset["limit"] = spec["limit"]
     return data
+
+
+def check_items(cfg: Any, spec: Mapping) -> None:
+    """The held-out items fit the loss: loss=lm (the run names none) reads their input_ids, or one line."""
+    base = to_dict(cfg)
+    dataset = eval_data(base["data"], spec).get("dataset")
+    if base.get("loss") or not isinstance(dataset, Mapping) or "live" in dataset:
+        return
+    from hookrun.config.build import build_dataset
+
+    items = build_dataset(dataset)
+    item = items[0] if len(items) else None
+    if item is not None and not (isinstance(item, Mapping) and "input_ids" in item):
+        raise ConfigError(f"sae.evaluate: the held-out items ({dataset.get('_target_')}) have no input_ids for the "
+                          "default loss=lm (next-token cross-entropy); name the run's loss (loss=cross_entropy for a "
+                          "classifier) or drop sae.evaluate")
 
 
 def check_model(cfg: Any, cache_config: Mapping, source: str) -> None:

@@ -62,11 +62,11 @@ class SaeKind(RunKind):
             raise ConfigError("sae: training runs SAELens 6's trainer, which is not installed: pip install sae-lens "
                               "(it pins TransformerLens 3.9: keep it out of an environment that needs TransformerLens 4)")
         from hookrun.runner.kinds.sae.engine import holds_sae, sae_config
-        from hookrun.runner.kinds.sae.evaluation import check_model, eval_data, to_dict
+        from hookrun.runner.kinds.sae.evaluation import check_items, check_model
 
         block: SaeBlock = cfg.sae
         if block.evaluate:
-            eval_data(to_dict(cfg)["data"], block.evaluate)
+            check_items(cfg, block.evaluate)
         if block.from_:  # on the fly (`at`), the keys are checked once the model gives d_in (__init__)
             rows = CacheRows(block.from_, block.capture, block.batch_rows, block.shuffle, block.vectors)
             try:
