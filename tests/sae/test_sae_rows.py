@@ -1,6 +1,6 @@
 """`sae.rows` as the issue writes it: a number is the training budget, `token | channel` the row
 layout (then `budget:` is the budget); `vectors:` stays a synonym. The channel layout's training is
-checked against SAELens' SAETrainer on a raw forward hook's rows by tests/test_sae_shapes.py,
+checked against SAELens' SAETrainer on a raw forward hook's rows by tests/sae/test_sae_shapes.py,
 whose runs take experiment=sae_shapes as shipped (`rows: channel`, `budget:`)."""
 
 from __future__ import annotations
