@@ -171,7 +171,7 @@ def test_bad_input_is_one_line_before_any_batch(tmp_path, block, message):
 
 def test_a_single_class_is_refused(tmp_path):
     ds = [{**d, "label": torch.tensor(2)} for d in data()]
-    with pytest.raises(ConfigError, match="the training rows hold 1 class"):
+    with pytest.raises(ConfigError, match=r"the data.s targets hold 1 class"):
         run(tmp_path, Net().eval(), ds, at="fc", target="label")
 
 

@@ -1,4 +1,4 @@
-"""The `sae:` kind on a vision model's feature maps (vectors: channel): each position's channel
+"""The `sae:` kind on a vision model's feature maps (rows: channel): each position's channel
 vector is a row (numpy's transpose of the stored maps is the reference), and the training equals
 SAELens' SAETrainer run directly on those rows in that order."""
 
@@ -57,7 +57,7 @@ def test_channel_vectors_are_each_positions_channels(shapes_cache):
 
 def test_channel_sae_run_equals_saelens(shapes_cache, tmp_path):
     torch.set_num_threads(1)
-    cfg = hookrun.compose("experiment=sae_shapes", *FROM_CACHE(shapes_cache), "sae.rows=2560", "sae.batch_rows=128",
+    cfg = hookrun.compose("experiment=sae_shapes", *FROM_CACHE(shapes_cache), "sae.budget=2560", "sae.batch_rows=128",
                           "sae.shuffle=false", "sae.d_sae=64", "sae.lr_schedule.warmup=2", "progress=false",
                           f"hydra.run.dir={tmp_path / 'run'}")
     result = hookrun.run(cfg)
@@ -75,10 +75,10 @@ def test_channel_sae_run_equals_saelens(shapes_cache, tmp_path):
     assert_same_latents(tmp_path / "run" / "sae", ref, rows, tmp_path / "ref")
 
 
-def test_a_feature_map_needs_vectors_channel(shapes_cache, tmp_path):
-    cfg = hookrun.compose("experiment=sae_shapes", *FROM_CACHE(shapes_cache), "sae.vectors=auto", "progress=false",
+def test_a_feature_map_needs_rows_channel(shapes_cache, tmp_path):
+    cfg = hookrun.compose("experiment=sae_shapes", *FROM_CACHE(shapes_cache), "sae.rows=token", "progress=false",
                           f"hydra.run.dir={tmp_path / 'run'}")
-    with pytest.raises(ConfigError, match="give sae.vectors=channel"):
+    with pytest.raises(ConfigError, match="give sae.rows=channel"):
         hookrun.run(cfg)
 
 
@@ -97,7 +97,7 @@ def test_on_the_fly_channel_rows_equal_a_raw_hook(tmp_path):
         for lo in range(0, 20, 8):
             model(images[lo:lo + 8])
     rows = torch.cat(seen).movedim(1, -1).reshape(-1, 32)
-    cfg = hookrun.compose("experiment=sae_shapes", "data.dataset.size=20", "data.batch_size=8", "sae.rows=2560",
+    cfg = hookrun.compose("experiment=sae_shapes", "data.dataset.size=20", "data.batch_size=8", "sae.budget=2560",
                           "sae.batch_rows=128", "sae.shuffle=false", "sae.d_sae=64", "sae.lr_schedule.warmup=2",
                           "progress=false", f"hydra.run.dir={tmp_path / 'run'}")
     result = hookrun.run(cfg)

@@ -19,6 +19,7 @@ from conftest import ROOT
 from rank_runs import ARGS, ENV, TORCHRUN, captures, cli
 
 import hookrun
+from hookrun.config.schema import load as load_config
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.output.ranks import Ranks, detect, shard_batches, shard_path
 from hookrun.output.shards import ShardRun, differing
@@ -51,7 +52,7 @@ def test_rank_comes_from_torchrun_submitit_or_srun():
 
 
 def test_ranks_with_different_configs_are_refused_naming_the_keys(tmp_path):
-    run = ShardRun(hookrun.runner.run.load({"model": {"_target_": "my_pkg.Net"}, "data": {"dataset": {"_target_": "my_pkg.MyData"}},
+    run = ShardRun(load_config({"model": {"_target_": "my_pkg.Net"}, "data": {"dataset": {"_target_": "my_pkg.MyData"}},
                                             "output": {"path": str(tmp_path / "c.h5")}}), Ranks(0, 2, 0, "torchrun", "t"))
     with pytest.raises(ConfigError, match=r"rank 1 has a different config from rank 0 in data.batch_size, seed;"):
         run.check_same_config(["seed: 0\ndata:\n  batch_size: 4\n", "seed: 1\ndata:\n  batch_size: 5\n"])
@@ -187,7 +188,7 @@ def test_rank_0_takes_a_silent_rank_for_dead_and_marks_the_view(tmp_path):
 
 
 def test_resume_with_another_world_size_is_refused(tmp_path):
-    cfg = hookrun.runner.run.load({"model": {"_target_": "my_pkg.Net"}, "data": {"dataset": {"_target_": "my_pkg.MyData"}},
+    cfg = load_config({"model": {"_target_": "my_pkg.Net"}, "data": {"dataset": {"_target_": "my_pkg.MyData"}},
                                    "output": {"path": str(tmp_path / "captures.h5")}, "resume": True})
     for rank in range(2):
         with h5py.File(shard_path(tmp_path / "captures.h5", rank), "w") as f:
