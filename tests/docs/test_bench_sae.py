@@ -4,7 +4,7 @@ on a shared CI machine prove nothing, so this checks only that every route runs 
 from __future__ import annotations
 
 import pytest
-from test_benchmarks import quick
+from bench_quick import quick
 
 
 @pytest.mark.slow

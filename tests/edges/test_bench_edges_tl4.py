@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from test_benchmarks import quick
+from bench_quick import quick
 
 TL4 = os.environ.get("HOOKRUN_TL4_PYTHON", "/opt/tl4/bin/python")
 

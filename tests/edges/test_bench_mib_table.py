@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from test_benchmarks import quick
+from bench_quick import quick
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ import test_edges as lens_ref
 import test_edges_memory as bounded_ref
 import torch
 from conftest import ROOT
+from edge_graph import feeds, graph_labels
 from tl_models import hooked_transformer
 
 
@@ -30,8 +31,8 @@ def test_exact_edge_scores_equal_a_raw_torch_ablation(mib_table):
                                act_fn="gelu")
     items = bounded_ref.lens_items()
     got = mib_table.exact_scores(model, items, input="input")
-    writers, readers = lens_ref.labels()
-    edges = [(w, r) for w in writers for r in readers if lens_ref.feeds(w, r)]
+    writers, readers = graph_labels(lens_ref.L, lens_ref.H)
+    edges = [(w, r) for w in writers for r in readers if feeds(w, r)]
     assert np.isfinite(got).sum() == len(edges)
     with torch.no_grad():
         clean = float(np.mean([float(lens_ref.metric(model(it["clean"][None]), it)) for it in items]))
