@@ -150,7 +150,7 @@ def test_cli_run_export_and_score_agree(tmp_path):
 
     pytest.importorskip("transformers")
     proc = run_cli("experiment=faithfulness", f"hydra.run.dir={tmp_path}", "patching.ig_steps=2", "device=cpu", "progress=false",
-                   "data.dataset.n=2", "data.dataset.length=8", "+patching.faithfulness.fractions=mib")
+                   "data.dataset.n=2", "data.dataset.length=8")
     assert proc.returncode == 0, proc.stderr[-2000:]
     mib = json.loads(hookrun.open_run(tmp_path / "captures.h5").attrs["patching"])["faithfulness"]["mib"]
     last = (proc.stdout or proc.stderr).strip().splitlines()[-1]

@@ -11,11 +11,19 @@ from conftest import run_cli
 import hookrun
 
 pytest.importorskip("transformers")
+def run_inspect(path, capsys) -> str:
+    from hookrun.cli.inspect_command import main
+
+    capsys.readouterr()
+    assert main([str(path), "--no-stats"]) == 0
+    return capsys.readouterr().out
+
+
 SMALL = ["device=cpu", "progress=false", "data.dataset.n=2", "data.dataset.length=8"]
 
 
 @pytest.mark.slow
-def test_faithfulness_experiment_runs_from_the_cli(tmp_path):
+def test_faithfulness_experiment_runs_from_the_cli(tmp_path, capsys):
     proc = run_cli("experiment=faithfulness", f"hydra.run.dir={tmp_path}", "patching.ig_steps=2", *SMALL)
     assert proc.returncode == 0, proc.stderr[-2000:]
     run = hookrun.open_run(tmp_path / "captures.h5")
@@ -43,7 +51,22 @@ def test_faithfulness_experiment_runs_from_the_cli(tmp_path):
     assert {"embed", "logits", "L0.H0", "L3.MLP"} <= set(circuit.nodes)
     assert len(to_plotly(circuit)["data"]) == 34  # a line per edge, then the nodes, then the legend's sign and width
     curve = [s for s in specs if isinstance(s, Lines)]
-    assert len(curve) == 1 and list(curve[0].x) == [0, 10, 50, 200, 479] and list(curve[0].series["recovered"]) == rec
+    assert len(curve) == 2 and list(curve[0].x) == [0, 10, 50, 200, 479] and list(curve[0].series["recovered"]) == rec
+
+    # by default the experiment gives MIB's circuit-track numbers: its ten fractions, CPR and CMD (trapezoids
+    # over the fractions, computed here from the curves), in the run's last log line and in inspect
+    fractions = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0]
+    assert grid.attrs["faithfulness_fractions"] == fractions and list(curve[1].x) == fractions
+    cpr, cmd = np.asarray(grid.attrs["faithfulness_cpr_curve"]), np.asarray(grid.attrs["faithfulness_cmd_curve"])
+    assert cpr[-1] == pytest.approx(1.0, abs=1e-5) and cmd[-1] == pytest.approx(1.0, abs=1e-5)
+    assert grid.attrs["faithfulness_cpr"] == pytest.approx(np.trapezoid(cpr, fractions), abs=1e-9)
+    assert grid.attrs["faithfulness_cmd"] == pytest.approx(np.trapezoid(np.abs(1 - cmd), fractions), abs=1e-9)
+    last = proc.stdout.strip().splitlines()[-1]  # (hookrun's log is on stdout)
+    assert "- file: " in last
+    assert "recovered at k edges 0: " in last and f"MIB CPR {grid.attrs['faithfulness_cpr']:.4g}, CMD " in last
+    shown = run_inspect(tmp_path / "captures.h5", capsys)
+    assert f"CPR {grid.attrs['faithfulness_cpr']:.4g}, CMD {grid.attrs['faithfulness_cmd']:.4g} over fractions of 479 edges" in shown
+    assert "recovered at k edges 0: " in shown and "cmd (|score|) faithfulness 0.001: " in shown
 
 
 @pytest.mark.slow

@@ -89,8 +89,9 @@ def test_readme_set_up_is_the_main_job_then_the_tests_with_cpu_torch_first():
     block = setup.split("```bash", 1)[1].split("```", 1)[0]
     lines = [ln.split("#", 1)[0].strip() for ln in block.strip().splitlines()]
     assert lines == ["pip install -e . && python -m hookrun experiment=resnet_layer1",
-                     'pip install -e ".[dev]" && python -m pytest'], lines
+                     'pip install -e ".[dev]" && python -m pytest -n auto'], lines
     assert re.search(r"about \d+ min", block)  # how long the tests take here, said where the command is
     assert setup.index("download.pytorch.org/whl/cpu") < setup.index("```bash")
     ci = (ROOT / ".ci" / "run").read_text()
     assert 'pip install -e ".[dev]"' in ci and "download.pytorch.org/whl/cpu" in ci  # CI installs as the README says
+    assert ci.rstrip().splitlines()[-1] == "python3 -m pytest -n auto"  # and runs the README's test command

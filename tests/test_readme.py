@@ -30,5 +30,5 @@ def test_a_no_run_mark_gives_its_reason():
 @pytest.mark.slow
 def test_every_readme_command_and_python_block_runs(tmp_path):
     ran, marked = run_page(ROOT / "README.md", tmp_path, env())
-    assert ran >= 14 and marked <= 2  # the README's blocks and commands (14), the set-up and an excerpt marked
+    assert ran >= 13 and marked <= 2  # the README's blocks and commands (13: the notebook block runs in docs/notebook.md), the set-up and an excerpt marked
     print(f"README: {ran} blocks and commands run, {marked} marked no-run")

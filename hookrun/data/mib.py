@@ -1,6 +1,6 @@
 """MIB's task data, as its data sets publish their rows, made into patching items; and IOI rows to test with.
 
-    rows = ioi_rows(n=8, seed=0)                         # rows shaped as MIB's IOI data set's
+    rows = ioi_rows(n=8, seed=0)                         # rows of MIB's IOI set's shape, from its templates
     ds = mib_task(rows, tokenizer=tok, task="ioi")      # or a .jsonl / .json / .csv / .parquet file
     ds[0]   # {"clean": (T,), "corrupt": (T,), "answer": (), "wrong": (), "position": ()}
 
@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from hookrun.data.mib_ioi import NAMES, OBJECTS, PLACES, TEMPLATES
 from hookrun.errors import ConfigError
 
 ROLES = ("clean", "corrupt", "answer", "wrong")
@@ -127,29 +128,21 @@ def _ids(tokenizer: Any, text: str) -> list[int]:
     return ids
 
 
-# IOI rows in the form of MIB's IOI set, from templates in the style of Wang et al. 2022's (ABBA and BABA
-# orders), for tests: the counterfactual swaps the subject's second mention for the indirect object.
-TEMPLATES = (
-    "Then, {A} and {B} went to the {PLACE}. {S} gave a {OBJECT} to",
-    "When {A} and {B} got a {OBJECT} at the {PLACE}, {S} decided to give it to",
-    "After {A} and {B} went to the {PLACE}, {S} gave a {OBJECT} to",
-    "While {A} and {B} were working at the {PLACE}, {S} gave a {OBJECT} to",
-)
-NAMES = ("Mary", "John", "Anna", "Paul", "Kate", "Mark", "Lisa", "Tom", "Sara", "Dave")
-PLACES = ("store", "park", "school", "office", "garden")
-OBJECTS = ("drink", "book", "ring", "bone", "kiss")
-
-
 def ioi_rows(n: int = 8, seed: int = 0, names: Sequence[str] = NAMES) -> list[dict]:
-    """`n` rows shaped as MIB's IOI set's: prompt, metadata {indirect_object, subject, random_c},
-    s2_io_flip_counterfactual {prompt}."""
+    """`n` rows shaped as MIB's IOI set's, from MIB's own templates and word lists (hookrun/data/mib_ioi.py),
+    drawn as its causal model draws them: a template, two distinct names A and B, the subject S (the template's
+    name_C) one of them and the indirect object IO the other, a place and an object. The row holds `prompt`,
+    `template`, `metadata` {indirect_object, subject, random_c (a third name), place, object} and
+    `s2_io_flip_counterfactual` {prompt}: S's second mention replaced by IO, as MIB's counterfactual is."""
     rng = random.Random(seed)
     rows = []
     for _ in range(n):
-        io, s, c = rng.sample(list(names), 3)
-        a, b = (io, s) if rng.random() < 0.5 else (s, io)  # ABBA or BABA
+        a, b, c = rng.sample(list(names), 3)
+        s = rng.choice((a, b))
+        io = b if s == a else a
         t, place, obj = rng.choice(TEMPLATES), rng.choice(PLACES), rng.choice(OBJECTS)
-        fill = {"A": a, "B": b, "PLACE": place, "OBJECT": obj}
-        rows.append({"prompt": t.format(S=s, **fill), "metadata": {"indirect_object": io, "subject": s, "random_c": c},
-                     "s2_io_flip_counterfactual": {"prompt": t.format(S=io, **fill)}})
+        fill = {"name_A": a, "name_B": b, "place": place, "object": obj}
+        rows.append({"prompt": t.format(name_C=s, **fill), "template": t,
+                     "metadata": {"indirect_object": io, "subject": s, "random_c": c, "place": place, "object": obj},
+                     "s2_io_flip_counterfactual": {"prompt": t.format(name_C=io, **fill)}})
     return rows

@@ -197,6 +197,9 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
                 steps = p.settings.kind.run_steps(  # the data loop, unless the kind's steps are not batches (a grid's cells)
                     lambda: run_batches(p.model, p.loader, session, writer, p.env, p.settings, first),
                     writer, store.samples, stop.requested)
+            late = p.settings.kind.end_attrs()  # (the writer has drained: this thread owns the file again)
+            if late:
+                end_attrs(store, late)
             status = "interrupted" if stop.signum else "complete"
             if status == "complete":
                 finish_actions(p.env, store)  # end-of-run captures (top_examples), once

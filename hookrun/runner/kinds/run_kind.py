@@ -28,6 +28,7 @@ closure and the store never ask which kind runs; they read what the kind hands t
 | `restore(resume, kept)`  | resume                  | state carried over from the kept batches          |
 | `finish()`               | after the last batch    | arrays for the end of the file ({} for none)      |
 | `end_note()`             | the run's last log line | what it adds after the file's name ("" for none)  |
+| `end_attrs()`            | after its last step     | root attributes known only then ({} for none)     |
 | `file_bytes(n)`          | dry_run estimate        | bytes it adds besides the captures                |
 
 A kind that runs several forwards per batch hands the session a `Phase` for each
@@ -189,6 +190,11 @@ class RunKind:
 
     def finish(self) -> dict[str, np.ndarray]:
         """After the last batch: arrays for the end of the file (none by default)."""
+        return {}
+
+    def end_attrs(self) -> dict[str, Any]:
+        """Root attributes known only once the steps have run (an edges grid written as it goes: its node scores
+        and faithfulness); written after the last step, not when the steps stopped early."""
         return {}
 
     def end_note(self) -> str:

@@ -173,9 +173,11 @@ def curve_area(rows: np.ndarray) -> float:
 
 def random_curve(run: Any, name: str) -> np.ndarray | None:
     """The run's random-order curves of `name` (None where it was written before they were)."""
+    from hookrun.errors import NotFoundError
+
     try:
         return run.attribution(f"{name}_random").values.astype(np.float64)
-    except Exception:  # an older run: no random-order curves
+    except NotFoundError:  # an older run: no random-order curves
         return None
 
 

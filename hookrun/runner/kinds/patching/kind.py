@@ -32,7 +32,7 @@ from hookrun.output.ranks import every_rank
 from hookrun.runner.kinds.patching.block import load_items
 from hookrun.runner.kinds.patching.checks import refuse_recording
 from hookrun.runner.kinds.patching.edges.mib import summary as mib_summary
-from hookrun.runner.kinds.patching.edges.run import check_atp_ig
+from hookrun.runner.kinds.patching.edges.run import check_atp_ig, edge_layout, streams
 from hookrun.runner.kinds.patching.edges.run import compute as compute_edges
 from hookrun.runner.kinds.patching.edges.run import prepare as prepare_edges
 from hookrun.runner.kinds.patching.edges.spec import EDGE_METHODS
@@ -62,18 +62,25 @@ class PatchingKind(RunKind):
 
     def prepare_run(self, p: Any) -> None:
         self.engine = PatchRun(p, self.rank, self.world)
-        curve = self.engine.edges.faithfulness if self.engine.edges is not None else None
-        lines = faithfulness_lines({**curve, "mib": None}) if curve else []
-        mib = (curve or {}).get("mib")
-        self.note = "; ".join([line.strip() for line in lines] + ([f"MIB {mib_summary(mib)}"] if mib else []))
 
     def end_note(self) -> str:
         """An edges run's recovered fractions (per k, and MIB's CPR / CMD), for the run's last log line."""
-        return getattr(self, "note", "")
+        edges = self.engine.edges if self.engine is not None else None
+        curve = edges.faithfulness if edges is not None else None
+        lines = faithfulness_lines({**curve, "mib": None}) if curve else []
+        mib = (curve or {}).get("mib")
+        return "; ".join([line.strip() for line in lines] + ([f"MIB {mib_summary(mib)}"] if mib else []))
+
+    def end_attrs(self) -> dict[str, Any]:
+        """An edges grid written as it goes: its `patching` attribute with the node scores and faithfulness."""
+        return self.engine.final if self.engine is not None else {}
 
     def run_steps(self, data_loop: Any, writer: Any, first_row: int, should_stop: Any) -> int:
         """Chunks of cells, not batches of the data: rows are this rank's cells, from the first not written."""
         return self.engine.run(writer, first_row, should_stop)
+
+    def restore(self, resume: Any, kept: int) -> None:
+        self.engine.kept = kept  # the steps this rank's shard holds
 
     def close(self) -> None:
         if self.engine is not None:
@@ -145,14 +152,20 @@ class PatchRun:
         e = self.engine
         meta = {**grid_attrs(e, self.block), "layout": e.layout.describe(), "cells": e.layout.size,
                 "cells_per_forward": e.cells_per_forward, "labels": token_labels(p.dataset, items[self.block.clean])}
-        self.edges = None
-        if edges is not None:  # the [writer, reader] grid is the one grid `edges`, computed here, written as cells
+        self.edges, self.pending, self.final = None, None, {}
+        if edges is not None:  # the [writer, reader] grid is the one grid `edges`, written as cells
             try:
-                self.edges = compute_edges(e, *edges)
+                if streams(e, *edges):  # bounded by patching.memory: computed in run(), each reader group written as it is done
+                    self.pending = edges
+                    meta.update(graph=edges[0].describe(), layout=edge_layout(edges[0]), cells=edges[0].mask.size,
+                                grid_complete=False)
+                else:  # computed here, before the file opens
+                    self.edges = compute_edges(e, *edges)
+                    meta.update(self.edges.meta(), layout=self.edges.layout(), cells=self.edges.scores.size)
             except BaseException:
                 self.close()
                 raise
-            meta.update(self.edges.meta(), layout=self.edges.layout(), cells=self.edges.scores.size)
+        self.meta = meta
         size = meta["cells"]
         p.attrs["patching"] = json.dumps(meta)
         if world > size:
@@ -161,6 +174,7 @@ class PatchRun:
                 f"patching: the run has {world} processes but its grids only {e.layout.size} cell(s); each process "
                 f"needs at least one: run at most {e.layout.size} processes, or patch more cells"))
         self.cells = range(rank, size, world)
+        self.kept = 0  # a resumed run's steps already in the file (PatchingKind.restore)
         self.rank, self.world = rank, world  # a step's number: its chunk's, interleaved as the cells are
 
     def close(self) -> None:
@@ -173,7 +187,8 @@ class PatchRun:
         if not cells:
             return 0
         steps = [0]
-        step0 = sum(1 for _ in self.engine.chunks(self.cells[:first_row]))  # the chunks written (whole ones)
+        step0 = (self.kept if self.edges is not None or self.pending is not None  # an edges grid's steps are not chunks
+                 else sum(1 for _ in self.engine.chunks(self.cells[:first_row])))  # the chunks written (whole ones)
 
         def put(ks: list[int], values: np.ndarray, exact: np.ndarray) -> None:
             rows = len(ks)
@@ -186,13 +201,36 @@ class PatchRun:
                 raise _Stop
 
         try:
-            if self.edges is not None:  # every rank holds the whole grid; it writes its own cells of it
+            if self.pending is not None:
+                self.stream(put, first_row)
+            elif self.edges is not None:  # every rank holds the whole grid; it writes its own cells of it
                 put(list(cells), self.edges.scores.reshape(-1)[list(cells)], np.full(len(cells), np.nan))
             else:
                 run_cells(self.engine, cells, on_chunk=put)
         except _Stop:
             pass
         return steps[0]
+
+
+    def stream(self, put: Any, first_row: int) -> None:
+        """The bounded edges run (edges/bounded.py): each reader group's columns, this rank's cells of them, put
+        as one step the moment the backward has finished them; the rows a resumed run already holds (the same
+        deterministic order) are skipped. The `patching` attribute gets the node scores once every group is in."""
+        graph = self.pending[0]
+        n_readers = len(graph.readers)
+        skip = [first_row]
+
+        def sink(rs: slice, columns: np.ndarray) -> None:
+            ks = np.add.outer(np.arange(len(graph.writers)) * n_readers, np.arange(rs.start, rs.stop)).reshape(-1)
+            mine = ks % self.world == self.rank
+            ks, values = ks[mine], columns.reshape(-1)[mine]
+            drop = min(skip[0], len(ks))
+            skip[0] -= drop
+            if drop < len(ks):
+                put(ks[drop:].tolist(), values[drop:], np.full(len(ks) - drop, np.nan))
+
+        self.edges = compute_edges(self.engine, *self.pending, sink=sink)
+        self.final = {"patching": json.dumps({**self.meta, **self.edges.meta(), "grid_complete": True})}
 
 
 class _Stop(Exception):

@@ -144,7 +144,15 @@ def edge_values(file: Any) -> tuple[np.ndarray, dict]:
     meta = patching_meta(file.attrs)
     if meta is None or "edges" not in meta.get("layout", {}) or "graph" not in meta:
         raise LookupError(f"{getattr(file, 'filename', file)} holds no edge grid: run patching with method eap or eap_ig")
+    if meta.get("grid_complete") is False:  # a bounded run writes its grid as it goes (edges/bounded.py)
+        raise LookupError(f"{getattr(file, 'filename', file)} holds part of an edge grid ({_rows(file)} of {meta['cells']} "
+                          f"cells): the run stopped before its last reader group; resume it (resume=true)")
     return np.asarray(file_grid(file, "edges").values, dtype=np.float64), meta
+
+
+def _rows(file: Any) -> int:
+    path = "captures/patching/cells/value"
+    return int(file[path].shape[0]) if path in file else 0
 
 
 def top_table(writers: list[str], readers: list[str], scores: np.ndarray, top: int) -> Table:

@@ -14,7 +14,8 @@ backward has summed it, adds its scores (d metric / d input[r] against every wri
 and lets it go on (one matrix product: the writers feeding a reader are always the graph's first
 ones); one backward per chunk of copies, so the values are the same sums in another order. The
 smallest budget that works holds the writers, their differences (float64) and one reader group's
-gradient; a smaller one is one ConfigError line before any forward.
+gradient; a smaller one is one ConfigError line before any forward. A file run hands `sink` each reader
+group's final columns as the last chunk's backward folds them, and writes them as one step (kind.py).
 """
 
 from __future__ import annotations
@@ -100,9 +101,11 @@ class _Fold(torch.autograd.Function):
 
 
 def streamed_scores(engine: Any, graph: Any, wiring: Any, m: int, source: dict, base: dict,
-                    per: int) -> tuple[np.ndarray, np.ndarray]:
+                    per: int, sink: Any = None) -> tuple[np.ndarray, np.ndarray]:
     """eap.edge_scores' grid and by-position sums, no reader's gradient kept; `base` is filled with the base run's
-    writer contributions (copy 0 of the first chunk)."""
+    writer contributions (copy 0 of the first chunk). `sink(rs, columns)`: called with each reader group's final
+    columns [writers, len(rs)] (NaN where no edge) the moment its last chunk's gradient is folded in, in the
+    backward's order (a file run writes them as it goes: runner/kinds/patching/kind.py)."""
     n = engine.n
     source_embed = source[("embed",)][:, :, 0]
     scores = np.zeros(graph.mask.shape)
@@ -121,12 +124,14 @@ def streamed_scores(engine: Any, graph: Any, wiring: Any, m: int, source: dict, 
             leaf["z"] = torch.zeros((), dtype=x.dtype, device=x.device, requires_grad=True)  # what the backward reaches
             return x + alpha.to(x.dtype) * (source_embed.repeat(c, 1, 1).to(x.dtype) - x) + leaf["z"]
 
-        def fold(group, g, c=c):
+        def fold(group, g, c=c, last=start + c == m):
             g = g.reshape(c, n, *g.shape[1:]).sum(0).double()  # [n, P, r, d]
             rs, k = graph.reader_groups[group], prefix[group]
             scores[:k, rs] += (deltas["d"][:k] @ g.permute(2, 0, 1, 3).reshape(g.shape[2], -1).T).cpu().numpy()
             by_position[:k] += torch.einsum("wnpd,npd->wp", deltas["d"][:k].view(k, *g.shape[:2], -1), g.sum(2)).cpu().numpy()
             seen.add(group)
+            if last and sink is not None:
+                sink(rs, np.where(graph.mask[:, rs], scores[:, rs], np.nan))
 
         keep = (lambda group, a, written=written: written.__setitem__(group, a[:n].detach().clone())) if start == 0 else None
         with torch.enable_grad(), wiring.tap(embed=embed, writer=keep,

@@ -93,8 +93,9 @@ def base_embedding(engine: Any, wiring: Any, ids: torch.Tensor) -> torch.Tensor:
     return out[("embed",)][:, :, 0]
 
 
-def edge_scores(engine: Any, graph: Any, wiring: Any, m: int) -> tuple[np.ndarray, dict, dict]:
-    """[writers, readers] scores (NaN where no edge), the base and source runs' writer contributions."""
+def edge_scores(engine: Any, graph: Any, wiring: Any, m: int, sink: Any = None) -> tuple[np.ndarray, dict, dict]:
+    """[writers, readers] scores (NaN where no edge), the base and source runs' writer contributions; `sink`:
+    edges/bounded.py's, each reader group's columns as they are finished (the fast route: every group at the end)."""
     source = writer_outputs(engine, wiring, engine.source_ids)
     base: dict = {}
     sizes, memory = EdgeBytes.of(engine.model, wiring, graph, engine.base_ids), engine.block.memory
@@ -102,7 +103,7 @@ def edge_scores(engine: Any, graph: Any, wiring: Any, m: int) -> tuple[np.ndarra
     per = sizes.fast(memory, forward, m)
     if per == 0:  # every reader's gradient does not fit: edges/bounded.py
         scores, engine.node_positions = streamed_scores(engine, graph, wiring, m, source, base,
-                                                        sizes.copies(memory, forward, m))
+                                                        sizes.copies(memory, forward, m), sink=sink)
         return scores, base, source
     grads = interpolated_grads(engine, wiring, m, source[("embed",)][:, :, 0], reader=True, keep_writers=base, per=per)
     scores = np.full(graph.mask.shape, np.nan)
@@ -115,7 +116,19 @@ def edge_scores(engine: Any, graph: Any, wiring: Any, m: int) -> tuple[np.ndarra
                 scores[ws, rs] = torch.einsum("npwd,nprd->wr", delta, g).cpu().numpy()
                 by_position[ws] += torch.einsum("npwd,nprd->wp", delta, g).cpu().numpy()
     engine.node_positions = by_position
+    for rs in graph.reader_groups.values() if sink is not None else ():
+        sink(rs, scores[:, rs])
     return scores, base, source
+
+
+def bounded(engine: Any, graph: Any, wiring: Any, m: int) -> bool:
+    """Whether the edges run takes edges/bounded.py's route (every reader's gradient does not fit in `memory`);
+    a ConfigError when not even one copy fits there (before any gradient pass)."""
+    sizes, memory, forward = EdgeBytes.of(engine.model, wiring, graph, engine.base_ids), engine.block.memory, 3 * engine.copy_bytes
+    if sizes.fast(memory, forward, m) > 0:
+        return False
+    sizes.copies(memory, forward, m)
+    return True
 
 
 def atp_ig_grads(engine: Any) -> dict:

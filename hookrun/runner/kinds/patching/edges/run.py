@@ -34,7 +34,7 @@ import torch
 
 from hookrun.errors import ConfigError, HookrunError, RunError
 from hookrun.runner.kinds.patching.edges.bounded import EdgeBytes
-from hookrun.runner.kinds.patching.edges.eap import edge_scores, record
+from hookrun.runner.kinds.patching.edges.eap import bounded, edge_scores, record
 from hookrun.runner.kinds.patching.edges.formats import read_circuit
 from hookrun.runner.kinds.patching.edges.graph import Graph, find_graph
 from hookrun.runner.kinds.patching.edges.mib import mib_curves
@@ -56,14 +56,29 @@ class EdgeResult:
         return np.nansum(self.scores, axis=1)
 
     def layout(self) -> dict:
-        g = self.graph
-        return {"edges": {"modules": list(g.writers), "over": ["reader"], "sizes": [len(g.readers)], "offset": 0,
-                          "dims": ["writer", "reader"]}}
+        return edge_layout(self.graph)
 
     def meta(self) -> dict:
         return {"graph": self.graph.describe(), "ig_steps": self.ig_steps, "node_scores": self.node_scores.tolist(),
                 "node_scores_by_position": None if self.node_positions is None else self.node_positions.tolist(),
                 "faithfulness": self.faithfulness, "d_model": self.d_model}
+
+
+def edge_layout(g: Graph) -> dict:
+    """The file's layout of the one grid `edges`: cell w * readers + r is writer w's edge into reader r."""
+    return {"edges": {"modules": list(g.writers), "over": ["reader"], "sizes": [len(g.readers)], "offset": 0,
+                      "dims": ["writer", "reader"]}}
+
+
+def streams(engine: Any, graph: Graph, wiring: Any) -> bool:
+    """A file run's grid is written as it goes when the run takes the bounded route (edges/bounded.py); the
+    checks that route and faithfulness make come here, before the file is opened."""
+    b = engine.block
+    if not bounded(engine, graph, wiring, b.ig_steps if b.method == "eap_ig" else 1):
+        return False
+    if b.faithfulness is not None and engine.metric_clean == engine.metric_corrupt:
+        faithfulness(engine, graph, wiring, np.zeros(graph.mask.shape), [], "corrupt", {})  # its one ConfigError line
+    return True
 
 
 def prepare(model: Any, block: Any, items: dict) -> tuple[Graph, Any]:
@@ -87,10 +102,14 @@ def check_atp_ig(model: Any, block: Any) -> None:
         find_wiring(model, "patching.method=atp_ig")
 
 
-def compute(engine: Any, graph: Graph, wiring: Any) -> EdgeResult:
+def compute(engine: Any, graph: Graph, wiring: Any, sink: Any = None) -> EdgeResult:
+    """`sink(rs, columns)`: each reader group's final (normalized) columns as they are finished (edges/bounded.py)."""
     b = engine.block
     steps = b.ig_steps if b.method == "eap_ig" else 1
-    scores, base, source = edge_scores(engine, graph, wiring, steps)
+    gap = engine.metric_clean - engine.metric_corrupt
+    scale = (1 / gap if gap != 0 else np.nan) if b.normalize else 1.0
+    put = None if sink is None else (lambda rs, columns: sink(rs, columns * scale))
+    scores, base, source = edge_scores(engine, graph, wiring, steps, put)
     by_position = engine.node_positions
     curve = None
     f = b.faithfulness
@@ -109,8 +128,7 @@ def compute(engine: Any, graph: Graph, wiring: Any) -> EdgeResult:
             evaluate = lambda keep: ablated_metrics(engine, graph, wiring, keep, f.ablation, corrupt, chunk)  # noqa: E731
             curve["mib"] = mib_curves(graph, rank, f.fractions, evaluate, engine.metric_clean, engine.metric_corrupt)
     if b.normalize:
-        gap = engine.metric_clean - engine.metric_corrupt
-        scores, by_position = (scores / gap, by_position / gap) if gap != 0 else (scores * np.nan, by_position * np.nan)
+        scores, by_position = scores * scale, by_position * scale
     return EdgeResult(graph, scores, steps, curve, by_position, int(base[("embed",)].shape[-1]))
 
 
