@@ -7,7 +7,9 @@ round after round, the load average read before and after each round:
 - `memory`:   SAELens' `SAETrainer` fed from a float32 tensor already in memory (the cache read whole
               first; that read is not timed): the trainer's own speed, the bound.
 - `hookrun`:  the `sae:` kind's engine: the cache read through its shuffled loader (windows of
-              `--buffer-rows`, a new seeded order per pass) into the same trainer.
+              `--buffer-rows`, a new seeded order per pass) and its prefetch thread (with
+              `--device cuda`: pinned buffers, the next batch copied while the step runs) into
+              the same trainer.
 - `hookrun_4x`: the same from a cache four times larger, the same budget: peak memory must not grow
               with the cache's rows.
 
@@ -19,6 +21,7 @@ data: the tensor, or the loader's windows).
     python benchmarks/sae_train.py                 # 262144-row cache, 80 steps of 4096 (minutes on 2 cores)
     python benchmarks/sae_train.py --quick         # a smoke run: tiny sizes, 1 round
     python benchmarks/sae_train.py --markdown docs/benchmarks_sae.md
+    python benchmarks/sae_train.py --device cuda   # on a GPU: the memory route's tensor is on the GPU
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ def child(a) -> None:  # noqa: ANN001
 
     from hookrun.runner.kinds.sae.data import CacheRows
     from hookrun.runner.kinds.sae.engine import Training
+    from hookrun.runner.kinds.sae.prefetch import Prefetch
 
     torch.set_num_threads(a.threads)
     import sae_lens  # noqa: F401  (imported before `before`: its memory is not the route's)
@@ -80,21 +84,21 @@ def child(a) -> None:  # noqa: ANN001
         import h5py
 
         with h5py.File(a.cache) as f:
-            x = torch.from_numpy(f["captures/res/blocks.3/output"][:]).float()
+            x = torch.from_numpy(f["captures/res/blocks.3/output"][:]).float().to(a.device)
         n = len(x)
 
         def provider():  # noqa: ANN202
             perm_seed = 0
             while True:
-                perm = torch.randperm(n, generator=torch.Generator().manual_seed(perm_seed))
+                perm = torch.randperm(n, generator=torch.Generator().manual_seed(perm_seed)).to(a.device)
                 for lo in range(0, n - b.batch_rows + 1, b.batch_rows):
                     yield x[perm[lo:lo + b.batch_rows]]
                 perm_seed += 1
 
-        train, rows = Training(b, x.shape[1], "blocks.3", provider()), None
-    else:
-        rows = CacheRows(b.from_, b.capture, b.batch_rows, b.shuffle)
-        train = Training(b, rows.d_in, rows.info.module, rows)
+        train, rows = Training(b, x.shape[1], "blocks.3", provider(), device=a.device), None
+    else:  # as the sae kind reads a cache (kind.py): the prefetch thread over the cache's rows
+        rows = Prefetch(CacheRows(b.from_, b.capture, b.batch_rows, b.shuffle), a.device)
+        train = Training(b, rows.source.d_in, rows.source.info.module, rows, device=a.device)
     t0 = time.perf_counter()
     train.fit(progress=False)
     seconds = time.perf_counter() - t0
@@ -118,6 +122,7 @@ def main() -> None:
     harness.int_options(p, cache_rows=262144, d_in=256, d_sae=2048, k=32, batch=4096, steps=80, buffer_rows=131072,
                         rounds=3, threads=1)
     p.add_argument("--child", choices=ROUTES)
+    p.add_argument("--device", default="cpu", help="cpu, or cuda: both routes train on the GPU")
     p.add_argument("--cache")
     a = harness.parse(p, cache_rows=4096, d_in=32, d_sae=128, k=8, batch=256, steps=8, buffer_rows=1024, rounds=1)
     if a.child:
@@ -128,7 +133,7 @@ def main() -> None:
         write_cache(caches["small"], a.cache_rows, a.d_in)
         write_cache(caches["big"], 4 * a.cache_rows, a.d_in)
         common = [f"--{k.replace('_', '-')}={getattr(a, k)}" for k in
-                  ("d_in", "d_sae", "k", "batch", "steps", "buffer_rows", "threads")]
+                  ("d_in", "d_sae", "k", "batch", "steps", "buffer_rows", "threads", "device")]
         rate: dict[str, list[float]] = {r: [] for r in ROUTES}
         rss: dict[str, list[float]] = {r: [] for r in ROUTES}
         held: dict[str, list[float]] = {r: [] for r in ROUTES}
@@ -161,7 +166,7 @@ def main() -> None:
           f"{statistics.median(held['hookrun_4x']):.0f} / {statistics.median(held['hookrun']):.0f} MiB "
           f"(memory route, the cache in a tensor: {statistics.median(held['memory']):.0f} MiB)")
     head = harness.environment(time.perf_counter() - started, *harness.versions("torch", "sae-lens"),
-                               threads=f"{a.threads} torch thread(s)")
+                               threads=f"{a.threads} torch thread(s), device {a.device}")
     sizes = (f"cache {a.cache_rows} rows x {a.d_in} (float16; 4x: {4 * a.cache_rows}), topk d_sae {a.d_sae} k {a.k}, "
              f"{a.steps} steps of {a.batch} rows, shuffle window {a.buffer_rows} rows, {a.rounds} round(s); "
              f"load average (1 min) {min(loads):.1f}-{max(loads):.1f}")

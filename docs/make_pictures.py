@@ -1,7 +1,7 @@
 """Make the pictures of the README and docs/ from the commands printed next to them.
 
     python docs/make_pictures.py                  # runs the README's "See it" commands, writes docs/images/*.png
-    python docs/make_pictures.py --images /tmp/x  # the same, the pictures elsewhere (tests/test_pictures.py)
+    python docs/make_pictures.py --images /tmp/x  # the same, the pictures elsewhere (tests/docs/test_pictures.py)
 
 The commands are read from the README's "## See it" bash block and run as written (`python` is
 this interpreter), in a fresh work folder, so the pictures are what a user who types them gets:
@@ -18,7 +18,7 @@ this interpreter), in a fresh work folder, so the pictures are what a user who t
 - docs/images/cka_resnet.png: docs/similarity.md's first bash block, run as written (`python -m
   hookrun.plot`'s similarity heatmap).
 
-Every picture in README.md and docs/*.md is one of these (tests/test_pictures.py checks both).
+Every picture in README.md and docs/*.md is one of these (tests/docs/test_pictures.py checks both).
 """
 
 from __future__ import annotations

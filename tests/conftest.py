@@ -22,12 +22,20 @@ import hookrun
 from hookrun.data import RandomTensors
 
 ROOT = Path(__file__).resolve().parents[1]
+# the shared helper modules (toy_models, rank_runs, ...): importable by name here, and in a subprocess
+# a test starts with this folder on its PYTHONPATH
+HELPERS = ROOT / "tests" / "helpers"
+if str(HELPERS) not in sys.path:
+    sys.path.insert(0, str(HELPERS))
+# the environment of a `python -m hookrun` a test starts: this checkout's hookrun, my_pkg (the example user
+# package) and the helper modules, importable
+ENV = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(HELPERS)])}
 N, BATCH, SHAPE, CLASSES = 12, 4, (3, 32, 32), 10
 
 # One intra-op thread, here and in every `python -m hookrun` a test starts (they inherit the
 # environment): the tests' models are tiny, and on CI's 2 cores a second thread costs more in
 # synchronisation than it gains (test_top_examples' runs took 3x the wall time and 1.2x the CPU
-# with two). The benchmarks' smoke runs keep torch's default (tests/test_benchmarks.py).
+# with two). The benchmarks' smoke runs keep torch's default (tests/docs/test_benchmarks.py).
 # setdefault: OMP_NUM_THREADS=2 python -m pytest still chooses.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))

@@ -33,6 +33,7 @@ from hookrun.config.checks import differing
 from hookrun.config.schema import HookrunConfig, to_yaml
 from hookrun.errors import ConfigError, HookrunError, RunError
 from hookrun.output.local_file import LocalShards
+from hookrun.output.rank_link import RankLink
 from hookrun.output.ranks import (
     Ranks,
     every_rank,
@@ -82,6 +83,7 @@ class ShardRun:
         """Check, run this rank's shard through `body`, and (rank 0) combine the ranks' outputs."""
         key, folder = self.layout.rendezvous()
         store = dist.PrefixStore(key, open_store(self.r, folder))
+        self.link = RankLink(store, self.r, folder, key)  # a kind that merges the ranks' statistics (join_ranks)
         self.check_same_config(gather(store, self.r, "config", to_yaml(self.cfg)))
         self.check_all(store)
         self.layout.begin()
@@ -155,6 +157,7 @@ class ShardRun:
         """Narrow a prepared run to this rank's block of batches (prepare() applied data.limit), or
         to its share of the kind's own rows where its steps are not batches (a grid's cells)."""
         share = p.settings.kind.share(self.r.rank, self.r.world)
+        p.settings.kind.join_ranks(getattr(self, "link", None))
         if share is None:
             block = shard_batches(p.n_batches, self.r.world, self.r.rank)
             p.settings.batches = p.batches[block.start : block.stop]

@@ -23,7 +23,7 @@ import numpy as np
 
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError
 from hookrun.store.capture_schema import CaptureMeta, RowKind, is_capture
-from hookrun.store.run_state import merge_features
+from hookrun.store.run_state import copy_whole, merge_features
 
 SAMPLE_DATASETS = ("index", "step", "target", "path")  # then every other /samples dataset (token map, data.store keys)
 FINAL = ("complete", "failed", "interrupted")
@@ -111,7 +111,8 @@ class _Shard:
             if is_capture(obj):
                 found[name] = obj
 
-        f["captures"].visititems(visit)
+        if "captures" in f:  # (a kind's run with no hook that records: a probe run's shards)
+            f["captures"].visititems(visit)
         return cls(path, f, index, int(step[0]) if len(step) else 0, len(np.unique(step)), found)
 
 
@@ -149,6 +150,7 @@ def _write(out: h5py.File, opened: list[tuple[Path, h5py.File]]) -> int:
         if str(next(s.captures[name] for s in shards if name in s.captures).attrs["rows"]) != RowKind.FEATURES.value:
             _capture(out, name, shards, all_index)
     merge_features(out, [s.file for s in shards])  # end-of-run captures: merged, not concatenated
+    copy_whole(out, [s.file for s in shards])  # a kind's result for the whole run, written by one rank
     return sum(counts)
 
 

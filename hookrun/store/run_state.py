@@ -121,6 +121,27 @@ def merge_features(out: h5py.File, files: list[h5py.File]) -> None:
             ds.attrs.update({key: v for key, v in dss[0].attrs.items()})
 
 
+def copy_whole(out: h5py.File, files: list[h5py.File]) -> None:
+    """What a kind wrote once for the whole run on the rank that merged every rank's statistics (a
+    probe run's /probe, marked `whole`; a similarity run's matrix, a features capture without a
+    merge rule that one shard alone holds): copied into the view as it is."""
+    for f in files:
+        for name, obj in f.items():
+            if isinstance(obj, h5py.Group) and obj.attrs.get("whole") and name not in out:
+                f.copy(obj, out, name=name)
+    found: dict[str, list[h5py.File]] = {}
+    for f in files:
+        def visit(name: str, obj: Any, f: h5py.File = f) -> None:
+            if is_capture(obj) and str(obj.attrs.get("rows")) == RowKind.FEATURES.value and not obj.attrs.get("merge"):
+                found.setdefault(obj.name, []).append(f)
+        if "captures" in f:
+            f["captures"].visititems(visit)
+    for name, holders in found.items():
+        if len(holders) == 1 and name not in out:
+            out.require_group(name.rsplit("/", 1)[0])
+            holders[0].copy(holders[0][name], out, name=name)
+
+
 def top_k_rows(parts: dict[str, np.ndarray], order: list[str], k: int) -> dict[str, np.ndarray]:
     """Per row, the k first columns sorted by order[0] descending (NaN last), then the others
     ascending; every array of `parts` (rows x columns) taken in that order."""

@@ -1,7 +1,7 @@
 """A bounded edges file run writes its grid as it goes (runner/kinds/patching/kind.py, edges/bounded.py): each
 reader group's columns are put as one step the moment the backward has finished them.
 
-References: the raw-torch EAP-IG of tests/test_edges.py (TransformerLens' own backward hooks, one item at a
+References: the raw-torch EAP-IG of tests/edges/test_edges.py (TransformerLens' own backward hooks, one item at a
 time) and the unbounded in-memory run. A run stopped by SIGINT at its first reader group holds part of the
 grid, which `edges()` refuses to read as a grid; resumed, it equals the references."""
 

@@ -1,6 +1,6 @@
 """Two ranks on the bounded route (edges/bounded.py): each computes the whole grid within its budget and writes
 its own cells of each reader group as the backward finishes it; the merged view equals the unbounded
-one-process grid of the same items (which tests/test_edges.py checks against raw torch)."""
+one-process grid of the same items (which tests/edges/test_edges.py checks against raw torch)."""
 
 from __future__ import annotations
 

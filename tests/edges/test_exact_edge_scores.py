@@ -1,5 +1,5 @@
 """The exact edge scores of benchmarks/mib_table.py (docs/edges.md's table): each edge's m_clean - m(every edge
-kept but that one), against tests/test_edges.py's raw-torch ablation (TransformerLens hooks rebuild every
+kept but that one), against tests/edges/test_edges.py's raw-torch ablation (TransformerLens hooks rebuild every
 reader's input, one item at a time) on a small HookedTransformer."""
 
 from __future__ import annotations

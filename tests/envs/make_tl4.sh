@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A venv with TransformerLens 4.3 beside the main environment (which has TransformerLens 3.9, needed by
-# HookedTransformer): tests/test_edges_tl4.py runs its reference script there. Usage:
+# HookedTransformer): tests/edges/test_edges_tl4.py runs its reference script there. Usage:
 #   bash tests/envs/make_tl4.sh /opt/tl4 && export HOOKRUN_TL4_PYTHON=/opt/tl4/bin/python
 set -euo pipefail
 DIR=${1:-/opt/tl4}

@@ -25,8 +25,9 @@ closure and the store never ask which kind runs; they read what the kind hands t
 | `probe(model, call)`     | early_stop's probe      | a forward the session may cut short               |
 | `share(rank, world)`     | many ranks, prepare()   | a kind whose rows are not batches takes its share |
 |                          |                         | (a grid's cells); None: the ranks split batches   |
+| `join_ranks(link)`       | many ranks, prepare()   | a kind that merges the ranks' statistics at the   |
+|                          |                         | end gets the channel (output/rank_link.py)        |
 | `restore(resume, kept)`  | resume                  | state carried over from the kept batches          |
-| `finish()`               | after the last batch    | arrays for the end of the file ({} for none)      |
 | `end_note()`             | the run's last log line | what it adds after the file's name ("" for none)  |
 | `end_attrs()`            | after its last step     | root attributes known only then ({} for none)     |
 | `file_bytes(n)`          | dry_run estimate        | bytes it adds besides the captures                |
@@ -170,6 +171,10 @@ class RunKind:
         (every kind whose steps are batches): the ranks split the batches (output/ranks.py)."""
         return None
 
+    def join_ranks(self, link: Any) -> None:
+        """Many ranks, after share(): `link` (output/rank_link.py's RankLink, None in tests that narrow a
+        run by hand) lets a kind whose result needs every rank's rows hand them to rank 0."""
+
     def prepare_run(self, p: Any) -> None:
         """After prepare (runner/prepare.py's Prepared `p`), before the store opens: what a kind sets
         up beyond the loop (its base runs, every check, its layout in `p.attrs`)."""
@@ -178,7 +183,9 @@ class RunKind:
                   should_stop: Callable[[], bool]) -> int:
         """The run's steps, written to `writer`: the data loop (`data_loop()`, one step a batch) for
         every kind whose steps are batches of the data; a kind whose steps are something else
-        (chunks of a grid's cells, rows from `first_row` on) writes its own. Returns the steps run."""
+        (chunks of a grid's cells, rows from `first_row` on) writes its own. Returns the steps run.
+        End-of-run arrays are written here after the loop (`writer.drain()`, then
+        `writer.store.write_features`, as the similarity kind does)."""
         return data_loop()
 
     def close(self) -> None:
@@ -187,10 +194,6 @@ class RunKind:
     def restore(self, resume: Any, kept: int) -> None:
         """A resumed run: carry over this kind's state from the `kept` batches of the old run
         (`resume`: what output/resume.py opened; a local file's is `resume.file`, an h5py.File)."""
-
-    def finish(self) -> dict[str, np.ndarray]:
-        """After the last batch: arrays for the end of the file (none by default)."""
-        return {}
 
     def end_attrs(self) -> dict[str, Any]:
         """Root attributes known only once the steps have run (an edges grid written as it goes: its node scores

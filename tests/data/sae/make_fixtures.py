@@ -1,4 +1,4 @@
-"""Write the SAE fixtures of tests/test_sae_formats.py with the peer libraries themselves.
+"""Write the SAE fixtures of tests/sae/test_sae_formats.py with the peer libraries themselves.
 
 Each fixture is a folder as the peer saves it (d_in 8, d_sae 16, random weights) plus
 `reference.safetensors`: an input `x` and the peer's own `latents` (encode) and `recon` (decode of

@@ -5,10 +5,15 @@ pooled and kept (rows.py), every probe fitted at the last batch and written with
     hookrun.open_run("outputs/probe_shapes").probes()      # Table: at, train, test, control, selectivity
 
 Before any batch, on the first batch: the modules resolve, their outputs have a feature axis, the
-target key exists and suits the method, one batch's rows fit `memory` (its share per hook point).
+target key exists and suits the method, one batch's rows fit `memory` (its share per hook point),
+the run's items hold 2 classes or more where the data set lists its targets (else checked at the end
+of the pass, before any solver).
 User hooks (`hooks:`) record in the same forward. A resumed run recomputes the rows of the batches
-it keeps (their forwards, not the file's) and goes on, so its probes equal an uninterrupted run's;
-many ranks are refused (each would see a part of the rows).
+it keeps (their forwards, not the file's) and goes on, so its probes equal an uninterrupted run's.
+Many ranks (torchrun) run contiguous blocks of the batches; at its last batch each rank but 0 hands
+its rows to rank 0 (output/rank_link.py), which adds them batch by batch in batch order and fits:
+the one-process rows, blocks and probes. Many ranks with resume=true are refused (a finished shard
+would not hand its rows over again).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -64,25 +70,38 @@ class ProbeKind(RunKind):
                 raise ConfigError(f"probe.memory={b.memory} bytes: one batch's rows at {name} take {need} bytes (float64) "
                                   f"and each of the {len(self.names)} hook point(s) has {share}; give probe.memory at "
                                   f"least {need * len(self.names)} bytes, or a smaller data.batch_size")
-        classes = getattr(getattr(ctx.loader.dataset, "dataset", None), "classes", None)
+        data = getattr(ctx.loader.dataset, "dataset", None)
+        classes = getattr(data, "classes", None)
         if isinstance(classes, list | tuple) and b.target in ("label", "target") and len(classes) < 2:
             raise ConfigError(f"probe.target={b.target}: the data set has {len(classes)} class(es); a probe needs at least 2")
+        limit = ctx.cfg.data.limit
+        known = listed_targets(data, None if limit is None else limit * ctx.cfg.data.batch_size)
+        if b.target in ("label", "target") and known is not None and len(np.unique(known)) < 2:
+            raise ConfigError(f"probe.target={b.target}: the run's items hold {len(np.unique(known))} class(es) "
+                              f"({np.unique(known).tolist()}); a probe needs at least 2: probe more items or other data")
         self.features = {name: first[name][0].shape[1] for name in self.names}
         self.first = (indices, first)  # batch 0's rows: its step uses them where no user hook needs its forward
         self.stores: dict[str, RowStore] = {}
         self.last = -1
-        self.world = 1
+        self.rank, self.world, self.link, self.begin = 0, 1, None, 0
+        self.should_stop = lambda: False
         self.tmp: tempfile.TemporaryDirectory | None = None
 
     def share(self, rank: int, world: int) -> str | None:
-        self.world = world
+        self.rank, self.world = rank, world
         return None
 
+    def join_ranks(self, link: Any) -> None:
+        self.link = link
+
     def prepare_run(self, p: Any) -> None:
-        if self.world > 1:
-            raise ConfigError(f"probe with {self.world} ranks: each rank would see a part of the rows and the probes "
-                              f"need them all; run it as one process")
-        self.last = p.batches.stop - 1
+        if self.world > 1 and self.link is None:
+            raise ConfigError(f"probe with {self.world} ranks: no channel between the ranks; run it as one process")
+        if self.world > 1 and p.cfg.resume:
+            raise ConfigError(f"probe with {self.world} ranks and resume=true: a finished rank would not hand its rows "
+                              f"to rank 0 again; start the run again (output.overwrite=true), or resume it as one process")
+        self.last, self.begin = p.batches.stop - 1, p.batches.start
+        self.should_stop = lambda: p.settings.should_stop()
         folder = Path(p.cfg.output.path).parent if "://" not in str(p.cfg.output.path) else None
         if folder is not None and folder.is_dir():
             self.tmp = tempfile.TemporaryDirectory(prefix=".probe_rows_", dir=folder)
@@ -115,10 +134,38 @@ class ProbeKind(RunKind):
         self.add(model, call, state.sample_index)
         if state.step != self.last:
             return NOTHING
+        if self.world > 1 and not self.merge_ranks():
+            return NOTHING  # (a rank but 0: its rows are rank 0's now)
         return StepAdds(tables={GROUP: self.fit(model)})
+
+    def merge_ranks(self) -> bool:
+        """Ranks 1..N-1 save their rows for rank 0 (False); rank 0 adds every rank's, in rank order (True)."""
+        import h5py
+
+        if self.rank:
+            path = self.link.path("probe", self.rank)
+            tmp = path.with_name(path.name + ".tmp")
+            with h5py.File(tmp, "w") as f:
+                for i, name in enumerate(self.names):
+                    self.stores[name].save(f.create_group(f"{i:03d}"))
+            tmp.replace(path)
+            self.link.send("probe", str(path))
+            return False
+        for path in self.link.receive("probe", self.should_stop):
+            with h5py.File(path, "r") as f:
+                for i, name in enumerate(self.names):
+                    self.stores[name].load(f[f"{i:03d}"])
+            Path(path).unlink(missing_ok=True)
+        log.info("probe: the rows of %d rank(s) merged", self.world)
+        return True
 
     def fit(self, model: nn.Module) -> dict:
         b = self.spec
+        y = self.stores[self.names[0]].column("y")
+        if y.dtype.kind != "f" and len(np.unique(y)) < 2:  # (before test_data's pass and any solver)
+            raise ConfigError(f"probe.target={b.target}: the data's targets hold {len(np.unique(y))} class(es) "
+                              f"({np.unique(y).tolist()}) over {len(y)} rows; a probe needs at least 2: probe more "
+                              f"items or another target")
         if b.test_data is not None:
             self.test_pass(model)
         spec = FitSpec(method=b.method, C=b.C, alpha=b.alpha, standardize=b.standardize,
@@ -148,7 +195,9 @@ class ProbeKind(RunKind):
     def restore(self, resume: Any, kept: int) -> None:
         """A resumed run: the rows of the `kept` batches, recomputed (the file keeps no rows)."""
         for step, (indices, batch) in enumerate(self.ctx.loader):
-            if step >= kept:
+            if step < self.begin:
+                continue
+            if step >= self.begin + kept:
                 break
             self.add(self.ctx.model, self.ctx.spec.split(batch).to(self.ctx.device), indices)
         log.info("probe: the rows of the %d kept batch(es) recomputed", kept)
@@ -156,9 +205,23 @@ class ProbeKind(RunKind):
     def close(self) -> None:
         for s in self.stores.values():
             s.close()
+        if self.world > 1 and not self.rank and self.link is not None:
+            self.link.discard("probe")
         if self.tmp is not None:
             self.tmp.cleanup()
             self.tmp = None
 
     def file_bytes(self, n_samples: int) -> int:
         return sum(8 * (f + 2) * 8 for f in self.features.values())  # weights (a few classes), bias, mean, scale
+
+
+def listed_targets(data: Any, n: int | None) -> np.ndarray | None:
+    """The class targets of the run's first `n` items (None: all) where the data set lists them up front
+    (torchvision's `targets`: a list, array or tensor of integers); None where it does not."""
+    t = getattr(data, "targets", None)
+    if isinstance(t, torch.Tensor):
+        t = t.detach().cpu().numpy()
+    if not isinstance(t, list | tuple | np.ndarray):
+        return None
+    t = np.asarray(t[:n] if n is not None else t)
+    return t if t.ndim == 1 and t.dtype.kind in "iub" and len(t) else None

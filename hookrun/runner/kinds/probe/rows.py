@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -32,6 +33,7 @@ class RowStore:
         self.rows = 0
         self.file = None  # the spill file (h5py.File) once the rows exceed the budget
         self.cols: dict[str, list[np.ndarray]] = {"y": [], "key": [], "item": [], "part": []}
+        self.sizes: list[int] = []  # rows per add (a rank's rows are added again batch by batch: save, load)
 
     @property
     def spilled(self) -> bool:
@@ -44,6 +46,7 @@ class RowStore:
         for name, v in (("y", y), ("key", key), ("item", item), ("part", np.full(len(x), part, np.int8))):
             self.cols[name].append(np.asarray(v))
         self.rows += len(x)
+        self.sizes.append(len(x))
         if self.file is None and self.held + x.numel() * BYTES > self.memory:
             self._spill()
         if self.file is not None:
@@ -105,6 +108,26 @@ class RowStore:
         if group:
             merged.append(torch.cat(group) if len(group) > 1 else group[0])
         self.chunks = merged
+
+    def save(self, g: Any) -> None:
+        """Every row, its columns and the batches' sizes into the h5py group `g` (a rank's rows for rank 0)."""
+        ds = g.create_dataset("x", shape=(self.rows, self.features), dtype="f8")
+        for start, x in self.blocks():
+            ds[start:start + len(x)] = x.numpy()
+        for name in self.cols:
+            g.create_dataset(name, data=self.column(name))
+        g.create_dataset("sizes", data=np.asarray(self.sizes, dtype=np.int64))
+
+    def load(self, g: Any) -> None:
+        """Add the rows `save` wrote, batch by batch as they were added (the same blocks as one process's)."""
+        start = 0
+        cols = {name: g[name][()] for name in self.cols}
+        for n in g["sizes"][()].tolist():
+            end = start + n
+            part = int(cols["part"][start]) if n else 0
+            self.add(torch.from_numpy(g["x"][start:end]), cols["y"][start:end], cols["key"][start:end],
+                     cols["item"][start:end], part)
+            start = end
 
     def close(self) -> None:
         """Drop the rows; the spill file's dataset is deleted (and the file, when it holds nothing else)."""

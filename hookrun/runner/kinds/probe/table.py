@@ -39,6 +39,7 @@ class ProbeTableWriter:
         for k, v in rows["attrs"].items():
             g.attrs[k] = json.dumps(v) if isinstance(v, list | dict) else v
         g.attrs["points"] = json.dumps([m for m, _ in rows["points"]])
+        g.attrs["whole"] = True  # the whole run's result (a many-rank run's view copies it from rank 0's shard)
         for i, (module, r) in enumerate(rows["points"]):
             pg = g.create_group(f"{i:03d}")
             pg.attrs["module"] = module

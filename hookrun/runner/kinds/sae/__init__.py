@@ -12,6 +12,8 @@
 | live.py   | on the fly (`at:`): the run's model over its data, a module's output as rows, no cache |
 | engine.py | SAELens' training SAE and SAETrainerConfig from the block; the per-step figures      |
 | kind.py   | the run kind: a row of figures per training step, checkpoints, resume, the SAE folder |
+| prefetch.py | a cache's next batches read by a thread (device: cuda: pinned, copied while the step runs) |
+| evaluation.py | `evaluate:`: the trained SAE spliced, evaluated by the evaluate kind's run on held-out items |
 | reader.py | what readers show: `run.sae_curves()`, inspect's last step, plot's curves, sweep columns |
 """
 

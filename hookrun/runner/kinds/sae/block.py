@@ -3,6 +3,14 @@
     block = SaeBlock(from_="outputs/h3_cache", capture="res/transformer.h.3/output", d_sae=512, rows=100_000)
     block.check()      # one ConfigError line per bad value; normalises shuffle and lr_schedule
 
+`rows` is either the training budget (a number of activation rows: SAELens' total_training_samples)
+or the row layout, as the issue's block writes it: `rows: token` (the capture's rows, a token's or a
+sample's vector each: the default) or `rows: channel` (a feature map's channel vector at each
+position). Where `rows` names the layout, the budget is `budget:` (required: no pass over the data
+is implied); `budget:` may also stand beside a numeric `rows` only if they agree. `vectors: auto |
+channel` is the older spelling of the layout (auto = token), kept as a synonym. After check(),
+`rows` is the budget and `vectors` the layout ("auto" or "channel"), as the engine and readers take them.
+
 The architecture keys (k, l1_coefficient, ...) are None unless given: None is SAELens' own default
 for that architecture's training config. Whether a given key belongs to the chosen architecture is
 checked against SAELens' config class itself (engine.sae_config), before any step.
@@ -14,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hookrun.errors import ConfigError, close_matches
+from hookrun.runner.kinds.sae.evaluation import parse as parse_evaluate
 
 ARCHITECTURES = ("standard", "topk", "batchtopk", "jumprelu", "matryoshka_batchtopk")
 NORMALIZE = {"none": "none", "expected_norm": "expected_average_only_in"}  # the block's word -> SAELens'
@@ -31,13 +40,14 @@ class SaeBlock:
     from_: str | None = None  # a cache run: its folder, its captures.h5, or an s3:// URL
     at: str | None = None  # or on the fly, no cache: a module of the run's own model, over the run's own data
     capture: str | None = None  # the capture whose rows are trained on (hook/module/role)
-    vectors: str = "auto"  # auto: the capture's rows; channel: a feature map's channel vector at each position
+    vectors: str | None = None  # the layout's older spelling: auto (= rows: token) or channel
     architecture: str = "topk"
     d_sae: int = 2048
     lr: float = 3e-4
     lr_schedule: Any = None  # {warmup: steps, decay: fraction of the steps, end: lr at the end (lr / 10)}
     batch_rows: int = 4096
-    rows: int = 0  # the training budget in activation rows (SAELens' total_training_samples)
+    rows: Any = 0  # the training budget in activation rows (SAELens' total_training_samples), or the layout: token | channel
+    budget: int | None = None  # the budget where `rows` names the layout
     shuffle: Any = None  # {buffer_rows, seed} (default 1_000_000 rows, seed 0); false: the cache's order
     normalize: str = "none"
     norm_batches: int | None = None  # expected_norm's estimate batches (SAELens' default: 1000)
@@ -45,6 +55,7 @@ class SaeBlock:
     seed: int = 0  # torch.manual_seed just before the SAE is built
     out: str | None = None  # the SAE folder; default the run folder's sae/
     overwrite: bool = False
+    evaluate: Any = None  # {data: {...}, limit: N}: after training, the splice evaluated on held-out items (evaluation.py)
     dead_feature_window: int | None = None
     feature_sampling_window: int | None = None
     k: Any = None
@@ -76,9 +87,7 @@ class SaeBlock:
             near = close_matches(self.architecture, ARCHITECTURES)
             raise ConfigError(f"sae.architecture: {self.architecture!r} is not one of SAELens' training SAEs hookrun "
                               f"trains ({', '.join(ARCHITECTURES)})" + (f"; did you mean {near[0]!r}?" if near else ""))
-        if self.vectors not in ("auto", "channel"):
-            raise ConfigError(f"sae.vectors: {self.vectors!r}; choose auto (the capture's rows) or channel (a feature "
-                              "map's channel vector at each position)")
+        self.rows, self.vectors = _rows(self.rows, self.budget, self.vectors)
         if self.normalize not in NORMALIZE:
             raise ConfigError(f"sae.normalize: {self.normalize!r}; choose none or expected_norm")
         for key in ("d_sae", "batch_rows"):
@@ -107,6 +116,10 @@ class SaeBlock:
             self.matryoshka_widths = widths
         self.shuffle = _shuffle(self.shuffle)
         self.lr_schedule = _schedule(self.lr_schedule, self.lr)
+        self.evaluate = parse_evaluate(self.evaluate)
+        if self.evaluate and self.vectors == "channel":
+            raise ConfigError("sae.evaluate: op: splice applies an SAE to the last dimension of a module's output, "
+                              "not to a feature map's channel vectors (rows: channel); drop sae.evaluate")
 
     def arch_keys(self) -> dict[str, Any]:
         """The architecture keys the block gives (the rest stay SAELens' defaults)."""
@@ -138,3 +151,36 @@ def _schedule(value: Any, lr: float) -> dict[str, Any]:
         raise ConfigError(f"sae.lr_schedule: warmup {out['warmup']} must be >= 0 and decay {out['decay']} "
                           "a fraction in [0, 1)")
     return out
+
+
+LAYOUTS = {"token": "auto", "channel": "channel"}  # rows: LAYOUT -> the layout as data.py / live.py take it
+
+
+def _rows(rows: Any, budget: Any, vectors: str | None) -> tuple[int, str]:
+    """(the budget in rows, the layout "auto" | "channel") from `rows`, `budget` and `vectors`."""
+    if vectors is not None and vectors not in ("auto", "channel"):
+        raise ConfigError(f"sae.vectors: {vectors!r}; choose auto (the capture's rows) or channel (a feature "
+                          "map's channel vector at each position); sae.rows: token | channel says the same")
+    layout = vectors
+    if isinstance(rows, str):
+        if rows not in LAYOUTS:
+            near = close_matches(rows, list(LAYOUTS))
+            raise ConfigError(f"sae.rows: {rows!r}; give the training budget in rows (a number, e.g. 1_000_000) or "
+                              "the row layout: token (the capture's rows) or channel (a feature map's channel vector "
+                              "at each position)" + (f"; did you mean {near[0]!r}?" if near else ""))
+        if vectors is not None and LAYOUTS[rows] != vectors:
+            raise ConfigError(f"sae.rows: {rows} and sae.vectors: {vectors} disagree; drop vectors (rows: token | "
+                              "channel is the layout)")
+        if budget is None:
+            raise ConfigError(f"sae.budget: rows: {rows} names the row layout, so the training budget in rows is "
+                              "sae.budget; give it (e.g. budget: 1_000_000)")
+        rows, layout = budget, LAYOUTS[rows]
+    elif budget is not None:
+        if rows and rows != budget:
+            raise ConfigError(f"sae.budget: {budget} and sae.rows: {rows} are both a budget; give one (rows: token | "
+                              "channel with budget:, or rows: N)")
+        rows = budget
+    if isinstance(rows, bool) or not isinstance(rows, int | float) or int(rows) != rows:
+        raise ConfigError(f"sae.{'budget' if budget is not None else 'rows'}: {rows!r}; the training budget is a whole "
+                          "number of rows")
+    return int(rows), layout or "auto"

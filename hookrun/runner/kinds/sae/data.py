@@ -8,7 +8,7 @@ The capture is read with the cache loader (hookrun.analysis.loader for a local f
 parts_loader for an s3:// URL): with `shuffle`, epoch e's order is the loader's seeded order for
 (seed, e) with a window of `buffer_rows` rows (blocks of about one HDF5 chunk in a random order,
 each window's rows permuted), so memory is two windows plus a batch whatever the number of rows;
-`shuffle=False` is the cache's own row order. `vectors="channel"` reads a feature map
+`shuffle=False` is the cache's own row order. `vectors="channel"` (the block's `rows: channel`) reads a feature map
 (sample, channel, positions...) as one row per position: its channel vector (a sample's positions
 stay together, in row-major order, and the shuffle moves whole samples). When the stream runs past the cache's rows it goes on
 with the next epoch (a new order); a batch may span two epochs, so every batch holds exactly
@@ -67,12 +67,12 @@ class CacheRows(BatchStream):
         self.channel = vectors == "channel"
         if self.channel and len(shape) < 3:
             self.run.close()
-            raise ConfigError(f"sae.vectors: channel reads a feature map (sample, channel, positions...); {capture} "
-                              f"has rows of shape {shape[1:]}: drop vectors (its rows are the vectors)")
+            raise ConfigError(f"sae.rows: channel reads a feature map (sample, channel, positions...); {capture} "
+                              f"has rows of shape {shape[1:]}: give rows: token (its rows are the vectors)")
         if not self.channel and len(shape) != 2:
             self.run.close()
             raise ConfigError(f"sae.capture: {capture} has rows of shape {shape[1:]}; an SAE trains on vectors: "
-                              "give sae.vectors=channel (a feature map's channels at each position), or record "
+                              "give sae.rows=channel with sae.budget (a feature map's channels at each position), or record "
                               "with rows: token")
         self.per_sample = int(np.prod(shape[2:])) if self.channel else 1  # rows a stored row gives
         self.n_rows, self.d_in = shape[0] * self.per_sample, shape[1]

@@ -12,8 +12,10 @@ the store's normal path (flushes, crash safety). Checkpoints are SAELens' own fo
 checkpoint at or before the steps the file kept, skips the rows those steps read, trains on and
 writes only the steps the file lacks: the steps in between are trained again, in the same order,
 to the same figures. The trained SAE is written at the end with SAELens' save_inference_model to
-`sae.out` (default: the run folder's sae/). The root attribute `sae` (JSON) holds the block as run,
-the capture's module, d_in, the cache's rows and the epochs the budget takes.
+`sae.out` (default: the run folder's sae/). A cache's batches are read ahead by a thread
+(prefetch.py; with device: cuda, through pinned memory onto the GPU while the step runs). The
+root attribute `sae` (JSON) holds the block as run, the capture's module, d_in, the cache's rows
+and the epochs the budget takes; `sae_evaluation` (JSON) sae.evaluate's totals (evaluation.py).
 """
 
 from __future__ import annotations
@@ -60,12 +62,17 @@ class SaeKind(RunKind):
             raise ConfigError("sae: training runs SAELens 6's trainer, which is not installed: pip install sae-lens "
                               "(it pins TransformerLens 3.9: keep it out of an environment that needs TransformerLens 4)")
         from hookrun.runner.kinds.sae.engine import holds_sae, sae_config
+        from hookrun.runner.kinds.sae.evaluation import check_items, check_model
 
         block: SaeBlock = cfg.sae
+        if block.evaluate:
+            check_items(cfg, block.evaluate)
         if block.from_:  # on the fly (`at`), the keys are checked once the model gives d_in (__init__)
             rows = CacheRows(block.from_, block.capture, block.batch_rows, block.shuffle, block.vectors)
             try:
                 sae_config(block, rows.d_in, rows.info.module)
+                if block.evaluate:
+                    check_model(cfg, rows.run.config, block.from_)
             finally:
                 rows.close()
         out = out_folder(cfg)
@@ -92,6 +99,10 @@ class SaeKind(RunKind):
         local = "://" not in str(ctx.cfg.output.path)
         self.checkpoints = run_folder(ctx.cfg) / "checkpoints" if local else self.out.with_name(self.out.name + ".checkpoints")
         self.epochs = self.rows.epochs_for(self.block.rows + self.norm_rows()) if self.cache_rows else None
+        self.evaluation: dict[str, Any] | None = None
+        if b.evaluate and self.module not in dict(ctx.model.named_modules()):
+            raise ConfigError(f"sae.evaluate: the run's model has no module {self.module!r} to splice the SAE into "
+                              "(the cache's capture was recorded there); give the cache's model, or drop sae.evaluate")
 
     def norm_rows(self) -> int:
         """Rows expected_norm's estimate reads before training (SAELens' n_batches_for_norm_estimate)."""
@@ -134,7 +145,11 @@ class SaeKind(RunKind):
                 raise _Stop
 
         device = str(self.ctx.device)
-        train = Training(self.block, self.rows.d_in, self.module, self.rows,
+        from hookrun.runner.kinds.sae.prefetch import Prefetch
+
+        # a cache's next batches are read (and, on a GPU, copied over from pinned memory) while the step runs
+        self.batches = Prefetch(self.rows, self.ctx.device) if self.cache_rows else self.rows
+        train = Training(self.block, self.rows.d_in, self.module, self.batches,
                          checkpoint_path=str(self.checkpoints) if self.block.checkpoints else None, device=device,
                          on_step=on_step)
         if first_row:
@@ -151,7 +166,26 @@ class SaeKind(RunKind):
             log.info("sae: %d pass(es) over the data on the fly", self.rows.epochs)
         log.info("sae: %s written (%s, d_in %d, d_sae %d)", self.out, sae.cfg.architecture(), self.rows.d_in,
                  self.block.d_sae)
+        if self.block.evaluate:
+            self.evaluate()
         return written[0]
+
+    def evaluate(self) -> None:
+        """sae.evaluate: the evaluate kind's run on the SAE just written (evaluation.py)."""
+        from hookrun.runner.kinds.sae.evaluation import evaluate_sae
+
+        cfg = self.ctx.cfg
+        live = self.ctx.model if isinstance(cfg.model, dict) and "live" in cfg.model else None
+        self.evaluation = evaluate_sae(cfg, self.block.evaluate, self.out, self.module,
+                                       self.out.with_name(self.out.name + ".evaluation.h5"), model=live)
+        m, s = self.evaluation["model"], self.evaluation["splice"]
+        log.info("sae: evaluated on %d held-out item(s): ce_loss_score %.4g, kl_div_score %.4g, l0 %.4g, "
+                 "explained_variance %.4g (%s)", self.evaluation["items"], m.get("ce_loss_score", float("nan")),
+                 m.get("kl_div_score", float("nan")), s.get("l0", float("nan")),
+                 s.get("explained_variance", float("nan")), self.evaluation["file"])
+
+    def end_attrs(self) -> dict[str, Any]:
+        return {"sae_evaluation": json.dumps(self.evaluation)} if self.evaluation else {}
 
     def resume_from(self, train: Any, kept: int) -> None:
         """Load the last whole checkpoint at or before `kept` steps and skip the rows it has read."""
@@ -171,7 +205,7 @@ class SaeKind(RunKind):
                  f"from checkpoint step {done}" if done else "no checkpoint: from the start", kept - done, kept)
 
     def close(self) -> None:
-        self.rows.close()
+        getattr(self, "batches", self.rows).close()  # (the prefetch thread ends first, then the rows close)
 
 
 class _Stop(Exception):

@@ -7,7 +7,7 @@
 Each data batch runs one forward under no_grad, cut short right after module `at` (nothing after it
 is computed). Its output (the first element of a tuple) becomes rows: a (sample, features) output
 as it is; a (sample, token, features) output one row per real token (the call's attention mask:
-padding never enters); `vectors="channel"` a feature map's channel vector at each position. With
+padding never enters); `vectors="channel"` (the block's `rows: channel`) a feature map's channel vector at each position. With
 `shuffle`, rows fill a buffer of `buffer_rows`; a full buffer is permuted (numpy's generator seeded
 with (seed, pass, window)) and handed out batch by batch, so memory is one buffer whatever the
 budget; `shuffle=False` keeps the data's order. Past the data's end the next pass starts (the
@@ -76,8 +76,8 @@ class LiveRows(BatchStream):
         out = self._forward(call).detach()
         if self.vectors == "channel":
             if out.dim() < 3:
-                raise ConfigError(f"sae.vectors: channel reads a feature map (sample, channel, positions...); "
-                                  f"{self.at}'s output has shape {tuple(out.shape)}: drop vectors")
+                raise ConfigError(f"sae.rows: channel reads a feature map (sample, channel, positions...); "
+                                  f"{self.at}'s output has shape {tuple(out.shape)}: give rows: token")
             return out.movedim(1, -1).reshape(-1, out.shape[1]).float().cpu()
         if out.dim() == 2:
             return out.float().cpu()
@@ -86,7 +86,7 @@ class LiveRows(BatchStream):
             keep = torch.ones(out.shape[:2], dtype=torch.bool, device=out.device) if mask is None else mask.bool()
             return out[keep].float().cpu()
         raise ConfigError(f"sae.at: {self.at}'s output has shape {tuple(out.shape)}; an SAE trains on vectors: "
-                          "give sae.vectors=channel for a feature map")
+                          "give sae.rows=channel (with sae.budget) for a feature map")
 
     def _passes(self) -> Iterator[torch.Tensor]:
         """Each pass's rows, in the data's order, a data batch at a time."""

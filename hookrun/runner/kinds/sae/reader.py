@@ -6,8 +6,9 @@
 
 `python -m hookrun.inspect` prints the last step's figures, `python -m hookrun.plot` draws the
 curves (loss terms, L0, explained variance, dead features, lr), `open_sweep` gives one row per job
-with the last step's l0, explained_variance, mse_loss, overall_loss and dead_features, and the report
-of a sweep draws L0 against explained variance.
+with the last step's l0, explained_variance, mse_loss, overall_loss and dead_features (and, where
+sae.evaluate was on, the held-out ce_loss_score and kl_div_score: `run.sae_evaluation`), and the report
+of a sweep draws L0 against explained variance, and against ce_loss_score where evaluate was on.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from hookrun.analysis.report.run_sections import figure, section, table_item
 
 GROUP = "captures/sae/curves"
 COLUMNS = ("l0", "explained_variance", "mse_loss", "overall_loss", "dead_features")
+MODEL = ("ce_clean", "ce_intervened", "ce_ablated", "ce_loss_score", "kl_div_score")  # sae.evaluate's, kept
+SPLICE = ("l0", "mse", "explained_variance", "dead_fraction")
 PLOTTED = {"loss": ("overall_loss", "mse_loss"), "l0": ("l0",), "explained_variance": ("explained_variance",),
            "dead_features": ("dead_features",), "lr": ("lr",)}
 
@@ -32,6 +35,19 @@ PLOTTED = {"loss": ("overall_loss", "mse_loss"), "l0": ("l0",), "explained_varia
 def sae_meta(attrs: Mapping) -> dict[str, Any]:
     raw = attrs.get("sae")
     return json.loads(raw) if raw is not None else {}
+
+
+def evaluation(attrs: Mapping) -> dict[str, Any]:
+    """sae.evaluate's totals (kind.py): {file, items, module, model: {ce_loss_score, ...}, splice: {l0, ...}}."""
+    raw = attrs.get("sae_evaluation")
+    return json.loads(raw) if raw is not None else {}
+
+
+def evaluated(f: h5py.File) -> dict[str, Any]:
+    """The evaluation's figures in one mapping: the model's scores and the splice's metrics."""
+    ev = evaluation(f.attrs)
+    return {**{k: ev["model"][k] for k in MODEL if k in ev.get("model", {})},
+            **{k: ev["splice"][k] for k in SPLICE if k in ev.get("splice", {})}} if ev else {}
 
 
 def curves(f: h5py.File) -> Table:
@@ -59,7 +75,13 @@ def lines(f: h5py.File) -> list[str]:
     if not end:
         return [head, "  sae      no training step written"]
     figures = "  ".join(f"{k} {_fmt(v)}" for k, v in end.items() if k != "step")
-    return [head, f"  last step {end['step']}: {figures}"]
+    out = [head, f"  last step {end['step']}: {figures}"]
+    ev = evaluated(f)
+    if ev:
+        meta_ev = evaluation(f.attrs)
+        out.append(f"  evaluate ({meta_ev['items']} held-out items, {meta_ev['file']}): "
+                   + "  ".join(f"{k} {_fmt(v)}" for k, v in ev.items()))
+    return out
 
 
 def _fmt(v: float) -> str:
@@ -67,8 +89,9 @@ def _fmt(v: float) -> str:
 
 
 def columns(f: h5py.File) -> dict[str, Any]:
-    end = last(f)
-    return {c: end[c] for c in COLUMNS if c in end}
+    end, ev = last(f), evaluated(f)
+    return {**{c: end[c] for c in COLUMNS if c in end},
+            **{c: ev[c] for c in ("ce_loss_score", "kl_div_score") if c in ev}}
 
 
 def figures(run: Any) -> list[tuple[str, Any]]:
@@ -90,9 +113,14 @@ def sections(run: Any) -> list[dict]:
     if not len(t):
         return []
     items = [table_item(["step", *[c for c in t.columns if c != "step"]], [t.rows[-1]])]
+    ev = evaluated(run.file)
+    if ev:
+        items.append(table_item(list(ev), [ev]))
     items += [figure(spec) for _, spec in figures(run)]
+    ev_file = evaluation(run.file.attrs).get("file")
+    top = f"; its latents' top examples: python -m hookrun.report {ev_file}" if ev_file else ""
     return [section("sae", f"SAE training ({meta.get('architecture')}, d_sae {meta.get('d_sae')})", items,
-                    note=f"the trained SAE: {meta.get('out')}")]
+                    note=f"the trained SAE: {meta.get('out')}{top}")]
 
 
 def sweep_sections(sweep: Any) -> list[dict]:
@@ -104,10 +132,18 @@ def sweep_sections(sweep: Any) -> list[dict]:
     spec = Scatter(x=np.array([r["l0"] for r in rows]), y=np.array([r["explained_variance"] for r in rows]),
                    xlabel="L0 (last step)", ylabel="explained variance (last step)",
                    title="SAE sweep: sparsity against reconstruction", labels=labels)
-    cols = ["job", *sweep.swept, *[c for c in COLUMNS if any(c in r for r in rows)]]
-    return [section("sae-sweep", f"SAE sweep ({len(rows)} runs)", [table_item(cols, rows), figure(spec)])]
+    cols = ["job", *sweep.swept, *[c for c in (*COLUMNS, "ce_loss_score", "kl_div_score") if any(c in r for r in rows)]]
+    items = [table_item(cols, rows), figure(spec)]
+    scored = [(label, r) for label, r in zip(labels, rows, strict=True) if r.get("ce_loss_score") is not None]
+    if len(scored) >= 2:  # sae.evaluate was on: what the sparsity costs the model
+        items.append(figure(Scatter(x=np.array([r["l0"] for _, r in scored]),
+                                    y=np.array([r["ce_loss_score"] for _, r in scored]),
+                                    xlabel="L0 (last step)", ylabel="ce_loss_score (held-out items)",
+                                    title="SAE sweep: sparsity against the spliced model's loss recovered",
+                                    labels=[label for label, _ in scored])))
+    return [section("sae-sweep", f"SAE sweep ({len(rows)} runs)", items)]
 
 
 READER = KindReader("sae", present=lambda f: "sae" in f.attrs, lines=lines, columns=columns, sections=sections,
                     sweep=sweep_sections, figures=figures, units=("training steps", "steps"),
-                    methods={"sae_curves": curves}, properties={"sae": sae_meta})
+                    methods={"sae_curves": curves}, properties={"sae": sae_meta, "sae_evaluation": evaluation})

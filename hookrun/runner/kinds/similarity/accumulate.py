@@ -13,13 +13,18 @@
 | minibatch  | unbiased HSIC of every pair, summed over | Nguyen et al. 2021        | 8 S b^2 (b batch) |
 |            | the full batches                         |                           |                   |
 
+Many ranks: each rank but 0 `save`s its accumulator (sums, or its spooled rows) and rank 0 `merge`s
+them in rank order, which is batch order.
+
 A series is one hook point's pooled features (a model's `at`, then the second model's `with.at`).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -95,6 +100,22 @@ class FeatureRoute:
         self.zz.addmm_(z.T, z)
         self.n += len(z)
 
+    def save(self, path: Path) -> None:
+        """This rank's sums, for rank 0's merge."""
+        with open(path, "wb") as f:
+            np.savez(f, n=self.n, shift=self.shift.cpu().numpy(), sums=self.sums.cpu().numpy(),
+                     zz=self.zz.cpu().numpy())
+
+    def merge(self, path: Path) -> None:
+        """Add another rank's sums, moved from its shift to this one's (exact algebra: the sums of
+        (z - s) and (z - s)(z - s)^T over its rows)."""
+        with np.load(path) as f:
+            n, sums, zz = int(f["n"]), *(torch.from_numpy(f[k]).to(self.zz.device) for k in ("sums", "zz"))
+            d = torch.from_numpy(f["shift"]).to(self.zz.device) - self.shift
+        self.zz += zz + torch.outer(sums, d) + torch.outer(d, sums) + n * torch.outer(d, d)
+        self.sums += sums + n * d
+        self.n += n
+
     def matrix(self, shape: tuple[int, int]) -> np.ndarray:
         c = (self.zz - torch.outer(self.sums, self.sums) / self.n).cpu().numpy()
         o = self.offsets
@@ -125,6 +146,21 @@ class GramRoute:
         for f, s, dtype in zip(self.files, series, self.dtypes, strict=True):
             f.write(np.ascontiguousarray(s.reshape(len(s), -1).cpu().numpy(), dtype=dtype).data)
         self.n += len(series[0])
+
+    def save(self, path: Path) -> None:
+        """This rank's spooled rows (a folder of one file per series), for rank 0's merge."""
+        path.mkdir()
+        for k, f in enumerate(self.files):
+            f.flush()
+            shutil.copyfile(f.name, path / f"{k}.rows")
+        (path / "rows").write_text(str(self.n))
+
+    def merge(self, path: Path) -> None:
+        """Another rank's rows after this one's (rank order is item order: the same Gram matrices)."""
+        for k, f in enumerate(self.files):
+            with open(path / f"{k}.rows", "rb") as src:
+                shutil.copyfileobj(src, f)
+        self.n += int((path / "rows").read_text())
 
     def gram(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Series k's Gram matrix and row sums, its rows read back in slabs of columns."""
@@ -184,6 +220,18 @@ class MinibatchRoute:
             / (n * (n - 3))
         self.hsic = h if self.hsic is None else self.hsic + h
         self.batches += 1
+
+    def save(self, path: Path) -> None:
+        with open(path, "wb") as f:
+            np.savez(f, batches=self.batches, hsic=np.zeros(0) if self.hsic is None else self.hsic.cpu().numpy())
+
+    def merge(self, path: Path) -> None:
+        """Another rank's sum over its full batches (the ranks' batches are one process's)."""
+        with np.load(path) as f:
+            if int(f["batches"]):
+                h = torch.from_numpy(f["hsic"])
+                self.hsic = h if self.hsic is None else self.hsic + h.to(self.hsic.device)
+                self.batches += int(f["batches"])
 
     def matrix(self, shape: tuple[int, int]) -> np.ndarray:
         h = self.hsic.cpu().numpy() / self.batches

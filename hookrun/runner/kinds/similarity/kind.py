@@ -10,13 +10,20 @@ model's `with.at`), the accumulator fed per batch, the matrix written at the end
 | root attribute `similarity` (JSON)   | the block as run, the labels, the route (feature, gram, minibatch), rows |
 
 User hooks (`hooks:`) record in the same forward. The route is chosen before any batch
-(accumulate.choose_route); a run stopped early writes no matrix and does not resume (the pass starts again).
+(accumulate.choose_route); a run stopped early writes no matrix. A resumed run recomputes the
+features of the batches it keeps (their forwards, not the file's) into the accumulator and goes on,
+so its matrix equals an uninterrupted run's. Many ranks (torchrun) run contiguous blocks of the
+batches; after its pass each rank but 0 hands its accumulator to rank 0 (output/rank_link.py), which
+merges them in batch order and writes the matrix (with resume=true they are refused).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import shutil
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -32,6 +39,7 @@ from hookrun.runner.kinds.similarity.features import Taps
 from hookrun.store.records import Capture, CaptureKey
 
 HOOK = "similarity"
+log = logging.getLogger("hookrun")
 
 
 class SimilarityKind(RunKind):
@@ -99,12 +107,23 @@ class SimilarityKind(RunKind):
                 "model": model_name(self.ctx.cfg.model, self.ctx.model)}
 
     def prepare_run(self, p: Any) -> None:
+        if self.world > 1 and self.link is None:
+            raise ConfigError(f"similarity over {self.world} ranks: no channel between the ranks; run it on one rank")
+        if self.world > 1 and p.cfg.resume:
+            raise ConfigError(f"similarity over {self.world} ranks with resume=true: a finished rank would not hand its "
+                              f"accumulator to rank 0 again; start the run again (output.overwrite=true), or resume "
+                              f"it as one process")
+        self.begin = p.batches.start
         p.attrs["similarity"] = json.dumps(self.describe())
 
+    rank, world, link, begin = 0, 1, None, 0
+
     def share(self, rank: int, world: int) -> str | None:
-        if world > 1:
-            raise ConfigError(f"similarity over {world} ranks: the accumulators are one process's; run it on one rank")
+        self.rank, self.world = rank, world
         return None
+
+    def join_ranks(self, link: Any) -> None:
+        self.link = link
 
     def step(self, model: nn.Module, call: Any, session: Any) -> StepAdds:
         series = self.features(model, call)
@@ -130,6 +149,8 @@ class SimilarityKind(RunKind):
         steps = data_loop()
         if should_stop():
             return steps
+        if self.world > 1 and not self.merge_ranks(should_stop):
+            return steps  # (a rank but 0: its accumulator is rank 0's now)
         writer.drain()  # the writer thread has ended: this thread writes the end of the file
         write = getattr(writer.store, "write_features", None)
         if write is None:
@@ -139,15 +160,36 @@ class SimilarityKind(RunKind):
         write([Capture(key, matrix, False, features=True, dims=("at", "with_at"))])  # labels: root attribute
         return steps
 
+    def merge_ranks(self, should_stop: Any) -> bool:
+        """Ranks 1..N-1 save their accumulator for rank 0 (False); rank 0 merges every rank's in rank order."""
+        if self.rank:
+            path = self.link.path("similarity", self.rank)
+            tmp = path.with_name(path.name + ".tmp")
+            self.acc.save(tmp)
+            tmp.replace(path)
+            self.link.send("similarity", str(path))
+            return False
+        for name in self.link.receive("similarity", should_stop):
+            path = Path(name)
+            self.acc.merge(path)
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        return True
+
     def restore(self, resume: Any, kept: int) -> None:
-        if kept:
-            raise ConfigError("resume: a similarity run keeps its accumulators in memory only; start the pass "
-                              "again (output.overwrite=true)")
+        """A resumed run: the features of the `kept` batches, recomputed into the accumulator (the file keeps none)."""
+        for step, (_, batch) in enumerate(self.ctx.loader):
+            if step >= self.begin + kept:
+                break
+            if step >= self.begin:
+                self.acc.add(self.features(self.ctx.model, self.ctx.spec.split(batch).to(self.ctx.device)))
+        log.info("similarity: the features of the %d kept batch(es) recomputed", kept)
 
     def close(self) -> None:
         close = getattr(getattr(self, "acc", None), "close", None)
         if close is not None:
             close()
+        if self.world > 1 and not self.rank and self.link is not None:
+            self.link.discard("similarity")
 
     def file_bytes(self, n_samples: int) -> int:
         return 8 * len(self.rows) * len(self.cols)

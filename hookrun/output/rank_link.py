@@ -1,0 +1,78 @@
+"""A kind's channel between the ranks at the end of their shards: each rank but 0 hands its statistics
+(a file in the shared run folder) to rank 0, which merges them into the one-process result.
+
+    link = RankLink(store, ranks, folder, key)      # ShardRun hands it to the kind (RunKind.join_ranks)
+    path = link.path("probe", link.rank)            # where this rank writes its file (a temporary name first)
+    link.send("probe", str(path))                   # ranks 1..N-1: "here it is"
+    paths = link.receive("probe")                   # rank 0: every other rank's payload, in rank order
+
+Used by kinds whose result needs every row of the data (probe, similarity): ShardRun splits the batches
+into contiguous blocks, so rank order is batch order. rank 0 waits for each rank while the rank's heartbeat
+moves (ShardRun's Heartbeat bumps `beat/RANK`); a rank that ended without sending, or fell silent, is
+one RunError line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import time
+from pathlib import Path
+
+import torch.distributed as dist
+
+from hookrun.errors import RunError
+from hookrun.output.ranks import Ranks
+
+POLL_SECONDS = 0.05
+SILENT_SECONDS = float(os.environ.get("HOOKRUN_RANK_TIMEOUT", "120"))  # (as ShardRun's wait)
+
+
+class RankLink:
+    def __init__(self, store: dist.Store, ranks: Ranks, folder: Path, key: str) -> None:
+        self.store, self.r, self.folder = store, ranks, Path(folder)
+        self.tag = hashlib.sha1(key.encode()).hexdigest()[:12]  # one output's files, whatever the job
+        self.rank, self.world = ranks.rank, ranks.world
+
+    def path(self, name: str, rank: int) -> Path:
+        """The file rank `rank` hands to rank 0 for `name` (in the run folder every rank sees)."""
+        return self.folder / f".hookrun-{name}-{self.tag}.rank-{rank:05d}"
+
+    def discard(self, name: str) -> None:
+        """Rank 0, at the end (also of a failed run): remove what the other ranks left for `name`."""
+        for r in range(1, self.world):
+            for p in (self.path(name, r), self.path(name, r).with_name(self.path(name, r).name + ".tmp")):
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+
+    def send(self, name: str, payload: str) -> None:
+        """This rank's part of `name` is ready (`payload`: what rank 0 needs to read it)."""
+        self.store.set(f"kind/{name}/{self.rank}", payload)
+
+    def receive(self, name: str, should_stop=lambda: False) -> list[str]:
+        """Rank 0: the payloads of ranks 1..N-1 for `name`, in rank order, waiting for each."""
+        out: list[str | None] = [None] * self.world
+        beats: dict[int, tuple[int, float]] = {}
+        while True:
+            now = time.monotonic()
+            for r in range(1, self.world):
+                if out[r] is not None:
+                    continue
+                if self.store.check([f"kind/{name}/{r}"]):
+                    out[r] = self.store.get(f"kind/{name}/{r}").decode()
+                elif self.store.check([f"done/{r}"]) and not self.store.check([f"kind/{name}/{r}"]):
+                    status = self.store.get(f"done/{r}").decode()
+                    raise RunError(f"{name}: rank {r} ended ({status}) without handing over its rows; the result "
+                                   f"needs every rank's: run the same command again")
+                else:
+                    count = self.store.add(f"beat/{r}", 0)
+                    if beats.get(r, (None,))[0] != count:
+                        beats[r] = (count, now)
+                    elif now - beats[r][1] > SILENT_SECONDS:
+                        raise RunError(f"{name}: rank {r} has been silent for {now - beats[r][1]:.0f} s without "
+                                       f"handing over its rows: taken for dead")
+            if all(p is not None for p in out[1:]):
+                return [p for p in out[1:] if p is not None]
+            if should_stop():
+                raise RunError(f"{name}: stopped while waiting for the other ranks' rows")
+            time.sleep(POLL_SECONDS)

@@ -1,0 +1,195 @@
+"""The HTML report without a browser (tests/analysis/test_report_browser.py opens it in one) and plot's sweep
+charts: escaping, bad input in one line, names that never replace another run's report, the
+notebook view, bounded reading, and each metric against each swept parameter."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import yaml
+from conftest import ROOT, run_cli
+
+import hookrun
+from hookrun.analysis.report import Report
+from hookrun.analysis.report.figure_specs import Heatmap
+from hookrun.analysis.report.page import dumps, render
+from hookrun.analysis.report.plotly_figures import to_plotly
+from hookrun.analysis.report.run_sections import sampled_rows
+
+pytest.importorskip("plotly")
+EVIL = "</script><script>alert(1)</script><!-- <img src=x onerror=alert(2)> & \u2028\u2029 </SCRIPT >"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hookrun.report", *map(str, args)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_data_cannot_end_its_script_block_nor_become_markup():
+    text = dumps({"t": EVIL, "n": float("nan")})
+    assert not set("<>&\u2028\u2029") & set(text)
+    assert json.loads(text) == {"t": EVIL, "n": None}
+    fig = to_plotly(Heatmap(np.eye(2), EVIL, x=[EVIL, "a"], y=["<b>", "c"], xlabel="key", ylabel="query"))
+    page = render({"title": EVIL, "source": EVIL, "sections": [{"id": "header", "title": EVIL, "note": EVIL, "items": [
+        {"type": "kv", "rows": [[EVIL, EVIL]]}, {"type": "figure", "figure": fig, "caption": EVIL}]}]})
+
+    class Tags(HTMLParser):  # what an HTML parser sees: the page's own elements only
+        def __init__(self) -> None:
+            super().__init__()
+            self.tags, self.data = [], {}
+
+        def handle_starttag(self, tag, attrs):
+            self.tags.append(tag)
+            self.current = dict(attrs).get("id")
+
+        def handle_data(self, data):
+            if data.strip() and self.tags and self.tags[-1] == "script" and getattr(self, "current", None) == "hookrun-data":
+                self.data = json.loads(data)
+
+    p = Tags()
+    p.feed(page)
+    assert p.tags.count("script") == 3 and "img" not in p.tags and "b" not in p.tags
+    assert p.data["sections"][0]["items"][0]["rows"] == [[EVIL, EVIL]]
+    assert p.data["sections"][0]["items"][1]["figure"]["layout"]["xaxis"]["ticktext"][0].startswith("&lt;/script&gt;")
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("run")
+    cfg = hookrun.compose("experiment=shapes_gradcam", "data.dataset.size=8", "data.batch_size=4", "device=cpu", "progress=false",
+                          f"output.path={folder / 'a.h5'}")
+    hookrun.run(cfg)
+    return folder / "a.h5"
+
+
+@pytest.mark.slow
+def test_bad_input_is_one_line_and_status_2(tmp_path, small_run):
+    (tmp_path / "notes.txt").write_text("hello")
+    empty = tmp_path / "empty.h5"
+    with h5py.File(empty, "w") as f:  # a hookrun file with nothing in it
+        f.attrs["format_version"] = 1
+        f.create_dataset("samples/index", data=np.zeros(0, dtype=np.int64))
+    (tmp_path / "file").write_text("")
+    cases = [(tmp_path / "notes.txt", [], "not a readable HDF5 file"), (tmp_path / "nowhere", [], "no file"),
+             (empty, [], "nothing to show"), (small_run, ["--out", tmp_path / "file" / "r.html"], "cannot create the folder")]
+    for path, extra, message in cases:
+        proc = cli(path, *extra)
+        assert proc.returncode == 2, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and message in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow
+def test_a_second_runs_report_in_the_same_folder_gets_another_name(small_run, tmp_path):
+    other = small_run.with_name("b.h5")
+    other.write_bytes(small_run.read_bytes())
+    first, second, again = cli(small_run), cli(other), cli(small_run)
+    assert first.returncode == second.returncode == again.returncode == 0, (first.stderr, second.stderr)
+    name = lambda p: Path(p.stdout.split("wrote ", 1)[1].split(" (")[0])  # noqa: E731
+    assert name(first) == name(again) == small_run.parent / "report.html"
+    assert name(second).parent == small_run.parent and name(second).name.startswith("report.") and name(second) != name(first)
+    assert str(other) in name(second).read_text()[:2000] and str(small_run) in name(first).read_text()[:2000]
+
+
+def test_notebook_view_is_the_same_page_in_an_iframe(small_run):
+    import html
+
+    with hookrun.open_run(small_run) as run:
+        page = run.report()
+    assert isinstance(page, Report) and page.sections == ["header", "gradcam", "captures"]  # Grad-CAM: issue 39 item 4
+    shown = page._repr_html_()
+    assert shown.startswith("<iframe srcdoc=") and html.unescape(shown.split('srcdoc="', 1)[1].split('" style=')[0]) == page.html
+    maps = [i for i in page.data["sections"][2]["items"] if i["type"] == "images"]
+    cams = page.data["sections"][1]["items"]
+    assert len(cams) == 1 and len(cams[0]["images"]) == 8 and cams[0]["images"][0]["caption"].startswith("#0 · pred ")
+    assert maps and all(im["src"].startswith("data:image/png;base64,") for m in maps for im in m["images"])
+
+
+def test_sampled_rows_read_spread_blocks_of_the_file(tmp_path):
+    with h5py.File(tmp_path / "x.h5", "w") as f:
+        data = np.arange(10_000 * 4, dtype=np.float32).reshape(10_000, 4)
+        ds = f.create_dataset("x", data=data, chunks=(100, 4))
+        rows, note = sampled_rows(ds, values=400, blocks=4)
+        assert rows.shape == (100, 4) and note == "a sample of 100 of 10000 rows, in 4 blocks"
+        starts = np.linspace(0, 10_000 - 25, 4).astype(int)
+        np.testing.assert_array_equal(rows, np.concatenate([data[s : s + 25] for s in starts]))
+        everything, note = sampled_rows(ds, values=10**9)
+        assert everything.shape == data.shape and note == ""
+
+
+def fake_sweep(folder: Path, factors: list[float]) -> None:
+    """A Hydra sweep's layout (N/.hydra/overrides.yaml, N/captures.h5), each job run in-process."""
+    for num, factor in enumerate(factors):
+        job = folder / str(num)
+        (job / ".hydra").mkdir(parents=True)
+        (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"params.factor={factor}"]))
+        cfg = hookrun.compose("experiment=ablation_sweep", f"params.factor={factor}", "data.limit=1", "data.batch_size=4",
+                              "device=cpu", "progress=false", f"output.path={job / 'captures.h5'}")
+        hookrun.run(cfg)
+
+
+@pytest.mark.slow
+def test_plot_sweep_draws_each_evaluation_metric_against_the_swept_parameter(tmp_path):
+    fake_sweep(tmp_path / "sweep", [0.0, 0.5, 1.0])
+    proc = subprocess.run([sys.executable, "-m", "hookrun.plot", str(tmp_path / "sweep"), "--out", str(tmp_path / "fig")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    drawn = {p.name for p in (tmp_path / "fig").glob("*.png")}
+    assert {"sweep_ce_intervened_vs_params.factor.png", "sweep_kl_div_score_vs_params.factor.png"} <= drawn
+    from PIL import Image
+
+    with Image.open(tmp_path / "fig" / "sweep_ce_intervened_vs_params.factor.png") as im:  # not empty axes: a line is drawn
+        pixels = np.asarray(im.convert("RGB"), dtype=np.int32)
+    blue = (np.abs(pixels - np.array([31, 119, 180])).sum(axis=-1) < 30).sum()
+    assert blue > 200
+    from hookrun.analysis import open_sweep
+    from hookrun.analysis.report.figure_specs import sweep_charts
+
+    sweep = open_sweep(tmp_path / "sweep")
+    chart = next(c for c in sweep_charts(sweep.table(), sweep.swept, ["ce_intervened"]))
+    for num, y in zip(("0", "1", "2"), chart.series["ce_intervened"], strict=True):
+        with h5py.File(tmp_path / "sweep" / num / "captures.h5") as f:
+            assert y == pytest.approx(float(f["evaluation/model"].attrs["ce_intervened"]))
+
+
+@pytest.mark.slow
+def test_plot_sweep_with_nothing_to_draw_writes_nothing_and_fails(tmp_path):
+    for num in ("0", "1"):
+        (tmp_path / "s" / num / ".hydra").mkdir(parents=True)
+        (tmp_path / "s" / num / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"params.factor={num}"]))
+    proc = subprocess.run([sys.executable, "-m", "hookrun.plot", str(tmp_path / "s")], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2 and "nothing to draw" in proc.stderr, proc.stderr
+    assert not (tmp_path / "s" / "figures").exists() or not list((tmp_path / "s" / "figures").iterdir())
+
+
+@pytest.mark.slow
+def test_a_run_in_an_object_store_reports_through_open_run(tmp_path, monkeypatch):
+    pytest.importorskip("s3fs")
+    moto_server = pytest.importorskip("moto.server")
+    import boto3
+
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        for key, value in (("AWS_ENDPOINT_URL", f"http://{host}:{port}"), ("AWS_ACCESS_KEY_ID", "k"), ("AWS_SECRET_ACCESS_KEY", "s"),
+                           ("AWS_DEFAULT_REGION", "us-east-1"), ("HOOKRUN_CACHE_DIR", str(tmp_path / "cache"))):
+            monkeypatch.setenv(key, value)
+        boto3.client("s3").create_bucket(Bucket="runs")
+        url = "s3://runs/shapes/captures.h5"
+        run = run_cli("experiment=shapes_gradcam", "data.dataset.size=8", "device=cpu", "progress=false", f"output.path={url}",
+                      f"output.staging={tmp_path / 'stage'}", f"hydra.run.dir={tmp_path / 'run'}")
+        assert run.returncode == 0, run.stderr
+        proc = subprocess.run([sys.executable, "-m", "hookrun.report", url], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})  # (the default: report.html in the current folder)
+        assert proc.returncode == 0, proc.stderr
+        page = (tmp_path / "report.html").read_text()
+        assert f'content="{url}"' in page and "fmap/block3/output" in page
+    finally:
+        server.stop()

@@ -1,0 +1,217 @@
+"""The command line in a subprocess: the README's commands as written, multirun, clean errors."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from conftest import ENV, ROOT, run_cli
+
+pytestmark = pytest.mark.slow
+
+
+def h5_files(folder: Path) -> list[Path]:
+    return sorted(folder.rglob("*.h5"))
+
+
+def assert_ok(proc):
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("args, captures", [
+    (["experiment=resnet_layer1"], {"captures/blocks/layer1.0/output": (64, 64, 56, 56),
+                                     "captures/blocks/layer1.1/output": (64, 64, 56, 56)}),
+    (["model=resnet50", "data.batch_size=2", "hooks={fmap: {at: layer1.1.conv2, type: forward, actions: [record]}}"],
+     {"captures/fmap/layer1.1.conv2/output": (64, 64, 56, 56), "captures/fmap/layer1.1.conv2/input": (64, 64, 56, 56)}),
+    (["model=custom", "model._target_=my_pkg.Net", "data=custom", "data.dataset._target_=my_pkg.MyData", "+data.dataset.n=10",
+      "hooks={feat: {at: pool, type: forward, actions: [{name: record, what: output}]}}"], {"captures/feat/pool/output": (10, 32, 1, 1)}),
+    (["experiment=resnet_layer1", "~hooks", "+hooks={fc_in: {at: fc, type: forward_pre, actions: [record]}}"],
+     {"captures/fc_in/fc/input": (64, 512)}),
+    (["mode=grad", "loss=cross_entropy", "hooks={g: {at: layer4, type: backward, actions: [record]}}"],
+     {"captures/g/layer4/grad_input": (64, 256, 14, 14), "captures/g/layer4/grad_output": (64, 512, 7, 7)}),
+    (["experiment=resnet_layer1", "+hooks.fc_in={at: fc, type: forward_pre, actions: [record]}"],
+     {"captures/blocks/layer1.0/output": (64, 64, 56, 56), "captures/fc_in/fc/input": (64, 512)}),
+], ids=["experiment", "resnet50", "custom", "replace-hooks", "grad", "plus-hook"])
+def test_issue_commands_as_written(tmp_path, args, captures):
+    proc = run_cli(*args, cwd=tmp_path, env=ENV)
+    assert_ok(proc)
+    (path,) = h5_files(tmp_path / "outputs")
+    assert (path.parent / "hookrun.log").exists()  # Hydra's per-run log
+    with h5py.File(path) as f:
+        assert f.attrs["status"] == "complete"
+        for name, shape in captures.items():
+            assert f[name].shape == shape
+        assert len(f["captures"]) == len({n.split("/")[1] for n in captures})  # ~hooks: the experiment's are gone
+        assert f["samples/index"].shape[0] == (10 if "model=custom" in args else 64)
+
+
+def test_multirun_gives_each_job_its_own_complete_file(tmp_path):
+    proc = run_cli("-m", "experiment=resnet_layer1", "seed=0,1,2", "data.limit=1", cwd=tmp_path)
+    assert_ok(proc)
+    files = h5_files(tmp_path / "outputs" / "multirun")
+    assert [p.parent.name for p in files] == ["0", "1", "2"]
+    firsts = []
+    for p in files:
+        with h5py.File(p) as f:
+            assert f.attrs["status"] == "complete"
+            firsts.append(f["captures/blocks/layer1.0/output"][0, 0])
+    assert not np.allclose(firsts[0], firsts[1])  # seed changes the random init
+
+
+@pytest.mark.parametrize("args, message", [
+    (["bogus=1"], "bogus=1: the config has no key 'bogus'; the top level has: attribution, data, device, dry_run"),
+    (["data.batchsize=8"], "data.batchsize=8: the config has no key 'data.batchsize'; did you mean data.batch_size? "
+                           "(data has: batch_size, collate, dataset, inputs, limit, num_workers, root, store, target)"),
+    (["+data.batchsize=8"], "data.batchsize: Key 'batchsize' not in 'DataConfig'; did you mean data.batch_size?"),
+    (["model.num_clases=3"], "did you mean model.num_classes?"),
+    (["hooks={x: {at: layer9, type: forward}}"], "has no module 'layer9'; closest names: layer4, layer3"),
+    (["hooks={x: {at: fc, type: fwd}}"], "unknown hook type 'fwd'"),
+    (["mode=grad", "hooks={x: {at: fc, type: backward}}"], "mode=grad needs a loss"),
+    (["mode=train"], "mode=train: Invalid value 'train', expected one of [eval, grad, generate]"),
+    (["model=resnet51"], "model=resnet51: there is no model option 'resnet51' (conf/model/resnet51.yaml); did you mean resnet50"),
+    (["experiment=ablate_layr3"], "did you mean ablate_layer3"),
+    (["data.batch_size=[1"], "cannot parse the override 'data.batch_size=[1'"),
+    (["experiment=resnet_layer1", "hooks={x: {at: fc, type: forward}}"],
+     "to replace hooks, write '~hooks' '+hooks={x: {at: fc, type: forward}}'; to add one entry, '+hooks.x=...'"),
+    (["experiment=resnet_layer1", "~hooks", "hooks={x: {at: fc, type: forward}}"],
+     "~hooks removed hooks, so set it again with a +: '+hooks={x: {at: fc, type: forward}}'"),
+    # what bash makes of `hooks={a:{at:fc,type:forward}}` and of `hooks={a: {at: fc, type: forward}}` unquoted
+    (["hooks={a:at:fc}", "hooks={a:type:forward}"], "hooks is given 2 times (hooks={a:at:fc}, hooks={a:type:forward}): "
+                                                    "the shell brace-expanded an unquoted {..,..}"),
+    (["hooks={a:", "{at:", "fc,", "type:", "forward}}"], "the override 'hooks={a:' was split by the shell at its spaces "
+                                                         "into 5 arguments; put it in single quotes: 'hooks={a: {at: fc, type: forward}}'"),
+])
+def test_bad_input_gives_one_clear_line_and_no_traceback(tmp_path, args, message):
+    proc = run_cli(*args, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert proc.stderr.startswith("hookrun: error: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert (proc.stderr + proc.stdout).count(message) == 1  # once on the terminal, not echoed by the log
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert not h5_files(tmp_path)
+
+
+def test_a_malformed_experiment_file_is_one_line(tmp_path):
+    (tmp_path / "extra" / "experiment").mkdir(parents=True)
+    (tmp_path / "extra" / "experiment" / "broken.yaml").write_text("# @package _global_\nhooks:\n  a: {at: fc\n  b: [\n")
+    proc = run_cli(f"hydra.searchpath=[file://{tmp_path / 'extra'}]", "experiment=broken", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (f"hookrun: error: malformed YAML in {tmp_path / 'extra/experiment/broken.yaml'}, "
+                                   f"line 4, column 4: expected ',' or '}}', but got ':'")
+
+
+def test_the_last_lines_name_the_file_and_the_sweep_folder(tmp_path):
+    one = run_cli("experiment=resnet_layer1", "data.limit=1", "progress=false", cwd=tmp_path)
+    assert_ok(one)
+    (path,) = h5_files(tmp_path / "outputs")
+    assert one.stdout.strip().splitlines()[-1].endswith(f"file: {path}")
+    sweep = run_cli("-m", "experiment=resnet_layer1", "seed=0,1", "data.limit=1", "progress=false", cwd=tmp_path)
+    assert_ok(sweep)
+    (folder,) = (tmp_path / "outputs" / "multirun").glob("*/*")
+    last = sweep.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"hookrun: sweep folder: {folder.relative_to(tmp_path)} (2 jobs")
+
+
+def test_wheel_ships_conf_and_runs_from_an_installed_layout(tmp_path, wheel_site):
+    import subprocess
+
+    names, site = wheel_site
+    for conf in ("hookrun/conf/config.yaml", "hookrun/conf/model/resnet18.yaml", "hookrun/conf/experiment/resnet_layer1.yaml",
+                 "hookrun/conf/data/synthetic.yaml", "hookrun/conf/loss/cross_entropy.yaml"):
+        assert conf in names
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    probe = subprocess.run([sys.executable, "-c", "import hookrun.cli.app as c; print(c.__file__); print(c.conf_dir())"],
+                           cwd=work, env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert probe[0].startswith(str(site)) and probe[1] == str(site / "hookrun" / "conf")
+    proc = subprocess.run([sys.executable, "-m", "hookrun", "experiment=resnet_layer1", "data.limit=1", "progress=false"],
+                          cwd=work, env=env, capture_output=True, text=True)
+    assert_ok(proc)
+    assert len(h5_files(work / "outputs")) == 1
+
+
+def test_intervention_commands_as_written(tmp_path):
+    """Issue 3's commands, exactly as a user types them, in one fresh folder."""
+    commands = [
+        ["hooks={z: {at: layer3, type: forward, actions: [{name: modify_output, op: scale, factor: 0.0}, record]}}"],
+        ["-m", "experiment=ablate_layer3", "params.factor=0,0.5,1"],
+        ["hooks={x: {at: layer1.0.conv1, type: forward_pre, actions: [{name: replace_input, op: noise, std: 0.1, seed: 0}]}}"],
+        ["mode=grad", "loss=cross_entropy", "hooks={g: {at: layer2, type: backward, actions: [{name: modify_grad, op: scale, factor: 0.0}]}}"],
+        ["experiment=clean_reference"],
+        ["hooks={p: {at: layer2, type: forward, actions: [{name: modify_output, op: patch, source: outputs/clean/captures.h5}]}}"],
+        ["hooks={c: {at: layer1, type: forward, actions: [{name: modify_output, op: {_target_: my_pkg.steer, _partial_: true}}]}}"],
+        ["experiment=patch_layer2", "hydra.run.dir=outputs/patched"],
+    ]
+    for args in commands:
+        assert_ok(run_cli(*args, cwd=tmp_path, env=ENV))
+    for path in h5_files(tmp_path / "outputs"):
+        with h5py.File(path) as f:
+            assert f.attrs["status"] == "complete", path
+    sweep = sorted((tmp_path / "outputs" / "multirun").rglob("captures.h5"))
+    assert len(sweep) == 3
+    logits = [h5py.File(p)["captures/logits/fc/output"][:] for p in sweep]
+    assert np.ptp(logits[0], axis=0).max() < 1e-6  # factor 0: layer3 carries nothing, every sample alike
+    assert not np.allclose(logits[1], logits[2])
+    with h5py.File(tmp_path / "outputs/clean/captures.h5") as a, h5py.File(tmp_path / "outputs/patched/captures.h5") as b:
+        np.testing.assert_array_equal(a["captures/logits/fc/output"][:], b["captures/logits/fc/output"][:])
+
+
+def test_wrong_shape_replacement_exits_cleanly(tmp_path):
+    proc = run_cli("data.limit=1", "hooks={c: {at: layer1, type: forward, actions: [{name: modify_output, op: {_target_: toy_models.wrong_shape, _partial_: true}}]}}",
+                   cwd=tmp_path, env=ENV)
+    assert proc.returncode == 1
+    assert "hook 'c' at layer1: the replacement for output has shape (16, 1, 56, 56)" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    (path,) = h5_files(tmp_path)
+    with h5py.File(path) as f:
+        assert f.attrs["status"] == "failed"
+
+
+def test_own_actions_by_name_and_by_target(tmp_path):
+    by_name = run_cli("imports=[my_pkg]", "data.limit=1", "hooks={n: {at: layer1, type: forward, actions: [log_norm]}}", cwd=tmp_path, env=ENV)
+    assert_ok(by_name)
+    assert "n layer1 step 0 output norm" in by_name.stdout
+    by_target = run_cli("data.limit=1", "hooks={n: {at: layer1, type: forward, actions: [{_target_: my_pkg.print_shapes, _partial_: true}]}}",
+                        cwd=tmp_path, env=ENV)
+    assert_ok(by_target)
+    assert "n layer1 {'input': (16, 64, 56, 56), 'output': (16, 64, 56, 56)}" in by_target.stdout
+
+
+def test_a_mode_set_by_an_override_or_a_config_still_sweeps(tmp_path):
+    """hookrun skips Hydra's first compose (it only reads hydra.mode) where nothing can set the mode
+    (issue 41 item 18); an override or a config folder that sets it still starts a sweep."""
+    from hookrun.cli.app import conf_dir
+    from hookrun.cli.hydra_mode import mode_is_the_command_lines
+
+    assert mode_is_the_command_lines(["experiment=resnet_layer1", "seed=0,1"], conf_dir())
+    assert not mode_is_the_command_lines(["hydra.mode=MULTIRUN"], conf_dir())
+    extra = tmp_path / "conf" / "experiment"
+    extra.mkdir(parents=True)
+    (extra / "swept.yaml").write_text("# @package _global_\ndefaults:\n  - resnet_layer1\nhydra:\n  mode: MULTIRUN\n"
+                                      "  sweeper:\n    params:\n      seed: 0,1\n")
+    assert not mode_is_the_command_lines([f"--config-dir={tmp_path / 'conf'}"], conf_dir())
+    assert_ok(run_cli(f"--config-dir={tmp_path / 'conf'}", "experiment=swept", "data.limit=1", "progress=false", cwd=tmp_path))
+    assert [p.parent.name for p in h5_files(tmp_path / "outputs" / "multirun")] == ["0", "1"]
+
+
+def test_a_command_run_as_the_process_freezes_the_heap_only_after_its_work(tmp_path):
+    """`python -m hookrun...` and the `hookrun` script run their command through exit_process: the
+    heap is frozen once the command has returned, so the interpreter's last collection skips torch's
+    objects (0.75 s of every process, issue 41 item 18); its exit code and atexit handlers stay."""
+    import subprocess
+    from importlib.metadata import entry_points
+
+    probe = ("import atexit, gc\nfrom hookrun.cli.command import exit_process\n"
+             "atexit.register(lambda: print('at exit', gc.get_freeze_count() > 0, flush=True))\n"
+             "def main():\n    print('during', gc.get_freeze_count() > 0, flush=True)\n    return 3\n"
+             "exit_process(main)\n")
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout.split("\n")[:2], proc.stderr) == (3, ["during False", "at exit True"], "")
+    (script,) = [e for e in entry_points(group="console_scripts") if e.name == "hookrun"]
+    assert script.value == "hookrun.cli.app:process"
+    assert "process()" in (ROOT / "hookrun" / "__main__.py").read_text()

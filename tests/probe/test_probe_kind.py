@@ -1,0 +1,191 @@
+"""probe runs end to end against scikit-learn on features recorded by a raw PyTorch forward hook and
+pooled by numpy: logistic (objective by sklearn's own LinearModelLoss, test predictions), ridge on
+token rows (coefficients to 1e-6), the split (train_test_split), the refusals before any batch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import hookrun
+from hookrun.errors import ConfigError, HookrunError
+
+pytest.importorskip("sklearn")
+from sklearn._loss.loss import HalfMultinomialLoss  # noqa: E402
+from sklearn.linear_model import LogisticRegression, Ridge  # noqa: E402
+from sklearn.linear_model._linear_loss import LinearModelLoss  # noqa: E402
+from sklearn.model_selection import train_test_split  # noqa: E402
+from sklearn.preprocessing import StandardScaler  # noqa: E402
+from toy_lm import Prompts, tiny_gpt2  # noqa: E402
+
+N, B, CLASSES = 96, 16, 3
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Sequential(nn.Conv2d(2, 6, 3, padding=1), nn.ReLU())
+        self.fc = nn.Linear(6 * 8 * 8, 5)
+        self.total = Sum()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv(x)
+        return self.total(self.fc(h.flatten(1)))
+
+
+class Sum(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x  # (an identity; `lost` below returns (batch,))
+
+
+def data(n=N, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 2, 8, 8, generator=g)
+    y = ((x[:, 0].mean((1, 2)) > 0).long() + (x[:, 1].mean((1, 2)) > 0).long())  # 3 classes from the input
+    return [{"x": x[i], "label": y[i], "value": x[i, 0].mean() * 3 + 1.0} for i in range(n)]
+
+
+def run(tmp_path, model, dataset, name="p", **block):
+    path = tmp_path / f"{name}.h5"
+    cfg = {"data": {"batch_size": B, "inputs": ["x"] if "x" in dataset[0] else None}, "device": "cpu",
+           "progress": False, "output": {"path": str(path), "overwrite": True}, "probe": block}
+    hookrun.run(cfg, model=model, dataset=dataset)
+    return hookrun.open_run(path)
+
+
+def recorded(model, dataset, module, key="x"):
+    """The module's outputs over the data, by a raw forward hook, as float64 numpy."""
+    out = []
+    h = module.register_forward_hook(lambda m, a, o: out.append(o.detach().double()))
+    with torch.no_grad():
+        for s in range(0, len(dataset), B):
+            model(torch.stack([d[key] for d in dataset[s:s + B]]))
+    h.remove()
+    return torch.cat(out).numpy()
+
+
+def objective(coef, intercept, x, y, C=0.5):
+    """sklearn's own objective for LogisticRegression(C, lbfgs) (multinomial)."""
+    loss = LinearModelLoss(HalfMultinomialLoss(n_classes=CLASSES), True)
+    return loss.loss(np.concatenate([coef, intercept[:, None]], 1), x, y.astype(float), l2_reg_strength=1 / (C * len(x)))
+
+
+def test_logistic_run_equals_sklearn_on_hooked_features(tmp_path):
+    model, ds = Net().eval(), data()
+    run_ = run(tmp_path, model, ds, at=["conv", "fc"], target="label", method="logistic", C=0.5, control=True)
+    t = run_.probes()
+    assert t.column("at") == ["conv", "fc"] and t.column("rows") == [N, N]
+    tr, te = train_test_split(np.arange(N), test_size=0.25, random_state=0)
+    y = np.array([int(d["label"]) for d in ds])
+    for i, (name, feats) in enumerate((("conv", recorded(model, ds, model.conv).mean((2, 3))),
+                                      ("fc", recorded(model, ds, model.fc)))):
+        sc = StandardScaler().fit(feats[tr])
+        ref = LogisticRegression(C=0.5, tol=1e-10, max_iter=100000).fit(sc.transform(feats[tr]), y[tr])
+        w, b = run_.probe_weights(name)
+        coef = w * sc.scale_
+        intercept = b + w @ sc.mean_
+        xs = sc.transform(feats[tr])
+        assert objective(coef, intercept, xs, y[tr]) <= objective(ref.coef_, ref.intercept_, xs, y[tr]) * (1 + 1e-6)
+        ours = (feats[te] @ w.T + b).argmax(1)
+        assert (ours == ref.predict(sc.transform(feats[te]))).mean() >= 0.995
+        assert t[i]["test"] == pytest.approx(ref.score(sc.transform(feats[te]), y[te]), abs=0.011)
+        assert t[i]["selectivity"] == pytest.approx(t[i]["test"] - t[i]["control"])
+
+
+def test_ridge_regression_run_equals_sklearn(tmp_path):
+    model, ds = Net().eval(), data()
+    run_ = run(tmp_path, model, ds, at="conv", target="value", method="ridge", alpha=2.0, pool="max",
+               standardize=False, split={"test": 0.3, "seed": 4})
+    feats = recorded(model, ds, model.conv).max((2, 3))
+    y = np.array([float(d["value"]) for d in ds])
+    tr, te = train_test_split(np.arange(N), test_size=0.3, random_state=4)
+    ref = Ridge(alpha=2.0).fit(feats[tr], y[tr])
+    w, b = run_.probe_weights("conv")
+    np.testing.assert_allclose(w[0], ref.coef_, rtol=1e-6, atol=1e-9 * np.abs(ref.coef_).max())
+    np.testing.assert_allclose(feats[te] @ w[0] + b[0], ref.predict(feats[te]), rtol=1e-6)
+    assert run_.probes()[0]["test"] == pytest.approx(ref.score(feats[te], y[te]), rel=1e-6)
+
+
+def parity(batch):
+    """A token target: the token id's parity (one per token)."""
+    return batch["input_ids"] % 2
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_token_rows_every_real_token_ridge_equals_sklearn(tmp_path, side):
+    model, ds = tiny_gpt2(0), Prompts(n=40, length=7, side=side)
+    items = [ds[i] for i in range(len(ds))]
+    path = tmp_path / "tok.h5"
+    cfg = {"data": {"batch_size": 8}, "device": "cpu", "progress": False, "output": {"path": str(path)},
+           "probe": {"at": "transformer.h.1", "target": {"_target_": "test_probe_kind.parity"}, "method": "ridge",
+                     "alpha": 0.5, "pool": "every", "control": True}}
+    hookrun.run(cfg, model=model, dataset=ds)
+    out = []
+    h = model.transformer.h[1].register_forward_hook(lambda m, a, o: out.append((o[0] if isinstance(o, tuple) else o).double()))
+    with torch.no_grad():
+        model(input_ids=torch.stack([d["input_ids"] for d in items]), attention_mask=torch.stack([d["attention_mask"] for d in items]))
+    h.remove()
+    mask = torch.stack([d["attention_mask"] for d in items]).bool().numpy()
+    ids = torch.stack([d["input_ids"] for d in items]).numpy()
+    feats, y = out[0].numpy()[mask], ids[mask] % 2
+    item = np.nonzero(mask)[0]
+    tr, te = train_test_split(np.arange(40), test_size=0.25, random_state=0)
+    train = np.isin(item, tr)
+    sc = StandardScaler().fit(feats[train])
+    onehot = np.stack([y == 0, y == 1], 1).astype(float)
+    ref = Ridge(alpha=0.5).fit(sc.transform(feats[train]), onehot[train])
+    run_ = hookrun.open_run(path)
+    w, b = run_.probe_weights("transformer.h.1")
+    np.testing.assert_allclose(w * sc.scale_, ref.coef_, rtol=1e-6, atol=1e-6 * np.abs(ref.coef_).max())
+    t = run_.probes()
+    assert t[0]["rows"] == int(mask.sum())
+    pred = ref.predict(sc.transform(feats[~train])).argmax(1)
+    assert t[0]["test"] == pytest.approx((pred == y[~train]).mean())
+
+
+def lost(x):
+    return x.sum(1)
+
+
+@pytest.mark.parametrize("block,message", [
+    ({"at": "fc", "target": "lable"}, "probe.target='lable': the items have no key 'lable'; did you mean label?"),
+    ({"at": "fc", "target": "value"}, "method=logistic cannot fit"),
+    ({"at": "fc", "target": "label", "split": {"test": 1.5}}, "probe.split.test=1.5"),
+    ({"at": "fc", "target": "label", "memory": 100}, "probe.memory=100 bytes: one batch's rows at fc take 640 bytes"),
+    ({"at": "conv", "target": "label", "pool": "every"}, "probe.pool=every: conv's output (16, 6, 8, 8) is not token rows"),
+    ({"at": "total", "target": "label"}, "total's output has shape (16,), with no feature axis"),
+    ({"at": "fcc", "target": "label"}, "probe.at: Net has no module 'fcc'"),
+    ({"at": "fc", "target": "label", "method": "svm"}, "probe.method='svm'; choose logistic or ridge"),
+])
+def test_bad_input_is_one_line_before_any_batch(tmp_path, block, message):
+    model = Net().eval()
+    model.total.forward = lost  # (batch,): no feature axis
+    with pytest.raises(HookrunError) as err:
+        run(tmp_path, model, data(), **block)
+    assert message in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "p.h5").exists()
+
+
+def test_a_single_class_is_refused(tmp_path):
+    ds = [{**d, "label": torch.tensor(2)} for d in data()]
+    with pytest.raises(ConfigError, match=r"the data.s targets hold 1 class"):
+        run(tmp_path, Net().eval(), ds, at="fc", target="label")
+
+
+def test_text_targets_against_the_text_itself():
+    """after_space / is_space on data=text's byte tokens, against the characters of the lines."""
+    from hookrun.data.text import text
+    from hookrun.runner.kinds.probe.targets import after_space, is_space
+
+    ds = text(max_length=24)
+    batch = {k: torch.stack([ds[i][k] for i in range(4)]) for k in ("input_ids", "attention_mask")}
+    after, space = after_space(batch), is_space(batch)
+    for i in range(4):
+        n = int(batch["attention_mask"][i].sum())
+        chars = [None] + list(ds.texts[i].encode()[: n - 1])  # position 0 is bos
+        for p in range(1, n):
+            assert int(space[i, p]) == (chars[p] == ord(" "))
+            assert int(after[i, p]) == (chars[p - 1] == ord(" "))

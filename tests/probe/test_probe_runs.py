@@ -1,0 +1,117 @@
+"""probe runs as a user runs them: resume after SIGKILL equals the uninterrupted run; rows spilled to
+disk (a small `memory`) equal rows held; test_data's items as the test rows; the readers (inspect,
+plot, report, a sweep over probe.C in open_sweep)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+from conftest import ENV, ROOT
+
+import hookrun
+
+CFG = {"model": {"_target_": "hookrun.models.tiny_cnn"},
+       "data": {"dataset": {"_target_": "hookrun.data.shapes", "size": 96, "noise": 0.3}, "batch_size": 16},
+       "device": "cpu", "progress": False, "output": {"flush_every": 1},
+       "probe": {"at": ["block1", "block3"], "target": "label", "method": "ridge", "control": True, "memory": "1MB"},
+       "hooks": {"killer": {"at": "fc", "type": "forward",
+                            "actions": [{"_target_": "rank_helpers.kill_when_told", "_partial_": True}]}}}
+
+
+def run_child(path, kill_at=None, **over):
+    cfg = {**CFG, "output": {**CFG["output"], "path": str(path)}, **over}
+    env = {**os.environ, **ENV, "OMP_NUM_THREADS": "1"}
+    env.pop("HOOKRUN_TEST_KILL", None)
+    if kill_at is not None:
+        env["HOOKRUN_TEST_KILL"] = f"0:{kill_at}"  # rank_helpers.kill_when_told: SIGKILL at that batch
+    code = f"import hookrun, json; hookrun.run(json.loads({json.dumps(json.dumps(cfg))}))"
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+
+
+def results(path):
+    run = hookrun.open_run(path)
+    return run.probes(), {a: run.probe_weights(a) for a in ("block1", "block3")}
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill_equals_the_uninterrupted_run(tmp_path):
+    hookrun.run({**CFG, "output": {**CFG["output"], "path": str(tmp_path / "whole.h5")}})  # (no HOOKRUN_TEST_KILL here)
+    killed = run_child(tmp_path / "killed.h5", kill_at=4)
+    assert killed.returncode == -signal.SIGKILL
+    with h5py.File(tmp_path / "killed.h5", "r") as f:
+        assert "probe" not in f and 0 < f["samples/index"].shape[0] < 96
+    again = run_child(tmp_path / "killed.h5", resume=True)
+    assert again.returncode == 0, again.stderr[-2000:]
+    (t1, w1), (t2, w2) = results(tmp_path / "whole.h5"), results(tmp_path / "killed.h5")
+    assert t1.rows == t2.rows
+    for a in w1:
+        np.testing.assert_allclose(w2[a][0], w1[a][0], rtol=1e-9, atol=1e-12)
+
+
+def test_rows_spilled_to_disk_equal_rows_held_and_test_data(tmp_path):
+    from hookrun.models import tiny_cnn
+
+    model = tiny_cnn()
+    base = {"data": {"dataset": {"_target_": "hookrun.data.shapes", "size": 64, "noise": 0.3}, "batch_size": 16},
+            "device": "cpu", "progress": False}
+    block = {"at": ["block2", "fc"], "target": "label", "method": "logistic", "control": True}
+    paths = {}
+    for name, memory in (("held", "1GB"), ("spilled", 16 * 32 * 8 * 2 + 16 * 4 * 8 * 2)):  # two batches of rows each
+        paths[name] = tmp_path / f"{name}.h5"
+        hookrun.run({**base, "output": {"path": str(paths[name])}, "probe": {**block, "memory": memory}}, model=model)
+    held, spilled = (hookrun.open_run(paths[n]) for n in ("held", "spilled"))
+    assert held.probes().rows == spilled.probes().rows
+    for a in ("block2", "fc"):
+        np.testing.assert_allclose(spilled.probe_weights(a)[0], held.probe_weights(a)[0], rtol=1e-6, atol=1e-9)
+    assert bool(spilled.file["probe/000"].attrs["spilled"]) and not bool(held.file["probe/000"].attrs["spilled"])
+    assert not any(p.name.startswith(".probe_rows") for p in tmp_path.iterdir())
+    test_data = {"dataset": {"_target_": "hookrun.data.shapes", "size": 32, "seed": 5, "noise": 0.3}}
+    path = tmp_path / "td.h5"
+    hookrun.run({**base, "output": {"path": str(path)}, "probe": {**block, "test_data": test_data}}, model=model)
+    run = hookrun.open_run(path)
+    t = run.probes()
+    assert [int(run.file[f"probe/{k}"].attrs["test_rows"]) for k in ("000", "001")] == [32, 32]
+    assert [int(run.file[f"probe/{k}"].attrs["train_rows"]) for k in ("000", "001")] == [64, 64]
+    assert t.column("rows") == [96, 96]
+
+
+@pytest.mark.slow
+def test_inspect_plot_report_and_a_sweep_over_C(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    small = ["experiment=probe_shapes", "data.dataset.size=64", "data.batch_size=32", "probe.at=[block1,block3]"]
+    one = tmp_path / "one"
+    r = subprocess.run([sys.executable, "-m", "hookrun", *small, f"hydra.run.dir={one}"], env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    t = hookrun.open_run(one).probes()
+    out = subprocess.run([sys.executable, "-m", "hookrun.inspect", str(one)], env=env, capture_output=True, text=True,
+                         timeout=300).stdout
+    for row in t:
+        assert f"{row['at']}" in out and f"test {row['test']:.3f}" in out
+    r = subprocess.run([sys.executable, "-m", "hookrun.plot", str(one)], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert any(p.name.startswith("probe_depth") for p in (one / "figures").iterdir())
+    from hookrun.runner.kinds.probe.reader import depth_figure
+
+    with h5py.File(next(one.glob("*.h5")), "r") as f:
+        spec = depth_figure(f)
+    assert spec.series["test accuracy"] == t.column("test") and spec.series["control task (test)"] == t.column("control")
+    r = subprocess.run([sys.executable, "-m", "hookrun.report", str(one)], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "Linear probes by depth" in (one / "report.html").read_text()
+    sweep = tmp_path / "sweep"
+    r = subprocess.run([sys.executable, "-m", "hookrun", "-m", *small, "probe.C=0.01,100", f"hydra.sweep.dir={sweep}"],
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    table = hookrun.open_sweep(sweep).table()
+    rows = {r_["probe.C"]: r_ for r_ in table}
+    for C in (0.01, 100):
+        want = hookrun.open_run(sweep / str([0.01, 100].index(C))).probes()
+        assert rows[C]["test@block3"] == want[1]["test"]

@@ -1,0 +1,192 @@
+"""The `sae:` kind as a run: its file's training curves and its SAE folder equal SAELens' SAETrainer
+run directly (tests/sae/test_sae_train.py's reference), a run killed with SIGKILL and resumed ends equal
+to it, and bad input is one line before any step."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from test_sae_train import CAPTURE, make_cache, reference
+
+import hookrun
+from hookrun.errors import ConfigError
+
+sae_lens = pytest.importorskip("sae_lens")
+from safetensors.torch import load_file  # noqa: E402
+
+ROWS, BATCH = 640, 32
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> str:
+    return make_cache(tmp_path_factory.mktemp("sae_kind_cache"))
+
+
+def config(cache: str, folder: Path, **sae) -> dict:
+    block = {"from": cache, "capture": CAPTURE, "architecture": "topk", "k": 8, "d_sae": 64, "lr": 1e-3,
+             "lr_schedule": {"warmup": 2, "decay": 0.2}, "batch_rows": BATCH, "rows": ROWS, "shuffle": False,
+             "seed": 5, **sae}
+    return {"model": {"_target_": "torchvision.ops.MLP", "in_channels": 8, "hidden_channels": [16]},
+            "data": {"dataset": {"_target_": "hookrun.data.RandomTensors", "n": 4, "shape": [8], "num_classes": 2,
+                                 "seed": 3}, "batch_size": 4},
+            "device": "cpu", "progress": False, "output": {"path": str(folder / "captures.h5")}, "sae": block}
+
+
+def check_equals_reference(run_path: Path, out: Path, cache: str) -> None:
+    ref, logs = reference(cache, "topk", ROWS, seed=5, lr_warmup=2, lr_decay_steps=4)
+    with hookrun.open_run(run_path) as run:
+        t = run.sae_curves()
+        assert t.column("step") == list(range(20))
+        for row, want in zip(t.rows, logs, strict=True):
+            assert row["mse_loss"] == pytest.approx(want["losses/mse_loss"], rel=1e-6)
+            assert row["overall_loss"] == pytest.approx(want["losses/overall_loss"], rel=1e-6)
+            assert row["l0"] == pytest.approx(want["metrics/l0"], rel=1e-6)
+            assert row["explained_variance"] == pytest.approx(want["metrics/explained_variance"], rel=1e-6, abs=1e-9)
+            assert row["dead_features"] == want["sparsity/dead_features"]
+            assert row["lr"] == pytest.approx(want["details/current_learning_rate"], rel=1e-6)
+            assert row["samples"] == want["details/n_training_samples"]
+    ref_dir = out.parent / "ref_inference"
+    ref.save_inference_model(str(ref_dir))
+    got, want = load_file(str(out / "sae_weights.safetensors")), load_file(str(ref_dir / "sae_weights.safetensors"))
+    assert got.keys() == want.keys()
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=1e-5, atol=1e-6)
+    assert json.loads((out / "cfg.json").read_text())["metadata"]["hook_name"] == "0"
+
+
+def test_run_writes_saelens_curves_and_folder(cache, tmp_path):
+    torch.set_num_threads(1)
+    result = hookrun.run(config(cache, tmp_path / "run", checkpoints=2))
+    assert result.status == "complete" and result.steps == 20
+    check_equals_reference(result.path, tmp_path / "run" / "sae", cache)
+    assert sorted(int(p.name) for p in (tmp_path / "run" / "checkpoints").iterdir()) == [224, 448]
+    with hookrun.open_run(result.path) as run:
+        assert run.sae["epochs"] == 2 and run.sae["cache_rows"] == 400 and run.sae["d_in"] == 16
+
+
+KILLER = """
+import os, signal, sys, json
+from hookrun.runner.kinds.sae import engine
+step = engine.LoggingTrainer.step
+def killing(self, batch):
+    out = step(self, batch)
+    if self.n_training_steps == {kill_at}:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return out
+engine.LoggingTrainer.step = killing
+import hookrun
+hookrun.run(json.loads(sys.argv[1]))
+"""
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_ends_equal(cache, tmp_path, caplog):
+    cfg = config(cache, tmp_path / "run", checkpoints=3)
+    cfg["output"]["flush_every"] = 1
+    script = tmp_path / "killed.py"
+    script.write_text(textwrap.dedent(KILLER.format(kill_at=13)))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, str(script), json.dumps(cfg)], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == -9, done.stderr[-2000:]
+    # checkpoints past 160, 320 and 480 samples: the kill came in step 13, after those at 192 and 352
+    assert sorted(int(p.name) for p in (tmp_path / "run" / "checkpoints").iterdir()) == [192, 352]
+    with h5py.File(tmp_path / "run" / "captures.h5") as f:
+        kept = f["samples/index"].shape[0]
+    assert 0 < kept <= 14
+    caplog.set_level("INFO", logger="hookrun")
+    result = hookrun.run({**cfg, "resume": True})
+    assert result.status == "complete"
+    assert f"resume: from checkpoint step 11; {kept - 11} training step(s) run again" in caplog.text
+    check_equals_reference(result.path, tmp_path / "run" / "sae", cache)
+
+
+def bad(cache: str, tmp_path: Path, **sae) -> str:
+    with pytest.raises(ConfigError) as info:
+        hookrun.run(config(cache, tmp_path / "bad", **sae))
+    assert not (tmp_path / "bad" / "captures.h5").exists()  # nothing ran
+    return str(info.value)
+
+
+def test_bad_input_is_one_line_before_any_step(cache, tmp_path):
+    assert "did you mean 'mlp/0/output'" in bad(cache, tmp_path, capture="mlp/0/outptu")
+    assert "did you mean 'topk'" in bad(cache, tmp_path, architecture="topkk")
+    assert "1 <= k <= d_sae" in bad(cache, tmp_path, k=100)
+    assert "smaller than one batch" in bad(cache, tmp_path, rows=16)
+    assert "has no such key" in bad(cache, tmp_path, architecture="standard", k=None, l0_coefficient=1.0)
+    assert "matryoshka_widths" in bad(cache, tmp_path, architecture="matryoshka_batchtopk")
+    assert "did you mean sae.architecture?" in bad(cache, tmp_path, architecure="topk")
+    # a cache that is not complete
+    partial = tmp_path / "partial.h5"
+    partial.write_bytes(Path(cache).read_bytes())
+    with h5py.File(partial, "a") as f:
+        f.attrs["status"] = "running"
+    assert "not complete" in bad(str(partial), tmp_path)
+    # an out folder that holds another SAE
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "cfg.json").write_text("{}")
+    assert "already holds an SAE" in bad(cache, tmp_path, out=str(other))
+    for msg in [bad(cache, tmp_path, capture="nope")]:
+        assert "\n" not in msg
+
+
+def test_shuffled_order_is_seeded_and_a_new_order_per_epoch(cache):
+    from hookrun.runner.kinds.sae.data import CacheRows
+
+    def rows(seed: int) -> np.ndarray:
+        data = CacheRows(cache, CAPTURE, 32, {"buffer_rows": 128, "seed": seed})
+        got = np.concatenate([next(data).numpy() for _ in range(25)])  # 800 rows: two passes over 400
+        data.close()
+        return got
+
+    a, b, c = rows(0), rows(0), rows(1)
+    with h5py.File(cache) as f:
+        x = f[f"captures/{CAPTURE}"][:].astype(np.float32)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+    for half in (a[:400], a[400:]):  # each pass is a permutation of the cache's rows
+        np.testing.assert_array_equal(np.sort(half, axis=0), np.sort(x, axis=0))
+    assert not np.array_equal(a[:400], a[400:]) and not np.array_equal(a[:400], x)
+
+
+@pytest.mark.slow
+def test_cli_sweep_inspect_and_plot(cache, tmp_path):
+    """`-m sae.k=4,8`: each job's SAE in its own run folder, one table in open_sweep (the last step's
+    figures, read back here from each job's file with h5py), inspect's last step, plot's curves."""
+    from conftest import run_cli
+
+    common = [f"sae.from={cache}", f"sae.capture={CAPTURE}", "sae.d_sae=64", "sae.batch_rows=32", "sae.rows=320",
+              "sae.out=null", "sae.checkpoints=0", "data.dataset.limit=1", "progress=false"]
+    done = run_cli("-m", "experiment=sae_train", "sae.k=4,8", *common, f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                   cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = hookrun.open_sweep(tmp_path / "sweep").table(captures=[])
+    assert [r["sae.k"] for r in table.rows] == [4, 8]
+    for r in table.rows:
+        job = tmp_path / "sweep" / str(r["job"])
+        with h5py.File(job / "captures.h5") as f:
+            assert r["l0"] == f["captures/sae/curves/l0"][-1] == r["sae.k"]
+            assert r["explained_variance"] == f["captures/sae/curves/explained_variance"][-1]
+        assert json.loads((job / "sae" / "cfg.json").read_text())["k"] == r["sae.k"]
+    job0 = tmp_path / "sweep" / "0"
+    out = subprocess.run([sys.executable, "-m", "hookrun.inspect", str(job0), "--no-stats"], capture_output=True,
+                         text=True, cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    last = next(line for line in out.stdout.splitlines() if "last step" in line)
+    with h5py.File(job0 / "captures.h5") as f:
+        assert "last step 9: " in last and f"mse_loss {f['captures/sae/curves/mse_loss'][-1]:.6g}" in last
+    plotted = subprocess.run([sys.executable, "-m", "hookrun.plot", str(job0)], capture_output=True, text=True,
+                             cwd=tmp_path, timeout=300)
+    assert plotted.returncode == 0, plotted.stderr[-2000:]
+    assert (job0 / "figures" / "sae_loss.png").stat().st_size > 0
+    assert (job0 / "figures" / "sae_explained_variance.png").stat().st_size > 0

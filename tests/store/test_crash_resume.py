@@ -1,0 +1,143 @@
+"""A failed batch, a kill -9 at any moment, rows damaged on disk, a symlinked output: every file plain
+h5py reads agrees with its counts, and resume goes on to the rows a whole run writes. References:
+plain h5py and an uninterrupted run of the same config."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from conftest import HELPERS, ROOT, make_cfg
+from kill_in_flush import killed_inside_a_flush
+from test_reliability import assert_same_captures, rich_hooks
+
+import hookrun
+from hookrun.errors import ConfigError, RunError
+from hookrun.output.signals import Interrupted
+from hookrun.store.h5store import H5Store
+
+
+def test_a_batch_that_fails_in_the_writer_is_dropped_and_resume_redoes_it(tmp_path, checkpoint, monkeypatch):
+    full = hookrun.run(make_cfg(tmp_path / "full", checkpoint, rich_hooks())).path
+    original = H5Store._write_capture
+
+    def failing(self, cap, rec, *args):
+        if rec.step == 1 and "layer3" in cap.key.path:  # after /samples and earlier captures got the batch
+            raise OSError("simulated write failure")
+        return original(self, cap, rec, *args)
+
+    monkeypatch.setattr(H5Store, "_write_capture", failing)
+    cfg = make_cfg(tmp_path / "part", checkpoint, rich_hooks())
+    with pytest.raises(RunError, match="failed at batch 1: OSError: simulated write failure"):
+        hookrun.run(cfg)
+    with h5py.File(cfg["output"]["path"]) as f:
+        assert f.attrs["status"] == "failed" and f.attrs["steps_complete"] == 1
+        assert f["samples/index"].shape[0] == f["samples/step"].shape[0] == f.attrs["samples_complete"] == 4
+        assert f["captures/fmap/layer1.0/output"].shape[0] == 4
+    monkeypatch.setattr(H5Store, "_write_capture", original)
+    cfg["resume"] = True
+    assert hookrun.run(cfg).status == "complete"
+    assert_same_captures(full, Path(cfg["output"]["path"]))
+
+
+def test_resume_through_a_symlink_keeps_the_link(tmp_path, checkpoint):
+    from toy_models import STOP_AT
+
+    full = hookrun.run(make_cfg(tmp_path / "full", checkpoint, rich_hooks(told=True), **{"data.batch_size": 2})).path
+    (tmp_path / "store").mkdir()
+    link = tmp_path / "captures.h5"
+    link.symlink_to(tmp_path / "store" / "real.h5")
+    cfg = make_cfg(tmp_path, checkpoint, rich_hooks(told=True), **{"data.batch_size": 2})
+    STOP_AT[:] = [3]
+    with pytest.raises(Interrupted):
+        hookrun.run(cfg)
+    assert link.is_symlink()
+    cfg.update(resume=True)
+    cfg["output"]["compression"] = "gzip"  # changes no value: resume goes on
+    assert hookrun.run(cfg).status == "complete"
+    assert link.is_symlink() and link.resolve() == tmp_path / "store" / "real.h5"
+    assert_same_captures(full, link)
+
+
+def _damage_rows(path, name, row):
+    """Flip bytes inside the stored rows of a capture (its data, not its header)."""
+    with h5py.File(path, "r") as f:
+        ds = f[name]
+        info = ds.id.get_chunk_info_by_coord((row,) + (0,) * (ds.ndim - 1))
+        offset = info.byte_offset + ds.dtype.itemsize * int(np.prod(ds.shape[1:])) * (row % ds.chunks[0])
+    with open(path, "r+b") as raw:
+        raw.seek(offset)
+        raw.write(b"\x7f\x7f\x7f\x7f")
+
+
+def test_resume_refuses_rows_damaged_on_disk_and_inspect_verify_names_them(tmp_path, checkpoint):
+    hooks = {"l": {"at": "layer2", "type": "forward", "actions": [{"name": "record", "what": "output"}]}}
+    cfg = make_cfg(tmp_path, checkpoint, hooks, **{"output.checksum": True})
+    path = hookrun.run(cfg).path
+    verify = [sys.executable, "-m", "hookrun.inspect", "--verify", str(path)]
+    ok = subprocess.run(verify, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0 and "3 dataset(s) checked: every checked row matches its checksum" in ok.stdout, ok.stderr
+    _damage_rows(path, "captures/l/layer2/output", 5)
+    bad = subprocess.run(verify, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1, bad.stdout
+    assert "damaged: /captures/l/layer2/output: rows 4..7 do not match their checksum" in bad.stderr
+    with h5py.File(path, "a") as f:  # as if it had been interrupted after its last batch
+        f.attrs["status"] = "interrupted"
+    before = path.read_bytes()
+    with pytest.raises(ConfigError, match=r"resume: .*captures/l/layer2/output rows 4\.\.7 \(batch 1\) do not match their checksum"):
+        hookrun.run({**cfg, "resume": True})
+    assert path.read_bytes() == before  # the damaged file is left as it was, for the user to look at
+
+
+@pytest.mark.slow
+def test_hundreds_of_kills_leave_files_whose_lengths_agree_with_their_counts(tmp_path):
+    """tests/helpers/kill_store.py forks a writer per kill and SIGKILLs it at a random moment of its life;
+    every file left is read with plain h5py: every dataset's length equals what the counts say and
+    every row equals the writer's (before the fix, 14 of 190 killed files held more rows than
+    samples_complete). A kill inside a flush leaves NAME.flushing, checked against the flush before."""
+    import json
+
+    out = subprocess.run([sys.executable, str(HELPERS / "kill_store.py"), str(tmp_path), "--kills", "150",
+                          "--batches", "16"], capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.splitlines()[-1])
+    assert result["checked"] >= 120, result
+    assert result["disagreements"] == [], result["disagreements"][:5]
+
+
+def _killed_inside_a_flush(cfg, at_flush):
+    """Run `cfg` in a child process that dies inside its `at_flush`-th flush, before HDF5 wrote
+    anything of that flush."""
+    out = killed_inside_a_flush(cfg, at_flush, timeout=300)
+    assert out.returncode == 9, out.stderr[-2000:]
+
+
+def test_a_run_killed_inside_a_flush_leaves_its_file_under_its_name_and_resume_recovers_it(tmp_path, checkpoint):
+    """Killed inside a flush, the file stays under its name as the last whole flush (issue 34 item
+    10; it stood aside at captures.h5.flushing before). A `.flushing` file an older hookrun left
+    is still named by open_run, kept from a new run, and recovered by resume."""
+    hooks = {"l": {"at": "layer2", "type": "forward", "actions": [{"name": "record", "what": "output"}]}}
+    ref = hookrun.run(make_cfg(tmp_path / "ref", checkpoint, hooks)).path
+    cfg = make_cfg(tmp_path, checkpoint, hooks, **{"output.flush_every": 1})
+    _killed_inside_a_flush(cfg, at_flush=4)  # the skeleton, batches 0 and 1 flushed; killed flushing batch 2
+    path, aside = tmp_path / "captures.h5", tmp_path / "captures.h5.flushing"
+    assert path.exists() and not aside.exists()
+    with h5py.File(path, "r") as f, h5py.File(ref) as r:  # plain h5py: the file of batch 1's flush
+        assert (int(f.attrs["steps_complete"]), int(f.attrs["samples_complete"])) == (2, 8)
+        assert f["samples/index"].shape[0] == f["captures/l/layer2/output"].shape[0] == 8
+        np.testing.assert_array_equal(f["captures/l/layer2/output"][:], r["captures/l/layer2/output"][:8])
+    path.rename(aside)  # as hookrun 0.2 left a file killed inside a flush
+    with pytest.raises(hookrun.errors.NotFoundError, match=r"captures\.h5\.flushing beside it: the run was killed while it flushed; resume=true"):
+        hookrun.open_run(path)
+    with pytest.raises(ConfigError, match=r"captures\.h5\.flushing.* resume=true recovers its batches, output\.overwrite=true"):
+        hookrun.run(cfg)  # a new run does not silently replace what the kill left
+    hookrun.run({**cfg, "resume": True})
+    assert path.exists() and not aside.exists()
+    with h5py.File(path) as f, h5py.File(ref) as r:
+        assert f.attrs["status"] == "complete"
+        assert f["samples/index"].shape[0] == f.attrs["samples_complete"] == r.attrs["samples_complete"]
+        np.testing.assert_array_equal(f["captures/l/layer2/output"][:], r["captures/l/layer2/output"][:])

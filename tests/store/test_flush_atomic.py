@@ -1,0 +1,115 @@
+"""A kill -9 at any moment leaves the run's file under its own name, as one whole flush (issue 34
+item 10): before, a kill inside a flush left only `captures.h5.flushing` (about 1 in 8 random kills
+with flush_every=1). Each case is read with plain h5py and checked against the values the writer
+writes (tests/helpers/kill_store.py), never against hookrun's reader."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import pytest
+from conftest import HELPERS, ROOT
+from kill_store import B, check, write
+
+from hookrun.store import held
+
+
+def _killed_at(path: Path, flush: int, when) -> None:
+    """Fork a writer (tests/helpers/kill_store.py's batches, flush_every=1) that dies with SIGKILL inside its
+    `flush`-th release of held writes, at the point `when(applier, message)` picks."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            count = {"n": 0}
+            apply = held.Applier.apply
+
+            def dying(self, message):
+                count["n"] += 1
+                if count["n"] == flush:
+                    when(self, message)
+                    os.kill(os.getpid(), signal.SIGKILL)
+                apply(self, message)
+
+            held.Applier.apply = dying
+            write(path, 12)
+        finally:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+
+
+def _half_sent(applier, message):
+    """Half of the message reaches the helper, then the writer dies."""
+    import struct
+
+    applier.proc.stdin.write(struct.pack("<Q", len(message)) + message[: len(message) // 2])
+    applier.proc.stdin.flush()
+
+
+def _all_sent(applier, message):
+    """The whole message reaches the helper; the writer dies before it hears back."""
+    import struct
+
+    applier.proc.stdin.write(struct.pack("<Q", len(message)) + message)
+    applier.proc.stdin.flush()
+
+
+@pytest.mark.skipif(os.name != "posix", reason="fork and a helper process")
+@pytest.mark.parametrize("when, steps", [(lambda a, m: None, 6), (_half_sent, 6), (_all_sent, 7)])
+def test_a_kill_inside_a_flush_leaves_the_file_of_one_whole_flush_under_its_name(tmp_path, when, steps):
+    """The 7th release with held writes is the flush of batch 6 (the skeleton's holds none). Killed
+    after HDF5 wrote its new space (before the release) or with half the held writes sent, the file
+    is that of batches 0..5; with all of them sent, the helper applies them: batches 0..6."""
+    path = tmp_path / "captures.h5"
+    _killed_at(path, 7, when)
+    assert path.exists() and not path.with_name(path.name + ".flushing").exists()
+    assert check(path) == []  # plain h5py: every length equals its counts, every row the writer's
+    with h5py.File(path, "r") as f:
+        assert int(f.attrs["steps_complete"]) == steps and int(f.attrs["samples_complete"]) == steps * B
+        assert f["samples/index"].shape[0] == steps * B
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.name != "posix", reason="fork and SIGKILL")
+def test_random_kills_always_leave_the_file_under_its_name(tmp_path):
+    out = subprocess.run([sys.executable, str(HELPERS / "kill_store.py"), str(tmp_path), "--kills", "30",
+                          "--batches", "16", "--seed", "3"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.splitlines()[-1])
+    assert result["mid_flush"] == 0, result
+    assert result["checked"] >= 25 and result["disagreements"] == [], result
+
+
+@pytest.mark.skipif(os.name != "posix", reason="the helper process is posix-only (Windows applies in-process)")
+def test_closing_ends_the_flush_helper_while_a_forked_child_holds_its_pipe(tmp_path):
+    """A DataLoader worker is a fork of the writer, so it holds the write end of the helper's pipe
+    too: closing the pipe sends the helper no EOF. The store's close must still end the helper (it
+    hung until the worker went away: test_inputs' ragged items with num_workers=1)."""
+    import threading
+
+    from hookrun.store.held import HeldWrites
+
+    raw = HeldWrites(tmp_path / "x.bin")
+    helper = raw.applier.proc
+    child = os.fork()
+    if child == 0:  # the "worker": holds every inherited fd, the helper's stdin among them
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        import time
+
+        time.sleep(300)
+        os._exit(0)
+    try:
+        closing = threading.Thread(target=raw.close, daemon=True)
+        closing.start()
+        closing.join(60)
+        assert not closing.is_alive(), "close() waited on a helper that never saw the end of its input"
+        assert helper.poll() == 0
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)

@@ -1,0 +1,82 @@
+"""`python -m hookrun.inspect --verify` (issue 34 item 5): a file without checksums is never passed
+as verified, and the sample table (/samples/index, /samples/step) and variable-length rows carry
+checksums too. Files are written by the store itself (tests/helpers/kill_store.py's batches); the damage is
+done with plain h5py, and what is damaged is known independently of hookrun."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import torch
+from kill_store import batch
+
+from hookrun.cli.inspect_command import main
+from hookrun.store.h5store import H5Store
+from hookrun.store.records import Capture, CaptureKey
+
+
+def _write(path, checksum: bool, batches: int = 4, ragged: bool = False):
+    with H5Store(path, {"config": "verify test"}, flush_every=1, checksum=checksum) as store:
+        for step in range(batches):
+            rec = batch(step)
+            if ragged:
+                g = torch.Generator().manual_seed(100 + step)
+                boxes = [torch.randn(int(n), 4, generator=g) for n in torch.randint(0, 5, (4,), generator=g)]
+                rec.captures.append(Capture(CaptureKey("b", "det", "forward", "output"), boxes, False, ragged=True))
+            store.write(rec)
+    return path
+
+
+def _change(path, name, row, value):
+    with h5py.File(path, "r+") as f:
+        f[name][row] = value
+
+
+def test_a_file_without_checksums_is_not_passed_as_verified(tmp_path, capsys):
+    path = _write(tmp_path / "plain.h5", checksum=False)
+    _change(path, "captures/f/features/output", 5, np.full((16, 8, 8), 7.0, np.float32))
+    assert main([str(path), "--verify"]) == 3
+    out = capsys.readouterr()
+    assert "NOTHING could be verified" in out.out and "every" not in out.out
+    assert "unverified: nothing could be verified" in out.err and "--allow-unverified" in out.err
+    assert main([str(path), "--verify", "--allow-unverified"]) == 0
+
+
+def test_a_changed_sample_index_is_found(tmp_path, capsys):
+    path = _write(tmp_path / "c.h5", checksum=True)
+    assert main([str(path), "--verify"]) == 0
+    assert "every checked row matches its checksum" in capsys.readouterr().out
+    with h5py.File(path, "r") as f:
+        index = f["samples/index"][:]
+    assert np.array_equal(index, np.arange(16))  # the writer's own sample ids (kill_store.batch)
+    _change(path, "samples/index", 6, 7)  # rows 6 and 7 now both say sample 7
+    _change(path, "samples/step", 1, 3)
+    assert main([str(path), "--verify"]) == 1
+    err = capsys.readouterr().err
+    assert "damaged: /samples/index: rows 4..7 do not match their checksum" in err
+    assert "damaged: /samples/step: rows 0..3 do not match their checksum" in err
+
+
+def test_variable_length_rows_carry_checksums(tmp_path, capsys):
+    path = _write(tmp_path / "r.h5", checksum=True, ragged=True)
+    assert main([str(path), "--verify"]) == 0
+    capsys.readouterr()
+    with h5py.File(path, "r+") as f:
+        ds = f["captures/b/det/output"]
+        row = next(i for i in range(ds.shape[0]) if ds[i].size)  # a sample with boxes
+        ds[row] = ds[row] + 1
+    assert main([str(path), "--verify"]) == 1
+    assert "damaged: /captures/b/det/output: rows" in capsys.readouterr().err
+
+
+def test_the_sample_table_digests_are_those_of_its_rows(tmp_path):
+    """Independent of verify: xxh3 of each batch's int64 sample ids, as the /checksums table holds."""
+    import xxhash
+
+    path = _write(tmp_path / "d.h5", checksum=True)
+    with h5py.File(path, "r") as f:
+        k = int(f["samples/index"].attrs["digest"].rsplit(":", 1)[1])
+        table = f["/checksums"][:]
+        rows = table[table[:, 0] == k]
+        want = [xxhash.xxh3_64_intdigest(np.arange(s * 4, s * 4 + 4, dtype=np.int64).tobytes()) for s in range(4)]
+        assert rows[:, 1].tolist() == [4, 8, 12, 16] and rows[:, 2].tolist() == want
