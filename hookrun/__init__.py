@@ -22,7 +22,7 @@ __all__ = ["Action", "attribute", "Captured", "RunResult", "__version__", "captu
 _FACE = {"open_run": "hookrun.analysis:open_run", "open_sweep": "hookrun.analysis:open_sweep",
          "Action": "hookrun.hooks.actions.base:Action", "register_action": "hookrun.hooks.actions.base:register_action",
          "Captured": "hookrun.notebook.capture:Captured", "capture": "hookrun.notebook.capture:capture",
-         "modules": "hookrun.notebook.lister:list_modules", "patch_grid": "hookrun.runner.kinds.patching.notebook:patch_grid",
+         "modules": "hookrun.notebook.lister:list_modules",
          "RunResult": "hookrun.runner.run:RunResult", "run": "hookrun.runner.run:run",
          "compose": "hookrun.cli.compose:compose"}
 
@@ -50,10 +50,9 @@ def __getattr__(name: str) -> Any:
         return value
     if importlib.util.find_spec(f"{__name__}.{name}") is not None:  # a submodule not yet imported (hookrun.models)
         raise AttributeError(f"module 'hookrun' has no attribute {name!r}")
-    from hookrun.config.plugins import loaded_plugins, plugin, plugin_names
+    from hookrun.config.plugins import notebook_function
 
-    for kind in [*loaded_plugins(), *(plugin(n) for n in plugin_names())]:  # a kind's notebook function
-        fn = kind.notebook if isinstance(kind.notebook, str) else getattr(kind.notebook, "__name__", None)
-        if fn is not None and fn.rpartition(":")[2] == name:
-            return kind.notebook_function()
+    fn = notebook_function(name)  # a kind's notebook function (only that kind is imported)
+    if fn is not None:
+        return fn
     raise AttributeError(f"module 'hookrun' has no attribute {name!r}")

@@ -1,5 +1,5 @@
 """Grad-CAM of a run that recorded a layer's maps and their gradient, from the file alone: read by
-`plot` (cli/gradcam.py draws it with matplotlib) and `report` (a section of overlays).
+`plot` (`pictures`: MapRow specs, registered in analysis/drawings.py) and `report` (a section of overlays).
 
     pairs = gradcam_pairs(run)                 # (activation, gradient) captures of one module
     cams = gradcam(act_rows, grad_rows)        # (n, H, W) in [0, 1]
@@ -14,6 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
+from hookrun.analysis.images import as_pictures, fit_maps  # noqa: F401 (the pictures' helpers, named here too)
 
 CaptureInfo = Any
 Run = Any
@@ -112,11 +114,29 @@ def targets(run: Run, indices: np.ndarray) -> np.ndarray | None:
     return np.array([run.targets[where[int(i)]] for i in indices])
 
 
-def as_pictures(batch: np.ndarray) -> list[np.ndarray]:
-    """(n, C, H, W) with C 1 or 3 -> H x W x 3 images in [0, 1], each scaled on its own."""
+SAMPLES = 4  # maps a Grad-CAM picture of `plot` shows
+
+
+def pictures(run: Run, samples: int = SAMPLES) -> list[tuple[str, Any]]:
+    """plot's pictures (file stem, MapRow spec): each pair's maps over the run's own images (plot's
+    --data fills them in where the run recorded none), captioned with the prediction and target."""
+    from hookrun.analysis.report.figure_specs import MapRow, run_label
+
     out = []
-    for x in np.asarray(batch, dtype=np.float64):
-        x = np.moveaxis(x, 0, -1)
-        x = (x - x.min()) / max(float(x.max() - x.min()), 1e-8)
-        out.append(x if x.shape[-1] == 3 else np.repeat(x, 3, axis=-1))
+    for act, grad in gradcam_pairs(run):
+        n = min(SAMPLES, act.shape[0])
+        cams = gradcam(run.file[act.path][:n].astype(np.float64), run.file[grad.path][:n].astype(np.float64))
+        indices = _index(run, act)[:n]
+        images = recorded_images(run, indices)
+        shown = as_pictures(images) if images is not None else None
+        if shown is not None:
+            cams = fit_maps(cams, shown[0].shape[:2])
+        pred, target = predictions(run, indices), targets(run, indices)
+        names = class_names(run)
+        captions = [caption(i, pred[k] if pred is not None else None, target[k] if target is not None else None, names)
+                    for k, i in enumerate(indices)]
+        head = f"{run_label(run)} · Grad-CAM at {act.module or '(model)'} (hooks {act.hook}, {grad.hook}/{grad.role})"
+        out.append((f"gradcam_{act.module or 'model'}",
+                    MapRow(cams, captions, head, "Grad-CAM (scaled to 0-1 per sample)", indices, shown,
+                           no_pictures="\n(no input images: record the model's input, or pass --data)")))
     return out

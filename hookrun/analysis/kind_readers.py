@@ -56,7 +56,7 @@ class KindReader:
     attr_lines: Callable[[Mapping], list[str]] = _none  # inspect's lines from the root attributes alone
     header: Callable[[Mapping], list[list[str]]] = _none  # the report's run-table rows, from the root attributes
     properties: dict[str, Callable[[Mapping], Any]] = field(default_factory=dict)  # Run's properties: run.NAME -> fn(attrs)
-    figures: Callable[[Any], list[tuple[str, Any]]] = _none  # plot's pictures (given the Run): (file stem, figure spec)
+    figures: Callable[..., list[tuple[str, Any]]] = _none  # plot's pictures (given the Run[, the samples]): (file stem, figure spec)
     no_values: Callable[[str], str | None] = _no_note  # what a summary says of its capture LABEL with no finite value
 
 
@@ -133,9 +133,22 @@ def no_values_note(label: str) -> str | None:
     return next((note for r in all_readers() if (note := r.no_values(label))), None)
 
 
-def kind_figures(run: Any) -> list[tuple[str, Any]]:
-    """plot's pictures of the file's kind: (file stem, figure spec)."""
-    return [fig for r in readers_of(run.file) for fig in r.figures(run)]
+def kind_figures(run: Any, samples: int | None = None) -> list[tuple[str, Any]]:
+    """plot's pictures of the file's kind: (file stem, figure spec); a reader whose `figures` takes a
+    second argument is given the samples plot was asked to show (`--samples`)."""
+    return [fig for r in readers_of(run.file) for fig in (r.figures(run, samples) if samples is not None and _takes_two(r.figures)
+                                                         else r.figures(run))]
+
+
+def _takes_two(fn: Callable[..., Any]) -> bool:
+    import inspect
+
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    return len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]) >= 2 or any(
+        p.kind is p.VAR_POSITIONAL for p in params)
 
 
 def kind_method(f: h5py.File, name: str) -> Callable[..., Any] | None:

@@ -34,6 +34,7 @@ from hookrun.cli.hydra_errors import dotted_keys, one_line, renamed, shell_damag
 from hookrun.cli.hydra_mode import skip_mode_compose
 from hookrun.cli.run_record import RunRecord, held_saves
 from hookrun.cli.usage import usage, version
+from hookrun.config.plugins import plugin
 from hookrun.config.schema import HookrunConfig, hydra_schema
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.output.destination import in_run_folder
@@ -174,7 +175,8 @@ def _missing_block(overrides: list[str]) -> str | None:
     (a sweep over group options: Hydra composes the sweep's config without them first)."""
     swept = [o for o in overrides if "," in o.partition("=")[2] and Path(conf_dir(), o.partition("=")[0].lstrip("+")).is_dir()]
     rest = [o for o in overrides if o not in swept]
-    return missing_block(overrides, block_names(SCHEMA, HookrunConfig), lambda: _compose_groups(rest), conf_dir(), swept)
+    return missing_block(overrides, block_names(SCHEMA, HookrunConfig), lambda: _compose_groups(rest), conf_dir(), swept,
+                         lambda name: bool(getattr(plugin(name), "added_by_key", False)))
 
 
 def _group_options(group: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""The kinds' blocks (patching:, attribution:, a kind plugin's) on the command line.
+"""The kinds' blocks (a kind plugin's: patching:, attribution:, ...) on the command line.
 
     ConfigStore.instance().store(name="hookrun_schema", node=hydra_slots(HookrunConfig))
     line = missing_block(["experiment=resnet_layer1", "patching.method=eap"], compose_groups, conf)
@@ -30,7 +30,7 @@ def _optional_dataclass(hint: Any) -> bool:
 
 def block_names(schema: type, own: type) -> list[str]:
     """The top-level keys that are a kind's block: an optional dataclass of hookrun's own schema
-    `own` (evaluate, patching, attribution), or a null slot `schema` adds to it (a kind plugin's)."""
+    `own`, or a null slot `schema` adds to it (a kind plugin's)."""
     hints = typing.get_type_hints(own)
     names = [f.name for f in dataclasses.fields(own) if _optional_dataclass(hints[f.name])]
     mine = set(hints)
@@ -46,11 +46,12 @@ def hydra_slots(schema: type) -> type:
 
 
 def missing_block(overrides: list[str], blocks: list[str], compose_groups: Callable[[], Any], conf: str | Path,
-                  swept: list[str] = ()) -> str | None:
+                  swept: list[str] = (), added_by_key: Callable[[str], bool] = lambda _: False) -> str | None:
     """One line for `BLOCK.key=value` (no `+`) where the config, as its groups compose it, has no
     BLOCK; None where every such override has its block. `compose_groups()` composes the group
     choices alone (called only where a block's key is set); `swept`: the sweeps over group options
-    (`-m experiment=a,b`), which Hydra leaves out of the config it composes first."""
+    (`-m experiment=a,b`), which Hydra leaves out of the config it composes first; `added_by_key(BLOCK)`:
+    a key of that block adds it (its kind plugin says so: `evaluate.ablation=zero`)."""
     given = {o.lstrip("+").split("=", 1)[0] for o in overrides if "=" in o}
     dotted = [o for o in overrides if not o.startswith(("+", "~")) and "=" in o and "." in o.split("=", 1)[0]
               and o.split(".", 1)[0] in blocks and o.split(".", 1)[0] not in given]
@@ -59,6 +60,8 @@ def missing_block(overrides: list[str], blocks: list[str], compose_groups: Calla
     cfg = compose_groups()
     for override in dotted:
         block = override.split(".", 1)[0]
+        if cfg.get(block) is None and added_by_key(block):
+            continue
         if cfg.get(block) is None and swept:
             return (f"{override}: the sweep {', '.join(swept)} is composed first without its options, where there is no "
                     f"{block} block; write '++{override}' (it sets the key where a job has the block, and adds it elsewhere)")

@@ -186,7 +186,7 @@ def histogram(values: np.ndarray, stats: Mapping[str, float], title: str, xlabel
 
 def image_row(n: int, draw: Callable[[Any, int], Any], title: str, label: str) -> Any:
     """A row of n pictures without ticks: `draw(ax, k)` draws the k-th and returns the image its
-    colour bar (labelled `label`) reads; the figure is titled `title`. Grad-CAM's and attribution's."""
+    colour bar (labelled `label`) reads; the figure is titled `title` (sample_figures.py's map rows)."""
     plt = pyplot()
     fig, axes = plt.subplots(1, n, figsize=(2.9 * n + 1.2, 3.6), squeeze=False, layout="constrained")
     heat = None
@@ -198,18 +198,6 @@ def image_row(n: int, draw: Callable[[Any, int], Any], title: str, label: str) -
     fig.colorbar(heat, ax=axes.ravel().tolist(), shrink=0.85, label=label)
     fig.suptitle(title)
     return fig
-
-
-def gradcam_grid(cams: np.ndarray, captions: Sequence[str], title: str, images: Sequence[np.ndarray] | None) -> Any:
-    """cams: (n, H, W) in [0, 1], already at the images' size where there are images."""
-
-    def draw(ax: Any, k: int) -> Any:
-        if images is not None:
-            ax.imshow(images[k])
-        ax.set_title(captions[k], fontsize=10)
-        return ax.imshow(cams[k], cmap=SEQUENTIAL, vmin=0, vmax=1, **({"alpha": 0.5} if images is not None else {}))
-
-    return image_row(len(cams), draw, title, "Grad-CAM (scaled to 0-1 per sample)")
 
 
 def lines(spec: Lines) -> Any:
@@ -235,7 +223,7 @@ def heatmap(spec: Heatmap) -> Any:
         lo, hi = diverging_range(z, spec.centre)
         kw = {"cmap": diverging_cmap(), "vmin": lo, "vmax": hi}
     image = ax.imshow(z, aspect="auto", interpolation="nearest", **kw)
-    if spec.cells is not None and rows * cols <= 2000:  # each cell's text (the lens' top-1 token), readable on its colour
+    if spec.cells is not None and rows * cols <= 2000:  # each cell's text (spec.cells), readable on its colour
         norm = image.norm
         for r in range(rows):
             for c in range(cols):

@@ -12,12 +12,12 @@ overlays where the run holds a layer's output and its gradient (type tensor, or 
 grad_output) for the same samples, with each sample's predicted class (from a recorded logits
 capture) and target. The overlay's input images come from the file itself when the run recorded
 them (a 4-D input capture with 1 or 3 channels); otherwise from a dataset the user names with
-`--data data=... [key=value ...]`. A kind's grids and logit-lens pictures are heatmaps with
-labelled axes, titled and named by method and metric (`grid_resid_atp_logit_diff_normalised.png`:
-each kind's reader names its pictures);
-the lens' pictures start with the mean over every sample. Not drawn, each said in one line
-(`not drawn: ...: why`): histograms of integer captures (token ids, indices), of lens rows and of
-captures with no finite value, and maps that are one value over space in every channel (a
+`--data data=... [key=value ...]`. A kind's grids and the hook actions' pictures (the logit
+view of each layer) are heatmaps with labelled axes, titled and named by method and metric
+(`grid_resid_atp_logit_diff_normalised.png`: each kind's reader and each drawing of
+analysis/drawings.py names its pictures; an action's per-sample pictures start with the mean over
+every sample). Not drawn, each said in one line (`not drawn: ...: why`): histograms of integer
+captures (token ids, indices), of the rows a drawing shows itself and of captures with no finite value, and maps that are one value over space in every channel (a
 gradient after global pooling). Reading a file never builds anything the file names. For a sweep: each metric
 (the kind's numbers, then each capture's `--stat`) against each swept parameter. What is drawn is decided
 once with the HTML report (analysis/report/figure_specs.py); a figure with nothing to draw is not written
@@ -32,40 +32,26 @@ from pathlib import Path
 
 import numpy as np
 
+from hookrun.analysis.drawings import drawn_pictures
 from hookrun.analysis.kind_readers import kind_figures
 from hookrun.analysis.remote_run import open_run
 from hookrun.analysis.report.figure_specs import (
-    Heatmap,
-    Lines,
     constant_over_space,
+    run_label,
     skip_reason,
     sweep_charts,
     sweep_metrics,
     value_label,
     weights_note,
 )
-from hookrun.analysis.report.lens_figures import lens_specs
-from hookrun.analysis.report.run_sections import LeftOut
+from hookrun.analysis.report.run_sections import LeftOut, is_map
 from hookrun.analysis.report.token_text import byte_label, token_text  # noqa: F401 (byte_label: plot's public name)
 from hookrun.analysis.run_reader import CaptureInfo, Run, block_stats
 from hookrun.analysis.sweep import Sweep, is_sweep, open_sweep
 from hookrun.cli import figures
 from hookrun.cli.app import compose_config
 from hookrun.cli.command import description, ends_quietly, exit_process, fail, run_command
-from hookrun.cli.gradcam import (  # noqa: F401 (plot's public names)
-    _index,
-    _source,
-    as_pictures,
-    attribution_figures,
-    gradcam,
-    gradcam_figure,
-    gradcam_pairs,
-    is_map,
-    predictions,
-    recorded_images,
-    run_label,
-    targets,
-)
+from hookrun.cli.sample_figures import render, with_pictures
 from hookrun.config.build import build_dataset
 from hookrun.config.schema import load
 from hookrun.errors import NotFoundError
@@ -74,6 +60,14 @@ from hookrun.store.capture_schema import PATTERN
 from hookrun.store.reading import UrlPath, run_path
 
 HIST_VALUES = 2_000_000  # at most this many values go into one histogram
+
+
+def _source(run: Run) -> str:
+    return str(run.path.resolve())
+
+
+def _index(run: Run, info: CaptureInfo) -> np.ndarray:
+    return run.index(info.hook, info.module, info.role, call=info.call)
 
 
 def _name(info: CaptureInfo) -> str:
@@ -149,27 +143,14 @@ def plot_run(run: Run, out: Path, samples: int = 2, channels: int = 16, dataset:
             else:
                 written.append(feature_maps(run, info, out, samples, channels))
         written += [p for p in [histogram(run, info, out, left)] if p is not None]
-    for act, grad in gradcam_pairs(run):
-        written.append(gradcam_figure(run, act, grad, out, dataset=dataset))
-    written += attribution_figures(run, out, samples, dataset)  # an attribution run's maps and curves
     note = weights_note(run.config)  # a random network's pictures say so in their titles
-    for stem, spec in kind_figures(run):  # what the file's kind draws (its reader: grids, curves), then logit-lens pictures
-        spec.title += f" · {note}" if note else ""
-        draw = figures.lines if isinstance(spec, Lines) else figures.heatmap if isinstance(spec, Heatmap) else figures.scatter
-        written.append(figures.save(draw(spec), out / f"{_file_name(stem)}.png", source=_source(run)))
-    for k, spec in enumerate(lens_specs(run, samples)):
-        name = _lens_name(spec)
-        spec.title += f" · {note}" if note else ""
-        written.append(figures.save(figures.heatmap(spec), out / f"lens_{k}_{_file_name(name)}.png", source=_source(run)))
+    drawn = [*drawn_pictures(run, samples, first=True), *kind_figures(run, samples), *drawn_pictures(run, samples, first=False)]
+    for stem, spec in drawn:  # the drawings' (analysis/drawings.py), the file's kind's (its reader's), the drawings' after
+        spec.title += f" · {note}" if note and note not in spec.title else ""
+        written.append(figures.save(render(with_pictures(spec, dataset)), out / f"{_file_name(stem)}.png", source=_source(run)))
     for line in left.lines():
         print(line)
     return written
-
-
-def _lens_name(spec: Heatmap) -> str:
-    parts = spec.title.split(" · ")
-    what = parts[1].split(",")[0].split("(")[0].strip().replace(" ", "_")
-    return f"{what}_{parts[2].split(' (')[0].replace(' ', '_').replace('#', '')}"
 
 
 def plot_sweep(sweep: Sweep, out: Path, stat: str = "mean", x: str | None = None) -> list[Path]:
@@ -224,7 +205,7 @@ def _plot(a: argparse.Namespace) -> int:
         with open_run(a.path) as run:
             written = plot_run(run, a.out, a.samples, a.channels, dataset)
     if not written:
-        return fail(f"{a.path}: nothing could be drawn (no capture, grid or lens values in it)")
+        return fail(f"{a.path}: nothing could be drawn (no capture, grid or picture of a drawing in it)")
     print(f"wrote {len(written)} figure(s) to {a.out}:")
     for path in written:
         print(f"  {path}")

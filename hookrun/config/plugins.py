@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import keyword
+import re
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ class KindPlugin:
     run: Any  # a RunKind subclass (hookrun/runner/kinds/run_kind.py)
     reader: Any = None  # a KindReader (hookrun/analysis/kind_readers.py)
     notebook: Any = None  # a function, bound as hookrun.<its __name__>
+    added_by_key: bool = False  # a key of the block on the command line (`evaluate.ablation=zero`) adds the block
 
     def block_class(self) -> type:
         return _resolve(self.block)
@@ -59,6 +61,8 @@ class KindPlugin:
 
 _PLUGINS: dict[str, KindPlugin] = {}
 _FOUND: dict[str, Callable[[], KindPlugin]] = {}  # name -> how to load it (not yet imported)
+_NOTEBOOKS: dict[str, str] = {}  # a shipped kind's notebook function's public name -> the kind (read, not imported)
+_NOTEBOOK = re.compile(r"""notebook\s*=\s*["'][\w.]+:(\w+)["']""")
 _SCANNED = False
 
 
@@ -88,8 +92,11 @@ def _scan() -> None:
     _SCANNED = True
     folder = Path(__file__).resolve().parents[1] / "runner" / "kinds"
     for sub in sorted(folder.iterdir()) if folder.is_dir() else []:
-        if (sub / "__init__.py").is_file() and "KIND = KindPlugin(" in (sub / "__init__.py").read_text():
+        text = (sub / "__init__.py").read_text() if (sub / "__init__.py").is_file() else ""
+        if "KIND = KindPlugin(" in text:
             _FOUND.setdefault(sub.name, lambda m=f"{SHIPPED}.{sub.name}": _resolve(f"{m}:KIND"))
+            for public in _NOTEBOOK.findall(text):
+                _NOTEBOOKS.setdefault(public, sub.name)
     from importlib.metadata import entry_points
 
     for ep in entry_points(group=GROUP):
@@ -121,6 +128,26 @@ def loaded_plugins() -> list[KindPlugin]:
     return list(_PLUGINS.values())
 
 
+def notebook_function(public: str) -> Callable[..., Any] | None:
+    """The kind's notebook function `hookrun.<public>` names (its `notebook`'s attribute name), or
+    None. A shipped kind is found by that name in its folder's __init__.py text, so only that kind
+    is imported; a kind registered or loaded is asked; an entry point not yet loaded is loaded."""
+    _scan()
+    shipped = _NOTEBOOKS.get(public)
+    kinds = [plugin(shipped)] if shipped else []
+    kinds += loaded_plugins() + [plugin(n) for n in list(_FOUND) if n not in _PLUGINS and n not in _shipped()]
+    for kind in kinds:
+        target = kind.notebook if isinstance(kind.notebook, str) else getattr(kind.notebook, "__name__", None)
+        if target is not None and target.rpartition(":")[2].rpartition(".")[2] == public:
+            return kind.notebook_function()
+    return None
+
+
+def _shipped() -> set[str]:
+    folder = Path(__file__).resolve().parents[1] / "runner" / "kinds"
+    return {sub.name for sub in folder.iterdir() if sub.is_dir()} if folder.is_dir() else set()
+
+
 def parse_block(name: str, node: Any) -> Any:
     """The `name:` block of a config -> its kind's dataclass, typed and checked (one ConfigError line)."""
     return typed_block(name, node)[1]
@@ -146,9 +173,9 @@ def typed_block(name: str, node: Any) -> tuple[dict[str, Any], Any]:
     for key, value in node.items():
         field_name = f"{key}_" if keyword.iskeyword(str(key)) else str(key)
         if field_name not in fields:
-            hint = close_matches(str(key), [_key(f) for f in fields], n=1)
+            hint = close_matches(f"{name}.{key}", [f"{name}.{_key(f)}" for f in fields], n=1)  # (as the schema's)
             raise ConfigError(f"{name}.{key}: not a key of the {name} block"
-                              f"{f'; did you mean {name}.{hint[0]}?' if hint else ''} (it has: {_keys(cls)})")
+                              f"{f'; did you mean {hint[0]}?' if hint else ''} (it has: {_keys(cls)})")
         mapped[field_name] = value
     try:
         merged = OmegaConf.merge(OmegaConf.structured(cls), mapped)

@@ -81,38 +81,6 @@ class OutputConfig:
 
 
 @dataclass
-class EvaluateConfig:
-    """evaluate: the clean, intervened (and ablated) forward of every batch, and their metrics
-    (hookrun.runner.kinds.evaluate). On with `enabled: true`; with `enabled: null` (the default) on
-    where the block names an ablation or a mean, or a Python config gives the block (`evaluate: {}`);
-    off with `enabled: false` or `evaluate: null`. hookrun.runner.kinds.evaluate.block.evaluating says which."""
-
-    enabled: bool | None = None
-    ablation: str | None = None  # null | zero | mean: a third forward with each modify action's result replaced
-    mean: str | None = None  # ablation=mean: an earlier hookrun run (.h5) that recorded each modified module's tensor
-
-
-@dataclass
-class PatchingConfig:
-    """patching: activation-patching grids (hookrun.runner.kinds.patching; docs/patching.md). A null block is off."""
-
-    input: str = "input_ids"  # the forward argument the clean / corrupted ids go to
-    clean: str = "clean"  # item keys of the clean and the corrupted input (same shape)
-    corrupt: str = "corrupt"
-    direction: str = "denoise"  # denoise: clean activations into the corrupted run; noise: the reverse
-    method: str = "exact"  # exact: one patched run per cell (packed); atp: attribution patching's estimate
-    metric: Any = field(default_factory=lambda: {"name": "logit_diff", "answer": "answer", "wrong": "wrong", "position": -1,
-                                                 "normalize": False})  # or {_target_: fn(logits, items) -> (items,)}
-    sites: dict[str, Any] = field(default_factory=dict)  # {NAME: {at, over, dims}}
-    cells_per_forward: int | None = None  # null: from `memory`, measured on the first forward
-    memory: Any = "1GiB"  # the budget for one packed forward's activations
-    verify: int = 0  # atp: recompute the K cells of largest |estimate| exactly
-    graph: str = "auto"  # eap / eap_ig: the residual graph, found from the model
-    ig_steps: int | None = None  # eap_ig / atp_ig: interpolation steps m (default 5); eap / atp: 1
-    faithfulness: Any = None  # {edges: [10, 50], ablation: corrupt | mean, from: eap_ig}
-
-
-@dataclass
 class HookrunConfig:
     model: Any = MISSING  # a _target_ node, plus optional `checkpoint`
     data: DataConfig = field(default_factory=DataConfig)
@@ -129,8 +97,6 @@ class HookrunConfig:
     dry_run: bool = False  # print the plan and the estimated file size; write nothing
     early_stop: bool = False  # eval mode, record-only hooks: stop each forward after the last hook
     generate: dict[str, Any] = field(default_factory=lambda: {"max_new_tokens": 20})  # mode=generate: model.generate(**batch, **generate)
-    evaluate: EvaluateConfig | None = field(default_factory=EvaluateConfig)  # clean vs intervened (vs ablated) forwards
-    patching: PatchingConfig | None = None  # activation-patching grids (docs/patching.md)
 
     def __getattr__(self, name: str) -> Any:
         """A kind plugin's block (`cfg.probe`): its parsed dataclass, or None where not given."""
@@ -156,7 +122,6 @@ def load(cfg: Any) -> HookrunConfig:
         if isinstance(cfg, DictConfig):
             cfg = OmegaConf.to_container(cfg, resolve=True)
             cfg.pop("hydra", None)
-        cfg = given_blocks_on(cfg)
         if isinstance(cfg, dict) and cfg.get("imports"):  # a module of `imports:` may register a kind
             from hookrun.config.build import import_modules
 
@@ -191,15 +156,6 @@ def _plugin_blocks(cfg: Any) -> tuple[Any, dict[str, Any]]:
     rest = {k: v for k, v in cfg.items() if k in own or k not in names}
     given = {k: v for k, v in cfg.items() if k not in own and k in names and v is not None}
     return rest, given
-
-
-def given_blocks_on(cfg: Any) -> Any:
-    """A config's `evaluate: {...}` block without `enabled` turns evaluate on (`evaluate: {}` too):
-    the mapping given says so, where the schema's own block (enabled: null) leaves it to the keys."""
-    node = cfg.get("evaluate") if isinstance(cfg, dict) else None
-    if isinstance(node, dict) and "enabled" not in node:
-        cfg = {**cfg, "evaluate": {**node, "enabled": True}}
-    return cfg
 
 
 def with_live(cfg: Any, model: Any = None, dataset: Any = None) -> Any:
@@ -253,8 +209,8 @@ def _omegaconf_message(exc: OmegaConfBaseException) -> str:
 
 
 def schema_keys() -> list[str]:
-    """The dotted keys the schema types (data.batch_size, output.path, evaluate.ablation, ...): the
-    fields of its dataclasses, an optional block's (evaluate: null) included."""
+    """The dotted keys the schema types (data.batch_size, output.path, ...), and the kind plugins'
+    blocks' names (their keys are typed by hookrun.config.plugins)."""
     out = []
 
     def walk(cls: type, prefix: str) -> None:

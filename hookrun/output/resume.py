@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import h5py
 import numpy as np
@@ -125,8 +125,22 @@ def complete_steps(f: h5py.File, mid_flush: bool = False) -> int:
 
 
 def config_differences(old: dict, new: dict) -> list[str]:
-    """The keys that change what is captured (IGNORED keys do not)."""
-    return differing(old, new, ignore=IGNORED)
+    """The keys that change what is captured (IGNORED keys do not). A null key is the same as an
+    absent one: a file written when a block of a kind not run was stored as its nulls
+    (`patching: null`, evaluate's `{enabled: null, ...}`) resumes under a config without it."""
+    return differing(_without_nulls(old), _without_nulls(new), ignore=IGNORED)
+
+
+def _without_nulls(tree: Any) -> Any:
+    """`tree` without its null values, and without the mappings left empty by that alone."""
+    if not isinstance(tree, dict):
+        return tree
+    out = {}
+    for key, value in tree.items():
+        kept = _without_nulls(value)
+        if value is not None and not (kept == {} and value != {}):
+            out[key] = kept
+    return out
 
 
 def replay(state: Resume, store: RunStore) -> int:

@@ -154,7 +154,8 @@ def test_plot_writes_real_images(run_file, tmp_path):
 
 def test_gradcam_matches_the_formula_and_is_drawn(tmp_path, checkpoint, reference_model, dataset):
     pytest.importorskip("matplotlib")
-    from hookrun.cli.plot_command import gradcam, gradcam_pairs, main
+    from hookrun.analysis.gradcam import gradcam, gradcam_pairs
+    from hookrun.cli.plot_command import main
 
     hooks = {"fmap": {"at": "layer3", "type": "forward", "actions": [{"name": "record", "what": "output"}]},
              "g": {"at": "layer3", "type": "tensor", "actions": ["record"]}}

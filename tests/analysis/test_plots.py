@@ -15,9 +15,10 @@ from conftest import batches, make_cfg
 
 import hookrun
 from hookrun import open_run
+from hookrun.analysis import gradcam
 
 pytest.importorskip("matplotlib")
-from hookrun.cli import figures  # noqa: E402
+from hookrun.cli import figures, sample_figures  # noqa: E402
 from hookrun.cli import plot_command as plot  # noqa: E402
 
 HOOKS = {
@@ -81,9 +82,9 @@ def test_gradcam_names_classes_and_takes_images_from_the_file(grad_run, referenc
         pred = reference_model(x).argmax(1).numpy()
     with open_run(grad_run) as run:
         idx = np.arange(4)
-        np.testing.assert_array_equal(plot.predictions(run, idx), pred)
-        np.testing.assert_array_equal(plot.targets(run, idx), y.numpy())
-        np.testing.assert_allclose(plot.recorded_images(run, idx), x.numpy())
+        np.testing.assert_array_equal(gradcam.predictions(run, idx), pred)
+        np.testing.assert_array_equal(gradcam.targets(run, idx), y.numpy())
+        np.testing.assert_allclose(gradcam.recorded_images(run, idx), x.numpy())
         written = plot.plot_run(run, tmp_path / "fig")
     assert {p.name for p in written} >= {"gradcam_layer3.png", "fmap_fmap__layer3__output.png", "hist_logits__fc__output.png"}
     assert all(p.stat().st_size > 5000 for p in written)
@@ -106,13 +107,13 @@ def test_gradcam_images_from_a_dataset_named_on_the_command_line(tmp_path, check
     hooks = {k: v for k, v in HOOKS.items() if k != "images"}
     path = hookrun.run(make_cfg(tmp_path, checkpoint, hooks, **GRAD)).path
     seen = {}
-    draw = figures.gradcam_grid
+    draw = sample_figures.map_row
 
-    def spy(cams, captions, title, images):
-        seen["images"], seen["captions"] = images, captions
-        return draw(cams, captions, title, images)
+    def spy(spec):
+        seen["images"], seen["captions"] = spec.pictures, spec.captions
+        return draw(spec)
 
-    monkeypatch.setattr(figures, "gradcam_grid", spy)
+    monkeypatch.setattr(sample_figures, "map_row", spy)
     data = ["data=custom", "data.dataset._target_=hookrun.data.RandomTensors", "+data.dataset.n=12",
             "+data.dataset.shape=[3,32,32]", "+data.dataset.num_classes=10", "+data.dataset.seed=7"]
     assert plot.main([str(path), "--out", str(tmp_path / "fig"), "--data", *data]) == 0

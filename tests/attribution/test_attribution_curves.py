@@ -53,10 +53,11 @@ def test_random_order_curves_equal_a_loop_over_the_definition(run_path, model):
 
 def test_plot_draws_the_spread_and_the_random_order(run_path):
     pytest.importorskip("matplotlib")
-    from hookrun.cli.gradcam import _curves
+    from hookrun.cli.sample_figures import bands
+    from hookrun.runner.kinds.attribution.pictures import curves
 
     run = hookrun.open_run(run_path)
-    fig = _curves(run, run.attribution(), ["deletion", "insertion"], "saliency")
+    fig = bands(curves(run, run.attribution(), ["deletion", "insertion"], "saliency"))
     for ax, name in zip(fig.axes, ("deletion", "insertion"), strict=True):
         labels = [line.get_label() for line in ax.get_lines()]
         random = [line for line in ax.get_lines() if line.get_label().startswith("random order")]

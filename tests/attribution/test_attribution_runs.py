@@ -197,7 +197,7 @@ def test_plot_draws_the_maps_over_the_images_and_the_curves(tmp_path, data):
     written = plot_run(hookrun.open_run(tmp_path / "p.h5"), tmp_path / "fig", samples=2, dataset=data)
     names = [p.name for p in written]
     assert "attribution_saliency.png" in names and "attribution_curves_saliency.png" in names
-    from hookrun.cli.gradcam import attribution_captions
+    from hookrun.runner.kinds.attribution.pictures import captions as attribution_captions
     from hookrun.runner.kinds.attribution.reader import attribution_meta
 
     with hookrun.open_run(tmp_path / "p.h5") as run:  # captions name the class as the data set does

@@ -133,7 +133,7 @@ def test_every_key_the_yaml_restates_has_the_schemas_default():
             checked.append(prefix + key)
 
     walk(conf, schema, "")
-    assert {"evaluate.enabled", "output.part_bytes", "mode", "generate.max_new_tokens"} <= set(checked)
+    assert {"output.part_bytes", "mode", "generate.max_new_tokens"} <= set(checked)
 
 
 def test_import_hookrun_builds_no_hydra_app():
@@ -201,5 +201,5 @@ def test_evaluate_ablation_on_the_command_line_evaluates(tmp_path):
 
 
 def test_kinds_register_themselves():
-    assert set(KINDS) >= {"record", "grad", "generate", "evaluate"}
+    assert set(KINDS) >= {"record", "grad", "generate"}
     assert all(KINDS.get(n).name == n for n in KINDS)

@@ -34,7 +34,7 @@ from hookrun.analysis.report.figure_specs import (  # noqa: E402
 )
 from hookrun.analysis.report.lens_figures import lens_specs  # noqa: E402
 from hookrun.analysis.report.plotly_figures import CIRCUIT_UNIT, to_plotly  # noqa: E402
-from hookrun.cli import figures  # noqa: E402
+from hookrun.cli import figures, sample_figures  # noqa: E402
 from hookrun.cli import plot_command as plot  # noqa: E402
 from hookrun.runner.kinds.patching.report import _circuit, grid_specs, no_effect  # noqa: E402
 
@@ -243,7 +243,7 @@ def test_gradcam_captions_name_the_classes(shapes_run, monkeypatch, tmp_path):
     cams = section(page(shapes_run), "gradcam")["items"][0]["images"]
     assert [im["caption"].split("target ")[1] for im in cams] == want[: len(cams)]
     seen = {}
-    monkeypatch.setattr(figures, "gradcam_grid", lambda cams, captions, title, images: seen.setdefault("c", captions) and figures.pyplot().figure())
+    monkeypatch.setattr(sample_figures, "map_row", lambda spec: seen.setdefault("c", spec.captions) and figures.pyplot().figure())
     monkeypatch.setattr(figures, "save", lambda fig, path, source=None: path)
     with open_run(shapes_run) as run:
         plot.plot_run(run, tmp_path)

@@ -9,19 +9,17 @@ and `open_run(p).report()` shows in a notebook.
 The page is data plus one plotting library: every section is built here as plain data (JSON),
 written into the page escaped (analysis/report/page.py), and drawn in the browser by a small
 script with plotly.js, both inlined, so the page opens with no network. Only the reader's API is
-used (run.captures, run.file, run.top_examples, the kinds' readers ...): the report knows nothing of the
-runner nor the command line.
+used (run.captures, run.file, the kinds' readers, the drawings of analysis/drawings.py ...): the
+report knows nothing of the runner nor the command line, and names no kind and no action.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from hookrun.analysis.drawings import drawn_roles, drawn_sections
 from hookrun.analysis.kind_readers import kind_sections, kind_sweep_sections
 from hookrun.analysis.report.figure_specs import sweep_charts, sweep_metrics, weights_note
-from hookrun.analysis.report.gradcam_section import gradcam
-from hookrun.analysis.report.latents import latents
-from hookrun.analysis.report.lens_figures import lens
 from hookrun.analysis.report.page import render
 from hookrun.analysis.report.run_sections import (
     Budget,
@@ -71,10 +69,9 @@ def run_data(run: Any, budget: Budget | None = None) -> dict:
     """The page's data for one run; NotFoundError where the file has nothing to show."""
     budget = budget or Budget()
     kinds = kind_sections(run)  # what the file's kind shows first (its table, its grids)
-    body = [*kinds, *gradcam(run, budget), *attention(run, budget), *lens(run, budget), *latents(run, budget)]
-    shown = [c for c in run.captures if not c.role.startswith(("top.", "lens."))]
-    if shown:
-        body.insert(len(kinds) + sum(s["id"] == "gradcam" for s in body), captures(run, budget))
+    early, late = drawn_sections(run, budget)  # the drawings' (analysis/drawings.py): before and after the captures'
+    shown = [c for c in run.captures if not c.role.startswith(drawn_roles())]
+    body = [*kinds, *early, *([captures(run, budget)] if shown else []), *attention(run, budget), *late]
     if not body:
         raise NotFoundError(f"{run.path}: nothing to show (no capture, kind's rows or top examples in the file)")
     note = weights_note(run.config)  # a random network's page says so in its title
@@ -93,7 +90,7 @@ def sweep_data(sweep: Any) -> dict:
         raise NotFoundError(f"{sweep.folder}: nothing to show")
     note = "" if charts else ("no parameter differs between the jobs" if not swept else "no job wrote a number to chart")
     return {"title": f"hookrun report: sweep {sweep.folder}", "source": _source(sweep.folder),
-            "sections": [*kind_sweep_sections(sweep),  # what the jobs' kind compares (attribution: its methods)
+            "sections": [*kind_sweep_sections(sweep),  # what the jobs' kind compares (its reader's sweep sections)
                          section("sweep", f"Sweep: {len(sweep.jobs)} jobs, swept {', '.join(swept) or 'nothing'}", items, note)]}
 
 

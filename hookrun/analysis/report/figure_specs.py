@@ -38,6 +38,45 @@ class Heatmap:
     range: tuple[float, float] | None = None  # a fixed colour range (a measure bounded by 0 and 1), sequential
 
 
+@dataclass
+class MapRow:
+    """Samples' maps side by side, each over its picture where one is known (plot: a row of images).
+    `signed`: each map on the diverging scale centred on zero (per sample), its picture in grey; else
+    maps in [0, 1] on SEQUENTIAL over the picture in colour."""
+
+    maps: np.ndarray  # (n, H, W): at the pictures' size where there are pictures
+    captions: Sequence[str]
+    title: str
+    label: str  # the colour bar
+    indices: np.ndarray  # the samples drawn (plot's --data gives their pictures where the run recorded none)
+    pictures: Sequence[np.ndarray] | None = None
+    signed: bool = False
+    no_pictures: str = ""  # added to the title where no picture is known
+
+
+@dataclass
+class Band:
+    """One panel of per-sample curves: each row thin and grey, the middle half a band, the mean, and
+    a dashed reference (a random order's mean) where there is one."""
+
+    x: np.ndarray
+    rows: np.ndarray  # (samples, len(x))
+    colour: str
+    mean_label: str
+    title: str
+    xlabel: str
+    ylabel: str
+    reference: np.ndarray | None = None
+    reference_label: str = ""
+    ylim: tuple[float, float] | None = None
+
+
+@dataclass
+class Bands:
+    panels: list[Band]
+    title: str
+
+
 # ColorBrewer's RdBu, from the most negative (blue) to the most positive (red): both renderers
 # build their scale from these stops (matplotlib: a ListedColormap, plotly: a colorscale).
 DIVERGING = ("#053061", "#2166ac", "#4393c3", "#92c5de", "#d1e5f0", "#f7f7f7", "#fddbc7", "#f4a582", "#d6604d", "#b2182b", "#67001f")
@@ -185,6 +224,12 @@ def random_weights(config: Any) -> bool:
 def weights_note(config: Any) -> str:
     """What a picture's title says about the model's weights: `random weights`, or nothing."""
     return "random weights" if random_weights(config) else ""
+
+
+def run_label(run: Any) -> str:
+    """The run as titles name it: its folder and file, and `random weights` where its model had them."""
+    note = weights_note(run.config)
+    return f"{run.path.parent.name}/{run.path.name}" + (f" · {note}" if note else "")
 
 
 def sweep_charts(table: Any, swept: Sequence[str], metrics: Sequence[str]) -> list[Lines]:

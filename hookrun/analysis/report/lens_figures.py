@@ -172,3 +172,13 @@ def lens(run: Any, budget: Any) -> list[dict]:
     items = [figure(spec) for spec in lens_specs(run, budget.samples)]
     note = f"the mean over every sample, then the first {budget.samples} samples one by one"
     return [section("lens", "Logit lens", items, note)] if items else []
+
+
+def lens_pictures(run: Any, samples: int) -> list[tuple[str, Heatmap]]:
+    """plot's pictures: (file stem `lens_K_WHAT_SAMPLE`, spec) of each lens_specs heatmap."""
+    out = []
+    for k, spec in enumerate(lens_specs(run, samples)):
+        parts = spec.title.split(" · ")
+        what = parts[1].split(",")[0].split("(")[0].strip().replace(" ", "_")
+        out.append((f"lens_{k}_{what}_{parts[2].split(' (')[0].replace(' ', '_').replace('#', '')}", spec))
+    return out

@@ -4,26 +4,23 @@
     kind_cls = kind_for(cfg)            # EvaluateKind where cfg.evaluate is on, else by cfg.mode
     kind_cls.check(cfg)                 # refusals, before anything is built
 
-| kind       | module           | chosen by                  | forwards per batch                    |
-|------------|------------------|----------------------------|---------------------------------------|
-| record     | run_kind.py      | mode=eval                  | 1 (no_grad; early_stop may cut it)    |
-| grad       | grad_kind.py     | mode=grad                  | 1 forward + loss + backward           |
-| generate   | generate_kind.py | mode=generate              | 1 model.generate (a call per token)   |
-| evaluate   | evaluate/        | the `evaluate:` block      | clean, intervened (+ ablated)         |
-| patching   | patching/        | the `patching:` block      | chunks of cells (steps are not batches) |
-| attribution | attribution/    | the `attribution:` block   | captum's (zennit's) per batch (a plugin) |
+| kind        | module           | chosen by                  | forwards per batch                      |
+|-------------|------------------|----------------------------|-----------------------------------------|
+| record      | run_kind.py      | mode=eval                  | 1 (no_grad; early_stop may cut it)      |
+| grad        | grad_kind.py     | mode=grad                  | 1 forward + loss + backward             |
+| generate    | generate_kind.py | mode=generate              | 1 model.generate (a call per token)     |
+| a plugin    | <name>/          | its block (`evaluate:`, `patching:`, `attribution:`, `probe:`, ...) | its own |
 
-Adding a kind: one module, or one folder where the kind has a block, a table and readers of its
-own (evaluate/), with a RunKind subclass registered with `@register_kind("name")`, and its line in
-SHIPPED at the end of this file (docs/architecture.md walks through evaluate as the example): a
-kind's module is imported only when a config asks for it (its block given, or its mode).
-A kind with a `block` is chosen when that block of the config is on; two such blocks at once are
-refused in one line; otherwise the kind whose `mode` is cfg.mode runs.
+A kind with a block of its own is a plugin (hookrun/config/plugins.py): a folder whose __init__.py
+holds `KIND = KindPlugin(...)` (its block's dataclass, its RunKind, its reader, its notebook
+function), found on disk or through an entry point, imported only when a config gives its block
+(docs/architecture.md walks through one). A kind plugin is on where its block is given and its
+RunKind's `wanted(cfg)` says so; two at once are refused in one line; otherwise the kind whose
+`mode` is cfg.mode runs (the modes' kinds: `@register_kind("name")` and a line in SHIPPED below).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -58,14 +55,14 @@ def register_kind(name: str) -> Callable[[type[RunKind]], type[RunKind]]:
 
 
 def kind_for(cfg: HookrunConfig) -> type[RunKind]:
-    """The kind a config runs: the block kind it turns on (evaluate, patching), else its mode's.
-    A shipped kind's module is imported here only where the config gives its block or its mode."""
+    """The kind a config runs: the kind plugin its block turns on, else its mode's. A kind's module
+    is imported here only where the config gives its block or its mode."""
     for name, (_, on) in SHIPPED.items():
-        if on is cfg.mode if isinstance(on, Mode) else _given(cfg, on):
+        if on is cfg.mode:
             KINDS.get(name)
     kinds = [KINDS.get(n) for n in KINDS.loaded()]
     on = [k for k in kinds if k.block and k.wanted(cfg)]
-    on += [plugin(name).run_class() for name in cfg.blocks]  # the kind plugins whose block is given
+    on += [k for k in (plugin(name).run_class() for name in cfg.blocks) if k.wanted(cfg)]  # blocks given
     if len(on) > 1:
         names = " and ".join(k.block for k in on)
         raise ConfigError(f"{names} are each a kind of run of their own and cannot go together; keep one of them")
@@ -86,20 +83,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _given(cfg: HookrunConfig, block: str) -> bool:
-    """Whether cfg's `block` is other than the schema's default (None, or evaluate's block of defaults):
-    a kind whose block is at its default is not on, so kind_for leaves its module unimported."""
-    node = getattr(cfg, block, None)
-    if node is None:
-        return False
-    try:
-        field = next(f for f in dataclasses.fields(cfg) if f.name == block)
-    except (TypeError, StopIteration):  # not a schema dataclass, or a block the schema does not name
-        return True
-    default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
-    return node != default
-
-
 def check_config(cfg: HookrunConfig) -> None:
     """Every refusal before anything is built: the common options' table (config/checks.py), then
     the kind's own block (kind.check: evaluate's rows, an object-store output, ...)."""
@@ -112,11 +95,9 @@ def check_config(cfg: HookrunConfig) -> None:
 __all__ = ["KINDS", "KindContext", "RunKind", "StepAdds", "check_config", "kind_for", "patch_grid", "plain_forward",
            "register_kind"]
 
-# the kinds hookrun ships beside the plugins (hookrun/config/plugins.py): name -> (the module that
-# registers it, what turns it on: its config block's key or its mode), imported when kind_for needs it
-SHIPPED: dict[str, tuple[str, str | Mode]] = {
-    "evaluate": ("hookrun.runner.kinds.evaluate", "evaluate"),
-    "patching": ("hookrun.runner.kinds.patching", "patching"),
+# the modes' kinds beside the plugins (hookrun/config/plugins.py): name -> (the module that
+# registers it, the mode that turns it on), imported when kind_for needs it
+SHIPPED: dict[str, tuple[str, Mode]] = {
     "grad": ("hookrun.runner.kinds.grad_kind", Mode.grad),
     "generate": ("hookrun.runner.kinds.generate_kind", Mode.generate),
 }

@@ -99,5 +99,12 @@ def _sweep_sections(sweep: Any) -> list[dict]:
     return sweep_sections(sweep)
 
 
+def _figures(run: Any, samples: int | None = None) -> list[tuple[str, Any]]:
+    from hookrun.runner.kinds.attribution.pictures import SAMPLES, figures
+
+    return figures(run, SAMPLES if samples is None else samples)
+
+
 READER = (KindReader("attribution", present=lambda f: "attribution" in f.attrs, columns=_columns,
-                                    sections=_sections, sweep=_sweep_sections, methods={"attribution": attribution_method}))
+                                    sections=_sections, sweep=_sweep_sections, methods={"attribution": attribution_method},
+                                    figures=_figures))

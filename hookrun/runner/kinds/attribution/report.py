@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from hookrun.analysis.gradcam import as_pictures, predictions, recorded_images
+from hookrun.analysis.gradcam import as_pictures, fit_maps, predictions, recorded_images
 from hookrun.analysis.report.figure_specs import DIVERGING, NEGATIVE, POSITIVE, diverging_range
 from hookrun.analysis.report.plotly_figures import escape, title_layout
 from hookrun.analysis.report.run_sections import section, table_item
@@ -63,12 +63,8 @@ def shown_maps(run: Any, n: int = SAMPLES) -> tuple[np.ndarray, np.ndarray, list
     indices = a["sample"].values[:n]
     images = recorded_images(run, indices) if a.ndim == 4 else None
     pictures = as_pictures(images) if images is not None else None
-    if pictures is not None and maps.shape[-2:] != pictures[0].shape[:2]:
-        import torch
-        import torch.nn.functional as F
-
-        maps = F.interpolate(torch.from_numpy(maps)[:, None], size=pictures[0].shape[:2], mode="bilinear",
-                             align_corners=False)[:, 0].numpy()
+    if pictures is not None:
+        maps = fit_maps(maps, pictures[0].shape[:2])
     return indices, maps, pictures
 
 

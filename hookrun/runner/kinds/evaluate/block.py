@@ -1,6 +1,7 @@
-"""evaluate's block: when it is on, and the combinations it refuses whatever the model (one line each).
+"""evaluate's block: its keys (EvaluateBlock), when it is on, and the combinations it refuses whatever
+the model (one line each).
 
-    evaluating(cfg)     # True: `enabled: true`, or the default `enabled: null` with an ablation or a mean
+    evaluating(cfg)     # True: `enabled: true`, or `enabled: null` with an ablation or a mean
     check_block(cfg)    # ConfigError at the first row of REFUSED that the config has
 
 EvaluateKind.check runs these before anything is built; the refusals that need the built model and
@@ -9,6 +10,8 @@ hooks (an ablation with no modify action) are in EvaluateKind's constructor (kin
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from hookrun.config.checks import Refused
 from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError, one_of
@@ -16,10 +19,22 @@ from hookrun.errors import ConfigError, one_of
 ABLATIONS = ("zero", "mean")  # evaluate.ablation: null, or one of these
 
 
+@dataclass
+class EvaluateBlock:
+    """evaluate: the clean, intervened (and ablated) forward of every batch, and their metrics. A block
+    given is on (`evaluate: {}` in Python, `evaluate.ablation=zero` on the command line: `enabled`
+    left out is true); `enabled: null` leaves it to `ablation` and `mean` (on where either is set);
+    `enabled: false` or `evaluate: null` is off. `evaluating` says which."""
+
+    enabled: bool | None = True
+    ablation: str | None = None  # null | zero | mean: a third forward with each modify action's result replaced
+    mean: str | None = None  # ablation=mean: an earlier hookrun run (.h5) that recorded each modified module's tensor
+
+
 def evaluating(cfg: HookrunConfig) -> bool:
-    """evaluate is on: `enabled: true`, or `enabled: null` (the default) with an ablation or a mean named
-    (`python -m hookrun evaluate.ablation=zero` evaluates; a Python `evaluate: {}` block is made
-    `enabled: true` when it is loaded, hookrun.config.schema.load)."""
+    """evaluate is on: its block given with `enabled: true` (the block's default: `python -m hookrun
+    evaluate.ablation=zero` and a Python `evaluate: {}` evaluate), or `enabled: null` with an ablation
+    or a mean named."""
     ev = cfg.evaluate
     if ev is None or ev.enabled is False:
         return False

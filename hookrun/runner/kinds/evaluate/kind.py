@@ -34,7 +34,6 @@ from hookrun.hooks.events import ABLATED, CLEAN, INTERVENED
 from hookrun.hooks.session import HookSession
 from hookrun.output.ranks import detect
 from hookrun.runner.calls import ModelCall
-from hookrun.runner.kinds import register_kind
 from hookrun.runner.kinds.evaluate.ablations import (
     MeanAblation,
     read_means,
@@ -50,7 +49,6 @@ from hookrun.store.schemes import scheme_of
 log = logging.getLogger("hookrun")
 
 
-@register_kind("evaluate")
 class EvaluateKind(RunKind):
     mode = Mode.eval
     block = "evaluate"

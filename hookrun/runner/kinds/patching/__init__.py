@@ -5,7 +5,7 @@
 
 | module      | what                                                                      |
 |-------------|---------------------------------------------------------------------------|
-| block.py    | the `patching:` block, checked (one ConfigError per bad key), and the items as one batch, checked against it |
+| block.py    | the `patching:` block (PatchingConfig), checked once (one ConfigError per bad key), and the items as one batch, checked against it |
 | checks.py   | the metric's position and answer/wrong ids checked against the output     |
 | cell_action.py | PatchCells, the action on every site: keep, patch or read each site's output per cell |
 | cells.py    | Cell (site, module, index), SiteGrid and Layout: how cells are numbered   |
@@ -16,13 +16,18 @@
 | families.py | the models the suffix route resumes (HookedTransformer, HF GPT-2), their caches |
 | notebook.py | patch_grid, and run_cells (shared with the file run's kind)               |
 | edges/      | the residual graph, EAP / EAP-IG, atp_ig's gradients, faithfulness         |
-| kind.py     | PatchingKind: the file run (`patching:` block), registered on import      |
+| kind.py     | PatchingKind: the file run (`patching:` block)                             |
 | reader.py   | what readers show of it: run.grids, run.grid(name), run.edges(), inspect's lines |
 | report.py   | its pictures (report and plot): a heatmap per grid plane, atp against exact, circuits |
 
-One forward's measured bytes (cells_per_forward's default) come from runner/memory.py.
+One forward's measured bytes (cells_per_forward's default) come from runner/memory.py. The kind is a
+plugin (hookrun/config/plugins.py): nothing of it is imported until a config gives the block, a file
+names the kind or a notebook calls `hookrun.patch_grid`.
 """
 
-from hookrun.runner.kinds.patching.kind import PatchingKind  # noqa: E402  (registers the kind)
+from hookrun.config.plugins import KindPlugin
 
-__all__ = ["PatchingKind"]
+KIND = KindPlugin("patching", block="hookrun.runner.kinds.patching.block:PatchingConfig",
+                  run="hookrun.runner.kinds.patching.kind:PatchingKind",
+                  reader="hookrun.runner.kinds.patching.reader:READER",
+                  notebook="hookrun.runner.kinds.patching.notebook:patch_grid")

@@ -3,9 +3,10 @@
     block = parse_block({"sites": {"resid": {"at": "blocks.*.hook_resid_pre", "over": ["position"]}}})
     block.sites[0].over   # ('position',)
 
-Every key is checked here, before the model runs: a wrong value is one ConfigError naming the
-key, what is wrong and the choices (closest matches for names). The defaults are those of
-hookrun.config.schema.PatchingConfig.
+PatchingConfig is the block's keys, types and defaults (the kind plugin's block: hookrun.config.schema.load
+types a config's `patching:` into it, and its check() parses it here once, before the model is
+built: `cfg.patching.checked()` is that Block). Every key is checked here, before the model runs: a
+wrong value is one ConfigError naming the key, what is wrong and the choices (closest matches for names).
 
 The items of a run, as one batch, checked against the block before any forward (load_items, below):
 `items = load_items(dataset, block, limit=None, device=device)` gives {"clean": (N, T), "corrupt": (N, T), ...}.
@@ -14,13 +15,12 @@ The items of a run, as one batch, checked against the block before any forward (
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
 from torch.utils.data import default_collate
 
-from hookrun.config.schema import PatchingConfig
 from hookrun.config.specs import as_bool
 from hookrun.errors import ConfigError, close_matches, one_of
 from hookrun.runner.kinds.patching.edges.spec import EDGE_METHODS, FaithSpec, parse_edge_keys
@@ -30,6 +30,38 @@ from hookrun.runner.memory import parse_bytes
 DIRECTIONS, METHODS = ("denoise", "noise"), ("exact", "atp", "atp_ig", *EDGE_METHODS)
 SITE_KEYS = ("at", "over", "dims")
 METRIC_KEYS = ("name", "answer", "wrong", "position", "normalize")
+
+
+@dataclass
+class PatchingConfig:
+    """patching: activation-patching grids (docs/patching.md). A null block is off."""
+
+    input: str = "input_ids"  # the forward argument the clean / corrupted ids go to
+    clean: str = "clean"  # item keys of the clean and the corrupted input (same shape)
+    corrupt: str = "corrupt"
+    direction: str = "denoise"  # denoise: clean activations into the corrupted run; noise: the reverse
+    method: str = "exact"  # exact: one patched run per cell (packed); atp: attribution patching's estimate
+    metric: Any = field(default_factory=lambda: {"name": "logit_diff", "answer": "answer", "wrong": "wrong", "position": -1,
+                                                 "normalize": False})  # or {_target_: fn(logits, items) -> (items,)}
+    sites: dict[str, Any] = field(default_factory=dict)  # {NAME: {at, over, dims}}
+    cells_per_forward: int | None = None  # null: from `memory`, measured on the first forward
+    memory: Any = "1GiB"  # the budget for one packed forward's activations
+    verify: int = 0  # atp: recompute the K cells of largest |estimate| exactly
+    graph: str = "auto"  # eap / eap_ig: the residual graph, found from the model
+    ig_steps: int | None = None  # eap_ig / atp_ig: interpolation steps m (default 5); eap / atp: 1
+    faithfulness: Any = None  # {edges: [10, 50], ablation: corrupt | mean, from: eap_ig}
+
+    def check(self) -> None:
+        """Every key checked, once per run (hookrun.config.schema.load): the Block is kept for the run."""
+        from hookrun.config.build import build
+
+        object.__setattr__(self, "_checked", parse_block(self, build=build))
+
+    def checked(self) -> Block:
+        """The block as parse_block checked it when the config was loaded."""
+        if "_checked" not in self.__dict__:
+            self.check()
+        return self.__dict__["_checked"]
 
 
 @dataclass(frozen=True)

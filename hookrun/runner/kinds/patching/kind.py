@@ -26,12 +26,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from hookrun.config.build import build
 from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError
 from hookrun.output.ranks import every_rank
-from hookrun.runner.kinds import RunKind, register_kind
-from hookrun.runner.kinds.patching.block import load_items, parse_block
+from hookrun.runner.kinds.patching.block import load_items
 from hookrun.runner.kinds.patching.checks import refuse_recording
 from hookrun.runner.kinds.patching.edges.mib import summary as mib_summary
 from hookrun.runner.kinds.patching.edges.run import check_atp_ig, edge_layout, streams
@@ -42,12 +40,12 @@ from hookrun.runner.kinds.patching.engine import PatchEngine
 from hookrun.runner.kinds.patching.forward_inputs import check_inputs
 from hookrun.runner.kinds.patching.notebook import forward_arguments, grid_attrs, run_cells
 from hookrun.runner.kinds.patching.reader import CELL_UNITS, faithfulness_lines
+from hookrun.runner.kinds.run_kind import RunKind
 from hookrun.store.records import Capture, CaptureKey, StepRecord
 
 KEY = {which: CaptureKey("patching", "cells", "patching", which) for which in ("value", "exact")}
 
 
-@register_kind("patching")
 class PatchingKind(RunKind):
     block = "patching"
     forwards = 0  # per data batch: the cells decide (one packed forward per chunk; atp: 2 + a backward)
@@ -112,7 +110,7 @@ class PatchingKind(RunKind):
     @classmethod
     def check(cls, cfg: HookrunConfig) -> None:
         cls.check_mode(cfg)
-        check_inputs(parse_block(cfg.patching, build=lambda node, where: build(node, where)), cfg.data.inputs)
+        check_inputs(cfg.patching.checked(), cfg.data.inputs)  # (parsed and checked once, by load)
 
     def check_actions(self) -> None:
         super().check_actions()
@@ -144,7 +142,7 @@ class PatchRun:
     def __init__(self, p: Any, rank: int = 0, world: int = 1) -> None:
         cfg = p.cfg
         PatchingKind.check(cfg)
-        self.block = parse_block(cfg.patching, build=lambda node, where: build(node, where))
+        self.block = cfg.patching.checked()
         limit = None if cfg.data.limit is None else cfg.data.limit * cfg.data.batch_size
         items = load_items(p.dataset, self.block, limit, p.settings.device)
         edges = prepare_edges(p.model, self.block, items) if self.block.method in EDGE_METHODS else None

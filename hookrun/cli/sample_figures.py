@@ -1,0 +1,95 @@
+"""plot's figures of samples: maps over their pictures in one row (MapRow) and per-sample curves
+with their spread (Bands), from the specs of analysis/report/figure_specs.py; `render` draws any spec.
+
+    fig = render(spec)        # a Heatmap, Lines, Scatter, MapRow or Bands spec -> a matplotlib figure
+    save(fig, Path("figures/maps.png"))
+
+A map row's maps are drawn as its spec says: signed maps on the diverging scale centred on zero per
+sample over the picture in grey, maps in [0, 1] on the sequential scale over the picture in colour;
+`with_pictures` gives a spec without pictures the items of a data set the user named (`--data`),
+the maps resized to them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from hookrun.analysis.images import as_pictures, fit_maps
+from hookrun.analysis.report.figure_specs import SEQUENTIAL, Bands, Heatmap, Lines, MapRow
+from hookrun.cli import figures
+from hookrun.errors import NotFoundError
+
+
+def map_row(spec: MapRow) -> Any:
+    """The spec's maps side by side, each captioned, one colour bar."""
+    pictures, maps = spec.pictures, np.asarray(spec.maps, dtype=np.float64)
+
+    def signed(ax: Any, k: int) -> Any:
+        m = max(float(np.abs(maps[k]).max()), 1e-12)  # centred on zero: -m .. m
+        if pictures is not None:
+            ax.imshow(pictures[k].mean(-1), cmap="gray")
+        ax.set_title(spec.captions[k], fontsize=9)
+        return ax.imshow(maps[k] / m, cmap=figures.diverging_cmap(), vmin=-1, vmax=1, alpha=0.6 if pictures is not None else 1.0,
+                         aspect="auto" if maps[k].shape[0] == 1 else "equal")
+
+    def scaled(ax: Any, k: int) -> Any:
+        if pictures is not None:
+            ax.imshow(pictures[k])
+        ax.set_title(spec.captions[k], fontsize=10)
+        return ax.imshow(maps[k], cmap=SEQUENTIAL, vmin=0, vmax=1, **({"alpha": 0.5} if pictures is not None else {}))
+
+    title = spec.title + (spec.no_pictures if pictures is None else "")
+    return figures.image_row(len(maps), signed if spec.signed else scaled, title, spec.label)
+
+
+def bands(spec: Bands) -> Any:
+    """One panel per curve: every sample's curve, the middle half as a band, the mean, the reference dashed."""
+    plt = figures.pyplot()
+    n = len(spec.panels)
+    fig, axes = plt.subplots(1, n, figsize=(4.6 * n, 3.6), squeeze=False, layout="constrained")
+    for ax, band in zip(axes[0], spec.panels, strict=True):
+        rows = np.asarray(band.rows, dtype=np.float64)
+        for row in rows:
+            ax.plot(band.x, row, color="#999999", alpha=0.3, linewidth=0.8)
+        ax.fill_between(band.x, np.quantile(rows, 0.25, axis=0), np.quantile(rows, 0.75, axis=0), color=band.colour,
+                        alpha=0.2, linewidth=0, label="middle half of the samples")
+        ax.plot(band.x, rows.mean(0), color=band.colour, linewidth=2, label=band.mean_label)
+        if band.reference is not None:
+            ax.plot(band.x, band.reference, color="#333333", linewidth=1.6, linestyle="--", label=band.reference_label)
+        ax.set_xlabel(band.xlabel)
+        ax.set_ylabel(band.ylabel)
+        if band.ylim is not None:
+            ax.set_ylim(*band.ylim)
+        ax.set_title(band.title)
+        ax.legend(loc="best", fontsize=8)
+    fig.suptitle(spec.title)
+    return fig
+
+
+def render(spec: Any) -> Any:
+    """The matplotlib figure of any figure spec."""
+    draw: Callable[[Any], Any] = (figures.lines if isinstance(spec, Lines) else figures.heatmap if isinstance(spec, Heatmap)
+                                  else map_row if isinstance(spec, MapRow) else bands if isinstance(spec, Bands)
+                                  else figures.scatter)
+    return draw(spec)
+
+
+def with_pictures(spec: Any, dataset: object | None) -> Any:
+    """A MapRow without pictures, given the data set's items at its samples (the maps resized to them)."""
+    if not isinstance(spec, MapRow) or spec.pictures is not None or dataset is None:
+        return spec
+    pictures = as_pictures(np.stack([item_input(dataset, int(i)) for i in spec.indices]))
+    spec.maps, spec.pictures = fit_maps(np.asarray(spec.maps, dtype=np.float64), pictures[0].shape[:2]), pictures
+    return spec
+
+
+def item_input(dataset: object, i: int) -> np.ndarray:
+    item = dataset[i]  # type: ignore[index]
+    x = item[0] if isinstance(item, tuple | list) else item
+    x = x.detach().float().numpy()
+    if x.ndim != 3 or x.shape[0] not in (1, 3):
+        raise NotFoundError(f"--data: item {i} is a {tuple(x.shape)} tensor, not an image (channels 1 or 3, H, W)")
+    return x

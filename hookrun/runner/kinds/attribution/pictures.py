@@ -1,0 +1,65 @@
+"""plot's pictures of an attribution run (its reader's `figures`): the maps and the curves as figure
+specs, which `python -m hookrun.plot` draws with matplotlib.
+
+    figures(open_run("outputs/attr/captures.h5"))   # [("attribution_saliency", MapRow), ("attribution_curves_saliency", Bands)]
+
+Each map is the attribution summed over channels, at the picture's size where the run recorded the
+input (report.py's shown_maps, which the report's overlays use too), on one diverging colour scale
+centred on zero per sample (red: for the target, blue: against), over the input in grey where it is
+known (recorded by the run, else plot's `--data`); captions name the sample, the class attributed and
+the model's probability for it. The deletion / insertion curves are one more picture: every
+sample's curve, the middle half as a band, the mean with its area and the random order's mean.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from hookrun.analysis.report.figure_specs import Band, Bands, MapRow, run_label
+from hookrun.runner.kinds.attribution.reader import attribution_meta
+from hookrun.runner.kinds.attribution.report import class_name, curve_area, random_curve, shown_maps
+
+SAMPLES = 2  # maps in plot's picture where it is not told (plot's default --samples)
+COLOURS = {"deletion": "#b2182b", "insertion": "#2166ac"}
+
+
+def figures(run: Any, samples: int = SAMPLES) -> list[tuple[str, Any]]:
+    """(file stem, spec) of the first `samples` maps and, where the run measured them, the curves; [] for
+    another kind."""
+    meta = attribution_meta(run.attrs)  # (an object-store run: from its manifest, nothing fetched)
+    if meta is None:
+        return []
+    a = run.attribution()
+    indices, maps, pictures = shown_maps(run, samples)
+    where = "the input" if meta["at"] == "input" else meta["at"]
+    title = f"{meta['method']} attribution to {where}, summed over channels\n{run_label(run)}"
+    out: list[tuple[str, Any]] = [(f"attribution_{meta['method']}", MapRow(
+        maps, captions(meta, a, indices), title, "attribution / max |attr.| (per sample)", indices, pictures, signed=True,
+        no_pictures=" (no input images: record the input, or --data, to draw the maps over them)"))]
+    names = [w for w in ("deletion", "insertion") if f"{w}_area" in a.coords]
+    if names:
+        out.append((f"attribution_curves_{meta['method']}", curves(run, a, names, meta["method"])))
+    return out
+
+
+def captions(meta: dict, a: Any, indices: Any) -> list[str]:
+    """Each drawn sample's caption: its index, its target (the data set's class name where the run
+    wrote them) and the target's probability."""
+    return [f"#{i} · target {class_name(meta, a['target'][k])} · p {float(a['prob'][k]):.2f}" for k, i in enumerate(indices)]
+
+
+def curves(run: Any, a: Any, names: list[str], method: str) -> Bands:
+    """The curves `names` of the run whose attribution (with its areas) is `a`."""
+    panels = []
+    for name in names:
+        c = run.attribution(name)
+        random = random_curve(run, name)
+        panels.append(Band(
+            c["fraction"].values, c.values.astype(np.float64), COLOURS[name],
+            f"mean (area {float(a[f'{name}_area'].mean()):.3f})", f"{name} ({len(c)} samples)",
+            f"fraction of pixels {'removed' if name == 'deletion' else 'put back'}, most important first",
+            "probability of the target", random.mean(0) if random is not None else None,
+            f"random order (area {curve_area(random):.3f})" if random is not None else "", (0.0, 1.0)))
+    return Bands(panels, f"{method}: a good map's deletion falls fast, its insertion rises fast\n{run_label(run)}")
