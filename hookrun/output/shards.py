@@ -33,7 +33,6 @@ from hookrun.config.checks import differing
 from hookrun.config.schema import HookrunConfig, to_yaml
 from hookrun.errors import ConfigError, HookrunError, RunError
 from hookrun.output.local_file import LocalShards
-from hookrun.output.rank_link import RankLink
 from hookrun.output.ranks import (
     Ranks,
     every_rank,
@@ -81,6 +80,8 @@ class ShardRun:
 
     def run(self, body: Callable[[HookrunConfig, Destination, Callable], R]) -> R:
         """Check, run this rank's shard through `body`, and (rank 0) combine the ranks' outputs."""
+        from hookrun.output.rank_link import RankLink  # ranks only: not on a one-process run's route
+
         key, folder = self.layout.rendezvous()
         store = dist.PrefixStore(key, open_store(self.r, folder))
         self.link = RankLink(store, self.r, folder, key)  # a kind that merges the ranks' statistics (join_ranks)
