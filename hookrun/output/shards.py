@@ -80,7 +80,8 @@ class ShardRun:
 
     def run(self, body: Callable[[HookrunConfig, Destination, Callable], R]) -> R:
         """Check, run this rank's shard through `body`, and (rank 0) combine the ranks' outputs."""
-        from hookrun.output.rank_link import RankLink  # ranks only: not on a one-process run's route
+        # the ranks' link: imported by a ranked run only, not on a one-process run's route
+        from hookrun.output.rank_link import RankLink
 
         key, folder = self.layout.rendezvous()
         store = dist.PrefixStore(key, open_store(self.r, folder))
