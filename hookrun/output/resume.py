@@ -127,8 +127,16 @@ def complete_steps(f: h5py.File, mid_flush: bool = False) -> int:
 def config_differences(old: dict, new: dict) -> list[str]:
     """The keys that change what is captured (IGNORED keys do not). A null key is the same as an
     absent one: a file written when a block of a kind not run was stored as its nulls
-    (`patching: null`, evaluate's `{enabled: null, ...}`) resumes under a config without it."""
-    return differing(_without_nulls(old), _without_nulls(new), ignore=IGNORED)
+    (`patching: null`, evaluate's `{enabled: null, ...}`) resumes under a config without it. A
+    block's `enabled: true` is the same as no `enabled`: a block given is on (a file written when
+    `evaluate.ablation=zero` stored `enabled: null` resumes under the command that now stores true)."""
+    return differing(_on_by_default(_without_nulls(old)), _on_by_default(_without_nulls(new)), ignore=IGNORED)
+
+
+def _on_by_default(tree: dict) -> dict:
+    """`tree` with each top-level block's `enabled: true` left out (a block given is on)."""
+    return {key: ({k: v for k, v in block.items() if not (k == "enabled" and v is True)} if isinstance(block, dict) else block)
+            for key, block in tree.items()}
 
 
 def _without_nulls(tree: Any) -> Any:
