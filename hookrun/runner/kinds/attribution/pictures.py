@@ -13,12 +13,12 @@ sample's curve, the middle half as a band, the mean with its area and the random
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
 
 from hookrun.analysis.report.figure_specs import Band, Bands, MapRow, run_label
-from hookrun.runner.kinds.attribution.reader import attribution_meta
 from hookrun.runner.kinds.attribution.report import class_name, curve_area, random_curve, shown_maps
 
 SAMPLES = 2  # maps in plot's picture where it is not told (plot's default --samples)
@@ -28,9 +28,9 @@ COLOURS = {"deletion": "#b2182b", "insertion": "#2166ac"}
 def figures(run: Any, samples: int = SAMPLES) -> list[tuple[str, Any]]:
     """(file stem, spec) of the first `samples` maps and, where the run measured them, the curves; [] for
     another kind."""
-    meta = attribution_meta(run.attrs)  # (an object-store run: from its manifest, nothing fetched)
-    if meta is None:
+    if run.attrs.get("attribution") is None:  # another kind (an object-store run: its manifest, nothing fetched)
         return []
+    meta = json.loads(run.attrs["attribution"])
     a = run.attribution()
     indices, maps, pictures = shown_maps(run, samples)
     where = "the input" if meta["at"] == "input" else meta["at"]
