@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from kill_in_flush import killed_inside_a_flush
+from shapes_fixtures import data, model  # noqa: F401  (fixtures: the shipped tiny_cnn, 8 shapes)
 
 import hookrun
 from hookrun.errors import ConfigError
@@ -22,19 +23,6 @@ N, B = 8, 4
 MODEL = {"_target_": "hookrun.models.tiny_cnn"}
 DATA = {"dataset": {"_target_": "hookrun.data.shapes", "size": N}, "batch_size": B}
 
-
-@pytest.fixture(scope="module")
-def model():
-    from hookrun.models.tiny_cnn import tiny_cnn
-
-    return tiny_cnn()
-
-
-@pytest.fixture(scope="module")
-def data():
-    from hookrun.data.shapes import shapes
-
-    return shapes(N)
 
 
 def cfg(path, **block):

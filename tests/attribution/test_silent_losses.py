@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
+from shapes_fixtures import data, model  # noqa: F401  (fixtures: the shipped tiny_cnn, 8 shapes)
 from toy_runs import RECORD_BODY, toy_cfg
 
 import hookrun
@@ -27,19 +28,6 @@ from hookrun.store.h5store import H5Store
 
 N, B = 8, 4
 
-
-@pytest.fixture(scope="module")
-def model():
-    from hookrun.models.tiny_cnn import tiny_cnn
-
-    return tiny_cnn()
-
-
-@pytest.fixture(scope="module")
-def data():
-    from hookrun.data.shapes import shapes
-
-    return shapes(N)
 
 
 def attribution_cfg(path, **block):
