@@ -143,3 +143,18 @@ def run_cli(*args: str, cwd: Path = ROOT, timeout: int = 600, env: dict | None =
         [sys.executable, "-m", "hookrun", *args], cwd=cwd, capture_output=True, text=True,
         timeout=timeout, env=full_env,
     )
+
+
+# The longest test files first (measured: their tests' durations summed in a CI run): `-n auto`
+# hands whole files to workers in collection order, so a long file started last would leave one
+# worker running alone at the end. Within a file, and for every other file, the order is pytest's.
+LONGEST_FIRST = ("docs/test_benchmarks.py", "docs/test_docs.py", "cli/test_cli.py", "store/test_reliability.py",
+                 "store/test_ranks.py", "cli/test_load.py", "store/test_object_store_seaweedfs.py")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    def rank(item) -> int:
+        path = item.path.as_posix()
+        return next((i for i, name in enumerate(LONGEST_FIRST) if path.endswith("/tests/" + name)), len(LONGEST_FIRST))
+
+    items.sort(key=rank)  # stable: the rest keep their order
