@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from hookrun.analysis.gradcam import is_map  # (plot imports it from here too)
 from hookrun.analysis.kind_readers import kind_units
 from hookrun.analysis.report.figure_specs import (
     DIVERGING,
@@ -137,10 +138,6 @@ def sampled_rows(ds: Any, values: int, blocks: int = 8) -> tuple[np.ndarray, str
 
 def is_pattern(info: Any) -> bool:
     return info.rows == "samples" and tuple(info.dims[1:]) == PATTERN
-
-
-def is_map(info: Any) -> bool:
-    return len(info.shape) == 4 and info.rows == "samples" and not set(info.dims) & {"head", "token", "query", "key"}
 
 
 NONFINITE = "NaN or inf (left out)"
