@@ -127,88 +127,50 @@ class FeatureRoute:
 
 
 class GramRoute:
-    """Every series' rows held in memory while they fit `hold` bytes, beyond it spooled to a temporary
-    file; at the end its Gram matrix (float64, built in slabs of columns), then the measure."""
+    """Every series' rows spooled to a temporary file; at the end its Gram matrix, then the measure."""
 
     def __init__(self, pairs: list[tuple[int, int]], measure: str, sigma: float, dissimilarity: str,
-                 folder: str | None = None, hold: int = 0) -> None:
+                 folder: str | None = None) -> None:
         self.pairs, self.measure, self.sigma, self.dissimilarity = pairs, measure, sigma, dissimilarity
-        self.folder, self.hold, self.held = folder, hold, 0
-        self.dir: Any = None
-        self.files: list[Any] = []  # open spool files once the rows no longer fit `hold`
-        self.chunks: list[list[np.ndarray]] = []  # the rows held in memory, per series, batch by batch
+        self.dir = tempfile.TemporaryDirectory(prefix="hookrun-similarity-", dir=folder)
+        self.files: list[Any] = []
         self.dims: list[int] = []
         self.dtypes: list[type] = []
         self.n = 0
 
     def add(self, series: list[torch.Tensor]) -> None:
-        if not self.dims:  # float32 rows stay float32 (exact); float64 (pooled) rows stay float64
+        if not self.files:  # float32 rows stay float32 on disk (exact); float64 (pooled) rows stay float64
             self.dims = [s[0].numel() for s in series]
             self.dtypes = [np.float64 if s.dtype == torch.float64 else np.float32 for s in series]
-            self.chunks = [[] for _ in series]
-        self._keep([np.array(s.reshape(len(s), -1).cpu().numpy(), dtype=t) for s, t in zip(series, self.dtypes,
-                                                                                           strict=True)])
-
-    def _keep(self, rows: list[np.ndarray]) -> None:
-        """One batch's rows of every series: in memory while the held rows fit `hold`, else to the files."""
-        self.held += sum(r.nbytes for r in rows)
-        if self.held > self.hold:
-            self._spool()
-        for k, r in enumerate(rows):
-            if self.files:
-                self.files[k].write(r.data)
-            else:
-                self.chunks[k].append(r)
-        self.n += len(rows[0])
-
-    def _spool(self) -> None:
-        """From here on the rows go to one temporary file per series, the rows held so far first."""
-        if self.files:
-            return
-        self.dir = tempfile.TemporaryDirectory(prefix="hookrun-similarity-", dir=self.folder)
-        self.files = [open(os.path.join(self.dir.name, f"{k}.rows"), "wb") for k in range(len(self.dims))]
-        for f, held in zip(self.files, self.chunks, strict=True):
-            for r in held:
-                f.write(r.data)
-            held.clear()
+            self.files = [open(os.path.join(self.dir.name, f"{k}.rows"), "wb") for k in range(len(series))]
+        for f, s, dtype in zip(self.files, series, self.dtypes, strict=True):
+            f.write(np.ascontiguousarray(s.reshape(len(s), -1).cpu().numpy(), dtype=dtype).data)
+        self.n += len(series[0])
 
     def save(self, path: Path) -> None:
-        """This rank's rows (a folder of one file per series), for rank 0's merge."""
+        """This rank's spooled rows (a folder of one file per series), for rank 0's merge."""
         path.mkdir()
-        for k in range(len(self.dims)):
-            if self.files:
-                self.files[k].flush()
-                shutil.copyfile(self.files[k].name, path / f"{k}.rows")
-            else:
-                with open(path / f"{k}.rows", "wb") as f:
-                    for r in self.chunks[k]:
-                        f.write(r.data)
+        for k, f in enumerate(self.files):
+            f.flush()
+            shutil.copyfile(f.name, path / f"{k}.rows")
         (path / "rows").write_text(str(self.n))
 
     def merge(self, path: Path) -> None:
         """Another rank's rows after this one's (rank order is item order: the same Gram matrices)."""
-        rows, files = int((path / "rows").read_text()), [path / f"{k}.rows" for k in range(len(self.dims))]
-        if self.held + sum(os.path.getsize(f) for f in files) <= self.hold:
-            self._keep([np.fromfile(f, dtype=t).reshape(rows, d) for f, d, t in zip(files, self.dims, self.dtypes,
-                                                                                    strict=True)])
-            return
-        self._spool()
-        for f, name in zip(self.files, files, strict=True):
-            with open(name, "rb") as src:
+        for k, f in enumerate(self.files):
+            with open(path / f"{k}.rows", "rb") as src:
                 shutil.copyfileobj(src, f)
-        self.n += rows
+        self.n += int((path / "rows").read_text())
 
     def gram(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Series k's Gram matrix and row sums, its rows taken in float64 slabs of columns."""
-        d, x = self.dims[k], None
-        if self.files:
-            self.files[k].flush()
-            x = np.memmap(self.files[k].name, dtype=self.dtypes[k], mode="r", shape=(self.n, d))
+        """Series k's Gram matrix and row sums, its rows read back in slabs of columns."""
+        self.files[k].flush()
+        d = self.dims[k]
+        x = np.memmap(self.files[k].name, dtype=self.dtypes[k], mode="r", shape=(self.n, d))
         g, sums = np.zeros((self.n, self.n)), np.zeros(self.n)
         step = max(1, SLAB // (8 * self.n))
         for c in range(0, d, step):
-            part = np.asarray(x[:, c:c + step], dtype=np.float64) if x is not None else \
-                np.concatenate([r[:, c:c + step] for r in self.chunks[k]], dtype=np.float64)
+            part = np.asarray(x[:, c:c + step], dtype=np.float64)
             g += part @ part.T
             sums += part.sum(axis=1)
         del x
@@ -217,7 +179,7 @@ class GramRoute:
     def matrix(self, shape: tuple[int, int]) -> np.ndarray:
         """Each series' Gram matrix once (centred for CKA, as dissimilarities for RSA), then every pair."""
         prepared = []
-        for k in range(len(self.dims)):
+        for k in range(len(self.files)):
             g, sums = self.gram(k)
             if self.measure == "rsa":
                 prepared.append(m.dissimilarity(g, sums, self.dims[k], self.dissimilarity))
@@ -233,8 +195,7 @@ class GramRoute:
     def close(self) -> None:
         for f in self.files:
             f.close()
-        if self.dir is not None:
-            self.dir.cleanup()
+        self.dir.cleanup()
 
 
 class MinibatchRoute:
@@ -279,12 +240,11 @@ class MinibatchRoute:
 
 
 def accumulator(route: str, pairs: list[tuple[int, int]], measure: str = "linear_cka", sigma: float = 0.8,
-                dissimilarity: str = "correlation", batch: int = 0, folder: str | None = None,
-                hold: int = 0) -> FeatureRoute | GramRoute | MinibatchRoute:
-    """The route's accumulator for these pairs (see the table above); the gram route keeps up to
-    `hold` bytes of rows in memory before it spools them to a file."""
+                dissimilarity: str = "correlation", batch: int = 0,
+                folder: str | None = None) -> FeatureRoute | GramRoute | MinibatchRoute:
+    """The route's accumulator for these pairs (see the table above)."""
     if route == "feature":
         return FeatureRoute(pairs)
     if route == "gram":
-        return GramRoute(pairs, measure, sigma, dissimilarity, folder, hold)
+        return GramRoute(pairs, measure, sigma, dissimilarity, folder)
     return MinibatchRoute(pairs, batch)
