@@ -11,20 +11,25 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from hydra.errors import InstantiationException
-from hydra.utils import instantiate
 from torch import nn
 
 from hookrun.errors import ConfigError, HookrunError, close_matches
+
+if TYPE_CHECKING:
+    from hydra.errors import InstantiationException
 
 
 def build(node: Any, where: str, **kwargs: Any) -> Any:
     """instantiate(node), with a one-line ConfigError instead of Hydra's chained traceback."""
     if not isinstance(node, Mapping) or not node.get("_target_"):
         raise ConfigError(f"{where}: expected a node with `_target_: package.module.Name`, got {node!r}")
+    # Hydra imported here, not with the module: a run of live objects (run(cfg, model=...)) never loads it
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
     try:
         return instantiate(dict(node), _convert_="all", **kwargs)
     except InstantiationException as exc:
@@ -37,6 +42,8 @@ def build(node: Any, where: str, **kwargs: Any) -> Any:
 
 
 def _instantiation_message(exc: InstantiationException, target: str) -> str:
+    from hydra.errors import InstantiationException
+
     cause = exc.__cause__
     while cause is not None and isinstance(cause, InstantiationException):
         cause = cause.__cause__
