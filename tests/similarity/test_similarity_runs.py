@@ -175,9 +175,9 @@ ROWS = {"dataset": {"_target_": "toy_models.SignedRows"}, "batch_size": 4}
     ({"at": ["blok1"]}, "block1"),
     ({"at": ["block1"], "with": {"model": SECOND, "at": ["block1"], "data": {}}}, "similarity.with.data: not a key"),
     ({"at": ["block1"], "colour": 1}, "similarity.colour: not a key"),
-    ({"at": ["score"], "model": SCORED, "data": ROWS}, "similarity.at: score gives shape (2,) torch.float32: no feature axis"),
+    ({"at": ["score"], "model": SCORED, "data": ROWS}, "similarity.at: score gives shape (4,) torch.float32: no feature axis"),
     ({"at": ["lin"], "model": SCORED, "data": ROWS, "with": {"model": SCORED, "at": ["pairs"]}},
-     "batches differ in rows (lin: 2, pairs: 4)"),
+     "batches differ in rows (lin: 4, pairs: 8)"),
 ])
 def test_bad_input_is_one_line_before_any_batch(tmp_path, overrides, message) -> None:
     model, data = overrides.pop("model", MODEL), overrides.pop("data", None)

@@ -9,8 +9,9 @@ model's `with.at`), the accumulator fed per batch, the matrix written at the end
 | captures/similarity/__model__/MEASURE | the matrix (at, with_at): rows `at`, columns `with.at` (or `at`) |
 | root attribute `similarity` (JSON)   | the block as run, the labels, the route (feature, gram, minibatch), rows |
 
-User hooks (`hooks:`) record in the same forward. The route is chosen before any batch
-(accumulate.choose_route); a run stopped early writes no matrix. A resumed run recomputes the
+User hooks (`hooks:`) record in the same forward. The checks and the route (accumulate.choose_route)
+come from the first batch's features before the loop, which reuses them for its step 0 where no user
+hook needs that forward (one forward of batch 0, not two); a run stopped early writes no matrix. A resumed run recomputes the
 features of the batches it keeps (their forwards, not the file's) into the accumulator and goes on,
 so its matrix equals an uninterrupted run's. Many ranks (torchrun) run contiguous blocks of the
 batches; after its pass each rank but 0 hands its accumulator to rank 0 (output/rank_link.py), which
@@ -70,8 +71,9 @@ class SimilarityKind(RunKind):
         self.rows = self.taps[0].names
         self.cols = self.taps[1].names if self.other is not None else self.rows
         batch = ctx.cfg.data.batch_size
-        _, call = first_batch(ctx.loader, ctx.spec, size=min(batch, 2))  # two items: features per row, rows
+        indices, call = first_batch(ctx.loader, ctx.spec, size=batch)  # batch 0: features per row, rows
         series = self.features(ctx.model, call.to(ctx.device))  # every check that needs the model
+        self.first: tuple[torch.Tensor, list[torch.Tensor]] | None = (indices, series)  # step 0 reuses them
         self.dims = [s[0].numel() for s in series]
         self.items = len(ctx.loader.dataset) if hasattr(ctx.loader.dataset, "__len__") else None
         if b.estimator == "minibatch" and self.items is not None and self.items < batch:
@@ -126,7 +128,12 @@ class SimilarityKind(RunKind):
         self.link = link
 
     def step(self, model: nn.Module, call: Any, session: Any) -> StepAdds:
-        series = self.features(model, call)
+        first, self.first = self.first, None
+        indices = self.ctx.env.state.sample_index
+        if first is not None and not self.ctx.points and torch.equal(first[0].cpu(), indices.cpu()):
+            series = first[1]  # (__init__'s check ran this batch; no user hook needs its forward)
+        else:
+            series = self.features(model, call)
         dims = [s[0].numel() for s in series]
         if dims != self.dims:  # token rows flattened: the batch's length decides the features
             k = next(i for i, (d, e) in enumerate(zip(dims, self.dims, strict=True)) if d != e)
