@@ -2,7 +2,7 @@
 (a file in the shared run folder) to rank 0, which merges them into the one-process result.
 
     link = RankLink(store, ranks, folder, key)      # ShardRun hands it to the kind (RunKind.join_ranks)
-    RankLink.refuse(link, world, resume, "probe with 2 ranks", "rows", "run it as one process")  # prepare_run
+    RankLink.refuse(link, world, resume, "probe", "rows")   # prepare_run: many ranks need a link, refuse resume
     link.hand_over("probe", save)                   # ranks 1..N-1: save(tmp), renamed to path(), sent to rank 0
     link.gather("probe", merge, should_stop)        # rank 0: merge(path) of each rank in rank order, path removed
     link.discard("probe")                           # rank 0, in close(): what a failed run's ranks left
@@ -40,15 +40,14 @@ class RankLink:
         self.rank, self.world = ranks.rank, ranks.world
 
     @staticmethod
-    def refuse(link: Any, world: int, resume: bool, where: str, what: str, alone: str, joined: str = "and") -> None:
+    def refuse(link: Any, world: int, resume: bool, kind: str, what: str) -> None:
         """A handing-over kind's prepare_run, before any batch: many ranks need the link and refuse resume=true
-        (a finished rank would not hand its `what` over again). `where` names the run ("probe with 2 ranks"),
-        `alone` says how to run it without a link, `joined` joins `where` to "resume=true"."""
+        (a finished rank would not hand its `what` over again). `kind` names the run's kind ("probe")."""
         if world > 1 and link is None:
-            raise ConfigError(f"{where}: no channel between the ranks; {alone}")
+            raise ConfigError(f"{kind} over {world} ranks: no channel between the ranks; run it as one process")
         if world > 1 and resume:
-            raise ConfigError(f"{where} {joined} resume=true: a finished rank would not hand its {what} to rank 0 "
-                              f"again; start the run again (output.overwrite=true), or resume it as one process")
+            raise ConfigError(f"{kind} over {world} ranks with resume=true: a finished rank would not hand its {what} "
+                              f"to rank 0 again; start the run again (output.overwrite=true), or resume it as one process")
 
     def hand_over(self, name: str, save: Callable[[Path], None]) -> None:
         """Ranks 1..N-1: `save(tmp)` writes this rank's part of `name` under a temporary name, renamed to

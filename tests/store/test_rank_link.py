@@ -75,12 +75,12 @@ def test_a_stop_while_waiting_is_one_line(tmp_path):
 
 
 def test_refuse_names_the_run_and_what_it_would_not_hand_over():
-    RankLink.refuse(None, 1, True, "probe with 1 ranks", "rows", "run it as one process")  # one process: nothing
-    RankLink.refuse(object(), 2, False, "probe with 2 ranks", "rows", "run it as one process")  # linked, fresh
+    RankLink.refuse(None, 1, True, "probe", "rows")  # one process: nothing to refuse
+    RankLink.refuse(object(), 2, False, "probe", "rows")  # linked, fresh
     with pytest.raises(ConfigError) as err:
-        RankLink.refuse(None, 2, False, "probe with 2 ranks", "rows", "run it as one process")
-    assert str(err.value) == "probe with 2 ranks: no channel between the ranks; run it as one process"
+        RankLink.refuse(None, 2, False, "probe", "rows")
+    assert str(err.value) == "probe over 2 ranks: no channel between the ranks; run it as one process"
     with pytest.raises(ConfigError) as err:
-        RankLink.refuse(object(), 3, True, "similarity over 3 ranks", "accumulator", "run it on one rank", joined="with")
+        RankLink.refuse(object(), 3, True, "similarity", "accumulator")
     assert str(err.value) == ("similarity over 3 ranks with resume=true: a finished rank would not hand its accumulator "
                               "to rank 0 again; start the run again (output.overwrite=true), or resume it as one process")

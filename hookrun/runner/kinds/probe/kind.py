@@ -99,8 +99,7 @@ class ProbeKind(RunKind):
         if self.world > 1:  # (the link's module: a ranked run's only)
             from hookrun.output.rank_link import RankLink
 
-            RankLink.refuse(self.link, self.world, p.cfg.resume, f"probe with {self.world} ranks", "rows",
-                            "run it as one process")
+            RankLink.refuse(self.link, self.world, p.cfg.resume, "probe", "rows")
         self.last, self.begin = p.batches.stop - 1, p.batches.start
         self.should_stop = lambda: p.settings.should_stop()
         folder = Path(p.cfg.output.path).parent if "://" not in str(p.cfg.output.path) else None

@@ -109,8 +109,7 @@ class SimilarityKind(RunKind):
         if self.world > 1:  # (the link's module: a ranked run's only)
             from hookrun.output.rank_link import RankLink
 
-            RankLink.refuse(self.link, self.world, p.cfg.resume, f"similarity over {self.world} ranks", "accumulator",
-                            "run it on one rank", joined="with")
+            RankLink.refuse(self.link, self.world, p.cfg.resume, "similarity", "accumulator")
         self.begin = p.batches.start
         p.attrs["similarity"] = json.dumps(self.describe())
 
