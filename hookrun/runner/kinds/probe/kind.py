@@ -38,6 +38,7 @@ from hookrun.runner.kinds.probe.fit import FitSpec, fit_point
 from hookrun.runner.kinds.probe.rows import RowStore
 from hookrun.runner.kinds.probe.table import GROUP
 from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds
+from hookrun.store.schemes import scheme_of
 
 log = logging.getLogger("hookrun")
 
@@ -102,7 +103,7 @@ class ProbeKind(RunKind):
             RankLink.refuse(self.link, self.world, p.cfg.resume, "probe", "rows")
         self.last, self.begin = p.batches.stop - 1, p.batches.start
         self.should_stop = lambda: p.settings.should_stop()
-        folder = Path(p.cfg.output.path).parent if "://" not in str(p.cfg.output.path) else None
+        folder = None if scheme_of(p.cfg.output.path).remote else Path(p.cfg.output.path).parent
         if folder is not None and folder.is_dir():
             self.tmp = tempfile.TemporaryDirectory(prefix=".probe_rows_", dir=folder)
         else:
