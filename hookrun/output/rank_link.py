@@ -2,12 +2,14 @@
 (a file in the shared run folder) to rank 0, which merges them into the one-process result.
 
     link = RankLink(store, ranks, folder, key)      # ShardRun hands it to the kind (RunKind.join_ranks)
-    path = link.path("probe", link.rank)            # where this rank writes its file (a temporary name first)
-    link.send("probe", str(path))                   # ranks 1..N-1: "here it is"
-    paths = link.receive("probe")                   # rank 0: every other rank's payload, in rank order
+    RankLink.refuse(link, world, resume, "probe", "rows")   # prepare_run: many ranks need a link, refuse resume
+    link.hand_over("probe", save)                   # ranks 1..N-1: save(tmp), renamed to path(), sent to rank 0
+    link.gather("probe", merge, should_stop)        # rank 0: merge(path) of each rank in rank order, path removed
+    link.discard("probe")                           # rank 0, in close(): what a failed run's ranks left
 
 Used by kinds whose result needs every row of the data (probe, similarity): ShardRun splits the batches
-into contiguous blocks, so rank order is batch order. rank 0 waits for each rank while the rank's heartbeat
+into contiguous blocks, so rank order is batch order. A kind keeps only its save (its statistics to a
+path) and its merge (them from a path). rank 0 waits for each rank while the rank's heartbeat
 moves (ShardRun's Heartbeat bumps `beat/RANK`); a rank that ended without sending, or fell silent, is
 one RunError line.
 """
@@ -18,11 +20,13 @@ import hashlib
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch.distributed as dist
 
-from hookrun.errors import RunError
+from hookrun.errors import ConfigError, RunError
 from hookrun.output.ranks import Ranks
 
 POLL_SECONDS = 0.05
@@ -34,6 +38,35 @@ class RankLink:
         self.store, self.r, self.folder = store, ranks, Path(folder)
         self.tag = hashlib.sha1(key.encode()).hexdigest()[:12]  # one output's files, whatever the job
         self.rank, self.world = ranks.rank, ranks.world
+
+    @staticmethod
+    def refuse(link: Any, world: int, resume: bool, kind: str, what: str) -> None:
+        """A handing-over kind's prepare_run, before any batch: many ranks need the link and refuse resume=true
+        (a finished rank would not hand its `what` over again). `kind` names the run's kind ("probe")."""
+        if world > 1 and link is None:
+            raise ConfigError(f"{kind} over {world} ranks: no channel between the ranks; run it as one process")
+        if world > 1 and resume:
+            raise ConfigError(f"{kind} over {world} ranks with resume=true: a finished rank would not hand its {what} "
+                              f"to rank 0 again; start the run again (output.overwrite=true), or resume it as one process")
+
+    def hand_over(self, name: str, save: Callable[[Path], None]) -> None:
+        """Ranks 1..N-1: `save(tmp)` writes this rank's part of `name` under a temporary name, renamed to
+        `path(name, rank)` once whole, then sent to rank 0."""
+        path = self.path(name, self.rank)
+        tmp = path.with_name(path.name + ".tmp")
+        save(tmp)
+        tmp.replace(path)
+        self.send(name, str(path))
+
+    def gather(self, name: str, merge: Callable[[Path], None], should_stop: Callable[[], bool] = lambda: False) -> int:
+        """Rank 0, once every other rank has sent its part of `name`: `merge(path)` for each, in rank order,
+        each file (or folder) removed once merged. Returns the parts merged (N-1)."""
+        paths = self.receive(name, should_stop)
+        for p in paths:
+            path = Path(p)
+            merge(path)
+            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        return len(paths)
 
     def path(self, name: str, rank: int) -> Path:
         """The file rank `rank` hands to rank 0 for `name` (in the run folder every rank sees)."""

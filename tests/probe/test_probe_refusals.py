@@ -24,7 +24,7 @@ def test_split_test_outside_0_1_is_one_line(tmp_path, test) -> None:
 
 
 @pytest.mark.parametrize(("block", "message"), [
-    ({"probe": {"at": ["block1"], "target": "label"}}, "probe with 2 ranks and resume=true"),
+    ({"probe": {"at": ["block1"], "target": "label"}}, "probe over 2 ranks with resume=true"),
     ({"similarity": {"at": ["block1", "fc"]}}, "similarity over 2 ranks with resume=true"),
 ])
 def test_many_ranks_with_resume_are_one_line(tmp_path, block, message) -> None:

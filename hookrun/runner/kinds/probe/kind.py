@@ -10,10 +10,11 @@ the run's items hold 2 classes or more where the data set lists its targets (els
 of the pass, before any solver).
 User hooks (`hooks:`) record in the same forward. A resumed run recomputes the rows of the batches
 it keeps (their forwards, not the file's) and goes on, so its probes equal an uninterrupted run's.
-Many ranks (torchrun) run contiguous blocks of the batches; at its last batch each rank but 0 hands
-its rows to rank 0 (output/rank_link.py), which adds them batch by batch in batch order and fits:
-the one-process rows, blocks and probes. Many ranks with resume=true are refused (a finished shard
-would not hand its rows over again).
+Many ranks (torchrun) run contiguous blocks of the batches; at its last batch each rank but 0 saves
+its rows to a file (save_rows) that RankLink.hand_over (output/rank_link.py) passes to rank 0, whose
+RankLink.gather adds them (load_rows) in batch order before the fit: the one-process rows, blocks and
+probes. Many ranks with resume=true are refused (RankLink.refuse: a finished shard would not hand its
+rows over again).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from hookrun.runner.kinds.probe.fit import FitSpec, fit_point
 from hookrun.runner.kinds.probe.rows import RowStore
 from hookrun.runner.kinds.probe.table import GROUP
 from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds
+from hookrun.store.schemes import scheme_of
 
 log = logging.getLogger("hookrun")
 
@@ -95,14 +97,13 @@ class ProbeKind(RunKind):
         self.link = link
 
     def prepare_run(self, p: Any) -> None:
-        if self.world > 1 and self.link is None:
-            raise ConfigError(f"probe with {self.world} ranks: no channel between the ranks; run it as one process")
-        if self.world > 1 and p.cfg.resume:
-            raise ConfigError(f"probe with {self.world} ranks and resume=true: a finished rank would not hand its rows "
-                              f"to rank 0 again; start the run again (output.overwrite=true), or resume it as one process")
+        if self.world > 1:  # (the link's module: a ranked run's only)
+            from hookrun.output.rank_link import RankLink
+
+            RankLink.refuse(self.link, self.world, p.cfg.resume, "probe", "rows")
         self.last, self.begin = p.batches.stop - 1, p.batches.start
         self.should_stop = lambda: p.settings.should_stop()
-        folder = Path(p.cfg.output.path).parent if "://" not in str(p.cfg.output.path) else None
+        folder = None if scheme_of(p.cfg.output.path).remote else Path(p.cfg.output.path).parent
         if folder is not None and folder.is_dir():
             self.tmp = tempfile.TemporaryDirectory(prefix=".probe_rows_", dir=folder)
         else:
@@ -139,25 +140,29 @@ class ProbeKind(RunKind):
         return StepAdds(tables={GROUP: self.fit(model)})
 
     def merge_ranks(self) -> bool:
-        """Ranks 1..N-1 save their rows for rank 0 (False); rank 0 adds every rank's, in rank order (True)."""
-        import h5py
-
+        """Ranks 1..N-1 hand their rows to rank 0 (False); rank 0 adds every rank's, in rank order (True)."""
         if self.rank:
-            path = self.link.path("probe", self.rank)
-            tmp = path.with_name(path.name + ".tmp")
-            with h5py.File(tmp, "w") as f:
-                for i, name in enumerate(self.names):
-                    self.stores[name].save(f.create_group(f"{i:03d}"))
-            tmp.replace(path)
-            self.link.send("probe", str(path))
+            self.link.hand_over("probe", self.save_rows)
             return False
-        for path in self.link.receive("probe", self.should_stop):
-            with h5py.File(path, "r") as f:
-                for i, name in enumerate(self.names):
-                    self.stores[name].load(f[f"{i:03d}"])
-            Path(path).unlink(missing_ok=True)
+        self.link.gather("probe", self.load_rows, self.should_stop)
         log.info("probe: the rows of %d rank(s) merged", self.world)
         return True
+
+    def save_rows(self, path: Path) -> None:
+        """This rank's rows, every hook point's, to one HDF5 file at `path` (a group per hook point)."""
+        import h5py
+
+        with h5py.File(path, "w") as f:
+            for i, name in enumerate(self.names):
+                self.stores[name].save(f.create_group(f"{i:03d}"))
+
+    def load_rows(self, path: Path) -> None:
+        """Another rank's rows (save_rows' file at `path`), added after this rank's."""
+        import h5py
+
+        with h5py.File(path, "r") as f:
+            for i, name in enumerate(self.names):
+                self.stores[name].load(f[f"{i:03d}"])
 
     def fit(self, model: nn.Module) -> dict:
         b = self.spec

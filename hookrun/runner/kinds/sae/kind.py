@@ -96,7 +96,7 @@ class SaeKind(RunKind):
             self.rows = CacheRows(b.from_, b.capture, b.batch_rows, b.shuffle, b.vectors)
             self.module, self.cache_rows = self.rows.info.module, self.rows.n_rows
         self.out = out_folder(ctx.cfg)
-        local = "://" not in str(ctx.cfg.output.path)
+        local = not scheme_of(ctx.cfg.output.path).remote
         self.checkpoints = run_folder(ctx.cfg) / "checkpoints" if local else self.out.with_name(self.out.name + ".checkpoints")
         self.epochs = self.rows.epochs_for(self.block.rows + self.norm_rows()) if self.cache_rows else None
         self.evaluation: dict[str, Any] | None = None

@@ -14,17 +14,16 @@ come from the first batch's features before the loop, which reuses them for its 
 hook needs that forward (one forward of batch 0, not two); a run stopped early writes no matrix. A resumed run recomputes the
 features of the batches it keeps (their forwards, not the file's) into the accumulator and goes on,
 so its matrix equals an uninterrupted run's. Many ranks (torchrun) run contiguous blocks of the
-batches; after its pass each rank but 0 hands its accumulator to rank 0 (output/rank_link.py), which
-merges them in batch order and writes the matrix (with resume=true they are refused).
+batches; after its pass each rank but 0 saves its accumulator (acc.save) and RankLink.hand_over
+(output/rank_link.py) passes it to rank 0, whose RankLink.gather merges them (acc.merge) in batch order
+before the matrix is written (with resume=true they are refused: RankLink.refuse).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import shutil
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -109,12 +108,10 @@ class SimilarityKind(RunKind):
                 "model": model_name(self.ctx.cfg.model, self.ctx.model)}
 
     def prepare_run(self, p: Any) -> None:
-        if self.world > 1 and self.link is None:
-            raise ConfigError(f"similarity over {self.world} ranks: no channel between the ranks; run it on one rank")
-        if self.world > 1 and p.cfg.resume:
-            raise ConfigError(f"similarity over {self.world} ranks with resume=true: a finished rank would not hand its "
-                              f"accumulator to rank 0 again; start the run again (output.overwrite=true), or resume "
-                              f"it as one process")
+        if self.world > 1:  # (the link's module: a ranked run's only)
+            from hookrun.output.rank_link import RankLink
+
+            RankLink.refuse(self.link, self.world, p.cfg.resume, "similarity", "accumulator")
         self.begin = p.batches.start
         p.attrs["similarity"] = json.dumps(self.describe())
 
@@ -168,18 +165,11 @@ class SimilarityKind(RunKind):
         return steps
 
     def merge_ranks(self, should_stop: Any) -> bool:
-        """Ranks 1..N-1 save their accumulator for rank 0 (False); rank 0 merges every rank's in rank order."""
+        """Ranks 1..N-1 hand their accumulator to rank 0 (False); rank 0 merges every rank's in rank order."""
         if self.rank:
-            path = self.link.path("similarity", self.rank)
-            tmp = path.with_name(path.name + ".tmp")
-            self.acc.save(tmp)
-            tmp.replace(path)
-            self.link.send("similarity", str(path))
+            self.link.hand_over("similarity", self.acc.save)
             return False
-        for name in self.link.receive("similarity", should_stop):
-            path = Path(name)
-            self.acc.merge(path)
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        self.link.gather("similarity", self.acc.merge, should_stop)
         return True
 
     def restore(self, resume: Any, kept: int) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hookrun.errors import ConfigError, one_of
+from hookrun.store.schemes import scheme_of
 
 EDGE_METHODS = ("eap", "eap_ig")
 IG_METHODS = ("eap_ig", "atp_ig")
@@ -70,7 +71,7 @@ def parse_faithfulness(raw: Any, method: str) -> FaithSpec | None:
     if ablation not in ABLATIONS:
         raise ConfigError(f"patching.faithfulness.ablation={ablation!r}; choose from: {one_of(ABLATIONS)}")
     source = str(raw.get("from", method))
-    if source not in EDGE_METHODS and not source.endswith((".h5", ".hdf5", ".json")) and "://" not in source and "/" not in source:
+    if source not in EDGE_METHODS and not source.endswith((".h5", ".hdf5", ".json")) and not scheme_of(source).remote and "/" not in source:
         raise ConfigError(f"patching.faithfulness.from={source!r}; choose from: {one_of(EDGE_METHODS)}, or the path "
                           f"of an edges run's file, an EAP-IG graph JSON or a MIB folder whose scores rank the edges")
     return FaithSpec(tuple(int(k) for k in edges), ablation, source, fractions)

@@ -1,0 +1,86 @@
+"""RankLink's handover in one process: three links (ranks 0, 1, 2) over one torch.distributed.HashStore
+and one folder. hand_over writes under a temporary name and sends the final one; gather merges every
+rank's file (or folder) in rank order, whatever order they came in, and removes them; a rank that ended
+without handing over, or a stop, is one RunError line; refuse is the kinds' one ConfigError line."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch.distributed as dist
+
+from hookrun.errors import ConfigError, RunError
+from hookrun.output.rank_link import RankLink
+from hookrun.output.ranks import Ranks
+
+
+def links(folder, world=3):
+    store = dist.HashStore()
+    return [RankLink(store, Ranks(rank=r, world=world), folder, "job-key") for r in range(world)]
+
+
+def test_hand_over_then_gather_merges_in_rank_order_and_removes_every_file(tmp_path):
+    l0, l1, l2 = links(tmp_path)
+    seen = []
+
+    def save_as(text):
+        def save(path):
+            assert path.name.endswith(".tmp") and not path.exists()
+            assert not path.with_name(path.name[:-4]).exists()  # the final name only once the file is whole
+            path.write_text(text)
+        return save
+
+    l2.hand_over("probe", save_as("rows of rank 2"))  # rank 2 is done first
+    l1.hand_over("probe", save_as("rows of rank 1"))
+    assert sorted(os.listdir(tmp_path)) == [l1.path("probe", 1).name, l2.path("probe", 2).name]  # no temporary left
+    merged = l0.gather("probe", lambda path: seen.append((path.name, path.read_text())))
+    assert merged == 2
+    assert seen == [(l1.path("probe", 1).name, "rows of rank 1"), (l2.path("probe", 2).name, "rows of rank 2")]
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_folder_payload_is_removed_after_its_merge(tmp_path):
+    l0, l1 = links(tmp_path, world=2)
+
+    def save(path):
+        path.mkdir()
+        (path / "0.rows").write_bytes(b"\x01\x02")
+
+    l1.hand_over("similarity", save)
+    seen = []
+    l0.gather("similarity", lambda path: seen.append((path / "0.rows").read_bytes()))
+    assert seen == [b"\x01\x02"] and os.listdir(tmp_path) == []
+
+
+def test_a_rank_that_ended_without_handing_over_is_one_line_and_discard_cleans_up(tmp_path):
+    l0, l1, l2 = links(tmp_path)
+    l1.hand_over("probe", lambda path: path.write_text("rows of rank 1"))
+    l0.store.set("done/2", "failed")  # (ShardRun's status of a rank that ended)
+    (tmp_path / (l2.path("probe", 2).name + ".tmp")).write_text("half")  # what its save left
+    seen = []
+    with pytest.raises(RunError) as err:
+        l0.gather("probe", seen.append)
+    assert str(err.value) == ("probe: rank 2 ended (failed) without handing over its rows; the result needs every "
+                              "rank's: run the same command again")
+    assert seen == []  # nothing merged before every rank's part is there
+    l0.discard("probe")
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_stop_while_waiting_is_one_line(tmp_path):
+    l0, _ = links(tmp_path, world=2)
+    with pytest.raises(RunError, match=r"^similarity: stopped while waiting for the other ranks' rows$"):
+        l0.gather("similarity", lambda path: None, should_stop=lambda: True)
+
+
+def test_refuse_names_the_run_and_what_it_would_not_hand_over():
+    RankLink.refuse(None, 1, True, "probe", "rows")  # one process: nothing to refuse
+    RankLink.refuse(object(), 2, False, "probe", "rows")  # linked, fresh
+    with pytest.raises(ConfigError) as err:
+        RankLink.refuse(None, 2, False, "probe", "rows")
+    assert str(err.value) == "probe over 2 ranks: no channel between the ranks; run it as one process"
+    with pytest.raises(ConfigError) as err:
+        RankLink.refuse(object(), 3, True, "similarity", "accumulator")
+    assert str(err.value) == ("similarity over 3 ranks with resume=true: a finished rank would not hand its accumulator "
+                              "to rank 0 again; start the run again (output.overwrite=true), or resume it as one process")
