@@ -12,7 +12,7 @@ import sys
 import h5py
 import pytest
 import torch
-from conftest import ENV, ROOT
+from conftest import ENV, HELPERS, ROOT
 
 import hookrun
 from hookrun.errors import ConfigError
@@ -73,21 +73,6 @@ def test_on_the_fly_refuses_a_module_the_model_lacks(tmp_path):
     assert not (tmp_path / "run" / "captures.h5").exists()
 
 
-LIVE_KILLER = """
-import os, signal, sys, json
-from hookrun.runner.kinds.sae import engine
-step = engine.LoggingTrainer.step
-def killing(self, batch):
-    out = step(self, batch)
-    if self.n_training_steps == {kill_at}:
-        os.kill(os.getpid(), signal.SIGKILL)
-    return out
-engine.LoggingTrainer.step = killing
-import hookrun
-hookrun.run(hookrun.compose(*json.loads(sys.argv[1])))
-"""
-
-
 @pytest.mark.slow
 def test_on_the_fly_sigkill_then_resume_ends_equal_to_saelens(tmp_path, caplog):
     """Killed (SIGKILL) in step 9 of 12, then `resume=true`: the resumed run starts from the last
@@ -100,10 +85,9 @@ def test_on_the_fly_sigkill_then_resume_ends_equal_to_saelens(tmp_path, caplog):
                  "sae.shuffle=false", f"sae.rows={budget}", f"sae.batch_rows={batch}", "sae.d_sae=256", "sae.k=16",
                  "sae.out=null", "sae.checkpoints=3", "output.flush_every=1", *DATA, "progress=false",
                  f"hydra.run.dir={tmp_path / 'run'}"]
-    script = tmp_path / "killed.py"
-    script.write_text(LIVE_KILLER.format(kill_at=9))
-    done = subprocess.run([sys.executable, str(script), json.dumps(overrides)], capture_output=True, text=True,
-                          cwd=ROOT, env={**os.environ, **ENV, "OMP_NUM_THREADS": "1"}, timeout=300)
+    done = subprocess.run([sys.executable, str(HELPERS / "sae_kill_at_step.py"), "9", "compose", json.dumps(overrides)],
+                          capture_output=True, text=True, cwd=ROOT, env={**os.environ, **ENV, "OMP_NUM_THREADS": "1"},
+                          timeout=300)
     assert done.returncode == -9, done.stderr[-2000:]
     with h5py.File(tmp_path / "run" / "captures.h5") as f:
         kept = f["samples/index"].shape[0]  # the steps the writer flushed before the kill (8 or 9)
