@@ -8,13 +8,13 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
 import torch
+from conftest import ENV, HELPERS
 from test_sae_train import CAPTURE, make_cache, reference
 
 import hookrun
@@ -73,30 +73,13 @@ def test_run_writes_saelens_curves_and_folder(cache, tmp_path):
         assert run.sae["epochs"] == 2 and run.sae["cache_rows"] == 400 and run.sae["d_in"] == 16
 
 
-KILLER = """
-import os, signal, sys, json
-from hookrun.runner.kinds.sae import engine
-step = engine.LoggingTrainer.step
-def killing(self, batch):
-    out = step(self, batch)
-    if self.n_training_steps == {kill_at}:
-        os.kill(os.getpid(), signal.SIGKILL)
-    return out
-engine.LoggingTrainer.step = killing
-import hookrun
-hookrun.run(json.loads(sys.argv[1]))
-"""
-
-
 @pytest.mark.slow
 def test_sigkill_then_resume_ends_equal(cache, tmp_path, caplog):
     cfg = config(cache, tmp_path / "run", checkpoints=3)
     cfg["output"]["flush_every"] = 1
-    script = tmp_path / "killed.py"
-    script.write_text(textwrap.dedent(KILLER.format(kill_at=13)))
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, str(script), json.dumps(cfg)], capture_output=True, text=True, env=env,
-                          timeout=300)
+    env = {**os.environ, **ENV, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, str(HELPERS / "sae_kill_at_step.py"), "13", "config", json.dumps(cfg)],
+                          capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == -9, done.stderr[-2000:]
     # checkpoints past 160, 320 and 480 samples: the kill came in step 13, after those at 192 and 352
     assert sorted(int(p.name) for p in (tmp_path / "run" / "checkpoints").iterdir()) == [192, 352]

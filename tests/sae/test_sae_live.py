@@ -4,10 +4,15 @@ experiment=sae_cache stores for the same data), and the training equals SAELens'
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import h5py
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ENV, HELPERS, ROOT
 
 import hookrun
 from hookrun.errors import ConfigError
@@ -66,3 +71,38 @@ def test_on_the_fly_refuses_a_module_the_model_lacks(tmp_path):
     with pytest.raises(ConfigError, match="did you mean 'transformer.h.3'"):
         hookrun.run(cfg)
     assert not (tmp_path / "run" / "captures.h5").exists()
+
+
+@pytest.mark.slow
+def test_on_the_fly_sigkill_then_resume_ends_equal_to_saelens(tmp_path, caplog):
+    """Killed (SIGKILL) in step 9 of 12, then `resume=true`: the resumed run starts from the last
+    checkpoint, runs the trained steps' forwards again to skip their rows, and its curves and SAE
+    equal SAELens' SAETrainer on the rows a raw hook sees (the same as an uninterrupted run)."""
+    torch.set_num_threads(1)
+    rows = reference_rows(tmp_path)
+    budget, batch = 12 * 32, 32
+    overrides = ["experiment=sae_train", "sae.from=null", "sae.capture=null", "sae.at=transformer.h.3",
+                 "sae.shuffle=false", f"sae.rows={budget}", f"sae.batch_rows={batch}", "sae.d_sae=256", "sae.k=16",
+                 "sae.out=null", "sae.checkpoints=3", "output.flush_every=1", *DATA, "progress=false",
+                 f"hydra.run.dir={tmp_path / 'run'}"]
+    done = subprocess.run([sys.executable, str(HELPERS / "sae_kill_at_step.py"), "9", "compose", json.dumps(overrides)],
+                          capture_output=True, text=True, cwd=ROOT, env={**os.environ, **ENV, "OMP_NUM_THREADS": "1"},
+                          timeout=300)
+    assert done.returncode == -9, done.stderr[-2000:]
+    with h5py.File(tmp_path / "run" / "captures.h5") as f:
+        kept = f["samples/index"].shape[0]  # the steps the writer flushed before the kill (8 or 9)
+    assert 7 < kept <= 9
+    caplog.set_level("INFO", logger="hookrun")
+    result = hookrun.run(hookrun.compose(*overrides, "resume=true"))
+    assert result.status == "complete"
+    assert f"resume: from checkpoint step 7; {kept - 7} training step(s) run again to the {kept} the file holds" in caplog.text
+    torch.manual_seed(0)
+    ref = TopKTrainingSAE(TopKTrainingSAEConfig(d_in=128, d_sae=256, k=16))
+    logs = saelens_fit(ref, rows, budget, batch, lr_warm_up_steps=50, lr_decay_steps=int(0.2 * (budget // batch)))
+    with hookrun.open_run(result.path) as run:
+        curves = run.sae_curves()
+    assert len(curves) == 12 == len(logs)
+    for row, want in zip(curves.rows, logs, strict=True):
+        assert row["mse_loss"] == pytest.approx(want["losses/mse_loss"], rel=1e-5)
+        assert row["explained_variance"] == pytest.approx(want["metrics/explained_variance"], rel=1e-5, abs=1e-7)
+    assert_same_latents(tmp_path / "run" / "sae", ref, rows, tmp_path / "ref", tol=1e-4)
