@@ -69,7 +69,9 @@ def child(route: str, n: int, size: int, batch: int) -> dict:
         import sklearn.model_selection  # noqa: F401
         import sklearn.preprocessing  # noqa: F401
 
-        import hookrun  # noqa: F401
+        import hookrun  # noqa: F401  (lazy: what hookrun.run loads is imported on its first call)
+        import hookrun.runner.kinds.probe.kind  # noqa: F401
+        import hookrun.runner.run  # noqa: F401
     t0 = time.perf_counter()
     if route == "bare":
         with torch.no_grad():
