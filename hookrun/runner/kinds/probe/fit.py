@@ -96,7 +96,8 @@ def fit_point(store: RowStore, spec: FitSpec, device: torch.device | str = "cpu"
         out["classes"] = classes.tolist()
         if spec.control:
             targets["control"] = control_classes(store.column("key"), targets["probe"], train, len(classes), spec.seed)
-    fits = {name: fit_one(blocks, t, train, classes, d, spec, mean, scale) for name, t in targets.items()}
+    held = store.held_subset(train, device) if spec.method == "logistic" else None  # the solver's rows alone
+    fits = {name: fit_one(blocks, t, train, classes, d, spec, mean, scale, held) for name, t in targets.items()}
     scores = evaluate(blocks, targets, fits, train, test, regression)
     for name, f in fits.items():
         pre = "" if name == "probe" else "control_"
@@ -110,8 +111,9 @@ def fit_point(store: RowStore, spec: FitSpec, device: torch.device | str = "cpu"
 
 
 def fit_one(blocks, t: np.ndarray, train: np.ndarray, classes: np.ndarray | None, d: int, spec: FitSpec,
-            mean: np.ndarray, scale: np.ndarray) -> dict:
-    """The probe on targets `t` (class indices, or values): its weights in both spaces."""
+            mean: np.ndarray, scale: np.ndarray, held: list | None = None) -> dict:
+    """The probe on targets `t` (class indices, or values): its weights in both spaces. `held`: the
+    training rows copied apart (RowStore.held_subset), which the logistic solver's passes read instead."""
     info: dict = {}
     if spec.method == "ridge":
         m = Moments()
@@ -123,7 +125,8 @@ def fit_one(blocks, t: np.ndarray, train: np.ndarray, classes: np.ndarray | None
             m.add(torch.cat([x[sel], tt], 1))
         coef, intercept = ridge_solve(m, d, spec.alpha, scale if spec.standardize else None)
     else:
-        f = fit_logistic(blocks, t, train, len(classes), d, spec.C, spec.tol, spec.max_iter,
+        args = (blocks, t, train) if held is None else (lambda: held, t[train], np.ones(int(train.sum()), bool))
+        f = fit_logistic(*args, len(classes), d, spec.C, spec.tol, spec.max_iter,
                          *((mean, scale) if spec.standardize else (None, None)))
         coef, intercept = f.coef, f.intercept
         info = {"objective": f.objective, "iterations": f.iterations, "converged": f.converged}

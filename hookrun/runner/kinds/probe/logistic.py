@@ -8,7 +8,8 @@ The objective is sklearn's (linear_model/_logistic.py, _linear_loss.py), scaled 
 with the multinomial loss logsumexp(z_i) - z_i[y_i] (z_i = W x_i + b, W: (classes, d)) from three
 classes, and for two sklearn's binary form: one vector w, loss softplus(z_i) - y_i z_i with y_i = 1
 for the second class. scipy's L-BFGS-B drives it with sklearn's options (maxls 50, gtol = tol,
-ftol = 64 eps) from zeros; each function evaluation is one pass over the blocks, computed with torch
+ftol = 64 eps) from zeros; each function evaluation is one pass over the blocks (the training rows
+alone where fit.py copied them apart within the budget; else every row, the others masked), computed with torch
 in float64 on the blocks' device (a GPU where the run has one).
 """
 
@@ -58,8 +59,9 @@ def objective(blocks: Blocks, y: np.ndarray, rows: np.ndarray, classes: int, C: 
         if wt is None:
             wt = torch.from_numpy(raw).to(x.device)
             bt = torch.from_numpy(icpt - raw @ mean).to(x.device)
-        m = torch.from_numpy(sel).to(x.device, x.dtype)
-        yi = torch.from_numpy(np.where(sel, y[start:start + len(x)], 0)).to(x.device)
+        every = bool(sel.all())  # (training rows copied apart: no mask to apply)
+        m = 1.0 if every else torch.from_numpy(sel).to(x.device, x.dtype)
+        yi = torch.from_numpy(y[start:start + len(x)] if every else np.where(sel, y[start:start + len(x)], 0)).to(x.device)
         z = x @ wt.T + bt
         if k == 1:
             z = z[:, 0]
@@ -70,7 +72,7 @@ def objective(blocks: Blocks, y: np.ndarray, rows: np.ndarray, classes: int, C: 
             total += float((m * (torch.logsumexp(z, 1) - z.gather(1, yi[:, None])[:, 0])).sum())
             r = torch.softmax(z, 1)
             r[torch.arange(len(yi), device=r.device), yi] -= 1.0
-            r = r * m[:, None]
+            r = r if every else r * m[:, None]
         if grad:
             gx += (r.T @ x).cpu().numpy()
             gb += r.sum(0).cpu().numpy()

@@ -92,6 +92,22 @@ class RowStore:
         for start in range(0, self.rows, step):
             yield start, torch.from_numpy(ds[start:start + step]).to(device)
 
+    def held_subset(self, rows: np.ndarray, device: torch.device | str = "cpu") -> list[tuple[int, torch.Tensor]] | None:
+        """The rows a bool mask selects, copied once into blocks of their own (a solver's many passes
+        then touch only them), where the rows are held and the copy fits the budget beside them; else None."""
+        if self.file is not None or self.held + int(rows.sum()) * self.features * BYTES > self.memory:
+            return None
+        self._compact()
+        out, start, at = [], 0, 0
+        for x in self.chunks:
+            sel = torch.from_numpy(rows[at:at + len(x)])
+            at += len(x)
+            if sel.any():
+                part = x[sel.to(x.device)].to(device)
+                out.append((start, part))
+                start += len(part)
+        return out
+
     def _compact(self) -> None:
         """Merge runs of small held batches into blocks of up to min(BLOCK, memory) bytes (one block
         of extra memory at a time): a solver's pass then costs a few large products, not one per batch."""
