@@ -65,8 +65,6 @@ def data(n: int, seed: int = 0) -> list[np.ndarray]:
 
 def run(route: str, series: list[np.ndarray], batch: int, cols: int | None = None, **kw) -> np.ndarray:
     rows = len(series) - (cols or 0)
-    if route == "gram_held":  # the gram route with its rows in memory (else spooled to a file)
-        route, kw = "gram", {**kw, "hold": True}
     acc = accumulator(route, pairs_of(rows, cols), batch=batch, **kw)
     for s in range(0, len(series[0]), batch):
         acc.add([torch.from_numpy(x[s:s + batch]) for x in series])
@@ -80,7 +78,7 @@ def flat(x: np.ndarray) -> np.ndarray:
     return x.reshape(len(x), -1).astype(np.float64)
 
 
-@pytest.mark.parametrize("route", ["feature", "gram", "gram_held"])
+@pytest.mark.parametrize("route", ["feature", "gram"])
 @pytest.mark.parametrize("batch", [1, 7, 40])
 def test_linear_cka_exact_whatever_the_batch(route: str, batch: int) -> None:
     series = data(40)
@@ -97,20 +95,18 @@ def test_two_models_give_the_rectangle() -> None:
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
-@pytest.mark.parametrize("route", ["gram", "gram_held"])
 @pytest.mark.parametrize("sigma", [0.8, 0.4])
-def test_rbf_cka_equals_gram_rbf(sigma: float, route: str) -> None:
+def test_rbf_cka_equals_gram_rbf(sigma: float) -> None:
     series = data(31, seed=2)
-    got = run(route, series, 10, measure="rbf_cka", sigma=sigma)
+    got = run("gram", series, 10, measure="rbf_cka", sigma=sigma)
     want = np.array([[cka(gram_rbf(flat(x), sigma), gram_rbf(flat(y), sigma)) for y in series] for x in series])
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
-@pytest.mark.parametrize("route", ["gram", "gram_held"])
 @pytest.mark.parametrize("kind", ["correlation", "euclidean"])
-def test_rsa_equals_spearman_of_dissimilarities(kind: str, route: str) -> None:
+def test_rsa_equals_spearman_of_dissimilarities(kind: str) -> None:
     series = data(25, seed=3)
-    got = run(route, series, 6, measure="rsa", dissimilarity=kind)
+    got = run("gram", series, 6, measure="rsa", dissimilarity=kind)
     iu = np.triu_indices(25, k=1)
     want = np.array([[spearman(dissim(flat(x), kind)[iu], dissim(flat(y), kind)[iu]) for y in series]
                      for x in series])

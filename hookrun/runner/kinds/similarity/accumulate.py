@@ -8,9 +8,8 @@
 |------------|------------------------------------------|---------------------------|-------------------|
 | feature    | sums of Z and Z^T Z, Z = every series'   | linear CKA, any rows      | 8 D^2 (D features)|
 |            | features side by side (float64)          |                           |                   |
-| gram       | each series' rows (in memory where they  | linear CKA, rbf CKA, RSA  | 8 S n^2 (n rows)  |
-|            | fit `memory`, else spooled to a file);   |                           | + the held rows   |
-|            | at the end its n x n Gram matrix         |                           |                   |
+| gram       | each series' rows spooled to a temporary | linear CKA, rbf CKA, RSA  | 8 S n^2 (n rows)  |
+|            | file; at the end its n x n Gram matrix   |                           |                   |
 | minibatch  | unbiased HSIC of every pair, summed over | Nguyen et al. 2021        | 8 S b^2 (b batch) |
 |            | the full batches                         |                           |                   |
 
@@ -52,12 +51,6 @@ def route_bytes(route: str, dims: list[int], rows: int | None, batch: int) -> in
     if route == "gram":
         return 8 * len(dims) * (rows or 0) ** 2 + SLAB
     return 8 * len(dims) * batch**2 + 8 * batch * sum(dims)
-
-
-def held_bytes(dims: list[int], rows: int, float64: bool = False) -> int:
-    """What the gram route holds with its rows in memory: the rows, the largest series once more in
-    float64 while its Gram matrix is built, and the matrices (route_bytes)."""
-    return (8 if float64 else 4) * rows * sum(dims) + 8 * rows * max(dims) + route_bytes("gram", dims, rows, 0)
 
 
 def choose_route(measure: str, estimator: str, dims: list[int], rows: int | None, batch: int,
@@ -134,77 +127,49 @@ class FeatureRoute:
 
 
 class GramRoute:
-    """Every series' rows kept until the end, then its Gram matrix and the measure. `hold`: where the
-    rows (float32 as they come, float64 pooled rows as float64) and one series in float64 fit it, they
-    stay in memory and each Gram matrix is one product (numpy's syrk); else they are spooled to a
-    temporary file and read back in float64 slabs of columns (SLAB bytes)."""
+    """Every series' rows spooled to a temporary file; at the end its Gram matrix, then the measure."""
 
     def __init__(self, pairs: list[tuple[int, int]], measure: str, sigma: float, dissimilarity: str,
-                 folder: str | None = None, hold: bool = False) -> None:
+                 folder: str | None = None) -> None:
         self.pairs, self.measure, self.sigma, self.dissimilarity = pairs, measure, sigma, dissimilarity
-        self.folder, self.hold = folder, hold
-        self.dir: Any = None
-        self.files: list[Any] = []  # spooled (not `hold`): one open file per series
-        self.chunks: list[list[np.ndarray]] = []  # held: each series' rows, batch by batch
+        self.dir = tempfile.TemporaryDirectory(prefix="hookrun-similarity-", dir=folder)
+        self.files: list[Any] = []
         self.dims: list[int] = []
         self.dtypes: list[type] = []
         self.n = 0
 
-    def _keep(self, k: int, rows: np.ndarray) -> None:
-        if self.hold:
-            self.chunks[k].append(rows)
-        else:
-            self.files[k].write(rows.data)
-
     def add(self, series: list[torch.Tensor]) -> None:
-        if not self.dims:  # float32 rows stay float32 (exact); float64 (pooled) rows stay float64
+        if not self.files:  # float32 rows stay float32 on disk (exact); float64 (pooled) rows stay float64
             self.dims = [s[0].numel() for s in series]
             self.dtypes = [np.float64 if s.dtype == torch.float64 else np.float32 for s in series]
-            self.chunks = [[] for _ in series]
-            if not self.hold:
-                self.dir = tempfile.TemporaryDirectory(prefix="hookrun-similarity-", dir=self.folder)
-                self.files = [open(os.path.join(self.dir.name, f"{k}.rows"), "wb") for k in range(len(series))]
-        for k, (s, dtype) in enumerate(zip(series, self.dtypes, strict=True)):
-            rows = s.reshape(len(s), -1).cpu().numpy()  # a copy: the module's output may change after the hook
-            self._keep(k, np.array(rows, dtype=dtype) if self.hold else np.ascontiguousarray(rows, dtype=dtype))
+            self.files = [open(os.path.join(self.dir.name, f"{k}.rows"), "wb") for k in range(len(series))]
+        for f, s, dtype in zip(self.files, series, self.dtypes, strict=True):
+            f.write(np.ascontiguousarray(s.reshape(len(s), -1).cpu().numpy(), dtype=dtype).data)
         self.n += len(series[0])
 
     def save(self, path: Path) -> None:
-        """This rank's rows (a folder of one file per series), for rank 0's merge."""
+        """This rank's spooled rows (a folder of one file per series), for rank 0's merge."""
         path.mkdir()
-        for k in range(len(self.dims)):
-            if self.hold:
-                with open(path / f"{k}.rows", "wb") as f:
-                    for r in self.chunks[k]:
-                        f.write(r.data)
-            else:
-                self.files[k].flush()
-                shutil.copyfile(self.files[k].name, path / f"{k}.rows")
+        for k, f in enumerate(self.files):
+            f.flush()
+            shutil.copyfile(f.name, path / f"{k}.rows")
         (path / "rows").write_text(str(self.n))
 
     def merge(self, path: Path) -> None:
         """Another rank's rows after this one's (rank order is item order: the same Gram matrices)."""
-        rows = int((path / "rows").read_text())
-        for k, (d, dtype) in enumerate(zip(self.dims, self.dtypes, strict=True)):
-            if self.hold:
-                self.chunks[k].append(np.fromfile(path / f"{k}.rows", dtype=dtype).reshape(rows, d))
-            else:
-                with open(path / f"{k}.rows", "rb") as src:
-                    shutil.copyfileobj(src, self.files[k])
-        self.n += rows
+        for k, f in enumerate(self.files):
+            with open(path / f"{k}.rows", "rb") as src:
+                shutil.copyfileobj(src, f)
+        self.n += int((path / "rows").read_text())
 
     def gram(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Series k's Gram matrix (float64) and row sums."""
-        if self.hold:
-            x = np.concatenate(self.chunks[k], dtype=np.float64)
-            self.chunks[k] = []  # (the float32 rows go as their float64 copy is used)
-            return x @ x.T, x.sum(axis=1)
+        """Series k's Gram matrix and row sums, its rows read back in slabs of columns."""
         self.files[k].flush()
         d = self.dims[k]
         x = np.memmap(self.files[k].name, dtype=self.dtypes[k], mode="r", shape=(self.n, d))
         g, sums = np.zeros((self.n, self.n)), np.zeros(self.n)
         step = max(1, SLAB // (8 * self.n))
-        for c in range(0, d, step):  # slabs of columns: float64 products summed
+        for c in range(0, d, step):
             part = np.asarray(x[:, c:c + step], dtype=np.float64)
             g += part @ part.T
             sums += part.sum(axis=1)
@@ -214,7 +179,7 @@ class GramRoute:
     def matrix(self, shape: tuple[int, int]) -> np.ndarray:
         """Each series' Gram matrix once (centred for CKA, as dissimilarities for RSA), then every pair."""
         prepared = []
-        for k in range(len(self.dims)):
+        for k in range(len(self.files)):
             g, sums = self.gram(k)
             if self.measure == "rsa":
                 prepared.append(m.dissimilarity(g, sums, self.dims[k], self.dissimilarity))
@@ -230,9 +195,7 @@ class GramRoute:
     def close(self) -> None:
         for f in self.files:
             f.close()
-        if self.dir is not None:
-            self.dir.cleanup()
-        self.chunks = []
+        self.dir.cleanup()
 
 
 class MinibatchRoute:
@@ -277,12 +240,11 @@ class MinibatchRoute:
 
 
 def accumulator(route: str, pairs: list[tuple[int, int]], measure: str = "linear_cka", sigma: float = 0.8,
-                dissimilarity: str = "correlation", batch: int = 0, folder: str | None = None,
-                hold: bool = False) -> FeatureRoute | GramRoute | MinibatchRoute:
-    """The route's accumulator for these pairs (see the table above); `hold`: the gram route keeps its
-    rows in memory (held_bytes fits the budget), else it spools them to a file."""
+                dissimilarity: str = "correlation", batch: int = 0,
+                folder: str | None = None) -> FeatureRoute | GramRoute | MinibatchRoute:
+    """The route's accumulator for these pairs (see the table above)."""
     if route == "feature":
         return FeatureRoute(pairs)
     if route == "gram":
-        return GramRoute(pairs, measure, sigma, dissimilarity, folder, hold)
+        return GramRoute(pairs, measure, sigma, dissimilarity, folder)
     return MinibatchRoute(pairs, batch)

@@ -34,12 +34,7 @@ from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError, RunError
 from hookrun.runner.batches import first_batch
 from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds
-from hookrun.runner.kinds.similarity.accumulate import (
-    accumulator,
-    choose_route,
-    held_bytes,
-    pairs_of,
-)
+from hookrun.runner.kinds.similarity.accumulate import accumulator, choose_route, pairs_of
 from hookrun.runner.kinds.similarity.features import Taps
 from hookrun.store.records import Capture, CaptureKey
 
@@ -86,8 +81,7 @@ class SimilarityKind(RunKind):
         self.route = choose_route(b.measure, b.estimator, self.dims, self.items, batch, b.memory)
         self.shape = (len(self.rows), len(self.cols))
         pairs = pairs_of(len(self.rows), len(self.cols) if self.other is not None else None)
-        hold = self.route == "gram" and held_bytes(self.dims, self.items, series[0].dtype == torch.float64) <= b.memory
-        self.acc = accumulator(self.route, pairs, b.measure, b.sigma, b.dissimilarity, batch, hold=hold)
+        self.acc = accumulator(self.route, pairs, b.measure, b.sigma, b.dissimilarity, batch)
 
     def features(self, model: nn.Module, call: Any) -> list[torch.Tensor]:
         """One batch through the model (its hooks, and the user's, fire) and the second model: the
