@@ -8,6 +8,7 @@ compared with raw PyTorch on the same weights and inputs, never with hookrun's o
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import zipfile
@@ -158,3 +159,13 @@ def pytest_collection_modifyitems(config, items) -> None:
         return next((i for i, name in enumerate(LONGEST_FIRST) if path.endswith("/tests/" + name)), len(LONGEST_FIRST))
 
     items.sort(key=rank)  # stable: the rest keep their order
+
+
+@pytest.fixture
+def sigint_default():
+    """SIGINT as a foreground process has it (Python's KeyboardInterrupt), whatever this pytest
+    inherited: a background job (`cmd &`, nohup) starts with SIGINT ignored, and a test of a Ctrl-C
+    before hookrun installs its own handlers would then see nothing happen."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)

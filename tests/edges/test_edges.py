@@ -323,7 +323,7 @@ def test_hf_gpt2_edges_and_faithfulness_equal_raw_torch(gpt2_pair, items):
         assert rec == pytest.approx((reference_faithfulness(ht, items, kept, "corrupt") - corrupt) / (clean - corrupt), abs=1e-4)
 
 
-def test_an_interrupted_edges_run_resumes_to_the_same_scores(model, items, tmp_path):
+def test_an_interrupted_edges_run_resumes_to_the_same_scores(model, items, tmp_path, sigint_default):
     """An edges run scores every edge before its file opens: a SIGINT meanwhile (here at the metric's
     third call, inside the integrated-gradients pass) leaves no file and says so, and resume=true then
     writes the scores and the faithfulness curve of an uninterrupted run."""

@@ -35,7 +35,7 @@ def test_a_second_sigint_while_the_writer_drains_keeps_counts_and_rows_equal(tmp
         assert 1 <= n <= 3
 
 
-def test_ctrl_c_while_the_model_is_built_says_nothing_was_written(tmp_path):
+def test_ctrl_c_while_the_model_is_built_says_nothing_was_written(tmp_path, sigint_default):
     with pytest.raises(Interrupted, match="before the output file was created; nothing was written") as info:
         hookrun.run(toy_cfg(tmp_path, "toy_models.InterruptedWhileBuilt"))
     assert info.value.exit_code == 130
