@@ -4,7 +4,9 @@
     python tests/helpers/sae_kill_at_step.py 9 compose '["experiment=sae_train", ...]'  # hookrun.compose(*overrides)
 
 The trainer's step is wrapped so that once the step count reaches N the process kills itself (-9):
-whatever the writer thread flushed and the checkpoints saved before it are what a resume finds.
+whatever the writer thread flushed and the checkpoints saved before it are what a resume finds:
+`resume_line` is the log line the resume then writes (how many steps the file kept before the kill
+depends on the writer thread, so the line is made from what is on disk).
 """
 
 from __future__ import annotations
@@ -13,6 +15,16 @@ import json
 import os
 import signal
 import sys
+from pathlib import Path
+
+
+def resume_line(checkpoints: Path, kept: int, batch_rows: int) -> str:
+    """The resume's log line for a file that kept `kept` steps: it starts from the last checkpoint at or
+    before them (a checkpoint's folder is named by the samples trained when it was saved)."""
+    steps = [int(p.name) // batch_rows for p in checkpoints.iterdir()] if checkpoints.is_dir() else []
+    done = max((s for s in steps if s <= kept), default=0)
+    head = f"from checkpoint step {done}" if done else "no checkpoint: from the start"
+    return f"resume: {head}; {kept - done} training step(s) run again to the {kept} the file holds"
 
 
 def main() -> None:

