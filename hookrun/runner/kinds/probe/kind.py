@@ -32,6 +32,7 @@ from torch import nn
 
 from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError
+from hookrun.output.rank_link import RankLink
 from hookrun.runner.batches import first_batch
 from hookrun.runner.kinds.probe.collect import Collector
 from hookrun.runner.kinds.probe.fit import FitSpec, fit_point
@@ -97,10 +98,7 @@ class ProbeKind(RunKind):
         self.link = link
 
     def prepare_run(self, p: Any) -> None:
-        if self.world > 1:  # (the link's module: a ranked run's only)
-            from hookrun.output.rank_link import RankLink
-
-            RankLink.refuse(self.link, self.world, p.cfg.resume, "probe", "rows")
+        RankLink.refuse(self.link, self.world, p.cfg.resume, "probe", "rows")
         self.last, self.begin = p.batches.stop - 1, p.batches.start
         self.should_stop = lambda: p.settings.should_stop()
         folder = None if scheme_of(p.cfg.output.path).remote else Path(p.cfg.output.path).parent

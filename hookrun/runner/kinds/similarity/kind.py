@@ -32,6 +32,7 @@ from torch import nn
 from hookrun.config.build import build_model
 from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError, RunError
+from hookrun.output.rank_link import RankLink
 from hookrun.runner.batches import first_batch
 from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds
 from hookrun.runner.kinds.similarity.accumulate import accumulator, choose_route, pairs_of
@@ -108,10 +109,7 @@ class SimilarityKind(RunKind):
                 "model": model_name(self.ctx.cfg.model, self.ctx.model)}
 
     def prepare_run(self, p: Any) -> None:
-        if self.world > 1:  # (the link's module: a ranked run's only)
-            from hookrun.output.rank_link import RankLink
-
-            RankLink.refuse(self.link, self.world, p.cfg.resume, "similarity", "accumulator")
+        RankLink.refuse(self.link, self.world, p.cfg.resume, "similarity", "accumulator")
         self.begin = p.batches.start
         p.attrs["similarity"] = json.dumps(self.describe())
 
