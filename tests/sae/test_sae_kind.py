@@ -174,3 +174,20 @@ def test_cli_sweep_inspect_and_plot(cache, tmp_path):
     assert plotted.returncode == 0, plotted.stderr[-2000:]
     assert (job0 / "figures" / "sae_loss.png").stat().st_size > 0
     assert (job0 / "figures" / "sae_explained_variance.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_a_sweep_puts_each_jobs_sae_in_its_own_folder(cache, tmp_path):
+    """experiment=sae_train's sae.out (saes/h3, with overwrite: true for re-running the loop) in a sweep
+    typed as issue 49 writes it (no sae.out=null): each job writes its SAE under its own folder, never
+    one folder that every job replaced in turn."""
+    from conftest import run_cli
+
+    common = [f"sae.from={cache}", f"sae.capture={CAPTURE}", "sae.d_sae=64", "sae.batch_rows=32", "sae.rows=320",
+              "sae.checkpoints=0", "data.dataset.limit=1", "progress=false"]
+    done = run_cli("-m", "experiment=sae_train", "sae.k=4,8", *common, f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                   cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not (tmp_path / "saes").exists()
+    for job, k in ((0, 4), (1, 8)):
+        assert json.loads((tmp_path / "sweep" / str(job) / "saes" / "h3" / "cfg.json").read_text())["k"] == k

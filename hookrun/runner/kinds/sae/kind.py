@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -228,5 +229,20 @@ def run_folder(cfg: HookrunConfig) -> Path:
 
 
 def out_folder(cfg: HookrunConfig) -> Path:
-    """sae.out (relative to where you run), or the run folder's sae/."""
-    return Path(cfg.sae.out).resolve() if cfg.sae.out else run_folder(cfg) / "sae"
+    """sae.out (relative to where you run; in a Hydra multirun, to each job's folder, so the jobs of a
+    sweep never write one folder in turn), or the run folder's sae/."""
+    if not cfg.sae.out:
+        return run_folder(cfg) / "sae"
+    out, job = Path(cfg.sae.out), multirun_job_folder()
+    return job / out if job is not None and not out.is_absolute() else out.resolve()
+
+
+def multirun_job_folder() -> Path | None:
+    """This job's folder where the run is one job of a Hydra multirun (python -m hookrun -m ...), else None."""
+    hydra_config = sys.modules.get("hydra.core.hydra_config")  # (not loaded: no Hydra job is running)
+    if hydra_config is None or not hydra_config.HydraConfig.initialized():
+        return None
+    from hydra.types import RunMode
+
+    hc = hydra_config.HydraConfig.get()
+    return Path(hc.runtime.output_dir).resolve() if hc.mode == RunMode.MULTIRUN else None
