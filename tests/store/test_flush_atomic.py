@@ -78,7 +78,7 @@ def test_a_kill_inside_a_flush_leaves_the_file_of_one_whole_flush_under_its_name
 @pytest.mark.slow
 @pytest.mark.skipif(os.name != "posix", reason="fork and SIGKILL")
 def test_random_kills_always_leave_the_file_under_its_name(tmp_path):
-    out = subprocess.run([sys.executable, str(HELPERS / "kill_store.py"), str(tmp_path), "--kills", "30",
+    out = subprocess.run([sys.executable, str(HELPERS / "kill_store.py"), str(tmp_path), "--kills", "36",
                           "--batches", "16", "--seed", "3"], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.splitlines()[-1])
