@@ -6,7 +6,7 @@
 
 Before the lock: the store answers and the staging folder can be written. Under it: nothing is
 overwritten unless asked (the manifest is the run's mark), and a resume continues from the parts
-the manifest lists (output/store_parts.py, PartsResume). Two runs on one URL: the second is refused in
+the manifest lists (PartsResume, below). Two runs on one URL: the second is refused in
 one line naming the first (store/remote_lock.py).
 
 With many ranks (PartsShards, the layout output/shards.py's ShardRun drives), as LocalShards for a
@@ -24,7 +24,7 @@ written when it stopped is replayed (a Resume, output/resume.py).
     state = open_parts_resume(out, cfg_yaml)  # None where the object store holds no run
     steps = state.replay(store)               # the kept parts' batches, plus the partial part's
 
-The destination for an object-store URL (output/store_parts.py) opens it; a local file's resume
+The destination for an object-store URL (this module) opens it; a local file's resume
 is ResumeState (output/resume.py), whose replay this one uses for the partial part.
 """
 
