@@ -46,7 +46,7 @@ class Scheme:
 LOCAL = Scheme("file", False, "hookrun.output.local_file:local_destination", "hookrun.store.reading:local_source",
                "hookrun.analysis.run_reader:Run")
 OBJECTS = Scheme("objects", True, "hookrun.output.objects.destination:parts_destination",
-                 "hookrun.store.reading:parts_source", "hookrun.output.objects.remote_run:RemoteRun")
+                 "hookrun.output.objects.source:parts_source", "hookrun.output.objects.remote_run:RemoteRun")
 SCHEMES: dict[str, Scheme] = {"s3": OBJECTS}
 
 

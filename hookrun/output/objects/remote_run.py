@@ -5,13 +5,13 @@
     rows = run.loader("res/transformer.h.3/output", batch_size=4096)   # parts streamed, a few at a time
     run["transformer.h.3", "output"][:8]      # fetches every part, then reads a local view over them
 
-The loader fetches parts ahead of use into a bounded cache (output/objects/parts_loader.py). The summary
+The loader fetches parts ahead of use into a bounded cache (parts_loader.py). The summary
 without statistics (`inspect --no-stats`) comes from the manifest alone; statistics (`stats`, the
 default summary) fetch, read and remove one part at a time. What reads rows at random (indexing,
 iter, to_xarray) first fetches every part (verified against the manifest) into `cache_dir` and
 opens a local view over them: the same virtual-dataset view as a run of many ranks
 (store/merge.py), so it needs room for the whole cache. A cache written by many ranks
-(store/ranked.py) reads as one run: its parts rank by rank, which is batch order.
+(ranked.py) reads as one run: its parts rank by rank, which is batch order.
 
 open_run (analysis/opening.py) wraps each scheme's source in that scheme's reader (store/schemes.py):
 a local capture file or run folder in a Run (analysis/run_reader.py), an object-store URL's
@@ -34,10 +34,10 @@ from hookrun.analysis.kind_readers import KindReader, kind_lines, readers_by_att
 from hookrun.analysis.run_reader import Run
 from hookrun.analysis.stats import block_stats, merge_stats
 from hookrun.errors import ConfigError
+from hookrun.output.objects.fetch import Parts
 from hookrun.output.objects.parts_loader import PartsLoader
+from hookrun.output.objects.source import PartsSource
 from hookrun.store.capture_schema import CaptureInfo, list_captures
-from hookrun.store.fetch import Parts
-from hookrun.store.reading import PartsSource
 
 
 class RemoteRun(Run):
@@ -112,7 +112,7 @@ class RemoteRun(Run):
                with_rows: bool = False, prefetch: int = 2) -> PartsLoader:
         """As Run.loader, over the parts: each is fetched ahead of use (`prefetch` parts ahead, into
         `cache_dir`, and removed once read); the part order and the rows of each window are
-        shuffled (output/objects/parts_loader.py)."""
+        shuffled (parts_loader.py)."""
         names = capture if isinstance(capture, list) else [capture]
         infos = [self.find(*(c if isinstance(c, tuple) else (c,))) for c in names]
         if concat and len(infos) > 1 and len({i.shape[2:] for i in infos}) > 1:
