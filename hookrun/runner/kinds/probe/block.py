@@ -60,6 +60,9 @@ class ProbeBlock:
         if not 0 < self.split.test < 1:
             raise ConfigError(f"probe.split.test={self.split.test}: the fraction of items held out must be in (0, 1) "
                               f"(e.g. 0.25)")
+        if not (isinstance(self.split.seed, int) and 0 <= self.split.seed < 2**32):
+            raise ConfigError(f"probe.split.seed={self.split.seed!r}: the split's random_state must be an integer "
+                              f"in [0, 2**32) (e.g. 0)")
         target = self.target
         if isinstance(target, dict) and not target.get("_target_"):
             raise ConfigError(f"probe.target={target!r}: give an item key, or {{_target_: my_pkg.labels}} (a function "

@@ -5,7 +5,8 @@ control task, standardisation, ridge (moments.py) or logistic (logistic.py), and
     result = fit_point(store, spec)      # a dict: train / test accuracy (R^2), control, selectivity, weights
 
 - The split: the items seen, sorted, split as sklearn.model_selection.train_test_split(items,
-  test_size=test, random_state=seed) (scikit-learn itself is called); every row of a test item is a
+  test_size=test, random_state=seed) splits them (its ShuffleSplit's draw, without importing
+  scikit-learn: about 100 MB a run would hold for one permutation); every row of a test item is a
   test row. With test_data, the rows added with part=1 are the test rows.
 - Targets: an integer target is a class (classes: those of the training rows, sorted, as sklearn's
   LabelEncoder); a float target is regression (ridge only; its score is R^2, sklearn's r2_score).
@@ -20,6 +21,7 @@ control task, standardisation, ridge (moments.py) or logistic (logistic.py), and
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,10 +47,9 @@ class FitSpec:
 
 
 def split_items(items: np.ndarray, test: float, seed: int) -> np.ndarray:
-    """The test items: sklearn's train_test_split(items, test_size=test, random_state=seed)[1]."""
-    from sklearn.model_selection import train_test_split
-
-    return np.asarray(train_test_split(items, test_size=test, random_state=seed)[1])
+    """The test items of sklearn's train_test_split(items, test_size=test, random_state=seed)[1]: its
+    ShuffleSplit takes the first ceil(test * n) of RandomState(seed).permutation(n) (model_selection/_split.py)."""
+    return np.asarray(items)[np.random.RandomState(seed).permutation(len(items))[:math.ceil(test * len(items))]]
 
 
 def control_classes(keys: np.ndarray, y_idx: np.ndarray, train: np.ndarray, classes: int, seed: int) -> np.ndarray:

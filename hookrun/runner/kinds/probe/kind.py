@@ -51,6 +51,11 @@ class ProbeKind(RunKind):
     def check(cls, cfg: HookrunConfig) -> None:
         if cfg.mode is not Mode.eval:
             raise ConfigError(f"probe with mode={cfg.mode.value}: a probe needs one forward per batch; leave mode=eval")
+        import importlib.util
+
+        if importlib.util.find_spec("scipy") is None:
+            raise ConfigError("probe: its solvers run on scipy (L-BFGS-B, linear algebra), which is not installed: "
+                              "pip install 'hookrun[represent]' (or scipy)")
 
     def __init__(self, ctx: KindContext) -> None:
         super().__init__(ctx)

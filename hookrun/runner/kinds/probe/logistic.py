@@ -9,8 +9,8 @@ with the multinomial loss logsumexp(z_i) - z_i[y_i] (z_i = W x_i + b, W: (classe
 classes, and for two sklearn's binary form: one vector w, loss softplus(z_i) - y_i z_i with y_i = 1
 for the second class. scipy's L-BFGS-B drives it with sklearn's options (maxls 50, gtol = tol,
 ftol = 64 eps) from zeros; each function evaluation is one pass over the blocks (the training rows
-alone where fit.py copied them apart within the budget; else every row, the others masked), computed with torch
-in float64 on the blocks' device (a GPU where the run has one).
+alone where fit.py copied them apart within the budget; else every row, the others masked), computed
+in float64 with numpy on a CPU block (its memory, no copy) and with torch on a GPU's.
 """
 
 from __future__ import annotations
@@ -34,12 +34,13 @@ class LogisticFit:
 
 
 def objective(blocks: Blocks, y: np.ndarray, rows: np.ndarray, classes: int, C: float, w: np.ndarray,
-              mean: np.ndarray | None = None, scale: np.ndarray | None = None, grad: bool = True
-              ) -> tuple[float, np.ndarray | None]:
+              mean: np.ndarray | None = None, scale: np.ndarray | None = None, grad: bool = True,
+              engine: str | None = None) -> tuple[float, np.ndarray | None]:
     """sklearn's objective (and its gradient) at the flat parameters `w` over the rows `rows` (a bool
     mask over every row) with class indices `y` (every row's; -1 where a row has none). With `mean`
     and `scale` (StandardScaler's), `w` is in the standardised space; the blocks stay raw: the scaling
-    is folded into the weights (z = x (W/s)^T + b - (W/s) mean) and the gradient, so no block is copied."""
+    is folded into the weights (z = x (W/s)^T + b - (W/s) mean) and the gradient, so no block is copied.
+    `engine`: numpy or torch; by default numpy on a CPU block, torch on a GPU's."""
     k = 1 if classes == 2 else classes
     n = int(rows.sum())
     params = w.reshape(k, -1)
@@ -56,31 +57,58 @@ def objective(blocks: Blocks, y: np.ndarray, rows: np.ndarray, classes: int, C: 
         sel = rows[start:start + len(x)]
         if not sel.any():
             continue
+        every = bool(sel.all())  # (training rows copied apart: no mask to apply)
+        yb = y[start:start + len(x)] if every else np.where(sel, y[start:start + len(x)], 0)
+        if (engine or ("numpy" if x.device.type == "cpu" else "torch")) == "numpy":  # numpy on the block's memory: a few small ops, no dispatch per op
+            xn = x.numpy()
+            loss, r = _residual(xn @ raw.T + (icpt - raw @ mean), yb, k)
+            m = 1.0 if every else sel.astype(xn.dtype)
+            total += float((m * loss).sum())
+            if grad:
+                r = r if every else r * m[:, None]
+                gx += r.T @ xn
+                gb += r.sum(0)
+            continue
         if wt is None:
             wt = torch.from_numpy(raw).to(x.device)
             bt = torch.from_numpy(icpt - raw @ mean).to(x.device)
-        every = bool(sel.all())  # (training rows copied apart: no mask to apply)
-        m = 1.0 if every else torch.from_numpy(sel).to(x.device, x.dtype)
-        yi = torch.from_numpy(y[start:start + len(x)] if every else np.where(sel, y[start:start + len(x)], 0)).to(x.device)
+        mt = 1.0 if every else torch.from_numpy(sel).to(x.device, x.dtype)
+        yi = torch.from_numpy(yb).to(x.device)
         z = x @ wt.T + bt
         if k == 1:
             z = z[:, 0]
-            yb = (yi == 1).to(z.dtype)
-            total += float((m * (torch.nn.functional.softplus(z) - yb * z)).sum())
-            r = ((torch.sigmoid(z) - yb) * m)[:, None]
+            yf = (yi == 1).to(z.dtype)
+            total += float((mt * (torch.nn.functional.softplus(z) - yf * z)).sum())
+            rt = ((torch.sigmoid(z) - yf) * mt)[:, None]
         else:
-            total += float((m * (torch.logsumexp(z, 1) - z.gather(1, yi[:, None])[:, 0])).sum())
-            r = torch.softmax(z, 1)
-            r[torch.arange(len(yi), device=r.device), yi] -= 1.0
-            r = r if every else r * m[:, None]
+            total += float((mt * (torch.logsumexp(z, 1) - z.gather(1, yi[:, None])[:, 0])).sum())
+            rt = torch.softmax(z, 1)
+            rt[torch.arange(len(yi), device=rt.device), yi] -= 1.0
+            rt = rt if every else rt * mt[:, None]
         if grad:
-            gx += (r.T @ x).cpu().numpy()
-            gb += r.sum(0).cpu().numpy()
+            gx += (rt.T @ x).cpu().numpy()
+            gb += rt.sum(0).cpu().numpy()
     f = total / n + float((coefs ** 2).sum()) / (2 * C * n)
     if not grad:
         return f, None
     g = np.concatenate([(gx - np.outer(gb, mean)) / scale / n + coefs / (C * n), gb[:, None] / n], 1)
     return f, g.reshape(-1)
+
+
+def _residual(z: np.ndarray, y: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's loss and d loss / d z at the scores `z` (rows, k): the binary form where k is 1."""
+    if k == 1:
+        z = z[:, 0]
+        yf = (y == 1).astype(z.dtype)
+        return np.logaddexp(0.0, z) - yf * z, (np.exp(-np.logaddexp(0.0, -z)) - yf)[:, None]
+    top = z.max(1, keepdims=True)
+    e = np.exp(z - top)
+    s = e.sum(1)
+    at = np.arange(len(y))
+    loss = np.log(s) + top[:, 0] - z[at, y]
+    e /= s[:, None]
+    e[at, y] -= 1.0
+    return loss, e
 
 
 def fit_logistic(blocks: Blocks, y: np.ndarray, rows: np.ndarray, classes: int, d: int, C: float,

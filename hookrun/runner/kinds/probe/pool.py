@@ -55,14 +55,15 @@ def layout(t: torch.Tensor, mask: torch.Tensor | None, pool: str, where: str) ->
 def pool_rows(t: torch.Tensor, pool: str, mask: torch.Tensor | None, where: str = "the hook point") -> Rows:
     """`t`'s rows pooled as `pool` (see the table); `mask` (batch, tokens): 1 = a real token, or None."""
     kind = layout(t, mask, pool, where)
-    t = t.detach().to(torch.float64)
+    t = t.detach()
     n = t.shape[0]
     items = torch.arange(n, device=t.device)
+    if kind == "map":  # the mean summed in float64 as it reads the map (no float64 copy of it); a max is exact
+        flat = t.reshape(n, t.shape[1], -1)
+        return Rows(flat.amax(2).to(torch.float64) if pool == "max" else flat.mean(2, dtype=torch.float64), items, None)
+    t = t.to(torch.float64)
     if kind == "flat":
         return Rows(t, items, None)
-    if kind == "map":
-        flat = t.reshape(n, t.shape[1], -1)
-        return Rows(flat.amax(2) if pool == "max" else flat.mean(2), items, None)
     valid = mask.to(device=t.device, dtype=torch.bool)
     if pool == "every":
         where_ = valid.reshape(-1).nonzero().squeeze(1)
