@@ -11,6 +11,7 @@ loss) and the hook map are untyped here and checked in code (build.py, specs.py)
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -120,7 +121,7 @@ def load(cfg: Any) -> HookrunConfig:
     """Merge ``cfg`` (DictConfig, dict or HookrunConfig) onto the schema and resolve it."""
     if isinstance(cfg, HookrunConfig):
         return cfg
-    schema = OmegaConf.structured(HookrunConfig)
+    schema = _schema_node()
     try:
         if isinstance(cfg, DictConfig):
             cfg = OmegaConf.to_container(cfg, resolve=True)
@@ -139,6 +140,12 @@ def load(cfg: Any) -> HookrunConfig:
     object.__setattr__(obj, "_blocks", {name: block for name, (_, block) in typed.items()})
     object.__setattr__(obj, "_block_nodes", {name: plain for name, (plain, _) in typed.items()})
     return obj
+
+
+@functools.cache
+def _schema_node() -> DictConfig:
+    """The schema as an OmegaConf node, built once (3 ms): merge copies it, never changes it."""
+    return OmegaConf.structured(HookrunConfig)
 
 
 def replaced(cfg: HookrunConfig, **changes: Any) -> HookrunConfig:

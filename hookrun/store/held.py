@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import io
 import os
+import select
 import signal
 import struct
 import subprocess
@@ -61,6 +62,7 @@ while True:
             view, off = view[done:], off + done
     w.write(b"k")
     w.flush()
+os._exit(0)  # every write is done (pwrite) and acknowledged: no interpreter teardown to wait for
 """
 
 
@@ -113,6 +115,8 @@ class Applier:
                 self.proc.stdin.close()
             except OSError:  # the helper is gone already
                 pass
+            if select.select([self.proc.stdout], [], [], 60)[0]:  # its stdout's end of file: it has ended
+                self.proc.stdout.read()  # (a blocking wait, not subprocess's polling sleeps: 3 ms a run)
             try:
                 self.proc.wait(timeout=60)
             except subprocess.TimeoutExpired:  # (every message was acknowledged above: nothing is lost)
