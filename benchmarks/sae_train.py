@@ -90,8 +90,8 @@ def local_store(path: Path):  # noqa: ANN201
 @contextlib.contextmanager
 def s3_store(url: str, staging: Path, part_bytes: int) -> Iterator:
     """The cache as an `s3://` run (parts of `part_bytes`, uploaded as they finish, the manifest last)."""
-    from hookrun.store.parts import PartedStore
-    from hookrun.store.upload import ObjectStoreOutput
+    from hookrun.output.objects.parts import PartedStore
+    from hookrun.output.objects.upload import ObjectStoreOutput
 
     store = PartedStore(ObjectStoreOutput.of(url, str(staging)), {"config": "{}"}, part_bytes=part_bytes)
     try:

@@ -26,6 +26,11 @@ class NotFoundError(HookrunError, LookupError):
     """A named thing (module, parameter, hook type, action, capture) does not exist."""
 
 
+class StoreError(HookrunError):
+    """A run's store refused or could not be reached (after retries, where there were any): the run
+    stops `interrupted` and what was not stored stays local (output/objects/ raises it)."""
+
+
 class RunError(HookrunError, RuntimeError):
     """Something the config allowed went wrong while the run was in progress."""
 

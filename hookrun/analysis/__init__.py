@@ -8,12 +8,12 @@ __all__ = ["CaptureInfo", "RowLoader", "Run", "Sweep", "Table", "block_stats", "
 
 # imported when first used (PEP 562): a module that needs one helper of analysis/ (the runner's
 # human_bytes) loads that module alone, not the readers and the report behind open_run
-_NAMES = {"RowLoader": "loader", "open_run": "remote_run", "CaptureInfo": "run_reader", "Run": "run_reader",
+_NAMES = {"RowLoader": "loader", "open_run": "opening", "CaptureInfo": "run_reader", "Run": "run_reader",
           "block_stats": "stats", "Sweep": "sweep", "Table": "sweep", "open_sweep": "sweep"}
 
 if TYPE_CHECKING:
     from hookrun.analysis.loader import RowLoader
-    from hookrun.analysis.remote_run import open_run
+    from hookrun.analysis.opening import open_run
     from hookrun.analysis.run_reader import CaptureInfo, Run
     from hookrun.analysis.stats import block_stats
     from hookrun.analysis.sweep import Sweep, Table, open_sweep

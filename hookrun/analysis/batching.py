@@ -2,7 +2,7 @@
 size, how a batch becomes tensors, and the window buffers a shuffled pass reads into again.
 
     class RowLoader(RowBatches):           # analysis/loader.py: one HDF5 file (or a merged view)
-    class PartsLoader(RowBatches):         # analysis/parts_loader.py: the parts of an object store
+    class PartsLoader(RowBatches):         # output/objects/parts_loader.py: the parts of an object store
 
 A subclass sets `rows` (the rows every capture holds) and calls `split()`; it yields `batch(...)`.
 """

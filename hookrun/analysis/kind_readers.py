@@ -7,7 +7,7 @@
 
 A file names its kind in the root attribute `kind` (written by run() from hookrun 0.x on); a file
 written before that is asked through each reader's `present(f)`. The readers (run_reader.py,
-remote_run.py, sweep.py, report/) ask this registry and test no group or attribute by name; the
+output/objects/remote_run.py, sweep.py, report/) ask this registry and test no group or attribute by name; the
 kinds' reader modules live in their own folders (hookrun/runner/kinds/<kind>/reader.py) and are
 imported when first asked for: a file's `kind` imports that kind's reader (reader_for), and a question
 put to every reader (a file without `kind`, the names Run adds) imports the shipped ones first. What a reader reads from

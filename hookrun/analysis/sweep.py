@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from hookrun.analysis.kind_readers import Table, kind_columns
-from hookrun.analysis.remote_run import open_run
+from hookrun.analysis.opening import open_run
 from hookrun.analysis.run_reader import Run, block_stats
 from hookrun.errors import HookrunError, NotFoundError
 

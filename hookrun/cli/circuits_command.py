@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from hookrun.analysis.remote_run import open_run
+from hookrun.analysis.opening import open_run
 from hookrun.cli.command import description, ends_quietly, run_command
 from hookrun.errors import ConfigError
 from hookrun.runner.kinds.patching.edges.formats import FORMATS, describe_cfg, to_eap_ig, write_mib

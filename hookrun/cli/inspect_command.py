@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from hookrun.analysis.remote_run import open_run
+from hookrun.analysis.opening import open_run
 from hookrun.analysis.sweep import is_sweep, open_sweep
 from hookrun.cli.command import description, ends_quietly, exit_process, run_command
 from hookrun.store.digest import Verified, verify

@@ -34,7 +34,7 @@ import numpy as np
 
 from hookrun.analysis.drawings import drawn_pictures
 from hookrun.analysis.kind_readers import kind_figures
-from hookrun.analysis.remote_run import open_run
+from hookrun.analysis.opening import open_run
 from hookrun.analysis.report.figure_specs import (
     constant_over_space,
     run_label,

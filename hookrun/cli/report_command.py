@@ -19,7 +19,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from hookrun.analysis.remote_run import open_run
+from hookrun.analysis.opening import open_run
 from hookrun.analysis.report import Budget, build_report
 from hookrun.analysis.report.page import source_of
 from hookrun.analysis.sweep import is_sweep, open_sweep

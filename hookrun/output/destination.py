@@ -9,7 +9,7 @@
         dest.end(resume, replayed)
 
 Two classes satisfy Destination: LocalFile (one HDF5 file: output/local_file.py) and StoreParts
-(HDF5 parts in an object store: output/store_parts.py). With many ranks, `dest.shards(cfg, ranks)`
+(HDF5 parts in an object store: output/objects/destination.py). With many ranks, `dest.shards(cfg, ranks)`
 is the layout output/shards.py's ShardRun wraps around either (LocalShards: a file per rank and a
 merged view; PartsShards: parts per rank and a top manifest); each rank writes through its own
 destination (`layout.mine`). Nothing above this module asks whether a path is a URL.
@@ -28,8 +28,8 @@ from hookrun.store.schemes import scheme_of
 
 if TYPE_CHECKING:  # the destinations themselves are imported by their scheme (store/schemes.py), when used
     from hookrun.output.local_file import LocalFile
+    from hookrun.output.objects.destination import StoreParts
     from hookrun.output.resume import Resume
-    from hookrun.output.store_parts import StoreParts
     from hookrun.store.merge import View
     from hookrun.store.records import RunStore
 

@@ -8,7 +8,7 @@ The old file is only read: its complete batches are written again, batch by batc
 file through the same writer code, so the result equals an uninterrupted run's captures bit for
 bit. Until the new file is closed, the old one stays where it was: nothing is lost on a second
 failure. Both kinds of old run satisfy Resume: ResumeState (one local file, or one rank's shard)
-and PartsResume (an object-store run, output/store_parts.py: its verified parts are kept as they
+and PartsResume (an object-store run, output/objects/destination.py: its verified parts are kept as they
 are, and the part being written when it stopped is replayed). The destination
 (output/destination.py) opens the right one.
 """

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from hookrun.config.schema import HookrunConfig, load, to_yaml, with_live
-from hookrun.errors import ConfigError
+from hookrun.errors import ConfigError, StoreError
 from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.session import HookSession
@@ -38,7 +38,6 @@ from hookrun.runner.estimate import estimate
 from hookrun.runner.loop import end_report, run_batches
 from hookrun.runner.prepare import Prepared, dataset_name, prepare
 from hookrun.store.format import HOOKRUN_VERSION
-from hookrun.store.object_folder import StoreError
 from hookrun.store.records import RunStore
 from hookrun.store.writer import BackgroundWriter
 

@@ -44,10 +44,10 @@ class WriterLock(Protocol):
     """One writer per output, whatever the output is: `acquire` refuses in one ConfigError line naming
     the holder, `release` lets the next run in; used as a context manager around the whole run.
 
-    | lock                         | where                      | a killed holder                        |
-    |------------------------------|----------------------------|----------------------------------------|
-    | OutputLock (this module)     | `<file>.lock`, flock(2)    | the OS drops its lock                  |
-    | RemoteLock (remote_lock.py)  | `<url>/writer.lock` object | taken over when its lease has ended    |
+    | lock                                        | where                      | a killed holder                     |
+    |---------------------------------------------|----------------------------|-------------------------------------|
+    | OutputLock (this module)                    | `<file>.lock`, flock(2)    | the OS drops its lock               |
+    | RemoteLock (output/objects/remote_lock.py)  | `<url>/writer.lock` object | taken over when its lease has ended |
 
     A destination (hookrun/output/) holds one, or both for an object-store run (the URL's lock and
     the staging folder's)."""

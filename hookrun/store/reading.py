@@ -1,20 +1,19 @@
-"""Reading a run: one reader over a local file, a merged view of ranks, or an object store's parts.
+"""Reading a run: one reader over a local file, a merged view of ranks, or any scheme's source.
 
     with open_source("outputs/run/captures.h5") as src:   # or a run folder, or "s3://bucket/cache/captures.h5"
         src.file["samples/index"][:]                        # an h5py.File: the file, or a view over the parts
 
 Everything in hookrun that reads a run's file opens it here: `open_run` (analysis/, the user's
 reader, built on this), resume's replay source, `op: patch`'s source, a mean read from an earlier run, the ranks'
-checks, `inspect` and `plot`. Two classes satisfy RunSource: LocalSource (an HDF5 file; a merged
-view of ranks is refused where a shard file is missing, since HDF5 would read its rows as zeros)
-and PartsSource (a cache in an object store: the manifest at once, and at the first use of `file`
-every part fetched, verified against the manifest, under one local view: store/merge.py).
+checks, `inspect` and `plot`. The path's scheme (store/schemes.py) names the source: LocalSource
+here (an HDF5 file; a merged view of ranks is refused where a shard file is missing, since HDF5
+would read its rows as zeros), or the object store's PartsSource (output/objects/source.py: the
+manifest at once, and at the first use of `file` every part fetched, verified, under one view).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
@@ -24,7 +23,7 @@ import h5py
 from hookrun.errors import HookrunError, NotFoundError
 from hookrun.store.capture_schema import damage
 from hookrun.store.lock import flushing_path, wait_for_flush
-from hookrun.store.merge import build_view, check_sources
+from hookrun.store.merge import check_sources
 from hookrun.store.schemes import scheme_of
 
 
@@ -131,76 +130,8 @@ def _open_read(path: Path) -> h5py.File:
         return h5py.File(path, "r")
 
 
-class PartsSource:
-    """A cache in an object store: its manifest (read at once), its parts fetched when rows are read."""
-
-    def __init__(self, url: str, cache_dir: str | os.PathLike | None = None) -> None:
-        # (the object store's client: not on a local run's route)
-        from hookrun.store.fetch import Parts
-
-        self.path = UrlPath(url.rstrip("/"))
-        self.parts = Parts.open(self.path, cache_dir)
-        self._file: h5py.File | None = None
-
-    @property
-    def opened(self) -> bool:
-        """Whether the parts are here already (a summary reads the manifest alone)."""
-        return self._file is not None
-
-    @property
-    def file(self) -> h5py.File:
-        """A local view over every part (each fetched and verified first)."""
-        if self._file is None:
-            folder = self.parts.cache_dir / "all"
-            paths = [self.parts.fetch(k, folder) for k in range(len(self.parts.entries))]
-            if not paths:
-                raise HookrunError(f"{self.path}: the cache has no part yet (status {self.parts.manifest.status})")
-            view = folder / "view.h5"
-            attrs = {k: v for k, v in self.parts.manifest.attrs.items() if isinstance(v, (str, int, float))}
-            build_view(view, paths, attrs)
-            with h5py.File(view, "r+") as f:
-                f.attrs["status"] = self.parts.manifest.status
-                f.attrs["parts_of"] = str(self.path)
-                del f.attrs["world_size"]
-            self._file = h5py.File(view, "r", locking=False)
-        return self._file
-
-    def part_files(self, problems: list[str] | None = None) -> Iterator[h5py.File]:
-        """Every part in turn, fetched and verified, open; each removed once the next is asked for.
-        With `problems`, a part that cannot be fetched or fails its MD5 is named there and skipped
-        (inspect --verify names every damaged part); without, it raises."""
-        folder = self.parts.cache_dir / f"verify-{os.getpid()}"
-        try:
-            for k in range(len(self.parts.entries)):
-                try:
-                    path = self.parts.fetch(k, folder)
-                except HookrunError as exc:
-                    if problems is None:
-                        raise
-                    problems.append(str(exc))
-                    continue
-                try:
-                    with h5py.File(path, "r", locking=False) as f:
-                        yield f
-                finally:
-                    self.parts.evict(k, folder)
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-    def __enter__(self) -> PartsSource:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
 def is_remote(path: str | os.PathLike) -> bool:
-    """Whether `path` names a run in an object store (read through PartsSource), not a local file or folder."""
+    """Whether `path` names a run behind a URL (read through its scheme's source), not a local file or folder."""
     return scheme_of(path).remote
 
 
@@ -209,7 +140,7 @@ def run_path(text: str) -> Path | UrlPath:
     return UrlPath(text.rstrip("/")) if scheme_of(text).remote else Path(text)
 
 
-def open_source(path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> LocalSource | PartsSource:
+def open_source(path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> RunSource:
     """The run at `path`: a captures.h5 file, a run folder holding one, or an object-store URL
     (`cache_dir`: where its parts are fetched to; default $HOOKRUN_CACHE_DIR or ~/.cache/hookrun),
     read by the source its scheme names (store/schemes.py)."""
@@ -221,7 +152,3 @@ def local_source(path: str | os.PathLike, cache_dir: str | os.PathLike | None = 
     local = Path(path).expanduser()
     return LocalSource(local / "captures.h5" if local.is_dir() else local)
 
-
-def parts_source(path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> PartsSource:
-    """An object store's parts under a URL (the object-store scheme's source)."""
-    return PartsSource(str(path), cache_dir)

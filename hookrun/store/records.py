@@ -20,7 +20,7 @@ What the data loop writes to (RunStore): the one interface of a run's store, wha
     def end_attrs(store: RunStore, attrs: dict) -> None: store.set_attrs(attrs)
 
 Two classes satisfy it: H5Store (one HDF5 file, store/h5store.py) and PartedStore (HDF5 parts
-uploaded to an object store, store/parts.py). The writer thread (store/writer.py), resume's replay,
+uploaded to an object store, output/objects/parts.py). The writer thread (store/writer.py), resume's replay,
 the end-of-run report and `record limit=N`'s restore take a RunStore and never ask which it is.
 """
 

@@ -1,16 +1,18 @@
 """Where a run lives, by the scheme of its path: the one registry of destinations (where a run is
-written) and sources (where it is read from). Nothing else in hookrun asks whether a path is a URL.
+written), sources (where it is read from) and readers (what open_run hands the user). Nothing else
+in hookrun asks whether a path is a URL.
 
     scheme_of("outputs/run/captures.h5").name    # 'file': a local HDF5 file (output/local_file.py)
-    scheme_of("s3://bucket/cache/captures.h5")   # 'objects': parts in an object store through fsspec
+    scheme_of("s3://bucket/cache/captures.h5")   # 'objects': parts in an object store (output/objects/)
     open_destination(cfg) / open_source(path)    # output/destination.py and store/reading.py ask here
 
-A scheme names its destination and its source by import path ("module:callable"), resolved when
-first used: `destination(cfg) -> Destination` (output/destination.py's protocol: writer, lock,
-resume) and `source(path, cache_dir) -> RunSource` (store/reading.py's protocol). Adding one, say
-`gs://` through another client, is one module that calls `register_scheme(Scheme("gs", ...))`
-(imported through `imports:` or at the top of a user's script) and its test; a URL whose scheme no
-entry names goes to the object store (fsspec), as `s3://` does.
+A scheme names its destination, its source and its reader by import path ("module:callable"),
+resolved when first used: `destination(cfg) -> Destination` (output/destination.py's protocol:
+writer, lock, resume), `source(path, cache_dir) -> RunSource` (store/reading.py's protocol) and
+`reader(source) -> Run` (analysis/run_reader.py's Run or a subclass; analysis/opening.py's
+open_run asks it). Adding one, say `gs://` through another client, is one module that calls
+`register_scheme(Scheme("gs", ...))` (imported through `imports:` or at the top of a user's script)
+and its test; a URL whose scheme no entry names goes to the object store (fsspec), as `s3://` does.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class Scheme:
     remote: bool  # a URL, not a local path: the CLI stages it in the run folder, readers fetch it
     destination: str  # "module:callable": (cfg) -> a Destination
     source: str  # "module:callable": (path, cache_dir) -> a RunSource
+    reader: str = "hookrun.analysis.run_reader:Run"  # "module:callable": (source) -> the user's Run (Run: any source)
 
     def open_destination(self, cfg: Any) -> Any:
         return _resolve(self.destination)(cfg)
@@ -36,9 +39,14 @@ class Scheme:
     def open_source(self, path: Any, cache_dir: Any = None) -> Any:
         return _resolve(self.source)(path, cache_dir)
 
+    def open_reader(self, source: Any) -> Any:
+        return _resolve(self.reader)(source)
 
-LOCAL = Scheme("file", False, "hookrun.output.local_file:local_destination", "hookrun.store.reading:local_source")
-OBJECTS = Scheme("objects", True, "hookrun.output.store_parts:parts_destination", "hookrun.store.reading:parts_source")
+
+LOCAL = Scheme("file", False, "hookrun.output.local_file:local_destination", "hookrun.store.reading:local_source",
+               "hookrun.analysis.run_reader:Run")
+OBJECTS = Scheme("objects", True, "hookrun.output.objects.destination:parts_destination",
+                 "hookrun.output.objects.source:parts_source", "hookrun.output.objects.remote_run:RemoteRun")
 SCHEMES: dict[str, Scheme] = {"s3": OBJECTS}
 
 

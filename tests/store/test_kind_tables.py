@@ -15,10 +15,10 @@ from hookrun.analysis.kind_readers import (
     readers_of,
     register_reader,
 )
+from hookrun.output.objects.remote_lock import RemoteLock
 from hookrun.store.h5store import H5Store
 from hookrun.store.lock import OutputLock, WriterLock
 from hookrun.store.records import TABLES, KindTable, StepRecord, register_table, tables_in
-from hookrun.store.remote_lock import RemoteLock
 
 
 class ToyWriter:

@@ -98,7 +98,7 @@ def test_a_one_part_run_lists_the_runs_attributes_in_its_manifest(s3, tmp_path, 
 
 def test_inspect_reads_the_manifest_alone_and_statistics_one_part_at_a_time(s3, tmp_path, capsys, monkeypatch):
     from hookrun.cli.inspect_command import main
-    from hookrun.store.object_folder import RemoteFolder
+    from hookrun.output.objects.object_folder import RemoteFolder
 
     hookrun.run(cfg(URL, tmp_path, checksum=True))
     cache = tmp_path / "cache"
@@ -183,7 +183,7 @@ def test_a_missing_or_damaged_part_is_named_never_read_as_zeros(s3, tmp_path):
 
 
 def test_local_disk_never_holds_more_than_two_parts(s3, tmp_path, monkeypatch):
-    from hookrun.store import upload
+    from hookrun.output.objects import upload
 
     stage = tmp_path / "stage" / "captures.h5.parts"
     seen: list[int] = []
@@ -243,7 +243,7 @@ def test_a_staging_folder_that_cannot_be_made_or_written_is_one_line_before_any_
 
 
 def test_a_store_that_goes_away_interrupts_and_resume_completes_the_cache(s3, tmp_path, monkeypatch):
-    from hookrun.store import upload
+    from hookrun.output.objects import upload
 
     server, client = s3
     monkeypatch.setattr(upload, "RETRY_SECONDS", 1.5)

@@ -191,10 +191,10 @@ def test_a_taken_url_is_refused_on_every_rank_in_one_line(s3, tmp_path):
 
 def test_rank_outputs_own_only_their_objects_and_a_reader_derives_the_status(tmp_path):
     """Units over memory://: which objects a rank replaces, and the run's status from its ranks'."""
-    from hookrun.store.manifest import Manifest
-    from hookrun.store.object_folder import RemoteFolder
-    from hookrun.store.parts import ObjectStoreOutput
-    from hookrun.store.ranked import begin_ranks, check_ranked_output, combined_status
+    from hookrun.output.objects.manifest import Manifest
+    from hookrun.output.objects.object_folder import RemoteFolder
+    from hookrun.output.objects.parts import ObjectStoreOutput
+    from hookrun.output.objects.ranked import begin_ranks, check_ranked_output, combined_status
 
     url = "memory://ranks-unit/run/captures.h5"
     folder = RemoteFolder.open(url, check=False)

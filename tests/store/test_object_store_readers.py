@@ -145,8 +145,8 @@ def test_a_second_writer_or_a_resume_on_a_url_being_written_is_refused_naming_th
 
 
 def test_the_lock_is_a_conditional_put_renewed_while_held_and_removed_at_the_end(s3, tmp_path):
-    from hookrun.store.object_folder import RemoteFolder
-    from hookrun.store.remote_lock import RemoteLock
+    from hookrun.output.objects.object_folder import RemoteFolder
+    from hookrun.output.objects.remote_lock import RemoteLock
 
     server, client = s3
     folder = RemoteFolder.open(URL)

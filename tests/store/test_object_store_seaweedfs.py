@@ -131,8 +131,8 @@ class RefusesConditionalReplace:
 
 
 def test_a_store_refusing_conditional_replace_gets_the_plain_lease(s3, tmp_path, caplog):
-    from hookrun.store.object_folder import RemoteFolder
-    from hookrun.store.remote_lock import RemoteLock
+    from hookrun.output.objects.object_folder import RemoteFolder
+    from hookrun.output.objects.remote_lock import RemoteLock
 
     server, client = s3
     lock_object(client, expires=time.time() - 5)  # its writer stopped renewing it
@@ -154,8 +154,8 @@ def test_a_store_refusing_conditional_replace_gets_the_plain_lease(s3, tmp_path,
 def test_a_store_that_went_away_then_resume_completes_the_cache(tmp_path, monkeypatch):
     """The issue's other flow: the server stops mid-run (the run ends interrupted, its lock left in
     the bucket), comes back, and `resume=true` takes the lock over and completes the rows."""
+    from hookrun.output.objects import upload
     from hookrun.output.signals import Interrupted
-    from hookrun.store import upload
 
     server = Weed(tmp_path / "weed-data")
     try:

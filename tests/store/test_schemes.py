@@ -2,8 +2,8 @@
 where a path is written and read; a second scheme is one module and this test.
 
 The double scheme `dbl://NAME/FILE` keeps its runs in a folder of its own (a stand-in for another
-store): the run is written and locked through its destination, read through its source, and the
-values equal the model called directly."""
+store): the run is written and locked through its destination, read through its source and handed
+to the user as its own reader (DblRun), and the values equal the model called directly."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from conftest import ROOT
 from torch import nn
 
 import hookrun
+from hookrun.analysis.run_reader import Run
 from hookrun.output.local_file import LocalFile
 from hookrun.store.reading import LocalSource
 from hookrun.store.schemes import LOCAL, OBJECTS, SCHEMES, Scheme, register_scheme, scheme_of
@@ -40,13 +41,26 @@ def dbl_source(path, cache_dir=None):
     return LocalSource(dbl_path(str(path)))
 
 
+class DblRun(Run):
+    """The double scheme's reader: a Run that also says where in its store the run is kept."""
+
+    def __init__(self, source: LocalSource) -> None:
+        HOME["reader"] = source
+        super().__init__(source)
+
+    @property
+    def kept_at(self):
+        return self.source.path
+
+
 @pytest.fixture
 def dbl(tmp_path):
     HOME.clear()
     HOME["root"] = tmp_path / "dbl-store"
-    register_scheme(Scheme("dbl", True, f"{__name__}:dbl_destination", f"{__name__}:dbl_source"))
+    register_scheme(Scheme("dbl", True, f"{__name__}:dbl_destination", f"{__name__}:dbl_source", f"{__name__}:DblRun"))
     yield
     SCHEMES.pop("dbl", None)
+    SCHEMES.pop("plain", None)
 
 
 def test_every_path_has_one_scheme():
@@ -67,9 +81,15 @@ def test_a_second_scheme_writes_and_reads_through_its_own_module(dbl, tmp_path):
     assert HOME["written"] == tmp_path / "dbl-store/runs/one/captures.h5"
     with torch.no_grad():
         want = model[0](data.tensors[0]).numpy()
-    with hookrun.open_run("dbl://runs/one/captures.h5") as run:  # through the scheme's source
+    with hookrun.open_run("dbl://runs/one/captures.h5") as run:  # through the scheme's source and reader
+        assert type(run) is DblRun and run.kept_at == HOME["written"]
         np.testing.assert_allclose(run["0", "output"][:], want, rtol=1e-6)
-    assert HOME["read"] == HOME["written"]
+        assert run.status == "complete" and run.find("0", "output").shape == want.shape
+    assert HOME["read"] == HOME["written"] and HOME["reader"].path == HOME["written"]
+    register_scheme(Scheme("plain", True, f"{__name__}:dbl_destination", f"{__name__}:dbl_source"))
+    with hookrun.open_run("plain://runs/one/captures.h5") as run:  # a scheme with no reader of its own: a Run
+        assert type(run) is Run
+        np.testing.assert_allclose(run["0", "output"][:], want, rtol=1e-6)
     with h5py.File(HOME["written"]) as f:
         assert f.attrs["status"] == "complete"
 

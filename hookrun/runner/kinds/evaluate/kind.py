@@ -136,7 +136,7 @@ class EvaluateKind(RunKind):
 
     def restore(self, resume: Any, kept: int) -> None:
         """A resumed run: the totals of the `kept` batches of the old file, and the splice states
-        (a local file: the object-store destination refuses evaluate, output/store_parts.py)."""
+        (a local file: the object-store destination refuses evaluate, output/objects/destination.py)."""
         rows, states = read_evaluation(resume.file, rows=kept)
         for row in rows.values():
             self.totals.add(row.model)

@@ -5,7 +5,7 @@
     x = next(iter(rows))        # torch.float32, (4096, d_in)
 
 The capture is read with the cache loader (hookrun.analysis.loader for a local folder or file,
-parts_loader for an s3:// URL): with `shuffle`, epoch e's order is the loader's seeded order for
+output/objects/parts_loader for an s3:// URL): with `shuffle`, epoch e's order is the loader's seeded order for
 (seed, e) with a window of `buffer_rows` rows (blocks of about one HDF5 chunk in a random order,
 each window's rows permuted), so memory is two windows plus a batch whatever the number of rows;
 `shuffle=False` is the cache's own row order. `vectors="channel"` (the block's `rows: channel`) reads a feature map
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hookrun.analysis.remote_run import open_run
+from hookrun.analysis.opening import open_run
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, close_matches
 
 

@@ -29,7 +29,7 @@ import time
 import uuid
 
 from hookrun.errors import ConfigError
-from hookrun.store.object_folder import RemoteFolder, precondition_failed, reason
+from hookrun.output.objects.object_folder import RemoteFolder, precondition_failed, reason
 
 log = logging.getLogger("hookrun")
 LOCK = "writer.lock"

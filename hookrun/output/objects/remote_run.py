@@ -1,20 +1,21 @@
-"""open_run on an object-store URL: the Run interface over a cache's manifest and parts.
+"""The reader of the object-store scheme: the Run interface over a cache's manifest and parts.
 
     run = open_run("s3://bucket/cache/captures.h5", cache_dir="/scratch/cache")
     run.captures, run.status, run.config     # from the manifest: nothing is downloaded
     rows = run.loader("res/transformer.h.3/output", batch_size=4096)   # parts streamed, a few at a time
     run["transformer.h.3", "output"][:8]      # fetches every part, then reads a local view over them
 
-The loader fetches parts ahead of use into a bounded cache (analysis/parts_loader.py). The summary
+The loader fetches parts ahead of use into a bounded cache (parts_loader.py). The summary
 without statistics (`inspect --no-stats`) comes from the manifest alone; statistics (`stats`, the
 default summary) fetch, read and remove one part at a time. What reads rows at random (indexing,
 iter, to_xarray) first fetches every part (verified against the manifest) into `cache_dir` and
 opens a local view over them: the same virtual-dataset view as a run of many ranks
 (store/merge.py), so it needs room for the whole cache. A cache written by many ranks
-(store/ranked.py) reads as one run: its parts rank by rank, which is batch order.
+(ranked.py) reads as one run: its parts rank by rank, which is batch order.
 
-open_run (below) opens either: a local capture file or run folder as a Run (analysis/run_reader.py),
-an object-store URL as a RemoteRun.
+open_run (analysis/opening.py) wraps each scheme's source in that scheme's reader (store/schemes.py):
+a local capture file or run folder in a Run (analysis/run_reader.py), an object-store URL's
+PartsSource in this RemoteRun.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import h5py
@@ -31,13 +31,13 @@ import yaml
 
 from hookrun.analysis.batching import BUFFER_BYTES
 from hookrun.analysis.kind_readers import KindReader, kind_lines, readers_by_attrs
-from hookrun.analysis.parts_loader import PartsLoader
 from hookrun.analysis.run_reader import Run
 from hookrun.analysis.stats import block_stats, merge_stats
 from hookrun.errors import ConfigError
+from hookrun.output.objects.fetch import Parts
+from hookrun.output.objects.parts_loader import PartsLoader
+from hookrun.output.objects.source import PartsSource
 from hookrun.store.capture_schema import CaptureInfo, list_captures
-from hookrun.store.fetch import Parts
-from hookrun.store.reading import PartsSource, open_source
 
 
 class RemoteRun(Run):
@@ -112,7 +112,7 @@ class RemoteRun(Run):
                with_rows: bool = False, prefetch: int = 2) -> PartsLoader:
         """As Run.loader, over the parts: each is fetched ahead of use (`prefetch` parts ahead, into
         `cache_dir`, and removed once read); the part order and the rows of each window are
-        shuffled (analysis/parts_loader.py)."""
+        shuffled (parts_loader.py)."""
         names = capture if isinstance(capture, list) else [capture]
         infos = [self.find(*(c if isinstance(c, tuple) else (c,))) for c in names]
         if concat and len(infos) > 1 and len({i.shape[2:] for i in infos}) > 1:
@@ -175,23 +175,3 @@ def part_by_part_stats(parts: Parts) -> dict[str, dict[str, float]]:
         shutil.rmtree(folder, ignore_errors=True)
     return {path: merge_stats(blocks) for path, blocks in per_capture.items()}
 
-
-def open_run(path: str | os.PathLike, cache_dir: str | Path | None = None) -> Run:
-    """Open a run's capture file for reading (nothing is loaded until asked for).
-
-    Args:
-        path: a captures.h5 file, or a run folder that holds one; or the URL of a cache in an
-            object store (`s3://bucket/prefix/captures.h5`, any fsspec URL: analysis/remote_run.py).
-        cache_dir: for a URL, where its parts are fetched to (default $HOOKRUN_CACHE_DIR or
-            ~/.cache/hookrun, a folder per URL).
-
-    Returns:
-        Run: a context manager with `status`, `config`, `captures`, `run[module, role]` (an h5py
-        dataset), `stats`, `iter`, `loader`, `to_xarray`, `texts`, `summary`.
-
-    Raises:
-        NotFoundError: no such file. HookrunError: not a readable hookrun file, or a merged view
-        whose shard files are missing (HDF5 would read their rows as zeros).
-    """
-    source = open_source(path, cache_dir)
-    return RemoteRun(source) if isinstance(source, PartsSource) else Run(source)

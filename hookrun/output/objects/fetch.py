@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hookrun.errors import HookrunError, NotFoundError
-from hookrun.store.manifest import MANIFEST, Manifest, PartEntry
-from hookrun.store.object_folder import RemoteFolder, reason
-from hookrun.store.ranked import RanksState, open_ranked
+from hookrun.output.objects.manifest import MANIFEST, Manifest, PartEntry
+from hookrun.output.objects.object_folder import RemoteFolder, reason
+from hookrun.output.objects.ranked import RanksState, open_ranked
 
 
 def default_cache_dir(url: str) -> Path:
@@ -45,7 +45,7 @@ class Parts:
         folder = RemoteFolder.open(url)
         top = read_manifest(folder, MANIFEST)
         entries, ranks = list(top.parts), None
-        if top.ranks:  # many ranks (store/ranked.py): each rank's parts, in rank order, which is batch order
+        if top.ranks:  # many ranks (ranked.py): each rank's parts, in rank order, which is batch order
             top, ranks, entries = open_ranked(folder, top)
         cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir(url)
         cache.mkdir(parents=True, exist_ok=True)

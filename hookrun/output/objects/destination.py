@@ -2,16 +2,16 @@
 
     dest = StoreParts(ObjectStoreOutput.of("s3://bucket/cache/captures.h5", staging))
     dest.check_place(); lock = dest.locked()    # the store reachable; one writer (a lock object + the staging folder's)
-    store = dest.open_store(attrs, resume, part_bytes, **h5_kwargs)   # a PartedStore (store/parts.py)
+    store = dest.open_store(attrs, resume, part_bytes, **h5_kwargs)   # a PartedStore (parts.py)
 
 Before the lock: the store answers and the staging folder can be written. Under it: nothing is
 overwritten unless asked (the manifest is the run's mark), and a resume continues from the parts
-the manifest lists (output/store_parts.py, PartsResume). Two runs on one URL: the second is refused in
-one line naming the first (store/remote_lock.py).
+the manifest lists (PartsResume, below). Two runs on one URL: the second is refused in
+one line naming the first (remote_lock.py).
 
 With many ranks (PartsShards, the layout output/shards.py's ShardRun drives), as LocalShards for a
 local file with the object store in place of the shard files and the merged view: before any batch
-every rank checks the store (store/ranked.py: reachable, not taken, the same number of processes on
+every rank checks the store (ranked.py: reachable, not taken, the same number of processes on
 resume) and rank 0 writes the top manifest (running). Each rank writes its block of batches as
 parts under `rank-RRRRR/` with its own manifest, lock and staging folder
 (`<output.staging>/<name>.rank-RRRRR.parts`), exactly as one process writes a run; when every rank
@@ -24,7 +24,7 @@ written when it stopped is replayed (a Resume, output/resume.py).
     state = open_parts_resume(out, cfg_yaml)  # None where the object store holds no run
     steps = state.replay(store)               # the kept parts' batches, plus the partial part's
 
-The destination for an object-store URL (output/store_parts.py) opens it; a local file's resume
+The destination for an object-store URL (this module) opens it; a local file's resume
 is ResumeState (output/resume.py), whose replay this one uses for the partial part.
 """
 
@@ -41,20 +41,20 @@ import h5py
 import yaml
 
 from hookrun.config.schema import HookrunConfig, replaced, to_yaml
-from hookrun.errors import ConfigError
+from hookrun.errors import ConfigError, StoreError
+from hookrun.output.objects.object_folder import reason
+from hookrun.output.objects.parts import ObjectStoreOutput, PartedStore, ResumePoint, prepare_resume
+from hookrun.output.objects.ranked import begin_ranks, check_ranked_output, finish_ranks
+from hookrun.output.objects.remote_lock import RemoteLock, lock_name
 from hookrun.output.ranks import Ranks, rank_device
 from hookrun.output.resume import ResumeState, config_differences, open_resume
 from hookrun.store.lock import OutputLock, WriterLock, writable_folder
 from hookrun.store.merge import View
-from hookrun.store.object_folder import StoreError, reason
-from hookrun.store.parts import ObjectStoreOutput, PartedStore, ResumePoint, prepare_resume
-from hookrun.store.ranked import begin_ranks, check_ranked_output, finish_ranks
 from hookrun.store.records import RunStore
-from hookrun.store.remote_lock import RemoteLock, lock_name
 
 
 class StoreParts:
-    """output.path as an object-store URL (store/parts.py's ObjectStoreOutput: its parts, manifest, staging)."""
+    """output.path as an object-store URL (parts.py's ObjectStoreOutput: its parts, manifest, staging)."""
 
     def __init__(self, out: ObjectStoreOutput) -> None:
         self.out = out
@@ -77,7 +77,7 @@ class StoreParts:
         writable_folder(self.out.parts_dir, "output.staging")
 
     def locked(self) -> ExitStack:
-        """A lock object under the URL (store/remote_lock.py), and the staging folder's lock file."""
+        """A lock object under the URL (remote_lock.py), and the staging folder's lock file."""
         stack = ExitStack()
         try:
             locks: tuple[Callable[[], WriterLock], ...] = (
@@ -178,7 +178,7 @@ class PartsShards:
 
 @dataclass
 class PartsResume:
-    """A run in an object store to continue: its verified parts (store/parts.py), and the part that
+    """A run in an object store to continue: its verified parts (parts.py), and the part that
     was being written when it stopped, whose whole batches are replayed."""
 
     point: ResumePoint

@@ -5,7 +5,7 @@
     up.raise_error()       # StoreError once the store stayed away past RETRY_SECONDS
     up.close()             # waits for the last upload
 
-One part at a time, in order: upload, verify (size and checksum, store/object_folder.py), list it in the
+One part at a time, in order: upload, verify (size and checksum, object_folder.py), list it in the
 manifest (written to the store), and only then remove the local file. A kill at any moment leaves
 either a part that the manifest lists and the store holds verified, or a local part that resume
 uploads again. A failed step is retried with exponential backoff (0.5 s doubling to 8 s) until
@@ -32,9 +32,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hookrun.errors import ConfigError
-from hookrun.store.manifest import MANIFEST, Manifest, PartEntry, part_name, rank_manifest
-from hookrun.store.object_folder import RemoteFolder, StoreError, reason
+from hookrun.errors import ConfigError, StoreError
+from hookrun.output.objects.manifest import MANIFEST, Manifest, PartEntry, part_name, rank_manifest
+from hookrun.output.objects.object_folder import RemoteFolder, reason
 
 log = logging.getLogger("hookrun")
 RETRY_SECONDS = float(os.environ.get("HOOKRUN_UPLOAD_RETRY_SECONDS", "300"))

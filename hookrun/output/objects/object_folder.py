@@ -21,16 +21,12 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from hookrun.errors import ConfigError, HookrunError
+from hookrun.errors import ConfigError, StoreError
 
 log = logging.getLogger("hookrun")
 UPLOAD_CHUNK = 64 << 20  # S3 multipart part size (and the read-back block)
 UPLOAD_THREADS = 4  # concurrent multipart parts of one upload
 OURS = re.compile(r"^(manifest(\.rank-\d{5})?\.json|(rank-\d{5}/)?part-\d{5}\.h5)$")  # what a run writes
-
-
-class StoreError(HookrunError):
-    """The object store refused or could not be reached (after retries, where there were any)."""
 
 
 def _options(protocol: str) -> dict:

@@ -36,7 +36,7 @@ import torch
 from hookrun.analysis.batching import BLOCK_BYTES, BUFFER_BYTES, RowBatches
 from hookrun.analysis.loader import _segments, _Source
 from hookrun.errors import ConfigError
-from hookrun.store.fetch import Parts
+from hookrun.output.objects.fetch import Parts
 
 
 class PartsLoader(RowBatches):

@@ -6,9 +6,9 @@
 
 Each part is an ordinary hookrun file (docs/format.md) of whole batches, written by H5Store in
 `<staging>/<name>.parts/part-NNNNN.h5`; once its rows reach `part_bytes` it is closed, and the
-upload worker (store/upload.py) uploads and verifies it while the next part is written, lists it
+upload worker (upload.py) uploads and verifies it while the next part is written, lists it
 in the manifest, and removes it locally: the staging folder holds two parts at most. Nothing here
-knows S3: the folder is any fsspec URL (store/object_folder.py). `prepare_resume` finds what a killed or
+knows S3: the folder is any fsspec URL (object_folder.py). `prepare_resume` finds what a killed or
 interrupted run left: parts the manifest lists, finished local parts it does not (uploaded now),
 and the part that was being written (the caller replays its whole batches).
 """
@@ -24,15 +24,15 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from hookrun.errors import ConfigError
+from hookrun.errors import ConfigError, StoreError
+from hookrun.output.objects.manifest import Manifest, PartEntry
+from hookrun.output.objects.object_folder import RemoteFolder
+from hookrun.output.objects.upload import LocalPart, ObjectStoreOutput, Uploader, retrying
 from hookrun.store.capture_schema import CaptureMeta, list_captures
 from hookrun.store.format import PART_BYTES
 from hookrun.store.h5store import H5Store
-from hookrun.store.manifest import Manifest, PartEntry
-from hookrun.store.object_folder import RemoteFolder, StoreError
 from hookrun.store.reading import LocalSource
 from hookrun.store.records import StepRecord
-from hookrun.store.upload import LocalPart, ObjectStoreOutput, Uploader, retrying
 
 log = logging.getLogger("hookrun")
 RUN_ATTRS_SKIP = {"status", "steps_complete", "samples_complete", "finished", "part", "parts_of", "first_batch", "last_batch"}

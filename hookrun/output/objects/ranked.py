@@ -6,7 +6,7 @@
     state.status, state.incomplete                                   # 'complete', [] (or the ranks that are not)
 
 Rank r of a torchrun / submitit / srun run writes its block of batches exactly as one process
-writes a whole run (store/parts.py), under the same URL: its parts as `rank-RRRRR/part-KKKKK.h5`,
+writes a whole run (parts.py), under the same URL: its parts as `rank-RRRRR/part-KKKKK.h5`,
 listed in `manifest.rank-RRRRR.json`. The top `manifest.json` lists the ranks' manifests in rank
 order, which is batch order; rank 0 writes it when the run starts (status `running`) and again once
 every rank has ended (`complete`, or `incomplete` naming the ranks that are not). Readers do not
@@ -22,9 +22,9 @@ import re
 from dataclasses import dataclass, field
 
 from hookrun.errors import ConfigError, HookrunError, NotFoundError
-from hookrun.store.manifest import MANIFEST, Manifest, PartEntry, rank_manifest
-from hookrun.store.object_folder import RemoteFolder, reason
-from hookrun.store.upload import retrying
+from hookrun.output.objects.manifest import MANIFEST, Manifest, PartEntry, rank_manifest
+from hookrun.output.objects.object_folder import RemoteFolder, reason
+from hookrun.output.objects.upload import retrying
 
 RANK_MANIFEST = re.compile(r"^manifest\.rank-(\d{5})\.json$")
 RANK_ATTRS_SKIP = {"rank", "first_batch", "last_batch"}  # one rank's, not the run's
@@ -77,7 +77,7 @@ def begin_ranks(url: str, world: int, attrs: dict, resume: bool) -> None:
     if not resume:
         this_run = re.compile(r"^(manifest\.json|manifest\.rank-(\d{5})\.json|rank-(\d{5})/.*)$")
 
-        def keep(name: str) -> bool:  # each rank clears its own (store/parts.py: ObjectStoreOutput.owns)
+        def keep(name: str) -> bool:  # each rank clears its own (parts.py: ObjectStoreOutput.owns)
             m = this_run.match(name)
             rank = m and (m.group(2) or m.group(3))
             return bool(m) and (rank is None or int(rank) < world)

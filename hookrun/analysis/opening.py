@@ -1,0 +1,38 @@
+"""open_run: any run, read by the reader its path's scheme names (store/schemes.py).
+
+    run = open_run("outputs/first/captures.h5")        # a Run (analysis/run_reader.py)
+    run = open_run("s3://bucket/cache/captures.h5")     # a RemoteRun (output/objects/remote_run.py)
+
+The scheme opens the source (store/reading.py's RunSource) and wraps it in its reader: this module
+asks no question about the path and imports no reader of a scheme (they load when first used).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hookrun.analysis.run_reader import Run
+from hookrun.store.schemes import scheme_of
+
+
+def open_run(path: str | os.PathLike, cache_dir: str | Path | None = None) -> Run:
+    """Open a run's capture file for reading (nothing is loaded until asked for).
+
+    Args:
+        path: a captures.h5 file, or a run folder that holds one; or the URL of a cache in an
+            object store (`s3://bucket/prefix/captures.h5`, any fsspec URL: output/objects/), or of
+            any scheme a module registered (store/schemes.py).
+        cache_dir: for a URL, where its parts are fetched to (default $HOOKRUN_CACHE_DIR or
+            ~/.cache/hookrun, a folder per URL).
+
+    Returns:
+        Run: a context manager with `status`, `config`, `captures`, `run[module, role]` (an h5py
+        dataset), `stats`, `iter`, `loader`, `to_xarray`, `texts`, `summary`.
+
+    Raises:
+        NotFoundError: no such file. HookrunError: not a readable hookrun file, or a merged view
+        whose shard files are missing (HDF5 would read their rows as zeros).
+    """
+    scheme = scheme_of(path)
+    return scheme.open_reader(scheme.open_source(path, cache_dir))
