@@ -11,6 +11,8 @@ os.wait4), the work timed inside it after a warm-up batch:
   LogisticRegression(C=1, lbfgs, tol=1e-8, the tolerance hookrun uses), fitted one after another.
 Each route imports what it needs before the clock: the script scikit-learn, hookrun scipy.optimize,
 h5py and its run modules (a probe run imports no scikit-learn: the table says so).
+Each ratio is the median of the rounds' (the time's detail gives each round's, and the ratio of the
+routes' CPU time, their ended children's included: on a shared machine the wall clock is noisy).
 Targets: hookrun's pass / bare <= 1.15; hookrun's whole run against the sklearn script in time and
 peak memory (the peer to beat). Rounds alternate the order (seeded); ratios are medians of the
 rounds'. The load average is printed with the table.
@@ -75,12 +77,12 @@ def child(route: str, n: int, size: int, batch: int) -> dict:
 
         import hookrun.runner.kinds.probe.kind  # noqa: F401
         import hookrun.runner.run  # noqa: F401
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), cpu_seconds()
     if route == "bare":
         with torch.no_grad():
             for s in range(0, n, batch):
                 model(x[s:s + batch])
-        return {"wall": time.perf_counter() - t0}
+        return {"wall": time.perf_counter() - t0, "cpu": cpu_seconds() - c0}
     if route == "hookrun":
         import h5py
 
@@ -92,11 +94,11 @@ def child(route: str, n: int, size: int, batch: int) -> dict:
             hookrun.run({"data": {"batch_size": batch}, "device": "cpu", "progress": False, "output": {"path": str(path)},
                          "probe": {"at": LAYERS, "target": "label", "method": "logistic", "C": 1.0, "pool": "mean"}},
                         model=model, dataset=data)
-            wall = time.perf_counter() - t0
+            wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
             with h5py.File(path, "r") as f:
                 fit = sum(float(f[f"probe/{k}"].attrs["fit_seconds"]) for k in f["probe"])
                 acc = [float(f[f"probe/{k}"].attrs["test_score"]) for k in sorted(f["probe"])]
-        return {"wall": wall, "fit": fit, "test": acc, "sklearn": "sklearn" in sys.modules}
+        return {"wall": wall, "cpu": cpu, "fit": fit, "test": acc, "sklearn": "sklearn" in sys.modules}
     import numpy as np
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import train_test_split
@@ -119,7 +121,15 @@ def child(route: str, n: int, size: int, batch: int) -> dict:
         clf = LogisticRegression(C=1.0, tol=1e-8, max_iter=1000).fit(sc.transform(f[tr]), y.numpy()[tr])
         acc.append(float(clf.score(sc.transform(f[te]), y.numpy()[te])))
     wall = time.perf_counter() - t0
-    return {"wall": wall, "fit": wall - passed, "test": acc}
+    return {"wall": wall, "cpu": cpu_seconds() - c0, "fit": wall - passed, "test": acc}
+
+
+def cpu_seconds() -> float:
+    """This process's CPU time and its ended children's (the flush helper a run's file starts)."""
+    import resource
+
+    return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                   resource.getrusage(resource.RUSAGE_CHILDREN)))
 
 
 def main() -> None:
@@ -149,8 +159,12 @@ def main() -> None:
           f"{med('hookrun', 'wall') - med('hookrun', 'fit'):.2f} s / {med('bare', 'wall'):.2f} s; the solver's own "
           f"{med('hookrun', 'fit'):.2f} s on top")
     whole = statistics.median(h["wall"] / s["wall"] for h, s in zip(got["hookrun"], got["sklearn"], strict=True))
+    by_cpu = statistics.median(h["cpu"] / s["cpu"] for h, s in zip(got["hookrun"], got["sklearn"], strict=True))
+    each = ", ".join(f"{h['wall'] / s['wall']:.3f}" for h, s in zip(got["hookrun"], got["sklearn"], strict=True))
     t.add("hookrun run / sklearn script (time)", whole, "<= 1 (the peer to beat)", whole <= 1.0,
-          f"{med('hookrun', 'wall'):.2f} s / {med('sklearn', 'wall'):.2f} s (sklearn's fits {med('sklearn', 'fit'):.2f} s)")
+          f"{med('hookrun', 'wall'):.2f} s / {med('sklearn', 'wall'):.2f} s (sklearn's fits {med('sklearn', 'fit'):.2f} s); "
+          f"rounds {each}; "
+          f"by CPU time {by_cpu:.3f}")
     mem = med("hookrun", "rss_mb") / med("sklearn", "rss_mb")
     t.add("hookrun / sklearn script (peak RSS)", mem, "<= 1", mem <= 1.0,
           f"{med('hookrun', 'rss_mb'):.0f} MB / {med('sklearn', 'rss_mb'):.0f} MB; bare forward {med('bare', 'rss_mb'):.0f} MB; "
