@@ -71,6 +71,10 @@ QUICK = {
          "max abs difference of the matrices", "peak RSS above the bare forward: hookrun (MB)",
          "peak RSS above the bare forward: script (MB)"],
         ["torch ", "load average"]),
+    "probe.py": Expect(  # issue 48 item 3: probes of 4 layers, the bare forward, a scikit-learn hook script
+        ["probe pass / bare forward (time)", "hookrun run / sklearn script (time)", "hookrun / sklearn script (peak RSS)",
+         "test accuracy, hookrun - sklearn (max abs)"],
+        ["torch ", "scikit-learn ", "by CPU time", "hookrun's process imported scikit-learn: no"], needs=("sklearn",)),
     "early_stop.py": Expect(
         ["early_stop / bare_body (wall)", "full_probe / bare_body (wall)", "bare_cut / bare_body (wall)",
          "early_stop / bare_cut (wall)", "full_forward / bare_full (wall)"],
