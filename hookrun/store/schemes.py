@@ -70,11 +70,6 @@ def scheme_of(path: object) -> Scheme:
     return SCHEMES.get(name, OBJECTS)
 
 
-def is_url(path: object) -> bool:
-    """Whether `path` names a run behind a URL (an object store), not a local file or folder."""
-    return scheme_of(path).remote
-
-
 def _resolve(target: str) -> Any:
     module, _, attr = target.partition(":")
     return getattr(importlib.import_module(module), attr)

@@ -49,6 +49,7 @@ def objective(blocks: Blocks, y: np.ndarray, rows: np.ndarray, classes: int, C: 
     mean = np.zeros(d) if mean is None else mean
     scale = np.ones(d) if scale is None else scale
     raw = coefs / scale
+    bias = icpt - raw @ mean  # the scores' intercept in the raw space
     wt = bt = None
     total = 0.0
     gx = np.zeros((k, d))
@@ -59,9 +60,9 @@ def objective(blocks: Blocks, y: np.ndarray, rows: np.ndarray, classes: int, C: 
             continue
         every = bool(sel.all())  # (training rows copied apart: no mask to apply)
         yb = y[start:start + len(x)] if every else np.where(sel, y[start:start + len(x)], 0)
-        if (engine or ("numpy" if x.device.type == "cpu" else "torch")) == "numpy":  # numpy on the block's memory: a few small ops, no dispatch per op
+        if (engine or ("numpy" if x.device.type == "cpu" else "torch")) == "numpy":  # no dispatch per op
             xn = x.numpy()
-            loss, r = _residual(xn @ raw.T + (icpt - raw @ mean), yb, k)
+            loss, r = _residual(xn @ raw.T + bias, yb, k)
             m = 1.0 if every else sel.astype(xn.dtype)
             total += float((m * loss).sum())
             if grad:
@@ -71,7 +72,7 @@ def objective(blocks: Blocks, y: np.ndarray, rows: np.ndarray, classes: int, C: 
             continue
         if wt is None:
             wt = torch.from_numpy(raw).to(x.device)
-            bt = torch.from_numpy(icpt - raw @ mean).to(x.device)
+            bt = torch.from_numpy(bias).to(x.device)
         mt = 1.0 if every else torch.from_numpy(sel).to(x.device, x.dtype)
         yi = torch.from_numpy(yb).to(x.device)
         z = x @ wt.T + bt
