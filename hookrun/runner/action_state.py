@@ -24,7 +24,6 @@ from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.events import flatten
 from hookrun.hooks.points import HookPoint
 from hookrun.store.records import RunStore
-from hookrun.store.run_state import read_state
 
 
 def _declares(action: Any, name: str) -> bool:
@@ -84,6 +83,8 @@ def restore_states(env: ActionEnv, old: h5py.File | None, kept: int, store: RunS
     result would miss them)."""
     if not env.stateful or old is None:
         return
+    from hookrun.store.run_state import read_state
+
     states = read_state(old, kept) if kept else {}
     for a in env.stateful:
         if a.state_key in states:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -30,12 +30,14 @@ from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.session import HookSession, warn_never_fired
 from hookrun.hooks.tokens import token_columns
 from hookrun.labels import module_label
-from hookrun.output.resume import Resume
 from hookrun.runner.batches import first_batch, make_loader, sample_paths
 from hookrun.runner.calls import CallSpec
 from hookrun.runner.kinds import RunKind
 from hookrun.store.records import RunStore, StepRecord
 from hookrun.store.writer import BackgroundWriter, HostTransfer
+
+if TYPE_CHECKING:
+    from hookrun.output.resume import Resume
 
 
 @dataclass

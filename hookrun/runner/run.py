@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -29,8 +29,6 @@ from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.session import HookSession
 from hookrun.output.destination import Destination, open_destination
 from hookrun.output.ranks import detect
-from hookrun.output.resume import Resume
-from hookrun.output.shards import ShardRun
 from hookrun.output.signals import Interrupted, StopSignals, StoreAway
 from hookrun.runner.accepted import accepted
 from hookrun.runner.action_state import finish_actions, restore_states
@@ -40,6 +38,9 @@ from hookrun.runner.prepare import Prepared, dataset_name, prepare
 from hookrun.store.format import HOOKRUN_VERSION
 from hookrun.store.records import RunStore
 from hookrun.store.writer import BackgroundWriter
+
+if TYPE_CHECKING:  # resume=true and many ranks load theirs where the run asks for them
+    from hookrun.output.resume import Resume
 
 log = logging.getLogger("hookrun")
 
@@ -86,6 +87,8 @@ def run(cfg: Any, model: torch.nn.Module | None = None, dataset: Any = None) -> 
         dest = open_destination(cfg, ranks)  # output.path, resolved once: a local file or object-store parts
         body = lambda c, d, adjust=None: _locked(c, d, started, model, dataset, hold, adjust)  # noqa: E731
         if ranks.many:  # one rank of torchrun / submitit / srun: its block, then (rank 0) the whole run
+            from hookrun.output.shards import ShardRun
+
             return ShardRun(cfg, ranks, dest.shards(cfg, ranks)).run(body)
         return body(cfg, dest)
 

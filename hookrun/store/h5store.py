@@ -32,7 +32,6 @@ from hookrun.store.format import FORMAT_VERSION
 from hookrun.store.held import filling_chunks
 from hookrun.store.lock import create_hidden, flushing_path
 from hookrun.store.records import Capture, StepRecord, TableWriter, table
-from hookrun.store.run_state import RunState, write_features
 
 FLUSH_SECONDS = 2.0
 SPACE_MARGIN = 1 << 20  # bytes kept free for metadata and for closing the file
@@ -69,7 +68,7 @@ class H5Store(CaptureColumns):
         self.digests = DigestLog(self.file)  # the run's /checksums table, written at each flush
         self._columns: dict[str, Column] = {}
         self.tables: dict[str, TableWriter] = {}  # a kind's named tables (/NAME), made at their first rows (store/records.py)
-        self.run_state = RunState()  # stateful actions' latest state, written at flush (store/run_state.py)
+        self.run_state = None  # stateful actions' latest state, written at flush (store/run_state.py: made by the first)
         self.overflow: dict[str, int] = {}  # values a cast turned into inf, per capture path
         self.steps = 0
         self.samples = 0
@@ -90,7 +89,8 @@ class H5Store(CaptureColumns):
             raise
         self.samples += len(rec.sample_index)
         self.steps += 1
-        self.run_state.keep(self.steps, rec.state)
+        if rec.state:
+            self.keep_state(rec.state)
         due = self.steps % self.flush_every == 0 if self.flush_every else time.monotonic() - self._flushed_at > FLUSH_SECONDS
         if due or self.steps == 1:  # the first batch's datasets reach the disk at once
             self.flush()
@@ -191,7 +191,8 @@ class H5Store(CaptureColumns):
     def _update_counts(self) -> None:
         for t in self.tables.values():  # a kind's totals: those of the batches this flush holds
             t.flush()
-        self.run_state.flush(self.file, self.steps)  # actions' state: that of the batches this flush holds
+        if self.run_state is not None:  # actions' state: that of the batches this flush holds
+            self.run_state.flush(self.file, self.steps)
         self.file.attrs["steps_complete"] = self.steps
         self.file.attrs["samples_complete"] = self.samples
         self.file.attrs["previous_flush"] = np.array(self._previous, dtype=np.int64)  # (steps, samples)
@@ -204,11 +205,18 @@ class H5Store(CaptureColumns):
         return {self._columns[p].key: n for p, n in self.overflow.items() if p in self._columns}
 
     def keep_state(self, state: dict[str, dict]) -> None:
-        """A resumed run: the actions' state of the batches replayed so far, saved at the next flush."""
+        """The actions' state of the batches written so far (a resumed run's: those replayed), saved at
+        the next flush; the first state makes the store's RunState (a run with no stateful action has none)."""
+        if self.run_state is None:
+            from hookrun.store.run_state import RunState
+
+            self.run_state = RunState()
         self.run_state.keep(self.steps, state)
 
     def write_features(self, captures: list[Capture]) -> None:
         """End-of-run captures (one row per feature: top_examples), written once before close."""
+        from hookrun.store.run_state import write_features
+
         write_features(self.file, captures)
 
     def set_attrs(self, attrs: dict) -> None:

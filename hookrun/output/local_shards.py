@@ -1,0 +1,102 @@
+"""A local run of many ranks: a shard file per rank, and rank 0's merged view over them.
+
+    layout = LocalShards(cfg, ranks)         # (or LocalFile(path).shards(cfg, ranks))
+    layout.mine.path                         # this rank's captures.rank-NNNNN.h5
+    view = layout.combine(attrs)             # rank 0: captures.h5, a view over the shards (store/merge.py)
+
+output/shards.py's ShardRun drives it; each rank writes its shard through its own LocalFile
+(output/local_file.py). Loaded only by a run of many ranks, or by a resume (check_not_a_view).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+from pathlib import Path
+
+from hookrun.config.schema import HookrunConfig, replaced
+from hookrun.errors import ConfigError, HookrunError
+from hookrun.output.local_file import LocalFile
+from hookrun.output.ranks import Ranks, every_rank, rank_device, shard_path
+from hookrun.store.merge import View, build_view, shard_status
+from hookrun.store.reading import LocalSource
+
+log = logging.getLogger("hookrun")
+
+
+class LocalShards:
+    """Many ranks on a local file: a shard file per rank, and rank 0's merged view."""
+
+    def __init__(self, cfg: HookrunConfig, ranks: Ranks, dest: LocalFile | None = None) -> None:
+        self.cfg, self.r = cfg, ranks
+        self.merged = Path(cfg.output.path).expanduser() if dest is None else dest.path
+        self.shards = [shard_path(self.merged, i) for i in range(ranks.world)]
+        self.mine = LocalFile(self.shards[ranks.rank], shard=True)
+
+    def rendezvous(self) -> tuple[str, Path]:
+        """The key prefix of this output in the ranks' store (the jobs of a multirun under torchrun
+        share one store), and the folder of its FileStore (submitit, srun)."""
+        return f"{self.merged.resolve()}/", self.merged.parent
+
+    def begin(self) -> None:
+        """Rank 0, once every rank has checked: nothing to write before the shards."""
+
+    def rank_cfg(self) -> HookrunConfig:
+        """This rank's config: its own device and shard file."""
+        mine = self.mine.path
+        if self.cfg.resume and shard_status(mine) == "unreadable":  # killed before its first flush
+            log.warning("resume: %s holds no readable batch (killed before its first flush); running its shard "
+                        "from the start (the old file is kept as %s.unreadable)", mine, mine.name)
+            os.replace(mine, mine.with_name(mine.name + ".unreadable"))
+        return replaced(self.cfg, device=rank_device(self.cfg.device, self.r.local_rank),
+                                   output=dataclasses.replace(self.cfg.output, path=str(mine)))
+
+    def check_files(self) -> None:
+        """Nothing is overwritten unless asked; a resume keeps the world size of the files."""
+        cfg = self.cfg
+        pattern = re.compile(re.escape(self.merged.stem) + r"\.rank-(\d{5})" + re.escape(self.merged.suffix) + "$")
+        found = sorted(int(m.group(1)) for p in self.merged.parent.glob("*") if (m := pattern.match(p.name)))
+        if cfg.resume:
+            worlds = {written_world(self.shards[i]) for i in found if i < self.r.world} - {None}
+            if self.merged.is_file() and not found:
+                worlds.add(written_world(self.merged) or 1)
+            if any(i >= self.r.world for i in found) or worlds - {self.r.world}:
+                was = max(worlds | {max(found, default=-1) + 1})
+                raise every_rank(ConfigError(
+                    f"resume: {self.merged.parent} was written by {was} process(es) and this run has "
+                    f"{self.r.world}; resume with {was} (torchrun --nproc_per_node, or tasks), or start a new run"
+                ))
+            return
+        if cfg.output.overwrite:
+            return
+        taken = ([self.merged] if self.merged.exists() else []) + [self.shards[i] for i in found if i < self.r.world]
+        if taken:
+            raise every_rank(ConfigError(f"output.path: {', '.join(str(p) for p in taken[:3])} exist(s); set "
+                                         f"output.overwrite=true, resume=true, or choose another path"))
+
+    def combine(self, attrs: dict) -> View:
+        """The shards as one run: the merged view over the shard files."""
+        return build_view(self.merged, self.shards, attrs)
+
+    def not_complete(self) -> str:
+        return f"{self.merged} is a view over {self.r.world} shards and these are not complete"
+
+
+def check_not_a_view(path: Path) -> None:
+    """A one-process resume of a merged view would read a view as a run: refuse it, saying why."""
+    world = written_world(path) if path.is_file() else None
+    if world is not None and world > 1:
+        raise ConfigError(f"resume: {path} is the merged view of a {world}-process run; resume it with the same "
+                          f"launcher and {world} processes (torchrun --nproc_per_node={world}, or {world} tasks)")
+
+
+def written_world(path: Path) -> int | None:
+    """The world size a shard or view was written with (None: unreadable or not a ranked file)."""
+    try:
+        with LocalSource(path, wait=False, rows=False) as source:
+            value = source.file.attrs.get("world_size")
+            return int(value) if value is not None else None
+    except HookrunError:
+        return None
