@@ -29,14 +29,11 @@ from torch import nn
 from torch.nn.modules.module import register_module_forward_pre_hook
 
 from hookrun.errors import RunError
+from hookrun.hooks.events import StopForward
 from hookrun.hooks.points import HookPoint
 from hookrun.labels import module_label
 
 ADVICE = "the hooked modules do not run the same way in every batch; run without early_stop"
-
-
-class StopForward(Exception):
-    """Raised at the stop point of a step under early_stop: the rest of the forward is skipped."""
 
 
 class EarlyStop:

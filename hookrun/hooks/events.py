@@ -44,6 +44,11 @@ INTERVENED = Phase("intervened", every=True)
 ABLATED = Phase("ablated", modifying=True, ablate=True)
 
 
+class StopForward(Exception):
+    """Raised at the stop point of a step under early_stop (hooks/early_stop.py): the rest of the
+    forward is skipped; whoever runs a forward catches it as the end of that forward."""
+
+
 @dataclass
 class StepState:
     """The batch in flight: set by the loop, read by every event of the step."""

@@ -24,9 +24,8 @@ from hookrun.errors import ConfigError, NotFoundError, close_matches
 from hookrun.hooks.actions import ACTIONS, ActionEnv
 from hookrun.hooks.actions.base import Callback
 from hookrun.hooks.hook_types import HOOK_TYPES, HookType
-from hookrun.hooks.points import HookPoint
+from hookrun.hooks.points import HookPoint, split_site
 from hookrun.hooks.site_check import check_attention_weights, check_fused_attention, unfuse
-from hookrun.hooks.sites import check_site_actions, split_site
 
 GLOB_CHARS = set("*?[")
 
@@ -161,7 +160,9 @@ def make_plan(model: nn.Module, specs: list, env: ActionEnv, mode: Mode | str) -
                         f"it works with type: {', '.join(sorted(cls.fits))}"
                     )
                 point.actions.append(_construct(cls, action_spec, point, hook_type, env))
-            if site is not None:
+            if site is not None:  # an op site (hooks/sites.py: loaded only where the plan names one)
+                from hookrun.hooks.sites import check_site_actions
+
                 check_site_actions(point, site[0])
             points.append(point)
     env.hold.on_close(unfuse([p.target for p in points if p.site is not None], "op sites"))

@@ -2,12 +2,19 @@
 
     point = HookPoint("fmap", "forward", "layer1.0", model.layer1[0])   # hook, type, module, target
     point.next_forward_call()  # 0, then 1 for a second call in the same forward pass
+    split_site("transformer.h.0/add.1", set(dict(model.named_modules())))  # ("transformer.h.0", "add", 1)
+
+`split_site` tells an op site's name (`MODULE/FN[.k]`) from a module's when a plan is made; the
+sites themselves (hooks/sites.py) load only where a plan names one.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
+
+SITE = re.compile(r"^(?P<module>.*)/(?P<fn>[A-Za-z_][A-Za-z0-9_]*)(?:\.(?P<call>\d+))?$")  # an op site's name (hooks/sites.py)
 
 
 @dataclass
@@ -37,3 +44,14 @@ class HookPoint:
         """Backward runs in reverse: the first backward firing is the last forward call."""
         self.backward_calls += 1
         return max(self.forward_calls - self.backward_calls, 0)
+
+
+def split_site(at: str, modules: set[str]) -> tuple[str, str, int | None] | None:
+    """(module pattern, FN, call or None) of an op-site name; None where `at` names a module (a
+    module whose own name holds a '/' stays a module)."""
+    if at in modules:
+        return None
+    m = SITE.match(at)
+    if not m:
+        return None
+    return m.group("module"), m.group("fn"), int(m.group("call")) if m.group("call") else None

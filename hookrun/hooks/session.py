@@ -18,11 +18,9 @@ from typing import Any
 import torch
 
 from hookrun.hooks.actions import ActionEnv
-from hookrun.hooks.early_stop import EarlyStop, StopForward, probe_guard
-from hookrun.hooks.events import INTERVENED, Event, Phase
+from hookrun.hooks.events import INTERVENED, Event, Phase, StopForward
 from hookrun.hooks.hook_types import HOOK_TYPES, Fire
 from hookrun.hooks.plan import HookPoint
-from hookrun.hooks.sites import Interceptor
 from hookrun.hooks.tokens import TokenMap
 from hookrun.labels import module_label
 
@@ -34,9 +32,13 @@ class HookSession:
     def __init__(self, points: list[HookPoint], env: ActionEnv, early_stop: bool = False) -> None:
         self.points = points
         self.env = env
-        self.early_stop = EarlyStop() if early_stop else None
+        self.early_stop = None  # (hooks/early_stop.py, loaded only under early_stop=true)
+        if early_stop:
+            from hookrun.hooks.early_stop import EarlyStop
+
+            self.early_stop = EarlyStop()
         self.fired = [0] * len(points)  # firings of each point over the run
-        self.interceptor = Interceptor()  # op sites' calls (used only where a point is a site)
+        self.interceptor = None  # op sites' calls (hooks/sites.py: made only where a point is a site)
         self._handles: list = []
 
     def __enter__(self) -> HookSession:
@@ -44,6 +46,10 @@ class HookSession:
             for i, point in enumerate(self.points):
                 if point.site is not None:  # an op site: the interceptor fires it (hooks/sites.py)
                     fn, call = point.site
+                    if self.interceptor is None:
+                        from hookrun.hooks.sites import Interceptor
+
+                        self.interceptor = Interceptor()
                     self._handles.extend(self.interceptor.add(point.target, fn, call, point, self._firing(point, i)))
                     continue
                 self._handles.extend(HOOK_TYPES.get(point.type).attach(point, self._firing(point, i)))
@@ -92,6 +98,8 @@ class HookSession:
                 model(first_sample)
         """
         if self.early_stop is not None and model is not None:
+            from hookrun.hooks.early_stop import probe_guard
+
             self.early_stop.stop_probe(probe_guard(model, (p.target for p in self.points)), len(self.points))
         muted = [list(p.actions) for p in self.points]
         fired = list(self.fired)

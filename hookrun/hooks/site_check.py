@@ -19,16 +19,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import Tensor, nn
 
 from hookrun.errors import ConfigError
 from hookrun.hooks.events import flatten
 from hookrun.hooks.points import HookPoint
-from hookrun.hooks.site_axes import Call, site_axes
-from hookrun.hooks.sites import Listener
 from hookrun.labels import module_label
+
+if TYPE_CHECKING:
+    from hookrun.hooks.site_axes import Call
 
 log = logging.getLogger("hookrun")
 EAGER = "model.attn_implementation=eager"
@@ -120,6 +121,10 @@ def check_sites_run(points: list[HookPoint], model: nn.Module, forward: Callable
     sites = [p for p in points if p.site is not None]
     if not sites:
         return points
+    # (op sites only: loaded where a plan names one)
+    from hookrun.hooks.site_axes import Call, site_axes
+    from hookrun.hooks.sites import Listener
+
     calls: dict[nn.Module, dict[str, int]] = {}  # module -> FN -> calls in one forward of it (the most)
     structure: dict[nn.Module, list[Call]] = {}  # module -> the calls of its first forward (site_axes)
     done: set[nn.Module] = set()

@@ -21,7 +21,6 @@ recorded after the op; replacing its result is refused before any batch.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -36,7 +35,6 @@ from hookrun.errors import ConfigError
 from hookrun.hooks.events import flatten, rebuild
 from hookrun.hooks.points import HookPoint
 
-SITE = re.compile(r"^(?P<module>.*)/(?P<fn>[A-Za-z_][A-Za-z0-9_]*)(?:\.(?P<call>\d+))?$")
 OPERATORS = {"__add__": "add", "__radd__": "add", "__iadd__": "add_", "__sub__": "sub", "__rsub__": "sub",
              "__isub__": "sub_", "__mul__": "mul", "__rmul__": "mul", "__imul__": "mul_", "__matmul__": "matmul",
              "__rmatmul__": "matmul", "__truediv__": "div", "__rtruediv__": "div", "__itruediv__": "div_",
@@ -79,17 +77,6 @@ def fn_label(func: Any) -> str:
     if module == "torch.nn.functional":
         return f"F.{name}"
     return f"{module}.{qual}" if module else qual
-
-
-def split_site(at: str, modules: set[str]) -> tuple[str, str, int | None] | None:
-    """(module pattern, FN, call or None) of an op-site name; None where `at` names a module (a
-    module whose own name holds a '/' stays a module)."""
-    if at in modules:
-        return None
-    m = SITE.match(at)
-    if not m:
-        return None
-    return m.group("module"), m.group("fn"), int(m.group("call")) if m.group("call") else None
 
 
 def in_place(fn: str) -> bool:

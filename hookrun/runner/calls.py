@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from hookrun.errors import ConfigError, HookrunError, RunError
-from hookrun.hooks.early_stop import StopForward
+from hookrun.hooks.events import StopForward
 
 AUTO = "auto"
 DICT_TARGETS = ("target", "label")

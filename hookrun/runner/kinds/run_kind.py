@@ -49,7 +49,7 @@ import torch
 from torch import nn
 
 from hookrun.config.schema import HookrunConfig, Mode
-from hookrun.hooks.early_stop import StopForward
+from hookrun.hooks.events import StopForward
 from hookrun.store.format import BATCH_UNITS
 
 if TYPE_CHECKING:
