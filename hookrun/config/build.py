@@ -99,7 +99,7 @@ def import_modules(names: list[str]) -> None:
 def build_model(node: Mapping, device: torch.device, progress: bool = True) -> nn.Module:
     """The model a `model:` node builds, on `device`, in eval mode; `progress=False` keeps a
     library's weight-loading bar (transformers') off, as the run's own bar is."""
-    from hookrun.models.hf import loading_bars
+    from hookrun.models import loading_bars
 
     node = dict(node)
     checkpoint = node.pop("checkpoint", None)

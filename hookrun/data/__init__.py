@@ -1,9 +1,14 @@
 """Datasets hookrun ships, named by `_target_` in conf/data/ (hookrun.data.synthetic, ...).
-They need no download: synthetic images and tensors, and readers of the user's own files."""
+They need no download: synthetic images and tensors, and readers of the user's own files.
 
-from hookrun.data.collate import collate_lists
-from hookrun.data.datasets import ImageFiles, RandomTensors, image_folder, synthetic
-from hookrun.data.shapes import shapes
-from hookrun.data.text import ByteTokenizer, text
+    ds = hookrun.data.synthetic(size=8, image_size=[3, 32, 32])   # imports data/datasets.py only
+
+Each name's module is imported when the name is first used (hookrun/lazy.py).
+"""
+
+from hookrun.lazy import lazy_names
 
 __all__ = ["ByteTokenizer", "ImageFiles", "collate_lists", "text", "RandomTensors", "image_folder", "shapes", "synthetic"]
+lazy_names(__name__, {"collate_lists": "collate", "ImageFiles": "datasets", "RandomTensors": "datasets",
+                      "image_folder": "datasets", "synthetic": "datasets", "shapes": "shapes",
+                      "ByteTokenizer": "text", "text": "text"})

@@ -4,11 +4,31 @@
     model = timm_model("vit_tiny_patch16_224", img_size=32)
     model = tiny_lm()   # the small GPT-2 shipped with hookrun, trained on English text
     model = tiny_cnn()  # the small CNN shipped with hookrun, trained on generated shapes
+
+Each builder's module is imported when the builder is first named (hookrun/lazy.py): a run of a
+torchvision model loads none of them. `loading_bars(progress)`, which build_model enters around
+every model, says whether a builder shows its library's weight-loading bar (hf's: transformers').
 """
 
-from hookrun.models.hf import hf
-from hookrun.models.tiny_cnn import tiny_cnn
-from hookrun.models.tiny_lm import tiny_lm
-from hookrun.models.vision import timm_model
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
-__all__ = ["hf", "timm_model", "tiny_cnn", "tiny_lm"]
+from hookrun.lazy import lazy_names
+
+__all__ = ["hf", "loading_bars", "timm_model", "tiny_cnn", "tiny_lm"]
+BARS: ContextVar[bool] = ContextVar("hookrun_loading_bars", default=True)  # progress=false: no loading bar
+
+
+@contextmanager
+def loading_bars(on: bool) -> Iterator[None]:
+    """Within it, models built by hf() show transformers' weight-loading bar only when `on` (the
+    run's `progress`); build_model enters it."""
+    token = BARS.set(bool(on))
+    try:
+        yield
+    finally:
+        BARS.reset(token)
+
+
+lazy_names(__name__, {"hf": "hf", "timm_model": "vision", "tiny_cnn": "tiny_cnn", "tiny_lm": "tiny_lm"})

@@ -11,25 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from contextvars import ContextVar
 from pathlib import Path
 
 from torch import nn
 
 from hookrun.errors import ConfigError
-
-BARS: ContextVar[bool] = ContextVar("hookrun_loading_bars", default=True)  # progress=false: no loading bar
-
-
-@contextmanager
-def loading_bars(on: bool) -> Iterator[None]:
-    """Within it, models built by hf() show transformers' weight-loading bar only when `on` (the
-    run's `progress`); build_model enters it."""
-    token = BARS.set(bool(on))
-    try:
-        yield
-    finally:
-        BARS.reset(token)
+from hookrun.models import BARS
 
 
 @contextmanager
