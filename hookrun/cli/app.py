@@ -33,7 +33,6 @@ from hookrun.cli.command import ends_quietly, exit_process
 from hookrun.cli.hydra_errors import dotted_keys, one_line, renamed, shell_damage
 from hookrun.cli.hydra_mode import skip_mode_compose
 from hookrun.cli.run_record import RunRecord, held_saves
-from hookrun.cli.usage import usage, version
 from hookrun.config.plugins import plugin
 from hookrun.config.schema import HookrunConfig, hydra_schema
 from hookrun.errors import ConfigError, HookrunError
@@ -223,9 +222,13 @@ def main() -> None:
         _FULL_ERROR = True
     args = sys.argv[1:]
     if "--version" in args:  # hookrun's version, not Hydra's
+        from hookrun.cli.usage import version
+
         print(version())
         sys.exit(0)
     if HELP & set(args):  # hookrun's own help; Hydra's groups and config follow (hydra.help in conf/config.yaml)
+        from hookrun.cli.usage import usage
+
         print(usage(), flush=True)
     for note in renamed([a for a in args if not a.startswith("-")], conf_dir()):
         print(f"hookrun: note: {note}", file=sys.stderr, flush=True)

@@ -32,7 +32,6 @@ from hookrun.output.ranks import detect
 from hookrun.output.signals import Interrupted, StopSignals, StoreAway
 from hookrun.runner.accepted import accepted
 from hookrun.runner.action_state import finish_actions, restore_states
-from hookrun.runner.estimate import estimate
 from hookrun.runner.loop import end_report, run_batches
 from hookrun.runner.prepare import Prepared, dataset_name, prepare
 from hookrun.store.format import HOOKRUN_VERSION
@@ -146,6 +145,9 @@ def _run(cfg: HookrunConfig, dest: Destination, started: float, model: torch.nn.
 
 
 def plan_estimate(p: Prepared):
+    """The plan's estimated bytes per capture (dry_run=true prints it; output.max_bytes checks it)."""
+    from hookrun.runner.estimate import estimate  # (only these runs estimate)
+
     report = estimate(p.model, p.loader, p.points, p.env, p.settings, p.n_samples)
     cfg = p.cfg
     report.header = [
