@@ -32,7 +32,7 @@ import yaml
 from hookrun.config.checks import differing
 from hookrun.config.schema import HookrunConfig, to_yaml
 from hookrun.errors import ConfigError, HookrunError, RunError
-from hookrun.output.local_shards import LocalShards
+from hookrun.output.local_file import LocalShards
 from hookrun.output.ranks import (
     Ranks,
     every_rank,
