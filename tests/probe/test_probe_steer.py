@@ -136,3 +136,29 @@ def test_a_module_of_another_width_stops_at_the_first_batch_naming_both(setup):
                    "actions": [{"name": "modify_output", "op": "probe_ablate", "probe": str(tmp / "three.h5"), "at": "conv"}]}}
     with pytest.raises(HookrunError, match=r"the output \(16, 5\) has no axis of the probe's 6 features"):
         hookrun.run(cfg(tmp / "wide.h5", hooks=hooks), model=model, dataset=data)
+
+
+def test_token_rows_are_steered_along_their_last_axis(tmp_path):
+    from toy_lm import Prompts, tiny_gpt2
+
+    model, prompts = tiny_gpt2(0), Prompts(n=24, length=7)
+    data = [{**prompts[i], "label": torch.tensor(i % 2)} for i in range(len(prompts))]
+    lm = {"data": {"batch_size": 8}, "device": "cpu", "progress": False}
+    hookrun.run({**lm, "output": {"path": str(tmp_path / "p.h5")},
+                 "probe": {"at": "transformer.ln_f", "target": "label", "pool": "last", "control": False}},
+                model=model, dataset=data)
+    w, _ = weight(tmp_path / "p.h5")
+    hooks = {"s": {"at": "transformer.ln_f", "type": "forward", "actions": [
+        {"name": "modify_output", "op": "probe_steer", "probe": str(tmp_path / "p.h5"), "label": 1, "factor": 5.0},
+        {"name": "record", "what": "output"}]}}
+    hookrun.run({**lm, "output": {"path": str(tmp_path / "s.h5")}, "hooks": hooks}, model=model, dataset=data)
+    raw = []
+    h = model.transformer.ln_f.register_forward_hook(lambda m, a, o: raw.append(o.detach().double().numpy()))
+    with torch.no_grad():
+        model(input_ids=torch.stack([d["input_ids"] for d in data]),
+              attention_mask=torch.stack([d["attention_mask"] for d in data]))
+    h.remove()
+    with h5py.File(tmp_path / "s.h5", "r") as f:
+        got = f["captures/s/transformer.ln_f/output"][:].astype(np.float64)
+    assert raw[0].shape[-1] == w.shape[1] != raw[0].shape[1]  # (the features are the last axis)
+    np.testing.assert_allclose(got, raw[0] + 5.0 * w[0] / np.linalg.norm(w[0]), rtol=1e-5, atol=1e-5)
