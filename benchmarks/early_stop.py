@@ -98,17 +98,18 @@ def routes(a, folder: Path) -> dict:
 
     def run(early: bool, full_probe: bool = False):
         def go() -> None:
-            from hookrun.hooks import session
+            # HookSession.probe imports probe_guard from hooks/early_stop.py when it runs: patched there
+            from hookrun.hooks import early_stop
 
-            guard = session.probe_guard
+            guard = early_stop.probe_guard
             if full_probe:  # the probe as it was: nothing it may stop at
-                session.probe_guard = lambda model, targets: None
+                early_stop.probe_guard = lambda model, targets: None
             cfg = {"data": {"batch_size": BATCH}, "device": "cpu", "progress": False, "early_stop": early,
                    "hooks": hooks, "output": {"path": str(folder / "es.h5"), "overwrite": True}}
             try:
                 hookrun.run(cfg, model=model, dataset=dataset)
             finally:
-                session.probe_guard = guard
+                early_stop.probe_guard = guard
         return go
 
     full = {} if a.no_full else {"bare_full": bare_full, "full_forward": run(False)}
