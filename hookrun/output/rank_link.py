@@ -80,6 +80,8 @@ class RankLink:
             return False
         path = self.path(name, self.rank)
         tmp = path.with_name(path.name + ".tmp")
+        for old in (tmp, path):  # what a killed launch left (a folder is not replaced by rename)
+            shutil.rmtree(old) if old.is_dir() else old.unlink(missing_ok=True)
         save(tmp)
         tmp.replace(path)
         self.send(name, str(path))

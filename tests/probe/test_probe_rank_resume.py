@@ -5,10 +5,9 @@ them (rank 1's shard complete, its hand-over file on disk); then resumed again t
 
 from __future__ import annotations
 
-import h5py
 import numpy as np
 import pytest
-from rank_runs import TORCHRUN, cli
+from rank_runs import TORCHRUN, cli, shard_state
 from test_probe_ranks import ARGS, AT, B, N, reference
 
 import hookrun
@@ -18,24 +17,19 @@ KILLS = ("hooks={kill: {at: block1, type: forward, actions: [{_target_: rank_hel
 RUN = [*ARGS, KILLS, "output.flush_every=1", "hydra.run.dir=run"]  # 5 batches: rank 0 runs 0-1, rank 1 runs 2-4
 
 
-def shard(folder, rank: int) -> tuple[str, list[int]]:
-    with h5py.File(folder / f"captures.rank-{rank:05d}.h5", "r") as f:
-        return str(f.attrs["status"]), sorted(set(f["samples/step"][:].tolist()))
-
-
 @pytest.mark.slow
 def test_a_killed_rank_then_a_killed_rank_0_resume_to_the_one_process_probes(tmp_path):
     run = tmp_path / "run"
     killed = cli(*RUN, cwd=tmp_path, launcher=TORCHRUN, env={"HOOKRUN_TEST_KILL": "1:3"})  # rank 1, its 2nd batch
     assert killed.returncode != 0
-    assert shard(run, 1)[1] == [2]  # rank 1 kept its first batch
-    assert shard(run, 0)[0] != "complete"
+    assert shard_state(run, 1)[1] == [2]  # rank 1 kept its first batch
+    assert shard_state(run, 0)[0] != "complete"
 
     env = {"HOOKRUN_TEST_KILL_AFTER": "0:1", "HOOKRUN_TEST_RUN_DIR": str(run)}  # rank 0, its last batch
     killed = cli(*RUN, "resume=true", cwd=tmp_path, launcher=TORCHRUN, env=env)
     assert killed.returncode != 0
-    assert shard(run, 1) == ("complete", [2, 3, 4])
-    assert shard(run, 0)[0] != "complete" and shard(run, 0)[1] == [0]
+    assert shard_state(run, 1) == ("complete", [2, 3, 4])
+    assert shard_state(run, 0)[0] != "complete" and shard_state(run, 0)[1] == [0]
     assert len(list(run.glob(".hookrun-probe-*.rank-00001"))) == 1  # handed over, never merged
 
     resumed = cli(*RUN, "resume=true", cwd=tmp_path, launcher=TORCHRUN)
