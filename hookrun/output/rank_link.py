@@ -60,15 +60,16 @@ class RankLink:
         self.store.set(f"kind/{name}/want", "1")
 
     def wanted(self, name: str, should_stop: Callable[[], bool] = lambda: False) -> bool:
-        """Ranks 1..N-1: whether rank 0 gathers `name`, waiting until it says so (True) or ends without
-        (False: a resumed rank 0 whose shard was complete, its result written; or one that failed)."""
+        """Ranks 1..N-1: whether rank 0 gathers `name`, waiting until it says so (True) or has ended (False:
+        a resumed rank 0 whose shard was complete, its result written; or one that failed, whose close has
+        already discarded the parts)."""
         want, done = f"kind/{name}/want", "done/0"
         self.wait_for(0, lambda: self.store.check([want]) or self.store.check([done]), should_stop,
                       f"{name}: stopped while waiting for rank 0", f"{name}: rank 0 has been silent for {{:.0f}} s "
                       f"before gathering the ranks' rows: taken for dead")
-        if self.store.check([want]):
+        if not self.store.check([done]):
             return True
-        log.info("%s: rank 0 ended without gathering (%s; a resumed rank 0's result is written): nothing to hand over",
+        log.info("%s: rank 0 has ended (%s; a resumed rank 0's result was written before): nothing to hand over",
                  name, self.store.get(done).decode())
         return False
 

@@ -93,6 +93,8 @@ def test_a_rank_waits_for_rank_0_and_hands_nothing_over_where_it_ended_without_g
     l0.store.set("done/0", "complete")  # a resumed rank 0 whose shard was complete: its result is written
     assert l1.hand_over("probe", lambda path: path.write_text("rows")) is False
     assert os.listdir(tmp_path) == [] and not l0.store.check(["kind/probe/1"])
+    l0.want("probe")  # (a rank 0 that wanted the parts, then failed: its close discarded what had come)
+    assert l1.hand_over("probe", lambda path: path.write_text("rows")) is False and os.listdir(tmp_path) == []
 
     l0, l1 = links(tmp_path, world=2)  # a fresh store: rank 1 is done before rank 0 says it gathers
     timer = threading.Timer(0.3, l0.want, ("similarity",))
@@ -102,3 +104,13 @@ def test_a_rank_waits_for_rank_0_and_hands_nothing_over_where_it_ended_without_g
     assert l0.gather("similarity", lambda path: None) == 1 and os.listdir(tmp_path) == []
     with pytest.raises(RunError, match=r"^probe: stopped while waiting for rank 0$"):
         l1.wanted("probe", should_stop=lambda: True)
+
+
+def test_a_rank_waiting_for_a_silent_rank_0_takes_it_for_dead(tmp_path, monkeypatch):
+    from hookrun.output import rank_link
+
+    monkeypatch.setattr(rank_link, "SILENT_SECONDS", 0.2)
+    _, l1 = links(tmp_path, world=2)  # rank 0's heartbeat (beat/0) never moves
+    with pytest.raises(RunError, match=r"^probe: rank 0 has been silent for 0 s before gathering the ranks' rows: "
+                                       r"taken for dead$"):
+        l1.wanted("probe")
