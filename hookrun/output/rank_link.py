@@ -15,10 +15,10 @@ moves (ShardRun's Heartbeat bumps `beat/RANK`); a rank that ended without sendin
 one RunError line.
 
 Resume (`resume=true`) with many ranks: rank 0 gathers whenever it runs, so its prepare_run says so
-(`want`), and a rank hands over only once rank 0 wants its part (`wanted`: rank 0 said so, or it ended
-without, its shard already complete, its result written). Every hand-over rebuilds the part from the
-rank's rows (a part left on disk by a killed launch is replaced, never trusted), also where the rank's
-shard is complete (RunKind.rejoin, called by runner/run.py instead of "nothing to do").
+(`want`), and a rank hands over only once rank 0 wants its part and has not ended (`wanted`; a resumed
+rank 0 whose shard was complete has its result written and never wants). Every hand-over rebuilds the
+part from the rank's rows (a part left on disk by a killed launch is replaced, never trusted), also
+where the rank's shard is complete (RunKind.rejoin, called by runner/run.py instead of "nothing to do").
 """
 
 from __future__ import annotations
