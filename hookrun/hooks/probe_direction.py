@@ -1,0 +1,133 @@
+"""Ops that steer or ablate along a linear probe's direction, read from an earlier probe run's file.
+
+    actions: [{name: modify_output, op: probe_steer, probe: outputs/probe_shapes, label: 2, factor: 3.0}]
+    actions: [{name: modify_output, op: probe_ablate, probe: outputs/probe_shapes}]
+
+`probe` is the probe run (a file, a run folder, a merged view of ranks or an object-store URL, as for
+`patch`); `at` picks its hook point (default: the hooked module). The weights are the file's
+`/probe/NNN/weight` on the pooled activations, standardisation folded in (runner/kinds/probe/table.py),
+so each row is a direction in the module's feature space:
+- `probe_steer` adds `factor` times the unit direction of `label`'s class (its weight row; for a
+  binary probe the one row, negated for the first class; a ridge probe's one row with no label)
+  along the feature axis, at every position: x + factor * w / |w|.
+- `probe_ablate` removes the span of the probe's weight rows from the features at every position:
+  x - Q Q^T x with Q an orthonormal basis of that span (float64). For `pool: mean` (linear) the
+  pooled features then score the bias alone: the probe can no longer read its target.
+
+The feature axis is the one whose size is the probe's feature count: dim 1 (channels of a feature
+map, or a flat row) or the last (token rows); `dim:` chooses where both match. Every check of the
+file (a probe run, the hook point, the label) runs when the plan is built, before any batch; a
+module whose features differ from the probe's stops the run at its first batch, naming both.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import torch
+
+from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError
+from hookrun.hooks.ops import OpBuild, OpContext, register_op
+from hookrun.labels import module_label
+from hookrun.store.reading import open_source
+
+
+@register_op("probe_steer")
+def probe_steer(probe: str, label: Any = None, factor: float = 1.0, at: str | None = None, dim: int | None = None, *,
+                build: OpBuild):
+    weight, classes, module = read_probe(probe, at, build)
+    where = f"{build.where}: probe_steer {probe!r} at {module_label(module)}"
+    direction = steer_direction(weight, classes, label, where)
+    return AlongFeatures(direction * (factor / np.linalg.norm(direction)), dim, where, steer=True)
+
+
+@register_op("probe_ablate")
+def probe_ablate(probe: str, at: str | None = None, dim: int | None = None, *, build: OpBuild):
+    weight, _, module = read_probe(probe, at, build)
+    u, s, _ = np.linalg.svd(weight.T, full_matrices=False)  # (features, rows): the span of the rows
+    basis = u[:, s > s.max() * max(weight.shape) * np.finfo(np.float64).eps] if s.size and s.max() > 0 else u[:, :0]
+    return AlongFeatures(basis, dim, f"{build.where}: probe_ablate {probe!r} at {module_label(module)}", steer=False)
+
+
+def read_probe(source: str, at: str | None, build: OpBuild) -> tuple[np.ndarray, list | None, str]:
+    """(weight (rows, features) float64, the classes or None for a regression, the probed module)."""
+    if not isinstance(source, str) or not source:
+        raise ConfigError(f"{build.where}: give probe: PATH of a probe run's file or folder, got {source!r}")
+    module = build.point.module if at is None else str(at)
+    where = f"{build.where}: probe {source!r}"
+    try:
+        run = open_source(source)
+    except NotFoundError:
+        raise ConfigError(f"{where} does not exist (run the probe first, or fix the path)") from None
+    except HookrunError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    try:
+        f = run.file
+        if "probe" not in f or not len(f["probe"]):
+            raise ConfigError(f"{where} holds no probes (a probe run writes /probe at its last batch); give the "
+                              f"file of a complete probe run")
+        groups = [f["probe"][k] for k in sorted(f["probe"])]
+        found = [g for g in groups if str(g.attrs["module"]) == module]
+        if not found:
+            probed = ", ".join(str(g.attrs["module"]) for g in groups)
+            raise ConfigError(f"{where} has no probe at {module!r}; it probed {probed} (set at: to one of them)")
+        g = found[0]
+        classes = json.loads(g.attrs["classes"]) if "classes" in g.attrs else None
+        return np.asarray(g["weight"][:], dtype=np.float64), classes, module
+    finally:
+        run.close()
+
+
+def steer_direction(weight: np.ndarray, classes: list | None, label: Any, where: str) -> np.ndarray:
+    """The weight row that raises `label`'s score (a binary probe's one row points to classes[1])."""
+    if not classes:  # ridge regression: one row, no class
+        if label is not None:
+            raise ConfigError(f"{where}: the probe is a regression (one output); leave label out")
+        return weight[0]
+    if label is None:
+        raise ConfigError(f"{where}: give label: the class to steer towards, one of {classes}")
+    hits = [i for i, c in enumerate(classes) if c == label or str(c) == str(label)]
+    if not hits:
+        raise ConfigError(f"{where}: label {label!r} is not one of the probe's classes {classes}")
+    if weight.shape[0] == 1:  # binary: scores > 0 mean classes[1]
+        return weight[0] if hits[0] == 1 else -weight[0]
+    return weight[hits[0]]
+
+
+class AlongFeatures:
+    """The op: add `vectors` (features,) or project out `vectors`' columns (features, k) along the
+    module's feature axis."""
+
+    def __init__(self, vectors: np.ndarray, dim: int | None, where: str, steer: bool) -> None:
+        self.vectors, self.dim, self.where, self.steer = vectors, dim, where, steer
+        self.features = vectors.shape[0]
+        if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int)):
+            raise ConfigError(f"{where}: dim {dim!r}; give the feature axis as a whole number (1, or -1 for token rows)")
+
+    def axis(self, x: torch.Tensor) -> int:
+        if self.dim is not None:
+            axis = self.dim % max(x.dim(), 1)
+            if x.dim() < 2 or axis == 0 or x.shape[axis] != self.features:
+                raise RunError(f"{self.where}: dim {self.dim} of the output {tuple(x.shape)} is not the probe's "
+                               f"{self.features} features")
+            return axis
+        fits = sorted({a for a in (1, x.dim() - 1) if x.dim() >= 2 and x.shape[a] == self.features})
+        if not fits:
+            raise RunError(f"{self.where}: the output {tuple(x.shape)} has no axis of the probe's {self.features} "
+                           f"features (dim 1 or the last); steer the module the probe read")
+        if len(fits) > 1:
+            raise RunError(f"{self.where}: both dim 1 and the last of {tuple(x.shape)} have {self.features} features; "
+                           f"set dim: 1 (channels) or dim: -1 (token rows)")
+        return fits[0]
+
+    def __call__(self, x: torch.Tensor, ctx: OpContext) -> torch.Tensor:
+        axis = self.axis(x)
+        moved = x.movedim(axis, -1)
+        if self.steer:
+            v = torch.as_tensor(self.vectors, dtype=x.dtype, device=x.device)
+            return (moved + v).movedim(-1, axis)
+        q = torch.as_tensor(self.vectors, dtype=torch.float64, device=x.device)
+        wide = moved.to(torch.float64)
+        return (wide - (wide @ q) @ q.T).to(x.dtype).movedim(-1, axis)

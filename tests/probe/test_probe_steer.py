@@ -1,0 +1,164 @@
+"""op: probe_steer / probe_ablate (hooks/probe_direction.py): a probe run's weights, read back from its
+file with h5py here, steer or ablate the module in a second run. References: the module's output by a
+raw PyTorch forward hook on the same weights and inputs, changed by numpy (x + f w/|w|), and the
+orthogonal projection's two defining properties (the change lies in the rows' span; the ablated
+features are orthogonal to every row, so the mean-pooled features score the bias alone)."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import hookrun
+from hookrun.errors import ConfigError, HookrunError
+
+N, B = 64, 16
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Sequential(nn.Conv2d(2, 6, 3, padding=1), nn.ReLU())
+        self.fc = nn.Linear(6 * 8 * 8, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.conv(x).flatten(1))
+
+
+def items(n: int = N) -> list[dict]:
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(n, 2, 8, 8, generator=g)
+    three = (x[:, 0].mean((1, 2)) > 0).long() + (x[:, 1].mean((1, 2)) > 0).long()
+    return [{"x": x[i], "label": three[i], "sign": (x[i, 0].mean() > 0).long()} for i in range(n)]
+
+
+def cfg(path, **extra) -> dict:
+    return {"data": {"batch_size": B, "inputs": ["x"]}, "device": "cpu", "progress": False,
+            "output": {"path": str(path), "overwrite": True}, **extra}
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("steer")
+    model, data = Net().eval(), items()
+    for name, target in (("three", "label"), ("two", "sign")):
+        hookrun.run(cfg(tmp / f"{name}.h5", probe={"at": ["conv"], "target": target, "pool": "mean", "control": False}),
+                    model=model, dataset=data)
+    return tmp, model, data
+
+
+def weight(path) -> tuple[np.ndarray, np.ndarray]:
+    with h5py.File(path, "r") as f:
+        return f["probe/000/weight"][:], f["probe/000/bias"][:]
+
+
+def raw_conv(model: Net, data: list[dict]) -> np.ndarray:
+    out = []
+    h = model.conv.register_forward_hook(lambda m, a, o: out.append(o.detach().double().numpy()))
+    with torch.no_grad():
+        model(torch.stack([d["x"] for d in data]))
+    h.remove()
+    return out[0]
+
+
+def modified(tmp, model, data, name, **op) -> np.ndarray:
+    hooks = {"s": {"at": "conv", "type": "forward",
+                   "actions": [{"name": "modify_output", **op}, {"name": "record", "what": "output"}]}}
+    hookrun.run(cfg(tmp / f"{name}.h5", hooks=hooks), model=model, dataset=data)
+    with h5py.File(tmp / f"{name}.h5", "r") as f:
+        return f["captures/s/conv/output"][:].astype(np.float64)
+
+
+def test_steer_adds_the_unit_direction_of_the_class(setup):
+    tmp, model, data = setup
+    w, _ = weight(tmp / "three.h5")
+    got = modified(tmp, model, data, "steered", op="probe_steer", probe=str(tmp / "three.h5"), label=2, factor=3.0)
+    v = 3.0 * w[2] / np.linalg.norm(w[2])  # the class-2 row (classes 0, 1, 2 in order)
+    np.testing.assert_allclose(got, raw_conv(model, data) + v[None, :, None, None], rtol=1e-5, atol=1e-5)
+
+
+def test_a_binary_probe_steers_to_the_first_class_against_its_row(setup):
+    tmp, model, data = setup
+    w, _ = weight(tmp / "two.h5")
+    assert w.shape == (1, 6)
+    got = modified(tmp, model, data, "away", op="probe_steer", probe=str(tmp / "two.h5"), at="conv", label=0,
+                   factor=2.0)
+    v = -2.0 * w[0] / np.linalg.norm(w[0])
+    np.testing.assert_allclose(got, raw_conv(model, data) + v[None, :, None, None], rtol=1e-5, atol=1e-5)
+
+
+def test_ablate_removes_the_rows_span_and_the_probe_reads_only_its_bias(setup):
+    tmp, model, data = setup
+    w, b = weight(tmp / "three.h5")
+    got = modified(tmp, model, data, "ablated", op="probe_ablate", probe=str(tmp / "three.h5"))
+    raw = raw_conv(model, data)
+    feats, diff = np.moveaxis(got, 1, -1).reshape(-1, 6), np.moveaxis(raw - got, 1, -1).reshape(-1, 6)
+    scale = np.abs(raw).max() * np.abs(w).max()
+    assert np.abs(feats @ w.T).max() <= 1e-5 * scale  # orthogonal to every row (float32 storage)
+    coef, *_ = np.linalg.lstsq(w.T, diff.T, rcond=None)  # the change is a combination of the rows
+    assert np.abs(w.T @ coef - diff.T).max() <= 1e-5 * np.abs(raw).max()
+    assert np.abs(diff).max() > 1e-2  # (it did change something)
+    pooled = got.mean((2, 3))
+    np.testing.assert_allclose(pooled @ w.T + b, np.broadcast_to(b, (N, 3)), atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize("op, message", [
+    ({"op": "probe_steer", "label": 2, "at": "fc"}, r"has no probe at 'fc'; it probed conv \(set at:"),
+    ({"op": "probe_steer", "label": 7}, r"label 7 is not one of the probe's classes \[0, 1, 2\]"),
+    ({"op": "probe_steer"}, r"give label: the class to steer towards, one of \[0, 1, 2\]"),
+    ({"op": "probe_ablate", "probe": "missing.h5"}, r"probe 'missing.h5' does not exist"),
+    ({"op": "probe_ablate", "probe": "record"}, r"holds no probes"),
+])
+def test_bad_probe_ops_are_one_line_before_any_batch(setup, op, message):
+    tmp, model, data = setup
+    probe = {"missing.h5": str(tmp / "missing.h5"), "record": None}.get(op.get("probe"), str(tmp / "three.h5"))
+    if op.get("probe") == "record":
+        hookrun.run(cfg(tmp / "plain.h5", hooks={"r": {"at": "fc", "type": "forward", "actions": ["record"]}}), model=model, dataset=data)
+        probe = str(tmp / "plain.h5")
+    message = message.replace("'missing.h5'", repr(probe))
+    seen = []
+    h = model.conv.register_forward_hook(lambda *a: seen.append(1))
+    try:
+        with pytest.raises(ConfigError, match=message):
+            modified(tmp, model, data, "bad", **{**op, "probe": probe})
+    finally:
+        h.remove()
+    assert not seen  # before any batch
+
+
+def test_a_module_of_another_width_stops_at_the_first_batch_naming_both(setup):
+    tmp, model, data = setup
+    hooks = {"s": {"at": "fc", "type": "forward",
+                   "actions": [{"name": "modify_output", "op": "probe_ablate", "probe": str(tmp / "three.h5"), "at": "conv"}]}}
+    with pytest.raises(HookrunError, match=r"the output \(16, 5\) has no axis of the probe's 6 features"):
+        hookrun.run(cfg(tmp / "wide.h5", hooks=hooks), model=model, dataset=data)
+
+
+def test_token_rows_are_steered_along_their_last_axis(tmp_path):
+    from toy_lm import Prompts, tiny_gpt2
+
+    model, prompts = tiny_gpt2(0), Prompts(n=24, length=7)
+    data = [{**prompts[i], "label": torch.tensor(i % 2)} for i in range(len(prompts))]
+    lm = {"data": {"batch_size": 8}, "device": "cpu", "progress": False}
+    hookrun.run({**lm, "output": {"path": str(tmp_path / "p.h5")},
+                 "probe": {"at": "transformer.ln_f", "target": "label", "pool": "last", "control": False}},
+                model=model, dataset=data)
+    w, _ = weight(tmp_path / "p.h5")
+    hooks = {"s": {"at": "transformer.ln_f", "type": "forward", "actions": [
+        {"name": "modify_output", "op": "probe_steer", "probe": str(tmp_path / "p.h5"), "label": 1, "factor": 5.0},
+        {"name": "record", "what": "output"}]}}
+    hookrun.run({**lm, "output": {"path": str(tmp_path / "s.h5")}, "hooks": hooks}, model=model, dataset=data)
+    raw = []
+    h = model.transformer.ln_f.register_forward_hook(lambda m, a, o: raw.append(o.detach().double().numpy()))
+    with torch.no_grad():
+        model(input_ids=torch.stack([d["input_ids"] for d in data]),
+              attention_mask=torch.stack([d["attention_mask"] for d in data]))
+    h.remove()
+    with h5py.File(tmp_path / "s.h5", "r") as f:
+        got = f["captures/s/transformer.ln_f/output"][:].astype(np.float64)
+    assert raw[0].shape[-1] == w.shape[1] != raw[0].shape[1]  # (the features are the last axis)
+    np.testing.assert_allclose(got, raw[0] + 5.0 * w[0] / np.linalg.norm(w[0]), rtol=1e-5, atol=1e-5)
