@@ -2,8 +2,9 @@
 (a file in the shared run folder) to rank 0, which merges them into the one-process result.
 
     link = RankLink(store, ranks, folder, key)      # ShardRun hands it to the kind (RunKind.join_ranks)
-    RankLink.refuse(link, world, resume, "probe", "rows")   # prepare_run: many ranks need a link, refuse resume
-    link.hand_over("probe", save)                   # ranks 1..N-1: save(tmp), renamed to path(), sent to rank 0
+    RankLink.require(link, world, "probe")          # prepare_run: many ranks need a link (one ConfigError line)
+    link.want("probe")                              # rank 0, in prepare_run: it will gather (its shard is not done)
+    link.hand_over("probe", save, should_stop)      # ranks 1..N-1: if wanted, save(tmp), renamed to path(), sent
     link.gather("probe", merge, should_stop)        # rank 0: merge(path) of each rank in rank order, path removed
     link.discard("probe")                           # rank 0, in close(): what a failed run's ranks left
 
@@ -12,11 +13,18 @@ into contiguous blocks, so rank order is batch order. A kind keeps only its save
 path) and its merge (them from a path). rank 0 waits for each rank while the rank's heartbeat
 moves (ShardRun's Heartbeat bumps `beat/RANK`); a rank that ended without sending, or fell silent, is
 one RunError line.
+
+Resume (`resume=true`) with many ranks: rank 0 gathers whenever it runs, so its prepare_run says so
+(`want`), and a rank hands over only once rank 0 wants its part and has not ended (`wanted`; a resumed
+rank 0 whose shard was complete has its result written and never wants). Every hand-over rebuilds the
+part from the rank's rows (a part left on disk by a killed launch is replaced, never trusted), also
+where the rank's shard is complete (RunKind.rejoin, called by runner/run.py instead of "nothing to do").
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import time
@@ -29,6 +37,7 @@ import torch.distributed as dist
 from hookrun.errors import ConfigError, RunError
 from hookrun.output.ranks import Ranks
 
+log = logging.getLogger("hookrun")
 POLL_SECONDS = 0.05
 SILENT_SECONDS = float(os.environ.get("HOOKRUN_RANK_TIMEOUT", "120"))  # (as ShardRun's wait)
 
@@ -40,23 +49,59 @@ class RankLink:
         self.rank, self.world = ranks.rank, ranks.world
 
     @staticmethod
-    def refuse(link: Any, world: int, resume: bool, kind: str, what: str) -> None:
-        """A handing-over kind's prepare_run, before any batch: many ranks need the link and refuse resume=true
-        (a finished rank would not hand its `what` over again). `kind` names the run's kind ("probe")."""
+    def require(link: Any, world: int, kind: str) -> None:
+        """A handing-over kind's prepare_run, before any batch: many ranks need the link. `kind` names the
+        run's kind ("probe")."""
         if world > 1 and link is None:
             raise ConfigError(f"{kind} over {world} ranks: no channel between the ranks; run it as one process")
-        if world > 1 and resume:
-            raise ConfigError(f"{kind} over {world} ranks with resume=true: a finished rank would not hand its {what} "
-                              f"to rank 0 again; start the run again (output.overwrite=true), or resume it as one process")
 
-    def hand_over(self, name: str, save: Callable[[Path], None]) -> None:
-        """Ranks 1..N-1: `save(tmp)` writes this rank's part of `name` under a temporary name, renamed to
-        `path(name, rank)` once whole, then sent to rank 0."""
+    def want(self, name: str) -> None:
+        """Rank 0, before its batches: it will gather every rank's part of `name` (see `wanted`)."""
+        self.store.set(f"kind/{name}/want", "1")
+
+    def wanted(self, name: str, should_stop: Callable[[], bool] = lambda: False) -> bool:
+        """Ranks 1..N-1: whether rank 0 gathers `name`, waiting until it says so (True) or has ended (False:
+        a resumed rank 0 whose shard was complete, its result written; or one that failed, whose close has
+        already discarded the parts)."""
+        want, done = f"kind/{name}/want", "done/0"
+        self.wait_for(0, lambda: self.store.check([want]) or self.store.check([done]), should_stop,
+                      f"{name}: stopped while waiting for rank 0", f"{name}: rank 0 has been silent for {{:.0f}} s "
+                      f"before gathering the ranks' rows: taken for dead")
+        if not self.store.check([done]):
+            return True
+        log.info("%s: rank 0 has ended (%s; a resumed rank 0's result was written before): nothing to hand over",
+                 name, self.store.get(done).decode())
+        return False
+
+    def hand_over(self, name: str, save: Callable[[Path], None], should_stop: Callable[[], bool] = lambda: False) -> bool:
+        """Ranks 1..N-1, once rank 0 wants it (`wanted`): `save(tmp)` writes this rank's part of `name` under
+        a temporary name, renamed to `path(name, rank)` once whole, then sent to rank 0. False (nothing
+        written) where rank 0 ended without gathering."""
+        if not self.wanted(name, should_stop):
+            return False
         path = self.path(name, self.rank)
         tmp = path.with_name(path.name + ".tmp")
+        for old in (tmp, path):  # what a killed launch left (a folder is not replaced by rename)
+            shutil.rmtree(old) if old.is_dir() else old.unlink(missing_ok=True)
         save(tmp)
         tmp.replace(path)
         self.send(name, str(path))
+        return True
+
+    def wait_for(self, rank: int, ready: Callable[[], bool], should_stop: Callable[[], bool], stopped: str,
+                 silent: str) -> None:
+        """Poll `ready()` while rank `rank`'s heartbeat moves: RunError(`stopped`) on a stop, RunError
+        (`silent`, formatted with the seconds) once the rank has been silent for SILENT_SECONDS."""
+        beat: tuple[int, float] | None = None
+        while not ready():
+            now, count = time.monotonic(), self.store.add(f"beat/{rank}", 0)
+            if beat is None or beat[0] != count:
+                beat = (count, now)
+            elif now - beat[1] > SILENT_SECONDS:
+                raise RunError(silent.format(now - beat[1]))
+            if should_stop():
+                raise RunError(stopped)
+            time.sleep(POLL_SECONDS)
 
     def gather(self, name: str, merge: Callable[[Path], None], should_stop: Callable[[], bool] = lambda: False) -> int:
         """Rank 0, once every other rank has sent its part of `name`: `merge(path)` for each, in rank order,

@@ -32,6 +32,7 @@ from hookrun.output.ranks import detect
 from hookrun.output.signals import Interrupted, StopSignals, StoreAway
 from hookrun.runner.accepted import accepted
 from hookrun.runner.action_state import finish_actions, restore_states
+from hookrun.runner.kinds import kind_for
 from hookrun.runner.loop import end_report, run_batches
 from hookrun.runner.prepare import Prepared, dataset_name, prepare
 from hookrun.store.format import HOOKRUN_VERSION
@@ -109,10 +110,13 @@ def _locked(cfg: HookrunConfig, dest: Destination, started: float, model: torch.
 
 def _run(cfg: HookrunConfig, dest: Destination, started: float, model: torch.nn.Module | None, dataset: Any,
          hold: ModelHold, adjust: Callable[[Prepared], None] | None = None) -> RunResult:
-    resume = None
+    resume, rejoin = None, False
     if cfg.resume and not cfg.dry_run:  # _locked holds the destination's lock
         resume = dest.open_resume(to_yaml(cfg))
-        if resume is not None and resume.status == "complete":
+        done = resume is not None and resume.status == "complete"
+        # a complete shard of rank 1..N-1 whose kind hands its rows to rank 0: rebuilt for rank 0 (rejoin)
+        rejoin = done and adjust is not None and detect().rank > 0 and kind_for(cfg).hands_over
+        if done and not rejoin:
             resume.close()
             log.info("resume: %s is already complete; nothing to do", dest)
             return RunResult(dest.result, resume.steps, 0, 0.0, status="complete")
@@ -129,6 +133,9 @@ def _run(cfg: HookrunConfig, dest: Destination, started: float, model: torch.nn.
             adjust(p)
         if not cfg.dry_run:  # what the kind sets up beyond the loop (its base runs and checks)
             p.settings.kind.prepare_run(p)
+        if rejoin:  # (the shard file stays as it was)
+            p.settings.kind.rejoin(resume, resume.steps)
+            return RunResult(dest.result, 0, 0, time.perf_counter() - started)
         if cfg.dry_run or cfg.output.max_bytes is not None:
             report = plan_estimate(p)
             if cfg.dry_run:

@@ -31,3 +31,35 @@ def compiled_net(width: int = 4) -> torch.nn.Module:
 def data_parallel_net(width: int = 4) -> torch.nn.Module:
     """my_pkg.Net under nn.DataParallel (its names start with `module.`)."""
     return torch.nn.DataParallel(my_pkg.Net(width=width))
+
+
+def kill_when_rank_1_is_done(ev) -> None:
+    """A user action: SIGKILL this process at batch STEP on rank RANK, where the environment has
+    HOOKRUN_TEST_KILL_AFTER=RANK:STEP, once rank 1 has handed its part over and ended: its hand-over file
+    (.hookrun-KIND-*.rank-00001) is in HOOKRUN_TEST_RUN_DIR and its shard there says `complete`
+    (waits up to 120 s; the state "rank 1 finished and handed over, rank 0 killed before merging")."""
+    import glob
+
+    import h5py
+
+    told = os.environ.get("HOOKRUN_TEST_KILL_AFTER")
+    if not told or ev.call != 0:
+        return
+    rank, step = map(int, told.split(":"))
+    if int(os.environ.get("RANK", "0")) != rank or ev.step != step:
+        return
+    folder = os.environ["HOOKRUN_TEST_RUN_DIR"]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if glob.glob(os.path.join(folder, ".hookrun-*.rank-00001")):
+            try:
+                with h5py.File(os.path.join(folder, "captures.rank-00001.h5"), "r") as f:
+                    if f.attrs.get("status") == "complete":
+                        break
+            except OSError:  # (still open for writing: locked)
+                pass
+        time.sleep(0.1)
+    else:
+        raise RuntimeError("rank 1 did not hand over and end within 120 s")
+    time.sleep(0.5)  # (rank 1's process ends)
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -58,3 +58,9 @@ def one_process_run(folder: Path) -> Path:
     proc = cli(*ARGS, "hydra.run.dir=one", cwd=folder)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return folder / "one" / "captures.h5"
+
+
+def shard_state(folder: Path, rank: int) -> tuple[str, list[int]]:
+    """Rank `rank`'s shard in `folder`: its status and the steps (batches) it holds."""
+    with h5py.File(folder / f"captures.rank-{rank:05d}.h5", "r") as f:
+        return str(f.attrs["status"]), sorted(set(f["samples/step"][:].tolist()))

@@ -1,6 +1,6 @@
 """The refusals issue 48 lists that had no test at their edges: split.test at 0 and 1 (outside
-(0, 1)), and many ranks with resume=true for probe and similarity (a finished rank would not hand
-its rows to rank 0 again): each one ConfigError line before any batch."""
+(0, 1)), and many ranks with no channel between them for probe and similarity (resume=true or not:
+many ranks resume, tests/probe/test_probe_rank_resume.py): each one ConfigError line before any batch."""
 
 from __future__ import annotations
 
@@ -24,10 +24,10 @@ def test_split_test_outside_0_1_is_one_line(tmp_path, test) -> None:
 
 
 @pytest.mark.parametrize(("block", "message"), [
-    ({"probe": {"at": ["block1"], "target": "label"}}, "probe over 2 ranks with resume=true"),
-    ({"similarity": {"at": ["block1", "fc"]}}, "similarity over 2 ranks with resume=true"),
+    ({"probe": {"at": ["block1"], "target": "label"}}, "probe over 2 ranks: no channel between the ranks"),
+    ({"similarity": {"at": ["block1", "fc"]}}, "similarity over 2 ranks: no channel between the ranks"),
 ])
-def test_many_ranks_with_resume_are_one_line(tmp_path, block, message) -> None:
+def test_many_ranks_without_a_channel_are_one_line(tmp_path, block, message) -> None:
     from hookrun.config.schema import load
     from hookrun.output.ranks import Ranks
     from hookrun.output.shards import ShardRun
@@ -37,8 +37,7 @@ def test_many_ranks_with_resume_are_one_line(tmp_path, block, message) -> None:
                 "output": {"path": str(tmp_path / "p.h5")}, **block})
     p = prepare(cfg)
     try:
-        ShardRun(cfg, Ranks(rank=1, world=2)).adjust(p)  # (no rendezvous: the channel is set by hand)
-        p.settings.kind.join_ranks(object())
+        ShardRun(cfg, Ranks(rank=1, world=2)).adjust(p)  # (no rendezvous: no channel)
         with pytest.raises(ConfigError) as err:
             p.settings.kind.prepare_run(p)
         assert message in str(err.value) and "\n" not in str(err.value)

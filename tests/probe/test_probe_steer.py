@@ -10,23 +10,14 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
 import hookrun
 from hookrun.errors import ConfigError, HookrunError
 
+pytest.importorskip("sklearn")  # (test_probe_kind's model; its module imports scikit-learn)
+from test_probe_kind import Net  # noqa: E402  (a conv of 6 channels on 2 x 8 x 8, then fc to 5)
+
 N, B = 64, 16
-
-
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.conv = nn.Sequential(nn.Conv2d(2, 6, 3, padding=1), nn.ReLU())
-        self.fc = nn.Linear(6 * 8 * 8, 5)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.conv(x).flatten(1))
 
 
 def items(n: int = N) -> list[dict]:

@@ -1,7 +1,8 @@
 """RankLink's handover in one process: three links (ranks 0, 1, 2) over one torch.distributed.HashStore
 and one folder. hand_over writes under a temporary name and sends the final one; gather merges every
 rank's file (or folder) in rank order, whatever order they came in, and removes them; a rank that ended
-without handing over, or a stop, is one RunError line; refuse is the kinds' one ConfigError line."""
+without handing over, or a stop, is one RunError line; require is the kinds' one ConfigError line. A rank
+hands over only once rank 0 wants its part (want), and writes nothing where rank 0 ended without."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ def test_hand_over_then_gather_merges_in_rank_order_and_removes_every_file(tmp_p
             path.write_text(text)
         return save
 
+    l0.want("probe")
     l2.hand_over("probe", save_as("rows of rank 2"))  # rank 2 is done first
     l1.hand_over("probe", save_as("rows of rank 1"))
     assert sorted(os.listdir(tmp_path)) == [l1.path("probe", 1).name, l2.path("probe", 2).name]  # no temporary left
@@ -47,6 +49,7 @@ def test_a_folder_payload_is_removed_after_its_merge(tmp_path):
         path.mkdir()
         (path / "0.rows").write_bytes(b"\x01\x02")
 
+    l0.want("similarity")
     l1.hand_over("similarity", save)
     seen = []
     l0.gather("similarity", lambda path: seen.append((path / "0.rows").read_bytes()))
@@ -55,6 +58,7 @@ def test_a_folder_payload_is_removed_after_its_merge(tmp_path):
 
 def test_a_rank_that_ended_without_handing_over_is_one_line_and_discard_cleans_up(tmp_path):
     l0, l1, l2 = links(tmp_path)
+    l0.want("probe")
     l1.hand_over("probe", lambda path: path.write_text("rows of rank 1"))
     l0.store.set("done/2", "failed")  # (ShardRun's status of a rank that ended)
     (tmp_path / (l2.path("probe", 2).name + ".tmp")).write_text("half")  # what its save left
@@ -74,13 +78,39 @@ def test_a_stop_while_waiting_is_one_line(tmp_path):
         l0.gather("similarity", lambda path: None, should_stop=lambda: True)
 
 
-def test_refuse_names_the_run_and_what_it_would_not_hand_over():
-    RankLink.refuse(None, 1, True, "probe", "rows")  # one process: nothing to refuse
-    RankLink.refuse(object(), 2, False, "probe", "rows")  # linked, fresh
+def test_require_names_the_run_where_many_ranks_have_no_channel():
+    RankLink.require(None, 1, "probe")  # one process: no channel needed
+    RankLink.require(object(), 2, "probe")  # linked (resume=true or not)
     with pytest.raises(ConfigError) as err:
-        RankLink.refuse(None, 2, False, "probe", "rows")
+        RankLink.require(None, 2, "probe")
     assert str(err.value) == "probe over 2 ranks: no channel between the ranks; run it as one process"
-    with pytest.raises(ConfigError) as err:
-        RankLink.refuse(object(), 3, True, "similarity", "accumulator")
-    assert str(err.value) == ("similarity over 3 ranks with resume=true: a finished rank would not hand its accumulator "
-                              "to rank 0 again; start the run again (output.overwrite=true), or resume it as one process")
+
+
+def test_a_rank_waits_for_rank_0_and_hands_nothing_over_where_it_ended_without_gathering(tmp_path):
+    import threading
+
+    l0, l1 = links(tmp_path, world=2)
+    l0.store.set("done/0", "complete")  # a resumed rank 0 whose shard was complete: its result is written
+    assert l1.hand_over("probe", lambda path: path.write_text("rows")) is False
+    assert os.listdir(tmp_path) == [] and not l0.store.check(["kind/probe/1"])
+    l0.want("probe")  # (a rank 0 that wanted the parts, then failed: its close discarded what had come)
+    assert l1.hand_over("probe", lambda path: path.write_text("rows")) is False and os.listdir(tmp_path) == []
+
+    l0, l1 = links(tmp_path, world=2)  # a fresh store: rank 1 is done before rank 0 says it gathers
+    timer = threading.Timer(0.3, l0.want, ("similarity",))
+    timer.start()
+    assert l1.hand_over("similarity", lambda path: path.write_text("rows")) is True
+    timer.join()
+    assert l0.gather("similarity", lambda path: None) == 1 and os.listdir(tmp_path) == []
+    with pytest.raises(RunError, match=r"^probe: stopped while waiting for rank 0$"):
+        l1.wanted("probe", should_stop=lambda: True)
+
+
+def test_a_rank_waiting_for_a_silent_rank_0_takes_it_for_dead(tmp_path, monkeypatch):
+    from hookrun.output import rank_link
+
+    monkeypatch.setattr(rank_link, "SILENT_SECONDS", 0.2)
+    _, l1 = links(tmp_path, world=2)  # rank 0's heartbeat (beat/0) never moves
+    with pytest.raises(RunError, match=r"^probe: rank 0 has been silent for 0 s before gathering the ranks' rows: "
+                                       r"taken for dead$"):
+        l1.wanted("probe")

@@ -28,6 +28,8 @@ closure and the store never ask which kind runs; they read what the kind hands t
 | `join_ranks(link)`       | many ranks, prepare()   | a kind that merges the ranks' statistics at the   |
 |                          |                         | end gets the channel (output/rank_link.py)        |
 | `restore(resume, kept)`  | resume                  | state carried over from the kept batches          |
+| `hands_over`, `rejoin()` | many ranks, resume of a | a kind that hands its rows to rank 0 (True) takes |
+|                          | complete shard (rank>0) | them from its kept batches and hands them again   |
 | `end_note()`             | the run's last log line | what it adds after the file's name ("" for none)  |
 | `end_attrs()`            | after its last step     | root attributes known only then ({} for none)     |
 | `file_bytes(n)`          | dry_run estimate        | bytes it adds besides the captures                |
@@ -105,6 +107,7 @@ class RunKind:
     adds: ClassVar[tuple[str, ...]] = ()  # HDF5 paths this kind writes beside /captures (its tables' groups)
     uses_loss: ClassVar[bool] = False  # prepare() builds cfg.loss for it (grad, a block kind's ce)
     units: ClassVar[tuple[str, str]] = BATCH_UNITS  # what the log calls its steps and its rows
+    hands_over: ClassVar[bool] = False  # many ranks: ranks 1..N-1 hand their rows to rank 0 (join_ranks' link)
 
     def __init__(self, ctx: KindContext) -> None:
         self.ctx = ctx
@@ -194,6 +197,11 @@ class RunKind:
     def restore(self, resume: Any, kept: int) -> None:
         """A resumed run: carry over this kind's state from the `kept` batches of the old run
         (`resume`: what output/resume.py opened; a local file's is `resume.file`, an h5py.File)."""
+
+    def rejoin(self, resume: Any, kept: int) -> None:
+        """Many ranks, resumed, a rank but 0 whose shard is complete (`kept` batches), of a kind that
+        `hands_over`: rebuild its part from those batches and hand it to rank 0 again, where rank 0 still
+        gathers (runner/run.py calls this after prepare_run instead of the loop; the shard is not written)."""
 
     def end_attrs(self) -> dict[str, Any]:
         """Root attributes known only once the steps have run (an edges grid written as it goes: its node scores

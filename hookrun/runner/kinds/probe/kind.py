@@ -10,11 +10,11 @@ the run's items hold 2 classes or more where the data set lists its targets (els
 of the pass, before any solver).
 User hooks (`hooks:`) record in the same forward. A resumed run recomputes the rows of the batches
 it keeps (their forwards, not the file's) and goes on, so its probes equal an uninterrupted run's.
-Many ranks (torchrun) run contiguous blocks of the batches; at its last batch each rank but 0 saves
+Many ranks (torchrun) run contiguous blocks of the batches; after its pass each rank but 0 saves
 its rows to a file (save_rows) that RankLink.hand_over (output/rank_link.py) passes to rank 0, whose
-RankLink.gather adds them (load_rows) in batch order before the fit: the one-process rows, blocks and
-probes. Many ranks with resume=true are refused (RankLink.refuse: a finished shard would not hand its
-rows over again).
+RankLink.gather adds them (load_rows) in batch order at its last batch, before the fit: the
+one-process rows, blocks and probes. Resumed, a rank recomputes the rows it kept and hands them over
+again, also where its shard was complete (rejoin), while rank 0's shard is not.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ log = logging.getLogger("hookrun")
 
 class ProbeKind(RunKind):
     adds = (GROUP,)
+    hands_over = True
 
     @classmethod
     def check(cls, cfg: HookrunConfig) -> None:
@@ -103,7 +104,9 @@ class ProbeKind(RunKind):
         self.link = link
 
     def prepare_run(self, p: Any) -> None:
-        RankLink.refuse(self.link, self.world, p.cfg.resume, "probe", "rows")
+        RankLink.require(self.link, self.world, "probe")
+        if self.world > 1 and not self.rank:
+            self.link.want("probe")  # (rank 0 runs: its result is not written yet)
         self.last, self.begin = p.batches.stop - 1, p.batches.start
         self.should_stop = lambda: p.settings.should_stop()
         folder = None if scheme_of(p.cfg.output.path).remote else Path(p.cfg.output.path).parent
@@ -136,20 +139,26 @@ class ProbeKind(RunKind):
     def step(self, model: nn.Module, call: Any, session: Any) -> StepAdds:
         state = self.ctx.env.state
         self.add(model, call, state.sample_index)
-        if state.step != self.last:
-            return NOTHING
-        if self.world > 1 and not self.merge_ranks():
-            return NOTHING  # (a rank but 0: its rows are rank 0's now)
+        if state.step != self.last or self.rank:
+            return NOTHING  # (a rank but 0 hands its rows to rank 0 after its pass: run_steps)
+        if self.world > 1:
+            self.link.gather("probe", self.load_rows, self.should_stop)
+            log.info("probe: the rows of %d rank(s) merged", self.world)
         return StepAdds(tables={GROUP: self.fit(model)})
 
-    def merge_ranks(self) -> bool:
-        """Ranks 1..N-1 hand their rows to rank 0 (False); rank 0 adds every rank's, in rank order (True)."""
-        if self.rank:
-            self.link.hand_over("probe", self.save_rows)
-            return False
-        self.link.gather("probe", self.load_rows, self.should_stop)
-        log.info("probe: the rows of %d rank(s) merged", self.world)
-        return True
+    def run_steps(self, data_loop: Any, writer: Any, first_row: int, should_stop: Any) -> int:
+        """The data loop; then a rank but 0 hands its rows to rank 0 (also where a resume kept its last batch)."""
+        steps = data_loop()
+        if self.rank and not should_stop():
+            self.link.hand_over("probe", self.save_rows, should_stop)
+        return steps
+
+    def rejoin(self, resume: Any, kept: int) -> None:
+        """A rank but 0 whose shard was complete, resumed: its rows recomputed and handed to rank 0 again,
+        where rank 0 still gathers."""
+        if self.link.wanted("probe", self.should_stop):
+            self.restore(resume, kept)
+            self.link.hand_over("probe", self.save_rows, self.should_stop)
 
     def save_rows(self, path: Path) -> None:
         """This rank's rows, every hook point's, to one HDF5 file at `path` (a group per hook point)."""

@@ -16,7 +16,8 @@ resumed run recomputes the features of the batches it keeps (their forwards, not
 accumulator and goes on, so its matrix equals an uninterrupted run's. Many ranks (torchrun) run
 contiguous blocks of the batches; after its pass each rank but 0 saves its accumulator (acc.save) and RankLink.hand_over
 (output/rank_link.py) passes it to rank 0, whose RankLink.gather merges them (acc.merge) in batch order
-before the matrix is written (with resume=true they are refused: RankLink.refuse).
+before the matrix is written. Resumed, a rank recomputes its kept batches' features and hands its
+accumulator over again, also where its shard was complete (rejoin), while rank 0's shard is not.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ log = logging.getLogger("hookrun")
 
 class SimilarityKind(RunKind):
     adds = ("captures/similarity",)
+    hands_over = True
 
     @classmethod
     def check_mode(cls, cfg: HookrunConfig) -> None:
@@ -109,8 +111,11 @@ class SimilarityKind(RunKind):
                 "model": model_name(self.ctx.cfg.model, self.ctx.model)}
 
     def prepare_run(self, p: Any) -> None:
-        RankLink.refuse(self.link, self.world, p.cfg.resume, "similarity", "accumulator")
+        RankLink.require(self.link, self.world, "similarity")
+        if self.world > 1 and not self.rank:
+            self.link.want("similarity")  # (rank 0 runs: its matrix is not written yet)
         self.begin = p.batches.start
+        self.should_stop = lambda: p.settings.should_stop()
         p.attrs["similarity"] = json.dumps(self.describe())
 
     rank, world, link, begin = 0, 1, None, 0
@@ -165,10 +170,17 @@ class SimilarityKind(RunKind):
     def merge_ranks(self, should_stop: Any) -> bool:
         """Ranks 1..N-1 hand their accumulator to rank 0 (False); rank 0 merges every rank's in rank order."""
         if self.rank:
-            self.link.hand_over("similarity", self.acc.save)
+            self.link.hand_over("similarity", self.acc.save, should_stop)
             return False
         self.link.gather("similarity", self.acc.merge, should_stop)
         return True
+
+    def rejoin(self, resume: Any, kept: int) -> None:
+        """A rank but 0 whose shard was complete, resumed: its accumulator rebuilt from its batches and handed
+        to rank 0 again, where rank 0 still gathers."""
+        if self.link.wanted("similarity", self.should_stop):
+            self.restore(resume, kept)
+            self.link.hand_over("similarity", self.acc.save, self.should_stop)
 
     def restore(self, resume: Any, kept: int) -> None:
         """A resumed run: the features of the `kept` batches, recomputed into the accumulator (the file keeps none)."""
