@@ -8,6 +8,8 @@
     print(hookrun.modules(model, x))                 # every name `at:` accepts, with shapes
     grids = hookrun.patch_grid(model, items, sites={...})   # a grid of clean-into-corrupted swaps (README)
     rows = hookrun.attribute(model, dataset, method="occlusion", window=[3, 8, 8])   # docs/attribution.md
+    table = hookrun.probe(model, dataset, at=["layer1", "layer2"], target="label")   # docs/probe.md
+    m = hookrun.similarity(model, dataset, at=["layer1", "layer2"])               # docs/similarity.md
 """
 
 from typing import TYPE_CHECKING, Any
@@ -15,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from hookrun.store.format import HOOKRUN_VERSION as __version__
 
 __all__ = ["Action", "attribute", "Captured", "RunResult", "__version__", "capture", "compose", "modules", "open_run", "open_sweep",
-           "patch_grid", "register_action", "run"]
+           "patch_grid", "probe", "register_action", "run", "similarity"]
 
 # the package face, imported when first used (PEP 562): `import hookrun` loads no runner, reader,
 # action or kind; `hookrun.run` and `from hookrun import run` import hookrun/runner/run.py then
@@ -33,6 +35,8 @@ if TYPE_CHECKING:  # what the face names, for type checkers and editors
     from hookrun.notebook.capture import Captured, capture
     from hookrun.notebook.lister import list_modules as modules
     from hookrun.runner.kinds.patching.notebook import patch_grid
+    from hookrun.runner.kinds.probe.notebook import probe
+    from hookrun.runner.kinds.similarity.notebook import similarity
     from hookrun.runner.run import RunResult, run
 
 

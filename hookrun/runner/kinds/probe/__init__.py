@@ -17,6 +17,7 @@ the data, with Hewitt & Liang's control task (docs/probe.md).
 | table.py    | the results in the file (/probe)                                                     |
 | reader.py   | open_run(p).probes(), inspect's lines, plot's figure, the report's section, sweeps   |
 | targets.py  | token targets from text (is_space, after_space)                                      |
+| notebook.py | hookrun.probe(model, dataset, **block): the table (weights included) of a live model   |
 """
 
 from hookrun.config.plugins import KindPlugin
@@ -26,4 +27,5 @@ KIND = KindPlugin(
     block="hookrun.runner.kinds.probe.block:ProbeBlock",
     run="hookrun.runner.kinds.probe.kind:ProbeKind",
     reader="hookrun.runner.kinds.probe.reader:READER",
+    notebook="hookrun.runner.kinds.probe.notebook:probe",
 )

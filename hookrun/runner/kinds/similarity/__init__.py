@@ -12,6 +12,7 @@ points of one model, or between two models on the same batches, in one pass (doc
 | accumulate.py | the accumulators: feature-space cross-covariances, Gram matrices, minibatch HSIC |
 | measures.py   | the definitions: linear CKA, rbf CKA, RSA, unbiased HSIC, from Gram matrices     |
 | reader.py     | open_run(p).similarity(), inspect's lines, plot's heatmap, the report's section  |
+| notebook.py   | hookrun.similarity(model, dataset, **block): the matrix of a live model          |
 """
 
 from hookrun.config.plugins import KindPlugin
@@ -21,4 +22,5 @@ KIND = KindPlugin(
     block="hookrun.runner.kinds.similarity.block:SimilarityBlock",
     run="hookrun.runner.kinds.similarity.kind:SimilarityKind",
     reader="hookrun.runner.kinds.similarity.reader:READER",
+    notebook="hookrun.runner.kinds.similarity.notebook:similarity",
 )

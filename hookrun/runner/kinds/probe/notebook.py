@@ -1,0 +1,61 @@
+"""hookrun.probe: a `probe:` block on a live model and data set, its table returned (for notebooks).
+
+    table = hookrun.probe(model, dataset, at=["layer1", "layer2"], target="label", batch_size=32)
+    print(table)                         # at, rows, features, train, test, control, selectivity
+    weight, bias = table.weights["layer2"]   # scores = pooled @ weight.T + bias (op: probe_steer reads these)
+
+The same block, checks, pass and solver as a file run (`probe:` in a config): the run is written to a
+temporary file, read back and removed. To keep the file (for `op: probe_steer`, the report, a
+sweep), give the block to `hookrun.run` with an `output.path`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from torch import nn
+
+from hookrun.analysis.kind_readers import Table
+from hookrun.errors import ConfigError
+from hookrun.runner.kinds.probe.reader import probe_weights, read_probes
+
+
+@dataclass
+class ProbeTable(Table):
+    """run.probes()'s table, with each hook point's (weight, bias) in `weights`."""
+
+    weights: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+
+def probe(model: nn.Module, dataset: Any, batch_size: int = 16, inputs: Any = None, **block: Any) -> ProbeTable:
+    """Fit one linear probe per hook point of `block["at"]` over `dataset` (map-style, batched in order).
+
+    Args:
+        model: any nn.Module; it stays on its device and comes back in the mode it went in.
+        dataset: the items, as a file run's data (tensors, tuples or dicts; `target` names the key).
+        batch_size, inputs: `data.batch_size` and `data.inputs` of a file run.
+        **block: the keys of the `probe:` block (at, target, method, C, alpha, pool, standardize,
+            split, test_data, control, memory): docs/probe.md.
+
+    Raises:
+        ConfigError: a bad block or input, one line, before any batch.
+    """
+    from hookrun.runner.run import run  # (the runner's face: the same run a config makes)
+
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"probe: expected a torch.nn.Module, got {type(model).__name__}")
+    device = next((p.device for p in model.parameters()), "cpu")
+    with tempfile.TemporaryDirectory(prefix="hookrun_probe_") as tmp:
+        path = Path(tmp) / "probe.h5"
+        run({"data": {"batch_size": batch_size, "inputs": inputs}, "device": str(device), "progress": False,
+             "output": {"path": str(path)}, "probe": block}, model=model, dataset=dataset)
+        import h5py
+
+        with h5py.File(path, "r") as f:
+            table = read_probes(f)
+            weights = {row["at"]: probe_weights(f, row["at"]) for row in table}
+    return ProbeTable(table.columns, table.rows, weights)

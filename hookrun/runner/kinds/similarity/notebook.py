@@ -1,0 +1,55 @@
+"""hookrun.similarity: a `similarity:` block on a live model and data set, its matrix returned (notebooks).
+
+    m = hookrun.similarity(model, dataset, at=["layer1", "layer2", "layer3", "layer4"], batch_size=64)
+    m.sel(at="layer1", with_at="layer2")     # xarray.DataArray (at, with_at), as run.similarity()
+
+The same block, checks, pass and estimators as a file run (`similarity:` in a config); `with_` is the
+block's `with:` (a second model's node and its `at`). The run is written to a temporary file, read
+back and removed; give the block to `hookrun.run` with an `output.path` to keep it.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from hookrun.errors import ConfigError
+from hookrun.runner.kinds.similarity.reader import read_similarity
+
+
+def similarity(model: nn.Module, dataset: Any, batch_size: int = 16, inputs: Any = None, with_: Any = None,
+               **block: Any) -> Any:
+    """The measure between every pair of hook points of `block["at"]` (and `with_["at"]` of a second model).
+
+    Args:
+        model: any nn.Module; it stays on its device and comes back in the mode it went in.
+        dataset: the items, as a file run's data.
+        batch_size, inputs: `data.batch_size` and `data.inputs` of a file run.
+        with_: the block's `with:` ({model: {_target_: ...}, at: [...]}), or None.
+        **block: the other keys of the `similarity:` block (at, measure, estimator, sigma, dissimilarity,
+            pool, memory): docs/similarity.md.
+
+    Returns:
+        xarray.DataArray with dims (at, with_at) (needs xarray, as run.similarity() does).
+
+    Raises:
+        ConfigError: a bad block or input, one line, before any batch.
+    """
+    from hookrun.runner.run import run  # (the runner's face: the same run a config makes)
+
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"similarity: expected a torch.nn.Module, got {type(model).__name__}")
+    if with_ is not None:
+        block = {**block, "with": with_}
+    device = next((p.device for p in model.parameters()), "cpu")
+    with tempfile.TemporaryDirectory(prefix="hookrun_similarity_") as tmp:
+        path = Path(tmp) / "similarity.h5"
+        run({"data": {"batch_size": batch_size, "inputs": inputs}, "device": str(device), "progress": False,
+             "output": {"path": str(path)}, "similarity": block}, model=model, dataset=dataset)
+        import h5py
+
+        with h5py.File(path, "r") as f:
+            return read_similarity(f)
