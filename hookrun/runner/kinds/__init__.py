@@ -17,6 +17,7 @@ function), found on disk or through an entry point, imported only when a config 
 (docs/architecture.md walks through one). A kind plugin is on where its block is given and its
 RunKind's `wanted(cfg)` says so; two at once are refused in one line; otherwise the kind whose
 `mode` is cfg.mode runs (the modes' kinds: `@register_kind("name")` and a line in SHIPPED below).
+A kind's notebook function may run its block to a temporary file and read it back (temporary_run.py).
 """
 
 from __future__ import annotations

@@ -5,23 +5,21 @@
     weight, bias = table.weights["layer2"]   # scores = pooled @ weight.T + bias (op: probe_steer reads these)
 
 The same block, checks, pass and solver as a file run (`probe:` in a config): the run is written to a
-temporary file, read back and removed. To keep the file (for `op: probe_steer`, the report, a
+temporary file, read back and removed (runner/kinds/temporary_run.py). To keep the file (for `op: probe_steer`, the report, a
 sweep), give the block to `hookrun.run` with an `output.path`.
 """
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from torch import nn
 
 from hookrun.analysis.kind_readers import Table
-from hookrun.errors import ConfigError
 from hookrun.runner.kinds.probe.reader import probe_weights, read_probes
+from hookrun.runner.kinds.temporary_run import temporary_run
 
 
 @dataclass
@@ -44,18 +42,9 @@ def probe(model: nn.Module, dataset: Any, batch_size: int = 16, inputs: Any = No
     Raises:
         ConfigError: a bad block or input, one line, before any batch.
     """
-    from hookrun.runner.run import run  # (the runner's face: the same run a config makes)
 
-    if not isinstance(model, nn.Module):
-        raise ConfigError(f"probe: expected a torch.nn.Module, got {type(model).__name__}")
-    device = next((p.device for p in model.parameters()), "cpu")
-    with tempfile.TemporaryDirectory(prefix="hookrun_probe_") as tmp:
-        path = Path(tmp) / "probe.h5"
-        run({"data": {"batch_size": batch_size, "inputs": inputs}, "device": str(device), "progress": False,
-             "output": {"path": str(path)}, "probe": block}, model=model, dataset=dataset)
-        import h5py
+    def read(f: Any) -> ProbeTable:
+        table = read_probes(f)
+        return ProbeTable(table.columns, table.rows, {row["at"]: probe_weights(f, row["at"]) for row in table})
 
-        with h5py.File(path, "r") as f:
-            table = read_probes(f)
-            weights = {row["at"]: probe_weights(f, row["at"]) for row in table}
-    return ProbeTable(table.columns, table.rows, weights)
+    return temporary_run("probe", block, model, dataset, batch_size, inputs, read)

@@ -5,19 +5,17 @@
 
 The same block, checks, pass and estimators as a file run (`similarity:` in a config); `with_` is the
 block's `with:` (a second model's node and its `at`). The run is written to a temporary file, read
-back and removed; give the block to `hookrun.run` with an `output.path` to keep it.
+back and removed (runner/kinds/temporary_run.py); give the block to `hookrun.run` with an `output.path` to keep it.
 """
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from torch import nn
 
-from hookrun.errors import ConfigError
 from hookrun.runner.kinds.similarity.reader import read_similarity
+from hookrun.runner.kinds.temporary_run import temporary_run
 
 
 def similarity(model: nn.Module, dataset: Any, batch_size: int = 16, inputs: Any = None, with_: Any = None,
@@ -38,18 +36,6 @@ def similarity(model: nn.Module, dataset: Any, batch_size: int = 16, inputs: Any
     Raises:
         ConfigError: a bad block or input, one line, before any batch.
     """
-    from hookrun.runner.run import run  # (the runner's face: the same run a config makes)
-
-    if not isinstance(model, nn.Module):
-        raise ConfigError(f"similarity: expected a torch.nn.Module, got {type(model).__name__}")
     if with_ is not None:
         block = {**block, "with": with_}
-    device = next((p.device for p in model.parameters()), "cpu")
-    with tempfile.TemporaryDirectory(prefix="hookrun_similarity_") as tmp:
-        path = Path(tmp) / "similarity.h5"
-        run({"data": {"batch_size": batch_size, "inputs": inputs}, "device": str(device), "progress": False,
-             "output": {"path": str(path)}, "similarity": block}, model=model, dataset=dataset)
-        import h5py
-
-        with h5py.File(path, "r") as f:
-            return read_similarity(f)
+    return temporary_run("similarity", block, model, dataset, batch_size, inputs, read_similarity)

@@ -1,0 +1,37 @@
+"""A kind's block on a live model and data set, run to a temporary file and read back: what the
+notebook functions of kinds whose results are small (hookrun.probe, hookrun.similarity) return.
+
+    table = temporary_run("probe", block, model, dataset, 16, None, read=lambda f: read_probes(f))
+
+The same config path, checks, pass and writer as a file run; the file is removed once `read(f)` (an
+open h5py.File) has taken what it returns. The model stays on its device and comes back as it went in.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from hookrun.errors import ConfigError
+
+
+def temporary_run(kind: str, block: dict, model: nn.Module, dataset: Any, batch_size: int, inputs: Any,
+                  read: Callable[[Any], Any]) -> Any:
+    """`read(file)` of the run of `{kind: block}` on `model` and `dataset` (data.batch_size, data.inputs)."""
+    import h5py
+
+    from hookrun.runner.run import run  # (the runner's face: the same run a config makes)
+
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"{kind}: expected a torch.nn.Module, got {type(model).__name__}")
+    device = next((p.device for p in model.parameters()), "cpu")
+    with tempfile.TemporaryDirectory(prefix=f"hookrun_{kind}_") as tmp:
+        path = Path(tmp) / f"{kind}.h5"
+        run({"data": {"batch_size": batch_size, "inputs": inputs}, "device": str(device), "progress": False,
+             "output": {"path": str(path)}, kind: block}, model=model, dataset=dataset)
+        with h5py.File(path, "r") as f:
+            return read(f)
