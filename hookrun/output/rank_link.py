@@ -128,29 +128,22 @@ class RankLink:
         self.store.set(f"kind/{name}/{self.rank}", payload)
 
     def receive(self, name: str, should_stop=lambda: False) -> list[str]:
-        """Rank 0: the payloads of ranks 1..N-1 for `name`, in rank order, waiting for each."""
-        out: list[str | None] = [None] * self.world
-        beats: dict[int, tuple[int, float]] = {}
-        while True:
-            now = time.monotonic()
-            for r in range(1, self.world):
-                if out[r] is not None:
-                    continue
-                if self.store.check([f"kind/{name}/{r}"]):
-                    out[r] = self.store.get(f"kind/{name}/{r}").decode()
-                elif self.store.check([f"done/{r}"]) and not self.store.check([f"kind/{name}/{r}"]):
+        """Rank 0: the payloads of ranks 1..N-1 for `name`, in rank order, waiting for each (wait_for)."""
+        out = []
+        for r in range(1, self.world):
+            key = f"kind/{name}/{r}"
+
+            def ready(r: int = r, key: str = key) -> bool:
+                if self.store.check([key]):
+                    return True
+                if self.store.check([f"done/{r}"]) and not self.store.check([key]):
                     status = self.store.get(f"done/{r}").decode()
                     raise RunError(f"{name}: rank {r} ended ({status}) without handing over its rows; the result "
                                    f"needs every rank's: run the same command again")
-                else:
-                    count = self.store.add(f"beat/{r}", 0)
-                    if beats.get(r, (None,))[0] != count:
-                        beats[r] = (count, now)
-                    elif now - beats[r][1] > SILENT_SECONDS:
-                        raise RunError(f"{name}: rank {r} has been silent for {now - beats[r][1]:.0f} s without "
-                                       f"handing over its rows: taken for dead")
-            if all(p is not None for p in out[1:]):
-                return [p for p in out[1:] if p is not None]
-            if should_stop():
-                raise RunError(f"{name}: stopped while waiting for the other ranks' rows")
-            time.sleep(POLL_SECONDS)
+                return False
+
+            self.wait_for(r, ready, should_stop, f"{name}: stopped while waiting for the other ranks' rows",
+                          f"{name}: rank {r} has been silent for {{:.0f}} s without handing over its rows: "
+                          f"taken for dead")
+            out.append(self.store.get(key).decode())
+        return out
