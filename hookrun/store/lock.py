@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 import h5py
 
@@ -37,6 +37,7 @@ except ImportError:  # Windows
     fcntl = None
     import msvcrt
 
+L = TypeVar("L", bound="WriterLock")
 
 
 @runtime_checkable
@@ -56,9 +57,12 @@ class WriterLock(Protocol):
 
     def release(self) -> None: ...
 
-    def __enter__(self) -> WriterLock: ...
+    def __enter__(self: L) -> L:  # (a lock that subclasses WriterLock gets these two: acquire, then release)
+        self.acquire()
+        return self
 
-    def __exit__(self, *exc: object) -> None: ...
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 def lock_path(output: Path) -> Path:
@@ -66,7 +70,7 @@ def lock_path(output: Path) -> Path:
     return output.with_name(output.name + ".lock")
 
 
-class OutputLock:
+class OutputLock(WriterLock):
     def __init__(self, output: Path) -> None:
         self.output = output
         self.path = lock_path(output)
@@ -107,13 +111,6 @@ class OutputLock:
         finally:
             os.close(self._fd)
             self._fd = None
-
-    def __enter__(self) -> OutputLock:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 def _try_lock(fd: int) -> bool:

@@ -30,6 +30,7 @@ import uuid
 
 from hookrun.errors import ConfigError
 from hookrun.output.objects.object_folder import RemoteFolder, precondition_failed, reason
+from hookrun.store.lock import WriterLock
 
 log = logging.getLogger("hookrun")
 LOCK = "writer.lock"
@@ -44,7 +45,7 @@ def lease_seconds() -> float:
     return float(os.environ.get("HOOKRUN_LOCK_LEASE", "60"))
 
 
-class RemoteLock:
+class RemoteLock(WriterLock):
     def __init__(self, folder: RemoteFolder, name: str = LOCK, lease: float | None = None) -> None:
         self.folder, self.name = folder, name
         self.lease = lease_seconds() if lease is None else lease
@@ -186,13 +187,6 @@ class RemoteLock:
                 self.folder.remove(self.name)
         except Exception as exc:  # a lock left behind expires: it blocks nothing for long
             log.warning("could not remove %s (%s); it expires in %.0f s", self.where, reason(exc), self.lease)
-
-    def __enter__(self) -> RemoteLock:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 def who(holder: dict) -> str:
