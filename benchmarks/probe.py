@@ -17,7 +17,8 @@ Targets: hookrun's pass / bare <= 1.15; hookrun's whole run against the sklearn 
 peak memory (the peer to beat). Rounds alternate the order (seeded); ratios are medians of the
 rounds'. The load average is printed with the table.
 
-    python benchmarks/probe.py                 # 1024 images of 64 x 64, batch 64, 3 rounds
+    python benchmarks/probe.py                 # 1024 images of 64 x 64, batch 64, 3 rounds, threads as installed
+    python benchmarks/probe.py --threads 1     # every route on one thread (OMP_NUM_THREADS=1: torch and BLAS)
     python benchmarks/probe.py --quick         # 128 images of 32 x 32, 1 round
     python benchmarks/probe.py --markdown docs/benchmarks/probe.md
 """
@@ -63,7 +64,6 @@ def setup(n: int, size: int):
 def child(route: str, n: int, size: int, batch: int) -> dict:
     import torch
 
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     model, x, y = setup(n, size)
     with torch.no_grad():
         model(x[:batch])  # warm-up
@@ -134,12 +134,13 @@ def cpu_seconds() -> float:
 
 def main() -> None:
     p = harness.parser(__doc__)
-    harness.int_options(p, images=1024, size=64, batch=64, rounds=3)
+    harness.int_options(p, images=1024, size=64, batch=64, rounds=3, threads=0)
     harness.quick_and_markdown(p, "128 images of 32 x 32, 1 round: checks that everything runs",
                                "write the results table to this file too")
     a = harness.parse(p, images=128, size=32, rounds=1)
     started = time.perf_counter()
-    env = harness.child_env(OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    env = {k: v for k, v in harness.child_env().items() if not k.endswith("_NUM_THREADS")}  # 0: what a user's process gets
+    env.update({"OMP_NUM_THREADS": str(a.threads)} if a.threads else {})
     routes = ["bare", "hookrun", "sklearn"]
     got: dict[str, list[dict]] = {r: [] for r in routes}
     for r in range(a.rounds):
@@ -174,7 +175,8 @@ def main() -> None:
           "per layer: " + ", ".join(f"{v:.3f}" for v in got["hookrun"][0]["test"]))
     load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     head = harness.environment(time.perf_counter() - started, *harness.versions("torch", "scikit-learn"),
-                               f"{a.images} images {a.size}x{a.size}, batch {a.batch}, {a.rounds} round(s), load {load}")
+                               f"{a.images} images {a.size}x{a.size}, batch {a.batch}, {a.rounds} round(s), load {load}",
+                               threads=f"threads {a.threads or 'as installed (torch and BLAS: one per core)'}")
     print(harness.report("probe.py", head, t.lines(), markdown=a.markdown))
 
 

@@ -94,15 +94,52 @@ def test_a_seed_the_split_cannot_take_is_one_line(tmp_path, seed) -> None:
     assert not (tmp_path / "p.h5").exists()
 
 
-def test_without_scipy_a_probe_is_one_line_before_any_batch(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("missing", ["scipy", "threadpoolctl"])
+def test_without_its_solvers_modules_a_probe_is_one_line_before_any_batch(tmp_path, monkeypatch, missing) -> None:
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "scipy" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == missing else real(name, *a))
     cfg = {"model": {"_target_": "hookrun.models.tiny_cnn"}, "device": "cpu", "progress": False,
            "data": {"dataset": {"_target_": "hookrun.data.shapes", "size": 16}, "batch_size": 8},
            "output": {"path": str(tmp_path / "p.h5")}, "probe": {"at": ["block1"], "target": "label"}}
     with pytest.raises(HookrunError) as err:
         hookrun.run(cfg)
-    assert "hookrun[represent]" in str(err.value) and "\n" not in str(err.value)
+    assert "hookrun[represent]" in str(err.value) and missing in str(err.value) and "\n" not in str(err.value)
     assert not (tmp_path / "p.h5").exists()
+
+
+def _blas_threads() -> int:
+    from threadpoolctl import threadpool_info
+
+    return max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
+
+
+def test_the_solver_runs_on_one_blas_thread_and_gives_the_threads_back(tmp_path, monkeypatch) -> None:
+    """OpenBLAS's threads woken for each of the solver's small products made a 768 x 512 solve 10x
+    slower on 2 cores (hookrun/runner/kinds/probe/logistic.py's solver_threads): inside a run's
+    solve BLAS has one thread; before and after, the process's own setting."""
+    from threadpoolctl import threadpool_limits
+
+    from hookrun.runner.kinds.probe import logistic
+
+    seen: list[int] = []
+    real = logistic.objective
+
+    def watched(*args, **kwargs):
+        seen.append(_blas_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(logistic, "objective", watched)
+    cfg = {"model": {"_target_": "hookrun.models.tiny_cnn"}, "device": "cpu", "progress": False,
+           "data": {"dataset": {"_target_": "hookrun.data.shapes", "size": 32}, "batch_size": 8},
+           "output": {"path": str(tmp_path / "p.h5")}, "probe": {"at": ["block1"], "target": "label"}}
+    with threadpool_limits(limits=2, user_api="blas"):
+        hookrun.run(cfg)
+        assert _blas_threads() == 2
+    assert seen and set(seen) == {1}
+    with threadpool_limits(limits=2, user_api="blas"):  # large rows on the CPU keep the threads; a GPU's never
+        with logistic.solver_threads(40000, 2048, "cpu"):
+            assert _blas_threads() == 2
+        with logistic.solver_threads(40000, 2048, "cuda"), logistic.solver_threads(768, 512, "cpu"):
+            assert _blas_threads() == 1

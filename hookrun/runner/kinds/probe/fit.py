@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from hookrun.errors import ConfigError
-from hookrun.runner.kinds.probe.logistic import fit_logistic
+from hookrun.runner.kinds.probe.logistic import fit_logistic, solver_threads
 from hookrun.runner.kinds.probe.moments import Moments, ridge_solve, scaler_scale
 from hookrun.runner.kinds.probe.rows import RowStore
 
@@ -98,7 +98,8 @@ def fit_point(store: RowStore, spec: FitSpec, device: torch.device | str = "cpu"
         if spec.control:
             targets["control"] = control_classes(store.column("key"), targets["probe"], train, len(classes), spec.seed)
     held = store.held_subset(train, device) if spec.method == "logistic" else None  # the solver's rows alone
-    fits = {name: fit_one(blocks, t, train, classes, d, spec, mean, scale, held) for name, t in targets.items()}
+    with solver_threads(store.rows, d, device):
+        fits = {name: fit_one(blocks, t, train, classes, d, spec, mean, scale, held) for name, t in targets.items()}
     scores = evaluate(blocks, targets, fits, train, test, regression)
     for name, f in fits.items():
         pre = "" if name == "probe" else "control_"

@@ -54,9 +54,10 @@ class ProbeKind(RunKind):
             raise ConfigError(f"probe with mode={cfg.mode.value}: a probe needs one forward per batch; leave mode=eval")
         import importlib.util
 
-        if importlib.util.find_spec("scipy") is None:
-            raise ConfigError("probe: its solvers run on scipy (L-BFGS-B, linear algebra), which is not installed: "
-                              "pip install 'hookrun[represent]' (or scipy)")
+        missing = [m for m in ("scipy", "threadpoolctl") if importlib.util.find_spec(m) is None]
+        if missing:
+            raise ConfigError(f"probe: its solvers run on scipy (L-BFGS-B, linear algebra) with threadpoolctl (BLAS "
+                              f"threads); not installed: {', '.join(missing)}: pip install 'hookrun[represent]'")
 
     def __init__(self, ctx: KindContext) -> None:
         super().__init__(ctx)
