@@ -1,11 +1,18 @@
-"""Kinds of run as plugins: one object per kind declares its config block, its run, its reader and
-its notebook function, by import path, so nothing of a kind is imported until a run, a file or a
-notebook call needs it.
+"""Kinds of run as plugins: one object per kind declares its config block, its run, its reader, its
+notebook function and its ops, by import path, so nothing of a kind is imported until a run, a file,
+a notebook call or an action's `op:` needs it.
 
     # hookrun/runner/kinds/probe/__init__.py (or any module of a user's package)
     KIND = KindPlugin("probe", block="my_pkg.block:ProbeBlock", run="my_pkg.kind:ProbeKind",
-                      reader="my_pkg.reader:READER", notebook="my_pkg.notebook:probe")
+                      reader="my_pkg.reader:READER", notebook="my_pkg.notebook:probe",
+                      ops={"probe_steer": "my_pkg.direction:probe_steer"})
     plugin("probe").block_class()        # the dataclass the `probe:` block is parsed into, once
+    plugin_op("probe_steer")             # the op factory (imports that kind's module only)
+
+`ops` maps an op name to its factory, as `@register_op` takes one (parameters = the action's keys,
+a keyword-only `build: OpBuild` for the hook point): a modify action's `op: probe_steer` finds it
+through hooks/ops.py's registry, which asks `plugin_op` for a name it does not know (a built-in
+op's name wins). A shipped kind's op names are read from its __init__.py's text, not imported.
 
 Discovery, without a hand list: every folder of hookrun/runner/kinds/ (found on disk, imported only
 when that kind is asked for), the entry points of the group `hookrun.kinds` (a user's package: the
@@ -43,6 +50,7 @@ class KindPlugin:
     reader: Any = None  # a KindReader (hookrun/analysis/kind_readers.py)
     notebook: Any = None  # a function, bound as hookrun.<its __name__>
     added_by_key: bool = False  # a key of the block on the command line (`evaluate.ablation=zero`) adds the block
+    ops: Mapping[str, Any] | None = None  # op name -> its factory: `op: NAME` of a modify action
 
     def block_class(self) -> type:
         return _resolve(self.block)
@@ -58,11 +66,18 @@ class KindPlugin:
     def notebook_function(self) -> Callable[..., Any] | None:
         return _resolve(self.notebook) if self.notebook is not None else None
 
+    def op_factory(self, name: str) -> Callable[..., Any] | None:
+        target = (self.ops or {}).get(name)
+        return _resolve(target) if target is not None else None
+
 
 _PLUGINS: dict[str, KindPlugin] = {}
 _FOUND: dict[str, Callable[[], KindPlugin]] = {}  # name -> how to load it (not yet imported)
 _NOTEBOOKS: dict[str, str] = {}  # a shipped kind's notebook function's public name -> the kind (read, not imported)
 _NOTEBOOK = re.compile(r"""notebook\s*=\s*["'][\w.]+:(\w+)["']""")
+_OPS: dict[str, str] = {}  # a shipped kind's op name -> the kind (read, not imported)
+_OPS_BLOCK = re.compile(r"""\bops\s*=\s*\{([^}]*)\}""")
+_OP_NAME = re.compile(r"""["'](\w+)["']\s*:""")
 _SCANNED = False
 
 
@@ -97,6 +112,9 @@ def _scan() -> None:
             _FOUND.setdefault(sub.name, lambda m=f"{SHIPPED}.{sub.name}": _resolve(f"{m}:KIND"))
             for public in _NOTEBOOK.findall(text):
                 _NOTEBOOKS.setdefault(public, sub.name)
+            for block in _OPS_BLOCK.findall(text):
+                for op in _OP_NAME.findall(block):
+                    _OPS.setdefault(op, sub.name)
     from importlib.metadata import entry_points
 
     for ep in entry_points(group=GROUP):
@@ -133,14 +151,37 @@ def notebook_function(public: str) -> Callable[..., Any] | None:
     None. A shipped kind is found by that name in its folder's __init__.py text, so only that kind
     is imported; a kind registered or loaded is asked; an entry point not yet loaded is loaded."""
     _scan()
-    shipped = _NOTEBOOKS.get(public)
-    kinds = [plugin(shipped)] if shipped else []
-    kinds += loaded_plugins() + [plugin(n) for n in list(_FOUND) if n not in _PLUGINS and n not in _shipped()]
-    for kind in kinds:
+    for kind in _asked(_NOTEBOOKS.get(public)):
         target = kind.notebook if isinstance(kind.notebook, str) else getattr(kind.notebook, "__name__", None)
         if target is not None and target.rpartition(":")[2].rpartition(".")[2] == public:
             return kind.notebook_function()
     return None
+
+
+def plugin_op(name: str) -> Callable[..., Any] | None:
+    """The op factory a kind declares as `name` in its `ops`, or None: a shipped kind is found by its
+    __init__.py's text (only that kind is imported), then the kinds loaded, then the entry points."""
+    _scan()
+    for kind in _asked(_OPS.get(name)):
+        factory = kind.op_factory(name)
+        if factory is not None:
+            return factory
+    return None
+
+
+def plugin_op_names() -> list[str]:
+    """Every op name a kind declares (for did-you-mean): shipped kinds' from their text, loaded kinds'
+    and the entry points' (those are loaded: a user's package's __init__)."""
+    _scan()
+    return sorted(set(_OPS).union(*(kind.ops or {} for kind in _asked(None))))
+
+
+def _asked(shipped: str | None) -> list[KindPlugin]:
+    """The kinds to ask for a name: the shipped kind whose text names it, the kinds loaded, and the
+    entry points not yet loaded (no other shipped kind is imported)."""
+    kinds = [plugin(shipped)] if shipped else []
+    kinds += loaded_plugins() + [plugin(n) for n in list(_FOUND) if n not in _PLUGINS and n not in _shipped()]
+    return [k for k in kinds if k is not None]
 
 
 def _shipped() -> set[str]:

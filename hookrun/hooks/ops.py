@@ -8,9 +8,11 @@ with `@register_op(NAME)` whose parameters are the config keys, returning `op(x,
 A factory that needs more than its keys declares a keyword-only `build` parameter and gets the
 one build context every op is made with (OpBuild: the hook point, the role family it replaces,
 the run's ActionEnv); `patch` (an earlier run's file) and `splice` (a learned module) are ordinary
-ops of that kind. A user's op is a `_target_` callable that gets the tensor (and `ctx=` where it
-accepts that keyword) and returns the replacement. `ctx` (OpContext) holds the hook name, the
-module's path and the module itself, role, step, call and the batch's sample indices.
+ops of that kind. A kind plugin declares named ops in its `ops` (config/plugins.py: the probe's
+`probe_steer`, a user package's own), imported when an action first names one. A user's op is
+a `_target_` callable that gets the tensor (and `ctx=` where it accepts that keyword) and returns
+the replacement. `ctx` (OpContext) holds the hook name, the module's path and the module itself,
+role, step, call and the batch's sample indices.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from hookrun.config.build import build as build_node
+from hookrun.config.plugins import plugin_op, plugin_op_names
 from hookrun.config.specs import typed_params
 from hookrun.errors import ConfigError, NotFoundError
 from hookrun.hooks.points import HookPoint
@@ -66,7 +69,7 @@ class OpBuild:
         return f"hooks.{self.point.hook}"
 
 
-OPS: Registry[Callable[..., Op]] = Registry("op")
+OPS: Registry[Callable[..., Op]] = Registry("op", find=plugin_op, found_names=plugin_op_names)  # + the kinds' `ops`
 register_op = OPS.register
 
 

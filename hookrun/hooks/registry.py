@@ -5,12 +5,13 @@
     class Record: ...
     ACTIONS.get("recrod")  # NotFoundError: unknown action 'recrod'; did you mean: record? known: ...
     ACTIONS.register_lazy("logit_lens", "hookrun.hooks.actions.lens")  # imported when first asked for
+    OPS = Registry("op", find=plugin_op, found_names=plugin_op_names)  # a name it does not know: asked of the plugins
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, TypeVar
 
 from hookrun.errors import NotFoundError, close_matches, one_of
@@ -19,10 +20,13 @@ T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, find: Callable[[str], T | None] | None = None,
+                 found_names: Callable[[], Iterable[str]] | None = None) -> None:
         self.kind = kind
         self._items: dict[str, T] = {}
         self._lazy: dict[str, str] = {}  # name -> the module that registers it when imported
+        self._find = find  # name -> the object from elsewhere (the kind plugins' ops), or None
+        self._found_names = found_names  # the names `find` knows (for the error's list)
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator: make ``obj`` available under ``name`` (a user package may add names too)."""
@@ -43,6 +47,10 @@ class Registry(Generic[T]):
     def get(self, name: str) -> T:
         if isinstance(name, str) and name not in self._items and name in self._lazy:
             importlib.import_module(self._lazy[name])
+        if isinstance(name, str) and name not in self._items and self._find is not None:
+            found = self._find(name)
+            if found is not None:
+                return found
         try:
             return self._items[name]
         except (KeyError, TypeError):
@@ -54,15 +62,15 @@ class Registry(Generic[T]):
             ) from None
 
     def names(self) -> list[str]:
-        """Every name, registered or to be imported when asked for."""
-        return sorted({*self._items, *self._lazy})
+        """Every name, registered, to be imported when asked for, or found elsewhere."""
+        return sorted({*self._items, *self._lazy, *(self._found_names() if self._found_names else ())})
 
     def loaded(self) -> list[str]:
         """The names whose objects are imported already."""
         return sorted(self._items)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._items or name in self._lazy
+        return name in self._items or name in self._lazy or (self._found_names is not None and name in self.names())
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())

@@ -1,9 +1,11 @@
 """A kind of run added from outside hookrun/: a user's package with its own block, run, file table,
-inspect lines, plot picture, report section and notebook function, found through the entry-point
-group `hookrun.kinds` (a dist-info folder on sys.path, as pip leaves it) or through `imports:`.
+inspect lines, plot picture, report section, notebook function and named op (`ops`: `op: NAME` of
+a modify action on an ordinary record run), found through the entry-point group `hookrun.kinds` (a
+dist-info folder on sys.path, as pip leaves it) or through `imports:`.
 
-References: the model's own forward (the rows the kind writes), the block's own keys (the errors),
-h5py (the file); no file of hookrun/ is edited."""
+References: the model's own forward (the rows the kind writes), a raw PyTorch forward hook applying
+the op's function by hand (the modified run's captures), the block's own keys (the errors), h5py
+(the file); no file of hookrun/ is edited."""
 
 from __future__ import annotations
 
@@ -19,11 +21,14 @@ import pytest
 import torch
 from conftest import ROOT
 
+from hookrun.errors import ConfigError
+
 PACKAGE = {
     "__init__.py": '''
         from hookrun.config.plugins import KindPlugin
         KIND = KindPlugin("{name}", block="{pkg}.block:Block", run="{pkg}.kind:ScaledKind",
-                          reader="{pkg}.reader:READER", notebook="{pkg}.notebook:{name}_sums")
+                          reader="{pkg}.reader:READER", notebook="{pkg}.notebook:{name}_sums",
+                          ops={{"{name}_shift": "{pkg}.ops:shift"}})
         ''',
     "block.py": '''
         from dataclasses import dataclass
@@ -95,6 +100,13 @@ PACKAGE = {
         READER = KindReader("{name}", present=lambda f: "captures/{name}" in f, lines=lines, figures=figures,
                             sections=sections, methods={{"{name}_sums": sums}})
         ''',
+    "ops.py": '''
+        import torch
+
+        def shift(amount: float, *, build):  # op: {name}_shift: tanh, then amount x the feature's index
+            offset = amount * torch.arange(build.point.target.out_features, dtype=torch.float32)
+            return lambda x, ctx: torch.tanh(x) + offset
+        ''',
     "notebook.py": '''
         import torch
 
@@ -123,15 +135,41 @@ def cli(*args: str, cwd: Path, pythonpath: Path, module: str = "hookrun") -> sub
                           timeout=600, env=env)
 
 
-def expected_sums(pkg_root: Path, pkg: str, factor: float) -> np.ndarray:
+def user_models(pkg_root: Path, pkg: str):
     sys.path.insert(0, str(pkg_root))
     try:
-        models = __import__(f"{pkg}.models", fromlist=["tiny"])
-        model, data = models.tiny().eval(), models.data()
-        with torch.no_grad():
-            return (model(data.tensors[0]).sum(1) * factor).numpy()
+        return __import__(f"{pkg}.models", fromlist=["tiny"])
     finally:
         sys.path.remove(str(pkg_root))
+
+
+def expected_sums(pkg_root: Path, pkg: str, factor: float) -> np.ndarray:
+    models = user_models(pkg_root, pkg)
+    model, data = models.tiny().eval(), models.data()
+    with torch.no_grad():
+        return (model(data.tensors[0]).sum(1) * factor).numpy()
+
+
+def expected_shifted(pkg_root: Path, pkg: str, amount: float) -> tuple[np.ndarray, np.ndarray]:
+    """(model[0]'s output, the model's output) with a raw forward hook on model[0] returning
+    tanh(out) + amount * [0, 1, 2], written here by hand."""
+    models = user_models(pkg_root, pkg)
+    model, data = models.tiny().eval(), models.data()
+    seen = []
+
+    def hook(module, args, out):
+        seen.append(torch.tanh(out) + amount * torch.tensor([0.0, 1.0, 2.0]))
+        return seen[-1]
+
+    handle = model[0].register_forward_hook(hook)
+    with torch.no_grad():
+        final = model(data.tensors[0])
+    handle.remove()
+    return seen[0].numpy(), final.numpy()
+
+
+SHIFT_HOOKS = ("{{s: {{at: '0', type: forward, actions: [{{name: modify_output, op: {op}, amount: 0.5}}, record]}}, "
+               "out: {{at: '2', type: forward, actions: [record]}}}}")
 
 
 @pytest.mark.slow
@@ -160,6 +198,15 @@ def test_a_kind_from_a_users_package_runs_reads_plots_and_reports(tmp_path):
     assert bad.returncode == 2 and bad.stderr.strip() == "hookrun: error: scaled.factor=-1.0: must be above 0 (e.g. 2.0)"
     typo = cli(*base, "+scaled={factr: 2}", "hydra.run.dir=typo", cwd=tmp_path, pythonpath=pkg_root)
     assert typo.returncode == 2 and "scaled.factr: not a key of the scaled block; did you mean scaled.factor?" in typo.stderr
+    # the package's op, on an ordinary record run (no scaled block): found by name through the entry point
+    shifted = cli(*base, "hooks=" + SHIFT_HOOKS.format(op="scaled_shift"), "hydra.run.dir=shifted", cwd=tmp_path,
+                  pythonpath=pkg_root)
+    assert shifted.returncode == 0, shifted.stderr
+    first, final = expected_shifted(pkg_root, "userkind_ep", 0.5)
+    with h5py.File(tmp_path / "shifted/captures.h5") as f:
+        assert f.attrs["kind"] == "record"
+        np.testing.assert_allclose(f["captures/s/0/output"][:], first, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(f["captures/out/2/output"][:], final, rtol=1e-6, atol=1e-7)
 
 
 def test_a_kind_registered_by_imports_runs_in_python_and_its_block_is_checked_once(tmp_path, monkeypatch):
@@ -184,6 +231,20 @@ def test_a_kind_registered_by_imports_runs_in_python_and_its_block_is_checked_on
     x = models.data().tensors[0]
     np.testing.assert_allclose(hookrun.halved_sums(models.tiny().eval(), x, 0.5).numpy(),
                                expected_sums(pkg_root, "userkind_imp", 0.5), rtol=1e-6)
+    # its op `halved_shift` modifies an ordinary record run (no halved block) as a raw hook does by hand
+    hooks = {"s": {"at": "0", "type": "forward", "actions": [{"name": "modify_output", "op": "halved_shift",
+                                                              "amount": 0.5}, "record"]},
+             "out": {"at": "2", "type": "forward", "actions": ["record"]}}
+    shifted = {"imports": ["userkind_imp.register"], "hooks": hooks, "device": "cpu", "progress": False,
+               "data": {"batch_size": 4}, "output": {"path": str(tmp_path / "s.h5")}}
+    run = hookrun.open_run(hookrun.run(shifted, model=models.tiny(), dataset=models.data()).path)
+    first, final = expected_shifted(pkg_root, "userkind_imp", 0.5)
+    np.testing.assert_allclose(run.file["captures/s/0/output"][:], first, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(run.file["captures/out/2/output"][:], final, rtol=1e-6, atol=1e-7)
+    hooks["s"]["actions"][0]["op"] = "halved_shfit"  # a misspelt plugin op: one line, the plugin's name offered
+    with pytest.raises(ConfigError, match=r"^hooks\.s\.actions\.0\.op: unknown op 'halved_shfit'; did you mean: "
+                                          r"halved_shift"):
+        hookrun.run({**shifted, "output": {"path": str(tmp_path / "t.h5")}}, model=models.tiny(), dataset=models.data())
     _PLUGINS.pop("halved", None)
 
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from hookrun.config.schema import Mode
 from hookrun.errors import ConfigError, HookrunError, RunError
-from hookrun.hooks import patch, probe_direction, splice  # noqa: F401  (register ops patch, probe_steer/_ablate, splice)
+from hookrun.hooks import patch, splice  # noqa: F401  (register ops patch, splice)
 from hookrun.hooks.actions.base import ACTIONS, Action
 from hookrun.hooks.events import Event, family, positional_index
 from hookrun.hooks.ops import OPS, OpBuild, OpContext, build_op

@@ -13,7 +13,7 @@
 
 A kind with a block of its own is a plugin (hookrun/config/plugins.py): a folder whose __init__.py
 holds `KIND = KindPlugin(...)` (its block's dataclass, its RunKind, its reader, its notebook
-function), found on disk or through an entry point, imported only when a config gives its block
+function, its named ops), found on disk or through an entry point, imported only when a config gives its block
 (docs/architecture.md walks through one). A kind plugin is on where its block is given and its
 RunKind's `wanted(cfg)` says so; two at once are refused in one line; otherwise the kind whose
 `mode` is cfg.mode runs (the modes' kinds: `@register_kind("name")` and a line in SHIPPED below).

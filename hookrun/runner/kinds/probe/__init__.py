@@ -18,6 +18,7 @@ the data, with Hewitt & Liang's control task (docs/probe.md).
 | reader.py   | open_run(p).probes(), inspect's lines, plot's figure, the report's section, sweeps   |
 | targets.py  | token targets from text (is_space, after_space)                                      |
 | notebook.py | hookrun.probe(model, dataset, **block): the table (weights included) of a live model   |
+| direction.py| the ops probe_steer / probe_ablate: steer or ablate along a probe run's weight rows    |
 """
 
 from hookrun.config.plugins import KindPlugin
@@ -28,4 +29,6 @@ KIND = KindPlugin(
     run="hookrun.runner.kinds.probe.kind:ProbeKind",
     reader="hookrun.runner.kinds.probe.reader:READER",
     notebook="hookrun.runner.kinds.probe.notebook:probe",
+    ops={"probe_steer": "hookrun.runner.kinds.probe.direction:probe_steer",
+         "probe_ablate": "hookrun.runner.kinds.probe.direction:probe_ablate"},
 )

@@ -20,6 +20,7 @@ import numpy as np
 
 from hookrun.analysis.kind_readers import KindReader, Table
 from hookrun.errors import NotFoundError
+from hookrun.runner.kinds.probe.table import point_group, point_groups
 
 COLUMNS = ["at", "rows", "features", "train", "test", "control", "selectivity"]
 
@@ -27,8 +28,7 @@ COLUMNS = ["at", "rows", "features", "train", "test", "control", "selectivity"]
 def _groups(f: Any) -> list[Any]:
     if "probe" not in f:
         raise NotFoundError(f"{f.filename} holds no probes (/probe): the run is not a complete probe run")
-    g = f["probe"]
-    return [g[k] for k in sorted(g)]
+    return point_groups(f)
 
 
 def read_probes(f: Any) -> Table:
@@ -47,10 +47,11 @@ def read_probes(f: Any) -> Table:
 def probe_weights(f: Any, at: str) -> tuple[np.ndarray, np.ndarray]:
     """run.probe_weights(at): (weight (classes or 1, features), bias) with scores = x @ weight.T + bias on
     the pooled activations of hook point `at`."""
-    for pg in _groups(f):
-        if str(pg.attrs["module"]) == at:
-            return pg["weight"][:], pg["bias"][:]
-    raise NotFoundError(f"no probe at {at!r}; the probes: {', '.join(str(g.attrs['module']) for g in _groups(f))}")
+    groups = _groups(f)  # (NotFoundError where the file holds no /probe)
+    pg = point_group(f, at)
+    if pg is not None:
+        return pg["weight"][:], pg["bias"][:]
+    raise NotFoundError(f"no probe at {at!r}; the probes: {', '.join(str(g.attrs['module']) for g in groups)}")
 
 
 def _metric(f: Any) -> str:

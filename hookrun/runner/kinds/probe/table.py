@@ -62,6 +62,21 @@ class ProbeTableWriter:
         pass
 
 
+def point_groups(f: h5py.File) -> list[h5py.Group]:
+    """The /probe/NNN groups in `at`'s order ([] where the file holds no /probe)."""
+    return [f[GROUP][k] for k in sorted(f[GROUP])] if GROUP in f else []
+
+
+def point_group(f: h5py.File, module: str) -> h5py.Group | None:
+    """The group of the probe at hook point `module`, or None."""
+    return next((g for g in point_groups(f) if str(g.attrs["module"]) == module), None)
+
+
+def classes(g: h5py.Group) -> list | None:
+    """A probe's classes (a logistic probe's, in its weight rows' order), or None for a regression."""
+    return json.loads(g.attrs["classes"]) if "classes" in g.attrs else None
+
+
 def read_rows(f: h5py.File, rows: int | None = None) -> dict[int, Any]:
     """Resume replays no probe rows: the results are written with the last batch only (a file that
     holds them is complete)."""

@@ -1,11 +1,12 @@
-"""Ops that steer or ablate along a linear probe's direction, read from an earlier probe run's file.
+"""Ops that steer or ablate along a linear probe's direction, read from an earlier probe run's file:
+the probe kind's `ops` (its KIND in __init__.py), found by name when an action first says `op:`.
 
     actions: [{name: modify_output, op: probe_steer, probe: outputs/probe_shapes, label: 2, factor: 3.0}]
     actions: [{name: modify_output, op: probe_ablate, probe: outputs/probe_shapes}]
 
 `probe` is the probe run (a file, a run folder, a merged view of ranks or an object-store URL, as for
 `patch`); `at` picks its hook point (default: the hooked module). The weights are the file's
-`/probe/NNN/weight` on the pooled activations, standardisation folded in (runner/kinds/probe/table.py),
+`/probe/NNN/weight` on the pooled activations, standardisation folded in (table.py, whose lookup this reads),
 so each row is a direction in the module's feature space:
 - `probe_steer` adds `factor` times the unit direction of `label`'s class (its weight row; for a
   binary probe the one row, negated for the first class; a ridge probe's one row with no label)
@@ -22,19 +23,18 @@ module whose features differ from the probe's stops the run at its first batch, 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
 import torch
 
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError
-from hookrun.hooks.ops import OpBuild, OpContext, register_op
+from hookrun.hooks.ops import OpBuild, OpContext
 from hookrun.labels import module_label
+from hookrun.runner.kinds.probe import table
 from hookrun.store.reading import open_source
 
 
-@register_op("probe_steer")
 def probe_steer(probe: str, label: Any = None, factor: float = 1.0, at: str | None = None, dim: int | None = None, *,
                 build: OpBuild):
     weight, classes, module = read_probe(probe, at, build)
@@ -43,7 +43,6 @@ def probe_steer(probe: str, label: Any = None, factor: float = 1.0, at: str | No
     return AlongFeatures(direction * (factor / np.linalg.norm(direction)), dim, where, steer=True)
 
 
-@register_op("probe_ablate")
 def probe_ablate(probe: str, at: str | None = None, dim: int | None = None, *, build: OpBuild):
     weight, _, module = read_probe(probe, at, build)
     u, s, _ = np.linalg.svd(weight.T, full_matrices=False)  # (features, rows): the span of the rows
@@ -64,18 +63,15 @@ def read_probe(source: str, at: str | None, build: OpBuild) -> tuple[np.ndarray,
     except HookrunError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     try:
-        f = run.file
-        if "probe" not in f or not len(f["probe"]):
+        groups = table.point_groups(run.file)
+        if not groups:
             raise ConfigError(f"{where} holds no probes (a probe run writes /probe at its last batch); give the "
                               f"file of a complete probe run")
-        groups = [f["probe"][k] for k in sorted(f["probe"])]
-        found = [g for g in groups if str(g.attrs["module"]) == module]
-        if not found:
-            probed = ", ".join(str(g.attrs["module"]) for g in groups)
+        g = table.point_group(run.file, module)
+        if g is None:
+            probed = ", ".join(str(p.attrs["module"]) for p in groups)
             raise ConfigError(f"{where} has no probe at {module!r}; it probed {probed} (set at: to one of them)")
-        g = found[0]
-        classes = json.loads(g.attrs["classes"]) if "classes" in g.attrs else None
-        return np.asarray(g["weight"][:], dtype=np.float64), classes, module
+        return np.asarray(g["weight"][:], dtype=np.float64), table.classes(g), module
     finally:
         run.close()
 
