@@ -1,8 +1,11 @@
 """A probe run to an object store (output.path s3://..., moto's S3 server on 127.0.0.1) SIGKILLed
 mid-pass and resumed gives the uninterrupted one-process probes of a local file bit for bit, one
 process or two ranks (torchrun), and those equal scikit-learn's Ridge on raw-hook features
-(test_probe_ranks.reference). Rank 1's rows reach rank 0 through the staging folder (the run folder),
-never a path made of the URL, and nothing is left there at the end."""
+(test_probe_ranks.reference). Two ranks go through the states of test_probe_rank_resume.py: rank 1
+killed mid-pass; resumed, rank 0 killed once rank 1 had handed its rows over and its manifest said
+complete; resumed again, rank 1 rebuilds its rows from its complete shard (rejoin). Rank 1's rows
+reach rank 0 through the staging folder (the run folder), never a path made of the URL, and nothing
+is left there at the end."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import numpy as np
 import pytest
 from moto_s3 import BUCKET, moto_bucket, s3_env
 from rank_runs import TORCHRUN, cli
+from test_probe_rank_resume import KILLS
 from test_probe_ranks import ARGS, AT, B, N, reference
 
 import hookrun
@@ -19,8 +23,7 @@ import hookrun
 s3 = pytest.fixture(moto_bucket)  # moto's server, a clean bucket: the object-store tests' fixture
 PREFIX = "probe/captures.h5"
 URL = f"s3://{BUCKET}/{PREFIX}"
-KILL = "hooks={kill: {at: block1, type: forward, actions: [{_target_: rank_helpers.kill_when_told, _partial_: true}]}}"
-RUN = [*ARGS, KILL, "output.flush_every=1", "hydra.run.dir=run", f"output.path={URL}"]  # 5 batches
+RUN = [*ARGS, KILLS, "output.flush_every=1", "hydra.run.dir=run", f"output.path={URL}"]  # 5 batches
 
 
 @pytest.fixture(scope="module")
@@ -73,18 +76,28 @@ def test_one_process_killed_mid_pass_resumes_to_the_local_probes(s3, tmp_path, o
 
 
 @pytest.mark.slow
-def test_two_ranks_with_rank_1_killed_mid_pass_resume_to_the_one_process_probes(s3, tmp_path, one):
+def test_two_ranks_killed_twice_resume_to_the_one_process_probes(s3, tmp_path, one):
     server, client = s3
+    run = tmp_path / "run"
     killed = cli(*RUN, cwd=tmp_path, launcher=TORCHRUN, env={**s3_env(server), "HOOKRUN_TEST_KILL": "1:3"})
     assert killed.returncode != 0  # rank 1 killed at its 2nd batch (rank 0 runs 0-1, rank 1 runs 2-4)
     assert status(client, "manifest.rank-00001.json") == "running"
     assert status(client, "manifest.rank-00000.json") != "complete"
+
+    env = {**s3_env(server), "HOOKRUN_TEST_KILL_AFTER": "0:1", "HOOKRUN_TEST_RUN_DIR": str(run),
+           "HOOKRUN_TEST_RANK_1_MANIFEST": f"{URL}/manifest.rank-00001.json"}  # rank 0, its last batch
+    killed = cli(*RUN, "resume=true", cwd=tmp_path, launcher=TORCHRUN, env=env)
+    assert killed.returncode != 0
+    assert "rank 1: probe: the rows of the 1 kept batch(es) recomputed" in killed.stdout + killed.stderr
+    assert status(client, "manifest.rank-00001.json") == "complete"
+    assert status(client, "manifest.rank-00000.json") != "complete"
+    assert len(list(run.glob(".hookrun-probe-*.rank-00001"))) == 1  # handed over in the staging folder, never merged
+
     resumed = cli(*RUN, "resume=true", cwd=tmp_path, launcher=TORCHRUN, env=s3_env(server))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "rank 1: probe: the rows of the 1 kept batch(es) recomputed" in resumed.stdout + resumed.stderr
+    assert "rank 1: probe: the rows of the 3 kept batch(es) recomputed" in resumed.stdout + resumed.stderr  # rejoin
     assert [status(client, n) for n in ("manifest.json", "manifest.rank-00000.json", "manifest.rank-00001.json")] == \
         ["complete"] * 3
     assert_one_process_probes(tmp_path, one, sklearn=True)
-    run = tmp_path / "run"
-    assert not list(run.glob(".hookrun-probe-*")) and not list(run.glob(".*probe_rows*"))  # handed over, merged, removed
+    assert not list(run.glob(".hookrun-probe-*")) and not list(run.glob(".*probe_rows*"))  # merged and removed
     assert not (tmp_path / "s3:").exists() and not list(tmp_path.rglob(f"*{BUCKET}*"))  # no local path made of the URL
