@@ -34,13 +34,11 @@ from hookrun.config.build import build_model
 from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError, RunError
 from hookrun.output.rank_link import RankLink
-from hookrun.output.ranks import every_rank
 from hookrun.runner.batches import first_batch
 from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds
 from hookrun.runner.kinds.similarity.accumulate import accumulator, choose_route, pairs_of
 from hookrun.runner.kinds.similarity.features import Taps
 from hookrun.store.records import Capture, CaptureKey
-from hookrun.store.schemes import scheme_of
 
 HOOK = "similarity"
 log = logging.getLogger("hookrun")
@@ -59,10 +57,6 @@ class SimilarityKind(RunKind):
     @classmethod
     def check(cls, cfg: HookrunConfig) -> None:
         cls.check_mode(cfg)
-        if scheme_of(cfg.output.path).remote:  # (every rank alike: one line under torchrun)
-            raise every_rank(ConfigError(
-                f"similarity with output.path={cfg.output.path}: the matrix is written once after the last batch, "
-                f"which an object-store run's parts do not hold yet; write to a local file (output.path=captures.h5)"))
         if cfg.similarity.estimator == "minibatch" and cfg.data.batch_size < 4:
             raise ConfigError(f"data.batch_size={cfg.data.batch_size} with similarity.estimator=minibatch: the "
                               f"unbiased HSIC needs batches of at least 4 rows; raise data.batch_size")
