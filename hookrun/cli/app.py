@@ -11,6 +11,7 @@ instead). The last log line names the file; a multirun ends by naming its sweep 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -26,7 +27,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 from hookrun.cli.blocks import block_names, hydra_slots, missing_block
 from hookrun.cli.command import ends_quietly, exit_process
@@ -34,7 +35,7 @@ from hookrun.cli.hydra_errors import dotted_keys, one_line, renamed, shell_damag
 from hookrun.cli.hydra_mode import skip_mode_compose
 from hookrun.cli.run_record import RunRecord, held_saves
 from hookrun.config.plugins import plugin
-from hookrun.config.schema import HookrunConfig, hydra_schema
+from hookrun.config.schema import HookrunConfig, hydra_schema, load, replaced
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.output.destination import in_run_folder
 from hookrun.output.ranks import agree_on_start, detect
@@ -83,12 +84,13 @@ def _task(cfg: DictConfig, folder: Path, record: RunRecord) -> None:
     if path.is_absolute() and hydra_cfg.mode == RunMode.MULTIRUN:  # (a URL is never an absolute path)
         _fail(HookrunError(f"output.path={path} is absolute: every job of a multirun would write the same file; "
                            f"give a relative path (each job has its own folder) or one with ${{hydra.job.num}} in it"))
-    with open_dict(cfg):  # a relative file, or an object store's staged parts: in the run folder
-        cfg.output.path, cfg.output.staging = in_run_folder(str(cfg.output.path), cfg.output.get("staging"), folder)
     try:
+        typed = load(cfg)  # the config's one conversion: Hydra's node into the HookrunConfig every step reads
+        path, staging = in_run_folder(typed.output.path, typed.output.staging, folder)  # a relative file, or an
+        typed = replaced(typed, output=dataclasses.replace(typed.output, path=path, staging=staging))  # object store's parts: in the run folder
         with on_accepted(record.write):
-            result = run(cfg)
-        if not cfg.dry_run:
+            result = run(typed)
+        if not typed.dry_run:
             log.info("file: %s%s", result.path, f" · {result.note}" if result.note else "")
     except HookrunError as exc:
         if _FULL_ERROR:
