@@ -12,7 +12,9 @@ Used by kinds whose result needs every row of the data (probe, similarity): Shar
 into contiguous blocks, so rank order is batch order. A kind keeps only its save (its statistics to a
 path) and its merge (them from a path). rank 0 waits for each rank while the rank's heartbeat
 moves (ShardRun's Heartbeat bumps `beat/RANK`); a rank that ended without sending, or fell silent, is
-one RunError line.
+one RunError line. The files live in `folder`: the run folder (a local output's; output.staging for an
+object-store output, output/objects/destination.py), which every rank must see (a shared file system,
+as for submitit's FileStore); a part rank 0 cannot find is one RunError line.
 
 Resume (`resume=true`) with many ranks: rank 0 gathers whenever it runs, so its prepare_run says so
 (`want`), and a rank hands over only once rank 0 wants its part and has not ended (`wanted`; a resumed
@@ -107,8 +109,12 @@ class RankLink:
         """Rank 0, once every other rank has sent its part of `name`: `merge(path)` for each, in rank order,
         each file (or folder) removed once merged. Returns the parts merged (N-1)."""
         paths = self.receive(name, should_stop)
-        for p in paths:
+        for r, p in enumerate(paths, start=1):
             path = Path(p)
+            if not path.exists():  # written on another machine, in a folder this one does not share
+                raise RunError(f"{name}: rank {r} handed over {path}, which rank 0 does not see: the ranks hand their "
+                               f"rows over in the run folder (output.staging for an object-store output), which must "
+                               f"be one folder every rank sees (a shared file system)")
             merge(path)
             shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
         return len(paths)

@@ -41,13 +41,17 @@ class Server:
         self.moto.stop()
 
 
+def s3_env(server: Server) -> dict[str, str]:
+    """The AWS variables that point boto3 and s3fs at `server` (also for a test's child processes)."""
+    return {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET,
+            "AWS_DEFAULT_REGION": "us-east-1"}
+
+
 def moto_bucket(monkeypatch) -> Iterator[tuple[Server, object]]:
     """A moto server with one clean bucket, the AWS variables set to it: (server, boto3 client)."""
     server = Server()
-    monkeypatch.setenv("AWS_ENDPOINT_URL", server.endpoint)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY_ID)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    for key, value in s3_env(server).items():
+        monkeypatch.setenv(key, value)
     urllib.request.urlopen(urllib.request.Request(f"{server.endpoint}/moto-api/reset", method="POST"))  # a clean store
     client = boto3.client("s3", endpoint_url=server.endpoint)
     client.create_bucket(Bucket=BUCKET)

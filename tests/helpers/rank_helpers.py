@@ -36,11 +36,9 @@ def data_parallel_net(width: int = 4) -> torch.nn.Module:
 def kill_when_rank_1_is_done(ev) -> None:
     """A user action: SIGKILL this process at batch STEP on rank RANK, where the environment has
     HOOKRUN_TEST_KILL_AFTER=RANK:STEP, once rank 1 has handed its part over and ended: its hand-over file
-    (.hookrun-KIND-*.rank-00001) is in HOOKRUN_TEST_RUN_DIR and its shard there says `complete`
+    (.hookrun-KIND-*.rank-00001) is in HOOKRUN_TEST_RUN_DIR and its shard says `complete` (rank_1_complete)
     (waits up to 120 s; the state "rank 1 finished and handed over, rank 0 killed before merging")."""
     import glob
-
-    import h5py
 
     told = os.environ.get("HOOKRUN_TEST_KILL_AFTER")
     if not told or ev.call != 0:
@@ -51,15 +49,35 @@ def kill_when_rank_1_is_done(ev) -> None:
     folder = os.environ["HOOKRUN_TEST_RUN_DIR"]
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        if glob.glob(os.path.join(folder, ".hookrun-*.rank-00001")):
-            try:
-                with h5py.File(os.path.join(folder, "captures.rank-00001.h5"), "r") as f:
-                    if f.attrs.get("status") == "complete":
-                        break
-            except OSError:  # (still open for writing: locked)
-                pass
+        if glob.glob(os.path.join(folder, ".hookrun-*.rank-00001")) and rank_1_complete(folder):
+            break
         time.sleep(0.1)
     else:
         raise RuntimeError("rank 1 did not hand over and end within 120 s")
     time.sleep(0.5)  # (rank 1's process ends)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def rank_1_complete(folder: str) -> bool:
+    """Whether rank 1's shard says `complete`: its file captures.rank-00001.h5 in `folder`, or, for a run
+    in an object store, its manifest at HOOKRUN_TEST_RANK_1_MANIFEST (s3://BUCKET/KEY, read with boto3)."""
+    import json
+
+    import h5py
+
+    url = os.environ.get("HOOKRUN_TEST_RANK_1_MANIFEST")
+    if url:
+        import boto3
+
+        bucket, key = url.removeprefix("s3://").split("/", 1)
+        client = boto3.client("s3")  # (AWS_ENDPOINT_URL: the test's server)
+        try:
+            body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+        except client.exceptions.NoSuchKey:
+            return False
+        return json.loads(body)["status"] == "complete"
+    try:
+        with h5py.File(os.path.join(folder, "captures.rank-00001.h5"), "r") as f:
+            return f.attrs.get("status") == "complete"
+    except OSError:  # (still open for writing: locked)
+        return False

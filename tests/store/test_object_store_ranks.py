@@ -10,14 +10,13 @@ import json
 import os
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
 import torch
-from moto_s3 import BUCKET, KEY_ID, SECRET, Server, boto3
+from moto_s3 import BUCKET, moto_bucket, s3_env
 from rank_runs import ARGS, ENV, TORCHRUN, captures, cli
 
 import hookrun
@@ -28,22 +27,7 @@ URL = f"s3://{BUCKET}/{PREFIX}"
 PART = ["output.part_bytes=60000"]  # a part per batch (a batch of 4 holds 65 kB of features.0): several per rank
 
 
-@pytest.fixture
-def s3(monkeypatch):
-    """moto's S3 server on 127.0.0.1 with an empty bucket, for this test only."""
-    server = Server()
-    for key, value in s3_env(server).items():
-        monkeypatch.setenv(key, value)
-    urllib.request.urlopen(urllib.request.Request(f"{server.endpoint}/moto-api/reset", method="POST"))  # a clean store
-    client = boto3.client("s3", endpoint_url=server.endpoint)
-    client.create_bucket(Bucket=BUCKET)
-    yield server, client
-    server.stop()
-
-
-def s3_env(server) -> dict:
-    return {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET,
-            "AWS_DEFAULT_REGION": "us-east-1"}
+s3 = pytest.fixture(moto_bucket)  # moto's S3 server on 127.0.0.1 with an empty bucket, for this test only
 
 
 def read_bucket(client) -> tuple[dict, list[dict], list[h5py.File]]:

@@ -5,7 +5,8 @@
     store.close("complete")           # last part uploaded, the manifest says 'complete'
 
 Each part is an ordinary hookrun file (docs/format.md) of whole batches, written by H5Store in
-`<staging>/<name>.parts/part-NNNNN.h5`; once its rows reach `part_bytes` it is closed, and the
+`<staging>/<name>.parts/part-NNNNN.h5`; once its rows reach `part_bytes` it is closed (at the next
+batch, or at the end: what the run writes after its last batch goes into the last part), and the
 upload worker (upload.py) uploads and verifies it while the next part is written, lists it
 in the manifest, and removes it locally: the staging folder holds two parts at most. Nothing here
 knows S3: the folder is any fsspec URL (object_folder.py). `prepare_resume` finds what a killed or
@@ -32,7 +33,7 @@ from hookrun.store.capture_schema import CaptureMeta, list_captures
 from hookrun.store.format import PART_BYTES
 from hookrun.store.h5store import H5Store
 from hookrun.store.reading import LocalSource
-from hookrun.store.records import StepRecord
+from hookrun.store.records import Capture, StepRecord
 
 log = logging.getLogger("hookrun")
 RUN_ATTRS_SKIP = {"status", "steps_complete", "samples_complete", "finished", "part", "parts_of", "first_batch", "last_batch"}
@@ -143,6 +144,7 @@ class PartedStore:
         self.current: H5Store | None = None
         self.current_path: Path | None = None
         self.current_bytes = 0
+        self.current_features = False
         self.steps = self.manifest.steps
         self.samples = sum(p.samples for p in self.manifest.parts)
         keys = {path: (c["hook"], c["module"], c["role"], c["call"]) for path, c in self.manifest.captures.items()}
@@ -159,6 +161,9 @@ class PartedStore:
     # -- writing -------------------------------------------------------------------------------
     def write(self, rec: StepRecord) -> None:
         self.uploader.raise_error()  # the store stayed away: stop now, not at the next part
+        if self.current is not None and self.current_bytes >= self.part_bytes:
+            self._finish_part()  # (full: closed when the next batch comes, or at close, so that what a run
+            # writes after its last batch, write_features, goes into the last batch's part)
         if self.current is None:
             self._open_part()
         before = (self.current.steps, self.current.samples)
@@ -166,8 +171,6 @@ class PartedStore:
         self.steps += self.current.steps - before[0]
         self.samples += self.current.samples - before[1]
         self.current_bytes += record_bytes(rec)
-        if self.current_bytes >= self.part_bytes:
-            self._finish_part()
 
     def _open_part(self) -> None:
         k = self.next_part
@@ -175,6 +178,7 @@ class PartedStore:
         self.current_path = self.out.parts_dir / f"part-{k:05d}.h5"
         self.current = H5Store(self.current_path, {**self.attrs, "part": k, "parts_of": self.out.url}, **self.h5_kwargs)
         self.current_bytes = 0
+        self.current_features = False  # end-of-run captures written into it (write_features)
 
     def _finish_part(self) -> None:
         """Close the part (whole batches, status complete) and hand it to the upload worker."""
@@ -188,13 +192,22 @@ class PartedStore:
             store.set_attrs(self.end_attrs)
         steps = store.steps
         store.close("complete")
-        if not steps:  # a part whose only batch failed: nothing to keep
+        if not steps and not self.current_features:  # a part whose only batch failed: nothing to keep
             path.unlink(missing_ok=True)
             return
         entry, schema, attrs = describe(path, self.out.part(int(path.stem.split("-")[1])))
         for k, v in attrs.items():  # the run's attributes (config, model, ...); those set_attrs gave stay
             self.manifest.attrs.setdefault(k, v)
         self.uploader.submit(LocalPart(path, entry, schema))
+
+    def write_features(self, captures: list[Capture]) -> None:
+        """End-of-run captures (a similarity run's matrix), written once after the last batch: into the last
+        batch's part (still open: a full part closes at the next batch); where this process wrote no batch
+        (every batch kept in uploaded parts), into a part of their own."""
+        if self.current is None:
+            self._open_part()
+        self.current.write_features(captures)
+        self.current_features = True
 
     def _write_manifest(self) -> None:
         text = self.manifest.to_json()

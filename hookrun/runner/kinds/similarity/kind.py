@@ -11,7 +11,8 @@ model's `with.at`), the accumulator fed per batch, the matrix written at the end
 
 User hooks (`hooks:`) record in the same forward. The checks and the route (accumulate.choose_route)
 come from the first batch's features before the loop, which reuses them for its step 0 where no user
-hook needs that forward (one forward of batch 0, not two); a run stopped early writes no matrix. A
+hook needs that forward (one forward of batch 0, not two); a run stopped early writes no matrix (an
+object-store run's goes into its last batch's part: PartedStore.write_features, output/objects/parts.py). A
 resumed run recomputes the features of the batches it keeps (their forwards, not the file's) into the
 accumulator and goes on, so its matrix equals an uninterrupted run's. Many ranks (torchrun) run
 contiguous blocks of the batches; after its pass each rank but 0 saves its accumulator (acc.save) and RankLink.hand_over
