@@ -1,4 +1,4 @@
-"""op: probe_steer / probe_ablate (hooks/probe_direction.py): a probe run's weights, read back from its
+"""op: probe_steer / probe_ablate (runner/kinds/probe/direction.py, the probe kind's ops): a probe run's weights, read back from its
 file with h5py here, steer or ablate the module in a second run. References: the module's output by a
 raw PyTorch forward hook on the same weights and inputs, changed by numpy (x + f w/|w|), and the
 orthogonal projection's two defining properties (the change lies in the rows' span; the ablated
