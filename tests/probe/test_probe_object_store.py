@@ -10,6 +10,7 @@ is left there at the end."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -101,3 +102,26 @@ def test_two_ranks_killed_twice_resume_to_the_one_process_probes(s3, tmp_path, o
     assert_one_process_probes(tmp_path, one, sklearn=True)
     assert not list(run.glob(".hookrun-probe-*")) and not list(run.glob(".*probe_rows*"))  # merged and removed
     assert not (tmp_path / "s3:").exists() and not list(tmp_path.rglob(f"*{BUCKET}*"))  # no local path made of the URL
+
+
+def test_an_object_store_runs_spilled_rows_go_to_its_staging_folder(s3, tmp_path, one, monkeypatch):
+    """Rows beyond `memory` spill to a file in output.staging (the CLI's run folder), as a local run's
+    go beside its file, never to the system's temporary folder; the probes equal the rows held."""
+    from hookrun.runner.kinds.probe.rows import RowStore
+
+    spills, real = [], RowStore._spill
+    monkeypatch.setattr(RowStore, "_spill", lambda self: (spills.append(Path(self.spill_path)), real(self))[1])
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    hookrun.run({"model": {"_target_": "hookrun.models.tiny_cnn"}, "device": "cpu", "progress": False,
+                 "data": {"dataset": {"_target_": "hookrun.data.shapes", "size": N, "noise": 0.3}, "batch_size": B},
+                 "output": {"path": URL, "staging": str(stage)},
+                 "probe": {"at": AT, "target": "label", "method": "ridge", "alpha": 2.0, "control": True,
+                           "memory": "10KB"}})
+    assert spills and all(p.parent.parent == stage for p in spills), spills
+    assert not list(stage.glob(".probe_rows_*"))  # removed at the end
+    with hookrun.open_run(URL, cache_dir=tmp_path / "cache") as got, hookrun.open_run(one) as want:
+        assert got.probes().rows == want.probes().rows
+        for at in AT:
+            for a, b in zip(got.probe_weights(at), want.probe_weights(at), strict=True):
+                np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)

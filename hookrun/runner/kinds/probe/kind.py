@@ -110,7 +110,8 @@ class ProbeKind(RunKind):
             self.link.want("probe")  # (rank 0 runs: its result is not written yet)
         self.last, self.begin = p.batches.stop - 1, p.batches.start
         self.should_stop = lambda: p.settings.should_stop()
-        folder = None if scheme_of(p.cfg.output.path).remote else Path(p.cfg.output.path).parent
+        out = p.cfg.output  # the spill file beside the run's file; an object store's: in its staging folder
+        folder = (Path(out.staging) if out.staging else None) if scheme_of(out.path).remote else Path(out.path).parent
         if folder is not None and folder.is_dir():
             self.tmp = tempfile.TemporaryDirectory(prefix=".probe_rows_", dir=folder)
         else:
