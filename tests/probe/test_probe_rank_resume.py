@@ -5,10 +5,9 @@ them (rank 1's shard complete, its hand-over file on disk); then resumed again t
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from rank_runs import TORCHRUN, cli, shard_state
-from test_probe_ranks import ARGS, AT, B, N, reference
+from test_probe_ranks import ARGS, assert_same_probes, one_process
 
 import hookrun
 
@@ -36,21 +35,6 @@ def test_a_killed_rank_then_a_killed_rank_0_resume_to_the_one_process_probes(tmp
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "rank 1: probe: the rows of the 3 kept batch(es) recomputed" in resumed.stdout + resumed.stderr
     assert not list(run.glob(".hookrun-probe-*"))  # rank 1's rows file, merged and removed by rank 0
-    one = hookrun.run({"model": {"_target_": "hookrun.models.tiny_cnn"}, "device": "cpu", "progress": False,
-                       "data": {"dataset": {"_target_": "hookrun.data.shapes", "size": N, "noise": 0.3}, "batch_size": B},
-                       "output": {"path": str(tmp_path / "one.h5")},
-                       "probe": {"at": AT, "target": "label", "method": "ridge", "alpha": 2.0, "control": True,
-                                 "memory": "4MB"}}).path  # (the experiment's block, uninterrupted, in this process)
-    r2, r1 = hookrun.open_run(run), hookrun.open_run(one)
+    r2 = hookrun.open_run(run)
     assert r2.status == "complete"
-    assert r2.probes().rows == r1.probes().rows
-    assert [row["rows"] for row in r2.probes().rows] == [N, N]
-    for at in AT:
-        w2, b2 = r2.probe_weights(at)
-        w1, b1 = r1.probe_weights(at)
-        np.testing.assert_array_equal(w2, w1)  # the same rows, recomputed, in the same blocks: bit for bit
-        np.testing.assert_array_equal(b2, b1)
-        weight, bias, test_acc = reference(at)
-        np.testing.assert_allclose(w2, weight, rtol=1e-6, atol=1e-9)
-        np.testing.assert_allclose(b2, bias, rtol=1e-6, atol=1e-9)
-        assert next(r for r in r2.probes().rows if r["at"] == at)["test"] == pytest.approx(test_acc)
+    assert_same_probes(r2, hookrun.open_run(one_process(tmp_path / "one.h5")))  # bit for bit, and scikit-learn's

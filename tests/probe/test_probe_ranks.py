@@ -48,29 +48,40 @@ def reference(at: str, alpha: float = 2.0) -> tuple[np.ndarray, np.ndarray, floa
     return weight, r.intercept_ - weight @ scaler.mean_, float((pred == y[test]).mean())
 
 
+BLOCK = {"at": AT, "target": "label", "method": "ridge", "alpha": 2.0, "control": True, "memory": "4MB"}  # ARGS'
+
+
+def one_process(path, output: dict | None = None, **block) -> str:
+    """The experiment's block (ARGS), uninterrupted, in this process, to the file `path` (`output`: more
+    output keys; `block`: keys of the probe block changed): the run the ranks' and resumed runs equal."""
+    return hookrun.run({"model": {"_target_": "hookrun.models.tiny_cnn"}, "device": "cpu", "progress": False,
+                        "data": {"dataset": {"_target_": "hookrun.data.shapes", "size": N, "noise": 0.3}, "batch_size": B},
+                        "output": {"path": str(path), **(output or {})}, "probe": {**BLOCK, **block}}).path
+
+
+def assert_same_probes(got, want, sklearn: bool = True, exact: bool = True) -> None:
+    """Two open runs hold the same probes: their tables, and their weights bit for bit (`exact`: the same
+    rows in the same blocks) or to 1e-9; with `sklearn`, both equal scikit-learn's (reference)."""
+    assert got.probes().rows == want.probes().rows
+    assert [row["rows"] for row in got.probes().rows] == [N, N]
+    for at in AT:
+        (w, b), (w1, b1) = got.probe_weights(at), want.probe_weights(at)
+        for a, e in ((w, w1), (b, b1)):
+            np.testing.assert_array_equal(a, e) if exact else np.testing.assert_allclose(a, e, rtol=1e-9, atol=1e-12)
+        if sklearn:
+            weight, bias, test_acc = reference(at)
+            np.testing.assert_allclose(w, weight, rtol=1e-6, atol=1e-9)
+            np.testing.assert_allclose(b, bias, rtol=1e-6, atol=1e-9)
+            assert next(r for r in got.probes().rows if r["at"] == at)["test"] == pytest.approx(test_acc)
+
+
 @pytest.mark.slow
 def test_two_ranks_equal_one_process_and_sklearn(tmp_path):
     two = cli(*ARGS, "hydra.run.dir=two", cwd=tmp_path, launcher=TORCHRUN)
     assert two.returncode == 0, two.stderr[-3000:]
-    one = hookrun.run({"model": {"_target_": "hookrun.models.tiny_cnn"}, "device": "cpu", "progress": False,
-                       "data": {"dataset": {"_target_": "hookrun.data.shapes", "size": N, "noise": 0.3}, "batch_size": B},
-                       "output": {"path": str(tmp_path / "one.h5")},
-                       "probe": {"at": AT, "target": "label", "method": "ridge", "alpha": 2.0, "control": True,
-                                 "memory": "4MB"}}).path  # (the experiment's block, in this process)
-    r2, r1 = hookrun.open_run(tmp_path / "two"), hookrun.open_run(one)
-    assert r2.probes().rows == r1.probes().rows
-    assert [row["rows"] for row in r2.probes().rows] == [N, N]
+    r2, r1 = hookrun.open_run(tmp_path / "two"), hookrun.open_run(one_process(tmp_path / "one.h5"))
     assert r2.file.attrs["world_size"] == 2
-    for at in AT:
-        w2, b2 = r2.probe_weights(at)
-        w1, b1 = r1.probe_weights(at)
-        np.testing.assert_array_equal(w2, w1)  # the same rows in the same blocks: bit for bit
-        np.testing.assert_array_equal(b2, b1)
-        weight, bias, test_acc = reference(at)
-        np.testing.assert_allclose(w2, weight, rtol=1e-6, atol=1e-9)
-        np.testing.assert_allclose(b2, bias, rtol=1e-6, atol=1e-9)
-        row = next(r for r in r2.probes().rows if r["at"] == at)
-        assert row["test"] == pytest.approx(test_acc)
+    assert_same_probes(r2, r1)  # the same rows in the same blocks: bit for bit; and scikit-learn's
     assert not list(tmp_path.glob("two/.hookrun-probe-*"))  # rank 1's rows file, removed by rank 0
 
 

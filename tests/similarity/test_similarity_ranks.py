@@ -19,7 +19,7 @@ from hookrun.runner.kinds.similarity.accumulate import accumulator, pairs_of
 
 def merged(route: str, series: list[np.ndarray], batch: int, split: int, tmp_path) -> np.ndarray:
     """Batches before `split` fed to one accumulator, the rest to another, saved, and merged into the first."""
-    accs = [accumulator(route, pairs_of(len(series), None), batch=batch, folder=str(tmp_path)) for _ in range(2)]
+    accs = [accumulator(route, pairs_of(len(series), None), batch=batch) for _ in range(2)]
     for s in range(0, len(series[0]), batch):
         accs[s >= split].add([torch.from_numpy(x[s:s + batch]) for x in series])
     accs[1].save(tmp_path / "rank1")

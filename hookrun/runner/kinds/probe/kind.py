@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -33,13 +32,13 @@ from torch import nn
 from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError
 from hookrun.output.rank_link import RankLink
+from hookrun.output.scratch import Scratch
 from hookrun.runner.batches import first_batch
 from hookrun.runner.kinds.probe.collect import Collector
 from hookrun.runner.kinds.probe.fit import FitSpec, fit_point
 from hookrun.runner.kinds.probe.rows import RowStore
 from hookrun.runner.kinds.probe.table import GROUP
 from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds
-from hookrun.store.schemes import scheme_of
 
 log = logging.getLogger("hookrun")
 
@@ -95,7 +94,7 @@ class ProbeKind(RunKind):
         self.last = -1
         self.rank, self.world, self.link, self.begin = 0, 1, None, 0
         self.should_stop = lambda: False
-        self.tmp: tempfile.TemporaryDirectory | None = None
+        self.tmp: Scratch | None = None
 
     def share(self, rank: int, world: int) -> str | None:
         self.rank, self.world = rank, world
@@ -110,14 +109,9 @@ class ProbeKind(RunKind):
             self.link.want("probe")  # (rank 0 runs: its result is not written yet)
         self.last, self.begin = p.batches.stop - 1, p.batches.start
         self.should_stop = lambda: p.settings.should_stop()
-        out = p.cfg.output  # the spill file beside the run's file; an object store's: in its staging folder
-        folder = (Path(out.staging) if out.staging else None) if scheme_of(out.path).remote else Path(out.path).parent
-        if folder is not None and folder.is_dir():
-            self.tmp = tempfile.TemporaryDirectory(prefix=".probe_rows_", dir=folder)
-        else:
-            self.tmp = tempfile.TemporaryDirectory(prefix="probe_rows_")
+        self.tmp = Scratch(p.cfg.output, "probe_rows", self.rank)  # the spill file's folder, beside the run's
         share = self.spec.memory // len(self.names)
-        self.stores = {n: RowStore(self.features[n], share, Path(self.tmp.name) / "rows.h5", f"p{i:03d}")
+        self.stores = {n: RowStore(self.features[n], share, self.tmp.path / "rows.h5", f"p{i:03d}")
                        for i, n in enumerate(self.names)}
         p.attrs[GROUP] = json.dumps(self.describe())
 

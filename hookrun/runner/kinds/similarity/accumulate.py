@@ -21,9 +21,8 @@ A series is one hook point's pooled features (a model's `at`, then the second mo
 
 from __future__ import annotations
 
-import os
 import shutil
-import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ import numpy as np
 import torch
 
 from hookrun.errors import ConfigError
+from hookrun.output.scratch import Scratch
 from hookrun.runner.kinds.similarity import measures as m
 
 SLAB = 16 << 20  # bytes of rows read at once when the spooled features become Gram matrices
@@ -129,20 +129,22 @@ class FeatureRoute:
 class GramRoute:
     """Every series' rows spooled to a temporary file; at the end its Gram matrix, then the measure."""
 
-    def __init__(self, pairs: list[tuple[int, int]], measure: str, sigma: float, dissimilarity: str,
-                 folder: str | None = None) -> None:
+    def __init__(self, pairs: list[tuple[int, int]], measure: str, sigma: float, dissimilarity: str) -> None:
         self.pairs, self.measure, self.sigma, self.dissimilarity = pairs, measure, sigma, dissimilarity
-        self.dir = tempfile.TemporaryDirectory(prefix="hookrun-similarity-", dir=folder)
+        self.scratch: Callable[[], Scratch] | None = None  # the kind's: makes the spool's folder at the first rows
+        self.dir: Scratch | None = None
         self.files: list[Any] = []
         self.dims: list[int] = []
         self.dtypes: list[type] = []
         self.n = 0
 
     def add(self, series: list[torch.Tensor]) -> None:
+        if self.dir is None:  # (the kind's scratch beside the run's file; else the system's temporary folder)
+            self.dir = self.scratch() if self.scratch is not None else Scratch(None, "similarity_rows")
         if not self.files:  # float32 rows stay float32 on disk (exact); float64 (pooled) rows stay float64
             self.dims = [s[0].numel() for s in series]
             self.dtypes = [np.float64 if s.dtype == torch.float64 else np.float32 for s in series]
-            self.files = [open(os.path.join(self.dir.name, f"{k}.rows"), "wb") for k in range(len(series))]
+            self.files = [open(self.dir.path / f"{k}.rows", "wb") for k in range(len(series))]
         for f, s, dtype in zip(self.files, series, self.dtypes, strict=True):
             f.write(np.ascontiguousarray(s.reshape(len(s), -1).cpu().numpy(), dtype=dtype).data)
         self.n += len(series[0])
@@ -195,7 +197,8 @@ class GramRoute:
     def close(self) -> None:
         for f in self.files:
             f.close()
-        self.dir.cleanup()
+        if self.dir is not None:
+            self.dir.cleanup()
 
 
 class MinibatchRoute:
@@ -240,11 +243,10 @@ class MinibatchRoute:
 
 
 def accumulator(route: str, pairs: list[tuple[int, int]], measure: str = "linear_cka", sigma: float = 0.8,
-                dissimilarity: str = "correlation", batch: int = 0,
-                folder: str | None = None) -> FeatureRoute | GramRoute | MinibatchRoute:
+                dissimilarity: str = "correlation", batch: int = 0) -> FeatureRoute | GramRoute | MinibatchRoute:
     """The route's accumulator for these pairs (see the table above)."""
     if route == "feature":
         return FeatureRoute(pairs)
     if route == "gram":
-        return GramRoute(pairs, measure, sigma, dissimilarity, folder)
+        return GramRoute(pairs, measure, sigma, dissimilarity)
     return MinibatchRoute(pairs, batch)

@@ -35,9 +35,15 @@ from hookrun.config.build import build_model
 from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError, RunError
 from hookrun.output.rank_link import RankLink
+from hookrun.output.scratch import Scratch
 from hookrun.runner.batches import first_batch
 from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds
-from hookrun.runner.kinds.similarity.accumulate import accumulator, choose_route, pairs_of
+from hookrun.runner.kinds.similarity.accumulate import (
+    GramRoute,
+    accumulator,
+    choose_route,
+    pairs_of,
+)
 from hookrun.runner.kinds.similarity.features import Taps
 from hookrun.store.records import Capture, CaptureKey
 
@@ -117,6 +123,8 @@ class SimilarityKind(RunKind):
             self.link.want("similarity")  # (rank 0 runs: its matrix is not written yet)
         self.begin = p.batches.start
         self.should_stop = lambda: p.settings.should_stop()
+        if isinstance(self.acc, GramRoute):  # its spooled rows beside the run's file (a killed run's: cleared)
+            self.acc.scratch = lambda: Scratch(p.cfg.output, "similarity_rows", self.rank)
         p.attrs["similarity"] = json.dumps(self.describe())
 
     rank, world, link, begin = 0, 1, None, 0
