@@ -81,3 +81,22 @@ def test_rank_0_killed_after_rank_1_handed_over_resumes_to_the_one_process_matri
     assert [status(client, n) for n in ("manifest.json", "manifest.rank-00000.json", "manifest.rank-00001.json")] == \
         ["complete"] * 3
     assert_matrix(tmp_path, want)
+
+
+def test_killed_after_its_last_part_before_the_manifest_said_complete_resumes_to_the_same_matrix(s3, tmp_path, want):
+    """The state a kill leaves between the last part's upload (the matrix in it) and the manifest's
+    'complete': the manifest set back to 'running' by hand. Resumed, every batch is kept; the matrix,
+    recomputed from the same batches, is not written again in a part of its own (which made the run
+    unreadable: '/samples/target is in 5 of 6 shards')."""
+    _, client = s3
+    run = cfg(URL, n=40, batch=8, at=AT, pool="flatten")
+    run["output"].update(staging=str(tmp_path / "stage"), part_bytes=1)
+    assert hookrun.run(run).status == "complete"
+    key = f"{PREFIX}/manifest.json"
+    manifest = json.loads(client.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+    client.put_object(Bucket=BUCKET, Key=key, Body=json.dumps({**manifest, "status": "running"}).encode())
+    assert hookrun.run({**run, "resume": True}).status == "complete"
+    assert status(client, "manifest.json") == "complete"
+    assert [p["steps"] for p in json.loads(client.get_object(Bucket=BUCKET, Key=key)["Body"].read())["parts"]] == \
+        [[s, s + 1] for s in range(5)]
+    assert_matrix(tmp_path, want)

@@ -203,8 +203,14 @@ class PartedStore:
     def write_features(self, captures: list[Capture]) -> None:
         """End-of-run captures (a similarity run's matrix), written once after the last batch: into the last
         batch's part (still open: a full part closes at the next batch); where this process wrote no batch
-        (every batch kept in uploaded parts), into a part of their own."""
+        (every batch kept in uploaded parts), into a part of their own, but for those an uploaded part
+        holds already (a run killed after its last part was uploaded, before the manifest said complete:
+        resumed, it recomputes them from the same batches)."""
         if self.current is None:
+            held = {path.lstrip("/") for part in self.manifest.parts for path in part.rows}
+            captures = [c for c in captures if c.key.path not in held]
+            if not captures:
+                return
             self._open_part()
         self.current.write_features(captures)
         self.current_features = True
