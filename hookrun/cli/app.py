@@ -86,8 +86,9 @@ def _task(cfg: DictConfig, folder: Path, record: RunRecord) -> None:
                            f"give a relative path (each job has its own folder) or one with ${{hydra.job.num}} in it"))
     try:
         typed = load(cfg)  # the config's one conversion: Hydra's node into the HookrunConfig every step reads
-        path, staging = in_run_folder(typed.output.path, typed.output.staging, folder)  # a relative file, or an
-        typed = replaced(typed, output=dataclasses.replace(typed.output, path=path, staging=staging))  # object store's parts: in the run folder
+        # a relative file, or an object store's staged parts: in the run folder
+        path, staging = in_run_folder(typed.output.path, typed.output.staging, folder)
+        typed = replaced(typed, output=dataclasses.replace(typed.output, path=path, staging=staging))
         with on_accepted(record.write):
             result = run(typed)
         if not typed.dry_run:
