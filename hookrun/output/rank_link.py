@@ -2,10 +2,11 @@
 (a file in the shared run folder) to rank 0, which merges them into the one-process result.
 
     link = RankLink(store, ranks, folder, key)      # ShardRun hands it to the kind (RunKind.join_ranks)
-    RankLink.require(link, world, "probe")          # prepare_run: many ranks need a link (one ConfigError line)
-    link.want("probe")                              # rank 0, in prepare_run: it will gather (its shard is not done)
+    RankLink.require(link, world, "probe", rank)    # prepare_run: many ranks need a link (one ConfigError line);
+                                                    # rank 0 says it will gather (want: its shard is not done)
     link.hand_over("probe", save, should_stop)      # ranks 1..N-1: if wanted, save(tmp), renamed to path(), sent
     link.gather("probe", merge, should_stop)        # rank 0: merge(path) of each rank in rank order, path removed
+    link.rejoin("probe", rebuild, save, should_stop)   # a resumed rank whose shard was complete: rebuilt, handed over
     link.discard("probe")                           # rank 0, in close(): what a failed run's ranks left
 
 Used by kinds whose result needs every row of the data (probe, similarity): ShardRun splits the batches
@@ -51,11 +52,14 @@ class RankLink:
         self.rank, self.world = ranks.rank, ranks.world
 
     @staticmethod
-    def require(link: Any, world: int, kind: str) -> None:
+    def require(link: Any, world: int, kind: str, rank: int | None = None) -> None:
         """A handing-over kind's prepare_run, before any batch: many ranks need the link. `kind` names the
-        run's kind ("probe")."""
+        run's kind ("probe"); given this process's `rank`, rank 0 of many says it will gather (`want`:
+        it runs, so its result is not written yet)."""
         if world > 1 and link is None:
             raise ConfigError(f"{kind} over {world} ranks: no channel between the ranks; run it as one process")
+        if world > 1 and rank == 0:
+            link.want(kind)
 
     def want(self, name: str) -> None:
         """Rank 0, before its batches: it will gather every rank's part of `name` (see `wanted`)."""
@@ -89,6 +93,15 @@ class RankLink:
         tmp.replace(path)
         self.send(name, str(path))
         return True
+
+    def rejoin(self, name: str, rebuild: Callable[[], None], save: Callable[[Path], None],
+               should_stop: Callable[[], bool] = lambda: False) -> bool:
+        """Ranks 1..N-1 whose shard was complete, resumed (RunKind.rejoin): where rank 0 still gathers `name`,
+        `rebuild()` this rank's part from its kept batches and hand it over. False where rank 0 has ended."""
+        if not self.wanted(name, should_stop):
+            return False
+        rebuild()
+        return self.hand_over(name, save, should_stop)
 
     def wait_for(self, rank: int, ready: Callable[[], bool], should_stop: Callable[[], bool], stopped: str,
                  silent: str) -> None:

@@ -86,6 +86,21 @@ def test_require_names_the_run_where_many_ranks_have_no_channel():
     assert str(err.value) == "probe over 2 ranks: no channel between the ranks; run it as one process"
 
 
+def test_require_has_rank_0_of_many_say_it_gathers_and_rejoin_rebuilds_only_where_it_does(tmp_path):
+    l0, l1 = links(tmp_path, world=2)
+    RankLink.require(l1, 2, "probe", rank=1)  # a rank but 0 wants nothing
+    assert not l0.store.check(["kind/probe/want"])
+    RankLink.require(l0, 2, "probe", rank=0)
+    assert l0.store.check(["kind/probe/want"])
+    rebuilt = []
+    assert l1.rejoin("probe", lambda: rebuilt.append(1), lambda path: path.write_text("rows of rank 1"))
+    assert rebuilt == [1] and l0.gather("probe", lambda path: rebuilt.append(path.read_text())) == 1
+    assert rebuilt == [1, "rows of rank 1"]
+    l0.store.set("done/0", "complete")  # (a resumed rank 0 whose result was written: it never wants)
+    assert not l1.rejoin("similarity", lambda: rebuilt.append(2), lambda path: None)
+    assert rebuilt == [1, "rows of rank 1"]  # nothing rebuilt, nothing handed over
+
+
 def test_a_rank_waits_for_rank_0_and_hands_nothing_over_where_it_ended_without_gathering(tmp_path):
     import threading
 

@@ -104,9 +104,7 @@ class ProbeKind(RunKind):
         self.link = link
 
     def prepare_run(self, p: Any) -> None:
-        RankLink.require(self.link, self.world, "probe")
-        if self.world > 1 and not self.rank:
-            self.link.want("probe")  # (rank 0 runs: its result is not written yet)
+        RankLink.require(self.link, self.world, "probe", self.rank)  # (rank 0 of many: it will gather)
         self.last, self.begin = p.batches.stop - 1, p.batches.start
         self.should_stop = lambda: p.settings.should_stop()
         self.tmp = Scratch(p.cfg.output, "probe_rows", self.rank)  # the spill file's folder, beside the run's
@@ -152,9 +150,7 @@ class ProbeKind(RunKind):
     def rejoin(self, resume: Any, kept: int) -> None:
         """A rank but 0 whose shard was complete, resumed: its rows recomputed and handed to rank 0 again,
         where rank 0 still gathers."""
-        if self.link.wanted("probe", self.should_stop):
-            self.restore(resume, kept)
-            self.link.hand_over("probe", self.save_rows, self.should_stop)
+        self.link.rejoin("probe", lambda: self.restore(resume, kept), self.save_rows, self.should_stop)
 
     def save_rows(self, path: Path) -> None:
         """This rank's rows, every hook point's, to one HDF5 file at `path` (a group per hook point)."""

@@ -127,7 +127,8 @@ class FeatureRoute:
 
 
 class GramRoute:
-    """Every series' rows spooled to a temporary file; at the end its Gram matrix, then the measure."""
+    """Every series' rows spooled to a file in the kind's scratch folder (output/scratch.py); at the end
+    its Gram matrix, then the measure."""
 
     def __init__(self, pairs: list[tuple[int, int]], measure: str, sigma: float, dissimilarity: str) -> None:
         self.pairs, self.measure, self.sigma, self.dissimilarity = pairs, measure, sigma, dissimilarity

@@ -118,9 +118,7 @@ class SimilarityKind(RunKind):
                 "model": model_name(self.ctx.cfg.model, self.ctx.model)}
 
     def prepare_run(self, p: Any) -> None:
-        RankLink.require(self.link, self.world, "similarity")
-        if self.world > 1 and not self.rank:
-            self.link.want("similarity")  # (rank 0 runs: its matrix is not written yet)
+        RankLink.require(self.link, self.world, "similarity", self.rank)  # (rank 0 of many: it will gather)
         self.begin = p.batches.start
         self.should_stop = lambda: p.settings.should_stop()
         if isinstance(self.acc, GramRoute):  # its spooled rows beside the run's file (a killed run's: cleared)
@@ -187,9 +185,7 @@ class SimilarityKind(RunKind):
     def rejoin(self, resume: Any, kept: int) -> None:
         """A rank but 0 whose shard was complete, resumed: its accumulator rebuilt from its batches and handed
         to rank 0 again, where rank 0 still gathers."""
-        if self.link.wanted("similarity", self.should_stop):
-            self.restore(resume, kept)
-            self.link.hand_over("similarity", self.acc.save, self.should_stop)
+        self.link.rejoin("similarity", lambda: self.restore(resume, kept), self.acc.save, self.should_stop)
 
     def restore(self, resume: Any, kept: int) -> None:
         """A resumed run: the features of the `kept` batches, recomputed into the accumulator (the file keeps none)."""
