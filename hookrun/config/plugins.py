@@ -11,8 +11,10 @@ a notebook call or an action's `op:` needs it.
 
 `ops` maps an op name to its factory, as `@register_op` takes one (parameters = the action's keys,
 a keyword-only `build: OpBuild` for the hook point): a modify action's `op: probe_steer` finds it
-through hooks/ops.py's registry, which asks `plugin_op` for a name it does not know (a built-in
-op's name wins). A shipped kind's op names are read from its __init__.py's text, not imported.
+through hooks/ops.py's registry, which asks `plugin_op` for a name it does not know (a plugin op
+named as a built-in one is one ConfigError line where it is used). A shipped kind's op names are
+read from its __init__.py's text, not imported. A "module:attribute" string of any slot that names
+no module or attribute is one ConfigError line naming the plugin and the slot.
 
 Discovery, without a hand list: every folder of hookrun/runner/kinds/ (found on disk, imported only
 when that kind is asked for), the entry points of the group `hookrun.kinds` (a user's package: the
@@ -53,22 +55,22 @@ class KindPlugin:
     ops: Mapping[str, Any] | None = None  # op name -> its factory: `op: NAME` of a modify action
 
     def block_class(self) -> type:
-        return _resolve(self.block)
+        return _resolve(self.block, f"kind plugin {self.name!r}, block")
 
     def run_class(self) -> type:
-        cls = _resolve(self.run)
+        cls = _resolve(self.run, f"kind plugin {self.name!r}, run")
         cls.name, cls.block = self.name, self.name
         return cls
 
     def reader_object(self) -> Any:
-        return _resolve(self.reader) if self.reader is not None else None
+        return _resolve(self.reader, f"kind plugin {self.name!r}, reader") if self.reader is not None else None
 
     def notebook_function(self) -> Callable[..., Any] | None:
-        return _resolve(self.notebook) if self.notebook is not None else None
+        return _resolve(self.notebook, f"kind plugin {self.name!r}, notebook") if self.notebook is not None else None
 
     def op_factory(self, name: str) -> Callable[..., Any] | None:
         target = (self.ops or {}).get(name)
-        return _resolve(target) if target is not None else None
+        return _resolve(target, f"kind plugin {self.name!r}, ops[{name!r}]") if target is not None else None
 
 
 _PLUGINS: dict[str, KindPlugin] = {}
@@ -81,12 +83,29 @@ _OP_NAME = re.compile(r"""["'](\w+)["']\s*:""")
 _SCANNED = False
 
 
-def _resolve(target: Any) -> Any:
+def _resolve(target: Any, slot: str = "") -> Any:
+    """The object a "module:attribute" string names (anything else as it is). A string that names
+    no module Python finds, or no attribute of it, is one ConfigError line naming `slot` (which
+    plugin and which of its slots); a module that fails on an import of its own keeps its error."""
     if not isinstance(target, str):
         return target
     module, _, attr = target.partition(":")
-    obj = importlib.import_module(module)
-    for part in attr.split("."):
+    where = f"{slot}: {target!r}" if slot else repr(target)
+    if not module or not attr:
+        raise ConfigError(f"{where} is not a \"module:attribute\" string (e.g. \"my_pkg.ops:shift\")")
+    try:
+        obj = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not (module == exc.name or module.startswith(exc.name + ".")):
+            raise
+        raise ConfigError(f"{where}: there is no module {exc.name!r} on Python's path (sys.path); name a module "
+                          f"of an installed package or of the folder the command runs in") from None
+    parts = attr.split(".")
+    for k, part in enumerate(parts):
+        if not hasattr(obj, part):
+            hint = close_matches(part, [n for n in dir(obj) if not n.startswith("_")], n=1)
+            did = f"; did you mean {module}:{'.'.join([*parts[:k], hint[0]])}?" if hint else ""
+            raise ConfigError(f"{where}: {'.'.join([module, *parts[:k]])} has no attribute {part!r}{did}")
         obj = getattr(obj, part)
     return obj
 
@@ -118,7 +137,7 @@ def _scan() -> None:
     from importlib.metadata import entry_points
 
     for ep in entry_points(group=GROUP):
-        _FOUND.setdefault(ep.name, ep.load)
+        _FOUND.setdefault(ep.name, lambda ep=ep: _resolve(ep.value, f"entry point {ep.name!r} of {GROUP}"))
 
 
 def plugin_names() -> list[str]:

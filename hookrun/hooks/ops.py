@@ -235,8 +235,11 @@ def build_op(op: Any, params: Mapping, where: str, build: OpBuild | None = None)
         raise ConfigError(f"{where}.op: expected an op name or a `_target_` node, got {op!r}")
     try:
         factory = OPS.get(op)
-    except NotFoundError as exc:
+    except (NotFoundError, ConfigError) as exc:  # (a plugin's import path that names nothing: ConfigError)
         raise ConfigError(f"{where}.op: {exc}") from None
+    if OPS.own(op) and op in plugin_op_names():  # which of the two is meant cannot be told
+        raise ConfigError(f"{where}.op: {op!r} is one of hookrun's own ops, and a kind plugin declares an op "
+                          f"{op!r} in its `ops` too; give the plugin's op another name")
     sig = inspect.signature(factory)
     takes_build = "build" in sig.parameters and sig.parameters["build"].kind is inspect.Parameter.KEYWORD_ONLY
     keys = set(sig.parameters) - {"self", "build"}

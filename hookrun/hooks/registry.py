@@ -65,6 +65,10 @@ class Registry(Generic[T]):
         """Every name, registered, to be imported when asked for, or found elsewhere."""
         return sorted({*self._items, *self._lazy, *(self._found_names() if self._found_names else ())})
 
+    def own(self, name: str) -> bool:
+        """Whether `name` is registered here (imported or to be), not only found elsewhere."""
+        return name in self._items or name in self._lazy
+
     def loaded(self) -> list[str]:
         """The names whose objects are imported already."""
         return sorted(self._items)

@@ -248,6 +248,47 @@ def test_a_kind_registered_by_imports_runs_in_python_and_its_block_is_checked_on
     _PLUGINS.pop("halved", None)
 
 
+def test_a_plugin_naming_nothing_or_a_built_in_op_is_one_line_before_any_batch(tmp_path, monkeypatch):
+    import hookrun
+    from hookrun.config.plugins import _PLUGINS
+
+    pkg_root = tmp_path / "site"
+    make_package(pkg_root, "userkind_bad", "wrong", entry_point=False)
+    (pkg_root / "userkind_bad/register.py").write_text(textwrap.dedent('''
+        from hookrun.config.plugins import KindPlugin, register_plugin
+        register_plugin(KindPlugin("wrong", block="userkind_bad.block:Blok", run="userkind_bad.kind:ScaledKind",
+                                   ops={"scale": "userkind_bad.ops:shift", "wrong_gone": "userkind_gone.ops:shift",
+                                        "wrong_typo": "userkind_bad.ops:shfit"}))
+        '''))
+    monkeypatch.syspath_prepend(str(pkg_root))
+    from userkind_bad import models
+
+    def run(**extra):
+        cfg = {"imports": ["userkind_bad.register"], "device": "cpu", "progress": False, "data": {"batch_size": 4},
+               "output": {"path": str(tmp_path / "never.h5")}, **extra}
+        with pytest.raises(ConfigError) as caught:
+            hookrun.run(cfg, model=models.tiny(), dataset=models.data())
+        assert not (tmp_path / "never.h5").exists()
+        return str(caught.value)
+
+    def modify(op):
+        return {"s": {"at": "0", "type": "forward", "actions": [{"name": "modify_output", "op": op, "amount": 0.5}]}}
+
+    try:
+        assert run(wrong={"factor": 2.0}) == ("kind plugin 'wrong', block: 'userkind_bad.block:Blok': userkind_bad.block "
+                                              "has no attribute 'Blok'; did you mean userkind_bad.block:Block?")
+        assert run(hooks=modify("scale")) == ("hooks.s.actions.0.op: 'scale' is one of hookrun's own ops, and a kind "
+                                              "plugin declares an op 'scale' in its `ops` too; give the plugin's op "
+                                              "another name")
+        assert run(hooks=modify("wrong_gone")).startswith(
+            "hooks.s.actions.0.op: kind plugin 'wrong', ops['wrong_gone']: 'userkind_gone.ops:shift': there is no "
+            "module 'userkind_gone' on Python's path")
+        assert run(hooks=modify("wrong_typo")).endswith("userkind_bad.ops has no attribute 'shfit'; did you mean "
+                                                        "userkind_bad.ops:shift?")
+    finally:
+        _PLUGINS.pop("wrong", None)
+
+
 def test_import_hookrun_loads_no_kind_plugin():
     code = ("import sys, hookrun; from hookrun.config.plugins import loaded_plugins; "
             "print(len(loaded_plugins()), sorted(m for m in sys.modules if m.startswith('hookrun.runner.kinds.') "
