@@ -3,6 +3,7 @@
 
     link = RankLink(store, ranks, folder, key)      # ShardRun hands it to the kind (RunKind.join_ranks)
     RankLink.require(link, world, "probe", rank)    # prepare_run: many ranks need a link (one ConfigError line);
+                                                    # every rank sees rank 0's mark in the folder (see_folder),
                                                     # rank 0 says it will gather (want: its shard is not done)
     link.hand_over("probe", save, should_stop)      # ranks 1..N-1: if wanted, save(tmp), renamed to path(), sent
     link.gather("probe", merge, should_stop)        # rank 0: merge(path) of each rank in rank order, path removed
@@ -15,7 +16,9 @@ path) and its merge (them from a path). rank 0 waits for each rank while the ran
 moves (ShardRun's Heartbeat bumps `beat/RANK`); a rank that ended without sending, or fell silent, is
 one RunError line. The files live in `folder`: the run folder (a local output's; output.staging for an
 object-store output, output/objects/destination.py), which every rank must see (a shared file system,
-as for submitit's FileStore); a part rank 0 cannot find is one RunError line.
+as for submitit's FileStore): checked before any batch (`see_folder`: every rank reads a mark rank
+0 wrote there, or every rank stops in one ConfigError line); a part rank 0 cannot find at the end is
+one RunError line.
 
 Resume (`resume=true`) with many ranks: rank 0 gathers whenever it runs, so its prepare_run says so
 (`want`), and a rank hands over only once rank 0 wants its part and has not ended (`wanted`; a resumed
@@ -29,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import secrets
 import shutil
 import time
 from collections.abc import Callable
@@ -38,7 +42,7 @@ from typing import Any
 import torch.distributed as dist
 
 from hookrun.errors import ConfigError, RunError
-from hookrun.output.ranks import Ranks
+from hookrun.output.ranks import Ranks, every_rank
 
 log = logging.getLogger("hookrun")
 POLL_SECONDS = 0.05
@@ -52,18 +56,56 @@ class RankLink:
         self.rank, self.world = ranks.rank, ranks.world
 
     @staticmethod
-    def require(link: Any, world: int, kind: str, rank: int | None = None) -> None:
+    def require(link: Any, world: int, kind: str, rank: int | None = None,
+                should_stop: Callable[[], bool] = lambda: False) -> None:
         """A handing-over kind's prepare_run, before any batch: many ranks need the link. `kind` names the
-        run's kind ("probe"); given this process's `rank`, rank 0 of many says it will gather (`want`:
-        it runs, so its result is not written yet)."""
+        run's kind ("probe"); given this process's `rank`, every rank shows it sees the folder the rows
+        are handed over in, and rank 0 says it will gather (`see_folder`)."""
         if world > 1 and link is None:
             raise ConfigError(f"{kind} over {world} ranks: no channel between the ranks; run it as one process")
-        if world > 1 and rank == 0:
-            link.want(kind)
+        if world > 1 and rank is not None:
+            link.see_folder(kind, should_stop)
 
-    def want(self, name: str) -> None:
+    def see_folder(self, name: str, should_stop: Callable[[], bool] = lambda: False) -> None:
+        """Before any batch: the hand-over folder is one folder every rank sees. Rank 0 writes a mark of
+        this launch there and says it gathers (`want`, the mark's token); ranks 1..N-1 look for the mark
+        and answer; rank 0 waits for every answer (a rank that ended instead gives none). A rank that
+        does not see it stops every rank, before their batches, in one ConfigError line."""
+        if self.rank == 0:
+            token = secrets.token_hex(8)
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self.mark(name, token).write_text(token)
+            self.want(name, token)
+            for r in range(1, self.world):
+                key, done = f"kind/{name}/sees/{r}", f"done/{r}"
+                self.wait_for(r, lambda key=key, done=done: self.store.check([key]) or self.store.check([done]),
+                              should_stop, f"{name}: stopped while waiting for the other ranks to start",
+                              f"{name}: rank {r} has been silent for {{:.0f}} s before its batches: taken for dead")
+                problem = self.store.get(key).decode() if self.store.check([key]) else ""
+                if problem:
+                    raise every_rank(ConfigError(problem))
+        elif self.wanted(name, should_stop):
+            token = self.store.get(f"kind/{name}/want").decode()
+            mark, problem = self.mark(name, token), ""
+            for _ in range(20):  # (a second for a shared file system to show a new file)
+                if _reads(mark) == token:
+                    break
+                time.sleep(POLL_SECONDS)
+            else:
+                problem = (f"{name}: rank {self.rank} does not see {mark}, which rank 0 wrote before any batch: the "
+                           f"ranks hand their rows over in {self.folder} (output.staging for an object-store output), "
+                           f"which must be one folder every rank sees (a shared file system)")
+            self.store.set(f"kind/{name}/sees/{self.rank}", problem)
+            if problem:
+                raise every_rank(ConfigError(problem))
+
+    def mark(self, name: str, token: str) -> Path:
+        """Rank 0's mark of one launch (a new name each launch: no file system has it cached as absent)."""
+        return self.folder / f".hookrun-{name}-{self.tag}.mark-{token}"
+
+    def want(self, name: str, token: str = "") -> None:
         """Rank 0, before its batches: it will gather every rank's part of `name` (see `wanted`)."""
-        self.store.set(f"kind/{name}/want", "1")
+        self.store.set(f"kind/{name}/want", token or "1")
 
     def wanted(self, name: str, should_stop: Callable[[], bool] = lambda: False) -> bool:
         """Ranks 1..N-1: whether rank 0 gathers `name`, waiting until it says so (True) or has ended (False:
@@ -137,7 +179,10 @@ class RankLink:
         return self.folder / f".hookrun-{name}-{self.tag}.rank-{rank:05d}"
 
     def discard(self, name: str) -> None:
-        """Rank 0, at the end (also of a failed run): remove what the other ranks left for `name`."""
+        """Rank 0, at the end (also of a failed run): remove what the other ranks left for `name`, and the
+        marks (this launch's and a killed one's)."""
+        for mark in self.folder.glob(f".hookrun-{name}-{self.tag}.mark-*"):
+            mark.unlink(missing_ok=True)
         for r in range(1, self.world):
             for p in (self.path(name, r), self.path(name, r).with_name(self.path(name, r).name + ".tmp")):
                 shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
@@ -166,3 +211,10 @@ class RankLink:
                           f"taken for dead")
             out.append(self.store.get(key).decode())
         return out
+
+
+def _reads(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None

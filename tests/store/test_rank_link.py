@@ -7,6 +7,7 @@ hands over only once rank 0 wants its part (want), and writes nothing where rank
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 import torch.distributed as dist
@@ -86,12 +87,27 @@ def test_require_names_the_run_where_many_ranks_have_no_channel():
     assert str(err.value) == "probe over 2 ranks: no channel between the ranks; run it as one process"
 
 
+def both_require(l0, l1, kind="probe"):
+    """rank 1's require in a thread beside rank 0's (each waits for the other): the errors of each."""
+    errors = {}
+
+    def one(link, rank):
+        try:
+            RankLink.require(link, 2, kind, rank=rank)
+        except ConfigError as exc:
+            errors[rank] = exc
+
+    thread = threading.Thread(target=one, args=(l1, 1))
+    thread.start()
+    one(l0, 0)
+    thread.join(30)
+    return errors
+
+
 def test_require_has_rank_0_of_many_say_it_gathers_and_rejoin_rebuilds_only_where_it_does(tmp_path):
     l0, l1 = links(tmp_path, world=2)
-    RankLink.require(l1, 2, "probe", rank=1)  # a rank but 0 wants nothing
-    assert not l0.store.check(["kind/probe/want"])
-    RankLink.require(l0, 2, "probe", rank=0)
-    assert l0.store.check(["kind/probe/want"])
+    assert both_require(l0, l1) == {}
+    assert l0.store.check(["kind/probe/want"]) and l0.store.get("kind/probe/sees/1") == b""  # rank 1 saw the mark
     rebuilt = []
     assert l1.rejoin("probe", lambda: rebuilt.append(1), lambda path: path.write_text("rows of rank 1"))
     assert rebuilt == [1] and l0.gather("probe", lambda path: rebuilt.append(path.read_text())) == 1
@@ -99,11 +115,27 @@ def test_require_has_rank_0_of_many_say_it_gathers_and_rejoin_rebuilds_only_wher
     l0.store.set("done/0", "complete")  # (a resumed rank 0 whose result was written: it never wants)
     assert not l1.rejoin("similarity", lambda: rebuilt.append(2), lambda path: None)
     assert rebuilt == [1, "rows of rank 1"]  # nothing rebuilt, nothing handed over
+    l0.discard("probe")
+    assert os.listdir(tmp_path) == []  # the mark gone with the parts
+
+
+def test_a_rank_that_does_not_see_rank_0s_folder_stops_both_before_any_batch(tmp_path):
+    (tmp_path / "node0").mkdir()
+    (tmp_path / "node1").mkdir()
+    store = dist.HashStore()  # (node-local staging folders: each rank's own)
+    l0, l1 = (RankLink(store, Ranks(rank=r, world=2), tmp_path / f"node{r}", "job-key") for r in (0, 1))
+    errors = both_require(l0, l1, "similarity")
+    mark = next((tmp_path / "node0").iterdir())
+    text = (f"similarity: rank 1 does not see {tmp_path / 'node1' / mark.name}, which rank 0 wrote before any batch: "
+            f"the ranks hand their rows over in {tmp_path / 'node1'} (output.staging for an object-store output), "
+            f"which must be one folder every rank sees (a shared file system)")
+    assert {r: str(e) for r, e in errors.items()} == {0: text, 1: text}
+    assert all(e.every_rank for e in errors.values())  # (the command prints it once, on rank 0)
+    l0.discard("similarity")
+    assert os.listdir(tmp_path / "node0") == [] and os.listdir(tmp_path / "node1") == []
 
 
 def test_a_rank_waits_for_rank_0_and_hands_nothing_over_where_it_ended_without_gathering(tmp_path):
-    import threading
-
     l0, l1 = links(tmp_path, world=2)
     l0.store.set("done/0", "complete")  # a resumed rank 0 whose shard was complete: its result is written
     assert l1.hand_over("probe", lambda path: path.write_text("rows")) is False

@@ -104,9 +104,9 @@ class ProbeKind(RunKind):
         self.link = link
 
     def prepare_run(self, p: Any) -> None:
-        RankLink.require(self.link, self.world, "probe", self.rank)  # (rank 0 of many: it will gather)
         self.last, self.begin = p.batches.stop - 1, p.batches.start
         self.should_stop = lambda: p.settings.should_stop()
+        RankLink.require(self.link, self.world, "probe", self.rank, self.should_stop)  # (the folder every rank sees)
         self.tmp = Scratch(p.cfg.output, "probe_rows", self.rank)  # the spill file's folder, beside the run's
         share = self.spec.memory // len(self.names)
         self.stores = {n: RowStore(self.features[n], share, self.tmp.path / "rows.h5", f"p{i:03d}")

@@ -118,9 +118,9 @@ class SimilarityKind(RunKind):
                 "model": model_name(self.ctx.cfg.model, self.ctx.model)}
 
     def prepare_run(self, p: Any) -> None:
-        RankLink.require(self.link, self.world, "similarity", self.rank)  # (rank 0 of many: it will gather)
         self.begin = p.batches.start
         self.should_stop = lambda: p.settings.should_stop()
+        RankLink.require(self.link, self.world, "similarity", self.rank, self.should_stop)  # (the folder every rank sees)
         if isinstance(self.acc, GramRoute):  # its spooled rows beside the run's file (a killed run's: cleared)
             self.acc.scratch = lambda: Scratch(p.cfg.output, "similarity_rows", self.rank)
         p.attrs["similarity"] = json.dumps(self.describe())
