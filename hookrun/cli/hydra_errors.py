@@ -43,15 +43,19 @@ def shell_damage(args: list[str]) -> str | None:
                     whole = " ".join(pieces)
                     return (f"the override {arg!r} was split by the shell at its spaces into {len(pieces)} "
                             f"arguments; put it in single quotes: '{whole}'")
-    seen: dict[str, list[str]] = {}
-    for arg in overrides:
+    seen: dict[str, list[tuple[int, str]]] = {}
+    for i, arg in enumerate(overrides):
         key, eq, _ = arg.partition("=")
         if eq:
-            seen.setdefault(key.lstrip("+~"), []).append(arg)
-    for key, given in seen.items():
-        if len(given) > 1:
-            return (f"{key} is given {len(given)} times ({', '.join(given)}): the shell brace-expanded an "
-                    f"unquoted {{..,..}} into several arguments; {QUOTE} (a sweep is -m {key}=a,b)")
+            seen.setdefault(key.lstrip("+~"), []).append((i, arg))
+    for key, found in seen.items():
+        if len(found) > 1:
+            given = ", ".join(arg for _, arg in found)
+            if [i for i, _ in found] == list(range(found[0][0], found[0][0] + len(found))):  # side by side: one word
+                return (f"{key} is given {len(found)} times ({given}): the shell brace-expanded an "
+                        f"unquoted {{..,..}} into several arguments; {QUOTE} (a sweep is -m {key}=a,b)")
+            return (f"{key} is given {len(found)} times ({given}): give it once (a later value does not replace an "
+                    f"earlier one); to run several values, sweep: -m {key}=a,b")
     return None
 
 

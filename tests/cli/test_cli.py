@@ -95,6 +95,16 @@ def test_bad_input_gives_one_clear_line_and_no_traceback(tmp_path, args, message
     assert not h5_files(tmp_path)
 
 
+def test_a_key_given_twice_apart_is_not_taken_for_the_shells_brace_expansion():
+    from hookrun.cli.hydra_errors import shell_damage
+
+    assert shell_damage(["experiment=probe_shapes", "data.dataset.size=128", "probe.C=2", "data.dataset.size=4"]) == (
+        "data.dataset.size is given 2 times (data.dataset.size=128, data.dataset.size=4): give it once (a later "
+        "value does not replace an earlier one); to run several values, sweep: -m data.dataset.size=a,b")
+    assert "the shell brace-expanded" in shell_damage(["probe.C=1", "hooks={a:at:fc}", "hooks={a:type:forward}"])
+    assert shell_damage(["probe.C=1", "data.dataset.size=4"]) is None
+
+
 def test_a_malformed_experiment_file_is_one_line(tmp_path):
     (tmp_path / "extra" / "experiment").mkdir(parents=True)
     (tmp_path / "extra" / "experiment" / "broken.yaml").write_text("# @package _global_\nhooks:\n  a: {at: fc\n  b: [\n")
