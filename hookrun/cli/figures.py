@@ -20,6 +20,7 @@ import numpy as np
 
 from hookrun.analysis.report.figure_specs import (
     DIVERGING,
+    NO_VALUE,
     SEQUENTIAL,
     Heatmap,
     Lines,
@@ -222,13 +223,14 @@ def heatmap(spec: Heatmap) -> Any:
     if spec.centre is not None:
         lo, hi = diverging_range(z, spec.centre)
         kw = {"cmap": diverging_cmap(), "vmin": lo, "vmax": hi}
+    ax.set_facecolor(NO_VALUE)  # (a NaN cell is left transparent: grey, never a colour of the scale)
     image = ax.imshow(z, aspect="auto", interpolation="nearest", **kw)
     if spec.cells is not None and rows * cols <= 2000:  # each cell's text (spec.cells), readable on its colour
         norm = image.norm
         for r in range(rows):
             for c in range(cols):
-                shade = norm(z[r, c]) if np.isfinite(z[r, c]) else 0.5
-                dark = shade < 0.6 if spec.centre is None else abs(shade - 0.5) > 0.3
+                shade = norm(z[r, c]) if np.isfinite(z[r, c]) else None
+                dark = shade is not None and (shade < 0.6 if spec.centre is None else abs(shade - 0.5) > 0.3)
                 ax.text(c, r, spec.cells[r][c], ha="center", va="center", fontsize=10 if rows * cols <= 64 else 6,
                         color="white" if dark else "black")
     for axis, labels, n in ((ax.xaxis, spec.x, cols), (ax.yaxis, spec.y, rows)):

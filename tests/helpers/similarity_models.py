@@ -1,5 +1,5 @@
 """Models for the similarity runs' tests: a second image model with its own weights, a module with no
-feature axis, and a module whose rows are not the batch's."""
+feature axis, a module whose rows are not the batch's, and a layer that is dead (constant)."""
 
 from __future__ import annotations
 
@@ -47,3 +47,13 @@ class Lengths(torch.utils.data.Dataset):
 def token_mlp() -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 4)).eval()
+
+
+def dead_mlp() -> nn.Module:
+    """Linear -> ReLU -> Linear whose first bias is -100: the ReLU gives 0 for every item, and the last
+    layer its bias (both constant)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)).eval()
+    with torch.no_grad():
+        model[0].bias.fill_(-100.0)
+    return model

@@ -172,6 +172,10 @@ ROWS = {"dataset": {"_target_": "toy_models.SignedRows"}, "batch_size": 4}
     ({"at": ["block1"], "estimator": "minibatch", "data": {"dataset": {"_target_": "hookrun.data.shapes", "size": 8},
                                                           "batch_size": 3}}, "at least 4 rows"),
     ({"at": ["block1"], "memory": "1MB"}, "estimator: minibatch"),
+    ({"at": ["block1"], "data": {"dataset": {"_target_": "hookrun.data.shapes", "size": 2}, "batch_size": 2}},
+     "similarity over 2 item(s): CKA and RSA compare how the items lie relative to each other and need at least 3"),
+    ({"at": ["block1"], "data": {"dataset": {"_target_": "hookrun.data.shapes", "size": 8}, "batch_size": 2,
+                                 "limit": 1}}, "similarity over 2 item(s)"),  # data.limit counts batches
     ({"at": ["blok1"]}, "block1"),
     ({"at": ["block1"], "with": {"model": SECOND, "at": ["block1"], "data": {}}}, "similarity.with.data: not a key"),
     ({"at": ["block1"], "colour": 1}, "similarity.colour: not a key"),
@@ -206,3 +210,35 @@ def test_flattened_rows_whose_length_changes_are_refused_in_one_line(tmp_path) -
     with pytest.raises(RunError, match="similarity.pool=flatten: 0 gives 28 features per item in this batch and 20"):
         hookrun.run(cfg(tmp_path / "l.h5", **block))
     hookrun.run(cfg(tmp_path / "ok.h5", **block, pool="mean"))  # the mean over steps has one width
+
+
+@pytest.mark.parametrize(("n", "estimator", "measure", "route"), [
+    (16, "exact", "linear_cka", "gram"), (24, "exact", "linear_cka", "feature"), (16, "minibatch", "linear_cka", "minibatch"),
+    (16, "exact", "rbf_cka", "gram"), (16, "exact", "rsa", "gram")])
+def test_a_constant_layer_is_n_a_in_the_file_inspect_and_picture_with_one_warning(tmp_path, caplog, n, estimator,
+                                                                                   measure, route) -> None:
+    """Layer 1 gives 0 and layer 2 its bias for every item: each measure is 0 / 0 there (numpy's too),
+    which rounding of a Gram matrix of equal rows would turn into any number; layer 0 varies."""
+    import warnings
+
+    import similarity_models
+
+    x = torch.randn(n, 4, generator=torch.Generator().manual_seed(0))
+    data = torch.utils.data.TensorDataset(x, torch.zeros(n, dtype=torch.long))
+    block = {"model": {"_target_": "similarity_models.dead_mlp"}, "data": {"batch_size": 8}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (numpy's 0 / 0 warning is not passed on)
+        path = hookrun.run(cfg(tmp_path / "d.h5", **block, at=["0", "1", "2"], estimator=estimator, measure=measure),
+                           dataset=data).path
+    assert [r.message for r in caplog.records if r.levelname == "WARNING"] == [
+        f"similarity: 1, 2 give(s) the same features for every item: {measure} is undefined there, NaN in the file "
+        f"(n/a in the pictures)"]
+    got, meta = file_matrix(path)
+    feats = recorded(similarity_models.dead_mlp(), ["0", "1", "2"], x, "flatten")
+    assert np.ptp(feats[1], axis=0).max() == 0 and np.ptp(feats[2], axis=0).max() == 0 and np.ptp(feats[0], axis=0).min() > 0
+    assert meta["route"] == route and np.isnan(got[1:]).all() and np.isnan(got[:, 1:]).all()
+    assert got[0, 0] == pytest.approx(1.0)
+    run = hookrun.open_run(path)
+    assert "  0  1.0000     n/a     n/a" in kind_lines(run.file)
+    (name, spec), = kind_figures(run)
+    assert spec.cells[0] == ["1.00", "n/a", "n/a"] and "n/a: constant features" in spec.title

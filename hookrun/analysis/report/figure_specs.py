@@ -82,6 +82,7 @@ class Bands:
 DIVERGING = ("#053061", "#2166ac", "#4393c3", "#92c5de", "#d1e5f0", "#f7f7f7", "#fddbc7", "#f4a582", "#d6604d", "#b2182b", "#67001f")
 POSITIVE, NEGATIVE = DIVERGING[-1], DIVERGING[0]
 SEQUENTIAL = "viridis"  # values of one sign (matplotlib's and plotly's viridis are the same stops)
+NO_VALUE = "#bdbdbd"  # a heatmap's cell without a value (NaN): grey, apart from every colour of both scales
 
 
 def diverging_range(z: np.ndarray, centre: float = 0.0) -> tuple[float, float]:

@@ -20,6 +20,7 @@ import numpy as np
 from hookrun.analysis.report.figure_specs import (
     DIVERGING,
     NEGATIVE,
+    NO_VALUE,
     POSITIVE,
     Circuit,
     Heatmap,
@@ -106,7 +107,7 @@ def heatmap(spec: Heatmap) -> dict:
         trace.update(zmin=spec.range[0], zmax=spec.range[1])
     if spec.cells is not None and rows * cols <= 4000:
         trace.update(text=[[escape(t) for t in row] for row in spec.cells], texttemplate="%{text}", textfont={"size": 8})
-    layout = _layout(spec.title, spec.xlabel, spec.ylabel)
+    layout = _layout(spec.title, spec.xlabel, spec.ylabel, plot_bgcolor=NO_VALUE)  # (a NaN cell: a gap, grey)
     layout["xaxis"].update(_ticks(spec.x, cols), showgrid=False, automargin=True)
     layout["yaxis"].update(_ticks(spec.y, rows), showgrid=False, autorange="reversed", automargin=True)
     layout["height"] = int(min(720, max(260, 18 * rows + 140)))

@@ -120,9 +120,11 @@ class FeatureRoute:
         c = (self.zz - torch.outer(self.sums, self.sums) / self.n).cpu().numpy()
         o = self.offsets
         block = [slice(o[i], o[i + 1]) for i in range(len(o) - 1)]
+        constant = [not np.diag(c)[b].any() for b in block]  # no feature varies (exact: each row minus the shift is 0)
         out = np.empty(len(self.pairs))
         for k, (i, j) in enumerate(self.pairs):
-            out[k] = m.cka_from_covariances(c[block[i], block[j]], c[block[i], block[i]], c[block[j], block[j]])
+            out[k] = np.nan if constant[i] or constant[j] else \
+                m.cka_from_covariances(c[block[i], block[j]], c[block[i], block[i]], c[block[j], block[j]])
         return out.reshape(shape)
 
 
@@ -165,25 +167,29 @@ class GramRoute:
                 shutil.copyfileobj(src, f)
         self.n += int((path / "rows").read_text())
 
-    def gram(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Series k's Gram matrix and row sums, its rows read back in slabs of columns."""
+    def gram(self, k: int) -> tuple[np.ndarray, np.ndarray, bool]:
+        """Series k's Gram matrix and row sums, its rows read back in slabs of columns; and whether every
+        row is the first (a constant series)."""
         self.files[k].flush()
         d = self.dims[k]
         x = np.memmap(self.files[k].name, dtype=self.dtypes[k], mode="r", shape=(self.n, d))
-        g, sums = np.zeros((self.n, self.n)), np.zeros(self.n)
+        g, sums, same = np.zeros((self.n, self.n)), np.zeros(self.n), True
         step = max(1, SLAB // (8 * self.n))
         for c in range(0, d, step):
             part = np.asarray(x[:, c:c + step], dtype=np.float64)
             g += part @ part.T
             sums += part.sum(axis=1)
+            same = same and bool((part == part[:1]).all())
         del x
-        return g, sums
+        return g, sums, same
 
     def matrix(self, shape: tuple[int, int]) -> np.ndarray:
-        """Each series' Gram matrix once (centred for CKA, as dissimilarities for RSA), then every pair."""
-        prepared = []
+        """Each series' Gram matrix once (centred for CKA, as dissimilarities for RSA), then every pair;
+        NaN where a series is constant (the measure is 0 / 0; rounding would make it any number)."""
+        prepared, constant = [], []
         for k in range(len(self.files)):
-            g, sums = self.gram(k)
+            g, sums, same = self.gram(k)
+            constant.append(same)
             if self.measure == "rsa":
                 prepared.append(m.dissimilarity(g, sums, self.dims[k], self.dissimilarity))
             else:
@@ -193,6 +199,7 @@ class GramRoute:
         else:  # <HKH, HLH> / (|HKH| |HLH|): m.linear_cka with the centring done once per series
             norms = [np.linalg.norm(g) for g in prepared]
             out = np.array([np.vdot(prepared[i], prepared[j]) / (norms[i] * norms[j]) for i, j in self.pairs])
+        out[[constant[i] or constant[j] for i, j in self.pairs]] = np.nan
         return out.reshape(shape)
 
     def close(self) -> None:
@@ -216,6 +223,7 @@ class MinibatchRoute:
         if n != self.batch:
             return
         x = [s.reshape(n, -1).to(torch.float64) for s in series]
+        x = [a - a[:1] for a in x]  # the estimator is unchanged by a shift of the rows; a constant series is then 0
         grams = torch.stack([a @ a.T for a in x])
         grams.diagonal(dim1=1, dim2=2).zero_()
         flat, rows = grams.reshape(len(x), -1), grams.sum(dim=2)

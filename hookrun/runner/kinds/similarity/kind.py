@@ -28,6 +28,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -48,6 +49,7 @@ from hookrun.runner.kinds.similarity.features import Taps
 from hookrun.store.records import Capture, CaptureKey
 
 HOOK = "similarity"
+MIN_ITEMS = 3  # (2 items: every centred Gram matrix has rank 1, and linear CKA is 1 whatever the layers)
 log = logging.getLogger("hookrun")
 
 
@@ -80,11 +82,15 @@ class SimilarityKind(RunKind):
         self.rows = self.taps[0].names
         self.cols = self.taps[1].names if self.other is not None else self.rows
         batch = ctx.cfg.data.batch_size
+        self.items = len(ctx.loader.dataset) if hasattr(ctx.loader.dataset, "__len__") else None
+        limit = ctx.cfg.data.limit  # (batches)
+        seen = self.items if self.items is None or limit is None else min(self.items, limit * batch)
+        if seen is not None and seen < MIN_ITEMS:
+            raise ConfigError(too_few(seen))
         indices, call = first_batch(ctx.loader, ctx.spec, size=batch)  # batch 0: features per row, rows
         series = self.features(ctx.model, call.to(ctx.device))  # every check that needs the model
         self.first: tuple[torch.Tensor, list[torch.Tensor]] | None = (indices, series)  # step 0 reuses them
         self.dims = [s[0].numel() for s in series]
-        self.items = len(ctx.loader.dataset) if hasattr(ctx.loader.dataset, "__len__") else None
         if b.estimator == "minibatch" and self.items is not None and self.items < batch:
             raise ConfigError(f"similarity.estimator=minibatch: the data has {self.items} items, fewer than one "
                               f"batch of data.batch_size={batch}; lower data.batch_size (at least 4) or use exact")
@@ -169,10 +175,23 @@ class SimilarityKind(RunKind):
         write = getattr(writer.store, "write_features", None)
         if write is None:
             raise RunError("similarity: this store cannot hold end-of-run arrays; write to a local folder")
-        matrix = torch.from_numpy(self.acc.matrix(self.shape))
+        with np.errstate(invalid="ignore", divide="ignore"):  # (0 / 0: a constant series, said once below)
+            values = self.acc.matrix(self.shape)
+        constant = self.constant(values)
+        if constant:
+            log.warning("similarity: %s give(s) the same features for every item: %s is undefined there, NaN in the "
+                        "file (n/a in the pictures)", ", ".join(constant), self.block.measure)
+        matrix = torch.from_numpy(values)
         key = CaptureKey(HOOK, "", HOOK, self.block.measure)
         write([Capture(key, matrix, False, features=True, dims=("at", "with_at"))])  # labels: root attribute
         return steps
+
+    def constant(self, values: np.ndarray) -> list[str]:
+        """The series whose every cell is NaN (features the same for every item)."""
+        rows = [n for n, row in zip(self.rows, values, strict=True) if np.isnan(row).all()]
+        if self.other is None:
+            return rows
+        return [*rows, *(f"with.{n}" for n, col in zip(self.cols, values.T, strict=True) if np.isnan(col).all())]
 
     def merge_ranks(self, should_stop: Any) -> bool:
         """Ranks 1..N-1 hand their accumulator to rank 0 (False); rank 0 merges every rank's in rank order."""
@@ -205,6 +224,12 @@ class SimilarityKind(RunKind):
 
     def file_bytes(self, n_samples: int) -> int:
         return 8 * len(self.rows) * len(self.cols)
+
+
+def too_few(items: int) -> str:
+    return (f"similarity over {items} item(s): CKA and RSA compare how the items lie relative to each other and "
+            f"need at least {MIN_ITEMS} (with 2, every centred Gram matrix has rank 1 and linear CKA is 1 for every "
+            f"pair); give the run more items")
 
 
 def model_name(node: Any, model: nn.Module) -> str:

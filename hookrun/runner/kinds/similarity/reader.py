@@ -65,9 +65,16 @@ def spec(f: h5py.File) -> Heatmap:
     short = lambda t: str(t or "model").rpartition(".")[2]  # noqa: E731
     ylabel = f"at ({short(m.get('model'))})"
     xlabel = f"with.at ({short(m['with'])})" if m.get("with") else ylabel
-    return Heatmap(z=z, title=title(m), x=m["cols"], y=m["rows"], xlabel=xlabel, ylabel=ylabel,
+    note = " (n/a: constant features)" if not np.isfinite(z).all() else ""
+    return Heatmap(z=z, title=title(m) + note, x=m["cols"], y=m["rows"], xlabel=xlabel, ylabel=ylabel,
                    label=NAMES.get(m["measure"], m["measure"]), range=(0.0, 1.0),
-                   cells=[[f"{v:.2f}" for v in row] for row in z])
+                   cells=[[_cell(v, ".2f") for v in row] for row in z])
+
+
+def _cell(v: float, form: str) -> str:
+    """A value, or n/a where the measure is undefined (NaN: a hook point whose features are one
+    vector for every item, so its centred Gram matrix is 0)."""
+    return format(v, form) if np.isfinite(v) else "n/a"
 
 
 def _complete(f: h5py.File) -> bool:
@@ -83,10 +90,12 @@ def lines(f: h5py.File) -> list[str]:
     if not _complete(f):
         return [head, "  no matrix: the pass did not finish"]
     z, _ = matrix(f)
-    width = max(len(c) for c in m["cols"])
+    width = max(6, *(len(c) for c in m["cols"]))  # (a value is 6 wide: 0.6877)
     rows = [f"  {'':{max(len(r) for r in m['rows'])}}  " + "  ".join(f"{c:>{width}}" for c in m["cols"])]
     for r, values in zip(m["rows"], z, strict=True):
-        rows.append(f"  {r:{max(len(r) for r in m['rows'])}}  " + "  ".join(f"{v:>{width}.4f}" for v in values))
+        rows.append(f"  {r:{max(len(r) for r in m['rows'])}}  " + "  ".join(f"{_cell(v, '.4f'):>{width}}" for v in values))
+    if not np.isfinite(z).all():
+        rows.append("  n/a: undefined, a hook point whose features are the same for every item")
     return [head, *rows]
 
 
