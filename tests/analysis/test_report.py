@@ -158,6 +158,23 @@ def test_plot_sweep_draws_each_evaluation_metric_against_the_swept_parameter(tmp
             assert y == pytest.approx(float(f["evaluation/model"].attrs["ce_intervened"]))
 
 
+def test_a_swept_value_over_decades_gets_a_log_axis_in_plot_and_report():
+    from hookrun.analysis.kind_readers import Table
+    from hookrun.analysis.report.figure_specs import sweep_charts
+    from hookrun.analysis.report.plotly_figures import lines as plotly_lines
+    from hookrun.cli.figures import lines as png_lines
+
+    def chart(values):
+        table = Table(["job", "probe.C", "test@fc"], [{"job": i, "probe.C": v, "test@fc": 0.5 + 0.1 * i}
+                                                     for i, v in enumerate(values)])
+        return sweep_charts(table, ["probe.C"], ["test@fc"])[0]
+
+    wide, narrow, seeds = chart([0.01, 1, 100]), chart([0.5, 1.0, 2.0]), chart([1, 10, 100])
+    assert wide.log_x and not narrow.log_x and not seeds.log_x  # (whole numbers stay categories)
+    assert plotly_lines(wide)["layout"]["xaxis"]["type"] == "log" and "type" not in plotly_lines(narrow)["layout"]["xaxis"]
+    assert png_lines(wide).axes[0].get_xscale() == "log" and png_lines(narrow).axes[0].get_xscale() == "linear"
+
+
 @pytest.mark.slow
 def test_plot_sweep_with_nothing_to_draw_writes_nothing_and_fails(tmp_path):
     for num in ("0", "1"):

@@ -251,8 +251,17 @@ def sweep_charts(table: Any, swept: Sequence[str], metrics: Sequence[str]) -> li
             xs = table.column(key)
             order = sorted(range(len(xs)), key=lambda i: (isinstance(xs[i], str), str(xs[i]) if isinstance(xs[i], str) else xs[i] if xs[i] is not None else 0))
             series = {name: [_number(ys_all[i]) if i in rows else None for i in order] for name, rows in groups.items()}
-            charts.append(Lines([xs[i] for i in order], series, key, metric, f"{metric} against {key}"))
+            ordered = [xs[i] for i in order]
+            charts.append(Lines(ordered, series, key, metric, f"{metric} against {key}", log_x=decades(ordered)))
     return charts
+
+
+def decades(values: Sequence[Any]) -> bool:
+    """A swept value to draw on a log axis: positive numbers, a float among them, spanning two decades
+    or more (C=0.01,1,100; a learning rate), which a linear axis would crowd into one corner."""
+    nums = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return (len(nums) == len(values) >= 2 and not is_categorical(values) and min(nums) > 0
+            and max(nums) / min(nums) >= 100)
 
 
 def sweep_metrics(table: Any, swept: Sequence[str]) -> list[str]:
