@@ -108,6 +108,8 @@ def test_a_patching_run_parses_and_checks_its_block_once(tmp_path, monkeypatch):
     ({"evaluate": {"ablaton": "zero"}}, "evaluate.ablaton: not a key of the evaluate block; did you mean evaluate.ablation?"),
     ({"patching": {"methd": "atp"}}, "patching.methd: not a key of the patching block; did you mean patching.method?"),
     ({"patching": {"method": "nope", "sites": {"r": "x"}}}, "patching.method='nope'; choose from: "),
+    ({"patching": {"method": "eap_gi"}}, "patching.method='eap_gi'; choose from: atp, atp_ig, eap, eap_ig, exact; "
+                                         "did you mean eap_ig?"),
     ({"patching": {"verify": "many"}}, "patching.verify: Value 'many' of type 'str' could not be converted to Integer"),
 ])
 def test_a_bad_key_or_value_of_either_block_is_one_line_at_load(block, line):

@@ -119,9 +119,10 @@ def parse_block(raw: Any, build: Callable[[Mapping, str], Any] | None = None) ->
     get = lambda k: raw.get(k, getattr(defaults, k))  # noqa: E731
     direction, method = get("direction"), get("method")
     if direction not in DIRECTIONS:
-        raise ConfigError(f"patching.direction={direction!r}; choose from: {one_of(DIRECTIONS)}")
+        raise ConfigError(f"patching.direction={direction!r}; choose from: {one_of(DIRECTIONS)}"
+                          + _did_you_mean(str(direction), DIRECTIONS))
     if method not in METHODS:
-        raise ConfigError(f"patching.method={method!r}; choose from: {one_of(METHODS)}")
+        raise ConfigError(f"patching.method={method!r}; choose from: {one_of(METHODS)}" + _did_you_mean(str(method), METHODS))
     metric = get("metric")
     if callable(metric) or isinstance(metric, str):  # patch_grid(metric=fn) or metric="prob": the metric itself
         metric = {"_callable_": metric} if callable(metric) else {"name": metric}
