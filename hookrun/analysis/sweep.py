@@ -106,6 +106,14 @@ class Sweep:
                                  "index": t["index"], "prompt": t["prompt"], "text": t["text"]})
         return Table(["job", *self.swept, "index", "prompt", "text"], rows)
 
+    def __getattr__(self, name: str) -> Any:
+        """A run's reader method asked of the sweep (`sweep.probes()`): where its numbers are instead."""
+        job = next((j for j in self.__dict__.get("jobs", []) if j.file is not None), None)
+        if not name.startswith("_") and job is not None and _has_method(job, name):
+            raise AttributeError(f"a sweep has no {name}(): its jobs' numbers are one table, sweep.table() (one row "
+                                 f"per job, a column per number); one job's own: sweep.jobs[0].open().{name}()")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     def __repr__(self) -> str:
         return f"Sweep({str(self.folder)!r}, jobs={len(self.jobs)}, swept={self.swept})"
 
@@ -171,3 +179,12 @@ def _value(text: str | None) -> Any:
     except yaml.YAMLError:
         return text
     return value if value is not None or text.strip() in ("null", "~", "") else text
+
+
+
+def _has_method(job: Job, name: str) -> bool:
+    """Whether the job's run has the kind reader method `name` (its kind's reader loaded by the file)."""
+    from hookrun.analysis.kind_readers import kind_method
+
+    with job.open() as run:
+        return kind_method(run.file, name) is not None

@@ -111,6 +111,8 @@ def test_inspect_plot_report_and_a_sweep_over_C(tmp_path):
                        env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     table = hookrun.open_sweep(sweep).table()
+    with pytest.raises(AttributeError, match=r"^a sweep has no probes\(\): its jobs' numbers are one table, sweep.table"):
+        hookrun.open_sweep(sweep).probes()  # (a run's method asked of the sweep: where the numbers are)
     rows = {r_["probe.C"]: r_ for r_ in table}
     for C in (0.01, 100):
         want = hookrun.open_run(sweep / str([0.01, 100].index(C))).probes()
