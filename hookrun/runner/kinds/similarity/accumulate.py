@@ -179,7 +179,7 @@ class GramRoute:
             part = np.asarray(x[:, c:c + step], dtype=np.float64)
             g += part @ part.T
             sums += part.sum(axis=1)
-            same = same and bool((part == part[:1]).all())
+            same = same and np.array_equal(part[1], part[0]) and bool((part == part[:1]).all())  # (rows 0, 1 first)
         del x
         return g, sums, same
 
