@@ -203,7 +203,7 @@ def image_row(n: int, draw: Callable[[Any, int], Any], title: str, label: str) -
 
 def lines(spec: Lines) -> Any:
     """A Lines spec (analysis/report/figure_specs.py): the report draws the same spec with plotly."""
-    fig = sweep_lines(spec.x, spec.series, spec.xlabel, spec.ylabel, spec.title)
+    fig = sweep_lines(spec.x, spec.series, spec.xlabel, spec.ylabel, spec.title, getattr(spec, "in_order", False))
     if getattr(spec, "log_x", False):
         fig.axes[0].set_xscale("log")
     return fig
@@ -246,13 +246,15 @@ def heatmap(spec: Heatmap) -> Any:
     return fig
 
 
-def sweep_lines(xs: Sequence[Any], series: Mapping[str, Sequence[float]], xlabel: str, ylabel: str, title: str) -> Any:
-    """One line per capture against the swept value; integer or string values get a categorical axis."""
+def sweep_lines(xs: Sequence[Any], series: Mapping[str, Sequence[float]], xlabel: str, ylabel: str, title: str,
+                in_order: bool = False) -> Any:
+    """One line per capture against the swept value; integer or string values get a categorical axis
+    (sorted, unless `in_order`: categories given in the order to draw them)."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.6), layout="constrained")
-    categorical = is_categorical(xs)
+    categorical = in_order or is_categorical(xs)
     order = list(range(len(xs))) if categorical else sorted(range(len(xs)), key=lambda i: float(xs[i]))
-    if categorical:
+    if categorical and not in_order:
         order = sorted(order, key=lambda i: (isinstance(xs[i], str), xs[i] if not isinstance(xs[i], str) else 0, str(xs[i])))
     positions = list(range(len(order))) if categorical else [float(xs[i]) for i in order]
     for label, ys in series.items():

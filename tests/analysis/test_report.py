@@ -175,6 +175,25 @@ def test_a_swept_value_over_decades_gets_a_log_axis_in_plot_and_report():
     assert png_lines(wide).axes[0].get_xscale() == "log" and png_lines(narrow).axes[0].get_xscale() == "linear"
 
 
+def test_hook_points_by_depth_are_drawn_in_their_order_under_their_own_names():
+    """A probe's depth figure: the module names as given (h.10 after h.9, Sequential's 0, 1, 2 once each)."""
+    from hookrun.analysis.report.figure_specs import Lines
+    from hookrun.analysis.report.plotly_figures import lines as plotly_lines
+    from hookrun.cli.figures import lines as png_lines
+
+    names = [f"transformer.h.{i}" for i in (0, 1, 2, 9, 10, 11)]
+    spec = Lines(x=names, series={"test": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]}, xlabel="hook point", ylabel="acc",
+                 title="t", in_order=True)
+    fig = png_lines(spec)
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == names
+    assert list(fig.axes[0].lines[0].get_ydata()) == [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
+    drawn = plotly_lines(spec)
+    assert drawn["data"][0]["x"] == names and drawn["layout"]["xaxis"]["type"] == "category"
+    digits = png_lines(Lines(x=["0", "1", "2"], series={"r2": [1.0, 0.5, 0.3]}, xlabel="", ylabel="", title="",
+                             in_order=True))
+    assert [t.get_text() for t in digits.axes[0].get_xticklabels()] == ["0", "1", "2"]
+
+
 @pytest.mark.slow
 def test_plot_sweep_with_nothing_to_draw_writes_nothing_and_fails(tmp_path):
     for num in ("0", "1"):

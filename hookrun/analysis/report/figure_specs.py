@@ -139,6 +139,7 @@ class Lines:
     ylabel: str
     title: str
     log_x: bool = False  # a logarithmic x axis (faithfulness against fractions of the edges)
+    in_order: bool = False  # x is categories in the order to draw them (hook points by depth), not sorted
 
 
 @dataclass

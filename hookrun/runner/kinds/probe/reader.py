@@ -83,11 +83,6 @@ def columns(f: Any) -> dict[str, Any]:
     return out
 
 
-def depth_labels(names: list[str]) -> list[str]:
-    width = len(str(len(names) - 1))
-    return [f"{i:0{width}d} {n}" for i, n in enumerate(names)]
-
-
 def depth_figure(f: Any) -> Any:
     from hookrun.analysis.report.figure_specs import Lines
 
@@ -97,8 +92,8 @@ def depth_figure(f: Any) -> Any:
     if any(v is not None for v in t.column("control")):
         series["control task (test)"] = t.column("control")
     meta = json.loads(f.attrs.get("probe", "{}"))
-    return Lines(x=depth_labels(t.column("at")), series=series, xlabel="hook point (depth order)", ylabel=metric,
-                 title=f"linear probe ({meta.get('method', '')}) {metric} by depth")
+    return Lines(x=t.column("at"), series=series, xlabel="hook point (depth order)", ylabel=metric,
+                 title=f"linear probe ({meta.get('method', '')}) {metric} by depth", in_order=True)
 
 
 def figures(run: Any) -> list[tuple[str, Any]]:
@@ -139,8 +134,8 @@ def sweep_sections(sweep: Any) -> list[dict]:
         rows.append({"job": job.num, "label": label, **{f"test@{r['at']}": r["test"] for r in t}})
     if not rows:
         return []
-    chart = Lines(x=depth_labels(names), series=series, xlabel="hook point (depth order)", ylabel="test score",
-                  title="linear probes: test score by depth, one line per job")
+    chart = Lines(x=names, series=series, xlabel="hook point (depth order)", ylabel="test score",
+                  title="linear probes: test score by depth, one line per job", in_order=True)
     return [section("probe-sweep", f"Linear probes across the sweep ({len(rows)} runs)",
                     [table_item(list(rows[0]), rows), figure(chart)])]
 
