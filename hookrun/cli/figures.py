@@ -216,6 +216,10 @@ def heatmap(spec: Heatmap) -> Any:
     z = np.asarray(spec.z, dtype=np.float64)
     rows, cols = z.shape
     size = (min(16, max(6.4, 2.5 + 0.28 * cols)), min(12, max(4.0, 1.8 + 0.3 * rows)))  # a small grid stays readable
+    widest = max((len(str(t)) for t in spec.x), default=0) if spec.x is not None else len(str(cols - 1))
+    upright = cols > 8 or widest * cols > 6 * size[0]  # labels that would overlap (about 6 characters an inch)
+    if upright:  # the upright labels' height added, so the grid keeps its own
+        size = (size[0], min(14, size[1] + 0.08 * min(widest, 40)))
     fig, ax = plt.subplots(figsize=size, layout="constrained")
     kw: dict[str, Any] = {"cmap": SEQUENTIAL}
     if spec.range is not None:  # one scale for every such figure (CKA: 0 to 1)
@@ -237,7 +241,7 @@ def heatmap(spec: Heatmap) -> Any:
         step = max(1, -(-n // 40))
         where = list(range(0, n, step))
         axis.set_ticks(where, [labels[i] for i in where] if labels is not None else [str(i) for i in where], fontsize=9 if n <= 16 else 7)
-    ax.tick_params(axis="x", rotation=90 if cols > 8 else 0)
+    ax.tick_params(axis="x", rotation=90 if upright else 0)
     ax.set_xlabel(spec.xlabel)
     ax.set_ylabel(spec.ylabel)
     ax.set_title(spec.title)

@@ -194,6 +194,26 @@ def test_hook_points_by_depth_are_drawn_in_their_order_under_their_own_names():
     assert [t.get_text() for t in digits.axes[0].get_xticklabels()] == ["0", "1", "2"]
 
 
+def test_a_heatmaps_long_column_labels_stand_upright_instead_of_overlapping():
+    import numpy as np
+    from matplotlib.transforms import Bbox
+
+    from hookrun.analysis.report.figure_specs import Heatmap
+    from hookrun.cli.figures import heatmap
+
+    def labels(names):
+        fig = heatmap(Heatmap(z=np.eye(len(names)), title="t", x=names, y=names, range=(0.0, 1.0)))
+        fig.canvas.draw()
+        ticks = fig.axes[0].get_xticklabels()
+        boxes = [t.get_window_extent() for t in ticks]
+        return {t.get_rotation() for t in ticks}, any(Bbox.intersection(a, b) is not None
+                                                      for a, b in zip(boxes, boxes[1:], strict=False))
+
+    lm = ["transformer.wte", *(f"transformer.h.{i}" for i in range(4)), "transformer.ln_f"]
+    assert labels(lm) == ({90.0}, False)  # (drawn flat, these six overlapped)
+    assert labels(["layer1", "layer2", "layer3", "layer4"]) == ({0.0}, False)
+
+
 @pytest.mark.slow
 def test_plot_sweep_with_nothing_to_draw_writes_nothing_and_fails(tmp_path):
     for num in ("0", "1"):
