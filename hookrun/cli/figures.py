@@ -216,10 +216,6 @@ def heatmap(spec: Heatmap) -> Any:
     z = np.asarray(spec.z, dtype=np.float64)
     rows, cols = z.shape
     size = (min(16, max(6.4, 2.5 + 0.28 * cols)), min(12, max(4.0, 1.8 + 0.3 * rows)))  # a small grid stays readable
-    widest = max((len(str(t)) for t in spec.x), default=0) if spec.x is not None else len(str(cols - 1))
-    upright = cols > 8 or widest * cols > 6 * size[0]  # labels that would overlap (about 6 characters an inch)
-    if upright:  # the upright labels' height added, so the grid keeps its own
-        size = (size[0], min(14, size[1] + 0.08 * min(widest, 40)))
     fig, ax = plt.subplots(figsize=size, layout="constrained")
     kw: dict[str, Any] = {"cmap": SEQUENTIAL}
     if spec.range is not None:  # one scale for every such figure (CKA: 0 to 1)
@@ -241,7 +237,8 @@ def heatmap(spec: Heatmap) -> Any:
         step = max(1, -(-n // 40))
         where = list(range(0, n, step))
         axis.set_ticks(where, [labels[i] for i in where] if labels is not None else [str(i) for i in where], fontsize=9 if n <= 16 else 7)
-    ax.tick_params(axis="x", rotation=90 if upright else 0)
+    ax.tick_params(axis="x", rotation=90 if cols > 8 else 0)
+    upright_if_crowded(fig, ax)
     ax.set_xlabel(spec.xlabel)
     ax.set_ylabel(spec.ylabel)
     ax.set_title(spec.title)
@@ -250,13 +247,28 @@ def heatmap(spec: Heatmap) -> Any:
     return fig
 
 
+def upright_if_crowded(fig: Any, ax: Any) -> None:
+    """Column labels that overlap as drawn (six transformer.h.* names, a 24-layer model's) stand
+    upright, and the figure grows by their height so the plot keeps its own."""
+    fig.canvas.draw()
+    ticks = [t for t in ax.get_xticklabels() if t.get_text()]
+    if not ticks or ticks[0].get_rotation() == 90:
+        return
+    boxes = [t.get_window_extent() for t in ticks]
+    if any(a.x1 + 3 > b.x0 for a, b in zip(boxes, boxes[1:], strict=False)):
+        for t in ticks:
+            t.set_rotation(90)
+        width, height = fig.get_size_inches()
+        fig.set_size_inches(width, height + min(4.0, max(b.width for b in boxes) / fig.dpi))
+
+
 def sweep_lines(xs: Sequence[Any], series: Mapping[str, Sequence[float]], xlabel: str, ylabel: str, title: str,
                 in_order: bool = False) -> Any:
     """One line per capture against the swept value; integer or string values get a categorical axis
     (sorted, unless `in_order`: categories given in the order to draw them)."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7.5, 4.6), layout="constrained")
     categorical = in_order or is_categorical(xs)
+    fig, ax = plt.subplots(figsize=(7.5, 4.6), layout="constrained")
     order = list(range(len(xs))) if categorical else sorted(range(len(xs)), key=lambda i: float(xs[i]))
     if categorical and not in_order:
         order = sorted(order, key=lambda i: (isinstance(xs[i], str), xs[i] if not isinstance(xs[i], str) else 0, str(xs[i])))
@@ -265,7 +277,9 @@ def sweep_lines(xs: Sequence[Any], series: Mapping[str, Sequence[float]], xlabel
         ax.plot(positions, [ys[i] if ys[i] is not None else np.nan for i in order], marker="o", label=label,
                 linestyle=":" if categorical else "-")
     if categorical:
-        ax.set_xticks(positions, [str(xs[i]) for i in order])
+        step = max(1, -(-len(order) // 40))  # every k-th label where there are many
+        ax.set_xticks(positions[::step], [str(xs[i]) for i in order][::step])
+        upright_if_crowded(fig, ax)
     else:
         tidy_ticks(ax.xaxis, 6)
     tidy_ticks(ax.yaxis)

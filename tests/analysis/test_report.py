@@ -212,6 +212,14 @@ def test_a_heatmaps_long_column_labels_stand_upright_instead_of_overlapping():
     lm = ["transformer.wte", *(f"transformer.h.{i}" for i in range(4)), "transformer.ln_f"]
     assert labels(lm) == ({90.0}, False)  # (drawn flat, these six overlapped)
     assert labels(["layer1", "layer2", "layer3", "layer4"]) == ({0.0}, False)
+    from hookrun.analysis.report.figure_specs import Lines
+    from hookrun.cli.figures import lines
+
+    deep = [f"model.layers.{i}.mlp" for i in range(24)]  # a probe by depth over a 24-layer model
+    fig = lines(Lines(x=deep, series={"test": [0.5] * 24}, xlabel="", ylabel="", title="", in_order=True))
+    fig.canvas.draw()
+    boxes = [t.get_window_extent() for t in fig.axes[0].get_xticklabels()]
+    assert len(boxes) == 24 and all(a.x1 <= b.x0 for a, b in zip(boxes, boxes[1:], strict=False))
 
 
 @pytest.mark.slow
