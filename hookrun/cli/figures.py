@@ -29,6 +29,7 @@ from hookrun.analysis.report.figure_specs import (
     is_signed,
     log_counts,
 )
+from hookrun.cli.figure_ticks import tidy_ticks, upright_if_crowded
 from hookrun.cli.figure_titles import fit_titles, titles  # noqa: F401 (titles: the figures' public name)
 
 STYLE = {"font.size": 11, "axes.titlesize": 11, "axes.labelsize": 11, "xtick.labelsize": 9, "ytick.labelsize": 9,
@@ -72,16 +73,6 @@ def diverging_cmap() -> Any:
     from matplotlib.colors import LinearSegmentedColormap
 
     return LinearSegmentedColormap.from_list("hookrun_diverging", list(DIVERGING))
-
-
-def tidy_ticks(axis: Any, n: int = 5) -> None:
-    """At most `n` ticks, in scientific notation outside 1e-3 .. 1e4 (the exponent shown once)."""
-    from matplotlib.ticker import MaxNLocator, ScalarFormatter
-
-    axis.set_major_locator(MaxNLocator(n))
-    fmt = ScalarFormatter(useMathText=True)
-    fmt.set_powerlimits((-3, 4))
-    axis.set_major_formatter(fmt)
 
 
 def feature_grid(maps: np.ndarray, rows: Sequence[str], title: str, cols: int = 8, label: str = "value") -> Any:
@@ -245,21 +236,6 @@ def heatmap(spec: Heatmap) -> Any:
     bar = fig.colorbar(image, ax=ax, label=spec.label)
     tidy_ticks(bar.ax.yaxis)
     return fig
-
-
-def upright_if_crowded(fig: Any, ax: Any) -> None:
-    """Column labels that overlap as drawn (six transformer.h.* names, a 24-layer model's) stand
-    upright, and the figure grows by their height so the plot keeps its own."""
-    fig.canvas.draw()
-    ticks = [t for t in ax.get_xticklabels() if t.get_text()]
-    if not ticks or ticks[0].get_rotation() == 90:
-        return
-    boxes = [t.get_window_extent() for t in ticks]
-    if any(a.x1 + 3 > b.x0 for a, b in zip(boxes, boxes[1:], strict=False)):
-        for t in ticks:
-            t.set_rotation(90)
-        width, height = fig.get_size_inches()
-        fig.set_size_inches(width, height + min(4.0, max(b.width for b in boxes) / fig.dpi))
 
 
 def sweep_lines(xs: Sequence[Any], series: Mapping[str, Sequence[float]], xlabel: str, ylabel: str, title: str,

@@ -1,0 +1,34 @@
+"""Tick labels that read, on the figures `plot` draws (cli/figures.py).
+
+    tidy_ticks(ax.yaxis)            # at most 5 numbers, scientific notation outside 1e-3 .. 1e4
+    upright_if_crowded(fig, ax)     # category labels that overlap as drawn stand upright
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def tidy_ticks(axis: Any, n: int = 5) -> None:
+    """At most `n` ticks, in scientific notation outside 1e-3 .. 1e4 (the exponent shown once)."""
+    from matplotlib.ticker import MaxNLocator, ScalarFormatter
+
+    axis.set_major_locator(MaxNLocator(n))
+    fmt = ScalarFormatter(useMathText=True)
+    fmt.set_powerlimits((-3, 4))
+    axis.set_major_formatter(fmt)
+
+
+def upright_if_crowded(fig: Any, ax: Any) -> None:
+    """Column labels that overlap as drawn (six transformer.h.* names, a 24-layer model's) stand
+    upright, and the figure grows by their height so the plot keeps its own."""
+    fig.canvas.draw()
+    ticks = [t for t in ax.get_xticklabels() if t.get_text()]
+    if not ticks or ticks[0].get_rotation() == 90:
+        return
+    boxes = [t.get_window_extent() for t in ticks]
+    if any(a.x1 + 3 > b.x0 for a, b in zip(boxes, boxes[1:], strict=False)):
+        for t in ticks:
+            t.set_rotation(90)
+        width, height = fig.get_size_inches()
+        fig.set_size_inches(width, height + min(4.0, max(b.width for b in boxes) / fig.dpi))
