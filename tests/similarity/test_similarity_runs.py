@@ -242,3 +242,24 @@ def test_a_constant_layer_is_n_a_in_the_file_inspect_and_picture_with_one_warnin
     assert "  0  1.0000     n/a     n/a" in kind_lines(run.file)
     (name, spec), = kind_figures(run)
     assert spec.cells[0] == ["1.00", "n/a", "n/a"] and "n/a: constant features" in spec.title
+
+
+def test_a_sweeps_report_shows_each_jobs_matrix_on_one_scale(tmp_path) -> None:
+    """Two jobs of a sweep over similarity.measure (the folder as Hydra's -m leaves it): the report's
+    sweep section holds each job's heatmap, titled by its swept value, its cells the job's file's."""
+    import yaml
+
+    from hookrun.analysis.kind_readers import kind_sweep_sections
+
+    for num, measure in enumerate(["linear_cka", "rsa"]):
+        job = tmp_path / "sweep" / str(num)
+        (job / ".hydra").mkdir(parents=True)
+        (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"similarity.measure={measure}"]))
+        hookrun.run(cfg(job / "captures.h5", n=12, at=["block1", "block3"], pool="mean", measure=measure))
+    (section,) = kind_sweep_sections(hookrun.open_sweep(tmp_path / "sweep"))
+    assert section["id"] == "similarity-sweep" and len(section["items"]) == 2
+    for num, (item, measure) in enumerate(zip(section["items"], ["linear_cka", "rsa"], strict=True)):
+        got, _ = file_matrix(tmp_path / "sweep" / str(num) / "captures.h5")
+        trace, layout = item["figure"]["data"][0], item["figure"]["layout"]
+        np.testing.assert_allclose(np.array(trace["z"], dtype=float), got, rtol=1e-6)  # (the page keeps 7 digits)
+        assert (trace["zmin"], trace["zmax"]) == (0.0, 1.0) and f"similarity.measure={measure}" in str(layout["title"])

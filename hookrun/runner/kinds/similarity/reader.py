@@ -114,5 +114,33 @@ def sections(run: Any) -> list[dict]:
     return [section("similarity", "Representational similarity", [figure(spec(run.file))], note)]
 
 
+SWEEP_JOBS = 12  # the most jobs whose matrices a sweep's report shows side by side
+
+
+def sweep_sections(sweep: Any) -> list[dict]:
+    """A sweep's matrices (over models, measures, data): each job's heatmap on the one 0-to-1 scale,
+    titled by its swept values."""
+    from hookrun.analysis.report.run_sections import figure, section
+
+    items = []
+    for job in [j for j in sweep.jobs if j.file is not None][:SWEEP_JOBS]:
+        try:
+            with job.open() as run:
+                drawn = spec(run.file) if _complete(run.file) else None
+        except (HookrunError, OSError, KeyError):  # an unreadable job: the sweep table says so
+            continue
+        if drawn is not None:
+            label = ", ".join(f"{k}={job.overrides.get(k)}" for k in sweep.swept) or f"job {job.num}"
+            drawn.title = f"{label} · {drawn.title}"
+            items.append(figure(drawn, caption=f"job {job.num}"))
+    if not items:
+        return []
+    more = len([j for j in sweep.jobs if j.file is not None]) - SWEEP_JOBS
+    note = "Each job's matrix on the same 0-to-1 colour scale." + (f" The first {SWEEP_JOBS} jobs; {more} more are "
+                                                                   f"in the sweep table." if more > 0 else "")
+    return [section("similarity-sweep", f"Representational similarity across the sweep ({len(items)} runs)", items,
+                    note)]
+
+
 READER = KindReader("similarity", present=lambda f: meta(f.attrs) is not None, lines=lines, sections=sections,
-                    methods={"similarity": read_similarity}, figures=figures)
+                    sweep=sweep_sections, methods={"similarity": read_similarity}, figures=figures)
