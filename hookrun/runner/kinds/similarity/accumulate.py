@@ -222,8 +222,9 @@ class MinibatchRoute:
         n = len(series[0])
         if n != self.batch:
             return
-        x = [s.reshape(n, -1).to(torch.float64) for s in series]
-        x = [a - a[:1] for a in x]  # the estimator is unchanged by a shift of the rows; a constant series is then 0
+        x = [s.reshape(n, -1).to(torch.float64, copy=True) for s in series]
+        for a in x:  # the estimator is unchanged by a shift of the rows; a constant series is then 0 (in place)
+            a -= a[:1].clone()
         grams = torch.stack([a @ a.T for a in x])
         grams.diagonal(dim1=1, dim2=2).zero_()
         flat, rows = grams.reshape(len(x), -1), grams.sum(dim=2)
