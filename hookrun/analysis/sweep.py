@@ -181,7 +181,6 @@ def _value(text: str | None) -> Any:
     return value if value is not None or text.strip() in ("null", "~", "") else text
 
 
-
 def _has_method(job: Job, name: str) -> bool:
     """Whether the job's run has the kind reader method `name` (its kind's reader loaded by the file)."""
     from hookrun.analysis.kind_readers import kind_method

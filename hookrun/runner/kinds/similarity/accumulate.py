@@ -87,6 +87,7 @@ class FeatureRoute:
     def __init__(self, pairs: list[tuple[int, int]]) -> None:
         self.pairs = pairs
         self.n, self.shift, self.sums, self.zz, self.offsets = 0, None, None, None, None
+        self.constant: list[bool] = []  # per series, set by matrix(): its features the same for every item
 
     def add(self, series: list[torch.Tensor]) -> None:
         z = torch.cat([s.reshape(len(s), -1).to(torch.float64) for s in series], dim=1)
@@ -120,12 +121,10 @@ class FeatureRoute:
         c = (self.zz - torch.outer(self.sums, self.sums) / self.n).cpu().numpy()
         o = self.offsets
         block = [slice(o[i], o[i + 1]) for i in range(len(o) - 1)]
-        constant = [not np.diag(c)[b].any() for b in block]  # no feature varies (exact: each row minus the shift is 0)
-        out = np.empty(len(self.pairs))
-        for k, (i, j) in enumerate(self.pairs):
-            out[k] = np.nan if constant[i] or constant[j] else \
-                m.cka_from_covariances(c[block[i], block[j]], c[block[i], block[i]], c[block[j], block[j]])
-        return out.reshape(shape)
+        self.constant = [not np.diag(c)[b].any() for b in block]  # no feature varies (each row minus the shift is 0)
+        out = np.array([m.cka_from_covariances(c[block[i], block[j]], c[block[i], block[i]], c[block[j], block[j]])
+                        for i, j in self.pairs])
+        return undefined(out, self.pairs, self.constant).reshape(shape)
 
 
 class GramRoute:
@@ -140,6 +139,7 @@ class GramRoute:
         self.dims: list[int] = []
         self.dtypes: list[type] = []
         self.n = 0
+        self.constant: list[bool] = []  # per series, set by matrix()
 
     def add(self, series: list[torch.Tensor]) -> None:
         if self.dir is None:  # (the kind's scratch beside the run's file; else the system's temporary folder)
@@ -186,10 +186,10 @@ class GramRoute:
     def matrix(self, shape: tuple[int, int]) -> np.ndarray:
         """Each series' Gram matrix once (centred for CKA, as dissimilarities for RSA), then every pair;
         NaN where a series is constant (the measure is 0 / 0; rounding would make it any number)."""
-        prepared, constant = [], []
+        prepared, self.constant = [], []
         for k in range(len(self.files)):
             g, sums, same = self.gram(k)
-            constant.append(same)
+            self.constant.append(same)
             if self.measure == "rsa":
                 prepared.append(m.dissimilarity(g, sums, self.dims[k], self.dissimilarity))
             else:
@@ -199,8 +199,7 @@ class GramRoute:
         else:  # <HKH, HLH> / (|HKH| |HLH|): m.linear_cka with the centring done once per series
             norms = [np.linalg.norm(g) for g in prepared]
             out = np.array([np.vdot(prepared[i], prepared[j]) / (norms[i] * norms[j]) for i, j in self.pairs])
-        out[[constant[i] or constant[j] for i, j in self.pairs]] = np.nan
-        return out.reshape(shape)
+        return undefined(out, self.pairs, self.constant).reshape(shape)
 
     def close(self) -> None:
         for f in self.files:
@@ -217,6 +216,7 @@ class MinibatchRoute:
         self.pairs, self.batch = pairs, batch
         self.hsic: torch.Tensor | None = None
         self.batches = 0
+        self.constant: list[bool] = []  # per series, set by matrix(): constant within every batch
 
     def add(self, series: list[torch.Tensor]) -> None:
         n = len(series[0])
@@ -248,8 +248,16 @@ class MinibatchRoute:
 
     def matrix(self, shape: tuple[int, int]) -> np.ndarray:
         h = self.hsic.cpu().numpy() / self.batches
+        self.constant = [not v for v in np.diag(h)]  # (exactly 0: each batch's rows minus its first are 0)
         out = np.array([h[i, j] / np.sqrt(h[i, i] * h[j, j]) for i, j in self.pairs])
-        return out.reshape(shape)
+        return undefined(out, self.pairs, self.constant).reshape(shape)
+
+
+def undefined(out: np.ndarray, pairs: list[tuple[int, int]], constant: list[bool]) -> np.ndarray:
+    """NaN in every cell with a constant series: the measure is 0 / 0 there, and rounding would make it
+    any number (a route's `constant`, per series)."""
+    out[[constant[i] or constant[j] for i, j in pairs]] = np.nan
+    return out
 
 
 def accumulator(route: str, pairs: list[tuple[int, int]], measure: str = "linear_cka", sigma: float = 0.8,

@@ -86,7 +86,9 @@ class SimilarityKind(RunKind):
         limit = ctx.cfg.data.limit  # (batches)
         seen = self.items if self.items is None or limit is None else min(self.items, limit * batch)
         if seen is not None and seen < MIN_ITEMS:
-            raise ConfigError(too_few(seen))
+            raise ConfigError(f"similarity over {seen} item(s): CKA and RSA compare how the items lie relative to each "
+                              f"other and need at least {MIN_ITEMS} (with 2, every centred Gram matrix has rank 1 "
+                              f"and linear CKA is 1 for every pair); give the run more items")
         indices, call = first_batch(ctx.loader, ctx.spec, size=batch)  # batch 0: features per row, rows
         series = self.features(ctx.model, call.to(ctx.device))  # every check that needs the model
         self.first: tuple[torch.Tensor, list[torch.Tensor]] | None = (indices, series)  # step 0 reuses them
@@ -177,7 +179,8 @@ class SimilarityKind(RunKind):
             raise RunError("similarity: this store cannot hold end-of-run arrays; write to a local folder")
         with np.errstate(invalid="ignore", divide="ignore"):  # (0 / 0: a constant series, said once below)
             values = self.acc.matrix(self.shape)
-        constant = self.constant(values)
+        series = [*self.rows, *(f"with.{n}" for n in self.cols if self.other is not None)]
+        constant = [name for name, same in zip(series, self.acc.constant, strict=True) if same]
         if constant:
             log.warning("similarity: %s give(s) the same features for every item: %s is undefined there, NaN in the "
                         "file (n/a in the pictures)", ", ".join(constant), self.block.measure)
@@ -185,13 +188,6 @@ class SimilarityKind(RunKind):
         key = CaptureKey(HOOK, "", HOOK, self.block.measure)
         write([Capture(key, matrix, False, features=True, dims=("at", "with_at"))])  # labels: root attribute
         return steps
-
-    def constant(self, values: np.ndarray) -> list[str]:
-        """The series whose every cell is NaN (features the same for every item)."""
-        rows = [n for n, row in zip(self.rows, values, strict=True) if np.isnan(row).all()]
-        if self.other is None:
-            return rows
-        return [*rows, *(f"with.{n}" for n, col in zip(self.cols, values.T, strict=True) if np.isnan(col).all())]
 
     def merge_ranks(self, should_stop: Any) -> bool:
         """Ranks 1..N-1 hand their accumulator to rank 0 (False); rank 0 merges every rank's in rank order."""
@@ -224,12 +220,6 @@ class SimilarityKind(RunKind):
 
     def file_bytes(self, n_samples: int) -> int:
         return 8 * len(self.rows) * len(self.cols)
-
-
-def too_few(items: int) -> str:
-    return (f"similarity over {items} item(s): CKA and RSA compare how the items lie relative to each other and "
-            f"need at least {MIN_ITEMS} (with 2, every centred Gram matrix has rank 1 and linear CKA is 1 for every "
-            f"pair); give the run more items")
 
 
 def model_name(node: Any, model: nn.Module) -> str:
