@@ -137,7 +137,7 @@ def _scan() -> None:
     from importlib.metadata import entry_points
 
     for ep in entry_points(group=GROUP):
-        _FOUND.setdefault(ep.name, lambda ep=ep: _resolve(ep.value, f"entry point {ep.name!r} of {GROUP}"))
+        _FOUND.setdefault(ep.name, lambda ep=ep: _resolve(f"{ep.module}:{ep.attr}", f"entry point {ep.name!r} of {GROUP}"))
 
 
 def plugin_names() -> list[str]:
