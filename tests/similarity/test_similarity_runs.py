@@ -83,6 +83,19 @@ def test_exact_linear_cka_equals_numpy(tmp_path, cnn, at, pool, n, route) -> Non
     assert want.min() < 0.999  # the layers differ: the comparison can fail
 
 
+def test_data_limit_sizes_the_route_by_the_rows_run(tmp_path, cnn) -> None:
+    """4,000 items would need 256 MB of Gram matrices; data.limit=2 runs 10 of them, which fit in 20 MB:
+    the run takes the gram route and equals numpy on those 10 items (it was refused for the 4,000)."""
+    at = ["block1", "fc"]
+    data = {"dataset": {"_target_": "hookrun.data.shapes", "size": 4000}, "batch_size": 5, "limit": 2}
+    path = hookrun.run(cfg(tmp_path / "s.h5", data=data, at=at, memory="20MB")).path
+    got, meta = file_matrix(path)
+    assert meta["route"] == "gram"
+    k = grams(recorded(cnn, at, images(10), "flatten"))  # (each image drawn from its index alone)
+    want = np.array([[cka(a, b) for b in k] for a in k])
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
 def test_second_model_gives_the_rectangle(tmp_path, cnn) -> None:
     import similarity_models
 

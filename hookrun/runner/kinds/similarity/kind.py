@@ -83,8 +83,8 @@ class SimilarityKind(RunKind):
         self.cols = self.taps[1].names if self.other is not None else self.rows
         batch = ctx.cfg.data.batch_size
         self.items = len(ctx.loader.dataset) if hasattr(ctx.loader.dataset, "__len__") else None
-        limit = ctx.cfg.data.limit  # (batches)
-        seen = self.items if self.items is None or limit is None else min(self.items, limit * batch)
+        limit = ctx.cfg.data.limit  # (batches): the run sees at most limit * batch rows, sized or not
+        seen = self.items if limit is None else limit * batch if self.items is None else min(self.items, limit * batch)
         if seen is not None and seen < MIN_ITEMS:
             raise ConfigError(f"similarity over {seen} item(s): CKA and RSA compare how the items lie relative to each "
                               f"other and need at least {MIN_ITEMS} (with 2, every centred Gram matrix has rank 1 "
@@ -93,10 +93,10 @@ class SimilarityKind(RunKind):
         series = self.features(ctx.model, call.to(ctx.device))  # every check that needs the model
         self.first: tuple[torch.Tensor, list[torch.Tensor]] | None = (indices, series)  # step 0 reuses them
         self.dims = [s[0].numel() for s in series]
-        if b.estimator == "minibatch" and self.items is not None and self.items < batch:
-            raise ConfigError(f"similarity.estimator=minibatch: the data has {self.items} items, fewer than one "
+        if b.estimator == "minibatch" and seen is not None and seen < batch:
+            raise ConfigError(f"similarity.estimator=minibatch: the run sees {seen} items, fewer than one "
                               f"batch of data.batch_size={batch}; lower data.batch_size (at least 4) or use exact")
-        self.route = choose_route(b.measure, b.estimator, self.dims, self.items, batch, b.memory)
+        self.route = choose_route(b.measure, b.estimator, self.dims, seen, batch, b.memory)  # sized by the rows run
         self.shape = (len(self.rows), len(self.cols))
         pairs = pairs_of(len(self.rows), len(self.cols) if self.other is not None else None)
         self.acc = accumulator(self.route, pairs, b.measure, b.sigma, b.dissimilarity, batch)
