@@ -57,6 +57,7 @@ class KindReader:
     header: Callable[[Mapping], list[list[str]]] = _none  # the report's run-table rows, from the root attributes
     properties: dict[str, Callable[[Mapping], Any]] = field(default_factory=dict)  # Run's properties: run.NAME -> fn(attrs)
     figures: Callable[..., list[tuple[str, Any]]] = _none  # plot's pictures (given the Run[, the samples]): (file stem, figure spec)
+    sweep_figures: Callable[[Any], list[tuple[str, Any]]] = _none  # plot's pictures of a sweep (given the Sweep), as `figures`
     no_values: Callable[[str], str | None] = _no_note  # what a summary says of its capture LABEL with no finite value
 
 
@@ -180,6 +181,15 @@ def kind_sections(run: Any) -> list[dict]:
 
 def kind_sweep_sections(sweep: Any) -> list[dict]:
     """The report's sections of a sweep from the kinds of its jobs' files (each kind once)."""
+    return [s for r in _sweep_readers(sweep) for s in r.sweep(sweep)]
+
+
+def kind_sweep_figures(sweep: Any) -> list[tuple[str, Any]]:
+    """plot's pictures of a sweep from the kinds of its jobs' files: (file stem, figure spec)."""
+    return [fig for r in _sweep_readers(sweep) for fig in r.sweep_figures(sweep)]
+
+
+def _sweep_readers(sweep: Any) -> list[KindReader]:
     kinds: dict[str, KindReader] = {}
     for job in sweep.jobs:
         if job.file is None:
@@ -189,7 +199,7 @@ def kind_sweep_sections(sweep: Any) -> list[dict]:
                 kinds.update((r.kind, r) for r in readers_of(f))
         except OSError:  # an unreadable job: the sweep table says so
             continue
-    return [s for r in kinds.values() for s in r.sweep(sweep)]
+    return list(kinds.values())
 
 
 @dataclass

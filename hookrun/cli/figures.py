@@ -211,8 +211,8 @@ def heatmap(spec: Heatmap) -> Any:
     kw: dict[str, Any] = {"cmap": SEQUENTIAL}
     if spec.range is not None:  # one scale for every such figure (CKA: 0 to 1)
         kw.update(vmin=spec.range[0], vmax=spec.range[1])
-    if spec.centre is not None:
-        lo, hi = diverging_range(z, spec.centre)
+    if spec.centre is not None:  # (about the centre, to the furthest value, or over the spec's fixed range)
+        lo, hi = spec.range if spec.range is not None else diverging_range(z, spec.centre)
         kw = {"cmap": diverging_cmap(), "vmin": lo, "vmax": hi}
     ax.set_facecolor(NO_VALUE)  # (a NaN cell is left transparent: grey, never a colour of the scale)
     image = ax.imshow(z, aspect="auto", interpolation="nearest", **kw)

@@ -19,7 +19,8 @@ analysis/drawings.py names its pictures; an action's per-sample pictures start w
 every sample). Not drawn, each said in one line (`not drawn: ...: why`): histograms of integer
 captures (token ids, indices), of the rows a drawing shows itself and of captures with no finite value, and maps that are one value over space in every channel (a
 gradient after global pooling). Reading a file never builds anything the file names. For a sweep: each metric
-(the kind's numbers, then each capture's `--stat`) against each swept parameter. What is drawn is decided
+(the kind's numbers, then each capture's `--stat`) against each swept parameter where two jobs or more
+have a number, then the kind's own pictures of the sweep (its reader's `sweep_figures`). What is drawn is decided
 once with the HTML report (analysis/report/figure_specs.py); a figure with nothing to draw is not written
 (the command says so), and when nothing at all can be drawn the command exits 2. The files
 written are listed at the end.
@@ -33,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from hookrun.analysis.drawings import drawn_pictures
-from hookrun.analysis.kind_readers import kind_figures
+from hookrun.analysis.kind_readers import kind_figures, kind_sweep_figures
 from hookrun.analysis.opening import open_run
 from hookrun.analysis.report.figure_specs import (
     constant_over_space,
@@ -155,7 +156,8 @@ def plot_run(run: Run, out: Path, samples: int = 2, channels: int = 16, dataset:
 
 def plot_sweep(sweep: Sweep, out: Path, stat: str = "mean", x: str | None = None) -> list[Path]:
     """Each metric (the kind's numbers, then each capture's `stat`) against each swept parameter (or `x`
-    alone): one PNG per pair that has a number to draw; NotFoundError where none has."""
+    alone), where two jobs or more have a number; then the kind's own pictures of the sweep (its
+    reader's `sweep_figures`): one PNG each; NotFoundError where nothing is drawn."""
     table = sweep.table(stats=(stat,))
     swept = [x] if x else sweep.swept
     if x and x not in table.columns:
@@ -165,13 +167,14 @@ def plot_sweep(sweep: Sweep, out: Path, stat: str = "mean", x: str | None = None
     candidates = [c for c in table.columns[table.columns.index("status") + 1 :] if c != "text"]
     metrics = sweep_metrics(table, swept)
     for column in (c for c in candidates if c not in metrics):
-        print(f"not drawn: {column} (no job wrote a number to it)")
-    charts = sweep_charts(table, swept, metrics)
-    if not charts:
-        raise NotFoundError(f"{sweep.folder}: no job wrote a number (no kind's metric, no capture); nothing to draw")
+        print(f"not drawn: {column} against {', '.join(swept)} (fewer than two jobs wrote a number to it)")
+    charts = [(f"sweep_{_file_name(c.ylabel)}_vs_{_file_name(c.xlabel)}", c) for c in sweep_charts(table, swept, metrics)]
+    drawn = [*charts, *kind_sweep_figures(sweep)]
+    if not drawn:
+        raise NotFoundError(f"{sweep.folder}: no two jobs wrote a number (no kind's metric, no capture); nothing to draw")
     out.mkdir(parents=True, exist_ok=True)
-    return [figures.save(figures.lines(c), out / f"sweep_{_file_name(c.ylabel)}_vs_{_file_name(c.xlabel)}.png",
-                         source=str(sweep.folder.resolve())) for c in charts]
+    return [figures.save(render(spec), out / f"{_file_name(stem)}.png", source=str(sweep.folder.resolve()))
+            for stem, spec in drawn]
 
 
 def _file_name(text: str) -> str:

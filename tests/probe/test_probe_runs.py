@@ -117,3 +117,12 @@ def test_inspect_plot_report_and_a_sweep_over_C(tmp_path):
     for C in (0.01, 100):
         want = hookrun.open_run(sweep / str([0.01, 100].index(C))).probes()
         assert rows[C]["test@block3"] == want[1]["test"]
+    # plot on the sweep: test score against C (two jobs), and the kind's chart of every job by depth
+    from hookrun.analysis.kind_readers import kind_sweep_figures
+    from hookrun.cli.plot_command import plot_sweep
+
+    names = {p.name for p in plot_sweep(hookrun.open_sweep(sweep), tmp_path / "fig")}
+    assert {"probe_sweep_test_by_depth.png", "sweep_test_block3_vs_probe.C.png"} <= names, names
+    ((stem, chart),) = kind_sweep_figures(hookrun.open_sweep(sweep))
+    assert chart.x == ["block1", "block3"] and chart.series == {
+        f"probe.C={C}": hookrun.open_run(sweep / str(i)).probes().column("test") for i, C in enumerate([0.01, 100])}

@@ -275,4 +275,19 @@ def test_a_sweeps_report_shows_each_jobs_matrix_on_one_scale(tmp_path) -> None:
         got, _ = file_matrix(tmp_path / "sweep" / str(num) / "captures.h5")
         trace, layout = item["figure"]["data"][0], item["figure"]["layout"]
         np.testing.assert_allclose(np.array(trace["z"], dtype=float), got, rtol=1e-6)  # (the page keeps 7 digits)
-        assert (trace["zmin"], trace["zmax"]) == (0.0, 1.0) and f"similarity.measure={measure}" in str(layout["title"])
+        scale = (-1.0, 1.0) if measure == "rsa" else (0.0, 1.0)  # a rank correlation can be negative: never drawn as 0
+        assert (trace["zmin"], trace["zmax"]) == scale and f"similarity.measure={measure}" in str(layout["title"])
+    # plot on the sweep folder: each job's matrix as a PNG (matplotlib, the same scales); no chart of one
+    # point (each measure's mean is in one job only)
+    from matplotlib.image import imread
+
+    from hookrun.analysis.kind_readers import kind_sweep_figures
+    from hookrun.cli.plot_command import plot_sweep
+    from hookrun.cli.sample_figures import render
+
+    written = plot_sweep(hookrun.open_sweep(tmp_path / "sweep"), tmp_path / "figures")
+    assert sorted(p.name for p in written) == ["similarity_job0.png", "similarity_job1.png"]
+    assert all(imread(p).shape[2] == 4 for p in written)
+    image = render(kind_sweep_figures(hookrun.open_sweep(tmp_path / "sweep"))[1][1]).axes[0].images[0]
+    assert (image.norm.vmin, image.norm.vmax) == (-1.0, 1.0)
+    assert image.norm(-0.3) < image.norm(0.0) == 0.5 < image.norm(0.3)  # -0.3 has a colour of its own

@@ -35,7 +35,7 @@ class Heatmap:
     label: str = "value"  # the colour bar
     centre: float | None = None  # a diverging scale, symmetric about this value (a kind's grids)
     cells: Sequence[Sequence[str]] | None = None  # a text written in each cell (rows x cols)
-    range: tuple[float, float] | None = None  # a fixed colour range (a measure bounded by 0 and 1), sequential
+    range: tuple[float, float] | None = None  # a fixed colour range (CKA: 0 to 1, sequential; with centre: RSA's -1 to 1)
 
 
 @dataclass
@@ -266,11 +266,12 @@ def decades(values: Sequence[Any]) -> bool:
 
 
 def sweep_metrics(table: Any, swept: Sequence[str]) -> list[str]:
-    """The columns of a sweep table that hold numbers and are not overrides: the kinds' metrics
-    first (as the table orders them), then the captures' statistics."""
+    """The columns of a sweep table that hold numbers in two jobs or more (one point against a swept
+    value shows nothing) and are not overrides: the kinds' metrics first (as the table orders them),
+    then the captures' statistics."""
     skip = {"job", "status", "text", *swept}
     keys = [c for c in table.columns if c not in skip and c not in _overrides(table, swept)]
-    return [c for c in keys if any(_number(v) is not None for v in table.column(c))]
+    return [c for c in keys if sum(_number(v) is not None for v in table.column(c)) >= 2]
 
 
 def _overrides(table: Any, swept: Sequence[str]) -> set[str]:

@@ -100,8 +100,8 @@ def heatmap(spec: Heatmap) -> dict:
                          f"{escape(spec.label)}: %{{z:.6g}}<extra></extra>",
         "colorscale": COLORSCALE if spec.centre is not None else "Viridis", "colorbar": {"title": {"text": escape(spec.label)}},
     }
-    if spec.centre is not None:
-        lo, hi = diverging_range(z, spec.centre)
+    if spec.centre is not None:  # (about the centre, to the furthest value, or over the spec's fixed range)
+        lo, hi = spec.range if spec.range is not None else diverging_range(z, spec.centre)
         trace.update(zmid=spec.centre, zmin=lo, zmax=hi)
     elif spec.range is not None:
         trace.update(zmin=spec.range[0], zmax=spec.range[1])

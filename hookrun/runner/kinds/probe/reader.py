@@ -113,9 +113,9 @@ def sections(run: Any) -> list[dict]:
                     note)]
 
 
-def sweep_sections(sweep: Any) -> list[dict]:
+def _by_depth(sweep: Any) -> tuple[list[dict], Any]:
+    """Each job's test score at each hook point: the table's rows and the chart (one line per job)."""
     from hookrun.analysis.report.figure_specs import Lines
-    from hookrun.analysis.report.run_sections import figure, section, table_item
 
     names: list[str] = []
     series: dict[str, list] = {}
@@ -132,13 +132,26 @@ def sweep_sections(sweep: Any) -> list[dict]:
         label = ", ".join(f"{k}={job.overrides.get(k)}" for k in sweep.swept)
         series[label or str(job.num)] = t.column("test")
         rows.append({"job": job.num, "label": label, **{f"test@{r['at']}": r["test"] for r in t}})
-    if not rows:
-        return []
     chart = Lines(x=names, series=series, xlabel="hook point (depth order)", ylabel="test score",
                   title="linear probes: test score by depth, one line per job", in_order=True)
+    return rows, chart
+
+
+def sweep_figures(sweep: Any) -> list[tuple[str, Any]]:
+    rows, chart = _by_depth(sweep)
+    return [("probe_sweep_test_by_depth", chart)] if rows else []
+
+
+def sweep_sections(sweep: Any) -> list[dict]:
+    from hookrun.analysis.report.run_sections import figure, section, table_item
+
+    rows, chart = _by_depth(sweep)
+    if not rows:
+        return []
     return [section("probe-sweep", f"Linear probes across the sweep ({len(rows)} runs)",
                     [table_item(list(rows[0]), rows), figure(chart)])]
 
 
 READER = KindReader("probe", present=lambda f: "probe" in f.attrs, lines=lines, columns=columns, sections=sections,
-                    sweep=sweep_sections, figures=figures, methods={"probes": read_probes, "probe_weights": probe_weights})
+                    sweep=sweep_sections, sweep_figures=sweep_figures, figures=figures,
+                    methods={"probes": read_probes, "probe_weights": probe_weights})

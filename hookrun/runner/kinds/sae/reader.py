@@ -123,27 +123,39 @@ def sections(run: Any) -> list[dict]:
                     note=f"the trained SAE: {meta.get('out')}{top}")]
 
 
-def sweep_sections(sweep: Any) -> list[dict]:
+def _frontier(sweep: Any) -> tuple[list[dict], list[Scatter]]:
+    """The jobs' last-step numbers and the charts: sparsity against reconstruction, and
+    against the spliced model's loss recovered where sae.evaluate was on (two jobs or more)."""
     table = sweep.table(captures=[])
     rows = [r for r in table.rows if "l0" in r and "explained_variance" in r]
     if len(rows) < 2:
-        return []
+        return [], []
     labels = [", ".join(f"{k}={r[k]}" for k in sweep.swept) or f"job {r['job']}" for r in rows]
-    spec = Scatter(x=np.array([r["l0"] for r in rows]), y=np.array([r["explained_variance"] for r in rows]),
-                   xlabel="L0 (last step)", ylabel="explained variance (last step)",
-                   title="SAE sweep: sparsity against reconstruction", labels=labels)
-    cols = ["job", *sweep.swept, *[c for c in (*COLUMNS, "ce_loss_score", "kl_div_score") if any(c in r for r in rows)]]
-    items = [table_item(cols, rows), figure(spec)]
+    charts = [Scatter(x=np.array([r["l0"] for r in rows]), y=np.array([r["explained_variance"] for r in rows]),
+                      xlabel="L0 (last step)", ylabel="explained variance (last step)",
+                      title="SAE sweep: sparsity against reconstruction", labels=labels)]
     scored = [(label, r) for label, r in zip(labels, rows, strict=True) if r.get("ce_loss_score") is not None]
     if len(scored) >= 2:  # sae.evaluate was on: what the sparsity costs the model
-        items.append(figure(Scatter(x=np.array([r["l0"] for _, r in scored]),
-                                    y=np.array([r["ce_loss_score"] for _, r in scored]),
-                                    xlabel="L0 (last step)", ylabel="ce_loss_score (held-out items)",
-                                    title="SAE sweep: sparsity against the spliced model's loss recovered",
-                                    labels=[label for label, _ in scored])))
-    return [section("sae-sweep", f"SAE sweep ({len(rows)} runs)", items)]
+        charts.append(Scatter(x=np.array([r["l0"] for _, r in scored]), y=np.array([r["ce_loss_score"] for _, r in scored]),
+                              xlabel="L0 (last step)", ylabel="ce_loss_score (held-out items)",
+                              title="SAE sweep: sparsity against the spliced model's loss recovered",
+                              labels=[label for label, _ in scored]))
+    return rows, charts
+
+
+def sweep_figures(sweep: Any) -> list[tuple[str, Any]]:
+    _, charts = _frontier(sweep)
+    return list(zip(["sae_sweep_l0_vs_explained_variance", "sae_sweep_l0_vs_ce_loss_score"], charts, strict=False))
+
+
+def sweep_sections(sweep: Any) -> list[dict]:
+    rows, charts = _frontier(sweep)
+    if not rows:
+        return []
+    cols = ["job", *sweep.swept, *[c for c in (*COLUMNS, "ce_loss_score", "kl_div_score") if any(c in r for r in rows)]]
+    return [section("sae-sweep", f"SAE sweep ({len(rows)} runs)", [table_item(cols, rows), *map(figure, charts)])]
 
 
 READER = KindReader("sae", present=lambda f: "sae" in f.attrs, lines=lines, columns=columns, sections=sections,
-                    sweep=sweep_sections, figures=figures, units=("training steps", "steps"),
+                    sweep=sweep_sections, sweep_figures=sweep_figures, figures=figures, units=("training steps", "steps"),
                     methods={"sae_curves": curves}, properties={"sae": sae_meta, "sae_evaluation": evaluation})

@@ -66,9 +66,10 @@ def spec(f: h5py.File) -> Heatmap:
     ylabel = f"at ({short(m.get('model'))})"
     xlabel = f"with.at ({short(m['with'])})" if m.get("with") else ylabel
     note = " (n/a: constant features)" if not np.isfinite(z).all() else ""
+    rsa = m["measure"] == "rsa"  # a rank correlation, -1 to 1 (diverging about 0); CKA 0 to 1
     return Heatmap(z=z, title=title(m) + note, x=m["cols"], y=m["rows"], xlabel=xlabel, ylabel=ylabel,
-                   label=NAMES.get(m["measure"], m["measure"]), range=(0.0, 1.0),
-                   cells=[[_cell(v, ".2f") for v in row] for row in z])
+                   label=NAMES.get(m["measure"], m["measure"]), range=(-1.0, 1.0) if rsa else (0.0, 1.0),
+                   centre=0.0 if rsa else None, cells=[[_cell(v, ".2f") for v in row] for row in z])
 
 
 def _cell(v: float, form: str) -> str:
@@ -117,30 +118,38 @@ def sections(run: Any) -> list[dict]:
 SWEEP_JOBS = 12  # the most jobs whose matrices a sweep's report shows side by side
 
 
-def sweep_sections(sweep: Any) -> list[dict]:
-    """A sweep's matrices (over models, measures, data): each job's heatmap on the one 0-to-1 scale,
-    titled by its swept values."""
-    from hookrun.analysis.report.run_sections import figure, section
-
-    items = []
-    for job in [j for j in sweep.jobs if j.file is not None][:SWEEP_JOBS]:
+def sweep_figures(sweep: Any, limit: int | None = None) -> list[tuple[str, Heatmap]]:
+    """Each complete job's heatmap on the one scale, titled by its swept values (plot draws every job;
+    the report the first `limit`): (file stem, spec)."""
+    drawn = []
+    for job in [j for j in sweep.jobs if j.file is not None][:limit]:
         try:
             with job.open() as run:
-                drawn = spec(run.file) if _complete(run.file) else None
+                heat = spec(run.file) if _complete(run.file) else None
         except (HookrunError, OSError, KeyError):  # an unreadable job: the sweep table says so
             continue
-        if drawn is not None:
+        if heat is not None:
             label = ", ".join(f"{k}={job.overrides.get(k)}" for k in sweep.swept) or f"job {job.num}"
-            drawn.title = f"{label} · {drawn.title}"
-            items.append(figure(drawn, caption=f"job {job.num}"))
+            heat.title = f"{label} · {heat.title}"
+            drawn.append((f"similarity_job{job.num}", heat))
+    return drawn
+
+
+def sweep_sections(sweep: Any) -> list[dict]:
+    """A sweep's matrices (over models, measures, data): each job's heatmap on its measure's one scale."""
+    from hookrun.analysis.report.run_sections import figure, section
+
+    items = [figure(heat, caption=f"job {stem.removeprefix('similarity_job')}")
+             for stem, heat in sweep_figures(sweep, SWEEP_JOBS)]
     if not items:
         return []
     more = len([j for j in sweep.jobs if j.file is not None]) - SWEEP_JOBS
-    note = "Each job's matrix on the same 0-to-1 colour scale." + (f" The first {SWEEP_JOBS} jobs; {more} more are "
+    note = "Each job's matrix on its measure's one colour scale (CKA 0 to 1, RSA -1 to 1)." + (f" The first {SWEEP_JOBS} jobs; {more} more are "
                                                                    f"in the sweep table." if more > 0 else "")
     return [section("similarity-sweep", f"Representational similarity across the sweep ({len(items)} runs)", items,
                     note)]
 
 
 READER = KindReader("similarity", present=lambda f: meta(f.attrs) is not None, lines=lines, sections=sections,
-                    sweep=sweep_sections, methods={"similarity": read_similarity}, figures=figures)
+                    sweep=sweep_sections, methods={"similarity": read_similarity}, figures=figures,
+                    sweep_figures=sweep_figures)
