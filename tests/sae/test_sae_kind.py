@@ -174,6 +174,18 @@ def test_cli_sweep_inspect_and_plot(cache, tmp_path):
     assert plotted.returncode == 0, plotted.stderr[-2000:]
     assert (job0 / "figures" / "sae_loss.png").stat().st_size > 0
     assert (job0 / "figures" / "sae_explained_variance.png").stat().st_size > 0
+    from hookrun.analysis.kind_readers import kind_sweep_figures  # the sweep's frontier: each job's last step
+
+    (stem, frontier), = kind_sweep_figures(hookrun.open_sweep(tmp_path / "sweep"))
+    last = []
+    for j in (0, 1):
+        with h5py.File(tmp_path / "sweep" / str(j) / "captures.h5") as f:
+            last.append({k: f[f"captures/sae/curves/{k}"][-1] for k in ("l0", "explained_variance")})
+    assert stem == "sae_sweep_l0_vs_explained_variance" and frontier.labels == ["sae.k=4", "sae.k=8"]
+    assert frontier.x.tolist() == [c["l0"] for c in last] and frontier.y.tolist() == [c["explained_variance"] for c in last]
+    drawn = subprocess.run([sys.executable, "-m", "hookrun.plot", str(tmp_path / "sweep")], capture_output=True,
+                           text=True, cwd=tmp_path, timeout=300)
+    assert drawn.returncode == 0 and (tmp_path / "sweep" / "figures" / f"{stem}.png").stat().st_size > 0, drawn.stderr
 
 
 @pytest.mark.slow
