@@ -174,9 +174,9 @@ def test_cli_sweep_inspect_and_plot(cache, tmp_path):
     assert plotted.returncode == 0, plotted.stderr[-2000:]
     assert (job0 / "figures" / "sae_loss.png").stat().st_size > 0
     assert (job0 / "figures" / "sae_explained_variance.png").stat().st_size > 0
-    from hookrun.analysis.kind_readers import kind_sweep_figures  # the sweep's frontier: each job's last step
+    from hookrun.analysis.kind_readers import kind_sweep_figures
 
-    (stem, frontier), = kind_sweep_figures(hookrun.open_sweep(tmp_path / "sweep"))
+    (stem, frontier), = kind_sweep_figures(hookrun.open_sweep(tmp_path / "sweep"))  # each job's last step
     last = []
     for j in (0, 1):
         with h5py.File(tmp_path / "sweep" / str(j) / "captures.h5") as f:
