@@ -10,6 +10,7 @@ functions return as `hookrun: error: ...` and exits with 2.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -23,7 +24,7 @@ from hydra.errors import (
 )
 from omegaconf.errors import OmegaConfBaseException
 
-from hookrun.errors import close_matches
+from hookrun.errors import ConfigError, close_matches
 
 # nodes whose keys are free (a constructor's arguments, a hook map): a new key there takes `+`
 FREE_NODES = ("model", "data.dataset", "loss", "hooks", "params")
@@ -107,7 +108,8 @@ def one_line(exc: BaseException, overrides: list[str], known_keys: Callable[[], 
         m = re.match(r"Error merging override (.+)", text)
         first = text.splitlines()[0]
         if m and isinstance(cause, OmegaConfBaseException):
-            return f"{m.group(1)}: {str(cause).strip().splitlines()[0]}"
+            return _block_given_a_value(m.group(1), getattr(cause, "full_key", None)) \
+                or f"{m.group(1)}: {str(cause).strip().splitlines()[0]}"
         if isinstance(cause, OmegaConfBaseException):
             key = getattr(cause, "full_key", None)
             return f"{first.rstrip(': ')}: {f'{key}: ' if key else ''}{str(cause).strip().splitlines()[0]}"
@@ -115,6 +117,24 @@ def one_line(exc: BaseException, overrides: list[str], known_keys: Callable[[], 
         return f"{first.rstrip(': ')}: {rest[0]}" if rest else first
     if isinstance(exc, OmegaConfBaseException | HydraException) and str(exc).strip():
         return str(exc).strip().splitlines()[0]
+    if isinstance(exc, ValueError) and str(exc).startswith("Config group override must be a string"):
+        return _group_given_no_name(overrides, group_options)
+    return None
+
+
+def _group_given_no_name(overrides: list[str], group_options: Callable[[str], list[str]]) -> str | None:
+    """`data=null`, `model=5`: a config group's override that names no option (Hydra: "Config group
+    override must be a string or a list. Got NoneType")."""
+    for o in overrides:
+        key, _, value = o.partition("=")
+        options = group_options(key.lstrip("+~"))
+        try:
+            named = isinstance(yaml.safe_load(value), str | list)
+        except yaml.YAMLError:
+            named = True
+        if options and not named:
+            return (f"{o}: {key.lstrip('+~')} is a config group; name one of its options ({', '.join(options)}), "
+                    f"e.g. {key.lstrip('+~')}={options[0]}")
     return None
 
 
@@ -171,6 +191,29 @@ def _yaml_message(exc: yaml.YAMLError) -> str:
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
     where = f"{mark.name}, line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "a config file"
     return f"malformed YAML in {where}: {problem}"
+
+
+def _block_given_a_value(override: str, key: str | None) -> str | None:
+    """`output=5`, `output=null`: the schema's block at `key` given one value: the line that names
+    its keys (hookrun.config.plugins.mapping_where_nested), else None."""
+    from hookrun.config.plugins import mapping_where_nested
+    from hookrun.config.schema import HookrunConfig
+
+    if not key or "=" not in override:
+        return None
+    cls: type | None = HookrunConfig
+    *parents, last = key.split(".")
+    for part in parents:  # the dataclass holding `last`
+        fields = {f.name for f in dataclasses.fields(cls)} if cls is not None else set()
+        cls = mapping_where_nested("", cls, part, {}) if part in fields else None
+    if cls is None or last not in {f.name for f in dataclasses.fields(cls)}:
+        return None
+    try:
+        mapping_where_nested(f"{'.'.join(parents)}." if parents else "", cls, last,
+                             yaml.safe_load(override.split("=", 1)[1]))
+    except (ConfigError, yaml.YAMLError) as err:
+        return str(err) if isinstance(err, ConfigError) else None
+    return None
 
 
 def _given(key: str, overrides: Iterable[str]) -> str:

@@ -237,6 +237,7 @@ def typed_block(name: str, node: Any) -> tuple[dict[str, Any], Any]:
             raise ConfigError(f"{name}.{key}: not a key of the {name} block"
                               f"{f'; did you mean {hint[0]}?' if hint else ''} (it has: {_keys(cls)})")
         mapped[field_name] = value
+        mapping_where_nested(f"{name}.", cls, field_name, value)
     try:
         merged = OmegaConf.merge(OmegaConf.structured(cls), mapped)
         plain = {_key(k): v for k, v in typing.cast(dict, OmegaConf.to_container(merged)).items()}
@@ -249,6 +250,22 @@ def typed_block(name: str, node: Any) -> tuple[dict[str, Any], Any]:
     if callable(check):
         check()
     return plain, block
+
+
+def mapping_where_nested(where: str, cls: type, field_name: str, value: Any) -> type | None:
+    """A key whose value is a block of its own (probe.split, output) given one value (probe.split=0.3):
+    one line naming its keys, where OmegaConf would say "Merge error: float is not a subclass of Split".
+    Returns the nested dataclass (None where the field is not one), for a caller that walks deeper."""
+    hint = typing.get_type_hints(cls).get(field_name)
+    inner = [t for t in typing.get_args(hint) if t is not type(None)] or [hint]  # (X | None -> X)
+    nested = next((t for t in inner if dataclasses.is_dataclass(t)), None)
+    optional = type(None) in typing.get_args(hint)
+    if nested is None or (value is None and optional) or isinstance(value, Mapping) or dataclasses.is_dataclass(value):
+        return nested
+    keys, key = [_key(f.name) for f in dataclasses.fields(nested)], f"{where}{_key(field_name)}"
+    whole = f", or give {{{', '.join(f'{k}: ...' for k in keys)}}}" if len(keys) <= 3 else ""
+    raise ConfigError(f"{key}={'null' if value is None else repr(value)}: a mapping of its keys ({', '.join(keys)}); "
+                      f"set one with {key}.{keys[0]}=...{whole}")
 
 
 def block_fields(name: str) -> list[str]:

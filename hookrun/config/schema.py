@@ -24,7 +24,7 @@ from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf._utils import get_omega_conf_dumper
 from omegaconf.errors import OmegaConfBaseException
 
-from hookrun.config.plugins import plugin_names, typed_block
+from hookrun.config.plugins import mapping_where_nested, plugin_names, typed_block
 from hookrun.errors import ConfigError, close_matches
 from hookrun.store.format import PART_BYTES
 
@@ -131,6 +131,7 @@ def load(cfg: Any) -> HookrunConfig:
 
             import_modules(list(cfg["imports"]))
         cfg, given = _plugin_blocks(cfg)
+        _mappings_where_nested(HookrunConfig, cfg, "")
         merged = OmegaConf.merge(schema, cfg)
         obj = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
@@ -140,6 +141,17 @@ def load(cfg: Any) -> HookrunConfig:
     object.__setattr__(obj, "_blocks", {name: block for name, (_, block) in typed.items()})
     object.__setattr__(obj, "_block_nodes", {name: plain for name, (plain, _) in typed.items()})
     return obj
+
+
+def _mappings_where_nested(cls: type, node: Any, where: str) -> None:
+    """`output=5`: one line naming output's keys (hookrun.config.plugins.mapping_where_nested), at any depth."""
+    if not isinstance(node, Mapping):
+        return
+    fields = {f.name for f in dataclasses.fields(cls)}
+    for key, value in node.items():
+        nested = mapping_where_nested(where, cls, key, value) if key in fields else None
+        if nested is not None:
+            _mappings_where_nested(nested, value, f"{where}{key}.")
 
 
 @functools.cache

@@ -154,6 +154,9 @@ def lost(x):
     ({"at": "fc", "target": "lable"}, "probe.target='lable': the items have no key 'lable'; did you mean label?"),
     ({"at": "fc", "target": "value"}, "method=logistic cannot fit"),
     ({"at": "fc", "target": "label", "split": {"test": 1.5}}, "probe.split.test=1.5"),
+    ({"at": "fc", "target": "label", "split": 0.3},  # (was OmegaConf's "Merge error: float is not a subclass of Split")
+     "probe.split=0.3: a mapping of its keys (test, seed); set one with probe.split.test=..., or give {test: ..., seed: ...}"),
+    ({"at": "fc", "target": "label", "split": None}, "probe.split=null: a mapping of its keys"),
     ({"at": "fc", "target": "label", "memory": 100}, "probe.memory=100 bytes: one batch's rows at fc take 640 bytes"),
     ({"at": "conv", "target": "label", "pool": "every"}, "probe.pool=every: conv's output (16, 6, 8, 8) is not token rows"),
     ({"at": "total", "target": "label"}, "total's output has shape (16,), with no feature axis"),
