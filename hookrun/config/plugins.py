@@ -26,6 +26,7 @@ model; `parse_block` runs it once, in `hookrun.config.schema.load`, before anyth
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import keyword
 import re
@@ -256,7 +257,7 @@ def mapping_where_nested(where: str, cls: type, field_name: str, value: Any) -> 
     """A key whose value is a block of its own (probe.split, output) given one value (probe.split=0.3):
     one line naming its keys, where OmegaConf would say "Merge error: float is not a subclass of Split".
     Returns the nested dataclass (None where the field is not one), for a caller that walks deeper."""
-    hint = typing.get_type_hints(cls).get(field_name)
+    hint = _hints(cls).get(field_name)
     inner = [t for t in typing.get_args(hint) if t is not type(None)] or [hint]  # (X | None -> X)
     nested = next((t for t in inner if dataclasses.is_dataclass(t)), None)
     optional = type(None) in typing.get_args(hint)
@@ -266,6 +267,11 @@ def mapping_where_nested(where: str, cls: type, field_name: str, value: Any) -> 
     whole = f", or give {{{', '.join(f'{k}: ...' for k in keys)}}}" if len(keys) <= 3 else ""
     raise ConfigError(f"{key}={'null' if value is None else repr(value)}: a mapping of its keys ({', '.join(keys)}); "
                       f"set one with {key}.{keys[0]}=...{whole}")
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)  # (a millisecond a class: a config is loaded per run and per test)
 
 
 def block_fields(name: str) -> list[str]:
