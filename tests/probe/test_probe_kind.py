@@ -192,3 +192,26 @@ def test_text_targets_against_the_text_itself():
         for p in range(1, n):
             assert int(space[i, p]) == (chars[p] == ord(" "))
             assert int(after[i, p]) == (chars[p - 1] == ord(" "))
+
+
+def test_a_sweep_whose_jobs_probe_other_hook_points_keeps_each_jobs_names(tmp_path):
+    """A sweep over models probes other modules in each job: the sweep's chart puts each job's scores
+    at their positions in its `at` (never under another job's names), and the report's table has
+    every job's columns (read back with open_run, job by job)."""
+    import yaml
+
+    from hookrun.analysis.kind_readers import kind_sweep_figures, kind_sweep_sections
+
+    for num, at in enumerate([["fc"], ["conv", "fc"]]):
+        job = tmp_path / "sweep" / str(num)
+        (job / ".hydra").mkdir(parents=True)
+        (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"probe.at=[{','.join(at)}]"]))
+        run(job, Net().eval(), data(48), name="captures", at=at, target="label", control=False)
+    sweep = hookrun.open_sweep(tmp_path / "sweep")
+    ((_, chart),) = kind_sweep_figures(sweep)
+    tests = [hookrun.open_run(tmp_path / "sweep" / str(n) / "captures.h5").probes().column("test") for n in (0, 1)]
+    assert chart.x == ["1", "2"] and "position" in chart.xlabel
+    assert list(chart.series.values()) == [[tests[0][0], None], tests[1]]  # (one line per job, by its overrides)
+    (section,) = kind_sweep_sections(sweep)
+    table = next(item for item in section["items"] if item["type"] == "table")
+    assert {"test@conv", "test@fc"} <= set(table["columns"]), table["columns"]

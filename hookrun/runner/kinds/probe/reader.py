@@ -114,11 +114,12 @@ def sections(run: Any) -> list[dict]:
 
 
 def _by_depth(sweep: Any) -> tuple[list[dict], Any]:
-    """Each job's test score at each hook point: the table's rows and the chart (one line per job)."""
+    """Each job's test score at each hook point: the table's rows and the chart (one line per job).
+    Jobs that probe other hook points (a sweep over models) share an axis of positions in `at`, never
+    one job's names under another's scores."""
     from hookrun.analysis.report.figure_specs import Lines
 
-    names: list[str] = []
-    series: dict[str, list] = {}
+    jobs: list[tuple[str, list[str], list[float]]] = []
     rows = []
     for job in sweep.jobs:
         if job.file is None:
@@ -128,12 +129,16 @@ def _by_depth(sweep: Any) -> tuple[list[dict], Any]:
                 t = read_probes(run.file)
         except (NotFoundError, OSError, KeyError):
             continue
-        names = names or t.column("at")
         label = ", ".join(f"{k}={job.overrides.get(k)}" for k in sweep.swept)
-        series[label or str(job.num)] = t.column("test")
+        jobs.append((label or str(job.num), t.column("at"), t.column("test")))
         rows.append({"job": job.num, "label": label, **{f"test@{r['at']}": r["test"] for r in t}})
-    chart = Lines(x=names, series=series, xlabel="hook point (depth order)", ylabel="test score",
-                  title="linear probes: test score by depth, one line per job", in_order=True)
+    same = all(at == jobs[0][1] for _, at, _ in jobs)
+    width = max((len(at) for _, at, _ in jobs), default=0)
+    x = jobs[0][1] if jobs and same else [str(i + 1) for i in range(width)]
+    series = {label: [*test, *[None] * (width - len(test))] for label, _, test in jobs}
+    chart = Lines(x=x, series=series, ylabel="test score", in_order=True,
+                  xlabel="hook point (depth order)" if same else "hook point: position in each job's probe.at",
+                  title="linear probes: test score by depth, one line per job")
     return rows, chart
 
 
@@ -149,7 +154,7 @@ def sweep_sections(sweep: Any) -> list[dict]:
     if not rows:
         return []
     return [section("probe-sweep", f"Linear probes across the sweep ({len(rows)} runs)",
-                    [table_item(list(rows[0]), rows), figure(chart)])]
+                    [table_item(list(dict.fromkeys(k for r in rows for k in r)), rows), figure(chart)])]
 
 
 READER = KindReader("probe", present=lambda f: "probe" in f.attrs, lines=lines, columns=columns, sections=sections,
