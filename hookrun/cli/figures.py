@@ -233,7 +233,11 @@ def heatmap(spec: Heatmap) -> Any:
     ax.set_xlabel(spec.xlabel)
     ax.set_ylabel(spec.ylabel)
     ax.set_title(spec.title)
-    bar = fig.colorbar(image, ax=ax, label=spec.label)
+    finite = z[np.isfinite(z)]  # a value beyond a fixed range (minibatch CKA's estimate below 0) points off the bar
+    lo, hi = spec.range if spec.range is not None and finite.size else (-np.inf, np.inf)
+    ends = {(True, True): "both", (True, False): "min", (False, True): "max"}
+    bar = fig.colorbar(image, ax=ax, label=spec.label, extend=ends.get((bool(finite.min(initial=lo) < lo),
+                                                                        bool(finite.max(initial=hi) > hi)), "neither"))
     tidy_ticks(bar.ax.yaxis)
     return fig
 
