@@ -76,7 +76,7 @@ def main() -> None:
         log("hook cost")
         # a few µs measured as the difference of two forward passes: one process is noisy on a shared
         # machine, so take the median over several (each the minimum over interleaved rounds)
-        costs = [child("hook_cost", 1, folder) for _ in range(1 if a.quick else 5)]
+        costs = [child("hook_cost", 2 if a.quick else 30, folder) for _ in range(1 if a.quick else 5)]  # (rounds)
         for c in costs:
             log(f"  hook_cost: {c['us_per_firing']:.2f} us a firing (raw PyTorch hook {c['raw_us_per_firing']:.2f})")
 

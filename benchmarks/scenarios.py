@@ -164,7 +164,8 @@ def s_raw_write(batches: int, out: Path) -> dict:
 
 def s_hook_cost(batches: int, out: Path) -> dict:
     """Fixed cost per firing: a hookrun hook with no action on every leaf module of ResNet-18,
-    against the bare forward pass and against a raw no-op PyTorch hook, on a tiny input."""
+    against the bare forward pass and against a raw no-op PyTorch hook, on a tiny input. `batches`
+    is the number of interleaved rounds of 40 forwards per variant (run.py: 30; --quick: 2)."""
     from hookrun.config.specs import parse_hooks
     from hookrun.hooks.actions import ActionEnv
     from hookrun.hooks.plan import make_plan
@@ -208,7 +209,7 @@ def s_hook_cost(batches: int, out: Path) -> dict:
     with torch.no_grad():
         for _ in range(5):
             model(x)  # warm-up
-        for _ in range(30):  # interleaved rounds; the minimum of each is the least disturbed
+        for _ in range(batches):  # interleaved rounds; the minimum of each is the least disturbed
             for name, (on, off) in variants.items():
                 on()
                 t = time.perf_counter()
