@@ -235,6 +235,7 @@ def heatmap(spec: Heatmap) -> Any:
     ax.set_title(spec.title)
     finite = z[np.isfinite(z)]  # a value beyond a fixed range (minibatch CKA's estimate below 0) points off the bar
     lo, hi = spec.range if spec.range is not None and finite.size else (-np.inf, np.inf)
+    lo, hi = lo - 1e-9 * (hi - lo), hi + 1e-9 * (hi - lo)  # (a CKA diagonal of 1 + 2e-16 is 1)
     ends = {(True, True): "both", (True, False): "min", (False, True): "max"}
     bar = fig.colorbar(image, ax=ax, label=spec.label, extend=ends.get((bool(finite.min(initial=lo) < lo),
                                                                         bool(finite.max(initial=hi) > hi)), "neither"))

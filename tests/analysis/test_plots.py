@@ -66,7 +66,7 @@ def test_histogram_of_small_values_has_labels_and_readable_ticks():
     assert "10^{" in ax.xaxis.get_offset_text().get_text() or "times" in ax.xaxis.get_offset_text().get_text()
 
 
-@pytest.mark.parametrize(("z", "extend"), [([[1.0, 0.4], [0.4, 1.0]], "neither"), ([[1.0, -0.03], [-0.03, 1.0]], "min"),
+@pytest.mark.parametrize(("z", "extend"), [([[1 + 2e-16, 0.4], [0.4, 1.0]], "neither"), ([[1.0, -0.03], [-0.03, 1.0]], "min"),
                                            ([[1.02, 0.5], [0.5, np.nan]], "max")])
 def test_a_value_beyond_a_fixed_colour_range_points_off_the_bar(z, extend):
     """Minibatch CKA's unbiased estimate can fall below 0 (or above 1): its cell takes the end colour,
