@@ -21,6 +21,7 @@ from hookrun.analysis.kind_readers import Table, kind_columns
 from hookrun.analysis.opening import open_run
 from hookrun.analysis.run_reader import Run, block_stats
 from hookrun.errors import HookrunError, NotFoundError
+from hookrun.store.reading import empty_sweep
 
 
 @dataclass
@@ -42,6 +43,8 @@ class Sweep:
         if not self.folder.is_dir():
             raise NotFoundError(f"no folder {str(self.folder)!r}")
         self.jobs = _find_jobs(self.folder)
+        if not self.jobs and (self.folder / "multirun.yaml").is_file():
+            raise NotFoundError(empty_sweep(self.folder))
         if not self.jobs:
             raise NotFoundError(f"{str(self.folder)!r} holds no sweep jobs (folders with .hydra/overrides.yaml)")
 

@@ -150,5 +150,14 @@ def open_source(path: str | os.PathLike, cache_dir: str | os.PathLike | None = N
 def local_source(path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> LocalSource:
     """A local file, or a run folder's captures.h5 (the `file` scheme's source)."""
     local = Path(path).expanduser()
+    if local.is_dir() and not (local / "captures.h5").exists() and (local / "multirun.yaml").is_file():
+        raise NotFoundError(empty_sweep(local))
     return LocalSource(local / "captures.h5" if local.is_dir() else local)
+
+
+def empty_sweep(folder: Path) -> str:
+    """What a sweep folder that Hydra made (multirun.yaml) but no job wrote to is."""
+    return (f"{str(folder)!r} is a sweep folder (multirun.yaml) with no job's run in it: its jobs have not started, "
+            f"or each failed before its first batch and left nothing (the sweep printed why); run the sweep again "
+            f"once its error is fixed")
 

@@ -35,6 +35,19 @@ def test_sweep_table_shows_an_unreadable_job_and_goes_on(tmp_path):
     assert table[1]["status"] == "complete" and "b/body/output:mean" in table.columns
 
 
+def test_a_sweep_folder_whose_jobs_left_nothing_says_so(tmp_path, capsys):
+    """A sweep whose first job failed before its first batch leaves Hydra's multirun.yaml alone (the
+    job's folder is removed): each reader says what the folder is, not "no file .../captures.h5"."""
+    from hookrun.errors import NotFoundError
+
+    (tmp_path / "multirun.yaml").write_text("hydra: {}\n")
+    for read in (hookrun.open_run, open_sweep):
+        with pytest.raises(NotFoundError, match=r"is a sweep folder \(multirun.yaml\) with no job's run in it"):
+            read(tmp_path)
+    assert inspect_main([str(tmp_path)]) == 2
+    assert "is a sweep folder (multirun.yaml) with no job's run in it" in capsys.readouterr().err
+
+
 def test_a_module_name_with_a_slash_is_reachable_by_its_label(tmp_path):
     hooks = {"p": {"at": "parts.a/b", "type": "forward", "actions": [{"name": "record", "what": "output"}]}}
     path = hookrun.run(toy_cfg(tmp_path, "toy_models.WithSpare", hooks)).path
