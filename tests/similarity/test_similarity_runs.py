@@ -108,6 +108,26 @@ def test_second_model_gives_the_rectangle(tmp_path, cnn) -> None:
     np.testing.assert_allclose(got, [[cka(a, b) for b in l_] for a in k], rtol=1e-6)
 
 
+def test_a_live_second_model_in_the_notebook_function(cnn) -> None:
+    """hookrun.similarity(model, data, with_={"model": MODULE, ...}): the live module runs as it is
+    (numpy on its raw hooks' features agrees) and comes back as it went in: train mode, no hook left.
+    A config cannot name a live model: one line."""
+    import similarity_models
+
+    from hookrun.data.shapes import shapes
+
+    other = similarity_models.seeded_cnn(2).train()
+    at, cols = ["block2", "fc"], ["block1", "block3"]
+    got = hookrun.similarity(cnn, shapes(24), at=at, pool="mean", batch_size=5, with_={"model": other, "at": cols})
+    assert other.training and not any(m._forward_hooks for m in other.modules())
+    x = images(24)
+    k, l_ = grams(recorded(cnn, at, x, "mean")), grams(recorded(other.eval(), cols, x, "mean"))
+    np.testing.assert_allclose(got.values, [[cka(a, b) for b in l_] for a in k], rtol=1e-6)
+    assert list(got.coords["with_at"].values) == cols
+    with pytest.raises(ConfigError, match=r"similarity.with.model=\{'live': 'x.Y'\} names a live model"):
+        hookrun.similarity(cnn, shapes(24), at=at, with_={"model": {"live": "x.Y"}, "at": cols})
+
+
 def test_minibatch_equals_the_unbiased_estimator_on_the_same_batches(tmp_path, cnn) -> None:
     at = ["block1", "block3", "fc"]
     path = hookrun.run(cfg(tmp_path / "m.h5", n=24, batch=5, at=at, estimator="minibatch")).path

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,9 @@ ESTIMATORS = ("exact", "minibatch")
 POOLS = ("flatten", "mean")
 DISSIMILARITIES = ("correlation", "euclidean")
 WITH_KEYS = ("model", "at")
+# hookrun.similarity(..., with_={"model": module}): the live second model, handed to the kind for one run
+# (notebook.py sets it; the block's node says {live: package.Class}, as run(cfg, model=m)'s `model` does)
+LIVE_WITH: ContextVar[Any] = ContextVar("similarity_live_with", default=None)
 UNITS = {"": 1, "b": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "kb": 1e3, "kib": 1 << 10, "mb": 1e6, "mib": 1 << 20, "gb": 1e9, "gib": 1 << 30,
          "tb": 1e12, "tib": 1 << 40}
 
@@ -86,7 +90,11 @@ def _with(node: Any) -> dict[str, Any]:
         why = " (the second model runs on the run's own batches)" if unknown[0] in ("data", "batch_size") else ""
         raise ConfigError(f"similarity.with.{unknown[0]}: not a key of with{why}; it has: model, at")
     model = node.get("model")
-    if not isinstance(model, Mapping) or not model.get("_target_"):
+    if isinstance(model, Mapping) and "live" in model and LIVE_WITH.get() is None:
+        raise ConfigError(f"similarity.with.model={dict(model)!r} names a live model, which only "
+                          f"hookrun.similarity(model, data, with_={{'model': module, 'at': [...]}}) hands over; in a "
+                          f"config give {{_target_: package.module.Name}}")
+    if not isinstance(model, Mapping) or not (model.get("_target_") or "live" in model):
         raise ConfigError(f"similarity.with.model={model!r}: give the second model as a node with "
                           f"`_target_: package.module.Name`, e.g. {{_target_: torchvision.models.resnet34}}")
     return {"model": dict(model), "at": _names(node.get("at"), "similarity.with.at")}

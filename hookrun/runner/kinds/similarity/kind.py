@@ -32,9 +32,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from hookrun.config.build import build_model
+from hookrun.config.build import build_model, live_model
 from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError, RunError
+from hookrun.hooks.hold import ModelHold
 from hookrun.output.rank_link import RankLink
 from hookrun.output.scratch import Scratch
 from hookrun.runner.batches import first_batch
@@ -45,6 +46,7 @@ from hookrun.runner.kinds.similarity.accumulate import (
     choose_route,
     pairs_of,
 )
+from hookrun.runner.kinds.similarity.block import LIVE_WITH
 from hookrun.runner.kinds.similarity.features import Taps
 from hookrun.store.records import Capture, CaptureKey
 
@@ -76,8 +78,12 @@ class SimilarityKind(RunKind):
         ctx.model.eval()
         self.taps = [Taps(ctx.model, b.at, "similarity.at", b.pool)]
         self.other: nn.Module | None = None
-        if b.with_:
+        if b.with_ and "live" in b.with_["model"]:  # hookrun.similarity's live second model, handed back as it came
+            ctx.env.hold.on_close(ModelHold(LIVE_WITH.get()).close)
+            self.other = live_model(LIVE_WITH.get(), ctx.device)
+        elif b.with_:
             self.other = build_model(b.with_["model"], ctx.device, progress=False)
+        if self.other is not None:
             self.taps.append(Taps(self.other, b.with_["at"], "similarity.with.at", b.pool))
         self.rows = self.taps[0].names
         self.cols = self.taps[1].names if self.other is not None else self.rows
@@ -122,7 +128,7 @@ class SimilarityKind(RunKind):
         return {"measure": b.measure, "estimator": b.estimator, "route": self.route, "pool": b.pool,
                 "sigma": b.sigma, "dissimilarity": b.dissimilarity, "memory": b.memory, "rows": self.rows,
                 "cols": self.cols, "features": self.dims,
-                "with": b.with_["model"]["_target_"] if b.with_ else None,
+                "with": model_name(b.with_["model"], self.other) if b.with_ else None,
                 "model": model_name(self.ctx.cfg.model, self.ctx.model)}
 
     def prepare_run(self, p: Any) -> None:

@@ -2,6 +2,7 @@
 
     m = hookrun.similarity(model, dataset, at=["layer1", "layer2", "layer3", "layer4"], batch_size=64)
     m.sel(at="layer1", with_at="layer2")     # xarray.DataArray (at, with_at), as run.similarity()
+    hookrun.similarity(model, dataset, at=["layer4"], with_={"model": other_model, "at": ["layer4"]})
 
 The same block, checks, pass and estimators as a file run (`similarity:` in a config); `with_` is the
 block's `with:` (a second model's node and its `at`). The run is written to a temporary file, read
@@ -14,6 +15,7 @@ from typing import Any
 
 from torch import nn
 
+from hookrun.runner.kinds.similarity.block import LIVE_WITH
 from hookrun.runner.kinds.similarity.reader import read_similarity
 from hookrun.runner.kinds.temporary_run import temporary_run
 
@@ -26,7 +28,8 @@ def similarity(model: nn.Module, dataset: Any, batch_size: int = 16, inputs: Any
         model: any nn.Module; it stays on its device and comes back in the mode it went in.
         dataset: the items, as a file run's data.
         batch_size, inputs: `data.batch_size` and `data.inputs` of a file run.
-        with_: the block's `with:` ({model: {_target_: ...}, at: [...]}), or None.
+        with_: the block's `with:`: {model: MODULE or {_target_: ...}, at: [...]} (a live nn.Module is
+            run on its device as it is and handed back in the mode it went in), or None.
         **block: the other keys of the `similarity:` block (at, measure, estimator, sigma, dissimilarity,
             pool, memory): docs/similarity.md.
 
@@ -36,6 +39,13 @@ def similarity(model: nn.Module, dataset: Any, batch_size: int = 16, inputs: Any
     Raises:
         ConfigError: a bad block or input, one line, before any batch.
     """
+    other = with_.get("model") if isinstance(with_, dict) else None
+    if isinstance(other, nn.Module):  # a live second model: the file's config names its class, as for `model`
+        with_ = {**with_, "model": {"live": f"{type(other).__module__}.{type(other).__qualname__}"}}
     if with_ is not None:
         block = {**block, "with": with_}
-    return temporary_run("similarity", block, model, dataset, batch_size, inputs, read_similarity)
+    token = LIVE_WITH.set(other if isinstance(other, nn.Module) else None)
+    try:
+        return temporary_run("similarity", block, model, dataset, batch_size, inputs, read_similarity)
+    finally:
+        LIVE_WITH.reset(token)
