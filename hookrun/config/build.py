@@ -180,8 +180,9 @@ def load_checkpoint(model: nn.Module, path: str) -> None:
         raise ConfigError(f"model.checkpoint: {path!r} does not fit {type(model).__name__}: {' '.join(detail)}") from None
 
 
-def build_dataset(node: Mapping) -> Any:
-    return check_dataset(build(node, "data.dataset"), f"data.dataset: {node['_target_']!r} built")
+def build_dataset(node: Mapping, where: str = "data.dataset") -> Any:
+    """The map-style dataset a node builds (`where`: the key its one-line errors name)."""
+    return check_dataset(build(node, where), f"{where}: {node['_target_']!r} built")
 
 
 def check_dataset(dataset: Any, where: str) -> Any:

@@ -80,6 +80,19 @@ def test_rows_spilled_to_disk_equal_rows_held_and_test_data(tmp_path):
     assert [int(run.file[f"probe/{k}"].attrs["test_rows"]) for k in ("000", "001")] == [32, 32]
     assert [int(run.file[f"probe/{k}"].attrs["train_rows"]) for k in ("000", "001")] == [64, 64]
     assert t.column("rows") == [96, 96]
+    # the notebook function with the test set as an object: the same table and weights as the node's run
+    from hookrun.data.shapes import shapes
+    from hookrun.errors import ConfigError
+
+    live = hookrun.probe(model, shapes(64, noise=0.3), batch_size=16, **block, test_data=shapes(32, seed=5, noise=0.3))
+    assert live.rows == t.rows
+    np.testing.assert_array_equal(live.weights["fc"][0], run.probe_weights("fc")[0])
+    # a test_data node that builds nothing is one line naming it, before any batch (no file)
+    bad = {"dataset": {"_target_": "hookrun.data.shapez", "size": 8}}
+    with pytest.raises(ConfigError, match=r"^probe.test_data.dataset: cannot import 'hookrun.data.shapez'.*did you mean"):
+        hookrun.run({**base, "output": {"path": str(tmp_path / "bad.h5")}, "probe": {**block, "test_data": bad}},
+                    model=model)
+    assert not (tmp_path / "bad.h5").exists()
 
 
 @pytest.mark.slow

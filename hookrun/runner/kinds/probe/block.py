@@ -11,12 +11,16 @@ logistic, a budget too small for one batch) is checked by the kind (kind.py) bef
 from __future__ import annotations
 
 import re
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 from hookrun.errors import ConfigError
 
 METHODS = ("logistic", "ridge")
+# hookrun.probe(..., test_data=DATASET): the live test set, handed to the kind for one run (notebook.py sets
+# it; the block's node says {dataset: {live: package.Class}}, as run(cfg, dataset=d)'s data.dataset does)
+LIVE_TEST: ContextVar[Any] = ContextVar("probe_live_test", default=None)
 POOLS = ("mean", "max", "last", "every")
 UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 1 << 10, "m": 1e6, "mb": 1e6, "mib": 1 << 20,
          "g": 1e9, "gb": 1e9, "gib": 1 << 30, "t": 1e12, "tb": 1e12, "tib": 1 << 40}
@@ -72,6 +76,11 @@ class ProbeBlock:
         if self.test_data is not None and not isinstance(self.test_data, dict):
             raise ConfigError(f"probe.test_data={self.test_data!r}: give a data node, {{dataset: {{_target_: ...}}, "
                               f"batch_size: 16}}")
+        live = isinstance(self.test_data, dict) and "live" in (self.test_data.get("dataset") or {})
+        if live and LIVE_TEST.get() is None:
+            raise ConfigError(f"probe.test_data={self.test_data!r} names a live data set, which only "
+                              f"hookrun.probe(model, data, test_data=DATASET) hands over; in a config give "
+                              f"{{dataset: {{_target_: package.module.Name}}}}")
         self.memory = parse_bytes(self.memory, "probe.memory")
 
 

@@ -34,6 +34,7 @@ from hookrun.errors import ConfigError
 from hookrun.output.rank_link import RankLink
 from hookrun.output.scratch import Scratch
 from hookrun.runner.batches import first_batch
+from hookrun.runner.kinds.probe.block import LIVE_TEST
 from hookrun.runner.kinds.probe.collect import Collector
 from hookrun.runner.kinds.probe.fit import FitSpec, fit_point
 from hookrun.runner.kinds.probe.rows import RowStore
@@ -90,6 +91,7 @@ class ProbeKind(RunKind):
                               f"({np.unique(known).tolist()}); a probe needs at least 2: probe more items or other data")
         self.features = {name: first[name][0].shape[1] for name in self.names}
         self.first = (indices, first)  # batch 0's rows: its step uses them where no user hook needs its forward
+        self.tests = self.test_loader() if b.test_data is not None else None
         self.stores: dict[str, RowStore] = {}
         self.last = -1
         self.rank, self.world, self.link, self.begin = 0, 1, None, 0
@@ -190,15 +192,27 @@ class ProbeKind(RunKind):
         return {"attrs": {"method": b.method, "metric": "r2" if regression else "accuracy", "pool": b.pool},
                 "points": points}
 
-    def test_pass(self, model: nn.Module) -> None:
-        """test_data's items through the model: their rows are the test rows (part 1)."""
-        from hookrun.config.build import build_dataset
+    def test_loader(self) -> Any:
+        """test_data's items, batched (hookrun.probe's live set, or the node's): built, and their first
+        batch's rows taken, before the run's first batch, so a wrong node or item is one line then."""
+        from hookrun.config.build import build_dataset, check_dataset
         from hookrun.runner.batches import make_loader
 
         node = dict(self.spec.test_data)
-        data = build_dataset(node["dataset"] if "dataset" in node else node)
+        given = node["dataset"] if "dataset" in node else node
+        data = check_dataset(LIVE_TEST.get(), "probe.test_data: got") if "live" in given \
+            else build_dataset(given, "probe.test_data.dataset")
+        if not len(data):
+            raise ConfigError("probe.test_data: the data set has no items; give the test items, or drop test_data "
+                              "for the split")
         loader = make_loader(data, int(node.get("batch_size") or self.ctx.cfg.data.batch_size), 0)
-        for indices, batch in loader:
+        indices, batch = next(iter(loader))
+        self.collector.batch(self.ctx.model, self.ctx.spec.split(batch).to(self.ctx.device), indices)
+        return loader
+
+    def test_pass(self, model: nn.Module) -> None:
+        """test_data's items through the model: their rows are the test rows (part 1)."""
+        for indices, batch in self.tests:
             self.add(model, self.ctx.spec.split(batch).to(self.ctx.device), indices, part=1)
 
     def restore(self, resume: Any, kept: int) -> None:

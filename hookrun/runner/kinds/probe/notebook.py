@@ -11,6 +11,7 @@ sweep), give the block to `hookrun.run` with an `output.path`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,7 @@ import numpy as np
 from torch import nn
 
 from hookrun.analysis.kind_readers import Table
+from hookrun.runner.kinds.probe.block import LIVE_TEST
 from hookrun.runner.kinds.probe.reader import probe_weights, read_probes
 from hookrun.runner.kinds.temporary_run import temporary_run
 
@@ -37,7 +39,8 @@ def probe(model: nn.Module, dataset: Any, batch_size: int = 16, inputs: Any = No
         dataset: the items, as a file run's data (tensors, tuples or dicts; `target` names the key).
         batch_size, inputs: `data.batch_size` and `data.inputs` of a file run.
         **block: the keys of the `probe:` block (at, target, method, C, alpha, pool, standardize,
-            split, test_data, control, memory): docs/probe.md.
+            split, test_data, control, memory): docs/probe.md. `test_data` may be a data set object
+            (its items are the test rows, batched as `batch_size`) or a data node.
 
     Raises:
         ConfigError: a bad block or input, one line, before any batch.
@@ -47,4 +50,12 @@ def probe(model: nn.Module, dataset: Any, batch_size: int = 16, inputs: Any = No
         table = read_probes(f)
         return ProbeTable(table.columns, table.rows, {row["at"]: probe_weights(f, row["at"]) for row in table})
 
-    return temporary_run("probe", block, model, dataset, batch_size, inputs, read)
+    test = block.get("test_data")
+    live = test is not None and not isinstance(test, Mapping)  # a data set object: the file's config names its class
+    if live:
+        block = {**block, "test_data": {"dataset": {"live": f"{type(test).__module__}.{type(test).__qualname__}"}}}
+    token = LIVE_TEST.set(test if live else None)
+    try:
+        return temporary_run("probe", block, model, dataset, batch_size, inputs, read)
+    finally:
+        LIVE_TEST.reset(token)
