@@ -9,6 +9,7 @@ bug in hookrun (or in user code) and keeps its traceback.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 
 
@@ -50,3 +51,13 @@ def close_matches(word: str, choices: Iterable[str], n: int = 5) -> list[str]:
 def one_of(choices: Iterable[str]) -> str:
     """'a, b, c' for an error message listing the valid choices."""
     return ", ".join(sorted(choices))
+
+
+def object_in_config(where: str, omegaconf_message: str, live: str | None = None) -> str | None:
+    """A Python object put in a config (OmegaConf: "Value 'TinyCNN' is not a supported primitive type"):
+    one line saying what a config holds, and `live`: the call that takes the object itself, where one does."""
+    m = re.match(r"Value '([^']*)' is not a supported primitive type", omegaconf_message)
+    if m is None:
+        return None
+    return (f"{where}: a {m.group(1)} object cannot be in a config (it holds numbers, strings, lists and mappings); "
+            + (f"pass it live: {live}" if live else "name what builds it: {_target_: package.module.Name, ...}"))

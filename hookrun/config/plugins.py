@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hookrun.errors import ConfigError, close_matches
+from hookrun.errors import ConfigError, close_matches, object_in_config
 
 GROUP = "hookrun.kinds"  # the entry-point group a user's package declares its kinds in
 SHIPPED = "hookrun.runner.kinds"  # the package whose folders are hookrun's own kinds
@@ -245,8 +245,9 @@ def typed_block(name: str, node: Any) -> tuple[dict[str, Any], Any]:
         block = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
         first = str(exc).strip().splitlines()[0]
-        key = _key(str(getattr(exc, "full_key", "") or ""))
-        raise ConfigError(f"{name}.{key}: {first}" if key else f"{name}: {first}") from None
+        key = ".".join(_key(part) for part in str(getattr(exc, "full_key", "") or "").split(".") if part)
+        where = f"{name}.{key}" if key else name
+        raise ConfigError(object_in_config(where, first) or f"{where}: {first}") from None
     check = getattr(block, "check", None)
     if callable(check):
         check()

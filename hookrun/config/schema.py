@@ -25,7 +25,7 @@ from omegaconf._utils import get_omega_conf_dumper
 from omegaconf.errors import OmegaConfBaseException
 
 from hookrun.config.plugins import mapping_where_nested, plugin_names, typed_block
-from hookrun.errors import ConfigError, close_matches
+from hookrun.errors import ConfigError, close_matches, object_in_config
 from hookrun.store.format import PART_BYTES
 
 
@@ -234,6 +234,9 @@ def hydra_schema() -> type:
 def _omegaconf_message(exc: OmegaConfBaseException) -> str:
     first = str(exc).strip().splitlines()[0]
     key = getattr(exc, "full_key", None)
+    live = {"model": "hookrun.run(cfg, model=module)", "data.dataset": "hookrun.run(cfg, dataset=items)"}.get(key or "")
+    if key and object_in_config(key, first, live):
+        return str(object_in_config(key, first, live))
     message = f"{key}: {first}" if key and key not in first else first
     if key and first.startswith("Key ") and " not in " in first:
         keys = schema_keys()

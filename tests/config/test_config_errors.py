@@ -28,6 +28,31 @@ def test_a_misspelt_key_of_a_typed_block_keeps_its_suggestion():
         load({"model": MODEL, "data": {"dataset": {"_target_": "x"}}, "output": {"pth": "a.h5"}})
 
 
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"model": "LIVE"}, "model: a Linear object cannot be in a config (it holds numbers, strings, lists and mappings); "
+                        "pass it live: hookrun.run(cfg, model=module)"),
+    ({"data": {"dataset": "LIVE"}}, "data.dataset: a Linear object cannot be in a config (it holds numbers, strings, "
+                                    "lists and mappings); pass it live: hookrun.run(cfg, dataset=items)"),
+    ({"similarity": {"at": ["fc"], "with": {"model": "LIVE", "at": ["fc"]}}},  # (was similarity.with_.model: Value ...)
+     "similarity.with.model: a Linear object cannot be in a config (it holds numbers, strings, lists and mappings); "
+     "name what builds it: {_target_: package.module.Name, ...}"),
+    ({"output": {"path": "a.h5"}, "probe": {"at": "fc", "split": 0.3}},
+     "probe.split=0.3: a mapping of its keys (test, seed); set one with probe.split.test=..., or give {test: ..., seed: ...}"),
+    ({"output": 5}, "output=5: a mapping of its keys (path, compression, dtype,"),
+])
+def test_an_object_or_a_value_where_a_config_wants_other_is_one_line(extra, message):
+    """A Python object put in the config dict (OmegaConf: "Value 'Linear' is not a supported primitive type"),
+    one value where a block of keys goes (OmegaConf: "Merge error: float is not a subclass of Split")."""
+    import torch
+
+    def live(node):
+        return {k: live(v) for k, v in node.items()} if isinstance(node, dict) else torch.nn.Linear(2, 2) if node == "LIVE" else node
+
+    with pytest.raises(ConfigError) as exc:
+        load(live({"model": MODEL, "data": {"dataset": {"_target_": "x"}}, **extra}))
+    assert str(exc.value).startswith(message) and "\n" not in str(exc.value)
+
+
 @pytest.mark.parametrize(("target", "hint"), [
     ("torchvision.models.resnet181", "torchvision.models has no 'resnet181'; did you mean torchvision.models.resnet18 or "),
     ("torch.nn.Linearr", "torch.nn has no 'Linearr'; did you mean torch.nn.Linear"),
