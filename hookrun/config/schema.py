@@ -191,10 +191,15 @@ def with_live(cfg: Any, model: Any = None, dataset: Any = None) -> Any:
         cfg = OmegaConf.to_container(cfg, resolve=True)
     cfg = dict(cfg)
     if model is not None:
-        cfg["model"] = {"live": f"{type(model).__module__}.{type(model).__qualname__}"}
+        cfg["model"] = live_node(model)
     if dataset is not None:
-        cfg["data"] = {**dict(cfg.get("data") or {}), "dataset": {"live": f"{type(dataset).__module__}.{type(dataset).__qualname__}"}}
+        cfg["data"] = {**dict(cfg.get("data") or {}), "dataset": live_node(dataset)}
     return cfg
+
+
+def live_node(obj: Any) -> dict[str, str]:
+    """The node a config keeps for an object given live (a model, a data set): {live: package.Class}."""
+    return {"live": f"{type(obj).__module__}.{type(obj).__qualname__}"}
 
 
 def to_yaml(cfg: HookrunConfig) -> str:

@@ -19,6 +19,7 @@ import numpy as np
 from torch import nn
 
 from hookrun.analysis.kind_readers import Table
+from hookrun.config.schema import live_node
 from hookrun.runner.kinds.probe.block import LIVE_TEST
 from hookrun.runner.kinds.probe.reader import probe_weights, read_probes
 from hookrun.runner.kinds.temporary_run import temporary_run
@@ -53,7 +54,7 @@ def probe(model: nn.Module, dataset: Any, batch_size: int = 16, inputs: Any = No
     test = block.get("test_data")
     live = test is not None and not isinstance(test, Mapping)  # a data set object: the file's config names its class
     if live:
-        block = {**block, "test_data": {"dataset": {"live": f"{type(test).__module__}.{type(test).__qualname__}"}}}
+        block = {**block, "test_data": {"dataset": live_node(test)}}
     token = LIVE_TEST.set(test if live else None)
     try:
         return temporary_run("probe", block, model, dataset, batch_size, inputs, read)

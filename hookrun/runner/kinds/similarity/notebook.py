@@ -15,6 +15,7 @@ from typing import Any
 
 from torch import nn
 
+from hookrun.config.schema import live_node
 from hookrun.runner.kinds.similarity.block import LIVE_WITH
 from hookrun.runner.kinds.similarity.reader import read_similarity
 from hookrun.runner.kinds.temporary_run import temporary_run
@@ -41,7 +42,7 @@ def similarity(model: nn.Module, dataset: Any, batch_size: int = 16, inputs: Any
     """
     other = with_.get("model") if isinstance(with_, dict) else None
     if isinstance(other, nn.Module):  # a live second model: the file's config names its class, as for `model`
-        with_ = {**with_, "model": {"live": f"{type(other).__module__}.{type(other).__qualname__}"}}
+        with_ = {**with_, "model": live_node(other)}
     if with_ is not None:
         block = {**block, "with": with_}
     token = LIVE_WITH.set(other if isinstance(other, nn.Module) else None)
