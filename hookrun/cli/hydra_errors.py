@@ -10,7 +10,6 @@ functions return as `hookrun: error: ...` and exits with 2.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -196,7 +195,7 @@ def _yaml_message(exc: yaml.YAMLError) -> str:
 def _block_given_a_value(override: str, key: str | None) -> str | None:
     """`output=5`, `output=null`: the schema's block at `key` given one value: the line that names
     its keys (hookrun.config.plugins.mapping_where_nested), else None."""
-    from hookrun.config.plugins import mapping_where_nested
+    from hookrun.config.plugins import mapping_where_nested, nested_block
     from hookrun.config.schema import HookrunConfig
 
     if not key or "=" not in override:
@@ -204,15 +203,16 @@ def _block_given_a_value(override: str, key: str | None) -> str | None:
     cls: type | None = HookrunConfig
     *parents, last = key.split(".")
     for part in parents:  # the dataclass holding `last`
-        fields = {f.name for f in dataclasses.fields(cls)} if cls is not None else set()
-        cls = mapping_where_nested("", cls, part, {}) if part in fields else None
-    if cls is None or last not in {f.name for f in dataclasses.fields(cls)}:
+        cls = nested_block(cls, part) if cls is not None else None
+    if cls is None:
         return None
     try:
         mapping_where_nested(f"{'.'.join(parents)}." if parents else "", cls, last,
                              yaml.safe_load(override.split("=", 1)[1]))
-    except (ConfigError, yaml.YAMLError) as err:
-        return str(err) if isinstance(err, ConfigError) else None
+    except ConfigError as err:
+        return str(err)
+    except yaml.YAMLError:
+        return None
     return None
 
 

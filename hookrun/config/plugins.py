@@ -258,16 +258,20 @@ def mapping_where_nested(where: str, cls: type, field_name: str, value: Any) -> 
     """A key whose value is a block of its own (probe.split, output) given one value (probe.split=0.3):
     one line naming its keys, where OmegaConf would say "Merge error: float is not a subclass of Split".
     Returns the nested dataclass (None where the field is not one), for a caller that walks deeper."""
-    hint = _hints(cls).get(field_name)
-    inner = [t for t in typing.get_args(hint) if t is not type(None)] or [hint]  # (X | None -> X)
-    nested = next((t for t in inner if dataclasses.is_dataclass(t)), None)
-    optional = type(None) in typing.get_args(hint)
+    nested = nested_block(cls, field_name)
+    optional = type(None) in typing.get_args(_hints(cls).get(field_name))
     if nested is None or (value is None and optional) or isinstance(value, Mapping) or dataclasses.is_dataclass(value):
         return nested
     keys, key = [_key(f.name) for f in dataclasses.fields(nested)], f"{where}{_key(field_name)}"
     whole = f", or give {{{', '.join(f'{k}: ...' for k in keys)}}}" if len(keys) <= 3 else ""
     raise ConfigError(f"{key}={'null' if value is None else repr(value)}: a mapping of its keys ({', '.join(keys)}); "
                       f"set one with {key}.{keys[0]}=...{whole}")
+
+
+def nested_block(cls: type, field_name: str) -> type | None:
+    """The dataclass a field of `cls` holds (typed X or X | None), else None (no such field, or a plain type)."""
+    hint = _hints(cls).get(field_name)
+    return next((t for t in typing.get_args(hint) or (hint,) if dataclasses.is_dataclass(t)), None)
 
 
 @functools.cache

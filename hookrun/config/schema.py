@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -24,7 +23,7 @@ from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf._utils import get_omega_conf_dumper
 from omegaconf.errors import OmegaConfBaseException
 
-from hookrun.config.plugins import mapping_where_nested, plugin_names, typed_block
+from hookrun.config.plugins import mapping_where_nested, nested_block, plugin_names, typed_block
 from hookrun.errors import ConfigError, close_matches, object_in_config
 from hookrun.store.format import PART_BYTES
 
@@ -147,9 +146,8 @@ def _mappings_where_nested(cls: type, node: Any, where: str) -> None:
     """`output=5`: one line naming output's keys (hookrun.config.plugins.mapping_where_nested), at any depth."""
     if not isinstance(node, Mapping):
         return
-    fields = {f.name for f in dataclasses.fields(cls)}
-    for key, value in node.items():
-        nested = mapping_where_nested(where, cls, key, value) if key in fields else None
+    for key, value in node.items():  # (a key the schema lacks has no nested block: OmegaConf's merge names it)
+        nested = mapping_where_nested(where, cls, str(key), value)
         if nested is not None:
             _mappings_where_nested(nested, value, f"{where}{key}.")
 
@@ -240,8 +238,9 @@ def _omegaconf_message(exc: OmegaConfBaseException) -> str:
     first = str(exc).strip().splitlines()[0]
     key = getattr(exc, "full_key", None)
     live = {"model": "hookrun.run(cfg, model=module)", "data.dataset": "hookrun.run(cfg, dataset=items)"}.get(key or "")
-    if key and object_in_config(key, first, live):
-        return str(object_in_config(key, first, live))
+    placed = object_in_config(key, first, live) if key else None
+    if placed:
+        return placed
     message = f"{key}: {first}" if key and key not in first else first
     if key and first.startswith("Key ") and " not in " in first:
         keys = schema_keys()
@@ -261,12 +260,11 @@ def schema_keys() -> list[str]:
     out = []
 
     def walk(cls: type, prefix: str) -> None:
-        hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             out.append(f"{prefix}{f.name}")
-            inner = [t for t in (typing.get_args(hints[f.name]) or (hints[f.name],)) if dataclasses.is_dataclass(t)]
-            if inner:
-                walk(inner[0], f"{prefix}{f.name}.")
+            inner = nested_block(cls, f.name)
+            if inner is not None:
+                walk(inner, f"{prefix}{f.name}.")
 
     walk(HookrunConfig, "")
     return out + [name for name in plugin_names() if name not in out]  # the kind plugins' blocks
