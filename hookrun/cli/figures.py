@@ -233,14 +233,20 @@ def heatmap(spec: Heatmap) -> Any:
     ax.set_xlabel(spec.xlabel)
     ax.set_ylabel(spec.ylabel)
     ax.set_title(spec.title)
-    finite = z[np.isfinite(z)]  # a value beyond a fixed range (minibatch CKA's estimate below 0) points off the bar
-    lo, hi = spec.range if spec.range is not None and finite.size else (-np.inf, np.inf)
-    lo, hi = lo - 1e-9 * (hi - lo), hi + 1e-9 * (hi - lo)  # (a CKA diagonal of 1 + 2e-16 is 1)
-    ends = {(True, True): "both", (True, False): "min", (False, True): "max"}
-    bar = fig.colorbar(image, ax=ax, label=spec.label, extend=ends.get((bool(finite.min(initial=lo) < lo),
-                                                                        bool(finite.max(initial=hi) > hi)), "neither"))
+    bar = fig.colorbar(image, ax=ax, label=spec.label, extend=_beyond(z, spec.range))
     tidy_ticks(bar.ax.yaxis)
     return fig
+
+
+def _beyond(z: np.ndarray, fixed: tuple[float, float] | None) -> str:
+    """The colour bar's `extend`: the ends of a fixed range that values lie beyond (minibatch CKA's
+    estimate below 0), by more than rounding (a CKA diagonal of 1 + 2e-16 is 1)."""
+    finite = z[np.isfinite(z)]
+    if fixed is None or not finite.size:
+        return "neither"
+    tol = 1e-9 * (fixed[1] - fixed[0])
+    below, above = bool(finite.min() < fixed[0] - tol), bool(finite.max() > fixed[1] + tol)
+    return "both" if below and above else "min" if below else "max" if above else "neither"
 
 
 def sweep_lines(xs: Sequence[Any], series: Mapping[str, Sequence[float]], xlabel: str, ylabel: str, title: str,

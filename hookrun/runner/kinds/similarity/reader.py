@@ -118,9 +118,14 @@ def sections(run: Any) -> list[dict]:
 SWEEP_JOBS = 12  # the most jobs whose matrices a sweep's report shows side by side
 
 
-def sweep_figures(sweep: Any, limit: int | None = None) -> list[tuple[str, Heatmap]]:
-    """Each complete job's heatmap on the one scale, titled by its swept values (plot draws every job;
-    the report the first `limit`): (file stem, spec)."""
+def sweep_figures(sweep: Any) -> list[tuple[str, Heatmap]]:
+    """Each complete job's heatmap on its measure's scale, titled by its swept values (plot draws every
+    job): (file stem, spec)."""
+    return [(f"similarity_job{num}", heat) for num, heat in _job_heatmaps(sweep, None)]
+
+
+def _job_heatmaps(sweep: Any, limit: int | None) -> list[tuple[str, Heatmap]]:
+    """(job number, heatmap) of the first `limit` jobs with a file (None: all), the complete ones."""
     drawn = []
     for job in [j for j in sweep.jobs if j.file is not None][:limit]:
         try:
@@ -131,7 +136,7 @@ def sweep_figures(sweep: Any, limit: int | None = None) -> list[tuple[str, Heatm
         if heat is not None:
             label = ", ".join(f"{k}={job.overrides.get(k)}" for k in sweep.swept) or f"job {job.num}"
             heat.title = f"{label} · {heat.title}"
-            drawn.append((f"similarity_job{job.num}", heat))
+            drawn.append((job.num, heat))
     return drawn
 
 
@@ -139,13 +144,12 @@ def sweep_sections(sweep: Any) -> list[dict]:
     """A sweep's matrices (over models, measures, data): each job's heatmap on its measure's one scale."""
     from hookrun.analysis.report.run_sections import figure, section
 
-    items = [figure(heat, caption=f"job {stem.removeprefix('similarity_job')}")
-             for stem, heat in sweep_figures(sweep, SWEEP_JOBS)]
+    items = [figure(heat, caption=f"job {num}") for num, heat in _job_heatmaps(sweep, SWEEP_JOBS)]
     if not items:
         return []
     more = len([j for j in sweep.jobs if j.file is not None]) - SWEEP_JOBS
-    note = "Each job's matrix on its measure's one colour scale (CKA 0 to 1, RSA -1 to 1)." + (f" The first {SWEEP_JOBS} jobs; {more} more are "
-                                                                   f"in the sweep table." if more > 0 else "")
+    note = ("Each job's matrix on its measure's one colour scale (CKA 0 to 1, RSA -1 to 1)."
+            + (f" The first {SWEEP_JOBS} jobs; {more} more are in the sweep table." if more > 0 else ""))
     return [section("similarity-sweep", f"Representational similarity across the sweep ({len(items)} runs)", items,
                     note)]
 
