@@ -133,3 +133,36 @@ def test_routes_by_size_and_the_refusal() -> None:
     assert choose_route("rbf_cka", "exact", [10, 20], rows=1000, batch=10, memory=1 << 30) == "gram"
     with pytest.raises(ConfigError, match="estimator: minibatch"):
         choose_route("linear_cka", "exact", [10**5, 10**5], rows=10**5, batch=10, memory=1 << 30)
+
+
+@pytest.mark.parametrize("measure", ["linear_cka", "rbf_cka", "rsa"])
+def test_the_gram_routes_peak_is_within_the_bytes_it_is_chosen_by(monkeypatch, measure: str) -> None:
+    """What numpy allocates while the gram route makes its matrix (tracemalloc sees every numpy array)
+    stays within route_bytes, the figure `memory` is held against: a bound that counted only the
+    Gram matrices kept let a run that fit `memory` use twice it after the whole pass. The slab is
+    made small here, so that n^2 and not the slab decides the peak."""
+    import tracemalloc
+
+    from hookrun.runner.kinds.similarity import accumulate
+
+    monkeypatch.setattr(accumulate, "SLAB", 1 << 16)
+    n, dims = 400, [12, 30, 7, 20]
+    g = np.random.default_rng(5)
+    series = [g.normal(size=(n, d)).astype(np.float32) for d in dims]
+    run("gram", [x[:10] for x in series], 10, measure=measure)  # (numpy's first calls import modules: not counted)
+    acc = accumulator("gram", pairs_of(len(dims), None), measure=measure, batch=50)
+    for s in range(0, n, 50):
+        acc.add([torch.from_numpy(x[s:s + 50]) for x in series])
+    tracemalloc.start()
+    try:
+        got = acc.matrix((4, 4))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        acc.close()
+    bound = accumulate.route_bytes("gram", dims, n, 50, measure)
+    assert 0.7 * bound < peak <= bound, (peak / (8 * n * n), bound / (8 * n * n))
+    if measure == "rsa":  # (and still the definition: scipy's Spearman of the correlation distances)
+        iu = np.triu_indices(n, k=1)
+        want = spearman(dissim(flat(series[0]), "correlation")[iu], dissim(flat(series[3]), "correlation")[iu])
+        assert got[0, 3] == pytest.approx(want, rel=1e-6)

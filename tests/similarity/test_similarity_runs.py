@@ -277,6 +277,39 @@ def test_a_constant_layer_is_n_a_in_the_file_inspect_and_picture_with_one_warnin
     assert spec.cells[0] == ["1.00", "n/a", "n/a"] and "n/a: constant features" in spec.title
 
 
+@pytest.mark.parametrize("kind", ["correlation", "euclidean"])
+def test_rsa_by_correlation_with_an_item_whose_features_are_all_equal_is_n_a(tmp_path, caplog, kind) -> None:
+    """Item 0 is the zero input of a bias-free layer: its features are all 0, and its Pearson correlation
+    with any item is 0 / 0 (numpy's corrcoef gives NaN, so scipy's Spearman does): RSA by correlation is
+    undefined for both layers, said in one warning, NaN in the file and n/a in the picture with why;
+    by Euclidean distance it is defined, and equal to scipy's."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6, bias=False), torch.nn.Tanh()).eval()
+    x = torch.randn(12, 4, generator=torch.Generator().manual_seed(1))
+    x[0] = 0.0
+    config = {"data": {"batch_size": 4}, "device": "cpu", "progress": False, "output": {"path": str(tmp_path / "r.h5")},
+              "similarity": {"at": ["0", "1"], "measure": "rsa", "dissimilarity": kind}}
+    path = hookrun.run(config, model=model, dataset=torch.utils.data.TensorDataset(x, torch.zeros(12))).path
+    got, meta = file_matrix(path)
+    feats = recorded(model, ["0", "1"], x, "flatten")
+    assert (feats[0][0] == 0).all() and (feats[1][0] == 0).all()
+    iu = np.triu_indices(12, k=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        want = np.array([[spearman(dissim(a, kind)[iu], dissim(b, kind)[iu]) for b in feats] for a in feats])
+    warned = [r.message for r in caplog.records if r.levelname == "WARNING"]
+    if kind == "euclidean":
+        assert not warned and "undefined" not in meta
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+        return
+    assert np.isnan(want).all() and np.isnan(got).all()
+    assert warned == ["similarity: 0, 1: some item's features are all equal there, and its Pearson correlation with any "
+                      "item is 0 / 0: rsa with dissimilarity: correlation is undefined, NaN in the file (n/a in the "
+                      "pictures); dissimilarity: euclidean is defined for it"]
+    assert meta["undefined"] == {"0": "an item's features all equal", "1": "an item's features all equal"}
+    (name, spec), = kind_figures(hookrun.open_run(path))
+    assert spec.cells == [["n/a", "n/a"], ["n/a", "n/a"]] and spec.title.endswith("(n/a: an item's features all equal)")
+
+
 def test_a_sweeps_report_shows_each_jobs_matrix_on_one_scale(tmp_path) -> None:
     """Two jobs of a sweep over similarity.measure (the folder as Hydra's -m leaves it): the report's
     sweep section holds each job's heatmap, titled by its swept value, its cells the job's file's."""

@@ -10,7 +10,7 @@ points of one model, or between two models on the same batches, in one pass (doc
 | kind.py       | the run: the second model, the route by size, a step per batch, the matrix at the end |
 | features.py   | forward hooks at the `at` modules, each output pooled to (rows, features)        |
 | accumulate.py | the accumulators: feature-space cross-covariances, Gram matrices, minibatch HSIC |
-| measures.py   | the definitions: linear CKA, rbf CKA, RSA, unbiased HSIC, from Gram matrices     |
+| measures.py   | the definitions: linear CKA, rbf CKA, RSA, from Gram matrices made in place      |
 | reader.py     | open_run(p).similarity(), inspect's lines, plot's heatmap, the report's section  |
 | notebook.py   | hookrun.similarity(model, dataset, **block): the matrix of a live model          |
 """

@@ -4,14 +4,18 @@
     for batch in data: acc.add([pooled features of each series: (rows, features) tensors])
     acc.matrix()        # (rows, cols) float64, the measure for every pair
 
-| route      | holds                                    | exact for                 | bytes             |
+| route      | holds                                    | exact for                 | bytes at most     |
 |------------|------------------------------------------|---------------------------|-------------------|
 | feature    | sums of Z and Z^T Z, Z = every series'   | linear CKA, any rows      | 8 D^2 (D features)|
 |            | features side by side (float64)          |                           |                   |
-| gram       | each series' rows spooled to a temporary | linear CKA, rbf CKA, RSA  | 8 S n^2 (n rows)  |
-|            | file; at the end its n x n Gram matrix   |                           |                   |
+| gram       | each series' rows spooled to a temporary | linear CKA, rbf CKA, RSA  | 8 (S+1) n^2; RSA  |
+|            | file; at the end its n x n Gram matrix   |                           | 4 (S+4) n^2       |
 | minibatch  | unbiased HSIC of every pair, summed over | Nguyen et al. 2021        | 8 S b^2 (b batch) |
 |            | the full batches                         |                           |                   |
+
+The bytes are the peak, not only what is kept: the gram route keeps each series' centred Gram matrix
+(RSA: the ranks of its dissimilarities' upper triangle, half as many numbers) and works on one more
+n x n matrix (and its product, or its ranks) at a time; a test holds the peak numpy allocates to it.
 
 Many ranks: each rank but 0 `save`s its accumulator (sums, or its spooled rows) and rank 0 `merge`s
 them in rank order, which is batch order.
@@ -44,12 +48,13 @@ def pairs_of(rows: int, cols: int | None) -> list[tuple[int, int]]:
     return [(i, rows + j) for i in range(rows) for j in range(cols)]
 
 
-def route_bytes(route: str, dims: list[int], rows: int | None, batch: int) -> int:
-    """The bytes a route holds: `dims` the series' feature counts, `rows` the data set's items."""
+def route_bytes(route: str, dims: list[int], rows: int | None, batch: int, measure: str = "linear_cka") -> int:
+    """The bytes a route holds at its peak: `dims` the series' feature counts, `rows` the data set's items."""
     if route == "feature":
         return 8 * sum(dims) ** 2 + 8 * batch * sum(dims)
     if route == "gram":
-        return 8 * len(dims) * (rows or 0) ** 2 + SLAB
+        n2, slab = (rows or 0) ** 2, min(SLAB, 8 * (rows or 0) * max(dims, default=0))  # (a slab: its rows read back)
+        return (4 * (len(dims) + 4) * n2 if measure == "rsa" else 8 * (len(dims) + 1) * n2) + slab + slab // 4
     return 8 * len(dims) * batch**2 + 8 * batch * sum(dims)
 
 
@@ -68,9 +73,9 @@ def choose_route(measure: str, estimator: str, dims: list[int], rows: int | None
     if rows is None:
         exact = [r for r in exact if r == "feature"]
     for route in exact:
-        if route_bytes(route, dims, rows, batch) <= memory:
+        if route_bytes(route, dims, rows, batch, measure) <= memory:
             return route
-    need = min((route_bytes(r, dims, rows, batch) for r in exact), default=0)
+    need = min((route_bytes(r, dims, rows, batch, measure) for r in exact), default=0)
     hint = ("estimator: minibatch (unbiased HSIC over the batches)" if measure == "linear_cka"
             else "fewer items, or linear_cka with estimator: minibatch")
     raise ConfigError(f"similarity.memory={_mb(memory)}: exact {measure} over {rows or 'an unsized set of'} items "
@@ -90,16 +95,20 @@ class FeatureRoute:
         self.constant: list[bool] = []  # per series, set by matrix(): its features the same for every item
 
     def add(self, series: list[torch.Tensor]) -> None:
-        z = torch.cat([s.reshape(len(s), -1).to(torch.float64) for s in series], dim=1)
+        rows = len(series[0])
+        if self.shift is None:
+            self.offsets = np.cumsum([0] + [s[0].numel() for s in series])
+        z = torch.empty(rows, int(self.offsets[-1]), dtype=torch.float64, device=series[0].device)
+        for s, a, b in zip(series, self.offsets[:-1], self.offsets[1:], strict=True):  # float64, one copy
+            z[:, a:b].copy_(s.reshape(rows, -1))
         if self.shift is None:  # a shift by the first batch's mean keeps the centring exact in float64
             self.shift = z.mean(dim=0)
             self.sums = torch.zeros_like(self.shift)
             self.zz = torch.zeros(z.shape[1], z.shape[1], dtype=torch.float64, device=z.device)
-            self.offsets = np.cumsum([0] + [s[0].numel() for s in series])
-        z = z - self.shift
+        z -= self.shift
         self.sums += z.sum(dim=0)
         self.zz.addmm_(z.T, z)
-        self.n += len(z)
+        self.n += rows
 
     def save(self, path: Path) -> None:
         """This rank's sums, for rank 0's merge."""
@@ -118,12 +127,15 @@ class FeatureRoute:
         self.n += n
 
     def matrix(self, shape: tuple[int, int]) -> np.ndarray:
-        c = (self.zz - torch.outer(self.sums, self.sums) / self.n).cpu().numpy()
+        """The centred cross-covariances, made from the sums in place (the end of the run: nothing is added
+        after), then every pair from its block, read without a copy."""
+        self.zz.addr_(self.sums, self.sums, alpha=-1.0 / self.n)
+        c = self.zz.cpu().numpy()
         o = self.offsets
         block = [slice(o[i], o[i + 1]) for i in range(len(o) - 1)]
         self.constant = [not np.diag(c)[b].any() for b in block]  # no feature varies (each row minus the shift is 0)
-        out = np.array([m.cka_from_covariances(c[block[i], block[j]], c[block[i], block[i]], c[block[j], block[j]])
-                        for i, j in self.pairs])
+        norms = [np.sqrt(np.einsum("ij,ij->", c[b, b], c[b, b])) for b in block]
+        out = np.array([m.cka_from_covariances(c[block[i], block[j]], norms[i], norms[j]) for i, j in self.pairs])
         return undefined(out, self.pairs, self.constant).reshape(shape)
 
 
@@ -140,6 +152,7 @@ class GramRoute:
         self.dtypes: list[type] = []
         self.n = 0
         self.constant: list[bool] = []  # per series, set by matrix()
+        self.flat_items: list[bool] = []  # per series (RSA, correlation): an item whose features are all equal
 
     def add(self, series: list[torch.Tensor]) -> None:
         if self.dir is None:  # (the kind's scratch beside the run's file; else the system's temporary folder)
@@ -167,39 +180,48 @@ class GramRoute:
                 shutil.copyfileobj(src, f)
         self.n += int((path / "rows").read_text())
 
-    def gram(self, k: int) -> tuple[np.ndarray, np.ndarray, bool]:
-        """Series k's Gram matrix and row sums, its rows read back in slabs of columns; and whether every
-        row is the first (a constant series)."""
+    def gram(self, k: int) -> tuple[np.ndarray, np.ndarray, bool, bool]:
+        """Series k's Gram matrix and row sums, its rows read back in slabs of columns; whether every row
+        is the first (a constant series); and whether some item's features are all equal (RSA's
+        correlation is undefined for it)."""
         self.files[k].flush()
         d = self.dims[k]
         x = np.memmap(self.files[k].name, dtype=self.dtypes[k], mode="r", shape=(self.n, d))
         g, sums, same = np.zeros((self.n, self.n)), np.zeros(self.n), True
+        rsa = self.measure == "rsa"
+        lead, flat = np.asarray(x[:, 0], dtype=np.float64) if rsa else None, np.full(self.n, rsa)
         step = max(1, SLAB // (8 * self.n))
         for c in range(0, d, step):
             part = np.asarray(x[:, c:c + step], dtype=np.float64)
             g += part @ part.T
             sums += part.sum(axis=1)
             same = same and np.array_equal(part[1], part[0]) and bool((part == part[:1]).all())  # (rows 0, 1 first)
+            if rsa and flat.any():
+                flat &= (part == lead[:, None]).all(axis=1)
         del x
-        return g, sums, same
+        return g, sums, same, bool(flat.any())
 
     def matrix(self, shape: tuple[int, int]) -> np.ndarray:
-        """Each series' Gram matrix once (centred for CKA, as dissimilarities for RSA), then every pair;
+        """Each series' Gram matrix once, made in place into what its pairs need (centred and of unit
+        norm for CKA; the ranks of its dissimilarities for RSA), then every pair as a dot product;
         NaN where a series is constant (the measure is 0 / 0; rounding would make it any number)."""
-        prepared, self.constant = [], []
-        for k in range(len(self.files)):
-            g, sums, same = self.gram(k)
-            self.constant.append(same)
-            if self.measure == "rsa":
-                prepared.append(m.dissimilarity(g, sums, self.dims[k], self.dissimilarity))
-            else:
-                prepared.append(m.center(m.rbf_gram(g, self.sigma) if self.measure == "rbf_cka" else g))
-        if self.measure == "rsa":
-            out = np.array([m.rsa(prepared[i], prepared[j]) for i, j in self.pairs])
-        else:  # <HKH, HLH> / (|HKH| |HLH|): m.linear_cka with the centring done once per series
-            norms = [np.linalg.norm(g) for g in prepared]
-            out = np.array([np.vdot(prepared[i], prepared[j]) / (norms[i] * norms[j]) for i, j in self.pairs])
-        return undefined(out, self.pairs, self.constant).reshape(shape)
+        prepared = [self.prepared(k) for k in range(len(self.files))]
+        out = np.array([np.vdot(prepared[i], prepared[j]) for i, j in self.pairs])
+        gone = [c or f for c, f in zip(self.constant, self.flat_items, strict=True)]
+        return undefined(out, self.pairs, gone).reshape(shape)
+
+    def prepared(self, k: int) -> np.ndarray:
+        """Series k's Gram matrix made in place into what its pairs need (one n x n matrix at work)."""
+        if k == 0:
+            self.constant, self.flat_items = [], []
+        g, sums, same, flat = self.gram(k)
+        self.constant.append(same)
+        self.flat_items.append(flat and self.measure == "rsa" and self.dissimilarity == "correlation" and not same)
+        if self.measure != "rsa":
+            return m.unit(m.center_(m.rbf_(g, self.sigma) if self.measure == "rbf_cka" else g))
+        values = m.upper_triangle(m.dissimilarity_(g, sums, self.dims[k], self.dissimilarity))
+        del g  # (half the numbers from here on)
+        return m.ranks_(values)
 
     def close(self) -> None:
         for f in self.files:

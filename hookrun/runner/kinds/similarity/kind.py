@@ -75,6 +75,7 @@ class SimilarityKind(RunKind):
     def __init__(self, ctx: KindContext) -> None:
         super().__init__(ctx)
         self.block = b = ctx.cfg.similarity
+        self.undefined: dict[str, str] = {}  # set at the end: series -> why its cells are NaN
         ctx.model.eval()
         self.taps = [Taps(ctx.model, b.at, "similarity.at", b.pool)]
         self.other: nn.Module | None = None
@@ -190,10 +191,20 @@ class SimilarityKind(RunKind):
         if constant:
             log.warning("similarity: %s give(s) the same features for every item: %s is undefined there, NaN in the "
                         "file (n/a in the pictures)", ", ".join(constant), self.block.measure)
+        flat = [name for name, f in zip(series, getattr(self.acc, "flat_items", []), strict=False) if f]
+        if flat:
+            log.warning("similarity: %s: some item's features are all equal there, and its Pearson correlation with "
+                        "any item is 0 / 0: rsa with dissimilarity: correlation is undefined, NaN in the file (n/a in "
+                        "the pictures); dissimilarity: euclidean is defined for it", ", ".join(flat))
+        self.undefined = {**{n: "constant features" for n in constant}, **{n: "an item's features all equal" for n in flat}}
         matrix = torch.from_numpy(values)
         key = CaptureKey(HOOK, "", HOOK, self.block.measure)
         write([Capture(key, matrix, False, features=True, dims=("at", "with_at"))])  # labels: root attribute
         return steps
+
+    def end_attrs(self) -> dict[str, Any]:
+        """The `similarity` attribute again, with why any cell is NaN (readers title the picture with it)."""
+        return {"similarity": json.dumps({**self.describe(), "undefined": self.undefined})} if self.undefined else {}
 
     def merge_ranks(self, should_stop: Any) -> bool:
         """Ranks 1..N-1 hand their accumulator to rank 0 (False); rank 0 merges every rank's in rank order."""

@@ -65,7 +65,8 @@ def spec(f: h5py.File) -> Heatmap:
     short = lambda t: str(t or "model").rpartition(".")[2]  # noqa: E731
     ylabel = f"at ({short(m.get('model'))})"
     xlabel = f"with.at ({short(m['with'])})" if m.get("with") else ylabel
-    note = " (n/a: constant features)" if not np.isfinite(z).all() else ""
+    why = sorted(set(m.get("undefined", {}).values())) or ["constant features"]  # (files before the key: only that)
+    note = f" (n/a: {'; '.join(why)})" if not np.isfinite(z).all() else ""
     rsa = m["measure"] == "rsa"  # a rank correlation, -1 to 1 (diverging about 0); CKA 0 to 1
     return Heatmap(z=z, title=title(m) + note, x=m["cols"], y=m["rows"], xlabel=xlabel, ylabel=ylabel,
                    label=NAMES.get(m["measure"], m["measure"]), range=(-1.0, 1.0) if rsa else (0.0, 1.0),
@@ -74,7 +75,8 @@ def spec(f: h5py.File) -> Heatmap:
 
 def _cell(v: float, form: str) -> str:
     """A value, or n/a where the measure is undefined (NaN: a hook point whose features are one
-    vector for every item, so its centred Gram matrix is 0)."""
+    vector for every item, so its centred Gram matrix is 0; for RSA by correlation, one item's features
+    all equal)."""
     return format(v, form) if np.isfinite(v) else "n/a"
 
 
