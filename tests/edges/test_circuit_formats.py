@@ -18,7 +18,7 @@ from test_mib_metrics import eap_ig_edges, reference
 from tl_models import hooked_transformer
 
 import hookrun
-from hookrun.cli.circuits_command import main
+from hookrun.circuits import main
 from hookrun.errors import ConfigError
 
 V, T = 40, 6

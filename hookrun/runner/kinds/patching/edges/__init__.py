@@ -9,5 +9,6 @@
 | eap.py           | one batched gradient pass over m interpolated runs: edge scores, atp_ig's grads  |
 | mib.py           | MIB's circuits at fractions of the edges (top-n, pruned), CPR and CMD areas      |
 | formats.py       | EAP-IG's graph JSON and MIB's submission folder, written and read               |
+| command.py       | `python -m hookrun.circuits export|score`: those files from a run, a circuit scored |
 | run.py           | an edges run: the checks before any forward, the scores, its meta; faithfulness: top-k circuits, every other edge ablated exactly, several k in one forward |
 """

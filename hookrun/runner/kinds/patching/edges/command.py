@@ -11,6 +11,9 @@ the edges (top by |score|, pruned) as `in_graph`, every edge otherwise. `score` 
 YAML config's) model and items again with `patching.faithfulness.from: CIRCUIT` and MIB's fractions
 (docs/edges.md): the circuit's scores rank the edges; the CPR / CMD line is printed and written to
 --out. A file of unknown format, or a circuit for another model, is one line naming what is wrong.
+
+The patching kind's command: hookrun/circuits.py, the entry point, makes the parser and ends it as
+every command ends (cli/command.py).
 """
 
 from __future__ import annotations
@@ -24,16 +27,14 @@ from typing import Any
 import numpy as np
 
 from hookrun.analysis.opening import open_run
-from hookrun.cli.command import description, ends_quietly, run_command
 from hookrun.errors import ConfigError
 from hookrun.runner.kinds.patching.edges.formats import FORMATS, describe_cfg, to_eap_ig, write_mib
 from hookrun.runner.kinds.patching.edges.mib import mib_circuit
 from hookrun.runner.kinds.patching.edges.spec import parse_fractions
 
 
-@ends_quietly
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m hookrun.circuits", description=description(__doc__))
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The command's subcommands and options (hookrun/circuits.py, the entry point, makes the parser)."""
     sub = p.add_subparsers(dest="command", required=True)
     e = sub.add_parser("export", help="an edges run's scores as EAP-IG's graph JSON or MIB's submission folder")
     e.add_argument("run", help="an edges run's file (patching method eap / eap_ig)")
@@ -47,8 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--circuit", required=True, help="an EAP-IG graph JSON, a MIB folder or an edges run's file")
     s.add_argument("--fractions", default="mib", help="mib, or fractions in (0, 1] separated by commas")
     s.add_argument("--out", help="the run file to write (default: a temporary one)")
-    a = p.parse_args(argv)
-    return run_command(lambda: export(a) if a.command == "export" else score(a), prog="hookrun.circuits")
+
+
+def run(a: argparse.Namespace) -> int:
+    """The subcommand the arguments name; its exit code (a HookrunError is the entry point's one line)."""
+    return export(a) if a.command == "export" else score(a)
 
 
 def export(a: argparse.Namespace) -> int:
