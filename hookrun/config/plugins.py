@@ -54,6 +54,7 @@ class KindPlugin:
     notebook: Any = None  # a function, bound as hookrun.<its __name__>
     added_by_key: bool = False  # a key of the block on the command line (`evaluate.ablation=zero`) adds the block
     ops: Mapping[str, Any] | None = None  # op name -> its factory: `op: NAME` of a modify action
+    live: Mapping[str, str] | None = None  # a block key an object was put in -> the call that takes the object
 
     def block_class(self) -> type:
         return _resolve(self.block, f"kind plugin {self.name!r}, block")
@@ -247,7 +248,7 @@ def typed_block(name: str, node: Any) -> tuple[dict[str, Any], Any]:
         first = str(exc).strip().splitlines()[0]
         key = ".".join(_key(part) for part in str(getattr(exc, "full_key", "") or "").split(".") if part)
         where = f"{name}.{key}" if key else name
-        raise ConfigError(object_in_config(where, first) or f"{where}: {first}") from None
+        raise ConfigError(object_in_config(where, first, (kind.live or {}).get(key)) or f"{where}: {first}") from None
     check = getattr(block, "check", None)
     if callable(check):
         check()

@@ -35,6 +35,12 @@ def test_a_misspelt_key_of_a_typed_block_keeps_its_suggestion():
                                     "lists and mappings); pass it live: hookrun.run(cfg, dataset=items)"),
     ({"similarity": {"at": ["fc"], "with": {"model": "LIVE", "at": ["fc"]}}},  # (was similarity.with_.model: Value ...)
      "similarity.with.model: a Linear object cannot be in a config (it holds numbers, strings, lists and mappings); "
+     "pass it live: hookrun.similarity(model, dataset, with_={'model': module, 'at': [...]}, at=[...])"),
+    ({"output": {"path": "a.h5"}, "probe": {"at": "fc", "target": "label", "test_data": "LIVE"}},  # (a kind's `live`)
+     "probe.test_data: a Linear object cannot be in a config (it holds numbers, strings, lists and mappings); "
+     "pass it live: hookrun.probe(model, dataset, test_data=items, at=[...], target=...)"),
+    ({"output": {"path": "a.h5"}, "probe": {"at": "fc", "target": "LIVE"}},  # (a key no call takes live)
+     "probe.target: a Linear object cannot be in a config (it holds numbers, strings, lists and mappings); "
      "name what builds it: {_target_: package.module.Name, ...}"),
     ({"output": {"path": "a.h5"}, "probe": {"at": "fc", "split": 0.3}},
      "probe.split=0.3: a mapping of its keys (test, seed); set one with probe.split.test=..., or give {test: ..., seed: ...}"),

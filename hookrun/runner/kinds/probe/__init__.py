@@ -29,6 +29,7 @@ KIND = KindPlugin(
     run="hookrun.runner.kinds.probe.kind:ProbeKind",
     reader="hookrun.runner.kinds.probe.reader:READER",
     notebook="hookrun.runner.kinds.probe.notebook:probe",
+    live={"test_data": "hookrun.probe(model, dataset, test_data=items, at=[...], target=...)"},
     ops={"probe_steer": "hookrun.runner.kinds.probe.direction:probe_steer",
          "probe_ablate": "hookrun.runner.kinds.probe.direction:probe_ablate"},
 )

@@ -23,4 +23,5 @@ KIND = KindPlugin(
     run="hookrun.runner.kinds.similarity.kind:SimilarityKind",
     reader="hookrun.runner.kinds.similarity.reader:READER",
     notebook="hookrun.runner.kinds.similarity.notebook:similarity",
+    live={"with.model": "hookrun.similarity(model, dataset, with_={'model': module, 'at': [...]}, at=[...])"},
 )
