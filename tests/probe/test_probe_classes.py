@@ -17,6 +17,7 @@ from torch import nn
 
 import hookrun
 from hookrun.errors import ConfigError
+from hookrun.runner.kinds.probe.fit import split_items
 
 N, B = 24, 8
 
@@ -72,6 +73,35 @@ def test_items_of_one_class_are_refused_at_the_end_of_the_pass(tmp_path, method)
     assert f"the data's targets hold 1 class(es) ([2]) over {N} rows" in text and "\n" not in text
     with h5py.File(tmp_path / "p.h5") as f:
         assert f.attrs["status"] != "complete" and "probe" not in f
+
+
+def rare_in_test(n: int = N, test: float = 0.25, seed: int = 0) -> list[int]:
+    """Targets with one item of class 1, one that scikit-learn's train_test_split puts in the test items."""
+    from sklearn.model_selection import train_test_split
+
+    rare = train_test_split(list(range(n)), test_size=test, random_state=seed)[1][0]
+    return [int(i == rare) for i in range(n)]
+
+
+@pytest.mark.parametrize("listed", [True, False])
+def test_a_class_the_split_puts_only_in_the_test_items_is_named(tmp_path, listed) -> None:
+    """Two classes in the data, one in the training items (the rare class's one item drawn for the
+    test): before any batch where the data set lists its targets, else before any solver; the line
+    names the class and what would help. Another split.seed puts it in the training items and runs."""
+    pytest.importorskip("sklearn")
+    data = Listed()
+    data.targets = rare_in_test()
+    items = data if listed else [(x, y) for x, y in zip(data.x, data.targets, strict=True)]
+    with pytest.raises(ConfigError) as err:
+        hookrun.run(cfg(tmp_path / "p.h5"), model=net(), dataset=items)
+    assert str(err.value) == ("probe.target" + ("" if listed else " at 0") + ": the training rows hold 1 class(es) "
+                              "([0]) and a probe needs at least 2: the split put every row of class(es) [1] in the test "
+                              "rows; give more items of that class, or another probe.split.seed")
+    assert listed != (tmp_path / "p.h5").exists()  # listed: refused before the file
+    rare = data.targets.index(1)
+    seed = next(s for s in range(1, 50) if rare not in split_items(np.arange(N), 0.25, s))
+    table = hookrun.run({**cfg(tmp_path / "q.h5", split={"test": 0.25, "seed": seed})}, model=net(), dataset=items)
+    assert table.status == "complete"
 
 
 @pytest.mark.slow

@@ -73,6 +73,7 @@ def fit_point(store: RowStore, spec: FitSpec, device: torch.device | str = "cpu"
     if not train.any() or not test.any():
         raise ConfigError(f"probe{where}: the split leaves {int(train.sum())} training and {int(test.sum())} test rows; "
                           f"probe more items or change probe.split.test")
+    classes = None if regression else training_classes(y, train, where)  # (before any pass over the rows)
     d = store.features
     blocks = lambda: store.blocks(device)  # noqa: E731
     if spec.standardize:
@@ -85,13 +86,8 @@ def fit_point(store: RowStore, spec: FitSpec, device: torch.device | str = "cpu"
         mean, scale = np.zeros(d), np.ones(d)
     targets: dict[str, np.ndarray] = {}
     if regression:
-        classes = None
         targets["probe"] = y
     else:
-        classes, y_idx = np.unique(y[train].astype(np.int64), return_inverse=True)
-        if len(classes) < 2:
-            raise ConfigError(f"probe.target{where}: the training rows hold {len(classes)} class(es) "
-                              f"({classes.tolist()}); a probe needs at least 2")
         lookup = {c: i for i, c in enumerate(classes.tolist())}
         targets["probe"] = np.array([lookup.get(int(v), -1) for v in y], dtype=np.int64)
         out["classes"] = classes.tolist()
@@ -110,6 +106,20 @@ def fit_point(store: RowStore, spec: FitSpec, device: torch.device | str = "cpu"
         out["selectivity"] = out["test_score"] - out["control_test_score"]
     out.update({"mean": mean, "scale": scale, "regression": regression})
     return out
+
+
+def training_classes(y: np.ndarray, train: np.ndarray, where: str = "") -> np.ndarray:
+    """The classes of the training rows; fewer than 2 is one line, naming the classes the split put
+    only in the test rows (a rare class's items all drawn for the test)."""
+    classes = np.unique(y[train].astype(np.int64))
+    if len(classes) < 2:
+        only_test = np.setdiff1d(np.unique(y.astype(np.int64)), classes).tolist()
+        why = (f"the split put every row of class(es) {only_test} in the test rows; give more items of "
+               f"{'that class' if len(only_test) == 1 else 'those classes'}, or another probe.split.seed"
+               if only_test else "probe more items or another target")
+        raise ConfigError(f"probe.target{where}: the training rows hold {len(classes)} class(es) "
+                          f"({classes.tolist()}) and a probe needs at least 2: {why}")
+    return classes
 
 
 def fit_one(blocks, t: np.ndarray, train: np.ndarray, classes: np.ndarray | None, d: int, spec: FitSpec,

@@ -6,8 +6,8 @@ pooled and kept (rows.py), every probe fitted at the last batch and written with
 
 Before any batch, on the first batch: the modules resolve, their outputs have a feature axis, the
 target key exists and suits the method, one batch's rows fit `memory` (its share per hook point),
-the run's items hold 2 classes or more where the data set lists its targets (else checked at the end
-of the pass, before any solver).
+the run's items, and the split's training items, hold 2 classes or more where the data set lists its
+targets (else checked at the end of the pass, before any solver).
 User hooks (`hooks:`) record in the same forward. A resumed run recomputes the rows of the batches
 it keeps (their forwards, not the file's) and goes on, so its probes equal an uninterrupted run's.
 Many ranks (torchrun) run contiguous blocks of the batches; after its pass each rank but 0 saves
@@ -36,7 +36,7 @@ from hookrun.output.scratch import Scratch
 from hookrun.runner.batches import first_batch
 from hookrun.runner.kinds.probe.block import LIVE_TEST
 from hookrun.runner.kinds.probe.collect import Collector
-from hookrun.runner.kinds.probe.fit import FitSpec, fit_point
+from hookrun.runner.kinds.probe.fit import FitSpec, fit_point, split_items, training_classes
 from hookrun.runner.kinds.probe.rows import RowStore
 from hookrun.runner.kinds.probe.table import GROUP
 from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds
@@ -89,6 +89,10 @@ class ProbeKind(RunKind):
         if b.target in ("label", "target") and known is not None and len(np.unique(known)) < 2:
             raise ConfigError(f"probe.target={b.target}: the run's items hold {len(np.unique(known))} class(es) "
                               f"({np.unique(known).tolist()}); a probe needs at least 2: probe more items or other data")
+        if b.target in ("label", "target") and known is not None and b.test_data is None and limit is None:
+            test = np.zeros(len(known), dtype=bool)  # every item runs: the split is known before the first batch
+            test[split_items(np.arange(len(known)), b.split.test, b.split.seed)] = True
+            training_classes(known, ~test)
         self.features = {name: first[name][0].shape[1] for name in self.names}
         self.first = (indices, first)  # batch 0's rows: its step uses them where no user hook needs its forward
         self.tests = self.test_loader() if b.test_data is not None else None
