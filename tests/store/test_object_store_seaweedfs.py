@@ -43,7 +43,7 @@ def Weed(folder: Path, ports: list[int] | None = None) -> WeedServer:  # noqa: N
 def weed(tmp_path_factory):
     server = Weed(tmp_path_factory.mktemp("weed"))
     yield server
-    server.stop()
+    server.stop(keep=False)  # (its folder goes with the session's temporary files)
 
 
 @pytest.fixture
@@ -178,4 +178,4 @@ def test_a_store_that_went_away_then_resume_completes_the_cache(tmp_path, monkey
         assert sum(p["samples"] for p in manifest["parts"]) == 48
         assert f"{PREFIX}/writer.lock" not in keys(server.client)
     finally:
-        server.stop()
+        server.stop(keep=False)  # (the first stop, in the run, kept the data for the restart)
