@@ -5,12 +5,15 @@ notebook functions of kinds whose results are small (hookrun.probe, hookrun.simi
 
 The same config path, checks, pass and writer as a file run; the file is removed once `read(f)` (an
 open h5py.File) has taken what it returns. The model stays on its device and comes back as it went in.
+`live=(VAR, obj)` hands a block's live object (a second model, a test set) to the kind for this run:
+the ContextVar holds it while the run lasts (the block's node names only its class).
 """
 
 from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +23,7 @@ from hookrun.errors import ConfigError
 
 
 def temporary_run(kind: str, block: dict, model: nn.Module, dataset: Any, batch_size: int, inputs: Any,
-                  read: Callable[[Any], Any]) -> Any:
+                  read: Callable[[Any], Any], live: tuple[ContextVar, Any] | None = None) -> Any:
     """`read(file)` of the run of `{kind: block}` on `model` and `dataset` (data.batch_size, data.inputs)."""
     import h5py
 
@@ -29,9 +32,14 @@ def temporary_run(kind: str, block: dict, model: nn.Module, dataset: Any, batch_
     if not isinstance(model, nn.Module):
         raise ConfigError(f"{kind}: expected a torch.nn.Module, got {type(model).__name__}")
     device = next((p.device for p in model.parameters()), "cpu")
-    with tempfile.TemporaryDirectory(prefix=f"hookrun_{kind}_") as tmp:
-        path = Path(tmp) / f"{kind}.h5"
-        run({"data": {"batch_size": batch_size, "inputs": inputs}, "device": str(device), "progress": False,
-             "output": {"path": str(path)}, kind: block}, model=model, dataset=dataset)
-        with h5py.File(path, "r") as f:
-            return read(f)
+    token = live[0].set(live[1]) if live is not None else None
+    try:
+        with tempfile.TemporaryDirectory(prefix=f"hookrun_{kind}_") as tmp:
+            path = Path(tmp) / f"{kind}.h5"
+            run({"data": {"batch_size": batch_size, "inputs": inputs}, "device": str(device), "progress": False,
+                 "output": {"path": str(path)}, kind: block}, model=model, dataset=dataset)
+            with h5py.File(path, "r") as f:
+                return read(f)
+    finally:
+        if live is not None:
+            live[0].reset(token)

@@ -55,8 +55,4 @@ def probe(model: nn.Module, dataset: Any, batch_size: int = 16, inputs: Any = No
     live = test is not None and not isinstance(test, Mapping)  # a data set object: the file's config names its class
     if live:
         block = {**block, "test_data": {"dataset": live_node(test)}}
-    token = LIVE_TEST.set(test if live else None)
-    try:
-        return temporary_run("probe", block, model, dataset, batch_size, inputs, read)
-    finally:
-        LIVE_TEST.reset(token)
+    return temporary_run("probe", block, model, dataset, batch_size, inputs, read, live=(LIVE_TEST, test if live else None))

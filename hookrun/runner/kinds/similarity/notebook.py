@@ -45,8 +45,5 @@ def similarity(model: nn.Module, dataset: Any, batch_size: int = 16, inputs: Any
         with_ = {**with_, "model": live_node(other)}
     if with_ is not None:
         block = {**block, "with": with_}
-    token = LIVE_WITH.set(other if isinstance(other, nn.Module) else None)
-    try:
-        return temporary_run("similarity", block, model, dataset, batch_size, inputs, read_similarity)
-    finally:
-        LIVE_WITH.reset(token)
+    return temporary_run("similarity", block, model, dataset, batch_size, inputs, read_similarity,
+                         live=(LIVE_WITH, other if isinstance(other, nn.Module) else None))
