@@ -52,6 +52,11 @@ def split_items(items: np.ndarray, test: float, seed: int) -> np.ndarray:
     return np.asarray(items)[np.random.RandomState(seed).permutation(len(items))[:math.ceil(test * len(items))]]
 
 
+def test_rows(item: np.ndarray, test: float, seed: int) -> np.ndarray:
+    """Which rows are test rows: those of the split's test items (split_items over the distinct items)."""
+    return np.isin(item, split_items(np.unique(item), test, seed))
+
+
 def control_classes(keys: np.ndarray, y_idx: np.ndarray, train: np.ndarray, classes: int, seed: int) -> np.ndarray:
     """Each row's control class: one draw per distinct key from the training rows' class frequencies."""
     uniq, inverse = np.unique(keys, return_inverse=True)
@@ -62,7 +67,7 @@ def control_classes(keys: np.ndarray, y_idx: np.ndarray, train: np.ndarray, clas
 
 def fit_point(store: RowStore, spec: FitSpec, device: torch.device | str = "cpu", where: str = "") -> dict:
     y, item, part = store.column("y"), store.column("item"), store.column("part")
-    test = (part == 1) if spec.test is None else np.isin(item, split_items(np.unique(item), spec.test, spec.seed))
+    test = (part == 1) if spec.test is None else test_rows(item, spec.test, spec.seed)
     train = ~test
     regression = y.dtype.kind == "f"
     if regression and spec.method == "logistic":

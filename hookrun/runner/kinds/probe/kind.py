@@ -36,7 +36,7 @@ from hookrun.output.scratch import Scratch
 from hookrun.runner.batches import first_batch
 from hookrun.runner.kinds.probe.block import LIVE_TEST
 from hookrun.runner.kinds.probe.collect import Collector
-from hookrun.runner.kinds.probe.fit import FitSpec, fit_point, split_items, training_classes
+from hookrun.runner.kinds.probe.fit import FitSpec, fit_point, test_rows, training_classes
 from hookrun.runner.kinds.probe.rows import RowStore
 from hookrun.runner.kinds.probe.table import GROUP
 from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds
@@ -90,8 +90,7 @@ class ProbeKind(RunKind):
             raise ConfigError(f"probe.target={b.target}: the run's items hold {len(np.unique(known))} class(es) "
                               f"({np.unique(known).tolist()}); a probe needs at least 2: probe more items or other data")
         if b.target in ("label", "target") and known is not None and b.test_data is None and limit is None:
-            test = np.zeros(len(known), dtype=bool)  # every item runs: the split is known before the first batch
-            test[split_items(np.arange(len(known)), b.split.test, b.split.seed)] = True
+            test = test_rows(np.arange(len(known)), b.split.test, b.split.seed)  # every item runs: known before a batch
             training_classes(known, ~test)
         self.features = {name: first[name][0].shape[1] for name in self.names}
         self.first = (indices, first)  # batch 0's rows: its step uses them where no user hook needs its forward
