@@ -205,6 +205,7 @@ class GramRoute:
         """Each series' Gram matrix once, made in place into what its pairs need (centred and of unit
         norm for CKA; the ranks of its dissimilarities for RSA), then every pair as a dot product;
         NaN where a series is constant (the measure is 0 / 0; rounding would make it any number)."""
+        self.constant, self.flat_items = [], []  # (each series' flags, appended by prepared)
         prepared = [self.prepared(k) for k in range(len(self.files))]
         out = np.array([np.vdot(prepared[i], prepared[j]) for i, j in self.pairs])
         gone = [c or f for c, f in zip(self.constant, self.flat_items, strict=True)]
@@ -212,8 +213,6 @@ class GramRoute:
 
     def prepared(self, k: int) -> np.ndarray:
         """Series k's Gram matrix made in place into what its pairs need (one n x n matrix at work)."""
-        if k == 0:
-            self.constant, self.flat_items = [], []
         g, sums, same, flat = self.gram(k)
         self.constant.append(same)
         self.flat_items.append(flat and self.measure == "rsa" and self.dissimilarity == "correlation" and not same)

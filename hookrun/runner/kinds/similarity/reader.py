@@ -126,7 +126,7 @@ def sweep_figures(sweep: Any) -> list[tuple[str, Heatmap]]:
     return [(f"similarity_job{num}", heat) for num, heat in _job_heatmaps(sweep, None)]
 
 
-def _job_heatmaps(sweep: Any, limit: int | None) -> list[tuple[str, Heatmap]]:
+def _job_heatmaps(sweep: Any, limit: int | None) -> list[tuple[int, Heatmap]]:
     """(job number, heatmap) of the first `limit` jobs with a file (None: all), the complete ones."""
     drawn = []
     for job in [j for j in sweep.jobs if j.file is not None][:limit]:
