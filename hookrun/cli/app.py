@@ -164,7 +164,7 @@ def _compose_groups(overrides: list[str]) -> DictConfig:
 
 
 def forced_block_keys(args: list[str]) -> list[str]:
-    """`patching.verify=2` where the config has the block (missing_block said so): `++patching.verify=2`.
+    """`my_kind.key=2` where the config has the block (missing_block said so): `++my_kind.key=2`.
     A block's slot is untyped (blocks.py), so a key its YAML does not list would be refused by
     Hydra's struct mode; `load()` types the block and refuses a key it does not have, in one line."""
     blocks = set(block_names(SCHEMA, HookrunConfig))
@@ -173,7 +173,7 @@ def forced_block_keys(args: list[str]) -> list[str]:
 
 
 def _missing_block(overrides: list[str]) -> str | None:
-    """`patching.method=eap` where the config has no patching block: one line saying how to add it
+    """`my_kind.method=x` where the config has no my_kind block: one line saying how to add it
     (a sweep over group options: Hydra composes the sweep's config without them first)."""
     swept = [o for o in overrides if "," in o.partition("=")[2] and Path(conf_dir(), o.partition("=")[0].lstrip("+")).is_dir()]
     rest = [o for o in overrides if o not in swept]

@@ -1,18 +1,17 @@
 """The blocks of the kinds (runner/kinds/*, and a kind plugin's) on the command line.
 
     ConfigStore.instance().store(name="hookrun_schema", node=hydra_slots(HookrunConfig))
-    line = missing_block(["experiment=resnet_layer1", "patching.method=eap"], compose_groups, conf)
-    # "patching.method=eap: this config has no patching block; add one with '+patching={method: eap}' ..."
+    line = missing_block(["experiment=resnet_layer1", "my_kind.method=x"], compose_groups, conf)
+    # "my_kind.method=x: this config has no my_kind block; add one with '+my_kind={method: x}' ..."
 
 A block that is off is null in the composed config. OmegaConf cannot merge anything into a null
-node typed with the block's dataclass (`+attribution={method: saliency}` ended in "'NoneType' object
-has no attribute 'get'", `patching.method=eap` in "Unexpected type for root: NoneType"), so the
-schema Hydra composes onto types every null block as Any (`hydra_slots`): `+attribution={...}`,
-`attribution={...}`, `+attribution.method=...` then add the block, and `hookrun.config.schema.load`
-types it (its unknown keys and wrong types are one line there, before anything is built).
-`patching.method=eap` without a `+`, where the config has no patching block, reads as a change to
-a block the user thinks is there: it is refused in one line saying how to add one (`missing_block`).
-"""
+node typed with the block's dataclass (`+my_kind={method: x}` ended in "'NoneType' object has no
+attribute 'get'", `my_kind.method=x` in "Unexpected type for root: NoneType"), so the schema Hydra
+composes onto types every null block as Any (`hydra_slots`): `+my_kind={...}`, `my_kind={...}`,
+`+my_kind.method=...` then add the block, and `hookrun.config.schema.load` types it (its unknown
+keys and wrong types are one line there, before anything is built). `my_kind.method=x` without a
+`+`, where the config has no such block, reads as a change to a block the user thinks is there: it
+is refused in one line saying how to add one (`missing_block`)."""
 
 from __future__ import annotations
 
@@ -51,7 +50,7 @@ def missing_block(overrides: list[str], blocks: list[str], compose_groups: Calla
     BLOCK; None where every such override has its block. `compose_groups()` composes the group
     choices alone (called only where a block's key is set); `swept`: the sweeps over group options
     (`-m experiment=a,b`), which Hydra leaves out of the config it composes first; `added_by_key(BLOCK)`:
-    a key of that block adds it (its kind plugin says so: `evaluate.ablation=zero`)."""
+    a key of that block adds it (its kind plugin says so: `added_by_key`)."""
     given = {o.lstrip("+").split("=", 1)[0] for o in overrides if "=" in o}
     dotted = [o for o in overrides if not o.startswith(("+", "~")) and "=" in o and "." in o.split("=", 1)[0]
               and o.split(".", 1)[0] in blocks and o.split(".", 1)[0] not in given]

@@ -1,7 +1,7 @@
 """`hookrun.compose(*overrides)`: the config the CLI would run, for `hookrun.run` in Python.
 
-    cfg = hookrun.compose("experiment=gradcam", "data.batch_size=4")
-    hookrun.run(cfg)                      # the same run as: python -m hookrun experiment=gradcam data.batch_size=4
+    cfg = hookrun.compose("experiment=resnet_layer1", "data.batch_size=4")
+    hookrun.run(cfg)                      # the same run as: python -m hookrun experiment=resnet_layer1 data.batch_size=4
 
 Hydra's compose API on hookrun's own conf/ (version_base 1.3), with the CLI's one rule applied on
 top: a relative output.path lands in the run folder the CLI would make (hydra.run.dir, by
@@ -13,7 +13,7 @@ hand and given to hookrun.run has no run folder, so its relative path is from th
 (docs/config.md, "Where a relative output.path lands"). To write a fixed place with compose, name
 the folder, or give an absolute path:
 
-    hookrun.run(hookrun.compose("experiment=gradcam", "hydra.run.dir=outputs/gradcam"))   # outputs/gradcam/captures.h5
+    hookrun.run(hookrun.compose("experiment=resnet_layer1", "hydra.run.dir=outputs/layer1"))   # outputs/layer1/captures.h5
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def compose(*overrides: str) -> dict[str, Any]:
     """The config `python -m hookrun OVERRIDES` would run, as a plain dict.
 
     Args:
-        *overrides: command-line overrides, one per argument ("experiment=gradcam",
+        *overrides: command-line overrides, one per argument ("experiment=resnet_layer1",
             "data.batch_size=4", "+hooks.x={at: fc, type: forward}").
 
     Returns:

@@ -161,8 +161,8 @@ def histogram(values: np.ndarray, stats: Mapping[str, float], title: str, xlabel
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
     values = np.asarray(values, dtype=np.float64).ravel()
-    counts, edges = np.histogram(values, bins=100)
-    ax.hist(edges[:-1], bins=edges, weights=counts, color="#3b6ea5")  # the counts above, not counted twice
+    counts, bounds = np.histogram(values, bins=100)
+    ax.hist(bounds[:-1], bins=bounds, weights=counts, color="#3b6ea5")  # the counts above, not counted twice
     log = log_counts(counts)  # a log axis only where the counts span more than two decades
     if log:
         ax.set_yscale("log")

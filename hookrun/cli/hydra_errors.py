@@ -63,7 +63,7 @@ RENAMED = re.compile(r"^# renamed: (\S+)", re.MULTILINE)  # a group option's fil
 
 
 def renamed(overrides: list[str], conf: str) -> list[str]:
-    """A note for each group choice whose file says `# renamed: NEW` (experiment=attribution):
+    """A note for each group choice whose file says `# renamed: NEW` (experiment=OLD):
     the old name still runs (its file pulls the new one in)."""
     notes = []
     for o in overrides:

@@ -82,8 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("path", help="a capture file, a run folder, an object-store URL, or a sweep folder")
     p.add_argument("--out", type=Path, default=None, help="the HTML file (default: report.html beside the run)")
     p.add_argument("--values", type=int, default=Budget.values, help="values read for each histogram (a sample beyond)")
-    p.add_argument("--samples", type=int, default=Budget.samples, help="samples shown of maps, patterns and lens pictures")
-    p.add_argument("--features", type=int, default=Budget.features, help="latents listed per module")
+    p.add_argument("--samples", type=int, default=Budget.samples, help="samples shown one by one in each section that draws samples (maps, patterns, ...)")
+    p.add_argument("--features", type=int, default=Budget.features, help="features listed per module in a section that lists them (a dictionary's)")
     a = p.parse_args(argv)
     return run_command(lambda: _report(a), needs="the report needs plotly: pip install 'hookrun[plot]'")
 

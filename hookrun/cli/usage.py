@@ -4,13 +4,18 @@
     print(version())   # hookrun 0.2.0 (torch 2.x, Python 3.x)
 
 The command list names only the entry points this install has, so the help never points at a
-command that is not there.
+command that is not there; the kinds of run are those the plugin registry finds (hookrun's own
+folders and a user's package's entry points), each with its summary and the experiments that give
+its block, so the help names no kind by hand.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import platform
+import re
+import textwrap
+from pathlib import Path
 
 COMMANDS = (  # (module run as python -m MODULE, what it does)
     ("hookrun", "run hooks over a dataset and write what they record to HDF5 (this command)"),
@@ -34,8 +39,31 @@ def commands() -> list[tuple[str, str]]:
     return out
 
 
+def kinds() -> list[tuple[str, str, list[str]]]:
+    """(name, summary, the shipped experiments whose file gives its block) for every kind plugin this
+    install finds: hookrun's folders and a user's entry points (docs/architecture.md)."""
+    from hookrun.cli.app import conf_dir
+    from hookrun.config.plugins import plugin, plugin_names
+
+    files = [p for p in sorted(Path(conf_dir(), "experiment").glob("*.yaml")) if "# renamed:" not in p.read_text()]
+    out = []
+    for name in plugin_names():
+        try:
+            summary = plugin(name).summary
+        except Exception as exc:  # a user's plugin that fails to load is listed with why
+            summary = f"(fails to load: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+        block = re.compile(rf"^{re.escape(name)}:", re.MULTILINE)
+        out.append((name, summary, [p.stem for p in files if block.search(p.read_text())]))
+    return out
+
+
 def usage() -> str:
     width = max(len(m) for m, _ in commands()) + len("python -m ")
+    listed = kinds()
+    named = max((len(n) for n, _, _ in listed), default=0)
+    entries = [textwrap.fill(f"{n:<{named}}  {summary}" + (f" (experiment={', '.join(e)})" if e else ""), 100,
+                             initial_indent="  ", subsequent_indent=" " * (named + 4), break_on_hyphens=False)
+               for n, summary, e in listed]
     lines = [
         "hookrun: declarative PyTorch hooks. A config names a model, a dataset and hooks (a module path or",
         "glob, a hook type, actions: record, modify_output, ...); hookrun runs the data through the model",
@@ -47,11 +75,11 @@ def usage() -> str:
         "Example:",
         "  python -m hookrun experiment=resnet_layer1          # record layer1's outputs of a ResNet-18",
         "  python -m hookrun model=tiny_lm data=text 'hooks={attn: {at: transformer.h.0.attn, type: forward}}'",
-        "  python -m hookrun model=tiny_cnn data=shapes '+attribution={method: saliency}'   # add a kind's block",
         "",
-        "A kind's block the config has takes KEY=VALUE (attribution.method=saliency); one it has not is added",
-        "with a +: '+patching={method: eap, ...}', '+attribution={method: saliency, ...}' (or pick an experiment",
-        "that has it: experiment=edges, experiment=attribution_shapes).",
+        "Kinds of run: a block named as the kind turns one on (the experiments that give the block):",
+        *entries,
+        "A block the config has takes KEY=VALUE (KIND.KEY=VALUE); one it has not is added with a +:",
+        "'+KIND={KEY: VALUE, ...}'. A package of your own adds a kind (docs/architecture.md, a plugin).",
         "",
         "Every config key is described in docs/config.md (the config reference);",
         "python -m hookrun --version prints hookrun's version; --verbose shows tracebacks.",

@@ -55,6 +55,7 @@ class KindPlugin:
     added_by_key: bool = False  # a key of the block on the command line (`evaluate.ablation=zero`) adds the block
     ops: Mapping[str, Any] | None = None  # op name -> its factory: `op: NAME` of a modify action
     live: Mapping[str, str] | None = None  # a block key an object was put in -> the call that takes the object
+    summary: str = ""  # one line for `python -m hookrun --help`'s list of kinds: what a run of it gives
 
     def block_class(self) -> type:
         return _resolve(self.block, f"kind plugin {self.name!r}, block")

@@ -52,6 +52,23 @@ def test_the_help_examples_run(help_text):
         assert done.returncode == 0, (line, done.stderr[-2000:])
 
 
+def test_help_lists_every_kind_with_its_summary_and_experiments(help_text):
+    from hookrun.config.plugins import plugin
+
+    part = re.sub(r"\n {5,}", " ", help_text.split("Kinds of run:")[1].split("\n\n")[0])  # a wrapped entry, one line
+    folders = sorted(p.parent.name for p in (ROOT / "hookrun/runner/kinds").glob("*/__init__.py")
+                     if "KIND = KindPlugin(" in p.read_text())
+    assert folders and len(folders) >= 6, folders
+    for name in folders:
+        line = re.search(rf"^  {name} +(.+)$", part, flags=re.M)
+        assert line and line.group(1).startswith(plugin(name).summary) and plugin(name).summary, (name, part)
+        shown = re.search(r"\(experiment=(.+)\)$", line.group(1))
+        assert shown, (name, line.group(1))  # every shipped kind has an experiment
+        for experiment in shown.group(1).split(", "):  # each one's file gives the block
+            text = (ROOT / "conf/experiment" / f"{experiment}.yaml").read_text()
+            assert re.search(rf"^{name}:", text, flags=re.M), (name, experiment)
+
+
 def test_version_is_hookruns_and_torchs():
     done = run_cli("--version")
     assert done.returncode == 0, done.stderr

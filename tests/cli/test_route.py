@@ -54,6 +54,26 @@ def test_import_hookrun_loads_no_kind_report_or_drawing_action():
     assert not unwanted, unwanted
 
 
+def test_cli_and_the_reports_face_name_no_kind_or_drawing_action_and_only_the_scheme_registry_asks_for_a_url():
+    """Issue 46's done-when, as its greps: the commands reach every kind through the plugin registry
+    and the readers, so no kind's or drawing action's name is written in cli/ or in the report's
+    package face; and "is it a URL" is asked by the scheme registry (store/schemes.py, output/) alone."""
+    import re
+
+    from hookrun.config.plugins import plugin_names
+
+    names = [*plugin_names(), "logit_lens", "lens", "top_examples", "grad_cam", "gradcam", "latents", "edges"]
+    assert {"attribution", "evaluate", "patching", "probe", "sae", "similarity"} <= set(names)
+    word = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b", re.IGNORECASE)
+    files = [*sorted((ROOT / "hookrun/cli").glob("*.py")), ROOT / "hookrun/analysis/report/__init__.py"]
+    found = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}" for p in files
+             for n, line in enumerate(p.read_text().splitlines(), 1) if word.search(line)]
+    assert not found, "\n".join(found)
+    url = re.compile(r"is_url|startswith\(\s*[\"']s3://|[\"']://[\"'] in |re\.match\(.*://")
+    asked = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "hookrun").rglob("*.py")) if url.search(p.read_text())]
+    assert all(p.startswith(("hookrun/output/", "hookrun/store/schemes.py")) for p in asked), asked
+
+
 def test_the_face_still_binds_its_names():
     import hookrun
     from hookrun import (

@@ -10,6 +10,7 @@ the op's function by hand (the modified run's captures), the block's own keys (t
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -28,7 +29,7 @@ PACKAGE = {
         from hookrun.config.plugins import KindPlugin
         KIND = KindPlugin("{name}", block="{pkg}.block:Block", run="{pkg}.kind:ScaledKind",
                           reader="{pkg}.reader:READER", notebook="{pkg}.notebook:{name}_sums",
-                          ops={{"{name}_shift": "{pkg}.ops:shift"}})
+                          ops={{"{name}_shift": "{pkg}.ops:shift"}}, summary="the outputs summed, times a factor")
         ''',
     "block.py": '''
         from dataclasses import dataclass
@@ -193,6 +194,9 @@ def test_a_kind_from_a_users_package_runs_reads_plots_and_reports(tmp_path):
     page = cli("out", cwd=tmp_path, pythonpath=pkg_root, module="hookrun.report")
     assert page.returncode == 0, page.stderr
     assert "Scaled sums" in (tmp_path / "out/report.html").read_text()
+    helped = cli("--help", cwd=tmp_path, pythonpath=pkg_root)  # the kinds the help lists: the user's too
+    assert helped.returncode == 0 and re.search(r"^  scaled +the outputs summed, times a factor$", helped.stdout, re.M), \
+        helped.stdout
     # a wrong value and a misspelt key of the user's block: one line each, before any model is built
     bad = cli(*base, "+scaled={factor: -1}", "hydra.run.dir=bad", cwd=tmp_path, pythonpath=pkg_root)
     assert bad.returncode == 2 and bad.stderr.strip() == "hookrun: error: scaled.factor=-1.0: must be above 0 (e.g. 2.0)"

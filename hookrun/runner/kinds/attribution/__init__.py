@@ -23,4 +23,5 @@ from hookrun.config.plugins import KindPlugin
 KIND = KindPlugin("attribution", block="hookrun.runner.kinds.attribution.block:Block",
                   run="hookrun.runner.kinds.attribution.kind:AttributionKind",
                   reader="hookrun.runner.kinds.attribution.reader:READER",
-                  notebook="hookrun.runner.kinds.attribution.notebook:attribute")
+                  notebook="hookrun.runner.kinds.attribution.notebook:attribute",
+                  summary="each sample's attribution by one method: saliency, integrated gradients, occlusion, Grad-CAM, LRP")

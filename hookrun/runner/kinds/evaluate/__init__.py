@@ -14,4 +14,5 @@ from hookrun.config.plugins import KindPlugin
 
 KIND = KindPlugin("evaluate", block="hookrun.runner.kinds.evaluate.block:EvaluateBlock",
                   run="hookrun.runner.kinds.evaluate.kind:EvaluateKind",
-                  reader="hookrun.runner.kinds.evaluate.reader:READER", added_by_key=True)
+                  reader="hookrun.runner.kinds.evaluate.reader:READER", added_by_key=True,
+                  summary="the clean and the intervened forward of every batch (an ablated one too), and their metrics")

@@ -30,4 +30,5 @@ from hookrun.config.plugins import KindPlugin
 KIND = KindPlugin("patching", block="hookrun.runner.kinds.patching.block:PatchingConfig",
                   run="hookrun.runner.kinds.patching.kind:PatchingKind",
                   reader="hookrun.runner.kinds.patching.reader:READER",
-                  notebook="hookrun.runner.kinds.patching.notebook:patch_grid")
+                  notebook="hookrun.runner.kinds.patching.notebook:patch_grid",
+                  summary="activation-patching grids; circuit edges by EAP or EAP-IG, with faithfulness")

@@ -25,6 +25,7 @@ from hookrun.config.plugins import KindPlugin
 
 KIND = KindPlugin(
     name="probe",
+    summary="one linear probe per hook point, with Hewitt & Liang's control task",
     block="hookrun.runner.kinds.probe.block:ProbeBlock",
     run="hookrun.runner.kinds.probe.kind:ProbeKind",
     reader="hookrun.runner.kinds.probe.reader:READER",

@@ -21,6 +21,7 @@ from hookrun.config.plugins import KindPlugin
 
 KIND = KindPlugin(
     name="sae",
+    summary="sparse dictionaries trained from the run's own caches (SAELens the engine)",
     block="hookrun.runner.kinds.sae.block:SaeBlock",
     run="hookrun.runner.kinds.sae.kind:SaeKind",
     reader="hookrun.runner.kinds.sae.reader:READER",

@@ -19,6 +19,7 @@ from hookrun.config.plugins import KindPlugin
 
 KIND = KindPlugin(
     name="similarity",
+    summary="CKA or RSA between every pair of hook points, or between two models",
     block="hookrun.runner.kinds.similarity.block:SimilarityBlock",
     run="hookrun.runner.kinds.similarity.kind:SimilarityKind",
     reader="hookrun.runner.kinds.similarity.reader:READER",
