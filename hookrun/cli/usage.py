@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import platform
-import re
 import textwrap
-from pathlib import Path
 
 COMMANDS = (  # (module run as python -m MODULE, what it does)
     ("hookrun", "run hooks over a dataset and write what they record to HDF5 (this command)"),
@@ -43,17 +41,16 @@ def kinds() -> list[tuple[str, str, list[str]]]:
     """(name, summary, the shipped experiments whose file gives its block) for every kind plugin this
     install finds: hookrun's folders and a user's entry points (docs/architecture.md)."""
     from hookrun.cli.app import conf_dir
+    from hookrun.cli.blocks import experiments_with
     from hookrun.config.plugins import plugin, plugin_names
 
-    files = [p for p in sorted(Path(conf_dir(), "experiment").glob("*.yaml")) if "# renamed:" not in p.read_text()]
     out = []
     for name in plugin_names():
         try:
             summary = plugin(name).summary
         except Exception as exc:  # a user's plugin that fails to load is listed with why
             summary = f"(fails to load: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
-        block = re.compile(rf"^{re.escape(name)}:", re.MULTILINE)
-        out.append((name, summary, [p.stem for p in files if block.search(p.read_text())]))
+        out.append((name, summary, experiments_with(name, conf_dir())))
     return out
 
 

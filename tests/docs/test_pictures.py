@@ -220,7 +220,10 @@ def test_docs_pictures_are_made_by_the_readme_commands(tmp_path):
         with Image.open(tmp_path / "images" / name) as made, Image.open(ROOT / "docs" / "images" / name) as shown:
             assert made.text["Source"].startswith("outputs/")  # no temporary folder in the picture's text
             if shown.text.get("Software") == f"Matplotlib version{matplotlib.__version__}, https://matplotlib.org/":
-                assert np.array_equal(np.asarray(made), np.asarray(shown)), \
+                # within 2 of 255 levels: another CPU's float rounding (AVX-512 or not) moves a line's
+                # antialiasing by a level on a few pixels; any change one can see moves far more
+                now, then = np.asarray(made).astype(int), np.asarray(shown).astype(int)
+                assert now.shape == then.shape and np.abs(now - then).max() <= 2, \
                     f"docs/images/{name} is not what its commands draw now: run python docs/make_pictures.py"
     page = (tmp_path / "work" / "outputs" / "shapes" / "report.html").read_text()
     data = page[page.index('id="hookrun-data">') :]
