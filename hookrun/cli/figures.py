@@ -24,6 +24,7 @@ from hookrun.analysis.report.figure_specs import (
     SEQUENTIAL,
     Heatmap,
     Lines,
+    beyond_range,
     diverging_range,
     is_categorical,
     is_signed,
@@ -233,20 +234,9 @@ def heatmap(spec: Heatmap) -> Any:
     ax.set_xlabel(spec.xlabel)
     ax.set_ylabel(spec.ylabel)
     ax.set_title(spec.title)
-    bar = fig.colorbar(image, ax=ax, label=spec.label, extend=_beyond(z, spec.range))
+    bar = fig.colorbar(image, ax=ax, label=spec.label, extend=beyond_range(z, spec.range))
     tidy_ticks(bar.ax.yaxis)
     return fig
-
-
-def _beyond(z: np.ndarray, fixed: tuple[float, float] | None) -> str:
-    """The colour bar's `extend`: the ends of a fixed range that values lie beyond (minibatch CKA's
-    estimate below 0), by more than rounding (a CKA diagonal of 1 + 2e-16 is 1)."""
-    finite = z[np.isfinite(z)]
-    if fixed is None or not finite.size:
-        return "neither"
-    tol = 1e-9 * (fixed[1] - fixed[0])
-    below, above = bool(finite.min() < fixed[0] - tol), bool(finite.max() > fixed[1] + tol)
-    return "both" if below and above else "min" if below else "max" if above else "neither"
 
 
 def sweep_lines(xs: Sequence[Any], series: Mapping[str, Sequence[float]], xlabel: str, ylabel: str, title: str,

@@ -194,6 +194,19 @@ def test_hook_points_by_depth_are_drawn_in_their_order_under_their_own_names():
     assert [t.get_text() for t in digits.axes[0].get_xticklabels()] == ["0", "1", "2"]
 
 
+@pytest.mark.parametrize(("z", "note"), [([[1 + 2e-16, 0.4], [0.4, 1.0]], None), ([[1.0, -0.03], [-0.03, 1.0]], "below 0"),
+                                         ([[1.02, -0.5], [0.5, np.nan]], "below 0 or above 1")])
+def test_the_reports_colour_bar_says_where_cells_lie_beyond_its_fixed_range(z, note):
+    """plot's bar has an arrow for a value beyond a fixed range (minibatch CKA below 0); plotly's bar
+    has none, so its title says which cells take an end's colour."""
+    from hookrun.analysis.report.figure_specs import Heatmap
+
+    trace = to_plotly(Heatmap(z=np.array(z), title="t", label="CKA", range=(0.0, 1.0)))["data"][0]
+    title = trace["colorbar"]["title"]["text"]
+    assert (trace["zmin"], trace["zmax"]) == (0.0, 1.0)
+    assert title == "CKA" if note is None else title == f"CKA<br><sub>cells {note}:<br>the end's colour</sub>"
+
+
 def test_a_heatmaps_long_column_labels_stand_upright_instead_of_overlapping():
     import numpy as np
     from matplotlib.transforms import Bbox

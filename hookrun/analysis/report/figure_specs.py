@@ -287,3 +287,14 @@ def _number(v: Any) -> float | None:
         f = float(v)
         return f if np.isfinite(f) else None
     return None
+
+
+def beyond_range(z: np.ndarray, fixed: tuple[float, float] | None) -> str:
+    """The ends of a fixed colour range values lie beyond by more than rounding (a CKA of 1 + 2e-16 is 1;
+    minibatch CKA below 0 is not): "min", "max", "both" or "neither", as matplotlib's `extend` takes them."""
+    finite = z[np.isfinite(z)]
+    if fixed is None or not finite.size:
+        return "neither"
+    tol = 1e-9 * (fixed[1] - fixed[0])
+    below, above = bool(finite.min() < fixed[0] - tol), bool(finite.max() > fixed[1] + tol)
+    return "both" if below and above else "min" if below else "max" if above else "neither"

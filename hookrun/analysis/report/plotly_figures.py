@@ -27,6 +27,7 @@ from hookrun.analysis.report.figure_specs import (
     Histogram,
     Lines,
     Scatter,
+    beyond_range,
     diverging_range,
     is_categorical,
 )
@@ -105,6 +106,11 @@ def heatmap(spec: Heatmap) -> dict:
         trace.update(zmid=spec.centre, zmin=lo, zmax=hi)
     elif spec.range is not None:
         trace.update(zmin=spec.range[0], zmax=spec.range[1])
+    beyond = beyond_range(z, spec.range)
+    if beyond != "neither":  # (plotly's bar has no arrow: a cell beyond takes the end's colour, and the bar says so)
+        ends = {"min": f"below {spec.range[0]:g}", "max": f"above {spec.range[1]:g}",
+                "both": f"below {spec.range[0]:g} or above {spec.range[1]:g}"}[beyond]
+        trace["colorbar"]["title"]["text"] += f"<br><sub>cells {ends}:<br>the end's colour</sub>"
     if spec.cells is not None and rows * cols <= 4000:
         trace.update(text=[[escape(t) for t in row] for row in spec.cells], texttemplate="%{text}", textfont={"size": 8})
     layout = _layout(spec.title, spec.xlabel, spec.ylabel, plot_bgcolor=NO_VALUE)  # (a NaN cell: a gap, grey)
