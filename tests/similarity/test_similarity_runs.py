@@ -277,6 +277,17 @@ def test_a_constant_layer_is_n_a_in_the_file_inspect_and_picture_with_one_warnin
     assert spec.cells[0] == ["1.00", "n/a", "n/a"] and "n/a: constant features" in spec.title
 
 
+def test_the_pictures_cells_keep_the_digits_that_tell_values_apart() -> None:
+    """Two ResNets' stages on noise images lie between 0.96 and 0.998: at 2 decimals the cells read
+    1.00 and 0.99 for values that differ; the cells take 3 decimals there (4 closer still)."""
+    from hookrun.runner.kinds.similarity.reader import _cell, _decimals
+
+    near = np.array([[0.9975, 0.9632], [0.9865, np.nan]])
+    assert [_cell(v, f".{_decimals(near)}f") for v in near.ravel()] == ["0.998", "0.963", "0.987", "n/a"]
+    assert _decimals(np.array([[0.9975, 0.9961], [0.9930, 0.9990]])) == 4
+    assert _decimals(np.array([[1.0, 0.16], [0.5, 0.7]])) == 2 and _decimals(np.array([[1.0, np.nan]])) == 2
+
+
 @pytest.mark.parametrize("kind", ["correlation", "euclidean"])
 def test_rsa_by_correlation_with_an_item_whose_features_are_all_equal_is_n_a(tmp_path, caplog, kind) -> None:
     """Item 0 is the zero input of a bias-free layer: its features are all 0, and its Pearson correlation

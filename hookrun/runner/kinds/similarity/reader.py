@@ -70,7 +70,15 @@ def spec(f: h5py.File) -> Heatmap:
     rsa = m["measure"] == "rsa"  # a rank correlation, -1 to 1 (diverging about 0); CKA 0 to 1
     return Heatmap(z=z, title=title(m) + note, x=m["cols"], y=m["rows"], xlabel=xlabel, ylabel=ylabel,
                    label=NAMES.get(m["measure"], m["measure"]), range=(-1.0, 1.0) if rsa else (0.0, 1.0),
-                   centre=0.0 if rsa else None, cells=[[_cell(v, ".2f") for v in row] for row in z])
+                   centre=0.0 if rsa else None, cells=[[_cell(v, f".{_decimals(z)}f") for v in row] for row in z])
+
+
+def _decimals(z: np.ndarray) -> int:
+    """The cells' decimals: 2, or more where the values lie closer (0.9975 and 0.9632 written 1.00 and
+    0.96 would hide what the matrix shows), at most 4 (inspect's)."""
+    finite = z[np.isfinite(z)]
+    spread = float(finite.max() - finite.min()) if finite.size else 1.0
+    return 2 if spread >= 0.1 or spread == 0 else 3 if spread >= 0.01 else 4
 
 
 def _cell(v: float, form: str) -> str:
