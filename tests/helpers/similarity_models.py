@@ -1,5 +1,6 @@
 """Models for the similarity runs' tests: a second image model with its own weights, a module with no
-feature axis, a module whose rows are not the batch's, and a layer that is dead (constant)."""
+feature axis, a module whose rows are not the batch's, a layer that is dead (constant), and convs whose
+outputs the next op rectifies in place."""
 
 from __future__ import annotations
 
@@ -57,3 +58,11 @@ def dead_mlp() -> nn.Module:
     with torch.no_grad():
         model[0].bias.fill_(-100.0)
     return model
+
+
+def rectified_cnn() -> nn.Module:
+    """conv -> ReLU(inplace=True) twice (torchvision's conv -> bn -> ReLU(inplace=True)): each conv's output,
+    as its forward hook sees it, is rectified in place by the next op once the hook has returned."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(inplace=True), nn.Conv2d(4, 4, 3, padding=1),
+                         nn.ReLU(inplace=True)).eval()

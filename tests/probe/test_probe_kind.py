@@ -57,9 +57,9 @@ def run(tmp_path, model, dataset, name="p", **block):
 
 
 def recorded(model, dataset, module, key="x"):
-    """The module's outputs over the data, by a raw forward hook, as float64 numpy."""
+    """The module's outputs over the data, by a raw forward hook (a copy, as the hook sees it), as float64 numpy."""
     out = []
-    h = module.register_forward_hook(lambda m, a, o: out.append(o.detach().double()))
+    h = module.register_forward_hook(lambda m, a, o: out.append(o.detach().clone().double()))
     with torch.no_grad():
         for s in range(0, len(dataset), B):
             model(torch.stack([d[key] for d in dataset[s:s + B]]))
@@ -107,6 +107,39 @@ def test_ridge_regression_run_equals_sklearn(tmp_path):
     np.testing.assert_allclose(w[0], ref.coef_, rtol=1e-6, atol=1e-9 * np.abs(ref.coef_).max())
     np.testing.assert_allclose(feats[te] @ w[0] + b[0], ref.predict(feats[te]), rtol=1e-6)
     assert run_.probes()[0]["test"] == pytest.approx(ref.score(feats[te], y[te]), rel=1e-6)
+
+
+class Rectified(nn.Module):
+    """conv and linear layers each followed by ReLU(inplace=True): the forward rectifies each output in
+    place once its hooks have returned (torchvision's conv -> bn -> ReLU(inplace=True), VGG's features)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv, self.act1 = nn.Conv2d(2, 6, 3, padding=1), nn.ReLU(inplace=True)
+        self.lin, self.act2 = nn.Linear(6 * 8 * 8, 5), nn.ReLU(inplace=True)
+        self.head = nn.Linear(5, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.act2(self.lin(self.act1(self.conv(x)).flatten(1))))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_an_output_the_forward_changes_in_place_after_its_hook_is_probed_as_the_hook_saw_it(tmp_path, dtype):
+    """The probe's rows are the module's output as its forward hook sees it, not what a ReLU(inplace=True)
+    after it makes of it (the rows were pooled after the forward: the conv's probe was fitted on
+    rectified maps, a float64 linear layer's likewise). Reference: sklearn's Ridge on raw-hook copies."""
+    model = Rectified().to(dtype).eval()
+    ds = [{**d, "x": d["x"].to(dtype)} for d in data()]
+    run_ = run(tmp_path, model, ds, at=["conv", "lin"], target="value", method="ridge", alpha=1.0,
+               standardize=False, split={"test": 0.25, "seed": 0})
+    y = np.array([float(d["value"]) for d in ds])
+    tr, _ = train_test_split(np.arange(N), test_size=0.25, random_state=0)
+    for name, feats in (("conv", recorded(model, ds, model.conv).mean((2, 3))), ("lin", recorded(model, ds, model.lin))):
+        assert (feats < 0).any(), name  # (the output has negatives; the rectified one has none)
+        ref = Ridge(alpha=1.0).fit(feats[tr], y[tr])
+        w, _ = run_.probe_weights(name)
+        np.testing.assert_allclose(w[0], ref.coef_, rtol=1e-6, atol=1e-9 * np.abs(ref.coef_).max(), err_msg=name)
 
 
 def parity(batch):

@@ -92,16 +92,18 @@ class Collector:
                               f"with one target per item (batch,) or per token (batch, tokens)")
         return t.long() if t.dtype == torch.bool else t
 
-    def outputs(self, model: nn.Module, call: Any) -> dict[str, torch.Tensor]:
-        """Every hooked module's output of one forward (early_stop's cut may end it after the last)."""
-        seen: dict[str, torch.Tensor] = {}
+    def outputs(self, model: nn.Module, call: Any, mask: torch.Tensor | None) -> dict[str, Rows]:
+        """Every hooked module's rows of one forward (early_stop's cut may end it after the last), pooled
+        in its hook into new memory: the forward may change a module's output in place once the hook has
+        returned (conv -> ReLU(inplace=True)), and the rows are the output the hook saw."""
+        seen: dict[str, Rows] = {}
         handles = []
         try:
             for name, module in self.modules:
                 def hook(_m: nn.Module, _args: Any, out: Any, name: str = name) -> None:
                     t = first_tensor(out)
                     if t is not None and name not in seen:
-                        seen[name] = t.detach()
+                        seen[name] = pool_rows(t, self.pool, mask, where=name)
                 handles.append(module.register_forward_hook(hook))
             plain_forward(model, call)
         finally:
@@ -121,8 +123,7 @@ class Collector:
             mask = torch.ones_like(ids)
         target = self.targets(call)
         out = {}
-        for name, t in self.outputs(model, call).items():
-            rows = pool_rows(t, self.pool, mask, where=name)
+        for name, rows in self.outputs(model, call, mask).items():
             out[name] = (rows.x, self.row_targets(rows, target, name), self.keys(rows, ids, indices),
                          indices.cpu().numpy()[rows.item.cpu().numpy()])
         return out

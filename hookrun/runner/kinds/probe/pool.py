@@ -61,9 +61,9 @@ def pool_rows(t: torch.Tensor, pool: str, mask: torch.Tensor | None, where: str 
     if kind == "map":  # the mean summed in float64 as it reads the map (no float64 copy of it); a max is exact
         flat = t.reshape(n, t.shape[1], -1)
         return Rows(flat.amax(2).to(torch.float64) if pool == "max" else flat.mean(2, dtype=torch.float64), items, None)
+    if kind == "flat":  # (a copy even in float64: the forward may change its output in place after the hook)
+        return Rows(t.to(torch.float64, copy=True), items, None)
     t = t.to(torch.float64)
-    if kind == "flat":
-        return Rows(t, items, None)
     valid = mask.to(device=t.device, dtype=torch.bool)
     if pool == "every":
         where_ = valid.reshape(-1).nonzero().squeeze(1)

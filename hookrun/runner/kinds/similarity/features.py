@@ -69,7 +69,9 @@ def first_tensor(output: Any) -> torch.Tensor | None:
 
 
 def pool(t: torch.Tensor | None, how: str, mask: torch.Tensor | None, where: str) -> torch.Tensor:
-    """(rows, ...) -> (rows, features): flattened, or averaged over space / the real tokens (float64)."""
+    """(rows, ...) -> (rows, features): flattened, or averaged over space / the real tokens (float64); always
+    new memory, made in the hook: the forward may change a module's output in place once its hooks have
+    returned (conv -> ReLU(inplace=True)), and the rows are the output the hook saw."""
     if t is None or t.dim() < 2 or not t.is_floating_point():
         shape = "no tensor" if t is None else f"shape {tuple(t.shape)} {t.dtype}"
         raise ConfigError(f"{where} gives {shape}: no feature axis (one value per item, or no floating "
@@ -80,10 +82,10 @@ def pool(t: torch.Tensor | None, how: str, mask: torch.Tensor | None, where: str
         if tokens and not bool(mask.bool().all()):
             raise ConfigError(f"{where}: pool=flatten over token rows with padding would make the padding features; "
                            f"use similarity.pool=mean (padding left out), or batches without padding")
-        return t.reshape(len(t), -1)
-    t = t.to(torch.float64)
+        return t.reshape(len(t), -1).clone()  # (a copy: the forward may change its output in place after the hook)
     if t.dim() == 2:
-        return t
+        return t.to(torch.float64, copy=True)
+    t = t.to(torch.float64)
     if tokens:
         m = mask.to(device=t.device, dtype=torch.float64).unsqueeze(-1)
         return (t * m).sum(dim=1) / m.sum(dim=1).clamp_min(1.0)
