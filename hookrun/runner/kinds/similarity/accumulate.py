@@ -8,8 +8,9 @@
 |------------|------------------------------------------|---------------------------|-------------------|
 | feature    | sums of Z and Z^T Z, Z = every series'   | linear CKA, any rows      | 8 D^2 (D features)|
 |            | features side by side (float64)          |                           |                   |
-| gram       | each series' rows spooled to a temporary | linear CKA, rbf CKA, RSA  | 8 (S+1) n^2; RSA  |
-|            | file; at the end its n x n Gram matrix   |                           | 4 (S+4) n^2       |
+| gram       | each series' rows (held within what      | linear CKA, rbf CKA, RSA  | 8 (S+1) n^2; RSA  |
+|            | memory leaves, else spooled: rows.py);   |                           | 4 (S+4) n^2; and  |
+|            | at the end its n x n Gram matrix         |                           | the rows held     |
 | minibatch  | unbiased HSIC of every pair, summed over | Nguyen et al. 2021        | 8 S b^2 (b batch) |
 |            | the full batches                         |                           |                   |
 
@@ -17,7 +18,7 @@ The bytes are the peak, not only what is kept: the gram route keeps each series'
 (RSA: the ranks of its dissimilarities' upper triangle, half as many numbers) and works on one more
 n x n matrix (and its product, or its ranks) at a time; a test holds the peak numpy allocates to it.
 
-Many ranks: each rank but 0 `save`s its accumulator (sums, or its spooled rows) and rank 0 `merge`s
+Many ranks: each rank but 0 `save`s its accumulator (sums, or its rows) and rank 0 `merge`s
 them in rank order, which is batch order.
 
 A series is one hook point's pooled features (a model's `at`, then the second model's `with.at`).
@@ -25,17 +26,14 @@ A series is one hook point's pooled features (a model's `at`, then the second mo
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
 from hookrun.errors import ConfigError
-from hookrun.output.scratch import Scratch
 from hookrun.runner.kinds.similarity import measures as m
+from hookrun.runner.kinds.similarity.rows import SeriesRows
 
 SLAB = 16 << 20  # bytes of rows read at once when the spooled features become Gram matrices
 ROUTES = ("feature", "gram", "minibatch")
@@ -140,65 +138,39 @@ class FeatureRoute:
 
 
 class GramRoute:
-    """Every series' rows spooled to a file in the kind's scratch folder (output/scratch.py); at the end
-    its Gram matrix, then the measure."""
+    """Every series' rows held within `held` bytes, beyond them spooled to files in the kind's scratch
+    folder (rows.py); at the end its Gram matrix, then the measure."""
 
-    def __init__(self, pairs: list[tuple[int, int]], measure: str, sigma: float, dissimilarity: str) -> None:
+    def __init__(self, pairs: list[tuple[int, int]], measure: str, sigma: float, dissimilarity: str,
+                 held: int = 0) -> None:
         self.pairs, self.measure, self.sigma, self.dissimilarity = pairs, measure, sigma, dissimilarity
-        self.scratch: Callable[[], Scratch] | None = None  # the kind's: makes the spool's folder at the first rows
-        self.dir: Scratch | None = None
-        self.files: list[Any] = []
-        self.dims: list[int] = []
-        self.dtypes: list[type] = []
-        self.n = 0
+        self.rows = SeriesRows(held)
         self.constant: list[bool] = []  # per series, set by matrix()
         self.flat_items: list[bool] = []  # per series (RSA, correlation): an item whose features are all equal
 
     def add(self, series: list[torch.Tensor]) -> None:
-        if self.dir is None:  # (the kind's scratch beside the run's file; else the system's temporary folder)
-            self.dir = self.scratch() if self.scratch is not None else Scratch(None, "similarity_rows")
-        if not self.files:  # float32 rows stay float32 on disk (exact); float64 (pooled) rows stay float64
-            self.dims = [s[0].numel() for s in series]
-            self.dtypes = [np.float64 if s.dtype == torch.float64 else np.float32 for s in series]
-            self.files = [open(self.dir.path / f"{k}.rows", "wb") for k in range(len(series))]
-        for f, s, dtype in zip(self.files, series, self.dtypes, strict=True):
-            f.write(np.ascontiguousarray(s.reshape(len(s), -1).cpu().numpy(), dtype=dtype).data)
-        self.n += len(series[0])
+        self.rows.add(series)
 
     def save(self, path: Path) -> None:
-        """This rank's spooled rows (a folder of one file per series), for rank 0's merge."""
-        path.mkdir()
-        for k, f in enumerate(self.files):
-            f.flush()
-            shutil.copyfile(f.name, path / f"{k}.rows")
-        (path / "rows").write_text(str(self.n))
+        self.rows.save(path)
 
     def merge(self, path: Path) -> None:
-        """Another rank's rows after this one's (rank order is item order: the same Gram matrices)."""
-        for k, f in enumerate(self.files):
-            with open(path / f"{k}.rows", "rb") as src:
-                shutil.copyfileobj(src, f)
-        self.n += int((path / "rows").read_text())
+        self.rows.merge(path)
 
     def gram(self, k: int) -> tuple[np.ndarray, np.ndarray, bool, bool]:
-        """Series k's Gram matrix and row sums, its rows read back in slabs of columns; whether every row
-        is the first (a constant series); and whether some item's features are all equal (RSA's
-        correlation is undefined for it)."""
-        self.files[k].flush()
-        d = self.dims[k]
-        x = np.memmap(self.files[k].name, dtype=self.dtypes[k], mode="r", shape=(self.n, d))
-        g, sums, same = np.zeros((self.n, self.n)), np.zeros(self.n), True
-        rsa = self.measure == "rsa"
-        lead, flat = np.asarray(x[:, 0], dtype=np.float64) if rsa else None, np.full(self.n, rsa)
-        step = max(1, SLAB // (8 * self.n))
-        for c in range(0, d, step):
-            part = np.asarray(x[:, c:c + step], dtype=np.float64)
+        """Series k's Gram matrix and row sums, from its rows in slabs of columns; whether every row is the
+        first (a constant series); and whether some item's features are all equal (RSA's correlation is
+        undefined for it)."""
+        n = self.rows.n
+        g, sums, same = np.zeros((n, n)), np.zeros(n), True
+        rsa, lead, flat = self.measure == "rsa", None, np.full(n, self.measure == "rsa")
+        for part in self.rows.slabs(k, max(1, SLAB // (8 * n))):
             g += part @ part.T
             sums += part.sum(axis=1)
             same = same and np.array_equal(part[1], part[0]) and bool((part == part[:1]).all())  # (rows 0, 1 first)
+            lead = part[:, 0].copy() if lead is None else lead
             if rsa and flat.any():
                 flat &= (part == lead[:, None]).all(axis=1)
-        del x
         return g, sums, same, bool(flat.any())
 
     def matrix(self, shape: tuple[int, int]) -> np.ndarray:
@@ -206,7 +178,7 @@ class GramRoute:
         norm for CKA; the ranks of its dissimilarities for RSA), then every pair as a dot product;
         NaN where a series is constant (the measure is 0 / 0; rounding would make it any number)."""
         self.constant, self.flat_items = [], []  # (each series' flags, appended by prepared)
-        prepared = [self.prepared(k) for k in range(len(self.files))]
+        prepared = [self.prepared(k) for k in range(len(self.rows.dims))]
         out = np.array([np.vdot(prepared[i], prepared[j]) for i, j in self.pairs])
         gone = [c or f for c, f in zip(self.constant, self.flat_items, strict=True)]
         return undefined(out, self.pairs, gone).reshape(shape)
@@ -218,15 +190,12 @@ class GramRoute:
         self.flat_items.append(flat and self.measure == "rsa" and self.dissimilarity == "correlation" and not same)
         if self.measure != "rsa":
             return m.unit(m.center_(m.rbf_(g, self.sigma) if self.measure == "rbf_cka" else g))
-        values = m.upper_triangle(m.dissimilarity_(g, sums, self.dims[k], self.dissimilarity))
+        values = m.upper_triangle(m.dissimilarity_(g, sums, self.rows.dims[k], self.dissimilarity))
         del g  # (half the numbers from here on)
         return m.ranks_(values)
 
     def close(self) -> None:
-        for f in self.files:
-            f.close()
-        if self.dir is not None:
-            self.dir.cleanup()
+        self.rows.close()
 
 
 class MinibatchRoute:
@@ -282,10 +251,11 @@ def undefined(out: np.ndarray, pairs: list[tuple[int, int]], constant: list[bool
 
 
 def accumulator(route: str, pairs: list[tuple[int, int]], measure: str = "linear_cka", sigma: float = 0.8,
-                dissimilarity: str = "correlation", batch: int = 0) -> FeatureRoute | GramRoute | MinibatchRoute:
-    """The route's accumulator for these pairs (see the table above)."""
+                dissimilarity: str = "correlation", batch: int = 0, held: int = 0) -> FeatureRoute | GramRoute | MinibatchRoute:
+    """The route's accumulator for these pairs (see the table above); `held`: the bytes of rows the gram
+    route may keep in memory before it spools them (what `memory` leaves beside its route_bytes)."""
     if route == "feature":
         return FeatureRoute(pairs)
     if route == "gram":
-        return GramRoute(pairs, measure, sigma, dissimilarity)
+        return GramRoute(pairs, measure, sigma, dissimilarity, held)
     return MinibatchRoute(pairs, batch)

@@ -45,6 +45,7 @@ from hookrun.runner.kinds.similarity.accumulate import (
     accumulator,
     choose_route,
     pairs_of,
+    route_bytes,
 )
 from hookrun.runner.kinds.similarity.block import LIVE_WITH
 from hookrun.runner.kinds.similarity.features import Taps
@@ -106,7 +107,8 @@ class SimilarityKind(RunKind):
         self.route = choose_route(b.measure, b.estimator, self.dims, seen, batch, b.memory)  # sized by the rows run
         self.shape = (len(self.rows), len(self.cols))
         pairs = pairs_of(len(self.rows), len(self.cols) if self.other is not None else None)
-        self.acc = accumulator(self.route, pairs, b.measure, b.sigma, b.dissimilarity, batch)
+        held = b.memory - route_bytes("gram", self.dims, seen, batch, b.measure) if self.route == "gram" else 0
+        self.acc = accumulator(self.route, pairs, b.measure, b.sigma, b.dissimilarity, batch, held)  # (rows held, else spooled)
 
     def features(self, model: nn.Module, call: Any) -> list[torch.Tensor]:
         """One batch through the model (its hooks, and the user's, fire) and the second model: the
@@ -137,7 +139,7 @@ class SimilarityKind(RunKind):
         self.should_stop = lambda: p.settings.should_stop()
         RankLink.require(self.link, self.world, "similarity", self.rank, self.should_stop)  # (the folder every rank sees)
         if isinstance(self.acc, GramRoute):  # its spooled rows beside the run's file (a killed run's: cleared)
-            self.acc.scratch = lambda: Scratch(p.cfg.output, "similarity_rows", self.rank)
+            self.acc.rows.scratch = lambda: Scratch(p.cfg.output, "similarity_rows", self.rank)
         p.attrs["similarity"] = json.dumps(self.describe())
 
     rank, world, link, begin = 0, 1, None, 0
