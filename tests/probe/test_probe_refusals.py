@@ -5,6 +5,7 @@ many ranks resume, tests/probe/test_probe_rank_resume.py): each one ConfigError 
 from __future__ import annotations
 
 import pytest
+import torch
 
 import hookrun
 from hookrun.errors import ConfigError, HookrunError
@@ -44,3 +45,29 @@ def test_many_ranks_without_a_channel_are_one_line(tmp_path, block, message) -> 
     finally:
         p.env.close()
         p.settings.kind.close()
+
+
+class Twice(torch.nn.Module):
+    """One linear layer applied twice in a forward (a shared module, as a weight-tied or looped block)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin, self.head = torch.nn.Linear(4, 4), torch.nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.lin(self.lin(x)))
+
+
+def test_a_module_that_runs_twice_in_a_forward_is_one_line_before_any_batch(tmp_path) -> None:
+    """The probe took the first call's output and said nothing (similarity refuses it): one line now."""
+    g = torch.Generator().manual_seed(1)
+    data = [(torch.randn(4, generator=g), i % 2) for i in range(16)]
+    cfg = {"data": {"batch_size": 8}, "device": "cpu", "progress": False, "output": {"path": str(tmp_path / "p.h5")},
+           "probe": {"at": ["lin"], "target": "label"}}
+    with pytest.raises(ConfigError) as err:
+        hookrun.run(cfg, model=Twice(), dataset=data)
+    assert str(err.value) == ("probe.at: lin ran twice in one forward (a shared module): which call's output "
+                              "to probe is not defined; name a module that runs once per forward")
+    assert not (tmp_path / "p.h5").exists()
+    hookrun.run({**cfg, "probe": {"at": ["head"], "target": "label"}}, model=Twice(), dataset=data)  # once: fine

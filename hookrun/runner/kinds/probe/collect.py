@@ -102,7 +102,11 @@ class Collector:
             for name, module in self.modules:
                 def hook(_m: nn.Module, _args: Any, out: Any, name: str = name) -> None:
                     t = first_tensor(out)
-                    if t is not None and name not in seen:
+                    if name in seen:
+                        raise ConfigError(f"probe.at: {name} ran twice in one forward (a shared module): which "
+                                          f"call's output to probe is not defined; name a module that runs once "
+                                          f"per forward")
+                    if t is not None:
                         seen[name] = pool_rows(t, self.pool, mask, where=name)
                 handles.append(module.register_forward_hook(hook))
             plain_forward(model, call)
