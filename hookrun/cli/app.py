@@ -232,7 +232,7 @@ def main() -> None:
     if HELP & set(args):  # hookrun's own help; Hydra's groups and config follow (hydra.help in conf/config.yaml)
         from hookrun.cli.usage import usage
 
-        print(usage(), flush=True)
+        print(usage(conf_dir()), flush=True)
     for note in renamed([a for a in args if not a.startswith("-")], conf_dir()):
         print(f"hookrun: note: {note}", file=sys.stderr, flush=True)
     damage = shell_damage(args) or _missing_block([a for a in args if not a.startswith("-")])

@@ -1,6 +1,6 @@
 """hookrun's own `--help` and `--version` text (Hydra's config groups and config follow the help).
 
-    print(usage())     # what hookrun does, its commands, an example, where the config reference is
+    print(usage(conf_dir()))   # what hookrun does, its commands, an example, where the config reference is
     print(version())   # hookrun 0.2.0 (torch 2.x, Python 3.x)
 
 The command list names only the entry points this install has, so the help never points at a
@@ -37,10 +37,9 @@ def commands() -> list[tuple[str, str]]:
     return out
 
 
-def kinds() -> list[tuple[str, str, list[str]]]:
-    """(name, summary, the shipped experiments whose file gives its block) for every kind plugin this
-    install finds: hookrun's folders and a user's entry points (docs/architecture.md)."""
-    from hookrun.cli.app import conf_dir
+def kinds(conf: str) -> list[tuple[str, str, list[str]]]:
+    """(name, summary, the experiments of `conf`/experiment/ whose file gives its block) for every kind
+    plugin this install finds: hookrun's folders and a user's entry points (docs/architecture.md)."""
     from hookrun.cli.blocks import experiments_with
     from hookrun.config.plugins import plugin, plugin_names
 
@@ -50,13 +49,14 @@ def kinds() -> list[tuple[str, str, list[str]]]:
             summary = plugin(name).summary
         except Exception as exc:  # a user's plugin that fails to load is listed with why
             summary = f"(fails to load: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
-        out.append((name, summary, experiments_with(name, conf_dir())))
+        out.append((name, summary, experiments_with(name, conf)))
     return out
 
 
-def usage() -> str:
+def usage(conf: str) -> str:
+    """The help; `conf`: hookrun's conf/ folder (cli/app.py's conf_dir), whose experiments it names."""
     width = max(len(m) for m, _ in commands()) + len("python -m ")
-    listed = kinds()
+    listed = kinds(conf)
     named = max((len(n) for n, _, _ in listed), default=0)
     entries = [textwrap.fill(f"{n:<{named}}  {summary}" + (f" (experiment={', '.join(e)})" if e else ""), 100,
                              initial_indent="  ", subsequent_indent=" " * (named + 4), break_on_hyphens=False)

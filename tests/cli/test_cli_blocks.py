@@ -104,4 +104,4 @@ def test_experiments_with_a_block_and_the_help():
     conf = conf_dir()
     assert {"edges", "patching_grid"} <= set(experiments_with("patching", conf))
     assert "resnet_layer1" not in experiments_with("patching", conf)
-    assert "'+KIND={KEY: VALUE, ...}'" in usage() and "experiment=attribution_patching, edges" in usage()
+    assert "'+KIND={KEY: VALUE, ...}'" in usage(conf) and "experiment=attribution_patching, edges" in usage(conf)

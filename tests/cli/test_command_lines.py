@@ -22,7 +22,9 @@ RECORD = {"l": {"at": "layer2", "type": "forward", "actions": [{"name": "record"
 
 
 def test_help_points_at_docs_config_md_by_its_name():
-    text = usage()
+    from hookrun.cli.app import conf_dir
+
+    text = usage(conf_dir())
     assert "docs/config.md" in text and (ROOT / "docs" / "config.md").is_file()
     assert "README's config reference" not in text  # the reference is docs/config.md, not a README section
 
