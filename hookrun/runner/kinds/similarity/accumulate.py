@@ -168,7 +168,8 @@ class GramRoute:
             g += part @ part.T
             sums += part.sum(axis=1)
             same = same and np.array_equal(part[1], part[0]) and bool((part == part[:1]).all())  # (rows 0, 1 first)
-            lead = part[:, 0].copy() if lead is None else lead
+            if rsa and lead is None:  # (each item's first feature: the first slab's first column)
+                lead = part[:, 0].copy()
             if rsa and flat.any():
                 flat &= (part == lead[:, None]).all(axis=1)
         return g, sums, same, bool(flat.any())
