@@ -1,6 +1,6 @@
 """Models for the similarity runs' tests: a second image model with its own weights, a module with no
-feature axis, a module whose rows are not the batch's, a layer that is dead (constant), and convs whose
-outputs the next op rectifies in place."""
+feature axis, a module whose rows are not the batch's, a module that runs twice in a forward, a layer
+that is dead (constant), and convs whose outputs the next op rectifies in place."""
 
 from __future__ import annotations
 
@@ -33,6 +33,17 @@ class Scored(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.lin(x)
         return self.score(h) + self.pairs(h.reshape(-1, 2)).sum()
+
+
+class Looped(nn.Module):
+    """`lin` runs twice in a forward (a shared module, as a looped or weight-tied block)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(self.lin(x))
 
 
 class Lengths(torch.utils.data.Dataset):

@@ -68,6 +68,6 @@ def test_a_module_that_runs_twice_in_a_forward_is_one_line_before_any_batch(tmp_
     with pytest.raises(ConfigError) as err:
         hookrun.run(cfg, model=Twice(), dataset=data)
     assert str(err.value) == ("probe.at: lin ran twice in one forward (a shared module): which call's output "
-                              "to probe is not defined; name a module that runs once per forward")
+                              "to take is not defined; name a module that runs once per forward")
     assert not (tmp_path / "p.h5").exists()
     hookrun.run({**cfg, "probe": {"at": ["head"], "target": "label"}}, model=Twice(), dataset=data)  # once: fine

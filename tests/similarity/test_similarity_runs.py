@@ -240,6 +240,8 @@ ROWS = {"dataset": {"_target_": "toy_models.SignedRows"}, "batch_size": 4}
     ({"at": ["score"], "model": SCORED, "data": ROWS}, "similarity.at: score gives shape (4,) torch.float32: no feature axis"),
     ({"at": ["lin"], "model": SCORED, "data": ROWS, "with": {"model": SCORED, "at": ["pairs"]}},
      "batches differ in rows (lin: 4, pairs: 8)"),
+    ({"at": ["lin"], "model": {"_target_": "similarity_models.Looped"}, "data": ROWS},
+     "similarity.at: lin ran twice in one forward (a shared module): which call's output to take is not defined"),
 ])
 def test_bad_input_is_one_line_before_any_batch(tmp_path, overrides, message) -> None:
     model, data = overrides.pop("model", MODEL), overrides.pop("data", None)

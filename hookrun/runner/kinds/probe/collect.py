@@ -22,24 +22,11 @@ import torch
 from torch import nn
 
 from hookrun.errors import ConfigError, close_matches
-from hookrun.hooks.plan import resolve_targets
+from hookrun.hooks.taps import Taps
 from hookrun.runner.kinds.probe.pool import Rows, pool_rows
 from hookrun.runner.kinds.run_kind import plain_forward
 
 TARGET_NAMES = ("label", "target")
-
-
-def first_tensor(out: Any) -> torch.Tensor | None:
-    """A module's output tensor: itself, a tuple's first, a ModelOutput's last_hidden_state or first tensor."""
-    if isinstance(out, torch.Tensor):
-        return out
-    if isinstance(out, tuple | list):
-        return next((t for t in (first_tensor(o) for o in out) if t is not None), None)
-    if isinstance(out, Mapping):
-        if isinstance(out.get("last_hidden_state"), torch.Tensor):
-            return out["last_hidden_state"]
-        return next((v for v in out.values() if isinstance(v, torch.Tensor)), None)
-    return None
 
 
 def token_ids(call: Any) -> torch.Tensor | None:
@@ -52,7 +39,7 @@ def token_ids(call: Any) -> torch.Tensor | None:
 
 class Collector:
     def __init__(self, model: nn.Module, at: list[str], block: Any) -> None:
-        self.modules = resolve_targets(model, at, "probe", where="probe.at")
+        self.taps = Taps(model, at, hook="probe", where="probe.at")
         self.pool, self.block = block.pool, block
         target = block.target
         self.fn = None
@@ -94,30 +81,10 @@ class Collector:
 
     def outputs(self, model: nn.Module, call: Any, mask: torch.Tensor | None) -> dict[str, Rows]:
         """Every hooked module's rows of one forward (early_stop's cut may end it after the last), pooled
-        in its hook into new memory: the forward may change a module's output in place once the hook has
-        returned (conv -> ReLU(inplace=True)), and the rows are the output the hook saw."""
-        seen: dict[str, Rows] = {}
-        handles = []
-        try:
-            for name, module in self.modules:
-                def hook(_m: nn.Module, _args: Any, out: Any, name: str = name) -> None:
-                    t = first_tensor(out)
-                    if name in seen:
-                        raise ConfigError(f"probe.at: {name} ran twice in one forward (a shared module): which "
-                                          f"call's output to probe is not defined; name a module that runs once "
-                                          f"per forward")
-                    if t is not None:
-                        seen[name] = pool_rows(t, self.pool, mask, where=name)
-                handles.append(module.register_forward_hook(hook))
+        in its hook into new memory (hooks/taps.py: the output the hook saw)."""
+        with self.taps.attached(lambda name, t: pool_rows(t, self.pool, mask, where=name)):
             plain_forward(model, call)
-        finally:
-            for h in reversed(handles):
-                h.remove()
-        missing = [n for n, _ in self.modules if n not in seen]
-        if missing:
-            raise ConfigError(f"probe.at: {', '.join(missing)} gave no tensor output in the forward (a module that "
-                              f"never runs, or returns none); probe modules that run")
-        return seen
+        return dict(zip(self.taps.names, self.taps.take(), strict=True))
 
     def batch(self, model: nn.Module, call: Any, indices: torch.Tensor) -> dict[str, tuple]:
         """{module: (x float64 (rows, features), y, key, item)} of one batch (host arrays but x)."""

@@ -64,7 +64,7 @@ class ProbeKind(RunKind):
         b = self.spec = ctx.cfg.probe
         ctx.model.eval()
         self.collector = Collector(ctx.model, b.at, b)
-        self.names = [n for n, _ in self.collector.modules]
+        self.names = self.collector.taps.names
         indices, call = first_batch(ctx.loader, ctx.spec, size=ctx.cfg.data.batch_size)
         first = self.collector.batch(ctx.model, call.to(ctx.device), indices)
         share = b.memory // len(self.names)

@@ -1,7 +1,9 @@
-"""Forward hooks at a model's `at` modules, each output pooled to one row of features per item.
+"""A similarity run's features: each hook point's output pooled to one row of features per item, in
+its forward hook (hooks/taps.py: the output the hook saw, also where the forward changes it in place
+after the hook).
 
-    taps = Taps(model, ["layer1", "layer2"], "similarity.at", pool="mean")
-    with taps.attached(call.attention_mask):
+    taps = Taps(model, ["layer1", "layer2"], hook="similarity", where="similarity.at")
+    with taps.attached(pooled("mean", call.attention_mask, "similarity.at")):
         model(x)
     taps.take()      # [(rows, features) tensors], in the modules' order
 
@@ -12,69 +14,24 @@ A module's output with no feature axis (one value per item) is refused.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable
 
 import torch
-from torch import nn
 
-from hookrun.errors import ConfigError, RunError
-from hookrun.hooks.plan import resolve_targets
+from hookrun.errors import ConfigError
 
 
-class Taps:
-    def __init__(self, model: nn.Module, patterns: list[str], where: str, pool: str) -> None:
-        self.targets = resolve_targets(model, patterns, hook="similarity", where=where)
-        self.names = [name for name, _ in self.targets]
-        self.where, self.pool = where, pool
-        self.out: dict[str, torch.Tensor] = {}
-
-    @contextmanager
-    def attached(self, mask: torch.Tensor | None) -> Iterator[None]:
-        """The hooks on for one forward; every handle removed after it, also when it fails."""
-        handles = []
-        self.out = {}
-        try:
-            for name, module in self.targets:
-                handles.append(module.register_forward_hook(self._hook(name, mask)))
-            yield
-        finally:
-            for h in reversed(handles):
-                h.remove()
-
-    def _hook(self, name: str, mask: torch.Tensor | None) -> Any:
-        def hook(module: nn.Module, inputs: Any, output: Any) -> None:
-            if name in self.out:
-                raise RunError(f"{self.where}: {name} ran twice in one forward (a shared module); name a module "
-                               f"that runs once per forward")
-            self.out[name] = pool(first_tensor(output), self.pool, mask, f"{self.where}: {name}")
-
-        return hook
-
-    def take(self) -> list[torch.Tensor]:
-        missing = [n for n in self.names if n not in self.out]
-        if missing:
-            raise ConfigError(f"{self.where}: {missing[0]} did not run in the model's forward; name a module "
-                              f"the forward calls (python -m hookrun.modules lists them)")
-        return [self.out[n] for n in self.names]
+def pooled(how: str, mask: torch.Tensor | None, where: str) -> Callable[[str, torch.Tensor], torch.Tensor]:
+    """What a tap makes of each output: its rows pooled (see pool)."""
+    return lambda name, t: pool(t, how, mask, f"{where}: {name}")
 
 
-def first_tensor(output: Any) -> torch.Tensor | None:
-    """A module's output, or the first tensor of a tuple / list / dict (a transformer block's)."""
-    if isinstance(output, torch.Tensor):
-        return output
-    values = output.values() if isinstance(output, dict) else output if isinstance(output, tuple | list) else ()
-    return next((v for v in values if isinstance(v, torch.Tensor)), None)
-
-
-def pool(t: torch.Tensor | None, how: str, mask: torch.Tensor | None, where: str) -> torch.Tensor:
+def pool(t: torch.Tensor, how: str, mask: torch.Tensor | None, where: str) -> torch.Tensor:
     """(rows, ...) -> (rows, features): flattened, or averaged over space / the real tokens (float64); always
     new memory, made in the hook: the forward may change a module's output in place once its hooks have
     returned (conv -> ReLU(inplace=True)), and the rows are the output the hook saw."""
-    if t is None or t.dim() < 2 or not t.is_floating_point():
-        shape = "no tensor" if t is None else f"shape {tuple(t.shape)} {t.dtype}"
-        raise ConfigError(f"{where} gives {shape}: no feature axis (one value per item, or no floating "
+    if t.dim() < 2 or not t.is_floating_point():
+        raise ConfigError(f"{where} gives shape {tuple(t.shape)} {t.dtype}: no feature axis (one value per item, or no floating "
                           f"tensor); name a module whose output has features per item")
     t = t.detach()
     tokens = mask is not None and t.dim() == 3 and mask.dim() == 2 and tuple(mask.shape) == tuple(t.shape[:2])

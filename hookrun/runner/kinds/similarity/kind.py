@@ -36,6 +36,7 @@ from hookrun.config.build import build_model, live_model
 from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError, RunError
 from hookrun.hooks.hold import ModelHold
+from hookrun.hooks.taps import Taps
 from hookrun.output.rank_link import RankLink
 from hookrun.output.scratch import Scratch
 from hookrun.runner.batches import first_batch
@@ -48,7 +49,7 @@ from hookrun.runner.kinds.similarity.accumulate import (
     route_bytes,
 )
 from hookrun.runner.kinds.similarity.block import LIVE_WITH
-from hookrun.runner.kinds.similarity.features import Taps
+from hookrun.runner.kinds.similarity.features import pooled
 from hookrun.store.records import Capture, CaptureKey
 
 HOOK = "similarity"
@@ -78,7 +79,7 @@ class SimilarityKind(RunKind):
         self.block = b = ctx.cfg.similarity
         self.undefined: dict[str, str] = {}  # set at the end: series -> why its cells are NaN
         ctx.model.eval()
-        self.taps = [Taps(ctx.model, b.at, "similarity.at", b.pool)]
+        self.taps = [Taps(ctx.model, b.at, HOOK, "similarity.at")]
         self.other: nn.Module | None = None
         if b.with_ and "live" in b.with_["model"]:  # hookrun.similarity's live second model, handed back as it came
             ctx.env.hold.on_close(ModelHold(LIVE_WITH.get()).close)
@@ -86,7 +87,7 @@ class SimilarityKind(RunKind):
         elif b.with_:
             self.other = build_model(b.with_["model"], ctx.device, progress=False)
         if self.other is not None:
-            self.taps.append(Taps(self.other, b.with_["at"], "similarity.with.at", b.pool))
+            self.taps.append(Taps(self.other, b.with_["at"], HOOK, "similarity.with.at"))
         self.rows = self.taps[0].names
         self.cols = self.taps[1].names if self.other is not None else self.rows
         batch = ctx.cfg.data.batch_size
@@ -115,7 +116,7 @@ class SimilarityKind(RunKind):
         pooled features of every series, each with the batch's rows."""
         out = []
         for taps, m in zip(self.taps, [model, self.other], strict=False):
-            with taps.attached(call.attention_mask), torch.no_grad():
+            with taps.attached(pooled(self.block.pool, call.attention_mask, taps.where)), torch.no_grad():
                 call.run(m)
             out += taps.take()
         rows = {len(s) for s in out}

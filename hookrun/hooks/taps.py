@@ -1,0 +1,85 @@
+"""Forward hooks at a model's modules for one forward at a time, each output made into a kind's rows
+inside its hook (the probe's and the similarity's features).
+
+    taps = Taps(model, ["layer1", "layer*"], hook="similarity", where="similarity.at")
+    with taps.attached(lambda name, t: t.reshape(len(t), -1).clone()):
+        model(x)
+    taps.take()      # [each module's rows], in the modules' order
+
+`make(name, tensor)` runs in the hook: the forward may change a module's output in place once its
+hooks have returned (conv -> ReLU(inplace=True)), so whatever the rows keep must be new memory made
+there. The tensor is the module's output, a tuple's first tensor, or a ModelOutput's
+`last_hidden_state` (else its first tensor). A module that runs twice in one forward (a shared
+module), that gives no tensor or that does not run is one line naming it. Every handle is removed
+after the forward, also when it fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+
+from hookrun.errors import ConfigError
+from hookrun.hooks.plan import resolve_targets
+
+
+def output_tensor(out: Any) -> torch.Tensor | None:
+    """A module's output tensor: itself, a tuple's first, a ModelOutput's last_hidden_state or first tensor."""
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, tuple | list):
+        return next((t for t in (output_tensor(o) for o in out) if t is not None), None)
+    if isinstance(out, Mapping):
+        if isinstance(out.get("last_hidden_state"), torch.Tensor):
+            return out["last_hidden_state"]
+        return next((v for v in out.values() if isinstance(v, torch.Tensor)), None)
+    return None
+
+
+class Taps:
+    def __init__(self, model: nn.Module, patterns: Iterable[str], hook: str, where: str) -> None:
+        self.targets = resolve_targets(model, patterns, hook=hook, where=where)
+        self.names = [name for name, _ in self.targets]
+        self.where = where
+        self.out: dict[str, Any] = {}
+
+    @contextmanager
+    def attached(self, make: Callable[[str, torch.Tensor], Any]) -> Iterator[None]:
+        """The hooks on for one forward (what an earlier forward took is dropped); every handle removed
+        after it, in reverse order, also when it fails."""
+        handles = []
+        self.out = {}
+        try:
+            for name, module in self.targets:
+                handles.append(module.register_forward_hook(self._hook(name, make)))
+            yield
+        finally:
+            for h in reversed(handles):
+                h.remove()
+
+    def _hook(self, name: str, make: Callable[[str, torch.Tensor], Any]) -> Callable[..., None]:
+        out, where = self.out, self.where
+
+        def hook(module: nn.Module, inputs: Any, output: Any) -> None:
+            if name in out:
+                raise ConfigError(f"{where}: {name} ran twice in one forward (a shared module): which call's output "
+                                  f"to take is not defined; name a module that runs once per forward")
+            t = output_tensor(output)
+            if t is None:
+                raise ConfigError(f"{where}: {name} gives no tensor ({type(output).__name__}); name a module whose "
+                                  f"output is a tensor (python -m hookrun.modules lists them)")
+            out[name] = make(name, t)
+
+        return hook
+
+    def take(self) -> list[Any]:
+        """Each module's rows of the last forward, in the modules' order; one line where one did not run."""
+        missing = [n for n in self.names if n not in self.out]
+        if missing:
+            raise ConfigError(f"{self.where}: {', '.join(missing)} did not run in the model's forward; name a module "
+                              f"the forward calls (python -m hookrun.modules lists them)")
+        return [self.out[n] for n in self.names]
