@@ -55,7 +55,8 @@ def kinds(conf: str) -> list[tuple[str, str, list[str]]]:
 
 def usage(conf: str) -> str:
     """The help; `conf`: hookrun's conf/ folder (cli/app.py's conf_dir), whose experiments it names."""
-    width = max(len(m) for m, _ in commands()) + len("python -m ")
+    listed_commands = commands()  # (find_spec per command: asked once)
+    width = max(len(m) for m, _ in listed_commands) + len("python -m ")
     listed = kinds(conf)
     named = max((len(n) for n, _, _ in listed), default=0)
     entries = [textwrap.fill(f"{n:<{named}}  {summary}" + (f" (experiment={', '.join(e)})" if e else ""), 100,
@@ -67,7 +68,7 @@ def usage(conf: str) -> str:
         "and writes what the hooks record to one HDF5 file (hookrun.capture does the same in a notebook).",
         "",
         "Commands:",
-        *(f"  {'python -m ' + m:<{width}}  {what}" for m, what in commands()),
+        *(f"  {'python -m ' + m:<{width}}  {what}" for m, what in listed_commands),
         "",
         "Example:",
         "  python -m hookrun experiment=resnet_layer1          # record layer1's outputs of a ResNet-18",
