@@ -195,7 +195,8 @@ def image_row(n: int, draw: Callable[[Any, int], Any], title: str, label: str) -
 
 def lines(spec: Lines) -> Any:
     """A Lines spec (analysis/report/figure_specs.py): the report draws the same spec with plotly."""
-    fig = sweep_lines(spec.x, spec.series, spec.xlabel, spec.ylabel, spec.title, getattr(spec, "in_order", False))
+    fig = sweep_lines(spec.x, spec.series, spec.xlabel, spec.ylabel, spec.title, getattr(spec, "in_order", False),
+                      getattr(spec, "references", ()))
     if getattr(spec, "log_x", False):
         fig.axes[0].set_xscale("log")
     return fig
@@ -240,9 +241,10 @@ def heatmap(spec: Heatmap) -> Any:
 
 
 def sweep_lines(xs: Sequence[Any], series: Mapping[str, Sequence[float]], xlabel: str, ylabel: str, title: str,
-                in_order: bool = False) -> Any:
+                in_order: bool = False, references: Sequence[str] = ()) -> Any:
     """One line per capture against the swept value; integer or string values get a categorical axis
-    (sorted, unless `in_order`: categories given in the order to draw them)."""
+    (sorted, unless `in_order`: categories given in the order to draw them). The series named in
+    `references` are baselines (chance): grey, dashed, no markers."""
     plt = pyplot()
     categorical = in_order or is_categorical(xs)
     fig, ax = plt.subplots(figsize=(7.5, 4.6), layout="constrained")
@@ -251,8 +253,9 @@ def sweep_lines(xs: Sequence[Any], series: Mapping[str, Sequence[float]], xlabel
         order = sorted(order, key=lambda i: (isinstance(xs[i], str), xs[i] if not isinstance(xs[i], str) else 0, str(xs[i])))
     positions = list(range(len(order))) if categorical else [float(xs[i]) for i in order]
     for label, ys in series.items():
-        ax.plot(positions, [ys[i] if ys[i] is not None else np.nan for i in order], marker="o", label=label,
-                linestyle=":" if categorical else "-")
+        style = {"color": "0.45", "linestyle": "--", **({"marker": "_", "markersize": 24} if len(order) == 1 else {})} \
+            if label in references else {"marker": "o", "linestyle": ":" if categorical else "-"}
+        ax.plot(positions, [ys[i] if ys[i] is not None else np.nan for i in order], label=label, **style)
     if categorical:
         step = max(1, -(-len(order) // 40))  # every k-th label where there are many
         ax.set_xticks(positions[::step], [str(xs[i]) for i in order][::step])

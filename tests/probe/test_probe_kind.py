@@ -14,6 +14,7 @@ from hookrun.errors import ConfigError, HookrunError
 
 pytest.importorskip("sklearn")
 from sklearn._loss.loss import HalfMultinomialLoss  # noqa: E402
+from sklearn.dummy import DummyClassifier  # noqa: E402
 from sklearn.linear_model import LogisticRegression, Ridge  # noqa: E402
 from sklearn.linear_model._linear_loss import LinearModelLoss  # noqa: E402
 from sklearn.model_selection import train_test_split  # noqa: E402
@@ -93,6 +94,8 @@ def test_logistic_run_equals_sklearn_on_hooked_features(tmp_path):
         assert (ours == ref.predict(sc.transform(feats[te]))).mean() >= 0.995
         assert t[i]["test"] == pytest.approx(ref.score(sc.transform(feats[te]), y[te]), abs=0.011)
         assert t[i]["selectivity"] == pytest.approx(t[i]["test"] - t[i]["control"])
+        chance = DummyClassifier(strategy="most_frequent").fit(feats[tr], y[tr]).score(feats[te], y[te])
+        assert t[i]["majority"] == chance  # (the same rows counted: exactly equal)
 
 
 def test_ridge_regression_run_equals_sklearn(tmp_path):
@@ -107,6 +110,7 @@ def test_ridge_regression_run_equals_sklearn(tmp_path):
     np.testing.assert_allclose(w[0], ref.coef_, rtol=1e-6, atol=1e-9 * np.abs(ref.coef_).max())
     np.testing.assert_allclose(feats[te] @ w[0] + b[0], ref.predict(feats[te]), rtol=1e-6)
     assert run_.probes()[0]["test"] == pytest.approx(ref.score(feats[te], y[te]), rel=1e-6)
+    assert run_.probes()[0]["majority"] is None  # (no classes: no majority class)
 
 
 class Rectified(nn.Module):
@@ -177,6 +181,8 @@ def test_token_rows_every_real_token_ridge_equals_sklearn(tmp_path, side):
     assert t[0]["rows"] == int(mask.sum())
     pred = ref.predict(sc.transform(feats[~train])).argmax(1)
     assert t[0]["test"] == pytest.approx((pred == y[~train]).mean())
+    chance = DummyClassifier(strategy="most_frequent").fit(feats[train], y[train]).score(feats[~train], y[~train])
+    assert t[0]["majority"] == chance  # token rows: the test items' real tokens
 
 
 def lost(x):

@@ -111,11 +111,18 @@ def test_inspect_plot_report_and_a_sweep_over_C(tmp_path):
     r = subprocess.run([sys.executable, "-m", "hookrun.plot", str(one)], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert any(p.name.startswith("probe_depth") for p in (one / "figures").iterdir())
-    from hookrun.runner.kinds.probe.reader import depth_figure
+    from hookrun.analysis.report.plotly_figures import to_plotly
+    from hookrun.cli import figures
+    from hookrun.runner.kinds.probe.reader import MAJORITY, depth_figure
 
     with h5py.File(next(one.glob("*.h5")), "r") as f:
         spec = depth_figure(f)
     assert spec.series["test accuracy"] == t.column("test") and spec.series["control task (test)"] == t.column("control")
+    assert spec.series[MAJORITY] == t.column("majority") and spec.references == (MAJORITY,)
+    drawn = {line.get_label(): line for line in figures.lines(spec).axes[0].get_lines()}
+    assert drawn[MAJORITY].get_linestyle() == "--" and drawn[MAJORITY].get_marker() in ("None", None, "")
+    assert drawn["test accuracy"].get_marker() == "o"  # (the probe's own scores keep their markers)
+    assert [d["line"]["dash"] for d in to_plotly(spec)["data"] if d["name"] == MAJORITY] == ["dash"]
     r = subprocess.run([sys.executable, "-m", "hookrun.report", str(one)], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "Linear probes by depth" in (one / "report.html").read_text()

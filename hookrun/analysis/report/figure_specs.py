@@ -5,14 +5,13 @@ and `report` with plotly (analysis/report/plotly_figures.py).
     spec = Lines(x=[0.0, 0.5, 1.0], series={"ce_intervened": [5.1, 1.7, 1.2]}, xlabel="params.factor",
                  ylabel="ce_intervened", title="ce_intervened against params.factor")
 
-A spec holds plain arrays and labels, nothing else: it reads no file and knows no renderer.
-`x`/`y` are one label per column/row (token text, module names) or None for positions; a
-heatmap's `cells` (one text per cell: the lens' top-1 token) is written in its cell.
+A spec holds plain arrays and labels: it reads no file and knows no renderer. `x`/`y`: a label per
+column/row (token text, module names) or None for positions; `cells`: a text in each heatmap cell.
 
-The colours are decided here too, once for both renderers: values of either sign (a centred
-Heatmap, signed maps) use DIVERGING, centred on `centre` (0 unless a grid's baseline is another
-value) with positive values red and negative blue, in `plot` and in `report` alike; values of one
-sign use SEQUENTIAL. `skip_reason` says which captures carry no picture and why.
+The colours are decided here too, once for both renderers: values of either sign (a centred Heatmap,
+signed maps) use DIVERGING, centred on `centre` (0 unless a grid's baseline is another value) with
+positive values red and negative blue, in `plot` and in `report` alike; values of one sign use
+SEQUENTIAL. `skip_reason` says which captures carry no picture and why.
 """
 
 from __future__ import annotations
@@ -140,6 +139,7 @@ class Lines:
     title: str
     log_x: bool = False  # a logarithmic x axis (faithfulness against fractions of the edges)
     in_order: bool = False  # x is categories in the order to draw them (hook points by depth), not sorted
+    references: tuple[str, ...] = ()  # series drawn as a dashed grey baseline, no markers (chance)
 
 
 @dataclass

@@ -123,8 +123,10 @@ def heatmap(spec: Heatmap) -> dict:
 def lines(spec: Lines) -> dict:
     categorical = getattr(spec, "in_order", False) or is_categorical(list(spec.x))  # (plotly keeps their order)
     xs = [str(v) for v in spec.x] if categorical else list(spec.x)
+    baseline = {"mode": "lines", "line": {"dash": "dash", "color": "#737373"}}  # (a reference: chance)
     data = [{"type": "scatter", "mode": "lines+markers", "name": escape(name), "x": xs, "y": list(ys),
-             "hovertemplate": f"{escape(spec.xlabel)} %{{x}}<br>{escape(spec.ylabel)}: %{{y:.6g}}<extra>{escape(name)}</extra>"}
+             "hovertemplate": f"{escape(spec.xlabel)} %{{x}}<br>{escape(spec.ylabel)}: %{{y:.6g}}<extra>{escape(name)}</extra>",
+             **(baseline if name in getattr(spec, "references", ()) else {})}
             for name, ys in spec.series.items()]
     layout = _layout(spec.title, spec.xlabel, spec.ylabel, height=340, showlegend=len(data) > 1)
     if categorical:

@@ -10,6 +10,9 @@ control task, standardisation, ridge (moments.py) or logistic (logistic.py), and
   test row. With test_data, the rows added with part=1 are the test rows.
 - Targets: an integer target is a class (classes: those of the training rows, sorted, as sklearn's
   LabelEncoder); a float target is regression (ridge only; its score is R^2, sklearn's r2_score).
+- The majority class: the test rows' accuracy of always naming the training rows' most frequent class
+  (sklearn's DummyClassifier(strategy="most_frequent"); a tie goes to the smaller class): the chance
+  a probe's and the control's accuracy are read against.
 - The control task (Hewitt & Liang 2019): each identity key (a token id, or an item index where a
   row is an item) gets a class drawn once from the training rows' class frequencies
   (numpy default_rng(seed)); the same probe is fitted to those classes; selectivity = test accuracy
@@ -96,6 +99,7 @@ def fit_point(store: RowStore, spec: FitSpec, device: torch.device | str = "cpu"
         lookup = {c: i for i, c in enumerate(classes.tolist())}
         targets["probe"] = np.array([lookup.get(int(v), -1) for v in y], dtype=np.int64)
         out["classes"] = classes.tolist()
+        out["majority_test_score"] = majority_score(targets["probe"], train, test, len(classes))
         if spec.control:
             targets["control"] = control_classes(store.column("key"), targets["probe"], train, len(classes), spec.seed)
     held = store.held_subset(train, device) if spec.method == "logistic" else None  # the solver's rows alone
@@ -111,6 +115,11 @@ def fit_point(store: RowStore, spec: FitSpec, device: torch.device | str = "cpu"
         out["selectivity"] = out["test_score"] - out["control_test_score"]
     out.update({"mean": mean, "scale": scale, "regression": regression})
     return out
+
+
+def majority_score(y_idx: np.ndarray, train: np.ndarray, test: np.ndarray, classes: int) -> float:
+    """The test rows' accuracy of the training rows' most frequent class (the smaller on a tie)."""
+    return float((y_idx[test] == np.bincount(y_idx[train], minlength=classes).argmax()).mean())
 
 
 def training_classes(y: np.ndarray, train: np.ndarray, where: str = "") -> np.ndarray:

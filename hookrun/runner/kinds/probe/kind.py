@@ -2,7 +2,7 @@
 pooled and kept (rows.py), every probe fitted at the last batch and written with it (table.py).
 
     python -m hookrun experiment=probe_shapes hydra.run.dir=outputs/probe_shapes
-    hookrun.open_run("outputs/probe_shapes").probes()      # Table: at, train, test, control, selectivity
+    hookrun.open_run("outputs/probe_shapes").probes()      # Table: at, train, test, control, selectivity, majority
 
 Before any batch, on the first batch: the modules resolve, their outputs have a feature axis, the
 target key exists and suits the method, one batch's rows fit `memory` (its share per hook point),

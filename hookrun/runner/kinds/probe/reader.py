@@ -2,11 +2,12 @@
 reader through its plugin (hookrun/config/plugins.py).
 
     run = open_run("outputs/probe_shapes")
-    run.probes()                      # Table: at, rows, features, train, test, control, selectivity
+    run.probes()                      # Table: at, rows, features, train, test, control, selectivity, majority
     w, b = run.probe_weights("block3")   # the probe's direction(s) on the pooled activations
 
 inspect prints one line per hook point; plot draws the test accuracy (or R^2), the training score
-and the control task's test accuracy against depth (`probe_depth.png`); the report adds the table
+and the control task's test accuracy against depth, with the majority class's test accuracy (chance)
+as a dashed line (`probe_depth.png`); the report adds the table
 and that chart; a sweep (`probe.C=0.01,1,100`) gets each job's test score per hook point as columns
 of open_sweep's table (`test@block3`), and the report a chart of them against depth.
 """
@@ -22,7 +23,8 @@ from hookrun.analysis.kind_readers import KindReader, Table
 from hookrun.errors import NotFoundError
 from hookrun.runner.kinds.probe.table import point_group, point_groups
 
-COLUMNS = ["at", "rows", "features", "train", "test", "control", "selectivity"]
+MAJORITY = "majority class (test): chance"
+COLUMNS = ["at", "rows", "features", "train", "test", "control", "selectivity", "majority"]
 
 
 def _groups(f: Any) -> list[Any]:
@@ -33,14 +35,16 @@ def _groups(f: Any) -> list[Any]:
 
 def read_probes(f: Any) -> Table:
     """run.probes(): one row per hook point, in `at`'s order: rows, features, train and test score
-    (accuracy, or R^2 for regression), the control task's test accuracy and the selectivity."""
+    (accuracy, or R^2 for regression), the control task's test accuracy, the selectivity, and the test
+    accuracy of always naming the training rows' commonest class (chance; None for regression, and in
+    files written before hookrun kept it)."""
     rows = []
     for pg in _groups(f):
         a = pg.attrs
         get = lambda k, a=a: float(a[k]) if k in a else None  # noqa: E731
         rows.append({"at": str(a["module"]), "rows": int(a["rows"]), "features": int(a["features"]),
                      "train": get("train_score"), "test": get("test_score"), "control": get("control_test_score"),
-                     "selectivity": get("selectivity")})
+                     "selectivity": get("selectivity"), "majority": get("majority_test_score")})
     return Table(list(COLUMNS), rows)
 
 
@@ -67,7 +71,9 @@ def lines(f: Any) -> list[str]:
     out = [head]
     for r in read_probes(f):
         ctrl = f", control {r['control']:.3f}, selectivity {r['selectivity']:.3f}" if r["control"] is not None else ""
-        out.append(f"    {r['at']:<20} {r['rows']:>7} rows x {r['features']:<5} train {r['train']:.3f}  test {r['test']:.3f}{ctrl}")
+        chance = f", majority class {r['majority']:.3f}" if r["majority"] is not None else ""
+        out.append(f"    {r['at']:<20} {r['rows']:>7} rows x {r['features']:<5} train {r['train']:.3f}  test {r['test']:.3f}"
+                   f"{ctrl}{chance}")
     return out
 
 
@@ -91,9 +97,14 @@ def depth_figure(f: Any) -> Any:
     series: dict[str, list] = {f"test {metric}": t.column("test"), f"train {metric}": t.column("train")}
     if any(v is not None for v in t.column("control")):
         series["control task (test)"] = t.column("control")
+    references = ()
+    if any(v is not None for v in t.column("majority")):
+        series[MAJORITY] = t.column("majority")
+        references = (MAJORITY,)
     meta = json.loads(f.attrs.get("probe", "{}"))
     return Lines(x=t.column("at"), series=series, xlabel="hook point (depth order)", ylabel=metric,
-                 title=f"linear probe ({meta.get('method', '')}) {metric} by depth", in_order=True)
+                 title=f"linear probe ({meta.get('method', '')}) {metric} by depth", in_order=True,
+                 references=references)
 
 
 def figures(run: Any) -> list[tuple[str, Any]]:

@@ -4,7 +4,8 @@ last batch's record (the store's normal path: a failed batch rolls it back).
     /probe                   attrs: method, metric (accuracy | r2), pool, points (JSON: the hook points in order)
     /probe/NNN               attrs: module, rows, train_rows, test_rows, features, train_score,
                              test_score, control_train_score, control_test_score, selectivity,
-                             classes (JSON), objective, iterations, converged, spilled,
+                             majority_test_score (the training rows' commonest class on the
+                             test rows: chance), classes (JSON), objective, iterations, converged, spilled,
                              fit_seconds (the solver's wall time, control task included)
     /probe/NNN/weight        (classes or 1, features) float64: scores = x @ weight.T + bias on the
     /probe/NNN/bias          pooled activations x (standardisation folded in)
@@ -25,7 +26,7 @@ from hookrun.store.records import KindTable, register_table
 
 GROUP = "probe"
 SCALARS = ("rows", "train_rows", "test_rows", "features", "train_score", "test_score", "control_train_score",
-           "control_test_score", "selectivity", "objective", "iterations", "converged", "spilled", "fit_seconds")
+           "control_test_score", "selectivity", "majority_test_score", "objective", "iterations", "converged", "spilled", "fit_seconds")
 ARRAYS = ("weight", "bias", "mean", "scale")
 
 
