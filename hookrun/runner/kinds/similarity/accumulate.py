@@ -158,7 +158,7 @@ class GramRoute:
         self.rows.merge(path)
 
     def gram(self, k: int) -> tuple[np.ndarray, np.ndarray, bool, bool]:
-        """Series k's Gram matrix and row sums, from its rows in slabs of columns; whether every row is the
+        """Series k's Gram matrix and (RSA) row sums, from its rows in slabs of columns; whether every row is the
         first (a constant series); and whether some item's features are all equal (RSA's correlation is
         undefined for it)."""
         n = self.rows.n
@@ -166,7 +166,8 @@ class GramRoute:
         rsa, lead, flat = self.measure == "rsa", None, np.full(n, self.measure == "rsa")
         for part in self.rows.slabs(k, max(1, SLAB // (8 * n))):
             g += part @ part.T
-            sums += part.sum(axis=1)
+            if rsa:  # (the row sums: only RSA's correlation dissimilarity reads them)
+                sums += part.sum(axis=1)
             same = same and np.array_equal(part[1], part[0]) and bool((part == part[:1]).all())  # (rows 0, 1 first)
             if rsa and lead is None:  # (each item's first feature: the first slab's first column)
                 lead = part[:, 0].copy()
