@@ -39,9 +39,11 @@ class RunError(HookrunError, RuntimeError):
 
 
 def close_matches(word: str, choices: Iterable[str], n: int = 5) -> list[str]:
-    """The choices closest to ``word``, best first (for 'did you mean' hints)."""
+    """The choices closest to ``word``, best first (for 'did you mean' hints): first those it is a whole
+    `_`- or `.`-separated part of (`cka`: linear_cka, rbf_cka), in their order; then difflib's."""
     choices = list(choices)
-    found = difflib.get_close_matches(word, choices, n=n, cutoff=0.5)
+    parts = [c for c in choices if c != word and word in re.split(r"[_.]", c)]
+    found = list(dict.fromkeys([*parts, *difflib.get_close_matches(word, choices, n=n, cutoff=0.5)]))[:n]
     if not found:
         prefix = [c for c in choices if c.startswith(word) or word.startswith(c) and c]
         found = prefix[:n]

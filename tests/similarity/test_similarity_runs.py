@@ -225,6 +225,7 @@ ROWS = {"dataset": {"_target_": "toy_models.SignedRows"}, "batch_size": 4}
 
 @pytest.mark.parametrize(("overrides", "message"), [
     ({"at": ["block1"], "measure": "linear_ckaa"}, "similarity.measure='linear_ckaa': not a measure; did you mean linear_cka?"),
+    ({"at": ["block1"], "measure": "cka"}, "similarity.measure='cka': not a measure; did you mean linear_cka?"),
     ({"at": ["block1"], "measure": "rbf_cka", "estimator": "minibatch"}, "estimator=minibatch with measure=rbf_cka: undefined"),
     ({"at": ["block1"], "pool": "max"}, "similarity.pool='max'"),
     ({"at": ["block1"], "estimator": "minibatch", "data": {"dataset": {"_target_": "hookrun.data.shapes", "size": 8},
