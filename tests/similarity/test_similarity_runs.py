@@ -202,6 +202,23 @@ def test_token_rows_average_the_real_tokens_only(tmp_path) -> None:
         hookrun.run(cfg(tmp_path / "f.h5", model={"_target_": "toy_lm.tiny_gpt2"}, data=data, at=at))
 
 
+def test_a_model_of_hookruns_generic_builder_is_named_by_what_it_built(tmp_path) -> None:
+    """`_target_: hookrun.models.hf` builds any transformers class: the file, and so the picture's title,
+    names the class (it named `hf`)."""
+    from toy_lm import VOCAB
+
+    model = {"_target_": "hookrun.models.hf", "model_class": "GPT2LMHeadModel",
+             "config": {"n_layer": 2, "n_embd": 16, "n_head": 2, "vocab_size": VOCAB, "n_positions": 16}}
+    data = {"dataset": {"_target_": "toy_lm.Prompts", "n": 8}, "batch_size": 4}
+    path = hookrun.run(cfg(tmp_path / "hf.h5", model=model, data=data, at=["transformer.h.*"], pool="mean")).path
+    assert file_matrix(path)[1]["model"] == "GPT2LMHeadModel"
+    from hookrun.runner.kinds.similarity.reader import spec
+
+    with h5py.File(path) as f:
+        drawn = spec(f)
+    assert drawn.title == "linear CKA · GPT2LMHeadModel" and drawn.ylabel == "at (GPT2LMHeadModel)"
+
+
 def test_readers_show_the_labelled_matrix(tmp_path) -> None:
     at = ["block1", "block2", "fc"]
     path = hookrun.run(cfg(tmp_path / "v.h5", at=at, pool="mean")).path

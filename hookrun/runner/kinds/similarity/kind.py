@@ -242,7 +242,14 @@ class SimilarityKind(RunKind):
         return 8 * len(self.rows) * len(self.cols)
 
 
+GENERIC = {"hookrun.models.hf": "model_class", "hookrun.models.timm_model": "name"}  # builders of many models
+
+
 def model_name(node: Any, model: nn.Module) -> str:
-    """The model's `_target_` (torchvision.models.resnet18), or its class where it was given live."""
-    target = node.get("_target_") if isinstance(node, Mapping) else getattr(node, "_target_", None)
+    """The model's `_target_` (torchvision.models.resnet18), or its class where it was given live; for
+    hookrun's builders of many models, what they built (LlamaForCausalLM, timm's model name)."""
+    get = node.get if isinstance(node, Mapping) else lambda k, d=None: getattr(node, k, d)
+    target = get("_target_")
+    if target in GENERIC:
+        return str(get(GENERIC[target]) or type(model).__name__)
     return str(target or type(model).__name__)
