@@ -1,7 +1,8 @@
 """The similarity accumulators against numpy on the whole data, written here from the papers' definitions:
 linear CKA (Kornblith et al. 2019, HSIC form with centred Gram matrices), rbf CKA (their gram_rbf),
 RSA (scipy's pdist and spearmanr), the minibatch estimator (Song et al. 2012's unbiased HSIC on the
-same batches, Nguyen, Raghu & Kornblith 2021's ratio of means)."""
+same batches, Nguyen, Raghu & Kornblith 2021's ratio of means), and the unbiased estimator (Song et
+al.'s unbiased HSIC on every row, in CKA's ratio)."""
 
 from __future__ import annotations
 
@@ -127,12 +128,28 @@ def test_minibatch_is_the_mean_unbiased_hsic_of_the_full_batches(batch: int) -> 
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
+@pytest.mark.parametrize("measure", ["linear_cka", "rbf_cka"])
+@pytest.mark.parametrize("batch", [3, 40])
+def test_unbiased_is_songs_unbiased_hsic_over_every_row(measure: str, batch: int) -> None:
+    series = data(40, seed=5)
+    got = run("gram", series, batch, measure=measure, unbiased=True)
+    kernel = (lambda x: gram_rbf(flat(x), 0.8)) if measure == "rbf_cka" else (lambda x: flat(x) @ flat(x).T)
+    k = [kernel(x) for x in series]
+    want = np.array([[unbiased(a, b) / np.sqrt(unbiased(a, a) * unbiased(b, b)) for b in k] for a in k])
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    biased = np.array([[cka(a, b) for b in k] for a in k])
+    assert np.abs(want - biased).max() > 1e-3  # (the estimators differ on these rows: the test can fail)
+
+
 def test_routes_by_size_and_the_refusal() -> None:
     assert choose_route("linear_cka", "exact", [10, 20], rows=1000, batch=10, memory=1 << 30) == "feature"
     assert choose_route("linear_cka", "exact", [10**5, 10**5], rows=100, batch=10, memory=1 << 30) == "gram"
     assert choose_route("rbf_cka", "exact", [10, 20], rows=1000, batch=10, memory=1 << 30) == "gram"
     with pytest.raises(ConfigError, match="estimator: minibatch"):
         choose_route("linear_cka", "exact", [10**5, 10**5], rows=10**5, batch=10, memory=1 << 30)
+    assert choose_route("linear_cka", "unbiased", [10, 20], rows=1000, batch=10, memory=1 << 30) == "gram"
+    with pytest.raises(ConfigError, match="estimator=unbiased over an unsized data set"):
+        choose_route("linear_cka", "unbiased", [10, 20], rows=None, batch=10, memory=1 << 30)
 
 
 @pytest.mark.parametrize("measure", ["linear_cka", "rbf_cka", "rsa"])

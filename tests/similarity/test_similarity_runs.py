@@ -168,6 +168,24 @@ def test_minibatch_equals_the_unbiased_estimator_on_the_same_batches(tmp_path, c
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
+def test_unbiased_equals_songs_hsic_over_every_item_and_is_drawn_on_a_signed_scale(tmp_path, cnn) -> None:
+    """estimator: unbiased over 24 items of 16384 features and fewer: CKA from Song et al.'s unbiased HSIC
+    of the whole data (the biased CKA of these layers is far higher), on the -1 to 1 scale it can take."""
+    from hookrun.runner.kinds.similarity.reader import spec
+
+    at = ["block1", "block3", "fc"]
+    path = hookrun.run(cfg(tmp_path / "u.h5", n=24, batch=5, at=at, estimator="unbiased")).path
+    got, meta = file_matrix(path)
+    assert meta["route"] == "gram" and meta["estimator"] == "unbiased"
+    k = [a @ a.T for a in recorded(cnn, at, images(24), "flatten")]
+    want = [[unbiased(a, b) / np.sqrt(unbiased(a, a) * unbiased(b, b)) for b in k] for a in k]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert (np.array([[cka(a, b) for b in k] for a in k]) - got).max() > 0.05  # the bias it removes
+    with h5py.File(path) as f:
+        drawn = spec(f)
+    assert drawn.range == (-1.0, 1.0) and drawn.centre == 0.0 and drawn.title.startswith("linear CKA (unbiased HSIC)")
+
+
 @pytest.mark.parametrize("measure", ["rbf_cka", "rsa"])
 def test_rbf_cka_and_rsa_equal_their_definitions(tmp_path, cnn, measure) -> None:
     at = ["block2", "block3", "fc"]
@@ -245,6 +263,9 @@ ROWS = {"dataset": {"_target_": "toy_models.SignedRows"}, "batch_size": 4}
     ({"at": ["block1"], "measure": "cka"}, "similarity.measure='cka': not a measure; did you mean linear_cka?"),
     ({"at": ["block1"], "measure": "rbf_cka", "estimator": "minibatch"}, "estimator=minibatch with measure=rbf_cka: undefined"),
     ({"at": ["block1"], "pool": "max"}, "similarity.pool='max'"),
+    ({"at": ["block1"], "measure": "rsa", "estimator": "unbiased"}, "estimator=unbiased with measure=rsa: undefined"),
+    ({"at": ["block1"], "estimator": "unbiased", "data": {"dataset": {"_target_": "hookrun.data.shapes", "size": 3},
+                                                         "batch_size": 3}}, "need at least 4 (the unbiased HSIC"),
     ({"at": ["block1"], "estimator": "minibatch", "data": {"dataset": {"_target_": "hookrun.data.shapes", "size": 8},
                                                           "batch_size": 3}}, "at least 4 rows"),
     ({"at": ["block1"], "memory": "1MB"}, "estimator: minibatch"),

@@ -8,8 +8,8 @@
 |------------|------------------------------------------|---------------------------|-------------------|
 | feature    | sums of Z and Z^T Z, Z = every series'   | linear CKA, any rows      | 8 D^2 (D features)|
 |            | features side by side (float64)          |                           |                   |
-| gram       | each series' rows (held within what      | linear CKA, rbf CKA, RSA  | 8 (S+1) n^2; RSA  |
-|            | memory leaves, else spooled: rows.py);   |                           | 4 (S+4) n^2; and  |
+| gram       | each series' rows (held within what      | linear CKA, rbf CKA, RSA; | 8 (S+1) n^2; RSA  |
+|            | memory leaves, else spooled: rows.py);   | unbiased HSIC: U-centred  | 4 (S+4) n^2; and  |
 |            | at the end its n x n Gram matrix         |                           | the rows held     |
 | minibatch  | unbiased HSIC of every pair, summed over | Nguyen et al. 2021        | 8 S b^2 (b batch) |
 |            | the full batches                         |                           |                   |
@@ -66,8 +66,8 @@ def choose_route(measure: str, estimator: str, dims: list[int], rows: int | None
             raise ConfigError(f"similarity.memory={_mb(memory)}: the minibatch estimator holds {_mb(need)} for "
                               f"batches of {batch}; raise memory or lower data.batch_size")
         return "minibatch"
-    exact = ["gram"] if measure != "linear_cka" else ["feature", "gram"] if rows is None or sum(dims) <= rows \
-        else ["gram", "feature"]
+    exact = ["gram"] if measure != "linear_cka" or estimator == "unbiased" else ["feature", "gram"] \
+        if rows is None or sum(dims) <= rows else ["gram", "feature"]
     if rows is None:
         exact = [r for r in exact if r == "feature"]
     for route in exact:
@@ -76,7 +76,10 @@ def choose_route(measure: str, estimator: str, dims: list[int], rows: int | None
     need = min((route_bytes(r, dims, rows, batch, measure) for r in exact), default=0)
     hint = ("estimator: minibatch (unbiased HSIC over the batches)" if measure == "linear_cka"
             else "fewer items, or linear_cka with estimator: minibatch")
-    raise ConfigError(f"similarity.memory={_mb(memory)}: exact {measure} over {rows or 'an unsized set of'} items "
+    if rows is None and estimator == "unbiased":
+        raise ConfigError(f"similarity.estimator=unbiased over an unsized data set: it needs every item's Gram row, "
+                          f"sized before the pass; give the data a length (or data.limit), or use {hint}")
+    raise ConfigError(f"similarity.memory={_mb(memory)}: {estimator} {measure} over {rows or 'an unsized set of'} items "
                       f"and {sum(dims)} features needs {_mb(need)}; raise memory or use {hint}")
 
 
@@ -142,8 +145,9 @@ class GramRoute:
     folder (rows.py); at the end its Gram matrix, then the measure."""
 
     def __init__(self, pairs: list[tuple[int, int]], measure: str, sigma: float, dissimilarity: str,
-                 held: int = 0) -> None:
+                 held: int = 0, unbiased: bool = False) -> None:
         self.pairs, self.measure, self.sigma, self.dissimilarity = pairs, measure, sigma, dissimilarity
+        self.unbiased = unbiased  # CKA from Song et al.'s unbiased HSIC over every row (U-centred Gram matrices)
         self.rows = SeriesRows(held)
         self.constant: list[bool] = []  # per series, set by matrix()
         self.flat_items: list[bool] = []  # per series (RSA, correlation): an item whose features are all equal
@@ -191,7 +195,8 @@ class GramRoute:
         self.constant.append(same)
         self.flat_items.append(flat and self.measure == "rsa" and self.dissimilarity == "correlation" and not same)
         if self.measure != "rsa":
-            return m.unit(m.center_(m.rbf_(g, self.sigma) if self.measure == "rbf_cka" else g))
+            kernel = m.rbf_(g, self.sigma) if self.measure == "rbf_cka" else g
+            return m.unit(m.u_center_(kernel) if self.unbiased else m.center_(kernel))
         values = m.upper_triangle(m.dissimilarity_(g, sums, self.rows.dims[k], self.dissimilarity))
         del g  # (half the numbers from here on)
         return m.ranks_(values)
@@ -253,11 +258,13 @@ def undefined(out: np.ndarray, pairs: list[tuple[int, int]], constant: list[bool
 
 
 def accumulator(route: str, pairs: list[tuple[int, int]], measure: str = "linear_cka", sigma: float = 0.8,
-                dissimilarity: str = "correlation", batch: int = 0, held: int = 0) -> FeatureRoute | GramRoute | MinibatchRoute:
+                dissimilarity: str = "correlation", batch: int = 0, held: int = 0,
+                unbiased: bool = False) -> FeatureRoute | GramRoute | MinibatchRoute:
     """The route's accumulator for these pairs (see the table above); `held`: the bytes of rows the gram
-    route may keep in memory before it spools them (what `memory` leaves beside its route_bytes)."""
+    route may keep in memory before it spools them (what `memory` leaves beside its route_bytes);
+    `unbiased`: the gram route's CKA from the unbiased HSIC (estimator: unbiased)."""
     if route == "feature":
         return FeatureRoute(pairs)
     if route == "gram":
-        return GramRoute(pairs, measure, sigma, dissimilarity, held)
+        return GramRoute(pairs, measure, sigma, dissimilarity, held, unbiased)
     return MinibatchRoute(pairs, batch)

@@ -19,7 +19,7 @@ from typing import Any
 from hookrun.errors import ConfigError, close_matches, one_of
 
 MEASURES = ("linear_cka", "rbf_cka", "rsa")
-ESTIMATORS = ("exact", "minibatch")
+ESTIMATORS = ("exact", "unbiased", "minibatch")
 POOLS = ("flatten", "mean")
 DISSIMILARITIES = ("correlation", "euclidean")
 WITH_KEYS = ("model", "at")
@@ -39,7 +39,7 @@ class SimilarityBlock:
     measure: str = "linear_cka"
     sigma: float = 0.8  # rbf_cka: the width, a fraction of the median distance between rows
     dissimilarity: str = "correlation"  # rsa: 1 - Pearson correlation, or euclidean
-    estimator: str = "exact"
+    estimator: str = "exact"  # exact (Kornblith et al.) | unbiased (Song et al.'s HSIC, all rows) | minibatch
     pool: str = "flatten"  # flatten | mean over space / tokens (padding never enters)
     memory: Any = "2GB"  # bytes the accumulators may hold
 
@@ -54,6 +54,9 @@ class SimilarityBlock:
                    if self.measure == "rbf_cka" else "RSA ranks the dissimilarities of all rows at once")
             raise ConfigError(f"similarity.estimator=minibatch with measure={self.measure}: undefined ({why}); "
                               f"use estimator: exact, or measure: linear_cka")
+        if self.estimator == "unbiased" and self.measure == "rsa":
+            raise ConfigError("similarity.estimator=unbiased with measure=rsa: undefined (the unbiased estimator is "
+                              "of HSIC, and RSA is a rank correlation); use estimator: exact, or measure: linear_cka")
         if not self.sigma > 0:
             raise ConfigError(f"similarity.sigma={self.sigma}: the rbf width is a positive fraction of the median "
                               f"distance (Kornblith et al. use 0.2 to 0.8)")

@@ -94,10 +94,12 @@ class SimilarityKind(RunKind):
         self.items = len(ctx.loader.dataset) if hasattr(ctx.loader.dataset, "__len__") else None
         limit = ctx.cfg.data.limit  # (batches): the run sees at most limit * batch rows, sized or not
         seen = self.items if limit is None else limit * batch if self.items is None else min(self.items, limit * batch)
-        if seen is not None and seen < MIN_ITEMS:
+        least = 4 if b.estimator == "unbiased" else MIN_ITEMS  # (the unbiased HSIC divides by n (n - 3))
+        if seen is not None and seen < least:
+            why = ("the unbiased HSIC divides by n (n - 3)" if least == 4 else "with 2, every centred Gram matrix has "
+                   "rank 1 and linear CKA is 1 for every pair")
             raise ConfigError(f"similarity over {seen} item(s): CKA and RSA compare how the items lie relative to each "
-                              f"other and need at least {MIN_ITEMS} (with 2, every centred Gram matrix has rank 1 "
-                              f"and linear CKA is 1 for every pair); give the run more items")
+                              f"other and need at least {least} ({why}); give the run more items")
         indices, call = first_batch(ctx.loader, ctx.spec, size=batch)  # batch 0: features per row, rows
         series = self.features(ctx.model, call.to(ctx.device))  # every check that needs the model
         self.first: tuple[torch.Tensor, list[torch.Tensor]] | None = (indices, series)  # step 0 reuses them
@@ -109,7 +111,8 @@ class SimilarityKind(RunKind):
         self.shape = (len(self.rows), len(self.cols))
         pairs = pairs_of(len(self.rows), len(self.cols) if self.other is not None else None)
         held = b.memory - route_bytes("gram", self.dims, seen, batch, b.measure) if self.route == "gram" else 0
-        self.acc = accumulator(self.route, pairs, b.measure, b.sigma, b.dissimilarity, batch, held)  # (rows held, else spooled)
+        self.acc = accumulator(self.route, pairs, b.measure, b.sigma, b.dissimilarity, batch, held,  # (rows held, else spooled)
+                               unbiased=b.estimator == "unbiased")
 
     def features(self, model: nn.Module, call: Any) -> list[torch.Tensor]:
         """One batch through the model (its hooks, and the user's, fire) and the second model: the

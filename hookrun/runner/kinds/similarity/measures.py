@@ -3,6 +3,7 @@
 Each series' Gram matrix `K = X X^T` is turned, in place, into what its pairs need, once:
 
     unit(center_(K))                        # linear CKA: <HKH, HLH> / (|HKH| |HLH|) is then a dot product
+    unit(u_center_(K))                      # estimator unbiased: Song et al.'s unbiased HSIC, likewise
     unit(center_(rbf_(K, 0.8)))             # rbf CKA: Kornblith et al.'s gram_rbf, then the same
     ranks_(upper_triangle(dissimilarity_(K, row_sums, features, "correlation")))   # RSA: Spearman, a dot product
 
@@ -28,6 +29,22 @@ def center_(g: np.ndarray) -> np.ndarray:
     """H K H, H = I - 11^T/n, in place: the Gram matrix of the column-centred rows."""
     g -= g.mean(axis=0, keepdims=True)
     g -= g.mean(axis=1, keepdims=True)
+    return g
+
+
+def u_center_(g: np.ndarray) -> np.ndarray:
+    """K's U-centring in place (Szekely & Rizzo 2014): with K~ = K less its diagonal and r its row sums,
+    K~_ij - r_i/(n-2) - r_j/(n-2) + sum(r)/((n-1)(n-2)) off the diagonal, 0 on it. The dot product of
+    two such matrices over n (n - 3) is Song et al. 2012's unbiased HSIC of K and L (n >= 4)."""
+    n = len(g)
+    np.fill_diagonal(g, 0.0)
+    r = g.sum(axis=1)
+    total = r.sum()
+    r /= n - 2
+    g -= r[:, None]
+    g -= r[None, :]
+    g += total / ((n - 1) * (n - 2))
+    np.fill_diagonal(g, 0.0)
     return g
 
 

@@ -57,7 +57,8 @@ def title(m: dict) -> str:
     """`linear CKA · resnet18 vs resnet34`: the measure and the models (their targets' last names)."""
     short = lambda t: str(t or "model").rpartition(".")[2]  # noqa: E731
     models = f"{short(m.get('model'))} vs {short(m['with'])}" if m.get("with") else short(m.get("model"))
-    return f"{NAMES.get(m['measure'], m['measure'])} · {models}"
+    how = {"unbiased": " (unbiased HSIC)", "minibatch": " (minibatch)"}.get(m.get("estimator"), "")
+    return f"{NAMES.get(m['measure'], m['measure'])}{how} · {models}"
 
 
 def spec(f: h5py.File) -> Heatmap:
@@ -67,10 +68,12 @@ def spec(f: h5py.File) -> Heatmap:
     xlabel = f"with.at ({short(m['with'])})" if m.get("with") else ylabel
     why = sorted(set(m.get("undefined", {}).values())) or ["constant features"]  # (files before the key: only that)
     note = f" (n/a: {'; '.join(why)})" if not np.isfinite(z).all() else ""
-    rsa = m["measure"] == "rsa"  # a rank correlation, -1 to 1 (diverging about 0); CKA 0 to 1
+    # -1 to 1, diverging about 0: a rank correlation (RSA) and CKA from an unbiased HSIC, which is negative
+    # where two hook points share less than chance; CKA (biased) 0 to 1
+    signed = m["measure"] == "rsa" or m.get("estimator") in ("unbiased", "minibatch")
     return Heatmap(z=z, title=title(m) + note, x=m["cols"], y=m["rows"], xlabel=xlabel, ylabel=ylabel,
-                   label=NAMES.get(m["measure"], m["measure"]), range=(-1.0, 1.0) if rsa else (0.0, 1.0),
-                   centre=0.0 if rsa else None, cells=[[_cell(v, f".{_decimals(z)}f") for v in row] for row in z])
+                   label=NAMES.get(m["measure"], m["measure"]), range=(-1.0, 1.0) if signed else (0.0, 1.0),
+                   centre=0.0 if signed else None, cells=[[_cell(v, f".{_decimals(z)}f") for v in row] for row in z])
 
 
 def _decimals(z: np.ndarray) -> int:
