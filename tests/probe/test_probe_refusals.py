@@ -1,6 +1,7 @@
 """The refusals issue 48 lists that had no test at their edges: split.test at 0 and 1 (outside
 (0, 1)), and many ranks with no channel between them for probe and similarity (resume=true or not:
-many ranks resume, tests/probe/test_probe_rank_resume.py): each one ConfigError line before any batch."""
+many ranks resume, tests/probe/test_probe_rank_resume.py): each one ConfigError line before any batch;
+and the warning for test rows whose class no training row has."""
 
 from __future__ import annotations
 
@@ -71,3 +72,34 @@ def test_a_module_that_runs_twice_in_a_forward_is_one_line_before_any_batch(tmp_
                               "to take is not defined; name a module that runs once per forward")
     assert not (tmp_path / "p.h5").exists()
     hookrun.run({**cfg, "probe": {"at": ["head"], "target": "label"}}, model=Twice(), dataset=data)  # once: fine
+
+
+def test_test_rows_of_a_class_no_training_row_has_are_said_once(tmp_path, caplog) -> None:
+    """A class that only test items have (a fine-grained label over few items: the default synthetic
+    data's 1000 classes) makes those rows wrong at every hook point, which the table alone reads as a
+    layer that knows nothing: one warning with their count (sklearn's split on the same items)."""
+    import logging
+
+    import numpy as np
+    from sklearn.model_selection import train_test_split
+
+    g = torch.Generator().manual_seed(3)
+    labels = [i % 10 for i in range(20)]  # 10 classes over 20 items: the split leaves some only in the test
+    data = [(torch.randn(4, generator=g), labels[i]) for i in range(20)]
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Linear(6, 3))
+    tr, te = train_test_split(np.arange(20), test_size=0.25, random_state=0)
+    unseen = int(sum(labels[i] not in {labels[j] for j in tr} for i in te))
+    assert unseen > 0  # (the case happens on these items: the test can fail)
+    cfg = {"data": {"batch_size": 8}, "device": "cpu", "progress": False, "output": {"path": str(tmp_path / "p.h5")},
+           "probe": {"at": ["0", "1"], "target": "label"}}
+    with caplog.at_level(logging.WARNING, logger="hookrun"):
+        hookrun.run(cfg, model=model, dataset=data)
+    said = [r.getMessage() for r in caplog.records if "no training row has" in r.getMessage()]
+    assert said == [f"probe: {unseen} of {len(te)} test rows have a class no training row has (10 classes over 20 "
+                    f"rows): no probe can name it, so those rows are wrong whatever the layer; give more items per "
+                    f"class, or a coarser target"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="hookrun"):  # every class in the training rows: nothing said
+        hookrun.run({**cfg, "output": {"path": str(tmp_path / "q.h5")}}, model=model,
+                    dataset=[(x, i % 2) for i, (x, _) in enumerate(data)])
+    assert not [r for r in caplog.records if "no training row has" in r.getMessage()]

@@ -100,6 +100,7 @@ def fit_point(store: RowStore, spec: FitSpec, device: torch.device | str = "cpu"
         targets["probe"] = np.array([lookup.get(int(v), -1) for v in y], dtype=np.int64)
         out["classes"] = classes.tolist()
         out["majority_test_score"] = majority_score(targets["probe"], train, test, len(classes))
+        out["unseen_test_rows"] = int((targets["probe"][test] < 0).sum())  # (a class no training row has)
         if spec.control:
             targets["control"] = control_classes(store.column("key"), targets["probe"], train, len(classes), spec.seed)
     held = store.held_subset(train, device) if spec.method == "logistic" else None  # the solver's rows alone

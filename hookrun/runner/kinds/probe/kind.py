@@ -192,6 +192,11 @@ class ProbeKind(RunKind):
             result = fit_point(self.stores[name], spec, self.ctx.device, where=f" at {name}")
             points.append((name, {**result, "fit_seconds": time.perf_counter() - t0}))
         regression = points[0][1]["regression"]
+        unseen = points[0][1].get("unseen_test_rows", 0)  # (one split: the same rows at every hook point)
+        if unseen:
+            log.warning("probe: %d of %d test rows have a class no training row has (%d classes over %d rows): no "
+                        "probe can name it, so those rows are wrong whatever the layer; give more items per class, "
+                        "or a coarser target", unseen, points[0][1]["test_rows"], len(np.unique(y)), len(y))
         return {"attrs": {"method": b.method, "metric": "r2" if regression else "accuracy", "pool": b.pool},
                 "points": points}
 
