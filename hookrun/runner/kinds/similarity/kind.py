@@ -54,6 +54,7 @@ from hookrun.store.records import Capture, CaptureKey
 
 HOOK = "similarity"
 MIN_ITEMS = 3  # (2 items: every centred Gram matrix has rank 1, and linear CKA is 1 whatever the layers)
+UNBIASED_ROWS = 4  # the unbiased HSIC's least rows (it divides by n (n - 3)): a minibatch's, or the whole set's
 log = logging.getLogger("hookrun")
 
 
@@ -70,9 +71,9 @@ class SimilarityKind(RunKind):
     @classmethod
     def check(cls, cfg: HookrunConfig) -> None:
         cls.check_mode(cfg)
-        if cfg.similarity.estimator == "minibatch" and cfg.data.batch_size < 4:
+        if cfg.similarity.estimator == "minibatch" and cfg.data.batch_size < UNBIASED_ROWS:
             raise ConfigError(f"data.batch_size={cfg.data.batch_size} with similarity.estimator=minibatch: the "
-                              f"unbiased HSIC needs batches of at least 4 rows; raise data.batch_size")
+                              f"unbiased HSIC needs batches of at least {UNBIASED_ROWS} rows; raise data.batch_size")
 
     def __init__(self, ctx: KindContext) -> None:
         super().__init__(ctx)
@@ -94,9 +95,10 @@ class SimilarityKind(RunKind):
         self.items = len(ctx.loader.dataset) if hasattr(ctx.loader.dataset, "__len__") else None
         limit = ctx.cfg.data.limit  # (batches): the run sees at most limit * batch rows, sized or not
         seen = self.items if limit is None else limit * batch if self.items is None else min(self.items, limit * batch)
-        least = 4 if b.estimator == "unbiased" else MIN_ITEMS  # (the unbiased HSIC divides by n (n - 3))
+        unbiased = b.estimator == "unbiased"
+        least = UNBIASED_ROWS if unbiased else MIN_ITEMS
         if seen is not None and seen < least:
-            why = ("the unbiased HSIC divides by n (n - 3)" if least == 4 else "with 2, every centred Gram matrix has "
+            why = ("the unbiased HSIC divides by n (n - 3)" if unbiased else "with 2, every centred Gram matrix has "
                    "rank 1 and linear CKA is 1 for every pair")
             raise ConfigError(f"similarity over {seen} item(s): CKA and RSA compare how the items lie relative to each "
                               f"other and need at least {least} ({why}); give the run more items")
@@ -106,13 +108,13 @@ class SimilarityKind(RunKind):
         self.dims = [s[0].numel() for s in series]
         if b.estimator == "minibatch" and seen is not None and seen < batch:
             raise ConfigError(f"similarity.estimator=minibatch: the run sees {seen} items, fewer than one "
-                              f"batch of data.batch_size={batch}; lower data.batch_size (at least 4) or use exact")
+                              f"batch of data.batch_size={batch}; lower data.batch_size (at least {UNBIASED_ROWS}) or use exact")
         self.route = choose_route(b.measure, b.estimator, self.dims, seen, batch, b.memory)  # sized by the rows run
         self.shape = (len(self.rows), len(self.cols))
         pairs = pairs_of(len(self.rows), len(self.cols) if self.other is not None else None)
         held = b.memory - route_bytes("gram", self.dims, seen, batch, b.measure) if self.route == "gram" else 0
         self.acc = accumulator(self.route, pairs, b.measure, b.sigma, b.dissimilarity, batch, held,  # (rows held, else spooled)
-                               unbiased=b.estimator == "unbiased")
+                               unbiased=unbiased)
 
     def features(self, model: nn.Module, call: Any) -> list[torch.Tensor]:
         """One batch through the model (its hooks, and the user's, fire) and the second model: the
