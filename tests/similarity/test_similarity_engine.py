@@ -128,11 +128,13 @@ def test_minibatch_is_the_mean_unbiased_hsic_of_the_full_batches(batch: int) -> 
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
-@pytest.mark.parametrize("measure", ["linear_cka", "rbf_cka"])
+@pytest.mark.parametrize(("route", "measure"), [("gram", "linear_cka"), ("gram", "rbf_cka"), ("feature", "linear_cka")])
 @pytest.mark.parametrize("batch", [3, 40])
-def test_unbiased_is_songs_unbiased_hsic_over_every_row(measure: str, batch: int) -> None:
+def test_unbiased_is_songs_unbiased_hsic_over_every_row(route: str, measure: str, batch: int) -> None:
+    """Both routes: the gram route U-centres the Gram matrices; the feature route (features fewer than
+    the rows) builds the same terms from sums over the rows, the data's offset of 3 included."""
     series = data(40, seed=5)
-    got = run("gram", series, batch, measure=measure, unbiased=True)
+    got = run(route, series, batch, measure=measure, unbiased=True)
     kernel = (lambda x: gram_rbf(flat(x), 0.8)) if measure == "rbf_cka" else (lambda x: flat(x) @ flat(x).T)
     k = [kernel(x) for x in series]
     want = np.array([[unbiased(a, b) / np.sqrt(unbiased(a, a) * unbiased(b, b)) for b in k] for a in k])
@@ -147,9 +149,14 @@ def test_routes_by_size_and_the_refusal() -> None:
     assert choose_route("rbf_cka", "exact", [10, 20], rows=1000, batch=10, memory=1 << 30) == "gram"
     with pytest.raises(ConfigError, match="estimator: minibatch"):
         choose_route("linear_cka", "exact", [10**5, 10**5], rows=10**5, batch=10, memory=1 << 30)
-    assert choose_route("linear_cka", "unbiased", [10, 20], rows=1000, batch=10, memory=1 << 30) == "gram"
-    with pytest.raises(ConfigError, match="estimator=unbiased over an unsized data set"):
-        choose_route("linear_cka", "unbiased", [10, 20], rows=None, batch=10, memory=1 << 30)
+    assert choose_route("linear_cka", "unbiased", [10, 20], rows=1000, batch=10, memory=1 << 30) == "feature"
+    assert choose_route("linear_cka", "unbiased", [10, 20], rows=None, batch=10, memory=1 << 30) == "feature"
+    assert choose_route("linear_cka", "unbiased", [10**5, 10**5], rows=100, batch=10, memory=1 << 30) == "gram"
+    with pytest.raises(ConfigError) as e:
+        choose_route("rbf_cka", "unbiased", [10, 20], rows=None, batch=10, memory=1 << 30)
+    assert str(e.value) == ("similarity.measure=rbf_cka over an unsized data set: it needs every item's Gram row, "
+                            "sized before the pass; give the data a length (or data.limit), or use fewer items, or "
+                            "linear_cka with estimator: minibatch")
 
 
 @pytest.mark.parametrize("measure", ["linear_cka", "rbf_cka", "rsa"])

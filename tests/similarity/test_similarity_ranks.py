@@ -17,9 +17,9 @@ import hookrun
 from hookrun.runner.kinds.similarity.accumulate import accumulator, pairs_of
 
 
-def merged(route: str, series: list[np.ndarray], batch: int, split: int, tmp_path) -> np.ndarray:
+def merged(route: str, series: list[np.ndarray], batch: int, split: int, tmp_path, **kw) -> np.ndarray:
     """Batches before `split` fed to one accumulator, the rest to another, saved, and merged into the first."""
-    accs = [accumulator(route, pairs_of(len(series), None), batch=batch) for _ in range(2)]
+    accs = [accumulator(route, pairs_of(len(series), None), batch=batch, **kw) for _ in range(2)]
     for s in range(0, len(series[0]), batch):
         accs[s >= split].add([torch.from_numpy(x[s:s + batch]) for x in series])
     accs[1].save(tmp_path / "rank1")
@@ -37,6 +37,16 @@ def test_exact_routes_merged_equal_linear_cka_on_the_whole_data(tmp_path, route)
     k = [flat(x) @ flat(x).T for x in series]
     want = np.array([[cka(a, b) for b in k] for a in k])
     np.testing.assert_allclose(merged(route, series, 7, 14, tmp_path), want, rtol=1e-9)
+
+
+@pytest.mark.parametrize("route", ["feature", "gram"])
+def test_unbiased_merged_equals_songs_hsic_on_the_whole_data(tmp_path, route) -> None:
+    """The feature route's row norms and their sums moved from rank 1's shift to rank 0's (measures.moved)."""
+    series = data(30, seed=3)
+    series[1] = series[1] - 40.0  # rank 1's shift far from rank 0's
+    k = [flat(x) @ flat(x).T for x in series]
+    want = np.array([[unbiased(a, b) / np.sqrt(unbiased(a, a) * unbiased(b, b)) for b in k] for a in k])
+    np.testing.assert_allclose(merged(route, series, 7, 14, tmp_path, unbiased=True), want, rtol=1e-9)
 
 
 def test_minibatch_merged_equals_the_unbiased_estimator_on_the_same_batches(tmp_path) -> None:

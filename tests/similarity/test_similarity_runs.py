@@ -168,19 +168,23 @@ def test_minibatch_equals_the_unbiased_estimator_on_the_same_batches(tmp_path, c
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
-def test_unbiased_equals_songs_hsic_over_every_item_and_is_drawn_on_a_signed_scale(tmp_path, cnn) -> None:
-    """estimator: unbiased over 24 items of 16384 features and fewer: CKA from Song et al.'s unbiased HSIC
-    of the whole data (the biased CKA of these layers is far higher), on the -1 to 1 scale it can take."""
+@pytest.mark.parametrize(("at", "pool", "n", "route", "bias"), [
+    (["block1", "block3", "fc"], "flatten", 24, "gram", 0.05),  # 16384 features and fewer, 24 items
+    (["block3", "fc"], "mean", 60, "feature", 5e-4),  # 36 features, 60 items: from the sums; less bias
+])
+def test_unbiased_equals_songs_hsic_over_every_item_and_is_drawn_on_a_signed_scale(tmp_path, cnn, at, pool, n,
+                                                                                    route, bias) -> None:
+    """estimator: unbiased by both exact routes: CKA from Song et al.'s unbiased HSIC of the whole data
+    (the biased CKA of these layers is far higher), on the -1 to 1 scale it can take."""
     from hookrun.runner.kinds.similarity.reader import spec
 
-    at = ["block1", "block3", "fc"]
-    path = hookrun.run(cfg(tmp_path / "u.h5", n=24, batch=5, at=at, estimator="unbiased")).path
+    path = hookrun.run(cfg(tmp_path / "u.h5", n=n, batch=5, at=at, pool=pool, estimator="unbiased")).path
     got, meta = file_matrix(path)
-    assert meta["route"] == "gram" and meta["estimator"] == "unbiased"
-    k = [a @ a.T for a in recorded(cnn, at, images(24), "flatten")]
+    assert meta["route"] == route and meta["estimator"] == "unbiased"
+    k = [a @ a.T for a in recorded(cnn, at, images(n), pool)]
     want = [[unbiased(a, b) / np.sqrt(unbiased(a, a) * unbiased(b, b)) for b in k] for a in k]
     np.testing.assert_allclose(got, want, rtol=1e-6)
-    assert (np.array([[cka(a, b) for b in k] for a in k]) - got).max() > 0.05  # the bias it removes
+    assert (np.array([[cka(a, b) for b in k] for a in k]) - got).max() > bias  # the bias it removes
     with h5py.File(path) as f:
         drawn = spec(f)
     assert drawn.range == (-1.0, 1.0) and drawn.centre == 0.0 and drawn.title.startswith("linear CKA (unbiased HSIC)")

@@ -6,8 +6,10 @@
 
 | route      | holds                                    | exact for                 | bytes at most     |
 |------------|------------------------------------------|---------------------------|-------------------|
-| feature    | sums of Z and Z^T Z, Z = every series'   | linear CKA, any rows      | 8 D^2 (D features)|
-|            | features side by side (float64)          |                           |                   |
+| feature    | sums of Z and Z^T Z, Z = every series'   | linear CKA, any rows;     | 8 D^2 (D features)|
+|            | features side by side (float64); for the | unbiased HSIC: from the   |                   |
+|            | unbiased HSIC also each row's squared    | sums (measures.py)        |                   |
+|            | norms per series, their products, Z^T q  |                           |                   |
 | gram       | each series' rows (held within what      | linear CKA, rbf CKA, RSA; | 8 (S+1) n^2; RSA  |
 |            | memory leaves, else spooled: rows.py);   | unbiased HSIC: U-centred  | 4 (S+4) n^2; and  |
 |            | at the end its n x n Gram matrix         |                           | the rows held     |
@@ -48,8 +50,8 @@ def pairs_of(rows: int, cols: int | None) -> list[tuple[int, int]]:
 
 def route_bytes(route: str, dims: list[int], rows: int | None, batch: int, measure: str = "linear_cka") -> int:
     """The bytes a route holds at its peak: `dims` the series' feature counts, `rows` the data set's items."""
-    if route == "feature":
-        return 8 * sum(dims) ** 2 + 8 * batch * sum(dims)
+    if route == "feature":  # (Z^T Z, a batch's float64 rows, and the unbiased sums' Z^T q)
+        return 8 * sum(dims) ** 2 + 8 * batch * sum(dims) + 8 * sum(dims) * len(dims)
     if route == "gram":
         n2, slab = (rows or 0) ** 2, min(SLAB, 8 * (rows or 0) * max(dims, default=0))  # (a slab: its rows read back)
         return (4 * (len(dims) + 4) * n2 if measure == "rsa" else 8 * (len(dims) + 1) * n2) + slab + slab // 4
@@ -66,19 +68,19 @@ def choose_route(measure: str, estimator: str, dims: list[int], rows: int | None
             raise ConfigError(f"similarity.memory={_mb(memory)}: the minibatch estimator holds {_mb(need)} for "
                               f"batches of {batch}; raise memory or lower data.batch_size")
         return "minibatch"
-    exact = ["gram"] if measure != "linear_cka" or estimator == "unbiased" else ["feature", "gram"] \
+    exact = ["gram"] if measure != "linear_cka" else ["feature", "gram"] \
         if rows is None or sum(dims) <= rows else ["gram", "feature"]
     if rows is None:
         exact = [r for r in exact if r == "feature"]
     for route in exact:
         if route_bytes(route, dims, rows, batch, measure) <= memory:
             return route
-    need = min((route_bytes(r, dims, rows, batch, measure) for r in exact), default=0)
     hint = ("estimator: minibatch (unbiased HSIC over the batches)" if measure == "linear_cka"
             else "fewer items, or linear_cka with estimator: minibatch")
-    if rows is None and estimator == "unbiased":
-        raise ConfigError(f"similarity.estimator=unbiased over an unsized data set: it needs every item's Gram row, "
+    if not exact:  # (rbf CKA, RSA: only the gram route, sized by the items before the pass)
+        raise ConfigError(f"similarity.measure={measure} over an unsized data set: it needs every item's Gram row, "
                           f"sized before the pass; give the data a length (or data.limit), or use {hint}")
+    need = min(route_bytes(r, dims, rows, batch, measure) for r in exact)
     raise ConfigError(f"similarity.memory={_mb(memory)}: {estimator} {measure} over {rows or 'an unsized set of'} items "
                       f"and {sum(dims)} features needs {_mb(need)}; raise memory or use {hint}")
 
@@ -88,11 +90,13 @@ def _mb(n: int) -> str:
 
 
 class FeatureRoute:
-    """Exact linear CKA from the centred cross-covariances of every series, accumulated in float64."""
+    """Exact linear CKA from the centred cross-covariances of every series, accumulated in float64; with
+    `unbiased`, Song et al.'s unbiased HSIC from the same sums and three more (measures.unbiased_hsic)."""
 
-    def __init__(self, pairs: list[tuple[int, int]]) -> None:
-        self.pairs = pairs
+    def __init__(self, pairs: list[tuple[int, int]], unbiased: bool = False) -> None:
+        self.pairs, self.unbiased = pairs, unbiased
         self.n, self.shift, self.sums, self.zz, self.offsets = 0, None, None, None, None
+        self.qq, self.qsum, self.zq = None, None, None  # unbiased: sum q q^T, sum q, Z^T q (q: rows' squared norms)
         self.constant: list[bool] = []  # per series, set by matrix(): its features the same for every item
 
     def add(self, series: list[torch.Tensor]) -> None:
@@ -106,34 +110,59 @@ class FeatureRoute:
             self.shift = z.mean(dim=0)
             self.sums = torch.zeros_like(self.shift)
             self.zz = torch.zeros(z.shape[1], z.shape[1], dtype=torch.float64, device=z.device)
+            if self.unbiased:
+                k = len(series)
+                self.qq, self.qsum = torch.zeros(k, k, dtype=torch.float64, device=z.device), z.new_zeros(k)
+                self.zq = z.new_zeros(z.shape[1], k)
         z -= self.shift
         self.sums += z.sum(dim=0)
         self.zz.addmm_(z.T, z)
         self.n += rows
+        if self.unbiased:  # each row's squared norm in each series (the Gram matrices' diagonals)
+            q = torch.stack([torch.einsum("ij,ij->i", z[:, a:b], z[:, a:b])
+                             for a, b in zip(self.offsets[:-1], self.offsets[1:], strict=True)], dim=1)
+            self.qq.addmm_(q.T, q)
+            self.qsum += q.sum(dim=0)
+            self.zq.addmm_(z.T, q)
 
     def save(self, path: Path) -> None:
         """This rank's sums, for rank 0's merge."""
+        extra = {k: getattr(self, k).cpu().numpy() for k in ("qq", "qsum", "zq")} if self.unbiased else {}
         with open(path, "wb") as f:
             np.savez(f, n=self.n, shift=self.shift.cpu().numpy(), sums=self.sums.cpu().numpy(),
-                     zz=self.zz.cpu().numpy())
+                     zz=self.zz.cpu().numpy(), **extra)
 
     def merge(self, path: Path) -> None:
         """Add another rank's sums, moved from its shift to this one's (exact algebra: the sums of
-        (z - s) and (z - s)(z - s)^T over its rows)."""
+        (z - s) and (z - s)(z - s)^T over its rows; unbiased: of their squared norms, measures.moved)."""
         with np.load(path) as f:
             n, sums, zz = int(f["n"]), *(torch.from_numpy(f[k]).to(self.zz.device) for k in ("sums", "zz"))
             d = torch.from_numpy(f["shift"]).to(self.zz.device) - self.shift
+            if self.unbiased:
+                o = self.offsets
+                parts = m.moved(f["qq"], f["qsum"], f["zq"], f["zz"], f["sums"], n, d.cpu().numpy(),
+                                [slice(o[i], o[i + 1]) for i in range(len(o) - 1)])
+                for name, part in zip(("qq", "qsum", "zq"), parts, strict=True):
+                    getattr(self, name).add_(torch.from_numpy(part).to(self.zz.device))
         self.zz += zz + torch.outer(sums, d) + torch.outer(d, sums) + n * torch.outer(d, d)
         self.sums += sums + n * d
         self.n += n
 
     def matrix(self, shape: tuple[int, int]) -> np.ndarray:
         """The centred cross-covariances, made from the sums in place (the end of the run: nothing is added
-        after), then every pair from its block, read without a copy."""
-        self.zz.addr_(self.sums, self.sums, alpha=-1.0 / self.n)
-        c = self.zz.cpu().numpy()
+        after), then every pair from its block, read without a copy. Unbiased: the HSIC of every pair its
+        ratio needs, from the uncentred sums."""
         o = self.offsets
         block = [slice(o[i], o[i + 1]) for i in range(len(o) - 1)]
+        if self.unbiased:
+            sums = {k: getattr(self, k).cpu().numpy() for k in ("zz", "sums", "zq", "qq", "qsum")}
+            spread = np.diag(sums["zz"]) - sums["sums"] ** 2 / self.n  # (each feature's squares about its mean)
+            self.constant = [not spread[b].any() for b in block]
+            h = m.unbiased_hsics(**sums, n=self.n, block=block, pairs=self.pairs)
+            out = np.array([h[i, j] / np.sqrt(h[i, i] * h[j, j]) for i, j in self.pairs])
+            return undefined(out, self.pairs, self.constant).reshape(shape)
+        self.zz.addr_(self.sums, self.sums, alpha=-1.0 / self.n)
+        c = self.zz.cpu().numpy()
         self.constant = [not np.diag(c)[b].any() for b in block]  # no feature varies (each row minus the shift is 0)
         norms = [np.sqrt(np.einsum("ij,ij->", c[b, b], c[b, b])) for b in block]
         out = np.array([m.cka_from_covariances(c[block[i], block[j]], norms[i], norms[j]) for i, j in self.pairs])
@@ -262,9 +291,9 @@ def accumulator(route: str, pairs: list[tuple[int, int]], measure: str = "linear
                 unbiased: bool = False) -> FeatureRoute | GramRoute | MinibatchRoute:
     """The route's accumulator for these pairs (see the table above); `held`: the bytes of rows the gram
     route may keep in memory before it spools them (what `memory` leaves beside its route_bytes);
-    `unbiased`: the gram route's CKA from the unbiased HSIC (estimator: unbiased)."""
+    `unbiased`: CKA from the unbiased HSIC (estimator: unbiased)."""
     if route == "feature":
-        return FeatureRoute(pairs)
+        return FeatureRoute(pairs, unbiased)
     if route == "gram":
         return GramRoute(pairs, measure, sigma, dissimilarity, held, unbiased)
     return MinibatchRoute(pairs, batch)

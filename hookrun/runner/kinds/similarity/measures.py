@@ -7,7 +7,8 @@ Each series' Gram matrix `K = X X^T` is turned, in place, into what its pairs ne
     unit(center_(rbf_(K, 0.8)))             # rbf CKA: Kornblith et al.'s gram_rbf, then the same
     ranks_(upper_triangle(dissimilarity_(K, row_sums, features, "correlation")))   # RSA: Spearman, a dot product
 
-and `cka_from_covariances` gives linear CKA from the centred cross-covariances (the feature route).
+and `cka_from_covariances` gives linear CKA from the centred cross-covariances (the feature route),
+`unbiased_hsics` the unbiased HSIC from the same route's uncentred sums.
 In place: the gram route's memory bound (accumulate.route_bytes) counts one n x n matrix at work.
 """
 
@@ -60,6 +61,43 @@ def cka_from_covariances(cxy: np.ndarray, nx: float, ny: float) -> float:
     """Linear CKA from centred cross-covariances: |Xc^T Yc|^2 / (|Xc^T Xc| |Yc^T Yc|) (all Frobenius;
     nx, ny the last two, and cxy a view: einsum reads it without a copy)."""
     return float(np.einsum("ij,ij->", cxy, cxy) / (nx * ny))
+
+
+def unbiased_hsics(zz: np.ndarray, sums: np.ndarray, zq: np.ndarray, qq: np.ndarray, qsum: np.ndarray, n: int,
+                   block: list[slice], pairs: list[tuple[int, int]]) -> dict[tuple[int, int], float]:
+    """Song et al. 2012's unbiased HSIC of the linear kernels of series i and j, for every pair and every
+    series with itself, from sums over the rows z (any shift: the estimator is unchanged by one): zz = sum
+    z z^T, sums = sum z, q_i = each row's squared norm in series i, qq = sum q q^T, qsum = sum q, zq = sum z q^T.
+    With K~ the Gram matrix less its diagonal, its terms are
+    tr(K~ L~) = |Z_i^T Z_j|^2 - sum q_i q_j,  1^T K~ 1 = |s_i|^2 - sum q_i,
+    1^T K~ L~ 1 = s_i^T Z_i^T Z_j s_j - s_i . Z_i^T q_j - s_j . Z_j^T q_i + sum q_i q_j."""
+    def hsic(i: int, j: int) -> float:
+        bi, bj = block[i], block[j]
+        c, si, sj = zz[bi, bj], sums[bi], sums[bj]
+        trace = np.einsum("ij,ij->", c, c) - qq[i, j]
+        ki, kj = si @ si - qsum[i], sj @ sj - qsum[j]
+        rows = si @ c @ sj - si @ zq[bi, j] - sj @ zq[bj, i] + qq[i, j]
+        return float((trace + ki * kj / ((n - 1) * (n - 2)) - 2.0 / (n - 2) * rows) / (n * (n - 3)))
+    wanted = {*pairs, *((i, i) for i in range(len(block)))}
+    return {(i, j): hsic(i, j) for i, j in sorted(wanted)}
+
+
+def moved(qq: np.ndarray, qsum: np.ndarray, zq: np.ndarray, zz: np.ndarray, sums: np.ndarray, n: int, d: np.ndarray,
+          block: list[slice]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Another rank's unbiased sums (over rows z, about its shift) moved to rows z + d (this rank's shift):
+    with a_i = z_i . d_i and c_i = |d_i|^2 per series i, each q_i becomes q_i + 2 a_i + c_i, so
+    sum q'q'^T = qq + 2 (M + M^T) + 4 P + qsum c^T + c qsum^T + 2 (sa c^T + c sa^T) + n c c^T,
+    sum q' = qsum + 2 sa + n c,  Z'^T q' = zq + 2 A + sums c^T + d qsum^T + 2 d sa^T + n d c^T,
+    where A = Z^T a, sa = sum a, M = sum q a^T, P = sum a a^T (each from zz, sums, zq)."""
+    c = np.array([d[b] @ d[b] for b in block])
+    sa = np.array([sums[b] @ d[b] for b in block])
+    a = np.stack([zz[:, b] @ d[b] for b in block], axis=1)
+    mm = np.stack([zq[b].T @ d[b] for b in block], axis=1)  # M[i, j] = sum q_i a_j
+    p = np.array([[a[bi, j] @ d[bi] for j in range(len(block))] for bi in block])
+    qq = (qq + 2 * (mm + mm.T) + 4 * p + np.outer(qsum, c) + np.outer(c, qsum) + 2 * (np.outer(sa, c) + np.outer(c, sa))
+          + n * np.outer(c, c))
+    zq = zq + 2 * a + np.outer(sums, c) + np.outer(d, qsum) + 2 * np.outer(d, sa) + n * np.outer(d, c)
+    return qq, qsum + 2 * sa + n * c, zq
 
 
 def squared_distances_(g: np.ndarray) -> np.ndarray:
