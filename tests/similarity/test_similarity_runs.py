@@ -317,7 +317,8 @@ def test_flattened_rows_whose_length_changes_are_refused_in_one_line(tmp_path) -
 
 @pytest.mark.parametrize(("n", "estimator", "measure", "route"), [
     (16, "exact", "linear_cka", "gram"), (24, "exact", "linear_cka", "feature"), (16, "minibatch", "linear_cka", "minibatch"),
-    (16, "exact", "rbf_cka", "gram"), (16, "exact", "rsa", "gram")])
+    (16, "exact", "rbf_cka", "gram"), (16, "exact", "rsa", "gram"), (24, "unbiased", "linear_cka", "feature"),
+    (16, "unbiased", "linear_cka", "gram")])
 def test_a_constant_layer_is_n_a_in_the_file_inspect_and_picture_with_one_warning(tmp_path, caplog, n, estimator,
                                                                                    measure, route) -> None:
     """Layer 1 gives 0 and layer 2 its bias for every item: each measure is 0 / 0 there (numpy's too),
