@@ -91,7 +91,7 @@ def _mb(n: int) -> str:
 
 class FeatureRoute:
     """Exact linear CKA from the centred cross-covariances of every series, accumulated in float64; with
-    `unbiased`, Song et al.'s unbiased HSIC from the same sums and three more (measures.unbiased_hsic)."""
+    `unbiased`, Song et al.'s unbiased HSIC from the same sums and three more (measures.unbiased_hsics)."""
 
     def __init__(self, pairs: list[tuple[int, int]], unbiased: bool = False) -> None:
         self.pairs, self.unbiased = pairs, unbiased
