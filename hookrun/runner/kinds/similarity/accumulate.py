@@ -95,17 +95,19 @@ class FeatureRoute:
 
     def __init__(self, pairs: list[tuple[int, int]], unbiased: bool = False) -> None:
         self.pairs, self.unbiased = pairs, unbiased
-        self.n, self.shift, self.sums, self.zz, self.offsets = 0, None, None, None, None
+        self.n, self.shift, self.sums, self.zz = 0, None, None, None
+        self.blocks: list[slice] = []  # each series' columns of Z, set by the first batch
         self.qq, self.qsum, self.zq = None, None, None  # unbiased: sum q q^T, sum q, Z^T q (q: rows' squared norms)
         self.constant: list[bool] = []  # per series, set by matrix(): its features the same for every item
 
     def add(self, series: list[torch.Tensor]) -> None:
         rows = len(series[0])
         if self.shift is None:
-            self.offsets = np.cumsum([0] + [s[0].numel() for s in series])
-        z = torch.empty(rows, int(self.offsets[-1]), dtype=torch.float64, device=series[0].device)
-        for s, a, b in zip(series, self.offsets[:-1], self.offsets[1:], strict=True):  # float64, one copy
-            z[:, a:b].copy_(s.reshape(rows, -1))
+            o = np.cumsum([0] + [s[0].numel() for s in series]).tolist()
+            self.blocks = [slice(a, b) for a, b in zip(o[:-1], o[1:], strict=True)]
+        z = torch.empty(rows, self.blocks[-1].stop, dtype=torch.float64, device=series[0].device)
+        for s, b in zip(series, self.blocks, strict=True):  # float64, one copy
+            z[:, b].copy_(s.reshape(rows, -1))
         if self.shift is None:  # a shift by the first batch's mean keeps the centring exact in float64
             self.shift = z.mean(dim=0)
             self.sums = torch.zeros_like(self.shift)
@@ -119,8 +121,7 @@ class FeatureRoute:
         self.zz.addmm_(z.T, z)
         self.n += rows
         if self.unbiased:  # each row's squared norm in each series (the Gram matrices' diagonals)
-            q = torch.stack([torch.einsum("ij,ij->i", z[:, a:b], z[:, a:b])
-                             for a, b in zip(self.offsets[:-1], self.offsets[1:], strict=True)], dim=1)
+            q = torch.stack([torch.einsum("ij,ij->i", z[:, b], z[:, b]) for b in self.blocks], dim=1)
             self.qq.addmm_(q.T, q)
             self.qsum += q.sum(dim=0)
             self.zq.addmm_(z.T, q)
@@ -139,9 +140,7 @@ class FeatureRoute:
             n, sums, zz = int(f["n"]), *(torch.from_numpy(f[k]).to(self.zz.device) for k in ("sums", "zz"))
             d = torch.from_numpy(f["shift"]).to(self.zz.device) - self.shift
             if self.unbiased:
-                o = self.offsets
-                parts = m.moved(f["qq"], f["qsum"], f["zq"], f["zz"], f["sums"], n, d.cpu().numpy(),
-                                [slice(o[i], o[i + 1]) for i in range(len(o) - 1)])
+                parts = m.moved(f["qq"], f["qsum"], f["zq"], f["zz"], f["sums"], n, d.cpu().numpy(), self.blocks)
                 for name, part in zip(("qq", "qsum", "zq"), parts, strict=True):
                     getattr(self, name).add_(torch.from_numpy(part).to(self.zz.device))
         self.zz += zz + torch.outer(sums, d) + torch.outer(d, sums) + n * torch.outer(d, d)
@@ -152,18 +151,16 @@ class FeatureRoute:
         """The centred cross-covariances, made from the sums in place (the end of the run: nothing is added
         after), then every pair from its block, read without a copy. Unbiased: the HSIC of every pair its
         ratio needs, from the uncentred sums."""
-        o = self.offsets
-        block = [slice(o[i], o[i + 1]) for i in range(len(o) - 1)]
+        block = self.blocks
+        spread = (self.zz.diagonal() - self.sums**2 / self.n).cpu().numpy()  # each feature's squares about its mean
+        self.constant = [not spread[b].any() for b in block]  # no feature varies (each row minus the shift is 0)
         if self.unbiased:
             sums = {k: getattr(self, k).cpu().numpy() for k in ("zz", "sums", "zq", "qq", "qsum")}
-            spread = np.diag(sums["zz"]) - sums["sums"] ** 2 / self.n  # (each feature's squares about its mean)
-            self.constant = [not spread[b].any() for b in block]
             h = m.unbiased_hsics(**sums, n=self.n, block=block, pairs=self.pairs)
             out = np.array([h[i, j] / np.sqrt(h[i, i] * h[j, j]) for i, j in self.pairs])
             return undefined(out, self.pairs, self.constant).reshape(shape)
         self.zz.addr_(self.sums, self.sums, alpha=-1.0 / self.n)
         c = self.zz.cpu().numpy()
-        self.constant = [not np.diag(c)[b].any() for b in block]  # no feature varies (each row minus the shift is 0)
         norms = [np.sqrt(np.einsum("ij,ij->", c[b, b], c[b, b])) for b in block]
         out = np.array([m.cka_from_covariances(c[block[i], block[j]], norms[i], norms[j]) for i, j in self.pairs])
         return undefined(out, self.pairs, self.constant).reshape(shape)
