@@ -9,7 +9,9 @@ points of one model, or between two models on the same batches, in one pass (doc
 | block.py      | the block's keys and defaults, checked before the model is built                 |
 | kind.py       | the run: the second model, the route by size, a step per batch, the matrix at the end |
 | features.py   | forward hooks at the `at` modules, each output pooled to (rows, features)        |
-| accumulate.py | the accumulators: feature-space cross-covariances, Gram matrices, minibatch HSIC |
+| accumulate.py | the route by size; feature-space cross-covariances, minibatch HSIC              |
+| gram.py       | the sample-space route: each series' Gram matrix at the end, then the measure   |
+| rows.py       | the gram route's rows: held within `memory`, else spooled; read back in slabs   |
 | measures.py   | the definitions: linear CKA, rbf CKA, RSA, from Gram matrices made in place      |
 | reader.py     | open_run(p).similarity(), inspect's lines, plot's heatmap, the report's section  |
 | notebook.py   | hookrun.similarity(model, dataset, **block): the matrix of a live model          |

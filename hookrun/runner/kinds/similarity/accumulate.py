@@ -35,9 +35,8 @@ import torch
 
 from hookrun.errors import ConfigError
 from hookrun.runner.kinds.similarity import measures as m
-from hookrun.runner.kinds.similarity.rows import SeriesRows
+from hookrun.runner.kinds.similarity.gram import GramRoute, gram_bytes
 
-SLAB = 16 << 20  # bytes of rows read at once when the spooled features become Gram matrices
 ROUTES = ("feature", "gram", "minibatch")
 
 
@@ -53,8 +52,7 @@ def route_bytes(route: str, dims: list[int], rows: int | None, batch: int, measu
     if route == "feature":  # (Z^T Z, a batch's float64 rows, and the unbiased sums' Z^T q)
         return 8 * sum(dims) ** 2 + 8 * batch * sum(dims) + 8 * sum(dims) * len(dims)
     if route == "gram":
-        n2, slab = (rows or 0) ** 2, min(SLAB, 8 * (rows or 0) * max(dims, default=0))  # (a slab: its rows read back)
-        return (4 * (len(dims) + 4) * n2 if measure == "rsa" else 8 * (len(dims) + 1) * n2) + slab + slab // 4
+        return gram_bytes(dims, rows or 0, measure)
     return 8 * len(dims) * batch**2 + 8 * batch * sum(dims)
 
 
@@ -158,77 +156,12 @@ class FeatureRoute:
             sums = {k: getattr(self, k).cpu().numpy() for k in ("zz", "sums", "zq", "qq", "qsum")}
             h = m.unbiased_hsics(**sums, n=self.n, block=block, pairs=self.pairs)
             out = np.array([h[i, j] / np.sqrt(h[i, i] * h[j, j]) for i, j in self.pairs])
-            return undefined(out, self.pairs, self.constant).reshape(shape)
+            return m.undefined(out, self.pairs, self.constant).reshape(shape)
         self.zz.addr_(self.sums, self.sums, alpha=-1.0 / self.n)
         c = self.zz.cpu().numpy()
         norms = [np.sqrt(np.einsum("ij,ij->", c[b, b], c[b, b])) for b in block]
         out = np.array([m.cka_from_covariances(c[block[i], block[j]], norms[i], norms[j]) for i, j in self.pairs])
-        return undefined(out, self.pairs, self.constant).reshape(shape)
-
-
-class GramRoute:
-    """Every series' rows held within `held` bytes, beyond them spooled to files in the kind's scratch
-    folder (rows.py); at the end its Gram matrix, then the measure."""
-
-    def __init__(self, pairs: list[tuple[int, int]], measure: str, sigma: float, dissimilarity: str,
-                 held: int = 0, unbiased: bool = False) -> None:
-        self.pairs, self.measure, self.sigma, self.dissimilarity = pairs, measure, sigma, dissimilarity
-        self.unbiased = unbiased  # CKA from Song et al.'s unbiased HSIC over every row (U-centred Gram matrices)
-        self.rows = SeriesRows(held)
-        self.constant: list[bool] = []  # per series, set by matrix()
-        self.flat_items: list[bool] = []  # per series (RSA, correlation): an item whose features are all equal
-
-    def add(self, series: list[torch.Tensor]) -> None:
-        self.rows.add(series)
-
-    def save(self, path: Path) -> None:
-        self.rows.save(path)
-
-    def merge(self, path: Path) -> None:
-        self.rows.merge(path)
-
-    def gram(self, k: int) -> tuple[np.ndarray, np.ndarray, bool, bool]:
-        """Series k's Gram matrix and (RSA) row sums, from its rows in slabs of columns; whether every row is the
-        first (a constant series); and whether some item's features are all equal (RSA's correlation is
-        undefined for it)."""
-        n = self.rows.n
-        g, sums, same = np.zeros((n, n)), np.zeros(n), True
-        rsa, lead, flat = self.measure == "rsa", None, np.full(n, self.measure == "rsa")
-        for part in self.rows.slabs(k, max(1, SLAB // (8 * n))):
-            g += part @ part.T
-            if rsa:  # (the row sums: only RSA's correlation dissimilarity reads them)
-                sums += part.sum(axis=1)
-            same = same and np.array_equal(part[1], part[0]) and bool((part == part[:1]).all())  # (rows 0, 1 first)
-            if rsa and lead is None:  # (each item's first feature: the first slab's first column)
-                lead = part[:, 0].copy()
-            if rsa and flat.any():
-                flat &= (part == lead[:, None]).all(axis=1)
-        return g, sums, same, bool(flat.any())
-
-    def matrix(self, shape: tuple[int, int]) -> np.ndarray:
-        """Each series' Gram matrix once, made in place into what its pairs need (centred and of unit
-        norm for CKA; the ranks of its dissimilarities for RSA), then every pair as a dot product;
-        NaN where a series is constant (the measure is 0 / 0; rounding would make it any number)."""
-        self.constant, self.flat_items = [], []  # (each series' flags, appended by prepared)
-        prepared = [self.prepared(k) for k in range(len(self.rows.dims))]
-        out = np.array([np.vdot(prepared[i], prepared[j]) for i, j in self.pairs])
-        gone = [c or f for c, f in zip(self.constant, self.flat_items, strict=True)]
-        return undefined(out, self.pairs, gone).reshape(shape)
-
-    def prepared(self, k: int) -> np.ndarray:
-        """Series k's Gram matrix made in place into what its pairs need (one n x n matrix at work)."""
-        g, sums, same, flat = self.gram(k)
-        self.constant.append(same)
-        self.flat_items.append(flat and self.measure == "rsa" and self.dissimilarity == "correlation" and not same)
-        if self.measure != "rsa":
-            kernel = m.rbf_(g, self.sigma) if self.measure == "rbf_cka" else g
-            return m.unit(m.u_center_(kernel) if self.unbiased else m.center_(kernel))
-        values = m.upper_triangle(m.dissimilarity_(g, sums, self.rows.dims[k], self.dissimilarity))
-        del g  # (half the numbers from here on)
-        return m.ranks_(values)
-
-    def close(self) -> None:
-        self.rows.close()
+        return m.undefined(out, self.pairs, self.constant).reshape(shape)
 
 
 class MinibatchRoute:
@@ -273,14 +206,7 @@ class MinibatchRoute:
         h = self.hsic.cpu().numpy() / self.batches
         self.constant = [not v for v in np.diag(h)]  # (exactly 0: each batch's rows minus its first are 0)
         out = np.array([h[i, j] / np.sqrt(h[i, i] * h[j, j]) for i, j in self.pairs])
-        return undefined(out, self.pairs, self.constant).reshape(shape)
-
-
-def undefined(out: np.ndarray, pairs: list[tuple[int, int]], constant: list[bool]) -> np.ndarray:
-    """NaN in every cell with a constant series: the measure is 0 / 0 there, and rounding would make it
-    any number (a route's `constant`, per series)."""
-    out[[constant[i] or constant[j] for i, j in pairs]] = np.nan
-    return out
+        return m.undefined(out, self.pairs, self.constant).reshape(shape)
 
 
 def accumulator(route: str, pairs: list[tuple[int, int]], measure: str = "linear_cka", sigma: float = 0.8,

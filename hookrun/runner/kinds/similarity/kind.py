@@ -42,7 +42,6 @@ from hookrun.output.scratch import Scratch
 from hookrun.runner.batches import first_batch
 from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds
 from hookrun.runner.kinds.similarity.accumulate import (
-    GramRoute,
     accumulator,
     choose_route,
     pairs_of,
@@ -50,6 +49,7 @@ from hookrun.runner.kinds.similarity.accumulate import (
 )
 from hookrun.runner.kinds.similarity.block import LIVE_WITH
 from hookrun.runner.kinds.similarity.features import pooled
+from hookrun.runner.kinds.similarity.gram import GramRoute
 from hookrun.store.records import Capture, CaptureKey
 
 HOOK = "similarity"

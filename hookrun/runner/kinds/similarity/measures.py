@@ -165,3 +165,10 @@ def ranks_(values: np.ndarray) -> np.ndarray:
     if len(values):
         values -= values.mean()
     return unit(values)
+
+
+def undefined(out: np.ndarray, pairs: list[tuple[int, int]], constant: list[bool]) -> np.ndarray:
+    """NaN in every cell with a constant series: the measure is 0 / 0 there, and rounding would make it
+    any number (a route's `constant`, per series)."""
+    out[[constant[i] or constant[j] for i, j in pairs]] = np.nan
+    return out

@@ -1,0 +1,111 @@
+"""The gram route of a similarity run: every series' rows (held, else spooled: rows.py), at the end each
+series' n x n Gram matrix, made into what its measure needs, then every pair as one dot product.
+
+    route = GramRoute(pairs, measure="linear_cka", sigma=0.8, dissimilarity="correlation", held=bytes)
+    route.add([each series' (batch rows, features) tensor]); ...; route.matrix((rows, cols))
+    gram_bytes(dims, rows, measure)   # its peak, the figure `similarity.memory` is held against
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from hookrun.runner.kinds.similarity import measures as m
+from hookrun.runner.kinds.similarity.rows import SeriesRows
+
+SLAB = 16 << 20  # bytes of rows read at once when the spooled features become Gram matrices
+# CKA's centred float32 rows: columns multiplied in float32 before the sum goes on in float64. Against
+# float64 over 24 generated data sets (40 to 512 rows, 1200 to 6000 features, offsets to 1000), the
+# products' rounding moved a cell by 7e-8 of its value at most, 2e-8 in absolute terms (7e-9 at a cell
+# near 0): under the issue's 1e-6 of a value only above SMALL, where below it the matrix is made in float64.
+WIDE = 1024
+SMALL = 0.05
+
+
+def gram_bytes(dims: list[int], rows: int, measure: str) -> int:
+    """The route's peak bytes: its n x n matrices (kept and at work) and a slab of rows read back."""
+    n2, slab = rows**2, min(SLAB, 8 * rows * max(dims, default=0))
+    return (4 * (len(dims) + 4) * n2 if measure == "rsa" else 8 * (len(dims) + 1) * n2) + slab + slab // 4
+
+
+class GramRoute:
+    """Every series' rows held within `held` bytes, beyond them spooled to files in the kind's scratch
+    folder (rows.py); at the end its Gram matrix, then the measure."""
+
+    def __init__(self, pairs: list[tuple[int, int]], measure: str, sigma: float, dissimilarity: str,
+                 held: int = 0, unbiased: bool = False) -> None:
+        self.pairs, self.measure, self.sigma, self.dissimilarity = pairs, measure, sigma, dissimilarity
+        self.unbiased = unbiased  # CKA from Song et al.'s unbiased HSIC over every row (U-centred Gram matrices)
+        self.rows = SeriesRows(held)
+        self.constant: list[bool] = []  # per series, set by matrix()
+        self.flat_items: list[bool] = []  # per series (RSA, correlation): an item whose features are all equal
+
+    def add(self, series: list[torch.Tensor]) -> None:
+        self.rows.add(series)
+
+    def save(self, path: Path) -> None:
+        self.rows.save(path)
+
+    def merge(self, path: Path) -> None:
+        self.rows.merge(path)
+
+    def gram(self, k: int, precise: bool = False) -> tuple[np.ndarray, np.ndarray, bool, bool]:
+        """Series k's Gram matrix and (RSA) row sums, from its rows in slabs of columns; whether every row is the
+        first (a constant series); and whether some item's features are all equal (RSA's correlation is
+        undefined for it). CKA takes the Gram matrix of the rows less their column means (HKH, the centred one;
+        RBF's distances and the U-centring do not move with a shift); biased CKA of float32 rows unless
+        `precise` multiplies in float32 over at most WIDE columns at a time, the sum in float64. RSA's
+        correlation needs the rows as they are, in float64."""
+        n = self.rows.n
+        g = np.zeros((n, n))
+        if self.measure != "rsa":
+            mean, same = self.rows.scan(k)
+            single = not (precise or self.unbiased) and self.rows.dtypes[k] == np.float32
+            step = max(1, min(WIDE, SLAB // (4 * n))) if single else max(1, SLAB // (8 * n))
+            for part in self.rows.slabs(k, step, mean, np.float32 if single else np.float64):
+                g += part @ part.T
+            return g, np.zeros(n), same, False
+        sums, same, lead, flat = np.zeros(n), True, None, np.ones(n, bool)
+        for part in self.rows.slabs(k, max(1, SLAB // (8 * n))):
+            g += part @ part.T
+            sums += part.sum(axis=1)
+            same = same and np.array_equal(part[1], part[0]) and bool((part == part[:1]).all())  # (rows 0, 1 first)
+            if lead is None:  # (each item's first feature: the first slab's first column)
+                lead = part[:, 0].copy()
+            if flat.any():
+                flat &= (part == lead[:, None]).all(axis=1)
+        return g, sums, same, bool(flat.any())
+
+    def matrix(self, shape: tuple[int, int], precise: bool = False) -> np.ndarray:
+        """Each series' Gram matrix once, made in place into what its pairs need (centred and of unit
+        norm for CKA; the ranks of its dissimilarities for RSA), then every pair as a dot product;
+        NaN where a series is constant (the measure is 0 / 0; rounding would make it any number).
+        A biased CKA matrix with a cell under SMALL is made again with every product in float64: the
+        float32 products' rounding (up to 2e-8 of a cell, absolute) would come near 1e-6 of so small a value."""
+        self.constant, self.flat_items = [], []  # (each series' flags, appended by prepared)
+        prepared = [self.prepared(k, precise) for k in range(len(self.rows.dims))]
+        out = np.array([np.vdot(prepared[i], prepared[j]) for i, j in self.pairs])
+        gone = [c or f for c, f in zip(self.constant, self.flat_items, strict=True)]
+        out = m.undefined(out, self.pairs, gone)
+        del prepared
+        if not precise and self.measure != "rsa" and not self.unbiased and (np.abs(out) < SMALL).any():
+            return self.matrix(shape, precise=True)
+        return out.reshape(shape)
+
+    def prepared(self, k: int, precise: bool = False) -> np.ndarray:
+        """Series k's Gram matrix made in place into what its pairs need (one n x n matrix at work)."""
+        g, sums, same, flat = self.gram(k, precise)
+        self.constant.append(same)
+        self.flat_items.append(flat and self.measure == "rsa" and self.dissimilarity == "correlation" and not same)
+        if self.measure != "rsa":
+            kernel = m.rbf_(g, self.sigma) if self.measure == "rbf_cka" else g
+            return m.unit(m.u_center_(kernel) if self.unbiased else m.center_(kernel))
+        values = m.upper_triangle(m.dissimilarity_(g, sums, self.rows.dims[k], self.dissimilarity))
+        del g  # (half the numbers from here on)
+        return m.ranks_(values)
+
+    def close(self) -> None:
+        self.rows.close()
