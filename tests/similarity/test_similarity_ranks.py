@@ -37,9 +37,9 @@ def test_exact_routes_merged_equal_linear_cka_on_the_whole_data(tmp_path, route)
     k = [flat(x) @ flat(x).T for x in series]
     want = np.array([[cka(a, b) for b in k] for a in k])
     got = merged(route, series, 7, 14, tmp_path)
-    if route == "gram":  # (rank 1's rows after rank 0's: one process's rows, and its float32 products, to the bit)
+    if route == "gram":  # (rank 1's rows after rank 0's: one process's rows, to the bit)
         np.testing.assert_array_equal(got, run(route, series, 7))
-    np.testing.assert_allclose(got, want, rtol=1e-9 if route == "feature" else 1e-6)
+    np.testing.assert_allclose(got, want, rtol=1e-9)
 
 
 @pytest.mark.parametrize("route", ["feature", "gram"])

@@ -17,12 +17,6 @@ from hookrun.runner.kinds.similarity import measures as m
 from hookrun.runner.kinds.similarity.rows import SeriesRows
 
 SLAB = 16 << 20  # bytes of rows read at once when the spooled features become Gram matrices
-# CKA's centred float32 rows: columns multiplied in float32 before the sum goes on in float64. Against
-# float64 over 24 generated data sets (40 to 512 rows, 1200 to 6000 features, offsets to 1000), the
-# products' rounding moved a cell by 7e-8 of its value at most, 2e-8 in absolute terms (7e-9 at a cell
-# near 0): under the issue's 1e-6 of a value only above SMALL, where below it the matrix is made in float64.
-WIDE = 1024
-SMALL = 0.05
 
 
 def gram_bytes(dims: list[int], rows: int, measure: str) -> int:
@@ -52,21 +46,20 @@ class GramRoute:
     def merge(self, path: Path) -> None:
         self.rows.merge(path)
 
-    def gram(self, k: int, precise: bool = False) -> tuple[np.ndarray, np.ndarray, bool, bool]:
-        """Series k's Gram matrix and (RSA) row sums, from its rows in slabs of columns; whether every row is the
-        first (a constant series); and whether some item's features are all equal (RSA's correlation is
-        undefined for it). CKA takes the Gram matrix of the rows less their column means (HKH, the centred one;
-        RBF's distances and the U-centring do not move with a shift); biased CKA of float32 rows unless
-        `precise` multiplies in float32 over at most WIDE columns at a time, the sum in float64. RSA's
-        correlation needs the rows as they are, in float64."""
+    def gram(self, k: int) -> tuple[np.ndarray, np.ndarray, bool, bool]:
+        """Series k's Gram matrix and (RSA) row sums, from its rows in slabs of columns (float64); whether
+        every row is the first (a constant series); and whether some item's features are all equal (RSA's
+        correlation is undefined for it). CKA's rows are less their first row: the same centred matrix
+        (HKH; RBF's distances and the U-centring do not move with a shift either), without a feature's
+        offset cancelling against itself in the products (an offset of 1000 over a spread of 0.01 lost
+        4e-5 of a value so). RSA's correlation reads the rows as they are."""
         n = self.rows.n
         g = np.zeros((n, n))
         if self.measure != "rsa":
-            mean, same = self.rows.scan(k)
-            single = not (precise or self.unbiased) and self.rows.dtypes[k] == np.float32
-            step = max(1, min(WIDE, SLAB // (4 * n))) if single else max(1, SLAB // (8 * n))
-            for part in self.rows.slabs(k, step, mean, np.float32 if single else np.float64):
+            same = True
+            for part in self.rows.slabs(k, max(1, SLAB // (8 * n)), shift=self.rows.first(k)):
                 g += part @ part.T
+                same = same and not part[-1].any() and not part.any()  # (exact: float32 or float64 less row 0)
             return g, np.zeros(n), same, False
         sums, same, lead, flat = np.zeros(n), True, None, np.ones(n, bool)
         for part in self.rows.slabs(k, max(1, SLAB // (8 * n))):
@@ -79,25 +72,19 @@ class GramRoute:
                 flat &= (part == lead[:, None]).all(axis=1)
         return g, sums, same, bool(flat.any())
 
-    def matrix(self, shape: tuple[int, int], precise: bool = False) -> np.ndarray:
+    def matrix(self, shape: tuple[int, int]) -> np.ndarray:
         """Each series' Gram matrix once, made in place into what its pairs need (centred and of unit
         norm for CKA; the ranks of its dissimilarities for RSA), then every pair as a dot product;
-        NaN where a series is constant (the measure is 0 / 0; rounding would make it any number).
-        A biased CKA matrix with a cell under SMALL is made again with every product in float64: the
-        float32 products' rounding (up to 2e-8 of a cell, absolute) would come near 1e-6 of so small a value."""
+        NaN where a series is constant (the measure is 0 / 0; rounding would make it any number)."""
         self.constant, self.flat_items = [], []  # (each series' flags, appended by prepared)
-        prepared = [self.prepared(k, precise) for k in range(len(self.rows.dims))]
+        prepared = [self.prepared(k) for k in range(len(self.rows.dims))]
         out = np.array([np.vdot(prepared[i], prepared[j]) for i, j in self.pairs])
         gone = [c or f for c, f in zip(self.constant, self.flat_items, strict=True)]
-        out = m.undefined(out, self.pairs, gone)
-        del prepared
-        if not precise and self.measure != "rsa" and not self.unbiased and (np.abs(out) < SMALL).any():
-            return self.matrix(shape, precise=True)
-        return out.reshape(shape)
+        return m.undefined(out, self.pairs, gone).reshape(shape)
 
-    def prepared(self, k: int, precise: bool = False) -> np.ndarray:
+    def prepared(self, k: int) -> np.ndarray:
         """Series k's Gram matrix made in place into what its pairs need (one n x n matrix at work)."""
-        g, sums, same, flat = self.gram(k, precise)
+        g, sums, same, flat = self.gram(k)
         self.constant.append(same)
         self.flat_items.append(flat and self.measure == "rsa" and self.dissimilarity == "correlation" and not same)
         if self.measure != "rsa":

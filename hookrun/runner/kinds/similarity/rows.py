@@ -6,7 +6,7 @@ scratch folder (output/scratch.py); read back in slabs of columns as float64, on
     rows.scratch = lambda: Scratch(cfg.output, "similarity_rows", rank)   # where a spool goes (else a temp folder)
     rows.add([each series' (batch rows, features) tensor])   # new memory (the hook's copy): held as it is
     for part in rows.slabs(k, step): ...                       # series k's (n, <= step) float64 columns
-    mean, constant = rows.scan(k)                              # (CKA: slabs(k, step, mean, np.float32): centred)
+    for part in rows.slabs(k, step, shift=rows.first(k)): ...  # (CKA: less the first row)
 
 Rows are float32 (a float32 or half model's; exact) or float64 (pooled rows), as they came. Many ranks:
 each rank but 0 `save`s its rows to a folder, rank 0 `merge`s them after its own (spooled).
@@ -93,20 +93,15 @@ class SeriesRows:
         self.files[k].flush()
         return [np.memmap(self.files[k].name, dtype=self.dtypes[k], mode="r", shape=(self.n, self.dims[k]))]
 
-    def scan(self, k: int) -> tuple[np.ndarray, bool]:
-        """Series k's column means (summed in float64) and whether every row equals the first, in one pass."""
-        total, same = np.zeros(self.dims[k]), True
-        src = self.sources(k)
-        for a in src:
-            total += a.sum(axis=0, dtype=np.float64)
-            same = same and bool((a == src[0][0]).all())
-        return total / self.n, same
+    def first(self, k: int) -> np.ndarray:
+        """Series k's first row, as float64."""
+        return self.sources(k)[0][0].astype(np.float64)
 
-    def slabs(self, k: int, step: int, shift: np.ndarray | None = None, dtype: type = np.float64) -> Iterator[np.ndarray]:
-        """Series k's rows, `step` columns at a time, in one reused `dtype` buffer (n, <= step); with `shift`
-        (a float64 value per column) the rows less it, computed in float64 before they are kept as `dtype`."""
+    def slabs(self, k: int, step: int, shift: np.ndarray | None = None) -> Iterator[np.ndarray]:
+        """Series k's rows, `step` columns at a time, as float64 in one reused buffer (n, <= step); with
+        `shift` (a float64 value per column) the rows less it, computed in float64."""
         d, src = self.dims[k], self.sources(k)
-        buf = np.empty((self.n, min(step, d)), dtype)
+        buf = np.empty((self.n, min(step, d)))
         for c in range(0, d, step):
             part = buf[:, :min(step, d - c)]
             r = 0
@@ -114,8 +109,7 @@ class SeriesRows:
                 if shift is None:
                     part[r:r + len(a)] = a[:, c:c + part.shape[1]]
                 else:
-                    np.subtract(a[:, c:c + part.shape[1]], shift[c:c + part.shape[1]], out=part[r:r + len(a)],
-                                casting="unsafe")
+                    np.subtract(a[:, c:c + part.shape[1]], shift[c:c + part.shape[1]], out=part[r:r + len(a)])
                 r += len(a)
             yield part
 
