@@ -17,7 +17,7 @@ own, its resident memory sampled while it runs, above the bare route's. The matr
 (max abs difference). The load average is printed with the table.
 
     python benchmarks/similarity.py                    # 512 images of 64 x 64, batch 64, 3 rounds
-    python benchmarks/similarity.py --quick            # a smoke run: 16 images of 32 x 32, 1 round
+    python benchmarks/similarity.py --quick            # a smoke run: 16 images of 32 x 32, 1 round (no minibatch memory child)
     python benchmarks/similarity.py --markdown docs/benchmarks.md
 """
 
@@ -169,14 +169,15 @@ def main() -> None:
     diff = float(np.abs(rounds.first["hookrun"] - rounds.first["script"]).max())
     t.add("max abs difference of the matrices", f"{diff:.2e}", "<= 1e-6", diff <= 1e-6, "hookrun's file against numpy's")
     peaks = {}
-    for route in ("bare", "hookrun", "minibatch", "script"):
+    measured = ("bare", "hookrun", "script") if a.quick else ("bare", "hookrun", "minibatch", "script")  # (a smoke run)
+    for route in measured:
         cmd = [sys.executable, __file__, "--child", route, "--images", str(a.images), "--size", str(a.size),
                "--batch", str(a.batch), "--threads", str(a.threads)]
         # (large blocks mmapped, so each is returned when freed: the warm run's freed memory is not held
         # by the allocator, below the base, where the measured run reuses it unseen)
         env = harness.child_env(MALLOC_MMAP_THRESHOLD_="131072")
         peaks[route] = harness.run_child(cmd, f"the {route} route", env)[0]["peak_mb"]
-    for route in ("hookrun", "minibatch", "script"):
+    for route in measured[1:]:
         t.add(f"peak RSS above the bare forward: {route} (MB)", f"{peaks[route] - peaks['bare']:.0f}", "(lower wins)",
               None, f"the route's peak resident memory above the process's before it, less the bare forward's "
                     f"({peaks['bare']:.0f} MB); the script holds {a.images} x {sum(feature_counts(model, a))} float32")
