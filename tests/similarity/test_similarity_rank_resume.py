@@ -29,10 +29,11 @@ def test_a_run_killed_after_rank_1_handed_over_resumes_to_the_one_process_matrix
     run = tmp_path / "run"
     env = {"HOOKRUN_TEST_KILL_AFTER": "0:1", "HOOKRUN_TEST_RUN_DIR": str(run)}  # rank 0, its last batch
     killed = cli(*RUN, cwd=tmp_path, launcher=TORCHRUN, env=env)
+    said = killed.stdout[-2000:] + killed.stderr[-3000:]  # (what the ranks said, where an assertion below fails)
     assert killed.returncode != 0
-    assert shard_state(run, 0)[0] != "complete"
-    assert shard_state(run, 1) == ("complete", [2, 3, 4]) and shard_state(run, 0)[1] == [0]
-    assert [p.is_dir() for p in run.glob(".hookrun-similarity-*.rank-00001")] == [True]  # handed over, not merged
+    assert shard_state(run, 0)[0] != "complete", said
+    assert shard_state(run, 1) == ("complete", [2, 3, 4]) and shard_state(run, 0)[1] == [0], said
+    assert [p.is_dir() for p in run.glob(".hookrun-similarity-*.rank-00001")] == [True], said  # handed over, not merged
 
     resumed = cli(*RUN, "resume=true", cwd=tmp_path, launcher=TORCHRUN)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
