@@ -47,10 +47,11 @@ def pairs_of(rows: int, cols: int | None) -> list[tuple[int, int]]:
     return [(i, rows + j) for i in range(rows) for j in range(cols)]
 
 
-def route_bytes(route: str, dims: list[int], rows: int | None, batch: int, measure: str = "linear_cka") -> int:
+def route_bytes(route: str, dims: list[int], rows: int | None, batch: int, measure: str = "linear_cka",
+                unbiased: bool = False) -> int:
     """The bytes a route holds at its peak: `dims` the series' feature counts, `rows` the data set's items."""
-    if route == "feature":  # (Z^T Z, a batch's float64 rows, and the unbiased sums' Z^T q)
-        return 8 * sum(dims) ** 2 + 8 * batch * sum(dims) + 8 * sum(dims) * len(dims)
+    if route == "feature":  # (Z^T Z, a batch's float64 rows, and for the unbiased estimator Z^T q)
+        return 8 * sum(dims) ** 2 + 8 * batch * sum(dims) + (8 * sum(dims) * len(dims) if unbiased else 0)
     if route == "gram":
         return gram_bytes(dims, rows or 0, measure)
     return 8 * len(dims) * batch**2 + 8 * batch * sum(dims)
@@ -71,14 +72,14 @@ def choose_route(measure: str, estimator: str, dims: list[int], rows: int | None
     if rows is None:
         exact = [r for r in exact if r == "feature"]
     for route in exact:
-        if route_bytes(route, dims, rows, batch, measure) <= memory:
+        if route_bytes(route, dims, rows, batch, measure, estimator == "unbiased") <= memory:
             return route
     hint = ("estimator: minibatch (unbiased HSIC over the batches)" if measure == "linear_cka"
             else "fewer items, or linear_cka with estimator: minibatch")
     if not exact:  # (rbf CKA, RSA: only the gram route, sized by the items before the pass)
         raise ConfigError(f"similarity.measure={measure} over an unsized data set: it needs every item's Gram row, "
                           f"sized before the pass; give the data a length (or data.limit), or use {hint}")
-    need = min(route_bytes(r, dims, rows, batch, measure) for r in exact)
+    need = min(route_bytes(r, dims, rows, batch, measure, estimator == "unbiased") for r in exact)
     raise ConfigError(f"similarity.memory={_mb(memory)}: {estimator} {measure} over {rows or 'an unsized set of'} items "
                       f"and {sum(dims)} features needs {_mb(need)}; raise memory or use {hint}")
 
