@@ -134,6 +134,26 @@ def test_an_offset_does_not_cancel_in_the_gram_route(monkeypatch, measure: str) 
         assert np.abs(np.array([[cka(a, b) for b in k] for a in k]) / want - 1).max() > 1e-6
 
 
+def test_rsa_euclidean_distances_are_not_lost_to_an_offset(monkeypatch) -> None:
+    """Euclidean RSA over features of 1e5 +- 0.01 (float32): scipy's Spearman of the distances numpy
+    takes from the rows' differences, exactly; the distances taken from the Gram matrix of the rows as
+    they are lose a few per cent of their size to the offset, and their ranks move (the test can fail)."""
+    from hookrun.runner.kinds.similarity import gram
+
+    monkeypatch.setattr(gram, "SLAB", 40 * 8 * 300)  # (slabs of 300 columns)
+    g = np.random.default_rng(9)
+    base = g.normal(size=(40, 8))
+    series = [(1e5 + 0.01 * (base @ g.normal(size=(8, 900)) + g.normal(size=(40, 900)))).astype(np.float32),
+              np.tanh(base @ g.normal(size=(8, 30))).astype(np.float32)]
+    got = run("gram", series, 10, measure="rsa", dissimilarity="euclidean")
+    iu = np.triu_indices(40, k=1)
+    d = [dissim(flat(x), "euclidean")[iu] for x in series]
+    assert got[0, 1] == pytest.approx(spearman(d[0], d[1]), rel=1e-12)
+    k = flat(series[0]) @ flat(series[0]).T
+    naive = np.sqrt(np.maximum(np.diag(k)[:, None] + np.diag(k)[None] - 2 * k, 0))[iu]
+    assert abs(spearman(naive, d[1]) - spearman(d[0], d[1])) > 1e-5  # (2.4e-4 here)
+
+
 @pytest.mark.parametrize("kind", ["correlation", "euclidean"])
 def test_rsa_equals_spearman_of_dissimilarities(kind: str) -> None:
     series = data(25, seed=3)

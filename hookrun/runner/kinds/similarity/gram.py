@@ -49,13 +49,13 @@ class GramRoute:
     def gram(self, k: int) -> tuple[np.ndarray, np.ndarray, bool, bool]:
         """Series k's Gram matrix and (RSA) row sums, from its rows in slabs of columns (float64); whether
         every row is the first (a constant series); and whether some item's features are all equal (RSA's
-        correlation is undefined for it). CKA's rows are less their first row: the same centred matrix
-        (HKH; RBF's distances and the U-centring do not move with a shift either), without a feature's
-        offset cancelling against itself in the products (an offset of 1000 over a spread of 0.01 lost
-        4e-5 of a value so). RSA's correlation reads the rows as they are."""
+        correlation is undefined for it). CKA's rows, and RSA's for Euclidean distances, are less their first
+        row: the same centred matrix (HKH; distances and the U-centring do not move with a shift either),
+        without a feature's offset cancelling against itself in the products (an offset of 1000 over a
+        spread of 0.01 lost 4e-5 of a CKA so). RSA's correlation reads the rows as they are."""
         n = self.rows.n
         g = np.zeros((n, n))
-        if self.measure != "rsa":
+        if self.measure != "rsa" or self.dissimilarity == "euclidean":
             same = True
             for part in self.rows.slabs(k, max(1, SLAB // (8 * n)), shift=self.rows.first(k)):
                 g += part @ part.T
