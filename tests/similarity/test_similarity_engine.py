@@ -105,7 +105,7 @@ def test_rbf_cka_equals_gram_rbf(sigma: float) -> None:
 
 
 def offset(n: int, seed: int) -> list[np.ndarray]:
-    """Three float32 series over 1,024 features (more than one slab where the slab is made small): a ReLU
+    """Three float32 series of 1,050 to 1,500 features (several slabs where the slab is made small): a ReLU
     map, a map of 0.01 over an offset of 1000, and a feature map of tanh."""
     g = np.random.default_rng(seed)
     base = g.normal(size=(n, 12))

@@ -47,7 +47,7 @@ class GramRoute:
         self.rows.merge(path)
 
     def gram(self, k: int) -> tuple[np.ndarray, np.ndarray, bool, bool]:
-        """Series k's Gram matrix and (RSA) row sums, from its rows in slabs of columns (float64); whether
+        """Series k's Gram matrix and (RSA's correlation) row sums, from its rows in slabs of columns (float64); whether
         every row is the first (a constant series); and whether some item's features are all equal (RSA's
         correlation is undefined for it). CKA's rows, and RSA's for Euclidean distances, are less their first
         row: the same centred matrix (HKH; distances and the U-centring do not move with a shift either),

@@ -6,7 +6,7 @@ scratch folder (output/scratch.py); read back in slabs of columns as float64, on
     rows.scratch = lambda: Scratch(cfg.output, "similarity_rows", rank)   # where a spool goes (else a temp folder)
     rows.add([each series' (batch rows, features) tensor])   # new memory (the hook's copy): held as it is
     for part in rows.slabs(k, step): ...                       # series k's (n, <= step) float64 columns
-    for part in rows.slabs(k, step, shift=rows.first(k)): ...  # (CKA: less the first row)
+    for part in rows.slabs(k, step, shift=rows.first(k)): ...  # (CKA, Euclidean RSA: less the first row)
 
 Rows are float32 (a float32 or half model's; exact) or float64 (pooled rows), as they came. Many ranks:
 each rank but 0 `save`s its rows to a folder, rank 0 `merge`s them after its own (spooled).
