@@ -154,6 +154,31 @@ def test_rsa_euclidean_distances_are_not_lost_to_an_offset(monkeypatch) -> None:
     assert abs(spearman(naive, d[1]) - spearman(d[0], d[1])) > 1e-5  # (2.4e-4 here)
 
 
+def test_rsa_correlations_are_not_lost_to_an_item_offset(monkeypatch) -> None:
+    """Correlation RSA where each item's features sit on an offset of its own (1e4 to 2e4, over a spread
+    of 0.01; float32): scipy's Spearman of numpy's 1 - Pearson on the rows, to 1e-9; the correlations
+    taken from the Gram matrix of the rows as they are, each row's mean removed afterwards, move by far
+    more, and their ranks with them (the test can fail)."""
+    from hookrun.runner.kinds.similarity import gram
+
+    monkeypatch.setattr(gram, "SLAB", 40 * 8 * 300)  # (slabs of 300 columns)
+    g = np.random.default_rng(11)
+    base = g.normal(size=(40, 8))
+    lift = g.uniform(1e4, 2e4, size=(40, 1))
+    series = [(lift + 0.01 * (base @ g.normal(size=(8, 900)) + g.normal(size=(40, 900)))).astype(np.float32),
+              np.tanh(base @ g.normal(size=(8, 30))).astype(np.float32)]
+    got = run("gram", series, 10, measure="rsa", dissimilarity="correlation")
+    iu = np.triu_indices(40, k=1)
+    d = [dissim(flat(x), "correlation")[iu] for x in series]
+    assert got[0, 1] == pytest.approx(spearman(d[0], d[1]), rel=1e-9)
+    x = flat(series[0])
+    k, s = x @ x.T, x.sum(1)
+    cov = k - np.outer(s, s) / x.shape[1]
+    sd = np.sqrt(np.maximum(np.diag(cov), 0))
+    naive = (1 - cov / np.outer(sd, sd))[iu]
+    assert abs(spearman(naive, d[1]) - spearman(d[0], d[1])) > 1e-5
+
+
 @pytest.mark.parametrize("kind", ["correlation", "euclidean"])
 def test_rsa_equals_spearman_of_dissimilarities(kind: str) -> None:
     series = data(25, seed=3)

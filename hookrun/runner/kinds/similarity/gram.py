@@ -52,7 +52,9 @@ class GramRoute:
         correlation is undefined for it). CKA's rows, and RSA's for Euclidean distances, are less their first
         row: the same centred matrix (HKH; distances and the U-centring do not move with a shift either),
         without a feature's offset cancelling against itself in the products (an offset of 1000 over a
-        spread of 0.01 lost 4e-5 of a CKA so). RSA's correlation reads the rows as they are."""
+        spread of 0.01 lost 4e-5 of a CKA so). RSA's correlation takes each item less its own mean (a
+        Pearson correlation does not move with it; an item's offset would cancel in G - s s^T / D): a
+        first pass reads the means and the flags, the second the products (and the sums left, near 0)."""
         n = self.rows.n
         g = np.zeros((n, n))
         if self.measure != "rsa" or self.dissimilarity == "euclidean":
@@ -62,14 +64,18 @@ class GramRoute:
                 same = same and not part[-1].any() and not part.any()  # (exact: float32 or float64 less row 0)
             return g, np.zeros(n), same, False
         sums, same, lead, flat = np.zeros(n), True, None, np.ones(n, bool)
-        for part in self.rows.slabs(k, max(1, SLAB // (8 * n))):
-            g += part @ part.T
+        step = max(1, SLAB // (8 * n))
+        for part in self.rows.slabs(k, step):  # (a first pass: each item's mean and the flags)
             sums += part.sum(axis=1)
             same = same and np.array_equal(part[1], part[0]) and bool((part == part[:1]).all())  # (rows 0, 1 first)
             if lead is None:  # (each item's first feature: the first slab's first column)
                 lead = part[:, 0].copy()
             if flat.any():
                 flat &= (part == lead[:, None]).all(axis=1)
+        mean, sums = sums / self.rows.dims[k], np.zeros(n)
+        for part in self.rows.slabs(k, step, shift=mean, per_row=True):  # (each item less its own mean)
+            g += part @ part.T
+            sums += part.sum(axis=1)
         return g, sums, same, bool(flat.any())
 
     def matrix(self, shape: tuple[int, int]) -> np.ndarray:

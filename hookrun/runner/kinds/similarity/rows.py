@@ -7,6 +7,7 @@ scratch folder (output/scratch.py); read back in slabs of columns as float64, on
     rows.add([each series' (batch rows, features) tensor])   # new memory (the hook's copy): held as it is
     for part in rows.slabs(k, step): ...                       # series k's (n, <= step) float64 columns
     for part in rows.slabs(k, step, shift=rows.first(k)): ...  # (CKA, Euclidean RSA: less the first row)
+    for part in rows.slabs(k, step, shift=means, per_row=True): ...  # (RSA's correlation: each item less its mean)
 
 Rows are float32 (a float32 or half model's; exact) or float64 (pooled rows), as they came. Many ranks:
 each rank but 0 `save`s its rows to a folder, rank 0 `merge`s them after its own (spooled).
@@ -97,9 +98,9 @@ class SeriesRows:
         """Series k's first row, as float64."""
         return self.sources(k)[0][0].astype(np.float64)
 
-    def slabs(self, k: int, step: int, shift: np.ndarray | None = None) -> Iterator[np.ndarray]:
+    def slabs(self, k: int, step: int, shift: np.ndarray | None = None, per_row: bool = False) -> Iterator[np.ndarray]:
         """Series k's rows, `step` columns at a time, as float64 in one reused buffer (n, <= step); with
-        `shift` (a float64 value per column) the rows less it, computed in float64."""
+        `shift` (a float64 value per column, or with `per_row` per row) the rows less it, in float64."""
         d, src = self.dims[k], self.sources(k)
         buf = np.empty((self.n, min(step, d)))
         for c in range(0, d, step):
@@ -108,6 +109,8 @@ class SeriesRows:
             for a in src:
                 if shift is None:
                     part[r:r + len(a)] = a[:, c:c + part.shape[1]]
+                elif per_row:
+                    np.subtract(a[:, c:c + part.shape[1]], shift[r:r + len(a), None], out=part[r:r + len(a)])
                 else:
                     np.subtract(a[:, c:c + part.shape[1]], shift[c:c + part.shape[1]], out=part[r:r + len(a)])
                 r += len(a)
