@@ -101,11 +101,11 @@ def test_hundreds_of_kills_leave_files_whose_lengths_agree_with_their_counts(tmp
     samples_complete). A kill inside a flush leaves NAME.flushing, checked against the flush before."""
     import json
 
-    out = subprocess.run([sys.executable, str(HELPERS / "kill_store.py"), str(tmp_path), "--kills", "150",
-                          "--batches", "16"], capture_output=True, text=True, timeout=900, cwd=ROOT)
+    out = subprocess.run([sys.executable, str(HELPERS / "kill_store.py"), str(tmp_path), "--kills", "400",
+                          "--want", "120", "--batches", "16"], capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
-    result = json.loads(out.stdout.splitlines()[-1])
-    assert result["checked"] >= 120, result
+    result = json.loads(out.stdout.splitlines()[-1])  # (kills until 120 files were checked: fewer under load
+    assert result["checked"] >= 120, result           # leave a file, as a kill comes before it has its name)
     assert result["disagreements"] == [], result["disagreements"][:5]
 
 
