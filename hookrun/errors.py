@@ -32,6 +32,11 @@ class StoreError(HookrunError):
     stops `interrupted` and what was not stored stays local (output/objects/ raises it)."""
 
 
+class ChangedWhileRead(HookrunError):
+    """A live run's file changed under a reader (its writer flushed while HDF5 read it): the file is
+    intact, opening it again reads it (open_run does, a few times, before it raises this)."""
+
+
 class RunError(HookrunError, RuntimeError):
     """Something the config allowed went wrong while the run was in progress."""
 

@@ -10,9 +10,11 @@ asks no question about the path and imports no reader of a scheme (they load whe
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from hookrun.analysis.run_reader import Run
+from hookrun.errors import ChangedWhileRead
 from hookrun.store.schemes import scheme_of
 
 
@@ -32,7 +34,22 @@ def open_run(path: str | os.PathLike, cache_dir: str | Path | None = None) -> Ru
 
     Raises:
         NotFoundError: no such file. HookrunError: not a readable hookrun file, or a merged view
-        whose shard files are missing (HDF5 would read their rows as zeros).
+        whose shard files are missing (HDF5 would read their rows as zeros). ChangedWhileRead: a
+        live run's writer flushed while the file was opened, OPEN_TRIES times in a row (each such
+        open is taken again, the file being intact; a read after the open can meet it as well).
     """
-    scheme = scheme_of(path)
-    return scheme.open_reader(scheme.open_source(path, cache_dir))
+    scheme, tries = scheme_of(path), 0
+    while True:
+        source, tries = None, tries + 1
+        try:
+            source = scheme.open_source(path, cache_dir)
+            return scheme.open_reader(source)
+        except ChangedWhileRead:
+            if source is not None:
+                source.close()
+            if tries == OPEN_TRIES:
+                raise
+            time.sleep(0.01 * 2**tries)  # (a flush takes milliseconds)
+
+
+OPEN_TRIES = 5

@@ -182,15 +182,22 @@ def list_captures(f: h5py.File) -> list[CaptureInfo]:
                 found.append(CaptureInfo(m.hook, m.module, m.role, m.call, m.type, tuple(obj.shape), str(obj.dtype),
                                          m.rows.value, obj.name, nbytes, m.dims))
             except (KeyError, OSError, RuntimeError, ValueError) as exc:
-                raise HookrunError(f"the capture {group.name}/{name} cannot be read: the file is damaged "
-                                   f"({damage(exc)})") from None
+                raise unreadable(f, exc, f"the capture {group.name}/{name}") from None
 
     try:
         top = f["captures"]
     except (KeyError, OSError, RuntimeError, ValueError) as exc:  # the group's own header
-        raise HookrunError(f"the group /captures cannot be read: the file is damaged ({damage(exc)})") from None
+        raise unreadable(f, exc, "the group /captures") from None
     walk(top)
     return found
+
+
+def unreadable(f: h5py.File, exc: BaseException, what: str) -> HookrunError:
+    """`what` of file `f` that HDF5 cannot open: damaged on disk, or changed under a live run's reader."""
+    from hookrun.store.lock import changed_while_read  # (only where a read failed)
+
+    return (changed_while_read(f.filename, f"{what}: {damage(exc)}")
+            or HookrunError(f"{what} cannot be read: the file is damaged ({damage(exc)})"))
 
 
 def damage(exc: BaseException) -> str:

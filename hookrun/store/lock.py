@@ -28,7 +28,7 @@ from typing import Protocol, TypeVar, runtime_checkable
 
 import h5py
 
-from hookrun.errors import ConfigError
+from hookrun.errors import ChangedWhileRead, ConfigError
 from hookrun.store.held import HeldWrites
 
 try:
@@ -123,6 +123,40 @@ def _try_lock(fd: int) -> bool:
     except OSError:  # BlockingIOError (EWOULDBLOCK), or EACCES on Windows
         return False
     return True
+
+
+def live_writer(output: Path) -> str | None:
+    """The pid of another process writing `output` now (it holds the lock file beside it; "" where the
+    file names none), or None where none does: no lock file, one a killed run left unlocked, or this
+    process's own lock (a run reading the file it resumes, before it writes a batch)."""
+    try:
+        fd = os.open(lock_path(Path(output)), os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        if fcntl is None:  # (Windows: a reader cannot tell without taking the writer's lock)
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:  # held: the writer runs
+            pid = _read_pid(fd)
+            return None if pid == str(os.getpid()) else pid
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def changed_while_read(path: Path | str, reason: str) -> ChangedWhileRead | None:
+    """The error for a read of `path` that HDF5 could not parse (`reason`) because its writer is
+    running: a flush rewrote headers under the reader, which mixed metadata from before and after it
+    (an address past the end it read first). None where no writer runs: the file is damaged."""
+    pid = live_writer(Path(path))
+    if pid is None:
+        return None
+    return ChangedWhileRead(f"{str(path)!r} changed while it was read: a running hookrun{f' (pid {pid})' if pid else ''} "
+                            f"is writing it and flushed meanwhile ({reason}); the file is intact: open it again, "
+                            f"or read it once the run ends")
 
 
 def _read_pid(fd: int) -> str:

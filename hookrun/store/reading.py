@@ -22,7 +22,7 @@ import h5py
 
 from hookrun.errors import HookrunError, NotFoundError
 from hookrun.store.capture_schema import damage
-from hookrun.store.lock import flushing_path, wait_for_flush
+from hookrun.store.lock import changed_while_read, flushing_path, wait_for_flush
 from hookrun.store.merge import check_sources
 from hookrun.store.schemes import scheme_of
 
@@ -77,7 +77,8 @@ class LocalSource:
         try:
             self._file = _open_read(self.path)
         except OSError as exc:
-            raise HookrunError(f"{str(self.path)!r} is not a readable HDF5 file: {exc}") from None
+            raise changed_while_read(self.path, damage(exc)) or HookrunError(
+                f"{str(self.path)!r} is not a readable HDF5 file: {exc}") from None
         except H5_ERRORS as exc:  # the superblock read, but what it points at cannot be
             raise damaged(self.path, exc) from None
         try:
@@ -115,8 +116,9 @@ H5_ERRORS = (KeyError, OSError, RuntimeError, ValueError)  # what h5py raises fo
 
 
 def damaged(path: Path | str, exc: BaseException) -> HookrunError:
-    """One line naming a file whose HDF5 objects cannot be read (a header overwritten on disk)."""
-    return HookrunError(f"{str(path)!r} is damaged: {damage(exc)}; run it again (or use an intact copy)")
+    """One line naming a file whose HDF5 objects cannot be read (a header overwritten on disk); where
+    its run is still writing it, that it changed while it was read (store/lock.py)."""
+    return changed_while_read(path, damage(exc)) or HookrunError(f"{str(path)!r} is damaged: {damage(exc)}; run it again (or use an intact copy)")
 
 
 def _open_read(path: Path) -> h5py.File:

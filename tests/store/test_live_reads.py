@@ -1,0 +1,116 @@
+"""Reading a run's file while its run writes it. A flush rewrites object headers in place, so a reader
+that opened the file before it can meet an address past the end it read first (`addr overflow`):
+the file is intact, and hookrun said it was damaged ("run it again"). Now a read that HDF5 cannot
+parse while another process holds the file's lock (its writer) is `ChangedWhileRead` (the file intact: open it again),
+and `open_run` opens it again itself; with no other writer (none, a lock file a killed run left, or
+this process's own lock) the same bytes are damaged, as before. The damage is made with plain h5py and file bytes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+
+import pytest
+from conftest import make_cfg
+from h5_damage import damage_object_header
+
+import hookrun
+from hookrun.analysis import opening
+from hookrun.errors import ChangedWhileRead, ConfigError, HookrunError
+from hookrun.store import reading
+from hookrun.store.lock import OutputLock, live_writer, lock_path
+
+RECORD = {"l": {"at": "layer2", "type": "forward", "actions": [{"name": "record", "what": "output"}]}}
+
+
+@pytest.fixture(scope="module")
+def intact(tmp_path_factory, checkpoint):
+    return hookrun.run(make_cfg(tmp_path_factory.mktemp("live"), checkpoint, RECORD)).path
+
+
+@pytest.fixture
+def unreadable(tmp_path, intact):
+    """A copy of the run whose /captures group HDF5 cannot open (as a reader meets a header a flush moved)."""
+    path = tmp_path / "captures.h5"
+    path.write_bytes(intact.read_bytes())
+    damage_object_header(path, "captures")
+    return path
+
+
+@contextmanager
+def writer(path):
+    """Another process that holds `path`'s lock, as a run writing it does; killed at the end."""
+    code = ("import time; from pathlib import Path; from hookrun.store.lock import OutputLock\n"
+            f"OutputLock(Path({str(path)!r})).acquire(); print('held', flush=True); time.sleep(120)")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "held"
+        yield child.pid
+    finally:
+        child.kill()
+        child.wait()
+
+
+def counting(monkeypatch) -> list[int]:
+    opened: list[int] = []
+    source = reading.local_source
+    monkeypatch.setattr(reading, "local_source", lambda *a: (opened.append(1), source(*a))[1])
+    return opened
+
+
+def test_a_file_its_writer_holds_is_opened_again_then_named_as_changed_not_damaged(monkeypatch, unreadable):
+    opened = counting(monkeypatch)
+    with writer(unreadable) as pid:
+        assert live_writer(unreadable) == str(pid)
+        with pytest.raises(ChangedWhileRead) as info:
+            hookrun.open_run(unreadable)
+    message = str(info.value)
+    assert f"{str(unreadable)!r} changed while it was read: a running hookrun (pid {pid}) is writing it" in message
+    assert "the group /captures: bad object header version number" in message and "damaged" not in message
+    assert "\n" not in message and len(opened) == opening.OPEN_TRIES
+
+
+@pytest.mark.parametrize("lock", ["left by a killed run", "this process's"])
+def test_without_another_writer_the_same_bytes_are_damaged_once(monkeypatch, unreadable, lock):
+    """No other process writes: a lock file a killed run left (there, but no process holds it), or this
+    process's own (a run that resumes the file reads it before it writes): the bytes are damaged."""
+    opened = counting(monkeypatch)
+    held = OutputLock(unreadable)
+    if lock == "this process's":
+        held.acquire()
+    else:
+        lock_path(unreadable).write_text("999999\n")
+    try:
+        assert live_writer(unreadable) is None
+        with pytest.raises(HookrunError, match=r"the group /captures cannot be read: the file is damaged \(bad object "
+                                               r"header") as info:
+            hookrun.open_run(unreadable)
+    finally:
+        held.release()
+    assert not isinstance(info.value, ChangedWhileRead) and len(opened) == 1
+
+
+def test_a_flush_under_the_first_open_reads_the_file_at_the_second(monkeypatch, unreadable, intact):
+    """The writer's flush ends between two opens (here: the intact bytes put back while open_run waits)."""
+    opened = counting(monkeypatch)
+    sleep = time.sleep
+
+    def flush_ends(seconds: float) -> None:
+        unreadable.write_bytes(intact.read_bytes())
+        sleep(seconds)
+
+    monkeypatch.setattr(opening.time, "sleep", flush_ends)
+    with writer(unreadable), hookrun.open_run(unreadable) as run:
+        assert run.status == "complete" and [c.module for c in run.captures] == ["layer2"]
+    assert len(opened) == 2
+
+
+def test_a_lock_held_by_another_process_names_its_pid(tmp_path):
+    path = tmp_path / "captures.h5"
+    with writer(path) as pid:
+        assert live_writer(path) == str(pid)
+        with pytest.raises(ConfigError, match=rf"another hookrun run \(pid {pid}\) is writing"):
+            OutputLock(path).acquire()  # (the reader's probe left the writer's lock as it was)
+    assert live_writer(path) is None  # the operating system dropped the killed writer's lock
