@@ -15,7 +15,9 @@ from pathlib import Path
 from hookrun.analysis.opening import open_run
 from hookrun.analysis.sweep import is_sweep, open_sweep
 from hookrun.cli.command import description, ends_quietly, exit_process, run_command
+from hookrun.errors import HookrunError
 from hookrun.store.digest import Verified, verify
+from hookrun.store.lock import live_writer
 from hookrun.store.reading import UrlPath, run_path
 
 
@@ -51,6 +53,10 @@ def verify_file(path: Path | str, allow_unverified: bool = False) -> int:
     against its own checksums; a part that is missing or damaged is named, and the next is checked."""
     with open_run(path) as run:
         name = run.path
+        writer = live_writer(run.path) if isinstance(run.path, Path) else None
+        if writer is not None:  # (its flushes move rows and checksums while they are read: a false DAMAGED)
+            raise HookrunError(f"{str(run.path)!r} is being written by a running hookrun{f' (pid {writer})' if writer else ''}: "
+                               f"--verify checks a file at rest; verify it once the run ends")
         unreadable: list[str] = []  # parts that cannot be fetched or opened (part_files names them here)
         found = Verified()
         for f in run.part_files(unreadable):

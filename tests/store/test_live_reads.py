@@ -7,14 +7,12 @@ this process's own lock) the same bytes are damaged, as before. The damage is ma
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
-from contextlib import contextmanager
 
 import pytest
 from conftest import make_cfg
 from h5_damage import damage_object_header
+from lock_holder import lock_holder
 
 import hookrun
 from hookrun.analysis import opening
@@ -39,20 +37,6 @@ def unreadable(tmp_path, intact):
     return path
 
 
-@contextmanager
-def writer(path):
-    """Another process that holds `path`'s lock, as a run writing it does; killed at the end."""
-    code = ("import time; from pathlib import Path; from hookrun.store.lock import OutputLock\n"
-            f"OutputLock(Path({str(path)!r})).acquire(); print('held', flush=True); time.sleep(120)")
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout.readline().strip() == "held"
-        yield child.pid
-    finally:
-        child.kill()
-        child.wait()
-
-
 def counting(monkeypatch) -> list[int]:
     opened: list[int] = []
     source = reading.local_source
@@ -62,7 +46,7 @@ def counting(monkeypatch) -> list[int]:
 
 def test_a_file_its_writer_holds_is_opened_again_then_named_as_changed_not_damaged(monkeypatch, unreadable):
     opened = counting(monkeypatch)
-    with writer(unreadable) as pid:
+    with lock_holder(unreadable) as pid:
         assert live_writer(unreadable) == str(pid)
         with pytest.raises(ChangedWhileRead) as info:
             hookrun.open_run(unreadable)
@@ -102,14 +86,14 @@ def test_a_flush_under_the_first_open_reads_the_file_at_the_second(monkeypatch, 
         sleep(seconds)
 
     monkeypatch.setattr(opening.time, "sleep", flush_ends)
-    with writer(unreadable), hookrun.open_run(unreadable) as run:
+    with lock_holder(unreadable), hookrun.open_run(unreadable) as run:
         assert run.status == "complete" and [c.module for c in run.captures] == ["layer2"]
     assert len(opened) == 2
 
 
 def test_a_lock_held_by_another_process_names_its_pid(tmp_path):
     path = tmp_path / "captures.h5"
-    with writer(path) as pid:
+    with lock_holder(path) as pid:
         assert live_writer(path) == str(pid)
         with pytest.raises(ConfigError, match=rf"another hookrun run \(pid {pid}\) is writing"):
             OutputLock(path).acquire()  # (the reader's probe left the writer's lock as it was)
