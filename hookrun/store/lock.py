@@ -77,6 +77,7 @@ class OutputLock(WriterLock):
         self._fd: int | None = None
 
     def acquire(self) -> None:
+        deadline = time.monotonic() + 0.5
         while True:
             try:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -85,6 +86,9 @@ class OutputLock(WriterLock):
             if not _try_lock(fd):
                 holder = _read_pid(fd)
                 os.close(fd)
+                if not _alive(holder) and time.monotonic() < deadline:  # a reader's probe (live_writer), for an
+                    time.sleep(0.01)  # instant, or a writer between its lock and its pid: try again
+                    continue
                 raise ConfigError(
                     f"output.path: another hookrun run{f' (pid {holder})' if holder else ''} is writing "
                     f"{str(self.output)!r} (it holds {self.path.name}); wait for it to end, or choose another path"
@@ -157,6 +161,21 @@ def changed_while_read(path: Path | str, reason: str) -> ChangedWhileRead | None
     return ChangedWhileRead(f"{str(path)!r} changed while it was read: a running hookrun{f' (pid {pid})' if pid else ''} "
                             f"is writing it and flushed meanwhile ({reason}); the file is intact: open it again, "
                             f"or read it once the run ends")
+
+
+def _alive(pid: str) -> bool:
+    """Whether `pid` names a running process ("": none named)."""
+    if not pid.isdigit():
+        return False
+    if fcntl is None:  # (Windows: os.kill would end it)
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # (another user's: it runs)
+        pass
+    return True
 
 
 def _read_pid(fd: int) -> str:

@@ -7,6 +7,9 @@ this process's own lock) the same bytes are damaged, as before. The damage is ma
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -98,3 +101,20 @@ def test_a_lock_held_by_another_process_names_its_pid(tmp_path):
         with pytest.raises(ConfigError, match=rf"another hookrun run \(pid {pid}\) is writing"):
             OutputLock(path).acquire()  # (the reader's probe left the writer's lock as it was)
     assert live_writer(path) is None  # the operating system dropped the killed writer's lock
+
+
+def test_a_readers_probe_does_not_refuse_a_run_that_starts_beside_it(tmp_path):
+    """live_writer probes the lock with a shared flock for an instant: a run that takes the lock at
+    that instant waits for it (the holder names no running process) instead of being refused."""
+    import fcntl
+    import threading
+
+    path = tmp_path / "captures.h5"
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    lock_path(path).write_text(f"{ended.pid}\n")  # a killed run's lock file
+    probe = os.open(lock_path(path), os.O_RDONLY)
+    fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a reader's probe, at that instant
+    threading.Timer(0.1, os.close, (probe,)).start()
+    with OutputLock(path):
+        assert lock_path(path).read_text() == f"{os.getpid()}\n"
