@@ -43,10 +43,10 @@ from hookrun.analysis.report.figure_specs import (
     sweep_charts,
     sweep_metrics,
     value_label,
-    weights_note,
 )
 from hookrun.analysis.report.run_sections import LeftOut, is_map
 from hookrun.analysis.report.token_text import byte_label, token_text  # noqa: F401 (byte_label: plot's public name)
+from hookrun.analysis.run_notes import run_note
 from hookrun.analysis.run_reader import CaptureInfo, Run, block_stats
 from hookrun.analysis.sweep import Sweep, is_sweep, open_sweep
 from hookrun.cli import figures
@@ -144,7 +144,7 @@ def plot_run(run: Run, out: Path, samples: int = 2, channels: int = 16, dataset:
             else:
                 written.append(feature_maps(run, info, out, samples, channels))
         written += [p for p in [histogram(run, info, out, left)] if p is not None]
-    note = weights_note(run.config)  # a random network's pictures say so in their titles
+    note = run_note(run)  # a random network's pictures say so in their titles, and a run not complete how far it got
     drawn = [*drawn_pictures(run, samples, first=True), *kind_figures(run, samples), *drawn_pictures(run, samples, first=False)]
     for stem, spec in drawn:  # the drawings' (analysis/drawings.py), the file's kind's (its reader's), the drawings' after
         spec.title += f" · {note}" if note and note not in spec.title else ""

@@ -30,10 +30,10 @@ from hookrun.analysis.report.figure_specs import (  # noqa: E402
     Circuit,
     Heatmap,
     histogram_of,
-    random_weights,
 )
 from hookrun.analysis.report.lens_figures import lens_specs  # noqa: E402
 from hookrun.analysis.report.plotly_figures import CIRCUIT_UNIT, to_plotly  # noqa: E402
+from hookrun.analysis.run_notes import random_weights  # noqa: E402
 from hookrun.cli import figures, sample_figures  # noqa: E402
 from hookrun.cli import plot_command as plot  # noqa: E402
 from hookrun.runner.kinds.patching.report import _circuit, grid_specs, no_effect  # noqa: E402
@@ -347,3 +347,27 @@ def test_report_titles_and_figures_fit_in_the_browser(edges_run, lens_run, tmp_p
     finally:
         driver.quit()
 
+
+
+def test_a_run_not_complete_says_so_in_its_titles(random_run, monkeypatch, tmp_path):
+    """A run's pictures drawn before it ended (a live run, a killed one) show only the rows written so
+    far: every feature map's title and the page's title say its status and how many samples, where a
+    complete run's say nothing of it."""
+    import shutil
+
+    import h5py
+
+    path = tmp_path / "live" / "captures.h5"
+    path.parent.mkdir()
+    shutil.copy(random_run, path)
+    with h5py.File(path, "r+") as f:
+        f.attrs["status"] = "running"  # (as a killed run leaves it; its counts as written)
+        done = int(f.attrs["samples_complete"])
+    kept = drawn(path, tmp_path / "figs", monkeypatch)
+    fmaps = [f for n, f in kept.items() if n.startswith("fmap_")]
+    note = f"running: {done} samples so far"
+    assert fmaps and all(note in f._suptitle.get_text() for f in fmaps)
+    assert note in page(path)["title"]
+    complete = drawn(random_run, tmp_path / "c", monkeypatch)
+    assert not any("so far" in t.get_text() for f in complete.values() for t in figures.titles(f))
+    assert "so far" not in page(random_run)["title"]

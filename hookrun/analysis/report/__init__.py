@@ -19,7 +19,7 @@ from typing import Any
 
 from hookrun.analysis.drawings import drawn_roles, drawn_sections
 from hookrun.analysis.kind_readers import kind_sections, kind_sweep_sections
-from hookrun.analysis.report.figure_specs import sweep_charts, sweep_metrics, weights_note
+from hookrun.analysis.report.figure_specs import sweep_charts, sweep_metrics
 from hookrun.analysis.report.page import render
 from hookrun.analysis.report.run_sections import (
     Budget,
@@ -30,6 +30,7 @@ from hookrun.analysis.report.run_sections import (
     section,
     table_item,
 )
+from hookrun.analysis.run_notes import run_note
 from hookrun.errors import NotFoundError
 from hookrun.store.schemes import scheme_of
 
@@ -74,7 +75,7 @@ def run_data(run: Any, budget: Budget | None = None) -> dict:
     body = [*kinds, *early, *([captures(run, budget)] if shown else []), *attention(run, budget), *late]
     if not body:
         raise NotFoundError(f"{run.path}: nothing to show (no capture, kind's rows or top examples in the file)")
-    note = weights_note(run.config)  # a random network's page says so in its title
+    note = run_note(run)  # a random network's page says so in its title, and a run not complete how far it got
     return {"title": f"hookrun report: {run.path}" + (f" ({note})" if note else ""), "source": _source(run.path), "sections": [header(run), *body]}
 
 

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from hookrun.analysis.run_notes import run_note
+
 
 @dataclass
 class Heatmap:
@@ -205,32 +207,9 @@ def value_label(role: str) -> str:
     return role if role == "value" or role.endswith((" value", "_value", ".value")) else f"{role} value"
 
 
-def random_weights(config: Any) -> bool:
-    """Whether the run's model had random weights, as its config says: a torchvision builder with
-    `weights: null`, a timm model with `pretrained: false`, a transformers model from a config (no
-    `path`), each with no `checkpoint`. tiny_cnn and tiny_lm load their shipped trained weights;
-    torchvision_cached's `cached` depends on the machine, and a user's own model is not known: False."""
-    model = (config or {}).get("model") if isinstance(config, dict) else None
-    if not isinstance(model, dict) or model.get("checkpoint"):
-        return False
-    target = str(model.get("_target_", ""))
-    if target.startswith("torchvision.models.") or target == "hookrun.models.vision.torchvision_cached":
-        return model.get("weights", "cached" if "cached" in target else None) in (None, "None", "none", "null")
-    if target == "hookrun.models.vision.timm_model":
-        return str(model.get("pretrained", False)).lower() in ("false", "0", "no", "none")
-    if target == "hookrun.models.hf":
-        return not model.get("path")
-    return False
-
-
-def weights_note(config: Any) -> str:
-    """What a picture's title says about the model's weights: `random weights`, or nothing."""
-    return "random weights" if random_weights(config) else ""
-
-
 def run_label(run: Any) -> str:
-    """The run as titles name it: its folder and file, and `random weights` where its model had them."""
-    note = weights_note(run.config)
+    """The run as titles name it: its folder and file, then its run_note (analysis/run_notes.py)."""
+    note = run_note(run)
     return f"{run.path.parent.name}/{run.path.name}" + (f" · {note}" if note else "")
 
 

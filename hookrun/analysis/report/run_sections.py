@@ -30,10 +30,10 @@ from hookrun.analysis.report.figure_specs import (
     is_signed,
     skip_reason,
     value_label,
-    weights_note,
 )
 from hookrun.analysis.report.plotly_figures import to_plotly
 from hookrun.analysis.report.token_text import token_text
+from hookrun.analysis.run_notes import weights_note
 from hookrun.analysis.stats import human_bytes, no_values
 from hookrun.store.capture_schema import PATTERN
 

@@ -1,0 +1,41 @@
+"""What a run's pictures and pages say about the run in their titles, beside what they show: a random
+network (`random weights`), and a run that is not complete (`running: 496 samples so far`: a live
+run, or one killed; `failed`, `interrupted`), whose pictures show only the rows written so far.
+
+    run_note(run)            # "random weights · running: 496 samples so far", or ""
+    weights_note(config)     # "random weights", or ""
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def run_note(run: Any) -> str:
+    """The run's notes for a title, joined by ` · `: its weights', and how far it got if not complete."""
+    status = str(run.status)
+    done = "" if status == "complete" else f"{status}: {run.attrs.get('samples_complete', '?')} samples so far"
+    return " · ".join(n for n in (weights_note(run.config), done) if n)
+
+
+def random_weights(config: Any) -> bool:
+    """Whether the run's model had random weights, as its config says: a torchvision builder with
+    `weights: null`, a timm model with `pretrained: false`, a transformers model from a config (no
+    `path`), each with no `checkpoint`. tiny_cnn and tiny_lm load their shipped trained weights;
+    torchvision_cached's `cached` depends on the machine, and a user's own model is not known: False."""
+    model = (config or {}).get("model") if isinstance(config, dict) else None
+    if not isinstance(model, dict) or model.get("checkpoint"):
+        return False
+    target = str(model.get("_target_", ""))
+    if target.startswith("torchvision.models.") or target == "hookrun.models.vision.torchvision_cached":
+        return model.get("weights", "cached" if "cached" in target else None) in (None, "None", "none", "null")
+    if target == "hookrun.models.vision.timm_model":
+        return str(model.get("pretrained", False)).lower() in ("false", "0", "no", "none")
+    if target == "hookrun.models.hf":
+        return not model.get("path")
+    return False
+
+
+def weights_note(config: Any) -> str:
+    """What a picture's title says about the model's weights: `random weights`, or nothing."""
+    return "random weights" if random_weights(config) else ""
