@@ -117,11 +117,12 @@ class OutputLock(WriterLock):
             self._fd = None
 
 
-def _try_lock(fd: int) -> bool:
-    """An exclusive, non-blocking lock on the open file `fd`: False where another process holds it."""
+def _try_lock(fd: int, shared: bool = False) -> bool:
+    """An exclusive (or `shared`: POSIX only), non-blocking lock on the open file `fd`: False where
+    another process holds it."""
     try:
         if fcntl is not None:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         else:
             msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
     except OSError:  # BlockingIOError (EWOULDBLOCK), or EACCES on Windows
@@ -140,13 +141,11 @@ def live_writer(output: Path) -> str | None:
     try:
         if fcntl is None:  # (Windows: a reader cannot tell without taking the writer's lock)
             return None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError:  # held: the writer runs
-            pid = _read_pid(fd)
-            return None if pid == str(os.getpid()) else pid
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
+        if _try_lock(fd, shared=True):  # (no writer: let go at once)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        pid = _read_pid(fd)  # held: the writer runs
+        return None if pid == str(os.getpid()) else pid
     finally:
         os.close(fd)
 

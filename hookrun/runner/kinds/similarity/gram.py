@@ -55,16 +55,15 @@ class GramRoute:
         spread of 0.01 lost 4e-5 of a CKA so). RSA's correlation takes each item less its own mean (a
         Pearson correlation does not move with it; an item's offset would cancel in G - s s^T / D): a
         first pass reads the means and the flags, the second the products (and the sums left, near 0)."""
-        n = self.rows.n
+        n, step = self.rows.n, max(1, SLAB // (8 * self.rows.n))
         g = np.zeros((n, n))
         if self.measure != "rsa" or self.dissimilarity == "euclidean":
             same = True
-            for part in self.rows.slabs(k, max(1, SLAB // (8 * n)), shift=self.rows.first(k)):
+            for part in self.rows.slabs(k, step, shift=self.rows.first(k)):
                 g += part @ part.T
                 same = same and not part[-1].any() and not part.any()  # (exact: float32 or float64 less row 0)
             return g, np.zeros(n), same, False
         sums, same, lead, flat = np.zeros(n), True, None, np.ones(n, bool)
-        step = max(1, SLAB // (8 * n))
         for part in self.rows.slabs(k, step):  # (a first pass: each item's mean and the flags)
             sums += part.sum(axis=1)
             same = same and np.array_equal(part[1], part[0]) and bool((part == part[:1]).all())  # (rows 0, 1 first)
