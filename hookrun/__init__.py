@@ -54,7 +54,7 @@ def __getattr__(name: str) -> Any:
         return value
     if importlib.util.find_spec(f"{__name__}.{name}") is not None:  # a submodule not yet imported (hookrun.models)
         raise AttributeError(f"module 'hookrun' has no attribute {name!r}")
-    from hookrun.config.plugins import notebook_function
+    from hookrun.config.plugin_parts import notebook_function
 
     fn = notebook_function(name)  # a kind's notebook function (only that kind is imported)
     if fn is not None:

@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import h5py
+import yaml
 
+from hookrun.errors import HookrunError
 from hookrun.store.format import BATCH_UNITS
 
 
@@ -137,8 +139,8 @@ def no_values_note(label: str) -> str | None:
 def kind_figures(run: Any, samples: int | None = None) -> list[tuple[str, Any]]:
     """plot's pictures of the file's kind: (file stem, figure spec); a reader whose `figures` takes a
     second argument is given the samples plot was asked to show (`--samples`)."""
-    return [fig for r in readers_of(run.file) for fig in (r.figures(run, samples) if samples is not None and _takes_two(r.figures)
-                                                         else r.figures(run))]
+    return [fig for r in readers_of(run.file) for fig in (asked(r, "figures", run, samples) if samples is not None
+                                                         and _takes_two(r.figures) else asked(r, "figures", run))]
 
 
 def _takes_two(fn: Callable[..., Any]) -> bool:
@@ -168,25 +170,60 @@ def method_names() -> set[str]:
 
 
 def kind_lines(f: h5py.File) -> list[str]:
-    return [line for r in readers_of(f) for line in r.lines(f)]
+    readers = readers_of(f)
+    note = None if readers else unread_kind(f.attrs)
+    return [line for r in readers for line in asked(r, "lines", f)] + ([f"  kind      {note}"] if note else [])
 
 
 def kind_columns(f: h5py.File) -> dict[str, Any]:
-    return {k: v for r in readers_of(f) for k, v in r.columns(f).items()}
+    return {k: v for r in readers_of(f) for k, v in asked(r, "columns", f).items()}
 
 
 def kind_sections(run: Any) -> list[dict]:
-    return [s for r in readers_of(run.file) for s in r.sections(run)]
+    return [s for r in readers_of(run.file) for s in asked(r, "sections", run)]
+
+
+def asked(reader: KindReader, part: str, *args: Any) -> Any:
+    """reader.<part>(*args); an exception of a reader's own code is one HookrunError line naming the
+    kind and the part (a user's plugin's bug is not inspect's, plot's or report's traceback)."""
+    try:
+        return getattr(reader, part)(*args)
+    except HookrunError:
+        raise
+    except Exception as exc:
+        raise HookrunError(f"the {reader.kind} kind's reader failed in {part}: {type(exc).__name__}: "
+                           f"{' '.join(str(exc).split())[:300]}") from exc
+
+
+MODE_KINDS = ("record", "grad", "generate")  # the modes' kinds (runner/kinds/__init__.py): no reader of their own
+
+
+def unread_kind(attrs: Mapping) -> str | None:
+    """One line where the file's kind has no reader in this process (a kind a module of the run's
+    `imports:` registered, not installed as an entry point), else None."""
+    kind = attrs.get("kind")
+    kind = kind.decode() if isinstance(kind, bytes) else kind
+    if kind is None or kind in MODE_KINDS or reader_for(kind) is not None:
+        return None
+    from hookrun.config.plugins import plugin_names
+
+    if kind in plugin_names():  # found here: a kind without a reader
+        return None
+    config = attrs.get("config")
+    imports = (yaml.safe_load(config) or {}).get("imports") if isinstance(config, str) else None
+    by = f"imports: {list(imports)}" if imports else "a module of the run's `imports:`"
+    return (f"{kind}: no reader for this kind here (it came from {by}): import that module before open_run, or "
+            f"declare the kind as an entry point of hookrun.kinds, for inspect, plot and report to read its rows")
 
 
 def kind_sweep_sections(sweep: Any) -> list[dict]:
     """The report's sections of a sweep from the kinds of its jobs' files (each kind once)."""
-    return [s for r in _sweep_readers(sweep) for s in r.sweep(sweep)]
+    return [s for r in _sweep_readers(sweep) for s in asked(r, "sweep", sweep)]
 
 
 def kind_sweep_figures(sweep: Any) -> list[tuple[str, Any]]:
     """plot's pictures of a sweep from the kinds of its jobs' files: (file stem, figure spec)."""
-    return [fig for r in _sweep_readers(sweep) for fig in r.sweep_figures(sweep)]
+    return [fig for r in _sweep_readers(sweep) for fig in asked(r, "sweep_figures", sweep)]
 
 
 def _sweep_readers(sweep: Any) -> list[KindReader]:

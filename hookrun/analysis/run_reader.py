@@ -99,7 +99,8 @@ class Run:
         if name in kinds.property_names():
             return kinds.kind_property(readers, self.attrs, name)
         if name not in kinds.method_names():
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}"
+                                 + (f" ({note})" if (note := kinds.unread_kind(self.attrs)) else ""))
         return kinds.kind_method(self.file, name)
 
     def kind_readers(self) -> list[kinds.KindReader]:

@@ -141,6 +141,10 @@ def is_sweep(folder: Path) -> bool:
     return folder.is_dir() and bool(_find_jobs(folder))
 
 
+# keys that say how a job runs, not what it computes (a resumed job is the same job): never a swept parameter
+RUN_CONTROL = frozenset({"resume", "progress", "output.overwrite", "output.flush_every"})
+
+
 def _find_jobs(folder: Path) -> list[Job]:
     jobs = []
     for overrides in sorted(folder.glob("*/.hydra/overrides.yaml")):
@@ -149,7 +153,8 @@ def _find_jobs(folder: Path) -> list[Job]:
         parsed = {}
         for item in items:
             key, _, value = str(item).partition("=")
-            parsed[key.lstrip("+~")] = _value(value)
+            if key.lstrip("+~") not in RUN_CONTROL and not key.lstrip("+~").startswith("hydra."):
+                parsed[key.lstrip("+~")] = _value(value)
         jobs.append(Job(job_dir, job_dir.name, parsed, _job_file(job_dir)))
     return sorted(jobs, key=lambda j: (len(j.num), j.num))
 

@@ -25,6 +25,7 @@ from hookrun.analysis.report.figure_specs import (
     Heatmap,
     Lines,
     beyond_range,
+    category_key,
     diverging_range,
     is_categorical,
     is_signed,
@@ -250,7 +251,7 @@ def sweep_lines(xs: Sequence[Any], series: Mapping[str, Sequence[float]], xlabel
     fig, ax = plt.subplots(figsize=(7.5, 4.6), layout="constrained")
     order = list(range(len(xs))) if categorical else sorted(range(len(xs)), key=lambda i: float(xs[i]))
     if categorical and not in_order:
-        order = sorted(order, key=lambda i: (isinstance(xs[i], str), xs[i] if not isinstance(xs[i], str) else 0, str(xs[i])))
+        order = sorted(order, key=lambda i: category_key(xs[i]))
     positions = list(range(len(order))) if categorical else [float(xs[i]) for i in order]
     for label, ys in series.items():
         style = {"color": "0.45", "linestyle": "--", **({"marker": "_", "markersize": 24} if len(order) == 1 else {})} \
@@ -258,7 +259,7 @@ def sweep_lines(xs: Sequence[Any], series: Mapping[str, Sequence[float]], xlabel
         ax.plot(positions, [ys[i] if ys[i] is not None else np.nan for i in order], label=label, **style)
     if categorical:
         step = max(1, -(-len(order) // 40))  # every k-th label where there are many
-        ax.set_xticks(positions[::step], [str(xs[i]) for i in order][::step])
+        ax.set_xticks(positions[::step], ["null" if xs[i] is None else str(xs[i]) for i in order][::step])
         upright_if_crowded(fig, ax)
     else:
         tidy_ticks(ax.xaxis, 6)

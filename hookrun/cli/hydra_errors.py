@@ -51,11 +51,13 @@ def shell_damage(args: list[str]) -> str | None:
     for key, found in seen.items():
         if len(found) > 1:
             given = ", ".join(arg for _, arg in found)
-            if [i for i, _ in found] == list(range(found[0][0], found[0][0] + len(found))):  # side by side: one word
+            side_by_side = [i for i, _ in found] == list(range(found[0][0], found[0][0] + len(found)))
+            if side_by_side and any(":" in arg.partition("=")[2] for _, arg in found):  # a mapping's pieces: one word
                 return (f"{key} is given {len(found)} times ({given}): the shell brace-expanded an "
                         f"unquoted {{..,..}} into several arguments; {QUOTE} (a sweep is -m {key}=a,b)")
             return (f"{key} is given {len(found)} times ({given}): give it once (a later value does not replace an "
-                    f"earlier one); to run several values, sweep: -m {key}=a,b")
+                    f"earlier one); to run several values, sweep: -m {key}=a,b"
+                    + ("; an unquoted {..,..} is split by the shell this way: quote it" if side_by_side else ""))
     return None
 
 

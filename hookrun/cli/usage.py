@@ -41,7 +41,7 @@ def kinds(conf: str) -> list[tuple[str, str, list[str]]]:
     """(name, summary, the experiments of `conf`/experiment/ whose file gives its block) for every kind
     plugin this install finds: hookrun's folders and a user's entry points (docs/architecture.md)."""
     from hookrun.cli.blocks import experiments_with
-    from hookrun.config.plugins import plugin, plugin_names
+    from hookrun.config.plugins import REFUSED, plugin, plugin_names
 
     out = []
     for name in plugin_names():
@@ -50,7 +50,7 @@ def kinds(conf: str) -> list[tuple[str, str, list[str]]]:
         except Exception as exc:  # a user's plugin that fails to load is listed with why
             summary = f"(fails to load: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
         out.append((name, summary, experiments_with(name, conf)))
-    return out
+    return out + [(name, f"({why})", []) for name, why in sorted(REFUSED.items())]
 
 
 def usage(conf: str) -> str:

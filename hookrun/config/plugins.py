@@ -58,11 +58,22 @@ class KindPlugin:
     summary: str = ""  # one line for `python -m hookrun --help`'s list of kinds: what a run of it gives
 
     def block_class(self) -> type:
-        return _resolve(self.block, f"kind plugin {self.name!r}, block")
+        cls = _resolve(self.block, f"kind plugin {self.name!r}, block")
+        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+            raise ConfigError(f"kind plugin {self.name!r}, block: {self.block!r} is {cls!r}, not a dataclass (its keys, "
+                              f"types and defaults: decorate the class with @dataclasses.dataclass)")
+        return cls
 
     def run_class(self) -> type:
+        from hookrun.runner.kinds.run_kind import RunKind, user_kind
+
         cls = _resolve(self.run, f"kind plugin {self.name!r}, run")
-        cls.name, cls.block = self.name, self.name
+        if not (isinstance(cls, type) and issubclass(cls, RunKind)):
+            raise ConfigError(f"kind plugin {self.name!r}, run: {self.run!r} is {cls!r}, not a subclass of "
+                              f"hookrun.runner.kinds.run_kind.RunKind")
+        if not cls.__module__.startswith(f"{SHIPPED}.{self.name}."):
+            return user_kind(cls, self.name)
+        cls.name, cls.block = self.name, self.name  # (a shipped kind's own class)
         return cls
 
     def reader_object(self) -> Any:
@@ -84,6 +95,7 @@ _OPS: dict[str, str] = {}  # a shipped kind's op name -> the kind (read, not imp
 _OPS_BLOCK = re.compile(r"""\bops\s*=\s*\{([^}]*)\}""")
 _OP_NAME = re.compile(r"""["'](\w+)["']\s*:""")
 _SCANNED = False
+REFUSED: dict[str, str] = {}  # an entry point whose name cannot be a block -> why (--help lists it; runs go on)
 
 
 def _resolve(target: Any, slot: str = "") -> Any:
@@ -117,6 +129,9 @@ def register_plugin(kind: KindPlugin) -> KindPlugin:
     """Add a kind (a module named in `imports:` calls this; shipped kinds and entry points are found)."""
     if not isinstance(kind, KindPlugin):
         raise TypeError(f"register_plugin takes a KindPlugin, not {type(kind).__name__}")
+    why = refused_name(kind.name, _shipped())
+    if why:
+        raise ConfigError(f"register_plugin({kind.name!r}): {why}")
     _PLUGINS[kind.name] = kind
     return kind
 
@@ -139,8 +154,24 @@ def _scan() -> None:
                     _OPS.setdefault(op, sub.name)
     from importlib.metadata import entry_points
 
+    shipped = set(_FOUND)
     for ep in entry_points(group=GROUP):
-        _FOUND.setdefault(ep.name, lambda ep=ep: _resolve(f"{ep.module}:{ep.attr}", f"entry point {ep.name!r} of {GROUP}"))
+        why = refused_name(ep.name, shipped)
+        if why:
+            REFUSED[ep.name] = f"entry point {ep.name!r} of {GROUP} ({ep.value}) is not used: {why}"
+        else:
+            _FOUND[ep.name] = lambda ep=ep: _resolve(f"{ep.module}:{ep.attr}", f"entry point {ep.name!r} of {GROUP}")
+
+
+def refused_name(name: str, shipped: set[str]) -> str | None:
+    """Why `name` cannot be a user's kind (its block is a top-level config key), else None."""
+    from hookrun.config.schema import HookrunConfig
+
+    if not name.isidentifier() or keyword.iskeyword(name):
+        return f"a kind's name is its config block's key, a Python identifier (e.g. {re.sub(r'[^0-9a-zA-Z_]', '_', name)!r})"
+    if name in {f.name for f in dataclasses.fields(HookrunConfig)}:
+        return f"{name!r} is a key every config has; give the kind another name"
+    return f"{name!r} is one of hookrun's own kinds; give the kind another name" if name in shipped else None
 
 
 def plugin_names() -> list[str]:
@@ -166,44 +197,6 @@ def plugin(name: str) -> KindPlugin | None:
 
 def loaded_plugins() -> list[KindPlugin]:
     return list(_PLUGINS.values())
-
-
-def notebook_function(public: str) -> Callable[..., Any] | None:
-    """The kind's notebook function `hookrun.<public>` names (its `notebook`'s attribute name), or
-    None. A shipped kind is found by that name in its folder's __init__.py text, so only that kind
-    is imported; a kind registered or loaded is asked; an entry point not yet loaded is loaded."""
-    _scan()
-    for kind in _asked(_NOTEBOOKS.get(public)):
-        target = kind.notebook if isinstance(kind.notebook, str) else getattr(kind.notebook, "__name__", None)
-        if target is not None and target.rpartition(":")[2].rpartition(".")[2] == public:
-            return kind.notebook_function()
-    return None
-
-
-def plugin_op(name: str) -> Callable[..., Any] | None:
-    """The op factory a kind declares as `name` in its `ops`, or None: a shipped kind is found by its
-    __init__.py's text (only that kind is imported), then the kinds loaded, then the entry points."""
-    _scan()
-    for kind in _asked(_OPS.get(name)):
-        factory = kind.op_factory(name)
-        if factory is not None:
-            return factory
-    return None
-
-
-def plugin_op_names() -> list[str]:
-    """Every op name a kind declares (for did-you-mean): shipped kinds' from their text, loaded kinds'
-    and the entry points' (those are loaded: a user's package's __init__)."""
-    _scan()
-    return sorted(set(_OPS).union(*(kind.ops or {} for kind in _asked(None))))
-
-
-def _asked(shipped: str | None) -> list[KindPlugin]:
-    """The kinds to ask for a name: the shipped kind whose text names it, the kinds loaded, and the
-    entry points not yet loaded (no other shipped kind is imported)."""
-    kinds = [plugin(shipped)] if shipped else []
-    kinds += loaded_plugins() + [plugin(n) for n in list(_FOUND) if n not in _PLUGINS and n not in _shipped()]
-    return [k for k in kinds if k is not None]
 
 
 def _shipped() -> set[str]:

@@ -16,7 +16,10 @@ An action's or op's parameters are sibling keys of the action in the config (`{n
 op: splice, error_term: false}`); YAML, a script or an override may give a boolean as a string.
 Every parameter the callable declares as `bool` (annotated `bool` or `bool | None`, or defaulting
 to True/False) is read as the schema's own booleans are: True/False, 0/1, or the strings true/false,
-yes/no, on/off (any case); anything else is one ConfigError naming the key. Other keys pass as given.
+yes/no, on/off (any case); anything else is one ConfigError naming the key. Every parameter annotated
+with numbers alone (`float`, `int | None`, `float | list`, `int | list[int]`) takes a number (an
+integer where only `int` is named; a numeric string is read as one) or one ConfigError naming the key,
+before any batch. Other keys pass as given.
 """
 
 from __future__ import annotations
@@ -143,6 +146,67 @@ def as_bool(value: Any, key: str, where: str) -> bool | None:
 
 
 def typed_params(fn: Callable, params: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """`params` with every key `fn` takes as a boolean read as one (see the module doc)."""
+    """`params` with every key `fn` takes as a boolean read as one, and every key it takes as a
+    number (or a list of numbers) checked to be one (see the module doc)."""
     keys = bool_keys(fn) & set(params)
-    return {k: as_bool(v, k, where) if k in keys else v for k, v in params.items()}
+    numbers = number_keys(fn)
+    return {k: as_bool(v, k, where) if k in keys else as_number(v, numbers[k], k, where) if k in numbers else v
+            for k, v in params.items()}
+
+
+NUMBER_PARTS = {"float", "int", "None", "list", "list[int]", "list[float]"}
+
+
+def number_keys(fn: Callable) -> dict[str, tuple[str, ...]]:
+    """The parameters of `fn` annotated with numbers only (`float`, `int | None`, `int | list[int]`,
+    ...): name -> the annotation's parts. An annotation with any other part is not checked."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return {}
+    out = {}
+    for name, p in params.items():
+        if isinstance(p.annotation, str):
+            parts = tuple(p.annotation.replace(" ", "").replace("Optional[", "None|").rstrip("]").split("|")) \
+                if p.annotation.startswith("Optional[") else tuple(p.annotation.replace(" ", "").split("|"))
+        else:
+            parts = {float: ("float",), int: ("int",)}.get(p.annotation, ())
+        if parts and set(parts) <= NUMBER_PARTS and set(parts) & {"float", "int"}:
+            out[name] = parts
+    return out
+
+
+def as_number(value: Any, parts: tuple[str, ...], key: str, where: str) -> Any:
+    """A number parameter's value (an integer where `int` is wanted; a numeric string read as one),
+    or one ConfigError naming the key and what it takes."""
+    if value is None and "None" in parts:
+        return None
+    if isinstance(value, list | tuple) and ({"list", "list[int]", "list[float]"} & set(parts)):
+        whole = "list[int]" in parts and "list" not in parts and "list[float]" not in parts
+        return [_number(v, whole) for v in value] if all(_number(v, whole) is not None for v in value) \
+            else _refuse(value, parts, key, where)
+    for whole in ([False] if "float" in parts else []) + ([True] if "int" in parts else []):
+        number = _number(value, whole)
+        if number is not None:
+            return number
+    return _refuse(value, parts, key, where)
+
+
+def _number(value: Any, whole: bool) -> float | int | None:
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if whole:
+        return int(value) if float(value).is_integer() else None
+    return value
+
+
+def _refuse(value: Any, parts: tuple[str, ...], key: str, where: str) -> Any:
+    takes = {"float": "a number", "int": "an integer", "None": "null", "list": "a list of numbers",
+             "list[int]": "a list of integers", "list[float]": "a list of numbers"}
+    raise ConfigError(f"{where}: {key}={value!r} is not {' or '.join(takes[p] for p in parts)}; give e.g. "
+                      f"{key}: {1 if 'int' in parts else 0.5}")

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from hookrun.config.build import build as build_node
-from hookrun.config.plugins import plugin_op, plugin_op_names
+from hookrun.config.plugin_parts import plugin_op, plugin_op_names
 from hookrun.config.specs import typed_params
 from hookrun.errors import ConfigError, NotFoundError
 from hookrun.hooks.points import HookPoint

@@ -184,7 +184,7 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
     cfg, dest = p.cfg, p.out
     has = f"{len(p.points)} hook point(s)" if p.points or not p.settings.kind.adds else f"a {p.settings.kind.name} run ({p.settings.kind.units[1]})"
     log.info("%s on %s, %s, writing %s", type(p.model).__name__, p.settings.device, has, dest)
-    if not any(a.records for pt in p.points for a in pt.actions) and not p.settings.kind.adds:  # the kind's rows count
+    if not any(a.records for pt in p.points for a in pt.actions) and not (p.settings.kind.adds or p.settings.kind.block):
         log.warning("no hook records anything: the file will hold the sample index and targets only")
     if resume is None:
         dest.check_still_free(cfg.output.overwrite)

@@ -74,6 +74,10 @@ class Capture:
     dims: tuple[str, ...] | None = None  # one name per axis of the dataset as stored (None: derived from rows and rank)
     features: bool = False  # written once at the end of the run, one row per feature (top_examples)
 
+    def __post_init__(self) -> None:
+        if not self.torch_dtype and isinstance(self.value, torch.Tensor):  # a kind's own capture: the tensor's dtype
+            self.torch_dtype = str(self.value.dtype).replace("torch.", "")
+
 
 @dataclass
 class StepRecord:

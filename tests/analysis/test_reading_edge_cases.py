@@ -35,6 +35,30 @@ def test_sweep_table_shows_an_unreadable_job_and_goes_on(tmp_path):
     assert table[1]["status"] == "complete" and "b/body/output:mean" in table.columns
 
 
+def test_a_sweep_with_a_null_value_a_resumed_job_and_a_running_one_plots_what_it_is(tmp_path):
+    """`-m data.limit=null,1` (a null among numbers), a job resumed (`resume=true` is how it ran, not a
+    parameter) and a job whose file says running: the table swept by data.limit alone, the chart drawn
+    with null as a category, and its title saying which job's point is partial."""
+    from hookrun.analysis.report.figure_specs import sweep_charts, sweep_metrics
+    from hookrun.cli.plot_command import plot_sweep
+
+    for num, given in (("0", ["data.limit=null"]), ("1", ["data.limit=1", "resume=true"]), ("2", ["data.limit=2"])):
+        job = tmp_path / num
+        (job / ".hydra").mkdir(parents=True)
+        (job / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in given))
+        hookrun.run(toy_cfg(job, seed=int(num)))
+    with h5py.File(tmp_path / "2" / "captures.h5", "r+") as f:
+        f.attrs["status"] = "running"
+    sweep = open_sweep(tmp_path)
+    assert sweep.swept == ["data.limit"] and "resume" not in sweep.table().columns
+    table = sweep.table(stats=("mean",))
+    charts = sweep_charts(table, sweep.swept, sweep_metrics(table, sweep.swept))
+    assert charts and all(c.x == [1, 2, None] for c in charts), [c.x for c in charts]
+    assert all(c.title.endswith("against data.limit (job 2 not complete: its points partial)") for c in charts)
+    drawn = plot_sweep(sweep, tmp_path / "figures")
+    assert drawn and all(p.stat().st_size > 0 for p in drawn)
+
+
 def test_a_sweep_folder_whose_jobs_left_nothing_says_so(tmp_path, capsys):
     """A sweep whose first job failed before its first batch leaves Hydra's multirun.yaml alone (the
     job's folder is removed): each reader says what the folder is, not "no file .../captures.h5"."""

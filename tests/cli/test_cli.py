@@ -107,6 +107,10 @@ def test_a_key_given_twice_apart_is_not_taken_for_the_shells_brace_expansion():
         "value does not replace an earlier one); to run several values, sweep: -m data.dataset.size=a,b")
     assert "the shell brace-expanded" in shell_damage(["probe.C=1", "hooks={a:at:fc}", "hooks={a:type:forward}"])
     assert shell_damage(["probe.C=1", "data.dataset.size=4"]) is None
+    # side by side, but plain values: typed twice as likely as brace-expanded, so both are named
+    assert shell_damage(["experiment=sae_train", "sae.k=8", "sae.k=16"]) == (
+        "sae.k is given 2 times (sae.k=8, sae.k=16): give it once (a later value does not replace an earlier one); "
+        "to run several values, sweep: -m sae.k=a,b; an unquoted {..,..} is split by the shell this way: quote it")
 
 
 def test_a_malformed_experiment_file_is_one_line(tmp_path):

@@ -250,6 +250,15 @@ def test_a_kind_registered_by_imports_runs_in_python_and_its_block_is_checked_on
                                           r"halved_shift"):
         hookrun.run({**shifted, "output": {"path": str(tmp_path / "t.h5")}}, model=models.tiny(), dataset=models.data())
     _PLUGINS.pop("halved", None)
+    # a process that has not imported the module of `imports:`: the file's kind is named, with how to read it
+    from hookrun.analysis.kind_readers import READERS
+
+    READERS.pop("halved", None)
+    run = hookrun.open_run(result.path)
+    assert ("  kind      halved: no reader for this kind here (it came from imports: ['userkind_imp.register']): import "
+            "that module before open_run, or declare the kind as an entry point of hookrun.kinds") in run.summary()
+    with pytest.raises(AttributeError, match=r"no attribute 'halved_sums' \(halved: no reader for this kind here"):
+        run.halved_sums()
 
 
 def test_a_plugin_naming_nothing_or_a_built_in_op_is_one_line_before_any_batch(tmp_path, monkeypatch):
@@ -291,6 +300,77 @@ def test_a_plugin_naming_nothing_or_a_built_in_op_is_one_line_before_any_batch(t
                                                         "userkind_bad.ops:shift?")
     finally:
         _PLUGINS.pop("wrong", None)
+
+
+BROKEN = '''
+from dataclasses import dataclass
+from hookrun.analysis.kind_readers import KindReader
+from hookrun.config.plugins import KindPlugin
+from hookrun.runner.kinds.run_kind import RunKind
+
+class NotADataclass:
+    factor: float = 1.0
+
+@dataclass
+class Block:
+    factor: float = 1.0
+
+class BoomKind(RunKind):
+    def step(self, model, call, session):
+        raise ValueError("the plugin's step exploded")
+
+def _explode(f):
+    raise KeyError("the reader exploded")
+
+BOOM = KindPlugin("boom", block=Block, run=BoomKind)
+NOTDC = KindPlugin("notdc", block=NotADataclass, run=RunKind)
+BADREAD = KindPlugin("badread", block=Block, run=RunKind, reader=KindReader("badread", present=lambda f: True,
+                                                                           lines=_explode, figures=_explode))
+'''
+
+
+@pytest.mark.slow
+def test_a_broken_users_plugin_is_one_line_and_breaks_no_other_run(tmp_path):
+    """A plugin's mistakes (a name no block can have, a block that is not a dataclass, its step's or
+    its reader's own exception) are one line each naming the plugin (exit 2; a run that failed in its
+    step: 1, as the model's own forward's error); other runs go on."""
+    pkg_root = tmp_path / "site"
+    make_package(pkg_root, "userkind_broken", "fine", entry_point=True)
+    (pkg_root / "userkind_broken/broken.py").write_text(BROKEN)
+    with open(pkg_root / "userkind_broken-0.1.dist-info/entry_points.txt", "a") as f:
+        f.write("my-kind = userkind_broken:KIND\noutput = userkind_broken:KIND\nprobe = userkind_broken:KIND\n"
+                "boom = userkind_broken.broken:BOOM\nnotdc = userkind_broken.broken:NOTDC\n"
+                "badread = userkind_broken.broken:BADREAD\n")
+    base = ["model=custom", "model._target_=userkind_broken.models.tiny", "data=custom",
+            "data.dataset._target_=userkind_broken.models.data", "data.batch_size=4", "device=cpu", "progress=false"]
+
+    def one_line(proc, text, code=2):
+        assert proc.returncode == code and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert text in proc.stderr, proc.stderr
+
+    helped = cli("--help", cwd=tmp_path, pythonpath=pkg_root)
+    assert helped.returncode == 0, helped.stderr
+    listed = " ".join(helped.stdout.split())
+    assert ("my-kind (entry point 'my-kind' of hookrun.kinds (userkind_broken:KIND) is not used: a kind's name is its "
+            "config block's key, a Python identifier (e.g. 'my_kind'))") in listed
+    assert "'output' is a key every config has; give the kind another name" in listed
+    assert "'probe' is one of hookrun's own kinds; give the kind another name" in listed
+    plain = cli(*base, "hydra.run.dir=plain", cwd=tmp_path, pythonpath=pkg_root)  # no broken kind asked for
+    assert plain.returncode == 0, plain.stderr
+    boom = cli(*base, "+boom={}", "hydra.run.dir=boom", cwd=tmp_path, pythonpath=pkg_root)
+    one_line(boom, "hookrun: error: the boom kind (userkind_broken.broken.BoomKind) failed in step: ValueError: the "
+                   "plugin's step exploded (the traceback: HYDRA_FULL_ERROR=1 or --verbose)", code=1)  # failed, as a forward's error
+    with h5py.File(tmp_path / "boom/captures.h5") as f:
+        assert f.attrs["status"] == "failed"
+    notdc = cli(*base, "+notdc={}", "hydra.run.dir=notdc", cwd=tmp_path, pythonpath=pkg_root)
+    one_line(notdc, "kind plugin 'notdc', block: <class 'userkind_broken.broken.NotADataclass'> is <class "
+                    "'userkind_broken.broken.NotADataclass'>, not a dataclass")
+    assert not (tmp_path / "notdc/captures.h5").exists()
+    read = cli(*base, "+badread={}", "hydra.run.dir=badread", cwd=tmp_path, pythonpath=pkg_root)
+    assert read.returncode == 0, read.stderr
+    for module, part in (("hookrun.inspect", "lines"), ("hookrun.plot", "figures")):
+        one_line(cli("badread", cwd=tmp_path, pythonpath=pkg_root, module=module),
+                 f"the badread kind's reader failed in {part}: KeyError: 'the reader exploded'")
 
 
 def test_import_hookrun_loads_no_kind_plugin():

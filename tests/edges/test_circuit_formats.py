@@ -131,6 +131,12 @@ def test_bad_export_arguments_are_one_line(tmp_path, capsys):
     assert main(["export", str(tmp_path / "none.h5"), "--format", "mib", str(tmp_path / "x")]) == 2
     assert "needs --task and --model" in capsys.readouterr().err
 
+    config = tmp_path / "sae.yaml"  # another kind's config: named, not blamed on a pairing the user never asked for
+    config.write_text("model: {_target_: hookrun.models.tiny_lm}\nsae: {from: cache, at: h.0}\n")
+    assert main(["score", str(config), "--circuit", str(tmp_path / "g.json")]) == 2
+    assert ("sae.yaml: its config (a run of kind sae) has no patching block to score the circuit on; give an edges "
+            "run's file (patching method eap or eap_ig) or a YAML config with one") in capsys.readouterr().err
+
 
 @pytest.mark.slow
 def test_cli_run_export_and_score_agree(tmp_path):

@@ -105,6 +105,8 @@ def test_bad_input_is_one_line_before_any_step(cache, tmp_path):
     assert "did you mean 'mlp/0/output'" in bad(cache, tmp_path, capture="mlp/0/outptu")
     assert "did you mean 'topk'" in bad(cache, tmp_path, architecture="topkk")
     assert "1 <= k <= d_sae" in bad(cache, tmp_path, k=100)
+    assert "the topk SAE keeps a whole number of latents per row, got 2.5" in bad(cache, tmp_path, k=2.5)  # (was torch's topk error)
+    assert "sae.k: expected a number of latents kept per row, got 'abc'" in bad(cache, tmp_path, k="abc")
     assert "smaller than one batch" in bad(cache, tmp_path, rows=16)
     assert "has no such key" in bad(cache, tmp_path, architecture="standard", k=None, l0_coefficient=1.0)
     assert "matryoshka_widths" in bad(cache, tmp_path, architecture="matryoshka_batchtopk")

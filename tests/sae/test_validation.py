@@ -65,6 +65,36 @@ def test_a_boolean_parameter_that_is_no_boolean_is_refused_naming_the_key(tmp_pa
     assert not list(tmp_path.iterdir())  # nothing written
 
 
+@pytest.mark.parametrize(("op", "params", "message"), [
+    ("clamp", {"min": "abc"}, "min='abc' is not a number or null; give e.g. min: 0.5"),
+    ("scale", {"factor": "abc"}, "factor='abc' is not a number; give e.g. factor: 0.5"),
+    ("noise", {"std": [1, 2]}, "std=[1, 2] is not a number; give e.g. std: 0.5"),
+    ("mask", {"index": "abc"}, "index='abc' is not an integer or a list of integers; give e.g. index: 1"),
+    ("mask", {"index": [1, 2.5]}, "index=[1, 2.5] is not an integer or a list of integers"),
+    ("add", {"value": [1, "x"]}, "value=[1, 'x'] is not a number or a list of numbers"),
+])
+def test_an_ops_number_that_is_no_number_is_refused_before_any_batch(tmp_path, data, op, params, message):
+    """(torch's own error at the first batch before, with a file left marked failed)"""
+    hooks = {"s": {"at": BLOCK, "type": "forward", "actions": [{"name": "modify_output", "op": op, **params}]}}
+    with pytest.raises(ConfigError) as caught:
+        run(tmp_path, gpt2(), data, hooks)
+    assert str(caught.value).startswith(f"hooks.s.actions.0: {message}"), str(caught.value)
+    assert "\n" not in str(caught.value) and not list(tmp_path.iterdir())  # nothing written
+
+
+@pytest.mark.parametrize(("fn", "given", "read"), [("scale", {"factor": "0.5"}, {"factor": 0.5}),
+                                                   ("clamp", {"min": 0, "max": None}, {"min": 0, "max": None}),
+                                                   ("mask", {"index": 2.0, "dim": "1"}, {"index": 2, "dim": 1}),
+                                                   ("mask", {"index": [1, 3]}, {"index": [1, 3]}),
+                                                   ("add", {"value": [0.5, 1], "factor": 2}, {"value": [0.5, 1], "factor": 2})])
+def test_typed_params_reads_numbers_as_numbers(fn, given, read):
+    from hookrun.config.specs import typed_params
+    from hookrun.hooks import ops
+
+    got = typed_params(getattr(ops, fn), given, "w")
+    assert got == read and [type(v) for v in got.values()] == [type(v) for v in read.values()]
+
+
 @pytest.mark.parametrize(("given", "read"), [(True, True), (False, False), ("TRUE", True), (" no ", False), (1, True),
                                              (0, False), (None, None)])
 def test_typed_params_reads_booleans_as_the_schema_does(given, read):

@@ -176,9 +176,18 @@ class Scatter:
     labels: Sequence[str] = field(default_factory=list)
 
 
+def category_key(value: Any) -> tuple:
+    """A sort key for a swept value of any type: numbers, then booleans, then null, then strings."""
+    if isinstance(value, bool):
+        return (1, int(value), "")
+    if isinstance(value, int | float | np.number):
+        return (0, float(value), "")
+    return (2, 0, "") if value is None else (3, 0, str(value))
+
+
 def is_categorical(values: Sequence[Any]) -> bool:
     """Whole numbers (seeds, layer indices) and strings are categories; any float makes a scale."""
-    return not any(isinstance(v, float) for v in values) or any(isinstance(v, str) for v in values)
+    return not any(isinstance(v, float) for v in values) or any(isinstance(v, str | bool) or v is None for v in values)
 
 
 def histogram_of(values: np.ndarray, title: str, xlabel: str, note: str = "", bins: int = 60) -> Histogram | None:
@@ -218,6 +227,8 @@ def sweep_charts(table: Any, swept: Sequence[str], metrics: Sequence[str]) -> li
     value, with the jobs' other swept values as separate lines. A metric with no number in any
     job makes no chart."""
     charts = []
+    partial = [str(row["job"]) for row in table.rows if row.get("status") not in ("complete", None)]
+    note = f" (job {', '.join(partial)} not complete: {'its' if len(partial) == 1 else 'their'} points partial)" if partial else ""
     for metric in metrics:
         ys_all = table.column(metric)
         if not any(_number(v) is not None for v in ys_all):
@@ -229,10 +240,10 @@ def sweep_charts(table: Any, swept: Sequence[str], metrics: Sequence[str]) -> li
                 name = ", ".join(f"{k}={row.get(k)}" for k in others) or metric
                 groups.setdefault(name, []).append(i)
             xs = table.column(key)
-            order = sorted(range(len(xs)), key=lambda i: (isinstance(xs[i], str), str(xs[i]) if isinstance(xs[i], str) else xs[i] if xs[i] is not None else 0))
+            order = sorted(range(len(xs)), key=lambda i: category_key(xs[i]))
             series = {name: [_number(ys_all[i]) if i in rows else None for i in order] for name, rows in groups.items()}
             ordered = [xs[i] for i in order]
-            charts.append(Lines(ordered, series, key, metric, f"{metric} against {key}", log_x=decades(ordered)))
+            charts.append(Lines(ordered, series, key, metric, f"{metric} against {key}{note}", log_x=decades(ordered)))
     return charts
 
 

@@ -42,6 +42,7 @@ ablation instead of their op (`ablate`); the firing closure reads these flags an
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -51,6 +52,7 @@ import torch
 from torch import nn
 
 from hookrun.config.schema import HookrunConfig, Mode
+from hookrun.errors import HookrunError, RunError
 from hookrun.hooks.events import StopForward
 from hookrun.store.format import BATCH_UNITS
 
@@ -228,3 +230,34 @@ def plain_forward(model: nn.Module, call: ModelCall) -> Any:
             return call.run(model)
     except StopForward:
         return None
+
+
+GUARDED = ("prepare_run", "step", "run_steps", "end_attrs")  # where a user's kind runs its own code in a run
+
+
+@functools.cache
+def user_kind(cls: type[RunKind], name: str) -> type[RunKind]:
+    """A user's kind plugin's run: a subclass of `cls` carrying the plugin's name and block (a class two
+    plugins share, or RunKind itself, is never changed), whose own code's exception in a run is one
+    RunError line naming the kind and the method (the traceback with --verbose or HYDRA_FULL_ERROR=1),
+    as the model's own forward's is; a hookrun error it raises stays as it is."""
+
+    def wrap(method_name: str) -> Callable[..., Any]:
+        method = getattr(cls, method_name)
+
+        @functools.wraps(method)
+        def call(self: RunKind, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(self, *args, **kwargs)
+            except (HookrunError, KeyboardInterrupt, StopForward):
+                raise
+            except Exception as exc:
+                text = " ".join(str(exc).split())
+                raise RunError(f"the {name} kind ({cls.__module__}.{cls.__qualname__}) failed in {method_name}: "
+                               f"{type(exc).__name__}: {text[:300] + ('...' if len(text) > 300 else '')} "
+                               f"(the traceback: HYDRA_FULL_ERROR=1 or --verbose)") from exc
+        return call
+
+    body = {m: wrap(m) for m in GUARDED} | {"name": name, "block": name, "__module__": cls.__module__,
+                                             "__qualname__": cls.__qualname__}
+    return type(cls.__name__, (cls,), body)

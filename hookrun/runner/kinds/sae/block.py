@@ -104,6 +104,13 @@ class SaeBlock:
             if self.architecture not in ("topk", "batchtopk", "matryoshka_batchtopk"):
                 raise ConfigError(f"sae.k: the {self.architecture} SAE has no k (topk, batchtopk and "
                                   "matryoshka_batchtopk do); drop it")
+            if isinstance(self.k, bool) or not isinstance(self.k, int | float):
+                raise ConfigError(f"sae.k: expected a number of latents kept per row, got {self.k!r}")
+            if self.architecture == "topk" and not float(self.k).is_integer():
+                raise ConfigError(f"sae.k: the topk SAE keeps a whole number of latents per row, got {self.k}; give "
+                                  f"an integer (batchtopk keeps k per row on average, a fraction allowed)")
+            if self.architecture == "topk":
+                self.k = int(self.k)
             if not 0 < self.k <= self.d_sae:
                 raise ConfigError(f"sae.k: {self.k} latents kept of d_sae {self.d_sae}; give 1 <= k <= d_sae")
         if self.architecture == "matryoshka_batchtopk" and self.matryoshka_widths is None:

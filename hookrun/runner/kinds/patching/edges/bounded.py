@@ -56,7 +56,9 @@ class EdgeBytes:
         if memory < self.floor:
             raise ConfigError(f"patching.memory={memory} bytes is too small for one reader group of this edges run: the "
                               f"writers' contributions on both inputs and their differences take {self.writers + self.deltas} "
-                              f"and one reader group's gradient {self.group}; give at least {self.floor} bytes ({_mib(self.floor)})")
+                              f"and one reader group's gradient {self.group}; give at least {self.floor} bytes ({_mib(self.floor)}) for these, "
+                              f"and more for one copy's forward and backward (measured on the first forward, which then "
+                              f"names the whole)")
 
     def fast(self, memory: int, forward: int, m: int) -> int:
         """Copies per chunk on the fast route (every reader's gradient held, twice while a chunk's add up), `forward`

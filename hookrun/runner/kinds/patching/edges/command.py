@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from hookrun.analysis.opening import open_run
+from hookrun.config.plugins import plugin_names
 from hookrun.errors import ConfigError
 from hookrun.runner.kinds.patching.edges.formats import FORMATS, describe_cfg, to_eap_ig, write_mib
 from hookrun.runner.kinds.patching.edges.mib import mib_circuit
@@ -91,6 +92,10 @@ def score(a: argparse.Namespace) -> int:
 
     fractions = parse_fractions("mib" if a.fractions == "mib" else _numbers(a.fractions))
     cfg = _config(a.source)
+    if not cfg.get("patching"):
+        kind = next((k for k in plugin_names() if cfg.get(k)), None)
+        raise ConfigError(f"{a.source}: its config{f' (a run of kind {kind})' if kind else ''} has no patching block to score the "
+                          f"circuit on; give an edges run's file (patching method eap or eap_ig) or a YAML config with one")
     patching = dict(cfg.get("patching") or {})
     faith = dict(patching.get("faithfulness") or {})
     for key in ("sites", "verify"):  # a node-site run's keys: the edges run patches no site

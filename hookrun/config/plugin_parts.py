@@ -1,0 +1,62 @@
+"""A kind plugin's parts found by their public names, importing only the kind that declares them:
+its notebook function (`hookrun.<name>`, hookrun/__init__.py) and its ops (`op: NAME` of a modify
+action, hooks/ops.py's registry asks here for a name it does not know).
+
+    notebook_function("probe")   # hookrun.runner.kinds.probe.notebook:probe (only the probe kind imported)
+    plugin_op("probe_steer")     # the op factory the probe kind declares in its `ops`
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from hookrun.config.plugins import (
+    _FOUND,
+    _NOTEBOOKS,
+    _OPS,
+    _PLUGINS,
+    KindPlugin,
+    _scan,
+    _shipped,
+    loaded_plugins,
+    plugin,
+)
+
+
+def notebook_function(public: str) -> Callable[..., Any] | None:
+    """The kind's notebook function `hookrun.<public>` names (its `notebook`'s attribute name), or
+    None. A shipped kind is found by that name in its folder's __init__.py text, so only that kind
+    is imported; a kind registered or loaded is asked; an entry point not yet loaded is loaded."""
+    _scan()
+    for kind in _asked(_NOTEBOOKS.get(public)):
+        target = kind.notebook if isinstance(kind.notebook, str) else getattr(kind.notebook, "__name__", None)
+        if target is not None and target.rpartition(":")[2].rpartition(".")[2] == public:
+            return kind.notebook_function()
+    return None
+
+
+def plugin_op(name: str) -> Callable[..., Any] | None:
+    """The op factory a kind declares as `name` in its `ops`, or None: a shipped kind is found by its
+    __init__.py's text (only that kind is imported), then the kinds loaded, then the entry points."""
+    _scan()
+    for kind in _asked(_OPS.get(name)):
+        factory = kind.op_factory(name)
+        if factory is not None:
+            return factory
+    return None
+
+
+def plugin_op_names() -> list[str]:
+    """Every op name a kind declares (for did-you-mean): shipped kinds' from their text, loaded kinds'
+    and the entry points' (those are loaded: a user's package's __init__)."""
+    _scan()
+    return sorted(set(_OPS).union(*(kind.ops or {} for kind in _asked(None))))
+
+
+def _asked(shipped: str | None) -> list[KindPlugin]:
+    """The kinds to ask for a name: the shipped kind whose text names it, the kinds loaded, and the
+    entry points not yet loaded (no other shipped kind is imported)."""
+    kinds = [plugin(shipped)] if shipped else []
+    kinds += loaded_plugins() + [plugin(n) for n in list(_FOUND) if n not in _PLUGINS and n not in _shipped()]
+    return [k for k in kinds if k is not None]
