@@ -262,6 +262,9 @@ def main() -> None:
         if isinstance(exc, HookrunError):  # from a launcher's worker process, which inherits the variable
             _fail(exc)
         line = one_line(exc, overrides, lambda: _known_keys(overrides), _group_options)
+        if line is None and not _TASK_STARTED and isinstance(exc, OSError) and exc.filename:  # Hydra's mkdir of the run folder
+            line = (f"cannot make the run folder {str(exc.filename)!r} ({exc.strerror}): give hydra.run.dir (a sweep: "
+                    f"hydra.sweep.dir) a folder that can be written, e.g. hydra.run.dir=outputs/run1")
         if line is None and not _TASK_STARTED and str(exc).strip():
             line = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
         if line is None:

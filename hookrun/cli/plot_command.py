@@ -29,6 +29,7 @@ written are listed at the end.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +56,7 @@ from hookrun.cli.command import description, ends_quietly, exit_process, fail, r
 from hookrun.cli.sample_figures import render, with_pictures
 from hookrun.config.build import build_dataset
 from hookrun.config.schema import load
-from hookrun.errors import NotFoundError
+from hookrun.errors import ConfigError, NotFoundError
 from hookrun.labels import MODEL_LABEL
 from hookrun.store.capture_schema import PATTERN
 from hookrun.store.reading import UrlPath, run_path
@@ -201,6 +202,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _plot(a: argparse.Namespace) -> int:
+    made = not a.out.exists()
+    try:  # the folder first: a path it cannot be is one line, not a traceback after the drawing
+        a.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--out: cannot create the folder {str(a.out)!r} ({exc.strerror}); name a writable one") from None
+    if not os.access(a.out, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out: the folder {str(a.out)!r} is not writable; name a writable one")
     if is_sweep(a.path):
         written = plot_sweep(open_sweep(a.path), a.out, a.stat, a.x)
     else:
@@ -208,6 +216,8 @@ def _plot(a: argparse.Namespace) -> int:
         with open_run(a.path) as run:
             written = plot_run(run, a.out, a.samples, a.channels, dataset)
     if not written:
+        if made and not any(a.out.iterdir()):
+            a.out.rmdir()
         return fail(f"{a.path}: nothing could be drawn (no capture, grid or picture of a drawing in it)")
     print(f"wrote {len(written)} figure(s) to {a.out}:")
     for path in written:

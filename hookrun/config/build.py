@@ -96,28 +96,29 @@ def import_modules(names: list[str]) -> None:
             raise ConfigError(f"imports: cannot import {name!r}: {exc}") from None
 
 
-def build_model(node: Mapping, device: torch.device, progress: bool = True) -> nn.Module:
+def build_model(node: Mapping, device: torch.device, progress: bool = True, where: str = "model") -> nn.Module:
     """The model a `model:` node builds, on `device`, in eval mode; `progress=False` keeps a
-    library's weight-loading bar (transformers') off, as the run's own bar is."""
+    library's weight-loading bar (transformers') off, as the run's own bar is. `where`: the node's key
+    in the config, as errors name it (a kind's second model: similarity.with.model)."""
     from hookrun.models import loading_bars
 
     node = dict(node)
     checkpoint = node.pop("checkpoint", None)
     try:
         with loading_bars(progress):
-            model = build(node, "model")
+            model = build(node, where)
     except ConfigError as exc:
         if node.get("weights") and ("URLError" in str(exc) or "HTTPError" in str(exc)):
-            raise ConfigError(_weights_message(node, str(exc))) from None
+            raise ConfigError(_weights_message(node, str(exc), where)) from None
         if node.get("weights_backbone") and ("URLError" in str(exc) or "HTTPError" in str(exc)):
-            raise ConfigError(f"model.weights_backbone={node['weights_backbone']}: the backbone's pretrained weights are not "
-                              f"in the torch hub cache ({Path(torch.hub.get_dir()) / 'checkpoints'}) and cannot be "
-                              f"downloaded; set model.weights_backbone=null for a random-init backbone") from None
+            raise ConfigError(f"{where}.weights_backbone={node['weights_backbone']}: the backbone's pretrained weights are "
+                              f"not in the torch hub cache ({Path(torch.hub.get_dir()) / 'checkpoints'}) and cannot be "
+                              f"downloaded; set {where}.weights_backbone=null for a random-init backbone") from None
         raise
     if not isinstance(model, nn.Module):
-        raise ConfigError(f"model: {node['_target_']!r} built a {type(model).__name__}, not a torch.nn.Module")
+        raise ConfigError(f"{where}: {node['_target_']!r} built a {type(model).__name__}, not a torch.nn.Module")
     if checkpoint:
-        load_checkpoint(model, str(checkpoint))
+        load_checkpoint(model, str(checkpoint), where)
     return model.to(device).eval()
 
 
@@ -128,7 +129,7 @@ def live_model(model: Any, device: torch.device) -> nn.Module:
     return model.to(device).eval()
 
 
-def _weights_message(node: Mapping, error: str) -> str:
+def _weights_message(node: Mapping, error: str, key: str = "model") -> str:
     """Pretrained weights that are not cached and cannot be downloaded: say where torchvision looks."""
     where = Path(torch.hub.get_dir()) / "checkpoints"
     try:
@@ -141,21 +142,21 @@ def _weights_message(node: Mapping, error: str) -> str:
     except Exception:  # not a torchvision builder: name the folder only
         pass
     reason = error.split("Error: ", 1)[-1]
-    return (f"model.weights={node['weights']}: the pretrained weights are not in the torch hub cache and cannot be "
+    return (f"{key}.weights={node['weights']}: the pretrained weights are not in the torch hub cache and cannot be "
             f"downloaded ({reason}); put the file at {where} (TORCH_HOME moves the cache), or give "
-            f"model.weights=null model.checkpoint=PATH with a state_dict file of your own")
+            f"{key}.weights=null {key}.checkpoint=PATH with a state_dict file of your own")
 
 
-def load_checkpoint(model: nn.Module, path: str) -> None:
+def load_checkpoint(model: nn.Module, path: str, key: str = "model") -> None:
     """Load a plain state_dict with weights_only=True: no arbitrary object is ever unpickled."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
-        raise ConfigError(f"model.checkpoint: no file {path!r}") from None
+        raise ConfigError(f"{key}.checkpoint: no file {path!r}") from None
     except Exception as exc:  # UnpicklingError and friends: not a plain tensor file
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(
-            f"model.checkpoint: {path!r} is not a plain state_dict loadable with weights_only=True "
+            f"{key}.checkpoint: {path!r} is not a plain state_dict loadable with weights_only=True "
             f"(save it with torch.save(model.state_dict(), path)): {first[:200]}"
         ) from None
     for key in ("state_dict", "model"):
@@ -163,21 +164,21 @@ def load_checkpoint(model: nn.Module, path: str) -> None:
             state = state[key]
     if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ConfigError(
-            f"model.checkpoint: {path!r} holds a {type(state).__name__}, not a state_dict of tensors "
+            f"{key}.checkpoint: {path!r} holds a {type(state).__name__}, not a state_dict of tensors "
             f"(save it with torch.save(model.state_dict(), path))"
         )
     expected = set(model.state_dict())
     missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
     if missing or unexpected:
         raise ConfigError(
-            f"model.checkpoint: {path!r} does not fit {type(model).__name__}: missing keys "
+            f"{key}.checkpoint: {path!r} does not fit {type(model).__name__}: missing keys "
             f"{missing[:5]}, unexpected keys {unexpected[:5]}"
         )
     try:
         model.load_state_dict(state)
     except RuntimeError as exc:  # shape mismatches
         detail = [line.strip() for line in str(exc).splitlines()[1:3]]
-        raise ConfigError(f"model.checkpoint: {path!r} does not fit {type(model).__name__}: {' '.join(detail)}") from None
+        raise ConfigError(f"{key}.checkpoint: {path!r} does not fit {type(model).__name__}: {' '.join(detail)}") from None
 
 
 def build_dataset(node: Mapping, where: str = "data.dataset") -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -111,6 +112,24 @@ def test_a_key_given_twice_apart_is_not_taken_for_the_shells_brace_expansion():
     assert shell_damage(["experiment=sae_train", "sae.k=8", "sae.k=16"]) == (
         "sae.k is given 2 times (sae.k=8, sae.k=16): give it once (a later value does not replace an earlier one); "
         "to run several values, sweep: -m sae.k=a,b; an unquoted {..,..} is split by the shell this way: quote it")
+
+
+def test_a_run_folder_or_plot_folder_that_cannot_be_made_is_one_line(tmp_path):
+    """(was `NotADirectoryError: ...` with no key named, and for plot --out a traceback)"""
+    (tmp_path / "afile").write_text("a file, not a folder")
+    proc = run_cli("experiment=resnet_layer1", f"hydra.run.dir={tmp_path / 'afile' / 'x'}", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr == (f"hookrun: error: cannot make the run folder {str(tmp_path / 'afile' / 'x')!r} (Not a "
+                           f"directory): give hydra.run.dir (a sweep: hydra.sweep.dir) a folder that can be written, "
+                           f"e.g. hydra.run.dir=outputs/run1\n")
+    with h5py.File(tmp_path / "r.h5", "w") as f:
+        f.attrs["format_version"] = "1"
+        f.create_dataset("samples/index", data=np.arange(3))
+    plot = subprocess.run([sys.executable, "-m", "hookrun.plot", str(tmp_path / "r.h5"), "--out",
+                           str(tmp_path / "afile" / "figs")], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert plot.returncode == 2 and "Traceback" not in plot.stderr, plot.stderr
+    assert plot.stderr.strip().endswith("--out: cannot create the folder "
+                                        f"{str(tmp_path / 'afile' / 'figs')!r} (Not a directory); name a writable one")
 
 
 def test_a_malformed_experiment_file_is_one_line(tmp_path):

@@ -197,7 +197,14 @@ def lost(x):
      "probe.split=0.3: a mapping of its keys (test, seed); set one with probe.split.test=..., or give {test: ..., seed: ...}"),
     ({"at": "fc", "target": "label", "split": None}, "probe.split=null: a mapping of its keys"),
     ({"at": "fc", "target": "label", "memory": 100}, "probe.memory=100 bytes: one batch's rows at fc take 640 bytes"),
+    # the widest point named first (16 x 6 float64 at conv against 16 x 5 at fc), so the size it gives is enough
+    ({"at": ["fc", "conv"], "target": "label", "memory": 1000},
+     "probe.memory=1000 bytes: one batch's rows at conv take 768 bytes (float64) and each of the 2 hook point(s) "
+     "has 500; give probe.memory at least 1536 bytes"),
+    ({"at": "fc", "target": "label", "max_iter": 0}, "probe.max_iter=0: the logistic solver's iterations at most"),
     ({"at": "conv", "target": "label", "pool": "every"}, "probe.pool=every: conv's output (16, 6, 8, 8) is not token rows"),
+    ({"at": "fc", "target": "label", "pool": "last"}, "probe.pool=last: fc's output (16, 5) is one row per item (batch, "
+                                                      "features), not token rows; it needs no pooling"),
     ({"at": "total", "target": "label"}, "total's output has shape (16,), with no feature axis"),
     ({"at": "fcc", "target": "label"}, "probe.at: Net has no module 'fcc'"),
     ({"at": "fc", "target": "label", "method": "svm"}, "probe.method='svm'; choose logistic or ridge"),
@@ -209,6 +216,19 @@ def test_bad_input_is_one_line_before_any_batch(tmp_path, block, message):
         run(tmp_path, model, data(), **block)
     assert message in str(err.value) and "\n" not in str(err.value)
     assert not (tmp_path / "p.h5").exists()
+
+
+def test_a_logistic_fit_stopped_at_max_iter_says_so(tmp_path, caplog):
+    """(sklearn's ConvergenceWarning): the log, inspect's line and run.probes()'s `converged` column;
+    the same block with the default cap converges."""
+    with caplog.at_level("WARNING", logger="hookrun"):
+        stopped = run(tmp_path, Net().eval(), data(), name="s", at=["conv", "fc"], target="label", max_iter=2)
+    assert stopped.probes().column("converged") == [False, False]
+    assert "probe: the logistic fit at conv stopped after 2 iterations without converging" in caplog.text
+    assert "NOT CONVERGED (stopped at probe.max_iter" in stopped.summary()
+    assert run(tmp_path, Net().eval(), data(), at=["conv", "fc"], target="label").probes().column("converged") == [True, True]
+    assert run(tmp_path, Net().eval(), data(), name="r", at="fc", target="value", method="ridge").probes().column(
+        "converged") == [None]  # a closed form
 
 
 def test_a_single_class_is_refused(tmp_path):

@@ -5,6 +5,7 @@ model; token rows are averaged over their real tokens; bad input is one line bef
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -273,6 +274,10 @@ ROWS = {"dataset": {"_target_": "toy_models.SignedRows"}, "batch_size": 4}
     ({"at": ["block1"], "estimator": "minibatch", "data": {"dataset": {"_target_": "hookrun.data.shapes", "size": 8},
                                                           "batch_size": 3}}, "at least 4 rows"),
     ({"at": ["block1"], "memory": "1MB"}, "estimator: minibatch"),
+    ({"at": ["block1"], "memory": "1KB"}, "similarity.memory=1000 bytes: "),  # (was 0.0MB)
+    ({"at": ["block1"], "estimator": "exactt"}, "similarity.estimator='exactt': not an estimator; did you mean exact?"),
+    ({"at": ["block1"], "with": {"model": {"_target_": "nope.m"}, "at": ["block1"]}},
+     "similarity.with.model: cannot import 'nope.m'"),  # (was "model: ...": the run's own model blamed)
     ({"at": ["block1"], "data": {"dataset": {"_target_": "hookrun.data.shapes", "size": 2}, "batch_size": 2}},
      "similarity over 2 item(s): CKA and RSA compare how the items lie relative to each other and need at least 3"),
     ({"at": ["block1"], "data": {"dataset": {"_target_": "hookrun.data.shapes", "size": 8}, "batch_size": 2,
@@ -344,6 +349,7 @@ def test_a_constant_layer_is_n_a_in_the_file_inspect_and_picture_with_one_warnin
     assert got[0, 0] == pytest.approx(1.0)
     run = hookrun.open_run(path)
     assert "  0  1.0000     n/a     n/a" in kind_lines(run.file)
+    assert "  n/a: undefined (1: constant features; 2: constant features)" in kind_lines(run.file)  # which, and why
     (name, spec), = kind_figures(run)
     assert spec.cells[0] == ["1.00", "n/a", "n/a"] and "n/a: constant features" in spec.title
 
@@ -390,6 +396,22 @@ def test_rsa_by_correlation_with_an_item_whose_features_are_all_equal_is_n_a(tmp
     assert meta["undefined"] == {"0": "an item's features all equal", "1": "an item's features all equal"}
     (name, spec), = kind_figures(hookrun.open_run(path))
     assert spec.cells == [["n/a", "n/a"], ["n/a", "n/a"]] and spec.title.endswith("(n/a: an item's features all equal)")
+    assert kind_lines(hookrun.open_run(path).file)[-1] == ("  n/a: undefined (0: an item's features all equal; 1: an "
+                                                            "item's features all equal)")
+
+
+def test_inspects_matrix_keeps_its_columns_under_negative_values(tmp_path) -> None:
+    """(An unbiased HSIC's CKA is negative where two hook points share less than chance: -0.0066 is 7
+    characters, one more than the columns were given.)"""
+    with h5py.File(tmp_path / "n.h5", "w") as f:
+        f.attrs["similarity"] = json.dumps({"measure": "linear_cka", "estimator": "unbiased", "route": "gram",
+                                            "pool": "flatten", "rows": ["a", "b"], "cols": ["a", "b"], "model": "m"})
+        f["captures/similarity/__model__/linear_cka"] = np.array([[1.0, -0.0066], [-0.0066, 1.0]])
+    lines = kind_lines(f := h5py.File(tmp_path / "n.h5", "r"))
+    f.close()
+    head, *cells = lines[1:]
+    ends = {head.index("a") + 1, head.index("b") + 1}
+    assert all({row.index(v) + len(v) for v in row.split()[1:]} == ends for row in cells), lines
 
 
 def test_a_sweeps_report_shows_each_jobs_matrix_on_one_scale(tmp_path) -> None:

@@ -45,6 +45,7 @@ class ProbeBlock:
     test_data: Any = None  # a data node ({dataset: {_target_: ...}, batch_size: N}) whose items are the test rows
     control: bool = False  # Hewitt & Liang's control task and the selectivity
     memory: Any = "2GB"  # bytes of rows held in memory; beyond: a spill file beside the run's
+    max_iter: int = 10000  # logistic: L-BFGS iterations at most (a fit stopped there is logged and marked)
 
     def check(self) -> None:
         at = [self.at] if isinstance(self.at, str) else self.at
@@ -56,6 +57,9 @@ class ProbeBlock:
             raise ConfigError(f"probe.method={self.method!r}; choose logistic or ridge")
         if not self.C > 0:
             raise ConfigError(f"probe.C={self.C}: the inverse regularisation strength must be above 0 (e.g. 1.0)")
+        if isinstance(self.max_iter, bool) or not isinstance(self.max_iter, int) or self.max_iter < 1:
+            raise ConfigError(f"probe.max_iter={self.max_iter!r}: the logistic solver's iterations at most, a whole "
+                              f"number of 1 or more (e.g. 10000)")
         if not self.alpha >= 0:
             raise ConfigError(f"probe.alpha={self.alpha}: ridge's penalty must be 0 or more (e.g. 1.0)")
         if self.pool not in POOLS:

@@ -68,18 +68,18 @@ class ProbeKind(RunKind):
         indices, call = first_batch(ctx.loader, ctx.spec, size=ctx.cfg.data.batch_size)
         first = self.collector.batch(ctx.model, call.to(ctx.device), indices)
         share = b.memory // len(self.names)
-        for name, (x, y, _, _) in first.items():
+        for _, y, _, _ in first.values():
             if y.dtype.kind == "f" and b.method == "logistic":
                 raise ConfigError("probe.target: the targets are numbers (floats), which method=logistic cannot fit; use "
                                   "method: ridge for regression, or give integer classes")
             if y.dtype.kind == "f" and b.control:
                 raise ConfigError("probe.control=true needs class targets; the targets are numbers (floats): set "
                                   "control: false for a regression probe")
-            need = x.numel() * 8
-            if need > share:
-                raise ConfigError(f"probe.memory={b.memory} bytes: one batch's rows at {name} take {need} bytes (float64) "
-                                  f"and each of the {len(self.names)} hook point(s) has {share}; give probe.memory at "
-                                  f"least {need * len(self.names)} bytes, or a smaller data.batch_size")
+        name, need = max(((n, v[0].numel() * 8) for n, v in first.items()), key=lambda t: t[1])  # the widest point
+        if need > share:
+            raise ConfigError(f"probe.memory={b.memory} bytes: one batch's rows at {name} take {need} bytes (float64) "
+                              f"and each of the {len(self.names)} hook point(s) has {share}; give probe.memory at "
+                              f"least {need * len(self.names)} bytes, or a smaller data.batch_size")
         data = getattr(ctx.loader.dataset, "dataset", None)
         classes = getattr(data, "classes", None)
         if isinstance(classes, list | tuple) and b.target in ("label", "target") and len(classes) < 2:
@@ -182,7 +182,7 @@ class ProbeKind(RunKind):
                               f"items or another target")
         if b.test_data is not None:
             self.test_pass(model)
-        spec = FitSpec(method=b.method, C=b.C, alpha=b.alpha, standardize=b.standardize,
+        spec = FitSpec(method=b.method, C=b.C, alpha=b.alpha, standardize=b.standardize, max_iter=b.max_iter,
                        test=None if b.test_data is not None else b.split.test, seed=b.split.seed, control=b.control)
         points = []
         for name in self.names:
@@ -191,6 +191,11 @@ class ProbeKind(RunKind):
             t0 = time.perf_counter()
             result = fit_point(self.stores[name], spec, self.ctx.device, where=f" at {name}")
             points.append((name, {**result, "fit_seconds": time.perf_counter() - t0}))
+        for name, r in points:
+            if r.get("converged") is False:  # (scikit-learn's ConvergenceWarning)
+                log.warning("probe: the logistic fit at %s stopped after %d iterations without converging (its "
+                            "objective %.10g is not shown to be the optimum, nor its weights); raise probe.max_iter, "
+                            "or standardize: true, or a smaller C", name, r["iterations"], r["objective"])
         regression = points[0][1]["regression"]
         unseen = points[0][1].get("unseen_test_rows", 0)  # (one split: the same rows at every hook point)
         if unseen:

@@ -46,6 +46,9 @@ def layout(t: torch.Tensor, mask: torch.Tensor | None, pool: str, where: str) ->
                           f"needs (batch, features, ...) or (batch, tokens, features)); probe a module before it")
     if is_tokens(t, mask):
         return "tokens"
+    if pool in TOKEN_ONLY and t.dim() == 2:
+        raise ConfigError(f"probe.pool={pool}: {where}'s output {tuple(t.shape)} is one row per item (batch, features), "
+                          f"not token rows; it needs no pooling: leave pool out (mean takes the rows as they are)")
     if pool in TOKEN_ONLY:
         raise ConfigError(f"probe.pool={pool}: {where}'s output {tuple(t.shape)} is not token rows (batch, tokens, "
                           f"features) of the batch's token ids; choose mean or max for a feature map")

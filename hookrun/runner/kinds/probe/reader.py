@@ -24,7 +24,7 @@ from hookrun.errors import NotFoundError
 from hookrun.runner.kinds.probe.table import point_group, point_groups
 
 MAJORITY = "majority class (test): chance"
-COLUMNS = ["at", "rows", "features", "train", "test", "control", "selectivity", "majority"]
+COLUMNS = ["at", "rows", "features", "train", "test", "control", "selectivity", "majority", "converged"]
 
 
 def _groups(f: Any) -> list[Any]:
@@ -44,7 +44,8 @@ def read_probes(f: Any) -> Table:
         get = lambda k, a=a: float(a[k]) if k in a else None  # noqa: E731
         rows.append({"at": str(a["module"]), "rows": int(a["rows"]), "features": int(a["features"]),
                      "train": get("train_score"), "test": get("test_score"), "control": get("control_test_score"),
-                     "selectivity": get("selectivity"), "majority": get("majority_test_score")})
+                     "selectivity": get("selectivity"), "majority": get("majority_test_score"),
+                     "converged": bool(a["converged"]) if "converged" in a else None})  # (None: ridge, a closed form)
     return Table(list(COLUMNS), rows)
 
 
@@ -72,8 +73,9 @@ def lines(f: Any) -> list[str]:
     for r in read_probes(f):
         ctrl = f", control {r['control']:.3f}, selectivity {r['selectivity']:.3f}" if r["control"] is not None else ""
         chance = f", majority class {r['majority']:.3f}" if r["majority"] is not None else ""
+        stopped = ", NOT CONVERGED (stopped at probe.max_iter: its weights are not the optimum)" if r["converged"] is False else ""
         out.append(f"    {r['at']:<20} {r['rows']:>7} rows x {r['features']:<5} train {r['train']:.3f}  test {r['test']:.3f}"
-                   f"{ctrl}{chance}")
+                   f"{ctrl}{chance}{stopped}")
     return out
 
 
@@ -117,9 +119,12 @@ def sections(run: Any) -> list[dict]:
     if "probe" not in run.file:
         return []
     t = read_probes(run.file)
-    note = ("Each hook point's probe is fitted on the training items' rows and scored on the held-out items; the "
-            "control task (Hewitt & Liang 2019) gives each input identity a random class, and selectivity is the test "
-            "accuracy minus the control's: a high score with low selectivity says the probe memorises identities.")
+    regression = _metric(run.file) == "r2"
+    note = ("Each hook point's probe is fitted on the training items' rows and scored on the held-out items"
+            + (" by R² (a regression: no control task, no majority class)." if regression else
+               "; the control task (Hewitt & Liang 2019) gives each input identity a random class, and selectivity is "
+               "the test accuracy minus the control's: a high score with low selectivity says the probe memorises "
+               "identities." if any(r["control"] is not None for r in t) else " by their accuracy."))
     return [section("probe", "Linear probes by depth", [table_item(t.columns, t.rows), figure(depth_figure(run.file))],
                     note)]
 

@@ -85,7 +85,9 @@ def choose_route(measure: str, estimator: str, dims: list[int], rows: int | None
 
 
 def _mb(n: int) -> str:
-    return f"{n / 1e6:.1f}MB"
+    """Bytes as a config gives them: MB to one decimal, or the bytes themselves under a megabyte (1KB is
+    not 0.0MB)."""
+    return f"{n / 1e6:.1f}MB" if n >= 1e6 else f"{int(n)} bytes"
 
 
 class FeatureRoute:

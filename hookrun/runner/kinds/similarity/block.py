@@ -74,7 +74,7 @@ def _choice(value: Any, choices: tuple[str, ...], key: str) -> str:
     if value in choices:
         return str(value)
     hint = close_matches(str(value), choices, n=1)
-    raise ConfigError(f"similarity.{key}={value!r}: not a {key}{f'; did you mean {hint[0]}?' if hint else ''} "
+    raise ConfigError(f"similarity.{key}={value!r}: not {'an' if key[0] in 'aeiou' else 'a'} {key}{f'; did you mean {hint[0]}?' if hint else ''} "
                       f"(choose one of: {one_of(choices)})")
 
 

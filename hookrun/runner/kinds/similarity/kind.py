@@ -86,7 +86,7 @@ class SimilarityKind(RunKind):
             ctx.env.hold.on_close(ModelHold(LIVE_WITH.get()).close)
             self.other = live_model(LIVE_WITH.get(), ctx.device)
         elif b.with_:
-            self.other = build_model(b.with_["model"], ctx.device, progress=False)
+            self.other = build_model(b.with_["model"], ctx.device, progress=False, where="similarity.with.model")
         if self.other is not None:
             self.taps.append(Taps(self.other, b.with_["at"], HOOK, "similarity.with.at"))
         self.rows = self.taps[0].names

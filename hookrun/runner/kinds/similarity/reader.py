@@ -66,14 +66,18 @@ def spec(f: h5py.File) -> Heatmap:
     short = lambda t: str(t or "model").rpartition(".")[2]  # noqa: E731
     ylabel = f"at ({short(m.get('model'))})"
     xlabel = f"with.at ({short(m['with'])})" if m.get("with") else ylabel
-    why = sorted(set(m.get("undefined", {}).values())) or ["constant features"]  # (files before the key: only that)
-    note = f" (n/a: {'; '.join(why)})" if not np.isfinite(z).all() else ""
+    note = f" (n/a: {'; '.join(_undefined(m))})" if not np.isfinite(z).all() else ""
     # -1 to 1, diverging about 0: a rank correlation (RSA) and CKA from an unbiased HSIC, which is negative
     # where two hook points share less than chance; CKA (biased) 0 to 1
     signed = m["measure"] == "rsa" or m.get("estimator") in ("unbiased", "minibatch")
     return Heatmap(z=z, title=title(m) + note, x=m["cols"], y=m["rows"], xlabel=xlabel, ylabel=ylabel,
                    label=NAMES.get(m["measure"], m["measure"]), range=(-1.0, 1.0) if signed else (0.0, 1.0),
                    centre=0.0 if signed else None, cells=[[_cell(v, f".{_decimals(z)}f") for v in row] for row in z])
+
+
+def _undefined(m: dict) -> list[str]:
+    """Why the n/a cells are undefined, as the run found (files before the key: constant features only)."""
+    return sorted(set(m.get("undefined", {}).values())) or ["constant features"]
 
 
 def _decimals(z: np.ndarray) -> int:
@@ -104,12 +108,14 @@ def lines(f: h5py.File) -> list[str]:
     if not _complete(f):
         return [head, "  no matrix: the pass did not finish"]
     z, _ = matrix(f)
-    width = max(6, *(len(c) for c in m["cols"]))  # (a value is 6 wide: 0.6877)
+    cells = [[_cell(v, ".4f") for v in values] for values in z]
+    width = max(6, *(len(c) for c in m["cols"]), *(len(c) for row in cells for c in row))  # (0.6877; -0.0066 is 7)
     rows = [f"  {'':{max(len(r) for r in m['rows'])}}  " + "  ".join(f"{c:>{width}}" for c in m["cols"])]
-    for r, values in zip(m["rows"], z, strict=True):
-        rows.append(f"  {r:{max(len(r) for r in m['rows'])}}  " + "  ".join(f"{_cell(v, '.4f'):>{width}}" for v in values))
+    for r, values in zip(m["rows"], cells, strict=True):
+        rows.append(f"  {r:{max(len(r) for r in m['rows'])}}  " + "  ".join(f"{v:>{width}}" for v in values))
     if not np.isfinite(z).all():
-        rows.append("  n/a: undefined, a hook point whose features are the same for every item")
+        named = m.get("undefined") or {}
+        rows.append(f"  n/a: undefined ({'; '.join(f'{n}: {why}' for n, why in named.items()) or 'constant features'})")
     return [head, *rows]
 
 
