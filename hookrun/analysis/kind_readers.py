@@ -210,7 +210,10 @@ def unread_kind(attrs: Mapping) -> str | None:
     if kind in plugin_names():  # found here: a kind without a reader
         return None
     config = attrs.get("config")
-    imports = (yaml.safe_load(config) or {}).get("imports") if isinstance(config, str) else None
+    try:
+        imports = (yaml.safe_load(config) or {}).get("imports") if isinstance(config, str) else None
+    except (yaml.YAMLError, AttributeError):  # (a config that is not a mapping of plain YAML: no list to name)
+        imports = None
     by = f"imports: {list(imports)}" if imports else "a module of the run's `imports:`"
     return (f"{kind}: no reader for this kind here (it came from {by}): import that module before open_run, or "
             f"declare the kind as an entry point of hookrun.kinds, for inspect, plot and report to read its rows")

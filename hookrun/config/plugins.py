@@ -7,11 +7,11 @@ a notebook call or an action's `op:` needs it.
                       reader="my_pkg.reader:READER", notebook="my_pkg.notebook:probe",
                       ops={"probe_steer": "my_pkg.direction:probe_steer"})
     plugin("probe").block_class()        # the dataclass the `probe:` block is parsed into, once
-    plugin_op("probe_steer")             # the op factory (imports that kind's module only)
+    plugin_op("probe_steer")             # the op factory (config/plugin_parts.py: imports that kind's module only)
 
 `ops` maps an op name to its factory, as `@register_op` takes one (parameters = the action's keys,
 a keyword-only `build: OpBuild` for the hook point): a modify action's `op: probe_steer` finds it
-through hooks/ops.py's registry, which asks `plugin_op` for a name it does not know (a plugin op
+through hooks/ops.py's registry, which asks `plugin_op` (plugin_parts.py) for a name it does not know (a plugin op
 named as a built-in one is one ConfigError line where it is used). A shipped kind's op names are
 read from its __init__.py's text, not imported. A "module:attribute" string of any slot that names
 no module or attribute is one ConfigError line naming the plugin and the slot.

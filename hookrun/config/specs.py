@@ -25,6 +25,7 @@ before any batch. Other keys pass as given.
 from __future__ import annotations
 
 import inspect
+import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -177,14 +178,18 @@ def number_keys(fn: Callable) -> dict[str, tuple[str, ...]]:
 
 
 def as_number(value: Any, parts: tuple[str, ...], key: str, where: str) -> Any:
-    """A number parameter's value (an integer where `int` is wanted; a numeric string read as one),
-    or one ConfigError naming the key and what it takes."""
+    """A number parameter's value (an integer where `int` alone is wanted; a numeric string read as
+    one), or one ConfigError naming the key and what it takes. What a config cannot hold (a tensor,
+    an array, given in Python) passes as it is: the op takes it as it did."""
+    lists = {"list", "list[int]", "list[float]"} & set(parts)
     if value is None and "None" in parts:
         return None
-    if isinstance(value, list | tuple) and ({"list", "list[int]", "list[float]"} & set(parts)):
-        whole = "list[int]" in parts and "list" not in parts and "list[float]" not in parts
-        return [_number(v, whole) for v in value] if all(_number(v, whole) is not None for v in value) \
-            else _refuse(value, parts, key, where)
+    if isinstance(value, list | tuple):
+        whole = "list[int]" in parts and not {"list", "list[float]"} & set(parts)
+        items = [_number(v, whole) for v in value]
+        return items if lists and all(v is not None for v in items) else _refuse(value, parts, key, where)
+    if not isinstance(value, str | bool | numbers.Real | Mapping) and value is not None:
+        return value
     for whole in ([False] if "float" in parts else []) + ([True] if "int" in parts else []):
         number = _number(value, whole)
         if number is not None:
@@ -198,7 +203,7 @@ def _number(value: Any, whole: bool) -> float | int | None:
             value = float(value.strip())
         except ValueError:
             return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return None
     if whole:
         return int(value) if float(value).is_integer() else None

@@ -95,6 +95,20 @@ def test_typed_params_reads_numbers_as_numbers(fn, given, read):
     assert got == read and [type(v) for v in got.values()] == [type(v) for v in read.values()]
 
 
+def test_typed_params_passes_a_tensor_or_an_array_given_in_python_as_it_is():
+    """(a steering vector as a tensor, a factor as a numpy scalar: what no config holds, the op takes)"""
+    import numpy as np
+
+    from hookrun.config.specs import typed_params
+    from hookrun.hooks import ops
+
+    vector, array = torch.ones(3), np.ones(3)
+    assert typed_params(ops.add, {"value": vector}, "w")["value"] is vector
+    assert typed_params(ops.add, {"value": array}, "w")["value"] is array
+    assert typed_params(ops.scale, {"factor": np.float32(0.5)}, "w") == {"factor": 0.5}
+    assert typed_params(ops.mask, {"index": np.int64(3)}, "w") == {"index": 3}
+
+
 @pytest.mark.parametrize(("given", "read"), [(True, True), (False, False), ("TRUE", True), (" no ", False), (1, True),
                                              (0, False), (None, None)])
 def test_typed_params_reads_booleans_as_the_schema_does(given, read):
