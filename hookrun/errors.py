@@ -43,6 +43,14 @@ class RunError(HookrunError, RuntimeError):
     exit_code = 1
 
 
+def foreign_failure(what: str, exc: BaseException, limit: int = 400) -> RunError:
+    """An exception of code hookrun calls but does not own (the model's forward, a user's kind) as one
+    RunError line: `what`, the exception's type and message on one line, and where the traceback is."""
+    text = " ".join(str(exc).split())
+    return RunError(f"{what} {type(exc).__name__}: {text[:limit] + ('...' if len(text) > limit else '')} "
+                    f"(the traceback: HYDRA_FULL_ERROR=1 or --verbose)")
+
+
 def close_matches(word: str, choices: Iterable[str], n: int = 5) -> list[str]:
     """The choices closest to ``word``, best first (for 'did you mean' hints): first those it is a whole
     `_`- or `.`-separated part of (`cka`: linear_cka, rbf_cka), in their order; then difflib's."""

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hookrun.errors import ConfigError, HookrunError, RunError
+from hookrun.errors import ConfigError, HookrunError, foreign_failure
 from hookrun.hooks.events import StopForward
 
 AUTO = "auto"
@@ -53,10 +53,7 @@ class ModelCall:
         except (HookrunError, KeyboardInterrupt, StopForward):  # StopForward: early_stop's cut
             raise
         except Exception as exc:
-            text = " ".join(str(exc).split())
-            raise RunError(f"the model's forward failed: {type(model).__name__}({self.describe()}) raised "
-                           f"{type(exc).__name__}: {text[:400] + ('...' if len(text) > 400 else '')} "
-                           f"(the traceback: HYDRA_FULL_ERROR=1 or --verbose)") from exc
+            raise foreign_failure(f"the model's forward failed: {type(model).__name__}({self.describe()}) raised", exc) from exc
 
     def describe(self) -> str:
         """The call's inputs as `input_ids=[2, 8] int64, ...` (shapes and dtypes, no values)."""

@@ -52,7 +52,7 @@ import torch
 from torch import nn
 
 from hookrun.config.schema import HookrunConfig, Mode
-from hookrun.errors import HookrunError, RunError
+from hookrun.errors import HookrunError, foreign_failure
 from hookrun.hooks.events import StopForward
 from hookrun.store.format import BATCH_UNITS
 
@@ -252,10 +252,8 @@ def user_kind(cls: type[RunKind], name: str) -> type[RunKind]:
             except (HookrunError, KeyboardInterrupt, StopForward):
                 raise
             except Exception as exc:
-                text = " ".join(str(exc).split())
-                raise RunError(f"the {name} kind ({cls.__module__}.{cls.__qualname__}) failed in {method_name}: "
-                               f"{type(exc).__name__}: {text[:300] + ('...' if len(text) > 300 else '')} "
-                               f"(the traceback: HYDRA_FULL_ERROR=1 or --verbose)") from exc
+                raise foreign_failure(f"the {name} kind ({cls.__module__}.{cls.__qualname__}) failed in {method_name}:",
+                                      exc, 300) from exc
         return call
 
     body = {m: wrap(m) for m in GUARDED} | {"name": name, "block": name, "__module__": cls.__module__,
