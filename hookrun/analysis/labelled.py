@@ -22,7 +22,6 @@ from typing import Any
 import h5py
 import numpy as np
 
-from hookrun.labels import MODEL_LABEL
 from hookrun.store.capture_schema import CaptureInfo, CaptureMeta, RowKind, row_index
 
 ROW_AXES = ("sample", "step", "token")
@@ -73,7 +72,7 @@ def _part(f: h5py.File, info: CaptureInfo, rows: slice) -> dict:
     if len(dims) != data.ndim:  # (a damaged or hand-edited attribute): the rows' axis, then dim_1, ...
         dims = [dims[0] if dims else "dim_0", *[f"dim_{i}" for i in range(1, data.ndim)]]
     sigs = [(data.shape[0], index.tobytes())] + [(n,) for n in data.shape[1:]]
-    return {"name": info.label.replace(MODEL_LABEL, "model"), "data": data, "dims": dims, "sigs": sigs,
+    return {"name": info.label, "data": data, "dims": dims, "sigs": sigs,
             "index": index, "position": position, "rows": meta.rows, "attrs": _plain(dict(ds.attrs))}
 
 

@@ -118,6 +118,35 @@ def test_to_xarray_has_named_dims(run_file, reference_model, dataset):
     assert ds.attrs["status"] == "complete"
 
 
+def test_to_xarray_keeps_the_whole_models_label_apart_from_a_submodule_named_model(tmp_path):
+    """(was: both named `out/model/output`, one of the two silently dropped from the Dataset)"""
+    pytest.importorskip("xarray")
+    from torch import nn
+
+    class Wrap(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = nn.Linear(8, 4)
+
+        def forward(self, x):
+            return self.model(x) * 2
+
+    torch.manual_seed(0)
+    net, x = Wrap().eval(), torch.randn(6, 8)
+    cfg = {"hooks": {"out": {"at": ["", "model"], "type": "forward", "actions": [{"name": "record", "what": "output"}]}},
+           "data": {"batch_size": 3},
+           "device": "cpu", "progress": False, "output": {"path": str(tmp_path / "w.h5")}}
+    path = hookrun.run(cfg, model=net, dataset=torch.utils.data.TensorDataset(x)).path
+    with open_run(path) as run:
+        ds = run.to_xarray()
+        alone = run.to_xarray(["out/(model)/output"])
+    with torch.no_grad():
+        inner = net.model(x).numpy()
+    assert sorted(ds.data_vars) == ["out/(model)/output", "out/model/output"] and list(alone.data_vars) == ["out/(model)/output"]
+    np.testing.assert_allclose(ds["out/(model)/output"].values, inner * 2, rtol=1e-6)
+    np.testing.assert_allclose(ds["out/model/output"].values, inner, rtol=1e-6)
+
+
 def test_dry_run_estimate_equals_the_real_file(tmp_path, checkpoint, capsys):
     hooks = {**HOOKS, "pooled": {"at": "layer2", "type": "forward", "actions": [{"name": "record", "what": "output", "reduce": "mean", "dtype": "float16"}]}}
     dry = hookrun.run(make_cfg(tmp_path, checkpoint, hooks, dry_run=True))
