@@ -331,9 +331,9 @@ BADREAD = KindPlugin("badread", block=Block, run=RunKind, reader=KindReader("bad
 
 @pytest.mark.slow
 def test_a_broken_users_plugin_is_one_line_and_breaks_no_other_run(tmp_path):
-    """A plugin's mistakes (a name no block can have, a block that is not a dataclass, its step's or
-    its reader's own exception) are one line each naming the plugin (exit 2; a run that failed in its
-    step: 1, as the model's own forward's error); other runs go on."""
+    """A plugin's mistakes through the command line (a name no block can have, its step's own
+    exception) are one line each naming the plugin (a run that failed in its step: exit 1, as the
+    model's own forward's error); other runs and --help go on."""
     pkg_root = tmp_path / "site"
     make_package(pkg_root, "userkind_broken", "fine", entry_point=True)
     (pkg_root / "userkind_broken/broken.py").write_text(BROKEN)
@@ -362,15 +362,45 @@ def test_a_broken_users_plugin_is_one_line_and_breaks_no_other_run(tmp_path):
                    "plugin's step exploded (the traceback: HYDRA_FULL_ERROR=1 or --verbose)", code=1)  # failed, as a forward's error
     with h5py.File(tmp_path / "boom/captures.h5") as f:
         assert f.attrs["status"] == "failed"
-    notdc = cli(*base, "+notdc={}", "hydra.run.dir=notdc", cwd=tmp_path, pythonpath=pkg_root)
-    one_line(notdc, "kind plugin 'notdc', block: <class 'userkind_broken.broken.NotADataclass'> is <class "
-                    "'userkind_broken.broken.NotADataclass'>, not a dataclass")
-    assert not (tmp_path / "notdc/captures.h5").exists()
-    read = cli(*base, "+badread={}", "hydra.run.dir=badread", cwd=tmp_path, pythonpath=pkg_root)
-    assert read.returncode == 0, read.stderr
-    for module, part in (("hookrun.inspect", "lines"), ("hookrun.plot", "figures")):
-        one_line(cli("badread", cwd=tmp_path, pythonpath=pkg_root, module=module),
-                 f"the badread kind's reader failed in {part}: KeyError: 'the reader exploded'")
+
+
+def test_a_plugins_block_not_a_dataclass_and_its_readers_exception_are_one_line(tmp_path, monkeypatch, capsys):
+    """(in this process, the plugins registered by `imports:`: what the command line does with an entry point's)"""
+    import hookrun
+    from hookrun.analysis.kind_readers import READERS
+    from hookrun.cli.inspect_command import main as inspect_main
+    from hookrun.cli.plot_command import main as plot_main
+    from hookrun.config.plugins import _PLUGINS
+
+    pkg_root = tmp_path / "site"
+    make_package(pkg_root, "userkind_broken2", "fine2", entry_point=False)
+    (pkg_root / "userkind_broken2/broken.py").write_text(BROKEN + "\nfrom hookrun.config.plugins import register_plugin\n"
+                                                         "register_plugin(NOTDC)\nregister_plugin(BADREAD)\n")
+    monkeypatch.syspath_prepend(str(pkg_root))
+    from userkind_broken2 import models
+
+    def cfg(name, block):
+        return {"imports": ["userkind_broken2.broken"], name: block, "device": "cpu", "progress": False,
+                "data": {"batch_size": 4}, "output": {"path": str(tmp_path / f"{name}.h5")}}
+
+    try:
+        with pytest.raises(ConfigError) as caught:
+            hookrun.run(cfg("notdc", {}), model=models.tiny(), dataset=models.data())
+        assert str(caught.value) == ("kind plugin 'notdc', block: <class 'userkind_broken2.broken.NotADataclass'> is "
+                                     "<class 'userkind_broken2.broken.NotADataclass'>, not a dataclass (its keys, types "
+                                     "and defaults: decorate the class with @dataclasses.dataclass)")
+        assert not (tmp_path / "notdc.h5").exists()
+        path = hookrun.run(cfg("badread", {}), model=models.tiny(), dataset=models.data()).path
+        capsys.readouterr()
+        for main, part in ((inspect_main, "lines"), (plot_main, "figures")):
+            assert main([str(path)]) == 2
+            err = capsys.readouterr().err
+            assert f"the badread kind's reader failed in {part}: KeyError: 'the reader exploded'" in err and \
+                err.count("\n") == 1, err
+    finally:
+        for name in ("notdc", "badread"):
+            _PLUGINS.pop(name, None)
+            READERS.pop(name, None)
 
 
 def test_import_hookrun_loads_no_kind_plugin():
