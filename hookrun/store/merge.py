@@ -128,6 +128,11 @@ def _write(out: h5py.File, opened: list[tuple[Path, h5py.File]]) -> int:
             if key in first:
                 out.attrs[key] = first[key]
         out.attrs["device"] = ", ".join(sorted({str(s.file.attrs.get("device", "?")) for s in shards}))
+        if all("hooks_not_fired" in s.file.attrs for s in shards):  # not fired on any rank; skipped on some
+            silent = [set(filter(None, str(s.file.attrs["hooks_not_fired"]).split(", "))) for s in shards]
+            out.attrs["hooks_not_fired"] = ", ".join(sorted(set.intersection(*silent)))
+            out.attrs["hooks_skipped"] = "; ".join(sorted({p for s in shards for p in
+                                                           str(s.file.attrs.get("hooks_skipped", "")).split("; ") if p}))
     out.attrs["steps_complete"] = sum(s.steps for s in shards)
     out.attrs["samples_complete"] = sum(counts)
     out.attrs["shard_samples"] = np.array(counts, dtype=np.int64)

@@ -99,8 +99,20 @@ class LocalSource:
         return self._file
 
     def part_files(self) -> Iterator[h5py.File]:
-        """The file itself: one 'part' (inspect --verify reads every part alike)."""
-        yield self._file
+        """The file itself: one 'part' (inspect --verify reads every part alike); a merged view of
+        ranks: each of its shard files, which hold the rows and their checksums (the view holds none)."""
+        shards = self._file.attrs.get("shards")
+        if shards is None:
+            yield self._file
+            return
+        for name in shards:
+            shard = self.path.parent / (name.decode() if isinstance(name, bytes) else str(name))
+            try:
+                part = _open_read(shard)
+            except OSError as exc:
+                raise damaged(shard, exc) from None
+            with part:
+                yield part
 
     def close(self) -> None:
         self._file.close()

@@ -224,6 +224,9 @@ def test_an_unreachable_endpoint_or_missing_bucket_is_one_line_before_any_batch(
     assert not (tmp_path / "stage" / "captures.h5.parts").exists() or not any((tmp_path / "stage").rglob("part-*"))
     with pytest.raises(ConfigError, match="names a bucket only"):
         hookrun.run(cfg(f"s3://{BUCKET}", tmp_path))
+    with pytest.raises(ConfigError, match=r"^output.path: s3:///captures.h5 names no bucket \(nothing between s3:// and "
+                                          r"the next /\); give s3://BUCKET/NAME"):  # (was "names a bucket only", s3:///...)
+        hookrun.run(cfg("s3:///captures.h5", tmp_path))
 
 
 def test_a_staging_folder_that_cannot_be_made_or_written_is_one_line_before_any_batch(tmp_path, monkeypatch):

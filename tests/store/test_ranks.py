@@ -117,6 +117,9 @@ def test_torchrun_two_ranks_equal_one_process_and_the_view_survives_a_move(tmp_p
         np.testing.assert_array_equal(f["samples/index"][:], np.arange(22))
         assert f["captures/fmap/features.0/output"].is_virtual
         assert list(f["captures/pg/head.weight/grad"].attrs["shard_rows"]) == [3, 3]  # per-step rows, by rank
+        with h5py.File(single) as one:  # the run's own notes, as the one process wrote them (they were left out)
+            assert [f.attrs[k] for k in ("hooks_not_fired", "hooks_skipped")] == \
+                [one.attrs[k] for k in ("hooks_not_fired", "hooks_skipped")]
     assert_same(merged, single)
     with hookrun.open_run(run_dir) as run:  # hookrun's reader, as on a one-process file
         assert run.status == "complete" and run["fmap", "features.0", "output"].shape == (22, 4, 32, 32)
@@ -166,6 +169,15 @@ def test_a_killed_rank_then_resume_gives_the_same_file(tmp_path, single):
     with h5py.File(run_dir / "captures.h5") as f:
         assert f.attrs["status"] == "complete" and f.attrs["incomplete_shards"] == ""
     assert_same(run_dir / "captures.h5", single)
+    # --verify on the view checks its shards' rows (the view holds no checksums of its own: it said
+    # "NOTHING could be verified", exit 3); a row changed in a shard is named with the shard
+    from hookrun.cli.inspect_command import main as inspect_main
+
+    assert inspect_main([str(run_dir / "captures.h5"), "--verify"]) == 0
+    with h5py.File(run_dir / "captures.rank-00001.h5", "r+") as f:
+        ds = f["captures/fmap/features.0/output"]
+        ds[0] = ds[0] + 1.0
+    assert inspect_main([str(run_dir / "captures.h5"), "--verify"]) == 1
 
 
 @pytest.mark.slow

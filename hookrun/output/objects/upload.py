@@ -134,7 +134,11 @@ class ObjectStoreOutput:
     @classmethod
     def of(cls, url: str, staging: str | None) -> ObjectStoreOutput:
         """output.path and output.staging (None: the current folder; the CLI gives the run folder)."""
-        bucket_and_key = url.split("://", 1)[1].strip("/")
+        scheme, rest = url.split("://", 1)
+        if not rest or rest.startswith("/"):  # s3:///captures.h5: the bucket's name is empty
+            raise ConfigError(f"output.path: {url} names no bucket (nothing between {scheme}:// and the next /); give "
+                              f"{scheme}://BUCKET/NAME, such as {scheme}://my-bucket/cache/captures.h5")
+        bucket_and_key = rest.strip("/")
         if "/" not in bucket_and_key:
             raise ConfigError(f"output.path: {url} names a bucket only; give an object name under it, such as "
                               f"{url.rstrip('/')}/cache/captures.h5 (the cache's parts and manifest go under that name)")
