@@ -65,16 +65,14 @@ class KindPlugin:
         return cls
 
     def run_class(self) -> type:
-        from hookrun.runner.kinds.run_kind import RunKind, user_kind
+        """The `run` slot's class as given (runner/kinds/__init__.py:plugin_kind checks it and names it)."""
+        return _resolve(self.run, f"kind plugin {self.name!r}, run")
 
-        cls = _resolve(self.run, f"kind plugin {self.name!r}, run")
-        if not (isinstance(cls, type) and issubclass(cls, RunKind)):
-            raise ConfigError(f"kind plugin {self.name!r}, run: {self.run!r} is {cls!r}, not a subclass of "
-                              f"hookrun.runner.kinds.run_kind.RunKind")
-        if not cls.__module__.startswith(f"{SHIPPED}.{self.name}."):
-            return user_kind(cls, self.name)
-        cls.name, cls.block = self.name, self.name  # (a shipped kind's own class)
-        return cls
+    @property
+    def shipped(self) -> bool:
+        """One of hookrun's own kinds (its run class in its folder of hookrun/runner/kinds/)."""
+        run = self.run if isinstance(self.run, str) else getattr(self.run, "__module__", "") + ":"
+        return run.startswith(f"{SHIPPED}.{self.name}.")
 
     def reader_object(self) -> Any:
         return _resolve(self.reader, f"kind plugin {self.name!r}, reader") if self.reader is not None else None
@@ -163,13 +161,14 @@ def _scan() -> None:
             _FOUND[ep.name] = lambda ep=ep: _resolve(f"{ep.module}:{ep.attr}", f"entry point {ep.name!r} of {GROUP}")
 
 
+CONFIG_KEYS: set[str] = set()  # the keys every config has (config/schema.py adds them): no kind may take one
+
+
 def refused_name(name: str, shipped: set[str]) -> str | None:
     """Why `name` cannot be a user's kind (its block is a top-level config key), else None."""
-    from hookrun.config.schema import HookrunConfig
-
     if not name.isidentifier() or keyword.iskeyword(name):
         return f"a kind's name is its config block's key, a Python identifier (e.g. {re.sub(r'[^0-9a-zA-Z_]', '_', name)!r})"
-    if name in {f.name for f in dataclasses.fields(HookrunConfig)}:
+    if name in CONFIG_KEYS:
         return f"{name!r} is a key every config has; give the kind another name"
     return f"{name!r} is one of hookrun's own kinds; give the kind another name" if name in shipped else None
 

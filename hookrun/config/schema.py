@@ -23,7 +23,13 @@ from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf._utils import get_omega_conf_dumper
 from omegaconf.errors import OmegaConfBaseException
 
-from hookrun.config.plugins import mapping_where_nested, nested_block, plugin_names, typed_block
+from hookrun.config.plugins import (
+    CONFIG_KEYS,
+    mapping_where_nested,
+    nested_block,
+    plugin_names,
+    typed_block,
+)
 from hookrun.errors import ConfigError, close_matches, object_in_config
 from hookrun.store.format import PART_BYTES
 
@@ -114,6 +120,9 @@ class HookrunConfig:
     def blocks(self) -> dict[str, Any]:
         """The kind plugins' blocks this config gives, parsed: {name: dataclass}."""
         return dict(self.__dict__.get("_blocks") or {})
+
+
+CONFIG_KEYS.update(f.name for f in dataclasses.fields(HookrunConfig))  # (no kind plugin may be named as one)
 
 
 def load(cfg: Any) -> HookrunConfig:

@@ -23,6 +23,7 @@ import hookrun
 from hookrun.config import plugins
 from hookrun.config.schema import HookrunConfig, load
 from hookrun.errors import ConfigError
+from hookrun.runner.kinds import plugin_kind
 
 MOVED = ("evaluate", "patching")
 
@@ -34,7 +35,7 @@ def test_the_schema_and_the_primary_config_name_neither_block():
     for name in MOVED:
         kind = plugins.plugin(name)
         assert kind is not None and kind.block_class().__module__.startswith(f"hookrun.runner.kinds.{name}.")
-        assert kind.run_class().block == name and kind.reader_object().kind == name
+        assert plugin_kind(kind).block == name and kind.reader_object().kind == name
 
 
 def counting(monkeypatch) -> list[str]:

@@ -26,11 +26,11 @@ from collections.abc import Callable
 from typing import Any
 
 from hookrun.config.checks import check_config as common_checks
-from hookrun.config.plugins import plugin
+from hookrun.config.plugins import KindPlugin, plugin
 from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError
 from hookrun.hooks.registry import Registry
-from hookrun.runner.kinds.run_kind import KindContext, RunKind, StepAdds, plain_forward
+from hookrun.runner.kinds.run_kind import KindContext, RunKind, StepAdds, plain_forward, user_kind
 
 KINDS: Registry[type[RunKind]] = Registry("run kind")
 
@@ -63,7 +63,7 @@ def kind_for(cfg: HookrunConfig) -> type[RunKind]:
             KINDS.get(name)
     kinds = [KINDS.get(n) for n in KINDS.loaded()]
     on = [k for k in kinds if k.block and k.wanted(cfg)]
-    on += [k for k in (plugin(name).run_class() for name in cfg.blocks) if k.wanted(cfg)]  # blocks given
+    on += [k for k in (plugin_kind(plugin(name)) for name in cfg.blocks) if k.wanted(cfg)]  # blocks given
     if len(on) > 1:
         names = " and ".join(k.block for k in on)
         raise ConfigError(f"{names} are each a kind of run of their own and cannot go together; keep one of them")
@@ -73,6 +73,19 @@ def kind_for(cfg: HookrunConfig) -> type[RunKind]:
         if k.block is None and k.mode is cfg.mode:
             return k
     raise ConfigError(f"mode={cfg.mode.value}: no run kind runs it; registered kinds: {', '.join(KINDS)}")
+
+
+def plugin_kind(kind: KindPlugin) -> type[RunKind]:
+    """The RunKind a kind plugin runs: its `run` class, checked; a shipped kind's own class named as
+    the plugin, a user's through a subclass that carries the plugin's name (run_kind.py:user_kind)."""
+    cls = kind.run_class()
+    if not (isinstance(cls, type) and issubclass(cls, RunKind)):
+        raise ConfigError(f"kind plugin {kind.name!r}, run: {kind.run!r} is {cls!r}, not a subclass of "
+                          f"hookrun.runner.kinds.run_kind.RunKind")
+    if not kind.shipped:
+        return user_kind(cls, kind.name)
+    cls.name, cls.block = kind.name, kind.name
+    return cls
 
 
 def __getattr__(name: str) -> Any:
