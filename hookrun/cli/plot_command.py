@@ -57,6 +57,7 @@ from hookrun.cli.sample_figures import render, with_pictures
 from hookrun.config.build import build_dataset
 from hookrun.config.schema import load
 from hookrun.errors import ConfigError, NotFoundError
+from hookrun.labels import MODEL_LABEL
 from hookrun.store.capture_schema import PATTERN
 from hookrun.store.reading import UrlPath, run_path
 
@@ -72,7 +73,7 @@ def _index(run: Run, info: CaptureInfo) -> np.ndarray:
 
 
 def _name(info: CaptureInfo) -> str:
-    return info.label.replace("/", "__").replace("@", "_call")  # (model) kept: a submodule named model is another file
+    return info.label.replace("/", "__").replace(MODEL_LABEL, "model").replace("@", "_call")
 
 
 def title(run: Run, info: CaptureInfo) -> str:

@@ -292,8 +292,12 @@ def test_absolute_output_path_in_a_multirun_is_refused(tmp_path):
 def test_every_error_is_a_hookrun_error(tmp_path, checkpoint):
     """Spot checks of item 5's list not covered elsewhere."""
     bad = [
+        # a number that is no number: refused before any batch (it failed at batch 0 in torch before)
         ({"hooks": {"x": {"at": "fc", "type": "forward", "actions": [{"name": "modify_output", "op": "scale", "factor": "big"}]}}},
-         r"op scale failed at fc \(output, batch 0\): TypeError"),
+         r"^hooks\.x\.actions\.0: factor='big' is not a number; give e.g. factor: 0\.5$"),
+        # well-typed, but not the module's width: the op's own failure at the batch, named
+        ({"hooks": {"x": {"at": "fc", "type": "forward", "actions": [{"name": "modify_output", "op": "add", "value": [1.0, 2.0]}]}}},
+         r"op add failed at fc \(output, batch 0\): RuntimeError"),
     ]
     for over, message in bad:
         cfg = make_cfg(tmp_path, checkpoint, **over)
