@@ -159,9 +159,9 @@ def load_checkpoint(model: nn.Module, path: str, key: str = "model") -> None:
             f"{key}.checkpoint: {path!r} is not a plain state_dict loadable with weights_only=True "
             f"(save it with torch.save(model.state_dict(), path)): {first[:200]}"
         ) from None
-    for key in ("state_dict", "model"):
-        if isinstance(state, Mapping) and isinstance(state.get(key), Mapping):
-            state = state[key]
+    for wrapper in ("state_dict", "model"):  # (a training checkpoint's dict around the state_dict)
+        if isinstance(state, Mapping) and isinstance(state.get(wrapper), Mapping):
+            state = state[wrapper]
     if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ConfigError(
             f"{key}.checkpoint: {path!r} holds a {type(state).__name__}, not a state_dict of tensors "

@@ -129,6 +129,13 @@ def test_checkpoint_that_is_not_a_state_dict_is_refused(tmp_path, checkpoint):
     torch.save(state, bad)
     with pytest.raises(ConfigError, match="size mismatch for fc.weight"):
         hookrun.run(make_cfg(tmp_path, bad, FMAP))
+    # a second model's checkpoint (similarity.with.model) is named by its own key in every message,
+    # a training checkpoint's {"model": state_dict} wrapper included
+    from hookrun.config.build import load_checkpoint
+
+    torch.save({"model": {"fc.weight": torch.zeros(3)}}, bad)
+    with pytest.raises(ConfigError, match=r"^similarity\.with\.model\.checkpoint: .* does not fit Linear: missing keys"):
+        load_checkpoint(torch.nn.Linear(2, 2), str(bad), "similarity.with.model")
 
 
 def torchvision_cache(tmp_path, monkeypatch) -> Path:
