@@ -94,10 +94,15 @@ def all_readers() -> list[KindReader]:
     return list(READERS.values())
 
 
+def kind_of(attrs: Mapping) -> str | None:
+    """The root attribute `kind` as text (None in a file written before it)."""
+    kind = attrs.get("kind")
+    return kind.decode() if isinstance(kind, bytes) else kind
+
+
 def readers_of(f: h5py.File) -> list[KindReader]:
     """The reader of the file's kind (by its `kind` attribute), else every reader whose rows it holds."""
-    kind = f.attrs.get("kind")
-    kind = kind.decode() if isinstance(kind, bytes) else kind
+    kind = kind_of(f.attrs)
     if kind is not None:
         reader_for(kind)
         return [READERS[kind]] if kind in READERS and READERS[kind].present(f) else []
@@ -107,8 +112,7 @@ def readers_of(f: h5py.File) -> list[KindReader]:
 def readers_by_attrs(attrs: Mapping, file: Callable[[], h5py.File | None]) -> list[KindReader]:
     """The reader of the kind the root attributes name; for a file written before the `kind`
     attribute, every reader whose rows `file()` holds (None: no file to ask, no reader)."""
-    kind = attrs.get("kind")
-    kind = kind.decode() if isinstance(kind, bytes) else kind
+    kind = kind_of(attrs)
     if kind is not None:
         reader_for(kind)
         return [READERS[kind]] if kind in READERS else []
@@ -201,8 +205,7 @@ MODE_KINDS = ("record", "grad", "generate")  # the modes' kinds (runner/kinds/__
 def unread_kind(attrs: Mapping) -> str | None:
     """One line where the file's kind has no reader in this process (a kind a module of the run's
     `imports:` registered, not installed as an entry point), else None."""
-    kind = attrs.get("kind")
-    kind = kind.decode() if isinstance(kind, bytes) else kind
+    kind = kind_of(attrs)
     if kind is None or kind in MODE_KINDS or reader_for(kind) is not None:
         return None
     from hookrun.config.plugins import plugin_names

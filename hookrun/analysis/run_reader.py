@@ -214,8 +214,8 @@ class Run:
         if "shards" in a:
             lines.append(f"  shards    {a.get('world_size')} files, view over captures.rank-*.h5"
                          + (f"; not complete: {a['incomplete_shards']}" if a.get("incomplete_shards") else ""))
-        model = ", ".join(p for p in (" ".join(p for p in (a.get("model_class"), a.get("device") and f"on {a['device']}") if p),
-                                       a.get("mode") and f"mode {a['mode']}") if p)
+        where = " ".join(p for p in (a.get("model_class"), a.get("device") and f"on {a['device']}") if p)
+        model = ", ".join(p for p in (where, a.get("mode") and f"mode {a['mode']}") if p)
         if model:
             lines.append(f"  model     {model}")
         if cfg:

@@ -153,8 +153,9 @@ def _find_jobs(folder: Path) -> list[Job]:
         parsed = {}
         for item in items:
             key, _, value = str(item).partition("=")
-            if key.lstrip("+~") not in RUN_CONTROL and not key.lstrip("+~").startswith("hydra."):
-                parsed[key.lstrip("+~")] = _value(value)
+            key = key.lstrip("+~")
+            if key not in RUN_CONTROL and not key.startswith("hydra."):
+                parsed[key] = _value(value)
         jobs.append(Job(job_dir, job_dir.name, parsed, _job_file(job_dir)))
     return sorted(jobs, key=lambda j: (len(j.num), j.num))
 

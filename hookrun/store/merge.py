@@ -245,12 +245,17 @@ def _virtual(group: h5py.Group, name: str, parts: list[tuple[Path, h5py.Dataset,
     return group.create_virtual_dataset(name, layout)
 
 
+def shard_names(f: h5py.File) -> list[str]:
+    """The shard files a merged view reads (its `shards` attribute), beside it; [] for any other file."""
+    shards = f.attrs.get("shards")
+    return [s.decode() if isinstance(s, bytes) else str(s) for s in shards] if shards is not None else []
+
+
 def check_sources(f: h5py.File, path: Path, datasets: list[h5py.Dataset] = ()) -> None:
     """Refuse a view whose source files are not all there, or cannot be open at once: HDF5 itself
     reads a missing (or unopenable) source as the fill value, zeros, with no error. Checks the file's
     `shards` list, and the sources of each virtual dataset of `datasets` (those about to be read)."""
-    shards = f.attrs.get("shards")
-    names = [s.decode() if isinstance(s, bytes) else str(s) for s in shards] if shards is not None else []
+    names = shard_names(f)
     missing = [n for n in names if not (path.parent / n).is_file()]
     if missing:
         raise HookrunError(

@@ -23,7 +23,7 @@ import h5py
 from hookrun.errors import HookrunError, NotFoundError
 from hookrun.store.capture_schema import damage
 from hookrun.store.lock import changed_while_read, flushing_path, wait_for_flush
-from hookrun.store.merge import check_sources
+from hookrun.store.merge import check_sources, shard_names
 from hookrun.store.schemes import scheme_of
 
 
@@ -101,12 +101,12 @@ class LocalSource:
     def part_files(self) -> Iterator[h5py.File]:
         """The file itself: one 'part' (inspect --verify reads every part alike); a merged view of
         ranks: each of its shard files, which hold the rows and their checksums (the view holds none)."""
-        shards = self._file.attrs.get("shards")
-        if shards is None:
+        names = shard_names(self._file)
+        if not names:
             yield self._file
             return
-        for name in shards:
-            shard = self.path.parent / (name.decode() if isinstance(name, bytes) else str(name))
+        for name in names:
+            shard = self.path.parent / name
             try:
                 part = _open_read(shard)
             except OSError as exc:

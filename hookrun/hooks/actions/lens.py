@@ -282,5 +282,5 @@ class LogitLens(Action):
         for role, (name, dims) in roles.items():
             value = torch.cat(out[name]).reshape(b, t, *out[name][0].shape[1:])
             key = CaptureKey(seen["hook"], seen["module"], seen["type"], role, seen["call"])
-            self.env.captures.add(Capture(key, value, False, str(value.dtype).replace("torch.", ""), dict(attrs), dims=dims))
+            self.env.captures.add(Capture(key, value, False, attrs=dict(attrs), dims=dims))  # (its torch_dtype: the tensor's)
 

@@ -171,6 +171,5 @@ class TopExamples(Action):
         out = []
         for role, value in (("top.values", self.values), ("top.samples", self.samples), ("top.positions", self.positions)):
             key = CaptureKey(self.point.hook, self.point.module, self.point.type, role, 0)
-            out.append(Capture(key, value.cpu(), False, str(value.dtype).replace("torch.", ""), dict(attrs),
-                               dims=("feature", "rank"), features=True))
+            out.append(Capture(key, value.cpu(), False, attrs=dict(attrs), dims=("feature", "rank"), features=True))
         return out

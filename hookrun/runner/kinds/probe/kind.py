@@ -191,11 +191,10 @@ class ProbeKind(RunKind):
             t0 = time.perf_counter()
             result = fit_point(self.stores[name], spec, self.ctx.device, where=f" at {name}")
             points.append((name, {**result, "fit_seconds": time.perf_counter() - t0}))
-        for name, r in points:
-            if r.get("converged") is False:  # (scikit-learn's ConvergenceWarning)
+            if result.get("converged") is False:  # (scikit-learn's ConvergenceWarning)
                 log.warning("probe: the logistic fit at %s stopped after %d iterations without converging (its "
                             "objective %.10g is not shown to be the optimum, nor its weights); raise probe.max_iter, "
-                            "or standardize: true, or a smaller C", name, r["iterations"], r["objective"])
+                            "or standardize: true, or a smaller C", name, result["iterations"], result["objective"])
         regression = points[0][1]["regression"]
         unseen = points[0][1].get("unseen_test_rows", 0)  # (one split: the same rows at every hook point)
         if unseen:
