@@ -48,9 +48,17 @@ def pyplot() -> Any:
     return plt
 
 
-def save(fig: Any, path: Path, source: str | None = None) -> Path:
+def save(fig: Any, path: Path, source: str | None = None, taken: set[Path] | None = None) -> Path:
     """Write the PNG, with the run (or sweep) it shows in its metadata ("Source"). A figure of
-    another run already at `path` is never replaced: this one gets the run's short id in its name."""
+    another run already at `path` is never replaced: this one gets the run's short id in its name;
+    nor one this command wrote (in `taken`: two captures whose names make one file name, the whole
+    model's `(model)` and a submodule named `model`): the second is NAME.2.png."""
+    if taken is not None:
+        stem, n = path.stem, 1
+        while path in taken:
+            n += 1
+            path = path.with_name(f"{stem}.{n}{path.suffix}")
+        taken.add(path)
     if source is not None and path.exists() and _source_of(path) != source:
         path = path.with_name(f"{path.stem}.{hashlib.blake2b(source.encode(), digest_size=4).hexdigest()}{path.suffix}")
     fit_titles(fig)

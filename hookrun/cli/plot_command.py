@@ -81,13 +81,14 @@ def title(run: Run, info: CaptureInfo) -> str:
     return f"{run_label(run)} · hook {info.hook} · {info.module or '(model)'} · {info.role}{call}"
 
 
-def feature_maps(run: Run, info: CaptureInfo, out: Path, samples: int = 2, channels: int = 16) -> Path:
+def feature_maps(run: Run, info: CaptureInfo, out: Path, samples: int = 2, channels: int = 16,
+                 taken: set[Path] | None = None) -> Path:
     ds = run.file[info.path]
     rows = np.asarray(ds[: min(samples, ds.shape[0])], dtype=np.float32)[:, :channels]
     index = run.index(info.hook, info.module, info.role, call=info.call)
     fig = figures.feature_grid(rows, [f"sample #{i}" for i in index[: len(rows)]], title(run, info),
                                label=value_label(info.role))
-    return figures.save(fig, out / f"fmap_{_name(info)}.png", source=_source(run))
+    return figures.save(fig, out / f"fmap_{_name(info)}.png", source=_source(run), taken=taken)
 
 
 def is_pattern(info: CaptureInfo) -> bool:
@@ -95,7 +96,8 @@ def is_pattern(info: CaptureInfo) -> bool:
     return info.rows == "samples" and tuple(info.dims[1:]) == PATTERN
 
 
-def attention_maps(run: Run, info: CaptureInfo, out: Path, samples: int = 2, heads: int = 16) -> Path:
+def attention_maps(run: Run, info: CaptureInfo, out: Path, samples: int = 2, heads: int = 16,
+                   taken: set[Path] | None = None) -> Path:
     """Each head's (query, key) map for the first samples, cropped to each sample's real tokens."""
     ds = run.file[info.path]
     rows = np.asarray(ds[: min(samples, ds.shape[0])], dtype=np.float32)[:, :heads]
@@ -110,10 +112,11 @@ def attention_maps(run: Run, info: CaptureInfo, out: Path, samples: int = 2, hea
         ticks.append(text)
     head = title(run, info) + (" (first heads)" if ds.shape[1] > heads else "")
     fig = figures.attention_grid(maps, [f"#{i}" for i in index], head, ticks, label=f"{info.role} value")
-    return figures.save(fig, out / f"attn_{_name(info)}.png", source=_source(run))
+    return figures.save(fig, out / f"attn_{_name(info)}.png", source=_source(run), taken=taken)
 
 
-def histogram(run: Run, info: CaptureInfo, out: Path, left: LeftOut | None = None) -> Path | None:
+def histogram(run: Run, info: CaptureInfo, out: Path, left: LeftOut | None = None,
+              taken: set[Path] | None = None) -> Path | None:
     ds = run.file[info.path]
     why = skip_reason(info, ds)
     per_row = max(1, int(np.prod(ds.shape[1:], dtype=np.int64)))
@@ -127,29 +130,30 @@ def histogram(run: Run, info: CaptureInfo, out: Path, left: LeftOut | None = Non
         return None
     note = f"first {rows} of {ds.shape[0]} rows" if rows < ds.shape[0] else ""
     fig = figures.histogram(values, block_stats(ds), title(run, info), value_label(info.role), note)
-    return figures.save(fig, out / f"hist_{_name(info)}.png", source=_source(run))
+    return figures.save(fig, out / f"hist_{_name(info)}.png", source=_source(run), taken=taken)
 
 
 def plot_run(run: Run, out: Path, samples: int = 2, channels: int = 16, dataset: object | None = None) -> list[Path]:
     """Every picture of a run that carries information; what is left out is said in one line a
     reason ("not drawn: ... (why)")."""
     out.mkdir(parents=True, exist_ok=True)
-    written, left = [], LeftOut()
+    written, left, taken = [], LeftOut(), set()
     for info in run.captures:
         if is_pattern(info):
-            written.append(attention_maps(run, info, out, samples, channels))
+            written.append(attention_maps(run, info, out, samples, channels, taken))
         elif is_map(info):
             rows = np.asarray(run.file[info.path][: min(samples, info.shape[0])], dtype=np.float32)[:, :channels]
             if constant_over_space(rows):
                 left.add(f"the maps of {info.label}", "each channel is one value over space (a gradient after global pooling)")
             else:
-                written.append(feature_maps(run, info, out, samples, channels))
-        written += [p for p in [histogram(run, info, out, left)] if p is not None]
+                written.append(feature_maps(run, info, out, samples, channels, taken))
+        written += [p for p in [histogram(run, info, out, left, taken)] if p is not None]
     note = run_note(run)  # a random network's pictures say so in their titles, and a run not complete how far it got
     drawn = [*drawn_pictures(run, samples, first=True), *kind_figures(run, samples), *drawn_pictures(run, samples, first=False)]
     for stem, spec in drawn:  # the drawings' (analysis/drawings.py), the file's kind's (its reader's), the drawings' after
         spec.title += f" · {note}" if note and note not in spec.title else ""
-        written.append(figures.save(render(with_pictures(spec, dataset)), out / f"{_file_name(stem)}.png", source=_source(run)))
+        written.append(figures.save(render(with_pictures(spec, dataset)), out / f"{_file_name(stem)}.png", source=_source(run),
+                                    taken=taken))
     for line in left.lines():
         print(line)
     return written
@@ -174,7 +178,8 @@ def plot_sweep(sweep: Sweep, out: Path, stat: str = "mean", x: str | None = None
     if not drawn:
         raise NotFoundError(f"{sweep.folder}: no two jobs wrote a number (no kind's metric, no capture); nothing to draw")
     out.mkdir(parents=True, exist_ok=True)
-    return [figures.save(render(spec), out / f"{_file_name(stem)}.png", source=str(sweep.folder.resolve()))
+    taken: set[Path] = set()  # (two metrics whose names make one file name: the second is NAME.2.png)
+    return [figures.save(render(spec), out / f"{_file_name(stem)}.png", source=str(sweep.folder.resolve()), taken=taken)
             for stem, spec in drawn]
 
 

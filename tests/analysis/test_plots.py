@@ -132,3 +132,31 @@ def test_gradcam_images_from_a_dataset_named_on_the_command_line(tmp_path, check
     want = np.moveaxis((x - x.min()) / (x.max() - x.min()), 0, -1)
     np.testing.assert_allclose(seen["images"][2], want, atol=1e-6)
     assert seen["captions"][2].startswith("#2 · pred ") and seen["captions"][2].endswith(f"target {int(dataset[2][1])}")
+
+
+def test_the_whole_model_and_a_submodule_named_model_get_a_picture_each(tmp_path):
+    """One hook at the whole model ('' , file name `model`) and at its submodule named `model`: two
+    files whose pixels are their own captures' (the second was drawn over the first before)."""
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+        def forward(self, x):
+            return self.model(x) * 100.0  # (the whole model's maps are not the submodule's)
+
+    torch.manual_seed(0)
+    data = [(torch.rand(3, 8, 8), 0) for _ in range(2)]
+    hooks = {"h": {"at": ["", "model"], "type": "forward", "actions": [{"name": "record", "what": "output"}]}}
+    path = hookrun.run({"hooks": hooks, "data": {"batch_size": 2}, "progress": False,
+                        "output": {"path": str(tmp_path / "w.h5")}}, model=Wrapper().eval(), dataset=data).path
+    with open_run(path) as run:
+        written = plot.plot_run(run, tmp_path / "fig")
+        whole, sub = run["h", "", "output"][()], run["h", "model", "output"][()]
+    names = sorted(p.name for p in written)
+    assert len(set(written)) == len(written) and all(p.is_file() for p in written), names
+    fmaps = sorted(p for p in written if p.name.startswith("fmap_h__model__output"))
+    assert [p.name for p in fmaps] == ["fmap_h__model__output.2.png", "fmap_h__model__output.png"], names
+    assert abs(float(whole.max()) - 100 * float(sub.max())) < 1e-3 * abs(float(whole.max()))
+    assert fmaps[0].read_bytes() != fmaps[1].read_bytes()
