@@ -46,9 +46,23 @@ def _call(target: Any, *args: Any) -> list:
     return list(target(*args))
 
 
-def drawn_pictures(run: Any, samples: int, first: bool | None = None) -> list[tuple[str, Any]]:
-    """plot's pictures of every drawing (only the `first` ones, or the others, where `first` is given)."""
-    return [p for d in DRAWINGS.values() if first is None or d.first == first for p in _call(d.pictures, run, samples)]
+def drawn_pictures(run: Any, samples: int | None, first: bool | None = None) -> list[tuple[str, Any]]:
+    """plot's pictures of every drawing (only the `first` ones, or the others, where `first` is given),
+    each of `samples` samples (None: the drawing's own default)."""
+    return [p for d in DRAWINGS.values() if first is None or d.first == first for p in _pictures(d.pictures, run, samples)]
+
+
+def _pictures(target: Any, run: Any, samples: int | None) -> list:
+    """A drawing's pictures: of `samples` samples, or where none was asked, of its function's own
+    default (Grad-CAM's 4), else plot's 2."""
+    if samples is None and target is not None:
+        import inspect
+
+        fn = getattr(importlib.import_module(target.partition(":")[0]), target.partition(":")[2]) \
+            if isinstance(target, str) else target
+        params = list(inspect.signature(fn).parameters.values())
+        return _call(fn, run) if len(params) > 1 and params[1].default is not inspect.Parameter.empty else _call(fn, run, 2)
+    return _call(target, run, samples)
 
 
 def drawn_sections(run: Any, budget: Any) -> tuple[list[dict], list[dict]]:

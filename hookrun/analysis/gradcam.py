@@ -124,7 +124,7 @@ def pictures(run: Run, samples: int = SAMPLES) -> list[tuple[str, Any]]:
 
     out = []
     for act, grad in gradcam_pairs(run):
-        n = min(SAMPLES, act.shape[0])
+        n = min(samples, act.shape[0])
         cams = gradcam(run.file[act.path][:n].astype(np.float64), run.file[grad.path][:n].astype(np.float64))
         indices = _index(run, act)[:n]
         images = recorded_images(run, indices)

@@ -21,7 +21,7 @@ from hookrun.analysis.kind_readers import Table, kind_columns
 from hookrun.analysis.opening import open_run
 from hookrun.analysis.run_reader import Run, block_stats
 from hookrun.errors import HookrunError, NotFoundError
-from hookrun.store.reading import empty_sweep
+from hookrun.store.reading import empty_sweep, folder_file
 
 
 @dataclass
@@ -30,10 +30,11 @@ class Job:
     num: str
     overrides: dict[str, Any]  # typed as Hydra reads them: 0.5 a float, 3 an int, true a bool
     file: Path | None
+    ran: bool = True  # False: a job the sweep planned (multirun.yaml) that left no folder
 
     def open(self) -> Run:
         if self.file is None:
-            raise NotFoundError(f"job {self.num} ({self.folder}) wrote no capture file")
+            raise NotFoundError(f"job {self.num} ({self.folder}) {'wrote no capture file' if self.ran else 'left no folder'}")
         return open_run(self.file)
 
 
@@ -54,10 +55,11 @@ class Sweep:
         keys = {k for j in self.jobs for k in j.overrides}
         return sorted(k for k in keys if len({repr(j.overrides.get(k)) for j in self.jobs}) > 1)
 
-    def describe(self) -> str:
-        """The text `python -m hookrun.inspect SWEEP_FOLDER` prints: the jobs and the table."""
+    def describe(self, stats: bool = True) -> str:
+        """The text `python -m hookrun.inspect SWEEP_FOLDER` prints: the jobs and the table (without
+        the captures' statistics where `stats` is False: `--no-stats`)."""
         head = f"{self.folder}: {len(self.jobs)} jobs" + (f", swept: {', '.join(self.swept)}" if self.swept else "")
-        return head + "\n" + str(self.table())
+        return head + "\n" + str(self.table(stats=("mean", "std") if stats else (), captures=None if stats else []))
 
     def table(self, stats: Sequence[str] = ("mean", "std"), captures: Sequence[str] | None = None) -> Table:
         """One row per job: job number, each override, status, `text` (mode=generate: the first
@@ -69,7 +71,7 @@ class Sweep:
         for job in self.jobs:
             row: dict[str, Any] = {"job": job.num, **{k: job.overrides.get(k) for k in keys}}
             if job.file is None:
-                row["status"] = "no file"
+                row["status"] = "no file" if job.ran else "not run"
                 rows.append(row)
                 continue
             try:
@@ -105,7 +107,7 @@ class Sweep:
                 continue
             with job.open() as run:
                 for t in run.texts():
-                    rows.append({"job": job.num, **{k: _value(job.overrides.get(k)) for k in self.swept},
+                    rows.append({"job": job.num, **{k: job.overrides.get(k) for k in self.swept},
                                  "index": t["index"], "prompt": t["prompt"], "text": t["text"]})
         return Table(["job", *self.swept, "index", "prompt", "text"], rows)
 
@@ -138,7 +140,13 @@ def open_sweep(folder: str | Path) -> Sweep:
 
 
 def is_sweep(folder: Path) -> bool:
-    return folder.is_dir() and bool(_find_jobs(folder))
+    """A folder of a multirun's jobs (the commands' test): Hydra's multirun.yaml, or job folders named
+    by their numbers (0/, 1/, ...); a folder of separate runs (outputs/DATE/TIME) is none (open_sweep
+    reads one where that is meant)."""
+    if not folder.is_dir():
+        return False
+    jobs = _find_jobs(folder)
+    return bool(jobs) and ((folder / "multirun.yaml").is_file() or all(j.num.split("/")[0].isdigit() for j in jobs))
 
 
 # keys that say how a job runs, not what it computes (a resumed job is the same job): never a swept parameter
@@ -146,48 +154,64 @@ RUN_CONTROL = frozenset({"resume", "progress", "output.overwrite", "output.flush
 
 
 def _find_jobs(folder: Path) -> list[Job]:
-    jobs = []
-    for overrides in sorted(folder.glob("*/.hydra/overrides.yaml")):
-        job_dir = overrides.parent.parent
-        items = yaml.safe_load(overrides.read_text()) or []
-        parsed = {}
-        for item in items:
-            key, _, value = str(item).partition("=")
-            key = key.lstrip("+~")
-            if key not in RUN_CONTROL and not key.startswith("hydra."):
-                parsed[key] = _value(value)
-        jobs.append(Job(job_dir, job_dir.name, parsed, _job_file(job_dir)))
-    return sorted(jobs, key=lambda j: (len(j.num), j.num))
+    """The jobs' folders (`N/`, or deeper where hydra.sweep.subdir nests them: `N/run/`), each with its
+    typed overrides and file; with Hydra's multirun.yaml, every job its sweeper planned that left no
+    folder (refused, failed before its first batch, or never started) as a job without one."""
+    found = sorted({p.parent.parent for pattern in ("*/.hydra/overrides.yaml", "*/*/.hydra/overrides.yaml")
+                    for p in folder.glob(pattern)})
+    found = [d for d in found if not any(o in d.parents for o in found)]  # (a job's own subfolders: not jobs)
+    jobs = [Job(d, d.relative_to(folder).as_posix(), _typed(yaml.safe_load((d / ".hydra" / "overrides.yaml").read_text())),
+                folder_file(d)) for d in found]
+    seen = [repr(sorted(j.overrides.items())) for j in jobs]
+    for num, planned in enumerate(_planned(folder)):
+        overrides = _typed(planned)
+        if repr(sorted(overrides.items())) in seen:
+            seen.remove(repr(sorted(overrides.items())))
+        elif not (folder / str(num)).exists():
+            jobs.append(Job(folder / str(num), str(num), overrides, None, ran=False))
+    return sorted(jobs, key=lambda j: [(len(part), part) for part in j.num.split("/")])
 
 
-def _job_file(job_dir: Path) -> Path | None:
-    """The job's output.path as Hydra saved it (relative to the job folder), else any .h5 there."""
-    config = job_dir / ".hydra" / "config.yaml"
-    if config.is_file():
-        cfg = yaml.safe_load(config.read_text()) or {}
-        path = Path(str((cfg.get("output") or {}).get("path", "captures.h5")))
-        path = path if path.is_absolute() else job_dir / path
-        if path.is_file():
-            return path
-    files = sorted(job_dir.glob("*.h5"))
-    return files[0] if files else None
+def _typed(items: list | None) -> dict[str, Any]:
+    """A job's override list ('key=value', '+key=value') as {key: the value typed as Hydra types it}."""
+    parsed = {}
+    for item in items or []:
+        key, _, value = str(item).partition("=")
+        key = key.lstrip("+~")
+        if key not in RUN_CONTROL and not key.startswith("hydra."):
+            parsed[key] = _value(value)
+    return parsed
+
+
+def _planned(folder: Path) -> list[list[str]]:
+    """Each job's overrides as Hydra's basic sweeper expands the sweep multirun.yaml records (its
+    `hydra.sweeper.params`, then the command line's); [] for another sweeper or no multirun.yaml."""
+    try:
+        hydra = (yaml.safe_load((folder / "multirun.yaml").read_text()) or {}).get("hydra") or {}
+        sweeper, task = hydra.get("sweeper") or {}, (hydra.get("overrides") or {}).get("task") or []
+        if not str(sweeper.get("_target_", "")).endswith("BasicSweeper"):
+            return []
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        params = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
+        batches = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides([*params, *task]), None)
+    except Exception:  # (no multirun.yaml, or one this Hydra cannot read: the folders alone say what ran)
+        return []
+    return [job for batch in batches for job in batch]
 
 
 def _value(text: str | None) -> Any:
-    """An override's value typed as Hydra types it: int, then float (1e-3 too), then YAML
-    (true, null, [1, 2], 'quoted'), else the text itself."""
+    """An override's value typed as Hydra's override grammar types it (0.5 a float, 3 an int, true,
+    null, [1, 2], '"$\\frac$"' the text between the quotes); text the grammar refuses stays text."""
     if text is None:
         return None
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
     try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
+        return OverridesParser.create().parse_override(f"k={text}").value()
+    except Exception:  # (Hydra ran it, so it parsed there; e.g. an interpolation's text)
         return text
-    return value if value is not None or text.strip() in ("null", "~", "") else text
 
 
 def _has_method(job: Job, name: str) -> bool:

@@ -84,6 +84,19 @@ def description(doc: str | None) -> str:
     return " ".join((doc or "").strip().split("\n\n")[0].split())
 
 
+def at_least_one(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (a count of samples, channels, values)."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; give one of at least 1") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: give a whole number of at least 1")
+    return value
+
+
 def run_command(body: Callable[[], int | None], prog: str = "hookrun", needs: str | None = None) -> int:
     try:
         code = body()

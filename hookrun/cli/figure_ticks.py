@@ -22,6 +22,9 @@ def tidy_ticks(axis: Any, n: int = 5) -> None:
 def upright_if_crowded(fig: Any, ax: Any) -> None:
     """Column labels that overlap as drawn (six transformer.h.* names, a 24-layer model's) stand
     upright, and the figure grows by their height so the plot keeps its own."""
+    from hookrun.cli.figure_titles import literal_text
+
+    literal_text(fig)  # (drawn here first: a '$' in a label must be a dollar before it is)
     fig.canvas.draw()
     ticks = [t for t in ax.get_xticklabels() if t.get_text()]
     if not ticks or ticks[0].get_rotation() == 90:

@@ -3,6 +3,7 @@ inside the figure, as `plot` saves it (cli/figures.py's save calls fit_titles).
 
     fig.suptitle("a long run label · hook blocks · layer1.0 · output")
     fit_titles(fig)                       # wrapped at spaces to the figure's width
+    literal_text(fig)                     # every text as written: a '$' is a dollar, never maths
     [t.get_text() for t in titles(fig)]   # the suptitle and each axes' titles that show something
 """
 
@@ -17,6 +18,29 @@ def titles(fig: Any) -> list[Any]:
     for ax in fig.axes:
         out += [t for t in (ax.title, ax._left_title, ax._right_title)]
     return [t for t in out if t.get_text() and t.get_visible()]
+
+
+def literal_text(fig: Any) -> None:
+    """Every text of the figure shown as written: names of modules, classes, tokens and swept values
+    ('$\\frac$', 'cost $5-$10') would otherwise be matplotlib's maths (or its parse error). Each
+    unescaped '$' becomes '\\$', in the texts and in the tick labels given (redrawn from their formatter);
+    the numbers tick formatters write as maths ('$\\mathdefault{...}$') are theirs and are left."""
+    import re
+
+    from matplotlib.text import Text
+    from matplotlib.ticker import FixedFormatter, FuncFormatter
+
+    def plain(s: str) -> str:
+        return s if "\\mathdefault" in s else re.sub(r"(?<!\\)\$", r"\\$", s)
+
+    for t in fig.findobj(Text):
+        if "$" in t.get_text():
+            t.set_text(plain(t.get_text()))
+    for f in (a.get_major_formatter() for ax in fig.axes for a in (ax.xaxis, ax.yaxis)):
+        if isinstance(f, FixedFormatter):  # (labels given as such: set_ticks(where, labels) is a FuncFormatter)
+            f.seq = [plain(str(s)) for s in f.seq]
+        elif isinstance(f, FuncFormatter):
+            f.func = lambda x, pos=None, given=f.func: plain(str(given(x, pos)))
 
 
 def fit_titles(fig: Any, margin: float = 4.0, tries: int = 8) -> None:

@@ -32,7 +32,7 @@ from hookrun.analysis.report.figure_specs import (
     log_counts,
 )
 from hookrun.cli.figure_ticks import tidy_ticks, upright_if_crowded
-from hookrun.cli.figure_titles import fit_titles, titles  # noqa: F401 (titles: the figures' public name)
+from hookrun.cli.figure_titles import fit_titles, literal_text, titles  # noqa: F401 (titles: the figures' public name)
 
 STYLE = {"font.size": 11, "axes.titlesize": 11, "axes.labelsize": 11, "xtick.labelsize": 9, "ytick.labelsize": 9,
          "legend.fontsize": 9, "figure.titlesize": 12, "figure.dpi": 100}
@@ -61,6 +61,7 @@ def save(fig: Any, path: Path, source: str | None = None, taken: set[Path] | Non
         taken.add(path)
     if source is not None and path.exists() and _source_of(path) != source:
         path = path.with_name(f"{path.stem}.{hashlib.blake2b(source.encode(), digest_size=4).hexdigest()}{path.suffix}")
+    literal_text(fig)  # ('$' in a name is a dollar, never maths: before the first draw)
     fit_titles(fig)
     fig.savefig(path, dpi=100, metadata={"Source": source} if source else None)
     pyplot().close(fig)

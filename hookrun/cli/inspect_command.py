@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from hookrun.analysis.opening import open_run
 from hookrun.analysis.sweep import is_sweep, open_sweep
@@ -36,14 +37,34 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _inspect(a: argparse.Namespace) -> int | None:
+    sweep = open_sweep(a.path) if not isinstance(a.path, UrlPath) and is_sweep(a.path) else None
     if a.verify:
-        return verify_file(a.path, a.allow_unverified)
-    if not isinstance(a.path, UrlPath) and is_sweep(a.path):
-        print(open_sweep(a.path).describe())
+        return verify_file(a.path, a.allow_unverified) if sweep is None else verify_sweep(sweep, a.allow_unverified)
+    if sweep is not None:
+        print(sweep.describe(stats=not a.no_stats))
     else:
         with open_run(a.path) as run:
             print(run.summary(stats=not a.no_stats))
     return None
+
+
+def verify_sweep(sweep: Any, allow_unverified: bool = False) -> int:
+    """Every job's file verified in turn (verify_file's lines, each under its job): 1 where any is
+    damaged or a job has no file, else 3 where any could not be verified, else 0."""
+    codes = []
+    for job in sweep.jobs:
+        print(f"job {job.num}:")
+        if job.file is None:
+            print(f"hookrun.inspect: job {job.num} ({job.folder}) {'wrote no file' if job.ran else 'left no folder'}: "
+                  f"nothing to verify", file=sys.stderr)
+            codes.append(1)
+            continue
+        try:
+            codes.append(verify_file(job.file, allow_unverified))
+        except HookrunError as exc:  # (a job's file that cannot be opened: said, and the next job checked)
+            print(f"hookrun.inspect: job {job.num}: {exc}", file=sys.stderr)
+            codes.append(1)
+    return 1 if 1 in codes else 3 if 3 in codes else 0
 
 
 def verify_file(path: Path | str, allow_unverified: bool = False) -> int:

@@ -29,7 +29,9 @@ written are listed at the end.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +54,14 @@ from hookrun.analysis.run_reader import CaptureInfo, Run, block_stats
 from hookrun.analysis.sweep import Sweep, is_sweep, open_sweep
 from hookrun.cli import figures
 from hookrun.cli.app import compose_config
-from hookrun.cli.command import description, ends_quietly, exit_process, fail, run_command
+from hookrun.cli.command import (
+    at_least_one,
+    description,
+    ends_quietly,
+    exit_process,
+    fail,
+    run_command,
+)
 from hookrun.cli.sample_figures import render, with_pictures
 from hookrun.config.build import build_dataset
 from hookrun.config.schema import load
@@ -73,7 +82,10 @@ def _index(run: Run, info: CaptureInfo) -> np.ndarray:
 
 
 def _name(info: CaptureInfo) -> str:
-    return info.label.replace("/", "__").replace(MODEL_LABEL, "model").replace("@", "_call")
+    """A capture's part of its pictures' file names: its label, '/' as '__', made safe for any file
+    system (_file_name's characters; a name past 200 ends in its hash, under NAME_MAX with its prefix)."""
+    name = _file_name(info.label.replace(MODEL_LABEL, "model").replace("@", "_call"), limit=None)
+    return name if len(name) <= 200 else f"{name[:191]}.{hashlib.blake2b(name.encode(), digest_size=4).hexdigest()}"
 
 
 def title(run: Run, info: CaptureInfo) -> str:
@@ -133,20 +145,21 @@ def histogram(run: Run, info: CaptureInfo, out: Path, left: LeftOut | None = Non
     return figures.save(fig, out / f"hist_{_name(info)}.png", source=_source(run), taken=taken)
 
 
-def plot_run(run: Run, out: Path, samples: int = 2, channels: int = 16, dataset: object | None = None) -> list[Path]:
+def plot_run(run: Run, out: Path, samples: int | None = None, channels: int = 16, dataset: object | None = None) -> list[Path]:
     """Every picture of a run that carries information; what is left out is said in one line a
     reason ("not drawn: ... (why)")."""
     out.mkdir(parents=True, exist_ok=True)
     written, left, taken = [], LeftOut(), set()
+    shown = samples or 2  # (the maps' and patterns' grids; a drawing's or kind's picture has its own default)
     for info in run.captures:
         if is_pattern(info):
-            written.append(attention_maps(run, info, out, samples, channels, taken))
+            written.append(attention_maps(run, info, out, shown, channels, taken))
         elif is_map(info):
-            rows = np.asarray(run.file[info.path][: min(samples, info.shape[0])], dtype=np.float32)[:, :channels]
+            rows = np.asarray(run.file[info.path][: min(shown, info.shape[0])], dtype=np.float32)[:, :channels]
             if constant_over_space(rows):
                 left.add(f"the maps of {info.label}", "each channel is one value over space (a gradient after global pooling)")
             else:
-                written.append(feature_maps(run, info, out, samples, channels, taken))
+                written.append(feature_maps(run, info, out, shown, channels, taken))
         written += [p for p in [histogram(run, info, out, left, taken)] if p is not None]
     note = run_note(run)  # a random network's pictures say so in their titles, and a run not complete how far it got
     drawn = [*drawn_pictures(run, samples, first=True), *kind_figures(run, samples), *drawn_pictures(run, samples, first=False)]
@@ -165,8 +178,9 @@ def plot_sweep(sweep: Sweep, out: Path, stat: str = "mean", x: str | None = None
     reader's `sweep_figures`): one PNG each; NotFoundError where nothing is drawn."""
     table = sweep.table(stats=(stat,))
     swept = [x] if x else sweep.swept
-    if x and x not in table.columns:
-        raise NotFoundError(f"--x {x}: the sweep has no override {x!r}; it has: {', '.join(table.columns[1:-1]) or 'none'}")
+    overrides = table.columns[1:table.columns.index("status")]  # (job, the overrides, status, the numbers)
+    if x and x not in overrides:
+        raise NotFoundError(f"--x {x}: the sweep has no override {x!r}; it has: {', '.join(overrides) or 'none'}")
     if not swept:
         raise NotFoundError(f"{sweep.folder}: no parameter differs between its {len(sweep.jobs)} jobs; nothing to draw against")
     candidates = [c for c in table.columns[table.columns.index("status") + 1 :] if c != "text"]
@@ -183,8 +197,8 @@ def plot_sweep(sweep: Sweep, out: Path, stat: str = "mean", x: str | None = None
             for stem, spec in drawn]
 
 
-def _file_name(text: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in text.replace("/", "__"))[:80]
+def _file_name(text: str, limit: int | None = 80) -> str:
+    return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in text.replace("/", "__"))[:limit]
 
 @ends_quietly
 def main(argv: list[str] | None = None) -> int:
@@ -193,8 +207,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None,
                    help="folder for the PNGs (default: figures/ beside the run's file, or in the sweep folder); "
                         "a figure of another run there is never replaced")
-    p.add_argument("--samples", type=int, default=2, help="samples per feature-map grid")
-    p.add_argument("--channels", type=int, default=16, help="channels per sample in a feature-map grid (heads in an attention grid)")
+    p.add_argument("--samples", type=at_least_one, default=None,
+                   help="samples per picture (default: 2 in a feature-map or attention grid, 4 in a Grad-CAM row)")
+    p.add_argument("--channels", type=at_least_one, default=16,
+                   help="channels per sample in a feature-map grid (heads in an attention grid)")
     p.add_argument("--stat", default="mean", choices=["mean", "std", "min", "max", "zeros"], help="sweep: the statistic to plot")
     p.add_argument("--x", help="sweep: the override on the x axis (default: the first swept key)")
     p.add_argument("--data", nargs="+", metavar="OVERRIDE",
@@ -207,22 +223,24 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _plot(a: argparse.Namespace) -> int:
-    made = not a.out.exists()
+    made = next((p for p in [*reversed(a.out.absolute().parents), a.out.absolute()] if not p.exists()), None)
     try:  # the folder first: a path it cannot be is one line, not a traceback after the drawing
         a.out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"--out: cannot create the folder {str(a.out)!r} ({exc.strerror}); name a writable one") from None
-    if not os.access(a.out, os.W_OK | os.X_OK):
-        raise ConfigError(f"--out: the folder {str(a.out)!r} is not writable; name a writable one")
-    if is_sweep(a.path):
-        written = plot_sweep(open_sweep(a.path), a.out, a.stat, a.x)
-    else:
-        dataset = user_dataset(a.data) if a.data else None
-        with open_run(a.path) as run:
-            written = plot_run(run, a.out, a.samples, a.channels, dataset)
+    try:
+        if not os.access(a.out, os.W_OK | os.X_OK):
+            raise ConfigError(f"--out: the folder {str(a.out)!r} is not writable; name a writable one")
+        if is_sweep(a.path):
+            written = plot_sweep(open_sweep(a.path), a.out, a.stat, a.x)
+        else:
+            dataset = user_dataset(a.data) if a.data else None
+            with open_run(a.path) as run:
+                written = plot_run(run, a.out, a.samples, a.channels, dataset)
+    finally:  # (a run that cannot be read, or nothing drawn: the folders this command made go again)
+        if made is not None and not any(p.is_file() for p in made.rglob("*")):
+            shutil.rmtree(made, ignore_errors=True)
     if not written:
-        if made and not any(a.out.iterdir()):
-            a.out.rmdir()
         return fail(f"{a.path}: nothing could be drawn (no capture, grid or picture of a drawing in it)")
     print(f"wrote {len(written)} figure(s) to {a.out}:")
     for path in written:

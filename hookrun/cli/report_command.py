@@ -23,7 +23,7 @@ from hookrun.analysis.opening import open_run
 from hookrun.analysis.report import Budget, build_report
 from hookrun.analysis.report.page import source_of
 from hookrun.analysis.sweep import is_sweep, open_sweep
-from hookrun.cli.command import description, ends_quietly, exit_process, run_command
+from hookrun.cli.command import at_least_one, description, ends_quietly, exit_process, run_command
 from hookrun.errors import ConfigError
 from hookrun.store.reading import is_remote
 
@@ -81,9 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hookrun.report", description=description(__doc__))
     p.add_argument("path", help="a capture file, a run folder, an object-store URL, or a sweep folder")
     p.add_argument("--out", type=Path, default=None, help="the HTML file (default: report.html beside the run)")
-    p.add_argument("--values", type=int, default=Budget.values, help="values read for each histogram (a sample beyond)")
-    p.add_argument("--samples", type=int, default=Budget.samples, help="samples shown one by one in each section that draws samples (maps, patterns, ...)")
-    p.add_argument("--features", type=int, default=Budget.features, help="features listed per module in a section that lists them (a dictionary's)")
+    p.add_argument("--values", type=at_least_one, default=Budget.values, help="values read for each histogram (a sample beyond)")
+    p.add_argument("--samples", type=at_least_one, default=Budget.samples, help="samples shown one by one in each section that draws samples (maps, patterns, ...)")
+    p.add_argument("--features", type=at_least_one, default=Budget.features, help="features listed per module in a section that lists them (a dictionary's)")
     a = p.parse_args(argv)
     return run_command(lambda: _report(a), needs="the report needs plotly: pip install 'hookrun[plot]'")
 

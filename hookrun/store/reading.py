@@ -166,7 +166,34 @@ def local_source(path: str | os.PathLike, cache_dir: str | os.PathLike | None = 
     local = Path(path).expanduser()
     if local.is_dir() and not (local / "captures.h5").exists() and (local / "multirun.yaml").is_file():
         raise NotFoundError(empty_sweep(local))
-    return LocalSource(local / "captures.h5" if local.is_dir() else local)
+    if local.is_dir() and folder_file(local) is None:
+        runs = sorted(p.parent.parent.relative_to(local).as_posix() for p in local.glob("*/.hydra/config.yaml"))
+        if runs:  # a folder of runs (outputs/DATE): name them, not a captures.h5 it never had
+            raise NotFoundError(f"{str(local)!r} holds no run's file but {len(runs)} run folder(s): "
+                                f"{', '.join(runs[:4])}{', ...' if len(runs) > 4 else ''}; give one of them (a sweep "
+                                f"folder has Hydra's multirun.yaml; hookrun.open_sweep tabulates any folder of runs)")
+    return LocalSource((folder_file(local) or local / "captures.h5") if local.is_dir() else local)
+
+
+def folder_file(folder: Path) -> Path | None:
+    """A run folder's file: captures.h5, else the output.path its .hydra/config.yaml names (relative
+    to the folder, as Hydra ran it), else its one .h5 file; None where it has none."""
+    import yaml
+
+    if (folder / "captures.h5").is_file():
+        return folder / "captures.h5"
+    config = folder / ".hydra" / "config.yaml"
+    if config.is_file():
+        try:
+            cfg = yaml.safe_load(config.read_text()) or {}
+            path = Path(str((cfg.get("output") or {}).get("path", "captures.h5"))).expanduser()
+        except (yaml.YAMLError, AttributeError, OSError):
+            path = Path("captures.h5")
+        path = path if path.is_absolute() else folder / path
+        if path.is_file():
+            return path
+    files = sorted(folder.glob("*.h5"))
+    return files[0] if len(files) == 1 else None
 
 
 def empty_sweep(folder: Path) -> str:

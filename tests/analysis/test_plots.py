@@ -160,3 +160,29 @@ def test_the_whole_model_and_a_submodule_named_model_get_a_picture_each(tmp_path
     assert [p.name for p in fmaps] == ["fmap_h__model__output.2.png", "fmap_h__model__output.png"], names
     assert abs(float(whole.max()) - 100 * float(sub.max())) < 1e-3 * abs(float(whole.max()))
     assert fmaps[0].read_bytes() != fmaps[1].read_bytes()
+
+
+def test_maps_with_an_inf_are_drawn_and_counts_are_at_least_one(tmp_path, grad_run, capsys):
+    """A map with -inf cells (log of a ReLU) varies over space: it was left out as 'one value over
+    space'; and --samples / --channels below 1 are refused in one line (they drew 7 of 8 samples for
+    -1), with no folder left behind by a plot that could not start."""
+    from hookrun.analysis.report.figure_specs import constant_over_space
+
+    maps = np.random.default_rng(0).normal(size=(2, 3, 4, 4))
+    maps[0, 0, 1, 1] = -np.inf
+    assert not constant_over_space(maps) and not constant_over_space(maps[:0])
+    assert constant_over_space(np.broadcast_to(np.arange(3.0)[None, :, None, None], (2, 3, 4, 4)))
+    for flag in ("--samples", "--channels"):
+        with pytest.raises(SystemExit) as stop:
+            plot.main([str(grad_run), flag, "0"])
+        assert stop.value.code == 2
+        assert "give a whole number of at least 1" in capsys.readouterr().err
+    assert plot.main([str(tmp_path / "no" / "such" / "run.h5")]) == 2
+    assert not (tmp_path / "no").exists()
+
+
+def test_grad_cam_pictures_show_the_samples_asked(grad_run):
+    with open_run(grad_run) as run:
+        (_, one), = gradcam.pictures(run, 1)
+        (_, default), = gradcam.pictures(run)
+    assert len(one.maps) == 1 and len(default.maps) == min(gradcam.SAMPLES, 4)

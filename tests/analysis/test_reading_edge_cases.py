@@ -100,3 +100,105 @@ def test_plots_of_two_runs_into_one_folder_never_replace_each_other(tmp_path, ch
     assert len(after) == 2 * len(first)
     assert plot.main([str(a), "--out", str(out)]) == 0  # the same run again: its own figures are refreshed
     assert len(list(out.glob("*.png"))) == 2 * len(first)
+
+
+@pytest.fixture(scope="module")
+def cli_sweeps(tmp_path_factory):
+    """Two sweeps as Hydra makes them: one of 2 x 2 jobs nested as `N/run` with a string parameter
+    that matplotlib and plotly would read as markup, and one whose second job is refused (the third
+    never starts)."""
+    from conftest import run_cli
+
+    here = tmp_path_factory.mktemp("sweeps")
+    small = ["data.limit=1", "data.batch_size=2", "progress=false"]
+    nested = run_cli("-m", "experiment=ablate_layer3", "params.factor=0,1", '+params.tag="$\\frac$","<b>x</b>"', *small,
+                     "hydra.sweep.dir=tag", "hydra.sweep.subdir=${hydra.job.num}/run", cwd=here)
+    assert nested.returncode == 0, nested.stderr[-2000:]
+    refused = run_cli("-m", "experiment=ablate_layer3", "params.factor=0,abc,1", *small, "hydra.sweep.dir=bad", cwd=here)
+    assert refused.returncode != 0 and "factor='abc' is not a number" in refused.stderr
+    return here
+
+
+def test_a_nested_sweeps_jobs_values_and_charts_are_what_hydra_ran(cli_sweeps):
+    """Jobs found in `N/run`, each override's value as the job's own config holds it (a backslash is no
+    YAML escape), each value once on a chart's axis with a point per job, and plotly given the
+    values as text, never markup. References: each job's .hydra/config.yaml and its file by h5py."""
+    import yaml
+
+    from hookrun.analysis.report.figure_specs import sweep_charts
+    from hookrun.analysis.report.plotly_figures import to_plotly
+
+    sweep = open_sweep(cli_sweeps / "tag")
+    assert [j.num for j in sweep.jobs] == ["0/run", "1/run", "2/run", "3/run"] and sweep.swept == ["params.factor", "params.tag"]
+    means = {}
+    for job in sweep.jobs:
+        params = yaml.safe_load((job.folder / ".hydra" / "config.yaml").read_text())["params"]
+        assert job.overrides["params.tag"] == params["tag"] and job.overrides["params.factor"] == params["factor"]
+        with h5py.File(job.file, "r") as f:
+            means[(params["factor"], params["tag"])] = float(np.mean(f["captures/logits/fc/output"][()], dtype=np.float64))
+    assert {t for _, t in means} == {"$\\frac$", "<b>x</b>"}
+    table = sweep.table(stats=("mean",))
+    chart = next(c for c in sweep_charts(table, sweep.swept, ["logits/fc/output:mean"]) if c.xlabel == "params.tag")
+    assert chart.x == ["$\\frac$", "<b>x</b>"]
+    for factor in (0, 1):
+        np.testing.assert_allclose(chart.series[f"params.factor={factor}"], [means[(factor, t)] for t in chart.x], rtol=1e-5)
+    shown = to_plotly(chart)
+    assert shown["data"][0]["x"] == ["$\\frac$", "&lt;b&gt;x&lt;/b&gt;"]
+
+
+def test_a_sweep_plots_names_with_dollars_as_written(cli_sweeps, tmp_path):
+    """'$\\frac$' as a swept value was matplotlib's maths and a parse error (plot exited 1 with a
+    traceback); now every text is drawn as written, and formatter numbers stay numbers."""
+    from hookrun.cli import figures
+    from hookrun.cli.figure_titles import literal_text
+    from hookrun.cli.plot_command import main as plot_main
+
+    assert plot_main([str(cli_sweeps / "tag"), "--out", str(tmp_path / "figs")]) == 0
+    assert len(list((tmp_path / "figs").glob("*.png"))) == 2
+    plt = figures.pyplot()
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0.001, 0.002])
+    ax.set_xticks([0, 1], ["cost $5-$10", "$\\alpha$"])
+    ax.set_title("m$\\alpha$ · $\\frac$")
+    figures.tidy_ticks(ax.yaxis)
+    literal_text(fig)
+    fig.canvas.draw()
+    texts = [ax.title, *ax.get_xticklabels()]
+    assert [t._preprocess_math(t.get_text()) for t in texts] == [("m$\\alpha$ · $\\frac$", False), ("cost $5-$10", False),
+                                                                 ("$\\alpha$", False)]
+    assert all("\\mathdefault" in t.get_text() for t in ax.get_yticklabels() if t.get_text())  # (still maths: numbers)
+    plt.close(fig)
+
+
+def test_a_sweep_lists_its_refused_and_unstarted_jobs_and_verify_checks_every_job(cli_sweeps, capsys):
+    sweep = open_sweep(cli_sweeps / "bad")
+    assert [(j.num, j.overrides["params.factor"], j.file is not None) for j in sweep.jobs] == \
+        [("0", 0, True), ("1", "abc", False), ("2", 1, False)]
+    assert [r["status"] for r in sweep.table()] == ["complete", "not run", "not run"]
+    assert inspect_main([str(cli_sweeps / "bad")]) == 0
+    assert capsys.readouterr().out.startswith(f"{cli_sweeps / 'bad'}: 3 jobs, swept: params.factor")
+    assert inspect_main(["--verify", str(cli_sweeps / "bad")]) == 1
+    captured = capsys.readouterr()
+    assert "every checked row matches its checksum" in captured.out and "job 1 (" in captured.err
+    assert inspect_main(["--verify", str(cli_sweeps / "tag")]) == 0
+    assert capsys.readouterr().out.count("every checked row matches its checksum") == 4
+
+
+def test_a_folder_of_runs_is_no_sweep_and_a_run_folder_finds_its_own_file_name(tmp_path, capsys):
+    """Two runs side by side without multirun.yaml (outputs/DATE/TIME) are named, not compared as a sweep;
+    a run folder whose output.path is acts.h5 is read through its .hydra/config.yaml."""
+    from hookrun.analysis.sweep import is_sweep
+
+    for num in ("10-00-00", "10-05-00"):
+        job = tmp_path / "day" / num
+        (job / ".hydra").mkdir(parents=True)
+        (job / ".hydra" / "overrides.yaml").write_text(f"- seed={len(num)}\n")
+        (job / ".hydra" / "config.yaml").write_text("output:\n  path: acts.h5\n")
+        cfg = toy_cfg(job)
+        cfg["output"]["path"] = str(job / "acts.h5")
+        hookrun.run(cfg)
+    assert not is_sweep(tmp_path / "day")
+    assert inspect_main([str(tmp_path / "day")]) == 2
+    assert "holds no run's file but 2 run folder(s): 10-00-00, 10-05-00; give one of them" in capsys.readouterr().err
+    assert inspect_main([str(tmp_path / "day" / "10-00-00"), "--no-stats"]) == 0
+    assert "complete" in capsys.readouterr().out

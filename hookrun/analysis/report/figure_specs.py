@@ -126,10 +126,17 @@ def constant_over_space(maps: np.ndarray, rtol: float = 1e-6) -> bool:
     after global pooling): a picture of flat squares, so none is drawn."""
     maps = np.asarray(maps, dtype=np.float64)
     if maps.ndim != 4 or maps.shape[-1] * maps.shape[-2] <= 1:
-        return maps.ndim == 4
-    spread = np.nanmax(maps, axis=(2, 3)) - np.nanmin(maps, axis=(2, 3))
-    scale = float(np.nanmax(np.abs(maps))) if np.isfinite(maps).any() else 0.0
-    return bool(np.all(spread <= rtol * max(scale, 1e-30)))
+        return maps.ndim == 4 and maps.size > 0
+    if not maps.size:
+        return False
+    finite = np.isfinite(maps)
+    if (finite.any(axis=(2, 3)) & ~finite.all(axis=(2, 3))).any():
+        return False  # (a channel of finite values and an inf or NaN somewhere varies over space: drawn, those cells blank)
+    flat = maps.reshape(*maps.shape[:2], -1)
+    same = (flat == flat[..., :1]).all(axis=2) | ~finite.any(axis=(2, 3))  # (one value, or none finite)
+    spread = np.where(finite.all(axis=(2, 3)), np.ptp(np.where(finite, maps, 0.0), axis=(2, 3)), 0.0)
+    scale = float(np.abs(maps[finite]).max()) if finite.any() else 0.0
+    return bool(np.all(same | (spread <= rtol * max(scale, 1e-30))))
 
 
 @dataclass
@@ -239,10 +246,10 @@ def sweep_charts(table: Any, swept: Sequence[str], metrics: Sequence[str]) -> li
             for i, row in enumerate(table.rows):
                 name = ", ".join(f"{k}={row.get(k)}" for k in others) or metric
                 groups.setdefault(name, []).append(i)
-            xs = table.column(key)
-            order = sorted(range(len(xs)), key=lambda i: category_key(xs[i]))
-            series = {name: [_number(ys_all[i]) if i in rows else None for i in order] for name, rows in groups.items()}
-            ordered = [xs[i] for i in order]
+            xs = table.column(key)  # (each value once on the axis: with two swept keys, two jobs share it)
+            ordered = list({repr(xs[i]): xs[i] for i in sorted(range(len(xs)), key=lambda i: category_key(xs[i]))}.values())
+            series = {name: [{repr(xs[i]): _number(ys_all[i]) for i in rows}.get(repr(x)) for x in ordered]
+                      for name, rows in groups.items()}
             charts.append(Lines(ordered, series, key, metric, f"{metric} against {key}{note}", log_x=decades(ordered)))
     return charts
 

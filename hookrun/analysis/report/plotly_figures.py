@@ -122,7 +122,7 @@ def heatmap(spec: Heatmap) -> dict:
 
 def lines(spec: Lines) -> dict:
     categorical = getattr(spec, "in_order", False) or is_categorical(list(spec.x))  # (plotly keeps their order)
-    xs = [str(v) for v in spec.x] if categorical else list(spec.x)
+    xs = [escape(v) for v in spec.x] if categorical else list(spec.x)  # (a category is a swept value's text: shown, never markup)
     baseline = {"mode": "lines", "line": {"dash": "dash", "color": "#737373"}}  # (a reference: chance)
     data = [{"type": "scatter", "mode": "lines+markers", "name": escape(name), "x": xs, "y": list(ys),
              "hovertemplate": f"{escape(spec.xlabel)} %{{x}}<br>{escape(spec.ylabel)}: %{{y:.6g}}<extra>{escape(name)}</extra>",

@@ -142,12 +142,13 @@ def _by_depth(sweep: Any) -> tuple[list[dict], Any]:
             continue
         try:
             with job.open() as run:
-                t = read_probes(run.file)
+                t, status = read_probes(run.file), run.status
         except (NotFoundError, OSError, KeyError):
             continue
-        label = ", ".join(f"{k}={job.overrides.get(k)}" for k in sweep.swept)
-        jobs.append((label or str(job.num), t.column("at"), t.column("test")))
-        rows.append({"job": job.num, "label": label, **{f"test@{r['at']}": r["test"] for r in t}})
+        label = ", ".join(f"{k}={job.overrides.get(k)}" for k in sweep.swept) or str(job.num)
+        label += f" ({status})" if status != "complete" else ""  # (a job not complete is never shown as one)
+        jobs.append((label, t.column("at"), t.column("test")))
+        rows.append({"job": job.num, "label": label, "status": status, **{f"test@{r['at']}": r["test"] for r in t}})
     same = all(at == jobs[0][1] for _, at, _ in jobs)
     width = max((len(at) for _, at, _ in jobs), default=0)
     x = jobs[0][1] if jobs and same else [str(i + 1) for i in range(width)]

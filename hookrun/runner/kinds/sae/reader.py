@@ -130,7 +130,8 @@ def _frontier(sweep: Any) -> tuple[list[dict], list[Scatter]]:
     rows = [r for r in table.rows if "l0" in r and "explained_variance" in r]
     if len(rows) < 2:
         return [], []
-    labels = [", ".join(f"{k}={r[k]}" for k in sweep.swept) or f"job {r['job']}" for r in rows]
+    labels = [(", ".join(f"{k}={r[k]}" for k in sweep.swept) or f"job {r['job']}")
+              + (f" ({r.get('status')})" if r.get("status") != "complete" else "") for r in rows]  # (not complete: said)
     charts = [Scatter(x=np.array([r["l0"] for r in rows]), y=np.array([r["explained_variance"] for r in rows]),
                       xlabel="L0 (last step)", ylabel="explained variance (last step)",
                       title="SAE sweep: sparsity against reconstruction", labels=labels)]
