@@ -198,10 +198,12 @@ class CallTracker:
 
 
 def cached(kwargs: dict) -> int:
-    """How many tokens the call's KV cache (`past_key_values`) already holds."""
-    past = kwargs.get("past_key_values")
+    """How many tokens the call's KV cache already holds: `cache` (transformers 5), `past_key_values`
+    (4.x), else the first of its `cache_position`s."""
+    past = next((kwargs[k] for k in ("cache", "past_key_values") if kwargs.get(k) is not None), None)
     if past is None:
-        return 0
+        where = kwargs.get("cache_position")
+        return int(where.reshape(-1)[0]) if isinstance(where, torch.Tensor) and where.numel() else 0
     if hasattr(past, "get_seq_length"):
         return int(past.get_seq_length())
     try:  # the legacy tuple of (key, value) per layer

@@ -302,3 +302,29 @@ def test_resume_gives_the_uninterrupted_run_text_and_token_rows(tmp_path):
                   "token_generated"):
             np.testing.assert_array_equal(a[f"samples/{k}"][:], b[f"samples/{k}"][:])
         np.testing.assert_array_equal(a["captures/res/transformer.h.1/output"][:], b["captures/res/transformer.h.1/output"][:])
+
+
+def test_unpadded_prompts_map_every_generated_token_to_its_position(tmp_path):
+    """A batch without padding: transformers 5 calls the model with `cache=` (4.x: past_key_values)
+    and no attention mask, and each new token's call was read as a fresh prompt: positions restarted
+    at 0, no row marked generated, rows re-sorted out of order. Reference: one raw forward hook over
+    each prompt followed by its generated tokens, no cache, no hookrun."""
+    ds = Prompts(n=4, length=5)
+    for item in ds.items:
+        item["input_ids"][item["attention_mask"] == 0] = 7  # (every token real: no padding in the batch)
+        item["attention_mask"][:] = 1
+    result = hookrun.run(cfg(tmp_path, {"res": {"at": "transformer.h.1", "type": "forward", "actions": [RECORD]}},
+                             generate={"eos_token_id": -1}), dataset=ds)
+    got = read(result.path)
+    model, seen = tiny_gpt2(), []
+    model.transformer.h[1].register_forward_hook(lambda m, a, o: seen.append((o[0] if isinstance(o, tuple) else o)[0]))
+    with h5py.File(result.path, "r") as f:
+        rows = f["captures/res/transformer.h.1/output"][:]
+    for i in range(len(ds)):
+        sequence = torch.cat([ds[i]["input_ids"], torch.as_tensor(got["generated_ids"][i, :N_NEW - 1])])
+        with torch.no_grad():
+            model(sequence[None])
+        mine = got["token_sample"] == i
+        np.testing.assert_array_equal(got["token_position"][mine], np.arange(len(sequence)))
+        np.testing.assert_array_equal(got["token_generated"][mine].astype(bool), np.arange(len(sequence)) >= 5)
+        np.testing.assert_allclose(rows[mine], seen[-1].numpy(), atol=1e-5)
