@@ -79,18 +79,51 @@ def _forward_pre(point: HookPoint, fire: Fire) -> list:
 
 @_hook_type("forward", ("output", "input"), "output")
 def _forward(point: HookPoint, fire: Fire) -> list:
+    before: dict[int, dict[str, tuple[Tensor, int]]] = {}  # (an action reads the input: by call, as it came in)
+
     def hook(module, args, kwargs, output):
         if not kwargs and len(args) == 1 and isinstance(output, Tensor) and isinstance(args[0], Tensor):
             tensors = {"input": args[0], "output": output}  # the common case, what flatten gives
         else:
             tensors = inputs(args, kwargs)
             tensors.update(flatten(output, "output"))
+        if before:  # (keyed by the call about to fire: a step cut short leaves none for the next step's)
+            tensors.update(as_it_came(point, before.pop(point.forward_calls, {}), tensors))
         ev = fire(point.next_forward_call(), tensors, "output", output if type(output) is list else None)
         if ev.replaced:
             return rebuild(output, "output", ev.tensors)
         return None
 
-    return [point.target.register_forward_hook(hook, with_kwargs=True)]
+    handles = [point.target.register_forward_hook(hook, with_kwargs=True)]
+    if any(getattr(a, "wants", lambda role: False)("input") for a in point.actions):
+        def note(module, args, kwargs):  # (a copy where the module works in place: ReLU(inplace=True))
+            copy = bool(getattr(module, "inplace", False))
+            before[point.forward_calls] = {r: (t.detach().clone() if copy else t, -1 if copy else _version(t))
+                                           for r, t in inputs(args, kwargs).items() if isinstance(t, Tensor)}
+
+        handles.append(point.target.register_forward_pre_hook(note, with_kwargs=True))
+    return handles
+
+
+def _version(t: Tensor) -> int:
+    try:
+        return t._version
+    except RuntimeError:  # (an inference-mode tensor keeps no version: it cannot be changed in place either)
+        return -2
+
+
+def as_it_came(point: HookPoint, seen: dict[str, tuple[Tensor, int]], tensors: dict) -> dict[str, Tensor]:
+    """A forward hook's inputs as the call got them: the copy of an in-place module's; an input the
+    module changed in place otherwise (its version moved) is refused, never recorded as it left."""
+    out = {}
+    for role, (t, version) in seen.items():
+        if version == -1:
+            out[role] = t
+        elif version >= 0 and _version(t) != version and role in tensors:
+            raise RunError(f"hooks.{point.hook}: {module_label(point.module)} changed its {role} in place during its "
+                           f"forward, so a forward hook sees the changed values; record it with type: forward_pre "
+                           f"(the input as it came in), or the output of the module before")
+    return out
 
 
 def _count_forward_calls(point: HookPoint) -> list:

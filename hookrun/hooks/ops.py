@@ -129,6 +129,8 @@ def _mix(*parts: int) -> int:
 def clamp(min: float | None = None, max: float | None = None) -> Op:  # noqa: A002 (config names)
     if min is None and max is None:
         raise ConfigError("op clamp needs min, max or both")
+    if min is not None and max is not None and min > max:  # (torch would set every value to max)
+        raise ConfigError(f"op clamp: min={min} is above max={max}; give min <= max")
     return lambda x, ctx: x.clamp(min=min, max=max)
 
 

@@ -179,7 +179,9 @@ class _Steps:
             else:
                 index = torch.arange(self.seen, self.seen + n) if n else None
                 self.seen += n
-            session.begin_step(self.cap.steps, n, index, batch=kwargs)
+            mask, ids = kwargs.get("attention_mask"), kwargs.get("input_ids", args[0] if args else None)
+            fits = isinstance(mask, torch.Tensor) and isinstance(ids, torch.Tensor) and mask.shape == ids.shape
+            session.begin_step(self.cap.steps, n, index, attention_mask=mask if fits else None, batch=kwargs)  # (as a run's)
             self.cap.steps += 1
 
         return hook

@@ -102,6 +102,14 @@ def preflight(model: torch.nn.Module, loader: Any, spec: CallSpec, gen: Generati
     if gen.decoder_only:
         check_left_padded(batch, "the first batch", ConfigError)
     one = {k: v[:1].to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    config = getattr(model, "config", None)
+    most = next((getattr(config, k) for k in ("n_positions", "max_position_embeddings")
+                 if isinstance(getattr(config, k, None), int)), None)
+    length, new = int(batch["input_ids"].shape[-1]), int(gen.kwargs.get("max_new_tokens") or 0)
+    if gen.decoder_only and most is not None and length + new > most:  # (its position embedding would fail mid-run)
+        raise ConfigError(f"generate.max_new_tokens={new}: the prompts' {length} tokens and {new} new ones pass the "
+                          f"model's {most} positions; give generate.max_new_tokens <= {max(most - length, 0)} "
+                          f"(or shorter prompts: data.dataset.max_length)")
     args = {**gen.kwargs, "max_new_tokens": 1}
     args.pop("min_new_tokens", None)
     try:

@@ -262,11 +262,14 @@ def resolve(items: Sequence[T], key: tuple, call: int = 0, source: str = "", emp
     closest labels) or where several hooks recorded it (naming them). `source` starts the message
     (a file's name), `empty` is what to say when there is nothing at all."""
     if len(key) == 1 and isinstance(key[0], str) and "/" in key[0]:
-        labelled = [c for c in items if c.label == key[0] and c.call == call]
+        labelled = [c for c in items if c.label == key[0] and (c.call == call or not call)]
         if len(labelled) == 1:  # a label, also where the module's name has a '/' in it
             return labelled[0]
     hook, module, role = parse_key(key)
     hits = [c for c in items if matches(c, hook, module, role) and c.call == call]
+    head, at, n = role.rpartition("@")
+    if not hits and at and head and n.isdigit() and not call:  # (a file label's 'output@1', as listed: call 1)
+        hits = [c for c in items if matches(c, hook, module, head) and c.call == int(n)]
     if len(hits) == 1:
         return hits[0]
     if hits:

@@ -152,3 +152,50 @@ def test_backward_call_index_matches_forward_call(run_hooks, reference_model, da
         second.append(g1)
     close(f["captures/r/layer1.0.relu/grad_output"][:], torch.cat(first).numpy())
     close(f["captures/r/layer1.0.relu/grad_output@1"][:], torch.cat(second).numpy())
+
+
+def test_a_forward_hooks_input_is_the_input_before_an_in_place_module_changed_it(tmp_path):
+    """ReLU(inplace=True) rectifies its input in place: a forward hook's `input` was the rectified
+    tensor (equal to the output). It is the input as it came in, at each of the module's calls;
+    reference: a raw forward pre-hook's clone. A module that changes its input in place without
+    saying so (no `inplace`) is refused in one line, never recorded as it left."""
+    import pytest
+
+    import hookrun
+    from hookrun.errors import RunError
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.act = torch.nn.Linear(4, 4), torch.nn.ReLU(inplace=True)
+
+        def forward(self, x):
+            return self.act(self.lin(self.act(self.lin(x) - 0.1)))  # (act called twice)
+
+    class Sneaky(torch.nn.Module):
+        def forward(self, x):
+            return x.mul_(2.0)
+
+    torch.manual_seed(0)
+    model, data = Block().eval(), [(torch.randn(4), 0) for _ in range(6)]
+    seen = []
+    handle = model.act.register_forward_pre_hook(lambda m, a: seen.append(a[0].detach().clone()))
+    with torch.no_grad():
+        for s in range(0, 6, 3):
+            model(torch.stack([x for x, _ in data[s:s + 3]]))
+    handle.remove()
+    hooks = {"r": {"at": "act", "type": "forward", "actions": [{"name": "record", "what": ["input", "output"]}]}}
+    path = hookrun.run({"hooks": hooks, "data": {"batch_size": 3}, "progress": False,
+                        "output": {"path": str(tmp_path / "a.h5")}}, model=model, dataset=data).path
+    with hookrun.open_run(path) as run:
+        for call in (0, 1):
+            got = run["r", "act", "input@1" if call else "input"][()]
+            want = torch.cat(seen[call::2]).numpy()
+            np.testing.assert_array_equal(got, want)
+            assert (want < 0).any()
+        np.testing.assert_array_equal(run["r/act/input@1"][()], run["r", "act", "input@1"][()])  # (the label as listed)
+    sneaky = torch.nn.Sequential(torch.nn.Linear(4, 4), Sneaky()).eval()
+    hooks = {"r": {"at": "1", "type": "forward", "actions": [{"name": "record", "what": "input"}]}}
+    with pytest.raises(RunError, match=r"^hooks\.r: 1 changed its input in place during its forward.*type: forward_pre"):
+        hookrun.run({"hooks": hooks, "data": {"batch_size": 3}, "progress": False,
+                     "output": {"path": str(tmp_path / "b.h5")}}, model=sneaky, dataset=data)

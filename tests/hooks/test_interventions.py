@@ -209,3 +209,27 @@ def test_wrong_shape_replacement_names_hook_module_and_shapes(tmp_path, checkpoi
         hookrun.run(make_cfg(tmp_path, checkpoint, hooks))
     with h5py.File(tmp_path / "captures.h5") as f:
         assert f.attrs["status"] == "failed"
+
+
+def test_modify_output_of_a_list_of_dicts_per_sample_is_refused_not_skipped(tmp_path):
+    """A detection model's output (a dict per sample): scaling it changed nothing and the run said
+    nothing; now it is one line naming what to do instead."""
+    import pytest
+
+    import hookrun
+    from hookrun.errors import RunError
+
+    class Detector(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.head = torch.nn.Linear(3, 2)
+
+        def forward(self, x):
+            y = self.head(x)
+            return [{"boxes": y[i:i + 1], "scores": y[i]} for i in range(len(x))]
+
+    hooks = {"d": {"at": "", "type": "forward", "actions": [{"name": "modify_output", "op": "scale", "factor": 2}]}}
+    with pytest.raises(RunError, match=r"returns a list with a dict per sample .* modify a tensor inside the model"):
+        hookrun.run({"hooks": hooks, "data": {"batch_size": 2, "target": None}, "progress": False,
+                     "output": {"path": str(tmp_path / "d.h5")}},
+                    model=Detector(), dataset=torch.utils.data.TensorDataset(torch.randn(4, 3)))

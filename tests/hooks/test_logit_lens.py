@@ -82,8 +82,15 @@ def test_file_run_equals_the_models_own_modules_in_small_chunks(tmp_path, model,
     assert float(np.nanmean(got["lens.kl_to_final"])) < 1e-4  # the last block's lens is the model's own output
 
 
-def test_capture_in_a_notebook_gives_the_same_lens(model, data):
+@pytest.mark.parametrize("padded", [False, True])
+def test_capture_in_a_notebook_gives_the_same_lens(model, data, padded):
+    """With padding too: a position whose target is padding has no target (the notebook scored it
+    against the pad id: it read no attention mask)."""
     ids, mask = data.encoded["input_ids"][:3], data.encoded["attention_mask"][:3]
+    if padded:
+        short = text(files="pydoc_topics", max_length=24, limit=2).encoded
+        ids, mask = short["input_ids"], short["attention_mask"]
+        assert not mask.all()
     with hookrun.capture(model, {"lens": {"at": "transformer.h.1", "type": "forward", "actions": [LENS]}}) as cap:
         with torch.no_grad():
             model(input_ids=ids, attention_mask=mask)

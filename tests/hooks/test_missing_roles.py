@@ -68,3 +68,18 @@ def test_eager_attention_records_the_weights():
     pattern = cap["transformer.h.0.attn", "output.1"]
     assert pattern.shape == (2, 2, 6, 6)
     torch.testing.assert_close(pattern.sum(-1), torch.ones(2, 2, 6))  # rows of a softmax
+
+
+def test_rows_token_without_what_on_a_module_with_no_token_tensor_is_one_line_not_an_empty_file(tmp_path):
+    """The position embedding's output is (1, tokens, width): not over the batch's tokens. The run
+    recorded nothing, said nothing and ended complete; now it names the tensors and what to give."""
+    from toy_lm import Prompts
+
+    from hookrun.errors import RunError
+
+    hooks = {"w": {"at": "transformer.wpe", "type": "forward", "actions": [{"name": "record", "rows": "token"}]}}
+    with pytest.raises(RunError, match=r"hooks\.w\.actions\.0: rows: token records the tensors over the call's tokens, "
+                                       r"and none of transformer\.wpe's is \(batch, tokens, \.\.\.\): input \(1, 7\), "
+                                       r"output \(1, 7, \d+\); name one with what:"):
+        hookrun.run({"hooks": hooks, "data": {"batch_size": 3}, "progress": False,
+                     "output": {"path": str(tmp_path / "t.h5")}}, model=tiny_gpt2(), dataset=Prompts())

@@ -278,3 +278,13 @@ def test_the_state_is_written_in_two_slots_in_place(tmp_path):
         states.keep(41, {"hooks.t.actions.0@m": {"values": np.zeros((256, 20), np.float32)}})
         states.flush(f, 40)  # a snapshot of other batches than the flush's is never written
         assert read_state(f, 41) == {}
+
+
+def test_a_k_larger_than_a_chunk_merges_k_rows_at_a_time_to_the_brute_force_top_k(tmp_path, tiny_lm_acts, monkeypatch):
+    """A k whose running state fills a chunk (k=100000 on 512 features): the merge took one row at a
+    time (minutes per batch); now at least k rows at a time, to the same top-k."""
+    from hookrun.hooks.actions import top_examples
+
+    monkeypatch.setattr(top_examples, "CHUNK_ELEMENTS", 1)  # (every chunk is k rows)
+    path = hookrun.run(text_cfg(tmp_path / "t.h5")).path
+    assert_top(path, "act", "transformer.h.1.mlp.act", *tiny_lm_acts, close=True)

@@ -212,7 +212,7 @@ def test_attention_plot_labels_heads_query_key_and_token_text(gpt2_run, tmp_path
 
     with open_run(path) as run:
         info = run.find("p", "transformer.h.1.attn/softmax.0", "output")
-        monkeypatch.setattr(plot, "histogram", lambda run, info, out, left=None: out / "hist")  # (not what this test is about)
+        monkeypatch.setattr(plot, "histogram", lambda run, info, out, left=None, taken=None: out / "hist")  # (not what this test is about)
         others = plot.plot_run(run, tmp_path / "all", samples=1)
         monkeypatch.setattr(figures, "attention_grid", spy)
         written = plot.attention_maps(run, info, tmp_path / "all", samples=2)

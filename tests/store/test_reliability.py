@@ -295,6 +295,9 @@ def test_every_error_is_a_hookrun_error(tmp_path, checkpoint):
         # a number that is no number: refused before any batch (it failed at batch 0 in torch before)
         ({"hooks": {"x": {"at": "fc", "type": "forward", "actions": [{"name": "modify_output", "op": "scale", "factor": "big"}]}}},
          r"^hooks\.x\.actions\.0: factor='big' is not a number; give e.g. factor: 0\.5$"),
+        # clamp's bounds the wrong way round: every value would become max
+        ({"hooks": {"x": {"at": "fc", "type": "forward", "actions": [{"name": "modify_output", "op": "clamp", "min": 1, "max": -1}]}}},
+         r"op clamp: min=1 is above max=-1; give min <= max"),
         # well-typed, but not the module's width: the op's own failure at the batch, named
         ({"hooks": {"x": {"at": "fc", "type": "forward", "actions": [{"name": "modify_output", "op": "add", "value": [1.0, 2.0]}]}}},
          r"op add failed at fc \(output, batch 0\): RuntimeError"),

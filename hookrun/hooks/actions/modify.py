@@ -91,6 +91,10 @@ class Modify(Action):
         if not roles and self.arg is not None:
             raise RunError(f"{self.where}: arg {self.arg}: {ev.where} receives no {ev.writable}.{self.arg}; "
                            f"it receives: {', '.join(ev.tensors) or 'no tensors'}")
+        if roles and isinstance(ev.raw, list) and any(isinstance(item, dict) for item in ev.raw):
+            raise RunError(f"{self.where}: {ev.where} returns a list with a dict per sample (a detection model's "
+                           f"output): an op cannot change it in place of the model, so nothing would change; modify "
+                           f"a tensor inside the model instead (python -m hookrun.modules lists them)")
         if ev.state.phase.ablate:  # the ablated forward: the ablation, not the op
             for role in roles:
                 ev.replace(role, self.env.ablation(ev.tensors[role], ev.module, role))

@@ -23,6 +23,7 @@ bn1) cannot change what was recorded.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -50,6 +51,8 @@ from hookrun.hooks.actions.reduction import (
 from hookrun.hooks.events import Event, family, positional_index, positional_role
 from hookrun.hooks.site_check import no_output
 from hookrun.store.records import Capture, CaptureKey
+
+log = logging.getLogger("hookrun")
 
 
 @ACTIONS.register("record")
@@ -97,6 +100,7 @@ class Record(Action):
             raise ConfigError(f"{self.where}: record limit={limit!r}; expected a whole number >= 1 or null")
         self.every, self.limit, self.check_finite = every, limit, check_finite
         self.rule = RowRule(rows, self.where, hook_type.per_step)
+        rows = self.rule.rows  # (rows: samples / tokens, the words the file's attribute uses, are sample / token)
         if rows == "token" and (every > 1 or limit is not None):
             raise ConfigError(f"{self.where}: rows=token keeps every token of every batch; remove every and limit "
                               f"(data.limit runs fewer batches)")
@@ -108,6 +112,7 @@ class Record(Action):
         self.names: dict[tuple, tuple[str, ...]] = {}  # the stored axes' names, per (site, role, call)
         self.rows: dict[tuple, int] = {}  # rows recorded so far, per (module or op site, role, call)
         self._seen: set[int] = set()  # calls whose roles were checked against `what`
+        self._dropped: set[int] = set()  # calls whose tensors not over the tokens were named (rows: token, no what)
         self._skipped: str | None = None  # a globbed point without the tensors `what` names: why
         self.attrs = self._attrs(dtype)
 
@@ -173,9 +178,18 @@ class Record(Action):
             if lists is not None:
                 tensors = {r: t for r, t in tensors.items() if family(r) != "output"} | lists
         tokens = state.call_tokens
-        return [(role, t) for role, t in tensors.items()
-                if t is not None and self.wants(role)
-                and not (self.token_rows and not self.what and not isinstance(t, list) and not tokens.fits(t, state.batch_size))]
+        wanted = [(role, t) for role, t in tensors.items() if t is not None and self.wants(role)]
+        kept = [(role, t) for role, t in wanted
+                if not (self.token_rows and not self.what and not isinstance(t, list) and not tokens.fits(t, state.batch_size))]
+        if len(kept) < len(wanted) and ev.call not in self._dropped:  # (rows: token, no what: said once per call)
+            self._dropped.add(ev.call)
+            left = ", ".join(f"{r} {tuple(t.shape)}" for r, t in wanted if r not in dict(kept))
+            if not kept:
+                raise RunError(f"{self.where}: rows: token records the tensors over the call's tokens, and none of "
+                               f"{ev.where}'s is (batch, tokens, ...): {left}; name one with what: (and rows: sample)")
+            log.warning("%s: rows: token keeps the tensors over the call's tokens; not recorded at %s: %s (name them "
+                        "with what: to be told why)", self.where, ev.where, left)
+        return kept
 
     def shape_rows(self, ev: Event, role: str, t: torch.Tensor) -> tuple | None:
         """The tensor as the rows to store (layout, `limit`, select/reduce, token rows), with its

@@ -101,6 +101,7 @@ STEP = 0
 
 class RowRule:
     def __init__(self, rows: str, where: str, per_step_hook: bool) -> None:
+        rows = {"samples": "sample", "tokens": "token", "steps": "step"}.get(rows, rows)  # (the file's `rows` attribute's words)
         if rows not in ROWS:
             raise ConfigError(f"{where}: record rows={rows!r}; choose from: {one_of(ROWS)}")
         if per_step_hook and rows in ("sample", "token"):

@@ -128,7 +128,7 @@ class TopExamples(Action):
         sample = index.to(dev).long().repeat_interleave(n_pos)
         position = torch.arange(n_pos, device=dev).repeat(b) if kind == "tokens" else torch.full_like(sample, -1)
         vals = t.to(dev).float().reshape(b * n_pos, n_feat)
-        step = max(1, CHUNK_ELEMENTS // max(1, n_feat) - self.k)
+        step = max(self.k, CHUNK_ELEMENTS // max(1, n_feat) - self.k)  # (at least k: a large k merges once per k rows, not per row)
         for lo in range(0, b * n_pos, step):  # rows arrive in (sample, position) order
             self._merge(keys[lo:lo + step].T, vals[lo:lo + step].T, sample[lo:lo + step], position[lo:lo + step])
 
