@@ -154,7 +154,7 @@ def _unknown_key_message(key: str, overrides: list[str], keys: list[str], deeper
     free = next((n for n in FREE_NODES if key.startswith(n + ".")), None)
     siblings = sorted(k.rpartition(".")[2] for k in keys if k.rpartition(".")[0] == parent)
     listing = (f"{parent or 'the top level'} has: {', '.join(siblings[:20])}" if siblings
-               else f"{parent} has no keys" if parent else "")
+               else f"{parent} has no keys" if parent and not free else "")  # (an action's keys are the user's: not listed)
     hints = [f"did you mean {close[0]}? ({listing})" if close else listing] if listing or close else []
     if free:
         hints.append(f"to add a new key to {free}, write +{given.lstrip('+')}")

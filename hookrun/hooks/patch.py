@@ -88,7 +88,9 @@ class PatchSource:
         """One capture of the source: its rows by sample index, every planned sample checked."""
         meta = CaptureMeta.from_attrs(ds.attrs)
         if meta.rows is not RowKind.SAMPLES:
-            raise ConfigError(f"{where}: {ds.name} has one row per step, not per sample; only per-sample captures can be patched in")
+            what = "one row per token (rows: token)" if meta.rows is RowKind.TOKENS else f"rows of {meta.rows.value}"
+            raise ConfigError(f"{where}: {ds.name} has {what}, not one per sample; only per-sample captures can be "
+                              f"patched in: record the source with rows: sample")
         try:
             index = row_index(self.file, ds)
         except (KeyError, OSError, RuntimeError, ValueError) as exc:

@@ -80,3 +80,13 @@ def test_the_cli_says_both_in_one_line():
     done = run_cli("model._target_=torchvision.models.resnet181", "dry_run=true")
     assert done.returncode == 2
     assert "did you mean torchvision.models.resnet18 or" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_new_key_in_an_action_says_how_to_add_it_and_not_that_the_action_has_no_keys():
+    """hooks.lens.actions.0 has six keys (the user's: never listed in the config's key list); the
+    message said "hooks.lens.actions.0 has no keys" beside the + hint."""
+    from hookrun.cli.hydra_errors import _unknown_key_message
+
+    key = "hooks.lens.actions.0.translator"
+    message = _unknown_key_message(key, [f"{key}=foo.pt"], ["hooks", "hooks.lens", "hooks.lens.at", "model"])
+    assert "has no keys" not in message and f"write +{key}=foo.pt" in message, message

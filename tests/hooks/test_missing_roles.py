@@ -83,3 +83,16 @@ def test_rows_token_without_what_on_a_module_with_no_token_tensor_is_one_line_no
                                        r"output \(1, 7, \d+\); name one with what:"):
         hookrun.run({"hooks": hooks, "data": {"batch_size": 3}, "progress": False,
                      "output": {"path": str(tmp_path / "t.h5")}}, model=tiny_gpt2(), dataset=Prompts())
+
+
+def test_a_patch_source_of_token_rows_is_named_as_such(tmp_path):
+    """A capture recorded with rows: token cannot be patched in; the message said 'one row per step'."""
+    from toy_lm import Prompts
+
+    rec = {"r": {"at": "transformer.h.0", "type": "forward", "actions": [{"name": "record", "what": "output", "rows": "token"}]}}
+    base = {"data": {"batch_size": 3}, "progress": False}
+    source = hookrun.run({**base, "hooks": rec, "output": {"path": str(tmp_path / "s.h5")}}, model=tiny_gpt2(), dataset=Prompts()).path
+    patch = {"p": {"at": "transformer.h.0", "type": "forward",
+                   "actions": [{"name": "modify_output", "op": "patch", "source": str(source)}]}}
+    with pytest.raises(ConfigError, match=r"has one row per token \(rows: token\), not one per sample; .*record the source with rows: sample"):
+        hookrun.run({**base, "hooks": patch, "output": {"path": str(tmp_path / "p.h5")}}, model=tiny_gpt2(), dataset=Prompts())
