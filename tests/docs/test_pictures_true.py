@@ -81,8 +81,8 @@ def drawn(run_path: Path, out: Path, monkeypatch) -> dict[str, object]:
     kept: dict[str, object] = {}
     real = figures.save
 
-    def spy(fig, path, source=None):
-        written = real(fig, path, source)
+    def spy(fig, path, source=None, taken=None):
+        written = real(fig, path, source, taken)
         kept[Path(written).name] = fig
         return written
 
@@ -244,7 +244,7 @@ def test_gradcam_captions_name_the_classes(shapes_run, monkeypatch, tmp_path):
     assert [im["caption"].split("target ")[1] for im in cams] == want[: len(cams)]
     seen = {}
     monkeypatch.setattr(sample_figures, "map_row", lambda spec: seen.setdefault("c", spec.captions) and figures.pyplot().figure())
-    monkeypatch.setattr(figures, "save", lambda fig, path, source=None: path)
+    monkeypatch.setattr(figures, "save", lambda fig, path, source=None, taken=None: path)
     with open_run(shapes_run) as run:
         plot.plot_run(run, tmp_path)
     assert [c.split("target ")[1] for c in seen["c"]] == want[: len(seen["c"])]
