@@ -37,13 +37,16 @@ def register_drawing(drawing: Drawing) -> Drawing:
     return drawing
 
 
-def _call(target: Any, *args: Any) -> list:
-    if target is None:
-        return []
+def _resolve(target: Any) -> Any:
+    """A drawing's function, given as itself or as "module:function"."""
     if isinstance(target, str):
         module, _, attr = target.partition(":")
-        target = getattr(importlib.import_module(module), attr)
-    return list(target(*args))
+        return getattr(importlib.import_module(module), attr)
+    return target
+
+
+def _call(target: Any, *args: Any) -> list:
+    return [] if target is None else list(_resolve(target)(*args))
 
 
 def drawn_pictures(run: Any, samples: int | None, first: bool | None = None) -> list[tuple[str, Any]]:
@@ -58,8 +61,7 @@ def _pictures(target: Any, run: Any, samples: int | None) -> list:
     if samples is None and target is not None:
         import inspect
 
-        fn = getattr(importlib.import_module(target.partition(":")[0]), target.partition(":")[2]) \
-            if isinstance(target, str) else target
+        fn = _resolve(target)
         params = list(inspect.signature(fn).parameters.values())
         return _call(fn, run) if len(params) > 1 and params[1].default is not inspect.Parameter.empty else _call(fn, run, 2)
     return _call(target, run, samples)

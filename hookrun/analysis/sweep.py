@@ -10,6 +10,7 @@ capture file; the jobs are read one at a time.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,9 +33,14 @@ class Job:
     file: Path | None
     ran: bool = True  # False: a job the sweep planned (multirun.yaml) that left no folder
 
+    @property
+    def missing(self) -> str:
+        """Why the job has no file to read: it ran and wrote none, or it left no folder."""
+        return "wrote no capture file" if self.ran else "left no folder"
+
     def open(self) -> Run:
         if self.file is None:
-            raise NotFoundError(f"job {self.num} ({self.folder}) {'wrote no capture file' if self.ran else 'left no folder'}")
+            raise NotFoundError(f"job {self.num} ({self.folder}) {self.missing}")
         return open_run(self.file)
 
 
@@ -145,8 +151,9 @@ def is_sweep(folder: Path) -> bool:
     reads one where that is meant)."""
     if not folder.is_dir():
         return False
-    jobs = _find_jobs(folder)
-    return bool(jobs) and ((folder / "multirun.yaml").is_file() or all(j.num.split("/")[0].isdigit() for j in jobs))
+    dirs = _job_dirs(folder)  # (the folders alone: their overrides are read by open_sweep)
+    return bool(dirs) and ((folder / "multirun.yaml").is_file()
+                           or all(d.relative_to(folder).parts[0].isdigit() for d in dirs))
 
 
 # keys that say how a job runs, not what it computes (a resumed job is the same job): never a swept parameter
@@ -157,11 +164,8 @@ def _find_jobs(folder: Path) -> list[Job]:
     """The jobs' folders (`N/`, or deeper where hydra.sweep.subdir nests them: `N/run/`), each with its
     typed overrides and file; with Hydra's multirun.yaml, every job its sweeper planned that left no
     folder (refused, failed before its first batch, or never started) as a job without one."""
-    found = sorted({p.parent.parent for pattern in ("*/.hydra/overrides.yaml", "*/*/.hydra/overrides.yaml")
-                    for p in folder.glob(pattern)})
-    found = [d for d in found if not any(o in d.parents for o in found)]  # (a job's own subfolders: not jobs)
     jobs = [Job(d, d.relative_to(folder).as_posix(), _typed(yaml.safe_load((d / ".hydra" / "overrides.yaml").read_text())),
-                folder_file(d)) for d in found]
+                folder_file(d)) for d in _job_dirs(folder)]
     seen = [repr(sorted(j.overrides.items())) for j in jobs]
     for num, planned in enumerate(_planned(folder)):
         overrides = _typed(planned)
@@ -170,6 +174,21 @@ def _find_jobs(folder: Path) -> list[Job]:
         elif not (folder / str(num)).exists():
             jobs.append(Job(folder / str(num), str(num), overrides, None, ran=False))
     return sorted(jobs, key=lambda j: [(len(part), part) for part in j.num.split("/")])
+
+
+def _job_dirs(folder: Path) -> list[Path]:
+    """The folders holding a job's .hydra/overrides.yaml: `N/`, or `N/run/` (hydra.sweep.subdir)."""
+    found = sorted({p.parent.parent for pattern in ("*/.hydra/overrides.yaml", "*/*/.hydra/overrides.yaml")
+                    for p in folder.glob(pattern)})
+    return [d for d in found if not any(o in d.parents for o in found)]  # (a job's own subfolders: not jobs)
+
+
+@functools.cache
+def _parser() -> Any:
+    """Hydra's override parser (made once: every value of every job is read by it)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create()
 
 
 def _typed(items: list | None) -> dict[str, Any]:
@@ -192,10 +211,9 @@ def _planned(folder: Path) -> list[list[str]]:
         if not str(sweeper.get("_target_", "")).endswith("BasicSweeper"):
             return []
         from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-        from hydra.core.override_parser.overrides_parser import OverridesParser
 
         params = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
-        batches = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides([*params, *task]), None)
+        batches = BasicSweeper.split_arguments(_parser().parse_overrides([*params, *task]), None)
     except Exception:  # (no multirun.yaml, or one this Hydra cannot read: the folders alone say what ran)
         return []
     return [job for batch in batches for job in batch]
@@ -206,10 +224,8 @@ def _value(text: str | None) -> Any:
     null, [1, 2], '"$\\frac$"' the text between the quotes); text the grammar refuses stays text."""
     if text is None:
         return None
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     try:
-        return OverridesParser.create().parse_override(f"k={text}").value()
+        return _parser().parse_override(f"k={text}").value()
     except Exception:  # (Hydra ran it, so it parsed there; e.g. an interpolation's text)
         return text
 

@@ -55,8 +55,7 @@ def verify_sweep(sweep: Any, allow_unverified: bool = False) -> int:
     for job in sweep.jobs:
         print(f"job {job.num}:")
         if job.file is None:
-            print(f"hookrun.inspect: job {job.num} ({job.folder}) {'wrote no file' if job.ran else 'left no folder'}: "
-                  f"nothing to verify", file=sys.stderr)
+            print(f"hookrun.inspect: job {job.num} ({job.folder}) {job.missing}: nothing to verify", file=sys.stderr)
             codes.append(1)
             continue
         try:

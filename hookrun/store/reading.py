@@ -166,13 +166,14 @@ def local_source(path: str | os.PathLike, cache_dir: str | os.PathLike | None = 
     local = Path(path).expanduser()
     if local.is_dir() and not (local / "captures.h5").exists() and (local / "multirun.yaml").is_file():
         raise NotFoundError(empty_sweep(local))
-    if local.is_dir() and folder_file(local) is None:
+    found = folder_file(local) if local.is_dir() else None
+    if local.is_dir() and found is None:
         runs = sorted(p.parent.parent.relative_to(local).as_posix() for p in local.glob("*/.hydra/config.yaml"))
         if runs:  # a folder of runs (outputs/DATE): name them, not a captures.h5 it never had
             raise NotFoundError(f"{str(local)!r} holds no run's file but {len(runs)} run folder(s): "
                                 f"{', '.join(runs[:4])}{', ...' if len(runs) > 4 else ''}; give one of them (a sweep "
                                 f"folder has Hydra's multirun.yaml; hookrun.open_sweep tabulates any folder of runs)")
-    return LocalSource((folder_file(local) or local / "captures.h5") if local.is_dir() else local)
+    return LocalSource((found or local / "captures.h5") if local.is_dir() else local)
 
 
 def folder_file(folder: Path) -> Path | None:
