@@ -185,12 +185,12 @@ def _group_options(group: str) -> list[str]:
     return sorted(p.stem for p in Path(conf_dir(), group).glob("*.yaml"))
 
 
-def _fail(exc: HookrunError) -> None:
-    """One line on stderr (and in the run's log), the exit status, no traceback."""
+def _fail(exc: HookrunError, shown: bool = False) -> None:
+    """One line on stderr (and in the run's log), the exit status, no traceback (`shown`: printed already)."""
     if getattr(exc, "every_rank", False) and detect().rank != 0:
         sys.exit(exc.exit_code)  # every rank found the same; rank 0 says it
     word = "" if isinstance(exc, Interrupted) else "error: "
-    if _FULL_ERROR and exc.__cause__ is not None:  # the model's own error behind the one line
+    if _FULL_ERROR and not shown and exc.__cause__ is not None:  # the model's own error behind the one line
         traceback.print_exception(exc.__cause__, file=sys.stderr)
     _log_to_file(f"{word}{exc}")
     print(f"hookrun: {word}{exc}", file=sys.stderr)
@@ -257,10 +257,10 @@ def main() -> None:
         with skip_mode_compose(args, conf_dir()), held_saves():
             _app()
     except Exception as exc:
-        if _FULL_ERROR:
-            raise
+        if _FULL_ERROR:  # the traceback asked for, then the one line and its exit status as without it
+            traceback.print_exc()
         if isinstance(exc, HookrunError):  # from a launcher's worker process, which inherits the variable
-            _fail(exc)
+            _fail(exc, shown=_FULL_ERROR)
         line = one_line(exc, overrides, lambda: _known_keys(overrides), _group_options)
         if line is None and not _TASK_STARTED and isinstance(exc, OSError) and exc.filename:  # Hydra's mkdir of the run folder
             line = (f"cannot make the run folder {str(exc.filename)!r} ({exc.strerror}): give hydra.run.dir (a sweep: "
@@ -268,8 +268,10 @@ def main() -> None:
         if line is None and not _TASK_STARTED and str(exc).strip():
             line = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
         if line is None:
+            if _FULL_ERROR:
+                sys.exit(1)
             raise
-        _fail(ConfigError(line))
+        _fail(ConfigError(line), shown=_FULL_ERROR)
     finally:
         if not _FULL_ERROR:
             os.environ.pop("HYDRA_FULL_ERROR", None)

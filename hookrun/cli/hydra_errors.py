@@ -152,10 +152,15 @@ def _unknown_key_message(key: str, overrides: list[str], keys: list[str], deeper
     same_depth = [k for k in keys if k.count(".") == key.count(".")]
     close = close_matches(key, same_depth, n=1)
     free = next((n for n in FREE_NODES if key.startswith(n + ".")), None)
+    if free == "hooks" and key.count(".") == 2 and key.rpartition(".")[0] in keys:  # (a hook's keys: the schema's, no +)
+        free = None
+    while parent and parent not in keys and "." in parent:  # (hooks.0.at: the entries hooks has)
+        parent = parent.rpartition(".")[0]
     siblings = sorted(k.rpartition(".")[2] for k in keys if k.rpartition(".")[0] == parent)
     listing = (f"{parent or 'the top level'} has: {', '.join(siblings[:20])}" if siblings
                else f"{parent} has no keys" if parent and not free else "")  # (an action's keys are the user's: not listed)
-    hints = [f"did you mean {close[0]}? ({listing})" if close else listing] if listing or close else []
+    hints = [(f"did you mean {close[0]}?" + (f" ({listing})" if listing else "")) if close else listing] \
+        if listing or close else []
     if free:
         hints.append(f"to add a new key to {free}, write +{given.lstrip('+')}")
     return "; ".join([f"{given}: the config has no key {key!r}", *hints])

@@ -90,3 +90,24 @@ def test_a_new_key_in_an_action_says_how_to_add_it_and_not_that_the_action_has_n
     key = "hooks.lens.actions.0.translator"
     message = _unknown_key_message(key, [f"{key}=foo.pt"], ["hooks", "hooks.lens", "hooks.lens.at", "model"])
     assert "has no keys" not in message and f"write +{key}=foo.pt" in message, message
+
+
+def test_an_unknown_key_under_a_new_hook_lists_the_hooks_and_a_typo_in_a_hook_is_not_told_to_add_it():
+    """hooks.0.module (a list's syntax for the mapping of named hooks) printed "did you mean ...? ()"
+    (the empty listing of hooks.0); a typo in an existing hook's own keys was told to add it with +,
+    which the hook's schema then refuses."""
+    from hookrun.cli.hydra_errors import _unknown_key_message
+
+    keys = ["hooks", "hooks.blocks", "hooks.blocks.at", "hooks.blocks.type", "hooks.blocks.actions", "model"]
+    message = _unknown_key_message("hooks.0.module", ["hooks.0.module=x"], keys)
+    assert "()" not in message and "(hooks has: blocks)" in message and "write +hooks.0.module=x" in message, message
+    message = _unknown_key_message("hooks.blocks.modle", ["hooks.blocks.modle=x"], keys)
+    assert "hooks.blocks has: actions, at, type" in message and "+" not in message, message
+
+
+@pytest.mark.slow
+def test_verbose_prints_the_traceback_and_keeps_the_one_line_and_its_exit_status():
+    """--verbose raised Hydra's exception: a traceback and exit 1 where the same config without it exits 2."""
+    done = run_cli("data.batchsize=8", "dry_run=true", "--verbose")
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" in done.stderr and done.stderr.strip().splitlines()[-1].startswith("hookrun: error: data.batchsize=8")
