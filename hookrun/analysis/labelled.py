@@ -22,13 +22,21 @@ from typing import Any
 import h5py
 import numpy as np
 
+from hookrun.errors import HookrunError
 from hookrun.store.capture_schema import CaptureInfo, CaptureMeta, RowKind, row_index
 
 ROW_AXES = ("sample", "step", "token")
 
 
-def to_dataset(f: h5py.File, chosen: list[CaptureInfo], rows: slice, attrs: dict) -> Any:
+def to_dataset(f: h5py.File, chosen: list[CaptureInfo], rows: Any, attrs: dict) -> Any:
+    """`rows`: a slice, or row numbers in any order (a list or an integer array; negative from the end)."""
     import xarray as xr
+
+    if not isinstance(rows, slice):
+        rows = np.asarray(rows)
+        if rows.ndim != 1 or (rows.size and rows.dtype.kind not in "iu"):
+            raise HookrunError(f"rows: a slice or a list of row numbers, got {rows.dtype} values of shape {rows.shape}")
+        rows = rows.astype(np.int64)
 
     parts = [_part(f, info, rows) for info in chosen]
     canonical = _canonical(f, rows)
@@ -63,7 +71,7 @@ def _part(f: h5py.File, info: CaptureInfo, rows: slice) -> dict:
     capture must agree on to share the axis)."""
     ds = f[info.path]
     meta = CaptureMeta.from_attrs(ds.attrs)
-    data = ds[rows]
+    data = take(ds, rows, info.label)
     index = row_index(f, ds)[rows]
     position = None
     if meta.rows is RowKind.TOKENS and not meta.index:
@@ -78,10 +86,23 @@ def _part(f: h5py.File, info: CaptureInfo, rows: slice) -> dict:
 
 def _canonical(f: h5py.File, rows: slice) -> dict[str, tuple]:
     """The signature of the run's own row axes: /samples/index and the token map."""
-    out = {"sample": _sig(f["samples/index"][rows])}
+    out = {"sample": _sig(take(f["samples/index"], rows, "/samples/index"))}
     if "samples/token_sample" in f:
-        out["token"] = _sig(f["samples/token_sample"][rows])
+        out["token"] = _sig(take(f["samples/token_sample"], rows, "/samples/token_sample"))
     return out
+
+
+def take(ds: h5py.Dataset, rows: slice | np.ndarray, label: str) -> np.ndarray:
+    """ds's rows: a slice as h5py reads it; row numbers (h5py reads only increasing, distinct ones) each
+    read once, in increasing order, then put in the order given."""
+    if isinstance(rows, slice):
+        return ds[rows]
+    n = ds.shape[0]
+    bad = rows[(rows >= n) | (rows < -n)]
+    if bad.size:
+        raise HookrunError(f"rows: {bad[0]} is past the {n} rows of {label} (rows 0 to {n - 1}, or -{n} to -1)")
+    wanted, order = np.unique(rows % n if n else rows, return_inverse=True)
+    return ds[wanted][order] if wanted.size else ds[:0]
 
 
 def _sig(index: np.ndarray) -> tuple:

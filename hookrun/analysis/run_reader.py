@@ -176,7 +176,7 @@ class Run:
         return block_stats(ds)
 
     # -- other views ---------------------------------------------------------------------------
-    def to_xarray(self, captures: list | None = None, rows: slice | None = None) -> Any:
+    def to_xarray(self, captures: list | None = None, rows: Any = None) -> Any:
         """An xarray.Dataset of the chosen captures (default: all), loaded into memory.
 
         Each capture's axes carry the names the file gives them (its `dims` attribute): `sample,
@@ -186,14 +186,14 @@ class Run:
         `token` the coordinates `sample` and `position` of each row (`token_sample` and
         `token_position` where the Dataset also has a `sample` axis). An axis name on which the
         chosen captures disagree is qualified per capture: `hook/module/role:channel`
-        (hookrun.analysis.labelled). `rows` slices every capture's rows.
+        (hookrun.analysis.labelled). `rows` (a slice, or row numbers) picks every capture's rows.
         """
         try:
             import xarray  # noqa: F401
         except ImportError:
             raise HookrunError("to_xarray needs xarray: pip install 'hookrun[xarray]'") from None
         chosen = self.captures if captures is None else [self.find(*(c if isinstance(c, tuple) else (c,))) for c in captures]
-        return to_dataset(self.file, chosen, rows or slice(None), _plain(self.attrs))
+        return to_dataset(self.file, chosen, slice(None) if rows is None else rows, _plain(self.attrs))
 
     def summary(self, stats: bool = True) -> str:
         """The text `python -m hookrun.inspect` prints for a run: what the file says, and in one

@@ -118,6 +118,20 @@ def test_to_xarray_has_named_dims(run_file, reference_model, dataset):
     assert ds.attrs["status"] == "complete"
 
 
+def test_to_xarray_takes_row_numbers_in_any_order_as_numpy_does(run_file, reference_model, dataset):
+    """rows=[2, 0] raised h5py's "Indexing elements must be in increasing order"; rows=[] gave every row."""
+    pytest.importorskip("xarray")
+    want = reference_logits(reference_model, dataset)
+    pick = [2, 0, 2, -1]
+    with open_run(run_file) as run:
+        ds = run.to_xarray(rows=pick)
+        np.testing.assert_allclose(ds["logits/fc/output"].values, want[pick], rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(ds["sample"].values, np.arange(len(dataset))[pick])
+        assert run.to_xarray(rows=np.array([], dtype=int))["logits/fc/output"].shape == (0, want.shape[1])
+        with pytest.raises(hookrun.errors.HookrunError, match=rf"rows: {len(dataset)} is past the {len(dataset)} rows"):
+            run.to_xarray(rows=[0, len(dataset)])
+
+
 def test_to_xarray_keeps_the_whole_models_label_apart_from_a_submodule_named_model(tmp_path):
     """(was: both named `out/model/output`, one of the two silently dropped from the Dataset)"""
     pytest.importorskip("xarray")
