@@ -192,11 +192,14 @@ TOKEN_NAMES = ("token_sample", "token_position", "token_generated")
 
 
 class SampleTable:
-    def __init__(self, file: h5py.File, compression: str | None) -> None:
+    def __init__(self, file: h5py.File, compression: str | None, rows: int | None = None) -> None:
+        """`rows`: the samples the run will write, where known: no chunk holds more (a run of 2 samples
+        wrote three 64 KiB chunks of sample numbers)."""
         self.file, self.compression = file, compression
+        self.chunk = min(8192, rows) if rows else 8192
         group = file.create_group("samples")
-        self.index = group.create_dataset("index", (0,), "int64", maxshape=(None,), chunks=(8192,))
-        self.step = group.create_dataset("step", (0,), "int64", maxshape=(None,), chunks=(8192,))
+        self.index = group.create_dataset("index", (0,), "int64", maxshape=(None,), chunks=(self.chunk,))
+        self.step = group.create_dataset("step", (0,), "int64", maxshape=(None,), chunks=(self.chunk,))
         self.optional: dict[str, h5py.Dataset] = {}  # target, path, data.store keys, texts, token map
         self.tokens = 0  # token rows so far
 
@@ -206,7 +209,7 @@ class SampleTable:
         append(self.index, rec.sample_index.astype(np.int64, copy=False))
         append(self.step, np.full(n, rec.step, dtype=np.int64))
         if rec.target is not None:
-            self.append("target", rec.target, start, chunk_rows=8192)
+            self.append("target", rec.target, start, chunk_rows=self.chunk)
         if rec.path is not None:
             self.append("path", np.array(rec.path, dtype=object), start)
         for name, arr in (rec.samples or {}).items():
@@ -214,13 +217,17 @@ class SampleTable:
         if rec.tokens is not None:  # the token map of `rows: token` captures
             for name, arr in zip(TOKEN_NAMES, rec.tokens, strict=False):
                 dtype = "uint8" if name == "token_generated" else "int64"
-                self.append(name, np.asarray(arr).astype(dtype, copy=False), self.tokens)
+                self.append(name, np.asarray(arr).astype(dtype, copy=False), self.tokens, chunk_rows=4096)
             self.tokens += len(rec.tokens[0])
 
-    def append(self, name: str, arr: np.ndarray, backfill: int, chunk_rows: int = 4096, step: int = 0) -> None:
+    def append(self, name: str, arr: np.ndarray, backfill: int, chunk_rows: int | None = None, step: int = 0) -> None:
+        """Rows of /samples/NAME: a sample's (chunks of up to 4096, no more than the run's samples), or
+        with `chunk_rows` the token map's."""
+        chunk_rows = chunk_rows or min(4096, self.chunk)
         ds = self.optional.get(name)
         if ds is None and arr.dtype == object:  # paths and texts: UTF-8 strings
-            ds = self.file["samples"].create_dataset(name, (backfill,), h5py.string_dtype(), maxshape=(None,), chunks=(4096,))
+            ds = self.file["samples"].create_dataset(name, (backfill,), h5py.string_dtype(), maxshape=(None,),
+                                                     chunks=(chunk_rows,))
         elif ds is None:
             ds = new_dataset(self.file, f"samples/{name}", arr, self.compression, chunk_rows=chunk_rows, backfill=backfill)
         self.optional[name] = ds

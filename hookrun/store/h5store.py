@@ -64,7 +64,7 @@ class H5Store(CaptureColumns):
         for key, value in attrs.items():
             self.file.attrs[key] = str(value) if isinstance(value, str) else value
         self.file.attrs["status"] = "running"
-        self.table = SampleTable(self.file, self.compression)
+        self.table = SampleTable(self.file, self.compression, self.expected[False])
         self.digests = DigestLog(self.file)  # the run's /checksums table, written at each flush
         self._columns: dict[str, Column] = {}
         self.tables: dict[str, TableWriter] = {}  # a kind's named tables (/NAME), made at their first rows (store/records.py)

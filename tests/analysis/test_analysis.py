@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import h5py
 import numpy as np
 import pytest
 import torch
@@ -173,6 +174,9 @@ def test_dry_run_estimate_equals_the_real_file(tmp_path, checkpoint, capsys):
     with open_run(real.path) as run:
         data_bytes = sum(int(np.prod(c.shape)) * np.dtype(c.dtype).itemsize for c in run.captures)
     assert dry.estimated_bytes == data_bytes + 12 * 16
+    with h5py.File(real.path) as f:  # (the sample columns' chunks held 8192 rows: three 64 KiB for 12 samples)
+        allocated = sum(f[f"samples/{n}"].id.get_storage_size() for n in ("index", "step", "target"))
+        assert allocated == 3 * 12 * 8, allocated
 
 
 def test_max_bytes_refuses_before_any_batch(tmp_path, checkpoint):
