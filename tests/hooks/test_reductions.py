@@ -129,3 +129,19 @@ def test_early_stop_gives_the_same_captures_and_skips_the_rest(tmp_path, checkpo
 def test_early_stop_refuses_what_it_cannot_stop(tmp_path, checkpoint, over, hooks, message):
     with pytest.raises(ConfigError, match=message):
         hookrun.run(make_cfg(tmp_path, checkpoint, hooks, early_stop=True, **over))
+
+
+def test_an_integer_capture_is_stored_as_it_came_and_says_no_record_dtype(tmp_path):
+    """dtype=float16 leaves integers as they are (embedding ids); the capture said record_dtype=float16."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(11, 4), torch.nn.Flatten(), torch.nn.Linear(12, 2))
+    data = [(torch.randint(0, 11, (3,)), 0) for _ in range(5)]
+    hooks = {"ids": {"at": "0", "type": "forward", "actions": [{"name": "record", "what": "input", "dtype": "float16"}]},
+             "emb": {"at": "1", "type": "forward", "actions": [{"name": "record", "what": "input", "dtype": "float16"}]}}
+    cfg = {"hooks": hooks, "device": "cpu", "progress": False, "data": {"batch_size": 2},
+           "output": {"path": str(tmp_path / "ids.h5")}}
+    with h5py.File(hookrun.run(cfg, model=model, dataset=data).path) as f:
+        ids, emb = f["captures/ids/0/input"], f["captures/emb/1/input"]
+        np.testing.assert_array_equal(ids[:], torch.stack([x for x, _ in data]).numpy())
+        assert ids.dtype == np.int64 and "record_dtype" not in ids.attrs
+        assert emb.dtype == np.float16 and emb.attrs["record_dtype"] == "float16"

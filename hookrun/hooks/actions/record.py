@@ -229,11 +229,11 @@ class Record(Action):
             check_finite(value, ev, role, self.dtype)
         elif narrows(shaped.dtype, value.dtype):  # counted, without waiting for the device
             overflow = (torch.isinf(value) & torch.isfinite(shaped)).sum()
-        key = CaptureKey(ev.hook, ev.module, ev.type, role, ev.call)
+        key, attrs = CaptureKey(ev.hook, ev.module, ev.type, role, ev.call), self._attrs_of(value)
         if self.rule.rows == "ragged":  # one variable-length row per step
-            self.env.captures.add(Capture(key, [value.cpu()], True, torch_dtype, self.attrs, ragged=True, dims=("step",)))
+            self.env.captures.add(Capture(key, [value.cpu()], True, torch_dtype, attrs, ragged=True, dims=("step",)))
             return
-        self.env.captures.add(Capture(key, value, per_step, torch_dtype, self.attrs, index, overflow,
+        self.env.captures.add(Capture(key, value, per_step, torch_dtype, attrs, index, overflow,
                                       tokens=self.token_rows, dims=self.names.get((ev.module, role, ev.call))))
 
     def _by_name(self, tensors: dict) -> dict:
@@ -269,8 +269,12 @@ class Record(Action):
         """One row of varying length per sample (stored as variable-length HDF5 rows)."""
         value = [snapshot(self._shape(x.unsqueeze(0), ev, role), self.dtype)[0].cpu() for x in items]
         key = CaptureKey(ev.hook, ev.module, ev.type, role, ev.call)
-        self.env.captures.add(Capture(key, value, False, dtype_name(items[0].dtype), self.attrs, ragged=True,
-                                      dims=("sample",)))
+        self.env.captures.add(Capture(key, value, False, dtype_name(items[0].dtype), self._attrs_of(value[0]),
+                                      ragged=True, dims=("sample",)))
+
+    def _attrs_of(self, value: torch.Tensor) -> dict:
+        """The capture's attributes: no record_dtype on integers or booleans, which are stored as they come."""
+        return self.attrs if value.is_floating_point() else {k: v for k, v in self.attrs.items() if k != "record_dtype"}
 
     def _shape(self, t: torch.Tensor, ev: Event, role: str) -> torch.Tensor:
         """shape(), with a failed select/reduce as one RunError line."""
