@@ -145,3 +145,14 @@ def test_an_integer_capture_is_stored_as_it_came_and_says_no_record_dtype(tmp_pa
         np.testing.assert_array_equal(ids[:], torch.stack([x for x, _ in data]).numpy())
         assert ids.dtype == np.int64 and "record_dtype" not in ids.attrs
         assert emb.dtype == np.float16 and emb.attrs["record_dtype"] == "float16"
+
+
+def test_select_past_the_dim_or_taking_nothing_is_one_line_and_negative_indices_count_from_the_end(run_hooks, reference_model, dataset):
+    """index [70] of 64 channels came out as torch's "INDICES element is out of DATA bounds"; '70:80' stored
+    an empty capture; [-1, 0] failed in index_select."""
+    with pytest.raises(ConfigError, match=r"select index 500 of dim channel at layer2 is past the 128 entries .* use 0 to 127"):
+        run_hooks(rec(select={"dim": "channel", "index": [70, 500]}))
+    with pytest.raises(ConfigError, match=r"select channel=200:300 at layer2 takes nothing of the 128 entries"):
+        run_hooks(rec(select={"dim": "channel", "index": "200:300"}), **{"output.overwrite": True})
+    f = run_hooks(rec(select={"dim": "channel", "index": [-1, 0]}), **{"output.overwrite": True})
+    np.testing.assert_allclose(f["captures/r/layer2/output"][:], layer2_out(reference_model, dataset)[:, [-1, 0]], rtol=1e-5, atol=1e-5)

@@ -45,9 +45,17 @@ def select_reduce(t: torch.Tensor, selections: list[tuple], reduce: str | None, 
         if index == "last":  # each sample's last non-padding token; the dim goes
             t = t.movedim(d, 1)[torch.arange(t.shape[0], device=t.device), last_positions(t.movedim(d, 1), 1, ev.state)]
         elif isinstance(index, slice):
+            if not len(range(*index.indices(t.shape[d]))):
+                raise ConfigError(f"select {dim}={_slice(index)} at {ev.where} takes nothing of the {t.shape[d]} entries of "
+                                  f"{role} (shape {tuple(t.shape)}); give a range within 0:{t.shape[d]}")
             t = t[(slice(None),) * d + (index,)]
         else:
-            t = t.index_select(d, torch.as_tensor(index, device=t.device))
+            n = t.shape[d]
+            bad = next((i for i in index if not -n <= i < n), None)
+            if bad is not None:
+                raise ConfigError(f"select index {bad} of dim {dim} at {ev.where} is past the {n} entries of {role} "
+                                  f"(shape {tuple(t.shape)}); use 0 to {n - 1} (or -{n} to -1)")
+            t = t.index_select(d, torch.as_tensor([i % n for i in index], dtype=torch.long, device=t.device))
     if reduce:
         dims = sorted({d for spec in dims for d in dim_list(spec, t.dim(), ev, role)})
         if not t.is_floating_point():
@@ -60,6 +68,12 @@ def select_reduce(t: torch.Tensor, selections: list[tuple], reduce: str | None, 
         else:
             t = torch.linalg.vector_norm(t if m is None else t * m, dim=dims)
     return t
+
+
+def _slice(s: slice) -> str:
+    """'start:stop:step' as the config wrote it."""
+    text = ":".join("" if v is None else str(v) for v in (s.start, s.stop, s.step))
+    return text[:-1] if s.step is None else text
 
 
 def snapshot(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
