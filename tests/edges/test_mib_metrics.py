@@ -91,12 +91,16 @@ def writer_outputs(model, ids):
     return out
 
 
-def ablated_metric(model, items, kept):
-    """The metric averaged over items, every edge outside `kept` patched to its counterfactual value."""
+def ablated_metric(model, items, kept, mean=False):
+    """The metric averaged over items, every edge outside `kept` patched to its counterfactual value (`mean`:
+    to each writer's output averaged over the items' corrupted inputs)."""
     ablated = [e for e in eap_ig_edges() if e not in kept]
     values = []
+    if mean:
+        outs = [writer_outputs(model, it["corrupt"]) for it in items]
+        averaged = {k: torch.stack([o[k] for o in outs]).mean(dim=0) for k in outs[0]}
     for it in items:
-        corrupt, live = writer_outputs(model, it["corrupt"]), {}
+        corrupt, live = averaged if mean else writer_outputs(model, it["corrupt"]), {}
 
         def put(name):
             def hook(x, hook):
@@ -133,17 +137,17 @@ def ablated_metric(model, items, kept):
     return float(np.mean(values))
 
 
-def reference(model, items, scores, fractions):
+def reference(model, items, scores, fractions, mean=False):
     """{"cpr"|"cmd": (faithfulness curve, kept counts, area)} by MIB's definitions."""
     n = len(scores)
     with torch.no_grad():
         clean = float(np.mean([metric(model(it["clean"][None]), it) for it in items]))
-    empty = ablated_metric(model, items, set())
+    empty = ablated_metric(model, items, set(), mean)  # (MIB: the empty circuit under the same ablation)
     trapezoid = getattr(np, "trapezoid", None) or np.trapz
     out = {}
     for name, absolute in (("cpr", False), ("cmd", True)):
         circuits = [circuit(scores, int(f * n), absolute) for f in fractions]
-        faith = np.array([(ablated_metric(model, items, c) - empty) / (clean - empty) for c in circuits])
+        faith = np.array([(ablated_metric(model, items, c, mean) - empty) / (clean - empty) for c in circuits])
         curve = faith if name == "cpr" else np.abs(1 - faith)
         out[name] = (faith, [len(c) for c in circuits], float(trapezoid(curve, fractions)))
     return out
@@ -161,6 +165,17 @@ def test_cpr_and_cmd_equal_mibs_definitions(model, items):
     assert grid.attrs["faithfulness_cpr"] == pytest.approx(want["cpr"][2], abs=2e-5)
     assert grid.attrs["faithfulness_cmd"] == pytest.approx(want["cmd"][2], abs=2e-5)
     assert want["cpr"][1] != want["cmd"][1]  # the two rankings gave different circuits here
+
+
+def test_mean_ablation_divides_by_the_empty_circuit_under_mean_ablation(model, items):
+    """With ablation: mean, m(empty) was the corrupted run's metric: the empty circuit scored well above 0."""
+    fractions = [0.05, 0.3, 1.0]
+    grid = hookrun.patch_grid(model, items, input="input", method="eap",
+                              faithfulness={"fractions": fractions, "ablation": "mean"})["edges"]
+    want = reference(model, items, scores_of(grid), fractions, mean=True)
+    np.testing.assert_allclose(grid.attrs["faithfulness_cpr_curve"], want["cpr"][0], atol=2e-5)
+    np.testing.assert_allclose(grid.attrs["faithfulness_cmd_curve"], want["cmd"][0], atol=2e-5)
+    assert grid.attrs["faithfulness_cpr"] == pytest.approx(want["cpr"][2], abs=2e-5)
 
 
 def test_file_run_writes_inspects_and_plots_the_curves(model, items, tmp_path):
