@@ -153,3 +153,18 @@ def test_token_rows_are_steered_along_their_last_axis(tmp_path):
         got = f["captures/s/transformer.ln_f/output"][:].astype(np.float64)
     assert raw[0].shape[-1] == w.shape[1] != raw[0].shape[1]  # (the features are the last axis)
     np.testing.assert_allclose(got, raw[0] + 5.0 * w[0] / np.linalg.norm(w[0]), rtol=1e-5, atol=1e-5)
+
+
+def test_a_feature_maps_width_is_not_taken_for_the_probes_features(tmp_path):
+    """A (B, 3, 8, 6) feature map steered by a probe of 6 features was changed along its width (the last
+    axis, which only token rows read as features): the run went on and every later layer moved."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(2, 6, 3, padding=1), torch.nn.Conv2d(6, 3, (1, 3)),
+                                torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 6, 5)).eval()
+    data = items()
+    hookrun.run(cfg(tmp_path / "p.h5", probe={"at": ["0"], "target": "label", "pool": "mean", "control": False}),
+                model=model, dataset=data)
+    hooks = {"s": {"at": "1", "type": "forward", "actions": [
+        {"name": "modify_output", "op": "probe_steer", "probe": str(tmp_path / "p.h5"), "at": "0", "label": 1}]}}
+    with pytest.raises(HookrunError, match=r"the output \(16, 3, 8, 6\) has no axis of the probe's 6 features"):
+        hookrun.run(cfg(tmp_path / "s.h5", hooks=hooks), model=model, dataset=data)

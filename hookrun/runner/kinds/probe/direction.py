@@ -16,7 +16,8 @@ so each row is a direction in the module's feature space:
   pooled features then score the bias alone: the probe can no longer read its target.
 
 The feature axis is the one whose size is the probe's feature count: dim 1 (channels of a feature
-map, or a flat row) or the last (token rows); `dim:` chooses where both match. Every check of the
+map, or a flat row) or the last of token rows (B, T, D), never a feature map's width; `dim:` chooses
+where both match. Every check of the
 file (a probe run, the hook point, the label) runs when the plan is built, before any batch; a
 module whose features differ from the probe's stops the run at its first batch, naming both.
 """
@@ -109,10 +110,12 @@ class AlongFeatures:
                 raise RunError(f"{self.where}: dim {self.dim} of the output {tuple(x.shape)} is not the probe's "
                                f"{self.features} features")
             return axis
-        fits = sorted({a for a in (1, x.dim() - 1) if x.dim() >= 2 and x.shape[a] == self.features})
+        # (dim 1: a flat row's or a feature map's channels; the last: token rows (B, T, D) alone, as the probe
+        # pooled them: a feature map's last axis is its width)
+        fits = sorted({a for a in (1, 2 if x.dim() == 3 else 1) if x.dim() >= 2 and x.shape[a] == self.features})
         if not fits:
             raise RunError(f"{self.where}: the output {tuple(x.shape)} has no axis of the probe's {self.features} "
-                           f"features (dim 1 or the last); steer the module the probe read")
+                           f"features (dim 1, or the last of token rows); steer the module the probe read")
         if len(fits) > 1:
             raise RunError(f"{self.where}: both dim 1 and the last of {tuple(x.shape)} have {self.features} features; "
                            f"set dim: 1 (channels) or dim: -1 (token rows)")
