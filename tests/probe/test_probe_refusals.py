@@ -103,3 +103,33 @@ def test_test_rows_of_a_class_no_training_row_has_are_said_once(tmp_path, caplog
         hookrun.run({**cfg, "output": {"path": str(tmp_path / "q.h5")}}, model=model,
                     dataset=[(x, i % 2) for i, (x, _) in enumerate(data)])
     assert not [r for r in caplog.records if "no training row has" in r.getMessage()]
+
+
+def _rows(batch) -> int:
+    return len(next(iter(batch.values())) if isinstance(batch, dict) else batch[0])
+
+
+def three_targets(batch) -> torch.Tensor:
+    """Three targets whatever the batch (a user's function of the wrong length)."""
+    return torch.zeros(3, dtype=torch.long)
+
+
+def nan_targets(batch) -> torch.Tensor:
+    t = torch.arange(_rows(batch), dtype=torch.float32)
+    t[1] = float("nan")
+    return t
+
+
+@pytest.mark.parametrize(("fn", "method", "message"), [
+    ("three_targets", "logistic", r"gives \(3,\) for a batch of 8 items; a probe needs one target per item or per token: \(8,\)"),
+    ("nan_targets", "ridge", r"holds 1 NaN or infinite target\(s\) in this batch at block1; every probe row needs a finite"),
+])
+def test_a_target_function_of_the_wrong_length_or_with_nan_is_one_line_at_the_first_batch(tmp_path, fn, method, message):
+    """The first crashed in row_targets with an IndexError; the second ran the whole pass and then
+    scipy's "array must not contain infs or NaNs"."""
+    cfg = {"model": MODEL, "data": DATA, "device": "cpu", "progress": False, "output": {"path": str(tmp_path / "p.h5")},
+           "probe": {"at": ["block1"], "target": {"_target_": f"test_probe_refusals.{fn}"}, "method": method,
+                     "control": False}}
+    with pytest.raises(ConfigError, match=message) as err:
+        hookrun.run(cfg)
+    assert "\n" not in str(err.value)

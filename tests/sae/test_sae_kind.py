@@ -111,6 +111,17 @@ def test_bad_input_is_one_line_before_any_step(cache, tmp_path):
     assert "has no such key" in bad(cache, tmp_path, architecture="standard", k=None, l0_coefficient=1.0)
     assert "matryoshka_widths" in bad(cache, tmp_path, architecture="matryoshka_batchtopk")
     assert "did you mean sae.architecture?" in bad(cache, tmp_path, architecure="topk")
+    # (SAELens' tracebacks, some at the first step, each with a failed file left behind)
+    d_sae = config(cache, tmp_path)["sae"]["d_sae"]
+    for widths in ([-3, d_sae], [d_sae, d_sae]):
+        assert "must rise strictly from at least 1" in bad(cache, tmp_path, architecture="matryoshka_batchtopk",
+                                                         matryoshka_widths=widths)
+    assert "needs at least 1 batch, got 0" in bad(cache, tmp_path, normalize="expected_norm", norm_batches=0)
+    assert "choose step, tanh, quadratic" in bad(cache, tmp_path, architecture="jumprelu", k=None,
+                                                 jumprelu_sparsity_loss_mode="foo")
+    assert "give {buffer_rows: N, seed: S}, true or false" in bad(cache, tmp_path, shuffle=3)
+    from hookrun.runner.kinds.sae.block import _shuffle  # (true raised TypeError: 'bool' object is not iterable)
+    assert _shuffle(True) == _shuffle(None) == {"buffer_rows": 1_000_000, "seed": 0}
     # a cache that is not complete
     partial = tmp_path / "partial.h5"
     partial.write_bytes(Path(cache).read_bytes())

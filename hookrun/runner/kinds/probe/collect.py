@@ -42,6 +42,7 @@ class Collector:
         self.taps = Taps(model, at, hook="probe", where="probe.at")
         self.pool, self.block = block.pool, block
         target = block.target
+        self.where = "probe.target"  # (the last batch's: which key or function gave the targets)
         self.fn = None
         if isinstance(target, Mapping):
             import importlib
@@ -54,8 +55,9 @@ class Collector:
                 raise ConfigError(f"probe.target._target_={path!r} cannot be imported ({exc}); give a function "
                                   f"package.module.name taking the batch") from None
 
-    def targets(self, call: Any) -> torch.Tensor:
-        """The batch's targets: (batch,) per item or (batch, tokens) per token."""
+    def targets(self, call: Any, n: int | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The batch's targets: (batch,) per item or (batch, tokens) per token, checked against the batch's
+        `n` items and its (batch, tokens) `mask`."""
         key, batch = self.block.target, call.batch
         if self.fn is not None:
             t = self.fn(batch)
@@ -77,6 +79,11 @@ class Collector:
         if not isinstance(t, torch.Tensor) or t.dim() not in (1, 2):
             raise ConfigError(f"{where} gives {type(t).__name__} {tuple(getattr(t, 'shape', ()))}; a probe needs a tensor "
                               f"with one target per item (batch,) or per token (batch, tokens)")
+        if n is not None and t.shape[0] != n or t.dim() == 2 and mask is not None and tuple(t.shape) != tuple(mask.shape):
+            want = f"({n},)" + (f" or {tuple(mask.shape)}" if mask is not None else "")
+            raise ConfigError(f"{where} gives {tuple(t.shape)} for a batch of {n} items; a probe needs one target per "
+                              f"item or per token: {want}")
+        self.where = where
         return t.long() if t.dtype == torch.bool else t
 
     def outputs(self, model: nn.Module, call: Any, mask: torch.Tensor | None) -> dict[str, Rows]:
@@ -92,7 +99,7 @@ class Collector:
         ids = token_ids(call)
         if mask is None and ids is not None:
             mask = torch.ones_like(ids)
-        target = self.targets(call)
+        target = self.targets(call, len(indices), mask)
         out = {}
         for name, rows in self.outputs(model, call, mask).items():
             out[name] = (rows.x, self.row_targets(rows, target, name), self.keys(rows, ids, indices),
@@ -108,6 +115,9 @@ class Collector:
             t = t.reshape(-1)[rows.token.cpu()]
         else:
             t = t[rows.item.cpu()]
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise ConfigError(f"{self.where} holds {int((~torch.isfinite(t)).sum())} NaN or infinite target(s) in this batch "
+                              f"at {name}; every probe row needs a finite target (leave such items out of the data)")
         return t.numpy().astype(np.float64 if t.is_floating_point() else np.int64)
 
     def keys(self, rows: Rows, ids: torch.Tensor | None, indices: torch.Tensor) -> np.ndarray:

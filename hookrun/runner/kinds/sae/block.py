@@ -18,6 +18,7 @@ checked against SAELens' config class itself (engine.sae_config), before any ste
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,9 +119,17 @@ class SaeBlock:
                               f"d_sae (e.g. [{max(1, self.d_sae // 4)}, {self.d_sae}])")
         if self.matryoshka_widths is not None:
             widths = [int(w) for w in self.matryoshka_widths]
-            if not widths or widths != sorted(widths) or widths[-1] != self.d_sae:
-                raise ConfigError(f"sae.matryoshka_widths: {widths} must rise and end at d_sae ({self.d_sae})")
+            if not widths or widths[0] < 1 or any(a >= b for a, b in zip(widths, widths[1:])) or widths[-1] != self.d_sae:
+                raise ConfigError(f"sae.matryoshka_widths: {widths} must rise strictly from at least 1 and end at d_sae "
+                                  f"({self.d_sae}), e.g. [{max(1, self.d_sae // 4)}, {self.d_sae}]")
             self.matryoshka_widths = widths
+        if self.norm_batches is not None and (isinstance(self.norm_batches, bool) or int(self.norm_batches) < 1):
+            raise ConfigError(f"sae.norm_batches: expected_norm's estimate needs at least 1 batch, got {self.norm_batches}")
+        if self.jumprelu_sparsity_loss_mode is not None:
+            modes = _literal("jumprelu_sparsity_loss_mode")
+            if modes and self.jumprelu_sparsity_loss_mode not in modes:
+                raise ConfigError(f"sae.jumprelu_sparsity_loss_mode: {self.jumprelu_sparsity_loss_mode!r}; choose "
+                                  f"{', '.join(modes)} (SAELens' modes)")
         self.shuffle = _shuffle(self.shuffle)
         self.lr_schedule = _schedule(self.lr_schedule, self.lr)
         self.evaluate = parse_evaluate(self.evaluate)
@@ -133,12 +142,25 @@ class SaeBlock:
         return {k: getattr(self, k) for k in ARCH_KEYS if getattr(self, k) is not None}
 
 
+def _literal(key: str) -> tuple:
+    """The values SAELens' JumpReLU training config allows for `key` (its Literal type), as installed."""
+    import typing
+
+    from sae_lens.saes.jumprelu_sae import JumpReLUTrainingSAEConfig
+
+    return typing.get_args(typing.get_type_hints(JumpReLUTrainingSAEConfig).get(key))
+
+
 def _shuffle(value: Any) -> dict[str, int] | bool:
     if value is False:
         return False
+    if value is True:  # (on, with the defaults: what leaving it out means)
+        value = None
+    if value is not None and not isinstance(value, Mapping):
+        raise ConfigError(f"sae.shuffle: {value!r}; give {{buffer_rows: N, seed: S}}, true or false (the cache's own order)")
     got = dict(value or {})
     unknown = set(got) - {"buffer_rows", "seed"}
-    if unknown or value is True:
+    if unknown:
         raise ConfigError(f"sae.shuffle: {value!r}; give {{buffer_rows: N, seed: S}} or false (the cache's own order)")
     out = {"buffer_rows": int(got.get("buffer_rows", 1_000_000)), "seed": int(got.get("seed", 0))}
     if out["buffer_rows"] < 1:
