@@ -68,8 +68,11 @@ class Destination(Protocol):
     def open_store(self, attrs: dict, resume: Resume | None, part_bytes: int, **h5_kwargs) -> RunStore:
         """The run's store (for a resume: where the old batches are replayed to)."""
 
+    def adopt(self, store: RunStore) -> None:
+        """A resume's old batches are in `store`: from now on a kill keeps them (a file takes the old one's place)."""
+
     def end(self, resume: Resume | None, replayed: bool) -> None:
-        """After the store is closed: a resumed run takes the old one's place."""
+        """After the store is closed: a resumed run takes the old one's place (where adopt has not)."""
 
     def size(self, store: RunStore) -> int:
         """Bytes written (the end-of-run log line)."""

@@ -5,7 +5,7 @@
     store = dest.open_store(attrs, resume, part_bytes, **h5_kwargs)
 
 The file appears under its name only once it opens; a resumed run writes `<name>.resuming` and
-replaces the old file with it only once it holds the old batches too (`end`). With many ranks
+replaces the old file with it as soon as it holds the old batches (`adopt`). With many ranks
 (LocalShards, the layout output/shards.py's ShardRun drives) each rank writes its own
 `captures.rank-NNNNN.h5` and rank 0 writes `captures.h5`, a view over them (store/merge.py).
 """
@@ -90,8 +90,20 @@ class LocalFile:
         except OSError as exc:
             raise ConfigError(f"output.path: cannot create {str(self.target)!r}: {exc}") from None
 
+    def adopt(self, store: H5Store) -> None:
+        """The old batches are replayed: flushed, the resumed file replaces the old one now, so a kill from
+        here on keeps them and every batch flushed after (it replaced it at the end of the run: a resume
+        killed again lost all it had added). The old file stays open for reading until the run ends."""
+        if self.target is None or not self.target.name.endswith(".resuming"):
+            return
+        store.flush()
+        real = real_path(self.path)
+        os.replace(self.target, real)  # (the store writes through its open descriptor: the name may change)
+        flushing_path(real).unlink(missing_ok=True)  # the old file, where a kill in a flush left it
+        store.path, self.target = real, None
+
     def end(self, resume: ResumeState | None, replayed: bool) -> None:
-        """The store is closed: a resumed file replaces the old one once it holds the old batches."""
+        """The store is closed: a resumed file replaces the old one once it holds the old batches (adopt)."""
         if resume is None or self.target is None:
             return
         if replayed:

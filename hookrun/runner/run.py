@@ -202,6 +202,7 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
                 restore_limits(p.points, store)
                 restore_states(p.env, getattr(resume, "file", None), kept, store)  # top_examples' running state
                 log.info("resume: %d %s from %s kept; going on from step %d", kept, p.settings.kind.units[0], dest, first)
+                dest.adopt(store)
             replayed = True
             with session, BackgroundWriter(store) as writer:
                 p.settings.should_stop = stop.requested

@@ -281,12 +281,24 @@ def test_signals_from_outside_exit_with_128_plus_signal(tmp_path, signum, code, 
         assert f.attrs["status"] == "complete" and f["samples/index"].shape[0] == 400
 
 
-def test_absolute_output_path_in_a_multirun_is_refused(tmp_path):
-    proc = run_cli("-m", "seed=0,1", "data.limit=1", f"output.path={tmp_path / 'same.h5'}",
+@pytest.mark.parametrize("path", ["ABSOLUTE", "../same.h5", "../../same.h5"])
+def test_an_output_path_outside_the_jobs_folder_in_a_multirun_is_refused(tmp_path, path):
+    """../same.h5 passed (only an absolute path was refused): each job replaced the last one's file, and
+    inspect credited every job with the last one's data."""
+    path = str(tmp_path / "same.h5") if path == "ABSOLUTE" else path
+    proc = run_cli("-m", "seed=0,1", "data.limit=1", f"output.path={path}", f"hydra.sweep.dir={tmp_path / 'sw'}",
                    "hooks={l: {at: fc, type: forward, actions: [record]}}", cwd=tmp_path)
     assert proc.returncode == 2
     assert "every job of a multirun would write the same file" in proc.stderr
-    assert not (tmp_path / "same.h5").exists()
+    assert not list(tmp_path.rglob("same.h5"))
+
+
+def test_an_output_path_with_the_job_number_leaves_the_jobs_folder_one_file_each(tmp_path):
+    proc = run_cli("-m", "seed=0,1", "data.limit=1", "output.path=../job_${hydra:job.num}.h5",
+                   f"hydra.sweep.dir={tmp_path / 'sw'}", "hooks={l: {at: fc, type: forward, actions: [record]}}",
+                   cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert sorted(p.name for p in (tmp_path / "sw").glob("job_*.h5")) == ["job_0.h5", "job_1.h5"]
 
 
 def test_every_error_is_a_hookrun_error(tmp_path, checkpoint):
@@ -306,3 +318,38 @@ def test_every_error_is_a_hookrun_error(tmp_path, checkpoint):
         cfg = make_cfg(tmp_path, checkpoint, **over)
         with pytest.raises(HookrunError, match=message):
             hookrun.run(cfg)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="fork and SIGKILL")
+def test_a_resumed_run_killed_again_keeps_the_batches_it_added(tmp_path, checkpoint):
+    """The resumed file replaced the old one only at the end of the run: a resume killed with SIGKILL left
+    its batches in captures.h5.resuming, and the next resume started again from the first file's."""
+    from toy_models import STOP_AT
+
+    full = hookrun.run(make_cfg(tmp_path / "full", checkpoint, rich_hooks(told=True), **{"data.batch_size": 2})).path
+    cfg = make_cfg(tmp_path / "part", checkpoint, rich_hooks(told=True), **{"data.batch_size": 2, "output.flush_every": 1})
+    STOP_AT[:] = [1]
+    with pytest.raises(Interrupted):
+        hookrun.run(cfg)
+    path = Path(cfg["output"]["path"])
+    with h5py.File(path) as f:
+        assert f.attrs["steps_complete"] == 2
+    cfg["resume"] = True
+    pid = os.fork()
+    if pid == 0:  # the resume, killed with SIGKILL in its last batch (signal_when_told's SIGINT made a SIGKILL)
+        try:
+            kill = os.kill
+            os.kill = lambda p, s: kill(p, signal.SIGKILL)
+            STOP_AT[:] = [5]
+            hookrun.run(cfg)
+        finally:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    assert not Path(str(path) + ".resuming").exists()
+    with h5py.File(path) as f:  # (the writer thread flushes each batch; at least one of batches 2 to 4 is on disk)
+        kept = int(f.attrs["steps_complete"])
+        assert f.attrs["status"] == "running" and kept > 2 and f["samples/index"].shape[0] == 2 * kept
+    result = hookrun.run(cfg)
+    assert result.status == "complete" and result.steps == 6 - kept
+    assert_same_captures(full, result.path)

@@ -126,6 +126,9 @@ class StoreParts:
             raise ConfigError(f"output.path: {exc}") from None
         return self.store
 
+    def adopt(self, store: PartedStore) -> None:
+        """(The verified parts stay where they are: a kill from here on keeps them.)"""
+
     def end(self, resume: PartsResume | None, replayed: bool) -> None:
         """(Each part was uploaded as it finished; the manifest was written as the store closed.)"""
 
