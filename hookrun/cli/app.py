@@ -79,11 +79,13 @@ def _app(cfg: DictConfig) -> None:
 
 
 def _task(cfg: DictConfig, folder: Path, record: RunRecord) -> None:
-    path = Path(cfg.output.path)
-    hydra_cfg = HydraConfig.get()
-    if path.is_absolute() and hydra_cfg.mode == RunMode.MULTIRUN:  # (a URL is never an absolute path)
-        _fail(HookrunError(f"output.path={path} is absolute: every job of a multirun would write the same file; "
-                           f"give a relative path (each job has its own folder) or one with ${{hydra.job.num}} in it"))
+    path, raw = Path(cfg.output.path), str(OmegaConf.to_container(cfg.output)["path"])  # (raw: interpolations kept)
+    if HydraConfig.get().mode == RunMode.MULTIRUN and "${" not in raw and "://" not in raw:
+        outside = path.is_absolute() or not (folder / path).resolve().is_relative_to(folder.resolve())
+        if outside:  # every job would write one file, each replacing the last (or refused once the first ran)
+            what = "is absolute" if path.is_absolute() else "leaves the job's folder"
+            _fail(HookrunError(f"output.path={raw} {what}: every job of a multirun would write the same file; give a "
+                               f"path inside the job's folder (each job has its own) or one with ${{hydra:job.num}} in it"))
     try:
         typed = load(cfg)  # the config's one conversion: Hydra's node into the HookrunConfig every step reads
         # a relative file, or an object store's staged parts: in the run folder
