@@ -225,3 +225,20 @@ def test_bad_fractions_one_line_before_any_forward(model, items, fractions):
     finally:
         handle.remove()
     assert "\n" not in str(err.value) and not calls
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda ids: ids.float(), r"^patching: the items' 'clean' are float32, and the model reads token ids through its embedding of 40"),
+    (lambda ids: ids + V, r"^patching: item 0's 'clean' holds token id \d+, outside the model's vocabulary of 40 \(0..39\)"),
+])
+def test_token_ids_that_are_not_whole_or_past_the_vocabulary_are_one_line_before_any_forward(model, items, change, message):
+    """The embedding's own IndexError or dtype RuntimeError came out with a traceback."""
+    bad = [{**it, "clean": change(it["clean"])} for it in items]
+    calls = []
+    handle = model.register_forward_pre_hook(lambda m, a: calls.append(1))
+    try:
+        with pytest.raises(ConfigError, match=message):
+            hookrun.patch_grid(model, bad, input="input", method="eap")
+    finally:
+        handle.remove()
+    assert not calls

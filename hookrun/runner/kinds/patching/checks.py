@@ -71,3 +71,35 @@ def refuse_recording(points: list) -> None:
                                   f"not the data's batches), so it would record nothing; record in a run of its own (the "
                                   f"same hooks without the patching block), and keep beside patching only hooks that "
                                   f"change the forward (modify_output: splice, ...)")
+
+
+def check_token_ids(model: Any, items: Mapping[str, torch.Tensor], keys: tuple[str, ...]) -> None:
+    """A model that reads token ids through an embedding (a transformers model's input embeddings, a
+    TransformerLens model's W_E) gets whole numbers within its vocabulary in each of `keys`: a float id or
+    one past the vocabulary ended in the embedding's own error, with a traceback. Other models: unchecked."""
+    vocab = _vocabulary(model)
+    if vocab is None:
+        return
+    for key in dict.fromkeys(keys):
+        ids = items[key]
+        if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+            raise ConfigError(f"patching: the items' {key!r} are {str(ids.dtype).replace('torch.', '')}, and the model reads "
+                              f"token ids through its embedding of {vocab}; give whole-number ids (torch.long)")
+        bad = (ids < 0) | (ids >= vocab)
+        if bool(bad.any()):
+            item, *_ = (int(i) for i in bad.nonzero()[0])
+            raise ConfigError(f"patching: item {item}'s {key!r} holds token id {int(ids[bad][0])}, outside the model's "
+                              f"vocabulary of {vocab} (0..{vocab - 1})")
+
+
+def _vocabulary(model: Any) -> int | None:
+    get = getattr(model, "get_input_embeddings", None)
+    if callable(get):
+        try:
+            emb = get()
+        except (NotImplementedError, AttributeError):
+            emb = None
+        if isinstance(emb, torch.nn.Embedding):
+            return emb.num_embeddings
+    w_e = getattr(getattr(model, "embed", None), "W_E", None)  # (TransformerLens)
+    return int(w_e.shape[0]) if isinstance(w_e, torch.Tensor) and w_e.dim() == 2 else None
