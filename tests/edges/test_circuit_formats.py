@@ -163,3 +163,20 @@ def test_cli_run_export_and_score_agree(tmp_path):
     again = json.loads(hookrun.open_run(tmp_path / "scored.h5").attrs["patching"])["faithfulness"]["mib"]
     np.testing.assert_allclose(again["cpr"]["faithfulness"], mib["cpr"]["faithfulness"], atol=1e-6)
     assert again["cmd"]["kept"] == mib["cmd"]["kept"] and f"CPR {mib['cpr']['area']:.4g}" in scored.stdout
+
+
+def test_score_on_a_run_of_python_objects_and_bad_fractions_say_what_to_give(tmp_path, capsys):
+    """A run made with hookrun.run(cfg, model=..., dataset=...) said "model: expected a node with _target_ ...,
+    got {'live': ...}"; --fractions 0,2 was named as patching.faithfulness.fractions, a key the user never typed."""
+    import torch
+
+    path = tmp_path / "live.h5"
+    hookrun.run({"hooks": {"l": {"at": "", "type": "forward"}}, "progress": False, "output": {"path": str(path)}},
+                model=torch.nn.Linear(3, 2), dataset=[(torch.ones(3), 0)] * 2)
+    assert main(["score", str(path), "--circuit", str(tmp_path / "c.json")]) == 2
+    err = capsys.readouterr().err
+    assert "the run was given Python objects (model torch.nn.modules.linear.Linear, data.dataset builtins.list)" in err
+    assert "give a YAML config that builds them, or score in Python with hookrun.patch_grid" in err
+    assert main(["score", str(path), "--circuit", str(tmp_path / "c.json"), "--fractions", "0,2"]) == 2
+    err = capsys.readouterr().err
+    assert "--fractions 0,2: give mib" in err and "patching.faithfulness" not in err, err

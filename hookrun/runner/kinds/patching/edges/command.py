@@ -90,7 +90,10 @@ def score(a: argparse.Namespace) -> int:
     """Run the source's config again with faithfulness.from: the circuit; print the run's faithfulness line."""
     from hookrun.runner.run import run
 
-    fractions = parse_fractions("mib" if a.fractions == "mib" else _numbers(a.fractions))
+    try:
+        fractions = parse_fractions("mib" if a.fractions == "mib" else _numbers(a.fractions))
+    except ConfigError as exc:  # (named as the command line gave it, not as the config key it becomes)
+        raise ConfigError(f"--fractions {a.fractions}: {str(exc).partition('; ')[2] or exc}") from None
     cfg = _config(a.source)
     if not cfg.get("patching"):
         kind = next((k for k in plugin_names() if cfg.get(k)), None)
@@ -131,6 +134,13 @@ def _config(source: str) -> dict:
         cfg = run.config
     if not cfg:
         raise ConfigError(f"{source}: the run keeps no config to run again; give a YAML config")
+    live = [f"{where} {node['live']}" for where, node in (("model", cfg.get("model")),
+                                                          ("data.dataset", (cfg.get("data") or {}).get("dataset")))
+            if isinstance(node, dict) and "live" in node]
+    if live:
+        raise ConfigError(f"{source}: the run was given Python objects ({', '.join(live)}), which its file cannot build "
+                          f"again; give a YAML config that builds them, or score in Python with hookrun.patch_grid(model, "
+                          f"items, faithfulness={{'from': CIRCUIT, 'fractions': 'mib'}})")
     return dict(cfg)
 
 
