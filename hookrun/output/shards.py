@@ -31,7 +31,7 @@ import yaml
 
 from hookrun.config.checks import differing
 from hookrun.config.schema import HookrunConfig, to_yaml
-from hookrun.errors import ConfigError, HookrunError, RunError
+from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError
 from hookrun.output.local_file import LocalShards
 from hookrun.output.ranks import (
     Ranks,
@@ -118,7 +118,7 @@ class ShardRun:
 
     def run_and_merge(self, store: dist.Store, cfg: HookrunConfig,
                       body: Callable[[HookrunConfig, Destination, Callable], R]) -> R:
-        status = "failed"
+        status, refused = "failed", False
         beat = Heartbeat(store, self.r.rank)
         try:
             result = body(cfg, self.layout.mine, self.adjust)
@@ -128,11 +128,12 @@ class ShardRun:
             raise
         except BaseException as exc:
             status = "interrupted" if getattr(exc, "signum", None) else "failed"
+            refused = isinstance(exc, ConfigError | NotFoundError)  # (a bad config: no view to make, no error about one)
             raise
         finally:
             beat.stop()
             store.set(f"done/{self.r.rank}", status)
-            if self.r.rank == 0 and status != "dry_run":
+            if self.r.rank == 0 and status != "dry_run" and not refused:
                 try:
                     view = self.merge(store, stopped=status != "complete")
                 except (HookrunError, OSError) as exc:

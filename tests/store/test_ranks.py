@@ -20,7 +20,7 @@ from rank_runs import ARGS, ENV, TORCHRUN, captures, cli
 
 import hookrun
 from hookrun.config.schema import load as load_config
-from hookrun.errors import ConfigError, HookrunError
+from hookrun.errors import ConfigError, HookrunError, NotFoundError
 from hookrun.output.ranks import Ranks, detect, shard_batches, shard_path
 from hookrun.output.shards import ShardRun, differing
 from hookrun.store.merge import build_view
@@ -242,3 +242,22 @@ def test_rank_benchmark_quick_mode_runs(tmp_path):
     table = (tmp_path / "b.md").read_text()
     assert "| 1 process x 2 threads |" in table and "| 2 processes x 1 thread |" in table
     assert "rank 0" in table and "rank 1" in table and "merged view written by rank 0" in table
+
+
+@pytest.mark.parametrize("error", [ConfigError("hooks.b.at: no module 'blockX'"), NotFoundError("no module 'blockX'")])
+def test_a_refused_run_makes_no_view_and_says_nothing_about_one(tmp_path, caplog, error):
+    """Rank 0 tried to merge the shards of a run refused before any shard existed, and logged an ERROR
+    ("could not write the merged view ...") beside the refusal (or, some times, instead of it)."""
+    import torch.distributed as dist
+
+    cfg = load_config({"model": {"_target_": "my_pkg.Net"}, "data": {"dataset": {"_target_": "my_pkg.MyData"}},
+                       "output": {"path": str(tmp_path / "captures.h5")}})
+    run = ShardRun(cfg, Ranks(0, 2, 0, "torchrun", "t"))
+    run.merge = lambda *a, **k: pytest.fail("a refused run was merged")
+
+    def body(*_):
+        raise error
+
+    with pytest.raises(type(error)):
+        run.run_and_merge(dist.HashStore(), cfg, body)
+    assert "merged view" not in caplog.text
