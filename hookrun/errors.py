@@ -76,3 +76,17 @@ def object_in_config(where: str, omegaconf_message: str, live: str | None = None
         return None
     return (f"{where}: a {m.group(1)} object cannot be in a config (it holds numbers, strings, lists and mappings); "
             + (f"pass it live: {live}" if live else "name what builds it: {_target_: package.module.Name, ...}"))
+
+
+def not_a_state_dict(exc: BaseException) -> str:
+    """Why torch.load(weights_only=True) refused a file, in a few words: torch's own message is a page
+    (with terminal colour codes) whose advice, weights_only=False, hookrun never takes."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+    if found:
+        return f"it holds a Python object ({found.group(1)}), which hookrun never unpickles"
+    if re.search(r"Unsupported operand|invalid load key|not a zip file|failed finding central directory", text):
+        return "it is not a file torch.save wrote"
+    detail = re.search(r"WeightsUnpickler error:\s*([^\n]+)", text)
+    first = detail.group(1) if detail else (text.strip().splitlines() or [type(exc).__name__])[0]
+    return first.strip()[:200]

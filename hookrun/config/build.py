@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from hookrun.errors import ConfigError, HookrunError, close_matches
+from hookrun.errors import ConfigError, HookrunError, close_matches, not_a_state_dict
 
 if TYPE_CHECKING:
     from hydra.errors import InstantiationException
@@ -154,10 +154,9 @@ def load_checkpoint(model: nn.Module, path: str, key: str = "model") -> None:
     except FileNotFoundError:
         raise ConfigError(f"{key}.checkpoint: no file {path!r}") from None
     except Exception as exc:  # UnpicklingError and friends: not a plain tensor file
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(
-            f"{key}.checkpoint: {path!r} is not a plain state_dict loadable with weights_only=True "
-            f"(save it with torch.save(model.state_dict(), path)): {first[:200]}"
+            f"{key}.checkpoint: {path!r} is not a plain state_dict ({not_a_state_dict(exc)}); save one with "
+            f"torch.save(model.state_dict(), path)"
         ) from None
     for wrapper in ("state_dict", "model"):  # (a training checkpoint's dict around the state_dict)
         if isinstance(state, Mapping) and isinstance(state.get(wrapper), Mapping):

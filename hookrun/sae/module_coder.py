@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from hookrun.errors import ConfigError
+from hookrun.errors import ConfigError, not_a_state_dict
 
 
 def read_safetensors(path: Path) -> dict[str, Tensor]:
@@ -39,8 +39,8 @@ def read_state_dict(file: Path) -> dict[str, Tensor]:
     except FileNotFoundError:
         raise ConfigError(f"no file {file}") from None
     except Exception as exc:  # UnpicklingError and friends
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ConfigError(f"{file} is not a plain state dict loadable with weights_only=True: {first[:200]}") from None
+        raise ConfigError(f"{file} is not a plain state dict ({not_a_state_dict(exc)}); save one with "
+                          f"torch.save(module.state_dict(), path)") from None
     if not isinstance(state, Mapping):
         raise ConfigError(f"{file} holds a {type(state).__name__}, not a state dict (a mapping of names to tensors)")
     return dict(state)

@@ -240,7 +240,8 @@ def test_bad_dictionary_learning(tmp_path):
     torch.save(nn.Linear(2, 2), tmp_path / "ae.pt")  # a pickled module: refused by weights_only=True
     with pytest.raises(ConfigError) as exc:
         load_sae(tmp_path)
-    assert "ae.pt is not a plain state dict loadable with weights_only=True" in one_line(exc)
+    assert "ae.pt is not a plain state dict (it holds a Python object (torch.nn.modules.linear.Linear), which hookrun " \
+        "never unpickles)" in one_line(exc)
 
 
 # -- any module ------------------------------------------------------------------------------

@@ -119,8 +119,13 @@ def test_bad_config_is_refused_before_any_batch(tmp_path, checkpoint, over, mess
 def test_checkpoint_that_is_not_a_state_dict_is_refused(tmp_path, checkpoint):
     bad = tmp_path / "bad.pt"
     save_pickled_object(bad)
-    with pytest.raises(ConfigError, match="not a plain state_dict loadable with weights_only=True"):
+    with pytest.raises(ConfigError, match=r"not a plain state_dict \(it is not a file torch.save wrote\); save one with"):
+        hookrun.run(make_cfg(tmp_path, bad, FMAP))  # (a bare pickle)
+    torch.save({"weights": object()}, bad)
+    with pytest.raises(ConfigError, match=r"not a plain state_dict \(it holds a Python object \(object\), which hookrun "
+                                          r"never unpickles\); save one with torch.save") as err:
         hookrun.run(make_cfg(tmp_path, bad, FMAP))
+    assert "\x1b" not in str(err.value) and "weights_only=False" not in str(err.value)  # (torch's page, colours and all)
     torch.save({"fc.weight": torch.zeros(3)}, bad)  # too few keys
     with pytest.raises(ConfigError, match="does not fit ResNet: missing keys"):
         hookrun.run(make_cfg(tmp_path, bad, FMAP))
