@@ -79,6 +79,9 @@ def _app(cfg: DictConfig) -> None:
 
 
 def _task(cfg: DictConfig, folder: Path, record: RunRecord) -> None:
+    if not isinstance(cfg.get("output"), DictConfig):  # (~output: the task cannot read where to write)
+        _fail(ConfigError("~output removed the output block every run needs; leave it, and change its keys instead "
+                          "(output.path=FILE, ...)"))
     path, raw = Path(cfg.output.path), str(OmegaConf.to_container(cfg.output)["path"])  # (raw: interpolations kept)
     if HydraConfig.get().mode == RunMode.MULTIRUN and "${" not in raw and "://" not in raw:
         outside = path.is_absolute() or not (folder / path).resolve().is_relative_to(folder.resolve())

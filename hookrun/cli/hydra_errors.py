@@ -99,6 +99,13 @@ def one_line(exc: BaseException, overrides: list[str], known_keys: Callable[[], 
         if isinstance(cause, yaml.YAMLError):
             return _yaml_message(cause)
         text = str(exc).strip()
+        m = re.match(r"Multiple values for (\S+)\. To override a value use 'override \S+: (\S+)'", text)
+        if m:  # (Hydra names the defaults list's syntax; on the command line it is the plain override)
+            return (f"+{m.group(1)}={m.group(2)}: the config already chooses a {m.group(1)}; choose another without "
+                    f"the +: {m.group(1)}={m.group(2)}")
+        m = re.match(r"Could not delete from config\. '([^']+)' does not exist", text)
+        if m and m.group(1) in known_keys():  # (a key whose value is null: Hydra cannot delete it)
+            return f"~{m.group(1)}: {m.group(1)} is already unset (null); leave it out, or give {m.group(1)}=VALUE"
         m = re.match(r"Could not override '([^']+)'", text)
         if m:
             return _unknown_key_message(m.group(1), overrides, known_keys(), getattr(cause, "full_key", None))

@@ -50,6 +50,7 @@ TOGETHER: list[Refused] = [
 RANGES: list[tuple[str, int | None, int | None, str]] = [
     ("data.limit", 1, None, "data.limit must be at least 1 (or null for all batches), got {value}"),
     ("output.flush_every", 1, None, "output.flush_every must be at least 1 (or null: every 2 seconds), got {value}"),
+    ("output.max_bytes", 1, None, "output.max_bytes must be at least 1 byte (or null: no limit), got {value}"),
     ("data.batch_size", None, sys.maxsize,
      "data.batch_size must be at least 1 and at most " + str(sys.maxsize) + ", got {value}"),
     ("seed", -(2**63), 2**64 - 1, "seed: {value} is out of range; use a whole number from 0 to " + str(2**64 - 1)

@@ -111,3 +111,24 @@ def test_verbose_prints_the_traceback_and_keeps_the_one_line_and_its_exit_status
     done = run_cli("data.batchsize=8", "dry_run=true", "--verbose")
     assert done.returncode == 2, done.stderr
     assert "Traceback" in done.stderr and done.stderr.strip().splitlines()[-1].startswith("hookrun: error: data.batchsize=8")
+
+
+def test_hydras_defaults_list_and_null_key_messages_become_the_command_lines():
+    """`+loss=sum` named the defaults list's syntax ('override loss: sum'); `~output.max_bytes` (null) said the
+    key does not exist; output.max_bytes=-5 was reported as a file larger than -5 bytes."""
+    from hydra.errors import ConfigCompositionException
+
+    from hookrun.cli.hydra_errors import one_line
+    from hookrun.config.checks import check_config
+    from hookrun.config.schema import load
+
+    keys = lambda: ["loss", "output", "output.max_bytes"]  # noqa: E731
+    exc = ConfigCompositionException("Multiple values for loss. To override a value use 'override loss: sum'")
+    assert one_line(exc, ["+loss=sum"], keys, lambda g: []) == \
+        "+loss=sum: the config already chooses a loss; choose another without the +: loss=sum"
+    exc = ConfigCompositionException("Could not delete from config. 'output.max_bytes' does not exist.")
+    assert one_line(exc, ["~output.max_bytes"], keys, lambda g: []).startswith(
+        "~output.max_bytes: output.max_bytes is already unset (null)")
+    with pytest.raises(ConfigError, match=r"^output.max_bytes must be at least 1 byte \(or null: no limit\), got -5$"):
+        check_config(load({"model": {"_target_": "torch.nn.Identity"}, "data": {"dataset": {"_target_": "x.y"}},
+                           "output": {"max_bytes": -5}}))
