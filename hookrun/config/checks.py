@@ -51,6 +51,8 @@ RANGES: list[tuple[str, int | None, int | None, str]] = [
     ("data.limit", 1, None, "data.limit must be at least 1 (or null for all batches), got {value}"),
     ("output.flush_every", 1, None, "output.flush_every must be at least 1 (or null: every 2 seconds), got {value}"),
     ("output.max_bytes", 1, None, "output.max_bytes must be at least 1 byte (or null: no limit), got {value}"),
+    ("data.batch_size", 1, None, "data.batch_size must be at least 1, got {value}"),
+    ("data.num_workers", 0, None, "data.num_workers must be 0 or more, got {value}"),
     ("data.batch_size", None, sys.maxsize,
      "data.batch_size must be at least 1 and at most " + str(sys.maxsize) + ", got {value}"),
     ("seed", -(2**63), 2**64 - 1, "seed: {value} is out of range; use a whole number from 0 to " + str(2**64 - 1)

@@ -132,6 +132,9 @@ def test_a_cache_of_another_model_is_one_line_before_any_step(trained, tmp_path)
 @pytest.mark.parametrize(("value", "match"), [
     ("{limit: 0}", "sae.evaluate.limit: 0"),
     ("{size: 3}", "sae.evaluate.size: not a key"),
+    # (found after the training, named as the run's data.batch_size / data.dataset.files)
+    ("{data: {batch_size: 0}, limit: 8}", r"^sae.evaluate: sae.evaluate.data.batch_size must be at least 1, got 0$"),
+    ("{data: {dataset: {start: 99999999}}, limit: 8}", r"^sae.evaluate: sae.evaluate.data.dataset.files: .* hold no text"),
 ])
 def test_bad_evaluate_values_are_one_line(trained, tmp_path, value, match):
     _, cache, _ = trained
@@ -139,6 +142,7 @@ def test_bad_evaluate_values_are_one_line(trained, tmp_path, value, match):
                           f"sae.evaluate={value}", *TRAIN, f"hydra.run.dir={tmp_path / 'run'}")
     with pytest.raises(ConfigError, match=match):
         hookrun.run(cfg)
+    assert not (tmp_path / "sae").exists()  # before any step
 
 
 def test_evaluate_of_a_channel_sae_is_one_line_before_any_step(tmp_path):

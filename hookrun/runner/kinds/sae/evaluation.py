@@ -22,8 +22,10 @@ l0, mse, explained_variance, dead_fraction) are returned for the run's file (the
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -72,19 +74,36 @@ def eval_data(run_data: Mapping, spec: Mapping) -> dict[str, Any]:
 
 
 def check_items(cfg: Any, spec: Mapping) -> None:
-    """The held-out items fit the loss: loss=lm (the run names none) reads their input_ids, or one line."""
+    """The held-out items' data keys (types, ranges) and data set, before any step, named as sae.evaluate's
+    (they were found after the training, as data.*); loss=lm (the run names none) reads their input_ids."""
+    from hookrun.config.checks import check_config
+    from hookrun.config.schema import load
+
     base = to_dict(cfg)
-    dataset = eval_data(base["data"], spec).get("dataset")
+    data = eval_data(base["data"], spec)
+    dataset = data.get("dataset")
+    with _as_evaluate():
+        check_config(load({"model": base["model"], "data": data}))
     if base.get("loss") or not isinstance(dataset, Mapping) or "live" in dataset:
         return
     from hookrun.config.build import build_dataset
 
-    items = build_dataset(dataset)
+    with _as_evaluate():
+        items = build_dataset(dataset)
     item = items[0] if len(items) else None
     if item is not None and not (isinstance(item, Mapping) and "input_ids" in item):
         raise ConfigError(f"sae.evaluate: the held-out items ({dataset.get('_target_')}) have no input_ids for the "
                           "default loss=lm (next-token cross-entropy); name the run's loss (loss=cross_entropy for a "
                           "classifier) or drop sae.evaluate")
+
+
+@contextlib.contextmanager
+def _as_evaluate() -> Iterator[None]:
+    """A ConfigError about the held-out items' data keys, named as sae.evaluate.data's."""
+    try:
+        yield
+    except ConfigError as exc:
+        raise ConfigError("sae.evaluate: " + re.sub(r"(?<![\w.])data\.", "sae.evaluate.data.", str(exc))) from None
 
 
 def check_model(cfg: Any, cache_config: Mapping, source: str) -> None:

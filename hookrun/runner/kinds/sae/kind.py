@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from hookrun.config.schema import HookrunConfig
-from hookrun.errors import ConfigError
+from hookrun.errors import ConfigError, HookrunError
 from hookrun.runner.kinds.run_kind import RunKind
 from hookrun.runner.kinds.sae.block import SaeBlock
 from hookrun.runner.kinds.sae.data import CacheRows
@@ -177,8 +177,12 @@ class SaeKind(RunKind):
 
         cfg = self.ctx.cfg
         live = self.ctx.model if isinstance(cfg.model, dict) and "live" in cfg.model else None
-        self.evaluation = evaluate_sae(cfg, self.block.evaluate, self.out, self.module,
-                                       self.out.with_name(self.out.name + ".evaluation.h5"), model=live)
+        try:
+            self.evaluation = evaluate_sae(cfg, self.block.evaluate, self.out, self.module,
+                                           self.out.with_name(self.out.name + ".evaluation.h5"), model=live)
+        except HookrunError as exc:  # (the training is done and its SAE written: say where, and how to evaluate it)
+            raise type(exc)(f"sae.evaluate, after the training (the SAE is written to {self.out}): {exc}; evaluate it "
+                            f"again with experiment=sae_eval params.sae={self.out}") from exc.__cause__
         m, s = self.evaluation["model"], self.evaluation["splice"]
         log.info("sae: evaluated on %d held-out item(s): ce_loss_score %.4g, kl_div_score %.4g, l0 %.4g, "
                  "explained_variance %.4g (%s)", self.evaluation["items"], m.get("ce_loss_score", float("nan")),
