@@ -108,7 +108,10 @@ def test_imported_circuit_scored_as_mib_scores_it(tmp_path):
 @pytest.mark.parametrize("change, message", [
     (lambda d: d["nodes"].update({"a5.h0": {"in_graph": True}}), "node 'a5.h0' is not in this model's graph"),
     (lambda d: d["edges"].pop("m0->logits"), "edge 'm0->logits' is missing"),
-    (lambda d: d["edges"].update({"m1->m0": {"score": 1.0, "in_graph": True}}), "edge 'm1->m0' is not in this model's graph"),
+    (lambda d: d["edges"].update({"m1->m0": {"score": 1.0, "in_graph": True}}),  # (it named node m0 as not there)
+     "edge 'm1->m0' is not in this model's graph (both nodes are, but no edge runs from 'm1' to 'm0'"),
+    (lambda d: d["edges"]["m0->logits"].update(score=float("nan")),  # (it said the edge is missing)
+     "edge 'm0->logits' has no finite number as its score (nan)"),
     (lambda d: d.pop("edges"), "unknown circuit format"),
 ])
 def test_foreign_circuits_are_one_line(tmp_path, change, message):

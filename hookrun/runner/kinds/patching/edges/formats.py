@@ -129,12 +129,14 @@ def read_circuit(path: str | Path, writers: Sequence[str], readers: Sequence[str
     for name, info in doc["edges"].items():
         if name not in index:
             parent, _, child = name.partition("->")
-            missing = parent if parent not in known_nodes else child.split("<")[0]
-            raise ConfigError(f"{where}={str(path)!r}: edge {name!r} is not in this model's graph (node {missing!r} "
-                              f"is not, or the edge is not); the circuit is for another model")
+            unknown = next((n for n in (parent, child.split("<")[0]) if n not in known_nodes), None)
+            why = (f"node {unknown!r} is not in it" if unknown else f"both nodes are, but no edge runs from {parent!r} "
+                   f"to {child!r} (a writer reaches only the readers of later layers)")
+            raise ConfigError(f"{where}={str(path)!r}: edge {name!r} is not in this model's graph ({why}); the circuit "
+                              f"is for another model")
         score = info.get("score") if isinstance(info, dict) else None
-        if not isinstance(score, int | float) or isinstance(score, bool):
-            raise ConfigError(f"{where}={str(path)!r}: edge {name!r} has no number as its score ({score!r}); "
+        if not isinstance(score, int | float) or isinstance(score, bool) or not np.isfinite(score):
+            raise ConfigError(f"{where}={str(path)!r}: edge {name!r} has no finite number as its score ({score!r}); "
                               f"faithfulness ranks edges by importance scores")
         scores[index[name]] = float(score)
     missing = np.argwhere(mask & ~np.isfinite(scores))
