@@ -10,6 +10,7 @@ and raw TransformerLens ablation), fed the same scores by EAP-IG edge name.
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -123,7 +124,7 @@ def test_foreign_circuits_are_one_line(tmp_path, change, message):
     doc = to_eap_ig(g.writers, g.readers, scores, {"n_layers": 2, "n_heads": 2, "parallel_attn_mlp": False, "d_model": 8})
     change(doc)
     (tmp_path / "c.json").write_text(json.dumps(doc))
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(")) as err:
+    with pytest.raises(ConfigError, match=re.escape(message)) as err:
         read_circuit(tmp_path / "c.json", g.writers, g.readers, g.mask)
     assert "\n" not in str(err.value)
 
