@@ -74,7 +74,8 @@ class Collector:
         elif isinstance(key, int) and isinstance(batch, list | tuple) and -len(batch) <= key < len(batch):
             t, where = batch[key], f"probe.target={key}"
         else:
-            raise ConfigError(f"probe.target={key!r}: the items are {type(batch).__name__}s with no such key; use "
+            kind = "tuples or lists" if isinstance(batch, list | tuple) else f"{type(batch).__name__}s"  # (collated: a list)
+            raise ConfigError(f"probe.target={key!r}: the items are {kind} with no such key; use "
                               f"`label` (the data's target) or a position")
         if not isinstance(t, torch.Tensor) or t.dim() not in (1, 2):
             raise ConfigError(f"{where} gives {type(t).__name__} {tuple(getattr(t, 'shape', ()))}; a probe needs a tensor "

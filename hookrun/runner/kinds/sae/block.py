@@ -81,7 +81,9 @@ class SaeBlock:
     def check(self) -> None:
         """One ConfigError line per bad value; shuffle and lr_schedule become plain dicts (or False)."""
         if bool(self.from_) == bool(self.at) or (self.from_ and not self.capture):
-            raise ConfigError("sae: give `from` (a cache run: folder, captures.h5 or s3:// URL) and `capture` "
+            what = ("both `from` and `at` are given" if self.from_ and self.at else "`from` has no `capture`"
+                    if self.from_ else "neither `from` nor `at` is given")
+            raise ConfigError(f"sae: {what}; give `from` (a cache run: folder, captures.h5 or s3:// URL) and `capture` "
                               "(its hook/module/role, e.g. res/transformer.h.3/output), or `at` (a module of the "
                               "run's own model, trained on the fly), not both")
         if self.architecture not in ARCHITECTURES:
@@ -104,7 +106,7 @@ class SaeBlock:
         if self.k is not None:
             if self.architecture not in ("topk", "batchtopk", "matryoshka_batchtopk"):
                 raise ConfigError(f"sae.k: the {self.architecture} SAE has no k (topk, batchtopk and "
-                                  "matryoshka_batchtopk do); drop it")
+                                  "matryoshka_batchtopk do); drop it (sae.k=null, where the experiment sets one)")
             if isinstance(self.k, bool) or not isinstance(self.k, int | float):
                 raise ConfigError(f"sae.k: expected a number of latents kept per row, got {self.k!r}")
             if self.architecture == "topk" and not float(self.k).is_integer():

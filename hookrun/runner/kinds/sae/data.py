@@ -142,7 +142,11 @@ def find_capture(run: Any, capture: str, source: str) -> Any:
     except (NotFoundError, KeyError, ValueError):
         names = [c.path.removeprefix("/captures/") for c in run.captures]
         near = close_matches(capture, names)
+        kind = run.attrs.get("kind") if not names and hasattr(run, "attrs") else None
         run.close()
+        if not names:  # (a probe or similarity run, say: a run of another kind holds no captures)
+            raise ConfigError(f"sae.capture: {source} holds no captures{f' (a {kind} run)' if kind else ''}; give "
+                              f"sae.from a cache run (experiment=sae_cache, or any run that records the module)") from None
         raise ConfigError(f"sae.capture: {source} has no capture {capture!r}"
                           + (f"; did you mean {near[0]!r}?" if near else "")
                           + f" (it holds: {', '.join(names[:8])}{' ...' if len(names) > 8 else ''})") from None
