@@ -122,7 +122,8 @@ def test_bad_input_is_one_line_before_any_step(cache, tmp_path):
     assert "give {buffer_rows: N, seed: S}, true or false" in bad(cache, tmp_path, shuffle=3)
     assert bad(cache, tmp_path, capture=None).startswith("sae: `from` has no `capture`; give")  # (said "not both")
     assert "drop it (sae.k=null, where the experiment sets one)" in bad(cache, tmp_path, architecture="standard")
-    from hookrun.runner.kinds.sae.block import _shuffle  # (true raised TypeError: 'bool' object is not iterable)
+    from hookrun.runner.kinds.sae.block import _shuffle
+
     assert _shuffle(True) == _shuffle(None) == {"buffer_rows": 1_000_000, "seed": 0}
     # a cache that is not complete
     partial = tmp_path / "partial.h5"

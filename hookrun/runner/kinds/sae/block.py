@@ -121,7 +121,7 @@ class SaeBlock:
                               f"d_sae (e.g. [{max(1, self.d_sae // 4)}, {self.d_sae}])")
         if self.matryoshka_widths is not None:
             widths = [int(w) for w in self.matryoshka_widths]
-            if not widths or widths[0] < 1 or any(a >= b for a, b in zip(widths, widths[1:])) or widths[-1] != self.d_sae:
+            if not widths or widths[0] < 1 or any(a >= b for a, b in zip(widths, widths[1:], strict=False)) or widths[-1] != self.d_sae:
                 raise ConfigError(f"sae.matryoshka_widths: {widths} must rise strictly from at least 1 and end at d_sae "
                                   f"({self.d_sae}), e.g. [{max(1, self.d_sae // 4)}, {self.d_sae}]")
             self.matryoshka_widths = widths
