@@ -83,7 +83,7 @@ def _task(cfg: DictConfig, folder: Path, record: RunRecord) -> None:
         _fail(ConfigError("~output removed the output block every run needs; leave it, and change its keys instead "
                           "(output.path=FILE, ...)"))
     path, raw = Path(cfg.output.path), str(OmegaConf.to_container(cfg.output)["path"])  # (raw: interpolations kept)
-    if HydraConfig.get().mode == RunMode.MULTIRUN and "${" not in raw and "://" not in raw:
+    if HydraConfig.get().mode == RunMode.MULTIRUN and "${" not in raw:  # (a URL is neither absolute nor outside)
         outside = path.is_absolute() or not (folder / path).resolve().is_relative_to(folder.resolve())
         if outside:  # every job would write one file, each replacing the last (or refused once the first ran)
             what = "is absolute" if path.is_absolute() else "leaves the job's folder"
