@@ -158,12 +158,9 @@ def _shuffle(value: Any) -> dict[str, int] | bool:
         return False
     if value is True:  # (on, with the defaults: what leaving it out means)
         value = None
-    if value is not None and not isinstance(value, Mapping):
+    if value is not None and not isinstance(value, Mapping) or set(value or {}) - {"buffer_rows", "seed"}:
         raise ConfigError(f"sae.shuffle: {value!r}; give {{buffer_rows: N, seed: S}}, true or false (the cache's own order)")
     got = dict(value or {})
-    unknown = set(got) - {"buffer_rows", "seed"}
-    if unknown:
-        raise ConfigError(f"sae.shuffle: {value!r}; give {{buffer_rows: N, seed: S}} or false (the cache's own order)")
     out = {"buffer_rows": int(got.get("buffer_rows", 1_000_000)), "seed": int(got.get("seed", 0))}
     if out["buffer_rows"] < 1:
         raise ConfigError(f"sae.shuffle.buffer_rows: must be at least 1, got {out['buffer_rows']}")
