@@ -56,6 +56,39 @@ class StoreAway(Interrupted):
         self.exit_code = 128 + signal.SIGTERM
 
 
+class _Stopped(KeyboardInterrupt):
+    """SIGTERM before the loop, raised as Ctrl-C is (with the signal's number)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__()
+        self.signum = signum
+
+
+@contextmanager
+def setup_stops() -> Iterator[None]:
+    """Before the loop, SIGTERM stops as Ctrl-C does: KeyboardInterrupt carrying `signum`, so the lock
+    is released and the run says why it ended (Python's default for SIGTERM ends the process at once,
+    with no word and the lock left behind). A handler someone else installed is left alone."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def handle(signum: int, frame: object) -> None:
+        raise _Stopped(signum)
+
+    signal.signal(signal.SIGTERM, handle)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def stopped_by(exc: KeyboardInterrupt) -> int:
+    """The signal behind a KeyboardInterrupt: SIGTERM where `setup_stops` raised it, else SIGINT."""
+    return getattr(exc, "signum", signal.SIGINT)
+
+
 class StopSignals:
     def __init__(self) -> None:
         self.signum: int | None = None

@@ -29,7 +29,7 @@ from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.session import HookSession
 from hookrun.output.destination import Destination, open_destination
 from hookrun.output.ranks import detect
-from hookrun.output.signals import Interrupted, StopSignals, StoreAway
+from hookrun.output.signals import Interrupted, StopSignals, StoreAway, setup_stops, stopped_by
 from hookrun.runner.accepted import accepted
 from hookrun.runner.action_state import finish_actions, restore_states
 from hookrun.runner.kinds import kind_for
@@ -102,10 +102,10 @@ def _locked(cfg: HookrunConfig, dest: Destination, started: float, model: torch.
         if cfg.dry_run:
             return _run(cfg, dest, started, model, dataset, hold, adjust)
         dest.check_place()
-        with dest.locked():
+        with setup_stops(), dest.locked():
             return _run(cfg, dest, started, model, dataset, hold, adjust)
-    except KeyboardInterrupt:  # Ctrl-C before the file was created (later ones raise Interrupted)
-        raise Interrupted(signal.SIGINT, None, 0, resumed_from=dest.resumed_from(cfg.resume)) from None
+    except KeyboardInterrupt as e:  # Ctrl-C / SIGTERM before the file was created (later: Interrupted)
+        raise Interrupted(stopped_by(e), None, 0, resumed_from=dest.resumed_from(cfg.resume)) from None
 
 
 def _run(cfg: HookrunConfig, dest: Destination, started: float, model: torch.nn.Module | None, dataset: Any,

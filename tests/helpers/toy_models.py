@@ -164,6 +164,19 @@ class InterruptedWhileBuilt(CountingNet):
         time.sleep(1)
 
 
+class TerminatedWhileBuilt(CountingNet):
+    """A model whose construction is cut by SIGTERM (what Slurm and `kill` send) to this process."""
+
+    def __init__(self) -> None:
+        import os
+        import signal
+        import time
+
+        super().__init__()
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1)
+
+
 class Amplify(nn.Module):
     """body, then `big` multiplies by 1e5: outputs beyond float16's range (65504)."""
 

@@ -1,5 +1,5 @@
-"""A second SIGINT while the writer drains, and Ctrl-C while the model is built: counts and rows stay
-equal, and the line says what was written. Reference: plain h5py."""
+"""A second SIGINT while the writer drains, and Ctrl-C or SIGTERM while the model is built: counts and
+rows stay equal, and the line says what was written. Reference: plain h5py."""
 
 from __future__ import annotations
 
@@ -40,3 +40,22 @@ def test_ctrl_c_while_the_model_is_built_says_nothing_was_written(tmp_path, sigi
         hookrun.run(toy_cfg(tmp_path, "toy_models.InterruptedWhileBuilt"))
     assert info.value.exit_code == 130
     assert list(tmp_path.iterdir()) == []
+
+
+def test_sigterm_while_the_model_is_built_says_so_and_leaves_no_lock(tmp_path):
+    """Python's default SIGTERM ends the process at once: no word, exit -15, the lock left behind."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import HELPERS, ROOT
+
+    script = ("import sys, pathlib, hookrun\nfrom toy_runs import toy_cfg\nfrom hookrun.output.signals import Interrupted\n"
+              "try:\n    hookrun.run(toy_cfg(pathlib.Path(sys.argv[1]), 'toy_models.TerminatedWhileBuilt'))\n"
+              "except Interrupted as e:\n    print(e, file=sys.stderr)\n    sys.exit(e.exit_code)\n")
+    out = tmp_path / "run"
+    out.mkdir()
+    done = subprocess.run([sys.executable, "-c", script, str(out)], env={"PYTHONPATH": os.pathsep.join(map(str, (ROOT, ROOT / "tests", HELPERS))), "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 143, done.stderr[-2000:]
+    assert "interrupted by SIGTERM before the output file was created; nothing was written" in done.stderr
+    assert list(out.iterdir()) == []
