@@ -30,12 +30,13 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 class Interrupted(HookrunError):
     """The run stopped on a signal; exit status 128 + signal number. `path` is None where it stopped
-    before the output file was created (nothing was written)."""
+    before the output file was created (nothing was written); `unit` is what the kind calls a step."""
 
-    def __init__(self, signum: int, path: Path | None, steps: int, resumed_from: Path | None = None) -> None:
+    def __init__(self, signum: int, path: Path | None, steps: int, resumed_from: Path | None = None,
+                 unit: str = "batches") -> None:
         name = signal.Signals(signum).name
         if path is not None:
-            text = (f"interrupted by {name} after {steps} batches; {path} is marked 'interrupted': "
+            text = (f"interrupted by {name} after {steps} {unit}; {path} is marked 'interrupted': "
                     f"run the same command with resume=true (and the same hydra.run.dir) to go on")
         elif resumed_from is not None:
             text = f"interrupted by {name} before the run began; {resumed_from} is as it was (resume=true goes on from it)"

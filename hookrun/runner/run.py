@@ -237,7 +237,7 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
     if stop.signum or at_once:
         if not replayed:  # stopped while the old batches were copied: the old file is as it was
             raise Interrupted(stop.signum or signal.SIGINT, None, 0, resumed_from=dest.result)
-        raise Interrupted(stop.signum or signal.SIGINT, dest.result, store.steps)
+        raise Interrupted(stop.signum or signal.SIGINT, dest.result, store.steps, unit=steps_unit)
     return RunResult(dest.result, steps, samples, seconds, status=status, note=p.settings.kind.end_note())
 
 

@@ -88,10 +88,11 @@ def test_resume_continues_the_cells_not_yet_written(tmp_path, model, items):
     SIGNAL_AT[:] = [5]  # (2 base runs, then) the third chunk
     import patch_metrics
     patch_metrics.CALLS[0] = 0
-    with pytest.raises(Interrupted):
+    with pytest.raises(Interrupted, match=r"after \d+ chunks of cells; ") as stopped:
         hookrun.run(c, model=model, dataset=items)
     with h5py.File(tmp_path / "p.h5") as f:
         written = f["samples/index"].shape[0]
+        assert f"after {f.attrs['steps_complete']} chunks of cells" in str(stopped.value)
     assert 0 < written < 2 * T * 4
     c["resume"] = True
     assert hookrun.run(c, model=model, dataset=items).status == "complete"
