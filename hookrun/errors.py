@@ -63,6 +63,11 @@ def close_matches(word: str, choices: Iterable[str], n: int = 5) -> list[str]:
     return found
 
 
+def article(word: str) -> str:
+    """'an attribution', 'a patching': the word with its indefinite article."""
+    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
+
+
 def one_of(choices: Iterable[str]) -> str:
     """'a, b, c' for an error message listing the valid choices."""
     return ", ".join(sorted(choices))
@@ -74,7 +79,7 @@ def object_in_config(where: str, omegaconf_message: str, live: str | None = None
     m = re.match(r"Value '([^']*)' is not a supported primitive type", omegaconf_message)
     if m is None:
         return None
-    return (f"{where}: a {m.group(1)} object cannot be in a config (it holds numbers, strings, lists and mappings); "
+    return (f"{where}: {article(m.group(1))} object cannot be in a config (it holds numbers, strings, lists and mappings); "
             + (f"pass it live: {live}" if live else "name what builds it: {_target_: package.module.Name, ...}"))
 
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from hookrun.config.schema import HookrunConfig, load, to_yaml, with_live
-from hookrun.errors import ConfigError, StoreError
+from hookrun.errors import ConfigError, StoreError, article
 from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.session import HookSession
@@ -182,7 +182,7 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
     only once it opens, and a resumed file replaces the old one only once it holds its batches; an
     object-store run is written in parts uploaded as they finish (output/destination.py)."""
     cfg, dest = p.cfg, p.out
-    has = f"{len(p.points)} hook point(s)" if p.points or not p.settings.kind.adds else f"a {p.settings.kind.name} run ({p.settings.kind.units[1]})"
+    has = f"{len(p.points)} hook point(s)" if p.points or not p.settings.kind.adds else f"{article(p.settings.kind.name)} run ({p.settings.kind.units[1]})"
     log.info("%s on %s, %s, writing %s", type(p.model).__name__, p.settings.device, has, dest)
     if not any(a.records for pt in p.points for a in pt.actions) and not (p.settings.kind.adds or p.settings.kind.block):
         log.warning("no hook records anything: the file will hold the sample index and targets only")

@@ -93,6 +93,17 @@ def test_a_killed_run_resumes_to_the_same_file(tmp_path):
                 np.testing.assert_allclose(f["captures/" + n][:], r4["captures/" + n][:], rtol=1e-5, atol=1e-6)
 
 
+class Twice(torch.nn.Module):
+    """tiny_cnn after a ReLU module that its forward calls twice."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.act = inner, torch.nn.ReLU()
+
+    def forward(self, x):
+        return self.inner(self.act(self.act(x)))
+
+
 class Unused(torch.nn.Module):
     """tiny_cnn with a module its forward never calls."""
 
@@ -122,8 +133,15 @@ def not_canonizable():
     ({"method": "grad_cam"}, None, r"attribution.at=input: grad_cam weighs a layer's feature maps"),
     ({"method": "saliency", "at": "block3"}, None, r"attribution.at='block3': method=saliency attributes to the input only"),
     ({"method": "occlusion"}, None, r"attribution.window: occlusion needs the sliding window's shape"),
+    ({"method": "saliency", "target": [1, 2]}, None, r"attribution.target=\[1, 2\]; give label, predicted, a class number"),
+    ({"method": "saliency", "target": 1.5}, None, r"attribution.target=1.5; give label, predicted, a class number"),
+    ({"method": "saliency", "target": "score"}, "dict", r"attribution.target=score: \d\.7 is not a class number \(a whole number"),
+    ({"method": "saliency", "target": "ref"}, "dict", r"attribution.target=ref: gives \(4, 1, 16, 16\) for a batch of 4 items; give one class"),
+    ({"method": "integrated_gradients", "at": "act", "steps": 2}, "twice", r"attribution.at='act': the module runs 2 times in a forward"),
+    ({"method": "grad_cam", "at": ""}, None, r"attribution.at='': the model itself, whose output is the logits"),
 ], ids=["target_range", "target_key", "never_fires", "no_module", "window", "baseline_shape", "lrp_canonize",
-        "method_typo", "grad_cam_input", "saliency_layer", "no_window"])
+        "method_typo", "grad_cam_input", "saliency_layer", "no_window", "target_list", "target_float", "target_key_float",
+        "target_key_tensor", "module_twice", "at_root"])
 def test_bad_inputs_are_one_line_before_any_batch(tmp_path, model, data, block, live, message):
     path = tmp_path / "bad.h5"
     c = cfg(path, **block)
@@ -132,8 +150,11 @@ def test_bad_inputs_are_one_line_before_any_batch(tmp_path, model, data, block, 
         kwargs["model"] = Unused(model)
     elif live == "bn_first":
         kwargs["model"] = not_canonizable()
+    elif live == "twice":
+        kwargs["model"] = Twice(model)
     elif live == "dict":
-        kwargs["dataset"] = [{"image": data[i][0], "label": data[i][1], "ref": torch.zeros(1, 16, 16)} for i in range(N)]
+        kwargs["dataset"] = [{"image": data[i][0], "label": data[i][1], "ref": torch.zeros(1, 16, 16),
+                              "score": data[i][1] + 0.7} for i in range(N)]
         c["data"] = {"batch_size": B, "inputs": ["image"]}
     with pytest.raises(ConfigError, match=message) as exc:
         hookrun.run(c, **kwargs)

@@ -76,10 +76,14 @@ def _checked(d: Block) -> Block:
         raise ConfigError(f"{WHERE}.at={at!r}: method={method} attributes to the input only; at: a module works with "
                           f"{', '.join(LAYER_METHODS)} (or set at: input)")
     if at == "input" and method == "grad_cam":
-        raise ConfigError(f"{WHERE}.at=input: grad_cam weighs a layer's feature maps; name a convolutional module, "
-                          f"e.g. at: layer4")
+        raise ConfigError(f"{WHERE}.at=input: grad_cam weighs a layer's feature maps; name a convolutional module "
+                          f"(python -m hookrun.modules lists them)")
+    if not at.strip():
+        raise ConfigError(f"{WHERE}.at={at!r}: the model itself, whose output is the logits attributed; give input "
+                          f"or a module inside it (python -m hookrun.modules lists them)")
     target = d.target
-    if isinstance(target, bool) or target is None or (isinstance(target, int) and target < 0):
+    if isinstance(target, bool) or target is None or (isinstance(target, int) and target < 0) or \
+            not isinstance(target, int | str):
         raise ConfigError(f"{WHERE}.target={target!r}; give label, predicted, a class number (0 or more) or an item key")
     if isinstance(target, str) and target.strip().lstrip("-").isdigit():
         target = int(target)

@@ -86,6 +86,9 @@ class Engine:
         if not seen:
             raise ConfigError(f"{W}.at={self.block.at!r}: the module never ran in a forward of the first batch; "
                               f"attribute to a module the forward calls (python -m hookrun.modules lists them)")
+        if len(seen) > 1:
+            raise ConfigError(f"{W}.at={self.block.at!r}: the module runs {len(seen)} times in a forward, and a layer "
+                              f"attribution is to one output; attribute to a module that runs once")
         if self.block.measure:
             self.check_measurable(seen[0], f.input)
         return logits
@@ -130,8 +133,19 @@ class Engine:
                           f"(their keys: {', '.join(map(str, keys)) or 'none: they are not dicts'}); give label, "
                           f"predicted, a class number or an item key")
             value = batch[t]
-        value = torch.as_tensor(value).to(device).reshape(-1).long()
-        if value.shape[0] != n or value.min() < 0 or value.max() >= classes:
+        value = torch.as_tensor(value).to(device)
+        if value.dim() > 1 and value.shape[1:].numel() == 1:  # (n, 1) labels
+            value = value.reshape(-1)
+        if tuple(value.shape) != (n,):
+            raise err(f"{W}.target={t}: gives {tuple(value.shape)} for a batch of {n} items; give one class number "
+                      f"per item")
+        whole = value.round() == value if value.is_floating_point() else torch.ones_like(value, dtype=torch.bool)
+        if value.is_complex() or not bool(whole.all()):
+            bad = f"{value[~whole][0].item():g}" if not value.is_complex() else value[0].item()
+            raise err(f"{W}.target={t}: {bad} is not a class number (a whole number, 0 or more); the attribution is "
+                      f"of one class's logit")
+        value = value.long()
+        if value.min() < 0 or value.max() >= classes:
             bad = int(value.max()) if value.numel() and value.max() >= classes else int(value.min())
             raise err(f"{W}.target={t}: class {bad} is out of range: the model has {classes} classes "
                       f"(0 to {classes - 1})")

@@ -43,7 +43,8 @@ def attribute(model: nn.Module, dataset: Any, batch_size: int = 16, inputs: Any 
 
     if not isinstance(model, nn.Module):
         raise ConfigError(f"attribute: expected a torch.nn.Module, got {type(model).__name__}")
-    b = parse_block(block)
+    # numpy's and torch's scalars (np.int64(2), torch.tensor(2)) as the plain numbers a config holds
+    b = parse_block({k: v.item() if getattr(v, "ndim", None) == 0 and hasattr(v, "item") else v for k, v in block.items()})
     if len(dataset) == 0:
         raise ConfigError("attribute: the data set is empty")
     spec = CallSpec(inputs, target_key)
