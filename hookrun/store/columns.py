@@ -48,6 +48,7 @@ import numpy as np
 from hookrun.errors import RunError
 from hookrun.store.capture_schema import CaptureMeta
 from hookrun.store.digest import DigestLog, digest, digest_ragged
+from hookrun.store.format import storable_text
 from hookrun.store.records import Capture, StepRecord
 
 
@@ -225,6 +226,8 @@ class SampleTable:
         with `chunk_rows` the token map's."""
         chunk_rows = chunk_rows or min(4096, self.chunk)
         ds = self.optional.get(name)
+        if arr.dtype == object:
+            arr = storable_text(arr)
         if ds is None and arr.dtype == object:  # paths and texts: UTF-8 strings
             ds = self.file["samples"].create_dataset(name, (backfill,), h5py.string_dtype(), maxshape=(None,),
                                                      chunks=(chunk_rows,))

@@ -330,3 +330,20 @@ def test_unpadded_prompts_map_every_generated_token_to_its_position(tmp_path):
         np.testing.assert_array_equal(got["token_position"][mine], np.arange(len(sequence)))
         np.testing.assert_array_equal(got["token_generated"][mine].astype(bool), np.arange(len(sequence)) >= 5)
         np.testing.assert_allclose(rows[mine], seen[-1].numpy(), atol=1e-5)
+
+
+def test_a_nul_or_a_lone_surrogate_in_the_text_is_stored_as_a_visible_mark(tmp_path, monkeypatch):
+    """HDF5's strings end at a NUL (h5py: 'VLEN strings do not support embedded NULLs'), so a prompt or
+    a sampled byte token holding one failed the run at that batch, and a resume failed there again."""
+    import toy_lm
+
+    plain = toy_lm.Letters.decode
+    monkeypatch.setattr(toy_lm.Letters, "decode", lambda self, ids, skip_special_tokens=False:
+                        "\x00" + plain(self, ids, skip_special_tokens) + "\ud800")
+    result = hookrun.run(cfg(tmp_path))
+    assert result.status == "complete"
+    texts = hookrun.open_run(result.path).texts()
+    for t in texts:
+        assert t["text"] == "\u2400" + plain(Prompts().tokenizer, t["tokens"], True) + "\ufffd"
+        assert t["prompt"].startswith("\u2400") and t["prompt"].endswith("\ufffd")
+    np.testing.assert_array_equal(read(result.path)["generated_ids"], stored(raw_generate()))
