@@ -1,7 +1,8 @@
 """logit_lens's ranges (issue 41 items 2 and 7): a target id outside the vocabulary is refused before
 any batch (never clamped into it), ids that mean "no target" are named with ignore_index and masked
 (NaN log-probability, rank -1) while the others equal the model's own modules; top_k past the
-vocabulary and a norm that is no norm are one line before any batch, no file."""
+vocabulary, a norm that is no norm and an unembed that is no unembedding are one line before any
+batch, no file."""
 
 from __future__ import annotations
 
@@ -46,6 +47,11 @@ def run(tmp_path, model, data, **change):
     (-100, {}, r"holds id -100, outside the vocabulary .* is named with ignore_index: -100"),
     (None, {"top_k": 300}, r"top_k=300 is larger than the vocabulary of lm_head \(259 tokens\); give at most 259"),
     (None, {"norm": "transformer.h.3"}, r"norm='transformer.h.3' is a GPT2Block, not a norm .* e.g. .*transformer.ln_f"),
+    # an unembed that is no unembedding: a norm (hidden features read as token ids), the input embedding
+    # (it reads ids and runs first: the lens paired a batch with the next), a layer of another width
+    (None, {"unembed": "transformer.ln_f"}, r"unembed='transformer.ln_f' is a LayerNorm, not an unembedding .*output layer, lm_head"),
+    (None, {"unembed": "transformer.wte"}, r"unembed='transformer.wte' is an Embedding, not an unembedding"),
+    (None, {"unembed": "transformer.h.0.mlp.c_fc"}, r"unembed='transformer.h.0.mlp.c_fc' gives 512 outputs, but the model's vocabulary has 259 tokens"),
 ])
 def test_out_of_range_is_one_line_before_any_batch(tmp_path, model, encoded, bad, change, message):
     labels = encoded[0].clone()

@@ -45,7 +45,7 @@ import torch
 from torch import nn
 
 from hookrun.config.schema import Mode
-from hookrun.errors import ConfigError, RunError, close_matches
+from hookrun.errors import ConfigError, RunError, article, close_matches
 from hookrun.hooks.actions.base import ACTIONS, Action, ActionEnv
 from hookrun.hooks.events import Event, flatten
 from hookrun.store.records import Capture, CaptureKey
@@ -62,22 +62,35 @@ def find_module(model: nn.Module, name: Any, where: str, key: str) -> nn.Module:
     return table[name]
 
 
-def width_of(unembed: nn.Module) -> int | None:
+def linear_shape(unembed: nn.Module) -> tuple[int | None, int | None]:
+    """(width in, vocabulary out) of an unembedding, where its weights say it: nn.Linear, Hugging
+    Face's Conv1D (weight (in, out)), TransformerLens' Unembed (W_U (d_model, d_vocab))."""
     if isinstance(getattr(unembed, "in_features", None), int):
-        return unembed.in_features
-    w = getattr(unembed, "weight", None)
-    return int(w.shape[-1]) if isinstance(w, torch.Tensor) and w.dim() == 2 else None
+        return unembed.in_features, getattr(unembed, "out_features", None)
+    for name in ("W_U", "weight"):
+        w = getattr(unembed, name, None)
+        if isinstance(w, torch.Tensor) and w.dim() == 2:  # Conv1D and W_U: (in, out); a plain weight: (out, in)
+            transposed = name == "W_U" or isinstance(getattr(unembed, "nf", None), int)
+            return (int(w.shape[0]), int(w.shape[1])) if transposed else (int(w.shape[1]), int(w.shape[0]))
+    return None, None
 
 
-def vocab_of(unembed: nn.Module) -> int | None:
-    """The unembedding's output size (the vocabulary), where its weights say it."""
-    if isinstance(getattr(unembed, "out_features", None), int):
-        return unembed.out_features
-    w_u = getattr(unembed, "W_U", None)  # TransformerLens' Unembed: (d_model, d_vocab)
-    if isinstance(w_u, torch.Tensor) and w_u.dim() == 2:
-        return int(w_u.shape[-1])
-    w = getattr(unembed, "weight", None)
-    return int(w.shape[0]) if isinstance(w, torch.Tensor) and w.dim() == 2 else None
+def check_unembed(unembed: nn.Module, name: str, model: nn.Module, where: str) -> None:
+    """An unembedding maps the width to the vocabulary: a module with a matrix, not an embedding (it
+    reads token ids, and runs first) or a norm; where the model names its output layer (Hugging Face's
+    get_output_embeddings, TransformerLens' unembed), one with the same vocabulary."""
+    own = model.get_output_embeddings() if callable(getattr(model, "get_output_embeddings", None)) else \
+        getattr(model, "unembed", None)
+    own_name = next((n for n, m in model.named_modules() if m is own), None) if isinstance(own, nn.Module) else None
+    hint = f"; name the model's output layer, {own_name}" if own_name else "; name the model's output layer (lm_head)"
+    matrix = any(p.dim() == 2 for p in unembed.parameters(recurse=False)) or linear_shape(unembed)[1] is not None
+    if isinstance(unembed, nn.Embedding) or not matrix:
+        raise ConfigError(f"{where}: logit_lens unembed={name!r} is {article(type(unembed).__name__)}, not an unembedding "
+                          f"(a matrix from the model's width to its vocabulary, run after the hooked point){hint}")
+    vocab, want = linear_shape(unembed)[1], linear_shape(own)[1] if isinstance(own, nn.Module) else None
+    if vocab is not None and want is not None and vocab != want:
+        raise ConfigError(f"{where}: logit_lens unembed={name!r} gives {vocab} outputs, but the model's vocabulary "
+                          f"has {want} tokens{hint}")
 
 
 def check_norm(norm: nn.Module, name: Any, width: int | None, model: nn.Module, where: str) -> None:
@@ -96,7 +109,7 @@ def check_norm(norm: nn.Module, name: Any, width: int | None, model: nn.Module, 
             ok = False
     if not ok:
         norms = [n for n, m in model.named_modules() if "norm" in type(m).__name__.lower() or n.endswith(("ln_f", "norm"))]
-        raise ConfigError(f"{where}: logit_lens norm={name!r} is a {type(norm).__name__}, not a norm (a norm keeps its "
+        raise ConfigError(f"{where}: logit_lens norm={name!r} is {article(type(norm).__name__)}, not a norm (a norm keeps its "
                           f"(batch, tokens, width) input's shape and holds no layers); name the model's final norm"
                           + (f", e.g. {', '.join(norms[-3:])}" if norms else ""))
 
@@ -137,7 +150,8 @@ class LogitLens(Action):
             raise ConfigError(f"{self.where}: logit_lens needs the model (built by make_plan)")
         self.norm = find_module(model, norm, self.where, "norm")
         self.unembed = find_module(model, unembed, self.where, "unembed")
-        self.width, self.vocab = width_of(self.unembed), vocab_of(self.unembed)
+        check_unembed(self.unembed, unembed, model, self.where)
+        self.width, self.vocab = linear_shape(self.unembed)
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
             raise ConfigError(f"{self.where}: logit_lens top_k={top_k!r}; expected a whole number >= 1")
         if self.vocab is not None and top_k > self.vocab:
