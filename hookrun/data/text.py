@@ -94,7 +94,7 @@ def text(files: str | list[str] | None = None, tokenizer: str = "byte", max_leng
     texts = [t for p in paths for t in (pydoc_lines() if p == PYDOC else read_texts(p, field))]
     texts = texts[start:None if limit is None else start + limit]  # `start`: skip the first texts (a held-out part)
     if not texts:
-        raise ConfigError(f"data.dataset.files: {', '.join(map(str, paths))} hold no text")
+        raise ConfigError(f"data.dataset.files: {', '.join(map(str, paths))} {'holds' if len(paths) == 1 else 'hold'} no text")
     tok = load_tokenizer(tokenizer, padding_side)
     if isinstance(tok, ByteTokenizer):
         encoded = tok(texts, max_length, padding)
@@ -127,7 +127,9 @@ def read_texts(path: Path, field: str) -> list[str]:
         return [str(t) for t in ds[field]]
     if not path.is_file():
         raise ConfigError(f"data.dataset.files: no file {str(path)!r}")
-    lines = path.read_text(encoding="utf-8").splitlines()
+    # lines end at "\n" only (universal newlines make "\r\n" one): str.splitlines would also end a line at
+    # U+2028, U+2029, \x0b, \x1c..\x1e and \x85, splitting a sample and a JSON string in two
+    lines = path.read_text(encoding="utf-8").split("\n")
     if path.suffix == ".jsonl":
         out = []
         for n, line in enumerate(lines, 1):

@@ -38,6 +38,16 @@ def test_txt_jsonl_and_datasets_folder(tmp_path):
         text(files=str(tmp_path / "saved"), field="body")
 
 
+def test_a_line_ends_at_a_newline_only(tmp_path):
+    """str.splitlines also splits at U+2028, U+2029, \\x0b, \\x1c..\\x1e and \\x85: a sample became two and a
+    JSON line holding one was refused. Reference: json.loads of each "\\n" line."""
+    odd = "one\u2028two\u2029three\x0bfour\x1cfive\x85six"
+    (tmp_path / "a.txt").write_text(f"{odd}\r\nsecond\n\n", encoding="utf-8")
+    assert text(files=str(tmp_path / "a.txt")).texts == [odd, "second"]
+    (tmp_path / "a.jsonl").write_text(json.dumps({"text": odd}, ensure_ascii=False) + "\n", encoding="utf-8")
+    assert text(files=str(tmp_path / "a.jsonl")).texts == [json.loads(json.dumps({"text": odd}))["text"]]
+
+
 def test_local_tokenizer_folder(tmp_path):
     tokenizers = pytest.importorskip("tokenizers")
     transformers = pytest.importorskip("transformers")
