@@ -66,14 +66,10 @@ def write(path: str, out: Path | None, budget: Budget) -> Path:
         with open_run(path) as run:
             report = build_report(run, budget)
     target = free_name(out, report.data["source"])
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        report.save(tmp)
-        tmp.replace(target)
+        return report.save(target, overwrite=True)  # (free_name chose it: this run's page, or no file)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise ConfigError(f"--out {target}: cannot write ({exc.strerror})") from None
-    return target
 
 
 @ends_quietly

@@ -111,6 +111,26 @@ def test_notebook_view_is_the_same_page_in_an_iframe(small_run):
     assert maps and all(im["src"].startswith("data:image/png;base64,") for m in maps for im in m["images"])
 
 
+def test_notebook_save_replaces_only_this_runs_page(small_run, tmp_path):
+    """Report.save was a plain write_text: a user's own file, or another run's report, was lost."""
+    from hookrun.errors import ConfigError
+
+    with hookrun.open_run(small_run) as run:
+        page = run.report()
+    mine, theirs = tmp_path / "notes.html", tmp_path / "other.html"
+    mine.write_text("keep me")
+    theirs.write_text(page.html.replace(str(small_run), str(tmp_path / "another.h5")))
+    for path, held in ((mine, "a file that is not a hookrun report"), (theirs, f"the report of {tmp_path / 'another.h5'}")):
+        before = path.read_text()
+        with pytest.raises(ConfigError, match=f"holds {held}; name another path, or save\\(path, overwrite=True\\)"):
+            page.save(path)
+        assert path.read_text() == before
+    assert page.save(tmp_path / "r.html").read_text() == page.html
+    assert page.save(tmp_path / "r.html").read_text() == page.html  # its own page: replaced
+    assert page.save(mine, overwrite=True).read_text() == page.html
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.html", "other.html", "r.html"]  # no temporary file left
+
+
 def test_sampled_rows_read_spread_blocks_of_the_file(tmp_path):
     with h5py.File(tmp_path / "x.h5", "w") as f:
         data = np.arange(10_000 * 4, dtype=np.float32).reshape(10_000, 4)

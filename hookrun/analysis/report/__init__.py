@@ -48,11 +48,29 @@ class Report:
     def sections(self) -> list[str]:
         return [s["id"] for s in self.data["sections"]]
 
-    def save(self, path: Any) -> Any:
+    def save(self, path: Any, overwrite: bool = False) -> Any:
+        """Write the page to `path` (whole or not at all) and return the path. A file there is replaced
+        only where it is this run's report (an older page of it) or `overwrite=True`: another file, or
+        a report of another run, is one ConfigError line."""
+        import os
         from pathlib import Path
 
+        from hookrun.analysis.report.page import source_of
+        from hookrun.errors import ConfigError
+
         path = Path(path)
-        path.write_text(self.html, encoding="utf-8")
+        if path.is_dir():
+            raise ConfigError(f"Report.save: {str(path)!r} is a folder; name the page's file, e.g. {str(path / 'report.html')!r}")
+        if path.exists() and not overwrite and source_of(path) != self.data["source"]:
+            held = "a file that is not a hookrun report" if source_of(path) is None else f"the report of {source_of(path)}"
+            raise ConfigError(f"Report.save: {str(path)!r} holds {held}; name another path, or save(path, overwrite=True) "
+                              f"to replace it")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(self.html, encoding="utf-8")
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)
         return path
 
     def _repr_html_(self) -> str:
