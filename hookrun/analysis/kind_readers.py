@@ -161,16 +161,30 @@ def _takes_two(fn: Callable[..., Any]) -> bool:
 def kind_method(f: h5py.File, name: str) -> Callable[..., Any] | None:
     """A kind's reader method `name` bound to the file (run.NAME(...)); None where no kind has
     it. Called on a file of another kind, the method says in its own NotFoundError what is missing."""
-    owners = [r for r in readers_of(f) if name in r.methods] or [r for r in all_readers() if name in r.methods]
+    owners = [r for r in readers_of(f) if name in r.methods] or [r for r in every_reader() if name in r.methods]
     if not owners:
         return None
     method = owners[0].methods[name]
     return lambda *args, **kwargs: method(f, *args, **kwargs)
 
 
-def method_names() -> set[str]:
-    """Every method a kind's reader adds to Run (run.NAME(...))."""
-    return {name for r in all_readers() for name in r.methods}
+def method_names(asked: str | None = None) -> set[str]:
+    """Every method a kind's reader adds to Run (run.NAME(...)); where `asked` is none of the loaded
+    readers', every kind plugin's reader is loaded first (run.probes() on a record run: the probe
+    reader says what is missing, not Python's AttributeError)."""
+    names = {name for r in all_readers() for name in r.methods}
+    if asked is not None and asked not in names:
+        names |= {name for r in every_reader() for name in r.methods}
+    return names
+
+
+def every_reader() -> list[KindReader]:
+    """The readers of every kind that can be asked for (the shipped kinds, entry points, imports)."""
+    from hookrun.config.plugins import plugin_names
+
+    for kind in plugin_names():
+        reader_for(kind)
+    return all_readers()
 
 
 def kind_lines(f: h5py.File) -> list[str]:

@@ -98,7 +98,7 @@ class Run:
         readers = self.kind_readers()  # (loads the reader of a kind plugin the run names)
         if name in kinds.property_names():
             return kinds.kind_property(readers, self.attrs, name)
-        if name not in kinds.method_names():
+        if name not in kinds.method_names(name):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}"
                                  + (f" ({note})" if (note := kinds.unread_kind(self.attrs)) else ""))
         return kinds.kind_method(self.file, name)

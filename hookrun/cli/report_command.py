@@ -25,7 +25,7 @@ from hookrun.analysis.report.page import source_of
 from hookrun.analysis.sweep import is_sweep, open_sweep
 from hookrun.cli.command import at_least_one, description, ends_quietly, exit_process, run_command
 from hookrun.errors import ConfigError
-from hookrun.store.reading import is_remote
+from hookrun.store.reading import is_remote, run_path
 
 
 def default_out(path: str) -> Path:
@@ -75,7 +75,7 @@ def write(path: str, out: Path | None, budget: Budget) -> Path:
 @ends_quietly
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hookrun.report", description=description(__doc__))
-    p.add_argument("path", help="a capture file, a run folder, an object-store URL, or a sweep folder")
+    p.add_argument("path", type=lambda t: str(run_path(t)), help="a capture file, a run folder, an object-store URL, or a sweep folder")
     p.add_argument("--out", type=Path, default=None, help="the HTML file (default: report.html beside the run)")
     p.add_argument("--values", type=at_least_one, default=Budget.values, help="values read for each histogram (a sample beyond)")
     p.add_argument("--samples", type=at_least_one, default=Budget.samples, help="samples shown one by one in each section that draws samples (maps, patterns, ...)")

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 from hookrun.config.schema import HookrunConfig
 from hookrun.errors import ConfigError
 from hookrun.output.ranks import Ranks, every_rank
-from hookrun.store.schemes import scheme_of
+from hookrun.store.schemes import local_path, scheme_of
 
 if TYPE_CHECKING:  # the destinations themselves are imported by their scheme (store/schemes.py), when used
     from hookrun.output.local_file import LocalFile
@@ -114,4 +114,5 @@ def in_run_folder(path: str, staging: str | None, folder: Path) -> tuple[str, st
     and so do an object store's staged parts unless output.staging says where."""
     if scheme_of(path).remote:
         return path, staging if staging is not None else str(folder)
+    path = local_path(path)  # (file:///tmp/run.h5 is /tmp/run.h5)
     return (path if Path(path).is_absolute() else str(folder / path)), staging

@@ -25,6 +25,7 @@ from hookrun.errors import ConfigError, HookrunError
 from hookrun.output.ranks import Ranks, every_rank, rank_device, shard_path
 from hookrun.store.h5store import H5Store
 from hookrun.store.lock import OutputLock, WriterLock, flushing_path, writable_folder
+from hookrun.store.schemes import local_path
 
 # resume (output/resume.py) and many ranks' view and reads (store/merge.py, store/reading.py) load
 # where a run asks for them: a plain run needs none
@@ -250,4 +251,4 @@ def _name_max(out: Path) -> int:
 
 def local_destination(cfg: HookrunConfig) -> LocalFile:
     """output.path as a local HDF5 file (the `file` scheme's destination, store/schemes.py)."""
-    return LocalFile(Path(cfg.output.path).expanduser())
+    return LocalFile(Path(local_path(cfg.output.path)).expanduser())

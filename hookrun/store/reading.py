@@ -24,7 +24,7 @@ from hookrun.errors import HookrunError, NotFoundError
 from hookrun.store.capture_schema import damage
 from hookrun.store.lock import changed_while_read, flushing_path, wait_for_flush
 from hookrun.store.merge import check_sources, shard_names
-from hookrun.store.schemes import scheme_of
+from hookrun.store.schemes import local_path, scheme_of
 
 
 class UrlPath(str):
@@ -151,7 +151,7 @@ def is_remote(path: str | os.PathLike) -> bool:
 
 def run_path(text: str) -> Path | UrlPath:
     """A path given on a command line: a URL stays a URL (a Path would turn `s3://` into `s3:/`)."""
-    return UrlPath(text.rstrip("/")) if scheme_of(text).remote else Path(text)
+    return UrlPath(text.rstrip("/")) if scheme_of(text).remote else Path(local_path(text))
 
 
 def open_source(path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> RunSource:
@@ -163,9 +163,14 @@ def open_source(path: str | os.PathLike, cache_dir: str | os.PathLike | None = N
 
 def local_source(path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> LocalSource:
     """A local file, or a run folder's captures.h5 (the `file` scheme's source)."""
-    local = Path(path).expanduser()
+    local = Path(local_path(path)).expanduser()
     if local.is_dir() and not (local / "captures.h5").exists() and (local / "multirun.yaml").is_file():
-        raise NotFoundError(empty_sweep(local))
+        jobs = sorted(p.parent.parent.name for p in local.glob("*/.hydra/config.yaml"))
+        if not jobs:
+            raise NotFoundError(empty_sweep(local))
+        raise NotFoundError(f"{str(local)!r} is a sweep folder of {len(jobs)} job(s) ({', '.join(jobs[:4])}"
+                            f"{', ...' if len(jobs) > 4 else ''}); open_run reads one run: give a job's folder, e.g. "
+                            f"{str(local / jobs[0])!r}, or hookrun.open_sweep(folder) for the sweep's table")
     found = folder_file(local) if local.is_dir() else None
     if local.is_dir() and found is None:
         runs = sorted(p.parent.parent.relative_to(local).as_posix() for p in local.glob("*/.hydra/config.yaml"))

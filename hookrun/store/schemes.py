@@ -62,6 +62,12 @@ def prefix(path: object) -> str | None:
     return m.group(1).lower() if m and m.group(1).lower() not in LOCAL_PREFIXES else None
 
 
+def local_path(path: object) -> str:
+    """A local path as the file system names it: `file:///tmp/run.h5` (or `local://`) -> `/tmp/run.h5`."""
+    m = re.match(r"^(?:file|local)://", str(path), re.IGNORECASE)
+    return str(path)[m.end():] if m else str(path)
+
+
 def scheme_of(path: object) -> Scheme:
     """The scheme that serves `path`: a registered one, the object store for any other URL, else local."""
     name = prefix(path)

@@ -202,3 +202,32 @@ def test_a_folder_of_runs_is_no_sweep_and_a_run_folder_finds_its_own_file_name(t
     assert "holds no run's file but 2 run folder(s): 10-00-00, 10-05-00; give one of them" in capsys.readouterr().err
     assert inspect_main([str(tmp_path / "day" / "10-00-00"), "--no-stats"]) == 0
     assert "complete" in capsys.readouterr().out
+
+
+def test_a_local_url_a_finished_sweep_and_another_kinds_reader_each_say_what_they_are(tmp_path, capsys):
+    """file:///... was read as 'file:/...' ("no file"); open_run on a sweep whose jobs finished said its
+    jobs had not started; run.probes() on a record run was Python's AttributeError."""
+    import shutil
+
+    from hookrun.errors import NotFoundError
+
+    path = hookrun.run(toy_cfg(tmp_path / "one")).path
+    with hookrun.open_run(f"file://{path}") as run:
+        assert run.path == path and run.status == "complete"
+    assert inspect_main([f"file://{path}"]) == 0 and str(path) in capsys.readouterr().out
+    sweep = tmp_path / "sweep"
+    for job in ("0", "1"):
+        (sweep / job / ".hydra").mkdir(parents=True)
+        (sweep / job / ".hydra" / "config.yaml").write_text("output: {path: captures.h5}\n")
+        shutil.copy(path, sweep / job / "captures.h5")
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    with pytest.raises(NotFoundError, match=r"is a sweep folder of 2 job\(s\) \(0, 1\); open_run reads one run: give a "
+                                            r"job's folder, e.g. .*/0', or hookrun.open_sweep\(folder\)"):
+        hookrun.open_run(sweep)
+    with hookrun.open_run(path) as run:
+        for method, message in (("probes", "holds no probes"), ("similarity", "is no similarity run"),
+                                ("attribution", "is not an attribution run"), ("sae_curves", "is not an sae training run")):
+            with pytest.raises(NotFoundError, match=message):
+                getattr(run, method)()
+        with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+            run.nothing()

@@ -23,6 +23,7 @@ import numpy as np
 from hookrun.analysis.kind_readers import KindReader, Table
 from hookrun.analysis.report.figure_specs import Lines, Scatter
 from hookrun.analysis.report.run_sections import figure, section, table_item
+from hookrun.errors import NotFoundError
 
 GROUP = "captures/sae/curves"
 COLUMNS = ("l0", "explained_variance", "mse_loss", "overall_loss", "dead_features")
@@ -59,6 +60,13 @@ def curves(f: h5py.File) -> Table:
     values = {n: f[f"{GROUP}/{n}"][:] for n in names}
     rows = [{"step": int(s), **{n: float(values[n][i]) for n in names}} for i, s in enumerate(steps)]
     return Table(["step", *names], rows)
+
+
+def curves_method(f: h5py.File) -> Table:
+    """run.sae_curves(): the curves, or one NotFoundError line on a run of another kind."""
+    if GROUP not in f and "sae" not in f.attrs:
+        raise NotFoundError(f"{f.filename} is not an sae training run (no /{GROUP}); runs with an sae: block write one")
+    return curves(f)
 
 
 def last(f: h5py.File) -> dict[str, Any]:
@@ -159,4 +167,4 @@ def sweep_sections(sweep: Any) -> list[dict]:
 
 READER = KindReader("sae", present=lambda f: "sae" in f.attrs, lines=lines, columns=columns, sections=sections,
                     sweep=sweep_sections, sweep_figures=sweep_figures, figures=figures, units=("training steps", "steps"),
-                    methods={"sae_curves": curves}, properties={"sae": sae_meta, "sae_evaluation": evaluation})
+                    methods={"sae_curves": curves_method}, properties={"sae": sae_meta, "sae_evaluation": evaluation})
