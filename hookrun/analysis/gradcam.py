@@ -63,12 +63,24 @@ def _rows_of(run: Run, info: CaptureInfo, indices: np.ndarray) -> np.ndarray | N
     return np.stack([ds[where[int(i)]] for i in indices])
 
 
+def _image_captures(run: Run) -> list[CaptureInfo]:
+    found = [c for c in run.captures if c.role == "input" and len(c.shape) == 4 and c.shape[1] in (1, 3) and c.rows == "samples"]
+    return sorted(found, key=lambda c: (c.module != "", -c.shape[2] * c.shape[3]))
+
+
+def imaged(run: Run, indices: np.ndarray) -> int:
+    """How many of `indices`, from the first, have a recorded input image (a `limit` records fewer)."""
+    best = 0
+    for info in _image_captures(run):
+        where = {int(i) for i in _index(run, info)}
+        best = max(best, next((k for k, i in enumerate(indices) if int(i) not in where), len(indices)))
+    return best
+
+
 def recorded_images(run: Run, indices: np.ndarray) -> np.ndarray | None:
     """Input images the run recorded itself: a 4-D input capture with 1 or 3 channels, the
     model's own input ('') first, then the largest."""
-    found = [c for c in run.captures if c.role == "input" and len(c.shape) == 4 and c.shape[1] in (1, 3) and c.rows == "samples"]
-    found.sort(key=lambda c: (c.module != "", -c.shape[2] * c.shape[3]))
-    for info in found:
+    for info in _image_captures(run):
         rows = _rows_of(run, info, indices)
         if rows is not None:
             return rows
@@ -127,7 +139,10 @@ def pictures(run: Run, samples: int = SAMPLES) -> list[tuple[str, Any]]:
         n = min(samples, act.shape[0])
         cams = gradcam(run.file[act.path][:n].astype(np.float64), run.file[grad.path][:n].astype(np.float64))
         indices = _index(run, act)[:n]
-        images = recorded_images(run, indices)
+        images, fewer = recorded_images(run, indices), ""
+        if images is None and (k := imaged(run, indices)):  # the input recorded for the first k (its limit): those
+            fewer, n, indices, cams = f" · the first {k}: the input image was recorded for those", k, indices[:k], cams[:k]
+            images = recorded_images(run, indices)
         shown = as_pictures(images) if images is not None else None
         if shown is not None:
             cams = fit_maps(cams, shown[0].shape[:2])
@@ -135,7 +150,7 @@ def pictures(run: Run, samples: int = SAMPLES) -> list[tuple[str, Any]]:
         names = class_names(run)
         captions = [caption(i, pred[k] if pred is not None else None, target[k] if target is not None else None, names)
                     for k, i in enumerate(indices)]
-        head = f"{run_label(run)} · Grad-CAM at {act.module or '(model)'} (hooks {act.hook}, {grad.hook}/{grad.role})"
+        head = f"{run_label(run)} · Grad-CAM at {act.module or '(model)'} (hooks {act.hook}, {grad.hook}/{grad.role}){fewer}"
         out.append((f"gradcam_{act.module or 'model'}",
                     MapRow(cams, captions, head, "Grad-CAM (scaled to 0-1 per sample)", indices, shown,
                            no_pictures="\n(no input images: record the model's input, or pass --data)")))

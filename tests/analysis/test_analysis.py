@@ -223,3 +223,22 @@ def test_gradcam_matches_the_formula_and_is_drawn(tmp_path, checkpoint, referenc
     np.testing.assert_allclose(cam[:4], ref, atol=1e-4)
     assert main([str(path), "--out", str(tmp_path / "fig")]) == 0
     assert (tmp_path / "fig" / "gradcam_layer3.png").stat().st_size > 5000
+
+
+def test_gradcam_pictures_past_the_recorded_images_draw_those_that_have_one(tmp_path):
+    """plot --samples 9 on a run whose input was recorded with limit 8 drew no image under any map and
+    said the run recorded none. Reference: the input rows read with h5py."""
+    from hookrun.analysis.gradcam import pictures
+    from hookrun.analysis.images import as_pictures
+
+    cfg = hookrun.compose("experiment=shapes_gradcam", "data.dataset.size=8", "data.batch_size=4", "device=cpu",
+                          "progress=false", "hooks.images.actions.0.limit=3", f"output.path={tmp_path / 'g.h5'}")
+    path = hookrun.run(cfg).path
+    with open_run(path) as run:
+        ((stem, spec),) = pictures(run, samples=5)
+        assert stem == "gradcam_block3" and len(spec.maps) == len(spec.captions) == 3
+        assert "the first 3: the input image was recorded for those" in spec.title
+        want = as_pictures(run.file["captures/images/__model__/input"][:3])  # (the file's own dataset, h5py)
+        np.testing.assert_array_equal(np.asarray(spec.pictures), np.asarray(want))
+        ((_, all_four),) = pictures(run, samples=2)
+        assert len(all_four.maps) == 2 and all_four.pictures is not None and "the first" not in all_four.title
