@@ -62,7 +62,7 @@ from hookrun.cli.command import (
     fail,
     run_command,
 )
-from hookrun.cli.sample_figures import render, with_pictures
+from hookrun.cli.sample_figures import check_covers, render, with_pictures
 from hookrun.config.build import build_dataset
 from hookrun.config.schema import load
 from hookrun.errors import ConfigError, NotFoundError
@@ -236,6 +236,8 @@ def _plot(a: argparse.Namespace) -> int:
         else:
             dataset = user_dataset(a.data) if a.data else None
             with open_run(a.path) as run:
+                if dataset is not None:
+                    check_covers(dataset, run.samples)
                 written = plot_run(run, a.out, a.samples, a.channels, dataset)
     finally:  # (a run that cannot be read, or nothing drawn: the folders this command made go again)
         if made is not None and not any(p.is_file() for p in made.rglob("*")):

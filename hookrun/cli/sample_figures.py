@@ -86,8 +86,21 @@ def with_pictures(spec: Any, dataset: object | None) -> Any:
     return spec
 
 
+def check_covers(dataset: object, samples: np.ndarray) -> None:
+    """--data must hold every sample the run read: its indices are the run's (before any drawing)."""
+    n = len(dataset) if hasattr(dataset, "__len__") else None  # type: ignore[arg-type]
+    top = int(np.max(samples)) if len(samples) else -1
+    if n is not None and top >= n:
+        raise NotFoundError(f"--data: the run's samples go up to index {top}, past the {n} items of the data set named; "
+                            f"name the data set the run read (python -m hookrun.inspect shows the run's config)")
+
+
 def item_input(dataset: object, i: int) -> np.ndarray:
-    item = dataset[i]  # type: ignore[index]
+    try:
+        item = dataset[i]  # type: ignore[index]
+    except IndexError:
+        raise NotFoundError(f"--data: the data set named has no item {i}, a sample of the run; name the data set "
+                            f"the run read") from None
     x = item[0] if isinstance(item, tuple | list) else item
     x = x.detach().float().numpy()
     if x.ndim != 3 or x.shape[0] not in (1, 3):

@@ -114,7 +114,7 @@ def test_plot_main_lists_the_files_and_never_builds_from_the_file(grad_run, tmp_
     assert not marker.exists()
 
 
-def test_gradcam_images_from_a_dataset_named_on_the_command_line(tmp_path, checkpoint, dataset, monkeypatch):
+def test_gradcam_images_from_a_dataset_named_on_the_command_line(tmp_path, checkpoint, dataset, monkeypatch, capsys):
     hooks = {k: v for k, v in HOOKS.items() if k != "images"}
     path = hookrun.run(make_cfg(tmp_path, checkpoint, hooks, **GRAD)).path
     seen = {}
@@ -132,6 +132,11 @@ def test_gradcam_images_from_a_dataset_named_on_the_command_line(tmp_path, check
     want = np.moveaxis((x - x.min()) / (x.max() - x.min()), 0, -1)
     np.testing.assert_allclose(seen["images"][2], want, atol=1e-6)
     assert seen["captions"][2].startswith("#2 · pred ") and seen["captions"][2].endswith(f"target {int(dataset[2][1])}")
+    # a data set with fewer items than the run read: one line before any figure (it was IndexError after some)
+    small = [d.replace("n=12", "n=2") for d in data]
+    assert plot.main([str(path), "--out", str(tmp_path / "small"), "--data", *small]) == 2
+    assert "--data: the run's samples go up to index 11, past the 2 items" in capsys.readouterr().err
+    assert not (tmp_path / "small").exists()
 
 
 def test_the_whole_model_and_a_submodule_named_model_get_a_picture_each(tmp_path):
