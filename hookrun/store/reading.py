@@ -22,6 +22,7 @@ import h5py
 
 from hookrun.errors import HookrunError, NotFoundError
 from hookrun.store.capture_schema import damage
+from hookrun.store.format import FORMAT_VERSION, HOOKRUN_VERSION
 from hookrun.store.lock import changed_while_read, flushing_path, wait_for_flush
 from hookrun.store.merge import check_sources, shard_names
 from hookrun.store.schemes import local_path, scheme_of
@@ -60,6 +61,19 @@ class RunSource(Protocol):
     def close(self) -> None: ...
 
 
+def check_format(f: h5py.File, path: Path) -> None:
+    """A file of the layout this hookrun reads (docs/format.md), with the sample index every run writes."""
+    version = f.attrs["format_version"]
+    version = version.decode() if isinstance(version, bytes) else str(version)
+    if version != FORMAT_VERSION:
+        wrote = f.attrs.get("hookrun_version", "another hookrun")
+        raise HookrunError(f"{str(path)!r} is in format {version}; this hookrun ({HOOKRUN_VERSION}) reads format "
+                           f"{FORMAT_VERSION}: read it with the hookrun that wrote it ({wrote})")
+    if "samples/index" not in f:
+        raise HookrunError(f"{str(path)!r} has no /samples/index, which every hookrun run writes when it starts: the "
+                           f"file is damaged, or another program wrote it")
+
+
 class LocalSource:
     """A hookrun HDF5 file on disk (a merged view of ranks included: its shards must be beside it).
     `wait`: a live run's file stepped aside for a flush is waited for (resume opens the aside file
@@ -85,6 +99,7 @@ class LocalSource:
             if rows and "format_version" not in self._file.attrs:
                 raise HookrunError(f"{str(self.path)!r} is not a hookrun file (no format_version attribute)")
             if rows:
+                check_format(self._file, self.path)
                 list(self._file)  # the root's link table: its heap overwritten fails here, not at a first lookup
                 check_sources(self._file, self.path)
         except HookrunError:

@@ -231,3 +231,26 @@ def test_a_local_url_a_finished_sweep_and_another_kinds_reader_each_say_what_the
                 getattr(run, method)()
         with pytest.raises(AttributeError, match="no attribute 'nothing'"):
             run.nothing()
+
+
+def test_a_newer_format_or_a_file_without_its_sample_index_is_one_line(tmp_path, capsys):
+    """format_version 2 was read as if it were 1; a file without /samples/index was a KeyError in
+    report and plot. Reference: the files as h5py writes them."""
+    from hookrun.cli.report_command import main as report_main
+    from hookrun.errors import HookrunError
+
+    path = hookrun.run(toy_cfg(tmp_path / "one")).path
+    newer, broken = tmp_path / "newer.h5", tmp_path / "broken.h5"
+    for target in (newer, broken):
+        target.write_bytes(path.read_bytes())
+    with h5py.File(newer, "a") as f:
+        f.attrs["format_version"] = "2"
+    with h5py.File(broken, "a") as f:
+        del f["samples/index"]
+    for target, message in ((newer, r"is in format 2; this hookrun .* reads format 1: read it with the hookrun that wrote it"),
+                            (broken, r"has no /samples/index, which every hookrun run writes when it starts")):
+        with pytest.raises(HookrunError, match=message):
+            hookrun.open_run(target)
+        assert inspect_main([str(target)]) == 2 and report_main([str(target)]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 2
