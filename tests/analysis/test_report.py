@@ -131,6 +131,18 @@ def test_notebook_save_replaces_only_this_runs_page(small_run, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.html", "other.html", "r.html"]  # no temporary file left
 
 
+def test_a_live_data_set_is_named_in_the_header_as_inspect_names_it(tmp_path):
+    from toy_models import EveryOtherBatch, SignedRows
+    from toy_runs import lin_cfg
+
+    from hookrun.analysis.report.run_sections import header
+
+    path = hookrun.run(lin_cfg(tmp_path), model=EveryOtherBatch(), dataset=SignedRows()).path
+    with hookrun.open_run(path) as run:
+        rows = dict(header(run)["items"][0]["rows"]) if "items" in header(run) else None
+    assert rows is not None and rows["data"] == "toy_models.SignedRows, batch 2"
+
+
 def test_sampled_rows_read_spread_blocks_of_the_file(tmp_path):
     with h5py.File(tmp_path / "x.h5", "w") as f:
         data = np.arange(10_000 * 4, dtype=np.float32).reshape(10_000, 4)

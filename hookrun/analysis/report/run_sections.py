@@ -72,7 +72,7 @@ def header(run: Any) -> dict:
             ["model", " ".join(str(p) for p in (a.get("model_class"), a.get("device") and f"on {a['device']}",
                                                 weights_note(cfg) and f"({weights_note(cfg)})") if p) or "?"],
             ["mode", str(cfg.get("mode", a.get("mode", "?")))],
-            ["data", f"{data.get('_target_', '?')}, batch {(cfg.get('data') or {}).get('batch_size', '?')}"],
+            ["data", f"{data.get('_target_', data.get('live', '?'))}, batch {(cfg.get('data') or {}).get('batch_size', '?')}"],
             ["done", done],
             ["started", str(a.get("created", "?"))], ["finished", str(a.get("finished", "(not finished)"))],
             ["written by", " ".join(f"{k} {a[v]}" for k, v in (("hookrun", "hookrun_version"), ("torch", "torch_version")) if v in a)]]
