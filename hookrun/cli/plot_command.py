@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="samples per picture (default: 2 in a feature-map or attention grid, 4 in a Grad-CAM row)")
     p.add_argument("--channels", type=at_least_one, default=16,
                    help="channels per sample in a feature-map grid (heads in an attention grid)")
-    p.add_argument("--stat", default="mean", choices=["mean", "std", "min", "max", "zeros"], help="sweep: the statistic to plot")
+    p.add_argument("--stat", default=None, choices=["mean", "std", "min", "max", "zeros"], help="sweep: the statistic to plot (mean)")
     p.add_argument("--x", help="sweep: the override on the x axis (default: the first swept key)")
     p.add_argument("--data", nargs="+", metavar="OVERRIDE",
                    help="Grad-CAM: the dataset whose images to draw under the maps, as config overrides "
@@ -232,8 +232,11 @@ def _plot(a: argparse.Namespace) -> int:
         if not os.access(a.out, os.W_OK | os.X_OK):
             raise ConfigError(f"--out: the folder {str(a.out)!r} is not writable; name a writable one")
         if is_sweep(a.path):
-            written = plot_sweep(open_sweep(a.path), a.out, a.stat, a.x)
+            written = plot_sweep(open_sweep(a.path), a.out, a.stat or "mean", a.x)
         else:
+            if a.x is not None or a.stat is not None:
+                raise ConfigError(f"{'--x' if a.x is not None else '--stat'} draws a sweep's jobs against each other; "
+                                  f"{a.path} is one run (give its sweep folder, or leave the option out)")
             dataset = user_dataset(a.data) if a.data else None
             with open_run(a.path) as run:
                 if dataset is not None:

@@ -137,6 +137,10 @@ def test_gradcam_images_from_a_dataset_named_on_the_command_line(tmp_path, check
     assert plot.main([str(path), "--out", str(tmp_path / "small"), "--data", *small]) == 2
     assert "--data: the run's samples go up to index 11, past the 2 items" in capsys.readouterr().err
     assert not (tmp_path / "small").exists()
+    # a sweep's options on one run were ignored in silence
+    for option in (["--x", "params.f"], ["--stat", "max"]):
+        assert plot.main([str(path), "--out", str(tmp_path / "one"), *option]) == 2
+        assert f"{option[0]} draws a sweep's jobs against each other; {path} is one run" in capsys.readouterr().err
 
 
 def test_the_whole_model_and_a_submodule_named_model_get_a_picture_each(tmp_path):
