@@ -66,6 +66,8 @@ def test_open_run_inspect_and_xarray_over_the_bucket(s3, tmp_path, capsys):
     with hookrun.open_run(URL, cache_dir=tmp_path / "cache") as run, h5py.File(local) as f:
         assert run.status == "complete"
         assert {c.label: c.shape for c in run.captures} == {"h/0/output": (N, 16), "h/2/output": (N, 4)}
+        # each capture's axis names, as the local file's `dims` attributes say (they were () from the manifest)
+        assert {c.label: c.dims for c in run.captures} == {c: tuple(f[f"captures/{c}"].attrs["dims"]) for c in ("h/0/output", "h/2/output")}
         np.testing.assert_array_equal(run["0", "output"][:], f["captures/h/0/output"][:])
         xr = run.to_xarray()
         np.testing.assert_array_equal(xr["h/2/output"].values, f["captures/h/2/output"][:])

@@ -51,7 +51,7 @@ def describe(path: Path, name: str) -> tuple[PartEntry, dict[str, dict], dict]:
             rows[c.path] = int(c.shape[0])
             m = CaptureMeta.from_attrs(f[c.path].attrs)
             schema[c.path] = {"hook": m.hook, "module": m.module, "role": m.role, "call": m.call, "type": m.type,
-                              "rows": m.rows.value, "dtype": c.dtype, "shape": list(c.shape[1:])}
+                              "rows": m.rows.value, "dtype": c.dtype, "shape": list(c.shape[1:]), "dims": list(m.dims)}
             if "limit" in m.extra:  # record limit=N: with many ranks, each rank's first N (readers keep the run's)
                 schema[c.path]["limit"] = int(m.extra["limit"])
         attrs = {k: _plain(v) for k, v in f.attrs.items() if k not in RUN_ATTRS_SKIP}

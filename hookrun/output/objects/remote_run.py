@@ -37,7 +37,7 @@ from hookrun.errors import ConfigError
 from hookrun.output.objects.fetch import Parts
 from hookrun.output.objects.parts_loader import PartsLoader
 from hookrun.output.objects.source import PartsSource
-from hookrun.store.capture_schema import CaptureInfo, list_captures
+from hookrun.store.capture_schema import CaptureInfo, RowKind, derive_dims, list_captures
 
 
 class RemoteRun(Run):
@@ -57,8 +57,10 @@ class RemoteRun(Run):
             rows = sum(e.rows.get(path, 0) for e in self.parts.entries)
             shape = (rows, *c["shape"])
             nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(c["dtype"]).itemsize
+            dims = tuple(c.get("dims") or derive_dims(RowKind(c["rows"]), tuple(c["shape"]), module=c["module"],
+                                                      role=c["role"]))  # (a manifest written before its dims)
             captures.append(CaptureInfo(c["hook"], c["module"], c["role"], int(c["call"]), c["type"], shape,
-                                        c["dtype"], c["rows"], path, nbytes))
+                                        c["dtype"], c["rows"], path, nbytes, dims))
         return captures
 
     # -- what the manifest says ------------------------------------------------------------------
