@@ -155,6 +155,21 @@ def test_sampled_rows_read_spread_blocks_of_the_file(tmp_path):
         assert everything.shape == data.shape and note == ""
 
 
+def test_a_histogram_holds_at_most_values_values_where_one_row_is_larger(small_run, monkeypatch):
+    """--values 500 on rows of 2,048 values made histograms of 2,048 (one whole row). Reference: the
+    file's first row, read with h5py, at evenly spaced positions."""
+    from hookrun.analysis.report import run_sections
+
+    seen, histogram_of = {}, run_sections.histogram_of
+    monkeypatch.setattr(run_sections, "histogram_of", lambda v, title, *a: seen.setdefault(title, (v, a)) and histogram_of(v, title, *a))
+    with hookrun.open_run(small_run) as run:
+        run_sections.captures(run, run_sections.Budget(values=500))
+        row = run.file["captures/fmap/block3/output"][0].astype(np.float64).ravel()
+    values, (_, note) = seen["fmap/block3/output"]
+    assert row.size > 500 and note == f"500 evenly spaced values of 1 of 8 rows ({row.size} values a row)"
+    np.testing.assert_array_equal(values, row[np.linspace(0, row.size - 1, 500).astype(np.int64)])
+
+
 def fake_sweep(folder: Path, factors: list[float]) -> None:
     """A Hydra sweep's layout (N/.hydra/overrides.yaml, N/captures.h5), each job run in-process."""
     for num, factor in enumerate(factors):

@@ -170,6 +170,10 @@ def captures(run: Any, budget: Budget) -> dict:
         why, spec = skip_reason(c, ds), None
         if why is None:
             values, note = sampled_rows(ds, budget.values)
+            if values.size > budget.values:  # one row holds more than --values: evenly spaced values of it
+                flat = values.reshape(-1)
+                values = flat[np.linspace(0, flat.size - 1, budget.values).astype(np.int64)]
+                note = f"{budget.values} evenly spaced values of 1 of {ds.shape[0]} rows ({flat.size} values a row)"
             spec = histogram_of(values, c.label, value_label(c.role), note)
             why = None if spec is not None else "no finite value"
         if why:
