@@ -63,8 +63,7 @@ def find_module(model: nn.Module, name: Any, where: str, key: str) -> nn.Module:
 
 
 def linear_shape(unembed: nn.Module) -> tuple[int | None, int | None]:
-    """(width in, vocabulary out) of an unembedding, where its weights say it: nn.Linear, Hugging
-    Face's Conv1D (weight (in, out)), TransformerLens' Unembed (W_U (d_model, d_vocab))."""
+    """(width in, vocabulary out) of an unembedding: nn.Linear, HF's Conv1D, TransformerLens' Unembed (W_U)."""
     if isinstance(getattr(unembed, "in_features", None), int):
         return unembed.in_features, getattr(unembed, "out_features", None)
     for name in ("W_U", "weight"):
@@ -76,11 +75,13 @@ def linear_shape(unembed: nn.Module) -> tuple[int | None, int | None]:
 
 
 def check_unembed(unembed: nn.Module, name: str, model: nn.Module, where: str) -> None:
-    """An unembedding maps the width to the vocabulary: a module with a matrix, not an embedding (it
-    reads token ids, and runs first) or a norm; where the model names its output layer (Hugging Face's
-    get_output_embeddings, TransformerLens' unembed), one with the same vocabulary."""
-    own = model.get_output_embeddings() if callable(getattr(model, "get_output_embeddings", None)) else \
-        getattr(model, "unembed", None)
+    """A module with a matrix, not an embedding (it reads ids, and runs first) or a norm; of the vocabulary of
+    the model's output layer where it names one (Hugging Face's get_output_embeddings, TransformerLens' unembed)."""
+    try:
+        own = model.get_output_embeddings() if callable(getattr(model, "get_output_embeddings", None)) else \
+            getattr(model, "unembed", None)
+    except (NotImplementedError, AttributeError):  # (a model class whose output layer is not named)
+        own = None
     own_name = next((n for n, m in model.named_modules() if m is own), None) if isinstance(own, nn.Module) else None
     hint = f"; name the model's output layer, {own_name}" if own_name else "; name the model's output layer (lm_head)"
     matrix = any(p.dim() == 2 for p in unembed.parameters(recurse=False)) or linear_shape(unembed)[1] is not None
