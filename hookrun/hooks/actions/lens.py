@@ -82,14 +82,13 @@ def check_unembed(unembed: nn.Module, name: str, model: nn.Module, where: str) -
             getattr(model, "unembed", None)
     except (NotImplementedError, AttributeError):  # (a model class whose output layer is not named)
         own = None
-    own_name = next((n for n, m in model.named_modules() if m is own), None) if isinstance(own, nn.Module) else None
-    hint = f"; name the model's output layer, {own_name}" if own_name else "; name the model's output layer (lm_head)"
+    hint = f"; name the model's output layer, {next((n for n, m in model.named_modules() if m is own), '(lm_head)')}"
     matrix = any(p.dim() == 2 for p in unembed.parameters(recurse=False)) or linear_shape(unembed)[1] is not None
     if isinstance(unembed, nn.Embedding) or not matrix:
         raise ConfigError(f"{where}: logit_lens unembed={name!r} is {article(type(unembed).__name__)}, not an unembedding "
                           f"(a matrix from the model's width to its vocabulary, run after the hooked point){hint}")
     vocab, want = linear_shape(unembed)[1], linear_shape(own)[1] if isinstance(own, nn.Module) else None
-    if vocab is not None and want is not None and vocab != want:
+    if None not in (vocab, want) and vocab != want:
         raise ConfigError(f"{where}: logit_lens unembed={name!r} gives {vocab} outputs, but the model's vocabulary "
                           f"has {want} tokens{hint}")
 
