@@ -21,6 +21,7 @@ methods (run.edges(), ...) return.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -169,9 +170,8 @@ def kind_method(f: h5py.File, name: str) -> Callable[..., Any] | None:
 
 
 def method_names(asked: str | None = None) -> set[str]:
-    """Every method a kind's reader adds to Run (run.NAME(...)); where `asked` is none of the loaded
-    readers', every kind plugin's reader is loaded first (run.probes() on a record run: the probe
-    reader says what is missing, not Python's AttributeError)."""
+    """Every method a kind's reader adds to Run (run.NAME(...)); where `asked` is none of the loaded readers',
+    every kind's reader is loaded first (run.probes() on a record run: the probe reader says what is missing)."""
     names = {name for r in all_readers() for name in r.methods}
     if asked is not None and asked not in names:
         names |= {name for r in every_reader() for name in r.methods}
@@ -180,10 +180,12 @@ def method_names(asked: str | None = None) -> set[str]:
 
 def every_reader() -> list[KindReader]:
     """The readers of every kind that can be asked for (the shipped kinds, entry points, imports)."""
-    from hookrun.config.plugins import plugin_names
+    from hookrun.config.plugins import loadable, plugin_names
 
     for kind in plugin_names():
-        reader_for(kind)
+        with contextlib.suppress(Exception):  # (a kind, or its reader, that fails to load: asking it by name says why)
+            if kind not in READERS and loadable(kind) is not None:
+                reader_for(kind)
     return all_readers()
 
 

@@ -94,6 +94,11 @@ def import_modules(names: list[str]) -> None:
             importlib.import_module(name)
         except ImportError as exc:
             raise ConfigError(f"imports: cannot import {name!r}: {exc}") from None
+        except HookrunError:  # (register_plugin's refusal, already one line)
+            raise
+        except Exception as exc:  # the module raised as it ran (--verbose: the traceback)
+            raise ConfigError(f"imports: {name!r} failed as it was imported: {type(exc).__name__}: "
+                              f"{(str(exc).splitlines() or [''])[0]}") from exc
 
 
 def build_model(node: Mapping, device: torch.device, progress: bool = True, where: str = "model") -> nn.Module:

@@ -19,6 +19,7 @@ from hookrun.config.plugins import (
     KindPlugin,
     _scan,
     _shipped,
+    loadable,
     loaded_plugins,
     plugin,
 )
@@ -56,7 +57,7 @@ def plugin_op_names() -> list[str]:
 
 def _asked(shipped: str | None) -> list[KindPlugin]:
     """The kinds to ask for a name: the shipped kind whose text names it, the kinds loaded, and the
-    entry points not yet loaded (no other shipped kind is imported)."""
+    entry points not yet loaded that load (no other shipped kind is imported; a broken one is passed)."""
     kinds = [plugin(shipped)] if shipped else []
-    kinds += loaded_plugins() + [plugin(n) for n in list(_FOUND) if n not in _PLUGINS and n not in _shipped()]
+    kinds += loaded_plugins() + [loadable(n) for n in list(_FOUND) if n not in _PLUGINS and n not in _shipped()]
     return [k for k in kinds if k is not None]

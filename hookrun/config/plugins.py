@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import keyword
 import re
 import typing
@@ -36,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hookrun.config.targets import resolve as _resolve
 from hookrun.errors import ConfigError, close_matches, object_in_config
 
 GROUP = "hookrun.kinds"  # the entry-point group a user's package declares its kinds in
@@ -94,33 +94,7 @@ _OPS_BLOCK = re.compile(r"""\bops\s*=\s*\{([^}]*)\}""")
 _OP_NAME = re.compile(r"""["'](\w+)["']\s*:""")
 _SCANNED = False
 REFUSED: dict[str, str] = {}  # an entry point whose name cannot be a block -> why (--help lists it; runs go on)
-
-
-def _resolve(target: Any, slot: str = "") -> Any:
-    """The object a "module:attribute" string names (anything else as it is). A string that names
-    no module Python finds, or no attribute of it, is one ConfigError line naming `slot` (which
-    plugin and which of its slots); a module that fails on an import of its own keeps its error."""
-    if not isinstance(target, str):
-        return target
-    module, _, attr = target.partition(":")
-    where = f"{slot}: {target!r}" if slot else repr(target)
-    if not module or not attr:
-        raise ConfigError(f"{where} is not a \"module:attribute\" string (e.g. \"my_pkg.ops:shift\")")
-    try:
-        obj = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name is None or not (module == exc.name or module.startswith(exc.name + ".")):
-            raise
-        raise ConfigError(f"{where}: there is no module {exc.name!r} on Python's path (sys.path); name a module "
-                          f"of an installed package or of the folder the command runs in") from None
-    parts = attr.split(".")
-    for k, part in enumerate(parts):
-        if not hasattr(obj, part):
-            hint = close_matches(part, [n for n in dir(obj) if not n.startswith("_")], n=1)
-            did = f"; did you mean {module}:{'.'.join([*parts[:k], hint[0]])}?" if hint else ""
-            raise ConfigError(f"{where}: {'.'.join([module, *parts[:k]])} has no attribute {part!r}{did}")
-        obj = getattr(obj, part)
-    return obj
+_SOURCES: dict[str, str] = {}  # a user's kind -> where it came from (its entry point), for messages
 
 
 def register_plugin(kind: KindPlugin) -> KindPlugin:
@@ -128,6 +102,9 @@ def register_plugin(kind: KindPlugin) -> KindPlugin:
     if not isinstance(kind, KindPlugin):
         raise TypeError(f"register_plugin takes a KindPlugin, not {type(kind).__name__}")
     why = refused_name(kind.name, _shipped())
+    _scan()
+    if not why and _PLUGINS.get(kind.name, kind) != kind or (kind.name not in _PLUGINS and kind.name in _FOUND):
+        why = f"a kind of that name is there already ({_SOURCES.get(kind.name, 'registered before')}); give it another name"
     if why:
         raise ConfigError(f"register_plugin({kind.name!r}): {why}")
     _PLUGINS[kind.name] = kind
@@ -157,8 +134,16 @@ def _scan() -> None:
         why = refused_name(ep.name, shipped)
         if why:
             REFUSED[ep.name] = f"entry point {ep.name!r} of {GROUP} ({ep.value}) is not used: {why}"
+        elif ep.name in _SOURCES and not _SOURCES[ep.name].endswith(f"({ep.value})"):  # two packages, one kind name
+            _FOUND[ep.name] = functools.partial(_clash, f"the kind {ep.name!r} is declared twice: {_SOURCES[ep.name]} and "
+                                                        f"({ep.value}); uninstall one of the packages, or rename its kind")
         else:
+            _SOURCES[ep.name] = f"entry point {ep.name!r} of {GROUP} ({ep.value})"
             _FOUND[ep.name] = lambda ep=ep: _resolve(f"{ep.module}:{ep.attr}", f"entry point {ep.name!r} of {GROUP}")
+
+
+def _clash(text: str) -> KindPlugin:
+    raise ConfigError(text)
 
 
 CONFIG_KEYS: set[str] = set()  # the keys every config has (config/schema.py adds them): no kind may take one
@@ -186,12 +171,28 @@ def plugin(name: str) -> KindPlugin | None:
         load = _FOUND.get(name)
         if load is None:
             return None
-        kind = load()
+        where = _SOURCES.get(name, f"{SHIPPED}.{name}")
+        try:
+            kind = load()
+        except ConfigError:
+            raise
+        except Exception as exc:  # a user's package that fails on an import of its own (--verbose: the traceback)
+            raise ConfigError(f"the kind plugin {name!r} ({where}) fails to load: {type(exc).__name__}: "
+                              f"{(str(exc).splitlines() or [''])[0]}") from exc
         if not isinstance(kind, KindPlugin) or kind.name != name:
-            raise ConfigError(f"the kind plugin {name!r} is {kind!r}; an entry point of {GROUP} names a "
-                              f"KindPlugin whose name is {name!r}")
+            got = f"a KindPlugin named {kind.name!r}" if isinstance(kind, KindPlugin) else f"{type(kind).__name__}"
+            raise ConfigError(f"the kind plugin {name!r} ({where}) is {got}; it must be the KindPlugin named {name!r}")
         _PLUGINS[name] = kind
     return _PLUGINS[name]
+
+
+def loadable(name: str) -> KindPlugin | None:
+    """plugin(name), or None where it fails to load: a kind not asked for by name (a lookup of an op or
+    a reader method asks every kind) never stops a run or a reader; asking for it says why."""
+    try:
+        return plugin(name)
+    except ConfigError:
+        return None
 
 
 def loaded_plugins() -> list[KindPlugin]:

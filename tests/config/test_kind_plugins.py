@@ -337,10 +337,16 @@ def test_a_broken_users_plugin_is_one_line_and_breaks_no_other_run(tmp_path):
     pkg_root = tmp_path / "site"
     make_package(pkg_root, "userkind_broken", "fine", entry_point=True)
     (pkg_root / "userkind_broken/broken.py").write_text(BROKEN)
+    (pkg_root / "userkind_broken/crashing.py").write_text("import nonexistent_dependency_abc\n" + BROKEN)
     with open(pkg_root / "userkind_broken-0.1.dist-info/entry_points.txt", "a") as f:
         f.write("my-kind = userkind_broken:KIND\noutput = userkind_broken:KIND\nprobe = userkind_broken:KIND\n"
                 "boom = userkind_broken.broken:BOOM\nnotdc = userkind_broken.broken:NOTDC\n"
-                "badread = userkind_broken.broken:BADREAD\n")
+                "badread = userkind_broken.broken:BADREAD\ncrashy = userkind_broken.crashing:BOOM\n"
+                "misnamed = userkind_broken.broken:BOOM\n")
+    other = pkg_root / "userkind_dup-0.1.dist-info"  # a second package declaring the kind `fine` too
+    other.mkdir()
+    (other / "METADATA").write_text("Metadata-Version: 2.1\nName: userkind_dup\nVersion: 0.1\n")
+    (other / "entry_points.txt").write_text("[hookrun.kinds]\nfine = userkind_broken.broken:BOOM\n")
     base = ["model=custom", "model._target_=userkind_broken.models.tiny", "data=custom",
             "data.dataset._target_=userkind_broken.models.data", "data.batch_size=4", "device=cpu", "progress=false"]
 
@@ -357,6 +363,24 @@ def test_a_broken_users_plugin_is_one_line_and_breaks_no_other_run(tmp_path):
     assert "'probe' is one of hookrun's own kinds; give the kind another name" in listed
     plain = cli(*base, "hydra.run.dir=plain", cwd=tmp_path, pythonpath=pkg_root)  # no broken kind asked for
     assert plain.returncode == 0, plain.stderr
+    # a built-in op and a report ask every kind for names: the broken ones are passed over (they were the
+    # crashing plugin's traceback in every modify run, and "the report needs plotly")
+    scaled = cli(*base, "hooks=" + SHIFT_HOOKS.replace("op: {op}, amount: 0.5", "op: scale, factor: 0.5").format(),
+                 "hydra.run.dir=scaled", cwd=tmp_path, pythonpath=pkg_root)
+    assert scaled.returncode == 0, scaled.stderr
+    reported = cli(str(tmp_path / "scaled"), cwd=tmp_path, pythonpath=pkg_root, module="hookrun.report")
+    assert reported.returncode == 0, reported.stderr
+    # asked for by name: one line each, naming where the kind came from
+    where = "entry point 'crashy' of hookrun.kinds (userkind_broken.crashing:BOOM)"
+    one_line(cli(*base, "+crashy={}", "hydra.run.dir=crashy", cwd=tmp_path, pythonpath=pkg_root),
+             f"hookrun: error: the kind plugin 'crashy' ({where}) fails to load: ModuleNotFoundError: No module named "
+             f"'nonexistent_dependency_abc'")
+    one_line(cli(*base, "+misnamed={}", "hydra.run.dir=misnamed", cwd=tmp_path, pythonpath=pkg_root),
+             "the kind plugin 'misnamed' (entry point 'misnamed' of hookrun.kinds (userkind_broken.broken:BOOM)) is a "
+             "KindPlugin named 'boom'; it must be the KindPlugin named 'misnamed'")
+    one_line(cli(*base, "+fine={}", "hydra.run.dir=fine", cwd=tmp_path, pythonpath=pkg_root),
+             "the kind 'fine' is declared twice: entry point 'fine' of hookrun.kinds (")
+    assert not any((tmp_path / d).exists() for d in ("crashy", "misnamed", "fine"))
     boom = cli(*base, "+boom={}", "hydra.run.dir=boom", cwd=tmp_path, pythonpath=pkg_root)
     one_line(boom, "hookrun: error: the boom kind (userkind_broken.broken.BoomKind) failed in step: ValueError: the "
                    "plugin's step exploded (the traceback: HYDRA_FULL_ERROR=1 or --verbose)", code=1)  # failed, as a forward's error
@@ -412,3 +436,31 @@ def test_import_hookrun_loads_no_kind_plugin():
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[0] == "0", out.stdout
     assert out.stdout.strip().endswith("[]"), out.stdout
+
+
+def test_an_imports_module_that_raises_or_registers_a_taken_name_is_one_line(tmp_path, monkeypatch):
+    """A module of `imports:` that raised as it ran was its traceback; one that registered a kind under a name
+    another kind has replaced that kind in silence (which of two a run used hung on the import order)."""
+    import hookrun
+    from hookrun.config.plugins import _PLUGINS, KindPlugin, register_plugin
+
+    (tmp_path / "raises_here.py").write_text("raise RuntimeError('no licence file found')\n")
+    (tmp_path / "takes_a_name.py").write_text(
+        "from hookrun.config.plugins import KindPlugin, register_plugin\nfrom hookrun.runner.kinds.run_kind import RunKind\n"
+        "from dataclasses import dataclass\n@dataclass\nclass B:\n    x: int = 1\n"
+        "register_plugin(KindPlugin('taken', block=B, run=RunKind))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    first = register_plugin(KindPlugin("taken", block="a.b:C", run="a.b:D"))
+    try:
+        assert register_plugin(first) is first  # the same kind again: nothing changes
+        for module, message in (("raises_here", "imports: 'raises_here' failed as it was imported: RuntimeError: no "
+                                                "licence file found"),
+                                ("takes_a_name", "register_plugin('taken'): a kind of that name is there already "
+                                                 "(registered before); give it another name")):
+            with pytest.raises(ConfigError) as caught:
+                hookrun.run({"imports": [module], "device": "cpu", "output": {"path": str(tmp_path / "x.h5")}},
+                            model=torch.nn.Linear(2, 2), dataset=torch.zeros(4, 2))
+            assert str(caught.value) == message
+        assert _PLUGINS["taken"] is first and not (tmp_path / "x.h5").exists()
+    finally:
+        _PLUGINS.pop("taken", None)

@@ -1,0 +1,38 @@
+"""The object a "module:attribute" string names: a kind plugin's slots (config/plugins.py) and its ops.
+
+    resolve("my_pkg.ops:shift", "kind plugin 'mine', ops['shift']")     # the function my_pkg.ops.shift
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from hookrun.errors import ConfigError, close_matches
+
+
+def resolve(target: Any, slot: str = "") -> Any:
+    """The object a "module:attribute" string names (anything else as it is). A string that names
+    no module Python finds, or no attribute of it, is one ConfigError line naming `slot` (which
+    plugin and which of its slots); a module that fails on an import of its own keeps its error."""
+    if not isinstance(target, str):
+        return target
+    module, _, attr = target.partition(":")
+    where = f"{slot}: {target!r}" if slot else repr(target)
+    if not module or not attr:
+        raise ConfigError(f"{where} is not a \"module:attribute\" string (e.g. \"my_pkg.ops:shift\")")
+    try:
+        obj = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not (module == exc.name or module.startswith(exc.name + ".")):
+            raise
+        raise ConfigError(f"{where}: there is no module {exc.name!r} on Python's path (sys.path); name a module "
+                          f"of an installed package or of the folder the command runs in") from None
+    parts = attr.split(".")
+    for k, part in enumerate(parts):
+        if not hasattr(obj, part):
+            hint = close_matches(part, [n for n in dir(obj) if not n.startswith("_")], n=1)
+            did = f"; did you mean {module}:{'.'.join([*parts[:k], hint[0]])}?" if hint else ""
+            raise ConfigError(f"{where}: {'.'.join([module, *parts[:k]])} has no attribute {part!r}{did}")
+        obj = getattr(obj, part)
+    return obj
