@@ -72,7 +72,8 @@ class Estimate:
         return "\n".join(out)
 
 
-def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: ActionEnv, settings, n_samples: int) -> Estimate:
+def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: ActionEnv, settings, n_samples: int,
+             checksum: bool = False) -> Estimate:
     n_batches = len(settings.batches)
     kind = settings.kind
     indices, call = first_batch(loader, settings.spec)
@@ -86,7 +87,11 @@ def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: Actio
         for action in p.actions:
             action.reset()
     report = Estimate(points, n_samples=n_samples, n_batches=n_batches)
-    report.extra_bytes = kind.file_bytes(n_samples) + n_samples * tokens * 17  # 17: a token row's map
+    target = call.target if isinstance(call.target, torch.Tensor) and call.target.dim() else None  # /samples/target
+    per_target = target[0].numel() * target.element_size() if target is not None else 0
+    report.extra_bytes = kind.file_bytes(n_samples) + n_samples * (tokens * 17 + per_target)  # 17: a token row's map
+    if checksum:  # output.checksum: a (batch, capture) row of 3 uint64 in /checksums, 1,024 rows a chunk
+        report.extra_bytes += math.ceil(n_batches * max(len(captures), 1) / 1024) * 1024 * 24
     for cap in captures:
         every = int(cap.attrs.get("every", 1))
         limit = cap.attrs.get("limit")

@@ -155,7 +155,7 @@ def plan_estimate(p: Prepared):
     """The plan's estimated bytes per capture (dry_run=true prints it; output.max_bytes checks it)."""
     from hookrun.runner.estimate import estimate  # (only these runs estimate)
 
-    report = estimate(p.model, p.loader, p.points, p.env, p.settings, p.n_samples)
+    report = estimate(p.model, p.loader, p.points, p.env, p.settings, p.n_samples, p.cfg.output.checksum)
     cfg = p.cfg
     report.header = [
         "hookrun plan" + (" (dry run: nothing is written)" if cfg.dry_run else ""),

@@ -173,10 +173,18 @@ def test_dry_run_estimate_equals_the_real_file(tmp_path, checkpoint, capsys):
     real = hookrun.run(make_cfg(tmp_path, checkpoint, hooks))
     with open_run(real.path) as run:
         data_bytes = sum(int(np.prod(c.shape)) * np.dtype(c.dtype).itemsize for c in run.captures)
-    assert dry.estimated_bytes == data_bytes + 12 * 16
     with h5py.File(real.path) as f:  # (the sample columns' chunks held 8192 rows: three 64 KiB for 12 samples)
         allocated = sum(f[f"samples/{n}"].id.get_storage_size() for n in ("index", "step", "target"))
         assert allocated == 3 * 12 * 8, allocated
+        checksums = f["checksums"].id.get_storage_size()  # (output.checksum=true, the default)
+    # /samples/target and /checksums were left out: output.max_bytes let a file 27% over it through
+    assert dry.estimated_bytes == data_bytes + allocated + checksums
+    bare = make_cfg(tmp_path / "c", checkpoint, hooks, dry_run=True)
+    bare["output"]["checksum"] = False
+    dry = hookrun.run(bare)
+    bare.update(dry_run=False)
+    with h5py.File(hookrun.run(bare).path) as f:
+        assert "checksums" not in f and dry.estimated_bytes == data_bytes + allocated
 
 
 def test_max_bytes_refuses_before_any_batch(tmp_path, checkpoint):
