@@ -120,7 +120,7 @@ class SweepFolder(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: object) -> None:
         folder = Path(OmegaConf.select(config, "hydra.sweep.dir", default="."))
-        jobs = len(list(folder.glob("*/.hydra/overrides.yaml")))
+        jobs = len(list(folder.rglob(".hydra/overrides.yaml")))  # (hydra.sweep.subdir may nest a job's folder)
         print(f"hookrun: sweep folder: {folder} ({jobs} jobs; python -m hookrun.inspect {folder})", flush=True)
 
 
@@ -245,6 +245,10 @@ def main() -> None:
         _fail(ConfigError(damage))
     sys.argv[1:] = forced_block_keys(sys.argv[1:])
     try:
+        if MULTIRUN & set(args):
+            from hookrun.cli.sweep_folder import check_sweep_folder
+
+            check_sweep_folder(sys.argv[1:])
         ranks = detect()
         if ranks.launcher == "torchrun" and ranks.many and "HOOKRUN_STARTED" not in os.environ:
             # every rank in rank 0's run folder outputs/DATE/TIME, even when they start seconds apart

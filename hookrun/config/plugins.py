@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hookrun.config.targets import resolve as _resolve
 from hookrun.errors import ConfigError, close_matches, object_in_config
 
 GROUP = "hookrun.kinds"  # the entry-point group a user's package declares its kinds in
@@ -95,6 +94,13 @@ _OP_NAME = re.compile(r"""["'](\w+)["']\s*:""")
 _SCANNED = False
 REFUSED: dict[str, str] = {}  # an entry point whose name cannot be a block -> why (--help lists it; runs go on)
 _SOURCES: dict[str, str] = {}  # a user's kind -> where it came from (its entry point), for messages
+
+
+def _resolve(target: Any, slot: str = "") -> Any:
+    """config/targets.py's resolve, imported when a plugin's slot is first used (off the main job's route)."""
+    from hookrun.config.targets import resolve
+
+    return resolve(target, slot)
 
 
 def register_plugin(kind: KindPlugin) -> KindPlugin:

@@ -114,9 +114,22 @@ def cli_sweeps(tmp_path_factory):
     nested = run_cli("-m", "experiment=ablate_layer3", "params.factor=0,1", '+params.tag="$\\frac$","<b>x</b>"', *small,
                      "hydra.sweep.dir=tag", "hydra.sweep.subdir=${hydra.job.num}/run", cwd=here)
     assert nested.returncode == 0, nested.stderr[-2000:]
+    assert "hookrun: sweep folder: tag (4 jobs; python -m hookrun.inspect tag)" in nested.stdout  # (it said 0 jobs)
     refused = run_cli("-m", "experiment=ablate_layer3", "params.factor=0,abc,1", *small, "hydra.sweep.dir=bad", cwd=here)
     assert refused.returncode != 0 and "factor='abc' is not a number" in refused.stderr
     return here
+
+
+def test_a_sweep_of_other_overrides_into_an_earlier_sweeps_folder_leaves_its_record(cli_sweeps):
+    """Its jobs were each refused ("exists"), but Hydra had rewritten multirun.yaml first: the earlier
+    sweep then listed the new sweep's jobs as its own, and --verify failed on it."""
+    from conftest import run_cli
+
+    record = (cli_sweeps / "bad" / "multirun.yaml").read_bytes()
+    again = run_cli("-m", "experiment=ablate_layer3", "params.factor=5,6", "data.limit=1", "hydra.sweep.dir=bad", cwd=cli_sweeps)
+    assert again.returncode == 2 and again.stderr.startswith("hookrun: error: hydra.sweep.dir=bad: an earlier sweep of "
+                                                             "other overrides is there (experiment=ablate_layer3 params.factor=0,abc,1")
+    assert (cli_sweeps / "bad" / "multirun.yaml").read_bytes() == record and not (cli_sweeps / "bad" / "2").exists()
 
 
 def test_a_nested_sweeps_jobs_values_and_charts_are_what_hydra_ran(cli_sweeps):

@@ -1,0 +1,39 @@
+"""A multirun's folder: one an earlier sweep of other overrides wrote is refused before Hydra rewrites
+its multirun.yaml (cli/app.py asks, for `-m` only).
+
+    python -m hookrun -m params.f=0,1 hydra.sweep.dir=sweeps/s7     # ... then again with params.f=5,6:
+    hookrun: error: hydra.sweep.dir=sweeps/s7: an earlier sweep of other overrides is there (params.f=0,1) ...
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from hookrun.errors import ConfigError
+
+GOES_ON = re.compile(r"^\+*(resume|output\.overwrite)=(true|True|yes|1)$")  # overrides that run in an earlier sweep's folder
+
+
+def check_sweep_folder(args: list[str]) -> None:
+    """`-m ... hydra.sweep.dir=X` where an earlier sweep of other overrides ran: each job would be refused
+    ("exists"), but Hydra rewrites X/multirun.yaml first, and that sweep's record then lists the new
+    sweep's jobs as its own. Checked before Hydra starts (an exception in a Hydra callback is only a warning)."""
+    dirs = [a.partition("=")[2] for a in args if a.startswith("hydra.sweep.dir=")]
+    if not dirs or not (Path(dirs[-1]) / "multirun.yaml").is_file():
+        return
+    folder = Path(dirs[-1])
+    task = [a for a in args if not a.startswith(("-", "hydra.", "hydra/", "+hydra", "~hydra"))]
+    if any(GOES_ON.match(t) for t in task):
+        return
+    try:
+        earlier = yaml.safe_load((folder / "multirun.yaml").read_text()) or {}
+        before = [str(t) for t in earlier["hydra"]["overrides"]["task"] or []]
+    except (yaml.YAMLError, OSError, KeyError, TypeError):
+        before = None
+    if before != task:
+        raise ConfigError(f"hydra.sweep.dir={folder}: an earlier sweep of other overrides is there "
+                          f"({' '.join(before) if before else 'its multirun.yaml'}); give another hydra.sweep.dir, "
+                          f"or resume=true or output.overwrite=true to run this sweep in it")
