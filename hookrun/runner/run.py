@@ -154,9 +154,8 @@ def _run(cfg: HookrunConfig, dest: Destination, started: float, model: torch.nn.
 def plan_estimate(p: Prepared):
     """The plan's estimated bytes per capture (dry_run=true prints it; output.max_bytes checks it)."""
     from hookrun.runner.estimate import estimate  # (only these runs estimate)
-
-    report = estimate(p.model, p.loader, p.points, p.env, p.settings, p.n_samples, p.cfg.output.checksum)
     cfg = p.cfg
+    report = estimate(p.model, p.loader, p.points, p.env, p.settings, p.n_samples, cfg.output.checksum)
     report.header = [
         "hookrun plan" + (" (dry run: nothing is written)" if cfg.dry_run else ""),
         f"  model   {type(p.model).__module__}.{type(p.model).__qualname__} on {p.settings.device}, mode {p.settings.mode}",
@@ -188,7 +187,7 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
         log.warning("no hook records anything: the file will hold the sample index and targets only")
     if resume is None:
         dest.check_still_free(cfg.output.overwrite)
-    status, steps, replayed, at_once, away = "failed", 0, False, False, None
+    status, steps, replayed, away = "failed", 0, False, None
     session = HookSession(p.points, p.env, cfg.early_stop)
     with StopSignals() as stop:  # from before the file exists: a first signal then stops after one batch
         store = open_store(p, resume)
@@ -209,16 +208,17 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
                 steps = p.settings.kind.run_steps(  # the data loop, unless the kind's steps are not batches (a grid's cells)
                     lambda: run_batches(p.model, p.loader, session, writer, p.env, p.settings, first),
                     writer, store.samples, stop.requested)
+            stopped = stop.signum and not (p.settings.kind.units[0] == "batches" and first + steps >= p.batches.stop)  # (a signal in the last batch, a probe's fit, cut nothing short)
             late = p.settings.kind.end_attrs()  # (the writer has drained: this thread owns the file again)
             if late:
                 end_attrs(store, late)
-            status = "interrupted" if stop.signum else "complete"
+            status = "interrupted" if stopped else "complete"
             if status == "complete":
                 finish_actions(p.env, store)  # end-of-run captures (top_examples), once
         except StoreError as exc:  # the object store stayed away: the parts not uploaded stay local
             status, away = "interrupted", exc
         except KeyboardInterrupt:  # a second signal (or Ctrl-C outside the loop): the writer has ended
-            status, at_once = "interrupted", True
+            status = "interrupted"
         finally:
             with stop.shielded():  # a signal now only waits: the file is closed whole
                 samples = store.samples
@@ -234,7 +234,7 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
     log.info("%s: %s, %.1f MB in %.1f s", "interrupted" if away else status, done, dest.size(store) / 1e6, seconds)
     if away is not None:
         raise StoreAway(str(away))
-    if stop.signum or at_once:
+    if status == "interrupted":
         if not replayed:  # stopped while the old batches were copied: the old file is as it was
             raise Interrupted(stop.signum or signal.SIGINT, None, 0, resumed_from=dest.result)
         raise Interrupted(stop.signum or signal.SIGINT, dest.result, store.steps, unit=steps_unit)

@@ -274,3 +274,28 @@ def test_a_sweep_whose_jobs_probe_other_hook_points_keeps_each_jobs_names(tmp_pa
     (section,) = kind_sweep_sections(sweep)
     table = next(item for item in section["items"] if item["type"] == "table")
     assert {"test@conv", "test@fc"} <= set(table["columns"]), table["columns"]
+
+
+def test_a_signal_during_the_fit_after_the_last_batch_leaves_a_complete_run(tmp_path, monkeypatch, sigint_default):
+    """A first Ctrl-C or SIGTERM while the probes were fitted did not stop the fit: every probe was written,
+    but the file was marked 'interrupted', and the resume it asked for wrote a 'complete' file with no
+    probes. Reference: the same run without the signal."""
+    import os
+    import signal
+
+    from hookrun.runner.kinds.probe import kind as probe_kind
+
+    model, ds = Net().eval(), data()
+    want = run(tmp_path, model, ds, "plain", at=["conv", "fc"], target="label").probes()
+    fit = probe_kind.fit_point
+
+    sent = []
+
+    def signalled(*args, **kwargs):
+        if not sent:  # one signal, as the first fit begins (the loop's handler: a stop after the batch in flight)
+            sent.append(os.kill(os.getpid(), signal.SIGINT))
+        return fit(*args, **kwargs)
+
+    monkeypatch.setattr(probe_kind, "fit_point", signalled)
+    got = run(tmp_path, model, ds, "signalled", at=["conv", "fc"], target="label")
+    assert got.status == "complete" and got.probes().rows == want.rows
