@@ -72,8 +72,9 @@ class Splice(nn.Module):
         coder = self.coder
         if self.codes:
             f = coder.encode(x)
-            g = self.latents(f)
-            clean = coder.decode(f)
+            clean = coder.decode(f)  # (before the latents' hooks: one may edit them in place and hand them back)
+            hooked = bool(self.latents._forward_hooks or self.latents._forward_pre_hooks)
+            g = self.latents(f.clone() if hooked else f)  # hooked: a copy to edit, and in the graph of y
             y = clean if g is f else coder.decode(g)
         else:
             f = None

@@ -272,3 +272,31 @@ def test_capture_splices_in_a_notebook_too(data, sae):
         model(input_ids=ids, attention_mask=mask)
     torch.testing.assert_close(cap["lm_head", "output"], ref, rtol=1e-5, atol=1e-5)
     assert "sae" not in model.transformer.h[0]._modules
+
+
+def zero_in_place(x, ctx, feature=5):
+    """An op that edits the latents in place and hands the same tensor back."""
+    x[..., feature] = 0
+    return x
+
+
+def test_an_in_place_edit_of_the_latents_with_the_error_term_changes_the_output(tmp_path, data, sae):
+    """It was dropped in silence (the edited tensor was the latents object itself, read as 'no edit'),
+    while the statistics were taken on the edited latents. Reference: raw hooks on the saved weights."""
+    folder, w = sae
+    model = gpt2()
+    feature = 5
+
+    def edited(x):
+        f = encode(w, x)
+        g = f.clone()
+        g[..., feature] = 0
+        return x + (decode(w, g) - decode(w, f))
+
+    ref = torch.cat(logits_with(model, data, edited))
+    hooks = {**splice_hooks(folder, error_term=True),
+             "edit": {"at": f"{BLOCK}.sae.latents", "type": "forward", "actions": [
+                 {"name": "modify_output", "op": {"_target_": "test_splice.zero_in_place", "_partial_": True}}]}}
+    with run(tmp_path, model, data, hooks) as f:
+        torch.testing.assert_close(stored_logits(f), ref, rtol=1e-4, atol=1e-4)
+        assert not torch.equal(ref, torch.cat(logits_with(model, data)))  # (the edit changes the logits)
