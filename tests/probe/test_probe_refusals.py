@@ -25,6 +25,21 @@ def test_split_test_outside_0_1_is_one_line(tmp_path, test) -> None:
     assert not (tmp_path / "p.h5").exists()
 
 
+@pytest.mark.parametrize(("key", "message"), [
+    ("batchsize", "probe.test_data.batchsize: not a key of the test data node, whose keys are dataset and batch_size; "
+                  "did you mean probe.test_data.batch_size?"),
+    ("limit", "probe.test_data.limit: not a key of the test data node, whose keys are dataset and batch_size (every "
+              "test item is used; give fewer items in the dataset node)"),
+])
+def test_a_key_the_test_data_node_has_not_is_one_line(tmp_path, key, message) -> None:
+    """(a misspelt batch_size and a limit were ignored in silence: every test item used)"""
+    cfg = {"model": MODEL, "data": DATA, "device": "cpu", "progress": False, "output": {"path": str(tmp_path / "p.h5")},
+           "probe": {"at": ["block1"], "target": "label", "test_data": {"dataset": DATA["dataset"], key: 1}}}
+    with pytest.raises(ConfigError) as err:
+        hookrun.run(cfg)
+    assert str(err.value) == message and not (tmp_path / "p.h5").exists()
+
+
 @pytest.mark.parametrize(("block", "message"), [
     ({"probe": {"at": ["block1"], "target": "label"}}, "probe over 2 ranks: no channel between the ranks"),
     ({"similarity": {"at": ["block1", "fc"]}}, "similarity over 2 ranks: no channel between the ranks"),

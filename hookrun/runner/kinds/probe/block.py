@@ -15,7 +15,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from hookrun.errors import ConfigError
+from hookrun.errors import ConfigError, close_matches
 
 METHODS = ("logistic", "ridge")
 # hookrun.probe(..., test_data=DATASET): the live test set, handed to the kind for one run (notebook.py sets
@@ -80,6 +80,13 @@ class ProbeBlock:
         if self.test_data is not None and not isinstance(self.test_data, dict):
             raise ConfigError(f"probe.test_data={self.test_data!r}: give a data node, {{dataset: {{_target_: ...}}, "
                               f"batch_size: 16}}")
+        extra = sorted(set(self.test_data) - {"dataset", "batch_size"}) if isinstance(self.test_data, dict) and \
+            "dataset" in self.test_data else []
+        if extra:  # (limit, num_workers, a misspelt batch_size: were ignored in silence)
+            hint = close_matches(str(extra[0]), ["dataset", "batch_size"], n=1)
+            raise ConfigError(f"probe.test_data.{extra[0]}: not a key of the test data node, whose keys are dataset and "
+                              f"batch_size" + (f"; did you mean probe.test_data.{hint[0]}?" if hint else
+                                               " (every test item is used; give fewer items in the dataset node)"))
         live = isinstance(self.test_data, dict) and "live" in (self.test_data.get("dataset") or {})
         if live and LIVE_TEST.get() is None:
             raise ConfigError(f"probe.test_data={self.test_data!r} names a live data set, which only "
