@@ -101,14 +101,23 @@ class StepCaptures:
     def __init__(self) -> None:
         self._items: dict[CaptureKey, Capture] = {}
         self._parts: dict[CaptureKey, list[torch.Tensor]] = {}  # token rows, one part per model call
+        self._repeats: set[CaptureKey] = set()  # the numbers a second record of one call took
 
     def add(self, capture: Capture) -> None:
         key = capture.key
         if capture.tokens and key in self._items:  # token rows of the next model call (generate)
             self._parts.setdefault(key, [self._items[key].value]).append(capture.value)
             return
+        if key in self._repeats:  # a later call's record meets the number a repeat took: the file would mislabel both
+            raise RunError(f"hooks.{key.hook}: {key.module or '(model)'} runs more than once in a forward, and the hook "
+                           f"records its {key.role} twice in one call (before and after an edit): call {key.call} and "
+                           f"the repeat of an earlier call would both be {key.role}@{key.call}; record the edited value "
+                           f"in a hook of its own")
+        first = key
         while key in self._items:  # the same hook fired twice for one call: keep both
             key = CaptureKey(key.hook, key.module, key.type, key.role, key.call + 1)
+        if key != first:
+            self._repeats.add(key)
         capture.key = key
         self._items[key] = capture
 
@@ -118,6 +127,7 @@ class StepCaptures:
         items = list(self._items.values())
         self._items.clear()
         self._parts.clear()
+        self._repeats.clear()
         return items
 
 

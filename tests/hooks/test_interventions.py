@@ -58,6 +58,19 @@ def test_record_before_and_after_a_modify(run_hooks, reference_model, dataset):
     close(g["output@1"][:], 3 * want)  # the second sees the modified output (kept as a second capture)
 
 
+def test_record_before_and_after_a_modify_of_a_module_run_twice_is_one_line(run_hooks):
+    """layer1.0.relu runs twice a forward: call 0's two records took output and output@1, and call 1's
+    first record took output@2, so the file named the edited call 0 'output@1' (the second call, as
+    docs/format.md reads it) and op: patch put it into call 1. Two hooks keep them apart."""
+    actions = [{"name": "record", "what": "output"}, {"name": "modify_output", "op": "scale", "factor": 2.0},
+               {"name": "record", "what": "output"}]
+    with pytest.raises(RunError, match=r"^hooks\.z: layer1\.0\.relu runs more than once in a forward, and the hook "
+                                       r"records its output twice in one call \(before and after an edit\): call 1 and "
+                                       r"the repeat of an earlier call would both be output@1; record the edited value "
+                                       r"in a hook of its own$"):
+        run_hooks({"z": {"at": "layer1.0.relu", "type": "forward", "actions": actions}})
+
+
 def test_user_op_gets_ctx_with_sample_indices(run_hooks, reference_model, dataset):
     hooks = {"shift": {"at": "layer2", "type": "forward", "actions": [
         {"name": "modify_output", "op": {"_target_": "toy_models.shift_by_sample_index", "_partial_": True}}]}, **LOGITS}
