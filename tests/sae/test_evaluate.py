@@ -373,6 +373,16 @@ def test_a_mean_file_without_the_modules_capture_is_refused(tmp_path):
              evaluate={"ablation": "mean", "mean": str(source)})
 
 
+def test_a_mean_file_with_the_module_from_two_hooks_is_refused(tmp_path):
+    """(the first hook's rows were taken in silence: a scaled copy beside them changed nothing)"""
+    rec = {"name": "record", "what": "output", "rows": "token"}
+    record = {"z": {"at": "transformer.h.0", "type": "forward", "actions": [rec]},
+              "a": {"at": "transformer.h.0", "type": "forward", "actions": [rec]}}
+    source = hookrun.run(lm_cfg(tmp_path, record, None, "source.h5")).path
+    _refused(tmp_path, r"holds transformer.h.0 output from 2 hooks \(a, z\): which one's mean is meant cannot be told",
+             evaluate={"ablation": "mean", "mean": str(source)})
+
+
 @pytest.mark.slow
 def test_the_cli_refuses_evaluate_without_a_loss_with_exit_2(tmp_path):
     proc = run_cli("model=hf", "data=text", "evaluate.enabled=true", "device=cpu", "progress=false",

@@ -102,6 +102,11 @@ def read_means(path: str, wanted: list[tuple[str, str]]) -> dict[tuple[str, str]
                 raise ConfigError(f"evaluate.mean: {str(file)!r} has no {'usable ' if found else ''}capture of "
                                   f"{module_label(module)} {fam} (it has {have}); record it there with "
                                   f"{{name: record, what: {fam}, rows: token}}")
+            hooks = sorted({c.hook for c in usable})
+            if len(hooks) > 1:  # (the first one's rows were taken in silence)
+                raise ConfigError(f"evaluate.mean: {str(file)!r} holds {module_label(module)} {fam} from {len(hooks)} hooks "
+                                  f"({', '.join(hooks)}): which one's mean is meant cannot be told; point evaluate.mean "
+                                  f"at a run that records it once")
             for c in usable:
                 try:
                     out[(module, c.role)] = _mean(f[c.path])
