@@ -137,15 +137,17 @@ def _write(out: h5py.File, opened: list[tuple[Path, h5py.File]]) -> int:
     out.attrs["samples_complete"] = sum(counts)
     out.attrs["shard_samples"] = np.array(counts, dtype=np.int64)
     samples = out.create_group("samples")
-    others = [n for n in (shards[0].file["samples"] if shards else ()) if n not in SAMPLE_DATASETS]
+    others = list(dict.fromkeys(n for s in shards for n in s.file["samples"] if n not in SAMPLE_DATASETS))
     for name in (*SAMPLE_DATASETS, *others):
         have = [(s.path, s.file[f"samples/{name}"], f"samples/{name}",
                  s.file[f"samples/{name}"].shape[0] if name.startswith("token_") else n)  # token rows, or samples
                 for s, n in zip(shards, counts, strict=True) if name in s.file["samples"]]
-        if name in others and (len(have) != len(shards) or len({(h[1].dtype, h[1].shape[1:]) for h in have}) > 1):
+        # a shard killed before its first batch has no optional column yet: it holds no row of it either
+        due = sum(1 for s, n in zip(shards, counts, strict=True) if n or name in s.file["samples"])
+        if name in others and (len(have) != due or len({(h[1].dtype, h[1].shape[1:]) for h in have}) > 1):
             continue  # a data.store key padded to different lengths per shard: left out of the view
         if name in ("index", "step") or have:
-            if len(have) != len(shards):
+            if len(have) != due:
                 raise RunError(f"/samples/{name} is in {len(have)} of {len(shards)} shards: they were not written by one config")
             _virtual(samples, name, have)
     out.create_group("captures")

@@ -234,6 +234,23 @@ def test_a_missing_shard_is_named_in_the_view(tmp_path):
         assert "not complete: captures.rank-00001.h5 (missing)" in run.summary(stats=False)
 
 
+def test_a_shard_killed_before_its_first_batch_lacks_the_target_column_and_the_view_is_made(tmp_path):
+    """(/samples/target is made at a shard's first batch: the view was refused, 'not written by one config')"""
+    shards = [shard_path(tmp_path / "captures.h5", r) for r in range(2)]
+    for k, path in enumerate(shards):
+        with h5py.File(path, "w") as f:
+            f.attrs.update(status="complete" if k == 0 else "running", format_version="1")
+            f["samples/index"] = np.arange(4) if k == 0 else np.zeros(0, dtype=np.int64)
+            f["samples/step"] = np.zeros(4 if k == 0 else 0, dtype=np.int64)
+            if k == 0:
+                f["samples/target"] = np.array([3, 1, 4, 1])
+            f.create_group("captures")
+    view = build_view(tmp_path / "captures.h5", shards, {"config": "{}"})
+    assert view.status == "incomplete"
+    with hookrun.open_run(tmp_path) as run:
+        assert list(run.samples) == [0, 1, 2, 3] and list(run.targets) == [3, 1, 4, 1]
+
+
 @pytest.mark.slow
 def test_rank_benchmark_quick_mode_runs(tmp_path):
     proc = subprocess.run([sys.executable, "benchmarks/ranks.py", "--quick", "--markdown", str(tmp_path / "b.md")],
