@@ -219,8 +219,8 @@ MODE_KINDS = ("record", "grad", "generate")  # the modes' kinds (runner/kinds/__
 
 
 def unread_kind(attrs: Mapping) -> str | None:
-    """One line where the file's kind has no reader in this process (a kind a module of the run's
-    `imports:` registered, not installed as an entry point), else None."""
+    """One line where the file's kind has no reader in this process (a module of the run's `imports:`
+    registered it, or its package is not installed here), else None."""
     kind = kind_of(attrs)
     if kind is None or kind in MODE_KINDS or reader_for(kind) is not None:
         return None
@@ -233,9 +233,9 @@ def unread_kind(attrs: Mapping) -> str | None:
         imports = (yaml.safe_load(config) or {}).get("imports") if isinstance(config, str) else None
     except (yaml.YAMLError, AttributeError):  # (a config that is not a mapping of plain YAML: no list to name)
         imports = None
-    by = f"imports: {list(imports)}" if imports else "a module of the run's `imports:`"
-    return (f"{kind}: no reader for this kind here (it came from {by}): import that module before open_run, or "
-            f"declare the kind as an entry point of hookrun.kinds, for inspect, plot and report to read its rows")
+    if not imports:  # (an entry point of the package that wrote it, not installed where it is read)
+        return f"{kind}: no reader for this kind here: the package that declares it (an entry point of hookrun.kinds) is not installed in this environment; install it for inspect, plot and report to read its rows"
+    return f"{kind}: no reader for this kind here (it came from imports: {list(imports)}): import that module before open_run, or declare the kind as an entry point of hookrun.kinds, for inspect, plot and report to read its rows"
 
 
 def kind_sweep_sections(sweep: Any) -> list[dict]:

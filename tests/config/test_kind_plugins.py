@@ -464,3 +464,20 @@ def test_an_imports_module_that_raises_or_registers_a_taken_name_is_one_line(tmp
         assert _PLUGINS["taken"] is first and not (tmp_path / "x.h5").exists()
     finally:
         _PLUGINS.pop("taken", None)
+
+
+def test_a_file_of_a_kind_whose_package_is_not_installed_here_says_so(tmp_path):
+    """(it said the kind came from the run's imports:, which the run never had)"""
+    import h5py
+    import numpy as np
+
+    import hookrun
+
+    with h5py.File(tmp_path / "k.h5", "w") as f:
+        f.attrs.update(format_version="1", status="complete", kind="ghostkind", config="device: cpu\n")
+        f["samples/index"] = np.arange(2)
+        f["samples/step"] = np.zeros(2, dtype=np.int64)
+    with hookrun.open_run(tmp_path / "k.h5") as run:
+        assert ("  kind      ghostkind: no reader for this kind here: the package that declares it (an entry point of "
+                "hookrun.kinds) is not installed in this environment; install it for inspect, plot and report to read "
+                "its rows") in run.summary(stats=False)
