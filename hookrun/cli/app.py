@@ -28,6 +28,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from hookrun.cli.blocks import block_names, hydra_slots, missing_block
 from hookrun.cli.command import ends_quietly, exit_process
@@ -82,7 +83,11 @@ def _task(cfg: DictConfig, folder: Path, record: RunRecord) -> None:
     if not isinstance(cfg.get("output"), DictConfig):  # (~output: the task cannot read where to write)
         _fail(ConfigError("~output removed the output block every run needs; leave it, and change its keys instead "
                           "(output.path=FILE, ...)"))
-    path, raw = Path(cfg.output.path), str(OmegaConf.to_container(cfg.output)["path"])  # (raw: interpolations kept)
+    raw = str(OmegaConf.to_container(cfg.output)["path"])  # (raw: interpolations kept)
+    try:
+        path = Path(cfg.output.path)
+    except OmegaConfBaseException as exc:  # (Hydra's "Error executing job" line, then OmegaConf's, naming no key)
+        _fail(ConfigError(f"output.path={raw}: {str(exc).splitlines()[0]}"))
     if HydraConfig.get().mode == RunMode.MULTIRUN and "${" not in raw:  # (a URL is neither absolute nor outside)
         outside = path.is_absolute() or not (folder / path).resolve().is_relative_to(folder.resolve())
         if outside:  # every job would write one file, each replacing the last (or refused once the first ran)

@@ -83,6 +83,7 @@ def test_multirun_gives_each_job_its_own_complete_file(tmp_path):
     (["experiment=resnet_layer1", "hooks={x: {at: fc, type: forward}}"],
      "to replace hooks, write '~hooks' '+hooks={x: {at: fc, type: forward}}'; to add one entry, '+hooks.x=...'"),
     (["~output"], "~output removed the output block every run needs"),  # (was Hydra's 'Error executing job' line too)
+    (["output.path=${params.nope}.h5"], "output.path=${params.nope}.h5: Interpolation key 'params.nope' not found"),  # (likewise)
     (["experiment=resnet_layer1", "~hooks", "hooks={x: {at: fc, type: forward}}"],
      "~hooks removed hooks, so set it again with a +: '+hooks={x: {at: fc, type: forward}}'"),
     # what bash makes of `hooks={a:{at:fc,type:forward}}` and of `hooks={a: {at: fc, type: forward}}` unquoted
