@@ -110,7 +110,7 @@ def test_test_rows_of_a_class_no_training_row_has_are_said_once(tmp_path, caplog
     with caplog.at_level(logging.WARNING, logger="hookrun"):
         hookrun.run(cfg, model=model, dataset=data)
     said = [r.getMessage() for r in caplog.records if "no training row has" in r.getMessage()]
-    assert said == [f"probe: {unseen} of {len(te)} test rows have a class no training row has (10 classes over 20 "
+    assert said == [f"probe: {unseen} of {len(te)} test rows have a class no training row has (all items: 10 classes over 20 "
                     f"rows): no probe can name it, so those rows are wrong whatever the layer; give more items per "
                     f"class, or a coarser target"]
     caplog.clear()

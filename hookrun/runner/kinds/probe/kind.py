@@ -198,9 +198,10 @@ class ProbeKind(RunKind):
         regression = points[0][1]["regression"]
         unseen = points[0][1].get("unseen_test_rows", 0)  # (one split: the same rows at every hook point)
         if unseen:
-            log.warning("probe: %d of %d test rows have a class no training row has (%d classes over %d rows): no "
+            log.warning("probe: %d of %d test rows have a class no training row has (%s: %d classes over %d rows): no "
                         "probe can name it, so those rows are wrong whatever the layer; give more items per class, "
-                        "or a coarser target", unseen, points[0][1]["test_rows"], len(np.unique(y)), len(y))
+                        "or a coarser target", unseen, points[0][1]["test_rows"],
+                        "the training items" if b.test_data is not None else "all items", len(np.unique(y)), len(y))
         return {"attrs": {"method": b.method, "metric": "r2" if regression else "accuracy", "pool": b.pool},
                 "points": points}
 
