@@ -300,3 +300,36 @@ def test_an_in_place_edit_of_the_latents_with_the_error_term_changes_the_output(
     with run(tmp_path, model, data, hooks) as f:
         torch.testing.assert_close(stored_logits(f), ref, rtol=1e-4, atol=1e-4)
         assert not torch.equal(ref, torch.cat(logits_with(model, data)))  # (the edit changes the logits)
+
+
+def test_a_gradient_hook_on_the_latents_fires_with_the_error_term(tmp_path, data, sae):
+    """With error_term the output was the model's own x whenever no edit was made, so the latents were out
+    of the graph: a `type: tensor` hook on them never fired (the run said the module did not run).
+    Reference: torch.autograd.grad of the same loss through a raw hook built from the saved weights."""
+    from hookrun.runner.losses import lm
+
+    folder, w = sae
+    model = gpt2()
+    hooks = {**splice_hooks(folder, error_term=True),
+             "g": {"at": f"{BLOCK}.sae.latents", "type": "tensor", "actions": ["record"]}}
+    cfg = {"data": {"batch_size": BATCH}, "device": "cpu", "progress": False, "hooks": hooks, "mode": "grad",
+           "loss": {"_target_": "hookrun.runner.losses.lm", "_partial_": True},
+           "output": {"path": str(tmp_path / "g.h5")}}
+    hookrun.run(cfg, model=model, dataset=data)
+    ids, mask = data.encoded["input_ids"][:BATCH], data.encoded["attention_mask"][:BATCH]
+    kept = {}
+
+    def spliced(m, a, x):
+        f = encode(w, x).detach().requires_grad_(True)
+        kept["f"] = f
+        return x + (decode(w, f) - decode(w, f).detach())
+
+    handle = model.transformer.h[0].register_forward_hook(spliced)
+    try:
+        loss = lm(model(input_ids=ids, attention_mask=mask), batch={"input_ids": ids, "attention_mask": mask})
+        (want,) = torch.autograd.grad(loss, [kept["f"]])
+    finally:
+        handle.remove()
+    with h5py.File(tmp_path / "g.h5") as f:
+        got = f[f"captures/g/{BLOCK}.sae.latents/grad"][:BATCH]
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-7)
