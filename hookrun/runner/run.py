@@ -35,7 +35,7 @@ from hookrun.runner.action_state import finish_actions, restore_states
 from hookrun.runner.kinds import kind_for
 from hookrun.runner.loop import end_report, run_batches
 from hookrun.runner.prepare import Prepared, dataset_name, prepare
-from hookrun.store.format import HOOKRUN_VERSION
+from hookrun.store.format import BATCH_UNITS, HOOKRUN_VERSION
 from hookrun.store.records import RunStore
 from hookrun.store.writer import BackgroundWriter
 
@@ -208,7 +208,7 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
                 steps = p.settings.kind.run_steps(  # the data loop, unless the kind's steps are not batches (a grid's cells)
                     lambda: run_batches(p.model, p.loader, session, writer, p.env, p.settings, first),
                     writer, store.samples, stop.requested)
-            stopped = stop.signum and not (p.settings.kind.units[0] == "batches" and first + steps >= p.batches.stop)  # (a signal in the last batch, a probe's fit, cut nothing short)
+            stopped = stop.signum and not (p.settings.kind.units == BATCH_UNITS and first + steps >= p.batches.stop)  # (a signal in the last batch, a probe's fit, cut nothing short)
             late = p.settings.kind.end_attrs()  # (the writer has drained: this thread owns the file again)
             if late:
                 end_attrs(store, late)
