@@ -157,12 +157,15 @@ def test_a_second_sigint_while_a_batch_is_written_leaves_counts_equal_to_rows_an
         tmp_path, monkeypatch):
     """The first batch's rows are appended, then (before its counts) the writer is slow: a first SIGINT
     asks the loop to stop, a second one comes while the loop waits for the writer. The file must
-    count exactly the rows it holds, and resume must give the rows an uninterrupted run writes."""
+    count exactly the rows it holds, and resume must give the rows an uninterrupted run writes. Six batches
+    of two: the loop (at most two batches queued ahead) is still short of the last batch when the writer
+    ends its sleep, so the run is interrupted even where CPython folds the two signals into one (a signal
+    that comes while the main thread waits in C is only handled when it wakes)."""
     from toy_models import CountingNet, SignedRows
 
     torch.manual_seed(0)
     net = CountingNet().eval()
-    full = hookrun.run(toy_cfg(tmp_path / "full", hooks=RECORD_BODY, **{"data.batch_size": 6}), model=net).path
+    full = hookrun.run(toy_cfg(tmp_path / "full", hooks=RECORD_BODY, **{"data.batch_size": 2}), model=net).path
     original = H5Store._write
 
     def slow(self, rec):
@@ -173,7 +176,7 @@ def test_a_second_sigint_while_a_batch_is_written_leaves_counts_equal_to_rows_an
             time.sleep(1.5)
 
     monkeypatch.setattr(H5Store, "_write", slow)
-    cfg = toy_cfg(tmp_path / "part", hooks=RECORD_BODY, **{"data.batch_size": 6})
+    cfg = toy_cfg(tmp_path / "part", hooks=RECORD_BODY, **{"data.batch_size": 2})
     with pytest.raises(Interrupted) as info:
         hookrun.run(cfg, model=net)
     time.sleep(1.5)  # (a writer left running would go on now)
@@ -181,10 +184,10 @@ def test_a_second_sigint_while_a_batch_is_written_leaves_counts_equal_to_rows_an
     with h5py.File(cfg["output"]["path"]) as f:
         rows = f["samples/index"].shape[0]
         assert f.attrs["status"] == "interrupted"
-        assert (f.attrs["samples_complete"], f.attrs["steps_complete"]) == (rows, rows // 6)
+        assert (f.attrs["samples_complete"], f.attrs["steps_complete"]) == (rows, rows // 2)
         assert f["captures/b/body/output"].shape[0] == f["samples/step"].shape[0] == rows
-    assert rows in (6, 12)  # 6: batch 1 dropped (12 only where the second signal came after batch 0's write)
-    assert f"interrupted by SIGINT after {rows // 6} batches" in str(info.value) and info.value.exit_code == 130
+    assert rows % 2 == 0 and 2 <= rows <= 8  # 2: the queued batches dropped; at most batch 0, the two queued and the one in flight
+    assert f"interrupted by SIGINT after {rows // 2} batches" in str(info.value) and info.value.exit_code == 130
     hookrun.run({**cfg, "resume": True}, model=net)
     x = torch.stack([SignedRows()[i][0] for i in range(12)])
     with torch.no_grad():
