@@ -3,12 +3,15 @@
     module_label("")                          # '(model)': the whole model (module path '')
     capture_label("layer1", "output", call=1)  # 'layer1 output@1'
     call_role("output", 1)                     # 'output@1': a capture's role and call, as the file names it
+    dataset_label({"_target_": "x.Shapes"})    # 'x.Shapes': the data a run reads (plan, inspect, report)
 
 The file itself names the whole model's group MODEL_NODE (hookrun.store.format); this is what a
 person reads.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 MODEL_LABEL = "(model)"  # the whole model, where a module path is '' (hooks at the model's own forward)
 
@@ -29,3 +32,11 @@ def capture_label(module: str, role: str, call: int = 0, hook: str | None = None
     sep=" " for messages ('layer1 output@1'), sep="/" for keys ('fmap/layer1/output')."""
     parts = ([hook] if hook is not None else []) + [module_label(module), call_role(role, call)]
     return sep.join(parts)
+
+
+def dataset_label(node: object) -> str:
+    """The dataset a run reads, as the plan, `inspect` and the report name it: the `data.dataset` block's
+    `_target_`, the name of a live object handed to `hookrun.run`, or the value itself; '?' where unknown."""
+    if isinstance(node, Mapping):
+        return str(node.get("_target_", node.get("live", "?")))
+    return str(node) if node else "?"

@@ -27,6 +27,7 @@ from hookrun.analysis.report.token_text import is_byte_text
 from hookrun.analysis.stats import block_stats, human_bytes, no_values, nonfinite_note
 from hookrun.analysis.top import top_example_modules, top_examples
 from hookrun.errors import HookrunError, NotFoundError
+from hookrun.labels import dataset_label
 from hookrun.store.capture_schema import CaptureInfo, list_captures, resolve, row_index
 from hookrun.store.reading import LocalSource, RunSource
 
@@ -219,8 +220,7 @@ class Run:
         if model:
             lines.append(f"  model     {model}")
         if cfg:
-            data = (cfg.get("data") or {}).get("dataset") or {}
-            lines.append(f"  data      {data.get('_target_', data.get('live', '?'))}, batch {cfg.get('data', {}).get('batch_size')}")
+            lines.append(f"  data      {dataset_label((cfg.get('data') or {}).get('dataset'))}, batch {cfg.get('data', {}).get('batch_size')}")
         written = ", ".join(p for p in (
             a.get("created") and f"{a['created']} .. {a.get('finished', '(not finished)')}",
             a.get("hookrun_version") and f"hookrun {a['hookrun_version']}", a.get("torch_version") and f"torch {a['torch_version']}") if p)

@@ -37,6 +37,7 @@ from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.plan import make_plan
 from hookrun.hooks.points import HookPoint
 from hookrun.hooks.site_check import check_sites_run
+from hookrun.labels import dataset_label
 from hookrun.output.destination import Destination, open_destination
 from hookrun.runner.action_state import check_items, check_tensors, tensor_checked
 from hookrun.runner.batches import make_loader
@@ -100,7 +101,7 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
     try:  # items that cannot be built, or do not fit the forward: the kind may say what it needs
         dataset = build_dataset(cfg.data.dataset) if dataset is None else check_dataset(dataset, "run(dataset=...): got")
         if len(dataset) == 0:
-            raise ConfigError(f"data.dataset: {dataset_name(cfg)!r} is empty")
+            raise ConfigError(f"data.dataset: {dataset_label(cfg.data.dataset)!r} is empty")
         spec = CallSpec(*kind.call_inputs(cfg))
         spec.check(dataset[0])
         spec.check_forward(model, dataset[0])
@@ -165,11 +166,6 @@ def check_not_a_patch_source(specs: list, output: str) -> None:
                 raise ConfigError(f"output.path {output!r} is the patch source of hooks.{spec.name} "
                                   f"({action.where}.source): the run would overwrite the file it reads; "
                                   f"write the patched run to another output.path")
-
-
-def dataset_name(cfg: HookrunConfig) -> str:
-    node = cfg.data.dataset
-    return str(node.get("_target_", node.get("live", "?"))) if isinstance(node, dict) else str(node)
 
 
 def check_early_stop(points: list) -> None:

@@ -27,6 +27,7 @@ from hookrun.errors import ConfigError, StoreError, article
 from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.session import HookSession
+from hookrun.labels import dataset_label
 from hookrun.output.destination import Destination, open_destination
 from hookrun.output.ranks import detect
 from hookrun.output.signals import Interrupted, StopSignals, StoreAway, setup_stops, stopped_by
@@ -34,7 +35,7 @@ from hookrun.runner.accepted import accepted
 from hookrun.runner.action_state import finish_actions, restore_states
 from hookrun.runner.kinds import kind_for
 from hookrun.runner.loop import end_report, run_batches
-from hookrun.runner.prepare import Prepared, dataset_name, prepare
+from hookrun.runner.prepare import Prepared, prepare
 from hookrun.store.format import BATCH_UNITS, HOOKRUN_VERSION
 from hookrun.store.records import RunStore
 from hookrun.store.writer import BackgroundWriter
@@ -154,12 +155,11 @@ def _run(cfg: HookrunConfig, dest: Destination, started: float, model: torch.nn.
 def plan_estimate(p: Prepared):
     """The plan's estimated bytes per capture (dry_run=true prints it; output.max_bytes checks it)."""
     from hookrun.runner.estimate import estimate  # (only these runs estimate)
-    cfg = p.cfg
-    report = estimate(p.model, p.loader, p.points, p.env, p.settings, p.n_samples, cfg.output.checksum)
+    report, cfg = estimate(p.model, p.loader, p.points, p.env, p.settings, p.n_samples, p.cfg.output.checksum), p.cfg
     report.header = [
         "hookrun plan" + (" (dry run: nothing is written)" if cfg.dry_run else ""),
         f"  model   {type(p.model).__module__}.{type(p.model).__qualname__} on {p.settings.device}, mode {p.settings.mode}",
-        f"  data    {dataset_name(cfg)}: {len(p.dataset)} samples; this run: {p.n_samples} samples in {p.n_batches} batches of {cfg.data.batch_size}",
+        f"  data    {dataset_label(cfg.data.dataset)}: {len(p.dataset)} samples; this run: {p.n_samples} samples in {p.n_batches} batches of {cfg.data.batch_size}",
         f"  output  {p.out} (compression {cfg.output.compression.value})",
     ]
     return report

@@ -35,6 +35,7 @@ from hookrun.analysis.report.plotly_figures import to_plotly
 from hookrun.analysis.report.token_text import token_text
 from hookrun.analysis.run_notes import weights_note
 from hookrun.analysis.stats import human_bytes, no_values
+from hookrun.labels import dataset_label
 from hookrun.store.capture_schema import PATTERN
 
 
@@ -63,7 +64,6 @@ def header(run: Any) -> dict:
     run did (status, rows, times, and what its kind's reader says); the whole config below it. The
     file's bookkeeping (previous_flush, format_version, JSON attributes) stays out: `inspect` prints it."""
     a, cfg = run.attrs, run.config
-    data = (cfg.get("data") or {}).get("dataset") or {}
     hooks = cfg.get("hooks") or {}
     readers = run.kind_readers()
     steps, rows_name = kind_units(readers)
@@ -72,7 +72,7 @@ def header(run: Any) -> dict:
             ["model", " ".join(str(p) for p in (a.get("model_class"), a.get("device") and f"on {a['device']}",
                                                 weights_note(cfg) and f"({weights_note(cfg)})") if p) or "?"],
             ["mode", str(cfg.get("mode", a.get("mode", "?")))],
-            ["data", f"{data.get('_target_', data.get('live', '?'))}, batch {(cfg.get('data') or {}).get('batch_size', '?')}"],
+            ["data", f"{dataset_label((cfg.get('data') or {}).get('dataset'))}, batch {(cfg.get('data') or {}).get('batch_size', '?')}"],
             ["done", done],
             ["started", str(a.get("created", "?"))], ["finished", str(a.get("finished", "(not finished)"))],
             ["written by", " ".join(f"{k} {a[v]}" for k, v in (("hookrun", "hookrun_version"), ("torch", "torch_version")) if v in a)]]
