@@ -218,7 +218,7 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
         except StoreError as exc:  # the object store stayed away: the parts not uploaded stay local
             status, away = "interrupted", exc
         except KeyboardInterrupt:  # a second signal (or Ctrl-C outside the loop): the writer has ended
-            status = "interrupted"
+            status, steps = "interrupted", store.steps - (first - p.batches.start) if replayed else 0  # (this session's)
         finally:
             with stop.shielded():  # a signal now only waits: the file is closed whole
                 samples = store.samples

@@ -154,7 +154,7 @@ def test_a_data_set_in_a_reference_cycle_is_freed_under_python_m_hookrun(tmp_pat
 # -- 4. a second Ctrl-C while a batch is being written ------------------------------------------------
 
 def test_a_second_sigint_while_a_batch_is_written_leaves_counts_equal_to_rows_and_resume_completes(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, caplog):
     """The first batch's rows are appended, then (before its counts) the writer is slow: a first SIGINT
     asks the loop to stop, a second one comes while the loop waits for the writer. The file must
     count exactly the rows it holds, and resume must give the rows an uninterrupted run writes. Six batches
@@ -163,6 +163,7 @@ def test_a_second_sigint_while_a_batch_is_written_leaves_counts_equal_to_rows_an
     that comes while the main thread waits in C is only handled when it wakes)."""
     from toy_models import CountingNet, SignedRows
 
+    caplog.set_level("INFO", logger="hookrun")
     torch.manual_seed(0)
     net = CountingNet().eval()
     full = hookrun.run(toy_cfg(tmp_path / "full", hooks=RECORD_BODY, **{"data.batch_size": 2}), model=net).path
@@ -188,6 +189,7 @@ def test_a_second_sigint_while_a_batch_is_written_leaves_counts_equal_to_rows_an
         assert f["captures/b/body/output"].shape[0] == f["samples/step"].shape[0] == rows
     assert rows % 2 == 0 and 2 <= rows <= 8  # 2: the queued batches dropped; at most batch 0, the two queued and the one in flight
     assert f"interrupted by SIGINT after {rows // 2} batches" in str(info.value) and info.value.exit_code == 130
+    assert f"interrupted: {rows // 2} batches, {rows} samples" in caplog.text  # (the log said 0 batches after a second signal)
     hookrun.run({**cfg, "resume": True}, model=net)
     x = torch.stack([SignedRows()[i][0] for i in range(12)])
     with torch.no_grad():
