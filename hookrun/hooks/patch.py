@@ -53,8 +53,8 @@ class PatchSource:
         try:  # a local file (a merged view of ranks: its shards checked), or an object store's parts, fetched
             self.source = open_source(source)
             self.file = self.source.file
-        except NotFoundError:
-            raise ConfigError(f"{where} does not exist (run the clean run first, or fix the path)") from None
+        except NotFoundError as exc:
+            raise ConfigError(f"{where}: {exc} (run the clean run first, or fix the path)") from None
         except HookrunError as exc:
             raise ConfigError(f"{where}: {exc}") from None
         if env is not None:

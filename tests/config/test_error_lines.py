@@ -65,6 +65,13 @@ def test_a_patch_source_that_is_the_output_path_is_refused_before_anything_is_op
     assert clean.read_bytes() == before  # the clean run is as it was
 
 
+def test_a_patch_source_folder_without_a_run_names_the_file_it_looked_for(tmp_path, checkpoint):
+    """A folder that holds no run was said not to exist, although it does."""
+    (tmp_path / "clean").mkdir()
+    with pytest.raises(ConfigError, match=r"patch source '.*clean': no file '.*clean/captures\.h5' \(run the clean run first"):
+        hookrun.run(make_cfg(tmp_path, checkpoint, _patch(tmp_path / "clean")))
+
+
 @pytest.mark.slow
 def test_inspect_of_a_file_without_config_says_what_is_missing(tmp_path, checkpoint):
     path = _clean(tmp_path, checkpoint)

@@ -101,7 +101,7 @@ def test_ablate_removes_the_rows_span_and_the_probe_reads_only_its_bias(setup):
     ({"op": "probe_steer", "label": 2, "at": "fc"}, r"has no probe at 'fc'; it probed conv \(set at:"),
     ({"op": "probe_steer", "label": 7}, r"label 7 is not one of the probe's classes \[0, 1, 2\]"),
     ({"op": "probe_steer"}, r"give label: the class to steer towards, one of \[0, 1, 2\]"),
-    ({"op": "probe_ablate", "probe": "missing.h5"}, r"probe 'missing.h5' does not exist"),
+    ({"op": "probe_ablate", "probe": "missing.h5"}, r"probe 'missing.h5': no file 'missing.h5' \(run the probe first"),
     ({"op": "probe_ablate", "probe": "record"}, r"holds no probes"),
 ])
 def test_bad_probe_ops_are_one_line_before_any_batch(setup, op, message):

@@ -59,8 +59,8 @@ def read_probe(source: str, at: str | None, build: OpBuild) -> tuple[np.ndarray,
     where = f"{build.where}: probe {source!r}"
     try:
         run = open_source(source)
-    except NotFoundError:
-        raise ConfigError(f"{where} does not exist (run the probe first, or fix the path)") from None
+    except NotFoundError as exc:
+        raise ConfigError(f"{where}: {exc} (run the probe first, or fix the path)") from None
     except HookrunError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     try:
