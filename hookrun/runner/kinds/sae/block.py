@@ -25,6 +25,8 @@ from typing import Any
 from hookrun.errors import ConfigError, close_matches
 from hookrun.runner.kinds.sae.evaluation import parse as parse_evaluate
 
+UNITS = ("training steps", "logged steps")  # what the log, inspect and the report call the run's steps and rows (a row of figures a step)
+
 ARCHITECTURES = ("standard", "topk", "batchtopk", "jumprelu", "matryoshka_batchtopk")
 NORMALIZE = {"none": "none", "expected_norm": "expected_average_only_in"}  # the block's word -> SAELens'
 # the block keys passed to SAELens' training-SAE config when given (None: SAELens' default)

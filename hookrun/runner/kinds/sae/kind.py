@@ -33,13 +33,12 @@ import torch
 from hookrun.config.schema import HookrunConfig
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.runner.kinds.run_kind import RunKind
-from hookrun.runner.kinds.sae.block import SaeBlock
+from hookrun.runner.kinds.sae.block import UNITS, SaeBlock
 from hookrun.runner.kinds.sae.data import CacheRows
 from hookrun.store.records import Capture, CaptureKey, StepRecord
 from hookrun.store.schemes import scheme_of
 
 log = logging.getLogger("hookrun")
-UNITS = ("training steps", "steps")
 RENAME = {"details/current_learning_rate": "lr", "details/n_training_samples": "samples"}
 
 

@@ -24,6 +24,7 @@ from hookrun.analysis.kind_readers import KindReader, Table
 from hookrun.analysis.report.figure_specs import Lines, Scatter
 from hookrun.analysis.report.run_sections import figure, section, table_item
 from hookrun.errors import NotFoundError
+from hookrun.runner.kinds.sae.block import UNITS
 
 GROUP = "captures/sae/curves"
 COLUMNS = ("l0", "explained_variance", "mse_loss", "overall_loss", "dead_features")
@@ -166,5 +167,5 @@ def sweep_sections(sweep: Any) -> list[dict]:
 
 
 READER = KindReader("sae", present=lambda f: "sae" in f.attrs, lines=lines, columns=columns, sections=sections,
-                    sweep=sweep_sections, sweep_figures=sweep_figures, figures=figures, units=("training steps", "steps"),
+                    sweep=sweep_sections, sweep_figures=sweep_figures, figures=figures, units=UNITS,
                     methods={"sae_curves": curves_method}, properties={"sae": sae_meta, "sae_evaluation": evaluation})
