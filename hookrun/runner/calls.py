@@ -42,7 +42,7 @@ class ModelCall:
     args: tuple
     kwargs: dict
     target: Any = None
-    batch: Any = None  # the whole collated batch (losses such as lm read input_ids from it)
+    batch: Any = None  # the whole collated batch, with the keyword inputs under their argument names (loss=lm reads input_ids)
     attention_mask: torch.Tensor | None = None
 
     def run(self, model: nn.Module) -> Any:
@@ -194,6 +194,8 @@ class CallSpec:
                 args, kwargs = (), {str(k): v for k, v in args[0].items()}
         t = self.target_key(batch)
         target = _get(batch, t, "data.target") if t is not None else None
+        if isinstance(batch, Mapping) and any(batch.get(k) is not v for k, v in kwargs.items()):  # data.inputs renames
+            batch = {**batch, **kwargs}  # the batch as the model takes it: the actions' mask, loss=lm's input_ids
         mask = batch.get(MASK_KEY) if isinstance(batch, Mapping) else kwargs.get(MASK_KEY)  # tuples: by data.inputs
         return ModelCall(args, kwargs, target, batch, mask if isinstance(mask, torch.Tensor) else None)
 
