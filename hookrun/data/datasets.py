@@ -20,12 +20,17 @@ IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".we
 
 
 def synthetic(size: int = 64, image_size: tuple = (3, 224, 224), num_classes: int = 1000, seed: int = 0) -> Dataset:
-    """Random RGB images with random labels, the same for an index on every call (FakeData)."""
+    """Random RGB images with random labels, the same for an index on every call (FakeData). Item i is
+    drawn from torch seed `(seed * 0x9E3779B1 + i) mod 2**32` (the CPU generator keeps 32 bits): another
+    seed is another draw, far along the seeds (FakeData's own offset only shifts the index: seed 1's item i
+    was seed 0's item i + 1). Seed 0 is FakeData's."""
     from torchvision import datasets, transforms
 
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise ConfigError(f"data.dataset.seed: expected a whole number from 0 to {2**32 - 1}, got {seed!r}")
     return datasets.FakeData(
         size=size, image_size=tuple(image_size), num_classes=num_classes,
-        transform=transforms.ToTensor(), random_offset=seed,
+        transform=transforms.ToTensor(), random_offset=seed * 0x9E3779B1 % 2**32,
     )
 
 
