@@ -74,7 +74,7 @@ def image_folder(root: str | None, resize: int = 256, crop: int = 224) -> Datase
     `root` in torchvision's ImageFolder layout (one subfolder per class) gives (image, class)
     items; a flat folder of images gives images alone.
     """
-    from torchvision import datasets, transforms
+    from torchvision import transforms
 
     if not root:
         raise ConfigError("data.root is not set; data=image_folder needs data.root=PATH (a folder of images)")
@@ -85,8 +85,17 @@ def image_folder(root: str | None, resize: int = 256, crop: int = 224) -> Datase
         transforms.Resize(resize), transforms.CenterCrop(crop), transforms.ToTensor(),
         transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD),
     ])
-    if any(p.is_dir() for p in path.iterdir()):
-        return datasets.ImageFolder(str(path), transform=tf)
+    folders = [p.name for p in path.iterdir() if p.is_dir() and not p.name.startswith(".")]  # (hidden ones are no class)
+    if folders:
+        loose = sorted(p.name for p in path.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+        if loose:
+            raise ConfigError(
+                f"data.root: {root!r} holds class folders ({', '.join(sorted(folders)[:3])}{', ...' if len(folders) > 3 else ''}) "
+                f"and {len(loose)} image(s) beside them ({', '.join(loose[:3])}{', ...' if len(loose) > 3 else ''}), which "
+                f"the class-folder layout does not read; move them into a class folder, or give a folder of images alone")
+        from hookrun.data.class_folders import ClassFolders
+
+        return ClassFolders(str(path), transform=tf)
     files = ImageFiles(str(path), transform=tf)
     if not len(files):
         raise ConfigError(f"data.root: {root!r} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))})")

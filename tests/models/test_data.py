@@ -63,6 +63,41 @@ def test_image_folder_errors(tmp_path):
         image_folder(str(tmp_path / "empty"))
 
 
+def _png(path, value):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.full((40, 40, 3), value, np.uint8)).save(path)
+
+
+def test_images_beside_class_folders_are_refused_naming_them(tmp_path):
+    """Three images beside one subfolder: the run read the subfolder's one image as class 0 and dropped
+    the three, silently."""
+    for i in range(3):
+        _png(tmp_path / f"top{i}.png", 10 * i)
+    _png(tmp_path / "thumbs" / "t.png", 200)
+    with pytest.raises(ConfigError, match=r"holds class folders \(thumbs\) and 3 image\(s\) beside them "
+                                          r"\(top0.png, top1.png, top2.png\), which the class-folder layout does not read"):
+        image_folder(str(tmp_path))
+
+
+def test_hidden_folders_are_not_classes(tmp_path):
+    """A notebook's .ipynb_checkpoints folder was a class (and, empty, stopped the run). Reference:
+    torchvision's ImageFolder on the same images without the hidden folder."""
+    from torchvision import datasets, transforms
+
+    for name, value in (("cat/a.png", 10), ("cat/b.png", 20), ("dog/c.png", 30)):
+        _png(tmp_path / "clean" / name, value)
+        _png(tmp_path / "notebook" / name, value)
+    _png(tmp_path / "notebook" / ".ipynb_checkpoints" / "a-checkpoint.png", 99)
+    (tmp_path / "notebook" / ".cache").mkdir()
+    got = image_folder(str(tmp_path / "notebook"), resize=36, crop=32)
+    tf = transforms.Compose([transforms.Resize(36), transforms.CenterCrop(32), transforms.ToTensor(),
+                             transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])
+    want = datasets.ImageFolder(str(tmp_path / "clean"), transform=tf)
+    assert got.classes == want.classes == ["cat", "dog"] and len(got) == len(want) == 3
+    for i in range(3):
+        assert got[i][1] == want[i][1] and torch.equal(got[i][0], want[i][0])
+
+
 def test_synthetic_images_are_fixed_per_index():
     a = hookrun.data.synthetic(size=4, image_size=(3, 8, 8))
     b = hookrun.data.synthetic(size=4, image_size=(3, 8, 8))
