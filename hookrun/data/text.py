@@ -124,12 +124,18 @@ def read_texts(path: Path, field: str) -> list[str]:
             raise ConfigError(f"data.dataset.files: {str(path)!r} is not a folder saved with save_to_disk: {exc}") from None
         if field not in ds.column_names:
             raise ConfigError(f"data.dataset.field={field!r}: {str(path)!r} has columns {', '.join(ds.column_names)}")
-        return [str(t) for t in ds[field]]
+        values = ds[field]
+        bad = next((i for i, t in enumerate(values) if not isinstance(t, str)), None)
+        if bad is not None:
+            raise ConfigError(f"data.dataset.field={field!r}: {str(path)!r} row {bad} holds {type(values[bad]).__name__} "
+                              f"{values[bad]!r}, not text; give a column of strings")
+        return list(values)
     if not path.is_file():
         raise ConfigError(f"data.dataset.files: no file {str(path)!r}")
-    # lines end at "\n" only (universal newlines make "\r\n" one): str.splitlines would also end a line at
-    # U+2028, U+2029, \x0b, \x1c..\x1e and \x85, splitting a sample and a JSON string in two
-    lines = path.read_text(encoding="utf-8").split("\n")
+    # lines end at "\n" (or "\r\n") only: universal newlines would end one at a lone "\r", str.splitlines also
+    # at U+2028, U+2029, \x0b, \x1c..\x1e and \x85, splitting a sample and a JSON string in two
+    with open(path, encoding="utf-8", newline="") as fh:
+        lines = [line.removesuffix("\r") for line in fh.read().split("\n")]
     if path.suffix == ".jsonl":
         out = []
         for n, line in enumerate(lines, 1):
@@ -141,7 +147,10 @@ def read_texts(path: Path, field: str) -> list[str]:
                 raise ConfigError(f"data.dataset.files: {str(path)!r} line {n} is not JSON: {exc.msg}") from None
             if not isinstance(row, dict) or field not in row:
                 raise ConfigError(f"data.dataset.field={field!r}: {str(path)!r} line {n} has no such key")
-            out.append(str(row[field]))
+            if not isinstance(row[field], str):
+                raise ConfigError(f"data.dataset.field={field!r}: {str(path)!r} line {n} holds {json.dumps(row[field])}, "
+                                  f"not text; give each line a string under {field!r}")
+            out.append(row[field])
         return out
     return [line for line in lines if line.strip()]
 

@@ -46,6 +46,20 @@ def test_a_line_ends_at_a_newline_only(tmp_path):
     assert text(files=str(tmp_path / "a.txt")).texts == [odd, "second"]
     (tmp_path / "a.jsonl").write_text(json.dumps({"text": odd}, ensure_ascii=False) + "\n", encoding="utf-8")
     assert text(files=str(tmp_path / "a.jsonl")).texts == [json.loads(json.dumps({"text": odd}))["text"]]
+    (tmp_path / "cr.txt").write_bytes(b"two\rthree\r\nfour\n")  # a lone \r is no line end (it split a sample in two)
+    assert text(files=str(tmp_path / "cr.txt")).texts == ["two\rthree", "four"]
+
+
+@pytest.mark.parametrize("value", [None, ["a", "b"], 42])
+def test_a_value_that_is_not_text_is_refused_naming_the_line(tmp_path, value):
+    """null became the sample 'None', a list "['a', 'b']", a number '42': text the file never held."""
+    (tmp_path / "a.jsonl").write_text(json.dumps({"text": "fine"}) + "\n" + json.dumps({"text": value}) + "\n")
+    with pytest.raises(ConfigError, match=rf"field='text': .*a.jsonl' line 2 holds {json.dumps(value)[:2].replace('[', '.')}.*, not text"):
+        text(files=str(tmp_path / "a.jsonl"))
+    datasets = pytest.importorskip("datasets")
+    datasets.Dataset.from_dict({"text": [1, 2]}).save_to_disk(str(tmp_path / "saved"))
+    with pytest.raises(ConfigError, match=r"field='text': .*saved' row 0 holds int 1, not text"):
+        text(files=str(tmp_path / "saved"))
 
 
 def test_local_tokenizer_folder(tmp_path):
