@@ -131,7 +131,8 @@ def as_kwargs(call: ModelCall) -> dict[str, Any]:
                               f"input_ids and keywords (data.inputs: {{input_ids: input_ids, attention_mask: attention_mask}})")
         kwargs["input_ids"] = call.args[0]
     if not isinstance(kwargs.get("input_ids"), torch.Tensor):
-        raise ConfigError(f"mode=generate: a batch needs input_ids (the prompt's token ids); it gives {', '.join(kwargs) or 'none'}")
+        raise ConfigError(f"mode=generate: a batch needs input_ids (the prompt's token ids); it gives {', '.join(kwargs) or 'none'}: "
+                          f"name them with data.inputs={{input_ids: KEY, attention_mask: KEY}}")
     return kwargs
 
 

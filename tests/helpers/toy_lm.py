@@ -4,6 +4,7 @@ prompts of different lengths, for mode=generate tests.
     model = tiny_gpt2(seed=0)
     model = tiny_gpt2(0, "eager", n_embd=32, n_head=4, vocab_size=50)   # other sizes, eager attention
     ds = Prompts(n=6)          # items {input_ids, attention_mask}, left-padded to one length
+    ds = Renamed(side="right") # the same under other keys, {ids, mask} (data.inputs maps them)
 """
 
 from __future__ import annotations
@@ -42,6 +43,19 @@ class Prompts(Dataset):
             mask[part] = 1
             self.items.append({"input_ids": ids, "attention_mask": mask})
         self.tokenizer = Letters()
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return self.items[i]
+
+
+class Renamed(Dataset):
+    """Prompts under other keys than the model's arguments: {ids, mask}."""
+
+    def __init__(self, n: int = 6, side: str = "left") -> None:
+        self.items = [{"ids": p["input_ids"], "mask": p["attention_mask"]} for p in Prompts(n=n, side=side).items]
 
     def __len__(self) -> int:
         return len(self.items)

@@ -11,8 +11,7 @@ import h5py
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.utils.data import Dataset
-from toy_lm import Prompts, tiny_gpt2
+from toy_lm import Renamed, tiny_gpt2
 
 import hookrun
 from hookrun.runner.calls import CallSpec
@@ -21,21 +20,8 @@ from hookrun.runner.losses import lm
 RENAMED = {"input_ids": "ids", "attention_mask": "mask"}
 
 
-class Renamed(Dataset):
-    """Prompts, right-padded, under other keys: {ids, mask}."""
-
-    def __init__(self) -> None:
-        self.items = [{"ids": p["input_ids"], "mask": p["attention_mask"]} for p in Prompts(n=6, side="right").items]
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def __getitem__(self, i: int) -> dict:
-        return self.items[i]
-
-
 def test_renamed_mask_rules_token_rows_and_masked_means(tmp_path):
-    model, ds = tiny_gpt2(0).eval(), Renamed()
+    model, ds = tiny_gpt2(0).eval(), Renamed(side="right")
     hooks = {"r": {"at": "transformer.h.0", "type": "forward", "actions": [{"name": "record", "what": "output", "rows": "token"}]},
              "m": {"at": "transformer.h.1", "type": "forward",
                    "actions": [{"name": "record", "what": "output", "reduce": "mean", "dims": ["token"]}]}}
@@ -63,7 +49,7 @@ def test_renamed_mask_rules_token_rows_and_masked_means(tmp_path):
 
 
 def test_loss_lm_reads_the_renamed_input_ids_and_mask():
-    model, ds = tiny_gpt2(0).eval(), Renamed()
+    model, ds = tiny_gpt2(0).eval(), Renamed(side="right")
     spec = CallSpec(inputs=RENAMED, target=None)
     spec.check(ds[0])
     batch = {k: torch.stack([it[k] for it in ds.items[:4]]) for k in ("ids", "mask")}

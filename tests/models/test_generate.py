@@ -179,6 +179,8 @@ class NoGenerate(torch.nn.Module):
     ({"generate": {"max_new_tokens": 4, "num_beams": 2}, "hooks": {"r": {"at": "transformer.h.0", "type": "forward",
                                                                          "actions": [RECORD]}}}, "num_beams=2 with record"),
     ({"mode": "eval", "hooks": steer(1.0, "generated")}, "positions: generated needs mode=generate"),
+    ({"data": {"dataset": {"_target_": "toy_lm.Renamed"}, "batch_size": BATCH, "target": None}},
+     r"needs input_ids .* it gives ids, mask: name them with data.inputs=\{input_ids: KEY, attention_mask: KEY\}"),
     ({"generate": {"max_new_tokens": 60}}, r"the prompts' 7 tokens and 60 new ones pass the model's 64 positions; "
                                            r"give generate.max_new_tokens <= 57"),
 ])
