@@ -173,4 +173,7 @@ def load_tokenizer(name: str, padding_side: str) -> Any:
     tok.padding_side = padding_side
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token or tok.unk_token
+    if tok.pad_token is None:
+        raise ConfigError(f"data.dataset.tokenizer: {str(folder)!r} has no pad, eos or unk token to pad the texts with; "
+                          f"set \"pad_token\" in its special_tokens_map.json (or tokenizer=byte)")
     return tok

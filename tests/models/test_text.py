@@ -76,6 +76,21 @@ def test_local_tokenizer_folder(tmp_path):
     assert ds.encoded["attention_mask"].dtype == torch.long
 
 
+def test_a_tokenizer_with_nothing_to_pad_with_is_one_line_whose_advice_works(tmp_path):
+    """transformers' own error suggested Python code (tokenizer.pad_token = ...), which a config cannot run."""
+    tokenizers = pytest.importorskip("tokenizers")
+    transformers = pytest.importorskip("transformers")
+    core = tokenizers.Tokenizer(tokenizers.models.WordLevel({"[PAD]": 0, "hello": 1, "world": 2}, unk_token="[PAD]"))
+    core.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    transformers.PreTrainedTokenizerFast(tokenizer_object=core).save_pretrained(str(tmp_path / "tok"))
+    (tmp_path / "t.txt").write_text("hello world\nworld\n")
+    with pytest.raises(ConfigError, match=r"tok' has no pad, eos or unk token to pad the texts with; set \"pad_token\" in its special_tokens_map.json"):
+        text(files=str(tmp_path / "t.txt"), tokenizer=str(tmp_path / "tok"), max_length=3)
+    (tmp_path / "tok" / "special_tokens_map.json").write_text(json.dumps({"pad_token": "[PAD]"}))
+    ds = text(files=str(tmp_path / "t.txt"), tokenizer=str(tmp_path / "tok"), max_length=3, padding_side="right")
+    assert ds.encoded["input_ids"].tolist() == [[1, 2, 0], [2, 0, 0]]
+
+
 @pytest.mark.parametrize("kw, message", [
     ({"files": "/nope.txt"}, "data.dataset.files: no file '/nope.txt'"),
     ({"tokenizer": "/no/tok"}, "data.dataset.tokenizer: no folder '/no/tok'"),
