@@ -85,17 +85,24 @@ class LocalFile:
 
     def open_store(self, attrs: dict, resume: ResumeState | None, part_bytes: int, **h5_kwargs) -> H5Store:
         real = real_path(self.path)  # through a symlink: the link stays, its target is written
-        self.target = real.with_name(real.name + ".resuming") if resume is not None else real
+        # output.overwrite: the old file keeps its name until the new one holds a batch (an error found at the
+        # first batch, or a kill before it, leaves it as it was)
+        suffix = ".resuming" if resume is not None else ".replacing" if real.exists() else ""
+        self.target = real.with_name(real.name + suffix)
         try:
-            return H5Store(self.target, attrs, **h5_kwargs)
+            self.store = H5Store(self.target, attrs, **h5_kwargs)
         except OSError as exc:
             raise ConfigError(f"output.path: cannot create {str(self.target)!r}: {exc}") from None
+        if suffix == ".replacing":
+            self.store.after_first_batch = self.adopt
+        return self.store
 
     def adopt(self, store: H5Store) -> None:
-        """The old batches are replayed: flushed, the resumed file replaces the old one now, so a kill from
-        here on keeps them and every batch flushed after (it replaced it at the end of the run: a resume
-        killed again lost all it had added). The old file stays open for reading until the run ends."""
-        if self.target is None or not self.target.name.endswith(".resuming"):
+        """The old batches are replayed (or, overwriting, the first new one is written): flushed, the new file
+        replaces the old one now, so a kill from here on keeps them and every batch flushed after (it
+        replaced it at the end of the run: a resume killed again lost all it had added). The old file
+        stays open for reading until the run ends."""
+        if self.target is None or not self.target.name.endswith((".resuming", ".replacing")):
             return
         store.flush()
         real = real_path(self.path)
@@ -104,10 +111,14 @@ class LocalFile:
         store.path, self.target = real, None
 
     def end(self, resume: ResumeState | None, replayed: bool) -> None:
-        """The store is closed: a resumed file replaces the old one once it holds the old batches (adopt)."""
-        if resume is None or self.target is None:
+        """The store is closed: a resumed file replaces the old one once it holds the old batches (adopt);
+        overwriting, a run that failed before its first batch leaves the old file as it was."""
+        if self.target is None or not self.target.name.endswith((".resuming", ".replacing")):
             return
-        if replayed:
+        if resume is None and self.store.closed_as == "failed":
+            self.target.unlink(missing_ok=True)
+            log.warning("%s is as it was: the run that was to overwrite it failed before its first batch", self.path)
+        elif replayed or resume is None:
             real = real_path(self.path)
             os.replace(self.target, real)
             flushing_path(real).unlink(missing_ok=True)  # the old file, where a kill in a flush left it

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import h5py
@@ -41,6 +42,8 @@ class H5Store(CaptureColumns):
     def __init__(self, path: str | os.PathLike, attrs: dict, compression: str = "none", flush_every: int | None = None,
                  expected_samples: int | None = None, expected_steps: int | None = None, checksum: bool = False) -> None:
         self.path = Path(path)
+        self.after_first_batch: Callable[[H5Store], None] | None = None
+        self.closed_as: str | None = None  # the status close() gave the file
         self.checksum = checksum  # a digest of each batch's rows per capture (store/digest.py)
         self.compression = None if compression in (None, "none") else compression
         self.flush_every = flush_every
@@ -94,6 +97,8 @@ class H5Store(CaptureColumns):
         due = self.steps % self.flush_every == 0 if self.flush_every else time.monotonic() - self._flushed_at > FLUSH_SECONDS
         if due or self.steps == 1:  # the first batch's datasets reach the disk at once
             self.flush()
+            if self.steps == 1 and self.after_first_batch is not None:
+                self.after_first_batch(self)  # (output.overwrite: the new file takes the old one's name now)
 
     def _write(self, rec: StepRecord) -> None:
         start = self.samples
@@ -230,6 +235,7 @@ class H5Store(CaptureColumns):
         try:
             self.flush()  # every row on disk before the status says so: a kill in close() cannot show a short file as complete
             self.raw.hold()
+            self.closed_as = status
             try:
                 self.file.attrs["status"] = status
                 self.file.attrs["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")

@@ -1,0 +1,37 @@
+"""output.overwrite=true replaces the old file once the new run holds a batch: an error found only at
+the first batch (a key the items do not have) destroyed a complete file and left an empty 'failed'
+one. (The run also says the old file is as it was.) References: the old file's bytes, read before and after with plain Python, and plain h5py."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+from toy_runs import toy_cfg
+
+import hookrun
+from hookrun.errors import HookrunError
+
+
+def test_a_run_failing_at_its_first_batch_leaves_the_file_it_was_to_overwrite(tmp_path, caplog):
+    caplog.set_level("WARNING", logger="hookrun")
+    cfg = toy_cfg(tmp_path)
+    path = hookrun.run(cfg).path
+    before = path.read_bytes()
+    bad = toy_cfg(tmp_path, **{"output.overwrite": True, "data.store": ["foo"]})  # (tuple items: found at batch 0)
+    with pytest.raises(HookrunError, match=r"data.store=\['foo'\] names keys of dict items"):
+        hookrun.run(bad)
+    assert path.read_bytes() == before
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith((".", "captures.h5."))]  # no leftover
+    assert "is as it was: the run that was to overwrite it failed before its first batch" in caplog.text
+
+
+def test_a_run_that_writes_a_batch_replaces_the_old_file(tmp_path):
+    cfg = toy_cfg(tmp_path)
+    path = hookrun.run(cfg).path
+    again = toy_cfg(tmp_path, **{"output.overwrite": True, "data.batch_size": 3})
+    hookrun.run(again)
+    with h5py.File(path) as f:
+        assert f.attrs["status"] == "complete" and f.attrs["steps_complete"] == 4
+        np.testing.assert_array_equal(f["samples/step"][:], np.repeat(np.arange(4), 3))
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("captures")) == ["captures.h5"]
