@@ -94,6 +94,40 @@ def test_sigkill_then_resume_ends_equal(cache, tmp_path, caplog):
     check_equals_reference(result.path, tmp_path / "run" / "sae", cache)
 
 
+def test_a_resume_after_overwriting_an_earlier_run_never_takes_its_checkpoints(cache, tmp_path, monkeypatch,
+                                                                              sigint_default, caplog):
+    """Run A (another lr) left its checkpoints; run B overwrote A, stopped before a checkpoint of its own,
+    and its resume took A's checkpoint: A's weights, optimizer and lr, in a file saying B's lr. Reference:
+    SAELens' trainer run directly with B's settings (check_equals_reference)."""
+    import signal
+
+    from hookrun.output.signals import Interrupted
+    from hookrun.runner.kinds.sae import engine
+
+    torch.set_num_threads(1)
+    hookrun.run(config(cache, tmp_path / "run", checkpoints=3, lr=1e-2))
+    assert len(list((tmp_path / "run" / "checkpoints").iterdir())) == 3
+    cfg = config(cache, tmp_path / "run", checkpoints=0, overwrite=True)
+    cfg["output"].update(overwrite=True, flush_every=1)
+    step = engine.LoggingTrainer.step
+
+    def stopping(self, batch):
+        out = step(self, batch)
+        if self.n_training_steps == 13:
+            os.kill(os.getpid(), signal.SIGINT)  # stop after this step
+        return out
+
+    monkeypatch.setattr(engine.LoggingTrainer, "step", stopping)
+    with pytest.raises(Interrupted):
+        hookrun.run(cfg)
+    monkeypatch.setattr(engine.LoggingTrainer, "step", step)
+    caplog.set_level("INFO", logger="hookrun")
+    result = hookrun.run({**cfg, "resume": True, "output": {**cfg["output"], "overwrite": False}})
+    assert result.status == "complete" and "no checkpoint: from the start" in caplog.text
+    check_equals_reference(result.path, tmp_path / "run" / "sae", cache)
+    assert not (tmp_path / "run" / "checkpoints").exists() or not list((tmp_path / "run" / "checkpoints").iterdir())
+
+
 def bad(cache: str, tmp_path: Path, **sae) -> str:
     with pytest.raises(ConfigError) as info:
         hookrun.run(config(cache, tmp_path / "bad", **sae))

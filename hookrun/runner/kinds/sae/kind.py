@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -154,6 +155,8 @@ class SaeKind(RunKind):
                          on_step=on_step)
         if first_row:
             self.resume_from(train, first_row)
+        else:  # a run started afresh (output.overwrite): an earlier run's checkpoints are not this one's to resume
+            clear_checkpoints(self.checkpoints)
         try:
             sae = train.fit(progress=bool(self.ctx.cfg.progress))
         except _Stop:
@@ -214,6 +217,16 @@ class SaeKind(RunKind):
 
 class _Stop(Exception):
     """A signal asked the run to stop after the step in flight."""
+
+
+def clear_checkpoints(folder: Path) -> None:
+    """Remove the SAELens checkpoint folders (named by samples seen, with a trainer_state.pt) an earlier run
+    left in `folder`; nothing else there is touched."""
+    old = checkpoints_before(folder, sys.maxsize)
+    for path in old:
+        shutil.rmtree(path)
+    if old:
+        log.info("sae: %d checkpoint(s) of an earlier run removed from %s", len(old), folder)
 
 
 def checkpoints_before(folder: Path, samples: int) -> list[Path]:
