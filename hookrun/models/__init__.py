@@ -8,15 +8,19 @@
 Each builder's module is imported when the builder is first named (hookrun/lazy.py): a run of a
 torchvision model loads none of them. `loading_bars(progress)`, which build_model enters around
 every model, says whether a builder shows its library's weight-loading bar (hf's: transformers').
+`weights_digest(model)` names a model's weights in a few bytes (the file's `model_fingerprint`).
 """
 
+import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
+import torch
+
 from hookrun.lazy import lazy_names
 
-__all__ = ["hf", "loading_bars", "timm_model", "tiny_cnn", "tiny_lm"]
+__all__ = ["hf", "loading_bars", "timm_model", "tiny_cnn", "tiny_lm", "weights_digest"]
 BARS: ContextVar[bool] = ContextVar("hookrun_loading_bars", default=True)  # progress=false: no loading bar
 
 
@@ -32,3 +36,19 @@ def loading_bars(on: bool) -> Iterator[None]:
 
 
 lazy_names(__name__, {"hf": "hf", "timm_model": "vision", "tiny_cnn": "tiny_cnn", "tiny_lm": "tiny_lm"})
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """A digest of the model's parameters and buffers, by name, dtype, shape and their first and last four
+    values: two builds of a random-init model under other seeds differ, the same weights agree. It reads
+    eight values a tensor, not the weights. '' where a tensor cannot be read (meta, sharded)."""
+    h = hashlib.sha256()
+    try:
+        for name, t in [*model.named_parameters(), *model.named_buffers()]:
+            flat = t.detach().reshape(-1)
+            ends = torch.cat([flat[:4], flat[-4:]]) if flat.numel() > 8 else flat
+            h.update(f"{name} {t.dtype} {tuple(t.shape)}".encode())
+            h.update(ends.to("cpu", torch.float64).numpy().tobytes())
+    except (RuntimeError, NotImplementedError, TypeError, ValueError):
+        return ""
+    return h.hexdigest()[:16]

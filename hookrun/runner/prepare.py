@@ -38,6 +38,7 @@ from hookrun.hooks.plan import make_plan
 from hookrun.hooks.points import HookPoint
 from hookrun.hooks.site_check import check_sites_run
 from hookrun.labels import dataset_label
+from hookrun.models import weights_digest
 from hookrun.output.destination import Destination, open_destination
 from hookrun.runner.action_state import check_items, check_tensors, tensor_checked
 from hookrun.runner.batches import make_loader
@@ -145,7 +146,7 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
     except BaseException:
         env.close()
         raise
-    return Prepared(cfg, out, model, dataset, loader, points, env, settings)
+    return Prepared(cfg, out, model, dataset, loader, points, env, settings, attrs={"model_fingerprint": weights_digest(model)})
 
 
 def samples_in(batches: range, batch_size: int, dataset_size: int) -> int:

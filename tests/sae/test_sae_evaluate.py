@@ -224,3 +224,26 @@ def test_items_without_input_ids_for_the_default_lm_loss_are_one_line(tmp_path):
     with pytest.raises(ConfigError, match=r"held-out items \(hookrun.data.shapes\) have no input_ids"):
         hookrun.run(hookrun.compose(*over))
     assert not any(tmp_path.iterdir())
+
+
+def test_evaluate_refuses_a_random_init_model_built_under_another_seed(tmp_path):
+    """The same `model:` block (random init) under seed=1 is another network than the seed-0 one that
+    wrote the cache: evaluate spliced the SAE into it and wrote ce_loss_score 6.41 (0.62 explained variance
+    fell to 0.04), silently. Reference: the two models' weights, compared directly."""
+    torch.set_num_threads(1)
+    hf = ("model=hf", "hooks.res.at=[transformer.h.1]")
+    cache = hookrun.run(hookrun.compose("experiment=sae_cache", *hf, *CACHE, f"hydra.run.dir={tmp_path / 'cache'}")).path
+    train = ("experiment=sae_train", "model=hf", f"sae.from={cache}", "sae.capture=res/transformer.h.1/output",
+             f"sae.evaluate={HELD_OUT}", *TRAIN)
+    with pytest.raises(ConfigError, match=r"sae.evaluate: this run's model does not have the weights of the model that "
+                                          r"wrote the cache .* \(the cache's run had seed=0, this one seed=1: .*\); give seed=0"):
+        hookrun.run(hookrun.compose(*train, "seed=1", f"sae.out={tmp_path / 'sae1'}", f"hydra.run.dir={tmp_path / 'r1'}"))
+    assert not (tmp_path / "sae1").exists()
+    torch.manual_seed(0)
+    a = hookrun.models.hf("GPT2LMHeadModel", {"n_layer": 2, "n_head": 4, "n_embd": 64, "n_positions": 128, "vocab_size": 259})
+    torch.manual_seed(1)
+    b = hookrun.models.hf("GPT2LMHeadModel", {"n_layer": 2, "n_head": 4, "n_embd": 64, "n_positions": 128, "vocab_size": 259})
+    assert not torch.equal(a.transformer.h[0].attn.c_attn.weight, b.transformer.h[0].attn.c_attn.weight)
+    result = hookrun.run(hookrun.compose(*train, "seed=0", f"sae.out={tmp_path / 'sae0'}", f"hydra.run.dir={tmp_path / 'r0'}"))
+    with hookrun.open_run(result.path) as run:
+        assert run.sae_evaluation["items"] == 16

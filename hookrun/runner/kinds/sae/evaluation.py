@@ -118,6 +118,22 @@ def check_model(cfg: Any, cache_config: Mapping, source: str) -> None:
                           f"(model=... as its run had) or drop sae.evaluate")
 
 
+def check_weights(cfg: Any, model: Any, cache: Any, source: str) -> None:
+    """The run's model has the weights of the model that wrote the cache (its file's model_fingerprint;
+    a random-init model built under another seed is another network, though its `model:` block is the same)."""
+    from hookrun.models import weights_digest
+
+    theirs = cache.attrs.get("model_fingerprint")
+    if not theirs or theirs == (mine := weights_digest(model)) or not mine:
+        return
+    seed, their_seed = cfg.seed, (cache.config or {}).get("seed")
+    hint = (f" (the cache's run had seed={their_seed}, this one seed={seed}: a random-init model is another one "
+            f"under another seed); give seed={their_seed}" if their_seed is not None and their_seed != seed
+            else "; give the cache's model and weights")
+    raise ConfigError(f"sae.evaluate: this run's model does not have the weights of the model that wrote the cache "
+                      f"{source}{hint}, or drop sae.evaluate")
+
+
 def _name(node: Any) -> str:
     if isinstance(node, Mapping):
         rest = {k: v for k, v in node.items() if k != "_target_"}

@@ -96,6 +96,14 @@ class SaeKind(RunKind):
         else:
             self.rows = CacheRows(b.from_, b.capture, b.batch_rows, b.shuffle, b.vectors)
             self.module, self.cache_rows = self.rows.info.module, self.rows.n_rows
+            if b.evaluate:
+                from hookrun.runner.kinds.sae.evaluation import check_weights
+
+                try:
+                    check_weights(ctx.cfg, ctx.model, self.rows.run, b.from_)
+                except ConfigError:
+                    self.rows.close()
+                    raise
         self.out = out_folder(ctx.cfg)
         local = not scheme_of(ctx.cfg.output.path).remote
         self.checkpoints = run_folder(ctx.cfg) / "checkpoints" if local else self.out.with_name(self.out.name + ".checkpoints")
