@@ -83,6 +83,8 @@ def run_batches(
             session.begin_step(step, len(indices), indices, call.attention_mask, call.batch)
             adds = s.kind.step(model, call, session)
             session.end_step()
+            if not steps:
+                refuse_only_skipped(session)
             captures = env.captures.take()
             stored = stored_keys(batch, s.store_keys)
             writer.put(StepRecord(
@@ -102,6 +104,20 @@ def run_batches(
             if s.should_stop():
                 break
     return steps
+
+
+def refuse_only_skipped(session: HookSession) -> None:
+    """After the first batch: an action whose glob reached only modules it skips (none returns the tensor
+    `what` names) would record nothing, and the run end 'complete' and empty: refused, naming why."""
+    groups: dict[tuple, list] = {}
+    for p in session.points:
+        for i, a in enumerate(p.actions):
+            groups.setdefault((p.hook, i), []).append(a)
+    for actions in groups.values():
+        if all(a.skipped for a in actions):
+            a = actions[0]
+            raise RunError(f"{a.where}: every module `at:` reaches is skipped, so nothing would be recorded; "
+                           f"{a.skipped}")
 
 
 def probe_stop(model: nn.Module, loader, session: HookSession, s: LoopSettings) -> None:

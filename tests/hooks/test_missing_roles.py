@@ -96,3 +96,20 @@ def test_a_patch_source_of_token_rows_is_named_as_such(tmp_path):
                    "actions": [{"name": "modify_output", "op": "patch", "source": str(source)}]}}
     with pytest.raises(ConfigError, match=r"has one row per token \(rows: token\), not one per sample; .*record the source with rows: sample"):
         hookrun.run({**base, "hooks": patch, "output": {"path": str(tmp_path / "p.h5")}}, model=tiny_gpt2(), dataset=Prompts())
+
+
+def test_a_glob_reaching_only_modules_without_the_role_is_refused_at_the_first_batch(tmp_path):
+    """Modules that return one tensor have no output.1: a glob reaching only them skipped them all and the
+    run ended 'complete' with nothing recorded (three warnings, exit 0). A glob that reaches one module
+    with the role records it. Reference: the modules called directly."""
+    from hookrun.errors import RunError
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+    assert all(isinstance(m(torch.ones(1, 4)), torch.Tensor) for m in model)  # one tensor each: no output.1
+    ds = [(torch.randn(4), 0) for _ in range(4)]
+    hooks = {"r": {"at": "*", "type": "forward", "actions": [{"name": "record", "what": "output.1"}]}}
+    cfg = {"data": {"batch_size": 2}, "device": "cpu", "progress": False, "hooks": hooks,
+           "output": {"path": str(tmp_path / "c.h5")}}
+    with pytest.raises(RunError, match=r"hooks\.r\.actions\.0: every module `at:` reaches is skipped, so nothing would be "
+                                       r"recorded; .* receives no output\.1: .* it returns: output$"):
+        hookrun.run(cfg, model=model, dataset=ds)
