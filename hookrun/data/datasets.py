@@ -19,6 +19,14 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
 
 
+def whole(name: str, value: object, low: int) -> int:
+    """data.dataset.`name` as a whole number >= `low`, or one line naming it (the data sets' own errors were
+    tracebacks: FakeData's '__len__() should return >= 0', numpy's 'scale < 0')."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"data.dataset.{name}: expected a whole number >= {low}, got {value!r}")
+    return value
+
+
 def synthetic(size: int = 64, image_size: tuple = (3, 224, 224), num_classes: int = 1000, seed: int = 0) -> Dataset:
     """Random RGB images with random labels, the same for an index on every call (FakeData). Item i is
     drawn from torch seed `(seed * 0x9E3779B1 + i) mod 2**32` (the CPU generator keeps 32 bits): another
@@ -28,6 +36,10 @@ def synthetic(size: int = 64, image_size: tuple = (3, 224, 224), num_classes: in
 
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
         raise ConfigError(f"data.dataset.seed: expected a whole number from 0 to {2**32 - 1}, got {seed!r}")
+    whole("size", size, 1), whole("num_classes", num_classes, 1)
+    if not isinstance(image_size, list | tuple) or len(image_size) != 3 or \
+            not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in image_size):
+        raise ConfigError(f"data.dataset.image_size: expected [channels, height, width], whole numbers >= 1, got {image_size!r}")
     return datasets.FakeData(
         size=size, image_size=tuple(image_size), num_classes=num_classes,
         transform=transforms.ToTensor(), random_offset=seed * 0x9E3779B1 % 2**32,

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from hookrun.data.datasets import whole
 from hookrun.errors import ConfigError
 
 SAMPLE = Path(__file__).with_name("sample.txt")
@@ -89,6 +90,9 @@ def text(files: str | list[str] | None = None, tokenizer: str = "byte", max_leng
         raise ConfigError(f"data.dataset.padding={padding!r}; choose max_length or longest")
     if not isinstance(max_length, int) or max_length < 1:
         raise ConfigError(f"data.dataset.max_length={max_length!r}; expected a whole number >= 1")
+    whole("start", start, 0)  # (a negative start took the last texts, as Python's slices do)
+    if limit is not None:
+        whole("limit", limit, 1)
     names = [SAMPLE] if files is None else ([files] if isinstance(files, str) else list(files))
     paths = [n if isinstance(n, Path) or n == PYDOC else Path(n).expanduser() for n in names]
     texts = [t for p in paths for t in (pydoc_lines() if p == PYDOC else read_texts(p, field))]

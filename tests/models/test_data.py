@@ -112,3 +112,19 @@ def test_another_synthetic_seed_is_another_draw():
     assert not any(torch.equal(a[i][0], b[j][0]) for i in range(6) for j in range(6))
     with pytest.raises(ConfigError, match=r"data.dataset.seed: expected a whole number from 0 to 4294967295, got -1"):
         hookrun.data.synthetic(seed=-1)
+
+
+@pytest.mark.parametrize("make, kw, message", [
+    ("synthetic", {"size": -1}, r"data.dataset.size: expected a whole number >= 1, got -1"),
+    ("synthetic", {"num_classes": 0}, r"data.dataset.num_classes: expected a whole number >= 1, got 0"),
+    ("synthetic", {"image_size": [3, 0, 8]}, r"data.dataset.image_size: expected \[channels, height, width\]"),
+    ("shapes", {"noise": -1}, r"data.dataset.noise: expected a standard deviation >= 0, got -1"),
+    ("shapes", {"image_size": 0}, r"data.dataset.image_size: expected a whole number >= 8, got 0"),
+    ("text", {"start": -1}, r"data.dataset.start: expected a whole number >= 0, got -1"),
+    ("text", {"limit": 0}, r"data.dataset.limit: expected a whole number >= 1, got 0"),
+])
+def test_out_of_range_data_set_arguments_are_one_line(make, kw, message):
+    """They were tracebacks (FakeData's '__len__() should return >= 0', numpy's 'scale < 0'), or, for a
+    negative text start, Python's slice: the last text alone, silently."""
+    with pytest.raises(ConfigError, match=message):
+        getattr(hookrun.data, make)(**kw)
