@@ -262,4 +262,7 @@ def _name_max(out: Path) -> int:
 
 def local_destination(cfg: HookrunConfig) -> LocalFile:
     """output.path as a local HDF5 file (the `file` scheme's destination, store/schemes.py)."""
-    return LocalFile(Path(local_path(cfg.output.path)).expanduser())
+    path = str(local_path(cfg.output.path))
+    if path.endswith(("/", os.sep)):  # (Path drops the slash: 'new/' wrote a file named new)
+        raise ConfigError(f"output.path: {path!r} ends in '/', a folder; give a file path such as {path}captures.h5")
+    return LocalFile(Path(path).expanduser())

@@ -24,9 +24,10 @@ from hookrun.errors import ConfigError
     ({"data.batch_size": 2**70}, r"data.batch_size must be at least 1 and at most \d+, got 1180591620717411303424"),
     ({"seed": 2**70}, r"seed: 1180591620717411303424 is out of range; use a whole number from 0 to 18446744073709551615"),
     ({"output.path": "."}, r"output.path: '.*' is a folder; give a file path"),
+    ({"output.path": "new/"}, r"output.path: '.*new/' ends in '/', a folder; give a file path such as .*new/captures.h5"),
 ])
 def test_bad_values_get_one_line(tmp_path, over, message):
-    over = {k: str(tmp_path / v) if k == "output.path" else v for k, v in over.items()}
+    over = {k: f"{tmp_path}/{v}" if k == "output.path" else v for k, v in over.items()}
     with pytest.raises(ConfigError, match=message):
         hookrun.run(toy_cfg(tmp_path, **over))
 
