@@ -88,7 +88,7 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
     kind = kind_for(cfg)
     check_not_a_patch_source(specs, cfg.output.path)
     out = open_destination(cfg) if out is None else out
-    out.check_free(cfg.output.overwrite or not check_exists, cfg.dry_run)
+    out.check_free(cfg.output.overwrite or cfg.resume or not check_exists, cfg.dry_run)  # (a dry run of resume=true: the file is to be there)
 
     seed_everything(cfg.seed)
     model = build_model(cfg.model, device, cfg.progress) if model is None else live_model(model, device)

@@ -35,3 +35,12 @@ def test_a_run_that_writes_a_batch_replaces_the_old_file(tmp_path):
         assert f.attrs["status"] == "complete" and f.attrs["steps_complete"] == 4
         np.testing.assert_array_equal(f["samples/step"][:], np.repeat(np.arange(4), 3))
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("captures")) == ["captures.h5"]
+
+
+def test_a_dry_run_of_a_resume_plans_it_instead_of_asking_for_resume(tmp_path):
+    """dry_run=true resume=true on the file to resume said "exists; set output.overwrite=true, resume=true, ..."
+    with resume=true set. Reference: the file, byte for byte, after the dry run."""
+    path = hookrun.run(toy_cfg(tmp_path)).path
+    before = path.read_bytes()
+    result = hookrun.run(toy_cfg(tmp_path, dry_run=True, resume=True))
+    assert result.status == "dry_run" and result.estimated_bytes > 0 and path.read_bytes() == before
