@@ -8,6 +8,7 @@ grid, which `edges()` refuses to read as a grid; resumed, it equals the referenc
 from __future__ import annotations
 
 import os
+import re
 import signal
 
 import h5py
@@ -18,6 +19,7 @@ import test_edges_memory as bounded_ref
 from tl_models import hooked_transformer
 
 import hookrun
+from hookrun.circuits import main as circuits_main
 from hookrun.output.signals import Interrupted
 from hookrun.runner.kinds.patching import kind as patching_kind
 from hookrun.runner.kinds.patching.edges.graph import find_graph
@@ -37,7 +39,7 @@ def cfg(path, memory):
             "patching": {"input": "input", "method": "eap_ig", "ig_steps": M, "memory": memory}}
 
 
-def test_a_stopped_bounded_run_holds_part_of_the_grid_and_resumes_to_the_reference(tmp_path, lens, monkeypatch):
+def test_a_stopped_bounded_run_holds_part_of_the_grid_and_resumes_to_the_reference(tmp_path, lens, monkeypatch, capsys):
     items = bounded_ref.lens_items()
     kw = {"input": "input", "method": "eap_ig", "ig_steps": M}
     unbounded = hookrun.patch_grid(lens, items, **kw)["edges"]
@@ -67,6 +69,10 @@ def test_a_stopped_bounded_run_holds_part_of_the_grid_and_resumes_to_the_referen
                                                                        len(unbounded.writer)))
     with pytest.raises(LookupError, match=r"holds part of an edge grid \(\d+ of \d+ cells\).*resume it"):
         hookrun.open_run(path).edges()
+    assert circuits_main(["export", str(path), "--format", "eap-ig", str(tmp_path / "g.json")]) == 2  # one line, no LookupError
+    err = capsys.readouterr().err
+    assert re.search(r"holds part of an edge grid \(\d+ of \d+ cells\).*resume it", err) and "Traceback" not in err, err
+    assert err.count("\n") == 1 and not (tmp_path / "g.json").exists()
 
     monkeypatch.setattr(patching_kind, "compute_edges", real)
     resumed = cfg(path, memory)

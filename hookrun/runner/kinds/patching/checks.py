@@ -73,6 +73,22 @@ def refuse_recording(points: list) -> None:
                                   f"change the forward (modify_output: splice, ...)")
 
 
+def refuse_modifying(points: list, method: str) -> None:
+    """An edges run (eap / eap_ig) takes each writer's contribution where the graph taps it (a head's at its
+    output projection's input): a hook that changes the forward (modify_output, a splice) is not seen there,
+    so the scores and faithfulness would be those of another model. One ConfigError, before any forward."""
+    from hookrun.runner.kinds.patching.edges.spec import EDGE_METHODS
+
+    if method not in EDGE_METHODS:
+        return
+    for p in points:
+        for a in p.actions:
+            if a.modifies:
+                raise ConfigError(f"hooks.{p.hook}: its action {a.where} ({type(a).__name__}) changes the forward, but "
+                                  f"an edges run (method {method}) takes the writers' contributions where the graph taps "
+                                  f"them, which would not see the change; drop the hook, or change the model's weights instead")
+
+
 def check_token_ids(model: Any, items: Mapping[str, torch.Tensor], keys: tuple[str, ...]) -> None:
     """A model that reads token ids through an embedding (a transformers model's input embeddings, a
     TransformerLens model's W_E) gets whole numbers within its vocabulary in each of `keys`: a float id or

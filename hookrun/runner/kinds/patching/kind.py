@@ -30,12 +30,12 @@ from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError
 from hookrun.output.ranks import every_rank
 from hookrun.runner.kinds.patching.block import load_items
-from hookrun.runner.kinds.patching.checks import refuse_recording
+from hookrun.runner.kinds.patching.checks import refuse_modifying, refuse_recording
 from hookrun.runner.kinds.patching.edges.mib import summary as mib_summary
 from hookrun.runner.kinds.patching.edges.run import check_atp_ig, edge_layout, streams
 from hookrun.runner.kinds.patching.edges.run import compute as compute_edges
 from hookrun.runner.kinds.patching.edges.run import prepare as prepare_edges
-from hookrun.runner.kinds.patching.edges.spec import EDGE_METHODS
+from hookrun.runner.kinds.patching.edges.spec import EDGE_METHODS, check_not_own_output
 from hookrun.runner.kinds.patching.engine import PatchEngine
 from hookrun.runner.kinds.patching.forward_inputs import check_inputs
 from hookrun.runner.kinds.patching.notebook import forward_arguments, grid_attrs, run_cells
@@ -111,10 +111,12 @@ class PatchingKind(RunKind):
     def check(cls, cfg: HookrunConfig) -> None:
         cls.check_mode(cfg)
         check_inputs(cfg.patching.checked(), cfg.data.inputs)  # (parsed and checked once, by load)
+        check_not_own_output(cfg.patching.checked().faithfulness, cfg.output.path)
 
     def check_actions(self) -> None:
         super().check_actions()
         refuse_recording(self.ctx.points)
+        refuse_modifying(self.ctx.points, self.ctx.cfg.patching.checked().method)
 
     @classmethod
     def inputs_refused(cls, cfg: HookrunConfig, model: Any, refusal: Exception) -> Exception:

@@ -27,7 +27,7 @@ from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.plan import make_plan
 from hookrun.runner.kinds.patching.block import Block, load_items, parse_block
-from hookrun.runner.kinds.patching.checks import refuse_recording
+from hookrun.runner.kinds.patching.checks import refuse_modifying, refuse_recording
 from hookrun.runner.kinds.patching.edges.run import check_atp_ig, compute, prepare
 from hookrun.runner.kinds.patching.edges.spec import EDGE_METHODS
 from hookrun.runner.kinds.patching.engine import PatchEngine
@@ -66,6 +66,7 @@ def patch_grid(model: nn.Module, dataset: Any, hooks: Any = None, limit: int | N
     try:
         points = make_plan(model, parse_hooks(hooks), env, Mode.eval)
         refuse_recording(points)
+        refuse_modifying(points, b.method)
         check_atp_ig(model, b)
         if b.method in EDGE_METHODS:  # edges: runner/kinds/patching/edges/
             graph, wiring = prepare(model, b, items)

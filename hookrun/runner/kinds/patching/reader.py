@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from hookrun.analysis.kind_readers import KindReader, Table, register_reader
-from hookrun.errors import HookrunError
+from hookrun.errors import ConfigError, HookrunError
 
 ATTRS = ("metric", "method", "direction", "metric_clean", "metric_corrupt", "normalize")
 CELL_UNITS = ("chunks of cells", "cells")  # a step is one chunk of cells; a row is a cell
@@ -189,6 +189,10 @@ def file_edges(file: Any, top: int = 20) -> tuple[Table, Any]:
     """run.edges(top): an edges run's top edges by |score| as a Table (writer, reader, score) and its
     [writer, reader] grid as an xarray.DataArray (node scores and the faithfulness curve in its
     attrs). docs/edges.md."""
+    import numbers
+
+    if top is not None and (isinstance(top, bool) or not isinstance(top, numbers.Integral) or top < 0):
+        raise ConfigError(f"run.edges(top={top!r}): give how many edges to list (a whole number >= 0), or None for all")
     scores, meta = edge_values(file)
     g = meta["graph"]
     return top_table(g["writers"], g["readers"], scores, top), edge_grid(scores, meta)

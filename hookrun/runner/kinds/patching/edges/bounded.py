@@ -20,6 +20,7 @@ group's final columns as the last chunk's backward folds them, and writes them a
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,7 +79,8 @@ class EdgeBytes:
 
 
 def _mib(n: int) -> str:
-    return f"{n / (1 << 20):.1f}MiB"
+    """n bytes in MiB, rounded up to a tenth: the value named is itself enough (patching.memory=0.7MiB)."""
+    return f"{math.ceil(n * 10 / (1 << 20)) / 10:.1f}MiB"
 
 
 def d_model(model: Any, wiring: Any) -> int:

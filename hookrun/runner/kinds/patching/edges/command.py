@@ -48,7 +48,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("source", help="an edges run's file (its stored config is run again) or a YAML config")
     s.add_argument("--circuit", required=True, help="an EAP-IG graph JSON, a MIB folder or an edges run's file")
     s.add_argument("--fractions", default="mib", help="mib, or fractions in (0, 1] separated by commas")
-    s.add_argument("--out", help="the run file to write (default: a temporary one)")
+    s.add_argument("--out", help="the run file to write (default: a temporary one); never the source run")
+    s.add_argument("--overwrite", action="store_true", help="replace the file --out names if it exists")
 
 
 def run(a: argparse.Namespace) -> int:
@@ -68,7 +69,10 @@ def export(a: argparse.Namespace) -> int:
         meta = json.loads(run.attrs.get("patching") or "{}")
         if "graph" not in meta:
             raise ConfigError(f"{a.run}: holds no edge grid (an edges run: patching method eap or eap_ig)")
-        scores = np.asarray(run.edges(top=0)[1].values, dtype=np.float64)
+        try:
+            scores = np.asarray(run.edges(top=0)[1].values, dtype=np.float64)
+        except LookupError as exc:  # (a run stopped part-way: resume it first)
+            raise ConfigError(str(exc).strip("'\"")) from None
     g = meta["graph"]
     cfg = describe_cfg(meta)
     kept = None
@@ -76,12 +80,17 @@ def export(a: argparse.Namespace) -> int:
         kept = mib_circuit(_Graph(g["writers"], g["readers"], np.isfinite(scores)), scores,
                            int(a.fraction * np.isfinite(scores).sum()), absolute=True)
     doc = to_eap_ig(g["writers"], g["readers"], scores, cfg, kept)
-    if a.format == "mib":
-        path = write_mib(doc, a.out, a.task, a.model)
-    else:
-        path = Path(a.out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(doc))
+    try:
+        if a.format == "mib":
+            path = write_mib(doc, a.out, a.task, a.model)
+        else:
+            path = Path(a.out)
+            if path.is_dir():
+                raise ConfigError(f"{a.out}: a folder; --format eap-ig writes one JSON file: name it, e.g. {path / 'graph.json'}")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(doc))
+    except OSError as exc:
+        raise ConfigError(f"{a.out}: cannot write ({exc.strerror or exc}); name a writable path") from None
     print(f"wrote {path} ({len(doc['edges'])} edges, {len(doc['nodes'])} nodes)")
     return 0
 
@@ -94,6 +103,7 @@ def score(a: argparse.Namespace) -> int:
         fractions = parse_fractions("mib" if a.fractions == "mib" else _numbers(a.fractions))
     except ConfigError as exc:  # (named as the command line gave it, not as the config key it becomes)
         raise ConfigError(f"--fractions {a.fractions}: {str(exc).partition('; ')[2] or exc}") from None
+    _check_out(a)
     cfg = _config(a.source)
     if not cfg.get("patching"):
         kind = next((k for k in plugin_names() if cfg.get(k)), None)
@@ -114,6 +124,18 @@ def score(a: argparse.Namespace) -> int:
     return 0
 
 
+def _check_out(a: argparse.Namespace) -> None:
+    """--out: never the run being scored (the rescoring run would replace it), nor an existing file unless
+    --overwrite says so; before anything is read or written."""
+    if a.out is None:
+        return
+    out, source = Path(a.out).expanduser(), Path(a.source).expanduser()
+    if out.resolve() == source.resolve():
+        raise ConfigError(f"--out {a.out} is the run being scored: the rescoring run would replace it; name another --out")
+    if out.exists() and not a.overwrite:
+        raise ConfigError(f"--out {a.out} exists; name another --out, or add --overwrite to replace it")
+
+
 def _numbers(text: str) -> list[Any]:
     try:
         return [float(x) for x in text.split(",")]
@@ -129,7 +151,15 @@ def _config(source: str) -> dict:
     if p.suffix in (".yaml", ".yml"):
         if not p.is_file():
             raise ConfigError(f"{source}: no such config file")
-        return dict(yaml.safe_load(p.read_text()) or {})
+        try:
+            cfg = yaml.safe_load(p.read_text())
+        except yaml.YAMLError as exc:
+            where = getattr(exc, "problem_mark", None)
+            raise ConfigError(f"{source}: not valid YAML" + (f" (line {where.line + 1}: {exc.problem})" if where else "")
+                              + "; give a hookrun config (model:, data:, patching: ...)") from None
+        if cfg is not None and not isinstance(cfg, dict):
+            raise ConfigError(f"{source}: holds a {type(cfg).__name__}, not a config mapping (model:, data:, patching: ...)")
+        return dict(cfg or {})
     with open_run(source) as run:
         cfg = run.config
     if not cfg:

@@ -129,12 +129,24 @@ def read_circuit(path: str | Path, writers: Sequence[str], readers: Sequence[str
     for name, info in doc["edges"].items():
         if name not in index:
             parent, _, child = name.partition("->")
-            unknown = next((n for n in (parent, child.split("<")[0]) if n not in known_nodes), None)
-            why = (f"node {unknown!r} is not in it" if unknown else f"both nodes are, but no edge runs from {parent!r} "
-                   f"to {child!r} (a writer reaches only the readers of later layers)")
-            raise ConfigError(f"{where}={str(path)!r}: edge {name!r} is not in this model's graph ({why}); the circuit "
-                              f"is for another model")
-        score = info.get("score") if isinstance(info, dict) else None
+            base, angle, suffix = child.partition("<")
+            unknown = next((n for n in (parent, base) if n not in known_nodes), None)
+            head, end = base.startswith("a") and ".h" in base, "fix the edge's name"
+            if unknown:
+                why, end = f"node {unknown!r} is not in it", "the circuit is for another model"
+            elif head and (angle + suffix) not in ("<q>", "<k>", "<v>"):
+                why = (f"an edge into a head names the input it reads, {base}<q>, {base}<k> or {base}<v>, "
+                       f"not {child!r}")
+            elif not head and angle:
+                why = f"an edge into {base!r} takes no <q>, <k> or <v> suffix (only a head's inputs do), not {child!r}"
+            else:
+                why, end = (f"both nodes are, but no edge runs from {parent!r} to {child!r} (a writer reaches only the "
+                            f"readers of later layers)"), "the circuit is for another model"
+            raise ConfigError(f"{where}={str(path)!r}: edge {name!r} is not in this model's graph ({why}); {end}")
+        if not isinstance(info, dict):
+            raise ConfigError(f"{where}={str(path)!r}: edge {name!r} is {info!r}, not EAP-IG's {{\"score\": ..., "
+                              f"\"in_graph\": ...}}; give each edge its score in such an object")
+        score = info.get("score")
         if not isinstance(score, int | float) or isinstance(score, bool) or not np.isfinite(score):
             raise ConfigError(f"{where}={str(path)!r}: edge {name!r} has no finite number as its score ({score!r}); "
                               f"faithfulness ranks edges by importance scores")

@@ -114,10 +114,9 @@ def compute(engine: Any, graph: Graph, wiring: Any, sink: Any = None) -> EdgeRes
     curve = None
     f = b.faithfulness
     if f is not None:
-        if f.source == b.method:
-            rank = scores
-        elif f.source in EDGE_METHODS:
-            rank = edge_scores(engine, graph, wiring, 1 if f.source == "eap" else DEFAULT_STEPS)[0]
+        if f.source in EDGE_METHODS:  # ranked as the file stores them (normalized: over the gap, whose sign may flip them)
+            rank = scores if f.source == b.method else edge_scores(engine, graph, wiring, 1 if f.source == "eap" else DEFAULT_STEPS)[0]
+            rank = rank * scale
         else:
             rank = file_scores(f.source, graph)
         corrupt = base if b.direction == "denoise" else source

@@ -43,7 +43,8 @@ def parse_edge_keys(get: Callable[[str], Any], method: str) -> tuple[str, int, F
                           f"(the runs e_corrupt + (k/m)(e_clean - e_corrupt), k = 0..m-1; m = 1 is plain eap / atp)")
     if steps != 1 and method not in IG_METHODS:
         raise ConfigError(f"patching.ig_steps={steps} with method {method}: interpolation steps need method eap_ig "
-                          f"(edges) or atp_ig (sites); {method} takes the gradient at the corrupted run alone")
+                          f"(edges) or atp_ig (sites); " + (f"{method} takes the gradient at the corrupted run alone"
+                          if method in ("eap", "atp") else f"{method} takes no gradient: set patching.ig_steps=null"))
     if method in EDGE_METHODS and get("sites"):
         raise ConfigError(f"patching.sites: method {method} scores the edges of the model's residual graph and patches no "
                           f"site; drop patching.sites, or use method exact, atp or atp_ig for sites")
@@ -63,7 +64,10 @@ def parse_faithfulness(raw: Any, method: str) -> FaithSpec | None:
                           f"{one_of(EDGE_METHODS)} (it scores the edges; faithfulness.from may rank them by another scoring)")
     fractions = parse_fractions(raw.get("fractions"))
     edges = raw.get("edges", [] if fractions else [10, 50, 200])
-    edges = [edges] if isinstance(edges, int) else list(edges or [])
+    if edges is None or (isinstance(edges, Sequence) and not isinstance(edges, str)):
+        edges = list(edges or [])
+    else:  # one size (10), or a value that is not one (10.5, "a"): refused below by its value
+        edges = [edges]
     if (not edges and not fractions) or any(isinstance(k, bool) or not isinstance(k, int) or k < 0 for k in edges):
         raise ConfigError(f"patching.faithfulness.edges={raw.get('edges')!r}; give circuit sizes, a list of "
                           f"non-negative integers such as [10, 50, 200]")
@@ -91,7 +95,26 @@ def parse_fractions(raw: Any) -> tuple[float, ...]:
     if not ok:
         raise ConfigError(f"patching.faithfulness.fractions={raw!r}; give mib (MIB's fractions of the edges "
                           f"{', '.join(map(str, MIB_FRACTIONS))}) or a list of fractions in (0, 1] such as [0.01, 0.1, 1]")
-    return tuple(sorted({float(f) for f in values}))
+    fractions = tuple(sorted({float(f) for f in values}))
+    if len(fractions) < 2:
+        raise ConfigError(f"patching.faithfulness.fractions={raw!r}; CPR and CMD are areas under the faithfulness curve, "
+                          f"which need at least two fractions: give mib or a list such as [0.01, 0.1, 1]")
+    return fractions
+
+
+def check_not_own_output(faith: FaithSpec | None, output: str) -> None:
+    """faithfulness.from naming the run's own output.path: the run would truncate the scores it ranks the
+    edges by (output.overwrite, on the bounded route the file opens before they are read). Before anything opens."""
+    from pathlib import Path
+
+    from hookrun.store.schemes import local_path
+
+    source = None if faith is None else faith.source
+    if source is None or source in EDGE_METHODS or scheme_of(source).remote or scheme_of(output).remote:
+        return
+    if Path(local_path(source)).expanduser().resolve() == Path(local_path(output)).expanduser().resolve():
+        raise ConfigError(f"output.path {output!r} is patching.faithfulness.from: the run would overwrite the file whose "
+                          f"scores rank the edges; write this run to another output.path")
 
 
 def check_circuits(faith: FaithSpec | None, edges: int) -> None:

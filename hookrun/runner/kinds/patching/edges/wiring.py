@@ -79,6 +79,9 @@ class LensWiring(Wiring):
         kv = getattr(cfg, "n_key_value_heads", None)
         if kv is not None and kv != cfg.n_heads:  # ungrouped: one key and one value input per query head (as MIB)
             self.FLAGS = (*self.FLAGS, "ungroup_grouped_query_attention")
+        if getattr(cfg, "attn_only", False):
+            raise ConfigError(f"{where}: the HookedTransformer is attention-only (cfg.attn_only=True), but the residual "
+                              f"graph has an MLP writer and reader in every layer; edges need a model with MLPs")
         post = [f for f in ("use_normalization_before_and_after",) if getattr(cfg, f, False)]
         if post or getattr(cfg, "original_architecture", None) in ("Olmo2ForCausalLM", "Olmo3ForCausalLM"):
             raise ConfigError(f"{where}: the HookedTransformer norms each attention and MLP output before it joins the "
