@@ -77,7 +77,7 @@ def parse_hook(name: str, body: Any) -> HookSpec:
         raise ConfigError(f"{where}: unknown key {one_of(map(str, unknown))}; allowed keys: {one_of(HOOK_KEYS)}")
     for key in ("at", "type"):
         if body.get(key) is None:
-            raise ConfigError(f"{where}.{key} is missing; a hook needs {one_of(HOOK_KEYS)}")
+            raise ConfigError(f"{where}.{key} is missing; a hook needs at and type (actions is optional: [record] by default)")
     at = body["at"]
     at = (at,) if isinstance(at, str) else at
     if not isinstance(at, list | tuple) or not at or not all(isinstance(a, str) for a in at):

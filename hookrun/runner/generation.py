@@ -117,7 +117,7 @@ def preflight(model: torch.nn.Module, loader: Any, spec: CallSpec, gen: Generati
             model.generate(**one, **args)
     except (TypeError, ValueError, AttributeError) as exc:
         text = " ".join(str(exc).split())
-        raise ConfigError(f"generate: model.generate refused the arguments {sorted(gen.kwargs)}: "
+        raise ConfigError(f"generate: model.generate refused its arguments ({', '.join(sorted(gen.kwargs))}): "
                           f"{text[:300] + ('...' if len(text) > 300 else '')}") from None
 
 

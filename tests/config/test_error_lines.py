@@ -191,3 +191,10 @@ def test_an_error_inside_the_models_forward_is_one_line_with_the_call(tmp_path):
 def test_grad_without_a_loss_lists_loss_lm(tmp_path, checkpoint):
     with pytest.raises(ConfigError, match=r"mode=grad needs a loss: .*loss=lm"):
         hookrun.run(make_cfg(tmp_path, checkpoint, None, mode="grad"))
+
+
+def test_a_hook_without_type_names_the_keys_it_needs_and_not_actions(tmp_path):
+    """It said "a hook needs actions, at, type", though actions is optional ([record] by default)."""
+    with pytest.raises(ConfigError, match=r"^hooks\.f\.type is missing; a hook needs at and type \(actions is optional: "
+                                          r"\[record\] by default\)$"):
+        hookrun.run(toy_cfg(tmp_path, hooks={"f": {"at": "body"}}))
