@@ -77,6 +77,8 @@ def verify_file(path: Path | str, allow_unverified: bool = False) -> int:
         if writer is not None:  # (its flushes move rows and checksums while they are read: a false DAMAGED)
             raise HookrunError(f"{str(run.path)!r} is being written by a running hookrun{f' (pid {writer})' if writer else ''}: "
                                f"--verify checks a file at rest; verify it once the run ends")
+        empty = run.attrs.get("samples_complete") == 0 and run.attrs.get("steps_complete") == 0  # (a run failed at batch 0)
+        status = run.status
         unreadable: list[str] = []  # parts that cannot be fetched or opened (part_files names them here)
         found = Verified()
         for f in run.part_files(unreadable):
@@ -87,6 +89,9 @@ def verify_file(path: Path | str, allow_unverified: bool = False) -> int:
     found.problems = unreadable + found.problems
     for line in found.problems:
         print(f"hookrun.inspect: damaged: {line}", file=sys.stderr)
+    if empty and not found.problems:
+        print(f"{name}: holds no rows (status {status}, 0 batches): nothing to verify")
+        return 0
     unchecked = sorted(set(found.unchecked))
     note = f"; {len(unchecked)} without checksums ({', '.join(unchecked[:3])}{', ...' if len(unchecked) > 3 else ''})" if unchecked else ""
     verdict = f"DAMAGED, {len(found.problems)} problem(s)" if found.problems else (

@@ -96,3 +96,20 @@ def test_a_file_its_run_is_writing_is_not_verified_and_not_called_damaged(tmp_pa
                                f"--verify checks a file at rest; verify it once the run ends")
     assert "DAMAGED" not in out.out + out.err
     assert main([str(path), "--verify"]) == 0
+
+
+def test_a_run_that_failed_before_its_first_batch_has_nothing_to_verify(tmp_path, capsys):
+    """It said "NOTHING could be verified ... (written with output.checksum=false, or by an older hookrun)",
+    exit 3, for a file written with checksums that holds no row. Reference: plain h5py's row count."""
+    import pytest
+    from toy_runs import toy_cfg
+
+    import hookrun
+    from hookrun.errors import RunError
+
+    with pytest.raises(RunError):
+        hookrun.run(toy_cfg(tmp_path, **{"data.store": ["foo"], "output.checksum": True}))  # (tuple items: refused at batch 0)
+    with h5py.File(tmp_path / "captures.h5") as f:
+        assert f.attrs["status"] == "failed" and f["samples/index"].shape == (0,)
+    assert main([str(tmp_path / "captures.h5"), "--verify"]) == 0
+    assert "holds no rows (status failed, 0 batches): nothing to verify" in capsys.readouterr().out
