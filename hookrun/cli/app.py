@@ -45,8 +45,7 @@ from hookrun.runner.accepted import on_accepted
 from hookrun.runner.run import run
 
 log = logging.getLogger("hookrun")
-# libraries whose INFO lines (botocore: "Found endpoint for s3 via ...") would crowd the run's log
-QUIET = ("botocore", "aiobotocore", "boto3", "s3transfer", "s3fs", "fsspec", "urllib3", "filelock", "httpx")
+QUIET = ("botocore", "aiobotocore", "boto3", "s3transfer", "s3fs", "fsspec", "urllib3", "filelock", "httpx")  # their INFO crowds the log
 
 
 def conf_dir() -> str:
@@ -126,7 +125,8 @@ class SweepFolder(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: object) -> None:
         folder = Path(OmegaConf.select(config, "hydra.sweep.dir", default="."))
         jobs = len(list(folder.rglob(".hydra/overrides.yaml")))  # (hydra.sweep.subdir may nest a job's folder)
-        print(f"hookrun: sweep folder: {folder} ({jobs} jobs; python -m hookrun.inspect {folder})", flush=True)
+        print("hookrun: a dry run of a sweep: each job's plan is above; nothing was written" if OmegaConf.select(
+            config, "dry_run") else f"hookrun: sweep folder: {folder} ({jobs} jobs; python -m hookrun.inspect {folder})", flush=True)
 
 
 def compose_config(overrides: list[str], hydra: bool = False) -> DictConfig:

@@ -76,6 +76,16 @@ def test_dry_run_from_the_cli_writes_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_dry_run_sweep_says_nothing_was_written(tmp_path):
+    """It ended "sweep folder: ... (0 jobs; python -m hookrun.inspect ...)" with two plans above, and that
+    inspect then failed."""
+    proc = run_cli("-m", "experiment=fc_input", "seed=0,1", "dry_run=true", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("hookrun plan (dry run: nothing is written)") == 2
+    assert "a dry run of a sweep: each job's plan is above; nothing was written" in proc.stdout
+    assert "sweep folder" not in proc.stdout and not list(tmp_path.rglob("*.h5"))
+
+
 def test_console_script_is_the_same_app(tmp_path):
     exe = shutil.which("hookrun")
     assert exe, "the hookrun console script is not installed"
