@@ -30,7 +30,10 @@ def _need_target(target: Any, name: str) -> torch.Tensor:
 
 def pick_output(output: Any, key: str | int | None, name: str) -> torch.Tensor:
     """The tensor of `output` the loss works on (see the module docstring)."""
-    if isinstance(output, torch.Tensor) and key is None:
+    if isinstance(output, torch.Tensor):
+        if key is not None:
+            raise RunError(f"loss={name}: loss.output_key={key!r}, but the model returns one tensor, which has no keys "
+                           f"or positions; remove loss.output_key")
         return output
     if dataclasses.is_dataclass(output) and not isinstance(output, Mapping):
         output = {f.name: getattr(output, f.name) for f in dataclasses.fields(output)}

@@ -198,3 +198,14 @@ def test_a_hook_without_type_names_the_keys_it_needs_and_not_actions(tmp_path):
     with pytest.raises(ConfigError, match=r"^hooks\.f\.type is missing; a hook needs at and type \(actions is optional: "
                                           r"\[record\] by default\)$"):
         hookrun.run(toy_cfg(tmp_path, hooks={"f": {"at": "body"}}))
+
+
+def test_an_output_key_on_a_model_returning_one_tensor_names_the_key(tmp_path):
+    """It said "cannot use the model's output, a Tensor; give loss=custom ..." and never named output_key."""
+    from hookrun.runner.losses import cross_entropy
+
+    logits, target = torch.randn(4, 3), torch.tensor([0, 1, 2, 0])
+    with pytest.raises(hookrun.errors.RunError, match=r"^loss=cross_entropy: loss.output_key='foo', but the model returns "
+                                                      r"one tensor, which has no keys or positions; remove loss.output_key$"):
+        cross_entropy(logits, target, output_key="foo")
+    torch.testing.assert_close(cross_entropy(logits, target), torch.nn.functional.cross_entropy(logits, target))
