@@ -98,7 +98,8 @@ def test_a_resume_after_overwriting_an_earlier_run_never_takes_its_checkpoints(c
                                                                               sigint_default, caplog):
     """Run A (another lr) left its checkpoints; run B overwrote A, stopped before a checkpoint of its own,
     and its resume took A's checkpoint: A's weights, optimizer and lr, in a file saying B's lr. Reference:
-    SAELens' trainer run directly with B's settings (check_equals_reference)."""
+    SAELens' trainer run directly with B's settings (check_equals_reference). A's SAE stayed in sae.out
+    while B trained (sae.overwrite), and a kill left it there as if it were B's."""
     import signal
 
     from hookrun.output.signals import Interrupted
@@ -121,6 +122,7 @@ def test_a_resume_after_overwriting_an_earlier_run_never_takes_its_checkpoints(c
     with pytest.raises(Interrupted):
         hookrun.run(cfg)
     monkeypatch.setattr(engine.LoggingTrainer, "step", step)
+    assert not (tmp_path / "run" / "sae" / "sae_weights.safetensors").exists()  # (A's SAE stayed, as if B's)
     caplog.set_level("INFO", logger="hookrun")
     result = hookrun.run({**cfg, "resume": True, "output": {**cfg["output"], "overwrite": False}})
     assert result.status == "complete" and "no checkpoint: from the start" in caplog.text

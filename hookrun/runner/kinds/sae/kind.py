@@ -163,15 +163,14 @@ class SaeKind(RunKind):
                          on_step=on_step)
         if first_row:
             self.resume_from(train, first_row)
-        else:  # a run started afresh (output.overwrite): an earlier run's checkpoints are not this one's to resume
-            clear_checkpoints(self.checkpoints)
+        else:  # a run started afresh (output.overwrite): an earlier run's checkpoints are not this one's to resume,
+            clear_checkpoints(self.checkpoints)  # nor its SAE (sae.overwrite) this one's: a kill would leave it as if new
+            self.remove_old_sae()
         try:
             sae = train.fit(progress=bool(self.ctx.cfg.progress))
         except _Stop:
             return written[0]
-        if self.out.exists() and self.block.overwrite:
-            for name in ("cfg.json", "sae_weights.safetensors"):
-                (self.out / name).unlink(missing_ok=True)
+        self.remove_old_sae()
         save_sae(sae, self.out)
         if not self.cache_rows:
             log.info("sae: %d pass(es) over the data on the fly", self.rows.epochs)
@@ -180,6 +179,11 @@ class SaeKind(RunKind):
         if self.block.evaluate:
             self.evaluate()
         return written[0]
+
+    def remove_old_sae(self) -> None:
+        if self.out.exists() and self.block.overwrite:
+            for name in ("cfg.json", "sae_weights.safetensors"):
+                (self.out / name).unlink(missing_ok=True)
 
     def evaluate(self) -> None:
         """sae.evaluate: the evaluate kind's run on the SAE just written (evaluation.py)."""
