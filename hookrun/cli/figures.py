@@ -281,20 +281,3 @@ def sweep_lines(xs: Sequence[Any], series: Mapping[str, Sequence[float]], xlabel
         ax.legend(loc="best")
     return fig
 
-
-def scatter(spec: Any) -> Any:
-    """A Scatter spec (an atp grid's estimate against the exact values it recomputed), with y = x."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(5.2, 4.6), layout="constrained")
-    x, y = np.asarray(spec.x, dtype=np.float64), np.asarray(spec.y, dtype=np.float64)
-    both = np.concatenate([x, y])
-    lo, hi = (float(np.nanmin(both)), float(np.nanmax(both))) if both.size else (0.0, 1.0)
-    ax.plot([lo, hi], [lo, hi], linestyle=":", color="#999999", label="y = x")
-    ax.scatter(x, y, s=14, color=DIVERGING[-2], label="cells")
-    tidy_ticks(ax.xaxis)
-    tidy_ticks(ax.yaxis)
-    ax.set_xlabel(spec.xlabel)
-    ax.set_ylabel(spec.ylabel)
-    ax.set_title(spec.title)
-    ax.legend(loc="best")
-    return fig

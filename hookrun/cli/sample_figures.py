@@ -20,6 +20,7 @@ import numpy as np
 from hookrun.analysis.images import as_pictures, fit_maps
 from hookrun.analysis.report.figure_specs import SEQUENTIAL, Bands, Heatmap, Lines, MapRow
 from hookrun.cli import figures
+from hookrun.cli.scatter_figure import scatter
 from hookrun.errors import NotFoundError
 
 
@@ -73,7 +74,7 @@ def render(spec: Any) -> Any:
     """The matplotlib figure of any figure spec."""
     draw: Callable[[Any], Any] = (figures.lines if isinstance(spec, Lines) else figures.heatmap if isinstance(spec, Heatmap)
                                   else map_row if isinstance(spec, MapRow) else bands if isinstance(spec, Bands)
-                                  else figures.scatter)
+                                  else scatter)
     return draw(spec)
 
 

@@ -24,7 +24,7 @@ sae_lens = pytest.importorskip("sae_lens")
 CACHE = ("data.dataset.limit=16", "data.dataset.max_length=16", "data.batch_size=8", "progress=false")
 HELD_OUT = "{data: {dataset: {start: 4096, max_length: 16}, batch_size: 8}, limit: 16}"
 TRAIN = ("sae.shuffle=false", "sae.rows=256", "sae.batch_rows=32", "sae.d_sae=256", "sae.k=16", "sae.checkpoints=0",
-         "progress=false")
+         "sae.lr_schedule.warmup=2", "progress=false")  # (8 steps: a warmup within them)
 
 
 @pytest.fixture(scope="module")

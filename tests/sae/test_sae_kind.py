@@ -202,7 +202,8 @@ def test_cli_sweep_inspect_and_plot(cache, tmp_path):
     from conftest import run_cli
 
     common = [f"sae.from={cache}", f"sae.capture={CAPTURE}", "sae.d_sae=64", "sae.batch_rows=32", "sae.rows=320",
-              "sae.out=null", "sae.checkpoints=0", "data.dataset.limit=1", "progress=false"]
+              "sae.out=null", "sae.checkpoints=0", "data.dataset.limit=1", "progress=false",
+              "sae.lr_schedule.warmup=2"]
     done = run_cli("-m", "experiment=sae_train", "sae.k=4,8", *common, f"hydra.sweep.dir={tmp_path / 'sweep'}",
                    cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -248,7 +249,7 @@ def test_a_sweep_puts_each_jobs_sae_in_its_own_folder(cache, tmp_path):
     from conftest import run_cli
 
     common = [f"sae.from={cache}", f"sae.capture={CAPTURE}", "sae.d_sae=64", "sae.batch_rows=32", "sae.rows=320",
-              "sae.checkpoints=0", "data.dataset.limit=1", "progress=false"]
+              "sae.checkpoints=0", "data.dataset.limit=1", "progress=false", "sae.lr_schedule.warmup=2"]
     done = run_cli("-m", "experiment=sae_train", "sae.k=4,8", *common, f"hydra.sweep.dir={tmp_path / 'sweep'}",
                    cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]

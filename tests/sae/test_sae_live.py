@@ -49,12 +49,12 @@ def test_on_the_fly_rows_and_training_equal_saelens(tmp_path):
     budget = 2 * n + 64  # a second pass, and part of a third
     cfg = hookrun.compose("experiment=sae_train", "sae.from=null", "sae.capture=null", "sae.at=transformer.h.3",
                           "sae.shuffle=false", f"sae.rows={budget}", "sae.batch_rows=32", "sae.d_sae=256", "sae.k=16",
-                          "sae.out=null", "sae.checkpoints=0", *DATA, "progress=false", f"hydra.run.dir={tmp_path / 'run'}")
+                          "sae.out=null", "sae.checkpoints=0", "sae.lr_schedule.warmup=4", *DATA, "progress=false", f"hydra.run.dir={tmp_path / 'run'}")
     result = hookrun.run(cfg)
     steps = -(-budget // 32)
     torch.manual_seed(0)
     ref = TopKTrainingSAE(TopKTrainingSAEConfig(d_in=128, d_sae=256, k=16))
-    logs = saelens_fit(ref, rows, budget, 32, lr_warm_up_steps=50, lr_decay_steps=int(0.2 * (budget // 32)))
+    logs = saelens_fit(ref, rows, budget, 32, lr_warm_up_steps=4, lr_decay_steps=int(0.2 * (budget // 32)))
     with hookrun.open_run(result.path) as run:
         curves = run.sae_curves()
         assert run.sae["at"] == "transformer.h.3" and run.sae["d_in"] == 128
@@ -84,7 +84,7 @@ def test_on_the_fly_sigkill_then_resume_ends_equal_to_saelens(tmp_path, caplog):
     budget, batch = 12 * 32, 32
     overrides = ["experiment=sae_train", "sae.from=null", "sae.capture=null", "sae.at=transformer.h.3",
                  "sae.shuffle=false", f"sae.rows={budget}", f"sae.batch_rows={batch}", "sae.d_sae=256", "sae.k=16",
-                 "sae.out=null", "sae.checkpoints=3", "output.flush_every=1", *DATA, "progress=false",
+                 "sae.out=null", "sae.checkpoints=3", "sae.lr_schedule.warmup=4", "output.flush_every=1", *DATA, "progress=false",
                  f"hydra.run.dir={tmp_path / 'run'}"]
     done = subprocess.run([sys.executable, str(HELPERS / "sae_kill_at_step.py"), "9", "compose", json.dumps(overrides)],
                           capture_output=True, text=True, cwd=ROOT, env={**os.environ, **ENV, "OMP_NUM_THREADS": "1"},
@@ -99,7 +99,7 @@ def test_on_the_fly_sigkill_then_resume_ends_equal_to_saelens(tmp_path, caplog):
     assert resume_line(tmp_path / "run" / "checkpoints", kept, batch) in caplog.text
     torch.manual_seed(0)
     ref = TopKTrainingSAE(TopKTrainingSAEConfig(d_in=128, d_sae=256, k=16))
-    logs = saelens_fit(ref, rows, budget, batch, lr_warm_up_steps=50, lr_decay_steps=int(0.2 * (budget // batch)))
+    logs = saelens_fit(ref, rows, budget, batch, lr_warm_up_steps=4, lr_decay_steps=int(0.2 * (budget // batch)))
     with hookrun.open_run(result.path) as run:
         curves = run.sae_curves()
     assert len(curves) == 12 == len(logs)

@@ -180,7 +180,10 @@ class Scatter:
     xlabel: str
     ylabel: str
     title: str
-    labels: Sequence[str] = field(default_factory=list)
+    labels: Sequence[str] = field(default_factory=list)  # each point's name (hover; with annotate, beside it too)
+    diagonal: bool = False  # a y = x line (an estimate against what it estimates), the axes spanning both
+    points: str = ""  # the points' legend name (none, and no diagonal: no legend)
+    annotate: bool = False  # each point's label written beside it (a sweep's jobs), the axes fitting the points
 
 
 def category_key(value: Any) -> tuple:

@@ -150,15 +150,52 @@ def histogram(spec: Histogram) -> dict:
 
 
 def scatter(spec: Scatter) -> dict:
+    """The points (each label on hover); what the spec asks for besides: a y = x line (`diagonal`, the
+    axes spanning both), a legend (`points`), each point's label beside it (`annotate`: the axes fit
+    the points with room for their labels)."""
     x, y = np.asarray(spec.x, dtype=np.float64), np.asarray(spec.y, dtype=np.float64)
-    lo = float(np.nanmin(np.concatenate([x, y]))) if x.size else 0.0
-    hi = float(np.nanmax(np.concatenate([x, y]))) if x.size else 1.0
-    data = [{"type": "scatter", "mode": "markers", "x": _finite(x), "y": _finite(y), "name": "cells",
-             "text": [escape(t) for t in spec.labels] or None,
-             "hovertemplate": f"%{{text}}<br>{escape(spec.xlabel)} %{{x:.6g}}<br>{escape(spec.ylabel)} %{{y:.6g}}<extra></extra>"},
-            {"type": "scatter", "mode": "lines", "x": [lo, hi], "y": [lo, hi], "name": "y = x",
-             "line": {"dash": "dot", "color": "#999999"}, "hoverinfo": "skip"}]
-    return {"data": data, "layout": _layout(spec.title, spec.xlabel, spec.ylabel, height=380)}
+    annotate = spec.annotate and len(spec.labels) == len(x)
+    points: dict[str, Any] = {"type": "scatter", "mode": "markers+text" if annotate else "markers", "x": _finite(x),
+                              "y": _finite(y), "name": escape(spec.points or "points"), "text": [escape(t) for t in spec.labels] or None,
+                              "hovertemplate": f"%{{text}}<br>{escape(spec.xlabel)} %{{x:.6g}}<br>{escape(spec.ylabel)} %{{y:.6g}}<extra></extra>"}
+    data = [points]
+    layout = _layout(spec.title, spec.xlabel, spec.ylabel, height=380)
+    if spec.diagonal:
+        lo = float(np.nanmin(np.concatenate([x, y]))) if x.size else 0.0
+        hi = float(np.nanmax(np.concatenate([x, y]))) if x.size else 1.0
+        data.append({"type": "scatter", "mode": "lines", "x": [lo, hi], "y": [lo, hi], "name": "y = x",
+                     "line": {"dash": "dot", "color": "#999999"}, "hoverinfo": "skip"})
+    if not spec.points:
+        points["showlegend"] = False
+        layout["showlegend"] = spec.diagonal
+    if annotate:
+        points.update(textposition=_sides(x, y), textfont={"size": 9}, marker={"size": 8})
+        layout["xaxis"]["range"], layout["yaxis"]["range"] = _padded(x, 0.3), _padded(y, 0.2)
+    return {"data": data, "layout": layout}
+
+
+def _padded(v: np.ndarray, pad: float) -> list[float]:
+    """The finite values' span, widened by `pad` of it at each end (a span of 0: by a tenth of the value, or 1)."""
+    v = v[np.isfinite(v)]
+    lo, hi = (float(v.min()), float(v.max())) if v.size else (0.0, 1.0)
+    span = hi - lo or (abs(hi) / 10 or 1.0)
+    return [lo - pad * span, hi + pad * span]
+
+
+def _sides(x: np.ndarray, y: np.ndarray) -> list[str]:
+    """Where each point's label goes, on the axes' scale: above it, unless another point is close above
+    (then below it), and beside it (away from the middle) where points are close on both sides."""
+    sx, sy = (float(np.ptp(v[np.isfinite(v)])) if np.isfinite(v).any() else 1.0 for v in (x, y))
+    nx, ny = x / (sx or 1.0), y / (sy or 1.0)
+    mid = float(np.nanmean(nx)) if len(x) else 0.0
+    out = []
+    for i in range(len(x)):
+        near = [j for j in range(len(x)) if j != i and abs(nx[i] - nx[j]) < 0.3 and abs(ny[i] - ny[j]) < 0.12]
+        above = any((ny[j], j) > (ny[i], i) for j in near)
+        below = any((ny[j], j) < (ny[i], i) for j in near)
+        out.append("top center" if not above else "bottom center" if not below
+                   else "middle left" if nx[i] > mid else "middle right")
+    return out
 
 
 CIRCUIT_UNIT = 70  # pixels per head column and per row of a circuit (labels of 8 characters fit in one)

@@ -56,7 +56,7 @@ def grid_specs(run: Any) -> list[tuple[str, str, list[Any]]]:
             if done.any():
                 specs.append(Scatter(est[done], ex[done], f"estimate ({a.get('method', 'atp')}), {metric_label(a)}", "exact",
                                      f"{name}: {a.get('method', 'atp')} estimate against exact patching ({int(done.sum())} cells recomputed)",
-                                     labels))
+                                     labels, diagonal=True, points="cells"))
         specs += [_circuit(run, g), *_faithfulness(run)] if name == "edges" and "reader" in g.dims else []
         out.append((name, about, specs))
     return out

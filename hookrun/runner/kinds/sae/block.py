@@ -18,6 +18,7 @@ checked against SAELens' config class itself (engine.sae_config), before any ste
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -47,7 +48,7 @@ class SaeBlock:
     architecture: str = "topk"
     d_sae: int = 2048
     lr: float = 3e-4
-    lr_schedule: Any = None  # {warmup: steps, decay: fraction of the steps, end: lr at the end (lr / 10)}
+    lr_schedule: Any = None  # {warmup: steps, decay: fraction of the steps, scheduler: constant | cosineannealing, end}
     batch_rows: int = 4096
     rows: Any = 0  # the training budget in activation rows (SAELens' total_training_samples), or the layout: token | channel
     budget: int | None = None  # the budget where `rows` names the layout
@@ -135,7 +136,9 @@ class SaeBlock:
                 raise ConfigError(f"sae.jumprelu_sparsity_loss_mode: {self.jumprelu_sparsity_loss_mode!r}; choose "
                                   f"{', '.join(modes)} (SAELens' modes)")
         self.shuffle = _shuffle(self.shuffle)
-        self.lr_schedule = _schedule(self.lr_schedule, self.lr)
+        self.lr_schedule = _schedule(self.lr_schedule, self.lr, self.rows // self.batch_rows)
+        _window(self, "dead_feature_window")
+        _window(self, "feature_sampling_window")
         self.evaluate = parse_evaluate(self.evaluate)
         if self.evaluate and self.vectors == "channel":
             raise ConfigError("sae.evaluate: op: splice applies an SAE to the last dimension of a module's output, "
@@ -169,18 +172,56 @@ def _shuffle(value: Any) -> dict[str, int] | bool:
     return out
 
 
-def _schedule(value: Any, lr: float) -> dict[str, Any]:
+SCHEDULERS = ("constant", "cosineannealing")  # SAELens' lr_scheduler_name values the block passes through
+
+
+def _schedule(value: Any, lr: float, steps: int) -> dict[str, Any]:
+    """{warmup, decay, end, scheduler} as SAELens' get_lr_scheduler takes them, refused in one line
+    where SAELens would ignore a key (end on the constant schedule) or misbehave (a warmup past the
+    run's steps never reaches lr; a cosine with no step left between warmup and decay divides by 0)."""
     got = dict(value or {})
-    unknown = set(got) - {"warmup", "decay", "end"}
+    unknown = set(got) - {"warmup", "decay", "end", "scheduler"}
     if unknown:
         raise ConfigError(f"sae.lr_schedule: unknown key(s) {', '.join(sorted(unknown))}; its keys are warmup "
-                          "(steps), decay (the last fraction of the steps) and end (the lr decay falls to; lr / 10)")
+                          "(steps), decay (the last fraction of the steps, falling linearly to 0), scheduler "
+                          "(constant | cosineannealing) and end (the lr the cosine falls to; lr / 10)")
     out = {"warmup": int(got.get("warmup", 0)), "decay": float(got.get("decay", 0.0)),
+           "scheduler": str(got.get("scheduler") or "constant"),
            "end": float(got["end"]) if got.get("end") is not None else lr / 10}
     if out["warmup"] < 0 or not 0.0 <= out["decay"] < 1.0:
         raise ConfigError(f"sae.lr_schedule: warmup {out['warmup']} must be >= 0 and decay {out['decay']} "
                           "a fraction in [0, 1)")
+    if out["scheduler"] not in SCHEDULERS:
+        raise ConfigError(f"sae.lr_schedule.scheduler: {out['scheduler']!r}; choose constant (lr held) or "
+                          "cosineannealing (lr falls along a cosine to end), SAELens' lr_scheduler_name")
+    if got.get("end") is not None and out["scheduler"] == "constant":
+        raise ConfigError(f"sae.lr_schedule.end: SAELens' constant schedule has no end lr (lr is held, and the decay "
+                          f"falls linearly to 0 whatever lr_end says); drop end, or give "
+                          f"sae.lr_schedule.scheduler=cosineannealing (lr falls along a cosine to end {out['end']:g})")
+    decay = int(math.floor(out["decay"] * steps))
+    if not 0.0 <= out["end"] <= lr or (decay and out["end"] == 0.0 and out["scheduler"] != "constant"):
+        raise ConfigError(f"sae.lr_schedule.end: {out['end']:g} must lie in [0, lr {lr:g}]"
+                          + (", and above 0 with decay (SAELens' decay falls from end to 0)" if decay else ""))
+    if out["warmup"] > steps:
+        raise ConfigError(f"sae.lr_schedule.warmup: {out['warmup']} warmup steps is longer than the run's {steps} "
+                          f"steps (rows // batch_rows): the run would end still warming up; give warmup <= {steps}")
+    if out["scheduler"] != "constant" and out["warmup"] + decay >= steps:
+        raise ConfigError(f"sae.lr_schedule: warmup {out['warmup']} + decay {decay} steps leave no step of the "
+                          f"run's {steps} for the cosine; give warmup + decay x steps < {steps}")
     return out
+
+
+def _window(block: Any, key: str) -> None:
+    """SAELens counts a latent dead after more than dead_feature_window steps silent, and takes the
+    firing rates every feature_sampling_window steps: below 1, most latents read dead, or it divides by 0."""
+    value = getattr(block, key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        what = ("SAELens counts a latent dead once it has been silent for more than this many steps, so "
+                f"{value} counts every latent silent in the latest batch as dead (the dead_features figure and the "
+                "auxiliary loss)" if key == "dead_feature_window" else
+                "SAELens takes the firing rates every this many steps (a window of 0 divides by zero)")
+        raise ConfigError(f"sae.{key}: {value!r}; {what}; give a whole number of steps >= 1 (SAELens' default: "
+                          f"{1000 if key == 'dead_feature_window' else 2000})")
 
 
 LAYOUTS = {"token": "auto", "channel": "channel"}  # rows: LAYOUT -> the layout as data.py / live.py take it

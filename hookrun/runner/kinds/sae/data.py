@@ -65,6 +65,14 @@ class CacheRows(BatchStream):
         self.info = find_capture(self.run, capture, self.source)
         shape = tuple(int(n) for n in self.info.shape)
         self.channel = vectors == "channel"
+        if len(shape) < 2:  # (a number per row: no layout makes vectors of it)
+            named = [c.path.removeprefix("/captures/") for c in self.run.captures if len(c.shape) >= 2]
+            self.run.close()
+            raise ConfigError(f"sae.capture: {capture} holds one number per row (shape {shape}), not a vector: an SAE "
+                              "trains on vectors; give sae.capture a capture of vectors" + (
+                                  f" (this cache's: {', '.join(named[:8])}{' ...' if len(named) > 8 else ''})" if named
+                                  else f" ({self.source} holds none: give sae.from a cache run that records a module's "
+                                  "output with rows: token, e.g. experiment=sae_cache)"))
         if self.channel and len(shape) < 3:
             self.run.close()
             raise ConfigError(f"sae.rows: channel reads a feature map (sample, channel, positions...); {capture} "

@@ -68,7 +68,8 @@ def trainer_config(block: SaeBlock, checkpoint_path: str | None = None, device: 
     if block.norm_batches is not None:
         extra["n_batches_for_norm_estimate"] = block.norm_batches
     return SAETrainerConfig(total_training_samples=block.rows, train_batch_size_samples=block.batch_rows, lr=block.lr,
-                            lr_end=sched["end"], lr_warm_up_steps=sched["warmup"],
+                            lr_end=sched["end"], lr_scheduler_name=sched.get("scheduler", "constant"),
+                            lr_warm_up_steps=sched["warmup"],
                             lr_decay_steps=int(math.floor(sched["decay"] * steps)), device=device,
                             n_checkpoints=block.checkpoints, checkpoint_path=checkpoint_path, **extra)
 

@@ -74,6 +74,10 @@ class LiveRows(BatchStream):
 
     def _rows_of(self, call: Any) -> torch.Tensor:
         out = self._forward(call).detach()
+        if out.dim() < 2:
+            raise ConfigError(f"sae.at: {self.at}'s output has shape {tuple(out.shape)}, one number per sample, not a "
+                              "vector: an SAE trains on vectors; give sae.at a module whose output holds a vector per "
+                              "token or sample")
         if self.vectors == "channel":
             if out.dim() < 3:
                 raise ConfigError(f"sae.rows: channel reads a feature map (sample, channel, positions...); "

@@ -142,14 +142,16 @@ def _frontier(sweep: Any) -> tuple[list[dict], list[Scatter]]:
     labels = [(", ".join(f"{k}={r[k]}" for k in sweep.swept) or f"job {r['job']}")
               + (f" ({r.get('status')})" if r.get("status") != "complete" else "") for r in rows]  # (not complete: said)
     charts = [Scatter(x=np.array([r["l0"] for r in rows]), y=np.array([r["explained_variance"] for r in rows]),
-                      xlabel="L0 (last step)", ylabel="explained variance (last step)",
-                      title="SAE sweep: sparsity against reconstruction", labels=labels)]
+                      xlabel="L0: latents active per row (last training step)",
+                      ylabel="explained variance (last training step)",
+                      title="SAE sweep: sparsity against reconstruction", labels=labels, annotate=True)]
     scored = [(label, r) for label, r in zip(labels, rows, strict=True) if r.get("ce_loss_score") is not None]
     if len(scored) >= 2:  # sae.evaluate was on: what the sparsity costs the model
         charts.append(Scatter(x=np.array([r["l0"] for _, r in scored]), y=np.array([r["ce_loss_score"] for _, r in scored]),
-                              xlabel="L0 (last step)", ylabel="ce_loss_score (held-out items)",
+                              xlabel="L0: latents active per row (last training step)",
+                              ylabel="ce_loss_score: loss recovered, spliced (held-out items)",
                               title="SAE sweep: sparsity against the spliced model's loss recovered",
-                              labels=[label for label, _ in scored]))
+                              labels=[label for label, _ in scored], annotate=True))
     return rows, charts
 
 
