@@ -193,7 +193,7 @@ def patch_hooks(source, **extra):
 
 
 def test_patch_source_errors_come_before_any_batch(tmp_path, checkpoint):
-    with pytest.raises(ConfigError, match="does not exist"):
+    with pytest.raises(ConfigError, match=r"nope.h5': no file '.*nope.h5' \(run the clean run first"):
         hookrun.run(make_cfg(tmp_path, checkpoint, patch_hooks(tmp_path / "nope.h5")))
     partial = hookrun.run(make_cfg(tmp_path / "src", checkpoint, {"l": {"at": "layer2", "type": "forward", "actions": ["record"]}}, **{"data.limit": 1})).path
     with pytest.raises(ConfigError, match=r"lacks sample index 4, 5, 6, 7, 8 \.\.\. \(8 of this run's samples\)"):
