@@ -5,7 +5,11 @@
     report.total_bytes          # what `output.max_bytes` is checked against
 
 It runs a batch of one (the dataset's first item) with a fresh hook session, so the real run
-starts from a clean state; nothing is written.
+starts from a clean state; nothing is written. It counts what HDF5 allocates: each dataset's rows
+at most (store/sizing.py: `limit`, `every`, the run's samples, samples x tokens for token rows) in
+the whole chunks the store will make of them, and HDF5's own metadata; so, uncompressed, the file
+a run writes is no larger (variable-length rows aside: the first sample's size stands for all),
+and with output.compression the total is an upper bound.
 """
 
 from __future__ import annotations
@@ -20,18 +24,40 @@ from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.session import HookSession
 from hookrun.labels import capture_label, module_label
 from hookrun.runner.batches import first_batch
+from hookrun.runner.loop import stored_keys, token_width
+from hookrun.store.columns import chunk_bytes_for
 from hookrun.store.records import Capture
+from hookrun.store.sizing import (
+    DIGEST_CHUNK,
+    INDEX_CHUNK,
+    RAGGED_CHUNK,
+    TOKEN_CHUNK,
+    allocated,
+    capped,
+    capture_bound,
+    chunk_rows,
+    index_bytes,
+    metadata_bytes,
+)
 
 
 @dataclass
 class Line:
     capture: Capture
     row_bytes: int
-    rows: int
+    rows: int  # at most
+    chunk: int = 1  # rows in a chunk of its dataset, as the store makes it
+    index: int = 0  # rows of its `<name>.index` at most, where its rows skip batches (0: none)
 
     @property
     def total(self) -> int:
-        return self.row_bytes * self.rows
+        """What HDF5 allocates for it: whole chunks (variable-length rows: their heap objects and
+        chunks of 16-byte references), and its index's."""
+        if self.capture.ragged:
+            data = self.rows * (-(-self.row_bytes // 8) * 8 + 16) + allocated(self.rows, self.chunk) * 16
+        else:
+            data = allocated(self.rows, self.chunk) * self.row_bytes
+        return data + (index_bytes(self.index) if self.index else 0)
 
 
 @dataclass
@@ -41,11 +67,12 @@ class Estimate:
     n_samples: int = 0
     n_batches: int = 0
     header: list[str] = field(default_factory=list)
-    extra_bytes: int = 0  # mode=generate: generated ids and the token-row map
+    extra_bytes: int = 0  # /samples (index, step, target, data.store keys, token map), /checksums, the kind's own
+    meta_bytes: int = 0  # HDF5's own: object headers, chunk B-trees, groups (store/sizing.py)
 
     @property
     def total_bytes(self) -> int:
-        return sum(line.total for line in self.lines) + self.n_samples * 16 + self.extra_bytes  # + /samples/index, /samples/step
+        return sum(line.total for line in self.lines) + self.extra_bytes + self.meta_bytes
 
     def text(self) -> str:
         # (dry_run's printout only: analysis/ is not on a run's route)
@@ -68,12 +95,16 @@ class Estimate:
                            f"{human_bytes(line.row_bytes):>10s}/{unit} x {line.rows} = {human_bytes(line.total)}")
             if not any(ln.capture.key.hook == hook for ln in self.lines):
                 out.append("    (records nothing)")
-        out.append(f"  estimated file size: {human_bytes(self.total_bytes)} for {self.n_samples} samples in {self.n_batches} batches (uncompressed)")
+        out.append(f"  besides the captures: {human_bytes(self.extra_bytes)} (/samples, /checksums), "
+                   f"{human_bytes(self.meta_bytes)} of HDF5 metadata")
+        out.append(f"  estimated file size: {human_bytes(self.total_bytes)} for {self.n_samples} samples in {self.n_batches} "
+                   f"batches ({self.total_bytes} bytes uncompressed, in whole HDF5 chunks; with output.compression an upper bound)")
         return "\n".join(out)
 
 
 def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: ActionEnv, settings, n_samples: int,
-             checksum: bool = False) -> Estimate:
+             checksum: bool = False, attrs_bytes: int = 0) -> Estimate:
+    """`attrs_bytes`: the file's root attributes (the config's YAML)."""
     n_batches = len(settings.batches)
     kind = settings.kind
     indices, call = first_batch(loader, settings.spec)
@@ -82,32 +113,61 @@ def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: Actio
         session.begin_step(0, 1, indices, call.attention_mask)
         kind.sample_step(model, call, session)
         captures = env.captures.take()
-    tokens = kind.token_rows(call)  # mode=generate: token rows per sample, at most (more than the prompt's)
+    width = token_width(kind, call)  # token rows per sample at most: the padded width (generate: and new tokens)
     for p in points:
         for action in p.actions:
             action.reset()
     report = Estimate(points, n_samples=n_samples, n_batches=n_batches)
-    target = call.target if isinstance(call.target, torch.Tensor) and call.target.dim() else None  # /samples/target
-    per_target = target[0].numel() * target.element_size() if target is not None else 0
-    report.extra_bytes = kind.file_bytes(n_samples) + n_samples * (tokens * 17 + per_target)  # 17: a token row's map
-    if checksum:  # output.checksum: a (batch, capture) row of 3 uint64 in /checksums, 1,024 rows a chunk
-        report.extra_bytes += math.ceil(n_batches * max(len(captures), 1) / 1024) * 1024 * 24
+    batch = max(1, min(loader.batch_size or 1, n_samples))
+    datasets: list[tuple[int, int, bool]] = []  # (rank, chunks, a capture's) of each dataset: its metadata
     for cap in captures:
-        every = int(cap.attrs.get("every", 1))
-        limit = cap.attrs.get("limit")
-        if cap.ragged:  # variable-length rows: the first sample's size stands for all
-            row_bytes = sum(v.numel() * v.element_size() for v in cap.value)
-            rows = n_batches if cap.per_step else n_samples
-        elif cap.tokens:  # the first sample's tokens stand for every sample's
-            row_bytes = cap.value[0].numel() * cap.value.element_size()
-            rows = n_samples * (tokens or len(cap.value))
-        elif cap.per_step:
-            row_bytes = cap.value.numel() * cap.value.element_size()
-            rows = math.ceil(n_batches / every)
-        else:
-            row_bytes = cap.value[0].numel() * cap.value.element_size()
-            rows = n_samples if every == 1 else math.ceil(n_batches / every) * max(1, n_samples // max(n_batches, 1))
-        if limit:
-            rows = min(rows, int(limit))
-        report.lines.append(Line(cap, row_bytes, rows))
+        line = capture_line(cap, n_samples, n_batches, batch, width, chunk_bytes_for(len(captures)))
+        report.lines.append(line)
+        rank = 1 if cap.ragged else cap.value.dim() + cap.per_step
+        datasets.append((rank, math.ceil(line.rows / line.chunk), True))
+        if line.index:
+            datasets.append((1, math.ceil(line.index / capped(INDEX_CHUNK, line.index)), False))
+    report.extra_bytes = kind.file_bytes(n_samples) + sample_bytes(loader, call, settings, n_samples, datasets)
+    tokens = [len(c.value) for c in captures if c.tokens]
+    if tokens:  # the token map: /samples/token_sample, token_position (and token_generated: generate)
+        rows, n = n_samples * (width or max(tokens)), 3 if kind.token_rows(call) else 2
+        report.extra_bytes += allocated(rows, capped(TOKEN_CHUNK, rows)) * (17 if n == 3 else 16)
+        datasets += [(1, math.ceil(rows / capped(TOKEN_CHUNK, rows)), False)] * n
+    if checksum:  # output.checksum: a (batch, dataset) row of 3 uint64 in /checksums, for each capture and the sample table
+        rows = n_batches * (len(captures) + 2)
+        report.extra_bytes += allocated(rows, capped(DIGEST_CHUNK, rows)) * 24
+        datasets.append((2, math.ceil(rows / capped(DIGEST_CHUNK, rows)), False))
+    groups = {"", "samples"} | {c.key.path.rsplit("/", k)[0] for c in captures for k in range(1, c.key.path.count("/") + 1)}
+    report.meta_bytes = metadata_bytes(datasets, len(groups), attrs_bytes)
     return report
+
+
+def capture_line(cap: Capture, n_samples: int, n_batches: int, batch: int, width: int | None, chunk_bytes: int) -> Line:
+    """A capture's rows at most and its chunks, as the store will make them (store/columns.py)."""
+    if cap.ragged:  # variable-length rows: the first sample's size stands for all
+        row_bytes = sum(v.numel() * v.element_size() for v in cap.value)
+        return Line(cap, row_bytes, n_batches if cap.per_step else n_samples, RAGGED_CHUNK)
+    value = cap.value if cap.per_step else cap.value[0]
+    row_bytes = value.numel() * cap.value.element_size()
+    rows = capture_bound(cap, n_samples, n_batches, batch, width or len(cap.value)) or 0
+    full = n_batches if cap.per_step else n_samples
+    every = int(cap.attrs.get("every", 1))
+    skips = not cap.tokens and rows < full and (every == 1 or math.ceil(n_batches / every) > 1)
+    return Line(cap, row_bytes, rows, chunk_rows(row_bytes, chunk_bytes, rows), rows if skips else 0)
+
+
+def sample_bytes(loader, call, settings, n: int, datasets: list) -> int:
+    """/samples/index, step, target and the data.store keys of `n` samples, in their chunks."""
+    chunk = capped(INDEX_CHUNK, n)
+    target = call.target if isinstance(call.target, torch.Tensor) and call.target.dim() else None
+    rows = [(8, 1), (8, 1)] + ([(target[0].numel() * target.element_size(), target.dim())] if target is not None else [])
+    total = sum(allocated(n, chunk) * b for b, _ in rows)
+    datasets += [(rank, math.ceil(n / chunk), False) for _, rank in rows]
+    try:
+        stored = stored_keys(loader.collate_fn([loader.dataset[0]])[1], settings.store_keys) or {}
+    except Exception:  # (the run says what is wrong with data.store)
+        stored = {}
+    for arr in stored.values():
+        total += allocated(n, min(4096, chunk)) * arr[0].nbytes
+        datasets.append((arr.ndim, math.ceil(n / min(4096, chunk)), False))
+    return total

@@ -96,6 +96,7 @@ def run_batches(
                 ticket=transfer.submit(captures),
                 samples=stored if adds.samples is None else {**(stored or {}), **adds.samples},
                 tokens=token_columns(captures, env.state, with_generated=adds.generated),
+                token_width=token_width(s.kind, call),  # (the store's chunks of token rows: store/sizing.py)
                 tables=adds.tables,
                 state=env.snapshot(),  # stateful actions (top_examples): saved at the next flush
             ))
@@ -169,6 +170,15 @@ def stored_keys(batch: Any, keys: tuple[str, ...]) -> dict[str, np.ndarray] | No
 
 
 log = logging.getLogger("hookrun")
+
+
+def token_width(kind: RunKind, call: Any) -> int | None:
+    """Token rows a sample of the batch can get at most: the kind's (generate: the prompt and the new
+    tokens), else the batch's padded width; None without an attention mask (every token is real)."""
+    if n := kind.token_rows(call):
+        return n
+    mask = call.attention_mask
+    return int(mask.shape[1]) if isinstance(mask, torch.Tensor) and mask.dim() == 2 else None
 
 
 def end_report(session: HookSession, store: RunStore, resume: Resume | None, complete: bool = True) -> dict:

@@ -155,7 +155,7 @@ def _run(cfg: HookrunConfig, dest: Destination, started: float, model: torch.nn.
 def plan_estimate(p: Prepared):
     """The plan's estimated bytes per capture (dry_run=true prints it; output.max_bytes checks it)."""
     from hookrun.runner.estimate import estimate  # (only these runs estimate)
-    report, cfg = estimate(p.model, p.loader, p.points, p.env, p.settings, p.n_samples, p.cfg.output.checksum), p.cfg
+    report, cfg = estimate(p.model, p.loader, p.points, p.env, p.settings, p.n_samples, p.cfg.output.checksum, len(to_yaml(p.cfg))), p.cfg
     report.header = [
         "hookrun plan" + (" (dry run: nothing is written)" if cfg.dry_run else ""),
         f"  model   {type(p.model).__module__}.{type(p.model).__qualname__} on {p.settings.device}, mode {p.settings.mode}",

@@ -23,6 +23,7 @@ import numpy as np
 import xxhash
 
 from hookrun.store.capture_schema import damage, list_captures
+from hookrun.store.sizing import DIGEST_CHUNK, capped
 
 TABLE = "/checksums"
 
@@ -32,8 +33,8 @@ class DigestLog:
     HDF5 append per flush (a table per capture held a chunk cache each: 600 captures grew memory
     past the load test's bound)."""
 
-    def __init__(self, file: h5py.File) -> None:
-        self.file = file
+    def __init__(self, file: h5py.File, steps: int | None = None) -> None:
+        self.file, self.steps = file, steps  # steps: the run's batches, where known (no chunk holds more rows)
         self.pending: list[tuple[int, int, int]] = []  # (dataset's number, rows after the batch, xxh3)
         self.table: h5py.Dataset | None = None
         self.ids: dict[str, int] = {}  # datasets numbered by id_of (the sample table's)
@@ -65,7 +66,8 @@ class DigestLog:
         if not self.pending:
             return
         if self.table is None:
-            self.table = self.file.create_dataset(TABLE, (0, 3), "uint64", maxshape=(None, 3), chunks=(1024, 3),
+            rows = capped(DIGEST_CHUNK, self.steps * len(self.pending) if self.steps else None)  # the first batch's x steps
+            self.table = self.file.create_dataset(TABLE, (0, 3), "uint64", maxshape=(None, 3), chunks=(rows, 3),
                                                   rdcc_nbytes=64 << 10, rdcc_w0=1.0)
         rows = np.array(self.pending, dtype=np.uint64)
         n = self.table.shape[0]

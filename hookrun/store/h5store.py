@@ -68,7 +68,7 @@ class H5Store(CaptureColumns):
             self.file.attrs[key] = str(value) if isinstance(value, str) else value
         self.file.attrs["status"] = "running"
         self.table = SampleTable(self.file, self.compression, self.expected[False])
-        self.digests = DigestLog(self.file)  # the run's /checksums table, written at each flush
+        self.digests = DigestLog(self.file, self.expected[True])  # the run's /checksums table, written at each flush
         self._columns: dict[str, Column] = {}
         self.tables: dict[str, TableWriter] = {}  # a kind's named tables (/NAME), made at their first rows (store/records.py)
         self.run_state = None  # stateful actions' latest state, written at flush (store/run_state.py: made by the first)

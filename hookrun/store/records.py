@@ -91,6 +91,7 @@ class StepRecord:
     ticket: Any = None  # hookrun.store.writer.Ticket: wait() before reading captures, release() after
     samples: dict[str, np.ndarray] | None = None  # more per-sample arrays for /samples/<name> (data.store)
     tokens: tuple[np.ndarray, ...] | None = None  # (sample index, position[, generated]) of each token row
+    token_width: int | None = None  # token rows a sample can get at most (the padded width); None: as this batch
     tables: dict[str, Any] = field(default_factory=dict)  # a kind's rows by table name ({NAME: row}: register_table, below)
     state: dict[str, dict[str, Any]] | None = None  # stateful actions' state after this batch, by key (saved at flush)
 

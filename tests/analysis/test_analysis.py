@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import h5py
 import numpy as np
 import pytest
@@ -177,14 +179,17 @@ def test_dry_run_estimate_equals_the_real_file(tmp_path, checkpoint, capsys):
         allocated = sum(f[f"samples/{n}"].id.get_storage_size() for n in ("index", "step", "target"))
         assert allocated == 3 * 12 * 8, allocated
         checksums = f["checksums"].id.get_storage_size()  # (output.checksum=true, the default)
-    # /samples/target and /checksums were left out: output.max_bytes let a file 27% over it through
-    assert dry.estimated_bytes == data_bytes + allocated + checksums
+    # /samples/target and /checksums were left out: output.max_bytes let a file 27% over it through;
+    # the estimate counts HDF5's metadata too: the file is no larger, and not much smaller
+    assert data_bytes + allocated + checksums < os.path.getsize(real.path) <= dry.estimated_bytes
+    assert dry.estimated_bytes <= 1.1 * os.path.getsize(real.path)
     bare = make_cfg(tmp_path / "c", checkpoint, hooks, dry_run=True)
     bare["output"]["checksum"] = False
     dry = hookrun.run(bare)
     bare.update(dry_run=False)
-    with h5py.File(hookrun.run(bare).path) as f:
-        assert "checksums" not in f and dry.estimated_bytes == data_bytes + allocated
+    with h5py.File(path := hookrun.run(bare).path) as f:
+        assert "checksums" not in f
+    assert data_bytes + allocated < os.path.getsize(path) <= dry.estimated_bytes <= 1.1 * os.path.getsize(path)
 
 
 def test_max_bytes_refuses_before_any_batch(tmp_path, checkpoint):

@@ -1,0 +1,95 @@
+"""The plan's estimate (dry_run, output.max_bytes) against the file a run really writes, measured
+with os.path.getsize: HDF5 allocates whole chunks, so the store sizes a dataset's chunks to the rows
+the run can write (limit, every, the run's samples, samples x tokens) and the estimate counts the
+chunks and HDF5's metadata. Uncompressed, the file is never larger than the estimate."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import h5py
+import pytest
+from conftest import run_cli
+
+import hookrun
+from hookrun.errors import ConfigError
+from hookrun.store.sizing import row_bound
+
+CNN = {"_target_": "hookrun.models.tiny_cnn"}
+LM = {"_target_": "hookrun.models.tiny_lm", "attn_implementation": "eager"}
+TEXT = {"dataset": {"_target_": "hookrun.data.text", "max_length": 32, "padding": "longest"}, "batch_size": 4,
+        "limit": 3, "store": ["input_ids", "attention_mask"]}
+
+
+def shapes(size: int) -> dict:
+    return {"dataset": {"_target_": "hookrun.data.shapes", "size": size}, "batch_size": 16}
+
+
+def record(at: str, **kw) -> dict:
+    return {"r": {"at": at, "type": "forward", "actions": [{"name": "record", "what": "output", **kw}]}}
+
+
+# the repros: a 1 MiB chunk for 2 rows (8192 rows of index), 2048-row chunks for 384 token rows, every: 3
+CASES = {
+    "limit": (CNN, shapes(512), record("block1", limit=2)),
+    "tokens": (LM, TEXT, record("transformer.h.*", rows="token")),
+    "every": (CNN, shapes(64), record("block3", every=3)),
+}
+
+
+def cfg(tmp_path, case: str, name: str = "captures.h5", **over) -> dict:
+    model, data, hooks = CASES[case]
+    c = {"model": model, "data": data, "hooks": hooks, "device": "cpu", "progress": False,
+         "output": {"path": str(tmp_path / name)}}
+    return {**c, **over}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_estimate_is_the_written_file_size_or_a_little_more(tmp_path, case):
+    dry = hookrun.run(cfg(tmp_path, case, dry_run=True))
+    size = os.path.getsize(hookrun.run(cfg(tmp_path, case)).path)
+    assert size <= dry.estimated_bytes <= 1.1 * size, (dry.estimated_bytes, size)
+
+
+def test_no_chunk_holds_more_rows_than_the_run_can_write(tmp_path):
+    with h5py.File(hookrun.run(cfg(tmp_path, "limit", name="a.h5")).path) as f:  # limit: 2 of 512 samples
+        assert f["captures/r/block1/output"].chunks[0] == 2 and f["captures/r/block1/output.index"].chunks == (2,)
+        assert f["samples/index"].chunks == (512,) and f["checksums"].chunks[0] <= 32 * 3
+    with h5py.File(hookrun.run(cfg(tmp_path, "tokens", name="b.h5")).path) as f:  # 12 samples x 32 tokens
+        for k in range(4):
+            assert f[f"captures/r/transformer.h.{k}/output"].chunks[0] <= 12 * 32
+        assert f["samples/token_sample"].chunks == (12 * 32,)
+    with h5py.File(hookrun.run(cfg(tmp_path, "every", name="c.h5")).path) as f:  # batches 0 and 3 of 4
+        assert f["captures/r/block3/output"].chunks[0] == 32 == f["captures/r/block3/output"].shape[0]
+
+
+def test_row_bounds():
+    assert row_bound(False, False, 1, None, 512, 32, 16, None) == 512
+    assert row_bound(False, False, 1, 2, 512, 32, 16, None) == 2
+    assert row_bound(False, False, 3, None, 64, 4, 16, None) == 32
+    assert row_bound(True, False, 3, None, 64, 4, 16, None) == 2
+    assert row_bound(False, True, 1, None, 12, 3, 4, 32) == 384
+    assert row_bound(False, False, 1, None, None, None, None, None) is None  # unknown: chunks of CHUNK_BYTES
+
+
+def test_max_bytes_refuses_a_run_whose_file_would_exceed_it(tmp_path):
+    size = os.path.getsize(hookrun.run(cfg(tmp_path, "limit", name="a.h5")).path)
+    with pytest.raises(ConfigError, match="exceeds output.max_bytes"):
+        hookrun.run(cfg(tmp_path, "limit", name="b.h5", output={"path": str(tmp_path / "b.h5"), "max_bytes": size - 1}))
+    assert not (tmp_path / "b.h5").exists()
+    # the user's run: output.max_bytes=300000 let a file of 1,178,952 bytes through
+    ok = hookrun.run(cfg(tmp_path, "limit", name="c.h5", output={"path": str(tmp_path / "c.h5"), "max_bytes": 300_000}))
+    assert os.path.getsize(ok.path) <= 300_000
+
+
+@pytest.mark.slow
+def test_shapes_gradcam_from_the_cli(tmp_path):
+    args = ("experiment=shapes_gradcam", "progress=false", f"hydra.run.dir={tmp_path / 'g'}")
+    dry = run_cli(*args, "dry_run=true", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    estimate = int(re.search(r"estimated file size: .* \((\d+) bytes uncompressed, in whole HDF5 chunks", dry.stdout)[1])
+    real = run_cli(*args, cwd=tmp_path)
+    assert real.returncode == 0, real.stderr
+    size = os.path.getsize(tmp_path / "g" / "captures.h5")
+    assert size <= estimate <= 1.1 * size, (estimate, size)
