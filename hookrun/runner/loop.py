@@ -96,7 +96,7 @@ def run_batches(
                 ticket=transfer.submit(captures),
                 samples=stored if adds.samples is None else {**(stored or {}), **adds.samples},
                 tokens=token_columns(captures, env.state, with_generated=adds.generated),
-                token_width=token_width(s.kind, call),  # (the store's chunks of token rows: store/sizing.py)
+                token_width=token_width(s.kind, call),  # (the store's chunks of token rows: store/format.py)
                 tables=adds.tables,
                 state=env.snapshot(),  # stateful actions (top_examples): saved at the next flush
             ))

@@ -34,7 +34,7 @@ Chunked, resizable datasets: how big a chunk is, and appending whole blocks of r
 
 A chunk holds about CHUNK_BYTES along the row axis while a run has few captures; with many they
 share CACHE_BUDGET (down to MIN_CHUNK_BYTES each), since each capture keeps the chunk it is
-filling in memory. A chunk never holds more rows than the run can write (store/sizing.py: `limit`,
+filling in memory. A chunk never holds more rows than the run can write (store/format.py: `limit`,
 `every`, the run's samples, token rows of samples x tokens), since HDF5 allocates whole chunks.
 """
 
@@ -47,12 +47,11 @@ import h5py
 import numpy as np
 
 from hookrun.errors import RunError
+from hookrun.store import format as layout  # chunk sizes
 from hookrun.store.capture_schema import CaptureMeta
 from hookrun.store.digest import DigestLog, digest, digest_ragged
 from hookrun.store.format import storable_text
 from hookrun.store.records import Capture, StepRecord
-from hookrun.store.sizing import INDEX_CHUNK, RAGGED_CHUNK, TOKEN_CHUNK, capped, capture_bound
-from hookrun.store.sizing import chunk_rows as rows_per_chunk
 
 
 @dataclass
@@ -62,7 +61,7 @@ class Column:
     key: tuple  # (hook, module, role, call)
     index: h5py.Dataset | None = None  # sample (or step) index of each row, once rows skip
     digest_id: int | None = None  # its number in the run's /checksums table (store/digest.py)
-    bound: int | None = None  # the most rows it can get (store/sizing.py), where known
+    bound: int | None = None  # the most rows it can get (store/format.py), where known
 
 
 class CaptureColumns:
@@ -144,7 +143,7 @@ class CaptureColumns:
     def _new_column(self, cap: Capture, arr: np.ndarray, chunk_bytes: int, rec: StepRecord) -> Column:
         row = arr if cap.per_step else arr[0]
         n = len(rec.sample_index)
-        bound = capture_bound(cap, self.expected[False], self.expected[True], max(1, n),
+        bound = layout.capture_bound(cap, self.expected[False], self.expected[True], max(1, n),
                               rec.token_width or math.ceil(len(arr) / max(1, n)))  # (no mask: every token is real)
         ds = self._new_dataset(cap.key.path, arr[None] if cap.per_step else arr, max_rows=bound, chunk_bytes=chunk_bytes)
         meta = CaptureMeta.of(cap, row.shape)
@@ -157,7 +156,7 @@ class CaptureColumns:
         first = self.first_step + np.arange(have) if col.per_step else self.table.index[:have]
         name = f"{path}.index"
         ds = self.file.create_dataset(name, data=first.astype(np.int64), maxshape=(None,),
-                                      chunks=(capped(INDEX_CHUNK, col.bound),))
+                                      chunks=(layout.capped(layout.INDEX_CHUNK, col.bound),))
         col.ds.attrs["index"] = name.rsplit("/", 1)[1]
         return ds
 
@@ -182,7 +181,7 @@ def append_ragged(file: h5py.File, ds: h5py.Dataset | None, cap: Capture, step: 
                        f"{sorted({a.shape for a in arrs})[:3]}; variable-length rows may vary in their first dim only")
     if ds is None:
         ds = file.create_dataset(path, (rows_before,), h5py.vlen_dtype(arrs[0].dtype), maxshape=(None,),
-                                 chunks=(RAGGED_CHUNK,), compression=compression)
+                                 chunks=(layout.RAGGED_CHUNK,), compression=compression)
         ds.attrs.update(CaptureMeta.of(cap, tail).to_attrs())
     if tuple(ds.attrs["row_shape"]) != tail:
         raise RunError(f"{path}: batch {step} has rows of shape (n, {tail}), earlier batches (n, {tuple(ds.attrs['row_shape'])})")
@@ -203,7 +202,7 @@ class SampleTable:
         """`rows`: the samples the run will write, where known: no chunk holds more (a run of 2 samples
         wrote three 64 KiB chunks of sample numbers)."""
         self.file, self.compression, self.rows = file, compression, rows
-        self.chunk = capped(INDEX_CHUNK, rows)
+        self.chunk = layout.capped(layout.INDEX_CHUNK, rows)
         group = file.create_group("samples")
         self.index = group.create_dataset("index", (0,), "int64", maxshape=(None,), chunks=(self.chunk,))
         self.step = group.create_dataset("step", (0,), "int64", maxshape=(None,), chunks=(self.chunk,))
@@ -223,7 +222,7 @@ class SampleTable:
             self.append(name, arr, start, step=rec.step)
         if rec.tokens is not None:  # the token map of `rows: token` captures: samples x tokens rows at most
             width = rec.token_width or math.ceil(len(rec.tokens[0]) / max(1, n))
-            chunk = capped(TOKEN_CHUNK, self.rows * width if self.rows else None)
+            chunk = layout.capped(layout.TOKEN_CHUNK, self.rows * width if self.rows else None)
             for name, arr in zip(TOKEN_NAMES, rec.tokens, strict=False):
                 dtype = "uint8" if name == "token_generated" else "int64"
                 self.append(name, np.asarray(arr).astype(dtype, copy=False), self.tokens, chunk_rows=chunk)
@@ -280,7 +279,7 @@ def new_dataset(file: h5py.File, name: str, like: np.ndarray, compression: str |
     dataset's chunk cache holds one chunk, the one being filled."""
     row_shape = like.shape[1:]
     row_bytes = max(1, int(np.prod(row_shape, dtype=np.int64)) * like.dtype.itemsize)
-    rows = chunk_rows or rows_per_chunk(row_bytes, chunk_bytes, max_rows)
+    rows = chunk_rows or layout.chunk_rows(row_bytes, chunk_bytes, max_rows)
     # a dim of size 0 (no boxes in this batch) needs a chunk of 1 there, and room to stay valid
     return file.create_dataset(
         name, shape=(backfill, *row_shape), dtype=like.dtype, maxshape=(None, *(d or None for d in row_shape)),

@@ -23,7 +23,7 @@ import numpy as np
 import xxhash
 
 from hookrun.store.capture_schema import damage, list_captures
-from hookrun.store.sizing import DIGEST_CHUNK, capped
+from hookrun.store.format import DIGEST_CHUNK, capped
 
 TABLE = "/checksums"
 

@@ -3,11 +3,27 @@
     f.attrs["format_version"] == FORMAT_VERSION
     f"captures/{hook}/{module or MODEL_NODE}/{role}"
     storable_text(np.array(["a\x00b"], dtype=object))     # ['a\u2400b']: what a text column holds
+
+Chunks, and what HDF5 allocates for them (whole chunks, the last one too, however few of its rows
+are written): the store (store/columns.py, store/digest.py) chooses its chunks with these, and the
+plan's estimate (runner/estimate.py) counts with the same functions and bounds, so that
+`output.max_bytes` bounds the file an uncompressed run writes.
+
+    bound = capture_bound(cap, samples=64, steps=4, batch=16, token_width=None)   # every: 3 -> 32 rows at most
+    rows = chunk_rows(row_bytes=4096, chunk_bytes=1 << 20, max_rows=bound)       # 32: no chunk holds more
+    allocated(32, rows) * 4096                                                    # bytes on disk, uncompressed
 """
 
+from __future__ import annotations
+
+import math
 from importlib import metadata
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from hookrun.store.records import Capture
 
 FORMAT_VERSION = "1"  # the layout version written to every file's `format_version` attribute
 MODEL_NODE = "__model__"  # the group name for the whole model (module path '')
@@ -41,3 +57,77 @@ def storable_text(arr: np.ndarray) -> np.ndarray:
             v = v.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
         return v
     return np.array([one(v) for v in arr], dtype=object)
+
+
+# -- chunks and their bytes ------------------------------------------------------------------------
+INDEX_CHUNK = 8192  # int64 rows (64 KiB) in a chunk of /samples/index, /samples/step and a `<name>.index`
+TOKEN_CHUNK = 4096  # int64 rows in a chunk of the token map (/samples/token_sample, token_position, ...)
+DIGEST_CHUNK = 1024  # (id, rows, xxh3) rows in a chunk of /checksums
+RAGGED_CHUNK = 256  # variable-length rows (16-byte heap references) in a chunk of a ragged capture
+# what HDF5 adds besides the chunks (fs_strategy none, the earliest file format; metadata_bytes): the
+# superblock and root group, each group's symbol table and name heap, each dataset's object header
+# (a capture's with its attributes). Measured on hookrun's files, rounded up.
+FILE_BYTES, GROUP_BYTES, CAPTURE_HEADER, DATASET_HEADER = 2 << 10, 2 << 10, 1280, 384
+
+
+def row_bound(per_step: bool, tokens: bool, every: int, limit: int | None, samples: int | None, steps: int | None,
+              batch: int | None, token_width: int | None) -> int | None:
+    """The most rows a capture can get in a run of `samples` samples in `steps` batches of at most
+    `batch` samples (`token_width`: token rows per sample at most); None where that is not known."""
+    if tokens:
+        n = samples * token_width if samples and token_width else None
+    elif per_step:
+        n = math.ceil(steps / every) if steps else None  # steps k*every of any `steps` consecutive ones
+    elif samples and every > 1 and steps and batch:
+        n = min(samples, math.ceil(steps / every) * batch)
+    else:
+        n = samples or None
+    return min(n, limit) if n and limit else limit or n
+
+
+def capture_bound(cap: Capture, samples: int | None, steps: int | None, batch: int | None,
+                  token_width: int | None) -> int | None:
+    """row_bound of a capture, by the `every` and `limit` that record gave it."""
+    limit = cap.attrs.get("limit")
+    return row_bound(cap.per_step, cap.tokens, int(cap.attrs.get("every", 1)), int(limit) if limit else None,
+                     samples, steps, batch, token_width)
+
+
+def chunk_rows(row_bytes: int, chunk_bytes: int, max_rows: int | None = None) -> int:
+    """Rows of about `chunk_bytes` (at least one); where the dataset gets at most `max_rows`, as few
+    chunks as that needs, evenly filled: no chunk holds more rows than the run can write."""
+    rows = max(1, chunk_bytes // max(1, row_bytes))
+    if max_rows:
+        rows = math.ceil(max_rows / math.ceil(max_rows / rows))
+    return rows
+
+
+def capped(chunk: int, bound: int | None) -> int:
+    """A fixed chunk length, no longer than the rows the dataset can get (`bound`, where known)."""
+    return max(1, min(chunk, bound)) if bound else chunk
+
+
+def allocated(rows: int, chunk: int) -> int:
+    """Rows HDF5 allocates for `rows` written in chunks of `chunk` rows: whole chunks."""
+    return math.ceil(rows / chunk) * chunk if rows > 0 else 0
+
+
+def index_bytes(bound: int) -> int:
+    """A `<name>.index` (int64) of at most `bound` rows, in its chunks."""
+    return allocated(bound, capped(INDEX_CHUNK, bound)) * 8
+
+
+def metadata_bytes(datasets: list[tuple[int, int, bool]], groups: int, attrs_bytes: int = 0) -> int:
+    """HDF5's own bytes in a file of `groups` groups (the root too) and `datasets` given as (rank,
+    chunks, a capture's: its attributes): object headers, chunk B-tree nodes (one per 64 chunks,
+    half full after a split), symbol tables, the root's attributes (`attrs_bytes` of text)."""
+    return FILE_BYTES + attrs_bytes + groups * GROUP_BYTES + dataset_bytes(datasets)
+
+
+def dataset_bytes(datasets: list[tuple[int, int, bool]]) -> int:
+    """The object headers and chunk B-tree nodes of `datasets` (see metadata_bytes)."""
+    total = 0
+    for rank, chunks, capture in datasets:
+        node = 1576 + 520 * rank  # a v1 B-tree node of 64 chunk addresses and 65 keys of rank + 1 offsets
+        total += (CAPTURE_HEADER if capture else DATASET_HEADER) + node * (1 if chunks <= 64 else math.ceil(chunks / 32) + 1)
+    return total

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import h5py
 import numpy as np
 import pytest
@@ -195,9 +197,10 @@ def test_bad_input_is_refused_before_any_batch(tmp_path, over, message):
 
 def test_max_new_tokens_over_max_bytes_is_refused(tmp_path):
     hooks = {"res": {"at": "transformer.h.*", "type": "forward", "actions": [RECORD]}}
-    small = cfg(tmp_path, hooks, generate={"max_new_tokens": 2}, output={"path": str(tmp_path / "a.h5"), "max_bytes": 40_000})
-    hookrun.run(small)  # fits
-    big = cfg(tmp_path, hooks, generate={"max_new_tokens": 40}, output={"path": str(tmp_path / "b.h5"), "max_bytes": 40_000})
+    # (max_bytes was 40,000: the estimate left out whole chunks and metadata, and the 60 KB file got through)
+    small = cfg(tmp_path, hooks, generate={"max_new_tokens": 2}, output={"path": str(tmp_path / "a.h5"), "max_bytes": 100_000})
+    assert os.path.getsize(hookrun.run(small).path) <= 100_000  # fits
+    big = cfg(tmp_path, hooks, generate={"max_new_tokens": 40}, output={"path": str(tmp_path / "b.h5"), "max_bytes": 100_000})
     with pytest.raises(ConfigError, match="exceeds output.max_bytes"):
         hookrun.run(big)
     assert not (tmp_path / "b.h5").exists()
