@@ -1,7 +1,7 @@
 """plot's scatter: a Scatter spec (analysis/report/figure_specs.py) as a matplotlib figure.
 
     fig = scatter(Scatter(x, y, "L0 (last training step)", "explained variance (last training step)",
-                          "SAE sweep", labels=["sae.k=4", "sae.k=8"], annotate=True))
+                          "a sweep", labels=["job 0", "job 1"], annotate=True))
 
 What the spec asks for is drawn, nothing else: a y = x line only with `diagonal` (an estimate against
 the exact values it estimates: the axes then span both), a legend only where something is named
