@@ -73,6 +73,8 @@ def _state_of(model: nn.Module) -> Undo:
     modes = [(m, m.training, getattr(m, "inplace", None)) for m in model.modules()]
     params = [(p, p.device, p.requires_grad, p.grad) for p in model.parameters()]
     buffers = [(b, b.device) for b in model.buffers()]
+    for p in model.parameters():  # a .grad the model came with is set aside, untouched: the run's backward
+        p.grad = None             # would add into it (mode=grad's first batch), and give it back changed
 
     def restore() -> None:
         for m, training, inplace in modes:

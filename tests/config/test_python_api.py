@@ -33,6 +33,28 @@ def test_run_with_a_live_model_restores_its_mode_and_flags(tmp_path, checkpoint,
         assert np.isfinite(f["captures/g/layer1/grad"][:]).all()
 
 
+def test_a_gradient_the_model_came_with_comes_back_unchanged_and_is_not_in_the_first_batch(tmp_path, checkpoint, dataset):
+    """mode=grad's first backward added into the .grad the model already held (ones + batch 0's gradient came
+    back), and a param grad recorded at batch 0 held the ones too. Reference: torch.autograd.grad of the
+    same loss on the same batch, on a copy of the model with no .grad."""
+    model = small_resnet()
+    model.load_state_dict(torch.load(checkpoint, weights_only=True))
+    model.eval()
+    ones = torch.ones_like(model.fc.weight)
+    model.fc.weight.grad = ones.clone()
+    hooks = {"g": {"at": "fc.weight", "type": "param", "actions": ["record"]}}
+    cfg = {"data": {"batch_size": 4}, "device": "cpu", "mode": "grad", "progress": False, "hooks": hooks,
+           "loss": {"_target_": "hookrun.runner.losses.cross_entropy", "_partial_": True},
+           "output": {"path": str(tmp_path / "c.h5")}}
+    hookrun.run(cfg, model=model, dataset=dataset)
+    torch.testing.assert_close(model.fc.weight.grad, ones, rtol=0, atol=0)
+    x = torch.stack([dataset[i][0] for i in range(4)])
+    y = torch.tensor([int(dataset[i][1]) for i in range(4)])
+    want = torch.autograd.grad(torch.nn.functional.cross_entropy(model(x), y), model.fc.weight)[0]
+    with h5py.File(tmp_path / "c.h5") as f:
+        np.testing.assert_allclose(f["captures/g/fc.weight/grad"][0], want.numpy(), rtol=1e-4, atol=1e-6)
+
+
 def test_compose_gives_the_config_the_cli_runs(tmp_path, monkeypatch):
     import yaml
 
