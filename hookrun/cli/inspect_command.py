@@ -32,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--allow-unverified", action="store_true",
                    help="with --verify: exit 0 where datasets without checksums are the only finding")
     a = p.parse_args(argv)
+    if a.allow_unverified and not a.verify:  # (it would do nothing: a plain inspect checks no checksum)
+        p.error("--allow-unverified goes with --verify; add --verify, or drop it")
     a.path = run_path(a.path)
     return run_command(lambda: _inspect(a), prog="hookrun.inspect")
 

@@ -113,3 +113,13 @@ def test_a_run_that_failed_before_its_first_batch_has_nothing_to_verify(tmp_path
         assert f.attrs["status"] == "failed" and f["samples/index"].shape == (0,)
     assert main([str(tmp_path / "captures.h5"), "--verify"]) == 0
     assert "holds no rows (status failed, 0 batches): nothing to verify" in capsys.readouterr().out
+
+
+def test_allow_unverified_without_verify_is_refused(tmp_path, capsys):
+    """It was accepted and did nothing."""
+    import pytest
+
+    _write(tmp_path / "c.h5", checksum=False)
+    with pytest.raises(SystemExit) as info:
+        main([str(tmp_path / "c.h5"), "--allow-unverified"])
+    assert info.value.code == 2 and "--allow-unverified goes with --verify; add --verify, or drop it" in capsys.readouterr().err
