@@ -23,6 +23,7 @@ from hookrun.analysis.opening import open_run
 from hookrun.analysis.run_reader import Run, block_stats
 from hookrun.errors import HookrunError, NotFoundError
 from hookrun.store.reading import empty_sweep, folder_file
+from hookrun.store.schemes import scheme_of
 
 
 @dataclass
@@ -165,7 +166,7 @@ def _find_jobs(folder: Path) -> list[Job]:
     typed overrides and file; with Hydra's multirun.yaml, every job its sweeper planned that left no
     folder (refused, failed before its first batch, or never started) as a job without one."""
     jobs = [Job(d, d.relative_to(folder).as_posix(), _typed(yaml.safe_load((d / ".hydra" / "overrides.yaml").read_text())),
-                folder_file(d)) for d in _job_dirs(folder)]
+                folder_file(d) or _named_file(d)) for d in _job_dirs(folder)]
     seen = [repr(sorted(j.overrides.items())) for j in jobs]
     for num, planned in enumerate(_planned(folder)):
         overrides = _typed(planned)
@@ -174,6 +175,21 @@ def _find_jobs(folder: Path) -> list[Job]:
         elif not (folder / str(num)).exists():
             jobs.append(Job(folder / str(num), str(num), overrides, None, ran=False))
     return sorted(jobs, key=lambda j: [(len(part), part) for part in j.num.split("/")])
+
+
+def _named_file(job: Path) -> Path | None:
+    """A job's file written outside its folder under a name with the job's number in it
+    (output.path=../out_${hydra:job.num}.h5): its stored config's path, the number put in."""
+    try:
+        path = str(yaml.safe_load((job / ".hydra" / "config.yaml").read_text())["output"]["path"])
+        num = yaml.safe_load((job / ".hydra" / "hydra.yaml").read_text())["hydra"]["job"]["num"]
+    except (OSError, KeyError, TypeError, yaml.YAMLError):
+        return None
+    path = path.replace("${hydra:job.num}", str(num))
+    if "${" in path or scheme_of(path).remote:
+        return None
+    file = (job / Path(path).expanduser()).resolve()
+    return file if file.is_file() else None
 
 
 def _job_dirs(folder: Path) -> list[Path]:

@@ -299,6 +299,11 @@ def test_an_output_path_with_the_job_number_leaves_the_jobs_folder_one_file_each
                    cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert sorted(p.name for p in (tmp_path / "sw").glob("job_*.h5")) == ["job_0.h5", "job_1.h5"]
+    sweep = hookrun.open_sweep(tmp_path / "sw")  # (the sweep's readers found no file: "no file" for each job)
+    for job in sweep.jobs:
+        assert job.file == (tmp_path / "sw" / f"job_{job.num}.h5").resolve()
+        with h5py.File(job.file) as f:
+            assert f.attrs["status"] == "complete" and f"seed: {job.overrides['seed']}" in f.attrs["config"]
 
 
 def test_every_error_is_a_hookrun_error(tmp_path, checkpoint):
