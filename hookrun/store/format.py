@@ -18,12 +18,9 @@ from __future__ import annotations
 
 import math
 from importlib import metadata
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from hookrun.store.records import Capture
 
 FORMAT_VERSION = "1"  # the layout version written to every file's `format_version` attribute
 MODEL_NODE = "__model__"  # the group name for the whole model (module path '')
@@ -85,9 +82,10 @@ def row_bound(per_step: bool, tokens: bool, every: int, limit: int | None, sampl
     return min(n, limit) if n and limit else limit or n
 
 
-def capture_bound(cap: Capture, samples: int | None, steps: int | None, batch: int | None,
+def capture_bound(cap: Any, samples: int | None, steps: int | None, batch: int | None,
                   token_width: int | None) -> int | None:
-    """row_bound of a capture, by the `every` and `limit` that record gave it."""
+    """row_bound of a capture (store/records.py's Capture: format.py imports nothing of the store), by the
+    `every` and `limit` that record gave it."""
     limit = cap.attrs.get("limit")
     return row_bound(cap.per_step, cap.tokens, int(cap.attrs.get("every", 1)), int(limit) if limit else None,
                      samples, steps, batch, token_width)
