@@ -36,7 +36,8 @@ def synthetic(size: int = 64, image_size: tuple = (3, 224, 224), num_classes: in
 
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
         raise ConfigError(f"data.dataset.seed: expected a whole number from 0 to {2**32 - 1}, got {seed!r}")
-    whole("size", size, 1), whole("num_classes", num_classes, 1)
+    whole("size", size, 1)
+    whole("num_classes", num_classes, 1)
     if not isinstance(image_size, list | tuple) or len(image_size) != 3 or \
             not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in image_size):
         raise ConfigError(f"data.dataset.image_size: expected [channels, height, width], whole numbers >= 1, got {image_size!r}")
@@ -88,6 +89,8 @@ def image_folder(root: str | None, resize: int = 256, crop: int = 224) -> Datase
     """
     from torchvision import transforms
 
+    from hookrun.data.class_folders import ClassFolders, visible_folders
+
     if not root:
         raise ConfigError("data.root is not set; data=image_folder needs data.root=PATH (a folder of images)")
     path = Path(root)
@@ -97,16 +100,14 @@ def image_folder(root: str | None, resize: int = 256, crop: int = 224) -> Datase
         transforms.Resize(resize), transforms.CenterCrop(crop), transforms.ToTensor(),
         transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD),
     ])
-    folders = [p.name for p in path.iterdir() if p.is_dir() and not p.name.startswith(".")]  # (hidden ones are no class)
+    folders = visible_folders(path)  # (hidden ones are no class)
     if folders:
         loose = sorted(p.name for p in path.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
         if loose:
             raise ConfigError(
-                f"data.root: {root!r} holds class folders ({', '.join(sorted(folders)[:3])}{', ...' if len(folders) > 3 else ''}) "
+                f"data.root: {root!r} holds class folders ({', '.join(folders[:3])}{', ...' if len(folders) > 3 else ''}) "
                 f"and {len(loose)} image(s) beside them ({', '.join(loose[:3])}{', ...' if len(loose) > 3 else ''}), which "
                 f"the class-folder layout does not read; move them into a class folder, or give a folder of images alone")
-        from hookrun.data.class_folders import ClassFolders
-
         return ClassFolders(str(path), transform=tf)
     files = ImageFiles(str(path), transform=tf)
     if not len(files):

@@ -59,7 +59,9 @@ class Shapes(Dataset):
 
 def shapes(size: int = 256, image_size: int = 32, seed: int = 0, noise: float = 0.05) -> Dataset:
     """The generated shapes dataset (see the module docstring)."""
-    whole("size", size, 1), whole("image_size", image_size, 8), whole("seed", seed, 0)
+    whole("size", size, 1)
+    whole("image_size", image_size, 8)
+    whole("seed", seed, 0)
     if isinstance(noise, bool) or not isinstance(noise, int | float) or not noise >= 0:
         raise ConfigError(f"data.dataset.noise: expected a standard deviation >= 0, got {noise!r}")
     return Shapes(size, image_size, seed, noise)

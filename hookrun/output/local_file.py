@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from hookrun.store.records import RunStore
 
 log = logging.getLogger("hookrun")
+BESIDE = (".resuming", ".replacing")  # a new file written beside the old one (resume, overwrite), named by adopt()
 
 
 class LocalFile:
@@ -102,7 +103,7 @@ class LocalFile:
         replaces the old one now, so a kill from here on keeps them and every batch flushed after (it
         replaced it at the end of the run: a resume killed again lost all it had added). The old file
         stays open for reading until the run ends."""
-        if self.target is None or not self.target.name.endswith((".resuming", ".replacing")):
+        if self.target is None or not self.target.name.endswith(BESIDE):
             return
         store.flush()
         real = real_path(self.path)
@@ -113,7 +114,7 @@ class LocalFile:
     def end(self, resume: ResumeState | None, replayed: bool) -> None:
         """The store is closed: a resumed file replaces the old one once it holds the old batches (adopt);
         overwriting, a run that failed before its first batch leaves the old file as it was."""
-        if self.target is None or not self.target.name.endswith((".resuming", ".replacing")):
+        if self.target is None or not self.target.name.endswith(BESIDE):
             return
         if resume is None and self.store.closed_as == "failed":
             self.target.unlink(missing_ok=True)
