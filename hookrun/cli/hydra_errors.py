@@ -10,7 +10,9 @@ functions return as `hookrun: error: ...` and exits with 2.
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import typing
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from hydra.errors import (
 )
 from omegaconf.errors import OmegaConfBaseException
 
+from hookrun.config.schema import HookrunConfig
 from hookrun.errors import ConfigError, close_matches
 
 # nodes whose keys are free (a constructor's arguments, a hook map): a new key there takes `+`
@@ -43,6 +46,11 @@ def shell_damage(args: list[str]) -> str | None:
                     whole = " ".join(pieces)
                     return (f"the override {arg!r} was split by the shell at its spaces into {len(pieces)} "
                             f"arguments; put it in single quotes: '{whole}'")
+    for arg in overrides:
+        key, eq, value = arg.lstrip("+").partition("=")
+        wrong = [v for v in value.split(",") if re.fullmatch(r"-?\d+", v.strip()) and v.strip() not in ("0", "1")]
+        if eq and wrong and _is_boolean(key):  # Hydra's schema reads dry_run=2 as true, silently
+            return f"{key}={wrong[0].strip()} is not a boolean; give true or false"
     seen: dict[str, list[tuple[int, str]]] = {}
     for i, arg in enumerate(overrides):
         key, eq, _ = arg.partition("=")
@@ -78,6 +86,15 @@ def renamed(overrides: list[str], conf: str) -> list[str]:
             if m:
                 notes.append(f"{key}={option.strip()} was renamed {key}={m.group(1)}; the old name still runs")
     return notes
+
+
+def _is_boolean(key: str) -> bool:
+    """`key` (dotted) is a boolean of hookrun's schema (dry_run, output.overwrite)."""
+    hint: object = HookrunConfig
+    for part in key.split("."):
+        cls = next((t for t in typing.get_args(hint) or (hint,) if dataclasses.is_dataclass(t)), None)
+        hint = typing.get_type_hints(cls).get(part) if cls is not None else None
+    return bool in (typing.get_args(hint) or (hint,))
 
 
 def _depth(text: str) -> int:

@@ -259,8 +259,10 @@ def mapping_where_nested(where: str, cls: type, field_name: str, value: Any) -> 
     """A key whose value is a block of its own (probe.split, output) given one value (probe.split=0.3):
     one line naming its keys, where OmegaConf would say "Merge error: float is not a subclass of Split".
     Returns the nested dataclass (None where the field is not one), for a caller that walks deeper."""
-    nested = nested_block(cls, field_name)
-    optional = type(None) in typing.get_args(_hints(cls).get(field_name))
+    nested, hint = nested_block(cls, field_name), _hints(cls).get(field_name)
+    if bool in (typing.get_args(hint) or (hint,)) and isinstance(value, int) and not isinstance(value, bool) and value not in (0, 1):
+        raise ConfigError(f"{where}{_key(field_name)}={value!r} is not a boolean; give true or false")  # (OmegaConf reads 2 as true)
+    optional = type(None) in typing.get_args(hint)
     if nested is None or (value is None and optional) or isinstance(value, Mapping) or dataclasses.is_dataclass(value):
         return nested
     keys, key = [_key(f.name) for f in dataclasses.fields(nested)], f"{where}{_key(field_name)}"

@@ -82,6 +82,7 @@ def test_multirun_gives_each_job_its_own_complete_file(tmp_path):
                     "synthetic, text), e.g. data=custom"),  # (was Hydra's ValueError, typed as such)
     (["experiment=resnet_layer1", "hooks={x: {at: fc, type: forward}}"],
      "to replace hooks, write '~hooks' '+hooks={x: {at: fc, type: forward}}'; to add one entry, '+hooks.x=...'"),
+    (["dry_run=2"], "dry_run=2 is not a boolean; give true or false"),  # (Hydra's schema read it as true)
     (["~output"], "~output removed the output block every run needs"),  # (was Hydra's 'Error executing job' line too)
     (["output.path=${params.nope}.h5"], "output.path=${params.nope}.h5: Interpolation key 'params.nope' not found"),  # (likewise)
     (["experiment=resnet_layer1", "~hooks", "hooks={x: {at: fc, type: forward}}"],
@@ -110,6 +111,8 @@ def test_a_key_given_twice_apart_is_not_taken_for_the_shells_brace_expansion():
         "value does not replace an earlier one); to run several values, sweep: -m data.dataset.size=a,b")
     assert "the shell brace-expanded" in shell_damage(["probe.C=1", "hooks={a:at:fc}", "hooks={a:type:forward}"])
     assert shell_damage(["probe.C=1", "data.dataset.size=4"]) is None
+    assert shell_damage(["resume=0,3"]) == "resume=3 is not a boolean; give true or false"  # (a sweep's values too)
+    assert shell_damage(["output.overwrite=1", "probe.C=3", "data.limit=2"]) is None
     # side by side, but plain values: typed twice as likely as brace-expanded, so both are named
     assert shell_damage(["experiment=sae_train", "sae.k=8", "sae.k=16"]) == (
         "sae.k is given 2 times (sae.k=8, sae.k=16): give it once (a later value does not replace an earlier one); "

@@ -45,6 +45,8 @@ def test_a_misspelt_key_of_a_typed_block_keeps_its_suggestion():
     ({"output": {"path": "a.h5"}, "probe": {"at": "fc", "split": 0.3}},
      "probe.split=0.3: a mapping of its keys (test, seed); set one with probe.split.test=..., or give {test: ..., seed: ...}"),
     ({"output": 5}, "output=5: a mapping of its keys (path, compression, dtype,"),
+    ({"output": {"path": "a.h5", "overwrite": 5}}, "output.overwrite=5 is not a boolean; give true or false"),
+    ({"output": {"path": "a.h5"}, "probe": {"at": "fc", "standardize": 3}}, "probe.standardize=3 is not a boolean"),
 ])
 def test_an_object_or_a_value_where_a_config_wants_other_is_one_line(extra, message):
     """A Python object put in the config dict (OmegaConf: "Value 'Linear' is not a supported primitive type"),
