@@ -5,6 +5,7 @@ transformers' output_attentions, and the attention plot's labels read back from 
 from __future__ import annotations
 
 import os
+import re
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may download
 
@@ -158,6 +159,19 @@ def test_image_maps_features_reductions_and_steps(tmp_path, checkpoint, referenc
     with torch.no_grad():
         logits = torch.cat([reference_model(x) for x, _ in batches(dataset)]).numpy()
     np.testing.assert_allclose(ds["logits/fc/output"].values, logits, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(("action", "named"), [
+    ({"reduce": "mean", "dims": "token"}, "dim 'token' is axis 1 of output, which is its 'channel' axis here (its axes "
+                                          "after the sample: channel, height, width)"),
+    ({"select": {"dim": "token", "index": [0]}}, "dim 'token' is axis 1 of output, which is its 'channel' axis"),
+    ({"reduce": "max", "dims": "feature"}, "dim 'feature' is axis 3 of output, which is its 'width' axis"),
+])
+def test_a_dim_named_for_an_axis_the_tensor_lacks_is_refused(tmp_path, checkpoint, action, named):
+    """`dims: token` on a feature map reduced its channels (token was axis 1 whatever the tensor)."""
+    hooks = {"x": {"at": "layer1.0", "type": "forward", "actions": [{"name": "record", "what": "output", **action}]}}
+    with pytest.raises(RunError, match=re.escape(f"hook 'x' at layer1.0: {named}")):
+        hookrun.run(make_cfg(tmp_path, checkpoint, hooks))
 
 
 def test_dim_names_override_and_their_count_is_checked(tmp_path):

@@ -177,12 +177,29 @@ def shaped_names(names: list[str], selections: list, reduce_dims: list | None, e
     reduced axes), resolved as Record.shape resolves them."""
     names = list(names)
     for dim, index, _ in selections:
+        _check_named(dim, names, ev, role)
         if index == "last":
             del names[dim_index(dim, len(names), ev, role)]
     if reduce_dims:
+        for spec in reduce_dims:
+            _check_named(spec, names, ev, role)
         gone = {d for spec in reduce_dims for d in dim_list(spec, len(names), ev, role)}
         names = [x for i, x in enumerate(names) if i not in gone]
     return names
+
+
+def _check_named(spec: Any, names: list[str], ev: Event, role: str) -> None:
+    """A dim given by name (`dims: token`) must be the axis of that name where the tensor's axes are
+    named (meaning()): DIM_NAMES places `token` where a conv map has its channels, so on a feature
+    map it reduced the channels, silently; an unnamed axis (dim_2) takes any name."""
+    if not isinstance(spec, str) or spec not in DIM_NAMES:
+        return
+    name = names[dim_index(spec, len(names), ev, role)]
+    if name != spec and not name.startswith("dim_"):
+        rest = ", ".join(names[1:])
+        raise RunError(f"hook {ev.hook!r} at {ev.where}: dim {spec!r} is axis {dim_index(spec, len(names), ev, role)} of {role}, "
+                       f"which is its {name!r} axis here (its axes after the sample: {rest}); name an axis it has, "
+                       f"or give the axis by number")
 
 
 def check_names(names: Any, where: str) -> tuple[str, ...] | None:
