@@ -103,6 +103,8 @@ def add(value: float | list, dim: int = 1, factor: float = 1.0) -> Op:
 def noise(std: float, seed: int = 0) -> Op:
     """Add Gaussian noise; each sample's noise depends only on (seed, sample index, hook, call),
     so the same run twice, a different batch size or a resumed run gives the same numbers."""
+    if not std >= 0:  # (NaN too)
+        raise ConfigError(f"op noise: std={std} is a standard deviation; give a number >= 0")
 
     def op(x: torch.Tensor, ctx: OpContext) -> torch.Tensor:
         salt = zlib.crc32(f"{ctx.hook}/{ctx.module}/{ctx.role}/{ctx.call}".encode())

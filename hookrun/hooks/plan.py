@@ -35,10 +35,15 @@ def is_glob(pattern: str) -> bool:
 
 
 def glob_regex(pattern: str) -> re.Pattern[str]:
-    """Translate a dotted-path glob: `*` within a component, `**` across components."""
+    """Translate a dotted-path glob: `*` within a component, `**` across components (`**.relu` is
+    every module named relu, the top level's too: `**.` stands for no component as well)."""
     out, i = [], 0
     while i < len(pattern):
         c = pattern[i]
+        if pattern.startswith("**.", i):
+            out.append(r"(?:.*\.)?")
+            i += 3
+            continue
         if pattern.startswith("**", i):
             out.append(".*")
             i += 2
@@ -77,7 +82,7 @@ def resolve_targets(
     for pattern in patterns:
         if is_glob(pattern):
             regex = glob_regex(pattern)
-            hits = [n for n in names if regex.match(n)]
+            hits = [n for n in names if n and regex.match(n)]  # (a glob never names the whole model, '')
             if not hits:
                 raise ConfigError(
                     f"{where}: the pattern {pattern!r} matches no {_noun(kind)} of "

@@ -27,8 +27,12 @@ def test_glob_star_stays_within_one_component():
     m = small_resnet()
     assert names(m, "layer1.*") == ["layer1.0", "layer1.1"]
     assert names(m, "layer*.0.conv?") == [f"layer{i}.0.conv{j}" for i in range(1, 5) for j in (1, 2)]
-    expected = [n for n, _ in m.named_modules() if n.endswith(".relu")]
-    assert names(m, "**.relu") == expected and len(expected) == 8
+    expected = [n for n, _ in m.named_modules() if n.rpartition(".")[2] == "relu"]
+    assert names(m, "**.relu") == expected and len(expected) == 9 and expected[0] == "relu"  # (the stem's too)
+    assert names(m, "layer1.**.relu") == ["layer1.0.relu", "layer1.1.relu"]
+    assert names(m, "layer1.**") == [n for n, _ in m.named_modules() if n.startswith("layer1.")]
+    top = [n for n, _ in m.named_children()]
+    assert names(m, "*") == top and names(m, "**")[0] == top[0]  # a glob never names the whole model ('')
 
 
 def test_list_of_patterns_is_in_model_order_without_repeats():

@@ -315,6 +315,9 @@ def test_every_error_is_a_hookrun_error(tmp_path, checkpoint):
         # clamp's bounds the wrong way round: every value would become max
         ({"hooks": {"x": {"at": "fc", "type": "forward", "actions": [{"name": "modify_output", "op": "clamp", "min": 1, "max": -1}]}}},
          r"op clamp: min=1 is above max=-1; give min <= max"),
+        # a negative spread: torch.randn * -1 is noise all the same, so std=-1 ran as std=1
+        ({"hooks": {"x": {"at": "fc", "type": "forward", "actions": [{"name": "modify_output", "op": "noise", "std": -1}]}}},
+         r"op noise: std=-1 is a standard deviation; give a number >= 0"),
         # well-typed, but not the module's width: the op's own failure at the batch, named
         ({"hooks": {"x": {"at": "fc", "type": "forward", "actions": [{"name": "modify_output", "op": "add", "value": [1.0, 2.0]}]}}},
          r"op add failed at fc \(output, batch 0\): RuntimeError"),
