@@ -225,10 +225,25 @@ def test_a_logistic_fit_stopped_at_max_iter_says_so(tmp_path, caplog):
         stopped = run(tmp_path, Net().eval(), data(), name="s", at=["conv", "fc"], target="label", max_iter=2)
     assert stopped.probes().column("converged") == [False, False]
     assert "probe: the logistic fit at conv stopped after 2 iterations without converging" in caplog.text
-    assert "NOT CONVERGED (stopped at probe.max_iter" in stopped.summary()
+    assert "NOT CONVERGED (stopped after 2 iterations: its weights are not the optimum)" in stopped.summary()
     assert run(tmp_path, Net().eval(), data(), at=["conv", "fc"], target="label").probes().column("converged") == [True, True]
     assert run(tmp_path, Net().eval(), data(), name="r", at="fc", target="value", method="ridge").probes().column(
         "converged") == [None]  # a closed form
+
+
+def test_a_control_fit_stopped_at_max_iter_says_so(tmp_path, caplog):
+    """The control task's fit stopped short was reported converged, its control accuracy and selectivity
+    taken for the optimum's. Here (C=10, unstandardised) conv's probe needs 57 iterations and its control
+    66, fc's 39 and 35: at max_iter=60 only conv's control stops short."""
+    with caplog.at_level("WARNING", logger="hookrun"):
+        got = run(tmp_path, Net().eval(), data(), name="c", at=["conv", "fc"], target="label", control=True, C=10.0,
+                  standardize=False, max_iter=60)
+    assert got.probes().column("converged") == [False, True]
+    assert "the control task's logistic fit at conv stopped after 60 iterations without converging" in caplog.text
+    assert "the logistic fit at" not in caplog.text  # (the probes themselves converged)
+    conv = next(line for line in got.summary().splitlines() if line.strip().startswith("conv "))
+    assert conv.endswith(", control NOT CONVERGED (stopped after 60 iterations: the control and the selectivity are "
+                         "not the optimum's)") and "its weights" not in conv
 
 
 def test_a_single_class_is_refused(tmp_path):

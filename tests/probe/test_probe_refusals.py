@@ -25,6 +25,37 @@ def test_split_test_outside_0_1_is_one_line(tmp_path, test) -> None:
     assert not (tmp_path / "p.h5").exists()
 
 
+@pytest.mark.parametrize("size", ["abc", -1, 0, 2.5, True])
+def test_a_test_data_batch_size_that_is_no_size_is_one_line(tmp_path, size) -> None:
+    """('abc' was a traceback, -1 named data.batch_size, 0 fell back to data.batch_size and 2.5 ran as 2)"""
+    cfg = {"model": MODEL, "data": DATA, "device": "cpu", "progress": False, "output": {"path": str(tmp_path / "p.h5")},
+           "probe": {"at": ["block1"], "target": "label", "test_data": {"dataset": DATA["dataset"], "batch_size": size}}}
+    with pytest.raises(ConfigError) as err:
+        hookrun.run(cfg)
+    assert str(err.value) == (f"probe.test_data.batch_size={size!r}: a whole number of 1 or more (or leave it out: "
+                              f"data.batch_size)") and not (tmp_path / "p.h5").exists()
+
+
+@pytest.mark.parametrize("method", ["logistic", "ridge"])
+def test_features_that_are_not_finite_are_one_line_naming_the_module(tmp_path, method) -> None:
+    """A NaN in the pooled rows ended a logistic run `complete` with NaN weights (reported "not
+    converged"), and a ridge run in scipy's traceback."""
+    from hookrun.data import shapes
+
+    items = list(shapes(16))
+    x, y = items[11]
+    items[11] = (x.clone().fill_(float("nan")), y)  # item 11: every block's rows NaN
+    cfg = {"data": {"batch_size": 8}, "device": "cpu", "progress": False, "output": {"path": str(tmp_path / "p.h5")},
+           "probe": {"at": ["block1"], "target": "label", "method": method}}
+    with pytest.raises(HookrunError) as err:
+        hookrun.run(cfg, model=hookrun.models.tiny_cnn(), dataset=items)
+    assert str(err.value) == ("probe.at: block1's pooled output holds NaN or infinite values in 1 row(s) of this batch "
+                              "(the first of item 11); a probe needs finite features: probe another module, or find where "
+                              "the model overflows (its dtype, its inputs)")
+    with hookrun.open_run(tmp_path / "p.h5") as run:
+        assert run.status == "failed"
+
+
 @pytest.mark.parametrize(("key", "message"), [
     ("batchsize", "probe.test_data.batchsize: not a key of the test data node, whose keys are dataset and batch_size; "
                   "did you mean probe.test_data.batch_size?"),

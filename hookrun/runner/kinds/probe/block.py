@@ -87,6 +87,10 @@ class ProbeBlock:
             raise ConfigError(f"probe.test_data.{extra[0]}: not a key of the test data node, whose keys are dataset and "
                               f"batch_size" + (f"; did you mean probe.test_data.{hint[0]}?" if hint else
                                                " (every test item is used; give fewer items in the dataset node)"))
+        size = self.test_data.get("batch_size") if isinstance(self.test_data, dict) else None
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+            raise ConfigError(f"probe.test_data.batch_size={size!r}: a whole number of 1 or more (or leave it out: "
+                              f"data.batch_size)")  # ('abc' was a traceback, 0 data.batch_size, 2.5 two, -1 'data.batch_size')
         live = isinstance(self.test_data, dict) and "live" in (self.test_data.get("dataset") or {})
         if live and LIVE_TEST.get() is None:
             raise ConfigError(f"probe.test_data={self.test_data!r} names a live data set, which only "

@@ -112,6 +112,8 @@ def fit_point(store: RowStore, spec: FitSpec, device: torch.device | str = "cpu"
         out.update({f"{pre}train_score": scores[name][0], f"{pre}test_score": scores[name][1]})
         if name == "probe":
             out.update({k: v for k, v in f.items()})
+        elif "converged" in f:  # (the control fit stops at max_iter too: its scores are then not the optimum's)
+            out.update({"control_converged": f["converged"], "control_iterations": f["iterations"]})
     if "control" in fits:
         out["selectivity"] = out["test_score"] - out["control_test_score"]
     out.update({"mean": mean, "scale": scale, "regression": regression})

@@ -195,6 +195,10 @@ class ProbeKind(RunKind):
                 log.warning("probe: the logistic fit at %s stopped after %d iterations without converging (its "
                             "objective %.10g is not shown to be the optimum, nor its weights); raise probe.max_iter, "
                             "or standardize: true, or a smaller C", name, result["iterations"], result["objective"])
+            if result.get("control_converged") is False:
+                log.warning("probe: the control task's logistic fit at %s stopped after %d iterations without "
+                            "converging: its accuracy and the selectivity are not the optimum's; raise probe.max_iter, "
+                            "or standardize: true, or a smaller C", name, result["control_iterations"])
         regression = points[0][1]["regression"]
         unseen = points[0][1].get("unseen_test_rows", 0)  # (one split: the same rows at every hook point)
         if unseen:
@@ -218,7 +222,7 @@ class ProbeKind(RunKind):
         if not len(data):
             raise ConfigError("probe.test_data: the data set has no items; give the test items, or drop test_data "
                               "for the split")
-        loader = make_loader(data, int(node.get("batch_size") or self.ctx.cfg.data.batch_size), 0)
+        loader = make_loader(data, node.get("batch_size") or self.ctx.cfg.data.batch_size, 0)
         indices, batch = next(iter(loader))
         self.collector.batch(self.ctx.model, self.ctx.spec.split(batch).to(self.ctx.device), indices)
         return loader

@@ -34,7 +34,7 @@ def _groups(f: Any) -> list[Any]:
 
 
 def read_probes(f: Any) -> Table:
-    """run.probes(): one row per hook point, in `at`'s order: rows, features, train and test score
+    """run.probes(): one row per hook point, in the model's order of its modules (named_modules): rows, features, train and test score
     (accuracy, or R^2 for regression), the control task's test accuracy, the selectivity, and the test
     accuracy of always naming the training rows' commonest class (chance; None for regression, and in
     files written before hookrun kept it)."""
@@ -45,7 +45,8 @@ def read_probes(f: Any) -> Table:
         rows.append({"at": str(a["module"]), "rows": int(a["rows"]), "features": int(a["features"]),
                      "train": get("train_score"), "test": get("test_score"), "control": get("control_test_score"),
                      "selectivity": get("selectivity"), "majority": get("majority_test_score"),
-                     "converged": bool(a["converged"]) if "converged" in a else None})  # (None: ridge, a closed form)
+                     "converged": bool(a["converged"]) and bool(a.get("control_converged", True)) if "converged" in a
+                     else None})  # (None: ridge, a closed form; False where the probe's or the control's fit stopped short)
     return Table(list(COLUMNS), rows)
 
 
@@ -70,10 +71,15 @@ def lines(f: Any) -> list[str]:
     head = (f"  probe     {meta.get('method')} ({'C=' + str(meta.get('C')) if meta.get('method') == 'logistic' else 'alpha=' + str(meta.get('alpha'))}), "
             f"pool {meta.get('pool')}, {_metric(f)} on held-out items")
     out = [head]
-    for r in read_probes(f):
+    for pg, r in zip(_groups(f), read_probes(f), strict=True):
         ctrl = f", control {r['control']:.3f}, selectivity {r['selectivity']:.3f}" if r["control"] is not None else ""
         chance = f", majority class {r['majority']:.3f}" if r["majority"] is not None else ""
-        stopped = ", NOT CONVERGED (stopped at probe.max_iter: its weights are not the optimum)" if r["converged"] is False else ""
+        a = pg.attrs
+        stopped = (f", NOT CONVERGED (stopped after {int(a['iterations'])} iterations: its weights are not the optimum)"
+                   if "converged" in a and not a["converged"] else "")
+        if "control_converged" in a and not a["control_converged"]:
+            stopped += (f", control NOT CONVERGED (stopped after {int(a['control_iterations'])} iterations: the control "
+                        f"and the selectivity are not the optimum's)")
         out.append(f"    {r['at']:<20} {r['rows']:>7} rows x {r['features']:<5} train {r['train']:.3f}  test {r['test']:.3f}"
                    f"{ctrl}{chance}{stopped}")
     return out

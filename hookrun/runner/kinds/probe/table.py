@@ -6,12 +6,13 @@ last batch's record (the store's normal path: a failed batch rolls it back).
                              test_score, control_train_score, control_test_score, selectivity,
                              majority_test_score (the training rows' commonest class on the
                              test rows: chance), classes (JSON), objective, iterations, converged, spilled,
-                             fit_seconds (the solver's wall time, control task included)
+                             fit_seconds (the solver's wall time, control task included),
+                             control_converged, control_iterations (a logistic control task's fit)
     /probe/NNN/weight        (classes or 1, features) float64: scores = x @ weight.T + bias on the
     /probe/NNN/bias          pooled activations x (standardisation folded in)
     /probe/NNN/mean, scale   (features,): the training rows' StandardScaler (0 and 1 without standardize)
 
-NNN is the hook point's place in `at`'s order (000, 001, ...), so depth order is the groups' order.
+NNN is the hook point's place in the model's order of its modules (named_modules: for most models the order they run in), whatever order `at` lists them in.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from hookrun.store.records import KindTable, register_table
 
 GROUP = "probe"
 SCALARS = ("rows", "train_rows", "test_rows", "features", "train_score", "test_score", "control_train_score",
-           "control_test_score", "selectivity", "majority_test_score", "objective", "iterations", "converged", "spilled", "fit_seconds")
+           "control_test_score", "selectivity", "majority_test_score", "objective", "iterations", "converged", "spilled", "fit_seconds",
+           "control_converged", "control_iterations")
 ARRAYS = ("weight", "bias", "mean", "scale")
 
 
@@ -64,7 +66,7 @@ class ProbeTableWriter:
 
 
 def point_groups(f: h5py.File) -> list[h5py.Group]:
-    """The /probe/NNN groups in `at`'s order ([] where the file holds no /probe)."""
+    """The /probe/NNN groups in the model's order ([] where the file holds no /probe)."""
     return [f[GROUP][k] for k in sorted(f[GROUP])] if GROUP in f else []
 
 
