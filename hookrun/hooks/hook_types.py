@@ -126,61 +126,59 @@ def as_it_came(point: HookPoint, seen: dict[str, tuple[Tensor, int]], tensors: d
     return out
 
 
-def _count_forward_calls(point: HookPoint) -> list:
-    """Backward hooks learn which forward call they answer by counting the forward calls; a module
-    whose tensors all come as keywords is refused (full backward hooks see positional inputs only)."""
-
-    def count(module, args, kwargs):
-        point.next_forward_call()
-        if kwargs and not any(isinstance(a, Tensor) for a in flatten(args, "input").values()):
-            named = [k for k, v in kwargs.items() if flatten(v, "input")]
-            if named:
-                raise RunError(
-                    f"hooks.{point.hook}: a {point.type} hook on {module_label(point.module)} sees positional inputs "
-                    f"only (PyTorch's full backward hooks), and {module_label(point.module)} gets its tensors as "
-                    f"keywords ({', '.join(named)}); use type: tensor on the same module (the gradient of its "
-                    f"output), or hook the enclosing block"
-                )
-        return None  # the input stays as it is
-
-    return [point.target.register_forward_pre_hook(count, with_kwargs=True)]
+def _positional_only(point: HookPoint, args: tuple, kwargs: dict) -> None:
+    """A module whose tensors all come as keywords is refused (full backward hooks see positional
+    inputs only)."""
+    if kwargs and not any(isinstance(a, Tensor) for a in flatten(args, "input").values()):
+        named = [k for k, v in kwargs.items() if flatten(v, "input")]
+        if named:
+            raise RunError(
+                f"hooks.{point.hook}: a {point.type} hook on {module_label(point.module)} sees positional inputs "
+                f"only (PyTorch's full backward hooks), and {module_label(point.module)} gets its tensors as "
+                f"keywords ({', '.join(named)}); use type: tensor on the same module (the gradient of its "
+                f"output), or hook the enclosing block"
+            )
 
 
 @_hook_type("backward_pre", ("grad_output",), "grad_output", needs_grad=True)
 def _backward_pre(point: HookPoint, fire: Fire) -> list:
-    def hook(module, grad_output):
-        ev = fire(point.next_backward_call(), flatten(grad_output, "grad_output"), "grad_output")
+    def hook(call, module, grad_output):
+        ev = fire(call, flatten(grad_output, "grad_output"), "grad_output")
         if ev.replaced:
             return rebuild(grad_output, "grad_output", ev.tensors)
         return None
 
-    return _count_forward_calls(point) + _full_backward(point, pre_hook=hook)
+    return _full_backward(point, pre_hook=hook)
 
 
 @_hook_type("backward", ("grad_input", "grad_output"), "grad_input", needs_grad=True)
 def _backward(point: HookPoint, fire: Fire) -> list:
-    def hook(module, grad_input, grad_output):
+    def hook(call, module, grad_input, grad_output):
         tensors = flatten(grad_input, "grad_input")
         tensors.update(flatten(grad_output, "grad_output"))
-        ev = fire(point.next_backward_call(), tensors, "grad_input")
+        ev = fire(call, tensors, "grad_input")
         if ev.replaced:
             return rebuild(grad_input, "grad_input", ev.tensors)
         return None
 
-    return _count_forward_calls(point) + _full_backward(point, hook=hook)
+    return _full_backward(point, hook=hook)
 
 
 def _full_backward(point: HookPoint, hook=None, pre_hook=None) -> list:
     """PyTorch's full backward hook (torch.utils.hooks.BackwardHook, as Module.__call__ sets it up),
     set up by a forward pre-hook and a forward hook of our own, so that the outputs its consumer
     sees are copies it may modify in place: `out += identity` after a ResNet block's bn2 would
-    otherwise fail on the hook's view (the gradients are the same: a copy passes them through)."""
+    otherwise fail on the hook's view (the gradients are the same: a copy passes them through).
+    Each forward call gets its own BackwardHook, bound to that call's number: its gradients are
+    filed under the call that made them, in whatever order (or not at all) they come back."""
     pending: list[BackwardHook] = []  # one per call in flight (a module called inside itself)
 
-    def setup(module, args):
-        bw = BackwardHook(module, [hook] if hook else [], [pre_hook] if pre_hook else [])
+    def setup(module, args, kwargs):
+        call = point.next_forward_call()
+        _positional_only(point, args, kwargs)
+        bw = BackwardHook(module, [partial(hook, call)] if hook else [], [partial(pre_hook, call)] if pre_hook else [])
         pending.append(bw)
-        return bw.setup_input_hook(args)
+        return bw.setup_input_hook(args), kwargs
 
     def finish(module, args, output):
         if not pending:
@@ -188,7 +186,7 @@ def _full_backward(point: HookPoint, hook=None, pre_hook=None) -> list:
         output = pending.pop().setup_output_hook(output)
         return _copies(output) if torch.is_grad_enabled() else output
 
-    return [point.target.register_forward_pre_hook(setup), point.target.register_forward_hook(finish)]
+    return [point.target.register_forward_pre_hook(setup, with_kwargs=True), point.target.register_forward_hook(finish)]
 
 
 def _copies(obj):
@@ -216,8 +214,8 @@ def _tensor(point: HookPoint, fire: Fire) -> list:
 
 @_hook_type("param", ("grad",), "grad", needs_grad=True, on="param", per_step=True)
 def _param(point: HookPoint, fire: Fire) -> list:
-    def hook(grad):
-        ev = fire(point.next_backward_call(), {"grad": grad}, "grad")
+    def hook(grad):  # (one firing per backward: the gradient summed over the forward's uses)
+        ev = fire(0, {"grad": grad}, "grad")
         return ev.tensors["grad"] if ev.replaced else None
 
     return [point.target.register_hook(hook)]

@@ -1,4 +1,4 @@
-"""A hook point: one hook spec on one module or parameter, with its per-step call counters.
+"""A hook point: one hook spec on one module or parameter, with its per-step call counter.
 
     point = HookPoint("fmap", "forward", "layer1.0", model.layer1[0])   # hook, type, module, target
     point.next_forward_call()  # 0, then 1 for a second call in the same forward pass
@@ -19,7 +19,7 @@ SITE = re.compile(r"^(?P<module>.*)/(?P<fn>[A-Za-z_][A-Za-z0-9_]*)(?:\.(?P<call>
 
 @dataclass
 class HookPoint:
-    """One hook spec on one module or parameter, with its per-step call counters."""
+    """One hook spec on one module or parameter, with its per-step call counter."""
 
     hook: str
     type: str
@@ -29,21 +29,14 @@ class HookPoint:
     globbed: bool = False  # reached only through a glob of `at:` (not named there): may have nothing to record
     site: tuple | None = None  # an op site (hooks/sites.py): (FN, call or None); target is the module whose code calls FN
     axes: dict = field(default_factory=dict)  # an op site: (FN, k, role) -> axis names from its calls' structure (site_axes)
-    forward_calls: int = 0
-    backward_calls: int = 0
+    forward_calls: int = 0  # a backward hook's firing is bound to the call that made it (hook_types._full_backward)
 
     def reset(self) -> None:
         self.forward_calls = 0
-        self.backward_calls = 0
 
     def next_forward_call(self) -> int:
         self.forward_calls += 1
         return self.forward_calls - 1
-
-    def next_backward_call(self) -> int:
-        """Backward runs in reverse: the first backward firing is the last forward call."""
-        self.backward_calls += 1
-        return max(self.forward_calls - self.backward_calls, 0)
 
 
 def split_site(at: str, modules: set[str]) -> tuple[str, str, int | None] | None:

@@ -38,3 +38,65 @@ def test_a_backward_hook_on_bn2_before_out_plus_identity_works(tmp_path, checkpo
         assert f.attrs["status"] == "complete"
         np.testing.assert_allclose(f["captures/b/layer1.0.bn2/grad_output"][:], torch.cat(grads_out).numpy(), rtol=1e-4, atol=1e-7)
         np.testing.assert_allclose(f["captures/b/layer1.0.bn2/grad_input"][:], torch.cat(grads_in).numpy(), rtol=1e-4, atol=1e-7)
+
+
+class ThreeCalls(torch.nn.Module):
+    """`lin` runs three times in one forward: on x, 2x and 3x."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return tuple(self.lin(k * x) for k in (1, 2, 3))
+
+
+def detached_middle(ys):  # call 1 gets no gradient; calls 0 and 2 do
+    return ys[0].pow(2).sum() + 3 * ys[2].sum() + ys[1].detach().sum()
+
+
+def reference_calls(model, x, losses):
+    """{call: (d loss / d input, d loss / d output)} of each `lin` call, by torch.autograd.grad on
+    the calls made by hand; `losses(ys)` gives one loss per backward pass, each reaching one call."""
+    xs = [k * x.clone().requires_grad_(True) for k in (1, 2, 3)]
+    ys = [model.lin(a) for a in xs]
+    return {call: torch.autograd.grad(loss, [xs[call], ys[call]], retain_graph=True) for call, loss in losses(ys)}
+
+
+BOTH = {"b": {"at": "lin", "type": "backward", "actions": ["record"]},
+        "p": {"at": "lin", "type": "backward_pre", "actions": ["record"]}}
+
+
+def test_a_backward_hook_files_each_gradient_under_its_own_forward_call():
+    """Call 1's output is detached, so only calls 0 and 2 get gradients: they were filed as calls 1
+    and 2 (the count of backward firings taken from the count of forward calls)."""
+    torch.manual_seed(0)
+    model, x = ThreeCalls(), torch.randn(3, 4)
+    with hookrun.capture(model, BOTH) as cap:
+        detached_middle(model(x.clone().requires_grad_(True))).backward()
+    want = reference_calls(model, x, lambda ys: [(0, detached_middle(ys)), (2, detached_middle(ys))])
+    assert sorted(k for k in cap.keys() if k[0] == "b") == [("b", "lin", r) for r in
+                                                             ("grad_input", "grad_input@2", "grad_output", "grad_output@2")]
+    assert sorted(k for k in cap.keys() if k[0] == "p") == [("p", "lin", "grad_output"), ("p", "lin", "grad_output@2")]
+    for call, at in ((0, ""), (2, "@2")):
+        torch.testing.assert_close(cap["b", "lin", "grad_input" + at], want[call][0])
+        torch.testing.assert_close(cap["b", "lin", "grad_output" + at], want[call][1])
+        torch.testing.assert_close(cap["p", "lin", "grad_output" + at], want[call][1])
+
+
+def test_gradients_that_come_back_out_of_call_order_keep_their_calls():
+    """One backward per call, in the order 1, 0, 2: each firing is the call whose output it reached."""
+    torch.manual_seed(0)
+    model, x = ThreeCalls(), torch.randn(3, 4)
+
+    def losses(ys):
+        return [(1, (2 * ys[1]).pow(2).sum()), (0, ys[0].sum()), (2, (3 * ys[2]).sum())]
+
+    with hookrun.capture(model, BOTH) as cap:
+        for _, loss in losses(model(x.clone().requires_grad_(True))):
+            loss.backward(retain_graph=True)
+    want = reference_calls(model, x, losses)
+    for call, at in ((0, ""), (1, "@1"), (2, "@2")):
+        torch.testing.assert_close(cap["b", "lin", "grad_input" + at], want[call][0])
+        torch.testing.assert_close(cap["b", "lin", "grad_output" + at], want[call][1])
+        torch.testing.assert_close(cap["p", "lin", "grad_output" + at], want[call][1])
