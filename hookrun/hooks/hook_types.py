@@ -183,10 +183,28 @@ def _full_backward(point: HookPoint, hook=None, pre_hook=None) -> list:
     def finish(module, args, output):
         if not pending:
             return None
-        output = pending.pop().setup_output_hook(output)
+        bw = pending.pop()
+        if not isinstance(output, Tensor | tuple):
+            _unseen_output(point, output)
+        output = bw.setup_output_hook(output)
         return _copies(output) if torch.is_grad_enabled() else output
 
     return [point.target.register_forward_pre_hook(setup, with_kwargs=True), point.target.register_forward_hook(finish)]
+
+
+def _unseen_output(point: HookPoint, output) -> None:
+    """Full backward hooks see an output that is a tensor or a tuple; on any other output that holds
+    tensors (a dict, a ModelOutput, a list) they never fire: refused, not left silent."""
+    roles = list(flatten(output, "output"))
+    if roles:
+        name = module_label(point.module)
+        raise RunError(
+            f"hooks.{point.hook}: a {point.type} hook on {name} never fires: PyTorch's full backward hooks see an "
+            f"output that is a tensor or a tuple of tensors, and {name} returns a {type(output).__name__} "
+            f"({', '.join(roles[:4])}{', ...' if len(roles) > 4 else ''}); use type: tensor on the same module "
+            f"(it records the gradient of each output tensor: grad{roles[0][len('output'):]} for {roles[0]}), "
+            f"or hook the module inside that makes the tensor"
+        )
 
 
 def _copies(obj):

@@ -3,12 +3,17 @@
 
 from __future__ import annotations
 
+import logging
+
 import h5py
 import numpy as np
+import pytest
 import torch
 from conftest import make_cfg, small_resnet
+from kw_models import Scorer, Tokens
 
 import hookrun
+from hookrun.errors import RunError
 
 
 def test_a_backward_hook_on_bn2_before_out_plus_identity_works(tmp_path, checkpoint, dataset):
@@ -100,3 +105,88 @@ def test_gradients_that_come_back_out_of_call_order_keep_their_calls():
         torch.testing.assert_close(cap["b", "lin", "grad_input" + at], want[call][0])
         torch.testing.assert_close(cap["b", "lin", "grad_output" + at], want[call][1])
         torch.testing.assert_close(cap["p", "lin", "grad_output" + at], want[call][1])
+
+
+def kw_cfg(tmp_path, hooks) -> dict:
+    return {"data": {"batch_size": 4}, "device": "cpu", "progress": False, "hooks": hooks, "mode": "grad",
+            "loss": {"_target_": "hookrun.runner.losses.sum_output", "_partial_": True},
+            "output": {"path": str(tmp_path / "c.h5"), "overwrite": True}}
+
+
+class Wrap(torch.nn.Module):
+    """`d` returns a dict; the model reads one key of it."""
+
+    def __init__(self):
+        super().__init__()
+        self.d = Dict(4)
+
+    def forward(self, x):
+        return self.d(x)["a"]
+
+
+class TokenWrap(Scorer):
+    """Scorer (token items) with a dict-returning `d` in place of its `mix`."""
+
+    def __init__(self):
+        super().__init__()
+        self.d = Dict(8)
+
+    def forward(self, input_ids, attention_mask=None):
+        return self.head(self.d(self.embed(input_ids))["a"].mean(1))
+
+
+class Dict(torch.nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.lin = torch.nn.Linear(width, width)
+
+    def forward(self, x):
+        return {"a": self.lin(x)}
+
+
+@pytest.mark.parametrize("kind", ["backward", "backward_pre"])
+def test_a_backward_hook_on_a_module_returning_a_dict_is_refused_in_one_line(kind):
+    """PyTorch's full backward hooks never fire on a dict output: the run ended complete with no
+    capture, and a warning that the module did not run. Refused at its first call instead; the
+    tensor hook it names records the gradient (reference: torch.autograd.grad)."""
+    torch.manual_seed(0)
+    model, x = Wrap(), torch.randn(2, 4, requires_grad=True)
+    with pytest.raises(RunError, match=rf"^hooks.b: a {kind} hook on d never fires: .* d returns a dict \(output.a\); "
+                                       r"use type: tensor on the same module \(.*grad.a for output.a\)") as err:
+        with hookrun.capture(model, {"b": {"at": "d", "type": kind, "actions": ["record"]}}):
+            model(x).sum().backward()
+    assert "\n" not in str(err.value)
+    with hookrun.capture(model, {"t": {"at": "d", "type": "tensor", "actions": ["record"]}}) as cap:
+        model(x).pow(2).sum().backward()
+    out = model.d(x)["a"]
+    torch.testing.assert_close(cap["t", "d", "grad.a"], torch.autograd.grad(out.pow(2).sum(), out)[0])
+
+
+def test_a_file_run_with_a_backward_hook_on_a_dict_output_stops_at_its_first_batch(tmp_path):
+    """It ended `complete`, exit 0, with no capture and "module 'd' did not run"."""
+    hooks = {"b": {"at": "d", "type": "backward", "actions": ["record"]}}
+    with pytest.raises(RunError, match=r"^hooks.b: a backward hook on d never fires: .* d returns a dict \(output.a\)"):
+        hookrun.run(kw_cfg(tmp_path, hooks), model=TokenWrap(), dataset=Tokens(n=8))
+
+
+def test_modify_grad_where_grad_input_is_none_says_so_once(tmp_path, caplog):
+    """An embedding's grad_input is None (its input is integer ids): modify_grad on a backward hook
+    there changed nothing, silently. One warning naming the hook; the gradients are PyTorch's own
+    (reference: the embedding's weight gradient of a plain backward)."""
+    hooks = {"z": {"at": "embed", "type": "backward", "actions": [{"name": "modify_grad", "op": "zero"}]},
+             "w": {"at": "embed.weight", "type": "param", "actions": ["record"]}}
+    torch.manual_seed(0)
+    model, ds = Scorer(), Tokens(n=8)
+    with caplog.at_level(logging.WARNING, logger="hookrun"):
+        hookrun.run(kw_cfg(tmp_path, hooks), model=model, dataset=ds)
+    said = [r.getMessage() for r in caplog.records if "no gradient to modify" in r.getMessage()]
+    assert said == ["hooks.z.actions.0: modify_grad has no gradient to modify at embed: its grad_input is None (no input "
+                    "of it needs a gradient: an embedding's input is integer ids), so nothing changes; modify its "
+                    "grad_output (type: backward_pre, replace_input) or its output's gradient (type: tensor, modify_grad)"]
+    want = []
+    for i in range(0, 8, 4):
+        model.zero_grad()
+        model(ds.ids[i:i + 4], ds.mask[i:i + 4]).sum().backward()
+        want.append(model.embed.weight.grad.clone())
+    with h5py.File(tmp_path / "c.h5") as f:
+        np.testing.assert_allclose(f["captures/w/embed.weight/grad"][:], torch.stack(want).numpy(), rtol=1e-6, atol=1e-7)

@@ -22,6 +22,7 @@ keeps it to the prompt pass, `positions: generated` to the passes over new token
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from hookrun.config.schema import Mode
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from hookrun.hooks.hook_types import HookType
     from hookrun.hooks.points import HookPoint
 
+log = logging.getLogger("hookrun")
 
 class Modify(Action):
     modifies = True
@@ -124,3 +126,13 @@ class ModifyOutput(Modify):
 @ACTIONS.register("modify_grad")
 class ModifyGrad(Modify):
     fits = frozenset({"backward", "tensor", "param"})
+    warned = False  # (the one warning of a backward hook whose grad_input is None)
+
+    def __call__(self, ev: Event) -> None:
+        if ev.type == "backward" and self.arg is None and not self.warned and "grad_input" not in map(family, ev.tensors):
+            self.warned = True  # PyTorch gives None where no input needs a gradient: an embedding's integer ids
+            log.warning("%s: modify_grad has no gradient to modify at %s: its grad_input is None (no input of it needs "
+                        "a gradient: an embedding's input is integer ids), so nothing changes; modify its grad_output "
+                        "(type: backward_pre, replace_input) or its output's gradient (type: tensor, modify_grad)",
+                        self.where, ev.where)
+        super().__call__(ev)
