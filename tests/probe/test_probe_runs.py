@@ -137,6 +137,7 @@ def test_inspect_plot_report_and_a_sweep_over_C(tmp_path):
     for C in (0.01, 100):
         want = hookrun.open_run(sweep / str([0.01, 100].index(C))).probes()
         assert rows[C]["test@block3"] == want[1]["test"]
+        assert rows[C]["probe converged"] is all(want.column("converged"))  # (a job stopped at max_iter: False)
     # plot on the sweep: test score against C (two jobs), and the kind's chart of every job by depth
     from hookrun.analysis.kind_readers import kind_sweep_figures
     from hookrun.cli.plot_command import plot_sweep

@@ -89,11 +89,15 @@ def columns(f: Any) -> dict[str, Any]:
     """A sweep table's numbers: each hook point's test score (and control, selectivity)."""
     if "probe" not in f:
         return {}
-    out = {}
-    for r in read_probes(f):
+    out: dict[str, Any] = {}
+    probes = read_probes(f)
+    for r in probes:
         out[f"test@{r['at']}"] = r["test"]
         if r["control"] is not None:
             out[f"selectivity@{r['at']}"] = r["selectivity"]
+    flags = [c for c in probes.column("converged") if c is not None]
+    if flags:  # (logistic: a job whose fits stopped at max_iter is not read as the optimum's numbers)
+        out["probe converged"] = all(flags)
     return out
 
 
