@@ -24,6 +24,7 @@ import xxhash
 
 from hookrun.store.capture_schema import damage, list_captures
 from hookrun.store.format import DIGEST_CHUNK, capped
+from hookrun.store.lock import FLUSHING
 
 TABLE = "/checksums"
 
@@ -130,13 +131,16 @@ def verify(f: h5py.File) -> Verified:
     """Check every capture and the sample table (/samples/index, /samples/step) against their
     checksums. A problem names the dataset and the rows, or what could not be read; a dataset
     written without checksums (output.checksum=false; the sample table of a file by an earlier
-    hookrun) is listed as unchecked, never as passing."""
+    hookrun) is listed as unchecked, never as passing. Every number in /checksums must belong to a
+    dataset: one that none carries is a dataset missing from the file."""
     out = Verified()
     try:
         captures = [info.path for info in list_captures(f)]
     except Exception as exc:  # a damaged object header: named by list_captures
         out.problems.append(str(exc))
         return out
+    torn = f.filename.endswith(FLUSHING)  # hookrun 0.2's file killed inside a flush: its table may run ahead
+    claimed: set[str] = set()
     for path in captures + ["/" + name for name in SAMPLE_TABLE if name in f]:
         try:
             ds = f[path]
@@ -148,12 +152,35 @@ def verify(f: h5py.File) -> Verified:
             out.unchecked.append(path)
             continue
         out.checked.append(path)
-        out.problems += _check_rows(ds, path, tag)
+        claimed.add(tag)
+        out.problems += _check_rows(ds, path, tag, torn)
+    out.problems += _unclaimed(f, claimed)
     return out
 
 
-def _check_rows(ds: h5py.Dataset, path: str, tag: str) -> list[str]:
-    """Every block of one dataset against its digests (rows past the file's last flush: none)."""
+def _unclaimed(f: h5py.File, claimed: set[str]) -> list[str]:
+    """The numbers in /checksums that no dataset's `digest` attribute names: each one a capture or
+    sample dataset that was written, checksummed and is no longer in the file (deleted, or its
+    header lost its attributes)."""
+    if TABLE not in f:
+        return []
+    try:
+        table = f[TABLE][:]
+    except (OSError, RuntimeError) as exc:
+        return [f"{TABLE}: cannot be read ({damage(exc)})"]
+    problems = []
+    for k in np.unique(table[:, 0]).tolist():
+        if f"{TABLE}:{k}" not in claimed:
+            ends = table[table[:, 0] == k][:, 1]
+            problems.append(f"{TABLE}: number {k} ({len(ends)} batch(es), rows 0..{int(ends.max()) - 1}) belongs to no "
+                            f"dataset in the file: a capture or sample dataset it checked is missing")
+    return problems
+
+
+def _check_rows(ds: h5py.Dataset, path: str, tag: str, torn: bool = False) -> list[str]:
+    """Every block of one dataset against its digests. A file at rest holds one whole flush (the table
+    is written with the rows it covers), so digests past the dataset's end are rows it lost; only a
+    `torn` file (hookrun 0.2's, killed inside a flush) may hold a table ahead of its rows."""
     try:
         table = table_of(ds, tag)
     except (KeyError, OSError, RuntimeError) as exc:
@@ -161,8 +188,13 @@ def _check_rows(ds: h5py.Dataset, path: str, tag: str) -> list[str]:
     ragged = h5py.check_vlen_dtype(ds.dtype) is not None
     problems, start, n = [], 0, ds.shape[0]
     for end, want in table.tolist():
-        if end > n:  # digests of rows written after the file's last flush: not part of the file
-            break
+        if end > n:
+            if not torn:
+                last = int(table[:, 0].max())
+                cut = f"; rows {start}..{n - 1}, the start of that batch, cannot be checked" if start < n else ""
+                return problems + [f"{path}: rows {n}..{last - 1} are missing: its checksums cover {last} rows, "
+                                   f"the dataset holds {n}{cut}"]
+            break  # (the torn flush's rows: not part of the file)
         try:
             rows = ds[start:end]
             got = digest_ragged(list(rows)) if ragged else digest(rows)

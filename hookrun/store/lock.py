@@ -190,9 +190,12 @@ def _read_pid(fd: int) -> str:
 FILE_SPACE = {"fs_strategy": "none"}
 
 
+FLUSHING = ".flushing"  # hookrun 0.2 renamed a file so for the whole flush
+
+
 def flushing_path(path: Path) -> Path:
     """Where a file stands while HDF5 flushes it (H5Store._aside); left there by a kill in a flush."""
-    return path.with_name(path.name + ".flushing")
+    return path.with_name(path.name + FLUSHING)
 
 
 def wait_for_flush(path: Path, seconds: float = 2.0) -> bool:

@@ -123,3 +123,58 @@ def test_allow_unverified_without_verify_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
         main([str(tmp_path / "c.h5"), "--allow-unverified"])
     assert info.value.code == 2 and "--allow-unverified goes with --verify; add --verify, or drop it" in capsys.readouterr().err
+
+
+def test_rows_or_a_capture_lost_from_a_file_at_rest_are_named(tmp_path, capsys):
+    """A capture cut short (a whole batch, or part of one) or deleted passed: /checksums entries past a
+    dataset's end were skipped as 'written after the last flush', and only datasets still in the file
+    were checked. The store writes the table with the rows at each flush, so in a file at rest they
+    are rows lost. Reference: the lengths and `digest` numbers plain h5py reads before the damage."""
+    path = _write(tmp_path / "c.h5", checksum=True)
+    with h5py.File(path, "r") as f:
+        assert f["captures/f/features/output"].shape[0] == 16 and f.attrs["status"] == "complete"
+        k = int(f["captures/m/features/output"].attrs["digest"].rsplit(":", 1)[1])
+        steps = int(f["captures/m/features/output"].shape[0])
+    for rows, want in ((12, "rows 12..15 are missing: its checksums cover 16 rows, the dataset holds 12"),
+                       (14, "rows 14..15 are missing: its checksums cover 16 rows, the dataset holds 14; "
+                            "rows 12..13, the start of that batch, cannot be checked")):
+        cut = tmp_path / f"cut{rows}.h5"
+        cut.write_bytes(path.read_bytes())
+        with h5py.File(cut, "r+") as f:
+            f["captures/f/features/output"].resize(rows, axis=0)
+        assert main([str(cut), "--verify"]) == 1
+        err = capsys.readouterr().err
+        assert f"damaged: /captures/f/features/output: {want}" in err and "have no checksum" not in err
+    with h5py.File(path, "r+") as f:
+        del f["captures/m/features/output"]
+    assert main([str(path), "--verify"]) == 1
+    out = capsys.readouterr()
+    assert f"damaged: /checksums: number {k} ({steps} batch(es), rows 0..{steps - 1}) belongs to no dataset" in out.err
+    assert "DAMAGED" in out.out
+
+
+def test_a_killed_or_interrupted_file_still_verifies(tmp_path, capsys):
+    """The other side: a run killed between flushes (its last batch's checksums never reached the
+    file) and one closed as interrupted hold whole flushes, and verify clean."""
+    import os
+
+    killed = tmp_path / "killed.h5"
+    pid = os.fork()
+    if pid == 0:  # the writer: 3 batches, flushed after the 1st and 2nd, then killed before any close
+        try:
+            store = H5Store(killed, {"config": "verify test"}, flush_every=2, checksum=True)
+            for step in range(3):
+                store.write(batch(step))
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    with h5py.File(killed, "r") as f:
+        assert f.attrs["status"] == "running" and f["samples/index"].shape == (8,)
+    assert main([str(killed), "--verify"]) == 0
+    interrupted = tmp_path / "interrupted.h5"
+    store = H5Store(interrupted, {"config": "verify test"}, flush_every=3, checksum=True)
+    for step in range(2):
+        store.write(batch(step))
+    store.close("interrupted")
+    assert main([str(interrupted), "--verify"]) == 0
+    assert "DAMAGED" not in capsys.readouterr().out
