@@ -105,11 +105,14 @@ class CaptureColumns:
             append(col.ds, rows)
             self._digest(path, col, rows)
             return
+        had = col.index.shape[0] if col.index is not None else 0  # (a new index: its rows before this batch too)
         if col.index is None and (col.ds.shape[0] != expected or cap.index is not None):
             col.index = self._start_index(path, col)
         if col.index is not None:
             ids = np.array([rec.step]) if cap.per_step else (cap.index if cap.index is not None else rec.sample_index)
             append(col.index, ids.astype(np.int64, copy=False))
+            if self.checksum:  # which sample each row is: checksummed as the rows are
+                self.digests.add_rows(col.index, had)
         append(col.ds, rows)
         self._digest(path, col, rows)
 
@@ -121,13 +124,6 @@ class CaptureColumns:
                 col.digest_id = self.digests.new_id(col.ds)
             value = digest_ragged(rows) if isinstance(rows, list) else digest(rows.astype(col.ds.dtype, copy=False))
             self.digests.add(col.digest_id, col.ds.shape[0], value)
-
-    def _digest_samples(self, rec: StepRecord) -> None:
-        """Checksums of the batch's /samples/index and /samples/step rows (what maps a row to its sample)."""
-        n = len(rec.sample_index)
-        for ds, rows in ((self.table.index, rec.sample_index.astype(np.int64, copy=False)),
-                         (self.table.step, np.full(n, rec.step, dtype=np.int64))):
-            self.digests.add(self.digests.id_of(ds), ds.shape[0], digest(rows))
 
     def _write_ragged(self, cap: Capture, rec: StepRecord, samples_before: int) -> None:
         col = self._columns.get(cap.key.path)

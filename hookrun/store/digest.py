@@ -12,6 +12,8 @@ stored. A reader recomputes it from the rows alone, so a damaged block of a file
 read as if it were data. Written by the store's writer thread at each flush; xxh3 runs at about
 15 GB/s (docs/benchmarks.md has its cost). Files of hookrun 0.2 kept one sibling table per
 capture (`ds.attrs["digest"] == "output.digest"`, (batches, 2)); table_of reads both.
+Each capture's `<role>.index` and every /samples dataset (what maps a row to its sample) are
+digested too, from their rows read back as stored (DigestLog.add_rows).
 """
 
 from __future__ import annotations
@@ -56,11 +58,24 @@ class DigestLog:
     def add(self, k: int, rows_after: int, value: int) -> None:
         self.pending.append((k, rows_after, value))
 
-    def mark(self) -> int:
-        return len(self.pending)
+    def add_rows(self, ds: h5py.Dataset, start: int) -> None:
+        """The digest of `ds`'s rows from `start` to its end (what a batch appended; a new dataset's
+        backfill too), read back as stored; nothing where no row was appended."""
+        if ds.shape[0] > start:
+            self.add(self.id_of(ds), ds.shape[0], digest_stored(ds, ds[start:]))
 
-    def roll_back(self, mark: int) -> None:
-        del self.pending[mark:]
+    def mark(self) -> tuple[int, int]:
+        return len(self.pending), self.next_id
+
+    def roll_back(self, mark: tuple[int, int]) -> None:
+        """Take out a failed batch's digests, and the numbers it gave: its new datasets are deleted, and
+        one that stays (the sample table's) loses its `digest` attribute, to get a number again."""
+        del self.pending[mark[0]:]
+        for name in [name for name, k in self.ids.items() if k >= mark[1]]:
+            del self.ids[name]
+            if name in self.file and "digest" in self.file[name].attrs:
+                del self.file[name].attrs["digest"]
+        self.next_id = mark[1]
 
     def write(self) -> None:
         """The digests of the batches since the last flush, appended to the table."""
@@ -100,6 +115,18 @@ def digest_ragged(rows: list[np.ndarray]) -> int:
     return h.intdigest()
 
 
+def digest_stored(ds: h5py.Dataset, rows: np.ndarray) -> int:
+    """The digest of rows read from `ds` (or as they are written to it): fixed-size rows as they are,
+    variable-length ones by digest_ragged (texts as their UTF-8 bytes)."""
+    base = h5py.check_vlen_dtype(ds.dtype)
+    if base is None:
+        return digest(rows)
+    if base in (str, bytes):
+        return digest_ragged([np.frombuffer(v.encode() if isinstance(v, str) else bytes(v), np.uint8)
+                              for v in rows.reshape(-1)])
+    return digest_ragged(list(rows))
+
+
 def check_block(table: np.ndarray, start: int, end: int, rows: np.ndarray) -> bool | None:
     """Whether rows [start, end) match the digest the table holds for exactly that block; None
     where the table has no entry ending at `end` (nothing to check against)."""
@@ -110,9 +137,6 @@ def check_block(table: np.ndarray, start: int, end: int, rows: np.ndarray) -> bo
     if (int(table[k - 1, 0]) if k else 0) != start:
         return None
     return int(table[k, 1]) == digest(rows)
-
-
-SAMPLE_TABLE = ("samples/index", "samples/step")  # what maps a capture's rows to samples
 
 
 @dataclass
@@ -128,23 +152,29 @@ class Verified:
 
 
 def verify(f: h5py.File) -> Verified:
-    """Check every capture and the sample table (/samples/index, /samples/step) against their
-    checksums. A problem names the dataset and the rows, or what could not be read; a dataset
-    written without checksums (output.checksum=false; the sample table of a file by an earlier
-    hookrun) is listed as unchecked, never as passing. Every number in /checksums must belong to a
-    dataset: one that none carries is a dataset missing from the file."""
+    """Check every capture, its `<role>.index` and every /samples dataset (what maps a row to its
+    sample: index, step, target, the token map, the data.store keys) against their checksums. A
+    problem names the dataset and the rows, or what could not be read; a dataset written without
+    checksums (output.checksum=false; by an earlier hookrun: a `.index`, the /samples datasets but
+    index and step) is listed as unchecked, never as passing. Every number in /checksums
+    must belong to a dataset: one that none carries is a dataset missing from the file."""
     out = Verified()
     try:
         captures = [info.path for info in list_captures(f)]
+        samples = [f"/samples/{name}" for name in f["samples"]] if "samples" in f else []
     except Exception as exc:  # a damaged object header: named by list_captures
         out.problems.append(str(exc))
         return out
     torn = f.filename.endswith(FLUSHING)  # hookrun 0.2's file killed inside a flush: its table may run ahead
     claimed: set[str] = set()
-    for path in captures + ["/" + name for name in SAMPLE_TABLE if name in f]:
+    todo = captures + samples
+    while todo:
+        path = todo.pop(0)
         try:
             ds = f[path]
             tag = str(ds.attrs.get("digest", "") or "")
+            if path in captures and (leaf := str(ds.attrs.get("index", "") or "")):
+                todo.insert(0, f"{ds.parent.name}/{leaf}")  # the sample (step) of each of its rows
         except (KeyError, OSError, RuntimeError) as exc:
             out.problems.append(f"{path}: cannot be opened ({damage(exc)})")
             continue
@@ -185,7 +215,6 @@ def _check_rows(ds: h5py.Dataset, path: str, tag: str, torn: bool = False) -> li
         table = table_of(ds, tag)
     except (KeyError, OSError, RuntimeError) as exc:
         return [f"{path}: its checksums cannot be read ({damage(exc)})"]
-    ragged = h5py.check_vlen_dtype(ds.dtype) is not None
     problems, start, n = [], 0, ds.shape[0]
     for end, want in table.tolist():
         if end > n:
@@ -197,7 +226,7 @@ def _check_rows(ds: h5py.Dataset, path: str, tag: str, torn: bool = False) -> li
             break  # (the torn flush's rows: not part of the file)
         try:
             rows = ds[start:end]
-            got = digest_ragged(list(rows)) if ragged else digest(rows)
+            got = digest_stored(ds, rows)
         except (OSError, RuntimeError) as exc:
             problems.append(f"{path}: rows {start}..{end - 1} cannot be read ({damage(exc)})")
         else:

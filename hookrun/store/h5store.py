@@ -104,9 +104,11 @@ class H5Store(CaptureColumns):
         start = self.samples
         if not self.steps:
             self.first_step = rec.step
+        rows = self.table.mark()["rows"]  # each /samples dataset's rows before this batch
         self.table.write(rec, start)
-        if self.checksum:  # the sample table too: a changed index would map rows to the wrong samples
-            self._digest_samples(rec)
+        if self.checksum:  # the sample table too: a changed index, target or token map would map rows to the wrong samples
+            for ds in (self.table.index, self.table.step, *self.table.optional.values()):
+                self.digests.add_rows(ds, rows.get(ds.name, 0))
         new = sum(cap.key.path not in self._columns for cap in rec.captures)
         chunk_bytes = chunk_bytes_for(len(self._columns) + new)  # for the captures this batch creates
         for cap in rec.captures:

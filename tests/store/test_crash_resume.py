@@ -80,7 +80,8 @@ def test_resume_refuses_rows_damaged_on_disk_and_inspect_verify_names_them(tmp_p
     path = hookrun.run(cfg).path
     verify = [sys.executable, "-m", "hookrun.inspect", "--verify", str(path)]
     ok = subprocess.run(verify, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert ok.returncode == 0 and "3 dataset(s) checked: every checked row matches its checksum" in ok.stdout, ok.stderr
+    assert ok.returncode == 0 and "4 dataset(s) checked: every checked row matches its checksum" in ok.stdout, ok.stderr
+    # (the capture, /samples/index, step and target)
     _damage_rows(path, "captures/l/layer2/output", 5)
     bad = subprocess.run(verify, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1, bad.stdout

@@ -178,3 +178,95 @@ def test_a_killed_or_interrupted_file_still_verifies(tmp_path, capsys):
     store.close("interrupted")
     assert main([str(interrupted), "--verify"]) == 0
     assert "DAMAGED" not in capsys.readouterr().out
+
+
+def _mapped(path, batches: int = 4, fail: int | None = None):
+    """kill_store's batches (a target, a token map, a capture with its own `.index`) with a path and a
+    data.store key per sample (with `fail`: from batch `fail` on, which first arrives with a bad capture
+    shape and is taken out)."""
+    with H5Store(path, {"config": "verify test"}, flush_every=1, checksum=True) as store:
+        for step in range(batches):
+            rec = batch(step)
+            if fail is None or step >= fail:
+                rec.path = [f"img/é{i}.png" for i in rec.sample_index]
+                rec.samples = {"input_ids": np.stack([rec.sample_index * 7 + j for j in range(3)], axis=1)}
+            if step == fail:
+                bad = batch(step)
+                bad.path, bad.samples = rec.path, rec.samples
+                bad.captures[0] = Capture(bad.captures[0].key, torch.zeros(4, 3), False)
+                try:
+                    store.write(bad)
+                except Exception:
+                    pass
+            store.write(rec)
+    return path
+
+
+def test_what_maps_rows_to_samples_carries_checksums(tmp_path, capsys):
+    """`<role>.index`, /samples/target, the token map, /samples/path and data.store keys were neither
+    checked nor listed: changing which sample a row is verified clean. Reference: xxh3 of the int64
+    values the batches hold (kill_store.batch), and the damage done with plain h5py."""
+    import xxhash
+
+    path = _mapped(tmp_path / "m.h5")
+    assert main([str(path), "--verify"]) == 0
+    out = capsys.readouterr().out
+    with h5py.File(path, "r") as f:
+        table = f["/checksums"][:]
+        names = ["captures/h/head/output.index", "samples/target", "samples/token_sample", "samples/token_position",
+                 "samples/path", "samples/input_ids", "samples/index", "samples/step"]
+        assert f["captures/h/head/output"].attrs["index"] == "output.index"
+        ks = {name: int(f[name].attrs["digest"].rsplit(":", 1)[1]) for name in names}
+        assert len(set(ks.values())) == len(names)
+        for name in ("captures/h/head/output.index", "samples/target"):
+            rows = table[table[:, 0] == ks[name]]
+            want = [xxhash.xxh3_64_intdigest((np.arange(s * 4, s * 4 + 4) % (10 if "target" in name else 10**9))
+                                             .astype(f[name].dtype).tobytes()) for s in range(4)]
+            assert rows[:, 1].tolist() == [4, 8, 12, 16] and rows[:, 2].tolist() == want
+    assert f"{len(names) + 4} dataset(s) checked: every checked row matches" in out  # + the 4 captures
+    damage = {"captures/h/head/output.index": (5, 9), "samples/target": (0, 3), "samples/token_position": (13, 2),
+              "samples/input_ids": (9, [1, 2, 3]), "samples/path": (2, "img/other.png")}
+    for name, (row, value) in damage.items():
+        _change(path, name, row, value)
+    assert main([str(path), "--verify"]) == 1
+    err = capsys.readouterr().err
+    for name, rows in (("captures/h/head/output.index", "4..7"), ("samples/target", "0..3"),
+                       ("samples/token_position", "12..23"), ("samples/input_ids", "8..11"), ("samples/path", "0..3")):
+        assert f"damaged: /{name}: rows {rows} do not match their checksum" in err, err
+
+
+def test_an_older_file_without_the_map_checksums_is_unverified_not_damaged(tmp_path, capsys):
+    """A file written before the `.index` and /samples datasets had checksums: those are listed as
+    unchecked (exit 3, --allow-unverified: 0), never as damaged. Made here by taking their `digest`
+    attributes and /checksums rows out with plain h5py, as the earlier writer left them."""
+    path = _mapped(tmp_path / "old.h5")
+    with h5py.File(path, "r+") as f:
+        newer = [f["captures/h/head/output.index"]] + [f["samples"][k] for k in f["samples"] if k not in ("index", "step")]
+        ks = [int(ds.attrs["digest"].rsplit(":", 1)[1]) for ds in newer]
+        for ds in newer:
+            del ds.attrs["digest"]
+        table = f["/checksums"][:]
+        del f["/checksums"]
+        f["/checksums"] = table[~np.isin(table[:, 0], ks)]
+    assert main([str(path), "--verify"]) == 3
+    out = capsys.readouterr()
+    assert "DAMAGED" not in out.out and "damaged" not in out.err
+    assert f"{len(newer)} without checksums" in out.out and "could not be verified" in out.err
+    assert main([str(path), "--verify", "--allow-unverified"]) == 0
+
+
+def test_a_batch_taken_out_leaves_no_checksum_number_behind(tmp_path, capsys):
+    """A failed batch that created datasets (/samples/path and input_ids, first given at batch 2) is
+    taken out with the numbers it gave them: the next try makes them again, backfilled, with numbers
+    of their own, and the file verifies clean (a number left behind read as a dataset missing)."""
+    path = _mapped(tmp_path / "f.h5", fail=2)
+    with h5py.File(path, "r") as f:
+        tags = [f[n].attrs["digest"] for n in ("samples/path", "samples/input_ids", "captures/f/features/output")]
+        assert len(set(tags)) == 3 and f["samples/path"].shape == (16,) and f["samples/path"][0] == b""
+        datasets = [f["samples"][k] for k in f["samples"]] + [f[p] for p in (
+            "captures/f/features/output", "captures/m/features/output", "captures/t/block/output",
+            "captures/h/head/output", "captures/h/head/output.index")]
+        numbers = {int(ds.attrs["digest"].rsplit(":", 1)[1]) for ds in datasets}
+        assert set(np.unique(f["/checksums"][:, 0]).tolist()) == numbers and len(numbers) == len(datasets)
+    assert main([str(path), "--verify"]) == 0
+    assert "every checked row matches" in capsys.readouterr().out
