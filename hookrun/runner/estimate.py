@@ -133,8 +133,8 @@ def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: Actio
         rows, n = n_samples * (width or max(tokens)), 3 if kind.token_rows(call) else 2
         report.extra_bytes += allocated(rows, capped(TOKEN_CHUNK, rows)) * (17 if n == 3 else 16)
         datasets += [(1, math.ceil(rows / capped(TOKEN_CHUNK, rows)), False)] * n
-    if checksum:  # output.checksum: a (batch, dataset) row of 3 uint64 in /checksums, for each capture and the sample table
-        rows = n_batches * (len(captures) + 2)
+    if checksum:  # output.checksum: a (batch, dataset) row of 3 uint64 in /checksums, for each dataset above (captures,
+        rows = n_batches * len(datasets)  # their .index, every /samples dataset, the token map: store/digest.py)
         report.extra_bytes += allocated(rows, capped(DIGEST_CHUNK, rows)) * 24
         datasets.append((2, math.ceil(rows / capped(DIGEST_CHUNK, rows)), False))
     groups = {"", "samples"} | {c.key.path.rsplit("/", k)[0] for c in captures for k in range(1, c.key.path.count("/") + 1)}
