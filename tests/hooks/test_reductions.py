@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import h5py
 import numpy as np
 import pytest
@@ -156,3 +158,111 @@ def test_select_past_the_dim_or_taking_nothing_is_one_line_and_negative_indices_
         run_hooks(rec(select={"dim": "channel", "index": "200:300"}), **{"output.overwrite": True})
     f = run_hooks(rec(select={"dim": "channel", "index": [-1, 0]}), **{"output.overwrite": True})
     np.testing.assert_allclose(f["captures/r/layer2/output"][:], layer2_out(reference_model, dataset)[:, [-1, 0]], rtol=1e-5, atol=1e-5)
+
+
+class SeqModel(torch.nn.Module):
+    """(B, T, 16) in and out; inside, a TransformerEncoderLayer and an LSTM, sequence-first unless `first`."""
+
+    def __init__(self, first: bool) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.first = first
+        self.enc = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=first)
+        self.lstm = torch.nn.LSTM(16, 8, batch_first=first)
+
+    def forward(self, x):
+        h = x if self.first else x.transpose(0, 1)
+        out, _ = self.lstm(self.enc(h))
+        return out if self.first else out.transpose(0, 1)
+
+
+def seq_run(tmp_path, model, hooks, n=12, t=8, batch=4, name="seq.h5"):
+    """The run's file and, per hook, what a raw forward hook on the same module saw in each batch."""
+    data = [(x, 0) for x in torch.randn(n, t, 16, generator=torch.Generator().manual_seed(1))]
+    seen = {h: [] for h in hooks}
+    parts = {h: [int(i) for i in spec["actions"][0]["what"].split(".")[1:]] for h, spec in hooks.items()}  # output.1.0: o[1][0]
+
+    def keep(h, o):
+        for i in parts[h]:
+            o = o[i]
+        seen[h].append(o)
+
+    handles = [model.get_submodule(spec["at"]).register_forward_hook(lambda m, a, o, h=h: keep(h, o))
+               for h, spec in hooks.items()]
+    with torch.no_grad():
+        for start in range(0, n, batch):
+            model(torch.stack([x for x, _ in data[start:start + batch]]))
+    for handle in handles:
+        handle.remove()
+    cfg = {"hooks": hooks, "device": "cpu", "progress": False, "data": {"batch_size": batch},
+           "output": {"path": str(tmp_path / name)}}
+    return hookrun.run(cfg, model=model.eval(), dataset=data).path, seen
+
+
+def rec_at(at, what="output", **params):
+    return {"at": at, "type": "forward", "actions": [{"name": "record", "what": what, **params}]}
+
+
+@pytest.mark.parametrize("t", [8, 4], ids=["T!=B", "T==B"])
+def test_sequence_first_tensors_are_stored_per_step_never_as_samples(tmp_path, caplog, t):
+    """batch_first=False (PyTorch's default): (T, B, E) was folded to rows 'per sample' that held every sample's
+    tokens (T=8, B=4), or read as (sample, token, feature) with T == B; now one row per step, as raw hooks saw it."""
+    hooks = {"e": rec_at("enc"), "lin": rec_at("enc.linear1"), "l": rec_at("lstm", "output.0"),
+             "h": rec_at("lstm", "output.1.0")}  # the LSTM's h_n: (layers, B, H) whatever batch_first
+    with caplog.at_level(logging.WARNING, logger="hookrun"):
+        path, seen = seq_run(tmp_path, SeqModel(first=False).eval(), hooks, t=t)
+    with h5py.File(path) as f:
+        for h, role in (("e", "enc/output"), ("lin", "enc.linear1/output"), ("l", "lstm/output.0"), ("h", "lstm/output.1.0")):
+            ds = f[f"captures/{h}/{role}"]
+            assert ds.attrs["rows"] == "steps" and ds.attrs["dims"][0] == "step" and ds.shape[:3] == (3, t if h != "h" else 1, 4)
+            np.testing.assert_allclose(ds[:], torch.stack(seen[h]).numpy(), rtol=1e-5, atol=1e-6)
+    # said once for each tensor whose shape looked like rows of samples (h_n's (1, 4, 8) did not)
+    assert caplog.text.count("its batch is at axis 1") == 3 and "batch_first=False" in caplog.text
+
+
+def test_batch_first_modules_keep_rows_of_samples(tmp_path):
+    hooks = {"e": rec_at("enc"), "l": rec_at("lstm", "output.0")}
+    path, seen = seq_run(tmp_path, SeqModel(first=True).eval(), hooks, t=4)
+    with h5py.File(path) as f:
+        for h, role in (("e", "enc/output"), ("l", "lstm/output.0")):
+            ds = f[f"captures/{h}/{role}"]
+            assert ds.attrs["rows"] == "samples" and ds.shape[:2] == (12, 4)
+            np.testing.assert_allclose(ds[:], torch.cat(seen[h]).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_rows_sample_of_a_sequence_first_tensor_or_a_short_last_batch_is_refused_at_the_first_batch(tmp_path, caplog):
+    model = SeqModel(first=False).eval()
+    with pytest.raises(RunError, match=r"rows=sample, but output of enc has shape \(4, 4, 16\) in a batch of 4: its batch is "
+                                       r"at axis 1 \(the module runs sequence-first, batch_first=False\), not first; use rows: step"):
+        seq_run(tmp_path, model, {"e": rec_at("enc", rows="sample")}, t=4)
+    with pytest.raises(RunError, match=r"one row per step cannot hold it either: the last batch of these 10 samples has 2; "
+                                       r"give a data.batch_size that divides 10"):
+        seq_run(tmp_path, model, {"e": rec_at("enc")}, n=10, name="short.h5")
+    with caplog.at_level(logging.WARNING, logger="hookrun"):  # rows: step says so: no warning
+        path, seen = seq_run(tmp_path, model, {"e": rec_at("enc", rows="step")}, name="step.h5")
+    assert "axis 1" not in caplog.text
+    with h5py.File(path) as f:
+        np.testing.assert_allclose(f["captures/e/enc/output"][:], torch.stack(seen["e"]).numpy(), rtol=1e-5, atol=1e-6)
+
+
+class Transposed(torch.nn.Module):
+    """A module of no batch_first that hands on (T, B, E): its shape (T = 2B) is what tells."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.swap = torch.nn.Identity()
+
+    def forward(self, x):
+        return self.swap(x.transpose(0, 1).contiguous()).transpose(0, 1)
+
+
+def test_an_undeclared_t_by_b_tensor_is_per_step_and_rows_sample_folds_it_as_asked(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="hookrun"):
+        path, seen = seq_run(tmp_path, Transposed(), {"s": rec_at("swap")})
+    assert "rows: sample folds it per sample if its axis 0 is batch-major" in caplog.text
+    path2, _ = seq_run(tmp_path, Transposed(), {"s": rec_at("swap", rows="sample")}, name="fold.h5")
+    with h5py.File(path) as f, h5py.File(path2) as g:
+        want = torch.stack(seen["s"])  # (steps, T, B, E)
+        assert f["captures/s/swap/output"].attrs["rows"] == "steps"
+        np.testing.assert_array_equal(f["captures/s/swap/output"][:], want.numpy())
+        np.testing.assert_array_equal(g["captures/s/swap/output"][:], want.reshape(12, 2, 4, 16).numpy())

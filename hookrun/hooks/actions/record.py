@@ -99,7 +99,7 @@ class Record(Action):
         if limit is not None and (not isinstance(limit, int) or limit < 1):
             raise ConfigError(f"{self.where}: record limit={limit!r}; expected a whole number >= 1 or null")
         self.every, self.limit, self.check_finite = every, limit, check_finite
-        self.rule = RowRule(rows, self.where, hook_type.per_step)
+        self.rule = RowRule(rows, self.where, hook_type.per_step, env)
         rows = self.rule.rows  # (rows: samples / tokens, the words the file's attribute uses, are sample / token)
         if rows == "token" and (every > 1 or limit is not None):
             raise ConfigError(f"{self.where}: rows=token keeps every token of every batch; remove every and limit "
@@ -196,7 +196,7 @@ class Record(Action):
         dtype name, whether it is one row per step, and the rows' sample indices where `limit`
         cut the batch; None where `limit` is reached."""
         state = ev.state
-        k = 1 if self.token_rows else self.rule.layout(role, ev.call, t, state, ev.where)
+        k = self.rule.layout(ev, role, t, self.point.site is not None)
         per_step = k == STEP
         raw = tuple(t.shape)
         if k > 1:
