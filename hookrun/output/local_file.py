@@ -85,6 +85,10 @@ class LocalFile:
         return self.path if resume and self.path.exists() else None
 
     def open_store(self, attrs: dict, resume: ResumeState | None, part_bytes: int, **h5_kwargs) -> H5Store:
+        if resume is not None:  # (resume.py is loaded: the run opened it)
+            from hookrun.output.resume import check_same_model
+
+            check_same_model(resume.attrs, attrs, self.path)
         real = real_path(self.path)  # through a symlink: the link stays, its target is written
         # output.overwrite: the old file keeps its name until the new one holds a batch (an error found at the
         # first batch, or a kill before it, leaves it as it was)

@@ -113,6 +113,20 @@ def open_resume(path: Path, config_yaml: str) -> ResumeState | None:
     return ResumeState(path, f, complete_steps(f, mid_flush), "running" if mid_flush else str(f.attrs["status"]), first)
 
 
+def check_same_model(old: Mapping, new: Mapping, where: object) -> None:
+    """The new run's model has the old run's weights (`model_fingerprint`, computed once by prepare()) and runs
+    on the same kind of device (device=auto on a machine that now has no GPU): else one file would hold two
+    networks' rows, or rows not bit for bit those of an uninterrupted run. A file without one (older) passes."""
+    theirs, mine = (str(a.get("model_fingerprint") or "") for a in (old, new))
+    if theirs and mine and theirs != mine:
+        raise ConfigError(f"resume: the model's weights differ from those {str(where)!r} was written with (model_fingerprint "
+                          f"{theirs}, now {mine}); resume with the same weights (model.checkpoint, seed), or start a new run")
+    was, now = (str(a.get("device") or "").split(":")[0].strip() for a in (old, new))
+    if was and now and was != now:
+        raise ConfigError(f"resume: {str(where)!r} was written on {old['device']} and this run is on {new['device']}: its "
+                          f"rows would not be those of one run; resume on {was} (device={was}), or start a new run")
+
+
 def complete_steps(f: h5py.File, mid_flush: bool = False) -> int:
     """Batches complete in every dataset: those of /samples/step, but no more than the file's
     `steps_complete`, so a batch that failed part-way (or came after the last flush) is redone.
@@ -149,11 +163,6 @@ def _without_nulls(tree: Any) -> Any:
         if value is not None and not (kept == {} and value != {}):
             out[key] = kept
     return out
-
-
-def replay(state: Resume, store: RunStore) -> int:
-    """Write the old run's complete batches into `store`, in order; returns how many (Resume.replay)."""
-    return state.replay(store)
 
 
 def replay_file(state: ResumeState, store: RunStore) -> int:

@@ -142,3 +142,58 @@ def test_a_run_killed_inside_a_flush_leaves_its_file_under_its_name_and_resume_r
         assert f.attrs["status"] == "complete"
         assert f["samples/index"].shape[0] == f.attrs["samples_complete"] == r.attrs["samples_complete"]
         np.testing.assert_array_equal(f["captures/l/layer2/output"][:], r["captures/l/layer2/output"][:])
+
+
+def _net_cfg(tmp_path: Path, ckpt: Path) -> dict:
+    """my_pkg.Net from a checkpoint on device=auto, its head recorded: 12 samples in 3 batches."""
+    return {"model": {"_target_": "my_pkg.Net", "width": 4, "checkpoint": str(ckpt)}, "device": "auto", "progress": False,
+            "data": {"dataset": {"_target_": "my_pkg.MyData", "n": 12}, "batch_size": 4},
+            "hooks": {"h": {"at": "head", "type": "forward", "actions": [{"name": "record", "what": "output"}]}},
+            "output": {"path": str(tmp_path / "captures.h5"), "flush_every": 1}}
+
+
+def _cut_short(path: Path, **attrs) -> None:
+    """A finished file made to look interrupted after its first batch: resume keeps it and runs the others."""
+    with h5py.File(path, "a") as f:
+        f.attrs.update(status="interrupted", steps_complete=1, **attrs)
+
+
+def test_resume_refuses_other_weights_or_another_kind_of_device_and_goes_on_with_the_same(tmp_path):
+    """A replaced model.checkpoint was resumed into the old file (batch 0 of network A, the rest of B),
+    and device=auto on a machine without the old run's GPU resumed on the CPU, both without a word.
+    Reference: the head's output of network A in plain PyTorch."""
+    import torch
+
+    import my_pkg
+
+    torch.manual_seed(0)
+    net, ckpt = my_pkg.Net(4).eval(), tmp_path / "ck.pt"
+    torch.save(net.state_dict(), ckpt)
+    cfg = _net_cfg(tmp_path, ckpt)
+    path = Path(hookrun.run(cfg).path)
+    _cut_short(path)
+    torch.save({k: v * 1.5 for k, v in net.state_dict().items()}, ckpt)  # another network under the same config
+    before = path.read_bytes()
+    with pytest.raises(ConfigError, match=r"^resume: the model's weights differ from those '.*captures\.h5' was written "
+                                          r"with \(model_fingerprint [0-9a-f]{16}, now [0-9a-f]{16}\); resume with the same weights"):
+        hookrun.run({**cfg, "resume": True})
+    assert path.read_bytes() == before
+    torch.save(net.state_dict(), ckpt)
+    other = "cpu" if torch.cuda.is_available() else "cuda"  # as device=auto resolved it on another machine
+    with h5py.File(path, "a") as f:
+        f.attrs["device"] = f"{other}:0" if other == "cuda" else other
+    with pytest.raises(ConfigError, match=rf"^resume: '.*captures\.h5' was written on {other}(:0)? and this run is on .*; "
+                                          rf"resume on {other} \(device={other}\), or start a new run$"):
+        hookrun.run({**cfg, "resume": True})
+    with h5py.File(path, "a") as f:
+        f.attrs["device"] = "cpu" if other == "cuda" else "cuda:0"
+    assert hookrun.run({**cfg, "resume": True}).status == "complete"
+    with torch.no_grad():
+        want = net(torch.stack([my_pkg.MyData(12)[i][0] for i in range(12)])).numpy()
+    with h5py.File(path) as f:
+        np.testing.assert_allclose(f["captures/h/head/output"][:], want, rtol=1e-5, atol=1e-6)
+    _cut_short(path)
+    with h5py.File(path, "a") as f:  # a file of a hookrun that wrote no model_fingerprint resumes as it did
+        del f.attrs["model_fingerprint"]
+    torch.save({k: v * 1.5 for k, v in net.state_dict().items()}, ckpt)
+    assert hookrun.run({**cfg, "resume": True}).status == "complete"

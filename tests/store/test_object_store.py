@@ -330,3 +330,21 @@ def test_any_fsspec_url_memory(tmp_path):
     with pytest.raises(ConfigError, match="exists"):
         hookrun.run(cfg(url, tmp_path))
     hookrun.run(cfg(url, tmp_path, overwrite=True))
+
+
+def test_resume_of_a_cache_written_by_other_weights_is_refused(tmp_path):
+    """Resume compared only the manifest's config: a run whose weights changed (a replaced checkpoint) went on
+    into the same cache. The manifest's model_fingerprint, changed by hand: the reference is the digest written."""
+    import fsspec
+
+    url = "memory://hookrun-test-bucket/weights/captures.h5"
+    hookrun.run(cfg(url, tmp_path))
+    fs, name = fsspec.filesystem("memory"), "/hookrun-test-bucket/weights/captures.h5/manifest.json"
+    manifest = json.loads(fs.cat(name))
+    assert len(manifest["attrs"]["model_fingerprint"]) == 16
+    manifest.update(status="interrupted")
+    manifest["attrs"]["model_fingerprint"] = "0" * 16
+    fs.pipe(name, json.dumps(manifest).encode())
+    with pytest.raises(ConfigError, match=rf"^resume: the model's weights differ from those '{url}' was written with "
+                                          r"\(model_fingerprint 0{16}, now [0-9a-f]{16}\)"):
+        hookrun.run({**cfg(url, tmp_path), "resume": True})

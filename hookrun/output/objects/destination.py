@@ -47,7 +47,7 @@ from hookrun.output.objects.parts import ObjectStoreOutput, PartedStore, ResumeP
 from hookrun.output.objects.ranked import begin_ranks, check_ranked_output, finish_ranks
 from hookrun.output.objects.remote_lock import RemoteLock, lock_name
 from hookrun.output.ranks import Ranks, rank_device
-from hookrun.output.resume import ResumeState, config_differences, open_resume
+from hookrun.output.resume import ResumeState, check_same_model, config_differences, open_resume
 from hookrun.store.lock import OutputLock, WriterLock, writable_folder
 from hookrun.store.merge import View
 from hookrun.store.records import RunStore
@@ -119,6 +119,8 @@ class StoreParts:
         return None
 
     def open_store(self, attrs: dict, resume: PartsResume | None, part_bytes: int, **h5_kwargs) -> PartedStore:
+        if resume is not None:  # the weights and device of the run its parts hold
+            check_same_model(resume.attrs, attrs, self.out.url)
         try:
             self.store = PartedStore(self.out, attrs, part_bytes, resume.point if resume is not None else None,
                                      **h5_kwargs)
