@@ -56,6 +56,10 @@ class LocalFile:
     def check_resume(self) -> None:
         if not self.shard:
             check_not_a_view(self.path)
+            found = shard_ranks(self.path)
+            if found:  # a many-process run's shards: one process would ignore them and start again beside them
+                worlds = {written_world(shard_path(self.path, i)) for i in found} - {None}
+                raise other_world(self.path.parent, max(worlds | {found[-1] + 1}), 1)
 
     def check_place(self) -> None:
         """A name the file can have, its folder made (the lock file goes there)."""
@@ -169,19 +173,17 @@ class LocalShards:
 
     def check_files(self) -> None:
         """Nothing is overwritten unless asked; a resume keeps the world size of the files."""
-        cfg = self.cfg
-        pattern = re.compile(re.escape(self.merged.stem) + r"\.rank-(\d{5})" + re.escape(self.merged.suffix) + "$")
-        found = sorted(int(m.group(1)) for p in self.merged.parent.glob("*") if (m := pattern.match(p.name)))
+        cfg, found = self.cfg, shard_ranks(self.merged)
         if cfg.resume:
             worlds = {written_world(self.shards[i]) for i in found if i < self.r.world} - {None}
             if self.merged.is_file() and not found:
                 worlds.add(written_world(self.merged) or 1)
             if any(i >= self.r.world for i in found) or worlds - {self.r.world}:
-                was = max(worlds | {max(found, default=-1) + 1})
+                raise every_rank(other_world(self.merged.parent, max(worlds | {max(found, default=-1) + 1}), self.r.world))
+            if found and self.merged.is_file() and written_world(self.merged) is None:  # the view would replace it
                 raise every_rank(ConfigError(
-                    f"resume: {self.merged.parent} was written by {was} process(es) and this run has "
-                    f"{self.r.world}; resume with {was} (torchrun --nproc_per_node, or tasks), or start a new run"
-                ))
+                    f"resume: {self.merged} is not the view of the shards beside it (a one-process run's file); a "
+                    f"{self.r.world}-process resume would replace it: move it away, or start a new run"))
             return
         if cfg.output.overwrite:
             return
@@ -198,6 +200,17 @@ class LocalShards:
 
     def not_complete(self) -> str:
         return f"{self.merged} is a view over {self.r.world} shards and these are not complete"
+
+
+def shard_ranks(merged: Path) -> list[int]:
+    """The ranks whose shard files (`captures.rank-NNNNN.h5` for `captures.h5`) lie beside `merged`."""
+    pattern = re.compile(re.escape(merged.stem) + r"\.rank-(\d{5})" + re.escape(merged.suffix) + "$")
+    return sorted(int(m.group(1)) for p in merged.parent.glob("*") if (m := pattern.match(p.name)))
+
+
+def other_world(folder: Path, was: int, world: int) -> ConfigError:
+    return ConfigError(f"resume: {folder} was written by {was} process(es) and this run has {world}; resume with "
+                       f"{was} (torchrun --nproc_per_node, or tasks), or start a new run")
 
 
 def check_not_a_view(path: Path) -> None:

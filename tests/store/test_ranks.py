@@ -209,13 +209,22 @@ def test_resume_with_another_world_size_is_refused(tmp_path):
         ShardRun(cfg, Ranks(0, 3, 0, "torchrun", "t")).check_files()
     with pytest.raises(ConfigError, match=r"written by 2 process\(es\) and this run has 1"):
         ShardRun(cfg, Ranks(0, 1, 0, "torchrun", "t")).check_files()
+    one = {"model": {"_target_": "my_pkg.Net"}, "data": {"dataset": {"_target_": "my_pkg.MyData"}}, "resume": True,
+           "output": {"path": str(tmp_path / "captures.h5")}}
+    # one process beside the shards of a killed run (rank 0 killed: no view): it said "no file" and ran it all
+    with pytest.raises(ConfigError, match=rf"^resume: {tmp_path} was written by 2 process\(es\) and this run has 1; resume with 2"):
+        hookrun.run(one)
+    assert not (tmp_path / "captures.h5").exists()
+    with h5py.File(tmp_path / "captures.h5", "w") as f:  # a one-process run's file: a torchrun resume replaced it by a view
+        f.attrs["status"] = "complete"
+    with pytest.raises(ConfigError, match=r"captures.h5 is not the view of the shards beside it .*: move it away"):
+        ShardRun(cfg, Ranks(0, 2, 0, "torchrun", "t")).check_files()
+    (tmp_path / "captures.h5").unlink()
     cfg.resume = False
     with pytest.raises(ConfigError, match=r"captures.rank-00000.h5.* exist\(s\); set output.overwrite=true"):
         ShardRun(cfg, Ranks(0, 2, 0, "torchrun", "t")).check_files()
     with h5py.File(tmp_path / "captures.h5", "w") as f:  # a view, resumed by one process
         f.attrs["world_size"] = 2
-    one = {"model": {"_target_": "my_pkg.Net"}, "data": {"dataset": {"_target_": "my_pkg.MyData"}}, "resume": True,
-           "output": {"path": str(tmp_path / "captures.h5")}}
     with pytest.raises(ConfigError, match=r"is the merged view of a 2-process run; resume it with the same launcher"):
         hookrun.run(one)
 
