@@ -99,8 +99,13 @@ class OutputLock(WriterLock):
             except FileNotFoundError:
                 same = False
             if same:
-                os.ftruncate(fd, 0)
-                os.write(fd, f"{os.getpid()}\n".encode())
+                try:  # (a full disk fails here, not at the open)
+                    os.ftruncate(fd, 0)
+                    os.write(fd, f"{os.getpid()}\n".encode())
+                except OSError as exc:
+                    self._fd = fd
+                    self.release()
+                    raise ConfigError(f"output.path: cannot write the lock file {str(self.path)!r}: {exc.strerror}") from None
                 self._fd = fd
                 return
             os.close(fd)

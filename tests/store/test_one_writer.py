@@ -31,6 +31,24 @@ def test_a_second_writer_is_refused_and_touches_nothing(tmp_path, over):
     assert not lock_path(path).exists()
 
 
+def test_a_full_disk_at_the_lock_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    """The lock file opened but its pid could not be written (ENOSPC): an OSError traceback (Hydra's
+    "Error executing job"), while the open's own failure was one line."""
+    import errno
+
+    from hookrun.store import lock
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(lock.os, "write", full)
+    with pytest.raises(ConfigError, match=rf"^output.path: cannot write the lock file '.*captures.h5.lock': {os.strerror(errno.ENOSPC)}$"):
+        hookrun.run(toy_cfg(tmp_path))
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []  # no lock file left (nor held: the next run takes it)
+    assert hookrun.run(toy_cfg(tmp_path)).status == "complete"
+
+
 def run_in_thread(cfg: dict) -> tuple[threading.Thread, dict]:
     out: dict = {}
 
