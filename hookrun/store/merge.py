@@ -5,7 +5,7 @@
 
 No capture row is copied: each capture, /samples/index, /step, /target and /path maps the shards'
 rows in rank order (= sample order), by relative file name, so the folder can be moved; the run's
-root attributes (versions, model, mode, `kind` and the attribute named by it: a kind's own, e.g. a grid layout) are rank 0's. A virtual
+root attributes (versions, model, mode, `kind` and the attribute named by it: a kind's own, e.g. a grid layout) are rank 0's (model_fingerprint: every shard's). A virtual
 dataset whose source file is missing reads as zeros without an error in every HDF5 reader, so a
 reader must check the sources first: check_sources() does, and open_run and patch call it.
 """
@@ -128,6 +128,7 @@ def _write(out: h5py.File, opened: list[tuple[Path, h5py.File]]) -> int:
             if key in first:
                 out.attrs[key] = first[key]
         out.attrs["device"] = ", ".join(sorted({str(s.file.attrs.get("device", "?")) for s in shards}))
+        _one_model(out, shards)
         if all("hooks_not_fired" in s.file.attrs for s in shards):  # not fired on any rank; skipped on some
             silent = [set(filter(None, str(s.file.attrs["hooks_not_fired"]).split(", "))) for s in shards]
             out.attrs["hooks_not_fired"] = ", ".join(sorted(set.intersection(*silent)))
@@ -159,6 +160,19 @@ def _write(out: h5py.File, opened: list[tuple[Path, h5py.File]]) -> int:
     merge_features(out, [s.file for s in shards])  # end-of-run captures: merged, not concatenated
     copy_whole(out, [s.file for s in shards])  # a kind's result for the whole run, written by one rank
     return sum(counts)
+
+
+def _one_model(out: h5py.File, shards: list[_Shard]) -> None:
+    """The shards' `model_fingerprint`, the view's (sae.evaluate's weight check reads it); shards written by
+    other weights are not one run: refused, naming them."""
+    prints = {s.path.name: str(s.file.attrs["model_fingerprint"]) for s in shards if "model_fingerprint" in s.file.attrs}
+    (first, mine), *rest = prints.items() if prints else [(None, None)]
+    other = next(((name, theirs) for name, theirs in rest if theirs != mine), None)
+    if other is not None:
+        raise RunError(f"{other[0]} was written by a model with other weights than {first} (model_fingerprint {other[1]}, "
+                       f"not {mine}): the shards are not one run; run every rank again with the same model")
+    if mine is not None:
+        out.attrs["model_fingerprint"] = mine
 
 
 def _capture(out: h5py.File, name: str, shards: list[_Shard], all_index: np.ndarray) -> None:

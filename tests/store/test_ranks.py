@@ -20,7 +20,7 @@ from rank_runs import ARGS, ENV, TORCHRUN, captures, cli
 
 import hookrun
 from hookrun.config.schema import load as load_config
-from hookrun.errors import ConfigError, HookrunError, NotFoundError
+from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError
 from hookrun.output.ranks import Ranks, detect, shard_batches, shard_path
 from hookrun.output.shards import ShardRun, differing
 from hookrun.store.merge import build_view
@@ -241,6 +241,26 @@ def test_a_missing_shard_is_named_in_the_view(tmp_path):
     with hookrun.open_run(tmp_path) as run:  # what the view maps is all there: it opens, and says what is not
         assert run.status == "incomplete" and list(run.samples) == [0, 1, 2, 3]
         assert "not complete: captures.rank-00001.h5 (missing)" in run.summary(stats=False)
+
+
+def test_the_view_carries_the_shards_model_fingerprint_and_refuses_shards_of_other_weights(tmp_path):
+    """The view lacked model_fingerprint (each shard had it), so sae.evaluate's weight check was skipped
+    against a many-process cache. Reference: the shards' own attribute, read with h5py."""
+    shards = [shard_path(tmp_path / "captures.h5", r) for r in range(2)]
+    for k, path in enumerate(shards):
+        with h5py.File(path, "w") as f:
+            f.attrs.update(status="complete", format_version="1", model_fingerprint="0123456789abcdef")
+            f["samples/index"] = np.arange(4 * k, 4 * k + 4)
+            f["samples/step"] = np.full(4, k, dtype=np.int64)
+            f.create_group("captures")
+    build_view(tmp_path / "captures.h5", shards, {"config": "{}"})
+    with h5py.File(tmp_path / "captures.h5") as view, h5py.File(shards[1]) as f:
+        assert view.attrs["model_fingerprint"] == f.attrs["model_fingerprint"]
+    with h5py.File(shards[1], "a") as f:
+        f.attrs["model_fingerprint"] = "fedcba9876543210"
+    with pytest.raises(RunError, match=r"^captures.rank-00001.h5 was written by a model with other weights than "
+                                       r"captures.rank-00000.h5 \(model_fingerprint fedcba9876543210, not 0123456789abcdef\)"):
+        build_view(tmp_path / "captures.h5", shards, {"config": "{}"})
 
 
 def test_a_shard_killed_before_its_first_batch_lacks_the_target_column_and_the_view_is_made(tmp_path):
