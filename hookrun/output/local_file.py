@@ -17,13 +17,14 @@ import errno
 import logging
 import os
 import re
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hookrun.config.schema import HookrunConfig, replaced
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.output.ranks import Ranks, every_rank, rank_device, shard_path
-from hookrun.store.h5store import H5Store
+from hookrun.store.h5store import SPACE_MARGIN, H5Store
 from hookrun.store.lock import OutputLock, WriterLock, flushing_path, writable_folder
 from hookrun.store.schemes import local_path
 
@@ -89,11 +90,15 @@ class LocalFile:
         return self.path if resume and self.path.exists() else None
 
     def open_store(self, attrs: dict, resume: ResumeState | None, part_bytes: int, **h5_kwargs) -> H5Store:
+        real = real_path(self.path)  # through a symlink: the link stays, its target is written
         if resume is not None:  # (resume.py is loaded: the run opened it)
             from hookrun.output.resume import check_same_model
 
             check_same_model(resume.attrs, attrs, self.path)
-        real = real_path(self.path)  # through a symlink: the link stays, its target is written
+            need, free = Path(resume.file.filename).stat().st_size + SPACE_MARGIN, shutil.disk_usage(real.parent).free
+            if free < need:  # its batches are copied first, beside it
+                raise ConfigError(f"resume: copying the {resume.steps} kept batches of {str(self.path)!r} needs about {need} "
+                                  f"bytes free beside it and {free} are; free some space and resume again (the file is as it was)")
         # output.overwrite: the old file keeps its name until the new one holds a batch (an error found at the
         # first batch, or a kill before it, leaves it as it was)
         suffix = ".resuming" if resume is not None else ".replacing" if real.exists() else ""
@@ -104,6 +109,8 @@ class LocalFile:
             raise ConfigError(f"output.path: cannot create {str(self.target)!r}: {exc}") from None
         if suffix == ".replacing":
             self.store.after_first_batch = self.adopt
+        if resume is not None:  # until adopt(): a full disk names the old file and its batches, not the copy
+            self.store.copy_of = (self.path, resume.steps)
         return self.store
 
     def adopt(self, store: H5Store) -> None:
@@ -117,7 +124,7 @@ class LocalFile:
         real = real_path(self.path)
         os.replace(self.target, real)  # (the store writes through its open descriptor: the name may change)
         flushing_path(real).unlink(missing_ok=True)  # the old file, where a kill in a flush left it
-        store.path, self.target = real, None
+        store.path, store.copy_of, self.target = real, None, None
 
     def end(self, resume: ResumeState | None, replayed: bool) -> None:
         """The store is closed: a resumed file replaces the old one once it holds the old batches (adopt);

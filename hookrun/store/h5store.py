@@ -43,6 +43,7 @@ class H5Store(CaptureColumns):
                  expected_samples: int | None = None, expected_steps: int | None = None, checksum: bool = False) -> None:
         self.path = Path(path)
         self.after_first_batch: Callable[[H5Store], None] | None = None
+        self.copy_of: tuple[Path, int] | None = None  # resuming: the old file its batches are copied from, and how many
         self.closed_as: str | None = None  # the status close() gave the file
         self.checksum = checksum  # a digest of each batch's rows per capture (store/digest.py)
         self.compression = None if compression in (None, "none") else compression
@@ -167,6 +168,10 @@ class H5Store(CaptureColumns):
             chunk = col.ds.chunks if col is not None else None
             need += int(np.prod(chunk)) * col.ds.dtype.itemsize if chunk else CHUNK_BYTES  # a new chunk may start
         free = shutil.disk_usage(self.path.parent).free
+        if free < need and self.copy_of is not None:  # (this file is the copy: deleted, the old one kept)
+            raise RunError(f"resume: no space left on the device to copy the batches of {self.copy_of[0]} ({free} bytes free, "
+                           f"batch {rec.step} needs about {need}); it is as it was, with its {self.copy_of[1]} batches: free "
+                           f"some space and resume again")
         if free < need:
             raise RunError(
                 f"writing {self.path} stopped before batch {rec.step}: no space left on the device "

@@ -197,3 +197,44 @@ def test_resume_refuses_other_weights_or_another_kind_of_device_and_goes_on_with
         del f.attrs["model_fingerprint"]
     torch.save({k: v * 1.5 for k, v in net.state_dict().items()}, ckpt)
     assert hookrun.run({**cfg, "resume": True}).status == "complete"
+
+
+def test_resume_without_room_for_the_copy_names_the_file_and_its_kept_batches(tmp_path, monkeypatch):
+    """Out of space while the old batches were copied, resume named the copy (captures.h5.resuming, then
+    deleted) and its batch count ("stopped before batch 1 ... keeps every batch before it") while
+    captures.h5 kept all of its own. Now: free space is checked against the old file first, and a
+    copy that still runs out names captures.h5 and its kept batches. Reference: the file's bytes."""
+    import shutil
+    from collections import namedtuple
+
+    import torch
+
+    import my_pkg
+
+    torch.manual_seed(0)
+    ckpt = tmp_path / "ck.pt"
+    torch.save(my_pkg.Net(4).state_dict(), ckpt)
+    cfg = {**_net_cfg(tmp_path, ckpt), "resume": True}
+    path = Path(hookrun.run({**cfg, "resume": False}).path)
+    with h5py.File(path, "a") as f:  # interrupted after its third batch: three to copy
+        f.attrs.update(status="interrupted", steps_complete=3)
+    before, size = path.read_bytes(), path.stat().st_size
+    usage, calls = namedtuple("usage", "total used free"), []
+
+    def disk(free_at):
+        def usage_of(folder):
+            calls.append(folder)
+            return usage(1 << 40, 0, free_at(len(calls)))
+        return usage_of
+
+    monkeypatch.setattr(shutil, "disk_usage", disk(lambda n: size))  # less than the file and the margin
+    with pytest.raises(ConfigError, match=rf"^resume: copying the 3 kept batches of '{path}' needs about \d+ bytes free "
+                                          rf"beside it and {size} are; free some space and resume again"):
+        hookrun.run(cfg)
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["captures.h5", "ck.pt"]
+    calls.clear()  # room for the file at first; none from the copy's second batch on (its third check)
+    monkeypatch.setattr(shutil, "disk_usage", disk(lambda n: 1 << 30 if n < 3 else 1000))
+    with pytest.raises(RunError, match=rf"^resume: no space left on the device to copy the batches of {path} \(1000 bytes "
+                                       r"free, batch 1 needs about \d+\); it is as it was, with its 3 batches: free some space"):
+        hookrun.run(cfg)
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["captures.h5", "ck.pt"]
