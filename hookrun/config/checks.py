@@ -43,6 +43,9 @@ TOGETHER: list[Refused] = [
             "early_stop=true needs mode=eval: a backward pass needs the whole forward"),
     Refused("mode=generate", lambda c: c.mode is Mode.generate and c.loss is not None,
             "mode=generate runs no backward pass, so loss is unused: remove the loss, or use mode=grad"),
+    Refused("resume", lambda c: c.resume and c.output.overwrite,
+            "resume=true keeps the old file's batches and output.overwrite=true replaces the file: give one of them "
+            "(resume=true to continue the run, output.overwrite=true to start it again)"),
 ]
 
 

@@ -33,7 +33,7 @@ from hookrun.output.ranks import detect
 from hookrun.output.signals import Interrupted, StopSignals, StoreAway, setup_stops, stopped_by
 from hookrun.runner.accepted import accepted
 from hookrun.runner.action_state import finish_actions, restore_states
-from hookrun.runner.kinds import kind_for
+from hookrun.runner.kinds import check_config, kind_for
 from hookrun.runner.loop import end_report, run_batches
 from hookrun.runner.prepare import Prepared, prepare
 from hookrun.store.format import BATCH_UNITS, HOOKRUN_VERSION
@@ -98,7 +98,8 @@ def _locked(cfg: HookrunConfig, dest: Destination, started: float, model: torch.
             hold: ModelHold, adjust: Callable[[Prepared], None] | None = None) -> RunResult:
     """_run under the destination's lock: one writer per output, held until the store is closed."""
     try:
-        if cfg.resume:
+        if cfg.resume:  # (the config's refusals, resume=true output.overwrite=true among them, before the old run is read)
+            check_config(cfg)
             dest.check_resume()
         if cfg.dry_run:
             return _run(cfg, dest, started, model, dataset, hold, adjust)
@@ -283,9 +284,8 @@ def class_names(dataset: Any) -> dict:
     """{"class_names": JSON list} where the data set names its classes (torchvision's and data=shapes'
     `classes`: a list of strings), so pictures caption classes by name; {} otherwise."""
     names = getattr(dataset, "classes", None)
-    if isinstance(names, list | tuple) and 0 < len(names) <= 100_000 and all(isinstance(n, str) for n in names):
-        return {"class_names": json.dumps(list(names))}
-    return {}
+    named = isinstance(names, list | tuple) and 0 < len(names) <= 100_000 and all(isinstance(n, str) for n in names)
+    return {"class_names": json.dumps(list(names))} if named else {}
 
 
 def file_attrs(cfg: HookrunConfig, model: torch.nn.Module, device: torch.device) -> dict:

@@ -104,12 +104,13 @@ def test_every_together_row_is_one_line_naming_its_option():
              "evaluate": {"mode": "grad", "evaluate": {}, "loss": {"_target_": "l"}},
              "mode=generate": {"mode": "generate", "loss": {"_target_": "l"}},
              "evaluate.mean": {"evaluate": {"ablation": "zero", "mean": "x.h5"}, "loss": {"_target_": "l"}},
-             "patching": {"mode": "grad", "loss": {"_target_": "l"}, "patching": {"sites": {"r": {"at": "x"}}}}}
+             "patching": {"mode": "grad", "loss": {"_target_": "l"}, "patching": {"sites": {"r": {"at": "x"}}}},
+             "resume": {"resume": True, "output": {"overwrite": True}}}
     for option, over in cases.items():
         with pytest.raises(ConfigError) as err:
             check_config(load({**base, **over}))
         assert "\n" not in str(err.value) and str(err.value).startswith(option.split("=")[0]), (option, err.value)
-    assert {row.option.split("=")[0].split(".")[0] for row in TOGETHER} <= {"mode", "evaluate", "early_stop", "patching"}
+    assert {row.option.split("=")[0].split(".")[0] for row in TOGETHER} <= {"mode", "evaluate", "early_stop", "patching", "resume"}
 
 
 def test_every_key_the_yaml_restates_has_the_schemas_default():

@@ -44,3 +44,17 @@ def test_a_dry_run_of_a_resume_plans_it_instead_of_asking_for_resume(tmp_path):
     before = path.read_bytes()
     result = hookrun.run(toy_cfg(tmp_path, dry_run=True, resume=True))
     assert result.status == "dry_run" and result.estimated_bytes > 0 and path.read_bytes() == before
+
+
+@pytest.mark.parametrize("status", ["interrupted", "complete"])
+def test_resume_with_overwrite_is_refused_and_the_file_is_left_as_it_was(tmp_path, status):
+    """resume=true output.overwrite=true resumed the file (or, complete, said "nothing to do"), the overwrite
+    silently dropped. Reference: the file's bytes before and after."""
+    path = hookrun.run(toy_cfg(tmp_path)).path
+    with h5py.File(path, "a") as f:
+        f.attrs.update(status=status, steps_complete=1)
+    before = path.read_bytes()
+    with pytest.raises(HookrunError, match=r"^resume=true keeps the old file's batches and output.overwrite=true replaces "
+                                           r"the file: give one of them \(resume=true to continue"):
+        hookrun.run(toy_cfg(tmp_path, resume=True, **{"output.overwrite": True}))
+    assert path.read_bytes() == before
