@@ -25,7 +25,7 @@ from hookrun.config.schema import HookrunConfig, replaced
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.output.ranks import Ranks, every_rank, rank_device, shard_path
 from hookrun.store.h5store import SPACE_MARGIN, H5Store
-from hookrun.store.lock import OutputLock, WriterLock, flushing_path, writable_folder
+from hookrun.store.lock import BESIDE, OutputLock, WriterLock, flushing_path, writable_folder
 from hookrun.store.schemes import local_path
 
 # resume (output/resume.py) and many ranks' view and reads (store/merge.py, store/reading.py) load
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from hookrun.store.records import RunStore
 
 log = logging.getLogger("hookrun")
-BESIDE = (".resuming", ".replacing")  # a new file written beside the old one (resume, overwrite), named by adopt()
 
 
 class LocalFile:

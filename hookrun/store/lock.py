@@ -65,6 +65,9 @@ class WriterLock(Protocol):
         self.release()
 
 
+BESIDE = (".resuming", ".replacing")  # a new file written beside the old one (resume, overwrite: output/local_file.py)
+
+
 def lock_path(output: Path) -> Path:
     """The lock file of an output file: `captures.h5` -> `captures.h5.lock`, beside it."""
     return output.with_name(output.name + ".lock")
@@ -107,6 +110,8 @@ class OutputLock(WriterLock):
                     self.release()
                     raise ConfigError(f"output.path: cannot write the lock file {str(self.path)!r}: {exc.strerror}") from None
                 self._fd = fd
+                for suffix in BESIDE:  # a killed run's new file: no writer owns it now that the lock is ours
+                    self.output.with_name(self.output.name + suffix).unlink(missing_ok=True)
                 return
             os.close(fd)
 

@@ -58,3 +58,15 @@ def test_resume_with_overwrite_is_refused_and_the_file_is_left_as_it_was(tmp_pat
                                            r"the file: give one of them \(resume=true to continue"):
         hookrun.run(toy_cfg(tmp_path, resume=True, **{"output.overwrite": True}))
     assert path.read_bytes() == before
+
+
+def test_what_a_killed_overwrite_left_beside_the_file_goes_when_the_next_run_holds_the_lock(tmp_path):
+    """An output.overwrite=true run killed before its first batch leaves captures.h5.replacing (the old file
+    keeps its name); no later run removed it, a resume=true neither. Reference: the folder's listing."""
+    path = hookrun.run(toy_cfg(tmp_path)).path
+    with h5py.File(path, "a") as f:
+        f.attrs.update(status="interrupted", steps_complete=1)
+    for suffix in (".replacing", ".resuming"):  # (a resume killed before it held the old batches: the same)
+        path.with_name(path.name + suffix).write_bytes(b"a killed run's new file")
+    assert hookrun.run(toy_cfg(tmp_path, resume=True)).status == "complete"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["captures.h5"]
