@@ -317,3 +317,46 @@ def test_a_run_in_an_object_store_reports_through_open_run(tmp_path, monkeypatch
         assert f'content="{url}"' in page and "fmap/block3/output" in page
     finally:
         server.stop()
+
+
+def test_latents_shade_each_context_token_with_its_own_activation_in_left_padded_rows(tmp_path):
+    """A top example's position is its index in the padded row, /samples/token_position counts real
+    tokens: with left padding the report's per-token values must still be each token's own
+    activation, read here from a raw forward hook on the same model and inputs."""
+    import torch
+
+    from hookrun.analysis.report.latents import latents
+    from hookrun.analysis.report.run_sections import Budget
+    from hookrun.data import text
+    from hookrun.models import tiny_lm
+
+    data = {"_target_": "hookrun.data.text", "files": "pydoc_topics", "max_length": 24, "limit": 8, "padding_side": "left"}
+    cfg = {"model": {"_target_": "hookrun.models.tiny_lm"}, "data": {"dataset": data, "batch_size": 4, "store": ["input_ids", "attention_mask"]},
+           "hooks": {"act": {"at": "transformer.h.1.mlp.act", "type": "forward", "actions": [
+               {"name": "top_examples", "k": 3, "context": 4}, {"name": "record", "rows": "token", "dtype": "float32"}]}},
+           "output": {"path": str(tmp_path / "left.h5")}, "device": "cpu", "progress": False}
+    path = hookrun.run(cfg).path
+    ds = text(**{k: v for k, v in data.items() if k != "_target_"})
+    ids = torch.stack([ds[i]["input_ids"] for i in range(len(ds))])
+    mask = torch.stack([ds[i]["attention_mask"] for i in range(len(ds))])
+    assert (mask[:, 0] == 0).any()  # some rows are left-padded
+    model, seen = tiny_lm().eval(), []
+    handle = model.transformer.h[1].mlp.act.register_forward_hook(lambda m, i, o: seen.append(o.detach()))
+    with torch.no_grad():
+        for lo in range(0, len(ids), 4):
+            model(input_ids=ids[lo:lo + 4], attention_mask=mask[lo:lo + 4])
+    handle.remove()
+    act = torch.cat(seen).numpy()
+    with hookrun.open_run(path) as run:
+        (sec,) = latents(run, Budget(features=16))
+        checked = 0
+        for entry in sec["items"][0]["features"]:
+            for ex in entry["examples"]:
+                s, p, at = ex["sample"], ex["position"], ex["at"]
+                real = np.flatnonzero(mask[s].numpy())
+                window = [q for q in real if p - 4 <= q <= p + 4]  # the context's tokens: real ones around p
+                assert len(ex["acts"]) == len(window) and window[at] == p
+                want = [float(act[s, q, entry["feature"]]) for q in window]
+                np.testing.assert_allclose(ex["acts"], want, rtol=1e-4, atol=1e-5, err_msg=f"{entry['feature']}, {ex}")
+                checked += mask[s, 0] == 0
+        assert checked > 0  # left-padded samples among the examples

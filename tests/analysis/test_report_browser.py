@@ -120,6 +120,7 @@ def test_sae_report_shows_evaluation_latents_and_the_files_top_examples(browser,
         with h5py.File(run / "captures.h5", "r", locking=False) as f:
             latents = f["captures/latents/transformer.h.3.sae.latents/output"][:]
             token_sample, token_position = f["samples/token_sample"][: len(latents)], f["samples/token_position"][: len(latents)]
+            masks = dict(zip(f["samples/index"][:].tolist(), f["samples/attention_mask"][:], strict=True))
         for feature in (0, 3):
             items[feature].click()
             rows = browser.execute_script(
@@ -132,7 +133,7 @@ def test_sae_report_shows_evaluation_latents_and_the_files_top_examples(browser,
                 assert value == pytest.approx(e["value"], rel=1e-6) and sample == e["sample"]
                 assert tokens == list(e["context"])
                 for i, act in enumerate(acts):  # each context token shows its own activation, read here with h5py
-                    position = e["position"] - e["at"] + i
+                    position = int(masks[sample][: e["position"]].sum()) - e["at"] + i  # padded row -> token_position
                     row = np.flatnonzero((token_sample == sample) & (token_position == position))
                     assert (act is None) == (len(row) == 0)
                     if len(row):

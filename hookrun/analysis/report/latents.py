@@ -67,14 +67,20 @@ def _example(e: dict, lookup: TokenActivations | None, feature: int) -> dict:
     out = {"value": float(e["value"]), "sample": int(e["sample"]), "position": e.get("position"),
            "context": list(e["context"]) if e.get("context") is not None else None, "at": e.get("at")}
     if lookup is not None and out["context"] is not None and out["at"] is not None and out["position"] is not None:
-        start = int(out["position"]) - int(out["at"])
-        out["acts"] = lookup.values(out["sample"], range(start, start + len(out["context"])), feature)
+        real = lookup.real_position(out["sample"], int(out["position"]))  # the padded row's index -> token_position
+        if real is None:
+            out["acts"] = [None] * len(out["context"])
+        else:  # the context's tokens are real tokens in a row: consecutive real positions
+            start = real - int(out["at"])
+            out["acts"] = lookup.values(out["sample"], range(start, start + len(out["context"])), feature)
     return out
 
 
 class TokenActivations:
     """The activations of a token-row capture at (sample, position), read a few rows at a time:
-    each context token of a top example gets its own value (None where the run kept no row)."""
+    each context token of a top example gets its own value (None where the run kept no row).
+    A top example's position is its index in the padded row; token_position counts real tokens
+    only, so `real_position` converts with the row's /samples/attention_mask."""
 
     def __init__(self, run: Any, info: Any) -> None:
         f = run.file
@@ -85,6 +91,23 @@ class TokenActivations:
         keys = sample * self.width + position
         self.order = np.argsort(keys, kind="stable")
         self.keys = keys[self.order]
+        s = f["samples"]
+        ids = s["input_ids"] if "input_ids" in s and s["input_ids"].ndim == 2 else None
+        self.row_width = ids.shape[1] if ids is not None else None
+        self.mask = s["attention_mask"] if ids is not None and "attention_mask" in s and s["attention_mask"].shape == ids.shape else None
+        self.rows = {int(v): r for r, v in enumerate(s["index"][:])}
+
+    def real_position(self, sample: int, position: int) -> int | None:
+        """The token_position of the padded row's `position`: the real tokens before it (None where
+        unknown: no attention_mask stored and the sample has fewer token rows than its row's width)."""
+        r = self.rows.get(int(sample))
+        if r is None:
+            return None
+        if self.mask is not None:
+            real = np.asarray(self.mask[r], dtype=bool)
+            return int(real[:position].sum()) if 0 <= position < len(real) and real[position] else None
+        lo, hi = np.searchsorted(self.keys, [sample * self.width, (sample + 1) * self.width])
+        return position if self.row_width is not None and hi - lo == self.row_width else None  # no padding: the same
 
     def values(self, sample: int, positions: range, feature: int) -> list[float | None]:
         want = np.array([sample * self.width + p if 0 <= p < self.width else -1 for p in positions], dtype=np.int64)

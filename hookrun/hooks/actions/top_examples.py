@@ -10,7 +10,7 @@ whose features are its channels:
 | tensor               | one activation per                 | position          |
 |----------------------|------------------------------------|-------------------|
 | (batch, feature)     | sample                             | none (-1)         |
-| (batch, T, feature)  | sample and token (padding left out) | the token's index |
+| (batch, T, feature)  | sample and token (padding left out) | index in the padded row |
 | (batch, C, H, W)     | sample: the channel's max over H, W | none (-1)         |
 
 Exact: the result equals sorting every activation of the run, largest first; ties (equal
