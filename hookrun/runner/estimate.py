@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from hookrun.hooks.actions import ActionEnv
@@ -69,10 +70,12 @@ class Estimate:
     header: list[str] = field(default_factory=list)
     extra_bytes: int = 0  # /samples (index, step, target, data.store keys, token map), /checksums, the kind's own
     meta_bytes: int = 0  # HDF5's own: object headers, chunk B-trees, groups (store/format.py)
+    state_bytes: int = 0  # stateful actions' state (top_examples: features x k), in its two slots under /state
+    state_groups: int = 0  # ... and its groups
 
     @property
     def total_bytes(self) -> int:
-        return sum(line.total for line in self.lines) + self.extra_bytes + self.meta_bytes
+        return sum(line.total for line in self.lines) + self.extra_bytes + self.state_bytes + self.meta_bytes
 
     def text(self) -> str:
         # (dry_run's printout only: analysis/ is not on a run's route)
@@ -88,14 +91,15 @@ class Estimate:
             for line in (ln for ln in self.lines if ln.capture.key.hook == hook):
                 c = line.capture
                 shape = ("n",) if c.ragged else tuple(c.value.shape) if c.per_step else tuple(c.value.shape[1:])
-                unit = "step" if c.per_step else "token" if c.tokens else "sample"
+                unit = "step" if c.per_step else "token" if c.tokens else "feature" if c.features else "sample"
                 label = capture_label(c.key.module, c.key.role, c.key.call)
                 dtype = c.value[0].dtype if c.ragged else c.value.dtype
                 out.append(f"    {label:34s} {str(dtype).replace('torch.', ''):8s} {str(shape):20s} "
                            f"{human_bytes(line.row_bytes):>10s}/{unit} x {line.rows} = {human_bytes(line.total)}")
             if not any(ln.capture.key.hook == hook for ln in self.lines):
                 out.append("    (records nothing)")
-        out.append(f"  besides the captures: {human_bytes(self.extra_bytes)} (/samples, /checksums), "
+        state = f"{human_bytes(self.state_bytes)} of actions' state (/state), " if self.state_bytes else ""
+        out.append(f"  besides the captures: {human_bytes(self.extra_bytes)} (/samples, /checksums), {state}"
                    f"{human_bytes(self.meta_bytes)} of HDF5 metadata")
         out.append(f"  estimated file size: {human_bytes(self.total_bytes)} for {self.n_samples} samples in {self.n_batches} "
                    f"batches ({self.total_bytes} bytes uncompressed, in whole HDF5 chunks; with output.compression an upper bound)")
@@ -113,6 +117,7 @@ def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: Actio
         session.begin_step(0, 1, indices, call.attention_mask)
         kind.sample_step(model, call, session)
         captures = env.captures.take()
+        ends = [(a.finish(), a.state() or {}) for a in env.stateful]  # their size is fixed at the first batch (features x k)
     width = token_width(kind, call)  # token rows per sample at most: the padded width (generate: and new tokens)
     for p in points:
         for action in p.actions:
@@ -127,6 +132,21 @@ def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: Actio
         datasets.append((rank, math.ceil(line.rows / line.chunk), True))
         if line.index:
             datasets.append((1, math.ceil(line.index / capped(INDEX_CHUNK, line.index)), False))
+    groups_of = list(captures)
+    for finished, state in ends:  # end-of-run captures (written whole) and the state saved at each flush
+        for cap in finished:
+            value = cap.value
+            line = Line(cap, value[0].numel() * value.element_size() if value.dim() else 0, value.shape[0] if value.dim() else 1,
+                        max(1, value.shape[0] if value.dim() else 1))
+            report.lines.append(line)
+            datasets.append((max(1, value.dim()), 1, True))
+        groups_of += finished
+        arrays = [np.asarray(v.numpy(force=True) if isinstance(v, torch.Tensor) else v) for v in state.values()]
+        slots = min(2, n_batches)  # two slots written in turn, in place (store/run_state.py)
+        report.state_bytes += slots * sum(a.nbytes for a in arrays)
+        datasets += [(max(1, a.ndim), 1, False) for a in arrays] * slots
+        report.state_groups += (2 + slots) if arrays else 0  # /state/KEY and its slots (/state: once, below)
+    report.state_groups += 1 if report.state_bytes else 0  # /state
     report.extra_bytes = kind.file_bytes(n_samples) + sample_bytes(loader, call, settings, n_samples, datasets)
     tokens = [len(c.value) for c in captures if c.tokens]
     if tokens:  # the token map: /samples/token_sample, token_position (and token_generated: generate)
@@ -137,8 +157,8 @@ def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: Actio
         rows = n_batches * len(datasets)  # their .index, every /samples dataset, the token map: store/digest.py)
         report.extra_bytes += allocated(rows, capped(DIGEST_CHUNK, rows)) * 24
         datasets.append((2, math.ceil(rows / capped(DIGEST_CHUNK, rows)), False))
-    groups = {"", "samples"} | {c.key.path.rsplit("/", k)[0] for c in captures for k in range(1, c.key.path.count("/") + 1)}
-    report.meta_bytes = metadata_bytes(datasets, len(groups), attrs_bytes)
+    groups = {"", "samples"} | {c.key.path.rsplit("/", k)[0] for c in groups_of for k in range(1, c.key.path.count("/") + 1)}
+    report.meta_bytes = metadata_bytes(datasets, len(groups) + report.state_groups, attrs_bytes)
     return report
 
 

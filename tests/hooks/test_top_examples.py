@@ -195,6 +195,16 @@ def test_bad_top_examples_are_one_line_before_any_batch(tmp_path):
         hookrun.run({**base, "hooks": {"t": {"at": "", "type": "forward", "actions": [{"name": "top_examples"}]}}},
                     model=Flat(), dataset=RandomTensors(n=8, shape=(12,)))
     assert not (tmp_path / "x.h5").exists()
+    # k above the activations a feature can get: 8 samples of (batch, feature); 2 texts x 16 tokens
+    lin = {"t": {"at": "lin", "type": "forward", "actions": [{"name": "top_examples", "k": 9}]}}
+    with pytest.raises(ConfigError, match=r"top_examples k=9: this run gives each feature of lin at most 8 activations "
+                                          r"\(8 samples\); give k <= 8"):
+        hookrun.run({**base, "hooks": lin}, model=Flat(), dataset=RandomTensors(n=8, shape=(12,)))
+    text = {"_target_": "hookrun.data.text", "files": "pydoc_topics", "max_length": 16, "limit": 2}
+    with pytest.raises(ConfigError, match=r"k=33: .* at most 32 activations \(2 samples x 16 tokens\); give k <= 32"):
+        hookrun.run({**base, "model": {"_target_": "hookrun.models.tiny_lm"}, "data": {"dataset": text, "batch_size": 2},
+                     "hooks": {"t": {"at": "transformer.h.1", "type": "forward", "actions": [{"name": "top_examples", "k": 33}]}}})
+    assert not (tmp_path / "x.h5").exists()
 
 
 @pytest.mark.slow

@@ -84,6 +84,26 @@ def test_max_bytes_refuses_a_run_whose_file_would_exceed_it(tmp_path):
     assert os.path.getsize(ok.path) <= 300_000
 
 
+def test_top_examples_tables_and_their_state_are_in_the_estimate_and_max_bytes_refuses_them(tmp_path):
+    """top_examples writes features x k at the end and the same again (twice: two slots) under /state:
+    a run of 12 samples x up to 32 tokens with k=300 of 128 features (about 2 MiB)."""
+    top = {"t": {"at": "transformer.h.1", "type": "forward", "actions": [{"name": "top_examples", "k": 300}]}}
+
+    def run(name: str, dry_run: bool = False, **output):
+        return hookrun.run({"model": LM, "data": TEXT, "hooks": top, "device": "cpu", "progress": False, "dry_run": dry_run,
+                            "output": {"path": str(tmp_path / name), "flush_every": 1, **output}})
+
+    dry = run("a.h5", dry_run=True)
+    size = os.path.getsize(run("a.h5").path)
+    with h5py.File(tmp_path / "a.h5") as f:  # both slots of the state were written (three flushes)
+        assert f["captures/t/transformer.h.1/top.values"].shape == (128, 300) and len(f["state"][next(iter(f["state"]))]) == 2
+    assert size > 128 * 300 * 20 * 3  # the tables and two slots of state
+    assert size <= dry.estimated_bytes <= 1.1 * size, (dry.estimated_bytes, size)
+    with pytest.raises(ConfigError, match="exceeds output.max_bytes"):
+        run("b.h5", max_bytes=size - 1)
+    assert not (tmp_path / "b.h5").exists()
+
+
 @pytest.mark.slow
 def test_shapes_gradcam_from_the_cli(tmp_path):
     args = ("experiment=shapes_gradcam", "progress=false", f"hydra.run.dir={tmp_path / 'g'}")

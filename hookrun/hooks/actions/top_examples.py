@@ -83,6 +83,19 @@ class TopExamples(Action):
                               f"of its own); run it with mode=eval on the texts")
 
     def check_tensor(self, role: str, tensor: Any) -> None:
+        """Before the first batch (one sample's forward): a feature axis, and no k above the
+        activations a feature can get in the whole run (its samples, times the sample's tokens)."""
+        self._check_rank(role, tensor)
+        planned = self.env.planned_samples
+        if role not in (self.what, f"{self.what}.0") or not isinstance(tensor, torch.Tensor) or planned is None:
+            return
+        n, tokens = len(planned), tensor.shape[1] if tensor.dim() == 3 else 1
+        if self.k > n * tokens:
+            each = f"{n} samples x {tokens} tokens" if tensor.dim() == 3 else f"{n} samples"
+            raise ConfigError(f"{self.where}: top_examples k={self.k}: this run gives each feature of {self.point.module} "
+                              f"at most {n * tokens} activations ({each}); give k <= {n * tokens}")
+
+    def _check_rank(self, role: str, tensor: Any) -> None:
         if role in (self.what, f"{self.what}.0") and isinstance(tensor, torch.Tensor) and tensor.dim() not in (2, 3, 4):
             raise ConfigError(f"{self.where}: top_examples at {self.point.module}: its {role} has shape "
                               f"{tuple(tensor.shape)}, without a feature axis; hook a tensor of (batch, feature), "
@@ -99,7 +112,7 @@ class TopExamples(Action):
                            f"{', '.join(ev.tensors) or 'none'}")
         if ev.call:  # a module called twice in one forward: its first call only
             return
-        self.check_tensor(role, t)
+        self._check_rank(role, t)
         with torch.no_grad():
             self.add(t.detach(), ev.state)
 
