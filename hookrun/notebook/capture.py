@@ -15,6 +15,9 @@ Around `model.generate(...)` every model call (the prompt, then each new token) 
 same samples; `positions:` and `record rows: token` work as in mode=generate (padding and tokens
 after a sample's end-of-sequence token, as model.generation_config names it, leave no row), and
 `cap.tokens` maps each token row to its sample, position and whether it was generated.
+
+Actions that keep a state over the run (top_examples) end with the block, as a file run's end:
+`cap[module, "top.values"]` (and top.samples, top.positions) holds the block's top-k per feature.
 """
 
 from __future__ import annotations
@@ -156,6 +159,7 @@ def capture(model: nn.Module, hooks: Mapping, dtype: str = "keep") -> Iterator[C
                 yield cap
             finally:
                 steps.end_step()
+            cap.add([c for a in env.stateful for c in a.finish()])  # the block's end is a run's: top_examples' top.*
             for point in session.never_fired() if cap.steps else ():  # (not on an exception: the block may have stopped early)
                 warn_never_fired(point.hook, point.module, "in the block", "so cap has no capture from it")
     finally:

@@ -298,3 +298,29 @@ def test_a_k_larger_than_a_chunk_merges_k_rows_at_a_time_to_the_brute_force_top_
     monkeypatch.setattr(top_examples, "CHUNK_ELEMENTS", 1)  # (every chunk is k rows)
     path = hookrun.run(text_cfg(tmp_path / "t.h5")).path
     assert_top(path, "act", "transformer.h.1.mlp.act", *tiny_lm_acts, close=True)
+
+
+def test_capture_keeps_the_top_k_of_its_block_as_a_brute_force_sort(tiny_lm_acts):
+    """hookrun.capture ends stateful actions with the block: cap holds top.values/samples/positions,
+    equal to a sort of a raw hook's activations (samples: the block's numbers, 0.. across forwards)."""
+    from hookrun.data import text
+    from hookrun.errors import RunError
+    from hookrun.models import tiny_lm
+
+    ds = text(files="pydoc_topics", max_length=20, limit=14)
+    ids = torch.stack([ds[i]["input_ids"] for i in range(len(ds))])
+    mask = torch.stack([ds[i]["attention_mask"] for i in range(len(ds))])
+    model = tiny_lm().eval()
+    hooks = {"act": {"at": "transformer.h.1.mlp.act", "type": "forward", "actions": [{"name": "top_examples", "k": K}]}}
+    with torch.no_grad(), hookrun.capture(model, hooks) as cap:
+        for lo in range(0, len(ids), 4):
+            model(input_ids=ids[lo:lo + 4], attention_mask=mask[lo:lo + 4])
+    got = [cap["transformer.h.1.mlp.act", role].numpy() for role in ("top.values", "top.samples", "top.positions")]
+    assert got[0].shape == (tiny_lm_acts[0].shape[1], K)
+    for f, (v, s, p) in enumerate(brute(*tiny_lm_acts)):
+        np.testing.assert_array_equal(got[1][f], s, err_msg=f"feature {f}")
+        np.testing.assert_array_equal(got[2][f], p, err_msg=f"feature {f}")
+        np.testing.assert_allclose(got[0][f], v, rtol=1e-5, atol=1e-6, err_msg=f"feature {f}")
+    with pytest.raises(RunError, match="top_examples does not run around model.generate"), \
+            torch.no_grad(), hookrun.capture(model, hooks):
+        model.generate(input_ids=ids[:2, :4], attention_mask=mask[:2, :4], max_new_tokens=2, do_sample=False)

@@ -112,6 +112,9 @@ class TopExamples(Action):
                            f"{', '.join(ev.tensors) or 'none'}")
         if ev.call:  # a module called twice in one forward: its first call only
             return
+        if getattr(ev.state.call_tokens, "call", 0):  # hookrun.capture around model.generate: a new token's pass
+            raise RunError(f"{self.where}: top_examples does not run around model.generate (each new token is a model "
+                           f"call of its own, without its position); call the model on the texts instead")
         self._check_rank(role, t)
         with torch.no_grad():
             self.add(t.detach(), ev.state)
