@@ -149,6 +149,26 @@ def test_sae_report_shows_evaluation_latents_and_the_files_top_examples(browser,
         browser.save_screenshot(str(tmp_path / "report.png"))
 
 
+def test_token_examples_without_stored_input_ids_name_their_sample_and_position(browser, tmp_path):
+    """top_examples on token rows of a run that kept no input_ids: no context to show, so each example
+    names its sample and position (read here with h5py), never "(image sample #N)"."""
+    data = {"dataset": {"_target_": "hookrun.data.text", "files": "pydoc_topics", "max_length": 16, "limit": 4},
+            "batch_size": 4, "store": []}
+    path = hookrun.run({"model": {"_target_": "hookrun.models.tiny_lm"}, "data": data, "device": "cpu", "progress": False,
+                        "hooks": {"t": {"at": "transformer.h.1.mlp.act", "type": "forward",
+                                        "actions": [{"name": "top_examples", "k": 3}]}},
+                        "output": {"path": str(tmp_path / "noids.h5")}}).path
+    open_page(browser, report(path))
+    with h5py.File(path) as f:
+        samples = f["captures/t/transformer.h.1.mlp.act/top.samples"][0]
+        positions = f["captures/t/transformer.h.1.mlp.act/top.positions"][0]
+        assert "input_ids" not in f["samples"]
+    browser.find_elements("css selector", "#section-latents .latent-list li")[0].click()
+    shown = browser.execute_script("return Array.from(document.querySelectorAll('#section-latents .latent-detail .example "
+                                   ".tok.at')).map(t => t.textContent)")
+    assert shown == [f"(sample #{s}, position {p}; no input_ids stored)" for s, p in zip(samples, positions, strict=True)]
+
+
 def test_sweep_report_charts_each_metric_against_the_swept_parameter(browser, tmp_path):
     sweep = tmp_path / "sweep"
     proc = run_cli("-m", "experiment=ablation_sweep", "params.factor=0,1", "data.dataset.limit=16",

@@ -50,6 +50,8 @@
       img.src = ex.src;
       img.alt = "sample #" + ex.sample + ": the channel's map over its image";
       line.appendChild(img);
+    } else if (ex.context === null && ex.position !== null && ex.position !== undefined) {
+      line.appendChild(el("span", "tok at", "(sample #" + ex.sample + ", position " + ex.position + "; no input_ids stored)"));
     } else if (ex.context === null) {
       line.appendChild(el("span", "tok at", "(image sample #" + ex.sample + ")"));
     } else {
