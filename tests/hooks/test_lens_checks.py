@@ -89,3 +89,17 @@ def test_a_later_batch_with_an_id_past_the_vocabulary_is_not_clamped(tmp_path, m
     labels[3, 1] = 9999  # the second batch: the first item is fine
     with pytest.raises(hookrun.errors.RunError, match=r"batch 1 holds id 9999, outside the vocabulary"):
         run(tmp_path, model, items(encoded, labels))
+
+
+@pytest.mark.parametrize(("labels", "change", "message"), [
+    # a module that is no norm (a GELU, a Dropout: they keep the shape but not norm(3x) = norm(x))
+    (None, {"norm": "transformer.h.0.mlp.act"}, r"norm='transformer.h.0.mlp.act' is a NewGELUActivation, not a norm "
+                                                r"\(.*same output for 3x as for x.*e.g. .*transformer.ln_f"),
+    (None, {"norm": "transformer.drop"}, r"norm='transformer.drop' is a Dropout, not a norm"),
+])
+def test_inputs_that_are_no_lens_are_one_line_before_any_batch(tmp_path, model, encoded, labels, change, message):
+    data = items(encoded, encoded[0].clone() if labels is None else labels(encoded[0]))
+    with pytest.raises(ConfigError, match=message):
+        run(tmp_path, model, data, **change)
+    assert not list(tmp_path.iterdir())  # no file, no failed file
+    assert not any(m._forward_hooks for m in model.modules())

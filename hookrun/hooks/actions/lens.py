@@ -25,8 +25,8 @@ the next token of input_ids); a position whose target lies past the end, or on p
 A target id outside the vocabulary (0..V-1) is refused (the first item before any batch, a later
 one when its batch comes), never clamped into it; `ignore_index: -100` marks ids that stand for
 "no target" (labels padded with -100): those positions have none (NaN log-probability, rank -1).
-`top_k` is at most the vocabulary; `norm` must be a norm: a module whose children hold no
-parameters (LayerNorm, RMSNorm, TransformerLens' LayerNormPre) and keeps its input's shape.
+`top_k` is at most the vocabulary; `norm` must be a norm (lens_modules.check_norm: LayerNorm,
+RMSNorm, TransformerLens' LayerNormPre; not a block, GELU, Dropout or Identity).
 No target: the two target roles are left out. The final distribution is the model's own: the
 unembed module's output in the same forward (a forward hook on it, added by the first lens of a
 run); the lens of every hooked layer is computed when it arrives, in chunks of positions of at
@@ -45,73 +45,13 @@ import torch
 from torch import nn
 
 from hookrun.config.schema import Mode
-from hookrun.errors import ConfigError, RunError, article, close_matches
+from hookrun.errors import ConfigError, RunError
 from hookrun.hooks.actions.base import ACTIONS, Action, ActionEnv
+from hookrun.hooks.actions.lens_modules import check_norm, check_unembed, find_module, linear_shape
 from hookrun.hooks.events import Event, flatten
 from hookrun.store.records import Capture, CaptureKey
 
 CHUNK_ELEMENTS = 1 << 22  # logits of one chunk of positions (4M: 80 positions of a 50k vocabulary)
-
-
-def find_module(model: nn.Module, name: Any, where: str, key: str) -> nn.Module:
-    table = dict(model.named_modules())
-    if not isinstance(name, str) or name not in table or not name:
-        hint = close_matches(str(name), [n for n in table if n])
-        raise ConfigError(f"{where}: logit_lens {key}={name!r} is not a module of {type(model).__name__}; "
-                          f"{'closest: ' + ', '.join(hint) if hint else 'name one with python -m hookrun.modules'}")
-    return table[name]
-
-
-def linear_shape(unembed: nn.Module) -> tuple[int | None, int | None]:
-    """(width in, vocabulary out) of an unembedding: nn.Linear, HF's Conv1D, TransformerLens' Unembed (W_U)."""
-    if isinstance(getattr(unembed, "in_features", None), int):
-        return unembed.in_features, getattr(unembed, "out_features", None)
-    for name in ("W_U", "weight"):
-        w = getattr(unembed, name, None)
-        if isinstance(w, torch.Tensor) and w.dim() == 2:  # Conv1D and W_U: (in, out); a plain weight: (out, in)
-            transposed = name == "W_U" or isinstance(getattr(unembed, "nf", None), int)
-            return (int(w.shape[0]), int(w.shape[1])) if transposed else (int(w.shape[1]), int(w.shape[0]))
-    return None, None
-
-
-def check_unembed(unembed: nn.Module, name: str, model: nn.Module, where: str) -> None:
-    """A module with a matrix, not an embedding (it reads ids, and runs first) or a norm; of the vocabulary of
-    the model's output layer where it names one (Hugging Face's get_output_embeddings, TransformerLens' unembed)."""
-    try:
-        own = model.get_output_embeddings() if callable(getattr(model, "get_output_embeddings", None)) else \
-            getattr(model, "unembed", None)
-    except (NotImplementedError, AttributeError):  # (a model class whose output layer is not named)
-        own = None
-    hint = f"; name the model's output layer, {next((n for n, m in model.named_modules() if m is own), '(lm_head)')}"
-    matrix = any(p.dim() == 2 for p in unembed.parameters(recurse=False)) or linear_shape(unembed)[1] is not None
-    if isinstance(unembed, nn.Embedding) or not matrix:
-        raise ConfigError(f"{where}: logit_lens unembed={name!r} is {article(type(unembed).__name__)}, not an unembedding "
-                          f"(a matrix from the model's width to its vocabulary, run after the hooked point){hint}")
-    vocab, want = linear_shape(unembed)[1], linear_shape(own)[1] if isinstance(own, nn.Module) else None
-    if None not in (vocab, want) and vocab != want:
-        raise ConfigError(f"{where}: logit_lens unembed={name!r} gives {vocab} outputs, but the model's vocabulary "
-                          f"has {want} tokens{hint}")
-
-
-def check_norm(norm: nn.Module, name: Any, width: int | None, model: nn.Module, where: str) -> None:
-    """A norm: its children hold no parameters (TransformerLens' norms hold hook points) and it keeps
-    a (1, 2, width) input's shape; a block or a layer given as `norm` is one line naming the norms."""
-    inner = any(p.numel() for c in norm.children() for p in c.parameters())
-    ok = not inner
-    if ok and width is not None:
-        p = next(norm.parameters(), None)
-        x = torch.ones(1, 2, width, device=p.device if p is not None else None, dtype=p.dtype if p is not None else None)
-        try:
-            with torch.no_grad():
-                y = norm.forward(x)
-            ok = isinstance(y, torch.Tensor) and tuple(y.shape) == tuple(x.shape)
-        except Exception:  # whatever a module that is no norm raises on a (1, 2, width) input
-            ok = False
-    if not ok:
-        norms = [n for n, m in model.named_modules() if "norm" in type(m).__name__.lower() or n.endswith(("ln_f", "norm"))]
-        raise ConfigError(f"{where}: logit_lens norm={name!r} is {article(type(norm).__name__)}, not a norm (a norm keeps its "
-                          f"(batch, tokens, width) input's shape and holds no layers); name the model's final norm"
-                          + (f", e.g. {', '.join(norms[-3:])}" if norms else ""))
 
 
 class FinalLogits:
