@@ -131,3 +131,43 @@ def test_the_shipped_experiment_runs_from_the_cli_and_sharpens_layer_by_layer(tm
         hit = [float((run[m, "lens.target_rank"][:][real[:, 1:].nonzero()] == 0).mean()) for m in layers]
     assert kl == sorted(kl, reverse=True) and kl[-1] < 1e-4 < 1 < kl[0], kl  # the last block's lens is the output
     assert hit == sorted(hit) and hit[-1] > 0.4, hit  # the next byte is the top guess more often, layer by layer
+
+
+@pytest.mark.parametrize("family", ["gemma2", "granite", "cohere"])
+def test_the_final_distribution_is_the_models_output_after_its_softcap_or_scale(tmp_path, family):
+    """Gemma 2's final_logit_softcapping, Granite's logits_scaling and Cohere's logit_scale change
+    lm_head's output in the model's forward: the lens's final distribution is the model's own output
+    (its logits), and each layer's logits take the same step."""
+    import transformers as tf
+
+    torch.manual_seed(0)
+    shape = {"vocab_size": 60, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "pad_token_id": 0}
+    cfg_cls, model_cls, extra = {"gemma2": (tf.Gemma2Config, tf.Gemma2ForCausalLM, {"final_logit_softcapping": 2.0, "head_dim": 8}),
+                                 "granite": (tf.GraniteConfig, tf.GraniteForCausalLM, {"logits_scaling": 8.0}),
+                                 "cohere": (tf.CohereConfig, tf.CohereForCausalLM, {"logit_scale": 0.25})}[family]
+    lm = model_cls(cfg_cls(**shape, **extra)).eval()
+    with torch.no_grad():
+        lm.lm_head.weight.mul_(20)
+    ids = torch.randint(1, 60, (3, 7), generator=torch.Generator().manual_seed(1))
+    items = [{"input_ids": ids[i], "attention_mask": torch.ones(7, dtype=torch.long)} for i in range(3)]
+    lens = {"name": "logit_lens", "norm": "model.norm", "unembed": "lm_head", "top_k": 60}
+    cfg = {"hooks": {"lens": {"at": "model.layers.*", "type": "forward", "actions": [lens]}},
+           "data": {"batch_size": 3}, "output": {"path": str(tmp_path / "g.h5")}, "device": "cpu", "progress": False}
+    path = hookrun.run(cfg, model=lm, dataset=items).path
+    caught = {}
+    h = lm.model.layers[0].register_forward_hook(lambda m, a, o: caught.setdefault("x", o[0] if isinstance(o, tuple) else o))
+    with torch.no_grad():
+        final = torch.log_softmax(lm(input_ids=ids).logits.double(), -1)  # the model's own output
+        h.remove()
+        z = lm.lm_head(lm.model.norm(caught["x"])).double()
+    post = {"gemma2": lambda z: torch.tanh(z / 2.0) * 2.0, "granite": lambda z: z / 8.0, "cohere": lambda z: z * 0.25}[family]
+    lp0 = torch.log_softmax(post(z), -1)
+    with open_run(path) as run:
+        last = run["model.layers.1", "lens.top_logprobs"][:]
+        np.testing.assert_allclose(last, final.sort(-1, descending=True).values.numpy(), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(run["model.layers.1", "lens.kl_to_final"][:], 0, atol=1e-4)
+        np.testing.assert_allclose(run["model.layers.0", "lens.top_logprobs"][:], lp0.sort(-1, descending=True).values.numpy(),
+                                   rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(run["model.layers.0", "lens.kl_to_final"][:],
+                                   (final.exp() * (final - lp0)).sum(-1).numpy(), rtol=1e-4, atol=1e-4)

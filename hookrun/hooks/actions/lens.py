@@ -29,9 +29,11 @@ one when its batch comes), never clamped into it; `ignore_index: -100` marks ids
 RMSNorm, TransformerLens' LayerNormPre; not a block, GELU, Dropout or Identity).
 No target: the two target roles are left out. The final distribution is the model's own: the
 unembed module's output in the same forward (a forward hook on it, added by the first lens of a
-run); the lens of every hooked layer is computed when it arrives, in chunks of positions of at
-most CHUNK_ELEMENTS logits, so no (batch, T, vocab) tensor exists per layer. The norm and unembed
-are called as their `forward` (no hook of the run fires inside them).
+run), through the step the model's forward takes after it (Gemma 2's softcap, Cohere's and
+Granite's scale: lens_modules.logit_transform), which each layer's logits take too; the lens of
+every hooked layer is computed when it arrives, in chunks of positions of at most CHUNK_ELEMENTS
+logits, so no (batch, T, vocab) tensor exists per layer. The norm and unembed are called as their
+`forward` (no hook of the run fires inside them).
 `translator:` is the seam for a tuned lens (a per-layer affine map applied to x first): today
 only the identity (null) is accepted.
 """
@@ -47,7 +49,13 @@ from torch import nn
 from hookrun.config.schema import Mode
 from hookrun.errors import ConfigError, RunError
 from hookrun.hooks.actions.base import ACTIONS, Action, ActionEnv
-from hookrun.hooks.actions.lens_modules import check_norm, check_unembed, find_module, linear_shape
+from hookrun.hooks.actions.lens_modules import (
+    check_norm,
+    check_unembed,
+    find_module,
+    linear_shape,
+    logit_transform,
+)
 from hookrun.hooks.events import Event, flatten
 from hookrun.store.records import Capture, CaptureKey
 
@@ -56,10 +64,13 @@ CHUNK_ELEMENTS = 1 << 22  # logits of one chunk of positions (4M: 80 positions o
 
 class FinalLogits:
     """The unembed module's output in each forward, shared by the run's lenses: a plain forward
-    hook that hands the final logits to every lens waiting for them (no copy of them is made)."""
+    hook that hands the final logits to every lens waiting for them (no copy of them is made).
+    `post`: what the model's forward does to them before returning them (lens_modules.logit_transform),
+    applied to the final logits here and to each lens's logits in emit."""
 
-    def __init__(self, unembed: nn.Module, env: ActionEnv) -> None:
+    def __init__(self, unembed: nn.Module, env: ActionEnv, post: Any = None) -> None:
         self.pending: list[tuple[LogitLens, torch.Tensor, dict]] = []
+        self.post = post
         self.handle = unembed.register_forward_hook(self._fired)
         env.hold.on_close(self.handle.remove)
 
@@ -69,10 +80,11 @@ class FinalLogits:
         logits = next(iter(flatten(out, "output").values()), None)
         if logits is None:
             raise RunError("logit_lens: the unembed module returned no tensor")
-        with torch.no_grad():  # the logits as they are: each lens takes their log_softmax chunk by chunk
+        with torch.no_grad():  # the model's output logits: each lens takes their log_softmax chunk by chunk
             pending, self.pending = self.pending, []
+            logits = logits.detach() if self.post is None else self.post(logits.detach())
             for lens, x, seen in pending:
-                lens.emit(x, logits.detach(), seen)
+                lens.emit(x, logits, seen)
 
 
 @ACTIONS.register("logit_lens")
@@ -113,7 +125,7 @@ class LogitLens(Action):
         self.what = what or ("input" if hook_type.name == "forward_pre" else "output")
         key = f"logit_lens:{unembed}"
         if key not in env.shared:
-            env.shared[key] = FinalLogits(self.unembed, env)
+            env.shared[key] = FinalLogits(self.unembed, env, logit_transform(model))
         self.final: FinalLogits = env.shared[key]
 
     def translate(self, x: torch.Tensor) -> torch.Tensor:
@@ -212,7 +224,8 @@ class LogitLens(Action):
         out: dict[str, list[torch.Tensor]] = {k: [] for k in ("ids", "lps", "tlp", "rank", "kl")}
         step = max(1, CHUNK_ELEMENTS // vocab)
         for lo in range(0, b * t, step):
-            lp = torch.log_softmax(self.unembed.forward(self.norm.forward(rows[lo:lo + step])).float(), dim=-1)
+            z = self.unembed.forward(self.norm.forward(rows[lo:lo + step]))
+            lp = torch.log_softmax((z if self.final.post is None else self.final.post(z)).float(), dim=-1)
             top = lp.topk(self.top_k, dim=-1)
             out["ids"].append(top.indices)
             out["lps"].append(top.values)

@@ -1,8 +1,9 @@
-"""The logit lens's view of the model: the norm and unembed modules it names, found and checked
-before any batch.
+"""The logit lens's view of the model: the norm and unembed modules it names (found and checked
+before any batch), and what the model's forward does to the unembed's output before returning it.
 
     norm = find_module(model, "transformer.ln_f", where, "norm")
     check_norm(norm, "transformer.ln_f", width, model, where)   # a norm, or one ConfigError line
+    post = logit_transform(model)   # Gemma 2's softcap, Cohere's / Granite's scale; None: the output as it is
 
 A norm is a module whose children hold no parameters, that keeps a (1, 2, width) input's shape
 and gives the same output for 3x as for x (within a tolerance that allows for its eps and dtype):
@@ -11,6 +12,8 @@ LayerNorm, RMSNorm and TransformerLens' LayerNormPre are; a block, GELU, Dropout
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -93,3 +96,32 @@ def scale_invariant(norm: nn.Module, width: int) -> bool:
     tol = 1e-3 + 16 * torch.finfo(dtype).eps + min(abs(eps), 1.0)
     return bool(torch.isfinite(y).all()) and float((y3 - y).abs().max()) <= tol * max(float(y.abs().max()), 1e-12)
 
+
+# What a model class's forward does to the unembed's output before returning it (read in transformers'
+# modeling files): (the classes, the config attribute, the operation). Other models return it as it is.
+SOFTCAP = lambda c: lambda z: torch.tanh(z / c) * c  # noqa: E731  (logits / c, tanh, * c: Gemma 2's order)
+TRANSFORMS: list[tuple[tuple[str, ...], Callable[[nn.Module], Any], Callable[[float], Callable]]] = [
+    (("Gemma2ForCausalLM", "Gemma3ForCausalLM", "Gemma3nForCausalLM", "VaultGemmaForCausalLM"),
+     lambda m: getattr(m.config, "final_logit_softcapping", None), SOFTCAP),
+    (("Gemma3nForConditionalGeneration", "PaliGemmaForConditionalGeneration"),
+     lambda m: getattr(m.config.get_text_config(), "final_logit_softcapping", None), SOFTCAP),
+    (("CohereForCausalLM", "Cohere2ForCausalLM"), lambda m: getattr(m, "logit_scale", None), lambda s: lambda z: z * s),
+    (("GraniteForCausalLM", "GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM", "GraniteMoeHybridForCausalLM"),
+     lambda m: getattr(m.config, "logits_scaling", None), lambda s: lambda z: z / s),
+    (("HookedTransformer",),  # TransformerLens: cfg.output_logits_soft_cap > 0 caps the unembed's output
+     lambda m: (lambda c: c if isinstance(c, int | float) and c > 0 else None)(getattr(m.cfg, "output_logits_soft_cap", 0)),
+     SOFTCAP),
+]
+
+
+def logit_transform(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """The model's own step from the unembed's output to its output logits (Gemma 2/3's
+    final_logit_softcapping, Cohere's logit_scale, Granite's logits_scaling), applied as its forward
+    does, in the logits' dtype; None where the model returns the unembed's output as it is."""
+    names = {c.__name__ for c in type(model).__mro__}
+    for classes, read, make in TRANSFORMS:
+        if names.intersection(classes):
+            value = read(model)
+            if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+                return make(float(value))
+    return None
