@@ -133,6 +133,49 @@ def test_the_shipped_experiment_runs_from_the_cli_and_sharpens_layer_by_layer(tm
     assert hit == sorted(hit) and hit[-1] > 0.4, hit  # the next byte is the top guess more often, layer by layer
 
 
+def manual_lens(model, x: torch.Tensor) -> torch.Tensor:
+    """log_softmax(layer_norm(x; ln_f) @ W_U) in float64, from the weights (not the modules)."""
+    ln = model.transformer.ln_f
+    with torch.no_grad():
+        h = torch.nn.functional.layer_norm(x.double(), (x.shape[-1],), ln.weight.double(), ln.bias.double(), ln.eps)
+        return torch.log_softmax(h @ model.lm_head.weight.double().T, -1)
+
+
+@pytest.mark.parametrize("left", [False, True])
+def test_a_position_on_padding_has_no_target(tmp_path, model, left):
+    """Both a scalar target (an answer token) and the next token: a position on padding has none,
+    left- and right-padded alike (the scalar was scored at every padding position, the next token at
+    left padding whose next position is real)."""
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(1, 259, (4, 10), generator=g)
+    mask = torch.ones(4, 10, dtype=torch.long)
+    for i, pad in enumerate((0, 1, 3, 5)):
+        if pad:
+            (mask[i, :pad] if left else mask[i, -pad:]).zero_()
+    ids = ids.masked_fill(mask == 0, 0)
+    items = [{"input_ids": ids[i], "attention_mask": mask[i], "answer": torch.tensor(7)} for i in range(4)]
+    caught = {}
+    h = model.transformer.h[1].register_forward_hook(lambda m, a, o: caught.setdefault("x", o[0] if isinstance(o, tuple) else o))
+    with torch.no_grad():
+        model(input_ids=ids, attention_mask=mask)
+    h.remove()
+    lp, real = manual_lens(model, caught["x"]), mask.bool()
+    for target, shift, want_ids, ok in [("answer", 0, torch.full((4, 10), 7), real),
+                                        ("input_ids", 1, torch.cat([ids[:, 1:], ids[:, :1]], 1),
+                                         real & torch.cat([real[:, 1:], torch.zeros(4, 1, dtype=torch.bool)], 1))]:
+        lens = {**LENS, "target": target, "target_shift": shift}
+        cfg = {"hooks": {"lens": {"at": "transformer.h.1", "type": "forward", "actions": [lens]}},
+               "data": {"batch_size": 4}, "output": {"path": str(tmp_path / f"{target}.h5")}, "device": "cpu", "progress": False}
+        path = hookrun.run(cfg, model=model, dataset=items).path
+        tlp = lp.gather(-1, want_ids[..., None])[..., 0]
+        rank = (lp > tlp[..., None]).sum(-1)
+        with open_run(path) as run:
+            got_rank, got_lp = run["transformer.h.1", "lens.target_rank"][:], run["transformer.h.1", "lens.target_logprob"][:]
+        np.testing.assert_array_equal(got_rank, np.where(ok.numpy(), rank.numpy(), -1), err_msg=target)
+        np.testing.assert_allclose(got_lp, np.where(ok.numpy(), tlp.numpy(), np.nan), rtol=1e-4, atol=1e-4, err_msg=target)
+        assert (got_rank[~real.numpy()] == -1).all()
+
+
 @pytest.mark.parametrize("family", ["gemma2", "granite", "cohere"])
 def test_the_final_distribution_is_the_models_output_after_its_softcap_or_scale(tmp_path, family):
     """Gemma 2's final_logit_softcapping, Granite's logits_scaling and Cohere's logit_scale change

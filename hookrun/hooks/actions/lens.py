@@ -21,7 +21,8 @@ lp = log_softmax(unembed(norm(translator(x)))) over the vocabulary, it records:
 
 `target: KEY` names an item key: a (T,) tensor gives the target id at each position, a scalar
 one id for every position of the sample; `target_shift: s` reads the id at position t + s (1:
-the next token of input_ids); a position whose target lies past the end, or on padding, has none.
+the next token of input_ids); a position on padding, or whose target lies past the end or on
+padding, has none.
 A target id outside the vocabulary (0..V-1) is refused (the first item before any batch, a later
 one when its batch comes), never clamped into it; `ignore_index: -100` marks ids that stand for
 "no target" (labels padded with -100): those positions have none (NaN log-probability, rank -1).
@@ -194,8 +195,11 @@ class LogitLens(Action):
         self.check_ids(ids, f"batch {state.step}")
         real = (ids != self.ignore) if self.ignore is not None else torch.ones_like(ids, dtype=torch.bool)
         ids = ids.masked_fill(~real, 0)
+        mask = state.attention_mask  # a position on padding has no target, whatever it reads
+        pad = mask.to(x.device).bool() if isinstance(mask, torch.Tensor) and tuple(mask.shape) == (b, t) else None
         if ids.dim() == 1:  # one id per sample: at every position
-            return ids[:, None].expand(b, t), real[:, None].expand(b, t).clone()
+            ok = real[:, None].expand(b, t).clone()
+            return ids[:, None].expand(b, t), ok if pad is None else ok & pad
         if ids.shape[:2] != (b, t):
             raise RunError(f"{self.where}: logit_lens target={self.target!r} has shape {tuple(ids.shape)}; expected "
                            f"({b},) or ({b}, {t}) to match the hooked tensor")
@@ -205,10 +209,9 @@ class LogitLens(Action):
         if s < t:
             out[:, : t - s] = ids[:, s:]
             ok[:, : t - s] = real[:, s:]
-            mask = state.attention_mask
-            if mask is not None and tuple(mask.shape) == (b, t):
-                ok[:, : t - s] &= mask.to(x.device)[:, s:].bool()
-        return out, ok
+            if pad is not None:  # the target's position too
+                ok[:, : t - s] &= pad[:, s:]
+        return out, ok if pad is None else ok & pad
 
     def emit(self, x: torch.Tensor, final: torch.Tensor, seen: dict) -> None:
         """The lens of x against the final logits (the model's output), chunk by chunk of positions."""
