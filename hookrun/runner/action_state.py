@@ -7,7 +7,8 @@
 
 An action declares what it needs (hookrun.hooks.actions.base): `check_item(item)` sees the
 dataset's first item, `check_tensor(role, tensor)` the tensor its hook sees in one sample's
-forward (run with plain forward hooks, nothing of the run's attached); `state()` is saved at each
+forward (run with plain forward hooks, nothing of the run's attached; an action whose `what` names
+a tensor that forward did not give is refused here); `state()` is saved at each
 flush (store/run_state.py) and handed back to `load_state()` on resume; `finish()` returns the
 captures written when the run completes.
 """
@@ -72,8 +73,16 @@ def check_tensors(points: list[HookPoint], run_one: Callable[[], Any]) -> None:
     finally:
         for h in handles:
             h.remove()
+    import torch
+
     for p, a in checked:
-        for role, t in seen.get(id(p), {}).items():
+        roles = seen.get(id(p))
+        what = getattr(a, "what", None)  # (lens, top_examples: the tensor `what` names, or its .0)
+        if roles is not None and isinstance(what, str) and what and \
+                not any(isinstance(roles.get(r), torch.Tensor) for r in (what, f"{what}.0")):
+            raise ConfigError(f"{a.where}: {p.module} gives no tensor {what} in one sample's forward; it gives: "
+                              f"{', '.join(r for r, t in roles.items() if isinstance(t, torch.Tensor)) or 'none'} (what: one of them)")
+        for role, t in (roles or {}).items():
             a.check_tensor(role, t)
 
 

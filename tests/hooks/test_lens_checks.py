@@ -96,6 +96,16 @@ def test_a_later_batch_with_an_id_past_the_vocabulary_is_not_clamped(tmp_path, m
     (None, {"norm": "transformer.h.0.mlp.act"}, r"norm='transformer.h.0.mlp.act' is a NewGELUActivation, not a norm "
                                                 r"\(.*same output for 3x as for x.*e.g. .*transformer.ln_f"),
     (None, {"norm": "transformer.drop"}, r"norm='transformer.drop' is a Dropout, not a norm"),
+    # a float target (it was truncated to a token id), per position or one per sample
+    (lambda ids: ids.float(), {}, r"target='labels': the first item holds a float32 tensor, not token ids; give whole-number"),
+    (lambda ids: torch.full((len(ids),), 5.7, dtype=torch.float64), {}, r"the first item holds a float64 tensor, not token ids"),
+    # a target of neither one id nor one per token: (1,) per item (a (B, 1) batch), (1, T) per item
+    (lambda ids: ids[:, :1], {}, r"target='labels': the first item's target has shape \(1,\), its forward 8 tokens; give a scalar"),
+    (lambda ids: ids[:, None], {}, r"target='labels': the first item's target has shape \(1, 8\); give a scalar"),
+    # a shift past the tokens: no position would have a target
+    (None, {"target_shift": 8}, r"target_shift=8 is past the first item's 8 tokens, so no position would have a target; give 0..7"),
+    # a `what` the hooked module does not give
+    (None, {"what": "output.1"}, r"transformer.h.1 gives no tensor output.1 in one sample's forward; it gives: output"),
 ])
 def test_inputs_that_are_no_lens_are_one_line_before_any_batch(tmp_path, model, encoded, labels, change, message):
     data = items(encoded, encoded[0].clone() if labels is None else labels(encoded[0]))

@@ -194,6 +194,9 @@ def test_bad_top_examples_are_one_line_before_any_batch(tmp_path):
     with pytest.raises(ConfigError, match=r"has shape \(1,\), without a feature axis"):
         hookrun.run({**base, "hooks": {"t": {"at": "", "type": "forward", "actions": [{"name": "top_examples"}]}}},
                     model=Flat(), dataset=RandomTensors(n=8, shape=(12,)))
+    with pytest.raises(ConfigError, match=r"lin gives no tensor output.5 in one sample's forward; it gives: output"):
+        hookrun.run({**base, "hooks": {"t": {"at": "lin", "type": "forward", "actions": [{"name": "top_examples", "what": "output.5"}]}}},
+                    model=Flat(), dataset=RandomTensors(n=8, shape=(12,)))
     assert not (tmp_path / "x.h5").exists()
     # k above the activations a feature can get: 8 samples of (batch, feature); 2 texts x 16 tokens
     lin = {"t": {"at": "lin", "type": "forward", "actions": [{"name": "top_examples", "k": 9}]}}

@@ -22,6 +22,7 @@ declares:
 | `skipped`       | None     | the end report: why a point a glob reached had nothing to record           |
 | `check_item()`  | accepts  | prepare(): the dataset's first item, before any batch (a missing key)      |
 | `check_tensor()`| accepts  | prepare(): the hooked tensor of one sample's forward (its width, its axes) |
+|                 |          | (and an action's `what`: a tensor that forward gave, or a ConfigError)     |
 | `state()`       | None     | each step: a snapshot of what the action kept so far, saved at each flush  |
 | `load_state()`  | no-op    | resume: the snapshot of the last flush whose batches the file keeps        |
 | `finish()`      | []       | the end of a complete run: captures written once (one row per feature)     |

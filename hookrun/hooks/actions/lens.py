@@ -20,9 +20,10 @@ lp = log_softmax(unembed(norm(translator(x)))) over the vocabulary, it records:
 | lens.kl_to_final    | sample x T           | KL(final || lens) = sum p_final (log p_final - lp), nats  |
 
 `target: KEY` names an item key: a (T,) tensor gives the target id at each position, a scalar
-one id for every position of the sample; `target_shift: s` reads the id at position t + s (1:
-the next token of input_ids); a position on padding, or whose target lies past the end or on
-padding, has none.
+one id for every position of the sample (integer ids: a float target is refused, and so is one
+of neither one id nor one per token); `target_shift: s` reads the id at position t + s (1:
+the next token of input_ids; less than the first item's tokens); a position on padding, or whose
+target lies past the end or on padding, has none.
 A target id outside the vocabulary (0..V-1) is refused (the first item before any batch, a later
 one when its batch comes), never clamped into it; `ignore_index: -100` marks ids that stand for
 "no target" (labels padded with -100): those positions have none (NaN log-probability, rank -1).
@@ -123,6 +124,7 @@ class LogitLens(Action):
             raise ConfigError(f"{self.where}: logit_lens translator={translator!r}: only the identity (null) exists "
                               f"yet; a tuned lens's per-layer maps will be given here")
         self.top_k, self.target, self.shift, self.names = top_k, target, target_shift, (norm, unembed)
+        self.item_ids: int | None = None  # how many ids the first item's target gives, where it is (n,)
         self.what = what or ("input" if hook_type.name == "forward_pre" else "output")
         key = f"logit_lens:{unembed}"
         if key not in env.shared:
@@ -140,17 +142,26 @@ class LogitLens(Action):
             keys = ", ".join(map(str, item)) if isinstance(item, Mapping) else f"none (items are {type(item).__name__}s)"
             raise ConfigError(f"{self.where}: logit_lens target={self.target!r} is not a key of the items; their keys: {keys}")
         ids = item[self.target]
-        if isinstance(ids, int | torch.Tensor) and not isinstance(ids, bool):
-            self.check_ids(torch.as_tensor(ids), "the first item")
+        if isinstance(ids, int | float | torch.Tensor):
+            ids = torch.as_tensor(ids)
+            self.check_ids(ids, "the first item")
+            if ids.dim() > 1:
+                raise ConfigError(f"{self.where}: logit_lens target={self.target!r}: the first item's target has shape "
+                                  f"{tuple(ids.shape)}; give a scalar (one id for the sample) or a (tokens,) tensor "
+                                  f"(an id per position)")
+            self.item_ids = ids.shape[0] if ids.dim() == 1 else None
 
     def check_ids(self, ids: torch.Tensor, which: str) -> None:
-        """Every target id (but ignore_index) within the vocabulary, or one line naming the range."""
-        if self.vocab is None or ids.is_floating_point():
+        """Whole-number ids, every one (but ignore_index) within the vocabulary, or one line naming what is wrong."""
+        error = ConfigError if which == "the first item" else RunError
+        if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+            raise error(f"{self.where}: logit_lens target={self.target!r}: {which} holds a {str(ids.dtype)[6:]} tensor, "
+                        f"not token ids; give whole-number ids (an integer tensor, e.g. torch.long)")
+        if self.vocab is None:
             return
         real = ids[ids != self.ignore] if self.ignore is not None else ids.reshape(-1)
         bad = real[(real < 0) | (real >= self.vocab)]
         if bad.numel():
-            error = ConfigError if which == "the first item" else RunError
             raise error(f"{self.where}: logit_lens target={self.target!r}: {which} holds id {int(bad[0])}, outside the "
                         f"vocabulary of {self.names[1]} (0..{self.vocab - 1}); a value that means 'no target' (such as "
                         f"-100 padding) is named with ignore_index: {int(bad[0])}")
@@ -167,6 +178,13 @@ class LogitLens(Action):
             raise ConfigError(f"{self.where}: logit_lens at {self.point.module}: its {role} has shape "
                               f"{tuple(tensor.shape)}, but the unembedding takes (batch, tokens, {self.width}): "
                               f"hook a point whose tensor has the model's width (a block's output, the residual stream)")
+        t = tensor.shape[1]
+        if self.target is not None and self.shift >= t:
+            raise ConfigError(f"{self.where}: logit_lens target_shift={self.shift} is past the first item's {t} tokens, so "
+                              f"no position would have a target; give 0..{t - 1} (1: the next token)")
+        if self.target is not None and self.item_ids == 1 and t > 1:  # (other lengths: a collate may pad them)
+            raise ConfigError(f"{self.where}: logit_lens target={self.target!r}: the first item's target has shape (1,), "
+                              f"its forward {t} tokens; give a scalar (tensor(5): one id for the sample) or one id per token")
 
     def __call__(self, ev: Event) -> None:
         role = next((r for r in (self.what, f"{self.what}.0") if isinstance(ev.tensors.get(r), torch.Tensor)), None)
@@ -191,8 +209,11 @@ class LogitLens(Action):
         if not isinstance(batch, Mapping) or not isinstance(batch.get(self.target), torch.Tensor):
             raise RunError(f"{self.where}: logit_lens target={self.target!r}: the batch has no such tensor")
         b, t = x.shape[:2]
+        self.check_ids(batch[self.target], f"batch {state.step}")
+        if self.shift >= t and state.step == 0:
+            raise RunError(f"{self.where}: logit_lens target_shift={self.shift} is past the batch's {t} tokens, so no "
+                           f"position would have a target; give 0..{t - 1} (1: the next token)")
         ids = batch[self.target].to(x.device).long()
-        self.check_ids(ids, f"batch {state.step}")
         real = (ids != self.ignore) if self.ignore is not None else torch.ones_like(ids, dtype=torch.bool)
         ids = ids.masked_fill(~real, 0)
         mask = state.attention_mask  # a position on padding has no target, whatever it reads
