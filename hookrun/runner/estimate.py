@@ -177,7 +177,7 @@ def capture_line(cap: Capture, n_samples: int, n_batches: int, batch: int, width
 
 
 def sample_bytes(loader, call, settings, n: int, datasets: list) -> int:
-    """/samples/index, step, target and the data.store keys of `n` samples, in their chunks."""
+    """/samples/index, step, target and the data.store keys (a lens's attention_mask) of `n` samples, in their chunks."""
     chunk = capped(INDEX_CHUNK, n)
     target = call.target if isinstance(call.target, torch.Tensor) and call.target.dim() else None
     rows = [(8, 1), (8, 1)] + ([(target[0].numel() * target.element_size(), target.dim())] if target is not None else [])
@@ -187,6 +187,9 @@ def sample_bytes(loader, call, settings, n: int, datasets: list) -> int:
         stored = stored_keys(loader.collate_fn([loader.dataset[0]])[1], settings.store_keys) or {}
     except Exception:  # (the run says what is wrong with data.store)
         stored = {}
+    mask = call.attention_mask  # a lens's run stores it, data.store naming it or not (runner/loop.py)
+    if settings.store_mask and isinstance(mask, torch.Tensor) and mask.dim() == 2 and "attention_mask" not in stored:
+        stored["attention_mask"] = mask.detach().cpu().numpy()
     for arr in stored.values():
         total += allocated(n, min(4096, chunk)) * arr[0].nbytes
         datasets.append((arr.ndim, math.ceil(n / min(4096, chunk)), False))

@@ -50,6 +50,7 @@ class LoopSettings:
     should_stop: Callable[[], bool] = lambda: False  # checked after each batch (signals)
     spec: CallSpec = field(default_factory=CallSpec)  # how a batch becomes the forward call
     store_keys: tuple[str, ...] = ()  # batch keys stored per sample under /samples/ (data.store)
+    store_mask: bool = False  # /samples/attention_mask from the call's mask, data.store naming it or not (a lens)
 
     @property
     def mode(self) -> Mode:
@@ -78,7 +79,7 @@ def run_batches(
             if step >= batches.stop:
                 break
             call = s.spec.split(batch)
-            target = call.target
+            target, mask = call.target, call.attention_mask
             call = call.to(s.device)
             session.begin_step(step, len(indices), indices, call.attention_mask, call.batch)
             adds = s.kind.step(model, call, session)
@@ -87,6 +88,8 @@ def run_batches(
                 refuse_only_skipped(session)
             captures = env.captures.take()
             stored = stored_keys(batch, s.store_keys)
+            if s.store_mask and isinstance(mask, torch.Tensor) and mask.dim() == 2 and "attention_mask" not in (stored or {}):
+                stored = {**(stored or {}), "attention_mask": mask.detach().cpu().numpy()}
             writer.put(StepRecord(
                 step=step,
                 sample_index=indices.numpy(),

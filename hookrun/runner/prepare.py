@@ -127,7 +127,8 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
     except BaseException:
         env.close()
         raise
-    settings = LoopSettings(run_kind, device, batches, cfg.progress, spec=spec, store_keys=tuple(cfg.data.store))
+    settings = LoopSettings(run_kind, device, batches, cfg.progress, spec=spec, store_keys=tuple(cfg.data.store),
+                            store_mask=any(getattr(a, "keeps_mask", False) for p in points for a in p.actions))
     try:  # op sites that cannot fire, and splices that do not fit, are refused here: one forward of the first sample
         check_items(points, dataset[0])  # actions' own look at the first item (a key): no forward needed
         forward = lambda: one_sample_forward(model, loader, settings)  # noqa: E731

@@ -5,6 +5,7 @@ hookrun.capture, and its bad inputs are one line before any batch."""
 
 from __future__ import annotations
 
+import h5py
 import numpy as np
 import pytest
 import torch
@@ -174,6 +175,18 @@ def test_a_position_on_padding_has_no_target(tmp_path, model, left):
         np.testing.assert_array_equal(got_rank, np.where(ok.numpy(), rank.numpy(), -1), err_msg=target)
         np.testing.assert_allclose(got_lp, np.where(ok.numpy(), tlp.numpy(), np.nan), rtol=1e-4, atol=1e-4, err_msg=target)
         assert (got_rank[~real.numpy()] == -1).all()
+
+
+def test_a_dict_dataset_without_data_store_keeps_its_attention_mask(tmp_path, model, data):
+    """The lens ran on the batches' mask; the file keeps it (/samples/attention_mask), so its mean
+    pictures leave padding out though data.store names no key."""
+    items = [{"input_ids": data.encoded["input_ids"][i], "attention_mask": data.encoded["attention_mask"][i]} for i in range(6)]
+    items[1]["attention_mask"][-5:] = 0
+    cfg = {"hooks": {"lens": {"at": "transformer.h.1", "type": "forward", "actions": [LENS]}},
+           "data": {"batch_size": 4, "store": []}, "output": {"path": str(tmp_path / "m.h5")}, "device": "cpu", "progress": False}
+    path = hookrun.run(cfg, model=model, dataset=items).path
+    with h5py.File(path, "r") as f:
+        np.testing.assert_array_equal(f["samples/attention_mask"][:], torch.stack([it["attention_mask"] for it in items]).numpy())
 
 
 @pytest.mark.parametrize("family", ["gemma2", "granite", "cohere"])

@@ -15,6 +15,7 @@ declares:
 | `records`       | False    | the "no hook records anything" warning; generate's beam check              |
 | `modifies`      | False    | early_stop (only hooks that record and modify nothing may be cut short)    |
 | `whole_forward` | False    | early_stop refused: the action reads the model's output (logit_lens)       |
+| `keeps_mask`    | False    | the run stores /samples/attention_mask, named in data.store or not (lens)  |
 | `positions`     | "all"    | mode=generate: which model calls it acts on (prompt / generated / all)     |
 | `check_mode()`  | accepts  | prepare(): refuse the action for a mode before any batch (one ConfigError) |
 | `reset()`       | no-op    | after the dry-run estimate: forget what the estimate's sample counted      |
@@ -87,6 +88,7 @@ class Action:
     records: bool = False  # writes captures to the run's file (or the in-memory capture)
     modifies: bool = False  # replaces what PyTorch computes (an input, output or gradient)
     whole_forward: bool = False  # needs the forward to run to its end (early_stop is refused)
+    keeps_mask: bool = False  # the run stores the batches' attention_mask in /samples (the lens pictures read it)
     positions: str = "all"  # mode=generate: the model calls it acts on (all | prompt | generated)
 
     def __init__(self, point: HookPoint, hook_type: HookType, env: ActionEnv, where: str = "") -> None:

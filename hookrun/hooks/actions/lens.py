@@ -93,6 +93,7 @@ class FinalLogits:
 class LogitLens(Action):
     fits = frozenset({"forward", "forward_pre"})
     records = True
+    keeps_mask = True  # the run stores the batches' attention_mask in /samples: the pictures leave padding out
     whole_forward = True  # the unembed's output is the final distribution: early_stop is refused
 
     def __init__(self, point, hook_type, env, where: str = "", norm: str | None = None, unembed: str | None = None,
