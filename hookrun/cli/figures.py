@@ -27,9 +27,11 @@ from hookrun.analysis.report.figure_specs import (
     beyond_range,
     category_key,
     diverging_range,
+    finite_range,
     is_categorical,
     is_signed,
     log_counts,
+    no_value_note,
 )
 from hookrun.cli.figure_ticks import tidy_ticks, upright_if_crowded
 from hookrun.cli.figure_titles import fit_titles, literal_text, titles  # noqa: F401 (titles: the figures' public name)
@@ -92,11 +94,9 @@ def feature_grid(maps: np.ndarray, rows: Sequence[str], title: str, cols: int = 
     samples, channels = maps.shape[:2]
     cols = min(cols, channels)
     per_sample = -(-channels // cols)
-    finite = maps[np.isfinite(maps)]
-    vmin, vmax = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
-    cmap = diverging_cmap() if is_signed(maps) else SEQUENTIAL  # values of both signs: centred on 0
-    if is_signed(maps):
-        vmin, vmax = diverging_range(maps)
+    signed = is_signed(maps)  # values of both signs: centred on 0; either way of the finite values only
+    vmin, vmax = diverging_range(maps) if signed else finite_range(maps)
+    cmap = diverging_cmap() if signed else SEQUENTIAL
     fig, axes = plt.subplots(per_sample * samples, cols, figsize=(1.5 * cols + 1.4, 1.5 * per_sample * samples + 0.9),
                              squeeze=False, layout="constrained")
     image = None
@@ -108,13 +108,14 @@ def feature_grid(maps: np.ndarray, rows: Sequence[str], title: str, cols: int = 
             if c >= channels:
                 ax.axis("off")
                 continue
+            ax.set_facecolor(NO_VALUE)  # (a NaN or inf cell is left transparent: grey, as in the report)
             image = ax.imshow(maps[s, c], cmap=cmap, vmin=vmin, vmax=vmax)
             ax.set_title(f"ch {c}", fontsize=9, pad=2)
             if c % cols == 0:
                 ax.set_ylabel(rows[s], fontsize=10)
     bar = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.9, label=label)
     tidy_ticks(bar.ax.yaxis)
-    fig.suptitle(title)
+    fig.suptitle(title + no_value_note(maps))
     return fig
 
 
@@ -245,7 +246,7 @@ def heatmap(spec: Heatmap) -> Any:
     ax.set_xlabel(spec.xlabel)
     ax.set_ylabel(spec.ylabel)
     ax.set_title(spec.title)
-    bar = fig.colorbar(image, ax=ax, label=spec.label, extend=beyond_range(z, spec.range))
+    bar = fig.colorbar(image, ax=ax, label=spec.label + no_value_note(z).replace(" (", "\n(", 1), extend=beyond_range(z, spec.range))
     tidy_ticks(bar.ax.yaxis)
     return fig
 

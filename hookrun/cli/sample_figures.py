@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from hookrun.analysis.images import as_pictures, fit_maps
+from hookrun.analysis.report.colour_scales import diverging_range
 from hookrun.analysis.report.figure_specs import SEQUENTIAL, Bands, Heatmap, Lines, MapRow
 from hookrun.cli import figures
 from hookrun.cli.scatter_figure import scatter
@@ -29,7 +30,7 @@ def map_row(spec: MapRow) -> Any:
     pictures, maps = spec.pictures, np.asarray(spec.maps, dtype=np.float64)
 
     def signed(ax: Any, k: int) -> Any:
-        m = max(float(np.abs(maps[k]).max()), 1e-12)  # centred on zero: -m .. m
+        m = max(diverging_range(maps[k])[1], 1e-12)  # centred on zero: -m .. m, m of the finite values
         if pictures is not None:
             ax.imshow(pictures[k].mean(-1), cmap="gray")
         ax.set_title(spec.captions[k], fontsize=9)

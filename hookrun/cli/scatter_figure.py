@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from hookrun.analysis.report.figure_specs import DIVERGING
+from hookrun.analysis.report.figure_specs import DIVERGING, finite_range
 from hookrun.cli.figure_ticks import tidy_ticks
 from hookrun.cli.figures import pyplot
 
@@ -30,7 +30,7 @@ def scatter(spec: Any) -> Any:
     x, y = np.asarray(spec.x, dtype=np.float64), np.asarray(spec.y, dtype=np.float64)
     if getattr(spec, "diagonal", False):
         both = np.concatenate([x, y])
-        lo, hi = (float(np.nanmin(both)), float(np.nanmax(both))) if both.size else (0.0, 1.0)
+        lo, hi = finite_range(both)
         ax.plot([lo, hi], [lo, hi], linestyle=":", color="#999999", label="y = x")
     ax.scatter(x, y, s=28 if annotate else 14, color=DIVERGING[-2], label=getattr(spec, "points", "") or None, zorder=3)
     if annotate:

@@ -190,6 +190,28 @@ def test_maps_with_an_inf_are_drawn_and_counts_are_at_least_one(tmp_path, grad_r
     assert not (tmp_path / "no").exists()
 
 
+def test_one_inf_in_signed_maps_keeps_plots_colour_scale_of_the_finite_values(grad_run):
+    """An inf among maps of both signs made the diverging scale -1 .. 1 (values ran -5 .. 35): the
+    scale reaches the finite value furthest from 0 (numpy), the inf cell is grey, the title says so."""
+    from matplotlib.colors import to_rgba
+
+    from hookrun.analysis.report.figure_specs import NO_VALUE, Heatmap
+
+    with open_run(grad_run) as run:
+        maps = np.array(run["layer3", "output"][:2, :16], dtype=np.float64)
+    maps[0, 1] -= 5
+    maps[0, 0, 0, 0] = np.inf
+    top = float(np.abs(maps[np.isfinite(maps)]).max())
+    fig = figures.feature_grid(maps, ["sample #0", "sample #1"], "r · hook fmap · layer3 · output")
+    assert {im.get_clim() for ax in fig.axes for im in ax.images} == {(-top, top)}
+    assert fig._suptitle.get_text() == "r · hook fmap · layer3 · output (1 cell NaN or inf: grey, no value)"
+    assert {ax.get_facecolor() for ax in fig.axes if ax.images} == {to_rgba(NO_VALUE)}
+    z = np.array([[100.0, -50.0], [3.0, np.inf]])
+    fig = figures.heatmap(Heatmap(z=z, title="t", centre=0.0, label="effect"))
+    assert fig.axes[0].images[0].get_clim() == (-100.0, 100.0)
+    assert colorbars(fig)[0].get_ylabel() == "effect\n(1 cell NaN or inf: grey, no value)"
+
+
 def test_grad_cam_pictures_show_the_samples_asked(grad_run):
     with open_run(grad_run) as run:
         (_, one), = gradcam.pictures(run, 1)

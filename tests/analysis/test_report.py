@@ -251,7 +251,8 @@ def test_the_reports_colour_bar_says_where_cells_lie_beyond_its_fixed_range(z, n
     trace = to_plotly(Heatmap(z=np.array(z), title="t", label="CKA", range=(0.0, 1.0)))["data"][0]
     title = trace["colorbar"]["title"]["text"]
     assert (trace["zmin"], trace["zmax"]) == (0.0, 1.0)
-    assert title == "CKA" if note is None else title == f"CKA<br><sub>cells {note}:<br>the end's colour</sub>"
+    nan = "<br><sub>1 cell NaN or inf: grey, no value</sub>" if np.isnan(np.array(z)).any() else ""  # (a gap, said so)
+    assert title == "CKA" + nan if note is None else title == f"CKA{nan}<br><sub>cells {note}:<br>the end's colour</sub>"
 
 
 def test_a_heatmaps_long_column_labels_stand_upright_instead_of_overlapping():
@@ -360,3 +361,59 @@ def test_latents_shade_each_context_token_with_its_own_activation_in_left_padded
                 np.testing.assert_allclose(ex["acts"], want, rtol=1e-4, atol=1e-5, err_msg=f"{entry['feature']}, {ex}")
                 checked += mask[s, 0] == 0
         assert checked > 0  # left-padded samples among the examples
+
+
+def test_one_inf_neither_collapses_the_thumbnails_scale_nor_turns_nan_into_zero(small_run, tmp_path):
+    """An fp16 overflow (one inf) among signed maps made the scale -1 .. 1 (a one-sign map's "0 .. inf"),
+    and a NaN cell took the colour of 0: the range is now the finite values' (numpy), such a cell grey
+    (NO_VALUE), and the title says how many cells have no value."""
+    import base64
+    import io
+    import shutil
+
+    from matplotlib.colors import to_rgb
+    from PIL import Image
+
+    from hookrun.analysis.report.figure_specs import NO_VALUE, diverging_range
+    from hookrun.analysis.report.run_sections import Budget, thumbnails
+
+    path = tmp_path / "a.h5"
+    shutil.copy(small_run, path)
+    with h5py.File(path, "r+") as f:
+        d = f["captures/fmap/block3/output"]
+        a = d[0]
+        a[1] -= 5
+        a[0, 0, 0], a[0, 0, 1] = np.inf, np.nan
+        d[0] = a
+        rows = np.asarray(d[:2, :16], dtype=np.float64)
+    finite = rows[np.isfinite(rows)]
+    top = float(np.abs(finite).max())
+    assert diverging_range(np.array([[100.0, -50.0], [3.0, np.inf]])) == (-100.0, 100.0)
+    with hookrun.open_run(path) as run:
+        info = next(c for c in run.captures if c.label == "fmap/block3/output")
+        item = thumbnails(run, info, Budget())
+    assert f"centred on 0, {-top:.3g} .. {top:.3g}: positive red" in item["title"]
+    assert item["title"].endswith("(2 cells NaN or inf: grey, no value)")
+    first = Image.open(io.BytesIO(base64.b64decode(item["images"][0]["src"].split(",", 1)[1]))).convert("RGB")
+    k = first.size[0] // rows.shape[-1]
+    grey = tuple(int(v * 255) for v in to_rgb(NO_VALUE))
+    assert first.getpixel((0, 0)) == grey and first.getpixel((k, 0)) == grey  # the inf and the NaN cell
+    assert first.getpixel((2 * k, 0)) != grey
+    with h5py.File(path, "r+") as f:  # one sign: the scale is the finite values' min .. max, never "0 .. inf"
+        d = f["captures/fmap/block3/output"]
+        b = np.abs(d[:])
+        b[0, 0, 0, 0] = np.inf
+        d[:] = b
+        rows = np.asarray(d[:2, :16], dtype=np.float64)
+    finite = rows[np.isfinite(rows)]
+    with hookrun.open_run(path) as run:
+        item = thumbnails(run, info, Budget())
+    assert f"one colour scale, {finite.min():.3g} .. {finite.max():.3g})" in item["title"]
+
+
+def test_a_heatmaps_colour_bar_says_how_many_cells_have_no_value():
+    z = np.array([[100.0, -50.0], [3.0, np.inf]])
+    trace = to_plotly(Heatmap(z=z, title="t", label="effect", centre=0.0))["data"][0]
+    top = float(np.abs(z[np.isfinite(z)]).max())
+    assert (trace["zmin"], trace["zmax"]) == (-top, top)
+    assert trace["colorbar"]["title"]["text"] == "effect<br><sub>1 cell NaN or inf: grey, no value</sub>"

@@ -8,7 +8,7 @@ and `report` with plotly (analysis/report/plotly_figures.py).
 A spec holds plain arrays and labels: it reads no file and knows no renderer. `x`/`y`: a label per
 column/row (token text, module names) or None for positions; `cells`: a text in each heatmap cell.
 
-The colours are decided here too, once for both renderers: values of either sign (a centred Heatmap,
+The colours are decided once for both renderers (colour_scales.py, named here too): values of either sign (a centred Heatmap,
 signed maps) use DIVERGING, centred on `centre` (0 unless a grid's baseline is another value) with
 positive values red and negative blue, in `plot` and in `report` alike; values of one sign use
 SEQUENTIAL. `skip_reason` says which captures carry no picture and why.
@@ -22,6 +22,18 @@ from typing import Any
 
 import numpy as np
 
+from hookrun.analysis.report.colour_scales import (  # noqa: F401 (the colours: figure specs' names too)
+    DIVERGING,
+    NEGATIVE,
+    NO_VALUE,
+    POSITIVE,
+    SEQUENTIAL,
+    beyond_range,
+    diverging_range,
+    finite_range,
+    is_signed,
+    no_value_note,
+)
 from hookrun.analysis.run_notes import run_note
 
 
@@ -76,29 +88,6 @@ class Band:
 class Bands:
     panels: list[Band]
     title: str
-
-
-# ColorBrewer's RdBu, from the most negative (blue) to the most positive (red): both renderers
-# build their scale from these stops (matplotlib: a ListedColormap, plotly: a colorscale).
-DIVERGING = ("#053061", "#2166ac", "#4393c3", "#92c5de", "#d1e5f0", "#f7f7f7", "#fddbc7", "#f4a582", "#d6604d", "#b2182b", "#67001f")
-POSITIVE, NEGATIVE = DIVERGING[-1], DIVERGING[0]
-SEQUENTIAL = "viridis"  # values of one sign (matplotlib's and plotly's viridis are the same stops)
-NO_VALUE = "#bdbdbd"  # a heatmap's cell without a value (NaN): grey, apart from every colour of both scales
-
-
-def diverging_range(z: np.ndarray, centre: float = 0.0) -> tuple[float, float]:
-    """(lo, hi) symmetric about `centre`, reaching the value furthest from it (1 where none is finite)."""
-    z = np.asarray(z, dtype=np.float64)
-    top = float(np.nanmax(np.abs(z - centre))) if np.isfinite(z).any() else 1.0
-    top = top if np.isfinite(top) and top > 0 else 1.0
-    return centre - top, centre + top
-
-
-def is_signed(z: np.ndarray) -> bool:
-    """Values on both sides of zero: drawn with the diverging scale centred on 0."""
-    z = np.asarray(z, dtype=np.float64)
-    finite = z[np.isfinite(z)]
-    return bool(finite.size) and float(finite.min()) < 0 < float(finite.max())
 
 
 def skip_reason(info: Any, ds: Any = None) -> str | None:
@@ -287,14 +276,3 @@ def _number(v: Any) -> float | None:
         f = float(v)
         return f if np.isfinite(f) else None
     return None
-
-
-def beyond_range(z: np.ndarray, fixed: tuple[float, float] | None) -> str:
-    """The ends of a fixed colour range values lie beyond by more than rounding (a CKA of 1 + 2e-16 is 1;
-    minibatch CKA below 0 is not): "min", "max", "both" or "neither", as matplotlib's `extend` takes them."""
-    finite = z[np.isfinite(z)]
-    if fixed is None or not finite.size:
-        return "neither"
-    tol = 1e-9 * (fixed[1] - fixed[0])
-    below, above = bool(finite.min() < fixed[0] - tol), bool(finite.max() > fixed[1] + tol)
-    return "both" if below and above else "min" if below else "max" if above else "neither"

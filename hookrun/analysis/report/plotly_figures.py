@@ -29,7 +29,9 @@ from hookrun.analysis.report.figure_specs import (
     Scatter,
     beyond_range,
     diverging_range,
+    finite_range,
     is_categorical,
+    no_value_note,
 )
 
 FONT = {"size": 11}
@@ -106,6 +108,8 @@ def heatmap(spec: Heatmap) -> dict:
         trace.update(zmid=spec.centre, zmin=lo, zmax=hi)
     elif spec.range is not None:
         trace.update(zmin=spec.range[0], zmax=spec.range[1])
+    if no_value_note(z):  # (a NaN or inf cell: a gap, grey; the bar says how many)
+        trace["colorbar"]["title"]["text"] += f"<br><sub>{escape(no_value_note(z).strip(' ()'))}</sub>"
     beyond = beyond_range(z, spec.range)
     if beyond != "neither":  # (plotly's bar has no arrow: a cell beyond takes the end's colour, and the bar says so)
         ends = {"min": f"below {spec.range[0]:g}", "max": f"above {spec.range[1]:g}",
@@ -161,8 +165,7 @@ def scatter(spec: Scatter) -> dict:
     data = [points]
     layout = _layout(spec.title, spec.xlabel, spec.ylabel, height=380)
     if spec.diagonal:
-        lo = float(np.nanmin(np.concatenate([x, y]))) if x.size else 0.0
-        hi = float(np.nanmax(np.concatenate([x, y]))) if x.size else 1.0
+        lo, hi = finite_range(np.concatenate([x, y]))
         data.append({"type": "scatter", "mode": "lines", "x": [lo, hi], "y": [lo, hi], "name": "y = x",
                      "line": {"dash": "dot", "color": "#999999"}, "hoverinfo": "skip"})
     if not spec.points:

@@ -20,14 +20,17 @@ import yaml
 
 from hookrun.analysis.gradcam import is_map  # (plot imports it from here too)
 from hookrun.analysis.kind_readers import kind_units
+from hookrun.analysis.report.colour_scales import to_rgb
 from hookrun.analysis.report.figure_specs import (
     DIVERGING,
     SEQUENTIAL,
     Heatmap,
     constant_over_space,
     diverging_range,
+    finite_range,
     histogram_of,
     is_signed,
+    no_value_note,
     skip_reason,
     value_label,
 )
@@ -220,24 +223,23 @@ def thumbnails(run: Any, info: Any, budget: Budget) -> dict | None:
         return None
     index = run.index(info.hook, info.module, info.role, call=info.call)
     signed = is_signed(rows)
-    lo, hi = diverging_range(rows) if signed else (float(np.nanmin(rows)), float(np.nanmax(rows)))
+    lo, hi = diverging_range(rows) if signed else finite_range(rows)  # (of the finite values: an inf is a grey cell)
     images = [{"src": png(m, lo, hi, signed=signed), "caption": f"#{index[s]} ch {c}"} for s, sample in enumerate(rows) for c, m in enumerate(sample)]
     scale = f"diverging, centred on 0, {lo:.3g} .. {hi:.3g}: positive red" if signed else f"{lo:.3g} .. {hi:.3g}"
     weights = f"{weights_note(run.config)}, " if weights_note(run.config) else ""
     return {"type": "images", "title": f"{info.label}: feature maps ({weights}first {len(rows)} samples, channels 0-{rows.shape[1] - 1}; "
-                                        f"one colour scale, {scale})", "images": images}
+                                        f"one colour scale, {scale}){no_value_note(rows)}", "images": images}
 
 
 def png(m: np.ndarray, lo: float, hi: float, size: int = 64, signed: bool = False) -> str:
-    """One map as a PNG data URI (the sequential scale, or the diverging one), scaled up to about
+    """One map as a PNG data URI (the sequential scale, or the diverging one; a NaN or inf cell grey), scaled up to about
     `size` pixels (nearest neighbour)."""
     from matplotlib import colormaps
     from matplotlib.colors import LinearSegmentedColormap
     from PIL import Image
 
     cmap = LinearSegmentedColormap.from_list("hookrun_diverging", list(DIVERGING)) if signed else colormaps[SEQUENTIAL]
-    scaled = np.clip((np.nan_to_num(m) - lo) / max(hi - lo, 1e-12), 0, 1)
-    rgb = (cmap(scaled)[..., :3] * 255).astype(np.uint8)
+    rgb = (to_rgb(m, lo, hi, cmap) * 255).astype(np.uint8)  # (a NaN or inf cell: NO_VALUE, never a colour of the scale)
     k = max(1, size // max(m.shape))
     buf = io.BytesIO()
     Image.fromarray(rgb).resize((m.shape[1] * k, m.shape[0] * k), Image.NEAREST).save(buf, format="PNG")

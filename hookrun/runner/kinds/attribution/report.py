@@ -31,7 +31,14 @@ from typing import Any
 import numpy as np
 
 from hookrun.analysis.gradcam import as_pictures, fit_maps, predictions, recorded_images
-from hookrun.analysis.report.figure_specs import DIVERGING, NEGATIVE, POSITIVE, diverging_range
+from hookrun.analysis.report.colour_scales import (
+    DIVERGING,
+    NEGATIVE,
+    POSITIVE,
+    diverging_range,
+    no_value_note,
+    to_rgb,
+)
 from hookrun.analysis.report.plotly_figures import escape, title_layout
 from hookrun.analysis.report.run_sections import section, table_item
 from hookrun.errors import HookrunError
@@ -77,11 +84,12 @@ def overlay_png(m: np.ndarray, lo: float, hi: float, picture: np.ndarray | None,
     from PIL import Image
 
     cmap = LinearSegmentedColormap.from_list("hookrun_diverging", list(DIVERGING))
-    rgb = cmap(np.clip((np.nan_to_num(m) - lo) / max(hi - lo, 1e-300), 0, 1))[..., :3]
+    rgb = to_rgb(m, lo, hi, cmap)  # (a NaN or inf pixel: NO_VALUE, opaque, never a colour of the scale)
     if picture is not None:
         grey = np.repeat(np.asarray(picture, dtype=np.float64).mean(-1, keepdims=True), 3, axis=-1)
         half = max((hi - lo) / 2, 1e-300)
-        alpha = ALPHA + (1 - ALPHA) * np.clip(np.abs(np.nan_to_num(m) - (lo + hi) / 2) / half, 0, 1)[..., None]
+        near = np.clip(np.abs(np.where(np.isfinite(m), m, hi) - (lo + hi) / 2) / half, 0, 1)
+        alpha = ALPHA + (1 - ALPHA) * near[..., None]
         rgb = (1 - alpha) * grey + alpha * rgb
     k = max(1, -(-size // max(m.shape)))
     img = Image.fromarray(np.round(rgb * 255).astype(np.uint8)).resize((m.shape[1] * k, m.shape[0] * k), Image.NEAREST)
@@ -128,7 +136,7 @@ def overlays(run: Any, meta: dict) -> dict:
         if pred is not None:
             words.append(f"pred {class_name(meta, pred[k])}")
         words.append(f"p {float(a['prob'].values[k]):.2f}")
-        words.append(f"max |attr.| {hi:.3g}")
+        words.append(f"max |attr.| {hi:.3g}" + no_value_note(maps[k]))
         shown.append({"src": overlay_png(maps[k], lo, hi, pictures[k] if pictures is not None else None),
                       "caption": " · ".join(words), "sample": int(i), "scale": [lo, hi]})
     shown.append({"src": colorbar_png(SCALE), "caption": "colour bar: each map on this scale", "colorbar": True})
