@@ -4,6 +4,7 @@
     capture_label("layer1", "output", call=1)  # 'layer1 output@1'
     call_role("output", 1)                     # 'output@1': a capture's role and call, as the file names it
     dataset_label({"_target_": "x.Shapes"})    # 'x.Shapes': the data a run reads (plan, inspect, report)
+    sorted(names, key=natural_key)            # h.2 before h.10: modules by depth, as every listing orders them
 
 The file itself names the whole model's group MODEL_NODE (hookrun.store.format); this is what a
 person reads.
@@ -11,6 +12,7 @@ person reads.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 MODEL_LABEL = "(model)"  # the whole model, where a module path is '' (hooks at the model's own forward)
@@ -19,6 +21,12 @@ MODEL_LABEL = "(model)"  # the whole model, where a module path is '' (hooks at 
 def module_label(module: str) -> str:
     """A module's path, or MODEL_LABEL for the whole model."""
     return module or MODEL_LABEL
+
+
+def natural_key(text: str) -> list:
+    """Sort key that orders the numbers inside names by value: features.4 before features.10 (HDF5
+    lists a file's groups in text order: h.10, h.11 before h.2)."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(text))]
 
 
 def call_role(role: str, call: int = 0) -> str:

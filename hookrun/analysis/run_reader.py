@@ -9,7 +9,6 @@ Nothing here needs more memory than one block of rows at a time.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from hookrun.analysis.report.token_text import is_byte_text
 from hookrun.analysis.stats import block_stats, human_bytes, no_values, nonfinite_note
 from hookrun.analysis.top import top_example_modules, top_examples
 from hookrun.errors import HookrunError, NotFoundError
-from hookrun.labels import dataset_label
+from hookrun.labels import dataset_label, natural_key  # noqa: F401 (natural_key: its name here too)
 from hookrun.store.capture_schema import CaptureInfo, list_captures, resolve, row_index
 from hookrun.store.reading import LocalSource, RunSource
 
@@ -279,11 +278,6 @@ class Run:
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r}, status={self.status!r}, captures={len(self.captures)}, samples={self.file['samples/index'].shape[0]})"
-
-
-def natural_key(text: str) -> list:
-    """Sort key that orders the numbers inside names by value: features.4 before features.10."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
 def _strings(ds: h5py.Dataset) -> list[str]:

@@ -222,6 +222,21 @@ def test_a_swept_value_over_decades_gets_a_log_axis_in_plot_and_report():
     assert png_lines(wide).axes[0].get_xscale() == "log" and png_lines(narrow).axes[0].get_xscale() == "linear"
 
 
+def test_a_swept_module_name_is_drawn_by_depth_not_in_text_order():
+    """probe.at=transformer.h.2,transformer.h.10,...: the axis went h.1, h.10, h.11, h.2 (text order)."""
+    from hookrun.analysis.kind_readers import Table
+    from hookrun.analysis.report.figure_specs import sweep_charts
+    from hookrun.cli.figures import lines as png_lines
+
+    names = ["transformer.h.10", "transformer.h.2", "transformer.h.11", "transformer.h.1"]
+    table = Table(["job", "probe.at", "test"], [{"job": i, "probe.at": v, "test": float(v.rsplit(".", 1)[1])}
+                                                for i, v in enumerate(names)])
+    chart = sweep_charts(table, ["probe.at"], ["test"])[0]
+    depth = sorted(names, key=lambda n: int(n.rsplit(".", 1)[1]))
+    assert chart.x == depth and chart.series["test"] == [1.0, 2.0, 10.0, 11.0]
+    assert [t.get_text() for t in png_lines(chart).axes[0].get_xticklabels()] == depth
+
+
 def test_hook_points_by_depth_are_drawn_in_their_order_under_their_own_names():
     """A probe's depth figure: the module names as given (h.10 after h.9, Sequential's 0, 1, 2 once each)."""
     from hookrun.analysis.report.figure_specs import Lines

@@ -300,6 +300,33 @@ def test_lens_rows_are_layers_and_no_column_is_blank(lens_run):
             assert s.z.shape[1] < width and "without a target left out" in s.title
 
 
+def test_lens_rows_go_by_depth_with_ten_layers_or_more(lens_run, tmp_path):
+    """HDF5 lists groups in text order: with blocks 10 and up the lens' rows went embed, L0, L1, L10,
+    L11, L2 ... The file's blocks renamed to h.2, h.10, h.11, h.12: each row is its module's mean over
+    the real tokens (h5py, numpy), the rows by depth."""
+    path = tmp_path / "captures.h5"
+    shutil.copy(lens_run, path)
+    depth = {"0": "2", "1": "10", "2": "11", "3": "12"}
+    with h5py.File(path, "r+") as f:
+        lens = f["captures/lens"]
+        for old, new in depth.items():
+            lens.move(f"transformer.h.{old}", f"tmp.{new}")
+        for new in depth.values():
+            lens.move(f"tmp.{new}", f"transformer.h.{new}")
+            for ds in lens[f"transformer.h.{new}"].values():
+                ds.attrs["module"] = f"transformer.h.{new}"
+        mask = f["samples/attention_mask"][:] > 0
+        want = []
+        for module in ["transformer.drop", *(f"transformer.h.{n}" for n in ("2", "10", "11", "12"))]:
+            v = f[f"captures/lens/{module}/lens.kl_to_final"][:]
+            ok = mask & np.isfinite(v)
+            want.append(np.where(ok, v, 0).sum(0) / ok.sum(0))
+    with open_run(path) as run:
+        spec = next(s for s in lens_specs(run, 1) if "KL" in s.title and "mean" in s.title)
+    assert list(spec.y) == ["embed", "L2", "L10", "L11", "L12"]
+    np.testing.assert_allclose(spec.z, np.array(want)[:, : spec.z.shape[1]], rtol=1e-6)
+
+
 # 10: a random network's pictures say so
 
 def test_random_weights_are_named_in_the_titles(random_run, lens_run, monkeypatch, tmp_path):

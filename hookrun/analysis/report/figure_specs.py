@@ -35,6 +35,7 @@ from hookrun.analysis.report.colour_scales import (  # noqa: F401 (the colours: 
     no_value_note,
 )
 from hookrun.analysis.run_notes import run_note
+from hookrun.labels import natural_key
 
 
 @dataclass
@@ -176,12 +177,13 @@ class Scatter:
 
 
 def category_key(value: Any) -> tuple:
-    """A sort key for a swept value of any type: numbers, then booleans, then null, then strings."""
+    """A sort key for a swept value of any type: numbers, then booleans, then null, then strings (by
+    natural_key: transformer.h.2 before transformer.h.10)."""
     if isinstance(value, bool):
-        return (1, int(value), "")
+        return (1, int(value), [])
     if isinstance(value, int | float | np.number):
-        return (0, float(value), "")
-    return (2, 0, "") if value is None else (3, 0, str(value))
+        return (0, float(value), [])
+    return (2, 0, []) if value is None else (3, 0, natural_key(str(value)))
 
 
 def is_categorical(values: Sequence[Any]) -> bool:

@@ -25,6 +25,7 @@ from hookrun.analysis.report.figure_specs import (
 )
 from hookrun.analysis.report.gradcam_section import overlay_png
 from hookrun.analysis.report.run_sections import Budget, figure, sampled_rows, section
+from hookrun.labels import natural_key
 
 
 def latents(run: Any, budget: Budget) -> list[dict]:
@@ -33,7 +34,7 @@ def latents(run: Any, budget: Budget) -> list[dict]:
     of that module, where the file has one) and its decoder norm (where the file holds it)."""
     modules = dict(getattr(run, "top_example_modules", None) or {})
     items = []
-    for module, n in modules.items():
+    for module, n in sorted(modules.items(), key=lambda kv: natural_key(kv[0])):  # (by depth: h.2 before h.10)
         capture = _latent_capture(run, module)
         values, note = (None, "")
         if capture is not None:

@@ -22,7 +22,7 @@ import numpy as np
 from hookrun.analysis.report.figure_specs import Heatmap
 from hookrun.analysis.report.run_sections import figure, section
 from hookrun.analysis.report.token_text import byte_label, is_byte_text, token_text
-from hookrun.labels import module_label
+from hookrun.labels import module_label, natural_key
 
 ROLES = {  # role: (what the colour shows, how a value becomes a colour)
     "lens.kl_to_final": ("KL(final ‖ lens), nats", None),
@@ -33,9 +33,10 @@ BLOCK = 4096  # rows read at a time
 
 
 def lens_infos(run: Any) -> dict[str, list[Any]]:
-    """The lens captures of each role, one per hooked module, in the file's order."""
+    """The lens captures of each role, one per hooked module, by depth (natural_key: the file lists
+    its groups in text order, L10 and L11 before L2)."""
     by_role: dict[str, list] = {}
-    for c in run.captures:
+    for c in sorted(run.captures, key=lambda c: natural_key(c.module)):
         if c.role.startswith("lens.") and c.rows == "samples":
             by_role.setdefault(c.role, []).append(c)
     return by_role

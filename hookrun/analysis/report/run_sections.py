@@ -38,7 +38,7 @@ from hookrun.analysis.report.plotly_figures import to_plotly
 from hookrun.analysis.report.token_text import token_text
 from hookrun.analysis.run_notes import weights_note
 from hookrun.analysis.stats import human_bytes, no_values
-from hookrun.labels import dataset_label
+from hookrun.labels import dataset_label, natural_key
 from hookrun.store.capture_schema import PATTERN
 
 
@@ -149,7 +149,7 @@ NONFINITE = "NaN or inf (left out)"
 def captures(run: Any, budget: Budget) -> dict:
     """The captures' table, a histogram of each capture whose values make a distribution, and
     thumbnails of image maps; the section's note says in one line what was left out and why."""
-    shown = [c for c in run.captures if not c.role.startswith(("top.", "lens."))]
+    shown = sorted((c for c in run.captures if not c.role.startswith(("top.", "lens."))), key=lambda c: natural_key(c.label))  # (by depth)
     rows, left, empty = [], LeftOut(), set()
     for c in shown:
         s = run.capture_stats(c)
