@@ -327,3 +327,27 @@ def test_capture_keeps_the_top_k_of_its_block_as_a_brute_force_sort(tiny_lm_acts
     with pytest.raises(RunError, match="top_examples does not run around model.generate"), \
             torch.no_grad(), hookrun.capture(model, hooks):
         model.generate(input_ids=ids[:2, :4], attention_mask=mask[:2, :4], max_new_tokens=2, do_sample=False)
+
+
+def test_the_reports_latent_histograms_count_the_real_tokens_only(tmp_path, tiny_lm_acts):
+    """A (sample, position, feature) record beside top_examples: the report's histogram of a latent
+    counted the padding positions too (256 values for 199 tokens); now exactly the raw hook's values
+    at attention_mask 1, the tokens top examples are taken from."""
+    from hookrun.analysis.report.latents import latents
+    from hookrun.analysis.report.run_sections import Budget
+
+    cfg = text_cfg(tmp_path / "t.h5")
+    cfg["hooks"]["act"]["actions"][1] = {"name": "record", "dtype": "float32"}  # rows: samples, padding and all
+    path = hookrun.run(cfg).path
+    values = tiny_lm_acts[0]
+    with open_run(path) as run:
+        assert run["transformer.h.1.mlp.act", "output"].shape[:2] == (14, 20)
+        assert run.file["samples/attention_mask"][:].sum() < 14 * 20  # (there is padding)
+        (item,) = latents(run, Budget())[0]["items"]
+    for f in (0, 5):
+        bars = item["features"][f]["hist"]["data"][0]
+        x, width = np.asarray(bars["x"]), float(bars["width"])
+        assert sum(bars["y"]) == len(values)
+        np.testing.assert_allclose([x[0] - width / 2, x[-1] + width / 2], [values[:, f].min(), values[:, f].max()], rtol=1e-5, atol=1e-6)
+        counts, _ = np.histogram(values[:, f], bins=len(x), range=(values[:, f].min(), values[:, f].max()))
+        assert np.abs(np.asarray(bars["y"]) - counts).sum() <= 2  # (float32 values at a bin's edge)

@@ -24,14 +24,15 @@ from hookrun.analysis.report.figure_specs import (
     histogram_of,
 )
 from hookrun.analysis.report.gradcam_section import overlay_png
-from hookrun.analysis.report.run_sections import Budget, figure, sampled_rows, section
+from hookrun.analysis.report.run_sections import Budget, figure, row_blocks, sampled_rows, section
 from hookrun.labels import natural_key
 
 
 def latents(run: Any, budget: Budget) -> list[dict]:
     """Per module with top examples: a searchable list of latents, each with its top examples
     (tokens, the activating one highlighted), its activation histogram (from a recorded capture
-    of that module, where the file has one) and its decoder norm (where the file holds it)."""
+    of that module, where the file has one: of the real tokens, as the top examples, never the
+    padding) and its decoder norm (where the file holds it)."""
     modules = dict(getattr(run, "top_example_modules", None) or {})
     items = []
     for module, n in sorted(modules.items(), key=lambda kv: natural_key(kv[0])):  # (by depth: h.2 before h.10)
@@ -39,8 +40,9 @@ def latents(run: Any, budget: Budget) -> list[dict]:
         values, note = (None, "")
         if capture is not None:
             values, note = sampled_rows(run.file[capture.path], budget.values * 8)
+            real = real_tokens(run, capture, budget.values * 8) if values.ndim == 3 else None
             values = np.moveaxis(values, 1, -1) if values.ndim == 4 else values  # a map's features are its channels
-            values = values.reshape(-1, values.shape[-1])
+            values = values[real] if real is not None else values.reshape(-1, values.shape[-1])  # (padding left out)
         norms = _decoder_norms(run, module)
         shown = min(n, budget.features)
         lookup = TokenActivations(run, capture) if capture is not None and capture.rows == "tokens" else None
@@ -120,6 +122,21 @@ class TokenActivations:
         lo, hi = int(rows[found].min()), int(rows[found].max())
         block = np.asarray(self.ds[lo : hi + 1, feature], dtype=np.float64)  # one read: the context's rows are together
         return [float(block[r - lo]) if r >= 0 else None for r in rows.tolist()]
+
+
+def real_tokens(run: Any, capture: Any, values: int) -> np.ndarray | None:
+    """(rows read, positions): True at the real tokens (/samples/attention_mask 1, the tokens top
+    examples are taken from) of the rows sampled_rows reads of a (sample, position, feature) capture;
+    None where the file holds no mask of its samples' width (every position counts)."""
+    f = run.file
+    mask = f["samples/attention_mask"] if "samples" in f and "attention_mask" in f["samples"] else None
+    if capture.rows != "samples" or mask is None or mask.ndim != 2 or mask.shape[1] != capture.shape[1]:
+        return None
+    rows = np.concatenate([np.arange(r.start, r.stop) for r in row_blocks(tuple(capture.shape), values)])
+    index = np.asarray(run.index(capture.hook, capture.module, capture.role, call=capture.call), dtype=np.int64)[rows]
+    if index.size and (index.min() < 0 or index.max() >= mask.shape[0]):
+        return None
+    return np.asarray(mask[:], dtype=np.int64)[index] == 1
 
 
 def _latent_capture(run: Any, module: str) -> Any:

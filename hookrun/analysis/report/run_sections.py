@@ -128,15 +128,24 @@ def sampled_rows(ds: Any, values: int, blocks: int = 8) -> tuple[np.ndarray, str
     """At most `values` values of a dataset's rows, read as up to `blocks` contiguous blocks spread
     evenly over it; and a note saying how many rows that is (empty when all were read)."""
     n = ds.shape[0]
-    per_row = max(1, int(np.prod(ds.shape[1:], dtype=np.int64)))
+    spans = row_blocks(ds.shape, values, blocks)
+    if len(spans) == 1 and len(spans[0]) == n:
+        return np.asarray(ds[:], dtype=np.float64), ""
+    rows = np.concatenate([np.asarray(ds[r.start : r.stop], dtype=np.float64) for r in spans])
+    return rows, f"a sample of {len(rows)} of {n} rows, in {len(spans)} blocks"
+
+
+def row_blocks(shape: tuple, values: int, blocks: int = 8) -> list[range]:
+    """The rows sampled_rows reads of a dataset of `shape`: one range of every row, or up to
+    `blocks` contiguous ranges spread evenly over them."""
+    n = shape[0]
+    per_row = max(1, int(np.prod(shape[1:], dtype=np.int64)))
     want = max(1, min(n, values // per_row))
     if want >= n:
-        return np.asarray(ds[:], dtype=np.float64), ""
+        return [range(0, n)]
     blocks = min(blocks, want)
     size = want // blocks
-    starts = np.linspace(0, n - size, blocks).astype(int)
-    rows = np.concatenate([np.asarray(ds[s : s + size], dtype=np.float64) for s in starts])
-    return rows, f"a sample of {len(rows)} of {n} rows, in {blocks} blocks"
+    return [range(int(s), int(s) + size) for s in np.linspace(0, n - size, blocks).astype(int)]
 
 
 def is_pattern(info: Any) -> bool:
