@@ -300,6 +300,17 @@ def test_lens_rows_are_layers_and_no_column_is_blank(lens_run):
             assert s.z.shape[1] < width and "without a target left out" in s.title
 
 
+def test_plot_says_truly_where_the_lens_captures_are_shown(lens_run, tmp_path, monkeypatch, capsys):
+    """plot said every lens capture was "drawn as lens or latent pictures": the three it draws are
+    named with their files (which it writes), the top-1 ids as the cells' text, the rest as no picture."""
+    kept = drawn(lens_run, tmp_path / "l", monkeypatch)
+    out = capsys.readouterr().out
+    assert [n for n in kept if n.startswith("lens_")]
+    assert "lens.kl_to_final" in out and "drawn as the logit lens pictures (lens_*.png" in out
+    assert "lens.top_ids" in out and "written as the top-1 token in each cell of the logit lens pictures" in out
+    assert "lens.top_logprobs" in out and "lens or latent" not in out
+
+
 def test_lens_rows_go_by_depth_with_ten_layers_or_more(lens_run, tmp_path):
     """HDF5 lists groups in text order: with blocks 10 and up the lens' rows went embed, L0, L1, L10,
     L11, L2 ... The file's blocks renamed to h.2, h.10, h.11, h.12: each row is its module's mean over

@@ -329,7 +329,7 @@ def test_capture_keeps_the_top_k_of_its_block_as_a_brute_force_sort(tiny_lm_acts
         model.generate(input_ids=ids[:2, :4], attention_mask=mask[:2, :4], max_new_tokens=2, do_sample=False)
 
 
-def test_the_reports_latent_histograms_count_the_real_tokens_only(tmp_path, tiny_lm_acts):
+def test_the_reports_latent_histograms_count_the_real_tokens_only(tmp_path, tiny_lm_acts, capsys):
     """A (sample, position, feature) record beside top_examples: the report's histogram of a latent
     counted the padding positions too (256 values for 199 tokens); now exactly the raw hook's values
     at attention_mask 1, the tokens top examples are taken from."""
@@ -344,6 +344,11 @@ def test_the_reports_latent_histograms_count_the_real_tokens_only(tmp_path, tiny
         assert run["transformer.h.1.mlp.act", "output"].shape[:2] == (14, 20)
         assert run.file["samples/attention_mask"][:].sum() < 14 * 20  # (there is padding)
         (item,) = latents(run, Budget())[0]["items"]
+        from hookrun.cli.plot_command import plot_run
+
+        drawn = plot_run(run, tmp_path / "figures")  # plot draws no latent: it said "drawn as lens or latent pictures"
+    assert not [p for p in drawn if "top" in p.name]
+    assert "top.values: shown in the report's Latents section (python -m hookrun.report)" in capsys.readouterr().out
     for f in (0, 5):
         bars = item["features"][f]["hist"]["data"][0]
         x, width = np.asarray(bars["x"]), float(bars["width"])

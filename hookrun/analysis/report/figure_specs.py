@@ -93,11 +93,17 @@ class Bands:
 
 def skip_reason(info: Any, ds: Any = None) -> str | None:
     """Why a capture gets no histogram (None: it gets one): integer values are token ids or
-    indices (their histogram says nothing), lens and top-example rows have pictures of their own,
+    indices (their histogram says nothing), lens and top-example rows are shown elsewhere (said where),
     and a capture with no finite value has nothing to count."""
     role = str(getattr(info, "role", ""))
-    if role.startswith(("lens.", "top.")):
-        return "drawn as lens or latent pictures"
+    if role.startswith("top."):  # (plot draws no latent: the report lists each one with its top examples)
+        return "shown in the report's Latents section (python -m hookrun.report)"
+    if role in ("lens.kl_to_final", "lens.target_rank", "lens.target_logprob"):
+        return "drawn as the logit lens pictures (lens_*.png; the report's Logit lens section)"
+    if role == "lens.top_ids":
+        return "written as the top-1 token in each cell of the logit lens pictures"
+    if role.startswith("lens."):
+        return "no picture (the logit lens pictures show KL, the target's rank and log-probability; open_run reads it)"
     if str(getattr(info, "hook", "")) == "similarity":  # a similarity run's matrix
         return "drawn as the similarity heatmap"
     try:
