@@ -43,11 +43,10 @@ from hookrun.analysis.report.figure_specs import (
     constant_over_space,
     run_label,
     skip_reason,
-    sweep_charts,
-    sweep_metrics,
     value_label,
 )
 from hookrun.analysis.report.run_sections import LeftOut, is_map
+from hookrun.analysis.report.sweep_charts import sweep_charts, sweep_metrics
 from hookrun.analysis.report.token_text import byte_label, token_text  # noqa: F401 (byte_label: plot's public name)
 from hookrun.analysis.run_notes import run_note
 from hookrun.analysis.run_reader import CaptureInfo, Run, block_stats

@@ -39,7 +39,7 @@ def test_a_sweep_with_a_null_value_a_resumed_job_and_a_running_one_plots_what_it
     """`-m data.limit=null,1` (a null among numbers), a job resumed (`resume=true` is how it ran, not a
     parameter) and a job whose file says running: the table swept by data.limit alone, the chart drawn
     with null as a category, and its title saying which job's point is partial."""
-    from hookrun.analysis.report.figure_specs import sweep_charts, sweep_metrics
+    from hookrun.analysis.report.sweep_charts import sweep_charts, sweep_metrics
     from hookrun.cli.plot_command import plot_sweep
 
     for num, given in (("0", ["data.limit=null"]), ("1", ["data.limit=1", "resume=true"]), ("2", ["data.limit=2"])):
@@ -138,8 +138,8 @@ def test_a_nested_sweeps_jobs_values_and_charts_are_what_hydra_ran(cli_sweeps):
     values as text, never markup. References: each job's .hydra/config.yaml and its file by h5py."""
     import yaml
 
-    from hookrun.analysis.report.figure_specs import sweep_charts
     from hookrun.analysis.report.plotly_figures import to_plotly
+    from hookrun.analysis.report.sweep_charts import sweep_charts
 
     sweep = open_sweep(cli_sweeps / "tag")
     assert [j.num for j in sweep.jobs] == ["0/run", "1/run", "2/run", "3/run"] and sweep.swept == ["params.factor", "params.tag"]
@@ -157,6 +157,22 @@ def test_a_nested_sweeps_jobs_values_and_charts_are_what_hydra_ran(cli_sweeps):
         np.testing.assert_allclose(chart.series[f"params.factor={factor}"], [means[(factor, t)] for t in chart.x], rtol=1e-5)
     shown = to_plotly(chart)
     assert shown["data"][0]["x"] == ["$\\frac$", "&lt;b&gt;x&lt;/b&gt;"]
+
+
+def test_a_sweep_chart_names_jobs_that_never_ran_apart_from_partial_ones_and_drops_their_values():
+    """`params.factor=0.25,1,bad,2.5,4` with jobs 2 and 3 never run and job 4 running: the title said
+    "job 2, 3, 4 not complete: their points partial" and the axis kept 2.5 and bad, with no point."""
+    from hookrun.analysis.kind_readers import Table
+    from hookrun.analysis.report.sweep_charts import sweep_charts
+    from hookrun.cli.figures import lines as png_lines
+
+    jobs = [(0.25, "complete", 1.5), (1, "complete", 2.0), ("bad", "not run", None), (2.5, "not run", None), (4, "running", 3.0)]
+    table = Table(["job", "params.factor", "status", "ce"], [{"job": i, "params.factor": v, "status": st, "ce": y}
+                                                              for i, (v, st, y) in enumerate(jobs)])
+    (chart,) = sweep_charts(table, ["params.factor"], ["ce"])
+    assert chart.title == "ce against params.factor (job 2, 3 not run: no point; job 4 not complete: its points partial)"
+    assert chart.x == [0.25, 1, 4] and chart.series["ce"] == [1.5, 2.0, 3.0]
+    assert list(png_lines(chart).axes[0].lines[0].get_xdata()) == [0.25, 1.0, 4.0]
 
 
 def test_a_sweep_plots_names_with_dollars_as_written(cli_sweeps, tmp_path):

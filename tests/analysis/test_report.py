@@ -196,7 +196,7 @@ def test_plot_sweep_draws_each_evaluation_metric_against_the_swept_parameter(tmp
     blue = (np.abs(pixels - np.array([31, 119, 180])).sum(axis=-1) < 30).sum()
     assert blue > 200
     from hookrun.analysis import open_sweep
-    from hookrun.analysis.report.figure_specs import sweep_charts
+    from hookrun.analysis.report.sweep_charts import sweep_charts
 
     sweep = open_sweep(tmp_path / "sweep")
     chart = next(c for c in sweep_charts(sweep.table(), sweep.swept, ["ce_intervened"]))
@@ -207,8 +207,8 @@ def test_plot_sweep_draws_each_evaluation_metric_against_the_swept_parameter(tmp
 
 def test_a_swept_value_over_decades_gets_a_log_axis_in_plot_and_report():
     from hookrun.analysis.kind_readers import Table
-    from hookrun.analysis.report.figure_specs import sweep_charts
     from hookrun.analysis.report.plotly_figures import lines as plotly_lines
+    from hookrun.analysis.report.sweep_charts import sweep_charts
     from hookrun.cli.figures import lines as png_lines
 
     def chart(values):
@@ -225,7 +225,7 @@ def test_a_swept_value_over_decades_gets_a_log_axis_in_plot_and_report():
 def test_a_swept_module_name_is_drawn_by_depth_not_in_text_order():
     """probe.at=transformer.h.2,transformer.h.10,...: the axis went h.1, h.10, h.11, h.2 (text order)."""
     from hookrun.analysis.kind_readers import Table
-    from hookrun.analysis.report.figure_specs import sweep_charts
+    from hookrun.analysis.report.sweep_charts import sweep_charts
     from hookrun.cli.figures import lines as png_lines
 
     names = ["transformer.h.10", "transformer.h.2", "transformer.h.11", "transformer.h.1"]

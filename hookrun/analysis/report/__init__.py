@@ -19,7 +19,6 @@ from typing import Any
 
 from hookrun.analysis.drawings import drawn_roles, drawn_sections
 from hookrun.analysis.kind_readers import kind_sections, kind_sweep_sections
-from hookrun.analysis.report.figure_specs import sweep_charts, sweep_metrics
 from hookrun.analysis.report.page import render
 from hookrun.analysis.report.run_sections import (
     Budget,
@@ -30,6 +29,7 @@ from hookrun.analysis.report.run_sections import (
     section,
     table_item,
 )
+from hookrun.analysis.report.sweep_charts import sweep_charts, sweep_metrics
 from hookrun.analysis.run_notes import run_note
 from hookrun.errors import NotFoundError
 from hookrun.store.schemes import scheme_of
