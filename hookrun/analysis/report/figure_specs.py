@@ -98,12 +98,9 @@ def skip_reason(info: Any, ds: Any = None) -> str | None:
     role = str(getattr(info, "role", ""))
     if role.startswith("top."):  # (plot draws no latent: the report lists each one with its top examples)
         return "shown in the report's Latents section (python -m hookrun.report)"
-    if role in ("lens.kl_to_final", "lens.target_rank", "lens.target_logprob"):
-        return "drawn as the logit lens pictures (lens_*.png; the report's Logit lens section)"
-    if role == "lens.top_ids":
-        return "written as the top-1 token in each cell of the logit lens pictures"
-    if role.startswith("lens."):
-        return "no picture (the logit lens pictures show KL, the target's rank and log-probability; open_run reads it)"
+    if role.startswith("lens."):  # (one reason: plot's note stays one line)
+        return ("the logit lens pictures (lens_*.png; the report's Logit lens) show KL, the target's rank and "
+                "log-probability, and the top-1 token in each cell")
     if str(getattr(info, "hook", "")) == "similarity":  # a similarity run's matrix
         return "drawn as the similarity heatmap"
     try:
