@@ -356,3 +356,13 @@ def test_the_reports_latent_histograms_count_the_real_tokens_only(tmp_path, tiny
         np.testing.assert_allclose([x[0] - width / 2, x[-1] + width / 2], [values[:, f].min(), values[:, f].max()], rtol=1e-5, atol=1e-6)
         counts, _ = np.histogram(values[:, f], bins=len(x), range=(values[:, f].min(), values[:, f].max()))
         assert np.abs(np.asarray(bars["y"]) - counts).sum() <= 2  # (float32 values at a bin's edge)
+    import shutil
+
+    import h5py
+
+    moved = shutil.copy(path, tmp_path / "moved.h5")
+    with h5py.File(moved, "r+") as f:  # samples numbered from 100 (a shard's, a subset's): a sample's id is not its row
+        f["samples/index"][...] = f["samples/index"][:] + 100
+    with open_run(moved) as run:
+        (again,) = latents(run, Budget())[0]["items"]
+    assert [e["hist"]["data"][0]["y"] for e in again["features"][:6]] == [e["hist"]["data"][0]["y"] for e in item["features"][:6]]

@@ -134,9 +134,11 @@ def real_tokens(run: Any, capture: Any, values: int) -> np.ndarray | None:
         return None
     rows = np.concatenate([np.arange(r.start, r.stop) for r in row_blocks(tuple(capture.shape), values)])
     index = np.asarray(run.index(capture.hook, capture.module, capture.role, call=capture.call), dtype=np.int64)[rows]
-    if index.size and (index.min() < 0 or index.max() >= mask.shape[0]):
+    table = {int(v): r for r, v in enumerate(f["samples/index"][: mask.shape[0]])}  # a sample's row of /samples
+    at = np.array([table.get(int(i), -1) for i in index], dtype=np.int64)  # (shuffled or offset data: ids are not rows)
+    if (at < 0).any():
         return None
-    return np.asarray(mask[:], dtype=np.int64)[index] == 1
+    return np.asarray(mask[:], dtype=np.int64)[at] == 1
 
 
 def _latent_capture(run: Any, module: str) -> Any:
