@@ -13,8 +13,8 @@ User hooks (`hooks:`) record in the same forward. The checks and the route (accu
 come from the first batch's features before the loop, which reuses them for its step 0 where no user
 hook needs that forward (one forward of batch 0, not two); a run stopped early writes no matrix (an
 object-store run's goes into its last batch's part: PartedStore.write_features, output/objects/parts.py). A
-resumed run recomputes the features of the batches it keeps (their forwards, not the file's) into the
-accumulator and goes on, so its matrix equals an uninterrupted run's. Many ranks (torchrun) run
+resumed run recomputes the features of the batches it keeps (their forwards, the user's modifying hooks
+run again: restore) into the accumulator and goes on, so its matrix equals an uninterrupted run's. Many ranks (torchrun) run
 contiguous blocks of the batches; after its pass each rank but 0 saves its accumulator (acc.save) and RankLink.hand_over
 (output/rank_link.py) passes it to rank 0, whose RankLink.gather merges them (acc.merge) in batch order
 before the matrix is written. Resumed, a rank recomputes its kept batches' features and hands its
@@ -35,6 +35,7 @@ from torch import nn
 from hookrun.config.build import build_model, live_model
 from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError, RunError
+from hookrun.hooks.events import Phase
 from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.taps import Taps
 from hookrun.output.rank_link import RankLink
@@ -56,6 +57,7 @@ HOOK = "similarity"
 MIN_ITEMS = 3  # (2 items: every centred Gram matrix has rank 1, and linear CKA is 1 whatever the layers)
 UNBIASED_ROWS = 4  # the unbiased HSIC's least rows (it divides by n (n - 3)): a minibatch's, or the whole set's
 log = logging.getLogger("hookrun")
+REPLAY = Phase("replay", modifying=True)  # a resumed run's kept batches: the hooks' modifying actions only
 
 
 class SimilarityKind(RunKind):
@@ -141,14 +143,14 @@ class SimilarityKind(RunKind):
                 "model": model_name(self.ctx.cfg.model, self.ctx.model)}
 
     def prepare_run(self, p: Any) -> None:
-        self.begin = p.batches.start
+        self.begin, self.points = p.batches.start, p.points  # (the session's points: op sites checked)
         self.should_stop = lambda: p.settings.should_stop()
         RankLink.require(self.link, self.world, "similarity", self.rank, self.should_stop)  # (the folder every rank sees)
         if isinstance(self.acc, GramRoute):  # its spooled rows beside the run's file (a killed run's: cleared)
             self.acc.rows.scratch = lambda: Scratch(p.cfg.output, "similarity_rows", self.rank)
         p.attrs["similarity"] = json.dumps(self.describe())
 
-    rank, world, link, begin = 0, 1, None, 0
+    rank, world, link, begin, points = 0, 1, None, 0, []
 
     def share(self, rank: int, world: int) -> str | None:
         self.rank, self.world = rank, world
@@ -228,12 +230,20 @@ class SimilarityKind(RunKind):
         self.link.rejoin("similarity", lambda: self.restore(resume, kept), self.acc.save, self.should_stop)
 
     def restore(self, resume: Any, kept: int) -> None:
-        """A resumed run: the features of the `kept` batches, recomputed into the accumulator (the file keeps none)."""
-        for step, (_, batch) in enumerate(self.ctx.loader):
-            if step >= self.begin + kept:
-                break
-            if step >= self.begin:
-                self.acc.add(self.features(self.ctx.model, self.ctx.spec.split(batch).to(self.ctx.device)))
+        """A resumed run: the features of the `kept` batches, recomputed into the accumulator (the file keeps none),
+        through the forward `step` had: the user's hooks attached, each batch's step and items set, and their
+        modifying actions run (REPLAY); records and top_examples do not run again (the file keeps theirs)."""
+        from hookrun.hooks.session import HookSession
+
+        with HookSession(self.points, self.ctx.env) as session:
+            for step, (indices, batch) in enumerate(self.ctx.loader):
+                if step >= self.begin + kept:
+                    break
+                if step >= self.begin:
+                    call = self.ctx.spec.split(batch).to(self.ctx.device)
+                    session.begin_step(step, len(indices), indices, call.attention_mask, call.batch)
+                    with session.phase(REPLAY):
+                        self.acc.add(self.features(self.ctx.model, call))
         log.info("similarity: the features of the %d kept batch(es) recomputed", kept)
 
     def close(self) -> None:
