@@ -268,6 +268,11 @@ ROWS = {"dataset": {"_target_": "toy_models.SignedRows"}, "batch_size": 4}
     ({"at": ["block1"], "measure": "cka"}, "similarity.measure='cka': not a measure; did you mean linear_cka?"),
     ({"at": ["block1"], "measure": "rbf_cka", "estimator": "minibatch"}, "estimator=minibatch with measure=rbf_cka: undefined"),
     ({"at": ["block1"], "pool": "max"}, "similarity.pool='max'"),
+    ({"at": ["block1"], "measure": "rbf_cka", "sigma": float("inf")}, "similarity.sigma=inf: the rbf width is a "
+     "fraction of the median distance between rows, from 0.001 to 1000"),  # (was every cell 0, the diagonal too)
+    ({"at": ["block1"], "measure": "rbf_cka", "sigma": 1e200}, "similarity.sigma=1e+200: "),  # (was OverflowError)
+    ({"at": ["block1"], "measure": "rbf_cka", "sigma": float("nan")}, "similarity.sigma=nan: "),
+    ({"at": ["block1"], "measure": "rbf_cka", "sigma": 1e-200}, "similarity.sigma=1e-200: "),
     ({"at": ["block1"], "measure": "rsa", "estimator": "unbiased"}, "estimator=unbiased with measure=rsa: undefined"),
     ({"at": ["block1"], "estimator": "unbiased", "data": {"dataset": {"_target_": "hookrun.data.shapes", "size": 3},
                                                          "batch_size": 3}}, "need at least 4 (the unbiased HSIC"),

@@ -22,6 +22,9 @@ MEASURES = ("linear_cka", "rbf_cka", "rsa")
 ESTIMATORS = ("exact", "unbiased", "minibatch")
 POOLS = ("flatten", "mean")
 DISSIMILARITIES = ("correlation", "euclidean")
+# sigma's range: wider, exp(-d^2 / (2 sigma^2 median)) is 0 off the diagonal (1e-3: exp(-5e5)) or 1 - ~1e-7 d^2 / median
+# everywhere (1e3: its centred kernel keeps 9 of float64's 16 digits); inf made every cell 0, 1e200 overflowed
+SIGMAS = (1e-3, 1e3)
 WITH_KEYS = ("model", "at")
 # hookrun.similarity(..., with_={"model": module}): the live second model, handed to the kind for one run
 # (notebook.py sets it; the block's node says {live: package.Class}, as run(cfg, model=m)'s `model` does)
@@ -57,9 +60,10 @@ class SimilarityBlock:
         if self.estimator == "unbiased" and self.measure == "rsa":
             raise ConfigError("similarity.estimator=unbiased with measure=rsa: undefined (the unbiased estimator is "
                               "of HSIC, and RSA is a rank correlation); use estimator: exact, or measure: linear_cka")
-        if not self.sigma > 0:
-            raise ConfigError(f"similarity.sigma={self.sigma}: the rbf width is a positive fraction of the median "
-                              f"distance (Kornblith et al. use 0.2 to 0.8)")
+        number = isinstance(self.sigma, int | float) and not isinstance(self.sigma, bool)
+        if not number or not SIGMAS[0] <= self.sigma <= SIGMAS[1]:  # (NaN and inf fail too)
+            raise ConfigError(f"similarity.sigma={self.sigma!r}: the rbf width is a fraction of the median distance "
+                              f"between rows, from {SIGMAS[0]:g} to {SIGMAS[1]:g} (Kornblith et al. use 0.2 to 0.8)")
         self.memory = parse_memory(self.memory)
         if self.with_ is not None:
             self.with_ = _with(self.with_)

@@ -112,7 +112,7 @@ def squared_distances_(g: np.ndarray) -> np.ndarray:
 def rbf_(g: np.ndarray, sigma: float) -> np.ndarray:
     """Kornblith et al.'s gram_rbf in place: exp(-d^2 / (2 sigma^2 median(d^2))), the zero diagonal in the median."""
     d2 = squared_distances_(g)
-    d2 /= -2 * sigma**2 * np.median(d2)
+    d2 /= -2.0 * np.float64(sigma) ** 2 * np.median(d2)  # (float64: a Python float's ** raises OverflowError)
     return np.exp(d2, out=d2)
 
 
