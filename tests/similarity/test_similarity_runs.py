@@ -453,3 +453,77 @@ def test_a_sweeps_report_shows_each_jobs_matrix_on_one_scale(tmp_path) -> None:
     image = render(kind_sweep_figures(hookrun.open_sweep(tmp_path / "sweep"))[1][1]).axes[0].images[0]
     assert (image.norm.vmin, image.norm.vmax) == (-1.0, 1.0)
     assert image.norm(-0.3) < image.norm(0.0) == 0.5 < image.norm(0.3)  # -0.3 has a colour of its own
+
+
+class Gated(torch.nn.Module):
+    """`a` varies; `gate` (a ReLU of x - 1.9) is 0 for 38 of 40 items; `blow` overflows float32 for the
+    items whose first input is above 1.5."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(1)
+        self.a, self.gate, self.blow = torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Identity()
+
+    def forward(self, x):
+        return (self.a(x) + 0 * self.gate(x[:, :3] - 1.9).sum()
+                + 0 * self.blow(torch.exp(100.0 * (x[:, :1] > 1.5) * torch.ones_like(x))).sum())
+
+
+def gated_data() -> torch.utils.data.TensorDataset:
+    x = torch.randn(40, 6, generator=torch.Generator().manual_seed(0))
+    return torch.utils.data.TensorDataset(x, torch.zeros(40))
+
+
+def test_non_finite_features_stop_the_run_in_one_line_naming_the_module_and_item(tmp_path) -> None:
+    """(Every cell of `blow` was NaN, labelled `constant features`, with no warning.) Reference: the item
+    whose row a raw forward hook sees as non-finite."""
+    from hookrun.errors import RunError
+
+    data = gated_data()
+    feats = recorded(Gated(), ["blow"], data.tensors[0], "flatten")[0]
+    bad = np.flatnonzero(~np.isfinite(feats).all(axis=1))
+    assert len(bad) == 1
+    config = {"data": {"batch_size": 8}, "device": "cpu", "progress": False, "output": {"path": str(tmp_path / "b.h5")},
+              "similarity": {"at": ["a", "blow"]}}
+    with pytest.raises(RunError) as err:
+        hookrun.run(config, model=Gated().eval(), dataset=data)
+    assert str(err.value) == (f"similarity.at: blow's pooled output holds NaN or infinite values in 1 row(s) of this "
+                              f"batch (the first of item {bad[0]}); CKA and RSA need finite features: compare another "
+                              f"module, or find where the model overflows (its dtype, its inputs)")
+
+
+def test_rbf_cka_where_the_median_distance_is_0_is_n_a_with_its_own_cause(tmp_path, caplog) -> None:
+    """`gate` differs from 0 for 2 of 40 items: most pairs are at distance 0, so the kernel's width is 0
+    (numpy's gram_rbf divides by it: NaN). Said in a warning and labelled as such, not `constant features`;
+    linear CKA is defined for it (numpy's)."""
+    data = gated_data()
+    a, gate = recorded(Gated(), ["a", "gate"], data.tensors[0], "flatten")
+    d2 = ((gate[:, None] - gate[None]) ** 2).sum(-1)
+    assert np.median(d2) == 0 and np.ptp(gate, axis=0).max() > 0
+    config = {"data": {"batch_size": 8}, "device": "cpu", "progress": False,
+              "similarity": {"at": ["a", "gate"], "measure": "rbf_cka"}}
+    path = hookrun.run({**config, "output": {"path": str(tmp_path / "r.h5")}}, model=Gated().eval(), dataset=data).path
+    got, meta = file_matrix(path)
+    assert np.isnan(got[1]).all() and np.isnan(got[:, 1]).all() and got[0, 0] == pytest.approx(1.0)
+    assert meta["undefined"] == {"gate": "median distance 0"}
+    assert [r.message for r in caplog.records if r.levelname == "WARNING"] == [
+        "similarity: gate: the median squared distance between items is 0 (most items' features are equal): the rbf "
+        "kernel's width sigma x median is 0, rbf_cka is undefined there, NaN in the file (n/a in the pictures); "
+        "linear_cka is defined for it"]
+    assert kind_lines(hookrun.open_run(path).file)[-1] == "  n/a: undefined (gate: median distance 0)"
+    config["similarity"]["measure"] = "linear_cka"
+    path = hookrun.run({**config, "output": {"path": str(tmp_path / "l.h5")}}, model=Gated().eval(), dataset=data).path
+    assert file_matrix(path)[0][0, 1] == pytest.approx(cka(a @ a.T, gate @ gate.T), rel=1e-6)
+
+
+def test_a_nan_cell_whose_cause_was_not_recorded_is_not_called_constant(tmp_path) -> None:
+    """(Readers said `n/a: undefined (constant features)` for any NaN the file gave no cause for.)"""
+    with h5py.File(tmp_path / "u.h5", "w") as f:
+        f.attrs["similarity"] = json.dumps({"measure": "linear_cka", "estimator": "exact", "route": "gram",
+                                            "pool": "flatten", "rows": ["a", "b"], "cols": ["a", "b"], "model": "m"})
+        f["captures/similarity/__model__/linear_cka"] = np.array([[1.0, np.nan], [np.nan, np.nan]])
+    from hookrun.runner.kinds.similarity.reader import spec
+
+    with h5py.File(tmp_path / "u.h5", "r") as f:
+        assert kind_lines(f)[-1] == "  n/a: undefined" and spec(f).title.endswith("(n/a: undefined)")
+        assert "constant" not in " ".join(kind_lines(f)) + spec(f).title

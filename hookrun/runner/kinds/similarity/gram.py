@@ -36,6 +36,7 @@ class GramRoute:
         self.rows = SeriesRows(held)
         self.constant: list[bool] = []  # per series, set by matrix()
         self.flat_items: list[bool] = []  # per series (RSA, correlation): an item whose features are all equal
+        self.no_median: list[bool] = []  # per series (rbf CKA): the median squared distance 0, the kernel's width 0
 
     def add(self, series: list[torch.Tensor]) -> None:
         self.rows.add(series)
@@ -81,10 +82,10 @@ class GramRoute:
         """Each series' Gram matrix once, made in place into what its pairs need (centred and of unit
         norm for CKA; the ranks of its dissimilarities for RSA), then every pair as a dot product;
         NaN where a series is constant (the measure is 0 / 0; rounding would make it any number)."""
-        self.constant, self.flat_items = [], []  # (each series' flags, appended by prepared)
+        self.constant, self.flat_items, self.no_median = [], [], []  # (each series' flags, appended by prepared)
         prepared = [self.prepared(k) for k in range(len(self.rows.dims))]
         out = np.array([np.vdot(prepared[i], prepared[j]) for i, j in self.pairs])
-        gone = [c or f for c, f in zip(self.constant, self.flat_items, strict=True)]
+        gone = [c or f or z for c, f, z in zip(self.constant, self.flat_items, self.no_median, strict=True)]
         return m.undefined(out, self.pairs, gone).reshape(shape)
 
     def prepared(self, k: int) -> np.ndarray:
@@ -92,9 +93,11 @@ class GramRoute:
         g, sums, same, flat = self.gram(k)
         self.constant.append(same)
         self.flat_items.append(flat and self.measure == "rsa" and self.dissimilarity == "correlation" and not same)
+        if self.measure == "rbf_cka":
+            g = m.rbf_(g, self.sigma)
+        self.no_median.append(self.measure == "rbf_cka" and not same and not g.any())  # (rbf_'s 0 matrix)
         if self.measure != "rsa":
-            kernel = m.rbf_(g, self.sigma) if self.measure == "rbf_cka" else g
-            return m.unit(m.u_center_(kernel) if self.unbiased else m.center_(kernel))
+            return m.unit(m.u_center_(g) if self.unbiased else m.center_(g))
         values = m.upper_triangle(m.dissimilarity_(g, sums, self.rows.dims[k], self.dissimilarity))
         del g  # (half the numbers from here on)
         return m.ranks_(values)

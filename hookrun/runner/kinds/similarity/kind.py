@@ -105,7 +105,7 @@ class SimilarityKind(RunKind):
             raise ConfigError(f"similarity over {seen} item(s): CKA and RSA compare how the items lie relative to each "
                               f"other and need at least {least} ({why}); give the run more items")
         indices, call = first_batch(ctx.loader, ctx.spec, size=batch)  # batch 0: features per row, rows
-        series = self.features(ctx.model, call.to(ctx.device))  # every check that needs the model
+        series = self.features(ctx.model, call.to(ctx.device), indices)  # every check that needs the model
         self.first: tuple[torch.Tensor, list[torch.Tensor]] | None = (indices, series)  # step 0 reuses them
         self.dims = [s[0].numel() for s in series]
         if b.estimator == "minibatch" and seen is not None and seen < batch:
@@ -118,9 +118,10 @@ class SimilarityKind(RunKind):
         self.acc = accumulator(self.route, pairs, b.measure, b.sigma, b.dissimilarity, batch, held,  # (rows held, else spooled)
                                unbiased=unbiased)
 
-    def features(self, model: nn.Module, call: Any) -> list[torch.Tensor]:
+    def features(self, model: nn.Module, call: Any, items: torch.Tensor | None = None) -> list[torch.Tensor]:
         """One batch through the model (its hooks, and the user's, fire) and the second model: the
-        pooled features of every series, each with the batch's rows."""
+        pooled features of every series, each with the batch's rows (`items`: their dataset indices),
+        finite (NaN or inf would make every cell of the series NaN, for no reason the run could name)."""
         out = []
         for taps, m in zip(self.taps, [model, self.other], strict=False):
             with taps.attached(pooled(self.block.pool, call.attention_mask, taps.where)), torch.no_grad():
@@ -132,6 +133,15 @@ class SimilarityKind(RunKind):
             got = ", ".join(f"{n}: {len(s)}" for n, s in zip(names, out, strict=True))
             raise ConfigError(f"similarity: the hook points' batches differ in rows ({got}); every `at` and "
                               f"`with.at` must give one row per item of the same batch")
+        for k, s in enumerate(out):
+            bad = ~torch.isfinite(s.reshape(len(s), -1)).all(dim=1)
+            if bool(bad.any()):
+                first = int(bad.nonzero()[0, 0])
+                item = int(items.cpu()[first]) if items is not None else first
+                raise RunError(f"similarity.{'with.' if k >= len(self.rows) else ''}at: {self.label(k)}'s pooled output "
+                               f"holds NaN or infinite values in {int(bad.sum())} row(s) of this batch (the first of item "
+                               f"{item}); CKA and RSA need finite features: compare another module, or find where the "
+                               f"model overflows (its dtype, its inputs)")
         return out
 
     def describe(self) -> dict[str, Any]:
@@ -165,7 +175,7 @@ class SimilarityKind(RunKind):
         if first is not None and not self.ctx.points and torch.equal(first[0].cpu(), indices.cpu()):
             series = first[1]  # (__init__'s check ran this batch; no user hook needs its forward)
         else:
-            series = self.features(model, call)
+            series = self.features(model, call, indices)
         dims = [s[0].numel() for s in series]
         if dims != self.dims:  # token rows flattened: the batch's length decides the features
             k = next(i for i, (d, e) in enumerate(zip(dims, self.dims, strict=True)) if d != e)
@@ -206,7 +216,13 @@ class SimilarityKind(RunKind):
             log.warning("similarity: %s: some item's features are all equal there, and its Pearson correlation with "
                         "any item is 0 / 0: rsa with dissimilarity: correlation is undefined, NaN in the file (n/a in "
                         "the pictures); dissimilarity: euclidean is defined for it", ", ".join(flat))
-        self.undefined = {**{n: "constant features" for n in constant}, **{n: "an item's features all equal" for n in flat}}
+        spread = [name for name, f in zip(series, getattr(self.acc, "no_median", []), strict=False) if f]
+        if spread:
+            log.warning("similarity: %s: the median squared distance between items is 0 (most items' features are "
+                        "equal): the rbf kernel's width sigma x median is 0, rbf_cka is undefined there, NaN in the file "
+                        "(n/a in the pictures); linear_cka is defined for it", ", ".join(spread))
+        self.undefined = {**{n: "constant features" for n in constant}, **{n: "an item's features all equal" for n in flat},
+                          **{n: "median distance 0" for n in spread}}
         matrix = torch.from_numpy(values)
         key = CaptureKey(HOOK, "", HOOK, self.block.measure)
         write([Capture(key, matrix, False, features=True, dims=("at", "with_at"))])  # labels: root attribute
@@ -243,7 +259,7 @@ class SimilarityKind(RunKind):
                     call = self.ctx.spec.split(batch).to(self.ctx.device)
                     session.begin_step(step, len(indices), indices, call.attention_mask, call.batch)
                     with session.phase(REPLAY):
-                        self.acc.add(self.features(self.ctx.model, call))
+                        self.acc.add(self.features(self.ctx.model, call, indices))
         log.info("similarity: the features of the %d kept batch(es) recomputed", kept)
 
     def close(self) -> None:

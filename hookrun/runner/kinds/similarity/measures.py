@@ -110,9 +110,15 @@ def squared_distances_(g: np.ndarray) -> np.ndarray:
 
 
 def rbf_(g: np.ndarray, sigma: float) -> np.ndarray:
-    """Kornblith et al.'s gram_rbf in place: exp(-d^2 / (2 sigma^2 median(d^2))), the zero diagonal in the median."""
+    """Kornblith et al.'s gram_rbf in place: exp(-d^2 / (2 sigma^2 median(d^2))), the zero diagonal in the median.
+    A median of 0 (most pairs of rows equal: a width of 0) leaves it undefined: a zero matrix then (a kernel has
+    1 on its diagonal), which the caller marks NaN (0 / 0 and x / 0 made NaN and 0 here)."""
     d2 = squared_distances_(g)
-    d2 /= -2.0 * np.float64(sigma) ** 2 * np.median(d2)  # (float64: a Python float's ** raises OverflowError)
+    median = np.median(d2)
+    if not median:
+        d2.fill(0.0)
+        return d2
+    d2 /= -2.0 * np.float64(sigma) ** 2 * median  # (float64: a Python float's ** raises OverflowError)
     return np.exp(d2, out=d2)
 
 

@@ -76,8 +76,8 @@ def spec(f: h5py.File) -> Heatmap:
 
 
 def _undefined(m: dict) -> list[str]:
-    """Why the n/a cells are undefined, as the run found (files before the key: constant features only)."""
-    return sorted(set(m.get("undefined", {}).values())) or ["constant features"]
+    """Why the n/a cells are undefined, as the run found; where it recorded no cause, `undefined` (no guess)."""
+    return sorted(set(m.get("undefined", {}).values())) or ["undefined"]
 
 
 def _decimals(z: np.ndarray) -> int:
@@ -115,7 +115,8 @@ def lines(f: h5py.File) -> list[str]:
         rows.append(f"  {r:{max(len(r) for r in m['rows'])}}  " + "  ".join(f"{v:>{width}}" for v in values))
     if not np.isfinite(z).all():
         named = m.get("undefined") or {}
-        rows.append(f"  n/a: undefined ({'; '.join(f'{n}: {why}' for n, why in named.items()) or 'constant features'})")
+        why = "; ".join(f"{n}: {why}" for n, why in named.items())
+        rows.append(f"  n/a: undefined ({why})" if why else "  n/a: undefined")
     return [head, *rows]
 
 
