@@ -527,3 +527,40 @@ def test_a_nan_cell_whose_cause_was_not_recorded_is_not_called_constant(tmp_path
     with h5py.File(tmp_path / "u.h5", "r") as f:
         assert kind_lines(f)[-1] == "  n/a: undefined" and spec(f).title.endswith("(n/a: undefined)")
         assert "constant" not in " ".join(kind_lines(f)) + spec(f).title
+
+
+def test_pool_mean_averages_a_conv1d_map_over_its_length_and_refuses_an_output_it_cannot_tell(tmp_path) -> None:
+    """A Conv1d's (rows, channels, length) was averaged over its channels as if they were tokens (0.6575
+    where the mean over the length gives 0.3888). Reference: raw hooks, numpy's mean over the last axis.
+    A ReLU's (rows, 8, 6) after it says nothing of its axes: refused in one line before any batch."""
+    torch.manual_seed(2)
+    model = torch.nn.Sequential(torch.nn.Conv1d(1, 8, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv1d(8, 4, 3, padding=1)).eval()
+    x = torch.randn(40, 1, 6, generator=torch.Generator().manual_seed(0))
+    data = torch.utils.data.TensorDataset(x, torch.zeros(40))
+    config = {"data": {"batch_size": 8}, "device": "cpu", "progress": False,
+              "similarity": {"at": ["0", "2"], "pool": "mean"}}
+    path = hookrun.run({**config, "output": {"path": str(tmp_path / "c.h5")}}, model=model, dataset=data).path
+    a, b = (f.double().numpy().mean(axis=2) for f in _raw(model, ["0", "2"], x))  # (over the length)
+    assert file_matrix(path)[0][0, 1] == pytest.approx(cka(a @ a.T, b @ b.T), rel=1e-6)
+    config["similarity"]["at"] = ["0", "1"]
+    with pytest.raises(ConfigError) as err:
+        hookrun.run({**config, "output": {"path": str(tmp_path / "r.h5")}}, model=model, dataset=data)
+    assert str(err.value) == (
+        "similarity.at: 1 gives shape (8, 8, 6) (ReLU): pool=mean cannot tell token rows (rows, tokens, features: "
+        "the mean over axis 1, 8 values) from a 1-d feature map (rows, channels, length: over axis 2, 6 values); name "
+        "the Linear or LayerNorm of token rows, or the Conv1d / BatchNorm1d of a map, give the batch its "
+        "attention_mask, or use pool: flatten")
+    assert not (tmp_path / "r.h5").exists()
+
+
+def _raw(model: torch.nn.Module, names: list[str], x: torch.Tensor) -> list[torch.Tensor]:
+    """Each module's output as a raw forward hook sees it (unpooled)."""
+    out: dict[str, torch.Tensor] = {}
+    handles = [model.get_submodule(n).register_forward_hook(lambda m, i, o, n=n: out.__setitem__(n, o.detach().clone()))
+               for n in names]
+    with torch.no_grad():
+        model(x)
+    for h in handles:
+        h.remove()
+    return [out[n] for n in names]

@@ -8,28 +8,41 @@ after the hook).
     taps.take()      # [(rows, features) tensors], in the modules' order
 
 pool: flatten (every value of an item's output is a feature) or mean (over the space of a feature
-map (rows, channels, ...), over the tokens of (rows, tokens, features): padding never enters).
+map (rows, channels, ...), a 1-d map's (a Conv1d's) length included, over the tokens of (rows, tokens,
+features): padding never enters; a 3-D output whose axes nothing tells is refused: pool's docstring).
 A module's output with no feature axis (one value per item) is refused.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from hookrun.errors import ConfigError
 
-
-def pooled(how: str, mask: torch.Tensor | None, where: str) -> Callable[[str, torch.Tensor], torch.Tensor]:
-    """What a tap makes of each output: its rows pooled (see pool)."""
-    return lambda name, t: pool(t, how, mask, f"{where}: {name}")
+LAST_AXIS = ("Linear", "LayerNorm", "RMSNorm", "Embedding", "Conv1D")  # (act on the last axis: 3-D is token rows;
+# transformers' Conv1D, GPT-2's, is a Linear: case tells it from torch's channel-first Conv1d)
 
 
-def pool(t: torch.Tensor, how: str, mask: torch.Tensor | None, where: str) -> torch.Tensor:
+def pooled(how: str, mask: torch.Tensor | None, where: str, taps: Any = None, call: Any = None
+           ) -> Callable[[str, torch.Tensor], torch.Tensor]:
+    """What a tap makes of each output: its rows pooled (see pool). `taps` (their modules' classes) and
+    `call` (its token ids) tell a 3-D output's axes for pool=mean."""
+    kinds = {n: type(m).__name__ for n, m in taps.targets} if taps is not None else {}
+    ids = {tuple(x.shape) for x in call.tensors() if x.dim() == 2 and not x.is_floating_point()} if call is not None else set()
+    return lambda name, t: pool(t, how, mask, f"{where}: {name}", kinds.get(name, ""), ids)
+
+
+def pool(t: torch.Tensor, how: str, mask: torch.Tensor | None, where: str, kind: str = "",
+         ids: set[tuple[int, ...]] | None = None) -> torch.Tensor:
     """(rows, ...) -> (rows, features): flattened, or averaged over space / the real tokens (float64); always
     new memory, made in the hook: the forward may change a module's output in place once its hooks have
-    returned (conv -> ReLU(inplace=True)), and the rows are the output the hook saw."""
+    returned (conv -> ReLU(inplace=True)), and the rows are the output the hook saw. A 3-D output is token
+    rows (rows, tokens, features) where the batch's attention mask or token ids are (rows, tokens), or its
+    module (`kind`, its class) acts on the last axis; a 1-d map (rows, channels, length) where the module is
+    torch's *1d; else pool=mean is refused (which axis to average is not known)."""
     if t.dim() < 2 or not t.is_floating_point():
         raise ConfigError(f"{where} gives shape {tuple(t.shape)} {t.dtype}: no feature axis (one value per item, or no floating "
                           f"tensor); name a module whose output has features per item")
@@ -42,8 +55,16 @@ def pool(t: torch.Tensor, how: str, mask: torch.Tensor | None, where: str) -> to
         return t.reshape(len(t), -1).clone()  # (a copy: the forward may change its output in place after the hook)
     if t.dim() == 2:
         return t.to(torch.float64, copy=True)
-    t = t.to(torch.float64)
     if tokens:
+        t = t.to(torch.float64)
         m = mask.to(device=t.device, dtype=torch.float64).unsqueeze(-1)
         return (t * m).sum(dim=1) / m.sum(dim=1).clamp_min(1.0)
-    return t.mean(dim=1) if t.dim() == 3 else t.flatten(2).mean(dim=2)
+    if t.dim() > 3 or kind.endswith("1d"):  # a feature map (rows, channels, ...): over its space
+        return t.to(torch.float64).flatten(2).mean(dim=2)
+    if tuple(t.shape[:2]) in (ids or set()) or kind in LAST_AXIS:
+        return t.to(torch.float64).mean(dim=1)
+    b, a, c = t.shape
+    raise ConfigError(f"{where} gives shape {tuple(t.shape)} ({kind or 'a module'}): pool=mean cannot tell token rows "
+                      f"(rows, tokens, features: the mean over axis 1, {a} values) from a 1-d feature map (rows, "
+                      f"channels, length: over axis 2, {c} values); name the Linear or LayerNorm of token rows, or the "
+                      f"Conv1d / BatchNorm1d of a map, give the batch its attention_mask, or use pool: flatten")
