@@ -53,3 +53,21 @@ def test_a_similarity_runs_rows_are_held_or_spooled_beside_its_file(tmp_path, mo
     with h5py.File(tmp_path / "s.h5") as f:
         got = f["captures/similarity/__model__/linear_cka"][()]
     assert got[0, 1] == pytest.approx(numpy_cka(["block1", "block2"]), rel=1e-6)
+
+
+def test_a_killed_runs_spool_is_removed_by_the_next_run_that_holds_its_rows_in_memory(tmp_path):
+    """(The folder was cleared only where the next run spooled too, and stayed beside the file.)"""
+    from kill_in_flush import killed_inside_a_flush
+
+    config = {"model": {"_target_": "hookrun.models.tiny_cnn"}, "device": "cpu", "progress": False,
+              "data": {"dataset": {"_target_": "hookrun.data.shapes", "size": 24}, "batch_size": 4},
+              "output": {"path": str(tmp_path / "k.h5"), "flush_every": 1},
+              "similarity": {"at": ["block1", "block2"], "memory": "5MB"}}
+    assert killed_inside_a_flush(config, 4).returncode == 9
+    assert [p.name for p in tmp_path.glob(".similarity_rows*")] == [".similarity_rows.k.h5.rank-00000"]
+    config["output"]["overwrite"], config["similarity"]["memory"] = True, "2GB"
+    assert hookrun.run(config).status == "complete"
+    assert not list(tmp_path.glob(".similarity_rows*"))
+    with h5py.File(tmp_path / "k.h5") as f:
+        assert f["captures/similarity/__model__/linear_cka"][0, 1] == pytest.approx(numpy_cka(["block1", "block2"]),
+                                                                                     rel=1e-6)

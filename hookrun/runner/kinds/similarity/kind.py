@@ -39,7 +39,7 @@ from hookrun.hooks.events import Phase
 from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.taps import Taps
 from hookrun.output.rank_link import RankLink
-from hookrun.output.scratch import Scratch
+from hookrun.output.scratch import Scratch, clear_scratch
 from hookrun.runner.batches import first_batch
 from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds
 from hookrun.runner.kinds.similarity.accumulate import (
@@ -156,7 +156,8 @@ class SimilarityKind(RunKind):
         self.begin, self.points = p.batches.start, p.points  # (the session's points: op sites checked)
         self.should_stop = lambda: p.settings.should_stop()
         RankLink.require(self.link, self.world, "similarity", self.rank, self.should_stop)  # (the folder every rank sees)
-        if isinstance(self.acc, GramRoute):  # its spooled rows beside the run's file (a killed run's: cleared)
+        clear_scratch(p.cfg.output, "similarity_rows", self.rank)  # a killed run's spool, whatever this run's route
+        if isinstance(self.acc, GramRoute):  # (a resume recomputes its kept batches' rows: it needs none of it)
             self.acc.rows.scratch = lambda: Scratch(p.cfg.output, "similarity_rows", self.rank)
         p.attrs["similarity"] = json.dumps(self.describe())
 
