@@ -153,8 +153,8 @@ class FeatureRoute:
         after), then every pair from its block, read without a copy. Unbiased: the HSIC of every pair its
         ratio needs, from the uncentred sums."""
         block = self.blocks
-        spread = (self.zz.diagonal() - self.sums**2 / self.n).cpu().numpy()  # each feature's squares about its mean
-        self.constant = [not spread[b].any() for b in block]  # no feature varies (each row minus the shift is 0)
+        zz, sums, shift = self.zz.diagonal().cpu().numpy(), self.sums.cpu().numpy(), self.shift.cpu().numpy()
+        self.constant = [m.within_noise(sums[b], zz[b], self.n, shift[b]) for b in block]  # no feature varies
         if self.unbiased:
             sums = {k: getattr(self, k).cpu().numpy() for k in ("zz", "sums", "zq", "qq", "qsum")}
             h = m.unbiased_hsics(**sums, n=self.n, block=block, pairs=self.pairs)
@@ -176,14 +176,19 @@ class MinibatchRoute:
         self.hsic: torch.Tensor | None = None
         self.batches = 0
         self.constant: list[bool] = []  # per series, set by matrix(): constant within every batch
+        self.flat: list[bool] | None = None  # per series: constant (up to rounding) in every full batch so far
 
     def add(self, series: list[torch.Tensor]) -> None:
         n = len(series[0])
         if n != self.batch:
             return
         x = [s.reshape(n, -1).to(torch.float64, copy=True) for s in series]
+        flat = []
         for a in x:  # the estimator is unchanged by a shift of the rows; a constant series is then 0 (in place)
-            a -= a[:1].clone()
+            first = a[0].clone()
+            a -= first
+            flat.append(m.within_noise(a.sum(dim=0), (a * a).sum(dim=0), n, first))
+        self.flat = flat if self.flat is None else [f and g for f, g in zip(self.flat, flat, strict=True)]
         grams = torch.stack([a @ a.T for a in x])
         grams.diagonal(dim1=1, dim2=2).zero_()
         flat, rows = grams.reshape(len(x), -1), grams.sum(dim=2)
@@ -195,7 +200,8 @@ class MinibatchRoute:
 
     def save(self, path: Path) -> None:
         with open(path, "wb") as f:
-            np.savez(f, batches=self.batches, hsic=np.zeros(0) if self.hsic is None else self.hsic.cpu().numpy())
+            np.savez(f, batches=self.batches, hsic=np.zeros(0) if self.hsic is None else self.hsic.cpu().numpy(),
+                     flat=np.array(self.flat if self.flat is not None else [], dtype=bool))
 
     def merge(self, path: Path) -> None:
         """Another rank's sum over its full batches (the ranks' batches are one process's)."""
@@ -204,10 +210,12 @@ class MinibatchRoute:
                 h = torch.from_numpy(f["hsic"])
                 self.hsic = h if self.hsic is None else self.hsic + h.to(self.hsic.device)
                 self.batches += int(f["batches"])
+                flat = f["flat"].tolist()
+                self.flat = flat if self.flat is None else [a and b for a, b in zip(self.flat, flat, strict=True)]
 
     def matrix(self, shape: tuple[int, int]) -> np.ndarray:
         h = self.hsic.cpu().numpy() / self.batches
-        self.constant = [not v for v in np.diag(h)]  # (exactly 0: each batch's rows minus its first are 0)
+        self.constant = [bool(f) or not v for f, v in zip(self.flat, np.diag(h), strict=True)]  # (up to rounding)
         out = np.array([h[i, j] / np.sqrt(h[i, i] * h[j, j]) for i, j in self.pairs])
         return m.undefined(out, self.pairs, self.constant).reshape(shape)
 

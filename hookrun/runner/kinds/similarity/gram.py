@@ -59,15 +59,17 @@ class GramRoute:
         n, step = self.rows.n, max(1, SLAB // (8 * self.rows.n))
         g = np.zeros((n, n))
         if self.measure != "rsa" or self.dissimilarity == "euclidean":
-            same = True
-            for part in self.rows.slabs(k, step, shift=self.rows.first(k)):
+            same, first, c = True, self.rows.first(k), 0
+            for part in self.rows.slabs(k, step, shift=first):
                 g += part @ part.T
-                same = same and not part[-1].any() and not part.any()  # (exact: float32 or float64 less row 0)
+                w = part.shape[1]  # (constant up to rounding: measures.NOISE)
+                same = same and m.within_noise(part.sum(axis=0), np.einsum("ij,ij->j", part, part), n, first[c:c + w])
+                c += w
             return g, np.zeros(n), same, False
         sums, same, lead, flat = np.zeros(n), True, None, np.ones(n, bool)
         for part in self.rows.slabs(k, step):  # (a first pass: each item's mean and the flags)
             sums += part.sum(axis=1)
-            same = same and np.array_equal(part[1], part[0]) and bool((part == part[:1]).all())  # (rows 0, 1 first)
+            same = same and m.within_noise(part.sum(axis=0), np.einsum("ij,ij->j", part, part), n, 0.0)
             if lead is None:  # (each item's first feature: the first slab's first column)
                 lead = part[:, 0].copy()
             if flat.any():

@@ -209,9 +209,11 @@ class SimilarityKind(RunKind):
             values = self.acc.matrix(self.shape)
         series = [*self.rows, *(f"with.{n}" for n in self.cols if self.other is not None)]
         constant = [name for name, same in zip(series, self.acc.constant, strict=True) if same]
+        each = " within every batch" if self.route == "minibatch" else ""  # (the estimator sees one batch at a time)
         if constant:
-            log.warning("similarity: %s give(s) the same features for every item: %s is undefined there, NaN in the "
-                        "file (n/a in the pictures)", ", ".join(constant), self.block.measure)
+            log.warning("similarity: %s give(s) %s: %s is undefined there, NaN in the file (n/a in the pictures)",
+                        ", ".join(constant), f"constant features{each}" if each else "the same features for every item",
+                        self.block.measure)
         flat = [name for name, f in zip(series, getattr(self.acc, "flat_items", []), strict=False) if f]
         if flat:
             log.warning("similarity: %s: some item's features are all equal there, and its Pearson correlation with "
@@ -222,7 +224,7 @@ class SimilarityKind(RunKind):
             log.warning("similarity: %s: the median squared distance between items is 0 (most items' features are "
                         "equal): the rbf kernel's width sigma x median is 0, rbf_cka is undefined there, NaN in the file "
                         "(n/a in the pictures); linear_cka is defined for it", ", ".join(spread))
-        self.undefined = {**{n: "constant features" for n in constant}, **{n: "an item's features all equal" for n in flat},
+        self.undefined = {**{n: f"constant features{each}" for n in constant}, **{n: "an item's features all equal" for n in flat},
                           **{n: "median distance 0" for n in spread}}
         matrix = torch.from_numpy(values)
         key = CaptureKey(HOOK, "", HOOK, self.block.measure)

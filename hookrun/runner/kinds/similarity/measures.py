@@ -173,6 +173,20 @@ def ranks_(values: np.ndarray) -> np.ndarray:
     return unit(values)
 
 
+# A column is one value up to rounding where its spread about its mean is within NOISE of its sum of squares:
+# float32 rounds a value to within 2^-24 (6e-8) of itself, and a value a layer sums in another order for another
+# row lands a few such steps away (rows of one input repeated through nn.Linear: spread / squares up to 1.7e-14);
+# 1e-13 = (3.2e-7)^2, under 3 float32 ulps. Features that vary by more are kept (1e5 + 0.01 noise in float32: 4e-13).
+NOISE = 1e-13
+
+
+def within_noise(d_sum, d_sq, n: int, first) -> bool:
+    """Whether every column is one value up to rounding, from its rows less `first` (a value per column, or 0):
+    their sums `d_sum` and sums of squares `d_sq` over `n` rows (numpy or torch)."""
+    spread = d_sq - d_sum**2 / n
+    return bool((spread <= NOISE * (spread + n * (first + d_sum / n) ** 2)).all())
+
+
 def undefined(out: np.ndarray, pairs: list[tuple[int, int]], constant: list[bool]) -> np.ndarray:
     """NaN in every cell with a constant series: the measure is 0 / 0 there, and rounding would make it
     any number (a route's `constant`, per series)."""
