@@ -530,29 +530,30 @@ def test_a_nan_cell_whose_cause_was_not_recorded_is_not_called_constant(tmp_path
         assert "constant" not in " ".join(kind_lines(f)) + spec(f).title
 
 
-def test_pool_mean_averages_a_conv1d_map_over_its_length_and_refuses_an_output_it_cannot_tell(tmp_path) -> None:
+def test_pool_mean_averages_a_conv1d_map_over_its_length_and_other_3d_outputs_over_their_tokens(tmp_path) -> None:
     """A Conv1d's (rows, channels, length) was averaged over its channels as if they were tokens (0.6575
     where the mean over the length gives 0.3888). Reference: raw hooks, numpy's mean over the last axis.
-    A ReLU's (rows, 8, 6) after it says nothing of its axes: refused in one line before any batch."""
+    Any other 3-D output (a ViT block's patches, here a Linear's over (rows, tokens, features) with no
+    attention mask) stays token rows: numpy's mean over axis 1."""
     torch.manual_seed(2)
     model = torch.nn.Sequential(torch.nn.Conv1d(1, 8, 3, padding=1), torch.nn.ReLU(),
-                                torch.nn.Conv1d(8, 4, 3, padding=1)).eval()
+                                torch.nn.Conv1d(8, 4, 3, padding=1), Transposed(), torch.nn.Linear(4, 5)).eval()
     x = torch.randn(40, 1, 6, generator=torch.Generator().manual_seed(0))
     data = torch.utils.data.TensorDataset(x, torch.zeros(40))
     config = {"data": {"batch_size": 8}, "device": "cpu", "progress": False,
-              "similarity": {"at": ["0", "2"], "pool": "mean"}}
+              "similarity": {"at": ["0", "2", "4"], "pool": "mean"}}
     path = hookrun.run({**config, "output": {"path": str(tmp_path / "c.h5")}}, model=model, dataset=data).path
-    a, b = (f.double().numpy().mean(axis=2) for f in _raw(model, ["0", "2"], x))  # (over the length)
-    assert file_matrix(path)[0][0, 1] == pytest.approx(cka(a @ a.T, b @ b.T), rel=1e-6)
-    config["similarity"]["at"] = ["0", "1"]
-    with pytest.raises(ConfigError) as err:
-        hookrun.run({**config, "output": {"path": str(tmp_path / "r.h5")}}, model=model, dataset=data)
-    assert str(err.value) == (
-        "similarity.at: 1 gives shape (8, 8, 6) (ReLU): pool=mean cannot tell token rows (rows, tokens, features: "
-        "the mean over axis 1, 8 values) from a 1-d feature map (rows, channels, length: over axis 2, 6 values); name "
-        "the Linear or LayerNorm of token rows, or the Conv1d / BatchNorm1d of a map, give the batch its "
-        "attention_mask, or use pool: flatten")
-    assert not (tmp_path / "r.h5").exists()
+    raw = _raw(model, ["0", "2", "4"], x)
+    a, b = (f.double().numpy().mean(axis=2) for f in raw[:2])  # (over the length)
+    c = raw[2].double().numpy().mean(axis=1)  # (over the tokens)
+    got = file_matrix(path)[0]
+    assert got[0, 1] == pytest.approx(cka(a @ a.T, b @ b.T), rel=1e-6)
+    assert got[1, 2] == pytest.approx(cka(b @ b.T, c @ c.T), rel=1e-6)
+
+
+class Transposed(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.transpose(1, 2)  # (rows, length, channels): token rows for the Linear after it
 
 
 def _raw(model: torch.nn.Module, names: list[str], x: torch.Tensor) -> list[torch.Tensor]:

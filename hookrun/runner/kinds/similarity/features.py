@@ -9,7 +9,7 @@ after the hook).
 
 pool: flatten (every value of an item's output is a feature) or mean (over the space of a feature
 map (rows, channels, ...), a 1-d map's (a Conv1d's) length included, over the tokens of (rows, tokens,
-features): padding never enters; a 3-D output whose axes nothing tells is refused: pool's docstring).
+features): padding never enters; any 3-D output but a *1d module's is read as token rows).
 A module's output with no feature axis (one value per item) is refused.
 """
 
@@ -22,27 +22,22 @@ import torch
 
 from hookrun.errors import ConfigError
 
-LAST_AXIS = ("Linear", "LayerNorm", "RMSNorm", "Embedding", "Conv1D")  # (act on the last axis: 3-D is token rows;
-# transformers' Conv1D, GPT-2's, is a Linear: case tells it from torch's channel-first Conv1d)
 
-
-def pooled(how: str, mask: torch.Tensor | None, where: str, taps: Any = None, call: Any = None
-           ) -> Callable[[str, torch.Tensor], torch.Tensor]:
-    """What a tap makes of each output: its rows pooled (see pool). `taps` (their modules' classes) and
-    `call` (its token ids) tell a 3-D output's axes for pool=mean."""
+def pooled(how: str, mask: torch.Tensor | None, where: str, taps: Any = None) -> Callable[[str, torch.Tensor], torch.Tensor]:
+    """What a tap makes of each output: its rows pooled (see pool). `taps`: their modules' classes tell a
+    1-d map (a Conv1d's) from token rows for pool=mean."""
     kinds = {n: type(m).__name__ for n, m in taps.targets} if taps is not None else {}
-    ids = {tuple(x.shape) for x in call.tensors() if x.dim() == 2 and not x.is_floating_point()} if call is not None else set()
-    return lambda name, t: pool(t, how, mask, f"{where}: {name}", kinds.get(name, ""), ids)
+    return lambda name, t: pool(t, how, mask, f"{where}: {name}", kinds.get(name, ""))
 
 
-def pool(t: torch.Tensor, how: str, mask: torch.Tensor | None, where: str, kind: str = "",
-         ids: set[tuple[int, ...]] | None = None) -> torch.Tensor:
+def pool(t: torch.Tensor, how: str, mask: torch.Tensor | None, where: str, kind: str = "") -> torch.Tensor:
     """(rows, ...) -> (rows, features): flattened, or averaged over space / the real tokens (float64); always
     new memory, made in the hook: the forward may change a module's output in place once its hooks have
-    returned (conv -> ReLU(inplace=True)), and the rows are the output the hook saw. A 3-D output is token
-    rows (rows, tokens, features) where the batch's attention mask or token ids are (rows, tokens), or its
-    module (`kind`, its class) acts on the last axis; a 1-d map (rows, channels, length) where the module is
-    torch's *1d; else pool=mean is refused (which axis to average is not known)."""
+    returned (conv -> ReLU(inplace=True)), and the rows are the output the hook saw. A 3-D output is a 1-d
+    map (rows, channels, length), averaged over its length, where its module (`kind`, its class) is torch's
+    *1d (Conv1d, BatchNorm1d, MaxPool1d...); any other is token rows (rows, tokens, features), averaged over
+    the tokens: a transformer block's, a ViT's patches (an activation after a Conv1d is read so too: name
+    the Conv1d or its norm, or use pool: flatten)."""
     if t.dim() < 2 or not t.is_floating_point():
         raise ConfigError(f"{where} gives shape {tuple(t.shape)} {t.dtype}: no feature axis (one value per item, or no floating "
                           f"tensor); name a module whose output has features per item")
@@ -61,10 +56,4 @@ def pool(t: torch.Tensor, how: str, mask: torch.Tensor | None, where: str, kind:
         return (t * m).sum(dim=1) / m.sum(dim=1).clamp_min(1.0)
     if t.dim() > 3 or kind.endswith("1d"):  # a feature map (rows, channels, ...): over its space
         return t.to(torch.float64).flatten(2).mean(dim=2)
-    if tuple(t.shape[:2]) in (ids or set()) or kind in LAST_AXIS:
-        return t.to(torch.float64).mean(dim=1)
-    b, a, c = t.shape
-    raise ConfigError(f"{where} gives shape {tuple(t.shape)} ({kind or 'a module'}): pool=mean cannot tell token rows "
-                      f"(rows, tokens, features: the mean over axis 1, {a} values) from a 1-d feature map (rows, "
-                      f"channels, length: over axis 2, {c} values); name the Linear or LayerNorm of token rows, or the "
-                      f"Conv1d / BatchNorm1d of a map, give the batch its attention_mask, or use pool: flatten")
+    return t.to(torch.float64).mean(dim=1)  # token rows: a transformer block's (a ViT's patches too)

@@ -124,7 +124,7 @@ class SimilarityKind(RunKind):
         finite (NaN or inf would make every cell of the series NaN, for no reason the run could name)."""
         out = []
         for taps, m in zip(self.taps, [model, self.other], strict=False):
-            with taps.attached(pooled(self.block.pool, call.attention_mask, taps.where, taps, call)), torch.no_grad():
+            with taps.attached(pooled(self.block.pool, call.attention_mask, taps.where, taps)), torch.no_grad():
                 call.run(m)
             out += taps.take()
         rows = {len(s) for s in out}
