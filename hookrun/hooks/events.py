@@ -42,6 +42,7 @@ class Phase:
 CLEAN = Phase("clean")
 INTERVENED = Phase("intervened", every=True)
 ABLATED = Phase("ablated", modifying=True, ablate=True)
+REPLAY = Phase("replay", modifying=True)  # a resumed run's kept batches: the hooks' modifying actions only (RunKind.replay)
 
 
 class StopForward(Exception):

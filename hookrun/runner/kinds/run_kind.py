@@ -200,6 +200,23 @@ class RunKind:
         """A resumed run: carry over this kind's state from the `kept` batches of the old run
         (`resume`: what output/resume.py opened; a local file's is `resume.file`, an h5py.File)."""
 
+    def replay(self, begin: int, kept: int, points: list, each: Callable[[Any, ModelCall], None]) -> None:
+        """A resumed run's kept batches [begin, begin + kept), each handed to `each(indices, call)` inside the
+        forward their step had: the user's hooks (`points`) attached, the batch's step and items set, their
+        modifying actions run (REPLAY); records and top_examples do not run again (the file keeps theirs)."""
+        from hookrun.hooks.events import REPLAY
+        from hookrun.hooks.session import HookSession
+
+        with HookSession(points, self.ctx.env) as session:
+            for step, (indices, batch) in enumerate(self.ctx.loader):
+                if step >= begin + kept:
+                    break
+                if step >= begin:
+                    call = self.ctx.spec.split(batch).to(self.ctx.device)
+                    session.begin_step(step, len(indices), indices, call.attention_mask, call.batch)
+                    with session.phase(REPLAY):
+                        each(indices, call)
+
     def rejoin(self, resume: Any, kept: int) -> None:
         """Many ranks, resumed, a rank but 0 whose shard is complete (`kept` batches), of a kind that
         `hands_over`: rebuild its part from those batches and hand it to rank 0 again, where rank 0 still

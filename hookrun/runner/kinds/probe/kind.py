@@ -97,7 +97,7 @@ class ProbeKind(RunKind):
         self.tests = self.test_loader() if b.test_data is not None else None
         self.stores: dict[str, RowStore] = {}
         self.last = -1
-        self.rank, self.world, self.link, self.begin = 0, 1, None, 0
+        self.rank, self.world, self.link, self.begin, self.points = 0, 1, None, 0, []
         self.should_stop = lambda: False
         self.tmp: Scratch | None = None
 
@@ -109,7 +109,7 @@ class ProbeKind(RunKind):
         self.link = link
 
     def prepare_run(self, p: Any) -> None:
-        self.last, self.begin = p.batches.stop - 1, p.batches.start
+        self.last, self.begin, self.points = p.batches.stop - 1, p.batches.start, p.points
         self.should_stop = lambda: p.settings.should_stop()
         RankLink.require(self.link, self.world, "probe", self.rank, self.should_stop)  # (the folder every rank sees)
         self.tmp = Scratch(p.cfg.output, "probe_rows", self.rank)  # the spill file's folder, beside the run's
@@ -233,13 +233,10 @@ class ProbeKind(RunKind):
             self.add(model, self.ctx.spec.split(batch).to(self.ctx.device), indices, part=1)
 
     def restore(self, resume: Any, kept: int) -> None:
-        """A resumed run: the rows of the `kept` batches, recomputed (the file keeps no rows)."""
-        for step, (indices, batch) in enumerate(self.ctx.loader):
-            if step < self.begin:
-                continue
-            if step >= self.begin + kept:
-                break
-            self.add(self.ctx.model, self.ctx.spec.split(batch).to(self.ctx.device), indices)
+        """A resumed run: the rows of the `kept` batches, recomputed (the file keeps no rows) through the forward
+        `step` had, the user's modifying hooks included (RunKind.replay: they were left out, so a resumed run
+        with an ablation probed other features than an uninterrupted one)."""
+        self.replay(self.begin, kept, self.points, lambda indices, call: self.add(self.ctx.model, call, indices))
         log.info("probe: the rows of the %d kept batch(es) recomputed", kept)
 
     def close(self) -> None:

@@ -35,7 +35,6 @@ from torch import nn
 from hookrun.config.build import build_model, live_model
 from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError, RunError
-from hookrun.hooks.events import Phase
 from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.taps import Taps
 from hookrun.output.rank_link import RankLink
@@ -57,7 +56,6 @@ HOOK = "similarity"
 MIN_ITEMS = 3  # (2 items: every centred Gram matrix has rank 1, and linear CKA is 1 whatever the layers)
 UNBIASED_ROWS = 4  # the unbiased HSIC's least rows (it divides by n (n - 3)): a minibatch's, or the whole set's
 log = logging.getLogger("hookrun")
-REPLAY = Phase("replay", modifying=True)  # a resumed run's kept batches: the hooks' modifying actions only
 
 
 class SimilarityKind(RunKind):
@@ -252,17 +250,7 @@ class SimilarityKind(RunKind):
         """A resumed run: the features of the `kept` batches, recomputed into the accumulator (the file keeps none),
         through the forward `step` had: the user's hooks attached, each batch's step and items set, and their
         modifying actions run (REPLAY); records and top_examples do not run again (the file keeps theirs)."""
-        from hookrun.hooks.session import HookSession
-
-        with HookSession(self.points, self.ctx.env) as session:
-            for step, (indices, batch) in enumerate(self.ctx.loader):
-                if step >= self.begin + kept:
-                    break
-                if step >= self.begin:
-                    call = self.ctx.spec.split(batch).to(self.ctx.device)
-                    session.begin_step(step, len(indices), indices, call.attention_mask, call.batch)
-                    with session.phase(REPLAY):
-                        self.acc.add(self.features(self.ctx.model, call, indices))
+        self.replay(self.begin, kept, self.points, lambda _, call: self.acc.add(self.features(self.ctx.model, call)))
         log.info("similarity: the features of the %d kept batch(es) recomputed", kept)
 
     def close(self) -> None:
