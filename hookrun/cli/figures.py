@@ -50,8 +50,12 @@ def pyplot() -> Any:
     return plt
 
 
+RUN_OF: dict[str, str] = {}  # a file's run (plot_command.identity), as plot_run names it: each PNG's "Run"
+
+
 def save(fig: Any, path: Path, source: str | None = None, taken: set[Path] | None = None) -> Path:
-    """Write the PNG, with the run (or sweep) it shows in its metadata ("Source"). A figure of
+    """Write the PNG, with the run (or sweep) it shows in its metadata ("Source": the file; "Run":
+    which run wrote that file, RUN_OF, so a replaced run's figures are told). A figure of
     another run already at `path` is never replaced: this one gets the run's short id in its name;
     nor one this command wrote (in `taken`: two captures whose names make one file name, the whole
     model's `(model)` and a submodule named `model`): the second is NAME.2.png."""
@@ -65,20 +69,26 @@ def save(fig: Any, path: Path, source: str | None = None, taken: set[Path] | Non
         path = path.with_name(f"{path.stem}.{hashlib.blake2b(source.encode(), digest_size=4).hexdigest()}{path.suffix}")
     literal_text(fig)  # ('$' in a name is a dollar, never maths: before the first draw)
     fit_titles(fig)
-    fig.savefig(path, dpi=100, metadata={"Source": source} if source else None)
+    run = RUN_OF.get(source or "")
+    fig.savefig(path, dpi=100, metadata={"Source": source, **({"Run": run} if run else {})} if source else None)
     pyplot().close(fig)
     return path
 
 
 def _source_of(path: Path) -> str | None:
     """The run a PNG written by save() shows (None for any other PNG: it is left alone too)."""
+    return metadata(path).get("Source")
+
+
+def metadata(path: Path) -> dict:
+    """A PNG's text metadata ({} for a file that is not a readable PNG)."""
     try:
         from PIL import Image
 
         with Image.open(path) as im:
-            return im.info.get("Source")
+            return dict(im.info)
     except Exception:
-        return None
+        return {}
 
 
 def diverging_cmap() -> Any:

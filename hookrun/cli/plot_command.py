@@ -76,6 +76,23 @@ def _source(run: Run) -> str:
     return str(run.path.resolve())
 
 
+def identity(run: Run) -> str:
+    """Which run wrote the file (its start stamp and its config's hash): a re-run into the same file
+    differs, so its figures tell the replaced run's (remove_replaced)."""
+    a = run.file.attrs
+    return f"{a.get('created', '?')} {hashlib.blake2b(str(a.get('config', '')).encode(), digest_size=4).hexdigest()}"
+
+
+def remove_replaced(out: Path, source: str, run: str) -> int:
+    """Remove the PNGs in `out` that figures.save wrote of the file `source` when another run had written
+    it (their "Run" is not `run`); any other PNG (a user's, another file's, one without hookrun's
+    metadata) stays. Returns how many went."""
+    old = [p for p in sorted(out.glob("*.png")) if (m := figures.metadata(p)).get("Source") == source and m.get("Run") not in (None, run)]
+    for path in old:
+        path.unlink(missing_ok=True)
+    return len(old)
+
+
 def _index(run: Run, info: CaptureInfo) -> np.ndarray:
     return run.index(info.hook, info.module, info.role, call=info.call)
 
@@ -148,6 +165,7 @@ def plot_run(run: Run, out: Path, samples: int | None = None, channels: int = 16
     """Every picture of a run that carries information; what is left out is said in one line a
     reason ("not drawn: ... (why)")."""
     out.mkdir(parents=True, exist_ok=True)
+    figures.RUN_OF[_source(run)] = identity(run)  # (each PNG names the run that wrote its file)
     written, left, taken = [], LeftOut(), set()
     shown = samples or 2  # (the maps' and patterns' grids; a drawing's or kind's picture has its own default)
     for info in run.captures:
@@ -168,6 +186,8 @@ def plot_run(run: Run, out: Path, samples: int | None = None, channels: int = 16
                                     taken=taken))
     for line in left.lines():
         print(line)
+    if gone := remove_replaced(out, _source(run), identity(run)):  # (a replaced run's figures looked current)
+        print(f"removed {gone} figure{'' if gone == 1 else 's'} of the replaced run")
     return written
 
 

@@ -217,3 +217,36 @@ def test_grad_cam_pictures_show_the_samples_asked(grad_run):
         (_, one), = gradcam.pictures(run, 1)
         (_, default), = gradcam.pictures(run)
     assert len(one.maps) == 1 and len(default.maps) == min(gradcam.SAMPLES, 4)
+
+
+def test_plot_removes_the_figures_of_a_replaced_run_and_nothing_else(grad_run, tmp_path, checkpoint, capsys):
+    """A run replaced in its file (output.overwrite) left its old PNGs in figures/, each naming the
+    current file in its metadata: they looked current. Plot removes exactly those, and says so."""
+    from PIL import Image
+
+    out = tmp_path / "fig"
+    assert plot.main([str(grad_run), "--out", str(out)]) == 0
+    first = {p.name for p in out.glob("*.png")}
+    assert {"gradcam_layer3.png", "hist_g__layer3__grad.png"} <= first
+    Image.new("RGB", (4, 4)).save(out / "mine.png")  # a user's PNG: no metadata
+    Image.new("RGB", (4, 4)).save(out / "other.png", pnginfo=_png_info(Source="/elsewhere/captures.h5", Run="x"))
+    hooks = {k: v for k, v in HOOKS.items() if k not in ("g", "images")}
+    hookrun.run(make_cfg(tmp_path, checkpoint, hooks, **{**GRAD, "output.overwrite": True}))
+    capsys.readouterr()
+    assert plot.main([str(grad_run), "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    now = {p.name for p in out.glob("*.png")}
+    listed = {Path(line.strip()).name for line in lines if line.startswith("  ")}
+    assert now == listed | {"mine.png", "other.png"}, now - listed
+    gone = first - now
+    assert {"gradcam_layer3.png", "hist_g__layer3__grad.png", "fmap_images__model__input.png"} <= gone
+    assert f"removed {len(gone)} figures of the replaced run" in lines
+
+
+def _png_info(**text):
+    from PIL.PngImagePlugin import PngInfo
+
+    info = PngInfo()
+    for k, v in text.items():
+        info.add_text(k, v)
+    return info
