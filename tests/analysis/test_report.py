@@ -111,6 +111,42 @@ def test_notebook_view_is_the_same_page_in_an_iframe(small_run):
     assert maps and all(im["src"].startswith("data:image/png;base64,") for m in maps for im in m["images"])
 
 
+def test_gradcam_with_fewer_images_recorded_shows_those_over_them(tmp_path):
+    """The input recorded for 4 samples (limit 4): the section said "no input images recorded" and
+    drew 8 bare maps; now the first 4, each over its own recorded image (numpy's Grad-CAM and
+    min-max picture from h5py's rows), and the title says why 4."""
+    from hookrun.analysis.report.gradcam_section import overlay_png
+
+    path = tmp_path / "a.h5"
+    hookrun.run(hookrun.compose("experiment=shapes_gradcam", "data.dataset.size=8", "data.batch_size=4", "device=cpu",
+                                "progress=false", f"output.path={path}", "hooks.images.actions=[{name: record, what: input, limit: 4}]"))
+    with hookrun.open_run(path) as run:
+        (cams,) = run.report().data["sections"][1]["items"]
+    assert "no input images" not in cams["title"] and "recorded for the first 4" in cams["title"], cams["title"]
+    assert len(cams["images"]) == 4
+    with h5py.File(path) as f:
+        act, grad = f["captures/fmap/block3/output"][:4].astype(np.float64), f["captures/fmap_grad/block3/grad"][:4].astype(np.float64)
+        x = f["captures/images/__model__/input"][:4].astype(np.float64)
+    cam = np.maximum((grad.mean(axis=(2, 3), keepdims=True) * act).sum(1), 0)
+    cam /= cam.reshape(4, -1).max(1)[:, None, None]
+    for k, im in enumerate(cams["images"]):
+        got, alone = decode_png(im["src"]), decode_png(overlay_png(cam[k], None, ))
+        picture = (x[k] - x[k].min()) / (x[k].max() - x[k].min())
+        step = got.shape[0] // picture.shape[1]
+        base = np.repeat(np.repeat(np.moveaxis(picture, 0, -1), step, 0), step, 1)
+        base = np.repeat(base, 3, -1) if base.shape[-1] == 1 else base
+        np.testing.assert_allclose(got / 255, 0.5 * base + 0.5 * alone / 255, atol=2.5 / 255)
+
+
+def decode_png(src: str) -> np.ndarray:
+    import base64
+    import io
+
+    from PIL import Image
+
+    return np.asarray(Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1]))).convert("RGB"), dtype=np.float64)
+
+
 def test_notebook_save_replaces_only_this_runs_page(small_run, tmp_path):
     """Report.save was a plain write_text: a user's own file, or another run's report, was lost."""
     from hookrun.errors import ConfigError

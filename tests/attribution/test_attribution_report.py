@@ -185,3 +185,29 @@ def test_top_examples_of_a_conv_layer_show_each_channels_map_over_its_images(tmp
                 assert ex["value"] == pytest.approx(want.max(), rel=1e-5)  # the channel's max over H, W
                 np.testing.assert_allclose(pics.channel(ex["sample"], f["feature"]), want, rtol=1e-5, atol=1e-6)
                 assert decode(ex["src"]).shape[:2] == (128, 128)  # the 32 x 32 image, scaled up
+
+
+def test_overlays_with_fewer_images_recorded_show_those_over_them(tmp_path):
+    """The input recorded for 3 samples (limit 3): the section said "no input image recorded" and
+    drew 8 bare maps; now the first 3, each over its own recorded image (h5py's rows, in grey)."""
+    from matplotlib.colors import LinearSegmentedColormap
+
+    c = cfg(tmp_path / "a.h5", "saliency")
+    c["hooks"] = {**HOOKS, "images": {**HOOKS["images"], "actions": [{"name": "record", "what": "input", "limit": 3}]}}
+    hookrun.run(c)
+    images = section(page_of(tmp_path / "a.h5"), "attribution")["items"][0]
+    assert "no input image" not in images["title"] and "first 3 samples; the input image was recorded" in images["title"]
+    assert len(images["images"]) == 3 + 1 and images["images"][-1]["colorbar"]
+    with h5py.File(tmp_path / "a.h5") as f:
+        attr = f["captures/attribution/__model__/attribution"][:3].astype(np.float64)
+        x = f["captures/images/__model__/input"][:].astype(np.float64)
+    cmap = LinearSegmentedColormap.from_list("ref", list(DIVERGING))
+    for k, im in enumerate(images["images"][:3]):
+        m = attr[k].sum(0)
+        lo, hi = im["scale"]
+        grey = (x[k, 0] - x[k, 0].min()) / (x[k, 0].max() - x[k, 0].min())
+        alpha = (0.35 + 0.65 * np.abs(m) / hi)[..., None]
+        want = (1 - alpha) * grey[..., None] + alpha * cmap((m - lo) / (hi - lo))[..., :3]
+        got = decode(im["src"])
+        step = got.shape[0] // m.shape[0]
+        np.testing.assert_allclose(got[::step, ::step] / 255, want, atol=1.5 / 255)

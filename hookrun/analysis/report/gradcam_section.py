@@ -22,6 +22,7 @@ from hookrun.analysis.gradcam import (
     caption,
     class_names,
     gradcam_pairs,
+    imaged,
     predictions,
     recorded_images,
     targets,
@@ -58,7 +59,10 @@ def gradcam(run: Any, budget: Any = None) -> list[dict]:
         n = min(SAMPLES, act.shape[0])
         cams = cam_of(run.file[act.path][:n].astype(np.float64), run.file[grad.path][:n].astype(np.float64))
         indices = _index(run, act)[:n]
-        images = recorded_images(run, indices)
+        images, fewer = recorded_images(run, indices), ""
+        if images is None and (k := imaged(run, indices)):  # the input recorded for the first k (its limit): those
+            fewer, n, indices, cams = f"; the input image was recorded for the first {k}: those", k, indices[:k], cams[:k]
+            images = recorded_images(run, indices)
         pictures = as_pictures(images) if images is not None else [None] * n
         pred, target = predictions(run, indices), targets(run, indices)
         names = class_names(run)
@@ -66,7 +70,7 @@ def gradcam(run: Any, budget: Any = None) -> list[dict]:
                   "caption": caption(i, pred[k] if pred is not None else None, target[k] if target is not None else None, names)}
                  for k, i in enumerate(indices)]
         where = module_label(act.module)
-        items.append({"type": "images", "title": f"Grad-CAM at {where} (hooks {act.hook}, {grad.hook}/{grad.role}): first {n} samples"
+        items.append({"type": "images", "title": f"Grad-CAM at {where} (hooks {act.hook}, {grad.hook}/{grad.role}): first {n} samples{fewer}"
                                                  + ("" if images is not None else "; no input images recorded: the maps alone"),
                       "images": shown})
     note = ("relu(Σ_c mean_hw(grad)_c · A_c) per sample (Selvaraju et al.), scaled to 0-1 per sample; "

@@ -34,7 +34,8 @@ def figures(run: Any, samples: int = SAMPLES) -> list[tuple[str, Any]]:
     a = run.attribution()
     indices, maps, pictures = shown_maps(run, samples)
     where = "the input" if meta["at"] == "input" else meta["at"]
-    title = f"{meta['method']} attribution to {where}, summed over channels\n{run_label(run)}"
+    fewer = f" · the first {len(indices)}: the input image was recorded for those" if len(indices) < min(samples, a.shape[0]) else ""
+    title = f"{meta['method']} attribution to {where}, summed over channels{fewer}\n{run_label(run)}"
     out: list[tuple[str, Any]] = [(f"attribution_{meta['method']}", MapRow(
         maps, captions(meta, a, indices), title, "attribution / max |attr.| (per sample)", indices, pictures, signed=True,
         no_pictures=" (no input images: record the input, or --data, to draw the maps over them)"))]

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from hookrun.analysis.gradcam import as_pictures, fit_maps, predictions, recorded_images
+from hookrun.analysis.gradcam import as_pictures, fit_maps, imaged, predictions, recorded_images
 from hookrun.analysis.report.colour_scales import (
     DIVERGING,
     NEGATIVE,
@@ -63,12 +63,15 @@ def summed(values: np.ndarray) -> np.ndarray:
 
 def shown_maps(run: Any, n: int = SAMPLES) -> tuple[np.ndarray, np.ndarray, list[np.ndarray] | None]:
     """The first `n` samples: their indices, their maps (summed over channels, at the picture's size
-    where there is one) and the pictures the run recorded (None where it recorded none)."""
+    where there is one) and the pictures the run recorded (None where it recorded none); where the
+    run recorded the input for fewer (a `limit`), the first of those only."""
     a = run.attribution()
     n = min(n, a.shape[0])
     maps = summed(a.values[:n])
     indices = a["sample"].values[:n]
     images = recorded_images(run, indices) if a.ndim == 4 else None
+    if images is None and a.ndim == 4 and (k := imaged(run, indices)):  # the input recorded for the first k (its limit)
+        indices, maps, images = indices[:k], maps[:k], recorded_images(run, indices[:k])
     pictures = as_pictures(images) if images is not None else None
     if pictures is not None:
         maps = fit_maps(maps, pictures[0].shape[:2])
@@ -141,8 +144,9 @@ def overlays(run: Any, meta: dict) -> dict:
                       "caption": " · ".join(words), "sample": int(i), "scale": [lo, hi]})
     shown.append({"src": colorbar_png(SCALE), "caption": "colour bar: each map on this scale", "colorbar": True})
     where = "the input" if meta["at"] == "input" else meta["at"]
+    fewer = len(indices) < min(SAMPLES, a.shape[0])  # (the input image recorded for these only: a `limit`)
     title = (f"{meta['method']} attribution to {where}, summed over channels: first {len(indices)} samples"
-             + ("" if pictures is not None else "; no input image recorded (a hook recording the model's input "
+             + ("; the input image was recorded for those" if fewer else "") + ("" if pictures is not None else "; no input image recorded (a hook recording the model's input "
                                                 "draws the maps over the images): the maps alone"))
     return {"type": "images", "title": title, "images": shown}
 
