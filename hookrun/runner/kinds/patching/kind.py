@@ -240,11 +240,14 @@ class _Stop(Exception):
 
 
 def token_labels(dataset: Any, ids: torch.Tensor) -> list[str] | None:
-    """The token text of the first item's positions, where the data set has a tokenizer."""
+    """Each position's label, where the data set has a tokenizer: its token's text where every item
+    has the same token there (a cell is the mean over the items), else its number in brackets ("[5]":
+    the first item's text was shown for all)."""
     tok = getattr(dataset, "tokenizer", None)
     if tok is None or not hasattr(tok, "decode"):
         return None
     try:
-        return [tok.decode([int(t)]) for t in ids[0].tolist()]
+        same = (ids == ids[:1]).all(dim=0).tolist()
+        return [tok.decode([int(t)]) if same[p] else f"[{p}]" for p, t in enumerate(ids[0].tolist())]
     except Exception:  # a tokenizer that cannot decode one id: integer positions
         return None
