@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from hookrun.analysis.images import as_pictures, fit_maps  # noqa: F401 (the pictures' helpers, named here too)
+from hookrun.analysis.images import MIN_MAX, as_pictures, fit_maps, guessed  # noqa: F401 (the pictures' helpers, named here too)
 
 CaptureInfo = Any
 Run = Any
@@ -87,6 +87,16 @@ def recorded_images(run: Run, indices: np.ndarray) -> np.ndarray | None:
     return None
 
 
+def image_norm(run: Run, indices: np.ndarray) -> dict | None:
+    """The data set's Normalize (the root attribute `input_normalize`) where the images recorded_images
+    reads are the model's own input, which it normalised; None where as_pictures must min-max scale."""
+    import json
+
+    text = run.attrs.get("input_normalize")
+    first = next((c for c in _image_captures(run) if _rows_of(run, c, indices[:1]) is not None), None)
+    return json.loads(text) if isinstance(text, str) and first is not None and first.module == "" else None
+
+
 def class_names(run: Run) -> list[str] | None:
     """The data set's class names where the run wrote them (the root attribute `class_names`, or an
     attribution run's own), else None: captions then give class numbers."""
@@ -143,7 +153,9 @@ def pictures(run: Run, samples: int = SAMPLES) -> list[tuple[str, Any]]:
         if images is None and (k := imaged(run, indices)):  # the input recorded for the first k (its limit): those
             fewer, n, indices, cams = f" · the first {k}: the input image was recorded for those", k, indices[:k], cams[:k]
             images = recorded_images(run, indices)
-        shown = as_pictures(images) if images is not None else None
+        norm = image_norm(run, indices) if images is not None else None
+        shown = as_pictures(images, norm) if images is not None else None
+        fewer += f" · {MIN_MAX}" if images is not None and guessed(images, norm) else ""
         if shown is not None:
             cams = fit_maps(cams, shown[0].shape[:2])
         pred, target = predictions(run, indices), targets(run, indices)

@@ -1,6 +1,7 @@
 """Samples as pictures: a batch of inputs as images, and maps resized to them.
 
-    pictures = as_pictures(batch)               # (n, C, H, W) -> [H x W x 3 in [0, 1]]
+    pictures = as_pictures(batch, norm)         # (n, C, H, W) -> [H x W x 3 in [0, 1]], Normalize undone
+    norm = normalization(dataset)               # its Normalize's mean and std, or None (data/datasets.py)
     maps = fit_maps(maps, pictures[0].shape[:2])   # (n, h, w) -> (n, H, W), bilinear
 
 Grad-CAM's and the kinds' maps (plot and report alike) are resized here, once.
@@ -10,13 +11,26 @@ from __future__ import annotations
 
 import numpy as np
 
+MIN_MAX = "input min-max scaled per image (its normalisation not recorded)"  # (said in a title where as_pictures guessed)
 
-def as_pictures(batch: np.ndarray) -> list[np.ndarray]:
-    """(n, C, H, W) with C 1 or 3 -> H x W x 3 images in [0, 1], each scaled on its own."""
+
+def guessed(batch: np.ndarray, norm: dict | None) -> bool:
+    """Whether as_pictures min-max scales values that are no pixels in [0, 1] (a normalised input
+    whose mean and std the file lacks): a title then says MIN_MAX."""
+    return norm is None and bool(np.size(batch)) and (float(np.min(batch)) < 0 or float(np.max(batch)) > 1)
+
+
+def as_pictures(batch: np.ndarray, norm: dict | None = None) -> list[np.ndarray]:
+    """(n, C, H, W) with C 1 or 3 -> H x W x 3 images in [0, 1]: the data set's Normalize undone
+    exactly where `norm` ({"mean": [...], "std": [...]}, one per channel) is known, each image
+    min-max scaled on its own otherwise (one scale over its channels: a normalised photo's colours cast)."""
     out = []
+    undo = norm is not None and len(norm["mean"]) == len(norm["std"]) and len(norm["mean"]) in (1, np.shape(batch)[1])
     for x in np.asarray(batch, dtype=np.float64):
+        if undo:
+            x = np.clip(x * np.asarray(norm["std"])[:, None, None] + np.asarray(norm["mean"])[:, None, None], 0, 1)
         x = np.moveaxis(x, 0, -1)
-        x = (x - x.min()) / max(float(x.max() - x.min()), 1e-8)
+        x = x if undo else (x - x.min()) / max(float(x.max() - x.min()), 1e-8)
         out.append(x if x.shape[-1] == 3 else np.repeat(x, 3, axis=-1))
     return out
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from hookrun.analysis.images import as_pictures, fit_maps
+from hookrun.analysis.images import MIN_MAX, as_pictures, fit_maps, guessed
 from hookrun.analysis.report.colour_scales import diverging_range
 from hookrun.analysis.report.figure_specs import SEQUENTIAL, Bands, Heatmap, Lines, MapRow
 from hookrun.cli import figures
@@ -83,7 +83,11 @@ def with_pictures(spec: Any, dataset: object | None) -> Any:
     """A MapRow without pictures, given the data set's items at its samples (the maps resized to them)."""
     if not isinstance(spec, MapRow) or spec.pictures is not None or dataset is None:
         return spec
-    pictures = as_pictures(np.stack([item_input(dataset, int(i)) for i in spec.indices]))
+    from hookrun.data.datasets import normalization
+
+    items, norm = np.stack([item_input(dataset, int(i)) for i in spec.indices]), normalization(dataset)
+    pictures = as_pictures(items, norm)
+    spec.title += f" · {MIN_MAX}" if guessed(items, norm) else ""
     spec.maps, spec.pictures = fit_maps(np.asarray(spec.maps, dtype=np.float64), pictures[0].shape[:2]), pictures
     return spec
 

@@ -113,3 +113,18 @@ def image_folder(root: str | None, resize: int = 256, crop: int = 224) -> Datase
     if not len(files):
         raise ConfigError(f"data.root: {root!r} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))})")
     return files
+
+
+def normalization(dataset: object) -> dict | None:
+    """{"mean", "std"} of the torchvision Normalize in a data set's transform (a Compose's too, a
+    Subset's data set's), or None: the run writes it (root attribute `input_normalize`) for as_pictures."""
+    for _ in range(4):
+        tf = getattr(dataset, "transform", None)
+        for t in [tf, *getattr(tf, "transforms", [])]:
+            if type(t).__name__ == "Normalize" and hasattr(t, "mean") and hasattr(t, "std"):
+                mean, std = torch.broadcast_tensors(*(torch.atleast_1d(torch.as_tensor(v, dtype=torch.float64)) for v in (t.mean, t.std)))
+                return {"mean": mean.tolist(), "std": std.tolist()}
+        dataset = getattr(dataset, "dataset", None)
+        if dataset is None:
+            return None
+    return None

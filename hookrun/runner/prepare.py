@@ -147,7 +147,19 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
     except BaseException:
         env.close()
         raise
-    return Prepared(cfg, out, model, dataset, loader, points, env, settings, attrs={"model_fingerprint": weights_digest(model)})
+    return Prepared(cfg, out, model, dataset, loader, points, env, settings,
+                    attrs={"model_fingerprint": weights_digest(model), **input_normalize(dataset)})
+
+
+def input_normalize(dataset: Any) -> dict:
+    """{"input_normalize": JSON {mean, std}} where the data set's transform normalises its images (a
+    torchvision Normalize): the pictures undo it exactly (analysis/images.py); {} otherwise."""
+    import json
+
+    from hookrun.data.datasets import normalization
+
+    norm = normalization(dataset)
+    return {"input_normalize": json.dumps(norm)} if norm else {}
 
 
 def samples_in(batches: range, batch_size: int, dataset_size: int) -> int:

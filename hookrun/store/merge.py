@@ -123,7 +123,7 @@ def _write(out: h5py.File, opened: list[tuple[Path, h5py.File]]) -> int:
     if shards:
         first = shards[0].file.attrs
         kind = str(first.get("kind", ""))  # the file's kind; its root attribute of that name is its reader's
-        for key in ("format_version", "hookrun_version", "torch_version", "model_class", "mode", "created", "kind", "class_names",
+        for key in ("format_version", "hookrun_version", "torch_version", "model_class", "mode", "created", "kind", "class_names", "input_normalize",
                     *((kind,) if kind else ())):
             if key in first:
                 out.attrs[key] = first[key]

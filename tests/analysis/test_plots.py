@@ -250,3 +250,51 @@ def _png_info(**text):
     for k, v in text.items():
         info.add_text(k, v)
     return info
+
+
+def test_a_normalised_input_comes_back_as_the_raw_image(tmp_path, capsys):
+    """A photo normalised by its data set (torchvision Normalize, ImageNet's mean and std) was drawn
+    min-max scaled over all channels at once: mid-grey came out blue-tinted. The run writes the data
+    set's mean and std; the pictures undo them exactly (the raw image, before Normalize, to 1e-6)."""
+    from torchvision import transforms
+
+    from hookrun.data.datasets import IMAGENET_MEAN, IMAGENET_STD
+
+    class Photos(torch.utils.data.Dataset):
+        def __init__(self):
+            rng = np.random.default_rng(0)
+            self.raw = rng.uniform(0, 1, size=(4, 8, 8, 3)).astype(np.float32)
+            self.raw[0] = 0.5  # mid-grey
+            self.transform = transforms.Compose([transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            return self.transform(self.raw[i]), i % 3
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+                                torch.nn.Flatten(), torch.nn.Linear(4, 3)).eval()
+    hooks = {"fmap": {"at": "0", "type": "forward", "actions": [{"name": "record", "what": "output"}]},
+             "g": {"at": "0", "type": "tensor", "actions": ["record"]},
+             "images": {"at": "", "type": "forward_pre", "actions": [{"name": "record", "what": "input"}]}}
+    data = Photos()
+    path = hookrun.run({"hooks": hooks, "data": {"batch_size": 2}, "progress": False, **GRAD,
+                        "output": {"path": str(tmp_path / "p.h5")}}, model=model, dataset=data).path
+    with open_run(path) as run:
+        ((_, spec),) = gradcam.pictures(run)
+        from hookrun.analysis.report.gradcam_section import gradcam as section
+
+        title = section(run)[0]["items"][0]["title"]
+    for k in range(4):
+        np.testing.assert_allclose(spec.pictures[k], data.raw[k], atol=1e-6)
+    assert "min-max" not in spec.title and "min-max" not in title
+    # an old file (no such attribute): min-max scaled, as before, and the titles say so
+    with h5py.File(path, "r+") as f:
+        del f.attrs["input_normalize"]
+        x = f["captures/images/__model__/input"][1].astype(np.float64)
+    with open_run(path) as run:
+        ((_, spec),) = gradcam.pictures(run)
+    np.testing.assert_allclose(spec.pictures[1], np.moveaxis((x - x.min()) / (x.max() - x.min()), 0, -1), atol=1e-6)
+    assert "min-max" in spec.title

@@ -17,11 +17,14 @@ from typing import Any
 import numpy as np
 
 from hookrun.analysis.gradcam import (
+    MIN_MAX,
     _index,
     as_pictures,
     caption,
     class_names,
     gradcam_pairs,
+    guessed,
+    image_norm,
     imaged,
     predictions,
     recorded_images,
@@ -63,7 +66,9 @@ def gradcam(run: Any, budget: Any = None) -> list[dict]:
         if images is None and (k := imaged(run, indices)):  # the input recorded for the first k (its limit): those
             fewer, n, indices, cams = f"; the input image was recorded for the first {k}: those", k, indices[:k], cams[:k]
             images = recorded_images(run, indices)
-        pictures = as_pictures(images) if images is not None else [None] * n
+        norm = image_norm(run, indices) if images is not None else None
+        pictures = as_pictures(images, norm) if images is not None else [None] * n
+        fewer += f"; {MIN_MAX}" if images is not None and guessed(images, norm) else ""
         pred, target = predictions(run, indices), targets(run, indices)
         names = class_names(run)
         shown = [{"src": overlay_png(cams[k], pictures[k]),

@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from hookrun.analysis.gradcam import as_pictures, fit_maps, imaged, predictions, recorded_images
+from hookrun.analysis.gradcam import fit_maps, image_norm, imaged, predictions, recorded_images
+from hookrun.analysis.images import MIN_MAX, as_pictures, guessed
 from hookrun.analysis.report.colour_scales import (
     DIVERGING,
     NEGATIVE,
@@ -72,7 +73,7 @@ def shown_maps(run: Any, n: int = SAMPLES) -> tuple[np.ndarray, np.ndarray, list
     images = recorded_images(run, indices) if a.ndim == 4 else None
     if images is None and a.ndim == 4 and (k := imaged(run, indices)):  # the input recorded for the first k (its limit)
         indices, maps, images = indices[:k], maps[:k], recorded_images(run, indices[:k])
-    pictures = as_pictures(images) if images is not None else None
+    pictures = as_pictures(images, image_norm(run, indices)) if images is not None else None
     if pictures is not None:
         maps = fit_maps(maps, pictures[0].shape[:2])
     return indices, maps, pictures
@@ -146,7 +147,9 @@ def overlays(run: Any, meta: dict) -> dict:
     where = "the input" if meta["at"] == "input" else meta["at"]
     fewer = len(indices) < min(SAMPLES, a.shape[0])  # (the input image recorded for these only: a `limit`)
     title = (f"{meta['method']} attribution to {where}, summed over channels: first {len(indices)} samples"
-             + ("; the input image was recorded for those" if fewer else "") + ("" if pictures is not None else "; no input image recorded (a hook recording the model's input "
+             + ("; the input image was recorded for those" if fewer else "")
+             + (f"; {MIN_MAX}" if pictures is not None and guessed(recorded_images(run, indices), image_norm(run, indices)) else "")
+             + ("" if pictures is not None else "; no input image recorded (a hook recording the model's input "
                                                 "draws the maps over the images): the maps alone"))
     return {"type": "images", "title": title, "images": shown}
 
