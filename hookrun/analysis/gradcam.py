@@ -31,7 +31,7 @@ def gradcam_pairs(run: Run) -> list[tuple[CaptureInfo, CaptureInfo]]:
     tensor hook's grad, or with the backward hook's grad_output."""
     pairs = []
     for act in run.captures:
-        if act.type != "forward" or act.role != "output" or not is_map(act):
+        if act.type != "forward" or act.role != "output" or not is_map(act) or not act.shape[0]:  # (0 rows: no map)
             continue
         for grad in run.captures:
             same = grad.module == act.module and grad.call == act.call and grad.shape == act.shape

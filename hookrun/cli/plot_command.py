@@ -169,6 +169,9 @@ def plot_run(run: Run, out: Path, samples: int | None = None, channels: int = 16
     written, left, taken = [], LeftOut(), set()
     shown = samples or 2  # (the maps' and patterns' grids; a drawing's or kind's picture has its own default)
     for info in run.captures:
+        if not info.shape[0]:  # (a run stopped before its first batch was written: nothing to draw, no error)
+            left.add(info.label, "no rows written")
+            continue
         if is_pattern(info):
             written.append(attention_maps(run, info, out, shown, channels, taken))
         elif is_map(info):
@@ -265,7 +268,7 @@ def _plot(a: argparse.Namespace) -> int:
         if made is not None and not any(p.is_file() for p in made.rglob("*")):
             shutil.rmtree(made, ignore_errors=True)
     if not written:
-        return fail(f"{a.path}: nothing could be drawn (no capture, grid or picture of a drawing in it)")
+        return fail(f"{a.path}: nothing could be drawn (no capture with rows written, grid or picture of a drawing in it)")
     print(f"wrote {len(written)} figure(s) to {a.out}:")
     for path in written:
         print(f"  {path}")

@@ -298,3 +298,27 @@ def test_a_normalised_input_comes_back_as_the_raw_image(tmp_path, capsys):
         ((_, spec),) = gradcam.pictures(run)
     np.testing.assert_allclose(spec.pictures[1], np.moveaxis((x - x.min()) / (x.max() - x.min()), 0, -1), atol=1e-6)
     assert "min-max" in spec.title
+
+
+def emptied(path, keep=()):
+    """The file as a run stopped before its first batch leaves it: its captures with 0 rows (h5py)."""
+    with h5py.File(path, "r+") as f:
+        f["captures"].visititems(lambda n, o: o.resize(0, axis=0) if isinstance(o, h5py.Dataset) and o.maxshape[0] is None
+                                 and not n.startswith(keep) else None)
+        f.attrs["status"] = "interrupted"
+    return path
+
+
+def test_captures_with_no_rows_are_named_not_drawn(grad_run, tmp_path, capsys):
+    """0-row captures crashed plot (matplotlib: 'Number of rows must be a positive integer, not 0')
+    and the Grad-CAM picture ('cannot reshape array of size 0'): each is a 'not drawn' line; a file
+    with nothing else is one line and status 2."""
+    part = emptied(grad_run, keep=("logits",))
+    assert plot.main([str(part), "--out", str(tmp_path / "fig")]) == 0
+    out = capsys.readouterr().out
+    assert "no rows written" in out and "g/layer3/grad" in out.split("no rows written")[0].splitlines()[-1], out
+    assert {p.name for p in (tmp_path / "fig").glob("*.png")} == {"hist_logits__fc__output.png"}
+    assert plot.main([str(emptied(grad_run)), "--out", str(tmp_path / "none")]) == 2
+    out, err = capsys.readouterr()
+    assert len(err.strip().splitlines()) == 1 and "nothing could be drawn" in err and "Traceback" not in err, err
+    assert "no rows written" in out and not (tmp_path / "none").exists()

@@ -147,6 +147,28 @@ def decode_png(src: str) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1]))).convert("RGB"), dtype=np.float64)
 
 
+def test_captures_with_no_rows_neither_crash_the_report_nor_make_an_empty_page(small_run, tmp_path):
+    """0-row captures (a run stopped before its first batch) crashed the Grad-CAM section ('cannot
+    reshape array of size 0'); some rows written: the page, the empty ones noted; none: one line, status 2."""
+    from hookrun.analysis.report import build_report
+    from hookrun.errors import NotFoundError
+
+    def emptied(keep):
+        path = tmp_path / f"{keep or 'none'}.h5"
+        path.write_bytes(small_run.read_bytes())
+        with h5py.File(path, "r+") as f:
+            f["captures"].visititems(lambda n, o: o.resize(0, axis=0) if isinstance(o, h5py.Dataset) and o.maxshape[0] is None
+                                     and not (keep and n.startswith(keep)) else None)
+        return path
+
+    with hookrun.open_run(emptied("logits")) as run:
+        data = build_report(run).data
+    assert [s["id"] for s in data["sections"]] == ["header", "captures"]
+    assert "fmap/block3/output" in data["sections"][1]["note"]
+    with hookrun.open_run(emptied(None)) as run, pytest.raises(NotFoundError, match="nothing to show"):
+        build_report(run)
+
+
 def test_notebook_save_replaces_only_this_runs_page(small_run, tmp_path):
     """Report.save was a plain write_text: a user's own file, or another run's report, was lost."""
     from hookrun.errors import ConfigError

@@ -89,10 +89,10 @@ def run_data(run: Any, budget: Budget | None = None) -> dict:
     budget = budget or Budget()
     kinds = kind_sections(run)  # what the file's kind shows first (its table, its grids)
     early, late = drawn_sections(run, budget)  # the drawings' (analysis/drawings.py): before and after the captures'
-    shown = [c for c in run.captures if not c.role.startswith(drawn_roles())]
+    shown = [c for c in run.captures if not c.role.startswith(drawn_roles()) and c.shape[0]]  # (0 rows: nothing to show)
     body = [*kinds, *early, *([captures(run, budget)] if shown else []), *attention(run, budget), *late]
     if not body:
-        raise NotFoundError(f"{run.path}: nothing to show (no capture, kind's rows or top examples in the file)")
+        raise NotFoundError(f"{run.path}: nothing to show (no capture with rows written, kind's rows or top examples in the file)")
     note = run_note(run)  # a random network's page says so in its title, and a run not complete how far it got
     return {"title": f"hookrun report: {run.path}" + (f" ({note})" if note else ""), "source": _source(run.path), "sections": [header(run), *body]}
 
