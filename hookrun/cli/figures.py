@@ -218,8 +218,8 @@ def lines(spec: Lines) -> Any:
     """A Lines spec (analysis/report/figure_specs.py): the report draws the same spec with plotly."""
     fig = sweep_lines(spec.x, spec.series, spec.xlabel, spec.ylabel, spec.title, getattr(spec, "in_order", False),
                       getattr(spec, "references", ()))
-    if getattr(spec, "log_x", False):
-        fig.axes[0].set_xscale("log")
+    if getattr(spec, "log_x", False):  # (a 0 among the values: linear from 0 to 1, log beyond)
+        fig.axes[0].set_xscale("symlog", linthresh=1) if min(map(float, spec.x), default=1) <= 0 else fig.axes[0].set_xscale("log")
     return fig
 
 

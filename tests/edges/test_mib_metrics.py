@@ -242,3 +242,27 @@ def test_token_ids_that_are_not_whole_or_past_the_vocabulary_are_one_line_before
     finally:
         handle.remove()
     assert not calls
+
+
+def test_faithfulness_by_edges_kept_is_drawn_on_a_numeric_axis():
+    """0, 10, 50, 200, 479 edges kept were evenly spaced categories (whole numbers are categories):
+    the curve's shape was the axis's. Now a numeric axis, symmetric-log (0 on it) in plot and report."""
+    from types import SimpleNamespace
+
+    pytest.importorskip("matplotlib")
+    from hookrun.analysis.report.plotly_figures import to_plotly
+    from hookrun.cli import figures
+    from hookrun.runner.kinds.patching.report import _faithfulness
+
+    k, rec = [0, 10, 50, 200, 479], [0.0, 0.4, 0.7, 0.9, 1.0]
+    run = SimpleNamespace(attrs={"patching": __import__("json").dumps({"faithfulness": {"k": k, "recovered": rec, "from": "x"}})})
+    (spec,) = _faithfulness(run)
+    ax = figures.lines(spec).axes[0]
+    assert ax.get_xscale() == "symlog"
+    np.testing.assert_array_equal(ax.lines[0].get_xdata(), np.array(k, dtype=float))
+    np.testing.assert_array_equal(ax.lines[0].get_ydata(), rec)
+    fig = to_plotly(spec)
+    (trace,) = fig["data"]
+    assert fig["layout"]["xaxis"].get("type") != "category"
+    np.testing.assert_allclose(trace["x"], np.log10(1 + np.array(k, dtype=float)))  # numpy's symmetric log of the counts
+    assert list(trace["customdata"]) == k and list(trace["y"]) == rec

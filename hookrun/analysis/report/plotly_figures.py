@@ -135,9 +135,18 @@ def lines(spec: Lines) -> dict:
     layout = _layout(spec.title, spec.xlabel, spec.ylabel, height=340, showlegend=len(data) > 1)
     if categorical:
         layout["xaxis"]["type"] = "category"
+    elif getattr(spec, "log_x", False) and min(map(float, xs), default=1) <= 0:  # plotly's log axis drops a 0: symlog by hand
+        for trace in data:  # (as matplotlib's symlog, linear from 0 to 1: log10(1 + x); the hover the value itself)
+            trace.update(x=[_symlog(x) for x in xs], customdata=xs, hovertemplate=trace["hovertemplate"].replace("%{x}", "%{customdata}"))
+        ticks = [0.0, *(10.0**e for e in range(int(np.log10(max(1.0, max(map(abs, xs))))) + 1))]
+        layout["xaxis"].update(tickvals=[_symlog(t) for t in ticks], ticktext=[f"{t:g}" for t in ticks])
     elif getattr(spec, "log_x", False):
         layout["xaxis"]["type"] = "log"
     return {"data": data, "layout": layout}
+
+
+def _symlog(x: float) -> float:
+    return float(np.sign(x) * np.log10(1 + abs(x)))
 
 
 def histogram(spec: Histogram) -> dict:

@@ -193,8 +193,10 @@ def _faithfulness(run: Any) -> list[Any]:
         return []
     out = []
     if curve.get("k"):
-        out.append(Lines(curve["k"], {"recovered": curve["recovered"]}, "edges kept (top k by |score|)", "recovered fraction",
-                         f"faithfulness: {curve.get('ablation', 'corrupt')} ablation outside the top-k edges of {curve.get('from', '')}"))
+        out.append(Lines([float(k) for k in curve["k"]], {"recovered": curve["recovered"]},  # (numbers, not categories at even steps)
+                         "edges kept (top k by |score|; log scale, with 0)", "recovered fraction",
+                         f"faithfulness: {curve.get('ablation', 'corrupt')} ablation outside the top-k edges of {curve.get('from', '')}",
+                         log_x=True))
     mib = curve.get("mib")
     if mib:  # MIB's circuits at fractions of the edges (edges/mib.py): CPR from the signed ranking, CMD from |score|
         out.append(Lines(mib["fractions"], {"signed ranking (CPR)": mib["cpr"]["faithfulness"],
