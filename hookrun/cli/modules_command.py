@@ -7,7 +7,9 @@
 
 The model and the dataset are composed from the same config as `python -m hookrun` (any model=,
 data=, experiment= or key=value override); one item of the dataset goes through the model so
-that each module shows its input and output shapes and how often it runs per forward.
+that each module shows its input and output shapes and how often it runs per forward. A shipped
+model named without data= (model=tiny_cnn, tiny_lm, hf) reads its own data for that item (data=shapes,
+data=text); an item the model cannot take is one line naming data= and --no-example.
 """
 
 from __future__ import annotations
@@ -20,21 +22,38 @@ from hookrun.cli.app import compose_config
 from hookrun.cli.command import description, ends_quietly, exit_process, fail, run_command
 from hookrun.config.build import build, build_dataset, build_model, import_modules
 from hookrun.config.schema import HookrunConfig, load
-from hookrun.errors import ConfigError
+from hookrun.errors import ConfigError, RunError
 from hookrun.notebook.lister import ModuleTable, list_modules
 from hookrun.runner.batches import first_batch, make_loader
 from hookrun.runner.calls import CallSpec, ModelCall
 from hookrun.runner.prepare import resolve_device, seed_everything
 
+MODEL_DATA = {"tiny_cnn": "shapes", "tiny_lm": "text", "hf": "text"}  # the shipped models' own data (conf/data)
+
 
 def modules_of_config(overrides: list[str], match: str | None = None, example: bool = True, ops: bool = False) -> ModuleTable:
-    """The module table of the model `python -m hookrun OVERRIDES` would build (with its op sites: ops)."""
+    """The module table of the model `python -m hookrun OVERRIDES` would build (with its op sites: ops).
+    A shipped model named without data= or experiment= gets its own data for the example (MODEL_DATA:
+    model=tiny_cnn's 1 x 32 x 32 shapes, not the default data's 3 x 224 x 224 images), said in one line."""
+    chosen = [o.split("=", 1)[1] for o in overrides if o.startswith("model=")]
+    own = MODEL_DATA.get(chosen[-1]) if chosen and not any(o.startswith(("data=", "experiment=", "+experiment=")) for o in overrides) else None
+    if own and example:
+        print(f"example: data={own}, model={chosen[-1]}'s own data (give data=... for another)")
+        overrides = [*overrides, f"data={own}"]
     cfg = load(compose_config(overrides))
     import_modules(cfg.imports)
     device = resolve_device(cfg.device)
     seed_everything(cfg.seed)
     model = build_model(cfg.model, device)
-    return list_modules(model, first_call(cfg, device) if example else None, match, ops=ops)
+    call = first_call(cfg, device) if example else None
+    try:
+        return list_modules(model, call, match, ops=ops)
+    except RunError as exc:
+        if call is None or "the model's forward failed" not in str(exc):
+            raise
+        raise ConfigError(f"{exc}; the example is the first item of data.dataset ({cfg.data.dataset.get('_target_')}: "
+                          f"{call.describe()}): give the model's own data (data=..., e.g. data=shapes for model=tiny_cnn, "
+                          "data=text for a language model), or list the modules without it: --no-example") from None
 
 
 def first_call(cfg: HookrunConfig, device: torch.device) -> ModelCall:

@@ -201,3 +201,25 @@ def test_the_command_line_lists_gpt2_attention_sites(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "hookrun.modules", "model=resnet18", "--ops", "--no-example"], cwd=tmp_path,
                          capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and "--ops needs the example's forward" in bad.stderr
+
+
+def test_a_shipped_model_is_listed_with_its_own_data(capsys):
+    """`python -m hookrun.modules model=tiny_cnn` fed the default data's 3 x 224 x 224 image to a
+    1-channel model and failed; now its own data (data=shapes) gives the example, said in one line,
+    and a mismatched data set is one line naming the options (the shapes: a raw forward hook)."""
+    from hookrun.cli.modules_command import modules_of_config
+    from hookrun.data import shapes
+    from hookrun.models import tiny_cnn
+
+    table = {m.name: m for m in modules_of_config(["model=tiny_cnn", "device=cpu"])}
+    assert "example: data=shapes" in capsys.readouterr().out
+    model, seen = tiny_cnn().eval(), {}
+    for name, module in model.named_modules():
+        module.register_forward_hook(lambda m, i, o, name=name: seen.setdefault(name, (list(i[0].shape), list(o.shape))) and None)
+    model(shapes(size=1)[0][0][None])
+    for name in ("block1.0", "fc"):
+        assert [list(v) for v in table[name].inputs.values()][0] == seen[name][0], (name, table[name].inputs)
+    with pytest.raises(ConfigError) as err:
+        modules_of_config(["model=tiny_cnn", "data=synthetic", "device=cpu"])
+    line = str(err.value)
+    assert "\n" not in line and "[1, 3, 224, 224]" in line and "data=shapes" in line and "--no-example" in line
