@@ -5,18 +5,15 @@ insertion curves with their areas (registered as the kind's `sections`, reader.p
     shown_maps(run, 8)       # (sample indices, (n, H, W) maps summed over channels, pictures or None)
 
 Each map is the attribution summed over channels (a layer's map resized to the image, bilinear; a
-sequence's: summed over features, one row), drawn on the diverging colour scale of
-analysis/report/figure_specs.py centred on zero per sample (red: for the target, blue: against), at
-least SIZE pixels wide, over the image the run recorded drawn in grey (a hook recording the model's
-input: experiment=attribution_shapes has one), opaque where the map is strongest; without one, the
-map alone. A colour bar follows the maps. Captions name the target and the
-prediction (a recorded logits capture; target=predicted: the target) as the data set's class names
-where the run wrote them (`class_names` in the `attribution` attribute).
+sequence's: over features, one row), on the diverging scale of analysis/report/colour_scales.py
+centred on zero per sample (red: for the target, blue: against), at least SIZE pixels wide, over the
+image the run recorded (in grey; experiment=attribution_shapes records one), opaque where the map is
+strongest; without one, the map alone; a colour bar after. Captions name the target and the
+prediction (a recorded logits capture) by the data set's class names where the run wrote them.
 
-The report's page of a sweep of attribution runs (`attribution.method=saliency,integrated_gradients,
-occlusion`): one table that compares the methods by their curves' mean areas (lower deletion, higher
-insertion is better) and, per curve, every method's mean curve in one chart. Registered as the kind's
-`sweep` sections (reader.py); [] where no job is an attribution run with curves.
+A sweep of attribution runs (`attribution.method=saliency,integrated_gradients,occlusion`): one table
+of the methods' mean curve areas (lower deletion, higher insertion is better) and, per curve, every
+method's mean curve in one chart (the kind's `sweep` sections, reader.py; [] without curves).
 
     sweep_sections(open_sweep("outputs/methods"))
 """
