@@ -116,10 +116,8 @@ def colorbar_png(label: str, width: float = 3.6) -> str:
 
 
 def class_name(meta: dict, c: Any) -> str:
-    """Class `c` as the pictures name it: the data set's class name where the run wrote them
-    (`class_names` in the `attribution` attribute), else its number."""
-    names = meta.get("class_names") or []
-    c = int(c)
+    """Class `c` by the data set's class name where the run wrote them (`class_names`), else its number."""
+    names, c = meta.get("class_names") or [], int(c)
     return str(names[c]) if 0 <= c < len(names) else str(c)
 
 
