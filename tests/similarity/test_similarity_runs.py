@@ -33,14 +33,7 @@ def cfg(path, n: int = 24, batch: int = 5, model=MODEL, data=None, **block) -> d
 def recorded(model: torch.nn.Module, names: list[str], x: torch.Tensor, pool: str) -> list[np.ndarray]:
     """Every module's output for all items at once, by raw forward hooks (a copy, as the hook sees it),
     pooled in numpy."""
-    out: dict[str, torch.Tensor] = {}
-    handles = [model.get_submodule(n).register_forward_hook(lambda m, i, o, n=n: out.__setitem__(n, o.detach().clone()))
-               for n in names]
-    with torch.no_grad():
-        model(x)
-    for h in handles:
-        h.remove()
-    feats = [out[n].double().numpy() for n in names]
+    feats = [t.double().numpy() for t in _raw(model, names, x)]
     return [f.reshape(len(f), -1) if pool == "flatten" else f.reshape(*f.shape[:2], -1).mean(-1) if f.ndim > 2 else f
             for f in feats]
 
