@@ -513,6 +513,7 @@ def test_rbf_cka_where_the_median_distance_is_0_is_n_a_with_its_own_cause(tmp_pa
 def test_a_nan_cell_whose_cause_was_not_recorded_is_not_called_constant(tmp_path) -> None:
     """(Readers said `n/a: undefined (constant features)` for any NaN the file gave no cause for.)"""
     with h5py.File(tmp_path / "u.h5", "w") as f:
+        f.attrs["kind"] = "similarity"  # (as every similarity file; without it the reader was found only once loaded)
         f.attrs["similarity"] = json.dumps({"measure": "linear_cka", "estimator": "exact", "route": "gram",
                                             "pool": "flatten", "rows": ["a", "b"], "cols": ["a", "b"], "model": "m"})
         f["captures/similarity/__model__/linear_cka"] = np.array([[1.0, np.nan], [np.nan, np.nan]])
