@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hookrun.errors import ConfigError
+from hookrun.errors import ConfigError, RunError
 from hookrun.hooks.plan import resolve_targets
 
 
@@ -38,6 +38,16 @@ def output_tensor(out: Any) -> torch.Tensor | None:
             return out["last_hidden_state"]
         return next((v for v in out.values() if isinstance(v, torch.Tensor)), None)
     return None
+
+
+def refuse_non_finite(rows: torch.Tensor, items: torch.Tensor, where: str, needs: str) -> None:
+    """One RunError line where a pooled output's rows (rows, ...) hold NaN or inf: `items[i]` is row i's item,
+    `where` the hook point as the block names it (`probe.at: block2`), `needs` what needs finite rows."""
+    bad = ~torch.isfinite(rows.reshape(len(rows), -1)).all(dim=1)
+    if bool(bad.any()):
+        item = int(items.cpu()[bad.cpu()][0])
+        raise RunError(f"{where}'s pooled output holds NaN or infinite values in {int(bad.sum())} row(s) of this batch "
+                       f"(the first of item {item}); {needs}, or find where the model overflows (its dtype, its inputs)")
 
 
 class Taps:

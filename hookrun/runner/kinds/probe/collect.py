@@ -21,8 +21,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from hookrun.errors import ConfigError, RunError, close_matches
-from hookrun.hooks.taps import Taps
+from hookrun.errors import ConfigError, close_matches
+from hookrun.hooks.taps import Taps, refuse_non_finite
 from hookrun.runner.kinds.probe.pool import Rows, pool_rows
 from hookrun.runner.kinds.run_kind import plain_forward
 
@@ -103,12 +103,9 @@ class Collector:
         target = self.targets(call, len(indices), mask)
         out = {}
         for name, rows in self.outputs(model, call, mask).items():
-            bad = ~torch.isfinite(rows.x).all(1)
-            if bool(bad.any()):  # (a NaN fit stopped at once and was reported as "not converged", its weights NaN)
-                item = int(indices.cpu()[rows.item.cpu()[bad.cpu()][0]])
-                raise RunError(f"probe.at: {name}'s pooled output holds NaN or infinite values in {int(bad.sum())} row(s) "
-                               f"of this batch (the first of item {item}); a probe needs finite features: probe another "
-                               f"module, or find where the model overflows (its dtype, its inputs)")
+            # (a NaN fit stopped at once and was reported as "not converged", its weights NaN)
+            refuse_non_finite(rows.x, indices.cpu()[rows.item.cpu()], f"probe.at: {name}",
+                              "a probe needs finite features: probe another module")
             out[name] = (rows.x, self.row_targets(rows, target, name), self.keys(rows, ids, indices),
                          indices.cpu().numpy()[rows.item.cpu().numpy()])
         return out

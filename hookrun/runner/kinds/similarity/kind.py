@@ -36,7 +36,7 @@ from hookrun.config.build import build_model, live_model
 from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError, RunError
 from hookrun.hooks.hold import ModelHold
-from hookrun.hooks.taps import Taps
+from hookrun.hooks.taps import Taps, refuse_non_finite
 from hookrun.output.rank_link import RankLink
 from hookrun.output.scratch import Scratch, clear_scratch
 from hookrun.runner.batches import first_batch
@@ -132,14 +132,9 @@ class SimilarityKind(RunKind):
             raise ConfigError(f"similarity: the hook points' batches differ in rows ({got}); every `at` and "
                               f"`with.at` must give one row per item of the same batch")
         for k, s in enumerate(out):
-            bad = ~torch.isfinite(s.reshape(len(s), -1)).all(dim=1)
-            if bool(bad.any()):
-                first = int(bad.nonzero()[0, 0])
-                item = int(items.cpu()[first]) if items is not None else first
-                raise RunError(f"similarity.{'with.' if k >= len(self.rows) else ''}at: {self.label(k)}'s pooled output "
-                               f"holds NaN or infinite values in {int(bad.sum())} row(s) of this batch (the first of item "
-                               f"{item}); CKA and RSA need finite features: compare another module, or find where the "
-                               f"model overflows (its dtype, its inputs)")
+            refuse_non_finite(s, items if items is not None else torch.arange(len(s)),
+                              f"similarity.{'with.' if k >= len(self.rows) else ''}at: {self.label(k)}",
+                              "CKA and RSA need finite features: compare another module")
         return out
 
     def describe(self) -> dict[str, Any]:
