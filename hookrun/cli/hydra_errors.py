@@ -10,9 +10,7 @@ functions return as `hookrun: error: ...` and exits with 2.
 
 from __future__ import annotations
 
-import dataclasses
 import re
-import typing
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from hydra.errors import (
 )
 from omegaconf.errors import OmegaConfBaseException
 
+from hookrun.config.plugins import nested_block, takes_bool
 from hookrun.config.schema import HookrunConfig
 from hookrun.errors import ConfigError, close_matches
 
@@ -90,11 +89,13 @@ def renamed(overrides: list[str], conf: str) -> list[str]:
 
 def _is_boolean(key: str) -> bool:
     """`key` (dotted) is a boolean of hookrun's schema (dry_run, output.overwrite)."""
-    hint: object = HookrunConfig
-    for part in key.split("."):
-        cls = next((t for t in typing.get_args(hint) or (hint,) if dataclasses.is_dataclass(t)), None)
-        hint = typing.get_type_hints(cls).get(part) if cls is not None else None
-    return bool in (typing.get_args(hint) or (hint,))
+    *path, last = key.split(".")
+    cls: type | None = HookrunConfig
+    for part in path:
+        cls = nested_block(cls, part)
+        if cls is None:
+            return False
+    return takes_bool(cls, last)
 
 
 def _depth(text: str) -> int:

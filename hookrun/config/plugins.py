@@ -260,7 +260,7 @@ def mapping_where_nested(where: str, cls: type, field_name: str, value: Any) -> 
     one line naming its keys, where OmegaConf would say "Merge error: float is not a subclass of Split".
     Returns the nested dataclass (None where the field is not one), for a caller that walks deeper."""
     nested, hint = nested_block(cls, field_name), _hints(cls).get(field_name)
-    if bool in (typing.get_args(hint) or (hint,)) and isinstance(value, int) and not isinstance(value, bool) and value not in (0, 1):
+    if takes_bool(cls, field_name) and isinstance(value, int) and not isinstance(value, bool) and value not in (0, 1):
         raise ConfigError(f"{where}{_key(field_name)}={value!r} is not a boolean; give true or false")  # (OmegaConf reads 2 as true)
     optional = type(None) in typing.get_args(hint)
     if nested is None or (value is None and optional) or isinstance(value, Mapping) or dataclasses.is_dataclass(value):
@@ -275,6 +275,10 @@ def nested_block(cls: type, field_name: str) -> type | None:
     """The dataclass a field of `cls` holds (typed X or X | None), else None (no such field, or a plain type)."""
     hint = _hints(cls).get(field_name)
     return next((t for t in typing.get_args(hint) or (hint,) if dataclasses.is_dataclass(t)), None)
+
+
+def takes_bool(cls: type, field_name: str) -> bool:  # (typed bool or bool | None)
+    return bool in (typing.get_args(hint := _hints(cls).get(field_name)) or (hint,))
 
 
 @functools.cache
