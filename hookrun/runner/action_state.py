@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import h5py
+import torch
 
 from hookrun.errors import ConfigError
 from hookrun.hooks.actions import ActionEnv
@@ -73,8 +74,6 @@ def check_tensors(points: list[HookPoint], run_one: Callable[[], Any]) -> None:
     finally:
         for h in handles:
             h.remove()
-    import torch
-
     for p, a in checked:
         roles = seen.get(id(p))
         what = getattr(a, "what", None)  # (lens, top_examples: the tensor `what` names, or its .0)
