@@ -5,6 +5,7 @@ that gives no tensor and one that does not run; no handle left behind, also afte
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -109,3 +110,24 @@ def test_a_module_with_no_tensor_a_shared_module_and_one_that_does_not_run_are_o
         taps.take()
     assert str(err.value) == ("t.at: spare did not run in the model's forward; name a module the forward calls "
                               "(python -m hookrun.modules lists them)")
+
+
+@pytest.mark.parametrize("bad", [None, float("nan"), float("inf"), -float("inf")])
+def test_refuse_non_finite_passes_finite_rows_whose_float32_sum_overflows(bad) -> None:
+    """The check sums the rows first (one reduction); a sum of large finite values overflows to inf in
+    float32, and such rows are finite: they pass. Reference: numpy's isfinite on the same rows."""
+    from hookrun.errors import RunError
+    from hookrun.hooks.taps import refuse_non_finite
+
+    rows = torch.full((8, 6), 1e37)
+    assert not torch.isfinite(rows.sum())
+    if bad is not None:
+        rows[5, 2] = bad
+    items = torch.arange(100, 108)
+    finite = np.isfinite(rows.numpy()).all(axis=1)
+    if finite.all():
+        refuse_non_finite(rows, items, "probe.at: x", "needs finite")
+        return
+    with pytest.raises(RunError, match=r"x's pooled output holds NaN or infinite values in 1 row\(s\) of this batch "
+                                       r"\(the first of item 105\)"):
+        refuse_non_finite(rows, items, "probe.at: x", "needs finite")

@@ -183,12 +183,13 @@ class MinibatchRoute:
         if n != self.batch:
             return
         x = [s.reshape(n, -1).to(torch.float64, copy=True) for s in series]
-        flat = []
-        for a in x:  # the estimator is unchanged by a shift of the rows; a constant series is then 0 (in place)
+        flat = self.flat or [True] * len(x)
+        for k, a in enumerate(x):  # the estimator is unchanged by a shift of the rows; a constant series is then 0
             first = a[0].clone()
             a -= first
-            flat.append(m.within_noise(a.sum(dim=0), (a * a).sum(dim=0), n, first))
-        self.flat = flat if self.flat is None else [f and g for f, g in zip(self.flat, flat, strict=True)]
+            if flat[k]:  # (a series that varied in one batch is not constant: no test after it)
+                flat[k] = m.within_noise(a.sum(dim=0), torch.einsum("ij,ij->j", a, a), n, first)
+        self.flat = flat
         grams = torch.stack([a @ a.T for a in x])
         grams.diagonal(dim1=1, dim2=2).zero_()
         flat, rows = grams.reshape(len(x), -1), grams.sum(dim=2)
