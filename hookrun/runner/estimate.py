@@ -125,11 +125,13 @@ def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: Actio
     report = Estimate(points, n_samples=n_samples, n_batches=n_batches)
     batch = max(1, min(loader.batch_size or 1, n_samples))
     datasets: list[tuple[int, int, bool]] = []  # (rank, chunks, a capture's) of each dataset: its metadata
+    digested = 0  # /checksums rows: one per batch that appends to a digested dataset (store/digest.py)
     for cap in captures:
         line = capture_line(cap, n_samples, n_batches, batch, width, chunk_bytes_for(len(captures)))
         report.lines.append(line)
         rank = 1 if cap.ragged else cap.value.dim() + cap.per_step
         datasets.append((rank, math.ceil(line.rows / line.chunk), True))
+        digested += min(n_batches, line.rows) * (2 if line.index else 1)  # (a row at least in each batch it takes)
         if line.index:
             datasets.append((1, math.ceil(line.index / capped(INDEX_CHUNK, line.index)), False))
     groups_of = list(captures)
@@ -140,6 +142,7 @@ def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: Actio
                         max(1, value.shape[0] if value.dim() else 1))
             report.lines.append(line)
             datasets.append((max(1, value.dim()), 1, True))
+            digested += 1
         groups_of += finished
         arrays = [np.asarray(v.numpy(force=True) if isinstance(v, torch.Tensor) else v) for v in state.values()]
         slots = min(2, n_batches)  # two slots written in turn, in place (store/run_state.py)
@@ -147,14 +150,17 @@ def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: Actio
         datasets += [(max(1, a.ndim), 1, False) for a in arrays] * slots
         report.state_groups += (2 + slots) if arrays else 0  # /state/KEY and its slots (/state: once, below)
     report.state_groups += 1 if report.state_bytes else 0  # /state
+    before = len(datasets)
     report.extra_bytes = kind.file_bytes(n_samples) + sample_bytes(loader, call, settings, n_samples, datasets)
+    digested += n_batches * (len(datasets) - before)  # (every /samples dataset, each batch)
     tokens = [len(c.value) for c in captures if c.tokens]
     if tokens:  # the token map: /samples/token_sample, token_position (and token_generated: generate)
         rows, n = n_samples * (width or max(tokens)), 3 if kind.token_rows(call) else 2
         report.extra_bytes += allocated(rows, capped(TOKEN_CHUNK, rows)) * (17 if n == 3 else 16)
         datasets += [(1, math.ceil(rows / capped(TOKEN_CHUNK, rows)), False)] * n
-    if checksum:  # output.checksum: a (batch, dataset) row of 3 uint64 in /checksums, for each dataset above (captures,
-        rows = n_batches * len(datasets)  # their .index, every /samples dataset, the token map: store/digest.py)
+        digested += n_batches * n
+    if checksum:  # output.checksum: a row of 3 uint64 in /checksums per batch and dataset it appends to (captures,
+        rows = digested  # their .index, every /samples dataset, the token map; not /state, written in place)
         report.extra_bytes += allocated(rows, capped(DIGEST_CHUNK, rows)) * 24
         datasets.append((2, math.ceil(rows / capped(DIGEST_CHUNK, rows)), False))
     groups = {"", "samples"} | {c.key.path.rsplit("/", k)[0] for c in groups_of for k in range(1, c.key.path.count("/") + 1)}

@@ -35,6 +35,11 @@ CASES = {
     "limit": (CNN, shapes(512), record("block1", limit=2)),
     "tokens": (LM, TEXT, record("transformer.h.*", rows="token")),
     "every": (CNN, shapes(64), record("block3", every=3)),
+    # 512 and 2048 batches of one item: /checksums, a row per batch for each dataset the batch appends to (the capture and
+    # each /samples dataset: index, step, target), is most of the file; the estimate once counted two /samples
+    # datasets (under the file) and then a row per batch for the capture whose `limit` one batch reaches (over it)
+    "checksums": (CNN, {**shapes(2048), "batch_size": 1}, record("fc")),
+    "checksums_limit": (CNN, {**shapes(512), "batch_size": 1}, record("block1", limit=1)),
 }
 
 
