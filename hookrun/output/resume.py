@@ -28,7 +28,7 @@ import yaml
 from hookrun.config.checks import differing
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.store.capture_schema import CaptureMeta, RowKind, damage, list_captures
-from hookrun.store.digest import check_block, table_of
+from hookrun.store.digest import check_block, sample_map_damage, table_of
 from hookrun.store.lock import flushing_path
 from hookrun.store.reading import LocalSource
 from hookrun.store.records import Capture, CaptureKey, RunStore, StepRecord, tables_in
@@ -97,13 +97,14 @@ def open_resume(path: Path, config_yaml: str) -> ResumeState | None:
     if "config" not in f.attrs:
         f.close()
         raise ConfigError(f"resume: {str(path)!r} is not a hookrun file")
-    changed = config_differences(yaml.safe_load(f.attrs["config"]), yaml.safe_load(config_yaml))
-    if changed:
+    if changed := config_differences(yaml.safe_load(f.attrs["config"]), yaml.safe_load(config_yaml)):
         f.close()
-        raise ConfigError(
-            f"resume: the config differs from the one {str(path)!r} was written with, in "
-            f"{', '.join(changed)}; resume with the same settings (or start a new run)"
-        )
+        raise ConfigError(f"resume: the config differs from the one {str(path)!r} was written with, in "
+                          f"{', '.join(changed)}; resume with the same settings (or start a new run)")
+    if damaged := sample_map_damage(f):  # (copied as they are into the new file, whose checksums would vouch for them)
+        f.close()
+        raise ConfigError(f"resume: {str(path)!r}: {damaged[0]}: the file was damaged on disk; move it away and run again "
+                          f"(python -m hookrun.inspect --verify FILE lists every damaged block)")
     try:
         step_of_row = f["samples/step"][:]
     except READ_ERRORS as exc:

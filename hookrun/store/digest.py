@@ -207,10 +207,24 @@ def _unclaimed(f: h5py.File, claimed: set[str]) -> list[str]:
     return problems
 
 
-def _check_rows(ds: h5py.Dataset, path: str, tag: str, torn: bool = False) -> list[str]:
+def sample_map_damage(f: h5py.File) -> list[str]:
+    """The damaged blocks of what maps a row to its sample (every /samples dataset, each capture's `.index`),
+    which resume copies into its new file (it checks the captures' rows as it reads them: check_block). Only
+    the blocks the file holds: rows past them are a killed run's last batches, which resume does again."""
+    try:
+        paths = [f"/samples/{name}" for name in f["samples"]] if "samples" in f else []
+        paths += [f"{f[i.path].parent.name}/{leaf}" for i in list_captures(f) if (leaf := str(f[i.path].attrs.get("index", "") or ""))]
+        tagged = [(p, str(f[p].attrs.get("digest", "") or "")) for p in paths]
+    except Exception:  # (a damaged header: resume names it where it reads it)
+        return []
+    return [problem for p, tag in tagged if tag for problem in _check_rows(f[p], p, tag, torn=True, whole=False)]
+
+
+def _check_rows(ds: h5py.Dataset, path: str, tag: str, torn: bool = False, whole: bool = True) -> list[str]:
     """Every block of one dataset against its digests. A file at rest holds one whole flush (the table
     is written with the rows it covers), so digests past the dataset's end are rows it lost; only a
-    `torn` file (hookrun 0.2's, killed inside a flush) may hold a table ahead of its rows."""
+    `torn` file (hookrun 0.2's, killed inside a flush) may hold a table ahead of its rows. `whole`: rows
+    no digest covers are named too."""
     try:
         table = table_of(ds, tag)
     except (KeyError, OSError, RuntimeError) as exc:
@@ -233,6 +247,6 @@ def _check_rows(ds: h5py.Dataset, path: str, tag: str, torn: bool = False) -> li
             if got != want:
                 problems.append(f"{path}: rows {start}..{end - 1} do not match their checksum (damaged on disk)")
         start = end
-    if start < n:  # rows that no digest covers (a table cut short): unverified, hence named
+    if start < n and whole:  # rows that no digest covers (a table cut short): unverified, hence named
         problems.append(f"{path}: rows {start}..{n - 1} have no checksum (the /checksums table ends at row {start})")
     return problems

@@ -4,6 +4,7 @@ plain h5py and an uninterrupted run of the same config."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -92,6 +93,28 @@ def test_resume_refuses_rows_damaged_on_disk_and_inspect_verify_names_them(tmp_p
     with pytest.raises(ConfigError, match=r"resume: .*captures/l/layer2/output rows 4\.\.7 \(batch 1\) do not match their checksum"):
         hookrun.run({**cfg, "resume": True})
     assert path.read_bytes() == before  # the damaged file is left as it was, for the user to look at
+
+
+@pytest.mark.parametrize("name", ["samples/index", "captures/l/layer2/output.index"])
+def test_resume_refuses_a_sample_map_damaged_on_disk(tmp_path, checkpoint, name):
+    """(Resume copied /samples and a capture's .index as they were: the new file's checksums then vouched for
+    damaged rows, and rows went to the wrong samples.) Reference: inspect --verify names the same block."""
+    hooks = {"l": {"at": "layer2", "type": "forward", "actions": [{"name": "record", "what": "output", "limit": 6}]}}
+    cfg = make_cfg(tmp_path, checkpoint, hooks, **{"output.checksum": True})
+    path = hookrun.run(cfg).path
+    with h5py.File(path, "a") as f:  # as if it had been interrupted after its last batch
+        f.attrs["status"] = "interrupted"
+        assert f[name].shape[0] >= 6
+    _damage_rows(path, name, 5)
+    verify = subprocess.run([sys.executable, "-m", "hookrun.inspect", "--verify", str(path)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    block = re.search(rf"damaged: /{re.escape(name)}: (rows \d+\.\.\d+) do not match their checksum", verify.stderr)
+    assert verify.returncode == 1 and block, verify.stderr
+    before = path.read_bytes()
+    with pytest.raises(ConfigError, match=rf"resume: .*/{re.escape(name)}: {block[1]} do not match their checksum "
+                                          r"\(damaged on disk\): the file was damaged on disk; move it away"):
+        hookrun.run({**cfg, "resume": True})
+    assert path.read_bytes() == before
 
 
 @pytest.mark.slow
