@@ -278,7 +278,8 @@ def test_a_normalised_input_comes_back_as_the_raw_image(tmp_path, capsys):
                                 torch.nn.Flatten(), torch.nn.Linear(4, 3)).eval()
     hooks = {"fmap": {"at": "0", "type": "forward", "actions": [{"name": "record", "what": "output"}]},
              "g": {"at": "0", "type": "tensor", "actions": ["record"]},
-             "images": {"at": "", "type": "forward_pre", "actions": [{"name": "record", "what": "input"}]}}
+             "images": {"at": "", "type": "forward_pre", "actions": [{"name": "record", "what": "input"}]},
+             "top": {"at": "0", "type": "forward", "actions": [{"name": "top_examples", "k": 2}]}}
     data = Photos()
     path = hookrun.run({"hooks": hooks, "data": {"batch_size": 2}, "progress": False, **GRAD,
                         "output": {"path": str(tmp_path / "p.h5")}}, model=model, dataset=data).path
@@ -287,8 +288,13 @@ def test_a_normalised_input_comes_back_as_the_raw_image(tmp_path, capsys):
         from hookrun.analysis.report.gradcam_section import gradcam as section
 
         title = section(run)[0]["items"][0]["title"]
+        from hookrun.analysis.report.latents import ChannelImages, _latent_capture
+
+        latents = ChannelImages.of(run, _latent_capture(run, "0"))  # (the report's top examples over their images)
+        drawn = [latents.picture(k) for k in range(4)]
     for k in range(4):
         np.testing.assert_allclose(spec.pictures[k], data.raw[k], atol=1e-6)
+        np.testing.assert_allclose(drawn[k], data.raw[k], atol=1e-6)
     assert "min-max" not in spec.title and "min-max" not in title
     # an old file (no such attribute): min-max scaled, as before, and the titles say so
     with h5py.File(path, "r+") as f:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from hookrun.analysis.gradcam import _index, as_pictures, is_map
+from hookrun.analysis.gradcam import _index, as_pictures, image_norm, is_map
 from hookrun.analysis.report.figure_specs import (
     histogram_of,
 )
@@ -181,6 +181,7 @@ class ChannelImages:
         self.run, self.maps, self.images = run, maps, images
         self.map_rows = {int(i): r for r, i in enumerate(_index(run, maps))}
         self.image_rows = {int(i): r for r, i in enumerate(_index(run, images))}
+        self.norm = image_norm(run, _index(run, images)[:1])  # (the data set's Normalize, undone: the raw image)
 
     @classmethod
     def of(cls, run: Any, capture: Any) -> ChannelImages | None:
@@ -194,11 +195,15 @@ class ChannelImages:
         r = self.map_rows.get(int(sample))
         return None if r is None else np.asarray(self.run.file[self.maps.path][r, channel], dtype=np.float64)
 
+    def picture(self, sample: int) -> np.ndarray | None:
+        """The sample's input image (H x W x 3 in [0, 1]), its normalisation undone where the run wrote it."""
+        r = self.image_rows.get(int(sample))
+        return None if r is None else as_pictures(np.asarray(self.run.file[self.images.path][r : r + 1]), self.norm)[0]
+
     def src(self, sample: int, channel: int, top: float) -> str | None:
-        m, r = self.channel(sample, channel), self.image_rows.get(int(sample))
-        if m is None or r is None:
+        m, picture = self.channel(sample, channel), self.picture(sample)
+        if m is None or picture is None:
             return None
-        picture = as_pictures(np.asarray(self.run.file[self.images.path][r : r + 1]))[0]
         if m.shape != picture.shape[:2]:
             from PIL import Image
 
