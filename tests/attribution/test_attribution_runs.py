@@ -198,6 +198,45 @@ def test_a_token_model_attributes_at_its_embeddings_as_captum_does(tmp_path):
     assert run.attribution("deletion").shape == (4, 4)
 
 
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_padded_text_is_attributed_at_each_items_last_real_token(side):
+    """Right padding: the class attributed, its logit, the map and the deletion curve are those of each
+    item's last real token (a raw forward and captum on the same weights), not of the padding after it."""
+    pytest.importorskip("transformers")
+    from hookrun.data.text import text
+    from hookrun.models.tiny_lm import tiny_lm
+
+    lm, ds = tiny_lm().eval(), text(files="pydoc_topics", max_length=24, limit=4, padding_side=side)
+    ids = torch.stack([ds[i]["input_ids"] for i in range(4)])
+    am = torch.stack([ds[i]["attention_mask"] for i in range(4)])
+    assert len(set(am.sum(1).tolist())) > 1  # items of several lengths: padding on some
+    got = hookrun.attribute(lm, ds, batch_size=2, target_key=None, method="integrated_gradients", at="transformer.wte",
+                            target="predicted", steps=4, measure={"deletion": 3})
+
+    def at_last_real(ids, am):  # the logits at the last 1 of the mask: the last position minus its trailing 0s
+        last = am.shape[1] - 1 - torch.flip(am, [1]).argmax(1)
+        return lm(input_ids=ids, attention_mask=am).logits[torch.arange(len(ids)), last]
+
+    with torch.no_grad():
+        logits = at_last_real(ids, am)
+    target = logits.argmax(1)
+    np.testing.assert_array_equal(got["target"], target.numpy())
+    np.testing.assert_allclose(got["logit"], logits.gather(1, target[:, None])[:, 0].numpy(), rtol=1e-5, atol=1e-5)
+    want = torch.cat([captum_attr.LayerIntegratedGradients(at_last_real, lm.transformer.wte).attribute(
+        ids[s: s + 2], baselines=torch.zeros_like(ids[s: s + 2]), target=target[s: s + 2], n_steps=4,
+        additional_forward_args=(am[s: s + 2],)) for s in (0, 2)]).detach()
+    np.testing.assert_allclose(got["attribution"], want.numpy(), rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+    order = np.argsort(-want.sum(-1).numpy(), axis=1, kind="stable")  # deletion: positions set to token 0
+    t = ids.shape[1]
+    for k in range(4):
+        cut = ids.clone()
+        for i in range(4):
+            cut[i, order[i, : k * t // 3]] = 0
+        with torch.no_grad():
+            p = torch.softmax(at_last_real(cut, am).double(), 1).gather(1, target[:, None])[:, 0]
+        np.testing.assert_allclose(got["deletion"][:, k], p.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_plot_draws_the_maps_over_the_images_and_the_curves(tmp_path, data):
     pytest.importorskip("matplotlib")
     from hookrun.cli.plot_command import plot_run

@@ -69,8 +69,8 @@ class Engine:
             if len(b.window) != len(shape) or any(w > s for w, s in zip(b.window, shape, strict=False)):
                 raise ConfigError(f"{W}.window={list(b.window)}: larger than an item's input {list(shape)} (or another "
                                   f"number of axes); give one size per axis, each at most the input's")
-        if self.lrp is not None and f.extras:
-            raise ConfigError(f"{W}.method=lrp: the model takes more than its input ({len(f.extras)} more tensor(s)); "
+        if self.lrp is not None and f.model_extras:
+            raise ConfigError(f"{W}.method=lrp: the model takes more than its input ({f.model_extras} more tensor(s)); "
                               f"zennit's Gradient calls model(input)")
 
     def fires(self, f: Forward) -> torch.Tensor:

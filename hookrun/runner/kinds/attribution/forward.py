@@ -2,13 +2,17 @@
 the target's logits out.
 
     f = Forward(model, call)          # call: a batch's ModelCall (runner/calls.py)
-    logits = f(f.input, *f.extras)    # (n, classes): a token model's last position
+    logits = f(f.input, *f.extras)    # (n, classes): a token model's at each item's last real token
 
 `f.watch = x` keeps the logits of the first call on that very tensor (`f.seen`): the methods' own
 forward of the unperturbed inputs gives the model's logits without a forward of their own.
 The attributed input is the call's first positional tensor, else its `input_ids` keyword, else its
 first tensor keyword. The other tensors whose first axis is the batch's go to captum as
 `additional_forward_args`, so that it repeats them with the interpolation steps and occluded copies.
+A sequence's logits (n, positions, classes) are read at each item's last real token: the last 1 of
+its `attention_mask` (the call's `attention_mask` keyword, else the batch's mask, which then rides
+along as a hidden extra the model is not given), the last position where there is no mask; right
+padding would otherwise attribute the prediction at a padding token.
 
 LRP (below): layer-wise relevance propagation by zennit, its Gradient attributor with a named
 composite, on a copy of the model (zennit's canonizers merge batch norms into the convolutions of the
@@ -49,32 +53,53 @@ class Forward:
         self.places = [i for i, v in enumerate(args) if i != self.slot and batched(v)]
         self.places += [k for k, v in kwargs.items() if k != self.slot and batched(v)]
         self.extras = tuple(args[p] if isinstance(p, int) else kwargs[p] for p in self.places)
+        mask = getattr(call, "attention_mask", None)
+        if MASK not in self.places and MASK != self.slot and batched(mask):  # the batch's mask, not passed to the model
+            self.places.append(HIDDEN)
+            self.extras += (mask,)
+        self.model_extras = len(self.places) - (HIDDEN in self.places)  # the tensors the model itself takes beside x
         self.args, self.kwargs = args, kwargs
         self.watch: torch.Tensor | None = None  # the batch's own input: its logits are kept when captum runs it
         self.seen: torch.Tensor | None = None
 
     def __call__(self, x: torch.Tensor, *extras: torch.Tensor) -> torch.Tensor:
         args, kwargs = list(self.args), dict(self.kwargs)
+        mask = None
         for place, value in ((self.slot, x), *zip(self.places, extras, strict=True)):
-            if isinstance(place, int):
+            if place == HIDDEN:
+                mask = value
+            elif isinstance(place, int):
                 args[place] = value
             else:
                 kwargs[place] = value
-        logits = logits_of(self.model(*args, **kwargs))
+        logits = logits_of(self.model(*args, **kwargs), kwargs.get(MASK, mask))
         if x is self.watch and self.seen is None:  # captum's own forward of the inputs (occlusion's first, IG's delta)
             self.seen = logits.detach()
         return logits
 
 
-def logits_of(out: Any) -> torch.Tensor:
+MASK, HIDDEN = "attention_mask", -1  # HIDDEN: the place of a mask that rides with the extras, not passed to the model
+
+
+def logits_of(out: Any, mask: Any = None) -> torch.Tensor:
     """The classes' logits of a model's output: a tensor (n, classes); `.logits` or the first item of a
-    tuple; a sequence's (n, positions, classes) at its last position."""
+    tuple; a sequence's (n, positions, classes) at each item's last real token, the last nonzero entry
+    of `mask` (n, positions) (left padding: the last position; no mask, or none that fits: the last
+    position)."""
     if not isinstance(out, torch.Tensor):
         out = getattr(out, "logits", None) if not isinstance(out, tuple | list) else out[0]
     if not isinstance(out, torch.Tensor) or out.dim() not in (2, 3):
         raise ConfigError("attribution: the model's output is not logits (n, classes) or (n, positions, classes); "
                           "attribution needs a classifier's or a language model's logits")
-    return out[:, -1] if out.dim() == 3 else out
+    if out.dim() == 2:
+        return out
+    n, t = out.shape[:2]
+    if not isinstance(mask, torch.Tensor) or tuple(mask.shape) != (n, t):
+        return out[:, -1]
+    real = mask.to(out.device) != 0
+    last = (real.long() * torch.arange(1, t + 1, device=out.device)).argmax(1)  # the last real position
+    last = torch.where(real.any(1), last, t - 1)
+    return out[torch.arange(n, device=out.device), last]
 
 
 BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
