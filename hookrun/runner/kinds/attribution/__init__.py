@@ -10,6 +10,7 @@
 | kind.py       | the run kind: a step per batch, its rows as captures, the file's `attribution`   |
 | engine.py     | one batch: captum's (zennit's) attribution, target, logit, prob, delta, curves; the memory budget, measured on the first batch |
 | forward.py    | the model as captum calls it (attributed input first, the logits out); zennit's composites on a copy of it (LRP) |
+| labels.py     | every label the run will attribute, checked before any batch where it reads without the items |
 | baselines.py  | zero, mean, blur or an item key; the deletion and insertion curves to them and their areas |
 | notebook.py   | hookrun.attribute: the same engine over a data set, arrays in memory             |
 | reader.py     | what readers show: `open_run(p).attribution()`, the sweep table's curve areas    |

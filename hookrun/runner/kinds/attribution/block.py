@@ -6,7 +6,8 @@
 Every key is checked here, before the model is built: a wrong value is one ConfigError naming the
 key, what is wrong and the choices. What needs the model or the first batch (a module that never
 runs, a target class out of range, a window larger than the input, a baseline of the wrong shape)
-is checked by the engine (engine.py) on the first batch, still before any batch is written.
+is checked by the engine (engine.py) on the first batch, still before any batch is written (a later
+batch's labels too, where they read without loading the items: labels.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """One batch's attributions by captum (zennit for lrp), with the target used, the model's logit and
 probability for it, captum's convergence delta (integrated gradients) and the deletion / insertion curves.
 
-    engine = Engine(model, block, first_call, dataset)   # every check on the first batch; the budget measured
+    engine = Engine(model, block, first_call, dataset)   # every check on the first batch (and every label
+                                                         # that reads without its item: labels.py); the budget measured
     rows = engine.batch(call)     # {"attribution": (n, ...), "target": (n,), "logit", "prob", ["delta"], ...}
 
 | method               | at: input                 | at: MODULE                      |
@@ -38,13 +39,16 @@ from hookrun.errors import ConfigError, RunError, close_matches
 from hookrun.runner.kinds.attribution.baselines import Baselines, curves, measurable
 from hookrun.runner.kinds.attribution.block import Block
 from hookrun.runner.kinds.attribution.forward import LRP, Forward
+from hookrun.runner.kinds.attribution.labels import check_labels
 from hookrun.runner.memory import measure_bytes
 
 W = "attribution"
 
 
 class Engine:
-    def __init__(self, model: nn.Module, block: Block, call: Any, dataset: Any = None, spec: Any = None) -> None:
+    def __init__(self, model: nn.Module, block: Block, call: Any, dataset: Any = None, spec: Any = None,
+                 planned: int | None = None) -> None:
+        """`planned`: how many of the data set's items the run reads (data.limit); None: all of them."""
         self.model, self.block = model, block
         self.layer = find_module(model, block.layer) if block.layer else None
         self.lrp = LRP(model, block.composite) if block.method == "lrp" else None
@@ -55,6 +59,8 @@ class Engine:
             logits, forward_bytes = measure_bytes(model, lambda: self.fires(f))
         self.classes = int(logits.shape[1])
         targets = self.targets(call, logits, first=True)
+        check_labels(dataset, spec, block.target, len(dataset) if planned is None and dataset is not None else
+                     planned or 0, self.classes)  # every batch's labels, where they read without the items
         self.baselines.of(call, f.input, first=True)
         self.budget = Budget(model, block, f, targets, forward_bytes)
 

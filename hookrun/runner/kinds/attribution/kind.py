@@ -55,7 +55,8 @@ class AttributionKind(RunKind):
         ctx.model.eval()  # (a live model's mode comes back: hooks/hold.py)
         _, call = first_batch(ctx.loader, ctx.spec, size=ctx.cfg.data.batch_size)
         dataset = getattr(ctx.loader.dataset, "dataset", ctx.loader.dataset)  # under the Indexed wrapper
-        self.engine = Engine(ctx.model, self.spec_block, call.to(ctx.device), dataset, ctx.spec)
+        self.engine = Engine(ctx.model, self.spec_block, call.to(ctx.device), dataset, ctx.spec,
+                             planned=len(ctx.env.planned_samples))
         self.module = self.spec_block.layer or ""
         self.class_names = class_names(dataset, self.engine.classes)
 
