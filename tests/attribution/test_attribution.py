@@ -131,6 +131,49 @@ def test_lrp_equals_zennit_and_the_model_comes_back_as_it_went_in(tmp_path, mode
     close(got.values, torch.cat(want).numpy())
 
 
+LOW, HIGH = [-0.1, 0.0, -0.2], [1.0, 1.1, 0.9]  # epsilon_gamma_box's box: one bound per channel
+
+
+def zennit_reference(model, data, name, **kw):
+    """zennit's Gradient with the composite (and the ResNet's canonizer) on a copy of the model, batch by batch."""
+    from zennit.attribution import Gradient
+    from zennit.composites import COMPOSITES
+    from zennit.torchvision import ResNetCanonizer
+
+    ref_model, want = copy.deepcopy(model), []
+    for x, y in batches(data):
+        with Gradient(model=ref_model, composite=COMPOSITES[name](canonizers=[ResNetCanonizer()], **kw)) as attributor:
+            _, rel = attributor(x, torch.eye(CLASSES)[y])
+        want.append(rel)
+    return torch.cat(want).numpy()
+
+
+@pytest.mark.parametrize("name", sorted(pytest.importorskip("zennit.composites").COMPOSITES))
+def test_every_zennit_composite_equals_zennit(model, data, name):
+    box = name == "epsilon_gamma_box"
+    got = hookrun.attribute(model, data, batch_size=B, method="lrp", composite=name,
+                            **({"low": LOW, "high": HIGH} if box else {}))["attribution"]
+    kw = {"low": torch.tensor(LOW).view(1, 3, 1, 1), "high": torch.tensor(HIGH).view(1, 3, 1, 1)} if box else {}
+    close(got, zennit_reference(model, data, name, **kw))  # zennit's own shape for per-channel bounds: (1, C, 1, 1)
+    if box:  # the box's bounds are used: others give another map
+        other = hookrun.attribute(model, data, batch_size=B, method="lrp", composite=name, low=0, high=1)["attribution"]
+        assert not np.allclose(other, got, rtol=1e-3, atol=1e-3 * float(np.abs(got).max()))
+
+
+def test_epsilon_gamma_box_on_normalized_images_takes_each_channels_bounds(tmp_path, model, data):
+    """Images in [0, 1] normalized per channel: the box is (0 - mean) / std to (1 - mean) / std, per channel,
+    given in YAML as lists (a file run); zennit takes it as (1, 3, 1, 1) tensors."""
+    mean, std = torch.tensor([0.485, 0.456, 0.406]), torch.tensor([0.229, 0.224, 0.225])
+    normed = [((x - mean[:, None, None]) / std[:, None, None], y) for x, y in data]
+    low, high = (-mean / std).tolist(), ((1 - mean) / std).tolist()
+    got = run(tmp_path, model, normed, method="lrp", composite="epsilon_gamma_box", low=low, high=high)
+    want = zennit_reference(model, normed, "epsilon_gamma_box", low=(-mean / std).view(1, 3, 1, 1),
+                            high=((1 - mean) / std).view(1, 3, 1, 1))
+    close(got.values, want)
+    one = zennit_reference(model, normed, "epsilon_gamma_box", low=min(low), high=max(high))  # one box for all channels
+    assert not np.allclose(one, want, rtol=1e-3, atol=1e-3 * float(np.abs(want).max()))
+
+
 def test_targets_predicted_a_class_and_an_item_key(tmp_path, model, data):
     with torch.no_grad():
         predicted = model(torch.stack([x for x, _ in data])).argmax(1).numpy()

@@ -1,6 +1,7 @@
 """Silent wrong numbers and silent losses (issue 47 item 7): attribution's curves at a layer without
-spatial axes, LRP on a model its composite has no rule for, a user's object in a reference cycle
-under `python -m hookrun`, and a second Ctrl-C while a batch is written. References: a raw
+spatial axes, LRP on a model its composite has no rule for (or a composite that cannot run on it), a
+user's object in a reference cycle under `python -m hookrun`, and a second Ctrl-C while a batch is
+written. References: a raw
 timm / torchvision ViT and zennit itself, plain Python's `__del__`, plain h5py and the model's own
 module called directly."""
 
@@ -112,6 +113,72 @@ def test_lrp_on_a_plain_cnn_still_equals_zennit(model, data):
     with Gradient(model=model, composite=EpsilonPlusFlat()) as attributor:
         _, want = attributor(x, torch.eye(4)[[data[i][1] for i in range(N)]])
     np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-6)
+
+
+class FunctionalRelu(torch.nn.Module):
+    """A CNN whose ReLUs are torch.relu calls: no nn.ReLU module for guided backprop's rule."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.fc = torch.nn.Conv2d(1, 4, 3), torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.conv(x)).mean((2, 3)))
+
+
+class Linear(torch.nn.Module):
+    """No convolution: nowhere for epsilon_gamma_box's box rule."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(32 * 32, 4)
+
+    def forward(self, x):
+        return self.fc(x.flatten(1))
+
+
+@pytest.mark.parametrize("block, message", [
+    ({"composite": "epsilon_gamma_box"}, r"attribution.composite=epsilon_gamma_box: its box rule \(the first "
+     r"convolution's\) needs the range of that layer's input; give low and high"),
+    ({"composite": "epsilon_gamma_box", "low": 1, "high": 0}, r"attribution.low=1.0, high=0.0: each low must be below "
+     r"its high"),
+    ({"composite": "epsilon_gamma_box", "low": [0, 0, 0], "high": [1, 0, 1]}, r"attribution.low=\[0.0, 0.0, 0.0\], "
+     r"high=\[1.0, 0.0, 1.0\]: each low must be below its high"),
+    ({"composite": "epsilon_gamma_box", "low": [0, 0], "high": [1, 1, 1]}, r"attribution.low=\[0.0, 0.0\], "
+     r"high=\[1.0, 1.0, 1.0\]: give one value per channel in both, or one number each"),
+    ({"composite": "epsilon_gamma_box", "low": "zero", "high": 1}, r"attribution.low='zero'; give a number"),
+    ({"composite": "epsilon_plus", "low": 0}, r"attribution.low: the box rule's range, used only by method=lrp "
+     r"with composite=epsilon_gamma_box"),
+], ids=["box_without_range", "low_above_high", "a_channel_empty", "lengths", "not_a_number", "range_without_box"])
+def test_composite_keys_are_one_line_before_the_model_is_built(tmp_path, monkeypatch, block, message):
+    pytest.importorskip("zennit")
+    import hookrun.models
+
+    monkeypatch.setattr(hookrun.models, "tiny_cnn", lambda **kw: pytest.fail("the model was built"))
+    path = tmp_path / "bad.h5"
+    cfg = {**attribution_cfg(path, method="lrp", **block), "model": {"_target_": "hookrun.models.tiny_cnn"},
+           "data": {"dataset": {"_target_": "hookrun.data.shapes", "size": N}, "batch_size": B}}
+    with pytest.raises(ConfigError, match=message) as exc:
+        hookrun.run(cfg)
+    assert "\n" not in str(exc.value) and not path.exists()
+
+
+@pytest.mark.parametrize("block, live, message", [
+    ({"composite": "epsilon_gamma_box", "low": [0, 0], "high": [1, 1]}, None,
+     r"attribution.low=\[0.0, 0.0\]: 2 values for an input of 1 channel\(s\); give one number, or one per channel"),
+    ({"composite": "guided_backprop"}, FunctionalRelu, r"attribution.method=lrp: the composite guided_backprop changes "
+     r"the gradient of torch.nn.ReLU modules, and FunctionalRelu has none"),
+    ({"composite": "epsilon_gamma_box", "low": 0, "high": 1}, Linear, r"attribution.composite=epsilon_gamma_box: its "
+     r"box rule goes on the first convolution, and Linear has none \(low and high would go unused\); use "
+     r"composite=epsilon_plus"),
+], ids=["box_channels", "no_relu_module", "no_convolution"])
+def test_composites_that_cannot_run_on_the_model_are_one_line_before_any_batch(tmp_path, model, data, block, live,
+                                                                                message):
+    pytest.importorskip("zennit")
+    path = tmp_path / "bad.h5"
+    with pytest.raises(ConfigError, match=message) as exc:
+        hookrun.run(attribution_cfg(path, method="lrp", **block), model=live() if live else model, dataset=data)
+    assert "\n" not in str(exc.value) and not path.exists()
 
 
 # -- 3. the exit's freeze leaves no unreachable object uncollected -------------------------------------

@@ -25,6 +25,7 @@ INPUT_METHODS = ("saliency", "input_x_gradient", "integrated_gradients", "occlus
 RULES = ("gausslegendre", "riemann_left", "riemann_right", "riemann_middle", "riemann_trapezoid")
 BASELINES = ("zero", "mean", "blur")
 MEASURES = ("deletion", "insertion")
+BOX = "epsilon_gamma_box"  # the composite whose first convolution's rule (zennit's ZBox) needs the input's low and high
 WHERE = "attribution"
 
 
@@ -41,10 +42,12 @@ class Block:
     rule: str = "gausslegendre"  # integrated_gradients: gausslegendre | riemann_left | riemann_right | riemann_middle | riemann_trapezoid
     window: list[int] | None = None  # occlusion: the sliding window's shape (without the sample axis)
     strides: list[int] | None = None  # occlusion: its strides; null: the window's shape
-    composite: str = "epsilon_plus_flat"  # lrp: a zennit composite
+    composite: str = "epsilon_plus_flat"  # lrp: a zennit composite (epsilon_gamma_box: with low and high)
     relu: bool = False  # grad_cam: captum's relu_attributions
     memory: Any = "1GiB"  # the budget for one forward (+ backward): steps / occluded copies per forward
     measure: dict[str, int] | None = None  # {deletion: N, insertion: N}: curves of the target's probability
+    low: Any = None  # composite=epsilon_gamma_box: the lowest input value its box rule takes (a number, or one per channel)
+    high: Any = None  # ... and the highest
 
     @property
     def layer(self) -> str | None:
@@ -110,13 +113,42 @@ def _checked(d: Block) -> Block:
             hint = close_matches(composite, COMPOSITES, n=1)
             raise ConfigError(f"{WHERE}.composite={composite!r}: not one of zennit's composites"
                               f"{f'; did you mean {hint[0]}?' if hint else ''} (choose from {one_of(COMPOSITES)})")
+    low, high = _bound(d.low, "low"), _bound(d.high, "high")
+    box = method == "lrp" and composite == BOX
+    if box and (low is None or high is None):
+        raise ConfigError(f"{WHERE}.composite={BOX}: its box rule (the first convolution's) needs the range of that "
+                          f"layer's input; give low and high (e.g. low: 0, high: 1 for images in [0, 1]; one value per "
+                          f"channel for normalized images: (0 - mean) / std and (1 - mean) / std)")
+    if not box and (low is not None or high is not None):
+        raise ConfigError(f"{WHERE}.{'low' if low is not None else 'high'}: the box rule's range, used only by "
+                          f"method=lrp with composite={BOX}; remove it or use that composite")
+    if box and isinstance(low, list) and isinstance(high, list) and len(low) != len(high):
+        raise ConfigError(f"{WHERE}.low={low}, high={high}: give one value per channel in both, or one number each")
+    n = max(len(v) if isinstance(v, list) else 1 for v in (low, high))  # (a number: the same for every channel)
+    lows, highs = (v if isinstance(v, list) else [v] * n for v in (low, high))
+    if box and any(lo >= hi for lo, hi in zip(lows, highs, strict=True)):
+        raise ConfigError(f"{WHERE}.low={low}, high={high}: each low must be below its high (the lowest and highest "
+                          f"value the first convolution's input can take)")
     relu = d.relu
     if not isinstance(relu, bool):
         raise ConfigError(f"{WHERE}.relu={relu!r}; give true or false (grad_cam: captum's relu_attributions)")
     memory = d.memory if isinstance(d.memory, int) and not isinstance(d.memory, bool) else \
         parse_bytes(d.memory, f"{WHERE}.memory")
     return Block(method, at, target, baseline, sigma, steps, rule, window, strides, composite, relu, memory,
-                 _measure(d.measure))
+                 _measure(d.measure), low, high)
+
+
+def _bound(value: Any, key: str) -> float | list[float] | None:
+    if value is None:
+        return None
+    items = list(value) if hasattr(value, "__iter__") and not isinstance(value, str | Mapping) else None  # (a ListConfig)
+    number = lambda v: not isinstance(v, bool) and isinstance(v, int | float)  # noqa: E731
+    if items is not None and items and all(number(v) for v in items):
+        return [float(v) for v in items]
+    if number(value):
+        return float(value)
+    raise ConfigError(f"{WHERE}.{key}={value!r}; give a number (the input's {'lowest' if key == 'low' else 'highest'} "
+                      f"value) or a list of them, one per channel")
 
 
 def _choice(value: Any, choices: tuple[str, ...], key: str) -> str:

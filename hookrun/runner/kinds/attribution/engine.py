@@ -51,7 +51,7 @@ class Engine:
         """`planned`: how many of the data set's items the run reads (data.limit); None: all of them."""
         self.model, self.block = model, block
         self.layer = find_module(model, block.layer) if block.layer else None
-        self.lrp = LRP(model, block.composite) if block.method == "lrp" else None
+        self.lrp = LRP(model, block.composite, block.low, block.high) if block.method == "lrp" else None
         f = Forward(model, call)
         self.baselines = Baselines(block, f.input, dataset, spec)
         self.check_input(f)
@@ -75,6 +75,11 @@ class Engine:
             if len(b.window) != len(shape) or any(w > s for w, s in zip(b.window, shape, strict=False)):
                 raise ConfigError(f"{W}.window={list(b.window)}: larger than an item's input {list(shape)} (or another "
                                   f"number of axes); give one size per axis, each at most the input's")
+        for key in ("low", "high"):  # epsilon_gamma_box's range: one number, or one per channel of the input
+            v = getattr(b, key)
+            if isinstance(v, list) and len(v) not in (1, x.shape[1] if x.dim() > 1 else 1):
+                raise ConfigError(f"{W}.{key}={v}: {len(v)} values for an input of {x.shape[1]} channel(s); give one "
+                                  f"number, or one per channel")
         if self.lrp is not None and f.model_extras:
             raise ConfigError(f"{W}.method=lrp: the model takes more than its input ({f.model_extras} more tensor(s)); "
                               f"zennit's Gradient calls model(input)")

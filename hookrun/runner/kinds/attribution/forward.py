@@ -22,7 +22,10 @@ zennit cannot canonize the model, or where the composite has no rule for one of 
 LayerNorm, attention, parameters of a container's own: check_rules, below). Canonizers: torchvision's ResNets (BasicBlock / Bottleneck) get
 zennit's ResNetCanonizer (batch norms merged, the skip connection's sum made a module); other models
 with batch norm get SequentialMergeBatchNorm, which merges a batch norm that directly follows a
-convolution or linear layer; a model with no batch norm needs none.
+convolution or linear layer; a model with no batch norm needs none. epsilon_gamma_box's box rule
+(zennit's ZBox, on the first convolution) takes `low` and `high`: numbers, or one per channel, given
+to zennit as a (1, C) tensor that it extends to the input's (n, C, ...). deconvnet, guided_backprop
+and beta_smooth change only the gradient of nn.ReLU modules (a model without them is refused).
 """
 
 from __future__ import annotations
@@ -105,13 +108,22 @@ def logits_of(out: Any, mask: Any = None) -> torch.Tensor:
 BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 
 
+# zennit's composites that change only the ReLUs' gradients (every other module keeps its gradient):
+# no LRP rule is missing where they give none, but a model without nn.ReLU modules gets the plain gradient
+GRADIENT_COMPOSITES = ("deconvnet", "guided_backprop", "beta_smooth")
+
+
 class LRP:
-    def __init__(self, model: nn.Module, composite: str) -> None:
+    def __init__(self, model: nn.Module, composite: str, low: Any = None, high: Any = None) -> None:
+        """`low`, `high`: epsilon_gamma_box's box range (numbers, or lists: one per channel)."""
         from zennit.composites import COMPOSITES
 
         self.model = copy.deepcopy(model).eval()
         self.canonizers = canonizers_for(self.model)
-        self.composite = COMPOSITES[composite](canonizers=self.canonizers)
+        box = {}
+        if low is not None and high is not None:  # (block.py allows them with epsilon_gamma_box only)
+            box = {"low": bound(low), "high": bound(high)}
+        self.composite = COMPOSITES[composite](canonizers=self.canonizers, **box)
         check_rules(self.model, self.composite, composite)
 
     def attribute(self, x: torch.Tensor, target: torch.Tensor, classes: int) -> torch.Tensor:
@@ -121,6 +133,12 @@ class LRP:
         with Gradient(model=self.model, composite=self.composite) as attributor:
             _, relevance = attributor(x.detach().clone(), one_hot)
         return relevance
+
+
+def bound(value: Any) -> Any:
+    """A box bound as zennit's ZBox broadcasts it: a number, or per channel (1, C), which it extends
+    with trailing axes to the input's (n, C, H, W)."""
+    return torch.tensor(value, dtype=torch.float32)[None] if isinstance(value, list) else float(value)
 
 
 def canonizers_for(model: nn.Module) -> list:
@@ -159,11 +177,22 @@ def check_rules(model: nn.Module, composite: Any, name: str) -> None:
     no rule in zennit, whatever its projections get; zennit gives nn.MultiheadAttention the
     pass-through it gives activations, its weights unused). Containers, activations, pooling,
     Dropout, Flatten and Identity need none. The rules are what the composite's `module_map` gives
-    each module, as zennit's Composite.register asks it."""
+    each module, as zennit's Composite.register asks it; a batch norm the canonizers merged is an
+    identity and needs none. deconvnet, guided_backprop and beta_smooth are modified gradients, not LRP:
+    only their ReLUs' rule matters, and a model without nn.ReLU modules is refused (the plain gradient)."""
     ctx: dict = {}
     missing: dict[str, list[str]] = {}
+    if name in GRADIENT_COMPOSITES:  # a modified gradient, not LRP: the other modules' gradient is the method's
+        if not any(composite.module_map(ctx, path, m) is not None for path, m in model.named_modules()):
+            raise ConfigError(f"attribution.method=lrp: the composite {name} changes the gradient of torch.nn.ReLU "
+                              f"modules, and {type(model).__name__} has none (a functional relu is no module): it would "
+                              f"give the plain gradient; use method=saliency, or a model with nn.ReLU modules")
+        return
+    merged = bool(getattr(composite, "canonizers", None))  # canonizers_for: every batch norm merged (an identity)
     for path, module in model.named_modules():
         rule = composite.module_map(ctx, path, module)
+        if merged and isinstance(module, BATCH_NORMS):  # (excitation_backprop gives batch norms no rule)
+            continue
         own = next(module.parameters(recurse=False), None) is not None
         attention = "attention" in type(module).__name__.lower()
         if attention or (rule is None and (own or isinstance(module, NONLINEAR))):
@@ -171,6 +200,10 @@ def check_rules(model: nn.Module, composite: Any, name: str) -> None:
             label = f"{path or 'the model'}'s {', '.join(n for n, _ in module.named_parameters(recurse=False))}" \
                 if own_only else path
             missing.setdefault(type(module).__name__, []).append(label)
+    if name == "epsilon_gamma_box" and not ctx.get("first_layer_visited"):  # (zennit's first_map: a convolution)
+        raise ConfigError(f"attribution.composite=epsilon_gamma_box: its box rule goes on the first convolution, and "
+                          f"{type(model).__name__} has none (low and high would go unused); use composite=epsilon_plus, "
+                          f"whose rules are the same on a model without convolutions")
     if missing:
         listed = ", ".join(f"{kind} ({', '.join(paths[:3])}{', ...' if len(paths) > 3 else ''})"
                            for kind, paths in missing.items())

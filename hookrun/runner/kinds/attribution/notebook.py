@@ -30,7 +30,7 @@ def attribute(model: nn.Module, dataset: Any, batch_size: int = 16, inputs: Any 
         inputs, target_key: `data.inputs` and `data.target` of a file run (which item parts are the
             model's inputs, which the label).
         **block: the keys of the `attribution:` block (method, at, target, baseline, steps, rule,
-            window, strides, composite, relu, sigma, memory, measure).
+            window, strides, composite, low, high, relu, sigma, memory, measure).
 
     Returns:
         {"attribution": (n, ...), "target", "logit", "prob": (n,), "delta" (integrated gradients),
