@@ -299,6 +299,45 @@ def test_a_splice_adds_its_metrics_to_its_modules_row(tmp_path):
     assert "evaluation (3 batches; ablation zero, loss lm)" in summary and "dead_fraction" in summary
 
 
+def joint_logits(model, batch, edits: dict) -> torch.Tensor:
+    """The logits with a raw forward hook on each block in `edits` (block -> hook), all at once."""
+    handles = [model.transformer.h[i].register_forward_hook(e) for i, e in edits.items()]
+    try:
+        with torch.no_grad():
+            return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def test_two_modified_modules_are_one_joint_row_not_a_row_each(tmp_path):
+    hooks = {"half": {"at": "transformer.h.0", "type": "forward", "actions": [{"name": "modify_output", "op": "scale", "factor": 0.5}]},
+             "one": {"at": "transformer.h.1", "type": "forward", "actions": [{"name": "modify_output", "op": "scale", "factor": 1.0}]}}
+    path = hookrun.run(lm_cfg(tmp_path, hooks, {"ablation": "zero"})).path
+    model, batches = reference_lm(), lm_batches(tmp_path)
+    scale = {0: lambda m, a, o: o * 0.5, 1: lambda m, a, o: o * 1.0}
+    zero = {i: (lambda m, a, o: torch.zeros_like(o)) for i in (0, 1)}
+    terms = {k: [] for k in ("ce_clean", "ce_intervened", "ce_ablated")}
+    for b in batches:
+        for name, edits in (("ce_clean", {}), ("ce_intervened", scale), ("ce_ablated", zero)):
+            terms[name].append(token_ce(joint_logits(model, b, edits), b["input_ids"], b["attention_mask"]).double())
+    joint = {k: torch.cat(v).mean().item() for k, v in terms.items()}
+    # h.1 times 1.0 alone changes nothing: the joint effect is h.0's, and is no row of h.1's own
+    assert not math.isclose(joint["ce_intervened"], joint["ce_clean"], rel_tol=1e-4)
+    label = "transformer.h.0 + transformer.h.1 (joint)"
+    run = hookrun.open_run(path)
+    (row,) = run.evaluation().rows  # one intervention, one row
+    assert row["module"] == label
+    for name, value in joint.items():
+        assert math.isclose(row[name], value, rel_tol=RTOL), name
+    per = run.evaluation(batches=True)
+    assert [r["step"] for r in per] == list(range(len(batches))) and {r["module"] for r in per} == {label}
+    assert sum(r["ce_count"] for r in per) == sum(len(t) for t in terms["ce_clean"])  # each batch's tokens once
+    lines = run.summary(stats=False).splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("  evaluation ("))
+    assert label in lines[head + 3] and "transformer.h." not in "".join(lines[head + 4:])  # inspect: the one row
+
+
 def test_resume_keeps_the_rows_and_the_totals_of_an_uninterrupted_run(tmp_path):
     from toy_models import STOP_AT
 

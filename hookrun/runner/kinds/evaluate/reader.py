@@ -1,8 +1,12 @@
-"""Reading `evaluate`'s metrics back: one row per intervened module, a column per metric.
+"""Reading `evaluate`'s metrics back: one row for the run's intervention, a column per metric.
 
     run = open_run("outputs/.../captures.h5")
     print(run.evaluation())                 # module, ce_clean, ce_intervened, ..., splice metrics
-    run.evaluation(batches=True).to_pandas()  # one row per (batch, module)
+    run.evaluation(batches=True).to_pandas()  # one row per batch
+
+One row, not one per module: a run has one intervened forward (and one ablated one) with every
+modify action at once, so its numbers are the joint effect of the modules in /evaluation's
+`modules`, and the row's `module` names them all ('transformer.h.0 + transformer.h.2 (joint)').
 
 The file's layout is table.py's (docs/format.md); the numbers are read as written (the run's totals
 are the attributes the run wrote at its last flush), never recomputed here. Registered below as
@@ -62,30 +66,45 @@ def _metric_names(group: h5py.Group, first: tuple[str, ...], from_attrs: bool) -
     return _order(names, first)
 
 
+def intervention_label(modules: list[str]) -> str:
+    """The row's name: the one intervened module, or every module a modify action changes, joined and
+    marked `(joint)`: the run has one intervened (and one ablated) forward with all of them at once,
+    so its numbers are their joint effect, never one module's."""
+    names = [module_label(m) for m in modules]
+    return names[0] if len(names) == 1 else " + ".join(names) + " (joint)"
+
+
+def _splice_columns(splices: dict[str, h5py.Group], from_attrs: bool) -> dict[str, tuple[str, str]]:
+    """column -> (spliced module, metric): a metric by name where the run has one spliced module, else
+    as `MODULE:metric` (the same names in the run's table and a sweep's)."""
+    out = {}
+    for m, sg in splices.items():
+        for k in _metric_names(sg, SPLICE_FIRST, from_attrs):
+            out[k if len(splices) == 1 else f"{m}:{k}"] = (m, k)
+    return out
+
+
 def evaluation_table(f: h5py.File, batches: bool = False) -> Table:
-    """The run's totals, one row per intervened module (`batches=True`: one per batch and module,
-    with the batch's `step` and the counts)."""
+    """The run's totals in one row (`batches=True`: one per batch, with the batch's `step` and the
+    counts). `module` names the intervention: every modified module's, measured together."""
     g, modules, splices = _parts(f)
+    label = intervention_label(modules)
     model_cols = _metric_names(g["model"], MODEL, from_attrs=not batches)
-    splice_cols = _order({n for sg in splices.values() for n in _metric_names(sg, SPLICE_FIRST, not batches)}, SPLICE_FIRST)
+    splice_cols = _splice_columns(splices, from_attrs=not batches)
+    if len(splices) == 1:
+        splice_cols = {k: splice_cols[k] for k in _order(set(splice_cols), SPLICE_FIRST)}
     if not batches:
-        rows = []
-        for m in modules:
-            row: dict[str, Any] = {"module": module_label(m)}
-            row.update({k: _plain(g["model"].attrs.get(k)) for k in model_cols})
-            sg = splices.get(m)
-            row.update({k: _plain(sg.attrs.get(k)) if sg is not None else None for k in splice_cols})
-            rows.append(row)
-        return Table(["module", *model_cols, *splice_cols], rows)
+        row: dict[str, Any] = {"module": label, **{k: _plain(g["model"].attrs.get(k)) for k in model_cols}}
+        row.update({c: _plain(splices[m].attrs.get(k)) for c, (m, k) in splice_cols.items()})
+        return Table(["module", *model_cols, *splice_cols], [row])
     steps = g["step"][:]
     model = {k: g["model"][k][:] for k in [*model_cols, *COUNTS] if k in g["model"]}
-    spliced = {m: {k: sg[k][:] for k in splice_cols if k in sg} for m, sg in splices.items()}
+    spliced = {c: splices[m][k][:] for c, (m, k) in splice_cols.items()}
     rows = []
     for i, step in enumerate(steps.tolist()):
-        for m in modules:
-            row = {"step": step, "module": module_label(m), **{k: v[i].item() for k, v in model.items()}}
-            row.update({k: float(spliced[m][k][i]) if m in spliced and k in spliced[m] else None for k in splice_cols})
-            rows.append(row)
+        row = {"step": step, "module": label, **{k: v[i].item() for k, v in model.items()}}
+        row.update({c: float(v[i]) for c, v in spliced.items()})
+        rows.append(row)
     counts = [c for c in COUNTS if c in model]
     return Table(["step", "module", *model_cols, *splice_cols, *counts], rows)
 
@@ -97,9 +116,7 @@ def evaluation_columns(f: h5py.File) -> dict[str, Any]:
         return {}
     g, _, splices = _parts(f)
     out = {k: _plain(g["model"].attrs[k]) for k in _metric_names(g["model"], MODEL, True)}
-    for m, sg in splices.items():
-        for k in _metric_names(sg, SPLICE_FIRST, True):
-            out[k if len(splices) == 1 else f"{m}:{k}"] = _plain(sg.attrs[k])
+    out.update({c: _plain(splices[m].attrs[k]) for c, (m, k) in _splice_columns(splices, True).items()})
     return out
 
 
@@ -115,7 +132,7 @@ def describe(f: h5py.File) -> list[str]:
 
 
 def sections(run: Any) -> list[dict]:
-    """The report's evaluation section: the run's totals, one row per intervened module."""
+    """The report's evaluation section: the run's totals, one row for the (joint) intervention."""
     try:
         table = evaluation_table(run.file)
     except Exception:  # none readable
