@@ -4,6 +4,7 @@
     capture_label("layer1", "output", call=1)  # 'layer1 output@1'
     call_role("output", 1)                     # 'output@1': a capture's role and call, as the file names it
     dataset_label({"_target_": "x.Shapes"})    # 'x.Shapes': the data a run reads (plan, inspect, report)
+    token_label(" the\n")                     # '␣the↵': a token's text with its whitespace made visible
     sorted(names, key=natural_key)            # h.2 before h.10: modules by depth, as every listing orders them
 
 The file itself names the whole model's group MODEL_NODE (hookrun.store.format); this is what a
@@ -40,6 +41,24 @@ def capture_label(module: str, role: str, call: int = 0, hook: str | None = None
     sep=" " for messages ('layer1 output@1'), sep="/" for keys ('fmap/layer1/output')."""
     parts = ([hook] if hook is not None else []) + [module_label(module), call_role(role, call)]
     return sep.join(parts)
+
+
+WHITESPACE = {" ": "␣", "\n": "↵", "\t": "⇥"}  # how a token's whitespace is shown (plot, report, grids)
+
+
+def token_label(text: str, special: str = "<empty>") -> str:
+    """A token's text as a label that can be seen: each space, newline and tab as a sign (WHITESPACE),
+    any other character that does not print as its escape (\\x0d, \\u200b); `special` (`<bos>`,
+    ...) where the text is empty (a special token decodes to nothing). Plain text, never markup: a
+    report escapes it where it is drawn."""
+    if not text:
+        return special
+    return "".join(WHITESPACE.get(c) or (c if c.isprintable() else _escaped(c)) for c in text)
+
+
+def _escaped(c: str) -> str:
+    n = ord(c)
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
 
 
 def dataset_label(node: object) -> str:

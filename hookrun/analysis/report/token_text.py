@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from hookrun.data.text import ByteTokenizer
+from hookrun.labels import token_label
 
 
 def token_text(run: Any, sample: int, width: int) -> tuple[np.ndarray | None, list[str] | None]:
@@ -45,6 +46,4 @@ def byte_label(token: int) -> str:
     if token in special or not tok.offset <= token < tok.offset + 256:
         return special.get(token, f"<{token}>")
     text = tok.decode([token])
-    if text == "\ufffd" or not text.isprintable() and text not in " \n\t":
-        return f"\\x{token - tok.offset:02x}"
-    return {" ": "␣", "\n": "↵", "\t": "⇥"}.get(text, text)
+    return f"\\x{token - tok.offset:02x}" if text == "\ufffd" else token_label(text)  # (a byte that is no character alone)
