@@ -118,18 +118,3 @@ def test_attribution_runs_from_the_cli_with_its_exact_check(tmp_path, raw):
         np.testing.assert_allclose(run.grid(site).values, atp[site], atol=1e-4, err_msg=site)
         got = run.grid(site, which="exact").values
         np.testing.assert_allclose(got[np.isfinite(got)], exact[site][np.isfinite(got)], atol=1e-4, err_msg=site)
-
-
-def test_grid_position_labels_are_text_only_where_every_items_token_agrees():
-    """A cell is the mean over the items: the position axis showed item 0's text at positions where
-    the items' tokens differ. Now text where all agree (decoded as bytes here), else "[p]"."""
-    from hookrun.data.swaps import word_swap
-    from hookrun.runner.kinds.patching.kind import token_labels
-
-    d = word_swap(n=4, length=24)
-    ids = torch.stack([d[i]["clean"] for i in range(4)])
-    raw = [[bytes([t - d.tokenizer.offset]).decode() if t >= d.tokenizer.offset else None for t in row] for row in ids.tolist()]
-    want = [raw[0][p] if all(r[p] == raw[0][p] for r in raw) else f"[{p}]" for p in range(ids.shape[1])]
-    got = token_labels(d, ids)
-    assert got[1:] == want[1:] and any(w.startswith("[") for w in want[1:])  # (position 0: the BOS token, the same in all)
-    assert token_labels(d, ids[:1])[1:] == raw[0][1:]  # one item: its own text everywhere

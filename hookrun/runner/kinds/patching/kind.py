@@ -28,6 +28,7 @@ import torch
 
 from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError
+from hookrun.labels import token_label
 from hookrun.output.ranks import every_rank
 from hookrun.runner.kinds.patching.block import load_items
 from hookrun.runner.kinds.patching.checks import refuse_modifying, refuse_recording
@@ -240,14 +241,22 @@ class _Stop(Exception):
 
 
 def token_labels(dataset: Any, ids: torch.Tensor) -> list[str] | None:
-    """Each position's label, where the data set has a tokenizer: its token's text where every item
-    has the same token there (a cell is the mean over the items), else its number in brackets ("[5]":
-    the first item's text was shown for all)."""
+    """Each position's label, where the data set has a tokenizer: `p:TEXT` where every item has the
+    same token there (a cell is the mean over the items), its text made visible (labels.token_label:
+    '0:<bos>', '6:␣'), else its number in brackets ("[5]": the first item's text was shown for all).
+    Each label names its position, so none is blank and no two are alike."""
     tok = getattr(dataset, "tokenizer", None)
     if tok is None or not hasattr(tok, "decode"):
         return None
     try:
         same = (ids == ids[:1]).all(dim=0).tolist()
-        return [tok.decode([int(t)]) if same[p] else f"[{p}]" for p, t in enumerate(ids[0].tolist())]
+        return [f"{p}:{token_label(tok.decode([t]), _special(tok, t))}" if same[p] else f"[{p}]"
+                for p, t in enumerate(ids[0].tolist())]
     except Exception:  # a tokenizer that cannot decode one id: integer positions
         return None
+
+
+def _special(tok: Any, t: int) -> str:
+    """A token that decodes to nothing (a special one, skipped by decode): <bos>, <eos>, <pad>, <unk> by
+    the tokenizer's ids, else its id in angle brackets."""
+    return next((f"<{n}>" for n in ("bos", "eos", "pad", "unk") if getattr(tok, f"{n}_token_id", None) == t), f"<{t}>")

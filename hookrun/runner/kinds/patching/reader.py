@@ -10,7 +10,7 @@ run's top edges, inspect's lines and the report's header rows; registered below 
 A run's grids are its rows (one per cell, /samples/index the cell number) placed at their cells by
 the layout of its root attribute `patching` (JSON: cells.py's Layout.describe(), the metric, the
 method, an edges run's graph, node scores and faithfulness curve; docs/format.md); cells not
-written (an unfinished run) are NaN. `labels` (token text) names the `position` axis where known.
+written (an unfinished run) are NaN. `labels` (`p:TEXT`, token text) names the `position` axis where known.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import numpy as np
 
 from hookrun.analysis.kind_readers import KindReader, Table, register_reader
 from hookrun.errors import ConfigError, HookrunError
+from hookrun.labels import token_label
 
 ATTRS = ("metric", "method", "direction", "metric_clean", "metric_corrupt", "normalize")
 CELL_UNITS = ("chunks of cells", "cells")  # a step is one chunk of cells; a row is a cell
@@ -83,7 +84,16 @@ def file_grid(file: Any, name: str, which: str = "value") -> Any:
     if path in file:
         rows = file[path][:]
         values[file["samples/index"][: len(rows)]] = rows
-    return as_grid(name, values, meta["layout"], meta, meta.get("labels"))
+    return as_grid(name, values, meta["layout"], meta, shown_labels(meta.get("labels")))
+
+
+def shown_labels(labels: list[str] | None) -> list[str] | None:
+    """The file's position labels, each naming its position: as written (`p:TEXT`, `[p]`), and a
+    file written before they did (the bare token text: '' for a BOS, ' ' for a space) as `p:TEXT`
+    with its text made visible, so no column is blank or named like another."""
+    if labels is None:
+        return None
+    return [s if s == f"[{p}]" or s.startswith(f"{p}:") else f"{p}:{token_label(s)}" for p, s in enumerate(map(str, labels))]
 
 
 def grid_names(attrs: Any) -> list[str]:
