@@ -5,11 +5,12 @@ The reference is a forward written here from the models' weights (the norms, MLP
 and lm_head called directly; attention, heads and the residual sums by hand), in which every reader
 input is its own leaf: each query head's q, k and v input is a copy of the residual stream, normed
 and projected with its group's key / value weights, so d metric / d copy is the gradient through that
-query head's use of the shared key and value (MIB's ungrouping). A Gemma 2 head's writer is its share
-of the post-attention norm's output, head_out * rsqrt(mean(attn_out^2) + eps) * (1 + w); the MLP's
-writer the post-feedforward norm's output; the MLP's reader the residual stream before
+query head's use of the shared key and value (MIB's ungrouping). A Gemma 2 head's writer is its output
+projection's share before the post-attention norm (TransformerLens' hook_result, EAP-IG's and MIB's
+writer); the MLP's writer the post-feedforward norm's output; the MLP's reader the residual stream before
 pre_feedforward_layernorm. EAP: score = (a_clean[w] - a_corrupt[w]) . d metric / d input[r] on the
-corrupted run, by torch.autograd.grad, one item at a time.
+corrupted run, by torch.autograd.grad, one item at a time. Ablating a Gemma 2 head for a reader re-runs
+the post-attention norm on that reader's mix of live and corrupted heads (EAP-IG's evaluate_graph).
 """
 
 # ruff: noqa: B023  (the reference closures are used within the loop iteration that defines them)
@@ -87,11 +88,7 @@ def forward(net, ids, reader=lambda name, x: x, record=lambda name, a: None, emb
         heads = [z[:, h] @ a.o_proj.weight[:, h * DH:(h + 1) * DH].T for h in range(H)]
         attn_out = sum(heads)
         if gemma:
-            n = b.post_attention_layernorm
-            gain = torch.rsqrt(attn_out.pow(2).mean(-1, keepdim=True) + n.eps) * (1 + n.weight)
-            heads = [hh * gain for hh in heads]
-            attn_out = n(attn_out)
-            torch.testing.assert_close(sum(heads), attn_out, atol=1e-5, rtol=1e-5)  # the shares sum to the norm's output
+            attn_out = b.post_attention_layernorm(attn_out)
         for h in range(H):
             record(f"L{layer}.H{h}", heads[h][0])
         x = x + attn_out
@@ -145,18 +142,30 @@ def reference_edges(net, items, m=1):
 
 
 def reference_recovered(net, items, kept):
-    """Every edge outside `kept` ablated: each reader's input minus (live - corrupted) of its ablated writers."""
+    """Every edge outside `kept` ablated: each reader's input minus (live - corrupted) of its ablated writers;
+    on Gemma 2 an ablated head's layer goes in as the post-attention norm of its heads with the reader's ablated
+    ones corrupted, in place of the norm of the live heads (EAP-IG's evaluate_graph)."""
     writers, _ = graph_labels(L, H)
     values, clean_m, corrupt_m = [], [], []
+    gemma = net.config.model_type == "gemma2"
     for it in items:
         corrupt = acts(net, it["corrupt"])
         live = {}
 
         def rebuild(name, x):
             out = x[0]
+            swapped = {}
             for w in writers:
                 if feeds(w, name) and (w, name) not in kept:
-                    out = out - (live[w] - corrupt[w])
+                    if gemma and ".H" in w:
+                        layer = int(w[1:].split(".")[0])
+                        swapped[layer] = swapped.get(layer, 0) + (corrupt[w] - live[w])
+                    else:
+                        out = out - (live[w] - corrupt[w])
+            for layer, s in swapped.items():
+                norm = net.model.layers[layer].post_attention_layernorm
+                heads = sum(live[f"L{layer}.H{h}"] for h in range(H))
+                out = out + norm(heads + s) - norm(heads)
             return out[None]
 
         with torch.no_grad():
@@ -196,7 +205,8 @@ def test_edges_and_faithfulness_equal_raw_torch(kind, kv, m, items):
 @pytest.mark.parametrize("kind, kv", [("gemma2", 2), ("llama", 2)])
 def test_writers_of_a_block_sum_to_the_residual_increment(kind, kv, items):
     """The graph's writers, read with plain hooks on the decoder layers: a layer's heads sum to what the residual
-    gains from its attention (through Gemma 2's post-norm), its MLP writer to what it gains from the MLP."""
+    gains from its attention (on Gemma 2: to the post-attention norm's input, whose norm is that gain), its MLP
+    writer to what it gains from the MLP."""
     net = build(kind, kv)
     _, wiring = find_graph(net)
     resid = {}
@@ -206,6 +216,9 @@ def test_writers_of_a_block_sum_to_the_residual_increment(kind, kv, items):
         handles += [b.register_forward_pre_hook(lambda m, a, k, layer=layer: resid.__setitem__(("pre", layer), (a or (k["hidden_states"],))[0]), with_kwargs=True),
                     mid.register_forward_pre_hook(lambda m, a, layer=layer: resid.__setitem__(("mid", layer), a[0])),
                     b.register_forward_hook(lambda m, a, o, layer=layer: resid.__setitem__(("post", layer), o[0] if isinstance(o, tuple) else o))]
+        if kind == "gemma2":
+            handles.append(b.post_attention_layernorm.register_forward_pre_hook(
+                lambda m, a, layer=layer: resid.__setitem__(("attn", layer), a[0])))
     got = {}
     try:
         with torch.no_grad(), wiring.tap(writer=lambda g, a: got.__setitem__(g, a)):
@@ -216,7 +229,13 @@ def test_writers_of_a_block_sum_to_the_residual_increment(kind, kv, items):
     torch.testing.assert_close(got[("embed",)][:, :, 0], resid[("pre", 0)])
     for layer in range(L):
         assert got[("attn", layer)].shape[2] == H
-        torch.testing.assert_close(got[("attn", layer)].sum(2), resid[("mid", layer)] - resid[("pre", layer)], atol=1e-5, rtol=1e-4)
+        heads = got[("attn", layer)].sum(2)
+        if kind == "gemma2":
+            torch.testing.assert_close(heads, resid[("attn", layer)], atol=1e-5, rtol=1e-4)
+            norm, bias = wiring.post_norms[("attn", layer)]
+            assert norm is net.model.layers[layer].post_attention_layernorm and bias is None
+            heads = norm(heads)
+        torch.testing.assert_close(heads, resid[("mid", layer)] - resid[("pre", layer)], atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(got[("mlp", layer)][:, :, 0], resid[("post", layer)] - resid[("mid", layer)], atol=1e-5, rtol=1e-4)
 
 

@@ -6,7 +6,10 @@ hannamw/EAP-IG's `Graph.from_model` does (input, a{l}.h{h}<q|k|v>, m{l}, logits)
 int(f * N), takes the top n by signed score (CPR) or |score| (CMD), prunes as EAP-IG's `prune` does
 (over sets of node names), ablates every other edge with TransformerLens' own hooks (each reader's
 input minus the ablated writers' live-minus-corrupted outputs, counterfactual ablation), normalises by
-the clean run and the empty circuit, and integrates with numpy's trapezoid over the fractions.
+the clean run and the empty circuit, and integrates with numpy's trapezoid over the fractions. On a
+model whose heads go through a post-attention norm (Gemma 2: TransformerLens' ln1_post), an ablated
+head's layer enters a reader as ln1_post of the layer's heads with that reader's ablated ones
+corrupted (plus b_O), in place of ln1_post of the live ones: EAP-IG's evaluate_graph, MIB's evaluation.
 """
 
 # ruff: noqa: B023  (the reference hooks are closures used within the loop iteration that defines them)
@@ -95,6 +98,7 @@ def ablated_metric(model, items, kept, mean=False):
     """The metric averaged over items, every edge outside `kept` patched to its counterfactual value (`mean`:
     to each writer's output averaged over the items' corrupted inputs)."""
     ablated = [e for e in eap_ig_edges() if e not in kept]
+    post = model.cfg.use_normalization_before_and_after
     values = []
     if mean:
         outs = [writer_outputs(model, it["corrupt"]) for it in items]
@@ -114,13 +118,23 @@ def ablated_metric(model, items, kept, mean=False):
         def rebuild(child, qkv=None):
             def hook(x, hook):
                 x = x.clone()
-                for p, c, q in ablated:
-                    if q == qkv and (c == child if qkv is None else c.startswith(child + ".h")):
-                        diff = live[p] - corrupt[p]
-                        if qkv is None:
-                            x[0] = x[0] - diff
-                        else:
-                            x[0, :, int(c.split(".h")[1])] -= diff
+                for j, name in enumerate([f"{child}.h{h}" for h in range(H)] if qkv else [child]):
+                    update, swapped = 0, {}  # swapped: layer -> its ablated heads' corrupt - live (post-norm models)
+                    for p, c, q in ablated:
+                        if q == qkv and c == name:
+                            if post and p[0] == "a":
+                                layer = int(p[1:].split(".")[0])
+                                swapped[layer] = swapped.get(layer, 0) + corrupt[p] - live[p]
+                            else:
+                                update = update + corrupt[p] - live[p]
+                    for layer, s in swapped.items():
+                        blk = model.blocks[layer]
+                        heads = sum(live[f"a{layer}.h{h}"] for h in range(H)) + blk.attn.b_O
+                        update = update + blk.ln1_post(heads + s) - blk.ln1_post(heads)
+                    if qkv:
+                        x[0, :, j] += update
+                    else:
+                        x[0] += update
                 return x
             return hook
 
@@ -132,6 +146,7 @@ def ablated_metric(model, items, kept, mean=False):
         fwd.append((f"blocks.{L - 1}.hook_resid_post", rebuild("logits")))
         model.set_use_split_qkv_input(True)
         model.set_use_hook_mlp_in(True)
+        model.cfg.ungroup_grouped_query_attention = True  # (grouped-query attention: a k and v input per query head)
         with torch.no_grad():
             values.append(metric(model.run_with_hooks(it["clean"][None], fwd_hooks=fwd), it))
     return float(np.mean(values))

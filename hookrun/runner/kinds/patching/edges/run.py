@@ -206,12 +206,26 @@ def _ablated(engine: Any, graph: Any, wiring: Any, ids: torch.Tensor, keep: np.n
                 continue
             if wg not in live:
                 raise RunError(f"patching.faithfulness: writer {wg} had not run when reader {group} read its input")
-            a = live[wg]
-            diff = (a.view(C, n, *a.shape[1:]) - repl[wg].unsqueeze(0).to(a.dtype))  # [C, n, P, kw, d]
+            a = live[wg].view(C, n, *live[wg].shape[1:])
+            diff = a - repl[wg].unsqueeze(0).to(a.dtype)  # [C, n, P, kw, d]
             ex = excluded[:, ws, rs].to(a.dtype)  # [C, kw, kr]
-            out = out - torch.einsum("cnpwd,cwr->cnprd", diff, ex).reshape(x.shape)
+            swap = torch.einsum("cnpwd,cwr->cnprd", diff, ex)
+            post = wiring.post_norms.get(wg)
+            if post is not None:  # the group's norm re-run on each reader's mix of live and replaced writers
+                swap = _renormed(post, a, swap)
+            out = out - swap.reshape(x.shape)
         return out
 
     with torch.no_grad(), wiring.tap(writer=record(live), reader=reader):
         logits = engine.forward(ids.repeat(C, 1))
         return engine.measure(logits, C).cpu().numpy()
+
+
+def _renormed(post: tuple, live: torch.Tensor, swap: torch.Tensor) -> torch.Tensor:
+    """What a reader's input loses when a post-normed group (Gemma 2's heads, then post_attention_layernorm) has the
+    writers in `swap` ([C, n, P, kr, d]: per reader, the sum of its ablated writers' live - replacement) replaced:
+    norm(live sum) - norm(live sum - swap), the norm re-run on the mix per reader, as EAP-IG's evaluate_graph does
+    for TransformerLens' ln1_post (MIB's evaluation); `live` [C, n, P, kw, d] the writers in this run."""
+    norm, bias = post
+    total = live.sum(3) if bias is None else live.sum(3) + bias.to(live.dtype)  # the norm's input in this run
+    return norm.forward(total).unsqueeze(3) - norm.forward(total.unsqueeze(3) - swap)

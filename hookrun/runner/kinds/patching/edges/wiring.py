@@ -20,8 +20,11 @@ Llama-style models (edges/hf_layout.py): the per-head q/k/v inputs by recomputin
 from the norm of a per-head copy of the block's input, the per-head contributions from the output
 projection's input. Grouped-query attention: a key / value projection gives one output per query head
 (its group's weights on that head's copy) and the attention uses them ungrouped. Gemma 2: a head's
-contribution is its share of the post-attention norm's output at the run's own scale, the MLP's the
-post-feedforward norm's output.
+contribution is its output projection's share before the post-attention norm (TransformerLens'
+hook_result, as EAP-IG and MIB take it), the MLP's the post-feedforward norm's output; `post_norms`
+names, per attention writer group, the norm (and the output projection's bias) that the heads' sum
+goes through before it joins the residual stream, which faithfulness re-runs on a reader's mix of
+live and ablated heads (edges/run.py).
 """
 
 from __future__ import annotations
@@ -42,6 +45,10 @@ class Wiring:
     n_layers: int
     n_heads: int
     parallel: bool = False
+    post_norms: dict  # writer group -> (norm, bias or None) applied to the group's sum (Gemma 2's post-attention norm)
+
+    def __init__(self) -> None:
+        self.post_norms = {}
 
     def hooks(self, embed: Any, writer: Any, reader: Any) -> list:  # (module, "pre" | "post", fn)
         raise NotImplementedError
@@ -73,6 +80,7 @@ class LensWiring(Wiring):
 
     def __init__(self, model: nn.Module, where: str) -> None:
         cfg = model.cfg
+        super().__init__()
         self.model, self.cfg = model, cfg
         self.n_layers, self.n_heads = cfg.n_layers, cfg.n_heads
         self.parallel = bool(getattr(cfg, "parallel_attn_mlp", False))
@@ -85,9 +93,9 @@ class LensWiring(Wiring):
         post = [f for f in ("use_normalization_before_and_after",) if getattr(cfg, f, False)]
         if post or getattr(cfg, "original_architecture", None) in ("Olmo2ForCausalLM", "Olmo3ForCausalLM"):
             raise ConfigError(f"{where}: the HookedTransformer norms each attention and MLP output before it joins the "
-                              f"residual stream ({post[0] if post else cfg.original_architecture}): its hook_result is "
-                              f"taken before that norm, so the heads' contributions are not hook_result; give the HF "
-                              f"model (Gemma 2's post-norms are handled there)")
+                              f"residual stream ({post[0] if post else cfg.original_architecture}), which faithfulness "
+                              f"must re-run per reader on the heads' mix; the graph does that on the HF model only: give "
+                              f"the HF model (Gemma 2's post-norms are handled there)")
 
     def enter(self) -> None:
         self.saved = {f: getattr(self.cfg, f) for f in self.FLAGS}
@@ -131,7 +139,10 @@ class HFWiring(Wiring):
 
     def __init__(self, arch: str, embed: nn.Module, layers: list, final_norm: nn.Module, n_heads: int,
                  parallel: bool = False, n_kv_heads: int | None = None) -> None:
+        super().__init__()
         self.arch, self.embed_module, self.layers, self.final_norm = arch, embed, layers, final_norm
+        self.post_norms = {("attn", layer): (blk["post_attn"], blk["o_proj"].bias) for layer, blk in enumerate(layers)
+                           if blk.get("post_attn") is not None}
         self.n_layers, self.n_heads, self.parallel = len(layers), n_heads, parallel
         self.n_kv_heads = n_kv_heads or n_heads
         self.saved_groups: dict = {}  # attention module -> its num_key_value_groups while ungrouped
@@ -148,14 +159,8 @@ class HFWiring(Wiring):
         if writer is not None:
             out.append((self.embed_module, "post", lambda m, i, o: writer(("embed",), o[:, :, None])))
         for layer, blk in enumerate(self.layers):
-            if writer is not None:
-                post = blk.get("post_attn")
-                heads: dict = {}
-                emit = writer if post is None else (lambda group, a, heads=heads: heads.__setitem__("a", a))
-                out.append((blk["o_proj"], "pre", self._heads_out(emit, layer, blk["o_proj"])))
-                if post is not None:  # each head's share of the post-norm's output, at this run's own scale
-                    out.append((post, "pre", lambda m, args, layer=layer, post=post, heads=heads:
-                                writer(("attn", layer), _post_norm_share(post, args[0], heads.pop("a")))))
+            if writer is not None:  # (Gemma 2: the heads before the post-attention norm, self.post_norms)
+                out.append((blk["o_proj"], "pre", self._heads_out(writer, layer, blk["o_proj"])))
                 out.append((blk.get("post_mlp", blk["mlp"]), "post", _put(writer, ("mlp", layer), True)))
             if reader is not None:
                 seen: dict = {}
@@ -216,14 +221,6 @@ class HFWiring(Wiring):
                 res = res.permute(0, 1, 3, 2, 4)
             return res.reshape(B, P, -1).to(output.dtype)
         return hook
-
-
-def _post_norm_share(norm: nn.Module, x: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
-    """Each head's share of a Gemma-style post-norm's output x * rsqrt(mean(x^2) + eps) * (1 + w), the scale
-    taken from x, the norm's own input in this run: linear in x at that scale, so the shares sum to the output."""
-    xf = x.float()
-    gain = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + norm.eps) * (1.0 + norm.weight.float())  # [B, P, d]
-    return (heads.float() * gain[:, :, None]).to(heads.dtype)
 
 
 def _weight_in_out(proj: nn.Module) -> torch.Tensor:
