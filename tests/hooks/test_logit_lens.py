@@ -169,10 +169,15 @@ def test_a_position_on_padding_has_no_target(tmp_path, model, left):
                "data": {"batch_size": 4}, "output": {"path": str(tmp_path / f"{target}.h5")}, "device": "cpu", "progress": False}
         path = hookrun.run(cfg, model=model, dataset=items).path
         tlp = lp.gather(-1, want_ids[..., None])[..., 0]
-        rank = (lp > tlp[..., None]).sum(-1)
+        # the rank as a range: a token within float32 rounding of the target's log-prob (the lens runs in the
+        # model's float32, this reference in float64) may count above it or not, by the CPU's kernels
+        low = (lp > tlp[..., None] + 1e-5).sum(-1)
+        high = (lp > tlp[..., None] - 1e-5).sum(-1) - 1  # (less the target itself)
         with open_run(path) as run:
             got_rank, got_lp = run["transformer.h.1", "lens.target_rank"][:], run["transformer.h.1", "lens.target_logprob"][:]
-        np.testing.assert_array_equal(got_rank, np.where(ok.numpy(), rank.numpy(), -1), err_msg=target)
+        assert (got_rank[~ok.numpy()] == -1).all(), target
+        assert ((low.numpy() <= got_rank) & (got_rank <= high.numpy()))[ok.numpy()].all(), target
+        assert (high - low)[ok].max() <= 1, target  # (at most one near-tie: the range is a real check)
         np.testing.assert_allclose(got_lp, np.where(ok.numpy(), tlp.numpy(), np.nan), rtol=1e-4, atol=1e-4, err_msg=target)
         assert (got_rank[~real.numpy()] == -1).all()
 

@@ -562,27 +562,36 @@ def _raw(model: torch.nn.Module, names: list[str], x: torch.Tensor) -> list[torc
     return [out[n] for n in names]
 
 
+class OneStep(torch.nn.Module):
+    def forward(self, y: torch.Tensor) -> torch.Tensor:  # every other row one float32 step up
+        y = y.clone()
+        y[1::2] = torch.nextafter(y[1::2], torch.full_like(y[1::2], float("inf")))
+        return y
+
+
 @pytest.mark.parametrize(("estimator", "measure", "route", "items"), [
     ("exact", "linear_cka", "feature", "one"), ("exact", "rsa", "gram", "one"), ("unbiased", "rbf_cka", "gram", "one"),
     ("minibatch", "linear_cka", "minibatch", "per_batch")])
 def test_rows_equal_up_to_rounding_are_constant_on_every_route(tmp_path, caplog, estimator, measure, route,
                                                                items) -> None:
-    """One input repeated (for the minibatch estimator: one per batch of 8) through nn.Linear: the rows differ
-    by float32 rounding only (raw hooks: 3e-8 of values near 1), and that noise was compared as features
+    """One input repeated (for the minibatch estimator: one per batch of 8) through nn.Linear, every other row of
+    each Linear's output one float32 step away (OneStep: the rounding a kernel that sums in another order per row
+    gives; on a CPU whose kernels do not, the rows were bit for bit equal): the rows differ by float32 rounding
+    only (raw hooks: 3e-8 to 1.2e-7 of values near 1), and that noise was compared as features
     (minibatch CKA 0.6461, no warning)."""
     torch.manual_seed(1)
-    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 4)).eval()
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), OneStep(), torch.nn.ReLU(), torch.nn.Linear(5, 4), OneStep()).eval()
     v = torch.randn(6, 6, generator=torch.Generator().manual_seed(0))
     x = torch.stack([v[i // 8] if items == "per_batch" else v[1] for i in range(40)])
-    spreads = [np.ptp(f.double().numpy(), axis=0).max() for b in range(0, 40, 8) for f in _raw(model, ["0", "2"], x[b:b + 8])]
-    assert 0 < max(spreads) < 1e-7  # (rounding, not nothing: rows equal bit for bit passed before)
+    spreads = [np.ptp(f.double().numpy(), axis=0).max() for b in range(0, 40, 8) for f in _raw(model, ["1", "4"], x[b:b + 8])]
+    assert 0 < max(spreads) <= 2 ** -23  # one float32 step of values below 2: rounding, not nothing (equal rows passed before)
     config = {"data": {"batch_size": 8}, "device": "cpu", "progress": False, "output": {"path": str(tmp_path / "n.h5")},
-              "similarity": {"at": ["0", "2"], "estimator": estimator, "measure": measure}}
+              "similarity": {"at": ["1", "4"], "estimator": estimator, "measure": measure}}
     path = hookrun.run(config, model=model, dataset=torch.utils.data.TensorDataset(x, torch.zeros(40))).path
     got, meta = file_matrix(path)
     assert meta["route"] == route and np.isnan(got).all()
     each = " within every batch" if route == "minibatch" else ""
-    assert meta["undefined"] == {"0": f"constant features{each}", "2": f"constant features{each}"}
+    assert meta["undefined"] == {"1": f"constant features{each}", "4": f"constant features{each}"}
     what = "constant features within every batch" if each else "the same features for every item"
     assert [r.message for r in caplog.records if r.levelname == "WARNING"] == [
-        f"similarity: 0, 2 give(s) {what}: {measure} is undefined there, NaN in the file (n/a in the pictures)"]
+        f"similarity: 1, 4 give(s) {what}: {measure} is undefined there, NaN in the file (n/a in the pictures)"]
