@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from hookrun.config.kind_names import shipped_names
 from hookrun.config.plugins import (
     _FOUND,
     _NOTEBOOKS,
@@ -18,7 +19,6 @@ from hookrun.config.plugins import (
     _PLUGINS,
     KindPlugin,
     _scan,
-    _shipped,
     loadable,
     loaded_plugins,
     plugin,
@@ -59,5 +59,5 @@ def _asked(shipped: str | None) -> list[KindPlugin]:
     """The kinds to ask for a name: the shipped kind whose text names it, the kinds loaded, and the
     entry points not yet loaded that load (no other shipped kind is imported; a broken one is passed)."""
     kinds = [plugin(shipped)] if shipped else []
-    kinds += loaded_plugins() + [loadable(n) for n in list(_FOUND) if n not in _PLUGINS and n not in _shipped()]
+    kinds += loaded_plugins() + [loadable(n) for n in list(_FOUND) if n not in _PLUGINS and n not in shipped_names()]
     return [k for k in kinds if k is not None]

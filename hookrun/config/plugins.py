@@ -19,6 +19,8 @@ no module or attribute is one ConfigError line naming the plugin and the slot.
 Discovery, without a hand list: every folder of hookrun/runner/kinds/ (found on disk, imported only
 when that kind is asked for), the entry points of the group `hookrun.kinds` (a user's package: the
 way pytest finds its plugins), and `register_plugin(KIND)` from a module named in `imports:`.
+A name no kind can take (a config key, Hydra's, a config group, a kind of hookrun's own:
+config/kind_names.py) is refused: an entry point's is listed by --help with why, register_plugin's raises.
 A block's dataclass may give `check(self)`, raising a one-line ConfigError for values that need no
 model; `parse_block` runs it once, in `hookrun.config.schema.load`, before anything is built.
 """
@@ -35,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hookrun.config.kind_names import refused_name
 from hookrun.errors import ConfigError, close_matches, object_in_config
 
 GROUP = "hookrun.kinds"  # the entry-point group a user's package declares its kinds in
@@ -107,7 +110,7 @@ def register_plugin(kind: KindPlugin) -> KindPlugin:
     """Add a kind (a module named in `imports:` calls this; shipped kinds and entry points are found)."""
     if not isinstance(kind, KindPlugin):
         raise TypeError(f"register_plugin takes a KindPlugin, not {type(kind).__name__}")
-    why = refused_name(kind.name, _shipped())
+    why = refused_name(kind.name)
     _scan()
     if not why and _PLUGINS.get(kind.name, kind) != kind or (kind.name not in _PLUGINS and kind.name in _FOUND):
         why = f"a kind of that name is there already ({_SOURCES.get(kind.name, 'registered before')}); give it another name"
@@ -135,9 +138,8 @@ def _scan() -> None:
                     _OPS.setdefault(op, sub.name)
     from importlib.metadata import entry_points
 
-    shipped = set(_FOUND)
     for ep in entry_points(group=GROUP):
-        why = refused_name(ep.name, shipped)
+        why = refused_name(ep.name)
         if why:
             REFUSED[ep.name] = f"entry point {ep.name!r} of {GROUP} ({ep.value}) is not used: {why}"
         elif ep.name in _SOURCES and not _SOURCES[ep.name].endswith(f"({ep.value})"):  # two packages, one kind name
@@ -150,18 +152,6 @@ def _scan() -> None:
 
 def _clash(text: str) -> KindPlugin:
     raise ConfigError(text)
-
-
-CONFIG_KEYS: set[str] = set()  # the keys every config has (config/schema.py adds them): no kind may take one
-
-
-def refused_name(name: str, shipped: set[str]) -> str | None:
-    """Why `name` cannot be a user's kind (its block is a top-level config key), else None."""
-    if not name.isidentifier() or keyword.iskeyword(name):
-        return f"a kind's name is its config block's key, a Python identifier (e.g. {re.sub(r'[^0-9a-zA-Z_]', '_', name)!r})"
-    if name in CONFIG_KEYS:
-        return f"{name!r} is a key every config has; give the kind another name"
-    return f"{name!r} is one of hookrun's own kinds; give the kind another name" if name in shipped else None
 
 
 def plugin_names() -> list[str]:
@@ -203,11 +193,6 @@ def loadable(name: str) -> KindPlugin | None:
 
 def loaded_plugins() -> list[KindPlugin]:
     return list(_PLUGINS.values())
-
-
-def _shipped() -> set[str]:
-    folder = Path(__file__).resolve().parents[1] / "runner" / "kinds"
-    return {sub.name for sub in folder.iterdir() if sub.is_dir()} if folder.is_dir() else set()
 
 
 def parse_block(name: str, node: Any) -> Any:

@@ -1,0 +1,61 @@
+"""The names a user's kind cannot take: a kind's name is its config block's top-level key, so it
+may be no key the config already has, no key Hydra keeps for itself, no config group, and no
+kind of hookrun's own.
+
+    refused_name("my-kind")     # "a kind's name is its config block's key, a Python identifier (e.g. 'my_kind')"
+    refused_name("experiment")  # "'experiment' is a config group (experiment=NAME picks conf/experiment/NAME.yaml); ..."
+    refused_name("record")      # "'record' is one of hookrun's own kinds; give the kind another name"
+    refused_name("scaled")      # None: a name a kind can take
+
+A block named `hydra` was composed into Hydra's own node (every run ended in "hydra.mode: the config
+has no key"), one named `defaults` into the defaults list (a ValueError), one named as a group beside
+the group's choice; a kind named as one of the modes' kinds (record, grad, generate: modules of
+hookrun/runner/kinds/, not folders) wrote a file whose `kind` claimed to be hookrun's own.
+"""
+
+from __future__ import annotations
+
+import functools
+import keyword
+import re
+from pathlib import Path
+
+CONFIG_KEYS: set[str] = set()  # the keys every config has (config/schema.py adds them): no kind may take one
+HYDRA_KEYS = ("hydra", "defaults", "_self_")  # Hydra's own: its node, the defaults list, the primary config's place in it
+_KINDS = Path(__file__).resolve().parents[1] / "runner" / "kinds"  # hookrun's own kinds
+_REGISTERED = re.compile(r"""@register_kind\(\s*["'](\w+)["']""")  # a mode's kind (runner/kinds/__init__.py)
+
+
+def refused_name(name: str, shipped: set[str] | None = None) -> str | None:
+    """Why `name` cannot be a user's kind (its block is a top-level config key), else None;
+    `shipped`: hookrun's own kinds (default: shipped_names())."""
+    if not name.isidentifier() or keyword.iskeyword(name):
+        return f"a kind's name is its config block's key, a Python identifier (e.g. {re.sub(r'[^0-9a-zA-Z_]', '_', name)!r})"
+    if name in CONFIG_KEYS:
+        return f"{name!r} is a key every config has; give the kind another name"
+    if name in HYDRA_KEYS:
+        return f"{name!r} is a key Hydra keeps for itself ({', '.join(HYDRA_KEYS)}); give the kind another name"
+    if name in config_groups():
+        return (f"{name!r} is a config group ({name}=NAME picks conf/{name}/NAME.yaml); give the kind another name")
+    own = shipped_names() if shipped is None else shipped
+    return f"{name!r} is one of hookrun's own kinds; give the kind another name" if name in own else None
+
+
+@functools.cache
+def shipped_names() -> frozenset[str]:
+    """hookrun's own kinds: the folders of hookrun/runner/kinds/ (the kind plugins) and the modes'
+    kinds its modules register (`@register_kind("record")`), read from the text, not imported."""
+    if not _KINDS.is_dir():
+        return frozenset()
+    folders = {sub.name for sub in _KINDS.iterdir() if sub.is_dir() and not sub.name.startswith("_")}
+    modes = {name for py in _KINDS.glob("*.py") for name in _REGISTERED.findall(py.read_text(errors="replace"))}
+    return frozenset(folders | modes)
+
+
+@functools.cache
+def config_groups() -> frozenset[str]:
+    """The config groups of hookrun's conf/ (a folder of YAML options: model, data, loss, experiment):
+    hookrun/conf in a wheel, conf/ beside hookrun/ in a checkout (cli/app.py's conf_dir)."""
+    here = Path(__file__).resolve().parents[1]
+    conf = next((c for c in (here / "conf", here.parent / "conf") if (c / "config.yaml").is_file()), None)
+    return frozenset(sub.name for sub in conf.iterdir() if sub.is_dir() and any(sub.glob("*.yaml"))) if conf else frozenset()
