@@ -245,11 +245,11 @@ def main() -> None:
         print(usage(conf_dir()), flush=True)
     for note in renamed([a for a in args if not a.startswith("-")], conf_dir()):
         print(f"hookrun: note: {note}", file=sys.stderr, flush=True)
-    damage = shell_damage(args) or _missing_block([a for a in args if not a.startswith("-")])
-    if damage:
-        _fail(ConfigError(damage))
-    sys.argv[1:] = forced_block_keys(sys.argv[1:])
-    try:
+    try:  # (a block's key asks its kind whether a key adds it: a plugin that fails to load is one line)
+        damage = shell_damage(args) or _missing_block([a for a in args if not a.startswith("-")])
+        if damage:
+            raise ConfigError(damage)
+        sys.argv[1:] = forced_block_keys(sys.argv[1:])
         if MULTIRUN & set(args):
             from hookrun.cli.sweep_folder import check_sweep_folder
 

@@ -6,6 +6,8 @@ References: saliency by torch.autograd.grad on the same model and images; OmegaC
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -75,6 +77,25 @@ def test_a_block_the_experiment_has_takes_a_plain_key(tmp_path):
 def test_a_wrong_key_inside_an_added_block_is_one_line(tmp_path):
     line = one_line(run_cli(*SMALL, "+attribution={methd: saliency}", cwd=tmp_path, env=ENV))
     assert "attribution.methd" in line and "did you mean attribution.method" in line
+
+
+@pytest.mark.slow
+def test_a_key_of_a_plugin_that_fails_to_load_is_the_same_one_line_as_adding_its_block(tmp_path):
+    """`brk.factor=2` (no +) asks the kind whether a key adds its block (`added_by_key`), before the
+    error handler: a package failing on an import of its own was its traceback, exit 1."""
+    site = tmp_path / "site"
+    (site / "userkind_brk").mkdir(parents=True)
+    (site / "userkind_brk/__init__.py").write_text("import nonexistent_dependency_xyz\n")
+    (site / "userkind_brk-0.1.dist-info").mkdir()
+    (site / "userkind_brk-0.1.dist-info/METADATA").write_text("Metadata-Version: 2.1\nName: userkind_brk\nVersion: 0.1\n")
+    (site / "userkind_brk-0.1.dist-info/entry_points.txt").write_text("[hookrun.kinds]\nbrk = userkind_brk:KIND\n")
+    env = {**ENV, "PYTHONPATH": os.pathsep.join([str(site), ENV["PYTHONPATH"]])}
+    lines = [one_line(run_cli(*SMALL, override, "hydra.run.dir=run", cwd=tmp_path, env=env))
+             for override in ("brk.factor=2", "+brk={factor: 2}")]
+    assert lines[0] == lines[1] == (
+        "hookrun: error: the kind plugin 'brk' (entry point 'brk' of hookrun.kinds (userkind_brk:KIND)) fails to "
+        "load: ModuleNotFoundError: No module named 'nonexistent_dependency_xyz'")
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_plugins_null_slot_behaves_as_the_shipped_blocks():
