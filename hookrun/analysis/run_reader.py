@@ -100,7 +100,7 @@ class Run:
             return kinds.kind_property(readers, self.attrs, name)
         if name not in kinds.method_names(name):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}"
-                                 + (f" ({note})" if (note := kinds.unread_kind(self.attrs)) else ""))
+                                 + (f" ({note})" if (note := kinds.unread_kind(self.file.attrs)) else ""))
         return kinds.kind_method(self.file, name)
 
     def kind_readers(self) -> list[kinds.KindReader]:

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from hookrun.analysis.drawings import drawn_pictures
-from hookrun.analysis.kind_readers import kind_figures, kind_sweep_figures
+from hookrun.analysis.kind_readers import kind_figures, kind_sweep_figures, unread_kind
 from hookrun.analysis.opening import open_run
 from hookrun.analysis.report.figure_specs import (
     constant_over_space,
@@ -187,7 +187,7 @@ def plot_run(run: Run, out: Path, samples: int | None = None, channels: int = 16
         spec.title += f" · {note}" if note and note not in spec.title else ""
         written.append(figures.save(render(with_pictures(spec, dataset)), out / f"{_file_name(stem)}.png", source=_source(run),
                                     taken=taken))
-    for line in left.lines():
+    for line in left.lines() + [f"not drawn: the pictures of the kind {note}" for note in [unread_kind(run.file.attrs)] if note]:
         print(line)
     if gone := remove_replaced(out, _source(run), identity(run)):  # (a replaced run's figures looked current)
         print(f"removed {gone} figure{'' if gone == 1 else 's'} of the replaced run")

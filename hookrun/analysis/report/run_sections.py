@@ -19,7 +19,7 @@ import numpy as np
 import yaml
 
 from hookrun.analysis.gradcam import is_map  # (plot imports it from here too)
-from hookrun.analysis.kind_readers import kind_units
+from hookrun.analysis.kind_readers import kind_units, unread_kind
 from hookrun.analysis.report.colour_scales import to_rgb
 from hookrun.analysis.report.figure_specs import (
     DIVERGING,
@@ -85,9 +85,10 @@ def header(run: Any) -> dict:
     for key, what in (("hooks_not_fired", "hooks that never fired"), ("hooks_skipped", "hooks skipped")):
         if str(a.get(key, "") or ""):
             rows.append([what, str(a[key])])
-    rows += [row for r in readers for row in r.header(a)]
+    note = None if readers else unread_kind(run.file.attrs)  # (a plugin's kind not installed here: as inspect says)
+    rows += [["kind", note]] if note else [row for r in readers for row in r.header(a)]
     shown = {"model_class", "device", "samples_complete", "steps_complete", "created", "finished", "hookrun_version", "torch_version",
-             "mode", "status", *INTERNAL}
+             "mode", "status", *INTERNAL, *(["kind"] if note else [])}
     for k, v in sorted(a.items()):
         text = str(v.tolist() if isinstance(v, np.ndarray) else v)
         if k not in shown and not isinstance(v, np.ndarray) and text not in ("", "None") and not text.lstrip().startswith(("{", "[")):
