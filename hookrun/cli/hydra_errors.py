@@ -164,6 +164,9 @@ def _group_given_no_name(overrides: list[str], group_options: Callable[[str], li
     return None
 
 
+LISTED = 40  # keys named in an unknown key's line; the rest counted (the top level's all fit)
+
+
 def _unknown_key_message(key: str, overrides: list[str], keys: list[str], deeper: str | None = None) -> str:
     given = _given(key, overrides)
     value = given.partition("=")[2]
@@ -181,8 +184,12 @@ def _unknown_key_message(key: str, overrides: list[str], keys: list[str], deeper
         free = None
     while parent and parent not in keys and "." in parent:  # (hooks.0.at: the entries hooks has)
         parent = parent.rpartition(".")[0]
+    if parent and parent not in keys:  # (similarty.x: its first name is no key; the top level's close one, and its keys)
+        close = close or [f"{c}{key[len(parent):]}" for c in close_matches(parent, [k for k in keys if "." not in k], n=1)]
+        parent = ""
     siblings = sorted(k.rpartition(".")[2] for k in keys if k.rpartition(".")[0] == parent)
-    listing = (f"{parent or 'the top level'} has: {', '.join(siblings[:20])}" if siblings
+    more = f" and {len(siblings) - LISTED} more" if len(siblings) > LISTED else ""
+    listing = (f"{parent or 'the top level'} has: {', '.join(siblings[:LISTED])}{more}" if siblings
                else f"{parent} has no keys" if parent and not free else "")  # (an action's keys are the user's: not listed)
     hints = [(f"did you mean {close[0]}?" + (f" ({listing})" if listing else "")) if close else listing] \
         if listing or close else []

@@ -103,6 +103,38 @@ def test_bad_input_gives_one_clear_line_and_no_traceback(tmp_path, args, message
     assert not h5_files(tmp_path)
 
 
+@pytest.mark.slow
+def test_an_unknown_key_lists_every_top_level_key_and_a_misspelt_blocks_key_gets_the_close_name(tmp_path):
+    """The top level's keys were cut at 20 without saying so (similarity, the 21st, left out); `similarty.x=1`
+    said "similarty has no keys". Reference: the top-level keys of the config Hydra composes."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from hookrun.cli.app import conf_dir
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
+        top = sorted(compose("config"))
+    GlobalHydra.instance().clear()
+    assert len(top) > 20 and "similarity" in top, top
+    listing = f"(the top level has: {', '.join(top)})"
+    for override, line in (("bogus=1", f"bogus=1: the config has no key 'bogus'; the top level has: {', '.join(top)}"),
+                           ("similarty.x=1", f"similarty.x=1: the config has no key 'similarty.x'; did you mean "
+                                             f"similarity.x? {listing}"),
+                           ("outptu.path=x", f"outptu.path=x: the config has no key 'outptu.path'; did you mean "
+                                             f"output.path? {listing}")):
+        proc = run_cli(override, cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stderr == f"hookrun: error: {line}\n", proc.stderr
+
+
+def test_an_unknown_keys_line_counts_the_keys_it_does_not_name():
+    from hookrun.cli.hydra_errors import _unknown_key_message
+
+    keys = ["big"] + [f"big.k{i:02d}" for i in range(45)]
+    line = _unknown_key_message("big.zzz", ["big.zzz=1"], keys)
+    assert line.endswith(f"(big has: {', '.join(f'k{i:02d}' for i in range(40))} and 5 more)"), line
+
+
 def test_a_key_given_twice_apart_is_not_taken_for_the_shells_brace_expansion():
     from hookrun.cli.hydra_errors import shell_damage
 
