@@ -11,6 +11,7 @@ A block named `hydra` was composed into Hydra's own node (every run ended in "hy
 has no key"), one named `defaults` into the defaults list (a ValueError), one named as a group beside
 the group's choice; a kind named as one of the modes' kinds (record, grad, generate: modules of
 hookrun/runner/kinds/, not folders) wrote a file whose `kind` claimed to be hookrun's own.
+Imported only where a user's kind is found (an entry point, register_plugin): off the main job's route.
 """
 
 from __future__ import annotations
@@ -18,27 +19,26 @@ from __future__ import annotations
 import functools
 import keyword
 import re
+from collections.abc import Collection
 from pathlib import Path
 
-CONFIG_KEYS: set[str] = set()  # the keys every config has (config/schema.py adds them): no kind may take one
 HYDRA_KEYS = ("hydra", "defaults", "_self_")  # Hydra's own: its node, the defaults list, the primary config's place in it
 _KINDS = Path(__file__).resolve().parents[1] / "runner" / "kinds"  # hookrun's own kinds
 _REGISTERED = re.compile(r"""@register_kind\(\s*["'](\w+)["']""")  # a mode's kind (runner/kinds/__init__.py)
 
 
-def refused_name(name: str, shipped: set[str] | None = None) -> str | None:
+def refused_name(name: str, config_keys: Collection[str] = ()) -> str | None:
     """Why `name` cannot be a user's kind (its block is a top-level config key), else None;
-    `shipped`: hookrun's own kinds (default: shipped_names())."""
+    `config_keys`: the schema's keys (config/plugins.py's CONFIG_KEYS, which config/schema.py fills)."""
     if not name.isidentifier() or keyword.iskeyword(name):
         return f"a kind's name is its config block's key, a Python identifier (e.g. {re.sub(r'[^0-9a-zA-Z_]', '_', name)!r})"
-    if name in CONFIG_KEYS:
+    if name in config_keys:
         return f"{name!r} is a key every config has; give the kind another name"
     if name in HYDRA_KEYS:
         return f"{name!r} is a key Hydra keeps for itself ({', '.join(HYDRA_KEYS)}); give the kind another name"
     if name in config_groups():
-        return (f"{name!r} is a config group ({name}=NAME picks conf/{name}/NAME.yaml); give the kind another name")
-    own = shipped_names() if shipped is None else shipped
-    return f"{name!r} is one of hookrun's own kinds; give the kind another name" if name in own else None
+        return f"{name!r} is a config group ({name}=NAME picks conf/{name}/NAME.yaml); give the kind another name"
+    return f"{name!r} is one of hookrun's own kinds; give the kind another name" if name in shipped_names() else None
 
 
 @functools.cache

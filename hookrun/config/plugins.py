@@ -20,7 +20,7 @@ Discovery, without a hand list: every folder of hookrun/runner/kinds/ (found on 
 when that kind is asked for), the entry points of the group `hookrun.kinds` (a user's package: the
 way pytest finds its plugins), and `register_plugin(KIND)` from a module named in `imports:`.
 A name no kind can take (a config key, Hydra's, a config group, a kind of hookrun's own:
-config/kind_names.py) is refused: an entry point's is listed by --help with why, register_plugin's raises.
+config/kind_names.py, imported only then) is refused: an entry point's is listed by --help with why, register_plugin's raises.
 A block's dataclass may give `check(self)`, raising a one-line ConfigError for values that need no
 model; `parse_block` runs it once, in `hookrun.config.schema.load`, before anything is built.
 """
@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hookrun.config.kind_names import refused_name
 from hookrun.errors import ConfigError, close_matches, object_in_config
 
 GROUP = "hookrun.kinds"  # the entry-point group a user's package declares its kinds in
@@ -110,7 +109,7 @@ def register_plugin(kind: KindPlugin) -> KindPlugin:
     """Add a kind (a module named in `imports:` calls this; shipped kinds and entry points are found)."""
     if not isinstance(kind, KindPlugin):
         raise TypeError(f"register_plugin takes a KindPlugin, not {type(kind).__name__}")
-    why = refused_name(kind.name)
+    why = _refused(kind.name)
     _scan()
     if not why and _PLUGINS.get(kind.name, kind) != kind or (kind.name not in _PLUGINS and kind.name in _FOUND):
         why = f"a kind of that name is there already ({_SOURCES.get(kind.name, 'registered before')}); give it another name"
@@ -139,7 +138,7 @@ def _scan() -> None:
     from importlib.metadata import entry_points
 
     for ep in entry_points(group=GROUP):
-        why = refused_name(ep.name)
+        why = _refused(ep.name)
         if why:
             REFUSED[ep.name] = f"entry point {ep.name!r} of {GROUP} ({ep.value}) is not used: {why}"
         elif ep.name in _SOURCES and not _SOURCES[ep.name].endswith(f"({ep.value})"):  # two packages, one kind name
@@ -152,6 +151,17 @@ def _scan() -> None:
 
 def _clash(text: str) -> KindPlugin:
     raise ConfigError(text)
+
+
+CONFIG_KEYS: set[str] = set()  # the keys every config has (config/schema.py adds them): no kind may take one
+
+
+def _refused(name: str) -> str | None:
+    """Why a user's kind cannot be named `name` (config/kind_names.py, imported where a user's kind is
+    found: off the main job's route), else None."""
+    from hookrun.config.kind_names import refused_name
+
+    return refused_name(name, CONFIG_KEYS)
 
 
 def plugin_names() -> list[str]:

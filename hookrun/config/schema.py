@@ -23,8 +23,8 @@ from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf._utils import get_omega_conf_dumper
 from omegaconf.errors import OmegaConfBaseException
 
-from hookrun.config.kind_names import CONFIG_KEYS
 from hookrun.config.plugins import (
+    CONFIG_KEYS,
     mapping_where_nested,
     nested_block,
     plugin_names,
