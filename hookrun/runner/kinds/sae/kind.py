@@ -15,7 +15,7 @@ to the same figures. The trained SAE is written at the end with SAELens' save_in
 `sae.out` (default: the run folder's sae/). A cache's batches are read ahead by a thread
 (prefetch.py; with device: cuda, through pinned memory onto the GPU while the step runs). The
 root attribute `sae` (JSON) holds the block as run, the capture's module, d_in, the cache's rows
-and the epochs the budget takes; `sae_evaluation` (JSON) sae.evaluate's totals (evaluation.py).
+and identity (resuming.py: a resume refuses another cache, and another run's SAE in `out`) and the epochs the budget takes; `sae_evaluation` (JSON) sae.evaluate's totals (evaluation.py).
 """
 
 from __future__ import annotations
@@ -64,22 +64,30 @@ class SaeKind(RunKind):
                               "(it pins TransformerLens 3.9: keep it out of an environment that needs TransformerLens 4)")
         from hookrun.runner.kinds.sae.engine import holds_sae, sae_config
         from hookrun.runner.kinds.sae.evaluation import check_items, check_model
+        from hookrun.runner.kinds.sae.resuming import (
+            cache_identity,
+            check_cache,
+            check_out,
+            old_sae,
+        )
 
         block: SaeBlock = cfg.sae
+        old = old_sae(cfg) if cfg.resume else None  # (a complete one: the runner does nothing, its SAE stays)
         if block.evaluate:
             check_items(cfg, block.evaluate)
         if block.from_:  # on the fly (`at`), the keys are checked once the model gives d_in (__init__)
             rows = CacheRows(block.from_, block.capture, block.batch_rows, block.shuffle, block.vectors)
             try:
                 sae_config(block, rows.d_in, rows.info.module)
+                if old is not None and old["status"] != "complete":
+                    check_cache(old, cache_identity(rows), block.from_)
                 if block.evaluate:
                     check_model(cfg, rows.run.config, block.from_)
             finally:
                 rows.close()
         out = out_folder(cfg)
-        if holds_sae(out) and not block.overwrite and not cfg.resume:
-            raise ConfigError(f"sae.out: {out} already holds an SAE (cfg.json or sae_weights.safetensors); give "
-                              "another folder, or sae.overwrite=true to replace it")
+        if holds_sae(out) and not block.overwrite:
+            check_out(out, old, cfg.resume)
 
     def __init__(self, ctx: Any) -> None:
         super().__init__(ctx)
@@ -122,10 +130,13 @@ class SaeKind(RunKind):
     def prepare_run(self, p: Any) -> None:
         b = self.block
         given = {f.name.rstrip("_"): getattr(b, f.name) for f in dataclasses.fields(b) if getattr(b, f.name) is not None}
-        p.attrs["sae"] = json.dumps({**given,
-                                     "module": self.module, "d_in": self.rows.d_in,
-                                     "cache_rows": self.cache_rows, "epochs": self.epochs, "out": str(self.out),
-                                     "steps": -(-b.rows // b.batch_rows)})
+        attrs = {**given, "module": self.module, "d_in": self.rows.d_in, "cache_rows": self.cache_rows,
+                 "epochs": self.epochs, "out": str(self.out), "steps": -(-b.rows // b.batch_rows)}
+        if self.cache_rows:
+            from hookrun.runner.kinds.sae.resuming import cache_identity
+
+            attrs["cache"] = cache_identity(self.rows)
+        p.attrs["sae"] = json.dumps(attrs)
         if self.cache_rows:
             log.info("sae: %s rows of %s's %s (%d a pass): %d epoch(s)%s", b.rows, b.from_, b.capture,
                      self.cache_rows, self.epochs, " in a new seeded order each" if b.shuffle and self.epochs > 1 else "")
@@ -205,6 +216,14 @@ class SaeKind(RunKind):
 
     def end_attrs(self) -> dict[str, Any]:
         return {"sae_evaluation": json.dumps(self.evaluation)} if self.evaluation else {}
+
+    def restore(self, resume: Any, kept: int) -> None:
+        """An object-store run's old cache identity, compared here (a local file's in check(), before the model)."""
+        if self.cache_rows and "sae" in resume.attrs and scheme_of(str(self.ctx.cfg.output.path)).remote:
+            from hookrun.runner.kinds.sae.resuming import cache_identity, check_cache
+
+            old = {**json.loads(resume.attrs["sae"]), "file": str(self.ctx.cfg.output.path)}
+            check_cache(old, cache_identity(self.rows), str(self.block.from_))
 
     def resume_from(self, train: Any, kept: int) -> None:
         """Load the last whole checkpoint at or before `kept` steps and skip the rows it has read."""

@@ -1,0 +1,90 @@
+"""What a resumed SAE run may take over: the SAE in `sae.out` and the cache it trains on.
+
+    old = old_sae(cfg)                       # the run at output.path to resume: its `sae` attribute, or None
+    check_out(cfg, out, old)                 # sae.out holds an SAE: only the resumed run's own (else sae.overwrite)
+    check_cache(old, cache_identity(rows), "outputs/run/captures.h5")    # the same cache's rows, or one line
+
+A run records its cache's identity in the root attribute `sae` (`cache`: the capture's rows, the cache
+file's `created` time and a digest of the capture's `/checksums` rows where the file holds them). A
+resume compares it with the cache `sae.from` names now: a cache recorded again at the same path is
+another cache, and training on it after the checkpoint would mix two caches' rows in one SAE.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import h5py
+
+from hookrun.config.schema import HookrunConfig
+from hookrun.errors import ConfigError
+from hookrun.store.lock import flushing_path
+from hookrun.store.schemes import scheme_of
+
+
+def old_sae(cfg: HookrunConfig) -> dict[str, Any] | None:
+    """The `sae` attribute (with the file's `status`) of the local run resume=true would continue; None where
+    output.path holds no SAE run (or is in an object store: not read before the run)."""
+    if scheme_of(str(cfg.output.path)).remote:
+        return None
+    path = Path(str(cfg.output.path))
+    for source in (path, flushing_path(path)):  # (a kill inside a flush leaves it at <name>.flushing)
+        if source.exists():
+            try:
+                with h5py.File(source, "r") as f:
+                    text, status = f.attrs.get("sae"), f.attrs.get("status")
+            except OSError:
+                return None
+            if text is None:
+                return None
+            return {**json.loads(text), "status": str(status), "file": str(path)}
+    return None
+
+
+def check_out(out: Path, old: dict[str, Any] | None, resume: bool) -> None:
+    """sae.out holds an SAE and sae.overwrite is off: refused unless resume=true continues the run that
+    trained into `out` (its file is there and names `out`): any other SAE would be replaced at the end."""
+    if old is not None and resume and old.get("out") and Path(old["out"]).resolve() == out.resolve():
+        return
+    why = ""
+    if resume:
+        why = (f"; resume=true continues only the run whose SAE it is, and {old['file']} trained into {old['out']}"
+               if old is not None else "; resume=true finds no SAE run to continue at output.path")
+    raise ConfigError(f"sae.out: {out} already holds an SAE (cfg.json or sae_weights.safetensors){why}; give "
+                      "another folder, or sae.overwrite=true to replace it")
+
+
+def cache_identity(rows: Any) -> dict[str, Any]:
+    """The cache's rows, its file's `created` time and a digest of the capture's checksums (a local file
+    written with output.checksum=true): what tells one cache from another recorded at the same path."""
+    ident: dict[str, Any] = {"rows": int(rows.n_rows)}
+    run = rows.run
+    created = (getattr(run, "attrs", None) or {}).get("created")
+    if created is not None:
+        ident["created"] = str(created)
+    if scheme_of(rows.source).remote:  # (its checksums are in every part: not fetched for this)
+        return ident
+    f = run.file
+    ref = f[rows.info.path].attrs.get("digest")
+    if isinstance(ref, bytes):
+        ref = ref.decode()
+    if isinstance(ref, str) and ref.startswith("/checksums:") and "checksums" in f:
+        table = f["checksums"][:]
+        mine = table[table[:, 0] == int(ref.split(":", 1)[1])]
+        ident["digest"] = hashlib.sha1(mine[:, 1:].tobytes()).hexdigest()[:16]
+    return ident
+
+
+def check_cache(old: dict[str, Any] | None, now: dict[str, Any] | None, source: str) -> None:
+    """The resumed run's cache is the one it started on (an older file without `cache` passes unchecked)."""
+    was = (old or {}).get("cache")
+    if not was or now is None:
+        return
+    differ = [k for k in ("rows", "created", "digest") if k in was and k in now and was[k] != now[k]]
+    if differ:
+        said = lambda c: ", ".join(f"{k} {c[k]}" for k in differ)  # noqa: E731
+        raise ConfigError(f"resume: sae.from {source} is not the cache {old['file']} started on ({said(was)}; now "
+                          f"{said(now)}); resume on that cache, or start a new run (output.overwrite=true)")
