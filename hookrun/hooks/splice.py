@@ -15,6 +15,9 @@ clamp_features, add_features), listed. The op `splice` then calls that child on 
     y = reconstruction(decode(g))           (the module's new output)
     error_term: true   ->  y = x + (decode(g) - decode(f))   (x itself where nothing was edited)
 
+An SAE folder that names the module it was trained on (cfg.json hook_name) is refused at another module
+of the same model unless the action says `other_module: true`.
+
 Every spliced forward adds to Splice.stats (float64, padding excluded): l0, mse, explained
 variance, dead latents; a kind that measures splices reads them (env.splices). The children are removed at
 the end of the run (env.hold): the model comes back as it went in.
@@ -131,11 +134,25 @@ def install(model: nn.Module, specs: list, env: ActionEnv, targets: Callable[[An
                 if coder is None:
                     device = next((p.device for p in target.parameters()), None)
                     coder = coder_of(action.params, action.where, device)
-                error_term = typed_params(splice, action.params, action.where).get("error_term", False)
+                given = typed_params(splice, action.params, action.where)
+                check_module(model, coder, name, action.where, given.get("other_module", False))
+                error_term = given.get("error_term", False)
                 spliced = Splice(coder, name, error_term, env.state)
                 target.add_module(CHILD, spliced)
                 env.splices.append(spliced)
                 env.hold.on_close(_remover(target, spliced, env))
+
+
+def check_module(model: nn.Module, coder: nn.Module, name: str, where: str, other_module: bool) -> None:
+    """An SAE whose recorded module (cfg.json hook_name) is another module of this model is refused at `name`
+    unless other_module: true (a name the model lacks, such as a TransformerLens hook on a transformers model,
+    says nothing here)."""
+    trained = getattr(coder, "hook_name", None)
+    if other_module or not trained or trained == name or trained not in dict(model.named_modules()):
+        return
+    raise ConfigError(f"{where}: op splice at {module_label(name)}: the SAE in {getattr(coder, 'path', '') or 'module'} "
+                      f"was trained on {module_label(trained)} (its hook_name), not {module_label(name)}; splice it at "
+                      f"{trained}, or give other_module: true to splice it here anyway")
 
 
 def _remover(target: nn.Module, splice: Splice, env: ActionEnv) -> Callable[[], None]:
@@ -149,7 +166,7 @@ def _remover(target: nn.Module, splice: Splice, env: ActionEnv) -> Callable[[], 
 
 @register_op("splice")
 def splice(path: str | None = None, module: Any = None, state_dict: str | None = None, error_term: bool = False,
-           dtype: str | None = None, *, build: OpBuild) -> Callable[[Tensor, OpContext], Tensor]:
+           dtype: str | None = None, other_module: bool = False, *, build: OpBuild) -> Callable[[Tensor, OpContext], Tensor]:
     """The output of MODULE through the learned module `install` spliced in (see the module doc)."""
     target = build.point.target
     spliced = getattr(target, "_modules", {}).get(CHILD)
