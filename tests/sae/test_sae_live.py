@@ -107,3 +107,18 @@ def test_on_the_fly_sigkill_then_resume_ends_equal_to_saelens(tmp_path, caplog):
         assert row["mse_loss"] == pytest.approx(want["losses/mse_loss"], rel=1e-5)
         assert row["explained_variance"] == pytest.approx(want["metrics/explained_variance"], rel=1e-5, abs=1e-7)
     assert_same_latents(tmp_path / "run" / "sae", ref, rows, tmp_path / "ref", tol=1e-4)
+
+
+def test_on_the_fly_refuses_a_broadcast_output_in_one_line(tmp_path):
+    """transformer.wpe's output is [1, T, d] for a batch of 8 (reference: the raw module on position ids); the
+    rows were once indexed by the batch's [8, T] mask: an IndexError traceback."""
+    model = transformers.GPT2LMHeadModel.from_pretrained(ROOT / "hookrun/models/tiny_lm").eval()
+    shape = tuple(model.transformer.wpe(torch.arange(16)[None]).shape)
+    cfg = hookrun.compose("experiment=sae_train", "sae.from=null", "sae.capture=null", "sae.at=transformer.wpe",
+                          "sae.rows=64", "sae.batch_rows=32", "sae.d_sae=64", "sae.k=4", "sae.out=null",
+                          "sae.lr_schedule.warmup=0", *DATA, "progress=false", f"hydra.run.dir={tmp_path / 'run'}")
+    with pytest.raises(ConfigError) as info:
+        hookrun.run(cfg)
+    msg = str(info.value)
+    assert "\n" not in msg and f"has shape {shape}" in msg and "[8, 16]" in msg and "broadcast" in msg
+    assert not (tmp_path / "run" / "sae").exists()

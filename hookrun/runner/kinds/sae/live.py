@@ -78,6 +78,7 @@ class LiveRows(BatchStream):
             raise ConfigError(f"sae.at: {self.at}'s output has shape {tuple(out.shape)}, one number per sample, not a "
                               "vector: an SAE trains on vectors; give sae.at a module whose output holds a vector per "
                               "token or sample")
+        self._check_leading(out, call)
         if self.vectors == "channel":
             if out.dim() < 3:
                 raise ConfigError(f"sae.rows: channel reads a feature map (sample, channel, positions...); "
@@ -91,6 +92,18 @@ class LiveRows(BatchStream):
             return out[keep].float().cpu()
         raise ConfigError(f"sae.at: {self.at}'s output has shape {tuple(out.shape)}; an SAE trains on vectors: "
                           "give sae.rows=channel (with sae.budget) for a feature map")
+
+    def _check_leading(self, out: torch.Tensor, call: Any) -> None:
+        """One row per sample (and per token, against the call's attention mask): a broadcast output, such as a
+        position embedding's [1, T, d] for a batch of 32, holds no row per sample."""
+        mask = call.attention_mask if call.attention_mask is not None else call.kwargs.get("attention_mask")
+        token = self.vectors != "channel" and out.dim() == 3 and isinstance(mask, torch.Tensor)
+        want = tuple(mask.shape) if token else next((tuple(t.shape[:1]) for t in call.tensors() if t.dim()), None)
+        if want is not None and tuple(out.shape[:len(want)]) != want:
+            what = "sample and token (the attention mask's shape" if token else "sample (the batch's size"
+            raise ConfigError(f"sae.at: {self.at}'s output has shape {tuple(out.shape)}, not one row per {what} "
+                              f"is {list(want)}): a broadcast output, shared by the batch; give sae.at a module whose "
+                              "output holds a vector per sample or token")
 
     def _passes(self) -> Iterator[torch.Tensor]:
         """Each pass's rows, in the data's order, a data batch at a time."""
