@@ -15,10 +15,12 @@ output (what it logs to wandb when asked), taken after the step as its fit loop 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
 import math
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,8 @@ from sae_lens import SAETrainer
 from sae_lens.config import SAETrainerConfig
 from sae_lens.registry import get_sae_training_class
 
-from hookrun.errors import ConfigError
+from hookrun.analysis.stats import human_bytes
+from hookrun.errors import ConfigError, RunError
 from hookrun.runner.kinds.sae.block import NORMALIZE, SaeBlock
 
 StepHook = Callable[[int, dict[str, Any]], None]
@@ -97,9 +100,11 @@ class Training:
         self.block = block
         self.logs: list[dict[str, Any]] = []
         hook = on_step or (lambda step, log: self.logs.append(log))
-        self.sae = build_sae(block, d_in, hook_name, device)
-        self.trainer = LoggingTrainer(trainer_config(block, checkpoint_path, device), self.sae, rows, on_step=hook,
-                                      save_checkpoint_fn=save_checkpoint_fn)
+        self.memory = functools.partial(out_of_memory, d_in, block.d_sae, device)
+        with self.memory("building"):
+            self.sae = build_sae(block, d_in, hook_name, device)
+            self.trainer = LoggingTrainer(trainer_config(block, checkpoint_path, device), self.sae, rows,
+                                          on_step=hook, save_checkpoint_fn=save_checkpoint_fn)
 
     def resume(self, checkpoint: str | Path) -> int:
         """Carry on from a checkpoint folder SAELens wrote: weights, optimizer, schedules, windows.
@@ -112,16 +117,35 @@ class Training:
 
     def fit(self, progress: bool = True) -> Any:
         """SAELens' fit; progress=False: without its progress bar (hookrun's progress=false)."""
-        if progress:
-            return self.trainer.fit()
         import sae_lens.training.sae_trainer as trainer_module
 
         bar = trainer_module.tqdm
-        trainer_module.tqdm = functools.partial(bar, disable=True)
+        if not progress:
+            trainer_module.tqdm = functools.partial(bar, disable=True)
         try:
-            return self.trainer.fit()
+            with self.memory("training"):
+                return self.trainer.fit()
         finally:
             trainer_module.tqdm = bar
+
+
+@contextlib.contextmanager
+def out_of_memory(d_in: int, d_sae: int, device: str, doing: str) -> Iterator[None]:
+    """torch's out-of-memory errors (CUDA's OutOfMemoryError, the CPU allocator's "can't allocate memory")
+    as one RunError line: the SAE's size, the bytes asked, and what its weights and Adam's state take."""
+    try:
+        yield
+    except (torch.OutOfMemoryError, RuntimeError) as exc:
+        text = " ".join(str(exc).split())
+        if not isinstance(exc, torch.OutOfMemoryError) and "can't allocate memory" not in text:
+            raise
+        asked = re.search(r"(?:tried to allocate|Tried to allocate) ([\d.]+ ?[KMGT]?i?B|\d+ bytes)", text)
+        weights = (2 * d_in * d_sae + d_in + d_sae) * 4  # W_enc, W_dec, b_enc, b_dec in float32
+        raise RunError(f"sae: out of memory on {device} {doing} the SAE d_in {d_in} x d_sae {d_sae} (asked for "
+                       f"{asked.group(1) if asked else 'more than was free'}; its weights take {human_bytes(weights)}, with "
+                       f"their gradients and Adam's two moments {human_bytes(4 * weights)}): give a smaller sae.d_sae or "
+                       "sae.batch_rows, or a device with more memory") from None
+
 
 
 def holds_sae(folder: str | Path) -> bool:
