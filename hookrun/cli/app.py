@@ -157,18 +157,18 @@ def _known_keys(overrides: list[str]) -> list[str]:
 
 
 def _compose_groups(overrides: list[str]) -> DictConfig:
-    """The config of these overrides' group choices alone (a sweep's first choice)."""
-    groups = []
-    for o in overrides:
-        key, _, value = o.lstrip("+").partition("=")
-        if "." not in key and "/" not in key and Path(conf_dir(), key).is_dir():
-            groups.append(f"{key}={value.split(',')[0]}")
-    GlobalHydra.instance().clear()
+    """These overrides' group choices alone (a sweep's first choice), on the user's search path too (--config-dir,
+    hydra.searchpath: search_path.py, off the main route); where they do not compose, the schema, every block in."""
+    from hookrun.cli.search_path import every_block, folders_of, group_choices, searchpath_override
+
     try:
+        extra = searchpath_override(sys.argv[1:], overrides)
+        groups = group_choices(overrides, [conf_dir(), *folders_of(extra)]) + ([extra] if extra else [])
+        GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="hookrun"):
             return compose("config", overrides=groups)
-    except Exception:  # a group choice is wrong too: the schema's keys
-        return OmegaConf.structured(SCHEMA)
+    except Exception:  # a group choice is wrong too: no block is said to be missing (Hydra then says what is wrong)
+        return every_block(SCHEMA, block_names(SCHEMA, HookrunConfig))
     finally:
         GlobalHydra.instance().clear()
 

@@ -1,0 +1,68 @@
+"""The config folders a command line adds to the shipped conf/: `--config-dir DIR` (`-cd DIR`,
+`--config-dir=DIR`) and `hydra.searchpath=[...]`, as one `hydra.searchpath` override for Hydra's
+compose API (the app's own early checks compose the user's experiments as the run will).
+
+    searchpath_override(["--config-dir", "mycfg"], ["experiment=mine"])   # 'hydra.searchpath=[file:///abs/mycfg]'
+    folders_of('hydra.searchpath=[file:///abs/mycfg]')                 # ['/abs/mycfg']
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, OmegaConf
+
+FLAGS = ("--config-dir", "-cd")
+
+
+def user_config_dirs(argv: list[str]) -> list[str]:
+    """`--config-dir DIR` / `-cd DIR` / `--config-dir=DIR`, as absolute file:// entries (in the order given)."""
+    found = []
+    for i, arg in enumerate(argv):
+        name, eq, value = arg.partition("=")
+        if name in FLAGS and eq:
+            found.append(value)
+        elif arg in FLAGS and i + 1 < len(argv):
+            found.append(argv[i + 1])
+    return [f"file://{os.path.abspath(d)}" for d in found]
+
+
+def searchpath_override(argv: list[str], overrides: list[str]) -> str | None:
+    """One `hydra.searchpath=[...]`: the --config-dir folders of `argv` first, then the entries the overrides'
+    own hydra.searchpath lists; None where they add none."""
+    entries = user_config_dirs(argv)
+    for arg in overrides:
+        if arg.lstrip("+").partition("=")[0] == "hydra.searchpath":
+            listed = OverridesParser.create().parse_override(arg).value()  # (a malformed one: Hydra's own error)
+            entries += [str(e) for e in (listed if isinstance(listed, list) else [listed])]
+    return f"hydra.searchpath=[{','.join(entries)}]" if entries else None
+
+
+def folders_of(override: str | None) -> list[str]:
+    """The file:// folders of a searchpath_override (where a group's options may lie beside conf/'s)."""
+    if override is None:
+        return []
+    listed = OverridesParser.create().parse_override(override).value()
+    return [str(e).removeprefix("file://") for e in listed if "://" not in str(e) or str(e).startswith("file://")]
+
+
+def group_choices(overrides: list[str], folders: list[str]) -> list[str]:
+    """`GROUP=OPTION` overrides of a group that is a folder in any of `folders` (a sweep's first option)."""
+    chosen = []
+    for o in overrides:
+        key, _, value = o.lstrip("+").partition("=")
+        if "." not in key and "/" not in key and any(Path(f, key).is_dir() for f in folders):
+            chosen.append(f"{key}={value.split(',')[0]}")
+    return chosen
+
+
+def every_block(schema: Any, blocks: list[str]) -> DictConfig:
+    """The schema's keys with every block present (empty): a config that could not be composed claims no block
+    is missing."""
+    cfg = OmegaConf.structured(schema)
+    for block in blocks:
+        cfg[block] = {}
+    return cfg
