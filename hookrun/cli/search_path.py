@@ -46,7 +46,10 @@ def folders_of(override: str | None) -> list[str]:
     if override is None:
         return []
     listed = OverridesParser.create().parse_override(override).value()
-    return [str(e).removeprefix("file://") for e in listed if "://" not in str(e) or str(e).startswith("file://")]
+    return [str(e).removeprefix("file://") for e in listed if not str(e).startswith(NOT_FOLDERS)]
+
+
+NOT_FOLDERS = ("pkg://", "structured://")  # Hydra's search path entries that are no folder (file:// or a bare path are)
 
 
 def group_choices(overrides: list[str], folders: list[str]) -> list[str]:
