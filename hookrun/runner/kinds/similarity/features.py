@@ -9,7 +9,9 @@ after the hook).
 
 pool: flatten (every value of an item's output is a feature) or mean (over the space of a feature
 map (rows, channels, ...), a 1-d map's (a Conv1d's) length included, over the tokens of (rows, tokens,
-features): padding never enters; any 3-D output but a *1d module's is read as token rows).
+features): padding never enters; any 3-D output but a *1d module's is read as token rows). Token rows
+of another length than the batch's attention_mask (a CLS token added) are refused where the batch
+has padding (which tokens are padding is not known), and taken whole where it has none.
 A module's output with no feature axis (one value per item) is refused.
 """
 
@@ -43,6 +45,12 @@ def pool(t: torch.Tensor, how: str, mask: torch.Tensor | None, where: str, kind:
                           f"tensor); name a module whose output has features per item")
     t = t.detach()
     tokens = mask is not None and t.dim() == 3 and mask.dim() == 2 and tuple(mask.shape) == tuple(t.shape[:2])
+    if (not tokens and mask is not None and t.dim() == 3 and mask.dim() == 2 and len(t) == len(mask)
+            and not kind.endswith("1d") and not bool(mask.bool().all())):  # (no padding: every token is real)
+        raise ConfigError(f"{where}: its token rows are {t.shape[1]} long and the batch's attention_mask "
+                          f"{mask.shape[1]} (a model that adds tokens, a CLS): which of its tokens are padding is not "
+                          f"known, and pool={how} would take them in; name a module whose tokens are the mask's, or "
+                          f"give batches without padding")
     if how == "flatten":
         if tokens and not bool(mask.bool().all()):
             raise ConfigError(f"{where}: pool=flatten over token rows with padding would make the padding features; "
@@ -57,3 +65,4 @@ def pool(t: torch.Tensor, how: str, mask: torch.Tensor | None, where: str, kind:
     if t.dim() > 3 or kind.endswith("1d"):  # a feature map (rows, channels, ...): over its space
         return t.to(torch.float64).flatten(2).mean(dim=2)
     return t.to(torch.float64).mean(dim=1)  # token rows: a transformer block's (a ViT's patches too)
+

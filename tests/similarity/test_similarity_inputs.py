@@ -1,0 +1,91 @@
+"""What a similarity run's forwards see: token rows of another length than the batch's attention_mask
+(a model that adds a CLS token) and a `with:` model run after a first model that changes its inputs in
+place. References: the submodules called directly on the same inputs, pooled and compared in numpy."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from test_similarity_engine import cka
+
+import hookrun
+from hookrun.errors import ConfigError
+
+LENGTH, WIDTH = 10, 8
+
+
+class Cls(torch.nn.Module):
+    """Token embeddings (rows, LENGTH, WIDTH), then a CLS token prepended: `enc` gives (rows, LENGTH + 1, WIDTH)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.e, self.enc = torch.nn.Embedding(50, WIDTH), torch.nn.Linear(WIDTH, WIDTH)
+        self.cls = torch.nn.Parameter(torch.randn(1, 1, WIDTH))
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        h = self.e(input_ids)
+        return torch.tanh(self.enc(torch.cat([self.cls.expand(len(h), 1, WIDTH), h], 1)))
+
+
+class Texts(torch.utils.data.Dataset):
+    """`n` texts of LENGTH tokens; those from item `padded` on end in 1 to 6 padding tokens."""
+
+    def __init__(self, n: int = 16, padded: int = 0) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.ids = torch.randint(1, 50, (n, LENGTH), generator=g)
+        self.mask = torch.ones(n, LENGTH, dtype=torch.long)
+        for i in range(padded, n):
+            self.mask[i, LENGTH - 1 - i % 6:] = 0
+        self.ids[self.mask == 0] = 0
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.ids[i], "attention_mask": self.mask[i]}
+
+
+def config(path, pool: str, at: tuple = ("e", "enc")) -> dict:
+    return {"data": {"batch_size": 4}, "device": "cpu", "progress": False, "output": {"path": str(path)},
+            "similarity": {"at": list(at), "pool": pool}}
+
+
+@pytest.mark.parametrize("pool", ["mean", "flatten"])
+def test_token_rows_longer_than_the_mask_over_padding_are_refused_before_any_batch(tmp_path, pool) -> None:
+    """`enc` (11 tokens, a CLS added) over a padded mask of 10: pool=mean averaged the padding in (CKA 0.90
+    where the real tokens give 0.98) and flatten took it as features; now one line naming both lengths."""
+    with pytest.raises(ConfigError) as err:
+        hookrun.run(config(tmp_path / "r.h5", pool, ("enc",)), model=Cls().eval(), dataset=Texts(padded=0))
+    assert str(err.value).startswith(f"similarity.at: enc: its token rows are {LENGTH + 1} long and the batch's "
+                                     f"attention_mask {LENGTH} (a model that adds tokens, a CLS)")
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "r.h5").exists()  # (before any batch: no file)
+
+
+def test_token_rows_longer_than_the_mask_refused_mid_run_mark_the_file_failed(tmp_path) -> None:
+    """The first batches have no padding, a later one has: the run stops there, its file marked failed."""
+    with pytest.raises(ConfigError, match=f"enc: its token rows are {LENGTH + 1} long and the batch's attention_mask"):
+        hookrun.run(config(tmp_path / "m.h5", "mean"), model=Cls().eval(), dataset=Texts(padded=8))
+    with h5py.File(tmp_path / "m.h5") as f:
+        assert f.attrs["status"] == "failed"
+
+
+@pytest.mark.parametrize("pool", ["mean", "flatten"])
+def test_token_rows_of_another_length_without_padding_are_every_token(tmp_path, pool) -> None:
+    """No padding: every token is real, the CLS too; the matrix equals numpy's CKA of the submodules'
+    outputs, called directly, averaged (or flattened) over all their tokens."""
+    model, data = Cls().eval(), Texts(padded=16)
+    path = hookrun.run(config(tmp_path / "n.h5", pool), model=model, dataset=data).path
+    with torch.no_grad():
+        e = model.e(data.ids)
+        enc = model.enc(torch.cat([model.cls.expand(len(e), 1, WIDTH), e], 1))
+    feats = [t.double().numpy() for t in (e, enc)]
+    feats = [f.mean(1) if pool == "mean" else f.reshape(len(f), -1) for f in feats]
+    k = [f @ f.T for f in feats]
+    with h5py.File(path) as f:
+        got = f["captures/similarity/__model__/linear_cka"][()]
+    np.testing.assert_allclose(got, [[cka(a, b) for b in k] for a in k], rtol=1e-6)
+
