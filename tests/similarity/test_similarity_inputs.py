@@ -89,3 +89,38 @@ def test_token_rows_of_another_length_without_padding_are_every_token(tmp_path, 
         got = f["captures/similarity/__model__/linear_cka"][()]
     np.testing.assert_allclose(got, [[cka(a, b) for b in k] for a in k], rtol=1e-6)
 
+
+class Clamps(torch.nn.Module):
+    """A forward that changes its input in place (x.clamp_) before its Linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(10, 6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.clamp_(min=0)
+        return self.lin(x)
+
+
+class Same(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.p = torch.nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.p(x)
+
+
+def test_the_with_model_sees_the_batch_as_it_came_not_as_the_first_model_left_it() -> None:
+    """The `with:` model ran on the inputs the first model had clamped in place (CKA 0.724 where the raw
+    inputs give 0.539). Reference: numpy's CKA of the Linear on the clamped inputs and the raw inputs."""
+    pytest.importorskip("xarray")
+    x = torch.randn(30, 10, generator=torch.Generator().manual_seed(0))
+    data = [(x[i].clone(), 0) for i in range(30)]
+    first = Clamps().eval()
+    got = hookrun.similarity(first, data, at=["lin"], batch_size=6, with_={"model": Same(), "at": ["p"]})
+    with torch.no_grad():
+        a = first.lin(x.clamp(min=0)).double().numpy()
+    b = x.double().numpy()
+    np.testing.assert_allclose(got.values, [[cka(a @ a.T, b @ b.T)]], rtol=1e-6)

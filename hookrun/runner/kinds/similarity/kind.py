@@ -48,7 +48,7 @@ from hookrun.runner.kinds.similarity.accumulate import (
     route_bytes,
 )
 from hookrun.runner.kinds.similarity.block import LIVE_WITH
-from hookrun.runner.kinds.similarity.features import pooled
+from hookrun.runner.kinds.similarity.features import own_copy, pooled
 from hookrun.runner.kinds.similarity.gram import GramRoute
 from hookrun.store.records import Capture, CaptureKey
 
@@ -117,13 +117,15 @@ class SimilarityKind(RunKind):
                                unbiased=unbiased)
 
     def features(self, model: nn.Module, call: Any, items: torch.Tensor | None = None) -> list[torch.Tensor]:
-        """One batch through the model (its hooks, and the user's, fire) and the second model: the
+        """One batch through the model (its hooks, and the user's, fire) and the second model (on its own
+        copy of the batch's inputs, as they came: the first forward may change them in place): the
         pooled features of every series, each with the batch's rows (`items`: their dataset indices),
         finite (NaN or inf would make every cell of the series NaN, for no reason the run could name)."""
         out = []
-        for taps, m in zip(self.taps, [model, self.other], strict=False):
-            with taps.attached(pooled(self.block.pool, call.attention_mask, taps.where, taps)), torch.no_grad():
-                call.run(m)
+        calls = [call, own_copy(call)] if self.other is not None else [call]  # (before the first model's forward)
+        for taps, m, c in zip(self.taps, [model, self.other], calls, strict=False):
+            with taps.attached(pooled(self.block.pool, c.attention_mask, taps.where, taps)), torch.no_grad():
+                c.run(m)
             out += taps.take()
         rows = {len(s) for s in out}
         if len(rows) > 1:
