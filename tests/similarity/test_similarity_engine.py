@@ -265,3 +265,20 @@ def test_the_gram_routes_peak_is_within_the_bytes_it_is_chosen_by(monkeypatch, m
         iu = np.triu_indices(n, k=1)
         want = spearman(dissim(flat(series[0]), "correlation")[iu], dissim(flat(series[3]), "correlation")[iu])
         assert got[0, 3] == pytest.approx(want, rel=1e-6)
+
+
+def test_rsa_by_correlation_keeps_the_ties_of_equal_items() -> None:
+    """Items given twice: their correlation distance came out +-1e-16, not 0, and split the ties that
+    scipy ranks as one (here 0.760257 for 0.760275). Reference: scipy's Spearman of the exact dissimilarities
+    (numpy's on the distinct items, each pair of equal items 0, every tie exact by construction)."""
+    scipy_stats = pytest.importorskip("scipy.stats")
+    g = np.random.default_rng(3)
+    a = g.normal(size=(20, 7)).astype(np.float32)
+    b = np.maximum(a @ g.normal(size=(7, 9)), 0).astype(np.float32) + 0.1 * g.normal(size=(20, 9)).astype(np.float32)
+    twice = np.repeat(np.arange(20), 2)
+    got = run("gram", [a[twice], b[twice]], 7, measure="rsa", dissimilarity="correlation")
+    iu = np.triu_indices(40, k=1)
+    exact = [dissim(x.astype(np.float64), "correlation")[np.ix_(twice, twice)] for x in (a, b)]
+    for d in exact:
+        d[twice[:, None] == twice[None, :]] = 0.0
+    assert got[0, 1] == pytest.approx(scipy_stats.spearmanr(exact[0][iu], exact[1][iu]).statistic, abs=1e-12)

@@ -19,6 +19,7 @@ import numpy as np
 MEASURES = ("linear_cka", "rbf_cka", "rsa")
 DISSIMILARITIES = ("correlation", "euclidean")
 ROWS = 1 << 21  # numbers per block of rows where a step would otherwise make an n x n temporary
+TIE = 4 * np.finfo(np.float64).eps  # 1 - r within 4 float64 steps of 0: rounding, not a distance (rsa's correlation)
 
 
 def _blocks(n: int) -> list[slice]:
@@ -123,7 +124,9 @@ def rbf_(g: np.ndarray, sigma: float) -> np.ndarray:
 
 
 def dissimilarity_(g: np.ndarray, sums: np.ndarray, features: int, kind: str) -> np.ndarray:
-    """The rows' dissimilarity matrix in place: 1 - Pearson correlation across features, or Euclidean distance."""
+    """The rows' dissimilarity matrix in place: 1 - Pearson correlation across features, or Euclidean distance.
+    A correlation within TIE of 1 is 1 (the dissimilarity 0): equal items' correlation comes out 1 +- a float64
+    step, which would split their ties (0 against 0) into ranks of rounding noise."""
     if kind == "euclidean":
         return np.sqrt(squared_distances_(g), out=g)
     mean = sums / features
@@ -133,7 +136,9 @@ def dissimilarity_(g: np.ndarray, sums: np.ndarray, features: int, kind: str) ->
     with np.errstate(divide="ignore", invalid="ignore"):
         for b in _blocks(len(g)):
             g[b] /= np.outer(sd[b], sd)
-    return np.subtract(1.0, g, out=g)
+            np.subtract(1.0, g[b], out=g[b])
+            g[b][np.abs(g[b]) <= TIE] = 0.0
+    return g
 
 
 def upper_triangle(g: np.ndarray) -> np.ndarray:
