@@ -40,6 +40,35 @@ def output_tensor(out: Any) -> torch.Tensor | None:
     return None
 
 
+def token_mask(t: torch.Tensor, mask: torch.Tensor | None, kind: str = "", where: str = "") -> torch.Tensor | None:
+    """The (rows, tokens) mask (nonzero: a real token) where a module's output `t` is token rows (rows,
+    tokens, features), else None. `t` is token rows where it is 3-D and its (rows, tokens) is `mask`'s
+    shape (the batch's attention mask or token ids), or where it is any other 3-D output but one of a
+    torch *1d module (`kind`, its class: Conv1d, BatchNorm1d, MaxPool1d...), whose (rows, channels,
+    length) is a 1-d map: a ViT's patches with no mask in the batch are token rows, every token real.
+    Token rows of another length than a mask with padding (a model that adds a CLS token) are refused in
+    one ConfigError line (`where`: the hook point as the block names it): which of them are padding is
+    not known; where the mask has no padding, every token is real."""
+    if t.dim() != 3:
+        return None
+    fits = mask is not None and mask.dim() == 2 and len(mask) == len(t)
+    if fits and tuple(mask.shape) == tuple(t.shape[:2]):
+        return mask
+    if kind.endswith("1d"):
+        return None
+    if fits and not bool(mask.bool().all()):
+        raise ConfigError(f"{where}: its token rows are {t.shape[1]} long and the batch's attention_mask "
+                          f"{mask.shape[1]} (a model that adds tokens, a CLS): which of its tokens are padding is not "
+                          f"known, and pooling would take them in; name a module whose tokens are the mask's, or give "
+                          f"batches without padding")
+    return torch.ones(t.shape[:2], dtype=torch.bool, device=t.device)
+
+
+def module_kinds(taps: Taps) -> dict[str, str]:
+    """{module name: its class's name} of the taps' modules (token_mask's `kind`)."""
+    return {n: type(m).__name__ for n, m in taps.targets}
+
+
 def refuse_non_finite(rows: torch.Tensor, items: torch.Tensor, where: str, needs: str) -> None:
     """One RunError line where a pooled output's rows (rows, ...) hold NaN or inf: `items[i]` is row i's item,
     `where` the hook point as the block names it (`probe.at: block2`), `needs` what needs finite rows."""

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from hookrun.errors import ConfigError, close_matches
-from hookrun.hooks.taps import Taps, refuse_non_finite
+from hookrun.hooks.taps import Taps, module_kinds, refuse_non_finite
 from hookrun.runner.kinds.probe.pool import Rows, pool_rows
 from hookrun.runner.kinds.run_kind import plain_forward
 
@@ -90,7 +90,8 @@ class Collector:
     def outputs(self, model: nn.Module, call: Any, mask: torch.Tensor | None) -> dict[str, Rows]:
         """Every hooked module's rows of one forward (early_stop's cut may end it after the last), pooled
         in its hook into new memory (hooks/taps.py: the output the hook saw)."""
-        with self.taps.attached(lambda name, t: pool_rows(t, self.pool, mask, where=name)):
+        kinds = module_kinds(self.taps)
+        with self.taps.attached(lambda name, t: pool_rows(t, self.pool, mask, where=name, module=kinds[name])):
             plain_forward(model, call)
         return dict(zip(self.taps.names, self.taps.take(), strict=True))
 

@@ -7,12 +7,14 @@ real tokens (padding never enters), or one row per real token.
 | output             | pool                 | rows                                                      |
 |--------------------|----------------------|-----------------------------------------------------------|
 | (B, D)             | any                  | one per item, as they are                                 |
-| (B, C, *space)     | mean / max           | one per item: the mean / max over space                   |
+| (B, C, *space)     | mean / max           | one per item: the mean / max over space (4-D+, or a *1d module's 3-D) |
 | (B, T, D) tokens   | last / mean / max    | one per item: its last real token / the mean, max over real tokens |
 | (B, T, D) tokens   | every                | one per real token, in (sample, position) order           |
 
-A tensor is token rows where the batch has token ids or an attention mask of shape (B, T) and the
-tensor is (B, T, D). Pooling runs in float64 (the probe's statistics are accumulated in it).
+A 3-D output (B, T, D) is token rows, as the similarity kind reads it (hooks/taps.py's token_mask):
+padding left out where the batch's token ids or attention mask are (B, T), every token real where the
+batch has none (a ViT's patches); only a torch *1d module's output (Conv1d, BatchNorm1d, ...: (B, C, L))
+is a 1-d map. Pooling runs in float64 (the probe's statistics are accumulated in it).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from hookrun.errors import ConfigError
+from hookrun.hooks.taps import token_mask
 
 POOLS = ("mean", "max", "last", "every")
 TOKEN_ONLY = ("last", "every")
@@ -34,30 +37,29 @@ class Rows:
     token: torch.Tensor | None  # (rows,) long: the row's token slot (sample * T + position) where rows are tokens
 
 
-def is_tokens(t: torch.Tensor, mask: torch.Tensor | None) -> bool:
-    """Whether `t` is (batch, tokens, features) of a batch whose attention mask / token ids are `mask`'s shape."""
-    return mask is not None and t.dim() == 3 and tuple(t.shape[:2]) == tuple(mask.shape)
-
-
-def layout(t: torch.Tensor, mask: torch.Tensor | None, pool: str, where: str) -> str:
-    """'tokens', 'map' or 'flat' for the output `t`; a ConfigError line where `pool` cannot pool it."""
+def layout(t: torch.Tensor, real: torch.Tensor | None, pool: str, where: str) -> str:
+    """'tokens', 'map' or 'flat' for the output `t` (`real`: its token mask, hooks/taps.py's token_mask, None
+    where it is not token rows); a ConfigError line where `pool` cannot pool it."""
     if t.dim() < 2:
         raise ConfigError(f"probe.at: {where}'s output has shape {tuple(t.shape)}, with no feature axis (a probe "
                           f"needs (batch, features, ...) or (batch, tokens, features)); probe a module before it")
-    if is_tokens(t, mask):
+    if real is not None:
         return "tokens"
     if pool in TOKEN_ONLY and t.dim() == 2:
         raise ConfigError(f"probe.pool={pool}: {where}'s output {tuple(t.shape)} is one row per item (batch, features), "
                           f"not token rows; it needs no pooling: leave pool out (mean takes the rows as they are)")
     if pool in TOKEN_ONLY:
         raise ConfigError(f"probe.pool={pool}: {where}'s output {tuple(t.shape)} is not token rows (batch, tokens, "
-                          f"features) of the batch's token ids; choose mean or max for a feature map")
+                          f"features) but a feature map (batch, channels, ...); choose mean or max for a feature map")
     return "map" if t.dim() > 2 else "flat"
 
 
-def pool_rows(t: torch.Tensor, pool: str, mask: torch.Tensor | None, where: str = "the hook point") -> Rows:
-    """`t`'s rows pooled as `pool` (see the table); `mask` (batch, tokens): 1 = a real token, or None."""
-    kind = layout(t, mask, pool, where)
+def pool_rows(t: torch.Tensor, pool: str, mask: torch.Tensor | None, where: str = "the hook point",
+              module: str = "") -> Rows:
+    """`t`'s rows pooled as `pool` (see the table); `mask` (batch, tokens): 1 = a real token, or None;
+    `module`: the hooked module's class (a torch *1d module's 3-D output is a 1-d map)."""
+    real = token_mask(t, mask, module, where)
+    kind = layout(t, real, pool, where)
     t = t.detach()
     n = t.shape[0]
     items = torch.arange(n, device=t.device)
@@ -67,7 +69,7 @@ def pool_rows(t: torch.Tensor, pool: str, mask: torch.Tensor | None, where: str 
     if kind == "flat":  # (a copy even in float64: the forward may change its output in place after the hook)
         return Rows(t.to(torch.float64, copy=True), items, None)
     t = t.to(torch.float64)
-    valid = mask.to(device=t.device, dtype=torch.bool)
+    valid = real.to(device=t.device, dtype=torch.bool)
     if pool == "every":
         where_ = valid.reshape(-1).nonzero().squeeze(1)
         return Rows(t.reshape(-1, t.shape[2])[where_], where_ // t.shape[1], where_)

@@ -25,12 +25,13 @@ from typing import Any
 import torch
 
 from hookrun.errors import ConfigError
+from hookrun.hooks.taps import module_kinds, token_mask
 
 
 def pooled(how: str, mask: torch.Tensor | None, where: str, taps: Any = None) -> Callable[[str, torch.Tensor], torch.Tensor]:
     """What a tap makes of each output: its rows pooled (see pool). `taps`: their modules' classes tell a
     1-d map (a Conv1d's) from token rows for pool=mean."""
-    kinds = {n: type(m).__name__ for n, m in taps.targets} if taps is not None else {}
+    kinds = module_kinds(taps) if taps is not None else {}
     return lambda name, t: pool(t, how, mask, f"{where}: {name}", kinds.get(name, ""))
 
 
@@ -46,27 +47,19 @@ def pool(t: torch.Tensor, how: str, mask: torch.Tensor | None, where: str, kind:
         raise ConfigError(f"{where} gives shape {tuple(t.shape)} {t.dtype}: no feature axis (one value per item, or no floating "
                           f"tensor); name a module whose output has features per item")
     t = t.detach()
-    tokens = mask is not None and t.dim() == 3 and mask.dim() == 2 and tuple(mask.shape) == tuple(t.shape[:2])
-    if (not tokens and mask is not None and t.dim() == 3 and mask.dim() == 2 and len(t) == len(mask)
-            and not kind.endswith("1d") and not bool(mask.bool().all())):  # (no padding: every token is real)
-        raise ConfigError(f"{where}: its token rows are {t.shape[1]} long and the batch's attention_mask "
-                          f"{mask.shape[1]} (a model that adds tokens, a CLS): which of its tokens are padding is not "
-                          f"known, and pool={how} would take them in; name a module whose tokens are the mask's, or "
-                          f"give batches without padding")
+    real = token_mask(t, mask, kind, where)  # (hooks/taps.py: which 3-D outputs are token rows, shared with the probe)
     if how == "flatten":
-        if tokens and not bool(mask.bool().all()):
+        if real is not None and not bool(real.bool().all()):
             raise ConfigError(f"{where}: pool=flatten over token rows with padding would make the padding features; "
                            f"use similarity.pool=mean (padding left out), or batches without padding")
         return t.reshape(len(t), -1).clone()  # (a copy: the forward may change its output in place after the hook)
     if t.dim() == 2:
         return t.to(torch.float64, copy=True)
-    if tokens:
+    if real is not None:  # token rows (a transformer block's, a ViT's patches): over the real tokens
         t = t.to(torch.float64)
-        m = mask.to(device=t.device, dtype=torch.float64).unsqueeze(-1)
+        m = real.to(device=t.device, dtype=torch.float64).unsqueeze(-1)
         return (t * m).sum(dim=1) / m.sum(dim=1).clamp_min(1.0)
-    if t.dim() > 3 or kind.endswith("1d"):  # a feature map (rows, channels, ...): over its space
-        return t.to(torch.float64).flatten(2).mean(dim=2)
-    return t.to(torch.float64).mean(dim=1)  # token rows: a transformer block's (a ViT's patches too)
+    return t.to(torch.float64).flatten(2).mean(dim=2)  # a feature map (rows, channels, ...): over its space
 
 
 def own_copy(call: Any) -> Any:

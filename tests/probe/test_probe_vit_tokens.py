@@ -1,0 +1,98 @@
+"""A (batch, tokens, dim) output with no token ids or attention mask in the batch (a ViT's patches) is
+token rows, every token real, as the similarity kind reads it: pool mean / last / every equal
+scikit-learn's Ridge on a raw forward hook's output averaged over the tokens / at the last token / one row
+per token; a torch *1d module's (rows, channels, length) stays a 1-d map, averaged over its length."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import hookrun
+
+pytest.importorskip("sklearn")
+from sklearn.linear_model import Ridge  # noqa: E402
+from sklearn.model_selection import train_test_split  # noqa: E402
+
+N, T, D = 120, 5, 16
+
+
+class ViTish(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.patch = nn.Linear(12, D)
+        self.block = nn.Sequential(nn.LayerNorm(D), nn.Linear(D, D))
+        self.conv = nn.Conv1d(T, 7, 3)  # (batch, 7, D - 2): a 1-d map over the tokens as channels
+
+    def forward(self, x):
+        h = self.block(self.patch(x))
+        return self.conv(h)
+
+
+def data():
+    g = np.random.default_rng(0)
+    x = g.normal(size=(N, T, 12)).astype(np.float32)
+    v = x[:, :, 0].sum(1) + 0.3 * g.normal(size=N)
+    return [{"x": torch.tensor(x[i]), "value": torch.tensor(float(v[i]))} for i in range(N)]
+
+
+def recorded(model, ds, module):
+    out = []
+    h = module.register_forward_hook(lambda m, a, o: out.append(o.detach().double().numpy()))
+    with torch.no_grad():
+        model(torch.stack([d["x"] for d in ds]))
+    h.remove()
+    return out[0]
+
+
+def reference(feats, y, rows_per_item=1):
+    tr, _ = train_test_split(np.arange(N), test_size=0.25, random_state=0)
+    rows = (tr[:, None] * rows_per_item + np.arange(rows_per_item)).reshape(-1)
+    return Ridge(alpha=1.0).fit(feats[rows], y[rows])
+
+
+@pytest.mark.parametrize("pool", ["mean", "last", "every"])
+def test_maskless_token_rows_are_pooled_over_the_tokens(pool):
+    model, ds = ViTish().eval(), data()
+    table = hookrun.probe(model, ds, batch_size=32, inputs=["x"], at=["block", "conv"] if pool == "mean" else "block",
+                          target="value", method="ridge", standardize=False, control=False, pool=pool)
+    f = recorded(model, ds, model.block)  # (N, T, D)
+    y = np.array([float(d["value"]) for d in ds])
+    feats, k = {"mean": (f.mean(1), 1), "last": (f[:, -1], 1), "every": (f.reshape(-1, D), T)}[pool]
+    ref = reference(feats, np.repeat(y, k), k)
+    w, b = table.weights["block"]
+    assert w.shape == (1, D) and table[0]["rows"] == N * k
+    np.testing.assert_allclose(w[0], ref.coef_, rtol=1e-6, atol=1e-9 * np.abs(ref.coef_).max())
+    np.testing.assert_allclose(b[0], ref.intercept_, rtol=1e-6, atol=1e-9)
+    if pool == "mean":  # a Conv1d's (batch, channels, length): the mean over its length, one feature a channel
+        c = recorded(model, ds, model.conv).mean(2)
+        ref = reference(c, y)
+        w, _ = table.weights["conv"]
+        assert w.shape == (1, 7)
+        np.testing.assert_allclose(w[0], ref.coef_, rtol=1e-6, atol=1e-9 * np.abs(ref.coef_).max())
+
+
+def test_timm_vit_block_is_token_rows():
+    timm = pytest.importorskip("timm")
+    torch.manual_seed(0)
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=16, patch_size=8, in_chans=1,
+                              num_classes=3).eval()
+    g = np.random.default_rng(1)
+    x = torch.tensor(g.normal(size=(48, 1, 16, 16)).astype(np.float32))
+    ds = [(x[i], torch.tensor(float(x[i].mean()))) for i in range(48)]
+    table = hookrun.probe(model, ds, batch_size=16, at="blocks.0", target="label", method="ridge",
+                          standardize=False, control=False)
+    out = []
+    h = model.blocks[0].register_forward_hook(lambda m, a, o: out.append(o.detach().double().numpy()))
+    with torch.no_grad():
+        model(x)
+    h.remove()
+    feats, y = out[0].mean(1), x.double().mean((1, 2, 3)).numpy()  # (48, 5 tokens, 192) -> (48, 192)
+    tr, _ = train_test_split(np.arange(48), test_size=0.25, random_state=0)
+    ref = Ridge(alpha=1.0).fit(feats[tr], y[tr])
+    w, _ = table.weights["blocks.0"]
+    assert w.shape == (1, 192)
+    np.testing.assert_allclose(w[0], ref.coef_, rtol=1e-5, atol=1e-8 * np.abs(ref.coef_).max())
