@@ -9,6 +9,7 @@ naming the config key and the target.
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -186,8 +187,17 @@ def load_checkpoint(model: nn.Module, path: str, key: str = "model") -> None:
 
 
 def build_dataset(node: Mapping, where: str = "data.dataset") -> Any:
-    """The map-style dataset a node builds (`where`: the key its one-line errors name)."""
-    return check_dataset(build(node, where), f"{where}: {node['_target_']!r} built")
+    """The map-style dataset a node builds (`where`: the key its one-line errors name; a data set's own
+    errors name data.dataset, the node's key under `data:`, and are re-keyed to `where`, e.g.
+    probe.test_data.dataset.size)."""
+    try:
+        dataset = build(node, where)
+    except ConfigError as exc:
+        own = re.match(r"data\.dataset(?=[.:=\s])", str(exc))
+        if own is None or where == "data.dataset":
+            raise
+        raise ConfigError(where + str(exc)[own.end():]) from None
+    return check_dataset(dataset, f"{where}: {node['_target_']!r} built")
 
 
 def check_dataset(dataset: Any, where: str) -> Any:

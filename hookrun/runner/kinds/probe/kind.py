@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,8 @@ class ProbeKind(RunKind):
         b = self.spec = ctx.cfg.probe
         ctx.model.eval()
         self.collector = Collector(ctx.model, b.at, b)
+        if b.test_data is None:
+            refuse_an_empty_training_split(b.split.test, ctx.loader, ctx.cfg.data.limit, ctx.cfg.data.batch_size)
         self.names = self.collector.taps.names
         indices, call = first_batch(ctx.loader, ctx.spec, size=ctx.cfg.data.batch_size)
         first = self.collector.batch(ctx.model, call.to(ctx.device), indices)
@@ -262,3 +265,17 @@ def listed_targets(data: Any, n: int | None) -> np.ndarray | None:
         return None
     t = np.asarray(t[:n] if n is not None else t)
     return t if t.ndim == 1 and t.dtype.kind in "iub" and len(t) else None
+
+
+def refuse_an_empty_training_split(test: float, loader: Any, limit: int | None, batch_size: int) -> None:
+    """One line before any batch where the split would hold out every item of the run: sklearn's
+    train_test_split takes ceil(test * n) test items (fit.py split_items), leaving n - that to train."""
+    try:
+        n = len(loader.dataset)
+    except TypeError:  # (no length: the pass finds out)
+        return
+    n = n if limit is None else min(n, limit * batch_size)
+    if n and math.ceil(test * n) >= n:
+        raise ConfigError(f"probe.split.test={test}: the split holds out ceil({test} x {n}) = {math.ceil(test * n)} of "
+                          f"the run's {n} items (train_test_split rounds the test items up), leaving none to train on; "
+                          f"give probe.split.test at most {math.floor((n - 1) / n * 1e6) / 1e6}, or probe more items")

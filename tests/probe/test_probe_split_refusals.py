@@ -1,0 +1,71 @@
+"""A split that leaves no training item is one line before any batch, refused exactly where
+scikit-learn's train_test_split refuses it (its rounding: ceil(test * n) test items), data.limit's items
+counted; an error inside probe.test_data's dataset node names that node's key, not data.dataset."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import hookrun
+from hookrun.errors import ConfigError
+
+pytest.importorskip("sklearn")
+from sklearn.model_selection import train_test_split  # noqa: E402
+
+
+class Id(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Identity()
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+def items(n=120):
+    g = np.random.default_rng(0)
+    x = g.normal(size=(n, 6)).astype(np.float32)
+    return [{"x": torch.tensor(x[i]), "value": torch.tensor(float(x[i, 0]))} for i in range(n)]
+
+
+def sklearn_refuses(n, test):
+    try:
+        train, _ = train_test_split(np.arange(n), test_size=test, random_state=0)
+    except ValueError:
+        return True
+    return len(train) == 0
+
+
+@pytest.mark.parametrize("test, limit", [(0.999, None), (0.9917, None), (0.99, None), (0.97, 2), (0.96, 2)])
+def test_a_split_with_no_training_item_is_refused_before_any_batch(tmp_path, test, limit):
+    n = 120 if limit is None else limit * 16  # (data.limit batches of 16)
+    model, forwards = Id().eval(), []
+    model.register_forward_hook(lambda *a: forwards.append(1))
+    cfg = {"device": "cpu", "progress": False, "output": {"path": str(tmp_path / "p.h5")},
+           "data": {"batch_size": 16, "limit": limit, "inputs": ["x"]},
+           "probe": {"at": "lin", "target": "value", "method": "ridge", "control": False, "split": {"test": test}}}
+    if not sklearn_refuses(n, test):
+        hookrun.run(cfg, model=model, dataset=items())
+        assert hookrun.open_run(tmp_path / "p.h5").probes()[0]["rows"] == n
+        return
+    with pytest.raises(ConfigError) as err:
+        hookrun.run(cfg, model=model, dataset=items())
+    assert str(err.value).startswith(f"probe.split.test={test}: the split holds out ceil({test} x {n}) = {n} of "
+                                     f"the run's {n} items") and "\n" not in str(err.value)
+    assert not forwards and not (tmp_path / "p.h5").exists()
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("size", 0, "probe.test_data.dataset.size: expected a whole number >= 1, got 0"),
+    ("noise", -1.0, "probe.test_data.dataset.noise: expected a standard deviation >= 0, got -1.0")])
+def test_an_error_in_the_test_data_node_names_its_key(tmp_path, key, value, message):
+    data = {"_target_": "hookrun.data.shapes", "size": 32}
+    cfg = {"model": {"_target_": "hookrun.models.tiny_cnn"}, "data": {"dataset": data, "batch_size": 8},
+           "device": "cpu", "progress": False, "output": {"path": str(tmp_path / "p.h5")},
+           "probe": {"at": ["block1"], "target": "label", "test_data": {"dataset": {**data, key: value}}}}
+    with pytest.raises(ConfigError) as err:
+        hookrun.run(cfg)
+    assert str(err.value) == message
