@@ -43,10 +43,12 @@ def gradcam_pairs(run: Run) -> list[tuple[CaptureInfo, CaptureInfo]]:
 
 
 def gradcam(act: np.ndarray, grad: np.ndarray) -> np.ndarray:
-    """Grad-CAM (Selvaraju et al.): relu(sum_c mean_hw(grad)_c * A_c), per sample, scaled to [0, 1]."""
+    """Grad-CAM (Selvaraju et al.): relu(sum_c mean_hw(grad)_c * A_c), per sample, scaled to [0, 1] by
+    its largest finite cell; a NaN or inf cell (an fp16 overflow) stays NaN or inf: drawn grey, no value."""
     weights = grad.mean(axis=(2, 3), keepdims=True)
-    cam = np.maximum((weights * act).sum(axis=1), 0)
-    top = cam.reshape(len(cam), -1).max(axis=1).reshape(-1, 1, 1)
+    cam = np.maximum((weights * act).sum(axis=1), 0)  # (np.maximum keeps a NaN)
+    flat = cam.reshape(len(cam), -1)
+    top = np.where(np.isfinite(flat), flat, 0).max(axis=1, initial=0).reshape(-1, 1, 1)
     return cam / np.where(top > 0, top, 1)
 
 
@@ -110,22 +112,32 @@ def class_names(run: Run) -> list[str] | None:
     return None
 
 
-def caption(i: int, pred: Any, target: Any, names: list[str] | None) -> str:
-    """A sample's caption: `#i · pred NAME · target NAME` (class numbers where the names are not known)."""
-    name = lambda c: names[int(c)] if names is not None and 0 <= int(c) < len(names) else str(c)  # noqa: E731
+NO_PREDICTION = "n/a"  # predictions' entry for a sample whose logits are not all finite
+
+
+def caption(i: int, pred: Any, target: Any, names: list[str] | None, cam: np.ndarray | None = None) -> str:
+    """A sample's caption: `#i · pred NAME · target NAME` (class numbers where the names are not known;
+    `pred n/a` where its logits are not finite), and how many cells of its map have no value."""
+    # (not at the top: the report package imports this module)
+    from hookrun.analysis.report.colour_scales import no_value_note
+
+    name = lambda c: str(c) if isinstance(c, str) else names[int(c)] if names is not None and 0 <= int(c) < len(names) else str(c)  # noqa: E731
     return " · ".join([f"#{i}", *([f"pred {name(pred)}"] if pred is not None else []),
-                       *([f"target {name(target)}"] if target is not None else [])])
+                       *([f"target {name(target)}"] if target is not None else [])]) + (no_value_note(cam) if cam is not None else "")
 
 
 def predictions(run: Run, indices: np.ndarray) -> np.ndarray | None:
     """Each sample's predicted class from a recorded logits capture: the model's output (''),
-    else a hook named 'logits', else the only 2-D per-sample output."""
+    else a hook named 'logits', else the only 2-D per-sample output. A sample whose logits are not
+    all finite has no prediction (NO_PREDICTION: the argmax of a NaN row is made up)."""
     outputs = [c for c in run.captures if c.role == "output" and len(c.shape) == 2 and c.rows == "samples"]
     ranked = [c for c in outputs if c.module == ""] or [c for c in outputs if c.hook == "logits"] or (outputs if len(outputs) == 1 else [])
     for info in ranked:
         rows = _rows_of(run, info, indices)
         if rows is not None:
-            return rows.argmax(axis=1)
+            pred = rows.argmax(axis=1).astype(object)
+            pred[~np.isfinite(rows).all(axis=1)] = NO_PREDICTION
+            return pred
     return None
 
 
@@ -156,12 +168,12 @@ def pictures(run: Run, samples: int = SAMPLES) -> list[tuple[str, Any]]:
         norm = image_norm(run, indices) if images is not None else None
         shown = as_pictures(images, norm) if images is not None else None
         fewer += f" · {MIN_MAX}" if images is not None and guessed(images, norm) else ""
-        if shown is not None:
-            cams = fit_maps(cams, shown[0].shape[:2])
         pred, target = predictions(run, indices), targets(run, indices)
         names = class_names(run)
-        captions = [caption(i, pred[k] if pred is not None else None, target[k] if target is not None else None, names)
-                    for k, i in enumerate(indices)]
+        captions = [caption(i, pred[k] if pred is not None else None, target[k] if target is not None else None, names, cams[k])
+                    for k, i in enumerate(indices)]  # (cells with no value counted at the maps' own size)
+        if shown is not None:
+            cams = fit_maps(cams, shown[0].shape[:2])
         head = f"{run_label(run)} · Grad-CAM at {act.module or '(model)'} (hooks {act.hook}, {grad.hook}/{grad.role}){fewer}"
         out.append((f"gradcam_{act.module or 'model'}",
                     MapRow(cams, captions, head, "Grad-CAM (scaled to 0-1 per sample)", indices, shown,

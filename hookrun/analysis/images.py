@@ -36,11 +36,16 @@ def as_pictures(batch: np.ndarray, norm: dict | None = None) -> list[np.ndarray]
 
 
 def fit_maps(maps: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """(n, h, w) maps resized to the pictures' (H, W), bilinear (unchanged where they fit already)."""
+    """(n, h, w) maps resized to the pictures' (H, W), bilinear (unchanged where they fit already); a
+    cell with no value (NaN, inf) covers its own area, NaN."""
     if tuple(maps.shape[-2:]) == tuple(size):
         return maps
     import torch
     import torch.nn.functional as F
 
-    return F.interpolate(torch.from_numpy(np.ascontiguousarray(maps))[:, None], size=tuple(size), mode="bilinear",
-                         align_corners=False)[:, 0].numpy()
+    bad = ~np.isfinite(maps)  # a NaN or inf cell stays one cell of no value (bilinear would spread it to its neighbours)
+    out = F.interpolate(torch.from_numpy(np.ascontiguousarray(np.where(bad, 0, maps)))[:, None], size=tuple(size), mode="bilinear",
+                        align_corners=False)[:, 0].numpy()
+    if bad.any():
+        out[F.interpolate(torch.from_numpy(bad.astype(np.float32))[:, None], size=tuple(size), mode="nearest")[:, 0].numpy() > 0] = np.nan
+    return out

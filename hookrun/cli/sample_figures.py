@@ -19,7 +19,7 @@ import numpy as np
 
 from hookrun.analysis.images import MIN_MAX, as_pictures, fit_maps, guessed
 from hookrun.analysis.report.colour_scales import diverging_range
-from hookrun.analysis.report.figure_specs import SEQUENTIAL, Bands, Heatmap, Lines, MapRow
+from hookrun.analysis.report.figure_specs import NO_VALUE, SEQUENTIAL, Bands, Heatmap, Lines, MapRow
 from hookrun.cli import figures
 from hookrun.cli.scatter_figure import scatter
 from hookrun.errors import NotFoundError
@@ -34,17 +34,30 @@ def map_row(spec: MapRow) -> Any:
         if pictures is not None:
             ax.imshow(pictures[k].mean(-1), cmap="gray")
         ax.set_title(spec.captions[k], fontsize=9)
-        return ax.imshow(maps[k] / m, cmap=figures.diverging_cmap(), vmin=-1, vmax=1, alpha=0.6 if pictures is not None else 1.0,
+        heat = ax.imshow(maps[k] / m, cmap=figures.diverging_cmap(), vmin=-1, vmax=1, alpha=0.6 if pictures is not None else 1.0,
                          aspect="auto" if maps[k].shape[0] == 1 else "equal")
+        return no_value(ax, maps[k], heat)
 
     def scaled(ax: Any, k: int) -> Any:
         if pictures is not None:
             ax.imshow(pictures[k])
         ax.set_title(spec.captions[k], fontsize=10)
-        return ax.imshow(maps[k], cmap=SEQUENTIAL, vmin=0, vmax=1, **({"alpha": 0.5} if pictures is not None else {}))
+        return no_value(ax, maps[k], ax.imshow(maps[k], cmap=SEQUENTIAL, vmin=0, vmax=1, **({"alpha": 0.5} if pictures is not None else {})))
 
     title = spec.title + (spec.no_pictures if pictures is None else "")
     return figures.image_row(len(maps), signed if spec.signed else scaled, title, spec.label)
+
+
+def no_value(ax: Any, m: np.ndarray, heat: Any) -> Any:
+    """Paint a map's NaN and inf cells NO_VALUE (grey, opaque, over any picture: imshow leaves them
+    transparent), as the report does; `heat` (the map's image, its colour bar's) is returned."""
+    bad = ~np.isfinite(m)
+    if bad.any():
+        from matplotlib.colors import ListedColormap
+
+        ax.imshow(np.ma.masked_where(~bad, np.zeros(m.shape)), cmap=ListedColormap([NO_VALUE]), vmin=0, vmax=1,
+                  extent=heat.get_extent(), aspect=ax.get_aspect(), interpolation="nearest")
+    return heat
 
 
 def bands(spec: Bands) -> Any:

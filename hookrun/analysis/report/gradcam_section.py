@@ -31,7 +31,7 @@ from hookrun.analysis.gradcam import (
     targets,
 )
 from hookrun.analysis.gradcam import gradcam as cam_of
-from hookrun.analysis.report.figure_specs import SEQUENTIAL
+from hookrun.analysis.report.figure_specs import NO_VALUE, SEQUENTIAL
 from hookrun.analysis.report.run_sections import section
 from hookrun.labels import module_label
 
@@ -39,18 +39,23 @@ SAMPLES = 8  # overlays per pair
 
 
 def overlay_png(cam: np.ndarray, picture: np.ndarray | None, size: int = 128) -> str:
-    """A (H, W) map in [0, 1] over an (h, w, 3) picture in [0, 1] (or alone) as a PNG data URI."""
+    """A (H, W) map in [0, 1] over an (h, w, 3) picture in [0, 1] (or alone) as a PNG data URI; a NaN
+    or inf cell grey (NO_VALUE, opaque), as `plot` draws it."""
     from matplotlib import colormaps
+    from matplotlib.colors import to_rgb
     from PIL import Image
 
     side = picture.shape[:2] if picture is not None else cam.shape
     k = max(1, size // max(side))
     shape = (side[1] * k, side[0] * k)
-    heat = Image.fromarray((np.clip(cam, 0, 1) * 255).astype(np.uint8)).resize(shape, Image.BILINEAR)
+    finite = np.isfinite(cam)
+    heat = Image.fromarray((np.clip(np.where(finite, cam, 0), 0, 1) * 255).astype(np.uint8)).resize(shape, Image.BILINEAR)
     rgb = colormaps[SEQUENTIAL](np.asarray(heat, dtype=np.float64) / 255)[..., :3]
     if picture is not None:
         base = np.asarray(Image.fromarray((picture * 255).astype(np.uint8)).resize(shape, Image.NEAREST), dtype=np.float64) / 255
         rgb = 0.5 * base + 0.5 * rgb
+    bad = np.asarray(Image.fromarray((~finite).astype(np.uint8) * 255).resize(shape, Image.NEAREST)) > 0
+    rgb[bad] = to_rgb(NO_VALUE)
     buf = io.BytesIO()
     Image.fromarray((rgb * 255).astype(np.uint8)).save(buf, format="PNG")
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
@@ -72,7 +77,8 @@ def gradcam(run: Any, budget: Any = None) -> list[dict]:
         pred, target = predictions(run, indices), targets(run, indices)
         names = class_names(run)
         shown = [{"src": overlay_png(cams[k], pictures[k]),
-                  "caption": caption(i, pred[k] if pred is not None else None, target[k] if target is not None else None, names)}
+                  "caption": caption(i, pred[k] if pred is not None else None, target[k] if target is not None else None, names,
+                                     cams[k])}
                  for k, i in enumerate(indices)]
         where = module_label(act.module)
         items.append({"type": "images", "title": f"Grad-CAM at {where} (hooks {act.hook}, {grad.hook}/{grad.role}): first {n} samples{fewer}"

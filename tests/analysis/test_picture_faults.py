@@ -1,0 +1,90 @@
+"""The pictures of `plot` and `report` where the file holds what they must not make up: a sample whose
+logits or maps are NaN, checked against the file's numbers read with h5py and numpy."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import h5py
+import numpy as np
+import pytest
+from conftest import make_cfg
+
+import hookrun
+from hookrun import open_run
+from hookrun.analysis import gradcam
+
+pytest.importorskip("matplotlib")
+from hookrun.cli import sample_figures  # noqa: E402
+
+HOOKS = {
+    "fmap": {"at": "layer3", "type": "forward", "actions": [{"name": "record", "what": "output"}]},
+    "g": {"at": "layer3", "type": "tensor", "actions": ["record"]},
+    "images": {"at": "", "type": "forward_pre", "actions": [{"name": "record", "what": "input"}]},
+    "logits": {"at": "fc", "type": "forward", "actions": [{"name": "record", "what": "output"}]},
+}
+GRAD = {"mode": "grad", "loss": {"_target_": "hookrun.runner.losses.target_logit", "_partial_": True}}
+GREY = (189, 189, 189)  # NO_VALUE, #bdbdbd
+
+
+@pytest.fixture
+def nan_run(tmp_path, checkpoint):
+    """A run whose sample 1 has NaN logits and one NaN cell in one channel of its maps (cell (1, 0))."""
+    path = hookrun.run(make_cfg(tmp_path, checkpoint, HOOKS, **GRAD)).path
+    with h5py.File(path, "r+") as f:
+        f["captures/logits/fc/output"][1, 3] = np.nan
+        row = f["captures/fmap/layer3/output"][1]
+        row[5, 1, 0] = np.nan
+        f["captures/fmap/layer3/output"][1] = row
+    return path
+
+
+def reference_cams(path, n):
+    """Grad-CAM from the file with numpy: relu(sum_c mean_hw(grad)_c A_c) over the largest finite cell."""
+    with h5py.File(path, "r") as f:
+        act = f["captures/fmap/layer3/output"][:n].astype(np.float64)
+        grad = f["captures/g/layer3/grad"][:n].astype(np.float64)
+        logits = f["captures/logits/fc/output"][:n]
+    cam = np.maximum(np.einsum("nc,nchw->nhw", grad.mean(axis=(2, 3)), act), 0)
+    return cam / np.nanmax(cam, axis=(1, 2), keepdims=True), logits
+
+
+def test_a_nan_sample_has_no_prediction_and_grey_cells_counted_in_both_commands(nan_run):
+    from PIL import Image
+
+    from hookrun.analysis.report.gradcam_section import gradcam as section
+
+    want, logits = reference_cams(nan_run, 4)
+    assert np.isnan(want[1, 1, 0]) and np.isfinite(np.delete(want.reshape(4, -1), 1 * want.shape[2] + 0, axis=1)).all()
+    with open_run(nan_run) as run:
+        pred = gradcam.predictions(run, np.arange(4))
+        assert list(pred) == [int(np.argmax(logits[0])), "n/a", *np.argmax(logits[2:], axis=1).tolist()]
+        ((_, spec),) = gradcam.pictures(run)
+        html = section(run)[0]
+    cams = gradcam.gradcam(*(np.asarray(a, dtype=np.float64) for a in _rows(nan_run, 4)))
+    np.testing.assert_allclose(cams, want, rtol=1e-6)  # scaled by the largest finite cell (was: divided by 1)
+    assert "pred n/a" in spec.captions[1] and spec.captions[1].endswith("(1 cell NaN or inf: grey, no value)")
+    assert "pred n/a" not in spec.captions[0] and "NaN" not in spec.captions[0]
+    # plot: the NaN cell is grey (it was transparent: white, or the picture)
+    fig = sample_figures.map_row(spec)
+    fig.canvas.draw()
+    pixels = np.asarray(fig.canvas.buffer_rgba())[..., :3]
+    assert (pixels == GREY).all(-1).sum() > 5000  # (a quarter of one map: 30 without)
+    # report: the same caption, the NaN cell grey (it was cast to 0: viridis' darkest)
+    shown = html["items"][0]["images"] if "items" in html else _images(html)
+    assert "pred n/a" in shown[1]["caption"] and shown[1]["caption"].endswith("(1 cell NaN or inf: grey, no value)")
+    png = np.asarray(Image.open(io.BytesIO(base64.b64decode(shown[1]["src"].split(",", 1)[1]))).convert("RGB"))
+    h, w = want.shape[1:]
+    cy, cx = int((1.5 / h) * png.shape[0]), int((0.5 / w) * png.shape[1])
+    assert tuple(png[cy, cx]) == GREY
+    assert not (png.reshape(-1, 3) == GREY).all(-1).all()
+
+
+def _rows(path, n):
+    with h5py.File(path, "r") as f:
+        return f["captures/fmap/layer3/output"][:n], f["captures/g/layer3/grad"][:n]
+
+
+def _images(section):
+    return next(item["images"] for item in section["items"] if item.get("type") == "images")
