@@ -12,7 +12,8 @@ overlays where the run holds a layer's output and its gradient (type tensor, or 
 grad_output) for the same samples, with each sample's predicted class (from a recorded logits
 capture) and target. The overlay's input images come from the file itself when the run recorded
 them (a 4-D input capture with 1 or 3 channels); otherwise from a dataset the user names with
-`--data data=... [key=value ...]`. A kind's grids and the hook actions' pictures (the logit
+`--data data=... [key=value ...]` (its labels must be /samples/target; without targets a data
+config other than the run's is warned of). A kind's grids and the hook actions' pictures (the logit
 view of each layer) are heatmaps with labelled axes, titled and named by method and metric
 (`grid_resid_atp_logit_diff_normalised.png`: each kind's reader and each drawing of
 analysis/drawings.py names its pictures; an action's per-sample pictures start with the mean over
@@ -32,6 +33,7 @@ import argparse
 import hashlib
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -61,7 +63,7 @@ from hookrun.cli.command import (
     fail,
     run_command,
 )
-from hookrun.cli.sample_figures import check_covers, render, with_pictures
+from hookrun.cli.sample_figures import check_covers, check_same_data, render, with_pictures
 from hookrun.config.build import build_dataset
 from hookrun.config.schema import load
 from hookrun.errors import ConfigError, NotFoundError
@@ -259,10 +261,13 @@ def _plot(a: argparse.Namespace) -> int:
             if a.x is not None or a.stat is not None:
                 raise ConfigError(f"{'--x' if a.x is not None else '--stat'} draws a sweep's jobs against each other; "
                                   f"{a.path} is one run (give its sweep folder, or leave the option out)")
-            dataset = user_dataset(a.data) if a.data else None
+            data = load(compose_config(a.data)).data if a.data else None
+            dataset = build_dataset(data.dataset) if data is not None else None  # (never one named in the file)
             with open_run(a.path) as run:
                 if dataset is not None:
                     check_covers(dataset, run.samples)
+                    if warning := check_same_data(dataset, run, {"dataset": data.dataset, "root": data.root}):
+                        print(f"hookrun.plot: {warning}", file=sys.stderr)
                 written = plot_run(run, a.out, a.samples, a.channels, dataset)
     finally:  # (a run that cannot be read, or nothing drawn: the folders this command made go again)
         if made is not None and not any(p.is_file() for p in made.rglob("*")):
@@ -273,11 +278,6 @@ def _plot(a: argparse.Namespace) -> int:
     for path in written:
         print(f"  {path}")
     return 0
-
-
-def user_dataset(overrides: list[str]) -> object:
-    """The dataset the user named on the command line (never one named in the file)."""
-    return build_dataset(load(compose_config(overrides)).data.dataset)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from hookrun.analysis.report.colour_scales import diverging_range
 from hookrun.analysis.report.figure_specs import NO_VALUE, SEQUENTIAL, Bands, Heatmap, Lines, MapRow
 from hookrun.cli import figures
 from hookrun.cli.scatter_figure import scatter
-from hookrun.errors import NotFoundError
+from hookrun.errors import ConfigError, NotFoundError
 
 
 def map_row(spec: MapRow) -> Any:
@@ -112,6 +112,34 @@ def check_covers(dataset: object, samples: np.ndarray) -> None:
     if n is not None and top >= n:
         raise NotFoundError(f"--data: the run's samples go up to index {top}, past the {n} items of the data set named; "
                             f"name the data set the run read (python -m hookrun.inspect shows the run's config)")
+
+
+def check_same_data(dataset: object, run: Any, named: dict) -> str:
+    """--data must be the data set the run read: its items' labels at the run's samples are the file's
+    /samples/target (a mismatch: ConfigError naming the first sample that differs, before any drawing).
+    Where the file has no targets, the data config named (`named`: data.dataset, data.root) is compared
+    with the run's recorded one: the line returned warns of each key that differs ("" where none)."""
+    if run.targets is not None and np.ndim(run.targets) == 1:
+        for i, target in zip(run.samples, run.targets, strict=True):
+            item = dataset[int(i)]  # type: ignore[index]
+            label = np.asarray(item[1]) if isinstance(item, tuple | list) and len(item) > 1 else None  # (a tensor's too)
+            if label is not None and label.size == 1 and label.dtype.kind in "iub" and int(label) != int(target):
+                raise ConfigError(f"--data: item {int(i)} of the data set named has label {int(label)}, but the run's sample "
+                                  f"{int(i)} had target {int(target)}: it is not the data set the run read; name that one "
+                                  f"(python -m hookrun.inspect shows the run's config)")
+        return ""
+    recorded = (run.config or {}).get("data") or {}
+    mine, theirs = _flat({"dataset": named.get("dataset"), "root": named.get("root")}), \
+        _flat({"dataset": recorded.get("dataset"), "root": recorded.get("root")})
+    differ = [f"data.{k} {mine.get(k)!r} (the run's {theirs.get(k)!r})" for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)]
+    return (f"warning: --data differs from the run's recorded data config at {', '.join(differ)}; the file has no targets "
+            f"to check its items against: the pictures may not be the run's samples") if differ and recorded else ""
+
+
+def _flat(node: Any, prefix: str = "") -> dict:
+    if not isinstance(node, dict):
+        return {prefix: node} if prefix else {}
+    return {k: v for key, value in node.items() for k, v in _flat(value, f"{prefix}.{key}" if prefix else str(key)).items()}
 
 
 def item_input(dataset: object, i: int) -> np.ndarray:

@@ -88,3 +88,37 @@ def _rows(path, n):
 
 def _images(section):
     return next(item["images"] for item in section["items"] if item.get("type") == "images")
+
+
+def test_plot_data_that_is_not_the_runs_is_refused_or_warned_of(tmp_path, checkpoint, capsys):
+    """--data with another data set drew Grad-CAM over the wrong images with the file's captions: its
+    labels at the run's samples are compared with /samples/target (h5py); with no targets in the file,
+    the data config named is compared with the run's recorded one, and a difference is warned of."""
+    from hookrun.cli import plot_command as plot
+    from hookrun.data import RandomTensors
+
+    hooks = {k: v for k, v in HOOKS.items() if k != "images"}
+    path = hookrun.run(make_cfg(tmp_path, checkpoint, hooks, **GRAD)).path
+    data = ["data=custom", "data.dataset._target_=hookrun.data.RandomTensors", "+data.dataset.n=12",
+            "+data.dataset.shape=[3,32,32]", "+data.dataset.num_classes=10", "+data.dataset.seed=8"]
+    with h5py.File(path, "r") as f:
+        index, target = f["samples/index"][:], f["samples/target"][:]
+    other = RandomTensors(n=12, shape=(3, 32, 32), num_classes=10, seed=8)
+    first = next(int(i) for i, t in zip(index, target, strict=True) if int(other[int(i)][1]) != int(t))
+    assert plot.main([str(path), "--out", str(tmp_path / "wrong"), "--data", *data]) == 2
+    err = capsys.readouterr().err
+    assert f"--data: item {first} of the data set named has label {int(other[first][1])}, but the run's sample {first} " \
+           f"had target {int(target[list(index).index(first)])}: it is not the data set the run read" in err
+    assert not (tmp_path / "wrong").exists()
+    same = [d.replace("seed=8", "seed=7") for d in data]
+    assert plot.main([str(path), "--out", str(tmp_path / "right"), "--data", *same]) == 0
+    assert "--data" not in capsys.readouterr().err
+    with h5py.File(path, "r+") as f:  # a file without targets: the configs are compared instead
+        del f["samples/target"]
+    assert plot.main([str(path), "--out", str(tmp_path / "untold"), "--data", *data]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert [line for line in err if "--data" in line] == [
+        "hookrun.plot: warning: --data differs from the run's recorded data config at data.dataset.seed 8 (the run's 7); "
+        "the file has no targets to check its items against: the pictures may not be the run's samples"]
+    assert plot.main([str(path), "--out", str(tmp_path / "told"), "--data", *same]) == 0
+    assert "--data" not in capsys.readouterr().err
