@@ -1,8 +1,10 @@
 """What a run's pictures and pages say about the run in their titles, beside what they show: a random
 network (`random weights`), and a run that is not complete (`running: 496 samples so far`: a live
-run, or one killed; `failed`, `interrupted`), whose pictures show only the rows written so far.
+run; `stopped: no process holds it (killed?)`: a file marked running whose writer's lock is gone, the
+check `inspect --verify` makes; `failed`, `interrupted`), whose pictures show only the rows written so far.
 
     run_note(run)            # "random weights · running: 496 samples so far", or ""
+    run_status(run)          # "complete", "running", "stopped: no process holds it (killed?)", ...
     weights_note(config)     # "random weights", or ""
 """
 
@@ -10,11 +12,26 @@ from __future__ import annotations
 
 from typing import Any
 
+STOPPED = "stopped: no process holds it (killed?)"
+
+
+def run_status(run: Any) -> str:
+    """The file's status, except that a local file marked running which no process writes (its lock
+    is not held: store/lock.py's live_writer, as `inspect --verify` asks) is STOPPED: a killed process
+    leaves `running` in the file, and its lock is dropped with it (docs/format.md)."""
+    from pathlib import Path
+
+    from hookrun.store.lock import live_writer
+
+    status = str(run.status)
+    return STOPPED if status == "running" and isinstance(run.path, Path) and live_writer(run.path) is None else status
+
 
 def run_note(run: Any) -> str:
     """The run's notes for a title, joined by ` · `: its weights', and how far it got if not complete."""
-    status = str(run.status)
-    done = "" if status == "complete" else f"{status}: {run.attrs.get('samples_complete', '?')} samples so far"
+    status = run_status(run)
+    done = "" if status == "complete" else f"{status}, {run.attrs.get('samples_complete', '?')} samples so far" \
+        if status == STOPPED else f"{status}: {run.attrs.get('samples_complete', '?')} samples so far"
     return " · ".join(n for n in (weights_note(run.config), done) if n)
 
 

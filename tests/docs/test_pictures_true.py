@@ -387,10 +387,15 @@ def test_report_titles_and_figures_fit_in_the_browser(edges_run, lens_run, tmp_p
 
 
 def test_a_run_not_complete_says_so_in_its_titles(random_run, monkeypatch, tmp_path):
-    """A run's pictures drawn before it ended (a live run, a killed one) show only the rows written so
-    far: every feature map's title and the page's title say its status and how many samples, where a
-    complete run's say nothing of it."""
+    """A run's pictures drawn before it ended show only the rows written so far: every feature map's
+    title and the page's title say its status and how many samples, where a complete run's say
+    nothing of it. A live run (another process holds the flock on `<file>.lock`, docs/format.md) is
+    `running`; once that process is killed (-9) the file still says running, but nothing holds the
+    lock: the titles and the page's status row say it stopped (they said running)."""
     import shutil
+    import signal
+    import subprocess
+    import sys
 
     import h5py
 
@@ -398,13 +403,28 @@ def test_a_run_not_complete_says_so_in_its_titles(random_run, monkeypatch, tmp_p
     path.parent.mkdir()
     shutil.copy(random_run, path)
     with h5py.File(path, "r+") as f:
-        f.attrs["status"] = "running"  # (as a killed run leaves it; its counts as written)
+        f.attrs["status"] = "running"  # (as a live or killed run leaves it; its counts as written)
         done = int(f.attrs["samples_complete"])
-    kept = drawn(path, tmp_path / "figs", monkeypatch)
-    fmaps = [f for n, f in kept.items() if n.startswith("fmap_")]
-    note = f"running: {done} samples so far"
-    assert fmaps and all(note in f._suptitle.get_text() for f in fmaps)
-    assert note in page(path)["title"]
+    holder = subprocess.Popen([sys.executable, "-c", (  # a writer as docs/format.md describes it: flock, its pid
+        "import fcntl, os, sys, time\nfd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\nfcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "os.write(fd, f'{os.getpid()}\\n'.encode())\nprint('held', flush=True)\ntime.sleep(600)"), f"{path}.lock"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        for status, note in (("running", f"running: {done} samples so far"),
+                             ("stopped: no process holds it (killed?)", f"stopped: no process holds it (killed?), {done} samples so far")):
+            kept = drawn(path, tmp_path / f"figs{len(note)}", monkeypatch)
+            fmaps = [f for n, f in kept.items() if n.startswith("fmap_")]
+            assert fmaps and all(note in f._suptitle.get_text() for f in fmaps)
+            data = page(path)
+            assert note in data["title"]
+            assert f"['status', '{status}']" in str(section(data, "header")), section(data, "header")
+            holder.send_signal(signal.SIGKILL)
+            holder.wait()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert (tmp_path / "live" / "captures.h5.lock").exists()  # (the lock file stays; only its lock went)
     complete = drawn(random_run, tmp_path / "c", monkeypatch)
     assert not any("so far" in t.get_text() for f in complete.values() for t in figures.titles(f))
     assert "so far" not in page(random_run)["title"]

@@ -36,7 +36,7 @@ from hookrun.analysis.report.figure_specs import (
 )
 from hookrun.analysis.report.plotly_figures import to_plotly
 from hookrun.analysis.report.token_text import token_text
-from hookrun.analysis.run_notes import weights_note
+from hookrun.analysis.run_notes import run_status, weights_note
 from hookrun.analysis.stats import human_bytes, no_values
 from hookrun.labels import dataset_label, natural_key
 from hookrun.store.capture_schema import PATTERN
@@ -71,7 +71,7 @@ def header(run: Any) -> dict:
     readers = run.kind_readers()
     steps, rows_name = kind_units(readers)
     done = f"{a.get('samples_complete', '?')} {rows_name} in {a.get('steps_complete', '?')} {steps}"
-    rows = [["file", str(run.path)], ["status", run.status],
+    rows = [["file", str(run.path)], ["status", run_status(run)],
             ["model", " ".join(str(p) for p in (a.get("model_class"), a.get("device") and f"on {a['device']}",
                                                 weights_note(cfg) and f"({weights_note(cfg)})") if p) or "?"],
             ["mode", str(cfg.get("mode", a.get("mode", "?")))],
