@@ -18,7 +18,8 @@ view of each layer) are heatmaps with labelled axes, titled and named by method 
 (`grid_resid_atp_logit_diff_normalised.png`: each kind's reader and each drawing of
 analysis/drawings.py names its pictures; an action's per-sample pictures start with the mean over
 every sample). Not drawn, each said in one line (`not drawn: ...: why`): histograms of integer
-captures (token ids, indices), of the rows a drawing shows itself and of captures with no finite value, and maps that are one value over space in every channel (a
+captures (token ids, indices), of curves' points over steps, of the rows a drawing shows itself and of captures
+with no finite value, and maps that are one value over space in every channel (a
 gradient after global pooling). Reading a file never builds anything the file names. For a sweep: each metric
 (the kind's numbers, then each capture's `--stat`) against each swept parameter where two jobs or more
 have a number, then the kind's own pictures of the sweep (its reader's `sweep_figures`). What is drawn is decided

@@ -122,3 +122,32 @@ def test_plot_data_that_is_not_the_runs_is_refused_or_warned_of(tmp_path, checkp
         "the file has no targets to check its items against: the pictures may not be the run's samples"]
     assert plot.main([str(path), "--out", str(tmp_path / "told"), "--data", *same]) == 0
     assert "--data" not in capsys.readouterr().err
+
+
+def test_curves_over_steps_get_no_histogram_in_plot_or_report(tmp_path, capsys):
+    """Deletion and insertion curves (dims sample, step, as the file's `dims` attribute says) were drawn
+    as histograms of their points; they are left out, and said so, in plot and report, where the
+    per-sample numbers beside them (deletion_area, prob) keep theirs. (An SAE's curves, dims (step,),
+    take the same rule.)"""
+    from hookrun.analysis.report import build_report
+    from hookrun.cli import plot_command as plot
+
+    path = tmp_path / "a.h5"
+    hookrun.run({"model": {"_target_": "hookrun.models.tiny_cnn"}, "device": "cpu", "progress": False,
+                 "data": {"dataset": {"_target_": "hookrun.data.shapes", "size": 4}, "batch_size": 4}, "output": {"path": str(path)},
+                 "attribution": {"method": "saliency", "measure": {"deletion": 4, "insertion": 4}}})
+    with h5py.File(path, "r") as f:
+        group = f["captures/attribution/__model__"]
+        curves = {n for n in group if list(group[n].attrs.get("dims", []))[-1:] == ["step"]}
+        numbers = {n for n in group if list(group[n].attrs.get("dims", [])) == ["sample"] and group[n].dtype.kind == "f"}
+    assert {"deletion", "insertion"} <= curves and {"deletion_area", "prob"} <= numbers
+    with open_run(path) as run:
+        written = {p.name for p in plot.plot_run(run, tmp_path / "fig")}
+        report = build_report(run).data
+    assert not {f"hist_attribution__model__{n}.png" for n in curves} & written
+    assert {f"hist_attribution__model__{n}.png" for n in numbers} <= written
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("not drawn: the histogram of attribution/(model)/deletion,"))
+    assert line.endswith(": a curve's points over steps (counters, learning rate, deletion or insertion), not a distribution")
+    note = str(next(s for s in report["sections"] if s["id"] == "captures"))
+    assert "histogram of attribution/(model)/deletion" in note and "a curve's points over steps" in note

@@ -94,7 +94,8 @@ class Bands:
 def skip_reason(info: Any, ds: Any = None) -> str | None:
     """Why a capture gets no histogram (None: it gets one): integer values are token ids or
     indices (their histogram says nothing), lens and top-example rows are shown elsewhere (said where),
-    and a capture with no finite value has nothing to count."""
+    a curve's points (a last dim `step`) are not a distribution, and a capture with no finite value
+    has nothing to count."""
     role = str(getattr(info, "role", ""))
     if role.startswith("top."):  # (plot draws no latent: the report lists each one with its top examples)
         return "shown in the report's Latents section (python -m hookrun.report)"
@@ -103,6 +104,8 @@ def skip_reason(info: Any, ds: Any = None) -> str | None:
                 "log-probability, and the top-1 token in each cell")
     if str(getattr(info, "hook", "")) == "similarity":  # a similarity run's matrix
         return "drawn as the similarity heatmap"
+    if tuple(getattr(info, "dims", ()) or ())[-1:] == ("step",):  # an SAE's training curves, attribution's deletion curves
+        return "a curve's points over steps (counters, learning rate, deletion or insertion), not a distribution"
     try:
         kind = np.dtype(str(getattr(info, "dtype", "O"))).kind
     except TypeError:
