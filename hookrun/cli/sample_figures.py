@@ -1,7 +1,7 @@
 """plot's figures of samples: maps over their pictures in one row (MapRow) and per-sample curves
 with their spread (Bands), from the specs of analysis/report/figure_specs.py; `render` draws any spec.
 
-    fig = render(spec)        # a Heatmap, Lines, Scatter, MapRow or Bands spec -> a matplotlib figure
+    fig = render(spec)        # a Heatmap, Lines, Scatter, MapRow, Bands or Circuit spec -> a matplotlib figure
     save(fig, Path("figures/maps.png"))
 
 A map row's maps are drawn as its spec says: signed maps on the diverging scale centred on zero per
@@ -19,8 +19,17 @@ import numpy as np
 
 from hookrun.analysis.images import MIN_MAX, as_pictures, fit_maps, guessed
 from hookrun.analysis.report.colour_scales import diverging_range
-from hookrun.analysis.report.figure_specs import NO_VALUE, SEQUENTIAL, Bands, Heatmap, Lines, MapRow
+from hookrun.analysis.report.figure_specs import (
+    NO_VALUE,
+    SEQUENTIAL,
+    Bands,
+    Circuit,
+    Heatmap,
+    Lines,
+    MapRow,
+)
 from hookrun.cli import figures
+from hookrun.cli.circuit_figure import circuit
 from hookrun.cli.scatter_figure import scatter
 from hookrun.errors import ConfigError, NotFoundError
 
@@ -88,7 +97,7 @@ def render(spec: Any) -> Any:
     """The matplotlib figure of any figure spec."""
     draw: Callable[[Any], Any] = (figures.lines if isinstance(spec, Lines) else figures.heatmap if isinstance(spec, Heatmap)
                                   else map_row if isinstance(spec, MapRow) else bands if isinstance(spec, Bands)
-                                  else scatter)
+                                  else circuit if isinstance(spec, Circuit) else scatter)
     return draw(spec)
 
 

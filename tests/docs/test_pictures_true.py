@@ -428,3 +428,24 @@ def test_a_run_not_complete_says_so_in_its_titles(random_run, monkeypatch, tmp_p
     complete = drawn(random_run, tmp_path / "c", monkeypatch)
     assert not any("so far" in t.get_text() for f in complete.values() for t in figures.titles(f))
     assert "so far" not in page(random_run)["title"]
+
+
+def test_plot_draws_an_edges_runs_circuit_as_the_report_does(edges_run, tmp_path, monkeypatch):
+    """plot drew no circuit (the report's alone): its lines are the top 30 cells of the file's edge
+    scores by |score| (h5py), red positive and blue negative, each 0.5 + 6 |score| / max wide."""
+    from matplotlib.colors import to_hex
+
+    kept = drawn(edges_run, tmp_path / "figs", monkeypatch)
+    (name,) = [n for n in kept if n.startswith("circuit_")]
+    ax = kept[name].axes[0]
+    lines = [line for line in ax.lines if len(line.get_xdata())]
+    with h5py.File(edges_run, "r") as f:
+        values = f["captures/patching/cells/value"][:]
+    values = values[np.isfinite(values)]
+    want = values[np.argsort(-np.abs(values), kind="stable")[:30]]
+    top = float(np.abs(want).max())
+    drawn_widths = sorted(line.get_linewidth() for line in lines)
+    np.testing.assert_allclose(drawn_widths, sorted(0.5 + 6 * np.abs(want) / top), rtol=1e-9)
+    colours = sorted(to_hex(line.get_color()) for line in lines)
+    assert colours == sorted(to_hex(POSITIVE if v > 0 else DIVERGING[0]) for v in want)
+    assert ax.get_title().startswith("circuit · ")

@@ -222,7 +222,7 @@ def circuit(spec: Circuit) -> dict:
     width = lambda s: 0.5 + 6 * abs(s) / top  # noqa: E731
     data = []
     for i, j, s, label in spec.edges:
-        xs, ys = _bow(spec.x[i], spec.y[i], spec.x[j], spec.y[j])
+        xs, ys = bowed(spec.x[i], spec.y[i], spec.x[j], spec.y[j])
         data.append({"type": "scatter", "mode": "lines", "x": xs, "y": ys, "line": {"width": width(s), "color": POSITIVE if s > 0 else NEGATIVE},
                      "opacity": 0.8, "hovertemplate": f"{escape(label)}: {s:.4g}<extra></extra>", "showlegend": False})
     labels = spec.labels or spec.nodes
@@ -245,7 +245,7 @@ def circuit(spec: Circuit) -> dict:
     return {"data": data, "layout": layout}
 
 
-def _bow(x0: float, y0: float, x1: float, y1: float, points: int = 12) -> tuple[list[float], list[float]]:
+def bowed(x0: float, y0: float, x1: float, y1: float, points: int = 12) -> tuple[list[float], list[float]]:
     """A quadratic curve from (x0, y0) to (x1, y1) bowed sideways (its control point a fifth of its
     length off the straight line, a row counted as half a column, as they are drawn): two edges
     between nodes of one column, of different lengths, take different paths."""

@@ -91,7 +91,7 @@ def grid_file_name(spec: Any, attrs: Any) -> str:
 
 def plot_figures(run: Any) -> list[tuple[str, Any]]:
     """plot's pictures: each grid's heatmaps and estimate-vs-exact scatter (`grid_SITE_METHOD_METRIC`)
-    and an edges run's faithfulness curve (`curve_...`); the circuit drawing is the report's."""
+    and an edges run's faithfulness curve (`curve_...`) and circuit (`circuit_METHOD_METRIC`)."""
     out = []
     for name, _, specs in grid_specs(run):
         attrs = dict(run.grid(name).attrs)
@@ -100,6 +100,8 @@ def plot_figures(run: Any) -> list[tuple[str, Any]]:
                 out.append((f"curve_{spec.title}", spec))
             elif isinstance(spec, Heatmap | Scatter):
                 out.append((grid_file_name(spec, attrs), spec))
+            elif isinstance(spec, Circuit):
+                out.append((f"circuit_{attrs.get('method', 'edges')}_{attrs.get('metric', 'value')}", spec))
     return out
 
 
