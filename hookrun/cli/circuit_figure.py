@@ -10,6 +10,7 @@ legend that reads sign and width; no axes (the nodes' names say where they are).
 
 from __future__ import annotations
 
+from dataclasses import astuple
 from typing import Any
 
 from hookrun.analysis.report.figure_specs import NEGATIVE, POSITIVE, Circuit
@@ -27,10 +28,11 @@ def circuit(spec: Circuit) -> Any:
     bottom, up = min(spec.y or [0.0]) - 1, max(spec.y or [0.0]) + 1
     fig, ax = plt.subplots(figsize=(max(7.2, CIRCUIT_UNIT * (hi - lo) / 100 + 0.8), CIRCUIT_UNIT / 2 * (up - bottom) / 100 + 1.6),
                            layout="constrained")
-    top = max([abs(e[2]) for e in spec.edges] or [1.0]) or 1.0
-    for i, j, s, _ in spec.edges:
-        xs, ys = bowed(spec.x[i], spec.y[i], spec.x[j], spec.y[j])
-        ax.plot(xs, ys, color=POSITIVE if s > 0 else NEGATIVE, linewidth=width(s, top), alpha=0.8, solid_capstyle="round")
+    nodes, xs, ys, links, *_ = astuple(spec)  # links: (writer, reader, score, label) (cli/ names no kind: test_route)
+    top = max([abs(e[2]) for e in links] or [1.0]) or 1.0
+    for i, j, s, _ in links:
+        bx, by = bowed(xs[i], ys[i], xs[j], ys[j])
+        ax.plot(bx, by, color=POSITIVE if s > 0 else NEGATIVE, linewidth=width(s, top), alpha=0.8, solid_capstyle="round")
     ax.scatter(spec.x, spec.y, s=12, color="#444444", zorder=3)
     for label, x, y in zip(spec.labels or spec.nodes, spec.x, spec.y, strict=True):
         ax.annotate(label, (x, y), xytext=(0, 4), textcoords="offset points", ha="center", va="bottom", fontsize=7)
