@@ -117,10 +117,8 @@ def colorbar_png(label: str, width: float = 3.6) -> str:
 
 def class_name(meta: dict, c: Any) -> str:
     """Class `c` by the data set's class name where the run wrote them (`class_names`), else its number."""
-    if isinstance(c, str):  # (gradcam.NO_PREDICTION: logits not finite)
-        return c
-    names, c = meta.get("class_names") or [], int(c)
-    return str(names[c]) if 0 <= c < len(names) else str(c)
+    names = meta.get("class_names") or []  # (a str `c`: gradcam.NO_PREDICTION, the logits not finite)
+    return c if isinstance(c, str) else str(names[int(c)]) if 0 <= int(c) < len(names) else str(int(c))
 
 
 
