@@ -27,19 +27,36 @@ def resume_line(checkpoints: Path, kept: int, batch_rows: int) -> str:
     return f"resume: {head}; {kept - done} training step(s) run again to the {kept} the file holds"
 
 
-def main() -> None:
-    kill_at, mode, spec = int(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
+def signal_at_step(n: int, signum: int) -> object:
+    """The trainer's step, wrapped so that the process sends itself `signum` right after training step n."""
     from hookrun.runner.kinds.sae import engine
 
     step = engine.LoggingTrainer.step
 
-    def killing(self, batch):  # noqa: ANN001, ANN202
+    def signalling(self, batch):  # noqa: ANN001, ANN202
         out = step(self, batch)
-        if self.n_training_steps == kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
+        if self.n_training_steps == n:
+            os.kill(os.getpid(), signum)
         return out
 
-    engine.LoggingTrainer.step = killing
+    return signalling
+
+
+def interrupt_at_step(monkeypatch, n: int) -> object:  # noqa: ANN001
+    """In this process: Ctrl-C (SIGINT) right after training step n, so hookrun.run raises Interrupted;
+    returns the step as it was, to put back with monkeypatch.setattr(engine.LoggingTrainer, "step", it)."""
+    from hookrun.runner.kinds.sae import engine
+
+    step = engine.LoggingTrainer.step
+    monkeypatch.setattr(engine.LoggingTrainer, "step", signal_at_step(n, signal.SIGINT))
+    return step
+
+
+def main() -> None:
+    kill_at, mode, spec = int(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
+    from hookrun.runner.kinds.sae import engine
+
+    engine.LoggingTrainer.step = signal_at_step(kill_at, signal.SIGKILL)
     import hookrun
 
     hookrun.run(hookrun.compose(*spec) if mode == "compose" else spec)

@@ -243,3 +243,15 @@ class SlowTensors(RandomTensors):
 
         time.sleep(0.05)
         return super().__getitem__(i)
+
+
+class Id(nn.Module):
+    """The input as it comes, through a module named `lin` (an nn.Identity): a hook point whose output is the
+    batch itself, for tests that hand a kind their own features."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Identity()
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        return self.lin(x)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from torch import nn
+from toy_models import Id
 
 import hookrun
 
@@ -21,13 +21,6 @@ from sklearn.model_selection import train_test_split  # noqa: E402
 C = 100.0
 
 
-class Id(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Identity()
-
-    def forward(self, x):
-        return self.lin(x)
 
 
 def data(n=400, d=10):

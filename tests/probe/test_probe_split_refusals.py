@@ -7,22 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from torch import nn
+from toy_models import Id
 
 import hookrun
 from hookrun.errors import ConfigError
 
 pytest.importorskip("sklearn")
 from sklearn.model_selection import train_test_split  # noqa: E402
-
-
-class Id(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Identity()
-
-    def forward(self, x):
-        return self.lin(x)
 
 
 def items(n=120):

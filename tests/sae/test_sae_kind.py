@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import ENV, HELPERS
-from sae_kill_at_step import resume_line
+from sae_kill_at_step import interrupt_at_step, resume_line
 from test_sae_train import CAPTURE, make_cache, reference
 
 import hookrun
@@ -100,7 +100,6 @@ def test_a_resume_after_overwriting_an_earlier_run_never_takes_its_checkpoints(c
     and its resume took A's checkpoint: A's weights, optimizer and lr, in a file saying B's lr. Reference:
     SAELens' trainer run directly with B's settings (check_equals_reference). A's SAE stayed in sae.out
     while B trained (sae.overwrite), and a kill left it there as if it were B's."""
-    import signal
 
     from hookrun.output.signals import Interrupted
     from hookrun.runner.kinds.sae import engine
@@ -110,15 +109,7 @@ def test_a_resume_after_overwriting_an_earlier_run_never_takes_its_checkpoints(c
     assert len(list((tmp_path / "run" / "checkpoints").iterdir())) == 3
     cfg = config(cache, tmp_path / "run", checkpoints=0, overwrite=True)
     cfg["output"].update(overwrite=True, flush_every=1)
-    step = engine.LoggingTrainer.step
-
-    def stopping(self, batch):
-        out = step(self, batch)
-        if self.n_training_steps == 13:
-            os.kill(os.getpid(), signal.SIGINT)  # stop after this step
-        return out
-
-    monkeypatch.setattr(engine.LoggingTrainer, "step", stopping)
+    step = interrupt_at_step(monkeypatch, 13)  # (Ctrl-C after step 13)
     with pytest.raises(Interrupted):
         hookrun.run(cfg)
     monkeypatch.setattr(engine.LoggingTrainer, "step", step)

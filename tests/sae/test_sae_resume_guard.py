@@ -5,14 +5,13 @@ caches' own `created` attributes read with h5py."""
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
-import signal
 from pathlib import Path
 
 import h5py
 import pytest
 import torch
+from sae_kill_at_step import interrupt_at_step
 from test_sae_kind import config
 from test_sae_train import CAPTURE, make_cache
 
@@ -69,15 +68,7 @@ def test_resume_on_another_cache_at_the_same_path_is_refused(tmp_path, monkeypat
     cache = make_cache(tmp_path / "cache")
     cfg = small(cache, tmp_path / "run")
     cfg["output"]["flush_every"] = 1
-    step = engine.LoggingTrainer.step
-
-    def stopping(self, batch):
-        out = step(self, batch)
-        if self.n_training_steps == 2:
-            os.kill(os.getpid(), signal.SIGINT)  # stop after this step
-        return out
-
-    monkeypatch.setattr(engine.LoggingTrainer, "step", stopping)
+    step = interrupt_at_step(monkeypatch, 2)  # (Ctrl-C after step 2)
     with pytest.raises(Interrupted):
         hookrun.run(cfg)
     monkeypatch.setattr(engine.LoggingTrainer, "step", step)
