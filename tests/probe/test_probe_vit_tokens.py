@@ -96,3 +96,21 @@ def test_timm_vit_block_is_token_rows():
     w, _ = table.weights["blocks.0"]
     assert w.shape == (1, 192)
     np.testing.assert_allclose(w[0], ref.coef_, rtol=1e-5, atol=1e-8 * np.abs(ref.coef_).max())
+
+
+def test_token_rows_of_another_length_than_a_padded_mask_are_refused_before_any_batch(tmp_path):
+    """A model that prepends a CLS token gives 11 token rows beside a mask of 10 with padding: which rows are
+    padding is not known, and pool mean took them in (the probe reads token rows as the similarity kind
+    does, hooks/taps.py token_mask): one line naming both lengths, no file."""
+    from similarity_models import Cls, Texts
+
+    cfg = {"data": {"batch_size": 4, "inputs": {"input_ids": "input_ids", "attention_mask": "attention_mask"}},
+           "device": "cpu", "progress": False, "output": {"path": str(tmp_path / "p.h5")},
+           "probe": {"at": ["enc"], "target": "y", "method": "ridge", "pool": "mean", "control": False}}
+    items = [{**Texts(16)[i], "y": torch.tensor(float(i))} for i in range(16)]
+    with pytest.raises(hookrun.errors.ConfigError) as err:
+        hookrun.run(cfg, model=Cls(), dataset=items)
+    assert "its token rows are 11 long and the batch's attention_mask 10" in str(err.value)
+    assert "\n" not in str(err.value) and not (tmp_path / "p.h5").exists()
+    items = [{**Texts(16, padded=16)[i], "y": torch.tensor(float(i))} for i in range(16)]  # no padding: every token
+    hookrun.run(cfg, model=Cls(), dataset=items)

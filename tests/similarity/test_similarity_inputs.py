@@ -8,44 +8,11 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from similarity_models import LENGTH, WIDTH, Cls, Texts
 from test_similarity_engine import cka
 
 import hookrun
 from hookrun.errors import ConfigError
-
-LENGTH, WIDTH = 10, 8
-
-
-class Cls(torch.nn.Module):
-    """Token embeddings (rows, LENGTH, WIDTH), then a CLS token prepended: `enc` gives (rows, LENGTH + 1, WIDTH)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.e, self.enc = torch.nn.Embedding(50, WIDTH), torch.nn.Linear(WIDTH, WIDTH)
-        self.cls = torch.nn.Parameter(torch.randn(1, 1, WIDTH))
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        h = self.e(input_ids)
-        return torch.tanh(self.enc(torch.cat([self.cls.expand(len(h), 1, WIDTH), h], 1)))
-
-
-class Texts(torch.utils.data.Dataset):
-    """`n` texts of LENGTH tokens; those from item `padded` on end in 1 to 6 padding tokens."""
-
-    def __init__(self, n: int = 16, padded: int = 0) -> None:
-        g = torch.Generator().manual_seed(0)
-        self.ids = torch.randint(1, 50, (n, LENGTH), generator=g)
-        self.mask = torch.ones(n, LENGTH, dtype=torch.long)
-        for i in range(padded, n):
-            self.mask[i, LENGTH - 1 - i % 6:] = 0
-        self.ids[self.mask == 0] = 0
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        return {"input_ids": self.ids[i], "attention_mask": self.mask[i]}
 
 
 def config(path, pool: str, at: tuple = ("e", "enc")) -> dict:
