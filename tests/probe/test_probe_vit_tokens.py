@@ -114,3 +114,32 @@ def test_token_rows_of_another_length_than_a_padded_mask_are_refused_before_any_
     assert "\n" not in str(err.value) and not (tmp_path / "p.h5").exists()
     items = [{**Texts(16, padded=16)[i], "y": torch.tensor(float(i))} for i in range(16)]  # no padding: every token
     hookrun.run(cfg, model=Cls(), dataset=items)
+
+
+class Prepended(nn.Module):
+    """(batch, T, 4) -> a CLS row prepended: `enc` gives (batch, T + 1, 8) token rows, and no mask says which."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.p, self.enc, self.cls = nn.Linear(4, 8), nn.Linear(8, 8), nn.Parameter(torch.randn(1, 1, 8))
+
+    def forward(self, x):
+        h = self.p(x)
+        return self.enc(torch.cat([self.cls.expand(len(h), 1, 8), h], 1))
+
+
+@pytest.mark.parametrize("pool", ["every", "last"])
+def test_a_target_per_token_of_another_length_than_the_token_rows_is_one_line(tmp_path, pool):
+    """A maskless output is every token (above), so a per-token target of the batch's T beside T + 1 token rows
+    (a CLS) indexed past its end (an IndexError traceback on the first batch): one line naming both, no file."""
+    g = torch.Generator().manual_seed(0)
+    items = [{"x": torch.randn(5, 4, generator=g), "t": torch.randint(0, 2, (5,), generator=g)} for _ in range(16)]
+    cfg = {"data": {"batch_size": 8, "inputs": {"x": "x"}}, "device": "cpu", "progress": False,
+           "output": {"path": str(tmp_path / "t.h5")},
+           "probe": {"at": ["enc"], "target": "t", "method": "logistic", "pool": pool, "control": False}}
+    with pytest.raises(hookrun.errors.ConfigError) as err:
+        hookrun.run(cfg, model=Prepended(), dataset=items)
+    assert str(err.value).startswith("probe.target gives 5 targets per item (one per token of the batch), but enc's "
+                                     "output has 6 token rows")
+    assert "\n" not in str(err.value) and not (tmp_path / "t.h5").exists()

@@ -117,6 +117,10 @@ class Collector:
             if rows.token is None:
                 raise ConfigError(f"probe.target gives one target per token {tuple(t.shape)}, but pool={self.pool} makes "
                                   f"one row per item at {name}; use pool: every (or last)")
+            if t.shape[1] != rows.length:  # (no mask: the token rows are every token of the output)
+                raise ConfigError(f"probe.target gives {t.shape[1]} targets per item (one per token of the batch), but "
+                                  f"{name}'s output has {rows.length} token rows (a model that adds tokens, a CLS, or "
+                                  f"drops some); probe a module whose tokens are the batch's")
             t = t.reshape(-1)[rows.token.cpu()]
         else:
             t = t[rows.item.cpu()]

@@ -35,6 +35,7 @@ class Rows:
     x: torch.Tensor  # (rows, features) float64
     item: torch.Tensor  # (rows,) long: the row's sample, its position in the batch
     token: torch.Tensor | None  # (rows,) long: the row's token slot (sample * T + position) where rows are tokens
+    length: int | None = None  # T, the output's tokens per item, where rows are tokens
 
 
 def layout(t: torch.Tensor, real: torch.Tensor | None, pool: str, where: str) -> str:
@@ -72,11 +73,11 @@ def pool_rows(t: torch.Tensor, pool: str, mask: torch.Tensor | None, where: str 
     valid = real.to(device=t.device, dtype=torch.bool)
     if pool == "every":
         where_ = valid.reshape(-1).nonzero().squeeze(1)
-        return Rows(t.reshape(-1, t.shape[2])[where_], where_ // t.shape[1], where_)
+        return Rows(t.reshape(-1, t.shape[2])[where_], where_ // t.shape[1], where_, t.shape[1])
     if pool == "last":
         pos = torch.arange(valid.shape[1], device=t.device).expand_as(valid)
         last = torch.where(valid, pos, -1).amax(1).clamp(min=0)
-        return Rows(t[items, last], items, items * t.shape[1] + last)
+        return Rows(t[items, last], items, items * t.shape[1] + last, t.shape[1])
     if pool == "max":
         return Rows(t.masked_fill(~valid[..., None], float("-inf")).amax(1), items, None)
     w = valid.to(t.dtype)[..., None]
