@@ -31,6 +31,7 @@ from hookrun.analysis.report.figure_specs import (
 from hookrun.cli import figures
 from hookrun.cli.circuit_figure import circuit
 from hookrun.cli.scatter_figure import scatter
+from hookrun.config.checks import flatten
 from hookrun.errors import ConfigError, NotFoundError
 
 
@@ -138,17 +139,10 @@ def check_same_data(dataset: object, run: Any, named: dict) -> str:
                                   f"(python -m hookrun.inspect shows the run's config)")
         return ""
     recorded = (run.config or {}).get("data") or {}
-    mine, theirs = _flat({"dataset": named.get("dataset"), "root": named.get("root")}), \
-        _flat({"dataset": recorded.get("dataset"), "root": recorded.get("root")})
+    mine, theirs = (flatten({"dataset": d.get("dataset"), "root": d.get("root")}) for d in (named, recorded))
     differ = [f"data.{k} {mine.get(k)!r} (the run's {theirs.get(k)!r})" for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)]
     return (f"warning: --data differs from the run's recorded data config at {', '.join(differ)}; the file has no targets "
             f"to check its items against: the pictures may not be the run's samples") if differ and recorded else ""
-
-
-def _flat(node: Any, prefix: str = "") -> dict:
-    if not isinstance(node, dict):
-        return {prefix: node} if prefix else {}
-    return {k: v for key, value in node.items() for k, v in _flat(value, f"{prefix}.{key}" if prefix else str(key)).items()}
 
 
 def item_input(dataset: object, i: int) -> np.ndarray:
