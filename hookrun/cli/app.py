@@ -159,16 +159,16 @@ def _known_keys(overrides: list[str]) -> list[str]:
 def _compose_groups(overrides: list[str]) -> DictConfig:
     """These overrides' group choices alone (a sweep's first choice), on the user's search path too (--config-dir,
     hydra.searchpath: search_path.py, off the main route); where they do not compose, the schema, every block in."""
-    from hookrun.cli.search_path import every_block, folders_of, group_choices, searchpath_override
+    from hookrun.cli import search_path as sp
 
     try:
-        extra = searchpath_override(sys.argv[1:], overrides)
-        groups = group_choices(overrides, [conf_dir(), *folders_of(extra)]) + ([extra] if extra else [])
+        entries = sp.search_entries(sys.argv[1:], overrides)
+        groups = sp.group_choices(overrides, [conf_dir(), *sp.folders_of(entries)]) + sp.as_override(entries)
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="hookrun"):
             return compose("config", overrides=groups)
     except Exception:  # a group choice is wrong too: no block is said to be missing (Hydra then says what is wrong)
-        return every_block(SCHEMA, block_names(SCHEMA, HookrunConfig))
+        return sp.every_block(SCHEMA, block_names(SCHEMA, HookrunConfig))
     finally:
         GlobalHydra.instance().clear()
 

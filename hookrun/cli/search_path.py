@@ -2,8 +2,9 @@
 `--config-dir=DIR`) and `hydra.searchpath=[...]`, as one `hydra.searchpath` override for Hydra's
 compose API (the app's own early checks compose the user's experiments as the run will).
 
-    searchpath_override(["--config-dir", "mycfg"], ["experiment=mine"])   # 'hydra.searchpath=[file:///abs/mycfg]'
-    folders_of('hydra.searchpath=[file:///abs/mycfg]')                 # ['/abs/mycfg']
+    entries = search_entries(["--config-dir", "mycfg"], ["experiment=mine"])   # ['file:///abs/mycfg']
+    as_override(entries)                                                    # ['hydra.searchpath=[file:///abs/mycfg]']
+    folders_of(entries)                                                     # ['/abs/mycfg']
 """
 
 from __future__ import annotations
@@ -30,23 +31,25 @@ def user_config_dirs(argv: list[str]) -> list[str]:
     return [f"file://{os.path.abspath(d)}" for d in found]
 
 
-def searchpath_override(argv: list[str], overrides: list[str]) -> str | None:
-    """One `hydra.searchpath=[...]`: the --config-dir folders of `argv` first, then the entries the overrides'
-    own hydra.searchpath lists; None where they add none."""
+def search_entries(argv: list[str], overrides: list[str]) -> list[str]:
+    """The search path's entries: the --config-dir folders of `argv` first, then those the overrides' own
+    hydra.searchpath lists."""
     entries = user_config_dirs(argv)
     for arg in overrides:
         if arg.lstrip("+").partition("=")[0] == "hydra.searchpath":
             listed = OverridesParser.create().parse_override(arg).value()  # (a malformed one: Hydra's own error)
             entries += [str(e) for e in (listed if isinstance(listed, list) else [listed])]
-    return f"hydra.searchpath=[{','.join(entries)}]" if entries else None
+    return entries
 
 
-def folders_of(override: str | None) -> list[str]:
-    """The file:// folders of a searchpath_override (where a group's options may lie beside conf/'s)."""
-    if override is None:
-        return []
-    listed = OverridesParser.create().parse_override(override).value()
-    return [str(e).removeprefix("file://") for e in listed if not str(e).startswith(NOT_FOLDERS)]
+def as_override(entries: list[str]) -> list[str]:
+    """The entries as one `hydra.searchpath=[...]` override for compose (none where there are none)."""
+    return [f"hydra.searchpath=[{','.join(entries)}]"] if entries else []
+
+
+def folders_of(entries: list[str]) -> list[str]:
+    """The entries that are folders (file:// or a bare path), where a group's options may lie beside conf/'s."""
+    return [e.removeprefix("file://") for e in entries if not e.startswith(NOT_FOLDERS)]
 
 
 NOT_FOLDERS = ("pkg://", "structured://")  # Hydra's search path entries that are no folder (file:// or a bare path are)
