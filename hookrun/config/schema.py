@@ -251,13 +251,12 @@ def _omegaconf_message(exc: OmegaConfBaseException) -> str:
     if placed:
         return placed
     message = f"{key}: {first}" if key and key not in first else first
-    if key and first.startswith("Key ") and " not in " in first and "." not in key:  # (kind_names: an error's path)
+    if key and first.startswith("Key ") and " not in " in first:  # (kind_names: on this error's path only)
         from hookrun.config.kind_names import shipped_names
 
         if key in shipped_names():  # (a block kind's name is a key: only a mode's kind reaches here)
             return (f"{key}: one of hookrun's own run kinds, chosen by mode= ({', '.join(m.value for m in Mode)}; "
                     f"record is mode=eval's), not a block of keys: set mode, and its settings as top-level keys")
-    if key and first.startswith("Key ") and " not in " in first:
         keys = schema_keys()
         parent = key.rpartition(".")[0]
         siblings = [k for k in keys if k.rpartition(".")[0] == parent]  # the block's own keys first
