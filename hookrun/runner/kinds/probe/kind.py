@@ -66,7 +66,7 @@ class ProbeKind(RunKind):
         ctx.model.eval()
         self.collector = Collector(ctx.model, b.at, b)
         if b.test_data is None:
-            refuse_an_empty_training_split(b.split.test, ctx.loader, ctx.cfg.data.limit, ctx.cfg.data.batch_size)
+            refuse_an_empty_training_split(b.split.test, len(ctx.env.planned_samples))
         self.names = self.collector.taps.names
         indices, call = first_batch(ctx.loader, ctx.spec, size=ctx.cfg.data.batch_size)
         first = self.collector.batch(ctx.model, call.to(ctx.device), indices)
@@ -88,7 +88,7 @@ class ProbeKind(RunKind):
         if isinstance(classes, list | tuple) and b.target in ("label", "target") and len(classes) < 2:
             raise ConfigError(f"probe.target={b.target}: the data set has {len(classes)} class(es); a probe needs at least 2")
         limit = ctx.cfg.data.limit
-        known = listed_targets(data, None if limit is None else limit * ctx.cfg.data.batch_size)
+        known = listed_targets(data, len(ctx.env.planned_samples))
         if b.target in ("label", "target") and known is not None and len(np.unique(known)) < 2:
             raise ConfigError(f"probe.target={b.target}: the run's items hold {len(np.unique(known))} class(es) "
                               f"({np.unique(known).tolist()}); a probe needs at least 2: probe more items or other data")
@@ -267,14 +267,10 @@ def listed_targets(data: Any, n: int | None) -> np.ndarray | None:
     return t if t.ndim == 1 and t.dtype.kind in "iub" and len(t) else None
 
 
-def refuse_an_empty_training_split(test: float, loader: Any, limit: int | None, batch_size: int) -> None:
-    """One line before any batch where the split would hold out every item of the run: sklearn's
-    train_test_split takes ceil(test * n) test items (fit.py split_items), leaving n - that to train."""
-    try:
-        n = len(loader.dataset)
-    except TypeError:  # (no length: the pass finds out)
-        return
-    n = n if limit is None else min(n, limit * batch_size)
+def refuse_an_empty_training_split(test: float, n: int) -> None:
+    """One line before any batch where the split would hold out every one of the run's `n` items (its
+    planned samples): sklearn's train_test_split takes ceil(test * n) test items (fit.py split_items),
+    leaving n - that to train."""
     if n and math.ceil(test * n) >= n:
         raise ConfigError(f"probe.split.test={test}: the split holds out ceil({test} x {n}) = {math.ceil(test * n)} of "
                           f"the run's {n} items (train_test_split rounds the test items up), leaving none to train on; "
