@@ -147,7 +147,6 @@ def out_of_memory(d_in: int, d_sae: int, device: str, doing: str) -> Iterator[No
                        "sae.batch_rows, or a device with more memory") from None
 
 
-
 def holds_sae(folder: str | Path) -> bool:
     """Whether `folder` already holds an SAE (an SAELens cfg.json or weights)."""
     f = Path(folder)

@@ -1,7 +1,7 @@
 """What a resumed SAE run may take over: the SAE in `sae.out` and the cache it trains on.
 
     old = old_sae(cfg)                       # the run at output.path to resume: its `sae` attribute, or None
-    check_out(cfg, out, old)                 # sae.out holds an SAE: only the resumed run's own (else sae.overwrite)
+    check_out(out, old, cfg.resume)          # sae.out holds an SAE: only the resumed run's own (else sae.overwrite)
     check_cache(old, cache_identity(rows), "outputs/run/captures.h5")    # the same cache's rows, or one line
 
 A run records its cache's identity in the root attribute `sae` (`cache`: the capture's rows, the cache
@@ -21,6 +21,7 @@ import h5py
 
 from hookrun.config.schema import HookrunConfig
 from hookrun.errors import ConfigError
+from hookrun.store.digest import table_of
 from hookrun.store.lock import flushing_path
 from hookrun.store.schemes import scheme_of
 
@@ -67,14 +68,13 @@ def cache_identity(rows: Any) -> dict[str, Any]:
         ident["created"] = str(created)
     if scheme_of(rows.source).remote:  # (its checksums are in every part: not fetched for this)
         return ident
-    f = run.file
-    ref = f[rows.info.path].attrs.get("digest")
-    if isinstance(ref, bytes):
-        ref = ref.decode()
-    if isinstance(ref, str) and ref.startswith("/checksums:") and "checksums" in f:
-        table = f["checksums"][:]
-        mine = table[table[:, 0] == int(ref.split(":", 1)[1])]
-        ident["digest"] = hashlib.sha1(mine[:, 1:].tobytes()).hexdigest()[:16]
+    ds = run.file[rows.info.path]
+    ref = ds.attrs.get("digest")
+    if ref:  # (store/digest.py's table of the capture's checksums: a batch's end row and its xxh3 per row)
+        try:
+            ident["digest"] = hashlib.sha1(table_of(ds, ref.decode() if isinstance(ref, bytes) else str(ref)).tobytes()).hexdigest()[:16]
+        except (KeyError, OSError, ValueError):  # (a table the file lacks: the rows and time say what they can)
+            pass
     return ident
 
 
