@@ -9,7 +9,8 @@ with the multinomial loss logsumexp(z_i) - z_i[y_i] (z_i = W x_i + b, W: (classe
 classes, and for two sklearn's binary form: one vector w, loss softplus(z_i) - y_i z_i with y_i = 1
 for the second class. scipy's L-BFGS-B drives it with sklearn's options (maxls 50, gtol = tol,
 ftol = 64 eps) from zeros, restarted from where it stopped (up to RESTARTS times, within max_iter) while
-max |gradient| > tol: converged means the gradient test, not scipy's ftol stop; each function evaluation is one pass over the blocks (the training rows
+max |gradient| > tol: converged means the gradient test (within 100 x tol where scipy stopped at float
+precision), not scipy's ftol stop alone; each function evaluation is one pass over the blocks (the training rows
 alone where fit.py copied them apart within the budget; else every row, the others masked), computed
 in float64 with numpy on a CPU block (its memory, no copy) and with torch on a GPU's.
 """
@@ -148,11 +149,12 @@ def fit_logistic(blocks: Blocks, y: np.ndarray, rows: np.ndarray, classes: int, 
             options={"maxiter": max_iter - used, "maxls": 50, "gtol": tol, "ftol": 64 * np.finfo(float).eps})
         w, used = res.x, used + int(res.nit)
         g = float(np.max(np.abs(res.jac)))
-        # converged: the gradient test alone (max |g| <= tol, scipy's pgtol); scipy's ftol stop ("relative
-        # reduction of f <= factr * epsmch") is not it: an ill-conditioned fit (unstandardised features x1e3,
-        # a large C) stops there with max |g| 1e4 x tol, its objective 1e-6 relative above the optimum. A line
-        # search that ended at float precision with the gradient near tol (scipy's ABNORMAL, status 2) is.
-        done = g <= tol or (res.status == 2 and g <= 100 * tol)
+        # converged: the gradient test (max |g| <= tol, scipy's pgtol), or a stop at float precision with the
+        # gradient near tol (within 100 x): scipy's ftol stop ("relative reduction of f <= factr * epsmch",
+        # status 0: a standardised probe's at 2 to 8 x tol) or a line search that ended there (ABNORMAL,
+        # status 2). An ill-conditioned fit (unstandardised features x1e3, a large C) stops on ftol with max |g|
+        # 500 x tol, its objective 1e-6 relative above the optimum: not converged, restarted from there.
+        done = g <= tol or (res.status in (0, 2) and g <= 100 * tol)
         if done or used >= max_iter or restarts == RESTARTS or int(res.nit) == 0:
             break
         restarts += 1  # (from where it stopped, with a fresh curvature memory)
