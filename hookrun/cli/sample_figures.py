@@ -126,11 +126,12 @@ def check_covers(dataset: object, samples: np.ndarray) -> None:
 
 def check_same_data(dataset: object, run: Any, named: dict) -> str:
     """--data must be the data set the run read: its items' labels at the run's samples are the file's
-    /samples/target (a mismatch: ConfigError naming the first sample that differs, before any drawing).
+    /samples/target (a mismatch: ConfigError naming the first sample that differs, before any drawing;
+    at most CHECKED samples, spread evenly over the run, are read: a long run's data set is not loaded whole).
     Where the file has no targets, the data config named (`named`: data.dataset, data.root) is compared
     with the run's recorded one: the line returned warns of each key that differs ("" where none)."""
     if run.targets is not None and np.ndim(run.targets) == 1:
-        for i, target in zip(run.samples, run.targets, strict=True):
+        for i, target in checked(np.asarray(run.samples), np.asarray(run.targets)):
             item = dataset[int(i)]  # type: ignore[index]
             label = np.asarray(item[1]) if isinstance(item, tuple | list) and len(item) > 1 else None  # (a tensor's too)
             if label is not None and label.size == 1 and label.dtype.kind in "iub" and int(label) != int(target):
@@ -143,6 +144,15 @@ def check_same_data(dataset: object, run: Any, named: dict) -> str:
     differ = [f"data.{k} {mine.get(k)!r} (the run's {theirs.get(k)!r})" for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)]
     return (f"warning: --data differs from the run's recorded data config at {', '.join(differ)}; the file has no targets "
             f"to check its items against: the pictures may not be the run's samples") if differ and recorded else ""
+
+
+CHECKED = 256  # the samples check_same_data reads at most (evenly spread, the first and the last among them)
+
+
+def checked(samples: np.ndarray, targets: np.ndarray) -> zip:
+    """The (sample, target) pairs check_same_data reads: every one up to CHECKED, else CHECKED evenly spread."""
+    keep = np.unique(np.linspace(0, len(samples) - 1, CHECKED).round().astype(int)) if len(samples) > CHECKED else slice(None)
+    return zip(samples[keep], targets[keep], strict=True)
 
 
 def item_input(dataset: object, i: int) -> np.ndarray:

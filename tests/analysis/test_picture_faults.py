@@ -124,6 +124,37 @@ def test_plot_data_that_is_not_the_runs_is_refused_or_warned_of(tmp_path, checkp
     assert "--data" not in capsys.readouterr().err
 
 
+def test_plot_data_check_reads_a_bounded_spread_of_a_long_runs_items():
+    """--data's label check read every sample's item (a 50,000-image run loaded its data set whole
+    before drawing eight maps): at most CHECKED items, evenly spread, the first and last among them,
+    and a data set that differs at one of them is still refused."""
+    from types import SimpleNamespace
+
+    from hookrun.errors import ConfigError
+
+    class Counted:
+        def __init__(self, labels):
+            self.labels, self.read = labels, []
+
+        def __len__(self):
+            return len(self.labels)
+
+        def __getitem__(self, i):
+            self.read.append(i)
+            return np.zeros((3, 2, 2), np.float32), int(self.labels[i])
+
+    n = 5000
+    labels = np.random.default_rng(0).integers(0, 10, n)
+    run = SimpleNamespace(samples=np.arange(n), targets=labels.copy(), config={})
+    same = Counted(labels)
+    assert sample_figures.check_same_data(same, run, {}) == ""
+    assert len(same.read) == sample_figures.CHECKED and {0, n - 1} <= set(same.read)
+    wrong = labels.copy()
+    wrong[same.read[100]] = (wrong[same.read[100]] + 1) % 10
+    with pytest.raises(ConfigError, match=f"item {same.read[100]} of the data set named has label"):
+        sample_figures.check_same_data(Counted(wrong), run, {})
+
+
 def test_curves_over_steps_get_no_histogram_in_plot_or_report(tmp_path, capsys):
     """Deletion and insertion curves (dims sample, step, as the file's `dims` attribute says) were drawn
     as histograms of their points; they are left out, and said so, in plot and report, where the
