@@ -38,7 +38,12 @@ from hookrun.runner.kinds.patching.edges.eap import bounded, edge_scores, record
 from hookrun.runner.kinds.patching.edges.formats import read_circuit
 from hookrun.runner.kinds.patching.edges.graph import Graph, find_graph
 from hookrun.runner.kinds.patching.edges.mib import mib_curves
-from hookrun.runner.kinds.patching.edges.spec import DEFAULT_STEPS, EDGE_METHODS, check_circuits
+from hookrun.runner.kinds.patching.edges.spec import (
+    DEFAULT_STEPS,
+    EDGE_METHODS,
+    FROM_FORMS,
+    check_circuits,
+)
 
 
 @dataclass
@@ -144,7 +149,7 @@ def file_scores(path: str, graph: Graph) -> np.ndarray:
     try:
         source = open_source(path)
     except (HookrunError, OSError) as exc:
-        raise ConfigError(f"patching.faithfulness.from={path!r}: {exc}; give eap, eap_ig or an edges run's file") from None
+        raise ConfigError(f"patching.faithfulness.from={path!r}: {exc}; give {FROM_FORMS}") from None
     try:
         scores, meta = edge_values(source.file)
     except (LookupError, OSError) as exc:

@@ -75,10 +75,33 @@ def parse_faithfulness(raw: Any, method: str) -> FaithSpec | None:
     if ablation not in ABLATIONS:
         raise ConfigError(f"patching.faithfulness.ablation={ablation!r}; choose from: {one_of(ABLATIONS)}")
     source = str(raw.get("from", method))
-    if source not in EDGE_METHODS and not source.endswith((".h5", ".hdf5", ".json")) and not scheme_of(source).remote and "/" not in source:
-        raise ConfigError(f"patching.faithfulness.from={source!r}; choose from: {one_of(EDGE_METHODS)}, or the path "
-                          f"of an edges run's file, an EAP-IG graph JSON or a MIB folder whose scores rank the edges")
+    check_source(source)
     return FaithSpec(tuple(int(k) for k in edges), ablation, source, fractions)
+
+
+FROM_FORMS = (f"{one_of(EDGE_METHODS)} (this run's scoring), or the path of an edges run's file (.h5), an EAP-IG graph "
+              f"JSON (.json) or a MIB folder whose scores rank the edges")
+
+
+def check_source(source: str) -> None:
+    """faithfulness.from: a method's name (eap, eap_ig: the method, even where a file or folder of that name
+    exists; ./eap names such a folder), or a path, checked by its form here and by its content before any
+    forward (edges/run.py). A bare name that is neither a method nor an existing file or folder, or a .pt
+    circuit (EAP-IG's Graph.to_pt, which MIB also reads), is one line."""
+    from pathlib import Path
+
+    from hookrun.store.schemes import local_path
+
+    if source in EDGE_METHODS:
+        return
+    if source.endswith((".pt", ".pth")):
+        raise ConfigError(f"patching.faithfulness.from={source!r}: a .pt circuit (EAP-IG's Graph.to_pt) is not read; "
+                          f"save the graph with EAP-IG's Graph.to_json and give that JSON (the other forms: {FROM_FORMS})")
+    remote = scheme_of(source).remote
+    if remote or "/" in source or source.endswith((".h5", ".hdf5", ".json")) or Path(local_path(source)).expanduser().exists():
+        return
+    raise ConfigError(f"patching.faithfulness.from={source!r}: no method and no file or folder of that name; choose from: "
+                      f"{FROM_FORMS}")
 
 
 def parse_fractions(raw: Any) -> tuple[float, ...]:

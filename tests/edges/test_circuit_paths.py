@@ -1,0 +1,98 @@
+"""faithfulness.from and `circuits score --circuit` as users write them: a MIB folder by a bare relative name
+(`sub`, as `circuits export ... --format mib sub` made it) and a .pt circuit.
+
+The reference for the scores is MIB's definition as tests/edges/test_mib_metrics.py computes it (its own
+ranking, pruning and raw TransformerLens ablation), fed the exported JSON's scores by EAP-IG edge name.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from edge_graph import prompt_pairs
+from test_mib_metrics import H, L, T, V, eap_ig_edges, reference
+from tl_models import hooked_transformer
+
+import hookrun
+from hookrun.circuits import main
+from hookrun.errors import ConfigError
+
+FRACTIONS = [0.01, 0.05, 0.2, 1.0]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return hooked_transformer(V, n_layers=L, d_model=16, n_ctx=8, d_head=4, n_heads=H, act_fn="gelu", seed=3)
+
+
+@pytest.fixture(scope="module")
+def items():
+    return prompt_pairs(V, T, seed=5, at=1, shift=11)
+
+
+def edge_key(name):
+    """The reference's (parent, child, q|k|v or None) of an EAP-IG edge name 'P->C' or 'P->C<q>'."""
+    parent, _, child = name.partition("->")
+    base, _, q = child.partition("<")
+    return parent, base, q.rstrip(">") or None
+
+
+def counted(model):
+    calls: list = []
+    return calls, model.register_forward_pre_hook(lambda m, a: calls.append(1))
+
+
+def test_mib_folder_by_a_bare_relative_name_is_scored(model, items, tmp_path, monkeypatch):
+    """`sub` was refused ("choose from ... or a MIB folder"); ./sub and the absolute path were scored."""
+    monkeypatch.chdir(tmp_path)
+    hookrun.run({"data": {"target": None}, "progress": False, "output": {"path": "run.h5", "overwrite": True},
+                 "patching": {"method": "eap", "input": "input"}}, model=model, dataset=items)
+    assert main(["export", "run.h5", "--format", "mib", "sub", "--task", "ioi", "--model", "tiny"]) == 0
+    doc = json.loads((tmp_path / "sub" / "ioi_tiny" / "importances.json").read_text())
+    scores = {edge_key(name): e["score"] for name, e in doc["edges"].items()}
+    assert sorted(scores, key=str) == sorted(eap_ig_edges(), key=str)
+    want = reference(model, items, scores, FRACTIONS)
+    for source in ("sub", str(tmp_path / "sub")):
+        grid = hookrun.patch_grid(model, items, input="input", method="eap",
+                                  faithfulness={"fractions": FRACTIONS, "from": source})["edges"]
+        np.testing.assert_allclose(grid.attrs["faithfulness_cpr_curve"], want["cpr"][0], atol=2e-5)
+        np.testing.assert_allclose(grid.attrs["faithfulness_cmd_curve"], want["cmd"][0], atol=2e-5)
+        assert grid.attrs["faithfulness_cpr"] == pytest.approx(want["cpr"][2], abs=2e-5)
+        assert grid.attrs["faithfulness_cmd"] == pytest.approx(want["cmd"][2], abs=2e-5)
+
+
+def test_a_method_name_wins_over_a_folder_of_that_name_and_a_missing_name_is_one_line(model, items, tmp_path, monkeypatch):
+    from hookrun.runner.kinds.patching.edges.spec import parse_faithfulness
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "eap").mkdir()
+    assert parse_faithfulness({"fractions": "mib", "from": "eap"}, "eap").source == "eap"
+    assert parse_faithfulness({"fractions": "mib", "from": "./eap"}, "eap").source == "./eap"
+    calls, handle = counted(model)
+    try:
+        with pytest.raises(ConfigError) as err:
+            hookrun.patch_grid(model, items, input="input", method="eap", faithfulness={"fractions": "mib", "from": "nosuch"})
+    finally:
+        handle.remove()
+    assert str(err.value) == ("patching.faithfulness.from='nosuch': no method and no file or folder of that name; choose from: "
+                              "eap, eap_ig (this run's scoring), or the path of an edges run's file (.h5), an EAP-IG graph "
+                              "JSON (.json) or a MIB folder whose scores rank the edges")
+    assert not calls
+
+
+def test_a_pt_circuit_is_named_as_such(model, items, tmp_path):
+    """EAP-IG's Graph.to_pt file was called "not a readable HDF5 file", naming neither JSON nor a MIB folder."""
+    (tmp_path / "c.pt").write_bytes(b"PK\x03\x04 a torch zip")
+    calls, handle = counted(model)
+    try:
+        with pytest.raises(ConfigError) as err:
+            hookrun.patch_grid(model, items, input="input", method="eap",
+                               faithfulness={"fractions": "mib", "from": str(tmp_path / "c.pt")})
+    finally:
+        handle.remove()
+    text = str(err.value)
+    assert "\n" not in text and "HDF5" not in text and not calls
+    assert "a .pt circuit (EAP-IG's Graph.to_pt) is not read; save the graph with EAP-IG's Graph.to_json" in text
+    assert "an EAP-IG graph JSON (.json) or a MIB folder" in text
