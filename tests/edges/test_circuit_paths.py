@@ -1,5 +1,6 @@
 """faithfulness.from and `circuits score --circuit` as users write them: a MIB folder by a bare relative name
-(`sub`, as `circuits export ... --format mib sub` made it) and a .pt circuit.
+(`sub`, as `circuits export ... --format mib sub` made it), a .pt circuit and items of token ids
+shaped [1, T].
 
 The reference for the scores is MIB's definition as tests/edges/test_mib_metrics.py computes it (its own
 ranking, pruning and raw TransformerLens ablation), fed the exported JSON's scores by EAP-IG edge name.
@@ -96,3 +97,20 @@ def test_a_pt_circuit_is_named_as_such(model, items, tmp_path):
     assert "\n" not in text and "HDF5" not in text and not calls
     assert "a .pt circuit (EAP-IG's Graph.to_pt) is not read; save the graph with EAP-IG's Graph.to_json" in text
     assert "an EAP-IG graph JSON (.json) or a MIB folder" in text
+
+
+@pytest.mark.parametrize("method, sites", [("eap", None), ("exact", {"r": {"at": "blocks.*.hook_resid_pre", "over": ["position"]}})])
+def test_items_of_shape_1_t_are_one_line_before_any_forward(model, items, method, sites):
+    """Token ids of shape [1, T] per item (a tokenizer's return_tensors="pt") crashed inside the model after the
+    forwards began (on an HF Llama: "too many values to unpack" in repeat_kv)."""
+    bad = [{**it, "clean": it["clean"][None], "corrupt": it["corrupt"][None]} for it in items]
+    calls, handle = counted(model)
+    try:
+        with pytest.raises(ConfigError) as err:
+            hookrun.patch_grid(model, bad, input="input", method=method, sites=sites)
+    finally:
+        handle.remove()
+    assert str(err.value) == (f"patching: the items' 'clean' have shape (1, {T}) each, and the model reads one sequence "
+                              f"of token ids per item, shape (T,); give each item its 1-D ids (for a tokenizer's "
+                              f"return_tensors='pt' output, ['input_ids'][0] or .squeeze(0))")
+    assert not calls

@@ -91,8 +91,9 @@ def refuse_modifying(points: list, method: str) -> None:
 
 def check_token_ids(model: Any, items: Mapping[str, torch.Tensor], keys: tuple[str, ...]) -> None:
     """A model that reads token ids through an embedding (a transformers model's input embeddings, a
-    TransformerLens model's W_E) gets whole numbers within its vocabulary in each of `keys`: a float id or
-    one past the vocabulary ended in the embedding's own error, with a traceback. Other models: unchecked."""
+    TransformerLens model's W_E) gets whole numbers within its vocabulary in each of `keys`, one sequence
+    (T,) per item: a float id, one past the vocabulary or an item of shape [1, T] ended in the model's own
+    error, with a traceback. Other models: unchecked."""
     vocab = _vocabulary(model)
     if vocab is None:
         return
@@ -101,6 +102,10 @@ def check_token_ids(model: Any, items: Mapping[str, torch.Tensor], keys: tuple[s
         if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
             raise ConfigError(f"patching: the items' {key!r} are {str(ids.dtype).replace('torch.', '')}, and the model reads "
                               f"token ids through its embedding of {vocab}; give whole-number ids (torch.long)")
+        if ids.dim() != 2:  # ([items, T]: one sequence per item; a tokenizer's return_tensors="pt" gives each [1, T])
+            raise ConfigError(f"patching: the items' {key!r} have shape {tuple(ids.shape[1:])} each, and the model reads one "
+                              f"sequence of token ids per item, shape (T,); give each item its 1-D ids (for a tokenizer's "
+                              f"return_tensors='pt' output, ['input_ids'][0] or .squeeze(0))")
         bad = (ids < 0) | (ids >= vocab)
         if bool(bad.any()):
             item, *_ = (int(i) for i in bad.nonzero()[0])
