@@ -1,6 +1,6 @@
 """faithfulness.from and `circuits score --circuit` as users write them: a MIB folder by a bare relative name
-(`sub`, as `circuits export ... --format mib sub` made it), a .pt circuit and items of token ids
-shaped [1, T].
+(`sub`, as `circuits export ... --format mib sub` made it), a .pt circuit, items of token ids shaped [1, T],
+and `circuits score` without --out.
 
 The reference for the scores is MIB's definition as tests/edges/test_mib_metrics.py computes it (its own
 ranking, pruning and raw TransformerLens ablation), fed the exported JSON's scores by EAP-IG edge name.
@@ -9,6 +9,7 @@ ranking, pruning and raw TransformerLens ablation), fed the exported JSON's scor
 from __future__ import annotations
 
 import json
+import tempfile
 
 import numpy as np
 import pytest
@@ -114,3 +115,31 @@ def test_items_of_shape_1_t_are_one_line_before_any_forward(model, items, method
                               f"of token ids per item, shape (T,); give each item its 1-D ids (for a tokenizer's "
                               f"return_tensors='pt' output, ['input_ids'][0] or .squeeze(0))")
     assert not calls
+
+
+def test_score_without_out_keeps_no_file(tmp_path, monkeypatch, capsys):
+    """Every `circuits score` without --out left /tmp/hookrun_circuit_*/scored.h5 behind and printed its path."""
+    cfg = {"model": {"_target_": "hookrun.models.tiny_lm"},
+           "data": {"dataset": {"_target_": "hookrun.data.swaps.word_swap", "n": 2, "length": 8}, "target": None},
+           "progress": False, "output": {"path": str(tmp_path / "run.h5"), "overwrite": True},
+           "patching": {"input": "input_ids", "method": "eap", "faithfulness": {"fractions": FRACTIONS}}}
+    hookrun.run(cfg)
+    mib = json.loads(hookrun.open_run(tmp_path / "run.h5").attrs["patching"])["faithfulness"]["mib"]
+    assert main(["export", str(tmp_path / "run.h5"), "--format", "eap-ig", str(tmp_path / "c.json")]) == 0
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # (tempfile reads TMPDIR once, then caches it)
+    capsys.readouterr()
+    fr = ",".join(map(str, FRACTIONS))
+    assert main(["score", str(tmp_path / "run.h5"), "--circuit", str(tmp_path / "c.json"), "--fractions", fr]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{tmp_path / 'c.json'}: MIB CPR {mib['cpr']['area']:.4g}, "
+                                                   f"CMD {mib['cmd']['area']:.4g}")
+    assert not list(temp.iterdir())
+    foreign = json.loads((tmp_path / "c.json").read_text())  # an error part-way: the folder goes as well
+    foreign["nodes"]["a9.h0"] = {"in_graph": True}
+    (tmp_path / "f.json").write_text(json.dumps(foreign))
+    assert main(["score", str(tmp_path / "run.h5"), "--circuit", str(tmp_path / "f.json"), "--fractions", fr]) == 2
+    assert "node 'a9.h0' is not in this model's graph" in capsys.readouterr().err
+    assert not list(temp.iterdir())

@@ -9,8 +9,9 @@
 folder (`OUT/{task}_{model}/importances.json`); `--fraction F` marks MIB's circuit of that fraction of
 the edges (top by |score|, pruned) as `in_graph`, every edge otherwise. `score` runs the run's (or the
 YAML config's) model and items again with `patching.faithfulness.from: CIRCUIT` and MIB's fractions
-(docs/edges.md): the circuit's scores rank the edges; the CPR / CMD line is printed and written to
---out. A file of unknown format, or a circuit for another model, is one line naming what is wrong.
+(docs/edges.md): the circuit's scores rank the edges; the CPR / CMD line is printed and the scoring run
+written to --out (without it, to a temporary folder removed at the end). A file of unknown format, or a
+circuit for another model, is one line naming what is wrong.
 
 The patching kind's command: hookrun/circuits.py, the entry point, makes the parser and ends it as
 every command ends (cli/command.py).
@@ -48,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("source", help="an edges run's file (its stored config is run again) or a YAML config")
     s.add_argument("--circuit", required=True, help="an EAP-IG graph JSON, a MIB folder or an edges run's file")
     s.add_argument("--fractions", default="mib", help="mib, or fractions in (0, 1] separated by commas")
-    s.add_argument("--out", help="the run file to write (default: a temporary one); never the source run")
+    s.add_argument("--out", help="the run file to keep (default: none kept); never the source run")
     s.add_argument("--overwrite", action="store_true", help="replace the file --out names if it exists")
 
 
@@ -115,12 +116,14 @@ def score(a: argparse.Namespace) -> int:
         patching.pop(key, None)
     patching.update(method="eap", ig_steps=1, faithfulness={"fractions": list(fractions), "from": str(a.circuit),
                                                             "ablation": faith.get("ablation", "corrupt")})
-    out = a.out or str(Path(tempfile.mkdtemp(prefix="hookrun_circuit_")) / "scored.h5")
-    cfg.update(patching=patching, progress=False, output={**dict(cfg.get("output") or {}), "path": out, "overwrite": True,
-                                                          "staging": None})
-    result = run(cfg)
+    with tempfile.TemporaryDirectory(prefix="hookrun_circuit_") as temp:  # (removed on return and on error)
+        out = a.out or str(Path(temp) / "scored.h5")
+        cfg.update(patching=patching, progress=False, output={**dict(cfg.get("output") or {}), "path": out,
+                                                              "overwrite": True, "staging": None})
+        result = run(cfg)
     print(f"{a.circuit}: {result.note}")
-    print(f"file: {result.path}")
+    if a.out:
+        print(f"file: {result.path}")
     return 0
 
 
