@@ -97,6 +97,32 @@ def test_ablate_removes_the_rows_span_and_the_probe_reads_only_its_bias(setup):
     np.testing.assert_allclose(pooled @ w.T + b, np.broadcast_to(b, (N, 3)), atol=1e-5 * scale)
 
 
+def test_a_four_class_probe_ablates_the_three_directions_its_rows_span(tmp_path):
+    """The rows of a 4-class probe sum to zero: they span 3 directions. At C=100 the rounding left in
+    the 4th singular value passed the old cut-off (max(shape) x eps x the largest) and a 4th,
+    meaningless direction was projected out too. Reference: numpy's SVD of the file's rows, rank by
+    a relative tolerance, projected out by a raw forward hook on the same model and inputs."""
+    model, data = Net().eval(), items()
+    for d in data:  # four classes: the signs of both channels' means
+        d["four"] = 2 * (d["x"][0].mean() > 0).long() + (d["x"][1].mean() > 0).long()
+    hookrun.run(cfg(tmp_path / "four.h5", probe={"at": ["conv"], "target": "four", "pool": "mean", "control": False,
+                                                 "C": 100.0}), model=model, dataset=data)
+    w, _ = weight(tmp_path / "four.h5")
+    u, s, _ = np.linalg.svd(w.T, full_matrices=False)
+    assert w.shape == (4, 6) and s[3] < 1e-10 * s[0] and s[2] > 1e-3 * s[0]  # rank 3
+    assert s[3] > s[0] * max(w.shape) * np.finfo(np.float64).eps  # (where the old cut-off kept 4)
+    q = torch.from_numpy(u[:, :3])
+    h = model.conv.register_forward_hook(
+        lambda m, a, o: (o.movedim(1, -1).double() - (o.movedim(1, -1).double() @ q) @ q.T).float().movedim(-1, 1))
+    raw = []
+    g = model.conv.register_forward_hook(lambda m, a, o: raw.append(o.detach().double().numpy()))
+    with torch.no_grad():
+        model(torch.stack([d["x"] for d in data]))
+    h.remove(), g.remove()
+    got = modified(tmp_path, model, data, "ablated4", op="probe_ablate", probe=str(tmp_path / "four.h5"))
+    np.testing.assert_allclose(got, raw[0], rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("op, message", [
     ({"op": "probe_steer", "label": 2, "at": "fc"}, r"has no probe at 'fc'; it probed conv \(set at:"),
     ({"op": "probe_steer", "label": 7}, r"label 7 is not one of the probe's classes \[0, 1, 2\]"),

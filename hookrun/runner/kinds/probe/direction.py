@@ -12,7 +12,9 @@ so each row is a direction in the module's feature space:
   binary probe the one row, negated for the first class; a ridge probe's one row with no label)
   along the feature axis, at every position: x + factor * w / |w|.
 - `probe_ablate` removes the span of the probe's weight rows from the features at every position:
-  x - Q Q^T x with Q an orthonormal basis of that span (float64). For `pool: mean` (linear) the
+  x - Q Q^T x with Q an orthonormal basis of that span (float64). A probe of 2+ rows' rows are
+  centred first (they sum to zero: a 4-class probe reads 3 directions), and singular values under
+  RANK_RTOL of the largest are rounding; the log names how many directions it removes. For `pool: mean` (linear) the
   pooled features then score the bias alone: the probe can no longer read its target.
 
 The feature axis is the one whose size is the probe's feature count: dim 1 (channels of a feature
@@ -24,6 +26,7 @@ module whose features differ from the probe's stops the run at its first batch, 
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -35,6 +38,11 @@ from hookrun.labels import module_label
 from hookrun.runner.kinds.probe import table
 from hookrun.store.reading import open_source
 
+log = logging.getLogger("hookrun")
+# a direction whose singular value is below this fraction of the largest is rounding, not a direction
+# (a fit's real directions are far above it; float64 rounding is about 1e-13 of the largest)
+RANK_RTOL = 1e-8
+
 
 def probe_steer(probe: str, label: Any = None, factor: float = 1.0, at: str | None = None, dim: int | None = None, *,
                 build: OpBuild):
@@ -45,10 +53,21 @@ def probe_steer(probe: str, label: Any = None, factor: float = 1.0, at: str | No
 
 
 def probe_ablate(probe: str, at: str | None = None, dim: int | None = None, *, build: OpBuild):
-    weight, _, module = read_probe(probe, at, build)
-    u, s, _ = np.linalg.svd(weight.T, full_matrices=False)  # (features, rows): the span of the rows
-    basis = u[:, s > s.max() * max(weight.shape) * np.finfo(np.float64).eps] if s.size and s.max() > 0 else u[:, :0]
-    return AlongFeatures(basis, dim, f"{build.where}: probe_ablate {probe!r} at {module_label(module)}", steer=False)
+    weight, classes, module = read_probe(probe, at, build)
+    where = f"{build.where}: probe_ablate {probe!r} at {module_label(module)}"
+    basis = ablate_basis(weight, classes)
+    log.info("%s: removes %d direction(s) (the span of its %d weight row(s))", where, basis.shape[1], len(weight))
+    return AlongFeatures(basis, dim, where, steer=False)
+
+
+def ablate_basis(weight: np.ndarray, classes: list | None) -> np.ndarray:
+    """An orthonormal basis (features, k) of the directions the probe reads. The rows of a probe of 2+
+    rows (multinomial logistic, one-hot ridge) are centred first: its scores compare the rows (softmax,
+    argmax), and its fit makes them sum to zero, so they span classes - 1 directions (numerically one
+    more, of the size of the solver's rounding). Singular values below RANK_RTOL x the largest are 0."""
+    rows = weight - weight.mean(0) if classes and len(weight) > 1 else weight
+    u, s, _ = np.linalg.svd(rows.T, full_matrices=False)  # (features, rows): the span of the rows
+    return u[:, s > s.max() * RANK_RTOL] if s.size and s.max() > 0 else u[:, :0]
 
 
 def read_probe(source: str, at: str | None, build: OpBuild) -> tuple[np.ndarray, list | None, str]:
