@@ -11,6 +11,7 @@ capture file; the jobs are read one at a time.
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,16 +165,41 @@ RUN_CONTROL = frozenset({"resume", "progress", "output.overwrite", "output.flush
 def _find_jobs(folder: Path) -> list[Job]:
     """The jobs' folders (`N/`, or deeper where hydra.sweep.subdir nests them: `N/run/`), each with its
     typed overrides and file; with Hydra's multirun.yaml, every job its sweeper planned that left no
-    folder (refused, failed before its first batch, or never started) as a job without one."""
+    folder (refused, failed before its first batch, or never started) as a job without one, and a
+    folder whose overrides it did not plan (an earlier sweep's, left by a smaller sweep run into its
+    folder with output.overwrite=true) left out, with a warning."""
     jobs = [Job(d, d.relative_to(folder).as_posix(), _typed(yaml.safe_load((d / ".hydra" / "overrides.yaml").read_text())),
                 folder_file(d) or _named_file(d)) for d in _job_dirs(folder)]
-    seen = [repr(sorted(j.overrides.items())) for j in jobs]
-    for num, planned in enumerate(_planned(folder)):
-        overrides = _typed(planned)
-        if repr(sorted(overrides.items())) in seen:
-            seen.remove(repr(sorted(overrides.items())))
-        elif not (folder / str(num)).exists():
-            jobs.append(Job(folder / str(num), str(num), overrides, None, ran=False))
+    plan = [_typed(planned) for planned in _planned(folder)]
+    if not plan:  # (another sweeper, or no multirun.yaml: the folders alone say what ran)
+        return _in_order(jobs)
+    left = [_key(o) for o in plan]
+    kept, stale = [], []
+    for job in jobs:
+        (kept if _key(job.overrides) in left else stale).append(job)
+        if _key(job.overrides) in left:
+            left.remove(_key(job.overrides))
+    for num, overrides in enumerate(plan):
+        if _key(overrides) in left and not any(j.num.split("/")[0] == str(num) for j in kept):
+            left.remove(_key(overrides))
+            kept.append(Job(folder / str(num), str(num), overrides, None, ran=False))
+    if stale:
+        warnings.warn(f"{folder}: job folder(s) {', '.join(j.num for j in _in_order(stale))} hold overrides its "
+                      f"multirun.yaml does not plan (an earlier sweep's): left out of the sweep; remove them",
+                      UserWarning, stacklevel=3)
+    return _in_order(kept)
+
+
+def ran_jobs(folder: Path) -> int:
+    """How many of the sweep's jobs left a folder (a multirun's last line)."""
+    return sum(job.ran for job in _find_jobs(folder)) if folder.is_dir() else 0
+
+
+def _key(overrides: dict[str, Any]) -> str:
+    return repr(sorted(overrides.items()))
+
+
+def _in_order(jobs: list[Job]) -> list[Job]:
     return sorted(jobs, key=lambda j: [(len(part), part) for part in j.num.split("/")])
 
 

@@ -3,6 +3,9 @@ its multirun.yaml (cli/app.py asks, for `-m` only).
 
     python -m hookrun -m params.f=0,1 hydra.sweep.dir=sweeps/s7     # ... then again with params.f=5,6:
     hookrun: error: hydra.sweep.dir=sweeps/s7: an earlier sweep of other overrides is there (params.f=0,1) ...
+
+`output.overwrite=true` runs another sweep in it (the readers leave out the earlier sweep's job
+folders the new multirun.yaml does not plan).
 """
 
 from __future__ import annotations
@@ -11,7 +14,10 @@ import re
 from pathlib import Path
 
 import yaml
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
 
+from hookrun.analysis.sweep import ran_jobs
 from hookrun.errors import ConfigError
 
 GOES_ON = re.compile(r"^\+*(resume|output\.overwrite)=(true|True|yes|1)$")  # overrides that run in an earlier sweep's folder
@@ -37,3 +43,14 @@ def check_sweep_folder(args: list[str]) -> None:
         raise ConfigError(f"hydra.sweep.dir={folder}: an earlier sweep of other overrides is there "
                           f"({' '.join(before) if before else 'its multirun.yaml'}); give another hydra.sweep.dir, "
                           f"or resume=true or output.overwrite=true to run this sweep in it")
+
+
+class SweepFolder(Callback):
+    """Hydra callback (conf/config.yaml, hydra.callbacks): a multirun ends by naming its folder and its
+    jobs (those its multirun.yaml planned: an earlier sweep's left in the folder are not counted)."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: object) -> None:
+        folder = Path(OmegaConf.select(config, "hydra.sweep.dir", default="."))
+        print("hookrun: a dry run of a sweep: each job's plan is above; nothing was written" if OmegaConf.select(
+            config, "dry_run") else f"hookrun: sweep folder: {folder} ({ran_jobs(folder)} jobs; python -m hookrun.inspect "
+                                    f"{folder})", flush=True)
