@@ -1,5 +1,6 @@
 """A sweep run again into an earlier sweep's folder (cli/sweep_folder.py, analysis/sweep.py): with
-output.overwrite=true the table is the new sweep's jobs alone. References: the command lines' own values, each job's
+output.overwrite=true the table is the new sweep's jobs alone; resume=true of other overrides is refused
+before Hydra rewrites multirun.yaml. References: the command lines' own values, each job's
 .hydra/config.yaml (what Hydra ran), each job's file by h5py, and the folder's bytes before and after."""
 
 from __future__ import annotations
@@ -47,3 +48,19 @@ def test_a_smaller_sweep_over_an_earlier_ones_folder_tables_its_own_jobs_alone(t
     assert "s: 2 jobs, swept: params.factor" in out.stdout and out.stdout.count("complete") == 2
     assert "job folder(s) 2 hold overrides" in out.stderr
 
+
+def test_resume_of_other_overrides_is_one_line_and_leaves_the_sweeps_record(three_jobs):
+    """resume=true of factors 5, 6 stopped at job 0 with a clear message, but Hydra had rewritten
+    multirun.yaml to 5,6 by then while the job folders held 0, 0.5 and 1."""
+    before = {p: p.read_bytes() for p in [three_jobs / "multirun.yaml", *sorted(three_jobs.glob("*/.hydra/*.yaml"))]}
+    other = run_cli("-m", "params.factor=5,6", *SMALL, "resume=true", cwd=three_jobs.parent)
+    assert other.returncode == 2 and other.stderr.count("\n") == 1, other.stderr[-2000:]
+    assert {p: p.read_bytes() for p in before} == before and not (three_jobs / "3").exists()
+    assert other.stderr.startswith("hookrun: error: hydra.sweep.dir=s: resume=true goes on with the sweep there "
+                                   "(params.factor=0,0.5,1 experiment=ablate_layer3 data.limit=1")
+    assert "params.factor=5,6" in other.stderr and "output.overwrite=true" in other.stderr
+    # the same sweep resumes (run-control keys aside: progress, resume)
+    same = run_cli("-m", "params.factor=0,0.5,1", *[a for a in SMALL if a != "progress=false"], "resume=true", cwd=three_jobs.parent)
+    assert same.returncode == 0, same.stderr[-2000:]
+    assert yaml.safe_load((three_jobs / "multirun.yaml").read_text())["hydra"]["overrides"]["task"][:2] == [
+        "params.factor=0,0.5,1", "experiment=ablate_layer3"]
