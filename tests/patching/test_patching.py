@@ -141,6 +141,12 @@ def test_atp_verify_recomputes_the_largest_cells_exactly(model, task):
     done = ~np.isnan(out)
     assert done.sum() == 5
     np.testing.assert_allclose(out[done], exact[done], atol=1e-4)
+    # the 5 of largest estimated effect |estimate - metric_corrupt| (autograd's terms), not of largest |estimate|
+    m0, terms = raw_atp(model, clean, corrupt, tl_metric(ans, wrong), "attn.hook_z")
+    effect = np.abs(np.stack([terms[f"blocks.{layer}.attn.hook_z"].sum(dim=(0, 3)).detach().numpy() for layer in range(2)]))
+    order = np.sort(effect.ravel())[::-1]
+    assert order[4] - order[5] > 1e-3 * order[0]  # (no near tie at the cut)
+    assert set(np.flatnonzero(done.ravel())) == set(np.argsort(-effect.ravel())[:5])
 
 
 @pytest.mark.parametrize("method", ["exact", "atp"])

@@ -46,7 +46,7 @@ class PatchingConfig:
     sites: dict[str, Any] = field(default_factory=dict)  # {NAME: {at, over, dims}}
     cells_per_forward: int | None = None  # null: from `memory`, measured on the first forward
     memory: Any = "1GiB"  # the budget for one packed forward's activations
-    verify: int = 0  # atp: recompute the K cells of largest |estimate| exactly
+    verify: int = 0  # atp: recompute exactly the K cells of largest estimated effect |estimate - metric_base|
     graph: str = "auto"  # eap / eap_ig: the residual graph, found from the model
     ig_steps: int | None = None  # eap_ig / atp_ig: interpolation steps m (default 5); eap / atp: 1
     faithfulness: Any = None  # {edges: [10, 50], ablation: corrupt | mean, from: eap_ig}
@@ -167,7 +167,7 @@ def parse_block(raw: Any, build: Callable[[Mapping, str], Any] | None = None) ->
         raise ConfigError(f"patching.cells_per_forward={cells!r}; give a positive integer, or null to choose it from patching.memory")
     verify = get("verify")
     if isinstance(verify, bool) or not isinstance(verify, int) or verify < 0:
-        raise ConfigError(f"patching.verify={verify!r}; give how many cells (largest |estimate|) to recompute exactly, 0 for none")
+        raise ConfigError(f"patching.verify={verify!r}; give how many cells (largest estimated effect) to recompute exactly, 0 for none")
     if verify and method not in ("atp", "atp_ig"):
         raise ConfigError(f"patching.verify={verify}: verify recomputes attribution estimates; it needs method: atp or atp_ig")
     graph, ig_steps, faith = parse_edge_keys(get, method)

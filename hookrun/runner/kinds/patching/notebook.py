@@ -97,7 +97,7 @@ def run_cells(engine: PatchEngine, cells: Sequence[int] | None = None,
     if b.method in ("atp", "atp_ig"):  # the estimate of every cell is one backward: each rank makes it whole
         estimate = engine.atp()
         ks = list(cells)
-        if b.verify:  # the K largest of the whole grid (every rank finds the same), those of `cells` recomputed
+        if b.verify:  # the K largest effects of the whole grid (every rank finds the same), those of `cells` recomputed
             top = set(np.argsort(-np.abs(estimate - engine.metric_base), kind="stable")[: b.verify].tolist())
             for chunk in _split([k for k in ks if k in top], engine.cells_per_forward):
                 exact[chunk] = engine.exact(chunk)
