@@ -25,6 +25,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -34,7 +35,6 @@ from hookrun.cli.command import ends_quietly, exit_process
 from hookrun.cli.hydra_errors import dotted_keys, one_line, renamed, shell_damage
 from hookrun.cli.hydra_mode import skip_mode_compose
 from hookrun.cli.run_record import RunRecord, held_saves
-from hookrun.cli.sweep_folder import SweepFolder  # noqa: F401  (older configs name the callback here)
 from hookrun.config.plugins import plugin
 from hookrun.config.schema import HookrunConfig, hydra_schema, load, replaced
 from hookrun.errors import ConfigError, HookrunError
@@ -117,6 +117,16 @@ DRY_RUN = re.compile(r"^\+?dry_run=(true|True|yes|1)$")
 # the user asked for tracebacks: HYDRA_FULL_ERROR=1, or --verbose (taken off the command line in main())
 _FULL_ERROR = os.environ.get("HYDRA_FULL_ERROR") == "1" or os.environ.get("HOOKRUN_VERBOSE") == "1"
 _TASK_STARTED = False  # before the first job starts, every exception is Hydra's reading of the config
+
+
+class SweepFolder(Callback):
+    """Hydra callback (conf/config.yaml, hydra.callbacks): a multirun ends by naming its folder and jobs (multirun.yaml's)."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: object) -> None:
+        from hookrun.analysis.sweep import ran_jobs
+        folder = Path(OmegaConf.select(config, "hydra.sweep.dir", default="."))
+        print("hookrun: a dry run of a sweep: each job's plan is above; nothing was written" if OmegaConf.select(
+            config, "dry_run") else f"hookrun: sweep folder: {folder} ({ran_jobs(folder)} jobs; python -m hookrun.inspect {folder})", flush=True)
 
 
 def compose_config(overrides: list[str], hydra: bool = False) -> DictConfig:

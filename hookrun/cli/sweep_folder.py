@@ -16,10 +16,7 @@ import re
 from pathlib import Path
 
 import yaml
-from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
 
-from hookrun.analysis.sweep import RUN_CONTROL, ran_jobs
 from hookrun.errors import ConfigError
 
 OVERWRITE = re.compile(r"^\+*output\.overwrite=(true|True|yes|1)$")  # runs another sweep in an earlier sweep's folder
@@ -57,15 +54,7 @@ def check_sweep_folder(args: list[str]) -> None:
 
 def _what(overrides: list[str]) -> list[str]:
     """A sweep's task overrides without the run-control keys (how its jobs run, not what they compute)."""
+    from hookrun.analysis.sweep import RUN_CONTROL
+
     return [o for o in overrides if o.partition("=")[0].lstrip("+~") not in RUN_CONTROL]
 
-
-class SweepFolder(Callback):
-    """Hydra callback (conf/config.yaml, hydra.callbacks): a multirun ends by naming its folder and its
-    jobs (those its multirun.yaml planned: an earlier sweep's left in the folder are not counted)."""
-
-    def on_multirun_end(self, config: DictConfig, **kwargs: object) -> None:
-        folder = Path(OmegaConf.select(config, "hydra.sweep.dir", default="."))
-        print("hookrun: a dry run of a sweep: each job's plan is above; nothing was written" if OmegaConf.select(
-            config, "dry_run") else f"hookrun: sweep folder: {folder} ({ran_jobs(folder)} jobs; python -m hookrun.inspect "
-                                    f"{folder})", flush=True)
