@@ -6,7 +6,7 @@
 
 Selections are (dim, index, label) as hookrun.hooks.actions.dims.parse_select gives them; an
 index of "last" takes each sample's last non-padding token and drops the dim. Reductions over the
-token dim leave padding out (hookrun.hooks.actions.rows.padding_mask).
+token dim leave padding out, also after a selection on it (the mask is selected with the tokens).
 
 Rows of a capture: one per sample, per step or per token, decided once and then held to.
 
@@ -41,29 +41,41 @@ log = logging.getLogger("hookrun")
 
 def select_reduce(t: torch.Tensor, selections: list[tuple], reduce: str | None, dims: list[Any], ev: Event,
                   role: str) -> torch.Tensor:
-    """select -> reduce, on the tensor's device (not yet a copy, not yet cast)."""
+    """select -> reduce, on the tensor's device (not yet a copy, not yet cast). Where axis 1 is the
+    batch's tokens (its (batch, tokens) matches the attention mask), each selection on it is made
+    on the mask too, so `last` and a reduction over it see which of the selected tokens are padding."""
     t = t.detach()  # select and reduce build no graph
-    for dim, index, _ in selections:
+    mask = token_mask(t, ev.state)  # (batch, tokens) of axis 1, carried through its selections; None: no mask
+    for dim, index, label in selections:
         d = dim_index(dim, t.dim(), ev, role)
+        on_mask = mask is not None and d == 1
         if index == "last":  # each sample's last non-padding token; the dim goes
-            t = t.movedim(d, 1)[torch.arange(t.shape[0], device=t.device), last_positions(t.movedim(d, 1), 1, ev.state)]
+            pos = last_positions(t.movedim(d, 1), 1, ev.state) if not on_mask else _last(mask, ev, f"select token {label}", "last")
+            t = t.movedim(d, 1)[torch.arange(t.shape[0], device=t.device), pos]
+            mask = None if on_mask else mask
         elif isinstance(index, slice):
             if not len(range(*index.indices(t.shape[d]))):
                 raise ConfigError(f"select {dim}={_slice(index)} at {ev.where} takes nothing of the {t.shape[d]} entries of "
                                   f"{role} (shape {tuple(t.shape)}); give a range within 0:{t.shape[d]}")
             t = t[(slice(None),) * d + (index,)]
+            mask = mask[:, index] if on_mask else mask
         else:
             n = t.shape[d]
             bad = next((i for i in index if not -n <= i < n), None)
             if bad is not None:
                 raise ConfigError(f"select index {bad} of dim {dim} at {ev.where} is past the {n} entries of {role} "
                                   f"(shape {tuple(t.shape)}); use 0 to {n - 1} (or -{n} to -1)")
-            t = t.index_select(d, torch.as_tensor([i % n for i in index], dtype=torch.long, device=t.device))
+            idx = torch.as_tensor([i % n for i in index], dtype=torch.long, device=t.device)
+            t = t.index_select(d, idx)
+            mask = mask.index_select(1, idx) if on_mask else mask
     if reduce:
         dims = sorted({d for spec in dims for d in dim_list(spec, t.dim(), ev, role)})
         if not t.is_floating_point():
             t = t.float()
-        m = padding_mask(t, dims, ev.state)  # reductions over tokens ignore padding
+        m = None if mask is None or 1 not in dims else mask.to(t.dtype).reshape(*mask.shape, *([1] * (t.dim() - 2)))
+        if m is not None and reduce != "norm":  # reductions over tokens ignore padding
+            picked = [label for dim, _, label in selections if dim_index(dim, 3, ev, role) == 1]  # (its token selections)
+            _last(mask, ev, f"select token {' then '.join(picked)}" if picked else "the batch", reduce)  # (no real token: refused)
         if reduce == "mean":
             t = t.mean(dim=dims) if m is None else (t * m).sum(dim=dims) / m.expand_as(t).sum(dim=dims).clamp(min=1)
         elif reduce == "max":
@@ -71,6 +83,27 @@ def select_reduce(t: torch.Tensor, selections: list[tuple], reduce: str | None, 
         else:
             t = torch.linalg.vector_norm(t if m is None else t * m, dim=dims)
     return t
+
+
+def token_mask(t: torch.Tensor, state: StepState) -> torch.Tensor | None:
+    """The batch's attention mask as bool on `t`'s device where `t` is (batch, tokens, ...) of it; None otherwise."""
+    mask = state.attention_mask
+    if mask is None or t.dim() < 2 or tuple(t.shape[:2]) != tuple(mask.shape):
+        return None
+    return mask.to(t.device).to(torch.bool)
+
+
+def _last(mask: torch.Tensor, ev: Event, label: str, what: str) -> torch.Tensor:
+    """Each sample's last real position in the (batch, selected tokens) `mask`; a sample with none is refused."""
+    empty = (~mask.any(dim=1)).nonzero().flatten().tolist()
+    if empty:
+        ids = ev.state.sample_index
+        names = [int(ids[i]) for i in empty] if ids is not None and len(ids) == mask.shape[0] else empty
+        raise RunError(f"hook {ev.hook!r} at {ev.where}: {label} holds no real token of sample(s) "
+                       f"{names[:8]} (all padding) in batch {ev.step}, so {what} has no value there; select tokens "
+                       f"every sample has (with left padding they are at the end), or record without the selection")
+    size = mask.shape[1]
+    return (size - 1 - mask.flip(1).to(torch.int8).argmax(dim=1)).long()
 
 
 def _slice(s: slice) -> str:
@@ -240,15 +273,6 @@ def last_positions(t: torch.Tensor, dim: int, state: StepState) -> torch.Tensor:
         return torch.full((t.shape[0],), size - 1, dtype=torch.long, device=t.device)
     m = mask.to(t.device).to(torch.bool)
     return (size - 1 - m.flip(1).to(torch.int8).argmax(dim=1)).long()
-
-
-def padding_mask(t: torch.Tensor, dims: list[int], state: StepState) -> torch.Tensor | None:
-    """The attention mask shaped to broadcast over `t`, where a reduction crosses the token dim
-    (1) of a (batch, tokens, ...) tensor that matches the mask; None otherwise."""
-    mask = state.attention_mask
-    if mask is None or 1 not in dims or t.dim() < 2 or tuple(t.shape[:2]) != tuple(mask.shape):
-        return None
-    return mask.to(t.device).to(t.dtype).reshape(*mask.shape, *([1] * (t.dim() - 2)))
 
 
 def per_sample_lists(raw: Any, family: str, batch_size: int) -> dict[str, list[torch.Tensor]] | None:
