@@ -252,11 +252,12 @@ def _virtual(group: h5py.Group, name: str, parts: list[tuple[Path, h5py.Dataset,
     total = sum(p[3] for p in parts)
     layout = h5py.VirtualLayout(shape=(total, *row), dtype=dtype)
     at = 0
-    for path, _, src, rows in parts:
+    for path, ds, src, rows in parts:
         if rows:
-            # HDF5 reads `%` in a source's names as a format specifier: an op site's group (a%2Fb) needs %%
-            layout[at : at + rows] = h5py.VirtualSource(path.name.replace("%", "%%"), src.replace("%", "%%"),
-                                                        shape=(rows, *row), dtype=dtype)
+            # `%` in a source's names is a format specifier to HDF5 (a%2Fb needs %%). The source's real shape,
+            # its first `rows` selected: declared `rows` long over more rows, a whole read of the view failed
+            source = h5py.VirtualSource(path.name.replace("%", "%%"), src.replace("%", "%%"), shape=ds.shape, dtype=dtype)
+            layout[at : at + rows] = source[:rows]
         at += rows
     return group.create_virtual_dataset(name, layout)
 
