@@ -13,7 +13,9 @@ manifest at once, and at the first use of `file` every part fetched, verified, u
 
 from __future__ import annotations
 
+import glob
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
@@ -74,6 +76,22 @@ def check_format(f: h5py.File, path: Path) -> None:
                            f"file is damaged, or another program wrote it")
 
 
+def shards_beside(path: Path) -> list[str]:
+    """The rank shards of the view `path` (captures.rank-NNNNN.h5 for captures.h5) beside it, each with
+    its state: `captures.rank-00001.h5 (running, 2 batches)`; [] where there are none."""
+    pattern = re.compile(re.escape(path.stem) + r"\.rank-\d{5}" + re.escape(path.suffix) + "$")
+    found = sorted(p for p in path.parent.glob(f"{glob.escape(path.stem)}.rank-*") if pattern.match(p.name))
+    return [f"{p.name} ({shard_state(p)})" for p in found]
+
+
+def shard_state(path: Path) -> str:
+    try:
+        with h5py.File(path, "r", locking=False) as f:
+            return f"{f.attrs.get('status', 'unreadable')}, {int(f.attrs.get('steps_complete', 0))} batches"
+    except (OSError, KeyError, ValueError, TypeError):
+        return "unreadable"
+
+
 class LocalSource:
     """A hookrun HDF5 file on disk (a merged view of ranks included: its shards must be beside it).
     `wait`: a live run's file stepped aside for a flush is waited for (resume opens the aside file
@@ -87,6 +105,11 @@ class LocalSource:
             if aside.is_file():
                 raise NotFoundError(f"no file {str(self.path)!r}, but {aside.name} beside it: the run was killed while it "
                                     f"flushed; resume=true recovers its batches")
+            shards = shards_beside(self.path)
+            if shards:  # every rank stopped before rank 0 wrote the view (torchrun's whole group killed)
+                raise NotFoundError(f"no file {str(self.path)!r}, but the shards of a run of many processes beside it (it "
+                                    f"stopped before its merged view was written): {', '.join(shards)}; run the same "
+                                    f"command with resume=true to finish them and write the view")
             raise NotFoundError(f"no file {str(self.path)!r}")
         try:
             self._file = _open_read(self.path)
