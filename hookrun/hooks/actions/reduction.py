@@ -46,9 +46,11 @@ def select_reduce(t: torch.Tensor, selections: list[tuple], reduce: str | None, 
     on the mask too, so `last` and a reduction over it see which of the selected tokens are padding."""
     t = t.detach()  # select and reduce build no graph
     mask = token_mask(t, ev.state)  # (batch, tokens) of axis 1, carried through its selections; None: no mask
+    picked = []  # the labels of the selections made on the tokens
     for dim, index, label in selections:
         d = dim_index(dim, t.dim(), ev, role)
         on_mask = mask is not None and d == 1
+        picked += [label] if on_mask else []
         if index == "last":  # each sample's last non-padding token; the dim goes
             pos = last_positions(t.movedim(d, 1), 1, ev.state) if not on_mask else _last(mask, ev, f"select token {label}", "last")
             t = t.movedim(d, 1)[torch.arange(t.shape[0], device=t.device), pos]
@@ -74,7 +76,6 @@ def select_reduce(t: torch.Tensor, selections: list[tuple], reduce: str | None, 
             t = t.float()
         m = None if mask is None or 1 not in dims else mask.to(t.dtype).reshape(*mask.shape, *([1] * (t.dim() - 2)))
         if m is not None and reduce != "norm":  # reductions over tokens ignore padding
-            picked = [label for dim, _, label in selections if dim_index(dim, 3, ev, role) == 1]  # (its token selections)
             _last(mask, ev, f"select token {' then '.join(picked)}" if picked else "the batch", reduce)  # (no real token: refused)
         if reduce == "mean":
             t = t.mean(dim=dims) if m is None else (t * m).sum(dim=dims) / m.expand_as(t).sum(dim=dims).clamp(min=1)
