@@ -75,8 +75,8 @@ def select_reduce(t: torch.Tensor, selections: list[tuple], reduce: str | None, 
         if not t.is_floating_point():
             t = t.float()
         m = None if mask is None or 1 not in dims else mask.to(t.dtype).reshape(*mask.shape, *([1] * (t.dim() - 2)))
-        if m is not None and reduce != "norm":  # reductions over tokens ignore padding
-            _last(mask, ev, f"select token {' then '.join(picked)}" if picked else "the batch", reduce)  # (no real token: refused)
+        if m is not None and picked and reduce != "norm":  # (a token window with no real token of a sample: refused;
+            _last(mask, ev, f"select token {' then '.join(picked)}", reduce)  # checked after a selection alone: a device sync)
         if reduce == "mean":
             t = t.mean(dim=dims) if m is None else (t * m).sum(dim=dims) / m.expand_as(t).sum(dim=dims).clamp(min=1)
         elif reduce == "max":
