@@ -49,6 +49,7 @@ class OpContext:
     step: int
     call: int
     sample_index: torch.Tensor | None  # dataset indices of the batch's samples
+    tokens: Any = None  # the model call's TokenMap (hookrun.hooks.tokens): which tokens are real, their positions
 
     @property
     def module_name(self) -> str:
@@ -101,22 +102,32 @@ def add(value: float | list, dim: int = 1, factor: float = 1.0) -> Op:
 
 @register_op("noise")
 def noise(std: float, seed: int = 0) -> Op:
-    """Add Gaussian noise; each sample's noise depends only on (seed, sample index, hook, call),
-    so the same run twice, a different batch size or a resumed run gives the same numbers."""
+    """Add Gaussian noise drawn from generators seeded by _mix(seed, salt, ...), salt the crc32 of
+    'hook/module/role/call': a (batch, tokens, ...) tensor of the model call's tokens gets a draw per
+    token, keyed by (sample index, the token's position among its sample's real tokens; padding: 'pad',
+    its column), so a generated token gets its own draw and batch size and padding side change no
+    token's noise; another tensor a draw per sample (sample index), or per batch (step)."""
     if not std >= 0:  # (NaN too)
         raise ConfigError(f"op noise: std={std} is a standard deviation; give a number >= 0")
 
     def op(x: torch.Tensor, ctx: OpContext) -> torch.Tensor:
         salt = zlib.crc32(f"{ctx.hook}/{ctx.module}/{ctx.role}/{ctx.call}".encode())
         g = torch.Generator(device=x.device)
-        if ctx.sample_index is None or x.dim() == 0 or x.shape[0] != len(ctx.sample_index):
-            g.manual_seed(_mix(seed, salt, ctx.step))
-            return x + std * torch.randn(x.shape, generator=g, device=x.device, dtype=x.dtype)
-        rows = []
-        for i in ctx.sample_index.tolist():
-            g.manual_seed(_mix(seed, salt, int(i)))
-            rows.append(torch.randn(x.shape[1:], generator=g, device=x.device, dtype=x.dtype))
-        return x + std * torch.stack(rows)
+
+        def draw(*key: object, shape: torch.Size) -> torch.Tensor:
+            g.manual_seed(_mix(seed, salt, *key))
+            return torch.randn(shape, generator=g, device=x.device, dtype=x.dtype)
+
+        index = ctx.sample_index
+        if index is None or x.dim() == 0 or x.shape[0] != len(index):
+            return x + std * draw(ctx.step, shape=x.shape)
+        valid = getattr(ctx.tokens, "valid", None)
+        if valid is not None and x.dim() >= 2 and tuple(x.shape[:2]) == tuple(valid.shape):  # per token
+            valid, position = valid.tolist(), ctx.tokens.position.tolist()
+            rows = [draw(int(i), position[b][j], shape=x.shape[2:]) if valid[b][j] else draw(int(i), "pad", j, shape=x.shape[2:])
+                    for b, i in enumerate(index.tolist()) for j in range(x.shape[1])]
+            return x + std * torch.stack(rows).view(x.shape)
+        return x + std * torch.stack([draw(int(i), shape=x.shape[1:]) for i in index.tolist()])
 
     return op
 

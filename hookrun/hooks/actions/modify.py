@@ -102,7 +102,8 @@ class Modify(Action):
                 ev.replace(role, self.env.ablation(ev.tensors[role], ev.module, role))
             return
         for role in roles:
-            ctx = OpContext(ev.hook, ev.target, ev.module, role, ev.step, ev.call, ev.state.sample_index)
+            ctx = OpContext(ev.hook, ev.target, ev.module, role, ev.step, ev.call, ev.state.sample_index,
+                            ev.state.call_tokens)
             try:
                 new = self.op(ev.tensors[role], ctx)
             except HookrunError:
