@@ -107,6 +107,12 @@ class StepCaptures:
     def add(self, capture: Capture) -> None:
         key = capture.key
         if capture.tokens and key in self._items:  # token rows of the next model call (generate)
+            first = self._items[key].value
+            if tuple(first.shape[1:]) != tuple(capture.value.shape[1:]):
+                raise RunError(f"hooks.{key.hook}: {key.module or '(model)'}'s {key.role} has rows of shape "
+                               f"{tuple(capture.value.shape[1:])} at a new token's model call, {tuple(first.shape[1:])} "
+                               f"before: its token rows cannot join; record a tensor whose shape per token stays "
+                               f"the same (name it with what:)")
             self._parts.setdefault(key, [self._items[key].value]).append(capture.value)
             return
         if key in self._repeats:  # a later call's record meets the number a repeat took: the file would mislabel both

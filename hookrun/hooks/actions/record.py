@@ -31,12 +31,7 @@ import torch
 from hookrun.config.schema import DTYPES, Mode
 from hookrun.errors import ConfigError, HookrunError, RunError, one_of
 from hookrun.hooks.actions.base import ACTIONS, Action
-from hookrun.hooks.actions.dims import (
-    axis_names,
-    check_dim,
-    check_names,
-    parse_select,
-)
+from hookrun.hooks.actions.dims import axis_names, check_dim, check_names, parse_select
 from hookrun.hooks.actions.reduction import (
     REDUCERS,
     STEP,
@@ -113,6 +108,7 @@ class Record(Action):
         self.rows: dict[tuple, int] = {}  # rows recorded so far, per (module or op site, role, call)
         self._seen: set[int] = set()  # calls whose roles were checked against `what`
         self._dropped: set[int] = set()  # calls whose tensors not over the tokens were named (rows: token, no what)
+        self._kept: dict[tuple, set[str]] = {}  # (module, call): roles kept at the prompt pass (rows: token, no what)
         self._skipped: str | None = None  # a globbed point without the tensors `what` names: why
         self.attrs = self._attrs(dtype)
 
@@ -179,8 +175,13 @@ class Record(Action):
                 tensors = {r: t for r, t in tensors.items() if family(r) != "output"} | lists
         tokens = state.call_tokens
         wanted = [(role, t) for role, t in tensors.items() if t is not None and self.wants(role)]
-        kept = [(role, t) for role, t in wanted
-                if not (self.token_rows and not self.what and not isinstance(t, list) and not tokens.fits(t, state.batch_size))]
+        kept = wanted if not self.token_rows or self.what else [
+            (role, t) for role, t in wanted if isinstance(t, list) or tokens.fits(t, state.batch_size)]
+        if kept is not wanted:  # a new token's pass keeps what the prompt pass kept: a (B, 1, 1, kv) mask looks like (B, 1) tokens
+            if getattr(tokens, "call", 0) and (ev.module, ev.call) in self._kept:
+                kept = [(role, t) for role, t in kept if role in self._kept[ev.module, ev.call]]
+            else:
+                self._kept[ev.module, ev.call] = {role for role, _ in kept}
         if len(kept) < len(wanted) and ev.call not in self._dropped:  # (rows: token, no what: said once per call)
             self._dropped.add(ev.call)
             left = ", ".join(f"{r} {tuple(t.shape)}" for r, t in wanted if r not in dict(kept))
@@ -218,7 +219,6 @@ class Record(Action):
         if (ev.module, role, ev.call) not in self.names:  # (ev.module: an op site's calls are MODULE/FN.0, .1, ...)
             self.names[(ev.module, role, ev.call)] = axis_names(self, ev, role, raw, k == STEP, k > 1, shaped)
         return shaped, dtype_name(t.dtype), per_step, index
-
 
     def emit(self, ev: Event, role: str, shaped: torch.Tensor, torch_dtype: str, per_step: bool,
              index: Any) -> None:
