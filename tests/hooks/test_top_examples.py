@@ -16,6 +16,7 @@ from torch import nn
 
 import hookrun
 from hookrun.analysis import open_run
+from hookrun.cli.inspect_command import main as inspect_main
 from hookrun.errors import ConfigError
 from hookrun.output.signals import Interrupted
 
@@ -168,6 +169,7 @@ def resume_and_check_top(cfg: dict, reference) -> None:
     raw-hook `reference` and of the record of the same hook point (all 14 samples' token rows)."""
     cfg["resume"] = True
     assert hookrun.run(cfg).status == "complete"
+    assert inspect_main([str(cfg["output"]["path"]), "--verify"]) == 0  # the resumed top.* carry checksums too
     assert_top(cfg["output"]["path"], "act", "transformer.h.1.mlp.act", *reference, close=True)
     with open_run(cfg["output"]["path"]) as run:
         rec = run["transformer.h.1.mlp.act", "output"][:]
