@@ -13,7 +13,7 @@ import torch
 import hookrun
 from hookrun.analysis import open_run
 from hookrun.data.text import text
-from hookrun.errors import ConfigError
+from hookrun.errors import ConfigError, RunError
 from hookrun.models import tiny_lm
 
 LENS = {"name": "logit_lens", "norm": "transformer.ln_f", "unembed": "lm_head", "top_k": 3, "target": "labels"}
@@ -87,7 +87,7 @@ def test_ignore_index_masks_those_positions_and_the_rest_equal_the_models_module
 def test_a_later_batch_with_an_id_past_the_vocabulary_is_not_clamped(tmp_path, model, encoded):
     labels = encoded[0].clone()
     labels[3, 1] = 9999  # the second batch: the first item is fine
-    with pytest.raises(hookrun.errors.RunError, match=r"batch 1 holds id 9999, outside the vocabulary"):
+    with pytest.raises(RunError, match=r"batch 1 holds id 9999, outside the vocabulary"):
         run(tmp_path, model, items(encoded, labels))
 
 
@@ -113,3 +113,22 @@ def test_inputs_that_are_no_lens_are_one_line_before_any_batch(tmp_path, model, 
         run(tmp_path, model, data, **change)
     assert not list(tmp_path.iterdir())  # no file, no failed file
     assert not any(m._forward_hooks for m in model.modules())
+
+
+def test_a_lens_around_generate_is_refused_in_plain_words(model, encoded):
+    ids, mask = encoded
+    lens = {k: v for k, v in LENS.items() if k != "target"}
+    with pytest.raises(RunError) as err:
+        with hookrun.capture(model, {"l": {"at": "transformer.h.*", "type": "forward", "actions": [lens]}}):
+            model.generate(input_ids=ids[:2], attention_mask=mask[:2], max_new_tokens=2)
+    assert "logit_lens does not run around model.generate" in str(err.value) and "(batch, tokens) differ" not in str(err.value)
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+
+def test_a_target_missing_from_a_positional_call_says_to_pass_it_as_a_keyword(model, encoded):
+    lens = {**LENS, "target": "input_ids", "target_shift": 1}
+    with pytest.raises(RunError, match=r"target='input_ids': the model call's keyword arguments hold no "
+                       r"tensor 'input_ids', it has none \(the model was called positionally\); pass the target as a "
+                       r"keyword: model\(input_ids=ids\)"):
+        with hookrun.capture(model, {"l": {"at": "transformer.h.1", "type": "forward", "actions": [lens]}}):
+            model(encoded[0][:2])

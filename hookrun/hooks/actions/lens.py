@@ -192,6 +192,8 @@ class LogitLens(Action):
         if role is None:
             raise RunError(f"{self.where}: logit_lens: {ev.where} has no tensor {self.what}; it has: "
                            f"{', '.join(ev.tensors) or 'none'}")
+        if getattr(ev.state.call_tokens, "call", 0):  # hookrun.capture around model.generate: a new token's pass
+            raise RunError(self.around_generate())
         x = ev.tensors[role]
         self.check_tensor(role, x)
         stale = [p for p in self.final.pending if p[2]["step"] != ev.step]
@@ -202,13 +204,20 @@ class LogitLens(Action):
                 "mask": ev.state.attention_mask, "targets": self.targets(ev.state, x)}
         self.final.pending.append((self, x.detach().clone(), seen))
 
+    def around_generate(self) -> str:
+        return (f"{self.where}: logit_lens does not run around model.generate (the unembed runs on the last position "
+                f"only, and each new token is a model call of its own); call the model on the texts instead")
+
     def targets(self, state: Any, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(target id, whether there is one) per (sample, position) of x."""
         if self.target is None:
             return None
         batch = state.batch
         if not isinstance(batch, Mapping) or not isinstance(batch.get(self.target), torch.Tensor):
-            raise RunError(f"{self.where}: logit_lens target={self.target!r}: the batch has no such tensor")
+            keys = [str(k) for k, v in batch.items() if isinstance(v, torch.Tensor)] if isinstance(batch, Mapping) else []
+            has = f"its tensors: {', '.join(keys)}" if keys else "it has none (the model was called positionally)"
+            raise RunError(f"{self.where}: logit_lens target={self.target!r}: the model call's keyword arguments hold no "
+                           f"tensor {self.target!r}, {has}; pass the target as a keyword: model({self.target}=ids)")
         b, t = x.shape[:2]
         self.check_ids(batch[self.target], f"batch {state.step}")
         if self.shift >= t and state.step == 0:
@@ -238,6 +247,8 @@ class LogitLens(Action):
     def emit(self, x: torch.Tensor, final: torch.Tensor, seen: dict) -> None:
         """The lens of x against the final logits (the model's output), chunk by chunk of positions."""
         b, t, _ = x.shape
+        if final.dim() == 3 and final.shape[0] == b and final.shape[1] == 1 < t:  # generate's prompt pass: logits_to_keep
+            raise RunError(self.around_generate())
         if final.shape[:2] != (b, t):
             raise RunError(f"{self.where}: logit_lens: the unembed's output has shape {tuple(final.shape)}, the "
                            f"hooked tensor {tuple(x.shape)}: their (batch, tokens) differ")
