@@ -132,3 +132,29 @@ def test_a_target_missing_from_a_positional_call_says_to_pass_it_as_a_keyword(mo
                        r"keyword: model\(input_ids=ids\)"):
         with hookrun.capture(model, {"l": {"at": "transformer.h.1", "type": "forward", "actions": [lens]}}):
             model(encoded[0][:2])
+
+
+def test_the_mean_pictures_title_counts_padding_apart_from_positions_without_a_target(tmp_path, model, encoded):
+    from hookrun.analysis.report.lens_figures import lens_specs
+
+    ids, mask = encoded
+    pad = 3  # columns of padding in every sample, on the left
+    ids = torch.cat([torch.zeros(len(ids), pad, dtype=ids.dtype), ids], 1)
+    mask = torch.cat([torch.zeros(len(mask), pad, dtype=mask.dtype), mask], 1)
+    data = [{"input_ids": ids[i], "attention_mask": mask[i]} for i in range(len(ids))]
+    cfg = {"hooks": {"lens": {"at": "transformer.h.1", "type": "forward", "actions": [
+               {**LENS, "target": "input_ids", "target_shift": 1}]}},
+           "data": {"batch_size": 2, "target": None, "store": ["attention_mask"]},
+           "output": {"path": str(tmp_path / "p.h5")}, "device": "cpu", "progress": False}
+    path = hookrun.run(cfg, model=model, dataset=data).path
+    with open_run(path) as run:
+        rank = run.file["captures/lens/transformer.h.1/lens.target_rank"][:]
+        titles = {s.title.split(" · ")[1]: s.title for s in lens_specs(run, 0)}
+    m = mask.numpy() > 0
+    padding = int((~m.any(0)).sum())  # numpy on the inputs: columns with no real token
+    no_target = int((m.any(0) & ((rank < 0) | ~m).all(0)).sum())  # real somewhere, a target nowhere
+    assert (padding, no_target) == (pad, 1)
+    assert titles["KL(final ‖ lens), nats"].endswith(f"; {padding} positions of padding in every sample left out")
+    assert titles["target rank, log10(1 + rank)"].endswith(
+        f"; {padding} positions of padding in every sample and {no_target} position without a target left out "
+        f"(the last has no next token)")

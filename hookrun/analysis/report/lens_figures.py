@@ -7,7 +7,8 @@ Per layer and position: KL(final || lens) in nats, and the target's rank on a lo
 (log10(1 + rank): rank 0 is the top; one position such as `<bos>` where the target ranks in the
 hundreds does not wash out the others' colours), and the target's log-probability. The rows are
 the model's layers (`embed`, `L0`, `L1`, ...: layer_names); positions where no layer has a value
-(no target: the last position has no next token) are left out, and the title says so. Each cell
+are left out, and the title counts those of padding in every sample apart from those with no
+target (the last position has no next token). Each cell
 names the lens' top-1 token (its text for byte tokens of data=text, its id otherwise); in the
 mean picture, the top-1 token most samples share at that cell. Padding (attention_mask 0) and
 positions with no target (rank -1) are left out of the means.
@@ -123,9 +124,20 @@ def _targetless(z: np.ndarray) -> np.ndarray:
     return ~np.isfinite(z).any(0)
 
 
-def _without(note_cols: int) -> str:
-    return (f"; {note_cols} position{'s' if note_cols > 1 else ''} without a target left out (the last has no next token)"
-            if note_cols else "")
+def _padding(run: Any, n: int, width: int) -> np.ndarray:
+    """The positions (columns) that are padding (attention_mask 0) in every sample."""
+    mask, real = _mask(run, n, width), np.zeros(width, bool)
+    for lo in range(0, n if mask is not None else 0, BLOCK):
+        real |= (np.asarray(mask[lo:lo + BLOCK]) > 0).any(0)
+    return ~real if mask is not None else real
+
+
+def _without(note_cols: int, padding: int = 0) -> str:
+    """The title's note on the columns left out: padding in every sample, and positions with no target."""
+    parts = [f"{k} position{'s' if k > 1 else ''} {what}" for k, what in ((padding, "of padding in every sample"),
+                                                                       (note_cols, "without a target")) if k]
+    why = " (the last has no next token)" if note_cols else ""
+    return f"; {' and '.join(parts)} left out{why}" if parts else ""
 
 
 def lens_specs(run: Any, samples: int) -> list[Heatmap]:
@@ -143,9 +155,10 @@ def lens_specs(run: Any, samples: int) -> list[Heatmap]:
         z, n = mean_over_samples(run, by_role[role], role)
         gone = _targetless(z)  # a target's roles have no value at the last position: that column is left out
         keep = np.flatnonzero(~gone) if gone.any() and not gone.all() else np.arange(z.shape[1])
+        padded = int((gone & _padding(run, n, z.shape[1])).sum()) if len(keep) < z.shape[1] else 0
         cells = [[row[p] for p in keep] for row in common] if common is not None else None
         specs.append(Heatmap(_colour(z[:, keep], role), f"logit lens · {ROLES[role][0]} · mean over {n} samples (top-1 token in each cell: "
-                             f"the most common){_without(z.shape[1] - len(keep))}", x=[str(int(p)) for p in keep], y=layers,
+                             f"the most common){_without(z.shape[1] - len(keep) - padded, padded)}", x=[str(int(p)) for p in keep], y=layers,
                              xlabel="position", ylabel=ylabel, label=ROLES[role][0], cells=cells))
     first = by_role[shown[0]][0]
     index = run.index(first.hook, first.module, first.role, call=first.call)
