@@ -45,6 +45,8 @@ class Collate:
     def __call__(self, pairs: list[tuple[int, Any]]) -> tuple[torch.Tensor, Any]:
         indices = torch.tensor([i for i, _ in pairs], dtype=torch.long)
         items = [item for _, item in pairs]
+        if not self.custom:
+            refuse_mixed(items, indices.tolist())
         try:
             return indices, self.fn(items)
         except (RuntimeError, TypeError) as exc:
@@ -53,6 +55,25 @@ class Collate:
                                f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
             message = _collate_message(items, indices.tolist(), exc)
             raise (ConfigError if "hold None" in message else RunError)(message) from None
+
+
+def _form(item: Any) -> str:
+    if isinstance(item, Mapping):
+        return f"a dict of {', '.join(sorted(map(str, item)))}"
+    if isinstance(item, tuple | list):
+        return f"a {type(item).__name__} of {len(item)}"
+    return f"a {type(item).__name__}"
+
+
+def refuse_mixed(items: list, indices: list[int]) -> None:
+    """Items of one batch must have one form (the same keys, the same length): default_collate drops
+    a key the first item lacks (a target of later items lost) and fails obscurely on the rest."""
+    first = _form(items[0]) if items else ""
+    j = next((j for j, item in enumerate(items) if _form(item) != first), None)
+    if j is not None:
+        raise RunError(f"data: the items of one batch differ: sample {indices[0]} is {first}, sample {indices[j]} "
+                       f"is {_form(items[j])}; every item must have the same parts: each gives a target, or none does "
+                       f"(data.target=null)")
 
 
 def _collate_message(items: list, indices: list[int], exc: Exception) -> str:

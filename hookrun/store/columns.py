@@ -23,19 +23,18 @@ token map), appended batch by batch beside the captures.
     table = SampleTable(file, compression=None)
     table.write(step_record, start=samples_before)
 
-/samples/index and /samples/step exist from the start; target, path, the `data.store` keys, the
-generated text and the token map (/samples/token_sample, token_position, token_generated) appear
-at the first batch that has them, backfilled to the rows before. docs/format.md describes each.
+/samples/index and /samples/step exist from the start; target from the first batch (every batch has
+one, or none does); path, `data.store` keys, texts and the token map (/samples/token_sample,
+token_position, token_generated) at the first batch with them, backfilled. docs/format.md: each.
 
 Chunked, resizable datasets: how big a chunk is, and appending whole blocks of rows.
 
     ds = new_dataset(file, "captures/f/layer1.0/output", first_batch, compression=None, max_rows=64)
     append(ds, next_batch)
 
-A chunk holds about CHUNK_BYTES along the row axis while a run has few captures; with many they
-share CACHE_BUDGET (down to MIN_CHUNK_BYTES each), since each capture keeps the chunk it is
-filling in memory. A chunk never holds more rows than the run can write (store/format.py: `limit`,
-`every`, the run's samples, token rows of samples x tokens), since HDF5 allocates whole chunks.
+A chunk holds about CHUNK_BYTES of rows with few captures; with many they share CACHE_BUDGET (down to
+MIN_CHUNK_BYTES each: each keeps the chunk it fills in memory). No chunk holds more rows than the
+run can write (store/format.py: `limit`, `every`, samples, token rows): HDF5 allocates whole chunks.
 """
 
 from __future__ import annotations
@@ -208,6 +207,7 @@ class SampleTable:
     def write(self, rec: StepRecord, start: int) -> None:
         """Append one batch's rows; `start` is the number of samples before it."""
         n = len(rec.sample_index)
+        self._check_target(rec, start)
         append(self.index, rec.sample_index.astype(np.int64, copy=False))
         append(self.step, np.full(n, rec.step, dtype=np.int64))
         if rec.target is not None:
@@ -223,6 +223,14 @@ class SampleTable:
                 dtype = "uint8" if name == "token_generated" else "int64"
                 self.append(name, np.asarray(arr).astype(dtype, copy=False), self.tokens, chunk_rows=chunk)
             self.tokens += len(rec.tokens[0])
+
+    def _check_target(self, rec: StepRecord, start: int) -> None:
+        """A target in every batch or in none: else /samples/target is short, or says class 0 of samples without one."""
+        if (has := rec.target is not None) == ("target" in self.optional) or (has and not start):
+            return
+        raise RunError(f"/samples/target: batch {rec.step} (samples {rec.sample_index[0]}..{rec.sample_index[-1]}) "
+                       f"{'has a target, the batches before it had none' if has else 'has no target, the batches before it had one'}; "
+                       f"every item must give a target, or none does (data.target=null)")
 
     def append(self, name: str, arr: np.ndarray, backfill: int, chunk_rows: int | None = None, step: int = 0) -> None:
         """Rows of /samples/NAME: a sample's (chunks of up to 4096, no more than the run's samples), or

@@ -1,0 +1,50 @@
+"""Datasets whose items disagree with each other, or fail: 8 items of 4 values each, for `fc`
+models of 4 inputs (toy_models' or the test's). `form` chooses how items 4-7 differ from 0-3."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)
+
+
+def features(i: int) -> torch.Tensor:
+    return torch.arange(4, dtype=torch.float32) + i
+
+
+class Items(Dataset):
+    """form: "late_label" (dict items, only 4-7 carry `label`), "lost_label" ((x, i) tuples 0-3, then
+    dicts without a target), "labels" (every item a dict with `label` = 7 - i: the consistent case),
+    "target_shape" (a scalar target for 0-3, shape (2,) after), "raises" (item 6 raises KeyError),
+    "short" (len() 8, but items 5-7 raise IndexError)."""
+
+    def __init__(self, form: str) -> None:
+        self.form = form
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int):
+        x, f = features(i), self.form
+        if f == "late_label":
+            return {"x": x, "label": i} if i >= 4 else {"x": x}
+        if f == "lost_label":
+            return (x, i) if i < 4 else {"x": x}
+        if f == "labels":
+            return {"x": x, "label": 7 - i}
+        if f == "target_shape":
+            return x, (torch.tensor(i) if i < 4 else torch.tensor([i, i]))
+        if f == "raises" and i == 6:
+            raise KeyError("bad item 6")
+        if f == "short" and i >= 5:
+            raise IndexError(i)
+        return x, 0

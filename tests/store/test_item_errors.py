@@ -1,0 +1,66 @@
+"""Items that disagree about having a target: one line naming the batch (or samples) and what is
+right, exit 1, and a file that does not say `complete`. References: the dataset's own items read
+directly (their labels), h5py on the file. Before: /samples/target was short or back-filled with
+class 0 in a `complete` file."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+from conftest import ENV, run_cli
+from odd_items import Items, Net
+
+import hookrun
+from hookrun.errors import RunError
+
+ARGS = ["model=custom", "model._target_=odd_items.Net", "data=custom", "data.dataset._target_=odd_items.Items",
+        "hooks={h: {at: fc, type: forward}}", "progress=false", "device=cpu"]
+
+
+def cli(tmp_path, form: str, *extra: str):
+    proc = run_cli("hydra.run.dir=run", *ARGS, f"+data.dataset.form={form}", *extra, cwd=tmp_path, env=ENV)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("hookrun: error:")]
+    assert proc.returncode == 1 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    with h5py.File(tmp_path / "run" / "captures.h5") as f:
+        assert f.attrs["status"] != "complete"
+        kept = f["samples/index"][:]
+        if "target" in f["samples"]:
+            assert len(f["samples/target"]) == len(kept)
+    return lines[0], kept
+
+
+def run_items(tmp_path, form: str, batch_size: int):
+    return hookrun.run({"hooks": {"h": {"at": "fc", "type": "forward"}}, "data": {"batch_size": batch_size},
+                        "progress": False, "output": {"path": str(tmp_path / f"{form}{batch_size}.h5")}},
+                       model=Net(), dataset=Items(form))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form, now", [("late_label", "has a target, the batches before it had none"),
+                                       ("lost_label", "has no target, the batches before it had one")])
+def test_a_target_that_comes_or_goes_between_batches_is_refused(tmp_path, form, now):
+    line, kept = cli(tmp_path, form, "data.batch_size=4")
+    assert f"/samples/target: batch 1 (samples 4..7) {now}" in line and "data.target=null" in line
+    assert kept.tolist() == [0, 1, 2, 3]  # batch 0 stays readable; batch 1 was never written
+
+
+@pytest.mark.parametrize("form, first, other", [("late_label", "a dict of x", "a dict of label, x"),
+                                                ("lost_label", "a tuple of 2", "a dict of x")])
+def test_items_of_one_batch_that_disagree_are_refused_before_the_forward(tmp_path, form, first, other):
+    for size, lo in ((8, 0), (3, 3)):  # (3: batch 1 holds samples 3, 4, 5)
+        with pytest.raises(RunError) as err:
+            run_items(tmp_path, form, size)
+        assert f"sample {lo} is {first}, sample 4 is {other}" in str(err.value)
+        assert "\n" not in str(err.value)
+        with h5py.File(tmp_path / f"{form}{size}.h5") as f:
+            assert f.attrs["status"] == "failed" and len(f["samples/index"]) == (0 if size == 8 else 3)
+
+
+def test_consistent_labels_are_written_as_the_items_give_them(tmp_path):
+    r = run_items(tmp_path, "labels", 3)
+    items = Items("labels")
+    with h5py.File(r.path) as f:
+        assert f.attrs["status"] == "complete"
+        np.testing.assert_array_equal(f["samples/target"][:], [items[i]["label"] for i in f["samples/index"][:]])
+        assert f["samples/index"][:].tolist() == list(range(8))
