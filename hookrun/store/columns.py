@@ -211,9 +211,9 @@ class SampleTable:
         append(self.index, rec.sample_index.astype(np.int64, copy=False))
         append(self.step, np.full(n, rec.step, dtype=np.int64))
         if rec.target is not None:
-            self.append("target", rec.target, start, chunk_rows=self.chunk)
+            self.append("target", rec.target, start, chunk_rows=self.chunk, step=rec.step)
         if rec.path is not None:
-            self.append("path", np.array(rec.path, dtype=object), start)
+            self.append("path", np.array(rec.path, dtype=object), start, step=rec.step)
         for name, arr in (rec.samples or {}).items():
             self.append(name, arr, start, step=rec.step)
         if rec.tokens is not None:  # the token map of `rows: token` captures: samples x tokens rows at most
@@ -246,8 +246,9 @@ class SampleTable:
             ds = new_dataset(self.file, f"samples/{name}", arr, self.compression, chunk_rows=chunk_rows, backfill=backfill)
         self.optional[name] = ds
         if arr.shape[1:] != ds.shape[1:]:
+            fix = "every item's target must have one shape" if name == "target" else "pad every sample to one length, e.g. data.padding=max_length"
             raise RunError(f"/samples/{name}: batch {step} has rows of shape {arr.shape[1:]}, earlier batches "
-                           f"{ds.shape[1:]} (pad every sample to one length, e.g. data.padding=max_length)")
+                           f"{ds.shape[1:]}; {fix}")
         append(ds, arr)
 
     def mark(self) -> dict:

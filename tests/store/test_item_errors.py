@@ -64,3 +64,10 @@ def test_consistent_labels_are_written_as_the_items_give_them(tmp_path):
         assert f.attrs["status"] == "complete"
         np.testing.assert_array_equal(f["samples/target"][:], [items[i]["label"] for i in f["samples/index"][:]])
         assert f["samples/index"][:].tolist() == list(range(8))
+
+
+def test_targets_of_two_shapes_name_the_batch_and_the_targets(tmp_path):
+    with pytest.raises(RunError) as err:
+        run_items(tmp_path, "target_shape", 4)
+    assert str(err.value) == ("/samples/target: batch 1 has rows of shape (2,), earlier batches (); "
+                              "every item's target must have one shape")
