@@ -142,8 +142,10 @@ def one_sample_forward(model: nn.Module, loader, s: LoopSettings) -> None:
 
 def one_line_errors(loader) -> Any:
     """The loader's batches; a hookrun error raised in a worker process (a collate error) comes
-    back as its own one line, not as the worker's traceback text."""
+    back as its own one line, not as the worker's traceback text; any other error of the data (a
+    dataset item that raises) as one RunError line naming the batch and its items."""
     it = iter(loader)
+    step = loader.dataset.start // loader.batch_size  # (a resumed run's loader starts past its batches)
     while True:
         try:
             yield next(it)
@@ -155,6 +157,25 @@ def one_line_errors(loader) -> Any:
                 raise
             last = [ln for ln in text.strip().splitlines() if ln.startswith("hookrun.errors.")]
             raise type(exc)(last[-1].split(": ", 1)[1] if last else text.strip().splitlines()[-1]) from None
+        except Exception as exc:
+            raise load_failure(exc, step, loader) from exc
+        step += 1
+
+
+def load_failure(exc: Exception, step: int, loader) -> RunError:
+    """A dataset item (or data.collate) raised while batch `step` was loaded: one line, in the form
+    of a failed forward's (errors.foreign_failure: the exception's type and message); a worker process's traceback text gives its last line."""
+    lo = step * loader.batch_size
+    n = len(loader.dataset.dataset)
+    what = f"data: loading batch {step} (items {lo}..{min(lo + loader.batch_size, n) - 1}) failed:"
+    hint = f" (the dataset's len() is {n}: does it have that many items?)" if isinstance(exc, IndexError) else ""
+    text = str(exc).strip()
+    if "DataLoader worker" in text:  # "Caught KeyError in DataLoader worker process 0. Original Traceback: ..."
+        line = text.splitlines()[-1]
+    else:
+        line = f"{type(exc).__name__}: {' '.join(text.split())}"
+    line = line if len(line) <= 400 else line[:400] + "..."
+    return RunError(f"{what} {line}{hint} (the traceback: HYDRA_FULL_ERROR=1 or --verbose)")
 
 
 def stored_keys(batch: Any, keys: tuple[str, ...]) -> dict[str, np.ndarray] | None:

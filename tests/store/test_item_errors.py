@@ -1,7 +1,8 @@
-"""Items that disagree about having a target: one line naming the batch (or samples) and what is
-right, exit 1, and a file that does not say `complete`. References: the dataset's own items read
-directly (their labels), h5py on the file. Before: /samples/target was short or back-filled with
-class 0 in a `complete` file."""
+"""Items that disagree about having a target, or fail to load, or give targets of two shapes: one
+line naming the batch (or samples) and what is right, exit 1, and a file that does not say
+`complete`. References: the dataset's own items read directly (their labels), h5py on the file.
+Before: /samples/target was short or back-filled with class 0 in a `complete` file, an item that
+raised gave an 89-line traceback, the target-shape line named batch 0 and data.padding."""
 
 from __future__ import annotations
 
@@ -64,6 +65,21 @@ def test_consistent_labels_are_written_as_the_items_give_them(tmp_path):
         assert f.attrs["status"] == "complete"
         np.testing.assert_array_equal(f["samples/target"][:], [items[i]["label"] for i in f["samples/index"][:]])
         assert f["samples/index"][:].tolist() == list(range(8))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_item_that_raises_is_one_line(tmp_path, workers):
+    line, kept = cli(tmp_path, "raises", "data.batch_size=4", f"data.num_workers={workers}")
+    assert line == ("hookrun: error: data: loading batch 1 (items 4..7) failed: KeyError: 'bad item 6' "
+                    "(the traceback: HYDRA_FULL_ERROR=1 or --verbose)")
+    assert kept.tolist() == [0, 1, 2, 3]
+
+
+def test_a_len_larger_than_the_items_is_one_line(tmp_path):
+    with pytest.raises(RunError, match=r"^data: loading batch 1 \(items 4\.\.7\) failed: IndexError: 5 \(the dataset's "
+                                       r"len\(\) is 8: does it have that many items\?\)"):
+        run_items(tmp_path, "short", 4)
 
 
 def test_targets_of_two_shapes_name_the_batch_and_the_targets(tmp_path):
