@@ -89,7 +89,7 @@ class HookSession:
 
     @contextmanager
     def probe(self, sample_index: torch.Tensor, attention_mask: torch.Tensor | None = None,
-              model: torch.nn.Module | None = None) -> Iterator[None]:
+              model: torch.nn.Module | None = None, batch: Any = None) -> Iterator[None]:
         """A step that only fires the hooks (every action muted, nothing recorded, no firing
         counted): early_stop learns from it where to cut, so batch 0 is cut too. Given the `model`,
         the probe stops itself once past every hooked module (early_stop.probe_guard).
@@ -106,7 +106,7 @@ class HookSession:
         for p in self.points:
             p.actions.clear()  # in place: each firing's closure holds this list
         try:
-            self.begin_step(-1, len(sample_index), sample_index, attention_mask)
+            self.begin_step(-1, len(sample_index), sample_index, attention_mask, batch)
             yield
             self.end_step()
         finally:

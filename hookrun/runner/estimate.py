@@ -114,7 +114,7 @@ def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: Actio
     indices, call = first_batch(loader, settings.spec)
     call = call.to(settings.device)
     with HookSession(points, env) as session:
-        session.begin_step(0, 1, indices, call.attention_mask)
+        session.begin_step(0, 1, indices, call.attention_mask, call.batch)  # (a lens reads its target there)
         kind.sample_step(model, call, session)
         captures = env.captures.take()
         ends = [(a.finish(), a.state() or {}) for a in env.stateful]  # their size is fixed at the first batch (features x k)

@@ -129,7 +129,7 @@ def probe_stop(model: nn.Module, loader, session: HookSession, s: LoopSettings) 
     muted; then no batch, the first included, computes what the captures do not need."""
     indices, call = first_batch(loader, s.spec)
     call = call.to(s.device)
-    with session.probe(indices, call.attention_mask, model):
+    with session.probe(indices, call.attention_mask, model, call.batch):
         s.kind.probe(model, call)
 
 

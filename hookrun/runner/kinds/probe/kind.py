@@ -148,6 +148,12 @@ class ProbeKind(RunKind):
             log.info("probe: the rows of %d rank(s) merged", self.world)
         return StepAdds(tables={GROUP: self.fit(model)})
 
+    def sample_step(self, model: nn.Module, call: Any, session: Any) -> StepAdds:
+        """The dry-run estimate's step: `step`'s forward (the user's hooks fire), its rows dropped: a dry
+        run prepares no row store (prepare_run would make the spill folder beside the run's file)."""
+        self.collector.batch(model, call, self.ctx.env.state.sample_index)
+        return NOTHING
+
     def run_steps(self, data_loop: Any, writer: Any, first_row: int, should_stop: Any) -> int:
         """The data loop; then a rank but 0 hands its rows to rank 0 (also where a resume kept its last batch)."""
         steps = data_loop()
