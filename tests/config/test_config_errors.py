@@ -134,3 +134,17 @@ def test_hydras_defaults_list_and_null_key_messages_become_the_command_lines():
     with pytest.raises(ConfigError, match=r"^output.max_bytes must be at least 1 byte \(or null: no limit\), got -5$"):
         check_config(load({"model": {"_target_": "torch.nn.Identity"}, "data": {"dataset": {"_target_": "x.y"}},
                            "output": {"max_bytes": -5}}))
+
+
+def test_a_part_size_below_one_byte_is_refused_on_a_local_path_too(tmp_path):
+    """output.part_bytes=-5 was checked only where an object store cut parts: a local run took it silently."""
+    import torch
+
+    import hookrun
+
+    with pytest.raises(ConfigError, match=r"^output.part_bytes must be at least 1 byte \(the rows of one part file of an "
+                                          r"object-store path; default 2 GiB\), got -5$"):
+        hookrun.run({"hooks": {"h": {"at": "0", "type": "forward"}}, "progress": False,
+                     "output": {"path": str(tmp_path / "a.h5"), "part_bytes": -5}},
+                    model=torch.nn.Sequential(torch.nn.Linear(4, 2)), dataset=torch.randn(4, 4))
+    assert not list(tmp_path.iterdir())

@@ -94,6 +94,7 @@ def test_check_finite_stops_the_run(tmp_path, checkpoint):
     ({"select": [1, 2]}, "select expects"),
     ({"every": 0}, "every=0"),
     ({"dtype": "int8"}, "record dtype='int8'"),
+    ({"dims": [9]}, r"record dims=\[9\] does nothing without reduce; add reduce \(choose from: max, mean, norm\), or remove dims"),
 ])
 def test_bad_reduction_params(tmp_path, checkpoint, params, message):
     with pytest.raises(ConfigError, match=message):

@@ -58,7 +58,7 @@ class Record(Action):
         what: str | list[str] | None = None,
         dtype: str | None = None,
         reduce: str | None = None,
-        dims: Any = "spatial",
+        dims: Any = None,
         select: Any = None,
         every: int = 1,
         limit: int | None = None,
@@ -84,7 +84,10 @@ class Record(Action):
         self.dtype = DTYPES[dtype] if dtype is not None else env.store_dtype
         if reduce is not None and reduce not in REDUCERS:
             raise ConfigError(f"{self.where}: record reduce={reduce!r}; choose from: {one_of(REDUCERS)}")
-        self.reduce = reduce
+        if dims is not None and reduce is None:  # (select picks along a dim; dims are what reduce reduces)
+            raise ConfigError(f"{self.where}: record dims={dims!r} does nothing without reduce; add reduce (choose from: "
+                              f"{one_of(REDUCERS)}), or remove dims")
+        self.reduce, dims = reduce, "spatial" if dims is None else dims
         self.dims = dims if isinstance(dims, list | tuple) else [dims]
         for d in self.dims:
             check_dim(d, self.where)
