@@ -14,6 +14,7 @@ import torch
 import hookrun
 from hookrun.data.swaps import word_swap
 from hookrun.data.text import text
+from hookrun.errors import RunError
 from hookrun.hooks.hold import ModelHold
 
 pytest.importorskip("transformers")
@@ -84,8 +85,9 @@ def test_a_run_leaves_nothing_attached_and_the_model_as_it_was(tmp_path, sae, ba
     if bad is None:
         assert hookrun.run(cfg, model=model, dataset=data).status == "complete"
     else:
-        with pytest.raises(ValueError, match="item 9 is unreadable"):  # the data's own error, as it was raised
+        with pytest.raises(RunError, match=r"^data: loading batch 2 \(items 8\.\.11\) failed: ValueError: item 9 is unreadable") as err:
             hookrun.run(cfg, model=model, dataset=data)
+        assert isinstance(err.value.__cause__, ValueError)  # the data's own error, as it was raised
         with h5py.File(tmp_path / "c.h5") as f:  # the file keeps the two batches before it
             assert (f.attrs["status"], f.attrs["steps_complete"]) == ("failed", 2)
             assert f["samples/index"][:].tolist() == list(range(8))
