@@ -65,6 +65,10 @@ class Registry(Generic[T]):
         """Every name, registered, to be imported when asked for, or found elsewhere."""
         return sorted({*self._items, *self._lazy, *(self._found_names() if self._found_names else ())})
 
+    def name_of(self, obj: T) -> str | None:
+        """The name `obj` is registered under (an action's class: its `name:` in a hook), or None."""
+        return next((name for name, item in self._items.items() if item is obj), None)
+
     def own(self, name: str) -> bool:
         """Whether `name` is registered here (imported or to be), not only found elsewhere."""
         return name in self._items or name in self._lazy

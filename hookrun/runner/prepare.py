@@ -32,7 +32,7 @@ from hookrun.config.build import (
 from hookrun.config.schema import DTYPES, HookrunConfig, Mode
 from hookrun.config.specs import parse_hooks
 from hookrun.errors import ConfigError
-from hookrun.hooks.actions import ActionEnv
+from hookrun.hooks.actions import ACTIONS, ActionEnv
 from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.plan import make_plan
 from hookrun.hooks.points import HookPoint
@@ -183,15 +183,16 @@ def check_not_a_patch_source(specs: list, output: str) -> None:
 
 
 def check_early_stop(points: list) -> None:
+    name = lambda a: ACTIONS.name_of(type(a)) or "a _target_ action"  # noqa: E731 (the `name:` the hook gave)
     whole = next((a for p in points for a in p.actions if getattr(a, "whole_forward", False)), None)
     if whole is not None:
         raise ConfigError(f"early_stop=true cuts the forward after the last hook, but {whole.where} needs the whole "
-                          f"forward ({type(whole).__name__} reads the model's output); drop early_stop")
+                          f"forward ({name(whole)} reads the model's output); drop early_stop")
     for p in points:
         if p.type not in ("forward", "forward_pre") or not all(a.records and not a.modifies for a in p.actions):
             raise ConfigError(
                 f"early_stop=true needs hooks that only record (forward or forward_pre with record actions); "
-                f"hooks.{p.hook} is type {p.type} with {[type(a).__name__ for a in p.actions]}"
+                f"hooks.{p.hook} is type {p.type} with {', '.join(name(a) for a in p.actions)}"
             )
 
 

@@ -61,9 +61,14 @@ def test_a_user_action_that_records_is_seen_by_early_stop_and_the_warning(tmp_pa
         np.testing.assert_allclose(f["captures/m/layer1/output"][:], seen[0].numpy(), rtol=1e-5, atol=1e-6)
 
 
-def test_a_user_action_that_modifies_is_refused_by_early_stop(tmp_path, checkpoint):
-    hooks = {"z": {"at": "layer1", "type": "forward", "actions": [{"name": "test_zero_output"}]}}
-    with pytest.raises(ConfigError, match="early_stop=true needs hooks that only record"):
+@pytest.mark.parametrize("actions, names", [([{"name": "test_zero_output"}], "test_zero_output"),
+                                             ([{"name": "modify_output", "op": "scale", "factor": 0.0}, "record"],
+                                              "modify_output, record")])
+def test_an_action_that_modifies_is_refused_by_early_stop_by_its_name(tmp_path, checkpoint, actions, names):
+    """The refusal names the actions as the hook gives them (it named their classes: ['ModifyOutput'])."""
+    hooks = {"z": {"at": "layer1", "type": "forward", "actions": actions}}
+    with pytest.raises(ConfigError, match=f"early_stop=true needs hooks that only record .*; hooks.z is type forward "
+                                          f"with {names}$"):
         hookrun.run(make_cfg(tmp_path, checkpoint, hooks, early_stop=True))
 
 
