@@ -85,13 +85,14 @@ class RowLoader(RowBatches):
         usable = n - n % self.batch_size if self.drop_last else n
         mine = list(range(0, usable, self.window_rows))[worker::workers]
         spares = self.take_spares()
-        fd = os.open(self.path, os.O_RDONLY)
+        # os.close bound now: an iterator still open at interpreter exit is closed when the module's `os` is None
+        fd, close = os.open(self.path, os.O_RDONLY), os.close
         try:
             with h5py.File(self.path, "r", locking=False, rdcc_nbytes=0) as f, ThreadPoolExecutor(1) as reader:
                 dss = [_Source(f[name], fd) for name in self.datasets]
                 yield from self._serve(reader, dss, order, sizes, ends, mine, usable, spares)
         finally:
-            os.close(fd)
+            close(fd)
         self.keep_spares(spares)  # no read is in flight now: the next epoch reads into them
 
     def _serve(self, reader: ThreadPoolExecutor, dss: list, order: np.ndarray, sizes: np.ndarray, ends: np.ndarray,

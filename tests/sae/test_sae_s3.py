@@ -4,10 +4,15 @@ SAETrainer run directly on the same rows, read from the same run written to a lo
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import h5py
 import numpy as np
 import pytest
 import torch
+from conftest import ENV
 from moto_s3 import URL, cfg, local_run, moto_bucket
 
 import hookrun
@@ -40,3 +45,14 @@ def test_sae_trains_from_an_s3_cache_like_saelens(s3, tmp_path, monkeypatch):
         assert run.sae["epochs"] == 3
     assert [r["mse_loss"] for r in curves.rows] == pytest.approx([w["losses/mse_loss"] for w in logs], rel=1e-6)
     assert_same_latents(tmp_path / "sae_run" / "sae", ref, rows, tmp_path / "ref")
+
+
+def test_a_parts_loader_iterator_open_at_exit_ends_quietly(s3, tmp_path):
+    """As tests/sae/test_sae_bad_values.py's local loader: an S3 cache's iterator kept to the end of the
+    process (was: 'Exception ignored in: <generator object PartsLoader.__iter__>' ... shutil already gone)."""
+    hookrun.run(cfg(URL, tmp_path))
+    code = (f"import hookrun\nrun = hookrun.open_run({URL!r}, cache_dir={str(tmp_path / 'fetched')!r})\n"
+            "it = iter(run.loader('h/0/output', batch_size=8, seed=0))\nprint(tuple(next(it).shape))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **ENV})
+    assert proc.returncode == 0 and proc.stdout.strip() == "(8, 16)", proc.stderr[-2000:]
+    assert proc.stderr == ""

@@ -88,11 +88,12 @@ class PartsLoader(RowBatches):
         mine = self.pieces()[worker::workers]
         folder = self.parts.cache_dir / f"stream-{os.getpid()}-r{self.rank}-w{worker}"
         spares = self.take_spares()
+        rmtree = shutil.rmtree  # (bound now: an iterator still open at interpreter exit ends when `shutil` is None)
         try:
             with ThreadPoolExecutor(1, thread_name_prefix="hookrun-fetch") as fetcher:
                 yield from self._serve(mine, folder, fetcher, worker, workers, spares)
         finally:
-            shutil.rmtree(folder, ignore_errors=True)
+            rmtree(folder, ignore_errors=True)
         self.keep_spares(spares)
 
     def _serve(self, mine: list[tuple[int, int, int]], folder: Path, fetcher: ThreadPoolExecutor, worker: int,
@@ -104,7 +105,7 @@ class PartsLoader(RowBatches):
                 if j not in fetching:
                     fetching[j] = fetcher.submit(self.parts.fetch, mine[j][0], folder)
 
-        window, filled, w = None, 0, 0
+        window, filled, w, close = None, 0, 0, os.close  # (os.close bound now, as rmtree in __iter__)
         for i, (k, a, b) in enumerate(mine):
             ahead(i)
             path = fetching.pop(i).result()  # a missing or damaged part raises here, naming it
@@ -128,7 +129,7 @@ class PartsLoader(RowBatches):
                             yield from self._batches(window, filled, w, worker, workers, spares)
                             window, filled, w = None, 0, w + 1
             finally:
-                os.close(fd)
+                close(fd)
                 self.parts.evict(k, folder)
         if filled:
             yield from self._batches(window, filled, w, worker, workers, spares)
