@@ -27,6 +27,7 @@ from torch import Tensor
 from hookrun.errors import ConfigError
 from hookrun.sae.coder import SparseCoder
 from hookrun.sae.module_coder import ModuleCoder, load_module, read_safetensors, read_state_dict
+from hookrun.store.schemes import local_path, scheme_of
 
 __all__ = ["SparseCoder", "check_finite_weights", "load_sae", "load_module", "ModuleCoder"]
 
@@ -42,7 +43,10 @@ def load_sae(path: str | os.PathLike, *, device: Any = None, dtype: torch.dtype 
     """The SAE in `path` (a folder, or a file in it), on `device`, in `dtype` (default: the SAE's),
     in eval mode without gradients for its weights. `where` prefixes error messages ("op splice")."""
     lead = f"{where}: " if where else ""
-    folder = Path(path).expanduser()
+    if scheme_of(path).remote:  # (Path() would read a local folder named 's3:')
+        raise ConfigError(f"{lead}{str(path)!r} is a URL; SAE folders are read from local disk only: copy the "
+                          "folder down and give its local path")
+    folder = Path(local_path(path)).expanduser()
     if folder.is_file() and folder.name in ("sae_weights.safetensors", "sae.safetensors", "ae.pt", "cfg.json", "config.json"):
         folder = folder.parent
     if not folder.is_dir():

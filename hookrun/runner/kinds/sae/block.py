@@ -25,6 +25,7 @@ from typing import Any
 
 from hookrun.errors import ConfigError, close_matches
 from hookrun.runner.kinds.sae.evaluation import parse as parse_evaluate
+from hookrun.store.schemes import scheme_of
 
 UNITS = ("training steps", "logged steps")  # what the log, inspect and the report call the run's steps and rows (a row of figures a step)
 
@@ -35,6 +36,7 @@ ARCH_KEYS = ("k", "l1_coefficient", "lp_norm", "l1_warm_up_steps", "l0_coefficie
              "jumprelu_init_threshold", "jumprelu_bandwidth", "jumprelu_sparsity_loss_mode", "pre_act_loss_coefficient",
              "target_l0", "matryoshka_widths", "use_matryoshka_aux_loss", "aux_loss_coefficient",
              "rescale_acts_by_decoder_norm", "topk_threshold_lr", "decoder_init_norm", "apply_b_dec_to_input")
+COEFFICIENTS = ("l1_coefficient", "l0_coefficient", "pre_act_loss_coefficient", "aux_loss_coefficient")  # >= 0
 
 
 @dataclass
@@ -106,6 +108,13 @@ class SaeBlock:
             raise ConfigError(f"sae.lr: must be above 0, got {self.lr}")
         if self.checkpoints < 0:
             raise ConfigError(f"sae.checkpoints: must be 0 or more, got {self.checkpoints}")
+        if self.out and scheme_of(self.out).remote:  # (Path() would make a local folder named 's3:')
+            raise ConfigError(f"sae.out: {self.out!r} is a URL; the SAE folder is written to local disk only: give a "
+                              "local folder (e.g. sae.out=saes/h3) and copy it up after the run")
+        for key in COEFFICIENTS:
+            if getattr(self, key) is not None and getattr(self, key) < 0:
+                raise ConfigError(f"sae.{key}: {getattr(self, key)} is negative, which rewards what the loss term "
+                                  "penalises; give 0 or more")
         if self.k is not None:
             if self.architecture not in ("topk", "batchtopk", "matryoshka_batchtopk"):
                 raise ConfigError(f"sae.k: the {self.architecture} SAE has no k (topk, batchtopk and "
@@ -123,7 +132,8 @@ class SaeBlock:
             raise ConfigError(f"sae.matryoshka_widths: the matryoshka_batchtopk SAE needs its nested widths, rising to "
                               f"d_sae (e.g. [{max(1, self.d_sae // 4)}, {self.d_sae}])")
         if self.matryoshka_widths is not None:
-            widths = [int(w) for w in self.matryoshka_widths]
+            widths = [_number(w, "matryoshka_widths", "whole numbers of latents, e.g. [16, 64]")
+                      for w in (self.matryoshka_widths if isinstance(self.matryoshka_widths, list | tuple) else [None])]
             if not widths or widths[0] < 1 or any(a >= b for a, b in zip(widths, widths[1:], strict=False)) or widths[-1] != self.d_sae:
                 raise ConfigError(f"sae.matryoshka_widths: {widths} must rise strictly from at least 1 and end at d_sae "
                                   f"({self.d_sae}), e.g. [{max(1, self.d_sae // 4)}, {self.d_sae}]")
@@ -166,7 +176,8 @@ def _shuffle(value: Any) -> dict[str, int] | bool:
     if value is not None and not isinstance(value, Mapping) or set(value or {}) - {"buffer_rows", "seed"}:
         raise ConfigError(f"sae.shuffle: {value!r}; give {{buffer_rows: N, seed: S}}, true or false (the cache's own order)")
     got = dict(value or {})
-    out = {"buffer_rows": int(got.get("buffer_rows", 1_000_000)), "seed": int(got.get("seed", 0))}
+    out = {"buffer_rows": _number(got.get("buffer_rows", 1_000_000), "shuffle.buffer_rows", "a whole number of rows"),
+           "seed": _number(got.get("seed", 0), "shuffle.seed", "a whole number (the shuffle's seed), e.g. 0")}
     if out["buffer_rows"] < 1:
         raise ConfigError(f"sae.shuffle.buffer_rows: must be at least 1, got {out['buffer_rows']}")
     return out
@@ -185,9 +196,11 @@ def _schedule(value: Any, lr: float, steps: int) -> dict[str, Any]:
         raise ConfigError(f"sae.lr_schedule: unknown key(s) {', '.join(sorted(unknown))}; its keys are warmup "
                           "(steps), decay (the last fraction of the steps, falling linearly to 0), scheduler "
                           "(constant | cosineannealing) and end (the lr the cosine falls to; lr / 10)")
-    out = {"warmup": int(got.get("warmup", 0)), "decay": float(got.get("decay", 0.0)),
+    out = {"warmup": _number(got.get("warmup", 0), "lr_schedule.warmup", "a whole number of steps"),
+           "decay": _number(got.get("decay", 0.0), "lr_schedule.decay", "a fraction of the steps in [0, 1)", whole=False),
            "scheduler": str(got.get("scheduler") or "constant"),
-           "end": float(got["end"]) if got.get("end") is not None else lr / 10}
+           "end": _number(got["end"], "lr_schedule.end", "an lr in [0, lr]", whole=False) if got.get("end") is not None
+           else lr / 10}
     if out["warmup"] < 0 or not 0.0 <= out["decay"] < 1.0:
         raise ConfigError(f"sae.lr_schedule: warmup {out['warmup']} must be >= 0 and decay {out['decay']} "
                           "a fraction in [0, 1)")
@@ -209,6 +222,19 @@ def _schedule(value: Any, lr: float, steps: int) -> dict[str, Any]:
         raise ConfigError(f"sae.lr_schedule: warmup {out['warmup']} + decay {decay} steps leave no step of the "
                           f"run's {steps} for the cosine; give warmup + decay x steps < {steps}")
     return out
+
+
+def _number(value: Any, key: str, what: str, whole: bool = True) -> Any:
+    """`value` as an int (whole) or a float, or one ConfigError line naming sae.KEY and what to give."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    try:
+        number = float(value) if not isinstance(value, bool) and isinstance(value, int | float | str) else math.nan
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number) or (whole and not number.is_integer()):
+        raise ConfigError(f"sae.{key}: {value!r} is not {'a whole number' if whole else 'a number'}; give {what}")
+    return int(number) if whole else number
 
 
 def _window(block: Any, key: str) -> None:

@@ -37,7 +37,7 @@ from hookrun.runner.kinds.run_kind import RunKind
 from hookrun.runner.kinds.sae.block import UNITS, SaeBlock
 from hookrun.runner.kinds.sae.data import CacheRows
 from hookrun.store.records import Capture, CaptureKey, StepRecord
-from hookrun.store.schemes import scheme_of
+from hookrun.store.schemes import local_path, scheme_of
 
 log = logging.getLogger("hookrun")
 RENAME = {"details/current_learning_rate": "lr", "details/n_training_samples": "samples"}
@@ -280,7 +280,7 @@ def out_folder(cfg: HookrunConfig) -> Path:
     sweep never write one folder in turn), or the run folder's sae/."""
     if not cfg.sae.out:
         return run_folder(cfg) / "sae"
-    out, job = Path(cfg.sae.out), multirun_job_folder()
+    out, job = Path(local_path(cfg.sae.out)), multirun_job_folder()  # (a URL is refused in block.check)
     return job / out if job is not None and not out.is_absolute() else out.resolve()
 
 

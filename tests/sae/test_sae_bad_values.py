@@ -1,0 +1,123 @@
+"""Bad `sae:` values and SAE paths, refused in one line (exit 2) before any training: an object-store
+URL as sae.out (was a local folder named 's3:', silently) or as an SAE folder to read (was 'no SAE
+folder s3:/...'), a number that is none (was int()'s traceback), a negative loss coefficient (was
+trained on). And a loader's iterator still open at interpreter exit ends without a traceback.
+References: the files on disk (os.walk), the child process' own exit code and stderr, and for
+`file://` the SAE's latents from its saved tensors (test_splice's encode)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ENV
+from test_sae_kind import config
+from test_sae_train import CAPTURE, make_cache
+
+import hookrun
+from hookrun.errors import ConfigError
+
+pytest.importorskip("sae_lens")
+import test_splice as ts  # noqa: E402  (its SAELens folder with random weights, and encode())
+
+sae = ts.sae  # its fixture: (folder, weights)
+URL = "s3://acts/saes/x"
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> str:
+    return make_cache(tmp_path_factory.mktemp("bad_values_cache"))
+
+
+def files(folder: Path) -> list[str]:
+    return sorted(str(Path(d, f).relative_to(folder)) for d, _, fs in os.walk(folder) for f in fs)
+
+
+def refused(cache: str, tmp_path: Path, monkeypatch, **sae) -> str:
+    """The run's ConfigError, run from an empty folder: one line, exit code 2, nothing written anywhere."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    with pytest.raises(ConfigError) as info:
+        hookrun.run(config(cache, work / "run", **sae))
+    assert info.value.exit_code == 2 and "\n" not in str(info.value)
+    assert files(work) == [] and not (work / "s3:").exists()  # no run file, no SAE, no local 's3:' folder
+    return str(info.value)
+
+
+def test_a_url_as_sae_out_is_refused_before_training(cache, tmp_path, monkeypatch):
+    msg = refused(cache, tmp_path, monkeypatch, out=URL)
+    assert msg == (f"sae.out: {URL!r} is a URL; the SAE folder is written to local disk only: give a local folder "
+                   "(e.g. sae.out=saes/h3) and copy it up after the run")
+
+
+@pytest.mark.parametrize(("sae", "message"), [
+    ({"shuffle": {"seed": "abc"}}, "sae.shuffle.seed: 'abc' is not a whole number; give a whole number (the shuffle's seed)"),
+    ({"shuffle": {"seed": True}}, "sae.shuffle.seed: True is not a whole number"),
+    ({"shuffle": {"buffer_rows": "x"}}, "sae.shuffle.buffer_rows: 'x' is not a whole number; give a whole number of rows"),
+    ({"lr_schedule": {"warmup": "x"}}, "sae.lr_schedule.warmup: 'x' is not a whole number; give a whole number of steps"),
+    ({"lr_schedule": {"warmup": 1.5}}, "sae.lr_schedule.warmup: 1.5 is not a whole number"),  # (was cut to 1)
+    ({"lr_schedule": {"decay": "x"}}, "sae.lr_schedule.decay: 'x' is not a number; give a fraction of the steps in [0, 1)"),
+    ({"lr_schedule": {"scheduler": "cosineannealing", "end": "x"}}, "sae.lr_schedule.end: 'x' is not a number"),
+    ({"architecture": "matryoshka_batchtopk", "matryoshka_widths": ["a", 64]},
+     "sae.matryoshka_widths: 'a' is not a whole number; give whole numbers of latents"),
+    ({"architecture": "standard", "k": None, "l1_coefficient": -3.0},
+     "sae.l1_coefficient: -3.0 is negative, which rewards what the loss term penalises; give 0 or more"),
+])
+def test_a_bad_number_is_one_line_before_training(cache, tmp_path, monkeypatch, sae, message):
+    assert refused(cache, tmp_path, monkeypatch, **sae).startswith(message)
+
+
+def test_the_cli_refuses_a_url_as_sae_out_and_a_bad_seed_with_exit_2(cache, tmp_path):
+    for given, line in [(f"sae.out={URL}", f"sae.out: {URL!r} is a URL"),
+                        ("sae.shuffle.seed=abc", "sae.shuffle.seed: 'abc' is not a whole number")]:
+        work = tmp_path / given.split("=")[0]
+        work.mkdir()
+        proc = subprocess.run([sys.executable, "-m", "hookrun", "experiment=sae_train", f"sae.from={cache}",
+                               f"sae.capture={CAPTURE}", "sae.d_sae=64", "sae.k=8", "sae.rows=640", "sae.batch_rows=32",
+                               "sae.lr_schedule.warmup=2", "sae.checkpoints=0", given, f"hydra.run.dir={work / 'run'}",
+                               "progress=false"], cwd=work, capture_output=True, text=True, env={**os.environ, **ENV})
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert proc.stderr.strip().splitlines()[-1].startswith(f"hookrun: error: {line}"), proc.stderr[-2000:]
+        assert "Traceback" not in proc.stderr
+        assert not (work / "s3:").exists() and not (work / "run" / "captures.h5").exists()
+
+
+def test_load_sae_refuses_a_url_in_one_line_and_reads_file_urls(sae, tmp_path, monkeypatch):
+    from hookrun.sae import load_sae
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s3:" / "acts" / "saes" / "x").mkdir(parents=True)  # (what sae.out=s3://... used to leave)
+    with pytest.raises(ConfigError) as info:
+        load_sae(URL, where="op splice")
+    assert str(info.value) == (f"op splice: {URL!r} is a URL; SAE folders are read from local disk only: copy the "
+                               "folder down and give its local path")
+    folder, w = sae
+    x = torch.randn(5, ts.D, generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(load_sae(f"file://{folder}").encode(x), ts.encode(w, x), rtol=1e-5, atol=1e-6)
+
+
+def test_a_splice_of_a_url_is_refused_before_any_batch(tmp_path, monkeypatch):
+    """(experiment=sae_eval params.sae=s3://...: the splice's path)"""
+    monkeypatch.chdir(tmp_path)
+    cfg = {**config("unused", tmp_path / "run"),
+           "hooks": {"s": {"at": "0", "type": "forward",
+                           "actions": [{"name": "modify_output", "op": "splice", "path": URL}]}}}
+    del cfg["sae"]
+    with pytest.raises(ConfigError, match=r"is a URL; SAE folders are read from local disk only"):
+        hookrun.run(cfg)
+    assert files(tmp_path) == []
+
+
+def test_a_loader_iterator_open_at_exit_ends_quietly(cache):
+    """A training loop's data iterator kept to the end of the process (was: 'Exception ignored in:
+    <generator object RowLoader.__iter__>' ... AttributeError, os already gone)."""
+    code = (f"import hookrun\nrows = hookrun.open_run({cache!r}).loader({CAPTURE!r}, batch_size=32, seed=0)\n"
+            "it = iter(rows)\nprint(tuple(next(it).shape))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **ENV})
+    assert proc.returncode == 0 and proc.stdout.strip() == "(32, 16)", proc.stderr[-2000:]
+    assert proc.stderr == ""
