@@ -13,25 +13,13 @@ import tempfile
 
 import numpy as np
 import pytest
-from edge_graph import prompt_pairs
-from test_mib_metrics import H, L, T, V, eap_ig_edges, reference
-from tl_models import hooked_transformer
+from test_mib_metrics import T, eap_ig_edges, items, model, reference  # noqa: F401  (its module fixtures, built once here too)
 
 import hookrun
 from hookrun.circuits import main
 from hookrun.errors import ConfigError
 
 FRACTIONS = [0.01, 0.05, 0.2, 1.0]
-
-
-@pytest.fixture(scope="module")
-def model():
-    return hooked_transformer(V, n_layers=L, d_model=16, n_ctx=8, d_head=4, n_heads=H, act_fn="gelu", seed=3)
-
-
-@pytest.fixture(scope="module")
-def items():
-    return prompt_pairs(V, T, seed=5, at=1, shift=11)
 
 
 def edge_key(name):
