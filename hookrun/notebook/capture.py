@@ -183,9 +183,7 @@ class _Steps:
             else:
                 index = torch.arange(self.seen, self.seen + n) if n else None
                 self.seen += n
-            mask, ids = kwargs.get("attention_mask"), kwargs.get("input_ids", args[0] if args else None)
-            fits = isinstance(mask, torch.Tensor) and isinstance(ids, torch.Tensor) and mask.shape == ids.shape
-            session.begin_step(self.cap.steps, n, index, attention_mask=mask if fits else None, batch=kwargs)  # (as a run's)
+            session.begin_step(self.cap.steps, n, index, attention_mask=_step_mask(args, kwargs), batch=kwargs)  # (as a run's)
             self.cap.steps += 1
 
         return hook
@@ -194,6 +192,18 @@ class _Steps:
         """Collect the step's captures, with its token map where a capture is one row per token."""
         captures = self.env.captures.take()
         self.cap.add(captures, token_columns(captures, self.env.state, with_generated=True))
+
+
+def _step_mask(args: tuple, kwargs: dict) -> torch.Tensor | None:
+    """The call's attention_mask where it covers the call's tokens: (batch, tokens) of input_ids,
+    inputs_embeds (batch, tokens, width) or the first positional tensor. Inside generate a later
+    call's mask covers the cache too (batch, past + 1) and is left out, as a run's CallTracker does."""
+    mask = kwargs.get("attention_mask")
+    tokens = next((kwargs[k] for k in ("input_ids", "inputs_embeds") if isinstance(kwargs.get(k), torch.Tensor)),
+                  args[0] if args else None)
+    if not (isinstance(mask, torch.Tensor) and isinstance(tokens, torch.Tensor)) or mask.dim() != 2 or tokens.dim() < 2:
+        return None
+    return mask if tuple(mask.shape) == tuple(tokens.shape[:2]) else None
 
 
 def _batch_size(args: tuple, kwargs: dict) -> int:
