@@ -5,8 +5,10 @@
     list_modules(model, x, ops=True)  # and under each module its op sites: layer1.0/add_.0 ...
 
 The counterpart of torchvision's get_graph_node_names for hooks: the names are those of
-`named_modules()` (`''` is the whole model); one forward of the example, under no_grad, shows what
-each module receives (keyword inputs too) and returns, and how many times it runs per forward.
+`named_modules()` (`''` is the whole model); one forward of the example, under no_grad and in eval
+mode (each module's training flag comes back after; BatchNorm's running statistics stay as they
+were), shows what each module receives (keyword inputs too) and returns, and how many times it
+runs per forward.
 With `ops=True` each module's op sites (hooks/sites.py) follow it in call order, named as `at:`
 takes them (`transformer.h.0.attn/softmax.0`), found by the same interception the hooks use.
 Every hook it sets is removed before it returns.
@@ -23,6 +25,7 @@ from torch import nn
 
 from hookrun.errors import ConfigError, NotFoundError
 from hookrun.hooks.events import flatten
+from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.plan import resolve_targets, unwrap
 from hookrun.hooks.points import split_site
 from hookrun.hooks.site_check import unfuse
@@ -78,7 +81,7 @@ def list_modules(model: nn.Module, example: Any = None, match: str | None = None
 
     Args:
         model: any nn.Module (DDP / DataParallel / torch.compile wrappers are looked through).
-        example: one input for one forward under no_grad (None: names, types and parameters only).
+        example: one input for one forward under no_grad, in eval mode (None: names, types and parameters only).
         match: a module name or glob, as `at:` takes it; or an op site (`MODULE/FN[.k]`, a glob in
             MODULE allowed), which lists just those sites (and implies ops=True).
         ops: list under each module the op sites its own forward calls, in call order, with the
@@ -118,7 +121,8 @@ def list_modules(model: nn.Module, example: Any = None, match: str | None = None
             listener = Listener(_seen_op({m: n for n, m in named.items() if n in found}, found))
             for name in chosen:
                 handles.extend(listener.watch(named[name]))
-        with torch.no_grad():
+        with torch.no_grad(), ModelHold(model):  # in eval mode, as a run: BatchNorm's statistics and
+            model.eval()                         # dropout untouched; each module's training flag comes back
             _call(model, example)
     finally:
         for h in reversed(handles):

@@ -61,6 +61,31 @@ def test_shapes_and_calls_equal_raw_hooks(reference_model, dataset):
     assert "layer1.0.relu" in str(table) and "[4, 64, 8, 8]" in str(table)
 
 
+def test_a_train_mode_model_comes_back_as_it_was():
+    """BatchNorm's running statistics and every module's training flag (one set apart) are those
+    from before the listing; its shapes are a raw forward hook's."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Dropout(0.5), nn.Flatten(), nn.Linear(64, 2)).train()
+    model[2].eval()
+    x = torch.randn(5, 3, 6, 6)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    flags = [m.training for m in model.modules()]
+    seen = []
+    handle = model[1].register_forward_hook(lambda m, a, out: seen.append((a[0].shape, out.shape)))
+    with torch.no_grad():
+        model(x)
+    handle.remove()
+    before_raw = {k: v.clone() for k, v in model.state_dict().items()}
+    model.load_state_dict(before)
+    table = hookrun.modules(model, x)
+    after = model.state_dict()
+    assert any(not torch.equal(before[k], before_raw[k]) for k in before)  # a train-mode forward does change them
+    assert all(torch.equal(before[k], after[k]) for k in before), [k for k in before if not torch.equal(before[k], after[k])]
+    assert [m.training for m in model.modules()] == flags
+    info = {m.name: m for m in table}["1"]
+    assert info.inputs["input"] == tuple(seen[0][0]) and info.outputs["output"] == tuple(seen[0][1])
+
+
 def test_keyword_inputs_and_tuple_outputs_are_listed():
     model = KwargsNet()
     table = {m.name: m for m in hookrun.modules(model, {"x": torch.ones(2, 4), "scale": torch.ones(2, 5)})}
