@@ -17,12 +17,14 @@ from hookrun.config.plugins import (
     _NOTEBOOKS,
     _OPS,
     _PLUGINS,
+    _SOURCES,
     KindPlugin,
     _scan,
     loadable,
     loaded_plugins,
     plugin,
 )
+from hookrun.errors import ConfigError
 
 
 def notebook_function(public: str) -> Callable[..., Any] | None:
@@ -39,13 +41,25 @@ def notebook_function(public: str) -> Callable[..., Any] | None:
 
 def plugin_op(name: str) -> Callable[..., Any] | None:
     """The op factory a kind declares as `name` in its `ops`, or None: a shipped kind is found by its
-    __init__.py's text (only that kind is imported), then the kinds loaded, then the entry points."""
+    __init__.py's text (only that kind is imported), then the kinds loaded, then the entry points.
+    Two kinds declaring the name (two packages, or a package and a shipped kind) are refused in one
+    line naming both: which one a run gets must not hang on the order they were loaded in."""
     _scan()
-    for kind in _asked(_OPS.get(name)):
-        factory = kind.op_factory(name)
-        if factory is not None:
-            return factory
+    declaring = {kind.name: kind for kind in _asked(_OPS.get(name)) if name in (kind.ops or {})}
+    if len(declaring) > 1:
+        first, second = (_source(k) for k in list(declaring.values())[:2])
+        raise ConfigError(f"op {name!r} is declared by two kinds, {first} and {second}; which one is meant cannot "
+                          f"be told: rename one of them in its kind's `ops` (or uninstall one package)")
+    for kind in declaring.values():
+        return kind.op_factory(name)
     return None
+
+
+def _source(kind: KindPlugin) -> str:
+    """Where a kind came from, for messages: hookrun's own, an entry point, or register_plugin."""
+    if kind.shipped:
+        return f"hookrun's own kind {kind.name!r}"
+    return _SOURCES.get(kind.name, f"the kind {kind.name!r} (register_plugin)")
 
 
 def plugin_op_names() -> list[str]:

@@ -1,0 +1,51 @@
+"""An op name declared by two kinds (two users' kinds, or a user's kind and a shipped one) is one
+line naming both, whichever was loaded first, before any batch (the reference: the kinds' own
+declarations written here)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from test_kind_plugins import make_package
+
+import hookrun
+from hookrun.config.plugins import _PLUGINS
+from hookrun.errors import ConfigError
+
+REGISTER = '''
+from hookrun.config.plugins import KindPlugin, register_plugin
+for name, ops in (("twin_a", {"twin_shift": "userkind_twin.ops:shift"}),
+                  ("twin_b", {"twin_shift": "userkind_twin.ops:shift", "probe_steer": "userkind_twin.ops:shift"})):
+    register_plugin(KindPlugin(name, block="userkind_twin.block:Block", run="userkind_twin.kind:ScaledKind", ops=ops))
+'''
+
+
+def test_an_op_two_kinds_declare_is_one_line_naming_both(tmp_path, monkeypatch):
+    pkg_root = tmp_path / "site"
+    make_package(pkg_root, "userkind_twin", "twin", entry_point=False)
+    (pkg_root / "userkind_twin/register.py").write_text(textwrap.dedent(REGISTER))
+    monkeypatch.syspath_prepend(str(pkg_root))
+    from userkind_twin import models
+
+    def refused(op: str) -> str:
+        hooks = {"s": {"at": "0", "type": "forward", "actions": [{"name": "modify_output", "op": op, "amount": 0.5}]}}
+        cfg = {"imports": ["userkind_twin.register"], "hooks": hooks, "device": "cpu", "progress": False,
+               "data": {"batch_size": 4}, "output": {"path": str(tmp_path / "never.h5")}}
+        with pytest.raises(ConfigError) as caught:
+            hookrun.run(cfg, model=models.tiny(), dataset=models.data())
+        assert not (tmp_path / "never.h5").exists()
+        return str(caught.value)
+
+    try:
+        assert refused("twin_shift") == (
+            "hooks.s.actions.0.op: op 'twin_shift' is declared by two kinds, the kind 'twin_a' (register_plugin) and "
+            "the kind 'twin_b' (register_plugin); which one is meant cannot be told: rename one of them in its kind's "
+            "`ops` (or uninstall one package)")
+        assert refused("probe_steer") == (
+            "hooks.s.actions.0.op: op 'probe_steer' is declared by two kinds, hookrun's own kind 'probe' and the kind "
+            "'twin_b' (register_plugin); which one is meant cannot be told: rename one of them in its kind's `ops` "
+            "(or uninstall one package)")
+    finally:
+        _PLUGINS.pop("twin_a", None)
+        _PLUGINS.pop("twin_b", None)
