@@ -14,7 +14,7 @@ import importlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, TypeVar
 
-from hookrun.errors import NotFoundError, close_matches, one_of
+from hookrun.errors import ConfigError, NotFoundError, close_matches, one_of
 
 T = TypeVar("T")
 
@@ -32,8 +32,13 @@ class Registry(Generic[T]):
         """Decorator: make ``obj`` available under ``name`` (a user package may add names too)."""
 
         def add(obj: T) -> T:
-            if name in self._items and self._items[name] is not obj:
-                raise ValueError(f"{self.kind} {name!r} is already registered")
+            known = self._items.get(name)
+            shipped = self._lazy.get(name) or getattr(known, "__module__", "")
+            if known is not obj and shipped.startswith("hookrun.") and getattr(obj, "__module__", None) != shipped:
+                # (hookrun's own, imported or not yet: a user's would replace it, or be replaced, by import order)
+                raise ConfigError(f"{self.kind} {name!r} is one of hookrun's own {self.kind}s; give yours another name")
+            if known is not None and known is not obj:
+                raise ConfigError(f"{self.kind} {name!r} is already registered ({shipped or 'elsewhere'}); give it another name")
             self._items[name] = obj
             return obj
 

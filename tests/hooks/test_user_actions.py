@@ -83,3 +83,34 @@ def test_a_user_op_gets_the_build_context(tmp_path, checkpoint, dataset):
         want = model.eval()(torch.stack([dataset[i][0] for i in range(len(dataset))]))
     with h5py.File(path) as f:
         np.testing.assert_allclose(f["captures/r/fc/output"][:], want.numpy(), rtol=1e-4, atol=1e-5)
+
+
+SHADOW = """
+import sys
+from hookrun.errors import ConfigError
+from hookrun.hooks.actions import Action, register_action
+if {imported}:
+    import hookrun.hooks.actions.top_examples
+assert ("hookrun.hooks.actions.top_examples" in sys.modules) == {imported}
+try:
+    register_action("top_examples")(type("MyTop", (Action,), {{}}))
+except ConfigError as exc:
+    print(exc)
+from hookrun.hooks.actions import ACTIONS
+print(ACTIONS.get("top_examples").__module__)
+"""
+
+
+@pytest.mark.parametrize("imported", [False, True])
+def test_a_user_action_named_like_a_built_in_one_is_refused_in_one_line(imported):
+    """hookrun's top_examples, its module imported or not yet: the user's class never replaces it."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    proc = subprocess.run([sys.executable, "-c", SHADOW.format(imported=imported)], capture_output=True, text=True,
+                          env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PATH": ""}, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines() == ["action 'top_examples' is one of hookrun's own actions; give yours another name",
+                                        "hookrun.hooks.actions.top_examples"]
