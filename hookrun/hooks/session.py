@@ -167,6 +167,9 @@ class HookSession:
         return fire
 
 
-def warn_never_fired(hook: str, module: str, where: str = "in any batch", then: str = "so the file has no capture from it") -> None:
-    """The one warning for a hook that never fired (a file run's end report, hookrun.capture's end)."""
-    log.warning("hook %r never fired: module %r did not run %s (%s)", hook, module_label(module), where, then)
+def warn_never_fired(hook: str, module: str, where: str = "in any batch", then: str = "so the file has no capture from it",
+                     needs_grad: bool = False) -> None:
+    """The one warning for a hook that never fired (a file run's end report, hookrun.capture's end);
+    a hook type that fires in backward (`needs_grad`) also says that no backward() may have reached it."""
+    why = ", or no backward() reached it (under no_grad, or no backward() called)" if needs_grad else ""
+    log.warning("hook %r never fired: module %r did not run %s%s (%s)", hook, module_label(module), where, why, then)

@@ -22,6 +22,7 @@ Actions that keep a state over the run (top_examples) end with the block, as a f
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -34,12 +35,15 @@ from hookrun.config.schema import DTYPES, Mode, StoreDtype
 from hookrun.config.specs import parse_hooks
 from hookrun.errors import ConfigError, RunError
 from hookrun.hooks.actions import ActionEnv
+from hookrun.hooks.hook_types import HOOK_TYPES
 from hookrun.hooks.plan import make_plan
 from hookrun.hooks.session import HookSession, warn_never_fired
 from hookrun.hooks.tokens import CallTracker, continues, token_columns
 from hookrun.labels import call_role, capture_label
 from hookrun.store.capture_schema import resolve
 from hookrun.store.records import Capture, CaptureKey
+
+log = logging.getLogger(__name__)
 
 Key = tuple[str, str, str]  # (hook, module, role); a role of a later call reads "output@1"
 
@@ -119,8 +123,7 @@ class Captured(Mapping):
             return f"{len(self._parts[key])} forwards of different shapes"
 
 
-@contextmanager
-def capture(model: nn.Module, hooks: Mapping, dtype: str = "keep") -> Iterator[Captured]:
+def capture(model: nn.Module, hooks: Mapping, dtype: str = "keep") -> _Once:
     """Attach the `hooks:` mapping of a config to `model` for the block; records land in memory.
 
         with capture(model, {"g": {"at": "layer4", "type": "tensor", "actions": ["record"]}}) as cap:
@@ -141,6 +144,28 @@ def capture(model: nn.Module, hooks: Mapping, dtype: str = "keep") -> Iterator[C
     Raises:
         ConfigError / NotFoundError: a bad hook spec or module name, before anything is attached.
     """
+    return _Once(_capture(model, hooks, dtype))
+
+
+class _Once:
+    """A capture block is entered once: a second `with` of the same object says so in one line."""
+
+    def __init__(self, block: Any) -> None:
+        self.block, self.used = block, False
+
+    def __enter__(self) -> Captured:
+        if self.used:
+            raise ConfigError("capture: this hookrun.capture(...) was used by a block already; a capture is used "
+                              "once: call hookrun.capture(model, hooks) again for another block")
+        self.used = True
+        return self.block.__enter__()
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self.block.__exit__(*exc)
+
+
+@contextmanager
+def _capture(model: nn.Module, hooks: Mapping, dtype: str) -> Iterator[Captured]:
     if not isinstance(model, nn.Module):
         raise ConfigError(f"capture: expected a torch.nn.Module, got {type(model).__name__}")
     if dtype not in StoreDtype.__members__:
@@ -155,13 +180,18 @@ def capture(model: nn.Module, hooks: Mapping, dtype: str = "keep") -> Iterator[C
         tracker = CallTracker(model, points, env.state, eos) if callable(getattr(model, "generate", None)) else nullcontext()
         with HookSession(points, env) as session, tracker:
             env.hold.on_close(model.register_forward_pre_hook(steps.begin(session), with_kwargs=True, prepend=True).remove)
+            env.hold.on_close(model.register_forward_hook(steps.left, always_call=True).remove)
+            for target, name in {p.target: p.module for p in points if isinstance(p.target, nn.Module)}.items():
+                if target is not model:  # (a hooked module called on its own, not inside the model: no step of its own)
+                    env.hold.on_close(target.register_forward_pre_hook(steps.outside(model, name)).remove)
             try:
                 yield cap
             finally:
                 steps.end_step()
             cap.add([c for a in env.stateful for c in a.finish()])  # the block's end is a run's: top_examples' top.*
             for point in session.never_fired() if cap.steps else ():  # (not on an exception: the block may have stopped early)
-                warn_never_fired(point.hook, point.module, "in the block", "so cap has no capture from it")
+                warn_never_fired(point.hook, point.module, "in the block", "so cap has no capture from it",
+                                 HOOK_TYPES.get(point.type).needs_grad)
     finally:
         env.close()
 
@@ -172,9 +202,25 @@ class _Steps:
 
     def __init__(self, env: ActionEnv, cap: Captured) -> None:
         self.env, self.cap, self.seen = env, cap, 0
+        self.inside, self.warned = 0, False  # how deep in calls of the model given to capture
+
+    def left(self, *_: Any) -> None:
+        self.inside -= 1
+
+    def outside(self, model: nn.Module, name: str):
+        def hook(module: nn.Module, args: tuple) -> None:
+            if not self.inside and not self.warned:
+                self.warned = True
+                log.warning("capture: module %r ran outside a call of the model given to capture (%s), so its "
+                            "captures share no step with the model's (their rows and shapes are not a run's); call "
+                            "that model inside the block, or pass the submodule as the model: hookrun.capture(model.%s, "
+                            "...)", name, type(model).__name__, name)
+
+        return hook
 
     def begin(self, session: HookSession):
         def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+            self.inside += 1
             self.end_step()  # the step before, its backward included
             n = _batch_size(args, kwargs)
             state = self.env.state
