@@ -32,11 +32,25 @@ def notebook_function(public: str) -> Callable[..., Any] | None:
     None. A shipped kind is found by that name in its folder's __init__.py text, so only that kind
     is imported; a kind registered or loaded is asked; an entry point not yet loaded is loaded."""
     _scan()
-    for kind in _asked(_NOTEBOOKS.get(public)):
-        target = kind.notebook if isinstance(kind.notebook, str) else getattr(kind.notebook, "__name__", None)
-        if target is not None and target.rpartition(":")[2].rpartition(".")[2] == public:
-            return kind.notebook_function()
+    named = {kind.name: kind for kind in _asked(_NOTEBOOKS.get(public)) if _public(kind) == public}
+    _one(named, f"the notebook function hookrun.{public}", "its kind's `notebook`")
+    for kind in named.values():
+        return kind.notebook_function()
     return None
+
+
+def _public(kind: KindPlugin) -> str | None:
+    target = kind.notebook if isinstance(kind.notebook, str) else getattr(kind.notebook, "__name__", None)
+    return target.rpartition(":")[2].rpartition(".")[2] if target is not None else None
+
+
+def _one(kinds: dict[str, KindPlugin], what: str, where: str) -> None:
+    """Two kinds giving one public name (two packages, or a package and a shipped kind): one line
+    naming both, as two packages declaring one kind are; which one is meant must not hang on load order."""
+    if len(kinds) > 1:
+        first, second = (_source(k) for k in list(kinds.values())[:2])
+        raise ConfigError(f"{what} is declared by two kinds, {first} and {second}; which one is meant cannot "
+                          f"be told: rename one of them in {where} (or uninstall one package)")
 
 
 def plugin_op(name: str) -> Callable[..., Any] | None:
@@ -46,10 +60,7 @@ def plugin_op(name: str) -> Callable[..., Any] | None:
     line naming both: which one a run gets must not hang on the order they were loaded in."""
     _scan()
     declaring = {kind.name: kind for kind in _asked(_OPS.get(name)) if name in (kind.ops or {})}
-    if len(declaring) > 1:
-        first, second = (_source(k) for k in list(declaring.values())[:2])
-        raise ConfigError(f"op {name!r} is declared by two kinds, {first} and {second}; which one is meant cannot "
-                          f"be told: rename one of them in its kind's `ops` (or uninstall one package)")
+    _one(declaring, f"op {name!r}", "its kind's `ops`")
     for kind in declaring.values():
         return kind.op_factory(name)
     return None

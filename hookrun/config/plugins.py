@@ -246,7 +246,12 @@ def typed_block(name: str, node: Any) -> tuple[dict[str, Any], Any]:
         raise ConfigError(object_in_config(where, first, (kind.live or {}).get(key)) or f"{where}: {first}") from None
     check = getattr(block, "check", None)
     if callable(check):
-        check()
+        try:
+            check()
+        except ConfigError:
+            raise
+        except Exception as exc:  # (a ValueError, an assert: the plugin's own words, one line naming the block)
+            raise ConfigError(f"{name}: the kind plugin's check() refused the block: {type(exc).__name__}: {str(exc).partition(chr(10))[0]}") from exc
     return plain, block
 
 
