@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
-from hookrun.errors import ConfigError, RunError
+from hookrun.errors import ConfigError, HookrunError, RunError
 
 if TYPE_CHECKING:
     from hookrun.runner.calls import CallSpec, ModelCall
@@ -115,9 +115,33 @@ def first_batch(loader: DataLoader, spec: CallSpec, size: int = 1) -> tuple[torc
     """The dataset's first `size` items (fewer where it has fewer) as one batch, collated by the
     loader's own collate function and split into the forward call as the loop does: what the
     plan's estimate, generate's preflight and the module lister run before the first real batch."""
-    dataset = loader.dataset
-    indices, batch = loader.collate_fn([dataset[i] for i in range(min(size, len(dataset)))])
+    indices, batch = loader.collate_fn(first_items(loader.dataset, size))
     return indices, spec.split(batch)
+
+
+def first_items(dataset: Dataset, size: int) -> list[Any]:
+    """The dataset's first `size` items (fewer where it has fewer), read before any batch: an item
+    that raises is one line (data_failure), as in the loop."""
+    n = min(size, len(dataset))  # type: ignore[arg-type]
+    try:
+        return [dataset[i] for i in range(n)]
+    except HookrunError:
+        raise
+    except Exception as exc:
+        raise data_failure(exc, f"data: loading the first {n} item(s) before the run failed:") from exc
+
+
+def data_failure(exc: Exception, what: str, hint: str = "") -> RunError:
+    """One line for an error of the data (a dataset item or data.collate that raised), in the form of
+    a failed forward's: `what`, the exception's type and message (a DataLoader worker's traceback text:
+    its last line), `hint`; the traceback stays behind HYDRA_FULL_ERROR=1 or --verbose."""
+    text = str(exc).strip()
+    if "DataLoader worker" in text:  # "Caught KeyError in DataLoader worker process 0. Original Traceback: ..."
+        line = text.splitlines()[-1]
+    else:
+        line = f"{type(exc).__name__}: {' '.join(text.split())}"
+    line = line if len(line) <= 400 else line[:400] + "..."
+    return RunError(f"{what} {line}{hint} (the traceback: HYDRA_FULL_ERROR=1 or --verbose)")
 
 
 def sample_paths(dataset: Dataset, indices: list[int]) -> list[str] | None:

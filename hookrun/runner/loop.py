@@ -30,7 +30,7 @@ from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.session import HookSession, warn_never_fired
 from hookrun.hooks.tokens import token_columns
 from hookrun.labels import module_label
-from hookrun.runner.batches import first_batch, make_loader, sample_paths
+from hookrun.runner.batches import data_failure, first_batch, make_loader, sample_paths
 from hookrun.runner.calls import CallSpec
 from hookrun.runner.kinds import RunKind
 from hookrun.store.records import RunStore, StepRecord
@@ -163,19 +163,11 @@ def one_line_errors(loader) -> Any:
 
 
 def load_failure(exc: Exception, step: int, loader) -> RunError:
-    """A dataset item (or data.collate) raised while batch `step` was loaded: one line, in the form
-    of a failed forward's (errors.foreign_failure: the exception's type and message); a worker process's traceback text gives its last line."""
+    """A dataset item (or data.collate) raised while batch `step` was loaded: one line (batches.data_failure)."""
     lo = step * loader.batch_size
     n = len(loader.dataset.dataset)
-    what = f"data: loading batch {step} (items {lo}..{min(lo + loader.batch_size, n) - 1}) failed:"
     hint = f" (the dataset's len() is {n}: does it have that many items?)" if isinstance(exc, IndexError) else ""
-    text = str(exc).strip()
-    if "DataLoader worker" in text:  # "Caught KeyError in DataLoader worker process 0. Original Traceback: ..."
-        line = text.splitlines()[-1]
-    else:
-        line = f"{type(exc).__name__}: {' '.join(text.split())}"
-    line = line if len(line) <= 400 else line[:400] + "..."
-    return RunError(f"{what} {line}{hint} (the traceback: HYDRA_FULL_ERROR=1 or --verbose)")
+    return data_failure(exc, f"data: loading batch {step} (items {lo}..{min(lo + loader.batch_size, n) - 1}) failed:", hint)
 
 
 def stored_keys(batch: Any, keys: tuple[str, ...]) -> dict[str, np.ndarray] | None:

@@ -41,7 +41,7 @@ from hookrun.labels import dataset_label
 from hookrun.models import weights_digest
 from hookrun.output.destination import Destination, open_destination
 from hookrun.runner.action_state import check_items, check_tensors, tensor_checked
-from hookrun.runner.batches import make_loader
+from hookrun.runner.batches import first_items, make_loader
 from hookrun.runner.calls import CallSpec
 from hookrun.runner.kinds import KindContext, check_config, kind_for
 from hookrun.runner.loop import LoopSettings, one_sample_forward
@@ -104,8 +104,9 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
         if len(dataset) == 0:
             raise ConfigError(f"data.dataset: {dataset_label(cfg.data.dataset)!r} is empty")
         spec = CallSpec(*kind.call_inputs(cfg))
-        spec.check(dataset[0])
-        spec.check_forward(model, dataset[0])
+        first = first_items(dataset, 1)[0]
+        spec.check(first)
+        spec.check_forward(model, first)
     except ConfigError as exc:
         refused = kind.inputs_refused(cfg, model, exc)
         if refused is exc:

@@ -24,7 +24,7 @@ def features(i: int) -> torch.Tensor:
 class Items(Dataset):
     """form: "late_label" (dict items, only 4-7 carry `label`), "lost_label" ((x, i) tuples 0-3, then
     dicts without a target), "labels" (every item a dict with `label` = 7 - i: the consistent case),
-    "target_shape" (a scalar target for 0-3, shape (2,) after), "raises" (item 6 raises KeyError),
+    "target_shape" (a scalar target for 0-3, shape (2,) after), "raises" (item 6 raises KeyError; "raises_first": item 0),
     "short" (len() 8, but items 5-7 raise IndexError)."""
 
     def __init__(self, form: str) -> None:
@@ -43,8 +43,8 @@ class Items(Dataset):
             return {"x": x, "label": 7 - i}
         if f == "target_shape":
             return x, (torch.tensor(i) if i < 4 else torch.tensor([i, i]))
-        if f == "raises" and i == 6:
-            raise KeyError("bad item 6")
+        if (f == "raises" and i == 6) or (f == "raises_first" and i == 0):
+            raise KeyError(f"bad item {i}")
         if f == "short" and i >= 5:
             raise IndexError(i)
         return x, 0

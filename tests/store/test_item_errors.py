@@ -76,6 +76,18 @@ def test_an_item_that_raises_is_one_line(tmp_path, workers):
     assert kept.tolist() == [0, 1, 2, 3]
 
 
+def test_an_item_that_raises_before_the_run_is_one_line(tmp_path):
+    """Every run's checks (and the estimate, early_stop's probe, the kinds' preflights) read the first
+    items before any batch: an item that raised there was the dataset's own traceback."""
+    for dry in (True, False):
+        with pytest.raises(RunError) as err:
+            hookrun.run({"hooks": {"h": {"at": "fc", "type": "forward"}}, "dry_run": dry, "progress": False,
+                         "output": {"path": str(tmp_path / "dry.h5")}}, model=Net(), dataset=Items("raises_first"))
+        assert str(err.value) == ("data: loading the first 1 item(s) before the run failed: KeyError: 'bad item 0' "
+                                  "(the traceback: HYDRA_FULL_ERROR=1 or --verbose)")
+        assert isinstance(err.value.__cause__, KeyError) and not (tmp_path / "dry.h5").exists()
+
+
 def test_a_len_larger_than_the_items_is_one_line(tmp_path):
     with pytest.raises(RunError, match=r"^data: loading batch 1 \(items 4\.\.7\) failed: IndexError: 5 \(the dataset's "
                                        r"len\(\) is 8: does it have that many items\?\)"):
