@@ -158,8 +158,8 @@ class CallTracker:
 
     def _pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         ids = kwargs.get("input_ids", args[0] if args else None)
-        tokens = ids if isinstance(ids, torch.Tensor) else kwargs.get("inputs_embeds")
-        if not isinstance(tokens, torch.Tensor) or tokens.dim() < 2:  # not a call over tokens: the batch's map stays
+        tokens = token_input(args, kwargs)
+        if tokens is None or tokens.dim() < 2:  # not a call over tokens: the batch's map stays
             return
         batch, length = int(tokens.shape[0]), int(tokens.shape[1])
         mask = kwargs.get("attention_mask")
@@ -195,6 +195,14 @@ class CallTracker:
         self.state.call_tokens = new
         for point in self.points:
             point.reset()
+
+
+def token_input(args: tuple, kwargs: dict) -> torch.Tensor | None:
+    """The tensor a model call's tokens are counted on: its input_ids (keyword, or the first positional
+    argument), else its inputs_embeds; None where neither is a tensor."""
+    ids = kwargs.get("input_ids", args[0] if args else None)
+    tokens = ids if isinstance(ids, torch.Tensor) else kwargs.get("inputs_embeds")
+    return tokens if isinstance(tokens, torch.Tensor) else None
 
 
 def cached(kwargs: dict) -> int:

@@ -38,7 +38,7 @@ from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.hook_types import HOOK_TYPES
 from hookrun.hooks.plan import make_plan
 from hookrun.hooks.session import HookSession, warn_never_fired
-from hookrun.hooks.tokens import CallTracker, continues, token_columns
+from hookrun.hooks.tokens import CallTracker, continues, token_columns, token_input
 from hookrun.labels import call_role, capture_label
 from hookrun.store.capture_schema import resolve
 from hookrun.store.records import Capture, CaptureKey
@@ -241,13 +241,11 @@ class _Steps:
 
 
 def _step_mask(args: tuple, kwargs: dict) -> torch.Tensor | None:
-    """The call's attention_mask where it covers the call's tokens: (batch, tokens) of input_ids,
-    inputs_embeds (batch, tokens, width) or the first positional tensor. Inside generate a later
-    call's mask covers the cache too (batch, past + 1) and is left out, as a run's CallTracker does."""
-    mask = kwargs.get("attention_mask")
-    tokens = next((kwargs[k] for k in ("input_ids", "inputs_embeds") if isinstance(kwargs.get(k), torch.Tensor)),
-                  args[0] if args else None)
-    if not (isinstance(mask, torch.Tensor) and isinstance(tokens, torch.Tensor)) or mask.dim() != 2 or tokens.dim() < 2:
+    """The call's attention_mask where it covers the call's tokens (tokens.token_input, as a run's
+    CallTracker reads them: input_ids, keyword or first positional, else inputs_embeds (batch, tokens,
+    width)). Inside generate a later call's mask covers the cache too (batch, past + 1) and is left out."""
+    mask, tokens = kwargs.get("attention_mask"), token_input(args, kwargs)
+    if not isinstance(mask, torch.Tensor) or tokens is None or mask.dim() != 2 or tokens.dim() < 2:
         return None
     return mask if tuple(mask.shape) == tuple(tokens.shape[:2]) else None
 
