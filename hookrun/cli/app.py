@@ -35,6 +35,7 @@ from hookrun.cli.command import ends_quietly, exit_process
 from hookrun.cli.hydra_errors import dotted_keys, one_line, renamed, shell_damage
 from hookrun.cli.hydra_mode import skip_mode_compose
 from hookrun.cli.run_record import RunRecord, held_saves
+from hookrun.config import CONF_PLACES, conf_folder
 from hookrun.config.plugins import plugin
 from hookrun.config.schema import HookrunConfig, hydra_schema, load, replaced
 from hookrun.errors import ConfigError, HookrunError
@@ -50,11 +51,9 @@ QUIET = ("botocore", "aiobotocore", "boto3", "s3transfer", "s3fs", "fsspec", "ur
 
 def conf_dir() -> str:
     """conf/ ships inside the wheel as hookrun/conf; in a checkout it sits beside hookrun/."""
-    here = Path(__file__).resolve().parents[1]  # hookrun/
-    for candidate in (here / "conf", here.parent / "conf"):
-        if (candidate / "config.yaml").is_file():
-            return str(candidate)
-    raise FileNotFoundError(f"hookrun's conf/ folder is missing (looked in {here / 'conf'} and {here.parent / 'conf'})")
+    if (found := conf_folder()) is None:
+        raise FileNotFoundError(f"hookrun's conf/ folder is missing (looked in {' and '.join(map(str, CONF_PLACES))})")
+    return str(found)
 
 
 SCHEMA = hydra_slots(hydra_schema())  # every kind's null block typed Any: the command line can add one (blocks.py)

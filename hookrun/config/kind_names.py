@@ -22,6 +22,8 @@ import re
 from collections.abc import Collection
 from pathlib import Path
 
+from hookrun.config import conf_folder
+
 HYDRA_KEYS = ("hydra", "defaults", "_self_")  # Hydra's own: its node, the defaults list, the primary config's place in it
 _KINDS = Path(__file__).resolve().parents[1] / "runner" / "kinds"  # hookrun's own kinds
 _REGISTERED = re.compile(r"""@register_kind\(\s*["'](\w+)["']""")  # a mode's kind (runner/kinds/__init__.py)
@@ -55,7 +57,6 @@ def shipped_names() -> frozenset[str]:
 @functools.cache
 def config_groups() -> frozenset[str]:
     """The config groups of hookrun's conf/ (a folder of YAML options: model, data, loss, experiment):
-    hookrun/conf in a wheel, conf/ beside hookrun/ in a checkout (cli/app.py's conf_dir)."""
-    here = Path(__file__).resolve().parents[1]
-    conf = next((c for c in (here / "conf", here.parent / "conf") if (c / "config.yaml").is_file()), None)
+    hookrun/conf in a wheel, conf/ beside hookrun/ in a checkout (hookrun.config.conf_folder)."""
+    conf = conf_folder()
     return frozenset(sub.name for sub in conf.iterdir() if sub.is_dir() and any(sub.glob("*.yaml"))) if conf else frozenset()
