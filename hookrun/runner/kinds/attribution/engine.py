@@ -186,7 +186,7 @@ class Engine:
             out["delta"] = delta.detach().reshape(-1)
         if self.block.measure:
             out.update(curves(f, x, baseline, target, attr.detach(), self.block.measure, self.budget.rows_per_forward))
-        return out
+        return {k: v.float() if v.dtype == torch.bfloat16 else v for k, v in out.items()}  # (numpy and HDF5 have no bfloat16)
 
     def attribute(self, f: Forward, x: torch.Tensor, target: torch.Tensor, baseline: torch.Tensor) -> tuple[torch.Tensor, Any]:
         from captum import attr as ca
