@@ -100,9 +100,27 @@ class Engine:
         if len(seen) > 1:
             raise ConfigError(f"{W}.at={self.block.at!r}: the module runs {len(seen)} times in a forward, and a layer "
                               f"attribution is to one output; attribute to a module that runs once")
+        if self.block.method == "grad_cam":
+            self.check_maps(seen[0], f.input)
         if self.block.measure:
             self.check_measurable(seen[0], f.input)
         return logits
+
+    def check_maps(self, out: Any, x: torch.Tensor) -> None:
+        """grad_cam weighs the channels (axis 1) of feature maps (sample, channel, spatial...): captum's
+        LayerGradCam gives a class vector (at: fc) one number, and a token model's (sample, position,
+        feature) output a map over features with its positions summed away."""
+        out = out[0] if isinstance(out, tuple | list) and out and isinstance(out[0], torch.Tensor) else out
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else None
+        if shape is not None and len(shape) >= 3 and x.is_floating_point():
+            return
+        got = f"(sample, {', '.join(map(str, shape[1:]))})" if shape else f"a {type(out).__name__}"
+        why = "a token model's output is (sample, position, feature), not channels and space" \
+            if shape is not None and len(shape) >= 3 else "it has no spatial axes"
+        convs = [n for n, m in self.model.named_modules() if isinstance(m, nn.Conv1d | nn.Conv2d | nn.Conv3d)]
+        raise ConfigError(f"{W}.at={self.block.at!r}: grad_cam weighs the channels of feature maps (sample, channel, "
+                          f"height, width), but the module gives {got}: {why}; name a convolutional module"
+                          f"{f' (e.g. at: {convs[-1]})' if convs else ''}, or use integrated_gradients or input_x_gradient")
 
     def check_measurable(self, out: Any, x: torch.Tensor) -> None:
         """measure ranks the input's pixels (positions) by the attribution: at: MODULE's output must map
