@@ -100,10 +100,10 @@ class Engine:
         if len(seen) > 1:
             raise ConfigError(f"{W}.at={self.block.at!r}: the module runs {len(seen)} times in a forward, and a layer "
                               f"attribution is to one output; attribute to a module that runs once")
-        if self.block.method == "grad_cam":
-            self.check_maps(seen[0], f.input)
         if self.block.measure:
             self.check_measurable(seen[0], f.input)
+        if self.block.method == "grad_cam":
+            self.check_maps(seen[0], f.input)
         return logits
 
     def check_maps(self, out: Any, x: torch.Tensor) -> None:
