@@ -80,3 +80,20 @@ def test_grad_cam_at_a_module_without_feature_maps_is_refused_before_any_batch(t
     x = torch.stack([ds[i][0] for i in range(4)])
     want = captum_attr.LayerGradCam(model, model.block3).attribute(x, target=torch.tensor([ds[i][1] for i in range(4)]))
     np.testing.assert_allclose(cams, want.detach().numpy(), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("memory", [-5, 0])
+def test_a_memory_budget_of_zero_or_less_bytes_is_refused(tmp_path, memory):
+    """An int budget skipped parse_bytes' check: memory=-5 ran with one row per forward."""
+    from hookrun.errors import ConfigError
+
+    want = f"attribution.memory={memory}; give bytes as a number or with a unit (512MB, 2GiB)"
+    with pytest.raises(ConfigError) as e:
+        hookrun.attribute(tiny_cnn(), shapes(2), batch_size=2, method="saliency", memory=memory)
+    assert str(e.value) == want
+    path = tmp_path / "m.h5"
+    cfg = {"data": {"batch_size": 2}, "device": "cpu", "progress": False, "output": {"path": str(path)},
+           "attribution": {"method": "saliency", "memory": memory}}
+    with pytest.raises(ConfigError, match=f"^{want.replace('(', '[(]').replace(')', '[)]')}$"):
+        hookrun.run(cfg, model=tiny_cnn(), dataset=shapes(2))
+    assert not path.exists()

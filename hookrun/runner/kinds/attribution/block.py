@@ -132,8 +132,7 @@ def _checked(d: Block) -> Block:
     relu = d.relu
     if not isinstance(relu, bool):
         raise ConfigError(f"{WHERE}.relu={relu!r}; give true or false (grad_cam: captum's relu_attributions)")
-    memory = d.memory if isinstance(d.memory, int) and not isinstance(d.memory, bool) else \
-        parse_bytes(d.memory, f"{WHERE}.memory")
+    memory = parse_bytes(d.memory, f"{WHERE}.memory")  # (a positive int is bytes already; 0 or less is refused)
     return Block(method, at, target, baseline, sigma, steps, rule, window, strides, composite, relu, memory,
                  _measure(d.measure), low, high)
 
