@@ -117,8 +117,12 @@ TRANSFORMS: list[tuple[tuple[str, ...], Callable[[nn.Module], Any], Callable[[fl
 def logit_transform(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor] | None:
     """The model's own step from the unembed's output to its output logits (Gemma 2/3's
     final_logit_softcapping, Cohere's logit_scale, Granite's logits_scaling), applied as its forward
-    does, in the logits' dtype; None where the model returns the unembed's output as it is."""
+    does, in the logits' dtype; None where the model returns the unembed's output as it is. A
+    TransformerLens 4 TransformerBridge takes the step of the HF model it wraps (its original_model)."""
     names = {c.__name__ for c in type(model).__mro__}
+    inner = getattr(model, "original_model", None)  # TransformerLens 4's TransformerBridge runs its HF model's forward
+    if "TransformerBridge" in names and isinstance(inner, nn.Module) and inner is not model:
+        return logit_transform(inner)
     for classes, read, make in TRANSFORMS:
         if names.intersection(classes):
             value = read(model)

@@ -1,0 +1,34 @@
+"""The logit lens on a TransformerLens 4.3 TransformerBridge of a Gemma 2 whose forward softcaps its logits:
+the final distribution is the bridge's own output and each layer's logits take the same softcap, as on the
+HF model itself. hookrun runs in the TL 4.3 venv (tests/envs/tl4_lens_bridge.py); the references are the
+bridge's returned logits and block 0's lens from the HF model's own modules (a raw hook, model.norm, lm_head,
+tanh(z / c) * c)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from tl4_venv import ENVS, TL4, needs_tl4
+
+pytestmark = [pytest.mark.slow, needs_tl4]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_bridge_of_a_softcapped_gemma2_has_the_models_own_final_distribution(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    run = subprocess.run([TL4, str(ENVS / "tl4_lens_bridge.py"), str(tmp_path), str(tmp_path / "l.npz")],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = np.load(tmp_path / "l.npz")
+    final = torch.log_softmax(torch.from_numpy(got["output"]), -1)
+    lp0 = torch.log_softmax(torch.from_numpy(got["layer0"]), -1)
+    want_last = final.sort(-1, descending=True).values.numpy()
+    np.testing.assert_allclose(got["top_logprobs.1"], want_last, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got["kl_to_final.1"], 0, atol=1e-4)
+    np.testing.assert_allclose(got["top_logprobs.0"], lp0.sort(-1, descending=True).values.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got["kl_to_final.0"], (final.exp() * (final - lp0)).sum(-1).numpy(), rtol=1e-4, atol=1e-4)
