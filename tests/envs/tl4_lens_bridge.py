@@ -5,8 +5,9 @@ checkout on PYTHONPATH):
     python tl4_lens_bridge.py FOLDER OUT.npz
 
 Writes hookrun's lens.top_logprobs and lens.kl_to_final at blocks.0 and blocks.1, the bridge's own output
-logits, and block 0's lens computed here with the HF model's own modules: a raw forward hook on
-model.layers.0, then model.norm, lm_head and tanh(z / c) * c.
+logits, block 0's lens computed here with the HF model's own modules (a raw forward hook on
+model.layers.0, then model.norm, lm_head and tanh(z / c) * c), and the message that refuses the bridge's
+own ln_final (a wrapper holding the norm) as `norm`.
 """
 
 import sys
@@ -18,6 +19,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformer_lens.model_bridge import TransformerBridge
 
 import hookrun
+from hookrun.errors import ConfigError
 
 folder, out = sys.argv[1:3]
 V, CAP = 40, 0.5
@@ -42,6 +44,11 @@ with hookrun.capture(bridge, {"lens": {"at": "blocks.*", "type": "forward", "act
 h.remove()
 with torch.no_grad():
     z = hf.lm_head(hf.model.norm(caught["x"])).double()
-np.savez(out, output=logits.double().numpy(), layer0=(torch.tanh(z / CAP) * CAP).numpy(),
+try:
+    hookrun.capture(bridge, {"lens": {"at": "blocks.1", "type": "forward", "actions": [{**lens, "norm": "ln_final"}]}}).__enter__()
+    refused = ""
+except ConfigError as exc:
+    refused = str(exc)
+np.savez(out, refused=np.array(refused), output=logits.double().numpy(), layer0=(torch.tanh(z / CAP) * CAP).numpy(),
          **{f"{role}.{b}": np.asarray(cap[f"blocks.{b}", f"lens.{role}"]) for b in (0, 1)
             for role in ("top_logprobs", "kl_to_final")})

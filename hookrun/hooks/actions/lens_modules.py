@@ -65,15 +65,24 @@ def check_unembed(unembed: nn.Module, name: str, model: nn.Module, where: str) -
 def check_norm(norm: nn.Module, name: Any, width: int | None, model: nn.Module, where: str) -> None:
     """A norm: its children hold no parameters (TransformerLens' norms hold hook points), it keeps a
     (1, 2, width) input's shape and is scale invariant (norm(3x) = norm(x)); a block, an activation,
-    a dropout or an identity given as `norm` is one line naming the norms."""
-    ok = not any(p.numel() for c in norm.children() for p in c.parameters())
-    if ok and width is not None:
-        ok = scale_invariant(norm, width)
-    if not ok:
-        norms = [n for n, m in model.named_modules() if "norm" in type(m).__name__.lower() or n.endswith(("ln_f", "norm"))]
-        raise ConfigError(f"{where}: logit_lens norm={name!r} is {article(type(norm).__name__)}, not a norm (a norm keeps its "
-                          f"(batch, tokens, width) input's shape, gives the same output for 3x as for x, and holds no "
-                          f"layers); name the model's final norm" + (f", e.g. {', '.join(norms[-3:])}" if norms else ""))
+    a dropout or an identity given as `norm` is one line naming the norms (only modules that pass
+    these checks: a wrapper such as TransformerLens 4's NormalizationBridge names the norm inside it)."""
+    if is_norm(norm, width):
+        return
+    named = [(n, m) for n, m in model.named_modules() if m is not norm and n
+             and ("norm" in type(m).__name__.lower() or n.endswith(("ln_f", "norm")))]
+    inside = [n for n, m in named if "norm" in type(norm).__name__.lower() and n.startswith(f"{name}.") and is_norm(m, width)]
+    norms = inside[:1] + [n for n, m in named if n not in inside and is_norm(m, width)][-3:]
+    raise ConfigError(f"{where}: logit_lens norm={name!r} is {article(type(norm).__name__)}, not a norm (a norm keeps its "
+                      f"(batch, tokens, width) input's shape, gives the same output for 3x as for x, and holds no "
+                      f"layers); name the model's final norm" + (f", e.g. {', '.join(norms)}" if norms else ""))
+
+
+def is_norm(norm: nn.Module, width: int | None) -> bool:
+    """No child holds parameters, and (where the width is known) scale_invariant."""
+    if any(p.numel() for c in norm.children() for p in c.parameters()):
+        return False
+    return width is None or scale_invariant(norm, width)
 
 
 def scale_invariant(norm: nn.Module, width: int) -> bool:
