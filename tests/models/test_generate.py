@@ -185,6 +185,12 @@ class NoGenerate(torch.nn.Module):
      r"needs input_ids .* it gives ids, mask: name them with data.inputs=\{input_ids: KEY, attention_mask: KEY\}"),
     ({"generate": {"max_new_tokens": 60}}, r"the prompts' 7 tokens and 60 new ones pass the model's 64 positions; "
                                            r"give generate.max_new_tokens <= 57"),
+    # an EOS id the model cannot produce (generation ran on to max_new_tokens; -1 still asks for no EOS), a pad id
+    # its embedding cannot read ("IndexError: index out of range in self")
+    ({"generate": {"max_new_tokens": 4, "eos_token_id": [EOS, 64]}},
+     r"^generate.eos_token_id=\[3, 64\]: 64 is not a token id of GPT2LMHeadModel, whose vocabulary is 0..63; give ids within it"),
+    ({"generate": {"max_new_tokens": 4, "eos_token_id": 64}}, r"^generate.eos_token_id=64: 64 is not a token id .*; -1: no end"),
+    ({"generate": {"max_new_tokens": 4, "pad_token_id": 70}}, r"^generate.pad_token_id=70: 70 is not a token id .* 0..63"),
 ])
 def test_bad_input_is_refused_before_any_batch(tmp_path, over, message):
     c = cfg(tmp_path)

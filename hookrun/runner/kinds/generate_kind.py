@@ -56,9 +56,11 @@ class GenerateKind(RunKind):
         self.check_actions()
         tokenizer = getattr(ctx.loader.dataset.dataset, "tokenizer", None)  # under the Indexed wrapper
         tokenizer = tokenizer if callable(getattr(tokenizer, "decode", None)) else None
+        given = set(kwargs)
         for name in ("pad_token_id", "eos_token_id"):
             if kwargs.get(name) is None and getattr(tokenizer, name, None) is not None:
                 kwargs[name] = getattr(tokenizer, name)
+        check_token_ids(kwargs, model, given)
         eos = kwargs.get("eos_token_id", getattr(getattr(model, "generation_config", None), "eos_token_id", None))
         eos = [] if eos is None else [int(e) for e in (eos if isinstance(eos, list | tuple) else [eos])]
         if getattr(tokenizer, "padding_side", "left") != "left":
@@ -100,3 +102,23 @@ class GenerateKind(RunKind):
 def settings(cfg: HookrunConfig) -> dict[str, Any]:
     """cfg.generate without its nulls (null: generate's own default)."""
     return {k: v for k, v in (cfg.generate or {}).items() if v is not None}
+
+
+def check_token_ids(kwargs: dict[str, Any], model: nn.Module, given: set[str]) -> None:
+    """pad_token_id and eos_token_id (one id or a list) are token ids of the model's vocabulary: an EOS
+    id past it never comes and generation runs on to max_new_tokens (a negative one is the way to ask
+    for no EOS); a pad id outside it fails in the embedding ("index out of range in self")."""
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    if not isinstance(vocab, int) or isinstance(vocab, bool) or vocab < 1:
+        return
+    for name in ("pad_token_id", "eos_token_id"):
+        value = kwargs.get(name)
+        ids = value if isinstance(value, list | tuple) else [value] if value is not None else []
+        low = 0 if name == "pad_token_id" else None  # (EOS: a negative id asks for none)
+        bad = next((i for i in ids if isinstance(i, bool) or not isinstance(i, int) or i >= vocab
+                    or (low is not None and i < low)), None)
+        if bad is not None:
+            origin = f"generate.{name}={value!r}" if name in given else f"the tokenizer's {name} {value!r}"
+            raise ConfigError(f"{origin}: {bad!r} is not a token id of {type(model).__name__}, whose vocabulary is "
+                              f"0..{vocab - 1}; give ids within it (null: the tokenizer's, else generate's own"
+                              + ("; -1: no end-of-sequence token)" if name == "eos_token_id" else ")"))
