@@ -117,7 +117,8 @@ class PatchEngine:
         else:
             ref = self.reference.repeat(copies, 1) if self.reference is not None else None
             ids = _repeat(self.items[b.clean], copies)
-            value = item_metric(b.metric, logits, rep, b.position if position is None else position, b.answer, b.wrong, ids, ref)
+            value = item_metric(b.metric, logits, rep, b.position if position is None else position, b.answer, b.wrong, ids, ref,
+                                rep.get(self.call.mask_key) if self.call.mask_key else None)
         return value.detach().double().view(copies, -1).mean(1) if not value.requires_grad else value.double().view(copies, -1).mean(1)
 
     def _base_runs(self) -> None:

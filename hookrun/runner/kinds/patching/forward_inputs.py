@@ -61,6 +61,7 @@ class ForwardCall:
     def __init__(self, block: Any, inputs: Any, items: Mapping[str, torch.Tensor]) -> None:
         self.input = block.input
         self.extra = check_inputs(block, inputs)
+        self.mask_key = self.extra.get(MASK_KEY)  # the item key every forward's attention_mask comes from (ce reads it)
         self.items = items
         self.n = items[block.clean].shape[0]
         if MASK_KEY in items and MASK_KEY not in self.extra.values() and block.input != MASK_KEY:

@@ -19,7 +19,8 @@ PATCH_METRICS = ("logit_diff", "logprob", "prob", "ce", "kl", "logit")
 
 
 def item_metric(name: str, logits: torch.Tensor, items: Mapping[str, torch.Tensor], position: int | str | None,
-                answer: str | None, wrong: str | None, ids: torch.Tensor, reference: torch.Tensor | None) -> torch.Tensor:
+                answer: str | None, wrong: str | None, ids: torch.Tensor, reference: torch.Tensor | None,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
     """The metric `name` of each item (a 1-d tensor, one value per row of `logits`):
 
     | name       | per item                                                                      |
@@ -29,6 +30,7 @@ def item_metric(name: str, logits: torch.Tensor, items: Mapping[str, torch.Tenso
     | logprob    | log_softmax(logits[pos])[answer]                                              |
     | prob       | softmax(logits[pos])[answer]                                                  |
     | ce         | mean next-token cross-entropy of `ids` (the clean input) over the sequence    |
+    |            | (with `mask`, the attention_mask: over the pairs t, t + 1 both real tokens)   |
     | kl         | KL(reference || this run) at pos, summed over the vocabulary (reference: the  |
     |            | clean run's log-probabilities)                                                |
 
@@ -39,7 +41,12 @@ def item_metric(name: str, logits: torch.Tensor, items: Mapping[str, torch.Tenso
     rows = torch.arange(n, device=logits.device)
     if name == "ce":
         lp = log_probs(logits[:, :-1])
-        return -lp.gather(-1, ids[:, 1:, None].to(lp.device).long()).squeeze(-1).mean(-1)
+        nll = -lp.gather(-1, ids[:, 1:, None].to(lp.device).long()).squeeze(-1)
+        if mask is None or tuple(mask.shape) != tuple(ids.shape):
+            return nll.mean(-1)
+        real = mask.to(nll.device).bool()
+        keep = real[:, 1:] & real[:, :-1]  # padding on either side left out, as loss=lm and evaluate leave it
+        return nll.masked_fill(~keep, 0).sum(-1) / keep.sum(-1)
     at = logits if logits.dim() == 2 else logits[rows, _positions(items, position, n, logits) % logits.shape[1]]
     if name == "kl":
         lp = log_probs(at)

