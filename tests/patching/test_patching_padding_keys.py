@@ -8,9 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from patch_tasks import token_task  # noqa: E402
 from toy_lm import tiny_gpt2  # noqa: E402
 
 import hookrun
+from hookrun.errors import ConfigError
 
 N, T, V = 4, 8, 50
 LENGTHS = (8, 5, 6, 3)
@@ -73,3 +75,24 @@ def test_ce_over_padded_items_leaves_the_padding_out(model, side, method):
                 ref[k, p] = masked_ce(model(corrupt, attention_mask=mask).logits, clean, mask)
             handle.remove()
     np.testing.assert_allclose(g.values, ref, atol=1e-5)
+
+
+@pytest.mark.parametrize("value, message", [
+    (lambda i: torch.tensor(2.5), r"^patching.metric.position='p': item 0 has position 2.5 \(float32\), not a whole number"),
+    (lambda i: torch.tensor(True), r"^patching.metric.position='p': item 0 has position True \(bool\), not a whole number"),
+    (lambda i: torch.tensor([1, 2]), r"^patching.metric.position='p': expected one position per item, got shape \(3, 2\) for 3 items$"),
+])
+def test_a_position_key_that_is_not_one_whole_number_per_item_is_one_line(value, message):
+    m = tiny_gpt2(0, vocab_size=V)
+    *_, items = token_task(V, 3, 6, at=2, low=4)
+    items = [dict(it, p=value(i)) for i, it in enumerate(items)]
+    for method in ("exact", "atp"):
+        with pytest.raises(ConfigError, match=message):
+            hookrun.patch_grid(m, items, method=method, metric={"name": "prob", "position": "p"}, sites=RESID)
+
+
+def test_a_bool_answer_is_refused():
+    m = tiny_gpt2(0, vocab_size=V)
+    *_, items = token_task(V, 3, 6, at=2, low=4)
+    with pytest.raises(ConfigError, match=r"^patching.metric.answer='answer': the items' 'answer' are not whole numbers"):
+        hookrun.patch_grid(m, [dict(it, answer=torch.tensor(True)) for it in items], sites=RESID)

@@ -31,12 +31,12 @@ def check_metric_inputs(block: Any, logits: torch.Tensor, items: Mapping[str, to
         raise ConfigError(f"patching.metric.name='ce' reads the next token at every position, and the model's output "
                           f"{tuple(logits.shape)} has no token axis; choose logit, logit_diff, logprob, prob or kl")
     if logits.dim() == 3 and block.metric != "ce":
-        _check_position(block.position, items, logits.shape[1])
+        _check_position(block.position, items, logits.shape[1], logits.shape[0])
     if block.metric in ("logit_diff", "logprob", "prob", "logit"):
         keys = [("answer", block.answer)] + ([("wrong", block.wrong)] if block.metric == "logit_diff" else [])
         for name, key in keys:
             ids = items[key]
-            if ids.is_floating_point() and not torch.equal(ids, ids.round()):
+            if ids.dtype == torch.bool or ids.is_floating_point() and not torch.equal(ids, ids.round()):
                 raise ConfigError(f"patching.metric.{name}={key!r}: the items' {key!r} are not whole numbers (class ids)")
             if ids.numel() != logits.shape[0]:
                 raise ConfigError(f"patching.metric.{name}={key!r}: expected one id per item, got shape {tuple(ids.shape)}")
@@ -47,10 +47,20 @@ def check_metric_inputs(block: Any, logits: torch.Tensor, items: Mapping[str, to
                                   f"model's {classes} output classes (0..{classes - 1})")
 
 
-def _check_position(position: Any, items: Mapping[str, torch.Tensor], tokens: int) -> None:
+def _check_position(position: Any, items: Mapping[str, torch.Tensor], tokens: int, n: int) -> None:
     span = f"the output has {tokens} position(s): 0..{tokens - 1}, or -{tokens}..-1 from the end"
     if isinstance(position, str):
-        pos = items[position].reshape(-1)
+        pos = items[position]
+        if pos.dtype == torch.bool or pos.is_complex() or pos.is_floating_point() and not torch.equal(pos, pos.round()):
+            flat = pos.reshape(-1)
+            i = 0 if not pos.is_floating_point() else int((flat != flat.round()).nonzero()[0])
+            raise ConfigError(f"patching.metric.position={position!r}: item {i} has position {flat[i].item()!r} "
+                              f"({str(pos.dtype).replace('torch.', '')}), not a whole number; give each item's token "
+                              f"position as an integer; {span}")
+        if pos.numel() != n:
+            raise ConfigError(f"patching.metric.position={position!r}: expected one position per item, got shape "
+                              f"{tuple(pos.shape)} for {n} items")
+        pos = pos.reshape(-1)
         bad = (pos < -tokens) | (pos >= tokens)
         if bool(bad.any()):
             i = int(bad.nonzero()[0])
