@@ -96,3 +96,18 @@ def test_a_bool_answer_is_refused():
     *_, items = token_task(V, 3, 6, at=2, low=4)
     with pytest.raises(ConfigError, match=r"^patching.metric.answer='answer': the items' 'answer' are not whole numbers"):
         hookrun.patch_grid(m, [dict(it, answer=torch.tensor(True)) for it in items], sites=RESID)
+
+
+@pytest.mark.parametrize("block, advice", [({"method": "exact"}, "an exact run's grid is which='value'"),
+                                           ({"method": "atp"}, "give verify=K")])
+def test_which_exact_without_recomputed_cells_is_one_line_before_any_forward(block, advice):
+    m = tiny_gpt2(0, vocab_size=V)
+    *_, items = token_task(V, 3, 6, at=2, low=4)
+    calls = []
+    handle = m.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        with pytest.raises(ConfigError, match=r"^patch_grid: which='exact' is the cells an atp run recomputes exactly") as e:
+            hookrun.patch_grid(m, items, which="exact", sites=RESID, **block)
+    finally:
+        handle.remove()
+    assert advice in str(e.value) and "\n" not in str(e.value) and not calls

@@ -58,6 +58,11 @@ def patch_grid(model: nn.Module, dataset: Any, hooks: Any = None, limit: int | N
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ConfigError(f"patch_grid: limit={limit!r}; give how many items to use (a whole number >= 1), or None for all")
     b = parse_block(block, build=lambda node, where: build(node, where))
+    if which == "exact" and (b.method not in ("atp", "atp_ig") or not b.verify):
+        raise ConfigError(f"patch_grid: which='exact' is the cells an atp run recomputes exactly (method atp or atp_ig "
+                          f"with verify=K), and method={b.method!r} with verify={b.verify} recomputes none, so every cell "
+                          f"would be NaN; " + ("an exact run's grid is which='value'" if b.method == "exact" else
+                                               "give verify=K (the K cells of largest estimated effect), or which='value'"))
     check_forward_argument(model, b.input)
     check_inputs(b, inputs)
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
