@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterable
+from typing import Any
 
 
 class HookrunError(Exception):
@@ -49,6 +50,21 @@ def foreign_failure(what: str, exc: BaseException, limit: int = 400) -> RunError
     text = " ".join(str(exc).split())
     return RunError(f"{what} {type(exc).__name__}: {text[:limit] + ('...' if len(text) > limit else '')} "
                     f"(the traceback: HYDRA_FULL_ERROR=1 or --verbose)")
+
+
+# the units of a size key (output.max_bytes, output.part_bytes, a kind's `memory`): parse_bytes reads them
+UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 1 << 10, "m": 1e6, "mb": 1e6, "mib": 1 << 20, "g": 1e9,
+         "gb": 1e9, "gib": 1 << 30, "t": 1e12, "tb": 1e12, "tib": 1 << 40}
+
+
+def parse_bytes(value: Any, where: str) -> int:
+    """1000000, '512MB', '2GiB' -> bytes: every size key's one parser; a ConfigError line naming `where` otherwise."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
+    if isinstance(value, bool) or m is None or m.group(2).lower() not in UNITS or float(m.group(1)) <= 0:
+        raise ConfigError(f"{where}={value!r}; give bytes as a number or with a unit (512MB, 2GiB)")
+    return max(1, int(float(m.group(1)) * UNITS[m.group(2).lower()]))
 
 
 def close_matches(word: str, choices: Iterable[str], n: int = 5) -> list[str]:

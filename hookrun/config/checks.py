@@ -53,9 +53,6 @@ TOGETHER: list[Refused] = [
 RANGES: list[tuple[str, int | None, int | None, str]] = [
     ("data.limit", 1, None, "data.limit must be at least 1 (or null for all batches), got {value}"),
     ("output.flush_every", 1, None, "output.flush_every must be at least 1 (or null: every 2 seconds), got {value}"),
-    ("output.max_bytes", 1, None, "output.max_bytes must be at least 1 byte (or null: no limit), got {value}"),
-    ("output.part_bytes", 1, None, "output.part_bytes must be at least 1 byte (the rows of one part file of an "
-     "object-store path; default 2 GiB), got {value}"),
     ("data.batch_size", 1, None, "data.batch_size must be at least 1, got {value}"),
     ("data.num_workers", 0, None, "data.num_workers must be 0 or more, got {value}"),
     ("data.batch_size", None, sys.maxsize,

@@ -30,7 +30,7 @@ from hookrun.config.plugins import (
     plugin_names,
     typed_block,
 )
-from hookrun.errors import ConfigError, close_matches, object_in_config
+from hookrun.errors import ConfigError, close_matches, object_in_config, parse_bytes
 from hookrun.store.format import PART_BYTES
 
 
@@ -82,11 +82,11 @@ class OutputConfig:
     compression: Compression = Compression.none
     dtype: StoreDtype = StoreDtype.keep
     overwrite: bool = False
-    max_bytes: int | None = None  # refuse a run whose estimated file size is larger
+    max_bytes: Any = None  # refuse a run whose estimated file size is larger: bytes, or a size ('2GB', '512MiB'); load makes it bytes
     flush_every: int | None = None  # flush every N batches; null: every 2 seconds
     checksum: bool = True  # an xxh3 digest of each batch's rows per capture (the run's /checksums table), checked on resume and by inspect --verify
     staging: str | None = None  # an object-store path (s3://...): where parts are written before upload; null: the run folder
-    part_bytes: int = PART_BYTES  # an object-store path: rows per part file, in bytes (2 GiB)
+    part_bytes: Any = PART_BYTES  # an object-store path: rows per part file, bytes or a size ('2GiB', the default); load makes it bytes
 
 
 @dataclass
@@ -145,6 +145,9 @@ def load(cfg: Any) -> HookrunConfig:
     except OmegaConfBaseException as exc:
         raise ConfigError(_omegaconf_message(exc)) from None
     assert isinstance(obj, HookrunConfig)
+    out = obj.output  # the size keys, as every size key is read (hookrun.errors.parse_bytes: 2GB, 512MiB, bytes)
+    out.max_bytes = None if out.max_bytes is None else parse_bytes(out.max_bytes, "output.max_bytes")
+    out.part_bytes = parse_bytes(out.part_bytes, "output.part_bytes")
     typed = {name: typed_block(name, node) for name, node in given.items()}
     object.__setattr__(obj, "_blocks", {name: block for name, (_, block) in typed.items()})
     object.__setattr__(obj, "_block_nodes", {name: plain for name, (plain, _) in typed.items()})

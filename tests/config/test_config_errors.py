@@ -131,7 +131,7 @@ def test_hydras_defaults_list_and_null_key_messages_become_the_command_lines():
     exc = ConfigCompositionException("Could not delete from config. 'output.max_bytes' does not exist.")
     assert one_line(exc, ["~output.max_bytes"], keys, lambda g: []).startswith(
         "~output.max_bytes: output.max_bytes is already unset (null)")
-    with pytest.raises(ConfigError, match=r"^output.max_bytes must be at least 1 byte \(or null: no limit\), got -5$"):
+    with pytest.raises(ConfigError, match=r"^output.max_bytes=-5; give bytes as a number or with a unit \(512MB, 2GiB\)$"):
         check_config(load({"model": {"_target_": "torch.nn.Identity"}, "data": {"dataset": {"_target_": "x.y"}},
                            "output": {"max_bytes": -5}}))
 
@@ -142,9 +142,31 @@ def test_a_part_size_below_one_byte_is_refused_on_a_local_path_too(tmp_path):
 
     import hookrun
 
-    with pytest.raises(ConfigError, match=r"^output.part_bytes must be at least 1 byte \(the rows of one part file of an "
-                                          r"object-store path; default 2 GiB\), got -5$"):
+    with pytest.raises(ConfigError, match=r"^output.part_bytes=-5; give bytes as a number or with a unit \(512MB, 2GiB\)$"):
         hookrun.run({"hooks": {"h": {"at": "0", "type": "forward"}}, "progress": False,
                      "output": {"path": str(tmp_path / "a.h5"), "part_bytes": -5}},
                     model=torch.nn.Sequential(torch.nn.Linear(4, 2)), dataset=torch.randn(4, 4))
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("given", "bytes_"), [("2GB", 2 * 10**9), ("512MiB", 512 * 2**20), (" 1.5 kb ", 1500),
+                                               (4096, 4096), ("700", 700)])
+def test_output_sizes_take_the_units_every_size_key_takes(given, bytes_):
+    """output.max_bytes (and output.part_bytes) took a number of bytes only ('2GB': OmegaConf's 'could not be
+    converted to Integer'), while probe.memory, similarity.memory, ... take 2GB, 512MiB: one parser now."""
+    cfg = load({"model": MODEL, "data": {"dataset": {"_target_": "x"}},
+                "output": {"max_bytes": given, "part_bytes": given}})
+    assert (cfg.output.max_bytes, cfg.output.part_bytes) == (bytes_, bytes_)
+
+
+def test_a_size_on_the_command_line_bounds_the_run_and_a_bad_one_is_one_line(tmp_path):
+    hooks = "hooks={r: {at: block1, type: forward}}"
+    done = run_cli("model=tiny_cnn", "data=shapes", "data.limit=1", "progress=false", hooks, "output.max_bytes=1KB",
+                   f"hydra.run.dir={tmp_path / 'a'}")
+    assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].endswith(
+        "exceeds output.max_bytes=1000; record less (what, select, reduce, dtype, every, limit, data.limit) or raise "
+        "output.max_bytes (dry_run=true shows the estimate per capture)"), done.stderr
+    done = run_cli("model=tiny_cnn", hooks, "output.max_bytes=2GBs", f"hydra.run.dir={tmp_path / 'b'}")
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "hookrun: error: output.max_bytes='2GBs'; give bytes as a number or with a unit (512MB, 2GiB)"], done.stderr
+    assert not (tmp_path / "b" / "captures.h5").exists()

@@ -205,8 +205,8 @@ def test_circuit_edge_names_and_entries_say_what_is_wrong(tmp_path, name, entry,
 
 
 def test_the_memory_floor_named_in_mib_is_enough(lens):
+    from hookrun.errors import parse_bytes
     from hookrun.runner.kinds.patching.edges.bounded import _mib
-    from hookrun.runner.memory import parse_bytes
 
     assert _mib(650160) == "0.7MiB"  # 650160 / 2**20 = 0.62: 0.6MiB (629145 bytes) is too little
     assert all(parse_bytes(_mib(n), "m") >= n for n in range(1, 3 << 20, 4099))

@@ -16,8 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from hookrun.errors import ConfigError, close_matches, one_of
-from hookrun.runner.memory import parse_bytes
+from hookrun.errors import ConfigError, close_matches, one_of, parse_bytes
 
 METHODS = ("saliency", "input_x_gradient", "integrated_gradients", "occlusion", "grad_cam", "lrp")
 LAYER_METHODS = ("integrated_gradients", "input_x_gradient", "grad_cam")  # at: MODULE (captum's Layer* classes)

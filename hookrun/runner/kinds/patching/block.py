@@ -22,10 +22,9 @@ import torch
 from torch.utils.data import default_collate
 
 from hookrun.config.specs import as_bool
-from hookrun.errors import ConfigError, close_matches, one_of
+from hookrun.errors import ConfigError, close_matches, one_of, parse_bytes
 from hookrun.runner.kinds.patching.edges.spec import EDGE_METHODS, FaithSpec, parse_edge_keys
 from hookrun.runner.kinds.patching.metrics import PATCH_METRICS
-from hookrun.runner.memory import parse_bytes
 
 DIRECTIONS, METHODS = ("denoise", "noise"), ("exact", "atp", "atp_ig", *EDGE_METHODS)
 SITE_KEYS = ("at", "over", "dims")

@@ -10,20 +10,17 @@ logistic, a budget too small for one batch) is checked by the kind (kind.py) bef
 
 from __future__ import annotations
 
-import re
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from hookrun.errors import ConfigError, close_matches
+from hookrun.errors import ConfigError, close_matches, parse_bytes
 
 METHODS = ("logistic", "ridge")
 # hookrun.probe(..., test_data=DATASET): the live test set, handed to the kind for one run (notebook.py sets
 # it; the block's node says {dataset: {live: package.Class}}, as run(cfg, dataset=d)'s data.dataset does)
 LIVE_TEST: ContextVar[Any] = ContextVar("probe_live_test", default=None)
 POOLS = ("mean", "max", "last", "every")
-UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 1 << 10, "m": 1e6, "mb": 1e6, "mib": 1 << 20,
-         "g": 1e9, "gb": 1e9, "gib": 1 << 30, "t": 1e12, "tb": 1e12, "tib": 1 << 40}
 
 
 @dataclass
@@ -97,13 +94,3 @@ class ProbeBlock:
                               f"hookrun.probe(model, data, test_data=DATASET) hands over; in a config give "
                               f"{{dataset: {{_target_: package.module.Name}}}}")
         self.memory = parse_bytes(self.memory, "probe.memory")
-
-
-def parse_bytes(value: Any, where: str) -> int:
-    """2000000, '512MB', '2GiB' -> bytes."""
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
-    if m is None or m.group(2).lower() not in UNITS or float(m.group(1)) <= 0:
-        raise ConfigError(f"{where}={value!r}; give bytes as a number or with a unit (512MB, 2GiB)")
-    return max(1, int(float(m.group(1)) * UNITS[m.group(2).lower()]))

@@ -10,13 +10,12 @@ ConfigError line each.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from hookrun.errors import ConfigError, close_matches, one_of
+from hookrun.errors import ConfigError, close_matches, one_of, parse_bytes
 
 MEASURES = ("linear_cka", "rbf_cka", "rsa")
 ESTIMATORS = ("exact", "unbiased", "minibatch")
@@ -29,8 +28,6 @@ WITH_KEYS = ("model", "at")
 # hookrun.similarity(..., with_={"model": module}): the live second model, handed to the kind for one run
 # (notebook.py sets it; the block's node says {live: package.Class}, as run(cfg, model=m)'s `model` does)
 LIVE_WITH: ContextVar[Any] = ContextVar("similarity_live_with", default=None)
-UNITS = {"": 1, "b": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "kb": 1e3, "kib": 1 << 10, "mb": 1e6, "mib": 1 << 20, "gb": 1e9, "gib": 1 << 30,
-         "tb": 1e12, "tib": 1 << 40}
 
 
 @dataclass
@@ -64,7 +61,7 @@ class SimilarityBlock:
         if not number or not SIGMAS[0] <= self.sigma <= SIGMAS[1]:  # (NaN and inf fail too)
             raise ConfigError(f"similarity.sigma={self.sigma!r}: the rbf width is a fraction of the median distance "
                               f"between rows, from {SIGMAS[0]:g} to {SIGMAS[1]:g} (Kornblith et al. use 0.2 to 0.8)")
-        self.memory = parse_memory(self.memory)
+        self.memory = parse_bytes(self.memory, "similarity.memory")
         if self.with_ is not None:
             self.with_ = _with(self.with_)
 
@@ -105,13 +102,3 @@ def _with(node: Any) -> dict[str, Any]:
         raise ConfigError(f"similarity.with.model={model!r}: give the second model as a node with "
                           f"`_target_: package.module.Name`, e.g. {{_target_: torchvision.models.resnet34}}")
     return {"model": dict(model), "at": _names(node.get("at"), "similarity.with.at")}
-
-
-def parse_memory(value: Any) -> int:
-    """1000000, '512MB', '2GiB' -> bytes (runner/memory.parse_bytes's units)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
-    if m is None or m.group(2).lower() not in UNITS or float(m.group(1)) <= 0:
-        raise ConfigError(f"similarity.memory={value!r}; give bytes as a number or with a unit (512MB, 2GiB)")
-    return max(1, int(float(m.group(1)) * UNITS[m.group(2).lower()]))
