@@ -88,6 +88,31 @@ def test_score_out_never_replaces_the_source_nor_an_existing_file(tmp_path, lens
     assert src.read_bytes() == stamp and other.read_bytes() == b"mine"
 
 
+def test_an_object_store_out_is_one_line_before_any_run_and_a_file_url_is_the_source(tmp_path, lens, capsys, monkeypatch):
+    """`score --out s3://b/x.h5` was checked as a local Path (never existing: --overwrite was not asked, and the
+    run was forced to output.overwrite=true) and `export ... s3://b/g.json` wrote ./s3:/b/g.json: both are
+    refused now, as the scheme registry says what is a URL; `--out file:///SRC` is the source itself."""
+    import hookrun.runner.run as runner
+
+    items = bounded_ref.lens_items()
+    src = tmp_path / "src.h5"
+    file_run(src, lens, items)
+    monkeypatch.chdir(tmp_path)
+    runs = []
+    monkeypatch.setattr(runner, "run", lambda cfg: runs.append(cfg))  # (score's run: never reached)
+    assert main(["score", str(src), "--circuit", str(tmp_path / "c.json"), "--out", "s3://b/x.h5", "--overwrite"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "hookrun.circuits: error: --out s3://b/x.h5: the scoring run is written to a local path, not to an object-store URL; "
+        "name a local path (and copy it to the store after)"]
+    assert main(["score", str(src), "--circuit", str(tmp_path / "c.json"), "--out", f"file://{src}"]) == 2
+    assert f"--out file://{src} is the run being scored" in capsys.readouterr().err
+    assert main(["export", str(src), "--format", "eap-ig", "s3://b/g.json"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "hookrun.circuits: error: out s3://b/g.json: the export is written to a local path, not to an object-store URL; "
+        "name a local path (and copy it to the store after)"]
+    assert not runs and sorted(p.name for p in tmp_path.iterdir()) == ["src.h5"]
+
+
 def test_fewer_than_two_fractions_are_refused(lens, capsys, tmp_path):
     items = bounded_ref.lens_items()
     with pytest.raises(ConfigError) as err:
