@@ -37,7 +37,8 @@ def _declares(action: Any, name: str) -> bool:
 
 def tensor_checked(points: list[HookPoint]) -> list[tuple[HookPoint, Any]]:
     return [(p, a) for p in points for a in p.actions
-            if p.site is None and p.type in ("forward", "forward_pre") and _declares(a, "check_tensor")]
+            if p.site is None and p.type in ("forward", "forward_pre") and _declares(a, "check_tensor")
+            and getattr(a, "checks_tensor", True)]  # (record: only with a select)
 
 
 def check_items(points: list[HookPoint], item: Any) -> None:

@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import batches, make_cfg
+from conftest import batches, make_cfg, run_cli
 
 import hookrun
 from hookrun.errors import ConfigError, RunError
@@ -267,3 +267,33 @@ def test_an_undeclared_t_by_b_tensor_is_per_step_and_rows_sample_folds_it_as_ask
         assert f["captures/s/swap/output"].attrs["rows"] == "steps"
         np.testing.assert_array_equal(f["captures/s/swap/output"][:], want.numpy())
         np.testing.assert_array_equal(g["captures/s/swap/output"][:], want.reshape(12, 2, 4, 16).numpy())
+
+
+def test_a_select_past_an_axis_is_refused_before_any_batch_and_in_a_dry_run(tmp_path):
+    """index 9 of a conv's 4 channels was refused only inside batch 0 (a 'failed' file left behind), and only
+    the dry run's estimate refused it before: now the checks' one-sample forward refuses both, one line."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.ReLU())
+    batch_sizes = []
+    model[0].register_forward_hook(lambda m, args, out: batch_sizes.append(args[0].shape[0]))
+    data = [(torch.randn(1, 8, 8), 0) for _ in range(6)]
+    hooks = {"r": {"at": "0", "type": "forward",
+                   "actions": [{"name": "record", "what": "output", "select": {"dim": "channel", "index": [1, 9]}}]}}
+    for dry_run in (False, True):
+        with pytest.raises(ConfigError) as exc:
+            hookrun.run({"hooks": hooks, "device": "cpu", "progress": False, "dry_run": dry_run, "data": {"batch_size": 3},
+                         "output": {"path": str(tmp_path / "a.h5")}}, model=model, dataset=data)
+        assert str(exc.value) == ("hooks.r.actions.0: select index 9 of dim channel at 0 is past the 4 entries of output "
+                                  "(shape (1, 4, 6, 6) in one sample's forward); use 0 to 3 (or -4 to -1)")
+    assert batch_sizes == [1, 1] and not list(tmp_path.iterdir())  # one sample's forward each, no batch of 3
+
+
+@pytest.mark.slow
+def test_a_token_index_past_the_texts_is_refused_before_any_batch_on_the_command_line(tmp_path):
+    done = run_cli("model=tiny_lm", "data=text", "progress=false", f"hydra.run.dir={tmp_path}",
+                   "hooks={r: {at: transformer.h.0, type: forward, actions: [{name: record, what: output, "
+                   "select: {dim: token, index: [999]}}]}}")
+    assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == (
+        "hookrun: error: hooks.r.actions.0: select index 999 of dim token at transformer.h.0 is past the 32 entries "
+        "of output (shape (1, 32, 128) in one sample's forward); use 0 to 31 (or -32 to -1)"), done.stderr
+    assert not (tmp_path / "captures.h5").exists()

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from torch import nn
+from torch import Tensor, nn
 
 from hookrun.errors import ConfigError, RunError, one_of
 from hookrun.hooks.events import Event, StepState, family
@@ -32,11 +32,13 @@ from hookrun.store.capture_schema import BY_RANK, PATTERN, PATTERN_FNS, unnamed
 DIM_NAMES = {"channel": 1, "height": 2, "width": 3, "token": 1, "feature": -1}
 
 
-def check_dim(spec: Any, where: str) -> None:
+def check_dim(spec: Any, where: str) -> Any:
+    """`spec` itself, where it names a dim of a sample (a number, 'spatial', a name); ConfigError otherwise."""
     if isinstance(spec, bool) or not (isinstance(spec, int) or spec == "spatial" or spec in DIM_NAMES):
         raise ConfigError(f"{where}: dim {spec!r}; use a number, 'spatial' or one of: {one_of(DIM_NAMES)}")
     if spec == 0:
         raise ConfigError(f"{where}: dim 0 is the batch; reduce or select over the dims of a sample (1, 2, ...)")
+    return spec
 
 
 def dim_list(spec: Any, ndim: int, ev: Event, role: str) -> list[int]:
@@ -53,6 +55,41 @@ def dim_index(spec: Any, ndim: int, ev: Event, role: str) -> int:
     if not 0 < d < ndim:
         raise RunError(f"hook {ev.hook!r} at {ev.where}: {role} has {ndim} dims, so dim {spec!r} does not exist")
     return d
+
+
+def check_selections(tensor: Any, selections: list, where: str, module: str, role: str) -> None:
+    """Before any batch: `selections` (parse_select's) walked over the shape of one sample's tensor as
+    select_reduce makes them; an index or slice past an axis is the batch's refusal, one ConfigError
+    line, now. Only a (1, ...) tensor (one row per sample, not folded: its axes are a batch's)."""
+    if not isinstance(tensor, Tensor) or tensor.dim() < 2 or tensor.shape[0] != 1:
+        return
+    shape = list(tensor.shape)
+    for dim, index, label in selections:
+        d = DIM_NAMES.get(dim, dim) if isinstance(dim, str) else dim
+        d = d + len(shape) if d < 0 else d
+        if not 0 < d < len(shape):
+            raise ConfigError(f"{where}: select dim {dim!r} at {module}: {role} has {len(shape)} dims (shape "
+                              f"{tuple(shape)} in one sample's forward), so dim {dim!r} does not exist")
+        n = shape[d]
+        if index == "last":
+            shape.pop(d)
+        elif isinstance(index, slice):
+            if not len(range(*index.indices(n))):
+                raise ConfigError(f"{where}: select {dim}={label} at {module} takes nothing of the {n} entries of {role} "
+                                  f"(shape {tuple(shape)} in one sample's forward); give a range within 0:{n}")
+            shape[d] = len(range(*index.indices(n)))
+        else:
+            bad = next((i for i in index if not -n <= i < n), None)
+            if bad is not None:
+                raise ConfigError(f"{where}: select index {bad} of dim {dim} at {module} is past the {n} entries of {role} "
+                                  f"(shape {tuple(shape)} in one sample's forward); use 0 to {n - 1} (or -{n} to -1)")
+            shape[d] = len(index)
+
+
+def parse_selects(select: Any, where: str) -> list[tuple[Any, Any, str]]:
+    """record's `select`: one spec or a list of them (applied in order), each parse_select's."""
+    specs = [] if select is None else list(select) if isinstance(select, list | tuple) else [select]
+    return [parse_select(spec, where) for spec in specs]
 
 
 def parse_select(spec: Any, where: str) -> tuple[Any, Any, str]:

@@ -7,18 +7,15 @@
     actions: [{name: record, what: output, select: {dim: token, index: last}}]  # each sample's last token
     actions: [{name: record, what: output, dim_names: [head, query, key]}]      # the axes' names in the file
 
-Reductions run on the tensor's device before the copy, in this order (hookrun.hooks.actions.reduction):
-`select` (index lists or slices along named dims), `reduce` (mean / max / norm over `dims`), `dtype`;
-`every` keeps every Nth step, `limit` the first N rows. The capture's attributes record what was
-done. `rows` says how a tensor becomes rows (auto | sample | step | token:
-hookrun.hooks.actions.rows); a reduction over the token dim and `index: last` follow the batch's
-attention mask (padding is left out).
-Each capture's axes are named by meaning at its first batch (hookrun.hooks.actions.dims.meaning:
-`sample, head, query, key` for an attention pattern, `token, feature` for token rows, ...), or by
-`dim_names` (one name per axis of a row); the names become the dataset's `dims` attribute.
-
-A snapshot is a copy taken when the hook fires, so a later in-place op (ReLU(inplace=True) after
-bn1) cannot change what was recorded.
+Reductions run on the tensor's device before the copy, in this order (hookrun.hooks.actions.reduction): `select`
+(index lists or slices along named dims), `reduce` (mean / max / norm over `dims`), `dtype`; `every` keeps every Nth
+step, `limit` the first N rows. The capture's attributes record what was done. `rows` says how a tensor becomes rows
+(auto | sample | step | token: hookrun.hooks.actions.rows); a reduction over the token dim and `index: last` follow
+the batch's attention mask (padding is left out). Each capture's axes are named by meaning at its first batch
+(hookrun.hooks.actions.dims.meaning: `sample, head, query, key` for an attention pattern, `token, feature` for token
+rows, ...), or by `dim_names` (one name per axis of a row); the names become the dataset's `dims` attribute. A
+snapshot is a copy taken when the hook fires, so a later in-place op (ReLU(inplace=True) after bn1) cannot change what
+was recorded.
 """
 
 from __future__ import annotations
@@ -31,7 +28,13 @@ import torch
 from hookrun.config.schema import DTYPES, Mode
 from hookrun.errors import ConfigError, HookrunError, RunError, one_of
 from hookrun.hooks.actions.base import ACTIONS, Action
-from hookrun.hooks.actions.dims import axis_names, check_dim, check_names, parse_select
+from hookrun.hooks.actions.dims import (
+    axis_names,
+    check_dim,
+    check_names,
+    check_selections,
+    parse_selects,
+)
 from hookrun.hooks.actions.reduction import (
     REDUCERS,
     STEP,
@@ -70,10 +73,8 @@ class Record(Action):
         wanted = [what] if isinstance(what, str) else list(what or [])
         for w in wanted:
             if family(w) not in hook_type.roles:
-                raise ConfigError(
-                    f"{self.where}: record what={w!r} is not something a {hook_type.name} "
-                    f"hook sees; choose from: {one_of(hook_type.roles)}"
-                )
+                raise ConfigError(f"{self.where}: record what={w!r} is not something a {hook_type.name} hook sees; "
+                                  f"choose from: {one_of(hook_type.roles)}")
         self.what = tuple(wanted)
         # inputs named by argument (input.hidden_states) that may come positionally: their positions
         self.named = {w: positional_index(point.target, w.split(".", 1)[1]) for w in wanted
@@ -88,10 +89,9 @@ class Record(Action):
             raise ConfigError(f"{self.where}: record dims={dims!r} does nothing without reduce; add reduce (choose from: "
                               f"{one_of(REDUCERS)}), or remove dims")
         self.reduce, dims = reduce, "spatial" if dims is None else dims
-        self.dims = dims if isinstance(dims, list | tuple) else [dims]
-        for d in self.dims:
-            check_dim(d, self.where)
-        self.selections = [parse_select(s, self.where) for s in _as_list(select)]
+        self.dims = [check_dim(d, self.where) for d in (dims if isinstance(dims, list | tuple) else [dims])]
+        self.selections = parse_selects(select, self.where)
+        self.checks_tensor = bool(self.selections)  # (runner/action_state: checked in one sample's forward)
         if not isinstance(every, int) or every < 1:
             raise ConfigError(f"{self.where}: record every={every!r}; expected a whole number >= 1")
         if limit is not None and (not isinstance(limit, int) or limit < 1):
@@ -146,6 +146,10 @@ class Record(Action):
             raise ConfigError(
                 f"{self.where}: record in mode=generate needs rows: token: a hook fires on the prompt (batch, T, ...) and "
                 f"then once per new token (batch, 1, ...), so rows of one shape per sample or step cannot hold it")
+
+    def check_tensor(self, role: str, tensor: Any) -> None:  # before any batch: select against one sample's tensor
+        if self.wants(role) and self.rule.rows != "ragged":
+            check_selections(tensor, self.selections, self.where, self.point.module, role)
 
     def wants(self, role: str) -> bool:
         return not self.what or any(role == w or role.startswith(w + ".") for w in self.what)
@@ -293,8 +297,3 @@ class Record(Action):
         """select -> reduce, on the tensor's device (not yet a copy, not yet cast)."""
         return select_reduce(t, self.selections, self.reduce, self.dims, ev, role)
 
-
-def _as_list(value: Any) -> list:
-    if value is None:
-        return []
-    return list(value) if isinstance(value, list | tuple) else [value]
