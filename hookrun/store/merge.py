@@ -81,8 +81,9 @@ def build_view(path: Path, shards: list[Path], attrs: dict) -> View:
                 out.attrs["world_size"] = len(shards)
                 out.attrs["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
             os.replace(tmp, path)
-        except BaseException:
+        except BaseException:  # (an old view goes too: the shards it read were written again, it reads them as zeros)
             tmp.unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
             raise
     finally:
         for _, f in opened:
@@ -149,7 +150,8 @@ def _write(out: h5py.File, opened: list[tuple[Path, h5py.File]]) -> int:
             continue  # a data.store key padded to different lengths per shard: left out of the view
         if name in ("index", "step") or have:
             if len(have) != due:
-                raise RunError(f"/samples/{name} is in {len(have)} of {len(shards)} shards: they were not written by one config")
+                raise RunError(f"/samples/{name} is in {len(have)} of {due} shards ({', '.join(h[0].name for h in have)}): " + (
+                    "their items differ: every item must give a target, or none does (data.target=null)" if name == "target" else "they were not written by one config"))
             _virtual(samples, name, have)
     out.create_group("captures")
     names = dict.fromkeys(name for s in shards for name in s.captures)
@@ -275,11 +277,9 @@ def check_sources(f: h5py.File, path: Path, datasets: list[h5py.Dataset] = ()) -
     names = shard_names(f)
     missing = [n for n in names if not (path.parent / n).is_file()]
     if missing:
-        raise HookrunError(
-            f"{path} is a view over {len(names)} shard files and {len(missing)} of them are missing from "
-            f"{path.parent}: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}; keep the "
-            f"captures.rank-*.h5 files beside it (HDF5 would read their rows as zeros)"
-        )
+        raise HookrunError(f"{path} is a view over {len(names)} shard files and {len(missing)} of them are missing from "
+                           f"{path.parent}: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}; keep the "
+                           f"captures.rank-*.h5 files beside it (HDF5 would read their rows as zeros)")
     here = Path(path).resolve().parent
     for ds in datasets:
         if ds.is_virtual:

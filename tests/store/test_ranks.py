@@ -280,6 +280,34 @@ def test_a_shard_killed_before_its_first_batch_lacks_the_target_column_and_the_v
         assert list(run.samples) == [0, 1, 2, 3] and list(run.targets) == [3, 1, 4, 1]
 
 
+def test_ranks_whose_items_differ_in_having_a_target_are_refused_at_the_merge_and_no_old_view_stays(tmp_path):
+    """A rank whose items have targets beside one whose items have none: the merge's line said 'not written by one
+    config' (the configs are one); with output.overwrite=true the old view stayed, marked complete, reading the new
+    rank's missing targets as class 0 ([0 1 0 1 0 0 0 0] for labels 0 1 0 1 and none)."""
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 2))
+    labelled, bare = [(torch.randn(4), i % 2) for i in range(4)], [torch.randn(4) for _ in range(4)]
+    shards = [shard_path(tmp_path / "captures.h5", r) for r in range(2)]
+
+    def write(*datas):
+        for path, data in zip(shards, datas, strict=True):
+            hookrun.run({"hooks": {"h": {"at": "0", "type": "forward"}}, "progress": False, "data": {"batch_size": 2},
+                         "output": {"path": str(path), "overwrite": True}}, model=model, dataset=data)
+
+    write(labelled, labelled)
+    assert build_view(tmp_path / "captures.h5", shards, {"config": "{}"}).status == "complete"
+    with hookrun.open_run(tmp_path / "captures.h5") as run:
+        assert list(run.targets) == [y for _, y in labelled] * 2
+    write(labelled, bare)
+    with pytest.raises(RunError) as exc:
+        build_view(tmp_path / "captures.h5", shards, {"config": "{}"})
+    assert str(exc.value) == ("/samples/target is in 1 of 2 shards (captures.rank-00000.h5): their items differ: every "
+                              "item must give a target, or none does (data.target=null)")
+    assert not (tmp_path / "captures.h5").exists() and sorted(p.name for p in tmp_path.glob("*.h5")) == [p.name for p in shards]
+
+
 @pytest.mark.slow
 def test_rank_benchmark_quick_mode_runs(tmp_path):
     proc = subprocess.run([sys.executable, "benchmarks/ranks.py", "--quick", "--markdown", str(tmp_path / "b.md")],
