@@ -71,6 +71,7 @@ from hookrun.errors import ConfigError, NotFoundError
 from hookrun.labels import MODEL_LABEL
 from hookrun.store.capture_schema import PATTERN
 from hookrun.store.reading import UrlPath, run_path
+from hookrun.store.schemes import local_only
 
 HIST_VALUES = 2_000_000  # at most this many values go into one histogram
 
@@ -229,7 +230,7 @@ def _file_name(text: str, limit: int | None = 80) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hookrun.plot", description=description(__doc__))
     p.add_argument("path", type=run_path, help="a capture file, a run folder, a multirun folder, or a cache's URL (s3://...)")
-    p.add_argument("--out", type=Path, default=None,
+    p.add_argument("--out", default=None,
                    help="folder for the PNGs (default: figures/ beside the run's file, or in the sweep folder); "
                         "a figure of another run there is never replaced")
     p.add_argument("--samples", type=at_least_one, default=None,
@@ -248,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _plot(a: argparse.Namespace) -> int:
+    a.out = Path(local_only(str(a.out), "--out", "hookrun.plot"))
     made = next((p for p in [*reversed(a.out.absolute().parents), a.out.absolute()] if not p.exists()), None)
     try:  # the folder first: a path it cannot be is one line, not a traceback after the drawing
         a.out.mkdir(parents=True, exist_ok=True)

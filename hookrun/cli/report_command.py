@@ -26,6 +26,7 @@ from hookrun.analysis.sweep import is_sweep, open_sweep
 from hookrun.cli.command import at_least_one, description, ends_quietly, exit_process, run_command
 from hookrun.errors import ConfigError
 from hookrun.store.reading import is_remote, run_path
+from hookrun.store.schemes import local_only
 
 
 def default_out(path: str) -> Path:
@@ -76,7 +77,7 @@ def write(path: str, out: Path | None, budget: Budget) -> Path:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hookrun.report", description=description(__doc__))
     p.add_argument("path", type=lambda t: str(run_path(t)), help="a capture file, a run folder, an object-store URL, or a sweep folder")
-    p.add_argument("--out", type=Path, default=None, help="the HTML file (default: report.html beside the run)")
+    p.add_argument("--out", default=None, help="the HTML file (default: report.html beside the run)")
     p.add_argument("--values", type=at_least_one, default=Budget.values, help="values read for each histogram (a sample beyond)")
     p.add_argument("--samples", type=at_least_one, default=Budget.samples, help="samples shown one by one in each section that draws samples (maps, patterns, ...)")
     p.add_argument("--features", type=at_least_one, default=Budget.features, help="features listed per module in a section that lists them (a dictionary's)")
@@ -85,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _report(a: argparse.Namespace) -> None:
-    target = write(a.path, a.out, Budget(values=a.values, samples=a.samples, features=a.features))
+    out = None if a.out is None else Path(local_only(a.out, "--out", "hookrun.report"))
+    target = write(a.path, out, Budget(values=a.values, samples=a.samples, features=a.features))
     print(f"wrote {target} ({target.stat().st_size / 1e6:.1f} MB)")
 
 

@@ -68,6 +68,17 @@ def local_path(path: object) -> str:
     return str(path)[m.end():] if m else str(path)
 
 
+def local_only(path: object, option: str, what: str) -> str:
+    """`path` as the file system names it, for an option that writes local files only (a command's --out);
+    a URL is one ConfigError line, not a local folder named `s3:` (Path('s3://b/x') is 's3:/b/x')."""
+    if scheme_of(path).remote:
+        from hookrun.errors import ConfigError
+
+        raise ConfigError(f"{option} {path}: an object-store URL; {what} writes to a local path only: name one (and "
+                          f"copy it to the store after)")
+    return local_path(path)
+
+
 def scheme_of(path: object) -> Scheme:
     """The scheme that serves `path`: a registered one, the object store for any other URL, else local."""
     name = prefix(path)

@@ -55,6 +55,20 @@ def test_report_out_naming_a_directory_says_so(run_file, tmp_path, capsys):
     assert list(folder.iterdir()) == []
 
 
+@pytest.mark.parametrize(("command", "name", "out"), [(plot_command, "hookrun.plot", "s3://b/figs"),
+                                                     (report_command, "hookrun.report", "s3://b/r.html")])
+def test_an_object_store_out_is_one_line_not_a_local_folder_named_s3(run_file, tmp_path, capsys, monkeypatch, command,
+                                                                    name, out):
+    """`--out s3://b/figs` was argparse's Path('s3:/b/figs'): the figures (or the page) went to ./s3:/b/ here, silently."""
+    pytest.importorskip("matplotlib" if command is plot_command else "plotly")
+    monkeypatch.chdir(tmp_path)
+    assert command.main([str(run_file), "--out", out]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"hookrun: error: --out {out}: an object-store URL; {name} writes to a local path only: name one (and copy it "
+        f"to the store after)"]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_resumed_runs_last_line_says_this_sessions_batches_and_the_files_samples(tmp_path, checkpoint, monkeypatch,
                                                                                    caplog):
     original = H5Store._write_capture

@@ -102,14 +102,14 @@ def test_an_object_store_out_is_one_line_before_any_run_and_a_file_url_is_the_so
     monkeypatch.setattr(runner, "run", lambda cfg: runs.append(cfg))  # (score's run: never reached)
     assert main(["score", str(src), "--circuit", str(tmp_path / "c.json"), "--out", "s3://b/x.h5", "--overwrite"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "hookrun.circuits: error: --out s3://b/x.h5: the scoring run is written to a local path, not to an object-store URL; "
-        "name a local path (and copy it to the store after)"]
+        "hookrun.circuits: error: --out s3://b/x.h5: an object-store URL; circuits score writes to a local path only: "
+        "name one (and copy it to the store after)"]
     assert main(["score", str(src), "--circuit", str(tmp_path / "c.json"), "--out", f"file://{src}"]) == 2
     assert f"--out file://{src} is the run being scored" in capsys.readouterr().err
     assert main(["export", str(src), "--format", "eap-ig", "s3://b/g.json"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "hookrun.circuits: error: out s3://b/g.json: the export is written to a local path, not to an object-store URL; "
-        "name a local path (and copy it to the store after)"]
+        "hookrun.circuits: error: out s3://b/g.json: an object-store URL; circuits export writes to a local path only: "
+        "name one (and copy it to the store after)"]
     assert not runs and sorted(p.name for p in tmp_path.iterdir()) == ["src.h5"]
 
 

@@ -33,7 +33,7 @@ from hookrun.errors import ConfigError
 from hookrun.runner.kinds.patching.edges.formats import FORMATS, describe_cfg, to_eap_ig, write_mib
 from hookrun.runner.kinds.patching.edges.mib import mib_circuit
 from hookrun.runner.kinds.patching.edges.spec import parse_fractions
-from hookrun.store.schemes import local_path, scheme_of
+from hookrun.store.schemes import local_only, local_path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -67,7 +67,7 @@ def export(a: argparse.Namespace) -> int:
         raise ConfigError("--format mib needs --task and --model: MIB reads the folder {task}_{model} (e.g. --task ioi --model gpt2)")
     if a.fraction is not None and not 0 < a.fraction <= 1:
         raise ConfigError(f"--fraction {a.fraction}; give a fraction of the edges in (0, 1]")
-    a.out = _local_file(a.out, "out", "the export")
+    a.out = local_only(a.out, "out", "circuits export")
     with open_run(a.run) as run:
         meta = json.loads(run.attrs.get("patching") or "{}")
         if "graph" not in meta:
@@ -134,21 +134,12 @@ def _check_out(a: argparse.Namespace) -> None:
     --overwrite says so; before anything is read or written."""
     if a.out is None:
         return
-    _local_file(a.out, "--out", "the scoring run")
+    local_only(a.out, "--out", "circuits score")
     out, source = Path(local_path(a.out)).expanduser(), Path(a.source).expanduser()
     if out.resolve() == source.resolve():
         raise ConfigError(f"--out {a.out} is the run being scored: the rescoring run would replace it; name another --out")
     if out.exists() and not a.overwrite:
         raise ConfigError(f"--out {a.out} exists; name another --out, or add --overwrite to replace it")
-
-
-def _local_file(path: str, option: str, what: str) -> str:
-    """`path` as the file system names it (file:///x -> /x); a URL (the scheme registry's remote) is one line:
-    the command writes local files only, and `Path('s3://b/x')` would be a local folder `s3:` (and never exist)."""
-    if scheme_of(path).remote:
-        raise ConfigError(f"{option} {path}: {what} is written to a local path, not to an object-store URL; name "
-                          f"a local path (and copy it to the store after)")
-    return local_path(path)
 
 
 def _numbers(text: str) -> list[Any]:
