@@ -118,11 +118,11 @@ class ShardRun:
 
     def run_and_merge(self, store: dist.Store, cfg: HookrunConfig,
                       body: Callable[[HookrunConfig, Destination, Callable], R]) -> R:
-        status, refused = "failed", False
+        status, refused, signalled = "failed", False, False
         beat = Heartbeat(store, self.r.rank)
         try:
             result = body(cfg, self.layout.mine, self.adjust)
-            status = result.status
+            status, signalled = result.status, getattr(result, "signum", None) is not None  # (a signal in its last batch)
         except KeyboardInterrupt:
             status = "interrupted"
             raise
@@ -135,7 +135,7 @@ class ShardRun:
             store.set(f"done/{self.r.rank}", status)
             if self.r.rank == 0 and status != "dry_run" and not refused:
                 try:
-                    view = self.merge(store, stopped=status != "complete")
+                    view = self.merge(store, stopped=status != "complete" or signalled)  # stopped: wait GRACE_SECONDS
                 except (HookrunError, OSError) as exc:
                     if status == "complete":
                         raise

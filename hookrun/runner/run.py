@@ -55,6 +55,7 @@ class RunResult:
     estimated_bytes: int | None = None  # set by dry_run
     status: str = "complete"
     note: str = ""  # the kind's summary for the run's last log line (an edges run's recovered fractions)
+    signum: int | None = None  # a SIGTERM/SIGINT that came in the last batch (complete all the same): rank 0 then waits briefly
 
 
 def run(cfg: Any, model: torch.nn.Module | None = None, dataset: Any = None) -> RunResult:
@@ -142,8 +143,7 @@ def _run(cfg: HookrunConfig, dest: Destination, started: float, model: torch.nn.
             report = plan_estimate(p)
             if cfg.dry_run:
                 print(report.text(), flush=True)
-                return RunResult(dest.result, 0, 0, time.perf_counter() - started, estimated_bytes=report.total_bytes,
-                                 status="dry_run")
+                return RunResult(dest.result, 0, 0, time.perf_counter() - started, estimated_bytes=report.total_bytes, status="dry_run")
             check_max_bytes(report.total_bytes, cfg.output.max_bytes)
         return execute(p, resume, started)
     finally:
@@ -239,7 +239,7 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
         if not replayed:  # stopped while the old batches were copied: the old file is as it was
             raise Interrupted(stop.signum or signal.SIGINT, None, 0, resumed_from=dest.result)
         raise Interrupted(stop.signum or signal.SIGINT, dest.result, store.steps, unit=steps_unit)
-    return RunResult(dest.result, steps, samples, seconds, status=status, note=p.settings.kind.end_note())
+    return RunResult(dest.result, steps, samples, seconds, status=status, note=p.settings.kind.end_note(), signum=stop.signum)
 
 
 def open_store(p: Prepared, resume: Resume | None) -> RunStore:

@@ -14,7 +14,13 @@ import my_pkg
 
 def kill_when_told(ev) -> None:
     """A user action: SIGKILL this process at batch STEP on rank RANK, where the environment has
-    HOOKRUN_TEST_KILL=RANK:STEP (outside the config, which resume compares)."""
+    HOOKRUN_TEST_KILL=RANK:STEP (outside the config, which resume compares); with
+    HOOKRUN_TEST_SLEEP=RANK:STEP:SECONDS that rank's batch STEP first sleeps SECONDS (a slow batch)."""
+    slow = os.environ.get("HOOKRUN_TEST_SLEEP")
+    if slow and ev.call == 0:
+        rank, step, seconds = slow.split(":")
+        if int(os.environ.get("RANK", "0")) == int(rank) and ev.step == int(step):
+            time.sleep(float(seconds))
     told = os.environ.get("HOOKRUN_TEST_KILL")
     if told and ev.call == 0:
         rank, step = map(int, told.split(":"))

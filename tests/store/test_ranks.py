@@ -181,6 +181,28 @@ def test_a_killed_rank_then_resume_gives_the_same_file(tmp_path, single):
 
 
 @pytest.mark.slow
+def test_a_stop_in_rank_0s_last_batch_still_writes_the_incomplete_view(tmp_path, single):
+    """Rank 1 is killed in its first batch while rank 0 sleeps in its last: torchrun's SIGTERM reaches
+    rank 0 in that batch, which ends its shard complete. Rank 0 must still write the incomplete view
+    after a short wait; it waited for rank 1 (dead, never done) until torchrun's SIGKILL 30 s later
+    and left no view. Resume then gives the one-process file."""
+    env = {"HOOKRUN_TEST_KILL": "1:3", "HOOKRUN_TEST_SLEEP": "0:2:8"}  # 6 batches: rank 0 runs 0-2, rank 1 3-5
+    proc = cli(*ARGS, "hydra.run.dir=run", cwd=tmp_path, launcher=TORCHRUN, env=env)
+    assert proc.returncode != 0
+    run_dir = tmp_path / "run"
+    with h5py.File(run_dir / "captures.rank-00000.h5") as f:
+        assert f.attrs["status"] == "complete" and f.attrs["steps_complete"] == 3
+    assert "SIGTERM: finishing the batch in flight" in proc.stderr + proc.stdout
+    assert (run_dir / "captures.h5").exists(), proc.stderr[-3000:]
+    with h5py.File(run_dir / "captures.h5") as f:
+        assert f.attrs["status"] == "incomplete"
+        assert "captures.rank-00001.h5 (running, 0 batches)" in f.attrs["incomplete_shards"]
+    proc = cli(*ARGS, "hydra.run.dir=run", "resume=true", cwd=tmp_path, launcher=TORCHRUN)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_same(run_dir / "captures.h5", single)
+
+
+@pytest.mark.slow
 def test_rank_0_takes_a_silent_rank_for_dead_and_marks_the_view(tmp_path):
     """Two tasks started by hand with submitit's variables (no launcher to stop rank 0 when rank 1
     dies): rank 0 sees rank 1's heartbeat stop and writes an incomplete view instead of hanging."""
