@@ -165,6 +165,7 @@ def make_plan(model: nn.Module, specs: list, env: ActionEnv, mode: Mode | str) -
                         f"it works with type: {', '.join(sorted(cls.fits))}"
                     )
                 point.actions.append(_construct(cls, action_spec, point, hook_type, env))
+            check_record_twins(point)
             if site is not None:  # an op site (hooks/sites.py: loaded only where the plan names one)
                 from hookrun.hooks.sites import check_site_actions
 
@@ -174,6 +175,25 @@ def make_plan(model: nn.Module, specs: list, env: ActionEnv, mode: Mode | str) -
     check_fused_attention(points)
     check_attention_weights(points)
     return points
+
+
+def check_record_twins(point: HookPoint) -> None:
+    """Two records of one tensor in one hook are numbered in the order they fire in a call (output,
+    output@1: before and after an edit); one that keeps other steps or stops sooner (every, limit)
+    would hand its name to the other's rows once it skips a batch, so they must share every and limit."""
+    records = [a for a in point.actions if type(a).__name__ == "Record"]
+    for i, a in enumerate(records):
+        for b in records[i + 1:]:
+            same = not a.what or not b.what or any(x == y or x.startswith(y + ".") or y.startswith(x + ".")
+                                                   for x in a.what for y in b.what)
+            if same and (a.every, a.limit) != (b.every, b.limit):
+                role = next((x for x in a.what if x in b.what), (a.what or b.what or ("its tensors",))[0])
+                limits = [f"every: {r.every}, limit: {'null' if r.limit is None else r.limit}" for r in (a, b)]
+                raise ConfigError(f"{b.where}: a second record of {role} in hook {point.hook!r} with another every/limit "
+                                  f"({limits[0]}; here {limits[1]}); the two "
+                                  f"are numbered by the order they fire ({role}, {role}@1), so once one skips a batch "
+                                  f"the other's rows would take its name; give one of them a hook of its own (the same "
+                                  f"at: under another name)")
 
 
 SITE_TYPES = ("forward", "forward_pre", "tensor")

@@ -72,6 +72,28 @@ def test_limit_keeps_the_first_rows(run_hooks, reference_model, dataset):
     assert f["samples/index"].shape[0] == 12  # the run itself saw every sample
 
 
+@pytest.mark.parametrize("first, second", [({"limit": 6}, {}), ({}, {"every": 2}), ({"what": None, "limit": 4}, {})])
+def test_two_records_of_one_tensor_with_other_limits_in_one_hook_are_refused(tmp_path, checkpoint, first, second):
+    """Two records of one tensor in one hook are numbered by the order they fire (output, output@1): once
+    the limited one stopped, the other's rows took its name (measured: output 10 rows, attrs limit 6; output@1 8 of 12)."""
+    actions = [{"name": "record", "what": "output", **first}, {"name": "record", "what": "output", **second}]
+    hooks = {"r": {"at": "layer2", "type": "forward", "actions": actions}}
+    with pytest.raises(ConfigError, match=r"hooks\.r\.actions\.1: a second record of output in hook 'r' with "
+                                          r"another every/limit \(every: \d+, limit: \w+; here every: \d+, limit: \w+\); "
+                                          r".*; give one of them a hook of its own"):
+        hookrun.run(make_cfg(tmp_path, checkpoint, hooks))
+    assert not list(tmp_path.rglob("*.h5"))
+
+
+def test_the_same_records_in_two_hooks_keep_their_own_rows(run_hooks, reference_model, dataset):
+    """The refusal's way out: the limited record in a hook of its own, each equal to layer2 called directly."""
+    f = run_hooks({"a": {"at": "layer2", "type": "forward", "actions": [{"name": "record", "what": "output", "limit": 6}]},
+                   "b": {"at": "layer2", "type": "forward", "actions": [{"name": "record", "what": "output"}]}})
+    want = layer2_out(reference_model, dataset)
+    np.testing.assert_allclose(f["captures/a/layer2/output"][:], want[:6], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(f["captures/b/layer2/output"][:], want, rtol=1e-5, atol=1e-6)
+
+
 def test_limit_counts_steps_for_per_step_captures(run_hooks):
     grad = {"mode": "grad", "loss": {"_target_": "hookrun.runner.losses.cross_entropy", "_partial_": True}}
     f = run_hooks({"w": {"at": "fc.bias", "type": "param", "actions": [{"name": "record", "limit": 2}]}}, **grad)
