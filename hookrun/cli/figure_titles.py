@@ -43,9 +43,30 @@ def literal_text(fig: Any) -> None:
             f.func = lambda x, pos=None, given=f.func: plain(str(given(x, pos)))
 
 
+def _span(fig: Any, t: Any) -> tuple[float, float]:
+    """Where title `t` may lie across: the figure, and for an axes' title only up to the nearest
+    titled axes beside it in its row (a row of samples' titles must not run into each other)."""
+    lo, hi = fig.bbox.x0, fig.bbox.x1
+    own = next((ax for ax in fig.axes if t in (ax.title, ax._left_title, ax._right_title)), None)
+    if own is None:
+        return lo, hi
+    me = own.get_window_extent()
+    for ax in fig.axes:
+        other = ax.get_window_extent()
+        if ax is own or not any(x.get_text() for x in (ax.title, ax._left_title, ax._right_title)) \
+                or other.y1 <= me.y0 or other.y0 >= me.y1:  # (untitled, or not in this row)
+            continue
+        if other.x1 <= me.x0 + 1:
+            lo = max(lo, other.x1)
+        elif other.x0 >= me.x1 - 1:
+            hi = min(hi, other.x0)
+    return lo, hi
+
+
 def fit_titles(fig: Any, margin: float = 4.0, tries: int = 8) -> None:
-    """Wrap each title (at spaces, then smaller) until it lies inside the figure: a title centred at
-    x may be at most twice the distance from x to the nearer edge wide. Drawn, then measured."""
+    """Wrap each title (at spaces, then smaller) until it lies inside the figure, and an axes' title
+    between the titled axes beside it (_span): a title centred at x may be at most twice the distance
+    from x to the nearer bound wide. Drawn, then measured."""
     import textwrap
 
     for _ in range(tries):
@@ -53,9 +74,10 @@ def fit_titles(fig: Any, margin: float = 4.0, tries: int = 8) -> None:
         box, wide = fig.bbox, []
         for t in titles(fig):
             ext = t.get_window_extent()
+            lo, hi = _span(fig, t)
             centre = (ext.x0 + ext.x1) / 2
-            room = 2 * min(centre - box.x0, box.x1 - centre) - 2 * margin
-            if ext.x0 < box.x0 + margin / 2 or ext.x1 > box.x1 - margin / 2 or ext.y1 > box.y1:
+            room = 2 * min(centre - lo, hi - centre) - 2 * margin
+            if ext.x0 < lo + margin / 2 or ext.x1 > hi - margin / 2 or ext.y1 > box.y1:
                 wide.append((t, room / max(ext.width, 1.0)))
         if not wide:
             return

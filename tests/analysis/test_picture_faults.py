@@ -182,3 +182,27 @@ def test_curves_over_steps_get_no_histogram_in_plot_or_report(tmp_path, capsys):
     assert line.endswith(": a curve's points over steps (counters, learning rate, deletion or insertion), not a distribution")
     note = str(next(s for s in report["sections"] if s["id"] == "captures"))
     assert "histogram of attribution/(model)/deletion" in note and "a curve's points over steps" in note
+
+
+def test_a_row_of_long_sample_titles_do_not_run_into_each_other(tmp_path):
+    """Grad-CAM's titles name each sample's predicted and target class; with long class names (ImageNet's,
+    an image folder's) fit_titles kept each title inside the figure only, so the four titles of a row were
+    drawn over each other. Measured: each title's drawn box lies between its neighbours' boxes."""
+    from hookrun.cli import figures
+
+    names = ["#0 · pred great white shark, white shark, man-eater · target tiger shark, Galeocerdo cuvieri",
+             "#1 · pred hammerhead, hammerhead shark · target electric ray, crampfish, numbfish, torpedo",
+             "#2 · pred goldfish, Carassius auratus · target tench, Tinca tinca", "#3 · pred cock · target hen"]
+
+    def draw(ax, k):
+        ax.set_title(names[k])
+        return ax.imshow(np.zeros((4, 4)), vmin=0, vmax=1)
+
+    fig = figures.image_row(4, draw, "a run · Grad-CAM at layer4", "Grad-CAM")
+    figures.save(fig, tmp_path / "row.png")
+    fig.canvas.draw()
+    boxes = [ax.title.get_window_extent() for ax in fig.axes[:4]]
+    assert [ax.title.get_text().replace("\n", " ") for ax in fig.axes[:4]] == names  # wrapped, every word kept
+    for left, right in zip(boxes, boxes[1:], strict=False):
+        assert left.x1 <= right.x0, (left, right)
+    assert all(fig.bbox.x0 <= b.x0 and b.x1 <= fig.bbox.x1 for b in boxes)
