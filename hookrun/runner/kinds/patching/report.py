@@ -44,9 +44,9 @@ def grid_specs(run: Any) -> list[tuple[str, str, list[Any]]]:
         a = dict(g.attrs)
         about = ", ".join(f"{k} {_short(a[k])}" for k in ("metric", "method", "direction", "metric_clean", "metric_corrupt", "normalize") if k in a)
         first = g.dims[0]  # module (a site's grid) or writer (an edges grid)
-        specs: list[Any] = [Heatmap(z, grid_title(name, a, title), x=x, y=[str(m) for m in g.coords[first].values], xlabel=xlabel,
-                                    ylabel=first, label=_colour_label(a, first), centre=no_effect(a, first))
-                            for title, z, x, xlabel in _planes(g)]
+        specs: list[Any] = [Heatmap(z, grid_title(name, a, title) + more, x=x, y=[str(m) for m in g.coords[first].values],
+                                    xlabel=xlabel, ylabel=first, label=_colour_label(a, first), centre=no_effect(a, first))
+                            for title, z, x, xlabel, more in _planes(g)]
         exact = _exact(run, name) if a.get("method", "exact") != "exact" else None
         if exact is not None:
             est, ex = np.asarray(g.values, dtype=np.float64).ravel(), np.asarray(exact.values, dtype=np.float64).ravel()
@@ -118,21 +118,34 @@ def _exact(run: Any, name: str) -> Any:
         return None
 
 
-def _planes(g: Any) -> list[tuple[str, np.ndarray, list[str] | None, str]]:
-    """(title suffix, module x axis values, axis labels, axis name) for each 2-D plane of a grid:
-    the second axis across, one plane per index of the axes after it (at most 16)."""
+PLANES = 16  # heatmaps drawn per grid
+
+
+def _planes(g: Any) -> list[tuple[str, np.ndarray, list[str] | None, str, str]]:
+    """(title suffix, module x axis values, axis labels, axis name, note) for each 2-D plane of a grid:
+    the second axis across, one plane per index of the axes after it; where that makes more than PLANES
+    planes, the longest `over` axis across (over [head, position]: a module x position plane per head,
+    so the last positions are never the ones left out), and still more than PLANES: the first PLANES,
+    each title saying how many there are."""
     values = np.asarray(g.values, dtype=np.float64)
     if values.ndim == 1:
-        return [("", values[:, None], None, "")]
-    dim = g.dims[1]
+        return [("", values[:, None], None, "", "")]
+    dims = list(g.dims)
+    if int(np.prod(values.shape[2:])) > PLANES:
+        across = 1 + int(np.argmax(values.shape[1:]))
+        order = [0, across, *[i for i in range(1, values.ndim) if i != across]]
+        values, dims = values.transpose(order), [dims[i] for i in order]
+    dim = dims[1]
     x = [str(v) for v in g.coords[dim].values] if dim in g.coords else None
     rest = values.shape[2:]
+    total = int(np.prod(rest))
+    more = f" (the first {PLANES} of {total} planes)" if total > PLANES else ""
     planes = []
     for k, idx in enumerate(np.ndindex(*rest)):
-        if k >= 16:
+        if k >= PLANES:
             break
-        title = "".join(f" · {d} {g.coords[d].values[i] if d in g.coords else i}" for d, i in zip(g.dims[2:], idx, strict=True))
-        planes.append((title, values[(slice(None), slice(None), *idx)], x, dim))
+        title = "".join(f" · {d} {g.coords[d].values[i] if d in g.coords else i}" for d, i in zip(dims[2:], idx, strict=True))
+        planes.append((title, values[(slice(None), slice(None), *idx)], x, dim, more))
     return planes
 
 
