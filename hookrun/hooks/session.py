@@ -147,19 +147,26 @@ class HookSession:
         hook, kind, module, target, actions, state = point.hook, point.type, point.module, point.target, point.actions, self.env.state
         at_firing = self.early_stop.at_firing if self.early_stop is not None else None
         fired = self.fired
+        session = self
 
         def fire(call: int, tensors: dict, writable: str, raw=None, module: str = module) -> Event:
             ev = Event(hook, kind, module, target, call, state, tensors, writable, raw)
             phase = state.phase
-            if not phase.every:  # a run kind's other forward (phase()): a clean one, an ablated one
-                if phase.modifying:
-                    for action in actions:
-                        if action.modifies:
-                            action(ev)
-                return ev
-            fired[i] += 1
-            for action in actions:
-                action(ev)
+            sites = session.interceptor  # (op sites: the actions' own torch calls are no module's, hooks/sites.py)
+            hushed = sites is not None and sites.hush()
+            try:
+                if not phase.every:  # a run kind's other forward (phase()): a clean one, an ablated one
+                    if phase.modifying:
+                        for action in actions:
+                            if action.modifies:
+                                action(ev)
+                    return ev
+                fired[i] += 1
+                for action in actions:
+                    action(ev)
+            finally:
+                if hushed:
+                    sites.unhush()
             if at_firing is not None:
                 at_firing(point, call)
             return ev

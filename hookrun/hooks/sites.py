@@ -92,6 +92,9 @@ class Site:
     counts: dict[str, int] = field(default_factory=dict)  # calls of each FN in the forward in flight
 
 
+HOOK = object()  # on the stack while a hook's own code runs (hush): its torch calls belong to no module
+
+
 class Interceptor:
     """Owns the mode and the hooks that attribute torch calls to the innermost running module."""
 
@@ -130,6 +133,20 @@ class Interceptor:
         self.depth -= 1
         if self.depth == 0:
             self.close()
+
+    def hush(self) -> bool:
+        """A hook's actions are about to run inside a hooked forward: their torch calls (an op's `x + v`,
+        a record's copy) are no module's own code, so they neither fire nor number a site (a child's
+        forward hook runs after the child has left the stack: its calls were counted as the parent's).
+        Modules the hook calls (a splice's SAE) push themselves as usual. True: unhush() after."""
+        if self.depth:
+            self.stack.append(HOOK)
+            return True
+        return False
+
+    def unhush(self) -> None:
+        if self.stack and self.stack[-1] is HOOK:
+            self.stack.pop()
 
     def _push(self, module: nn.Module, args: Any) -> None:
         if module not in self.sites:  # (a hooked module pushes itself, first)
