@@ -179,8 +179,11 @@ def _why(p: HookPoint, seen: dict[str, int], model: nn.Module, group: list[HookP
     if impl not in (None, "eager") and (fn == "softmax" or any(f in seen for f in FUSED_FNS)):
         return fused_message(p, impl)
     module = module_label(p.module.split("/")[0])
-    if seen.get(fn) and call is not None and group is None:
-        return (f"hooks.{p.hook}.at: {p.module} never runs: {module} calls {fn} {seen[fn]} time(s) per forward "
+    if seen.get(fn) and call is not None:  # it calls fn, fewer times than the call named
+        head = f"{p.module} never runs" if group is None else (
+            f"{fn}.{call} runs at none of the {len(group)} modules a glob reaches "
+            f"({', '.join(module_label(q.module.split('/')[0]) for q in group[:4])}{', ...' if len(group) > 4 else ''})")
+        return (f"hooks.{p.hook}.at: {head}: {module} calls {fn} {seen[fn]} time(s) per forward "
                 f"({fn}.0 to {fn}.{seen[fn] - 1}); `{p.module.rsplit('.', 1)[0]}` takes every call")
     own = ", ".join(sorted(seen)[:15]) + (", ..." if len(seen) > 15 else "") if seen else "no torch function"
     if group is None:

@@ -59,3 +59,24 @@ def test_a_pre_hooks_op_on_the_site_module_fires_no_site():
         got = model(**batch).logits
     torch.testing.assert_close(got, want)
     assert sorted(module for _, module, _ in cap.keys()) == ["transformer.h.0/add.0", "transformer.h.0/add.1"]
+
+
+def test_a_globs_call_index_past_the_calls_names_the_calls_it_does_make(tmp_path):
+    """It said 'softmax is called by none of the 2 modules a glob reaches', then listed softmax among
+    transformer.h.0.attn's calls. Reference: each GPT-2 attention module calls softmax once (OwnCalls)."""
+    import subprocess
+    import sys
+
+    model = op_models.gpt2()
+    with torch.no_grad(), op_models.OwnCalls(model) as ref:
+        model(**op_models.padded_batch())
+    assert [n for n, _ in ref.calls if "/softmax" in n] == ["transformer.h.0.attn/softmax.0", "transformer.h.1.attn/softmax.0"]
+    done = subprocess.run([sys.executable, "-m", "hookrun", "experiment=gpt2_attention", "data.limit=1", "data.batch_size=1",
+                           "data.dataset.max_length=16", "progress=false", "hooks.attn.at=transformer.h.*.attn/softmax.3",
+                           f"hydra.run.dir={tmp_path / 'run'}"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        "hookrun: error: hooks.attn.at: softmax.3 runs at none of the 2 modules a glob reaches (transformer.h.0.attn, "
+        "transformer.h.1.attn): transformer.h.0.attn calls softmax 1 time(s) per forward (softmax.0 to softmax.0); "
+        "`transformer.h.0.attn/softmax` takes every call")
+    assert not (tmp_path / "run" / "captures.h5").exists()
