@@ -119,6 +119,9 @@ class Interceptor:
     def _enter(self, module: nn.Module, args: Any) -> None:
         site = self.sites[module]
         site.counts = {}
+        for entries in site.points.values():  # which call of the module this forward is (a shared ReLU's 2nd: 1)
+            for _, point, _ in entries:
+                point.next_forward_call()
         if self.depth == 0:
             self._global = [register_module_forward_pre_hook(self._push),
                             register_module_forward_hook(self._pop, always_call=True)]
@@ -184,20 +187,20 @@ class Interceptor:
                   for call, point, fire in entries if call is None or call == k]
         for point, fire, where in chosen:
             if point.type == "forward_pre":
-                ev = fire(0, flatten(args, "input"), "input", module=where)
+                ev = fire(point.forward_calls - 1, flatten(args, "input"), "input", module=where)
                 if ev.replaced:
                     args = rebuild(args, "input", ev.tensors)
         result = func(*args, **kwargs)
         for point, fire, where in chosen:
             if point.type == "forward":
-                ev = fire(0, {"output": result} if isinstance(result, torch.Tensor) else flatten(result, "output"), "output",
-                          module=where)
+                ev = fire(point.forward_calls - 1, {"output": result} if isinstance(result, torch.Tensor)
+                          else flatten(result, "output"), "output", module=where)
                 if ev.replaced:
                     result = rebuild(result, "output", ev.tensors)
             elif point.type == "tensor":
                 for role, t in flatten(result, "grad").items():
                     if t.requires_grad:
-                        t.register_hook(partial(_on_grad, fire, role, where))
+                        t.register_hook(partial(_on_grad, fire, role, where, point.forward_calls - 1))
         return result
 
 
@@ -232,8 +235,8 @@ class Listener(Interceptor):
         return result
 
 
-def _on_grad(fire: Callable, role: str, where: str, grad: torch.Tensor) -> torch.Tensor | None:
-    ev = fire(0, {role: grad}, "grad", module=where)
+def _on_grad(fire: Callable, role: str, where: str, call: int, grad: torch.Tensor) -> torch.Tensor | None:
+    ev = fire(call, {role: grad}, "grad", module=where)  # (the forward call that made it: backward comes in reverse)
     return ev.tensors[role] if ev.replaced else None
 
 

@@ -80,3 +80,23 @@ def test_a_globs_call_index_past_the_calls_names_the_calls_it_does_make(tmp_path
         "transformer.h.1.attn): transformer.h.0.attn calls softmax 1 time(s) per forward (softmax.0 to softmax.0); "
         "`transformer.h.0.attn/softmax` takes every call")
     assert not (tmp_path / "run" / "captures.h5").exists()
+
+
+def test_a_gradient_site_in_a_module_called_twice_keeps_each_calls_gradient():
+    """A BasicBlock calls its ReLU twice; backward reaches the second call first, and the gradients were
+    numbered by arrival: `grad` held the second call's, `grad@1` the first's. Reference: autograd.grad
+    at each call's output, kept by a raw forward hook on the same ReLU."""
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=10).eval()
+    x = torch.randn(2, 3, 32, 32)
+    outs = []
+    handle = model.layer1[0].relu.register_forward_hook(lambda m, i, o: outs.append(o))
+    want = torch.autograd.grad(model(x).logsumexp(-1).sum(), outs)
+    handle.remove()
+    assert len(want) == 2 and not torch.allclose(want[0], want[1])
+    with hookrun.capture(model, {"g": {"at": "layer1.0.relu/relu", "type": "tensor", "actions": ["record"]}}) as cap:
+        model(x).logsumexp(-1).sum().backward()
+    torch.testing.assert_close(cap["layer1.0.relu/relu.0", "grad"], want[0])
+    torch.testing.assert_close(cap["layer1.0.relu/relu.0", "grad@1"], want[1])
