@@ -35,6 +35,7 @@ from hookrun.analysis.report.figure_specs import (
 )
 from hookrun.cli.figure_ticks import tidy_ticks, upright_if_crowded
 from hookrun.cli.figure_titles import fit_titles, literal_text, titles  # noqa: F401 (titles: the figures' public name)
+from hookrun.store.whole_file import write_whole
 
 STYLE = {"font.size": 11, "axes.titlesize": 11, "axes.labelsize": 11, "xtick.labelsize": 9, "ytick.labelsize": 9,
          "legend.fontsize": 9, "figure.titlesize": 12, "figure.dpi": 100}
@@ -70,8 +71,11 @@ def save(fig: Any, path: Path, source: str | None = None, taken: set[Path] | Non
     literal_text(fig)  # ('$' in a name is a dollar, never maths: before the first draw)
     fit_titles(fig)
     run = RUN_OF.get(source or "")
-    fig.savefig(path, dpi=100, metadata={"Source": source, **({"Run": run} if run else {})} if source else None)
-    pyplot().close(fig)
+    meta = {"Source": source, **({"Run": run} if run else {})} if source else None
+    try:  # (whole or not at all: a plot killed mid-write leaves no cut-off PNG under the final name)
+        write_whole(path, lambda tmp: fig.savefig(tmp, format="png", dpi=100, metadata=meta))
+    finally:
+        pyplot().close(fig)
     return path
 
 

@@ -52,11 +52,11 @@ class Report:
         """Write the page to `path` (whole or not at all) and return the path. A file there is replaced
         only where it is this run's report (an older page of it) or `overwrite=True`: another file, or
         a report of another run, is one ConfigError line."""
-        import os
         from pathlib import Path
 
         from hookrun.analysis.report.page import source_of
         from hookrun.errors import ConfigError
+        from hookrun.store.whole_file import write_whole
 
         path = Path(path)
         if path.is_dir():
@@ -65,13 +65,7 @@ class Report:
             held = "a file that is not a hookrun report" if source_of(path) is None else f"the report of {source_of(path)}"
             raise ConfigError(f"Report.save: {str(path)!r} holds {held}; name another path, or save(path, overwrite=True) "
                               f"to replace it")
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            tmp.write_text(self.html, encoding="utf-8")
-            tmp.replace(path)
-        finally:
-            tmp.unlink(missing_ok=True)
-        return path
+        return write_whole(path, lambda tmp: tmp.write_text(self.html, encoding="utf-8"))
 
     def _repr_html_(self) -> str:
         """The page in an iframe (its own document: its script and styles stay out of the notebook's)."""
