@@ -111,3 +111,22 @@ def test_which_exact_without_recomputed_cells_is_one_line_before_any_forward(blo
     finally:
         handle.remove()
     assert advice in str(e.value) and "\n" not in str(e.value) and not calls
+
+
+@pytest.mark.parametrize("method", ["exact", "atp"])
+@pytest.mark.parametrize("item_mask, real", [([1, 0, 0, 0, 0, 0, 0, 0], 1), ([0] * 8, 0)])
+def test_ce_of_an_item_with_fewer_than_two_real_tokens_is_one_line_before_any_forward(model, method, item_mask, real):
+    """Its mean over no next-token pair was 0/0: every cell NaN (measured: 16 of 16), after every forward."""
+    *_, items = padded("right")
+    items[3] = dict(items[3], attention_mask=torch.tensor(item_mask))
+    calls = []
+    handle = model.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        with pytest.raises(ConfigError, match=rf"^patching.metric.name='ce': item 3 has {real} real token\(s\) \(attention_mask\), "
+                                              r"so no next-token pair \(t, t \+ 1\) to measure: its ce would be 0/0 \(NaN\)"):
+            hookrun.patch_grid(model, items, inputs=MASKED, method=method, metric={"name": "ce"}, sites=RESID)
+    finally:
+        handle.remove()
+    assert calls == []
+    keep = torch.tensor(item_mask).bool()  # the reference: the item's real next-token pairs, counted directly
+    assert int((keep[1:] & keep[:-1]).sum()) == 0

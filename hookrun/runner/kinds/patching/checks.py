@@ -6,7 +6,8 @@ A position outside the sequence, or an answer / wrong id outside the output's cl
 read as another index (position 50 of 8 tokens as 2, -9 as 7) or end in an IndexError: each is
 one ConfigError naming the key, the value and the range. A model whose output has no token axis
 (an image classifier's (items, classes)) has no position to read: ce, which reads next tokens,
-is refused there.
+is refused there; for ce, an item with fewer than 2 real tokens (check_ce), whose mean
+over no next-token pair would be NaN.
 """
 
 from __future__ import annotations
@@ -45,6 +46,29 @@ def check_metric_inputs(block: Any, logits: torch.Tensor, items: Mapping[str, to
                 i = int(bad.nonzero()[0])
                 raise ConfigError(f"patching.metric.{name}={key!r}: item {i} has id {int(ids.reshape(-1)[i])}, outside the "
                                   f"model's {classes} output classes (0..{classes - 1})")
+
+
+def check_ce(block: Any, items: Mapping[str, torch.Tensor], mask_key: str | None) -> None:
+    """ce is each item's mean over its next-token pairs (t, t + 1 both real tokens): an item with fewer
+    than 2 real tokens has none, and its 0/0 made every cell NaN. One ConfigError naming the item, before
+    any forward. (evaluate's ce and loss=lm pool the pairs of every item, where such an item adds none;
+    patching's ce is a mean per item, so it has no value to leave out.)"""
+    if block.user_metric is not None or block.metric != "ce" or items[block.clean].dim() != 2:
+        return
+    ids = items[block.clean]
+    mask = items.get(mask_key) if mask_key else None
+    if mask is not None and tuple(mask.shape) == tuple(ids.shape):
+        real, m = mask.bool().sum(1), mask.bool()
+        pairs, where = (m[:, 1:] & m[:, :-1]).sum(1), " (attention_mask)"
+    else:
+        real = pairs = torch.full((ids.shape[0],), ids.shape[1])
+        pairs, where = pairs - 1, ""
+    if bool((pairs < 1).any()):
+        i = int((pairs < 1).nonzero()[0])
+        raise ConfigError(f"patching.metric.name='ce': item {i} has {int(real[i])} real token(s){where}, so no next-token pair "
+                          f"(t, t + 1) to measure: its ce would be 0/0 (NaN) in every cell; give each item at least 2 real "
+                          f"tokens (evaluate and loss=lm pool the pairs of all items, where such an item adds none; "
+                          f"patching's ce is each item's own mean), or drop item {i}")
 
 
 def _check_position(position: Any, items: Mapping[str, torch.Tensor], tokens: int, n: int) -> None:

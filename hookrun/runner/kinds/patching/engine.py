@@ -40,7 +40,7 @@ from hookrun.hooks.session import HookSession
 from hookrun.runner.kinds.patching.block import Block
 from hookrun.runner.kinds.patching.cell_action import CellMode, PatchCells, PatchState
 from hookrun.runner.kinds.patching.cells import Layout, SiteGrid
-from hookrun.runner.kinds.patching.checks import check_metric_inputs, check_token_ids
+from hookrun.runner.kinds.patching.checks import check_ce, check_metric_inputs, check_token_ids
 from hookrun.runner.kinds.patching.forward_inputs import ForwardCall
 from hookrun.runner.kinds.patching.forward_inputs import repeat_items as _repeat
 from hookrun.runner.kinds.patching.metrics import item_metric, reference_logprobs
@@ -128,6 +128,7 @@ class PatchEngine:
         with torch.no_grad():
             state.mode, state.kept = CellMode.KEEP, {}
             check_token_ids(self.model, self.items, (b.clean, b.corrupt))
+            check_ce(b, self.items, self.call.mask_key)
             source_logits = self.forward(self.source_ids)
             check_metric_inputs(b, source_logits, self.items)
             self.source = state.kept
