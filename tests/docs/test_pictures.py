@@ -165,8 +165,14 @@ def test_lens_mean_over_samples_log_rank_and_top1_text(lens_run):
     by_title = {s.title.split(" · ")[1] + (" mean" if "mean over" in s.title else ""): s for s in specs}
     np.testing.assert_allclose(by_title["KL(final ‖ lens), nats mean"].z, kl_mean, rtol=1e-6)
     kept = np.isfinite(rank_mean).any(0)  # a position without a target in any layer (the last) is left out, and said
-    assert not kept.all() and "without a target left out" in by_title["target rank, log10(1 + rank) mean"].title
-    np.testing.assert_allclose(by_title["target rank, log10(1 + rank) mean"].z, np.log10(1 + rank_mean[:, kept]), rtol=1e-6)
+    assert not kept.all() and "without a target left out" in by_title["target rank, log10(1 + mean rank) mean"].title
+    np.testing.assert_allclose(by_title["target rank, log10(1 + mean rank) mean"].z, np.log10(1 + rank_mean[:, kept]), rtol=1e-6)
+    # the label says what is drawn (log of the mean rank; one sample's picture: of its own rank), on the colour
+    # bar plot draws and in the report's hover
+    for key, said in (("target rank, log10(1 + mean rank) mean", "log10(1 + mean rank)"), ("target rank, log10(1 + rank)", "log10(1 + rank)")):
+        bar = [ax for ax in figures.heatmap(by_title[key]).axes if ax.get_label() == "<colorbar>"][0]
+        assert bar.get_ylabel().startswith(f"target rank, {said}")
+        assert f"target rank, {said}: %{{z" in to_plotly(by_title[key])["data"][0]["hovertemplate"]
     assert "mean over 6 samples" in by_title["KL(final ‖ lens), nats mean"].title
     one = by_title["KL(final ‖ lens), nats"]
     assert [row[: len(one.cells[0])] for row in one.cells] == [[byte_label(int(t)) for t in top1[k, 0, : len(one.cells[0])]]

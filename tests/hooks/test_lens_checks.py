@@ -155,6 +155,6 @@ def test_the_mean_pictures_title_counts_padding_apart_from_positions_without_a_t
     no_target = int((m.any(0) & ((rank < 0) | ~m).all(0)).sum())  # real somewhere, a target nowhere
     assert (padding, no_target) == (pad, 1)
     assert titles["KL(final ‖ lens), nats"].endswith(f"; {padding} positions of padding in every sample left out")
-    assert titles["target rank, log10(1 + rank)"].endswith(
+    assert titles["target rank, log10(1 + mean rank)"].endswith(
         f"; {padding} positions of padding in every sample and {no_target} position without a target left out "
         f"(the last has no next token)")

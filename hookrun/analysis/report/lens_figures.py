@@ -5,7 +5,7 @@ across, first the mean over every sample, then the first samples one by one.
 
 Per layer and position: KL(final || lens) in nats, and the target's rank on a log scale
 (log10(1 + rank): rank 0 is the top; one position such as `<bos>` where the target ranks in the
-hundreds does not wash out the others' colours), and the target's log-probability. The rows are
+hundreds does not wash out the others' colours; in the mean picture log10(1 + the samples' mean rank)), and the target's log-probability. The rows are
 the model's layers (`embed`, `L0`, `L1`, ...: layer_names); positions where no layer has a value
 are left out, and the title counts those of padding in every sample apart from those with no
 target (the last position has no next token). Each cell
@@ -30,6 +30,7 @@ ROLES = {  # role: (what the colour shows, how a value becomes a colour)
     "lens.target_rank": ("target rank, log10(1 + rank)", "log"),
     "lens.target_logprob": ("target log-probability", None),
 }
+MEAN = {"lens.target_rank": "target rank, log10(1 + mean rank)"}  # the mean picture's colour: the log of the mean
 BLOCK = 4096  # rows read at a time
 
 
@@ -157,9 +158,10 @@ def lens_specs(run: Any, samples: int) -> list[Heatmap]:
         keep = np.flatnonzero(~gone) if gone.any() and not gone.all() else np.arange(z.shape[1])
         padded = int((gone & _padding(run, n, z.shape[1])).sum()) if len(keep) < z.shape[1] else 0
         cells = [[row[p] for p in keep] for row in common] if common is not None else None
-        specs.append(Heatmap(_colour(z[:, keep], role), f"logit lens · {ROLES[role][0]} · mean over {n} samples (top-1 token in each cell: "
+        what = MEAN.get(role, ROLES[role][0])
+        specs.append(Heatmap(_colour(z[:, keep], role), f"logit lens · {what} · mean over {n} samples (top-1 token in each cell: "
                              f"the most common){_without(z.shape[1] - len(keep) - padded, padded)}", x=[str(int(p)) for p in keep], y=layers,
-                             xlabel="position", ylabel=ylabel, label=ROLES[role][0], cells=cells))
+                             xlabel="position", ylabel=ylabel, label=what, cells=cells))
     first = by_role[shown[0]][0]
     index = run.index(first.hook, first.module, first.role, call=first.call)
     label = _label(run)

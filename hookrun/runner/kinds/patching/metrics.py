@@ -31,7 +31,7 @@ def item_metric(name: str, logits: torch.Tensor, items: Mapping[str, torch.Tenso
     | prob       | softmax(logits[pos])[answer]                                                  |
     | ce         | mean next-token cross-entropy of `ids` (the clean input) over the sequence    |
     |            | (with `mask`, the attention_mask: over the pairs t, t + 1 both real tokens)   |
-    |            | (an item with no such pair: refused before any forward: checks.check_ce) |
+    |            | (an item with no such pair: refused before any forward, checks.check_ce)      |
     | kl         | KL(reference || this run) at pos, summed over the vocabulary (reference: the  |
     |            | clean run's log-probabilities)                                                |
 
