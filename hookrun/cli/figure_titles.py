@@ -2,7 +2,7 @@
 inside the figure, as `plot` saves it (cli/figures.py's save calls fit_titles).
 
     fig.suptitle("a long run label · hook blocks · layer1.0 · output")
-    fit_titles(fig)                       # wrapped at spaces to the figure's width
+    fit_titles(fig)                       # wrapped at spaces to the figure's width; taller where an axis label needs it
     literal_text(fig)                     # every text as written: a '$' is a dollar, never maths
     [t.get_text() for t in titles(fig)]   # the suptitle and each axes' titles that show something
 """
@@ -80,7 +80,7 @@ def fit_titles(fig: Any, margin: float = 4.0, tries: int = 8) -> None:
             if ext.x0 < lo + margin / 2 or ext.x1 > hi - margin / 2 or ext.y1 > box.y1:
                 wide.append((t, room / max(ext.width, 1.0)))
         if not wide:
-            return
+            break
         for t, ratio in wide:
             lines = t.get_text().split("\n")
             longest = max(len(line) for line in lines)
@@ -90,3 +90,21 @@ def fit_titles(fig: Any, margin: float = 4.0, tries: int = 8) -> None:
                 t.set_fontsize(max(5.0, t.get_fontsize() * max(0.5, min(ratio, 0.9))))
             else:
                 t.set_text(text)
+    _tall_enough(fig, margin)
+
+
+def _tall_enough(fig: Any, margin: float, tries: int = 4) -> None:
+    """Make the figure taller until every axis label (a colour bar's, written along it) lies inside it:
+    titles wrapped onto more lines take height from the axes, and a colour bar's label longer than
+    the shortened bar ran off the figure ("rad-CAM ..." for "Grad-CAM ..."). The layout gives the
+    added height to the axes."""
+    for _ in range(tries):
+        fig.canvas.draw()
+        box = fig.bbox
+        over = max([0.0] + [max(box.y0 - e.y0, e.y1 - box.y1) for e in
+                            (label.get_window_extent() for ax in fig.axes for label in (ax.xaxis.label, ax.yaxis.label)
+                             if label.get_text() and label.get_visible())])
+        if over <= 0:
+            return
+        w, h = fig.get_size_inches()
+        fig.set_size_inches(w, h + (2 * over + 2 * margin) / fig.dpi)

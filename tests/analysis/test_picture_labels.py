@@ -1,0 +1,33 @@
+"""What plot's pictures say: a colour bar's label whole inside the figure however many lines the
+sample titles take, the 'not drawn' line of a sweep's True/False column, and a token model's
+attribution picture in the words of tokens."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("matplotlib")
+from hookrun.analysis.report.figure_specs import MapRow  # noqa: E402
+from hookrun.cli import figures  # noqa: E402
+from hookrun.cli.sample_figures import render  # noqa: E402
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_the_colour_bar_label_lies_inside_the_figure_when_titles_take_three_lines(tmp_path, n):
+    caps = [f"#{i} · pred a_very_long_class_name_number_{i} · target another_quite_long_class_name_{i}" for i in range(n)]
+    label = "Grad-CAM (scaled to 0-1 per sample)"
+    spec = MapRow(np.random.default_rng(0).random((n, 7, 7)), caps, "run · Grad-CAM at layer1.0 (hooks a, b/grad)", label,
+                  np.arange(n), None, no_pictures="\n(no input images: record the model's input, or pass --data)")
+    fig = render(spec)
+    path = figures.save(fig, tmp_path / "g.png")
+    fig.canvas.draw()  # (as written: save drew it at the same dpi)
+    assert max(t.get_text().count("\n") for t in fig.axes[0].texts + [fig.axes[0].title]) >= 2  # titles of 3+ lines
+    bar = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"][0]
+    ext, box = bar.yaxis.label.get_window_extent(), fig.bbox
+    assert bar.yaxis.label.get_text() == label
+    assert box.y0 <= ext.y0 and ext.y1 <= box.y1 and box.x0 <= ext.x0 and ext.x1 <= box.x1, (ext, box)
+    from PIL import Image
+
+    with Image.open(path) as im:  # the file is the figure measured
+        assert abs(im.size[0] - box.width) < 1 and abs(im.size[1] - box.height) < 1
