@@ -4,12 +4,15 @@ grad_cam refused, in one line before any batch, at a module whose output is not 
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
 
 import hookrun
 from hookrun.data.shapes import shapes
+from hookrun.errors import ConfigError
 from hookrun.models.tiny_cnn import tiny_cnn
 
 captum_attr = pytest.importorskip("captum.attr")
@@ -97,3 +100,20 @@ def test_a_memory_budget_of_zero_or_less_bytes_is_refused(tmp_path, memory):
     with pytest.raises(ConfigError, match=f"^{want.replace('(', '[(]').replace(')', '[)]')}$"):
         hookrun.run(cfg, model=tiny_cnn(), dataset=shapes(2))
     assert not path.exists()
+
+
+@pytest.mark.parametrize("size", [0, -2, 2.5, True, "4"])
+def test_a_batch_size_that_is_not_a_whole_number_of_at_least_one_is_one_line(size):
+    """batch_size=0 ended in torch's ValueError from the DataLoader, with a traceback."""
+    model, ds = tiny_cnn().eval(), shapes(size=4)
+    with pytest.raises(ConfigError, match=r"^attribute: batch_size must be a whole number of at least 1 \(data.batch_size of a "
+                                          rf"file run\), got {re.escape(repr(size))}$"):
+        hookrun.attribute(model, ds, batch_size=size, method="saliency")
+
+
+def test_a_numpy_batch_size_is_taken_as_its_number():
+    model, ds = tiny_cnn().eval(), shapes(size=4)
+    got = hookrun.attribute(model, ds, batch_size=np.int64(3), method="saliency")
+    x = torch.stack([ds[i][0] for i in range(4)])  # the reference: captum's Saliency on the same weights
+    want = captum_attr.Saliency(model).attribute(x, target=torch.tensor([int(ds[i][1]) for i in range(4)]))
+    np.testing.assert_allclose(got["attribution"], want.numpy(), rtol=1e-5, atol=1e-7)

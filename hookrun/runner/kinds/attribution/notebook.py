@@ -45,11 +45,14 @@ def attribute(model: nn.Module, dataset: Any, batch_size: int = 16, inputs: Any 
         raise ConfigError(f"attribute: expected a torch.nn.Module, got {type(model).__name__}")
     # numpy's and torch's scalars (np.int64(2), torch.tensor(2)) as the plain numbers a config holds
     b = parse_block({k: v.item() if getattr(v, "ndim", None) == 0 and hasattr(v, "item") else v for k, v in block.items()})
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer) or batch_size < 1:
+        raise ConfigError(f"attribute: batch_size must be a whole number of at least 1 (data.batch_size of a file run), "
+                          f"got {batch_size!r}")
     if len(dataset) == 0:
         raise ConfigError("attribute: the data set is empty")
     spec = CallSpec(inputs, target_key)
     spec.check(dataset[0])
-    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=int(batch_size), shuffle=False)
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     training = model.training
     model.eval()
