@@ -49,7 +49,7 @@ from hookrun.analysis.report.figure_specs import (
     value_label,
 )
 from hookrun.analysis.report.run_sections import LeftOut, is_map
-from hookrun.analysis.report.sweep_charts import sweep_charts, sweep_metrics
+from hookrun.analysis.report.sweep_charts import not_drawn, sweep_charts, sweep_metrics
 from hookrun.analysis.report.token_text import byte_label, token_text  # noqa: F401 (byte_label: plot's public name)
 from hookrun.analysis.run_notes import run_note
 from hookrun.analysis.run_reader import CaptureInfo, Run, block_stats
@@ -212,7 +212,7 @@ def plot_sweep(sweep: Sweep, out: Path, stat: str = "mean", x: str | None = None
     candidates = [c for c in table.columns[table.columns.index("status") + 1 :] if c != "text"]
     metrics = sweep_metrics(table, swept)
     for column in (c for c in candidates if c not in metrics):
-        print(f"not drawn: {column} against {', '.join(swept)} (fewer than two jobs wrote a number to it)")
+        print(f"not drawn: {column} against {', '.join(swept)} ({not_drawn(table, column)})")
     charts = [(f"sweep_{_file_name(c.ylabel)}_vs_{_file_name(c.xlabel)}", c) for c in sweep_charts(table, swept, metrics)]
     drawn = [*charts, *kind_sweep_figures(sweep)]
     if not drawn:

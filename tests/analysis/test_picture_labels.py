@@ -31,3 +31,27 @@ def test_the_colour_bar_label_lies_inside_the_figure_when_titles_take_three_line
 
     with Image.open(path) as im:  # the file is the figure measured
         assert abs(im.size[0] - box.width) < 1 and abs(im.size[1] - box.height) < 1
+
+
+class _Sweep:  # what plot_sweep reads of a sweep: its table, swept keys, folder and jobs (none: no kind's pictures)
+    def __init__(self, folder, rows):
+        from hookrun.analysis.kind_readers import Table
+
+        self.folder, self.swept, self.jobs = folder, ["probe.l2"], []
+        self._table = Table(["job", "probe.l2", "status", "probe converged", "probe test", "probe nan"], rows)
+
+    def table(self, stats=("mean",)):
+        return self._table
+
+
+def test_a_sweeps_true_false_column_is_not_drawn_and_the_line_says_why(tmp_path, capsys):
+    from hookrun.cli.plot_command import plot_sweep
+
+    rows = [{"job": k, "probe.l2": c, "status": "complete", "probe converged": np.bool_(k != 1), "probe test": 0.5 + k / 10,
+             "probe nan": float("nan") if k else 1.0} for k, c in enumerate((0.1, 1.0, 10.0))]
+    written = plot_sweep(_Sweep(tmp_path, rows), tmp_path / "figs")
+    out = capsys.readouterr().out.splitlines()
+    assert [p.name for p in written] == ["sweep_probe_test_vs_probe.l2.png"]  # the one column with numbers
+    assert "not drawn: probe converged against probe.l2 (True/False in each job: a yes/no column is not drawn as a number " \
+           "(the sweep's table shows it))" in out
+    assert "not drawn: probe nan against probe.l2 (fewer than two jobs wrote a number to it)" in out  # 1 finite of 3

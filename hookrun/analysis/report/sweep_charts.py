@@ -76,6 +76,15 @@ def sweep_metrics(table: Any, swept: Sequence[str]) -> list[str]:
     return [c for c in keys if sum(_number(v) is not None for v in table.column(c)) >= 2]
 
 
+def not_drawn(table: Any, column: str) -> str:
+    """Why a column sweep_metrics left out is not drawn, truthfully: a True/False column (a probe's
+    `converged`) is not drawn as a number; any other has a number in fewer than two jobs."""
+    given = [v for v in table.column(column) if v is not None]
+    if given and all(isinstance(v, bool | np.bool_) for v in given):
+        return "True/False in each job: a yes/no column is not drawn as a number (the sweep's table shows it)"
+    return "fewer than two jobs wrote a number to it"
+
+
 def _overrides(table: Any, swept: Sequence[str]) -> set[str]:
     cols = table.columns
     end = cols.index("status") if "status" in cols else 0
