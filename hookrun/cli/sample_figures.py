@@ -55,7 +55,14 @@ def map_row(spec: MapRow) -> Any:
         return no_value(ax, maps[k], ax.imshow(maps[k], cmap=SEQUENTIAL, vmin=0, vmax=1, **({"alpha": 0.5} if pictures is not None else {})))
 
     title = spec.title + (spec.no_pictures if pictures is None else "")
-    return figures.image_row(len(maps), signed if spec.signed else scaled, title, spec.label)
+    fig = figures.image_row(len(maps), signed if spec.signed else scaled, title, spec.label)
+    if spec.xlabel:  # (a token model's maps: position k is the map's column k)
+        from matplotlib.ticker import MaxNLocator
+
+        for ax in fig.axes[: len(maps)]:
+            ax.set_xlabel(spec.xlabel)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    return fig
 
 
 def no_value(ax: Any, m: np.ndarray, heat: Any) -> Any:

@@ -55,3 +55,49 @@ def test_a_sweeps_true_false_column_is_not_drawn_and_the_line_says_why(tmp_path,
     assert "not drawn: probe converged against probe.l2 (True/False in each job: a yes/no column is not drawn as a number " \
            "(the sweep's table shows it))" in out
     assert "not drawn: probe nan against probe.l2 (fewer than two jobs wrote a number to it)" in out  # 1 finite of 3
+
+
+@pytest.mark.parametrize("byte_text", [True, False])
+def test_a_token_models_attribution_picture_speaks_of_tokens(tmp_path, byte_text):
+    pytest.importorskip("transformers")
+    import torch
+
+    import hookrun
+    from hookrun.data.text import ByteTokenizer
+    from hookrun.runner.kinds.attribution.pictures import figures as attribution_figures
+
+    block = {"method": "integrated_gradients", "at": "transformer.wte", "target": "predicted", "steps": 2}
+    cfg = {"data": {"batch_size": 2, "target": None}, "device": "cpu", "progress": False,
+           "output": {"path": str(tmp_path / "t.h5")}, "attribution": block}
+    if byte_text:  # data=text's byte tokens: the run's config says how to read them
+        cfg["model"] = {"_target_": "hookrun.models.tiny_lm"}
+        cfg["data"]["dataset"] = {"_target_": "hookrun.data.text", "files": "pydoc_topics", "max_length": 10, "limit": 2}
+        hookrun.run(cfg)
+    else:  # token ids of a user's model: no tokenizer known
+        from toy_lm import tiny_gpt2
+
+        ids = torch.randint(3, 50, (2, 6), generator=torch.Generator().manual_seed(0))
+        hookrun.run(cfg, model=tiny_gpt2(0, vocab_size=50), dataset=[{"input_ids": ids[i]} for i in range(2)])
+    with hookrun.open_run(tmp_path / "t.h5") as run:
+        target = run.file["captures/attribution/transformer.wte/target"][:2]
+        (stem, spec), *_ = attribution_figures(run, 2)
+        fig = render(spec)
+    tok = ByteTokenizer()
+    said = [f"'{tok.decode([int(t)])}'" if byte_text else f"token {int(t)}" for t in target]  # ids read back, decoded here
+    assert [ax.get_title() for ax in fig.axes[:2]] == [f"#{k} · target {said[k]} · p {float(p):.2f}"
+                                                       for k, p in enumerate(run_probs(tmp_path / "t.h5"))]
+    title = fig._suptitle.get_text()
+    assert "summed over transformer.wte's features at each token position" in title
+    assert "channels" not in title and "input images" not in title
+    width = spec.maps.shape[-1]
+    for ax in fig.axes[:2]:
+        assert ax.get_xlabel() == "token position"
+        ticks = [t for t in ax.get_xticks() if -0.5 <= t <= width - 0.5]
+        assert ticks and all(float(t).is_integer() for t in ticks)
+
+
+def run_probs(path):
+    import h5py
+
+    with h5py.File(path) as f:
+        return f["captures/attribution/transformer.wte/prob"][:2]

@@ -66,6 +66,7 @@ class MapRow:
     pictures: Sequence[np.ndarray] | None = None
     signed: bool = False
     no_pictures: str = ""  # added to the title where no picture is known
+    xlabel: str = ""  # the maps' x axis, with whole-number ticks ("token position"); "": no ticks
 
 
 @dataclass

@@ -3,7 +3,9 @@ specs, which `python -m hookrun.plot` draws with matplotlib.
 
     figures(open_run("outputs/attr/captures.h5"))   # [("attribution_saliency", MapRow), ("attribution_curves_saliency", Bands)]
 
-Each map is the attribution summed over channels, at the picture's size where the run recorded the
+Each map is the attribution summed over channels (a token model's: over the embedding's features,
+one cell per token position along the axis, captions naming the target token's text where the
+run's tokens are data=text's bytes, else its id), at the picture's size where the run recorded the
 input (report.py's shown_maps, which the report's overlays use too), on one diverging colour scale
 centred on zero per sample (red: for the target, blue: against), over the input in grey where it is
 known (recorded by the run, else plot's `--data`); captions name the sample, the class attributed and
@@ -19,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from hookrun.analysis.report.figure_specs import Band, Bands, MapRow, run_label
+from hookrun.analysis.report.token_text import byte_label, is_byte_text
 from hookrun.runner.kinds.attribution.report import class_name, curve_area, random_curve, shown_maps
 
 SAMPLES = 2  # maps in plot's picture where it is not told (plot's default --samples)
@@ -35,20 +38,30 @@ def figures(run: Any, samples: int = SAMPLES) -> list[tuple[str, Any]]:
     indices, maps, pictures = shown_maps(run, samples)
     where = "the input" if meta["at"] == "input" else meta["at"]
     fewer = f" · the first {len(indices)}: the input image was recorded for those" if len(indices) < min(samples, a.shape[0]) else ""
-    title = f"{meta['method']} attribution to {where}, summed over channels{fewer}\n{run_label(run)}"
+    tokens = a.dims[1] == "position"  # a token model's: (sample, position, feature), no image to draw under
+    feats = "the embedding's" if meta["at"] == "input" else f"{meta['at']}'s"
+    summed = f"summed over {feats} features at each token position" if tokens else "summed over channels"
+    title = f"{meta['method']} attribution to {where}, {summed}{fewer}\n{run_label(run)}"
     out: list[tuple[str, Any]] = [(f"attribution_{meta['method']}", MapRow(
-        maps, captions(meta, a, indices), title, "attribution / max |attr.| (per sample)", indices, pictures, signed=True,
-        no_pictures=" (no input images: record the input, or --data, to draw the maps over them)"))]
+        maps, captions(meta, a, indices, run if tokens else None), title, "attribution / max |attr.| (per sample)", indices,
+        pictures, signed=True, xlabel="token position" if tokens else "",
+        no_pictures="" if tokens else " (no input images: record the input, or --data, to draw the maps over them)"))]
     names = [w for w in ("deletion", "insertion") if f"{w}_area" in a.coords]
     if names:
         out.append((f"attribution_curves_{meta['method']}", curves(run, a, names, meta["method"])))
     return out
 
 
-def captions(meta: dict, a: Any, indices: Any) -> list[str]:
+def captions(meta: dict, a: Any, indices: Any, token_run: Any = None) -> list[str]:
     """Each drawn sample's caption: its index, its target (the data set's class name where the run
-    wrote them) and the target's probability."""
-    return [f"#{i} · target {class_name(meta, a['target'][k])} · p {float(a['prob'][k]):.2f}" for k, i in enumerate(indices)]
+    wrote them; of a token model, `token_run`'s: the token's text where its tokens are data=text's
+    bytes, else its id) and the target's probability."""
+    def target(c: Any) -> str:
+        if token_run is None or isinstance(c, str):
+            return class_name(meta, c)
+        return f"'{byte_label(int(c))}'" if is_byte_text(token_run.config) else f"token {int(c)}"
+
+    return [f"#{i} · target {target(a['target'].values[k])} · p {float(a['prob'][k]):.2f}" for k, i in enumerate(indices)]
 
 
 def curves(run: Any, a: Any, names: list[str], method: str) -> Bands:
