@@ -129,6 +129,34 @@ def test_foreign_circuits_are_one_line(tmp_path, change, message):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("fmt", ["eap-ig", "mib"])
+def test_an_export_that_fills_the_disk_leaves_the_earlier_file_whole(tmp_path, capsys, monkeypatch, fmt):
+    """A write stopped part-way (ENOSPC after half the JSON) left a cut-off graph under the final name,
+    which EAP-IG's Graph.from_json and `faithfulness.from` then failed to parse; the earlier export stays."""
+    import errno
+    from pathlib import Path
+
+    model = hooked_transformer(V, n_layers=1, d_model=16, n_ctx=8, d_head=4, n_heads=2, act_fn="gelu", seed=1)
+    edges_run(model, make_items(), tmp_path / "edges.h5")
+    args = ["export", str(tmp_path / "edges.h5"), "--format", fmt, str(tmp_path / "out")]
+    args += ["--task", "ioi", "--model", "gpt2"] if fmt == "mib" else []
+    assert main(args) == 0
+    written = next(p for p in (tmp_path / "out").rglob("*") if p.is_file()) if fmt == "mib" else tmp_path / "out"
+    before = json.loads(written.read_text())
+    real = Path.write_text
+
+    def full(self, text, *a, **k):  # half the JSON reaches the disk, then it is full
+        real(self, text[: len(text) // 2], *a, **k)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)
+    assert main(args) == 2
+    assert "cannot write (No space left on device)" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert json.loads(written.read_text()) == before
+    assert not [p.name for p in written.parent.iterdir() if p.name.endswith(".tmp")]  # (nor a temporary left)
+
+
 def test_bad_export_arguments_are_one_line(tmp_path, capsys):
     assert main(["export", str(tmp_path / "none.h5"), "--format", "circuitsvis", str(tmp_path / "x")]) == 2
     assert "--format 'circuitsvis'; choose from: mib, eap-ig" in capsys.readouterr().err

@@ -34,6 +34,7 @@ from hookrun.runner.kinds.patching.edges.formats import FORMATS, describe_cfg, t
 from hookrun.runner.kinds.patching.edges.mib import mib_circuit
 from hookrun.runner.kinds.patching.edges.spec import parse_fractions
 from hookrun.store.schemes import local_only, local_path
+from hookrun.store.whole_file import write_whole
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -91,7 +92,7 @@ def export(a: argparse.Namespace) -> int:
             if path.is_dir():
                 raise ConfigError(f"{a.out}: a folder; --format eap-ig writes one JSON file: name it, e.g. {path / 'graph.json'}")
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(doc))
+            write_whole(path, lambda tmp: tmp.write_text(json.dumps(doc)))  # (a full disk leaves no cut-off JSON)
     except OSError as exc:
         raise ConfigError(f"{a.out}: cannot write ({exc.strerror or exc}); name a writable path") from None
     print(f"wrote {path} ({len(doc['edges'])} edges, {len(doc['nodes'])} nodes)")

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from hookrun.errors import ConfigError
+from hookrun.store.whole_file import write_whole
 
 FORMATS = ("mib", "eap-ig")
 _HEAD = re.compile(r"^L(\d+)\.H(\d+)$")
@@ -82,8 +83,7 @@ def write_mib(doc: dict, out: str | Path, task: str, model: str) -> Path:
     folder = Path(out) / f"{task.replace('_', '-')}_{model}"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "importances.json"
-    path.write_text(json.dumps(doc))
-    return path
+    return write_whole(path, lambda tmp: tmp.write_text(json.dumps(doc)))  # (whole or not at all)
 
 
 def circuit_file(path: str | Path, where: str) -> Path:
