@@ -133,3 +133,18 @@ class StopSignals:
         for s, handler in self._old.items():
             signal.signal(s, handler)
         self._old.clear()
+
+
+def after_close(exc: KeyboardInterrupt, dest: object, resume: bool) -> dict:
+    """A Ctrl-C / SIGTERM outside the run's batches (setup_stops' KeyboardInterrupt): before the file was
+    created, Interrupted saying nothing was written; once the run closed it (`dest.closed`, set by
+    execute), what the file is: a complete one stays complete (warned; RunResult's steps, samples, signum),
+    any other is named as kept."""
+    signum = stopped_by(exc)
+    status, steps, samples, unit = getattr(dest, "closed", None) or (None, 0, 0, "batches")
+    if status is None:
+        raise Interrupted(signum, None, 0, resumed_from=dest.resumed_from(resume)) from None
+    if status != "complete":
+        raise Interrupted(signum, dest.result, steps, unit=unit) from None
+    log.warning("%s after the run ended: %s is complete", signal.Signals(signum).name, dest.result)
+    return {"steps": steps, "samples": samples, "signum": signum}

@@ -77,6 +77,19 @@ class Estimate:
     def total_bytes(self) -> int:
         return sum(line.total for line in self.lines) + self.extra_bytes + self.state_bytes + self.meta_bytes
 
+    def check_max_bytes(self, limit: int) -> None:
+        """`output.max_bytes`: refuse a run whose estimated file exceeds it."""
+        if self.total_bytes > limit:
+            from hookrun.analysis.stats import human_bytes
+            from hookrun.errors import ConfigError
+
+            total = self.total_bytes
+            raise ConfigError(
+                f"output.max_bytes: the estimated file size {human_bytes(total)} ({total} bytes) exceeds "
+                f"output.max_bytes={limit}; record less (what, select, reduce, dtype, every, limit, data.limit) "
+                f"or raise output.max_bytes (dry_run=true shows the estimate per capture)"
+            )
+
     def text(self) -> str:
         # (dry_run's printout only: analysis/ is not on a run's route)
         from hookrun.analysis.stats import human_bytes

@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from hookrun.config.schema import HookrunConfig, load, to_yaml, with_live
-from hookrun.errors import ConfigError, StoreError, article
+from hookrun.errors import StoreError, article
 from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.session import HookSession
 from hookrun.labels import dataset_label
 from hookrun.output.destination import Destination, open_destination
 from hookrun.output.ranks import detect
-from hookrun.output.signals import Interrupted, StopSignals, StoreAway, setup_stops, stopped_by
+from hookrun.output.signals import Interrupted, StopSignals, StoreAway, after_close, setup_stops
 from hookrun.runner.accepted import accepted
 from hookrun.runner.action_state import finish_actions, restore_states
 from hookrun.runner.kinds import check_config, kind_for
@@ -107,8 +107,8 @@ def _locked(cfg: HookrunConfig, dest: Destination, started: float, model: torch.
         dest.check_place()
         with setup_stops(), dest.locked():
             return _run(cfg, dest, started, model, dataset, hold, adjust)
-    except KeyboardInterrupt as e:  # Ctrl-C / SIGTERM before the file was created (later: Interrupted)
-        raise Interrupted(stopped_by(e), None, 0, resumed_from=dest.resumed_from(cfg.resume)) from None
+    except KeyboardInterrupt as e:  # Ctrl-C / SIGTERM before the file was created or after it was closed (between: Interrupted)
+        return RunResult(dest.result, seconds=time.perf_counter() - started, **after_close(e, dest, cfg.resume))
 
 
 def _run(cfg: HookrunConfig, dest: Destination, started: float, model: torch.nn.Module | None, dataset: Any,
@@ -144,7 +144,7 @@ def _run(cfg: HookrunConfig, dest: Destination, started: float, model: torch.nn.
             if cfg.dry_run:
                 print(report.text(), flush=True)
                 return RunResult(dest.result, 0, 0, time.perf_counter() - started, estimated_bytes=report.total_bytes, status="dry_run")
-            check_max_bytes(report.total_bytes, cfg.output.max_bytes)
+            report.check_max_bytes(cfg.output.max_bytes)
         return execute(p, resume, started)
     finally:
         p.settings.kind.close()
@@ -164,17 +164,6 @@ def plan_estimate(p: Prepared):
         f"  output  {p.out} (compression {cfg.output.compression.value})",
     ]
     return report
-
-
-def check_max_bytes(total: int, limit: int) -> None:
-    if total > limit:
-        from hookrun.analysis.stats import human_bytes
-
-        raise ConfigError(
-            f"output.max_bytes: the estimated file size {human_bytes(total)} ({total} bytes) exceeds "
-            f"output.max_bytes={limit}; record less (what, select, reduce, dtype, every, limit, data.limit) "
-            f"or raise output.max_bytes (dry_run=true shows the estimate per capture)"
-        )
 
 
 def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
@@ -227,6 +216,7 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
                     end_attrs(store, end_report(session, store, resume, complete=status == "complete"))
                 away = close_quietly(store, status) or away
                 dest.end(resume, replayed)
+                dest.closed = (("interrupted" if away else status) if replayed else None, steps if status == "complete" else store.steps, samples, p.settings.kind.units[0])
     seconds = time.perf_counter() - started
     steps_unit, rows_unit = p.settings.kind.units
     done = f"{steps} {steps_unit}, {samples} {rows_unit}"

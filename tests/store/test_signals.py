@@ -59,3 +59,33 @@ def test_sigterm_while_the_model_is_built_says_so_and_leaves_no_lock(tmp_path):
     assert done.returncode == 143, done.stderr[-2000:]
     assert "interrupted by SIGTERM before the output file was created; nothing was written" in done.stderr
     assert list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize("status", ["complete", "interrupted"])
+def test_a_signal_after_the_file_is_closed_names_the_file_as_it_is(tmp_path, monkeypatch, status):
+    """Ctrl-C in the clean-up after the file was closed (the kind's and the actions' close): the file
+    stays as it was closed, and the run says so, never "nothing was written". Reference: plain h5py."""
+    from hookrun.hooks.actions.base import ActionEnv
+
+    def ctrl_c(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ActionEnv, "close", ctrl_c)
+    hooks = RECORD_BODY
+    if status == "interrupted":  # a first SIGINT at step 1 stops the run; the second comes in the clean-up
+        hooks = {**RECORD_BODY, "stop": {"at": "body", "type": "forward",
+                                         "actions": [{"_target_": "toy_models.signal_at", "_partial_": True, "step": 1}]}}
+    cfg = toy_cfg(tmp_path, hooks=hooks, **{"data.batch_size": 1})
+    if status == "complete":
+        result = hookrun.run(cfg)
+        assert (result.status, result.signum) == ("complete", 2)
+    else:
+        with pytest.raises(Interrupted) as info:
+            hookrun.run(cfg)
+        assert "is marked 'interrupted'" in str(info.value) and "nothing was written" not in str(info.value)
+    with h5py.File(tmp_path / "captures.h5") as f:
+        assert f.attrs["status"] == status
+        n = f["samples/index"].shape[0]
+        assert f.attrs["steps_complete"] == n == f["captures/b/body/output"].shape[0]
+        if status == "complete":
+            assert n == result.samples
