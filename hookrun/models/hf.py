@@ -51,6 +51,7 @@ def hf(model_class: str = "GPT2LMHeadModel", config: Mapping | None = None, path
         if not folder.is_dir():
             raise ConfigError(f"model.path: no folder {str(folder)!r} (a folder written by save_pretrained, "
                               f"with config.json and the weights)")
+        _check_model_type(cls, folder)
         try:
             with _quiet(transformers.utils.logging):
                 return cls.from_pretrained(str(folder), local_files_only=True, **extra)
@@ -68,3 +69,21 @@ def hf(model_class: str = "GPT2LMHeadModel", config: Mapping | None = None, path
         return cls._from_config(cfg, **extra)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"model.config: building {model_class} failed: {str(exc).splitlines()[0]}") from None
+
+
+def _check_model_type(cls: type, folder: Path) -> None:
+    """A concrete class must be of the folder's model type: transformers built a gpt2 folder as a random-init
+    BertModel of BERT's default size (or a 7B LLaMA) with a warning, and the run went on over random weights."""
+    import json
+
+    want = getattr(getattr(cls, "config_class", None), "model_type", "")
+    try:
+        saved = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return  # (from_pretrained says what is wrong with the folder)
+    got = saved.get("model_type") if isinstance(saved, dict) else None
+    if want and isinstance(got, str) and got and got != want:
+        arch = [a for a in saved.get("architectures") or [] if isinstance(a, str)]
+        raise ConfigError(f"model.path: {str(folder)!r} holds a {got} model (config.json model_type), and "
+                          f"model.model_class={cls.__name__} builds {want}; give model.model_class="
+                          f"{arch[0] if arch else 'AutoModel'} (or an Auto class such as AutoModelForCausalLM)")

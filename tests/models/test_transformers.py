@@ -254,3 +254,18 @@ def test_model_from_a_local_folder_and_a_missing_one(tmp_path):
         torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits)
     with pytest.raises(ConfigError, match=r"model.path: no folder '.*/missing'"):
         hf("GPT2LMHeadModel", path=str(tmp_path / "missing"))
+
+
+def test_a_local_folder_of_another_model_type_is_refused_in_one_line(tmp_path):
+    """transformers built a gpt2 folder as model_class=BertModel with a warning: a random-init BERT of its
+    default size (12 layers of 768), and the run went on and wrote a complete file of random weights."""
+    from hookrun.errors import ConfigError
+
+    build("gpt2").save_pretrained(str(tmp_path / "gpt2"))
+    folder = str(tmp_path / "gpt2")
+    with pytest.raises(ConfigError) as got:
+        hf("BertModel", path=folder)
+    assert str(got.value) == (f"model.path: {folder!r} holds a gpt2 model (config.json model_type), and "
+                              f"model.model_class=BertModel builds bert; give model.model_class=GPT2LMHeadModel "
+                              f"(or an Auto class such as AutoModelForCausalLM)")
+    assert type(hf("GPT2Model", path=folder)).__name__ == "GPT2Model"  # the same type, another head: read
