@@ -172,18 +172,20 @@ def load_checkpoint(model: nn.Module, path: str, key: str = "model") -> None:
             f"{key}.checkpoint: {path!r} holds a {type(state).__name__}, not a state_dict of tensors "
             f"(save it with torch.save(model.state_dict(), path))"
         )
-    expected = set(model.state_dict())
-    missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
+    try:  # the keys as the modules read them: a BatchNorm fills in the num_batches_tracked an older file lacks
+        result = model.load_state_dict(state, strict=False)
+        missing, unexpected = sorted(result.missing_keys), sorted(result.unexpected_keys)
+    except RuntimeError as exc:  # shape mismatches: said where the keys fit
+        expected = set(model.state_dict())
+        missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
+        if not (missing or unexpected):
+            detail = [line.strip() for line in str(exc).splitlines()[1:3]]
+            raise ConfigError(f"{key}.checkpoint: {path!r} does not fit {type(model).__name__}: {' '.join(detail)}") from None
     if missing or unexpected:
         raise ConfigError(
             f"{key}.checkpoint: {path!r} does not fit {type(model).__name__}: missing keys "
             f"{missing[:5]}, unexpected keys {unexpected[:5]}"
         )
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as exc:  # shape mismatches
-        detail = [line.strip() for line in str(exc).splitlines()[1:3]]
-        raise ConfigError(f"{key}.checkpoint: {path!r} does not fit {type(model).__name__}: {' '.join(detail)}") from None
 
 
 def build_dataset(node: Mapping, where: str = "data.dataset") -> Any:

@@ -143,6 +143,25 @@ def test_checkpoint_that_is_not_a_state_dict_is_refused(tmp_path, checkpoint):
         load_checkpoint(torch.nn.Linear(2, 2), str(bad), "similarity.with.model")
 
 
+
+def test_a_checkpoint_without_num_batches_tracked_loads_as_torch_loads_it(tmp_path):
+    """A state_dict from before BatchNorm counted its batches (no num_batches_tracked, no version metadata)
+    was refused ('missing keys [bn1.num_batches_tracked, ...]'), though torch's own load_state_dict,
+    strict, takes it (BatchNorm fills the counter in). The model is torch's, on the same weights."""
+    from hookrun.config.build import build_model
+
+    torch.manual_seed(7)
+    state = {k: v for k, v in torchvision.models.resnet18().state_dict().items() if "num_batches_tracked" not in k}
+    torch.save(state, tmp_path / "old.pt")
+    reference = torchvision.models.resnet18()
+    reference.load_state_dict(torch.load(tmp_path / "old.pt", weights_only=True))  # strict, as torch does it
+    node = {"_target_": "torchvision.models.resnet18", "weights": None, "checkpoint": str(tmp_path / "old.pt")}
+    model = build_model(node, torch.device("cpu"), progress=False)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), reference.eval()(x), rtol=0, atol=0)
+    assert model.bn1.num_batches_tracked.item() == reference.bn1.num_batches_tracked.item() == 0
+
 def torchvision_cache(tmp_path, monkeypatch) -> Path:
     """An empty torch hub cache of the test's own (torch reads TORCH_HOME at each call)."""
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch_home"))
