@@ -200,6 +200,25 @@ class CallSpec:
         return ModelCall(args, kwargs, target, batch, mask if isinstance(mask, torch.Tensor) else None)
 
 
+
+def check_positions(model: nn.Module, item: Any) -> None:
+    """An item's `input_ids` longer than the model's learned position table (GPT-2's wpe, BERT's
+    position_embeddings, OPT's embed_positions) is one line before any batch: the forward's own error was
+    'IndexError: index out of range in self', after the file was opened."""
+    ids = item.get("input_ids") if isinstance(item, Mapping) else None
+    if not isinstance(ids, torch.Tensor) or ids.dim() == 0:
+        return
+    width = ids.shape[-1]
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Embedding) and name.rsplit(".", 1)[-1] in ("wpe", "position_embeddings", "embed_positions"):
+            # (OPT's table starts at `offset`, RoBERTa's after its padding index)
+            skip = int(getattr(module, "offset", 0) or 0) + (module.padding_idx + 1 if module.padding_idx is not None else 0)
+            if width > module.num_embeddings - skip:
+                limit = module.num_embeddings - skip
+                raise ConfigError(f"data: the items hold {width} tokens (input_ids), more than the {limit} positions of "
+                                  f"{type(model).__name__} ({name}); set data.dataset.max_length={limit} or less "
+                                  f"(data=text cuts each text to it), or give shorter items")
+
 def _kind(item: Any) -> str:
     if isinstance(item, torch.Tensor):
         return "tensor"

@@ -42,7 +42,7 @@ from hookrun.models import weights_digest
 from hookrun.output.destination import Destination, open_destination
 from hookrun.runner.action_state import check_items, check_tensors, tensor_checked
 from hookrun.runner.batches import first_items, make_loader
-from hookrun.runner.calls import CallSpec
+from hookrun.runner.calls import CallSpec, check_positions
 from hookrun.runner.kinds import KindContext, check_config, kind_for
 from hookrun.runner.loop import LoopSettings, one_sample_forward
 
@@ -107,6 +107,7 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
         first = first_items(dataset, 1)[0]
         spec.check(first)
         spec.check_forward(model, first)
+        check_positions(model, first)
     except ConfigError as exc:
         refused = kind.inputs_refused(cfg, model, exc)
         if refused is exc:

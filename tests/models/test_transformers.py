@@ -269,3 +269,29 @@ def test_a_local_folder_of_another_model_type_is_refused_in_one_line(tmp_path):
                               f"model.model_class=BertModel builds bert; give model.model_class=GPT2LMHeadModel "
                               f"(or an Auto class such as AutoModelForCausalLM)")
     assert type(hf("GPT2Model", path=folder)).__name__ == "GPT2Model"  # the same type, another head: read
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert"])
+def test_items_longer_than_the_position_table_are_one_line_before_any_batch(tmp_path, name):
+    """max_length past the model's learned positions failed in the first batch as 'IndexError: index out of
+    range in self', with a failed file left. The reference is the model's own forward: 64 tokens run, 65 fail."""
+    from hookrun.errors import ConfigError
+
+    model = build(name)
+    for width, runs in ((64, True), (65, False)):
+        try:
+            with torch.no_grad():
+                model(input_ids=torch.full((1, width), 5))
+            assert runs
+        except (IndexError, RuntimeError):  # (BERT: its token_type_ids buffer is as long as the table)
+            assert not runs
+    table = {"gpt2": "transformer.wpe", "bert": "embeddings.position_embeddings"}[name]
+    hooks = {"h": {"at": "**.1", "type": "forward", "actions": ["record"]}}
+    with pytest.raises(ConfigError) as got:
+        run(tmp_path, model, text(max_length=65, limit=3), hooks)
+    assert str(got.value) == (f"data: the items hold 65 tokens (input_ids), more than the 64 positions of "
+                              f"{type(model).__name__} ({table}); set data.dataset.max_length=64 or less (data=text "
+                              f"cuts each text to it), or give shorter items")
+    assert not (tmp_path / "c.h5").exists()
+    with run(tmp_path, model, text(max_length=64, limit=3), hooks) as f:
+        assert f.attrs["status"] == "complete"
