@@ -184,8 +184,17 @@ def load_checkpoint(model: nn.Module, path: str, key: str = "model") -> None:
     if missing or unexpected:
         raise ConfigError(
             f"{key}.checkpoint: {path!r} does not fit {type(model).__name__}: missing keys "
-            f"{missing[:5]}, unexpected keys {unexpected[:5]}"
+            f"{missing[:5]}, unexpected keys {unexpected[:5]}{_prefix_hint(state, missing)}"
         )
+
+
+def _prefix_hint(state: Mapping, missing: list[str]) -> str:
+    """'; the keys all start with 'module.' ...' where one wrapper's prefix on every key is all that differs."""
+    for prefix in ("module.", "_orig_mod.", "model."):
+        if state and all(k.startswith(prefix) for k in state) and set(missing) <= {k[len(prefix):] for k in state}:
+            return (f"; every key starts with {prefix!r} (a DataParallel/DDP, torch.compile or Lightning wrapper's "
+                    f"state_dict): save the inner model's state_dict, or the keys without {prefix!r}")
+    return ""
 
 
 def build_dataset(node: Mapping, where: str = "data.dataset") -> Any:

@@ -162,6 +162,20 @@ def test_a_checkpoint_without_num_batches_tracked_loads_as_torch_loads_it(tmp_pa
         torch.testing.assert_close(model(x), reference.eval()(x), rtol=0, atol=0)
     assert model.bn1.num_batches_tracked.item() == reference.bn1.num_batches_tracked.item() == 0
 
+
+def test_a_checkpoint_of_a_wrapped_model_names_the_prefix(tmp_path):
+    """A DDP checkpoint (every key 'module.'-prefixed) was refused naming missing and unexpected keys only."""
+    from hookrun.config.build import load_checkpoint
+
+    state = {"module." + k: v for k, v in torch.nn.Linear(2, 2).state_dict().items()}
+    torch.save(state, tmp_path / "ddp.pt")
+    with pytest.raises(ConfigError) as got:
+        load_checkpoint(torch.nn.Linear(2, 2), str(tmp_path / "ddp.pt"))
+    assert str(got.value) == (f"model.checkpoint: {str(tmp_path / 'ddp.pt')!r} does not fit Linear: missing keys ['bias', "
+                              f"'weight'], unexpected keys ['module.bias', 'module.weight']; every key starts with 'module.' "
+                              f"(a DataParallel/DDP, torch.compile or Lightning wrapper's state_dict): save the inner "
+                              f"model's state_dict, or the keys without 'module.'")
+
 def torchvision_cache(tmp_path, monkeypatch) -> Path:
     """An empty torch hub cache of the test's own (torch reads TORCH_HOME at each call)."""
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch_home"))
