@@ -26,6 +26,12 @@ def timm_model(name: str, pretrained: bool = False, **kwargs: Any) -> nn.Module:
         return timm.create_model(name, pretrained=pretrained, **kwargs)
     except (TypeError, ValueError, RuntimeError) as exc:
         raise ConfigError(f"model: timm.create_model({name!r}) failed: {str(exc).splitlines()[0]}") from None
+    except OSError as exc:  # huggingface_hub's LocalEntryNotFoundError: not cached, and no network
+        if not pretrained:
+            raise
+        raise ConfigError(f"model.pretrained=true: timm's weights for {name!r} are not in the Hugging Face cache and "
+                          f"cannot be downloaded ({type(exc).__name__}); set model.pretrained=false (random init), "
+                          f"or give model.checkpoint=PATH with a state_dict file") from None
 
 
 def torchvision_cached(name: str, weights: Any = "cached", **kwargs: Any) -> nn.Module:

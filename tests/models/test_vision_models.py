@@ -154,3 +154,17 @@ def test_variable_length_rows_with_empty_samples(tmp_path):
         for i in range(5):
             np.testing.assert_array_equal(rows[i].reshape(-1, 4), (torch.arange(i * 4, dtype=torch.float32).view(-1, 4) + i).numpy())
         assert len(rows[0]) == 0
+
+
+def test_timm_pretrained_weights_offline_are_one_line_naming_the_way_out(tmp_path, monkeypatch):
+    """huggingface_hub's 'An error happened while trying to locate the file on the Hub ...' was the message."""
+    from hookrun.errors import ConfigError
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)  # (read when the hub was imported)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.raises(ConfigError) as got:
+        hookrun.models.timm_model("resnet18", pretrained=True)
+    assert str(got.value) == ("model.pretrained=true: timm's weights for 'resnet18' are not in the Hugging Face cache and "
+                              "cannot be downloaded (LocalEntryNotFoundError); set model.pretrained=false (random init), "
+                              "or give model.checkpoint=PATH with a state_dict file")
