@@ -200,7 +200,6 @@ class CallSpec:
         return ModelCall(args, kwargs, target, batch, mask if isinstance(mask, torch.Tensor) else None)
 
 
-
 def check_positions(model: nn.Module, item: Any) -> None:
     """An item's `input_ids` longer than the model's learned position table (GPT-2's wpe, BERT's
     position_embeddings, OPT's embed_positions) is one line before any batch: the forward's own error was
@@ -218,6 +217,7 @@ def check_positions(model: nn.Module, item: Any) -> None:
                 raise ConfigError(f"data: the items hold {width} tokens (input_ids), more than the {limit} positions of "
                                   f"{type(model).__name__} ({name}); set data.dataset.max_length={limit} or less "
                                   f"(data=text cuts each text to it), or give shorter items")
+
 
 def _kind(item: Any) -> str:
     if isinstance(item, torch.Tensor):
