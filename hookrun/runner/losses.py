@@ -92,9 +92,16 @@ def lm(output: Any, target: Any = None, batch: Any = None, output_key: str | int
     labels = ids[:, 1:].clone()
     mask = batch.get("attention_mask")
     if isinstance(mask, torch.Tensor):
-        keep = mask.to(logits.device)[:, 1:].bool() & mask.to(logits.device)[:, :-1].bool()
-        labels[~keep] = -100
+        labels[~next_token_pairs(mask.to(logits.device))] = -100
     return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
+
+
+def next_token_pairs(mask: torch.Tensor) -> torch.Tensor:
+    """(batch, tokens) attention_mask -> (batch, tokens - 1) bool: the pairs (t, t + 1) whose both tokens
+    are real, the ones a next-token loss counts (padding on either side left out): loss=lm, evaluate's
+    and patching's ce."""
+    m = mask.bool()
+    return m[:, 1:] & m[:, :-1]
 
 
 def log_probs(logits: torch.Tensor) -> torch.Tensor:

@@ -117,8 +117,7 @@ def next_token_labels(call: Any, shape: tuple, device: torch.device) -> tuple[to
     keep = torch.zeros_like(ids, dtype=torch.bool)
     mask = batch.get("attention_mask")
     if isinstance(mask, torch.Tensor):
-        m = mask.to(device).bool()
-        keep[:, :-1] = m[:, 1:] & m[:, :-1]
+        keep[:, :-1] = losses.next_token_pairs(mask.to(device))
     else:
         keep[:, :-1] = True
     return labels.reshape(-1), keep.reshape(-1)

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from hookrun.errors import ConfigError
+from hookrun.runner.losses import next_token_pairs
 
 
 def check_metric_inputs(block: Any, logits: torch.Tensor, items: Mapping[str, torch.Tensor]) -> None:
@@ -58,8 +59,7 @@ def check_ce(block: Any, items: Mapping[str, torch.Tensor], mask_key: str | None
     ids = items[block.clean]
     mask = items.get(mask_key) if mask_key else None
     if mask is not None and tuple(mask.shape) == tuple(ids.shape):
-        real, m = mask.bool().sum(1), mask.bool()
-        pairs, where = (m[:, 1:] & m[:, :-1]).sum(1), " (attention_mask)"
+        real, pairs, where = mask.bool().sum(1), next_token_pairs(mask).sum(1), " (attention_mask)"
     else:
         real = pairs = torch.full((ids.shape[0],), ids.shape[1])
         pairs, where = pairs - 1, ""

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from hookrun.runner.losses import log_probs
+from hookrun.runner.losses import log_probs, next_token_pairs
 
 PATCH_METRICS = ("logit_diff", "logprob", "prob", "ce", "kl", "logit")
 
@@ -45,8 +45,7 @@ def item_metric(name: str, logits: torch.Tensor, items: Mapping[str, torch.Tenso
         nll = -lp.gather(-1, ids[:, 1:, None].to(lp.device).long()).squeeze(-1)
         if mask is None or tuple(mask.shape) != tuple(ids.shape):
             return nll.mean(-1)
-        real = mask.to(nll.device).bool()
-        keep = real[:, 1:] & real[:, :-1]  # padding on either side left out, as loss=lm and evaluate leave it
+        keep = next_token_pairs(mask.to(nll.device))  # padding on either side left out, as loss=lm and evaluate leave it
         return nll.masked_fill(~keep, 0).sum(-1) / keep.sum(-1)
     at = logits if logits.dim() == 2 else logits[rows, _positions(items, position, n, logits) % logits.shape[1]]
     if name == "kl":
