@@ -196,6 +196,9 @@ def test_a_token_model_attributes_at_its_embeddings_as_captum_does(tmp_path):
     np.testing.assert_allclose(got.values, want.detach().numpy(), rtol=1e-5, atol=1e-5 * float(want.abs().max()))
     assert got.sum("feature").dims == ("sample", "position")  # each token's share
     assert run.attribution("deletion").shape == (4, 4)
+    from hookrun.runner.kinds.attribution.report import overlays
+    title = overlays(run, dict(got.attrs))["title"]  # what the maps sum over, and no word of input images
+    assert "summed over the 32 features at each token position" in title and "image" not in title, title
 
 
 @pytest.mark.parametrize("side", ["right", "left"])

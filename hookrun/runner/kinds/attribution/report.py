@@ -121,7 +121,6 @@ def class_name(meta: dict, c: Any) -> str:
     return c if isinstance(c, str) else str(names[int(c)]) if 0 <= int(c) < len(names) else str(int(c))
 
 
-
 def overlays(run: Any, meta: dict) -> dict:
     a = run.attribution()
     indices, maps, pictures = shown_maps(run)
@@ -141,10 +140,11 @@ def overlays(run: Any, meta: dict) -> dict:
     shown.append({"src": colorbar_png(SCALE), "caption": "colour bar: each map on this scale", "colorbar": True})
     where = "the input" if meta["at"] == "input" else meta["at"]
     fewer = len(indices) < min(SAMPLES, a.shape[0])  # (the input image recorded for these only: a `limit`)
-    title = (f"{meta['method']} attribution to {where}, summed over channels: first {len(indices)} samples"
+    over = "channels" if a.ndim == 4 else f"the {a.shape[-1]} features at each token position"  # (pictures.py's words)
+    title = (f"{meta['method']} attribution to {where}, summed over {over}: first {len(indices)} samples"
              + ("; the input image was recorded for those" if fewer else "")
              + (f"; {MIN_MAX}" if pictures is not None and guessed(recorded_images(run, indices), image_norm(run, indices)) else "")
-             + ("" if pictures is not None else "; no input image recorded (a hook recording the model's input "
+             + ("" if pictures is not None or a.ndim != 4 else "; no input image recorded (a hook recording the model's input "
                                                 "draws the maps over the images): the maps alone"))
     return {"type": "images", "title": title, "images": shown}
 
