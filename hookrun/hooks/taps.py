@@ -81,6 +81,20 @@ def refuse_non_finite(rows: torch.Tensor, items: torch.Tensor, where: str, needs
                        f"(the first of item {item}); {needs}, or find where the model overflows (its dtype, its inputs)")
 
 
+def refuse_empty_items(real: torch.Tensor, items: torch.Tensor | None, where: str, pool: str, fix: str) -> None:
+    """One RunError line where an item of token rows has no real token (its (rows, tokens) `real` mask all 0):
+    `pool` (last, mean, max over the real tokens) has no value there, and a padding token's row (last), a
+    row of zeros (mean) or -inf (max) would enter in its place. `items[i]`: row i's dataset item."""
+    empty = ~real.bool().any(dim=1)
+    if not bool(empty.any()):
+        return
+    rows = empty.nonzero().flatten().cpu()
+    names = (items.cpu()[rows] if items is not None and len(items) == len(real) else rows).tolist()
+    raise RunError(f"{where}: item(s) {names[:8]} of this batch have no real token (attention_mask all 0), so "
+                   f"pool={pool} over their real tokens has no value (a padding token's features, or zeros, would "
+                   f"enter as their row); {fix}")
+
+
 class Taps:
     def __init__(self, model: nn.Module, patterns: Iterable[str], hook: str, where: str) -> None:
         self.targets = resolve_targets(model, patterns, hook=hook, where=where)

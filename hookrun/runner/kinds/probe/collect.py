@@ -87,11 +87,12 @@ class Collector:
         self.where = where
         return t.long() if t.dtype == torch.bool else t
 
-    def outputs(self, model: nn.Module, call: Any, mask: torch.Tensor | None) -> dict[str, Rows]:
+    def outputs(self, model: nn.Module, call: Any, mask: torch.Tensor | None,
+                items: torch.Tensor | None = None) -> dict[str, Rows]:
         """Every hooked module's rows of one forward (early_stop's cut may end it after the last), pooled
-        in its hook into new memory (hooks/taps.py: the output the hook saw)."""
+        in its hook into new memory (hooks/taps.py: the output the hook saw); `items`: the batch's dataset indices."""
         kinds = module_kinds(self.taps)
-        with self.taps.attached(lambda name, t: pool_rows(t, self.pool, mask, where=name, module=kinds[name])):
+        with self.taps.attached(lambda name, t: pool_rows(t, self.pool, mask, where=name, module=kinds[name], indices=items)):
             plain_forward(model, call)
         return dict(zip(self.taps.names, self.taps.take(), strict=True))
 
@@ -103,7 +104,7 @@ class Collector:
             mask = torch.ones_like(ids)
         target = self.targets(call, len(indices), mask)
         out = {}
-        for name, rows in self.outputs(model, call, mask).items():
+        for name, rows in self.outputs(model, call, mask, indices).items():
             # (a NaN fit stopped at once and was reported as "not converged", its weights NaN)
             refuse_non_finite(rows.x, indices.cpu()[rows.item.cpu()], f"probe.at: {name}",
                               "a probe needs finite features: probe another module")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from hookrun.errors import ConfigError
-from hookrun.hooks.taps import token_mask
+from hookrun.hooks.taps import refuse_empty_items, token_mask
 
 POOLS = ("mean", "max", "last", "every")
 TOKEN_ONLY = ("last", "every")
@@ -56,9 +56,10 @@ def layout(t: torch.Tensor, real: torch.Tensor | None, pool: str, where: str) ->
 
 
 def pool_rows(t: torch.Tensor, pool: str, mask: torch.Tensor | None, where: str = "the hook point",
-              module: str = "") -> Rows:
+              module: str = "", indices: torch.Tensor | None = None) -> Rows:
     """`t`'s rows pooled as `pool` (see the table); `mask` (batch, tokens): 1 = a real token, or None;
-    `module`: the hooked module's class (a torch *1d module's 3-D output is a 1-d map)."""
+    `module`: the hooked module's class (a torch *1d module's 3-D output is a 1-d map); `indices`: the batch's
+    dataset indices (an item with no real token is refused by them for last, mean and max)."""
     real = token_mask(t, mask, module, where)
     kind = layout(t, real, pool, where)
     t = t.detach()
@@ -74,6 +75,8 @@ def pool_rows(t: torch.Tensor, pool: str, mask: torch.Tensor | None, where: str 
     if pool == "every":
         where_ = valid.reshape(-1).nonzero().squeeze(1)
         return Rows(t.reshape(-1, t.shape[2])[where_], where_ // t.shape[1], where_, t.shape[1])
+    refuse_empty_items(valid, indices, f"probe.at: {where}", pool, "leave such items out of the data, or use pool: every "
+                       "(an item with no real token gives no row)")
     if pool == "last":
         pos = torch.arange(valid.shape[1], device=t.device).expand_as(valid)
         last = torch.where(valid, pos, -1).amax(1).clamp(min=0)

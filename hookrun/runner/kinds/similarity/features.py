@@ -25,17 +25,19 @@ from typing import Any
 import torch
 
 from hookrun.errors import ConfigError
-from hookrun.hooks.taps import module_kinds, token_mask
+from hookrun.hooks.taps import module_kinds, refuse_empty_items, token_mask
 
 
-def pooled(how: str, mask: torch.Tensor | None, where: str, taps: Any = None) -> Callable[[str, torch.Tensor], torch.Tensor]:
+def pooled(how: str, mask: torch.Tensor | None, where: str, taps: Any = None,
+           items: torch.Tensor | None = None) -> Callable[[str, torch.Tensor], torch.Tensor]:
     """What a tap makes of each output: its rows pooled (see pool). `taps`: their modules' classes tell a
-    1-d map (a Conv1d's) from token rows for pool=mean."""
+    1-d map (a Conv1d's) from token rows for pool=mean; `items`: the batch's dataset indices."""
     kinds = module_kinds(taps) if taps is not None else {}
-    return lambda name, t: pool(t, how, mask, f"{where}: {name}", kinds.get(name, ""))
+    return lambda name, t: pool(t, how, mask, f"{where}: {name}", kinds.get(name, ""), items)
 
 
-def pool(t: torch.Tensor, how: str, mask: torch.Tensor | None, where: str, kind: str = "") -> torch.Tensor:
+def pool(t: torch.Tensor, how: str, mask: torch.Tensor | None, where: str, kind: str = "",
+         items: torch.Tensor | None = None) -> torch.Tensor:
     """(rows, ...) -> (rows, features): flattened, or averaged over space / the real tokens (float64); always
     new memory, made in the hook: the forward may change a module's output in place once its hooks have
     returned (conv -> ReLU(inplace=True)), and the rows are the output the hook saw. A 3-D output is a 1-d
@@ -56,6 +58,7 @@ def pool(t: torch.Tensor, how: str, mask: torch.Tensor | None, where: str, kind:
     if t.dim() == 2:
         return t.to(torch.float64, copy=True)
     if real is not None:  # token rows (a transformer block's, a ViT's patches): over the real tokens
+        refuse_empty_items(real, items, where, how, "leave such items out of the data")
         t = t.to(torch.float64)
         m = real.to(device=t.device, dtype=torch.float64).unsqueeze(-1)
         return (t * m).sum(dim=1) / m.sum(dim=1).clamp_min(1.0)

@@ -124,7 +124,7 @@ class SimilarityKind(RunKind):
         out = []
         calls = [call, own_copy(call)] if self.other is not None else [call]  # (before the first model's forward)
         for taps, m, c in zip(self.taps, [model, self.other], calls, strict=False):
-            with taps.attached(pooled(self.block.pool, c.attention_mask, taps.where, taps)), torch.no_grad():
+            with taps.attached(pooled(self.block.pool, c.attention_mask, taps.where, taps, items)), torch.no_grad():
                 c.run(m)
             out += taps.take()
         rows = {len(s) for s in out}
