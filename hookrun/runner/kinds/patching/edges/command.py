@@ -31,7 +31,7 @@ from hookrun.analysis.opening import open_run
 from hookrun.config.plugins import plugin_names
 from hookrun.errors import ConfigError
 from hookrun.runner.kinds.patching.edges.formats import FORMATS, describe_cfg, to_eap_ig, write_mib
-from hookrun.runner.kinds.patching.edges.mib import mib_circuit
+from hookrun.runner.kinds.patching.edges.mib import mib_circuit, mib_sign
 from hookrun.runner.kinds.patching.edges.spec import parse_fractions
 from hookrun.store.schemes import local_only, local_path
 from hookrun.store.whole_file import write_whole
@@ -74,7 +74,7 @@ def export(a: argparse.Namespace) -> int:
         if "graph" not in meta:
             raise ConfigError(f"{a.run}: holds no edge grid (an edges run: patching method eap or eap_ig)")
         try:
-            scores = np.asarray(run.edges(top=0)[1].values, dtype=np.float64)
+            scores = np.asarray(run.edges(top=0)[1].values, dtype=np.float64) * mib_sign(meta.get("direction"))
         except LookupError as exc:  # (a run stopped part-way: resume it first)
             raise ConfigError(str(exc).strip("'\"")) from None
     g = meta["graph"]

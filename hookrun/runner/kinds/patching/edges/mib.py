@@ -27,6 +27,13 @@ import numpy as np
 MIB_FRACTIONS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
 
+def mib_sign(direction: str | None) -> float:
+    """The factor that turns an edges run's stored scores into MIB's sign (positive where the edge carries the
+    clean behaviour, as EAP-IG's scores under MIB's `loss=True` metric are): -1 for `direction: noise`, whose
+    scores are (a_corrupt - a_clean) . gradient; 1 for denoise's (a_clean - a_corrupt) . gradient."""
+    return -1.0 if direction == "noise" else 1.0
+
+
 def node_inputs(writers: Sequence[str], readers: Sequence[str]) -> np.ndarray:
     """[writers, readers] bool: reader r is one of writer w's own inputs (L0.H1 <- L0.H1.q|k|v,
     L0.MLP <- L0.MLP). A writer with none is the input node (embed); a reader with none is logits."""

@@ -37,7 +37,7 @@ from hookrun.runner.kinds.patching.edges.bounded import EdgeBytes
 from hookrun.runner.kinds.patching.edges.eap import bounded, edge_scores, record
 from hookrun.runner.kinds.patching.edges.formats import read_circuit
 from hookrun.runner.kinds.patching.edges.graph import Graph, find_graph
-from hookrun.runner.kinds.patching.edges.mib import mib_curves
+from hookrun.runner.kinds.patching.edges.mib import mib_curves, mib_sign
 from hookrun.runner.kinds.patching.edges.spec import (
     DEFAULT_STEPS,
     EDGE_METHODS,
@@ -119,9 +119,10 @@ def compute(engine: Any, graph: Graph, wiring: Any, sink: Any = None) -> EdgeRes
     curve = None
     f = b.faithfulness
     if f is not None:
-        if f.source in EDGE_METHODS:  # ranked as the file stores them (normalized: over the gap, whose sign may flip them)
+        if f.source in EDGE_METHODS:  # ranked as the file stores them (normalized: over the gap, whose sign may flip
+            # them), in MIB's sign (a noise run's negated), as `circuits export` writes them
             rank = scores if f.source == b.method else edge_scores(engine, graph, wiring, 1 if f.source == "eap" else DEFAULT_STEPS)[0]
-            rank = rank * scale
+            rank = rank * scale * mib_sign(b.direction)
         else:
             rank = file_scores(f.source, graph)
         corrupt = base if b.direction == "denoise" else source
@@ -139,8 +140,8 @@ def compute(engine: Any, graph: Graph, wiring: Any, sink: Any = None) -> EdgeRes
 
 
 def file_scores(path: str, graph: Graph) -> np.ndarray:
-    """The edge grid of an earlier edges run (faithfulness.from: PATH), or of an EAP-IG graph JSON or a MIB
-    folder (edges/formats.py), checked against this model's graph."""
+    """The edge grid of an earlier edges run (faithfulness.from: PATH; in MIB's sign, edges/mib.py), or of an
+    EAP-IG graph JSON or a MIB folder (edges/formats.py), checked against this model's graph."""
     if path.endswith(".json") or Path(path).is_dir():
         return read_circuit(path, graph.writers, graph.readers, graph.mask)
     from hookrun.runner.kinds.patching.reader import edge_values
@@ -157,6 +158,7 @@ def file_scores(path: str, graph: Graph) -> np.ndarray:
     finally:
         source.close()
     g = meta["graph"]
+    scores = scores * mib_sign(meta.get("direction"))  # (a noise run's scores, in MIB's sign)
     if tuple(g["writers"]) != graph.writers or tuple(g["readers"]) != graph.readers:
         raise ConfigError(f"patching.faithfulness.from={path!r}: its graph ({len(g['writers'])} writers, "
                           f"{len(g['readers'])} readers) is not this model's ({len(graph.writers)}, {len(graph.readers)})")
