@@ -69,6 +69,7 @@ def export(a: argparse.Namespace) -> int:
     if a.fraction is not None and not 0 < a.fraction <= 1:
         raise ConfigError(f"--fraction {a.fraction}; give a fraction of the edges in (0, 1]")
     a.out = local_only(a.out, "out", "circuits export")
+    _check_export_out(a)
     with open_run(a.run) as run:
         meta = json.loads(run.attrs.get("patching") or "{}")
         if "graph" not in meta:
@@ -128,6 +129,20 @@ def score(a: argparse.Namespace) -> int:
     if a.out:
         print(f"file: {result.path}")
     return 0
+
+
+def _check_export_out(a: argparse.Namespace) -> None:
+    """--format eap-ig's OUT: never the run being exported, nor another HDF5 file (a run), which the JSON would
+    replace; before anything is read or written."""
+    import h5py
+
+    out = Path(a.out).expanduser()
+    if a.format != "eap-ig" or not out.is_file():
+        return
+    if out.resolve() == Path(a.run).expanduser().resolve():
+        raise ConfigError(f"{a.out} is the run being exported: the JSON would replace it; name another file, e.g. graph.json")
+    if h5py.is_hdf5(out):
+        raise ConfigError(f"{a.out} is an HDF5 file (a run's?), which the JSON would replace; name a .json file, e.g. graph.json")
 
 
 def _check_out(a: argparse.Namespace) -> None:
