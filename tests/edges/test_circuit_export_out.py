@@ -36,3 +36,14 @@ def test_export_onto_the_run_or_another_run_is_refused(tmp_path, capsys):
     hookrun.open_run(run).edges()  # still a run
 
     assert main(["export", str(run), "--format", "eap-ig", str(tmp_path / "graph.json")]) == 0
+
+
+def test_score_on_a_hydra_experiment_file_says_how_to_run_it(tmp_path, capsys):
+    from conftest import ROOT
+
+    exp = ROOT / "conf" / "experiment" / "faithfulness.yaml"  # it said: Key 'defaults' not in 'HookrunConfig'; did you mean evaluate?
+    assert main(["score", str(exp), "--circuit", str(tmp_path / "g.json")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"hookrun.circuits: error: {exp}: a Hydra file with defaults:, which circuits score does not compose; run it "
+        f"(python -m hookrun experiment=faithfulness for conf/experiment/faithfulness.yaml) and score that run's "
+        f"captures.h5, or give a whole config (model:, data:, patching: ...)"]

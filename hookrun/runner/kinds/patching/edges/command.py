@@ -181,6 +181,10 @@ def _config(source: str) -> dict:
                               + "; give a hookrun config (model:, data:, patching: ...)") from None
         if cfg is not None and not isinstance(cfg, dict):
             raise ConfigError(f"{source}: holds a {type(cfg).__name__}, not a config mapping (model:, data:, patching: ...)")
+        if isinstance(cfg, dict) and "defaults" in cfg:  # (Hydra composes such a file; run.run reads whole configs)
+            raise ConfigError(f"{source}: a Hydra file with defaults:, which circuits score does not compose; run it "
+                              f"(python -m hookrun experiment={p.stem} for conf/experiment/{p.name}) and score that run's "
+                              f"captures.h5, or give a whole config (model:, data:, patching: ...)")
         return dict(cfg or {})
     with open_run(source) as run:
         cfg = run.config
