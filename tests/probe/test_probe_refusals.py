@@ -179,3 +179,16 @@ def test_a_target_function_of_the_wrong_length_or_with_nan_is_one_line_at_the_fi
     with pytest.raises(ConfigError, match=message) as err:
         hookrun.run(cfg)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("alpha", [float("inf"), float("nan"), -1.0])
+def test_a_ridge_penalty_that_is_not_a_finite_number_of_0_or_more_is_one_line_before_any_batch(tmp_path, alpha) -> None:
+    """(alpha=inf ran the whole pass, then ended in scipy's 'array must not contain infs or NaNs' traceback,
+    the file marked failed; sklearn's Ridge refuses it)"""
+    cfg = {"model": MODEL, "data": DATA, "device": "cpu", "progress": False, "output": {"path": str(tmp_path / "p.h5")},
+           "probe": {"at": ["block1"], "target": "label", "method": "ridge", "alpha": alpha}}
+    with pytest.raises(ConfigError) as err:
+        hookrun.run(cfg)
+    assert str(err.value) == (f"probe.alpha={alpha}: ridge's penalty must be a finite number, 0 or more (e.g. 1.0), "
+                              f"as sklearn's Ridge takes it")
+    assert not (tmp_path / "p.h5").exists()

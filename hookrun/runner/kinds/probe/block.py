@@ -57,8 +57,9 @@ class ProbeBlock:
         if isinstance(self.max_iter, bool) or not isinstance(self.max_iter, int) or self.max_iter < 1:
             raise ConfigError(f"probe.max_iter={self.max_iter!r}: the logistic solver's iterations at most, a whole "
                               f"number of 1 or more (e.g. 10000)")
-        if not self.alpha >= 0:
-            raise ConfigError(f"probe.alpha={self.alpha}: ridge's penalty must be 0 or more (e.g. 1.0)")
+        if not 0 <= self.alpha < float("inf"):  # (inf passed, ran the pass and ended in scipy's 'infs or NaNs' traceback)
+            raise ConfigError(f"probe.alpha={self.alpha}: ridge's penalty must be a finite number, 0 or more (e.g. 1.0), "
+                              f"as sklearn's Ridge takes it")
         if self.pool not in POOLS:
             raise ConfigError(f"probe.pool={self.pool!r}; choose mean, max (feature maps, token rows), last or every "
                               f"(token rows)")
