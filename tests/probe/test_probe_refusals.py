@@ -192,3 +192,39 @@ def test_a_ridge_penalty_that_is_not_a_finite_number_of_0_or_more_is_one_line_be
     assert str(err.value) == (f"probe.alpha={alpha}: ridge's penalty must be a finite number, 0 or more (e.g. 1.0), "
                               f"as sklearn's Ridge takes it")
     assert not (tmp_path / "p.h5").exists()
+
+
+def _flat_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3, padding=1), torch.nn.Flatten())  # width: 2 x H x W
+
+
+def test_test_data_of_another_row_width_is_one_line_before_any_batch(tmp_path) -> None:
+    """(test items of 16 x 16 beside training items of 32 x 32 at a Flatten ran the pass, then ended in
+    torch.cat's 'Sizes of tensors must match' traceback at the fit)"""
+    from hookrun.data import shapes
+
+    cfg = {"data": {"batch_size": 8}, "device": "cpu", "progress": False, "output": {"path": str(tmp_path / "p.h5")},
+           "probe": {"at": ["1"], "target": "label",
+                     "test_data": {"dataset": {"_target_": "hookrun.data.shapes", "size": 8, "image_size": 16}}}}
+    with pytest.raises(ConfigError) as err:
+        hookrun.run(cfg, model=_flat_model(), dataset=shapes(16))
+    assert str(err.value) == ("probe.test_data: 1 gives rows of 512 features for the test items and 2048 for the first "
+                              "batch (its output's width follows the input's shape); give test items of the training "
+                              "items' shape, or probe a module of one width (a feature map, pooled)")
+    assert not (tmp_path / "p.h5").exists()
+
+
+def test_a_batch_of_another_row_width_is_one_line_at_that_batch(tmp_path) -> None:
+    from hookrun.data import shapes
+
+    items = list(shapes(8)) + list(shapes(8, image_size=16))
+    cfg = {"data": {"batch_size": 8}, "device": "cpu", "progress": False, "output": {"path": str(tmp_path / "p.h5")},
+           "probe": {"at": ["1"], "target": "label"}}
+    with pytest.raises(HookrunError) as err:
+        hookrun.run(cfg, model=_flat_model(), dataset=items)
+    assert str(err.value) == ("probe.at: 1 gives rows of 512 features for this batch and 2048 for the first batch (its "
+                              "output's width follows the input's shape); give items of one shape, or probe a module of "
+                              "one width (a feature map, pooled)")
+    with hookrun.open_run(tmp_path / "p.h5") as run:
+        assert run.status == "failed"

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from hookrun.config.schema import HookrunConfig, Mode
-from hookrun.errors import ConfigError
+from hookrun.errors import ConfigError, RunError
 from hookrun.output.rank_link import RankLink
 from hookrun.output.scratch import Scratch
 from hookrun.runner.batches import first_batch
@@ -133,6 +133,7 @@ class ProbeKind(RunKind):
             rows = first[1]  # (computed by __init__'s check on the same batch)
         else:
             rows = self.collector.batch(model, call, indices)
+        self.check_widths(rows, part)
         for name, (x, y, key, item) in rows.items():
             if part:  # test_data's items: identities of their own
                 key, item = -1 - key if self.spec.pool != "every" else key, -1 - item
@@ -233,8 +234,20 @@ class ProbeKind(RunKind):
                               "for the split")
         loader = make_loader(data, node.get("batch_size") or self.ctx.cfg.data.batch_size, 0)
         indices, batch = next(iter(loader))
-        self.collector.batch(self.ctx.model, self.ctx.spec.split(batch).to(self.ctx.device), indices)
+        self.check_widths(self.collector.batch(self.ctx.model, self.ctx.spec.split(batch).to(self.ctx.device), indices), 1)
         return loader
+
+    def check_widths(self, rows: dict[str, tuple], part: int = 0) -> None:
+        """One line where a batch's rows (test_data's: part 1) are of another width than the first batch's
+        (an output whose width follows the input's size): they were stacked at the fit, a torch traceback."""
+        give = "test items of the training items' shape" if part else "items of one shape"
+        for name, (x, *_) in rows.items():
+            if x.shape[1] != self.features[name]:
+                raise (ConfigError if part else RunError)(
+                    f"probe.{'test_data' if part else 'at'}: {name} gives rows of {x.shape[1]} features for "
+                    f"{'the test items' if part else 'this batch'} and {self.features[name]} for the first batch "
+                    f"(its output's width follows the input's shape); give {give}, or probe a module of one "
+                    f"width (a feature map, pooled)")
 
     def test_pass(self, model: nn.Module) -> None:
         """test_data's items through the model: their rows are the test rows (part 1)."""
