@@ -114,6 +114,8 @@ class Collector:
 
     def row_targets(self, rows: Rows, target: torch.Tensor, name: str) -> np.ndarray:
         t = target.detach().cpu()
+        if t.dim() == 2 and rows.token is None and t.shape[1] == 1:  # (batch, 1): a column of one target per item
+            t = t[:, 0]  # (as sklearn takes y of shape (n, 1); it was refused as per-token, pointing to pool: every)
         if t.dim() == 2:
             if rows.token is None:
                 raise ConfigError(f"probe.target gives one target per token {tuple(t.shape)}, but pool={self.pool} makes "
