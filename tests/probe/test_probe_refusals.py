@@ -228,3 +228,33 @@ def test_a_batch_of_another_row_width_is_one_line_at_that_batch(tmp_path) -> Non
                               "one width (a feature map, pooled)")
     with hookrun.open_run(tmp_path / "p.h5") as run:
         assert run.status == "failed"
+
+
+@pytest.mark.parametrize("method", ["ridge", "logistic"])
+def test_test_data_targets_of_another_kind_are_one_line_before_any_batch(method) -> None:
+    """(float test targets beside integer training classes: a ridge probe became a regression, R^2 0.10 / -0.12
+    written as its scores with no majority class; a logistic one ran the pass and was refused after it)"""
+    from torch.utils.data import TensorDataset
+
+    torch.manual_seed(0)
+    x, xt = torch.randn(40, 1, 6, 6), torch.randn(12, 1, 6, 6)
+    train, test = TensorDataset(x, torch.arange(40) % 3), TensorDataset(xt, (torch.arange(12) % 3).float())
+    with pytest.raises(ConfigError) as err:
+        hookrun.probe(_flat_model(), train, at=["1"], batch_size=10, method=method, control=False, test_data=test)
+    assert str(err.value) == ("probe.test_data: the test items give float (value) targets and the first batch integer "
+                              "(class) targets; give integer classes throughout, or floats for a regression")
+
+
+def test_a_batch_of_targets_of_another_kind_is_one_line_at_that_batch(tmp_path) -> None:
+    from hookrun.data import shapes
+
+    items = list(shapes(16))
+    items[12] = (items[12][0], 1.5)  # (the second batch's targets collate to floats)
+    cfg = {"data": {"batch_size": 8}, "device": "cpu", "progress": False, "output": {"path": str(tmp_path / "p.h5")},
+           "probe": {"at": ["1"], "target": "label", "method": "ridge"}}
+    with pytest.raises(HookrunError) as err:
+        hookrun.run(cfg, model=_flat_model(), dataset=items)
+    assert str(err.value) == ("probe.target: this batch gives float (value) targets and the first batch integer (class) "
+                              "targets; give integer classes throughout, or floats for a regression")
+    with hookrun.open_run(tmp_path / "p.h5") as run:
+        assert run.status == "failed"

@@ -43,6 +43,7 @@ from hookrun.runner.kinds.probe.table import GROUP
 from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds
 
 log = logging.getLogger("hookrun")
+KINDS = {"f": "float (value) targets", "i": "integer (class) targets"}  # a target array's dtype kind (collect.py: float64 or int64)
 
 
 class ProbeKind(RunKind):
@@ -96,6 +97,7 @@ class ProbeKind(RunKind):
             test = test_rows(np.arange(len(known)), b.split.test, b.split.seed)  # every item runs: known before a batch
             training_classes(known, ~test)
         self.features = {name: first[name][0].shape[1] for name in self.names}
+        self.kind = first[self.names[0]][1].dtype.kind  # the targets': f (values) or i (classes)
         self.first = (indices, first)  # batch 0's rows: its step uses them where no user hook needs its forward
         self.tests = self.test_loader() if b.test_data is not None else None
         self.stores: dict[str, RowStore] = {}
@@ -133,7 +135,7 @@ class ProbeKind(RunKind):
             rows = first[1]  # (computed by __init__'s check on the same batch)
         else:
             rows = self.collector.batch(model, call, indices)
-        self.check_widths(rows, part)
+        self.check_rows(rows, part)
         for name, (x, y, key, item) in rows.items():
             if part:  # test_data's items: identities of their own
                 key, item = -1 - key if self.spec.pool != "every" else key, -1 - item
@@ -234,20 +236,22 @@ class ProbeKind(RunKind):
                               "for the split")
         loader = make_loader(data, node.get("batch_size") or self.ctx.cfg.data.batch_size, 0)
         indices, batch = next(iter(loader))
-        self.check_widths(self.collector.batch(self.ctx.model, self.ctx.spec.split(batch).to(self.ctx.device), indices), 1)
+        self.check_rows(self.collector.batch(self.ctx.model, self.ctx.spec.split(batch).to(self.ctx.device), indices), 1)
         return loader
 
-    def check_widths(self, rows: dict[str, tuple], part: int = 0) -> None:
-        """One line where a batch's rows (test_data's: part 1) are of another width than the first batch's
-        (an output whose width follows the input's size): they were stacked at the fit, a torch traceback."""
-        give = "test items of the training items' shape" if part else "items of one shape"
-        for name, (x, *_) in rows.items():
-            if x.shape[1] != self.features[name]:
+    def check_rows(self, rows: dict[str, tuple], part: int = 0) -> None:
+        """One line where a batch's rows (test_data's: part 1) differ from the first batch's in width (a torch traceback at
+        the fit) or their targets' kind (float test targets beside classes made a ridge probe a regression)."""
+        these, give = ("the test items", "test items of the training items' shape") if part else ("this batch", "items of one shape")
+        for name, (x, y, *_) in rows.items():
+            if x.shape[1] != self.features[name] or y.dtype.kind != self.kind:
                 raise (ConfigError if part else RunError)(
-                    f"probe.{'test_data' if part else 'at'}: {name} gives rows of {x.shape[1]} features for "
-                    f"{'the test items' if part else 'this batch'} and {self.features[name]} for the first batch "
-                    f"(its output's width follows the input's shape); give {give}, or probe a module of one "
-                    f"width (a feature map, pooled)")
+                    f"probe.{'test_data' if part else 'target'}: {these} give{'' if part else 's'} {KINDS[y.dtype.kind]} and the first "
+                    f"batch {KINDS[self.kind]}; give integer classes throughout, or floats for a regression"
+                    if y.dtype.kind != self.kind else
+                    f"probe.{'test_data' if part else 'at'}: {name} gives rows of {x.shape[1]} features for {these} and "
+                    f"{self.features[name]} for the first batch (its output's width follows the input's shape); give "
+                    f"{give}, or probe a module of one width (a feature map, pooled)")
 
     def test_pass(self, model: nn.Module) -> None:
         """test_data's items through the model: their rows are the test rows (part 1)."""
