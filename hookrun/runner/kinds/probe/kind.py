@@ -97,7 +97,7 @@ class ProbeKind(RunKind):
             test = test_rows(np.arange(len(known)), b.split.test, b.split.seed)  # every item runs: known before a batch
             training_classes(known, ~test)
         self.features = {name: first[name][0].shape[1] for name in self.names}
-        self.kind = first[self.names[0]][1].dtype.kind  # the targets': f (values) or i (classes)
+        self.y_kind = first[self.names[0]][1].dtype.kind  # the targets': f (values) or i (classes)
         self.first = (indices, first)  # batch 0's rows: its step uses them where no user hook needs its forward
         self.tests = self.test_loader() if b.test_data is not None else None
         self.stores: dict[str, RowStore] = {}
@@ -244,11 +244,11 @@ class ProbeKind(RunKind):
         the fit) or their targets' kind (float test targets beside classes made a ridge probe a regression)."""
         these, give = ("the test items", "test items of the training items' shape") if part else ("this batch", "items of one shape")
         for name, (x, y, *_) in rows.items():
-            if x.shape[1] != self.features[name] or y.dtype.kind != self.kind:
+            if x.shape[1] != self.features[name] or y.dtype.kind != self.y_kind:
                 raise (ConfigError if part else RunError)(
                     f"probe.{'test_data' if part else 'target'}: {these} give{'' if part else 's'} {KINDS[y.dtype.kind]} and the first "
-                    f"batch {KINDS[self.kind]}; give integer classes throughout, or floats for a regression"
-                    if y.dtype.kind != self.kind else
+                    f"batch {KINDS[self.y_kind]}; give integer classes throughout, or floats for a regression"
+                    if y.dtype.kind != self.y_kind else
                     f"probe.{'test_data' if part else 'at'}: {name} gives rows of {x.shape[1]} features for {these} and "
                     f"{self.features[name]} for the first batch (its output's width follows the input's shape); give "
                     f"{give}, or probe a module of one width (a feature map, pooled)")
