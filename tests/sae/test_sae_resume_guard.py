@@ -12,11 +12,12 @@ import h5py
 import pytest
 import torch
 from sae_kill_at_step import interrupt_at_step
-from test_sae_kind import config
+from test_sae_kind import check_equals_reference, config
 from test_sae_train import CAPTURE, make_cache
 
 import hookrun
 from hookrun.errors import ConfigError
+from hookrun.output.signals import Interrupted
 
 pytest.importorskip("sae_lens")
 
@@ -85,3 +86,29 @@ def test_resume_on_another_cache_at_the_same_path_is_refused(tmp_path, monkeypat
     assert "\n" not in msg and msg.startswith(f"resume: sae.from {cache} is not the cache") and "digest" in msg
     with h5py.File(tmp_path / "run" / "captures.h5") as f:  # the interrupted file is as it was
         assert f.attrs["status"] == "interrupted"
+
+
+def test_two_runs_in_one_folder_keep_their_own_checkpoints_and_sae(cache, tmp_path, monkeypatch, sigint_default):
+    """Run A (a.h5) stopped after step 13 with checkpoints; run B (b.h5, another lr and seed) ran in the
+    same folder. B removed A's checkpoints and wrote its own in the shared checkpoints/, and A's resume
+    took B's checkpoint (mse 4.9 off SAELens' at the end). Reference: SAELens' trainer run directly with
+    A's settings (check_equals_reference)."""
+    from hookrun.runner.kinds.sae import engine
+
+    torch.set_num_threads(1)
+    run = tmp_path / "run"
+    cfg_a = config(cache, run, checkpoints=3)
+    cfg_a["output"].update(path=str(run / "a.h5"), flush_every=1)
+    step = interrupt_at_step(monkeypatch, 13)
+    with pytest.raises(Interrupted):
+        hookrun.run(cfg_a)
+    monkeypatch.setattr(engine.LoggingTrainer, "step", step)
+    cfg_b = config(cache, run, checkpoints=3, lr=1e-2, seed=7)
+    cfg_b["output"]["path"] = str(run / "b.h5")
+    assert hookrun.run(cfg_b).status == "complete"
+    assert sorted(p.name for p in (run / "a.checkpoints").iterdir()) == ["192", "352"]  # A's, untouched
+    assert sorted(p.name for p in (run / "b.checkpoints").iterdir()) == ["192", "352", "512"]
+    result = hookrun.run({**cfg_a, "resume": True})
+    assert result.status == "complete"
+    check_equals_reference(result.path, run / "a.sae", cache)
+    assert (run / "b.sae" / "sae_weights.safetensors").exists()  # B's SAE, not replaced by A's

@@ -8,14 +8,16 @@ Each training step writes one row: /samples/index holds the step number and the 
 `sae/curves/NAME` SAELens' figures of that step (its build_train_step_log_dict: the loss and its
 terms, mse_loss, l0, explained_variance, dead_features, lr after the step, samples seen), through
 the store's normal path (flushes, crash safety). Checkpoints are SAELens' own folders
-(`checkpoints/<samples seen>/` beside the file). A resumed run (resume=true) loads the last whole
-checkpoint at or before the steps the file kept, skips the rows those steps read, trains on and
-writes only the steps the file lacks: the steps in between are trained again, in the same order,
-to the same figures. The trained SAE is written at the end with SAELens' save_inference_model to
-`sae.out` (default: the run folder's sae/). A cache's batches are read ahead by a thread
-(prefetch.py; with device: cuda, through pinned memory onto the GPU while the step runs). The
-root attribute `sae` (JSON) holds the block as run, the capture's module, d_in, the cache's rows
-and identity (resuming.py: a resume refuses another cache, and another run's SAE in `out`) and the epochs the budget takes; `sae_evaluation` (JSON) sae.evaluate's totals (evaluation.py).
+(`checkpoints/<samples seen>/` beside the file; STEM.checkpoints/ beside a file not named
+captures.h5). A resumed run (resume=true) loads the last whole checkpoint at or before the steps
+the file kept, skips the rows those steps read, trains on and writes only the steps the file lacks:
+the steps in between are trained again, in the same order, to the same figures. The trained SAE is
+written at the end with SAELens' save_inference_model to `sae.out` (default: sae/ beside the file,
+STEM.sae/ likewise). A cache's batches are read ahead by a thread (prefetch.py; with device: cuda,
+through pinned memory onto the GPU while the step runs). The root attribute `sae` (JSON) holds the
+block as run, the capture's module, d_in, the cache's rows and identity (resuming.py: a resume refuses
+another cache, and another run's SAE in `out`) and the epochs the budget takes; `sae_evaluation` (JSON)
+sae.evaluate's totals (evaluation.py).
 """
 
 from __future__ import annotations
@@ -114,7 +116,7 @@ class SaeKind(RunKind):
                     raise
         self.out = out_folder(ctx.cfg)
         local = not scheme_of(ctx.cfg.output.path).remote
-        self.checkpoints = run_folder(ctx.cfg) / "checkpoints" if local else self.out.with_name(self.out.name + ".checkpoints")
+        self.checkpoints = run_folder(ctx.cfg, "checkpoints") if local else self.out.with_name(self.out.name + ".checkpoints")
         self.epochs = self.rows.epochs_for(self.block.rows + self.norm_rows()) if self.cache_rows else None
         self.evaluation: dict[str, Any] | None = None
         if b.evaluate and self.module not in dict(ctx.model.named_modules()):
@@ -268,18 +270,21 @@ def checkpoints_before(folder: Path, samples: int) -> list[Path]:
     return [p for n, p in sorted(found, reverse=True) if n <= samples]
 
 
-def run_folder(cfg: HookrunConfig) -> Path:
+def run_folder(cfg: HookrunConfig, name: str | None = None) -> Path:
+    """The run file's folder; with `name`, its folder NAME/ beside captures.h5 (the default file), STEM.NAME/
+    beside any other file: two runs written to one folder never share (nor clear) checkpoints or an SAE."""
     path = str(cfg.output.path)
     if scheme_of(path).remote:
         raise ConfigError("sae.out: the run is written to an object store; give sae.out, a local folder for the SAE")
-    return Path(path).resolve().parent
+    file = Path(path).resolve()
+    return file.parent if name is None else file.parent / (name if file.name == "captures.h5" else f"{file.stem}.{name}")
 
 
 def out_folder(cfg: HookrunConfig) -> Path:
     """sae.out (relative to where you run; in a Hydra multirun, to each job's folder, so the jobs of a
-    sweep never write one folder in turn), or the run folder's sae/."""
+    sweep never write one folder in turn), or run_folder's sae/."""
     if not cfg.sae.out:
-        return run_folder(cfg) / "sae"
+        return run_folder(cfg, "sae")
     out, job = Path(local_path(cfg.sae.out)), multirun_job_folder()  # (a URL is refused in block.check)
     return job / out if job is not None and not out.is_absolute() else out.resolve()
 
