@@ -1,7 +1,7 @@
 """Bad `sae:` values and SAE paths, refused in one line (exit 2) before any training: an object-store
 URL as sae.out (was a local folder named 's3:', silently) or as an SAE folder to read (was 'no SAE
-folder s3:/...'), a number that is none (was int()'s traceback), a negative loss coefficient (was
-trained on). And a loader's iterator still open at interpreter exit ends without a traceback.
+folder s3:/...'), a number that is none (was int()'s traceback), a negative loss coefficient, an
+infinite lr, a negative JumpReLU bandwidth or threshold, lp_norm 0 (were trained on). And a loader's iterator still open at interpreter exit ends without a traceback.
 References: the files on disk (os.walk), the child process' own exit code and stderr, and for
 `file://` the SAE's latents from its saved tensors (test_splice's encode)."""
 
@@ -67,6 +67,24 @@ def test_a_url_as_sae_out_is_refused_before_training(cache, tmp_path, monkeypatc
      "sae.matryoshka_widths: 'a' is not a whole number; give whole numbers of latents"),
     ({"architecture": "standard", "k": None, "l1_coefficient": -3.0},
      "sae.l1_coefficient: -3.0 is negative, which rewards what the loss term penalises; give 0 or more"),
+    # (these four were trained on: lr inf wrote an SAE of NaN weights as complete; a negative bandwidth turned
+    # SAELens' rectangle gradient, (1 / bw) rect((x - t) / bw), against the threshold; a negative threshold let
+    # negative latents through; lp_norm 0 made the penalty the nonzero count, whose gradient is 0)
+    ({"lr": float("inf")}, "sae.lr: must be a finite number above 0, got inf"),
+    ({"lr": float("nan")}, "sae.lr: must be a finite number above 0, got nan"),  # (was a line about lr_schedule.end)
+    ({"architecture": "standard", "k": None, "l1_coefficient": float("inf")},
+     "sae.l1_coefficient: inf is not a finite number; give a finite one"),
+    ({"architecture": "jumprelu", "k": None, "jumprelu_bandwidth": -0.05},
+     "sae.jumprelu_bandwidth: -0.05; it is the width of the threshold's straight-through gradient (below 0 it "
+     "points the wrong way): give a number above 0"),
+    ({"architecture": "jumprelu", "k": None, "jumprelu_init_threshold": -1.0},
+     "sae.jumprelu_init_threshold: -1.0; it is the threshold a latent must pass (below 0 negative pre-activations "
+     "pass): give 0 or more"),
+    ({"architecture": "standard", "k": None, "lp_norm": 0.0},
+     "sae.lp_norm: 0.0; it is the sparsity penalty's p (0 counts nonzero latents: no gradient): give a number above 0"),
+    ({"decoder_init_norm": -0.1},
+     "sae.decoder_init_norm: -0.1; it is the decoder rows' starting norm (null: SAELens' own init): give a number "
+     "above 0"),
 ])
 def test_a_bad_number_is_one_line_before_training(cache, tmp_path, monkeypatch, sae, message):
     assert refused(cache, tmp_path, monkeypatch, **sae).startswith(message)

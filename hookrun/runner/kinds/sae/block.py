@@ -37,6 +37,10 @@ ARCH_KEYS = ("k", "l1_coefficient", "lp_norm", "l1_warm_up_steps", "l0_coefficie
              "target_l0", "matryoshka_widths", "use_matryoshka_aux_loss", "aux_loss_coefficient",
              "rescale_acts_by_decoder_norm", "topk_threshold_lr", "decoder_init_norm", "apply_b_dec_to_input")
 COEFFICIENTS = ("l1_coefficient", "l0_coefficient", "pre_act_loss_coefficient", "aux_loss_coefficient")  # >= 0
+POSITIVE = {"jumprelu_bandwidth": "the width of the threshold's straight-through gradient (below 0 it points the "
+            "wrong way)", "jumprelu_init_threshold": "the threshold a latent must pass (below 0 negative "
+            "pre-activations pass)", "lp_norm": "the sparsity penalty's p (0 counts nonzero latents: no gradient)",
+            "decoder_init_norm": "the decoder rows' starting norm (null: SAELens' own init)"}  # > 0 (threshold: >= 0)
 
 
 @dataclass
@@ -104,13 +108,19 @@ class SaeBlock:
         if self.rows < self.batch_rows:
             raise ConfigError(f"sae.rows: the training budget ({self.rows} rows) is smaller than one batch "
                               f"(sae.batch_rows {self.batch_rows}); give rows >= batch_rows")
-        if self.lr <= 0:
-            raise ConfigError(f"sae.lr: must be above 0, got {self.lr}")
+        if not math.isfinite(self.lr) or self.lr <= 0:
+            raise ConfigError(f"sae.lr: must be a finite number above 0, got {self.lr}")
         if self.checkpoints < 0:
             raise ConfigError(f"sae.checkpoints: must be 0 or more, got {self.checkpoints}")
         if self.out and scheme_of(self.out).remote:  # (Path() would make a local folder named 's3:')
             raise ConfigError(f"sae.out: {self.out!r} is a URL; the SAE folder is written to local disk only: give a "
                               "local folder (e.g. sae.out=saes/h3) and copy it up after the run")
+        for key, value in self.arch_keys().items():
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"sae.{key}: {value} is not a finite number; give a finite one")
+            if key in POSITIVE and (value < 0 or value == 0 and key != "jumprelu_init_threshold"):
+                raise ConfigError(f"sae.{key}: {value}; it is {POSITIVE[key]}: give "
+                                  + ("0 or more" if key == "jumprelu_init_threshold" else "a number above 0"))
         for key in COEFFICIENTS:
             if getattr(self, key) is not None and getattr(self, key) < 0:
                 raise ConfigError(f"sae.{key}: {getattr(self, key)} is negative, which rewards what the loss term "
