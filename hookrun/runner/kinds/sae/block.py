@@ -200,6 +200,8 @@ def _schedule(value: Any, lr: float, steps: int) -> dict[str, Any]:
     """{warmup, decay, end, scheduler} as SAELens' get_lr_scheduler takes them, refused in one line
     where SAELens would ignore a key (end on the constant schedule) or misbehave (a warmup past the
     run's steps never reaches lr; a cosine with no step left between warmup and decay divides by 0)."""
+    if value is not None and not isinstance(value, Mapping):
+        raise ConfigError(f"sae.lr_schedule: {value!r}; give {{warmup: steps, decay: fraction, scheduler, end}} or null")
     got = dict(value or {})
     unknown = set(got) - {"warmup", "decay", "end", "scheduler"}
     if unknown:
