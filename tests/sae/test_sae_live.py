@@ -122,3 +122,30 @@ def test_on_the_fly_refuses_a_broadcast_output_in_one_line(tmp_path):
     msg = str(info.value)
     assert "\n" not in msg and f"has shape {shape}" in msg and "[8, 16]" in msg and "broadcast" in msg
     assert not (tmp_path / "run" / "sae").exists()
+
+
+def test_a_sequence_of_tokens_is_no_feature_map(tmp_path):
+    """transformer.h.3's (sample, token, feature) output, recorded per sample or read on the fly, with
+    rows: channel: was trained on as a feature map, its 16 token positions the 'channels' (d_in 16, padding
+    in), and a cache of it was told to use rows: channel. Reference: the capture's shape and dims by h5py,
+    the batch's attention mask's shape."""
+    cache = hookrun.run(hookrun.compose("experiment=sae_cache", *DATA, "progress=false", "hooks.res.at=[transformer.h.3]",
+                                        "hooks.res.actions=[{name: record, what: output}]",
+                                        f"hydra.run.dir={tmp_path / 'cache'}")).path
+    with h5py.File(cache) as f:
+        ds = f["captures/res/transformer.h.3/output"]
+        assert ds.shape == (16, 16, 128) and list(ds.attrs["dims"]) == ["sample", "token", "feature"]
+    common = ("experiment=sae_train", "sae.batch_rows=32", "sae.d_sae=64", "sae.k=4", "sae.out=null",
+              "sae.lr_schedule.warmup=0", *DATA, "progress=false")
+    for i, given in enumerate([(f"sae.from={cache}",), (f"sae.from={cache}", "sae.rows=channel", "sae.budget=64"),
+                               ("sae.from=null", "sae.capture=null", "sae.at=transformer.h.3", "sae.rows=channel",
+                                "sae.budget=64")]):
+        with pytest.raises(ConfigError) as info:
+            hookrun.run(hookrun.compose(*common, *given, f"hydra.run.dir={tmp_path / str(i)}"))
+        msg = str(info.value)
+        assert "\n" not in msg and not (tmp_path / str(i) / "captures.h5").exists()
+        assert msg == ("sae.rows: channel reads a feature map's channel vectors; transformer.h.3's output (8, 16, 128) "
+                       "is (sample, token, feature) under the attention mask: give rows: token" if i == 2 else
+                       "sae.capture: res/transformer.h.3/output holds a sequence per row (sample, token, feature: "
+                       "shape (16, 128), padding included), not a token's vector or a feature map; record it with "
+                       "rows: token (a row per real token, as experiment=sae_cache does), or give sae.at (on the fly)")

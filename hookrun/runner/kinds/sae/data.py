@@ -73,6 +73,11 @@ class CacheRows(BatchStream):
                                   f" (this cache's: {', '.join(named[:8])}{' ...' if len(named) > 8 else ''})" if named
                                   else f" ({self.source} holds none: give sae.from a cache run that records a module's "
                                   "output with rows: token, e.g. experiment=sae_cache)"))
+        if tuple(getattr(self.info, "dims", None) or ())[1:2] == ("token",):  # (not a feature map: tokens, padding too)
+            self.run.close()
+            raise ConfigError(f"sae.capture: {capture} holds a sequence per row (sample, token, feature: shape "
+                              f"{shape[1:]}, padding included), not a token's vector or a feature map; record it with "
+                              "rows: token (a row per real token, as experiment=sae_cache does), or give sae.at (on the fly)")
         if self.channel and len(shape) < 3:
             self.run.close()
             raise ConfigError(f"sae.rows: channel reads a feature map (sample, channel, positions...); {capture} "

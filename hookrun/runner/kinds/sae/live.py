@@ -79,14 +79,17 @@ class LiveRows(BatchStream):
                               "vector: an SAE trains on vectors; give sae.at a module whose output holds a vector per "
                               "token or sample")
         self._check_leading(out, call)
+        mask = call.attention_mask if call.attention_mask is not None else call.kwargs.get("attention_mask")
         if self.vectors == "channel":
+            if isinstance(mask, torch.Tensor) and out.dim() == 3 and tuple(out.shape[:2]) == tuple(mask.shape):
+                raise ConfigError(f"sae.rows: channel reads a feature map's channel vectors; {self.at}'s output "
+                                  f"{tuple(out.shape)} is (sample, token, feature) under the attention mask: give rows: token")
             if out.dim() < 3:
                 raise ConfigError(f"sae.rows: channel reads a feature map (sample, channel, positions...); "
                                   f"{self.at}'s output has shape {tuple(out.shape)}: give rows: token")
             return out.movedim(1, -1).reshape(-1, out.shape[1]).float().cpu()
         if out.dim() == 2:
             return out.float().cpu()
-        mask = call.attention_mask if call.attention_mask is not None else call.kwargs.get("attention_mask")
         if out.dim() == 3:
             keep = torch.ones(out.shape[:2], dtype=torch.bool, device=out.device) if mask is None else mask.bool()
             return out[keep].float().cpu()
