@@ -70,6 +70,8 @@ def test_a_url_as_sae_out_is_refused_before_training(cache, tmp_path, monkeypatc
     # (these four were trained on: lr inf wrote an SAE of NaN weights as complete; a negative bandwidth turned
     # SAELens' rectangle gradient, (1 / bw) rect((x - t) / bw), against the threshold; a negative threshold let
     # negative latents through; lp_norm 0 made the penalty the nonzero count, whose gradient is 0)
+    ({"shuffle": {"seed": -1}}, "sae.shuffle.seed: must be 0 or more (numpy's seed), got -1"),  # (was numpy's
+    # ValueError traceback at the first batch, a failed run file left)
     ({"lr_schedule": 5}, "sae.lr_schedule: 5; give {warmup: steps, decay: fraction, scheduler, end} or null"),
     ({"lr": float("inf")}, "sae.lr: must be a finite number above 0, got inf"),
     ({"lr": float("nan")}, "sae.lr: must be a finite number above 0, got nan"),  # (was a line about lr_schedule.end)

@@ -188,8 +188,9 @@ def _shuffle(value: Any) -> dict[str, int] | bool:
     got = dict(value or {})
     out = {"buffer_rows": _number(got.get("buffer_rows", 1_000_000), "shuffle.buffer_rows", "a whole number of rows"),
            "seed": _number(got.get("seed", 0), "shuffle.seed", "a whole number (the shuffle's seed), e.g. 0")}
-    if out["buffer_rows"] < 1:
-        raise ConfigError(f"sae.shuffle.buffer_rows: must be at least 1, got {out['buffer_rows']}")
+    if out["buffer_rows"] < 1 or out["seed"] < 0:
+        bad = ("buffer_rows", "must be at least 1") if out["buffer_rows"] < 1 else ("seed", "must be 0 or more (numpy's seed)")
+        raise ConfigError(f"sae.shuffle.{bad[0]}: {bad[1]}, got {out[bad[0]]}")
     return out
 
 
