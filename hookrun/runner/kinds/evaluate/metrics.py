@@ -11,7 +11,9 @@
 |                 | predict input_ids at t+1; a pair with padding on either side is left out); any     |
 |                 | other loss: its value, weighted by the batch's samples                             |
 | kl_PASS         | mean over positions (tokens with attention_mask 1; a classifier's samples) of      |
-|                 | KL(clean || PASS) = sum over the output's last dim of p_clean (log p_clean - log p)|
+|                 | KL(clean || PASS) = sum over the classes of p_clean (log p_clean - log p): the     |
+|                 | output's last dim; dim 1 with loss=cross_entropy (as torch's cross_entropy reads   |
+|                 | it: a (batch, classes, H, W) output's positions are its batch x H x W)             |
 | ce_loss_score   | (ce_ablated - ce_intervened) / (ce_ablated - ce_clean)                             |
 | kl_div_score    | (kl_ablated - kl_intervened) / kl_ablated                                          |
 
@@ -38,6 +40,7 @@ PASSES = ("clean", "intervened", "ablated")
 MODEL_METRICS = ("ce_clean", "ce_intervened", "ce_ablated", "ce_loss_score", "kl_intervened", "kl_ablated",
                  "kl_div_score")
 COUNTS = ("ce_count", "kl_count")
+CLASS_DIM_1 = (torch.nn.CrossEntropyLoss, torch.nn.NLLLoss)  # losses (besides loss=cross_entropy) with classes at dim 1
 
 
 CHUNK_BYTES = {"cpu": 4 << 20}  # the other forwards' log-probs are made a block of rows at a time
@@ -65,13 +68,17 @@ class Objective:
         func = getattr(loss, "func", loss)
         self.lm = func is losses.lm
         self.output_key = getattr(loss, "keywords", {}).get("output_key")
+        # torch's cross-entropy reads the classes at dim 1 ((batch, classes, H, W) for a segmenter): KL too
+        self.class_dim = 1 if func is losses.cross_entropy or isinstance(loss, CLASS_DIM_1) else -1
         try:
             self.takes_batch = "batch" in inspect.signature(loss).parameters
         except (TypeError, ValueError):
             self.takes_batch = False
 
     def logits(self, output: Any) -> torch.Tensor:
-        return losses.pick_output(output, self.output_key, "lm" if self.lm else "evaluate")
+        """The output's logits with the classes last (a (batch, classes, ...) output's moved there)."""
+        logits = losses.pick_output(output, self.output_key, "lm" if self.lm else "evaluate")
+        return logits.movedim(1, -1) if self.class_dim == 1 and logits.dim() > 2 else logits
 
     def loss_terms(self, output: Any, call: Any, samples: int) -> torch.Tensor:
         """A loss other than lm: its value times the batch's samples (a float64 0-d tensor)."""
