@@ -57,6 +57,21 @@ def test_the_estimate_is_the_written_file_size_or_a_little_more(tmp_path, case):
     assert size <= dry.estimated_bytes <= 1.1 * size, (dry.estimated_bytes, size)
 
 
+SCALE = {"s": {"at": ["block1", "block2"], "type": "forward", "actions": [
+    {"name": "modify_output", "op": "scale", "factor": 0.5}, {"name": "record", "what": "output", "limit": 7}]}}
+CE = {"_target_": "hookrun.runner.losses.cross_entropy", "_partial_": True}
+
+
+@pytest.mark.parametrize("ablation", [None, "zero"])
+def test_an_evaluate_runs_table_is_in_the_estimate(tmp_path, ablation):
+    """/evaluation (a row per batch of 5 or 9 metrics, in 1024-row chunks) was left out: the estimate
+    was 18.5 KB for a 128 KB file (5 batches of a modify-only run, ablation=zero)."""
+    c = cfg(tmp_path, "limit", hooks=SCALE, loss=CE, evaluate={"ablation": ablation}, data={**shapes(40), "batch_size": 8})
+    dry = hookrun.run({**c, "dry_run": True})
+    size = os.path.getsize(hookrun.run(c).path)
+    assert size <= dry.estimated_bytes <= 1.1 * size, (dry.estimated_bytes, size)
+
+
 def test_no_chunk_holds_more_rows_than_the_run_can_write(tmp_path):
     with h5py.File(hookrun.run(cfg(tmp_path, "limit", name="a.h5")).path) as f:  # limit: 2 of 512 samples
         assert f["captures/r/block1/output"].chunks[0] == 2 and f["captures/r/block1/output.index"].chunks == (2,)
@@ -119,3 +134,27 @@ def test_shapes_gradcam_from_the_cli(tmp_path):
     assert real.returncode == 0, real.stderr
     size = os.path.getsize(tmp_path / "g" / "captures.h5")
     assert size <= estimate <= 1.1 * size, (estimate, size)
+
+
+def test_a_spliced_saes_evaluation_columns_and_state_are_in_the_estimate(tmp_path):
+    """Each splice adds l0, mse, explained_variance, dead_fraction per batch and its statistics'
+    state (sums, sum_x of d_in, fired of d_sae) under /evaluation/splices: all in the estimate."""
+    import json
+
+    import torch
+    from lm_runs import lm_cfg
+
+    safetensors = pytest.importorskip("safetensors.torch")
+    folder = tmp_path / "sae"
+    folder.mkdir()
+    g = torch.Generator().manual_seed(1)
+    safetensors.save_file({"W_enc": torch.randn(32, 48, generator=g), "W_dec": torch.randn(48, 32, generator=g),
+                           "b_enc": torch.zeros(48), "b_dec": torch.zeros(32)}, str(folder / "sae_weights.safetensors"))
+    (folder / "cfg.json").write_text(json.dumps({"architecture": "standard", "d_in": 32, "d_sae": 48, "dtype": "float32",
+                                                 "apply_b_dec_to_input": True, "normalize_activations": "none"}))
+    hooks = {"sae": {"at": "transformer.h.0", "type": "forward",
+                     "actions": [{"name": "modify_output", "op": "splice", "path": str(folder)}]}}
+    c = lm_cfg(tmp_path, hooks, {"ablation": "zero"})
+    dry = hookrun.run({**c, "dry_run": True})
+    size = os.path.getsize(hookrun.run(c).path)
+    assert size <= dry.estimated_bytes <= 1.1 * size, (dry.estimated_bytes, size)

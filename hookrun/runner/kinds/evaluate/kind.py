@@ -42,7 +42,7 @@ from hookrun.runner.kinds.evaluate.ablations import (
 )
 from hookrun.runner.kinds.evaluate.block import check_block, evaluating
 from hookrun.runner.kinds.evaluate.metrics import Objective, Totals, batch_row
-from hookrun.runner.kinds.evaluate.table import EvaluationRow, read_evaluation
+from hookrun.runner.kinds.evaluate.table import EvaluationRow, read_evaluation, table_bytes
 from hookrun.runner.kinds.run_kind import KindContext, RunKind, StepAdds, plain_forward
 from hookrun.store.schemes import scheme_of
 
@@ -129,6 +129,12 @@ class EvaluateKind(RunKind):
                                    state or None, self.attrs)
         return StepAdds(tables={"evaluation": evaluation})
 
+    def file_bytes(self, n_samples: int) -> int:
+        """/evaluation: a row per batch of the model's metrics (5, or 9 with an ablation) and of each
+        splice's, and the splice statistics' state (l0, mse, ...; sums of d_in and d_sae entries)."""
+        batches = -(-n_samples // max(1, self.ctx.loader.batch_size or 1))
+        return table_bytes(batches, 9 if self.ablation is not None else 5, [splice_size(s) for s in self.env.splices])
+
     def sample_step(self, model: nn.Module, call: ModelCall, session: HookSession) -> StepAdds:
         """The estimate sees the intervened forward's captures; the totals are left as they are."""
         plain_forward(model, call)
@@ -146,3 +152,15 @@ class EvaluateKind(RunKind):
             elif rows:
                 log.warning("resume: the splice at %s cannot carry its statistics over (no state in the file, or "
                             "the stats have no load_state); its run totals cover the batches run from now on", s.module)
+
+
+def splice_size(splice: Any) -> tuple[int, list[int]]:
+    """A splice's metric columns and its statistics' state arrays' bytes (an SAE's: 4 float64
+    sums, sum_x of d_in float64, fired of d_sae bools; else the arrays its stats hold now)."""
+    coder, stats = getattr(splice, "coder", None), splice.stats
+    metrics = len(stats.batch())
+    d_in, d_sae = getattr(coder, "d_in", None), getattr(coder, "d_sae", None)
+    if isinstance(d_in, int) and isinstance(d_sae, int) and callable(getattr(stats, "state", None)):
+        return metrics, [8] * 4 + [8 * d_in, d_sae]
+    state = stats.state() if callable(getattr(stats, "state", None)) else {}
+    return metrics, [np.asarray(v).nbytes for v in state.values()]
