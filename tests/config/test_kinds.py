@@ -84,6 +84,26 @@ def test_a_new_kind_is_one_class_and_one_registration(tmp_path, monkeypatch):
         np.testing.assert_allclose(f["samples/clean_sum"][:], out.sum(1).numpy(), rtol=1e-6)
 
 
+RECORD_H0 = ("+hooks.r.type=forward", "+hooks.r.actions=[{name: record, what: output}]")
+
+
+@pytest.mark.parametrize("block, over", [
+    # a raw StopForward (an empty message) out of the similarity kind's forward
+    ("similarity", ("experiment=cka_resnet", "+hooks.r.at=layer1", *RECORD_H0)),
+    # the cut after h.0 kept probe.at's h.1..h.3 from running: "did not run in the model's forward"
+    ("probe", ("experiment=probe_tokens", "+hooks.r.at=transformer.h.0", *RECORD_H0)),
+    ("patching", ("experiment=patching_grid",)),  # (run in full, early_stop silently ignored)
+])
+def test_early_stop_with_a_block_kind_is_one_line_before_any_batch(tmp_path, block, over):
+    cfg = hookrun.compose(*over, "early_stop=true", "data.limit=1", "progress=false",
+                          f"output.path={tmp_path / 'e.h5'}")
+    with pytest.raises(ConfigError) as err:
+        hookrun.run(cfg)
+    assert str(err.value) == (f"early_stop=true cuts each forward after the last hook, but the {block} block runs "
+                              f"forwards of its own that read modules or outputs past it; drop early_stop")
+    assert not (tmp_path / "e.h5").exists()
+
+
 def test_a_user_exception_called_stopforward_is_a_model_error(tmp_path):
     class StopForward(Exception):  # noqa: N818  (the name early_stop's own class has)
         pass

@@ -104,6 +104,9 @@ def check_config(cfg: HookrunConfig) -> None:
     kind.check_mode(cfg)
     common_checks(cfg)
     kind.check(cfg)
+    if cfg.early_stop and kind.block is not None:  # (its forwards read modules or outputs the cut would skip)
+        raise ConfigError(f"early_stop=true cuts each forward after the last hook, but the {kind.block} block runs "
+                          f"forwards of its own that read modules or outputs past it; drop early_stop")
 
 
 __all__ = ["KINDS", "KindContext", "RunKind", "StepAdds", "check_config", "kind_for", "patch_grid", "plain_forward",
