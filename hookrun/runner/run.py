@@ -153,10 +153,15 @@ def _run(cfg: HookrunConfig, dest: Destination, started: float, model: torch.nn.
             resume.close()
 
 
+ATTR_BYTES, END_ATTRS = 64, 12  # an attribute message's own bytes; the root attributes a run adds as it goes (status, ...)
+
+
 def plan_estimate(p: Prepared):
     """The plan's estimated bytes per capture (dry_run=true prints it; output.max_bytes checks it)."""
     from hookrun.runner.estimate import estimate  # (only these runs estimate)
-    report, cfg = estimate(p.model, p.loader, p.points, p.env, p.settings, p.n_samples, p.cfg.output.checksum, len(to_yaml(p.cfg))), p.cfg
+    attrs = {**file_attrs(p.cfg, p.model, p.settings.device), **class_names(p.dataset), **p.attrs}  # (open_store's)
+    text = sum(len(str(v).encode()) for v in attrs.values()) + ATTR_BYTES * (len(attrs) + END_ATTRS)
+    report, cfg = estimate(p.model, p.loader, p.points, p.env, p.settings, p.n_samples, p.cfg.output.checksum, text), p.cfg
     report.header = [
         "hookrun plan" + (" (dry run: nothing is written)" if cfg.dry_run else ""),
         f"  model   {type(p.model).__module__}.{type(p.model).__qualname__} on {p.settings.device}, mode {p.settings.mode}",

@@ -29,7 +29,7 @@ import h5py
 import numpy as np
 
 from hookrun.store.columns import append
-from hookrun.store.format import GROUP_BYTES, allocated, dataset_bytes
+from hookrun.store.format import DATASET_HEADER, GROUP_BYTES, allocated, dataset_bytes
 from hookrun.store.records import KindTable, escape, register_table
 
 GROUP = "evaluation"
@@ -57,7 +57,7 @@ def table_bytes(batches: int, metrics: int, splices: list[tuple[int, list[int]]]
     groups = 2 + 3 * len(splices)  # /evaluation, model; splices, splices/MODULE, its state
     attrs = 128 * (5 + metrics + sum(m + 1 for m, _ in splices))  # (an attribute message: name, type, space, value)
     return (columns * allocated(batches, CHUNK_ROWS) * 8 + sum(states) + groups * GROUP_BYTES + attrs
-            + dataset_bytes([(1, chunks, False)] * columns + [(1, 1, False)] * len(states)))
+            + dataset_bytes([(1, chunks, False)] * columns) + DATASET_HEADER * len(states))  # (states: contiguous)
 
 
 class EvaluationStore:
