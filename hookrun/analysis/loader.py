@@ -36,7 +36,7 @@ import torch
 
 from hookrun.analysis.batching import BLOCK_BYTES, BUFFER_BYTES, RowBatches
 from hookrun.errors import ConfigError
-from hookrun.store.merge import check_sources
+from hookrun.store.view_sources import check_sources
 
 IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 

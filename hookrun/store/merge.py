@@ -7,13 +7,12 @@ No capture row is copied: each capture, /samples/index, /step, /target and /path
 rows in rank order (= sample order), by relative file name, so the folder can be moved; the run's
 root attributes (versions, model, mode, `kind` and the attribute named by it: a kind's own, e.g. a grid layout) are rank 0's (model_fingerprint: every shard's). A virtual
 dataset whose source file is missing reads as zeros without an error in every HDF5 reader, so a
-reader must check the sources first: check_sources() does, and open_run and patch call it.
+reader must check the sources first: store/view_sources.py's check_sources() does, and open_run and patch call it.
 """
 
 from __future__ import annotations
 
 import os
-import resource
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +20,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError
+from hookrun.errors import RunError
 from hookrun.store.capture_schema import CaptureMeta, RowKind, is_capture
 from hookrun.store.run_state import copy_whole, merge_features
 
@@ -138,6 +137,8 @@ def _write(out: h5py.File, opened: list[tuple[Path, h5py.File]]) -> int:
     out.attrs["steps_complete"] = sum(s.steps for s in shards)
     out.attrs["samples_complete"] = sum(counts)
     out.attrs["shard_samples"] = np.array(counts, dtype=np.int64)
+    # each shard's `created`: a reader tells a shard written again after the view (view_sources.check_shards)
+    out.attrs["shard_created"] = np.array([str(s.file.attrs.get("created", "")) for s in shards], dtype=h5py.string_dtype())
     samples = out.create_group("samples")
     others = list(dict.fromkeys(n for s in shards for n in s.file["samples"] if n not in SAMPLE_DATASETS))
     for name in (*SAMPLE_DATASETS, *others):
@@ -262,39 +263,3 @@ def _virtual(group: h5py.Group, name: str, parts: list[tuple[Path, h5py.Dataset,
             layout[at : at + rows] = source[:rows]
         at += rows
     return group.create_virtual_dataset(name, layout)
-
-
-def shard_names(f: h5py.File) -> list[str]:
-    """The shard files a merged view reads (its `shards` attribute), beside it; [] for any other file."""
-    shards = f.attrs.get("shards")
-    return [s.decode() if isinstance(s, bytes) else str(s) for s in shards] if shards is not None else []
-
-
-def check_sources(f: h5py.File, path: Path, datasets: list[h5py.Dataset] = ()) -> None:
-    """Refuse a view whose source files are not all there, or cannot be open at once: HDF5 itself
-    reads a missing (or unopenable) source as the fill value, zeros, with no error. Checks the file's
-    `shards` list, and the sources of each virtual dataset of `datasets` (those about to be read)."""
-    names = shard_names(f)
-    missing = [n for n in names if not (path.parent / n).is_file()]
-    if missing:
-        raise HookrunError(f"{path} is a view over {len(names)} shard files and {len(missing)} of them are missing from "
-                           f"{path.parent}: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}; keep the "
-                           f"captures.rank-*.h5 files beside it (HDF5 would read their rows as zeros)")
-    here = Path(path).resolve().parent
-    for ds in datasets:
-        if ds.is_virtual:
-            _check_virtual(path, here, ds)
-
-
-def _check_virtual(path: Path, here: Path, ds: h5py.Dataset) -> None:
-    files = {m.file_name for m in ds.virtual_sources() if m.file_name != "."}
-    missing = sorted(name for name in files if not (Path(name) if Path(name).is_absolute() else here / name).is_file())
-    if missing:
-        raise NotFoundError(f"{path}: the merged view {ds.name} reads {len(missing)} missing source file(s) "
-                            f"({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}); HDF5 would return "
-                            "zeros for their rows. Restore them or rebuild the view")
-    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    if soft != resource.RLIM_INFINITY and len(files) > soft - 64:
-        raise ConfigError(f"{path}: the merged view {ds.name} has {len(files)} source files but this process may "
-                          f"open only {soft} files at once (ulimit -n); HDF5 reads sources it cannot open as zeros. "
-                          f"Raise the limit (ulimit -n {len(files) + 256}) or merge fewer files")

@@ -26,8 +26,8 @@ from hookrun.errors import HookrunError, NotFoundError
 from hookrun.store.capture_schema import damage
 from hookrun.store.format import FORMAT_VERSION, HOOKRUN_VERSION
 from hookrun.store.lock import changed_while_read, flushing_path, wait_for_flush
-from hookrun.store.merge import check_sources, shard_names
 from hookrun.store.schemes import local_path, scheme_of
+from hookrun.store.view_sources import check_shards, check_sources, shard_names
 
 
 class UrlPath(str):
@@ -125,6 +125,7 @@ class LocalSource:
                 check_format(self._file, self.path)
                 list(self._file)  # the root's link table: its heap overwritten fails here, not at a first lookup
                 check_sources(self._file, self.path)
+                check_shards(self._file, self.path)
         except HookrunError:
             self._file.close()
             raise
