@@ -23,6 +23,7 @@ from hookrun.analysis.labelled import to_dataset
 from hookrun.analysis.loader import RowLoader
 from hookrun.analysis.report import build_report
 from hookrun.analysis.report.token_text import is_byte_text
+from hookrun.analysis.run_notes import run_status
 from hookrun.analysis.stats import block_stats, human_bytes, no_values, nonfinite_note
 from hookrun.analysis.top import top_example_modules, top_examples
 from hookrun.errors import HookrunError, NotFoundError
@@ -210,7 +211,7 @@ class Run:
             steps = a.get("steps_complete", len(np.unique(f["samples/step"][:])) if "samples/step" in f else 0)
         readers = self.kind_readers()
         units = kinds.kind_units(readers)  # as the run's kind logged them
-        lines = [f"{self.path}", f"  status    {self.status}   ({steps} {units[0]}, {samples} {units[1]})"]
+        lines = [f"{self.path}", f"  status    {run_status(self)}   ({steps} {units[0]}, {samples} {units[1]})"]  # a killed run: stopped
         if "shards" in a:
             lines.append(f"  shards    {a.get('world_size')} files, view over captures.rank-*.h5"
                          + (f"; not complete: {a['incomplete_shards']}" if a.get("incomplete_shards") else ""))
