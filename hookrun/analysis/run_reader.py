@@ -26,7 +26,7 @@ from hookrun.analysis.report.token_text import is_byte_text
 from hookrun.analysis.run_notes import run_status
 from hookrun.analysis.stats import block_stats, human_bytes, no_values, nonfinite_note
 from hookrun.analysis.top import top_example_modules, top_examples
-from hookrun.errors import HookrunError, NotFoundError
+from hookrun.errors import ConfigError, HookrunError, NotFoundError
 from hookrun.labels import dataset_label, natural_key  # noqa: F401 (natural_key: its name here too)
 from hookrun.store.capture_schema import CaptureInfo, list_captures, resolve, row_index
 from hookrun.store.reading import LocalSource, RunSource
@@ -136,6 +136,8 @@ class Run:
     # -- reading in blocks ---------------------------------------------------------------------
     def iter(self, *key: str, batch_size: int = 256, call: int = 0) -> Iterator[np.ndarray]:
         """The capture's rows, `batch_size` at a time."""
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer) or batch_size < 1:
+            raise ConfigError(f"iter: batch_size must be a whole number of rows, at least 1, got {batch_size!r}")
         ds = self.file[self.find(*key, call=call).path]
         for start in range(0, ds.shape[0], batch_size):
             yield ds[start : start + batch_size]
