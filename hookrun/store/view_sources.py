@@ -78,4 +78,5 @@ def check_shards(f: h5py.File, path: Path) -> None:
                 f"{path} is older than its shard {name}: the view maps {counts[i] if i < len(counts) else '?'} samples of "
                 f"a {'complete' if complete else 'stopped'} shard, which now holds {now[0]} samples ({now[1]}, created "
                 f"{now[2]}): a later run wrote the shards again and has not written its view (it runs, or it stopped); "
-                f"once it has stopped, run its command again with resume=true to finish it and write the view")
+                f"once it has stopped, run its command again with resume=true (without output.overwrite=true) to "
+                f"finish it and write the view")

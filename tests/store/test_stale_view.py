@@ -50,7 +50,7 @@ def test_a_view_whose_shards_were_written_again_is_refused_in_one_line(tmp_path)
         hookrun.open_run(view)
     assert str(exc.value).startswith(want) and str(exc.value).endswith(
         "a later run wrote the shards again and has not written its view (it runs, or it stopped); once it has "
-        "stopped, run its command again with resume=true to finish it and write the view")
+        "stopped, run its command again with resume=true (without output.overwrite=true) to finish it and write the view")
     proc = subprocess.run([sys.executable, "-m", "hookrun.inspect", str(view)], capture_output=True, text=True,
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 2 and proc.stdout == "" and proc.stderr == f"hookrun.inspect: error: {exc.value}\n"
