@@ -95,3 +95,22 @@ def test_readme_set_up_is_the_main_job_then_the_tests_with_cpu_torch_first():
     ci = (ROOT / ".ci" / "run").read_text()
     assert 'pip install -e ".[dev]"' in ci and "download.pytorch.org/whl/cpu" in ci  # CI installs as the README says
     assert ci.rstrip().splitlines()[-1] == "python3 -m pytest -n auto"  # and runs the README's test command
+
+
+def test_a_command_the_docs_run_after_pip_install_comes_with_the_extras_they_name():
+    """docs/caches.md ran `python -m moto.server` after `pip install -e ".[s3]"`, which holds no moto
+    (it is in `s3-server`): a reader got `No module named moto`. Every line that runs `python -m PKG`
+    and names extras in a comment must name one that lists PKG."""
+    extras = _extras()
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    checked = 0
+    for page in pages:
+        for line in page.read_text().splitlines():
+            run = re.match(r"\s*python -m ([a-z_]+)", line)
+            named = re.search(r"#.*pip install -e \"\.\[([a-z0-9,-]+)\]\"", line)
+            if not (run and named) or run.group(1) == "hookrun":
+                continue
+            held = {n.split("[")[0].replace("-", "_") for e in named.group(1).split(",") for n in _names(extras[e])}
+            assert run.group(1) in held, f"{page.name}: {line.strip()!r}: .[{named.group(1)}] does not hold {run.group(1)}"
+            checked += 1
+    assert checked >= 1
