@@ -20,7 +20,8 @@ COMMANDS = (  # (module run as python -m MODULE, what it does)
     ("hookrun.modules", "list the modules and op sites `at:` can name, with shapes (--match GLOB, --ops)"),
     ("hookrun.inspect", "summarise a run's file or a sweep folder (--verify checks every row's checksum)"),
     ("hookrun.plot", "plot a run's captures and what its kind adds"),
-    ("hookrun.report", "an HTML report of a run"),
+    ("hookrun.report", "an HTML report of a run or a sweep"),
+    ("hookrun.circuits", "a circuit's scores to EAP-IG's or MIB's files (export); a circuit file's CPR, CMD (score)"),
 )
 
 

@@ -27,7 +27,10 @@ def test_help_says_what_hookrun_does_and_names_its_commands(help_text):
     assert help_text.startswith("hookrun: declarative PyTorch hooks")
     assert "powered by Hydra" not in help_text
     listed = re.findall(r"^  python -m (\S+)", help_text, flags=re.M)
-    assert {"hookrun", "hookrun.modules", "hookrun.inspect", "hookrun.plot", "hookrun.report"} <= set(listed)
+    # every python -m command the README names (hookrun.circuits was missing from the list)
+    readme = set(re.findall(r"python -m (hookrun(?:\.\w+)?)\b", (ROOT / "README.md").read_text()))
+    assert readme >= {"hookrun", "hookrun.modules", "hookrun.inspect", "hookrun.plot", "hookrun.report", "hookrun.circuits"}
+    assert readme <= set(listed), readme - set(listed)
     for module in listed:  # only commands this install has
         assert importlib.util.find_spec(module) is not None, module
     for module in ("hookrun.report", "hookrun.patch"):  # named exactly where they exist
