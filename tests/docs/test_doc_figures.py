@@ -5,6 +5,7 @@ size is the sum of the captures listed under it."""
 
 from __future__ import annotations
 
+import math
 import re
 
 from conftest import ROOT
@@ -44,5 +45,5 @@ def test_the_readme_run_line_gives_the_size_of_the_captures_inspect_lists():
     mb = float(re.search(r"complete: .*?, ([\d.]+) MB in", part).group(1))
     shapes = re.findall(r"^\s+\S+/output\s+\(([\d, ]+)\)\s+float32", part, flags=re.M)
     assert len(shapes) == 2, shapes
-    total = sum(4 * eval("*".join(s.split(","))) for s in shapes) / 1e6
+    total = sum(4 * math.prod(int(n) for n in s.split(",")) for s in shapes) / 1e6
     assert abs(mb - total) < 0.1, (mb, total)
