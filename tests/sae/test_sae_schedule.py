@@ -71,9 +71,10 @@ def test_what_saelens_cannot_honour_is_one_line(cache, tmp_path):
     # a warmup longer than the run: SAELens' own scheduler ends it still warming up
     assert saelens_lrs("constant", 2 * STEPS, 0, 1e-4)[-1] < 0.6 * LR
     msg = bad(cache, tmp_path, lr_schedule={"warmup": STEPS + 1})
-    assert msg == (f"sae.lr_schedule.warmup: {STEPS + 1} warmup steps is longer than the run's {STEPS} steps "
-                   f"(rows // batch_rows): the run would end still warming up; give warmup <= {STEPS}")
-    assert "leave no step of the run's 20 for the cosine" in bad(
+    assert msg == (f"sae.lr_schedule.warmup: {STEPS + 1} warmup steps is longer than the {STEPS} steps SAELens' schedule "
+                   f"spans (rows // batch_rows; a last, smaller batch is one step more): the run would end still warming "
+                   f"up; give warmup <= {STEPS}")
+    assert "leave no step of the 20 SAELens' schedule spans for the cosine" in bad(
         cache, tmp_path, lr_schedule={"warmup": 16, "decay": 0.2, "scheduler": "cosineannealing"})
     assert "choose constant (lr held) or cosineannealing" in bad(cache, tmp_path, lr_schedule={"scheduler": "cosine"})
     msg = bad(cache, tmp_path, dead_feature_window=0)

@@ -229,11 +229,12 @@ def _schedule(value: Any, lr: float, steps: int) -> dict[str, Any]:
         raise ConfigError(f"sae.lr_schedule.end: {out['end']:g} must lie in [0, lr {lr:g}]"
                           + (", and above 0 with decay (SAELens' decay falls from end to 0)" if decay else ""))
     if out["warmup"] > steps:
-        raise ConfigError(f"sae.lr_schedule.warmup: {out['warmup']} warmup steps is longer than the run's {steps} "
-                          f"steps (rows // batch_rows): the run would end still warming up; give warmup <= {steps}")
+        raise ConfigError(f"sae.lr_schedule.warmup: {out['warmup']} warmup steps is longer than the {steps} steps "
+                          f"SAELens' schedule spans (rows // batch_rows; a last, smaller batch is one step more): "
+                          f"the run would end still warming up; give warmup <= {steps}")
     if out["scheduler"] != "constant" and out["warmup"] + decay >= steps:
         raise ConfigError(f"sae.lr_schedule: warmup {out['warmup']} + decay {decay} steps leave no step of the "
-                          f"run's {steps} for the cosine; give warmup + decay x steps < {steps}")
+                          f"{steps} SAELens' schedule spans for the cosine; give warmup + decay x steps < {steps}")
     return out
 
 
