@@ -28,7 +28,7 @@ class HookPoint:
     actions: list = field(default_factory=list)
     globbed: bool = False  # reached only through a glob of `at:` (not named there): may have nothing to record
     site: tuple | None = None  # an op site (hooks/sites.py): (FN, call or None); target is the module whose code calls FN
-    axes: dict = field(default_factory=dict)  # an op site: (FN, k, role) -> axis names from its calls' structure (site_axes)
+    axes: dict = field(default_factory=dict)  # an op site: (FN, k, role) -> axis names from its module's calls' structure (site_axes)
     forward_calls: int = 0  # a backward hook's firing is bound to the call that made it (hook_types._full_backward)
 
     def reset(self) -> None:

@@ -12,6 +12,8 @@ softmax (PATTERN_FNS) turns into probabilities, 4-D, is the pattern; following t
   * forwards from the probabilities, each shape-keeping op (dropout, cast) carries the pattern; a
     contraction whose first operand is the pattern (pattern @ v) gives `head, token, feature`, as
     do the values it reads.
+  * a contraction's operand is named where the call that made that very tensor is too (LLaMA's
+    `transpose.3`, the keys transposed after the GQA repeat, is `head, feature, token`).
 An op that permutes axes (transpose, permute) ends a chain: its axes are not the same ones. The
 check of op sites (site_check.check_sites_run) runs one forward before the first batch and hands
 each site point these names (HookPoint.axes); dims.meaning prefers them to its size rules.
@@ -19,7 +21,6 @@ each site point these names (HookPoint.axes); dims.meaning prefers them to its s
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -56,7 +57,7 @@ def site_axes(calls: list[Call]) -> dict[tuple[str, int, str], tuple[str, ...]]:
         if scores is not None:
             out[(c.fn, c.k, scores[0])] = PATTERN
             _backwards(out, calls, made_by, scores[1], i)
-        _forwards(out, calls[i + 1:], probs)
+        _forwards(out, calls, i + 1, probs, made_by)
     return out
 
 
@@ -67,8 +68,8 @@ def _backwards(out: dict, calls: list[Call], made_by: dict, t: torch.Tensor, bef
         if c.fn in CONTRACTIONS:  # q @ k^T: the queries, then the keys with their axes swapped
             roles = list(c.inputs)
             if len(roles) >= 2:
-                out[(c.fn, c.k, roles[0])] = PER_HEAD
-                out[(c.fn, c.k, roles[1])] = ("head", "feature", "token")
+                _operand(out, calls, made_by, c, roles[0], PER_HEAD)
+                _operand(out, calls, made_by, c, roles[1], ("head", "feature", "token"))
             return
         if c.fn in PERMUTES:
             return
@@ -79,9 +80,18 @@ def _backwards(out: dict, calls: list[Call], made_by: dict, t: torch.Tensor, bef
         t, before = nxt[1], j
 
 
-def _forwards(out: dict, calls: Iterable[Call], probs: torch.Tensor) -> None:
+def _operand(out: dict, calls: list[Call], made_by: dict, c: Call, role: str, names: tuple[str, ...]) -> None:
+    """A contraction's operand and, where a call of the forward made that very tensor, the result of
+    that call too (the keys' transpose, the queries' rotary add, the values' repeat for GQA)."""
+    out[(c.fn, c.k, role)] = names
+    j = made_by.get(id(c.inputs[role]))
+    if j is not None:
+        _mark(out, calls[j], {r: t for r, t in calls[j].outputs.items() if t is c.inputs[role]}, names)
+
+
+def _forwards(out: dict, calls: list[Call], start: int, probs: torch.Tensor, made_by: dict) -> None:
     carried = {id(probs)}
-    for c in calls:
+    for c in calls[start:]:
         role = next((r for r, t in c.inputs.items() if id(t) in carried), None)
         if role is None:
             continue
@@ -89,7 +99,7 @@ def _forwards(out: dict, calls: Iterable[Call], probs: torch.Tensor) -> None:
             if role == next(iter(c.inputs)):  # pattern @ v
                 out[(c.fn, c.k, role)] = PATTERN
                 for other in list(c.inputs)[1:]:
-                    out[(c.fn, c.k, other)] = PER_HEAD
+                    _operand(out, calls, made_by, c, other, PER_HEAD)
                 _mark(out, c, c.outputs, PER_HEAD)
             continue
         result = next(iter(c.outputs.values()), None)

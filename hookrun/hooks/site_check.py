@@ -152,8 +152,9 @@ def check_sites_run(points: list[HookPoint], model: nn.Module, forward: Callable
         n = calls.get(p.target, {}).get(fn, 0)
         return n > 0 and (call is None or call < n)
 
-    for p in sites:  # the axis names the structure of the calls gives (site_axes), for dims.meaning
-        p.axes = {key: names for key, names in site_axes(structure.get(p.target, [])).items() if key[0] == p.site[0]}
+    found = {m: site_axes(c) for m, c in structure.items()}
+    for p in sites:  # the axis names the structure of the calls gives (site_axes), for dims.meaning: the whole
+        p.axes = found.get(p.target, {})  # module's, so that dims.meaning knows its pattern came from the structure
     structure.clear()
     dead = [p for p in sites if not runs(p)]
     for p in dead:

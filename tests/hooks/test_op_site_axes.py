@@ -90,4 +90,6 @@ def test_site_axes_follows_tensor_identity_not_sizes():
     assert axes[("dropout", 0, "output")] == axes[("matmul", 1, "input.0")] == pattern
     assert axes[("matmul", 1, "output")] == axes[("matmul", 1, "input.1")] == axes[("matmul", 0, "input.0")] == per_head
     assert axes[("matmul", 0, "input.1")] == ("head", "feature", "token")
-    assert ("transpose", 0, "output") not in axes  # an axis permutation: the size rules (or dim_names) decide
+    # the transpose's result is the very tensor q @ k^T reads: the keys, transposed; its input is past a permutation
+    assert axes[("transpose", 0, "output")] == ("head", "feature", "token")
+    assert ("transpose", 0, "input") not in axes

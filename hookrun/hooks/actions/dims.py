@@ -134,7 +134,8 @@ def meaning(point: HookPoint, role: str, shape: tuple[int, ...], state: StepStat
     heads, head_dim = _heads(module) if attention else (None, None)
     tokens = _token_axis(shape, state)
     rest: tuple[str, ...] | None = None
-    if n == 4 and _is_pattern(point.module, role, shape, site, attention, heads, head_dim):
+    structured = bool(getattr(point, "axes", None))  # the module's softmax was found: its pattern is known
+    if n == 4 and _is_pattern(point.module, role, shape, site, attention, heads, head_dim, structured):
         rest = PATTERN
     elif n == 4 and attention:  # per-head queries, keys, values; anything else in there is unnamed
         if heads is not None and shape[1] == heads and shape[3] == head_dim and shape[2] == shape[3]:
@@ -173,7 +174,7 @@ def _structural(point: HookPoint, role: str, where: str) -> tuple[str, ...] | No
 
 
 def _is_pattern(name: str, role: str, shape: tuple[int, ...], site: str | None, attention: bool,
-                heads: int | None, head_dim: int | None) -> bool:
+                heads: int | None, head_dim: int | None, structured: bool = False) -> bool:
     if name.rsplit(".", 1)[-1] in PATTERN_HOOKS:
         return True
     if not attention:
@@ -182,8 +183,9 @@ def _is_pattern(name: str, role: str, shape: tuple[int, ...], site: str | None, 
         return _is_weights(role, None)
     if site in PATTERN_FNS:
         return True  # the probabilities, their input (the scores) and their gradient
-    # another op of the attention's code: (B, H, Q, K) scores, masked or scaled, or the dropped-out pattern
-    return family(role) in ("output", "grad") and heads is not None and head_dim is not None and \
+    # another op of the attention's code: (B, H, Q, K) scores, masked or scaled, or the dropped-out pattern; by
+    # size only where the structure is unknown (a (B, H, T, head_dim / 2) half of a rotary query is no pattern)
+    return not structured and family(role) in ("output", "grad") and heads is not None and head_dim is not None and \
         shape[1] == heads and shape[3] != head_dim
 
 
