@@ -90,9 +90,12 @@ def add(value: float | list, dim: int = 1, factor: float = 1.0) -> Op:
     dim 1; over a transformer's features: dim -1)."""
 
     def op(x: torch.Tensor, ctx: OpContext) -> torch.Tensor:
-        if not isinstance(value, list | tuple):
+        if not isinstance(value, list | tuple | torch.Tensor):
             return x + factor * value
+        # a tensor as a list: in x's dtype and device, and a 1-D one along `dim` (it was broadcast along the last dim)
         v = torch.as_tensor(value, dtype=x.dtype, device=x.device) * factor
+        if v.dim() != 1:
+            return x + v  # a scalar tensor, or one shaped to broadcast as it is
         shape = [1] * x.dim()
         shape[dim] = -1
         return x + v.view(shape)
