@@ -165,8 +165,22 @@ def mask(index: int | list[int], dim: int = 1) -> Op:
 
 @register_op("mean")
 def mean() -> Op:
-    """Replace every sample by the batch mean (mean ablation)."""
-    return lambda x, ctx: x.mean(dim=0, keepdim=True).expand_as(x).clone()
+    """Replace every sample by the batch mean (mean ablation); a padded prompt's token rows: each real token by
+    the mean of the batch's real tokens at its position (left and right padding agree), padding as it was."""
+
+    def op(x: torch.Tensor, ctx: OpContext) -> torch.Tensor:
+        t, valid = ctx.tokens, getattr(ctx.tokens, "valid", None)
+        if valid is None or t.call or t.generated or tuple(x.shape[:2]) != tuple(valid.shape) or bool(valid.all()):
+            return x.mean(dim=0, keepdim=True).expand_as(x).clone()
+        valid, pos = valid.to(x.device), t.position.to(x.device)[valid.to(x.device)]
+        sums = torch.zeros((int(pos.max()) + 1, *x.shape[2:]), dtype=torch.float64, device=x.device)
+        sums.index_add_(0, pos, x[valid].double())
+        counts = torch.bincount(pos).view(-1, *[1] * (x.dim() - 2))
+        out = x.clone()
+        out[valid] = (sums / counts)[pos].to(x.dtype)
+        return out
+
+    return op
 
 
 @register_op("constant")
