@@ -65,6 +65,7 @@ RAGGED_CHUNK = 256  # variable-length rows (16-byte heap references) in a chunk 
 # superblock and root group, each group's symbol table and name heap, each dataset's object header
 # (a capture's with its attributes). Measured on hookrun's files, rounded up.
 FILE_BYTES, GROUP_BYTES, CAPTURE_HEADER, DATASET_HEADER = 2 << 10, 2 << 10, 1280, 384
+ATTR_BYTES = 96  # an attribute's message in an object header, besides its value: its name, datatype, dataspace
 
 
 def row_bound(per_step: bool, tokens: bool, every: int, limit: int | None, samples: int | None, steps: int | None,
@@ -129,3 +130,10 @@ def dataset_bytes(datasets: list[tuple[int, int, bool]]) -> int:
         node = 1576 + 520 * rank  # a v1 B-tree node of 64 chunk addresses and 65 keys of rank + 1 offsets
         total += (CAPTURE_HEADER if capture else DATASET_HEADER) + node * (1 if chunks <= 64 else math.ceil(chunks / 32) + 1)
     return total
+
+
+def table_bytes(groups: int, datasets: int, attrs: int, text: int = 0) -> int:
+    """HDF5's own bytes for what a kind writes whole at the end (a probe's groups, a similarity's root
+    attribute): `groups` groups, `datasets` contiguous datasets (an object header each, no chunk index),
+    `attrs` attributes and `text` bytes of their values."""
+    return groups * GROUP_BYTES + datasets * DATASET_HEADER + attrs * ATTR_BYTES + text

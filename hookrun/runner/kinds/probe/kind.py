@@ -39,11 +39,10 @@ from hookrun.runner.kinds.probe.block import LIVE_TEST
 from hookrun.runner.kinds.probe.collect import Collector
 from hookrun.runner.kinds.probe.fit import FitSpec, fit_point, test_rows, training_classes
 from hookrun.runner.kinds.probe.rows import RowStore
-from hookrun.runner.kinds.probe.table import GROUP
+from hookrun.runner.kinds.probe.table import GROUP, KINDS, class_count, probe_bytes
 from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds
 
 log = logging.getLogger("hookrun")
-KINDS = {"f": "float (value) targets", "i": "integer (class) targets"}  # a target array's dtype kind (collect.py: float64 or int64)
 
 
 class ProbeKind(RunKind):
@@ -98,6 +97,7 @@ class ProbeKind(RunKind):
             training_classes(known, ~test)
         self.features = {name: first[name][0].shape[1] for name in self.names}
         self.y_kind = first[self.names[0]][1].dtype.kind  # the targets': f (values) or i (classes)
+        self.classes = class_count(self.y_kind, classes, known, data)  # (for file_bytes; 0: not known before the pass)
         self.first = (indices, first)  # batch 0's rows: its step uses them where no user hook needs its forward
         self.tests = self.test_loader() if b.test_data is not None else None
         self.stores: dict[str, RowStore] = {}
@@ -275,7 +275,7 @@ class ProbeKind(RunKind):
             self.tmp = None
 
     def file_bytes(self, n_samples: int) -> int:
-        return sum(8 * (f + 2) * 8 for f in self.features.values())  # weights (a few classes), bias, mean, scale
+        return probe_bytes(self.features, self.classes, len(json.dumps(self.describe())))
 
 
 def listed_targets(data: Any, n: int | None) -> np.ndarray | None:

@@ -23,9 +23,11 @@ from typing import Any
 import h5py
 import numpy as np
 
+from hookrun.store.format import table_bytes
 from hookrun.store.records import KindTable, register_table
 
 GROUP = "probe"
+KINDS = {"f": "float (value) targets", "i": "integer (class) targets"}  # a target array's dtype kind (collect.py: float64 or int64)
 SCALARS = ("rows", "train_rows", "test_rows", "features", "train_score", "test_score", "control_train_score",
            "control_test_score", "selectivity", "majority_test_score", "objective", "iterations", "converged", "spilled", "fit_seconds",
            "control_converged", "control_iterations")
@@ -87,3 +89,24 @@ def read_rows(f: h5py.File, rows: int | None = None) -> dict[int, Any]:
 
 
 TABLE = register_table(KindTable(GROUP, ProbeTableWriter, read_rows))
+
+
+def class_count(y_kind: str, listed: Any, known: np.ndarray | None, data: Any) -> int:
+    """The columns a probe's weights will have, known before the pass (0 where not): 1 for float targets
+    (a regression); else the data set's listed classes, its known targets' distinct values or its
+    `num_classes`."""
+    count = getattr(data, "num_classes", None)
+    if y_kind == "f":
+        return 1
+    if isinstance(listed, list | tuple):
+        return len(listed)
+    return len(np.unique(known)) if known is not None else count if isinstance(count, int) and count > 0 else 0
+
+
+def probe_bytes(features: dict[str, int], classes: int, described: int) -> int:
+    """The file bytes a probe writes at its end (output.max_bytes, dry_run): per hook point its weight
+    (classes x features), bias, mean and scale (float64), its group, its attributes and their classes;
+    /probe and its attributes; the root's `probe` (`described` characters of JSON). Classes unknown: 8."""
+    c, p = classes or 8, len(features)
+    data = sum(8 * (c * f + c + 2 * f) for f in features.values())
+    return data + table_bytes(1 + p, 4 * p, p * (len(SCALARS) + 2) + 6, p * (16 * c + 256) + 2 * described)

@@ -50,6 +50,7 @@ from hookrun.runner.kinds.similarity.accumulate import (
 from hookrun.runner.kinds.similarity.block import LIVE_WITH
 from hookrun.runner.kinds.similarity.features import own_copy, pooled
 from hookrun.runner.kinds.similarity.gram import GramRoute
+from hookrun.store.format import dataset_bytes, table_bytes
 from hookrun.store.records import Capture, CaptureKey
 
 HOOK = "similarity"
@@ -258,7 +259,10 @@ class SimilarityKind(RunKind):
             self.link.discard("similarity")
 
     def file_bytes(self, n_samples: int) -> int:
-        return 8 * len(self.rows) * len(self.cols)
+        """The matrix (float64, a capture of its step: its header and chunk index) under its three groups
+        (captures/similarity/NAME), and the root's `similarity` attribute (written again where a cell is NaN)."""
+        return 8 * len(self.rows) * len(self.cols) + dataset_bytes([(3, 1, True)]) + \
+            table_bytes(3, 0, 2, 4 * len(json.dumps(self.describe())))
 
 
 GENERIC = {"hookrun.models.hf": "model_class", "hookrun.models.timm_model": "name"}  # builders of many models
