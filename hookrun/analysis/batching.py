@@ -14,7 +14,7 @@ import math
 import numpy as np
 import torch
 
-from hookrun.errors import ConfigError
+from hookrun.errors import ConfigError, parse_bytes
 
 BLOCK_BYTES = 1 << 20  # a block when the dataset is not chunked (a merged view, a part)
 BUFFER_BYTES = 128 << 20  # one window; two are held at a time
@@ -41,7 +41,9 @@ class RowBatches(torch.utils.data.IterableDataset):
         self._spares: list[list[np.ndarray]] = []  # shuffled: the last pass's window buffers
 
     def split(self, rows: int, row_bytes: int, buffer_bytes: int) -> None:
-        """This rank's share of `rows` (sizes within one row), and windows of whole batches."""
+        """This rank's share of `rows` (sizes within one row), and windows of whole batches; `buffer_bytes`
+        as every size key takes it (bytes, or 64MB, 1GiB: errors.parse_bytes), anything else one line."""
+        buffer_bytes = parse_bytes(buffer_bytes, "loader: buffer_bytes")
         self.rows = rows
         self.window_rows = max(1, buffer_bytes // max(1, row_bytes * self.batch_size)) * self.batch_size
         self.lo, self.hi = self.rank * rows // self.world_size, (self.rank + 1) * rows // self.world_size
