@@ -42,7 +42,7 @@ from hookrun.runner.kinds.evaluate.ablations import (
 )
 from hookrun.runner.kinds.evaluate.block import check_block, evaluating
 from hookrun.runner.kinds.evaluate.metrics import Objective, Totals, batch_row
-from hookrun.runner.kinds.evaluate.table import EvaluationRow, read_evaluation, table_bytes
+from hookrun.runner.kinds.evaluate.table import EvaluationRow, evaluation_bytes, read_evaluation
 from hookrun.runner.kinds.run_kind import KindContext, RunKind, StepAdds, plain_forward
 from hookrun.store.schemes import scheme_of
 
@@ -133,7 +133,7 @@ class EvaluateKind(RunKind):
         """/evaluation: a row per batch of the model's metrics (5, or 9 with an ablation) and of each
         splice's, and the splice statistics' state (l0, mse, ...; sums of d_in and d_sae entries)."""
         batches = -(-n_samples // max(1, self.ctx.loader.batch_size or 1))
-        return table_bytes(batches, 9 if self.ablation is not None else 5, [splice_size(s) for s in self.env.splices])
+        return evaluation_bytes(batches, 9 if self.ablation is not None else 5, [splice_size(s) for s in self.env.splices])
 
     def sample_step(self, model: nn.Module, call: ModelCall, session: HookSession) -> StepAdds:
         """The estimate sees the intervened forward's captures; the totals are left as they are."""

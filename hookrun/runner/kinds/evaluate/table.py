@@ -29,7 +29,7 @@ import h5py
 import numpy as np
 
 from hookrun.store.columns import append
-from hookrun.store.format import DATASET_HEADER, GROUP_BYTES, allocated, dataset_bytes
+from hookrun.store.format import allocated, dataset_bytes, table_bytes
 from hookrun.store.records import KindTable, escape, register_table
 
 GROUP = "evaluation"
@@ -47,7 +47,7 @@ class EvaluationRow:
     attrs: dict[str, Any] = field(default_factory=dict)  # /evaluation's attributes (ablation, modules)
 
 
-def table_bytes(batches: int, metrics: int, splices: list[tuple[int, list[int]]]) -> int:
+def evaluation_bytes(batches: int, metrics: int, splices: list[tuple[int, list[int]]]) -> int:
     """What /evaluation adds to a file of `batches` batches (the dry-run estimate): `step` and the
     model's `metrics` columns, each spliced module's (metrics, [its state arrays' bytes]), in whole
     chunks of CHUNK_ROWS rows, with their object headers, the groups and the totals' attributes."""
@@ -55,9 +55,9 @@ def table_bytes(batches: int, metrics: int, splices: list[tuple[int, list[int]]]
     chunks = -(-batches // CHUNK_ROWS)
     states = [b for _, arrays in splices for b in arrays]
     groups = 2 + 3 * len(splices)  # /evaluation, model; splices, splices/MODULE, its state
-    attrs = 128 * (5 + metrics + sum(m + 1 for m, _ in splices))  # (an attribute message: name, type, space, value)
-    return (columns * allocated(batches, CHUNK_ROWS) * 8 + sum(states) + groups * GROUP_BYTES + attrs
-            + dataset_bytes([(1, chunks, False)] * columns) + DATASET_HEADER * len(states))  # (states: contiguous)
+    attrs = 5 + metrics + sum(m + 1 for m, _ in splices)  # (the totals: a float64 each)
+    return (columns * allocated(batches, CHUNK_ROWS) * 8 + sum(states) + dataset_bytes([(1, chunks, False)] * columns)
+            + table_bytes(groups, len(states), attrs, 8 * attrs))  # (states: contiguous)
 
 
 class EvaluationStore:
