@@ -19,6 +19,14 @@ class HookrunError(Exception):
 
     exit_code = 2
 
+    def __reduce__(self):  # rebuilt from its message and attributes, whatever its __init__ takes (a
+        # launcher's worker sends it pickled: Hydra's submitit launchers re-raise it in the sweep's process)
+        return _rebuilt, (type(self), self.args), self.__dict__
+
+
+def _rebuilt(cls: type, args: tuple) -> HookrunError:
+    return cls.__new__(cls, *args)  # BaseException.__new__ sets args; __init__ is not called again
+
 
 class ConfigError(HookrunError, ValueError):
     """A config value is wrong; raised before any batch runs."""
