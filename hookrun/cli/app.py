@@ -254,8 +254,8 @@ def main() -> None:
 
             check_sweep_folder(sys.argv[1:])
         ranks = detect()
-        if ranks.launcher == "torchrun" and ranks.many and "HOOKRUN_STARTED" not in os.environ:
-            # every rank in rank 0's run folder outputs/DATE/TIME, even when they start seconds apart
+        if ranks.launcher in ("torchrun", "slurm") and ranks.many and "HOOKRUN_STARTED" not in os.environ:
+            # every rank (of torchrun, or an srun step) in rank 0's outputs/DATE/TIME, even when they start seconds apart
             os.environ["HOOKRUN_STARTED"] = agree_on_start(ranks)
     except HookrunError as exc:
         _fail(exc)

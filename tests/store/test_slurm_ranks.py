@@ -7,9 +7,16 @@ compares the merged file with the one-process run of the same command (rank_runs
 
 from __future__ import annotations
 
+import os
 import pickle
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
+
+import pytest
+from rank_runs import ARGS, ENV, captures
 
 from hookrun.errors import ConfigError, RunError
 from hookrun.output.ranks import every_rank
@@ -30,3 +37,39 @@ def test_hookrun_errors_come_back_whole_from_a_launchers_worker():
         assert back.exit_code == exc.exit_code and back.__dict__ == exc.__dict__
     assert pickle.loads(pickle.dumps(sent[0])).exit_code == 143 and sent[0].signum == signal.SIGTERM
     assert pickle.loads(pickle.dumps(sent[3])).every_rank is True
+
+
+def slurm_task(rank: int, job: str) -> dict[str, str]:
+    """The variables `srun -n2` gives task `rank` on one node (none of torchrun's or submitit's)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SLURM_", "SUBMITIT_", "TORCHELASTIC_")) and k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "HOOKRUN_STARTED")}
+    return {**env, **ENV, "SLURM_JOB_ID": job, "SLURM_STEP_ID": "0", "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank),
+            "SLURM_NTASKS": "2", "SLURM_STEP_NUM_TASKS": "2"}
+
+
+@pytest.mark.slow
+def test_srun_tasks_that_start_seconds_apart_share_one_run_folder(tmp_path, single):
+    """Without hydra.run.dir each task names its folder outputs/DATE/TIME by its own clock: rank 1,
+    started 2 s after rank 0, made a second folder, and both ranks waited 15 minutes for each other
+    in their own FileStore. Now the step's ranks take rank 0's time, as torchrun's do."""
+    job = f"{os.getpid()}{int(time.time())}"
+    procs = []
+    for rank in range(2):
+        procs.append(subprocess.Popen([sys.executable, "-m", "hookrun", *ARGS], cwd=tmp_path, env=slurm_task(rank, job),
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        time.sleep(2.5 if rank == 0 else 0)
+    try:
+        outs = [p.communicate(timeout=150) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    folders = sorted(p.relative_to(tmp_path) for p in tmp_path.glob("outputs/*/*"))
+    assert len(folders) == 1, folders
+    assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
+    merged, one = captures(tmp_path / folders[0] / "captures.h5"), captures(single)
+    assert sorted(merged) == sorted(one)
+    for name in one:
+        for x, y in zip(merged[name], one[name], strict=True):
+            assert x.dtype == y.dtype and x.shape == y.shape, name
+            assert (x == y).all(), name
+    assert not list(tmp_path.glob(".hookrun-ranks-*"))  # the start's store file leaves the working folder
