@@ -49,7 +49,8 @@ def detect(environ: Mapping[str, str] = os.environ) -> Ranks:
         return _ranks(e, "SUBMITIT_LOCAL_GLOBALID", "SUBMITIT_LOCAL_NTASKS", "SUBMITIT_LOCAL_LOCALID", "submitit",
                       "local-" + e["SUBMITIT_LOCAL_JOB_ID"])
     if "SLURM_PROCID" in e and "SLURM_STEP_NUM_TASKS" in e:  # a task of an srun step (submitit_slurm runs one)
-        job = f"{e.get('SLURM_JOB_ID', '')}.{e.get('SLURM_STEP_ID', '')}"
+        # a requeued job keeps its id and numbers its steps from 0 again: its restart count tells the launches apart
+        job = f"{e.get('SLURM_JOB_ID', '')}.{e.get('SLURM_STEP_ID', '')}.{e.get('SLURM_RESTART_COUNT', '0')}"
         return _ranks(e, "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "slurm", job)
     return Ranks()
 

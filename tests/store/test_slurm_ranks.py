@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import h5py
 import pytest
 from rank_runs import ARGS, ENV, captures
 
@@ -73,3 +74,41 @@ def test_srun_tasks_that_start_seconds_apart_share_one_run_folder(tmp_path, sing
             assert x.dtype == y.dtype and x.shape == y.shape, name
             assert (x == y).all(), name
     assert not list(tmp_path.glob(".hookrun-ranks-*"))  # the start's store file leaves the working folder
+
+
+@pytest.mark.slow
+def test_a_requeued_job_does_not_read_the_killed_launchs_store(tmp_path, single):
+    """A requeued Slurm job keeps its id and numbers its steps from 0 again. Launch 1: rank 1 is
+    stopped by SIGTERM (it reports `interrupted`), rank 0 is SIGKILLed (the FileStore in the run
+    folder is never removed). The requeue (SLURM_RESTART_COUNT=1) resumes: rank 0 read rank 1's old
+    `interrupted` at once, wrote an incomplete view while rank 1 was still running, and the run
+    ended with every shard complete under a view that says `incomplete`."""
+    job = f"{os.getpid()}{int(time.time())}"
+
+    def launch(restart: str, extra: dict[str, dict[str, str]]) -> list[subprocess.Popen]:
+        procs = []
+        for rank in range(2):
+            env = {**slurm_task(rank, job), "RANK": str(rank), **extra[str(rank)]}  # RANK: rank_helpers' switches
+            if restart:
+                env["SLURM_RESTART_COUNT"] = restart
+            procs.append(subprocess.Popen([sys.executable, "-m", "hookrun", *ARGS, "hydra.run.dir=run", "resume=true"],
+                                          cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        return procs
+
+    first = launch("", {"0": {"HOOKRUN_TEST_KILL": "0:2"}, "1": {"HOOKRUN_TEST_SLEEP": "1:4:4"}})
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "run" / "captures.rank-00001.h5").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)
+    first[1].send_signal(signal.SIGTERM)
+    outs = [p.communicate(timeout=120) for p in first]
+    assert [p.returncode for p in first] == [-9, 143], outs[1][1][-2000:]
+    second = launch("1", {"0": {}, "1": {"HOOKRUN_TEST_SLEEP": "1:5:4"}})
+    outs = [p.communicate(timeout=150) for p in second]
+    assert [p.returncode for p in second] == [0, 0], outs[0][1][-2000:]
+    with h5py.File(tmp_path / "run" / "captures.h5") as f:
+        assert f.attrs["status"] == "complete", dict(f.attrs)
+    merged, one = captures(tmp_path / "run" / "captures.h5"), captures(single)
+    for name in one:
+        for x, y in zip(merged[name], one[name], strict=True):
+            assert x.shape == y.shape and (x == y).all(), name
