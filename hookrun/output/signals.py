@@ -37,7 +37,7 @@ class Interrupted(HookrunError):
         name = signal.Signals(signum).name
         if path is not None:
             text = (f"interrupted by {name} after {steps} {unit}; {path} is marked 'interrupted': "
-                    f"run the same command with resume=true (and the same hydra.run.dir) to go on")
+                    f"run the same command with resume=true (and the same {_folder_key()}) to go on")
         elif resumed_from is not None:
             text = f"interrupted by {name} before the run began; {resumed_from} is as it was (resume=true goes on from it)"
         else:
@@ -45,6 +45,18 @@ class Interrupted(HookrunError):
         super().__init__(text)
         self.signum = signum
         self.exit_code = 128 + signum
+
+
+def _folder_key() -> str:
+    """The key that names the run's folder again: a job of a sweep (any launcher) is found by its sweep's."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        return "hydra.sweep.dir" if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN \
+            else "hydra.run.dir"
+    except Exception:  # (no Hydra run: hookrun.run from Python)
+        return "hydra.run.dir"
 
 
 class StoreAway(Interrupted):

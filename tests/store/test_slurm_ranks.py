@@ -40,11 +40,15 @@ def test_hookrun_errors_come_back_whole_from_a_launchers_worker():
     assert pickle.loads(pickle.dumps(sent[3])).every_rank is True
 
 
+def no_launcher() -> dict[str, str]:
+    """This environment without any launcher's variables (the tests may run inside a Slurm job)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SUBMITIT_", "TORCHELASTIC_"))
+            and k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "HOOKRUN_STARTED")}
+
+
 def slurm_task(rank: int, job: str) -> dict[str, str]:
     """The variables `srun -n2` gives task `rank` on one node (none of torchrun's or submitit's)."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SLURM_", "SUBMITIT_", "TORCHELASTIC_")) and k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "HOOKRUN_STARTED")}
-    return {**env, **ENV, "SLURM_JOB_ID": job, "SLURM_STEP_ID": "0", "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank),
+    return {**no_launcher(), **ENV, "SLURM_JOB_ID": job, "SLURM_STEP_ID": "0", "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank),
             "SLURM_NTASKS": "2", "SLURM_STEP_NUM_TASKS": "2"}
 
 
@@ -109,6 +113,31 @@ def test_a_requeued_job_does_not_read_the_killed_launchs_store(tmp_path, single)
     with h5py.File(tmp_path / "run" / "captures.h5") as f:
         assert f.attrs["status"] == "complete", dict(f.attrs)
     merged, one = captures(tmp_path / "run" / "captures.h5"), captures(single)
+    for name in one:
+        for x, y in zip(merged[name], one[name], strict=True):
+            assert x.shape == y.shape and (x == y).all(), name
+
+
+@pytest.mark.slow
+def test_a_stopped_sweep_job_names_the_sweeps_folder_to_resume_with(tmp_path, single):
+    """A SIGTERMed job of a sweep said "(and the same hydra.run.dir)": a sweep's job folder is found
+    again by hydra.sweep.dir (the same command with hydra.run.dir and resume=true starts a new sweep)."""
+    env = {**ENV, "HOOKRUN_TEST_SLEEP": "0:2:5"}
+    proc = subprocess.Popen([sys.executable, "-m", "hookrun", "-m", *ARGS, "hydra.sweep.dir=sweep"], cwd=tmp_path,
+                            env={**no_launcher(), **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "sweep" / "0" / "captures.h5").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-2000:]
+    assert "is marked 'interrupted': run the same command with resume=true (and the same hydra.sweep.dir) to go on" in err
+    again = subprocess.run([sys.executable, "-m", "hookrun", "-m", *ARGS, "hydra.sweep.dir=sweep", "resume=true"],
+                           cwd=tmp_path, env={**no_launcher(), **ENV}, capture_output=True, text=True, timeout=150)
+    assert again.returncode == 0, again.stderr[-2000:]
+    merged, one = captures(tmp_path / "sweep" / "0" / "captures.h5"), captures(single)
     for name in one:
         for x, y in zip(merged[name], one[name], strict=True):
             assert x.shape == y.shape and (x == y).all(), name
