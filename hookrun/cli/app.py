@@ -256,7 +256,8 @@ def main() -> None:
         ranks = detect()
         if ranks.launcher in ("torchrun", "slurm") and ranks.many and "HOOKRUN_STARTED" not in os.environ:
             # every rank (of torchrun, or an srun step) in rank 0's outputs/DATE/TIME, even when they start seconds apart
-            os.environ["HOOKRUN_STARTED"] = agree_on_start(ranks)
+            if started := agree_on_start(ranks):  # (None: an srun step in a folder it cannot write)
+                os.environ["HOOKRUN_STARTED"] = started
     except HookrunError as exc:
         _fail(exc)
     if any(arg.startswith("hydra/launcher=") for arg in args) and not MULTIRUN & set(args):

@@ -141,9 +141,15 @@ def gather(store: dist.Store, r: Ranks, key: str, value: str) -> list[str]:
     return out
 
 
-def agree_on_start(r: Ranks) -> str:
+def agree_on_start(r: Ranks) -> str | None:
     """Rank 0's start time, 'YYYY-mm-dd/HH-MM-SS', the same on every rank of torchrun or of an srun
     step: the default run folder outputs/DATE/TIME does not split across ranks that start a second
     apart (an srun step's ranks agree through a FileStore in the working folder, which they share)."""
     mine = dt.datetime.now().strftime("%Y-%m-%d/%H-%M-%S") if r.rank == 0 else None
-    return share_from_rank0(open_store(r, Path(".")), "start", mine)
+    try:
+        store = open_store(r, Path("."))
+    except (RuntimeError, OSError):
+        if r.launcher == "torchrun":
+            raise
+        return None  # srun from a folder it cannot write: no outputs/DATE/TIME there either (hydra.run.dir is)
+    return share_from_rank0(store, "start", mine)

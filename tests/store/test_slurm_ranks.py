@@ -141,3 +141,27 @@ def test_a_stopped_sweep_job_names_the_sweeps_folder_to_resume_with(tmp_path, si
     for name in one:
         for x, y in zip(merged[name], one[name], strict=True):
             assert x.shape == y.shape and (x == y).all(), name
+
+
+@pytest.mark.slow
+def test_srun_tasks_in_a_folder_they_cannot_write_still_run_into_hydra_run_dir(tmp_path, single):
+    """The start-time agreement keeps a file in the working folder; where that folder cannot be
+    written (no outputs/DATE/TIME could be made there either) a run given hydra.run.dir goes on."""
+    readonly = Path("/sys")
+    try:  # (root writes where permissions say no: try it)
+        (readonly / f".hookrun-probe-{os.getpid()}").touch()
+    except OSError:
+        pass
+    else:
+        (readonly / f".hookrun-probe-{os.getpid()}").unlink()
+        pytest.skip("no folder here that cannot be written")
+    job = f"{os.getpid()}{int(time.time())}"
+    procs = [subprocess.Popen([sys.executable, "-m", "hookrun", *ARGS, f"hydra.run.dir={tmp_path / 'run'}"], cwd=readonly,
+                              env=slurm_task(rank, job), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for rank in range(2)]
+    outs = [p.communicate(timeout=150) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:]
+    merged, one = captures(tmp_path / "run" / "captures.h5"), captures(single)
+    for name in one:
+        for x, y in zip(merged[name], one[name], strict=True):
+            assert x.shape == y.shape and (x == y).all(), name
