@@ -7,6 +7,7 @@
 Selections are (dim, index, label) as hookrun.hooks.actions.dims.parse_select gives them; an
 index of "last" takes each sample's last non-padding token and drops the dim. Reductions over the
 token dim leave padding out, also after a selection on it (the mask is selected with the tokens).
+A float16 or bfloat16 tensor's mean and norm are accumulated in float32 and rounded once to its dtype.
 
 Rows of a capture: one per sample, per step or per token, decided once and then held to.
 
@@ -77,12 +78,16 @@ def select_reduce(t: torch.Tensor, selections: list[tuple], reduce: str | None, 
         m = None if mask is None or 1 not in dims else mask.to(t.dtype).reshape(*mask.shape, *([1] * (t.dim() - 2)))
         if m is not None and picked and reduce != "norm":  # (a token window with no real token of a sample: refused;
             _last(mask, ev, f"select token {' then '.join(picked)}", reduce)  # checked after a selection alone: a device sync)
+        kept = t.dtype  # a half tensor's mean and norm are summed in float32 (a float16 sum overflows where the
+        acc = torch.float32 if kept in (torch.float16, torch.bfloat16) else None  # mean fits), then rounded once
         if reduce == "mean":
-            t = t.mean(dim=dims) if m is None else (t * m).sum(dim=dims) / m.expand_as(t).sum(dim=dims).clamp(min=1)
+            t = t.mean(dim=dims, dtype=acc) if m is None else \
+                (t * m).sum(dim=dims, dtype=acc) / m.expand_as(t).sum(dim=dims, dtype=acc).clamp(min=1)
         elif reduce == "max":
             t = t.amax(dim=dims) if m is None else t.masked_fill(m == 0, float("-inf")).amax(dim=dims)
         else:
-            t = torch.linalg.vector_norm(t if m is None else t * m, dim=dims)
+            t = torch.linalg.vector_norm(t if m is None else t * m, dim=dims, dtype=acc)
+        t = t.to(kept)
     return t
 
 
