@@ -5,7 +5,9 @@
 The model's output may be a tensor, a dict or ModelOutput (transformers), a dataclass or a tuple:
 `output_key` picks the tensor (a key, an attribute or a position); without it a structured output
 gives its `logits`, and a tuple its first element. `lm` is next-token cross-entropy over the
-batch's `input_ids`, ignoring padding (the batch's `attention_mask`).
+batch's `input_ids`, ignoring padding (the batch's `attention_mask`). A float16 or bfloat16 output is
+read in float32 (as transformers' own losses read logits): the loss of a half model is not rounded
+to 3 digits, and its gradient reaches the model in the model's dtype.
 """
 
 from __future__ import annotations
@@ -64,19 +66,19 @@ def cross_entropy(output: Any, target: Any, output_key: str | int | None = None)
     if logits.dim() < 2 or logits.shape[0] != target.shape[0] or tuple(target.shape[1:]) != tuple(logits.shape[2:]):
         raise RunError(f"loss=cross_entropy: logits of shape {tuple(logits.shape)} do not fit targets of shape "
                        f"{tuple(target.shape)} (one class index per sample); for a language model use loss=lm")
-    return F.cross_entropy(logits, target)
+    return F.cross_entropy(wide(logits), target)
 
 
 def sum_output(output: Any, target: Any = None, output_key: str | int | None = None) -> torch.Tensor:
     """The sum of every output element: each gradient is then d(sum)/d(x)."""
-    return pick_output(output, output_key, "sum").sum()
+    return wide(pick_output(output, output_key, "sum")).sum()
 
 
 def target_logit(output: Any, target: Any, output_key: str | int | None = None) -> torch.Tensor:
     """The sum over the batch of each sample's logit at its target class (as Grad-CAM uses)."""
     logits = pick_output(output, output_key, "target_logit")
     target = _need_target(target, "target_logit").long()
-    return logits.gather(1, target.view(-1, 1)).sum()
+    return wide(logits.gather(1, target.view(-1, 1))).sum()
 
 
 def lm(output: Any, target: Any = None, batch: Any = None, output_key: str | int | None = None) -> torch.Tensor:
@@ -93,7 +95,12 @@ def lm(output: Any, target: Any = None, batch: Any = None, output_key: str | int
     mask = batch.get("attention_mask")
     if isinstance(mask, torch.Tensor):
         labels[~next_token_pairs(mask.to(logits.device))] = -100
-    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
+    return F.cross_entropy(wide(logits[:, :-1].reshape(-1, logits.shape[-1])), labels.reshape(-1), ignore_index=-100)
+
+
+def wide(t: torch.Tensor) -> torch.Tensor:
+    """A float16 or bfloat16 tensor in float32 (a loss's arithmetic); any other as it is."""
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
 
 
 def next_token_pairs(mask: torch.Tensor) -> torch.Tensor:
@@ -106,4 +113,4 @@ def next_token_pairs(mask: torch.Tensor) -> torch.Tensor:
 
 def log_probs(logits: torch.Tensor) -> torch.Tensor:
     """log-softmax over the last dim, in float32 at least (the block kinds' ce, kl and logprob metrics)."""
-    return torch.log_softmax(logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits, dim=-1)
+    return torch.log_softmax(wide(logits), dim=-1)
