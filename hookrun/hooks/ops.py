@@ -86,14 +86,14 @@ def scale(factor: float) -> Op:
 
 @register_op("add")
 def add(value: float | list, dim: int = 1, factor: float = 1.0) -> Op:
-    """Add `factor` times a scalar, or a vector placed along `dim` (a steering vector over channels:
-    dim 1; over a transformer's features: dim -1)."""
+    """Add `factor` times a scalar, or a vector along `dim` (steering: channels dim 1, a transformer's features -1)."""
 
     def op(x: torch.Tensor, ctx: OpContext) -> torch.Tensor:
         if not isinstance(value, list | tuple | torch.Tensor):
             return x + factor * value
-        # a tensor as a list: in x's dtype and device, and a 1-D one along `dim` (it was broadcast along the last dim)
-        v = torch.as_tensor(value, dtype=x.dtype, device=x.device) * factor
+        # a list or tensor: formed in float64, rounded once to x's dtype on its device; a 1-D one along `dim`
+        v = torch.as_tensor(value, dtype=torch.float64) * factor
+        v = v.to(device=x.device, dtype=x.dtype if x.is_floating_point() else torch.float32)
         if v.dim() != 1:
             return x + v  # a scalar tensor, or one shaped to broadcast as it is
         shape = [1] * x.dim()
@@ -222,7 +222,8 @@ def _feature_op(features: Any, name: str, apply: Callable, build: OpBuild | None
                               f"{x.shape[-1]} features (shape {tuple(x.shape)})")
         out = x.clone()
         i = torch.as_tensor(idx, device=x.device)
-        out[..., i] = apply(out[..., i], torch.as_tensor(vals, dtype=x.dtype, device=x.device))
+        wide = torch.promote_types(x.dtype, torch.float32) if x.is_floating_point() else x.dtype  # a half x: the op in
+        out[..., i] = apply(out[..., i], torch.as_tensor(vals, dtype=wide, device=x.device)).to(x.dtype)  # float32, rounded once
         return out
 
     return op
