@@ -72,13 +72,19 @@ class Estimate:
     meta_bytes: int = 0  # HDF5's own: object headers, chunk B-trees, groups (store/format.py)
     state_bytes: int = 0  # stateful actions' state (top_examples: features x k), in its two slots under /state
     state_groups: int = 0  # ... and its groups
+    unestimated: str = ""  # what the estimate leaves out: a kind's rows that are not batches (RunKind.estimated)
 
     @property
     def total_bytes(self) -> int:
         return sum(line.total for line in self.lines) + self.extra_bytes + self.state_bytes + self.meta_bytes
 
     def check_max_bytes(self, limit: int) -> None:
-        """`output.max_bytes`: refuse a run whose estimated file exceeds it."""
+        """`output.max_bytes`: refuse a run whose estimated file exceeds it, or whose rows are not estimated."""
+        if self.unestimated:
+            from hookrun.errors import ConfigError
+
+            raise ConfigError(f"output.max_bytes: the estimate leaves out {self.unestimated}, so it would not bound "
+                              f"the file; drop output.max_bytes (dry_run=true shows what it counts)")
         if self.total_bytes > limit:
             from hookrun.analysis.stats import human_bytes
             from hookrun.errors import ConfigError
@@ -115,7 +121,8 @@ class Estimate:
         out.append(f"  besides the captures: {human_bytes(self.extra_bytes)} (/samples, /checksums), {state}"
                    f"{human_bytes(self.meta_bytes)} of HDF5 metadata")
         out.append(f"  estimated file size: {human_bytes(self.total_bytes)} for {self.n_samples} samples in {self.n_batches} "
-                   f"batches ({self.total_bytes} bytes uncompressed, in whole HDF5 chunks; with output.compression an upper bound)")
+                   f"batches ({self.total_bytes} bytes uncompressed, in whole HDF5 chunks; with output.compression an upper bound)"
+                   + (f"; not counted: {self.unestimated}" if self.unestimated else ""))
         return "\n".join(out)
 
 
@@ -135,7 +142,8 @@ def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: Actio
     for p in points:
         for action in p.actions:
             action.reset()
-    report = Estimate(points, n_samples=n_samples, n_batches=n_batches)
+    report = Estimate(points, n_samples=n_samples, n_batches=n_batches,
+                      unestimated="" if kind.estimated else f"the {kind.name} run's {kind.units[1]}")
     batch = max(1, min(loader.batch_size or 1, n_samples))
     datasets: list[tuple[int, int, bool]] = []  # (rank, chunks, a capture's) of each dataset: its metadata
     digested = 0  # /checksums rows: one per batch that appends to a digested dataset (store/digest.py)

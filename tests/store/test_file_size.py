@@ -180,3 +180,19 @@ def test_the_class_names_attribute_is_in_the_estimate(tmp_path):
     dry = hookrun.run({**c, "dry_run": True}, dataset=ManyClasses())
     size = os.path.getsize(hookrun.run(c, dataset=ManyClasses()).path)
     assert size <= dry.estimated_bytes <= 1.1 * size, (dry.estimated_bytes, size)
+
+
+def test_a_kind_whose_rows_are_not_batches_refuses_max_bytes_and_its_dry_run_says_what_is_left_out(tmp_path):
+    """A patching grid's cells (and an SAE run's training steps: RunKind.estimated) are not in the estimate,
+    which counted the data's items: experiment=patching_grid output.max_bytes=20KB ran and wrote 37,336 bytes
+    against an estimate of 15,645. Now max_bytes is refused in one line and the dry run names what it leaves out."""
+    over = ["experiment=patching_grid", "data.dataset.n=2", "data.dataset.length=8", "progress=false"]
+    bad = run_cli(*over, "output.max_bytes=20KB", f"hydra.run.dir={tmp_path / 'run'}")
+    assert bad.returncode == 2 and not (tmp_path / "run" / "captures.h5").exists(), bad.stderr[-2000:]
+    assert ("output.max_bytes: the estimate leaves out the patching run's cells, so it would not bound the file; "
+            "drop output.max_bytes (dry_run=true shows what it counts)") in bad.stderr
+    dry = run_cli(*over, "dry_run=true", f"hydra.run.dir={tmp_path / 'dry'}")
+    assert dry.returncode == 0 and "; not counted: the patching run's cells" in dry.stdout, dry.stderr[-2000:]
+    plain = run_cli(*over, f"hydra.run.dir={tmp_path / 'plain'}")  # the grid's file: larger than the estimate
+    est = int(re.search(r"estimated file size: .*?\((\d+) bytes uncompressed", dry.stdout).group(1))
+    assert plain.returncode == 0 and os.path.getsize(tmp_path / "plain" / "captures.h5") > est

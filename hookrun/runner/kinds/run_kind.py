@@ -33,6 +33,8 @@ closure and the store never ask which kind runs; they read what the kind hands t
 | `end_note()`             | the run's last log line | what it adds after the file's name ("" for none)  |
 | `end_attrs()`            | after its last step     | root attributes known only then ({} for none)     |
 | `file_bytes(n)`          | dry_run estimate        | bytes it adds besides the captures                |
+| `estimated`              | dry_run, max_bytes      | False: its rows (cells, steps) are not estimated, |
+|                          |                         | so output.max_bytes is refused                    |
 
 A kind that runs several forwards per batch hands the session a `Phase` for each
 (`with session.phase(CLEAN): ...`, hookrun.hooks.events): a phase is a value saying whether every
@@ -105,6 +107,7 @@ class RunKind:
     name: ClassVar[str] = ""
     mode: ClassVar[Mode | None] = None  # the cfg.mode this kind runs, where no block kind is on
     block: ClassVar[str | None] = None  # a config block (cfg.<block>) that turns this kind on
+    estimated: ClassVar[bool] = True  # its rows are in the dry-run estimate (patching's cells, sae's steps are not)
     forwards: ClassVar[int] = 1  # model forwards (or generate calls) per batch
     adds: ClassVar[tuple[str, ...]] = ()  # HDF5 paths this kind writes beside /captures (its tables' groups)
     uses_loss: ClassVar[bool] = False  # prepare() builds cfg.loss for it (grad, a block kind's ce)

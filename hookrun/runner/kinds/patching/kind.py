@@ -52,6 +52,7 @@ class PatchingKind(RunKind):
     forwards = 0  # per data batch: the cells decide (one packed forward per chunk; atp: 2 + a backward)
     adds = ("captures/patching",)  # the cells' rows (the warning "no hook records anything" asks)
     units = CELL_UNITS  # a step is one chunk of cells; a row is a cell
+    estimated = False  # the cells' rows are not in the dry-run estimate
     engine: PatchRun | None = None
     rank, world = 0, 1  # this process's share of the cells: every world-th from rank (share())
 

@@ -54,7 +54,7 @@ def figure_name(key: str, taken: set[str]) -> str:
 class SaeKind(RunKind):
     forwards = 0  # no model forward: the rows come from the cache
     adds = ("captures/sae",)
-    units = UNITS
+    units, estimated = UNITS, False  # (the steps' figures are not in the dry-run estimate)
 
     @classmethod
     def check(cls, cfg: HookrunConfig) -> None:
