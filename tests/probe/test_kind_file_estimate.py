@@ -10,23 +10,12 @@ import os
 
 import pytest
 import torch
-from torch import nn
 
 import hookrun
 from hookrun.errors import ConfigError
 
 pytest.importorskip("sklearn")
-
-
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.conv = nn.Sequential(nn.Conv2d(2, 6, 3, padding=1), nn.ReLU())
-        self.fc = nn.Linear(6 * 8 * 8, 5)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.conv(x).flatten(1))
+from test_probe_kind import Net  # noqa: E402  (the probe tests' small conv net)
 
 
 def data(n: int = 64) -> list[dict]:
