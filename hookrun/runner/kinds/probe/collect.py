@@ -21,10 +21,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from hookrun.errors import ConfigError, close_matches
+from hookrun.errors import ConfigError, RunError, close_matches
 from hookrun.hooks.taps import Taps, module_kinds, refuse_non_finite
 from hookrun.runner.kinds.probe.pool import Rows, pool_rows
 from hookrun.runner.kinds.run_kind import plain_forward
+
+KINDS = {"f": "float (value) targets", "i": "integer (class) targets"}  # a target array's dtype kind (float64 or int64)
 
 TARGET_NAMES = ("label", "target")
 
@@ -136,3 +138,20 @@ class Collector:
         if self.pool == "every" and ids is not None and rows.token is not None:
             return ids.reshape(-1)[rows.token.to(ids.device)].cpu().numpy().astype(np.int64)
         return indices.cpu().numpy()[rows.item.cpu().numpy()].astype(np.int64)
+
+
+def check_rows(rows: dict[str, tuple], features: dict[str, int], y_kind: str, part: int = 0) -> None:
+    """One line where a batch's rows (test_data's: part 1, refused before any batch; a later training batch:
+    at that batch) differ from the first batch's in their targets' kind (float test targets beside classes
+    made a ridge probe a regression) or in width (`features`: a torch traceback at the fit)."""
+    error, these = (ConfigError, "the test items") if part else (RunError, "this batch")
+    for name, (x, y, *_) in rows.items():
+        if y.dtype.kind != y_kind:
+            raise error(f"probe.{'test_data' if part else 'target'}: {these} give{'' if part else 's'} "
+                        f"{KINDS[y.dtype.kind]} and the first batch {KINDS[y_kind]}; give integer classes throughout, "
+                        "or floats for a regression")
+        if x.shape[1] != features[name]:
+            give = "test items of the training items' shape" if part else "items of one shape"
+            raise error(f"probe.{'test_data' if part else 'at'}: {name} gives rows of {x.shape[1]} features for {these} "
+                        f"and {features[name]} for the first batch (its output's width follows the input's shape); "
+                        f"give {give}, or probe a module of one width (a feature map, pooled)")

@@ -31,15 +31,15 @@ import torch
 from torch import nn
 
 from hookrun.config.schema import HookrunConfig, Mode
-from hookrun.errors import ConfigError, RunError
+from hookrun.errors import ConfigError
 from hookrun.output.rank_link import RankLink
 from hookrun.output.scratch import Scratch
 from hookrun.runner.batches import first_batch
 from hookrun.runner.kinds.probe.block import LIVE_TEST
-from hookrun.runner.kinds.probe.collect import Collector
+from hookrun.runner.kinds.probe.collect import Collector, check_rows
 from hookrun.runner.kinds.probe.fit import FitSpec, fit_point, test_rows, training_classes
 from hookrun.runner.kinds.probe.rows import RowStore
-from hookrun.runner.kinds.probe.table import GROUP, KINDS, class_count, probe_bytes
+from hookrun.runner.kinds.probe.table import GROUP, class_count, probe_bytes
 from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds
 
 log = logging.getLogger("hookrun")
@@ -135,7 +135,7 @@ class ProbeKind(RunKind):
             rows = first[1]  # (computed by __init__'s check on the same batch)
         else:
             rows = self.collector.batch(model, call, indices)
-        self.check_rows(rows, part)
+        check_rows(rows, self.features, self.y_kind, part)
         for name, (x, y, key, item) in rows.items():
             if part:  # test_data's items: identities of their own
                 key, item = -1 - key if self.spec.pool != "every" else key, -1 - item
@@ -236,22 +236,9 @@ class ProbeKind(RunKind):
                               "for the split")
         loader = make_loader(data, node.get("batch_size") or self.ctx.cfg.data.batch_size, 0)
         indices, batch = next(iter(loader))
-        self.check_rows(self.collector.batch(self.ctx.model, self.ctx.spec.split(batch).to(self.ctx.device), indices), 1)
+        check_rows(self.collector.batch(self.ctx.model, self.ctx.spec.split(batch).to(self.ctx.device), indices),
+                   self.features, self.y_kind, 1)
         return loader
-
-    def check_rows(self, rows: dict[str, tuple], part: int = 0) -> None:
-        """One line where a batch's rows (test_data's: part 1) differ from the first batch's in width (a torch traceback at
-        the fit) or their targets' kind (float test targets beside classes made a ridge probe a regression)."""
-        these, give = ("the test items", "test items of the training items' shape") if part else ("this batch", "items of one shape")
-        for name, (x, y, *_) in rows.items():
-            if x.shape[1] != self.features[name] or y.dtype.kind != self.y_kind:
-                raise (ConfigError if part else RunError)(
-                    f"probe.{'test_data' if part else 'target'}: {these} give{'' if part else 's'} {KINDS[y.dtype.kind]} and the first "
-                    f"batch {KINDS[self.y_kind]}; give integer classes throughout, or floats for a regression"
-                    if y.dtype.kind != self.y_kind else
-                    f"probe.{'test_data' if part else 'at'}: {name} gives rows of {x.shape[1]} features for {these} and "
-                    f"{self.features[name]} for the first batch (its output's width follows the input's shape); give "
-                    f"{give}, or probe a module of one width (a feature map, pooled)")
 
     def test_pass(self, model: nn.Module) -> None:
         """test_data's items through the model: their rows are the test rows (part 1)."""

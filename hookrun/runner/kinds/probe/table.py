@@ -27,7 +27,6 @@ from hookrun.store.format import table_bytes
 from hookrun.store.records import KindTable, register_table
 
 GROUP = "probe"
-KINDS = {"f": "float (value) targets", "i": "integer (class) targets"}  # a target array's dtype kind (collect.py: float64 or int64)
 SCALARS = ("rows", "train_rows", "test_rows", "features", "train_score", "test_score", "control_train_score",
            "control_test_score", "selectivity", "majority_test_score", "objective", "iterations", "converged", "spilled", "fit_seconds",
            "control_converged", "control_iterations")
