@@ -80,14 +80,13 @@ class Estimate:
 
     def check_max_bytes(self, limit: int) -> None:
         """`output.max_bytes`: refuse a run whose estimated file exceeds it, or whose rows are not estimated."""
-        if self.unestimated:
-            from hookrun.errors import ConfigError
+        from hookrun.errors import ConfigError
 
+        if self.unestimated:
             raise ConfigError(f"output.max_bytes: the estimate leaves out {self.unestimated}, so it would not bound "
                               f"the file; drop output.max_bytes (dry_run=true shows what it counts)")
         if self.total_bytes > limit:
             from hookrun.analysis.stats import human_bytes
-            from hookrun.errors import ConfigError
 
             total = self.total_bytes
             raise ConfigError(

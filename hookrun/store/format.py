@@ -133,7 +133,7 @@ def dataset_bytes(datasets: list[tuple[int, int, bool]]) -> int:
 
 
 def table_bytes(groups: int, datasets: int, attrs: int, text: int = 0) -> int:
-    """HDF5's own bytes for what a kind writes whole at the end (a probe's groups, a similarity's root
-    attribute): `groups` groups, `datasets` contiguous datasets (an object header each, no chunk index),
-    `attrs` attributes and `text` bytes of their values."""
+    """HDF5's own bytes for `groups` groups, `datasets` contiguous datasets (an object header each, no chunk
+    index), `attrs` attributes and `text` bytes of their values: what a kind writes whole (a probe's groups,
+    evaluate's totals), and the file's root attributes (runner/run.plan_estimate)."""
     return groups * GROUP_BYTES + datasets * DATASET_HEADER + attrs * ATTR_BYTES + text
