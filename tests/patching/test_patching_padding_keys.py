@@ -5,6 +5,8 @@ ConfigError line before any cell."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -89,6 +91,22 @@ def test_a_position_key_that_is_not_one_whole_number_per_item_is_one_line(value,
     for method in ("exact", "atp"):
         with pytest.raises(ConfigError, match=message):
             hookrun.patch_grid(m, items, method=method, metric={"name": "prob", "position": "p"}, sites=RESID)
+
+
+@pytest.mark.parametrize("metric, key", [({"position": 3}, "position=3"), ({"position": "p"}, "position='p'"),
+                                          ({"answer": "target"}, "answer='target'"), ({"wrong": "foil"}, "wrong='foil'")])
+def test_a_ce_metric_given_a_key_it_does_not_read_is_one_line_before_any_forward(metric, key):
+    """ce is the mean next-token loss over the whole sequence: a position, answer or wrong beside it
+    would be ignored (the grid was the whole-sequence ce whatever position said); now refused."""
+    m = tiny_gpt2(0, vocab_size=V)
+    *_, items = token_task(V, 3, 6, at=2, low=4)
+    calls = []
+    m.register_forward_hook(lambda *a: calls.append(1))
+    name = key.split("=")[0]
+    with pytest.raises(ConfigError, match=rf"^patching.metric.{re.escape(key)}: metric ce reads the next token at every "
+                                          rf"position and no {name}; drop {name}, or choose logit_diff"):
+        hookrun.patch_grid(m, items, metric={"name": "ce", **metric}, sites=RESID)
+    assert not calls
 
 
 def test_a_bool_answer_is_refused():

@@ -161,6 +161,11 @@ def parse_block(raw: Any, build: Callable[[Mapping, str], Any] | None = None) ->
         answer, wrong, position = metric.get("answer", "answer"), metric.get("wrong", "wrong"), metric.get("position", -1)
         if isinstance(position, bool) or not isinstance(position, int | str):
             raise ConfigError(f"patching.metric.position={position!r}; give a token position (-1: the last) or an item key")
+        unread = {"position": position != -1, "answer": answer != "answer", "wrong": wrong != "wrong"}
+        if name == "ce" and any(unread.values()):  # ce reads every next token: these keys would be ignored
+            key = next(k for k, given in unread.items() if given)
+            raise ConfigError(f"patching.metric.{key}={metric[key]!r}: metric ce reads the next token at every position "
+                              f"and no {key}; drop {key}, or choose logit_diff, logprob, prob, kl or logit to read one position")
     cells = get("cells_per_forward")
     if cells is not None and (isinstance(cells, bool) or not isinstance(cells, int) or cells < 1):
         raise ConfigError(f"patching.cells_per_forward={cells!r}; give a positive integer, or null to choose it from patching.memory")
