@@ -232,3 +232,29 @@ def test_the_final_distribution_is_the_models_output_after_its_softcap_or_scale(
                                    rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(run["model.layers.0", "lens.kl_to_final"][:],
                                    (final.exp() * (final - lp0)).sum(-1).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_the_final_distribution_takes_the_runs_own_modify_output_on_the_unembed(tmp_path, model, data):
+    """A modify_output on lm_head changes the logits the model returns: KL(final || lens) is taken
+    against them (the lens's hook on lm_head had fired before the run's modify, so the final
+    distribution was the unmodified one: the same KL with or without the modify)."""
+    mod = {"at": "lm_head", "type": "forward", "actions": [{"name": "modify_output", "op": "scale", "factor": 3.0}]}
+    cfg = {"hooks": {"lens": {"at": "transformer.h.1", "type": "forward", "actions": [LENS]}, "mod": mod},
+           "data": {"batch_size": 3}, "output": {"path": str(tmp_path / "m.h5")}, "device": "cpu", "progress": False}
+    path = hookrun.run(cfg, model=model, dataset=data).path
+    ids, mask = data.encoded["input_ids"], data.encoded["attention_mask"]
+    caught = {}
+    hooks = [model.transformer.h[1].register_forward_hook(
+        lambda m, a, o: caught.setdefault("x", o[0] if isinstance(o, tuple) else o)),
+             model.lm_head.register_forward_hook(lambda m, a, o: o * 3.0)]  # a raw hook doing the same modify
+    try:
+        with torch.no_grad():
+            final = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits.double(), -1)
+    finally:
+        for h in hooks:
+            h.remove()
+    with torch.no_grad():
+        lp = torch.log_softmax(model.lm_head(model.transformer.ln_f(caught["x"])).double(), -1)
+    with open_run(path) as run:
+        np.testing.assert_allclose(run["transformer.h.1", "lens.kl_to_final"][:], (final.exp() * (final - lp)).sum(-1).numpy(),
+                                   rtol=1e-4, atol=1e-4)

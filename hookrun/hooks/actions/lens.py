@@ -72,9 +72,16 @@ class FinalLogits:
 
     def __init__(self, unembed: nn.Module, env: ActionEnv, post: Any = None) -> None:
         self.pending: list[tuple[LogitLens, torch.Tensor, dict]] = []
-        self.post = post
+        self.post, self.unembed = post, unembed
         self.handle = unembed.register_forward_hook(self._fired)
-        env.hold.on_close(self.handle.remove)
+        env.hold.on_close(lambda: self.handle.remove())
+
+    def last(self) -> None:
+        """Move the hook behind the unembed's forward hooks registered after it (the run's own
+        modify_output on it): the final distribution is the output the model returns."""
+        if next(reversed(self.unembed._forward_hooks), None) != self.handle.id:
+            self.handle.remove()
+            self.handle = self.unembed.register_forward_hook(self._fired)
 
     def _fired(self, module: nn.Module, args: Any, out: Any) -> None:
         if not self.pending:
@@ -202,6 +209,8 @@ class LogitLens(Action):
                            f"{stale[0][2]['step']} (early_stop, or an unembed the forward never calls)")
         seen = {"step": ev.step, "hook": ev.hook, "module": ev.module, "type": ev.type, "call": ev.call,
                 "mask": ev.state.attention_mask, "targets": self.targets(ev.state, x)}
+        if not self.final.pending:  # the forward's first lens: the unembed has not run yet
+            self.final.last()
         self.final.pending.append((self, x.detach().clone(), seen))
 
     def around_generate(self) -> str:
