@@ -60,3 +60,20 @@ def test_an_error_in_the_test_data_node_names_its_key(tmp_path, key, value, mess
     with pytest.raises(ConfigError) as err:
         hookrun.run(cfg)
     assert str(err.value) == message
+
+
+@pytest.mark.parametrize("probe, message", [
+    ({"split": {"test": 0.5}, "test_data": {"dataset": {"_target_": "hookrun.data.shapes", "size": 16}}},
+     "probe.split.test=0.5 beside probe.test_data: the test rows are test_data's items and no split is made; drop "
+     "split.test (split.seed still seeds the control task)"),
+    ({"split": {"seed": True}}, "probe.split.seed: Value 'True' of type 'bool' could not be converted to Integer")])
+def test_a_split_that_would_be_ignored_or_a_bool_seed_is_one_line_before_the_model(tmp_path, probe, message):
+    """split.test beside test_data was silently unused (test_data is the test set): refused in one line
+    before anything is built, as a bool seed is."""
+    cfg = {"model": {"_target_": "hookrun.models.tiny_cnn"}, "data": {"dataset": {"_target_": "hookrun.data.shapes", "size": 32},
+                                                                     "batch_size": 8},
+           "device": "cpu", "progress": False, "output": {"path": str(tmp_path / "p.h5")},
+           "probe": {"at": ["block1"], "target": "label", **probe}}
+    with pytest.raises(ConfigError) as err:
+        hookrun.run(cfg)
+    assert str(err.value) == message and not (tmp_path / "p.h5").exists()

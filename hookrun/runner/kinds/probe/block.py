@@ -75,6 +75,9 @@ class ProbeBlock:
                               f"of the batch returning one target per item or per token)")
         if not isinstance(target, str | int | dict):
             raise ConfigError(f"probe.target={target!r}: give an item key (label), or {{_target_: my_pkg.labels}}")
+        if self.test_data is not None and self.split.test != Split.test:  # test_data is the test set: no split is made
+            raise ConfigError(f"probe.split.test={self.split.test} beside probe.test_data: the test rows are test_data's "
+                              f"items and no split is made; drop split.test (split.seed still seeds the control task)")
         if self.test_data is not None and not isinstance(self.test_data, dict):
             raise ConfigError(f"probe.test_data={self.test_data!r}: give a data node, {{dataset: {{_target_: ...}}, "
                               f"batch_size: 16}}")
