@@ -42,6 +42,7 @@ class HookSession:
         self._handles: list = []
 
     def __enter__(self) -> HookSession:
+        decoder = None
         try:
             for i, point in enumerate(self.points):
                 if point.site is not None:  # an op site: the interceptor fires it (hooks/sites.py)
@@ -53,6 +54,12 @@ class HookSession:
                     self._handles.extend(self.interceptor.add(point.target, fn, call, point, self._firing(point, i)))
                     continue
                 self._handles.extend(HOOK_TYPES.get(point.type).attach(point, self._firing(point, i)))
+            if self.points and getattr(getattr(self.env.model, "config", None), "is_encoder_decoder", False):
+                from hookrun.hooks.sides import Decoder  # (an encoder-decoder model alone needs it)
+
+                decoder = Decoder.of(self.env.model)
+            if decoder is not None:  # (after the points' hooks: one at the decoder itself sees its tokens)
+                self._handles.extend(decoder.attach(self._decoder_enter, self._decoder_leave))
             self.env.hold.on_close(self.remove)  # the run's one owner removes them too, if this session is never exited
         except BaseException:
             self.remove()
@@ -81,6 +88,19 @@ class HookSession:
             point.reset()
         if self.early_stop is not None:
             self.early_stop.begin_step(step)
+
+    def _decoder_enter(self, mask: torch.Tensor, ids: torch.Tensor | None) -> None:
+        """An encoder-decoder's decoder starts: its modules' tokens are the decoder's (hooks/sides.py)."""
+        state = self.env.state
+        self._outer = (state.attention_mask, state.call_tokens)
+        state.attention_mask = mask
+        state.call_tokens = TokenMap.of_batch(mask, provisional=False)
+        state.call_tokens.decoder = True
+        state.calls.append(state.call_tokens)
+
+    def _decoder_leave(self) -> None:
+        state = self.env.state
+        state.attention_mask, state.call_tokens = self._outer
 
     def end_step(self) -> None:
         """Under early_stop: the first step notes where to stop; later ones are checked against it."""

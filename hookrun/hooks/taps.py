@@ -25,6 +25,7 @@ from torch import nn
 
 from hookrun.errors import ConfigError, RunError
 from hookrun.hooks.plan import resolve_targets
+from hookrun.hooks.sides import Decoder
 
 
 def output_tensor(out: Any) -> torch.Tensor | None:
@@ -101,6 +102,13 @@ class Taps:
         self.names = [name for name, _ in self.targets]
         self.where = where
         self.out: dict[str, Any] = {}
+        self.decoder = Decoder.of(model)  # an encoder-decoder's: its modules' tokens are the decoder's (hooks/sides.py)
+        self.inside: tuple | None = None  # (mask, ids) of the decoder call in flight
+
+    def mask(self, batch_mask: torch.Tensor | None) -> torch.Tensor | None:
+        """The token mask of the module whose hook runs now: the decoder's inside an encoder-decoder's decoder,
+        else the batch's."""
+        return batch_mask if self.inside is None else self.inside[0]
 
     @contextmanager
     def attached(self, make: Callable[[str, torch.Tensor], Any]) -> Iterator[None]:
@@ -111,10 +119,14 @@ class Taps:
         try:
             for name, module in self.targets:
                 handles.append(module.register_forward_hook(self._hook(name, make)))
+            if self.decoder is not None:  # (after the taps' hooks: a tap at the decoder itself sees its tokens)
+                handles.extend(self.decoder.attach(lambda mask, ids: setattr(self, "inside", (mask, ids)),
+                                                   lambda: setattr(self, "inside", None)))
             yield
         finally:
             for h in reversed(handles):
                 h.remove()
+            self.inside = None
 
     def _hook(self, name: str, make: Callable[[str, torch.Tensor], Any]) -> Callable[..., None]:
         out, where = self.out, self.where

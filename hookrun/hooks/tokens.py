@@ -46,6 +46,7 @@ class TokenMap:
     generated: bool = False  # the call processes generated tokens (a new-token pass), not the prompt
     call: int = 0  # 0: the prompt pass (a plain forward); k: the pass over the k-th new token
     provisional: bool = False  # made by begin_step; a CallTracker replaces it at the model call
+    decoder: bool = False  # an encoder-decoder's decoder call: its decoder_input_ids (hooks/sides.py)
     _flat: torch.Tensor | None = None
 
     @classmethod
@@ -118,7 +119,13 @@ def token_columns(captures: list[Capture], state: StepState, with_generated: boo
     /samples/token_*, with every token-row capture put in its order (sample, then position);
     None where nothing was recorded per token."""
     token_caps = [c for c in captures if c.tokens]
-    rows = step_token_rows(state.calls, state.sample_index, with_generated) if token_caps else None
+    sides = {c.decoder for c in token_caps}
+    if len(sides) > 1:
+        enc, dec = (next(c.key.module for c in token_caps if c.decoder == s) for s in (False, True))
+        raise RunError(f"record rows: token at {enc} (the encoder's tokens) and at {dec} (the decoder's) in one run: their "
+                       f"tokens differ and a file holds one token map (/samples/token_*); record them in two runs")
+    maps = [m for m in state.calls if m.decoder in sides]
+    rows = step_token_rows(maps, state.sample_index, with_generated) if token_caps else None
     if rows is None:
         return None
     n = len(rows.columns[0])

@@ -70,6 +70,7 @@ class Capture:
     index: np.ndarray | None = None  # sample indices of the rows, where not the whole batch
     overflow: Any = None  # values the cast to the storage dtype turned from finite to inf (a 0-d tensor, or int)
     tokens: bool = False  # one row per non-padding token, aligned with /samples/token_sample
+    decoder: bool = False  # token rows of an encoder-decoder's decoder: its tokens' map (hooks/tokens.py)
     ragged: bool = False  # value is a list: one tensor of varying first dim per sample (variable-length rows)
     dims: tuple[str, ...] | None = None  # one name per axis of the dataset as stored (None: derived from rows and rank)
     features: bool = False  # written once at the end of the run, one row per feature (top_examples)

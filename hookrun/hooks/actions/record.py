@@ -241,7 +241,8 @@ class Record(Action):
             self.env.captures.add(Capture(key, [value.cpu()], True, torch_dtype, attrs, ragged=True, dims=("step",)))
             return
         self.env.captures.add(Capture(key, value, per_step, torch_dtype, attrs, index, overflow,
-                                      tokens=self.token_rows, dims=self.names.get((ev.module, role, ev.call))))
+                                      tokens=self.token_rows, dims=self.names.get((ev.module, role, ev.call)),
+                                      decoder=self.token_rows and getattr(ev.state.call_tokens, "decoder", False)))
 
     def _by_name(self, tensors: dict) -> dict:
         out = None

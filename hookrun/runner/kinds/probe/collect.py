@@ -94,7 +94,12 @@ class Collector:
         """Every hooked module's rows of one forward (early_stop's cut may end it after the last), pooled
         in its hook into new memory (hooks/taps.py: the output the hook saw); `items`: the batch's dataset indices."""
         kinds = module_kinds(self.taps)
-        with self.taps.attached(lambda name, t: pool_rows(t, self.pool, mask, where=name, module=kinds[name], indices=items)):
+        def make(name: str, t: torch.Tensor) -> Rows:  # (inside a decoder: its mask and token ids, hooks/sides.py)
+            rows = pool_rows(t, self.pool, self.taps.mask(mask), where=name, module=kinds[name], indices=items)
+            rows.ids = self.taps.inside[1] if self.taps.inside is not None else None
+            return rows
+
+        with self.taps.attached(make):
             plain_forward(model, call)
         return dict(zip(self.taps.names, self.taps.take(), strict=True))
 
@@ -135,6 +140,7 @@ class Collector:
         return t.numpy().astype(np.float64 if t.is_floating_point() else np.int64)
 
     def keys(self, rows: Rows, ids: torch.Tensor | None, indices: torch.Tensor) -> np.ndarray:
+        ids = rows.ids if rows.ids is not None else ids
         if self.pool == "every" and ids is not None and rows.token is not None:
             return ids.reshape(-1)[rows.token.to(ids.device)].cpu().numpy().astype(np.int64)
         return indices.cpu().numpy()[rows.item.cpu().numpy()].astype(np.int64)

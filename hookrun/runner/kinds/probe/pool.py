@@ -36,6 +36,7 @@ class Rows:
     item: torch.Tensor  # (rows,) long: the row's sample, its position in the batch
     token: torch.Tensor | None  # (rows,) long: the row's token slot (sample * T + position) where rows are tokens
     length: int | None = None  # T, the output's tokens per item, where rows are tokens
+    ids: torch.Tensor | None = None  # (batch, T) the token ids of an encoder-decoder's decoder, where the rows are its
 
 
 def layout(t: torch.Tensor, real: torch.Tensor | None, pool: str, where: str) -> str:

@@ -33,7 +33,7 @@ def pooled(how: str, mask: torch.Tensor | None, where: str, taps: Any = None,
     """What a tap makes of each output: its rows pooled (see pool). `taps`: their modules' classes tell a
     1-d map (a Conv1d's) from token rows for pool=mean; `items`: the batch's dataset indices."""
     kinds = module_kinds(taps) if taps is not None else {}
-    return lambda name, t: pool(t, how, mask, f"{where}: {name}", kinds.get(name, ""), items)
+    return lambda name, t: pool(t, how, taps.mask(mask) if taps is not None else mask, f"{where}: {name}", kinds.get(name, ""), items)
 
 
 def pool(t: torch.Tensor, how: str, mask: torch.Tensor | None, where: str, kind: str = "",
