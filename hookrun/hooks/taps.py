@@ -9,7 +9,8 @@ inside its hook (the probe's and the similarity's features).
 `make(name, tensor)` runs in the hook: the forward may change a module's output in place once its
 hooks have returned (conv -> ReLU(inplace=True)), so whatever the rows keep must be new memory made
 there. The tensor is the module's output, a tuple's first tensor, or a ModelOutput's
-`last_hidden_state` (else its first tensor). A module that runs twice in one forward (a shared
+`last_hidden_state` (else its first tensor); a channels-last 4-D map (channels_last(): timm's Swin) is
+handed over as (batch, channels, height, width). A module that runs twice in one forward (a shared
 module), that gives no tensor or that does not run is one line naming it. Every handle is removed
 after the forward, also when it fails.
 """
@@ -65,6 +66,29 @@ def token_mask(t: torch.Tensor, mask: torch.Tensor | None, kind: str = "", where
     return torch.ones(t.shape[:2], dtype=torch.bool, device=t.device)
 
 
+def channels_last(module: nn.Module, model: nn.Module) -> bool:
+    """Whether a module's 4-D output is (batch, height, width, channels): a timm model that says so
+    (`output_fmt` NHWC: Swin) or a module of its own that does (timm's PatchEmbed), a Linear or a
+    LayerNorm over the last axis (inside a ConvNeXt block), a Swin block or patch merging, torchvision's
+    Permute to NHWC, an nn.Sequential whose last module is one of these; never a torch *1d/2d/3d module
+    (Conv2d, BatchNorm2d, timm's LayerNorm2d, pools)."""
+    kind = type(module).__name__
+    if isinstance(module, nn.Sequential) and len(module):
+        return channels_last(module[-1], model)
+    if kind == "Permute" and isinstance(getattr(module, "dims", None), list | tuple):
+        return list(module.dims) == [0, 2, 3, 1]
+    if kind.endswith(("1d", "2d", "3d")):
+        return False
+    fmt = getattr(module, "output_fmt", None)
+    if fmt is not None:
+        return str(getattr(fmt, "value", fmt)) == "NHWC"
+    if isinstance(module, nn.Linear) or kind.startswith(("Swin", "PatchMerging")) or (
+            isinstance(module, nn.LayerNorm) and len(module.normalized_shape) == 1):
+        return True
+    fmt = getattr(model, "output_fmt", None)
+    return str(getattr(fmt, "value", fmt)) == "NHWC"
+
+
 def module_kinds(taps: Taps) -> dict[str, str]:
     """{module name: its class's name} of the taps' modules (token_mask's `kind`)."""
     return {n: type(m).__name__ for n, m in taps.targets}
@@ -102,6 +126,7 @@ class Taps:
         self.names = [name for name, _ in self.targets]
         self.where = where
         self.out: dict[str, Any] = {}
+        self.last = {name for name, m in self.targets if channels_last(m, model)}  # 4-D outputs made (batch, C, H, W)
         self.decoder = Decoder.of(model)  # an encoder-decoder's: its modules' tokens are the decoder's (hooks/sides.py)
         self.inside: tuple | None = None  # (mask, ids) of the decoder call in flight
 
@@ -139,6 +164,8 @@ class Taps:
             if t is None:
                 raise ConfigError(f"{where}: {name} gives no tensor ({type(output).__name__}); name a module whose "
                                   f"output is a tensor (python -m hookrun.modules lists them)")
+            if t.dim() == 4 and name in self.last:  # channels last (timm's Swin): the channels to axis 1, as a map has them
+                t = t.movedim(-1, 1)
             out[name] = make(name, t)
 
         return hook
