@@ -11,6 +11,7 @@ capture file; the jobs are read one at a time.
 from __future__ import annotations
 
 import functools
+import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -219,10 +220,18 @@ def _named_file(job: Path) -> Path | None:
 
 
 def _job_dirs(folder: Path) -> list[Path]:
-    """The folders holding a job's .hydra/overrides.yaml: `N/`, or `N/run/` (hydra.sweep.subdir)."""
-    found = sorted({p.parent.parent for pattern in ("*/.hydra/overrides.yaml", "*/*/.hydra/overrides.yaml")
-                    for p in folder.glob(pattern)})
-    return [d for d in found if not any(o in d.parents for o in found)]  # (a job's own subfolders: not jobs)
+    """The folders holding a job's .hydra/overrides.yaml, at any depth: `N/`, `N/run/`, or where
+    hydra.sweep.subdir=${hydra.job.override_dirname} nests a value with a slash (a checkpoint's
+    path) over several folders; a job's own subfolders are not searched (they hold no jobs)."""
+    found = []
+    for root, dirs, _ in os.walk(folder):
+        here = Path(root)
+        if here != folder and (here / ".hydra" / "overrides.yaml").is_file():
+            found.append(here)
+            dirs.clear()
+        else:
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
+    return sorted(found)
 
 
 @functools.cache
