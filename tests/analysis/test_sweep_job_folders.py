@@ -34,3 +34,43 @@ def test_a_sweep_whose_subdir_nests_a_value_with_slashes_finds_every_job(tmp_pat
         np.testing.assert_allclose(row["logits/fc/output:mean"], mean, rtol=1e-6)
     assert sorted(j.file for j in sweep.jobs) == files
 
+
+def test_a_probe_sweeps_chart_names_the_jobs_it_has_no_line_for(tmp_path):
+    """`probe.C=1,-1,2`: job 1 refused, job 2 never started. The chart "one line per job" drew job
+    0's line alone and said nothing of the two others (the generic sweep charts name them)."""
+    from hookrun.runner.kinds.probe.reader import sweep_figures
+
+    done = run_cli("-m", "experiment=probe_shapes", "probe.C=1,-1,2", "data.dataset.size=64", "data.batch_size=32",
+                   "probe.control=false", "progress=false", "hydra.sweep.dir=sw", cwd=tmp_path)
+    assert done.returncode != 0 and "probe.C=-1.0: the inverse regularisation strength must be above 0" in done.stderr
+    sweep = open_sweep(tmp_path / "sw")
+    assert [r["status"] for r in sweep.table()] == ["complete", "not run", "not run"]
+    ((name, chart),) = sweep_figures(sweep)
+    assert chart.title == "linear probes: test score by depth, one line per job (job 1, 2 not run: no line)"
+    with h5py.File(tmp_path / "sw" / "0" / "captures.h5", "r") as f:
+        tests = {str(g.attrs["module"]): float(g.attrs["test_score"]) for g in f["probe"].values()}
+    assert chart.series == {"probe.C=1": [tests[at] for at in chart.x]} and chart.x == ["block1", "block2", "block3", "fc"]
+
+
+def test_an_sae_sweeps_charts_name_the_jobs_they_have_no_point_for():
+    """Two SAE jobs with figures, one failed before its first step's and one never run: the frontier
+    chart's title named neither."""
+    from hookrun.analysis.kind_readers import Table
+    from hookrun.runner.kinds.sae.reader import sweep_figures
+
+    rows = [{"job": "0", "sae.k": 4, "status": "complete", "l0": 4.0, "explained_variance": 0.5, "ce_loss_score": 0.9},
+            {"job": "1", "sae.k": 8, "status": "complete", "l0": 8.0, "explained_variance": 0.7},
+            {"job": "2", "sae.k": 16, "status": "failed"}, {"job": "3", "sae.k": 32, "status": "not run"},
+            {"job": "4", "sae.k": 64, "status": "complete", "l0": 64.0, "explained_variance": 0.9, "ce_loss_score": 0.95}]
+
+    class Sweep:
+        swept = ["sae.k"]
+
+        def table(self, captures=None):
+            return Table(["job", "sae.k", "status", "l0", "explained_variance", "ce_loss_score"], rows)
+
+    (_, frontier), (_, scored) = sweep_figures(Sweep())
+    assert frontier.title == "SAE sweep: sparsity against reconstruction (job 2 failed: no point; job 3 not run: no point)"
+    assert list(frontier.x) == [4.0, 8.0, 64.0] and list(frontier.y) == [0.5, 0.7, 0.9]
+    assert scored.title == ("SAE sweep: sparsity against the spliced model's loss recovered (job 1 complete: no point; "
+                            "job 2 failed: no point; job 3 not run: no point)")

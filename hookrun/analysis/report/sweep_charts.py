@@ -59,6 +59,16 @@ def _jobs_note(rows: Sequence[dict], ys: Sequence[Any]) -> str:
     return f" ({'; '.join(parts)})" if parts else ""
 
 
+def unshown_note(missing: Sequence[tuple[str, str]], what: str = "line") -> str:
+    """A kind's sweep chart's title note for the jobs it has no `what` for, from (job, status) pairs
+    (`job 1 failed: no line; job 2 not run: no line`), "" where every job is drawn."""
+    by_status: dict[str, list[str]] = {}
+    for job, status in missing:
+        by_status.setdefault(status, []).append(job)
+    parts = [f"job {', '.join(jobs)} {status}: no {what}" for status, jobs in by_status.items()]
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def decades(values: Sequence[Any]) -> bool:
     """A swept value to draw on a log axis: positive numbers, a float among them, spanning two decades
     or more (C=0.01,1,100; a learning rate), which a linear axis would crowd into one corner."""

@@ -144,16 +144,21 @@ def _by_depth(sweep: Any) -> tuple[list[dict], Any]:
     Jobs that probe other hook points (a sweep over models) share an axis of positions in `at`, never
     one job's names under another's scores."""
     from hookrun.analysis.report.figure_specs import Lines
+    from hookrun.analysis.report.sweep_charts import unshown_note
 
     jobs: list[tuple[str, list[str], list[float]]] = []
-    rows = []
+    rows, missing = [], []  # (missing: the jobs with no line, named in the title)
     for job in sweep.jobs:
         if job.file is None:
+            missing.append((str(job.num), "no file" if job.ran else "not run"))  # (as the sweep table says)
             continue
+        status = "unreadable"
         try:
             with job.open() as run:
-                t, status = read_probes(run.file), run.status
+                status = run.status
+                t = read_probes(run.file)
         except (NotFoundError, OSError, KeyError):
+            missing.append((str(job.num), status))
             continue
         label = ", ".join(f"{k}={job.overrides.get(k)}" for k in sweep.swept) or str(job.num)
         label += f" ({status})" if status != "complete" else ""  # (a job not complete is never shown as one)
@@ -165,7 +170,7 @@ def _by_depth(sweep: Any) -> tuple[list[dict], Any]:
     series = {label: [*test, *[None] * (width - len(test))] for label, _, test in jobs}
     chart = Lines(x=x, series=series, ylabel="test score", in_order=True,
                   xlabel="hook point (depth order)" if same else "hook point: position in each job's probe.at",
-                  title="linear probes: test score by depth, one line per job")
+                  title=f"linear probes: test score by depth, one line per job{unshown_note(missing)}")
     return rows, chart
 
 

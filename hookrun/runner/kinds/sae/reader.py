@@ -23,6 +23,7 @@ import numpy as np
 from hookrun.analysis.kind_readers import KindReader, Table
 from hookrun.analysis.report.figure_specs import Lines, Scatter
 from hookrun.analysis.report.run_sections import figure, section, table_item
+from hookrun.analysis.report.sweep_charts import unshown_note
 from hookrun.errors import NotFoundError
 from hookrun.runner.kinds.sae.block import UNITS
 
@@ -139,18 +140,23 @@ def _frontier(sweep: Any) -> tuple[list[dict], list[Scatter]]:
     rows = [r for r in table.rows if "l0" in r and "explained_variance" in r]
     if len(rows) < 2:
         return [], []
+    note = unshown_note([(str(r["job"]), str(r.get("status"))) for r in table.rows
+                         if not any(r is k for k in rows)], "point")
     labels = [(", ".join(f"{k}={r[k]}" for k in sweep.swept) or f"job {r['job']}")
               + (f" ({r.get('status')})" if r.get("status") != "complete" else "") for r in rows]  # (not complete: said)
     charts = [Scatter(x=np.array([r["l0"] for r in rows]), y=np.array([r["explained_variance"] for r in rows]),
                       xlabel="L0: latents active per row (last training step)",
                       ylabel="explained variance (last training step)",
-                      title="SAE sweep: sparsity against reconstruction", labels=labels, annotate=True)]
+                      title=f"SAE sweep: sparsity against reconstruction{note}", labels=labels, annotate=True)]
     scored = [(label, r) for label, r in zip(labels, rows, strict=True) if r.get("ce_loss_score") is not None]
     if len(scored) >= 2:  # sae.evaluate was on: what the sparsity costs the model
+        kept = [r for _, r in scored]
+        note = unshown_note([(str(r["job"]), str(r.get("status"))) for r in table.rows
+                             if not any(r is k for k in kept)], "point")
         charts.append(Scatter(x=np.array([r["l0"] for _, r in scored]), y=np.array([r["ce_loss_score"] for _, r in scored]),
                               xlabel="L0: latents active per row (last training step)",
                               ylabel="ce_loss_score: loss recovered, spliced (held-out items)",
-                              title="SAE sweep: sparsity against the spliced model's loss recovered",
+                              title=f"SAE sweep: sparsity against the spliced model's loss recovered{note}",
                               labels=[label for label, _ in scored], annotate=True))
     return rows, charts
 
