@@ -220,6 +220,17 @@ def _sections(run: Any) -> list[dict]:
     return sections(run)
 
 
+def _columns(f: Any) -> dict[str, Any]:
+    """A sweep table's numbers of an edges run with a faithfulness curve: the fraction of the gap
+    recovered at each circuit size (`recovered@K`) and MIB's areas (`CPR`, `CMD`), so a sweep of the
+    faithfulness settings (`ablation: corrupt,mean`) is told apart by its results, not by its grid alone."""
+    curve = (patching_meta(f.attrs) or {}).get("faithfulness") or {}
+    out: dict[str, Any] = {f"recovered@{k}": r for k, r in zip(curve.get("k") or [], curve.get("recovered") or [], strict=False)}
+    if curve.get("mib"):
+        out.update(CPR=curve["mib"]["cpr"]["area"], CMD=curve["mib"]["cmd"]["area"])
+    return out
+
+
 def _no_values(label: str) -> str | None:
     if label == "patching/cells/exact":
         return "no values: nothing recomputed (an exact run's cells are in patching/cells/value; atp fills this with verify)"
@@ -229,4 +240,4 @@ def _no_values(label: str) -> str | None:
 READER = register_reader(KindReader(
     "patching", present=lambda f: patching_meta(f.attrs) is not None, units=CELL_UNITS, attr_lines=grid_lines,
     header=header_rows, properties={"grids": grid_names}, methods={"grid": file_grid, "edges": file_edges},
-    sections=_sections, figures=_figures, no_values=_no_values))
+    sections=_sections, figures=_figures, no_values=_no_values, columns=_columns))
