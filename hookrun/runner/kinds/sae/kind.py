@@ -38,6 +38,12 @@ from hookrun.errors import ConfigError, HookrunError
 from hookrun.runner.kinds.run_kind import RunKind
 from hookrun.runner.kinds.sae.block import UNITS, SaeBlock
 from hookrun.runner.kinds.sae.data import CacheRows
+from hookrun.runner.kinds.sae.resuming import (
+    SWEEP_MARK,
+    check_sweep_out,
+    mark_sweep_out,
+    multirun_job_folder,
+)
 from hookrun.store.records import Capture, CaptureKey, StepRecord
 from hookrun.store.schemes import local_path, scheme_of
 
@@ -90,6 +96,8 @@ class SaeKind(RunKind):
         out = out_folder(cfg)
         if holds_sae(out) and not block.overwrite:
             check_out(out, old, cfg.resume)
+        elif holds_sae(out):  # (another job of this sweep's SAE: not replaced)
+            check_sweep_out(out)
 
     def __init__(self, ctx: Any) -> None:
         super().__init__(ctx)
@@ -185,6 +193,7 @@ class SaeKind(RunKind):
             return written[0]
         self.remove_old_sae()
         save_sae(sae, self.out)
+        mark_sweep_out(self.out)
         if not self.cache_rows:
             log.info("sae: %d pass(es) over the data on the fly", self.rows.epochs)
         log.info("sae: %s written (%s, d_in %d, d_sae %d)", self.out, sae.cfg.architecture(), self.rows.d_in,
@@ -195,7 +204,7 @@ class SaeKind(RunKind):
 
     def remove_old_sae(self) -> None:
         if self.out.exists() and self.block.overwrite:
-            for name in ("cfg.json", "sae_weights.safetensors"):
+            for name in ("cfg.json", "sae_weights.safetensors", SWEEP_MARK):
                 (self.out / name).unlink(missing_ok=True)
 
     def evaluate(self) -> None:
@@ -287,14 +296,3 @@ def out_folder(cfg: HookrunConfig) -> Path:
         return run_folder(cfg, "sae")
     out, job = Path(local_path(cfg.sae.out)), multirun_job_folder()  # (a URL is refused in block.check)
     return job / out if job is not None and not out.is_absolute() else out.resolve()
-
-
-def multirun_job_folder() -> Path | None:
-    """This job's folder where the run is one job of a Hydra multirun (python -m hookrun -m ...), else None."""
-    hydra_config = sys.modules.get("hydra.core.hydra_config")  # (not loaded: no Hydra job is running)
-    if hydra_config is None or not hydra_config.HydraConfig.initialized():
-        return None
-    from hydra.types import RunMode
-
-    hc = hydra_config.HydraConfig.get()
-    return Path(hc.runtime.output_dir).resolve() if hc.mode == RunMode.MULTIRUN else None

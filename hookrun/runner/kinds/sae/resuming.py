@@ -3,6 +3,7 @@
     old = old_sae(cfg)                       # the run at output.path to resume: its `sae` attribute, or None
     check_out(out, old, cfg.resume)          # sae.out holds an SAE: only the resumed run's own (else sae.overwrite)
     check_cache(old, cache_identity(rows), "outputs/run/captures.h5")    # the same cache's rows, or one line
+    check_sweep_out(out)                     # sae.out holds the SAE another job of this multirun wrote: one line
 
 A run records its cache's identity in the root attribute `sae` (`cache`: the capture's rows, the cache
 file's `created` time and a digest of the capture's `/checksums` rows where the file holds them). A
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -88,3 +90,48 @@ def check_cache(old: dict[str, Any] | None, now: dict[str, Any] | None, source: 
         said = lambda c: ", ".join(f"{k} {c[k]}" for k in differ)  # noqa: E731
         raise ConfigError(f"resume: sae.from {source} is not the cache {old['file']} started on ({said(was)}; now "
                           f"{said(now)}); resume on that cache, or start a new run (output.overwrite=true)")
+
+
+SWEEP_MARK = ".hookrun-sweep.json"  # in sae.out, beside the SAE a multirun's job wrote: {"sweep": its folder, "job": its number}
+
+
+def multirun_job_folder() -> Path | None:
+    """This job's folder where the run is one job of a Hydra multirun (python -m hookrun -m ...), else None."""
+    hc = _multirun()
+    return Path(hc.runtime.output_dir).resolve() if hc is not None else None
+
+
+def _multirun() -> Any:
+    hydra_config = sys.modules.get("hydra.core.hydra_config")  # (not loaded: no Hydra job is running)
+    if hydra_config is None or not hydra_config.HydraConfig.initialized():
+        return None
+    from hydra.types import RunMode
+
+    hc = hydra_config.HydraConfig.get()
+    return hc if hc.mode == RunMode.MULTIRUN else None
+
+
+def _sweep_job() -> dict[str, Any] | None:
+    hc = _multirun()
+    return {"sweep": str(Path(hc.sweep.dir).resolve()), "job": int(hc.job.num)} if hc is not None else None
+
+
+def check_sweep_out(out: Path) -> None:
+    """sae.out (an absolute folder every job of a sweep shares) holds the SAE another job of this multirun
+    wrote: with sae.overwrite each job replaced the one before, so one SAE was left of the sweep's; refused."""
+    job = _sweep_job()
+    try:
+        old = json.loads((out / SWEEP_MARK).read_text()) if job is not None else None
+    except (OSError, ValueError):
+        return
+    if isinstance(old, dict) and old.get("sweep") == job["sweep"] and old.get("job") != job["job"]:
+        raise ConfigError(f"sae.out: {out} holds the SAE job {old.get('job')} of this sweep trained, and job {job['job']} "
+                          f"would replace it; give each job its own folder: a relative sae.out (in each job's folder) "
+                          f"or one holding ${{hydra:job.num}}")
+
+
+def mark_sweep_out(out: Path) -> None:
+    """Beside the SAE just written: the sweep and job that wrote it (a multirun's job only)."""
+    job = _sweep_job()
+    if job is not None:
+        (out / SWEEP_MARK).write_text(json.dumps(job))
