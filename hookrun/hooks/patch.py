@@ -8,8 +8,12 @@ ranks, or an object-store cache (its parts fetched and verified when the plan is
 
 The capture is found by module (default: the hooked module), role (default: the role being
 replaced) and, where several hooks recorded it, `hook`. Rows are matched by dataset sample
-index, so the batch sizes of the two runs may differ. Every check (file, capture, samples) runs
-when the plan is built, before any batch.
+index, so the batch sizes of the two runs may differ. Tokens are matched by position among the
+sample's real tokens where the source stored its attention mask (/samples/attention_mask) and this
+batch has one: a right-padded source patches a left-padded run (mode=generate pads on the left)
+token for token, this run's padding keeps its own values. Every check (file, capture, samples)
+runs when the plan is built, before any batch; in mode=generate the op patches the prompt pass
+(`positions: prompt`): the passes over new tokens have no recorded rows.
 """
 
 from __future__ import annotations
@@ -83,6 +87,7 @@ class PatchSource:
                                   f"run the clean run again (or point source: at an intact copy)") from None
         self.role = role
         self.where = where
+        self.masks = source_masks(self.file)  # (attention_mask dataset, sample index -> its row) or None
 
     def _add(self, ds: h5py.Dataset, planned: np.ndarray | None, where: str) -> None:
         """One capture of the source: its rows by sample index, every planned sample checked."""
@@ -105,6 +110,9 @@ class PatchSource:
         self.columns[(meta.role, meta.call)] = (ds, rowmap)
 
     def __call__(self, x: torch.Tensor, ctx: OpContext) -> torch.Tensor:
+        if getattr(ctx.tokens, "call", 0):  # hookrun.capture around model.generate: a new token's pass
+            raise RunError(f"{self.where}: op patch replaces the prompt pass of model.generate only (the source has no "
+                           f"rows for new tokens); give the action positions: prompt")
         key = (self.role or ctx.role, ctx.call)
         if key not in self.columns:
             raise RunError(f"{self.where} has no capture for role {key[0]!r} call {key[1]}")
@@ -118,7 +126,49 @@ class PatchSource:
         except (OSError, RuntimeError) as exc:  # a damaged chunk (or a failed checksum)
             raise RunError(f"{self.where}: the capture {ds.name} cannot be read at samples "
                            f"{ctx.sample_index.tolist()[:5]}: the file is damaged ({damage(exc)})") from None
-        return torch.from_numpy(data).to(device=x.device, dtype=x.dtype)
+        new = torch.from_numpy(data).to(device=x.device, dtype=x.dtype)
+        valid = getattr(ctx.tokens, "valid", None)
+        if self.masks is None or valid is None or new.dim() < 2 or tuple(x.shape[:2]) != tuple(valid.shape):
+            return new
+        ds, at = self.masks
+        try:
+            source = torch.as_tensor(_read_rows(ds, np.array([at[int(i)] for i in ctx.sample_index]))).bool()
+        except KeyError:  # (a sample the capture has but /samples does not: rows as they are)
+            return new
+        return aligned(new, source, valid.to(torch.bool), x, self.where, ctx.sample_index)
+
+
+def source_masks(file: h5py.File) -> tuple[h5py.Dataset, dict[int, int]] | None:
+    """The source's /samples/attention_mask (stored by data=text) and the row of each sample index in it."""
+    samples = file.get("samples")
+    if samples is None or "attention_mask" not in samples or "index" not in samples:
+        return None
+    mask, index = samples["attention_mask"], samples["index"][:]
+    if mask.ndim != 2 or mask.shape[0] != len(index):
+        return None
+    return mask, {int(i): r for r, i in enumerate(index)}
+
+
+def aligned(new: torch.Tensor, source: torch.Tensor, valid: torch.Tensor, x: torch.Tensor, where: str,
+            sample_index: torch.Tensor) -> torch.Tensor:
+    """The source's rows `new` (B, Ts, ...) token for token on this batch's real tokens: the k-th real token
+    of a sample gets the source's k-th real token, this batch's padding keeps x's values. Prompts of other
+    lengths padded on the same side keep the rows as they are (aligned at the side without padding)."""
+    valid = valid.to(new.device)
+    source = source.to(new.device)
+    if new.shape[1] != source.shape[1] or (tuple(source.shape) == tuple(valid.shape) and bool((source == valid).all())):
+        return new  # the same padding: the rows as they are
+    counts, here = source.sum(1), valid.sum(1)
+    if bool((counts != here).any()):
+        if tuple(source.shape) == tuple(valid.shape) and bool((source[:, 0] == valid[:, 0]).all() | (source[:, -1] == valid[:, -1]).all()):
+            return new  # (other prompts, padded on the same side: as before, column for column)
+        b = int((counts != here).nonzero()[0, 0])
+        raise RunError(f"{where}: sample {int(sample_index[b])} has {int(counts[b])} real tokens in the source and "
+                       f"{int(here[b])} here, padded on the other side; patch a run of the same prompts, or pad "
+                       f"both on one side (data.dataset.padding_side)")
+    out = x.clone()
+    out[valid] = new[source]  # (both in order: sample, then position)
+    return out
 
 
 def _read_rows(ds: h5py.Dataset, rows: np.ndarray) -> np.ndarray:

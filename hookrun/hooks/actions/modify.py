@@ -63,6 +63,9 @@ class Modify(Action):
         if self.positions != "all" and mode is not Mode.generate:
             raise ConfigError(f"{self.where}: positions: {self.positions} needs mode=generate (a plain forward pass has "
                               f"no generated tokens); drop positions or set mode=generate")
+        if mode is Mode.generate and self.op_name == "patch" and self.positions != "prompt":
+            raise ConfigError(f"{self.where}: op patch with positions: {self.positions} in mode=generate: the source's rows "
+                              f"are the prompt's tokens, and the passes over new tokens have none; give positions: prompt")
 
     def in_phase(self, ev: Event) -> bool:
         tokens = ev.state.call_tokens
