@@ -165,14 +165,14 @@ def mask(index: int | list[int], dim: int = 1) -> Op:
 
 @register_op("mean")
 def mean() -> Op:
-    """Replace every sample by the batch mean (mean ablation); a padded prompt's token rows: each real token by
-    the mean of the batch's real tokens at its position (left and right padding agree), padding as it was."""
+    """Replace every sample by the batch mean (mean ablation); a padded prompt's token rows: each real token by the mean
+    of the batch's real tokens at its position, padding as it was; generate's new token: the unfinished samples' mean."""
 
     def op(x: torch.Tensor, ctx: OpContext) -> torch.Tensor:
         t, valid = ctx.tokens, getattr(ctx.tokens, "valid", None)
-        if valid is None or t.call or t.generated or tuple(x.shape[:2]) != tuple(valid.shape) or bool(valid.all()):
+        if valid is None or tuple(x.shape[:2]) != tuple(valid.shape) or bool(valid.all()) or not bool(valid.any()):
             return x.mean(dim=0, keepdim=True).expand_as(x).clone()
-        valid, pos = valid.to(x.device), t.position.to(x.device)[valid.to(x.device)]
+        valid, pos = valid.to(x.device), t.position.to(x.device)[valid.to(x.device)] * (not (t.call or t.generated))
         sums = torch.zeros((int(pos.max()) + 1, *x.shape[2:]), dtype=torch.float64, device=x.device)
         sums.index_add_(0, pos, x[valid].double())
         counts = torch.bincount(pos).view(-1, *[1] * (x.dim() - 2))
