@@ -169,7 +169,11 @@ def list_captures(f: h5py.File) -> list[CaptureInfo]:
         return found
 
     def walk(group: h5py.Group) -> None:
-        for name in group:  # the names come from the group's link table, even for a damaged object
+        try:  # the names come from the group's link table, even for a damaged object; a damaged table
+            names = list(group)  # (its local heap) fails here, before any of them
+        except (KeyError, OSError, RuntimeError, ValueError) as exc:
+            raise unreadable(f, exc, f"the group {group.name}") from None
+        for name in names:
             try:
                 obj = group[name]
                 if isinstance(obj, h5py.Group):

@@ -124,6 +124,7 @@ class LocalSource:
             if rows:
                 check_format(self._file, self.path)
                 list(self._file)  # the root's link table: its heap overwritten fails here, not at a first lookup
+                dict(self._file.attrs.items())  # every root attribute's value (a damaged one: here, not in run.attrs)
                 check_sources(self._file, self.path)
                 check_shards(self._file, self.path)
         except HookrunError:
