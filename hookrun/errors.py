@@ -9,6 +9,7 @@ bug in hookrun (or in user code) and keeps its traceback.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -73,6 +74,19 @@ def parse_bytes(value: Any, where: str) -> int:
     if isinstance(value, bool) or m is None or m.group(2).lower() not in UNITS or float(m.group(1)) <= 0:
         raise ConfigError(f"{where}={value!r}; give bytes as a number or with a unit (512MB, 2GiB)")
     return max(1, int(float(m.group(1)) * UNITS[m.group(2).lower()]))
+
+
+def json_attribute(attrs: Any, name: str, default: Any = None) -> Any:
+    """A run's JSON root attribute (a kind's `patching`, `probe`, ...), `default` where it has none; one
+    that is not JSON (bytes damaged on disk, a hand edit) is a HookrunError line, not json's traceback."""
+    text = attrs.get(name)
+    if text is None:
+        return default
+    try:
+        return json.loads(text)
+    except (ValueError, TypeError) as exc:
+        raise HookrunError(f"the run's {name!r} attribute is not JSON ({exc}): the file is damaged, or another "
+                           f"program wrote it; run it again (or use an intact copy)") from None
 
 
 def close_matches(word: str, choices: Iterable[str], n: int = 5) -> list[str]:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from hookrun.analysis.kind_readers import KindReader
-from hookrun.errors import NotFoundError
+from hookrun.errors import NotFoundError, json_attribute
 from hookrun.store.capture_schema import CaptureMeta, row_index
 
 SCALARS = ("target", "logit", "prob", "delta", "deletion_area", "insertion_area", "deletion_random_area",
@@ -27,8 +27,7 @@ CURVES = ("deletion", "insertion", "deletion_random", "insertion_random")  # ...
 
 def attribution_meta(attrs: Any) -> dict | None:
     """The run's `attribution` root attribute, or None where it was no attribution run."""
-    text = attrs.get("attribution")
-    return json.loads(text) if text is not None else None
+    return json_attribute(attrs, "attribution")
 
 
 def read_attribution(file: Any, which: str = "attribution") -> Any:

@@ -15,14 +15,13 @@ written (an unfinished run) are NaN. `labels` (`p:TEXT`, token text) names the `
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from hookrun.analysis.kind_readers import KindReader, Table, register_reader
-from hookrun.errors import ConfigError, HookrunError
+from hookrun.errors import ConfigError, HookrunError, NotFoundError, json_attribute
 from hookrun.labels import token_label
 
 ATTRS = ("metric", "method", "direction", "metric_clean", "metric_corrupt", "normalize")
@@ -32,8 +31,7 @@ CELL_UNITS = ("chunks of cells", "cells")  # a step is one chunk of cells; a row
 def patching_meta(attrs: Any) -> dict | None:
     """A run's `patching` root attribute (JSON), from its root attributes (an h5py file's `attrs`, or
     an object-store run's manifest), or None where the run was no patching run."""
-    text = attrs.get("patching")
-    return json.loads(text) if text is not None else None
+    return json_attribute(attrs, "patching")
 
 
 def first_dim(g: Mapping[str, Any]) -> str:
@@ -52,7 +50,7 @@ def as_grid(name: str, values: np.ndarray, layout: Mapping[str, Any], attrs: Map
         raise HookrunError(f"the patching grid {name!r} is a labelled array and needs xarray: pip install 'hookrun[xarray]'") from None
 
     if name not in layout:
-        raise LookupError(f"no patching grid {name!r}; the grids: {', '.join(layout) or 'none'}")
+        raise NotFoundError(f"no patching grid {name!r}; the grids: {', '.join(layout) or 'none'}")
     g = layout[name]
     shape = (len(g["modules"]), *g["sizes"])
     n = int(np.prod(shape))
@@ -76,9 +74,9 @@ def file_grid(file: Any, name: str, which: str = "value") -> Any:
     `which="exact"`: an atp run's exactly recomputed cells (verify: K), NaN elsewhere. docs/patching.md."""
     meta = patching_meta(file.attrs)
     if meta is None:
-        raise LookupError(f"no patching grid {name!r}: {file.filename} is not a patching run (it has no grids)")
+        raise NotFoundError(f"no patching grid {name!r}: {file.filename} is not a patching run (it has no grids)")
     if which not in ("value", "exact"):
-        raise LookupError(f"which={which!r}; choose value or exact")
+        raise NotFoundError(f"which={which!r}; choose value or exact")
     values = np.full(int(meta["cells"]), np.nan)
     path = f"captures/patching/cells/{which}"
     if path in file:
@@ -153,9 +151,9 @@ def edge_values(file: Any) -> tuple[np.ndarray, dict]:
     """The [writers, readers] scores of an edges run's file and its `patching` meta."""
     meta = patching_meta(file.attrs)
     if meta is None or "edges" not in meta.get("layout", {}) or "graph" not in meta:
-        raise LookupError(f"{getattr(file, 'filename', file)} holds no edge grid: run patching with method eap or eap_ig")
+        raise NotFoundError(f"{getattr(file, 'filename', file)} holds no edge grid: run patching with method eap or eap_ig")
     if meta.get("grid_complete") is False:  # a bounded run writes its grid as it goes (edges/bounded.py)
-        raise LookupError(f"{getattr(file, 'filename', file)} holds part of an edge grid ({_rows(file)} of {meta['cells']} "
+        raise NotFoundError(f"{getattr(file, 'filename', file)} holds part of an edge grid ({_rows(file)} of {meta['cells']} "
                           f"cells): the run stopped before its last reader group; resume it (resume=true)")
     return np.asarray(file_grid(file, "edges").values, dtype=np.float64), meta
 

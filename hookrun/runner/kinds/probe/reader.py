@@ -14,13 +14,12 @@ of open_sweep's table (`test@block3`), and the report a chart of them against de
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
 
 from hookrun.analysis.kind_readers import KindReader, Table
-from hookrun.errors import NotFoundError
+from hookrun.errors import NotFoundError, json_attribute
 from hookrun.runner.kinds.probe.table import point_group, point_groups
 
 MAJORITY = "majority class (test): chance"
@@ -67,7 +66,7 @@ def _metric(f: Any) -> str:
 def lines(f: Any) -> list[str]:
     if "probe" not in f:
         return ["  probe     no results (the run did not reach its last batch)"]
-    meta = json.loads(f.attrs.get("probe", "{}"))
+    meta = json_attribute(f.attrs, "probe", {})
     head = (f"  probe     {meta.get('method')} ({'C=' + str(meta.get('C')) if meta.get('method') == 'logistic' else 'alpha=' + str(meta.get('alpha'))}), "
             f"pool {meta.get('pool')}, {_metric(f)} on held-out items")
     out = [head]
@@ -113,7 +112,7 @@ def depth_figure(f: Any) -> Any:
     if any(v is not None for v in t.column("majority")):
         series[MAJORITY] = t.column("majority")
         references = (MAJORITY,)
-    meta = json.loads(f.attrs.get("probe", "{}"))
+    meta = json_attribute(f.attrs, "probe", {})
     return Lines(x=t.column("at"), series=series, xlabel="hook point (depth order)", ylabel=metric,
                  title=f"linear probe ({meta.get('method', '')}) {metric} by depth", in_order=True,
                  references=references)

@@ -13,7 +13,6 @@ of a sweep draws L0 against explained variance, and against ce_loss_score where 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,7 +23,7 @@ from hookrun.analysis.kind_readers import KindReader, Table
 from hookrun.analysis.report.figure_specs import Lines, Scatter
 from hookrun.analysis.report.run_sections import figure, section, table_item
 from hookrun.analysis.report.sweep_charts import unshown_note
-from hookrun.errors import NotFoundError
+from hookrun.errors import NotFoundError, json_attribute
 from hookrun.runner.kinds.sae.block import UNITS
 
 GROUP = "captures/sae/curves"
@@ -36,14 +35,12 @@ PLOTTED = {"loss": ("overall_loss", "mse_loss"), "l0": ("l0",), "explained_varia
 
 
 def sae_meta(attrs: Mapping) -> dict[str, Any]:
-    raw = attrs.get("sae")
-    return json.loads(raw) if raw is not None else {}
+    return json_attribute(attrs, "sae", {})
 
 
 def evaluation(attrs: Mapping) -> dict[str, Any]:
     """sae.evaluate's totals (kind.py): {file, items, module, model: {ce_loss_score, ...}, splice: {l0, ...}}."""
-    raw = attrs.get("sae_evaluation")
-    return json.loads(raw) if raw is not None else {}
+    return json_attribute(attrs, "sae_evaluation", {})
 
 
 def evaluated(f: h5py.File) -> dict[str, Any]:

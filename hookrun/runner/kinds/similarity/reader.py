@@ -11,7 +11,6 @@ a complete pass); the root attribute `similarity` (JSON) holds its labels, the b
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import h5py
@@ -19,14 +18,13 @@ import numpy as np
 
 from hookrun.analysis.kind_readers import KindReader
 from hookrun.analysis.report.figure_specs import Heatmap
-from hookrun.errors import HookrunError, NotFoundError
+from hookrun.errors import HookrunError, NotFoundError, json_attribute
 
 NAMES = {"linear_cka": "linear CKA", "rbf_cka": "RBF CKA", "rsa": "RSA (Spearman)"}
 
 
 def meta(attrs: Any) -> dict | None:
-    text = attrs.get("similarity")
-    return json.loads(text) if text is not None else None
+    return json_attribute(attrs, "similarity")
 
 
 def matrix(f: h5py.File) -> tuple[np.ndarray, dict]:
