@@ -1,5 +1,5 @@
 """The sae run kind: SAELens' SAETrainer on a cache run's rows (or, with `at:`, a module's output on
-the fly); a step is one training step.
+the fly); a step is one training step; one process only (many ranks are refused).
 
     python -m hookrun experiment=sae_train hydra.run.dir=outputs/h3_sae     # the `sae:` block
     hookrun.open_run("outputs/h3_sae").sae_curves()                        # the figures per step
@@ -25,8 +25,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +33,15 @@ import torch
 
 from hookrun.config.schema import HookrunConfig
 from hookrun.errors import ConfigError, HookrunError
+from hookrun.output.ranks import detect, every_rank
 from hookrun.runner.kinds.run_kind import RunKind
 from hookrun.runner.kinds.sae.block import UNITS, SaeBlock
 from hookrun.runner.kinds.sae.data import CacheRows
 from hookrun.runner.kinds.sae.resuming import (
     SWEEP_MARK,
     check_sweep_out,
+    checkpoints_before,
+    clear_checkpoints,
     mark_sweep_out,
     multirun_job_folder,
 )
@@ -67,6 +68,10 @@ class SaeKind(RunKind):
         """The cache, its capture, the architecture's keys and the out folder, before anything is built."""
         import importlib.util
 
+        if (r := detect()).many:  # (every rank would run SAELens' whole fit: one SAE written twice, each step twice)
+            raise every_rank(ConfigError(
+                f"sae with {r.world} processes ({r.launcher}): SAELens' trainer runs in one process, so every rank "
+                f"would train the whole SAE again into the same sae.out; run it in one process (python -m hookrun)"))
         if importlib.util.find_spec("sae_lens") is None:
             raise ConfigError("sae: training runs SAELens 6's trainer, which is not installed: pip install sae-lens "
                               "(it pins TransformerLens 3.9: keep it out of an environment that needs TransformerLens 4)")
@@ -259,24 +264,6 @@ class SaeKind(RunKind):
 
 class _Stop(Exception):
     """A signal asked the run to stop after the step in flight."""
-
-
-def clear_checkpoints(folder: Path) -> None:
-    """Remove the SAELens checkpoint folders (named by samples seen, with a trainer_state.pt) an earlier run
-    left in `folder`; nothing else there is touched."""
-    old = checkpoints_before(folder, sys.maxsize)
-    for path in old:
-        shutil.rmtree(path)
-    if old:
-        log.info("sae: %d checkpoint(s) of an earlier run removed from %s", len(old), folder)
-
-
-def checkpoints_before(folder: Path, samples: int) -> list[Path]:
-    """SAELens' checkpoint folders (named by samples seen) at or before `samples`, newest first."""
-    if not folder.is_dir():
-        return []
-    found = [(int(p.name), p) for p in folder.iterdir() if p.name.isdigit() and (p / "trainer_state.pt").exists()]
-    return [p for n, p in sorted(found, reverse=True) if n <= samples]
 
 
 def run_folder(cfg: HookrunConfig, name: str | None = None) -> Path:

@@ -1,9 +1,10 @@
-"""What a resumed SAE run may take over: the SAE in `sae.out` and the cache it trains on.
+"""What a resumed SAE run may take over: the SAE in `sae.out`, the cache it trains on, its checkpoints.
 
     old = old_sae(cfg)                       # the run at output.path to resume: its `sae` attribute, or None
     check_out(out, old, cfg.resume)          # sae.out holds an SAE: only the resumed run's own (else sae.overwrite)
     check_cache(old, cache_identity(rows), "outputs/run/captures.h5")    # the same cache's rows, or one line
     check_sweep_out(out)                     # sae.out holds the SAE another job of this multirun wrote: one line
+    checkpoints_before(folder, samples)      # SAELens' checkpoint folders to resume from, newest first
 
 A run records its cache's identity in the root attribute `sae` (`cache`: the capture's rows, the cache
 file's `created` time and a digest of the capture's `/checksums` rows where the file holds them). A
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,6 +29,8 @@ from hookrun.errors import ConfigError
 from hookrun.store.digest import table_of
 from hookrun.store.lock import flushing_path
 from hookrun.store.schemes import scheme_of
+
+log = logging.getLogger("hookrun")
 
 
 def old_sae(cfg: HookrunConfig) -> dict[str, Any] | None:
@@ -135,3 +140,21 @@ def mark_sweep_out(out: Path) -> None:
     job = _sweep_job()
     if job is not None:
         (out / SWEEP_MARK).write_text(json.dumps(job))
+
+
+def clear_checkpoints(folder: Path) -> None:
+    """Remove the SAELens checkpoint folders (named by samples seen, with a trainer_state.pt) an earlier run
+    left in `folder`; nothing else there is touched."""
+    old = checkpoints_before(folder, sys.maxsize)
+    for path in old:
+        shutil.rmtree(path)
+    if old:
+        log.info("sae: %d checkpoint(s) of an earlier run removed from %s", len(old), folder)
+
+
+def checkpoints_before(folder: Path, samples: int) -> list[Path]:
+    """SAELens' checkpoint folders (named by samples seen) at or before `samples`, newest first."""
+    if not folder.is_dir():
+        return []
+    found = [(int(p.name), p) for p in folder.iterdir() if p.name.isdigit() and (p / "trainer_state.pt").exists()]
+    return [p for n, p in sorted(found, reverse=True) if n <= samples]
