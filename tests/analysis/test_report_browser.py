@@ -185,3 +185,30 @@ def test_sweep_report_charts_each_metric_against_the_swept_parameter(browser, tm
     for job, y in zip(("0", "1"), ys, strict=True):  # factor 0 then 1: each job's own file
         with h5py.File(sweep / job / "captures.h5") as f:
             assert y == pytest.approx(float(f["evaluation/model"].attrs["ce_intervened"]), rel=1e-6)
+
+
+def test_a_swept_value_that_looks_like_a_plotly_template_is_shown_as_written(browser, tmp_path):
+    """plotly fills `%{y}` in a hover template and a legend's `<extra>` with the point's value: a job's label
+    (`params.tag=%{y}`) and a heatmap's axis label from the file are drawn as written, in Chromium."""
+    from hookrun.analysis.report import Report
+    from hookrun.analysis.report.figure_specs import Heatmap, Lines
+    from hookrun.analysis.report.run_sections import figure, section
+
+    job, axis = "params.tag=%{y} <b>%{x}</b>", "at (%{z})"
+    lines = Lines(x=["block1", "block2"], series={job: [0.25, 0.5]}, xlabel="hook point", ylabel="test score",
+                  title="t", in_order=True)
+    heat = Heatmap(z=np.array([[0.125]]), title="h", x=["a"], y=["b"], xlabel=axis, ylabel=axis, label="linear CKA")
+    page = tmp_path / "report.html"
+    Report({"title": "t", "source": str(tmp_path), "sections": [section("s", "s", [figure(lines), figure(heat)])]}).save(page)
+    open_page(browser, page)
+    plots = browser.find_elements("css selector", ".plot")
+    browser.execute_script("Plotly.Fx.hover(arguments[0], [{curveNumber: 0, pointNumber: 0}])", plots[0])
+    for _ in range(30):
+        text = browser.execute_script("return Array.from(arguments[0].querySelectorAll('.hoverlayer text'))"
+                                      ".map(t => t.textContent).join(' | ')", plots[0])
+        if text:
+            break
+        time.sleep(0.1)
+    texts = [text, hover(browser, plots[1], 0, 0)]
+    assert job in texts[0] and "0.25" in texts[0], texts[0]  # the job's label as written, then the point's value
+    assert f"{axis} · {axis}: b · a" in texts[1] and "0.125" in texts[1], texts[1]

@@ -5,8 +5,8 @@ form `Plotly.newPlot` takes (`{"data": [...], "layout": {...}}`).
     fig["data"][0]["type"]        # 'heatmap'
 
 Text that plotly draws (tick labels, hover text, titles) goes through plotly's own small markup
-language (`<b>`, `<br>`): every label from the file is escaped (`&lt;`) so token text is shown as
-written and never read as markup. Token axes are numeric with one tick text per position, so a
+language (`<b>`, `<br>`) and hover templates (`%{y}`): every label from the file is escaped (`&lt;`,
+`%&#123;`) so token text is shown as written and never read as markup nor as a template. Token axes are numeric with one tick text per position, so a
 token that occurs twice keeps both of its places (a categorical axis would merge them).
 """
 
@@ -39,8 +39,10 @@ COLORSCALE = [[i / (len(DIVERGING) - 1), c] for i, c in enumerate(DIVERGING)]  #
 
 
 def escape(text: object) -> str:
-    """A label as plotly should show it: its own markup characters made entities."""
-    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """A label as plotly should show it: its own markup characters made entities, and the `{` of a `%{`
+    too (plotly reads `%{y}` in a hover template or a legend's `<extra>` as a value to put there: a swept
+    value `%{y}` was shown as the point's y). plotly turns `&#123;` back into `{` where it draws the text."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("%{", "%&#123;")
 
 
 def to_plotly(spec: Any) -> dict:
