@@ -5,6 +5,7 @@ check `inspect --verify` makes; `failed`, `interrupted`), whose pictures show on
 
     run_note(run)            # "random weights · running: 496 samples so far", or ""
     run_status(run)          # "complete", "running", "stopped: no process holds it (killed?)", ...
+    unfinished(run)          # "; the run is not complete (stopped: ..., 96 samples so far): ...", or ""
     weights_note(config)     # "random weights", or ""
 """
 
@@ -33,6 +34,19 @@ def run_note(run: Any) -> str:
     done = "" if status == "complete" else f"{status}, {run.attrs.get('samples_complete', '?')} samples so far" \
         if status == STOPPED else f"{status}: {run.attrs.get('samples_complete', '?')} samples so far"
     return " · ".join(n for n in (weights_note(run.config), done) if n)
+
+
+def unfinished(run: Any) -> str:
+    """Why a run that is not complete may have nothing to show, for a message ending "nothing to show": ""
+    for a complete run, else its status and how far it got (a killed run's file holds only what it wrote
+    as it went; a kind's results written at the end of a pass, a similarity matrix or a probe's scores, are
+    not there)."""
+    status = run_status(run)
+    if status == "complete":
+        return ""
+    return (f"; the run is not complete ({status}{',' if status == STOPPED else ':'} "
+            f"{run.attrs.get('samples_complete', '?')} samples so far): results written at the end of a complete "
+            "pass (a similarity matrix, a probe's scores) are not in the file; run it again to the end")
 
 
 def random_weights(config: Any) -> bool:

@@ -51,7 +51,7 @@ from hookrun.analysis.report.figure_specs import (
 from hookrun.analysis.report.run_sections import LeftOut, is_map
 from hookrun.analysis.report.sweep_charts import not_drawn, sweep_charts, sweep_metrics
 from hookrun.analysis.report.token_text import byte_label, token_text  # noqa: F401 (byte_label: plot's public name)
-from hookrun.analysis.run_notes import run_note
+from hookrun.analysis.run_notes import run_note, unfinished
 from hookrun.analysis.run_reader import CaptureInfo, Run, block_stats
 from hookrun.analysis.sweep import Sweep, is_sweep, open_sweep
 from hookrun.cli import figures
@@ -258,6 +258,7 @@ def _plot(a: argparse.Namespace) -> int:
     try:
         if not os.access(a.out, os.W_OK | os.X_OK):
             raise ConfigError(f"--out: the folder {str(a.out)!r} is not writable; name a writable one")
+        why = ""  # (a run not complete: unfinished's note)
         if is_sweep(a.path):
             written = plot_sweep(open_sweep(a.path), a.out, a.stat or "mean", a.x)
         else:
@@ -271,12 +272,13 @@ def _plot(a: argparse.Namespace) -> int:
                     check_covers(dataset, run.samples)
                     if warning := check_same_data(dataset, run, {"dataset": data.dataset, "root": data.root}):
                         print(f"hookrun.plot: {warning}", file=sys.stderr)
-                written = plot_run(run, a.out, a.samples, a.channels, dataset)
+                written, why = plot_run(run, a.out, a.samples, a.channels, dataset), unfinished(run)
     finally:  # (a run that cannot be read, or nothing drawn: the folders this command made go again)
         if made is not None and not any(p.is_file() for p in made.rglob("*")):
             shutil.rmtree(made, ignore_errors=True)
     if not written:
-        return fail(f"{a.path}: nothing could be drawn (no capture with rows written, grid or picture of a drawing in it)")
+        return fail(f"{a.path}: nothing could be drawn (no capture with rows written, grid or picture of a drawing in it)"
+                    + why)  # (a killed run says so)
     print(f"wrote {len(written)} figure(s) to {a.out}:")
     for path in written:
         print(f"  {path}")

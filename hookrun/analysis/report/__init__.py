@@ -30,7 +30,7 @@ from hookrun.analysis.report.run_sections import (
     table_item,
 )
 from hookrun.analysis.report.sweep_charts import sweep_charts, sweep_metrics
-from hookrun.analysis.run_notes import run_note
+from hookrun.analysis.run_notes import run_note, unfinished
 from hookrun.errors import NotFoundError
 from hookrun.store.schemes import scheme_of
 
@@ -86,7 +86,8 @@ def run_data(run: Any, budget: Budget | None = None) -> dict:
     shown = [c for c in run.captures if not c.role.startswith(drawn_roles()) and c.shape[0]]  # (0 rows: nothing to show)
     body = [*kinds, *early, *([captures(run, budget)] if shown else []), *attention(run, budget), *late]
     if not body:
-        raise NotFoundError(f"{run.path}: nothing to show (no capture with rows written, kind's rows or top examples in the file)")
+        raise NotFoundError(f"{run.path}: nothing to show (no capture with rows written, kind's rows or top examples in the file)"
+                            + unfinished(run))  # (a killed run says so: its results may be what is missing)
     note = run_note(run)  # a random network's page says so in its title, and a run not complete how far it got
     return {"title": f"hookrun report: {run.path}" + (f" ({note})" if note else ""), "source": _source(run.path), "sections": [header(run), *body]}
 
