@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from torch import Tensor, nn
 
 from hookrun.errors import ConfigError
-from hookrun.hooks.events import flatten
+from hookrun.hooks.events import family, flatten
 from hookrun.hooks.points import HookPoint
 from hookrun.labels import module_label
 
@@ -47,6 +47,20 @@ def fused_message(point: HookPoint, impl: str) -> str:
             f"attn_implementation={impl}, a fused kernel that never computes the attention probabilities; build the "
             f"model with eager attention: {EAGER} (a model of your own: "
             f"_from_config(cfg, attn_implementation='eager'))")
+
+
+def missing_role(where: str, module: Any, role: str, tensors: dict) -> str:
+    """Why a hook's firing has no `role` that a record's `what` names (tensors: the roles it has)."""
+    if family(role) == "output":
+        return no_output(where, module, role, [r for r in tensors if family(r) == "output"])
+    has = ", ".join(tensors) or "no tensors"
+    if family(role) == "grad_input" and not any(family(r) == "grad_input" for r in tensors):  # (all None: not among them)
+        return (f"the {role} of {where} is None in the backward (no input of it needs a gradient: an embedding's input is "
+                f"integer ids, or its input comes from frozen layers or torch.no_grad); it has: {has}; record "
+                f"grad_output, or the gradient of the module before with type: tensor")
+    if family(role).startswith("grad_"):
+        return f"the backward of {where} has no {role} (or it is None: that input needs no gradient); it has: {has}"
+    return f"{where} receives no {role}; it receives: {has}"
 
 
 def no_output(where: str, module: Any, role: str, returned: list[str]) -> str:

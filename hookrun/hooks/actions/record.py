@@ -47,7 +47,7 @@ from hookrun.hooks.actions.reduction import (
     snapshot,
 )
 from hookrun.hooks.events import Event, family, positional_index, positional_role
-from hookrun.hooks.site_check import no_output
+from hookrun.hooks.site_check import missing_role
 from hookrun.store.records import Capture, CaptureKey
 
 log = logging.getLogger("hookrun")
@@ -257,13 +257,11 @@ class Record(Action):
     def _check_seen(self, ev: Event, tensors: dict) -> None:
         """A `what` that names an input or output the module never receives is an error, not a no-op."""
         self._seen.add(ev.call)
-        if self.hook_type.name not in ("forward", "forward_pre"):
+        if self.hook_type.name not in ("forward", "forward_pre", "backward", "backward_pre"):
             return
         for w in self.what:
             if not any(r == w or r.startswith(w + ".") for r in tensors):
-                why = f"{ev.where} receives no {w}; it receives: {', '.join(tensors) or 'no tensors'}"
-                if family(w) == "output":
-                    why = no_output(ev.where, ev.target, w, [r for r in tensors if family(r) == "output"])
+                why = missing_role(ev.where, ev.target, w, tensors)
                 if self.point.globbed:  # a glob reached it: skipped, and listed at the end of the run
                     self._skipped = why
                     continue
