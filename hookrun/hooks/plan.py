@@ -11,6 +11,7 @@ Names are those of `named_modules()` / `named_parameters()`; `''` is the whole m
 from __future__ import annotations
 
 import inspect
+import logging
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -28,6 +29,7 @@ from hookrun.hooks.points import HookPoint, split_site
 from hookrun.hooks.site_check import check_attention_weights, check_fused_attention, unfuse
 
 GLOB_CHARS = set("*?[")
+log = logging.getLogger("hookrun")
 
 
 def is_glob(pattern: str) -> bool:
@@ -148,7 +150,7 @@ def make_plan(model: nn.Module, specs: list, env: ActionEnv, mode: Mode | str) -
                 f"hooks.{spec.name}.type={spec.type} sees gradients, which exist only with "
                 f"mode=grad (and a loss, e.g. loss=cross_entropy)"
             )
-        for name, target, site in _targets(model, spec, hook_type):
+        for name, target, site in _trainable(spec, _targets(model, spec, hook_type)):
             point = HookPoint(spec.name, spec.type, name, target, globbed=name not in spec.at, site=site)
             for action_spec in spec.actions:
                 if action_spec.is_target:
@@ -217,6 +219,24 @@ def _targets(model: nn.Module, spec: Any, hook_type: HookType) -> list[tuple[str
             out.append((f"{name}/{fn}" + (f".{call}" if call is not None else ""), target, (fn, call)))
     out += [(name, target, None) for name, target in resolve_targets(model, plain, spec.name, hook_type.on)] if plain else []
     return out
+
+
+def _trainable(spec: Any, targets: list) -> list:
+    """A param hook's parameters that get a gradient: a frozen one (requires_grad=False; PyTorch refuses a
+    hook on it) named exactly, or the only kind a glob reaches, is an error; a glob's others are left out."""
+    frozen = [name for name, t, _ in targets if isinstance(t, nn.Parameter) and not t.requires_grad]
+    if not frozen:
+        return targets
+    kept = [x for x in targets if x[0] not in frozen]
+    named = [name for name in frozen if name in spec.at]
+    if named or not kept:
+        what = f"parameter {named[0]!r} is" if named else f"every parameter it reaches ({', '.join(frozen[:4])}) is"
+        raise ConfigError(f"hooks.{spec.name}.at: {what} frozen (requires_grad=False), so no gradient reaches it and "
+                          f"a param hook cannot be set; unfreeze it (.requires_grad_(True)) or hook one that trains; "
+                          f"the gradient of a module's output: type: tensor")
+    log.warning("hooks.%s: %d frozen parameter(s) (requires_grad=False) that a glob of `at:` reached left out, as no "
+                "gradient reaches them: %s", spec.name, len(frozen), ", ".join(frozen[:8]) + (", ..." if len(frozen) > 8 else ""))
+    return kept
 
 
 def _construct(cls: type, action_spec: Any, point: HookPoint, hook_type: HookType, env: ActionEnv) -> Any:

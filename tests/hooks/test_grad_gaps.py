@@ -4,13 +4,15 @@ register_full_backward_hook on the same module, torch.autograd.grad on the same 
 
 from __future__ import annotations
 
+import logging
+
 import h5py
 import pytest
 import torch
 from kw_models import Scorer, Tokens
 
 import hookrun
-from hookrun.errors import RunError
+from hookrun.errors import ConfigError, RunError
 
 
 def grad_cfg(tmp_path, hooks) -> dict:
@@ -56,3 +58,45 @@ def test_the_grad_input_that_exists_is_autograds():
     with hookrun.capture(lin, hooks) as cap:
         lin(x).pow(2).sum().backward()
     torch.testing.assert_close(cap["", "grad_input"], torch.autograd.grad(lin(x).pow(2).sum(), x)[0], rtol=0, atol=0)
+
+
+class Frozen(torch.nn.Module):
+    """A frozen first layer (fine-tuning a head): `a` requires no grad."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(4, 6), torch.nn.Linear(6, 3)
+        self.a.requires_grad_(False)
+
+    def forward(self, x):
+        return self.b(torch.tanh(self.a(x)))
+
+
+def test_raw_torch_refuses_a_hook_on_a_frozen_parameter():
+    with pytest.raises(RuntimeError, match="cannot register a hook on a tensor that doesn't require gradient"):
+        Frozen().a.weight.register_hook(lambda g: None)
+
+
+def test_a_param_hook_on_a_frozen_parameter_is_one_line_before_any_batch(tmp_path):
+    """It was PyTorch's RuntimeError, naming no hook and no parameter."""
+    hooks = {"p": {"at": "a.weight", "type": "param", "actions": ["record"]}}
+    with pytest.raises(ConfigError) as err:
+        hookrun.run(grad_cfg(tmp_path, hooks), model=Frozen(), dataset=torch.randn(8, 4))
+    assert str(err.value) == (
+        "hooks.p.at: parameter 'a.weight' is frozen (requires_grad=False), so no gradient reaches it and a param hook "
+        "cannot be set; unfreeze it (.requires_grad_(True)) or hook one that trains; the gradient of a module's "
+        "output: type: tensor")
+    assert not (tmp_path / "c.h5").exists()
+
+
+def test_a_glob_leaves_the_frozen_out_and_records_the_rest_as_autograd(caplog):
+    torch.manual_seed(0)
+    model, x = Frozen(), torch.randn(5, 4)
+    with caplog.at_level(logging.WARNING, logger="hookrun"), \
+            hookrun.capture(model, {"p": {"at": "*.weight", "type": "param", "actions": ["record"]}}) as cap:
+        model(x).pow(2).sum().backward()
+    assert "hooks.p: 1 frozen parameter(s) (requires_grad=False) that a glob of `at:` reached left out, as no " \
+           "gradient reaches them: a.weight" in caplog.text
+    assert sorted(k[1] for k in cap) == ["b.weight"]
+    want = torch.autograd.grad(model(x).pow(2).sum(), model.b.weight)[0]
+    torch.testing.assert_close(cap["b.weight", "grad"][0], want, rtol=0, atol=0)
