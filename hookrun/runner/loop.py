@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from hookrun.config.schema import Mode
 from hookrun.errors import HookrunError, RunError
 from hookrun.hooks.actions import ActionEnv
+from hookrun.hooks.hook_types import HOOK_TYPES
 from hookrun.hooks.session import HookSession, warn_never_fired
 from hookrun.hooks.tokens import token_columns
 from hookrun.labels import module_label
@@ -210,9 +211,10 @@ def end_report(session: HookSession, store: RunStore, resume: Resume | None, com
         if old is not None:
             unfired &= set(filter(None, str(old).split(", ")))
     names = sorted(unfired)
+    grads = {f"{p.hook}@{p.module}" for p in session.points if HOOK_TYPES.get(p.type).needs_grad}
     for name in names if complete else ():  # (a run that stopped early may not have reached them)
         hook, module = name.split("@", 1)
-        warn_never_fired(hook, module)
+        warn_never_fired(hook, module, needs_grad=name in grads)  # (a gradient hook's module may have run under no_grad)
     skipped = {}
     for p in session.points:
         why = next((a.skipped for a in p.actions if a.skipped), None)

@@ -100,3 +100,32 @@ def test_a_glob_leaves_the_frozen_out_and_records_the_rest_as_autograd(caplog):
     assert sorted(k[1] for k in cap) == ["b.weight"]
     want = torch.autograd.grad(model(x).pow(2).sum(), model.b.weight)[0]
     torch.testing.assert_close(cap["b.weight", "grad"][0], want, rtol=0, atol=0)
+
+
+class NoGradFirst(torch.nn.Module):
+    """`a` runs under torch.no_grad (a frozen feature extractor): no gradient ever reaches it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(4, 6), torch.nn.Linear(6, 3)
+
+    def forward(self, x):
+        with torch.no_grad():
+            h = self.a(x)
+        return self.b(h)
+
+
+def test_a_gradient_hook_on_a_module_under_no_grad_is_not_said_to_have_not_run(tmp_path, caplog):
+    """The file run's end said "module 'a' did not run in any batch": it ran, every batch."""
+    model, seen = NoGradFirst(), []
+    handle = model.a.register_forward_hook(lambda m, i, out: seen.append(out.requires_grad))
+    model(torch.randn(2, 4, requires_grad=True)).sum().backward()
+    handle.remove()
+    assert seen == [False]  # it runs, and its output has no gradient to hook
+    hooks = {"t": {"at": "a", "type": "tensor", "actions": ["record"]}}
+    with caplog.at_level(logging.WARNING, logger="hookrun"):
+        path = hookrun.run(grad_cfg(tmp_path, hooks), model=model, dataset=torch.randn(8, 4)).path
+    assert "hook 't' never fired: module 'a' did not run in any batch, or no backward() reached it (under no_grad" \
+           in caplog.text
+    with h5py.File(path) as f:
+        assert f.attrs["hooks_not_fired"] == "t@a"
