@@ -189,7 +189,22 @@ def _full_backward(point: HookPoint, hook=None, pre_hook=None) -> list:
         output = bw.setup_output_hook(output)
         return _copies(output) if torch.is_grad_enabled() else output
 
-    return [point.target.register_forward_pre_hook(setup, with_kwargs=True), point.target.register_forward_hook(finish)]
+    handles = [point.target.register_forward_pre_hook(setup, with_kwargs=True), point.target.register_forward_hook(finish)]
+    if getattr(point.target, "inplace", None) is True:  # (ReLU(inplace=True): PyTorch refuses it on the hook's view)
+        handles.append(_NotInPlace(point.target))
+    return handles
+
+
+class _NotInPlace:
+    """`inplace` off while the hook is attached (a file run turns off every module's already), back on
+    at its removal: the same numbers, and the module's input is no longer the view it would overwrite."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self.module = module
+        module.inplace = False
+
+    def remove(self) -> None:
+        self.module.inplace = True
 
 
 def _unseen_output(point: HookPoint, output) -> None:

@@ -129,3 +129,41 @@ def test_a_gradient_hook_on_a_module_under_no_grad_is_not_said_to_have_not_run(t
            in caplog.text
     with h5py.File(path) as f:
         assert f.attrs["hooks_not_fired"] == "t@a"
+
+
+class InPlace(torch.nn.Module):
+    """conv -> ReLU(inplace=True), as torchvision's ResNet stem."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.relu, self.fc = torch.nn.Conv2d(2, 3, 3, padding=1), torch.nn.ReLU(inplace=True), torch.nn.Linear(48, 2)
+
+    def forward(self, x):
+        return self.fc(self.relu(self.conv(x)).flatten(1))
+
+
+def test_raw_torch_refuses_a_full_backward_hook_on_an_inplace_relu():
+    model = InPlace()
+    model.relu.register_full_backward_hook(lambda *a: None)
+    with pytest.raises(RuntimeError, match="is a view and is being modified inplace"):
+        model(torch.randn(2, 2, 4, 4, requires_grad=True))
+
+
+@pytest.mark.parametrize("kind", ["backward", "backward_pre"])
+def test_capture_of_a_backward_hook_on_an_inplace_relu_is_autograds(kind):
+    """capture() stopped in the forward with PyTorch's view+inplace RuntimeError (a file run turns
+    inplace off; the notebook did not)."""
+    torch.manual_seed(0)
+    model, x = InPlace(), torch.randn(2, 2, 4, 4, requires_grad=True)
+    with hookrun.capture(model, {"g": {"at": "relu", "type": kind, "actions": ["record"]}}) as cap:
+        model(x).pow(2).sum().backward()
+    assert model.relu.inplace is True  # back as it went in
+    ref = InPlace()
+    ref.load_state_dict(model.state_dict())
+    ref.relu.inplace = False
+    seen = {}
+    ref.relu.register_forward_hook(lambda m, i, out: seen.update(i=i[0], o=out))
+    want_out, want_in = torch.autograd.grad(ref(x).pow(2).sum(), [seen["o"], seen["i"]])
+    torch.testing.assert_close(cap["relu", "grad_output"], want_out, rtol=0, atol=0)
+    if kind == "backward":
+        torch.testing.assert_close(cap["relu", "grad_input"], want_in, rtol=0, atol=0)
