@@ -62,11 +62,11 @@ def pick_output(output: Any, key: str | int | None, name: str) -> torch.Tensor:
 def cross_entropy(output: Any, target: Any, output_key: str | int | None = None) -> torch.Tensor:
     """Mean cross entropy over the batch."""
     logits = pick_output(output, output_key, "cross_entropy")
-    target = _need_target(target, "cross_entropy").long()
+    target = _need_target(target, "cross_entropy")
     if logits.dim() < 2 or logits.shape[0] != target.shape[0] or tuple(target.shape[1:]) != tuple(logits.shape[2:]):
         raise RunError(f"loss=cross_entropy: logits of shape {tuple(logits.shape)} do not fit targets of shape "
                        f"{tuple(target.shape)} (one class index per sample); for a language model use loss=lm")
-    return F.cross_entropy(wide(logits), target)
+    return F.cross_entropy(wide(logits), class_indices(logits, target, "cross_entropy", ignore=-100))
 
 
 def sum_output(output: Any, target: Any = None, output_key: str | int | None = None) -> torch.Tensor:
@@ -77,8 +77,30 @@ def sum_output(output: Any, target: Any = None, output_key: str | int | None = N
 def target_logit(output: Any, target: Any, output_key: str | int | None = None) -> torch.Tensor:
     """The sum over the batch of each sample's logit at its target class (as Grad-CAM uses)."""
     logits = pick_output(output, output_key, "target_logit")
-    target = _need_target(target, "target_logit").long()
-    return wide(logits.gather(1, target.view(-1, 1))).sum()
+    target = _need_target(target, "target_logit")
+    if logits.dim() != 2 or target.numel() != logits.shape[0]:
+        raise RunError(f"loss=target_logit: logits of shape {tuple(logits.shape)} do not fit targets of shape "
+                       f"{tuple(target.shape)} (batch, classes logits, one class index per sample); set "
+                       f"loss.output_key, or for a language model use loss=lm")
+    return wide(logits.gather(1, class_indices(logits, target, "target_logit").view(-1, 1))).sum()
+
+
+def class_indices(logits: torch.Tensor, target: torch.Tensor, name: str, ignore: int | None = None) -> torch.Tensor:
+    """The target as class indices along logits' dim 1: a float target with fractions, or an index outside
+    the classes (other than `ignore`, cross-entropy's ignore_index), is one line, not truncated or torch's
+    IndexError."""
+    if target.is_floating_point() and not torch.equal(target, target.round()):
+        frac = target[target != target.round()].flatten()[0].item()
+        raise RunError(f"loss={name}: the targets are class indices, and the batch's are {target.dtype} with "
+                       f"fractions ({frac:g}); give integer class indices, or loss=custom for another kind of target")
+    target = target.long()
+    bad = (target < 0) | (target >= logits.shape[1])
+    if ignore is not None:
+        bad &= target != ignore
+    if bad.any():
+        raise RunError(f"loss={name}: target {target[bad].flatten()[0].item()} is not a class of logits of shape "
+                       f"{tuple(logits.shape)}: class indices run 0 to {logits.shape[1] - 1} (dim 1)")
+    return target.to(logits.device)
 
 
 def lm(output: Any, target: Any = None, batch: Any = None, output_key: str | int | None = None) -> torch.Tensor:
