@@ -190,21 +190,22 @@ def _full_backward(point: HookPoint, hook=None, pre_hook=None) -> list:
         return _copies(output) if torch.is_grad_enabled() else output
 
     handles = [point.target.register_forward_pre_hook(setup, with_kwargs=True), point.target.register_forward_hook(finish)]
-    if getattr(point.target, "inplace", None) is True:  # (ReLU(inplace=True): PyTorch refuses it on the hook's view)
-        handles.append(_NotInPlace(point.target))
-    return handles
+    return [*handles, _NotInPlace(point.target)]
 
 
 class _NotInPlace:
-    """`inplace` off while the hook is attached (a file run turns off every module's already), back on
-    at its removal: the same numbers, and the module's input is no longer the view it would overwrite."""
+    """`inplace` off, while the hook is attached, in the module and the modules inside it (ReLU(inplace=True):
+    PyTorch refuses an in-place op on the view its hook makes of the input; a file run turns off every
+    module's already), back on at removal: the same numbers."""
 
     def __init__(self, module: torch.nn.Module) -> None:
-        self.module = module
-        module.inplace = False
+        self.modules = [m for m in module.modules() if getattr(m, "inplace", None) is True]
+        for m in self.modules:
+            m.inplace = False
 
     def remove(self) -> None:
-        self.module.inplace = True
+        for m in self.modules:
+            m.inplace = True
 
 
 def _unseen_output(point: HookPoint, output) -> None:

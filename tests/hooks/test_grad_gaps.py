@@ -167,3 +167,16 @@ def test_capture_of_a_backward_hook_on_an_inplace_relu_is_autograds(kind):
     torch.testing.assert_close(cap["relu", "grad_output"], want_out, rtol=0, atol=0)
     if kind == "backward":
         torch.testing.assert_close(cap["relu", "grad_input"], want_in, rtol=0, atol=0)
+
+
+def test_a_backward_hook_on_a_block_whose_first_child_works_in_place_is_autograds():
+    """The in-place child overwrites the block's input, the view the block's hook made: the same error."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Sequential(torch.nn.ReLU(inplace=True), torch.nn.Linear(4, 2)))
+    x = torch.randn(3, 4)
+    with hookrun.capture(model, {"b": {"at": "1", "type": "backward", "actions": ["record"]}}) as cap:
+        model(x).pow(2).sum().backward()
+    assert model[1][0].inplace is True
+    model[1][0].inplace = False
+    h = model[0](x)
+    torch.testing.assert_close(cap["1", "grad_input"], torch.autograd.grad(model[1](h).pow(2).sum(), h)[0], rtol=0, atol=0)
