@@ -149,3 +149,19 @@ def test_a_sequence_of_tokens_is_no_feature_map(tmp_path):
                        "sae.capture: res/transformer.h.3/output holds a sequence per row (sample, token, feature: "
                        "shape (16, 128), padding included), not a token's vector or a feature map; record it with "
                        "rows: token (a row per real token, as experiment=sae_cache does), or give sae.at (on the fly)")
+
+
+def test_the_default_shuffle_buffer_holds_no_more_than_the_rows_training_draws(tmp_path, caplog):
+    """sae.shuffle's default buffer is 1,000,000 rows; on the fly with a budget of 2048 rows it ran the
+    model over 16 images (1024 rows a pass) 977 times to fill it before the first step. The buffer now
+    holds what training draws (the budget): two passes, as the rows per pass say."""
+    cfg = hookrun.compose("experiment=sae_shapes", "data.dataset.size=16", "data.batch_size=8", "sae.shuffle=true",
+                          "sae.budget=2048", "sae.batch_rows=256", "sae.lr_schedule={warmup: 0, decay: 0}",
+                          "progress=false", f"hydra.run.dir={tmp_path}")
+    with caplog.at_level("INFO", logger="hookrun"):
+        result = hookrun.run(cfg)
+    per_pass = 16 * 8 * 8  # 16 images, a channel vector at each of block3's 8 x 8 positions
+    passes = [r.getMessage() for r in caplog.records if "pass(es) over the data on the fly" in r.getMessage()]
+    assert passes == [f"sae: {-(-2048 // per_pass)} pass(es) over the data on the fly"]
+    with hookrun.open_run(result.path) as run:
+        assert len(run.sae_curves()) == 2048 // 256
