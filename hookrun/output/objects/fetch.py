@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,6 +64,21 @@ class Parts:
     def local_name(self, k: int) -> str:
         return self.entries[k].name.replace("/", ".")
 
+    def version_folder(self) -> Path:
+        """`cache_dir/all-<digest>`: the folder of this URL's parts as its manifest lists them now. Its
+        own per URL and per version of the cache, so two runs (or a rewritten run) given one cache_dir
+        never read each other's parts under one name."""
+        h = hashlib.sha1(self.url.encode())
+        for e in self.entries:
+            h.update(f"\n{e.name} {e.bytes} {e.md5}".encode())
+        return self.cache_dir / f"all-{h.hexdigest()[:16]}"
+
+    def scratch(self, kind: str) -> Path:
+        """A new folder of `cache_dir` for one reader alone (a loader's stream, stats, verify): no other
+        reader, of this run or another one, fetches into it or evicts from it."""
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f"{kind}-{os.getpid()}-", dir=self.cache_dir))
+
     def fetch(self, k: int, into: Path | None = None) -> Path:
         """Part k as a verified local file in the cache (downloaded unless it is there already)."""
         entry = self.entries[k]
@@ -72,18 +88,23 @@ class Parts:
         mark = local.with_name(local.name + ".md5")
         if local.is_file() and mark.is_file() and mark.read_text() == entry.md5 and local.stat().st_size == entry.bytes:
             return local
-        try:
-            self.folder.get(entry.name, local)
+        tmp = Path(tempfile.mkstemp(prefix=f".{local.name}.", suffix=".part", dir=folder)[1])
+        try:  # into a file of its own, renamed into place once verified: a fetch killed part-way, or one of
+            self.folder.get(entry.name, tmp)  # another reader at the same moment, never leaves a part half-written
         except FileNotFoundError:
+            tmp.unlink(missing_ok=True)
             raise NotFoundError(f"{self.url}/{entry.name}: the manifest lists this part but the store does not have "
                                 f"it; its rows cannot be read (the cache is damaged: write it again)") from None
         except Exception as exc:
+            tmp.unlink(missing_ok=True)
             raise HookrunError(f"{self.url}/{entry.name}: the part cannot be fetched ({reason(exc)})") from None
-        size, md5 = local.stat().st_size, _md5(local)
+        size, md5 = tmp.stat().st_size, _md5(tmp)
         if size != entry.bytes or md5 != entry.md5:
-            local.unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
             raise HookrunError(f"{self.url}/{entry.name} is damaged: the store's copy has {size} bytes, MD5 {md5}; the "
                                f"manifest says {entry.bytes} bytes, MD5 {entry.md5} (its rows are not read)")
+        mark.unlink(missing_ok=True)
+        os.replace(tmp, local)
         mark.write_text(entry.md5)
         return local
 

@@ -86,7 +86,7 @@ class PartsLoader(RowBatches):
         info = torch.utils.data.get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         mine = self.pieces()[worker::workers]
-        folder = self.parts.cache_dir / f"stream-{os.getpid()}-r{self.rank}-w{worker}"
+        folder = self.parts.scratch(f"stream-r{self.rank}-w{worker}")  # its own: another loader never evicts from it
         spares = self.take_spares()
         rmtree = shutil.rmtree  # (bound now: an iterator still open at interpreter exit ends when `shutil` is None)
         try:

@@ -20,7 +20,6 @@ PartsSource in this RemoteRun.
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from typing import Any
@@ -160,7 +159,7 @@ class RemoteRun(Run):
 
 def part_by_part_stats(parts: Parts) -> dict[str, dict[str, float]]:
     """block_stats of every capture over every part, fetching one part at a time (and removing it)."""
-    folder = parts.cache_dir / f"stats-{os.getpid()}"
+    folder = parts.scratch("stats")
     per_capture: dict[str, list[dict]] = {}
     try:
         for k in range(len(parts.entries)):

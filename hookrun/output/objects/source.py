@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import h5py
 
@@ -31,6 +33,7 @@ class PartsSource:
         self.path = UrlPath(url.rstrip("/"))
         self.parts = Parts.open(self.path, cache_dir)
         self._file: h5py.File | None = None
+        self._view: Path | None = None
 
     @property
     def opened(self) -> bool:
@@ -41,11 +44,11 @@ class PartsSource:
     def file(self) -> h5py.File:
         """A local view over every part (each fetched and verified first)."""
         if self._file is None:
-            folder = self.parts.cache_dir / "all"
+            folder = self.parts.version_folder()  # this URL's parts as listed now: no other run's under one name
             paths = [self.parts.fetch(k, folder) for k in range(len(self.parts.entries))]
             if not paths:
                 raise HookrunError(f"{self.path}: the cache has no part yet (status {self.parts.manifest.status})")
-            view = folder / "view.h5"
+            view = self._view = Path(tempfile.mkstemp(prefix="view-", suffix=".h5", dir=folder)[1])  # this reader's own
             attrs = {k: v for k, v in self.parts.manifest.attrs.items() if isinstance(v, (str, int, float))}
             build_view(view, paths, attrs)
             with h5py.File(view, "r+") as f:
@@ -59,7 +62,7 @@ class PartsSource:
         """Every part in turn, fetched and verified, open; each removed once the next is asked for.
         With `problems`, a part that cannot be fetched or fails its MD5 is named there and skipped
         (inspect --verify names every damaged part); without, it raises."""
-        folder = self.parts.cache_dir / f"verify-{os.getpid()}"
+        folder = self.parts.scratch("verify")
         try:
             for k in range(len(self.parts.entries)):
                 try:
@@ -81,6 +84,9 @@ class PartsSource:
         if self._file is not None:
             self._file.close()
             self._file = None
+        if self._view is not None:
+            self._view.unlink(missing_ok=True)
+            self._view = None
 
     def __enter__(self) -> PartsSource:
         return self
