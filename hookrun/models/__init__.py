@@ -39,16 +39,31 @@ lazy_names(__name__, {"hf": "hf", "timm_model": "vision", "tiny_cnn": "tiny_cnn"
 
 
 def weights_digest(model: torch.nn.Module) -> str:
-    """A digest of the model's parameters and buffers, by name, dtype, shape and their first and last four
-    values: two builds of a random-init model under other seeds differ, the same weights agree. It reads
-    eight values a tensor, not the weights. '' where a tensor cannot be read (meta, sharded)."""
+    """A digest of the model's parameters and buffers: by name, dtype, shape and every value's bytes
+    (xxh3, about 1.5 GB/s on one core here; a GPU tensor is copied to the host 64 MiB at a time). One
+    value changed anywhere changes it: a neuron zeroed in the middle of a matrix as well as a retrained
+    model. '' where a tensor cannot be read (meta, sharded)."""
     h = hashlib.sha256()
     try:
         for name, t in [*model.named_parameters(), *model.named_buffers()]:
-            flat = t.detach().reshape(-1)
-            ends = torch.cat([flat[:4], flat[-4:]]) if flat.numel() > 8 else flat
-            h.update(f"{name} {t.dtype} {tuple(t.shape)}".encode())
-            h.update(ends.to("cpu", torch.float64).numpy().tobytes())
+            h.update(f"{name} {t.dtype} {tuple(t.shape)} {_bytes_digest(t.detach())}".encode())
     except (RuntimeError, NotImplementedError, TypeError, ValueError):
         return ""
     return h.hexdigest()[:16]
+
+
+_INTS = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
+_BLOCK = 64 << 20
+
+
+def _bytes_digest(t: torch.Tensor) -> str:
+    """xxh3-64 of the tensor's values' bytes, in order (a non-contiguous tensor is read as reshape sees it)."""
+    import xxhash
+
+    flat = t.reshape(-1)
+    flat = flat.view(_INTS[flat.element_size()]) if flat.dtype != torch.bool else flat.to(torch.uint8)
+    h, step = xxhash.xxh3_64(), max(1, _BLOCK // flat.element_size())
+    for start in range(0, flat.numel(), step):
+        block = flat[start : start + step].cpu().contiguous().numpy()
+        h.update(memoryview(block).cast("B"))
+    return h.hexdigest()
