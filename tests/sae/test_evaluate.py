@@ -514,3 +514,23 @@ def splice_metrics(x: torch.Tensor, f: torch.Tensor, w: dict, fired: torch.Tenso
     return {"l0": (f > 0).sum().item() / n, "mse": err.pow(2).sum().item() / (n * d),
             "explained_variance": 1 - (err.pow(2).sum().item() / n) / var,
             "dead_fraction": (~fired.any(0)).double().mean().item()}
+
+
+def test_mean_ablation_refuses_a_source_run_that_did_not_complete(tmp_path):
+    """evaluate.mean read an interrupted run (killed after 1 of its 3 batches) and ablated with the mean of
+    the rows it had, silently. Reference: the mean of all three batches' rows, read with h5py."""
+    record = {"resid": {"at": "transformer.h.0", "type": "forward", "actions": [{"name": "record", "what": "output", "rows": "token"}]}}
+    source = hookrun.run(lm_cfg(tmp_path, record, None, "source.h5")).path
+    with h5py.File(source) as f:
+        rows, steps = f["captures/resid/transformer.h.0/output"][:].astype(np.float64), f["samples/step"][:]
+        first = int((steps == 0).sum())  # samples of batch 0
+        tokens = f["samples/token_sample"][:]
+    part = rows[tokens < first].mean(0)
+    assert not np.allclose(part, rows.mean(0), atol=1e-3)  # the two means differ: a cut run's is the wrong one
+    with h5py.File(source, "a") as f:
+        f.attrs.update(status="interrupted", steps_complete=1)
+        f["captures/resid/transformer.h.0/output"].resize(int((tokens < first).sum()), axis=0)
+    with pytest.raises(ConfigError, match=r"^evaluate.mean: '.*source\.h5' is a run whose status is 'interrupted', not "
+                                          r"complete: its mean would be that of the batches it wrote; finish it \(resume=true\) "
+                                          r"or point evaluate.mean at a complete run$"):
+        hookrun.run(lm_cfg(tmp_path, scaled_block(0.5), {"ablation": "mean", "mean": str(source)}))

@@ -89,6 +89,12 @@ def read_means(path: str, wanted: list[tuple[str, str]]) -> dict[tuple[str, str]
     file = source.path
     with source:
         f = source.file
+        status = f.attrs.get("status", "complete")
+        status = status.decode() if isinstance(status, bytes) else str(status)
+        if status != "complete":  # (its mean would be that of the batches it wrote before it stopped)
+            raise ConfigError(f"evaluate.mean: {str(file)!r} is a run whose status is {status!r}, not complete: its "
+                              f"mean would be that of the batches it wrote; finish it (resume=true) or point "
+                              f"evaluate.mean at a complete run")
         try:
             captures = list_captures(f)
         except HookrunError as exc:  # a damaged object header, named
