@@ -48,3 +48,19 @@ def test_two_caches_through_one_cache_dir_each_read_their_own_rows(tmp_path):
         np.testing.assert_array_equal(torch.cat(got_a).numpy(), want_a)
         np.testing.assert_array_equal(torch.cat(got_b).numpy(), want_b)
     assert not list(shared.glob("stream-*/*")) and not list(shared.glob("all-*/view-*"))  # nothing left behind
+
+
+def test_a_cache_written_again_at_its_url_leaves_an_open_reader_its_own_rows(tmp_path):
+    (url_a, _), (want_a, _) = _two_runs(tmp_path)
+    shared = tmp_path / "shared"
+    with hookrun.open_run(url_a, cache_dir=shared) as old:
+        np.testing.assert_array_equal(old[CAPTURE][:], want_a)
+        for path in (url_a, str(tmp_path / "c" / "captures.h5")):  # A written again, by another model
+            c = cfg(path, tmp_path / "c", overwrite=True)
+            c["seed"] = 5
+            hookrun.run(c)
+        with h5py.File(tmp_path / "c" / "captures.h5", "r") as f:
+            want_c = f[f"captures/{CAPTURE}"][:]
+        with hookrun.open_run(url_a, cache_dir=shared) as new:
+            np.testing.assert_array_equal(new[CAPTURE][:], want_c)
+            np.testing.assert_array_equal(old[CAPTURE][:], want_a)

@@ -62,16 +62,16 @@ class Parts:
         return self._folder
 
     def local_name(self, k: int) -> str:
-        return self.entries[k].name.replace("/", ".")
+        """The part's file name here: its name in the store with its MD5 in it, so a part of another
+        version of the cache (written again at its URL) never takes the name a reader's view reads."""
+        name = Path(self.entries[k].name.replace("/", "."))
+        return f"{name.stem}.{self.entries[k].md5[:12]}{name.suffix}"
 
     def version_folder(self) -> Path:
-        """`cache_dir/all-<digest>`: the folder of this URL's parts as its manifest lists them now. Its
-        own per URL and per version of the cache, so two runs (or a rewritten run) given one cache_dir
-        never read each other's parts under one name."""
-        h = hashlib.sha1(self.url.encode())
-        for e in self.entries:
-            h.update(f"\n{e.name} {e.bytes} {e.md5}".encode())
-        return self.cache_dir / f"all-{h.hexdigest()[:16]}"
+        """`cache_dir/all-<digest of the URL>`: where the view's parts of this URL go. Its own per URL, so
+        caches read through one cache_dir never read each other's parts under one name; a cache still
+        being written, read again, fetches only its new parts."""
+        return self.cache_dir / f"all-{hashlib.sha1(self.url.encode()).hexdigest()[:16]}"
 
     def scratch(self, kind: str) -> Path:
         """A new folder of `cache_dir` for one reader alone (a loader's stream, stats, verify): no other

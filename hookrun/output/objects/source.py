@@ -44,7 +44,7 @@ class PartsSource:
     def file(self) -> h5py.File:
         """A local view over every part (each fetched and verified first)."""
         if self._file is None:
-            folder = self.parts.version_folder()  # this URL's parts as listed now: no other run's under one name
+            folder = self.parts.version_folder()  # this URL's parts: no other cache's under one name
             paths = [self.parts.fetch(k, folder) for k in range(len(self.parts.entries))]
             if not paths:
                 raise HookrunError(f"{self.path}: the cache has no part yet (status {self.parts.manifest.status})")
