@@ -20,7 +20,7 @@ import torch
 
 from hookrun.lazy import lazy_names
 
-__all__ = ["hf", "loading_bars", "timm_model", "tiny_cnn", "tiny_lm", "weights_digest"]
+__all__ = ["hf", "loading_bars", "same_weights", "timm_model", "tiny_cnn", "tiny_lm", "weights_digest"]
 BARS: ContextVar[bool] = ContextVar("hookrun_loading_bars", default=True)  # progress=false: no loading bar
 
 
@@ -39,17 +39,29 @@ lazy_names(__name__, {"hf": "hf", "timm_model": "vision", "tiny_cnn": "tiny_cnn"
 
 
 def weights_digest(model: torch.nn.Module) -> str:
-    """A digest of the model's parameters and buffers: by name, dtype, shape and every value's bytes
-    (xxh3, about 1.5 GB/s on one core here; a GPU tensor is copied to the host 64 MiB at a time). One
-    value changed anywhere changes it: a neuron zeroed in the middle of a matrix as well as a retrained
-    model. '' where a tensor cannot be read (meta, sharded)."""
-    h = hashlib.sha256()
+    """A digest of the model's parameters and buffers, 32 hex digits: the first 16 by name, dtype, shape
+    and each tensor's first and last four values (what files written before 2026-12 hold, 16 digits:
+    same_weights compares those with them), the last 16 by every value's bytes as well (xxh3, about
+    1.5 GB/s on one core here; a GPU tensor is copied to the host 64 MiB at a time), so one value
+    changed anywhere, a neuron zeroed in the middle of a matrix, changes it. '' where a tensor cannot
+    be read (meta, sharded)."""
+    ends, full = hashlib.sha256(), hashlib.sha256()
     try:
         for name, t in [*model.named_parameters(), *model.named_buffers()]:
-            h.update(f"{name} {t.dtype} {tuple(t.shape)} {_bytes_digest(t.detach())}".encode())
+            flat = t.detach().reshape(-1)
+            head = f"{name} {t.dtype} {tuple(t.shape)}"
+            ends.update(head.encode())
+            ends.update((torch.cat([flat[:4], flat[-4:]]) if flat.numel() > 8 else flat).to("cpu", torch.float64).numpy().tobytes())
+            full.update(f"{head} {_bytes_digest(flat)}".encode())
     except (RuntimeError, NotImplementedError, TypeError, ValueError):
         return ""
-    return h.hexdigest()[:16]
+    return ends.hexdigest()[:16] + full.hexdigest()[:16]
+
+
+def same_weights(theirs: str, mine: str) -> bool:
+    """Whether a file's model_fingerprint names the weights whose weights_digest is `mine`: an older
+    file's 16 digits are compared with the part computed as it was then."""
+    return theirs == (mine[:16] if len(theirs) == 16 else mine)
 
 
 _INTS = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
@@ -61,7 +73,8 @@ def _bytes_digest(t: torch.Tensor) -> str:
     import xxhash
 
     flat = t.reshape(-1)
-    flat = flat.view(_INTS[flat.element_size()]) if flat.dtype != torch.bool else flat.to(torch.uint8)
+    flat = flat.view(_INTS[flat.element_size()]) if flat.element_size() in _INTS and flat.dtype != torch.bool \
+        else flat.to(torch.uint8) if flat.dtype == torch.bool else flat.contiguous().view(torch.uint8)
     h, step = xxhash.xxh3_64(), max(1, _BLOCK // flat.element_size())
     for start in range(0, flat.numel(), step):
         block = flat[start : start + step].cpu().contiguous().numpy()

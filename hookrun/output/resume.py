@@ -118,8 +118,10 @@ def check_same_model(old: Mapping, new: Mapping, where: object) -> None:
     """The new run's model has the old run's weights (`model_fingerprint`, computed once by prepare()) and runs
     on the same kind of device (device=auto on a machine that now has no GPU): else one file would hold two
     networks' rows, or rows not bit for bit those of an uninterrupted run. A file without one (older) passes."""
+    from hookrun.models import same_weights
+
     theirs, mine = (str(a.get("model_fingerprint") or "") for a in (old, new))
-    if theirs and mine and theirs != mine:
+    if theirs and mine and not same_weights(theirs, mine):
         raise ConfigError(f"resume: the model's weights differ from those {str(where)!r} was written with (model_fingerprint "
                           f"{theirs}, now {mine}); resume with the same weights (model.checkpoint, seed), or start a new run")
     was, now = (str(a.get("device") or "").split(":")[0].strip() for a in (old, new))
