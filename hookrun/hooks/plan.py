@@ -25,7 +25,7 @@ from hookrun.errors import ConfigError, NotFoundError, close_matches
 from hookrun.hooks.actions import ACTIONS, ActionEnv
 from hookrun.hooks.actions.base import Callback
 from hookrun.hooks.hook_types import HOOK_TYPES, HookType
-from hookrun.hooks.points import HookPoint, split_site
+from hookrun.hooks.points import HookPoint, last_roles, split_site
 from hookrun.hooks.site_check import check_attention_weights, check_fused_attention, unfuse
 
 GLOB_CHARS = set("*?[")
@@ -151,7 +151,8 @@ def make_plan(model: nn.Module, specs: list, env: ActionEnv, mode: Mode | str) -
                 f"mode=grad (and a loss, e.g. loss=cross_entropy)"
             )
         for name, target, site in _trainable(spec, _targets(model, spec, hook_type)):
-            point = HookPoint(spec.name, spec.type, name, target, globbed=name not in spec.at, site=site)
+            point = HookPoint(spec.name, spec.type, name, target, globbed=name not in spec.at, site=site,
+                              last=last_roles(target, env.model) if site is None else ())  # (channels-last 4-D roles)
             for action_spec in spec.actions:
                 if action_spec.is_target:
                     fn = build_user_action(action_spec, point, hook_type, env)

@@ -4,6 +4,8 @@
     point.next_forward_call()  # 0, then 1 for a second call in the same forward pass
     split_site("transformer.h.0/add.1", set(dict(model.named_modules())))  # ("transformer.h.0", "add", 1)
 
+`last_roles(module, model)` (HookPoint.last, set at plan time) says which of a module's 4-D tensors are
+channels last, (batch, height, width, channels): timm's Swin, torchvision's Permute to NHWC (channels_last()).
 `split_site` tells an op site's name (`MODULE/FN[.k]`) from a module's when a plan is made; the
 sites themselves (hooks/sites.py) load only where a plan names one.
 """
@@ -13,6 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from torch import nn
 
 SITE = re.compile(r"^(?P<module>.*)/(?P<fn>[A-Za-z_][A-Za-z0-9_]*)(?:\.(?P<call>\d+))?$")  # an op site's name (hooks/sites.py)
 
@@ -29,6 +33,7 @@ class HookPoint:
     globbed: bool = False  # reached only through a glob of `at:` (not named there): may have nothing to record
     site: tuple | None = None  # an op site (hooks/sites.py): (FN, call or None); target is the module whose code calls FN
     axes: dict = field(default_factory=dict)  # an op site: (FN, k, role) -> axis names from its module's calls' structure (site_axes)
+    last: tuple = ()  # the role families whose 4-D tensors are channels last (last_roles())
     forward_calls: int = 0  # a backward hook's firing is bound to the call that made it (hook_types._full_backward)
 
     def reset(self) -> None:
@@ -48,3 +53,37 @@ def split_site(at: str, modules: set[str]) -> tuple[str, str, int | None] | None
     if not m:
         return None
     return m.group("module"), m.group("fn"), int(m.group("call")) if m.group("call") else None
+
+
+def channels_last(module: nn.Module, model: nn.Module) -> bool:
+    """Whether a module's 4-D output is (batch, height, width, channels): a timm model that says so
+    (`output_fmt` NHWC: Swin) or a module of its own that does (timm's PatchEmbed), a Linear or a
+    LayerNorm over the last axis (inside a ConvNeXt block), a Swin block or patch merging, torchvision's
+    Permute to NHWC, an nn.Sequential whose last module is one of these; never a torch *1d/2d/3d module
+    (Conv2d, BatchNorm2d, timm's LayerNorm2d, pools)."""
+    kind = type(module).__name__
+    if isinstance(module, nn.Sequential) and len(module):
+        return channels_last(module[-1], model)
+    if kind == "Permute" and isinstance(getattr(module, "dims", None), list | tuple):
+        return list(module.dims) == [0, 2, 3, 1]
+    if kind.endswith(("1d", "2d", "3d")):
+        return False
+    fmt = getattr(module, "output_fmt", None)
+    if fmt is not None:
+        return str(getattr(fmt, "value", fmt)) == "NHWC"
+    if isinstance(module, nn.Linear) or kind.startswith(("Swin", "PatchMerging")) or (
+            isinstance(module, nn.LayerNorm) and len(module.normalized_shape) == 1):
+        return True
+    fmt = getattr(model, "output_fmt", None)
+    return str(getattr(fmt, "value", fmt)) == "NHWC"
+
+
+def last_roles(module: Any, model: nn.Module) -> tuple[str, ...]:
+    """The role families whose 4-D tensors are channels last at a module (HookPoint.last): its output and
+    the gradients of it, where channels_last(); its inputs too where its (first) module keeps their layout
+    (a Linear, a LayerNorm, a Swin block or stage, patch merging; not a Permute, a PatchEmbed, a conv)."""
+    if not isinstance(module, nn.Module) or not channels_last(module, model):
+        return ()
+    kind = type(module[0] if isinstance(module, nn.Sequential) and len(module) else module).__name__
+    keeps = kind in ("Linear", "LayerNorm") or kind.startswith(("Swin", "PatchMerging"))
+    return ("output", "grad_output", "grad") + (("input", "grad_input") if keeps else ())

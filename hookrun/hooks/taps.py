@@ -26,6 +26,7 @@ from torch import nn
 
 from hookrun.errors import ConfigError, RunError
 from hookrun.hooks.plan import resolve_targets
+from hookrun.hooks.points import channels_last
 from hookrun.hooks.sides import Decoder
 
 
@@ -64,29 +65,6 @@ def token_mask(t: torch.Tensor, mask: torch.Tensor | None, kind: str = "", where
                           f"known, and pooling would take them in; name a module whose tokens are the mask's, or give "
                           f"batches without padding")
     return torch.ones(t.shape[:2], dtype=torch.bool, device=t.device)
-
-
-def channels_last(module: nn.Module, model: nn.Module) -> bool:
-    """Whether a module's 4-D output is (batch, height, width, channels): a timm model that says so
-    (`output_fmt` NHWC: Swin) or a module of its own that does (timm's PatchEmbed), a Linear or a
-    LayerNorm over the last axis (inside a ConvNeXt block), a Swin block or patch merging, torchvision's
-    Permute to NHWC, an nn.Sequential whose last module is one of these; never a torch *1d/2d/3d module
-    (Conv2d, BatchNorm2d, timm's LayerNorm2d, pools)."""
-    kind = type(module).__name__
-    if isinstance(module, nn.Sequential) and len(module):
-        return channels_last(module[-1], model)
-    if kind == "Permute" and isinstance(getattr(module, "dims", None), list | tuple):
-        return list(module.dims) == [0, 2, 3, 1]
-    if kind.endswith(("1d", "2d", "3d")):
-        return False
-    fmt = getattr(module, "output_fmt", None)
-    if fmt is not None:
-        return str(getattr(fmt, "value", fmt)) == "NHWC"
-    if isinstance(module, nn.Linear) or kind.startswith(("Swin", "PatchMerging")) or (
-            isinstance(module, nn.LayerNorm) and len(module.normalized_shape) == 1):
-        return True
-    fmt = getattr(model, "output_fmt", None)
-    return str(getattr(fmt, "value", fmt)) == "NHWC"
 
 
 def module_kinds(taps: Taps) -> dict[str, str]:

@@ -8,7 +8,9 @@ and the names by meaning it gives the stored axes (the capture's `dims` attribut
 A tensor's axes are named from where it came from and its rank (meaning()): an attention pattern
 or its scores (a softmax op site inside an attention module, an attention module's weights output
 such as GPT-2 eager's `output.1`, TransformerLens' `hook_pattern`) is `head, query, key`; a 4-D
-map `channel, height, width`; a (B, T, ...) tensor over the batch's tokens `token, ...`; 3-D
+map `channel, height, width`, or `height, width, channel` where it is channels last (HookPoint.last,
+hooks/points.py: timm's Swin, torchvision's Permute to NHWC), whose names in reduce `dims` and select
+find those axes by meaning; a (B, T, ...) tensor over the batch's tokens `token, ...`; 3-D
 `token, feature` (`channel, length` out of a 1-d conv, norm or pool); 2-D `feature`; anything
 else `dim_1, dim_2, ...`. An op site's names come first from the structure of its module's calls
 (hooks/site_axes.py: which tensor the softmax reads and writes, which operands are queries and keys),
@@ -30,6 +32,11 @@ from hookrun.hooks.points import HookPoint
 from hookrun.store.capture_schema import BY_RANK, PATTERN, PATTERN_FNS, unnamed
 
 DIM_NAMES = {"channel": 1, "height": 2, "width": 3, "token": 1, "feature": -1}
+LAST_NAMES = {**DIM_NAMES, "height": 1, "width": 2, "channel": 3}  # a 4-D channels-last map's (batch, H, W, C)
+
+
+def _names(ndim: int, last: bool) -> dict:
+    return LAST_NAMES if last and ndim == 4 else DIM_NAMES
 
 
 def check_dim(spec: Any, where: str) -> Any:
@@ -41,23 +48,24 @@ def check_dim(spec: Any, where: str) -> Any:
     return spec
 
 
-def dim_list(spec: Any, ndim: int, ev: Event, role: str) -> list[int]:
+def dim_list(spec: Any, ndim: int, ev: Event, role: str, last: bool = False) -> list[int]:
+    """The axes `spec` names (`last`: a 4-D tensor of it is channels last, its space at 1, 2)."""
     if spec == "spatial":
         if ndim < 3:
             raise RunError(f"hook {ev.hook!r} at {ev.where}: {role} has {ndim} dims, no spatial dims to reduce")
-        return list(range(2, ndim))
-    return [dim_index(spec, ndim, ev, role)]
+        return [1, 2] if last and ndim == 4 else list(range(2, ndim))
+    return [dim_index(spec, ndim, ev, role, last)]
 
 
-def dim_index(spec: Any, ndim: int, ev: Event, role: str) -> int:
-    d = DIM_NAMES.get(spec, spec) if isinstance(spec, str) else spec
+def dim_index(spec: Any, ndim: int, ev: Event, role: str, last: bool = False) -> int:
+    d = _names(ndim, last).get(spec, spec) if isinstance(spec, str) else spec
     d = d + ndim if d < 0 else d
     if not 0 < d < ndim:
         raise RunError(f"hook {ev.hook!r} at {ev.where}: {role} has {ndim} dims, so dim {spec!r} does not exist")
     return d
 
 
-def check_selections(tensor: Any, selections: list, where: str, module: str, role: str) -> None:
+def check_selections(tensor: Any, selections: list, where: str, module: str, role: str, last: bool = False) -> None:
     """Before any batch: `selections` (parse_select's) walked over the shape of one sample's tensor as
     select_reduce makes them; an index or slice past an axis is the batch's refusal, one ConfigError
     line, now. Only a (1, ...) tensor (one row per sample, not folded: its axes are a batch's)."""
@@ -65,7 +73,7 @@ def check_selections(tensor: Any, selections: list, where: str, module: str, rol
         return
     shape = list(tensor.shape)
     for dim, index, label in selections:
-        d = DIM_NAMES.get(dim, dim) if isinstance(dim, str) else dim
+        d = _names(len(shape), last).get(dim, dim) if isinstance(dim, str) else dim
         d = d + len(shape) if d < 0 else d
         if not 0 < d < len(shape):
             raise ConfigError(f"{where}: select dim {dim!r} at {module}: {role} has {len(shape)} dims (shape "
@@ -124,6 +132,8 @@ def meaning(point: HookPoint, role: str, shape: tuple[int, ...], state: StepStat
     """The names of a (batch, ...) tensor's axes, the batch first as `sample` (module docstring);
     `where`: the firing's module (MODULE/FN.k for an op site, whose call k picks its structural names)."""
     n = len(shape)
+    if n == 4 and family(role) in getattr(point, "last", ()):  # channels last (channels_last(): timm's Swin)
+        return ["sample", "height", "width", "channel"]
     known = _structural(point, role, where)
     if known is not None and len(known) == n - 1:
         return ["sample", *known]
@@ -211,32 +221,33 @@ def _token_axis(shape: tuple[int, ...], state: StepState | None) -> bool:
     return mask is not None and len(shape) >= 2 and tuple(shape[:2]) == tuple(mask.shape)
 
 
-def shaped_names(names: list[str], selections: list, reduce_dims: list | None, ev: Event, role: str) -> list[str]:
+def shaped_names(names: list[str], selections: list, reduce_dims: list | None, ev: Event, role: str,
+                 last: bool = False) -> list[str]:
     """The names left after record's select (`index: last` drops its axis) and reduce (drops the
-    reduced axes), resolved as Record.shape resolves them."""
+    reduced axes), resolved as Record.shape resolves them (`last`: a channels-last role)."""
     names = list(names)
     for dim, index, _ in selections:
-        _check_named(dim, names, ev, role)
+        _check_named(dim, names, ev, role, last)
         if index == "last":
-            del names[dim_index(dim, len(names), ev, role)]
+            del names[dim_index(dim, len(names), ev, role, last)]
     if reduce_dims:
         for spec in reduce_dims:
-            _check_named(spec, names, ev, role)
-        gone = {d for spec in reduce_dims for d in dim_list(spec, len(names), ev, role)}
+            _check_named(spec, names, ev, role, last)
+        gone = {d for spec in reduce_dims for d in dim_list(spec, len(names), ev, role, last)}
         names = [x for i, x in enumerate(names) if i not in gone]
     return names
 
 
-def _check_named(spec: Any, names: list[str], ev: Event, role: str) -> None:
+def _check_named(spec: Any, names: list[str], ev: Event, role: str, last: bool = False) -> None:
     """A dim given by name (`dims: token`) must be the axis of that name where the tensor's axes are
     named (meaning()): DIM_NAMES places `token` where a conv map has its channels, so on a feature
     map it reduced the channels, silently; an unnamed axis (dim_2) takes any name."""
     if not isinstance(spec, str) or spec not in DIM_NAMES:
         return
-    name = names[dim_index(spec, len(names), ev, role)]
-    if name != spec and not name.startswith("dim_"):
-        rest = ", ".join(names[1:])
-        raise RunError(f"hook {ev.hook!r} at {ev.where}: dim {spec!r} is axis {dim_index(spec, len(names), ev, role)} of {role}, "
+    axis = dim_index(spec, len(names), ev, role, last)
+    if names[axis] != spec and not names[axis].startswith("dim_"):
+        name, rest = names[axis], ", ".join(names[1:])
+        raise RunError(f"hook {ev.hook!r} at {ev.where}: dim {spec!r} is axis {axis} of {role}, "
                        f"which is its {name!r} axis here (its axes after the sample: {rest}); name an axis it has, "
                        f"or give the axis by number")
 
@@ -275,5 +286,6 @@ def axis_names(rec: Any, ev: Event, role: str, raw: tuple[int, ...], per_step: b
                        f"stored as one row of shape {row} per {first}: give {len(row)} name(s), one per axis of a row")
     if rec.dim_names is not None or per_step or folded:
         return stored_names(first, row, rec.dim_names)
-    full = shaped_names(meaning(rec.point, role, raw, ev.state, ev.module), rec.selections, rec.dims if rec.reduce else None, ev, role)
+    full = shaped_names(meaning(rec.point, role, raw, ev.state, ev.module), rec.selections, rec.dims if rec.reduce else None,
+                        ev, role, family(role) in rec.point.last)
     return stored_names(first, row, full[2:] if rec.token_rows else full[1:])

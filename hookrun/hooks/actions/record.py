@@ -149,7 +149,7 @@ class Record(Action):
 
     def check_tensor(self, role: str, tensor: Any) -> None:  # before any batch: select against one sample's tensor
         if self.wants(role) and self.rule.rows != "ragged":
-            check_selections(tensor, self.selections, self.where, self.point.module, role)
+            check_selections(tensor, self.selections, self.where, self.point.module, role, family(role) in self.point.last)
 
     def wants(self, role: str) -> bool:
         return not self.what or any(role == w or role.startswith(w + ".") for w in self.what)
@@ -294,5 +294,5 @@ class Record(Action):
 
     def shape(self, t: torch.Tensor, ev: Event, role: str) -> torch.Tensor:
         """select -> reduce, on the tensor's device (not yet a copy, not yet cast)."""
-        return select_reduce(t, self.selections, self.reduce, self.dims, ev, role)
+        return select_reduce(t, self.selections, self.reduce, self.dims, ev, role, family(role) in self.point.last)
 

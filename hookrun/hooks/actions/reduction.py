@@ -41,15 +41,16 @@ log = logging.getLogger("hookrun")
 
 
 def select_reduce(t: torch.Tensor, selections: list[tuple], reduce: str | None, dims: list[Any], ev: Event,
-                  role: str) -> torch.Tensor:
+                  role: str, last: bool = False) -> torch.Tensor:
     """select -> reduce, on the tensor's device (not yet a copy, not yet cast). Where axis 1 is the
     batch's tokens (its (batch, tokens) matches the attention mask), each selection on it is made
-    on the mask too, so `last` and a reduction over it see which of the selected tokens are padding."""
+    on the mask too, so `index: last` and a reduction over it see which of the selected tokens are padding.
+    `last`: a 4-D `t` is channels last, (batch, height, width, channel), which the dims' names find."""
     t = t.detach()  # select and reduce build no graph
     mask = token_mask(t, ev.state)  # (batch, tokens) of axis 1, carried through its selections; None: no mask
     picked = []  # the labels of the selections made on the tokens
     for dim, index, label in selections:
-        d = dim_index(dim, t.dim(), ev, role)
+        d = dim_index(dim, t.dim(), ev, role, last)
         on_mask = mask is not None and d == 1
         picked += [label] if on_mask else []
         if index == "last":  # each sample's last non-padding token; the dim goes
@@ -72,7 +73,7 @@ def select_reduce(t: torch.Tensor, selections: list[tuple], reduce: str | None, 
             t = t.index_select(d, idx)
             mask = mask.index_select(1, idx) if on_mask else mask
     if reduce:
-        dims = sorted({d for spec in dims for d in dim_list(spec, t.dim(), ev, role)})
+        dims = sorted({d for spec in dims for d in dim_list(spec, t.dim(), ev, role, last)})
         if not t.is_floating_point():
             t = t.float()
         m = None if mask is None or 1 not in dims else mask.to(t.dtype).reshape(*mask.shape, *([1] * (t.dim() - 2)))

@@ -1,0 +1,140 @@
+"""record on channels-last feature maps (timm's Swin stages and blocks' norms, ConvNeXt's channels-last norm,
+torchvision's Permute([0, 2, 3, 1])): (batch, height, width, channels) is named by meaning in the stored `dims`
+attribute and `height`, `width`, `channel`, `spatial` find those axes in reduce and select; checked against a
+raw forward hook on the same tiny model reduced by numpy over the right axes, the attribute read with h5py,
+and a channels-first conv's records left as they were."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+import hookrun
+
+timm = pytest.importorskip("timm")
+N = 4
+SWIN = {"_target_": "hookrun.models.timm_model", "name": "swin_tiny_patch4_window7_224", "pretrained": False,
+        "embed_dim": 16, "depths": [1, 1], "num_heads": [1, 1], "img_size": 56, "window_size": 7, "num_classes": 3}
+RECORDS = {  # hook name -> record params
+    "mean_hw": {"reduce": "mean", "dims": ["height", "width"]},
+    "spatial": {"reduce": "mean", "dims": "spatial"},
+    "max_ch": {"reduce": "max", "dims": "channel"},
+    "sel": {"select": [{"dim": "channel", "index": [3, 0]}, {"dim": "width", "index": "1:3"}]},
+    "raw": {},
+}
+REFERENCE = {  # on the raw (N, H, W, C) output
+    "mean_hw": (lambda a: a.mean((1, 2)), ["sample", "channel"]),
+    "spatial": (lambda a: a.mean((1, 2)), ["sample", "channel"]),
+    "max_ch": (lambda a: a.max(3), ["sample", "height", "width"]),
+    "sel": (lambda a: a[:, :, 1:3][..., [3, 0]], ["sample", "height", "width", "channel"]),
+    "raw": (lambda a: a, ["sample", "height", "width", "channel"]),
+}
+
+
+def run(tmp_path, model_cfg, at, records, seed=3):
+    hooks = {name: {"at": at, "type": "forward", "actions": [{"name": "record", "what": "output", **params}]}
+             for name, params in records.items()}
+    cfg = {"model": model_cfg, "device": "cpu", "progress": False, "seed": seed, "hooks": hooks,
+           "data": {"dataset": {"_target_": "hookrun.data.RandomTensors", "n": N, "shape": [3, 56, 56],
+                                "num_classes": 3, "seed": 7}, "batch_size": 2},
+           "output": {"path": str(tmp_path / "captures.h5")}}
+    return hookrun.run(cfg).path
+
+
+def raw_output(model, at, n=N):
+    """The module's output under a plain forward hook, on the run's own inputs (RandomTensors, seed 7)."""
+    from hookrun.data import RandomTensors
+
+    data = RandomTensors(n=n, shape=[3, 56, 56], num_classes=3, seed=7)
+    x = torch.stack([data[i][0] for i in range(n)])
+    seen = []
+    h = model.get_submodule(at).register_forward_hook(lambda m, a, o: seen.append(o.detach().double().numpy()))
+    with torch.no_grad():
+        model(x)
+    h.remove()
+    return seen[0]
+
+
+def swin_model():
+    torch.manual_seed(0)
+    kw = {k: v for k, v in SWIN.items() if k not in ("_target_", "name", "pretrained")}
+    return timm.create_model(SWIN["name"], pretrained=False, **kw).eval()
+
+
+@pytest.mark.parametrize("at", ["layers.1", "layers.0.blocks.0.norm1", "norm"])
+def test_timm_swin_records_reduce_and_select_height_width_channel_by_meaning(tmp_path, at):
+    model = swin_model()
+    torch.manual_seed(0)  # the run builds the same weights: compared below through a saved checkpoint
+    ckpt = tmp_path / "swin.pt"
+    torch.save(model.state_dict(), ckpt)
+    path = run(tmp_path, {**SWIN, "checkpoint": str(ckpt)}, at, RECORDS)
+    a = raw_output(model, at)
+    assert a.ndim == 4 and a.shape[1] == a.shape[2] and a.shape[3] != a.shape[1]  # (N, H, W, C), H = W != C
+    with h5py.File(path, "r") as f:
+        for name, (ref, dims) in REFERENCE.items():
+            ds = f[f"captures/{name}/{at}/output"]
+            np.testing.assert_allclose(ds[:], ref(a), rtol=1e-5, atol=1e-5, err_msg=name)
+            assert list(ds.attrs["dims"]) == dims, name
+
+
+def test_torchvision_permute_to_nhwc_is_channels_last(tmp_path):
+    from torchvision.ops.misc import Permute
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 6, 8, stride=8), Permute([0, 2, 3, 1]), torch.nn.Flatten(),
+                                torch.nn.Linear(6 * 49, 3)).eval()
+    ckpt = tmp_path / "m.pt"
+    torch.save(model, ckpt)
+    cfg = {"_target_": "torch.load", "f": str(ckpt), "weights_only": False}
+    path = run(tmp_path, cfg, "1", {k: RECORDS[k] for k in ("mean_hw", "max_ch", "raw")})
+    a = raw_output(model, "1")
+    with h5py.File(path, "r") as f:
+        for name in ("mean_hw", "max_ch", "raw"):
+            ref, dims = REFERENCE[name]
+            ds = f[f"captures/{name}/1/output"]
+            np.testing.assert_allclose(ds[:], ref(a), rtol=1e-5, atol=1e-5, err_msg=name)
+            assert list(ds.attrs["dims"]) == dims, name
+
+
+def test_a_channels_first_conv_keeps_channel_height_width(tmp_path):
+    model = swin_model()
+    ckpt = tmp_path / "swin.pt"
+    torch.save(model.state_dict(), ckpt)
+    at = "patch_embed.proj"  # a Conv2d in the same channels-last model: (N, C, H, W)
+    path = run(tmp_path, {**SWIN, "checkpoint": str(ckpt)}, at, RECORDS)
+    a = raw_output(model, at)
+    want = {"mean_hw": (a.mean((2, 3)), ["sample", "channel"]), "spatial": (a.mean((2, 3)), ["sample", "channel"]),
+            "max_ch": (a.max(1), ["sample", "height", "width"]),
+            "sel": (a[:, [3, 0]][..., 1:3], ["sample", "channel", "height", "width"]),
+            "raw": (a, ["sample", "channel", "height", "width"])}
+    with h5py.File(path, "r") as f:
+        for name, (ref, dims) in want.items():
+            ds = f[f"captures/{name}/{at}/output"]
+            np.testing.assert_allclose(ds[:], ref, rtol=1e-5, atol=1e-5, err_msg=name)
+            assert list(ds.attrs["dims"]) == dims, name
+
+
+def test_inputs_are_channels_last_where_the_module_keeps_their_layout(tmp_path):
+    """A Swin stage's input is the stage before's (N, H, W, C); a Permute's input is (N, C, H, W)."""
+    from torchvision.ops.misc import Permute
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 6, 8, stride=8), Permute([0, 2, 3, 1]), torch.nn.LayerNorm(6),
+                                torch.nn.Flatten(), torch.nn.Linear(6 * 49, 3)).eval()
+    ckpt = tmp_path / "m.pt"
+    torch.save(model, ckpt)
+    hooks = {f"h{at}": {"at": at, "type": "forward", "actions": [
+        {"name": "record", "what": "input", "reduce": "mean", "dims": "spatial"}]} for at in ("1", "2")}
+    cfg = {"model": {"_target_": "torch.load", "f": str(ckpt), "weights_only": False}, "device": "cpu",
+           "progress": False, "hooks": hooks, "output": {"path": str(tmp_path / "captures.h5")},
+           "data": {"dataset": {"_target_": "hookrun.data.RandomTensors", "n": N, "shape": [3, 56, 56],
+                                "num_classes": 3, "seed": 7}, "batch_size": 2}}
+    path = hookrun.run(cfg).path
+    conv = raw_output(model, "0")  # the Permute's input, (N, C, H, W)
+    with h5py.File(path, "r") as f:
+        np.testing.assert_allclose(f["captures/h1/1/input"][:], conv.mean((2, 3)), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(f["captures/h2/2/input"][:], conv.mean((2, 3)), rtol=1e-5, atol=1e-5)
+        assert list(f["captures/h1/1/input"].attrs["dims"]) == list(f["captures/h2/2/input"].attrs["dims"]) == \
+            ["sample", "channel"]
