@@ -138,3 +138,27 @@ def test_inputs_are_channels_last_where_the_module_keeps_their_layout(tmp_path):
         np.testing.assert_allclose(f["captures/h2/2/input"][:], conv.mean((2, 3)), rtol=1e-5, atol=1e-5)
         assert list(f["captures/h1/1/input"].attrs["dims"]) == list(f["captures/h2/2/input"].attrs["dims"]) == \
             ["sample", "channel"]
+
+
+def test_top_examples_on_a_swin_stage_takes_each_channels_max_over_height_and_width(tmp_path):
+    """top_examples read every 4-D map as (batch, C, H, W): at a Swin stage, (batch, H, W, C), its
+    'features' were the rows of the map. Its features are the channels, each sample's value the
+    channel's max over H and W, as a raw hook and numpy give them."""
+    model = swin_model()
+    ckpt = tmp_path / "swin.pt"
+    torch.save(model.state_dict(), ckpt)
+    cfg = {"model": {**SWIN, "checkpoint": str(ckpt)}, "device": "cpu", "progress": False, "seed": 3,
+           "hooks": {"t": {"at": "layers.1", "type": "forward", "actions": [{"name": "top_examples", "k": 2}]}},
+           "data": {"dataset": {"_target_": "hookrun.data.RandomTensors", "n": N, "shape": [3, 56, 56],
+                                "num_classes": 3, "seed": 7}, "batch_size": 2},
+           "output": {"path": str(tmp_path / "captures.h5")}}
+    path = hookrun.run(cfg).path
+    per = raw_output(model, "layers.1").max(axis=(1, 2))  # (sample, channel)
+    with hookrun.open_run(path) as run:
+        for c in (0, 5, per.shape[1] - 1):
+            ex = run.top_examples("layers.1", c)
+            want = np.argsort(-per[:, c], kind="stable")[:2]
+            assert [e["sample"] for e in ex] == list(want)
+            np.testing.assert_allclose([e["value"] for e in ex], per[want, c], rtol=1e-5)
+        with pytest.raises(LookupError, match=f"features 0..{per.shape[1] - 1}"):
+            run.top_examples("layers.1", per.shape[1])  # no more features than channels

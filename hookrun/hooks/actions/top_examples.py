@@ -5,7 +5,7 @@
 
 The hooked tensor (the output of a forward hook, the input of a forward_pre hook; `what` picks
 another) has its features on its last axis, except a 4-D map (batch, channel, height, width),
-whose features are its channels:
+whose features are its channels (a channels-last map's, HookPoint.last, are read as such):
 
 | tensor               | one activation per                 | position          |
 |----------------------|------------------------------------|-------------------|
@@ -34,7 +34,7 @@ import torch
 from hookrun.config.schema import Mode
 from hookrun.errors import ConfigError, RunError
 from hookrun.hooks.actions.base import ACTIONS, Action
-from hookrun.hooks.events import Event
+from hookrun.hooks.events import Event, family
 from hookrun.store.records import Capture, CaptureKey
 
 EMPTY = torch.iinfo(torch.int64).min  # the key of an empty slot (and of padding, NaN)
@@ -116,6 +116,8 @@ class TopExamples(Action):
             raise RunError(f"{self.where}: top_examples does not run around model.generate (each new token is a model "
                            f"call of its own, without its position); call the model on the texts instead")
         self._check_rank(role, t)
+        if t.dim() == 4 and family(role) in self.point.last:  # channels last (timm's Swin): its channels to axis 1
+            t = t.movedim(-1, 1)
         with torch.no_grad():
             self.add(t.detach(), ev.state)
 
