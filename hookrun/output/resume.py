@@ -27,6 +27,7 @@ import yaml
 
 from hookrun.config.checks import differing
 from hookrun.errors import ConfigError, HookrunError
+from hookrun.models import same_weights
 from hookrun.store.capture_schema import CaptureMeta, RowKind, damage, list_captures
 from hookrun.store.digest import check_block, sample_map_damage, table_of
 from hookrun.store.lock import flushing_path
@@ -118,8 +119,6 @@ def check_same_model(old: Mapping, new: Mapping, where: object) -> None:
     """The new run's model has the old run's weights (`model_fingerprint`, computed once by prepare()) and runs
     on the same kind of device (device=auto on a machine that now has no GPU): else one file would hold two
     networks' rows, or rows not bit for bit those of an uninterrupted run. A file without one (older) passes."""
-    from hookrun.models import same_weights
-
     theirs, mine = (str(a.get("model_fingerprint") or "") for a in (old, new))
     if theirs and mine and not same_weights(theirs, mine):
         raise ConfigError(f"resume: the model's weights differ from those {str(where)!r} was written with (model_fingerprint "
