@@ -194,3 +194,71 @@ def test_a_feature_maps_width_is_not_taken_for_the_probes_features(tmp_path):
         {"name": "modify_output", "op": "probe_steer", "probe": str(tmp_path / "p.h5"), "at": "0", "label": 1}]}}
     with pytest.raises(HookrunError, match=r"the output \(16, 3, 8, 6\) has no axis of the probe's 6 features"):
         hookrun.run(cfg(tmp_path / "s.h5", hooks=hooks), model=model, dataset=data)
+
+
+def test_token_rows_as_long_as_the_features_are_steered_and_ablated_along_the_features(tmp_path):
+    """A prompt of exactly d_model tokens: (B, T, D) with T == D stopped the first batch ("both dim 1 and the
+    last ... have 32 features"), though a probe reads token rows' last axis. Reference: a raw forward hook on
+    the same model changed by numpy (x + f w/|w|; x - Q Q^T x, Q numpy's SVD of the centred rows)."""
+    from toy_lm import Prompts, tiny_gpt2
+
+    model = tiny_gpt2(0)
+    d = model.config.n_embd
+    prompts = Prompts(n=16, length=d)
+    data = [{**prompts[i], "label": torch.tensor(i % 3)} for i in range(len(prompts))]
+    lm = {"data": {"batch_size": 8}, "device": "cpu", "progress": False}
+    hookrun.run({**lm, "output": {"path": str(tmp_path / "p.h5")},
+                 "probe": {"at": "transformer.h.1", "target": "label", "pool": "mean", "control": False}},
+                model=model, dataset=data)
+    w, _ = weight(tmp_path / "p.h5")
+    raw = []
+    h = model.transformer.h[1].register_forward_hook(lambda m, a, o: raw.append(
+        (o[0] if isinstance(o, tuple) else o).detach().double().numpy()))
+    with torch.no_grad():
+        model(input_ids=torch.stack([x["input_ids"] for x in data]),
+              attention_mask=torch.stack([x["attention_mask"] for x in data]))
+    h.remove()
+    assert raw[0].shape == (16, d, d) and w.shape == (3, d)
+    u, s, _ = np.linalg.svd((w - w.mean(0)).T, full_matrices=False)
+    q = u[:, s > 1e-8 * s[0]]
+    wants = {"probe_steer": raw[0] + 4.0 * w[1] / np.linalg.norm(w[1]), "probe_ablate": raw[0] - (raw[0] @ q) @ q.T}
+    for op, want in wants.items():
+        extra = {"label": 1, "factor": 4.0} if op == "probe_steer" else {}
+        hooks = {"s": {"at": "transformer.h.1", "type": "forward", "actions": [
+            {"name": "modify_output", "op": op, "probe": str(tmp_path / "p.h5"), **extra},
+            {"name": "record", "what": "output"}]}}
+        hookrun.run({**lm, "output": {"path": str(tmp_path / f"{op}.h5")}, "hooks": hooks}, model=model, dataset=data)
+        with h5py.File(tmp_path / f"{op}.h5", "r") as f:
+            got = f["captures/s/transformer.h.1/output"][:].astype(np.float64)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=op)
+
+
+class _NHWC(torch.nn.Module):
+    def forward(self, x):
+        return x.permute(0, 2, 3, 1)
+
+
+def test_a_channels_last_map_is_steered_along_its_channels_not_its_height(tmp_path):
+    """A LayerNorm over a (B, H, W, C) map (a ConvNeXt block's) is probed with its channels, the last axis, as
+    features; probe_steer added the direction along dim 1 (the height) where H == C, with no message.
+    Reference: a raw forward hook's output plus numpy's x + f w/|w| on the last axis."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(2, 8, 3, padding=1), _NHWC(), torch.nn.LayerNorm(8),
+                                torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 5)).eval()
+    data = items()
+    hookrun.run(cfg(tmp_path / "p.h5", probe={"at": ["2"], "target": "label", "pool": "mean", "control": False}),
+                model=model, dataset=data)
+    w, _ = weight(tmp_path / "p.h5")
+    hooks = {"s": {"at": "2", "type": "forward", "actions": [
+        {"name": "modify_output", "op": "probe_steer", "probe": str(tmp_path / "p.h5"), "label": 2, "factor": 3.0},
+        {"name": "record", "what": "output"}]}}
+    hookrun.run(cfg(tmp_path / "s.h5", hooks=hooks), model=model, dataset=data)
+    raw = []
+    h = model[2].register_forward_hook(lambda m, a, o: raw.append(o.detach().double().numpy()))
+    with torch.no_grad():
+        model(torch.stack([d["x"] for d in data]))
+    h.remove()
+    with h5py.File(tmp_path / "s.h5", "r") as f:
+        got = f["captures/s/2/output"][:].astype(np.float64)
+    assert raw[0].shape == (N, 8, 8, 8) and w.shape == (3, 8)
+    np.testing.assert_allclose(got, raw[0] + 3.0 * w[2] / np.linalg.norm(w[2]), rtol=1e-5, atol=1e-5)

@@ -17,9 +17,10 @@ so each row is a direction in the module's feature space:
   RANK_RTOL of the largest are rounding; the log names how many directions it removes. For `pool: mean` (linear) the
   pooled features then score the bias alone: the probe can no longer read its target.
 
-The feature axis is the one whose size is the probe's feature count: dim 1 (channels of a feature
-map, or a flat row) or the last of token rows (B, T, D), never a feature map's width; `dim:` chooses
-where both match. Every check of the
+The feature axis is the one the probe kind reads as features (feature_axis): dim 1 of a flat row or of a
+feature map (the last of a channels-last map, taps.channels_last), the last of token rows (B, T, D), a
+torch *1d module's channels; never chosen by the sizes, so token rows of as many tokens as features
+are steered along their features. `dim:` overrides it. Every check of the
 file (a probe run, the hook point, the label) runs when the plan is built, before any batch; a
 module whose features differ from the probe's stops the run at its first batch, naming both.
 """
@@ -31,9 +32,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError
 from hookrun.hooks.ops import OpBuild, OpContext
+from hookrun.hooks.taps import channels_last
 from hookrun.labels import module_label
 from hookrun.runner.kinds.probe import table
 from hookrun.store.reading import open_source
@@ -49,7 +52,7 @@ def probe_steer(probe: str, label: Any = None, factor: float = 1.0, at: str | No
     weight, classes, module = read_probe(probe, at, build)
     where = f"{build.where}: probe_steer {probe!r} at {module_label(module)}"
     direction = steer_direction(weight, classes, label, where)
-    return AlongFeatures(direction * (factor / np.linalg.norm(direction)), dim, where, steer=True)
+    return AlongFeatures(direction * (factor / np.linalg.norm(direction)), dim, where, steer=True, build=build)
 
 
 def probe_ablate(probe: str, at: str | None = None, dim: int | None = None, *, build: OpBuild):
@@ -57,7 +60,7 @@ def probe_ablate(probe: str, at: str | None = None, dim: int | None = None, *, b
     where = f"{build.where}: probe_ablate {probe!r} at {module_label(module)}"
     basis = ablate_basis(weight, classes)
     log.info("%s: removes %d direction(s) (the span of its %d weight row(s))", where, basis.shape[1], len(weight))
-    return AlongFeatures(basis, dim, where, steer=False)
+    return AlongFeatures(basis, dim, where, steer=False, build=build)
 
 
 def ablate_basis(weight: np.ndarray, classes: list | None) -> np.ndarray:
@@ -112,36 +115,51 @@ def steer_direction(weight: np.ndarray, classes: list | None, label: Any, where:
     return weight[hits[0]]
 
 
+def feature_axis(x: torch.Tensor, module: Any, model: Any, family: str) -> tuple[int, str]:
+    """The axis of `x` (a module's output, or input) that a probe of the module reads as its features, and
+    its name: the probe kind's layout (pool.py, hooks/taps.py), never decided by the sizes (token rows of as
+    many tokens as features, a map as wide as its channels). (B, D): 1. (B, T, D): token rows, the last;
+    a torch *1d module's (Conv1d, BatchNorm1d, ...) (B, C, L), its channels. A 4-D map: its channels, dim 1,
+    or the last where the module's output is channels-last (taps.channels_last: Swin, a Linear or LayerNorm
+    over a 4-D tensor; an input: where the module is a Linear or LayerNorm, which read the last axis)."""
+    kind = type(module).__name__
+    if x.dim() == 3:
+        return (1, "dim 1, a 1-d map's channels") if kind.endswith("1d") else (2, "the last axis of token rows")
+    if x.dim() == 4 and isinstance(module, nn.Module):
+        last = (channels_last(module, model if isinstance(model, nn.Module) else module) if family == "output" else
+                isinstance(module, nn.Linear) or (isinstance(module, nn.LayerNorm) and len(module.normalized_shape) == 1))
+        if last:
+            return 3, "the last axis of a channels-last map"
+    return 1, "dim 1, the channels" if x.dim() > 2 else "dim 1"
+
+
 class AlongFeatures:
     """The op: add `vectors` (features,) or project out `vectors`' columns (features, k) along the
     module's feature axis."""
 
-    def __init__(self, vectors: np.ndarray, dim: int | None, where: str, steer: bool) -> None:
+    def __init__(self, vectors: np.ndarray, dim: int | None, where: str, steer: bool, build: OpBuild) -> None:
         self.vectors, self.dim, self.where, self.steer = vectors, dim, where, steer
+        self.model, self.family = getattr(build.env, "model", None), build.family
         self.features = vectors.shape[0]
         if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int)):
             raise ConfigError(f"{where}: dim {dim!r}; give the feature axis as a whole number (1, or -1 for token rows)")
 
-    def axis(self, x: torch.Tensor) -> int:
+    def axis(self, x: torch.Tensor, module: Any) -> int:
         if self.dim is not None:
             axis = self.dim % max(x.dim(), 1)
             if x.dim() < 2 or axis == 0 or x.shape[axis] != self.features:
                 raise RunError(f"{self.where}: dim {self.dim} of the output {tuple(x.shape)} is not the probe's "
                                f"{self.features} features")
             return axis
-        # (dim 1: a flat row's or a feature map's channels; the last: token rows (B, T, D) alone, as the probe
-        # pooled them: a feature map's last axis is its width)
-        fits = sorted({a for a in (1, 2 if x.dim() == 3 else 1) if x.dim() >= 2 and x.shape[a] == self.features})
-        if not fits:
+        axis, what = feature_axis(x, module, self.model, self.family)
+        if x.dim() < 2 or x.shape[axis] != self.features:
             raise RunError(f"{self.where}: the output {tuple(x.shape)} has no axis of the probe's {self.features} "
-                           f"features (dim 1, or the last of token rows); steer the module the probe read")
-        if len(fits) > 1:
-            raise RunError(f"{self.where}: both dim 1 and the last of {tuple(x.shape)} have {self.features} features; "
-                           f"set dim: 1 (channels) or dim: -1 (token rows)")
-        return fits[0]
+                           f"features where a probe reads them ({what}: {x.shape[axis] if x.dim() >= 2 else 'none'}); "
+                           f"steer the module the probe read, or set dim: to the features' axis")
+        return axis
 
     def __call__(self, x: torch.Tensor, ctx: OpContext) -> torch.Tensor:
-        axis = self.axis(x)
+        axis = self.axis(x, ctx.target)
         moved = x.movedim(axis, -1)
         if self.steer:
             v = torch.as_tensor(self.vectors, dtype=x.dtype, device=x.device)
