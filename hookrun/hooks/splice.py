@@ -15,6 +15,10 @@ clamp_features, add_features), listed. The op `splice` then calls that child on 
     y = reconstruction(decode(g))           (the module's new output)
     error_term: true   ->  y = x + (decode(g) - decode(f))   (x itself where nothing was edited)
 
+An nn.Sequential spliced at runs every child in order, `sae` too: called so, the child passes the output
+through untouched there (no hook fires; a forward pre-hook on the module marks its forward), and only
+the op splices (Splice.splice_output).
+
 An SAE folder that names the module it was trained on (cfg.json hook_name) is refused at another module
 of the same model unless the action says `other_module: true`.
 
@@ -70,6 +74,21 @@ class Splice(nn.Module):
             self.latents = Tap(d_sae if isinstance(d_sae, int) else None)
         self.reconstruction = Tap()
         self.stats = SpliceStats(getattr(coder, "d_sae", None))
+        self.in_parent = False  # True from the spliced module's forward pre-hook until the op splices
+
+    def parent_starts(self, module: nn.Module, args: Any) -> None:
+        self.in_parent = True
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # a module that runs its children in order (an nn.Sequential spliced at) calls its new `sae` child as a
+        # last layer in its forward: it passes the output through there (no hook fires), and the op splices
+        if self.in_parent:
+            return args[0] if args else next(iter(kwargs.values()))
+        return super().__call__(*args, **kwargs)
+
+    def splice_output(self, x: Tensor) -> Tensor:
+        self.in_parent = False
+        return self(x)
 
     def forward(self, x: Tensor) -> Tensor:
         coder = self.coder
@@ -140,7 +159,7 @@ def install(model: nn.Module, specs: list, env: ActionEnv, targets: Callable[[An
                 spliced = Splice(coder, name, error_term, env.state)
                 target.add_module(CHILD, spliced)
                 env.splices.append(spliced)
-                env.hold.on_close(_remover(target, spliced, env))
+                env.hold.on_close(_remover(target, spliced, env, target.register_forward_pre_hook(spliced.parent_starts)))
 
 
 def check_module(model: nn.Module, coder: nn.Module, name: str, where: str, other_module: bool) -> None:
@@ -155,8 +174,9 @@ def check_module(model: nn.Module, coder: nn.Module, name: str, where: str, othe
                       f"{trained}, or give other_module: true to splice it here anyway")
 
 
-def _remover(target: nn.Module, splice: Splice, env: ActionEnv) -> Callable[[], None]:
+def _remover(target: nn.Module, splice: Splice, env: ActionEnv, handle: Any) -> Callable[[], None]:
     def remove() -> None:
+        handle.remove()
         if target._modules.get(CHILD) is splice:
             del target._modules[CHILD]
         if splice in env.splices:
@@ -179,7 +199,7 @@ def splice(path: str | None = None, module: Any = None, state_dict: str | None =
         if not torch.is_floating_point(x):
             raise ConfigError(f"{where}: the output {ctx.role} is {x.dtype}, not a float tensor to reconstruct")
         spliced.coder.check_fits(tuple(x.shape), f"{module_label(build.point.module)}'s {ctx.role}", context=where)
-        return spliced(x)
+        return spliced.splice_output(x)
 
     return op
 

@@ -1,0 +1,78 @@
+"""op: splice at an nn.Sequential: the SAE joins it as its child `sae`, and nn.Sequential's forward runs
+every child in order, so it also ran the SAE as a last layer (no error term, no edit) before the op
+spliced that again: with error_term the output was the reconstruction, not the clean output, and a
+feature map's SAE stopped the run in torch's own shape error. The SAE is trained by hookrun's `sae:` kind
+here; the references are numpy's TopK SAE (rescale_acts_by_decoder_norm, as cfg.json says) computed from
+its sae_weights.safetensors, on the clean outputs of a raw forward hook on the same model and inputs."""
+
+from __future__ import annotations
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+import hookrun
+
+pytest.importorskip("sae_lens")
+safetensors = pytest.importorskip("safetensors.numpy")
+N, FEATURE = 64, 5
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("seq_sae")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU()), torch.nn.Linear(16, 3)).eval()
+    data = torch.utils.data.TensorDataset(torch.randn(N, 8), torch.zeros(N, dtype=torch.long))
+    hookrun.run({"data": {"batch_size": 16}, "device": "cpu", "progress": False,
+                 "output": {"path": str(tmp / "train.h5")},
+                 "sae": {"at": "0", "d_sae": 32, "architecture": "topk", "k": 4, "rows": 256, "batch_rows": 32,
+                         "out": str(tmp / "sae")}}, model=model, dataset=data)
+    cfg = json.loads((tmp / "sae" / "cfg.json").read_text())
+    assert cfg["architecture"] == "topk" and cfg["rescale_acts_by_decoder_norm"] and cfg["apply_b_dec_to_input"]
+    w = {k: v.astype(np.float64) for k, v in safetensors.load_file(str(tmp / "sae" / "sae_weights.safetensors")).items()}
+    raw = []
+    h = model[0].register_forward_hook(lambda m, a, o: raw.append(o.detach().double().numpy()))
+    with torch.no_grad():
+        model(data.tensors[0])
+    h.remove()
+    return tmp, model, data, w, raw[0], cfg["k"]
+
+
+def latents(w, x, k):
+    norms = np.linalg.norm(w["W_dec"], axis=1)
+    pre = ((x - w["b_dec"]) @ w["W_enc"] + w["b_enc"]) * norms
+    f = np.zeros_like(pre)
+    top = np.argsort(-pre, axis=1)[:, :k]
+    np.put_along_axis(f, top, np.maximum(np.take_along_axis(pre, top, 1), 0), 1)
+    return f, norms
+
+
+def spliced(tmp, model, data, name, error_term, edit):
+    hooks = {"sae": {"at": "0", "type": "forward", "actions": [
+                 {"name": "modify_output", "op": "splice", "path": str(tmp / "sae"), "error_term": error_term}]},
+             "lat": {"at": "0.sae.latents", "type": "forward", "actions": [{"name": "modify_output", **edit}]},
+             "out": {"at": "0", "type": "forward", "actions": [{"name": "record", "what": "output"}]}}
+    hookrun.run({"data": {"batch_size": 16}, "device": "cpu", "progress": False,
+                 "output": {"path": str(tmp / f"{name}.h5"), "overwrite": True}, "hooks": hooks}, model=model, dataset=data)
+    with h5py.File(tmp / f"{name}.h5", "r") as f:
+        return f["captures/out/0/output"][:].astype(np.float64)
+
+
+def test_steering_a_latent_of_an_sae_spliced_at_a_sequential_adds_its_decoder_direction(trained):
+    tmp, model, data, w, x, _ = trained
+    got = spliced(tmp, model, data, "steer", True, {"op": "add_features", "features": {FEATURE: 3.0}})
+    d = w["W_dec"][FEATURE]
+    np.testing.assert_allclose(got, x + 3.0 * d / np.linalg.norm(d), rtol=1e-5, atol=1e-5)
+
+
+def test_ablating_a_latent_without_the_error_term_is_the_sae_reconstruction_without_it(trained):
+    tmp, model, data, w, x, k = trained
+    f, norms = latents(w, x, k)
+    feature = int(np.argmax((f > 0).sum(0)))  # the latent most often active
+    f[:, feature] = 0
+    got = spliced(tmp, model, data, "ablate", False, {"op": "zero_features", "features": [feature]})
+    np.testing.assert_allclose(got, (f / norms) @ w["W_dec"] + w["b_dec"], rtol=1e-4, atol=1e-5)
