@@ -19,6 +19,9 @@ An nn.Sequential spliced at runs every child in order, `sae` too: called so, the
 through untouched there (no hook fires; a forward pre-hook on the module marks its forward), and only
 the op splices (Splice.splice_output).
 
+A feature map (B, C, H, W) whose channels, not its last dim, are the SAE's d_in (the sae kind's rows: channel)
+is spliced at each position's channel vector (channels_first): its latents are (B, H, W, d_sae).
+
 An SAE folder that names the module it was trained on (cfg.json hook_name) is refused at another module
 of the same model unless the action says `other_module: true`.
 
@@ -184,6 +187,15 @@ def _remover(target: nn.Module, splice: Splice, env: ActionEnv, handle: Any) -> 
     return remove
 
 
+def channels_first(x: Tensor, coder: nn.Module) -> bool:
+    """Whether an SAE reads `x` (B, C, H, W) at its channels: a feature map whose channels, not its last dim
+    (its width), are the SAE's d_in, as the sae kind's `rows: channel` trains it (a hook_z SAE reads the
+    last two dims)."""
+    d_in = getattr(coder, "d_in", None)
+    return (x.dim() == 4 and getattr(coder, "reshape", None) != "hook_z" and isinstance(d_in, int)
+            and x.shape[1] == d_in != x.shape[-1])
+
+
 @register_op("splice")
 def splice(path: str | None = None, module: Any = None, state_dict: str | None = None, error_term: bool = False,
            dtype: str | None = None, other_module: bool = False, *, build: OpBuild) -> Callable[[Tensor, OpContext], Tensor]:
@@ -198,6 +210,8 @@ def splice(path: str | None = None, module: Any = None, state_dict: str | None =
     def op(x: Tensor, ctx: OpContext) -> Tensor:
         if not torch.is_floating_point(x):
             raise ConfigError(f"{where}: the output {ctx.role} is {x.dtype}, not a float tensor to reconstruct")
+        if channels_first(x, spliced.coder):  # a feature map's channel vector at each position (sae rows: channel)
+            return spliced.splice_output(x.movedim(1, -1)).movedim(-1, 1)
         spliced.coder.check_fits(tuple(x.shape), f"{module_label(build.point.module)}'s {ctx.role}", context=where)
         return spliced.splice_output(x)
 
@@ -237,5 +251,6 @@ def check_outputs(points: list, run_one: Callable[[], Any]) -> None:
         if not isinstance(value, Tensor):
             raise ConfigError(f"{action.where}: op splice at {name}: its output is a {type(value).__name__}, not a tensor "
                               f"(splice a module that returns its activations as a tensor)")
-        p.target._modules[CHILD].coder.check_fits(tuple(value.shape), f"{name}'s output",
-                                                  context=f"{action.where}: op splice")
+        coder = p.target._modules[CHILD].coder
+        if not channels_first(value, coder):
+            coder.check_fits(tuple(value.shape), f"{name}'s output", context=f"{action.where}: op splice")

@@ -148,7 +148,7 @@ def test_bad_evaluate_values_are_one_line(trained, tmp_path, value, match):
 def test_evaluate_of_a_channel_sae_is_one_line_before_any_step(tmp_path):
     cfg = hookrun.compose("experiment=sae_shapes", "sae.evaluate={data: {dataset: {seed: 3}}}", "progress=false",
                           f"hydra.run.dir={tmp_path}")
-    with pytest.raises(ConfigError, match=r"sae.evaluate: op: splice .* \(rows: channel\); drop sae.evaluate"):
+    with pytest.raises(ConfigError, match=r"sae.evaluate: the evaluation measures an SAE on token rows, .* \(rows: channel\); drop sae.evaluate"):
         hookrun.run(cfg)
     assert not any(tmp_path.iterdir())
 

@@ -161,8 +161,9 @@ class SaeBlock:
         _window(self, "feature_sampling_window")
         self.evaluate = parse_evaluate(self.evaluate)
         if self.evaluate and self.vectors == "channel":
-            raise ConfigError("sae.evaluate: op: splice applies an SAE to the last dimension of a module's output, "
-                              "not to a feature map's channel vectors (rows: channel); drop sae.evaluate")
+            raise ConfigError("sae.evaluate: the evaluation measures an SAE on token rows, not on a feature map's "
+                              "channel vectors (rows: channel); drop sae.evaluate (op: splice splices the trained SAE "
+                              "at each position's channels in a run of its own)")
 
     def arch_keys(self) -> dict[str, Any]:
         """The architecture keys the block gives (the rest stay SAELens' defaults)."""
