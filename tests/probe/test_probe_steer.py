@@ -262,3 +262,25 @@ def test_a_channels_last_map_is_steered_along_its_channels_not_its_height(tmp_pa
         got = f["captures/s/2/output"][:].astype(np.float64)
     assert raw[0].shape == (N, 8, 8, 8) and w.shape == (3, 8)
     np.testing.assert_allclose(got, raw[0] + 3.0 * w[2] / np.linalg.norm(w[2]), rtol=1e-5, atol=1e-5)
+
+
+def test_a_probe_of_a_constant_target_has_no_direction_to_steer_along(tmp_path):
+    """A ridge probe of a constant target has a weight row of zeros (numpy: w == 0): probe_steer divided by its
+    norm and wrote NaN into every value of the module's output, and the run ended `complete`. Now one line,
+    before any batch."""
+    model, data = Net().eval(), items()
+    for d in data:
+        d["c"] = torch.tensor(1.5)
+    hookrun.run(cfg(tmp_path / "c.h5", probe={"at": ["conv"], "target": "c", "method": "ridge", "pool": "mean",
+                                              "control": False}), model=model, dataset=data)
+    w, _ = weight(tmp_path / "c.h5")
+    assert w.shape == (1, 6) and not w.any()
+    seen = []
+    h = model.conv.register_forward_hook(lambda *a: seen.append(1))
+    try:
+        with pytest.raises(ConfigError, match=r"^hooks.s: probe_steer '.*c.h5' at conv: its weight row is all zeros, so "
+                                              r"it has no direction to steer along \(.*\); probe a target that varies$"):
+            modified(tmp_path, model, data, "s", op="probe_steer", probe=str(tmp_path / "c.h5"))
+    finally:
+        h.remove()
+    assert not seen

@@ -52,7 +52,13 @@ def probe_steer(probe: str, label: Any = None, factor: float = 1.0, at: str | No
     weight, classes, module = read_probe(probe, at, build)
     where = f"{build.where}: probe_steer {probe!r} at {module_label(module)}"
     direction = steer_direction(weight, classes, label, where)
-    return AlongFeatures(direction * (factor / np.linalg.norm(direction)), dim, where, steer=True, build=build)
+    norm = float(np.linalg.norm(direction))
+    if not norm > 0 or not np.isfinite(norm):  # a constant target's ridge probe: x / 0 would steer every value to NaN
+        which = "its weight row" if label is None else f"the weight row of label {label!r}"
+        raise ConfigError(f"{where}: {which} is {'all zeros' if norm == 0 else 'not finite'}, so it has no direction "
+                          f"to steer along (the probe read nothing of its target: a constant target?); probe a target "
+                          f"that varies{'' if label is None else ', or steer with another label'}")
+    return AlongFeatures(direction * (factor / norm), dim, where, steer=True, build=build)
 
 
 def probe_ablate(probe: str, at: str | None = None, dim: int | None = None, *, build: OpBuild):
