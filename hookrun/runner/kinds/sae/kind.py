@@ -114,7 +114,8 @@ class SaeKind(RunKind):
 
             # (a buffer past the rows training draws ran the model over the data again and again before step 1)
             shuffle = b.shuffle and {**b.shuffle, "buffer_rows": min(b.shuffle["buffer_rows"], b.rows + self.norm_rows())}
-            self.rows: Any = LiveRows(ctx.model, ctx.loader, ctx.spec, b.at, b.batch_rows, shuffle, b.vectors, ctx.device)
+            self.rows: Any = LiveRows(ctx.model, ctx.loader, ctx.spec, b.at, b.batch_rows, shuffle, b.vectors, ctx.device,
+                                      limit=ctx.cfg.data.limit)
             self.module, self.cache_rows = b.at, None
             sae_config(b, self.rows.d_in, b.at)
         else:

@@ -10,12 +10,14 @@ as it is; a (sample, token, features) output one row per real token (the call's 
 padding never enters); `vectors="channel"` (the block's `rows: channel`) a feature map's channel vector at each position. With
 `shuffle`, rows fill a buffer of `buffer_rows`; a full buffer is permuted (numpy's generator seeded
 with (seed, pass, window)) and handed out batch by batch, so memory is one buffer whatever the
-budget; `shuffle=False` keeps the data's order. Past the data's end the next pass starts (the
-run's loader in its own order again); every batch holds exactly `batch_rows` rows.
+budget; `shuffle=False` keeps the data's order. A pass is the loader's first `limit` batches (data.limit;
+None: all of them); past its end the next pass starts (the run's loader in its own order again); every batch
+holds exactly `batch_rows` rows. An item that raises is one RunError line naming its batch (loop.one_line_errors).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,8 +34,8 @@ class LiveRows(BatchStream):
     """An endless iterator of float32 batches of a module's output over the run's data (see above)."""
 
     def __init__(self, model: nn.Module, loader: Any, spec: Any, at: str, batch_rows: int, shuffle: dict | bool,
-                 vectors: str, device: torch.device) -> None:
-        self.model, self.loader, self.spec, self.at = model, loader, spec, at
+                 vectors: str, device: torch.device, limit: int | None = None) -> None:
+        self.model, self.loader, self.spec, self.at, self.limit = model, loader, spec, at, limit
         self.batch_rows, self.shuffle, self.vectors, self.device = batch_rows, shuffle, vectors, device
         names = [n for n, _ in model.named_modules()]
         if at not in names:
@@ -49,7 +51,9 @@ class LiveRows(BatchStream):
         self.d_in = self.first.shape[1]
 
     def _calls(self) -> Iterator[Any]:
-        for _, batch in self.loader:
+        from hookrun.runner.loop import one_line_errors
+
+        for _, batch in itertools.islice(one_line_errors(self.loader), self.limit):  # (data.limit's batches, no more read)
             yield self.spec.split(batch).to(self.device)
 
     def _forward(self, call: Any) -> Any:
