@@ -212,11 +212,16 @@ def build_dataset(node: Mapping, where: str = "data.dataset") -> Any:
 
 
 def check_dataset(dataset: Any, where: str) -> Any:
-    """A map-style dataset, or a one-line ConfigError."""
+    """A map-style dataset, or a one-line ConfigError: a torch IterableDataset (with a __len__ or not) has
+    only torch's Dataset.__getitem__, which raises NotImplementedError; refused by name before any item."""
+    need = ("hookrun needs a map-style dataset (with __len__ and __getitem__): give the items as a list "
+            "(list(itertools.islice(data, N))) or a Dataset that reads item i")
+    if getattr(type(dataset), "__getitem__", None) is torch.utils.data.Dataset.__getitem__:
+        kind = "IterableDataset" if isinstance(dataset, torch.utils.data.IterableDataset) else "Dataset"
+        raise ConfigError(f"{where} a {type(dataset).__name__}, a torch {kind} without its own __getitem__ "
+                          f"(torch's raises NotImplementedError: items streamed, not read by index); {need}")
     if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
-        raise ConfigError(
-            f"{where} a {type(dataset).__name__}; hookrun needs a map-style dataset (with __len__ and __getitem__)"
-        )
+        raise ConfigError(f"{where} a {type(dataset).__name__}; {need}")
     return dataset
 
 

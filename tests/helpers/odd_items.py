@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, IterableDataset
 
 
 class Net(nn.Module):
@@ -48,3 +48,17 @@ class Items(Dataset):
         if f == "short" and i >= 5:
             raise IndexError(i)
         return x, 0
+
+
+class Streamed(IterableDataset):
+    """A torch IterableDataset of Items("labels")'s 8 items, streamed: no __len__, no __getitem__."""
+
+    def __iter__(self):
+        return (Items("labels")[i] for i in range(8))
+
+
+class StreamedLen(Streamed):
+    """Streamed with a __len__ that lies (100 for 8 items)."""
+
+    def __len__(self) -> int:
+        return 100

@@ -48,7 +48,9 @@ def attribute(model: nn.Module, dataset: Any, batch_size: int = 16, inputs: Any 
     if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer) or batch_size < 1:
         raise ConfigError(f"attribute: batch_size must be a whole number of at least 1 (data.batch_size of a file run), "
                           f"got {batch_size!r}")
-    if len(dataset) == 0:
+    from hookrun.config.build import check_dataset
+
+    if len(check_dataset(dataset, "attribute: got")) == 0:
         raise ConfigError("attribute: the data set is empty")
     spec = CallSpec(inputs, target_key)
     spec.check(dataset[0])
