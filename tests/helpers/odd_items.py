@@ -25,7 +25,7 @@ class Items(Dataset):
     """form: "late_label" (dict items, only 4-7 carry `label`), "lost_label" ((x, i) tuples 0-3, then
     dicts without a target), "labels" (every item a dict with `label` = 7 - i: the consistent case),
     "target_shape" (a scalar target for 0-3, shape (2,) after), "raises" (item 6 raises KeyError; "raises_first": item 0),
-    "short" (len() 8, but items 5-7 raise IndexError)."""
+    "short" (len() 8, but items 5-7 raise IndexError; "short_labels": those of "labels" 0-4, label i % 2)."""
 
     def __init__(self, form: str) -> None:
         self.form = form
@@ -45,8 +45,10 @@ class Items(Dataset):
             return x, (torch.tensor(i) if i < 4 else torch.tensor([i, i]))
         if (f == "raises" and i == 6) or (f == "raises_first" and i == 0):
             raise KeyError(f"bad item {i}")
-        if f == "short" and i >= 5:
+        if f.startswith("short") and i >= 5:
             raise IndexError(i)
+        if f == "short_labels":
+            return {"x": x, "label": i % 2}
         return x, 0
 
 
@@ -62,3 +64,18 @@ class StreamedLen(Streamed):
 
     def __len__(self) -> int:
         return 100
+
+
+class ShortSwaps(Dataset):
+    """hookrun.data.swaps.word_swap's 4 items (length 8) with a __len__ of 6: items 4 and 5 raise IndexError."""
+
+    def __init__(self) -> None:
+        from hookrun.data.swaps import word_swap
+
+        self.items = word_swap(n=4, length=8)
+
+    def __len__(self) -> int:
+        return 6
+
+    def __getitem__(self, i: int):
+        return self.items[i]

@@ -230,7 +230,7 @@ def load_items(dataset: Any, block: Block, limit: int | None = None, device: Any
             close = close_matches(str(key), list(map(str, first)), n=1)
             raise ConfigError(f"{where}={key!r}: the items have no key {key!r}; their keys: {', '.join(map(str, first))}"
                               + (f"; did you mean {close[0]}?" if close else ""))
-    rows = [{k: v for k, v in dataset[i].items() if isinstance(v, torch.Tensor | int | float)} for i in range(n)]
+    rows = [{k: v for k, v in _item(dataset, i, n).items() if isinstance(v, torch.Tensor | int | float)} for i in range(n)]
     for name in ("clean", "corrupt"):
         key = getattr(block, name)
         shapes = [tuple(torch.as_tensor(r[key]).shape) if key in r else None for r in rows]
@@ -256,3 +256,17 @@ def _key_of(block: Block, key: str) -> str:
         if getattr(block, name) == key:
             return f"patching.metric.{name}"
     return "patching"
+
+
+def _item(dataset: Any, i: int, n: int) -> Any:
+    """Item i of the `n` patching reads; one that raises is one RunError line (batches.data_failure)."""
+    from hookrun.errors import HookrunError
+    from hookrun.runner.batches import data_failure
+
+    try:
+        return dataset[i]
+    except HookrunError:
+        raise
+    except Exception as exc:
+        hint = f" (the dataset's len() is {len(dataset)}: does it have that many items?)" if isinstance(exc, IndexError) else ""
+        raise data_failure(exc, f"data: loading item {i} of the {n} patching reads failed:", hint) from exc

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from hookrun.config.schema import HookrunConfig, Mode
-from hookrun.errors import ConfigError
+from hookrun.errors import ConfigError, RunError
 from hookrun.output.rank_link import RankLink
 from hookrun.output.scratch import Scratch
 from hookrun.runner.batches import first_batch
@@ -235,14 +235,14 @@ class ProbeKind(RunKind):
             raise ConfigError("probe.test_data: the data set has no items; give the test items, or drop test_data "
                               "for the split")
         loader = make_loader(data, node.get("batch_size") or self.ctx.cfg.data.batch_size, 0)
-        indices, batch = next(iter(loader))
+        indices, batch = next(test_batches(loader))
         check_rows(self.collector.batch(self.ctx.model, self.ctx.spec.split(batch).to(self.ctx.device), indices),
                    self.features, self.y_kind, 1)
         return loader
 
     def test_pass(self, model: nn.Module) -> None:
         """test_data's items through the model: their rows are the test rows (part 1)."""
-        for indices, batch in self.tests:
+        for indices, batch in test_batches(self.tests):
             self.add(model, self.ctx.spec.split(batch).to(self.ctx.device), indices, part=1)
 
     def restore(self, resume: Any, kept: int) -> None:
@@ -285,3 +285,13 @@ def refuse_an_empty_training_split(test: float, n: int) -> None:
         raise ConfigError(f"probe.split.test={test}: the split holds out ceil({test} x {n}) = {math.ceil(test * n)} of "
                           f"the run's {n} items (train_test_split rounds the test items up), leaving none to train on; "
                           f"give probe.split.test at most {math.floor((n - 1) / n * 1e6) / 1e6}, or probe more items")
+
+
+def test_batches(loader: Any) -> Any:
+    """test_data's batches; an item that raises is one line naming probe.test_data (loop.one_line_errors)."""
+    from hookrun.runner.loop import one_line_errors
+
+    try:
+        yield from one_line_errors(loader)
+    except RunError as exc:
+        raise RunError("probe.test_data: " + str(exc).removeprefix("data: ")) from exc.__cause__
