@@ -32,3 +32,14 @@ def test_a_patching_item_that_raises_is_one_line(tmp_path):
     assert one_line(proc).startswith("hookrun: error: data: loading item 4 of the 6 patching reads failed: IndexError: "
                                      "list index out of range (the dataset's len() is 6: does it have that many items?)")
     assert not (tmp_path / "run" / "captures.h5").exists()
+
+
+def test_an_item_that_raises_in_the_mean_baseline_is_one_line(tmp_path):
+    """baseline: mean reads the whole data set (docs/attribution.md), past data.limit: item 5 raises there."""
+    proc = run_cli("hydra.run.dir=run", *NET, "data.dataset._target_=odd_items.Items", "+data.dataset.form=short_labels",
+                   "data.batch_size=4", "data.limit=1", "+attribution={method: saliency, target: label, baseline: mean}",
+                   cwd=tmp_path, env=ENV)
+    assert one_line(proc) == ("hookrun: error: attribution.baseline=mean: reading the data set's items 0..7 for its mean "
+                              "input failed: IndexError: 5 (the dataset's len() is 8: does it have that many items?) "
+                              "(the traceback: HYDRA_FULL_ERROR=1 or --verbose)")
+    assert not (tmp_path / "run" / "captures.h5").exists()

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from hookrun.errors import ConfigError, RunError, close_matches
+from hookrun.errors import ConfigError, HookrunError, RunError, close_matches
 from hookrun.runner.kinds.attribution.block import Block
 
 W = "attribution.baseline"
@@ -84,10 +84,19 @@ def mean_input(dataset: Any, spec: Any, x: torch.Tensor) -> torch.Tensor:
     spec = spec or CallSpec()
     loader = torch.utils.data.DataLoader(dataset, batch_size=64)
     total, n = None, 0
-    for batch in loader:
-        inp = Forward(torch.nn.Identity(), spec.split(batch)).input.double()
-        total = inp.sum(0) if total is None else total + inp.sum(0)
-        n += inp.shape[0]
+    try:
+        for batch in loader:
+            inp = Forward(torch.nn.Identity(), spec.split(batch)).input.double()
+            total = inp.sum(0) if total is None else total + inp.sum(0)
+            n += inp.shape[0]
+    except HookrunError:
+        raise
+    except Exception as exc:  # an item that raises: one line, as the run's own batches say it (batches.data_failure)
+        from hookrun.runner.batches import data_failure
+
+        hint = f" (the dataset's len() is {len(dataset)}: does it have that many items?)" if isinstance(exc, IndexError) else ""
+        raise data_failure(exc, f"{W}=mean: reading the data set's items {n}..{min(n + 64, len(dataset)) - 1} for its mean input failed:",
+                           hint) from exc
     return (total / n).to(x.dtype)[None]
 
 
