@@ -21,14 +21,16 @@ if TYPE_CHECKING:
 
 class Indexed(Dataset):
     """Wraps a dataset so each item comes with its index: the loader yields (indices, batch).
-    `start` skips the first items (a resumed run); the indices stay the dataset's own."""
+    `start` skips the first items (a resumed run), `stop` ends before item `stop` (data.limit's batches:
+    no item past them is read, by a worker's prefetch either); the indices stay the dataset's own."""
 
-    def __init__(self, dataset: Dataset, start: int = 0) -> None:
+    def __init__(self, dataset: Dataset, start: int = 0, stop: int | None = None) -> None:
         self.dataset = dataset
-        self.start = start
+        self.start, self.stop = start, stop
 
     def __len__(self) -> int:
-        return max(0, len(self.dataset) - self.start)
+        end = len(self.dataset) if self.stop is None else min(self.stop, len(self.dataset))
+        return max(0, end - self.start)
 
     def __getitem__(self, i: int) -> tuple[int, Any]:
         return self.start + i, self.dataset[self.start + i]
@@ -102,12 +104,12 @@ def _first_tensors(items: list) -> list[torch.Tensor]:
 
 
 def make_loader(dataset: Dataset, batch_size: int, num_workers: int, start: int = 0,
-                collate: Callable | None = None) -> DataLoader:
+                collate: Callable | None = None, stop: int | None = None) -> DataLoader:
     if batch_size < 1:
         raise ConfigError(f"data.batch_size must be at least 1, got {batch_size}")
     if num_workers < 0:
         raise ConfigError(f"data.num_workers must be 0 or more, got {num_workers}")
-    return DataLoader(Indexed(dataset, start), batch_size=batch_size, shuffle=False, num_workers=num_workers,
+    return DataLoader(Indexed(dataset, start, stop), batch_size=batch_size, shuffle=False, num_workers=num_workers,
                       collate_fn=Collate(collate))
 
 

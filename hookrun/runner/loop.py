@@ -70,9 +70,10 @@ def run_batches(
     batches = range(len(loader)) if s.batches is None else s.batches
     first = batches.start if start is None else start
     dataset = loader.dataset.dataset  # under the Indexed wrapper
-    if first:
+    stop = batches.stop * loader.batch_size  # (data.limit's, or a rank's, last batch: no item after it is read)
+    if first or stop < len(dataset):
         loader = make_loader(dataset, loader.batch_size, loader.num_workers, start=first * loader.batch_size,
-                             collate=loader.collate_fn.fn if loader.collate_fn.custom else None)
+                             collate=loader.collate_fn.fn if loader.collate_fn.custom else None, stop=stop)
     steps = 0
     with tqdm(total=len(batches), initial=first - batches.start, disable=not s.progress, unit="batch", desc=s.label,
               dynamic_ncols=True) as bar:

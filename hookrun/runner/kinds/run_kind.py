@@ -45,6 +45,7 @@ ablation instead of their op (`ablate`); the firing closure reads these flags an
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -211,9 +212,7 @@ class RunKind:
         from hookrun.hooks.session import HookSession
 
         with HookSession(points, self.ctx.env) as session:
-            for step, (indices, batch) in enumerate(self.ctx.loader):
-                if step >= begin + kept:
-                    break
+            for step, (indices, batch) in enumerate(itertools.islice(self.ctx.loader, begin + kept)):  # (no batch after)
                 if step >= begin:
                     call = self.ctx.spec.split(batch).to(self.ctx.device)
                     session.begin_step(step, len(indices), indices, call.attention_mask, call.batch)
