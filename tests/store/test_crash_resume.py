@@ -198,7 +198,7 @@ def test_resume_refuses_other_weights_or_another_kind_of_device_and_goes_on_with
     torch.save({k: v * 1.5 for k, v in net.state_dict().items()}, ckpt)  # another network under the same config
     before = path.read_bytes()
     with pytest.raises(ConfigError, match=r"^resume: the model's weights differ from those '.*captures\.h5' was written "
-                                          r"with \(model_fingerprint [0-9a-f]{16}, now [0-9a-f]{16}\); resume with the same weights"):
+                                          r"with \(model_fingerprint [0-9a-f]{32}, now [0-9a-f]{32}\); resume with the same weights"):
         hookrun.run({**cfg, "resume": True})
     assert path.read_bytes() == before
     torch.save(net.state_dict(), ckpt)

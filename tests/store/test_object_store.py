@@ -341,10 +341,10 @@ def test_resume_of_a_cache_written_by_other_weights_is_refused(tmp_path):
     hookrun.run(cfg(url, tmp_path))
     fs, name = fsspec.filesystem("memory"), "/hookrun-test-bucket/weights/captures.h5/manifest.json"
     manifest = json.loads(fs.cat(name))
-    assert len(manifest["attrs"]["model_fingerprint"]) == 16
+    assert len(manifest["attrs"]["model_fingerprint"]) == 32
     manifest.update(status="interrupted")
-    manifest["attrs"]["model_fingerprint"] = "0" * 16
+    manifest["attrs"]["model_fingerprint"] = "0" * 32
     fs.pipe(name, json.dumps(manifest).encode())
     with pytest.raises(ConfigError, match=rf"^resume: the model's weights differ from those '{url}' was written with "
-                                          r"\(model_fingerprint 0{16}, now [0-9a-f]{16}\)"):
+                                          r"\(model_fingerprint 0{32}, now [0-9a-f]{32}\)"):
         hookrun.run({**cfg(url, tmp_path), "resume": True})
