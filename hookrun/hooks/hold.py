@@ -91,3 +91,13 @@ def _state_of(model: nn.Module) -> Undo:
                 b.data = b.data.to(device)
 
     return restore
+
+
+def disable_inplace(model: nn.Module) -> list[nn.Module]:
+    """Turn off `inplace=True` (ReLU and friends) in `model` and every module inside it; the modules
+    turned off. The numbers are the same, and full backward hooks cannot follow a tensor that a later
+    module overwrites (mode=grad's runs: the whole model; a backward hook in hookrun.capture: its module)."""
+    turned = [m for m in model.modules() if getattr(m, "inplace", None) is True]
+    for m in turned:
+        m.inplace = False
+    return turned

@@ -27,6 +27,7 @@ from torch.utils.hooks import BackwardHook
 
 from hookrun.errors import RunError
 from hookrun.hooks.events import Event, flatten, rebuild
+from hookrun.hooks.hold import disable_inplace
 from hookrun.hooks.points import HookPoint
 from hookrun.hooks.registry import Registry
 from hookrun.labels import module_label
@@ -199,9 +200,7 @@ class _NotInPlace:
     module's already), back on at removal: the same numbers."""
 
     def __init__(self, module: torch.nn.Module) -> None:
-        self.modules = [m for m in module.modules() if getattr(m, "inplace", None) is True]
-        for m in self.modules:
-            m.inplace = False
+        self.modules = disable_inplace(module)
 
     def remove(self) -> None:
         for m in self.modules:

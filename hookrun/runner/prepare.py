@@ -33,7 +33,7 @@ from hookrun.config.schema import DTYPES, HookrunConfig, Mode
 from hookrun.config.specs import parse_hooks
 from hookrun.errors import ConfigError
 from hookrun.hooks.actions import ACTIONS, ActionEnv
-from hookrun.hooks.hold import ModelHold
+from hookrun.hooks.hold import ModelHold, disable_inplace
 from hookrun.hooks.plan import make_plan
 from hookrun.hooks.points import HookPoint
 from hookrun.hooks.site_check import check_sites_run
@@ -226,11 +226,3 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-def disable_inplace(model: torch.nn.Module) -> None:
-    """Turn off `inplace=True` (ReLU and friends): the numbers are the same, and full backward
-    hooks cannot follow a tensor that a later module overwrites."""
-    for module in model.modules():
-        if getattr(module, "inplace", False) is True:
-            module.inplace = False
