@@ -48,12 +48,9 @@ def sweep_charts(table: Any, swept: Sequence[str], metrics: Sequence[str]) -> li
 def _jobs_note(rows: Sequence[dict], ys: Sequence[Any]) -> str:
     """What a chart's title says of its jobs: those with no point, by status (`job 2, 3 not run: no
     point`), and those not complete whose point is partial (running, interrupted, failed)."""
-    missing: dict[str, list[str]] = {}
-    for row, y in zip(rows, ys, strict=True):
-        if _number(y) is None:
-            missing.setdefault(str(row.get("status") or "no number"), []).append(str(row["job"]))
+    parts = _unshown([(str(row["job"]), str(row.get("status") or "no number"))
+                      for row, y in zip(rows, ys, strict=True) if _number(y) is None], "point")
     partial = [str(row["job"]) for row, y in zip(rows, ys, strict=True) if _number(y) is not None and row.get("status") not in ("complete", None)]
-    parts = [f"job {', '.join(jobs)} {status}: no point" for status, jobs in missing.items()]
     if partial:
         parts.append(f"job {', '.join(partial)} not complete: {'its' if len(partial) == 1 else 'their'} points partial")
     return f" ({'; '.join(parts)})" if parts else ""
@@ -62,11 +59,16 @@ def _jobs_note(rows: Sequence[dict], ys: Sequence[Any]) -> str:
 def unshown_note(missing: Sequence[tuple[str, str]], what: str = "line") -> str:
     """A kind's sweep chart's title note for the jobs it has no `what` for, from (job, status) pairs
     (`job 1 failed: no line; job 2 not run: no line`), "" where every job is drawn."""
+    parts = _unshown(missing, what)
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+def _unshown(missing: Sequence[tuple[str, str]], what: str) -> list[str]:
+    """(job, status) pairs with nothing drawn, by status in their order: ['job 1, 3 failed: no line', ...]."""
     by_status: dict[str, list[str]] = {}
     for job, status in missing:
         by_status.setdefault(status, []).append(job)
-    parts = [f"job {', '.join(jobs)} {status}: no {what}" for status, jobs in by_status.items()]
-    return f" ({'; '.join(parts)})" if parts else ""
+    return [f"job {', '.join(jobs)} {status}: no {what}" for status, jobs in by_status.items()]
 
 
 def decades(values: Sequence[Any]) -> bool:
