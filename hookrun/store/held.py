@@ -11,11 +11,15 @@ A flush is many writes, in HDF5's order, some into the metadata the last flush l
 headers, B-tree nodes, the superblock's end of file). Those are held in memory while HDF5 writes
 and then sent in one message to a small helper process, which applies a message only once it has
 all of it. A kill -9 of the writer before the message is complete leaves the last flush's file, one
-after it the next flush's: plain h5py opens the file under its name with lengths equal to its counts
-at every moment. (Only the helper's own death in the microseconds it writes, by a kill of the
-whole process group or a power cut, could tear a flush; on Windows the writes are applied in
-this process.) Held: a few KiB per capture per flush; written through: new space, and the
-uncompressed chunks being filled (their earlier rows are rewritten unchanged).
+after it the next flush's, once the helper has written it: the helper holds an exclusive flock on
+the file for its life (the writer's, and the moments after a kill while it ends its last message),
+so plain h5py (HDF5's file locking) refuses the file while a message may be half written, and
+hookrun's readers wait for it where no run is writing the file (store/lock.py's `settled`): either
+way the file under its name is read with lengths equal to its counts. (Only the helper's own death in
+the microseconds it writes, by a kill of the whole process group or a power cut, could tear a
+flush; on Windows the writes are applied in this process.) Held: a few KiB per capture per flush;
+written through: new space, and the uncompressed chunks being filled (their earlier rows are
+rewritten unchanged).
 """
 
 from __future__ import annotations
@@ -27,17 +31,27 @@ import signal
 import struct
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import h5py
 
-# the helper: reads messages [u64 length][records] from stdin; a record is [i64 offset][i64 n][n bytes]
-# (n = -1: truncate the file to `offset`); a message is applied only when whole, then acknowledged
+# the helper: reads messages [u64 length][records] from stdin; a record is [i64 offset][i64 n][n bytes] (n = -1:
+# truncate the file to `offset`); a message is applied only when whole, then acknowledged
 _HELPER = """
 import os, signal, struct, sys
 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
     signal.signal(s, signal.SIG_IGN)
 fd, r, w = int(sys.argv[1]), sys.stdin.buffer, sys.stdout.buffer
+try:  # held for this helper's life, on a description of its own: a reader waits for the last message
+    import fcntl
+    fcntl.flock(os.open("/proc/self/fd/%d" % fd, os.O_RDONLY), fcntl.LOCK_EX | fcntl.LOCK_NB)
+except (ImportError, OSError):  # no /proc (macOS), a file system without flock: best effort
+    pass
+try:
+    w.write(b"r") and w.flush()
+except OSError:
+    pass
 while True:
     head = r.read(8)
     if len(head) < 8:
@@ -60,13 +74,17 @@ while True:
         while len(view):
             done = os.pwrite(fd, view, off)
             view, off = view[done:], off + done
-    w.write(b"k")
-    w.flush()
+    try:
+        w.write(b"k")
+        w.flush()
+    except OSError:  # the writer was killed: no one to answer, but the messages it sent are still applied
+        pass
 os._exit(0)  # every write is done (pwrite) and acknowledged: no interpreter teardown to wait for
 """
 
 
 END = 2**64 - 1  # the message length that tells the helper to end
+WRITING: set[tuple[int, int]] = set()  # (device, inode) of the files this process writes: its own helpers' locks
 
 
 class Applier:
@@ -76,6 +94,7 @@ class Applier:
         self.fd = fd
         self.proc = None
         self.pending = False  # a message sent, its answer not yet read
+        self.locked = False  # the helper said it holds the file's lock (its first byte)
         if os.name == "posix":
             self.proc = subprocess.Popen([sys.executable, "-S", "-c", _HELPER, str(fd)], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, pass_fds=(fd,), start_new_session=True)
@@ -88,7 +107,11 @@ class Applier:
             _apply(self.fd, message)
             return
         self.wait()
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM}) if _main_thread() else None
+        if not self.locked:  # no message before the helper holds the lock readers wait on (lock.py's settled)
+            self.locked = self.proc.stdout.read(1) == b"r"
+            if not self.locked:
+                raise OSError(f"the flush helper did not start (exit {self.proc.poll()})")
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM}) if threading.current_thread() is threading.main_thread() else None
         try:  # never half a message from here: a KeyboardInterrupt would leave the helper waiting
             self.proc.stdin.write(struct.pack("<Q", len(message)) + message)
             self.proc.stdin.flush()
@@ -125,12 +148,6 @@ class Applier:
             self.proc.stdout.close()
 
 
-def _main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
-
-
 def _apply(fd: int, message: bytes) -> None:
     at = 0
     while at < len(message):
@@ -155,6 +172,8 @@ class HeldWrites(io.RawIOBase):
         super().__init__()
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o666)
         self.applier = Applier(self.fd)
+        self.inode = (os.fstat(self.fd).st_dev, os.fstat(self.fd).st_ino)
+        WRITING.add(self.inode)
         self.pos = 0
         self.stable: int | None = None  # while holding: the size of the file as of the last flush
         self.held: list[tuple[int, bytes | None, int]] = []  # (offset, bytes, 0) or (-1, None, truncate size)
@@ -228,6 +247,7 @@ class HeldWrites(io.RawIOBase):
     def close(self) -> None:
         if not self.closed:
             self.applier.close()
+            WRITING.discard(self.inode)
             os.close(self.fd)
         super().close()
 
@@ -276,3 +296,4 @@ def _pwrite(fd: int, data, offset: int) -> None:
     while len(view):
         done = os.pwrite(fd, view, offset)
         view, offset = view[done:], offset + done
+

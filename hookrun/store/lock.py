@@ -17,6 +17,8 @@ Opening an HDF5 file for writing:
 
 Three things together: the file appears under its name only once its skeleton is on disk; dirty
 metadata stays in memory until an explicit flush; and freed file space is never reused.
+
+    settled(Path("captures.h5"))   # before reading: a killed run's flush helper has let go of the file
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Protocol, TypeVar, runtime_checkable
 import h5py
 
 from hookrun.errors import ChangedWhileRead, ConfigError
-from hookrun.store.held import HeldWrites
+from hookrun.store.held import WRITING, HeldWrites
 
 try:
     import fcntl
@@ -171,6 +173,34 @@ def changed_while_read(path: Path | str, reason: str) -> ChangedWhileRead | None
                             f"is writing it and flushed meanwhile ({reason}); the file is intact: open it again, "
                             f"or read it once the run ends")
 
+
+def settled(path: Path, seconds: float = 10.0) -> None:
+    """Until a killed run's flush helper (store/held.py) has written the last message it was sent
+    and let go of `path` (it holds an exclusive flock on the file for its life): then the file is one
+    whole flush. A live run's file (its writer holds the lock beside it) is read at once, best
+    effort; no file, or a file system without flock: at once; a helper still there after `seconds`: on."""
+    if fcntl is None or live_writer(path) is not None:
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        if (os.fstat(fd).st_dev, os.fstat(fd).st_ino) in WRITING:  # this process writes it: its own helper
+            return
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.001)
+            except OSError:  # (no flock on this file system)
+                return
+    finally:
+        os.close(fd)  # (the shared lock goes with it)
 
 def _alive(pid: str) -> bool:
     """Whether `pid` names a running process ("": none named)."""

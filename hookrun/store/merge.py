@@ -22,6 +22,7 @@ import numpy as np
 
 from hookrun.errors import RunError
 from hookrun.store.capture_schema import CaptureMeta, RowKind, is_capture
+from hookrun.store.lock import settled
 from hookrun.store.run_state import copy_whole, merge_features
 
 SAMPLE_DATASETS = ("index", "step", "target", "path")  # then every other /samples dataset (token map, data.store keys)
@@ -59,6 +60,7 @@ def build_view(path: Path, shards: list[Path], attrs: dict) -> View:
         for shard in shards:
             if shard.parent.resolve() != folder.resolve():
                 raise RunError(f"shard {shard} is not in the view's folder {folder}")
+            settled(shard)  # a killed rank's flush helper: its last message written
             status = shard_status(shard)
             if status in ("missing", "unreadable"):
                 incomplete.append(f"{shard.name} ({status})")

@@ -25,7 +25,7 @@ import h5py
 from hookrun.errors import HookrunError, NotFoundError
 from hookrun.store.capture_schema import damage
 from hookrun.store.format import FORMAT_VERSION, HOOKRUN_VERSION
-from hookrun.store.lock import changed_while_read, flushing_path, wait_for_flush
+from hookrun.store.lock import changed_while_read, flushing_path, settled, wait_for_flush
 from hookrun.store.schemes import local_path, scheme_of
 from hookrun.store.view_sources import check_shards, check_sources, shard_names
 
@@ -175,7 +175,9 @@ def damaged(path: Path | str, exc: BaseException) -> HookrunError:
 
 def _open_read(path: Path) -> h5py.File:
     """Read-only, without HDF5's file lock (a live run's file is read beside its writer); a file this
-    process already holds open with HDF5's default locking must be opened with the same flags."""
+    process already holds open with HDF5's default locking must be opened with the same flags. A
+    killed run's flush helper is waited for: its last message half written is no file to read."""
+    settled(path)
     try:
         return h5py.File(path, "r", locking=False)
     except OSError as exc:

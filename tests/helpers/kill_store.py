@@ -6,8 +6,10 @@ This process imports the store once, then forks one writer per kill: the child w
 batches (flush_every=1, a capture of every sample, a per-step capture, a capture that stops after
 30 rows, token rows, checksums on) and the parent sends SIGKILL after a random delay drawn over the
 child's whole life (measured first from an unkilled child). Every file a kill leaves is then opened
-with plain h5py and must agree with its counts: every dataset's length equals what
-`samples_complete` / `steps_complete` say, and every row equals what an unkilled writer writes.
+with plain h5py, once the killed writer's flush helper let go of it (store/lock.py's `settled`, as
+hookrun's readers wait; HDF5's file locking refuses the file until then), and must agree with its
+counts: every dataset's length equals what `samples_complete` / `steps_complete` say, and every
+row equals what an unkilled writer writes.
 Prints one JSON line: kills, files checked, and each disagreement found (none expected). With
 `--want N` it stops once N files were checked (at most `--kills` kills): a kill before the file has
 its name leaves nothing to check, and how many do depends on the machine's load.
@@ -32,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's 
 
 from hookrun.store.digest import table_of  # noqa: E402
 from hookrun.store.h5store import H5Store  # noqa: E402
+from hookrun.store.lock import settled  # noqa: E402
 from hookrun.store.records import Capture, CaptureKey, StepRecord  # noqa: E402
 
 B, TOKENS = 4, 3  # samples per batch, token rows per sample
@@ -70,8 +73,10 @@ def child(path: Path, batches: int) -> None:
 
 def check(path: Path) -> list[str]:
     """What in a killed file disagrees with its counts or with the writer's values (empty: nothing).
-    A file killed inside a flush (at NAME.flushing) must hold the batches of the flush before."""
+    A file killed inside a flush (at NAME.flushing) must hold the batches of the flush before. Read
+    as hookrun reads a killed run's file: once its flush helper has written its last message."""
     wrong = []
+    settled(path)
     with h5py.File(path, "r") as f:
         n, steps = int(f.attrs["samples_complete"]), int(f.attrs["steps_complete"])
         if path.suffix == ".flushing":  # lengths may be past the counts: only the previous flush is sure
