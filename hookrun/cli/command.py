@@ -67,14 +67,18 @@ def exit_process(main: Callable[[], int | None]) -> NoReturn:
     exit 2 (cli/torch_pair.py)."""
     from hookrun.cli.torch_pair import mismatch
 
-    broken = mismatch()  # torch and torchvision of two builds: one line, not a failed import later
-    if broken is not None:
-        sys.exit(fail(broken))
-    try:
-        code = main()
-    finally:
-        gc.collect()  # what the run left in reference cycles is freed (its __del__ runs) before the heap is frozen
-        gc.freeze()
+    try:  # a Ctrl-C outside a run's own handling (imports, the config, Hydra): one line, exit 130
+        broken = mismatch()  # torch and torchvision of two builds: one line, not a failed import later
+        if broken is not None:
+            sys.exit(fail(broken))
+        try:
+            code = main()
+        finally:
+            gc.collect()  # what the run left in reference cycles is freed (its __del__ runs) before the heap is frozen
+            gc.freeze()
+    except KeyboardInterrupt:
+        print("hookrun: interrupted by SIGINT", file=sys.stderr)
+        code = 130
     sys.exit(code)
 
 

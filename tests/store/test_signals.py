@@ -3,8 +3,14 @@ rows stay equal, and the line says what was written. Reference: plain h5py."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+
 import h5py
 import pytest
+from conftest import ROOT
 from toy_runs import RECORD_BODY, toy_cfg
 
 import hookrun
@@ -89,3 +95,24 @@ def test_a_signal_after_the_file_is_closed_names_the_file_as_it_is(tmp_path, mon
         assert f.attrs["steps_complete"] == n == f["captures/b/body/output"].shape[0]
         if status == "complete":
             assert n == result.samples
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SIGINT from outside")
+@pytest.mark.parametrize("module", ["hydra", "torch.nn"])
+def test_ctrl_c_while_python_imports_the_app_is_one_line_and_exit_130(tmp_path, module):
+    """Ctrl-C in the first second or two, while Python imports hookrun, Hydra and torch, printed an
+    import's KeyboardInterrupt traceback (exit 130 by accident). Sent once `-X importtime` shows
+    `module` being imported: one line, no traceback, exit 130, no output folder."""
+    proc = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "hookrun", "experiment=resnet_layer1",
+                             f"hydra.run.dir={tmp_path / 'run'}"], stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if line.split("|")[-1].strip() == module:
+            proc.send_signal(signal.SIGINT)
+            break
+    rest = proc.stderr.read()
+    assert proc.wait(60) == 130, "".join(lines[-5:]) + rest[-2000:]
+    said = [x for x in rest.splitlines() if not x.startswith("import time:")]
+    assert said == ["hookrun: interrupted by SIGINT while starting; nothing was written"], rest[-2000:]
+    assert not (tmp_path / "run").exists()
