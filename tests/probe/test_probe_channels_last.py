@@ -79,3 +79,45 @@ def test_convnext_block_norm_and_torchvision_swin_are_channels_last():
         feats = [raw[a].mean((1, 2)) if a in last else raw[a].mean((2, 3)) for a in at]
         sim = np.asarray(hookrun.similarity(model, data, at=at, batch_size=8, pool="mean").values)
         np.testing.assert_allclose(sim, [[cka(a, c) for c in feats] for a in feats], atol=1e-9, err_msg=str(at))
+
+
+def test_a_swin_stages_input_is_steered_along_its_channels_as_the_probe_read_them(tmp_path):
+    """probe_steer at a timm Swin stage's input (the output of the stage before it, (B, H, W, C)) added the
+    probe's direction along dim 1, the height: a Swin stage was not among the modules whose input is
+    channels last (direction.py's own test; hooks/points.py's last_roles knew). Where H == C (16 here)
+    that was silent. Reference: the same model with a raw forward pre-hook adding f w/|w| on the last axis."""
+    import h5py
+
+    import hookrun
+
+    torch.manual_seed(0)
+    model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, embed_dim=16, depths=(1, 1),
+                              num_heads=(1, 1), img_size=64, window_size=4, num_classes=3).eval()
+    x, y = torch.randn(N, 3, 64, 64), torch.arange(N) % 3
+    data = [{"x": x[i], "label": y[i]} for i in range(N)]
+    base = {"data": {"batch_size": 8, "inputs": ["x"]}, "device": "cpu", "progress": False}
+    probe = tmp_path / "p.h5"
+    hookrun.run({**base, "output": {"path": str(probe)}, "probe": {"at": ["layers.0"], "target": "label",
+                                                                    "pool": "mean", "control": False}},
+                model=model, dataset=data)
+    with h5py.File(probe, "r") as f:
+        w = f["probe/000/weight"][2].astype(np.float64)
+    hooks = {"s": {"at": "layers.1", "type": "forward_pre", "actions": [
+        {"name": "replace_input", "op": "probe_steer", "probe": str(probe), "at": "layers.0", "label": 2, "factor": 3.0}]},
+        "r": {"at": "head", "type": "forward", "actions": [{"name": "record", "what": "output"}]}}
+    hookrun.run({**base, "output": {"path": str(tmp_path / "s.h5")}, "hooks": hooks}, model=model, dataset=data)
+    v = torch.tensor(3.0 * w / np.linalg.norm(w), dtype=torch.float32)
+    seen = []
+
+    def pre(m, args):
+        seen.append(tuple(args[0].shape))
+        return (args[0] + v,)  # along the last axis: the channels
+
+    h = model.layers[1].register_forward_pre_hook(pre)
+    with torch.no_grad():
+        want = model(x).double().numpy()
+    h.remove()
+    assert seen[0] == (N, 16, 16, 16)  # H == W == C: a wrong axis is not caught by its size
+    with h5py.File(tmp_path / "s.h5", "r") as f:
+        got = f["captures/r/head/output"][:].astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

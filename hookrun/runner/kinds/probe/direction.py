@@ -18,7 +18,7 @@ so each row is a direction in the module's feature space:
   pooled features then score the bias alone: the probe can no longer read its target.
 
 The feature axis is the one the probe kind reads as features (feature_axis): dim 1 of a flat row or of a
-feature map (the last of a channels-last map, points.channels_last), the last of token rows (B, T, D), a
+feature map (the last of a channels-last map, points.last_roles), the last of token rows (B, T, D), a
 torch *1d module's channels; never chosen by the sizes, so token rows of as many tokens as features
 are steered along their features. `dim:` overrides it. Every check of the
 file (a probe run, the hook point, the label) runs when the plan is built, before any batch; a
@@ -36,7 +36,7 @@ from torch import nn
 
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError
 from hookrun.hooks.ops import OpBuild, OpContext
-from hookrun.hooks.points import channels_last
+from hookrun.hooks.points import last_roles
 from hookrun.labels import module_label
 from hookrun.runner.kinds.probe import table
 from hookrun.store.reading import open_source
@@ -126,15 +126,13 @@ def feature_axis(x: torch.Tensor, module: Any, model: Any, family: str) -> tuple
     its name: the probe kind's layout (pool.py, hooks/taps.py), never decided by the sizes (token rows of as
     many tokens as features, a map as wide as its channels). (B, D): 1. (B, T, D): token rows, the last;
     a torch *1d module's (Conv1d, BatchNorm1d, ...) (B, C, L), its channels. A 4-D map: its channels, dim 1,
-    or the last where the module's output is channels-last (points.channels_last: Swin, a Linear or LayerNorm
-    over a 4-D tensor; an input: where the module is a Linear or LayerNorm, which read the last axis)."""
+    or the last where the module's output (or input) is channels-last as the hooks read it (points.last_roles:
+    Swin, a Linear or LayerNorm over a 4-D tensor; an input where the module keeps that layout)."""
     kind = type(module).__name__
     if x.dim() == 3:
         return (1, "dim 1, a 1-d map's channels") if kind.endswith("1d") else (2, "the last axis of token rows")
     if x.dim() == 4 and isinstance(module, nn.Module):
-        last = (channels_last(module, model if isinstance(model, nn.Module) else module) if family == "output" else
-                isinstance(module, nn.Linear) or (isinstance(module, nn.LayerNorm) and len(module.normalized_shape) == 1))
-        if last:
+        if family in last_roles(module, model if isinstance(model, nn.Module) else module):
             return 3, "the last axis of a channels-last map"
     return 1, "dim 1, the channels" if x.dim() > 2 else "dim 1"
 
