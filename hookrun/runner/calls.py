@@ -19,6 +19,7 @@ null. The batch's `attention_mask` (a dict item's key, or the input that data.in
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -49,7 +50,7 @@ class ModelCall:
         """The forward; an exception the model's own code raises is one RunError line naming the call,
         the batch's inputs and the model's message (the original stays as its __cause__)."""
         try:
-            return model(*self.args, **self.kwargs)
+            return model(*self.args, **with_positions(model, self.kwargs, self.attention_mask))
         except (HookrunError, KeyboardInterrupt, StopForward):  # StopForward: early_stop's cut
             raise
         except Exception as exc:
@@ -199,6 +200,24 @@ class CallSpec:
         mask = batch.get(MASK_KEY) if isinstance(batch, Mapping) else kwargs.get(MASK_KEY)  # tuples: by data.inputs
         return ModelCall(args, kwargs, target, batch, mask if isinstance(mask, torch.Tensor) else None)
 
+
+def with_positions(model: nn.Module, kwargs: dict, mask: Any) -> dict:
+    """`kwargs` with `position_ids` counted from the attention `mask` where a row is left-padded and the
+    model's forward takes them: each item's first real token at position 0, as generate() and TransformerLens
+    count them (GPT-2's learned positions started at the padding, so its activations moved with it). As
+    given where no row is left-padded (the same positions), the call names its own, or the model takes none."""
+    if (not isinstance(mask, torch.Tensor) or mask.dim() != 2 or "position_ids" in kwargs
+            or not _takes_positions(type(model)) or bool(mask[:, 0].all())):
+        return kwargs
+    return {**kwargs, "position_ids": (mask.long().cumsum(-1) - 1).clamp(min=0)}
+
+
+@functools.cache
+def _takes_positions(cls: type) -> bool:
+    try:
+        return "position_ids" in inspect.signature(cls.forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 def check_positions(model: nn.Module, item: Any) -> None:
     """An item's `input_ids` longer than the model's learned position table (GPT-2's wpe, BERT's

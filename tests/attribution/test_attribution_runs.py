@@ -217,8 +217,9 @@ def test_padded_text_is_attributed_at_each_items_last_real_token(side):
                             target="predicted", steps=4, measure={"deletion": 3})
 
     def at_last_real(ids, am):  # the logits at the last 1 of the mask: the last position minus its trailing 0s
-        last = am.shape[1] - 1 - torch.flip(am, [1]).argmax(1)
-        return lm(input_ids=ids, attention_mask=am).logits[torch.arange(len(ids)), last]
+        last = am.shape[1] - 1 - torch.flip(am, [1]).argmax(1)  # (positions from each item's first real token,
+        pos = (am.cumsum(1) - 1).clamp(min=0)                   # as generate() and TransformerLens count them)
+        return lm(input_ids=ids, attention_mask=am, position_ids=pos).logits[torch.arange(len(ids)), last]
 
     with torch.no_grad():
         logits = at_last_real(ids, am)

@@ -157,8 +157,8 @@ def test_a_position_on_padding_has_no_target(tmp_path, model, left):
     items = [{"input_ids": ids[i], "attention_mask": mask[i], "answer": torch.tensor(7)} for i in range(4)]
     caught = {}
     h = model.transformer.h[1].register_forward_hook(lambda m, a, o: caught.setdefault("x", o[0] if isinstance(o, tuple) else o))
-    with torch.no_grad():
-        model(input_ids=ids, attention_mask=mask)
+    with torch.no_grad():  # (positions from each item's first real token, as generate() counts them)
+        model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(1) - 1).clamp(min=0))
     h.remove()
     lp, real = manual_lens(model, caught["x"]), mask.bool()
     for target, shift, want_ids, ok in [("answer", 0, torch.full((4, 10), 7), real),

@@ -44,18 +44,23 @@ def record(name: str, select: list) -> dict:
 
 
 def raw(lm, ds) -> tuple[np.ndarray, np.ndarray]:
-    """The block's output by a raw forward hook, batch by batch as the run calls it, and the masks."""
+    """The block's output by a raw forward hook on each sample alone, its real tokens only (no padding, so
+    no position to count), laid at its mask's places (zeros at the padding), and the masks. (A left-padded
+    batch called as model(**batch) counted GPT-2's positions from the padding: runner/calls.with_positions.)"""
     ids = torch.stack([ds[i]["input_ids"] for i in range(len(ds))])
-    am = torch.stack([ds[i]["attention_mask"] for i in range(len(ds))])
+    am = torch.stack([ds[i]["attention_mask"] for i in range(len(ds))]).bool()
     seen = []
     handle = lm.get_submodule(AT).register_forward_hook(lambda m, i, o: seen.append(o[0] if isinstance(o, tuple) else o))
     try:
         with torch.no_grad():
-            for s in range(0, len(ds), 3):
-                lm(input_ids=ids[s: s + 3], attention_mask=am[s: s + 3])
+            for i in range(len(ds)):
+                lm(input_ids=ids[i][am[i]][None])
     finally:
         handle.remove()
-    return torch.cat(seen).numpy(), am.numpy().astype(bool)
+    out = np.zeros((*ids.shape, seen[0].shape[-1]), np.float32)
+    for i, h in enumerate(seen):
+        out[i][am[i].numpy()] = h[0].numpy()
+    return out, am.numpy()
 
 
 @pytest.mark.parametrize("side", ["right", "left"])

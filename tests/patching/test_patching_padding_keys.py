@@ -51,15 +51,16 @@ def masked_ce(logits, ids, mask):
 @pytest.mark.parametrize("method", ["exact", "atp"])
 def test_ce_over_padded_items_leaves_the_padding_out(model, side, method):
     clean, corrupt, mask, items = padded(side)
+    pos = (mask.cumsum(1) - 1).clamp(min=0)  # (positions from each item's first real token, as generate() counts them)
     with torch.no_grad():
         kept = {}
         hooks = [model.transformer.h[k].register_forward_hook(
             lambda mod, i, o, k=k: kept.__setitem__(k, (o[0] if isinstance(o, tuple) else o).clone())) for k in range(2)]
-        model(clean, attention_mask=mask)
+        model(clean, attention_mask=mask, position_ids=pos)
         for h in hooks:
             h.remove()
-        m_clean = masked_ce(model(clean, attention_mask=mask).logits, clean, mask)
-        m_corrupt = masked_ce(model(corrupt, attention_mask=mask).logits, clean, mask)
+        m_clean = masked_ce(model(clean, attention_mask=mask, position_ids=pos).logits, clean, mask)
+        m_corrupt = masked_ce(model(corrupt, attention_mask=mask, position_ids=pos).logits, clean, mask)
     g = hookrun.patch_grid(model, items, inputs=MASKED, method=method, metric={"name": "ce"}, sites=RESID)["r"]
     assert g.attrs["metric_clean"] == pytest.approx(m_clean, abs=1e-5)
     assert g.attrs["metric_corrupt"] == pytest.approx(m_corrupt, abs=1e-5)
@@ -74,7 +75,7 @@ def test_ce_over_padded_items_leaves_the_padding_out(model, side, method):
                 return (h, *o[1:]) if isinstance(o, tuple) else h
             handle = model.transformer.h[k].register_forward_hook(patch)
             with torch.no_grad():
-                ref[k, p] = masked_ce(model(corrupt, attention_mask=mask).logits, clean, mask)
+                ref[k, p] = masked_ce(model(corrupt, attention_mask=mask, position_ids=pos).logits, clean, mask)
             handle.remove()
     np.testing.assert_allclose(g.values, ref, atol=1e-5)
 

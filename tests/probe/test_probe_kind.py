@@ -163,7 +163,9 @@ def test_token_rows_every_real_token_ridge_equals_sklearn(tmp_path, side):
     out = []
     h = model.transformer.h[1].register_forward_hook(lambda m, a, o: out.append((o[0] if isinstance(o, tuple) else o).double()))
     with torch.no_grad():
-        model(input_ids=torch.stack([d["input_ids"] for d in items]), attention_mask=torch.stack([d["attention_mask"] for d in items]))
+        am = torch.stack([d["attention_mask"] for d in items])  # (positions from each item's first real token,
+        model(input_ids=torch.stack([d["input_ids"] for d in items]), attention_mask=am,  # as generate() counts them)
+              position_ids=(am.cumsum(1) - 1).clamp(min=0))
     h.remove()
     mask = torch.stack([d["attention_mask"] for d in items]).bool().numpy()
     ids = torch.stack([d["input_ids"] for d in items]).numpy()

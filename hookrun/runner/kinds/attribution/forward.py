@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from hookrun.errors import ConfigError
+from hookrun.runner.calls import with_positions
 
 
 class Forward:
@@ -75,7 +76,7 @@ class Forward:
                 args[place] = value
             else:
                 kwargs[place] = value
-        logits = logits_of(self.model(*args, **kwargs), kwargs.get(MASK, mask))
+        logits = logits_of(self.model(*args, **with_positions(self.model, kwargs, kwargs.get(MASK))), kwargs.get(MASK, mask))
         if x is self.watch and self.seen is None:  # captum's own forward of the inputs (occlusion's first, IG's delta)
             self.seen = logits.detach()
         return logits
