@@ -254,7 +254,7 @@ def _sweep_readers(sweep: Any) -> list[KindReader]:
         if job.file is None:
             continue
         try:
-            with h5py.File(job.file, "r") as f:
+            with h5py.File(job.file, "r", locking=False) as f:  # (a job still running: its last flush)
                 kinds.update((r.kind, r) for r in readers_of(f))
         except OSError:  # an unreadable job: the sweep table says so
             continue

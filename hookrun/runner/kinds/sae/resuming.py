@@ -27,7 +27,7 @@ import h5py
 from hookrun.config.schema import HookrunConfig
 from hookrun.errors import ConfigError
 from hookrun.store.digest import table_of
-from hookrun.store.lock import flushing_path
+from hookrun.store.lock import flushing_path, settled
 from hookrun.store.schemes import scheme_of
 
 log = logging.getLogger("hookrun")
@@ -41,8 +41,9 @@ def old_sae(cfg: HookrunConfig) -> dict[str, Any] | None:
     path = Path(str(cfg.output.path))
     for source in (path, flushing_path(path)):  # (a kill inside a flush leaves it at <name>.flushing)
         if source.exists():
+            settled(source)  # a killed run's flush helper: its last message written
             try:
-                with h5py.File(source, "r") as f:
+                with h5py.File(source, "r", locking=False) as f:
                     text, status = f.attrs.get("sae"), f.attrs.get("status")
             except OSError:
                 return None
