@@ -12,7 +12,7 @@ headers, B-tree nodes, the superblock's end of file). Those are held in memory w
 and then sent in one message to a small helper process, which applies a message only once it has
 all of it. A kill -9 of the writer before the message is complete leaves the last flush's file, one
 after it the next flush's, once the helper has written it: the helper holds an exclusive flock on
-the file for its life (the writer's, and the moments after a kill while it ends its last message),
+the file for its life (its writer's, and after a kill until the pipe holds no whole message more),
 so plain h5py (HDF5's file locking) refuses the file while a message may be half written, and
 hookrun's readers wait for it where no run is writing the file (store/lock.py's `settled`): either
 way the file under its name is read with lengths equal to its counts. (Only the helper's own death in
@@ -39,28 +39,33 @@ import h5py
 # the helper: reads messages [u64 length][records] from stdin; a record is [i64 offset][i64 n][n bytes] (n = -1:
 # truncate the file to `offset`); a message is applied only when whole, then acknowledged
 _HELPER = """
-import os, signal, struct, sys
+import os, select, signal, struct, sys
 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
     signal.signal(s, signal.SIG_IGN)
-fd, r, w = int(sys.argv[1]), sys.stdin.buffer, sys.stdout.buffer
-try:  # held for this helper's life, on a description of its own: a reader waits for the last message
-    import fcntl
-    fcntl.flock(os.open("/proc/self/fd/%d" % fd, os.O_RDONLY), fcntl.LOCK_EX | fcntl.LOCK_NB)
-except (ImportError, OSError):  # no /proc (macOS), a file system without flock: best effort
-    pass
-try:
-    w.write(b"r") and w.flush()
-except OSError:
-    pass
+fd, parent = int(sys.argv[1]), os.getppid()
+try:  # held on a description of its own until the last message is written: readers wait for it
+    import fcntl; fcntl.flock(os.open("/proc/self/fd/%d" % fd, os.O_RDONLY), fcntl.LOCK_EX | fcntl.LOCK_NB)
+except (ImportError, OSError): pass  # no /proc (macOS), a file system without flock: best effort
+def say(b):  # (the writer killed: no one to answer, but the messages it sent are still applied)
+    try: os.write(1, b)
+    except OSError: pass
+def read(n):  # None: the end of input, or the writer gone and nothing more in the pipe (a forked
+    out = b""  # DataLoader worker may hold the pipe open, so no end of file comes)
+    while len(out) < n:
+        if not select.select([0], [], [], 0.05)[0]:
+            if os.getppid() != parent: return None
+            continue
+        part = os.read(0, n - len(out))
+        if not part:
+            return None
+        out += part
+    return out
+say(b"r")
 while True:
-    head = r.read(8)
-    if len(head) < 8:
-        break
-    n = struct.unpack("<Q", head)[0]
-    if n == 2**64 - 1:  # the end: a forked child (a DataLoader worker) may hold the pipe open, so no EOF comes
-        break
-    body = r.read(n)
-    if len(body) < n:
+    head = read(8)
+    n = struct.unpack("<Q", head)[0] if head else 2**64 - 1
+    body = read(n) if n != 2**64 - 1 else None  # (2**64 - 1: the end, close()'s word)
+    if body is None:
         break
     at = 0
     while at < n:
@@ -74,11 +79,7 @@ while True:
         while len(view):
             done = os.pwrite(fd, view, off)
             view, off = view[done:], off + done
-    try:
-        w.write(b"k")
-        w.flush()
-    except OSError:  # the writer was killed: no one to answer, but the messages it sent are still applied
-        pass
+    say(b"k")
 os._exit(0)  # every write is done (pwrite) and acknowledged: no interpreter teardown to wait for
 """
 

@@ -176,7 +176,7 @@ def changed_while_read(path: Path | str, reason: str) -> ChangedWhileRead | None
 
 def settled(path: Path, seconds: float = 10.0) -> None:
     """Until a killed run's flush helper (store/held.py) has written the last message it was sent
-    and let go of `path` (it holds an exclusive flock on the file for its life): then the file is one
+    and let go of `path` (it holds an exclusive flock on the file while its writer lives, then until its pipe is empty): then the file is one
     whole flush. A live run's file (its writer holds the lock beside it) is read at once, best
     effort; no file, or a file system without flock: at once; a helper still there after `seconds`: on."""
     if fcntl is None or live_writer(path) is not None:

@@ -86,7 +86,7 @@ def test_a_file_whose_killed_writers_helper_still_writes_is_refused_by_plain_h5p
     """After a kill -9, the helper still writes the message it was sent: for those moments (40 ms per
     write here; microseconds on a quiet machine, more under load) the file is half of one flush and
     half of the next (CI saw /checksums ending a capture at row 16 while it had 12). The helper holds
-    an exclusive flock on the file for its life: plain h5py is refused (HDF5's file locking) instead
+    an exclusive flock on the file until then: plain h5py is refused (HDF5's file locking) instead
     of reading lengths that disagree with the counts, and hookrun's readers wait for it to end."""
     path = tmp_path / "captures.h5"
     _killed_at(path, 7, _all_sent, slow_helper=True)
@@ -135,3 +135,42 @@ def test_closing_ends_the_flush_helper_while_a_forked_child_holds_its_pipe(tmp_p
     finally:
         os.kill(child, signal.SIGKILL)
         os.waitpid(child, 0)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the helper's lock is taken through /proc")
+def test_a_killed_writers_helper_lets_go_of_the_file_while_a_forked_worker_holds_its_pipe(tmp_path):
+    """A DataLoader worker (a fork of the writer) holds the helper's pipe open, so no end of file reaches
+    the helper when the writer is killed: it held the file's lock, refusing plain h5py and keeping
+    hookrun's readers waiting, until the worker went (5 s for torch's, 300 s here). The helper sees its
+    writer gone (its parent changes) once nothing more is in the pipe, and ends."""
+    import fcntl
+    import time
+
+    path = tmp_path / "x.bin"
+    writer = os.fork()
+    if writer == 0:
+        try:
+            raw = held.HeldWrites(path)
+            raw.applier.apply(b"")  # (the helper holds the lock once it has said so)
+            worker = os.fork()
+            if worker == 0:  # the "worker": every inherited fd, the helper's stdin among them
+                time.sleep(300)
+                os._exit(0)
+            (tmp_path / "worker").write_text(str(worker))
+            os.kill(os.getpid(), signal.SIGKILL)
+        finally:
+            os._exit(1)
+    os.waitpid(writer, 0)
+    fd = os.open(path, os.O_RDONLY)
+    started = time.monotonic()
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                assert time.monotonic() - started < 10, "the helper held the file while the worker lived"
+                time.sleep(0.01)
+    finally:
+        os.close(fd)
+        os.kill(int((tmp_path / "worker").read_text()), signal.SIGKILL)
