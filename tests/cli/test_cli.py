@@ -210,7 +210,8 @@ def test_wheel_ships_conf_and_runs_from_an_installed_layout(tmp_path, wheel_site
 
 
 def test_intervention_commands_as_written(tmp_path):
-    """Issue 3's commands, exactly as a user types them, in one fresh folder."""
+    """Issue 3's commands, exactly as a user types them, in one fresh folder, each with one batch of 4
+    images appended (the commands' parsing and effects are what is checked, not the data's size)."""
     commands = [
         ["hooks={z: {at: layer3, type: forward, actions: [{name: modify_output, op: scale, factor: 0.0}, record]}}"],
         ["-m", "experiment=ablate_layer3", "params.factor=0,0.5,1"],
@@ -222,7 +223,7 @@ def test_intervention_commands_as_written(tmp_path):
         ["experiment=patch_layer2", "hydra.run.dir=outputs/patched"],
     ]
     for args in commands:
-        assert_ok(run_cli(*args, cwd=tmp_path, env=ENV))
+        assert_ok(run_cli(*args, "data.batch_size=4", "data.limit=1", cwd=tmp_path, env=ENV))
     for path in h5_files(tmp_path / "outputs"):
         with h5py.File(path) as f:
             assert f.attrs["status"] == "complete", path
