@@ -6,7 +6,8 @@ This process imports hookrun's CLI once, then forks one child per run; the child
 main() with the given arguments, exactly what `python -m hookrun ARGS` runs after its imports.
 A run with `kill_after` gets SIGKILL that many seconds after it started; `kill_after_share` at that
 share of the first run's file's life (from the moment its file appeared to the run's end). Prints one JSON line: each run's exit status
-(or "killed") and wall time.
+(or "killed") and wall time. With `"side_by_side": N` in the plan (runs without a kill only: their
+timing does not matter), N runs at a time are children at once; the results keep the runs' order.
 """
 
 from __future__ import annotations
@@ -42,7 +43,25 @@ def start(args: list[str]) -> int:
     return pid
 
 
+def side_by_side(plan: dict, n: int) -> list[dict]:
+    """Every run of the plan to its end, `n` children at a time (no kills: wall time is not recorded)."""
+    results: list[dict] = [{} for _ in plan["runs"]]
+    waiting = list(enumerate(plan["runs"]))
+    running: dict[int, int] = {}  # pid -> the run's place
+    while waiting or running:
+        while waiting and len(running) < n:
+            i, run = waiting.pop(0)
+            assert run.get("kill_after") is None and run.get("kill_after_share") is None, run
+            running[start([*plan["args"], f"hydra.run.dir={run['dir']}", *run.get("extra", [])])] = i
+        pid, status = os.wait()
+        i = running.pop(pid)
+        results[i] = {"dir": plan["runs"][i]["dir"], "code": os.waitstatus_to_exitcode(status)}
+    return results
+
+
 def go(plan: dict) -> list[dict]:
+    if plan.get("side_by_side"):
+        return side_by_side(plan, plan["side_by_side"])
     results: list[dict] = []
     first_seconds = file_at = None
     for run in plan["runs"]:

@@ -164,11 +164,13 @@ KILL_ARGS = [
 ]
 
 
-def fork_runs(tmp_path: Path, runs: list[dict], args: list[str] = KILL_ARGS) -> list[dict]:
-    """Runs of `python -m hookrun ARGS` forked from one warm process (tests/helpers/fork_runs.py)."""
+def fork_runs(tmp_path: Path, runs: list[dict], args: list[str] = KILL_ARGS, side_by_side: int = 0) -> list[dict]:
+    """Runs of `python -m hookrun ARGS` forked from one warm process (tests/helpers/fork_runs.py);
+    `side_by_side`: that many at once (runs without a kill, whose timing does not matter)."""
     import json
 
-    proc = subprocess.run([sys.executable, str(HELPERS / "fork_runs.py")], input=json.dumps({"args": args, "runs": runs}),
+    plan = {"args": args, "runs": runs, "side_by_side": side_by_side}
+    proc = subprocess.run([sys.executable, str(HELPERS / "fork_runs.py")], input=json.dumps(plan),
                           cwd=tmp_path, env={**os.environ, **ENV}, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.splitlines()[-1])
@@ -225,7 +227,9 @@ def test_kill_9_at_30_moments_leaves_readable_files_that_resume(tmp_path):
             raise AssertionError(f"killed at {res['kill_after']:.2f} s (the reference's file appeared at "
                                  f"{results[0]['file_at']:.2f} s): {type(exc).__name__}: {exc}") from exc
     assert killed_with_a_file >= 15, results  # (the others before the file appeared, or after it was closed)
-    resumed = fork_runs(tmp_path, [{"dir": res["dir"], "extra": ["resume=true"]} for res in results[1:]])
+    # the resumes run 6 at a time: most of a run's life is its hook's sleep, which they share
+    resumed = fork_runs(tmp_path, [{"dir": res["dir"], "extra": ["resume=true"]} for res in results[1:]], side_by_side=6)
+    assert [res["dir"] for res in resumed] == [res["dir"] for res in results[1:]]
     for res in resumed:
         assert res["code"] == 0, res
         assert_same_captures(ref, tmp_path / res["dir"] / "captures.h5")
