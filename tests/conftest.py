@@ -138,12 +138,13 @@ def run_hooks(tmp_path, checkpoint):
 
 
 def run_cli(*args: str, cwd: Path = ROOT, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python -m hookrun ARGS` in `cwd`, its output captured; its start-up's torch import is shared
+    (tests/helpers/warm_python.py: hookrun itself is imported fresh by each command)."""
+    import warm_python
+
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     full_env.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.run(
-        [sys.executable, "-m", "hookrun", *args], cwd=cwd, capture_output=True, text=True,
-        timeout=timeout, env=full_env,
-    )
+    return warm_python.run_module("hookrun", list(args), cwd=cwd, env=full_env, timeout=timeout)
 
 
 # The longest test files first (measured: their tests' durations summed in a CI run): `-n auto`

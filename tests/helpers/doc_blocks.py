@@ -12,6 +12,8 @@ there. A block is left out only where one of the two lines before it says why:
 (`<!-- readme-test: skip (why) -->` is the README's older spelling of the same mark). A mark
 without a reason is an error. Shell blocks: lines starting with `$ ` are commands and the other
 lines their output; a block without `$ ` is all commands (a trailing backslash continues a line).
+A `python -m MODULE` command runs in a child of a process that has imported torch already
+(tests/helpers/warm_python.py), which saves its start-up's torch import; MODULE imports fresh.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+
+import warm_python
 
 ROOT = Path(__file__).resolve().parents[2]
 MARK = re.compile(r"<!--\s*(?:no-run\s*:|readme-test:\s*skip\b)(.*?)-->")
@@ -114,8 +118,11 @@ def run_page(page: Path, folder: Path, environ: dict[str, str], namespace: dict 
             continue
         for cmd in commands(code):
             argv = shlex.split(cmd, comments=True)
-            argv = [sys.executable if a == "python" else a for a in argv]
-            proc = subprocess.run(argv, cwd=folder, env=environ, capture_output=True, text=True, timeout=900)
+            if argv[:2] == ["python", "-m"]:  # its start-up's torch import shared (hookrun imported fresh)
+                proc = warm_python.run_module(argv[2], argv[3:], cwd=folder, env=environ, timeout=900)
+            else:
+                argv = [sys.executable if a == "python" else a for a in argv]
+                proc = subprocess.run(argv, cwd=folder, env=environ, capture_output=True, text=True, timeout=900)
             assert proc.returncode == 0, f"{page.name}: command failed: {cmd}\n{proc.stderr[-3000:]}"
             ran += 1
     return ran, marked

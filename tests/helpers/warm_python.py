@@ -1,0 +1,183 @@
+"""`python -m MODULE ARGS` without paying torch's import for each (tests only): a subprocess.run stand-in.
+
+    proc = warm_python.run_module("hookrun", ["experiment=resnet_layer1"], cwd=tmp_path, env=env, timeout=600)
+
+A server process (per test process) imports torch (the bulk of a start-up: about 2 of its 2.5 CPU
+seconds) and nothing else, then forks one child per command. The child takes the command's working
+directory, environment, sys.path (as Python builds it from PYTHONPATH) and sys.argv, and runs the
+module as `python -m` does (runpy, as __main__); hookrun and everything else it imports is imported
+fresh in each child, so an import error or import-order fault of hookrun's still shows. Its stdout
+and stderr go to files read back into a CompletedProcess; its exit status is the process's, as
+`python -m` would have exited (SystemExit's code, 1 and the traceback for an uncaught exception).
+
+A server is started with the command's variables read at interpreter or torch start-up (PYTHON*,
+OMP_*, MKL_*, CUDA*, TORCH*, LD_*, ...; PYTHONPATH and PYTHONUNBUFFERED are set per command): a
+command with other such variables gets a server of its own. Without fork, a real subprocess runs.
+"""
+
+from __future__ import annotations
+
+import atexit
+import io
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import threading
+
+# variables read when the interpreter or torch starts: a command that sets them otherwise needs its own process
+STARTUP = ("PYTHON", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "CUDA", "TORCH", "PYTORCH", "LD_", "NVIDIA", "HIP_", "ROCM")
+PER_COMMAND = ("PYTHONPATH", "PYTHONUNBUFFERED")
+_servers: dict[tuple, subprocess.Popen] = {}  # one a set of start-up variables, the last used last
+_lock = threading.Lock()
+
+
+def _startup_env(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(STARTUP) and k not in PER_COMMAND}
+
+
+def _get_server(env: dict[str, str]) -> subprocess.Popen:
+    """The server started with `env`'s start-up variables (a new one for a new set; at most 3 kept)."""
+    key = tuple(sorted(_startup_env(env).items()))
+    server = _servers.pop(key, None)
+    if server is None or server.poll() is not None:
+        while len(_servers) >= 3:
+            _stop(_servers.pop(next(iter(_servers))))
+        server = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  env={k: v for k, v in env.items() if k != "PYTHONPATH"}, bufsize=0)
+        atexit.register(_stop, server)
+    _servers[key] = server
+    return server
+
+
+def _stop(server: subprocess.Popen) -> None:
+    if server.stdin.closed:
+        return
+    server.stdin.close()  # the server ends at the end of its input
+    try:
+        server.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+    server.stdout.close()
+
+
+def _readline(fd: int) -> str:
+    line = b""
+    while not line.endswith(b"\n"):
+        byte = os.read(fd, 1)
+        if not byte:
+            raise RuntimeError("the warm_python server ended")
+        line += byte
+    return line.decode()
+
+
+def run_module(module: str, args: list[str], cwd, env: dict[str, str], timeout: float | None = None) -> subprocess.CompletedProcess:
+    """subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True,
+    text=True, timeout=timeout), its start-up's torch import shared (see the module's docstring)."""
+    argv = [sys.executable, "-m", module, *args]
+    if not hasattr(os, "fork"):
+        return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    with _lock, tempfile.TemporaryDirectory() as tmp:
+        out, err = os.path.join(tmp, "out"), os.path.join(tmp, "err")
+        server = _get_server(env)
+        server.stdin.write((json.dumps({"module": module, "args": list(args), "cwd": str(cwd), "env": env,
+                                        "out": out, "err": err}) + "\n").encode())
+        fd = server.stdout.fileno()
+        pid = int(_readline(fd))
+        ready, _, _ = select.select([fd], [], [], timeout)
+        if not ready:
+            os.kill(pid, 9)
+            _readline(fd)
+            raise subprocess.TimeoutExpired(argv, timeout, _read(out), _read(err))
+        code = int(_readline(fd))
+        return subprocess.CompletedProcess(argv, code, _read(out), _read(err))
+
+
+def _read(path: str) -> str:
+    with open(path, errors="replace") as f:  # (subprocess.run's text=True: the locale's encoding)
+        return f.read()
+
+
+# ---- the server (this file run as a script) ----
+
+def _child(req: dict, base_path: list[str]) -> None:
+    import runpy
+    import traceback
+
+    code = 1
+    try:
+        os.chdir(req["cwd"])
+        os.environ.clear()
+        os.environ.update(req["env"])
+        for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, req["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+                                (2, req["err"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
+            os.dup2(os.open(path, flags, 0o644), fd)
+        # the standard streams as a new interpreter makes them on these files (PYTHONUNBUFFERED: unbuffered)
+        unbuffered = bool(req["env"].get("PYTHONUNBUFFERED"))
+        for name, fd in (("stdout", 1), ("stderr", 2)):
+            old = getattr(sys, name)
+            raw = io.FileIO(fd, "w", closefd=False)
+            stream = io.TextIOWrapper(raw if unbuffered else io.BufferedWriter(raw), encoding=old.encoding,
+                                      errors=old.errors, line_buffering=name == "stderr" and not unbuffered,
+                                      write_through=unbuffered)
+            setattr(sys, name, stream)
+            setattr(sys, f"__{name}__", stream)
+        sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)))
+        # sys.path as `python -m` builds it here: the working directory, PYTHONPATH's entries, then the installation's
+        extra = [p for p in req["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+        seen, path = set(), []
+        for p in [os.getcwd(), *(os.path.abspath(p) for p in extra), *base_path]:
+            if p not in seen:
+                seen.add(p)
+                path.append(p)
+        sys.path[:] = path
+        sys.argv = ["-m", *req["args"]]  # runpy sets argv[0] to the module's file, as -m does
+        try:
+            runpy.run_module(req["module"], run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as exc:
+            if exc.code is None:
+                code = 0
+            elif isinstance(exc.code, int):
+                code = exc.code
+            else:
+                print(exc.code, file=sys.stderr)
+                code = 1
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        threading._shutdown()  # as the interpreter's exit: wait for the run's non-daemon threads
+        atexit._run_exitfuncs()
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _serve() -> None:
+    import torch  # noqa: F401  (the import every child shares; no torch op runs here, so fork is safe)
+
+    extra = {os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    base_path = [p for p in sys.path[1:] if p not in extra]  # (sys.path[0]: this file's folder)
+    requests, answers = sys.stdin.buffer, sys.stdout.buffer
+    for line in requests:
+        req = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            _child(req, base_path)
+        answers.write(f"{pid}\n".encode())
+        answers.flush()
+        _, status = os.waitpid(pid, 0)
+        answers.write(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+        answers.flush()
+
+
+if __name__ == "__main__":
+    _serve()
