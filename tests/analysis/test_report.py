@@ -418,7 +418,8 @@ def test_latents_shade_each_context_token_with_its_own_activation_in_left_padded
     handle = model.transformer.h[1].mlp.act.register_forward_hook(lambda m, i, o: seen.append(o.detach()))
     with torch.no_grad():
         for lo in range(0, len(ids), 4):
-            model(input_ids=ids[lo:lo + 4], attention_mask=mask[lo:lo + 4])
+            model(input_ids=ids[lo:lo + 4], attention_mask=mask[lo:lo + 4],  # (left padding: positions as generate() counts them)
+                  position_ids=(mask[lo:lo + 4].cumsum(1) - 1).clamp(min=0))
     handle.remove()
     act = torch.cat(seen).numpy()
     with hookrun.open_run(path) as run:

@@ -72,7 +72,8 @@ def test_eager_attention_records_the_weights():
 
 def test_rows_token_without_what_on_a_module_with_no_token_tensor_is_one_line_not_an_empty_file(tmp_path):
     """The position embedding's output is (1, tokens, width): not over the batch's tokens. The run
-    recorded nothing, said nothing and ended complete; now it names the tensors and what to give."""
+    recorded nothing, said nothing and ended complete; now it names the tensors and what to give.
+    (Right-padded prompts: a left-padded batch gives GPT-2 a row of positions per item, runner/calls.py.)"""
     from toy_lm import Prompts
 
     from hookrun.errors import RunError
@@ -82,7 +83,7 @@ def test_rows_token_without_what_on_a_module_with_no_token_tensor_is_one_line_no
                                        r"and none of transformer\.wpe's is \(batch, tokens, \.\.\.\): input \(1, 7\), "
                                        r"output \(1, 7, \d+\); name one with what:"):
         hookrun.run({"hooks": hooks, "data": {"batch_size": 3}, "progress": False,
-                     "output": {"path": str(tmp_path / "t.h5")}}, model=tiny_gpt2(), dataset=Prompts())
+                     "output": {"path": str(tmp_path / "t.h5")}}, model=tiny_gpt2(), dataset=Prompts(side="right"))
 
 
 def test_a_patch_source_of_token_rows_is_named_as_such(tmp_path):

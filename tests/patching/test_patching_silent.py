@@ -192,15 +192,21 @@ def padded():
 MASKED = {"input_ids": "clean", "attention_mask": "attention_mask"}
 
 
+def masked(mask):
+    """The mask and the positions generate() gives left-padded items (each item's first real token at 0),
+    as hookrun passes them to GPT-2 (runner/calls.with_positions)."""
+    return {"attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0)}
+
+
 @pytest.mark.parametrize("inputs", [MASKED, {"attention_mask": "attention_mask"}])  # patching.input adds the ids
 def test_a_file_runs_cells_and_metrics_are_the_masked_models(tmp_path, model, padded, inputs):
     clean, corrupt, mask, ans, wrong, items = padded
     metric = logit_diff(ans, wrong)
     with torch.no_grad():
-        m_clean, m_corrupt = metric(model(clean, attention_mask=mask).logits), metric(model(corrupt, attention_mask=mask).logits)
+        m_clean, m_corrupt = metric(model(clean, **masked(mask)).logits), metric(model(corrupt, **masked(mask)).logits)
         unmasked = metric(model(clean).logits)
     assert abs(m_clean - unmasked) > 1e-3  # the mask matters on these items
-    ref = raw_loop(model, model.transformer.h[1], clean, corrupt, metric, attention_mask=mask)
+    ref = raw_loop(model, model.transformer.h[1], clean, corrupt, metric, **masked(mask))
     path = tmp_path / "masked.h5"
     hookrun.run({"progress": False, "output": {"path": str(path)}, "data": {"inputs": inputs, "target": None},
                  "patching": {"cells_per_forward": 2, "sites": {"b1": {"at": "transformer.h.1", "over": ["position"]}}}},
@@ -218,19 +224,19 @@ def test_atp_with_a_mask_equals_autograd_of_the_masked_model(model, padded):
     kept, delta = {}, {}
     h = block.register_forward_hook(lambda m, a, o: kept.__setitem__("x", o.detach()))
     with torch.no_grad():
-        model(clean, attention_mask=mask)
+        model(clean, **masked(mask))
     source = kept["x"]
     h.remove()
     h = block.register_forward_hook(lambda m, a, o: o + delta.setdefault("d", torch.zeros_like(o, requires_grad=True)))
     try:
-        logits = model(corrupt, attention_mask=mask).logits
+        logits = model(corrupt, **masked(mask)).logits
         m = (logits[r, -1, ans] - logits[r, -1, wrong]).double().mean()
         (grad,) = torch.autograd.grad(m, [delta["d"]])
     finally:
         h.remove()
     h = block.register_forward_hook(lambda m, a, o: kept.__setitem__("x", o.detach()))
     with torch.no_grad():
-        model(corrupt, attention_mask=mask)
+        model(corrupt, **masked(mask))
     h.remove()
     ref = float(m.detach()) + ((source - kept["x"]).double() * grad.double()).sum(dim=(0, 2)).numpy()
     got = hookrun.patch_grid(model, items, inputs=MASKED, method="atp",
@@ -246,7 +252,7 @@ def test_every_forward_of_every_method_carries_the_mask(model, padded, block):
     clean, corrupt, mask, ans, wrong, items = padded
     metric = logit_diff(ans, wrong)
     with torch.no_grad():
-        m_clean, m_corrupt = metric(model(clean, attention_mask=mask).logits), metric(model(corrupt, attention_mask=mask).logits)
+        m_clean, m_corrupt = metric(model(clean, **masked(mask)).logits), metric(model(corrupt, **masked(mask)).logits)
     seen = []
 
     def spy(m, args, kwargs):

@@ -172,8 +172,9 @@ def test_token_rows_are_steered_along_their_last_axis(tmp_path):
     raw = []
     h = model.transformer.ln_f.register_forward_hook(lambda m, a, o: raw.append(o.detach().double().numpy()))
     with torch.no_grad():
-        model(input_ids=torch.stack([d["input_ids"] for d in data]),
-              attention_mask=torch.stack([d["attention_mask"] for d in data]))
+        am = torch.stack([d["attention_mask"] for d in data])  # (left padding: positions as generate() counts them)
+        model(input_ids=torch.stack([d["input_ids"] for d in data]), attention_mask=am,
+              position_ids=(am.cumsum(1) - 1).clamp(min=0))
     h.remove()
     with h5py.File(tmp_path / "s.h5", "r") as f:
         got = f["captures/s/transformer.ln_f/output"][:].astype(np.float64)
@@ -215,8 +216,9 @@ def test_token_rows_as_long_as_the_features_are_steered_and_ablated_along_the_fe
     h = model.transformer.h[1].register_forward_hook(lambda m, a, o: raw.append(
         (o[0] if isinstance(o, tuple) else o).detach().double().numpy()))
     with torch.no_grad():
-        model(input_ids=torch.stack([x["input_ids"] for x in data]),
-              attention_mask=torch.stack([x["attention_mask"] for x in data]))
+        am = torch.stack([x["attention_mask"] for x in data])  # (left padding: positions as generate() counts them)
+        model(input_ids=torch.stack([x["input_ids"] for x in data]), attention_mask=am,
+              position_ids=(am.cumsum(1) - 1).clamp(min=0))
     h.remove()
     assert raw[0].shape == (16, d, d) and w.shape == (3, d)
     u, s, _ = np.linalg.svd((w - w.mean(0)).T, full_matrices=False)

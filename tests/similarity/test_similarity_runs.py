@@ -209,7 +209,8 @@ def test_token_rows_average_the_real_tokens_only(tmp_path) -> None:
     items = Prompts(n=9).items
     ids, mask = torch.stack([i["input_ids"] for i in items]), torch.stack([i["attention_mask"] for i in items])
     with torch.no_grad():
-        hidden = tiny_gpt2().forward(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+        hidden = tiny_gpt2().forward(input_ids=ids, attention_mask=mask, output_hidden_states=True,  # (positions as
+                                     position_ids=(mask.cumsum(1) - 1).clamp(min=0)).hidden_states   # generate() counts them)
     m = mask.double().unsqueeze(-1).numpy()
     feats = [(h.double().numpy() * m).sum(1) / m.sum(1) for h in hidden[1:3]]
     k = grams(feats)
