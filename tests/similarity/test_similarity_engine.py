@@ -282,3 +282,18 @@ def test_rsa_by_correlation_keeps_the_ties_of_equal_items() -> None:
     for d in exact:
         d[twice[:, None] == twice[None, :]] = 0.0
     assert got[0, 1] == pytest.approx(scipy_stats.spearmanr(exact[0][iu], exact[1][iu]).statistic, abs=1e-12)
+
+
+@pytest.mark.parametrize("measure", ["linear_cka", "rsa"])
+def test_a_series_that_varies_only_past_the_lead_columns_is_not_constant(monkeypatch, measure: str) -> None:
+    """The gram route tests a slab's first LEAD columns for a constant series before the rest: a series whose
+    only varying column is the 90th (the first slab's lead all constant) and one whose only varying column is
+    in a later slab are still compared (their cells numbers), a series constant throughout is NaN."""
+    from hookrun.runner.kinds.similarity import gram
+
+    monkeypatch.setattr(gram, "SLAB", 30 * 8 * 100)  # (slabs of 100 columns)
+    g = np.random.default_rng(12)
+    late, later, flat_ = (np.full((30, 250), 2.5, np.float32) for _ in range(3))
+    late[:, 90], later[:, 230] = g.normal(size=30), g.normal(size=30)
+    got = run("gram", [late, later, flat_], 10, measure=measure)
+    assert np.isfinite(got[:2, :2]).all() and np.isnan(got[2]).all() and np.isnan(got[:, 2]).all()
