@@ -49,6 +49,9 @@ class Job:
 
 class Sweep:
     def __init__(self, folder: str | Path) -> None:
+        if scheme_of(str(folder)).remote:  # (Path would make s3:// into s3:/)
+            raise NotFoundError(f"{str(folder)!r} is an object-store URL; open_sweep reads the sweep folder Hydra wrote "
+                                f"on this machine (outputs/multirun/DATE/TIME); open a run in the store with open_run(URL)")
         self.folder = Path(folder)
         if not self.folder.is_dir():
             raise NotFoundError(f"no folder {str(self.folder)!r}")

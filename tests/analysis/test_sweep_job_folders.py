@@ -74,3 +74,16 @@ def test_an_sae_sweeps_charts_name_the_jobs_they_have_no_point_for():
     assert list(frontier.x) == [4.0, 8.0, 64.0] and list(frontier.y) == [0.5, 0.7, 0.9]
     assert scored.title == ("SAE sweep: sparsity against the spliced model's loss recovered (job 1 complete: no point; "
                             "job 2 failed: no point; job 3 not run: no point)")
+
+
+def test_open_sweep_of_an_object_store_url_says_what_it_reads():
+    """open_sweep('s3://bucket/sweep') said "no folder 's3:/bucket/sweep'": the URL bent into a path
+    and no word of what to give."""
+    import pytest
+
+    from hookrun.errors import NotFoundError
+
+    with pytest.raises(NotFoundError, match=r"^'s3://bucket/sweep' is an object-store URL; open_sweep reads the sweep "
+                                            r"folder Hydra wrote on this machine \(outputs/multirun/DATE/TIME\); open a "
+                                            r"run in the store with open_run\(URL\)$"):
+        open_sweep("s3://bucket/sweep")
