@@ -219,6 +219,7 @@ def _takes_positions(cls: type) -> bool:
     except (TypeError, ValueError):
         return False
 
+
 def check_positions(model: nn.Module, item: Any) -> None:
     """An item's `input_ids` longer than the model's learned position table (GPT-2's wpe, BERT's
     position_embeddings, OPT's embed_positions) is one line before any batch: the forward's own error was

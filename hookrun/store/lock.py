@@ -175,10 +175,11 @@ def changed_while_read(path: Path | str, reason: str) -> ChangedWhileRead | None
 
 
 def settled(path: Path, seconds: float = 10.0) -> None:
-    """Until a killed run's flush helper (store/held.py) has written the last message it was sent
-    and let go of `path` (it holds an exclusive flock on the file while its writer lives, then until its pipe is empty): then the file is one
-    whole flush. A live run's file (its writer holds the lock beside it) is read at once, best
-    effort; no file, or a file system without flock: at once; a helper still there after `seconds`: on."""
+    """Until a killed run's flush helper (store/held.py) has written the last message it was sent and
+    let go of `path` (it holds an exclusive flock on the file while its writer lives, then until its
+    pipe is empty): then the file is one whole flush. A live run's file (its writer holds the lock
+    beside it) is read at once, best effort; no file, or a file system without flock: at once; a
+    helper still there after `seconds`: on."""
     if fcntl is None or live_writer(path) is not None:
         return
     try:
@@ -201,6 +202,7 @@ def settled(path: Path, seconds: float = 10.0) -> None:
                 return
     finally:
         os.close(fd)  # (the shared lock goes with it)
+
 
 def _alive(pid: str) -> bool:
     """Whether `pid` names a running process ("": none named)."""
