@@ -101,8 +101,8 @@ class GramRoute:
         prepared = [self.prepared(k) for k in range(len(self.rows.dims))]
         dots: dict[tuple[int, int], float] = {}  # (a pair and its mirror: one dot product, the same to the bit)
         for i, j in self.pairs:
-            if (min(i, j), max(i, j)) not in dots:
-                dots[min(i, j), max(i, j)] = np.vdot(prepared[i], prepared[j])
+            if (key := (min(i, j), max(i, j))) not in dots:
+                dots[key] = np.vdot(prepared[i], prepared[j])
         out = np.array([dots[min(i, j), max(i, j)] for i, j in self.pairs])
         gone = [c or f or z for c, f, z in zip(self.constant, self.flat_items, self.no_median, strict=True)]
         return m.undefined(out, self.pairs, gone).reshape(shape)
