@@ -42,8 +42,15 @@ def gradcam_pairs(run: Run) -> list[tuple[CaptureInfo, CaptureInfo]]:
     return pairs
 
 
+def map_rows(run: Run, info: CaptureInfo, n: int) -> np.ndarray:
+    """A map capture's first n rows as (n, C, H, W) float64: a channels-last capture (its dims
+    `sample, height, width, channel`: timm's Swin, a Linear inside a ConvNeXt block) turned channels first."""
+    rows = run.file[info.path][:n].astype(np.float64)
+    return rows.transpose(0, 3, 1, 2) if tuple(info.dims[1:]) == ("height", "width", "channel") else rows
+
+
 def gradcam(act: np.ndarray, grad: np.ndarray) -> np.ndarray:
-    """Grad-CAM (Selvaraju et al.): relu(sum_c mean_hw(grad)_c * A_c), per sample, scaled to [0, 1] by
+    """Grad-CAM (Selvaraju et al.) of (n, C, H, W) maps: relu(sum_c mean_hw(grad)_c * A_c), per sample, scaled to [0, 1] by
     its largest finite cell; a NaN or inf cell (an fp16 overflow) stays NaN or inf: drawn grey, no value."""
     weights = grad.mean(axis=(2, 3), keepdims=True)
     cam = np.maximum((weights * act).sum(axis=1), 0)  # (np.maximum keeps a NaN)
@@ -159,7 +166,7 @@ def pictures(run: Run, samples: int = SAMPLES) -> list[tuple[str, Any]]:
     out = []
     for act, grad in gradcam_pairs(run):
         n = min(samples, act.shape[0])
-        cams = gradcam(run.file[act.path][:n].astype(np.float64), run.file[grad.path][:n].astype(np.float64))
+        cams = gradcam(map_rows(run, act, n), map_rows(run, grad, n))
         indices = _index(run, act)[:n]
         images, fewer = recorded_images(run, indices), ""
         if images is None and (k := imaged(run, indices)):  # the input recorded for the first k (its limit): those

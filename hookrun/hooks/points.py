@@ -58,9 +58,10 @@ def split_site(at: str, modules: set[str]) -> tuple[str, str, int | None] | None
 def channels_last(module: nn.Module, model: nn.Module) -> bool:
     """Whether a module's 4-D output is (batch, height, width, channels): a timm model that says so
     (`output_fmt` NHWC: Swin) or a module of its own that does (timm's PatchEmbed), a Linear or a
-    LayerNorm over the last axis (inside a ConvNeXt block), a Swin block or patch merging, torchvision's
-    Permute to NHWC, an nn.Sequential whose last module is one of these; never a torch *1d/2d/3d module
-    (Conv2d, BatchNorm2d, timm's LayerNorm2d, pools)."""
+    LayerNorm over the last axis (inside a ConvNeXt block), a module built of these alone (timm's Mlp),
+    an activation or dropout after one (its sibling before it, or its token-wise parent), a Swin block
+    or patch merging, torchvision's Permute to NHWC, an nn.Sequential whose last module is one of these;
+    never a torch *1d/2d/3d module (Conv2d, BatchNorm2d, timm's LayerNorm2d, pools)."""
     kind = type(module).__name__
     if isinstance(module, nn.Sequential) and len(module):
         return channels_last(module[-1], model)
@@ -71,19 +72,63 @@ def channels_last(module: nn.Module, model: nn.Module) -> bool:
     fmt = getattr(module, "output_fmt", None)
     if fmt is not None:
         return str(getattr(fmt, "value", fmt)) == "NHWC"
-    if isinstance(module, nn.Linear) or kind.startswith(("Swin", "PatchMerging")) or (
-            isinstance(module, nn.LayerNorm) and len(module.normalized_shape) == 1):
+    if _last_axis(module) or kind.startswith(("Swin", "PatchMerging")) or _token_wise(module):
+        return True
+    if _elementwise(module) and _after_last_axis(module, model):
         return True
     fmt = getattr(model, "output_fmt", None)
     return str(getattr(fmt, "value", fmt)) == "NHWC"
 
 
+def _last_axis(m: nn.Module) -> bool:  # a Linear, or a LayerNorm over the last axis (not a LayerNorm2d)
+    return not type(m).__name__.endswith(("1d", "2d", "3d")) and (
+        isinstance(m, nn.Linear) or (isinstance(m, nn.LayerNorm) and len(m.normalized_shape) == 1))
+
+
+def _elementwise(m: nn.Module) -> bool:
+    """A module with no weights and no children that keeps its input's layout: an activation, a dropout, Identity."""
+    where = type(m).__module__
+    return not m._modules and not m._parameters and (isinstance(m, nn.Identity) or where in (
+        "torch.nn.modules.activation", "torch.nn.modules.dropout") or where.startswith("timm.layers.activations"))
+
+
+def _activation(m: nn.Module) -> bool:  # an elementwise non-linearity (GELU, SiLU, Sigmoid), not a softmax
+    where = type(m).__module__
+    return _elementwise(m) and (where == "torch.nn.modules.activation" or where.startswith("timm.layers.activations")) \
+        and "softm" not in type(m).__name__.lower()
+
+
+def _token_wise(m: nn.Module) -> bool:
+    """A per-token MLP: Linear layers, last-axis LayerNorms and elementwise modules alone, an activation among
+    them (timm's Mlp, GluMlp, SwiGLU); not an attention module (its 4-D scores are not a map)."""
+    kids = list(m.children())
+    return (not isinstance(m, nn.Sequential) and any(isinstance(k, nn.Linear) for k in kids)
+            and any(_activation(k) for k in kids) and all(_last_axis(k) or _elementwise(k) for k in kids))
+
+
+def _after_last_axis(module: nn.Module, model: nn.Module) -> bool:
+    """An elementwise module's layout: its token-wise parent's, or in an nn.Sequential the nearest module
+    before it that is not elementwise."""
+    for parent in model.modules():
+        kids = list(parent.children())
+        if any(k is module for k in kids):
+            if _token_wise(parent):
+                return True
+            if isinstance(parent, nn.Sequential):
+                before = [k for k in kids[:next(i for i, k in enumerate(kids) if k is module)] if not _elementwise(k)]
+                return bool(before) and channels_last(before[-1], model)
+            return False
+    return False
+
+
 def last_roles(module: Any, model: nn.Module) -> tuple[str, ...]:
     """The role families whose 4-D tensors are channels last at a module (HookPoint.last): its output and
     the gradients of it, where channels_last(); its inputs too where its (first) module keeps their layout
-    (a Linear, a LayerNorm, a Swin block or stage, patch merging; not a Permute, a PatchEmbed, a conv)."""
+    (a Linear, a LayerNorm, a module of these, an elementwise module, a Swin block or stage, patch merging;
+    not a Permute, a PatchEmbed, a conv)."""
     if not isinstance(module, nn.Module) or not channels_last(module, model):
         return ()
-    kind = type(module[0] if isinstance(module, nn.Sequential) and len(module) else module).__name__
-    keeps = kind in ("Linear", "LayerNorm") or kind.startswith(("Swin", "PatchMerging"))
+    first = module[0] if isinstance(module, nn.Sequential) and len(module) else module
+    keeps = (_last_axis(first) or _token_wise(first) or _elementwise(first)
+             or type(first).__name__.startswith(("Swin", "PatchMerging")))
     return ("output", "grad_output", "grad") + (("input", "grad_input") if keeps else ())

@@ -162,3 +162,91 @@ def test_top_examples_on_a_swin_stage_takes_each_channels_max_over_height_and_wi
             np.testing.assert_allclose([e["value"] for e in ex], per[want, c], rtol=1e-5)
         with pytest.raises(LookupError, match=f"features 0..{per.shape[1] - 1}"):
             run.top_examples("layers.1", per.shape[1])  # no more features than channels
+
+
+CONVNEXT = {"_target_": "hookrun.models.timm_model", "name": "convnext_atto", "pretrained": False, "conv_mlp": False,
+            "depths": [1, 1, 1, 1], "dims": [16, 24, 32, 40], "num_classes": 3}
+
+
+@pytest.mark.parametrize("at", ["stages.0.blocks.0.mlp", "stages.0.blocks.0.mlp.act", "stages.0.blocks.0.mlp.drop2"])
+def test_a_convnext_blocks_mlp_and_its_activation_are_channels_last(tmp_path, at):
+    """timm's ConvNeXt block (conv_mlp=False) permutes to (N, H, W, C) before its norm and Mlp: the Mlp
+    (Linear, GELU, Dropout, Linear) and its activation and dropout were read as (N, C, H, W), so
+    `dims: [height, width]` averaged over width and channels and the stored dims named them wrongly."""
+    torch.manual_seed(0)
+    kw = {k: v for k, v in CONVNEXT.items() if k not in ("_target_", "name", "pretrained")}
+    model = timm.create_model(CONVNEXT["name"], pretrained=False, **kw).eval()
+    ckpt = tmp_path / "convnext.pt"
+    torch.save(model.state_dict(), ckpt)
+    path = run(tmp_path, {**CONVNEXT, "checkpoint": str(ckpt)}, at, RECORDS)
+    a = raw_output(model, at)
+    assert a.ndim == 4 and a.shape[1] == a.shape[2] == 14 and a.shape[3] in (16, 64)  # (N, H, W, C)
+    with h5py.File(path, "r") as f:
+        for name, (ref, dims) in REFERENCE.items():
+            ds = f[f"captures/{name}/{at}/output"]
+            np.testing.assert_allclose(ds[:], ref(a), rtol=1e-5, atol=1e-5, err_msg=name)
+            assert list(ds.attrs["dims"]) == dims, name
+
+
+def test_torchvision_convnext_gelu_between_its_linears_is_channels_last_and_its_layernorm2d_input_is_not(tmp_path):
+    """torchvision's CNBlock is Sequential(Conv2d, Permute to NHWC, LayerNorm, Linear, GELU, Linear, Permute
+    back): its GELU's map is (N, H, W, C); a LayerNorm2d's input stays (N, C, H, W)."""
+    from torchvision.models.convnext import CNBlock, LayerNorm2d
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 6, 8, stride=8), CNBlock(6, 1e-6, 0.0), LayerNorm2d(6),
+                                torch.nn.Flatten(), torch.nn.Linear(6 * 49, 3)).eval()
+    ckpt = tmp_path / "m.pt"
+    torch.save(model, ckpt)
+    cfg = {"_target_": "torch.load", "f": str(ckpt), "weights_only": False}
+    path = run(tmp_path, cfg, "1.block.4", {k: RECORDS[k] for k in ("mean_hw", "max_ch", "raw")})
+    a = raw_output(model, "1.block.4")
+    assert a.shape == (N, 7, 7, 24)
+    with h5py.File(path, "r") as f:
+        for name in ("mean_hw", "max_ch", "raw"):
+            ref, dims = REFERENCE[name]
+            ds = f[f"captures/{name}/1.block.4/output"]
+            np.testing.assert_allclose(ds[:], ref(a), rtol=1e-5, atol=1e-5, err_msg=name)
+            assert list(ds.attrs["dims"]) == dims, name
+    from hookrun.hooks.points import last_roles
+
+    assert "input" not in last_roles(model[2], model) and last_roles(model[2], model) == ()
+
+
+def test_grad_cam_of_a_swin_stage_weighs_its_channels_in_plot_and_report(tmp_path, monkeypatch):
+    """plot's and the report's Grad-CAM read every map as (sample, C, H, W): a Swin stage's recorded map
+    and gradient, (sample, H, W, C), were averaged over (W, C) and summed over H. The maps are those of
+    a raw forward hook and torch.autograd.grad of the target logits, the channels on the last axis."""
+    from hookrun.analysis import gradcam as plot_cam
+    from hookrun.analysis.report import gradcam_section
+
+    model = swin_model()
+    ckpt = tmp_path / "swin.pt"
+    torch.save(model.state_dict(), ckpt)
+    cfg = {"model": {**SWIN, "checkpoint": str(ckpt)}, "device": "cpu", "progress": False, "mode": "grad",
+           "loss": {"_target_": "hookrun.runner.losses.target_logit", "_partial_": True},
+           "hooks": {"fmap": {"at": "layers.1", "type": "forward", "actions": [{"name": "record", "what": "output"}]},
+                     "g": {"at": "layers.1", "type": "tensor", "actions": ["record"]}},
+           "data": {"dataset": {"_target_": "hookrun.data.RandomTensors", "n": N, "shape": [3, 56, 56],
+                                "num_classes": 3, "seed": 7}, "batch_size": N},
+           "output": {"path": str(tmp_path / "captures.h5")}}
+    path = hookrun.run(cfg).path
+    from hookrun.data import RandomTensors
+
+    data = RandomTensors(n=N, shape=[3, 56, 56], num_classes=3, seed=7)
+    x, y = torch.stack([data[i][0] for i in range(N)]), torch.tensor([int(data[i][1]) for i in range(N)])
+    kept = {}
+    h = model.layers[1].register_forward_hook(lambda mod, a, out: kept.update(a=out) or None)
+    (g,) = torch.autograd.grad(model(x).gather(1, y.view(-1, 1)).sum(), [kept["a"]])
+    h.remove()
+    a, g = kept["a"].detach().double(), g.double()  # (N, H, W, C)
+    assert a.shape[1] == a.shape[2] != a.shape[3]
+    ref = torch.relu((g.mean(dim=(1, 2), keepdim=True) * a).sum(3)).numpy()
+    ref = ref / np.maximum(ref.reshape(N, -1).max(1), 1e-30).reshape(-1, 1, 1)
+    with hookrun.open_run(path) as run:
+        (stem, spec), = plot_cam.pictures(run)
+        drawn = []
+        monkeypatch.setattr(gradcam_section, "overlay_png", lambda cam, picture, size=128: drawn.append(cam) or "")
+        gradcam_section.gradcam(run)
+    np.testing.assert_allclose(spec.maps, ref, atol=1e-5)
+    np.testing.assert_allclose(np.stack(drawn), ref, atol=1e-5)

@@ -26,6 +26,7 @@ from hookrun.analysis.gradcam import (
     guessed,
     image_norm,
     imaged,
+    map_rows,
     predictions,
     recorded_images,
     targets,
@@ -65,7 +66,7 @@ def gradcam(run: Any, budget: Any = None) -> list[dict]:
     items = []
     for act, grad in gradcam_pairs(run):
         n = min(SAMPLES, act.shape[0])
-        cams = cam_of(run.file[act.path][:n].astype(np.float64), run.file[grad.path][:n].astype(np.float64))
+        cams = cam_of(map_rows(run, act, n), map_rows(run, grad, n))
         indices = _index(run, act)[:n]
         images, fewer = recorded_images(run, indices), ""
         if images is None and (k := imaged(run, indices)):  # the input recorded for the first k (its limit): those
