@@ -30,12 +30,14 @@ occlusion without them (benchmarks/attribution.py, docs/benchmarks.md).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
 from torch import nn
 
 from hookrun.errors import ConfigError, RunError, close_matches
+from hookrun.hooks.points import last_roles
 from hookrun.runner.kinds.attribution.baselines import Baselines, curves, measurable
 from hookrun.runner.kinds.attribution.block import Block
 from hookrun.runner.kinds.attribution.forward import LRP, Forward
@@ -50,7 +52,9 @@ class Engine:
                  planned: int | None = None) -> None:
         """`planned`: how many of the data set's items the run reads (data.limit); None: all of them."""
         self.model, self.block = model, block
-        self.layer = find_module(model, block.layer) if block.layer else None
+        self.layer = self.module = find_module(model, block.layer) if block.layer else None
+        if self.layer is not None and "output" in last_roles(self.layer, model):
+            self.layer = nn.Identity()  # captum's layer: a channels-last map (Swin) seen channels first (view())
         self.lrp = LRP(model, block.composite, block.low, block.high) if block.method == "lrp" else None
         f = Forward(model, call)
         self.baselines = Baselines(block, f.input, dataset, spec)
@@ -63,6 +67,18 @@ class Engine:
                      planned or 0, self.classes)  # every batch's labels, where they read without the items
         self.baselines.of(call, f.input, first=True)
         self.budget = Budget(model, block, f, targets, forward_bytes)
+
+    def view(self) -> Any:
+        """While open, a channels-last module's (batch, H, W, C) output passes through `self.layer` as
+        (batch, C, H, W) and back: captum's Layer* methods weigh and sum its channels (axis 1), and what
+        they put in its place (integrated gradients' steps) goes on in the module's own layout; any
+        other output passes through as it is."""
+        if self.layer is self.module:
+            return contextlib.nullcontext()
+        tap = self.layer
+        return self.module.register_forward_hook(
+            lambda m, i, out: tap(out.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
+            if isinstance(out, torch.Tensor) and out.dim() == 4 else tap(out))
 
     # -- checks on the first batch -------------------------------------------------------------
     def check_input(self, f: Forward) -> None:
@@ -91,7 +107,8 @@ class Engine:
         seen = []
         handle = self.layer.register_forward_hook(lambda m, i, out: seen.append(out))
         try:
-            logits = f(f.input, *f.extras)
+            with self.view():
+                logits = f(f.input, *f.extras)
         finally:
             handle.remove()
         if not seen:
@@ -191,7 +208,8 @@ class Engine:
         target = self.targets(call, logits, x=x)
         baseline = self.baselines.of(call, x)
         f.watch = x  # the method's own forward of x gives the logits (no forward of their own)
-        attr, delta = self.attribute(f, x, target, baseline)
+        with self.view():
+            attr, delta = self.attribute(f, x, target, baseline)
         if logits is None:
             logits = f.seen
         if logits is None:  # (a method that never ran x itself)
