@@ -19,8 +19,9 @@ An nn.Sequential spliced at runs every child in order, `sae` too: called so, the
 through untouched there (no hook fires; a forward pre-hook on the module marks its forward), and only
 the op splices (Splice.splice_output).
 
-A feature map (B, C, H, W) whose channels, not its last dim, are the SAE's d_in (the sae kind's rows: channel)
-is spliced at each position's channel vector (channels_first): its latents are (B, H, W, d_sae).
+A feature map (B, C, H, W) whose channels are the SAE's d_in (the sae kind's rows: channel) is spliced at
+each position's channel vector (channels_first; a map as wide as it has channels too): its latents are
+(B, H, W, d_sae).
 
 An SAE folder that names the module it was trained on (cfg.json hook_name) is refused at another module
 of the same model unless the action says `other_module: true`.
@@ -40,6 +41,7 @@ from torch import Tensor, nn
 
 from hookrun.config.specs import typed_params
 from hookrun.errors import ConfigError
+from hookrun.hooks.events import family
 from hookrun.hooks.ops import OpBuild, OpContext, register_op
 from hookrun.labels import module_label
 from hookrun.sae.module_coder import load_module
@@ -187,13 +189,18 @@ def _remover(target: nn.Module, splice: Splice, env: ActionEnv, handle: Any) -> 
     return remove
 
 
-def channels_first(x: Tensor, coder: nn.Module) -> bool:
-    """Whether an SAE reads `x` (B, C, H, W) at its channels: a feature map whose channels, not its last dim
-    (its width), are the SAE's d_in, as the sae kind's `rows: channel` trains it (a hook_z SAE reads the
-    last two dims)."""
+def channels_first(x: Tensor, coder: nn.Module, last: bool = False, tokens: Any = None) -> bool:
+    """Whether an SAE reads `x` (B, C, H, W) at its channels: a feature map whose channels are the SAE's
+    d_in, as the sae kind's `rows: channel` trains it (a hook_z SAE reads the last two dims). Where its
+    last dim is d_in too (8 channels, 8 wide), the module decides: a map's channels, unless its output is
+    channels last (`last`: HookPoint.last) or `x` runs over the call's tokens (`tokens`: its TokenMap)."""
     d_in = getattr(coder, "d_in", None)
-    return (x.dim() == 4 and getattr(coder, "reshape", None) != "hook_z" and isinstance(d_in, int)
-            and x.shape[1] == d_in != x.shape[-1])
+    if not (x.dim() == 4 and getattr(coder, "reshape", None) != "hook_z" and isinstance(d_in, int) and x.shape[1] == d_in):
+        return False
+    if x.shape[-1] != d_in:
+        return True
+    valid = getattr(tokens, "valid", None)
+    return not last and not (valid is not None and tuple(x.shape[:2]) == tuple(valid.shape))
 
 
 @register_op("splice")
@@ -210,7 +217,8 @@ def splice(path: str | None = None, module: Any = None, state_dict: str | None =
     def op(x: Tensor, ctx: OpContext) -> Tensor:
         if not torch.is_floating_point(x):
             raise ConfigError(f"{where}: the output {ctx.role} is {x.dtype}, not a float tensor to reconstruct")
-        if channels_first(x, spliced.coder):  # a feature map's channel vector at each position (sae rows: channel)
+        last = family(ctx.role) in build.point.last
+        if channels_first(x, spliced.coder, last, ctx.tokens):  # a feature map's channel vector at each position (sae rows: channel)
             return spliced.splice_output(x.movedim(1, -1)).movedim(-1, 1)
         spliced.coder.check_fits(tuple(x.shape), f"{module_label(build.point.module)}'s {ctx.role}", context=where)
         return spliced.splice_output(x)
@@ -252,5 +260,5 @@ def check_outputs(points: list, run_one: Callable[[], Any]) -> None:
             raise ConfigError(f"{action.where}: op splice at {name}: its output is a {type(value).__name__}, not a tensor "
                               f"(splice a module that returns its activations as a tensor)")
         coder = p.target._modules[CHILD].coder
-        if not channels_first(value, coder):
+        if not channels_first(value, coder, "output" in p.last):
             coder.check_fits(tuple(value.shape), f"{name}'s output", context=f"{action.where}: op splice")

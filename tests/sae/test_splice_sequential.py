@@ -78,16 +78,18 @@ def test_ablating_a_latent_without_the_error_term_is_the_sae_reconstruction_with
     np.testing.assert_allclose(got, (f / norms) @ w["W_dec"] + w["b_dec"], rtol=1e-4, atol=1e-5)
 
 
-def test_an_sae_trained_on_a_feature_maps_channels_splices_and_steers_at_every_position(tmp_path):
+@pytest.mark.parametrize("size", [6, 8])
+def test_an_sae_trained_on_a_feature_maps_channels_splices_and_steers_at_every_position(tmp_path, size):
     """An SAE of hookrun's `sae:` kind with rows: channel (each position's channel vector of a (B, 8, 6, 6) map)
     was refused at the module it was trained on ('reads d_in=8 but ...'s output has 6 features'): the splice
-    read the map's width. Reference: numpy's TopK SAE from the weights file on each position's channels."""
+    read the map's width. A map as wide as it has channels (8 x 8 x 8) was spliced along its width, without a
+    word. Reference: numpy's TopK SAE from the weights file on each position's channels."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Sequential(torch.nn.Conv2d(2, 8, 3, padding=1), torch.nn.ReLU()),
-                                torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 3)).eval()
-    data = torch.utils.data.TensorDataset(torch.randn(16, 2, 6, 6), torch.zeros(16, dtype=torch.long))
+                                torch.nn.Flatten(), torch.nn.Linear(8 * size * size, 3)).eval()
+    data = torch.utils.data.TensorDataset(torch.randn(16, 2, size, size), torch.zeros(16, dtype=torch.long))
     hookrun.run({"data": {"batch_size": 8}, "device": "cpu", "progress": False, "output": {"path": str(tmp_path / "t.h5")},
-                 "sae": {"at": "0", "rows": "channel", "budget": 1152, "d_sae": 16, "architecture": "topk", "k": 3,
+                 "sae": {"at": "0", "rows": "channel", "budget": 16 * size * size, "d_sae": 16, "architecture": "topk", "k": 3,
                          "batch_rows": 64, "out": str(tmp_path / "sae")}}, model=model, dataset=data)
     w = {k: v.astype(np.float64) for k, v in safetensors.load_file(str(tmp_path / "sae" / "sae_weights.safetensors")).items()}
     k = json.loads((tmp_path / "sae" / "cfg.json").read_text())["k"]
@@ -99,7 +101,7 @@ def test_an_sae_trained_on_a_feature_maps_channels_splices_and_steers_at_every_p
     x = np.moveaxis(raw[0], 1, -1).reshape(-1, 8)  # each position's channels
     f, norms = latents(w, x, k)
     f[:, 2] += 1.5
-    steered = np.moveaxis(((f / norms) @ w["W_dec"] + w["b_dec"]).reshape(16, 6, 6, 8), -1, 1)
+    steered = np.moveaxis(((f / norms) @ w["W_dec"] + w["b_dec"]).reshape(16, size, size, 8), -1, 1)
     got = spliced(tmp_path, model, data, "map", False, {"op": "add_features", "features": {2: 1.5}})
     np.testing.assert_allclose(got, steered, rtol=1e-4, atol=1e-5)
     d = w["W_dec"][2] / np.linalg.norm(w["W_dec"][2])
