@@ -107,3 +107,42 @@ def test_an_sae_trained_on_a_feature_maps_channels_splices_and_steers_at_every_p
     d = w["W_dec"][2] / np.linalg.norm(w["W_dec"][2])
     got = spliced(tmp_path, model, data, "map_error", True, {"op": "add_features", "features": {2: 1.5}})
     np.testing.assert_allclose(got, raw[0] + 1.5 * d[None, :, None, None], rtol=1e-5, atol=1e-5)
+
+
+def test_an_sae_on_a_channels_last_maps_channels_trains_on_its_last_axis_live_and_from_a_cache(tmp_path):
+    """rows: channel on a channels-last map ((B, H, W, C) after torchvision's Permute, as timm's Swin gives)
+    took axis 1, the height, as the channels: the SAE trained on 6-vectors (d_in 6), live and from a cache.
+    References: the cache's vectors are a raw forward hook's output rows of 8 channels; the spliced map is
+    numpy's TopK SAE from the weights file on each position's last axis."""
+    from torchvision.ops.misc import Permute
+
+    from hookrun.runner.kinds.sae.data import CacheRows
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Sequential(torch.nn.Conv2d(2, 8, 3, padding=1), Permute([0, 2, 3, 1])),
+                                torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 3)).eval()
+    data = torch.utils.data.TensorDataset(torch.randn(16, 2, 6, 6), torch.zeros(16, dtype=torch.long))
+    raw = []
+    h = model[0].register_forward_hook(lambda m, a, o: raw.append(o.detach().double().numpy()))
+    with torch.no_grad():
+        model(data.tensors[0])
+    h.remove()
+    assert raw[0].shape == (16, 6, 6, 8)
+    hookrun.run({"data": {"batch_size": 8}, "device": "cpu", "progress": False, "output": {"path": str(tmp_path / "c.h5")},
+                 "hooks": {"map": {"at": "0", "type": "forward", "actions": [{"name": "record", "what": "output"}]}}},
+                model=model, dataset=data)
+    stream = CacheRows(str(tmp_path / "c.h5"), "map/0/output", 16 * 36, False, vectors="channel")
+    assert (stream.d_in, stream.n_rows) == (8, 16 * 36)
+    np.testing.assert_allclose(next(iter(stream)).numpy(), raw[0].reshape(-1, 8), rtol=1e-6)
+    stream.close()
+    hookrun.run({"data": {"batch_size": 8}, "device": "cpu", "progress": False, "output": {"path": str(tmp_path / "t.h5")},
+                 "sae": {"at": "0", "rows": "channel", "budget": 16 * 36, "d_sae": 16, "architecture": "topk", "k": 3,
+                         "batch_rows": 64, "out": str(tmp_path / "sae")}}, model=model, dataset=data)
+    cfg = json.loads((tmp_path / "sae" / "cfg.json").read_text())
+    assert cfg["d_in"] == 8
+    w = {k: v.astype(np.float64) for k, v in safetensors.load_file(str(tmp_path / "sae" / "sae_weights.safetensors")).items()}
+    f, norms = latents(w, raw[0].reshape(-1, 8), cfg["k"])
+    f[:, 2] += 1.5
+    steered = ((f / norms) @ w["W_dec"] + w["b_dec"]).reshape(16, 6, 6, 8)
+    got = spliced(tmp_path, model, data, "map", False, {"op": "add_features", "features": {2: 1.5}})
+    np.testing.assert_allclose(got, steered, rtol=1e-4, atol=1e-5)

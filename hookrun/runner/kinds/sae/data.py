@@ -9,7 +9,8 @@ output/objects/parts_loader for an s3:// URL): with `shuffle`, epoch e's order i
 (seed, e) with a window of `buffer_rows` rows (blocks of about one HDF5 chunk in a random order,
 each window's rows permuted), so memory is two windows plus a batch whatever the number of rows;
 `shuffle=False` is the cache's own row order. `vectors="channel"` (the block's `rows: channel`) reads a feature map
-(sample, channel, positions...) as one row per position: its channel vector (a sample's positions
+(sample, channel, positions...) as one row per position: its channel vector (the last axis of a capture whose
+dims are sample, height, width, channel: a channels-last map; a sample's positions
 stay together, in row-major order, and the shuffle moves whole samples). When the stream runs past the cache's rows it goes on
 with the next epoch (a new order); a batch may span two epochs, so every batch holds exactly
 `batch_rows` rows. Token rows of a cache hold only real tokens (the record action writes no
@@ -87,8 +88,10 @@ class CacheRows(BatchStream):
             raise ConfigError(f"sae.capture: {capture} has rows of shape {shape[1:]}; an SAE trains on vectors: "
                               "give sae.rows=channel with sae.budget (a feature map's channels at each position), or record "
                               "with rows: token")
-        self.per_sample = int(np.prod(shape[2:])) if self.channel else 1  # rows a stored row gives
-        self.n_rows, self.d_in = shape[0] * self.per_sample, shape[1]
+        # a channels-last map (its dims sample, height, width, channel: timm's Swin) gives its last axis
+        self.last = self.channel and tuple(getattr(self.info, "dims", None) or ())[1:] == ("height", "width", "channel")
+        self.per_sample = int(np.prod(shape[1:-1] if self.last else shape[2:])) if self.channel else 1  # rows a stored row gives
+        self.n_rows, self.d_in = shape[0] * self.per_sample, shape[-1] if self.last else shape[1]
         if self.n_rows == 0:
             self.run.close()
             raise ConfigError(f"sae.from: {self.source}'s capture {capture} holds no rows")
@@ -116,7 +119,7 @@ class CacheRows(BatchStream):
             self.epochs = epoch + 1
             for x in self.loader:
                 if self.channel:  # (samples, C, positions...) -> a C-vector per position, sample by sample
-                    x = x.movedim(1, -1).reshape(-1, self.d_in)
+                    x = (x if self.last else x.movedim(1, -1)).reshape(-1, self.d_in)
                 if not carry and len(x) == self.batch_rows:
                     yield x
                     continue

@@ -27,6 +27,7 @@ from torch import nn
 
 from hookrun.errors import ConfigError, close_matches
 from hookrun.hooks.early_stop import StopForward
+from hookrun.hooks.points import last_roles
 from hookrun.runner.kinds.sae.data import BatchStream
 
 
@@ -43,6 +44,7 @@ class LiveRows(BatchStream):
             raise ConfigError(f"sae.at: the model has no module {at!r}" + (f"; did you mean {near[0]!r}?" if near else "")
                               + " (python -m hookrun.modules lists them)")
         self.module = model.get_submodule(at)
+        self.last = "output" in last_roles(self.module, model)  # a channels-last map: its channels are its last axis
         self.epochs = 0
         self.batches = 0
         self.d_in = 0
@@ -91,6 +93,8 @@ class LiveRows(BatchStream):
             if out.dim() < 3:
                 raise ConfigError(f"sae.rows: channel reads a feature map (sample, channel, positions...); "
                                   f"{self.at}'s output has shape {tuple(out.shape)}: give rows: token")
+            if self.last and out.dim() == 4:  # (sample, H, W, C): timm's Swin, a Linear inside a ConvNeXt block
+                return out.reshape(-1, out.shape[-1]).float().cpu()
             return out.movedim(1, -1).reshape(-1, out.shape[1]).float().cpu()
         if out.dim() == 2:
             return out.float().cpu()
