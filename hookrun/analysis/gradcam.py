@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from hookrun.analysis.images import MIN_MAX, as_pictures, fit_maps, guessed  # noqa: F401 (the pictures' helpers, named here too)
+from hookrun.analysis.images import MIN_MAX, as_pictures, fit_maps, guessed, map_rows  # noqa: F401 (the pictures' helpers, named here too)
 
 CaptureInfo = Any
 Run = Any
@@ -40,13 +40,6 @@ def gradcam_pairs(run: Run) -> list[tuple[CaptureInfo, CaptureInfo]]:
                     pairs.append((act, grad))
                     break
     return pairs
-
-
-def map_rows(run: Run, info: CaptureInfo, n: int) -> np.ndarray:
-    """A map capture's first n rows as (n, C, H, W) float64: a channels-last capture (its dims
-    `sample, height, width, channel`: timm's Swin, a Linear inside a ConvNeXt block) turned channels first."""
-    rows = run.file[info.path][:n].astype(np.float64)
-    return rows.transpose(0, 3, 1, 2) if tuple(info.dims[1:]) == ("height", "width", "channel") else rows
 
 
 def gradcam(act: np.ndarray, grad: np.ndarray) -> np.ndarray:

@@ -3,6 +3,7 @@
     pictures = as_pictures(batch, norm)         # (n, C, H, W) -> [H x W x 3 in [0, 1]], Normalize undone
     norm = normalization(dataset)               # its Normalize's mean and std, or None (data/datasets.py)
     maps = fit_maps(maps, pictures[0].shape[:2])   # (n, h, w) -> (n, H, W), bilinear
+    rows = map_rows(run, info, n)               # a map capture's first n rows, (n, C, H, W) even where stored channels last
 
 Grad-CAM's and the kinds' maps (plot and report alike) are resized here, once.
 """
@@ -10,6 +11,20 @@ Grad-CAM's and the kinds' maps (plot and report alike) are resized here, once.
 from __future__ import annotations
 
 import numpy as np
+
+
+def channels_last(info: object) -> bool:
+    """Whether a capture's rows are channels-last maps: its dims `sample, height, width, channel` (timm's
+    Swin, a Linear inside a ConvNeXt block; docs/format.md)."""
+    return tuple(getattr(info, "dims", None) or ())[1:] == ("height", "width", "channel")
+
+
+def map_rows(run: object, info: object, n: int, dtype: type = np.float64) -> np.ndarray:
+    """A map capture's first n rows as (n, C, H, W): a channels-last capture turned channels first, as
+    every picture of maps (feature maps, Grad-CAM, a map's channels under top examples) reads them."""
+    rows = np.asarray(run.file[info.path][:n], dtype=dtype)
+    return rows.transpose(0, 3, 1, 2) if channels_last(info) else rows
+
 
 MIN_MAX = "input min-max scaled per image (its normalisation not recorded)"  # (said in a title where as_pictures guessed)
 

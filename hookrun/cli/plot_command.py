@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from hookrun.analysis.drawings import drawn_pictures
+from hookrun.analysis.images import map_rows
 from hookrun.analysis.kind_readers import kind_figures, kind_sweep_figures, unread_kind
 from hookrun.analysis.opening import open_run
 from hookrun.analysis.report.figure_specs import (
@@ -115,8 +116,7 @@ def title(run: Run, info: CaptureInfo) -> str:
 
 def feature_maps(run: Run, info: CaptureInfo, out: Path, samples: int = 2, channels: int = 16,
                  taken: set[Path] | None = None) -> Path:
-    ds = run.file[info.path]
-    rows = np.asarray(ds[: min(samples, ds.shape[0])], dtype=np.float32)[:, :channels]
+    rows = map_rows(run, info, samples, np.float32)[:, :channels]  # (channels first, however stored)
     index = run.index(info.hook, info.module, info.role, call=info.call)
     fig = figures.feature_grid(rows, [f"sample #{i}" for i in index[: len(rows)]], title(run, info),
                                label=value_label(info.role))

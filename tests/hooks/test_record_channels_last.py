@@ -250,3 +250,31 @@ def test_grad_cam_of_a_swin_stage_weighs_its_channels_in_plot_and_report(tmp_pat
         gradcam_section.gradcam(run)
     np.testing.assert_allclose(spec.maps, ref, atol=1e-5)
     np.testing.assert_allclose(np.stack(drawn), ref, atol=1e-5)
+
+
+def test_pictures_of_a_swin_stages_maps_show_its_channels(tmp_path, monkeypatch):
+    """plot's feature maps, the report's thumbnails and the latents' channel pictures took axis 1 of every
+    4-D capture as the channels: of a Swin stage's (N, H, W, C) maps they drew H-rows as 'channels', each a
+    (W, C) image. Reference: a raw forward hook's output, its channels on the last axis."""
+    from hookrun.analysis.report import latents, run_sections
+    from hookrun.cli import figures, plot_command
+
+    model = swin_model()
+    ckpt = tmp_path / "swin.pt"
+    torch.save(model.state_dict(), ckpt)
+    path = run(tmp_path, {**SWIN, "checkpoint": str(ckpt)}, "layers.1", {"raw": {}})
+    a = raw_output(model, "layers.1")  # (N, 7, 7, 32)
+    want = a.transpose(0, 3, 1, 2)  # (N, C, H, W)
+    grids, thumbs = [], []
+    monkeypatch.setattr(figures, "feature_grid", lambda rows, *args, **kw: grids.append(rows) or None)
+    monkeypatch.setattr(figures, "save", lambda fig, out, **kw: out)
+    monkeypatch.setattr(run_sections, "png", lambda m, lo, hi, **kw: thumbs.append(m) or "")
+    with hookrun.open_run(path) as r:
+        info = next(c for c in r.captures if c.module == "layers.1")
+        plot_command.feature_maps(r, info, tmp_path, samples=2, channels=16)
+        run_sections.thumbnails(r, info, run_sections.Budget())
+        images = latents.ChannelImages(r, info, info)  # (its maps; the images are not read here)
+        np.testing.assert_allclose(images.channel(3, 5), a[3, :, :, 5], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grids[0], want[:2, :16], rtol=1e-5, atol=1e-6)
+    n = run_sections.Budget().samples
+    np.testing.assert_allclose(np.stack(thumbs).reshape(-1, 16, 7, 7), want[:n, :16], rtol=1e-5, atol=1e-6)

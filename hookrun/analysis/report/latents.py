@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from hookrun.analysis.gradcam import _index, as_pictures, image_norm, is_map
+from hookrun.analysis.images import channels_last
 from hookrun.analysis.report.figure_specs import (
     histogram_of,
 )
@@ -41,7 +42,7 @@ def latents(run: Any, budget: Budget) -> list[dict]:
         if capture is not None:
             values, note = sampled_rows(run.file[capture.path], budget.values * 8)
             real = real_tokens(run, capture, budget.values * 8) if values.ndim == 3 else None
-            values = np.moveaxis(values, 1, -1) if values.ndim == 4 else values  # a map's features are its channels
+            values = np.moveaxis(values, 1, -1) if values.ndim == 4 and not channels_last(capture) else values  # a map's features: its channels
             values = values[real] if real is not None else values.reshape(-1, values.shape[-1])  # (padding left out)
         norms = _decoder_norms(run, module)
         shown = min(n, budget.features)
@@ -193,7 +194,10 @@ class ChannelImages:
 
     def channel(self, sample: int, channel: int) -> np.ndarray | None:
         r = self.map_rows.get(int(sample))
-        return None if r is None else np.asarray(self.run.file[self.maps.path][r, channel], dtype=np.float64)
+        if r is None:
+            return None
+        return np.asarray(self.run.file[self.maps.path][r, ..., channel] if channels_last(self.maps)
+                          else self.run.file[self.maps.path][r, channel], dtype=np.float64)
 
     def picture(self, sample: int) -> np.ndarray | None:
         """The sample's input image (H x W x 3 in [0, 1]), its normalisation undone where the run wrote it."""

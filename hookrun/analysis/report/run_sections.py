@@ -19,6 +19,7 @@ import numpy as np
 import yaml
 
 from hookrun.analysis.gradcam import is_map  # (plot imports it from here too)
+from hookrun.analysis.images import map_rows
 from hookrun.analysis.kind_readers import kind_units, unread_kind
 from hookrun.analysis.report.colour_scales import to_rgb
 from hookrun.analysis.report.figure_specs import (
@@ -227,8 +228,7 @@ class LeftOut:
 def thumbnails(run: Any, info: Any, budget: Budget) -> dict | None:
     """The first samples' maps as images (None where every channel is constant over space). Maps
     of both signs use the diverging scale centred on 0, others the sequential one."""
-    ds = run.file[info.path]
-    rows = np.asarray(ds[: min(budget.samples, ds.shape[0])], dtype=np.float64)[:, : budget.channels]
+    rows = map_rows(run, info, budget.samples)[:, : budget.channels]  # (channels first, however stored)
     if constant_over_space(rows):
         return None
     index = run.index(info.hook, info.module, info.role, call=info.call)
