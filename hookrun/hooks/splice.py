@@ -54,13 +54,14 @@ if TYPE_CHECKING:
 CHILD = "sae"  # MODULE.sae is the spliced module; MODULE.sae.latents and .reconstruction its hook points
 
 
-class Tap(nn.Module):
+class Tap(nn.Identity):
     """An identity: a named place in the forward for hooks (TransformerLens' HookPoint); `width`:
-    the size of its tensor's last dim where it is known before any batch (an SAE's d_sae)."""
+    the size of its tensor's last dim where it is known before any batch (an SAE's d_sae). `output_fmt`
+    NHWC (points.channels_last): its 4-D tensors are a map's positions with the SAE's vectors last."""
 
-    def __init__(self, width: int | None = None) -> None:
+    def __init__(self, width: int | None = None, output_fmt: str | None = None) -> None:
         super().__init__()
-        self.width = width
+        self.width, self.output_fmt = width, output_fmt
 
     def forward(self, x: Tensor) -> Tensor:
         return x
@@ -76,8 +77,9 @@ class Splice(nn.Module):
         self.codes = bool(getattr(coder, "has_encode", True))  # encode/decode (an SAE), or only forward
         if self.codes:
             d_sae = getattr(coder, "d_sae", None)
-            self.latents = Tap(d_sae if isinstance(d_sae, int) else None)
-        self.reconstruction = Tap()
+            self.latents = Tap(d_sae if isinstance(d_sae, int) else None, "NHWC")  # (B, H, W, d_sae) of a map
+        # a map's reconstruction is (B, H, W, C) too, spliced at each position's channels; a hook_z SAE's is (B, T, H, d_head)
+        self.reconstruction = Tap(output_fmt=None if getattr(coder, "reshape", None) == "hook_z" else "NHWC")
         self.stats = SpliceStats(getattr(coder, "d_sae", None))
         self.in_parent = False  # True from the spliced module's forward pre-hook until the op splices
 

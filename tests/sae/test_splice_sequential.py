@@ -107,6 +107,26 @@ def test_an_sae_trained_on_a_feature_maps_channels_splices_and_steers_at_every_p
     d = w["W_dec"][2] / np.linalg.norm(w["W_dec"][2])
     got = spliced(tmp_path, model, data, "map_error", True, {"op": "add_features", "features": {2: 1.5}})
     np.testing.assert_allclose(got, raw[0] + 1.5 * d[None, :, None, None], rtol=1e-5, atol=1e-5)
+    # the latents of a map's splice are (B, H, W, d_sae): named so, and top examples rank each latent's
+    # largest value over the positions (they were named channel, height, width: 'size' features of the height)
+    f, _ = latents(w, x, k)
+    f = f.reshape(16, size, size, 16)
+    hooks = {"sae": {"at": "0", "type": "forward", "actions": [{"name": "modify_output", "op": "splice", "path": str(tmp_path / "sae")}]},
+             "lat": {"at": "0.sae.latents", "type": "forward", "actions": [{"name": "record", "what": "output"},
+                                                                           {"name": "top_examples", "k": 2}]}}
+    hookrun.run({"data": {"batch_size": 8}, "device": "cpu", "progress": False, "output": {"path": str(tmp_path / "lat.h5")},
+                 "hooks": hooks}, model=model, dataset=data)
+    with h5py.File(tmp_path / "lat.h5", "r") as h:
+        ds = h["captures/lat/0.sae.latents/output"]
+        assert list(ds.attrs["dims"]) == ["sample", "height", "width", "channel"]
+        np.testing.assert_allclose(ds[:], f, rtol=1e-4, atol=1e-5)
+    per = f.max(axis=(1, 2))
+    with hookrun.open_run(tmp_path / "lat.h5") as r:
+        assert r.top_example_modules == {"0.sae.latents": 16}
+        for j in np.flatnonzero(per.max(0) > 0)[:4]:
+            got = r.top_examples("0.sae.latents", int(j))
+            assert [e["sample"] for e in got] == list(np.argsort(-per[:, j], kind="stable")[:2])
+            np.testing.assert_allclose([e["value"] for e in got], np.sort(per[:, j])[::-1][:2], rtol=1e-4, atol=1e-6)
 
 
 def test_an_sae_on_a_channels_last_maps_channels_trains_on_its_last_axis_live_and_from_a_cache(tmp_path):
