@@ -16,7 +16,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import nn
+
+from hookrun.errors import RunError
+from hookrun.labels import module_label
 
 SITE = re.compile(r"^(?P<module>.*)/(?P<fn>[A-Za-z_][A-Za-z0-9_]*)(?:\.(?P<call>\d+))?$")  # an op site's name (hooks/sites.py)
 
@@ -40,8 +44,20 @@ class HookPoint:
         self.forward_calls = 0
 
     def next_forward_call(self) -> int:
+        if torch._C._current_graph_task_id() != -1:  # (a forward run by a backward: activation checkpointing)
+            raise RunError(recomputed(self))
         self.forward_calls += 1
         return self.forward_calls - 1
+
+
+def recomputed(point: HookPoint) -> str:
+    """The one line for a hooked module that runs again inside the backward pass: activation
+    checkpointing recomputes its forward there, a call the hooks would number as a new one (a second
+    record of it, an op's noise drawn anew under another call number: gradients of another forward)."""
+    return (f"hooks.{point.hook}: {module_label(point.module)} ran its forward again inside the backward pass (activation checkpointing "
+            f"recomputes it: torch.utils.checkpoint, transformers' gradient_checkpointing_enable()), which the "
+            f"hooks would take for another call; run without checkpointing (model.gradient_checkpointing_disable(), "
+            f"or call the checkpointed modules directly)")
 
 
 def split_site(at: str, modules: set[str]) -> tuple[str, str, int | None] | None:
