@@ -44,7 +44,7 @@ class HookSession:
     def __enter__(self) -> HookSession:
         decoder = None
         try:
-            for i, point in enumerate(self.points):
+            for i, point in sorted(enumerate(self.points), key=_grad_last):
                 if point.site is not None:  # an op site: the interceptor fires it (hooks/sites.py)
                     fn, call = point.site
                     if self.interceptor is None:
@@ -192,6 +192,15 @@ class HookSession:
             return ev
 
         return fire
+
+
+def _grad_last(item: tuple[int, HookPoint]) -> bool:
+    """Gradient hooks on modules attach after the others, as PyTorch sets up its own full backward
+    hooks after a module's forward hooks: their gradients are those of the output the rest of the
+    model sees (after a modify_output) and of the input the module got (after a replace_input),
+    whatever the order of the hooks in the config."""
+    point = item[1]
+    return point.site is None and HOOK_TYPES.get(point.type).needs_grad
 
 
 def warn_never_fired(hook: str, module: str, where: str = "in any batch", then: str = "so the file has no capture from it",

@@ -197,7 +197,8 @@ class Interceptor:
                           else flatten(result, "output"), "output", module=where)
                 if ev.replaced:
                     result = rebuild(result, "output", ev.tensors)
-            elif point.type == "tensor":
+        for point, fire, where in chosen:  # (after every forward's edit: the gradient of the result the model sees)
+            if point.type == "tensor":
                 for role, t in flatten(result, "grad").items():
                     if t.requires_grad:
                         t.register_hook(partial(_on_grad, fire, role, where, point.forward_calls - 1))
