@@ -57,6 +57,16 @@ def raw_output(model, at, n=N):
     return seen[0]
 
 
+def assert_channels_last_records(path, at, a, names=tuple(REFERENCE)):
+    """Each record `names` of RECORDS at `at` equals numpy's on the raw (N, H, W, C) output, its dims named so."""
+    with h5py.File(path, "r") as f:
+        for name in names:
+            ref, dims = REFERENCE[name]
+            ds = f[f"captures/{name}/{at}/output"]
+            np.testing.assert_allclose(ds[:], ref(a), rtol=1e-5, atol=1e-5, err_msg=name)
+            assert list(ds.attrs["dims"]) == dims, name
+
+
 def swin_model():
     torch.manual_seed(0)
     kw = {k: v for k, v in SWIN.items() if k not in ("_target_", "name", "pretrained")}
@@ -72,11 +82,7 @@ def test_timm_swin_records_reduce_and_select_height_width_channel_by_meaning(tmp
     path = run(tmp_path, {**SWIN, "checkpoint": str(ckpt)}, at, RECORDS)
     a = raw_output(model, at)
     assert a.ndim == 4 and a.shape[1] == a.shape[2] and a.shape[3] != a.shape[1]  # (N, H, W, C), H = W != C
-    with h5py.File(path, "r") as f:
-        for name, (ref, dims) in REFERENCE.items():
-            ds = f[f"captures/{name}/{at}/output"]
-            np.testing.assert_allclose(ds[:], ref(a), rtol=1e-5, atol=1e-5, err_msg=name)
-            assert list(ds.attrs["dims"]) == dims, name
+    assert_channels_last_records(path, at, a)
 
 
 def test_torchvision_permute_to_nhwc_is_channels_last(tmp_path):
@@ -90,12 +96,7 @@ def test_torchvision_permute_to_nhwc_is_channels_last(tmp_path):
     cfg = {"_target_": "torch.load", "f": str(ckpt), "weights_only": False}
     path = run(tmp_path, cfg, "1", {k: RECORDS[k] for k in ("mean_hw", "max_ch", "raw")})
     a = raw_output(model, "1")
-    with h5py.File(path, "r") as f:
-        for name in ("mean_hw", "max_ch", "raw"):
-            ref, dims = REFERENCE[name]
-            ds = f[f"captures/{name}/1/output"]
-            np.testing.assert_allclose(ds[:], ref(a), rtol=1e-5, atol=1e-5, err_msg=name)
-            assert list(ds.attrs["dims"]) == dims, name
+    assert_channels_last_records(path, "1", a, ("mean_hw", "max_ch", "raw"))
 
 
 def test_a_channels_first_conv_keeps_channel_height_width(tmp_path):
@@ -181,11 +182,7 @@ def test_a_convnext_blocks_mlp_and_its_activation_are_channels_last(tmp_path, at
     path = run(tmp_path, {**CONVNEXT, "checkpoint": str(ckpt)}, at, RECORDS)
     a = raw_output(model, at)
     assert a.ndim == 4 and a.shape[1] == a.shape[2] == 14 and a.shape[3] in (16, 64)  # (N, H, W, C)
-    with h5py.File(path, "r") as f:
-        for name, (ref, dims) in REFERENCE.items():
-            ds = f[f"captures/{name}/{at}/output"]
-            np.testing.assert_allclose(ds[:], ref(a), rtol=1e-5, atol=1e-5, err_msg=name)
-            assert list(ds.attrs["dims"]) == dims, name
+    assert_channels_last_records(path, at, a)
 
 
 def test_torchvision_convnext_gelu_between_its_linears_is_channels_last_and_its_layernorm2d_input_is_not(tmp_path):
@@ -202,12 +199,7 @@ def test_torchvision_convnext_gelu_between_its_linears_is_channels_last_and_its_
     path = run(tmp_path, cfg, "1.block.4", {k: RECORDS[k] for k in ("mean_hw", "max_ch", "raw")})
     a = raw_output(model, "1.block.4")
     assert a.shape == (N, 7, 7, 24)
-    with h5py.File(path, "r") as f:
-        for name in ("mean_hw", "max_ch", "raw"):
-            ref, dims = REFERENCE[name]
-            ds = f[f"captures/{name}/1.block.4/output"]
-            np.testing.assert_allclose(ds[:], ref(a), rtol=1e-5, atol=1e-5, err_msg=name)
-            assert list(ds.attrs["dims"]) == dims, name
+    assert_channels_last_records(path, "1.block.4", a, ("mean_hw", "max_ch", "raw"))
     from hookrun.hooks.points import last_roles
 
     assert "input" not in last_roles(model[2], model) and last_roles(model[2], model) == ()
