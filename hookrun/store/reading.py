@@ -112,7 +112,7 @@ class LocalSource:
                                     f"command with resume=true to finish them and write the view")
             raise NotFoundError(f"no file {str(self.path)!r}")
         try:
-            self._file = _open_read(self.path)
+            self._file = open_read(self.path)
         except OSError as exc:
             raise changed_while_read(self.path, damage(exc)) or HookrunError(
                 f"{str(self.path)!r} is not a readable HDF5 file: {exc}") from None
@@ -148,7 +148,7 @@ class LocalSource:
         for name in names:
             shard = self.path.parent / name
             try:
-                part = _open_read(shard)
+                part = open_read(shard)
             except OSError as exc:
                 raise damaged(shard, exc) from None
             with part:
@@ -173,7 +173,7 @@ def damaged(path: Path | str, exc: BaseException) -> HookrunError:
     return changed_while_read(path, damage(exc)) or HookrunError(f"{str(path)!r} is damaged: {damage(exc)}; run it again (or use an intact copy)")
 
 
-def _open_read(path: Path) -> h5py.File:
+def open_read(path: Path) -> h5py.File:
     """Read-only, without HDF5's file lock (a live run's file is read beside its writer); a file this
     process already holds open with HDF5's default locking must be opened with the same flags. A
     killed run's flush helper is waited for: its last message half written is no file to read."""

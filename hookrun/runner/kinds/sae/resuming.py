@@ -22,12 +22,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import h5py
-
 from hookrun.config.schema import HookrunConfig
 from hookrun.errors import ConfigError
 from hookrun.store.digest import table_of
-from hookrun.store.lock import flushing_path, settled
+from hookrun.store.lock import flushing_path
+from hookrun.store.reading import open_read
 from hookrun.store.schemes import scheme_of
 
 log = logging.getLogger("hookrun")
@@ -41,9 +40,8 @@ def old_sae(cfg: HookrunConfig) -> dict[str, Any] | None:
     path = Path(str(cfg.output.path))
     for source in (path, flushing_path(path)):  # (a kill inside a flush leaves it at <name>.flushing)
         if source.exists():
-            settled(source)  # a killed run's flush helper: its last message written
-            try:
-                with h5py.File(source, "r", locking=False) as f:
+            try:  # (open_read waits for a killed run's flush helper: its last message written)
+                with open_read(source) as f:
                     text, status = f.attrs.get("sae"), f.attrs.get("status")
             except OSError:
                 return None
