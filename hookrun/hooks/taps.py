@@ -10,7 +10,8 @@ inside its hook (the probe's and the similarity's features).
 hooks have returned (conv -> ReLU(inplace=True)), so whatever the rows keep must be new memory made
 there. The tensor is the module's output, a tuple's first tensor, or a ModelOutput's
 `last_hidden_state` (else its first tensor); a channels-last 4-D map (channels_last(): timm's Swin) is
-handed over as (batch, channels, height, width). A module that runs twice in one forward (a shared
+handed over as (batch, channels, height, width), and a sequence-first module's (tokens, batch, ...)
+(batch_first=False: nn.TransformerEncoderLayer, nn.LSTM, nn.MultiheadAttention) as (batch, tokens, ...). A module that runs twice in one forward (a shared
 module), that gives no tensor or that does not run is one line naming it. Every handle is removed
 after the forward, also when it fails.
 """
@@ -25,6 +26,7 @@ import torch
 from torch import nn
 
 from hookrun.errors import ConfigError, RunError
+from hookrun.hooks.actions.reduction import declared_batch_first
 from hookrun.hooks.plan import resolve_targets
 from hookrun.hooks.points import channels_last
 from hookrun.hooks.sides import Decoder
@@ -105,6 +107,7 @@ class Taps:
         self.where = where
         self.out: dict[str, Any] = {}
         self.last = {name for name, m in self.targets if channels_last(m, model)}  # 4-D outputs made (batch, C, H, W)
+        self.seq_first = {name for name, m in self.targets if declared_batch_first(m, name, model) is False}
         self.decoder = Decoder.of(model)  # an encoder-decoder's: its modules' tokens are the decoder's (hooks/sides.py)
         self.inside: tuple | None = None  # (mask, ids) of the decoder call in flight
 
@@ -144,6 +147,8 @@ class Taps:
                                   f"output is a tensor (python -m hookrun.modules lists them)")
             if t.dim() == 4 and name in self.last:  # channels last (timm's Swin): the channels to axis 1, as a map has them
                 t = t.movedim(-1, 1)
+            if t.dim() >= 3 and name in self.seq_first:  # (tokens, batch, ...): pooled over an item's tokens, not the batch
+                t = t.transpose(0, 1)
             out[name] = make(name, t)
 
         return hook
