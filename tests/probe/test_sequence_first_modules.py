@@ -1,4 +1,4 @@
-"""probe and similarity at a sequence-first module (batch_first=False: nn.TransformerEncoderLayer,
+"""probe, similarity and top_examples at a sequence-first module (batch_first=False: nn.TransformerEncoderLayer,
 nn.LSTM), whose output is (tokens, batch, features): each item's row pools its own tokens. They pooled
 axis 1, the batch: a probe of T rows per batch (each the batch's mean at one position), fitted against
 the first T items' labels, without a word. References: scikit-learn's Ridge and numpy's linear CKA on
@@ -80,3 +80,30 @@ def test_probe_and_similarity_pool_each_items_tokens(tmp_path, tokens):
     want = np.array([[hsic(k, l_) / np.sqrt(hsic(k, k) * hsic(l_, l_)) for l_ in grams] for k in grams])
     with hookrun.open_run(tmp_path / "s.h5") as run:
         np.testing.assert_allclose(run.similarity().values, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("tokens", [5, B])
+def test_top_examples_at_a_sequence_first_module_name_the_sample_and_its_token(tmp_path, tokens):
+    """top_examples read a (tokens, batch, features) output as (batch, tokens, ...): the top value of
+    sample 4's first token came back as sample 0's token 4. Reference: a raw forward hook's output,
+    transposed, and torch.topk over every (sample, token) of the data set."""
+    model = SequenceFirst().eval()
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(N, tokens, 3, generator=g)
+    hooks = {"t": {"at": "enc", "type": "forward", "actions": [{"name": "top_examples", "k": 3}]}}
+    hookrun.run({"data": {"batch_size": B, "inputs": ["x"]}, "device": "cpu", "progress": False,
+                 "output": {"path": str(tmp_path / "t.h5")}, "hooks": hooks},
+                model=model, dataset=[{"x": x[i], "label": 0} for i in range(N)])
+    kept = {}
+    h = model.enc.register_forward_hook(lambda mod, a, o: kept.update(o=o))
+    with torch.no_grad():
+        model(x)
+    h.remove()
+    out = kept["o"].transpose(0, 1)  # (N, tokens, 8)
+    with hookrun.open_run(tmp_path / "t.h5") as run:
+        for f in (0, 5):
+            top = torch.topk(out[:, :, f].flatten(), 3)
+            want = [(int(i) // tokens, int(i) % tokens) for i in top.indices]
+            got = run.top_examples("enc", f)
+            assert [(e["sample"], e["position"]) for e in got] == want
+            np.testing.assert_allclose([e["value"] for e in got], top.values.numpy(), rtol=1e-6)

@@ -34,6 +34,7 @@ import torch
 from hookrun.config.schema import Mode
 from hookrun.errors import ConfigError, RunError
 from hookrun.hooks.actions.base import ACTIONS, Action
+from hookrun.hooks.actions.reduction import batch_second
 from hookrun.hooks.events import Event, family
 from hookrun.store.records import Capture, CaptureKey
 
@@ -118,6 +119,9 @@ class TopExamples(Action):
         self._check_rank(role, t)
         if t.dim() == 4 and family(role) in self.point.last:  # channels last (timm's Swin): its channels to axis 1
             t = t.movedim(-1, 1)
+        second = batch_second(ev, role, t, ev.state.batch_size, getattr(self.env, "model", None), self.point.site is not None)
+        if second and second[0]:  # a sequence-first module's (tokens, batch, ...): each sample's own tokens
+            t = t.transpose(0, 1)
         with torch.no_grad():
             self.add(t.detach(), ev.state)
 
