@@ -147,17 +147,29 @@ def run_cli(*args: str, cwd: Path = ROOT, timeout: int = 600, env: dict | None =
     return warm_python.run_module("hookrun", list(args), cwd=cwd, env=full_env, timeout=timeout)
 
 
-# The longest test files first (measured: their tests' durations summed in a CI run): `-n auto`
-# hands whole files to workers in collection order, so a long file started last would leave one
-# worker running alone at the end. Within a file, and for every other file, the order is pytest's.
+# The longest test files first (measured: their tests' durations summed in a CI run), then every
+# other file with a `slow` test (runs in a subprocess), then the rest (in-process, seconds each):
+# `-n auto` hands whole files to workers in this order, so a long file started last would leave one
+# worker running alone at the end. Within a file, and within each group, the order is pytest's.
 LONGEST_FIRST = ("docs/test_benchmarks.py", "docs/test_docs.py", "cli/test_cli.py", "store/test_reliability.py",
                  "store/test_ranks.py", "cli/test_load.py", "store/test_object_store_seaweedfs.py")
 
 
+def pytest_configure(config) -> None:
+    # pytest-xdist's --loadscope-reorder (on by default in 3.8) hands out files by their number of
+    # tests, fewest last, whatever the collection order: the one- and two-test files (test_load's
+    # 80 s, test_bench_sae's 45 s) came last, and LONGEST_FIRST was not followed
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(config, items) -> None:
-    def rank(item) -> int:
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+
+    def rank(item) -> tuple[int, bool]:
         path = item.path.as_posix()
-        return next((i for i, name in enumerate(LONGEST_FIRST) if path.endswith("/tests/" + name)), len(LONGEST_FIRST))
+        first = next((i for i, name in enumerate(LONGEST_FIRST) if path.endswith("/tests/" + name)), len(LONGEST_FIRST))
+        return first, item.path not in slow_files
 
     items.sort(key=rank)  # stable: the rest keep their order
 
