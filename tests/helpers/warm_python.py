@@ -1,18 +1,22 @@
-"""`python -m MODULE ARGS` without paying torch's import for each (tests only): a subprocess.run stand-in.
+"""`python -m MODULE ARGS` without paying the big libraries' import for each (tests only): a subprocess.run stand-in.
 
     proc = warm_python.run_module("hookrun", ["experiment=resnet_layer1"], cwd=tmp_path, env=env, timeout=600)
 
-A server process (per test process) imports torch (the bulk of a start-up: about 2 of its 2.5 CPU
-seconds) and nothing else, then forks one child per command. The child takes the command's working
-directory, environment, sys.path (as Python builds it from PYTHONPATH) and sys.argv, and runs the
-module as `python -m` does (runpy, as __main__); hookrun and everything else it imports is imported
-fresh in each child, so an import error or import-order fault of hookrun's still shows. Its stdout
+A server process (per test process) imports torch and the third-party modules nearly every run
+imports after it (SHARED: torchvision's models, which import torch._dynamo; transformers' GPT-2,
+which tiny_lm is; hydra, h5py), and nothing of hookrun's, then forks one child per command. Those
+imports are the bulk of a start-up: a tiny_lm or ResNet run from a torch-only server still spent
+about half its import time on them. The child takes the command's working directory, environment,
+sys.path (as Python builds it from PYTHONPATH) and sys.argv, and runs the module as `python -m` does
+(runpy, as __main__); hookrun and everything else it imports is imported fresh in each child, so an
+import error or import-order fault of hookrun's still shows. Its stdout
 and stderr go to files read back into a CompletedProcess; its exit status is the process's, as
 `python -m` would have exited (SystemExit's code, 1 and the traceback for an uncaught exception).
 
-A server is started with the command's variables read at interpreter or torch start-up (PYTHON*,
-OMP_*, MKL_*, CUDA*, TORCH*, LD_*, ...; PYTHONPATH and PYTHONUNBUFFERED are set per command): a
-command with other such variables gets a server of its own. Without fork, a real subprocess runs.
+A server is started with the command's variables read at interpreter start-up or by those imports
+(PYTHON*, OMP_*, MKL_*, CUDA*, TORCH*, LD_*, HF_*, TRANSFORMERS_*, HDF5_*, ...; PYTHONPATH and
+PYTHONUNBUFFERED are set per command): a command with other such variables gets a server of its
+own. Without fork, a real subprocess runs.
 """
 
 from __future__ import annotations
@@ -28,7 +32,10 @@ import tempfile
 import threading
 
 # variables read when the interpreter or torch starts: a command that sets them otherwise needs its own process
-STARTUP = ("PYTHON", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "CUDA", "TORCH", "PYTORCH", "LD_", "NVIDIA", "HIP_", "ROCM")
+STARTUP = ("PYTHON", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "CUDA", "TORCH", "PYTORCH", "LD_", "NVIDIA", "HIP_", "ROCM",
+           "HF_", "HUGGINGFACE", "TRANSFORMERS", "TOKENIZERS", "HDF5_")
+# imported by the server after torch (third-party only: hookrun is imported fresh by each command)
+SHARED = ("torchvision", "torchvision.models", "transformers", "transformers.models.gpt2.modeling_gpt2", "hydra", "h5py")
 PER_COMMAND = ("PYTHONPATH", "PYTHONUNBUFFERED")
 _servers: dict[tuple, subprocess.Popen] = {}  # one a set of start-up variables, the last used last
 _lock = threading.Lock()
@@ -162,7 +169,15 @@ def _child(req: dict, base_path: list[str]) -> None:
 
 
 def _serve() -> None:
+    import importlib
+
     import torch  # noqa: F401  (the import every child shares; no torch op runs here, so fork is safe)
+
+    for name in SHARED:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # (a child that needs it fails as a fresh process would)
+            pass
 
     extra = {os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
     base_path = [p for p in sys.path[1:] if p not in extra]  # (sys.path[0]: this file's folder)
