@@ -79,8 +79,9 @@ def channels_last(module: nn.Module, model: nn.Module) -> bool:
     or patch merging, torchvision's Permute to NHWC, an nn.Sequential whose last module is one of these;
     never a torch *1d/2d/3d module (Conv2d, BatchNorm2d, timm's LayerNorm2d, pools)."""
     kind = type(module).__name__
-    if isinstance(module, nn.Sequential) and len(module):
-        return channels_last(module[-1], model)
+    if isinstance(module, nn.Sequential) and len(module):  # (an SAE spliced at it joins as a last child that passes through)
+        kids = [m for m in module if not getattr(m, "passes_through", False)]
+        return channels_last((kids or list(module))[-1], model)
     if kind == "Permute" and isinstance(getattr(module, "dims", None), list | tuple):
         return list(module.dims) == [0, 2, 3, 1]
     if kind.endswith(("1d", "2d", "3d")):

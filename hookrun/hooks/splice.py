@@ -70,6 +70,8 @@ class Tap(nn.Identity):
 class Splice(nn.Module):
     """The learned module spliced into MODULE's output, with its hook points and statistics."""
 
+    passes_through = True  # an nn.Sequential's last child that hands its output on: its layout is the one before (points)
+
     def __init__(self, coder: nn.Module, module: str, error_term: bool, state: Any) -> None:
         super().__init__()
         self.coder = coder

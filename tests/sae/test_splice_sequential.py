@@ -166,3 +166,5 @@ def test_an_sae_on_a_channels_last_maps_channels_trains_on_its_last_axis_live_an
     steered = ((f / norms) @ w["W_dec"] + w["b_dec"]).reshape(16, 6, 6, 8)
     got = spliced(tmp_path, model, data, "map", False, {"op": "add_features", "features": {2: 1.5}})
     np.testing.assert_allclose(got, steered, rtol=1e-4, atol=1e-5)
+    with h5py.File(tmp_path / "map.h5", "r") as h:  # (the SAE, the Sequential's new last child, passes its layout on)
+        assert list(h["captures/out/0/output"].attrs["dims"]) == ["sample", "height", "width", "channel"]
