@@ -85,8 +85,8 @@ def scale(factor: float) -> Op:
 
 
 @register_op("add")
-def add(value: float | list, dim: int = 1, factor: float = 1.0) -> Op:
-    """Add `factor` times a scalar, or a vector along `dim` (steering: channels dim 1, a transformer's features -1)."""
+def add(value: float | list, dim: int | None = None, factor: float = 1.0, *, build: OpBuild) -> Op:
+    """Add `factor` times a scalar, or a vector along `dim` (default the channels: HookPoint.channel_axis)."""
 
     def op(x: torch.Tensor, ctx: OpContext) -> torch.Tensor:
         if not isinstance(value, list | tuple | torch.Tensor):
@@ -97,7 +97,7 @@ def add(value: float | list, dim: int = 1, factor: float = 1.0) -> Op:
         if v.dim() != 1:
             return x + v  # a scalar tensor, or one shaped to broadcast as it is
         shape = [1] * x.dim()
-        shape[dim] = -1
+        shape[build.point.channel_axis(x, ctx.role) if dim is None else dim] = -1
         return x + v.view(shape)
 
     return op
@@ -151,13 +151,13 @@ def clamp(min: float | None = None, max: float | None = None) -> Op:  # noqa: A0
 
 
 @register_op("mask")
-def mask(index: int | list[int], dim: int = 1) -> Op:
-    """Zero the listed channels (dim 1) or positions along `dim` (dim 0 is the batch)."""
+def mask(index: int | list[int], dim: int | None = None, *, build: OpBuild) -> Op:
+    """Zero the listed channels (default: HookPoint.channel_axis) or positions along `dim` (0: the batch)."""
     idx = [index] if isinstance(index, int) else list(index)
 
     def op(x: torch.Tensor, ctx: OpContext) -> torch.Tensor:
         out = x.clone()
-        out.index_fill_(dim, torch.as_tensor(idx, device=x.device), 0)
+        out.index_fill_(build.point.channel_axis(x, ctx.role) if dim is None else dim, torch.as_tensor(idx, device=x.device), 0)
         return out
 
     return op

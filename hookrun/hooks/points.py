@@ -43,6 +43,10 @@ class HookPoint:
     def reset(self) -> None:
         self.forward_calls = 0
 
+    def channel_axis(self, x: torch.Tensor, role: str) -> int:
+        """The channels' axis of a tensor hooked here: 1, or 3 where it is a channels-last map (`last`)."""
+        return 3 if x.dim() == 4 and role.split(".", 1)[0] in self.last else 1
+
     def next_forward_call(self) -> int:
         if torch._C._current_graph_task_id() != -1:  # (a forward run by a backward: activation checkpointing)
             raise RunError(recomputed(self))

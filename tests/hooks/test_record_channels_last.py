@@ -270,3 +270,40 @@ def test_pictures_of_a_swin_stages_maps_show_its_channels(tmp_path, monkeypatch)
     np.testing.assert_allclose(grids[0], want[:2, :16], rtol=1e-5, atol=1e-6)
     n = run_sections.Budget().samples
     np.testing.assert_allclose(np.stack(thumbs).reshape(-1, 16, 7, 7), want[:n, :16], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", [{"op": "add", "factor": 0.5}, {"op": "mask", "index": [0, 5]}])
+def test_add_and_mask_at_a_swin_stage_act_on_its_channels_by_default(tmp_path, op):
+    """op add (a vector) and op mask take the channels by default ("dim 1" before): at a Swin stage,
+    (N, H, W, C), that was the height (a C-vector failed torch's view, or where H == C went along the
+    height). Reference: a raw forward hook doing the same along the last axis; the logits compared."""
+    model = swin_model()
+    ckpt = tmp_path / "swin.pt"
+    torch.save(model.state_dict(), ckpt)
+    c = raw_output(model, "layers.1").shape[3]
+    v = torch.linspace(-1, 1, c, dtype=torch.float64)
+    params = {**op, "value": v.tolist()} if op["op"] == "add" else op
+    cfg = {"model": {**SWIN, "checkpoint": str(ckpt)}, "device": "cpu", "progress": False,
+           "hooks": {"m": {"at": "layers.1", "type": "forward", "actions": [{"name": "modify_output", **params}]},
+                     "logits": {"at": "", "type": "forward", "actions": [{"name": "record", "what": "output"}]}},
+           "data": {"dataset": {"_target_": "hookrun.data.RandomTensors", "n": N, "shape": [3, 56, 56],
+                                "num_classes": 3, "seed": 7}, "batch_size": 2},
+           "output": {"path": str(tmp_path / "captures.h5")}}
+    path = hookrun.run(cfg).path
+
+    def edit(mod, args, out):
+        if op["op"] == "add":
+            return out + (0.5 * v).to(out.dtype)
+        out = out.clone()
+        out[..., [0, 5]] = 0
+        return out
+
+    from hookrun.data import RandomTensors
+
+    data = RandomTensors(n=N, shape=[3, 56, 56], num_classes=3, seed=7)
+    h = model.layers[1].register_forward_hook(edit)
+    with torch.no_grad():
+        want = model(torch.stack([data[i][0] for i in range(N)])).numpy()
+    h.remove()
+    with h5py.File(path, "r") as f:
+        np.testing.assert_allclose(f["captures/logits/__model__/output"][:], want, rtol=1e-5, atol=1e-5)
