@@ -22,6 +22,7 @@ from torch import nn
 from hookrun.errors import RunError
 from hookrun.labels import module_label
 
+_GRAPH_TASK = getattr(torch._C, "_current_graph_task_id", None)  # (-1 outside a backward; in torch 2.1+)
 SITE = re.compile(r"^(?P<module>.*)/(?P<fn>[A-Za-z_][A-Za-z0-9_]*)(?:\.(?P<call>\d+))?$")  # an op site's name (hooks/sites.py)
 
 
@@ -48,7 +49,7 @@ class HookPoint:
         return 3 if x.dim() == 4 and role.split(".", 1)[0] in self.last else 1
 
     def next_forward_call(self) -> int:
-        if torch._C._current_graph_task_id() != -1:  # (a forward run by a backward: activation checkpointing)
+        if _GRAPH_TASK is not None and _GRAPH_TASK() != -1:  # (a forward run by a backward: activation checkpointing)
             raise RunError(recomputed(self))
         self.forward_calls += 1
         return self.forward_calls - 1
