@@ -5,7 +5,8 @@
     ds[0]  # {"input_ids": LongTensor(max_length), "attention_mask": LongTensor(max_length)}
 
 A .txt file gives one sample per non-empty line, a .jsonl file one per line (its `field`), a
-folder saved with `datasets.Dataset.save_to_disk` one per row; `files: pydoc_topics` the lines of
+folder saved with `datasets.Dataset.save_to_disk` one per row (files are UTF-8, a byte-order mark
+dropped; a .json, .csv or compressed file is refused); `files: pydoc_topics` the lines of
 the Python reference's English prose that every CPython has. `tokenizer: byte` needs no files
 (ids 0-2 are pad, bos, eos; byte b is b + 3); a folder is read with transformers'
 AutoTokenizer (local_files_only). Every sample is cut to `max_length` and padded to it
@@ -27,6 +28,8 @@ from hookrun.errors import ConfigError
 
 SAMPLE = Path(__file__).with_name("sample.txt")
 PYDOC = "pydoc_topics"  # files: pydoc_topics reads the English text every Python install has
+# files that are not a sample per line (a JSON document, a table, compressed or binary data)
+NOT_LINES = {".json", ".csv", ".tsv", ".parquet", ".arrow", ".feather", ".gz", ".bz2", ".xz", ".zst", ".zip", ".tar", ".pkl", ".npy"}
 
 
 class ByteTokenizer:
@@ -136,11 +139,20 @@ def read_texts(path: Path, field: str) -> list[str]:
         return list(values)
     if not path.is_file():
         raise ConfigError(f"data.dataset.files: no file {str(path)!r}")
+    if path.suffix.lower() in NOT_LINES:  # (read as lines, their syntax became the samples' text)
+        raise ConfigError(f"data.dataset.files: {str(path)!r} is a {path.suffix} file, which is not read as text lines; "
+                          f"give a .txt file (a sample per line), a .jsonl file (a JSON object per line, its "
+                          f"data.dataset.field) or a folder saved with datasets' save_to_disk")
     # lines end at "\n" (or "\r\n") only: universal newlines would end one at a lone "\r", str.splitlines also
-    # at U+2028, U+2029, \x0b, \x1c..\x1e and \x85, splitting a sample and a JSON string in two
-    with open(path, encoding="utf-8", newline="") as fh:
-        lines = [line.removesuffix("\r") for line in fh.read().split("\n")]
-    if path.suffix == ".jsonl":
+    # at U+2028, U+2029, \x0b, \x1c..\x1e and \x85, splitting a sample and a JSON string in two; utf-8-sig drops
+    # a byte-order mark at the file's start (Windows editors write one), which became the first sample's first bytes
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as fh:
+            lines = [line.removesuffix("\r") for line in fh.read().split("\n")]
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"data.dataset.files: {str(path)!r} is not UTF-8 text (byte {exc.start}); give a .txt or "
+                          f".jsonl file in UTF-8") from None
+    if path.suffix.lower() == ".jsonl":
         out = []
         for n, line in enumerate(lines, 1):
             if not line.strip():

@@ -50,6 +50,38 @@ def test_a_line_ends_at_a_newline_only(tmp_path):
     assert text(files=str(tmp_path / "cr.txt")).texts == ["two\rthree", "four"]
 
 
+def test_a_byte_order_mark_is_no_text(tmp_path):
+    """A UTF-8 byte-order mark (Windows editors write one) became the first sample's first three tokens
+    (242, 190, 194), and a .jsonl file with one was refused as 'not JSON'. Reference: the ids by hand
+    (bos 1, then byte + 3); Python's own utf-8-sig codec for the texts."""
+    bom = b"\xef\xbb\xbf"
+    (tmp_path / "a.txt").write_bytes(bom + b"hi\r\nyo\n")
+    ds = text(files=str(tmp_path / "a.txt"), max_length=4)
+    assert ds.texts == ["hi", "yo"] and ds[0]["input_ids"].tolist() == [1, ord("h") + 3, ord("i") + 3, 0]
+    (tmp_path / "a.jsonl").write_bytes(bom + json.dumps({"text": "hi"}).encode() + b"\n")
+    assert text(files=str(tmp_path / "a.jsonl")).texts == [json.loads((bom + b'"hi"').decode("utf-8-sig"))]
+
+
+def test_a_file_that_is_not_lines_of_text_is_refused_in_one_line(tmp_path):
+    """A .json document, a .csv table or a .gz file was read line by line: '[{"text": "hello"},', the CSV header
+    and every row became samples, silently (gzip's bytes a UnicodeDecodeError naming no file); an upper-case
+    .JSONL was read as plain lines, its JSON syntax tokenized."""
+    (tmp_path / "b.JSONL").write_text(json.dumps({"text": "hello"}) + "\n")
+    assert text(files=str(tmp_path / "b.JSONL")).texts == ["hello"]
+    for name in ("a.json", "c.csv", "d.txt.gz"):
+        (tmp_path / name).write_text('[{"text": "hello"}]\n')
+        with pytest.raises(ConfigError) as err:
+            text(files=str(tmp_path / name))
+        suffix = name[name.rindex("."):]
+        assert str(err.value) == (f"data.dataset.files: {str(tmp_path / name)!r} is a {suffix} file, which is not read as text "
+                                  f"lines; give a .txt file (a sample per line), a .jsonl file (a JSON object per line, its "
+                                  f"data.dataset.field) or a folder saved with datasets' save_to_disk")
+    (tmp_path / "e.txt").write_bytes(b"ok\n\x8b\xff\n")
+    with pytest.raises(ConfigError, match=r"^data.dataset.files: '.*e.txt' is not UTF-8 text \(byte 3\); give a .txt or "
+                                          r".jsonl file in UTF-8$"):
+        text(files=str(tmp_path / "e.txt"))
+
+
 @pytest.mark.parametrize("value", [None, ["a", "b"], 42])
 def test_a_value_that_is_not_text_is_refused_naming_the_line(tmp_path, value):
     """null became the sample 'None', a list "['a', 'b']", a number '42': text the file never held."""
