@@ -25,7 +25,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from hookrun.config.schema import Mode
-from hookrun.errors import HookrunError, RunError
+from hookrun.errors import ConfigError, HookrunError, RunError
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.hook_types import HOOK_TYPES
 from hookrun.hooks.session import HookSession, warn_never_fired
@@ -173,16 +173,18 @@ def load_failure(exc: Exception, step: int, loader) -> RunError:
 
 
 def stored_keys(batch: Any, keys: tuple[str, ...]) -> dict[str, np.ndarray] | None:
-    """The batch's tensors named by data.store, as host arrays (one row per sample)."""
+    """The batch's tensors named by data.store, as host arrays (one row per sample); prepare asks it of
+    the first item's batch, so a key the items lack is refused before the file opens."""
     if not keys:
         return None
     if not isinstance(batch, Mapping):
-        raise RunError(f"data.store={list(keys)} names keys of dict items, but the items are {type(batch).__name__}s")
+        raise ConfigError(f"data.store={list(keys)} names keys of dict items, but a batch is a {type(batch).__name__} "
+                          f"(tuple or tensor items have no keys); remove data.store (data.store=[])")
     out = {}
     for k in keys:
         v = batch.get(k)
         if not isinstance(v, torch.Tensor):
-            raise RunError(f"data.store: the batch has no tensor {k!r}; its keys: {', '.join(map(str, batch))}")
+            raise ConfigError(f"data.store: the batch has no tensor {k!r}; its keys: {', '.join(map(str, batch))}")
         out[k] = v.detach().cpu().numpy()
     return out
 

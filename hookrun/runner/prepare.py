@@ -44,7 +44,7 @@ from hookrun.runner.action_state import check_items, check_tensors, tensor_check
 from hookrun.runner.batches import first_items, make_loader
 from hookrun.runner.calls import CallSpec, check_positions
 from hookrun.runner.kinds import KindContext, check_config, kind_for
-from hookrun.runner.loop import LoopSettings, one_sample_forward
+from hookrun.runner.loop import LoopSettings, one_sample_forward, stored_keys
 
 
 @dataclass
@@ -117,6 +117,8 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
     if collate is not None and not callable(collate):
         raise ConfigError(f"data.collate: built a {type(collate).__name__}, not a function (add `_partial_: true`)")
     loader = make_loader(dataset, cfg.data.batch_size, cfg.data.num_workers, collate=collate)
+    if cfg.data.store:  # a key the items lack: refused before the file opens
+        stored_keys(loader.collate_fn([(0, first)])[1], tuple(cfg.data.store))
     loss = build_loss(cfg.loss) if cfg.loss is not None and kind.uses_loss else None
     batches = range(len(loader) if cfg.data.limit is None else min(cfg.data.limit, len(loader)))
     planned = np.arange(samples_in(batches, cfg.data.batch_size, len(dataset)))

@@ -63,6 +63,21 @@ def test_data_store_keeps_batch_keys_per_sample(tmp_path):
         np.testing.assert_array_equal(f["samples/attention_mask"][:], ds.mask.numpy())
 
 
+@pytest.mark.parametrize("items, store, message", [
+    ("dicts", ["input_ids", "nope"], "data.store: the batch has no tensor 'nope'; its keys: input_ids, attention_mask, label"),
+    ("tuples", ["input_ids"], "data.store=['input_ids'] names keys of dict items, but a batch is a list (tuple or tensor "
+                              "items have no keys); remove data.store (data.store=[])"),
+])
+def test_a_data_store_key_the_items_lack_is_refused_before_the_file_opens(tmp_path, items, store, message):
+    """It was a RunError after the first batch's forward, leaving a 'failed' file with 0 batches where a
+    bad config writes nothing (docs/config.md)."""
+    ds = Tokens(n=6) if items == "dicts" else TokenTuples(n=6)
+    data = {"store": store} if items == "dicts" else {"store": store, "inputs": {"input_ids": 0, "attention_mask": 1}, "target": 2}
+    with pytest.raises(ConfigError) as err:
+        hookrun.run(base(tmp_path, **data), model=Scorer(), dataset=ds)
+    assert str(err.value) == message and not (tmp_path / "c.h5").exists()
+
+
 @pytest.mark.parametrize("data, message", [
     ({"inputs": ["nope"]}, "data.inputs: the items have no key 'nope'; their keys: input_ids, attention_mask, label"),
     ({"target": "y"}, "data.target: the items have no key 'y'"),

@@ -18,8 +18,8 @@ def test_a_run_failing_at_its_first_batch_leaves_the_file_it_was_to_overwrite(tm
     cfg = toy_cfg(tmp_path)
     path = hookrun.run(cfg).path
     before = path.read_bytes()
-    bad = toy_cfg(tmp_path, **{"output.overwrite": True, "data.store": ["foo"]})  # (tuple items: found at batch 0)
-    with pytest.raises(HookrunError, match=r"data.store=\['foo'\] names keys of dict items"):
+    bad = toy_cfg(tmp_path, **{"output.overwrite": True, "data.collate": {"_target_": "builtins.sum", "_partial_": True}})
+    with pytest.raises(HookrunError, match=r"data.collate failed on the samples \[0, 1, 2, 3\]"):  # (found at batch 0)
         hookrun.run(bad)
     assert path.read_bytes() == before
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith((".", "captures.h5."))]  # no leftover
