@@ -194,11 +194,21 @@ class CallSpec:
             if len(args) == 1 and isinstance(args[0], Mapping):  # (features_dict, label): the dict is the keywords
                 args, kwargs = (), {str(k): v for k, v in args[0].items()}
         t = self.target_key(batch)
-        target = _get(batch, t, "data.target") if t is not None else None
+        target = scalars(_get(batch, t, "data.target")) if t is not None else None
         if isinstance(batch, Mapping) and any(batch.get(k) is not v for k, v in kwargs.items()):  # data.inputs renames
             batch = {**batch, **kwargs}  # the batch as the model takes it: the actions' mask, loss=lm's input_ids
         mask = batch.get(MASK_KEY) if isinstance(batch, Mapping) else kwargs.get(MASK_KEY)  # tuples: by data.inputs
         return ModelCall(args, kwargs, target, batch, mask if isinstance(mask, torch.Tensor) else None)
+
+
+def scalars(target: Any) -> Any:
+    """A batch's target as a tensor where a collate function left it a list of numbers (collate_lists: the
+    images as a list, each item's class an int): the loss takes it and /samples/target keeps it. Other
+    targets (detection's dicts, strings) stay as they are."""
+    if isinstance(target, list | tuple) and target and all(
+            isinstance(t, int | float) or (isinstance(t, torch.Tensor) and t.dim() == 0) for t in target):
+        return torch.stack([torch.as_tensor(t) for t in target]) if isinstance(target[0], torch.Tensor) else torch.tensor(target)
+    return target
 
 
 def with_positions(model: nn.Module, kwargs: dict, mask: Any) -> dict:

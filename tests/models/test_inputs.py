@@ -119,6 +119,35 @@ def test_collate_lists_passes_lists_to_the_model(tmp_path):
     assert seen == [[3, 4, 5], [6]]
 
 
+def test_collate_lists_of_images_with_class_labels_give_a_target_tensor(tmp_path):
+    """Images of different sizes with an int class each, through collate_lists: the target reached the loss
+    as a list (a TypeError traceback in cross_entropy) and /samples/target was never written. Reference:
+    torch.autograd.grad of torch's cross-entropy on the labels stacked by hand, the model called by hand."""
+    class Pooled(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.head = torch.nn.Linear(3, 4)
+
+        def forward(self, xs: list) -> torch.Tensor:
+            return self.head(torch.stack([x.mean((1, 2)) for x in xs]))
+
+    torch.manual_seed(0)
+    model = Pooled()
+    items = [(torch.randn(3, 4 + i, 5), i % 4) for i in range(5)]
+    collate = {"_target_": "hookrun.data.collate_lists", "_partial_": True}
+    hooks = {"g": {"at": "head", "type": "tensor", "actions": [{"name": "record"}]}}
+    hookrun.run(base(tmp_path, collate=collate, batch_size=3) | {"hooks": hooks, "mode": "grad", "loss": {
+        "_target_": "torch.nn.CrossEntropyLoss"}}, model=model, dataset=items)
+    want = []
+    for lo in (0, 3):
+        logits = model([x for x, _ in items[lo:lo + 3]])
+        labels = torch.tensor([y for _, y in items[lo:lo + 3]])
+        want.append(torch.autograd.grad(torch.nn.functional.cross_entropy(logits, labels), logits)[0])
+    with h5py.File(tmp_path / "c.h5") as f:
+        np.testing.assert_array_equal(f["samples/target"][:], [y for _, y in items])
+        np.testing.assert_allclose(f["captures/g/head/grad"][:], torch.cat(want).numpy(), rtol=1e-5, atol=1e-7)
+
+
 def test_live_model_must_be_a_module(tmp_path):
     with pytest.raises(ConfigError, match="run\\(model=...\\): got a str, not a torch.nn.Module"):
         hookrun.run(base(tmp_path), model="gpt2", dataset=Tokens())
