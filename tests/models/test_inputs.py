@@ -148,6 +148,39 @@ def test_collate_lists_of_images_with_class_labels_give_a_target_tensor(tmp_path
         np.testing.assert_allclose(f["captures/g/head/grad"][:], torch.cat(want).numpy(), rtol=1e-5, atol=1e-7)
 
 
+class Labelled(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = torch.nn.Linear(4, 3)
+
+    def forward(self, x, labels=None):
+        return self.head(x)
+
+
+def test_a_loss_given_no_target_is_one_line_naming_data_target(tmp_path):
+    """Dict items with `labels` (transformers' name; data.target=auto takes `target` or `label`) and
+    loss=torch.nn.CrossEntropyLoss: cross_entropy's TypeError traceback. Named, the target works:
+    the recorded d loss / d logits against torch.autograd.grad of torch's cross-entropy."""
+    torch.manual_seed(0)
+    model, items = Labelled(), [{"x": torch.randn(4), "labels": i % 3} for i in range(6)]
+    cfg = base(tmp_path, batch_size=3) | {"mode": "grad", "loss": {"_target_": "torch.nn.CrossEntropyLoss"},
+                                          "hooks": {"g": {"at": "head", "type": "tensor"}}}
+    with pytest.raises(RunError) as err:
+        hookrun.run(cfg, model=model, dataset=items)
+    assert str(err.value) == (
+        "loss: the batch has no target (data.target=auto takes item[1] of a tuple, or a dict item's `target` or `label` "
+        "key; name yours, e.g. data.target=labels), and CrossEntropyLoss(output, None) raised TypeError: "
+        "cross_entropy_loss(): argument 'target' (position 2) must be Tensor, not NoneType "
+        "(the traceback: HYDRA_FULL_ERROR=1 or --verbose)")
+    hookrun.run(cfg | {"data": {"batch_size": 3, "target": "labels"}, "output": {"path": str(tmp_path / "d.h5")}},
+                model=model, dataset=items)
+    x, y = torch.stack([i["x"] for i in items]), torch.tensor([i["labels"] for i in items])
+    want = [torch.autograd.grad(torch.nn.functional.cross_entropy(o, t), o)[0]
+            for o, t in ((model(x[lo:lo + 3]), y[lo:lo + 3]) for lo in (0, 3))]
+    with h5py.File(tmp_path / "d.h5") as f:
+        np.testing.assert_allclose(f["captures/g/head/grad"][:], torch.cat(want).numpy(), rtol=1e-5, atol=1e-7)
+
+
 def test_live_model_must_be_a_module(tmp_path):
     with pytest.raises(ConfigError, match="run\\(model=...\\): got a str, not a torch.nn.Module"):
         hookrun.run(base(tmp_path), model="gpt2", dataset=Tokens())

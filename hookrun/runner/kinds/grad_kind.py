@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from hookrun.config.schema import Mode
-from hookrun.errors import RunError
+from hookrun.errors import HookrunError, RunError, foreign_failure
 from hookrun.runner.calls import ModelCall
 from hookrun.runner.kinds import register_kind
 from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds
@@ -41,7 +41,12 @@ class GradKind(RunKind):
             if t.is_floating_point():
                 t.requires_grad_(True)
         output = call.run(model)
-        loss = self.loss(output, call.target, batch=call.batch) if self.takes_batch else self.loss(output, call.target)
+        try:
+            loss = self.loss(output, call.target, batch=call.batch) if self.takes_batch else self.loss(output, call.target)
+        except (HookrunError, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # a loss of the user's or torch's (torch.nn.CrossEntropyLoss): one line, not its traceback
+            raise loss_failure(self.loss, call.target, exc) from exc
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             raise RunError(f"loss: expected a scalar tensor, got {type(loss).__name__} {getattr(loss, 'shape', '')}")
         try:
@@ -61,3 +66,15 @@ def takes_batch(loss: Any) -> bool:
         return "batch" in inspect.signature(loss).parameters
     except (TypeError, ValueError):
         return False
+
+
+def loss_failure(loss: Any, target: Any, exc: Exception) -> RunError:
+    """The loss's own exception as one line; where the batch has no target, what data.target finds and how
+    to name one (dict items with `labels`, as transformers names them, are not found by `auto`)."""
+    name = getattr(loss, "func", loss)  # (a partial's function)
+    name = getattr(name, "__name__", type(name).__name__)
+    if target is None:
+        return foreign_failure(f"loss: the batch has no target (data.target=auto takes item[1] of a tuple, or a dict "
+                               f"item's `target` or `label` key; name yours, e.g. data.target=labels), and "
+                               f"{name}(output, None) raised", exc)
+    return foreign_failure(f"loss: {name}(output, target) raised", exc)
