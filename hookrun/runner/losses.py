@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from hookrun.errors import RunError
+from hookrun.errors import RunError, foreign_failure
 
 
 def _need_target(target: Any, name: str) -> torch.Tensor:
@@ -136,3 +136,15 @@ def next_token_pairs(mask: torch.Tensor) -> torch.Tensor:
 def log_probs(logits: torch.Tensor) -> torch.Tensor:
     """log-softmax over the last dim, in float32 at least (the block kinds' ce, kl and logprob metrics)."""
     return torch.log_softmax(wide(logits), dim=-1)
+
+
+def loss_failure(loss: Any, target: Any, exc: Exception) -> RunError:
+    """The loss's own exception as one line; where the batch has no target, what data.target finds and how
+    to name one (dict items with `labels`, as transformers names them, are not found by `auto`)."""
+    name = getattr(loss, "func", loss)  # (a partial's function)
+    name = getattr(name, "__name__", type(name).__name__)
+    if target is None:
+        return foreign_failure(f"loss: the batch has no target (data.target=auto takes item[1] of a tuple, or a dict "
+                               f"item's `target` or `label` key; name yours, e.g. data.target=labels), and "
+                               f"{name}(output, None) raised", exc)
+    return foreign_failure(f"loss: {name}(output, target) raised", exc)

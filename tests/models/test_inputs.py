@@ -172,6 +172,11 @@ def test_a_loss_given_no_target_is_one_line_naming_data_target(tmp_path):
         "key; name yours, e.g. data.target=labels), and CrossEntropyLoss(output, None) raised TypeError: "
         "cross_entropy_loss(): argument 'target' (position 2) must be Tensor, not NoneType "
         "(the traceback: HYDRA_FULL_ERROR=1 or --verbose)")
+    halve = {"h": {"at": "head", "type": "forward", "actions": [{"name": "modify_output", "op": "scale", "factor": 0.5}]}}
+    with pytest.raises(RunError) as evaluated:  # evaluate's loss: the same line
+        hookrun.run(cfg | {"mode": "eval", "hooks": halve, "evaluate": {}, "output": {"path": str(tmp_path / "e.h5")}},
+                    model=model, dataset=items)
+    assert str(evaluated.value) == str(err.value)
     hookrun.run(cfg | {"data": {"batch_size": 3, "target": "labels"}, "output": {"path": str(tmp_path / "d.h5")}},
                 model=model, dataset=items)
     x, y = torch.stack([i["x"] for i in items]), torch.tensor([i["labels"] for i in items])

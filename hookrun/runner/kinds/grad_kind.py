@@ -16,10 +16,11 @@ import torch
 from torch import nn
 
 from hookrun.config.schema import Mode
-from hookrun.errors import HookrunError, RunError, foreign_failure
+from hookrun.errors import HookrunError, RunError
 from hookrun.runner.calls import ModelCall
 from hookrun.runner.kinds import register_kind
 from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds
+from hookrun.runner.losses import loss_failure
 
 IN_PLACE = ("a backward hook's module has its output modified in place later in the forward pass "
             "(e.g. `out += identity` in a ResNet block), which full backward hooks cannot follow; "
@@ -67,14 +68,3 @@ def takes_batch(loss: Any) -> bool:
     except (TypeError, ValueError):
         return False
 
-
-def loss_failure(loss: Any, target: Any, exc: Exception) -> RunError:
-    """The loss's own exception as one line; where the batch has no target, what data.target finds and how
-    to name one (dict items with `labels`, as transformers names them, are not found by `auto`)."""
-    name = getattr(loss, "func", loss)  # (a partial's function)
-    name = getattr(name, "__name__", type(name).__name__)
-    if target is None:
-        return foreign_failure(f"loss: the batch has no target (data.target=auto takes item[1] of a tuple, or a dict "
-                               f"item's `target` or `label` key; name yours, e.g. data.target=labels), and "
-                               f"{name}(output, None) raised", exc)
-    return foreign_failure(f"loss: {name}(output, target) raised", exc)
