@@ -103,6 +103,23 @@ def _first_tensors(items: list) -> list[torch.Tensor]:
     return out
 
 
+def build_collate(node: Any) -> Callable:
+    """data.collate built: a function that takes the list of items. Without `_partial_: true` Hydra
+    calls it with no items (collate_lists() missing 'items'), or builds an object that is no function."""
+    from hookrun.config.build import build
+
+    hint = "a collate function is called with the list of items: add `_partial_: true` to data.collate"
+    try:
+        fn = build(node, "data.collate")
+    except ConfigError as exc:
+        if "required positional argument" in str(exc) and "_partial_" not in node:
+            raise ConfigError(f"{exc}; {hint}") from None
+        raise
+    if not callable(fn):
+        raise ConfigError(f"data.collate: built a {type(fn).__name__}, not a function; {hint}")
+    return fn
+
+
 def make_loader(dataset: Dataset, batch_size: int, num_workers: int, start: int = 0,
                 collate: Callable | None = None, stop: int | None = None) -> DataLoader:
     if batch_size < 1:

@@ -21,7 +21,6 @@ import torch
 from torch.utils.data import DataLoader
 
 from hookrun.config.build import (
-    build,
     build_dataset,
     build_loss,
     build_model,
@@ -41,7 +40,7 @@ from hookrun.labels import dataset_label
 from hookrun.models import weights_digest
 from hookrun.output.destination import Destination, open_destination
 from hookrun.runner.action_state import check_items, check_tensors, tensor_checked
-from hookrun.runner.batches import first_items, make_loader
+from hookrun.runner.batches import build_collate, first_items, make_loader
 from hookrun.runner.calls import CallSpec, check_positions
 from hookrun.runner.kinds import KindContext, check_config, kind_for
 from hookrun.runner.loop import LoopSettings, one_sample_forward, stored_keys
@@ -113,9 +112,7 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
         if refused is exc:
             raise
         raise refused from exc
-    collate = build(cfg.data.collate, "data.collate") if cfg.data.collate is not None else None
-    if collate is not None and not callable(collate):
-        raise ConfigError(f"data.collate: built a {type(collate).__name__}, not a function (add `_partial_: true`)")
+    collate = build_collate(cfg.data.collate) if cfg.data.collate is not None else None
     loader = make_loader(dataset, cfg.data.batch_size, cfg.data.num_workers, collate=collate)
     if cfg.data.store:  # a key the items lack: refused before the file opens
         stored_keys(loader.collate_fn([(0, first)])[1], tuple(cfg.data.store))

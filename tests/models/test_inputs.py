@@ -186,6 +186,16 @@ def test_a_loss_given_no_target_is_one_line_naming_data_target(tmp_path):
         np.testing.assert_allclose(f["captures/g/head/grad"][:], torch.cat(want).numpy(), rtol=1e-5, atol=1e-7)
 
 
+def test_a_collate_function_without_partial_says_to_add_it(tmp_path):
+    """Hydra called collate_lists() with no items: 'missing 1 required positional argument', with no word of
+    the `_partial_: true` that data.collate needs."""
+    with pytest.raises(ConfigError) as err:
+        hookrun.run(base(tmp_path, collate={"_target_": "hookrun.data.collate_lists"}), model=Scorer(), dataset=Tokens())
+    assert str(err.value) == ("data.collate: building 'hookrun.data.collate_lists' failed: TypeError: collate_lists() missing 1 "
+                              "required positional argument: 'items'; a collate function is called with the list of items: "
+                              "add `_partial_: true` to data.collate")
+
+
 def test_live_model_must_be_a_module(tmp_path):
     with pytest.raises(ConfigError, match="run\\(model=...\\): got a str, not a torch.nn.Module"):
         hookrun.run(base(tmp_path), model="gpt2", dataset=Tokens())
