@@ -96,6 +96,12 @@ def image_folder(root: str | None, resize: int = 256, crop: int = 224) -> Datase
     path = Path(root)
     if not path.is_dir():
         raise ConfigError(f"data.root: {root!r} is not a folder")
+    sides = list(resize) if isinstance(resize, list | tuple) and len(resize) == 2 else [resize]
+    for side in sides:
+        whole("resize", side, 1)
+    if min(sides) < whole("crop", crop, 1):  # (CenterCrop pads a smaller image with zeros: black borders, no word)
+        raise ConfigError(f"data.dataset.crop={crop} is larger than data.dataset.resize={resize} (the resized image's "
+                          f"shorter side): the centre crop would pad it with black borders; give crop <= resize")
     tf = transforms.Compose([
         transforms.Resize(resize), transforms.CenterCrop(crop), transforms.ToTensor(),
         transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD),

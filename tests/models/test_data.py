@@ -128,3 +128,23 @@ def test_out_of_range_data_set_arguments_are_one_line(make, kw, message):
     negative text start, Python's slice: the last text alone, silently."""
     with pytest.raises(ConfigError, match=message):
         getattr(hookrun.data, make)(**kw)
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"resize": 32, "crop": 64}, "data.dataset.crop=64 is larger than data.dataset.resize=32 (the resized image's shorter "
+                                 "side): the centre crop would pad it with black borders; give crop <= resize"),
+    ({"resize": 36, "crop": 0}, "data.dataset.crop: expected a whole number >= 1, got 0"),
+    ({"resize": 0, "crop": 32}, "data.dataset.resize: expected a whole number >= 1, got 0"),
+])
+def test_image_folder_sizes_that_would_pad_or_empty_the_images_are_one_line(tmp_path, kw, message):
+    """crop 64 after resize 32 was torchvision's CenterCrop padding every image with zeros (black borders,
+    -2.1 after normalising) with no word; crop 0 gave (3, 0, 0) images; resize 0 a ValueError at the first item.
+    Reference: CenterCrop's own padding, seen on the same image; the exact lines."""
+    from torchvision import transforms
+
+    _png(tmp_path / "a.png", 10)
+    padded = transforms.CenterCrop(64)(transforms.Resize(32)(Image.open(tmp_path / "a.png")))
+    assert np.asarray(padded.convert("L"))[0, 0] == 0  # (what the run read before: a black border)
+    with pytest.raises(ConfigError) as err:
+        image_folder(str(tmp_path), **kw)
+    assert str(err.value) == message
