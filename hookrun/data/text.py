@@ -91,12 +91,15 @@ def text(files: str | list[str] | None = None, tokenizer: str = "byte", max_leng
     """The dataset of data=text (see the module docstring); `files: null` reads the shipped sample."""
     if padding not in ("max_length", "longest"):
         raise ConfigError(f"data.dataset.padding={padding!r}; choose max_length or longest")
-    if not isinstance(max_length, int) or max_length < 1:
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:  # (True was 1 token)
         raise ConfigError(f"data.dataset.max_length={max_length!r}; expected a whole number >= 1")
     whole("start", start, 0)  # (a negative start took the last texts, as Python's slices do)
     if limit is not None:
         whole("limit", limit, 1)
     names = [SAMPLE] if files is None else ([files] if isinstance(files, str) else list(files))
+    if not names:
+        raise ConfigError("data.dataset.files=[] names no file; give files (a .txt, .jsonl or datasets folder), or "
+                          "null for the sample text shipped with hookrun")
     paths = [n if isinstance(n, Path) or n == PYDOC else Path(n).expanduser() for n in names]
     texts = [t for p in paths for t in (pydoc_lines() if p == PYDOC else read_texts(p, field))]
     texts = texts[start:None if limit is None else start + limit]  # `start`: skip the first texts (a held-out part)
