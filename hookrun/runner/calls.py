@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -206,7 +207,7 @@ def scalars(target: Any) -> Any:
     images as a list, each item's class an int): the loss takes it and /samples/target keeps it. Other
     targets (detection's dicts, strings) stay as they are."""
     if isinstance(target, list | tuple) and target and all(
-            isinstance(t, int | float) or (isinstance(t, torch.Tensor) and t.dim() == 0) for t in target):
+            isinstance(t, numbers.Real) or (isinstance(t, torch.Tensor) and t.dim() == 0) for t in target):  # (numpy's too)
         return torch.stack([torch.as_tensor(t) for t in target]) if isinstance(target[0], torch.Tensor) else torch.tensor(target)
     return target
 

@@ -133,7 +133,7 @@ def test_collate_lists_of_images_with_class_labels_give_a_target_tensor(tmp_path
 
     torch.manual_seed(0)
     model = Pooled()
-    items = [(torch.randn(3, 4 + i, 5), i % 4) for i in range(5)]
+    items = [(torch.randn(3, 4 + i, 5), i % 4 if i % 2 else np.int64(i % 4)) for i in range(5)]  # (numpy labels too)
     collate = {"_target_": "hookrun.data.collate_lists", "_partial_": True}
     hooks = {"g": {"at": "head", "type": "tensor", "actions": [{"name": "record"}]}}
     hookrun.run(base(tmp_path, collate=collate, batch_size=3) | {"hooks": hooks, "mode": "grad", "loss": {
@@ -141,10 +141,10 @@ def test_collate_lists_of_images_with_class_labels_give_a_target_tensor(tmp_path
     want = []
     for lo in (0, 3):
         logits = model([x for x, _ in items[lo:lo + 3]])
-        labels = torch.tensor([y for _, y in items[lo:lo + 3]])
+        labels = torch.tensor([int(y) for _, y in items[lo:lo + 3]])
         want.append(torch.autograd.grad(torch.nn.functional.cross_entropy(logits, labels), logits)[0])
     with h5py.File(tmp_path / "c.h5") as f:
-        np.testing.assert_array_equal(f["samples/target"][:], [y for _, y in items])
+        np.testing.assert_array_equal(f["samples/target"][:], [int(y) for _, y in items])
         np.testing.assert_allclose(f["captures/g/head/grad"][:], torch.cat(want).numpy(), rtol=1e-5, atol=1e-7)
 
 
