@@ -132,6 +132,10 @@ def read_texts(path: Path, field: str) -> list[str]:
             ds = datasets.load_from_disk(str(path))
         except (FileNotFoundError, ValueError) as exc:
             raise ConfigError(f"data.dataset.files: {str(path)!r} is not a folder saved with save_to_disk: {exc}") from None
+        if isinstance(ds, datasets.DatasetDict):  # (its column_names are per split: the splits were named as columns)
+            splits = list(ds)
+            raise ConfigError(f"data.dataset.files: {str(path)!r} holds the splits {', '.join(splits)} (a DatasetDict); "
+                              f"give one split's folder, e.g. {str(path / splits[0])!r}")
         if field not in ds.column_names:
             raise ConfigError(f"data.dataset.field={field!r}: {str(path)!r} has columns {', '.join(ds.column_names)}")
         values = ds[field]

@@ -37,6 +37,14 @@ def test_txt_jsonl_and_datasets_folder(tmp_path):
     assert text(files=str(tmp_path / "saved")).texts == ["alpha", "beta"]
     with pytest.raises(ConfigError, match="data.dataset.field='body': .* has columns text"):
         text(files=str(tmp_path / "saved"), field="body")
+    splits = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": ["a"]}),
+                                   "test": datasets.Dataset.from_dict({"text": ["b"]})})
+    splits.save_to_disk(str(tmp_path / "splits"))  # (refused as 'has columns train, test': the splits, not columns)
+    with pytest.raises(ConfigError) as err:
+        text(files=str(tmp_path / "splits"))
+    assert str(err.value) == (f"data.dataset.files: {str(tmp_path / 'splits')!r} holds the splits train, test (a DatasetDict); "
+                              f"give one split's folder, e.g. {str(tmp_path / 'splits' / 'train')!r}")
+    assert text(files=str(tmp_path / "splits" / "train")).texts == ["a"]
 
 
 def test_a_line_ends_at_a_newline_only(tmp_path):
