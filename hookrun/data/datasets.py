@@ -67,7 +67,8 @@ class ImageFiles(Dataset):
 
     def __init__(self, root: str, transform: Any = None) -> None:
         self.root = Path(root)
-        self.samples = [(str(p), -1) for p in sorted(self.root.iterdir()) if p.suffix.lower() in IMAGE_SUFFIXES]
+        self.samples = [(str(p), -1) for p in sorted(self.root.iterdir())  # (hidden `._x.jpg`: macOS metadata)
+                        if p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith(".")]
         self.transform = transform
 
     def __len__(self) -> int:
@@ -108,7 +109,8 @@ def image_folder(root: str | None, resize: int = 256, crop: int = 224) -> Datase
     ])
     folders = visible_folders(path)  # (hidden ones are no class)
     if folders:
-        loose = sorted(p.name for p in path.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+        loose = sorted(p.name for p in path.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
+                       and not p.name.startswith("."))
         if loose:
             raise ConfigError(
                 f"data.root: {root!r} holds class folders ({', '.join(folders[:3])}{', ...' if len(folders) > 3 else ''}) "

@@ -148,3 +148,26 @@ def test_image_folder_sizes_that_would_pad_or_empty_the_images_are_one_line(tmp_
     with pytest.raises(ConfigError) as err:
         image_folder(str(tmp_path), **kw)
     assert str(err.value) == message
+
+
+def test_hidden_image_files_are_not_items(tmp_path):
+    """macOS's AppleDouble `._a.png` (metadata beside a.png on a copied drive) was an item: the run stopped at
+    it ('cannot identify image file'), in a class folder after every batch before it. Reference: torchvision's
+    ImageFolder on the same images without the hidden files; the flat folder's visible file names."""
+    from torchvision import datasets, transforms
+
+    for name, value in (("cat/a.png", 10), ("cat/b.png", 20), ("dog/c.png", 30)):
+        _png(tmp_path / "clean" / name, value)
+        _png(tmp_path / "copied" / name, value)
+    for junk in ("copied/cat/._a.png", "copied/dog/._c.png", "flat/._a.png"):
+        (tmp_path / junk).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / junk).write_bytes(b"\x00\x05\x16\x07 AppleDouble")
+    _png(tmp_path / "flat" / "a.png", 40)
+    tf = transforms.Compose([transforms.Resize(36), transforms.CenterCrop(32), transforms.ToTensor(),
+                             transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])
+    got, want = image_folder(str(tmp_path / "copied"), resize=36, crop=32), datasets.ImageFolder(str(tmp_path / "clean"), transform=tf)
+    assert len(got) == len(want) == 3
+    for i in range(3):
+        assert got[i][1] == want[i][1] and torch.equal(got[i][0], want[i][0])
+    flat = image_folder(str(tmp_path / "flat"), resize=36, crop=32)
+    assert [p for p, _ in flat.samples] == [str(tmp_path / "flat" / "a.png")] and torch.equal(flat[0], tf(Image.open(tmp_path / "flat" / "a.png").convert("RGB")))
