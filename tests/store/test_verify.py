@@ -107,8 +107,9 @@ def test_a_run_that_failed_before_its_first_batch_has_nothing_to_verify(tmp_path
     import hookrun
     from hookrun.errors import RunError
 
-    with pytest.raises(RunError):
-        hookrun.run(toy_cfg(tmp_path, **{"data.store": ["foo"], "output.checksum": True}))  # (tuple items: refused at batch 0)
+    collate = {"_target_": "builtins.sum", "_partial_": True}  # (fails on the first batch's items, after the file opens)
+    with pytest.raises(RunError, match=r"data.collate failed on the samples \[0, 1, 2, 3\]"):
+        hookrun.run(toy_cfg(tmp_path, **{"data.collate": collate, "output.checksum": True}))
     with h5py.File(tmp_path / "captures.h5") as f:
         assert f.attrs["status"] == "failed" and f["samples/index"].shape == (0,)
     assert main([str(tmp_path / "captures.h5"), "--verify"]) == 0
