@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hookrun.analysis.images import channels_last
 from hookrun.analysis.opening import open_run
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, close_matches
 
@@ -89,7 +90,7 @@ class CacheRows(BatchStream):
                               "give sae.rows=channel with sae.budget (a feature map's channels at each position), or record "
                               "with rows: token")
         # a channels-last map (its dims sample, height, width, channel: timm's Swin) gives its last axis
-        self.last = self.channel and tuple(getattr(self.info, "dims", None) or ())[1:] == ("height", "width", "channel")
+        self.last = self.channel and channels_last(self.info)
         self.per_sample = int(np.prod(shape[1:-1] if self.last else shape[2:])) if self.channel else 1  # rows a stored row gives
         self.n_rows, self.d_in = shape[0] * self.per_sample, shape[-1] if self.last else shape[1]
         if self.n_rows == 0:
