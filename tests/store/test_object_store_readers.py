@@ -150,13 +150,14 @@ def test_the_lock_is_a_conditional_put_renewed_while_held_and_removed_at_the_end
 
     server, client = s3
     folder = RemoteFolder.open(URL)
-    first = RemoteLock(folder, lease=0.6)
+    first = RemoteLock(folder, lease=3.0)
     with first:
         held = json.loads(client.get_object(Bucket=BUCKET, Key=f"{PREFIX}/writer.lock")["Body"].read())
         assert held["host"] == socket.gethostname() and held["pid"] == __import__("os").getpid()
         with pytest.raises(ConfigError, match=rf"another hookrun run \(host {socket.gethostname()}, pid"):
-            RemoteLock(RemoteFolder.open(URL), lease=0.6).acquire()  # a live holder (this process)
-        time.sleep(1.0)  # renewed every 0.2 s: the lease moves on
+            RemoteLock(RemoteFolder.open(URL), lease=3.0).acquire()  # a live holder (this process)
+        time.sleep(2.0)  # renewed every 1 s: the lease moves on (3 s leases: a loaded machine's late renewal
+        # must not let the lease end while the test still holds it)
         again = json.loads(client.get_object(Bucket=BUCKET, Key=f"{PREFIX}/writer.lock")["Body"].read())
         assert again["token"] == held["token"] and again["expires"] > held["expires"] + 0.5
     assert keys(client) == []

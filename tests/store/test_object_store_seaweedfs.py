@@ -137,14 +137,15 @@ def test_a_store_refusing_conditional_replace_gets_the_plain_lease(s3, tmp_path,
     server, client = s3
     lock_object(client, expires=time.time() - 5)  # its writer stopped renewing it
     folder = RefusesConditionalReplace(RemoteFolder.open(URL))
-    with caplog.at_level(logging.INFO, logger="hookrun"), RemoteLock(folder, lease=0.6) as lock:
+    with caplog.at_level(logging.INFO, logger="hookrun"), RemoteLock(folder, lease=3.0) as lock:
         held = json.loads(client.get_object(Bucket=BUCKET, Key=f"{PREFIX}/writer.lock")["Body"].read())
         assert held["token"] == lock.token and held["pid"] == os.getpid()
-        time.sleep(1.0)  # renewed (plainly) every 0.2 s: the lease moves on
+        time.sleep(2.0)  # renewed (plainly) every 1 s: the lease moves on (a lease of 3 s, not less: a renewal
+        # late by a loaded machine must not let the lease end before the live-holder check below)
         again = json.loads(client.get_object(Bucket=BUCKET, Key=f"{PREFIX}/writer.lock")["Body"].read())
         assert again["token"] == lock.token and again["expires"] > held["expires"] + 0.5
         with pytest.raises(ConfigError, match=r"another hookrun run \(host .*\) is writing .* until "):
-            RemoteLock(RefusesConditionalReplace(RemoteFolder.open(URL)), lease=0.6).acquire()  # live: refused
+            RemoteLock(RefusesConditionalReplace(RemoteFolder.open(URL)), lease=3.0).acquire()  # live: refused
     assert "held by host gpu-node-7, pid 4242" in caplog.text and "taken over" in caplog.text
     assert "writing the lease plainly" in caplog.text
     assert keys(client) == []
