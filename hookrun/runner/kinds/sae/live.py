@@ -7,7 +7,8 @@
 Each data batch runs one forward under no_grad, cut short right after module `at` (nothing after it
 is computed). Its output (the first element of a tuple) becomes rows: a (sample, features) output
 as it is; a (sample, token, features) output one row per real token (the call's attention mask:
-padding never enters); `vectors="channel"` (the block's `rows: channel`) a feature map's channel vector at each position. With
+padding never enters; a sequence-first module's (token, sample, features), batch_first=False, read as
+(sample, token, features)); `vectors="channel"` (the block's `rows: channel`) a feature map's channel vector at each position. With
 `shuffle`, rows fill a buffer of `buffer_rows`; a full buffer is permuted (numpy's generator seeded
 with (seed, pass, window)) and handed out batch by batch, so memory is one buffer whatever the
 budget; `shuffle=False` keeps the data's order. A pass is the loader's first `limit` batches (data.limit;
@@ -26,6 +27,7 @@ import torch
 from torch import nn
 
 from hookrun.errors import ConfigError, close_matches
+from hookrun.hooks.actions.reduction import declared_batch_first
 from hookrun.hooks.early_stop import StopForward
 from hookrun.hooks.points import last_roles
 from hookrun.runner.kinds.sae.data import BatchStream
@@ -45,6 +47,7 @@ class LiveRows(BatchStream):
                               + " (python -m hookrun.modules lists them)")
         self.module = model.get_submodule(at)
         self.last = "output" in last_roles(self.module, model)  # a channels-last map: its channels are its last axis
+        self.seq_first = declared_batch_first(self.module, at, model) is False  # (tokens, batch, ...): batch_first=False
         self.epochs = 0
         self.batches = 0
         self.d_in = 0
@@ -80,6 +83,8 @@ class LiveRows(BatchStream):
 
     def _rows_of(self, call: Any) -> torch.Tensor:
         out = self._forward(call).detach()
+        if self.seq_first and out.dim() >= 3:  # (tokens, batch, ...) to (batch, tokens, ...), as the attention mask has them
+            out = out.transpose(0, 1)
         if out.dim() < 2:
             raise ConfigError(f"sae.at: {self.at}'s output has shape {tuple(out.shape)}, one number per sample, not a "
                               "vector: an SAE trains on vectors; give sae.at a module whose output holds a vector per "
