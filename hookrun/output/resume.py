@@ -257,8 +257,8 @@ class _Column:
         self.per_step = m.rows is RowKind.STEPS
         self.torch_dtype = m.torch_dtype
         self.dims = m.dims  # the replayed rows keep the names the old file gave them
-        self.attrs = {k: v for k, v in m.extra.items() if k != "overflow_values"}
-        self.overflow = int(m.extra.get("overflow_values", 0))  # carried over with the first replayed batch
+        self.attrs = {k: v for k, v in m.extra.items() if k not in ("overflow_values", "underflow_values")}
+        self.counts = {"overflow": int(m.extra.get("overflow_values", 0)), "underflow": int(m.extra.get("underflow_values", 0))}  # carried over with the first replayed batch
         self.own_index = ds.parent[m.index][:] if m.index else None
         self.digests = table_of(ds, m.digest) if m.digest and not m.ragged else None  # (batches, 2): end row, xxh3
         if self.own_index is not None:
@@ -283,18 +283,18 @@ class _Column:
             raise ConfigError(f"resume: {self.ds.file.filename}: the capture {self.ds.name} rows {lo_row}..{hi_row - 1} "
                               f"(batch {step}) do not match their checksum: the file was damaged on disk; move it away "
                               f"and run again (python -m hookrun.inspect --verify FILE lists every damaged block)")
-        overflow, self.overflow = self.overflow, 0
+        counts, self.counts = self.counts, {}
         if self.ragged:
             value = [torch.from_numpy(np.asarray(r).reshape(-1, *self.row_shape)) for r in data]
-            return Capture(self.key, value, self.per_step, self.torch_dtype, self.attrs, overflow=overflow, ragged=True,
+            return Capture(self.key, value, self.per_step, self.torch_dtype, self.attrs, **counts, ragged=True,
                            dims=self.dims)
         if self.per_step:
             value = torch.from_numpy(data[0])
-            return Capture(self.key, value, True, self.torch_dtype, self.attrs, overflow=overflow, dims=self.dims)
+            return Capture(self.key, value, True, self.torch_dtype, self.attrs, **counts, dims=self.dims)
         if self.tokens:
-            return Capture(self.key, torch.from_numpy(data), False, self.torch_dtype, self.attrs, overflow=overflow, tokens=True,
+            return Capture(self.key, torch.from_numpy(data), False, self.torch_dtype, self.attrs, **counts, tokens=True,
                            dims=self.dims)
         explicit = None
         if len(rows) != hi - lo:  # a partial batch (limit): its rows carry their own index
             explicit = self.own_index[rows] if self.own_index is not None else None
-        return Capture(self.key, torch.from_numpy(data), False, self.torch_dtype, self.attrs, explicit, overflow, dims=self.dims)
+        return Capture(self.key, torch.from_numpy(data), False, self.torch_dtype, self.attrs, explicit, **counts, dims=self.dims)

@@ -9,6 +9,7 @@ What the end of a run reports (end_report): hooks that never fired, and values a
 inf. A hook whose module never ran leaves no capture, which looks like success: it is named in the
 log and in the file's `hooks_not_fired` attribute. A capture stored as float16 whose values
 exceeded float16's range holds inf: the count is in the log and in the capture's `overflow_values`
+(nonzero values below its smallest subnormal, 6e-8, hold 0: `underflow_values`)
 (`attrs = end_report(session, store, resume); store.set_attrs(attrs)`).
 """
 
@@ -206,6 +207,11 @@ def end_report(session: HookSession, store: RunStore, resume: Resume | None, com
         log.warning("hook %r at %s: %d value(s) of %s%s became inf when stored as the record dtype "
                     "(they exceed its range); record in float32, or set check_finite=true to stop at the first",
                     hook, module_label(module), n, role, f"@{call}" if call else "")
+    for (hook, module, role, call), n in sorted(store.underflow_by_key().items()):
+        log.warning("hook %r at %s: %d nonzero value(s) of %s%s became 0 when stored as the record dtype "
+                    "(below its smallest magnitude: float16's is 6e-8, a small gradient's scale); record in "
+                    "float32, or bfloat16 (float32's range, fewer digits)", hook, module_label(module), n, role,
+                    f"@{call}" if call else "")
     unfired = {f"{p.hook}@{p.module}" for p in session.never_fired()}
     if resume is not None:  # hooks that fired in the batches kept from the old file count as fired
         recorded = {f"{key[0]}@{key[1]}" for key in store.rows_by_key()}

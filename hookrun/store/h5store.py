@@ -74,6 +74,7 @@ class H5Store(CaptureColumns):
         self.tables: dict[str, TableWriter] = {}  # a kind's named tables (/NAME), made at their first rows (store/records.py)
         self.run_state = None  # stateful actions' latest state, written at flush (store/run_state.py: made by the first)
         self.overflow: dict[str, int] = {}  # values a cast turned into inf, per capture path
+        self.underflow: dict[str, int] = {}  # nonzero values a cast turned into 0, per capture path
         self.steps = 0
         self.samples = 0
         self.first_step = 0  # the step of the first batch written (a rank's shard starts past 0)
@@ -121,6 +122,8 @@ class H5Store(CaptureColumns):
         for cap in rec.captures:
             if cap.overflow is not None and (n_inf := int(cap.overflow)):
                 self.overflow[cap.key.path] = self.overflow.get(cap.key.path, 0) + n_inf
+            if cap.underflow is not None and (n_zero := int(cap.underflow)):
+                self.underflow[cap.key.path] = self.underflow.get(cap.key.path, 0) + n_zero
 
     def _mark(self) -> dict:
         """The rows of every dataset before a batch (for _roll_back)."""
@@ -208,13 +211,18 @@ class H5Store(CaptureColumns):
         self.file.attrs["steps_complete"] = self.steps
         self.file.attrs["samples_complete"] = self.samples
         self.file.attrs["previous_flush"] = np.array(self._previous, dtype=np.int64)  # (steps, samples)
-        for path, n in self.overflow.items():
-            if path in self._columns:
-                self._columns[path].ds.attrs["overflow_values"] = n
+        for name, counts in (("overflow_values", self.overflow), ("underflow_values", self.underflow)):
+            for path, n in counts.items():
+                if path in self._columns:
+                    self._columns[path].ds.attrs[name] = n
 
     def overflow_by_key(self) -> dict[tuple, int]:
         """Values a cast turned from finite into inf, per capture (hook, module, role, call)."""
         return {self._columns[p].key: n for p, n in self.overflow.items() if p in self._columns}
+
+    def underflow_by_key(self) -> dict[tuple, int]:
+        """Nonzero values a cast turned into 0, per capture (hook, module, role, call)."""
+        return {self._columns[p].key: n for p, n in self.underflow.items() if p in self._columns}
 
     def keep_state(self, state: dict[str, dict]) -> None:
         """The actions' state of the batches written so far (a resumed run's: those replayed), saved at

@@ -74,6 +74,7 @@ class Capture:
     ragged: bool = False  # value is a list: one tensor of varying first dim per sample (variable-length rows)
     dims: tuple[str, ...] | None = None  # one name per axis of the dataset as stored (None: derived from rows and rank)
     features: bool = False  # written once at the end of the run, one row per feature (top_examples)
+    underflow: Any = None  # nonzero values the cast turned into 0 (below float16's smallest subnormal), as overflow
 
     def __post_init__(self) -> None:
         if not self.torch_dtype and isinstance(self.value, torch.Tensor):  # a kind's own capture: the tensor's dtype
@@ -203,6 +204,9 @@ class RunStore(Protocol):
 
     def overflow_by_key(self) -> dict[tuple, int]:
         """Values that became inf when cast to the record dtype, by capture."""
+
+    def underflow_by_key(self) -> dict[tuple, int]:
+        """Nonzero values that became 0 when cast to the record dtype, by capture."""
 
     def set_attrs(self, attrs: dict) -> None:
         """Root attributes of the end of the run."""

@@ -41,3 +41,27 @@ def test_overflow_in_the_cast_is_counted_in_the_log_and_the_capture(tmp_path, ca
         assert f.attrs["status"] == "complete" and ds.attrs["overflow_values"] == want
         assert int(np.isinf(ds[:]).sum()) == want
     assert f"hook 'big' at big: {want} value(s) of output became inf" in caplog.text
+
+
+def test_underflow_to_zero_in_the_cast_is_counted_in_the_log_and_the_capture(tmp_path, caplog):
+    """float16 flushes magnitudes below its smallest subnormal (6e-8) to 0: a gradient's scale. They were
+    stored as 0 without a word (only inf was counted). Reference: numpy's own cast of the same outputs."""
+    from toy_models import Scale
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), Scale(1e-7)).eval()
+    x = torch.randn(6, 4)
+    hooks = {"s": {"at": "1", "type": "forward", "actions": [{"name": "record", "what": "output", "dtype": "float16"}]}}
+    cfg = {"data": {"batch_size": 3}, "device": "cpu", "progress": False, "hooks": hooks,
+           "output": {"path": str(tmp_path / "u.h5")}}
+    with caplog.at_level(logging.WARNING, logger="hookrun"):
+        path = hookrun.run(cfg, model=model, dataset=[x[i] for i in range(6)]).path
+    with torch.no_grad():
+        out = model(x).numpy()
+    want = int(((out.astype(np.float16) == 0) & (out != 0)).sum())
+    assert 0 < want < out.size
+    with h5py.File(path) as f:
+        ds = f["captures/s/1/output"]
+        assert ds.attrs["underflow_values"] == want and "overflow_values" not in ds.attrs
+        assert int(((ds[:] == 0) & (out != 0)).sum()) == want
+    assert f"hook 's' at 1: {want} nonzero value(s) of output became 0" in caplog.text

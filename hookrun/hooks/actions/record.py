@@ -229,18 +229,20 @@ class Record(Action):
 
     def emit(self, ev: Event, role: str, shaped: torch.Tensor, torch_dtype: str, per_step: bool,
              index: Any) -> None:
-        """A snapshot in the storage dtype (overflow counted or refused) handed to the writer."""
+        """A snapshot in the storage dtype (overflow counted or refused, underflow to 0 counted) handed to the writer."""
         value = snapshot(shaped, self.dtype)
-        overflow = None
+        overflow = underflow = None
         if self.check_finite:
             check_finite(value, ev, role, self.dtype)
         elif narrows(shaped.dtype, value.dtype):  # counted, without waiting for the device
             overflow = (torch.isinf(value) & torch.isfinite(shaped)).sum()
+        if narrows(shaped.dtype, value.dtype):  # (float16's smallest subnormal is 6e-8: a gradient below it is stored as 0)
+            underflow = ((value == 0) & (shaped != 0)).sum()
         key, attrs = CaptureKey(ev.hook, ev.module, ev.type, role, ev.call), self._attrs_of(value)
         if self.rule.rows == "ragged":  # one variable-length row per step
             self.env.captures.add(Capture(key, [value.cpu()], True, torch_dtype, attrs, ragged=True, dims=("step",)))
             return
-        self.env.captures.add(Capture(key, value, per_step, torch_dtype, attrs, index, overflow,
+        self.env.captures.add(Capture(key, value, per_step, torch_dtype, attrs, index, overflow, underflow=underflow,
                                       tokens=self.token_rows, dims=self.names.get((ev.module, role, ev.call)),
                                       decoder=self.token_rows and getattr(ev.state.call_tokens, "decoder", False)))
 

@@ -153,6 +153,7 @@ class PartedStore:
             for path, n in p.rows.items():
                 self.done_rows[keys[path]] = self.done_rows.get(keys[path], 0) + n
         self.done_overflow: dict[tuple, int] = {}
+        self.done_underflow: dict[tuple, int] = {}
         self.end_attrs: dict = {}
         if resume is None:  # a new run: whatever an earlier one left under the URL goes (overwrite was checked)
             retrying(f"clearing {out.url}", lambda: self.folder.remove_all(keep=lambda n: not out.owns(n)))
@@ -186,8 +187,9 @@ class PartedStore:
         self.current = self.current_path = None
         for key, n in store.rows_by_key().items():
             self.done_rows[key] = self.done_rows.get(key, 0) + n
-        for key, n in store.overflow_by_key().items():
-            self.done_overflow[key] = self.done_overflow.get(key, 0) + n
+        for done, counts in ((self.done_overflow, store.overflow_by_key()), (self.done_underflow, store.underflow_by_key())):
+            for key, n in counts.items():
+                done[key] = done.get(key, 0) + n
         if self.end_attrs:
             store.set_attrs(self.end_attrs)
         steps = store.steps
@@ -230,6 +232,12 @@ class PartedStore:
     def overflow_by_key(self) -> dict[tuple, int]:
         out = dict(self.done_overflow)
         for key, n in (self.current.overflow_by_key() if self.current is not None else {}).items():
+            out[key] = out.get(key, 0) + n
+        return out
+
+    def underflow_by_key(self) -> dict[tuple, int]:
+        out = dict(self.done_underflow)
+        for key, n in (self.current.underflow_by_key() if self.current is not None else {}).items():
             out[key] = out.get(key, 0) + n
         return out
 
