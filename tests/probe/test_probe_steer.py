@@ -286,3 +286,24 @@ def test_a_probe_of_a_constant_target_has_no_direction_to_steer_along(tmp_path):
     finally:
         h.remove()
     assert not seen
+
+
+def test_a_probe_fitted_on_another_model_is_one_line_before_any_batch(setup):
+    """A probe of the same width fitted on another network (here Net's conv re-initialised) steered it
+    without a word: its directions are another feature space's. The file's model_fingerprint names the
+    weights it was fitted on; the run's model has others."""
+    tmp, model, data = setup
+    other = Net().eval()
+    torch.manual_seed(1)
+    torch.nn.init.normal_(other.conv[0].weight)
+    seen = []
+    h = other.conv.register_forward_hook(lambda *a: seen.append(1))
+    try:
+        with pytest.raises(ConfigError) as err:
+            modified(tmp, other, data, "other", op="probe_steer", probe=str(tmp / "three.h5"), label=2)
+    finally:
+        h.remove()
+    line = str(err.value)
+    assert "\n" not in line and not seen and not (tmp / "other.h5").exists()
+    assert f"probe {str(tmp / 'three.h5')!r} was fitted on another model (test_probe_kind.Net, weights " in line
+    assert "than this run's (test_probe_kind.Net, weights " in line and "fit a probe on this model" in line

@@ -21,7 +21,8 @@ The feature axis is the one the probe kind reads as features (feature_axis): dim
 feature map (the last of a channels-last map, points.last_roles), the last of token rows (B, T, D), a
 torch *1d module's channels; never chosen by the sizes, so token rows of as many tokens as features
 are steered along their features. `dim:` overrides it. Every check of the
-file (a probe run, the hook point, the label) runs when the plan is built, before any batch; a
+file (a probe run, fitted on this run's model: its model_fingerprint, the hook point, the label) runs
+when the plan is built, before any batch; a
 module whose features differ from the probe's stops the run at its first batch, naming both.
 """
 
@@ -92,6 +93,7 @@ def read_probe(source: str, at: str | None, build: OpBuild) -> tuple[np.ndarray,
     except HookrunError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     try:
+        check_same_model(run.file.attrs, build, where)
         groups = table.point_groups(run.file)
         if not groups:
             raise ConfigError(f"{where} holds no probes (a probe run writes /probe at its last batch); give the "
@@ -103,6 +105,25 @@ def read_probe(source: str, at: str | None, build: OpBuild) -> tuple[np.ndarray,
         return np.asarray(g["weight"][:], dtype=np.float64), table.classes(g), module
     finally:
         run.close()
+
+
+def check_same_model(attrs: Any, build: OpBuild, where: str) -> None:
+    """The probe was fitted on this run's model (the file's model_fingerprint against the weights' digest,
+    computed once per run): a direction in another network's feature space, of the same width, steers
+    nothing it names. One ConfigError line naming both models, before any batch."""
+    from hookrun.models import same_weights, weights_digest
+
+    theirs, model = str(attrs.get("model_fingerprint") or ""), getattr(build.env, "model", None)
+    if not theirs or model is None:
+        return
+    shared = build.env.shared
+    mine = shared["weights_digest"] if "weights_digest" in shared else shared.setdefault("weights_digest", weights_digest(model))
+    if not mine or same_weights(theirs, mine):
+        return
+    ours = f"{type(model).__module__}.{type(model).__qualname__}"
+    raise ConfigError(f"{where} was fitted on another model ({attrs.get('model_class', '?')}, weights {theirs[:8]}) "
+                      f"than this run's ({ours}, weights {mine[:8]}): its directions are in that model's features; "
+                      f"steer the model the probe read (its model, weights and seed), or fit a probe on this model")
 
 
 def steer_direction(weight: np.ndarray, classes: list | None, label: Any, where: str) -> np.ndarray:
