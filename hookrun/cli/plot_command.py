@@ -168,6 +168,8 @@ def histogram(run: Run, info: CaptureInfo, out: Path, left: LeftOut | None = Non
 def plot_run(run: Run, out: Path, samples: int | None = None, channels: int = 16, dataset: object | None = None) -> list[Path]:
     """Every picture of a run that carries information; what is left out is said in one line a
     reason ("not drawn: ... (why)")."""
+    # the drawings' and the kind's figures are read first: a damaged attribute stops plot before any PNG is written
+    drawn = [*drawn_pictures(run, samples, first=True), *kind_figures(run, samples), *drawn_pictures(run, samples, first=False)]
     out.mkdir(parents=True, exist_ok=True)
     figures.RUN_OF[_source(run)] = identity(run)  # (each PNG names the run that wrote its file)
     written, left, taken = [], LeftOut(), set()
@@ -186,7 +188,6 @@ def plot_run(run: Run, out: Path, samples: int | None = None, channels: int = 16
                 written.append(feature_maps(run, info, out, shown, channels, taken))
         written += [p for p in [histogram(run, info, out, left, taken)] if p is not None]
     note = run_note(run)  # a random network's pictures say so in their titles, and a run not complete how far it got
-    drawn = [*drawn_pictures(run, samples, first=True), *kind_figures(run, samples), *drawn_pictures(run, samples, first=False)]
     for stem, spec in drawn:  # the drawings' (analysis/drawings.py), the file's kind's (its reader's), the drawings' after
         spec.title += f" · {note}" if note and note not in spec.title else ""
         written.append(figures.save(render(with_pictures(spec, dataset)), out / f"{_file_name(stem)}.png", source=_source(run),

@@ -22,7 +22,7 @@ def clean(tmp_path_factory, checkpoint):
     return hookrun.run(make_cfg(tmp_path_factory.mktemp("clean"), checkpoint, RECORD)).path
 
 
-def _commands(path, tmp_path, capsys, message, at_open=True, method="probes"):
+def _commands(path, tmp_path, capsys, message, method="probes"):
     from hookrun.cli.inspect_command import main as inspect
     from hookrun.cli.plot_command import main as plot
     from hookrun.cli.report_command import main as report
@@ -39,7 +39,7 @@ def _commands(path, tmp_path, capsys, message, at_open=True, method="probes"):
         assert message.replace("\\", "") in err.replace("(", "").replace(")", ""), (name, err)
     assert (path.read_bytes(), path.stat().st_mtime_ns) == before
     assert not (tmp_path / "r.html").exists()
-    assert not at_open or not (tmp_path / "figs").exists()  # (a kind's attribute: read when its figures are drawn)
+    assert not (tmp_path / "figs").exists()  # (a kind's attribute too: read before any picture is written)
 
 
 @pytest.mark.parametrize("group", ["captures", "captures/l"])
@@ -64,7 +64,7 @@ def test_a_kind_attribute_that_is_not_json_is_one_line(tmp_path, clean, capsys, 
     path.write_bytes(clean.read_bytes())
     with h5py.File(path, "a") as f:
         f.attrs["kind"], f.attrs[kind] = kind, '{"method": "eap" "metric": 1}'
-    _commands(path, tmp_path, capsys, f"the run's '{kind}' attribute is not JSON", at_open=False, method=method)
+    _commands(path, tmp_path, capsys, f"the run's '{kind}' attribute is not JSON", method=method)
 
 
 def test_a_patching_method_on_a_run_of_another_kind_is_a_hookrun_error(clean, capsys):
