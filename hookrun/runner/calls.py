@@ -231,23 +231,28 @@ def _takes_positions(cls: type) -> bool:
         return False
 
 
-def check_positions(model: nn.Module, item: Any) -> None:
-    """An item's `input_ids` longer than the model's learned position table (GPT-2's wpe, BERT's
-    position_embeddings, OPT's embed_positions) is one line before any batch: the forward's own error was
-    'IndexError: index out of range in self', after the file was opened."""
-    ids = item.get("input_ids") if isinstance(item, Mapping) else None
-    if not isinstance(ids, torch.Tensor) or ids.dim() == 0:
-        return
-    width = ids.shape[-1]
+def position_limit(model: nn.Module) -> tuple[int, str] | None:
+    """(positions, the table's name) of the model's learned position table (GPT-2's wpe, BERT's
+    position_embeddings, OPT's embed_positions); None without one."""
     for name, module in model.named_modules():
         if isinstance(module, nn.Embedding) and name.rsplit(".", 1)[-1] in ("wpe", "position_embeddings", "embed_positions"):
             # (OPT's table starts at `offset`, RoBERTa's after its padding index)
             skip = int(getattr(module, "offset", 0) or 0) + (module.padding_idx + 1 if module.padding_idx is not None else 0)
-            if width > module.num_embeddings - skip:
-                limit = module.num_embeddings - skip
-                raise ConfigError(f"data: the items hold {width} tokens (input_ids), more than the {limit} positions of "
-                                  f"{type(model).__name__} ({name}); set data.dataset.max_length={limit} or less "
-                                  f"(data=text cuts each text to it), or give shorter items")
+            return module.num_embeddings - skip, name
+    return None
+
+
+def check_positions(model: nn.Module, items: Any, table: tuple[int, str] | None, who: str = "the items hold") -> None:
+    """Items' `input_ids` (an item, or a collated batch) longer than the model's position `table`
+    (position_limit) is one line naming them (`who`: "the items hold", "item 7 holds", "batch 3 (items
+    24..31) holds"): the forward's own error was 'IndexError: index out of range in self'. prepare()
+    checks the first item, every item of a data set held in memory (a list), and the loop each batch."""
+    ids = items.get("input_ids") if isinstance(items, Mapping) else None
+    if table is None or not isinstance(ids, torch.Tensor) or ids.dim() == 0 or ids.shape[-1] <= table[0]:
+        return
+    raise ConfigError(f"data: {who} {ids.shape[-1]} tokens (input_ids), more than the {table[0]} positions of "
+                      f"{type(model).__name__} ({table[1]}); set data.dataset.max_length={table[0]} or less "
+                      f"(data=text cuts each text to it), or give shorter items")
 
 
 def _kind(item: Any) -> str:

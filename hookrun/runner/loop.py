@@ -33,7 +33,7 @@ from hookrun.hooks.session import HookSession, warn_never_fired
 from hookrun.hooks.tokens import token_columns
 from hookrun.labels import module_label
 from hookrun.runner.batches import data_failure, first_batch, make_loader, sample_paths
-from hookrun.runner.calls import CallSpec
+from hookrun.runner.calls import CallSpec, check_positions
 from hookrun.runner.kinds import RunKind
 from hookrun.store.records import RunStore, StepRecord
 from hookrun.store.writer import BackgroundWriter, HostTransfer
@@ -53,6 +53,7 @@ class LoopSettings:
     spec: CallSpec = field(default_factory=CallSpec)  # how a batch becomes the forward call
     store_keys: tuple[str, ...] = ()  # batch keys stored per sample under /samples/ (data.store)
     store_mask: bool = False  # /samples/attention_mask from the call's mask, data.store naming it or not (a lens)
+    positions: tuple[int, str] | None = None  # the model's learned positions (calls.position_limit): each batch checked
 
     @property
     def mode(self) -> Mode:
@@ -82,6 +83,9 @@ def run_batches(
             if step >= batches.stop:
                 break
             call = s.spec.split(batch)
+            if s.positions is not None:  # (a later item longer than the first: one line, not the embedding's IndexError)
+                check_positions(model, call.batch if isinstance(call.batch, Mapping) else call.kwargs, s.positions,
+                                f"batch {step} (items {int(indices[0])}..{int(indices[-1])}) holds")
             target, mask = call.target, call.attention_mask
             call = call.to(s.device)
             session.begin_step(step, len(indices), indices, call.attention_mask, call.batch)

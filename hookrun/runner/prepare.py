@@ -41,7 +41,7 @@ from hookrun.models import weights_digest
 from hookrun.output.destination import Destination, open_destination
 from hookrun.runner.action_state import check_items, check_tensors, tensor_checked
 from hookrun.runner.batches import build_collate, first_items, make_loader
-from hookrun.runner.calls import CallSpec, check_positions
+from hookrun.runner.calls import CallSpec, check_positions, position_limit
 from hookrun.runner.kinds import KindContext, check_config, kind_for
 from hookrun.runner.loop import LoopSettings, one_sample_forward, stored_keys
 
@@ -106,7 +106,11 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
         first = first_items(dataset, 1)[0]
         spec.check(first)
         spec.check_forward(model, first)
-        check_positions(model, first)
+        table = position_limit(model)
+        check_positions(model, first, table)
+        if isinstance(dataset, list | tuple) and table is not None:  # held in memory: every item, before any batch
+            for i, item in enumerate(dataset):
+                check_positions(model, item, table, f"item {i} holds")
     except ConfigError as exc:
         refused = kind.inputs_refused(cfg, model, exc)
         if refused is exc:
@@ -128,7 +132,7 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
     except BaseException:
         env.close()
         raise
-    settings = LoopSettings(run_kind, device, batches, cfg.progress, spec=spec, store_keys=tuple(cfg.data.store),
+    settings = LoopSettings(run_kind, device, batches, cfg.progress, spec=spec, store_keys=tuple(cfg.data.store), positions=table,
                             store_mask=any(getattr(a, "keeps_mask", False) for p in points for a in p.actions))
     try:  # op sites that cannot fire, and splices that do not fit, are refused here: one forward of the first sample
         check_items(points, dataset[0])  # actions' own look at the first item (a key): no forward needed
