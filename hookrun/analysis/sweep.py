@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from hookrun.analysis.kind_readers import Table, kind_columns
+from hookrun.analysis.kind_readers import Table, kind_columns, no_values_note
 from hookrun.analysis.opening import open_run
 from hookrun.analysis.run_reader import Run, block_stats
 from hookrun.errors import HookrunError, NotFoundError
@@ -76,7 +76,8 @@ class Sweep:
     def table(self, stats: Sequence[str] = ("mean", "std"), captures: Sequence[str] | None = None) -> Table:
         """One row per job: job number, each override, status, `text` (mode=generate: the first
         sample's generated text; texts() has them all), the numbers the file's kind adds (its
-        reader's `columns`: a block kind's totals, ...) and `stats` of each capture."""
+        reader's `columns`: a block kind's totals, ...) and `stats` of each capture (none of a kind's
+        capture that its kind says holds no value in this run: no column of NaN)."""
         keys = sorted({k for j in self.jobs for k in j.overrides}, key=lambda k: (k not in self.swept, k))
         columns = ["job", *keys, "status"]
         rows = []
@@ -101,6 +102,8 @@ class Sweep:
                         if captures is not None and info.label not in captures:
                             continue
                         values = block_stats(run.file[info.path])
+                        if stats and not values["count"] and no_values_note(info.label) is not None:
+                            continue  # (a kind's capture with nothing in it by design: patching's exact cells of an exact run)
                         for s in stats:
                             col = f"{info.label}:{s}"
                             row[col] = values[s]
