@@ -32,7 +32,7 @@ from hookrun.errors import ConfigError
 from hookrun.hooks.actions.modify import Modify
 from hookrun.hooks.events import ABLATED, CLEAN, INTERVENED
 from hookrun.hooks.session import HookSession
-from hookrun.output.ranks import detect
+from hookrun.output.ranks import detect, every_rank
 from hookrun.runner.calls import ModelCall
 from hookrun.runner.kinds.evaluate.ablations import (
     MeanAblation,
@@ -67,8 +67,8 @@ class EvaluateKind(RunKind):
             raise ConfigError(f"evaluate with output.path={cfg.output.path}: an object-store run has no evaluation "
                               f"datasets yet; write to a local file")
         if detect().many:
-            raise ConfigError("evaluate with many processes: each rank would hold a part of the totals; run it in "
-                              "one process")
+            raise every_rank(ConfigError("evaluate with many processes: each rank would hold a part of the totals; "
+                                         "run it in one process"))  # (every rank finds it: the CLI prints it on rank 0)
 
     def __init__(self, ctx: KindContext) -> None:
         super().__init__(ctx)
