@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import hookrun
-from hookrun.errors import ConfigError, HookrunError
+from hookrun.errors import ConfigError
 
 pytest.importorskip("sklearn")  # (test_probe_kind's model; its module imports scikit-learn)
 from test_probe_kind import Net  # noqa: E402  (a conv of 6 channels on 2 x 8 x 8, then fc to 5)
@@ -147,12 +147,14 @@ def test_bad_probe_ops_are_one_line_before_any_batch(setup, op, message):
     assert not seen  # before any batch
 
 
-def test_a_module_of_another_width_stops_at_the_first_batch_naming_both(setup):
+def test_a_module_of_another_width_is_one_line_before_any_batch_naming_both(setup):
+    """(It stopped at the first batch, a failed file left; now one sample's forward before the file opens.)"""
     tmp, model, data = setup
     hooks = {"s": {"at": "fc", "type": "forward",
                    "actions": [{"name": "modify_output", "op": "probe_ablate", "probe": str(tmp / "three.h5"), "at": "conv"}]}}
-    with pytest.raises(HookrunError, match=r"the output \(16, 5\) has no axis of the probe's 6 features"):
+    with pytest.raises(ConfigError, match=r"the output \(1, 5\) has no axis of the probe's 6 features .*\(dim 1: 5\)"):
         hookrun.run(cfg(tmp / "wide.h5", hooks=hooks), model=model, dataset=data)
+    assert not (tmp / "wide.h5").exists()
 
 
 def test_token_rows_are_steered_along_their_last_axis(tmp_path):
@@ -193,8 +195,9 @@ def test_a_feature_maps_width_is_not_taken_for_the_probes_features(tmp_path):
                 model=model, dataset=data)
     hooks = {"s": {"at": "1", "type": "forward", "actions": [
         {"name": "modify_output", "op": "probe_steer", "probe": str(tmp_path / "p.h5"), "at": "0", "label": 1}]}}
-    with pytest.raises(HookrunError, match=r"the output \(16, 3, 8, 6\) has no axis of the probe's 6 features"):
+    with pytest.raises(ConfigError, match=r"the output \(1, 3, 8, 6\) has no axis of the probe's 6 features"):
         hookrun.run(cfg(tmp_path / "s.h5", hooks=hooks), model=model, dataset=data)
+    assert not (tmp_path / "s.h5").exists()
 
 
 def test_token_rows_as_long_as_the_features_are_steered_and_ablated_along_the_features(tmp_path):

@@ -53,6 +53,7 @@ class Modify(Action):
             raise ConfigError(f"{self.where}: needs op: one of {', '.join(OPS)}, or op: {{_target_: my_pkg.fn, _partial_: true}}")
         self.op = build_op(op, params, self.where, build=OpBuild(point, hook_type.writable, env))
         self.op_name = op if isinstance(op, str) else str(op.get("_target_", op))
+        self.checks_tensor = callable(getattr(self.op, "check_tensor", None))  # (probe_steer's width: before any batch)
         if arg is not None and (isinstance(arg, bool) or not isinstance(arg, int | str) or arg == ""):
             raise ConfigError(f"{self.where}: arg {arg!r}; give a position (arg: 0) or an argument name (arg: hidden_states)")
         self.arg = arg
@@ -66,6 +67,11 @@ class Modify(Action):
         if mode is Mode.generate and self.op_name == "patch" and self.positions != "prompt":
             raise ConfigError(f"{self.where}: op patch with positions: {self.positions} in mode=generate: the source's rows "
                               f"are the prompt's tokens, and the passes over new tokens have none; give positions: prompt")
+
+    def check_tensor(self, role: str, tensor: Any) -> None:
+        """The op's own check of the tensor it would change (one sample's forward, before any batch)."""
+        if self.checks_tensor and self.selects(role, self.hook_type.writable) and hasattr(tensor, "dim"):
+            self.op.check_tensor(tensor, self.point.target)
 
     def in_phase(self, ev: Event) -> bool:
         tokens = ev.state.call_tokens

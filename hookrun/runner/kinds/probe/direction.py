@@ -23,7 +23,7 @@ torch *1d module's channels; never chosen by the sizes, so token rows of as many
 are steered along their features. `dim:` overrides it. Every check of the
 file (a probe run, fitted on this run's model: its model_fingerprint, the hook point, the label) runs
 when the plan is built, before any batch; a
-module whose features differ from the probe's stops the run at its first batch, naming both.
+module whose features differ from the probe's is refused, naming both, on one sample's forward before any batch.
 """
 
 from __future__ import annotations
@@ -182,6 +182,13 @@ class AlongFeatures:
                            f"features where a probe reads them ({what}: {x.shape[axis] if x.dim() >= 2 else 'none'}); "
                            f"steer the module the probe read, or set dim: to the features' axis")
         return axis
+
+    def check_tensor(self, x: torch.Tensor, module: Any) -> None:
+        """axis()'s check on one sample's forward, before any batch (Modify.check_tensor): one ConfigError line."""
+        try:
+            self.axis(x, module)
+        except RunError as exc:
+            raise ConfigError(str(exc)) from None
 
     def __call__(self, x: torch.Tensor, ctx: OpContext) -> torch.Tensor:
         axis = self.axis(x, ctx.target)
