@@ -310,3 +310,10 @@ def test_a_probe_fitted_on_another_model_is_one_line_before_any_batch(setup):
     assert "\n" not in line and not seen and not (tmp / "other.h5").exists()
     assert f"probe {str(tmp / 'three.h5')!r} was fitted on another model (test_probe_kind.Net, weights " in line
     assert "than this run's (test_probe_kind.Net, weights " in line and "fit a probe on this model" in line
+    assert "any_model: true" in line
+    # a transfer meant (a fine-tuned copy): any_model: true steers the other model along the probe's row
+    w, _ = weight(tmp / "three.h5")
+    got = modified(tmp, other, data, "other", op="probe_steer", probe=str(tmp / "three.h5"), label=2, factor=3.0,
+                   any_model=True)
+    np.testing.assert_allclose(got, raw_conv(other, data) + (3.0 * w[2] / np.linalg.norm(w[2]))[None, :, None, None],
+                               rtol=1e-5, atol=1e-5)

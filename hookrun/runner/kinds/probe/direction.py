@@ -48,9 +48,9 @@ log = logging.getLogger("hookrun")
 RANK_RTOL = 1e-8
 
 
-def probe_steer(probe: str, label: Any = None, factor: float = 1.0, at: str | None = None, dim: int | None = None, *,
-                build: OpBuild):
-    weight, classes, module = read_probe(probe, at, build)
+def probe_steer(probe: str, label: Any = None, factor: float = 1.0, at: str | None = None, dim: int | None = None,
+                any_model: bool = False, *, build: OpBuild):
+    weight, classes, module = read_probe(probe, at, build, any_model)
     where = f"{build.where}: probe_steer {probe!r} at {module_label(module)}"
     direction = steer_direction(weight, classes, label, where)
     norm = float(np.linalg.norm(direction))
@@ -62,8 +62,8 @@ def probe_steer(probe: str, label: Any = None, factor: float = 1.0, at: str | No
     return AlongFeatures(direction * (factor / norm), dim, where, steer=True, build=build)
 
 
-def probe_ablate(probe: str, at: str | None = None, dim: int | None = None, *, build: OpBuild):
-    weight, classes, module = read_probe(probe, at, build)
+def probe_ablate(probe: str, at: str | None = None, dim: int | None = None, any_model: bool = False, *, build: OpBuild):
+    weight, classes, module = read_probe(probe, at, build, any_model)
     where = f"{build.where}: probe_ablate {probe!r} at {module_label(module)}"
     basis = ablate_basis(weight, classes)
     log.info("%s: removes %d direction(s) (the span of its %d weight row(s))", where, basis.shape[1], len(weight))
@@ -80,8 +80,9 @@ def ablate_basis(weight: np.ndarray, classes: list | None) -> np.ndarray:
     return u[:, s > s.max() * RANK_RTOL] if s.size and s.max() > 0 else u[:, :0]
 
 
-def read_probe(source: str, at: str | None, build: OpBuild) -> tuple[np.ndarray, list | None, str]:
-    """(weight (rows, features) float64, the classes or None for a regression, the probed module)."""
+def read_probe(source: str, at: str | None, build: OpBuild, any_model: bool = False) -> tuple[np.ndarray, list | None, str]:
+    """(weight (rows, features) float64, the classes or None for a regression, the probed module);
+    `any_model`: a probe of other weights is taken (a transfer the user means: a fine-tuned model, another dtype)."""
     if not isinstance(source, str) or not source:
         raise ConfigError(f"{build.where}: give probe: PATH of a probe run's file or folder, got {source!r}")
     module = build.point.module if at is None else str(at)
@@ -93,7 +94,8 @@ def read_probe(source: str, at: str | None, build: OpBuild) -> tuple[np.ndarray,
     except HookrunError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     try:
-        check_same_model(run.file.attrs, build, where)
+        if any_model is not True:
+            check_same_model(run.file.attrs, build, where)
         groups = table.point_groups(run.file)
         if not groups:
             raise ConfigError(f"{where} holds no probes (a probe run writes /probe at its last batch); give the "
@@ -123,7 +125,8 @@ def check_same_model(attrs: Any, build: OpBuild, where: str) -> None:
     ours = f"{type(model).__module__}.{type(model).__qualname__}"
     raise ConfigError(f"{where} was fitted on another model ({attrs.get('model_class', '?')}, weights {theirs[:8]}) "
                       f"than this run's ({ours}, weights {mine[:8]}): its directions are in that model's features; "
-                      f"steer the model the probe read (its model, weights and seed), or fit a probe on this model")
+                      f"steer the model the probe read (its model, weights and seed), fit a probe on this model, or give "
+                      f"any_model: true to use it here on purpose (a fine-tuned or recast copy)")
 
 
 def steer_direction(weight: np.ndarray, classes: list | None, label: Any, where: str) -> np.ndarray:
