@@ -75,7 +75,7 @@ def resolve_targets(
 ) -> list[tuple[str, Any]]:
     """The (name, module-or-parameter) pairs the patterns select, in model order, each once.
     `where` starts the error messages (default `hooks.HOOK.at`; the lister's is `--match`)."""
-    where = where or f"hooks.{hook}.at"
+    where, patterns = where or f"hooks.{hook}.at", list(patterns)
     model = unwrap(model)
     # every name of a tied parameter (GPT-2's lm_head.weight is transformer.wte.weight)
     table = dict(model.named_parameters(remove_duplicate=False) if kind == "param" else model.named_modules())
@@ -94,11 +94,44 @@ def resolve_targets(
         elif pattern in table:
             chosen.add(pattern)
         else:
+            _refuse_alias(model, pattern, where, kind)
             raise NotFoundError(
                 f"{where}: {type(model).__name__} has no {_noun(kind)} {pattern!r}; "
                 f"{_hint(pattern, names, kind)}"
             )
-    return [(n, table[n]) for n in names if n in chosen]
+    return _once_each([(n, table[n]) for n in names if n in chosen], patterns, where)
+
+
+def _once_each(found: list[tuple[str, Any]], patterns: Iterable[str], where: str) -> list[tuple[str, Any]]:
+    """A tied parameter reached by two of its names (a glob's `**.weight`, or both named: GPT-2's
+    transformer.wte.weight and lm_head.weight) is one tensor: hooked twice, its gradient would be edited
+    twice (scale 0.5 giving 0.25) and recorded twice. It is kept once, by the name `at:` gives exactly,
+    else its first; one warning names the others."""
+    exact, kept, dropped = set(patterns), {}, []
+    for name, target in found:
+        first = kept.setdefault(id(target), (name, target))
+        if first[0] != name:
+            if name in exact and first[0] not in exact:
+                kept[id(target)] = (name, target)
+                name = first[0]
+            dropped.append((name, kept[id(target)][0]))
+    if dropped:
+        log.warning("%s: %s: one tensor under two names (tied), hooked once", where,
+                    ", ".join(f"{a} is {b}" for a, b in dropped))
+    return [x for x in found if kept[id(x[1])][0] == x[0]]
+
+
+def _refuse_alias(model: nn.Module, pattern: str, where: str, kind: str) -> None:
+    """A module registered under a second name (`nn.ModuleList([block] * 4)`: layers.1 is layers.0) is
+    listed by named_modules() under its first name only: say which, and that its calls are captured apart."""
+    if kind != "module":
+        return
+    target = dict(model.named_modules(remove_duplicate=False)).get(pattern)
+    first = next((n for n, m in model.named_modules() if m is target), None) if target is not None else None
+    if first is not None:
+        raise ConfigError(f"{where}: {pattern!r} is the module {first!r} under a second name (one object, registered "
+                          f"twice: a shared or reused block); hook {first!r}: each of its calls in a forward is "
+                          f"captured apart (output, output@1, ...; python -m hookrun.modules shows its calls)")
 
 
 def unwrap(model: nn.Module) -> nn.Module:

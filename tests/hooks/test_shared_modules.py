@@ -1,0 +1,92 @@
+"""Modules reachable by two names, and modules that run more than once in a forward.
+
+A tied parameter reached by two of its names was hooked twice: modify_grad scale 0.5 scaled its
+gradient by 0.25 and record wrote it twice. A module registered under a second name (`nn.ModuleList([block]
+* 3)`: layers.1 is layers.0) was "no module 'layers.1'". References: torch.autograd.grad and the
+block called by hand on the same weights."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import hookrun
+from hookrun.errors import ConfigError
+
+
+class Tied(nn.Module):
+    """An embedding whose weight is also the head's (GPT-2's wte and lm_head)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.mid, self.head = nn.Embedding(7, 4), nn.Linear(4, 4), nn.Linear(4, 7, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(self.mid(self.emb(ids))))
+
+
+@pytest.mark.parametrize("at", ["*.weight", ["emb.weight", "head.weight"]])
+def test_a_tied_parameter_under_two_names_is_hooked_once(at, caplog):
+    model, ids = Tied(), torch.randint(0, 7, (3, 5), generator=torch.Generator().manual_seed(1))
+    want = torch.autograd.grad(model(ids).logsumexp(-1).sum(), model.emb.weight)[0]
+    edit = {"at": at, "type": "param", "actions": [{"name": "modify_grad", "op": "scale", "factor": 0.5}]}
+    with hookrun.capture(model, {"p": edit}):
+        model(ids).logsumexp(-1).sum().backward()
+    torch.testing.assert_close(model.emb.weight.grad, 0.5 * want)  # was 0.25 * want: scaled by each name's hook
+    assert "hooks.p.at: head.weight is emb.weight: one tensor under two names (tied), hooked once" in caplog.text
+    with hookrun.capture(model, {"r": {"at": at, "type": "param", "actions": ["record"]}}) as cap:
+        model(ids).logsumexp(-1).sum().backward()
+    assert [k[1] for k in cap if k[1] != "mid.weight"] == ["emb.weight"]
+    torch.testing.assert_close(cap["emb.weight", "grad"][0], want)
+
+
+def test_one_name_of_a_tied_parameter_keeps_that_name():
+    model, ids = Tied(), torch.randint(0, 7, (3, 5), generator=torch.Generator().manual_seed(1))
+    want = torch.autograd.grad(model(ids).sum(), model.emb.weight)[0]
+    with hookrun.capture(model, {"r": {"at": "head.weight", "type": "param", "actions": ["record"]}}) as cap:
+        model(ids).sum().backward()
+    torch.testing.assert_close(cap["head.weight", "grad"][0], want)
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.lin(x))
+
+
+class Reused(nn.Module):
+    """One block applied three times (ALBERT-style): layers.0, layers.1, layers.2 are one object."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.layers = nn.ModuleList([Block()] * 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_a_second_name_of_a_reused_block_says_which_module_it_is():
+    with pytest.raises(ConfigError) as err:
+        hookrun.capture(Reused(), {"f": {"at": "layers.1", "type": "forward"}}).__enter__()
+    assert str(err.value) == ("hooks.f.at: 'layers.1' is the module 'layers.0' under a second name (one object, "
+                              "registered twice: a shared or reused block); hook 'layers.0': each of its calls in a "
+                              "forward is captured apart (output, output@1, ...; python -m hookrun.modules shows its calls)")
+    model, x = Reused(), torch.randn(2, 4)
+    with torch.no_grad(), hookrun.capture(model, {"f": {"at": "layers.0", "type": "forward", "actions": [
+            {"name": "record", "what": "output"}]}}) as cap:
+        model(x)
+        h = [x]
+        for _ in range(3):
+            h.append(torch.tanh(model.layers[0].lin(h[-1])))
+    for call in range(3):
+        torch.testing.assert_close(cap["layers.0", "output" + (f"@{call}" if call else "")], h[call + 1])
+
