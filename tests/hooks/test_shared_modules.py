@@ -2,8 +2,9 @@
 
 A tied parameter reached by two of its names was hooked twice: modify_grad scale 0.5 scaled its
 gradient by 0.25 and record wrote it twice. A module registered under a second name (`nn.ModuleList([block]
-* 3)`: layers.1 is layers.0) was "no module 'layers.1'". References: torch.autograd.grad and the
-block called by hand on the same weights."""
+* 3)`: layers.1 is layers.0) was "no module 'layers.1'". top_examples at a module called twice per forward
+kept its first call's activations and said nothing. References: torch.autograd.grad and the block called
+by hand on the same weights."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 from torch import nn
 
 import hookrun
-from hookrun.errors import ConfigError
+from hookrun.errors import ConfigError, RunError
 
 
 class Tied(nn.Module):
@@ -90,3 +91,13 @@ def test_a_second_name_of_a_reused_block_says_which_module_it_is():
     for call in range(3):
         torch.testing.assert_close(cap["layers.0", "output" + (f"@{call}" if call else "")], h[call + 1])
 
+
+def test_top_examples_at_a_module_called_twice_is_one_line(tmp_path):
+    model, x = Reused(), torch.randn(2, 4)
+    hooks = {"t": {"at": "layers.0", "type": "forward", "actions": [{"name": "top_examples", "k": 1}]}}
+    with pytest.raises(RunError) as err, torch.no_grad(), hookrun.capture(model, hooks):
+        model(x)
+    assert str(err.value) == ("hooks.t.actions.0: top_examples: layers.0 runs more than once in one forward (this is "
+                              "call 2: a shared module, or one called in a loop), and its features' top examples would "
+                              "be one call's; hook a module that runs once per forward (python -m hookrun.modules shows "
+                              "the calls)")

@@ -111,8 +111,10 @@ class TopExamples(Action):
         if t is None:
             raise RunError(f"{self.where}: top_examples: {ev.where} has no tensor {self.what}; it has: "
                            f"{', '.join(ev.tensors) or 'none'}")
-        if ev.call:  # a module called twice in one forward: its first call only
-            return
+        if ev.call:  # a module called twice in one forward: one top-k per feature would hold one call's, or mix them
+            raise RunError(f"{self.where}: top_examples: {ev.module} runs more than once in one forward (this is call {ev.call + 1}: "
+                           f"a shared module, or one called in a loop), and its features' top examples would be one "
+                           f"call's; hook a module that runs once per forward (python -m hookrun.modules shows the calls)")
         if getattr(ev.state.call_tokens, "call", 0):  # hookrun.capture around model.generate: a new token's pass
             raise RunError(f"{self.where}: top_examples does not run around model.generate (each new token is a model "
                            f"call of its own, without its position); call the model on the texts instead")
