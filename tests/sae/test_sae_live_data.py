@@ -11,6 +11,7 @@ import torch
 from conftest import ENV, run_cli
 
 import hookrun
+from hookrun.errors import ConfigError
 
 sae_lens = pytest.importorskip("sae_lens")
 from sae_lens import TopKTrainingSAE, TopKTrainingSAEConfig  # noqa: E402
@@ -51,3 +52,32 @@ def test_an_item_that_raises_on_the_fly_is_one_line(tmp_path):
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert len(lines) == 1 and "data: loading batch 2 (items 4..5) failed: IndexError" in lines[0], lines
     assert "the dataset's len() is 8" in lines[0]
+
+
+class TwoRelu(torch.nn.Module):
+    """One ReLU called twice in a forward, as torchvision's BasicBlock calls its `relu`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv1, self.conv2 = torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.Conv2d(4, 4, 3, padding=1)
+        self.relu = torch.nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.relu(self.conv2(self.relu(self.conv1(x)))).mean((1, 2, 3))
+
+
+def test_on_the_fly_at_a_module_called_twice_is_one_line_before_any_step(tmp_path):
+    """LiveRows cut each forward short at the module's first call: an SAE at a BasicBlock's relu trained on
+    the first call's maps only, and nothing said so."""
+    data = torch.utils.data.TensorDataset(torch.randn(8, 3, 4, 4, generator=torch.Generator().manual_seed(0)))
+    sae = {"at": "relu", "from": None, "rows": "channel", "budget": 256, "d_sae": 8, "architecture": "standard",
+           "batch_rows": 16, "checkpoints": 0, "shuffle": False, "out": str(tmp_path / "sae")}
+    cfg = {"data": {"batch_size": 4}, "progress": False, "output": {"path": str(tmp_path / "c.h5")}, "sae": sae}
+    with pytest.raises(ConfigError) as err:
+        hookrun.run(cfg, model=TwoRelu().eval(), dataset=data)
+    assert str(err.value) == ("sae.at: relu runs 2 times in one forward (a shared module, or one called in a loop): "
+                              "which call's output to train on is not defined; name a module that runs once per "
+                              "forward (python -m hookrun.modules shows the calls)")
+    assert not (tmp_path / "sae").exists()
+    hookrun.run({**cfg, "sae": {**sae, "at": "conv2"}}, model=TwoRelu().eval(), dataset=data)  # once a forward: trains

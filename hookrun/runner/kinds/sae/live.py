@@ -52,7 +52,7 @@ class LiveRows(BatchStream):
         self.batches = 0
         self.d_in = 0
         self._it: Iterator[torch.Tensor] | None = None
-        self.first = self._rows_of(next(iter(self._calls())))  # one forward: d_in, and a check of the output
+        self.first = self._rows_of(next(iter(self._calls())), whole=True)  # one forward: d_in, checks of the output
         self.d_in = self.first.shape[1]
 
     def _calls(self) -> Iterator[Any]:
@@ -61,12 +61,15 @@ class LiveRows(BatchStream):
         for _, batch in itertools.islice(one_line_errors(self.loader), self.limit):  # (data.limit's batches, no more read)
             yield self.spec.split(batch).to(self.device)
 
-    def _forward(self, call: Any) -> Any:
+    def _forward(self, call: Any, whole: bool = False) -> Any:
+        """The module's output in the call's forward, cut short after it; `whole` runs the forward to its end
+        to count the module's calls: one that runs twice (a shared or looped block) has no one output."""
         seen: list[Any] = []
 
         def grab(module: nn.Module, args: Any, output: Any) -> None:
             seen.append(output[0] if isinstance(output, tuple | list) else output)
-            raise StopForward
+            if not whole:
+                raise StopForward
 
         handle = self.module.register_forward_hook(grab)
         try:
@@ -79,10 +82,14 @@ class LiveRows(BatchStream):
         if not seen or not isinstance(seen[0], torch.Tensor):
             raise ConfigError(f"sae.at: {self.at}'s output is {type(seen[0]).__name__ if seen else 'never produced'}, "
                               "not a tensor; give a module whose output is a tensor")
+        if len(seen) > 1:
+            raise ConfigError(f"sae.at: {self.at} runs {len(seen)} times in one forward (a shared module, or one called "
+                              "in a loop): which call's output to train on is not defined; name a module that runs once "
+                              "per forward (python -m hookrun.modules shows the calls)")
         return seen[0]
 
-    def _rows_of(self, call: Any) -> torch.Tensor:
-        out = self._forward(call).detach()
+    def _rows_of(self, call: Any, whole: bool = False) -> torch.Tensor:
+        out = self._forward(call, whole).detach()
         if self.seq_first and out.dim() >= 3:  # (tokens, batch, ...) to (batch, tokens, ...), as the attention mask has them
             out = out.transpose(0, 1)
         if out.dim() < 2:
