@@ -153,6 +153,27 @@ def test_an_attention_only_hooked_transformer_is_refused_before_any_forward(forw
     assert calls == []
 
 
+def test_a_gpt2_whose_layers_share_one_block_is_refused_before_any_forward(forwards):
+    """transformer.h[1] = transformer.h[0] (a looped block): both layers' taps fired on each call, and eap
+    ended after its forwards in 'patching: ('q', 0) is not on the metric's gradient path'."""
+    from hookrun.data.swaps import word_swap
+
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=259, n_positions=16, n_embd=16, n_layer=2, n_head=2, bos_token_id=0,
+                                  eos_token_id=0)
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    model.transformer.h[1] = model.transformer.h[0]
+    calls = forwards(model)
+    with pytest.raises(ConfigError) as err:
+        hookrun.patch_grid(model, word_swap(n=2, length=6), method="eap")
+    assert one_line(err) == ("patching.graph=auto: layers 0, 1 of GPT2LMHeadModel share one module (transformer.h.0.ln_1, "
+                             "called at each of those 2 layers: a shared or looped block); the edge graph needs each "
+                             "layer's own modules, so its edges are not defined")
+    assert calls == []
+
+
 @pytest.mark.parametrize("edges", [10.5, 2.0])
 def test_a_circuit_size_that_is_not_a_whole_number_is_one_line(lens, edges):
     with pytest.raises(ConfigError) as err:

@@ -231,6 +231,27 @@ def _weight_in_out(proj: nn.Module) -> torch.Tensor:
 def find_wiring(model: nn.Module, where: str) -> Wiring:
     if hasattr(model, "blocks") and hasattr(model, "cfg") and hasattr(model, "hook_dict"):
         return LensWiring(model, where)
+    wiring = _hf_wiring(model, where)
+    _one_block_per_layer(model, wiring.layers, where)
+    return wiring
+
+
+def _one_block_per_layer(model: nn.Module, layers: list, where: str) -> None:
+    """Two layers that are one module (`transformer.h[1] = transformer.h[0]`: a shared or looped block) would
+    get both layers' taps on each call, and the gradient pass failed in a line about the gradient path."""
+    uses: dict = {}
+    for layer, blk in enumerate(layers):
+        for part in ("ln1", "o_proj", "mlp", "ln2"):
+            uses.setdefault(id(blk[part]), []).append(layer)
+    shared = next((at for at in uses.values() if len(at) > 1), None)
+    if shared:
+        name = next((n for n, m in model.named_modules() if id(m) in uses and uses[id(m)] == shared), "?")
+        raise ConfigError(f"{where}: layers {', '.join(map(str, shared))} of {type(model).__name__} share one module "
+                          f"({name}, called at each of those {len(shared)} layers: a shared or looped block); the edge "
+                          f"graph needs each layer's own modules, so its edges are not defined")
+
+
+def _hf_wiring(model: nn.Module, where: str) -> Wiring:
     cfg = getattr(model, "config", None)
     arch = getattr(cfg, "model_type", None)
     if arch == "gpt2":
