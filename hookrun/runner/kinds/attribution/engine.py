@@ -102,8 +102,8 @@ class Engine:
 
     def fires(self, f: Forward) -> torch.Tensor:
         """The first batch's logits; `at: MODULE` must run in that forward."""
-        if self.layer is None:
-            return f(f.input, *f.extras)
+        if self.layer is None:  # (lrp: a module its rule keeps an input for must run once)
+            return self.lrp.counted(self.model, lambda: f(f.input, *f.extras)) if self.lrp else f(f.input, *f.extras)
         seen = []
         handle = self.layer.register_forward_hook(lambda m, i, out: seen.append(out))
         try:

@@ -127,6 +127,32 @@ class LRP:
         self.composite = COMPOSITES[composite](canonizers=self.canonizers, **box)
         check_rules(self.model, self.composite, composite)
 
+    def counted(self, model: nn.Module, forward: Any) -> Any:
+        """`forward()` (the first batch's, of the user's `model`) with a count of each call of the modules whose
+        rule keeps their input (zennit's BasicHook rules, ReLUBetaSmooth): the rule holds one input per module,
+        so of a module that runs twice every call but the last would be attributed with the last call's input
+        (a convolution used twice: 70% off zennit's LRP on an untied copy). More than one call is refused."""
+        from zennit.core import Hook
+
+        ctx: dict = {}
+        rules = {path: self.composite.module_map(ctx, path, m) for path, m in self.model.named_modules()}
+        paths = [path for path, rule in rules.items() if rule is not None and type(rule).forward is not Hook.forward]
+        calls: dict[str, int] = {}
+        handles = [model.get_submodule(p).register_forward_hook(lambda m, i, o, p=p: calls.__setitem__(p, calls.get(p, 0) + 1))
+                   for p in paths if not isinstance(model.get_submodule(p), BATCH_NORMS)]
+        try:
+            out = forward()
+        finally:
+            for h in handles:
+                h.remove()
+        twice = next(((p, n) for p, n in calls.items() if n > 1), None)
+        if twice:
+            raise ConfigError(f"attribution.method=lrp: {twice[0]} runs {twice[1]} times in one forward (a shared or "
+                              f"looped layer), and zennit's rule keeps one input per module, so its earlier calls would "
+                              f"be attributed with its last call's input; give each use a module of its own, or use "
+                              f"another method (integrated_gradients)")
+        return out
+
     def attribute(self, x: torch.Tensor, target: torch.Tensor, classes: int) -> torch.Tensor:
         from zennit.attribution import Gradient
 
