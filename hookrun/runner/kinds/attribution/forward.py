@@ -120,6 +120,9 @@ class LRP:
         from zennit.composites import COMPOSITES
 
         self.model = copy.deepcopy(model).eval()
+        for m in self.model.modules():  # (the copy: an in-place ReLU overwrote the input beta_smooth's rule keeps)
+            if isinstance(getattr(m, "inplace", None), bool):
+                m.inplace = False
         self.canonizers = canonizers_for(self.model)
         box = {}
         if low is not None and high is not None:  # (block.py allows them with epsilon_gamma_box only)
