@@ -101,3 +101,33 @@ def test_top_examples_at_a_module_called_twice_is_one_line(tmp_path):
                               "call 2: a shared module, or one called in a loop), and its features' top examples would "
                               "be one call's; hook a module that runs once per forward (python -m hookrun.modules shows "
                               "the calls)")
+
+
+class TwoTanh(nn.Module):
+    """torch.tanh called twice in the model's own forward: op sites /tanh.0 and /tanh.1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.b(torch.tanh(self.a(x)) * 3))
+
+
+def test_top_examples_at_an_op_site_of_every_call_is_one_line_and_one_call_is_exact():
+    """`/tanh` (every call of tanh) merged both calls into one top-k: feature 0's was call 1's 0.827 and
+    call 0's 0.746. Reference: torch.topk over the second call's output computed by hand."""
+    model, x = TwoTanh().eval(), torch.randn(6, 4, generator=torch.Generator().manual_seed(2))
+    top = {"name": "top_examples", "k": 2}
+    with pytest.raises(RunError) as err, torch.no_grad(), hookrun.capture(model, {"t": {"at": "/tanh", "type": "forward",
+                                                                                          "actions": [top]}}):
+        model(x)
+    assert str(err.value) == ("hooks.t.actions.0: top_examples: /tanh is called more than once in one forward (/tanh.1 "
+                              "is one more call), and one top-k per feature would mix the calls; name one call "
+                              "(/tanh.0, /tanh.1): each gets its own top examples")
+    with torch.no_grad(), hookrun.capture(model, {"t": {"at": "/tanh.1", "type": "forward", "actions": [top]}}) as cap:
+        model(x)
+        want = torch.tanh(model.b(torch.tanh(model.a(x)) * 3)).T.topk(2, dim=1)
+    torch.testing.assert_close(cap["/tanh.1", "top.values"], want.values)
+    assert cap["/tanh.1", "top.samples"].tolist() == want.indices.tolist()

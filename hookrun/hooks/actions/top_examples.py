@@ -115,6 +115,10 @@ class TopExamples(Action):
             raise RunError(f"{self.where}: top_examples: {ev.module} runs more than once in one forward (this is call {ev.call + 1}: "
                            f"a shared module, or one called in a loop), and its features' top examples would be one "
                            f"call's; hook a module that runs once per forward (python -m hookrun.modules shows the calls)")
+        if self.point.site is not None and self.point.site[1] is None and ev.module != f"{self.point.module}.0":
+            raise RunError(f"{self.where}: top_examples: {self.point.module} is called more than once in one forward "
+                           f"({ev.module} is one more call), and one top-k per feature would mix the calls; name one "
+                           f"call ({self.point.module}.0, {ev.module}): each gets its own top examples")
         if getattr(ev.state.call_tokens, "call", 0):  # hookrun.capture around model.generate: a new token's pass
             raise RunError(f"{self.where}: top_examples does not run around model.generate (each new token is a model "
                            f"call of its own, without its position); call the model on the texts instead")
