@@ -131,3 +131,46 @@ def test_top_examples_at_an_op_site_of_every_call_is_one_line_and_one_call_is_ex
         want = torch.tanh(model.b(torch.tanh(model.a(x)) * 3)).T.topk(2, dim=1)
     torch.testing.assert_close(cap["/tanh.1", "top.values"], want.values)
     assert cap["/tanh.1", "top.samples"].tolist() == want.indices.tolist()
+
+
+
+class FrozenEmbedLoop(nn.Module):
+    """A frozen embedding, then one block applied three times (a looped head on frozen features)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.block = nn.Embedding(9, 4).requires_grad_(False), Block()
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.emb(ids)
+        for _ in range(3):
+            h = self.block(h)
+        return h.sum(-1)
+
+
+@pytest.mark.filterwarnings("ignore:Full backward hook is firing")  # (PyTorch's, at call 0: no input needs a gradient)
+def test_grad_input_of_a_looped_block_whose_first_call_needs_no_gradient(tmp_path, caplog):
+    """The first call's input comes from a frozen embedding (no gradient): its grad_input is None, and the run
+    stopped in 'no input of it needs a gradient' although calls 1 and 2 have one. Now call 0 gets no row (one
+    warning) and the others equal torch.autograd.grad of the loss by each call's input (the previous output)."""
+    model = FrozenEmbedLoop().eval()
+    ids = torch.randint(0, 9, (6, 3), generator=torch.Generator().manual_seed(3))
+    cfg = {"data": {"batch_size": 3}, "progress": False, "mode": "grad", "output": {"path": str(tmp_path / "g.h5")},
+           "loss": {"_target_": "hookrun.runner.losses.sum_output", "_partial_": True},
+           "hooks": {"g": {"at": "block", "type": "backward", "actions": [{"name": "record", "what": "grad_input"}]}}}
+    result = hookrun.run(cfg, model=model, dataset=torch.utils.data.TensorDataset(ids))
+    want: dict[int, list] = {1: [], 2: []}
+    for rows in (ids[:3], ids[3:]):
+        outs, h = [], model.emb(rows)
+        for _ in range(3):
+            h = model.block(h)
+            outs.append(h)
+        for call, g in zip((1, 2), torch.autograd.grad(h.sum(), outs[:2]), strict=True):
+            want[call].append(g)
+    with hookrun.open_run(result.path) as run:
+        assert run.status == "complete"
+        assert sorted((c.role, c.call) for c in run.list_captures()) == [("grad_input", 1), ("grad_input", 2)]
+        for call in (1, 2):
+            torch.testing.assert_close(torch.as_tensor(run["block", f"grad_input@{call}"][:]), torch.cat(want[call]))
+    assert "call 0 gets no row, the module's other calls are recorded" in caplog.text

@@ -267,7 +267,9 @@ class Record(Action):
                 if self.point.globbed:  # a glob reached it: skipped, and listed at the end of the run
                     self._skipped = why
                     continue
-                raise RunError(f"{self.where}: record what={w!r}: {why}")
+                if family(w) != "grad_input" or len(self._seen) < 2:  # (else a looped module's call on data: no row)
+                    raise RunError(f"{self.where}: record what={w!r}: {why}")
+                log.warning("%s: %s; call %d gets no row, the module's other calls are recorded", self.where, why, ev.call)
 
     @property
     def skipped(self) -> str | None:
