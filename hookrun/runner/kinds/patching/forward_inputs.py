@@ -74,13 +74,15 @@ class ForwardCall:
                                   f"{', '.join(map(str, items))}); patching passes each item's tensor to every forward")
 
     def __call__(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The forward's own copies (a model may change its inputs in place: x.sub_(mean); the next
+        forward must get the items as they are)."""
         copies = ids.shape[0] // self.n
-        call = {self.input: ids}
+        call = {self.input: ids.clone()}
         for arg, key in self.extra.items():
-            call[arg] = repeat_items(self.items[key], copies) if copies > 1 else self.items[key]
+            call[arg] = repeat_items(self.items[key], copies)
         return call
 
 
 def repeat_items(x: torch.Tensor, copies: int) -> torch.Tensor:
-    """`copies` copies of a batch along its first axis, whatever its rank (token ids, images, masks)."""
+    """`copies` copies of a batch along its first axis, whatever its rank (token ids, images, masks): new memory."""
     return x.repeat(copies, *[1] * (x.dim() - 1))

@@ -61,7 +61,7 @@ class BlockStack:
         return len(self.blocks) if name in self.after else 0
 
     def keep_outputs(self, run: Callable[[], Any], watch: Iterable[str] | None = None) -> Any:
-        """Run the base forward, keeping each block's output (detached) and the order the blocks and the
+        """Run the base forward, keeping each block's output (a detached copy) and the order the blocks and the
         modules of `watch` (the sites' modules; None: every module) start and end their calls in
         (what is before and after the stack)."""
         kept: list[Any] = [None] * len(self.blocks)
@@ -82,8 +82,8 @@ class BlockStack:
                 open_calls = [c for c in calls.get(name, []) if not c[1]]
                 if open_calls:
                     open_calls[-1][1] = tick()
-                if i is not None:
-                    kept[i] = _map(out, lambda t: t.detach())
+                if i is not None:  # a copy: a block after it may change the tensor in place (x += f(x))
+                    kept[i] = _map(out, lambda t: t.detach().clone())
             return fn
 
         index = {id(b): i for i, b in enumerate(self.blocks)}
