@@ -46,8 +46,8 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -249,6 +249,24 @@ def plain_forward(model: nn.Module, call: ModelCall) -> Any:
             return call.run(model)
     except StopForward:
         return None
+
+
+def own_copy(call: ModelCall) -> ModelCall:
+    """The call with its own copy of every input tensor (nested ones too; one tensor passed twice stays one):
+    a forward may change its inputs in place (x.clamp_(), x += ...), and a kind's next forward of the
+    batch (evaluate's, similarity's `with:` model's) must see the batch as it came."""
+    memo: dict[int, torch.Tensor] = {}
+
+    def copy(obj: Any) -> Any:
+        if isinstance(obj, torch.Tensor):
+            return memo.setdefault(id(obj), obj.clone())
+        if isinstance(obj, Mapping):
+            return {k: copy(v) for k, v in obj.items()}
+        if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+            return type(obj)(*(copy(v) for v in obj))
+        return type(obj)(copy(v) for v in obj) if isinstance(obj, tuple | list) else obj
+
+    return replace(call, args=copy(call.args), kwargs=copy(call.kwargs), attention_mask=copy(call.attention_mask))
 
 
 GUARDED = ("prepare_run", "step", "run_steps", "end_attrs")  # where a user's kind runs its own code in a run

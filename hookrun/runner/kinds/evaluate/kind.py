@@ -43,7 +43,7 @@ from hookrun.runner.kinds.evaluate.ablations import (
 from hookrun.runner.kinds.evaluate.block import check_block, evaluating
 from hookrun.runner.kinds.evaluate.metrics import Objective, Totals, batch_row
 from hookrun.runner.kinds.evaluate.table import EvaluationRow, evaluation_bytes, read_evaluation
-from hookrun.runner.kinds.run_kind import KindContext, RunKind, StepAdds, plain_forward
+from hookrun.runner.kinds.run_kind import KindContext, RunKind, StepAdds, own_copy, plain_forward
 from hookrun.store.schemes import scheme_of
 
 log = logging.getLogger("hookrun")
@@ -101,14 +101,14 @@ class EvaluateKind(RunKind):
 
     def step(self, model: nn.Module, call: ModelCall, session: HookSession) -> StepAdds:
         """The batch's forwards (clean, intervened, ablated) and its row of metrics."""
-        with session.phase(CLEAN):
-            out = plain_forward(model, call)
+        with session.phase(CLEAN):  # (each forward but the last on its own copy of the inputs: a model may change them in place)
+            out = plain_forward(model, own_copy(call))
         clean = self.objective.reference(out, call)
         del out
         for s in self.env.splices:
             s.stats.reset_batch()
         with session.phase(INTERVENED):
-            out = plain_forward(model, call)
+            out = plain_forward(model, own_copy(call) if self.ablation is not None else call)
         others = {"intervened": clean.compare(out, call, "intervened")}
         del out
         if self.ablation is not None:

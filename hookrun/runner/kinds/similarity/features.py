@@ -6,7 +6,6 @@ after the hook).
     with taps.attached(pooled("mean", call.attention_mask, "similarity.at")):
         model(x)
     taps.take()      # [(rows, features) tensors], in the modules' order
-    own_copy(call)   # the call with its own input tensors (the `with:` model's: the first may change them)
 
 pool: flatten (every value of an item's output is a feature) or mean (over the space of a feature
 map (rows, channels, ...), a 1-d map's (a Conv1d's) length included, over the tokens of (rows, tokens,
@@ -18,8 +17,7 @@ A module's output with no feature axis (one value per item) is refused.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -64,22 +62,3 @@ def pool(t: torch.Tensor, how: str, mask: torch.Tensor | None, where: str, kind:
         return (t * m).sum(dim=1) / m.sum(dim=1).clamp_min(1.0)
     return t.to(torch.float64).flatten(2).mean(dim=2)  # a feature map (rows, channels, ...): over its space
 
-
-def own_copy(call: Any) -> Any:
-    """The call with its own copy of every input tensor (nested ones too; one tensor passed twice stays one),
-    for the `with:` model: the first model's forward may change its inputs in place (x.clamp_(), x += ...),
-    and the second must see the batch as it came."""
-    memo: dict[int, torch.Tensor] = {}
-
-    def copy(obj: Any) -> Any:
-        if isinstance(obj, torch.Tensor):
-            return memo.setdefault(id(obj), obj.clone())
-        if isinstance(obj, Mapping):
-            return {k: copy(v) for k, v in obj.items()}
-        if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-            return type(obj)(*(copy(v) for v in obj))
-        if isinstance(obj, tuple | list):
-            return type(obj)(copy(v) for v in obj)
-        return obj
-
-    return dataclasses.replace(call, args=copy(call.args), kwargs=copy(call.kwargs), attention_mask=copy(call.attention_mask))

@@ -40,7 +40,7 @@ from hookrun.hooks.taps import Taps, refuse_non_finite
 from hookrun.output.rank_link import RankLink
 from hookrun.output.scratch import Scratch, clear_scratch
 from hookrun.runner.batches import first_batch
-from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds
+from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds, own_copy
 from hookrun.runner.kinds.similarity.accumulate import (
     accumulator,
     choose_route,
@@ -48,7 +48,7 @@ from hookrun.runner.kinds.similarity.accumulate import (
     route_bytes,
 )
 from hookrun.runner.kinds.similarity.block import LIVE_WITH
-from hookrun.runner.kinds.similarity.features import own_copy, pooled
+from hookrun.runner.kinds.similarity.features import pooled
 from hookrun.runner.kinds.similarity.gram import GramRoute
 from hookrun.store.format import dataset_bytes, table_bytes
 from hookrun.store.records import Capture, CaptureKey
