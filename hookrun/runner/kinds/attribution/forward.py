@@ -68,8 +68,8 @@ class Forward:
 
     def __call__(self, x: torch.Tensor, *extras: torch.Tensor) -> torch.Tensor:
         args, kwargs = list(self.args), dict(self.kwargs)
-        mask = None
-        for place, value in ((self.slot, x), *zip(self.places, extras, strict=True)):
+        mask = None  # (the model gets its own x: it may change it in place, x.sub_(mean), and x is forwarded again)
+        for place, value in ((self.slot, x.clone()), *zip(self.places, extras, strict=True)):
             if place == HIDDEN:
                 mask = value
             elif isinstance(place, int):

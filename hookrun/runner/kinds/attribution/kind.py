@@ -32,7 +32,14 @@ from hookrun.errors import ConfigError
 from hookrun.hooks.events import CLEAN
 from hookrun.runner.batches import first_batch
 from hookrun.runner.kinds.attribution.engine import Engine, dims_of
-from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds, plain_forward
+from hookrun.runner.kinds.run_kind import (
+    NOTHING,
+    KindContext,
+    RunKind,
+    StepAdds,
+    own_copy,
+    plain_forward,
+)
 from hookrun.store.records import Capture, CaptureKey
 
 HOOK = "attribution"
@@ -68,8 +75,8 @@ class AttributionKind(RunKind):
                 **({"class_names": self.class_names} if self.class_names else {})}
 
     def step(self, model: nn.Module, call: Any, session: Any) -> StepAdds:
-        if self.ctx.points:  # the user's hooks record in a plain forward
-            plain_forward(model, call)
+        if self.ctx.points:  # the user's hooks record in a plain forward (of its own copy: a model may change its input in place)
+            plain_forward(model, own_copy(call))
         with session.phase(CLEAN):
             rows = self.engine.batch(call)
         for capture in captures(rows, self.module):
