@@ -87,6 +87,11 @@ def run_batches(
                 check_positions(model, call.batch if isinstance(call.batch, Mapping) else call.kwargs, s.positions,
                                 f"batch {step} (items {int(indices[0])}..{int(indices[-1])}) holds")
             target, mask = call.target, call.attention_mask
+            # what /samples keeps, copied before the forward: a model may change its inputs in place (x.sub_(mean))
+            stored = stored_keys(batch, s.store_keys)
+            if s.store_mask and isinstance(mask, torch.Tensor) and mask.dim() == 2 and "attention_mask" not in (stored or {}):
+                stored = {**(stored or {}), "attention_mask": host_copy(mask)}
+            target = host_copy(target) if isinstance(target, torch.Tensor) else None
             call = call.to(s.device)
             session.begin_step(step, len(indices), indices, call.attention_mask, call.batch)
             adds = s.kind.step(model, call, session)
@@ -94,13 +99,10 @@ def run_batches(
             if not steps:
                 refuse_only_skipped(session)
             captures = env.captures.take()
-            stored = stored_keys(batch, s.store_keys)
-            if s.store_mask and isinstance(mask, torch.Tensor) and mask.dim() == 2 and "attention_mask" not in (stored or {}):
-                stored = {**(stored or {}), "attention_mask": mask.detach().cpu().numpy()}
             writer.put(StepRecord(
                 step=step,
                 sample_index=indices.numpy(),
-                target=target.detach().cpu().numpy() if isinstance(target, torch.Tensor) else None,
+                target=target,
                 path=sample_paths(dataset, indices.tolist()),
                 captures=captures,
                 ticket=transfer.submit(captures),
@@ -190,8 +192,13 @@ def stored_keys(batch: Any, keys: tuple[str, ...]) -> dict[str, np.ndarray] | No
         v = batch.get(k)
         if not isinstance(v, torch.Tensor):
             raise ConfigError(f"data.store: the batch has no tensor {k!r}; its keys: {', '.join(map(str, batch))}")
-        out[k] = v.detach().cpu().numpy()
+        out[k] = host_copy(v)
     return out
+
+
+def host_copy(t: torch.Tensor) -> np.ndarray:
+    """A host array of its own (a CPU tensor's .numpy() would share the tensor's memory)."""
+    return t.detach().to("cpu", copy=True).numpy()
 
 
 log = logging.getLogger("hookrun")
