@@ -16,7 +16,8 @@ them. Torch itself is never patched, and a run without sites is unchanged. Each 
 fires its points with an Event like any module's: `forward_pre` sees the call's tensor arguments
 (`input.0`, `input.1`, ...; replace_input replaces them), `forward` its result (`output`; record,
 modify_output), `tensor` the gradient of its result in mode=grad. An in-place op (`add_`) is
-recorded after the op; replacing its result is refused before any batch.
+recorded after the op; replacing its result is refused before any batch; replacing its input.0
+writes the replacement into the tensor the op changes (the model's own).
 """
 
 from __future__ import annotations
@@ -185,11 +186,17 @@ class Interceptor:
         site.counts[name] = k + 1
         chosen = [(point, fire, point.module if call is not None else f"{point.module}.{k}")
                   for call, point, fire in entries if call is None or call == k]
+        first = args[0] if args else None
         for point, fire, where in chosen:
             if point.type == "forward_pre":
                 ev = fire(point.forward_calls - 1, flatten(args, "input"), "input", module=where)
                 if ev.replaced:
                     args = rebuild(args, "input", ev.tensors)
+        if in_place(name) and isinstance(first, torch.Tensor) and args[0] is not first:
+            # the tensor an in-place op changes is the model's own (`x.mul_(3)`, its result unused): the
+            # replacement is written into it, and the op runs on it, as it would on the edited input
+            first.copy_(args[0])
+            args = (first, *args[1:])
         result = func(*args, **kwargs)
         for point, fire, where in chosen:
             if point.type == "forward":
