@@ -231,13 +231,11 @@ class Record(Action):
              index: Any) -> None:
         """A snapshot in the storage dtype (overflow counted or refused, underflow to 0 counted) handed to the writer."""
         value = snapshot(shaped, self.dtype)
-        overflow = underflow = None
+        overflow = underflow = None  # counted without waiting for the device; underflow: float16's smallest is 6e-8
+        if narrows(shaped.dtype, value.dtype):  # (a gradient below it is stored as 0)
+            overflow, underflow = (torch.isinf(value) & torch.isfinite(shaped)).sum(), ((value == 0) & (shaped != 0)).sum()
         if self.check_finite:
             check_finite(value, ev, role, self.dtype)
-        elif narrows(shaped.dtype, value.dtype):  # counted, without waiting for the device
-            overflow = (torch.isinf(value) & torch.isfinite(shaped)).sum()
-        if narrows(shaped.dtype, value.dtype):  # (float16's smallest subnormal is 6e-8: a gradient below it is stored as 0)
-            underflow = ((value == 0) & (shaped != 0)).sum()
         key, attrs = CaptureKey(ev.hook, ev.module, ev.type, role, ev.call), self._attrs_of(value)
         if self.rule.rows == "ragged":  # one variable-length row per step
             self.env.captures.add(Capture(key, [value.cpu()], True, torch_dtype, attrs, ragged=True, dims=("step",)))
