@@ -124,6 +124,7 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
     batches = range(len(loader) if cfg.data.limit is None else min(cfg.data.limit, len(loader)))
     planned = np.arange(samples_in(batches, cfg.data.batch_size, len(dataset)))
     env = ActionEnv(store_dtype=DTYPES[cfg.output.dtype.value], planned_samples=planned, hold=hold or ModelHold())
+    env.shared["weights_digest"] = digest = weights_digest(model)  # before a splice adds its SAE: a probe op compares it
     try:
         points = make_plan(model, specs, env, mode)
         if cfg.early_stop:
@@ -153,7 +154,7 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
         env.close()
         raise
     return Prepared(cfg, out, model, dataset, loader, points, env, settings,
-                    attrs={"model_fingerprint": weights_digest(model), **input_normalize(dataset)})
+                    attrs={"model_fingerprint": weights_digest(model) if env.splices else digest, **input_normalize(dataset)})
 
 
 def input_normalize(dataset: Any) -> dict:

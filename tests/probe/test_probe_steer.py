@@ -317,3 +317,35 @@ def test_a_probe_fitted_on_another_model_is_one_line_before_any_batch(setup):
                    any_model=True)
     np.testing.assert_allclose(got, raw_conv(other, data) + (3.0 * w[2] / np.linalg.norm(w[2]))[None, :, None, None],
                                rtol=1e-5, atol=1e-5)
+
+
+def test_a_probe_steers_a_run_that_also_splices_an_sae(setup, tmp_path):
+    """The probe's model check compares the weights as they came, before a splice adds its SAE's (a
+    digest taken after it named another model, and the run was refused). Reference: the SAE by hand on a
+    raw hook's conv.0 output, along its channels, then the ReLU and x + f w/|w|."""
+    import json
+
+    import safetensors.torch as safetensors
+
+    tmp, model, data = setup
+    g = torch.Generator().manual_seed(4)
+    sae = {"W_enc": torch.randn(6, 12, generator=g) * 0.3, "W_dec": torch.randn(12, 6, generator=g) * 0.3,
+           "b_enc": torch.randn(12, generator=g) * 0.1, "b_dec": torch.randn(6, generator=g) * 0.1}
+    safetensors.save_file(sae, str(tmp_path / "sae_weights.safetensors"))
+    (tmp_path / "cfg.json").write_text(json.dumps({
+        "architecture": "standard", "d_in": 6, "d_sae": 12, "dtype": "float32", "apply_b_dec_to_input": True,
+        "normalize_activations": "none", "metadata": {"hook_name": "conv.0"}}))
+    hooks = {"sp": {"at": "conv.0", "type": "forward",
+                    "actions": [{"name": "modify_output", "op": "splice", "path": str(tmp_path)}]},
+             "s": {"at": "conv", "type": "forward",
+                   "actions": [{"name": "modify_output", "op": "probe_steer", "probe": str(tmp / "three.h5"),
+                                "label": 2, "factor": 3.0}, {"name": "record", "what": "output"}]}}
+    hookrun.run(cfg(tmp_path / "both.h5", hooks=hooks), model=model, dataset=data)
+    with h5py.File(tmp_path / "both.h5", "r") as f:
+        got = f["captures/s/conv/output"][:].astype(np.float64)
+    with torch.no_grad():
+        x = model.conv[0](torch.stack([d["x"] for d in data])).permute(0, 2, 3, 1)  # channels last: the SAE's rows
+        f_ = torch.relu((x - sae["b_dec"]) @ sae["W_enc"] + sae["b_enc"])
+        ref = torch.relu(f_ @ sae["W_dec"] + sae["b_dec"]).permute(0, 3, 1, 2).double().numpy()
+    w, _ = weight(tmp / "three.h5")
+    np.testing.assert_allclose(got, ref + (3.0 * w[2] / np.linalg.norm(w[2]))[None, :, None, None], rtol=1e-4, atol=1e-5)
