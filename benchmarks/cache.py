@@ -52,7 +52,7 @@ def child(name: str, folder: Path, threads: int, batches: int = 0, rows: int = 0
     os.sync()
     cmd = [sys.executable, str(HERE / "cache_scenarios.py"), name, "--batches", str(batches), "--rows", str(rows),
            "--dir", str(folder), "--threads", str(threads)]
-    result, usage = harness.run_child(cmd, f"scenario {name}", harness.child_env())
+    result, usage = harness.run_child(cmd, f"scenario {name}", harness.child_env(), warm=harness.QUICK)
     result["rss_mb"] = usage.ru_maxrss / 1024  # Linux: KiB
     return result
 

@@ -18,12 +18,14 @@ and bounds; this module keeps the plumbing they had written out each time.
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
 import importlib.metadata
 import json
 import os
 import platform
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 HERE = Path(__file__).resolve().parent
+QUICK = False  # parse() saw --quick: run_child's callers pass warm=harness.QUICK (a smoke run's children forked warm)
 
 
 # -- the command line --------------------------------------------------------------------------
@@ -61,6 +64,8 @@ def parse(p: argparse.ArgumentParser, **quick) -> argparse.Namespace:
     if unknown:
         raise ValueError(f"--quick sets {', '.join(unknown)}, which no option of this script is named; its options: "
                          f"{', '.join(vars(a))}")
+    global QUICK
+    QUICK = a.quick
     if a.quick:
         for name, value in quick.items():
             setattr(a, name, value)
@@ -124,11 +129,19 @@ def child_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": path, **extra}
 
 
-def run_child(cmd: list[str], what: str, env: dict | None = None) -> tuple[dict, os.struct_rusage]:
+def run_child(cmd: list[str], what: str, env: dict | None = None, warm: bool = False,
+              preload: tuple[str, ...] = ()) -> tuple[dict, os.struct_rusage]:
     """Run `cmd` and wait for it: the JSON of its last stdout line, and its own resource usage
     (os.wait4: its peak RSS and CPU time, no other process's). Its output goes to temporary files,
     so a chatty child cannot block on a full pipe; a failure raises with the end of its stderr.
-    Callers os.sync() first where a run must not pay for another's dirty pages."""
+    Callers os.sync() first where a run must not pay for another's dirty pages.
+
+    `warm` (a --quick run's smoke sizes only, never the full mode's figures): a `python SCRIPT.py
+    ARGS` command is forked from a warm process that imported torch, torchvision, transformers and
+    h5py (and `preload`) once, instead of a fresh Python paying those imports for each child; its
+    peak RSS then counts the pages it shares with that process (see warm_child)."""
+    if warm and hasattr(os, "fork") and len(cmd) > 1 and cmd[0] == sys.executable and cmd[1].endswith(".py"):
+        return warm_child(cmd, what, dict(os.environ) if env is None else env, preload)
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
@@ -137,6 +150,121 @@ def run_child(cmd: list[str], what: str, env: dict | None = None) -> tuple[dict,
             raise RuntimeError(f"{what} failed:\n{err.read()[-3000:]}")
         out.seek(0)
         return json.loads(out.read().strip().splitlines()[-1]), usage
+
+
+# -- children forked from a warm process (--quick only) -------------------------------------------
+# variables read when the interpreter, glibc's malloc or torch starts: a child whose own differ gets a server of its own
+STARTUP = ("PYTHON", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "MALLOC_", "CUDA", "TORCH", "PYTORCH", "LD_", "NVIDIA",
+           "HF_", "HUGGINGFACE", "TRANSFORMERS", "TOKENIZERS", "HDF5_")
+WARM_IMPORTS = ("torch", "torchvision", "torchvision.models", "transformers", "transformers.models.gpt2.modeling_gpt2", "h5py")
+_servers: dict[tuple, subprocess.Popen] = {}
+
+
+def warm_child(cmd: list[str], what: str, env: dict, preload: tuple[str, ...] = ()) -> tuple[dict, os.struct_rusage]:
+    """run_child's `python SCRIPT.py ARGS`, forked from a server (this file run with --warm-server) that
+    imported WARM_IMPORTS and `preload` (third-party modules only: the script, hookrun and the benchmark
+    modules are imported fresh by each child) with `env`'s start-up variables; one server per set of
+    those and `preload`. The child runs the script as `python SCRIPT.py` would (runpy, as __main__,
+    its folder first on sys.path, then PYTHONPATH's entries); the server os.wait4s it: its exit
+    status and its own resource usage (its peak RSS includes the imports' pages it shares with the server)."""
+    startup = {k: v for k, v in env.items() if k.startswith(STARTUP) and k not in ("PYTHONPATH", "PYTHONUNBUFFERED")}
+    key = (tuple(sorted(startup.items())), tuple(preload))
+    server = _servers.get(key)
+    if server is None or server.poll() is not None:
+        server = subprocess.Popen([sys.executable, __file__, "--warm-server", *preload], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, env={k: v for k, v in env.items() if k != "PYTHONPATH"}, bufsize=0)
+        _servers[key] = server
+        atexit.register(_stop_server, server)
+    with tempfile.TemporaryDirectory() as tmp:
+        out, err = os.path.join(tmp, "out"), os.path.join(tmp, "err")
+        server.stdin.write((json.dumps({"argv": cmd[1:], "cwd": os.getcwd(), "env": env, "out": out, "err": err}) + "\n").encode())
+        line = server.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{what}: the warm server ended")
+        answer = json.loads(line)
+        with open(err, errors="replace") as f:
+            stderr = f.read()
+        if answer["code"] != 0:
+            raise RuntimeError(f"{what} failed:\n{stderr[-3000:]}")
+        with open(out) as f:
+            return json.loads(f.read().strip().splitlines()[-1]), resource.struct_rusage(answer["usage"])
+
+
+def _stop_server(server: subprocess.Popen) -> None:
+    if not server.stdin.closed:
+        server.stdin.close()  # the server ends at the end of its input
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        server.stdout.close()
+
+
+def _warm_run(req: dict, base_path: list[str]) -> None:
+    """(In the forked child) the script of req["argv"] as `python SCRIPT ARGS` runs it; exits with its status."""
+    import io
+    import runpy
+    import threading
+    import traceback
+
+    code = 1
+    try:
+        os.chdir(req["cwd"])
+        os.environ.clear()
+        os.environ.update(req["env"])
+        for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, req["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+                                (2, req["err"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
+            os.dup2(os.open(path, flags, 0o644), fd)
+        for name, fd in (("stdout", 1), ("stderr", 2)):
+            old = getattr(sys, name)
+            stream = io.TextIOWrapper(io.BufferedWriter(io.FileIO(fd, "w", closefd=False)), encoding=old.encoding,
+                                      errors=old.errors, line_buffering=name == "stderr")
+            setattr(sys, name, stream)
+            setattr(sys, f"__{name}__", stream)
+        sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)))
+        script = os.path.abspath(req["argv"][0])
+        extra = [os.path.abspath(p) for p in req["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+        sys.path[:] = list(dict.fromkeys([os.path.dirname(script), *extra, *base_path]))
+        sys.argv = [req["argv"][0], *req["argv"][1:]]
+        try:
+            runpy.run_path(script, run_name="__main__")
+            code = 0
+        except SystemExit as exc:
+            code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
+            if not isinstance(exc.code, int | None):
+                print(exc.code, file=sys.stderr)
+        except BaseException:
+            traceback.print_exc()
+        threading._shutdown()  # as the interpreter's exit: wait for the run's non-daemon threads
+        atexit._run_exitfuncs()
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _warm_serve(preload: list[str]) -> None:
+    """This file run as `--warm-server MODULE...`: import, then fork one child per request line on stdin."""
+    for name in (*WARM_IMPORTS, *preload):  # no torch op runs here, so fork is safe
+        try:
+            importlib.import_module(name)
+        except ImportError:  # (a child that needs it fails as a fresh process would)
+            pass
+    extra = {os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    base_path = [p for p in sys.path[1:] if p not in extra]  # (sys.path[0]: this file's folder)
+    for line in sys.stdin.buffer:
+        req = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            _warm_run(req, base_path)
+        _, status, usage = os.wait4(pid, 0)
+        sys.stdout.buffer.write((json.dumps({"code": os.waitstatus_to_exitcode(status), "usage": list(usage)}) + "\n").encode())
+        sys.stdout.buffer.flush()
 
 
 # -- the report --------------------------------------------------------------------------------
@@ -209,3 +337,7 @@ def save(text: str, path: Path | None, append: bool = False) -> None:
     else:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--warm-server"]:
+    _warm_serve(sys.argv[2:])

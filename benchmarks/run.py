@@ -28,7 +28,7 @@ def child(name: str, batches: int, folder: Path) -> dict:
     """Run one scenario in a fresh process; its JSON line plus its own peak RSS."""
     os.sync()
     cmd = [sys.executable, str(HERE / "scenarios.py"), name, "--batches", str(batches), "--dir", str(folder)]
-    result, usage = harness.run_child(cmd, f"scenario {name}", harness.child_env())
+    result, usage = harness.run_child(cmd, f"scenario {name}", harness.child_env(), warm=harness.QUICK)
     result["rss_mb"] = usage.ru_maxrss / 1024  # Linux: KiB
     return result
 

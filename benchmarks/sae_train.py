@@ -218,7 +218,7 @@ def main() -> None:
                 os.sync()
                 out, usage = harness.run_child(
                     [sys.executable, __file__, "--child", route, "--cache", str(caches[route]), *common], route,
-                    env={**env, "HOOKRUN_CACHE_DIR": str(fetched)})
+                    env={**env, "HOOKRUN_CACHE_DIR": str(fetched)}, warm=a.quick, preload=("sae_lens",))
                 rate[route].append(out["rows"] / out["seconds"])
                 rss[route].append(usage.ru_maxrss / 1024)
                 held[route].append(out["held_mib"])
