@@ -9,25 +9,13 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from torch import nn
+from toy_models import in_place_net
 
 import hookrun
 
 captum_attr = pytest.importorskip("captum.attr")
 
 
-class Normalise(nn.Module):
-    def __init__(self, in_place: bool) -> None:
-        super().__init__()
-        self.in_place = in_place
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.sub_(0.5).mul_(2.0) if self.in_place else (x - 0.5) * 2.0
-
-
-def net(in_place: bool) -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(Normalise(in_place), nn.Flatten(), nn.Linear(12, 8), nn.Tanh(), nn.Linear(8, 4)).eval()
 
 
 @pytest.mark.parametrize("block, make, kw", [
@@ -39,8 +27,8 @@ def test_each_forward_sees_the_batch_as_it_came(block, make, kw):
     g = torch.Generator().manual_seed(3)
     x, y = torch.rand(4, 3, 2, 2, generator=g), torch.randint(0, 4, (4,), generator=g)
     data = [(x[i].clone(), y[i]) for i in range(4)]
-    rows = hookrun.attribute(net(True), data, batch_size=4, **block)
-    plain = net(False)
+    rows = hookrun.attribute(in_place_net(True), data, batch_size=4, **block)
+    plain = in_place_net(False)
     want = make(plain).attribute(x.clone().requires_grad_(block["method"] != "occlusion"), target=y, **kw)
     np.testing.assert_allclose(rows["attribution"], want.detach().numpy(), rtol=1e-5, atol=1e-6)
     with torch.no_grad():
@@ -54,8 +42,8 @@ def test_a_file_run_with_a_hook_attributes_the_batch_as_it_came(tmp_path):
     hooks = {"h": {"at": "2", "type": "forward", "actions": [{"name": "record", "what": "output"}]}}
     cfg = {"hooks": hooks, "attribution": {"method": "occlusion", "window": [3, 1, 1]}, "device": "cpu",
            "progress": False, "data": {"batch_size": 4}, "output": {"path": str(tmp_path / "c.h5")}}
-    path = hookrun.run(cfg, model=net(True), dataset=[(x[i].clone(), y[i]) for i in range(4)]).path
-    plain = net(False)
+    path = hookrun.run(cfg, model=in_place_net(True), dataset=[(x[i].clone(), y[i]) for i in range(4)]).path
+    plain = in_place_net(False)
     want = captum_attr.Occlusion(plain).attribute(x.clone(), target=y, sliding_window_shapes=(3, 1, 1))
     with torch.no_grad(), h5py.File(path) as f:
         np.testing.assert_allclose(f["captures/attribution/__model__/attribution"][:], want.numpy(), rtol=1e-5, atol=1e-6)

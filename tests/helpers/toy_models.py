@@ -255,3 +255,21 @@ class Id(nn.Module):
 
     def forward(self, x):  # noqa: ANN001, ANN201
         return self.lin(x)
+
+
+class Normalise(nn.Module):
+    """(x - 0.5) * 2, in place (x.sub_(0.5).mul_(2): a model that changes its input) or not."""
+
+    def __init__(self, in_place: bool) -> None:
+        super().__init__()
+        self.in_place = in_place
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.sub_(0.5).mul_(2.0) if self.in_place else (x - 0.5) * 2.0
+
+
+def in_place_net(in_place: bool) -> nn.Module:
+    """A 3 x 2 x 2 image classifier (4 classes) whose first module changes its input in place, or its
+    out-of-place twin with the same weights: the reference whose forwards cannot disturb each other."""
+    torch.manual_seed(0)
+    return nn.Sequential(Normalise(in_place), nn.Flatten(), nn.Linear(12, 8), nn.Tanh(), nn.Linear(8, 4)).eval()

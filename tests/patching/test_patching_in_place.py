@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torch import nn
+from toy_models import in_place_net
 
 import hookrun
 
@@ -43,18 +44,6 @@ class StackNet(nn.Module):
         return self.unembed(x)
 
 
-class Normalise(nn.Module):
-    def __init__(self, in_place: bool) -> None:
-        super().__init__()
-        self.in_place = in_place
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.sub_(0.5).mul_(2.0) if self.in_place else (x - 0.5) * 2.0
-
-
-def image_net(in_place: bool) -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(Normalise(in_place), nn.Flatten(), nn.Linear(12, 8), nn.Tanh(), nn.Linear(8, 4)).eval()
 
 
 def reference(model: nn.Module, module: nn.Module, clean: torch.Tensor, corrupt: torch.Tensor, cells, metric) -> np.ndarray:
@@ -104,9 +93,9 @@ def test_model_changing_its_input_in_place_equals_raw_hooks():
     clean, corrupt = torch.rand(N, 3, 2, 2, generator=g), torch.rand(N, 3, 2, 2, generator=g)
     items = [{"clean": clean[i].clone(), "corrupt": corrupt[i].clone(), "answer": torch.tensor(1),
               "wrong": torch.tensor(2)} for i in range(N)]
-    grids = hookrun.patch_grid(image_net(True), items, input="input", metric={"name": "logit_diff"},
+    grids = hookrun.patch_grid(in_place_net(True), items, input="input", metric={"name": "logit_diff"},
                                sites={"h": {"at": "2", "over": ["feature"], "dims": ["sample", "feature"]}})
-    plain = image_net(False)  # the same function, out of place: the reference's forwards cannot disturb each other
+    plain = in_place_net(False)  # the same function, out of place: the reference's forwards cannot disturb each other
 
     def metric(logits):
         return float((logits[:, 1] - logits[:, 2]).mean())

@@ -8,23 +8,9 @@ import h5py
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
+from toy_models import in_place_net
 
 import hookrun
-
-
-class Normalise(nn.Module):
-    def __init__(self, in_place: bool) -> None:
-        super().__init__()
-        self.in_place = in_place
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.sub_(0.5).mul_(2.0) if self.in_place else (x - 0.5) * 2.0
-
-
-def net(in_place: bool) -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(Normalise(in_place), nn.Flatten(), nn.Linear(12, 8), nn.Tanh(), nn.Linear(8, 4)).eval()
 
 
 class Images(torch.utils.data.Dataset):
@@ -45,8 +31,8 @@ def test_each_forward_sees_the_batch_as_it_came(tmp_path):
     cfg = {"hooks": hooks, "evaluate": {"ablation": "zero"}, "device": "cpu", "progress": False,
            "loss": {"_target_": "hookrun.runner.losses.cross_entropy", "_partial_": True},
            "data": {"batch_size": 3}, "output": {"path": str(tmp_path / "c.h5")}}
-    path = hookrun.run(cfg, model=net(True), dataset=Images()).path
-    plain, data = net(False), Images()
+    path = hookrun.run(cfg, model=in_place_net(True), dataset=Images()).path
+    plain, data = in_place_net(False), Images()
     x, y = data.x, data.y
     with torch.no_grad():
         h = plain[2](plain[1](plain[0](x)))
