@@ -94,7 +94,7 @@ def resolve_targets(
         elif pattern in table:
             chosen.add(pattern)
         else:
-            _refuse_alias(model, pattern, where, kind)
+            refuse_alias(model, pattern, where, kind)
             raise NotFoundError(
                 f"{where}: {type(model).__name__} has no {_noun(kind)} {pattern!r}; "
                 f"{_hint(pattern, names, kind)}"
@@ -121,7 +121,12 @@ def _once_each(found: list[tuple[str, Any]], patterns: Iterable[str], where: str
     return [x for x in found if kept[id(x[1])][0] == x[0]]
 
 
-def _refuse_alias(model: nn.Module, pattern: str, where: str, kind: str) -> None:
+# (what a one-call reader says of a second name: sae.at, attribution.at)
+ONCE_PER_FORWARD = ("it runs once for each of its names, and {w} takes a module that runs once per forward: name "
+                    "one outside it, or give each use a block of its own")
+
+
+def refuse_alias(model: nn.Module, pattern: str, where: str, kind: str = "module", then: str | None = None) -> None:
     """A module registered under a second name (`nn.ModuleList([block] * 4)`: layers.1 is layers.0) is
     listed by named_modules() under its first name only: say which, and that its calls are captured apart."""
     if kind != "module":
@@ -130,8 +135,8 @@ def _refuse_alias(model: nn.Module, pattern: str, where: str, kind: str) -> None
     first = next((n for n, m in model.named_modules() if m is target), None) if target is not None else None
     if first is not None:
         raise ConfigError(f"{where}: {pattern!r} is the module {first!r} under a second name (one object, registered "
-                          f"twice: a shared or reused block); hook {first!r}: each of its calls in a forward is "
-                          f"captured apart (output, output@1, ...; python -m hookrun.modules shows its calls)")
+                          f"twice: a shared or reused block); " + (then or f"hook {first!r}: each of its calls in a "
+                          f"forward is captured apart (output, output@1, ...; python -m hookrun.modules shows its calls)"))
 
 
 def unwrap(model: nn.Module) -> nn.Module:

@@ -174,3 +174,21 @@ def test_grad_input_of_a_looped_block_whose_first_call_needs_no_gradient(tmp_pat
         for call in (1, 2):
             torch.testing.assert_close(torch.as_tensor(run["block", f"grad_input@{call}"][:]), torch.cat(want[call]))
     assert "call 0 gets no row, the module's other calls are recorded" in caplog.text
+
+
+def test_a_second_name_at_sae_at_and_attribution_at_says_which_module_it_is(tmp_path):
+    """sae.at and attribution.at said "no module 'layers.1'" of the reused block's second name; they take
+    a module that runs once per forward, so the line names the module and what to name instead."""
+    tail = ("is the module 'layers.0' under a second name (one object, registered twice: a shared or reused "
+            "block); it runs once for each of its names, and {w} takes a module that runs once per forward: name "
+            "one outside it, or give each use a block of its own")
+    with pytest.raises(ConfigError) as err:
+        hookrun.attribute(Reused(), [(torch.randn(4), 0) for _ in range(4)], batch_size=4, method="grad_cam",
+                          at="layers.1")
+    assert str(err.value) == "attribution.at: 'layers.1' " + tail.format(w="attribution.at")
+    cfg = {"progress": False, "data": {"batch_size": 4}, "output": {"path": str(tmp_path / "s.h5")},
+           "sae": {"at": "layers.1", "d_sae": 8, "rows": 64, "batch_rows": 8}}
+    with pytest.raises(ConfigError) as err:
+        hookrun.run(cfg, model=Reused(), dataset=[torch.randn(4) for _ in range(8)])
+    assert str(err.value) == "sae.at: 'layers.1' " + tail.format(w="sae.at")
+    assert not (tmp_path / "s.h5").exists()

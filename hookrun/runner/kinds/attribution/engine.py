@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from hookrun.errors import ConfigError, RunError, close_matches
+from hookrun.hooks.plan import ONCE_PER_FORWARD, refuse_alias
 from hookrun.hooks.points import last_roles
 from hookrun.runner.kinds.attribution.baselines import Baselines, curves, measurable
 from hookrun.runner.kinds.attribution.block import Block
@@ -250,6 +251,7 @@ class Engine:
 def find_module(model: nn.Module, name: str) -> nn.Module:
     modules = dict(model.named_modules())
     if name not in modules:
+        refuse_alias(model, name, f"{W}.at", then=ONCE_PER_FORWARD.format(w=f"{W}.at"))  # (a second name)
         hint = close_matches(name, [n for n in modules if n], n=3)
         raise ConfigError(f"{W}.at={name!r}: the model has no module {name!r}"
                           f"{'; closest names: ' + ', '.join(hint) if hint else ''} (or at: input)")

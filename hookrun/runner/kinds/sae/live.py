@@ -29,6 +29,7 @@ from torch import nn
 from hookrun.errors import ConfigError, close_matches
 from hookrun.hooks.actions.reduction import declared_batch_first
 from hookrun.hooks.early_stop import StopForward
+from hookrun.hooks.plan import ONCE_PER_FORWARD, refuse_alias
 from hookrun.hooks.points import last_roles
 from hookrun.runner.kinds.sae.data import BatchStream
 
@@ -42,6 +43,7 @@ class LiveRows(BatchStream):
         self.batch_rows, self.shuffle, self.vectors, self.device = batch_rows, shuffle, vectors, device
         names = [n for n, _ in model.named_modules()]
         if at not in names:
+            refuse_alias(model, at, "sae.at", then=ONCE_PER_FORWARD.format(w="sae.at"))  # (a second name: which module)
             near = close_matches(at, names)
             raise ConfigError(f"sae.at: the model has no module {at!r}" + (f"; did you mean {near[0]!r}?" if near else "")
                               + " (python -m hookrun.modules lists them)")
