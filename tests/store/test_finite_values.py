@@ -65,3 +65,33 @@ def test_underflow_to_zero_in_the_cast_is_counted_in_the_log_and_the_capture(tmp
         assert ds.attrs["underflow_values"] == want and "overflow_values" not in ds.attrs
         assert int(((ds[:] == 0) & (out != 0)).sum()) == want
     assert f"hook 's' at 1: {want} nonzero value(s) of output became 0" in caplog.text
+
+
+def test_the_underflow_count_carries_over_a_resume(tmp_path):
+    """A run stopped after two of its four batches and resumed counts the underflow of all twelve rows
+    once (the kept batches' count is carried over, not lost or counted twice). Reference: numpy's cast."""
+    from toy_models import STOP_AT, Scale
+
+    from hookrun.output.signals import Interrupted
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), Scale(1e-7)).eval()
+    x = torch.randn(12, 4)
+    hooks = {"s": {"at": "1", "type": "forward", "actions": [{"name": "record", "what": "output", "dtype": "float16"}]},
+             "stop": {"at": "0", "type": "forward",
+                      "actions": [{"_target_": "toy_models.signal_when_told", "_partial_": True}]}}
+    cfg = {"data": {"batch_size": 3}, "device": "cpu", "progress": False, "hooks": hooks,
+           "output": {"path": str(tmp_path / "r.h5")}}
+    STOP_AT[:] = [2]
+    with pytest.raises(Interrupted):
+        hookrun.run(cfg, model=model, dataset=[x[i] for i in range(12)])
+    with h5py.File(tmp_path / "r.h5", "r", locking=False) as f:
+        assert f.attrs["status"] == "interrupted"
+    assert hookrun.run({**cfg, "resume": True}, model=model, dataset=[x[i] for i in range(12)]).status == "complete"
+    with torch.no_grad():
+        out = model(x).numpy()
+    want = int(((out.astype(np.float16) == 0) & (out != 0)).sum())
+    assert 0 < want < out.size
+    with h5py.File(tmp_path / "r.h5") as f:
+        ds = f["captures/s/1/output"]
+        assert ds.shape == (12, 8) and ds.attrs["underflow_values"] == want
