@@ -16,6 +16,7 @@ import pytest
 from conftest import ENV, ROOT
 
 import hookrun
+from hookrun.store.lock import settled
 
 CFG = {"model": {"_target_": "hookrun.models.tiny_cnn"},
        "data": {"dataset": {"_target_": "hookrun.data.shapes", "size": 96, "noise": 0.3}, "batch_size": 16},
@@ -45,6 +46,7 @@ def test_resume_after_sigkill_equals_the_uninterrupted_run(tmp_path):
     hookrun.run({**CFG, "output": {**CFG["output"], "path": str(tmp_path / "whole.h5")}})  # (no HOOKRUN_TEST_KILL here)
     killed = run_child(tmp_path / "killed.h5", kill_at=4)
     assert killed.returncode == -signal.SIGKILL
+    settled(tmp_path / "killed.h5")  # (the killed writer's flush helper lets go of the file once it has applied its last message)
     with h5py.File(tmp_path / "killed.h5", "r") as f:
         assert "probe" not in f and 0 < f["samples/index"].shape[0] < 96
     again = run_child(tmp_path / "killed.h5", resume=True)

@@ -23,6 +23,7 @@ from hookrun.config.schema import load as load_config
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError
 from hookrun.output.ranks import Ranks, detect, shard_batches, shard_path
 from hookrun.output.shards import ShardRun, differing
+from hookrun.store.lock import settled
 from hookrun.store.merge import build_view
 
 
@@ -155,6 +156,7 @@ def test_a_killed_rank_then_resume_gives_the_same_file(tmp_path, single):
     proc = cli(*ARGS, "hydra.run.dir=run", cwd=tmp_path, launcher=TORCHRUN, env={"HOOKRUN_TEST_KILL": "1:5"})
     assert proc.returncode != 0
     run_dir = tmp_path / "run"
+    settled(run_dir / "captures.rank-00001.h5")  # (the killed rank's flush helper lets go of its file)
     with h5py.File(run_dir / "captures.rank-00001.h5") as f:  # SIGKILL in its third batch: never 'complete'
         assert f.attrs["status"] == "running" and f.attrs["steps_complete"] == 2
     with h5py.File(run_dir / "captures.h5") as f:  # rank 0 was stopped by torchrun and wrote the view

@@ -18,6 +18,7 @@ from conftest import ENV, HELPERS, make_cfg, run_cli
 import hookrun
 from hookrun.errors import ConfigError, HookrunError, RunError
 from hookrun.output.signals import Interrupted
+from hookrun.store.lock import settled
 
 GRAD = {"mode": "grad", "loss": {"_target_": "hookrun.runner.losses.cross_entropy", "_partial_": True}}
 
@@ -359,6 +360,7 @@ def test_a_resumed_run_killed_again_keeps_the_batches_it_added(tmp_path, checkpo
     _, status = os.waitpid(pid, 0)
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
     assert not Path(str(path) + ".resuming").exists()
+    settled(path)  # the killed writer's flush helper holds the file's lock until it has applied its last message
     with h5py.File(path) as f:  # (the writer thread flushes each batch; at least one of batches 2 to 4 is on disk)
         kept = int(f.attrs["steps_complete"])
         assert f.attrs["status"] == "running" and kept > 2 and f["samples/index"].shape[0] == 2 * kept
