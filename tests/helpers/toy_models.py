@@ -273,3 +273,20 @@ def in_place_net(in_place: bool) -> nn.Module:
     out-of-place twin with the same weights: the reference whose forwards cannot disturb each other."""
     torch.manual_seed(0)
     return nn.Sequential(Normalise(in_place), nn.Flatten(), nn.Linear(12, 8), nn.Tanh(), nn.Linear(8, 4)).eval()
+
+
+def standard_sae(folder, d_in: int, d_sae: int, hook_name: str, seed: int = 1, **metadata) -> dict:
+    """An SAELens folder of a standard (ReLU) SAE with random weights in `folder` (cfg.json and
+    sae_weights.safetensors); its weights, for the reference computed by hand."""
+    import json
+
+    import safetensors.torch as safetensors
+
+    g = torch.Generator().manual_seed(seed)
+    w = {"W_enc": torch.randn(d_in, d_sae, generator=g) * 0.3, "W_dec": torch.randn(d_sae, d_in, generator=g) * 0.3,
+         "b_enc": torch.randn(d_sae, generator=g) * 0.1, "b_dec": torch.randn(d_in, generator=g) * 0.1}
+    safetensors.save_file(w, str(folder / "sae_weights.safetensors"))
+    (folder / "cfg.json").write_text(json.dumps({
+        "architecture": "standard", "d_in": d_in, "d_sae": d_sae, "dtype": "float32", "apply_b_dec_to_input": True,
+        "normalize_activations": "none", "metadata": {"hook_name": hook_name, **metadata}}))
+    return w

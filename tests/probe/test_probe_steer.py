@@ -323,18 +323,10 @@ def test_a_probe_steers_a_run_that_also_splices_an_sae(setup, tmp_path):
     """The probe's model check compares the weights as they came, before a splice adds its SAE's (a
     digest taken after it named another model, and the run was refused). Reference: the SAE by hand on a
     raw hook's conv.0 output, along its channels, then the ReLU and x + f w/|w|."""
-    import json
-
-    import safetensors.torch as safetensors
+    from toy_models import standard_sae
 
     tmp, model, data = setup
-    g = torch.Generator().manual_seed(4)
-    sae = {"W_enc": torch.randn(6, 12, generator=g) * 0.3, "W_dec": torch.randn(12, 6, generator=g) * 0.3,
-           "b_enc": torch.randn(12, generator=g) * 0.1, "b_dec": torch.randn(6, generator=g) * 0.1}
-    safetensors.save_file(sae, str(tmp_path / "sae_weights.safetensors"))
-    (tmp_path / "cfg.json").write_text(json.dumps({
-        "architecture": "standard", "d_in": 6, "d_sae": 12, "dtype": "float32", "apply_b_dec_to_input": True,
-        "normalize_activations": "none", "metadata": {"hook_name": "conv.0"}}))
+    sae = standard_sae(tmp_path, 6, 12, "conv.0", seed=4)
     hooks = {"sp": {"at": "conv.0", "type": "forward",
                     "actions": [{"name": "modify_output", "op": "splice", "path": str(tmp_path)}]},
              "s": {"at": "conv", "type": "forward",

@@ -5,11 +5,10 @@ reconstruction and the statistics' definitions by hand in float64 on the same we
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 from torch import nn
+from toy_models import standard_sae
 
 import hookrun
 
@@ -37,13 +36,8 @@ class Looped(nn.Module):
 
 
 def test_a_splice_at_a_module_called_twice_acts_at_both_calls_and_pools_their_rows(tmp_path):
-    g = torch.Generator().manual_seed(1)
-    w = {"W_enc": torch.randn(D, D_SAE, generator=g) * 0.3, "W_dec": torch.randn(D_SAE, D, generator=g) * 0.3,
-         "b_enc": torch.randn(D_SAE, generator=g) * 0.1, "b_dec": torch.randn(D, generator=g) * 0.1}
-    safetensors.save_file(w, str(tmp_path / "sae_weights.safetensors"))
-    (tmp_path / "cfg.json").write_text(json.dumps({
-        "architecture": "standard", "d_in": D, "d_sae": D_SAE, "dtype": "float32", "apply_b_dec_to_input": True,
-        "normalize_activations": "none", "metadata": {"hook_name": "blk"}}))
+    w = standard_sae(tmp_path, D, D_SAE, "blk")
+    g = torch.Generator().manual_seed(2)  # the items (the reference below reads the same ones)
     items = [{"input_ids": torch.randint(0, V, (5,), generator=g)} for _ in range(8)]
     model = Looped().eval()
     cfg = {"data": {"batch_size": 4}, "progress": False, "output": {"path": str(tmp_path / "e.h5")},

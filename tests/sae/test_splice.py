@@ -14,6 +14,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from toy_models import standard_sae
 
 import hookrun
 from hookrun.data import text
@@ -40,14 +41,7 @@ def gpt2() -> torch.nn.Module:
 def sae(tmp_path_factory):
     """An SAELens folder (cfg.json + sae_weights.safetensors) with random weights, and those weights."""
     folder = tmp_path_factory.mktemp("sae")
-    g = torch.Generator().manual_seed(1)
-    w = {"W_enc": torch.randn(D, D_SAE, generator=g) * 0.3, "W_dec": torch.randn(D_SAE, D, generator=g) * 0.3,
-         "b_enc": torch.randn(D_SAE, generator=g) * 0.1, "b_dec": torch.randn(D, generator=g) * 0.1}
-    safetensors.save_file(w, str(folder / "sae_weights.safetensors"))
-    (folder / "cfg.json").write_text(json.dumps({
-        "architecture": "standard", "d_in": D, "d_sae": D_SAE, "dtype": "float32", "apply_b_dec_to_input": True,
-        "normalize_activations": "none", "metadata": {"hook_name": BLOCK, "sae_lens_version": "6.0.0"}}))
-    return folder, w
+    return folder, standard_sae(folder, D, D_SAE, BLOCK, sae_lens_version="6.0.0")
 
 
 def encode(w, x):
