@@ -7,7 +7,8 @@
 Selections are (dim, index, label) as hookrun.hooks.actions.dims.parse_select gives them; an
 index of "last" takes each sample's last non-padding token and drops the dim. Reductions over the
 token dim leave padding out, also after a selection on it (the mask is selected with the tokens).
-A float16 or bfloat16 tensor's mean and norm are accumulated in float32 and rounded once to its dtype.
+A float16 or bfloat16 tensor's mean and norm are accumulated in float32 and left so: snapshot rounds
+them once, to the storage dtype (the tensor's own under keep: snapshot(t, None, source=float16)).
 
 Rows of a capture: one per sample, per step or per token, decided once and then held to.
 
@@ -79,8 +80,8 @@ def select_reduce(t: torch.Tensor, selections: list[tuple], reduce: str | None, 
         m = None if mask is None or 1 not in dims else mask.to(t.dtype).reshape(*mask.shape, *([1] * (t.dim() - 2)))
         if m is not None and picked and reduce != "norm":  # (a token window with no real token of a sample: refused;
             _last(mask, ev, f"select token {' then '.join(picked)}", reduce)  # checked after a selection alone: a device sync)
-        kept = t.dtype  # a half tensor's mean and norm are summed in float32 (a float16 sum overflows where the
-        acc = torch.float32 if kept in (torch.float16, torch.bfloat16) else None  # mean fits), then rounded once
+        # a half tensor's mean and norm are summed in float32 (a float16 sum overflows where the mean fits) and
+        acc = torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else None  # left so: snapshot rounds them
         if reduce == "mean":
             t = t.mean(dim=dims, dtype=acc) if m is None else \
                 (t * m).sum(dim=dims, dtype=acc) / m.expand_as(t).sum(dim=dims, dtype=acc).clamp(min=1)
@@ -88,7 +89,6 @@ def select_reduce(t: torch.Tensor, selections: list[tuple], reduce: str | None, 
             t = t.amax(dim=dims) if m is None else t.masked_fill(m == 0, float("-inf")).amax(dim=dims)
         else:
             t = torch.linalg.vector_norm(t if m is None else t * m, dim=dims, dtype=acc)
-        t = t.to(kept)
     return t
 
 
@@ -119,12 +119,16 @@ def _slice(s: slice) -> str:
     return text[:-1] if s.step is None else text
 
 
-def snapshot(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
-    """A detached copy on the tensor's own device, in the storage dtype.
+def snapshot(t: torch.Tensor, dtype: torch.dtype | None, source: torch.dtype | None = None) -> torch.Tensor:
+    """A detached copy on the tensor's own device, in the storage dtype: `dtype`, else (keep) the hooked
+    tensor's `source` dtype where both are floating (a half tensor's float32 mean or norm is rounded to it
+    here, once: a float16 norm past 65504 is inf as any cast's, and the caller counts it), else t's own.
 
     bfloat16 is rounded to bfloat16 when asked for, then kept as float32 (numpy has no bfloat16).
     The copy to the host happens later, off the hook (hookrun.store.writer: HostTransfer).
     """
+    if dtype is None and source is not None and source.is_floating_point:
+        dtype = source
     target = dtype if (dtype is not None and t.is_floating_point()) else t.dtype
     if target == torch.bfloat16:
         t = t.to(torch.bfloat16)
