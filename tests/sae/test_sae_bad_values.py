@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import h5py
+import numpy as np
 import pytest
 import torch
 from conftest import ENV
@@ -19,7 +21,7 @@ from test_sae_kind import config
 from test_sae_train import CAPTURE, make_cache
 
 import hookrun
-from hookrun.errors import ConfigError
+from hookrun.errors import ConfigError, HookrunError
 
 pytest.importorskip("sae_lens")
 import test_splice as ts  # noqa: E402  (its SAELens folder with random weights, and encode())
@@ -142,3 +144,61 @@ def test_a_loader_iterator_open_at_exit_ends_quietly(cache):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **ENV})
     assert proc.returncode == 0 and proc.stdout.strip() == "(32, 16)", proc.stderr[-2000:]
     assert proc.stderr == ""
+
+
+class Loud(torch.nn.Module):
+    """A Linear whose feature 3's weights are scaled by 1e6: values float16 stores as inf (past 65504)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(8, 16)
+        with torch.no_grad():
+            self.lin.weight[3] *= 1e6
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x)
+
+
+def test_a_float16_cache_holding_inf_is_refused_not_trained_into_a_nan_sae(tmp_path, monkeypatch):
+    """A cache recorded with dtype: float16 whose values overflowed holds inf (its overflow_values says
+    how many). Trained on, it gave an SAE of NaN weights, saved, and a run marked complete (load_sae
+    refused the folder only later). Now the first batch with a non-finite value stops the run in one
+    line naming the cache and the cure; no SAE is written. Reference: the cache's own rows read by h5py."""
+    source = tmp_path / "cache.h5"
+    data = {"_target_": "hookrun.data.RandomTensors", "n": 400, "shape": [8], "num_classes": 2, "seed": 3}
+    hookrun.run({"data": {"dataset": data, "batch_size": 50}, "device": "cpu", "progress": False,
+                 "output": {"path": str(source)}, "hooks": {"mlp": {"at": "lin", "type": "forward", "actions": [
+                     {"name": "record", "what": "output", "dtype": "float16"}]}}}, model=Loud())
+    with h5py.File(source) as f:
+        ds = f["captures/mlp/lin/output"]
+        assert ds.dtype == np.float16 and np.isinf(ds[:]).any() and ds.attrs["overflow_values"] > 0
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    cfg = config(str(source), work / "run", capture="mlp/lin/output", out=str(work / "sae"))
+    with pytest.raises(HookrunError) as info:
+        hookrun.run(cfg)
+    msg = str(info.value)
+    assert "\n" not in msg and msg.startswith("sae: training batch 0 holds ") and "non-finite value(s) (inf)" in msg
+    assert "mlp/lin/output" in msg and "is float16, which stores a value above 65504 as inf" in msg
+    assert "dtype: float32 or bfloat16" in msg
+    assert not (work / "sae").exists()  # no SAE folder (it was written, every weight NaN)
+    with h5py.File(work / "run" / "captures.h5") as f:
+        assert f.attrs["status"] != "complete"
+
+
+def test_a_live_module_giving_nan_is_refused_at_its_first_batch(tmp_path, monkeypatch):
+    """sae.at on the fly over a module whose output holds NaN (a weight gone NaN): the same one line."""
+    model = Loud()
+    with torch.no_grad():
+        model.lin.weight[3, 0] = float("nan")
+    monkeypatch.chdir(tmp_path)
+    cfg = config("unused", tmp_path / "run", out=str(tmp_path / "sae"))
+    cfg["sae"] = {**cfg["sae"], "from": None, "capture": None, "at": "lin"}
+    data = {"_target_": "hookrun.data.RandomTensors", "n": 64, "shape": [8], "num_classes": 2, "seed": 3}
+    with pytest.raises(HookrunError) as info:
+        hookrun.run({**cfg, "data": {"dataset": data, "batch_size": 16}}, model=model)
+    assert str(info.value).startswith("sae: training batch 0 holds 32 non-finite value(s) (NaN) in 32 of its 32 rows")
+    assert str(info.value).endswith("the model's output at lin holds them (its own values over the run's data)")
+    assert not (tmp_path / "sae").exists()

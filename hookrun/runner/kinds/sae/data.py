@@ -14,7 +14,9 @@ dims are sample, height, width, channel: a channels-last map; a sample's positio
 stay together, in row-major order, and the shuffle moves whole samples). When the stream runs past the cache's rows it goes on
 with the next epoch (a new order); a batch may span two epochs, so every batch holds exactly
 `batch_rows` rows. Token rows of a cache hold only real tokens (the record action writes no
-padding row), so padding never enters. `skip(n)` drops the first n batches (a resumed run).
+padding row), so padding never enters. `skip(n)` drops the first n batches (a resumed run). A batch
+with a NaN or inf (a float16 cache's overflow) is one RunError line before the trainer sees it: an SAE
+trained on it has NaN weights.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import torch
 
 from hookrun.analysis.images import channels_last
 from hookrun.analysis.opening import open_run
-from hookrun.errors import ConfigError, HookrunError, NotFoundError, close_matches
+from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError, close_matches
 
 
 class BatchStream:
@@ -47,7 +49,17 @@ class BatchStream:
         if self._it is None:
             self._it = self._stream()
         self.batches += 1
-        return next(self._it)
+        batch = next(self._it)
+        if not bool(torch.isfinite(batch).all()):
+            bad = ~torch.isfinite(batch)
+            kinds = ", ".join(k for k, n in (("NaN", torch.isnan(batch)), ("inf", torch.isinf(batch))) if bool(n.any()))
+            raise RunError(f"sae: training batch {self.batches - 1} holds {int(bad.sum())} non-finite value(s) ({kinds}) "
+                           f"in {int(bad.any(1).sum())} of its {len(batch)} rows; an SAE trained on it has NaN weights: "
+                           f"{self.why_not_finite()}")
+        return batch
+
+    def why_not_finite(self) -> str:
+        return "the rows hold them as they came"
 
     def skip(self, n: int) -> None:
         """Drop the next n batches (a resumed run: the steps already trained; live rows run their forwards again)."""
@@ -105,6 +117,13 @@ class CacheRows(BatchStream):
         self.epochs = 0  # epochs started so far
         self.batches = 0  # batches handed out
         self._it: Iterator[torch.Tensor] | None = None
+
+    def why_not_finite(self) -> str:
+        where = f"the cache's {self.capture} ({self.source})"
+        if np.dtype(self.info.dtype) == np.float16:
+            return (f"{where} is float16, which stores a value above 65504 as inf (its overflow_values attribute "
+                    "counts them); record it again with dtype: float32 or bfloat16")
+        return f"{where} holds them as recorded (record with check_finite: true to stop where they arise)"
 
     def epochs_for(self, rows: int) -> int:
         """How many passes over the cache `rows` training rows take."""

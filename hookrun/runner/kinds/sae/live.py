@@ -57,6 +57,9 @@ class LiveRows(BatchStream):
         self.first = self._rows_of(next(iter(self._calls())), whole=True)  # one forward: d_in, checks of the output
         self.d_in = self.first.shape[1]
 
+    def why_not_finite(self) -> str:
+        return f"the model's output at {self.at} holds them (its own values over the run's data)"
+
     def _calls(self) -> Iterator[Any]:
         from hookrun.runner.loop import one_line_errors
 
