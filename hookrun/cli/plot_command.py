@@ -45,6 +45,7 @@ from hookrun.analysis.kind_readers import kind_figures, kind_sweep_figures, unre
 from hookrun.analysis.opening import open_run
 from hookrun.analysis.report.figure_specs import (
     constant_over_space,
+    no_information,
     run_label,
     skip_reason,
     value_label,
@@ -189,6 +190,9 @@ def plot_run(run: Run, out: Path, samples: int | None = None, channels: int = 16
         written += [p for p in [histogram(run, info, out, left, taken)] if p is not None]
     note = run_note(run)  # a random network's pictures say so in their titles, and a run not complete how far it got
     for stem, spec in drawn:  # the drawings' (analysis/drawings.py), the file's kind's (its reader's), the drawings' after
+        if no_information(spec):  # (a grid none of whose cells was computed: a failed run's)
+            left.add(f"{_file_name(stem)}.png", "no cell has a value (NaN: not computed, or not finite)")
+            continue
         spec.title += f" · {note}" if note and note not in spec.title else ""
         written.append(figures.save(render(with_pictures(spec, dataset)), out / f"{_file_name(stem)}.png", source=_source(run),
                                     taken=taken))

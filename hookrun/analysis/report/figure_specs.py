@@ -183,6 +183,14 @@ class Scatter:
     annotate: bool = False  # each point's label written beside it (a sweep's jobs), the axes fitting the points
 
 
+def no_information(spec: Any) -> bool:
+    """A heatmap none of whose cells has a value or a text (a grid whose cells were never computed:
+    its run stopped before them): a picture of nothing, not drawn by `plot` nor `report`."""
+    if not isinstance(spec, Heatmap) or np.isfinite(np.asarray(spec.z, dtype=np.float64)).any():
+        return False
+    return not any(str(t) for row in (spec.cells or []) for t in row)
+
+
 def category_key(value: Any) -> tuple:
     """A sort key for a swept value of any type: numbers, then booleans, then null, then strings (by
     natural_key: transformer.h.2 before transformer.h.10)."""

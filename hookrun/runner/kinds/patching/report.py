@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from hookrun.analysis.report.figure_specs import Circuit, Heatmap, Lines, Scatter
+from hookrun.analysis.report.figure_specs import Circuit, Heatmap, Lines, Scatter, no_information
 from hookrun.analysis.report.run_sections import figure, section
 
 METHODS = {"exact": "exact patching", "atp": "attribution patching (atp)", "atp_ig": "atp with integrated gradients (atp_ig)",
@@ -106,9 +106,17 @@ def plot_figures(run: Any) -> list[tuple[str, Any]]:
 
 
 def sections(run: Any) -> list[dict]:
-    items = [{"type": "figures", "title": f"{name}: {about}", "figures": [figure(s) for s in specs]}
-             for name, about, specs in grid_specs(run)]
-    return [section("grids", "Patching and attribution grids", items)] if items else []
+    """The report's grids; a plane none of whose cells has a value (a run that failed before them) is
+    not drawn, and the section's note names it."""
+    items, empty = [], []
+    for name, about, specs in grid_specs(run):
+        shown = [s for s in specs if not no_information(s)]
+        if len(shown) < len(specs):
+            empty.append(name if not shown else f"{len(specs) - len(shown)} of {name}'s planes")
+        if shown:
+            items.append({"type": "figures", "title": f"{name}: {about}", "figures": [figure(s) for s in shown]})
+    note = f"Not drawn: {', '.join(empty)}: no cell has a value (NaN: not computed, or not finite)." if empty else ""
+    return [section("grids", "Patching and attribution grids", items, note)] if items else []
 
 
 def _exact(run: Any, name: str) -> Any:
