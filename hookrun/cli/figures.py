@@ -32,6 +32,7 @@ from hookrun.analysis.report.figure_specs import (
     is_signed,
     log_counts,
     no_value_note,
+    pattern_scale,
 )
 from hookrun.cli.figure_ticks import tidy_ticks, upright_if_crowded
 from hookrun.cli.figure_titles import fit_titles, literal_text, titles  # noqa: F401 (titles: the figures' public name)
@@ -137,16 +138,14 @@ def attention_grid(maps: Sequence[np.ndarray], rows: Sequence[str], title: str,
                    ticks: Sequence[Sequence[str] | None], cols: int = 4, label: str = "attention") -> Any:
     """maps: one (heads, query, key) array per sample, each cropped to that sample's real tokens.
     A block of heads per sample (`cols` heads a row), one shared colour scale (0 to 1 where every
-    value is a probability), query down and key across, labelled with the tokens' text (`ticks`:
+    value is a probability; scores of both signs diverging about 0, a masked cell grey), query down and key across, labelled with the tokens' text (`ticks`:
     one label per position, per sample) or their positions."""
     plt = pyplot()
     heads = max(m.shape[0] for m in maps)
     cols = min(cols, heads)
     per_sample = -(-heads // cols)
-    values = np.concatenate([m[np.isfinite(m)].ravel() for m in maps]) if maps else np.zeros(0)
-    vmin, vmax = (float(values.min()), float(values.max())) if values.size else (0.0, 1.0)
-    if values.size and vmin >= 0 and vmax <= 1:
-        vmin, vmax = 0.0, 1.0
+    values = np.concatenate([np.ravel(m) for m in maps]) if maps else np.zeros(0)
+    (vmin, vmax), centre = pattern_scale(values)  # (scores of both signs: diverging about 0; a masked cell grey)
     fig, axes = plt.subplots(per_sample * len(maps), cols, figsize=(2.9 * cols + 1.4, 2.9 * per_sample * len(maps) + 0.9),
                              squeeze=False, layout="constrained")
     image = None
@@ -156,14 +155,16 @@ def attention_grid(maps: Sequence[np.ndarray], rows: Sequence[str], title: str,
             if h >= m.shape[0]:
                 ax.axis("off")
                 continue
-            image = ax.imshow(m[h], cmap="viridis", vmin=vmin, vmax=vmax, interpolation="nearest")
+            ax.set_facecolor(NO_VALUE)  # (a masked, NaN or inf cell is left transparent: grey)
+            image = ax.imshow(m[h], cmap=SEQUENTIAL if centre is None else diverging_cmap(), vmin=vmin, vmax=vmax,
+                              interpolation="nearest")
             ax.set_title(f"{rows[s]} · head {h}", fontsize=9, pad=2)
             _position_ticks(ax, m.shape[1], m.shape[2], ticks[s])
             ax.set_xlabel("key", fontsize=9)
             ax.set_ylabel("query", fontsize=9)
     bar = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.9, label=label)
     tidy_ticks(bar.ax.yaxis)
-    fig.suptitle(title)
+    fig.suptitle(title + no_value_note(values).replace("NaN or inf", "masked, NaN or inf"))
     return fig
 
 

@@ -49,6 +49,7 @@ from hookrun.analysis.report.figure_specs import (
     run_label,
     skip_reason,
     value_label,
+    without_mask_fill,
 )
 from hookrun.analysis.report.run_sections import LeftOut, is_map
 from hookrun.analysis.report.sweep_charts import not_drawn, sweep_charts, sweep_metrics
@@ -133,7 +134,7 @@ def attention_maps(run: Run, info: CaptureInfo, out: Path, samples: int = 2, hea
                    taken: set[Path] | None = None) -> Path:
     """Each head's (query, key) map for the first samples, cropped to each sample's real tokens."""
     ds = run.file[info.path]
-    rows = np.asarray(ds[: min(samples, ds.shape[0])], dtype=np.float32)[:, :heads]
+    rows = without_mask_fill(ds[: min(samples, ds.shape[0])][:, :heads], (ds.attrs.get("torch_dtype"), ds.dtype))  # (a mask's -3.4e38: grey)
     index = _index(run, info)[: len(rows)]
     maps, ticks = [], []
     for m, i in zip(rows, index, strict=True):

@@ -54,6 +54,29 @@ def no_value_note(z: np.ndarray) -> str:
     return f" ({bad} {'cell' if bad == 1 else 'cells'} NaN or inf: grey, no value)"
 
 
+def without_mask_fill(z: np.ndarray, dtypes: tuple = ()) -> np.ndarray:
+    """Attention scores as float64 with an attention mask's fill as -inf (no value, grey): -inf already
+    (TransformerLens), or a dtype's lowest value (transformers' eager attention adds torch.finfo(dtype).min),
+    i.e. at or below half the lowest value of `dtypes` (the tensor's and the file's: 'float16', ...).
+    One such cell would stretch the colour scale to -3.4e38, every real score one colour."""
+    import torch
+
+    z = np.array(z, dtype=np.float64)
+    lows = [float(torch.finfo(getattr(torch, str(d), torch.float32)).min) for d in dtypes
+            if isinstance(getattr(torch, str(d), None), torch.dtype) and getattr(torch, str(d)).is_floating_point]
+    z[z <= max(lows, default=float(np.finfo(np.float32).min)) / 2] = -np.inf
+    return z
+
+
+def pattern_scale(z: np.ndarray) -> tuple[tuple[float, float], float | None]:
+    """An attention pattern's (or its scores') one colour range and centre, for all its heads: scores
+    of both signs diverging about 0, probabilities 0 to 1, anything else its finite values' range."""
+    if is_signed(z):
+        return diverging_range(z), 0.0
+    lo, hi = finite_range(z)
+    return ((0.0, 1.0) if lo >= 0 and hi <= 1 else (lo, hi)), None
+
+
 def to_rgb(m: np.ndarray, lo: float, hi: float, cmap: object) -> np.ndarray:
     """A map's (H, W, 3) colours in [0, 1] on `cmap` over lo..hi; a non-finite cell NO_VALUE."""
     from matplotlib.colors import to_rgb as rgb_of

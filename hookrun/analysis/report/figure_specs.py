@@ -33,6 +33,8 @@ from hookrun.analysis.report.colour_scales import (  # noqa: F401 (the colours: 
     finite_range,
     is_signed,
     no_value_note,
+    pattern_scale,
+    without_mask_fill,
 )
 from hookrun.analysis.run_notes import run_note
 from hookrun.labels import natural_key

@@ -21,7 +21,7 @@ import yaml
 from hookrun.analysis.gradcam import is_map  # (plot imports it from here too)
 from hookrun.analysis.images import map_rows
 from hookrun.analysis.kind_readers import kind_units, unread_kind
-from hookrun.analysis.report.colour_scales import to_rgb
+from hookrun.analysis.report.colour_scales import pattern_scale, to_rgb, without_mask_fill
 from hookrun.analysis.report.figure_specs import (
     DIVERGING,
     SEQUENTIAL,
@@ -263,16 +263,17 @@ def attention(run: Any, budget: Budget) -> list[dict]:
         ds = run.file[c.path]
         index = run.index(c.hook, c.module, c.role, call=c.call)
         for r in range(min(budget.samples, ds.shape[0])):
-            m = np.asarray(ds[r], dtype=np.float64)
+            m = without_mask_fill(ds[r], (ds.attrs.get("torch_dtype"), ds.dtype))  # (a mask's fill, -3.4e38: grey, no value)
             keep, text = token_text(run, int(index[r]), m.shape[-1])
             offset = m.shape[-1] - m.shape[-2]
             queries = np.arange(m.shape[-2]) if keep is None else keep[keep >= offset] - offset
             keys = np.arange(m.shape[-1]) if keep is None else keep
             labels = text if text is not None else [str(int(k)) for k in keys]
             qlabels = [labels[list(keys).index(q + offset)] for q in queries]
-            figs = [figure(Heatmap(m[h][np.ix_(queries, keys)], f"{c.label} · #{index[r]} · head {h}", x=labels, y=qlabels,
-                                   xlabel="key", ylabel="query", label=c.role))
-                    for h in range(min(budget.channels, m.shape[0]))]
+            heads = m[: budget.channels][:, queries][:, :, keys]
+            scale, centre = pattern_scale(heads)  # (one scale for the sample's heads, as plot's; scores diverging about 0)
+            figs = [figure(Heatmap(heads[h], f"{c.label} · #{index[r]} · head {h}", x=labels, y=qlabels, xlabel="key",
+                                   ylabel="query", label=c.role, range=scale, centre=centre)) for h in range(len(heads))]
             items.append({"type": "figures", "title": f"{c.label}: sample #{index[r]}", "figures": figs,
                           "key": {"capture": c.path, "row": r, "queries": queries.tolist(), "keys": keys.tolist()}})
     if not items:
