@@ -24,6 +24,7 @@ from hookrun.analysis.kind_readers import Table, kind_columns, no_values_note
 from hookrun.analysis.opening import open_run
 from hookrun.analysis.run_reader import Run, block_stats
 from hookrun.errors import HookrunError, NotFoundError
+from hookrun.labels import natural_key
 from hookrun.store.reading import empty_sweep, folder_file
 from hookrun.store.schemes import scheme_of
 
@@ -98,7 +99,7 @@ class Sweep:
                         row[col] = value
                         if col not in columns:
                             columns.append(col)
-                    for info in run.captures:
+                    for info in sorted(run.captures, key=lambda c: natural_key(c.label)):  # (by depth: h.2 before h.10)
                         if captures is not None and info.label not in captures:
                             continue
                         values = block_stats(run.file[info.path])

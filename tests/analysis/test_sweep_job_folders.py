@@ -87,3 +87,25 @@ def test_open_sweep_of_an_object_store_url_says_what_it_reads():
                                             r"folder Hydra wrote on this machine \(outputs/multirun/DATE/TIME\); open a "
                                             r"run in the store with open_run\(URL\)$"):
         open_sweep("s3://bucket/sweep")
+
+
+def test_a_sweeps_capture_columns_and_charts_follow_depth_not_text_order(tmp_path):
+    """MobileNet's features.0 .. features.12 recorded in two jobs: the sweep table's columns (inspect's,
+    the report's) and its charts went features.0, features.1, features.10, features.11, features.12,
+    features.2 (the file's text order); the report's captures section orders them by depth."""
+    from hookrun.analysis.report import sweep_data
+
+    done = run_cli("-m", "model=resnet18", "model._target_=torchvision.models.mobilenet_v3_small", "model.num_classes=4",
+                   "data.dataset.size=4", "data.dataset.image_size=[3,32,32]", "data.batch_size=4",
+                   "seed=0,1", "+hooks={f: {at: 'features.*', type: forward, actions: [{name: record, what: output}]}}",
+                   "progress=false", "hydra.sweep.dir=sw", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    sweep = open_sweep(tmp_path / "sw")
+    depth = [f"f/features.{i}/output" for i in range(13)]
+    with h5py.File(sweep.jobs[0].file, "r") as f:
+        assert sorted(f["captures/f"]) != [d.split("/")[1] for d in depth]  # (the file lists them in text order)
+    columns = [c.split(":")[0] for c in sweep.table(stats=("mean",)).columns if c.startswith("f/")]
+    assert columns == depth
+    (sweep_section,) = [s for s in sweep_data(sweep)["sections"] if s["id"] == "sweep"]
+    charts = [f["figure"]["layout"]["yaxis"]["title"]["text"] for f in sweep_section["items"][1]["figures"]]
+    assert [c.split(":")[0] for c in charts] == depth
