@@ -48,14 +48,8 @@ class ModelCall:
     attention_mask: torch.Tensor | None = None
 
     def run(self, model: nn.Module) -> Any:
-        """The forward; an exception the model's own code raises is one RunError line naming the call,
-        the batch's inputs and the model's message (the original stays as its __cause__)."""
-        try:
-            return model(*self.args, **with_positions(model, self.kwargs, self.attention_mask))
-        except (HookrunError, KeyboardInterrupt, StopForward):  # StopForward: early_stop's cut
-            raise
-        except Exception as exc:
-            raise foreign_failure(f"the model's forward failed: {type(model).__name__}({self.describe()}) raised", exc) from exc
+        """The forward, as model_forward() runs it (the model's own exception: one RunError line)."""
+        return model_forward(model, self.args, with_positions(model, self.kwargs, self.attention_mask), self.kwargs)
 
     def describe(self) -> str:
         """The call's inputs as `input_ids=[2, 8] int64, ...` (shapes and dtypes, no values)."""
@@ -70,6 +64,18 @@ class ModelCall:
     def tensors(self) -> list[torch.Tensor]:
         """The top-level tensor inputs (grad mode makes the floating ones require grad)."""
         return [t for t in (*self.args, *self.kwargs.values()) if isinstance(t, torch.Tensor)]
+
+
+def model_forward(model: nn.Module, args: tuple, kwargs: dict, shown: dict | None = None) -> Any:
+    """model(*args, **kwargs) for every kind: the model's own exception is one RunError line naming the model, the
+    inputs (`shown`, else kwargs: shapes and dtypes) and its message (the original stays as its __cause__)."""
+    try:
+        return model(*args, **kwargs)
+    except (HookrunError, KeyboardInterrupt, StopForward):  # StopForward: early_stop's cut
+        raise
+    except Exception as exc:
+        raise foreign_failure(f"the model's forward failed: {type(model).__name__}("
+                              f"{ModelCall(tuple(args), kwargs if shown is None else shown).describe()}) raised", exc) from exc
 
 
 def to_device(obj: Any, device: torch.device) -> Any:
@@ -256,13 +262,8 @@ def check_positions(model: nn.Module, items: Any, table: tuple[int, str] | None,
 
 
 def _kind(item: Any) -> str:
-    if isinstance(item, torch.Tensor):
-        return "tensor"
-    if isinstance(item, Mapping):
-        return "dict"
-    if isinstance(item, tuple | list) and len(item):
-        return "tuple"
-    return "other"
+    return ("tensor" if isinstance(item, torch.Tensor) else "dict" if isinstance(item, Mapping)
+            else "tuple" if isinstance(item, tuple | list) and len(item) else "other")
 
 
 def _get(batch: Any, key: Any, where: str) -> Any:

@@ -37,7 +37,7 @@ from hookrun.hooks.hook_types import HOOK_TYPES
 from hookrun.hooks.plan import make_plan
 from hookrun.hooks.points import HookPoint
 from hookrun.hooks.session import HookSession
-from hookrun.runner.calls import with_positions
+from hookrun.runner.calls import model_forward, with_positions
 from hookrun.runner.kinds.patching.block import Block
 from hookrun.runner.kinds.patching.cell_action import CellMode, PatchCells, PatchState
 from hookrun.runner.kinds.patching.cells import Layout, SiteGrid
@@ -102,8 +102,8 @@ class PatchEngine:
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         self.session.begin_step(0, ids.shape[0], None)
-        kwargs = self.call(ids)
-        return pick_output(self.model(**with_positions(self.model, kwargs, kwargs.get("attention_mask"))), None, "patching")
+        kw = self.call(ids)
+        return pick_output(model_forward(self.model, (), with_positions(self.model, kw, kw.get("attention_mask")), kw), None, "patching")
 
     def measure(self, logits: torch.Tensor, copies: int, position: int | None = None) -> torch.Tensor:
         """The metric of each copy: its items' values averaged (float64); `position` overrides the block's."""

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from hookrun.runner.calls import model_forward
 from hookrun.runner.kinds.patching.stack import returning
 
 
@@ -78,7 +79,8 @@ class _TL:
         resid: list = [None] * len(self.blocks)
         handles = _keep_inputs(self.blocks, resid)
         try:
-            self.model(ids, past_kv_cache=cache, attention_mask=torch.ones_like(ids), stop_at_layer=len(self.blocks))
+            model_forward(self.model, (ids,), dict(past_kv_cache=cache, attention_mask=torch.ones_like(ids),
+                                                   stop_at_layer=len(self.blocks)))
         finally:
             for h in handles:
                 h.remove()
@@ -96,7 +98,7 @@ class _TL:
 
     def run(self, ids: torch.Tensor, x: torch.Tensor, level: int, cache: Any) -> torch.Tensor:
         """The residual after the last block at the suffix positions (before the final norm)."""
-        return self.model(x, start_at_layer=level, stop_at_layer=len(self.blocks), past_kv_cache=cache)
+        return model_forward(self.model, (x,), dict(start_at_layer=level, stop_at_layer=len(self.blocks), past_kv_cache=cache))
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
         if self.model.cfg.normalization_type is not None:
