@@ -186,6 +186,27 @@ def test_a_python_function_is_a_metric(net, task):
     assert norm["e"].attrs["normalize"] is True
 
 
+@pytest.mark.parametrize("method", ["exact", "eap"])
+def test_a_metric_that_raises_is_one_line_naming_it(method):
+    """A metric of the user's own that raises (a key its items lack) is one RunError line naming the metric and
+    the exception, as a loss or a model's forward that raises is (it was the metric's traceback, from the CLI too)."""
+    from edge_graph import prompt_pairs
+
+    from hookrun.errors import RunError
+    from hookrun.models.tiny_lm import tiny_lm
+
+    def needs_label(logits, batch):
+        return logits[:, -1, batch["label"]]
+
+    model, items = tiny_lm(), prompt_pairs(259, 6, seed=1, at=2, shift=7, n=2)
+    sites = {"sites": {"e": {"at": "transformer.h.0", "over": ["position"]}}} if method == "exact" else {}
+    with pytest.raises(RunError) as err:
+        hookrun.patch_grid(model, items, method=method, metric=needs_label, **sites)
+    line = str(err.value)
+    assert "\n" not in line and line.startswith("patching.metric "), line
+    assert "needs_label(logits, items) raised KeyError: 'label'" in line, line
+
+
 def test_ragged_clean_inputs_are_one_line_naming_the_lengths(net):
     items = [{"clean": torch.arange(5), "corrupt": torch.arange(5), "answer": torch.tensor(1), "wrong": torch.tensor(2)},
              {"clean": torch.arange(4), "corrupt": torch.arange(4), "answer": torch.tensor(1), "wrong": torch.tensor(2)}]

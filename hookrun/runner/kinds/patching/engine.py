@@ -44,7 +44,7 @@ from hookrun.runner.kinds.patching.cells import Layout, SiteGrid
 from hookrun.runner.kinds.patching.checks import check_ce, check_metric_inputs, check_token_ids
 from hookrun.runner.kinds.patching.forward_inputs import ForwardCall
 from hookrun.runner.kinds.patching.forward_inputs import repeat_items as _repeat
-from hookrun.runner.kinds.patching.metrics import item_metric, reference_logprobs
+from hookrun.runner.kinds.patching.metrics import item_metric, reference_logprobs, user_metric
 from hookrun.runner.kinds.patching.stack import BlockStack
 from hookrun.runner.kinds.patching.suffix import SuffixRoute, hooks_on
 from hookrun.runner.losses import pick_output
@@ -110,7 +110,7 @@ class PatchEngine:
         b = self.block
         rep = {k: _repeat(v, copies) for k, v in self.items.items()} if copies > 1 else self.items
         if b.user_metric is not None:
-            value = b.user_metric(logits, rep)
+            value = user_metric(b.user_metric, b.metric, logits, rep)
             if not isinstance(value, torch.Tensor) or value.dim() != 1 or value.shape[0] != logits.shape[0]:
                 got = f"shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
                 raise ConfigError(f"patching.metric {b.metric}: returned {got}; it must return one value per item, a "
