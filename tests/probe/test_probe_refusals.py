@@ -181,6 +181,24 @@ def test_a_target_function_of_the_wrong_length_or_with_nan_is_one_line_at_the_fi
     assert "\n" not in str(err.value)
 
 
+def text_targets(batch) -> torch.Tensor:
+    """A text batch's targets (a dict's `input_ids`), given the shapes' (image, label) lists."""
+    return batch["input_ids"][:, 0]
+
+
+def test_a_target_function_that_raises_is_one_line_naming_it(tmp_path) -> None:
+    """hookrun's own `is_space` (or any function written for text) on an image data set raised TypeError from
+    inside the run, a traceback; now one line naming the function, as a loss that raises is, and no probe."""
+    cfg = {"model": MODEL, "data": DATA, "device": "cpu", "progress": False, "output": {"path": str(tmp_path / "p.h5")},
+           "probe": {"at": ["block1"], "target": {"_target_": "test_probe_refusals.text_targets"}, "control": False}}
+    with pytest.raises(HookrunError) as err:
+        hookrun.run(cfg)
+    line = str(err.value)
+    assert "\n" not in line and line.startswith("probe.target: test_probe_refusals.text_targets(batch) raised TypeError: "
+                                                "list indices must be integers or slices, not str"), line
+    assert not (tmp_path / "p.h5").exists() or hookrun.open_run(tmp_path / "p.h5").status != "complete"
+
+
 @pytest.mark.parametrize("alpha", [float("inf"), float("nan"), -1.0])
 def test_a_ridge_penalty_that_is_not_a_finite_number_of_0_or_more_is_one_line_before_any_batch(tmp_path, alpha) -> None:
     """(alpha=inf ran the whole pass, then ended in scipy's 'array must not contain infs or NaNs' traceback,
