@@ -49,6 +49,20 @@ def test_a_split_with_no_training_item_is_refused_before_any_batch(tmp_path, tes
     assert not forwards and not (tmp_path / "p.h5").exists()
 
 
+def test_one_item_is_refused_without_advising_a_split_that_is_refused_too(tmp_path):
+    """With one item no split.test works (sklearn refuses every one): the line said `give probe.split.test at
+    most 0.0`, a value the block itself refuses; it now says that a split needs 2 items, or test_data."""
+    cfg = {"device": "cpu", "progress": False, "output": {"path": str(tmp_path / "p.h5")},
+           "data": {"batch_size": 16, "inputs": ["x"]},
+           "probe": {"at": "lin", "target": "value", "method": "ridge", "control": False}}
+    assert sklearn_refuses(1, 0.25) and sklearn_refuses(1, 0.01)
+    with pytest.raises(ConfigError) as err:
+        hookrun.run(cfg, model=Id().eval(), dataset=items(1))
+    assert str(err.value) == ("probe.split.test=0.25: the run has 1 item, and a split needs at least 2 (one to train "
+                              "on, one to test); probe more items, or give probe.test_data")
+    assert not (tmp_path / "p.h5").exists()
+
+
 @pytest.mark.parametrize("key, value, message", [
     ("size", 0, "probe.test_data.dataset.size: expected a whole number >= 1, got 0"),
     ("noise", -1.0, "probe.test_data.dataset.noise: expected a standard deviation >= 0, got -1.0")])

@@ -281,6 +281,9 @@ def refuse_an_empty_training_split(test: float, n: int) -> None:
     """One line before any batch where the split would hold out every one of the run's `n` items (its
     planned samples): sklearn's train_test_split takes ceil(test * n) test items (fit.py split_items),
     leaving n - that to train."""
+    if n == 1:  # (no fraction in (0, 1) leaves a training item: the line below advised 'at most 0.0')
+        raise ConfigError(f"probe.split.test={test}: the run has 1 item, and a split needs at least 2 (one to train on, "
+                          f"one to test); probe more items, or give probe.test_data")
     if n and math.ceil(test * n) >= n:
         raise ConfigError(f"probe.split.test={test}: the split holds out ceil({test} x {n}) = {math.ceil(test * n)} of "
                           f"the run's {n} items (train_test_split rounds the test items up), leaving none to train on; "
