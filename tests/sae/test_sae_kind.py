@@ -132,6 +132,10 @@ def test_bad_input_is_one_line_before_any_step(cache, tmp_path):
     assert "did you mean 'mlp/0/output'" in bad(cache, tmp_path, capture="mlp/0/outptu")
     assert "did you mean 'topk'" in bad(cache, tmp_path, architecture="topkk")
     assert "1 <= k <= d_sae" in bad(cache, tmp_path, k=100)
+    for arch in ("topk", "batchtopk"):  # k left out: SAELens' default, 100, above d_sae 64 (was torch's topk traceback
+        assert bad(cache, tmp_path, architecture=arch, k=None) == (  # at the first step, a failed file left behind)
+            f"sae.k: not given, so SAELens' default for {arch}, k=100 latents kept per row, is more than d_sae 64; "
+            f"give sae.k from 1 to 64")
     assert "the topk SAE keeps a whole number of latents per row, got 2.5" in bad(cache, tmp_path, k=2.5)  # (was torch's topk error)
     assert "sae.k: expected a number of latents kept per row, got 'abc'" in bad(cache, tmp_path, k="abc")
     assert "smaller than one batch" in bad(cache, tmp_path, rows=16)

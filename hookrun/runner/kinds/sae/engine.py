@@ -50,6 +50,10 @@ def sae_config(block: SaeBlock, d_in: int, hook_name: str | None = None, device:
         keys["k"] = float(keys["k"])  # batchtopk's k is a float (a mean over the batch)
     cfg = cfg_cls(d_in=d_in, d_sae=block.d_sae, device=device, normalize_activations=NORMALIZE[block.normalize],
                   **keys)
+    # k left out takes SAELens' default (100), which torch's topk refused at the first step where d_sae is smaller
+    if "k" not in keys and getattr(cfg, "k", None) is not None and cfg.k > block.d_sae:
+        raise ConfigError(f"sae.k: not given, so SAELens' default for {block.architecture}, k={cfg.k:g} latents kept "
+                          f"per row, is more than d_sae {block.d_sae}; give sae.k from 1 to {block.d_sae}")
     cfg.metadata.hook_name = hook_name
     return cfg
 
