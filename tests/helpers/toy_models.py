@@ -290,3 +290,17 @@ def standard_sae(folder, d_in: int, d_sae: int, hook_name: str, seed: int = 1, *
         "architecture": "standard", "d_in": d_in, "d_sae": d_sae, "dtype": "float32", "apply_b_dec_to_input": True,
         "normalize_activations": "none", "metadata": {"hook_name": hook_name, **metadata}}))
     return w
+
+
+def raising_at(model: nn.Module, call: int, exc: Exception) -> list[int]:
+    """`model`, whose forward raises `exc` (the model's own error) at its `call`-th forward (1-based), from a
+    forward pre-hook; returns the counter of its forwards so far ([n])."""
+    calls = [0]
+
+    def boom(module, args):
+        calls[0] += 1
+        if calls[0] == call:
+            raise exc
+
+    model.register_forward_pre_hook(boom)
+    return calls

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from op_models import gpt2
 from patch_tasks import token_task
+from toy_models import raising_at
 
 import hookrun
 
@@ -26,14 +27,8 @@ SITES = {"resid": {"at": "transformer.h.*", "over": ["position"]}, "mlp": {"at":
 def failed_run(path, fail_at: int):
     """An exact grid over two sites of a 2-layer GPT-2 whose forward raises at call `fail_at`."""
     _, _, _, _, items = token_task(50, n=4, length=6, at=2)
-    model, calls = gpt2(2), [0]
-
-    def boom(module, args):
-        calls[0] += 1
-        if calls[0] == fail_at:
-            raise RuntimeError("boom")
-
-    model.register_forward_pre_hook(boom)
+    model = gpt2(2)
+    raising_at(model, fail_at, RuntimeError("boom"))
     cfg = {"patching": {"input": "input_ids", "clean": "clean", "corrupt": "corrupt", "method": "exact", "sites": SITES,
                         "metric": {"name": "logit_diff", "answer": "answer", "wrong": "wrong", "position": -1}},
            "data": {"batch_size": 4, "target": None}, "progress": False, "output": {"path": str(path)}}

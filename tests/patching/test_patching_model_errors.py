@@ -10,6 +10,7 @@ import h5py
 import pytest
 from op_models import gpt2
 from patch_tasks import token_task
+from toy_models import raising_at
 
 import hookrun
 from hookrun.errors import RunError
@@ -21,14 +22,8 @@ METRIC = {"name": "logit_diff", "answer": "answer", "wrong": "wrong", "position"
 @pytest.mark.parametrize("method,fail_at", [("exact", 1), ("exact", 3), ("atp", 3), ("eap", 3), ("eap_ig", 4)])
 def test_the_models_own_error_is_one_line_and_the_file_failed(tmp_path, method, fail_at):
     _, _, _, _, items = token_task(50, n=4, length=6, at=2)
-    model, calls = gpt2(2), [0]
-
-    def boom(module, args):
-        calls[0] += 1
-        if calls[0] == fail_at:
-            raise ValueError("boom: the model's own error")
-
-    model.register_forward_pre_hook(boom)
+    model = gpt2(2)
+    calls = raising_at(model, fail_at, ValueError("boom: the model's own error"))
     block = {"input": "input_ids", "clean": "clean", "corrupt": "corrupt", "method": method, "metric": METRIC,
              **({"graph": "auto"} if method.startswith("eap") else {"sites": SITES})}
     cfg = {"patching": block, "data": {"batch_size": 4, "target": None}, "progress": False,
