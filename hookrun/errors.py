@@ -8,10 +8,11 @@ bug in hookrun (or in user code) and keeps its traceback.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 
@@ -59,6 +60,25 @@ def foreign_failure(what: str, exc: BaseException, limit: int = 400) -> RunError
     text = " ".join(str(exc).split())
     return RunError(f"{what} {type(exc).__name__}: {text[:limit] + ('...' if len(text) > limit else '')} "
                     f"(the traceback: HYDRA_FULL_ERROR=1 or --verbose)")
+
+
+@contextlib.contextmanager
+def foreign_code(what: str | Callable[[Exception], HookrunError], passed: tuple[type[BaseException], ...] = (),
+                 limit: int = 400) -> Iterator[None]:
+    """Code hookrun calls but does not own (a model's forward, a user's metric, loss, target function or
+    kind) runs inside this: a HookrunError it raises (and the `passed` types: early_stop's StopForward)
+    goes through as it is; any other exception becomes one RunError line, `foreign_failure(what, exc)`,
+    or `what(exc)` where the line needs the exception or is costly to write, the original as its __cause__.
+
+        with foreign_code(f"patching.metric {name}(logits, items) raised"):
+            value = fn(logits, items)
+    """
+    try:
+        yield
+    except (HookrunError, *passed):
+        raise
+    except Exception as exc:
+        raise (foreign_failure(what, exc, limit) if isinstance(what, str) else what(exc)) from exc
 
 
 # the units of a size key (output.max_bytes, output.part_bytes, a kind's `memory`): parse_bytes reads them

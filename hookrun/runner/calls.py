@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hookrun.errors import ConfigError, HookrunError, foreign_failure
+from hookrun.errors import ConfigError, HookrunError, foreign_code, foreign_failure
 from hookrun.hooks.events import StopForward
 
 AUTO = "auto"
@@ -69,13 +69,12 @@ class ModelCall:
 def model_forward(model: nn.Module, args: tuple, kwargs: dict, shown: dict | None = None) -> Any:
     """model(*args, **kwargs) for every kind: the model's own exception is one RunError line naming the model, the
     inputs (`shown`, else kwargs: shapes and dtypes) and its message (the original stays as its __cause__)."""
-    try:
+    def failure(exc: Exception) -> HookrunError:  # (the inputs are described only when it raised)
+        return foreign_failure(f"the model's forward failed: {type(model).__name__}("
+                               f"{ModelCall(tuple(args), kwargs if shown is None else shown).describe()}) raised", exc)
+
+    with foreign_code(failure, passed=(StopForward,)):  # StopForward: early_stop's cut
         return model(*args, **kwargs)
-    except (HookrunError, KeyboardInterrupt, StopForward):  # StopForward: early_stop's cut
-        raise
-    except Exception as exc:
-        raise foreign_failure(f"the model's forward failed: {type(model).__name__}("
-                              f"{ModelCall(tuple(args), kwargs if shown is None else shown).describe()}) raised", exc) from exc
 
 
 def to_device(obj: Any, device: torch.device) -> Any:

@@ -13,13 +13,13 @@ to 3 digits, and its gradient reaches the model in the model's dtype.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from hookrun.errors import RunError, foreign_failure
+from hookrun.errors import RunError, foreign_code, foreign_failure
 
 
 def _need_target(target: Any, name: str) -> torch.Tensor:
@@ -136,6 +136,13 @@ def next_token_pairs(mask: torch.Tensor) -> torch.Tensor:
 def log_probs(logits: torch.Tensor) -> torch.Tensor:
     """log-softmax over the last dim, in float32 at least (the block kinds' ce, kl and logprob metrics)."""
     return torch.log_softmax(wide(logits), dim=-1)
+
+
+def call_loss(loss: Callable[..., Any], takes_batch: bool, output: Any, call: Any) -> Any:
+    """loss(output, target), with batch= where the loss takes it (grad's and evaluate's losses): an exception
+    of the loss's own (the user's or torch's) is one line (loss_failure), not its traceback."""
+    with foreign_code(lambda exc: loss_failure(loss, call.target, exc)):
+        return loss(output, call.target, batch=call.batch) if takes_batch else loss(output, call.target)
 
 
 def loss_failure(loss: Any, target: Any, exc: Exception) -> RunError:

@@ -16,11 +16,11 @@ import torch
 from torch import nn
 
 from hookrun.config.schema import Mode
-from hookrun.errors import HookrunError, RunError
+from hookrun.errors import RunError
 from hookrun.runner.calls import ModelCall
 from hookrun.runner.kinds import register_kind
 from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds
-from hookrun.runner.losses import loss_failure
+from hookrun.runner.losses import call_loss
 
 IN_PLACE = ("a backward hook's module has its output modified in place later in the forward pass "
             "(e.g. `out += identity` in a ResNet block), which full backward hooks cannot follow; "
@@ -42,12 +42,7 @@ class GradKind(RunKind):
             if t.is_floating_point():
                 t.requires_grad_(True)
         output = call.run(model)
-        try:
-            loss = self.loss(output, call.target, batch=call.batch) if self.takes_batch else self.loss(output, call.target)
-        except (HookrunError, KeyboardInterrupt):
-            raise
-        except Exception as exc:  # a loss of the user's or torch's (torch.nn.CrossEntropyLoss): one line, not its traceback
-            raise loss_failure(self.loss, call.target, exc) from exc
+        loss = call_loss(self.loss, self.takes_batch, output, call)
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             raise RunError(f"loss: expected a scalar tensor, got {type(loss).__name__} {getattr(loss, 'shape', '')}")
         try:

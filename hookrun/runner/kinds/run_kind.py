@@ -55,7 +55,7 @@ import torch
 from torch import nn
 
 from hookrun.config.schema import HookrunConfig, Mode
-from hookrun.errors import HookrunError, foreign_failure
+from hookrun.errors import foreign_code
 from hookrun.hooks.events import StopForward
 from hookrun.store.format import BATCH_UNITS
 
@@ -284,13 +284,9 @@ def user_kind(cls: type[RunKind], name: str) -> type[RunKind]:
 
         @functools.wraps(method)
         def call(self: RunKind, *args: Any, **kwargs: Any) -> Any:
-            try:
+            with foreign_code(f"the {name} kind ({cls.__module__}.{cls.__qualname__}) failed in {method_name}:",
+                              passed=(StopForward,), limit=300):
                 return method(self, *args, **kwargs)
-            except (HookrunError, KeyboardInterrupt, StopForward):
-                raise
-            except Exception as exc:
-                raise foreign_failure(f"the {name} kind ({cls.__module__}.{cls.__qualname__}) failed in {method_name}:",
-                                      exc, 300) from exc
         return call
 
     body = {m: wrap(m) for m in GUARDED} | {"name": name, "block": name, "__module__": cls.__module__,

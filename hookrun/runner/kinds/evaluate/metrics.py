@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from hookrun.errors import HookrunError, RunError
+from hookrun.errors import RunError
 from hookrun.runner import losses
 from hookrun.runner.losses import log_probs
 
@@ -82,12 +82,7 @@ class Objective:
 
     def loss_terms(self, output: Any, call: Any, samples: int) -> torch.Tensor:
         """A loss other than lm: its value times the batch's samples (a float64 0-d tensor)."""
-        try:
-            value = self.loss(output, call.target, batch=call.batch) if self.takes_batch else self.loss(output, call.target)
-        except (HookrunError, KeyboardInterrupt):
-            raise
-        except Exception as exc:  # a loss of the user's or torch's: one line (losses.loss_failure)
-            raise losses.loss_failure(self.loss, call.target, exc) from exc
+        value = losses.call_loss(self.loss, self.takes_batch, output, call)
         if not isinstance(value, torch.Tensor) or value.numel() != 1:
             raise RunError(f"evaluate: the loss returned {type(value).__name__} {tuple(getattr(value, 'shape', ()))}, "
                            f"expected a scalar tensor")

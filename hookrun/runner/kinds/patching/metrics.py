@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from hookrun.errors import HookrunError, foreign_failure
+from hookrun.errors import foreign_code
 from hookrun.runner.losses import log_probs, next_token_pairs
 
 PATCH_METRICS = ("logit_diff", "logprob", "prob", "ce", "kl", "logit")
@@ -22,12 +22,8 @@ PATCH_METRICS = ("logit_diff", "logprob", "prob", "ce", "kl", "logit")
 def user_metric(fn: Any, name: str, logits: torch.Tensor, items: Mapping[str, torch.Tensor]) -> Any:
     """A metric of the user's own on one run's logits; an exception it raises is one RunError line naming
     it (its traceback: --verbose), as a loss or a model's forward that raises is (runner/losses.py)."""
-    try:
+    with foreign_code(f"patching.metric {name}(logits, items) raised"):
         return fn(logits, items)
-    except HookrunError:
-        raise
-    except Exception as exc:
-        raise foreign_failure(f"patching.metric {name}(logits, items) raised", exc) from exc
 
 
 def item_metric(name: str, logits: torch.Tensor, items: Mapping[str, torch.Tensor], position: int | str | None,

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hookrun.errors import ConfigError, HookrunError, RunError, close_matches, foreign_failure
+from hookrun.errors import ConfigError, RunError, close_matches, foreign_code
 from hookrun.hooks.taps import Taps, module_kinds, refuse_non_finite
 from hookrun.runner.kinds.probe.pool import Rows, pool_rows
 from hookrun.runner.kinds.run_kind import plain_forward
@@ -63,12 +63,8 @@ class Collector:
         key, batch = self.block.target, call.batch
         if self.fn is not None:
             where = f"probe.target: {self.block.target['_target_']}(batch)"
-            try:  # (a function for text on another data set raised from inside the run: a traceback)
+            with foreign_code(f"{where} raised"):  # (a function for text on another data set, say)
                 t = self.fn(batch)
-            except HookrunError:
-                raise
-            except Exception as exc:
-                raise foreign_failure(f"{where} raised", exc) from exc
         elif isinstance(batch, Mapping):
             if key not in batch:
                 hint = close_matches(str(key), [str(k) for k in batch], n=1)
