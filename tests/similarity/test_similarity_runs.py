@@ -125,6 +125,11 @@ def test_second_model_gives_the_rectangle(tmp_path, cnn) -> None:
     x = images(24)
     k, l_ = grams(recorded(cnn, at, x, "mean")), grams(recorded(similarity_models.seeded_cnn(1), other, x, "mean"))
     np.testing.assert_allclose(got, [[cka(a, b) for b in l_] for a in k], rtol=1e-6)
+    with h5py.File(path, "r") as f:  # inspect says which model is which, as the picture's axes do
+        lines = kind_lines(f)
+    assert lines[1:3] == ["  rows: at (tiny_cnn); columns: with.at (seeded_cnn)",
+                          "          block1  block2  block3"], lines
+    assert lines[3].split()[1:] == [format(v, ".4f") for v in got[0]] and lines[3].split()[0] == "block2"
 
 
 def test_a_live_second_model_in_the_notebook_function(cnn) -> None:

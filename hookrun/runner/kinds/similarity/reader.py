@@ -51,19 +51,22 @@ def read_similarity(f: h5py.File) -> Any:
                         name=m["measure"], attrs=attrs)
 
 
+def _short(target: Any) -> str:
+    """A model's `_target_` by its last name (torchvision.models.resnet18 -> resnet18)."""
+    return str(target or "model").rpartition(".")[2]
+
+
 def title(m: dict) -> str:
     """`linear CKA · resnet18 vs resnet34`: the measure and the models (their targets' last names)."""
-    short = lambda t: str(t or "model").rpartition(".")[2]  # noqa: E731
-    models = f"{short(m.get('model'))} vs {short(m['with'])}" if m.get("with") else short(m.get("model"))
+    models = f"{_short(m.get('model'))} vs {_short(m['with'])}" if m.get("with") else _short(m.get("model"))
     how = {"unbiased": " (unbiased HSIC)", "minibatch": " (minibatch)"}.get(m.get("estimator"), "")
     return f"{NAMES.get(m['measure'], m['measure'])}{how} · {models}"
 
 
 def spec(f: h5py.File) -> Heatmap:
     z, m = matrix(f)
-    short = lambda t: str(t or "model").rpartition(".")[2]  # noqa: E731
-    ylabel = f"at ({short(m.get('model'))})"
-    xlabel = f"with.at ({short(m['with'])})" if m.get("with") else ylabel
+    ylabel = f"at ({_short(m.get('model'))})"
+    xlabel = f"with.at ({_short(m['with'])})" if m.get("with") else ylabel
     note = f" (n/a: {'; '.join(_undefined(m))})" if not np.isfinite(z).all() else ""
     # -1 to 1, diverging about 0: a rank correlation (RSA) and CKA from an unbiased HSIC, which is negative
     # where two hook points share less than chance; CKA (biased) 0 to 1
@@ -115,7 +118,8 @@ def lines(f: h5py.File) -> list[str]:
         named = m.get("undefined") or {}
         why = "; ".join(f"{n}: {why}" for n, why in named.items())
         rows.append(f"  n/a: undefined ({why})" if why else "  n/a: undefined")
-    return [head, *rows]
+    axes = [f"  rows: at ({_short(m.get('model'))}); columns: with.at ({_short(m['with'])})"] if m.get("with") else []
+    return [head, *axes, *rows]  # (two models: which is which, as the picture's axis labels say)
 
 
 def figures(run: Any) -> list[tuple[str, Any]]:
