@@ -162,6 +162,11 @@ def test_bad_input_is_one_line_before_any_step(cache, tmp_path):
     with h5py.File(partial, "a") as f:
         f.attrs["status"] = "running"
     assert "not complete" in bad(str(partial), tmp_path)
+    # a cache not recorded yet (experiment=sae_train before sae_cache): where it looked and how to make one
+    missing = tmp_path / "h3_cache" / "captures.h5"
+    assert bad(str(missing), tmp_path) == (
+        f"sae.from: no file {str(missing)!r} (relative to {os.getcwd()}); record the cache first (python -m hookrun "
+        f"experiment=sae_cache hydra.run.dir=FOLDER, or any run that records the module) and give sae.from=FOLDER/captures.h5")
     # an out folder that holds another SAE
     other = tmp_path / "other"
     other.mkdir()

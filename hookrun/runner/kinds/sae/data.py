@@ -21,7 +21,9 @@ trained on it has NaN weights.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,6 +32,7 @@ import torch
 from hookrun.analysis.images import channels_last
 from hookrun.analysis.opening import open_run
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError, close_matches
+from hookrun.store.schemes import local_path, prefix
 
 
 class BatchStream:
@@ -159,6 +162,12 @@ class CacheRows(BatchStream):
 
 def open_cache(source: str) -> Any:
     """The cache run, refused in one line unless it is there and complete."""
+    local = Path(local_path(source)).expanduser() if prefix(source) is None else None
+    if local is not None and not local.exists() and not local.parent.exists():  # no cache made there yet (a
+        # folder that exists may hold a killed run's parts, which open_run names)
+        raise ConfigError(f"sae.from: no file {source!r} (relative to {os.getcwd()}); record the cache first "
+                          f"(python -m hookrun experiment=sae_cache hydra.run.dir=FOLDER, or any run that records "
+                          f"the module) and give sae.from=FOLDER/captures.h5")
     try:
         run = open_run(source)
     except HookrunError as e:
