@@ -160,19 +160,43 @@ class Loud(torch.nn.Module):
         return self.lin(x)
 
 
-def test_a_float16_cache_holding_inf_is_refused_not_trained_into_a_nan_sae(tmp_path, monkeypatch):
-    """A cache recorded with dtype: float16 whose values overflowed holds inf (its overflow_values says
-    how many). Trained on, it gave an SAE of NaN weights, saved, and a run marked complete (load_sae
-    refused the folder only later). Now the first batch with a non-finite value stops the run in one
-    line naming the cache and the cure; no SAE is written. Reference: the cache's own rows read by h5py."""
-    source = tmp_path / "cache.h5"
+def loud_cache(path: Path, dtype: str, model: torch.nn.Module | None = None) -> Path:
+    """A cache of Loud's output (feature 3 past float16's 65504), recorded in `dtype`."""
     data = {"_target_": "hookrun.data.RandomTensors", "n": 400, "shape": [8], "num_classes": 2, "seed": 3}
     hookrun.run({"data": {"dataset": data, "batch_size": 50}, "device": "cpu", "progress": False,
-                 "output": {"path": str(source)}, "hooks": {"mlp": {"at": "lin", "type": "forward", "actions": [
-                     {"name": "record", "what": "output", "dtype": "float16"}]}}}, model=Loud())
+                 "output": {"path": str(path)}, "hooks": {"mlp": {"at": "lin", "type": "forward", "actions": [
+                     {"name": "record", "what": "output", "dtype": dtype}]}}}, model=model or Loud())
+    return path
+
+
+def test_a_float16_cache_holding_inf_is_refused_before_the_model_not_trained_into_a_nan_sae(tmp_path, monkeypatch):
+    """A cache recorded with dtype: float16 whose values overflowed holds inf, and its overflow_values
+    attribute says how many. Trained on, it gave an SAE of NaN weights, saved, and a run marked complete;
+    then the first batch holding an inf stopped the run, but only once the model was built and the
+    trainer fed. The count is known before anything runs: one ConfigError line (exit 2) naming the
+    cache, the count and the cure, before the model is built; no run file, no SAE. Reference: the
+    cache's own rows and attribute read by h5py."""
+    source = loud_cache(tmp_path / "cache.h5", "float16")
     with h5py.File(source) as f:
         ds = f["captures/mlp/lin/output"]
-        assert ds.dtype == np.float16 and np.isinf(ds[:]).any() and ds.attrs["overflow_values"] > 0
+        n_inf = int(np.isinf(ds[:]).sum())
+        assert ds.dtype == np.float16 and n_inf > 0 and int(ds.attrs["overflow_values"]) == n_inf
+    msg = refused(str(source), tmp_path, monkeypatch, capture="mlp/lin/output")
+    assert msg == (f"sae.from: {source}'s capture mlp/lin/output holds {n_inf} inf value(s) its float16 recording "
+                   "overflowed (above 65504; its overflow_values attribute): an SAE trained on them has NaN weights; "
+                   "record the cache again with dtype: float32 or bfloat16")
+
+
+def test_a_float32_cache_holding_inf_is_refused_at_its_first_batch(tmp_path, monkeypatch):
+    """A cache that holds inf as the model gave them (float32: no overflow counted, so nothing to tell
+    before reading): the batch check stops the run in one line before the trainer sees it; no SAE."""
+    model = Loud()
+    with torch.no_grad():
+        model.lin.bias[3] = float("inf")  # (float32 inf in the module's own output)
+    source = loud_cache(tmp_path / "cache.h5", "float32", model)
+    with h5py.File(source) as f:
+        ds = f["captures/mlp/lin/output"]
+        assert np.isinf(ds[:]).any() and int(ds.attrs.get("overflow_values", 0)) == 0
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
@@ -181,8 +205,8 @@ def test_a_float16_cache_holding_inf_is_refused_not_trained_into_a_nan_sae(tmp_p
         hookrun.run(cfg)
     msg = str(info.value)
     assert "\n" not in msg and msg.startswith("sae: training batch 0 holds ") and "non-finite value(s) (inf)" in msg
-    assert "mlp/lin/output" in msg and "is float16, which stores a value above 65504 as inf" in msg
-    assert "dtype: float32 or bfloat16" in msg
+    assert msg.endswith(f"the cache's mlp/lin/output ({source}) holds them as recorded (record with check_finite: true "
+                        "to stop where they arise)")
     assert not (work / "sae").exists()  # no SAE folder (it was written, every weight NaN)
     with h5py.File(work / "run" / "captures.h5") as f:
         assert f.attrs["status"] != "complete"

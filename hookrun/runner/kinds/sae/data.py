@@ -14,9 +14,11 @@ dims are sample, height, width, channel: a channels-last map; a sample's positio
 stay together, in row-major order, and the shuffle moves whole samples). When the stream runs past the cache's rows it goes on
 with the next epoch (a new order); a batch may span two epochs, so every batch holds exactly
 `batch_rows` rows. Token rows of a cache hold only real tokens (the record action writes no
-padding row), so padding never enters. `skip(n)` drops the first n batches (a resumed run). A batch
-with a NaN or inf (a float16 cache's overflow) is one RunError line before the trainer sees it: an SAE
-trained on it has NaN weights.
+padding row), so padding never enters. `skip(n)` drops the first n batches (a resumed run). A
+capture whose recording overflowed (a float16 cache's `overflow_values` above 0) is one ConfigError
+line when it is opened, before any step; a batch with a NaN or inf all the same (as the model gave
+them, or an object store's cache, whose manifest holds no count) is one RunError line before the
+trainer sees it: an SAE trained on it has NaN weights.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import torch
 from hookrun.analysis.images import channels_last
 from hookrun.analysis.opening import open_run
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError, close_matches
-from hookrun.store.schemes import local_path, prefix
+from hookrun.store.schemes import local_path, prefix, scheme_of
 
 
 class BatchStream:
@@ -104,6 +106,12 @@ class CacheRows(BatchStream):
             raise ConfigError(f"sae.capture: {capture} has rows of shape {shape[1:]}; an SAE trains on vectors: "
                               "give sae.rows=channel with sae.budget (a feature map's channels at each position), or record "
                               "with rows: token")
+        if (overflow := overflow_count(self.run, self.info.path, self.source)) > 0:  # (known bad before any step)
+            self.run.close()
+            raise ConfigError(f"sae.from: {self.source}'s capture {capture} holds {overflow} inf value(s) its "
+                              f"{np.dtype(self.info.dtype)} recording overflowed (above 65504; its overflow_values "
+                              "attribute): an SAE trained on them has NaN weights; record the cache again with "
+                              "dtype: float32 or bfloat16")
         # a channels-last map (its dims sample, height, width, channel: timm's Swin) gives its last axis
         self.last = self.channel and channels_last(self.info)
         self.per_sample = int(np.prod(shape[1:-1] if self.last else shape[2:])) if self.channel else 1  # rows a stored row gives
@@ -195,3 +203,11 @@ def find_capture(run: Any, capture: str, source: str) -> Any:
         raise ConfigError(f"sae.capture: {source} has no capture {capture!r}"
                           + (f"; did you mean {near[0]!r}?" if near else "")
                           + f" (it holds: {', '.join(names[:8])}{' ...' if len(names) > 8 else ''})") from None
+
+
+def overflow_count(run: Any, path: str, source: str) -> int:
+    """The inf values the cache's recording cast made of finite ones (`overflow_values`, summed over a
+    merged view's shard files); an object store's manifest does not hold it (0: the batch check stays)."""
+    if scheme_of(source).remote:
+        return 0
+    return sum(int(f[path].attrs.get("overflow_values", 0)) for f in run.part_files() if path in f)
