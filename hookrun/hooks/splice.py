@@ -33,6 +33,7 @@ the end of the run (env.hold): the model comes back as it went in.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +52,7 @@ from hookrun.sae.splice_stats import SpliceStats
 if TYPE_CHECKING:
     from hookrun.hooks.actions.base import ActionEnv
 
+log = logging.getLogger("hookrun")
 CHILD = "sae"  # MODULE.sae is the spliced module; MODULE.sae.latents and .reconstruction its hook points
 
 
@@ -162,6 +164,7 @@ def install(model: nn.Module, specs: list, env: ActionEnv, targets: Callable[[An
                 if coder is None:
                     device = next((p.device for p in target.parameters()), None)
                     coder = coder_of(action.params, action.where, device)
+                    say_cast(coder, target, f"{action.where}: op splice at {module_label(name)}")
                 given = typed_params(splice, action.params, action.where)
                 check_module(model, coder, name, action.where, given.get("other_module", False))
                 error_term = given.get("error_term", False)
@@ -169,6 +172,19 @@ def install(model: nn.Module, specs: list, env: ActionEnv, targets: Callable[[An
                 target.add_module(CHILD, spliced)
                 env.splices.append(spliced)
                 env.hold.on_close(_remover(target, spliced, env, target.register_forward_pre_hook(spliced.parent_starts)))
+
+
+def say_cast(coder: nn.Module, target: nn.Module, where: str) -> None:
+    """One log line where the learned module computes in another dtype than the module it splices (a float32
+    SAE or module on a bfloat16 model): its input is cast to its dtype, its reconstruction back to the model's."""
+    mine = getattr(coder, "dtype", None)
+    theirs = next((p.dtype for p in target.parameters() if p.is_floating_point()), None)
+    if isinstance(mine, torch.dtype) and theirs is not None and mine != theirs:
+        what = f"module {coder.architecture}" if getattr(coder, "source", None) == "module" else \
+            f"SAE in {getattr(coder, 'path', '') or '(memory)'}"
+        a, b = str(mine).removeprefix("torch."), str(theirs).removeprefix("torch.")
+        log.info("%s: the %s computes in %s on the model's %s output (cast to %s on the way in, its reconstruction "
+                 "cast back to %s)", where, what, a, b, a, b)
 
 
 def check_module(model: nn.Module, coder: nn.Module, name: str, where: str, other_module: bool) -> None:

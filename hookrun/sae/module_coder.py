@@ -3,6 +3,10 @@
     coder = load_module("my_lib.MySAE", "weights.safetensors", d_in=512, d_sae=4096)
     x_hat = coder(x)                    # the module's output (its first element, where it returns a tuple)
 
+The input (and decode's latents) is cast to the module's dtype, that of its first float parameter, as
+SparseCoder casts to the SAE's: a float32 module reads a bfloat16 model's output (the splice casts the
+reconstruction back to the model's dtype).
+
 The module is built by hookrun.config.build.build (a `_target_` node, one-line errors) and its
 state dict read with torch.load(weights_only=True) (.pt/.pth: nothing is unpickled) or safetensors.
 """
@@ -68,8 +72,19 @@ class ModuleCoder(nn.Module):
         dec = getattr(self.module, "decoder", None)
         return dec.weight.T if isinstance(getattr(dec, "weight", None), Tensor) else None
 
+    @property
+    def dtype(self) -> torch.dtype | None:
+        """The dtype of the module's first float parameter (or buffer): what it computes in; None where it has none."""
+        tensors = (*self.module.parameters(), *self.module.buffers())
+        return next((t.dtype for t in tensors if t.is_floating_point()), None)
+
+    def _cast(self, x: Tensor) -> Tensor:
+        """x in the module's dtype (a float32 module on a bfloat16 model's output), as SparseCoder casts its input."""
+        dtype = self.dtype
+        return x.to(dtype) if dtype is not None and x.is_floating_point() and x.dtype != dtype else x
+
     def forward(self, x: Tensor) -> Tensor:
-        out = self.module(x)
+        out = self.module(self._cast(x))
         if hasattr(out, "sae_out"):
             out = out.sae_out
         elif isinstance(out, tuple | list):
@@ -77,10 +92,10 @@ class ModuleCoder(nn.Module):
         return out
 
     def encode(self, x: Tensor) -> Tensor:
-        return self.module.encode(x)
+        return self.module.encode(self._cast(x))
 
     def decode(self, f: Tensor) -> Tensor:
-        return self.module.decode(f)
+        return self.module.decode(self._cast(f))
 
     def check_fits(self, features: int | tuple, where: str, *, context: str = "op splice") -> None:
         n = features if isinstance(features, int) else tuple(features)[-1]
