@@ -601,3 +601,44 @@ def test_rows_equal_up_to_rounding_are_constant_on_every_route(tmp_path, caplog,
     what = "constant features within every batch" if each else "the same features for every item"
     assert [r.message for r in caplog.records if r.levelname == "WARNING"] == [
         f"similarity: 1, 4 give(s) {what}: {measure} is undefined there, NaN in the file (n/a in the pictures)"]
+
+
+def rounding_walk(c: float, rows: int = 64, features: int = 4, steps: int = 4) -> torch.Tensor:
+    """Each feature a constant near c (c to 2c), every value then moved `steps` float32 steps up or down at
+    random: one value up to a few float32 roundings (std 2 steps), about its magnitude whatever that is."""
+    g = torch.Generator().manual_seed(0)
+    y = torch.full((rows, features), c, dtype=torch.float32) * (1 + torch.rand(features, generator=g))[None]
+    for _ in range(steps):
+        up = torch.rand(rows, features, generator=g) < 0.5
+        y = torch.nextafter(y, torch.where(up, torch.tensor(float("inf")), torch.tensor(-float("inf"))))
+    return y
+
+
+def relative_spread(x: np.ndarray) -> float:
+    """numpy: the largest column's spread about its mean over its sum of squares (measures.NOISE's measure)."""
+    spread = ((x - x.mean(axis=0)) ** 2).sum(axis=0)
+    return float((spread / (x**2).sum(axis=0)).max())
+
+
+@pytest.mark.parametrize("c", [1.0, 1e3, 1e-3])
+def test_a_layer_constant_up_to_rounding_is_constant_for_minibatch_as_for_exact(tmp_path, c) -> None:
+    """A layer one value up to a few float32 roundings (rounding_walk at magnitudes 1, 1e3, 1e-3): the exact
+    route calls it constant (n/a), its spread within measures.NOISE of its squares over the rows; the
+    minibatch route asked that of each batch of 8 alone, and some batch's spread over its few rows came out
+    above it by chance (1.1e-13 to 1.3e-13), so its self-similarity read 1.0 and its CKA with any layer was
+    CKA of rounding noise, with no word. Reference: numpy on the same rows (the whole's and each batch's
+    relative spread); now the minibatch route weighs the within-batch spreads over all its batches."""
+    x = rounding_walk(c)
+    rows = x.double().numpy()
+    assert relative_spread(rows) < 1e-13 < max(relative_spread(rows[b:b + 8]) for b in range(0, 64, 8))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Identity(), torch.nn.Linear(4, 3)).eval()
+    data = torch.utils.data.TensorDataset(x, torch.zeros(64))
+    got = {}
+    for estimator in ("exact", "minibatch"):
+        config = {"data": {"batch_size": 8}, "device": "cpu", "progress": False, "similarity": {"at": ["0"], "estimator": estimator},
+                  "output": {"path": str(tmp_path / f"{estimator}.h5")}}
+        got[estimator] = file_matrix(hookrun.run(config, model=model, dataset=data).path)
+    assert np.isnan(got["exact"][0]).all() and got["exact"][1]["undefined"] == {"0": "constant features"}
+    assert np.isnan(got["minibatch"][0]).all()
+    assert got["minibatch"][1]["undefined"] == {"0": "constant features within every batch"}

@@ -176,20 +176,29 @@ class MinibatchRoute:
         self.hsic: torch.Tensor | None = None
         self.batches = 0
         self.constant: list[bool] = []  # per series, set by matrix(): constant within every batch
-        self.flat: list[bool] | None = None  # per series: constant (up to rounding) in every full batch so far
+        # per feature of every series side by side: its spread within each full batch, and its squares, summed (float64)
+        self.spread: torch.Tensor | None = None
+        self.squares: torch.Tensor | None = None
+        self.blocks: list[slice] = []  # each series' features in spread and squares
 
     def add(self, series: list[torch.Tensor]) -> None:
         n = len(series[0])
         if n != self.batch:
             return
         x = [s.reshape(n, -1).to(torch.float64, copy=True) for s in series]
-        flat = self.flat or [True] * len(x)
-        for k, a in enumerate(x):  # the estimator is unchanged by a shift of the rows; a constant series is then 0
+        parts = []
+        for a in x:  # the estimator is unchanged by a shift of the rows; a constant series is then 0
             first = a[0].clone()
             a -= first
-            if flat[k]:  # (a series that varied in one batch is not constant: no test after it)
-                flat[k] = m.within_noise(a.sum(dim=0), torch.einsum("ij,ij->j", a, a), n, first)
-        self.flat = flat
+            parts.append(m.spread_and_squares(a.sum(dim=0), torch.einsum("ij,ij->j", a, a), n, first))
+        spread, squares = (torch.cat(p) for p in zip(*parts, strict=True))
+        if self.spread is None:
+            o = np.cumsum([0] + [a.shape[1] for a in x]).tolist()
+            self.blocks = [slice(i, j) for i, j in zip(o[:-1], o[1:], strict=True)]
+            self.spread, self.squares = spread, squares
+        else:
+            self.spread += spread
+            self.squares += squares
         grams = torch.stack([a @ a.T for a in x])
         grams.diagonal(dim1=1, dim2=2).zero_()
         flat, rows = grams.reshape(len(x), -1), grams.sum(dim=2)
@@ -200,23 +209,36 @@ class MinibatchRoute:
         self.batches += 1
 
     def save(self, path: Path) -> None:
+        none = np.zeros(0)
         with open(path, "wb") as f:
-            np.savez(f, batches=self.batches, hsic=np.zeros(0) if self.hsic is None else self.hsic.cpu().numpy(),
-                     flat=np.array(self.flat if self.flat is not None else [], dtype=bool))
+            np.savez(f, batches=self.batches, hsic=none if self.hsic is None else self.hsic.cpu().numpy(),
+                     spread=none if self.spread is None else self.spread.cpu().numpy(),
+                     squares=none if self.squares is None else self.squares.cpu().numpy(),
+                     dims=np.array([b.stop - b.start for b in self.blocks], dtype=np.int64))
 
     def merge(self, path: Path) -> None:
-        """Another rank's sum over its full batches (the ranks' batches are one process's)."""
+        """Another rank's sums over its full batches (the ranks' batches are one process's)."""
         with np.load(path) as f:
             if int(f["batches"]):
-                h = torch.from_numpy(f["hsic"])
-                self.hsic = h if self.hsic is None else self.hsic + h.to(self.hsic.device)
+                h, spread, squares = (torch.from_numpy(f[k]) for k in ("hsic", "spread", "squares"))
+                if self.hsic is None:
+                    o = np.cumsum([0, *f["dims"].tolist()]).tolist()
+                    self.blocks = [slice(i, j) for i, j in zip(o[:-1], o[1:], strict=True)]
+                    self.hsic, self.spread, self.squares = h, spread, squares
+                else:
+                    self.hsic += h.to(self.hsic.device)
+                    self.spread += spread.to(self.spread.device)
+                    self.squares += squares.to(self.squares.device)
                 self.batches += int(f["batches"])
-                flat = f["flat"].tolist()
-                self.flat = flat if self.flat is None else [a and b for a, b in zip(self.flat, flat, strict=True)]
 
     def matrix(self, shape: tuple[int, int]) -> np.ndarray:
+        """Nguyen et al.'s CKA of every pair; a series is constant where each feature's spread within the batches,
+        summed over them, is within noise of its squares (the exact route's test over all rows, which can only
+        be larger: one batch of a few rows alone can come out above noise by chance) or its HSIC is 0."""
         h = self.hsic.cpu().numpy() / self.batches
-        self.constant = [bool(f) or not v for f, v in zip(self.flat, np.diag(h), strict=True)]  # (up to rounding)
+        spread, squares = self.spread.cpu().numpy(), self.squares.cpu().numpy()
+        flat = [bool((spread[b] <= m.NOISE * squares[b]).all()) for b in self.blocks]
+        self.constant = [f or not v for f, v in zip(flat, np.diag(h), strict=True)]  # (up to rounding)
         out = np.array([h[i, j] / np.sqrt(h[i, i] * h[j, j]) for i, j in self.pairs])
         return m.undefined(out, self.pairs, self.constant).reshape(shape)
 

@@ -185,11 +185,17 @@ def ranks_(values: np.ndarray) -> np.ndarray:
 NOISE = 1e-13
 
 
-def within_noise(d_sum, d_sq, n: int, first) -> bool:
-    """Whether every column is one value up to rounding, from its rows less `first` (a value per column, or 0):
-    their sums `d_sum` and sums of squares `d_sq` over `n` rows (numpy or torch)."""
+def spread_and_squares(d_sum, d_sq, n: int, first):
+    """Each column's spread about its mean and its sum of squares over `n` rows, from its rows less `first` (a
+    value per column, or 0): their sums `d_sum` and sums of squares `d_sq` (numpy or torch)."""
     spread = d_sq - d_sum**2 / n
-    return bool((spread <= NOISE * (spread + n * (first + d_sum / n) ** 2)).all())
+    return spread, spread + n * (first + d_sum / n) ** 2
+
+
+def within_noise(d_sum, d_sq, n: int, first) -> bool:
+    """Whether every column is one value up to rounding (spread_and_squares' arguments)."""
+    spread, squares = spread_and_squares(d_sum, d_sq, n, first)
+    return bool((spread <= NOISE * squares).all())
 
 
 def undefined(out: np.ndarray, pairs: list[tuple[int, int]], constant: list[bool]) -> np.ndarray:
