@@ -34,7 +34,7 @@ import torch
 from hookrun.analysis.images import channels_last
 from hookrun.analysis.opening import open_run
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError, close_matches
-from hookrun.store.schemes import local_path, prefix, scheme_of
+from hookrun.store.schemes import local_path, scheme_of
 
 
 class BatchStream:
@@ -170,7 +170,7 @@ class CacheRows(BatchStream):
 
 def open_cache(source: str) -> Any:
     """The cache run, refused in one line unless it is there and complete."""
-    local = Path(local_path(source)).expanduser() if prefix(source) is None else None
+    local = None if scheme_of(source).remote else Path(local_path(source)).expanduser()
     if local is not None and not local.exists() and not local.parent.exists():  # no cache made there yet (a
         # folder that exists may hold a killed run's parts, which open_run names)
         raise ConfigError(f"sae.from: no file {source!r} (relative to {os.getcwd()}); record the cache first "
