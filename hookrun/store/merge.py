@@ -213,6 +213,10 @@ def _capture(out: h5py.File, name: str, shards: list[_Shard], all_index: np.ndar
     view = _virtual(out, full, parts)
     for key, value in attrs.items():
         view.attrs[key] = value
+    for count in ("overflow_values", "underflow_values"):  # the run's: every shard's (the first's alone undercounts;
+        # with `limit`, a shard's rows past the view's cap are counted too)
+        if total := sum(int(s.captures[name].attrs.get(count, 0)) for s in shards if name in s.captures):
+            view.attrs[count] = total
     view.attrs["digest"] = ""  # the checksums stay in the shards (inspect --verify a shard file)
     view.attrs["shard_rows"] = np.array([p[3] for p in parts], dtype=np.int64)
     index = np.concatenate(index_parts) if index_parts else np.zeros(0, np.int64)

@@ -66,3 +66,27 @@ def test_inspect_of_a_folder_of_killed_shards_names_them_and_resume(tmp_path, ca
         "captures.rank-00001.h5 (running, 2 batches); run the same command with resume=true to finish them and write the view")
     assert inspect_main([str(tmp_path / "nothing")]) == 2
     assert capsys.readouterr().err.strip() == f"hookrun.inspect: error: no file '{tmp_path / 'nothing'}'"
+
+
+def test_the_views_overflow_count_is_every_ranks(tmp_path, monkeypatch):
+    """`overflow_values` is the run's count (docs/format.md): a view of two ranks' shards held the first
+    shard's alone (its attributes copied), so a float16 cache whose overflow was on rank 1 read 0."""
+    big = {"name": "modify_output", "op": "scale", "factor": 1e6}
+    hooks = {"first": {"at": "head", "type": "forward",
+                       "actions": [big, {"name": "record", "what": "output", "dtype": "float16"}]}}
+    single = hookrun.run(cfg(tmp_path / "one.h5") | {"hooks": hooks}).path
+    merged = tmp_path / "ranks" / "captures.h5"
+    monkeypatch.setattr(ShardRun, "run", lambda self, body: body(self.layout.rank_cfg(), self.layout.mine, self.adjust))
+    for rank in range(2):
+        monkeypatch.setattr(run_module, "detect", lambda rank=rank: Ranks(rank, 2, 0, "submitit", "t"))
+        hookrun.run(cfg(merged) | {"hooks": hooks})
+    shards = [shard_path(merged, r) for r in range(2)]
+    build_view(merged, shards, {"config": "{}"})
+    with h5py.File(single) as one, h5py.File(merged) as view:
+        want = int(np.isinf(one[NAME][()]).sum())  # (the model's own outputs are finite: every inf is the cast's)
+        counts = []
+        for s in shards:
+            with h5py.File(s) as f:
+                counts.append(int(f[NAME].attrs.get("overflow_values", 0)))
+        assert min(counts) > 0 and one[NAME].attrs["overflow_values"] == want == sum(counts)
+        assert view[NAME].attrs["overflow_values"] == want and int(np.isinf(view[NAME][()]).sum()) == want
