@@ -87,3 +87,71 @@ def test_probabilities_stay_on_zero_to_one_in_plot_and_report(tmp_path, monkeypa
     assert "no value" not in fig._suptitle.get_text()
     for trace in reported(path):
         assert (trace["zmin"], trace["zmax"], trace["colorscale"]) == (0.0, 1.0, "Viridis") and "zmid" not in trace
+
+
+class MaskedScores(torch.nn.Module):
+    """One attention's scores, causally masked the way other code does it: `masked_fill(~causal, fill)`
+    (-1e9: the annotated transformer; -10000: older transformers GPT-2's masked_bias) or `scores + fill`
+    where masked (BERT's extended attention mask, -10000 * (1 - mask)), then the softmax."""
+
+    def __init__(self, fill: float, additive: bool) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.qk = torch.nn.Embedding(50, 16), torch.nn.Linear(16, 32)
+        self.fill, self.additive = fill, additive
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        q, k = self.qk(self.emb(input_ids)).view(*input_ids.shape, 2, 2, 8).unbind(2)
+        scores = q.transpose(1, 2) @ k.permute(0, 2, 3, 1) * 3  # (sample, head, query, key)
+        masked = ~torch.ones(input_ids.shape[1], input_ids.shape[1], dtype=torch.bool).tril()
+        scores = scores + masked * self.fill if self.additive else scores.masked_fill(masked, self.fill)
+        return torch.softmax(scores, -1)
+
+
+def record_scores(tmp_path, model: torch.nn.Module, at: str, hook_type: str) -> object:
+    """2 prompts of 8 tokens given as `input` (HookedTransformer.forward's, Sequential's) to `model`: the file."""
+    g = torch.Generator().manual_seed(0)
+    items = [{"input_ids": torch.randint(0, 40, (8,), generator=g)} for _ in range(2)]
+    what = "input" if hook_type == "forward_pre" else "output"
+    cfg = {"hooks": {"a": {"at": at, "type": hook_type, "actions": [{"name": "record", "what": what}]}},
+           "data": {"batch_size": 2, "target": None, "inputs": {"input": "input_ids"}}, "progress": False, "output": {"path": str(tmp_path / "s.h5")}}
+    return hookrun.run(cfg, model=model, dataset=items).path
+
+
+@pytest.mark.parametrize(("fill", "additive"), [(-1e4, False), (-1e4, True), (-1e9, False), ("tl", None)],
+                         ids=["fill_-10000", "bert_additive_-10000", "fill_-1e9", "transformer_lens_-inf"])
+def test_every_usual_mask_fill_is_grey_and_the_scale_spans_the_real_scores(tmp_path, monkeypatch, fill, additive):
+    if fill == "tl":  # TransformerLens 3.9: torch.where(causal, scores, IGNORE), IGNORE = -inf, before hook_attn_scores
+        from tl_models import hooked_transformer
+
+        path = record_scores(tmp_path, hooked_transformer(d_vocab=40), "blocks.0.attn.hook_attn_scores", "forward")
+    else:
+        path = record_scores(tmp_path, torch.nn.Sequential(MaskedScores(fill, additive)), "0/softmax", "forward_pre")
+    with h5py.File(path, "r") as f:
+        (ds,) = _datasets(f["captures/a"])
+        scores = ds[()].astype(np.float64)
+    upper = np.triu(np.ones((8, 8), dtype=bool), 1)  # the causal mask's cells, in each sample and head
+    masked = np.broadcast_to(upper, scores.shape)
+    assert (scores[masked] <= -1e4 + 20).all() and (np.abs(scores[~masked]) < 20).all()  # the file: fills and real scores
+    top = np.abs(scores[~masked]).max()
+    fig = plotted(tmp_path, monkeypatch, path)
+    maps = [ax for ax in fig.axes if ax.images]
+    for k, ax in enumerate(maps):
+        np.testing.assert_allclose(ax.images[0].get_clim(), (-top, top), rtol=1e-6)
+        shown = np.ma.filled(ax.images[0].get_array().astype(np.float64), np.nan)
+        s, h = divmod(k, scores.shape[1])
+        np.testing.assert_allclose(shown[~upper], scores[s, h][~upper], rtol=1e-6)
+        assert np.isnan(shown[upper]).all()  # (grey: the face behind)
+    assert f"({masked.sum()} cells masked, NaN or inf: grey, no value)" in " ".join(fig._suptitle.get_text().split())
+    for k, trace in enumerate(reported(path)):
+        s, h = divmod(k, scores.shape[1])
+        z = np.array([[np.nan if v is None else v for v in row] for row in trace["z"]])
+        np.testing.assert_allclose(z, np.where(upper, np.nan, scores[s, h]), rtol=1e-6)
+        one = np.abs(scores[s][~masked[s]]).max()
+        assert trace["zmin"] == pytest.approx(-one) and trace["zmax"] == pytest.approx(one)
+
+
+def _datasets(group) -> list:
+    found = []
+    group.visititems(lambda _, o: found.append(o) if isinstance(o, h5py.Dataset) else None)
+    return found

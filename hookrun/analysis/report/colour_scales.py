@@ -56,15 +56,24 @@ def no_value_note(z: np.ndarray) -> str:
 
 def without_mask_fill(z: np.ndarray, dtypes: tuple = ()) -> np.ndarray:
     """Attention scores as float64 with an attention mask's fill as -inf (no value, grey): -inf already
-    (TransformerLens), or a dtype's lowest value (transformers' eager attention adds torch.finfo(dtype).min),
-    i.e. at or below half the lowest value of `dtypes` (the tensor's and the file's: 'float16', ...).
-    One such cell would stretch the colour scale to -3.4e38, every real score one colour."""
+    (TransformerLens), at or below half the lowest value of `dtypes` (the tensor's and the file's:
+    transformers' eager attention adds torch.finfo(dtype).min), or any other fill (-10000: BERT's additive
+    mask, older GPT-2's masked_bias; -1e9; -65504): the values at or below half the lowest one, where that
+    is -1000 or less and every other value lies within a tenth of it, at least 400 below them all, so
+    each has weight 0 after the softmax (exp(-400) is 0 in float32). One such cell would stretch the
+    colour scale to the fill, every real score one colour."""
     import torch
 
     z = np.array(z, dtype=np.float64)
     lows = [float(torch.finfo(getattr(torch, str(d), torch.float32)).min) for d in dtypes
             if isinstance(getattr(torch, str(d), None), torch.dtype) and getattr(torch, str(d)).is_floating_point]
     z[z <= max(lows, default=float(np.finfo(np.float32).min)) / 2] = -np.inf
+    finite = z[np.isfinite(z)]
+    low = float(finite.min()) if finite.size else 0.0
+    if low <= -1000:
+        rest = finite[finite > low / 2]
+        if not rest.size or float(np.abs(rest).max()) <= -low / 10:
+            z[z <= low / 2] = -np.inf
     return z
 
 
