@@ -22,25 +22,32 @@ def titles(fig: Any) -> list[Any]:
 
 def literal_text(fig: Any) -> None:
     """Every text of the figure shown as written: names of modules, classes, tokens and swept values
-    ('$\\frac$', 'cost $5-$10') would otherwise be matplotlib's maths (or its parse error). Each
-    unescaped '$' becomes '\\$', in the texts and in the tick labels given (redrawn from their formatter);
-    the numbers tick formatters write as maths ('$\\mathdefault{...}$') are theirs and are left."""
-    import re
-
+    ('$\\frac$', 'cost $5-$10', 'US\\$ 5') would otherwise be matplotlib's maths (or its parse error),
+    and outside maths matplotlib draws '\\$' as '$'. Each text is drawn with parse_math off; the tick
+    labels given as text (a Fixed or Func formatter) have each '$' escaped once ('\\$' drawn '$',
+    '\\\\$' drawn '\\$'); the numbers tick formatters write as maths ('$\\mathdefault{...}$', an axis'
+    offset '\\times10^{3}') are theirs and are left. Running it twice changes nothing."""
     from matplotlib.text import Text
     from matplotlib.ticker import FixedFormatter, FuncFormatter
 
     def plain(s: str) -> str:
-        return s if "\\mathdefault" in s else re.sub(r"(?<!\\)\$", r"\\$", s)
+        return str(s).replace("$", "\\$")
 
-    for t in fig.findobj(Text):
-        if "$" in t.get_text():
-            t.set_text(plain(t.get_text()))
-    for f in (a.get_major_formatter() for ax in fig.axes for a in (ax.xaxis, ax.yaxis)):
+    texts = fig.findobj(Text)  # (first: it makes each axis' ticks for its current locations)
+    axes = [a for ax in fig.axes for a in (ax.xaxis, ax.yaxis)]
+    numbers = {id(t) for a in axes for t in (a.offsetText, *(x for tick in (*a.majorTicks, *a.minorTicks)
+                                                                 for x in (tick.label1, tick.label2)))}
+    for t in texts:
+        if id(t) not in numbers:
+            t.set_parse_math(False)
+    for f in (a.get_major_formatter() for a in axes):
+        if getattr(f, "_hookrun_literal", False):
+            continue
         if isinstance(f, FixedFormatter):  # (labels given as such: set_ticks(where, labels) is a FuncFormatter)
-            f.seq = [plain(str(s)) for s in f.seq]
+            f.seq = [plain(s) for s in f.seq]
         elif isinstance(f, FuncFormatter):
-            f.func = lambda x, pos=None, given=f.func: plain(str(given(x, pos)))
+            f.func = lambda x, pos=None, given=f.func: plain(given(x, pos))
+        f._hookrun_literal = True
 
 
 def _span(fig: Any, t: Any) -> tuple[float, float]:

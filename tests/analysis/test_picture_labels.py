@@ -101,3 +101,41 @@ def run_probs(path):
 
     with h5py.File(path) as f:
         return f["captures/attribution/transformer.wte/prob"][:2]
+
+
+TEXTS = ["US\\$ 5", "cost $5-$10", "$\\frac{a}{b}$", "C:\\new\\$x", "$\\mathdefault{x}$"]  # a data set's text, as written
+
+
+@pytest.mark.parametrize("spec_kind", ["heatmap", "map_row", "lines"])
+def test_a_data_sets_text_is_drawn_as_written_backslashes_and_dollars_included(tmp_path, spec_kind):
+    """Class names, sample captions and token text reach titles, cells and tick labels: '\\$' was
+    drawn '$' (matplotlib reads '\\$' as an escaped dollar outside maths), and a text holding
+    '\\mathdefault' was left to maths (taken for a formatter's number). Every text is read back as matplotlib draws it
+    (Text._preprocess_math: the string shown and whether it is maths), after save (which runs
+    literal_text) and a second literal_text (upright_if_crowded runs it too)."""
+    import re
+
+    from matplotlib.text import Text
+
+    from hookrun.analysis.report.figure_specs import Heatmap, Lines
+    from hookrun.cli.figure_ticks import upright_if_crowded
+
+    n = len(TEXTS)
+    if spec_kind == "heatmap":
+        spec = Heatmap(np.arange(n * n, dtype=float).reshape(n, n), f"probe · {TEXTS[0]}", x=TEXTS, y=TEXTS,
+                       xlabel=TEXTS[1], ylabel=TEXTS[2], label=TEXTS[3], cells=[TEXTS] * n)
+    elif spec_kind == "map_row":
+        spec = MapRow(np.random.default_rng(0).random((n, 4, 4)), TEXTS, f"Grad-CAM · {TEXTS[0]}", TEXTS[4], np.arange(n))
+    else:  # (categories in order: tick labels of a FuncFormatter; numbers on y)
+        spec = Lines(TEXTS, {TEXTS[0]: list(range(n))}, TEXTS[1], TEXTS[2], TEXTS[3], in_order=True)
+    fig = render(spec)
+    upright_if_crowded(fig, fig.axes[0])
+    figures.save(fig, tmp_path / "t.png")
+    fig.canvas.draw()
+    numbers = [t for t in fig.findobj(Text) if re.fullmatch(r"\$\\mathdefault\{[^a-z]*\}\$", t.get_text())]
+    shown = {t._preprocess_math(t.get_text()) for t in fig.findobj(Text) if t.get_text() and t not in numbers}
+    for text in TEXTS:  # each where the spec put it, as written, never maths
+        assert any(text in s and maths is False for s, maths in shown), (text, shown)
+    assert not any(maths for s, maths in shown if any(text in s for text in TEXTS))
+    assert all(t._preprocess_math(t.get_text())[1] for t in numbers)  # (the formatters' numbers: still maths)
+    assert numbers or spec_kind == "map_row"
