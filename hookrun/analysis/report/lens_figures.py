@@ -35,13 +35,34 @@ BLOCK = 4096  # rows read at a time
 
 
 def lens_infos(run: Any) -> dict[str, list[Any]]:
-    """The lens captures of each role, one per hooked module, by depth (natural_key: the file lists
-    its groups in text order, L10 and L11 before L2)."""
+    """The lens captures of each role, one per hooked module, by depth (depth_order)."""
+    infos = [c for c in run.captures if c.role.startswith("lens.") and c.rows == "samples"]
+    order = depth_order(run, infos)
     by_role: dict[str, list] = {}
-    for c in sorted(run.captures, key=lambda c: natural_key(c.module)):
-        if c.role.startswith("lens.") and c.rows == "samples":
-            by_role.setdefault(c.role, []).append(c)
+    for c in sorted(infos, key=lambda c: order[c.module]):
+        by_role.setdefault(c.role, []).append(c)
     return by_role
+
+
+def depth_order(run: Any, infos: list[Any]) -> dict[str, tuple]:
+    """Each hooked module's place by depth. Where every lens capture has its checksum number (its
+    `digest`, /checksums:K, numbered as the datasets are made): the order the run first wrote them,
+    which is the order the hooked layers ran (each layer's lens is written when the unembed has run, in
+    the order they fired). Else (output.checksum=false, a many-rank view) by name: an unnumbered
+    module named as an embedding (`hook_embed`, `embed_tokens`, `wte`) first, then natural_key (the file
+    lists its groups in text order: `blocks.0` before `hook_embed`, h.10 before h.2)."""
+    fired: dict[str, int] = {}
+    for c in infos:
+        digest = str(run.file[c.path].attrs.get("digest", ""))
+        k = int(digest.rpartition(":")[2]) if digest.startswith("/checksums:") and digest.rpartition(":")[2].isdigit() else None
+        if k is None:
+            fired = {}
+            break
+        fired[c.module] = min(k, fired.get(c.module, k))
+    if fired:
+        return {m: (k,) for m, k in fired.items()}
+    embedding = lambda m: not any(p.isdigit() for p in m.split(".")) and any(e in m.rpartition(".")[2] for e in ("emb", "wte", "wpe"))  # noqa: E731
+    return {c.module: (0 if embedding(c.module) else 1, natural_key(c.module)) for c in infos}
 
 
 def _mask(run: Any, n: int, width: int) -> np.ndarray | None:
