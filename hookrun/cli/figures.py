@@ -191,13 +191,14 @@ def histogram(values: np.ndarray, stats: Mapping[str, float], title: str, xlabel
     counts, bounds = np.histogram(values, bins=100)
     ax.hist(bounds[:-1], bins=bounds, weights=counts, color="#3b6ea5")  # the counts above, not counted twice
     log = log_counts(counts)  # a log axis only where the counts span more than two decades
-    if log:
-        ax.set_yscale("log")
+    ax.set_yscale("log" if log else "linear")
     tidy_ticks(ax.xaxis)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("count (log scale)" if log else "count")
     ax.set_title(title)
-    text = f"mean {stats['mean']:.3g}\nstd {stats['std']:.3g}\nzeros {stats['zeros']:.1%}" + (f"\n{note}" if note else "")
+    bad = int(stats.get("nonfinite", 0))  # (the statistics and the bars are of the finite values: how many are not)
+    text = f"mean {stats['mean']:.3g}\nstd {stats['std']:.3g}\nzeros {stats['zeros']:.1%}" + "".join(f"\n{t}" for t in (
+        f"{bad} NaN or inf ({bad / max(int(stats.get('values', bad)), 1):.1%}) left out" if bad else "", note) if t)
     ax.text(0.98, 0.97, text, transform=ax.transAxes, ha="right", va="top", fontsize=9,
             bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.85, "edgecolor": "#999999"})
     return fig
