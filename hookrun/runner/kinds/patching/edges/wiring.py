@@ -86,6 +86,12 @@ class LensWiring(Wiring):
         self.parallel = bool(getattr(cfg, "parallel_attn_mlp", False))
         kv = getattr(cfg, "n_key_value_heads", None)
         if kv is not None and kv != cfg.n_heads:  # ungrouped: one key and one value input per query head (as MIB)
+            if not hasattr(cfg, "ungroup_grouped_query_attention"):  # (TransformerLens 4's TransformerBridge)
+                raise ConfigError(f"{where}: {type(model).__name__} has grouped-query attention ({kv} key/value heads "
+                                  f"for {cfg.n_heads} query heads) and its config has no ungroup_grouped_query_attention, "
+                                  f"so its hook_k_input / hook_v_input are per key/value head, not per query head as the "
+                                  f"graph (and MIB) needs; give the HF model itself (a fresh one: booting a bridge "
+                                  f"replaces its modules) or a TransformerLens 3 HookedTransformer")
             self.FLAGS = (*self.FLAGS, "ungroup_grouped_query_attention")
         if getattr(cfg, "attn_only", False):
             raise ConfigError(f"{where}: the HookedTransformer is attention-only (cfg.attn_only=True), but the residual "
