@@ -9,6 +9,7 @@ prompts of different lengths, for mode=generate tests.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -77,3 +78,14 @@ def tiny_gpt2(seed: int = 0, attn_implementation: str | None = None, **config: A
     if attn_implementation is None:
         return GPT2LMHeadModel(config).eval()
     return GPT2LMHeadModel._from_config(config, attn_implementation=attn_implementation).eval()
+
+
+def tiny_gpt2_failing_on_rank(rank: int = 1, checkpoint: Any = None, **kw: Any) -> torch.nn.Module:
+    """tiny_gpt2(**kw) whose forward raises RuntimeError in the process whose RANK (or SUBMITIT_LOCAL_GLOBALID)
+    is `rank`: one rank of a many-process run fails, the others go on (`checkpoint`: tiny_lm's key, unused)."""
+    model = tiny_gpt2(**kw)
+    if int(os.environ.get("RANK", os.environ.get("SUBMITIT_LOCAL_GLOBALID", "0"))) == rank:
+        def boom(module: torch.nn.Module, args: Any) -> None:
+            raise RuntimeError(f"rank {rank} fails (tests/helpers/toy_lm.tiny_gpt2_failing_on_rank)")
+        model.register_forward_pre_hook(boom)
+    return model

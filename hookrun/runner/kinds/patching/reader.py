@@ -155,6 +155,12 @@ def edge_values(file: Any) -> tuple[np.ndarray, dict]:
     if meta.get("grid_complete") is False:  # a bounded run writes its grid as it goes (edges/bounded.py)
         raise NotFoundError(f"{getattr(file, 'filename', file)} holds part of an edge grid ({_rows(file)} of {meta['cells']} "
                           f"cells): the run stopped before its last reader group; resume it (resume=true)")
+    rows, cells = _rows(file), int(meta["cells"])
+    if rows < cells:  # (a view whose shard is missing: its rank failed before it wrote a cell)
+        shards = file.attrs.get("incomplete_shards")
+        raise NotFoundError(f"{getattr(file, 'filename', file)} holds {rows} of {cells} cells of its edge grid (status "
+                            f"{file.attrs.get('status', '?')}{f': {shards}' if shards else ''}): the run did not finish; "
+                            f"run the same command with resume=true to finish it")
     return np.asarray(file_grid(file, "edges").values, dtype=np.float64), meta
 
 
