@@ -10,7 +10,6 @@ capture file; the jobs are read one at a time.
 
 from __future__ import annotations
 
-import functools
 import os
 import warnings
 from collections.abc import Sequence
@@ -23,6 +22,7 @@ import yaml
 from hookrun.analysis.kind_readers import Table, kind_columns, no_values_note
 from hookrun.analysis.opening import open_run
 from hookrun.analysis.run_reader import Run, block_stats
+from hookrun.analysis.sweep_plan import planned, typed_overrides
 from hookrun.errors import HookrunError, NotFoundError
 from hookrun.labels import natural_key
 from hookrun.store.reading import empty_sweep, folder_file
@@ -166,19 +166,15 @@ def is_sweep(folder: Path) -> bool:
                            or all(d.relative_to(folder).parts[0].isdigit() for d in dirs))
 
 
-# keys that say how a job runs, not what it computes (a resumed job is the same job): never a swept parameter
-RUN_CONTROL = frozenset({"resume", "progress", "output.overwrite", "output.flush_every"})
-
-
 def _find_jobs(folder: Path) -> list[Job]:
     """The jobs' folders (`N/`, or deeper where hydra.sweep.subdir nests them: `N/run/`), each with its
     typed overrides and file; with Hydra's multirun.yaml, every job its sweeper planned that left no
     folder (refused, failed before its first batch, or never started) as a job without one, and a
     folder whose overrides it did not plan (an earlier sweep's, left by a smaller sweep run into its
     folder with output.overwrite=true) left out, with a warning."""
-    jobs = [Job(d, d.relative_to(folder).as_posix(), _typed(yaml.safe_load((d / ".hydra" / "overrides.yaml").read_text())),
+    jobs = [Job(d, d.relative_to(folder).as_posix(), typed_overrides(yaml.safe_load((d / ".hydra" / "overrides.yaml").read_text())),
                 folder_file(d) or _named_file(d)) for d in _job_dirs(folder)]
-    plan = [_typed(planned) for planned in _planned(folder)]
+    plan = [typed_overrides(planned) for planned in planned(folder)]
     if not plan:  # (another sweeper, or no multirun.yaml: the folders alone say what ran)
         return _in_order(jobs)
     left = [_key(o) for o in plan]
@@ -239,53 +235,6 @@ def _job_dirs(folder: Path) -> list[Path]:
         else:
             dirs[:] = [d for d in dirs if not d.startswith(".")]
     return sorted(found)
-
-
-@functools.cache
-def _parser() -> Any:
-    """Hydra's override parser (made once: every value of every job is read by it)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    return OverridesParser.create()
-
-
-def _typed(items: list | None) -> dict[str, Any]:
-    """A job's override list ('key=value', '+key=value') as {key: the value typed as Hydra types it}."""
-    parsed = {}
-    for item in items or []:
-        key, _, value = str(item).partition("=")
-        key = key.lstrip("+~")
-        if key not in RUN_CONTROL and not key.startswith("hydra."):
-            parsed[key] = _value(value)
-    return parsed
-
-
-def _planned(folder: Path) -> list[list[str]]:
-    """Each job's overrides as Hydra's basic sweeper expands the sweep multirun.yaml records (its
-    `hydra.sweeper.params`, then the command line's); [] for another sweeper or no multirun.yaml."""
-    try:
-        hydra = (yaml.safe_load((folder / "multirun.yaml").read_text()) or {}).get("hydra") or {}
-        sweeper, task = hydra.get("sweeper") or {}, (hydra.get("overrides") or {}).get("task") or []
-        if not str(sweeper.get("_target_", "")).endswith("BasicSweeper"):
-            return []
-        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-
-        params = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
-        batches = BasicSweeper.split_arguments(_parser().parse_overrides([*params, *task]), None)
-    except Exception:  # (no multirun.yaml, or one this Hydra cannot read: the folders alone say what ran)
-        return []
-    return [job for batch in batches for job in batch]
-
-
-def _value(text: str | None) -> Any:
-    """An override's value typed as Hydra's override grammar types it (0.5 a float, 3 an int, true,
-    null, [1, 2], '"$\\frac$"' the text between the quotes); text the grammar refuses stays text."""
-    if text is None:
-        return None
-    try:
-        return _parser().parse_override(f"k={text}").value()
-    except Exception:  # (Hydra ran it, so it parsed there; e.g. an interpolation's text)
-        return text
 
 
 def _has_method(job: Job, name: str) -> bool:

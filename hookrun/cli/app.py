@@ -34,7 +34,7 @@ from hookrun.cli.blocks import block_names, hydra_slots, missing_block
 from hookrun.cli.command import ends_quietly, exit_process
 from hookrun.cli.hydra_errors import dotted_keys, one_line, renamed, shell_damage
 from hookrun.cli.hydra_mode import skip_mode_compose
-from hookrun.cli.run_record import RunRecord, held_saves
+from hookrun.cli.run_record import RunRecord, held_saves, remove_empty
 from hookrun.config import CONF_PLACES, conf_folder
 from hookrun.config.plugins import plugin
 from hookrun.config.schema import HookrunConfig, hydra_schema, load, replaced
@@ -74,7 +74,7 @@ def _app(cfg: DictConfig) -> None:
     finally:
         if not record.written:  # refused, or a dry run: the run folder stays as it was
             record.discard()
-            _remove_empty(folder)
+            remove_empty(folder)
 
 
 def _task(cfg: DictConfig, folder: Path, record: RunRecord) -> None:
@@ -119,7 +119,12 @@ _TASK_STARTED = False  # before the first job starts, every exception is Hydra's
 
 
 class SweepFolder(Callback):
-    """Hydra callback (conf/config.yaml, hydra.callbacks): a multirun ends by naming its folder and jobs (multirun.yaml's)."""
+    """Hydra callback (conf/config.yaml, hydra.callbacks): a multirun's jobs are checked before the first starts
+    (sweep_checks.py); it ends by naming its folder and jobs (multirun.yaml's)."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: object) -> None:
+        from hookrun.cli.sweep_checks import check_jobs
+        check_jobs(config)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: object) -> None:
         from hookrun.analysis.sweep import ran_jobs
@@ -213,16 +218,6 @@ def _log_to_file(message: str) -> None:
     for handler in logging.getLogger().handlers + log.handlers:
         if isinstance(handler, logging.FileHandler):
             handler.handle(record)
-
-
-def _remove_empty(folder: Path) -> None:
-    """Remove the run folder Hydra made for a dry run, and its parents while they are empty."""
-    try:
-        while folder != folder.parent and not any(folder.iterdir()) and folder.resolve() != Path.cwd().resolve():
-            folder.rmdir()
-            folder = folder.parent
-    except OSError:
-        pass
 
 
 @ends_quietly

@@ -122,3 +122,13 @@ class RunRecord:
         for stand_in in self.pending:
             root.removeHandler(stand_in)
         self.pending = []
+
+
+def remove_empty(folder: Path) -> None:
+    """Remove the run folder Hydra made for a refused or dry run, and its parents while they are empty."""
+    try:
+        while folder != folder.parent and not any(folder.iterdir()) and folder.resolve() != Path.cwd().resolve():
+            folder.rmdir()
+            folder = folder.parent
+    except OSError:
+        pass

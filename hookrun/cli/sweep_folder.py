@@ -54,7 +54,7 @@ def check_sweep_folder(args: list[str]) -> None:
 
 def _what(overrides: list[str]) -> list[str]:
     """A sweep's task overrides without the run-control keys (how its jobs run, not what they compute)."""
-    from hookrun.analysis.sweep import RUN_CONTROL
+    from hookrun.analysis.sweep_plan import RUN_CONTROL
 
     return [o for o in overrides if o.partition("=")[0].lstrip("+~") not in RUN_CONTROL]
 

@@ -255,8 +255,7 @@ def add_features(features: Any, *, build: OpBuild | None = None) -> Op:
 
 
 def build_op(op: Any, params: Mapping, where: str, build: OpBuild | None = None) -> Op:
-    """An Op from a name with params, or from a `_target_` node; a factory with a keyword-only
-    `build` parameter gets `build` (the one build context, the same for every op)."""
+    """An Op from a name with params, or a `_target_` node; a factory with a keyword-only `build` gets `build`."""
     if isinstance(op, Mapping):
         if params:
             raise ConfigError(f"{where}: with op: {{_target_: ...}}, put the op's arguments inside the op node, not {sorted(params)}")
@@ -266,6 +265,16 @@ def build_op(op: Any, params: Mapping, where: str, build: OpBuild | None = None)
         return _user_op(fn)
     if not isinstance(op, str):
         raise ConfigError(f"{where}.op: expected an op name or a `_target_` node, got {op!r}")
+    factory, params, takes_build = op_params(op, params, where)
+    if takes_build:
+        if build is None:
+            raise ConfigError(f"{where}: op {op} needs a hook point to be built (it is made by a modify action)")
+        return factory(**params, build=build)
+    return factory(**params)
+
+
+def op_params(op: str, params: Mapping, where: str) -> tuple[Callable[..., Op], dict, bool]:
+    """A named op's factory, its params checked (keys, numbers) and whether it takes `build`: no model needed."""
     try:
         factory = OPS.get(op)
     except (NotFoundError, ConfigError) as exc:  # (a plugin's import path that names nothing: ConfigError)
@@ -273,21 +282,12 @@ def build_op(op: Any, params: Mapping, where: str, build: OpBuild | None = None)
     if OPS.own(op) and op in plugin_op_names():  # which of the two is meant cannot be told
         raise ConfigError(f"{where}.op: {op!r} is one of hookrun's own ops, and a kind plugin declares an op "
                           f"{op!r} in its `ops` too; give the plugin's op another name")
-    sig = inspect.signature(factory)
-    takes_build = "build" in sig.parameters and sig.parameters["build"].kind is inspect.Parameter.KEYWORD_ONLY
-    keys = set(sig.parameters) - {"self", "build"}
-    unknown = sorted(set(params) - keys)
-    if unknown:
+    keys = set(sig := inspect.signature(factory).parameters) - {"self", "build"}
+    if unknown := sorted(set(params) - keys):
         raise ConfigError(f"{where}: op {op} has no parameter {', '.join(unknown)}; its parameters: {', '.join(sorted(keys)) or 'none'}")
-    missing = [n for n, p in sig.parameters.items() if p.default is p.empty and n not in params and n != "build"]
-    if missing:
+    if missing := [n for n, p in sig.items() if p.default is p.empty and n not in params and n != "build"]:
         raise ConfigError(f"{where}: op {op} needs {', '.join(missing)} (e.g. {{name: ..., op: {op}, {missing[0]}: ...}})")
-    params = typed_params(factory, params, where)
-    if takes_build:
-        if build is None:
-            raise ConfigError(f"{where}: op {op} needs a hook point to be built (it is made by a modify action)")
-        return factory(**params, build=build)
-    return factory(**params)
+    return factory, typed_params(factory, params, where), "build" in sig and sig["build"].kind is sig["build"].KEYWORD_ONLY
 
 
 def _user_op(fn: Callable) -> Op:

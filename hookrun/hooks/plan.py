@@ -279,6 +279,11 @@ def _trainable(spec: Any, targets: list) -> list:
 
 
 def _construct(cls: type, action_spec: Any, point: HookPoint, hook_type: HookType, env: ActionEnv) -> Any:
+    return cls(point, hook_type, env, where=action_spec.where, **action_params(cls, action_spec))
+
+
+def action_params(cls: type, action_spec: Any) -> dict[str, Any]:
+    """The action's params checked against its class (keys, the numbers' types): no model needed."""
     params = inspect.signature(cls.__init__).parameters
     allowed = [p for p in params if p not in ("self", "point", "hook_type", "env", "where")]
     takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
@@ -288,4 +293,4 @@ def _construct(cls: type, action_spec: Any, point: HookPoint, hook_type: HookTyp
             f"{action_spec.where}: {action_spec.name} has no parameter {', '.join(map(repr, unknown))}; "
             f"its parameters: {', '.join(a for a in allowed if params[a].kind is not params[a].VAR_KEYWORD) or 'none'}"
         )
-    return cls(point, hook_type, env, where=action_spec.where, **typed_params(cls.__init__, action_spec.params, action_spec.where))
+    return typed_params(cls.__init__, action_spec.params, action_spec.where)

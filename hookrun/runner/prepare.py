@@ -79,13 +79,10 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
     """`model` and `dataset`, where given, are live objects used instead of cfg.model / cfg.data.dataset;
     `out`: the run's destination, made once by run() (default: output.path's); `hold`: the owner of
     what the run attaches to the model (hooks/hold.py), made by run() before the model is touched."""
-    import_modules(cfg.imports)
-    specs = parse_hooks(cfg.hooks)
+    specs = check_alone(cfg)
     mode = cfg.mode
     device = resolve_device(cfg.device)
-    check_config(cfg)  # the common table, then the kind's own check
     kind = kind_for(cfg)
-    check_not_a_patch_source(specs, cfg.output.path)
     out = open_destination(cfg) if out is None else out
     out.check_free(cfg.output.overwrite or cfg.resume or not check_exists, cfg.dry_run)  # (a dry run of resume=true: the file is to be there)
 
@@ -155,6 +152,17 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
         raise
     return Prepared(cfg, out, model, dataset, loader, points, env, settings,
                     attrs={"model_fingerprint": weights_digest(model) if env.splices else digest, **input_normalize(dataset)})
+
+
+def check_alone(cfg: HookrunConfig) -> list:
+    """The checks of `cfg` that need no model, data, device or file: its imports, the hook specs, the
+    options' table and the kind's block, the patch source; the specs back. A sweep runs them for every
+    job before its first job starts (cli/sweep_checks.py)."""
+    import_modules(cfg.imports)
+    specs = parse_hooks(cfg.hooks)
+    check_config(cfg)  # the common table, then the kind's own check
+    check_not_a_patch_source(specs, cfg.output.path)
+    return specs
 
 
 def input_normalize(dataset: Any) -> dict:

@@ -105,8 +105,8 @@ def test_plots_of_two_runs_into_one_folder_never_replace_each_other(tmp_path, ch
 @pytest.fixture(scope="module")
 def cli_sweeps(tmp_path_factory):
     """Two sweeps as Hydra makes them: one of 2 x 2 jobs nested as `N/run` with a string parameter
-    that matplotlib and plotly would read as markup, and one whose second job is refused (the third
-    never starts)."""
+    that matplotlib and plotly would read as markup, and one whose second job is refused by its plan on the
+    model (the third never starts)."""
     from conftest import run_cli
 
     here = tmp_path_factory.mktemp("sweeps")
@@ -115,8 +115,9 @@ def cli_sweeps(tmp_path_factory):
                      "hydra.sweep.dir=tag", "hydra.sweep.subdir=${hydra.job.num}/run", cwd=here)
     assert nested.returncode == 0, nested.stderr[-2000:]
     assert "hookrun: sweep folder: tag (4 jobs; python -m hookrun.inspect tag)" in nested.stdout  # (it said 0 jobs)
-    refused = run_cli("-m", "experiment=ablate_layer3", "params.factor=0,abc,1", *small, "hydra.sweep.dir=bad", cwd=here)
-    assert refused.returncode != 0 and "factor='abc' is not a number" in refused.stderr
+    refused = run_cli("-m", "experiment=ablate_layer3", "hooks.ablate.at=layer3,layer9,layer4", "params.factor=0",
+                       *small, "hydra.sweep.dir=bad", cwd=here)
+    assert refused.returncode != 0 and "ResNet has no module 'layer9'" in refused.stderr  # (refused on the model: job 1 itself)
     return here
 
 
@@ -127,8 +128,8 @@ def test_a_sweep_of_other_overrides_into_an_earlier_sweeps_folder_leaves_its_rec
 
     record = (cli_sweeps / "bad" / "multirun.yaml").read_bytes()
     again = run_cli("-m", "experiment=ablate_layer3", "params.factor=5,6", "data.limit=1", "hydra.sweep.dir=bad", cwd=cli_sweeps)
-    assert again.returncode == 2 and again.stderr.startswith("hookrun: error: hydra.sweep.dir=bad: an earlier sweep of "
-                                                             "other overrides is there (experiment=ablate_layer3 params.factor=0,abc,1")
+    assert again.returncode == 2 and again.stderr.startswith("hookrun: error: hydra.sweep.dir=bad: an earlier sweep of other "
+                                                             "overrides is there (experiment=ablate_layer3 hooks.ablate.at=layer3,layer9,layer4")
     assert (cli_sweeps / "bad" / "multirun.yaml").read_bytes() == record and not (cli_sweeps / "bad" / "2").exists()
 
 
@@ -201,11 +202,11 @@ def test_a_sweep_plots_names_with_dollars_as_written(cli_sweeps, tmp_path):
 
 def test_a_sweep_lists_its_refused_and_unstarted_jobs_and_verify_checks_every_job(cli_sweeps, capsys):
     sweep = open_sweep(cli_sweeps / "bad")
-    assert [(j.num, j.overrides["params.factor"], j.file is not None) for j in sweep.jobs] == \
-        [("0", 0, True), ("1", "abc", False), ("2", 1, False)]
+    assert [(j.num, j.overrides["hooks.ablate.at"], j.file is not None) for j in sweep.jobs] == \
+        [("0", "layer3", True), ("1", "layer9", False), ("2", "layer4", False)]
     assert [r["status"] for r in sweep.table()] == ["complete", "not run", "not run"]
     assert inspect_main([str(cli_sweeps / "bad")]) == 0
-    assert capsys.readouterr().out.startswith(f"{cli_sweeps / 'bad'}: 3 jobs, swept: params.factor")
+    assert capsys.readouterr().out.startswith(f"{cli_sweeps / 'bad'}: 3 jobs, swept: hooks.ablate.at")
     assert inspect_main(["--verify", str(cli_sweeps / "bad")]) == 1
     captured = capsys.readouterr()
     assert "every checked row matches its checksum" in captured.out and "job 1 (" in captured.err

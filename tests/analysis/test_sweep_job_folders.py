@@ -36,20 +36,23 @@ def test_a_sweep_whose_subdir_nests_a_value_with_slashes_finds_every_job(tmp_pat
 
 
 def test_a_probe_sweeps_chart_names_the_jobs_it_has_no_line_for(tmp_path):
-    """`probe.C=1,-1,2`: job 1 refused, job 2 never started. The chart "one line per job" drew job
-    0's line alone and said nothing of the two others (the generic sweep charts name them)."""
+    """`probe.at` with a module the model lacks in job 1: job 1 refused (by its run, on the model), job 2
+    never started. The chart "one line per job" drew job 0's line alone and said nothing of the two
+    others (the generic sweep charts name them)."""
     from hookrun.runner.kinds.probe.reader import sweep_figures
 
-    done = run_cli("-m", "experiment=probe_shapes", "probe.C=1,-1,2", "data.dataset.size=64", "data.batch_size=32",
-                   "probe.control=false", "progress=false", "hydra.sweep.dir=sw", cwd=tmp_path)
-    assert done.returncode != 0 and "probe.C=-1.0: the inverse regularisation strength must be above 0" in done.stderr
+    done = run_cli("-m", "experiment=probe_shapes", "probe.at=[block1,block2,block3,fc],[block1,nope],[fc]",
+                   "data.dataset.size=64", "data.batch_size=32", "probe.control=false", "progress=false",
+                   "hydra.sweep.dir=sw", cwd=tmp_path)
+    assert done.returncode != 0 and "probe.at: TinyCNN has no module 'nope'" in done.stderr
     sweep = open_sweep(tmp_path / "sw")
     assert [r["status"] for r in sweep.table()] == ["complete", "not run", "not run"]
     ((name, chart),) = sweep_figures(sweep)
     assert chart.title == "linear probes: test score by depth, one line per job (job 1, 2 not run: no line)"
     with h5py.File(tmp_path / "sw" / "0" / "captures.h5", "r") as f:
         tests = {str(g.attrs["module"]): float(g.attrs["test_score"]) for g in f["probe"].values()}
-    assert chart.series == {"probe.C=1": [tests[at] for at in chart.x]} and chart.x == ["block1", "block2", "block3", "fc"]
+    assert chart.series == {"probe.at=['block1', 'block2', 'block3', 'fc']": [tests[at] for at in chart.x]}
+    assert chart.x == ["block1", "block2", "block3", "fc"]
 
 
 def test_an_sae_sweeps_charts_name_the_jobs_they_have_no_point_for():

@@ -110,3 +110,33 @@ def test_every_hook_is_removed_after_the_session_even_on_error():
             model(torch.randn(2, 3, 32, 32, requires_grad=True)).sum().backward()
             raise RuntimeError("boom")
     assert all_hooks(model) == 0
+
+
+@pytest.mark.parametrize("action", [
+    "recrod",                                                    # no such action
+    {"name": "record", "wat": "x"},                              # a key the action does not take
+    {"name": "record", "what": "output"},                        # (a spec the plan takes: passes)
+    {"name": "modify_grad", "op": "zero"},                       # an action that does not fit the hook type
+    {"name": "modify_output", "op": "scale", "factor": "abc"},   # an op's number that is none
+    {"name": "modify_output", "op": "scael", "factor": 0.5},     # no such op
+    {"name": "modify_output", "op": "noise", "std": -1},         # an own op's value its factory refuses
+    {"name": "modify_output", "op": "clamp"},                    # ... and one without the keys it needs
+    {"name": "modify_output", "op": "add", "value": 1, "dimm": 0},  # an op's unknown key
+])
+def test_the_specs_checked_without_a_model_refuse_what_the_plan_refuses_with_its_line(action):
+    """A sweep checks every job's hooks before its first job runs (hooks/spec_check.py): the line is the
+    plan's own on a real model, and a spec the plan takes passes. Reference: make_plan on a ResNet."""
+    from hookrun.hooks.spec_check import check_specs
+
+    specs = parse_hooks({"h": {"at": "fc", "type": "forward", "actions": [action]}})
+    try:
+        make_plan(small_resnet(), specs, ActionEnv(), "eval")
+        planned = None
+    except ConfigError as exc:
+        planned = str(exc)
+    try:
+        check_specs(specs)
+        checked = None
+    except ConfigError as exc:
+        checked = str(exc)
+    assert checked == planned and (planned is None) == (action == {"name": "record", "what": "output"})
