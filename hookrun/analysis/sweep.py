@@ -25,6 +25,7 @@ from hookrun.analysis.run_reader import Run, block_stats
 from hookrun.analysis.sweep_plan import planned, typed_overrides
 from hookrun.errors import HookrunError, NotFoundError
 from hookrun.labels import natural_key
+from hookrun.store.format import REFUSED
 from hookrun.store.reading import empty_sweep, folder_file
 from hookrun.store.schemes import scheme_of
 
@@ -36,11 +37,17 @@ class Job:
     overrides: dict[str, Any]  # typed as Hydra reads them: 0.5 a float, 3 an int, true a bool
     file: Path | None
     ran: bool = True  # False: a job the sweep planned (multirun.yaml) that left no folder
+    refused: str | None = None  # the line of a job refused before its file opened (its folder's refused.txt)
 
     @property
     def missing(self) -> str:
-        """Why the job has no file to read: it ran and wrote none, or it left no folder."""
-        return "wrote no capture file" if self.ran else "left no folder"
+        """Why the job has no file to read: it was refused, ran and wrote none, or left no folder."""
+        return f"was refused: {self.refused}" if self.refused else "wrote no capture file" if self.ran else "left no folder"
+
+    @property
+    def state(self) -> str:
+        """A job without a file, as the sweep table says it: `refused: LINE`, `no file` or `not run`."""
+        return f"refused: {self.refused}" if self.refused else "no file" if self.ran else "not run"
 
     def open(self) -> Run:
         if self.file is None:
@@ -85,7 +92,7 @@ class Sweep:
         for job in self.jobs:
             row: dict[str, Any] = {"job": job.num, **{k: job.overrides.get(k) for k in keys}}
             if job.file is None:
-                row["status"] = "no file" if job.ran else "not run"
+                row["status"] = job.state
                 rows.append(row)
                 continue
             try:
@@ -173,7 +180,7 @@ def _find_jobs(folder: Path) -> list[Job]:
     folder whose overrides it did not plan (an earlier sweep's, left by a smaller sweep run into its
     folder with output.overwrite=true) left out, with a warning."""
     jobs = [Job(d, d.relative_to(folder).as_posix(), typed_overrides(yaml.safe_load((d / ".hydra" / "overrides.yaml").read_text())),
-                folder_file(d) or _named_file(d)) for d in _job_dirs(folder)]
+                file := folder_file(d) or _named_file(d), refused=None if file else _refusal(d)) for d in _job_dirs(folder)]
     plan = [typed_overrides(planned) for planned in planned(folder)]
     if not plan:  # (another sweeper, or no multirun.yaml: the folders alone say what ran)
         return _in_order(jobs)
@@ -205,6 +212,14 @@ def _key(overrides: dict[str, Any]) -> str:
 
 def _in_order(jobs: list[Job]) -> list[Job]:
     return sorted(jobs, key=lambda j: [(len(part), part) for part in j.num.split("/")])
+
+
+def _refusal(job: Path) -> str | None:
+    """The line of a job refused before its file opened (cli/run_record.py writes it), or None."""
+    try:
+        return (job / REFUSED).read_text(encoding="utf-8").strip().splitlines()[0] or None
+    except (OSError, IndexError, UnicodeDecodeError):
+        return None
 
 
 def _named_file(job: Path) -> Path | None:

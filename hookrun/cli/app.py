@@ -102,6 +102,8 @@ def _task(cfg: DictConfig, folder: Path, record: RunRecord) -> None:
         if not typed.dry_run:
             log.info("file: %s%s", result.path, f" · {result.note}" if result.note else "")
     except HookrunError as exc:
+        if HydraConfig.get().mode == RunMode.MULTIRUN and not isinstance(exc, Interrupted):
+            record.keep_refusal(str(exc))  # (its file not opened: the sweep's readers name it refused, with this line)
         if _FULL_ERROR:
             raise
         _fail(exc)

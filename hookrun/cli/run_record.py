@@ -25,6 +25,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from hookrun.store.format import REFUSED
+
 _HELD: list[tuple[Path, str]] = []  # (file, text) of the .hydra files Hydra asked to write
 log = logging.getLogger("hookrun")
 
@@ -95,6 +97,7 @@ class RunRecord:
         if self.written:
             return
         self.written = True
+        (self.folder / REFUSED).unlink(missing_ok=True)  # (an earlier refusal of this job: it runs now)
         root = logging.getLogger()
         for stand_in in self.pending:
             old = stand_in.file
@@ -113,6 +116,21 @@ class RunRecord:
                 path.write_text(text, encoding="utf-8")
             except OSError as exc:  # the run goes on: its output is open
                 log.warning("could not write %s: %s", path, exc)
+
+    def keep_refusal(self, line: str) -> None:
+        """A multirun's job refused before its output opened: its record (where its folder holds none yet)
+        and the line in REFUSED, so the sweep's readers name it refused with its reason; a folder that
+        holds a run's file is left as it was (that file's status speaks)."""
+        from hookrun.store.reading import folder_file
+
+        if self.written or folder_file(self.folder) is not None:
+            return
+        if not (self.folder / ".hydra").exists():
+            self.write()
+        try:
+            (self.folder / REFUSED).write_text(line + "\n", encoding="utf-8")
+        except OSError as exc:
+            log.warning("could not write %s: %s", self.folder / REFUSED, exc)
 
     def discard(self) -> None:
         """The run was refused (or wrote nothing): forget the record; the folder stays as it was."""

@@ -117,7 +117,8 @@ def cli_sweeps(tmp_path_factory):
     assert "hookrun: sweep folder: tag (4 jobs; python -m hookrun.inspect tag)" in nested.stdout  # (it said 0 jobs)
     refused = run_cli("-m", "experiment=ablate_layer3", "hooks.ablate.at=layer3,layer9,layer4", "params.factor=0",
                        *small, "hydra.sweep.dir=bad", cwd=here)
-    assert refused.returncode != 0 and "ResNet has no module 'layer9'" in refused.stderr  # (refused on the model: job 1 itself)
+    assert refused.returncode == 2 and "hookrun: error: hooks.ablate.at: ResNet has no module 'layer9'; closest names: layer4, " \
+        "layer3, layer2, layer1, layer4.1" in refused.stderr  # (refused on the model: by job 1 itself)
     return here
 
 
@@ -201,15 +202,20 @@ def test_a_sweep_plots_names_with_dollars_as_written(cli_sweeps, tmp_path):
 
 
 def test_a_sweep_lists_its_refused_and_unstarted_jobs_and_verify_checks_every_job(cli_sweeps, capsys):
+    """Job 1 refused on the model (its line on the command's stderr), job 2 never started: the readers
+    showed both alike as `not run`, job 1's refusal and its reason lost. Reference: the command's stderr."""
     sweep = open_sweep(cli_sweeps / "bad")
+    line = "hooks.ablate.at: ResNet has no module 'layer9'; closest names: layer4, layer3, layer2, layer1, layer4.1"
     assert [(j.num, j.overrides["hooks.ablate.at"], j.file is not None) for j in sweep.jobs] == \
         [("0", "layer3", True), ("1", "layer9", False), ("2", "layer4", False)]
-    assert [r["status"] for r in sweep.table()] == ["complete", "not run", "not run"]
+    assert [r["status"] for r in sweep.table()] == ["complete", f"refused: {line}", "not run"]
     assert inspect_main([str(cli_sweeps / "bad")]) == 0
-    assert capsys.readouterr().out.startswith(f"{cli_sweeps / 'bad'}: 3 jobs, swept: hooks.ablate.at")
+    out = capsys.readouterr().out
+    assert out.startswith(f"{cli_sweeps / 'bad'}: 3 jobs, swept: hooks.ablate.at") and f"refused: {line}" in out
     assert inspect_main(["--verify", str(cli_sweeps / "bad")]) == 1
     captured = capsys.readouterr()
-    assert "every checked row matches its checksum" in captured.out and "job 1 (" in captured.err
+    assert "every checked row matches its checksum" in captured.out and f"job 1 ({cli_sweeps / 'bad' / '1'}) was refused: {line}" in captured.err
+    assert "job 2 (" in captured.err and "left no folder" in captured.err
     assert inspect_main(["--verify", str(cli_sweeps / "tag")]) == 0
     assert capsys.readouterr().out.count("every checked row matches its checksum") == 4
 

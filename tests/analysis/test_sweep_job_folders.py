@@ -46,9 +46,10 @@ def test_a_probe_sweeps_chart_names_the_jobs_it_has_no_line_for(tmp_path):
                    "hydra.sweep.dir=sw", cwd=tmp_path)
     assert done.returncode != 0 and "probe.at: TinyCNN has no module 'nope'" in done.stderr
     sweep = open_sweep(tmp_path / "sw")
-    assert [r["status"] for r in sweep.table()] == ["complete", "not run", "not run"]
+    assert [r["status"] for r in sweep.table()] == ["complete", "refused: probe.at: TinyCNN has no module 'nope'; top-level "
+                                                    "modules: block1, pool1, block2, pool2, block3, fc", "not run"]
     ((name, chart),) = sweep_figures(sweep)
-    assert chart.title == "linear probes: test score by depth, one line per job (job 1, 2 not run: no line)"
+    assert chart.title == "linear probes: test score by depth, one line per job (job 1 refused: no line; job 2 not run: no line)"
     with h5py.File(tmp_path / "sw" / "0" / "captures.h5", "r") as f:
         tests = {str(g.attrs["module"]): float(g.attrs["test_score"]) for g in f["probe"].values()}
     assert chart.series == {"probe.at=['block1', 'block2', 'block3', 'fc']": [tests[at] for at in chart.x]}

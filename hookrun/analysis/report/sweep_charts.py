@@ -66,8 +66,8 @@ def unshown_note(missing: Sequence[tuple[str, str]], what: str = "line") -> str:
 def _unshown(missing: Sequence[tuple[str, str]], what: str) -> list[str]:
     """(job, status) pairs with nothing drawn, by status in their order: ['job 1, 3 failed: no line', ...]."""
     by_status: dict[str, list[str]] = {}
-    for job, status in missing:
-        by_status.setdefault(status, []).append(job)
+    for job, status in missing:  # ('refused: LINE', 'unreadable: LINE': the word; the table has the line)
+        by_status.setdefault(status.partition(": ")[0], []).append(job)
     return [f"job {', '.join(jobs)} {status}: no {what}" for status, jobs in by_status.items()]
 
 

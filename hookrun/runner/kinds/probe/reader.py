@@ -149,7 +149,7 @@ def _by_depth(sweep: Any) -> tuple[list[dict], Any]:
     rows, missing = [], []  # (missing: the jobs with no line, named in the title)
     for job in sweep.jobs:
         if job.file is None:
-            missing.append((str(job.num), "no file" if job.ran else "not run"))  # (as the sweep table says)
+            missing.append((str(job.num), job.state))  # (as the sweep table says)
             continue
         status = "unreadable"
         try:
