@@ -642,3 +642,34 @@ def test_a_layer_constant_up_to_rounding_is_constant_for_minibatch_as_for_exact(
     assert np.isnan(got["exact"][0]).all() and got["exact"][1]["undefined"] == {"0": "constant features"}
     assert np.isnan(got["minibatch"][0]).all()
     assert got["minibatch"][1]["undefined"] == {"0": "constant features within every batch"}
+
+
+def test_a_sweeps_report_names_the_jobs_it_has_no_matrix_for(tmp_path) -> None:
+    """Job 0 complete, job 1 failed at its second batch (the model's own error), job 2 refused before its
+    file opened: the report's similarity section showed job 0's matrix alone under 'each job's matrix',
+    and said nothing of the two others. Reference: each job's file (h5py) and its folder."""
+    import yaml
+    from toy_models import raising_at
+
+    from hookrun.analysis.kind_readers import kind_sweep_sections
+    from hookrun.errors import RunError
+    from hookrun.models.tiny_cnn import tiny_cnn
+
+    for num, measure in enumerate(["linear_cka", "rsa", "linear_cka"]):
+        job = tmp_path / "sweep" / str(num)
+        (job / ".hydra").mkdir(parents=True)
+        (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"similarity.measure={measure}", f"seed={num}"]))
+    hookrun.run(cfg(tmp_path / "sweep" / "0" / "captures.h5", n=12, at=["block1", "block3"], pool="mean"))
+    model = tiny_cnn()
+    raising_at(model, 2, RuntimeError("the model's own error"))
+    with pytest.raises(RunError):
+        hookrun.run(cfg(tmp_path / "sweep" / "1" / "captures.h5", n=12, at=["block1", "block3"], pool="mean",
+                        measure="rsa"), model=model)
+    with h5py.File(tmp_path / "sweep" / "1" / "captures.h5") as f:
+        assert f.attrs["status"] == "failed"
+    (tmp_path / "sweep" / "2" / "refused.txt").write_text("similarity.at: TinyCNN has no module 'nope'\n")
+    sweep = hookrun.open_sweep(tmp_path / "sweep")
+    assert [r["status"] for r in sweep.table()] == ["complete", "failed", "refused: similarity.at: TinyCNN has no module 'nope'"]
+    (section,) = kind_sweep_sections(sweep)
+    assert len(section["items"]) == 1 and section["items"][0]["caption"] == "job 0"
+    assert "job 1 failed: no matrix; job 2 refused: no matrix" in section["note"], section["note"]

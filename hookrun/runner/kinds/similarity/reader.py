@@ -143,34 +143,46 @@ SWEEP_JOBS = 12  # the most jobs whose matrices a sweep's report shows side by s
 def sweep_figures(sweep: Any) -> list[tuple[str, Heatmap]]:
     """Each complete job's heatmap on its measure's scale, titled by its swept values (plot draws every
     job): (file stem, spec)."""
-    return [(f"similarity_job{num}", heat) for num, heat in _job_heatmaps(sweep, None)]
+    return [(f"similarity_job{num}", heat) for num, heat in _job_heatmaps(sweep, None)[0]]
 
 
-def _job_heatmaps(sweep: Any, limit: int | None) -> list[tuple[int, Heatmap]]:
-    """(job number, heatmap) of the first `limit` jobs with a file (None: all), the complete ones."""
-    drawn = []
-    for job in [j for j in sweep.jobs if j.file is not None][:limit]:
+def _job_heatmaps(sweep: Any, limit: int | None) -> tuple[list[tuple[int, Heatmap]], list[tuple[str, str]]]:
+    """(job number, heatmap) of the complete ones among the first `limit` jobs (None: all), and
+    (job number, status) of those among them with no matrix (failed, refused, not run, ...)."""
+    drawn, missing = [], []
+    for job in sweep.jobs[:limit]:
+        if job.file is None:
+            missing.append((str(job.num), job.state))
+            continue
+        status = "unreadable"
         try:
             with job.open() as run:
+                status = run.status
                 heat = spec(run.file) if _complete(run.file) else None
         except (HookrunError, OSError, KeyError):  # an unreadable job: the sweep table says so
+            heat = None
+        if heat is None:
+            missing.append((str(job.num), status if status != "complete" else "complete, with no matrix"))
             continue
-        if heat is not None:
-            label = ", ".join(f"{k}={job.overrides.get(k)}" for k in sweep.swept) or f"job {job.num}"
-            heat.title = f"{label} · {heat.title}"
-            drawn.append((job.num, heat))
-    return drawn
+        label = ", ".join(f"{k}={job.overrides.get(k)}" for k in sweep.swept) or f"job {job.num}"
+        heat.title = f"{label} · {heat.title}"
+        drawn.append((job.num, heat))
+    return drawn, missing
 
 
 def sweep_sections(sweep: Any) -> list[dict]:
-    """A sweep's matrices (over models, measures, data): each job's heatmap on its measure's one scale."""
+    """A sweep's matrices (over models, measures, data): each job's heatmap on its measure's one scale,
+    and the jobs with none named (failed, refused, not run)."""
     from hookrun.analysis.report.run_sections import figure, section
+    from hookrun.analysis.report.sweep_charts import unshown_note
 
-    items = [figure(heat, caption=f"job {num}") for num, heat in _job_heatmaps(sweep, SWEEP_JOBS)]
-    if not items:
+    drawn, missing = _job_heatmaps(sweep, SWEEP_JOBS)
+    if not drawn:
         return []
-    more = len([j for j in sweep.jobs if j.file is not None]) - SWEEP_JOBS
+    items = [figure(heat, caption=f"job {num}") for num, heat in drawn]
+    more = len(sweep.jobs) - SWEEP_JOBS
     note = ("Each job's matrix on its measure's one colour scale (CKA 0 to 1, RSA -1 to 1)."
+            + (f" Not shown: {unshown_note(missing, 'matrix')[2:-1]}." if missing else "")
             + (f" The first {SWEEP_JOBS} jobs; {more} more are in the sweep table." if more > 0 else ""))
     return [section("similarity-sweep", f"Representational similarity across the sweep ({len(items)} runs)", items,
                     note)]
