@@ -211,3 +211,23 @@ def test_overlays_with_fewer_images_recorded_show_those_over_them(tmp_path):
         got = decode(im["src"])
         step = got.shape[0] // m.shape[0]
         np.testing.assert_allclose(got[::step, ::step] / 255, want, atol=1.5 / 255)
+
+
+def test_a_sweep_page_marks_a_failed_job_and_names_those_with_no_row(sweep, tmp_path):
+    """A job whose file says failed was compared as a method like the others (its partial rows' areas under
+    its bare method name), and a refused job was left out without a word. Reference: each job's status by
+    h5py and its folder's refused.txt."""
+    import shutil
+
+    root = tmp_path / "sw"
+    for job in ("0", "1"):
+        shutil.copytree(sweep / job, root / job)
+    with h5py.File(root / "1" / "captures.h5", "r+") as f:
+        f.attrs["status"] = "failed"
+    (root / "2" / ".hydra").mkdir(parents=True)
+    (root / "2" / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(["attribution.method=occlusion"]))
+    (root / "2" / "refused.txt").write_text("attribution.window: ...\n")
+    attr = section(build_report(hookrun.open_sweep(root)).data, "attribution-methods")
+    table = attr["items"][0]
+    assert [r[table["columns"].index("method")] for r in table["rows"]] == ["saliency", "integrated_gradients"]
+    assert "integrated_gradients (failed)" in str(attr["items"][1]) and "job 2 refused: no row" in attr["note"]

@@ -93,7 +93,7 @@ def _sections(run: Any) -> list[dict]:
 
 
 def _sweep_sections(sweep: Any) -> list[dict]:
-    from hookrun.runner.kinds.attribution.report import sweep_sections
+    from hookrun.runner.kinds.attribution.sweep_report import sweep_sections
 
     return sweep_sections(sweep)
 
