@@ -196,15 +196,7 @@ def make_plan(model: nn.Module, specs: list, env: ActionEnv, mode: Mode | str) -
                     fn = build_user_action(action_spec, point, hook_type, env)
                     point.actions.append(Callback(fn, point, hook_type, env, where=action_spec.where))
                     continue
-                try:
-                    cls = ACTIONS.get(action_spec.name)
-                except NotFoundError as exc:
-                    raise ConfigError(f"{action_spec.where}: {exc}") from None
-                if cls.fits is not None and spec.type not in cls.fits:
-                    raise ConfigError(
-                        f"{action_spec.where}: {action_spec.name} does not fit a {spec.type} hook; "
-                        f"it works with type: {', '.join(sorted(cls.fits))}"
-                    )
+                cls = action_class(action_spec, spec.type)
                 point.actions.append(_construct(cls, action_spec, point, hook_type, env))
             check_record_twins(point)
             if site is not None:  # an op site (hooks/sites.py: loaded only where the plan names one)
@@ -280,6 +272,18 @@ def _trainable(spec: Any, targets: list) -> list:
 
 def _construct(cls: type, action_spec: Any, point: HookPoint, hook_type: HookType, env: ActionEnv) -> Any:
     return cls(point, hook_type, env, where=action_spec.where, **action_params(cls, action_spec))
+
+
+def action_class(action_spec: Any, hook_type: str) -> type:
+    """The action's class, refused in one line where the registry has none or it does not fit the hook type."""
+    try:
+        cls = ACTIONS.get(action_spec.name)
+    except NotFoundError as exc:
+        raise ConfigError(f"{action_spec.where}: {exc}") from None
+    if cls.fits is not None and hook_type not in cls.fits:
+        raise ConfigError(f"{action_spec.where}: {action_spec.name} does not fit a {hook_type} hook; "
+                          f"it works with type: {', '.join(sorted(cls.fits))}")
+    return cls
 
 
 def action_params(cls: type, action_spec: Any) -> dict[str, Any]:

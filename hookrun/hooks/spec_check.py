@@ -15,10 +15,9 @@ import inspect
 from typing import Any
 
 from hookrun.errors import ConfigError, NotFoundError
-from hookrun.hooks.actions import ACTIONS
 from hookrun.hooks.hook_types import HOOK_TYPES
 from hookrun.hooks.ops import OPS, op_params
-from hookrun.hooks.plan import action_params
+from hookrun.hooks.plan import action_class, action_params
 
 
 def check_specs(specs: list[Any]) -> None:
@@ -31,13 +30,7 @@ def check_specs(specs: list[Any]) -> None:
         for action in spec.actions:
             if action.is_target:  # (a user's action class: built on the model)
                 continue
-            try:
-                cls = ACTIONS.get(action.name)
-            except NotFoundError as exc:
-                raise ConfigError(f"{action.where}: {exc}") from None
-            if cls.fits is not None and spec.type not in cls.fits:
-                raise ConfigError(f"{action.where}: {action.name} does not fit a {spec.type} hook; "
-                                  f"it works with type: {', '.join(sorted(cls.fits))}")
+            cls = action_class(action, spec.type)
             params = action_params(cls, action)
             named = {p for p in inspect.signature(cls.__init__).parameters if p != "params"}
             if isinstance(params.get("op"), str):  # (a modify action: the keys it does not name are the op's)
