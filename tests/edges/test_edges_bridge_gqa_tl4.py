@@ -10,23 +10,16 @@ ended in an AttributeError traceback from the config).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
-from tl4_venv import ENVS, TL4, needs_tl4
+from tl4_venv import needs_tl4, run_tl4
 
 pytestmark = [pytest.mark.slow, needs_tl4]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_gqa_bridge_is_refused_in_one_line_and_a_plain_bridge_equals_the_hf_model(tmp_path):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    run = subprocess.run([TL4, str(ENVS / "tl4_edges_bridge_gqa.py"), str(tmp_path), str(tmp_path / "r.json")],
-                         capture_output=True, text=True, env=env, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
+    run_tl4("tl4_edges_bridge_gqa.py", tmp_path, tmp_path / "r.json", hookrun=True)
     got = json.loads((tmp_path / "r.json").read_text())
     plain = got["4"]
     np.testing.assert_allclose(plain["bridge"], plain["hf"], atol=1e-5, rtol=1e-4)

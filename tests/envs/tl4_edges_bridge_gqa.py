@@ -15,17 +15,14 @@ import sys
 
 import torch
 import transformers as tf
-from tokenizers import Tokenizer, models, pre_tokenizers
+from tl4_words import save_word_tokenizer
 from transformer_lens.model_bridge import TransformerBridge
 
 import hookrun
 
 folder, out = sys.argv[1:3]
 V, T = 40, 6
-words = [f"w{i}" for i in range(V - 1)] + ["<unk>"]
-tk = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-tf.PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", pad_token="w0", eos_token="w1").save_pretrained(folder)
+save_word_tokenizer(folder, V)
 g = torch.Generator().manual_seed(5)
 clean = torch.randint(2, V, (3, T), generator=g)
 corrupt = clean.clone()

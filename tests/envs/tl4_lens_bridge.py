@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import torch
 import transformers as tf
-from tokenizers import Tokenizer, models, pre_tokenizers
+from tl4_words import save_word_tokenizer
 from transformer_lens.model_bridge import TransformerBridge
 
 import hookrun
@@ -23,10 +23,7 @@ from hookrun.errors import ConfigError
 
 folder, out = sys.argv[1:3]
 V, CAP = 40, 0.5
-words = [f"w{i}" for i in range(V - 1)] + ["<unk>"]
-tk = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-tf.PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", pad_token="w0", eos_token="w1").save_pretrained(folder)
+save_word_tokenizer(folder, V)
 torch.manual_seed(0)
 cfg = tf.Gemma2Config(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=2, head_dim=8, max_position_embeddings=32, final_logit_softcapping=CAP)

@@ -38,9 +38,12 @@ def saved_word_gpt2(folder: Path) -> torch.nn.Module:
     return model
 
 
-def run_tl4(script: str, *args: object) -> None:
-    """tests/envs/SCRIPT ARGS under the venv's python, offline and without this checkout on its path."""
+def run_tl4(script: str, *args: object, hookrun: bool = False) -> None:
+    """tests/envs/SCRIPT ARGS under the venv's python, offline; without this checkout on its path, or with it
+    (`hookrun`: a script that runs hookrun in the venv, on one thread)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
+    if hookrun:
+        env |= {"PYTHONPATH": str(ENVS.parents[1]), "OMP_NUM_THREADS": "1"}
     run = subprocess.run([TL4, str(ENVS / script), *map(str, args)], capture_output=True, text=True, env=env,
                          timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]

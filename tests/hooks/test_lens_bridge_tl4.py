@@ -7,24 +7,16 @@ the norm inside it first and no module that the same check refuses."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
-from tl4_venv import ENVS, TL4, needs_tl4
+from tl4_venv import needs_tl4, run_tl4
 
 pytestmark = [pytest.mark.slow, needs_tl4]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_bridge_of_a_softcapped_gemma2_has_the_models_own_final_distribution(tmp_path):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    run = subprocess.run([TL4, str(ENVS / "tl4_lens_bridge.py"), str(tmp_path), str(tmp_path / "l.npz")],
-                         capture_output=True, text=True, env=env, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
+    run_tl4("tl4_lens_bridge.py", tmp_path, tmp_path / "l.npz", hookrun=True)
     got = np.load(tmp_path / "l.npz")
     final = torch.log_softmax(torch.from_numpy(got["output"]), -1)
     lp0 = torch.log_softmax(torch.from_numpy(got["layer0"]), -1)
