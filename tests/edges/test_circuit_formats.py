@@ -187,7 +187,7 @@ def test_cli_run_export_and_score_agree(tmp_path):
     last = (proc.stdout or proc.stderr).strip().splitlines()[-1]
     assert f"CPR {mib['cpr']['area']:.4g}, CMD {mib['cmd']['area']:.4g}" in last and "0.5: " in last
     assert main(["export", str(tmp_path / "captures.h5"), "--format", "mib", str(tmp_path / "sub"), "--task", "ioi",
-                 "--model", "tiny"]) == 0
+                 "--model", "gpt2"]) == 0
     scored = subprocess.run([sys.executable, "-m", "hookrun.circuits", "score", str(tmp_path / "captures.h5"), "--circuit",
                              str(tmp_path / "sub"), "--out", str(tmp_path / "scored.h5")],
                             cwd=ROOT, capture_output=True, text=True, timeout=600)

@@ -39,8 +39,8 @@ def test_mib_folder_by_a_bare_relative_name_is_scored(model, items, tmp_path, mo
     monkeypatch.chdir(tmp_path)
     hookrun.run({"data": {"target": None}, "progress": False, "output": {"path": "run.h5", "overwrite": True},
                  "patching": {"method": "eap", "input": "input"}}, model=model, dataset=items)
-    assert main(["export", "run.h5", "--format", "mib", "sub", "--task", "ioi", "--model", "tiny"]) == 0
-    doc = json.loads((tmp_path / "sub" / "ioi_tiny" / "importances.json").read_text())
+    assert main(["export", "run.h5", "--format", "mib", "sub", "--task", "ioi", "--model", "gpt2"]) == 0
+    doc = json.loads((tmp_path / "sub" / "ioi_gpt2" / "importances.json").read_text())
     scores = {edge_key(name): e["score"] for name, e in doc["edges"].items()}
     assert sorted(scores, key=str) == sorted(eap_ig_edges(), key=str)
     want = reference(model, items, scores, FRACTIONS)

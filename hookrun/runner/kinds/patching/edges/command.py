@@ -30,7 +30,13 @@ import numpy as np
 from hookrun.analysis.opening import open_run
 from hookrun.config.plugins import plugin_names
 from hookrun.errors import ConfigError
-from hookrun.runner.kinds.patching.edges.formats import FORMATS, describe_cfg, to_eap_ig, write_mib
+from hookrun.runner.kinds.patching.edges.formats import (
+    FORMATS,
+    describe_cfg,
+    mib_folder,
+    to_eap_ig,
+    write_mib,
+)
 from hookrun.runner.kinds.patching.edges.mib import mib_circuit, mib_sign
 from hookrun.runner.kinds.patching.edges.spec import parse_fractions
 from hookrun.store.schemes import local_only, local_path
@@ -44,8 +50,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("run", help="an edges run's file (patching method eap / eap_ig)")
     e.add_argument("--format", required=True, help=f"one of: {', '.join(FORMATS)}")
     e.add_argument("out", help="eap-ig: the JSON file; mib: the submission folder")
-    e.add_argument("--task", help="mib: the task's name in the folder's name (ioi, mcqa, arc-easy, ...)")
-    e.add_argument("--model", help="mib: the model's name in the folder's name (gpt2, qwen2.5, gemma2, llama3)")
+    e.add_argument("--task", help="mib: one of MIB's tasks (ioi, mcqa, arithmetic-addition, arc-easy, ...)")
+    e.add_argument("--model", help="mib: one of MIB's models (gpt2, qwen2.5, gemma2, llama3, interpbench)")
     e.add_argument("--fraction", type=float, help="mark MIB's circuit of this fraction of the edges as in_graph")
     s = sub.add_parser("score", help="faithfulness (MIB's CPR and CMD) of a circuit file on a run's model and items")
     s.add_argument("source", help="an edges run's file (its stored config is run again) or a YAML config")
@@ -66,6 +72,8 @@ def export(a: argparse.Namespace) -> int:
         raise ConfigError(f"--format {a.format!r}; choose from: {', '.join(FORMATS)}")
     if a.format == "mib" and not (a.task and a.model):
         raise ConfigError("--format mib needs --task and --model: MIB reads the folder {task}_{model} (e.g. --task ioi --model gpt2)")
+    if a.format == "mib":
+        mib_folder(a.task, a.model)  # (a name MIB's run_evaluation.py skips, refused before anything is read or written)
     if a.fraction is not None and not 0 < a.fraction <= 1:
         raise ConfigError(f"--fraction {a.fraction}; give a fraction of the edges in (0, 1]")
     a.out = local_only(a.out, "out", "circuits export")

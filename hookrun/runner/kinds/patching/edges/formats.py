@@ -26,10 +26,16 @@ from typing import Any
 
 import numpy as np
 
-from hookrun.errors import ConfigError
+from hookrun.errors import ConfigError, close_matches
 from hookrun.store.whole_file import write_whole
 
 FORMATS = ("mib", "eap-ig")
+# The submission folders MIB's circuit track scores: run_evaluation.py skips, without a word, a folder
+# `{task.replace('_', '-')}_{model}` that is not a key of COL_MAPPING (hannamw/MIB-circuit-track,
+# MIB_circuit_track/utils.py at commit b759df34433c9e31043ba9e02908ce0bf20e894f).
+MIB_FOLDERS = ("ioi_gpt2", "ioi_qwen2.5", "ioi_gemma2", "ioi_llama3", "mcqa_qwen2.5", "mcqa_gemma2", "mcqa_llama3",
+               "arithmetic-addition_llama3", "arithmetic-subtraction_llama3", "arc-easy_gemma2", "arc-easy_llama3",
+               "arc-challenge_llama3", "ioi_interpbench")
 _HEAD = re.compile(r"^L(\d+)\.H(\d+)$")
 _READER_HEAD = re.compile(r"^L(\d+)\.H(\d+)\.([qkv])$")
 _MLP = re.compile(r"^L(\d+)\.MLP$")
@@ -78,9 +84,27 @@ def to_eap_ig(writers: Sequence[str], readers: Sequence[str], scores: np.ndarray
     return {"cfg": dict(cfg), "nodes": nodes, "edges": edges}
 
 
+def mib_folder(task: str, model: str) -> str:
+    """MIB's folder name `{task}_{model}` (a task's `_` written `-`, as MIB writes it), refused in one line where
+    MIB's circuit track would skip it (MIB_FOLDERS), with the closest name it scores."""
+    tasks = list(dict.fromkeys(f.rpartition("_")[0] for f in MIB_FOLDERS))
+    models = list(dict.fromkeys(f.rpartition("_")[2] for f in MIB_FOLDERS))
+    name = task.replace("_", "-")
+    for flag, given, choices in (("--task", name, tasks), ("--model", model, models)):
+        if given not in choices:
+            near = close_matches(given, choices, n=1)
+            raise ConfigError(f"{flag} {given!r}: not one of MIB's (its run_evaluation.py would skip the folder without "
+                              f"scoring it); {f'did you mean {near[0]}? ' if near else ''}choose from: {', '.join(choices)}")
+    if f"{name}_{model}" not in MIB_FOLDERS:
+        scored = [f.rpartition("_")[2] for f in MIB_FOLDERS if f.rpartition("_")[0] == name]
+        raise ConfigError(f"--task {name} --model {model}: MIB scores no {name}_{model} folder (its run_evaluation.py "
+                          f"would skip it without scoring it); MIB scores {name} on: {', '.join(scored)}")
+    return f"{name}_{model}"
+
+
 def write_mib(doc: dict, out: str | Path, task: str, model: str) -> Path:
-    """MIB's submission layout: OUT/{task}_{model}/importances.json."""
-    folder = Path(out) / f"{task.replace('_', '-')}_{model}"
+    """MIB's submission layout: OUT/{task}_{model}/importances.json (a task or model MIB does not score refused)."""
+    folder = Path(out) / mib_folder(task, model)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "importances.json"
     return write_whole(path, lambda tmp: tmp.write_text(json.dumps(doc)))  # (whole or not at all)
