@@ -125,6 +125,8 @@ def faithfulness_lines(curve: Mapping[str, Any] | None) -> list[str]:
     mib = curve.get("mib")
     if mib:
         out.append(f"    MIB          CPR {mib['cpr']['area']:.4g}, CMD {mib['cmd']['area']:.4g} over fractions of {mib['n_edges']} edges")
+        if mib.get("undefined"):
+            return [*out, f"      undefined: {mib['undefined']}"]
         for name in ("cpr", "cmd"):
             pairs = ", ".join(f"{f:g}: {v:.3g}" for f, v in zip(mib["fractions"], mib[name]["faithfulness"], strict=True))
             out.append(f"      {name} ({'signed' if name == 'cpr' else '|score|'}) faithfulness {pairs}")
@@ -196,6 +198,8 @@ def edge_grid(scores: np.ndarray, meta: dict) -> Any:
             grid.attrs["faithfulness_cpr"], grid.attrs["faithfulness_cmd"] = mib["cpr"]["area"], mib["cmd"]["area"]
             grid.attrs["faithfulness_cpr_curve"] = mib["cpr"]["faithfulness"]
             grid.attrs["faithfulness_cmd_curve"] = mib["cmd"]["faithfulness"]
+            if mib.get("undefined"):
+                grid.attrs["faithfulness_undefined"] = mib["undefined"]
     return grid
 
 

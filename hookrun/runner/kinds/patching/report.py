@@ -43,6 +43,8 @@ def grid_specs(run: Any) -> list[tuple[str, str, list[Any]]]:
         g = run.grid(name)
         a = dict(g.attrs)
         about = ", ".join(f"{k} {_short(a[k])}" for k in ("metric", "method", "direction", "metric_clean", "metric_corrupt", "normalize") if k in a)
+        undefined = ((_meta(run).get("faithfulness") or {}).get("mib") or {}).get("undefined") if name == "edges" else None
+        about += f"; MIB faithfulness: {undefined}" if undefined else ""  # (its curve, all NaN, is not drawn)
         first = g.dims[0]  # module (a site's grid) or writer (an edges grid)
         specs: list[Any] = [Heatmap(z, grid_title(name, a, title) + more, x=x, y=[str(m) for m in g.coords[first].values],
                                     xlabel=xlabel, ylabel=first, label=_colour_label(a, first), centre=no_effect(a, first))
@@ -221,7 +223,8 @@ def _faithfulness(run: Any) -> list[Any]:
                          f"faithfulness: {curve.get('ablation', 'corrupt')} ablation outside the top-k edges of {curve.get('from', '')}",
                          log_x=True))
     mib = curve.get("mib")
-    if mib:  # MIB's circuits at fractions of the edges (edges/mib.py): CPR from the signed ranking, CMD from |score|
+    if mib and not mib.get("undefined"):  # MIB's circuits at fractions of the edges (edges/mib.py): CPR from the signed
+        # ranking, CMD from |score| (undefined: no curve to draw; the grid's title says why)
         out.append(Lines(mib["fractions"], {"signed ranking (CPR)": mib["cpr"]["faithfulness"],
                                             "|score| ranking (CMD)": mib["cmd"]["faithfulness"]},
                          f"fraction of the {mib['n_edges']} edges kept (pruned as MIB prunes)", "faithfulness",

@@ -13,7 +13,8 @@ The definitions, as MIB evaluates a circuit of fraction f of the N edges of the 
   reader is always present); a node's incoming edges are those into its readers (a head's q, k
   and v; an MLP's input);
 - faithfulness f = (m(circuit) - m(empty)) / (m(clean) - m(empty)), each m the metric averaged over
-  the items, every edge outside the circuit ablated to its counterfactual value;
+  the items, every edge outside the circuit ablated to its counterfactual value (NaN, and the curves'
+  `undefined` says why, where m(clean) = m(empty));
 - CPR = sum of trapezoids of f over the fractions themselves (not their logs; a curve at 1 everywhere
   gives 0.999 over MIB's fractions), CMD = the same area of |1 - f| on the absolute ranking.
 """
@@ -94,9 +95,12 @@ def mib_curves(graph: object, scores: np.ndarray, fractions: Sequence[float],
     keeps = {name: np.stack([mib_circuit(graph, scores, n, absolute) for n in sizes])
              for name, absolute in (("cpr", False), ("cmd", True))}
     values = np.asarray(evaluate(np.concatenate([keeps["cpr"], keeps["cmd"]])), dtype=np.float64)
+    if m_clean == m_empty:  # (an ablation other than corrupt: m_empty is known only now, after the scores)
+        out["undefined"] = (f"m(clean) equals m(empty circuit) ({m_clean:.6g}), so faithfulness (m - m_empty) / "
+                            f"(m_clean - m_empty) is undefined (NaN); choose items the metric separates from the empty circuit")
     for i, name in enumerate(("cpr", "cmd")):
         metric = values[i * len(sizes): (i + 1) * len(sizes)]
-        faith = (metric - m_empty) / (m_clean - m_empty)
+        faith = np.full_like(metric, np.nan) if "undefined" in out else (metric - m_empty) / (m_clean - m_empty)
         curve = faith if name == "cpr" else np.abs(1.0 - faith)
         out[name] = {"kept": [int(k.sum()) for k in keeps[name]], "metric": metric.tolist(),
                      "faithfulness": faith.tolist(), "area": area(fractions, curve)}
@@ -105,5 +109,7 @@ def mib_curves(graph: object, scores: np.ndarray, fractions: Sequence[float],
 
 def summary(mib: dict) -> str:
     """`CPR 0.512 CMD 0.301`, with the recovered fractions of the CPR curve: one log or inspect line."""
+    if mib.get("undefined"):
+        return f"CPR nan, CMD nan: {mib['undefined']}"
     fr = ", ".join(f"{f:g}: {v:.3g}" for f, v in zip(mib["fractions"], mib["cpr"]["faithfulness"], strict=True))
     return f"CPR {mib['cpr']['area']:.4g}, CMD {mib['cmd']['area']:.4g} (faithfulness at fractions {fr})"
