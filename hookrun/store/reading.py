@@ -24,7 +24,7 @@ import h5py
 
 from hookrun.errors import HookrunError, NotFoundError
 from hookrun.store.capture_schema import damage
-from hookrun.store.format import FORMAT_VERSION, HOOKRUN_VERSION
+from hookrun.store.format import FORMAT_VERSION, HOOKRUN_VERSION, REFUSED
 from hookrun.store.lock import changed_while_read, flushing_path, settled, wait_for_flush
 from hookrun.store.schemes import local_path, scheme_of
 from hookrun.store.view_sources import check_shards, check_sources, shard_names
@@ -210,10 +210,18 @@ def local_source(path: str | os.PathLike, cache_dir: str | os.PathLike | None = 
         jobs = sorted(p.parent.parent.name for p in local.glob("*/.hydra/config.yaml"))
         if not jobs:
             raise NotFoundError(empty_sweep(local))
+        ran = [j for j in jobs if folder_file(local / j) is not None]
+        if not ran:  # (a hint to a job's folder would name one with no file: say what became of each)
+            what = "; ".join(f"job {j} {job_state(local / j)}" for j in jobs[:4]) + ("; ..." if len(jobs) > 4 else "")
+            raise NotFoundError(f"{str(local)!r} is a sweep folder none of whose {len(jobs)} job(s) left a run's file: "
+                                f"{what}; run the sweep again once that is fixed")
         raise NotFoundError(f"{str(local)!r} is a sweep folder of {len(jobs)} job(s) ({', '.join(jobs[:4])}"
                             f"{', ...' if len(jobs) > 4 else ''}); open_run reads one run: give a job's folder, e.g. "
-                            f"{str(local / jobs[0])!r}, or hookrun.open_sweep(folder) for the sweep's table")
+                            f"{str(local / ran[0])!r}, or hookrun.open_sweep(folder) for the sweep's table")
     found = folder_file(local) if local.is_dir() else None
+    if local.is_dir() and found is None and (local / REFUSED).is_file():
+        raise NotFoundError(f"{str(local)!r} is a sweep's job that left no run's file: it {job_state(local)}; run it "
+                            f"again once that is fixed")
     if local.is_dir() and found is None:
         runs = sorted(p.parent.parent.relative_to(local).as_posix() for p in local.glob("*/.hydra/config.yaml"))
         if runs:  # a folder of runs (outputs/DATE): name them, not a captures.h5 it never had
@@ -242,6 +250,16 @@ def folder_file(folder: Path) -> Path | None:
             return path
     files = sorted(folder.glob("*.h5"))
     return files[0] if len(files) == 1 else None
+
+
+def job_state(folder: Path) -> str:
+    """'was refused: LINE' (the job's refused.txt, docs/format.md), or 'has no run's file' (it failed before its
+    file opened, or has not run)."""
+    try:
+        line = (folder / REFUSED).read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return "has no run's file (not run yet, or failed before its file opened)"
+    return f"was refused: {line}"
 
 
 def empty_sweep(folder: Path) -> str:
