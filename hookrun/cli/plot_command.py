@@ -44,6 +44,7 @@ from hookrun.analysis.images import map_rows
 from hookrun.analysis.kind_readers import kind_figures, kind_sweep_figures, unread_kind
 from hookrun.analysis.opening import open_run
 from hookrun.analysis.report.figure_specs import (
+    NotShown,
     constant_over_space,
     no_information,
     run_label,
@@ -221,6 +222,9 @@ def plot_sweep(sweep: Sweep, out: Path, stat: str = "mean", x: str | None = None
         print(f"not drawn: {column} against {', '.join(swept)} ({not_drawn(table, column)})")
     charts = [(f"sweep_{_file_name(c.ylabel)}_vs_{_file_name(c.xlabel)}", c) for c in sweep_charts(table, swept, metrics)]
     drawn = [*charts, *kind_sweep_figures(sweep)]
+    for left in (spec for _, spec in drawn if isinstance(spec, NotShown)):  # (as the kind's report section says it)
+        print(f"not drawn: {left.what} ({left.why})")
+    drawn = [(stem, spec) for stem, spec in drawn if not isinstance(spec, NotShown)]
     if not drawn:
         raise NotFoundError(f"{sweep.folder}: no two jobs wrote a number (no kind's metric, no capture); nothing to draw")
     out.mkdir(parents=True, exist_ok=True)

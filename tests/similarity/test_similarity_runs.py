@@ -644,10 +644,11 @@ def test_a_layer_constant_up_to_rounding_is_constant_for_minibatch_as_for_exact(
     assert got["minibatch"][1]["undefined"] == {"0": "constant features within every batch"}
 
 
-def test_a_sweeps_report_names_the_jobs_it_has_no_matrix_for(tmp_path) -> None:
+def test_a_sweeps_report_names_the_jobs_it_has_no_matrix_for(tmp_path, capsys) -> None:
     """Job 0 complete, job 1 failed at its second batch (the model's own error), job 2 refused before its
     file opened: the report's similarity section showed job 0's matrix alone under 'each job's matrix',
-    and said nothing of the two others. Reference: each job's file (h5py) and its folder."""
+    and said nothing of the two others; plot drew job 0's PNG and said nothing of them either. Reference:
+    each job's file (h5py) and its folder."""
     import yaml
     from toy_models import raising_at
 
@@ -673,3 +674,11 @@ def test_a_sweeps_report_names_the_jobs_it_has_no_matrix_for(tmp_path) -> None:
     (section,) = kind_sweep_sections(sweep)
     assert len(section["items"]) == 1 and section["items"][0]["caption"] == "job 0"
     assert "job 1 failed: no matrix; job 2 refused: no matrix" in section["note"], section["note"]
+
+    pytest.importorskip("matplotlib")
+    from hookrun.cli.plot_command import plot_sweep
+
+    capsys.readouterr()
+    written = plot_sweep(sweep, tmp_path / "figures")
+    assert [p.name for p in written if p.name.startswith("similarity")] == ["similarity_job0.png"]
+    assert "not drawn: each job's matrix (job 1 failed: no matrix; job 2 refused: no matrix)" in capsys.readouterr().out

@@ -185,6 +185,15 @@ class Scatter:
     annotate: bool = False  # each point's label written beside it (a sweep's jobs), the axes fitting the points
 
 
+@dataclass
+class NotShown:
+    """Pictures a kind leaves out of a sweep, and why (`job 1 failed: no matrix`): the report's section note says
+    it, `plot` prints it as a `not drawn:` line; nothing is drawn."""
+
+    what: str
+    why: str
+
+
 def no_information(spec: Any) -> bool:
     """A heatmap none of whose cells has a value or a text (a grid whose cells were never computed:
     its run stopped before them): a picture of nothing, not drawn by `plot` nor `report`."""

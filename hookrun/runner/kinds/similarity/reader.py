@@ -17,7 +17,7 @@ import h5py
 import numpy as np
 
 from hookrun.analysis.kind_readers import KindReader
-from hookrun.analysis.report.figure_specs import Heatmap
+from hookrun.analysis.report.figure_specs import Heatmap, NotShown
 from hookrun.errors import HookrunError, NotFoundError, json_attribute
 
 NAMES = {"linear_cka": "linear CKA", "rbf_cka": "RBF CKA", "rsa": "RSA (Spearman)"}
@@ -140,10 +140,18 @@ def sections(run: Any) -> list[dict]:
 SWEEP_JOBS = 12  # the most jobs whose matrices a sweep's report shows side by side
 
 
-def sweep_figures(sweep: Any) -> list[tuple[str, Heatmap]]:
+def sweep_figures(sweep: Any) -> list[tuple[str, Heatmap | NotShown]]:
     """Each complete job's heatmap on its measure's scale, titled by its swept values (plot draws every
-    job): (file stem, spec)."""
-    return [(f"similarity_job{num}", heat) for num, heat in _job_heatmaps(sweep, None)[0]]
+    job): (file stem, spec); then the jobs with no matrix, as the report's note names them."""
+    drawn, missing = _job_heatmaps(sweep, None)
+    return [(f"similarity_job{num}", heat) for num, heat in drawn] + [("similarity", n) for n in _not_shown(missing)]
+
+
+def _not_shown(missing: list[tuple[str, str]]) -> list[NotShown]:
+    """The jobs with no matrix (plot's `not drawn:` line and the report's note say it alike)."""
+    from hookrun.analysis.report.sweep_charts import unshown_note
+
+    return [NotShown("each job's matrix", unshown_note(missing, "matrix")[2:-1])] if missing else []
 
 
 def _job_heatmaps(sweep: Any, limit: int | None) -> tuple[list[tuple[int, Heatmap]], list[tuple[str, str]]]:
@@ -174,7 +182,6 @@ def sweep_sections(sweep: Any) -> list[dict]:
     """A sweep's matrices (over models, measures, data): each job's heatmap on its measure's one scale,
     and the jobs with none named (failed, refused, not run)."""
     from hookrun.analysis.report.run_sections import figure, section
-    from hookrun.analysis.report.sweep_charts import unshown_note
 
     drawn, missing = _job_heatmaps(sweep, SWEEP_JOBS)
     if not drawn:
@@ -182,7 +189,7 @@ def sweep_sections(sweep: Any) -> list[dict]:
     items = [figure(heat, caption=f"job {num}") for num, heat in drawn]
     more = len(sweep.jobs) - SWEEP_JOBS
     note = ("Each job's matrix on its measure's one colour scale (CKA 0 to 1, RSA -1 to 1)."
-            + (f" Not shown: {unshown_note(missing, 'matrix')[2:-1]}." if missing else "")
+            + "".join(f" Not shown: {n.why}." for n in _not_shown(missing))
             + (f" The first {SWEEP_JOBS} jobs; {more} more are in the sweep table." if more > 0 else ""))
     return [section("similarity-sweep", f"Representational similarity across the sweep ({len(items)} runs)", items,
                     note)]
