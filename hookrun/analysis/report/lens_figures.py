@@ -10,7 +10,7 @@ the model's layers (`embed`, `L0`, `L1`, ...: layer_names); positions where no l
 are left out, and the title counts those of padding in every sample apart from those with no
 target (the last position has no next token). Each cell
 names the lens' top-1 token (its text for byte tokens of data=text, its id otherwise); in the
-mean picture, the top-1 token most samples share at that cell. Padding (attention_mask 0) and
+mean picture, the top-1 token most samples share at that cell, counted over every sample. Padding (attention_mask 0) and
 positions with no target (rank -1) are left out of the means.
 """
 
@@ -105,8 +105,9 @@ def _label(run: Any) -> Any:
     return byte_label if is_byte_text(run.config) else str
 
 
-def top1_common(run: Any, infos: list[Any], rows: int = BLOCK) -> list[list[str]] | None:
-    """Per layer and position: the top-1 token most of the first `rows` samples share, as text."""
+def top1_common(run: Any, infos: list[Any]) -> list[list[str]] | None:
+    """Per layer and position: the top-1 token most samples share (the lowest id among equals), as text;
+    counted over every sample (padding left out), BLOCK rows at a time: (position, id) pairs and their counts."""
     if not infos:
         return None
     label = _label(run)
@@ -114,14 +115,24 @@ def top1_common(run: Any, infos: list[Any], rows: int = BLOCK) -> list[list[str]
     mask = _mask(run, n, width)
     cells = []
     for info in infos:
-        ids = np.asarray(run.file[info.path][:rows, :, 0], dtype=np.int64)
-        ok = np.asarray(mask[: len(ids)]) > 0 if mask is not None else np.ones(ids.shape, bool)
-        row = []
-        for p in range(width):
-            seen = ids[ok[:, p], p]
-            row.append(label(int(np.bincount(seen - seen.min()).argmax() + seen.min())) if seen.size else "")
+        ds, keys, counts = run.file[info.path], np.zeros(0, np.int64), np.zeros(0, np.int64)
+        for lo in range(0, n, BLOCK):
+            ids = np.asarray(ds[lo:lo + BLOCK, :, 0], dtype=np.int64)
+            ok = np.asarray(mask[lo:lo + BLOCK]) > 0 if mask is not None else np.ones(ids.shape, bool)
+            new, seen = np.unique(((np.arange(width, dtype=np.int64)[None, :] << _ID_BITS) + ids)[ok], return_counts=True)
+            keys, where = np.unique(np.concatenate([keys, new]), return_inverse=True)
+            counts = np.bincount(where, weights=np.concatenate([counts, seen]), minlength=len(keys)).astype(np.int64)
+        pos, tok = keys >> _ID_BITS, keys & ((1 << _ID_BITS) - 1)
+        order = np.lexsort((tok, -counts, pos))  # by position, then most samples first, then the lowest id
+        first = order[np.r_[True, pos[order][1:] != pos[order][:-1]]] if len(order) else order
+        row = [""] * width
+        for k in first:
+            row[int(pos[k])] = label(int(tok[k]))
         cells.append(row)
     return cells
+
+
+_ID_BITS = 40  # a (position, token id) pair as one integer: position << _ID_BITS | id
 
 
 def layer_names(modules: list[str]) -> list[str]:
