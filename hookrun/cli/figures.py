@@ -32,7 +32,7 @@ from hookrun.analysis.report.figure_specs import (
     is_signed,
     log_counts,
     no_value_note,
-    pattern_scale,
+    sample_scale,
 )
 from hookrun.cli.figure_ticks import tidy_ticks, upright_if_crowded
 from hookrun.cli.figure_titles import fit_titles, literal_text, titles  # noqa: F401 (titles: the figures' public name)
@@ -137,19 +137,18 @@ def feature_grid(maps: np.ndarray, rows: Sequence[str], title: str, cols: int = 
 def attention_grid(maps: Sequence[np.ndarray], rows: Sequence[str], title: str,
                    ticks: Sequence[Sequence[str] | None], cols: int = 4, label: str = "attention") -> Any:
     """maps: one (heads, query, key) array per sample, each cropped to that sample's real tokens.
-    A block of heads per sample (`cols` heads a row), one shared colour scale (0 to 1 where every
-    value is a probability; scores of both signs diverging about 0, a masked cell grey), query down and key across, labelled with the tokens' text (`ticks`:
-    one label per position, per sample) or their positions."""
+    A block of heads per sample (`cols` heads a row), each sample on one colour scale its heads share, with its colour
+    bar (sample_scale: 0 to 1 where every value is a probability; scores of both signs diverging about 0, a masked cell
+    grey), query down and key across, labelled with the tokens' text (`ticks`: one label per position, per sample)."""
     plt = pyplot()
     heads = max(m.shape[0] for m in maps)
     cols = min(cols, heads)
     per_sample = -(-heads // cols)
     values = np.concatenate([np.ravel(m) for m in maps]) if maps else np.zeros(0)
-    (vmin, vmax), centre = pattern_scale(values)  # (scores of both signs: diverging about 0; a masked cell grey)
     fig, axes = plt.subplots(per_sample * len(maps), cols, figsize=(2.9 * cols + 1.4, 2.9 * per_sample * len(maps) + 0.9),
                              squeeze=False, layout="constrained")
-    image = None
     for s, m in enumerate(maps):
+        (vmin, vmax), centre, bar_label = sample_scale(m, label)  # (the report's rule: a scale per sample, its heads sharing it)
         for h in range(per_sample * cols):
             ax = axes[s * per_sample + h // cols][h % cols]
             if h >= m.shape[0]:
@@ -162,8 +161,8 @@ def attention_grid(maps: Sequence[np.ndarray], rows: Sequence[str], title: str,
             _position_ticks(ax, m.shape[1], m.shape[2], ticks[s])
             ax.set_xlabel("key", fontsize=9)
             ax.set_ylabel("query", fontsize=9)
-    bar = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.9, label=label)
-    tidy_ticks(bar.ax.yaxis)
+        bar = fig.colorbar(image, ax=axes[s * per_sample:(s + 1) * per_sample].ravel().tolist(), shrink=0.9, label=bar_label)
+        tidy_ticks(bar.ax.yaxis)
     fig.suptitle(title + no_value_note(values).replace("NaN or inf", "masked, NaN or inf"))
     return fig
 

@@ -4,7 +4,9 @@ the lowest to the highest value, so a score of 0 had no colour of its own; the c
 (-inf) were white in plot, uncounted; and transformers' eager attention fills them with
 torch.finfo(float32).min, which stretched both commands' scale to -3.4e38: every real score one colour.
 Now: one diverging scale centred on 0 over a sample's heads, the mask's cells grey and counted, and
-probabilities still on 0..1. Checked against the file's values read with h5py."""
+probabilities still on 0..1. plot shared one scale over every sample drawn while the report took one per
+sample; both now take one per sample (sample_scale), and the colour bar says so. Checked against the
+file's values read with h5py."""
 
 from __future__ import annotations
 
@@ -55,12 +57,16 @@ def test_masked_scores_are_grey_and_the_rest_diverge_about_zero_in_plot_and_repo
     path, scores = record(tmp_path, "input", "forward_pre")
     masked = scores <= LOWEST / 2  # transformers' eager causal mask: torch.finfo(float32).min
     assert masked.sum() == 2 * 4 * 28 and (scores[~masked] < 0).any() and (scores[~masked] > 0).any()
-    top = np.abs(scores[~masked]).max()  # both samples, every head: plot's one scale
+    tops = [np.abs(scores[s][~masked[s]]).max() for s in range(2)]  # each sample's heads: its one scale (plot's, report's)
+    assert tops[0] != pytest.approx(tops[1], rel=1e-3)  # (plot had one scale over both samples)
     fig = plotted(tmp_path, monkeypatch, path)
     maps = [ax for ax in fig.axes if ax.images]
-    for ax in maps:
+    assert len(maps) == 2 * 4
+    bars = [ax.get_ylabel() for ax in fig.axes if not ax.images and ax.get_ylabel()]
+    assert bars == ["input value (one scale per sample, shared by its heads)"] * 2
+    for k, ax in enumerate(maps):
         image = ax.images[0]
-        np.testing.assert_allclose(image.get_clim(), (-top, top), rtol=1e-6)
+        np.testing.assert_allclose(image.get_clim(), (-tops[k // 4], tops[k // 4]), rtol=1e-6)
         assert image.get_cmap().name == "hookrun_diverging"
         assert ax.get_facecolor()[:3] == pytest.approx(tuple(int("bdbdbd"[i:i + 2], 16) / 255 for i in (0, 2, 4)))
     first = np.ma.filled(maps[0].images[0].get_array().astype(np.float64), np.nan)
@@ -76,6 +82,7 @@ def test_masked_scores_are_grey_and_the_rest_diverge_about_zero_in_plot_and_repo
         one = np.abs(scores[s][~masked[s]]).max()  # the report's scale: the sample's heads
         assert trace["zmid"] == 0 and trace["zmin"] == pytest.approx(-one) and trace["zmax"] == pytest.approx(one)
         assert not isinstance(trace["colorscale"], str)  # (the diverging stops, not "Viridis")
+        assert trace["colorbar"]["title"]["text"].startswith("input (one scale per sample, shared by its heads)")
 
 
 def test_probabilities_stay_on_zero_to_one_in_plot_and_report(tmp_path, monkeypatch):
@@ -133,13 +140,13 @@ def test_every_usual_mask_fill_is_grey_and_the_scale_spans_the_real_scores(tmp_p
     upper = np.triu(np.ones((8, 8), dtype=bool), 1)  # the causal mask's cells, in each sample and head
     masked = np.broadcast_to(upper, scores.shape)
     assert (scores[masked] <= -1e4 + 20).all() and (np.abs(scores[~masked]) < 20).all()  # the file: fills and real scores
-    top = np.abs(scores[~masked]).max()
     fig = plotted(tmp_path, monkeypatch, path)
     maps = [ax for ax in fig.axes if ax.images]
     for k, ax in enumerate(maps):
+        s, h = divmod(k, scores.shape[1])
+        top = np.abs(scores[s][~masked[s]]).max()  # the sample's heads: its one scale
         np.testing.assert_allclose(ax.images[0].get_clim(), (-top, top), rtol=1e-6)
         shown = np.ma.filled(ax.images[0].get_array().astype(np.float64), np.nan)
-        s, h = divmod(k, scores.shape[1])
         np.testing.assert_allclose(shown[~upper], scores[s, h][~upper], rtol=1e-6)
         assert np.isnan(shown[upper]).all()  # (grey: the face behind)
     assert f"({masked.sum()} cells masked, NaN or inf: grey, no value)" in " ".join(fig._suptitle.get_text().split())

@@ -86,6 +86,14 @@ def pattern_scale(z: np.ndarray) -> tuple[tuple[float, float], float | None]:
     return ((0.0, 1.0) if lo >= 0 and hi <= 1 else (lo, hi)), None
 
 
+def sample_scale(heads: np.ndarray, label: str) -> tuple[tuple[float, float], float | None, str]:
+    """Attention pictures' one rule, in `plot` and `report` alike: one colour scale per sample, shared by its
+    heads (pattern_scale over them), so heads compare within a sample and a sample of large scores does not
+    wash out another's; (range, centre, the colour bar's label saying so)."""
+    scale, centre = pattern_scale(heads)
+    return scale, centre, f"{label} (one scale per sample, shared by its heads)"
+
+
 def to_rgb(m: np.ndarray, lo: float, hi: float, cmap: object) -> np.ndarray:
     """A map's (H, W, 3) colours in [0, 1] on `cmap` over lo..hi; a non-finite cell NO_VALUE."""
     from matplotlib.colors import to_rgb as rgb_of

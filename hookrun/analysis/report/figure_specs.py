@@ -34,6 +34,7 @@ from hookrun.analysis.report.colour_scales import (  # noqa: F401 (the colours: 
     is_signed,
     no_value_note,
     pattern_scale,
+    sample_scale,
     without_mask_fill,
 )
 from hookrun.analysis.run_notes import run_note

@@ -21,7 +21,7 @@ import yaml
 from hookrun.analysis.gradcam import is_map  # (plot imports it from here too)
 from hookrun.analysis.images import map_rows
 from hookrun.analysis.kind_readers import kind_units, unread_kind
-from hookrun.analysis.report.colour_scales import pattern_scale, to_rgb, without_mask_fill
+from hookrun.analysis.report.colour_scales import sample_scale, to_rgb, without_mask_fill
 from hookrun.analysis.report.figure_specs import (
     DIVERGING,
     SEQUENTIAL,
@@ -271,9 +271,9 @@ def attention(run: Any, budget: Budget) -> list[dict]:
             labels = text if text is not None else [str(int(k)) for k in keys]
             qlabels = [labels[list(keys).index(q + offset)] for q in queries]
             heads = m[: budget.channels][:, queries][:, :, keys]
-            scale, centre = pattern_scale(heads)  # (one scale for the sample's heads, as plot's; scores diverging about 0)
+            scale, centre, label = sample_scale(heads, c.role)  # (plot's rule too; scores diverging about 0)
             figs = [figure(Heatmap(heads[h], f"{c.label} · #{index[r]} · head {h}", x=labels, y=qlabels, xlabel="key",
-                                   ylabel="query", label=c.role, range=scale, centre=centre)) for h in range(len(heads))]
+                                   ylabel="query", label=label, range=scale, centre=centre)) for h in range(len(heads))]
             items.append({"type": "figures", "title": f"{c.label}: sample #{index[r]}", "figures": figs,
                           "key": {"capture": c.path, "row": r, "queries": queries.tolist(), "keys": keys.tolist()}})
     if not items:
