@@ -62,22 +62,28 @@ def foreign_failure(what: str, exc: BaseException, limit: int = 400) -> RunError
                     f"(the traceback: HYDRA_FULL_ERROR=1 or --verbose)")
 
 
+PASSED = (KeyboardInterrupt, GeneratorExit)  # what code hookrun does not own may raise and foreign_code lets through
+
+
 @contextlib.contextmanager
 def foreign_code(what: str | Callable[[Exception], HookrunError], passed: tuple[type[BaseException], ...] = (),
                  limit: int = 400) -> Iterator[None]:
     """Code hookrun calls but does not own (a model's forward, a user's metric, loss, target function or
     kind) runs inside this: a HookrunError it raises (and the `passed` types: early_stop's StopForward)
-    goes through as it is; any other exception becomes one RunError line, `foreign_failure(what, exc)`,
-    or `what(exc)` where the line needs the exception or is costly to write, the original as its __cause__.
+    goes through as it is, and so do KeyboardInterrupt (Ctrl-C, SIGTERM: the run stops `interrupted`)
+    and GeneratorExit; any other exception, a BaseException too (SystemExit(0) of a user's sys.exit
+    would end the process with status 0 and a failed file), becomes one RunError line,
+    `foreign_failure(what, exc)`, or `what(exc)` where the line needs the exception or is costly to
+    write, the original as its __cause__.
 
         with foreign_code(f"patching.metric {name}(logits, items) raised"):
             value = fn(logits, items)
     """
     try:
         yield
-    except (HookrunError, *passed):
+    except (HookrunError, *PASSED, *passed):
         raise
-    except Exception as exc:
+    except BaseException as exc:
         raise (foreign_failure(what, exc, limit) if isinstance(what, str) else what(exc)) from exc
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from hookrun.errors import PASSED, HookrunError, RunError, foreign_failure
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.events import INTERVENED, Event, Phase, StopForward
 from hookrun.hooks.hook_types import HOOK_TYPES, Fire
@@ -174,6 +175,7 @@ class HookSession:
             phase = state.phase
             sites = session.interceptor  # (op sites: the actions' own torch calls are no module's, hooks/sites.py)
             hushed = sites is not None and sites.hush()
+            action = None
             try:
                 if not phase.every:  # a run kind's other forward (phase()): a clean one, an ablated one
                     if phase.modifying:
@@ -184,6 +186,10 @@ class HookSession:
                 fired[i] += 1
                 for action in actions:
                     action(ev)
+            except (HookrunError, StopForward, *PASSED):
+                raise
+            except BaseException as exc:  # a user's action (or a bug in one of hookrun's): named, not the model
+                raise action_failure(action, ev, exc) from exc
             finally:
                 if hushed:
                     sites.unhush()
@@ -192,6 +198,16 @@ class HookSession:
             return ev
 
         return fire
+
+
+def action_failure(action: Any, ev: Event, exc: BaseException) -> RunError:
+    """An action's own exception as one line naming the hook, the action (its `name:`) and where it
+    fired; model_forward would otherwise say the model's forward failed."""
+    from hookrun.hooks.actions import ACTIONS
+
+    name = ACTIONS.name_of(type(action)) or getattr(getattr(action, "fn", None), "__qualname__", type(action).__name__)
+    where = getattr(action, "where", f"hooks.{ev.hook}")
+    return foreign_failure(f"{where}: action {name} failed at {ev.where} ({ev.type} hook, batch {ev.step}):", exc)
 
 
 def _grad_last(item: tuple[int, HookPoint]) -> bool:

@@ -12,7 +12,7 @@ import torch
 from conftest import make_cfg, small_resnet
 
 import hookrun
-from hookrun.errors import ConfigError
+from hookrun.errors import ConfigError, RunError
 from hookrun.hooks.actions import Action, register_action
 from hookrun.hooks.ops import register_op
 from hookrun.store.records import Capture, CaptureKey
@@ -87,7 +87,7 @@ def test_a_user_op_gets_the_build_context(tmp_path, checkpoint, dataset):
 
 SHADOW = """
 import sys
-from hookrun.errors import ConfigError
+from hookrun.errors import ConfigError, RunError
 from hookrun.hooks.actions import Action, register_action
 if {imported}:
     import hookrun.hooks.actions.top_examples
@@ -114,3 +114,48 @@ def test_a_user_action_named_like_a_built_in_one_is_refused_in_one_line(imported
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.splitlines() == ["action 'top_examples' is one of hookrun's own actions; give yours another name",
                                         "hookrun.hooks.actions.top_examples"]
+
+
+class Exit(BaseException):
+    """A user's own BaseException (not an Exception): it went past every handler as a traceback."""
+
+
+RAISED = {"value": ValueError("bad rows\n[red]second line[/red] " + "x" * 5000), "exit": SystemExit(0), "base": Exit("mine")}
+
+
+@register_action("test_raising")
+class Raising(Action):
+    records = True
+    raised = "value"
+
+    def __call__(self, ev) -> None:
+        raise RAISED[type(self).raised]
+
+
+@register_op("test_raising_op")
+def raising_op(*, build):
+    def op(x, ctx):
+        raise RAISED[Raising.raised]
+    return op
+
+
+@pytest.mark.parametrize("raised", ["value", "exit", "base"])
+@pytest.mark.parametrize("action", ["test_raising", "op"])
+def test_a_user_action_or_op_that_raises_is_one_line_naming_it(tmp_path, checkpoint, monkeypatch, raised, action):
+    """An action's exception was 'the model's forward failed: ResNet(...) raised ValueError', naming no
+    action; sys.exit(0) in an action or an op ended the command with status 0 beside a failed file, and
+    a BaseException of the user's printed its traceback. Now: one RunError line (exit status 1) naming
+    the hook, the action or op and the batch, the message on one line and cut; the file says failed (h5py)."""
+    monkeypatch.setattr(Raising, "raised", raised)
+    spec = {"name": "test_raising"} if action == "test_raising" else {"name": "modify_output", "op": "test_raising_op"}
+    hooks = {"m": {"at": "layer1", "type": "forward", "actions": [spec]}}
+    cfg = make_cfg(tmp_path, checkpoint, hooks)
+    with pytest.raises(RunError) as info:
+        hookrun.run(cfg)
+    line, exc = str(info.value), RAISED[raised]
+    named = "action test_raising failed at layer1 (forward hook" if action == "test_raising" else "op test_raising_op failed at layer1"
+    assert line.startswith(f"hooks.m.actions.0: {named}") and "batch 0" in line, line
+    assert f"{type(exc).__name__}: " in line and "\n" not in line and len(line) < 700, line
+    assert info.value.__cause__ is exc and "the model's forward failed" not in line
+    with h5py.File(cfg["output"]["path"]) as f:
+        assert f.attrs["status"] == "failed"

@@ -26,7 +26,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from hookrun.config.schema import Mode
-from hookrun.errors import ConfigError, HookrunError, RunError
+from hookrun.errors import PASSED, ConfigError, HookrunError, RunError, foreign_failure
 from hookrun.hooks import patch, splice  # noqa: F401  (register ops patch, splice)
 from hookrun.hooks.actions.base import ACTIONS, Action
 from hookrun.hooks.events import Event, family, positional_index
@@ -115,11 +115,11 @@ class Modify(Action):
                             ev.state.call_tokens)
             try:
                 new = self.op(ev.tensors[role], ctx)
-            except HookrunError:
+            except (HookrunError, *PASSED):
                 raise
-            except Exception as exc:  # a bad parameter value, or a bug in a user's op
-                raise RunError(f"{self.where}: op {self.op_name} failed at {ev.where} ({role}, batch {ev.step}): "
-                               f"{type(exc).__name__}: {exc}") from exc
+            except BaseException as exc:  # a bad parameter value, or a bug in a user's op (its sys.exit too): one line
+                raise foreign_failure(f"{self.where}: op {self.op_name} failed at {ev.where} ({role}, batch {ev.step}):",
+                                      exc) from exc
             ev.replace(role, new)
 
 
