@@ -35,7 +35,7 @@ from hookrun.labels import module_label
 from hookrun.runner.batches import data_failure, first_batch, make_loader, sample_paths
 from hookrun.runner.calls import CallSpec, check_positions
 from hookrun.runner.kinds import RunKind
-from hookrun.store.records import RunStore, StepRecord
+from hookrun.store.records import RunStore, StepRecord, check_rows
 from hookrun.store.writer import BackgroundWriter, HostTransfer
 
 if TYPE_CHECKING:
@@ -99,6 +99,7 @@ def run_batches(
             if not steps:
                 refuse_only_skipped(session)
             captures = env.captures.take()
+            check_rows(captures, len(indices))  # (a user's action or kind may hand anything)
             writer.put(StepRecord(
                 step=step,
                 sample_index=indices.numpy(),

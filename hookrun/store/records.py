@@ -140,6 +140,37 @@ class StepCaptures:
         return items
 
 
+def check_rows(captures: list[Capture], samples: int) -> None:
+    """What the actions (a user's own too) and the kind handed the store for a batch of `samples`,
+    checked before it is copied to the host: a tensor (a ragged capture: a list of them), and where it
+    is one row per sample, a first axis of that many rows (or of its `index`'s); the writer would map
+    other rows to the batch's samples by position. A bfloat16 tensor is kept as float32 (numpy has
+    no bfloat16; the capture's torch_dtype still says bfloat16), as a record action keeps one."""
+    for cap in captures:
+        where, value = f"hooks.{cap.key.hook}: the capture {cap.key.path}", cap.value
+        if cap.ragged:
+            if not isinstance(value, list) or not all(isinstance(v, torch.Tensor) for v in value):
+                raise RunError(f"{where} (ragged) is {_what(value)}; give a list of tensors, one per sample")
+            cap.value = [v.float() if v.dtype == torch.bfloat16 else v for v in value]
+            continue
+        if not isinstance(value, torch.Tensor):
+            raise RunError(f"{where} is {_what(value)}, not a torch.Tensor; a Capture's value is a tensor of one row "
+                           f"per sample (per_step=True: the whole tensor is the batch's one row)")
+        if value.dtype == torch.bfloat16:
+            cap.value = value.float()
+        if cap.per_step or cap.tokens or cap.features:
+            continue
+        rows = samples if cap.index is None else len(cap.index)
+        if value.dim() == 0 or value.shape[0] != rows:
+            of = f"the {rows} sample(s) of its index" if cap.index is not None else f"the batch's {rows} sample(s)"
+            raise RunError(f"{where} has shape {tuple(value.shape)}: one row per sample needs a first axis of {of}; "
+                           f"give per_step=True for one row per batch, or index= for rows of some of the samples")
+
+
+def _what(value: Any) -> str:
+    return "None" if value is None else f"a {type(value).__name__}"
+
+
 class TableWriter(Protocol):
     """One kind's table in one open file: rows appended per batch, rolled back with a failed batch,
     and what is written once per flush (totals, states)."""
