@@ -148,10 +148,15 @@ def call_loss(loss: Callable[..., Any], takes_batch: bool, output: Any, call: An
 def loss_failure(loss: Any, target: Any, exc: Exception) -> RunError:
     """The loss's own exception as one line; where the batch has no target, what data.target finds and how
     to name one (dict items with `labels`, as transformers names them, are not found by `auto`)."""
-    name = getattr(loss, "func", loss)  # (a partial's function)
-    name = getattr(name, "__name__", type(name).__name__)
+    name = loss_name(loss)
     if target is None:
         return foreign_failure(f"loss: the batch has no target (data.target=auto takes item[1] of a tuple, or a dict "
                                f"item's `target` or `label` key; name yours, e.g. data.target=labels), and "
                                f"{name}(output, None) raised", exc)
     return foreign_failure(f"loss: {name}(output, target) raised", exc)
+
+
+def loss_name(loss: Any) -> str:
+    """The loss's name in messages: its function's (a partial's too), else its class's."""
+    fn = getattr(loss, "func", loss)  # (a partial's function)
+    return getattr(fn, "__name__", type(fn).__name__)

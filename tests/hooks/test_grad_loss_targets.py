@@ -70,3 +70,44 @@ def test_target_logit_on_token_logits_is_one_line(tmp_path):
     with pytest.raises(RunError, match=r"^loss=target_logit: logits of shape \(4, 6, 5\) do not fit targets of shape "
                                        r"\(4,\) \(batch, classes logits, one class index per sample\)"):
         hookrun.run(cfg(tmp_path, "target_logit"), model=Tok(), dataset=data([0, 1, 2, 3]))
+
+
+def detached(output, target):
+    return output.sum().detach()
+
+
+def constant(output, target):
+    return torch.tensor(3.0)
+
+
+def per_sample(output, target):
+    return output.sum(1)
+
+
+def twice(output, target):
+    loss = output.sum()
+    loss.backward(retain_graph=False)  # a loss that runs its own backward: hookrun's then fails in torch
+    return loss
+
+
+@pytest.mark.parametrize("fn, said", [
+    (detached, "detached(output, target) returned a tensor that does not require grad, so no gradient can reach a hook"),
+    (constant, "constant(output, target) returned a tensor that does not require grad, so no gradient can reach a hook"),
+    (per_sample, r"per_sample(output, target) returned a tensor of shape (4,); mode=grad needs a scalar tensor"),
+    (twice, "twice(output, target): its backward() raised RuntimeError: Trying to backward through the graph a second "
+            "time"),
+])
+def test_a_user_loss_that_no_gradient_can_come_from_is_one_line_naming_it(tmp_path, fn, said):
+    """A detached or constant loss was torch's traceback ('element 0 of tensors does not require grad'), as a
+    second backward() was; a per-sample loss said 'expected a scalar tensor, got Tensor torch.Size([4])', naming
+    no loss. The reference for 'requires no grad': torch.autograd.grad refuses the same loss."""
+    model, x = torch.nn.Linear(6, 5), torch.randn(4, 6, requires_grad=True)
+    if fn in (detached, constant):
+        with pytest.raises(RuntimeError, match="does not require grad"):
+            torch.autograd.grad(fn(model(x), None), x)
+    c = {**cfg(tmp_path, "cross_entropy"), "loss": {"_target_": f"{__name__}.{fn.__name__}", "_partial_": True}}
+    with pytest.raises(RunError) as err:
+        hookrun.run(c, model=model, dataset=data([0, 1, 2, 3]))
+    assert str(err.value).startswith(f"loss: {said}"), str(err.value)
+    with h5py.File(tmp_path / "c.h5") as f:
+        assert f.attrs["status"] == "failed"

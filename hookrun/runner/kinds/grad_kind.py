@@ -16,11 +16,11 @@ import torch
 from torch import nn
 
 from hookrun.config.schema import Mode
-from hookrun.errors import RunError
+from hookrun.errors import HookrunError, RunError, foreign_failure
 from hookrun.runner.calls import ModelCall
 from hookrun.runner.kinds import register_kind
 from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds
-from hookrun.runner.losses import call_loss
+from hookrun.runner.losses import call_loss, loss_name
 
 IN_PLACE = ("a backward hook's module has its output modified in place later in the forward pass "
             "(e.g. `out += identity` in a ResNet block), which full backward hooks cannot follow; "
@@ -43,14 +43,21 @@ class GradKind(RunKind):
                 t.requires_grad_(True)
         output = call.run(model)
         loss = call_loss(self.loss, self.takes_batch, output, call)
+        name = f"loss: {loss_name(self.loss)}(output, target)"
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-            raise RunError(f"loss: expected a scalar tensor, got {type(loss).__name__} {getattr(loss, 'shape', '')}")
+            got = f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else type(loss).__name__
+            raise RunError(f"{name} returned {got}; mode=grad needs a scalar tensor (e.g. a .mean() over the batch)")
+        if not loss.requires_grad:  # (backward() would be torch's traceback: 'element 0 of tensors does not require grad')
+            raise RunError(f"{name} returned a tensor that does not require grad, so no gradient can reach a hook: "
+                           f"compute it from the output with torch operations (no .detach(), .item(), torch.tensor(...), numpy)")
         try:
             loss.backward()
         except RuntimeError as exc:
             if "BackwardHookFunctionBackward" in str(exc):
                 raise RunError(IN_PLACE) from None
-            raise
+            if isinstance(exc, HookrunError):  # (an action's own line, from a backward hook)
+                raise
+            raise foreign_failure(f"{name}: its backward() raised", exc) from exc
         finally:
             model.zero_grad(set_to_none=True)
         return NOTHING
