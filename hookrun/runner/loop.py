@@ -35,6 +35,7 @@ from hookrun.labels import module_label
 from hookrun.runner.batches import data_failure, first_batch, make_loader, sample_paths
 from hookrun.runner.calls import CallSpec, check_positions
 from hookrun.runner.kinds import RunKind
+from hookrun.runner.kinds.run_kind import StepAdds
 from hookrun.store.records import RunStore, StepRecord, check_rows
 from hookrun.store.writer import BackgroundWriter, HostTransfer
 
@@ -96,6 +97,9 @@ def run_batches(
             session.begin_step(step, len(indices), indices, call.attention_mask, call.batch)
             adds = s.kind.step(model, call, session)
             session.end_step()
+            if not isinstance(adds, StepAdds):  # (a user's kind: its step returns what the batch adds)
+                raise RunError(f"the {s.kind.name} kind's step() returned {type(adds).__name__}; it returns a StepAdds "
+                               f"(NOTHING, hookrun.runner.kinds.run_kind, where the batch adds no column or table)")
             if not steps:
                 refuse_only_skipped(session)
             captures = env.captures.take()

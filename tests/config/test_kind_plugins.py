@@ -481,3 +481,33 @@ def test_a_file_of_a_kind_whose_package_is_not_installed_here_says_so(tmp_path):
         assert ("  kind      ghostkind: no reader for this kind here: the package that declares it (an entry point of "
                 "hookrun.kinds) is not installed in this environment; install it for inspect, plot and report to read "
                 "its rows") in run.summary(stats=False)
+
+
+def test_a_kinds_step_that_returns_no_step_adds_is_one_line_naming_the_kind(tmp_path):
+    """A user's step returning None (or a dict) was 'failed in run_steps: AttributeError: 'NoneType' object
+    has no attribute 'samples''; now the kind, step() and what it must return, and the file says failed (h5py)."""
+    import dataclasses
+
+    import h5py
+
+    import hookrun
+    from hookrun.config.plugins import _PLUGINS, KindPlugin, register_plugin
+    from hookrun.errors import RunError
+    from hookrun.runner.kinds.run_kind import RunKind, plain_forward
+
+    class Forgets(RunKind):
+        def step(self, model, call, session):
+            plain_forward(model, call)
+            return None
+
+    register_plugin(KindPlugin("forgets", block=dataclasses.make_dataclass("B", [("x", int, 1)]), run=Forgets))
+    try:
+        with pytest.raises(RunError, match=r"^the forgets kind's step\(\) returned NoneType; it returns a StepAdds "
+                                           r"\(NOTHING, hookrun.runner.kinds.run_kind,"):
+            hookrun.run({"forgets": {}, "device": "cpu", "progress": False, "data": {"batch_size": 4},
+                         "output": {"path": str(tmp_path / "f.h5")}}, model=torch.nn.Linear(4, 3),
+                        dataset=torch.randn(6, 4))
+        with h5py.File(tmp_path / "f.h5") as f:
+            assert f.attrs["status"] == "failed"
+    finally:
+        _PLUGINS.pop("forgets", None)
