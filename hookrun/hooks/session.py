@@ -20,7 +20,7 @@ import torch
 from hookrun.errors import PASSED, HookrunError, RunError, foreign_failure
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.events import INTERVENED, Event, Phase, StopForward
-from hookrun.hooks.hook_types import HOOK_TYPES, Fire
+from hookrun.hooks.hook_types import HOOK_TYPES, Fire, _version
 from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.tokens import TokenMap
 from hookrun.labels import module_label
@@ -169,6 +169,11 @@ class HookSession:
         at_firing = self.early_stop.at_firing if self.early_stop is not None else None
         fired = self.fired
         session = self
+        watched: dict[int, bool] = {}  # id(action) -> whether its firings are checked for in-place changes
+
+        def watch(action: Any) -> bool:
+            watched[id(action)] = seen = user_code(action) and not action.modifies
+            return seen
 
         def fire(call: int, tensors: dict, writable: str, raw=None, module: str = module) -> Event:
             ev = Event(hook, kind, module, target, call, state, tensors, writable, raw)
@@ -185,7 +190,13 @@ class HookSession:
                     return ev
                 fired[i] += 1
                 for action in actions:
-                    action(ev)
+                    seen = watched.get(id(action))
+                    if seen is None:
+                        seen = watch(action)
+                    if seen:  # (a user's action that says it only reads: its firings are watched)
+                        reads_only(action, ev)
+                    else:
+                        action(ev)
             except (HookrunError, StopForward, *PASSED):
                 raise
             except BaseException as exc:  # a user's action (or a bug in one of hookrun's): named, not the model
@@ -200,14 +211,38 @@ class HookSession:
         return fire
 
 
+def action_name(action: Any) -> str:
+    """The action's `name:` in the config, or a `_target_` action's function name."""
+    from hookrun.hooks.actions import ACTIONS
+
+    return ACTIONS.name_of(type(action)) or getattr(action, "name", None) or type(action).__name__
+
+
+def user_code(action: Any) -> bool:
+    """An action of a user's (a registered class of theirs, or a `_target_` callable): not hookrun's own."""
+    fn = getattr(action, "fn", None) if type(action).__name__ == "Callback" else action
+    return not type(fn).__module__.startswith("hookrun.") if fn is not None else False
+
+
+def reads_only(action: Any, ev: Event) -> None:
+    """A user's action that does not declare `modifies`, called with the versions of its tensors watched: one
+    that changed one in place (x.div_(...)) changed what the model computes on from there, while every check
+    (early_stop, resume, a kind's clean forward) treats it as one that only reads: refused, naming it."""
+    before = [(role, t, _version(t)) for role, t in ev.tensors.items() if isinstance(t, torch.Tensor)]
+    action(ev)
+    for role, t, version in before:
+        if version >= 0 and _version(t) != version:
+            raise RunError(f"{getattr(action, 'where', f'hooks.{ev.hook}')}: action {action_name(action)} changed the {role} of "
+                           f"{ev.where} in place, but does not declare modifies = True, so the model went on with the "
+                           f"changed values unannounced; change a copy (x = x.clone()), or declare modifies = True and "
+                           f"give the new tensor with ev.replace(role, new)")
+
+
 def action_failure(action: Any, ev: Event, exc: BaseException) -> RunError:
     """An action's own exception as one line naming the hook, the action (its `name:`) and where it
     fired; model_forward would otherwise say the model's forward failed."""
-    from hookrun.hooks.actions import ACTIONS
-
-    name = ACTIONS.name_of(type(action)) or getattr(getattr(action, "fn", None), "__qualname__", type(action).__name__)
     where = getattr(action, "where", f"hooks.{ev.hook}")
-    return foreign_failure(f"{where}: action {name} failed at {ev.where} ({ev.type} hook, batch {ev.step}):", exc)
+    return foreign_failure(f"{where}: action {action_name(action)} failed at {ev.where} ({ev.type} hook, batch {ev.step}):", exc)
 
 
 def _grad_last(item: tuple[int, HookPoint]) -> bool:

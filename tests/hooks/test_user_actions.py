@@ -159,3 +159,49 @@ def test_a_user_action_or_op_that_raises_is_one_line_naming_it(tmp_path, checkpo
     assert info.value.__cause__ is exc and "the model's forward failed" not in line
     with h5py.File(cfg["output"]["path"]) as f:
         assert f.attrs["status"] == "failed"
+
+
+@register_action("test_normalises_in_place")
+class NormalisesInPlace(Action):
+    """Normalises the output before recording it, on the model's own tensor (div_): the model goes on with it."""
+
+    records = True
+
+    def __call__(self, ev) -> None:
+        out = ev.tensors["output"]
+        out.div_(out.norm())
+        self.env.captures.add(Capture(CaptureKey(ev.hook, ev.module, ev.type, "output", ev.call), out.clone(), False))
+
+
+def halves_in_place(ev) -> None:  # a `_target_` action: the same mistake
+    ev.tensors["output"].mul_(0.5)
+
+
+@pytest.mark.parametrize("spec, name", [({"name": "test_normalises_in_place"}, "test_normalises_in_place"),
+                                        ({"_target_": f"{__name__}.halves_in_place", "_partial_": True},
+                                         "halves_in_place")])
+def test_a_user_action_that_changes_its_tensor_in_place_without_declaring_it_is_one_line(tmp_path, checkpoint, dataset,
+                                                                                          spec, name):
+    """It was a `complete` file whose fc output was not the model's (the reference: the raw model without
+    hooks), from an action that says it only records; now one line naming it, and the file says failed."""
+    hooks = {"n": {"at": "layer1", "type": "forward", "actions": [spec]},
+             "r": {"at": "fc", "type": "forward", "actions": ["record"]}}
+    cfg = make_cfg(tmp_path, checkpoint, hooks)
+    with pytest.raises(RunError, match=f"^hooks.n.actions.0: action {name} changed the output of layer1 in place, but "
+                                       f"does not declare modifies = True"):
+        hookrun.run(cfg)
+    with h5py.File(cfg["output"]["path"]) as f:
+        assert f.attrs["status"] == "failed"
+    halves_in_place.modifies = True  # declared: the model's output is the halved layer1's, as a raw hook gives it
+    try:
+        hooks["n"]["actions"] = [{"_target_": f"{__name__}.halves_in_place", "_partial_": True}]
+        path = hookrun.run(make_cfg(tmp_path / "declared", checkpoint, hooks)).path
+    finally:
+        del halves_in_place.modifies
+    model = small_resnet()
+    model.load_state_dict(torch.load(checkpoint, weights_only=True))
+    model.layer1.register_forward_hook(lambda m, i, o: o * 0.5)
+    with torch.no_grad():
+        want = model.eval()(torch.stack([dataset[i][0] for i in range(len(dataset))]))
+    with h5py.File(path) as f:
+        np.testing.assert_allclose(f["captures/r/fc/output"][:], want.numpy(), rtol=1e-4, atol=1e-5)

@@ -147,12 +147,21 @@ class Callback(Action):
                  where: str = "") -> None:
         super().__init__(point, hook_type, env, where)
         self.fn = fn
+        inner = getattr(fn, "func", None)  # (`_partial_: true` built a functools.partial: the function declares)
         for name in ("records", "modifies", "positions"):
-            if hasattr(fn, name):
-                setattr(self, name, getattr(fn, name))
+            for source in (fn, inner):
+                if hasattr(source, name):
+                    setattr(self, name, getattr(source, name))
+                    break
         for name in ("check_mode", "reset", "restore", "check_item", "check_tensor", "state", "load_state", "finish"):
             if callable(getattr(fn, name, None)):
                 setattr(self, name, getattr(fn, name))
+
+    @property
+    def name(self) -> str:
+        """The callable's name in messages (a partial's function's)."""
+        fn = getattr(self.fn, "func", self.fn)
+        return getattr(fn, "__qualname__", type(fn).__name__)
 
     def __call__(self, ev: Event) -> None:
         self.fn(ev)
