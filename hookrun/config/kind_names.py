@@ -26,14 +26,14 @@ from hookrun.config import conf_folder
 
 HYDRA_KEYS = ("hydra", "defaults", "_self_")  # Hydra's own: its node, the defaults list, the primary config's place in it
 _KINDS = Path(__file__).resolve().parents[1] / "runner" / "kinds"  # hookrun's own kinds
-_REGISTERED = re.compile(r"""@register_kind\(\s*["'](\w+)["']""")  # a mode's kind (runner/kinds/__init__.py)
+_REGISTERED = re.compile(r"""^@register_kind\(\s*["'](\w+)["']""", re.M)  # a mode's kind (its module's decorator line)
 
 
 def refused_name(name: str, config_keys: Collection[str] = ()) -> str | None:
     """Why `name` cannot be a user's kind (its block is a top-level config key), else None;
     `config_keys`: the schema's keys (config/plugins.py's CONFIG_KEYS, which config/schema.py fills)."""
     if not name.isidentifier() or keyword.iskeyword(name):
-        return f"a kind's name is its config block's key, a Python identifier (e.g. {re.sub(r'[^0-9a-zA-Z_]', '_', name)!r})"
+        return f"a kind's name is its config block's key, a Python identifier (e.g. {identifier(name)!r})"
     if name in config_keys:
         return f"{name!r} is a key every config has; give the kind another name"
     if name in HYDRA_KEYS:
@@ -41,6 +41,13 @@ def refused_name(name: str, config_keys: Collection[str] = ()) -> str | None:
     if name in config_groups():
         return f"{name!r} is a config group ({name}=NAME picks conf/{name}/NAME.yaml); give the kind another name"
     return f"{name!r} is one of hookrun's own kinds; give the kind another name" if name in shipped_names() else None
+
+
+def identifier(name: str) -> str:
+    """A name like `name` that a kind can take: 'my-kind' -> 'my_kind', 'class' -> 'class_kind', '3d' -> 'kind_3d'."""
+    text = re.sub(r"[^0-9a-zA-Z_]", "_", name) or "kind"
+    text = f"kind_{text}" if text[0].isdigit() else text
+    return f"{text}_kind" if keyword.iskeyword(text) else text
 
 
 @functools.cache

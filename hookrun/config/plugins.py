@@ -111,7 +111,7 @@ def register_plugin(kind: KindPlugin) -> KindPlugin:
         raise TypeError(f"register_plugin takes a KindPlugin, not {type(kind).__name__}")
     why = _refused(kind.name)
     _scan()
-    if not why and _PLUGINS.get(kind.name, kind) != kind or (kind.name not in _PLUGINS and kind.name in _FOUND):
+    if not why and (_PLUGINS.get(kind.name, kind) != kind or (kind.name not in _PLUGINS and kind.name in _FOUND)):
         why = f"a kind of that name is there already ({_SOURCES.get(kind.name, 'registered before')}); give it another name"
     if why:
         raise ConfigError(f"register_plugin({kind.name!r}): {why}")

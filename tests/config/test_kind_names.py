@@ -44,6 +44,30 @@ def test_hydras_keys_the_config_groups_and_the_modes_kinds_are_refused_in_python
     assert refused_name("scaled") is None and refused_name("records") is None
 
 
+@pytest.mark.parametrize("name, why", [
+    ("probe", "'probe' is one of hookrun's own kinds; give the kind another name"),
+    ("class", "a kind's name is its config block's key, a Python identifier (e.g. 'class_kind')"),
+    ("3d", "a kind's name is its config block's key, a Python identifier (e.g. 'kind_3d')"),
+    ("my-kind", "a kind's name is its config block's key, a Python identifier (e.g. 'my_kind')"),
+])
+def test_a_shipped_folder_kinds_name_and_a_keyword_are_refused_saying_why(name, why):
+    """register_plugin('probe') said 'a kind of that name is there already (registered before)' (the check's
+    `and ... or ...` let that override the reason); 'class' was told to take 'class', '3d' to take '3d'; and
+    a user's kind named 'name' was refused as one of hookrun's own (a docstring's `@register_kind("name")`).
+    Reference: str.isidentifier and keyword.iskeyword on the name offered."""
+    import keyword
+
+    from hookrun.config.kind_names import refused_name
+    from hookrun.config.plugins import KindPlugin, register_plugin
+
+    with pytest.raises(ConfigError) as caught:
+        register_plugin(KindPlugin(name, block="a.b:C", run="a.b:D"))
+    assert str(caught.value) == f"register_plugin({name!r}): {why}"
+    offered = re.findall(r"e\.g\. '(\w+)'", why)
+    assert all(o.isidentifier() and not keyword.iskeyword(o) for o in offered)
+    assert refused_name("name") is None
+
+
 @pytest.mark.slow
 def test_entry_points_named_as_hydras_keys_a_group_or_a_mode_kind_are_listed_and_runs_go_on(tmp_path):
     pkg_root = tmp_path / "site"
