@@ -24,6 +24,7 @@ from hookrun.hooks.hook_types import HOOK_TYPES, Fire, _version
 from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.tokens import TokenMap
 from hookrun.labels import module_label
+from hookrun.store.records import StepCaptures
 
 __all__ = ["HookSession", "StopForward", "warn_never_fired"]
 log = logging.getLogger("hookrun")
@@ -169,10 +170,11 @@ class HookSession:
         at_firing = self.early_stop.at_firing if self.early_stop is not None else None
         fired = self.fired
         session = self
-        watched: dict[int, bool] = {}  # id(action) -> whether its firings are checked for in-place changes
+        watched: dict[int, bool] = {}  # id(action) -> whether its firings are watched (a user's action)
+        captures = self.env.captures
 
         def watch(action: Any) -> bool:
-            watched[id(action)] = seen = user_code(action) and not action.modifies
+            watched[id(action)] = seen = user_code(action)
             return seen
 
         def fire(call: int, tensors: dict, writable: str, raw=None, module: str = module) -> Event:
@@ -193,8 +195,8 @@ class HookSession:
                     seen = watched.get(id(action))
                     if seen is None:
                         seen = watch(action)
-                    if seen:  # (a user's action that says it only reads: its firings are watched)
-                        reads_only(action, ev)
+                    if seen:  # (a user's action: its firings are watched)
+                        user_action(action, ev, captures)
                     else:
                         action(ev)
             except (HookrunError, StopForward, *PASSED):
@@ -224,13 +226,17 @@ def user_code(action: Any) -> bool:
     return not type(fn).__module__.startswith("hookrun.") if fn is not None else False
 
 
-def reads_only(action: Any, ev: Event) -> None:
-    """A user's action that does not declare `modifies`, called with the versions of its tensors watched: one
-    that changed one in place (x.div_(...)) changed what the model computes on from there, while every check
-    (early_stop, resume, a kind's clean forward) treats it as one that only reads: refused, naming it."""
+def user_action(action: Any, ev: Event, captures: StepCaptures) -> None:
+    """A user's action, watched: a capture it added that holds the hooked tensor's memory (no .clone()) is
+    copied now, before the model goes on (a ReLU(inplace=True) after the module would change the rows the
+    writer stores later); and where it does not declare `modifies`, a change it made to one of its
+    tensors in place (x.div_(...)), which the model computes on from there while every check (early_stop,
+    resume, a kind's clean forward) treats the action as one that only reads, is refused, naming it."""
     before = [(role, t, _version(t)) for role, t in ev.tensors.items() if isinstance(t, torch.Tensor)]
+    had = captures.count()
     action(ev)
-    for role, t, version in before:
+    captures.copy_shared(had, {t.untyped_storage().data_ptr() for _, t, _ in before})
+    for role, t, version in before if not action.modifies else ():
         if version >= 0 and _version(t) != version:
             raise RunError(f"{getattr(action, 'where', f'hooks.{ev.hook}')}: action {action_name(action)} changed the {role} of "
                            f"{ev.where} in place, but does not declare modifies = True, so the model went on with the "

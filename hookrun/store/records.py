@@ -130,6 +130,16 @@ class StepCaptures:
         capture.key = key
         self._items[key] = capture
 
+    def count(self) -> int:
+        return len(self._items)
+
+    def copy_shared(self, start: int, storages: set[int]) -> None:
+        """The captures added since there were `start` that hold one of `storages` (the hooked tensors'
+        memory, a user's action that did not clone): copied, so that what is written is what was seen."""
+        for cap in list(self._items.values())[start:]:
+            if isinstance(cap.value, torch.Tensor) and cap.value.untyped_storage().data_ptr() in storages:
+                cap.value = cap.value.clone()
+
     def take(self) -> list[Capture]:
         for key, parts in self._parts.items():
             self._items[key].value = torch.cat(parts)

@@ -205,3 +205,30 @@ def test_a_user_action_that_changes_its_tensor_in_place_without_declaring_it_is_
         want = model.eval()(torch.stack([dataset[i][0] for i in range(len(dataset))]))
     with h5py.File(path) as f:
         np.testing.assert_allclose(f["captures/r/fc/output"][:], want.numpy(), rtol=1e-4, atol=1e-5)
+
+
+@register_action("test_keeps_without_a_copy")
+class KeepsWithoutACopy(Action):
+    """Records the hooked output itself (no .clone()): the model's next module changes it in place."""
+
+    records = True
+
+    def __call__(self, ev) -> None:
+        key = CaptureKey(ev.hook, ev.module, ev.type, "output", ev.call)
+        self.env.captures.add(Capture(key, ev.tensors["output"].detach(), False))
+
+
+def test_a_user_actions_capture_of_the_hooked_tensor_is_what_the_hook_saw(tmp_path):
+    """Before a ReLU(inplace=True), the file held the ReLU's output (no negative value; 0.73 off), in a file
+    marked complete. Reference: the Linear called directly on the inputs; h5py on the file."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.ReLU(inplace=True), torch.nn.Linear(5, 2)).eval()
+    x = torch.randn(6, 4)
+    cfg = {"device": "cpu", "progress": False, "data": {"batch_size": 4}, "output": {"path": str(tmp_path / "k.h5")},
+           "hooks": {"k": {"at": "0", "type": "forward", "actions": ["test_keeps_without_a_copy"]}}}
+    path = hookrun.run(cfg, model=model, dataset=x).path
+    with torch.no_grad():
+        want = model[0](x).numpy()
+    assert (want < 0).any()
+    with h5py.File(path) as f:
+        np.testing.assert_array_equal(f["captures/k/0/output"][:], want)
