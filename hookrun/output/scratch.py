@@ -2,7 +2,7 @@
 similarity run's spooled rows), beside the run's file, removed when the kind closes.
 
     scratch = Scratch(cfg.output, "probe_rows", rank)   # outputs/run/.probe_rows.captures.h5.rank-00000/
-    path = scratch.path / "rows.h5"
+    path = scratch.path / "p000.rows"
     scratch.cleanup()
 
 The folder is beside the run's file (a local output) or in `output.staging` (an object store's

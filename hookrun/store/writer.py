@@ -37,12 +37,17 @@ from hookrun.store.records import Capture, RunStore, StepRecord
 _STOP = object()
 
 
-def write_error(exc: Exception, store: RunStore, step: int) -> RunError:
+def write_reason(exc: BaseException) -> str:
+    """Why a write failed, in a few words: a full disk (ENOSPC, as h5py, torch and safetensors word it), or the
+    error's type and first line."""
     text = str(exc)
-    if getattr(exc, "errno", None) == errno.ENOSPC or "errno = 28" in text or "No space left" in text:
-        reason = "no space left on the device"
-    else:
-        reason = f"{type(exc).__name__}: {text.splitlines()[0][:200] if text else ''}"
+    if getattr(exc, "errno", None) == errno.ENOSPC or "errno = 28" in text or "No space left" in text or "os error 28" in text:
+        return "no space left on the device"
+    return f"{type(exc).__name__}: {text.splitlines()[0][:200] if text else ''}"
+
+
+def write_error(exc: Exception, store: RunStore, step: int) -> RunError:
+    reason = write_reason(exc)
     return RunError(f"writing {store.path} failed at batch {step}: {reason}; the file keeps every batch "
                     f"flushed before it ({store.steps} batches)")
 

@@ -21,15 +21,15 @@ ARGS = ["experiment=probe_shapes", f"data.dataset.size={N}", f"data.batch_size={
         "probe.method=ridge", "probe.alpha=2.0", "probe.memory=4MB", "device=cpu", "progress=false"]
 
 
-def reference(at: str, alpha: float = 2.0) -> tuple[np.ndarray, np.ndarray, float]:
+def reference(at: str, alpha: float = 2.0, n: int = N) -> tuple[np.ndarray, np.ndarray, float]:
     """sklearn: StandardScaler -> Ridge on the one-hot labels of the training items, features pooled by
     numpy from a raw forward hook on the same model and items; (weight, bias) folded as the file's."""
     from hookrun.data.shapes import shapes
     from hookrun.models import tiny_cnn
 
-    model, data = tiny_cnn().eval(), shapes(N, noise=0.3)
-    x = torch.stack([data[i][0] for i in range(N)])
-    y = np.array([int(data[i][1]) for i in range(N)])
+    model, data = tiny_cnn().eval(), shapes(n, noise=0.3)
+    x = torch.stack([data[i][0] for i in range(n)])
+    y = np.array([int(data[i][1]) for i in range(n)])
     seen = {}
     h = model.get_submodule(at).register_forward_hook(lambda m, i, o: seen.__setitem__("o", o.detach()))
     with torch.no_grad():
@@ -37,8 +37,8 @@ def reference(at: str, alpha: float = 2.0) -> tuple[np.ndarray, np.ndarray, floa
     h.remove()
     o = seen["o"].double().numpy()
     feats = o.reshape(*o.shape[:2], -1).mean(-1) if o.ndim > 2 else o
-    test = train_test_split(np.arange(N), test_size=0.25, random_state=0)[1]
-    train = ~np.isin(np.arange(N), test)
+    test = train_test_split(np.arange(n), test_size=0.25, random_state=0)[1]
+    train = ~np.isin(np.arange(n), test)
     scaler = StandardScaler().fit(feats[train])
     classes = np.unique(y[train])
     onehot = (y[train][:, None] == classes[None]).astype(np.float64)

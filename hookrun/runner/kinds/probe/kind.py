@@ -119,7 +119,7 @@ class ProbeKind(RunKind):
         RankLink.require(self.link, self.world, "probe", self.rank, self.should_stop)  # (the folder every rank sees)
         self.tmp = Scratch(p.cfg.output, "probe_rows", self.rank)  # the spill file's folder, beside the run's
         share = self.spec.memory // len(self.names)
-        self.stores = {n: RowStore(self.features[n], share, self.tmp.path / "rows.h5", f"p{i:03d}")
+        self.stores = {n: RowStore(self.features[n], share, self.tmp.path / f"p{i:03d}.rows", n)
                        for i, n in enumerate(self.names)}
         p.attrs[GROUP] = json.dumps(self.describe())
 

@@ -1,15 +1,18 @@
 """The probe rows of one hook point: features (float64) held in memory up to a byte budget, beyond it
-kept in a temporary HDF5 file and read back in blocks that fit the budget.
+kept in a spill file (raw float64 rows) and read back in blocks that fit the budget.
 
-    store = RowStore(features=64, memory=2 * 2**30, spill="outputs/run/.probe_rows.h5", name="layer1")
+    store = RowStore(features=64, memory=2 * 2**30, spill="outputs/run/.probe_rows/p000.rows", name="layer1")
     store.add(x, y, key, item)                  # a batch's rows (x: (rows, 64) float64 tensor)
     for start, x in store.blocks(device):       # every row, in order, a block at a time
         ...
-    store.close()                               # the spill file's dataset is removed
+    store.close()                               # the spill file is removed
 
 The row columns (target, identity key, item index) are small and always in memory; only the features
 spill. Each block is at most `memory` bytes, so a full pass over the rows (a solver's function
-evaluation) holds no more than the budget whatever the number of rows.
+evaluation) holds no more than the budget whatever the number of rows. The spill file is written with
+plain file writes, whose failure (a full disk) is raised at the batch as one RunError line: an HDF5
+spill file kept its chunks in HDF5's caches and lost those a full disk refused without an error (h5py
+ignores an error raised where a dataset handle is freed), so the probe was fitted to rows of zeros.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from hookrun.errors import RunError
+from hookrun.store.writer import write_reason
+
 BYTES = 8  # float64
 BLOCK = 16 << 20  # in memory, batches are merged into blocks of up to this many bytes before a pass
 
@@ -31,7 +37,7 @@ class RowStore:
         self.chunks: list[torch.Tensor] = []
         self.held = 0  # bytes of features in memory
         self.rows = 0
-        self.file = None  # the spill file (h5py.File) once the rows exceed the budget
+        self.file = None  # the spill file (opened for writing and reading) once the rows exceed the budget
         self.cols: dict[str, list[np.ndarray]] = {"y": [], "key": [], "item": [], "part": []}
         self.sizes: list[int] = []  # rows per add (a rank's rows are added again batch by batch: save, load)
 
@@ -50,27 +56,37 @@ class RowStore:
         if self.file is None and self.held + x.numel() * BYTES > self.memory:
             self._spill()
         if self.file is not None:
-            ds = self.file[self.name]
-            ds.resize(self.rows, axis=0)
-            ds[self.rows - len(x):] = x.numpy()
+            self._write(x.numpy())
         else:
             self.chunks.append(x)
             self.held += x.numel() * BYTES
 
     def _spill(self) -> None:
-        import h5py
-
         if self.spill_path is None:
             raise RuntimeError("RowStore: the rows exceed the memory budget and no spill file was given")
-        self.file = h5py.File(self.spill_path, "a")
-        if self.name in self.file:
-            del self.file[self.name]
-        held = torch.cat(self.chunks).numpy() if self.chunks else np.zeros((0, self.features))
-        chunk_rows = max(1, min(4096, (1 << 20) // (BYTES * self.features)))
-        ds = self.file.create_dataset(self.name, shape=(len(held), self.features), maxshape=(None, self.features),
-                                      dtype="f8", chunks=(chunk_rows, self.features))
-        ds[:] = held
+        self.file = open(self.spill_path, "w+b")
+        for x in self.chunks:
+            self._write(x.numpy())
         self.chunks, self.held = [], 0
+
+    def _write(self, x: np.ndarray) -> None:
+        """Rows at the end of the spill file; a failed write (a full disk) is one RunError line."""
+        try:
+            self.file.write(np.ascontiguousarray(x, dtype=np.float64).data)
+        except OSError as exc:
+            raise self._failed(exc) from exc
+
+    def _spilled_rows(self) -> np.ndarray:
+        """The spill file's rows, mapped (every write reached the file first: a failed one raises here)."""
+        try:
+            self.file.flush()
+        except OSError as exc:
+            raise self._failed(exc) from exc
+        return np.memmap(self.file.name, dtype=np.float64, mode="r", shape=(self.rows, self.features))
+
+    def _failed(self, exc: OSError) -> RunError:
+        return RunError(f"probe: writing the rows of {self.name} beyond probe.memory to {self.spill_path} failed: "
+                        f"{write_reason(exc)}; free some space there, or raise probe.memory to hold them in memory")
 
     def column(self, name: str) -> np.ndarray:
         parts = self.cols[name]
@@ -87,10 +103,10 @@ class RowStore:
                 yield start, x.to(device)
                 start += len(x)
             return
-        ds = self.file[self.name]
+        rows = self._spilled_rows()
         step = max(1, self.memory // (BYTES * self.features))
         for start in range(0, self.rows, step):
-            yield start, torch.from_numpy(ds[start:start + step]).to(device)
+            yield start, torch.from_numpy(np.array(rows[start:start + step])).to(device)
 
     def held_subset(self, rows: np.ndarray, device: torch.device | str = "cpu") -> list[tuple[int, torch.Tensor]] | None:
         """The rows a bool mask selects, copied once into blocks of their own (a solver's many passes
@@ -146,13 +162,10 @@ class RowStore:
             start = end
 
     def close(self) -> None:
-        """Drop the rows; the spill file's dataset is deleted (and the file, when it holds nothing else)."""
+        """Drop the rows; the spill file is removed."""
         self.chunks = []
         if self.file is not None:
-            path = Path(self.file.filename)
-            del self.file[self.name]
-            empty = len(self.file) == 0
+            path = Path(self.file.name)
             self.file.close()
             self.file = None
-            if empty:
-                path.unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
