@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from hookrun.config.schema import HookrunConfig, load, to_yaml, with_live
-from hookrun.errors import StoreError, article
+from hookrun.errors import RunError, StoreError, article
 from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.session import HookSession
@@ -38,7 +38,7 @@ from hookrun.runner.loop import end_report, run_batches
 from hookrun.runner.prepare import Prepared, prepare
 from hookrun.store.format import BATCH_UNITS, HOOKRUN_VERSION
 from hookrun.store.records import RunStore
-from hookrun.store.writer import BackgroundWriter
+from hookrun.store.writer import BackgroundWriter, write_reason
 
 if TYPE_CHECKING:  # resume=true and many ranks load theirs where the run asks for them
     from hookrun.output.resume import Resume
@@ -220,7 +220,8 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
                 samples = store.samples
                 if replayed:
                     end_attrs(store, end_report(session, store, resume, complete=status == "complete"))
-                away = close_quietly(store, status) or away
+                lost = close_quietly(store, status)  # (a RunError: the last rows never reached the disk)
+                status, away = ("failed", away) if isinstance(lost, RunError) else (status, lost or away)
                 dest.end(resume, replayed)
                 dest.closed = (("interrupted" if away else status) if replayed else None, steps if status == "complete" else store.steps, samples, p.settings.kind.units[0])
     seconds = time.perf_counter() - started
@@ -229,8 +230,8 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
     if resume is not None and replayed:  # this session's batches, the whole file's rows: say which is which
         done = f"{steps} {steps_unit} run now ({store.steps} in the file), {samples} {rows_unit} in the file"
     log.info("%s: %s, %.1f MB in %.1f s", "interrupted" if away else status, done, dest.size(store) / 1e6, seconds)
-    if away is not None:
-        raise StoreAway(str(away))
+    if away is not None or isinstance(lost, RunError):
+        raise lost if isinstance(lost, RunError) else StoreAway(str(away))
     if status == "interrupted":
         if not replayed:  # stopped while the old batches were copied: the old file is as it was
             raise Interrupted(stop.signum or signal.SIGINT, None, 0, resumed_from=dest.result)
@@ -255,13 +256,15 @@ def end_attrs(store: RunStore, attrs: dict) -> None:
         log.error("could not write %s to %s: %s", ", ".join(attrs), store.path, exc)
 
 
-def close_quietly(store: RunStore, status: str) -> StoreError | None:
-    """Close the store; an object store that stayed away is returned (the run is then interrupted)."""
+def close_quietly(store: RunStore, status: str) -> StoreError | RunError | None:
+    """Close the store; an object store that stayed away is returned (the run is then interrupted), a failed last flush of a complete run as a RunError."""
     try:
         store.close(status)
     except StoreError as exc:
         return exc
     except Exception as exc:  # e.g. a full disk: the file keeps its last flush
+        if status == "complete":
+            return RunError(f"writing {store.path} failed as it was closed: {write_reason(exc)}; it keeps the batches of its last flush, as a killed run's file does: resume=true once there is room")
         log.error("could not mark %s as %s: %s", store.path, status, exc)
     return None
 

@@ -193,7 +193,9 @@ class H5Store(CaptureColumns):
         try:
             self.file.flush()  # new space on disk; what the last flush's file is made of: held
         finally:
-            self.raw.release()  # all at once (store/held.py)
+            self.raw.release()  # all at once (store/held.py); nothing once a write failed (a full disk)
+        if self.raw.error is not None:  # the file keeps the last whole flush
+            raise self.raw.error
         self._flushed_at = time.monotonic()
         self._previous = (self.steps, self.samples)
 
@@ -260,6 +262,8 @@ class H5Store(CaptureColumns):
                 self.file.close()
             finally:
                 self.raw.release()
+            if self.raw.error is not None:
+                raise self.raw.error
         finally:
             if self.file.id.valid:
                 self.file.close()

@@ -7,23 +7,22 @@ file under its name as one whole flush: what HDF5 rewrites in place goes to disk
     f.flush()                                  # new space: to disk; the last flush's bytes: held
     raw.release()                              # the held writes, applied whole by a helper process
 
-A flush is many writes, in HDF5's order, some into the metadata the last flush left (object
-headers, B-tree nodes, the superblock's end of file). Those are held in memory while HDF5 writes
-and then sent in one message to a small helper process, which applies a message only once it has
-all of it. A kill -9 of the writer before the message is complete leaves the last flush's file, one
-after it the next flush's, once the helper has written it: the helper holds an exclusive flock on
-the file for its life (its writer's, and after a kill until the pipe holds no whole message more),
-so plain h5py (HDF5's file locking) refuses the file while a message may be half written, and
-hookrun's readers wait for it where no run is writing the file (store/lock.py's `settled`): either
-way the file under its name is read with lengths equal to its counts. (Only the helper's own death in
-the microseconds it writes, by a kill of the whole process group or a power cut, could tear a
-flush; on Windows the writes are applied in this process.) Held: a few KiB per capture per flush;
-written through: new space, and the uncompressed chunks being filled (their earlier rows are
+A flush is many writes, in HDF5's order, some into the metadata the last flush left (object headers, B-tree nodes, the
+superblock's end of file). Those are held in memory while HDF5 writes and then sent in one message to a small helper
+process, which applies a message only once it has all of it. A kill -9 of the writer before the message is complete
+leaves the last flush's file, one after it the next flush's, once the helper has written it: the helper holds an
+exclusive flock on the file for its life (its writer's, and after a kill until the pipe holds no whole message more),
+so plain h5py (HDF5's file locking) refuses the file while a message may be half written, and hookrun's readers wait
+for it where no run is writing the file (store/lock.py's `settled`): either way the file under its name is read with
+lengths equal to its counts. (Only the helper's own death in the microseconds it writes, by a kill of the whole
+process group or a power cut, could tear a flush; on Windows the writes are applied in this process.) Held: a few KiB
+per capture per flush; written through: new space, and the uncompressed chunks being filled (their earlier rows are
 rewritten unchanged).
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import select
@@ -93,12 +92,10 @@ class Applier:
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        self.proc = None
         self.pending = False  # a message sent, its answer not yet read
         self.locked = False  # the helper said it holds the file's lock (its first byte)
-        if os.name == "posix":
-            self.proc = subprocess.Popen([sys.executable, "-S", "-c", _HELPER, str(fd)], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, pass_fds=(fd,), start_new_session=True)
+        self.proc = subprocess.Popen([sys.executable, "-S", "-c", _HELPER, str(fd)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     pass_fds=(fd,), start_new_session=True) if os.name == "posix" else None
 
     def apply(self, message: bytes) -> None:
         """Hand one message to the helper. Its answer is awaited at the next apply, read or close
@@ -133,12 +130,10 @@ class Applier:
         holds the pipe's write end too, so closing it here sends no EOF) and wait for it."""
         if self.proc is not None and self.proc.poll() is None:
             self.wait()
-            try:
+            with contextlib.suppress(OSError):  # (the helper is gone already)
                 self.proc.stdin.write(struct.pack("<Q", END))
                 self.proc.stdin.flush()
                 self.proc.stdin.close()
-            except OSError:  # the helper is gone already
-                pass
             if select.select([self.proc.stdout], [], [], 60)[0]:  # its stdout's end of file: it has ended
                 self.proc.stdout.read()  # (a blocking wait, not subprocess's polling sleeps: 3 ms a run)
             try:
@@ -162,12 +157,11 @@ def _apply(fd: int, message: bytes) -> None:
 
 
 class HeldWrites(io.RawIOBase):
-    """The file object HDF5 writes the store through (h5py's `fileobj` driver). While `holding`,
-    writes into the part of the file the last flush's metadata may point at (below `stable`, the
-    file's size when that flush ended) are kept in memory, and writes past it go to disk at once;
-    `release` then puts the held bytes in place, a few KiB of metadata and the chunks being
-    filled, in one short burst of pwrite calls. HDF5 itself writes a flush as many in-place
-    writes, in its own order, over milliseconds."""
+    """The file object HDF5 writes the store through (h5py's `fileobj` driver). While `holding`, writes into the
+    part of the file the last flush's metadata may point at (below `stable`, the file's size when that flush ended)
+    are kept in memory, and writes past it go to disk at once; `release` then puts the held bytes in place, a few
+    KiB of metadata and the chunks being filled, in one short burst of pwrite calls. HDF5 itself writes a flush as
+    many in-place writes, in its own order, over milliseconds."""
 
     def __init__(self, path: Path) -> None:
         super().__init__()
@@ -180,24 +174,17 @@ class HeldWrites(io.RawIOBase):
         self.held: list[tuple[int, bytes | None, int]] = []  # (offset, bytes, 0) or (-1, None, truncate size)
         self.flushed_size = 0  # where the last flush's file ended: its metadata points below
         self.filling: list[tuple[int, int]] = []  # byte ranges written through while holding
+        self.dropped, self.error = False, None  # a write failed (error): what HDF5 writes from then on goes nowhere
 
     # -- io.RawIOBase, as h5py's driver calls it -----------------------------------------------
     def readable(self) -> bool:
         return True
 
-    def writable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
+    writable = seekable = readable
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        if whence == os.SEEK_END:
-            offset += self._size()
-        elif whence == os.SEEK_CUR:
-            offset += self.pos
-        self.pos = offset
-        return offset
+        self.pos = offset + (self._size() if whence == os.SEEK_END else self.pos if whence == os.SEEK_CUR else 0)
+        return self.pos
 
     def tell(self) -> int:
         return self.pos
@@ -221,11 +208,17 @@ class HeldWrites(io.RawIOBase):
     def write(self, buf) -> int:
         view = memoryview(buf).cast("B")
         n, at = len(view), self.pos
+        if self.dropped:  # (a failed flush: the file keeps the last whole one)
+            return n
         if self.stable is not None and at < self.stable and not self._filling(at, n):  # bytes the last flush may point at
             cut = min(n, self.stable - at)
             self.held.append((at, bytes(view[:cut]), 0))
             view, at = view[cut:], at + cut
-        _pwrite(self.fd, view, at)
+        try:
+            _pwrite(self.fd, view, at)
+        except OSError as exc:  # (HDF5 is told it was written: an error inside its flush breaks its caches for good)
+            self.error = exc
+            self.drop()
         self.pos += n
         return n
 
@@ -236,6 +229,8 @@ class HeldWrites(io.RawIOBase):
 
     def truncate(self, size: int | None = None) -> int:
         size = self.pos if size is None else size
+        if self.dropped:
+            return size
         if self.stable is not None and size < self.stable:
             self.held.append((-1, None, size))
         else:
@@ -258,6 +253,10 @@ class HeldWrites(io.RawIOBase):
         those inside `filling`: the byte ranges of uncompressed chunks being filled (rewritten
         whole at each flush, with the rows the last flush wrote unchanged)."""
         self.stable, self.filling = self.flushed_size, list(filling)
+
+    def drop(self) -> None:
+        """A failed write (a full disk): the flush's held writes dropped, not half applied; later writes go nowhere."""
+        self.held, self.stable, self.dropped = [], None, True
 
     def release(self) -> None:
         """Put the held writes in place, in the order HDF5 made them, all or none: they go to a

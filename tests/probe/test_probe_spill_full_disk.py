@@ -7,31 +7,13 @@ where a dataset handle is freed), so the run ended `complete` with probes fitted
 
 from __future__ import annotations
 
-import os
-import resource
-import signal
-import subprocess
-import sys
-
 import h5py
 import numpy as np
 import pytest
-from conftest import HELPERS, ROOT
+from file_limit import limited_run
 from test_probe_ranks import reference
 
 LIMIT = 80 << 10  # bytes a file may reach: the run's file (about 40 KB) fits, block3's spilled rows (131 KB) do not
-
-
-def limited() -> None:
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # (a write past the limit then fails with EFBIG)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT, LIMIT))
-
-
-def run(*args: str, cwd, limit: bool = False) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{HELPERS}", "OMP_NUM_THREADS": "1"}
-    env.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=300, env=env,
-                          preexec_fn=limited if limit else None)
 
 
 def test_rows_spilled_onto_a_disk_that_refuses_them_raise_not_read_back_as_zeros(tmp_path):
@@ -48,7 +30,7 @@ def test_rows_spilled_onto_a_disk_that_refuses_them_raise_not_read_back_as_zeros
               "    print('zero rows', int((got == 0).all(1).sum()), 'equal', bool(torch.equal(got, x)))\n"
               "except RunError as exc:\n"
               "    print('RunError', exc)\n")
-    proc = run("-c", script, cwd=tmp_path, limit=True)  # 4000 x 16 float64: 512 KB, past the limit
+    proc = limited_run(["-c", script], cwd=tmp_path, limit=LIMIT)  # 4000 x 16 float64: 512 KB, past the limit
     assert proc.stdout.startswith("RunError probe: writing the rows of block1 beyond probe.memory to "), proc.stdout + proc.stderr[-2000:]
     assert "File too large; free some space there, or raise probe.memory" in proc.stdout
 
@@ -58,14 +40,14 @@ def test_a_probe_run_whose_spill_the_disk_refuses_fails_in_one_line_and_resumes_
     args = ["-m", "hookrun", "experiment=probe_shapes", "probe.at=[block1,block3]", "probe.method=ridge",
             "probe.alpha=2.0", "probe.memory=64KB", "device=cpu", "progress=false", "output.flush_every=1",
             "hydra.run.dir=run"]
-    failed = run(*args, cwd=tmp_path, limit=True)
+    failed = limited_run(args, cwd=tmp_path, limit=LIMIT)
     assert failed.returncode == 1, failed.stderr[-3000:]
     lines = failed.stderr.strip().splitlines()
     assert lines[-1].startswith("hookrun: error: probe: writing the rows of block3 beyond probe.memory to "), failed.stderr[-3000:]
     assert "Traceback" not in failed.stderr
     with h5py.File(tmp_path / "run" / "captures.h5", "r") as f:
         assert f.attrs["status"] == "failed" and "probe" not in f
-    resumed = run(*args, "resume=true", cwd=tmp_path)
+    resumed = limited_run([*args, "resume=true"], cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert not list((tmp_path / "run").glob(".probe_rows*"))
     from hookrun.runner.kinds.probe.reader import probe_weights
