@@ -20,7 +20,9 @@ import dataclasses
 import functools
 import json
 import math
+import os
 import re
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ from sae_lens.registry import get_sae_training_class
 from hookrun.analysis.stats import human_bytes
 from hookrun.errors import ConfigError, RunError
 from hookrun.runner.kinds.sae.block import NORMALIZE, SaeBlock
+from hookrun.store.writer import write_reason
 
 StepHook = Callable[[int, dict[str, Any]], None]
 
@@ -87,6 +90,17 @@ class LoggingTrainer(SAETrainer):
     def __init__(self, *args: Any, on_step: StepHook | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.on_step = on_step
+
+    def save_checkpoint(self, checkpoint_name: str, *args: Any, **kwargs: Any) -> None:
+        """SAELens' checkpoint; a write that fails (a full disk) is one RunError line, and the folder it cut
+        short removed (a resume takes the checkpoint before it)."""
+        try:
+            super().save_checkpoint(checkpoint_name, *args, **kwargs)
+        except Exception as exc:
+            folder = Path(str(self.cfg.checkpoint_path)) / checkpoint_name
+            shutil.rmtree(folder, ignore_errors=True)
+            raise RunError(f"sae: writing the checkpoint {folder} failed ({write_reason(exc)}; is the disk full?); the "
+                           "run's file keeps the steps before it: free some space and run again with resume=true") from exc
 
     def step(self, batch: torch.Tensor) -> Any:
         out = super().step(batch)
@@ -159,9 +173,20 @@ def holds_sae(folder: str | Path) -> bool:
 
 def save_sae(sae: Any, out: str | Path) -> Path:
     """The folder SAELens' training runner writes at the end: save_inference_model (cfg.json +
-    sae_weights.safetensors; batchtopk and matryoshka as jumprelu with their threshold)."""
+    sae_weights.safetensors; batchtopk and matryoshka as jumprelu with their threshold), written beside
+    `out` and moved in whole; a failed write (a full disk) is one RunError line."""
     out = Path(out)
-    sae.save_inference_model(str(out))
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")  # (a kill or a full disk leaves no cut-off SAE in `out`)
+    try:
+        sae.save_inference_model(str(tmp))
+        out.mkdir(parents=True, exist_ok=True)
+        for f in sorted(tmp.iterdir(), key=lambda f: f.name == "cfg.json"):  # cfg.json last: it says the folder holds an SAE
+            f.replace(out / f.name)
+    except Exception as exc:
+        raise RunError(f"sae: writing the SAE to {out} failed ({write_reason(exc)}); the run's file keeps its training "
+                       "curves, not the SAE: free some space and run again with resume=true") from exc
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
