@@ -15,6 +15,7 @@ each rank but 0 `save`s its rows to a folder, rank 0 `merge`s them after its own
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,7 +24,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from hookrun.errors import RunError
 from hookrun.output.scratch import Scratch
+from hookrun.store.writer import write_reason
 
 
 class SeriesRows:
@@ -49,10 +52,21 @@ class SeriesRows:
                 held.append(np.ascontiguousarray(a))
             self.held_bytes += size
         else:
-            self.spill()
-            for f, a in zip(self.files, arrays, strict=True):
-                f.write(np.ascontiguousarray(a).data)
+            with self.spool_writes():
+                self.spill()
+                for f, a in zip(self.files, arrays, strict=True):
+                    f.write(np.ascontiguousarray(a).data)
         self.n += len(arrays[0])
+
+    @contextlib.contextmanager
+    def spool_writes(self) -> Iterator[None]:
+        """A write to the spool that fails (a full disk) as one RunError line naming its folder."""
+        try:
+            yield
+        except OSError as exc:
+            where = self.dir.path if self.dir is not None else "the scratch folder"
+            raise RunError(f"similarity: writing the rows beyond similarity.memory to {where} failed: {write_reason(exc)}; "
+                           "free some space there, or raise similarity.memory to hold them in memory") from exc
 
     def spill(self) -> None:
         """From here on every row goes to the spool, the rows held so far first."""
@@ -81,17 +95,19 @@ class SeriesRows:
 
     def merge(self, path: Path) -> None:
         """Another rank's rows after this one's (rank order is item order: the same Gram matrices)."""
-        self.spill()
-        for k, f in enumerate(self.files):
-            with open(path / f"{k}.rows", "rb") as src:
-                shutil.copyfileobj(src, f)
+        with self.spool_writes():
+            self.spill()
+            for k, f in enumerate(self.files):
+                with open(path / f"{k}.rows", "rb") as src:
+                    shutil.copyfileobj(src, f)
         self.n += int((path / "rows").read_text())
 
     def sources(self, k: int) -> list[np.ndarray]:
         """Series k's rows as they are kept: the arrays held, or its spool mapped as one array."""
         if not self.files:
             return self.held[k]
-        self.files[k].flush()
+        with self.spool_writes():
+            self.files[k].flush()
         return [np.memmap(self.files[k].name, dtype=self.dtypes[k], mode="r", shape=(self.n, self.dims[k]))]
 
     def first(self, k: int) -> np.ndarray:
