@@ -83,7 +83,7 @@ def _task(cfg: DictConfig, folder: Path, record: RunRecord) -> None:
                           "(output.path=FILE, ...)"))
     raw = str(OmegaConf.to_container(cfg.output)["path"])  # (raw: interpolations kept)
     try:
-        path = Path(cfg.output.path)
+        path = Path(cfg.output.path).expanduser()
     except OmegaConfBaseException as exc:  # (Hydra's "Error executing job" line, then OmegaConf's, naming no key)
         _fail(ConfigError(f"output.path={raw}: {str(exc).splitlines()[0]}"))
     if HydraConfig.get().mode == RunMode.MULTIRUN and "${" not in raw:  # (a URL is neither absolute nor outside)

@@ -110,9 +110,10 @@ def open_destination(cfg: HookrunConfig, ranks: Ranks | None = None) -> LocalFil
 
 
 def in_run_folder(path: str, staging: str | None, folder: Path) -> tuple[str, str | None]:
-    """The CLI's output.path and output.staging in its run folder: a relative file path goes there,
-    and so do an object store's staged parts unless output.staging says where."""
+    """The CLI's output.path and output.staging in its run folder: a relative file path goes there (a
+    path starting with ~ is the user's home folder's, as in a shell), and so do an object store's staged
+    parts unless output.staging says where."""
     if scheme_of(path).remote:
         return path, staging if staging is not None else str(folder)
-    path = local_path(path)  # (file:///tmp/run.h5 is /tmp/run.h5)
+    path = str(Path(local_path(path)).expanduser())  # (file:///tmp/run.h5 is /tmp/run.h5; ~/run.h5 the home folder's)
     return (path if Path(path).is_absolute() else str(folder / path)), staging

@@ -17,13 +17,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def limited_run(args: list[str], cwd: Path, limit: int | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-    """`python ARGS` with this checkout and the helpers on its path, one thread, under a file-size limit of `limit` bytes."""
+def limited_run(args: list[str], cwd: Path, limit: int | None = None, timeout: int = 300,
+                env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python ARGS` with this checkout and the helpers on its path, one thread (and `env`), under a file-size limit
+    of `limit` bytes (None: none)."""
     def limited() -> None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # (a write past the limit then fails with EFBIG)
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests' / 'helpers'}", "OMP_NUM_THREADS": "1"}
-    env.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env,
+    full = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests' / 'helpers'}", "OMP_NUM_THREADS": "1", **(env or {})}
+    full.pop("HYDRA_FULL_ERROR", None)
+    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full,
                           preexec_fn=limited if limit else None)
