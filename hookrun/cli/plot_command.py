@@ -31,6 +31,7 @@ written are listed at the end.
 from __future__ import annotations
 
 import argparse
+import errno
 import hashlib
 import os
 import shutil
@@ -71,7 +72,7 @@ from hookrun.cli.command import (
 from hookrun.cli.sample_figures import check_covers, check_same_data, render, with_pictures
 from hookrun.config.build import build_dataset
 from hookrun.config.schema import load
-from hookrun.errors import ConfigError, NotFoundError
+from hookrun.errors import ConfigError, NotFoundError, RunError
 from hookrun.labels import MODEL_LABEL
 from hookrun.store.capture_schema import PATTERN
 from hookrun.store.reading import UrlPath, run_path
@@ -283,6 +284,10 @@ def _plot(a: argparse.Namespace) -> int:
                     if warning := check_same_data(dataset, run, {"dataset": data.dataset, "root": data.root}):
                         print(f"hookrun.plot: {warning}", file=sys.stderr)
                 written, why = plot_run(run, a.out, a.samples, a.channels, dataset), unfinished(run)
+    except OSError as exc:  # (a full disk: the pictures written before it are whole, none cut off under its name)
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise
+        raise RunError(f"--out {a.out}: writing a picture failed ({exc.strerror}); the pictures written before it are whole") from None
     finally:  # (a run that cannot be read, or nothing drawn: the folders this command made go again)
         if made is not None and not any(p.is_file() for p in made.rglob("*")):
             shutil.rmtree(made, ignore_errors=True)
