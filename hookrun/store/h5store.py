@@ -199,6 +199,11 @@ class H5Store(CaptureColumns):
         self._flushed_at = time.monotonic()
         self._previous = (self.steps, self.samples)
 
+    @property
+    def kept_steps(self) -> int:
+        """The batches the file keeps: after a write the disk refused, the last whole flush's; else every one written."""
+        return self._previous[0] if self.raw.error is not None else self.steps
+
     def _datasets(self) -> list[h5py.Dataset]:
         """The datasets rows are appended to (their last chunks are rewritten at each flush)."""
         cols = [d for col in self._columns.values() for d in (col.ds, col.index) if d is not None]

@@ -49,7 +49,7 @@ def write_reason(exc: BaseException) -> str:
 def write_error(exc: Exception, store: RunStore, step: int) -> RunError:
     reason = write_reason(exc)
     return RunError(f"writing {store.path} failed at batch {step}: {reason}; the file keeps every batch "
-                    f"flushed before it ({store.steps} batches)")
+                    f"flushed before it ({getattr(store, 'kept_steps', store.steps)} batches)")
 
 
 class BackgroundWriter:

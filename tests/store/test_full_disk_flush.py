@@ -39,3 +39,17 @@ def test_a_flush_the_disk_refuses_fails_in_one_line_leaves_the_last_flush_and_re
         assert got.attrs["status"] == "complete"
         for name in ("captures/blocks/layer1.0/output", "captures/blocks/layer1.1/output", "samples/index"):
             np.testing.assert_array_equal(got[name][()], want[name][()])
+
+
+@pytest.mark.slow
+def test_a_write_refused_between_flushes_names_the_batches_the_file_keeps(tmp_path):
+    """Flushed every 2 batches: the refused write is found at the next flush, inside a batch's write; the line
+    named every batch written (4) where the file keeps those of its last whole flush (2)."""
+    args = [a if not a.startswith("output.flush_every=") else "output.flush_every=2" for a in ARGS]
+    failed = limited_run([*args, "hydra.run.dir=run"], cwd=tmp_path, limit=LIMIT)
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    last = failed.stderr.strip().splitlines()[-1]
+    with h5py.File(tmp_path / "run" / "captures.h5", "r") as f:  # plain h5py: what the file keeps
+        steps = int(f.attrs["steps_complete"])
+        assert f["samples/index"].shape[0] == steps
+    assert last.endswith(f"; the file keeps every batch flushed before it ({steps} batches)"), last
