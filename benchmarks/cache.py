@@ -8,7 +8,7 @@ os.sync(); ratios are taken between medians.
 
     python benchmarks/cache.py                   # the full comparison (about 15 minutes on 2 cores)
     python benchmarks/cache.py --quick           # a smoke run: 2 batches, 1 round, small files, peak RSS of the short run for hookrun only
-    python benchmarks/cache.py --markdown docs/benchmarks_cache.md
+    python benchmarks/cache.py --markdown table.md   # also write the table there (replacing the file; the figures: docs/benchmarks/caches.md)
 
 The `transformer_lens` route needs TransformerLens 4.3, which the `dev` environment cannot hold (it
 has 3.9, for HookedTransformer): run this file with the interpreter of the venv that

@@ -20,7 +20,7 @@ peak memory (the peer to beat). The load average is printed with the table.
     python benchmarks/probe.py                 # 1024 images of 64 x 64, batch 64, 5 rounds, threads as installed
     python benchmarks/probe.py --threads 1     # every route on one thread (OMP_NUM_THREADS=1: torch and BLAS)
     python benchmarks/probe.py --quick         # 128 images of 32 x 32, 1 round
-    python benchmarks/probe.py --markdown docs/benchmarks/probe.md
+    python benchmarks/probe.py --markdown docs/benchmarks/probe.md   # also append the table there
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def main() -> None:
     p = harness.parser(__doc__)
     harness.int_options(p, images=1024, size=64, batch=64, rounds=5, threads=0)
     harness.quick_and_markdown(p, "128 images of 32 x 32, 1 round: checks that everything runs",
-                               "write the results table to this file too")
+                               "append the results table to this file")
     a = harness.parse(p, images=128, size=32, rounds=1)
     started = time.perf_counter()
     env = {k: v for k, v in harness.child_env().items() if not k.endswith("_NUM_THREADS")}  # 0: what a user's process gets
@@ -195,7 +195,7 @@ def main() -> None:
     head = harness.environment(time.perf_counter() - started, *harness.versions("torch", "scikit-learn"),
                                f"{a.images} images {a.size}x{a.size}, batch {a.batch}, {a.rounds} round(s), load {load}",
                                threads=f"threads {a.threads or 'as installed (torch and BLAS: one per core)'}")
-    print(harness.report("probe.py", head, t.lines(), markdown=a.markdown))
+    print(harness.report("probe.py", head, t.lines(), markdown=a.markdown, append=True))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ before reading any row (the data: the tensor, or the loader's windows).
 
     python benchmarks/sae_train.py                 # 1M-row cache (10M for hookrun_10x), 80 steps of 4096
     python benchmarks/sae_train.py --quick         # a smoke run: tiny sizes, 1 round
-    python benchmarks/sae_train.py --markdown docs/benchmarks_sae.md
+    python benchmarks/sae_train.py --markdown table.md   # also write the table there (replacing the file; the figures: docs/benchmarks/sae-training.md)
     python benchmarks/sae_train.py --device cuda   # on a GPU: the memory route's tensor is on the GPU
 """
 

@@ -18,7 +18,7 @@ own, its resident memory sampled while it runs, above the bare route's. The matr
 
     python benchmarks/similarity.py                    # 512 images of 64 x 64, batch 64, 3 rounds
     python benchmarks/similarity.py --quick            # a smoke run: 16 images of 32 x 32, 1 round (no minibatch memory child)
-    python benchmarks/similarity.py --markdown docs/benchmarks.md
+    python benchmarks/similarity.py --markdown docs/benchmarks/similarity.md   # also append the table to its page
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ timings on a shared CI machine prove nothing, so this checks only that every com
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from typing import NamedTuple
@@ -152,3 +153,18 @@ def test_cache_peers_refuses_a_device_it_cannot_use_in_one_line_before_any_worke
     assert last.startswith(f"cache_peers.py: error: --device {device!r}" if device == "tpu" else
                            "cache_peers.py: error: --device cuda: CUDA is not available"), last
     assert "use cpu" in last or "use --device cpu" in last
+
+
+def test_a_docstring_markdown_target_is_no_page_the_script_would_replace():
+    """Every `--markdown PATH` a benchmark's usage lines give: a docs page (or any file in the repo) only where the
+    script appends its table (`append=True`): `probe.py --markdown docs/benchmarks/probe.md` replaced that
+    92-line page with its 10-line table; and never a page under docs/ that does not exist (a stray page)."""
+    for script in sorted((ROOT / "benchmarks").glob("*.py")):
+        source = script.read_text()
+        appends = "append=True" in source
+        for target in re.findall(r"^\s*python benchmarks/\S+ .*?--markdown (\S+)", source, re.MULTILINE):
+            path = ROOT / target
+            if path.exists():
+                assert appends, f"{script.name}: --markdown {target} would replace that file"
+            else:
+                assert not target.startswith("docs/"), f"{script.name}: --markdown {target} is no page of docs/"
