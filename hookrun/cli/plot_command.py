@@ -41,26 +41,29 @@ from pathlib import Path
 import numpy as np
 
 from hookrun.analysis.drawings import drawn_pictures
-from hookrun.analysis.images import map_rows
 from hookrun.analysis.kind_readers import kind_figures, kind_sweep_figures, unread_kind
 from hookrun.analysis.opening import open_run
 from hookrun.analysis.report.figure_specs import (
     NotShown,
     constant_over_space,
     no_information,
-    run_label,
-    skip_reason,
-    value_label,
-    without_mask_fill,
 )
 from hookrun.analysis.report.run_sections import LeftOut, is_map
 from hookrun.analysis.report.sweep_charts import not_drawn, sweep_charts, sweep_metrics
-from hookrun.analysis.report.token_text import byte_label, token_text  # noqa: F401 (byte_label: plot's public name)
+from hookrun.analysis.report.token_text import byte_label  # noqa: F401 (plot's public name)
 from hookrun.analysis.run_notes import run_note, unfinished
-from hookrun.analysis.run_reader import CaptureInfo, Run, block_stats
+from hookrun.analysis.run_reader import Run
 from hookrun.analysis.sweep import Sweep, is_sweep, open_sweep
 from hookrun.cli import figures
 from hookrun.cli.app import compose_config
+from hookrun.cli.capture_figures import (
+    attention_maps,
+    feature_maps,
+    file_name,
+    histogram,
+    is_pattern,
+    source_of,
+)
 from hookrun.cli.command import (
     at_least_one,
     description,
@@ -73,16 +76,8 @@ from hookrun.cli.sample_figures import check_covers, check_same_data, render, wi
 from hookrun.config.build import build_dataset
 from hookrun.config.schema import load
 from hookrun.errors import ConfigError, NotFoundError, RunError
-from hookrun.labels import MODEL_LABEL
-from hookrun.store.capture_schema import PATTERN
 from hookrun.store.reading import UrlPath, run_path
 from hookrun.store.schemes import local_only
-
-HIST_VALUES = 2_000_000  # at most this many values go into one histogram
-
-
-def _source(run: Run) -> str:
-    return str(run.path.resolve())
 
 
 def identity(run: Run) -> str:
@@ -102,80 +97,13 @@ def remove_replaced(out: Path, source: str, run: str) -> int:
     return len(old)
 
 
-def _index(run: Run, info: CaptureInfo) -> np.ndarray:
-    return run.index(info.hook, info.module, info.role, call=info.call)
-
-
-def _name(info: CaptureInfo) -> str:
-    """A capture's part of its pictures' file names: its label, '/' as '__', made safe for any file
-    system (_file_name's characters; a name past 200 ends in its hash, under NAME_MAX with its prefix)."""
-    name = _file_name(info.label.replace(MODEL_LABEL, "model").replace("@", "_call"), limit=None)
-    return name if len(name) <= 200 else f"{name[:191]}.{hashlib.blake2b(name.encode(), digest_size=4).hexdigest()}"
-
-
-def title(run: Run, info: CaptureInfo) -> str:
-    call = f" (call {info.call})" if info.call else ""
-    return f"{run_label(run)} · hook {info.hook} · {info.module or '(model)'} · {info.role}{call}"
-
-
-def feature_maps(run: Run, info: CaptureInfo, out: Path, samples: int = 2, channels: int = 16,
-                 taken: set[Path] | None = None) -> Path:
-    rows = map_rows(run, info, samples, np.float32)[:, :channels]  # (channels first, however stored)
-    index = run.index(info.hook, info.module, info.role, call=info.call)
-    fig = figures.feature_grid(rows, [f"sample #{i}" for i in index[: len(rows)]], title(run, info),
-                               label=value_label(info.role))
-    return figures.save(fig, out / f"fmap_{_name(info)}.png", source=_source(run), taken=taken)
-
-
-def is_pattern(info: CaptureInfo) -> bool:
-    """An attention pattern (or its scores): one (head, query, key) row per sample."""
-    return info.rows == "samples" and tuple(info.dims[1:]) == PATTERN
-
-
-def attention_maps(run: Run, info: CaptureInfo, out: Path, samples: int = 2, heads: int = 16,
-                   taken: set[Path] | None = None) -> Path:
-    """Each head's (query, key) map for the first samples, cropped to each sample's real tokens."""
-    ds = run.file[info.path]
-    rows = without_mask_fill(ds[: min(samples, ds.shape[0])][:, :heads], (ds.attrs.get("torch_dtype"), ds.dtype))  # (a mask's -3.4e38: grey)
-    index = _index(run, info)[: len(rows)]
-    maps, ticks = [], []
-    for m, i in zip(rows, index, strict=True):
-        keep, text = token_text(run, int(i), m.shape[-1])
-        if keep is not None:  # the real tokens' keys; the queries among them (the last `queries` positions)
-            queries = keep[keep >= m.shape[-1] - m.shape[-2]] - (m.shape[-1] - m.shape[-2])
-            m = m[:, queries][:, :, keep]
-        maps.append(m)
-        ticks.append(text)
-    head = title(run, info) + (" (first heads)" if ds.shape[1] > heads else "")
-    fig = figures.attention_grid(maps, [f"#{i}" for i in index], head, ticks, label=f"{info.role} value")
-    return figures.save(fig, out / f"attn_{_name(info)}.png", source=_source(run), taken=taken)
-
-
-def histogram(run: Run, info: CaptureInfo, out: Path, left: LeftOut | None = None,
-              taken: set[Path] | None = None) -> Path | None:
-    ds = run.file[info.path]
-    why = skip_reason(info, ds)
-    per_row = max(1, int(np.prod(ds.shape[1:], dtype=np.int64)))
-    rows = max(1, min(ds.shape[0], HIST_VALUES // per_row))
-    values = np.asarray(ds[:rows], dtype=np.float64).ravel() if why is None else np.zeros(0)
-    values = values[np.isfinite(values)]
-    if why is None and not values.size:
-        why = f"no finite value in its first {rows} rows"
-    if why is not None:
-        (left or LeftOut()).add(f"the histogram of {info.label}", why)
-        return None
-    note = f"first {rows} of {ds.shape[0]} rows" if rows < ds.shape[0] else ""
-    fig = figures.histogram(values, block_stats(ds), title(run, info), value_label(info.role), note)
-    return figures.save(fig, out / f"hist_{_name(info)}.png", source=_source(run), taken=taken)
-
-
 def plot_run(run: Run, out: Path, samples: int | None = None, channels: int = 16, dataset: object | None = None) -> list[Path]:
     """Every picture of a run that carries information; what is left out is said in one line a
     reason ("not drawn: ... (why)")."""
     # the drawings' and the kind's figures are read first: a damaged attribute stops plot before any PNG is written
     drawn = [*drawn_pictures(run, samples, first=True), *kind_figures(run, samples), *drawn_pictures(run, samples, first=False)]
     out.mkdir(parents=True, exist_ok=True)
-    figures.RUN_OF[_source(run)] = identity(run)  # (each PNG names the run that wrote its file)
+    figures.RUN_OF[source_of(run)] = identity(run)  # (each PNG names the run that wrote its file)
     written, left, taken = [], LeftOut(), set()
     shown = samples or 2  # (the maps' and patterns' grids; a drawing's or kind's picture has its own default)
     for info in run.captures:
@@ -194,14 +122,14 @@ def plot_run(run: Run, out: Path, samples: int | None = None, channels: int = 16
     note = run_note(run)  # a random network's pictures say so in their titles, and a run not complete how far it got
     for stem, spec in drawn:  # the drawings' (analysis/drawings.py), the file's kind's (its reader's), the drawings' after
         if no_information(spec):  # (a grid none of whose cells was computed: a failed run's)
-            left.add(f"{_file_name(stem)}.png", "no cell has a value (NaN: not computed, or not finite)")
+            left.add(f"{file_name(stem)}.png", "no cell has a value (NaN: not computed, or not finite)")
             continue
         spec.title += f" · {note}" if note and note not in spec.title else ""
-        written.append(figures.save(render(with_pictures(spec, dataset)), out / f"{_file_name(stem)}.png", source=_source(run),
+        written.append(figures.save(render(with_pictures(spec, dataset)), out / f"{file_name(stem)}.png", source=source_of(run),
                                     taken=taken))
     for line in left.lines() + [f"not drawn: the pictures of the kind {note}" for note in [unread_kind(run.file.attrs)] if note]:
         print(line)
-    if gone := remove_replaced(out, _source(run), identity(run)):  # (a replaced run's figures looked current)
+    if gone := remove_replaced(out, source_of(run), identity(run)):  # (a replaced run's figures looked current)
         print(f"removed {gone} figure{'' if gone == 1 else 's'} of the replaced run")
     return written
 
@@ -221,7 +149,7 @@ def plot_sweep(sweep: Sweep, out: Path, stat: str = "mean", x: str | None = None
     metrics = sweep_metrics(table, swept)
     for column in (c for c in candidates if c not in metrics):
         print(f"not drawn: {column} against {', '.join(swept)} ({not_drawn(table, column)})")
-    charts = [(f"sweep_{_file_name(c.ylabel)}_vs_{_file_name(c.xlabel)}", c) for c in sweep_charts(table, swept, metrics)]
+    charts = [(f"sweep_{file_name(c.ylabel)}_vs_{file_name(c.xlabel)}", c) for c in sweep_charts(table, swept, metrics)]
     drawn = [*charts, *kind_sweep_figures(sweep)]
     for left in (spec for _, spec in drawn if isinstance(spec, NotShown)):  # (as the kind's report section says it)
         print(f"not drawn: {left.what} ({left.why})")
@@ -230,12 +158,9 @@ def plot_sweep(sweep: Sweep, out: Path, stat: str = "mean", x: str | None = None
         raise NotFoundError(f"{sweep.folder}: no two jobs wrote a number (no kind's metric, no capture); nothing to draw")
     out.mkdir(parents=True, exist_ok=True)
     taken: set[Path] = set()  # (two metrics whose names make one file name: the second is NAME.2.png)
-    return [figures.save(render(spec), out / f"{_file_name(stem)}.png", source=str(sweep.folder.resolve()), taken=taken)
+    return [figures.save(render(spec), out / f"{file_name(stem)}.png", source=str(sweep.folder.resolve()), taken=taken)
             for stem, spec in drawn]
 
-
-def _file_name(text: str, limit: int | None = 80) -> str:
-    return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in text.replace("/", "__"))[:limit]
 
 @ends_quietly
 def main(argv: list[str] | None = None) -> int:
