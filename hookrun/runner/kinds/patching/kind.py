@@ -198,8 +198,8 @@ class PatchRun:
             rows = len(ks)
             writer.put(StepRecord(
                 step=(step0 + steps[0]) * self.world + self.rank, sample_index=np.asarray(ks, dtype=np.int64), target=None, path=None,
-                captures=[Capture(KEY["value"], torch.as_tensor(np.asarray(values, dtype=np.float64)).reshape(rows), False),
-                          Capture(KEY["exact"], torch.as_tensor(np.asarray(exact, dtype=np.float64)).reshape(rows), False)]))
+                captures=[Capture(KEY[role], torch.as_tensor(np.asarray(v, dtype=np.float64)).reshape(rows), False, dims=("cell",))
+                          for role, v in (("value", values), ("exact", exact))]))  # rows are cells, /samples/index their numbers
             steps[0] += 1
             if should_stop():
                 raise _Stop
