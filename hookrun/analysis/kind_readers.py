@@ -30,7 +30,7 @@ from typing import Any
 import h5py
 import yaml
 
-from hookrun.errors import HookrunError
+from hookrun.analysis.reader_failures import asked
 from hookrun.store.format import BATCH_UNITS
 
 
@@ -201,18 +201,6 @@ def kind_columns(f: h5py.File) -> dict[str, Any]:
 
 def kind_sections(run: Any) -> list[dict]:
     return [s for r in readers_of(run.file) for s in asked(r, "sections", run)]
-
-
-def asked(reader: KindReader, part: str, *args: Any) -> Any:
-    """reader.<part>(*args); an exception of a reader's own code is one HookrunError line naming the
-    kind and the part (a user's plugin's bug is not inspect's, plot's or report's traceback)."""
-    try:
-        return getattr(reader, part)(*args)
-    except HookrunError:
-        raise
-    except Exception as exc:
-        raise HookrunError(f"the {reader.kind} kind's reader failed in {part}: {type(exc).__name__}: "
-                           f"{' '.join(str(exc).split())[:300]}") from exc
 
 
 MODE_KINDS = ("record", "grad", "generate")  # the modes' kinds (runner/kinds/__init__.py): no reader of their own

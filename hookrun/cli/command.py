@@ -6,7 +6,9 @@
 
 A HookrunError is printed as `PROG: error: MESSAGE` and exits 2, with no traceback; so is an
 ImportError where the command names the extra that provides it (`needs`); anything else is a bug
-and keeps its traceback. The body returns its exit code (None: 0).
+and keeps its traceback. The body returns its exit code (None: 0). A user's kind plugin whose
+reader raises has its part left out and the rest shown: one line after the output, exit 1
+(analysis/reader_failures.py).
 
 Every command's `main` is wrapped in `@ends_quietly`: a reader that closes the pipe early
 (`python -m hookrun.inspect RUN | head`) ends the command with exit 141 (128 + SIGPIPE, what a
@@ -102,15 +104,22 @@ def at_least_one(text: str) -> int:
 
 
 def run_command(body: Callable[[], int | None], prog: str = "hookrun", needs: str | None = None) -> int:
-    try:
-        code = body()
-    except HookrunError as exc:
-        return fail(str(exc), prog)
-    except ImportError as exc:
-        if needs is None:
-            raise
-        return fail(f"{exc}; {needs}", prog)
-    return 0 if code is None else code
+    """body's exit code; a user's kind reader that raised (analysis/reader_failures.py) left its
+    part out of what body showed: one line each after it, and exit 1 where body said 0."""
+    from hookrun.analysis.reader_failures import isolated_readers
+
+    with isolated_readers() as failed:
+        try:
+            code = body()
+        except HookrunError as exc:
+            code = fail(str(exc), prog)
+        except ImportError as exc:
+            if needs is None:
+                raise
+            code = fail(f"{exc}; {needs}", prog)
+    for line in failed:
+        print(f"{prog}: error: {line}", file=sys.stderr)
+    return (code or 1) if failed else code or 0
 
 
 def fail(message: str, prog: str = "hookrun") -> int:
