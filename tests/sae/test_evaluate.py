@@ -534,3 +534,21 @@ def test_mean_ablation_refuses_a_source_run_that_did_not_complete(tmp_path):
                                           r"complete: its mean would be that of the batches it wrote; finish it \(resume=true\) "
                                           r"or point evaluate.mean at a complete run$"):
         hookrun.run(lm_cfg(tmp_path, scaled_block(0.5), {"ablation": "mean", "mean": str(source)}))
+
+
+def forgets_the_mean(output, target):  # a loss that returns nothing (its last line lost its `return`)
+    F.cross_entropy(output, target)
+
+
+def test_a_loss_that_returns_no_scalar_is_one_line_naming_the_loss(tmp_path):
+    """It said 'evaluate: the loss returned NoneType (), expected a scalar tensor', naming no function (the
+    reference: this module's function and its name)."""
+    cfg = {"evaluate": {"ablation": "zero"}, "device": "cpu", "progress": False, "data": {"batch_size": 4},
+           "hooks": {"damp": {"at": "body", "type": "forward", "actions": [{"name": "modify_output", "op": "scale",
+                                                                            "factor": 0.3}]}},
+           "loss": {"_target_": f"{__name__}.{forgets_the_mean.__name__}", "_partial_": True},
+           "output": {"path": str(tmp_path / "c.h5")}}
+    with pytest.raises(hookrun.errors.RunError) as info:
+        hookrun.run(cfg, model=Classifier().eval(), dataset=Points())
+    assert str(info.value) == ("evaluate: loss: forgets_the_mean(output, target) returned NoneType; evaluate's ce needs a "
+                               "scalar tensor (the batch's mean loss, e.g. a .mean() over the batch)")

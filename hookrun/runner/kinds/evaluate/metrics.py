@@ -84,8 +84,9 @@ class Objective:
         """A loss other than lm: its value times the batch's samples (a float64 0-d tensor)."""
         value = losses.call_loss(self.loss, self.takes_batch, output, call)
         if not isinstance(value, torch.Tensor) or value.numel() != 1:
-            raise RunError(f"evaluate: the loss returned {type(value).__name__} {tuple(getattr(value, 'shape', ()))}, "
-                           f"expected a scalar tensor")
+            got = f"a tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
+            raise RunError(f"evaluate: loss: {losses.loss_name(self.loss)}(output, target) returned {got}; evaluate's "
+                           f"ce needs a scalar tensor (the batch's mean loss, e.g. a .mean() over the batch)")
         return value.detach().reshape(()).double() * samples
 
     def reference(self, output: Any, call: Any) -> Reference:
