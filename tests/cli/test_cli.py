@@ -240,7 +240,7 @@ def test_wrong_shape_replacement_exits_cleanly(tmp_path):
     proc = run_cli("data.limit=1", "hooks={c: {at: layer1, type: forward, actions: [{name: modify_output, op: {_target_: toy_models.wrong_shape, _partial_: true}}]}}",
                    cwd=tmp_path, env=ENV)
     assert proc.returncode == 1
-    assert "hook 'c' at layer1: the replacement for output has shape (16, 1, 56, 56)" in proc.stderr
+    assert "hooks.c.actions.0: op toy_models.wrong_shape returned shape (16, 1, 56, 56)" in proc.stderr
     assert "Traceback" not in proc.stderr
     (path,) = h5_files(tmp_path)
     with h5py.File(path) as f:

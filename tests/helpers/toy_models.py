@@ -73,6 +73,10 @@ def wrong_shape(x: torch.Tensor) -> torch.Tensor:
     return x[:, :1]
 
 
+def forgets_return(x: torch.Tensor) -> None:  # an op that changes nothing and returns None
+    x.mul(0.5)
+
+
 class CountingNet(nn.Module):
     """Counts how often its head runs (to see early_stop skip the rest of the forward)."""
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import re
+
 import h5py
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import batches, make_cfg
+from conftest import CLASSES, SHAPE, N, batches, make_cfg, small_resnet
 
 import hookrun
+from hookrun.data import RandomTensors
 from hookrun.errors import ConfigError, RunError
 
 GRAD = {"mode": "grad", "loss": {"_target_": "hookrun.runner.losses.cross_entropy", "_partial_": True}}
@@ -216,9 +219,19 @@ def test_misused_actions_are_config_errors(tmp_path, checkpoint, hooks, message)
         hookrun.run(make_cfg(tmp_path, checkpoint, hooks))
 
 
-def test_wrong_shape_replacement_names_hook_module_and_shapes(tmp_path, checkpoint):
-    hooks = {"bad": {"at": "layer2", "type": "forward", "actions": [{"name": "modify_output", "op": {"_target_": "toy_models.wrong_shape", "_partial_": True}}]}}
-    with pytest.raises(RunError, match=r"hook 'bad' at layer2: the replacement for output has shape \(4, 1, 4, 4\) torch.float32 on cpu, expected shape \(4, 128, 4, 4\)"):
+@pytest.mark.parametrize("op, got", [("wrong_shape", r"shape \(4, 1, 4, 4\) torch.float32 on cpu"),
+                                     ("forgets_return", "NoneType")])
+def test_a_wrong_replacement_names_the_op_hook_module_and_shapes(tmp_path, checkpoint, op, got):
+    """(it named the hook alone: 'hook 'bad' at layer2: the replacement for output is a NoneType'; the reference
+    shape: layer2's own output, by a raw forward hook on the same model and batch)"""
+    model, seen = small_resnet(), []
+    model.layer2.register_forward_hook(lambda m, a, out: seen.append(out))
+    with torch.no_grad():
+        model.eval()(next(batches(RandomTensors(N, SHAPE, CLASSES, seed=7)))[0])
+    shape = re.escape(str(tuple(seen[0].shape)))
+    hooks = {"bad": {"at": "layer2", "type": "forward", "actions": [{"name": "modify_output", "op": {"_target_": f"toy_models.{op}", "_partial_": True}}]}}
+    with pytest.raises(RunError, match=rf"^hooks\.bad\.actions\.0: op toy_models\.{op} returned {got} at layer2 \(output, batch 0\); "
+                                       rf"an op returns a tensor like the one it is given: shape {shape} torch.float32 on cpu$"):
         hookrun.run(make_cfg(tmp_path, checkpoint, hooks))
     with h5py.File(tmp_path / "captures.h5") as f:
         assert f.attrs["status"] == "failed"

@@ -25,6 +25,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from hookrun.config.schema import Mode
 from hookrun.errors import PASSED, ConfigError, HookrunError, RunError, foreign_failure
 from hookrun.hooks import patch, splice  # noqa: F401  (register ops patch, splice)
@@ -120,6 +122,13 @@ class Modify(Action):
             except BaseException as exc:  # a bad parameter value, or a bug in a user's op (its sys.exit too): one line
                 raise foreign_failure(f"{self.where}: op {self.op_name} failed at {ev.where} ({role}, batch {ev.step}):",
                                       exc) from exc
+            old = ev.tensors[role]
+            if not isinstance(new, torch.Tensor) or (new.shape, new.dtype, new.device) != (old.shape, old.dtype, old.device):
+                got = (f"shape {tuple(new.shape)} {new.dtype} on {new.device}" if isinstance(new, torch.Tensor)
+                       else type(new).__name__)
+                raise RunError(f"{self.where}: op {self.op_name} returned {got} at {ev.where} ({role}, batch {ev.step}); "
+                               f"an op returns a tensor like the one it is given: shape {tuple(old.shape)} {old.dtype} "
+                               f"on {old.device}")
             ev.replace(role, new)
 
 
