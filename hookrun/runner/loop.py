@@ -103,7 +103,8 @@ def run_batches(
             if not steps:
                 refuse_only_skipped(session)
             captures = env.captures.take()
-            check_rows(captures, len(indices))  # (a user's action or kind may hand anything)
+            check_rows(captures, len(indices), {p.hook for p in session.points},  # (a user's action or kind may hand anything)
+                       f"the {s.kind.name} kind ({type(s.kind).__module__}.{type(s.kind).__qualname__})")
             writer.put(StepRecord(
                 step=step,
                 sample_index=indices.numpy(),

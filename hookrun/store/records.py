@@ -26,7 +26,7 @@ the end-of-run report and `record limit=N`'s restore take a RunStore and never a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -150,14 +150,16 @@ class StepCaptures:
         return items
 
 
-def check_rows(captures: list[Capture], samples: int) -> None:
+def check_rows(captures: list[Capture], samples: int, hooks: Collection[str] | None = None, kind: str = "") -> None:
     """What the actions (a user's own too) and the kind handed the store for a batch of `samples`,
     checked before it is copied to the host: a tensor (a ragged capture: a list of them), and where it
     is one row per sample, a first axis of that many rows (or of its `index`'s); the writer would map
     other rows to the batch's samples by position. A bfloat16 tensor is kept as float32 (numpy has
-    no bfloat16; the capture's torch_dtype still says bfloat16), as a record action keeps one."""
+    no bfloat16; the capture's torch_dtype still says bfloat16), as a record action keeps one. A capture
+    of no hook in `hooks` (the configured ones) is the kind's own: its message names `kind` (the kind and its class)."""
     for cap in captures:
-        where, value = f"hooks.{cap.key.hook}: the capture {cap.key.path}", cap.value
+        owner = f"hooks.{cap.key.hook}" if hooks is None or cap.key.hook in hooks or not kind else kind
+        where, value = f"{owner}: the capture {cap.key.path}", cap.value
         if cap.ragged:
             if not isinstance(value, list) or not all(isinstance(v, torch.Tensor) for v in value):
                 raise RunError(f"{where} (ragged) is {_what(value)}; give a list of tensors, one per sample")

@@ -5,14 +5,18 @@ the batch is written. References: the tensors the action gave, kept by the test,
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import h5py
 import numpy as np
 import pytest
 import torch
 
 import hookrun
+from hookrun.config.plugins import _PLUGINS, KindPlugin, register_plugin
 from hookrun.errors import RunError
 from hookrun.hooks.actions import Action, register_action
+from hookrun.runner.kinds.run_kind import NOTHING, RunKind, plain_forward
 from hookrun.store.records import Capture, CaptureKey
 
 GIVEN: list = []  # what the action handed over, batch by batch (copies)
@@ -91,3 +95,32 @@ def test_what_is_no_capture_of_one_row_per_sample_is_one_line_before_the_batch_i
         go()
     with h5py.File(cfg["output"]["path"]) as f:
         assert f.attrs["status"] == "failed" and "captures" not in f
+
+
+@dataclass
+class RowsBlock:
+    pass
+
+
+class HalfRows(RunKind):
+    """A kind whose own capture (no hook's) has half the batch's rows."""
+
+    def step(self, model, call, session):
+        out = plain_forward(model, call)
+        self.ctx.env.captures.add(Capture(CaptureKey("halfrows", "", "halfrows", "sum"), out.sum(1)[:2].detach(), False))
+        return NOTHING
+
+
+def test_a_kinds_own_capture_is_named_by_its_kind_not_as_a_hook(tmp_path):
+    """It said 'hooks.halfrows: the capture ...', though no hook of that name is configured (the reference: the
+    run's `hooks:` is empty, and the kind's class is this module's HalfRows)."""
+    register_plugin(KindPlugin("halfrows", block=RowsBlock, run=HalfRows))
+    try:
+        cfg, _ = run(tmp_path, "none")
+        cfg = {**cfg, "hooks": None, "halfrows": {}}
+        with pytest.raises(RunError, match=rf"^the halfrows kind \({__name__}\.HalfRows\): the capture "
+                                           r"captures/halfrows/__model__/sum has shape \(2,\): one row per sample needs a "
+                                           r"first axis of the batch's 4 sample\(s\)"):
+            hookrun.run(cfg)
+    finally:
+        _PLUGINS.pop("halfrows", None)
