@@ -121,6 +121,9 @@ def plot_run(run: Run, out: Path, samples: int | None = None, channels: int = 16
         written += [p for p in [histogram(run, info, out, left, taken)] if p is not None]
     note = run_note(run)  # a random network's pictures say so in their titles, and a run not complete how far it got
     for stem, spec in drawn:  # the drawings' (analysis/drawings.py), the file's kind's (its reader's), the drawings' after
+        if isinstance(spec, NotShown):  # (a picture the kind leaves out, as its report section says it)
+            left.add(spec.what, spec.why)
+            continue
         if no_information(spec):  # (a grid none of whose cells was computed: a failed run's)
             left.add(f"{file_name(stem)}.png", "no cell has a value (NaN: not computed, or not finite)")
             continue

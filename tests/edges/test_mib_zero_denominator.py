@@ -71,3 +71,13 @@ def test_a_zero_denominator_is_nan_with_its_reason(tmp_path, capsys):
     assert edges["title"].endswith(f"; MIB faithfulness: {why}")
     titles = json.dumps([f["figure"].get("layout", {}).get("title") for f in edges["figures"]])
     assert "faithfulness (MIB)" not in titles  # (no curve of nothing)
+
+    # plot draws no curve either, and says so (it skipped it without a word): the reason is the file's, read by h5py
+    from hookrun.cli.plot_command import main as plot_main
+
+    assert plot_main([str(path), "--out", str(tmp_path / "figs")]) == 0
+    out = capsys.readouterr().out
+    with h5py.File(path, "r") as f:
+        source = json.loads(f.attrs["patching"])["faithfulness"]["from"]
+    assert f"not drawn: the faithfulness (MIB) curve of {source}: {why}" in out.splitlines(), out
+    assert not [p for p in (tmp_path / "figs").iterdir() if "MIB" in p.name or "mib" in p.name]

@@ -13,7 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from hookrun.analysis.report.figure_specs import Circuit, Heatmap, Lines, Scatter, no_information
+from hookrun.analysis.report.figure_specs import (
+    Circuit,
+    Heatmap,
+    Lines,
+    NotShown,
+    Scatter,
+    no_information,
+)
 from hookrun.analysis.report.run_sections import figure, section
 
 METHODS = {"exact": "exact patching", "atp": "attribution patching (atp)", "atp_ig": "atp with integrated gradients (atp_ig)",
@@ -98,7 +105,9 @@ def plot_figures(run: Any) -> list[tuple[str, Any]]:
     for name, _, specs in grid_specs(run):
         attrs = dict(run.grid(name).attrs)
         for spec in specs:
-            if isinstance(spec, Lines):
+            if isinstance(spec, NotShown):
+                out.append(("curve_mib", spec))
+            elif isinstance(spec, Lines):
                 out.append((f"curve_{spec.title}", spec))
             elif isinstance(spec, Heatmap | Scatter):
                 out.append((grid_file_name(spec, attrs), spec))
@@ -112,6 +121,7 @@ def sections(run: Any) -> list[dict]:
     not drawn, and the section's note names it."""
     items, empty = [], []
     for name, about, specs in grid_specs(run):
+        specs = [s for s in specs if not isinstance(s, NotShown)]  # (its reason is in the grid's title: `about`)
         shown = [s for s in specs if not no_information(s)]
         if len(shown) < len(specs):
             empty.append(name if not shown else f"{len(specs) - len(shown)} of {name}'s planes")
@@ -223,7 +233,9 @@ def _faithfulness(run: Any) -> list[Any]:
                          f"faithfulness: {curve.get('ablation', 'corrupt')} ablation outside the top-k edges of {curve.get('from', '')}",
                          log_x=True))
     mib = curve.get("mib")
-    if mib and not mib.get("undefined"):  # MIB's circuits at fractions of the edges (edges/mib.py): CPR from the signed
+    if mib and mib.get("undefined"):  # (plot's `not drawn:` line; the report's grid title says it)
+        out.append(NotShown(f"the faithfulness (MIB) curve of {curve.get('from', '')}", mib["undefined"]))
+    elif mib:  # MIB's circuits at fractions of the edges (edges/mib.py): CPR from the signed
         # ranking, CMD from |score| (undefined: no curve to draw; the grid's title says why)
         out.append(Lines(mib["fractions"], {"signed ranking (CPR)": mib["cpr"]["faithfulness"],
                                             "|score| ranking (CMD)": mib["cmd"]["faithfulness"]},
