@@ -10,7 +10,6 @@ capture file; the jobs are read one at a time.
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from hookrun.analysis.sweep_plan import planned, typed_overrides
 from hookrun.errors import HookrunError, NotFoundError
 from hookrun.labels import natural_key
 from hookrun.store.format import REFUSED
-from hookrun.store.reading import empty_sweep, folder_file
+from hookrun.store.reading import empty_sweep, folder_file, job_dirs
 from hookrun.store.schemes import scheme_of
 
 
@@ -168,7 +167,7 @@ def is_sweep(folder: Path) -> bool:
     reads one where that is meant)."""
     if not folder.is_dir():
         return False
-    dirs = _job_dirs(folder)  # (the folders alone: their overrides are read by open_sweep)
+    dirs = job_dirs(folder)  # (the folders alone: their overrides are read by open_sweep)
     return bool(dirs) and ((folder / "multirun.yaml").is_file()
                            or all(d.relative_to(folder).parts[0].isdigit() for d in dirs))
 
@@ -180,7 +179,7 @@ def _find_jobs(folder: Path) -> list[Job]:
     folder whose overrides it did not plan (an earlier sweep's, left by a smaller sweep run into its
     folder with output.overwrite=true) left out, with a warning."""
     jobs = [Job(d, d.relative_to(folder).as_posix(), typed_overrides(yaml.safe_load((d / ".hydra" / "overrides.yaml").read_text())),
-                file := folder_file(d) or _named_file(d), refused=None if file else _refusal(d)) for d in _job_dirs(folder)]
+                file := folder_file(d) or _named_file(d), refused=None if file else _refusal(d)) for d in job_dirs(folder)]
     plan = [typed_overrides(planned) for planned in planned(folder)]
     if not plan:  # (another sweeper, or no multirun.yaml: the folders alone say what ran)
         return _in_order(jobs)
@@ -235,21 +234,6 @@ def _named_file(job: Path) -> Path | None:
         return None
     file = (job / Path(path).expanduser()).resolve()
     return file if file.is_file() else None
-
-
-def _job_dirs(folder: Path) -> list[Path]:
-    """The folders holding a job's .hydra/overrides.yaml, at any depth: `N/`, `N/run/`, or where
-    hydra.sweep.subdir=${hydra.job.override_dirname} nests a value with a slash (a checkpoint's
-    path) over several folders; a job's own subfolders are not searched (they hold no jobs)."""
-    found = []
-    for root, dirs, _ in os.walk(folder):
-        here = Path(root)
-        if here != folder and (here / ".hydra" / "overrides.yaml").is_file():
-            found.append(here)
-            dirs.clear()
-        else:
-            dirs[:] = [d for d in dirs if not d.startswith(".")]
-    return sorted(found)
 
 
 def _has_method(job: Job, name: str) -> bool:

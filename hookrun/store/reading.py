@@ -207,7 +207,7 @@ def local_source(path: str | os.PathLike, cache_dir: str | os.PathLike | None = 
     """A local file, or a run folder's captures.h5 (the `file` scheme's source)."""
     local = Path(local_path(path)).expanduser()
     if local.is_dir() and not (local / "captures.h5").exists() and (local / "multirun.yaml").is_file():
-        jobs = sorted(p.parent.parent.name for p in local.glob("*/.hydra/config.yaml"))
+        jobs = [d.relative_to(local).as_posix() for d in job_dirs(local, "config.yaml")]  # (N/, or N/run/ under a nested subdir)
         if not jobs:
             raise NotFoundError(empty_sweep(local))
         ran = [j for j in jobs if folder_file(local / j) is not None]
@@ -250,6 +250,21 @@ def folder_file(folder: Path) -> Path | None:
             return path
     files = sorted(folder.glob("*.h5"))
     return files[0] if len(files) == 1 else None
+
+
+def job_dirs(folder: Path, record: str = "overrides.yaml") -> list[Path]:
+    """The folders holding a job's .hydra/RECORD (overrides.yaml; open_run asks for config.yaml), at any depth: `N/`, `N/run/`, or where
+    hydra.sweep.subdir=${hydra.job.override_dirname} nests a value with a slash (a checkpoint's
+    path) over several folders; a job's own subfolders are not searched (they hold no jobs)."""
+    found = []
+    for root, dirs, _ in os.walk(folder):
+        here = Path(root)
+        if here != folder and (here / ".hydra" / record).is_file():
+            found.append(here)
+            dirs.clear()
+        else:
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
+    return sorted(found)
 
 
 def job_state(folder: Path) -> str:

@@ -39,3 +39,18 @@ def test_the_hint_names_a_job_that_has_a_file(tmp_path):
     assert (tmp_path / "b0" / "0" / "refused.txt").is_file() and (tmp_path / "b0" / "1" / "captures.h5").is_file()
     with pytest.raises(NotFoundError, match=r"give a job's folder, e.g. '.*b0/1'"):
         hookrun.open_run(tmp_path / "b0")
+
+
+def test_a_nested_sweep_subdir_names_each_jobs_fate(tmp_path):
+    """hydra.sweep.subdir=a/${hydra.job.num}: each job's folder is b0/a/N. open_run looked one level down only
+    and said the sweep folder had 'no job's run in it'; now it names each job and its refusal (reference: each
+    job folder's refused.txt, read as text)."""
+    run_cli("-m", "experiment=ablate_layer3", "hooks.ablate.at=nope", "params.factor=0.5", "data.limit=1",
+            "data.batch_size=2", "progress=false", "hydra.sweep.dir=b0", "hydra.sweep.subdir=a/${hydra.job.num}",
+            cwd=tmp_path)
+    line = (tmp_path / "b0" / "a" / "0" / "refused.txt").read_text(encoding="utf-8").strip()
+    assert "ResNet has no module 'nope'" in line
+    with pytest.raises(NotFoundError) as got:
+        hookrun.open_run(tmp_path / "b0")
+    assert str(got.value) == (f"{str(tmp_path / 'b0')!r} is a sweep folder none of whose 1 job(s) left a run's file: "
+                              f"job a/0 was refused: {line}; run the sweep again once that is fixed")
