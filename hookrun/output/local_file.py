@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING
 from hookrun.config.schema import HookrunConfig, replaced
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.output.ranks import Ranks, every_rank, rank_device, shard_path
-from hookrun.store.h5store import SPACE_MARGIN, H5Store
+from hookrun.store.h5store import H5Store
 from hookrun.store.lock import BESIDE, OutputLock, WriterLock, flushing_path, writable_folder
 from hookrun.store.schemes import local_path
+from hookrun.store.space import METADATA_BYTES
 
 # resume (output/resume.py) and many ranks' view and reads (store/merge.py, store/reading.py) load
 # where a run asks for them: a plain run needs none
@@ -94,7 +95,7 @@ class LocalFile:
             from hookrun.output.resume import check_same_model
 
             check_same_model(resume.attrs, attrs, self.path)
-            need, free = Path(resume.file.filename).stat().st_size + SPACE_MARGIN, shutil.disk_usage(real.parent).free
+            need, free = Path(resume.file.filename).stat().st_size + METADATA_BYTES, shutil.disk_usage(real.parent).free
             if free < need:  # its batches are copied first, beside it
                 raise ConfigError(f"resume: copying the {resume.steps} kept batches of {str(self.path)!r} needs about {need} "
                                   f"bytes free beside it and {free} are; free some space and resume again (the file is as it was)")

@@ -33,9 +33,9 @@ from hookrun.store.format import FORMAT_VERSION
 from hookrun.store.held import filling_chunks
 from hookrun.store.lock import create_hidden, flushing_path
 from hookrun.store.records import Capture, StepRecord, TableWriter, table
+from hookrun.store.space import batch_bytes
 
 FLUSH_SECONDS = 2.0
-SPACE_MARGIN = 1 << 20  # bytes kept free for metadata and for closing the file
 
 
 class H5Store(CaptureColumns):
@@ -161,15 +161,7 @@ class H5Store(CaptureColumns):
     def _check_space(self, rec: StepRecord) -> None:
         """Refuse a batch the disk may not hold, while there is still room to close the file
         cleanly. (Once HDF5 writes fail, its metadata and data on disk can disagree.)"""
-        need = SPACE_MARGIN
-        for cap in rec.captures:
-            if cap.ragged:
-                need += sum(v.numel() * v.element_size() for v in cap.value)
-                continue
-            need += cap.value.numel() * cap.value.element_size()
-            col = self._columns.get(cap.key.path)
-            chunk = col.ds.chunks if col is not None else None
-            need += int(np.prod(chunk)) * col.ds.dtype.itemsize if chunk else CHUNK_BYTES  # a new chunk may start
+        need = batch_bytes(self, rec)
         free = shutil.disk_usage(self.path.parent).free
         if free < need and self.copy_of is not None:  # (this file is the copy: deleted, the old one kept)
             raise RunError(f"resume: no space left on the device to copy the batches of {self.copy_of[0]} ({free} bytes free, "
