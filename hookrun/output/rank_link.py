@@ -41,8 +41,9 @@ from typing import Any
 
 import torch.distributed as dist
 
-from hookrun.errors import ConfigError, RunError
+from hookrun.errors import ConfigError, HookrunError, RunError
 from hookrun.output.ranks import Ranks, every_rank
+from hookrun.store.writer import refused_write, write_reason
 
 log = logging.getLogger("hookrun")
 POLL_SECONDS = 0.05
@@ -131,7 +132,14 @@ class RankLink:
         tmp = path.with_name(path.name + ".tmp")
         for old in (tmp, path):  # what a killed launch left (a folder is not replaced by rename)
             shutil.rmtree(old) if old.is_dir() else old.unlink(missing_ok=True)
-        save(tmp)
+        try:
+            save(tmp)
+        except BaseException as exc:  # (a cut-off part is never left: rank 0 would find it later)
+            shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
+            if isinstance(exc, HookrunError) or not refused_write(exc):
+                raise
+            raise RunError(f"{name}: writing rank {self.rank}'s part for rank 0 to {tmp} failed: {write_reason(exc)}; "
+                           f"free some space in {self.folder} and run again with resume=true") from None
         tmp.replace(path)
         self.send(name, str(path))
         return True

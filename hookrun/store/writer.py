@@ -46,6 +46,19 @@ def write_reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0][:200] if text else ''}"
 
 
+FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk, a full quota, a file-size limit
+
+
+def refused_write(exc: BaseException) -> bool:
+    """Whether `exc` is a write the disk refused (full, over a quota or a file-size limit): an OSError of
+    that errno, or h5py's error around HDF5's 'file write failed ... errno = N' (an OSError, or a RuntimeError
+    raised as h5py closes a dataset or the file whose cached chunks it then wrote)."""
+    if isinstance(exc, OSError) and exc.errno in FULL:
+        return True
+    text = str(exc)
+    return isinstance(exc, (OSError, RuntimeError)) and any(f"errno = {n}," in text for n in FULL)
+
+
 def write_error(exc: Exception, store: RunStore, step: int) -> RunError:
     reason = write_reason(exc)
     return RunError(f"writing {store.path} failed at batch {step}: {reason}; the file keeps every batch "
