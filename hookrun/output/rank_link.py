@@ -43,7 +43,7 @@ import torch.distributed as dist
 
 from hookrun.errors import ConfigError, HookrunError, RunError
 from hookrun.output.ranks import Ranks, every_rank
-from hookrun.store.writer import refused_write, write_reason
+from hookrun.store.refused import refused_write, write_reason
 
 log = logging.getLogger("hookrun")
 POLL_SECONDS = 0.05

@@ -20,9 +20,10 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from hookrun.errors import RunError
+from hookrun.errors import HookrunError, RunError
 from hookrun.store.capture_schema import CaptureMeta, RowKind, is_capture
 from hookrun.store.lock import settled
+from hookrun.store.refused import refused_write, write_reason
 from hookrun.store.run_state import copy_whole, merge_features
 
 SAMPLE_DATASETS = ("index", "step", "target", "path")  # then every other /samples dataset (token map, data.store keys)
@@ -82,10 +83,14 @@ def build_view(path: Path, shards: list[Path], attrs: dict) -> View:
                 out.attrs["world_size"] = len(shards)
                 out.attrs["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
             os.replace(tmp, path)
-        except BaseException:  # (an old view goes too: the shards it read were written again, it reads them as zeros)
+        except BaseException as exc:  # (an old view goes too: the shards it read were written again, it reads them as zeros)
             tmp.unlink(missing_ok=True)
             path.unlink(missing_ok=True)
-            raise
+            if isinstance(exc, HookrunError) or not refused_write(exc):
+                raise
+            raise RunError(f"writing the merged view {path} failed: {write_reason(exc)}; the shards are as their ranks "
+                           f"wrote them: free some space there and write it again (a run: the same command with "
+                           f"resume=true; a reader: open it again)") from None
     finally:
         for _, f in opened:
             f.close()

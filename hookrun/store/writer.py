@@ -22,7 +22,6 @@ pooling logic without a GPU).
 
 from __future__ import annotations
 
-import errno
 import queue
 import threading
 from collections import defaultdict
@@ -33,30 +32,9 @@ import torch
 
 from hookrun.errors import HookrunError, RunError
 from hookrun.store.records import Capture, RunStore, StepRecord
+from hookrun.store.refused import refused_write, write_reason  # noqa: F401 (their home before)
 
 _STOP = object()
-
-
-def write_reason(exc: BaseException) -> str:
-    """Why a write failed, in a few words: a full disk (ENOSPC, as h5py, torch and safetensors word it), or the
-    error's type and first line."""
-    text = str(exc)
-    if getattr(exc, "errno", None) == errno.ENOSPC or "errno = 28" in text or "No space left" in text or "os error 28" in text:
-        return "no space left on the device"
-    return f"{type(exc).__name__}: {text.splitlines()[0][:200] if text else ''}"
-
-
-FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk, a full quota, a file-size limit
-
-
-def refused_write(exc: BaseException) -> bool:
-    """Whether `exc` is a write the disk refused (full, over a quota or a file-size limit): an OSError of
-    that errno, or h5py's error around HDF5's 'file write failed ... errno = N' (an OSError, or a RuntimeError
-    raised as h5py closes a dataset or the file whose cached chunks it then wrote)."""
-    if isinstance(exc, OSError) and exc.errno in FULL:
-        return True
-    text = str(exc)
-    return isinstance(exc, (OSError, RuntimeError)) and any(f"errno = {n}," in text for n in FULL)
 
 
 def write_error(exc: Exception, store: RunStore, step: int) -> RunError:
