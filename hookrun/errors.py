@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import errno
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -159,3 +160,27 @@ def not_a_state_dict(exc: BaseException) -> str:
     detail = re.search(r"WeightsUnpickler error:\s*([^\n]+)", text)
     first = detail.group(1) if detail else (text.strip().splitlines() or [type(exc).__name__])[0]
     return first.strip()[:200]
+
+
+# a write the disk refused, told apart and worded (a full disk, a full quota, a file-size limit), as
+# Python, h5py (HDF5's 'file write failed ... errno = N'), torch and safetensors report them
+def write_reason(exc: BaseException) -> str:
+    """Why a write failed, in a few words: a full disk (ENOSPC, as h5py, torch and safetensors word it), or the
+    error's type and first line."""
+    text = str(exc)
+    if getattr(exc, "errno", None) == errno.ENOSPC or "errno = 28" in text or "No space left" in text or "os error 28" in text:
+        return "no space left on the device"
+    return f"{type(exc).__name__}: {text.splitlines()[0][:200] if text else ''}"
+
+
+FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk, a full quota, a file-size limit
+
+
+def refused_write(exc: BaseException) -> bool:
+    """Whether `exc` is a write the disk refused (full, over a quota or a file-size limit): an OSError of
+    that errno, or h5py's error around HDF5's 'file write failed ... errno = N' (an OSError, or a RuntimeError
+    raised as h5py closes a dataset or the file whose cached chunks it then wrote)."""
+    if isinstance(exc, OSError) and exc.errno in FULL:
+        return True
+    text = str(exc)
+    return isinstance(exc, (OSError, RuntimeError)) and any(f"errno = {n}," in text for n in FULL)

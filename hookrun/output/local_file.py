@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING
 from hookrun.config.schema import HookrunConfig, replaced
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.output.ranks import Ranks, every_rank, rank_device, shard_path
+from hookrun.store.format import METADATA_BYTES
 from hookrun.store.h5store import H5Store
 from hookrun.store.lock import BESIDE, OutputLock, WriterLock, flushing_path, writable_folder
 from hookrun.store.schemes import local_path
-from hookrun.store.space import METADATA_BYTES
 
 # resume (output/resume.py) and many ranks' view and reads (store/merge.py, store/reading.py) load
 # where a run asks for them: a plain run needs none

@@ -41,9 +41,8 @@ from typing import Any
 
 import torch.distributed as dist
 
-from hookrun.errors import ConfigError, HookrunError, RunError
+from hookrun.errors import ConfigError, HookrunError, RunError, refused_write, write_reason
 from hookrun.output.ranks import Ranks, every_rank
-from hookrun.store.refused import refused_write, write_reason
 
 log = logging.getLogger("hookrun")
 POLL_SECONDS = 0.05

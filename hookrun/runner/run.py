@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from hookrun.config.schema import HookrunConfig, load, to_yaml, with_live
-from hookrun.errors import RunError, StoreError, article
+from hookrun.errors import RunError, StoreError, article, write_reason
 from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.session import HookSession
@@ -38,7 +38,7 @@ from hookrun.runner.loop import end_report, run_batches
 from hookrun.runner.prepare import Prepared, prepare
 from hookrun.store.format import BATCH_UNITS, HOOKRUN_VERSION
 from hookrun.store.records import RunStore
-from hookrun.store.writer import BackgroundWriter, write_reason
+from hookrun.store.writer import BackgroundWriter
 
 if TYPE_CHECKING:  # resume=true and many ranks load theirs where the run asks for them
     from hookrun.output.resume import Resume

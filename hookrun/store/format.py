@@ -7,7 +7,8 @@
 Chunks, and what HDF5 allocates for them (whole chunks, the last one too, however few of its rows
 are written): the store (store/columns.py, store/digest.py) chooses its chunks with these, and the
 plan's estimate (runner/estimate.py) counts with the same functions and bounds, so that
-`output.max_bytes` bounds the file an uncompressed run writes.
+`output.max_bytes` bounds the file an uncompressed run writes; H5Store's space check counts a batch's
+whole chunks with them before writing it (batch_bytes).
 
     bound = capture_bound(cap, samples=64, steps=4, batch=16, token_width=None)   # every: 3 -> 32 rows at most
     rows = chunk_rows(row_bytes=4096, chunk_bytes=1 << 20, max_rows=bound)       # 32: no chunk holds more
@@ -138,3 +139,46 @@ def table_bytes(groups: int, datasets: int, attrs: int, text: int = 0) -> int:
     index), `attrs` attributes and `text` bytes of their values: what a kind writes whole (a probe's groups,
     evaluate's totals), and the file's root attributes (runner/run.plan_estimate)."""
     return groups * GROUP_BYTES + datasets * DATASET_HEADER + attrs * ATTR_BYTES + text
+
+
+METADATA_BYTES = 64 << 10  # kept free for what a flush and the close write beside the rows (a new file's is ~20 KB)
+DATASET_BYTES = 8 << 10  # each new dataset's object header and chunk index (~3 KB measured)
+
+
+def batch_bytes(store: Any, rec: Any, chunk_bytes: int) -> int:
+    """Bytes a batch (a StepRecord `rec`) may add to `store`'s file (an H5Store whose new captures get chunks of
+    about `chunk_bytes`), in whole chunks: H5Store refuses a batch the disk cannot hold while there is still room
+    to close the file cleanly. A chunked dataset takes whole chunks on disk, so a batch needs the chunks its rows
+    open (a capture of a few bytes a row opens a chunk of a few bytes); the sample table's numbers, variable-length
+    rows and the metadata a flush writes (object headers, chunk indexes) are counted too."""
+    n = len(rec.sample_index)
+    new = [cap for cap in rec.captures if cap.key.path not in store._columns]
+    need = METADATA_BYTES + DATASET_BYTES * len(new)
+    table = store.table
+    for ds in (table.index, table.step, *table.optional.values()):  # the sample table's rows
+        need += _growth(ds.shape[0], n, ds.chunks[0] if ds.chunks else n, ds.dtype.itemsize)
+    if store.samples == 0:
+        need += 2 * DATASET_BYTES  # (optional columns: target, tokens, made at the first batch)
+    for cap in rec.captures:
+        if cap.ragged:
+            need += sum(v.numel() * v.element_size() for v in cap.value) + 16 * len(cap.value) + \
+                (RAGGED_CHUNK * 16 if cap.key.path not in store._columns else 0)
+            continue
+        shape = tuple(cap.value.shape)
+        rows, row_shape = (1, shape) if cap.per_step else (shape[0], shape[1:])
+        row_bytes = max(1, math.prod(row_shape) * cap.value.element_size())
+        col = store._columns.get(cap.key.path)
+        if col is not None:
+            chunk = col.ds.chunks[0] if col.ds.chunks else rows
+            need += _growth(col.ds.shape[0], rows, chunk, row_bytes)
+            continue
+        bound = capture_bound(cap, store.expected[False], store.expected[True], max(1, n),
+                                     rec.token_width or math.ceil(max(1, rows) / max(1, n)))
+        chunk = chunk_rows(row_bytes, chunk_bytes, bound)  # as columns.new_dataset
+        need += _growth(0, rows, chunk, row_bytes)
+    return need
+
+
+def _growth(have: int, rows: int, chunk: int, row_bytes: int) -> int:
+    """Bytes of the whole chunks `rows` more rows open in a dataset of `have` rows."""
+    return (allocated(have + rows, chunk) - allocated(have, chunk)) * row_bytes

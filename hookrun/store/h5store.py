@@ -29,11 +29,10 @@ import numpy as np
 from hookrun.errors import RunError
 from hookrun.store.columns import CHUNK_BYTES, CaptureColumns, Column, SampleTable, chunk_bytes_for
 from hookrun.store.digest import DigestLog
-from hookrun.store.format import FORMAT_VERSION
+from hookrun.store.format import FORMAT_VERSION, batch_bytes
 from hookrun.store.held import filling_chunks
 from hookrun.store.lock import create_hidden, flushing_path
 from hookrun.store.records import Capture, StepRecord, TableWriter, table
-from hookrun.store.space import batch_bytes
 
 FLUSH_SECONDS = 2.0
 
@@ -161,7 +160,8 @@ class H5Store(CaptureColumns):
     def _check_space(self, rec: StepRecord) -> None:
         """Refuse a batch the disk may not hold, while there is still room to close the file
         cleanly. (Once HDF5 writes fail, its metadata and data on disk can disagree.)"""
-        need = batch_bytes(self, rec)
+        new = sum(cap.key.path not in self._columns for cap in rec.captures)
+        need = batch_bytes(self, rec, chunk_bytes_for(len(self._columns) + new))  # (the chunks _write gives them)
         free = shutil.disk_usage(self.path.parent).free
         if free < need and self.copy_of is not None:  # (this file is the copy: deleted, the old one kept)
             raise RunError(f"resume: no space left on the device to copy the batches of {self.copy_of[0]} ({free} bytes free, "

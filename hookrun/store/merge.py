@@ -20,10 +20,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from hookrun.errors import HookrunError, RunError
+from hookrun.errors import HookrunError, RunError, refused_write, write_reason
 from hookrun.store.capture_schema import CaptureMeta, RowKind, is_capture
 from hookrun.store.lock import settled
-from hookrun.store.refused import refused_write, write_reason
 from hookrun.store.run_state import copy_whole, merge_features
 
 SAMPLE_DATASETS = ("index", "step", "target", "path")  # then every other /samples dataset (token map, data.store keys)

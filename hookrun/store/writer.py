@@ -30,9 +30,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from hookrun.errors import HookrunError, RunError
+from hookrun.errors import HookrunError, RunError, write_reason
 from hookrun.store.records import Capture, RunStore, StepRecord
-from hookrun.store.refused import refused_write, write_reason  # noqa: F401 (their home before)
 
 _STOP = object()
 

@@ -77,7 +77,7 @@ def test_the_estimate_covers_the_file_it_was_made_for(tmp_path, monkeypatch):
     first batch's chunks here): never below it, and not far above."""
     needs = []
     real = h5store.batch_bytes
-    monkeypatch.setattr(h5store, "batch_bytes", lambda store, rec: needs.append(real(store, rec)) or needs[-1])
+    monkeypatch.setattr(h5store, "batch_bytes", lambda store, rec, chunk: needs.append(real(store, rec, chunk)) or needs[-1])
     for n, width in ((8, 1), (64, 2000), (400, 300)):
         needs.clear()
         folder = tmp_path / f"{n}x{width}"

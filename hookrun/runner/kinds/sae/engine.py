@@ -33,9 +33,8 @@ from sae_lens.config import SAETrainerConfig
 from sae_lens.registry import get_sae_training_class
 
 from hookrun.analysis.stats import human_bytes
-from hookrun.errors import ConfigError, RunError
+from hookrun.errors import ConfigError, RunError, write_reason
 from hookrun.runner.kinds.sae.block import NORMALIZE, SaeBlock
-from hookrun.store.writer import write_reason
 
 StepHook = Callable[[int, dict[str, Any]], None]
 

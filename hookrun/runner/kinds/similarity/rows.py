@@ -24,9 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from hookrun.errors import RunError
+from hookrun.errors import RunError, write_reason
 from hookrun.output.scratch import Scratch
-from hookrun.store.writer import write_reason
 
 
 class SeriesRows:
