@@ -240,7 +240,8 @@ def test_attention_plot_labels_heads_query_key_and_token_text(gpt2_run, tmp_path
         assert ax.images[0].get_array().shape == (n, n)  # cropped to the sample's real tokens
         assert [t.get_text() for t in ax.get_xticklabels()] == text[s]
         assert [t.get_text() for t in ax.get_yticklabels()] == text[s]
-    assert len([ax for ax in fig.axes if ax.get_label() == "<colorbar>"]) == 1
+    bars = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]  # one a sample: its heads share a scale
+    assert len(bars) == 2 and all("one scale per sample" in ax.get_ylabel() for ax in bars)
     assert written.name == "attn_p__transformer.h.1.attn__softmax.0__output.png" and written.stat().st_size > 5000
     names = {p.name for p in others}
     assert "attn_w__transformer.h.0.attn__output.1.png" in names

@@ -49,10 +49,11 @@ class Heatmap:
     y: Sequence[str] | None = None
     xlabel: str = ""
     ylabel: str = ""
-    label: str = "value"  # the colour bar
+    label: str = "value"  # the colour bar, and a value's name on hover
     centre: float | None = None  # a diverging scale, symmetric about this value (a kind's grids)
     cells: Sequence[Sequence[str]] | None = None  # a text written in each cell (rows x cols)
     range: tuple[float, float] | None = None  # a fixed colour range (CKA: 0 to 1, sequential; with centre: RSA's -1 to 1)
+    bar_label: str = ""  # the colour bar's title where it says more than `label` (how its range was chosen)
 
 
 @dataclass

@@ -103,7 +103,7 @@ def heatmap(spec: Heatmap) -> dict:
         "type": "heatmap", "z": _finite(z), "x": list(range(cols)), "y": list(range(rows)), "customdata": where,
         "hovertemplate": f"{escape(spec.ylabel) or 'row'} · {escape(spec.xlabel) or 'column'}: %{{customdata}}<br>"
                          f"{escape(spec.label)}: %{{z:.6g}}<extra></extra>",
-        "colorscale": COLORSCALE if spec.centre is not None else "Viridis", "colorbar": {"title": {"text": escape(spec.label)}},
+        "colorscale": COLORSCALE if spec.centre is not None else "Viridis", "colorbar": {"title": {"text": escape(spec.bar_label or spec.label)}},
     }
     if spec.centre is not None:  # (about the centre, to the furthest value, or over the spec's fixed range)
         lo, hi = spec.range if spec.range is not None else diverging_range(z, spec.centre)

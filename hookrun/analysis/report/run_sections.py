@@ -271,9 +271,9 @@ def attention(run: Any, budget: Budget) -> list[dict]:
             labels = text if text is not None else [str(int(k)) for k in keys]
             qlabels = [labels[list(keys).index(q + offset)] for q in queries]
             heads = m[: budget.channels][:, queries][:, :, keys]
-            scale, centre, label = sample_scale(heads, c.role)  # (plot's rule too; scores diverging about 0)
+            scale, centre, bar = sample_scale(heads, c.role)  # (plot's rule too; scores diverging about 0)
             figs = [figure(Heatmap(heads[h], f"{c.label} · #{index[r]} · head {h}", x=labels, y=qlabels, xlabel="key",
-                                   ylabel="query", label=label, range=scale, centre=centre)) for h in range(len(heads))]
+                                   ylabel="query", label=c.role, bar_label=bar, range=scale, centre=centre)) for h in range(len(heads))]
             items.append({"type": "figures", "title": f"{c.label}: sample #{index[r]}", "figures": figs,
                           "key": {"capture": c.path, "row": r, "queries": queries.tolist(), "keys": keys.tolist()}})
     if not items:
