@@ -31,7 +31,6 @@ written are listed at the end.
 from __future__ import annotations
 
 import argparse
-import errno
 import hashlib
 import os
 import shutil
@@ -75,7 +74,7 @@ from hookrun.cli.command import (
 from hookrun.cli.sample_figures import check_covers, check_same_data, render, with_pictures
 from hookrun.config.build import build_dataset
 from hookrun.config.schema import load
-from hookrun.errors import ConfigError, NotFoundError, RunError
+from hookrun.errors import ConfigError, NotFoundError, RunError, refused_write
 from hookrun.store.reading import UrlPath, run_path
 from hookrun.store.schemes import local_only
 
@@ -213,7 +212,7 @@ def _plot(a: argparse.Namespace) -> int:
                         print(f"hookrun.plot: {warning}", file=sys.stderr)
                 written, why = plot_run(run, a.out, a.samples, a.channels, dataset), unfinished(run)
     except OSError as exc:  # (a full disk: the pictures written before it are whole, none cut off under its name)
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        if not refused_write(exc):
             raise
         raise RunError(f"--out {a.out}: writing a picture failed ({exc.strerror}); the pictures written before it are whole") from None
     finally:  # (a run that cannot be read, or nothing drawn: the folders this command made go again)
