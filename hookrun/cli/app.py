@@ -40,7 +40,7 @@ from hookrun.config.plugins import plugin
 from hookrun.config.schema import HookrunConfig, hydra_schema, load, replaced
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.output.destination import in_run_folder
-from hookrun.output.ranks import agree_on_start, detect
+from hookrun.output.ranks import detect, share_start
 from hookrun.output.signals import Interrupted
 from hookrun.runner.accepted import on_accepted
 from hookrun.runner.run import run
@@ -251,10 +251,7 @@ def main() -> None:
 
             check_sweep_folder(sys.argv[1:])
         ranks = detect()
-        if ranks.launcher in ("torchrun", "slurm") and ranks.many and "HOOKRUN_STARTED" not in os.environ:
-            # every rank (of torchrun, or an srun step) in rank 0's outputs/DATE/TIME, even when they start seconds apart
-            if started := agree_on_start(ranks):  # (None: an srun step in a folder it cannot write)
-                os.environ["HOOKRUN_STARTED"] = started
+        started_here = share_start(ranks, bool(MULTIRUN & set(args)))  # the default run folder's DATE/TIME
     except HookrunError as exc:
         _fail(exc)
     if any(arg.startswith("hydra/launcher=") for arg in args) and not MULTIRUN & set(args):
@@ -286,6 +283,8 @@ def main() -> None:
     finally:
         if not _FULL_ERROR:
             os.environ.pop("HYDRA_FULL_ERROR", None)
+        if started_here:  # the next run of this process (a notebook's, a test's) picks its own folder
+            os.environ.pop("HOOKRUN_STARTED", None)
 
 
 def process() -> None:

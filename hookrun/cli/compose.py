@@ -5,7 +5,7 @@
 
 Hydra's compose API on hookrun's own conf/ (version_base 1.3), with the CLI's one rule applied on
 top: a relative output.path lands in the run folder the CLI would make (hydra.run.dir, by
-default outputs/DATE/TIME/, a new one each second). Hydra's errors are one ConfigError line, as on
+default outputs/DATE/TIME/, TIME-2 where a run started in the same second). Hydra's errors are one ConfigError line, as on
 the command line.
 
 A relative output.path: the command line and compose put it in the run folder; a dict written by
@@ -18,12 +18,14 @@ the folder, or give an absolute path:
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf, open_dict
 
 from hookrun.cli.app import compose_config
+from hookrun.output.ranks import free_start
 
 
 def compose(*overrides: str) -> dict[str, Any]:
@@ -43,8 +45,15 @@ def compose(*overrides: str) -> dict[str, Any]:
         hookrun.errors.ConfigError: an unknown group option, key or malformed override, with the
             closest valid names.
     """
-    cfg = compose_config(list(overrides), hydra=True)
-    run_dir = Path(OmegaConf.select(cfg, "hydra.run.dir"))
+    started_here = "HOOKRUN_STARTED" not in os.environ  # (set: a rank's, shared with the others)
+    if started_here:  # outputs/DATE/TIME-2 where an earlier run started in the same second
+        os.environ["HOOKRUN_STARTED"] = free_start()
+    try:
+        cfg = compose_config(list(overrides), hydra=True)
+        run_dir = Path(OmegaConf.select(cfg, "hydra.run.dir"))
+    finally:
+        if started_here:
+            os.environ.pop("HOOKRUN_STARTED", None)
     with open_dict(cfg):
         del cfg["hydra"]  # the launcher's settings: not part of what run() takes
     plain = OmegaConf.to_container(cfg, resolve=True)

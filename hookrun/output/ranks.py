@@ -141,11 +141,11 @@ def gather(store: dist.Store, r: Ranks, key: str, value: str) -> list[str]:
     return out
 
 
-def agree_on_start(r: Ranks) -> str | None:
+def agree_on_start(r: Ranks, sweep: bool = False) -> str | None:
     """Rank 0's start time, 'YYYY-mm-dd/HH-MM-SS', the same on every rank of torchrun or of an srun
     step: the default run folder outputs/DATE/TIME does not split across ranks that start a second
     apart (an srun step's ranks agree through a FileStore in the working folder, which they share)."""
-    mine = dt.datetime.now().strftime("%Y-%m-%d/%H-%M-%S") if r.rank == 0 else None
+    mine = free_start(sweep) if r.rank == 0 else None
     try:
         store = open_store(r, Path("."))
     except (RuntimeError, OSError):
@@ -153,3 +153,31 @@ def agree_on_start(r: Ranks) -> str | None:
             raise
         return None  # srun from a folder it cannot write: no outputs/DATE/TIME there either (hydra.run.dir is)
     return share_from_rank0(store, "start", mine)
+
+
+def free_start(sweep: bool = False) -> str:
+    """The default run folder's name, 'YYYY-mm-dd/HH-MM-SS', or 'HH-MM-SS-2', '-3', ... where a run that
+    started in the same second has it (outputs/DATE/TIME, or outputs/multirun/DATE/TIME for -m): two
+    runs a second apart, one after the other, would otherwise share the folder and the second be refused
+    ('output.path ... exists')."""
+    stamp = dt.datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
+    base, n = Path("outputs", *(["multirun"] if sweep else [])), 1
+    while (base / (name := stamp if n == 1 else f"{stamp}-{n}")).exists():
+        n += 1
+    return name
+
+
+def share_start(r: Ranks, sweep: bool) -> bool:
+    """Sets HOOKRUN_STARTED, the DATE/TIME of conf/config.yaml's default run folder, unless it is set:
+    every rank (of torchrun, or an srun step) takes rank 0's, even when they start seconds apart; one
+    process takes free_start's. Returns whether it set it (the caller unsets it after the run)."""
+    if "HOOKRUN_STARTED" in os.environ:
+        return False
+    if r.launcher in ("torchrun", "slurm") and r.many:
+        started = agree_on_start(r, sweep)
+        if started is None:  # an srun step in a folder it cannot write
+            return False
+    else:
+        started = free_start(sweep)
+    os.environ["HOOKRUN_STARTED"] = started
+    return True

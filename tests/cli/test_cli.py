@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import subprocess
 import sys
@@ -234,6 +235,39 @@ def test_intervention_commands_as_written(tmp_path):
     assert not np.allclose(logits[1], logits[2])
     with h5py.File(tmp_path / "outputs/clean/captures.h5") as a, h5py.File(tmp_path / "outputs/patched/captures.h5") as b:
         np.testing.assert_array_equal(a["captures/logits/fc/output"][:], b["captures/logits/fc/output"][:])
+
+
+def test_a_run_started_in_the_same_second_as_the_last_gets_its_own_folder(tmp_path):
+    """outputs/DATE/TIME has a second's resolution: two commands one after the other within a second
+    shared it, and the second was refused ('output.path ... exists'). Every second the next one could
+    start in already holds an earlier run's file here; the run takes TIME-2 and leaves them alone."""
+    now = dt.datetime.now()
+    earlier = [tmp_path / "outputs" / (now + dt.timedelta(seconds=s)).strftime("%Y-%m-%d/%H-%M-%S") for s in range(-1, 60)]
+    for folder in earlier:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "captures.h5").write_bytes(b"an earlier run")
+    assert_ok(run_cli("data.batch_size=2", "data.limit=1", cwd=tmp_path, env=ENV))
+    (path,) = [p for p in h5_files(tmp_path / "outputs") if p.read_bytes()[:8] != b"an earli"]
+    assert path.parent.name.endswith("-2") and path.parent.with_name(path.parent.name[:-2]) in earlier
+    with h5py.File(path) as f:
+        assert f.attrs["status"] == "complete"
+    assert all((folder / "captures.h5").read_bytes() == b"an earlier run" for folder in earlier)
+
+
+def test_free_start_counts_past_every_taken_name(tmp_path, monkeypatch):
+    from hookrun.output import ranks
+
+    class Frozen(dt.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return dt.datetime(2026, 12, 2, 10, 0, 0)
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(ranks.dt, "datetime", Frozen)
+    assert ranks.free_start() == ranks.free_start(sweep=True) == "2026-12-02/10-00-00"
+    for name in ["10-00-00", "10-00-00-2", "10-00-00-3"]:
+        (tmp_path / "outputs/multirun/2026-12-02" / name).mkdir(parents=True)
+    assert (ranks.free_start(), ranks.free_start(sweep=True)) == ("2026-12-02/10-00-00", "2026-12-02/10-00-00-4")
 
 
 def test_wrong_shape_replacement_exits_cleanly(tmp_path):

@@ -3,6 +3,9 @@ the config the CLI runs. References: the model's own flags and the CLI's compose
 
 from __future__ import annotations
 
+import datetime as dt
+from pathlib import Path
+
 import h5py
 import numpy as np
 import pytest
@@ -67,5 +70,10 @@ def test_compose_gives_the_config_the_cli_runs(tmp_path, monkeypatch):
     result = hookrun.run(cfg)
     with h5py.File(result.path) as f:
         assert f.attrs["status"] == "complete" and f["captures/blocks/layer1.0/output"].shape[0] == 4
+    now = dt.datetime.now()  # every second the next compose could fall in holds an earlier run: it takes TIME-2
+    for s in range(60):
+        (tmp_path / "outputs" / (now + dt.timedelta(seconds=s)).strftime("%Y-%m-%d/%H-%M-%S")).mkdir(parents=True, exist_ok=True)
+    again = Path(hookrun.compose("experiment=resnet_layer1")["output"]["path"])
+    assert again.parent.name.endswith("-2") and not (tmp_path / again.parent).exists()
     with pytest.raises(ConfigError, match=r"model=custom model\._target_=torchvision\.models\.resnet34"):
         hookrun.compose("model=resnet34")
