@@ -7,6 +7,8 @@ resumed; and across two ranks (torchrun)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import h5py
 import numpy as np
 import pytest
@@ -19,6 +21,7 @@ from hookrun.analysis import open_run
 from hookrun.cli.inspect_command import main as inspect_main
 from hookrun.errors import ConfigError
 from hookrun.output.signals import Interrupted
+from hookrun.store.lock import settled
 
 K = 5
 
@@ -269,7 +272,8 @@ def test_a_killed_run_resumed_gives_the_brute_force_top_k(tmp_path, tiny_lm_acts
     proc = subprocess.run([sys.executable, "-c", code], env={**__import__("os").environ, **ENV, "HOOKRUN_TEST_KILL": "0:3"},
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == -9, proc.stderr[-2000:]  # SIGKILL at batch 3: no end of run, no close
-    with h5py.File(cfg["output"]["path"], "r", locking=False) as f:
+    settled(Path(cfg["output"]["path"]))  # (the killed writer's flush helper holds the lock until its last message is applied)
+    with h5py.File(cfg["output"]["path"], "r") as f:
         assert f.attrs["status"] == "running" and 1 <= f.attrs["steps_complete"] <= 3
     resume_and_check_top(cfg, tiny_lm_acts)
 

@@ -13,6 +13,7 @@ from lock_holder import lock_holder
 
 from hookrun.cli.inspect_command import main
 from hookrun.store.h5store import H5Store
+from hookrun.store.lock import settled
 from hookrun.store.records import Capture, CaptureKey
 
 
@@ -169,6 +170,7 @@ def test_a_killed_or_interrupted_file_still_verifies(tmp_path, capsys):
         finally:
             os._exit(0)
     os.waitpid(pid, 0)
+    settled(killed)  # (the killed writer's flush helper holds the file's lock until it has applied its last message)
     with h5py.File(killed, "r") as f:
         assert f.attrs["status"] == "running" and f["samples/index"].shape == (8,)
     assert main([str(killed), "--verify"]) == 0
