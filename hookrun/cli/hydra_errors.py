@@ -109,7 +109,10 @@ def one_line(exc: BaseException, overrides: list[str], known_keys: Callable[[], 
     if isinstance(exc, yaml.YAMLError):
         return _yaml_message(exc)
     if isinstance(exc, OverrideParseException):
-        return f"cannot parse the override {exc.override!r}: {str(exc).splitlines()[0]}; {QUOTE}"
+        key, eq, value = str(exc.override or "").partition("=")
+        plain = eq and value and value[0] not in "{[('\"" and '"' not in value  # a value with a character Hydra reserves (~ , ...)
+        hint = f"give the value Hydra's own quotes inside the shell's: '{key}=\"{value}\"'" if plain else QUOTE
+        return f"cannot parse the override {exc.override!r}: {str(exc).splitlines()[0]}; {hint}"
     if isinstance(exc, MissingConfigException):
         return _missing_message(exc, overrides, group_options)
     if isinstance(exc, ConfigCompositionException):

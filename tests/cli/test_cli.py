@@ -77,6 +77,7 @@ def test_multirun_gives_each_job_its_own_complete_file(tmp_path):
     (["model=resnet51"], "model=resnet51: there is no model option 'resnet51' (conf/model/resnet51.yaml); did you mean resnet50"),
     (["experiment=ablate_layr3"], "did you mean ablate_layer3"),
     (["data.batch_size=[1"], "cannot parse the override 'data.batch_size=[1'"),
+    (["output.path=~/x.h5"], "give the value Hydra's own quotes inside the shell's: 'output.path=\"~/x.h5\"'"),  # (the shell's alone were said to do)
     (["output=5"], "output=5: a mapping of its keys (path, compression, dtype, overwrite, max_bytes, flush_every, "
                    "checksum, staging, part_bytes); set one with output.path=..."),  # (was OmegaConf's "not a subclass")
     (["data=null"], "data=null: data is a config group; name one of its options (custom, image_folder, shapes, "
