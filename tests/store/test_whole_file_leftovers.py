@@ -79,3 +79,35 @@ def test_a_leftover_is_removed_once_stale(tmp_path, monkeypatch):
     monkeypatch.setattr(whole_file, "STALE_SECONDS", 0.0)
     assert whole_file.remove_leftovers(tmp_path) == [leftover] and not leftover.exists()
     assert whole_file.remove_leftovers(tmp_path / "missing") == []
+
+
+def test_the_sae_writer_removes_a_killed_writers_hidden_folder_of_its_own_name_once_stale(tmp_path):
+    """sae.out is written as a hidden folder `.OUT.PID.tmp` and moved in; a SIGKILL mid-write left that
+    folder for ever (the leftover removal took files only). save_sae now removes a stale one of its own
+    name whose process is gone; a fresh one, a live writer's and another name's stay."""
+    from hookrun.runner.kinds.sae.engine import save_sae
+
+    pid = killed_writer(tmp_path / "x")  # a PID that is no process now
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        stale, other, alive, fresh = (tmp_path / f".sae.{pid}.tmp", tmp_path / f".notes.{pid}.tmp",
+                                      tmp_path / f".sae.{live.pid}.tmp", tmp_path / f".sae.{pid + 1 if pid + 1 != live.pid else pid + 2}.tmp")
+        for folder in (stale, other, alive, fresh):
+            folder.mkdir()
+            (folder / "sae_weights.safetensors").write_bytes(b"half")
+        for folder in (stale, other, alive):
+            age(folder, 3600)
+
+        class Saved:  # writes what SAELens' save_inference_model writes: the folder's two files
+            def save_inference_model(self, path):
+                Path(path).mkdir()
+                (Path(path) / "sae_weights.safetensors").write_bytes(b"weights")
+                (Path(path) / "cfg.json").write_text("{}")
+
+        save_sae(Saved(), tmp_path / "sae")
+        assert not stale.exists() and other.is_dir() and alive.is_dir()
+        assert fresh.is_dir()  # touched within the minute: a writer elsewhere may still be at it
+        assert (tmp_path / "sae/sae_weights.safetensors").read_bytes() == b"weights"
+    finally:
+        live.kill()
+        live.wait()

@@ -35,6 +35,7 @@ from sae_lens.registry import get_sae_training_class
 from hookrun.analysis.stats import human_bytes
 from hookrun.errors import ConfigError, RunError, write_reason
 from hookrun.runner.kinds.sae.block import NORMALIZE, SaeBlock
+from hookrun.store.whole_file import remove_leftovers
 
 StepHook = Callable[[int, dict[str, Any]], None]
 
@@ -175,6 +176,7 @@ def save_sae(sae: Any, out: str | Path) -> Path:
     sae_weights.safetensors; batchtopk and matryoshka as jumprelu with their threshold), written beside
     `out` and moved in whole; a failed write (a full disk) is one RunError line."""
     out = Path(out)
+    remove_leftovers(out.parent, folder_of=out.name)  # a killed writer's hidden folder, once stale
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")  # (a kill or a full disk leaves no cut-off SAE in `out`)
     try:
         sae.save_inference_model(str(tmp))
