@@ -84,10 +84,12 @@ class H5Store(CaptureColumns):
     def write(self, rec: StepRecord) -> None:
         """Append one batch; a batch that fails part-way is taken out again (rows and new datasets),
         so every dataset holds whole batches and the counts agree with the rows."""
-        self._check_space(rec)
+        new = sum(cap.key.path not in self._columns for cap in rec.captures)
+        chunk_bytes = chunk_bytes_for(len(self._columns) + new)  # the chunks of the captures this batch creates
+        self._check_space(rec, chunk_bytes)
         mark = self._mark()
         try:
-            self._write(rec)
+            self._write(rec, chunk_bytes)
         except BaseException:
             self._roll_back(mark)
             raise
@@ -101,7 +103,7 @@ class H5Store(CaptureColumns):
             if self.steps == 1 and self.after_first_batch is not None:
                 self.after_first_batch(self)  # (output.overwrite: the new file takes the old one's name now)
 
-    def _write(self, rec: StepRecord) -> None:
+    def _write(self, rec: StepRecord, chunk_bytes: int) -> None:
         start = self.samples
         if not self.steps:
             self.first_step = rec.step
@@ -110,8 +112,6 @@ class H5Store(CaptureColumns):
         if self.checksum:  # the sample table too: a changed index, target or token map would map rows to the wrong samples
             for ds in (self.table.index, self.table.step, *self.table.optional.values()):
                 self.digests.add_rows(ds, rows.get(ds.name, 0))
-        new = sum(cap.key.path not in self._columns for cap in rec.captures)
-        chunk_bytes = chunk_bytes_for(len(self._columns) + new)  # for the captures this batch creates
         for cap in rec.captures:
             self._write_capture(cap, rec, start, chunk_bytes)
         for name, rows in rec.tables.items():
@@ -157,11 +157,10 @@ class H5Store(CaptureColumns):
         except Exception:  # e.g. the disk is full: the counts still say which rows are whole batches
             pass
 
-    def _check_space(self, rec: StepRecord) -> None:
+    def _check_space(self, rec: StepRecord, chunk_bytes: int) -> None:
         """Refuse a batch the disk may not hold, while there is still room to close the file
         cleanly. (Once HDF5 writes fail, its metadata and data on disk can disagree.)"""
-        new = sum(cap.key.path not in self._columns for cap in rec.captures)
-        need = batch_bytes(self, rec, chunk_bytes_for(len(self._columns) + new))  # (the chunks _write gives them)
+        need = batch_bytes(self, rec, chunk_bytes)  # (the chunks _write gives its new captures)
         free = shutil.disk_usage(self.path.parent).free
         if free < need and self.copy_of is not None:  # (this file is the copy: deleted, the old one kept)
             raise RunError(f"resume: no space left on the device to copy the batches of {self.copy_of[0]} ({free} bytes free, "
