@@ -236,8 +236,8 @@ def test_a_second_sigint_while_a_batch_is_written_leaves_counts_equal_to_rows_an
     full = hookrun.run(toy_cfg(tmp_path / "full", hooks=RECORD_BODY, **{"data.batch_size": 2}), model=net).path
     original = H5Store._write
 
-    def slow(self, rec):
-        original(self, rec)  # the batch's rows are in the file; its counts come after
+    def slow(self, rec, *args):
+        original(self, rec, *args)  # the batch's rows are in the file; its counts come after
         if rec.step == 0:
             os.kill(os.getpid(), signal.SIGINT)  # stop after the batch in flight
             threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()  # again, while the writer drains
