@@ -40,7 +40,7 @@ from hookrun.config.plugins import plugin
 from hookrun.config.schema import HookrunConfig, hydra_schema, load, replaced
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.output.destination import in_run_folder
-from hookrun.output.ranks import detect, share_start
+from hookrun.output.ranks import detect, release_start, share_start
 from hookrun.output.signals import Interrupted
 from hookrun.runner.accepted import on_accepted
 from hookrun.runner.run import run
@@ -251,7 +251,9 @@ def main() -> None:
 
             check_sweep_folder(sys.argv[1:])
         ranks = detect()
-        started_here = share_start(ranks, bool(MULTIRUN & set(args)))  # the default run folder's DATE/TIME
+        sweep = bool(MULTIRUN & set(args))
+        claim = not any(a.startswith(f"hydra.{'sweep' if sweep else 'run'}.dir=") for a in args)  # (else made by Hydra)
+        started_here = share_start(ranks, sweep, claim)  # the default run folder's DATE/TIME (claimed: made now)
     except HookrunError as exc:
         _fail(exc)
     if any(arg.startswith("hydra/launcher=") for arg in args) and not MULTIRUN & set(args):
@@ -284,7 +286,7 @@ def main() -> None:
         if not _FULL_ERROR:
             os.environ.pop("HYDRA_FULL_ERROR", None)
         if started_here:  # the next run of this process (a notebook's, a test's) picks its own folder
-            os.environ.pop("HOOKRUN_STARTED", None)
+            release_start(sweep, claim)
 
 
 def process() -> None:

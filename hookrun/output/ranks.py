@@ -155,22 +155,37 @@ def agree_on_start(r: Ranks, sweep: bool = False) -> str | None:
     return share_from_rank0(store, "start", mine)
 
 
-def free_start(sweep: bool = False) -> str:
+def free_start(sweep: bool = False, claim: bool = False) -> str:
     """The default run folder's name, 'YYYY-mm-dd/HH-MM-SS', or 'HH-MM-SS-2', '-3', ... where a run that
     started in the same second has it (outputs/DATE/TIME, or outputs/multirun/DATE/TIME for -m): two
     runs a second apart, one after the other, would otherwise share the folder and the second be refused
-    ('output.path ... exists')."""
+    ('output.path ... exists'). With `claim` the folder is made here (os.mkdir: one process wins a name),
+    so two commands started in the same second side by side take two folders; a folder that cannot be
+    made for another reason is left to Hydra's mkdir and its one line."""
     stamp = dt.datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
     base, n = Path("outputs", *(["multirun"] if sweep else [])), 1
-    while (base / (name := stamp if n == 1 else f"{stamp}-{n}")).exists():
+    while True:
+        folder = base / (name := stamp if n == 1 else f"{stamp}-{n}")
+        if not claim:
+            if not folder.exists():
+                return name
+        else:
+            try:
+                folder.parent.mkdir(parents=True, exist_ok=True)
+                folder.mkdir()
+                return name
+            except FileExistsError:
+                pass
+            except OSError:
+                return name
         n += 1
-    return name
 
 
-def share_start(r: Ranks, sweep: bool) -> bool:
+def share_start(r: Ranks, sweep: bool, claim: bool = False) -> bool:
     """Sets HOOKRUN_STARTED, the DATE/TIME of conf/config.yaml's default run folder, unless it is set:
     every rank (of torchrun, or an srun step) takes rank 0's, even when they start seconds apart; one
-    process takes free_start's. Returns whether it set it (the caller unsets it after the run)."""
+    process takes free_start's (with `claim`, made there). Returns whether it set it (the caller unsets
+    it after the run, and removes a claimed folder the run left empty)."""
     if "HOOKRUN_STARTED" in os.environ:
         return False
     if r.launcher in ("torchrun", "slurm") and r.many:
@@ -178,6 +193,23 @@ def share_start(r: Ranks, sweep: bool) -> bool:
         if started is None:  # an srun step in a folder it cannot write
             return False
     else:
-        started = free_start(sweep)
+        started = free_start(sweep, claim)
     os.environ["HOOKRUN_STARTED"] = started
     return True
+
+
+def release_start(sweep: bool, claimed: bool) -> None:
+    """After the run: HOOKRUN_STARTED unset (the next run of this process, a notebook's or a test's, picks
+    its own folder), and a folder free_start claimed that the run left empty (a config's hydra.run.dir, a
+    refused or dry run) removed, with the date folders above it while they are empty."""
+    started = os.environ.pop("HOOKRUN_STARTED", None)
+    if not (claimed and started):
+        return
+    folder, top = Path("outputs", *(["multirun"] if sweep else []), started), Path("outputs")
+    for f in [folder, *folder.parents]:
+        try:
+            f.rmdir()  # (refused while the folder holds anything)
+        except OSError:
+            return
+        if f == top:
+            return

@@ -271,6 +271,36 @@ def test_free_start_counts_past_every_taken_name(tmp_path, monkeypatch):
     assert (ranks.free_start(), ranks.free_start(sweep=True)) == ("2026-12-02/10-00-00", "2026-12-02/10-00-00-4")
 
 
+def test_free_start_claims_its_folder_so_two_commands_side_by_side_take_two(tmp_path, monkeypatch):
+    """Two commands started in the same second, side by side: each checked the name before either's
+    Hydra made the folder, so both took 10-00-00 and the second was refused. Claimed (os.mkdir), the
+    second takes -2; release_start removes a claimed folder the run left empty, and the date folders
+    above it while empty, and keeps one the run wrote to."""
+    from hookrun.output import ranks
+
+    class Frozen(dt.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return dt.datetime(2026, 12, 3, 10, 0, 0)
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(ranks.dt, "datetime", Frozen)
+    monkeypatch.delenv("HOOKRUN_STARTED", raising=False)
+    first, second = ranks.free_start(claim=True), ranks.free_start(claim=True)
+    assert (first, second) == ("2026-12-03/10-00-00", "2026-12-03/10-00-00-2")
+    assert (tmp_path / "outputs" / first).is_dir() and (tmp_path / "outputs" / second).is_dir()
+    (tmp_path / "outputs" / first / "captures.h5").write_bytes(b"a run")
+    for started in (second, first):
+        monkeypatch.setenv("HOOKRUN_STARTED", started)
+        ranks.release_start(sweep=False, claimed=True)
+        assert "HOOKRUN_STARTED" not in os.environ
+    assert sorted(p.name for p in (tmp_path / "outputs" / "2026-12-03").iterdir()) == ["10-00-00"]
+    (tmp_path / "outputs" / first / "captures.h5").unlink()
+    monkeypatch.setenv("HOOKRUN_STARTED", first)
+    ranks.release_start(sweep=False, claimed=True)
+    assert list(tmp_path.iterdir()) == []  # (the date folder and outputs/, empty, went with it)
+
+
 def test_wrong_shape_replacement_exits_cleanly(tmp_path):
     proc = run_cli("data.limit=1", "hooks={c: {at: layer1, type: forward, actions: [{name: modify_output, op: {_target_: toy_models.wrong_shape, _partial_: true}}]}}",
                    cwd=tmp_path, env=ENV)
