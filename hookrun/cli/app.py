@@ -252,7 +252,7 @@ def main() -> None:
             check_sweep_folder(sys.argv[1:])
         ranks = detect()
         sweep = bool(MULTIRUN & set(args))
-        claim = not any(a.startswith(f"hydra.{'sweep' if sweep else 'run'}.dir=") for a in args)  # (else made by Hydra)
+        claim = not ranks.many and not any(a.startswith(f"hydra.{'sweep' if sweep else 'run'}.dir=") for a in args)  # (ranks: rank 0's)
         started_here = share_start(ranks, sweep, claim)  # the default run folder's DATE/TIME (claimed: made now)
     except HookrunError as exc:
         _fail(exc)
