@@ -158,3 +158,25 @@ def test_the_mean_pictures_title_counts_padding_apart_from_positions_without_a_t
     assert titles["target rank, log10(1 + mean rank)"].endswith(
         f"; {padding} positions of padding in every sample and {no_target} position without a target left out "
         f"(the last has no next token)")
+
+
+def test_a_float64_models_lens_is_computed_in_float64(tmp_path, encoded):
+    """A float64 model's lens was cast to float32 before its log_softmax (6e-8 relative off, and the
+    file's log-probabilities float32). Reference: the model's own ln_f and lm_head called in float64 on
+    a raw forward hook's tensor, torch.log_softmax and the KL to the model's own logits in float64."""
+    model = tiny_lm().double().eval()
+    ids, mask = encoded
+    path = run(tmp_path, model, items(encoded, ids.clone())).path
+    caught = {}
+    h = model.transformer.h[1].register_forward_hook(lambda m, a, o: caught.setdefault("x", o[0] if isinstance(o, tuple) else o))
+    with torch.no_grad():
+        final = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits, -1)
+        h.remove()
+        lp = torch.log_softmax(model.lm_head(model.transformer.ln_f(caught["x"])), -1)
+    real = mask.bool().numpy()
+    with open_run(path) as r:
+        top = r["transformer.h.1", "lens.top_logprobs"][:]
+        assert top.dtype == np.float64
+        np.testing.assert_allclose(top[real], lp.topk(3, dim=-1).values.numpy()[real], rtol=1e-12, atol=1e-12)
+        kl = (final.exp() * (final - lp)).sum(-1).numpy()
+        np.testing.assert_allclose(r["transformer.h.1", "lens.kl_to_final"][:][real], kl[real], rtol=1e-10, atol=1e-12)

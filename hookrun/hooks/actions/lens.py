@@ -267,14 +267,14 @@ class LogitLens(Action):
         tg = seen["targets"]
         tid, tok = (tg[0].reshape(-1), tg[1].reshape(-1)) if tg is not None else (None, None)
         out: dict[str, list[torch.Tensor]] = {k: [] for k in ("ids", "lps", "tlp", "rank", "kl")}
-        step = max(1, CHUNK_ELEMENTS // vocab)
+        step, wide = max(1, CHUNK_ELEMENTS // vocab), torch.promote_types(fin.dtype, torch.float32)  # (half: float32; float64 kept)
         for lo in range(0, b * t, step):
             z = self.unembed.forward(self.norm.forward(rows[lo:lo + step]))
-            lp = torch.log_softmax((z if self.final.post is None else self.final.post(z)).float(), dim=-1)
+            lp = torch.log_softmax((z if self.final.post is None else self.final.post(z)).to(wide), dim=-1)
             top = lp.topk(self.top_k, dim=-1)
             out["ids"].append(top.indices)
             out["lps"].append(top.values)
-            f = torch.log_softmax(fin[lo:lo + step].float(), dim=-1)
+            f = torch.log_softmax(fin[lo:lo + step].to(wide), dim=-1)
             out["kl"].append((f.exp() * (f - lp)).sum(-1))
             if tid is not None:
                 ids, ok = tid[lo:lo + step], tok[lo:lo + step]
