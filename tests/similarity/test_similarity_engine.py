@@ -286,6 +286,24 @@ def test_rsa_by_correlation_keeps_the_ties_of_equal_items() -> None:
     assert got[0, 1] == pytest.approx(scipy_stats.spearmanr(exact[0][iu], exact[1][iu]).statistic, abs=1e-12)
 
 
+
+def test_rsa_by_correlation_keeps_the_ties_of_opposite_items() -> None:
+    """A layer of two features (a binary head's logits): any two items' Pearson correlation is exactly +1 or
+    -1, their correlation distance 0 or 2. The distance 2 came out 2 - 2e-16 for some pairs, and ranking split
+    that tie (0.31449 where the exact ties give 0.31785). Reference: scipy's Spearman of the exact distances,
+    1 - sign((a1 - a2)(b1 - b2)) for items (a1, a2) and (b1, b2) of two features."""
+    scipy_stats = pytest.importorskip("scipy.stats")
+    g = np.random.default_rng(5)
+    x = g.normal(size=(37, 6)).astype(np.float32)
+    head = (np.tanh(x) @ g.normal(size=(6, 2))).astype(np.float32)
+    got = run("gram", [x, head], 8, measure="rsa", dissimilarity="correlation")
+    iu = np.triu_indices(37, k=1)
+    d = head[:, 0].astype(np.float64) - head[:, 1]
+    exact = 1.0 - np.sign(d[:, None] * d[None, :])
+    assert set(np.unique(exact[iu])) == {0.0, 2.0}
+    want = scipy_stats.spearmanr(dissim(x.astype(np.float64), "correlation")[iu], exact[iu]).statistic
+    assert got[0, 1] == pytest.approx(want, abs=1e-12)
+
 @pytest.mark.parametrize("measure", ["linear_cka", "rsa"])
 def test_a_series_that_varies_only_past_the_lead_columns_is_not_constant(monkeypatch, measure: str) -> None:
     """The gram route tests a slab's first LEAD columns for a constant series before the rest: a series whose

@@ -125,8 +125,9 @@ def rbf_(g: np.ndarray, sigma: float) -> np.ndarray:
 
 def dissimilarity_(g: np.ndarray, sums: np.ndarray, features: int, kind: str) -> np.ndarray:
     """The rows' dissimilarity matrix in place: 1 - Pearson correlation across features, or Euclidean distance.
-    A correlation within TIE of 1 is 1 (the dissimilarity 0): equal items' correlation comes out 1 +- a float64
-    step, which would split their ties (0 against 0) into ranks of rounding noise."""
+    A correlation within TIE of 1 is 1 (the dissimilarity 0), and within TIE of -1 is -1 (the dissimilarity 2):
+    equal (or opposite) items' correlation comes out +-1 +- a float64 step, which would split their ties (0
+    against 0, 2 against 2: every pair of a two-feature layer) into ranks of rounding noise."""
     if kind == "euclidean":
         return np.sqrt(squared_distances_(g), out=g)
     mean = sums / features
@@ -137,7 +138,10 @@ def dissimilarity_(g: np.ndarray, sums: np.ndarray, features: int, kind: str) ->
         for b in _blocks(len(g)):
             g[b] /= np.outer(sd[b], sd)
             np.subtract(1.0, g[b], out=g[b])
-            g[b][np.abs(g[b]) <= TIE] = 0.0
+            near = np.abs(g[b])  # (one block's buffer, reused for both ties)
+            g[b][near <= TIE] = 0.0
+            np.abs(np.subtract(g[b], 2.0, out=near), out=near)
+            g[b][near <= TIE] = 2.0
     return g
 
 
