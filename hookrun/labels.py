@@ -56,6 +56,13 @@ def token_label(text: str, special: str = "<empty>") -> str:
     return "".join(WHITESPACE.get(c) or (c if c.isprintable() else _escaped(c)) for c in text)
 
 
+def visible(text: str) -> str:
+    """`text` with each character that does not print (a carriage return, an ESC, a tab) as its escape
+    (\\x0d), newlines kept: matplotlib stopped drawing a title at a carriage return, so a class
+    name 'a\\rb' hid the rest of its caption. Running it twice changes nothing."""
+    return "".join(c if c == "\n" or c.isprintable() else _escaped(c) for c in str(text))
+
+
 def _escaped(c: str) -> str:
     n = ord(c)
     return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"

@@ -30,8 +30,10 @@ def literal_text(fig: Any) -> None:
     from matplotlib.text import Text
     from matplotlib.ticker import FixedFormatter, FuncFormatter
 
+    from hookrun.labels import visible
+
     def plain(s: str) -> str:
-        return str(s).replace("$", "\\$")
+        return visible(s).replace("$", "\\$")
 
     texts = fig.findobj(Text)  # (first: it makes each axis' ticks for its current locations)
     axes = [a for ax in fig.axes for a in (ax.xaxis, ax.yaxis)]
@@ -40,6 +42,7 @@ def literal_text(fig: Any) -> None:
     for t in texts:
         if id(t) not in numbers:
             t.set_parse_math(False)
+            t.set_text(visible(t.get_text()))  # (a carriage return or ESC as its escape: drawn, never acted on)
     for f in (a.get_major_formatter() for a in axes):
         if getattr(f, "_hookrun_literal", False):
             continue

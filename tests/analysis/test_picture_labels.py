@@ -139,3 +139,33 @@ def test_a_data_sets_text_is_drawn_as_written_backslashes_and_dollars_included(t
     assert not any(maths for s, maths in shown if any(text in s for text in TEXTS))
     assert all(t._preprocess_math(t.get_text())[1] for t in numbers)  # (the formatters' numbers: still maths)
     assert numbers or spec_kind == "map_row"
+
+
+CONTROL = ["car\rret · target 3", "\x1b[31mRED\x1b[0m", "tab\there"]  # class names, tokens: control characters
+
+
+@pytest.mark.parametrize("spec_kind", ["heatmap", "map_row", "lines"])
+def test_a_data_sets_control_characters_are_drawn_as_escapes_never_acted_on(tmp_path, spec_kind):
+    """matplotlib stops drawing a text at a carriage return: a class name 'car\\rret' in a Grad-CAM
+    caption hid the rest of the caption (the target class). Every text and tick label is drawn with
+    each character that does not print as its escape (\\x0d, \\x1b), the rest of the text kept."""
+    from matplotlib.text import Text
+
+    from hookrun.analysis.report.figure_specs import Heatmap, Lines
+
+    n = len(CONTROL)
+    if spec_kind == "heatmap":
+        spec = Heatmap(np.arange(n * n, dtype=float).reshape(n, n), f"probe · {CONTROL[0]}", x=CONTROL, y=CONTROL,
+                       xlabel=CONTROL[1], ylabel=CONTROL[2], label=CONTROL[0], cells=[CONTROL] * n)
+    elif spec_kind == "map_row":
+        spec = MapRow(np.random.default_rng(0).random((n, 4, 4)), CONTROL, f"Grad-CAM · {CONTROL[1]}", CONTROL[0], np.arange(n))
+    else:
+        spec = Lines(CONTROL, {CONTROL[0]: list(range(n))}, CONTROL[1], CONTROL[2], CONTROL[0], in_order=True)
+    fig = render(spec)
+    figures.save(fig, tmp_path / "t.png")
+    fig.canvas.draw()
+    shown = " | ".join(t._preprocess_math(t.get_text())[0] for t in fig.findobj(Text) if t.get_text())
+    escape = lambda s: "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in s)  # noqa: E731
+    assert not any(c in shown for c in "\r\x1b\t"), repr(shown)
+    for text in CONTROL:
+        assert escape(text) in shown.replace("\n", " "), (escape(text), shown)
