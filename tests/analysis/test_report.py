@@ -491,3 +491,31 @@ def test_a_heatmaps_colour_bar_says_how_many_cells_have_no_value():
     top = float(np.abs(z[np.isfinite(z)]).max())
     assert (trace["zmin"], trace["zmax"]) == (-top, top)
     assert trace["colorbar"]["title"]["text"] == "effect<br><sub>1 cell NaN or inf: grey, no value</sub>"
+
+
+def test_a_top_examples_carriage_return_and_esc_tokens_are_shown_as_their_escapes(tmp_path):
+    """The report's latents drew each context token raw: a carriage return or an ESC from the data set
+    was an empty span of no width in the browser (measured in Chromium), so an example firing on it
+    showed nothing where the token is. Each is drawn as its escape (\\x0d, \\x1b); nothing else changes."""
+    from hookrun.analysis.report import build_report
+
+    lines = ["car\rret <b>x</b> end", "\x1b[31mRED\x1b[0m plain", "a\tb \x7f c"]
+    (tmp_path / "evil.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cfg = {"model": {"_target_": "hookrun.models.tiny_lm"},
+           "data": {"dataset": {"_target_": "hookrun.data.text", "files": [str(tmp_path / "evil.txt")], "max_length": 24},
+                    "batch_size": 3, "store": ["input_ids", "attention_mask"]},
+           "hooks": {"n": {"at": "transformer.h.1.mlp.act", "type": "forward",
+                           "actions": [{"name": "top_examples", "k": 3, "context": 24}]}},
+           "output": {"path": str(tmp_path / "run.h5")}, "device": "cpu", "progress": False}
+    path = hookrun.run(cfg).path
+    with hookrun.open_run(path) as run:
+        data = build_report(run).data
+    items = [it for s in data["sections"] if s["id"] == "latents" for it in s["items"]]
+    examples = [ex for it in items for f in it["features"] for ex in f["examples"] if ex["context"]]
+    assert examples
+    # the reference: each sample's text from its own bytes, each byte that does not print as \xNN
+    ref = {i: "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in line) for i, line in enumerate(lines)}
+    for ex in examples:
+        shown = "".join(ex["context"][1:])  # (after <bos>: context 24 holds the whole line)
+        assert shown == ref[ex["sample"]], (shown, ref[ex["sample"]])
+        assert not any(ord(c) < 0x20 or ord(c) == 0x7F for t in ex["context"] for c in t)

@@ -26,7 +26,7 @@ from hookrun.analysis.report.figure_specs import (
 )
 from hookrun.analysis.report.gradcam_section import overlay_png
 from hookrun.analysis.report.run_sections import Budget, figure, row_blocks, sampled_rows, section
-from hookrun.labels import natural_key
+from hookrun.labels import WHITESPACE, natural_key, visible
 
 
 def latents(run: Any, budget: Budget) -> list[dict]:
@@ -67,9 +67,16 @@ def latents(run: Any, budget: Budget) -> list[dict]:
     return [section("latents", "Latents", items)] if items else []
 
 
+def _shown(token: str) -> str:
+    """A context token as the page draws it: a newline as its sign (an example is one line), each other
+    character that does not print as its escape (\\x0d, \\x1b): drawn raw, a carriage return or an
+    ESC was an empty span of no width, the token the latent fires on not seen."""
+    return visible(str(token).replace("\n", WHITESPACE["\n"]))
+
+
 def _example(e: dict, lookup: TokenActivations | None, feature: int) -> dict:
     out = {"value": float(e["value"]), "sample": int(e["sample"]), "position": e.get("position"),
-           "context": list(e["context"]) if e.get("context") is not None else None, "at": e.get("at")}
+           "context": [_shown(t) for t in e["context"]] if e.get("context") is not None else None, "at": e.get("at")}
     if lookup is not None and out["context"] is not None and out["at"] is not None and out["position"] is not None:
         real = lookup.real_position(out["sample"], int(out["position"]))  # the padded row's index -> token_position
         if real is None:
