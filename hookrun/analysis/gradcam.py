@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from hookrun.analysis.images import MIN_MAX, as_pictures, fit_maps, guessed, map_rows  # noqa: F401 (the pictures' helpers, named here too)
+from hookrun.labels import visible
 
 CaptureInfo = Any
 Run = Any
@@ -121,7 +122,8 @@ def caption(i: int, pred: Any, target: Any, names: list[str] | None, cam: np.nda
     # (not at the top: the report package imports this module)
     from hookrun.analysis.report.colour_scales import no_value_note
 
-    name = lambda c: str(c) if isinstance(c, str) else names[int(c)] if names is not None and 0 <= int(c) < len(names) else str(c)  # noqa: E731
+    # (a class name's carriage return or ESC as its escape: drawn raw it hid the rest of the caption)
+    name = lambda c: str(c) if isinstance(c, str) else visible(names[int(c)]) if names is not None and 0 <= int(c) < len(names) else str(c)  # noqa: E731
     return " · ".join([f"#{i}", *([f"pred {name(pred)}"] if pred is not None else []),
                        *([f"target {name(target)}"] if target is not None else [])]) + (no_value_note(cam) if cam is not None else "")
 

@@ -519,3 +519,22 @@ def test_a_top_examples_carriage_return_and_esc_tokens_are_shown_as_their_escape
         shown = "".join(ex["context"][1:])  # (after <bos>: context 24 holds the whole line)
         assert shown == ref[ex["sample"]], (shown, ref[ex["sample"]])
         assert not any(ord(c) < 0x20 or ord(c) == 0x7F for t in ex["context"] for c in t)
+
+
+def test_a_class_names_carriage_return_and_esc_are_shown_as_escapes_in_the_gradcam_captions(tmp_path):
+    """A data set's class name 'car\\rret' (a folder name may hold one): the Grad-CAM caption carried it
+    raw, drawn as nothing in the browser and cutting matplotlib's text there. Each caption names the
+    predicted class (numpy's argmax of the file's logits) with its non-printing characters as escapes."""
+    path = tmp_path / "a.h5"
+    hookrun.run(hookrun.compose("experiment=shapes_gradcam", "data.dataset.size=8", "data.batch_size=8", "device=cpu",
+                                "progress=false", f"output.path={path}"))
+    names = ["car\rret", "\x1b[31mRED\x1b[0m", "tab\there", "plain"]
+    with h5py.File(path, "r+") as f:
+        f.attrs["class_names"] = json.dumps(names)
+        pred = f["captures/logits/fc/output"][:].argmax(1)
+    with hookrun.open_run(path) as run:
+        (cams,) = run.report().data["sections"][1]["items"]
+    shown = ["car\\x0dret", "\\x1b[31mRED\\x1b[0m", "tab\\x09here", "plain"]  # the reference, written out
+    for k, im in enumerate(cams["images"]):
+        assert f"pred {shown[pred[k]]}" in im["caption"], (im["caption"], shown[pred[k]])
+        assert not any(ord(c) < 0x20 for c in im["caption"]), repr(im["caption"])
