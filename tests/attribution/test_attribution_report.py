@@ -231,3 +231,25 @@ def test_a_sweep_page_marks_a_failed_job_and_names_those_with_no_row(sweep, tmp_
     table = attr["items"][0]
     assert [r[table["columns"].index("method")] for r in table["rows"]] == ["saliency", "integrated_gradients"]
     assert "integrated_gradients (failed)" in str(attr["items"][1]) and "job 2 refused: no row" in attr["note"]
+
+
+def test_a_class_names_carriage_return_and_esc_are_shown_as_escapes_in_the_captions(tmp_path):
+    """A data set's class name with a carriage return, an ESC or a tab (a folder name may hold one)
+    went into the overlays' captions raw: the browser draws them as nothing ('[31mRED'). Each caption
+    names the target (the file's labels) with those characters as escapes, the rest as written."""
+    path = tmp_path / "a.h5"
+    hookrun.run(hookrun.compose("experiment=attribution_shapes", "data.dataset.size=8", "attribution.steps=4",
+                                "device=cpu", "progress=false", f"output.path={path}"))
+    with h5py.File(path, "r+") as f:
+        meta = json.loads(f.attrs["attribution"])
+        meta["class_names"] = ["car\rret", "\x1b[31mRED", "tab\there", "plain"]
+        f.attrs["attribution"] = json.dumps(meta)
+    shown = ["car\\x0dret", "\\x1b[31mRED", "tab\\x09here", "plain"]  # the reference, written out
+    with hookrun.open_run(path) as run:
+        targets = run.attribution()["target"].values
+        (over,) = [it for s in build_report(run).data["sections"] for it in s["items"] if it.get("type") == "images"][:1]
+    captions = [im["caption"] for im in over["images"] if not im.get("colorbar")]
+    assert captions
+    for k, caption in enumerate(captions):
+        assert f"target {shown[int(targets[k])]} " in caption, (caption, shown[int(targets[k])])
+        assert not any(ord(c) < 0x20 for c in caption), repr(caption)

@@ -35,6 +35,7 @@ from hookrun.analysis.report.colour_scales import (
 )
 from hookrun.analysis.report.plotly_figures import escape, title_layout
 from hookrun.analysis.report.run_sections import section, table_item
+from hookrun.labels import visible
 
 SAMPLES = 8  # overlays shown
 LINES = 32  # samples drawn behind the mean curve
@@ -113,7 +114,7 @@ def colorbar_png(label: str, width: float = 3.6) -> str:
 def class_name(meta: dict, c: Any) -> str:
     """Class `c` by the data set's class name where the run wrote them (`class_names`), else its number."""
     names = meta.get("class_names") or []  # (a str `c`: gradcam.NO_PREDICTION, the logits not finite)
-    return c if isinstance(c, str) else str(names[int(c)]) if 0 <= int(c) < len(names) else str(int(c))
+    return c if isinstance(c, str) else visible(str(names[int(c)])) if 0 <= int(c) < len(names) else str(int(c))  # (a \r or ESC as its escape)
 
 
 def overlays(run: Any, meta: dict) -> dict:
