@@ -31,6 +31,7 @@ import h5py
 import yaml
 
 from hookrun.analysis.reader_failures import asked
+from hookrun.labels import visible
 from hookrun.store.format import BATCH_UNITS
 
 
@@ -275,14 +276,15 @@ class Table:
 
     def __str__(self) -> str:
         cells = [[_fmt(r.get(c)) for c in self.columns] for r in self.rows]
-        widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(self.columns)]
+        names = [_fmt(c) for c in self.columns]
+        widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(names)]
         line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths, strict=True)).rstrip()  # noqa: E731
-        return "\n".join([line(self.columns), line(["-" * w for w in widths])] + [line(r) for r in cells])
+        return "\n".join([line(names), line(["-" * w for w in widths])] + [line(r) for r in cells])
 
 
 def _fmt(v: Any) -> str:
+    """A cell as the terminal shows it: an ESC or carriage return in a value (a swept override's) as its
+    escape, never acted on; a newline as \\n (one row a line)."""
     if isinstance(v, float):
         return f"{v:.6g}"
-    if isinstance(v, str):
-        return v.replace("\n", "\\n")
-    return "" if v is None else str(v)
+    return "" if v is None else visible(str(v)).replace("\n", "\\n")

@@ -124,3 +124,16 @@ def test_a_file_without_the_kind_attribute_is_read_by_what_it_holds(tmp_path):
 def test_both_locks_are_writer_locks(tmp_path):
     assert isinstance(OutputLock(tmp_path / "x.h5"), WriterLock)
     assert issubclass(RemoteLock, WriterLock)
+
+
+def test_a_tables_esc_and_carriage_return_print_as_their_escapes():
+    """A sweep table's string cell (a swept override's value) printed raw: an ESC cleared the terminal
+    ('\\x1b[2J'), a carriage return overwrote the row. Reference: the escapes written out by hand."""
+    from hookrun.analysis.kind_readers import Table
+
+    table = Table(columns=["job", "tag\x1b[31m"], rows=[{"job": 0, "tag\x1b[31m": "a\x1b[2Jb\rc\nd"}, {"job": 1, "tag\x1b[31m": None}])
+    text = str(table)
+    assert not any(c in text for c in "\x1b\r"), repr(text)
+    assert text.splitlines()[0].split() == ["job", "tag\\x1b[31m"]
+    assert text.splitlines()[2].split() == ["0", "a\\x1b[2Jb\\x0dc\\nd"]
+    assert table.rows[0]["tag\x1b[31m"] == "a\x1b[2Jb\rc\nd"  # (the values themselves as they came)
