@@ -91,14 +91,15 @@ def add(value: float | list, dim: int | None = None, factor: float = 1.0, *, bui
     def op(x: torch.Tensor, ctx: OpContext) -> torch.Tensor:
         if not isinstance(value, list | tuple | torch.Tensor):
             return x + factor * value
-        # a list or tensor: formed in float64, rounded once to x's dtype on its device; a 1-D one along `dim`
-        v = torch.as_tensor(value, dtype=torch.float64) * factor
+        v = torch.as_tensor(value, dtype=torch.float64) * factor  # formed in float64, rounded once to x's dtype
         v = v.to(device=x.device, dtype=x.dtype if x.is_floating_point() else torch.float32)
         if v.dim() != 1:
             return x + v  # a scalar tensor, or one shaped to broadcast as it is
-        shape = [1] * x.dim()
-        shape[build.point.channel_axis(x, ctx.role) if dim is None else dim] = -1
-        return x + v.view(shape)
+        axis = build.point.channel_axis(x, ctx.role) if dim is None else dim  # a 1-D one lies along `dim`
+        if len(v) not in (1, x.shape[axis]):  # PyTorch's "size of tensor a (5) must match ... b (128)" names neither
+            fit = [f"dim: {d - x.dim()}" for d in range(x.dim()) if x.shape[d] == len(v)][-1:] or [f"{x.shape[axis]} entries"]
+            raise ConfigError(f"{build.where}: op add at {module_label(ctx.module)}: value has {len(v)} entries but dim {axis} of the {ctx.role} {tuple(x.shape)} has {x.shape[axis]}; give {fit[0]}")
+        return x + v.view([-1 if d == axis % x.dim() else 1 for d in range(x.dim())])
 
     return op
 
@@ -137,8 +138,7 @@ def noise(std: float, seed: int = 0) -> Op:
 
 def _mix(*parts: int) -> int:
     """A 63-bit generator seed from the parts (stable across runs and machines)."""
-    digest = hashlib.blake2b(",".join(map(str, parts)).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 1
+    return int.from_bytes(hashlib.blake2b(",".join(map(str, parts)).encode(), digest_size=8).digest(), "little") >> 1
 
 
 @register_op("clamp")
