@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from hookrun.errors import foreign_code
-from hookrun.runner.losses import log_probs, next_token_pairs
+from hookrun.runner.losses import log_probs, next_token_pairs, wide
 
 PATCH_METRICS = ("logit_diff", "logprob", "prob", "ce", "kl", "logit")
 
@@ -55,7 +55,7 @@ def item_metric(name: str, logits: torch.Tensor, items: Mapping[str, torch.Tenso
             return nll.mean(-1)
         keep = next_token_pairs(mask.to(nll.device))  # padding on either side left out, as loss=lm and evaluate leave it
         return nll.masked_fill(~keep, 0).sum(-1) / keep.sum(-1)
-    at = logits if logits.dim() == 2 else logits[rows, _positions(items, position, n, logits) % logits.shape[1]]
+    at = wide(logits if logits.dim() == 2 else logits[rows, _positions(items, position, n, logits) % logits.shape[1]])  # fp16: exact diffs
     if name == "kl":
         lp = log_probs(at)
         return (reference.exp() * (reference - lp)).sum(-1)
