@@ -89,7 +89,7 @@ def add(value: float | list, dim: int | None = None, factor: float = 1.0, *, bui
     """Add `factor` times a scalar, or a vector along `dim` (default the channels: HookPoint.channel_axis)."""
 
     def op(x: torch.Tensor, ctx: OpContext) -> torch.Tensor:
-        if not isinstance(value, list | tuple | torch.Tensor):
+        if isinstance(value, int | float):  # a numpy vector is a vector too, along `dim` (was numpy's broadcast: the last axis)
             return x + factor * value
         v = torch.as_tensor(value, dtype=torch.float64) * factor  # formed in float64, rounded once to x's dtype
         v = v.to(device=x.device, dtype=x.dtype if x.is_floating_point() else torch.float32)

@@ -6,6 +6,7 @@ the result equals a raw forward hook adding the vector over the features."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -43,3 +44,20 @@ def test_a_vector_of_the_wrong_width_is_one_line_naming_both_widths(lm):
         h.remove()
     torch.testing.assert_close(steer(lm, ids, value=vec, dim=-1), want)
     torch.testing.assert_close(steer(lm, ids, value=[0.5], dim=-1), steer(lm, ids, value=0.5))  # one entry: broadcast, as before
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_numpy_vector_lies_along_the_channels_as_a_list_does(dtype):
+    """A numpy vector was taken for a scalar: numpy's broadcast laid it along the last axis (a float32 one
+    silently: on a (2, 4, 4, 4) conv map it added over the width, not the 4 channels) or the float64 one
+    stopped the run with 'op add returned ... torch.float64'. Reference: a raw hook adding it over axis 1."""
+    torch.manual_seed(0)
+    conv, x = torch.nn.Conv2d(3, 4, 3), torch.randn(2, 3, 6, 6)
+    vec = np.array([1.0, -2.0, 3.0, 0.5], dtype=dtype)
+    with torch.no_grad():
+        h = conv.register_forward_hook(lambda m, a, o: o + torch.tensor(vec, dtype=torch.float64).float().view(1, 4, 1, 1))
+        want = conv(x)
+        h.remove()
+        with hookrun.capture(conv, {"s": {"at": "", "type": "forward", "actions": [{"name": "modify_output", "op": "add", "value": vec}]}}):
+            got = conv(x)
+    torch.testing.assert_close(got, want)
