@@ -31,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from hookrun.cli.blocks import block_names, hydra_slots, missing_block
-from hookrun.cli.command import ends_quietly, exit_process
+from hookrun.cli.command import ends_quietly, exit_process, note_late_signals
 from hookrun.cli.hydra_errors import dotted_keys, one_line, renamed, shell_damage
 from hookrun.cli.hydra_mode import skip_mode_compose
 from hookrun.cli.run_record import RunRecord, held_saves, remove_empty
@@ -99,6 +99,8 @@ def _task(cfg: DictConfig, folder: Path, record: RunRecord) -> None:
         typed = replaced(typed, output=dataclasses.replace(typed.output, path=path, staging=staging))
         with on_accepted(record.write):
             result = run(typed)
+        if HydraConfig.get().mode == RunMode.RUN:  # its file is closed: a signal from here keeps the exit code
+            note_late_signals()
         if not typed.dry_run:
             log.info("file: %s%s", result.path, f" · {result.note}" if result.note else "")
     except HookrunError as exc:

@@ -31,7 +31,9 @@ from __future__ import annotations
 import functools
 import gc
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from typing import NoReturn, TypeVar
 
@@ -69,19 +71,40 @@ def exit_process(main: Callable[[], int | None]) -> NoReturn:
     exit 2 (cli/torch_pair.py)."""
     from hookrun.cli.torch_pair import mismatch
 
+    global _LATE
+    _LATE = []
     try:  # a Ctrl-C outside a run's own handling (imports, the config, Hydra): one line, exit 130
         broken = mismatch()  # torch and torchvision of two builds: one line, not a failed import later
         if broken is not None:
             sys.exit(fail(broken))
         try:
             code = main()
+            note_late_signals()
         finally:
             gc.collect()  # what the run left in reference cycles is freed (its __del__ runs) before the heap is frozen
             gc.freeze()
     except KeyboardInterrupt:
         print("hookrun: interrupted by SIGINT", file=sys.stderr)
         code = 130
+    for signum in _LATE[:1]:
+        print(f"hookrun: {signal.Signals(signum).name} after the run ended; its exit code {code or 0} is kept",
+              file=sys.stderr)
     sys.exit(code)
+
+
+_LATE: list[int] | None = None  # exit_process's: the signals that came once the process's work was done
+
+
+def note_late_signals() -> None:
+    """In exit_process, once the work is done (its run's file closed), Ctrl-C and SIGTERM are noted
+    rather than acted on: before, the first made the process exit 130 ('interrupted by SIGINT'), the
+    second 143 with no word, a complete run looking stopped. A handler someone else installed is left
+    alone; outside exit_process (a test's or a notebook's main()) nothing changes."""
+    if _LATE is None or threading.current_thread() is not threading.main_thread():
+        return
+    for s in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(s) in (signal.SIG_DFL, signal.default_int_handler):
+            signal.signal(s, lambda signum, frame: _LATE.append(signum))
 
 
 def description(doc: str | None) -> str:

@@ -116,3 +116,43 @@ def test_ctrl_c_while_python_imports_the_app_is_one_line_and_exit_130(tmp_path, 
     said = [x for x in rest.splitlines() if not x.startswith("import time:")]
     assert said == ["hookrun: interrupted by SIGINT while starting; nothing was written"], rest[-2000:]
     assert not (tmp_path / "run").exists()
+
+
+LATE_SIGNAL = """
+import gc, os, signal
+from hookrun.cli.command import exit_process
+
+gc.freeze = lambda: os.kill(os.getpid(), signal.{sig})  # after main returned: the run's file is closed
+exit_process(lambda: 0)
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="signals")
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_after_main_returned_keeps_its_exit_code(tmp_path, sig):
+    """A Ctrl-C or SIGTERM in the ~0.2 s after the run returned (its file complete) made the process
+    exit 130 ('interrupted by SIGINT') or 143 (no word): a complete run looked interrupted to Slurm.
+    Reference: the exit code main returned, 0, and one line naming the signal."""
+    proc = subprocess.run([sys.executable, "-c", LATE_SIGNAL.format(sig=sig)], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [f"hookrun: {sig} after the run ended; its exit code 0 is kept"]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="signals")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_once_the_run_logged_its_file_keeps_exit_0(tmp_path, sig):
+    """`python -m hookrun`, signalled once it logged `file: ...` (the run returned, Hydra tearing down):
+    exit 143 with no word, or 130 'interrupted by SIGINT', for a file plain h5py reads as complete."""
+    proc = subprocess.Popen([sys.executable, "-m", "hookrun", "experiment=probe_shapes", "data.limit=2",
+                             "progress=false", f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, text=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "] - file: " in line:
+            proc.send_signal(sig)
+    assert proc.wait(120) == 0, "".join(lines[-5:])
+    assert lines[-1].strip() == f"hookrun: {sig.name} after the run ended; its exit code 0 is kept"
+    with h5py.File(tmp_path / "run" / "captures.h5", "r") as f:
+        assert f.attrs["status"] == "complete"
