@@ -97,14 +97,26 @@ _LATE: list[int] | None = None  # exit_process's: the signals that came once the
 
 def note_late_signals() -> None:
     """In exit_process, once the work is done (its run's file closed), Ctrl-C and SIGTERM are noted
-    rather than acted on: before, the first made the process exit 130 ('interrupted by SIGINT'), the
+    rather than acted on (a second is acted on: a clean-up that hangs can still be stopped): before, the first made the process exit 130 ('interrupted by SIGINT'), the
     second 143 with no word, a complete run looking stopped. A handler someone else installed is left
     alone; outside exit_process (a test's or a notebook's main()) nothing changes."""
     if _LATE is None or threading.current_thread() is not threading.main_thread():
         return
     for s in (signal.SIGINT, signal.SIGTERM):
         if signal.getsignal(s) in (signal.SIG_DFL, signal.default_int_handler):
-            signal.signal(s, lambda signum, frame: _LATE.append(signum))
+            signal.signal(s, _late)
+
+
+def _late(signum: int, frame: object) -> None:
+    """The first late signal noted; a second acted on, as it would have been (a clean-up that hangs stops)."""
+    if not _LATE:
+        _LATE.append(signum)
+        return
+    _LATE.clear()
+    signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    os.kill(os.getpid(), signum)
 
 
 def description(doc: str | None) -> str:

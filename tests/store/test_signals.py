@@ -156,3 +156,29 @@ def test_a_signal_once_the_run_logged_its_file_keeps_exit_0(tmp_path, sig):
     assert lines[-1].strip() == f"hookrun: {sig.name} after the run ended; its exit code 0 is kept"
     with h5py.File(tmp_path / "run" / "captures.h5", "r") as f:
         assert f.attrs["status"] == "complete"
+
+
+TWO_LATE = """
+import gc, os, signal, time
+from hookrun.cli.command import exit_process
+
+def freeze():  # after main returned: a clean-up that hangs, stopped by a second signal
+    os.kill(os.getpid(), signal.{sig})
+    os.kill(os.getpid(), signal.{sig})
+    time.sleep(60)
+    print("not stopped", flush=True)
+
+gc.freeze = freeze
+exit_process(lambda: 0)
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="signals")
+@pytest.mark.parametrize(("sig", "code", "said"), [("SIGINT", 130, ["hookrun: interrupted by SIGINT"]), ("SIGTERM", -15, [])])
+def test_a_second_late_signal_still_stops_the_process(tmp_path, sig, code, said):
+    """The first late signal is noted; a second is acted on as before (Ctrl-C: 130 and its line; SIGTERM: the
+    default action), so a clean-up that hangs after the run is never left unstoppable."""
+    proc = subprocess.run([sys.executable, "-c", TWO_LATE.format(sig=sig)], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=50)
+    assert proc.returncode == code, proc.stderr[-2000:]
+    assert "not stopped" not in proc.stdout and proc.stderr.strip().splitlines() == said, proc.stderr[-2000:]
