@@ -323,9 +323,9 @@ def test_every_error_is_a_hookrun_error(tmp_path, checkpoint):
         # a negative spread: torch.randn * -1 is noise all the same, so std=-1 ran as std=1
         ({"hooks": {"x": {"at": "fc", "type": "forward", "actions": [{"name": "modify_output", "op": "noise", "std": -1}]}}},
          r"op noise: std=-1 is a standard deviation; give a number >= 0"),
-        # well-typed, but not the module's width: the op's own failure at the batch, named
+        # well-typed, but not the module's width: at the batch, both widths named (was PyTorch's RuntimeError)
         ({"hooks": {"x": {"at": "fc", "type": "forward", "actions": [{"name": "modify_output", "op": "add", "value": [1.0, 2.0]}]}}},
-         r"op add failed at fc \(output, batch 0\): RuntimeError"),
+         r"op add at fc: value has 2 entries but dim 1 of the output \(4, 10\) has 10; give 10 entries"),
     ]
     for over, message in bad:
         cfg = make_cfg(tmp_path, checkpoint, **over)
