@@ -232,9 +232,9 @@ class ProbeKind(RunKind):
         data = check_dataset(LIVE_TEST.get(), "probe.test_data: got") if "live" in given \
             else build_dataset(given, "probe.test_data.dataset")
         if not len(data):
-            raise ConfigError("probe.test_data: the data set has no items; give the test items, or drop test_data "
-                              "for the split")
-        loader = make_loader(data, node.get("batch_size") or self.ctx.cfg.data.batch_size, 0)
+            raise ConfigError("probe.test_data: the data set has no items; give the test items, or drop test_data for the split")
+        loader = make_loader(data, node.get("batch_size") or self.ctx.cfg.data.batch_size, 0,  # (by the run's data.collate)
+                             collate=c.fn if (c := self.ctx.loader.collate_fn).custom else None)
         indices, batch = next(test_batches(loader))
         check_rows(self.collector.batch(self.ctx.model, self.ctx.spec.split(batch).to(self.ctx.device), indices),
                    self.features, self.y_kind, 1)
