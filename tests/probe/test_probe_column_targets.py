@@ -44,3 +44,50 @@ def test_a_column_of_one_target_per_item_is_probed_as_sklearn_fits_it(method) ->
     row = table.rows[0]
     assert row["train"] == pytest.approx(ref.score(z[~test], y.numpy()[~test, 0]), abs=1e-9)
     assert row["test"] == pytest.approx(ref.score(z[test], y.numpy()[test, 0]), abs=1e-9)
+
+
+class _Tokens(torch.nn.Module):
+    """Token rows (batch, tokens, 5) of token ids, each row its own token's (no mixing), with a mask."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = torch.nn.Embedding(20, 5)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.emb(input_ids)
+
+
+@pytest.mark.parametrize("pool", ["last", "every"])
+def test_a_column_of_one_target_per_item_beside_token_rows_is_the_items_target(pool) -> None:
+    """(batch, 1) beside a text batch's (batch, tokens) mask was refused as a per-token target of the wrong
+    shape; it is one target per item, given to the item's last token's row (last) or to each of its real
+    tokens' rows (every). Reference: the embedding's rows read by index, sklearn's Ridge on them."""
+    pytest.importorskip("sklearn")
+    from sklearn.linear_model import Ridge
+    from sklearn.model_selection import train_test_split
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    model, g, T = _Tokens().eval(), np.random.default_rng(0), 6
+    lengths = g.integers(2, T + 1, size=N)
+    ids = torch.tensor(g.integers(1, 20, size=(N, T))) * (torch.arange(T)[None] < torch.tensor(lengths)[:, None])
+    mask = (ids > 0).long()
+    y = torch.tensor(g.normal(size=(N, 1)))
+    items = [{"input_ids": ids[i], "attention_mask": mask[i], "y": y[i]} for i in range(N)]
+    table = hookrun.probe(model, items, at=["emb"], target="y", method="ridge", pool=pool, batch_size=8,
+                          inputs={"input_ids": "input_ids", "attention_mask": "attention_mask"})
+    emb = model.emb.weight.detach().double().numpy()
+    rows = [(i, j) for i in range(N) for j in range(T) if mask[i, j]] if pool == "every" else \
+        [(i, int(lengths[i]) - 1) for i in range(N)]
+    x = np.stack([emb[int(ids[i, j])] for i, j in rows])
+    t = np.array([float(y[i, 0]) for i, _ in rows])
+    _, test_items = train_test_split(np.arange(N), test_size=0.25, random_state=0)
+    test = np.isin([i for i, _ in rows], test_items)
+    ref = make_pipeline(StandardScaler(), Ridge(alpha=1.0)).fit(x[~test], t[~test])
+    row = table.rows[0]
+    assert row["rows"] == len(rows)
+    assert row["train"] == pytest.approx(ref.score(x[~test], t[~test]), abs=1e-9)
+    assert row["test"] == pytest.approx(ref.score(x[test], t[test]), abs=1e-9)
+    weight, bias = table.weights["emb"]
+    np.testing.assert_allclose(x @ weight[0] + bias[0], ref.predict(x), rtol=1e-6, atol=1e-9)

@@ -83,7 +83,8 @@ class Collector:
         if not isinstance(t, torch.Tensor) or t.dim() not in (1, 2):
             raise ConfigError(f"{where} gives {type(t).__name__} {tuple(getattr(t, 'shape', ()))}; a probe needs a tensor "
                               f"with one target per item (batch,) or per token (batch, tokens)")
-        if n is not None and t.shape[0] != n or t.dim() == 2 and mask is not None and tuple(t.shape) != tuple(mask.shape):
+        per_token = t.dim() == 2 and t.shape[1] != 1  # ((batch, 1): a column of one target per item, row_targets)
+        if n is not None and t.shape[0] != n or per_token and mask is not None and tuple(t.shape) != tuple(mask.shape):
             want = f"({n},)" + (f" or {tuple(mask.shape)}" if mask is not None else "")
             raise ConfigError(f"{where} gives {tuple(t.shape)} for a batch of {n} items; a probe needs one target per "
                               f"item or per token: {want}")
@@ -122,7 +123,7 @@ class Collector:
 
     def row_targets(self, rows: Rows, target: torch.Tensor, name: str) -> np.ndarray:
         t = target.detach().cpu()
-        if t.dim() == 2 and rows.token is None and t.shape[1] == 1:  # (batch, 1): a column of one target per item
+        if t.dim() == 2 and t.shape[1] == 1:  # (batch, 1): a column of one target per item, also beside token rows
             t = t[:, 0]  # (as sklearn takes y of shape (n, 1); it was refused as per-token, pointing to pool: every)
         if t.dim() == 2:
             if rows.token is None:
