@@ -143,3 +143,67 @@ def test_a_target_per_token_of_another_length_than_the_token_rows_is_one_line(tm
     assert str(err.value).startswith("probe.target gives 5 targets per item (one per token of the batch), but enc's "
                                      "output has 6 token rows")
     assert "\n" not in str(err.value) and not (tmp_path / "t.h5").exists()
+
+
+class Dropped(nn.Module):
+    """Token embeddings with the first token dropped: `enc` gives (rows, LENGTH - 1, WIDTH) beside LENGTH ids."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.e, self.enc = nn.Embedding(50, 8), nn.Linear(8, 8)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.enc(self.e(input_ids)[:, 1:])
+
+
+def test_every_token_row_of_another_length_than_unpadded_token_ids_is_probed(tmp_path):
+    """Without padding every token row is taken (docs/probe.md), also by pool: every where the batch has token
+    ids: their identity keys indexed the ids by the output's token slots, past their end (an IndexError
+    traceback on the first batch, control or not). Reference: a raw forward hook's 11 rows per text (a CLS
+    prepended to 10 tokens), StandardScaler -> sklearn's Ridge over the split's items."""
+    from similarity_models import Cls, Texts
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    model, texts = Cls().eval(), Texts(24, padded=24)
+    y = np.random.default_rng(0).normal(size=len(texts))
+    items = [{**texts[i], "y": torch.tensor(y[i])} for i in range(len(texts))]
+    cfg = {"data": {"batch_size": 8, "inputs": {"input_ids": "input_ids", "attention_mask": "attention_mask"}},
+           "device": "cpu", "progress": False, "output": {"path": str(tmp_path / "p.h5")},
+           "probe": {"at": ["enc"], "target": "y", "method": "ridge", "pool": "every", "control": False}}
+    hookrun.run(cfg, model=model, dataset=items)
+    out = []
+    h = model.enc.register_forward_hook(lambda m, a, o: out.append(o.detach().double()))
+    with torch.no_grad():
+        model(texts.ids)
+    h.remove()
+    rows, per = out[0].reshape(-1, out[0].shape[2]).numpy(), out[0].shape[1]
+    item = np.repeat(np.arange(len(texts)), per)
+    _, test_items = train_test_split(np.arange(len(texts)), test_size=0.25, random_state=0)
+    test = np.isin(item, test_items)
+    ref = make_pipeline(StandardScaler(), Ridge(alpha=1.0)).fit(rows[~test], y[item][~test])
+    with hookrun.open_run(tmp_path / "p.h5") as run:
+        row = run.probes().rows[0]
+    assert per == 11 and row["rows"] == len(rows)
+    assert row["test"] == pytest.approx(ref.score(rows[test], y[item][test]), abs=1e-9)
+
+
+@pytest.mark.parametrize("model", ["Cls", "Dropped"])
+def test_a_control_task_over_token_rows_of_another_length_than_the_token_ids_is_one_line(tmp_path, model):
+    """The control task keys each token row to its token id; token rows of another length than the ids (a CLS
+    prepended, a token dropped) have no known token: 11 rows over 10 ids were an IndexError traceback, 9 rows
+    read other slots' (and the next text's) ids as their identities in silence. One line, no file."""
+    from similarity_models import Cls, Texts
+
+    texts = Texts(16, padded=16)
+    items = [{**texts[i], "y": torch.tensor(i % 2)} for i in range(len(texts))]
+    cfg = {"data": {"batch_size": 8, "inputs": {"input_ids": "input_ids", "attention_mask": "attention_mask"}},
+           "device": "cpu", "progress": False, "output": {"path": str(tmp_path / "c.h5")},
+           "probe": {"at": ["enc"], "target": "y", "method": "logistic", "pool": "every", "control": True}}
+    with pytest.raises(hookrun.errors.ConfigError) as err:
+        hookrun.run(cfg, model=Cls() if model == "Cls" else Dropped(), dataset=items)
+    rows = 11 if model == "Cls" else 9
+    assert str(err.value).startswith(f"probe.control=true with pool: every at enc: its output has {rows} token rows "
+                                     f"per item and the batch 10 token ids")
+    assert "\n" not in str(err.value) and not (tmp_path / "c.h5").exists()

@@ -117,7 +117,7 @@ class Collector:
             # (a NaN fit stopped at once and was reported as "not converged", its weights NaN)
             refuse_non_finite(rows.x, indices.cpu()[rows.item.cpu()], f"probe.at: {name}",
                               "a probe needs finite features: probe another module")
-            out[name] = (rows.x, self.row_targets(rows, target, name), self.keys(rows, ids, indices),
+            out[name] = (rows.x, self.row_targets(rows, target, name), self.keys(rows, ids, indices, name),
                          indices.cpu().numpy()[rows.item.cpu().numpy()])
         return out
 
@@ -141,9 +141,17 @@ class Collector:
                               f"at {name}; every probe row needs a finite target (leave such items out of the data)")
         return t.numpy().astype(np.float64 if t.is_floating_point() else np.int64)
 
-    def keys(self, rows: Rows, ids: torch.Tensor | None, indices: torch.Tensor) -> np.ndarray:
+    def keys(self, rows: Rows, ids: torch.Tensor | None, indices: torch.Tensor, name: str = "") -> np.ndarray:
         ids = rows.ids if rows.ids is not None else ids
-        if self.pool == "every" and ids is not None and rows.token is not None:
+        if self.pool == "every" and ids is not None and rows.token is not None and rows.length != ids.shape[1]:
+            # (token rows of another length than the token ids, a mask without padding: rows.token counts the
+            # output's slots, not the ids', so they indexed past them or read other items' tokens)
+            if self.block.control:
+                raise ConfigError(f"probe.control=true with pool: every at {name}: its output has {rows.length} token rows "
+                                  f"per item and the batch {ids.shape[1]} token ids (a model that adds tokens, a CLS, or "
+                                  f"drops some), so which row is which token, the control task's identity, is not known; "
+                                  f"probe a module whose tokens are the batch's, or set control: false")
+        elif self.pool == "every" and ids is not None and rows.token is not None:
             return ids.reshape(-1)[rows.token.to(ids.device)].cpu().numpy().astype(np.int64)
         return indices.cpu().numpy()[rows.item.cpu().numpy()].astype(np.int64)
 
