@@ -120,6 +120,36 @@ def test_a_module_that_runs_twice_in_a_forward_is_one_line_before_any_batch(tmp_
     hookrun.run({**cfg, "probe": {"at": ["head"], "target": "label"}}, model=Twice(), dataset=data)  # once: fine
 
 
+class Router(torch.nn.Module):
+    """A mixture-of-experts' gate over the batch's tokens flattened: `gate` gives (batch x tokens, experts)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.gate = torch.nn.Embedding(20, 5), torch.nn.Linear(5, 3)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        h = self.emb(input_ids)
+        return h * self.gate(h.reshape(-1, 5)).softmax(-1).reshape(*h.shape[:2], 3)[..., :1]
+
+
+@pytest.mark.parametrize("pool", ["mean", "every"])
+def test_an_output_whose_first_axis_is_not_the_batch_is_one_line_before_any_batch(tmp_path, pool) -> None:
+    """A (batch x tokens, experts) output took its 48 rows for 48 items of a batch of 8: an IndexError traceback
+    at the first batch (pool every: a line calling the rows one per item). One line naming both, no file;
+    the module after it, (batch, tokens, 5), is probed."""
+    g = torch.Generator().manual_seed(0)
+    data = [{"input_ids": torch.randint(1, 20, (6,), generator=g), "label": i % 2} for i in range(16)]
+    cfg = {"data": {"batch_size": 8, "inputs": {"input_ids": "input_ids"}}, "device": "cpu", "progress": False,
+           "output": {"path": str(tmp_path / "p.h5")}, "probe": {"at": ["gate"], "target": "label", "pool": pool}}
+    with pytest.raises(ConfigError) as err:
+        hookrun.run(cfg, model=Router(), dataset=data)
+    assert str(err.value).startswith("probe.at: gate's output (48, 3) has 48 rows on its first axis for a batch of 8 "
+                                     "items: not batch first")
+    assert "\n" not in str(err.value) and not (tmp_path / "p.h5").exists()
+    hookrun.run({**cfg, "probe": {"at": ["emb"], "target": "label", "pool": pool}}, model=Router(), dataset=data)
+
+
 def test_test_rows_of_a_class_no_training_row_has_are_said_once(tmp_path, caplog) -> None:
     """A class that only test items have (a fine-grained label over few items: the default synthetic
     data's 1000 classes) makes those rows wrong at every hook point, which the table alone reads as a

@@ -61,6 +61,11 @@ def pool_rows(t: torch.Tensor, pool: str, mask: torch.Tensor | None, where: str 
     """`t`'s rows pooled as `pool` (see the table); `mask` (batch, tokens): 1 = a real token, or None;
     `module`: the hooked module's class (a torch *1d module's 3-D output is a 1-d map); `indices`: the batch's
     dataset indices (an item with no real token is refused by them for last, mean and max)."""
+    if indices is not None and t.dim() >= 2 and t.shape[0] != len(indices):  # (rows past the batch's items: an IndexError)
+        raise ConfigError(f"probe.at: {where}'s output {tuple(t.shape)} has {t.shape[0]} rows on its first axis for a batch "
+                          f"of {len(indices)} items: not batch first (a module over the batch's tokens flattened, such as "
+                          f"a router's (batch x tokens, experts)); a probe needs (batch, features, ...) or (batch, tokens, "
+                          f"features): probe a module whose output is per item")
     real = token_mask(t, mask, module, where)
     kind = layout(t, real, pool, where)
     t = t.detach()
