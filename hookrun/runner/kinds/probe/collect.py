@@ -14,6 +14,7 @@ when it fails.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +23,7 @@ import torch
 from torch import nn
 
 from hookrun.errors import ConfigError, RunError, close_matches, foreign_code
+from hookrun.hooks.events import REPLAY
 from hookrun.hooks.taps import Taps, module_kinds, refuse_non_finite
 from hookrun.runner.kinds.probe.pool import Rows, pool_rows
 from hookrun.runner.kinds.run_kind import plain_forward
@@ -92,28 +94,29 @@ class Collector:
         return t.long() if t.dtype == torch.bool else t
 
     def outputs(self, model: nn.Module, call: Any, mask: torch.Tensor | None,
-                items: torch.Tensor | None = None) -> dict[str, Rows]:
+                items: torch.Tensor | None = None, replay: Any = None) -> dict[str, Rows]:
         """Every hooked module's rows of one forward (early_stop's cut may end it after the last), pooled
-        in its hook into new memory (hooks/taps.py: the output the hook saw); `items`: the batch's dataset indices."""
+        in its hook into new memory (hooks/taps.py: the output the hook saw); `items`: the batch's dataset indices;
+        `replay`: a HookSession whose REPLAY phase the forward runs in (the user's modifying actions only)."""
         kinds = module_kinds(self.taps)
         def make(name: str, t: torch.Tensor) -> Rows:  # (inside a decoder: its mask and token ids, hooks/sides.py)
             rows = pool_rows(t, self.pool, self.taps.mask(mask), where=name, module=kinds[name], indices=items)
             rows.ids = self.taps.inside[1] if self.taps.inside is not None else None
             return rows
 
-        with self.taps.attached(make):
+        with self.taps.attached(make), replay.phase(REPLAY) if replay is not None else contextlib.nullcontext():
             plain_forward(model, call)
         return dict(zip(self.taps.names, self.taps.take(), strict=True))
 
-    def batch(self, model: nn.Module, call: Any, indices: torch.Tensor) -> dict[str, tuple]:
-        """{module: (x float64 (rows, features), y, key, item)} of one batch (host arrays but x)."""
+    def batch(self, model: nn.Module, call: Any, indices: torch.Tensor, replay: Any = None) -> dict[str, tuple]:
+        """{module: (x float64 (rows, features), y, key, item)} of one batch (host arrays but x); `replay`: outputs'."""
         mask = call.attention_mask
         ids = token_ids(call)
         if mask is None and ids is not None:
             mask = torch.ones_like(ids)
         target = self.targets(call, len(indices), mask)
         out = {}
-        for name, rows in self.outputs(model, call, mask, indices).items():
+        for name, rows in self.outputs(model, call, mask, indices, replay).items():
             # (a NaN fit stopped at once and was reported as "not converged", its weights NaN)
             refuse_non_finite(rows.x, indices.cpu()[rows.item.cpu()], f"probe.at: {name}",
                               "a probe needs finite features: probe another module")

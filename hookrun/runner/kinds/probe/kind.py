@@ -129,12 +129,12 @@ class ProbeKind(RunKind):
                 "standardize": b.standardize, "split": {"test": b.split.test, "seed": b.split.seed},
                 "test_data": b.test_data is not None, "control": b.control, "memory": b.memory}
 
-    def add(self, model: nn.Module, call: Any, indices: Any, part: int = 0) -> None:
+    def add(self, model: nn.Module, call: Any, indices: Any, part: int = 0, session: Any = None) -> None:
         first, self.first = self.first, None
         if first is not None and not part and not self.ctx.points and torch.equal(first[0].cpu(), indices.cpu()):
             rows = first[1]  # (computed by __init__'s check on the same batch)
         else:
-            rows = self.collector.batch(model, call, indices)
+            rows = self.collector.batch(model, call, indices, replay=session)  # (test_data's: records off)
         check_rows(rows, self.features, self.y_kind, part)
         for name, (x, y, key, item) in rows.items():
             if part:  # test_data's items: identities of their own
@@ -149,7 +149,7 @@ class ProbeKind(RunKind):
         if self.world > 1:
             self.link.gather("probe", self.load_rows, self.should_stop)
             log.info("probe: the rows of %d rank(s) merged", self.world)
-        return StepAdds(tables={GROUP: self.fit(model)})
+        return StepAdds(tables={GROUP: self.fit(model, session)})
 
     def sample_step(self, model: nn.Module, call: Any, session: Any) -> StepAdds:
         """The dry-run estimate's step: `step`'s forward (the user's hooks fire), its rows dropped: a dry
@@ -185,7 +185,7 @@ class ProbeKind(RunKind):
             for i, name in enumerate(self.names):
                 self.stores[name].load(f[f"{i:03d}"])
 
-    def fit(self, model: nn.Module) -> dict:
+    def fit(self, model: nn.Module, session: Any = None) -> dict:
         b = self.spec
         y = self.stores[self.names[0]].column("y")
         if y.dtype.kind != "f" and len(np.unique(y)) < 2:  # (before test_data's pass and any solver)
@@ -193,7 +193,7 @@ class ProbeKind(RunKind):
                               f"({np.unique(y).tolist()}) over {len(y)} rows; a probe needs at least 2: probe more "
                               f"items or another target")
         if b.test_data is not None:
-            self.test_pass(model)
+            self.test_pass(model, session)
         spec = FitSpec(method=b.method, C=b.C, alpha=b.alpha, standardize=b.standardize, max_iter=b.max_iter,
                        test=None if b.test_data is not None else b.split.test, seed=b.split.seed, control=b.control)
         points = []
@@ -240,10 +240,10 @@ class ProbeKind(RunKind):
                    self.features, self.y_kind, 1)
         return loader
 
-    def test_pass(self, model: nn.Module) -> None:
-        """test_data's items through the model: their rows are the test rows (part 1)."""
+    def test_pass(self, model: nn.Module, session: Any = None) -> None:
+        """test_data's items through the model: the test rows (part 1); the user's hooks modify them, records not (REPLAY)."""
         for indices, batch in test_batches(self.tests):
-            self.add(model, self.ctx.spec.split(batch).to(self.ctx.device), indices, part=1)
+            self.add(model, self.ctx.spec.split(batch).to(self.ctx.device), indices, part=1, session=session)
 
     def restore(self, resume: Any, kept: int) -> None:
         """A resumed run: the rows of the `kept` batches, recomputed (the file keeps no rows) through the forward
