@@ -156,6 +156,37 @@ def test_control_task_keyed_to_identity(tmp_path):
     assert item["selectivity"] == pytest.approx(item["test_score"] - item["control_test_score"])
 
 
+@pytest.mark.parametrize("trial", [4, 13, 14, 22, 27])
+def test_a_control_task_whose_training_rows_drew_no_row_of_a_rare_class_is_sklearns_fit(trial):
+    """A class of 4% of the items: the control's draws (one per item, from the training rows' frequencies)
+    can leave it out of the control's training rows. sklearn's LogisticRegression on those control classes
+    fits the classes they hold (binary for two); the probe fitted a 3-class multinomial with an empty class,
+    another optimum (its control accuracy differed). Reference: the spec's draw (default_rng(seed).choice
+    over the items with the training rows' frequencies), StandardScaler -> LogisticRegression."""
+    rng = np.random.default_rng(trial)
+    n, d = int(rng.integers(40, 120)), int(rng.integers(2, 30))
+    y = rng.choice(3, size=n, p=[0.48, 0.48, 0.04])
+    for seed in range(60):  # a split whose training rows hold every class, and whose control draws miss class 2
+        _, test_items = train_test_split(np.arange(n), test_size=0.25, random_state=seed)
+        train = ~np.isin(np.arange(n), test_items)
+        freq = np.bincount(y[train], minlength=3)
+        control = np.random.default_rng(seed).choice(3, size=n, p=freq / freq.sum())
+        if freq.min() > 0 and not (control[train] == 2).any():
+            break
+    x = rng.normal(size=(n, d))
+    C = float(10 ** rng.uniform(-1, 2))
+    s = RowStore(d, 1 << 30)
+    s.add(torch.from_numpy(x), y, np.arange(n), np.arange(n))
+    out = fit_point(s, FitSpec(method="logistic", C=C, seed=seed, control=True))
+    ref = LogisticRegression(C=C, tol=1e-10, max_iter=100000)
+    scaler = StandardScaler().fit(x[train])
+    ref.fit(scaler.transform(x[train]), control[train])
+    assert list(ref.classes_) == [0, 1]
+    assert out["control_train_score"] == pytest.approx(ref.score(scaler.transform(x[train]), control[train]), abs=1e-12)
+    assert out["control_test_score"] == pytest.approx(ref.score(scaler.transform(x[~train]), control[~train]), abs=1e-12)
+    assert out["control_converged"]
+
+
 def test_pooling_against_numpy():
     rng = np.random.default_rng(0)
     fmap = torch.from_numpy(rng.normal(size=(3, 4, 5, 6)))

@@ -93,6 +93,7 @@ def fit_point(store: RowStore, spec: FitSpec, device: torch.device | str = "cpu"
     else:
         mean, scale = np.zeros(d), np.ones(d)
     targets: dict[str, np.ndarray] = {}
+    fitted = {"probe": classes}  # each fit's classes
     if regression:
         targets["probe"] = y
     else:
@@ -102,10 +103,15 @@ def fit_point(store: RowStore, spec: FitSpec, device: torch.device | str = "cpu"
         out["majority_test_score"] = majority_score(targets["probe"], train, test, len(classes))
         out["unseen_test_rows"] = int((targets["probe"][test] < 0).sum())  # (a class no training row has)
         if spec.control:
-            targets["control"] = control_classes(store.column("key"), targets["probe"], train, len(classes), spec.seed)
+            c = control_classes(store.column("key"), targets["probe"], train, len(classes), spec.seed)
+            drawn, fitted["control"] = np.unique(c[train]), classes
+            if 1 < len(drawn) < len(classes):  # (a rare class no training row drew: sklearn fits the classes its rows
+                # hold, binary for two, the others' test rows wrong; a multinomial of every class kept an empty one)
+                c, fitted["control"] = np.where(np.isin(c, drawn), np.searchsorted(drawn, c), -1), drawn
+            targets["control"] = c
     held = store.held_subset(train, device) if spec.method == "logistic" else None  # the solver's rows alone
     with solver_threads(store.rows, d, device):
-        fits = {name: fit_one(blocks, t, train, classes, d, spec, mean, scale, held) for name, t in targets.items()}
+        fits = {name: fit_one(blocks, t, train, fitted[name], d, spec, mean, scale, held) for name, t in targets.items()}
     scores = evaluate(blocks, targets, fits, train, test, regression)
     for name, f in fits.items():
         pre = "" if name == "probe" else "control_"
