@@ -150,6 +150,33 @@ def test_an_output_whose_first_axis_is_not_the_batch_is_one_line_before_any_batc
     hookrun.run({**cfg, "probe": {"at": ["emb"], "target": "label", "pool": pool}}, model=Router(), dataset=data)
 
 
+class Positions(torch.nn.Module):
+    """GPT-2's learned positions: `pos` gives (1, tokens, 5), one table the batch shares (added by broadcasting)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.pos = torch.nn.Embedding(20, 5), torch.nn.Embedding(6, 5)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.emb(input_ids) + self.pos(torch.arange(input_ids.shape[1])[None])
+
+
+def test_an_output_the_batch_shares_is_one_line_before_any_batch(tmp_path) -> None:
+    """(1, tokens, 5) was read as one item's token rows per batch: the first item's targets on the table's rows,
+    and a split of the few items that gave rows (a line at the end of the pass about no training rows, or a
+    probe of the position table). One line naming both, no file."""
+    g = torch.Generator().manual_seed(0)
+    data = [{"input_ids": torch.randint(1, 20, (6,), generator=g), "label": i % 2} for i in range(32)]
+    cfg = {"data": {"batch_size": 8, "inputs": {"input_ids": "input_ids"}}, "device": "cpu", "progress": False,
+           "output": {"path": str(tmp_path / "p.h5")}, "probe": {"at": ["pos"], "target": "label", "pool": "mean"}}
+    with pytest.raises(ConfigError) as err:
+        hookrun.run(cfg, model=Positions(), dataset=data)
+    assert str(err.value).startswith("probe.at: pos's output (1, 6, 5) has 1 rows on its first axis for a batch of 8 "
+                                     "items: not batch first (an output shared by the batch")
+    assert "\n" not in str(err.value) and not (tmp_path / "p.h5").exists()
+
+
 def test_test_rows_of_a_class_no_training_row_has_are_said_once(tmp_path, caplog) -> None:
     """A class that only test items have (a fine-grained label over few items: the default synthetic
     data's 1000 classes) makes those rows wrong at every hook point, which the table alone reads as a

@@ -63,9 +63,10 @@ def pool_rows(t: torch.Tensor, pool: str, mask: torch.Tensor | None, where: str 
     dataset indices (an item with no real token is refused by them for last, mean and max)."""
     if indices is not None and t.dim() >= 2 and t.shape[0] != len(indices):  # (rows past the batch's items: an IndexError)
         raise ConfigError(f"probe.at: {where}'s output {tuple(t.shape)} has {t.shape[0]} rows on its first axis for a batch "
-                          f"of {len(indices)} items: not batch first (a module over the batch's tokens flattened, such as "
-                          f"a router's (batch x tokens, experts)); a probe needs (batch, features, ...) or (batch, tokens, "
-                          f"features): probe a module whose output is per item")
+                          f"of {len(indices)} items: not batch first (an output shared by the batch, such as a position table's "
+                          f"(1, tokens, features), or over its tokens flattened, such as a router's (batch x tokens, "
+                          f"experts)); a probe needs (batch, features, ...) or (batch, tokens, features): probe a module "
+                          f"whose output is per item")
     real = token_mask(t, mask, module, where)
     kind = layout(t, real, pool, where)
     t = t.detach()
