@@ -3,7 +3,7 @@ CPR and CMD areas of their faithfulness curves (Mueller et al. 2025, hannamw/MIB
 `evaluate_area_under_curve` over hannamw/EAP-IG's `Graph.apply_topn` and `prune`).
 
     keep = mib_circuit(graph, scores, n=50, absolute=False)     # [writers, readers] bool, pruned
-    curves = mib_curves(graph, scores, MIB_FRACTIONS, evaluate, m_clean, m_empty)
+    curves = mib_curves(graph, scores, MIB_FRACTIONS, evaluate, m_clean)   # m(empty): the circuit with no edge, evaluated
     curves["cpr"]["area"], curves["cmd"]["area"]
 
 The definitions, as MIB evaluates a circuit of fraction f of the N edges of the graph:
@@ -84,23 +84,29 @@ def area(fractions: Sequence[float], values: Sequence[float]) -> float:
 
 
 def mib_curves(graph: object, scores: np.ndarray, fractions: Sequence[float],
-               evaluate: Callable[[np.ndarray], np.ndarray], m_clean: float, m_empty: float) -> dict:
+               evaluate: Callable[[np.ndarray], np.ndarray], m_clean: float) -> dict:
     """{"fractions", "n_edges", "sizes", "cpr": {...}, "cmd": {...}}: each ranking's circuits (signed for CPR,
     absolute for CMD), their kept edge counts after pruning, metric values, faithfulness and area.
-    `evaluate(keep [C, writers, readers])` returns the C circuits' metrics (averaged over the items)."""
-    n_edges = int(np.asarray(graph.mask).sum())
+    `evaluate(keep [C, writers, readers])` returns the C circuits' metrics (averaged over the items). m(empty) is
+    evaluated as MIB evaluates it (`apply_topn(0)`, then `evaluate_graph`): the circuit with no edge, in the same
+    forward as the others, not taken as the corrupted run's metric, which it equals only up to the rounding of the
+    rebuilt inputs (in bfloat16 about 1% of m_clean - m_corrupt); so a circuit pruned to nothing scores 0, as in MIB."""
+    mask = np.asarray(graph.mask, dtype=bool)
+    n_edges = int(mask.sum())
     sizes = [int(f * n_edges) for f in fractions]
-    out: dict = {"fractions": [float(f) for f in fractions], "n_edges": n_edges, "sizes": sizes,
-                 "metric_clean": float(m_clean), "metric_empty": float(m_empty)}
     keeps = {name: np.stack([mib_circuit(graph, scores, n, absolute) for n in sizes])
              for name, absolute in (("cpr", False), ("cmd", True))}
-    values = np.asarray(evaluate(np.concatenate([keeps["cpr"], keeps["cmd"]])), dtype=np.float64)
+    empty = np.zeros((1, *mask.shape), dtype=bool)
+    values = np.asarray(evaluate(np.concatenate([empty, keeps["cpr"], keeps["cmd"]])), dtype=np.float64)
+    m_empty, values = float(values[0]), values[1:]
+    out: dict = {"fractions": [float(f) for f in fractions], "n_edges": n_edges, "sizes": sizes,
+                 "metric_clean": float(m_clean), "metric_empty": m_empty}
     if m_clean == m_empty:  # (an ablation other than corrupt: m_empty is known only now, after the scores)
         out["undefined"] = (f"m(clean) equals m(empty circuit) ({m_clean:.6g}), so faithfulness (m - m_empty) / "
                             f"(m_clean - m_empty) is undefined (NaN); choose items the metric separates from the empty circuit")
     for i, name in enumerate(("cpr", "cmd")):
         metric = values[i * len(sizes): (i + 1) * len(sizes)]
-        faith = np.full_like(metric, np.nan) if "undefined" in out else (metric - m_empty) / (m_clean - m_empty)
+        faith = np.full_like(metric, np.nan) if "undefined" in out else (metric - m_empty) / (m_clean - m_empty) + 0.0  # (not -0)
         curve = faith if name == "cpr" else np.abs(1.0 - faith)
         out[name] = {"kept": [int(k.sum()) for k in keeps[name]], "metric": metric.tolist(),
                      "faithfulness": faith.tolist(), "area": area(fractions, curve)}

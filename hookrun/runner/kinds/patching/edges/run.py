@@ -131,9 +131,7 @@ def compute(engine: Any, graph: Graph, wiring: Any, sink: Any = None) -> EdgeRes
         curve["from"] = f.source
         if f.fractions:  # MIB's circuits at fractions of the edges, and its CPR / CMD areas (edges/mib.py)
             evaluate = lambda keep: ablated_metrics(engine, graph, wiring, keep, f.ablation, corrupt, chunk)  # noqa: E731
-            empty = engine.metric_corrupt if f.ablation == "corrupt" else \
-                float(evaluate(np.zeros((1, *graph.mask.shape), dtype=bool))[0])  # (MIB: no edge kept, the same ablation)
-            curve["mib"] = mib_curves(graph, rank, f.fractions, evaluate, engine.metric_clean, empty)
+            curve["mib"] = mib_curves(graph, rank, f.fractions, evaluate, engine.metric_clean)  # (m(empty) evaluated there)
     if b.normalize:
         scores, by_position = scores * scale, by_position * scale
     return EdgeResult(graph, scores, steps, curve, by_position, int(base[("embed",)].shape[-1]))
