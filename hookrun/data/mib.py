@@ -10,7 +10,8 @@ MIB-circuit-track's `HFEAPDataset` reads the clean prompt, the counterfactual's 
 answer tokens, the first token of " " + indirect object and of " " + subject. `columns` maps the
 four roles to dotted paths into a row (`choices.label[answerKey]` indexes by another path's value), so
 another data set's names work too. Prompts are tokenized as EAP-IG's `tokenize_plus` does (a BOS
-first, padded on the right); `position` is each item's last real token, where MIB's logit difference
+first, the EOS token where the tokenizer has no BOS, as TransformerLens' `set_tokenizer` makes it; padded
+on the right); `position` is each item's last real token, where MIB's logit difference
 is read (give it as `metric.position: position`). Rows whose clean and counterfactual prompts differ
 in token count are left out, as MIB's filter leaves them out (`ds.dropped` counts them).
 """
@@ -67,6 +68,8 @@ def mib_task(rows: str | Path | Sequence[Mapping], tokenizer: Any, task: str = "
     space = spec["space"] if answer_space is None else answer_space
     table = read_rows(rows) if isinstance(rows, str | Path) else list(rows)
     bos = getattr(tokenizer, "bos_token_id", None)
+    if bos is None:  # (Qwen2.5's has none: MIB's TransformerLens sets bos_token = eos_token and prepends that)
+        bos = getattr(tokenizer, "eos_token_id", None)
     pad = getattr(tokenizer, "pad_token_id", None)
     pad = pad if pad is not None else (getattr(tokenizer, "eos_token_id", None) or 0)
     pairs, answers, dropped = [], [], 0

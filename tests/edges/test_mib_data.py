@@ -6,6 +6,7 @@ patching with each item's own position."""
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 import torch
@@ -68,3 +69,36 @@ def test_items_run_through_patching_at_their_own_positions():
                          - model(it["clean"][None]).logits[0, int(it["position"]), int(it["wrong"])]) for it in ds) / len(ds)
     assert grid.attrs["metric_clean"] == pytest.approx(want, abs=1e-4)
     assert grid.attrs["faithfulness_cpr_curve"][-1] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_a_tokenizer_without_bos_gets_the_eos_first_as_mibs_transformer_lens_gives_it(tmp_path):
+    """Qwen2.5's tokenizer has no BOS token. MIB tokenizes with EAP-IG's tokenize_plus, TransformerLens'
+    `model.to_tokens(prompts, prepend_bos=True, padding_side="right")`, on a tokenizer that set_tokenizer gave
+    bos_token = eos_token: every prompt starts with the EOS token. The reference is that call on TransformerLens
+    3.9 (MIB's evaluation runs a HookedTransformer); mib_task prepended nothing there."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+    from transformers import PreTrainedTokenizerFast
+
+    rows = ioi_rows(n=4, seed=1)
+    texts = [t for r in rows for t in (r["prompt"], r["s2_io_flip_counterfactual"]["prompt"])]
+    words = sorted({w for t in texts for w in t.split()} | {r["metadata"][k] for r in rows for k in ("indirect_object", "subject")})
+    vocab = {"<|endoftext|>": 0, "[UNK]": 1, **{w: i + 2 for i, w in enumerate(words)}}
+    word_level = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    word_level.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=word_level, eos_token="<|endoftext|>", unk_token="[UNK]").save_pretrained(tmp_path)
+    load = lambda: PreTrainedTokenizerFast.from_pretrained(tmp_path)  # noqa: E731  (TransformerLens changes the one it gets)
+    tok = load()
+    assert tok.bos_token_id is None and tok.eos_token_id == 0  # Qwen2.5's shape: EOS, no BOS
+    ds = mib_task(rows, tok, task="ioi")
+    cfg = HookedTransformerConfig(n_layers=1, d_model=8, n_ctx=64, d_head=4, n_heads=2, d_vocab=len(vocab), act_fn="gelu",
+                                  original_architecture="Qwen2ForCausalLM")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (TransformerLens 3.9's deprecation of HookedTransformer)
+        tl = HookedTransformer(cfg, tokenizer=load())
+    assert len(ds) == len(rows) and ds.dropped == 0
+    for item, r in zip(ds, rows, strict=True):
+        for key, prompt in (("clean", r["prompt"]), ("corrupt", r["s2_io_flip_counterfactual"]["prompt"])):
+            want = tl.to_tokens([prompt], prepend_bos=True, padding_side="right")[0].tolist()
+            assert item[key].tolist()[: len(want)] == want, key
+        assert int(item["position"]) == len(want) - 1
