@@ -149,3 +149,23 @@ def test_ce_of_an_item_with_fewer_than_two_real_tokens_is_one_line_before_any_fo
     assert calls == []
     keep = torch.tensor(item_mask).bool()  # the reference: the item's real next-token pairs, counted directly
     assert int((keep[1:] & keep[:-1]).sum()) == 0
+
+
+@pytest.mark.parametrize("method", ["exact", "atp", "eap"])
+def test_a_metric_position_on_padding_is_one_line_and_the_last_real_token_is_read(model, method):
+    """Right-padded items with the default position -1: the metric read the model's output at a pad token (item 1 has 5
+    real tokens of 8), silently; MIB reads each item's last real token. Now one line naming the first such item (found
+    here from the mask directly); a position key of the last real tokens gives the raw masked forward's logit difference."""
+    clean, corrupt, mask, items = padded("right")
+    items = [dict(it, answer=3, wrong=5, last=n - 1) for it, n in zip(items, LENGTHS, strict=True)]
+    first = int((mask[:, -1] == 0).nonzero()[0])  # the reference: the first item whose position -1 is padding
+    block = {"method": method, **({} if method == "eap" else {"sites": RESID})}
+    with pytest.raises(ConfigError, match=rf"^patching.metric.position=-1: item {first}'s position {T - 1} is padding \(its "
+                                          r"'attention_mask' is 0 there\), so the metric would read the model's output at a "
+                                          r"pad token; read each item's last real token") as e:
+        hookrun.patch_grid(model, items, inputs=MASKED, metric={"name": "logit_diff"}, **block)
+    assert "\n" not in str(e.value)
+    g = hookrun.patch_grid(model, items, inputs=MASKED, metric={"name": "logit_diff", "position": "last"}, **block)
+    with torch.no_grad():
+        logits = model(clean, attention_mask=mask).logits[torch.arange(N), torch.tensor(LENGTHS) - 1].double()
+    assert next(iter(g.values())).attrs["metric_clean"] == pytest.approx(float((logits[:, 3] - logits[:, 5]).mean()), abs=1e-5)

@@ -21,7 +21,8 @@ from hookrun.errors import ConfigError
 from hookrun.runner.losses import next_token_pairs
 
 
-def check_metric_inputs(block: Any, logits: torch.Tensor, items: Mapping[str, torch.Tensor]) -> None:
+def check_metric_inputs(block: Any, logits: torch.Tensor, items: Mapping[str, torch.Tensor], mask_key: str | None = None) -> None:
+    """`mask_key`: the items' key every forward's attention_mask comes from; a position it marks as padding is refused."""
     if block.user_metric is not None:
         return
     if logits.dim() not in (2, 3):
@@ -34,6 +35,7 @@ def check_metric_inputs(block: Any, logits: torch.Tensor, items: Mapping[str, to
                           f"{tuple(logits.shape)} has no token axis; choose logit, logit_diff, logprob, prob or kl")
     if logits.dim() == 3 and block.metric != "ce":
         _check_position(block.position, items, logits.shape[1], logits.shape[0])
+        _check_real_token(block.position, items, mask_key, logits.shape[1])
     if block.metric in ("logit_diff", "logprob", "prob", "logit"):
         keys = [("answer", block.answer)] + ([("wrong", block.wrong)] if block.metric == "logit_diff" else [])
         for name, key in keys:
@@ -91,6 +93,24 @@ def _check_position(position: Any, items: Mapping[str, torch.Tensor], tokens: in
             raise ConfigError(f"patching.metric.position={position!r}: item {i} asks for position {int(pos[i])}; {span}")
     elif not -tokens <= int(position) < tokens:
         raise ConfigError(f"patching.metric.position={position}: outside the sequence; {span}")
+
+
+def _check_real_token(position: Any, items: Mapping[str, torch.Tensor], mask_key: str | None, tokens: int) -> None:
+    """The metric read where the attention_mask marks padding (position -1 of a right-padded item) is the model's output
+    at a pad token, not the prompt's: one line naming the item, as MIB reads each item's last real token instead."""
+    mask = items.get(mask_key) if mask_key else None
+    if not isinstance(mask, torch.Tensor) or mask.dim() != 2 or mask.shape[1] != tokens:
+        return
+    n = mask.shape[0]
+    pos = items[position].reshape(-1).long() if isinstance(position, str) else torch.full((n,), int(position))
+    pos = pos.to(mask.device) % tokens
+    pad = mask[torch.arange(n, device=mask.device), pos] == 0
+    if bool(pad.any()):
+        i = int(pad.nonzero()[0])
+        raise ConfigError(f"patching.metric.position={position!r}: item {i}'s position {int(pos[i])} is padding (its "
+                          f"{mask_key!r} is 0 there), so the metric would read the model's output at a pad token; read "
+                          f"each item's last real token: give the items a position key (mib_task's 'position') and "
+                          f"metric.position: that key, or pad on the left")
 
 
 def refuse_recording(points: list) -> None:

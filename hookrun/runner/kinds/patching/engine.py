@@ -132,7 +132,7 @@ class PatchEngine:
             check_token_ids(self.model, self.items, (b.clean, b.corrupt))
             check_ce(b, self.items, self.call.mask_key)
             source_logits = self.forward(self.source_ids)
-            check_metric_inputs(b, source_logits, self.items)
+            check_metric_inputs(b, source_logits, self.items, self.call.mask_key)
             self.source = state.kept
             state.kept = {}
             run = lambda: self.forward(self.base_ids)  # noqa: E731
