@@ -98,11 +98,11 @@ REFUSED: dict[str, str] = {}  # an entry point whose name cannot be a block -> w
 _SOURCES: dict[str, str] = {}  # a user's kind -> where it came from (its entry point), for messages
 
 
-def _resolve(target: Any, slot: str = "") -> Any:
+def _resolve(target: Any, slot: str = "", wrap: bool = True) -> Any:
     """config/targets.py's resolve, imported when a plugin's slot is first used (off the main job's route)."""
     from hookrun.config.targets import resolve
 
-    return resolve(target, slot)
+    return resolve(target, slot, wrap)
 
 
 def register_plugin(kind: KindPlugin) -> KindPlugin:
@@ -129,7 +129,7 @@ def _scan() -> None:
     for sub in sorted(folder.iterdir()) if folder.is_dir() else []:
         text = (sub / "__init__.py").read_text() if (sub / "__init__.py").is_file() else ""
         if "KIND = KindPlugin(" in text:
-            _FOUND.setdefault(sub.name, lambda m=f"{SHIPPED}.{sub.name}": _resolve(f"{m}:KIND"))
+            _FOUND.setdefault(sub.name, lambda m=f"{SHIPPED}.{sub.name}": _resolve(f"{m}:KIND", wrap=False))
             for public in _NOTEBOOK.findall(text):
                 _NOTEBOOKS.setdefault(public, sub.name)
             for block in _OPS_BLOCK.findall(text):
@@ -146,7 +146,7 @@ def _scan() -> None:
                                                         f"({ep.value}); uninstall one of the packages, or rename its kind")
         else:
             _SOURCES[ep.name] = f"entry point {ep.name!r} of {GROUP} ({ep.value})"
-            _FOUND[ep.name] = lambda ep=ep: _resolve(f"{ep.module}:{ep.attr}", f"entry point {ep.name!r} of {GROUP}")
+            _FOUND[ep.name] = lambda ep=ep: _resolve(f"{ep.module}:{ep.attr}", f"entry point {ep.name!r} of {GROUP}", False)
 
 
 def _clash(text: str) -> KindPlugin:

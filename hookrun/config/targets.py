@@ -11,10 +11,11 @@ from typing import Any
 from hookrun.errors import ConfigError, close_matches
 
 
-def resolve(target: Any, slot: str = "") -> Any:
+def resolve(target: Any, slot: str = "", wrap: bool = False) -> Any:
     """The object a "module:attribute" string names (anything else as it is). A string that names
     no module Python finds, or no attribute of it, is one ConfigError line naming `slot` (which
-    plugin and which of its slots); a module that fails on an import of its own keeps its error."""
+    plugin and which of its slots); a module that fails on an import of its own keeps its error,
+    or with `wrap` (a kind plugin's block, run, reader, notebook or op) is one ConfigError line too."""
     if not isinstance(target, str):
         return target
     module, _, attr = target.partition(":")
@@ -23,11 +24,15 @@ def resolve(target: Any, slot: str = "") -> Any:
         raise ConfigError(f"{where} is not a \"module:attribute\" string (e.g. \"my_pkg.ops:shift\")")
     try:
         obj = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name is None or not (module == exc.name or module.startswith(exc.name + ".")):
+    except Exception as exc:
+        missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
+        if missing is not None and (module == missing or module.startswith(missing + ".")):
+            raise ConfigError(f"{where}: there is no module {missing!r} on Python's path (sys.path); name a module "
+                              f"of an installed package or of the folder the command runs in") from None
+        if not wrap:  # (plugin() words a KIND module's own failure, naming its entry point)
             raise
-        raise ConfigError(f"{where}: there is no module {exc.name!r} on Python's path (sys.path); name a module "
-                          f"of an installed package or of the folder the command runs in") from None
+        raise ConfigError(f"{where}: {module} fails to load: {type(exc).__name__}: "
+                          f"{(str(exc).splitlines() or [''])[0]}") from exc
     parts = attr.split(".")
     for k, part in enumerate(parts):
         if not hasattr(obj, part):

@@ -528,3 +528,54 @@ def test_a_kinds_step_that_returns_no_step_adds_is_one_line_naming_the_kind(tmp_
             assert f.attrs["status"] == "failed"
     finally:
         _PLUGINS.pop("forgets", None)
+
+
+def test_a_plugin_slots_module_that_fails_on_an_import_of_its_own_is_one_line_naming_the_slot(tmp_path, monkeypatch,
+                                                                                                capsys):
+    """The docs' layout names every slot by a "module:attribute" string; a slot's module that failed on an import
+    of its own (a dependency of the user's package missing) was its traceback in a run, an op, a notebook call and
+    inspect, and plot and report said "install the plot extra: pip install 'hookrun[plot]'". Now one line naming
+    the plugin, the slot and Python's own error (the reference: importlib's ModuleNotFoundError, asked here)."""
+    import importlib
+
+    import hookrun
+    from hookrun.cli.plot_command import main as plot_main
+    from hookrun.config.plugins import _PLUGINS, KindPlugin, register_plugin
+
+    (tmp_path / "slotdep_kind.py").write_text("import slotdep_missing_dependency\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ModuleNotFoundError) as python_says:
+        importlib.import_module("slotdep_kind")
+    error = f"ModuleNotFoundError: {python_says.value}"
+    monkeypatch.delitem(sys.modules, "slotdep_kind", raising=False)
+    register_plugin(KindPlugin("slotdep", block="slotdep_kind:Block", run="slotdep_kind:Kind",
+                               reader="slotdep_kind:READER", notebook="slotdep_kind:slotdep_sums",
+                               ops={"slotdep_shift": "slotdep_kind:shift"}))
+    try:
+        def refused(**extra):
+            cfg = {"device": "cpu", "progress": False, "output": {"path": str(tmp_path / "never.h5")}, **extra}
+            with pytest.raises(ConfigError) as caught:
+                hookrun.run(cfg, model=torch.nn.Linear(4, 3), dataset=torch.randn(6, 4))
+            assert not (tmp_path / "never.h5").exists()
+            return str(caught.value)
+
+        assert refused(slotdep={"factor": 2.0}) == (f"kind plugin 'slotdep', block: 'slotdep_kind:Block': slotdep_kind "
+                                                    f"fails to load: {error}")
+        hooks = {"s": {"at": "", "type": "forward", "actions": [{"name": "modify_output", "op": "slotdep_shift"}]}}
+        assert refused(hooks=hooks) == (f"hooks.s.actions.0.op: kind plugin 'slotdep', ops['slotdep_shift']: "
+                                        f"'slotdep_kind:shift': slotdep_kind fails to load: {error}")
+        with pytest.raises(ConfigError, match=rf"^kind plugin 'slotdep', notebook: 'slotdep_kind:slotdep_sums': "
+                                              rf"slotdep_kind fails to load: {re.escape(error)}$"):
+            hookrun.slotdep_sums  # noqa: B018
+        with h5py.File(tmp_path / "k.h5", "w") as f:  # a file of the kind, read where its reader cannot load
+            f.attrs.update(format_version="1", status="complete", kind="slotdep", config="device: cpu\n")
+            f["samples/index"] = np.arange(2)
+            f["samples/step"] = np.zeros(2, dtype=np.int64)
+        capsys.readouterr()
+        assert plot_main([str(tmp_path / "k.h5"), "--out", str(tmp_path / "figures")]) != 0
+        err = capsys.readouterr().err
+        assert "hookrun[plot]" not in err and err.count("\n") == 1, err
+        assert (f"kind plugin 'slotdep', reader: 'slotdep_kind:READER': slotdep_kind fails to load: {error}\n"
+                in err), err
+    finally:
+        _PLUGINS.pop("slotdep", None)
