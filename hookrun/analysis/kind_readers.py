@@ -30,7 +30,8 @@ from typing import Any
 import h5py
 import yaml
 
-from hookrun.analysis.reader_failures import asked
+from hookrun.analysis.reader_failures import asked, isolated_readers, unloaded
+from hookrun.errors import HookrunError
 from hookrun.labels import visible
 from hookrun.store.format import BATCH_UNITS
 
@@ -82,8 +83,13 @@ def reader_for(kind: str) -> KindReader | None:
     if kind not in READERS:
         from hookrun.config.plugins import plugin
 
-        found = plugin(kind)
-        reader = found.reader_object() if found is not None else None
+        try:
+            found = plugin(kind)
+            reader = found.reader_object() if found is not None else None
+        except HookrunError as exc:  # (a user's kind inside inspect, plot, report: the run's other parts are shown)
+            if not unloaded(kind, exc):
+                raise
+            return None
         if reader is not None:
             register_reader(reader)
     return READERS.get(kind)
@@ -184,7 +190,7 @@ def every_reader() -> list[KindReader]:
     from hookrun.config.plugins import loadable, plugin_names
 
     for kind in plugin_names():
-        with contextlib.suppress(Exception):  # (a kind, or its reader, that fails to load: asking it by name says why)
+        with contextlib.suppress(Exception), isolated_readers():  # (a kind, or its reader, that fails to load: asking it by name says why; a command's file of another kind is not failed by it)
             if kind not in READERS and loadable(kind) is not None:
                 reader_for(kind)
     return all_readers()

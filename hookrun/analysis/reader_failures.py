@@ -52,3 +52,16 @@ def asked(reader: Any, part: str, *args: Any) -> Any:
         _FAILED.append(f"the {reader.kind} kind's reader failed: {text} (its {part}: {where}; the run's other parts "
                        f"are shown without it)")
         return {} if part == "columns" else []
+
+
+def unloaded(kind: str, exc: Exception) -> bool:
+    """A user's kind whose plugin or reader fails to load (a missing dependency of its package): inside
+    a command, its one line kept once for the command's end (True), as a reader that raises; else False."""
+    from hookrun.config.kind_names import shipped_names
+
+    if _FAILED is None or kind in shipped_names():
+        return False
+    line = f"{exc} (the run's other parts are shown without the {kind} kind's)"
+    if line not in _FAILED:
+        _FAILED.append(line)
+    return True
