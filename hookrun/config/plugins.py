@@ -237,7 +237,7 @@ def typed_block(name: str, node: Any) -> tuple[dict[str, Any], Any]:
         mapping_where_nested(f"{name}.", cls, field_name, value)
     try:
         merged = OmegaConf.merge(OmegaConf.structured(cls), mapped)
-        plain = {_key(k): v for k, v in typing.cast(dict, OmegaConf.to_container(merged)).items()}
+        plain = {_key(k): v for k, v in typing.cast(dict, OmegaConf.to_container(merged, enum_to_str=True)).items()}
         block = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
         first = str(exc).strip().splitlines()[0]

@@ -628,3 +628,48 @@ def test_a_users_reader_that_fails_to_load_hides_nothing_else(tmp_path, monkeypa
         assert "unloadedr" not in capsys.readouterr().err
     finally:
         _PLUGINS.pop("unloadedr", None)
+
+
+def test_a_plugin_blocks_enum_is_stored_by_name_so_its_file_reads_back(tmp_path, capsys):
+    """A block's Enum field was stored as `!!python/object/apply:pkg.Mode`: inspect, report, open_run(...).config
+    and resume=true of such a run said its config "is not YAML". It is stored by name, as the schema's enums are
+    (yaml.safe_load, the reference), and the kind still reads the Enum member."""
+    import dataclasses
+    import enum
+
+    import yaml
+
+    import hookrun
+    from hookrun.cli.inspect_command import main as inspect_main
+    from hookrun.config.plugins import _PLUGINS, KindPlugin, register_plugin
+    from hookrun.runner.kinds.run_kind import RunKind
+
+    class Reduce(enum.Enum):
+        total = "sum"
+        average = "mean"
+
+    seen = []
+
+    class Reads(RunKind):
+        def step(self, model, call, session):
+            seen.append(self.ctx.cfg.enumblock.reduce)
+            return super().step(model, call, session)
+
+    block = dataclasses.make_dataclass("B", [("reduce", Reduce, Reduce.total)])
+    register_plugin(KindPlugin("enumblock", block=block, run=Reads))
+    try:
+        cfg = {"enumblock": {"reduce": "average"}, "device": "cpu", "progress": False, "data": {"batch_size": 4},
+               "hooks": {"out": {"at": "", "type": "forward", "actions": ["record"]}},
+               "output": {"path": str(tmp_path / "e.h5")}}
+        path = hookrun.run(cfg, model=torch.nn.Linear(4, 3), dataset=torch.randn(6, 4)).path
+        assert seen and all(r is Reduce.average for r in seen)
+        with h5py.File(path) as f:
+            stored = yaml.safe_load(f.attrs["config"])
+        assert stored["enumblock"] == {"reduce": "average"}
+        assert hookrun.open_run(path).config["enumblock"]["reduce"] == "average"
+        capsys.readouterr()
+        assert inspect_main([str(path)]) == 0, capsys.readouterr().err
+        done = hookrun.run({**cfg, "resume": True}, model=torch.nn.Linear(4, 3), dataset=torch.randn(6, 4))
+        assert done.path == path
+    finally:
+        _PLUGINS.pop("enumblock", None)
