@@ -15,6 +15,7 @@ import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import PurePath
 from typing import Any
 
 import torch
@@ -219,7 +220,7 @@ def to_yaml(cfg: HookrunConfig) -> str:
     node = _plain(cfg)
     given = cfg.__dict__.get("_block_nodes")
     if given:
-        node = {**node, **given}
+        node = {**node, **_plain(given)}  # (a block's pathlib.Path field: its text, as YAML reads it back)
     return yaml.dump(node, default_flow_style=False, allow_unicode=True, sort_keys=False, Dumper=get_omega_conf_dumper())
 
 
@@ -229,6 +230,8 @@ def _plain(value: Any) -> Any:
         return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, Enum):
         return value.name
+    if isinstance(value, PurePath):
+        return str(value)
     if isinstance(value, DictConfig | ListConfig):
         return _plain(OmegaConf.to_container(value, resolve=True))
     if isinstance(value, Mapping):

@@ -673,3 +673,39 @@ def test_a_plugin_blocks_enum_is_stored_by_name_so_its_file_reads_back(tmp_path,
         assert done.path == path
     finally:
         _PLUGINS.pop("enumblock", None)
+
+
+def test_a_plugin_blocks_path_is_stored_as_its_text_so_its_file_reads_back(tmp_path):
+    """A block's pathlib.Path field was stored as `!!python/object/apply:pathlib.PosixPath`: the file's config
+    was no YAML to any reader. It is stored as the path's text (yaml.safe_load, the reference); the kind
+    still reads a Path."""
+    import dataclasses
+    from pathlib import Path
+
+    import yaml
+
+    import hookrun
+    from hookrun.config.plugins import _PLUGINS, KindPlugin, register_plugin
+    from hookrun.runner.kinds.run_kind import RunKind
+
+    seen = []
+
+    class Reads(RunKind):
+        def step(self, model, call, session):
+            seen.append(self.ctx.cfg.pathblock.where)
+            return super().step(model, call, session)
+
+    register_plugin(KindPlugin("pathblock", block=dataclasses.make_dataclass("B", [("where", Path, Path("a"))]),
+                               run=Reads))
+    try:
+        cfg = {"pathblock": {"where": str(tmp_path / "there")}, "device": "cpu", "progress": False,
+               "hooks": {"out": {"at": "", "type": "forward", "actions": ["record"]}},
+               "output": {"path": str(tmp_path / "p.h5")}}
+        path = hookrun.run(cfg, model=torch.nn.Linear(4, 3), dataset=torch.randn(6, 4)).path
+        assert seen and all(w == tmp_path / "there" and isinstance(w, Path) for w in seen)
+        with h5py.File(path) as f:
+            assert yaml.safe_load(f.attrs["config"])["pathblock"] == {"where": str(tmp_path / "there")}
+        assert hookrun.open_run(path).config["pathblock"]["where"] == str(tmp_path / "there")
+        assert hookrun.run({**cfg, "resume": True}, model=torch.nn.Linear(4, 3), dataset=torch.randn(6, 4)).path == path
+    finally:
+        _PLUGINS.pop("pathblock", None)
