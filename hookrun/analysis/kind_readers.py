@@ -113,8 +113,8 @@ def readers_of(f: h5py.File) -> list[KindReader]:
     kind = kind_of(f.attrs)
     if kind is not None:
         reader_for(kind)
-        return [READERS[kind]] if kind in READERS and READERS[kind].present(f) else []
-    return [r for r in all_readers() if r.present(f)]
+        return [READERS[kind]] if kind in READERS and asked(READERS[kind], "present", f) else []
+    return [r for r in all_readers() if asked(r, "present", f)]
 
 
 def readers_by_attrs(attrs: Mapping, file: Callable[[], h5py.File | None]) -> list[KindReader]:
@@ -125,7 +125,7 @@ def readers_by_attrs(attrs: Mapping, file: Callable[[], h5py.File | None]) -> li
         reader_for(kind)
         return [READERS[kind]] if kind in READERS else []
     f = file()
-    return [r for r in all_readers() if r.present(f)] if f is not None else []
+    return [r for r in all_readers() if asked(r, "present", f)] if f is not None else []
 
 
 def kind_units(readers: list[KindReader]) -> tuple[str, str]:

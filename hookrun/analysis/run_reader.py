@@ -246,7 +246,7 @@ class Run:
                         f"{nonfinite_note(s)}" if np.isfinite(s["min"]) else f"  {no_values(c.label, s)}")
             lines.append(row)
         lines.extend(self.kind_lines())
-        lines.extend(line for r in readers for line in r.attr_lines(a))
+        lines.extend(line for r in readers for line in kinds.asked(r, "attr_lines", a))
         return "\n".join(lines)
 
     def kind_lines(self) -> list[str]:

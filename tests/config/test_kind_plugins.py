@@ -709,3 +709,62 @@ def test_a_plugin_blocks_path_is_stored_as_its_text_so_its_file_reads_back(tmp_p
         assert hookrun.run({**cfg, "resume": True}, model=torch.nn.Linear(4, 3), dataset=torch.randn(6, 4)).path == path
     finally:
         _PLUGINS.pop("pathblock", None)
+
+
+def test_a_users_reader_whose_present_attr_lines_or_header_raises_hides_nothing_else(tmp_path, monkeypatch, capsys):
+    """KindReader's `present` (every command asks it), `attr_lines` (inspect) and `header` (the report's run
+    table) were called outside the isolation the other parts have: a user's that raised was the command's
+    traceback. Now each is one line naming the function, after the run's common parts (h5py: the reference)."""
+    import dataclasses
+
+    import hookrun
+    from hookrun.analysis.kind_readers import READERS, KindReader
+    from hookrun.cli.inspect_command import main as inspect_main
+    from hookrun.cli.report_command import main as report_main
+    from hookrun.config.plugins import _PLUGINS, KindPlugin, register_plugin
+    from hookrun.runner.kinds.run_kind import RunKind
+
+    (tmp_path / "raising_parts.py").write_text(textwrap.dedent('''
+        def present(f):
+            return f["no/such/group"] is not None
+
+        def attr_lines(attrs):
+            raise KeyError("attr_lines exploded")
+
+        def header(attrs):
+            raise KeyError("header exploded")
+        '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import raising_parts
+
+    reader = KindReader("rparts", present=raising_parts.present, attr_lines=raising_parts.attr_lines,
+                        header=raising_parts.header, lines=lambda f: ["  rparts    never shown"])
+    register_plugin(KindPlugin("rparts", block=dataclasses.make_dataclass("B", [("x", int, 1)]), run=RunKind,
+                               reader=reader))
+    try:
+        hooks = {"out": {"at": "", "type": "forward", "actions": ["record"]}}
+        path = hookrun.run({"rparts": {}, "hooks": hooks, "device": "cpu", "progress": False,
+                            "output": {"path": str(tmp_path / "r.h5")}},
+                           model=torch.nn.Linear(4, 3), dataset=torch.randn(6, 4)).path
+        with h5py.File(path) as f:
+            values, status = f["captures/out/__model__/output"][:], f.attrs["status"]
+            with pytest.raises(KeyError) as h5py_says:
+                f["no/such/group"]
+        present = (f"the rparts kind's reader failed: KeyError: {' '.join(str(h5py_says.value).split())} (its present: "
+                   f"raising_parts.present; the run's other parts are shown without it)")
+        capsys.readouterr()
+        assert inspect_main([str(path)]) == 1
+        out, err = capsys.readouterr()
+        assert f"status    {status}" in out and f"mean {values.mean():.4g} std {values.std():.4g}" in out, out
+        assert "never shown" not in out and "Traceback" not in err, err
+        assert err == (f"hookrun.inspect: error: {present}\nhookrun.inspect: error: the rparts kind's reader failed: "
+                       f"KeyError: 'attr_lines exploded' (its attr_lines: raising_parts.attr_lines; the run's other "
+                       f"parts are shown without it)\n"), err
+        assert report_main([str(path)]) == 1
+        err = capsys.readouterr().err
+        assert ("hookrun: error: the rparts kind's reader failed: KeyError: 'header exploded' (its header: "
+                "raising_parts.header; the run's other parts are shown without it)\n") in err, err
+        assert "out/(model)/output" in (tmp_path / "report.html").read_text()
+    finally:
+        _PLUGINS.pop("rparts", None)
+        READERS.pop("rparts", None)

@@ -20,7 +20,7 @@ import yaml
 
 from hookrun.analysis.gradcam import is_map  # (plot imports it from here too)
 from hookrun.analysis.images import map_rows
-from hookrun.analysis.kind_readers import kind_units, unread_kind
+from hookrun.analysis.kind_readers import asked, kind_units, unread_kind
 from hookrun.analysis.report.colour_scales import sample_scale, to_rgb, without_mask_fill
 from hookrun.analysis.report.figure_specs import (
     DIVERGING,
@@ -87,7 +87,7 @@ def header(run: Any) -> dict:
         if str(a.get(key, "") or ""):
             rows.append([what, str(a[key])])
     note = None if readers else unread_kind(run.file.attrs)  # (a plugin's kind not installed here: as inspect says)
-    rows += [["kind", note]] if note else [row for r in readers for row in r.header(a)]
+    rows += [["kind", note]] if note else [row for r in readers for row in asked(r, "header", a)]
     shown = {"model_class", "device", "samples_complete", "steps_complete", "created", "finished", "hookrun_version", "torch_version",
              "mode", "status", *INTERNAL, *(["kind"] if note else [])}
     for k, v in sorted(a.items()):
