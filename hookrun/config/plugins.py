@@ -110,8 +110,8 @@ def register_plugin(kind: KindPlugin) -> KindPlugin:
     if not isinstance(kind, KindPlugin):
         raise TypeError(f"register_plugin takes a KindPlugin, not {type(kind).__name__}")
     why = _refused(kind.name)
-    _scan()
-    if not why and (_PLUGINS.get(kind.name, kind) != kind or (kind.name not in _PLUGINS and kind.name in _FOUND)):
+    found = _PLUGINS.get(kind.name) or (None if why else loadable(kind.name))  # an entry point's kind: loaded to compare
+    if not why and ((found or kind) != kind or isinstance(_FOUND.get(kind.name), functools.partial)):  # (a package may declare and register one; None: it fails, or is this module's, mid-import)
         why = f"a kind of that name is there already ({_SOURCES.get(kind.name, 'registered before')}); give it another name"
     if why:
         raise ConfigError(f"register_plugin({kind.name!r}): {why}")

@@ -768,3 +768,43 @@ def test_a_users_reader_whose_present_attr_lines_or_header_raises_hides_nothing_
     finally:
         _PLUGINS.pop("rparts", None)
         READERS.pop("rparts", None)
+
+
+@pytest.mark.slow
+def test_a_kind_a_package_declares_as_an_entry_point_and_registers_too_runs(tmp_path):
+    """inspect's advice for a kind of `imports:` is to declare it as an entry point too; a package that did (its
+    `imports:` module, or the entry point's own module, calling register_plugin(KIND)) was refused: "a kind of
+    that name is there already (entry point ...); give it another name", the same kind. A different kind under
+    an entry point's name is still refused. (The reference: the model's own forward, expected_sums.)"""
+    pkg_root = tmp_path / "site"
+    make_package(pkg_root, "userkind_both", "both", entry_point=True)
+    (pkg_root / "userkind_both/register.py").write_text(
+        "from hookrun.config.plugins import register_plugin\nfrom userkind_both import KIND\nregister_plugin(KIND)\n")
+    (pkg_root / "userkind_both/selfreg.py").write_text(textwrap.dedent('''
+        from hookrun.config.plugins import KindPlugin, register_plugin
+        KIND = register_plugin(KindPlugin("selfreg", block="userkind_both.block:Block", run="userkind_both.kind:ScaledKind"))
+        '''))
+    (pkg_root / "userkind_both/other.py").write_text(textwrap.dedent('''
+        from hookrun.config.plugins import KindPlugin, register_plugin
+        register_plugin(KindPlugin("both", block="userkind_both.block:Block", run="userkind_both.kind:Other"))
+        '''))
+    (pkg_root / "userkind_both/kind.py").write_text((pkg_root / "userkind_both/kind.py").read_text().replace(
+        "self.ctx.cfg.both.", "getattr(self.ctx.cfg, self.name)."))
+    with open(pkg_root / "userkind_both-0.1.dist-info/entry_points.txt", "a") as f:
+        f.write("selfreg = userkind_both.selfreg:KIND\n")
+    base = ["model=custom", "model._target_=userkind_both.models.tiny", "data=custom",
+            "data.dataset._target_=userkind_both.models.data", "data.batch_size=4", "device=cpu", "progress=false"]
+    for name, extra, factor in (("both", ["imports=[userkind_both.register]"], 2.0), ("selfreg", [], 3.0),
+                                ("selfreg", ["imports=[userkind_both.selfreg]"], 0.5)):
+        folder = f"{name}_{len(extra)}"
+        done = cli(*base, *extra, f"+{name}={{factor: {factor}}}", f"hydra.run.dir={folder}", cwd=tmp_path,
+                   pythonpath=pkg_root)
+        assert done.returncode == 0, done.stderr
+        with h5py.File(tmp_path / folder / "captures.h5") as f:
+            assert f.attrs["kind"] == name
+            np.testing.assert_allclose(f["captures/both/__model__/sum"][:],  # (the package's kind names its capture so)
+                                       expected_sums(pkg_root, "userkind_both", factor), rtol=1e-6)
+    other = cli(*base, "imports=[userkind_both.other]", "hydra.run.dir=other", cwd=tmp_path, pythonpath=pkg_root)
+    assert other.returncode == 2 and other.stderr == (
+        "hookrun: error: register_plugin('both'): a kind of that name is there already (entry point 'both' of "
+        "hookrun.kinds (userkind_both:KIND)); give it another name\n"), other.stderr
