@@ -287,6 +287,32 @@ def test_rsa_by_correlation_keeps_the_ties_of_equal_items() -> None:
 
 
 
+@pytest.mark.parametrize("kind", ["correlation", "euclidean"])
+def test_rsa_ties_the_distances_of_an_equal_item_to_every_other_item(kind: str) -> None:
+    """Items given twice, apart (12 items, then the first 8 again): an item's equal twin is exactly as far from
+    every other item, which scipy's pdist gives to the bit and spearmanr ranks as ties. From the Gram matrix
+    some of those distances came out a float64 step apart (another row's products summed in another order)
+    and were ranked apart: up to 7.1e-5 off with euclidean, 2.8e-5 with correlation, over these seeds.
+    Reference: scipy's Spearman of pdist's distances, each pair of equal items 0 (pdist's +-1e-16 for equal
+    items' correlation is rounding: the ties test above)."""
+    scipy_stats = pytest.importorskip("scipy.stats")
+    from scipy.spatial.distance import pdist
+
+    twice = np.r_[np.arange(12), np.arange(8)]
+    for seed in range(10):
+        g = np.random.default_rng(seed)
+        for width in (5, 7):
+            a = g.normal(size=(12, width)).astype(np.float32)
+            b = np.tanh(a @ g.normal(size=(width, 9))).astype(np.float32)
+            got = run("gram", [a[twice], b[twice]], 5, measure="rsa", dissimilarity=kind)
+            exact = [pdist(x[twice].astype(np.float64), kind) for x in (a, b)]
+            equal = pdist(twice[:, None].astype(np.float64), "cityblock") == 0  # (the pairs of an item and its twin)
+            for d in exact:
+                d[equal] = 0.0
+            want = scipy_stats.spearmanr(*exact).statistic
+            assert got[0, 1] == pytest.approx(want, abs=1e-12), (seed, width)
+
+
 def test_rsa_by_correlation_keeps_the_ties_of_opposite_items() -> None:
     """A layer of two features (a binary head's logits): any two items' Pearson correlation is exactly +1 or
     -1, their correlation distance 0 or 2. The distance 2 came out 2 - 2e-16 for some pairs, and ranking split

@@ -60,7 +60,7 @@ class GramRoute:
     def merge(self, path: Path) -> None:
         self.rows.merge(path)
 
-    def gram(self, k: int) -> tuple[np.ndarray, np.ndarray, bool, bool]:
+    def gram(self, k: int) -> tuple[np.ndarray, np.ndarray, bool, bool, list[int] | None]:
         """Series k's Gram matrix and (RSA's correlation) row sums, from its rows in slabs of columns (float64); whether
         every row is the first (a constant series); and whether some item's features are all equal (RSA's
         correlation is undefined for it). CKA's rows, and RSA's for Euclidean distances, are less their first
@@ -68,19 +68,23 @@ class GramRoute:
         without a feature's offset cancelling against itself in the products (an offset of 1000 over a
         spread of 0.01 lost 4e-5 of a CKA so). RSA's correlation takes each item less its own mean (a
         Pearson correlation does not move with it; an item's offset would cancel in G - s s^T / D): a
-        first pass reads the means and the flags, the second the products (and the sums left, near 0)."""
+        first pass reads the means and the flags, the second the products (and the sums left, near 0).
+        RSA's last element is each item's key, equal for items whose features are equal (measures.tie_equal_items_)."""
         n, step = self.rows.n, max(1, SLAB // (8 * self.rows.n))
         g = np.zeros((n, n))
+        keys = [0] * n if self.measure == "rsa" else None
         if self.measure != "rsa" or self.dissimilarity == "euclidean":
             same, first, c = True, self.rows.first(k), 0
             for part in self.rows.slabs(k, step, shift=first):
                 g += part @ part.T
                 w = part.shape[1]  # (constant up to rounding: measures.NOISE)
                 same = same and slab_within_noise(part, n, first[c:c + w])
+                keys = m.row_keys(part, keys)
                 c += w
-            return g, np.zeros(n), same, False
+            return g, np.zeros(n), same, False, keys
         sums, same, lead, flat = np.zeros(n), True, None, np.ones(n, bool)
         for part in self.rows.slabs(k, step):  # (a first pass: each item's mean and the flags)
+            keys = m.row_keys(part, keys)
             sums += part.sum(axis=1)
             same = same and slab_within_noise(part, n, np.zeros(part.shape[1]))
             if lead is None:  # (each item's first feature: the first slab's first column)
@@ -91,7 +95,7 @@ class GramRoute:
         for part in self.rows.slabs(k, step, shift=mean, per_row=True):  # (each item less its own mean)
             g += part @ part.T
             sums += part.sum(axis=1)
-        return g, sums, same, bool(flat.any())
+        return g, sums, same, bool(flat.any()), keys
 
     def matrix(self, shape: tuple[int, int]) -> np.ndarray:
         """Each series' Gram matrix once, made in place into what its pairs need (centred and of unit
@@ -109,7 +113,7 @@ class GramRoute:
 
     def prepared(self, k: int) -> np.ndarray:
         """Series k's Gram matrix made in place into what its pairs need (one n x n matrix at work)."""
-        g, sums, same, flat = self.gram(k)
+        g, sums, same, flat, keys = self.gram(k)
         self.constant.append(same)
         self.flat_items.append(flat and self.measure == "rsa" and self.dissimilarity == "correlation" and not same)
         if self.measure == "rbf_cka":
@@ -117,8 +121,9 @@ class GramRoute:
         self.no_median.append(self.measure == "rbf_cka" and not same and not g.any())  # (rbf_'s 0 matrix)
         if self.measure != "rsa":
             return m.unit(m.u_center_(g) if self.unbiased else m.center_(g))
-        values = m.upper_triangle(m.dissimilarity_(g, sums, self.rows.dims[k], self.dissimilarity))
-        del g  # (half the numbers from here on)
+        d = m.tie_equal_items_(m.dissimilarity_(g, sums, self.rows.dims[k], self.dissimilarity), keys)
+        values = m.upper_triangle(d)
+        del g, d  # (half the numbers from here on)
         return m.ranks_(values)
 
     def close(self) -> None:

@@ -145,6 +145,33 @@ def dissimilarity_(g: np.ndarray, sums: np.ndarray, features: int, kind: str) ->
     return g
 
 
+def row_keys(part: np.ndarray, keys: list[int] | None) -> list[int] | None:
+    """Each row's key, with a slab of its columns hashed in (-0.0 read as 0.0, in place): rows whose features are
+    equal keep equal keys (tie_equal_items_). None (not RSA) stays None."""
+    if keys is None:
+        return None
+    np.add(part, 0.0, out=part)
+    return [hash((key, row.tobytes())) for key, row in zip(keys, part, strict=True)]
+
+
+def tie_equal_items_(d: np.ndarray, keys: list[int] | None) -> np.ndarray:
+    """Items whose features are equal (the same key) as scipy's pdist gives them, in place: 0 apart, and every
+    one of them exactly as far from each other item as the group's first is (a row, then its column). From the
+    Gram matrix, another row's products are summed in another order, and `d` is not symmetric to the bit:
+    those ties came out split by rounding, ranked apart (Spearman off by up to 7e-5 for 20 items, 8 of them twice)."""
+    groups: dict[int, list[int]] = {}
+    for i, key in enumerate(keys or ()):
+        groups.setdefault(key, []).append(i)
+    for members in groups.values():
+        if len(members) > 1:  # (group by group: a later group's column takes the row this one wrote)
+            first, rest = members[0], members[1:]
+            d[:, first] = d[first]
+            d[rest] = d[first]
+            d[:, rest] = d[first][:, None]
+            d[np.ix_(members, members)] = 0.0
+    return d
+
+
 def upper_triangle(g: np.ndarray) -> np.ndarray:
     """The values above the diagonal, row by row (n (n - 1) / 2 of them)."""
     return np.concatenate([g[i, i + 1:] for i in range(len(g))]) if len(g) > 1 else np.zeros(0)
