@@ -90,3 +90,24 @@ def test_a_capture_of_one_number_per_row_gets_advice_that_fits(cache, tmp_path):
     msg = bad(str(trained), tmp_path, capture="sae/curves/l0")
     assert msg.startswith("sae.capture: sae/curves/l0 holds one number per row (shape (2,)), not a vector")
     assert "rows=channel" not in msg and "rows: token" in msg and "holds none" in msg
+
+
+
+def test_a_warmup_the_constant_schedules_decay_would_cut_short_is_one_line(cache, tmp_path):
+    """SAELens' constant schedule starts its decay at step steps - decay whatever the warmup: where that comes before
+    the warmup's last step, the warmup is cut short and the lr jumps to lr (here on SAELens' own scheduler: a warmup of
+    16 steps with 10 of decay over 20 went to 10/16 of lr, then lr; one of 12, to 10/12, then lr). Such a block was
+    run as given; it is refused in one line. A warmup that ends where the decay starts (warmup + decay = steps + 1)
+    is whole and runs, its lr curve SAELens'."""
+    torch.set_num_threads(1)
+    jumps = {w: max(b - a for a, b in zip(lrs, lrs[1:], strict=False))
+             for w in (16, 12, 11) for lrs in [saelens_lrs("constant", w, 10, 1e-4)]}
+    assert jumps[16] == pytest.approx(LR * 6 / 16) and jumps[12] == pytest.approx(LR * 2 / 12)  # (cut short)
+    assert jumps[11] == pytest.approx(LR / 11)  # (a whole warmup: no step larger than its own)
+    for warmup in (16, 12):
+        assert bad(cache, tmp_path, lr_schedule={"warmup": warmup, "decay": 0.5}) == (
+            f"sae.lr_schedule: warmup {warmup} + decay 10 steps overlap in the 20 steps SAELens' schedule spans: its "
+            "decay from step 10 cuts the warmup short, the lr jumping to lr; give warmup + decay x steps <= 21")
+    result = hookrun.run(config(cache, tmp_path / "run", lr=LR, lr_schedule={"warmup": 11, "decay": 0.5}))
+    with hookrun.open_run(result.path) as run:
+        assert run.sae_curves().column("lr") == pytest.approx(saelens_lrs("constant", 11, 10, 1e-4), rel=1e-6, abs=1e-12)

@@ -233,9 +233,11 @@ def _schedule(value: Any, lr: float, steps: int) -> dict[str, Any]:
         raise ConfigError(f"sae.lr_schedule.warmup: {out['warmup']} warmup steps is longer than the {steps} steps "
                           f"SAELens' schedule spans (rows // batch_rows; a last, smaller batch is one step more): "
                           f"the run would end still warming up; give warmup <= {steps}")
-    if out["scheduler"] != "constant" and out["warmup"] + decay >= steps:
-        raise ConfigError(f"sae.lr_schedule: warmup {out['warmup']} + decay {decay} steps leave no step of the "
-                          f"{steps} SAELens' schedule spans for the cosine; give warmup + decay x steps < {steps}")
+    cosine = out["scheduler"] != "constant"  # (constant: a decay that starts before the warmup's last step cuts it short)
+    if out["warmup"] + decay >= steps + (0 if cosine else 2):
+        raise ConfigError(f"sae.lr_schedule: warmup {out['warmup']} + decay {decay} steps " + (f"leave no step of the {steps} SAELens' schedule spans for the cosine; give warmup + decay x steps < {steps}" if cosine else
+                          f"overlap in the {steps} steps SAELens' schedule spans: its decay from step {steps - decay} cuts "
+                          f"the warmup short, the lr jumping to lr; give warmup + decay x steps <= {steps + 1}"))
     return out
 
 
