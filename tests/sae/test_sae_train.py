@@ -182,3 +182,21 @@ def test_expected_norm_equals_saelens(cache, tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(SAE.load_from_disk(str(out)).encode(x),
                                    SAE.load_from_disk(str(tmp_path / "ref")).encode(x), rtol=1e-5, atol=1e-5)
+
+
+def test_progress_false_hides_the_norm_estimates_bar_too(cache, capfd):
+    """progress=false hid SAELens' training bar only: expected_norm's estimate ("Estimating norm scaling factor",
+    sae_lens.training.activation_scaler's own tqdm) still drew its bar on stderr. Shown with progress on, as SAELens
+    draws it; none with it off, and the SAE the same."""
+    torch.set_num_threads(1)
+    saes = {}
+    for progress in (True, False):
+        b = block(cache, "topk", 64, normalize="expected_norm", norm_batches=3)
+        data = CacheRows(b.from_, b.capture, b.batch_rows, b.shuffle)
+        saes[progress] = Training(b, data.d_in, "0", data).fit(progress=progress)
+        data.close()
+        err = capfd.readouterr().err
+        assert ("Estimating norm scaling factor" in err) is progress, err
+        assert ("Training SAE" in err) is progress, err
+    for name, value in saes[True].state_dict().items():
+        torch.testing.assert_close(saes[False].state_dict()[name], value, rtol=0, atol=0)

@@ -134,17 +134,21 @@ class Training:
         return self.trainer.n_training_steps
 
     def fit(self, progress: bool = True) -> Any:
-        """SAELens' fit; progress=False: without its progress bar (hookrun's progress=false)."""
+        """SAELens' fit; progress=False: without its progress bars (hookrun's progress=false): the training's, and
+        expected_norm's estimate's before it."""
+        import sae_lens.training.activation_scaler as scaler_module
         import sae_lens.training.sae_trainer as trainer_module
 
-        bar = trainer_module.tqdm
+        bars = [(module, module.tqdm) for module in (trainer_module, scaler_module)]
         if not progress:
-            trainer_module.tqdm = functools.partial(bar, disable=True)
+            for module, bar in bars:
+                module.tqdm = functools.partial(bar, disable=True)
         try:
             with self.memory("training"):
                 return self.trainer.fit()
         finally:
-            trainer_module.tqdm = bar
+            for module, bar in bars:
+                module.tqdm = bar
 
 
 @contextlib.contextmanager
