@@ -1,6 +1,7 @@
 """Tick labels that read, on the figures `plot` draws (cli/figures.py).
 
     tidy_ticks(ax.yaxis)            # at most 5 numbers, scientific notation outside 1e-3 .. 1e4
+    value_ticks(ax.xaxis, [1.0, 2.5, 4.0])    # a linear sweep's few values are its ticks
     upright_if_crowded(fig, ax)     # category labels that overlap as drawn stand upright
 """
 
@@ -17,6 +18,22 @@ def tidy_ticks(axis: Any, n: int = 5) -> None:
     fmt = ScalarFormatter(useMathText=True)
     fmt.set_powerlimits((-3, 4))
     axis.set_major_formatter(fmt)
+
+
+def value_ticks(axis: Any, values: Any) -> None:
+    """A numeric sweep's swept values as its linear axis's ticks, each as written (%g), where they are
+    few and uncrowded (figure_specs.value_ticks); else tidy_ticks. (A log axis keeps its decades:
+    figures.lines sets the scale after.)"""
+    from matplotlib.ticker import FixedFormatter, FixedLocator, NullLocator
+
+    from hookrun.analysis.report.figure_specs import value_ticks as few
+
+    ticks = few(values)
+    if ticks is None:
+        return tidy_ticks(axis, 6)
+    axis.set_major_locator(FixedLocator(ticks))
+    axis.set_major_formatter(FixedFormatter([f"{t:g}" for t in ticks]))
+    axis.set_minor_locator(NullLocator())
 
 
 def upright_if_crowded(fig: Any, ax: Any) -> None:

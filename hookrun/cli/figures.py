@@ -34,7 +34,7 @@ from hookrun.analysis.report.figure_specs import (
     no_value_note,
     sample_scale,
 )
-from hookrun.cli.figure_ticks import tidy_ticks, upright_if_crowded
+from hookrun.cli.figure_ticks import tidy_ticks, upright_if_crowded, value_ticks
 from hookrun.cli.figure_titles import fit_titles, literal_text, titles  # noqa: F401 (titles: the figures' public name)
 from hookrun.store.whole_file import write_whole
 
@@ -286,8 +286,8 @@ def sweep_lines(xs: Sequence[Any], series: Mapping[str, Sequence[float]], xlabel
         step = max(1, -(-len(order) // 40))  # every k-th label where there are many
         ax.set_xticks(positions[::step], ["null" if xs[i] is None else str(xs[i]) for i in order][::step])
         upright_if_crowded(fig, ax)
-    else:
-        tidy_ticks(ax.xaxis, 6)
+    else:  # (a few swept values are the ticks)
+        value_ticks(ax.xaxis, positions)
     tidy_ticks(ax.yaxis)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)

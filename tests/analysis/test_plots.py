@@ -87,6 +87,28 @@ def test_sweep_axis_is_categorical_for_seeds_and_a_scale_for_floats():
     assert list(fig.axes[0].lines[0].get_xdata()) == [0.0, 0.5, 1.0]  # positions are the values
 
 
+def test_a_few_swept_floats_are_the_axis_ticks_in_plot_and_report():
+    """C = 1 and 2.5: the ticks are 1 and 2.5 (matplotlib's own began at 1.2); crowded or many values
+    keep the axis's own ticks, and a log axis its decades."""
+    from hookrun.analysis.report import plotly_figures
+    from hookrun.analysis.report.figure_specs import Lines
+
+    ax = figures.sweep_lines([2.5, 1.0], {"a": [2.0, 1.0]}, "probe.C", "acc", "t").axes[0]
+    assert list(ax.get_xticks()) == [1.0, 2.5]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2.5"]
+    layout = plotly_figures.lines(Lines([2.5, 1.0], {"a": [2.0, 1.0]}, "probe.C", "acc", "t"))["layout"]
+    assert layout["xaxis"]["tickvals"] == [1.0, 2.5] and layout["xaxis"]["ticktext"] == ["1", "2.5"]
+    crowded = [0.0, 0.01, 1.0]  # (0 and 0.01 would print over each other)
+    ax = figures.sweep_lines(crowded, {"a": [1.0, 2.0, 3.0]}, "x", "y", "t").axes[0]
+    assert len(ax.get_xticks()) > 3
+    assert "tickvals" not in plotly_figures.lines(Lines(crowded, {"a": [1.0, 2.0, 3.0]}, "x", "y", "t"))["layout"]["xaxis"]
+    many = [float(i) for i in range(20)]
+    assert len(figures.sweep_lines(many, {"a": many}, "x", "y", "t").axes[0].get_xticks()) < 12
+    decades = [0.01, 0.1, 1.0, 10.0]
+    ax = figures.lines(Lines(decades, {"a": [1.0, 2.0, 3.0, 4.0]}, "C", "acc", "t", log_x=True)).axes[0]
+    assert ax.get_xscale() == "log"
+
+
 def test_gradcam_names_classes_and_takes_images_from_the_file(grad_run, reference_model, dataset, tmp_path):
     x, y = next(batches(dataset))
     with torch.no_grad():

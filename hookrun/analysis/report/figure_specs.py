@@ -219,6 +219,14 @@ def is_categorical(values: Sequence[Any]) -> bool:
     return not any(isinstance(v, float) for v in values) or any(isinstance(v, str | bool) or v is None for v in values)
 
 
+def value_ticks(values: Sequence[Any], most: int = 12) -> list[float] | None:
+    """A linear sweep axis's ticks: its distinct values, where there are at most `most` and none
+    crowds the next (C = 1 and 2.5: ticks 1 and 2.5, not 1.2 .. 2.4); None: the axis's own ticks."""
+    ticks = sorted({float(v) for v in values})
+    gaps = [b - a for a, b in zip(ticks, ticks[1:], strict=False)]
+    return None if len(ticks) > most or (gaps and min(gaps) < (ticks[-1] - ticks[0]) / 25) else ticks
+
+
 def histogram_of(values: np.ndarray, title: str, xlabel: str, note: str = "", bins: int = 60) -> Histogram | None:
     """A histogram spec of the finite values (None where there are none: nothing to draw), its
     count axis on a log scale only where the counts span more than two decades (log_counts)."""

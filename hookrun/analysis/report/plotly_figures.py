@@ -32,6 +32,7 @@ from hookrun.analysis.report.figure_specs import (
     finite_range,
     is_categorical,
     no_value_note,
+    value_ticks,
 )
 
 FONT = {"size": 11}
@@ -144,6 +145,8 @@ def lines(spec: Lines) -> dict:
         layout["xaxis"].update(tickvals=[_symlog(t) for t in ticks], ticktext=[f"{t:g}" for t in ticks])
     elif getattr(spec, "log_x", False):
         layout["xaxis"]["type"] = "log"
+    elif (ticks := value_ticks(xs)) is not None:  # (a linear sweep's few values are its ticks, as plot draws them)
+        layout["xaxis"].update(tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])
     return {"data": data, "layout": layout}
 
 
