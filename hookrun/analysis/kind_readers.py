@@ -144,8 +144,9 @@ def property_names() -> set[str]:
 
 
 def no_values_note(label: str) -> str | None:
-    """What a kind says of its own capture `label` holding no finite value (None: nothing special)."""
-    return next((note for r in all_readers() if (note := r.no_values(label))), None)
+    """What a kind says of its own capture `label` holding no finite value (None: nothing special); a
+    user's reader that raises here is one line at the command's end (reader_failures.asked)."""
+    return next((note for r in all_readers() if (note := asked(r, "no_values", label))), None)
 
 
 def kind_figures(run: Any, samples: int | None = None) -> list[tuple[str, Any]]:

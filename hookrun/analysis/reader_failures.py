@@ -49,8 +49,9 @@ def asked(reader: Any, part: str, *args: Any) -> Any:
         if module == "hookrun" or module.startswith("hookrun.") or _FAILED is None:
             raise HookrunError(f"the {reader.kind} kind's reader failed in {part}: {text}") from exc
         where = f"{module}.{getattr(fn, '__qualname__', getattr(fn, '__name__', repr(fn)))}"
-        _FAILED.append(f"the {reader.kind} kind's reader failed: {text} (its {part}: {where}; the run's other parts "
-                       f"are shown without it)")
+        line = f"the {reader.kind} kind's reader failed: {text} (its {part}: {where}; the run's other parts are shown without it)"
+        if line not in _FAILED:  # (a part asked once per capture fails once in the command's lines)
+            _FAILED.append(line)
         return {} if part == "columns" else []
 
 

@@ -808,3 +808,43 @@ def test_a_kind_a_package_declares_as_an_entry_point_and_registers_too_runs(tmp_
     assert other.returncode == 2 and other.stderr == (
         "hookrun: error: register_plugin('both'): a kind of that name is there already (entry point 'both' of "
         "hookrun.kinds (userkind_both:KIND)); give it another name\n"), other.stderr
+
+
+def test_a_users_reader_whose_no_values_raises_is_one_line_and_the_capture_still_listed(tmp_path, monkeypatch, capsys):
+    """KindReader.no_values (what inspect says of a capture with no finite value) was called outside the
+    readers' isolation: a user's that raised was inspect's traceback. Now it is one line naming the function,
+    the capture still listed with hookrun's own note (h5py: the reference that it holds no finite value)."""
+    import dataclasses
+
+    import hookrun
+    from hookrun.analysis.kind_readers import READERS, KindReader
+    from hookrun.cli.inspect_command import main as inspect_main
+    from hookrun.config.plugins import _PLUGINS, KindPlugin, register_plugin
+    from hookrun.runner.kinds.run_kind import RunKind
+
+    (tmp_path / "raising_notes.py").write_text(textwrap.dedent('''
+        def no_values(label):
+            raise KeyError("no_values exploded")
+        '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import raising_notes
+
+    reader = KindReader("rnotes", present=lambda f: "rnotes" in f.attrs.get("kind", ""), no_values=raising_notes.no_values)
+    register_plugin(KindPlugin("rnotes", block=dataclasses.make_dataclass("B", [("x", int, 1)]), run=RunKind,
+                               reader=reader))
+    try:
+        hooks = {"out": {"at": "", "type": "forward", "actions": ["record"]}}
+        path = hookrun.run({"rnotes": {}, "hooks": hooks, "device": "cpu", "progress": False,
+                            "output": {"path": str(tmp_path / "r.h5")}},
+                           model=torch.nn.Linear(4, 3), dataset=torch.full((6, 4), float("nan"))).path
+        with h5py.File(path) as f:
+            assert not np.isfinite(f["captures/out/__model__/output"][:]).any()
+        capsys.readouterr()
+        assert inspect_main([str(path)]) == 1
+        out, err = capsys.readouterr()
+        assert "out/(model)/output" in out and "Traceback" not in err, (out, err)
+        assert err == ("hookrun.inspect: error: the rnotes kind's reader failed: KeyError: 'no_values exploded' (its "
+                       "no_values: raising_notes.no_values; the run's other parts are shown without it)\n"), err
+    finally:
+        _PLUGINS.pop("rnotes", None)
+        READERS.pop("rnotes", None)
