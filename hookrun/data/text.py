@@ -102,9 +102,12 @@ def text(files: str | list[str] | None = None, tokenizer: str = "byte", max_leng
                           "null for the sample text shipped with hookrun")
     paths = [n if isinstance(n, Path) or n == PYDOC else Path(n).expanduser() for n in names]
     texts = [t for p in paths for t in (pydoc_lines() if p == PYDOC else read_texts(p, field))]
+    held = len(texts)
     texts = texts[start:None if limit is None else start + limit]  # `start`: skip the first texts (a held-out part)
     if not texts:
-        raise ConfigError(f"data.dataset.files: {', '.join(map(str, paths))} {'holds' if len(paths) == 1 else 'hold'} no text")
+        where = f"data.dataset.files: {', '.join(map(str, paths))} {'holds' if len(paths) == 1 else 'hold'}"
+        raise ConfigError(f"{where} no text" if not held else
+                          f"data.dataset.start={start}: past the end: {where} {held} text(s); give a start below {held}")
     tok = load_tokenizer(tokenizer, padding_side)
     if isinstance(tok, ByteTokenizer):
         encoded = tok(texts, max_length, padding)

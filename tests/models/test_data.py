@@ -130,6 +130,20 @@ def test_out_of_range_data_set_arguments_are_one_line(make, kw, message):
         getattr(hookrun.data, make)(**kw)
 
 
+def test_a_text_start_past_the_end_names_the_number_of_texts(tmp_path):
+    """start 9000 of a file of fewer texts said 'holds no text' of a file that holds some; now the line names
+    how many it holds (the reference: the file's lines counted here), and an empty file still says no text."""
+    lines = ["alpha beta", "gamma", "delta epsilon zeta"]
+    (tmp_path / "t.txt").write_text("\n".join(lines) + "\n")
+    assert [hookrun.data.text(str(tmp_path / "t.txt"), start=2).texts] == [lines[2:]]
+    with pytest.raises(ConfigError, match=rf"^data.dataset.start=3: past the end: data.dataset.files: "
+                                          rf"{tmp_path / 't.txt'} holds {len(lines)} text\(s\); give a start below {len(lines)}$"):
+        hookrun.data.text(str(tmp_path / "t.txt"), start=3)
+    (tmp_path / "e.txt").write_text("")
+    with pytest.raises(ConfigError, match=r"^data.dataset.files: .*e.txt holds no text$"):
+        hookrun.data.text(str(tmp_path / "e.txt"))
+
+
 @pytest.mark.parametrize("kw, message", [
     ({"resize": 32, "crop": 64}, "data.dataset.crop=64 is larger than data.dataset.resize=32 (the resized image's shorter "
                                  "side): the centre crop would pad it with black borders; give crop <= resize"),

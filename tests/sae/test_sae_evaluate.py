@@ -134,7 +134,7 @@ def test_a_cache_of_another_model_is_one_line_before_any_step(trained, tmp_path)
     ("{size: 3}", "sae.evaluate.size: not a key"),
     # (found after the training, named as the run's data.batch_size / data.dataset.files)
     ("{data: {batch_size: 0}, limit: 8}", r"^sae.evaluate: sae.evaluate.data.batch_size must be at least 1, got 0$"),
-    ("{data: {dataset: {start: 99999999}}, limit: 8}", r"^sae.evaluate: sae.evaluate.data.dataset.files: .* holds? no text"),
+    ("{data: {dataset: {start: 99999999}}, limit: 8}", r"^sae.evaluate: sae.evaluate.data.dataset.start=99999999: past the end: sae.evaluate.data.dataset.files: .* holds? \d+ text"),
 ])
 def test_bad_evaluate_values_are_one_line(trained, tmp_path, value, match):
     _, cache, _ = trained
