@@ -251,7 +251,7 @@ def typed_block(name: str, node: Any) -> tuple[dict[str, Any], Any]:
         except ConfigError:
             raise
         except Exception as exc:  # (a ValueError, an assert: the plugin's own words, one line naming the block)
-            raise ConfigError(f"{name}: the kind plugin's check() refused the block: {type(exc).__name__}: {str(exc).partition(chr(10))[0]}") from exc
+            raise ConfigError(f"{name}: the kind plugin's check() refused the block: {type(exc).__name__}: {' '.join(str(exc).split())}") from exc
     return plain, block
 
 

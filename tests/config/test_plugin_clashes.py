@@ -25,6 +25,8 @@ class Picky:
         assert self.need != 5, "need must not be 5"
         if self.need > 10:
             raise ValueError("need too large")
+        if self.need < 0:
+            raise ValueError("need is negative;\\n  give 0 or more")
 
 def probe(*args, **kwargs):
     return "the user's probe"
@@ -70,6 +72,8 @@ def test_an_op_or_notebook_name_two_kinds_declare_and_a_plain_check_error_are_on
                                                 "too large")
         assert refused(twin_c={"need": 5}) == ("twin_c: the kind plugin's check() refused the block: AssertionError: "
                                                "need must not be 5")
+        assert refused(twin_c={"need": -1}) == ("twin_c: the kind plugin's check() refused the block: ValueError: "
+                                                "need is negative; give 0 or more")  # (its lines joined: one line, all of it)
         with pytest.raises(ConfigError) as caught:
             _ = hookrun.probe
         assert str(caught.value) == (
