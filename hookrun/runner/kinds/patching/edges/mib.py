@@ -66,13 +66,18 @@ def prune(keep: np.ndarray, links: np.ndarray) -> np.ndarray:
 
 def mib_circuit(graph: object, scores: np.ndarray, n: int, absolute: bool) -> np.ndarray:
     """[writers, readers] bool: the top-n edges of the graph by signed score (absolute=False) or |score|,
-    then pruned. Ties keep the graph's order (writer-major)."""
+    then pruned. Ranked as EAP-IG's `apply_topn` ranks them: the scores as float32 (its `Graph.scores`; a
+    JSON's float64 scores are rounded so on `from_json`), `torch.argsort(descending=True)` over the
+    [writers, readers] matrix (EAP-IG's [n_forward, n_backward] layout, -inf where no edge), so tied
+    scores (a node-level method's, each edge its writer's) fall in EAP-IG's order, not the graph's."""
+    import torch
+
     mask = np.asarray(graph.mask, dtype=bool)
-    values = np.nan_to_num(np.asarray(scores, dtype=np.float64), nan=0.0)
-    values = np.abs(values) if absolute else values
-    flat = np.where(mask.reshape(-1), values.reshape(-1), -np.inf)
-    keep = np.zeros(flat.size, dtype=bool)
-    keep[np.argsort(-flat, kind="stable")[:n]] = True
+    values = torch.from_numpy(np.nan_to_num(np.asarray(scores, dtype=np.float64), nan=0.0)).float()
+    values = torch.abs(values) if absolute else values
+    values[~torch.from_numpy(mask)] = -torch.inf
+    keep = np.zeros(mask.size, dtype=bool)
+    keep[torch.argsort(values.reshape(-1), descending=True)[:n].numpy()] = True
     keep = keep.reshape(mask.shape) & mask
     return prune(keep, node_inputs(graph.writers, graph.readers))
 
