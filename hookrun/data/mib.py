@@ -12,8 +12,15 @@ four roles to dotted paths into a row (`choices.label[answerKey]` indexes by ano
 another data set's names work too. Prompts are tokenized as EAP-IG's `tokenize_plus` does (a BOS
 first, the EOS token where the tokenizer has no BOS, as TransformerLens' `set_tokenizer` makes it; padded
 on the right); `position` is each item's last real token, where MIB's logit difference
-is read (give it as `metric.position: position`). Rows whose clean and counterfactual prompts differ
-in token count are left out, as MIB's filter leaves them out (`ds.dropped` counts them).
+is read (give it as `metric.position: position`).
+
+Rows are kept as MIB's `HFEAPDataset.filter_dataset` keeps them, then the first `limit` of those (its
+`num_examples`, `head(n)` after the filter), in the file's order: IOI rows whose " " + indirect object, " " +
+subject and " " + `metadata.random_c` are of one token count; arithmetic rows whose answer and counterfactual
+answer are one token each, whose counterfactual and its prompt are not null and whose `operator` is the task's
+("+", or "-" for `arithmetic_subtraction`; plain `arithmetic` is addition, as in MIB); MCQA and ARC rows whose
+two answer labels are of one token count. Then rows whose clean and counterfactual prompts still differ in token
+count are left out (EAP-IG's EAP-IG-inputs refuses such a batch). `ds.dropped` counts the rows left out.
 """
 
 from __future__ import annotations
@@ -41,6 +48,10 @@ TASKS: dict[str, dict[str, Any]] = {  # MIB-circuit-track's dataset.py, per task
              "wrong": "symbol_counterfactual.choices.label[symbol_counterfactual.answerKey]", "space": False},
 }
 TASKS["arc"] = TASKS["mcqa"]
+# MIB's task names (run_attribution.py's --tasks, `-` or `_`): the same columns, the filter by each's name below
+for _name, _base in (("arithmetic_addition", "arithmetic"), ("arithmetic_subtraction", "arithmetic"),
+                     ("arc_easy", "mcqa"), ("arc_challenge", "mcqa")):
+    TASKS[_name] = TASKS[_name.replace("_", "-")] = TASKS[_base]
 
 
 class MIBTask(Dataset):
@@ -59,7 +70,7 @@ def mib_task(rows: str | Path | Sequence[Mapping], tokenizer: Any, task: str = "
              limit: int | None = None) -> MIBTask:
     """Patching items from MIB task rows (module docstring); `columns` overrides the task's paths."""
     if task not in TASKS and columns is None:
-        raise ConfigError(f"data.dataset.task={task!r}; choose from: {', '.join(TASKS)}, or give columns "
+        raise ConfigError(f"data.dataset.task={task!r}; choose from: {', '.join(k for k in TASKS if '-' not in k)}, or give columns "
                           f"{{clean, corrupt, answer, wrong}} (dotted paths into a row)")
     spec = {**TASKS.get(task, {"space": False}), **dict(columns or {})}
     missing = [r for r in ROLES if r not in spec]
@@ -72,8 +83,12 @@ def mib_task(rows: str | Path | Sequence[Mapping], tokenizer: Any, task: str = "
         bos = getattr(tokenizer, "eos_token_id", None)
     pad = getattr(tokenizer, "pad_token_id", None)
     pad = pad if pad is not None else (getattr(tokenizer, "eos_token_id", None) or 0)
-    pairs, answers, dropped = [], [], 0
-    for i, row in enumerate(table[: limit or None]):
+    kept = [(i, row) for i, row in enumerate(table) if mib_keeps(task, row, spec, tokenizer, space, i)][: limit or None]
+    pairs, answers, dropped = [], [], len(table) - len(kept)
+    if not kept:
+        raise ConfigError(f"data.dataset: none of the {len(table)} rows passes MIB's filter for task {task!r} "
+                          f"({FILTERS.get(_kind(task), 'answers of one token count')})")
+    for i, row in kept:
         clean, corrupt = (([bos] if bos is not None else []) + _ids(tokenizer, str(value(row, spec[k], i, k)))
                           for k in ("clean", "corrupt"))
         if len(clean) != len(corrupt):
@@ -82,12 +97,53 @@ def mib_task(rows: str | Path | Sequence[Mapping], tokenizer: Any, task: str = "
         pairs.append((clean, corrupt))
         answers.append([_ids(tokenizer, (" " if space else "") + str(value(row, spec[k], i, k)))[0] for k in ("answer", "wrong")])
     if not pairs:
-        raise ConfigError(f"data.dataset: none of the {len(table)} rows has clean and counterfactual prompts of one token count")
+        raise ConfigError(f"data.dataset: none of the {len(kept)} rows MIB's filter keeps has clean and counterfactual "
+                          f"prompts of one token count")
     width = max(len(c) for c, _ in pairs)
     items = [{"clean": torch.tensor(c + [pad] * (width - len(c))), "corrupt": torch.tensor(k + [pad] * (width - len(k))),
               "answer": torch.tensor(a), "wrong": torch.tensor(w), "position": torch.tensor(len(c) - 1)}
              for (c, k), (a, w) in zip(pairs, answers, strict=True)]
     return MIBTask(items, tokenizer, dropped)
+
+
+FILTERS = {"ioi": "' ' + indirect object, subject and metadata.random_c of one token count",
+           "arithmetic": "both answers one token, a counterfactual prompt, the task's operator",
+           "mcqa": "the two answer labels of one token count"}
+
+
+def _kind(task: str) -> str:
+    return "arithmetic" if task.startswith("arithmetic") else "mcqa" if task.startswith(("mcqa", "arc")) else task
+
+
+def mib_keeps(task: str, row: Mapping, spec: Mapping, tokenizer: Any, space: bool, i: int) -> bool:
+    """Whether MIB's HFEAPDataset.filter_dataset keeps the row (MIB_circuit_track/dataset.py): by the token counts
+    of the answers (" " + name for IOI, with metadata.random_c; arithmetic's each one token) and, for arithmetic, a
+    counterfactual that is not null and the task's operator. Other tasks (a `columns` mapping): every row."""
+    kind = _kind(task)
+    if kind not in FILTERS:
+        return True
+
+    def count(path: str, role: str) -> int:
+        return len(_ids(tokenizer, (" " if space else "") + str(value(row, path, i, role))))
+    if kind == "arithmetic":
+        corrupt = spec["corrupt"].rpartition(".")[0]
+        if corrupt and (_get(row, corrupt) is None or _get(row, spec["corrupt"]) is None):
+            return False
+        if "operator" in row and row["operator"] != ("-" if "subtraction" in task else "+"):
+            return False
+        return count(spec["answer"], "answer") == 1 and count(spec["wrong"], "wrong") == 1
+    counts = {count(spec["answer"], "answer"), count(spec["wrong"], "wrong")}
+    if kind == "ioi" and _get(row, "metadata.random_c") is not None:
+        counts.add(count("metadata.random_c", "random_c"))
+    return len(counts) == 1
+
+
+def _get(row: Mapping, path: str) -> Any:
+    """row at a plain dotted path, None where a part is missing or null."""
+    node: Any = row
+    for part in path.split("."):
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node
 
 
 def value(row: Mapping, path: str, i: int = 0, role: str = "") -> Any:

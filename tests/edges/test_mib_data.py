@@ -1,6 +1,6 @@
 """MIB's task rows as patching items (hookrun/data/mib.py): the IOI rows' prompts, counterfactuals and
 answer tokens against the byte tokenizer's definition (BOS, then byte + 3) computed here, MIB's filter of
-rows whose two prompts differ in length, a column mapping for other names, and the items run through
+rows by their names' token counts (tests/edges/test_mib_filter.py checks it against MIB's own dataset class), a column mapping for other names, and the items run through
 patching with each item's own position."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from hookrun.data.mib import ioi_rows, mib_task, value
+from hookrun.data.mib_ioi import NAMES
 from hookrun.data.text import ByteTokenizer
 from hookrun.errors import ConfigError
 
@@ -21,10 +22,11 @@ def byte_ids(text):
 
 
 def test_ioi_rows_read_as_mib_reads_them(tmp_path):
-    rows = ioi_rows(n=12, seed=2)
+    rows = ioi_rows(n=12, seed=0, names=[n for n in NAMES if len(n) in (4, 5)])
     (tmp_path / "ioi.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     ds = mib_task(tmp_path / "ioi.jsonl", ByteTokenizer(), task="ioi", answer_space=False)
-    kept = [r for r in rows if len(r["prompt"]) == len(r["s2_io_flip_counterfactual"]["prompt"])]
+    # MIB's filter: the indirect object, subject and random_c of one token count (bytes here)
+    kept = [r for r in rows if len({len(r["metadata"][k]) for k in ("indirect_object", "subject", "random_c")}) == 1]
     assert len(ds) == len(kept) > 0 and ds.dropped == len(rows) - len(kept)
     width = max(len(byte_ids(r["prompt"])) for r in kept)
     for item, r in zip(ds, kept, strict=True):
