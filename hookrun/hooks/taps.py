@@ -86,6 +86,20 @@ def refuse_non_finite(rows: torch.Tensor, items: torch.Tensor, where: str, needs
                        f"(the first of item {item}); {needs}, or find where the model overflows (its dtype, its inputs)")
 
 
+def refuse_not_batch_first(t: torch.Tensor, items: torch.Tensor | None, key: str, name: str, needs: str) -> None:
+    """One ConfigError line where a module's output `t` (2-D or more) does not have the batch's `items` on its
+    first axis: an output the batch shares (a position table's (1, tokens, features)) or one over the batch's
+    tokens flattened (a router's (batch x tokens, experts)) would be read as rows of other items (an IndexError,
+    or a matrix over the wrong rows). `key`: the block's key (`probe.at`, `similarity.with.at`); `name`: the
+    module; `needs`: what the kind needs instead. Nothing is asked where `items` is not known."""
+    if items is None or t.dim() < 2 or t.shape[0] == len(items):
+        return
+    raise ConfigError(f"{key}: {name}'s output {tuple(t.shape)} has {t.shape[0]} rows on its first axis for a batch of "
+                      f"{len(items)} items: not batch first (an output shared by the batch, such as a position table's "
+                      f"(1, tokens, features), or over its tokens flattened, such as a router's (batch x tokens, "
+                      f"experts)); {needs}")
+
+
 def refuse_empty_items(real: torch.Tensor, items: torch.Tensor | None, where: str, pool: str, fix: str) -> None:
     """One RunError line where an item of token rows has no real token (its (rows, tokens) `real` mask all 0):
     `pool` (last, mean, max over the real tokens) has no value there, and a padding token's row (last), a

@@ -91,3 +91,59 @@ def test_the_with_model_sees_the_batch_as_it_came_not_as_the_first_model_left_it
         a = first.lin(x.clamp(min=0)).double().numpy()
     b = x.double().numpy()
     np.testing.assert_allclose(got.values, [[cka(a @ a.T, b @ b.T)]], rtol=1e-6)
+
+
+class Routed(torch.nn.Module):
+    """`pos`: learned positions, one (1, tokens, 5) table the batch shares; `gate`, `gate2`: routers over the
+    batch's tokens flattened, (batch x tokens, 3); `emb`: token rows (batch, tokens, 5)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.pos = torch.nn.Embedding(20, 5), torch.nn.Embedding(6, 5)
+        self.gate, self.gate2 = torch.nn.Linear(5, 3), torch.nn.Linear(5, 3)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        h = self.emb(input_ids) + self.pos(torch.arange(input_ids.shape[1])[None])
+        g = (self.gate(h.reshape(-1, 5)) + self.gate2(h.reshape(-1, 5))).softmax(-1)
+        return h * g.reshape(*h.shape[:2], 3)[..., :1]
+
+
+@pytest.mark.parametrize(("at", "with_at", "message"), [
+    (["pos"], None, "similarity.at: pos's output (1, 6, 5) has 1 rows on its first axis for a batch of 8 items"),
+    (["gate", "gate2"], None, "similarity.at: gate's output (48, 3) has 48 rows on its first axis for a batch of 8 items"),
+    (["emb"], ["pos"], "similarity.with.at: pos's output (1, 6, 5) has 1 rows on its first axis for a batch of 8 items")])
+def test_an_output_whose_first_axis_is_not_the_batch_is_one_line_before_any_batch(tmp_path, at, with_at, message) -> None:
+    """A position table's (1, tokens, 5) was one row per batch, read as 'the same features for every item' (n/a),
+    and two routers' (batch x tokens, 3) were compared over 96 token rows as if they were items (CKA 0.428, with
+    no word); now one line naming the key, the module and both counts, as the probe's, and no file. Reference:
+    the shapes a raw forward hook sees, and numpy's CKA of `emb`'s mean over tokens, which still runs."""
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1, 20, (16, 6), generator=g)
+    data = [{"input_ids": i} for i in ids]
+    model = Routed().eval()
+    seen = {}
+    hooks = [getattr(model, n).register_forward_hook(lambda m, i, o, n=n: seen.__setitem__(n, tuple(o.shape)))
+             for n in ("pos", "gate")]
+    with torch.no_grad():
+        model(ids[:8])
+    for h in hooks:
+        h.remove()
+    assert seen == {"pos": (1, 6, 5), "gate": (48, 3)}
+    block = {"at": at, "pool": "mean"} | ({"with": {"model": {"_target_": "test_similarity_inputs.Routed"}, "at": with_at}}
+                                          if with_at else {})
+    cfg = {"data": {"batch_size": 8}, "device": "cpu", "progress": False, "output": {"path": str(tmp_path / "r.h5")},
+           "similarity": block}
+    with pytest.raises(ConfigError) as err:
+        hookrun.run(cfg, model=model, dataset=data)
+    assert str(err.value).startswith(f"{message}: not batch first (an output shared by the batch")
+    assert "\n" not in str(err.value) and not (tmp_path / "r.h5").exists()
+    cfg = {**cfg, "data": {"batch_size": 8, "inputs": {"input": "input_ids"}}, "similarity": {"at": ["0", "1"], "pool": "mean"},
+           "output": {"path": str(tmp_path / "ok.h5")}}
+    got = hookrun.run(cfg, model=torch.nn.Sequential(model.emb, torch.nn.Tanh()), dataset=data).path
+    with torch.no_grad():
+        a = model.emb(ids).double()
+    b = torch.tanh(a).mean(1).numpy()
+    a = a.mean(1).numpy()
+    with h5py.File(got) as f:
+        np.testing.assert_allclose(f["captures/similarity/__model__/linear_cka"][0, 1], cka(a @ a.T, b @ b.T), rtol=1e-6)

@@ -291,7 +291,7 @@ ROWS = {"dataset": {"_target_": "toy_models.SignedRows"}, "batch_size": 4}
     ({"at": ["block1"], "colour": 1}, "similarity.colour: not a key"),
     ({"at": ["score"], "model": SCORED, "data": ROWS}, "similarity.at: score gives shape (4,) torch.float32: no feature axis"),
     ({"at": ["lin"], "model": SCORED, "data": ROWS, "with": {"model": SCORED, "at": ["pairs"]}},
-     "batches differ in rows (lin: 4, pairs: 8)"),
+     "similarity.with.at: pairs's output (8, 3) has 8 rows on its first axis for a batch of 4 items: not batch first"),
     ({"at": ["lin"], "model": {"_target_": "similarity_models.Looped"}, "data": ROWS},
      "similarity.at: lin ran twice in one forward (a shared module): which call's output to take is not defined"),
 ])

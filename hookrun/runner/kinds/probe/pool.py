@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from hookrun.errors import ConfigError
-from hookrun.hooks.taps import refuse_empty_items, token_mask
+from hookrun.hooks.taps import refuse_empty_items, refuse_not_batch_first, token_mask
 
 POOLS = ("mean", "max", "last", "every")
 TOKEN_ONLY = ("last", "every")
@@ -61,12 +61,8 @@ def pool_rows(t: torch.Tensor, pool: str, mask: torch.Tensor | None, where: str 
     """`t`'s rows pooled as `pool` (see the table); `mask` (batch, tokens): 1 = a real token, or None;
     `module`: the hooked module's class (a torch *1d module's 3-D output is a 1-d map); `indices`: the batch's
     dataset indices (an item with no real token is refused by them for last, mean and max)."""
-    if indices is not None and t.dim() >= 2 and t.shape[0] != len(indices):  # (rows past the batch's items: an IndexError)
-        raise ConfigError(f"probe.at: {where}'s output {tuple(t.shape)} has {t.shape[0]} rows on its first axis for a batch "
-                          f"of {len(indices)} items: not batch first (an output shared by the batch, such as a position table's "
-                          f"(1, tokens, features), or over its tokens flattened, such as a router's (batch x tokens, "
-                          f"experts)); a probe needs (batch, features, ...) or (batch, tokens, features): probe a module "
-                          f"whose output is per item")
+    refuse_not_batch_first(t, indices, "probe.at", where, "a probe needs (batch, features, ...) or (batch, tokens, "
+                           "features): probe a module whose output is per item")
     real = token_mask(t, mask, module, where)
     kind = layout(t, real, pool, where)
     t = t.detach()

@@ -12,7 +12,8 @@ map (rows, channels, ...), a 1-d map's (a Conv1d's) length included, over the to
 features): padding never enters; any 3-D output but a *1d module's is read as token rows). Token rows
 of another length than the batch's attention_mask (a CLS token added) are refused where the batch
 has padding (which tokens are padding is not known), and taken whole where it has none.
-A module's output with no feature axis (one value per item) is refused.
+A module's output with no feature axis (one value per item) is refused, and so is one whose first axis is
+not the batch's items (a position table's (1, tokens, features), a router's (batch x tokens, experts)).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 import torch
 
 from hookrun.errors import ConfigError
-from hookrun.hooks.taps import module_kinds, refuse_empty_items, token_mask
+from hookrun.hooks.taps import module_kinds, refuse_empty_items, refuse_not_batch_first, token_mask
 
 
 def pooled(how: str, mask: torch.Tensor | None, where: str, taps: Any = None,
@@ -31,7 +32,13 @@ def pooled(how: str, mask: torch.Tensor | None, where: str, taps: Any = None,
     """What a tap makes of each output: its rows pooled (see pool). `taps`: their modules' classes tell a
     1-d map (a Conv1d's) from token rows for pool=mean; `items`: the batch's dataset indices."""
     kinds = module_kinds(taps) if taps is not None else {}
-    return lambda name, t: pool(t, how, taps.mask(mask) if taps is not None else mask, f"{where}: {name}", kinds.get(name, ""), items)
+
+    def make(name: str, t: torch.Tensor) -> torch.Tensor:
+        refuse_not_batch_first(t, items, where, name, "CKA and RSA need one row per item, (batch, features, ...) or "
+                               "(batch, tokens, features): compare a module whose output is per item")
+        return pool(t, how, taps.mask(mask) if taps is not None else mask, f"{where}: {name}", kinds.get(name, ""), items)
+
+    return make
 
 
 def pool(t: torch.Tensor, how: str, mask: torch.Tensor | None, where: str, kind: str = "",

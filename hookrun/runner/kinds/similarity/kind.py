@@ -117,7 +117,7 @@ class SimilarityKind(RunKind):
         self.acc = accumulator(self.route, pairs, b.measure, b.sigma, b.dissimilarity, batch, held,  # (rows held, else spooled)
                                unbiased=unbiased)
 
-    def features(self, model: nn.Module, call: Any, items: torch.Tensor | None = None) -> list[torch.Tensor]:
+    def features(self, model: nn.Module, call: Any, items: torch.Tensor) -> list[torch.Tensor]:
         """One batch through the model (its hooks, and the user's, fire) and the second model (on its own
         copy of the batch's inputs, as they came: the first forward may change them in place): the
         pooled features of every series, each with the batch's rows (`items`: their dataset indices),
@@ -128,14 +128,8 @@ class SimilarityKind(RunKind):
             with taps.attached(pooled(self.block.pool, c.attention_mask, taps.where, taps, items)), torch.no_grad():
                 c.run(m)
             out += taps.take()
-        rows = {len(s) for s in out}
-        if len(rows) > 1:
-            names = [*self.taps[0].names, *(self.taps[1].names if len(self.taps) > 1 else [])]
-            got = ", ".join(f"{n}: {len(s)}" for n, s in zip(names, out, strict=True))
-            raise ConfigError(f"similarity: the hook points' batches differ in rows ({got}); every `at` and "
-                              f"`with.at` must give one row per item of the same batch")
-        for k, s in enumerate(out):
-            refuse_non_finite(s, items if items is not None else torch.arange(len(s)),
+        for k, s in enumerate(out):  # (each of the batch's rows: pooled refuses an output that is not batch first)
+            refuse_non_finite(s, items,
                               f"similarity.{'with.' if k >= len(self.rows) else ''}at: {self.label(k)}",
                               "CKA and RSA need finite features: compare another module")
         return out
@@ -187,7 +181,7 @@ class SimilarityKind(RunKind):
         return names[k]
 
     def sample_step(self, model: nn.Module, call: Any, session: Any) -> StepAdds:
-        self.features(model, call)  # the estimate's forward, nothing accumulated
+        self.features(model, call, self.ctx.env.state.sample_index)  # the estimate's forward, nothing accumulated
         return NOTHING
 
     def run_steps(self, data_loop: Any, writer: Any, first_row: int, should_stop: Any) -> int:
@@ -248,7 +242,7 @@ class SimilarityKind(RunKind):
         """A resumed run: the features of the `kept` batches, recomputed into the accumulator (the file keeps none),
         through the forward `step` had: the user's hooks attached, each batch's step and items set, and their
         modifying actions run (REPLAY); records and top_examples do not run again (the file keeps theirs)."""
-        self.replay(self.begin, kept, self.points, lambda _, call: self.acc.add(self.features(self.ctx.model, call)))
+        self.replay(self.begin, kept, self.points, lambda indices, call: self.acc.add(self.features(self.ctx.model, call, indices)))
         log.info("similarity: the features of the %d kept batch(es) recomputed", kept)
 
     def close(self) -> None:
