@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hookrun.errors import ConfigError, HookrunError, foreign_code, foreign_failure
+from hookrun.errors import ConfigError, HookrunError, RunError, foreign_code, foreign_failure
 from hookrun.hooks.events import StopForward
 
 AUTO = "auto"
@@ -66,12 +66,13 @@ class ModelCall:
         return [t for t in (*self.args, *self.kwargs.values()) if isinstance(t, torch.Tensor)]
 
 
-def model_forward(model: nn.Module, args: tuple, kwargs: dict, shown: dict | None = None) -> Any:
+def model_forward(model: nn.Module, args: tuple, kwargs: dict, shown: dict | None = None, who: str = "the model", error: type[HookrunError] = RunError) -> Any:
     """model(*args, **kwargs) for every kind: the model's own exception is one RunError line naming the model, the
-    inputs (`shown`, else kwargs: shapes and dtypes) and its message (the original stays as its __cause__)."""
+    inputs (`shown`, else kwargs: shapes and dtypes) and its message (the original as its __cause__); `who` names
+    the model (a kind's second model, by its key), `error` the line's type (ConfigError: a check before any batch)."""
     def failure(exc: Exception) -> HookrunError:  # (the inputs are described only when it raised)
-        return foreign_failure(f"the model's forward failed: {type(model).__name__}("
-                               f"{ModelCall(tuple(args), kwargs if shown is None else shown).describe()}) raised", exc)
+        return error(str(foreign_failure(f"{who}'s forward failed: {type(model).__name__}("
+                                         f"{ModelCall(tuple(args), kwargs if shown is None else shown).describe()}) raised", exc)))
 
     with foreign_code(failure, passed=(StopForward,)):  # StopForward: early_stop's cut
         return model(*args, **kwargs)

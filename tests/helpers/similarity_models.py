@@ -113,3 +113,15 @@ class Texts(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
         return {"input_ids": self.ids[i], "attention_mask": self.mask[i]}
+
+
+def narrow_mlp(raise_at: int = 0) -> nn.Module:
+    """Linear(5, 3) -> ReLU: a second model whose inputs are 5 wide (6-wide items make its forward raise);
+    `raise_at`: its forward raises the model's own RuntimeError at that call (1-based), 0 never."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(5, 3), nn.ReLU()).eval()
+    if raise_at:
+        from toy_models import raising_at
+
+        raising_at(model, raise_at, RuntimeError("the second model's own error"))
+    return model

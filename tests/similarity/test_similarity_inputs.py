@@ -147,3 +147,38 @@ def test_an_output_whose_first_axis_is_not_the_batch_is_one_line_before_any_batc
     a = a.mean(1).numpy()
     with h5py.File(got) as f:
         np.testing.assert_allclose(f["captures/similarity/__model__/linear_cka"][0, 1], cka(a @ a.T, b @ b.T), rtol=1e-6)
+
+
+def test_a_with_model_that_rejects_the_batch_is_one_line_naming_it() -> None:
+    """A `with:` model whose inputs are 5 wide, on 6-wide items, raised 'the model's forward failed:
+    Sequential(...)' at the first batch: the run's own model (a Sequential too) blamed, exit 1 as a failure
+    during the run. Now one ConfigError line (exit 2) naming similarity.with.model and the model's own message,
+    no file; one that fails at a later batch is one RunError line naming it, the file marked failed.
+    Reference: the second model called directly on the same items raises that message."""
+    import tempfile
+    from pathlib import Path
+
+    from similarity_models import narrow_mlp
+
+    from hookrun.errors import RunError
+
+    x = torch.randn(16, 6, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(RuntimeError) as own:
+        narrow_mlp()(x[:4])
+    model, data = torch.nn.Sequential(torch.nn.Linear(6, 4)).eval(), torch.utils.data.TensorDataset(x, torch.zeros(16))
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = {"data": {"batch_size": 4}, "device": "cpu", "progress": False, "output": {"path": f"{tmp}/w.h5"},
+               "similarity": {"at": ["0"], "with": {"model": {"_target_": "similarity_models.narrow_mlp"}, "at": ["0"]}}}
+        with pytest.raises(ConfigError) as err:
+            hookrun.run(cfg, model=model, dataset=data)
+        assert str(err.value).startswith("similarity.with.model: the second model's forward failed: Sequential([4, 6] "
+                                         f"float32) raised RuntimeError: {own.value}")
+        assert err.value.exit_code == 2 and "\n" not in str(err.value) and not Path(f"{tmp}/w.h5").exists()
+        cfg["similarity"]["with"]["model"]["raise_at"] = 3  # (call 1: the check on batch 0, which step 0 reuses; 3: batch 2)
+        five = torch.utils.data.TensorDataset(x[:, :5].contiguous(), torch.zeros(16))
+        with pytest.raises(RunError) as err:
+            hookrun.run(cfg, model=torch.nn.Sequential(torch.nn.Linear(5, 4)).eval(), dataset=five)
+        assert str(err.value).startswith("similarity.with.model: the second model's forward failed: Sequential([4, 5] "
+                                         "float32) raised RuntimeError: the second model's own error")
+        with h5py.File(f"{tmp}/w.h5") as f:
+            assert f.attrs["status"] == "failed"

@@ -40,6 +40,7 @@ from hookrun.hooks.taps import Taps, refuse_non_finite
 from hookrun.output.rank_link import RankLink
 from hookrun.output.scratch import Scratch, clear_scratch
 from hookrun.runner.batches import first_batch
+from hookrun.runner.calls import model_forward, with_positions
 from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds, own_copy
 from hookrun.runner.kinds.similarity.accumulate import (
     accumulator,
@@ -104,7 +105,7 @@ class SimilarityKind(RunKind):
             raise ConfigError(f"similarity over {seen} item(s): CKA and RSA compare how the items lie relative to each "
                               f"other and need at least {least} ({why}); give the run more items")
         indices, call = first_batch(ctx.loader, ctx.spec, size=batch)  # batch 0: features per row, rows
-        series = self.features(ctx.model, call.to(ctx.device), indices)  # every check that needs the model
+        series = self.features(ctx.model, call.to(ctx.device), indices, first=True)  # every check that needs the models
         self.first: tuple[torch.Tensor, list[torch.Tensor]] | None = (indices, series)  # step 0 reuses them
         self.dims = [s[0].numel() for s in series]
         if b.estimator == "minibatch" and seen is not None and seen < batch:
@@ -117,16 +118,22 @@ class SimilarityKind(RunKind):
         self.acc = accumulator(self.route, pairs, b.measure, b.sigma, b.dissimilarity, batch, held,  # (rows held, else spooled)
                                unbiased=unbiased)
 
-    def features(self, model: nn.Module, call: Any, items: torch.Tensor) -> list[torch.Tensor]:
+    def features(self, model: nn.Module, call: Any, items: torch.Tensor, first: bool = False) -> list[torch.Tensor]:
         """One batch through the model (its hooks, and the user's, fire) and the second model (on its own
         copy of the batch's inputs, as they came: the first forward may change them in place): the
         pooled features of every series, each with the batch's rows (`items`: their dataset indices),
-        finite (NaN or inf would make every cell of the series NaN, for no reason the run could name)."""
+        finite (NaN or inf would make every cell of the series NaN, for no reason the run could name).
+        The second model's forward failing is one line naming similarity.with.model (`first`: the check
+        before any batch, a ConfigError)."""
         out = []
         calls = [call, own_copy(call)] if self.other is not None else [call]  # (before the first model's forward)
         for taps, m, c in zip(self.taps, [model, self.other], calls, strict=False):
             with taps.attached(pooled(self.block.pool, c.attention_mask, taps.where, taps, items)), torch.no_grad():
-                c.run(m)
+                if m is self.other:
+                    model_forward(m, c.args, with_positions(m, c.kwargs, c.attention_mask), c.kwargs,
+                                  "similarity.with.model: the second model", ConfigError if first else RunError)
+                else:
+                    c.run(m)
             out += taps.take()
         for k, s in enumerate(out):  # (each of the batch's rows: pooled refuses an output that is not batch first)
             refuse_non_finite(s, items,
