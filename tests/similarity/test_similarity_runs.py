@@ -189,10 +189,35 @@ def test_unbiased_equals_songs_hsic_over_every_item_and_is_drawn_on_a_signed_sca
     assert drawn.range == (-1.0, 1.0) and drawn.centre == 0.0 and drawn.title.startswith("linear CKA (unbiased HSIC)")
 
 
+@pytest.mark.parametrize(("measure", "key", "value", "reads"), [
+    ("linear_cka", "sigma", 0.2, "rbf_cka"), ("rsa", "sigma", 0.8, "rbf_cka"),
+    ("linear_cka", "dissimilarity", "euclidean", "rsa"), ("rbf_cka", "dissimilarity", "correlation", "rsa")])
+def test_a_key_the_measure_does_not_read_is_one_line_and_left_out_its_default(tmp_path, cnn, measure, key, value,
+                                                                             reads) -> None:
+    """sigma beside linear_cka or rsa, dissimilarity beside a CKA, were ignored with no word (sigma=0.2 with
+    linear_cka wrote the same matrix as sigma=0.8: the width read as part of the run); now one line naming the
+    measure that reads it, also where the value is the default, and no file. Left out, the measure's default is
+    used: numpy's gram_rbf with 0.8, and Spearman of 1 - Pearson correlation (scipy) on raw hooks' features."""
+    with pytest.raises(ConfigError) as err:
+        hookrun.run(cfg(tmp_path / "k.h5", n=12, at=["block3", "fc"], measure=measure, pool="mean", **{key: value}))
+    what = "the rbf kernel's width" if key == "sigma" else "RSA's dissimilarity between items"
+    assert str(err.value) == (f"similarity.{key}={value!r}: {what}, read by measure={reads} only, not by "
+                              f"measure={measure}; remove {key}, or set measure: {reads}")
+    assert not (tmp_path / "k.h5").exists()
+    got, meta = file_matrix(hookrun.run(cfg(tmp_path / "d.h5", n=12, at=["block3", "fc"], measure=measure, pool="mean")).path)
+    a, b = recorded(cnn, ["block3", "fc"], images(12), "mean")
+    iu = np.triu_indices(12, k=1)
+    want = {"linear_cka": lambda x, y: cka(x @ x.T, y @ y.T), "rbf_cka": lambda x, y: cka(gram_rbf(x, 0.8), gram_rbf(y, 0.8)),
+            "rsa": lambda x, y: spearman(dissim(x, "correlation")[iu], dissim(y, "correlation")[iu])}[measure]
+    np.testing.assert_allclose(got[0, 1], want(a, b), rtol=1e-6)
+    assert (meta["sigma"], meta["dissimilarity"]) == (0.8, "correlation")
+
+
 @pytest.mark.parametrize("measure", ["rbf_cka", "rsa"])
 def test_rbf_cka_and_rsa_equal_their_definitions(tmp_path, cnn, measure) -> None:
     at = ["block2", "block3", "fc"]
-    path = hookrun.run(cfg(tmp_path / "r.h5", n=20, at=at, measure=measure, sigma=0.5, pool="mean")).path
+    width = {"sigma": 0.5} if measure == "rbf_cka" else {}
+    path = hookrun.run(cfg(tmp_path / "r.h5", n=20, at=at, measure=measure, pool="mean", **width)).path
     got, _ = file_matrix(path)
     feats = recorded(cnn, at, images(20), "mean")
     if measure == "rbf_cka":

@@ -21,6 +21,9 @@ MEASURES = ("linear_cka", "rbf_cka", "rsa")
 ESTIMATORS = ("exact", "unbiased", "minibatch")
 POOLS = ("flatten", "mean")
 DISSIMILARITIES = ("correlation", "euclidean")
+# the defaults of the keys one measure reads (None in the block: not given, so one given to another measure is refused)
+SIGMA, DISSIMILARITY = 0.8, "correlation"
+USED_BY = {"sigma": ("rbf_cka", "the rbf kernel's width"), "dissimilarity": ("rsa", "RSA's dissimilarity between items")}
 # sigma's range: wider, exp(-d^2 / (2 sigma^2 median)) is 0 off the diagonal (1e-3: exp(-5e5)) or 1 - ~1e-7 d^2 / median
 # everywhere (1e3: its centred kernel keeps 9 of float64's 16 digits); inf made every cell 0, 1e200 overflowed
 SIGMAS = (1e-3, 1e3)
@@ -37,8 +40,8 @@ class SimilarityBlock:
     at: Any = field(default_factory=list)  # module paths or globs of the run's model (a string: one)
     with_: Any = None  # {model: {_target_: ...}, at: [...]}: a second model on the same batches
     measure: str = "linear_cka"
-    sigma: float = 0.8  # rbf_cka: the width, a fraction of the median distance between rows
-    dissimilarity: str = "correlation"  # rsa: 1 - Pearson correlation, or euclidean
+    sigma: float | None = None  # rbf_cka only: the width, a fraction of the median distance between rows (SIGMA)
+    dissimilarity: str | None = None  # rsa only: 1 - Pearson correlation (DISSIMILARITY), or euclidean
     estimator: str = "exact"  # exact (Kornblith et al.) | unbiased (Song et al.'s HSIC, all rows) | minibatch
     pool: str = "flatten"  # flatten | mean over space / tokens (padding never enters)
     memory: Any = "2GB"  # bytes the accumulators may hold
@@ -47,7 +50,13 @@ class SimilarityBlock:
         self.measure = _choice(self.measure, MEASURES, "measure")
         self.estimator = _choice(self.estimator, ESTIMATORS, "estimator")
         self.pool = _choice(self.pool, POOLS, "pool")
-        self.dissimilarity = _choice(self.dissimilarity, DISSIMILARITIES, "dissimilarity")
+        for key, (measure, what) in USED_BY.items():  # (ignored, it would read as part of the run)
+            if getattr(self, key) is not None and self.measure != measure:
+                raise ConfigError(f"similarity.{key}={getattr(self, key)!r}: {what}, read by measure={measure} only, not "
+                                  f"by measure={self.measure}; remove {key}, or set measure: {measure}")
+        self.sigma = SIGMA if self.sigma is None else self.sigma
+        self.dissimilarity = _choice(DISSIMILARITY if self.dissimilarity is None else self.dissimilarity,
+                                     DISSIMILARITIES, "dissimilarity")
         self.at = _names(self.at, "similarity.at")
         if self.estimator == "minibatch" and self.measure != "linear_cka":
             why = ("the rbf kernel's width is the median distance over all rows, which a batch does not have"
