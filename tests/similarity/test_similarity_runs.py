@@ -249,6 +249,28 @@ def test_token_rows_average_the_real_tokens_only(tmp_path) -> None:
         hookrun.run(cfg(tmp_path / "f.h5", model={"_target_": "toy_lm.tiny_gpt2"}, data=data, at=at))
 
 
+@pytest.mark.parametrize(("block", "named"), [({"measure": "rbf_cka", "sigma": 0.3}, "RBF CKA (sigma 0.3) · tiny_cnn"),
+                                              ({"measure": "rsa", "dissimilarity": "euclidean"},
+                                               "RSA (Spearman, Euclidean distance) · tiny_cnn"),
+                                              ({"measure": "rsa"}, "RSA (Spearman, 1 - Pearson r) · tiny_cnn")])
+def test_the_picture_and_inspect_name_the_width_and_the_dissimilarity(tmp_path, cnn, block, named) -> None:
+    """Runs of rbf CKA at sigma 0.3 and 0.8, or of RSA by Euclidean and by correlation distances, were drawn and
+    printed under one title ('RBF CKA · tiny_cnn'), their matrices told apart by nothing shown. The title names
+    them; the matrix is the one numpy gives with the width or distance the title names (raw hooks' features)."""
+    from hookrun.runner.kinds.similarity.reader import lines, spec
+
+    path = hookrun.run(cfg(tmp_path / "t.h5", n=12, at=["block3", "fc"], pool="mean", **block)).path
+    got, _ = file_matrix(path)
+    a, b = recorded(cnn, ["block3", "fc"], images(12), "mean")
+    iu = np.triu_indices(12, k=1)
+    kind = block.get("dissimilarity", "correlation")
+    want = cka(gram_rbf(a, 0.3), gram_rbf(b, 0.3)) if block["measure"] == "rbf_cka" else \
+        spearman(dissim(a, kind)[iu], dissim(b, kind)[iu])
+    np.testing.assert_allclose(got[0, 1], want, rtol=1e-6)
+    with h5py.File(path) as f:
+        assert spec(f).title == named and lines(f)[0].startswith(f"similarity: {named}; estimator exact")
+
+
 def test_a_model_of_hookruns_generic_builder_is_named_by_what_it_built(tmp_path) -> None:
     """`_target_: hookrun.models.hf` builds any transformers class: the file, and so the picture's title,
     names the class (it named `hf`)."""

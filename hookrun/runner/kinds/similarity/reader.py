@@ -57,10 +57,17 @@ def _short(target: Any) -> str:
 
 
 def title(m: dict) -> str:
-    """`linear CKA · resnet18 vs resnet34`: the measure and the models (their targets' last names)."""
+    """`linear CKA · resnet18 vs resnet34`: the measure (rbf CKA's sigma, RSA's dissimilarity: runs that differ
+    in them are told apart) and the models (their targets' last names)."""
     models = f"{_short(m.get('model'))} vs {_short(m['with'])}" if m.get("with") else _short(m.get("model"))
-    how = {"unbiased": " (unbiased HSIC)", "minibatch": " (minibatch)"}.get(m.get("estimator"), "")
-    return f"{NAMES.get(m['measure'], m['measure'])}{how} · {models}"
+    measure = m["measure"]
+    words = [{"rsa": "Spearman"}.get(measure, ""),
+             f"sigma {m['sigma']:g}" if measure == "rbf_cka" and m.get("sigma") is not None else "",
+             {"correlation": "1 - Pearson r", "euclidean": "Euclidean distance"}.get(m.get("dissimilarity"), "")
+             if measure == "rsa" else "",
+             {"unbiased": "unbiased HSIC", "minibatch": "minibatch"}.get(m.get("estimator"), "")]
+    name = {"rsa": "RSA"}.get(measure, NAMES.get(measure, measure))
+    return f"{name}{' (' + ', '.join(w for w in words if w) + ')' if any(words) else ''} · {models}"
 
 
 def spec(f: h5py.File) -> Heatmap:
