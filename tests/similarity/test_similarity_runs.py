@@ -167,6 +167,34 @@ def test_minibatch_equals_the_unbiased_estimator_on_the_same_batches(tmp_path, c
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
+def test_the_items_the_minibatch_estimator_leaves_out_are_said(tmp_path, cnn, caplog) -> None:
+    """24 items in batches of 10: the matrix is over the 20 of the two full batches (numpy's mean unbiased
+    HSIC of those, on raw hooks' features), and nothing said so: the log said 24 samples, the report 'over
+    every item of the run'. Now a warning, the file's attribute, inspect and the report's note name the 4 left
+    out; with batches that divide the items, nothing is said."""
+    from hookrun.runner.kinds.similarity.reader import lines, sections
+
+    at = ["block3", "fc"]
+    path = hookrun.run(cfg(tmp_path / "m.h5", n=24, batch=10, at=at, pool="mean", estimator="minibatch")).path
+    got, meta = file_matrix(path)
+    a, b = recorded(cnn, at, images(24), "mean")
+
+    def mean_hsic(x, y):
+        return np.mean([unbiased(x[s:s + 10] @ x[s:s + 10].T, y[s:s + 10] @ y[s:s + 10].T) for s in (0, 10)])
+
+    np.testing.assert_allclose(got[0, 1], mean_hsic(a, b) / np.sqrt(mean_hsic(a, a) * mean_hsic(b, b)), rtol=1e-6)
+    assert meta["left_out"] == 4
+    assert [r.message for r in caplog.records if r.levelname == "WARNING"] == [
+        "similarity: the minibatch estimator takes full batches of 10 items: the last batch's 4 are left out of the "
+        "matrix (a data.batch_size that divides the items takes them all)"]
+    with hookrun.open_run(path) as run:
+        assert "  over the run's full batches, averaged (the last batch's 4 item(s) left out)" in lines(run.file)
+        assert "over the run's full batches, averaged (the last batch's 4 item(s) left out)" in sections(run)[0]["note"]
+    caplog.clear()
+    whole = hookrun.run(cfg(tmp_path / "w.h5", n=20, batch=10, at=at, pool="mean", estimator="minibatch")).path
+    assert "left_out" not in file_matrix(whole)[1] and not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
 @pytest.mark.parametrize(("at", "pool", "n", "route", "bias"), [
     (["block1", "block3", "fc"], "flatten", 24, "gram", 0.05),  # 16384 features and fewer, 24 items
     (["block3", "fc"], "mean", 60, "feature", 5e-4),  # 36 features, 60 items: from the sums; less bias

@@ -175,6 +175,7 @@ class MinibatchRoute:
         self.pairs, self.batch = pairs, batch
         self.hsic: torch.Tensor | None = None
         self.batches = 0
+        self.left = 0  # the rows of smaller batches (a last one), left out
         self.constant: list[bool] = []  # per series, set by matrix(): constant within every batch
         # per feature of every series side by side: its spread within each full batch, and its squares, summed (float64)
         self.spread: torch.Tensor | None = None
@@ -184,6 +185,7 @@ class MinibatchRoute:
     def add(self, series: list[torch.Tensor]) -> None:
         n = len(series[0])
         if n != self.batch:
+            self.left += n
             return
         x = [s.reshape(n, -1).to(torch.float64, copy=True) for s in series]
         parts = []
@@ -211,7 +213,7 @@ class MinibatchRoute:
     def save(self, path: Path) -> None:
         none = np.zeros(0)
         with open(path, "wb") as f:
-            np.savez(f, batches=self.batches, hsic=none if self.hsic is None else self.hsic.cpu().numpy(),
+            np.savez(f, batches=self.batches, left=self.left, hsic=none if self.hsic is None else self.hsic.cpu().numpy(),
                      spread=none if self.spread is None else self.spread.cpu().numpy(),
                      squares=none if self.squares is None else self.squares.cpu().numpy(),
                      dims=np.array([b.stop - b.start for b in self.blocks], dtype=np.int64))
@@ -219,6 +221,7 @@ class MinibatchRoute:
     def merge(self, path: Path) -> None:
         """Another rank's sums over its full batches (the ranks' batches are one process's)."""
         with np.load(path) as f:
+            self.left += int(f["left"])
             if int(f["batches"]):
                 h, spread, squares = (torch.from_numpy(f[k]) for k in ("hsic", "spread", "squares"))
                 if self.hsic is None:

@@ -158,7 +158,7 @@ class SimilarityKind(RunKind):
             self.acc.rows.scratch = lambda: Scratch(p.cfg.output, "similarity_rows", self.rank)
         p.attrs["similarity"] = json.dumps(self.describe())
 
-    rank, world, link, begin, points = 0, 1, None, 0, []
+    rank, world, link, begin, points, left = 0, 1, None, 0, [], 0
 
     def share(self, rank: int, world: int) -> str | None:
         self.rank, self.world = rank, world
@@ -221,6 +221,10 @@ class SimilarityKind(RunKind):
             log.warning("similarity: %s: the median squared distance between items is 0 (most items' features are "
                         "equal): the rbf kernel's width sigma x median is 0, rbf_cka is undefined there, NaN in the file "
                         "(n/a in the pictures); linear_cka is defined for it", ", ".join(spread))
+        self.left = getattr(self.acc, "left", 0)  # (minibatch: a last, smaller batch's items)
+        if self.left:
+            log.warning("similarity: the minibatch estimator takes full batches of %d items: the last batch's %d are "
+                        "left out of the matrix (a data.batch_size that divides the items takes them all)", self.acc.batch, self.left)
         self.undefined = {**{n: f"constant features{each}" for n in constant}, **{n: "an item's features all equal" for n in flat},
                           **{n: "median distance 0" for n in spread}}
         matrix = torch.from_numpy(values)
@@ -229,8 +233,11 @@ class SimilarityKind(RunKind):
         return steps
 
     def end_attrs(self) -> dict[str, Any]:
-        """The `similarity` attribute again, with why any cell is NaN (readers title the picture with it)."""
-        return {"similarity": json.dumps({**self.describe(), "undefined": self.undefined})} if self.undefined else {}
+        """The `similarity` attribute again, with why any cell is NaN (readers title the picture with it) and the
+        items the minibatch estimator left out (`left_out`: the notes say the matrix is not over every item)."""
+        if not self.undefined and not self.left:
+            return {}
+        return {"similarity": json.dumps({**self.describe(), "undefined": self.undefined, "left_out": self.left})}
 
     def merge_ranks(self, should_stop: Any) -> bool:
         """Ranks 1..N-1 hand their accumulator to rank 0 (False); rank 0 merges every rank's in rank order."""

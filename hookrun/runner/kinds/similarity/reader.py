@@ -103,6 +103,15 @@ def _cell(v: float, form: str) -> str:
     return format(v, form) if np.isfinite(v) else "n/a"
 
 
+def _over(m: dict) -> str:
+    """The items the matrix is over: every item, or the minibatch estimator's full batches (a last, smaller
+    batch's items left out, `left_out`)."""
+    if m.get("estimator") != "minibatch":
+        return "every item of the run"
+    left = m.get("left_out") or 0
+    return "the run's full batches, averaged" + (f" (the last batch's {left} item(s) left out)" if left else "")
+
+
 def _complete(f: h5py.File) -> bool:
     m = meta(f.attrs)
     return m is not None and f"captures/similarity/__model__/{m['measure']}" in f
@@ -126,7 +135,8 @@ def lines(f: h5py.File) -> list[str]:
         why = "; ".join(f"{n}: {why}" for n, why in named.items())
         rows.append(f"  n/a: undefined ({why})" if why else "  n/a: undefined")
     axes = [f"  rows: at ({_short(m.get('model'))}); columns: with.at ({_short(m['with'])})"] if m.get("with") else []
-    return [head, *axes, *rows]  # (two models: which is which, as the picture's axis labels say)
+    left = [f"  over {_over(m)}"] if m.get("left_out") else []
+    return [head, *left, *axes, *rows]  # (two models: which is which, as the picture's axis labels say)
 
 
 def figures(run: Any) -> list[tuple[str, Any]]:
@@ -139,7 +149,7 @@ def sections(run: Any) -> list[dict]:
     if not _complete(run.file):
         return []
     m = meta(run.file.attrs)
-    note = (f"Each cell compares the rows of two hook points over every item of the run ({m['route']} route); "
+    note = (f"Each cell compares the rows of two hook points over {_over(m)} ({m['route']} route); "
             f"1 is the same representation up to rotation and scale (CKA) or the same ranking of distances (RSA).")
     return [section("similarity", "Representational similarity", [figure(spec(run.file))], note)]
 
