@@ -30,7 +30,6 @@ from hookrun.errors import RunError
 from hookrun.store.columns import CHUNK_BYTES, CaptureColumns, Column, SampleTable, chunk_bytes_for
 from hookrun.store.digest import DigestLog
 from hookrun.store.format import FORMAT_VERSION, batch_bytes
-from hookrun.store.held import filling_chunks
 from hookrun.store.lock import create_hidden, flushing_path
 from hookrun.store.records import Capture, StepRecord, TableWriter, table
 
@@ -275,3 +274,16 @@ class H5Store(CaptureColumns):
             self.close("interrupted")
         else:
             self.close("failed")
+
+
+def filling_chunks(datasets: list[h5py.Dataset]) -> list[tuple[int, int]]:
+    """The byte ranges of each uncompressed dataset's last chunk, where it is on disk already."""
+    ranges = []
+    for ds in datasets:
+        if ds.compression or not ds.chunks or not ds.shape[0] or h5py.check_vlen_dtype(ds.dtype) is not None:
+            continue
+        first = (ds.shape[0] - 1) // ds.chunks[0] * ds.chunks[0]
+        info = ds.id.get_chunk_info_by_coord((first,) + (0,) * (ds.ndim - 1))
+        if info.byte_offset is not None:
+            ranges.append((info.byte_offset, info.byte_offset + info.size))
+    return ranges

@@ -16,8 +16,7 @@ so plain h5py (HDF5's file locking) refuses the file while a message may be half
 for it where no run is writing the file (store/lock.py's `settled`): either way the file under its name is read with
 lengths equal to its counts. (Only the helper's own death in the microseconds it writes, by a kill of the whole
 process group or a power cut, could tear a flush; on Windows the writes are applied in this process.) Held: a few KiB
-per capture per flush; written through: new space, and the uncompressed chunks being filled (their earlier rows are
-rewritten unchanged).
+per capture per flush; written through: new space, and the uncompressed chunks being filled (h5store's `filling_chunks`).
 """
 
 from __future__ import annotations
@@ -33,18 +32,13 @@ import sys
 import threading
 from pathlib import Path
 
-import h5py
-
 # the helper: reads messages [u64 length][records] from stdin; a record is [i64 offset][i64 n][n bytes] (n = -1:
 # truncate the file to `offset`); a message is applied only when whole, then acknowledged
 _HELPER = """
 import os, select, signal, struct, sys
 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
     signal.signal(s, signal.SIG_IGN)
-fd, parent = int(sys.argv[1]), os.getppid()
-try:  # held on a description of its own until the last message is written: readers wait for it
-    import fcntl; fcntl.flock(os.open("/proc/self/fd/%d" % fd, os.O_RDONLY), fcntl.LOCK_EX | fcntl.LOCK_NB)
-except (ImportError, OSError): pass  # no /proc (macOS), a file system without flock: best effort
+fd, parent = int(sys.argv[1]), os.getppid()  # (and the file's description its writer locked, open here till the end)
 def say(b):  # (the writer killed: no one to answer, but the messages it sent are still applied)
     try: os.write(1, b)
     except OSError: pass
@@ -87,6 +81,20 @@ END = 2**64 - 1  # the message length that tells the helper to end
 WRITING: set[tuple[int, int]] = set()  # (device, inode) of the files this process writes: its own helpers' locks
 
 
+def _locked(fd: int) -> int:
+    """A new description of `fd`'s file (a flock belongs to a description) locked exclusively, for the helper to
+    inherit and hold till its last message; -1 without /proc or flock (macOS): best effort."""
+    lock = -1
+    with contextlib.suppress(ImportError, OSError):
+        import fcntl
+        lock = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return lock
+    if lock >= 0:
+        os.close(lock)
+    return -1
+
+
 class Applier:
     """The helper process that applies a flush's held writes whole (in-process on Windows)."""
 
@@ -94,8 +102,14 @@ class Applier:
         self.fd = fd
         self.pending = False  # a message sent, its answer not yet read
         self.locked = False  # the helper said it holds the file's lock (its first byte)
-        self.proc = subprocess.Popen([sys.executable, "-S", "-c", _HELPER, str(fd)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     pass_fds=(fd,), start_new_session=True) if os.name == "posix" else None
+        self.proc, lock = None, _locked(fd) if os.name == "posix" else -1  # (before it starts: a kill finds it held)
+        try:
+            if os.name == "posix":
+                self.proc = subprocess.Popen([sys.executable, "-S", "-c", _HELPER, str(fd)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                             pass_fds=(fd, lock) if lock >= 0 else (fd,), start_new_session=True)
+        finally:
+            if lock >= 0:
+                os.close(lock)  # (the helper's copy holds it; a DataLoader worker forked later has none)
 
     def apply(self, message: bytes) -> None:
         """Hand one message to the helper. Its answer is awaited at the next apply, read or close
@@ -276,19 +290,6 @@ class HeldWrites(io.RawIOBase):
         for off, data, n in self.held:
             size = n if data is None else max(size, off + len(data))
         return size
-
-
-def filling_chunks(datasets: list[h5py.Dataset]) -> list[tuple[int, int]]:
-    """The byte ranges of each uncompressed dataset's last chunk, where it is on disk already."""
-    ranges = []
-    for ds in datasets:
-        if ds.compression or not ds.chunks or not ds.shape[0] or h5py.check_vlen_dtype(ds.dtype) is not None:
-            continue
-        first = (ds.shape[0] - 1) // ds.chunks[0] * ds.chunks[0]
-        info = ds.id.get_chunk_info_by_coord((first,) + (0,) * (ds.ndim - 1))
-        if info.byte_offset is not None:
-            ranges.append((info.byte_offset, info.byte_offset + info.size))
-    return ranges
 
 
 def _pwrite(fd: int, data, offset: int) -> None:
