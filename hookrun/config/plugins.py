@@ -9,20 +9,17 @@ a notebook call or an action's `op:` needs it.
     plugin("probe").block_class()        # the dataclass the `probe:` block is parsed into, once
     plugin_op("probe_steer")             # the op factory (config/plugin_parts.py: imports that kind's module only)
 
-`ops` maps an op name to its factory, as `@register_op` takes one (parameters = the action's keys,
-a keyword-only `build: OpBuild` for the hook point): a modify action's `op: probe_steer` finds it
-through hooks/ops.py's registry, which asks `plugin_op` (plugin_parts.py) for a name it does not know (a plugin op
-named as a built-in one is one ConfigError line where it is used). A shipped kind's op names are
-read from its __init__.py's text, not imported. A "module:attribute" string of any slot that names
-no module or attribute is one ConfigError line naming the plugin and the slot.
+`ops` maps an op name to its factory, as `@register_op` takes one (the action's keys, a keyword-only `build: OpBuild`):
+hooks/ops.py's registry asks `plugin_op` for a name it does not know (one named as a built-in op is one ConfigError line
+where used); a shipped kind's op names are read from its __init__.py's text, not imported. A "module:attribute" string
+of any slot that names no module or attribute is one ConfigError line naming the plugin and the slot.
 
 Discovery, without a hand list: every folder of hookrun/runner/kinds/ (found on disk, imported only
 when that kind is asked for), the entry points of the group `hookrun.kinds` (a user's package: the
 way pytest finds its plugins), and `register_plugin(KIND)` from a module named in `imports:`.
-A name no kind can take (a config key, Hydra's, a config group, a kind of hookrun's own:
-config/kind_names.py, imported only then) is refused: an entry point's is listed by --help with why, register_plugin's raises.
-A block's dataclass may give `check(self)`, raising a one-line ConfigError for values that need no
-model; `parse_block` runs it once, in `hookrun.config.schema.load`, before anything is built.
+A name no kind can take (a config key, Hydra's, a config group, a kind of hookrun's own: config/kind_names.py) is
+refused: an entry point's is listed by --help with why, register_plugin's raises. A block's dataclass may give
+`check(self)`, a one-line ConfigError for values that need no model; `parse_block` runs it once, in schema.load.
 """
 
 from __future__ import annotations
@@ -65,8 +62,7 @@ class KindPlugin:
                               f"types and defaults: decorate the class with @dataclasses.dataclass)")
         return cls
 
-    def run_class(self) -> type:
-        """The `run` slot's class as given (runner/kinds/__init__.py:plugin_kind checks it and names it)."""
+    def run_class(self) -> type:  # (as given: runner/kinds/__init__.py's plugin_kind checks it and names it)
         return _resolve(self.run, f"kind plugin {self.name!r}, run")
 
     @property
@@ -157,15 +153,13 @@ CONFIG_KEYS: set[str] = set()  # the keys every config has (config/schema.py add
 
 
 def _refused(name: str) -> str | None:
-    """Why a user's kind cannot be named `name` (config/kind_names.py, imported where a user's kind is
-    found: off the main job's route), else None."""
+    """Why a user's kind cannot be named `name` (config/kind_names.py: off the main job's route), else None."""
     from hookrun.config.kind_names import refused_name
 
     return refused_name(name, CONFIG_KEYS)
 
 
-def plugin_names() -> list[str]:
-    """Every kind that can be asked for (loaded or only found)."""
+def plugin_names() -> list[str]:  # (every kind that can be asked for: loaded or only found)
     _scan()
     return sorted(set(_PLUGINS) | set(_FOUND))
 
@@ -193,8 +187,8 @@ def plugin(name: str) -> KindPlugin | None:
 
 
 def loadable(name: str) -> KindPlugin | None:
-    """plugin(name), or None where it fails to load: a kind not asked for by name (a lookup of an op or
-    a reader method asks every kind) never stops a run or a reader; asking for it says why."""
+    """plugin(name), or None where it fails to load: a lookup that asks every kind (an op, a reader method) never
+    stops a run or a reader on it; asking for it by name says why."""
     try:
         return plugin(name)
     except ConfigError:
@@ -225,16 +219,7 @@ def typed_block(name: str, node: Any) -> tuple[dict[str, Any], Any]:
         node = {}
     if not isinstance(node, Mapping):
         raise ConfigError(f"{name}: the block is {node!r}; give a mapping of its keys ({_keys(cls)})")
-    fields = {f.name for f in dataclasses.fields(cls)}
-    mapped = {}
-    for key, value in node.items():
-        field_name = f"{key}_" if keyword.iskeyword(str(key)) else str(key)
-        if field_name not in fields:
-            hint = close_matches(f"{name}.{key}", [f"{name}.{_key(f)}" for f in fields], n=1)  # (as the schema's)
-            raise ConfigError(f"{name}.{key}: not a key of the {name} block"
-                              f"{f'; did you mean {hint[0]}?' if hint else ''} (it has: {_keys(cls)})")
-        mapped[field_name] = value
-        mapping_where_nested(f"{name}.", cls, field_name, value)
+    mapped = _known(f"{name}.", cls, node)
     try:
         merged = OmegaConf.merge(OmegaConf.structured(cls), mapped)
         plain = {_key(k): v for k, v in typing.cast(dict, OmegaConf.to_container(merged, enum_to_str=True)).items()}
@@ -253,6 +238,21 @@ def typed_block(name: str, node: Any) -> tuple[dict[str, Any], Any]:
         except Exception as exc:  # (a ValueError, an assert: the plugin's own words, one line naming the block)
             raise ConfigError(f"{name}: the kind plugin's check() refused the block: {type(exc).__name__}: {' '.join(str(exc).split())}") from exc
     return plain, block
+
+
+def _known(where: str, cls: type, node: Mapping) -> dict[str, Any]:
+    """`node` keyed by `cls`'s fields (`with` -> `with_`): a key it does not have, in the block or a block nested in it
+    (probe.split.tset), is one line with the closest key and the keys it has, as the schema's."""
+    fields, mapped, what = {f.name for f in dataclasses.fields(cls)}, {}, where[:-1]
+    for key, value in node.items():
+        field_name = f"{key}_" if keyword.iskeyword(str(key)) else str(key)
+        if field_name not in fields:
+            hint = close_matches(f"{where}{key}", [f"{where}{_key(f)}" for f in fields], n=1)
+            raise ConfigError(f"{where}{key}: not a key of {f'the {what} block' if '.' not in what else what}"
+                              f"{f'; did you mean {hint[0]}?' if hint else ''} (it has: {_keys(cls)})")
+        nested = mapping_where_nested(where, cls, field_name, value)
+        mapped[field_name] = _known(f"{where}{key}.", nested, value) if nested and isinstance(value, Mapping) else value
+    return mapped
 
 
 def mapping_where_nested(where: str, cls: type, field_name: str, value: Any) -> type | None:

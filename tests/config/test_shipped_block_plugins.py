@@ -112,6 +112,9 @@ def test_a_patching_run_parses_and_checks_its_block_once(tmp_path, monkeypatch):
     ({"patching": {"method": "eap_gi"}}, "patching.method='eap_gi'; choose from: atp, atp_ig, eap, eap_ig, exact; "
                                          "did you mean eap_ig?"),
     ({"patching": {"verify": "many"}}, "patching.verify: Value 'many' of type 'str' could not be converted to Integer"),
+    # a key of a block nested in a block: was OmegaConf's "probe.split.tset: Key 'tset' not in 'Split'", no close key
+    ({"probe": {"at": ["fc"], "split": {"tset": 0.3}}}, "probe.split.tset: not a key of probe.split; did you mean "
+                                                        "probe.split.test? (it has: seed, test)"),
 ])
 def test_a_bad_key_or_value_of_either_block_is_one_line_at_load(block, line):
     with pytest.raises(ConfigError) as exc:
