@@ -115,6 +115,10 @@ def test_a_patching_run_parses_and_checks_its_block_once(tmp_path, monkeypatch):
     # a key of a block nested in a block: was OmegaConf's "probe.split.tset: Key 'tset' not in 'Split'", no close key
     ({"probe": {"at": ["fc"], "split": {"tset": 0.3}}}, "probe.split.tset: not a key of probe.split; did you mean "
                                                         "probe.split.test? (it has: seed, test)"),
+    ({"similarity": {"at": ["fc"], "with": {"model": {"_target_": "x"}, "att": ["fc"]}}},  # (named no close key)
+     "similarity.with.att: not a key of with; did you mean similarity.with.at? (it has: model, at)"),
+    ({"similarity": {"at": ["fc"], "with": {"data": {}}}}, "similarity.with.data: not a key of with (the second model "
+                                                          "runs on the run's own batches); it has: model, at"),
 ])
 def test_a_bad_key_or_value_of_either_block_is_one_line_at_load(block, line):
     with pytest.raises(ConfigError) as exc:

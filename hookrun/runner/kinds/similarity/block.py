@@ -101,7 +101,9 @@ def _with(node: Any) -> dict[str, Any]:
     unknown = [k for k in node if k not in WITH_KEYS]
     if unknown:
         why = " (the second model runs on the run's own batches)" if unknown[0] in ("data", "batch_size") else ""
-        raise ConfigError(f"similarity.with.{unknown[0]}: not a key of with{why}; it has: model, at")
+        hint = close_matches(str(unknown[0]), WITH_KEYS, n=1) if not why else []
+        raise ConfigError(f"similarity.with.{unknown[0]}: not a key of with{why}; "
+                          f"{f'did you mean similarity.with.{hint[0]}? (it has: model, at)' if hint else 'it has: model, at'}")
     model = node.get("model")
     if isinstance(model, Mapping) and "live" in model and LIVE_WITH.get() is None:
         raise ConfigError(f"similarity.with.model={dict(model)!r} names a live model, which only "
