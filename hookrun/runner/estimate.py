@@ -73,6 +73,7 @@ class Estimate:
     state_bytes: int = 0  # stateful actions' state (top_examples: features x k), in its two slots under /state
     state_groups: int = 0  # ... and its groups
     unestimated: str = ""  # what the estimate leaves out: a kind's rows that are not batches (RunKind.estimated)
+    kind_lines: list[str] = field(default_factory=list)  # the kind's own (RunKind.plan_lines)
 
     @property
     def total_bytes(self) -> int:
@@ -116,6 +117,7 @@ class Estimate:
                            f"{human_bytes(line.row_bytes):>10s}/{unit} x {line.rows} = {human_bytes(line.total)}")
             if not any(ln.capture.key.hook == hook for ln in self.lines):
                 out.append("    (records nothing)")
+        out += self.kind_lines
         state = f"{human_bytes(self.state_bytes)} of actions' state (/state), " if self.state_bytes else ""
         out.append(f"  besides the captures: {human_bytes(self.extra_bytes)} (/samples, /checksums), {state}"
                    f"{human_bytes(self.meta_bytes)} of HDF5 metadata")
@@ -172,6 +174,7 @@ def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: Actio
     report.state_groups += 1 if report.state_bytes else 0  # /state
     before = len(datasets)
     report.extra_bytes = kind.file_bytes(n_samples) + sample_bytes(loader, call, settings, n_samples, datasets)
+    report.kind_lines = kind.plan_lines(n_samples)
     digested += n_batches * (len(datasets) - before)  # (every /samples dataset, each batch)
     tokens = [len(c.value) for c in captures if c.tokens]
     if tokens:  # the token map: /samples/token_sample, token_position (and token_generated: generate)

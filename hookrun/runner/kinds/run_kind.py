@@ -33,6 +33,7 @@ closure and the store never ask which kind runs; they read what the kind hands t
 | `end_note()`             | the run's last log line | what it adds after the file's name ("" for none)  |
 | `end_attrs()`            | after its last step     | root attributes known only then ({} for none)     |
 | `file_bytes(n)`          | dry_run estimate        | bytes it adds besides the captures                |
+| `plan_lines(n)`          | dry_run printout        | its own lines: points, rows, memory               |
 | `estimated`              | dry_run, max_bytes      | False: its rows (cells, steps) are not estimated, |
 |                          |                         | so output.max_bytes is refused                    |
 
@@ -236,6 +237,9 @@ class RunKind:
     def file_bytes(self, n_samples: int) -> int:
         """Bytes this kind adds to the file besides the captures (the dry-run estimate)."""
         return 0
+
+    def plan_lines(self, n_samples: int) -> list[str]:  # dry_run: its own work (points, rows, memory), under the hooks'
+        return []
 
     def token_rows(self, call: ModelCall) -> int:
         """Token rows per sample where the kind makes more than the batch holds (generate); 0: as the batch."""

@@ -39,7 +39,7 @@ from hookrun.runner.kinds.probe.block import LIVE_TEST
 from hookrun.runner.kinds.probe.collect import Collector, check_rows
 from hookrun.runner.kinds.probe.fit import FitSpec, fit_point, test_rows, training_classes
 from hookrun.runner.kinds.probe.rows import RowStore
-from hookrun.runner.kinds.probe.table import GROUP, class_count, probe_bytes
+from hookrun.runner.kinds.probe.table import GROUP, class_count, plan, probe_bytes
 from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds
 
 log = logging.getLogger("hookrun")
@@ -54,7 +54,6 @@ class ProbeKind(RunKind):
         if cfg.mode is not Mode.eval:
             raise ConfigError(f"probe with mode={cfg.mode.value}: a probe needs one forward per batch; leave mode=eval")
         import importlib.util
-
         missing = [m for m in ("scipy", "threadpoolctl") if importlib.util.find_spec(m) is None]
         if missing:
             raise ConfigError(f"probe: its solvers run on scipy (L-BFGS-B, linear algebra) with threadpoolctl (BLAS "
@@ -90,8 +89,8 @@ class ProbeKind(RunKind):
         limit = ctx.cfg.data.limit
         known = listed_targets(data, len(ctx.env.planned_samples))
         if b.target in ("label", "target") and known is not None and len(np.unique(known)) < 2:
-            raise ConfigError(f"probe.target={b.target}: the run's items hold {len(np.unique(known))} class(es) "
-                              f"({np.unique(known).tolist()}); a probe needs at least 2: probe more items or other data")
+            raise ConfigError(f"probe.target={b.target}: the run's items hold {len(np.unique(known))} class(es) ({np.unique(known).tolist()}); "
+                              "a probe needs at least 2: probe more items or other data")
         if b.target in ("label", "target") and known is not None and b.test_data is None and limit is None:
             test = test_rows(np.arange(len(known)), b.split.test, b.split.seed)  # every item runs: known before a batch
             training_classes(known, ~test)
@@ -102,9 +101,8 @@ class ProbeKind(RunKind):
         self.tests = self.test_loader() if b.test_data is not None else None
         self.stores: dict[str, RowStore] = {}
         self.last = -1
-        self.rank, self.world, self.link, self.begin, self.points = 0, 1, None, 0, []
+        self.rank, self.world, self.link, self.begin, self.points, self.tmp = 0, 1, None, 0, [], None
         self.should_stop = lambda: False
-        self.tmp: Scratch | None = None
 
     def share(self, rank: int, world: int) -> str | None:
         self.rank, self.world = rank, world
@@ -189,9 +187,8 @@ class ProbeKind(RunKind):
         b = self.spec
         y = self.stores[self.names[0]].column("y")
         if y.dtype.kind != "f" and len(np.unique(y)) < 2:  # (before test_data's pass and any solver)
-            raise ConfigError(f"probe.target={b.target}: the data's targets hold {len(np.unique(y))} class(es) "
-                              f"({np.unique(y).tolist()}) over {len(y)} rows; a probe needs at least 2: probe more "
-                              f"items or another target")
+            raise ConfigError(f"probe.target={b.target}: the data's targets hold {len(np.unique(y))} class(es) ({np.unique(y).tolist()}) "
+                              f"over {len(y)} rows; a probe needs at least 2: probe more items or another target")
         if b.test_data is not None:
             self.test_pass(model, session)
         spec = FitSpec(method=b.method, C=b.C, alpha=b.alpha, standardize=b.standardize, max_iter=b.max_iter,
@@ -263,6 +260,9 @@ class ProbeKind(RunKind):
 
     def file_bytes(self, n_samples: int) -> int:
         return probe_bytes(self.features, self.classes, len(json.dumps(self.describe())))
+
+    def plan_lines(self, n_samples: int) -> list[str]:
+        return plan(self, n_samples)
 
 
 def listed_targets(data: Any, n: int | None) -> np.ndarray | None:

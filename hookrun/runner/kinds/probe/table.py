@@ -109,3 +109,26 @@ def probe_bytes(features: dict[str, int], classes: int, described: int) -> int:
     c, p = classes or 8, len(features)
     data = sum(8 * (c * f + c + 2 * f) for f in features.values())
     return data + table_bytes(1 + p, 4 * p, p * (len(SCALARS) + 2) + 6, p * (16 * c + 256) + 2 * described)
+
+
+def plan(kind: Any, n_samples: int) -> list[str]:
+    """dry_run's probe lines: the fit and the split, then per hook point its features and the rows the run gives it
+    (`pool: every`: as many per item as the first batch's), float64, against its share of probe.memory (beyond it the
+    rows go to a spill file beside the run)."""
+    from hookrun.analysis.stats import human_bytes  # (the printout only)
+
+    b, share = kind.spec, kind.spec.memory // len(kind.names)
+    fit = f"logistic (C={b.C:g})" if b.method == "logistic" else f"ridge (alpha={b.alpha:g})"
+    split = "probe.test_data's items to test" if b.test_data is not None else \
+        f"split.test {b.split.test:g} (seed {b.split.seed})"
+    out = [f"  probe {fit}, pool {b.pool}, {split}{', the control task' if b.control else ''}; each of the "
+           f"{len(kind.names)} point(s) holds {human_bytes(share)} of rows in memory (probe.memory), beyond it a spill file"]
+    indices, first = kind.first if kind.first is not None else (None, {})
+    for name in kind.names:
+        per_item = first[name][0].shape[0] / len(indices) if name in first and len(indices) else 1.0
+        rows = round(n_samples * per_item)
+        need = rows * kind.features[name] * 8
+        about = "about " if b.pool == "every" else ""
+        out.append(f"    {name:34s} {kind.features[name]} features x {about}{rows} rows = {about}{human_bytes(need)}"
+                   f"{' (spilled: over its share)' if need > share else ''}")
+    return out

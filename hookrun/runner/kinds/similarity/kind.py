@@ -266,6 +266,19 @@ class SimilarityKind(RunKind):
         if self.world > 1 and not self.rank and self.link is not None:
             self.link.discard("similarity")
 
+    def plan_lines(self, n_samples: int) -> list[str]:
+        """dry_run: the measure, the route and what it holds at its peak (similarity.memory), each series' features."""
+        from hookrun.analysis.stats import human_bytes  # (the printout only)
+
+        b, batch = self.block, self.ctx.cfg.data.batch_size
+        peak = route_bytes(self.route, self.dims, n_samples, batch, b.measure, b.estimator == "unbiased")
+        n = len(self.rows)
+        series = ", ".join(f"{self.label(k)} {d}" for k, d in enumerate(self.dims[:n]))
+        series += f"; with.at: {', '.join(f'{self.label(k)} {d}' for k, d in enumerate(self.dims) if k >= n)}" if self.other else ""
+        return [f"  similarity {b.measure}, estimator {b.estimator} ({self.route} route), pool {b.pool}: a {self.shape[0]} x "
+                f"{self.shape[1]} matrix over {n_samples} items; holds about {human_bytes(peak)} of similarity.memory "
+                f"{human_bytes(b.memory)}; features at: {series}"]
+
     def file_bytes(self, n_samples: int) -> int:
         """The matrix (float64, a capture of its step: its header and chunk index) under its three groups
         (captures/similarity/NAME), and the root's `similarity` attribute (written again where a cell is NaN)."""
