@@ -101,7 +101,7 @@ class Applier:
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.pending = False  # a message sent, its answer not yet read
-        self.locked = False  # the helper said it holds the file's lock (its first byte)
+        self.ready = False  # the helper said it has started (its first byte; the file's lock is held from before it)
         self.proc, lock = None, _locked(fd) if os.name == "posix" else -1  # (before it starts: a kill finds it held)
         try:
             if os.name == "posix":
@@ -119,9 +119,9 @@ class Applier:
             _apply(self.fd, message)
             return
         self.wait()
-        if not self.locked:  # no message before the helper holds the lock readers wait on (lock.py's settled)
-            self.locked = self.proc.stdout.read(1) == b"r"
-            if not self.locked:
+        if not self.ready:  # (a helper that died as it started is one OSError here, not a message into a closed pipe)
+            self.ready = self.proc.stdout.read(1) == b"r"
+            if not self.ready:
                 raise OSError(f"the flush helper did not start (exit {self.proc.poll()})")
         old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM}) if threading.current_thread() is threading.main_thread() else None
         try:  # never half a message from here: a KeyboardInterrupt would leave the helper waiting

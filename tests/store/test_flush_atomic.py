@@ -151,7 +151,7 @@ def test_a_killed_writers_helper_lets_go_of_the_file_while_a_forked_worker_holds
     if writer == 0:
         try:
             raw = held.HeldWrites(path)
-            raw.applier.apply(b"")  # (the helper holds the lock once it has said so)
+            raw.applier.apply(b"")  # (the helper has started and holds the lock it inherited)
             worker = os.fork()
             if worker == 0:  # the "worker": every inherited fd, the helper's stdin among them
                 time.sleep(300)
