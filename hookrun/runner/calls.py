@@ -47,9 +47,9 @@ class ModelCall:
     batch: Any = None  # the whole collated batch, with the keyword inputs under their argument names (loss=lm reads input_ids)
     attention_mask: torch.Tensor | None = None
 
-    def run(self, model: nn.Module) -> Any:
-        """The forward, as model_forward() runs it (the model's own exception: one RunError line)."""
-        return model_forward(model, self.args, with_positions(model, self.kwargs, self.attention_mask), self.kwargs)
+    def run(self, model: nn.Module, who: str = "the model", error: type[HookrunError] = RunError) -> Any:
+        """The forward, as model_forward() runs it (the model's own exception: one line naming `who`, of type `error`)."""
+        return model_forward(model, self.args, with_positions(model, self.kwargs, self.attention_mask), self.kwargs, who, error)
 
     def describe(self) -> str:
         """The call's inputs as `input_ids=[2, 8] int64, ...` (shapes and dtypes, no values)."""

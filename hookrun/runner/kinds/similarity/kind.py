@@ -40,7 +40,6 @@ from hookrun.hooks.taps import Taps, refuse_non_finite
 from hookrun.output.rank_link import RankLink
 from hookrun.output.scratch import Scratch, clear_scratch
 from hookrun.runner.batches import first_batch
-from hookrun.runner.calls import model_forward, with_positions
 from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds, own_copy
 from hookrun.runner.kinds.similarity.accumulate import (
     accumulator,
@@ -130,8 +129,7 @@ class SimilarityKind(RunKind):
         for taps, m, c in zip(self.taps, [model, self.other], calls, strict=False):
             with taps.attached(pooled(self.block.pool, c.attention_mask, taps.where, taps, items)), torch.no_grad():
                 if m is self.other:
-                    model_forward(m, c.args, with_positions(m, c.kwargs, c.attention_mask), c.kwargs,
-                                  "similarity.with.model: the second model", ConfigError if first else RunError)
+                    c.run(m, "similarity.with.model: the second model", ConfigError if first else RunError)
                 else:
                     c.run(m)
             out += taps.take()
