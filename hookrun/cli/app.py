@@ -4,7 +4,7 @@
     python -m hookrun -m experiment=resnet_layer1 seed=0,1,2
 
 Hydra composes the config; this module puts the output file in the run folder, calls run(), and
-turns a HookrunError, or an error of Hydra's composition (hydra_errors.py), into one line
+turns a HookrunError, or an error of Hydra's composition (hydra_errors.py, loaded then), into one line
 `hookrun: error: ...` on stderr and a non-zero exit (HYDRA_FULL_ERROR=1 shows the traceback
 instead). The last log line names the file; a multirun ends by naming its sweep folder.
 """
@@ -30,10 +30,15 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from hookrun.cli.blocks import block_names, hydra_slots, missing_block
 from hookrun.cli.command import ends_quietly, exit_process, note_late_signals
-from hookrun.cli.hydra_errors import dotted_keys, one_line, renamed, shell_damage
-from hookrun.cli.hydra_mode import skip_mode_compose
+from hookrun.cli.command_line import (
+    block_names,
+    hydra_slots,
+    missing_block,
+    renamed,
+    shell_damage,
+    skip_mode_compose,
+)
 from hookrun.cli.run_record import RunRecord, held_saves, remove_empty
 from hookrun.config import CONF_PLACES, conf_folder
 from hookrun.config.plugins import plugin
@@ -56,7 +61,7 @@ def conf_dir() -> str:
     return str(found)
 
 
-SCHEMA = hydra_slots(hydra_schema())  # every kind's null block typed Any: the command line can add one (blocks.py)
+SCHEMA = hydra_slots(hydra_schema())  # every kind's null block typed Any: the command line can add one (command_line.py)
 ConfigStore.instance().store(name="hookrun_schema", node=SCHEMA)
 
 
@@ -151,17 +156,14 @@ def compose_config(overrides: list[str], hydra: bool = False) -> DictConfig:
         with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="hookrun"):
             return compose("config", overrides=forced_block_keys(overrides), return_hydra_config=hydra)
     except Exception as exc:
-        line = one_line(exc, overrides, lambda: _known_keys(overrides), _group_options)
+        from hookrun.cli.hydra_errors import composition_line  # (loaded only here)
+
+        line = composition_line(exc, overrides, _compose_groups, conf_dir())
         if line is None or _FULL_ERROR:
             raise
         raise ConfigError(line) from None
     finally:
         GlobalHydra.instance().clear()
-
-
-def _known_keys(overrides: list[str]) -> list[str]:
-    """The dotted keys of the config with these group choices (for 'did you mean')."""
-    return dotted_keys(OmegaConf.to_container(_compose_groups(overrides), resolve=False))
 
 
 def _compose_groups(overrides: list[str]) -> DictConfig:
@@ -183,7 +185,7 @@ def _compose_groups(overrides: list[str]) -> DictConfig:
 
 def forced_block_keys(args: list[str]) -> list[str]:
     """`my_kind.key=2` where the config has the block (missing_block said so): `++my_kind.key=2`.
-    A block's slot is untyped (blocks.py), so a key its YAML does not list would be refused by
+    A block's slot is untyped (command_line.py), so a key its YAML does not list would be refused by
     Hydra's struct mode; `load()` types the block and refuses a key it does not have, in one line."""
     blocks = set(block_names(SCHEMA, HookrunConfig))
     return [f"++{a}" if not a.startswith(("+", "-")) and "=" in a and "." in a.partition("=")[0]
@@ -197,10 +199,6 @@ def _missing_block(overrides: list[str]) -> str | None:
     rest = [o for o in overrides if o not in swept]
     return missing_block(overrides, block_names(SCHEMA, HookrunConfig), lambda: _compose_groups(rest), conf_dir(), swept,
                          lambda name: bool(getattr(plugin(name), "added_by_key", False)))
-
-
-def _group_options(group: str) -> list[str]:
-    return sorted(p.stem for p in Path(conf_dir(), group).glob("*.yaml"))
 
 
 def _fail(exc: HookrunError, shown: bool = False) -> None:
@@ -273,7 +271,9 @@ def main() -> None:
             traceback.print_exc()
         if isinstance(exc, HookrunError):  # from a launcher's worker process, which inherits the variable
             _fail(exc, shown=_FULL_ERROR)
-        line = one_line(exc, overrides, lambda: _known_keys(overrides), _group_options)
+        from hookrun.cli.hydra_errors import composition_line  # (loaded only here)
+
+        line = composition_line(exc, overrides, _compose_groups, conf_dir())
         if line is None and not _TASK_STARTED and isinstance(exc, OSError) and exc.filename:  # Hydra's mkdir of the run folder
             line = (f"cannot make the run folder {str(exc.filename)!r} ({exc.strerror}): give hydra.run.dir (a sweep: "
                     f"hydra.sweep.dir) a folder that can be written, e.g. hydra.run.dir=outputs/run1")

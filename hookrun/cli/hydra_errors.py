@@ -1,7 +1,7 @@
-"""Hydra's composition errors, and overrides the shell broke, as hookrun's one-line error.
+"""Hydra's composition errors as hookrun's one-line error (loaded only where one happens; what the
+shell did to an override is read before Hydra, in command_line.py).
 
-    message = shell_damage(sys.argv[1:])        # before Hydra: a brace-expanded or split override
-    message = one_line(exc, overrides, keys)    # after: "data.batchsize=8: ... did you mean data.batch_size?"
+    message = one_line(exc, overrides, keys)    # "data.batchsize=8: ... did you mean data.batch_size?"
 
 Hydra reports a bad override or a missing config option with several lines of its own (and
 suggests `+key=value`, which a key of hookrun's schema then refuses); the CLI prints what these
@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import yaml
 from hydra.errors import (
@@ -21,87 +22,14 @@ from hydra.errors import (
     MissingConfigException,
     OverrideParseException,
 )
+from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from hookrun.config.plugins import nested_block, takes_bool
-from hookrun.config.schema import HookrunConfig
+from hookrun.cli.command_line import QUOTE
 from hookrun.errors import ConfigError, close_matches
 
 # nodes whose keys are free (a constructor's arguments, a hook map): a new key there takes `+`
 FREE_NODES = ("model", "data.dataset", "loss", "hooks", "params")
-QUOTE = "put the whole override in single quotes, e.g. 'hooks={fmap: {at: layer1, type: forward}}'"
-
-
-def shell_damage(args: list[str]) -> str | None:
-    """An override the shell brace-expanded (the same key twice) or split at spaces (unbalanced
-    braces), recognised before Hydra sees it; None if the arguments look whole."""
-    overrides = [a for a in args if not a.startswith("-")]
-    for i, arg in enumerate(overrides):
-        if _depth(arg) > 0:
-            pieces = [arg]
-            for more in overrides[i + 1:]:
-                pieces.append(more)
-                if _depth(" ".join(pieces)) <= 0:
-                    whole = " ".join(pieces)
-                    return (f"the override {arg!r} was split by the shell at its spaces into {len(pieces)} "
-                            f"arguments; put it in single quotes: '{whole}'")
-    for arg in overrides:
-        key, eq, value = arg.lstrip("+").partition("=")
-        wrong = [v for v in value.split(",") if re.fullmatch(r"-?\d+", v.strip()) and v.strip() not in ("0", "1")]
-        if eq and wrong and _is_boolean(key):  # Hydra's schema reads dry_run=2 as true, silently
-            return f"{key}={wrong[0].strip()} is not a boolean; give true or false"
-    seen: dict[str, list[tuple[int, str]]] = {}
-    for i, arg in enumerate(overrides):
-        key, eq, _ = arg.partition("=")
-        if eq:
-            seen.setdefault(key.lstrip("+~"), []).append((i, arg))
-    for key, found in seen.items():
-        if len(found) > 1:
-            given = ", ".join(arg for _, arg in found)
-            side_by_side = [i for i, _ in found] == list(range(found[0][0], found[0][0] + len(found)))
-            if side_by_side and any(":" in arg.partition("=")[2] for _, arg in found):  # a mapping's pieces: one word
-                return (f"{key} is given {len(found)} times ({given}): the shell brace-expanded an "
-                        f"unquoted {{..,..}} into several arguments; {QUOTE} (a sweep is -m {key}=a,b)")
-            return (f"{key} is given {len(found)} times ({given}): give it once (a later value does not replace an "
-                    f"earlier one); to run several values, sweep: -m {key}=a,b"
-                    + ("; an unquoted {..,..} is split by the shell this way: quote it" if side_by_side else ""))
-    return None
-
-
-RENAMED = re.compile(r"^# renamed: (\S+)", re.MULTILINE)  # a group option's file that only points at its new name
-
-
-def renamed(overrides: list[str], conf: str) -> list[str]:
-    """A note for each group choice whose file says `# renamed: NEW` (experiment=OLD):
-    the old name still runs (its file pulls the new one in)."""
-    notes = []
-    for o in overrides:
-        key, eq, value = o.lstrip("+").partition("=")
-        if not eq or "." in key or not re.fullmatch(r"[\w/]+", key):
-            continue
-        for option in value.split(","):
-            path = Path(conf, key, f"{option.strip()}.yaml")
-            m = RENAMED.search(path.read_text(errors="replace")) if path.is_file() else None
-            if m:
-                notes.append(f"{key}={option.strip()} was renamed {key}={m.group(1)}; the old name still runs")
-    return notes
-
-
-def _is_boolean(key: str) -> bool:
-    """`key` (dotted) is a boolean of hookrun's schema (dry_run, output.overwrite)."""
-    *path, last = key.split(".")
-    cls: type | None = HookrunConfig
-    for part in path:
-        cls = nested_block(cls, part)
-        if cls is None:
-            return False
-    return takes_bool(cls, last)
-
-
-def _depth(text: str) -> int:
-    return text.count("{") + text.count("[") - text.count("}") - text.count("]")
-
-
 def one_line(exc: BaseException, overrides: list[str], known_keys: Callable[[], list[str]],
              group_options: Callable[[str], list[str]]) -> str | None:
     """hookrun's one line for an error of Hydra's composition, or None for any other exception.
@@ -149,6 +77,15 @@ def one_line(exc: BaseException, overrides: list[str], known_keys: Callable[[], 
     if isinstance(exc, ValueError) and str(exc).startswith("Config group override must be a string"):
         return _group_given_no_name(overrides, group_options)
     return None
+
+
+def composition_line(exc: BaseException, overrides: list[str], compose_groups: Callable[[list[str]], Any],
+                     conf: str) -> str | None:
+    """one_line for the app: the config's keys are those of `compose_groups(overrides)` (the group
+    choices alone, composed only where a key's suggestion is wanted), a group's options the YAML
+    files of that folder of `conf`."""
+    return one_line(exc, overrides, lambda: dotted_keys(OmegaConf.to_container(compose_groups(overrides), resolve=False)),
+                    lambda group: sorted(p.stem for p in Path(conf, group).glob("*.yaml")))
 
 
 def _group_given_no_name(overrides: list[str], group_options: Callable[[str], list[str]]) -> str | None:

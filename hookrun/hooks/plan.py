@@ -26,7 +26,6 @@ from hookrun.hooks.actions import ACTIONS, ActionEnv
 from hookrun.hooks.actions.base import Callback
 from hookrun.hooks.hook_types import HOOK_TYPES, HookType
 from hookrun.hooks.points import HookPoint, last_roles, split_site
-from hookrun.hooks.site_check import check_attention_weights, check_fused_attention, unfuse
 
 GLOB_CHARS = set("*?[")
 log = logging.getLogger("hookrun")
@@ -204,9 +203,9 @@ def make_plan(model: nn.Module, specs: list, env: ActionEnv, mode: Mode | str) -
 
                 check_site_actions(point, site[0])
             points.append(point)
-    env.hold.on_close(unfuse([p.target for p in points if p.site is not None], "op sites"))
-    check_fused_attention(points)
-    check_attention_weights(points)
+    if any(p.site is not None or any("output.1" in (getattr(a, "what", None) or ()) for a in p.actions) for p in points):
+        from hookrun.hooks.site_check import check_attention
+        check_attention(points, env.hold)  # (site_check.py loads only for op sites and attention weights)
     return points
 
 

@@ -96,6 +96,15 @@ def unfuse(modules: list[nn.Module], why: str) -> Callable[[], None]:
     return restore
 
 
+def check_attention(points: list[HookPoint], hold: Any) -> None:
+    """The plan's checks where a point names an op site or an attention module's weights: timm's
+    fused attention switched to its unfused path for op sites (switched back when `hold` closes), a
+    softmax site or a weights output under a fused kernel refused (below)."""
+    hold.on_close(unfuse([p.target for p in points if p.site is not None], "op sites"))
+    check_fused_attention(points)
+    check_attention_weights(points)
+
+
 def check_attention_weights(points: list[HookPoint]) -> None:
     """`record what: output.1` on a transformers attention module whose kernel is fused (sdpa, flash):
     its weights output is always None there, so it is refused when the plan is made (before any

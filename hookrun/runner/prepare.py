@@ -35,7 +35,6 @@ from hookrun.hooks.actions import ACTIONS, ActionEnv
 from hookrun.hooks.hold import ModelHold, disable_inplace
 from hookrun.hooks.plan import make_plan
 from hookrun.hooks.points import HookPoint
-from hookrun.hooks.site_check import check_sites_run
 from hookrun.labels import dataset_label
 from hookrun.models import weights_digest
 from hookrun.output.destination import Destination, open_destination
@@ -142,7 +141,9 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
         tensors = tensor_checked(points)
         if tensors:  # so does the actions' check of their tensors (a width, an axis)
             forward = functools.partial(check_tensors, points, forward)
-        if any(p.site is not None for p in points):
+        if any(p.site is not None for p in points):  # (hooks/site_check.py: loaded for op sites only)
+            from hookrun.hooks.site_check import check_sites_run
+
             points = check_sites_run(points, model, forward)
         elif env.splices or tensors:
             forward()

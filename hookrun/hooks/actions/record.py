@@ -47,7 +47,6 @@ from hookrun.hooks.actions.reduction import (
     snapshot,
 )
 from hookrun.hooks.events import Event, family, positional_index, positional_role
-from hookrun.hooks.site_check import missing_role
 from hookrun.store.records import Capture, CaptureKey
 
 log = logging.getLogger("hookrun")
@@ -261,6 +260,7 @@ class Record(Action):
             return
         for w in self.what:
             if not any(r == w or r.startswith(w + ".") for r in tensors):
+                from hookrun.hooks.site_check import missing_role
                 why = missing_role(ev.where, ev.target, w, tensors)
                 if self.point.globbed:  # a glob reached it: skipped, and listed at the end of the run
                     self._skipped = why

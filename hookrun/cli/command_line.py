@@ -1,0 +1,206 @@
+"""The command line, read before Hydra composes it: an override the shell broke, a kind's block
+set where the config has none, a renamed group option, and whether Hydra's first compose can be skipped.
+
+    line = shell_damage(sys.argv[1:])      # a brace-expanded or split override, before Hydra sees it
+    notes = renamed(overrides, conf_dir())  # experiment=OLD: "... was renamed ...; the old name still runs"
+    ConfigStore.instance().store(name="hookrun_schema", node=hydra_slots(HookrunConfig))
+    line = missing_block(["experiment=resnet_layer1", "my_kind.method=x"], blocks, compose_groups, conf)
+    # "my_kind.method=x: this config has no my_kind block; add one with '+my_kind={method: x}' ..."
+    with skip_mode_compose(sys.argv[1:], conf_dir()):
+        app()
+
+The CLI prints a line these return as `hookrun: error: ...` and exits with 2. An error of Hydra's
+composition itself is put in one line by hydra_errors.py, loaded only where one happens.
+
+A block that is off is null in the composed config. OmegaConf cannot merge anything into a null
+node typed with the block's dataclass (`+my_kind={method: x}` ended in "'NoneType' object has no
+attribute 'get'", `my_kind.method=x` in "Unexpected type for root: NoneType"), so the schema Hydra
+composes onto types every null block as Any (`hydra_slots`): `+my_kind={...}`, `my_kind={...}`,
+`+my_kind.method=...` then add the block, and `hookrun.config.schema.load` types it (its unknown
+keys and wrong types are one line there, before anything is built). `my_kind.method=x` without a
+`+`, where the config has no such block, reads as a change to a block the user thinks is there: it
+is refused in one line saying how to add one (`missing_block`).
+
+Hydra 1.3 composes the whole config twice for every command: `Hydra.get_mode` composes it only to
+read `hydra.mode` (a config may set `hydra: {mode: MULTIRUN}` to sweep without `-m`), then the run
+composes it again. That first compose is about 0.2 s of every run's start (cProfile of
+`python -m hookrun experiment=resnet_layer1`; benchmarks/process_pair.py times the whole process).
+
+    with skip_mode_compose(sys.argv[1:], conf_dir()):
+        app()
+
+The compose is skipped, and the mode left to the command line (`-m` or not, as Hydra does when a
+config sets no mode), only where nothing can set `hydra.mode`: no argument names it or adds a config
+folder (`--config-dir`, `--config-path`, `--config-name`, `hydra.searchpath`, `hydra.mode`), and
+no YAML file in hookrun's config folder sets `mode: RUN` or `mode: MULTIRUN` or a search path.
+Anywhere else Hydra's own get_mode runs, unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import typing
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from hookrun.config.plugins import nested_block, takes_bool
+from hookrun.config.schema import HookrunConfig
+
+QUOTE = "put the whole override in single quotes, e.g. 'hooks={fmap: {at: layer1, type: forward}}'"
+
+
+def shell_damage(args: list[str]) -> str | None:
+    """An override the shell brace-expanded (the same key twice) or split at spaces (unbalanced
+    braces), recognised before Hydra sees it; None if the arguments look whole."""
+    overrides = [a for a in args if not a.startswith("-")]
+    for i, arg in enumerate(overrides):
+        if _depth(arg) > 0:
+            pieces = [arg]
+            for more in overrides[i + 1:]:
+                pieces.append(more)
+                if _depth(" ".join(pieces)) <= 0:
+                    whole = " ".join(pieces)
+                    return (f"the override {arg!r} was split by the shell at its spaces into {len(pieces)} "
+                            f"arguments; put it in single quotes: '{whole}'")
+    for arg in overrides:
+        key, eq, value = arg.lstrip("+").partition("=")
+        wrong = [v for v in value.split(",") if re.fullmatch(r"-?\d+", v.strip()) and v.strip() not in ("0", "1")]
+        if eq and wrong and _is_boolean(key):  # Hydra's schema reads dry_run=2 as true, silently
+            return f"{key}={wrong[0].strip()} is not a boolean; give true or false"
+    seen: dict[str, list[tuple[int, str]]] = {}
+    for i, arg in enumerate(overrides):
+        key, eq, _ = arg.partition("=")
+        if eq:
+            seen.setdefault(key.lstrip("+~"), []).append((i, arg))
+    for key, found in seen.items():
+        if len(found) > 1:
+            given = ", ".join(arg for _, arg in found)
+            side_by_side = [i for i, _ in found] == list(range(found[0][0], found[0][0] + len(found)))
+            if side_by_side and any(":" in arg.partition("=")[2] for _, arg in found):  # a mapping's pieces: one word
+                return (f"{key} is given {len(found)} times ({given}): the shell brace-expanded an "
+                        f"unquoted {{..,..}} into several arguments; {QUOTE} (a sweep is -m {key}=a,b)")
+            return (f"{key} is given {len(found)} times ({given}): give it once (a later value does not replace an "
+                    f"earlier one); to run several values, sweep: -m {key}=a,b"
+                    + ("; an unquoted {..,..} is split by the shell this way: quote it" if side_by_side else ""))
+    return None
+
+
+RENAMED = re.compile(r"^# renamed: (\S+)", re.MULTILINE)  # a group option's file that only points at its new name
+
+
+def renamed(overrides: list[str], conf: str) -> list[str]:
+    """A note for each group choice whose file says `# renamed: NEW` (experiment=OLD):
+    the old name still runs (its file pulls the new one in)."""
+    notes = []
+    for o in overrides:
+        key, eq, value = o.lstrip("+").partition("=")
+        if not eq or "." in key or not re.fullmatch(r"[\w/]+", key):
+            continue
+        for option in value.split(","):
+            path = Path(conf, key, f"{option.strip()}.yaml")
+            m = RENAMED.search(path.read_text(errors="replace")) if path.is_file() else None
+            if m:
+                notes.append(f"{key}={option.strip()} was renamed {key}={m.group(1)}; the old name still runs")
+    return notes
+
+
+def _is_boolean(key: str) -> bool:
+    """`key` (dotted) is a boolean of hookrun's schema (dry_run, output.overwrite)."""
+    *path, last = key.split(".")
+    cls: type | None = HookrunConfig
+    for part in path:
+        cls = nested_block(cls, part)
+        if cls is None:
+            return False
+    return takes_bool(cls, last)
+
+
+def _depth(text: str) -> int:
+    return text.count("{") + text.count("[") - text.count("}") - text.count("]")
+
+
+def _optional_dataclass(hint: Any) -> bool:
+    return any(dataclasses.is_dataclass(t) for t in typing.get_args(hint)) and type(None) in typing.get_args(hint)
+
+
+def block_names(schema: type, own: type) -> list[str]:
+    """The top-level keys that are a kind's block: an optional dataclass of hookrun's own schema
+    `own`, or a null slot `schema` adds to it (a kind plugin's)."""
+    hints = typing.get_type_hints(own)
+    names = [f.name for f in dataclasses.fields(own) if _optional_dataclass(hints[f.name])]
+    mine = set(hints)
+    return names + [f.name for f in dataclasses.fields(schema) if f.name not in mine and f.default is None]
+
+
+def hydra_slots(schema: type) -> type:
+    """`schema` with every block whose default is null typed Any, so the command line can add it."""
+    hints = typing.get_type_hints(schema)
+    null = [(f.name, Any, dataclasses.field(default=None)) for f in dataclasses.fields(schema)
+            if _optional_dataclass(hints[f.name]) and f.default is None]
+    return dataclasses.make_dataclass(schema.__name__, null, bases=(schema,)) if null else schema
+
+
+def missing_block(overrides: list[str], blocks: list[str], compose_groups: Callable[[], Any], conf: str | Path,
+                  swept: list[str] = (), added_by_key: Callable[[str], bool] = lambda _: False) -> str | None:
+    """One line for `BLOCK.key=value` (no `+`) where the config, as its groups compose it, has no
+    BLOCK; None where every such override has its block. `compose_groups()` composes the group
+    choices alone (called only where a block's key is set); `swept`: the sweeps over group options
+    (`-m experiment=a,b`), which Hydra leaves out of the config it composes first; `added_by_key(BLOCK)`:
+    a key of that block adds it (its kind plugin says so: `added_by_key`)."""
+    given = {o.lstrip("+").split("=", 1)[0] for o in overrides if "=" in o}
+    dotted = [o for o in overrides if not o.startswith(("+", "~")) and "=" in o and "." in o.split("=", 1)[0]
+              and o.split(".", 1)[0] in blocks and o.split(".", 1)[0] not in given]
+    if not dotted:
+        return None
+    cfg = compose_groups()
+    for override in dotted:
+        block = override.split(".", 1)[0]
+        if cfg.get(block) is None and added_by_key(block):
+            continue
+        if cfg.get(block) is None and swept:
+            return (f"{override}: the sweep {', '.join(swept)} is composed first without its options, where there is no "
+                    f"{block} block; write '++{override}' (it sets the key where a job has the block, and adds it elsewhere)")
+        if cfg.get(block) is None:
+            key, _, value = override.partition("=")
+            rest = key.split(".", 1)[1]
+            add = f"'+{block}={{{rest}: {value}}}'" if "." not in rest else f"'+{override}'"
+            having = experiments_with(block, conf)
+            pick = f" or pick an experiment that has one ({', '.join(f'experiment={e}' for e in having[:3])})" if having else ""
+            return f"{override}: this config has no {block} block; add one with {add}{pick}"
+    return None
+
+
+def experiments_with(block: str, conf: str | Path) -> list[str]:
+    """The shipped experiments whose file gives `block:` at its top level."""
+    top = re.compile(rf"^{re.escape(block)}:", re.MULTILINE)
+    return sorted(p.stem for p in Path(conf, "experiment").glob("*.yaml") if top.search(p.read_text(errors="replace")))
+
+
+SETS_MODE = re.compile(r"^\s*(hydra\.)?mode:\s*['\"]?(MULTIRUN|RUN)\b|searchpath", re.MULTILINE)
+ARGS = ("--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn", "hydra.mode", "+hydra.mode",
+        "++hydra.mode", "hydra.searchpath", "+hydra.searchpath", "++hydra.searchpath")
+
+
+def mode_is_the_command_lines(args: list[str], conf: str | Path) -> bool:
+    """Whether no argument and no config file of `conf` can set hydra.mode."""
+    if any(a.split("=", 1)[0] in ARGS for a in args):
+        return False
+    return not any(SETS_MODE.search(p.read_text(errors="replace")) for p in Path(conf).rglob("*.yaml"))
+
+
+@contextmanager
+def skip_mode_compose(args: list[str], conf: str | Path) -> Iterator[bool]:
+    """Within: Hydra's get_mode answers None (the command line decides) where no config can set the mode."""
+    from hydra._internal.hydra import Hydra
+
+    skip = mode_is_the_command_lines(args, conf)
+    original = Hydra.get_mode
+    if skip:
+        Hydra.get_mode = lambda self, config_name, overrides: None
+    try:
+        yield skip
+    finally:
+        Hydra.get_mode = original
