@@ -13,11 +13,21 @@ Two classes satisfy Destination: LocalFile (one HDF5 file: output/local_file.py)
 is the layout output/shards.py's ShardRun wraps around either (LocalShards: a file per rank and a
 merged view; PartsShards: parts per rank and a top manifest); each rank writes through its own
 destination (`layout.mine`). Nothing above this module asks whether a path is a URL.
+
+The moment a run is accepted (its lock held, every check passed, its output open), run() calls
+`accepted()`; whoever waits on it listens with `on_accepted` (the CLI keeps Hydra's record of a run,
+`.hydra/` and `hookrun.log`, until then: cli/run_record.py), so a run refused for any reason (the file
+exists, another writer holds it, a bad config) writes nothing into its run folder. A dry run, and a
+resume of a complete file, are never accepted: they write nothing either.
+
+    with on_accepted(lambda: print("the output is this run's now")):
+        hookrun.run(cfg)      # calls it once, just after the output opens; a refused run never does
 """
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -117,3 +127,22 @@ def in_run_folder(path: str, staging: str | None, folder: Path) -> tuple[str, st
         return path, staging if staging is not None else str(folder)
     path = str(Path(local_path(path)).expanduser())  # (file:///tmp/run.h5 is /tmp/run.h5; ~/run.h5 the home folder's)
     return (path if Path(path).is_absolute() else str(folder / path)), staging
+
+
+_LISTENERS: list[Callable[[], None]] = []
+
+
+@contextmanager
+def on_accepted(listener: Callable[[], None]) -> Iterator[None]:
+    """Within: `listener()` is called when a run is accepted (runner/run.py: execute)."""
+    _LISTENERS.append(listener)
+    try:
+        yield
+    finally:
+        _LISTENERS.remove(listener)
+
+
+def accepted() -> None:
+    """The run's output is open: tell whoever waits (the CLI's run record)."""
+    for listener in list(_LISTENERS):
+        listener()

@@ -28,10 +28,9 @@ from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.session import HookSession
 from hookrun.labels import dataset_label
-from hookrun.output.destination import Destination, open_destination
+from hookrun.output.destination import Destination, accepted, open_destination
 from hookrun.output.ranks import detect
 from hookrun.output.signals import Interrupted, StopSignals, StoreAway, after_close, setup_stops
-from hookrun.runner.accepted import accepted
 from hookrun.runner.action_state import finish_actions, restore_states
 from hookrun.runner.kinds import check_config, kind_for
 from hookrun.runner.loop import end_report, run_batches
@@ -187,7 +186,7 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
     session = HookSession(p.points, p.env, cfg.early_stop)
     with StopSignals() as stop:  # from before the file exists: a first signal then stops after one batch
         store = open_store(p, resume)
-        accepted()  # the output is this run's: the CLI now writes Hydra's record of it (runner/accepted.py)
+        accepted()  # the output is this run's: the CLI now writes Hydra's record of it (output/destination.py)
         try:
             first = p.batches.start  # 0, or where this rank's shard starts
             if resume is not None:
