@@ -14,9 +14,10 @@ import torch
 
 
 def saelens_fit(sae, rows: torch.Tensor, total: int, batch: int, lr: float = 1e-3, lr_end: float = 1e-4,
-                **trainer) -> list[dict]:
+                fired: list | None = None, **trainer) -> list[dict]:
     """Train `sae` with SAETrainer on `rows` in order, again from the first row past the end, in
-    ceil(total / batch) batches of `batch` rows; the per-step figures of its build_train_step_log_dict."""
+    ceil(total / batch) batches of `batch` rows; the per-step figures of its build_train_step_log_dict
+    (`fired`: each step's latents that fired on some row of its batch, appended, from the step's activations)."""
     from sae_lens import SAETrainer
     from sae_lens.config import SAETrainerConfig
 
@@ -28,6 +29,8 @@ def saelens_fit(sae, rows: torch.Tensor, total: int, batch: int, lr: float = 1e-
         def step(self, batch_rows):
             out = super().step(batch_rows)
             logs.append(self.build_train_step_log_dict(out, self.n_training_samples))
+            if fired is not None:
+                fired.append((out.feature_acts.detach().to_dense() != 0).any(0).cpu())
             return out
 
     config = SAETrainerConfig(total_training_samples=total, train_batch_size_samples=batch, lr=lr, lr_end=lr_end,

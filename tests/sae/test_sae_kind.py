@@ -121,6 +121,46 @@ def test_a_resume_after_overwriting_an_earlier_run_never_takes_its_checkpoints(c
     assert not (tmp_path / "run" / "checkpoints").exists() or not list((tmp_path / "run" / "checkpoints").iterdir())
 
 
+def test_a_run_of_an_earlier_hookrun_resumes_with_its_figures_whole_and_silent_features_from_then(
+        cache, tmp_path, monkeypatch):
+    """A run written by a hookrun that logged no silent_features, interrupted, then resumed by this one: the
+    file's curves equal SAELens' trainer run directly (every step), and silent_features is NaN at the steps
+    the earlier run wrote, a value from the resume on (before: `run.sae_curves()` raised IndexError, that
+    column shorter than the others by the steps the earlier run wrote)."""
+    from hookrun.output.signals import Interrupted
+    from hookrun.runner.kinds.sae import engine
+
+    torch.set_num_threads(1)
+    cfg = config(cache, tmp_path / "run", checkpoints=3)
+    cfg["output"]["flush_every"] = 1
+    monkeypatch.setattr(engine, "silent_features", lambda trainer, steps: None)  # (the earlier hookrun: no figure)
+    original = engine.LoggingTrainer.step
+
+    def earlier(self, batch):  # noqa: ANN001, ANN202
+        hook = self.on_step
+        self.on_step = None if hook is None else (lambda step, figures: hook(step, {
+            k: v for k, v in figures.items() if k != "sparsity/silent_features"}))
+        try:
+            return original(self, batch)
+        finally:
+            self.on_step = hook
+
+    monkeypatch.setattr(engine.LoggingTrainer, "step", earlier)
+    interrupted = interrupt_at_step(monkeypatch, 13)
+    with pytest.raises(Interrupted):
+        hookrun.run(cfg)
+    monkeypatch.undo()
+    assert interrupted is earlier
+    with h5py.File(tmp_path / "run" / "captures.h5") as f:
+        kept = f["samples/index"].shape[0]
+        assert "silent_features" not in f["captures/sae/curves"] and 0 < kept < 20
+    result = hookrun.run({**cfg, "resume": True})
+    check_equals_reference(result.path, tmp_path / "run" / "sae", cache)
+    with hookrun.open_run(result.path) as run:
+        silent = run.sae_curves().column("silent_features")
+    assert len(silent) == 20 and all(np.isnan(silent[:kept])) and not any(np.isnan(silent[kept:]))
+
+
 def bad(cache: str, tmp_path: Path, **sae) -> str:
     with pytest.raises(ConfigError) as info:
         hookrun.run(config(cache, tmp_path / "bad", **sae))

@@ -75,6 +75,30 @@ def test_channel_sae_run_equals_saelens(shapes_cache, tmp_path):
     assert_same_latents(tmp_path / "run" / "sae", ref, rows, tmp_path / "ref")
 
 
+def test_silent_features_count_the_latents_silent_over_the_window_or_the_run_so_far(shapes_cache, tmp_path):
+    """silent_features at each step: the latents that fired on no row of the last min(window + 1, steps)
+    steps, read off SAELens' own trainer's activations step by step (the reference); past the window it is
+    SAELens' dead_features, before it the latents never fired, which dead_features cannot count yet (a
+    320-step run of experiment=sae_shapes logged dead_features 0 with 78 of its 128 latents never fired)."""
+    torch.set_num_threads(1)
+    window = 6
+    cfg = hookrun.compose("experiment=sae_shapes", *FROM_CACHE(shapes_cache), "sae.budget=2560", "sae.batch_rows=128",
+                          "sae.shuffle=false", "sae.d_sae=64", "sae.lr_schedule.warmup=2", f"+sae.dead_feature_window={window}",
+                          "progress=false", f"hydra.run.dir={tmp_path / 'run'}")
+    result = hookrun.run(cfg)
+    rows = torch.from_numpy(maps(shapes_cache).transpose(0, 2, 3, 1).reshape(-1, 32).copy())
+    torch.manual_seed(0)
+    fired: list[torch.Tensor] = []
+    logs = saelens_fit(TopKTrainingSAE(TopKTrainingSAEConfig(d_in=32, d_sae=64, k=8)), rows, 2560, 128,
+                       lr_warm_up_steps=2, lr_decay_steps=4, fired=fired, dead_feature_window=window)
+    want = [int((~torch.stack(fired[max(0, s - window):s + 1]).any(0)).sum()) for s in range(len(fired))]
+    with hookrun.open_run(result.path) as run:
+        got = [int(r["silent_features"]) for r in run.sae_curves().rows]
+    assert got == want and len(got) == 20
+    assert [int(r["sparsity/dead_features"]) for r in logs[window:]] == want[window:]  # SAELens' own, past the window
+    assert want[0] > 0 and all(int(r["sparsity/dead_features"]) == 0 for r in logs[:window])  # (a test that can fail)
+
+
 def test_a_feature_map_needs_rows_channel(shapes_cache, tmp_path):
     cfg = hookrun.compose("experiment=sae_shapes", *FROM_CACHE(shapes_cache), "sae.rows=token", "progress=false",
                           f"hydra.run.dir={tmp_path / 'run'}")

@@ -10,7 +10,8 @@ Everything the block does not set is SAELens' default (its training-SAE config c
 architecture, SAETrainerConfig's Adam betas, windows, the gradient clipping in its step). The SAE is
 built right after `torch.manual_seed(block.seed)`, so a run equals SAETrainer given the same rows in
 the same order. The per-step figures are SAELens' own `build_train_step_log_dict` of each step's
-output (what it logs to wandb when asked), taken after the step as its fit loop does.
+output (what it logs to wandb when asked), taken after the step as its fit loop does, and hookrun's
+`silent_features` beside them (below: SAELens' `dead_features` stays 0 in a run shorter than its window).
 """
 
 from __future__ import annotations
@@ -105,8 +106,19 @@ class LoggingTrainer(SAETrainer):
     def step(self, batch: torch.Tensor) -> Any:
         out = super().step(batch)
         if self.on_step is not None:
-            self.on_step(self.n_training_steps, self.build_train_step_log_dict(out, self.n_training_samples))
+            figures = self.build_train_step_log_dict(out, self.n_training_samples)
+            figures["sparsity/silent_features"] = silent_features(self, self.n_training_steps + 1)  # (counted after it)
+            self.on_step(self.n_training_steps, figures)
         return out
+
+
+def silent_features(trainer: SAETrainer, steps: int) -> int:
+    """The latents that have not fired in the last min(dead_feature_window + 1, `steps`) of the `steps`
+    training steps done: SAELens' `dead_features` (silent for more than dead_feature_window steps, 1000 by
+    default) once the training is longer than its window, and before that the latents that never fired,
+    which SAELens cannot yet count (a 320-step run that fired 14 of its 128 latents logged dead_features 0)."""
+    window = min(int(trainer.cfg.dead_feature_window) + 1, max(int(steps), 1))
+    return int((trainer.n_forward_passes_since_fired >= window).sum())
 
 
 class Training:

@@ -5,8 +5,8 @@
     run.sae                      # the block as run, the capture's module, d_in, epochs, out
 
 `python -m hookrun.inspect` prints the last step's figures, `python -m hookrun.plot` draws the
-curves (loss terms, L0, explained variance, dead features, lr), `open_sweep` gives one row per job
-with the last step's l0, explained_variance, mse_loss, overall_loss and dead_features (and, where
+curves (loss terms, L0, explained variance, dead and silent features, lr), `open_sweep` gives one row per job
+with the last step's l0, explained_variance, mse_loss, overall_loss, dead_features and silent_features (and, where
 sae.evaluate was on, the held-out ce_loss_score and kl_div_score: `run.sae_evaluation`), and the report
 of a sweep draws L0 against explained variance, and against ce_loss_score where evaluate was on.
 """
@@ -27,11 +27,11 @@ from hookrun.errors import NotFoundError, json_attribute
 from hookrun.runner.kinds.sae.block import UNITS
 
 GROUP = "captures/sae/curves"
-COLUMNS = ("l0", "explained_variance", "mse_loss", "overall_loss", "dead_features")
+COLUMNS = ("l0", "explained_variance", "mse_loss", "overall_loss", "dead_features", "silent_features")
 MODEL = ("ce_clean", "ce_intervened", "ce_ablated", "ce_loss_score", "kl_div_score")  # sae.evaluate's, kept
 SPLICE = ("l0", "mse", "explained_variance", "dead_fraction")
 PLOTTED = {"loss": ("overall_loss", "mse_loss"), "l0": ("l0",), "explained_variance": ("explained_variance",),
-           "dead_features": ("dead_features",), "lr": ("lr",)}
+           "dead_features": ("dead_features", "silent_features"), "lr": ("lr",)}
 
 
 def sae_meta(attrs: Mapping) -> dict[str, Any]:
@@ -54,11 +54,23 @@ def curves(f: h5py.File) -> Table:
     """One row per training step: its number and SAELens' figures of that step."""
     if GROUP not in f:
         return Table(["step"], [])
-    names = list(f[GROUP].keys())
-    steps = f["samples/index"][:]
-    values = {n: f[f"{GROUP}/{n}"][:] for n in names}
+    group, steps = f[GROUP], f["samples/index"][:]
+    siblings = {str(group[n].attrs.get("index") or "") for n in group} - {""}
+    names = [n for n in group if n not in siblings]
+    values = {n: _by_step(group, n, steps) for n in names}
     rows = [{"step": int(s), **{n: float(values[n][i]) for n in names}} for i, s in enumerate(steps)]
     return Table(["step", *names], rows)
+
+
+def _by_step(group: h5py.Group, name: str, steps: np.ndarray) -> np.ndarray:
+    """A figure's value at each step; NaN at the steps it lacks: a figure whose `index` sibling names the steps
+    it has (a run of an earlier hookrun resumed by one that logs more figures: silent_features from its resume on)."""
+    values, index = group[name][:], group[name].attrs.get("index")
+    if not index:
+        return values
+    out, at = np.full(len(steps), np.nan), {int(s): i for i, s in enumerate(steps)}
+    out[[at[int(s)] for s in group[str(index)][:]]] = values
+    return out
 
 
 def curves_method(f: h5py.File) -> Table:
