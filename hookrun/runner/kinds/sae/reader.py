@@ -32,6 +32,7 @@ MODEL = ("ce_clean", "ce_intervened", "ce_ablated", "ce_loss_score", "kl_div_sco
 SPLICE = ("l0", "mse", "explained_variance", "dead_fraction")
 PLOTTED = {"loss": ("overall_loss", "mse_loss"), "l0": ("l0",), "explained_variance": ("explained_variance",),
            "dead_features": ("dead_features", "silent_features"), "lr": ("lr",)}
+LABELS = {"dead_features": ("latents", "latents silent (SAELens' dead_features: over dead_feature_window steps)")}
 
 
 def sae_meta(attrs: Mapping) -> dict[str, Any]:
@@ -122,8 +123,9 @@ def figures(run: Any) -> list[tuple[str, Any]]:
     for stem, names in PLOTTED.items():
         series = {n: t.column(n) for n in names if n in t.columns}
         if series:
-            out.append((f"sae_{stem}", Lines(x=x, series=series, xlabel="training step", ylabel=stem,
-                                             title=f"SAE training: {stem} per step")))
+            ylabel, title = LABELS.get(stem, (stem, f"{stem} per step"))
+            out.append((f"sae_{stem}", Lines(x=x, series=series, xlabel="training step", ylabel=ylabel,
+                                             title=f"SAE training: {title}")))
     return out
 
 
