@@ -117,8 +117,12 @@ def silent_features(trainer: SAETrainer, steps: int) -> int:
     training steps done: SAELens' `dead_features` (silent for more than dead_feature_window steps, 1000 by
     default) once the training is longer than its window, and before that the latents that never fired,
     which SAELens cannot yet count (a 320-step run that fired 14 of its 128 latents logged dead_features 0)."""
-    window = min(int(trainer.cfg.dead_feature_window) + 1, max(int(steps), 1))
-    return int((trainer.n_forward_passes_since_fired >= window).sum())
+    return int((trainer.n_forward_passes_since_fired >= silence_window(trainer, steps)).sum())
+
+
+def silence_window(trainer: SAETrainer, steps: int) -> int:
+    """The last steps silent_features looks over: dead_feature_window + 1, or the `steps` done where fewer."""
+    return min(int(trainer.cfg.dead_feature_window) + 1, max(int(steps), 1))
 
 
 class Training:

@@ -162,7 +162,12 @@ class SaeKind(RunKind):
 
     def run_steps(self, data_loop: Any, writer: Any, first_row: int, should_stop: Any) -> int:
         """SAELens' fit over the cache's rows; each step's figures a row, those from `first_row` on."""
-        from hookrun.runner.kinds.sae.engine import Training, save_sae, silent_features
+        from hookrun.runner.kinds.sae.engine import (
+            Training,
+            save_sae,
+            silence_window,
+            silent_features,
+        )
 
         written = [0]
         names: dict[str, str] = {}
@@ -200,11 +205,11 @@ class SaeKind(RunKind):
             return written[0]
         self.remove_old_sae()
         save_sae(sae, self.out)
-        if silent := silent_features(train.trainer, train.trainer.n_training_steps):
+        trainer = train.trainer
+        if silent := silent_features(trainer, trainer.n_training_steps):
             log.warning("sae: %d of %d latents did not fire in the last %d training steps (silent_features; SAELens' "
                         "dead_features counts a latent only after dead_feature_window=%d silent steps)", silent,
-                        self.block.d_sae, min(train.trainer.n_training_steps, train.trainer.cfg.dead_feature_window + 1),
-                        train.trainer.cfg.dead_feature_window)
+                        self.block.d_sae, silence_window(trainer, trainer.n_training_steps), trainer.cfg.dead_feature_window)
         mark_sweep_out(self.out)
         if not self.cache_rows:
             log.info("sae: %d pass(es) over the data on the fly", self.rows.epochs)

@@ -25,6 +25,7 @@ from hookrun.analysis.report.run_sections import figure, section, table_item
 from hookrun.analysis.report.sweep_charts import unshown_note
 from hookrun.errors import NotFoundError, json_attribute
 from hookrun.runner.kinds.sae.block import UNITS
+from hookrun.store.capture_schema import is_capture, row_index
 
 GROUP = "captures/sae/curves"
 COLUMNS = ("l0", "explained_variance", "mse_loss", "overall_loss", "dead_features", "silent_features")
@@ -56,21 +57,17 @@ def curves(f: h5py.File) -> Table:
     if GROUP not in f:
         return Table(["step"], [])
     group, steps = f[GROUP], f["samples/index"][:]
-    siblings = {str(group[n].attrs.get("index") or "") for n in group} - {""}
-    names = [n for n in group if n not in siblings]
-    values = {n: _by_step(group, n, steps) for n in names}
+    names = [n for n in group if is_capture(group[n])]  # (not a figure's `.index` sibling)
+    values = {n: _by_step(f, group[n], steps) for n in names}
     rows = [{"step": int(s), **{n: float(values[n][i]) for n in names}} for i, s in enumerate(steps)]
     return Table(["step", *names], rows)
 
 
-def _by_step(group: h5py.Group, name: str, steps: np.ndarray) -> np.ndarray:
-    """A figure's value at each step; NaN at the steps it lacks: a figure whose `index` sibling names the steps
-    it has (a run of an earlier hookrun resumed by one that logs more figures: silent_features from its resume on)."""
-    values, index = group[name][:], group[name].attrs.get("index")
-    if not index:
-        return values
+def _by_step(f: h5py.File, ds: h5py.Dataset, steps: np.ndarray) -> np.ndarray:
+    """A figure's value at each step (its rows' steps: store.capture_schema.row_index), NaN at the steps it
+    lacks (a run of an earlier hookrun resumed by one that logs more figures: silent_features from its resume on)."""
     out, at = np.full(len(steps), np.nan), {int(s): i for i, s in enumerate(steps)}
-    out[[at[int(s)] for s in group[str(index)][:]]] = values
+    out[[at[int(s)] for s in row_index(f, ds)]] = ds[:]
     return out
 
 
