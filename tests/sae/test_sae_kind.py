@@ -133,7 +133,6 @@ def test_a_run_of_an_earlier_hookrun_resumes_with_its_figures_whole_and_silent_f
     torch.set_num_threads(1)
     cfg = config(cache, tmp_path / "run", checkpoints=3)
     cfg["output"]["flush_every"] = 1
-    monkeypatch.setattr(engine, "silent_features", lambda trainer, steps: None)  # (the earlier hookrun: no figure)
     original = engine.LoggingTrainer.step
 
     def earlier(self, batch):  # noqa: ANN001, ANN202
