@@ -148,6 +148,23 @@ def object_in_config(where: str, omegaconf_message: str, live: str | None = None
             + (f"pass it live: {live}" if live else "name what builds it: {_target_: package.module.Name, ...}"))
 
 
+# OmegaConf's words for a value of another type than its key's, and hookrun's: what to give instead
+_WRONG_TYPE = ((r"Value '(.*)' is not a valid bool \(type \w+\)", "is not a boolean; give true or false"),
+               (r"Value '(.*)' of type '\w+' could not be converted to Integer", "is not a whole number; give an integer"),
+               (r"Value '(.*)' of type '\w+' could not be converted to Float", "is not a number; give one such as 0.5"))
+
+
+def typed_line(where: str, omegaconf_message: str) -> str:
+    """`where: message`, where OmegaConf's message about a value of the wrong type says what to give:
+    ("probe.control", "Value 'maybe' is not a valid bool (type str)") is "probe.control=maybe is not a
+    boolean; give true or false" (a `where` of key=value, as Hydra's overrides name it, keeps its value)."""
+    for pattern, words in _WRONG_TYPE:
+        m = re.fullmatch(pattern, omegaconf_message)
+        if m:
+            return f"{where if '=' in where else f'{where}={m.group(1)}'} {words}"
+    return f"{where}: {omegaconf_message}"
+
+
 def not_a_state_dict(exc: BaseException) -> str:
     """Why torch.load(weights_only=True) refused a file, in a few words: torch's own message is a page
     (with terminal colour codes) whose advice, weights_only=False, hookrun never takes."""

@@ -26,7 +26,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from hookrun.cli.command_line import QUOTE
-from hookrun.errors import ConfigError, close_matches
+from hookrun.errors import ConfigError, close_matches, typed_line
 
 # nodes whose keys are free (a constructor's arguments, a hook map): a new key there takes `+`
 FREE_NODES = ("model", "data.dataset", "loss", "hooks", "params")
@@ -66,7 +66,7 @@ def one_line(exc: BaseException, overrides: list[str], known_keys: Callable[[], 
         first = text.splitlines()[0]
         if m and isinstance(cause, OmegaConfBaseException):
             return _block_given_a_value(m.group(1), getattr(cause, "full_key", None)) \
-                or f"{m.group(1)}: {str(cause).strip().splitlines()[0]}"
+                or typed_line(m.group(1), str(cause).strip().splitlines()[0])
         if isinstance(cause, OmegaConfBaseException):
             key = getattr(cause, "full_key", None)
             return f"{first.rstrip(': ')}: {f'{key}: ' if key else ''}{str(cause).strip().splitlines()[0]}"

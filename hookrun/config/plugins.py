@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hookrun.errors import ConfigError, close_matches, object_in_config
+from hookrun.errors import ConfigError, close_matches, object_in_config, typed_line
 
 GROUP = "hookrun.kinds"  # the entry-point group a user's package declares its kinds in
 SHIPPED = "hookrun.runner.kinds"  # the package whose folders are hookrun's own kinds
@@ -228,7 +228,7 @@ def typed_block(name: str, node: Any) -> tuple[dict[str, Any], Any]:
         first = str(exc).strip().splitlines()[0]
         key = ".".join(_key(part) for part in str(getattr(exc, "full_key", "") or "").split(".") if part)
         where = f"{name}.{key}" if key else name
-        raise ConfigError(object_in_config(where, first, (kind.live or {}).get(key)) or f"{where}: {first}") from None
+        raise ConfigError(object_in_config(where, first, (kind.live or {}).get(key)) or typed_line(where, first)) from None
     check = getattr(block, "check", None)
     if callable(check):
         try:

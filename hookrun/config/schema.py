@@ -31,7 +31,7 @@ from hookrun.config.plugins import (
     plugin_names,
     typed_block,
 )
-from hookrun.errors import ConfigError, close_matches, object_in_config, parse_bytes
+from hookrun.errors import ConfigError, close_matches, object_in_config, parse_bytes, typed_line
 from hookrun.store.format import PART_BYTES
 
 
@@ -256,7 +256,7 @@ def _omegaconf_message(exc: OmegaConfBaseException) -> str:
     placed = object_in_config(key, first, live) if key else None
     if placed:
         return placed
-    message = f"{key}: {first}" if key and key not in first else first
+    message = typed_line(key, first) if key and key not in first else first
     if key and first.startswith("Key ") and " not in " in first:  # (kind_names: on this error's path only)
         from hookrun.config.kind_names import shipped_names
 

@@ -209,3 +209,28 @@ def test_an_output_key_on_a_model_returning_one_tensor_names_the_key(tmp_path):
                                                       r"one tensor, which has no keys or positions; remove loss.output_key$"):
         cross_entropy(logits, target, output_key="foo")
     torch.testing.assert_close(cross_entropy(logits, target), torch.nn.functional.cross_entropy(logits, target))
+
+
+@pytest.mark.parametrize("override, line", [
+    ("progress=maybe", "progress=maybe is not a boolean; give true or false"),
+    ("data.batch_size=1.5", "data.batch_size=1.5 is not a whole number; give an integer"),
+    ("probe.C=abc", "probe.C=abc is not a number; give one such as 0.5"),
+    ("probe.control=maybe", "probe.control=maybe is not a boolean; give true or false"),
+])
+def test_a_value_of_another_type_names_what_to_give_on_the_command_line(tmp_path, override, line):
+    """OmegaConf's "Value 'maybe' is not a valid bool (type str)" named the value, not what it should be."""
+    proc = subprocess.run([sys.executable, "-m", "hookrun", "experiment=probe_shapes", override,
+                           f"hydra.run.dir={tmp_path / 'run'}"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert (proc.returncode, proc.stderr.strip().splitlines()[-1]) == (2, f"hookrun: error: {line}"), proc.stderr
+    assert not (tmp_path / "run" / "captures.h5").exists()
+
+
+@pytest.mark.parametrize("over, line", [
+    ({"data": {"batch_size": "abc"}}, "data.batch_size=abc is not a whole number; give an integer"),
+    ({"probe": {"at": ["fc1"], "target": 1, "max_iter": 1.5}}, "probe.max_iter=1.5 is not a whole number; give an integer"),
+    ({"probe": {"at": ["fc1"], "target": 1, "split": {"seed": True}}}, "probe.split.seed=True is not a whole number; give an integer"),
+])
+def test_a_value_of_another_type_names_what_to_give_from_python(tmp_path, over, line):
+    with pytest.raises(ConfigError) as caught:
+        hookrun.run({**toy_cfg(tmp_path), **over})
+    assert str(caught.value) == line

@@ -111,7 +111,7 @@ def test_a_patching_run_parses_and_checks_its_block_once(tmp_path, monkeypatch):
     ({"patching": {"method": "nope", "sites": {"r": "x"}}}, "patching.method='nope'; choose from: "),
     ({"patching": {"method": "eap_gi"}}, "patching.method='eap_gi'; choose from: atp, atp_ig, eap, eap_ig, exact; "
                                          "did you mean eap_ig?"),
-    ({"patching": {"verify": "many"}}, "patching.verify: Value 'many' of type 'str' could not be converted to Integer"),
+    ({"patching": {"verify": "many"}}, "patching.verify=many is not a whole number; give an integer"),
     # a key of a block nested in a block: was OmegaConf's "probe.split.tset: Key 'tset' not in 'Split'", no close key
     ({"probe": {"at": ["fc"], "split": {"tset": 0.3}}}, "probe.split.tset: not a key of probe.split; did you mean "
                                                         "probe.split.test? (it has: seed, test)"),

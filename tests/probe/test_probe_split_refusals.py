@@ -80,7 +80,7 @@ def test_an_error_in_the_test_data_node_names_its_key(tmp_path, key, value, mess
     ({"split": {"test": 0.5}, "test_data": {"dataset": {"_target_": "hookrun.data.shapes", "size": 16}}},
      "probe.split.test=0.5 beside probe.test_data: the test rows are test_data's items and no split is made; drop "
      "split.test (split.seed still seeds the control task)"),
-    ({"split": {"seed": True}}, "probe.split.seed: Value 'True' of type 'bool' could not be converted to Integer")])
+    ({"split": {"seed": True}}, "probe.split.seed=True is not a whole number; give an integer")])
 def test_a_split_that_would_be_ignored_or_a_bool_seed_is_one_line_before_the_model(tmp_path, probe, message):
     """split.test beside test_data was silently unused (test_data is the test set): refused in one line
     before anything is built, as a bool seed is."""
