@@ -246,6 +246,13 @@ def test_a_control_fit_stopped_at_max_iter_says_so(tmp_path, caplog):
     conv = next(line for line in got.summary().splitlines() if line.strip().startswith("conv "))
     assert conv.endswith(", control NOT CONVERGED (stopped after 60 iterations: the control and the selectivity are "
                          "not the optimum's)") and "its weights" not in conv
+    from hookrun.runner.kinds.probe.reader import depth_figure
+
+    # the picture says so too (it drew them unmarked)
+    assert depth_figure(got.file).title == ("linear probe (logistic) accuracy by depth\n"
+                                            "NOT CONVERGED at conv: not the optimum's scores (raise probe.max_iter)")
+    assert "CONVERGED" not in depth_figure(run(tmp_path, Net().eval(), data(), at=["conv", "fc"], target="label",
+                                                control=True).file).title
 
 
 def test_a_single_class_is_refused(tmp_path):
@@ -291,6 +298,21 @@ def test_a_sweep_whose_jobs_probe_other_hook_points_keeps_each_jobs_names(tmp_pa
     (section,) = kind_sweep_sections(sweep)
     table = next(item for item in section["items"] if item["type"] == "table")
     assert {"test@conv", "test@fc"} <= set(table["columns"]), table["columns"]
+
+
+def test_a_sweeps_chart_marks_a_job_whose_fits_stopped_at_max_iter(tmp_path):
+    """A job stopped at probe.max_iter drew its scores as any other job's."""
+    import yaml
+
+    from hookrun.analysis.kind_readers import kind_sweep_figures
+
+    for num, cap in enumerate([2, 10000]):
+        job = tmp_path / "sweep" / str(num)
+        (job / ".hydra").mkdir(parents=True)
+        (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"probe.max_iter={cap}"]))
+        run(job, Net().eval(), data(48), name="captures", at=["conv", "fc"], target="label", max_iter=cap)
+    ((_, chart),) = kind_sweep_figures(hookrun.open_sweep(tmp_path / "sweep"))
+    assert list(chart.series) == ["probe.max_iter=2 (NOT CONVERGED)", "probe.max_iter=10000"]
 
 
 def test_a_signal_during_the_fit_after_the_last_batch_leaves_a_complete_run(tmp_path, monkeypatch, sigint_default):

@@ -114,8 +114,16 @@ def depth_figure(f: Any) -> Any:
         references = (MAJORITY,)
     meta = json_attribute(f.attrs, "probe", {})
     return Lines(x=t.column("at"), series=series, xlabel="hook point (depth order)", ylabel=metric,
-                 title=f"linear probe ({meta.get('method', '')}) {metric} by depth", in_order=True,
+                 title=f"linear probe ({meta.get('method', '')}) {metric} by depth{_unconverged(t)}", in_order=True,
                  references=references)
+
+
+def _unconverged(t: Table) -> str:
+    """A picture's note of the fits that stopped at probe.max_iter (the probe's or its control's): their
+    scores are drawn, and are not the optimum's."""
+    stopped = [r["at"] for r in t if r["converged"] is False]
+    return (f"\nNOT CONVERGED at {', '.join(stopped)}: not the optimum's scores (raise probe.max_iter)"
+            if stopped else "")
 
 
 def figures(run: Any) -> list[tuple[str, Any]]:
@@ -161,6 +169,7 @@ def _by_depth(sweep: Any) -> tuple[list[dict], Any]:
             continue
         label = ", ".join(f"{k}={job.overrides.get(k)}" for k in sweep.swept) or str(job.num)
         label += f" ({status})" if status != "complete" else ""  # (a job not complete is never shown as one)
+        label += " (NOT CONVERGED)" if any(c is False for c in t.column("converged")) else ""
         jobs.append((label, t.column("at"), t.column("test")))
         rows.append({"job": job.num, "label": label, "status": status, **{f"test@{r['at']}": r["test"] for r in t}})
     same = all(at == jobs[0][1] for _, at, _ in jobs)
