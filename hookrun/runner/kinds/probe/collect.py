@@ -34,10 +34,16 @@ TARGET_NAMES = ("label", "target")
 
 
 def token_ids(call: Any) -> torch.Tensor | None:
-    """The batch's token ids (batch, tokens): the `input_ids` keyword or item key, else None."""
+    """The batch's token ids (batch, tokens): the `input_ids` keyword or item key, else the model's first
+    positional input where it is a (batch, tokens) integer tensor (`data.inputs: [tokens]`, a tuple item's
+    ids: TransformerLens' `model(tokens)`), as the token hooks read them (hooks/tokens.py); else None. (The
+    control task of `pool: every` keyed its rows to their items where the ids were not under `input_ids`.)"""
     ids = call.kwargs.get("input_ids")
     if ids is None and isinstance(call.batch, Mapping):
         ids = call.batch.get("input_ids")
+    if ids is None and call.args and isinstance(call.args[0], torch.Tensor) and not call.args[0].is_floating_point() \
+            and not call.args[0].is_complex() and call.args[0].dtype is not torch.bool:
+        ids = call.args[0]
     return ids if isinstance(ids, torch.Tensor) and ids.dim() == 2 else None
 
 
