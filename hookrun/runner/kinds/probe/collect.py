@@ -7,9 +7,9 @@ output pooled (pool.py), with each row's target, identity key and dataset item.
 The target: an item key (a dict item's key; `label` or `target` for a tuple item's target, or a
 position), or a function of the batch ({_target_: fn}) giving one target per item (batch,) or per
 token (batch, tokens). A row that is a token takes its token's target (or its item's); a row that
-is an item takes its item's. Keys: the token id for rows of `pool: every` (a token's identity),
-else the item index (the control task's identity). The hooks are removed after each forward, also
-when it fails.
+is an item takes its item's. Keys: the token id for rows that are one token each (`pool: every`;
+`last` with a target per token: a token's identity, where the batch's token ids are known), else the
+item index (the control task's identity). The hooks are removed after each forward, also when it fails.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ class Collector:
     def __init__(self, model: nn.Module, at: list[str], block: Any) -> None:
         self.taps = Taps(model, at, hook="probe", where="probe.at")
         self.pool, self.block = block.pool, block
+        self.by_token: dict[str, bool] = {}  # {hook point: its rows' keys are token ids} (keys)
         target = block.target
         self.where = "probe.target"  # (the last batch's: which key or function gave the targets)
         self.fn = None
@@ -126,7 +127,8 @@ class Collector:
             # (a NaN fit stopped at once and was reported as "not converged", its weights NaN)
             refuse_non_finite(rows.x, indices.cpu()[rows.item.cpu()], f"probe.at: {name}",
                               "a probe needs finite features: probe another module")
-            out[name] = (rows.x, self.row_targets(rows, target, name), self.keys(rows, ids, indices, name),
+            per_token = target.dim() == 2 and target.shape[1] != 1
+            out[name] = (rows.x, self.row_targets(rows, target, name), self.keys(rows, ids, indices, name, per_token),
                          indices.cpu().numpy()[rows.item.cpu().numpy()])
         return out
 
@@ -150,17 +152,24 @@ class Collector:
                               f"at {name}; every probe row needs a finite target (leave such items out of the data)")
         return t.numpy().astype(np.float64 if t.is_floating_point() else np.int64)
 
-    def keys(self, rows: Rows, ids: torch.Tensor | None, indices: torch.Tensor, name: str = "") -> np.ndarray:
+    def keys(self, rows: Rows, ids: torch.Tensor | None, indices: torch.Tensor, name: str = "",
+             per_token: bool = True) -> np.ndarray:
+        """Each row's identity for the control task: its token's id where the row is one token (pool every; pool
+        last with a target per token, `per_token`: the task is the token's) and the batch's ids are known, else its
+        item's index; `by_token[name]` says which."""
         ids = rows.ids if rows.ids is not None else ids
-        if self.pool == "every" and ids is not None and rows.token is not None and rows.length != ids.shape[1]:
+        self.by_token[name] = False
+        token_row = rows.token is not None and (self.pool == "every" or per_token)
+        if ids is not None and token_row and rows.length != ids.shape[1]:
             # (token rows of another length than the token ids, a mask without padding: rows.token counts the
             # output's slots, not the ids', so they indexed past them or read other items' tokens)
             if self.block.control:
-                raise ConfigError(f"probe.control=true with pool: every at {name}: its output has {rows.length} token rows "
-                                  f"per item and the batch {ids.shape[1]} token ids (a model that adds tokens, a CLS, or "
-                                  f"drops some), so which row is which token, the control task's identity, is not known; "
-                                  f"probe a module whose tokens are the batch's, or set control: false")
-        elif self.pool == "every" and ids is not None and rows.token is not None:
+                raise ConfigError(f"probe.control=true with pool: {self.pool} at {name}: its output has {rows.length} token "
+                                  f"rows per item and the batch {ids.shape[1]} token ids (a model that adds tokens, a CLS, "
+                                  f"or drops some), so which row is which token, the control task's identity, is not "
+                                  f"known; probe a module whose tokens are the batch's, or set control: false")
+        elif ids is not None and token_row:  # (pool: last keyed its token to the item, so a held-out
+            self.by_token[name] = True  # text's control was chance whatever the layer: a selectivity of 0.375 for 0.047)
             return ids.reshape(-1)[rows.token.to(ids.device)].cpu().numpy().astype(np.int64)
         return indices.cpu().numpy()[rows.item.cpu().numpy()].astype(np.int64)
 

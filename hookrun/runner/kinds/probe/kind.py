@@ -135,8 +135,8 @@ class ProbeKind(RunKind):
             rows = self.collector.batch(model, call, indices, replay=session)  # (test_data's: records off)
         check_rows(rows, self.features, self.y_kind, part)
         for name, (x, y, key, item) in rows.items():
-            if part:  # test_data's items: identities of their own
-                key, item = -1 - key if self.spec.pool != "every" else key, -1 - item
+            if part:  # test_data's items: identities of their own (a token id is the same token's in both)
+                key, item = key if self.collector.by_token[name] else -1 - key, -1 - item
             self.stores[name].add(x, y, key, item, part)
 
     def step(self, model: nn.Module, call: Any, session: Any) -> StepAdds:
