@@ -102,7 +102,8 @@ class Collector:
 
     def outputs(self, model: nn.Module, call: Any, mask: torch.Tensor | None,
                 items: torch.Tensor | None = None, replay: Any = None) -> dict[str, Rows]:
-        """Every hooked module's rows of one forward (early_stop's cut may end it after the last), pooled
+        """Every hooked module's rows of one forward (early_stop's cut may end it after the last), in the order
+        their outputs came (the probes' depth order: named_modules lists a block before the modules inside it), pooled
         in its hook into new memory (hooks/taps.py: the output the hook saw); `items`: the batch's dataset indices;
         `replay`: a HookSession whose REPLAY phase the forward runs in (the user's modifying actions only)."""
         kinds = module_kinds(self.taps)
@@ -113,7 +114,8 @@ class Collector:
 
         with self.taps.attached(make), replay.phase(REPLAY) if replay is not None else contextlib.nullcontext():
             plain_forward(model, call)
-        return dict(zip(self.taps.names, self.taps.take(), strict=True))
+        rows = dict(zip(self.taps.names, self.taps.take(), strict=True))
+        return {n: rows[n] for n in self.taps.out}  # in the order the outputs came: a block's after the modules in it
 
     def batch(self, model: nn.Module, call: Any, indices: torch.Tensor, replay: Any = None) -> dict[str, tuple]:
         """{module: (x float64 (rows, features), y, key, item)} of one batch (host arrays but x); `replay`: outputs'."""

@@ -33,7 +33,7 @@ def _groups(f: Any) -> list[Any]:
 
 
 def read_probes(f: Any) -> Table:
-    """run.probes(): one row per hook point, in the model's order of its modules (named_modules): rows, features, train and test score
+    """run.probes(): one row per hook point, in the order their outputs come in the forward: rows, features, train and test score
     (accuracy, or R^2 for regression), the control task's test accuracy, the selectivity, and the test
     accuracy of always naming the training rows' commonest class (chance; None for regression, and in
     files written before hookrun kept it)."""

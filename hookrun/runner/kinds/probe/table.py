@@ -12,7 +12,8 @@ last batch's record (the store's normal path: a failed batch rolls it back).
     /probe/NNN/bias          pooled activations x (standardisation folded in)
     /probe/NNN/mean, scale   (features,): the training rows' StandardScaler (0 and 1 without standardize)
 
-NNN is the hook point's place in the model's order of its modules (named_modules: for most models the order they run in), whatever order `at` lists them in.
+NNN is the hook point's place in the order the outputs come in the forward (a block's after the modules inside it;
+for most models named_modules' order), whatever order `at` lists them in.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class ProbeTableWriter:
 
 
 def point_groups(f: h5py.File) -> list[h5py.Group]:
-    """The /probe/NNN groups in the model's order ([] where the file holds no /probe)."""
+    """The /probe/NNN groups in their outputs' order ([] where the file holds no /probe)."""
     return [f[GROUP][k] for k in sorted(f[GROUP])] if GROUP in f else []
 
 
