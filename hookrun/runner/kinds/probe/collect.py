@@ -89,6 +89,9 @@ class Collector:
             kind = "tuples or lists" if isinstance(batch, list | tuple) else f"{type(batch).__name__}s"  # (collated: a list)
             raise ConfigError(f"probe.target={key!r}: the items are {kind} with no such key; use "
                               f"`label` (the data's target) or a position")
+        if isinstance(t, list | tuple) and t and all(isinstance(v, str) for v in t):  # (was 'gives list ()')
+            raise ConfigError(f"{where} gives {len(t)} strings ({t[0]!r}, ...): a probe needs integer classes (or float "
+                              f"values); map the labels to 0, 1, ... in the data set")
         if not isinstance(t, torch.Tensor) or t.dim() not in (1, 2):
             raise ConfigError(f"{where} gives {type(t).__name__} {tuple(getattr(t, 'shape', ()))}; a probe needs a tensor "
                               f"with one target per item (batch,) or per token (batch, tokens)")
