@@ -7,7 +7,8 @@ output pooled (pool.py), with each row's target, identity key and dataset item.
 The target: an item key (a dict item's key; `label` or `target` for a tuple item's target, or a
 position), or a function of the batch ({_target_: fn}) giving one target per item (batch,) or per
 token (batch, tokens). A row that is a token takes its token's target (or its item's); a row that
-is an item takes its item's. Keys: the token id for rows that are one token each (`pool: every`;
+is an item takes its item's; a token whose class target is -100 (Hugging Face's ignore_index: a
+token-classification data set's sub-word continuations and special tokens) is left out, as padding. Keys: the token id for rows that are one token each (`pool: every`;
 `last` with a target per token: a token's identity, where the batch's token ids are known), else the
 item index (the control task's identity). The hooks are removed after each forward, also when it fails.
 """
@@ -31,6 +32,7 @@ from hookrun.runner.kinds.run_kind import plain_forward
 KINDS = {"f": "float (value) targets", "i": "integer (class) targets"}  # a target array's dtype kind (float64 or int64)
 
 TARGET_NAMES = ("label", "target")
+IGNORE = -100  # a token's class target that leaves the token out, as padding: Hugging Face's ignore_index (loss=lm's too)
 
 
 def token_ids(call: Any) -> torch.Tensor | None:
@@ -133,8 +135,12 @@ class Collector:
             refuse_non_finite(rows.x, indices.cpu()[rows.item.cpu()], f"probe.at: {name}",
                               "a probe needs finite features: probe another module")
             per_token = target.dim() == 2 and target.shape[1] != 1
-            out[name] = (rows.x, self.row_targets(rows, target, name), self.keys(rows, ids, indices, name, per_token),
-                         indices.cpu().numpy()[rows.item.cpu().numpy()])
+            x, y = rows.x, self.row_targets(rows, target, name)
+            key, item = self.keys(rows, ids, indices, name, per_token), indices.cpu().numpy()[rows.item.cpu().numpy()]
+            scored = y != IGNORE if per_token and y.dtype.kind == "i" else None  # (token classes: -100 left out)
+            if scored is not None and not scored.all():
+                x, y, key, item = x[torch.from_numpy(scored).to(x.device)], y[scored], key[scored], item[scored]
+            out[name] = (x, y, key, item)
         return out
 
     def row_targets(self, rows: Rows, target: torch.Tensor, name: str) -> np.ndarray:
