@@ -89,10 +89,19 @@ def _closest_names(target: str) -> str:
 
 
 def import_modules(names: list[str]) -> None:
-    """Import the modules listed under `imports:` (so their registered actions exist)."""
+    """Import the modules listed under `imports:` (so their registered actions exist); a module's own
+    `KIND = KindPlugin(...)` (a kind's package, as docs/architecture.md writes one) is registered, as its
+    entry point would find it, where the module has not called register_plugin itself."""
+    from hookrun.config.plugins import KindPlugin, register_plugin
+
     for name in names:
         try:
-            importlib.import_module(name)
+            kind = getattr(importlib.import_module(name), "KIND", None)
+            if isinstance(kind, KindPlugin):
+                try:
+                    register_plugin(kind)
+                except ConfigError as exc:
+                    raise ConfigError(f"imports: {name}.KIND: {exc}") from None
         except ImportError as exc:
             raise ConfigError(f"imports: cannot import {name!r}: {exc}") from None
         except HookrunError:  # (register_plugin's refusal, already one line)

@@ -16,7 +16,7 @@ of any slot that names no module or attribute is one ConfigError line naming the
 
 Discovery, without a hand list: every folder of hookrun/runner/kinds/ (found on disk, imported only
 when that kind is asked for), the entry points of the group `hookrun.kinds` (a user's package: the
-way pytest finds its plugins), and `register_plugin(KIND)` from a module named in `imports:`.
+way pytest finds its plugins), and a module named in `imports:` (its KIND, or its register_plugin(KIND)).
 A name no kind can take (a config key, Hydra's, a config group, a kind of hookrun's own: config/kind_names.py) is
 refused: an entry point's is listed by --help with why, register_plugin's raises. A block's dataclass may give
 `check(self)`, a one-line ConfigError for values that need no model; `parse_block` runs it once, in schema.load.

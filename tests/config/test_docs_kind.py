@@ -1,0 +1,81 @@
+"""docs/architecture.md's example kind, copied verbatim from the page into a package outside hookrun/ and
+found as the page says: a module named in `imports:`. The package (its `KIND = KindPlugin(...)` in its
+__init__.py, no register_plugin call) was not found that way: "Key 'scaled' not in 'HookrunConfig'; did
+you mean sae?". References: a raw PyTorch forward hook on the same model and inputs (the sums), h5py."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from conftest import ROOT
+
+from hookrun.errors import ConfigError
+
+PAGE = ROOT / "docs" / "architecture.md"
+
+
+def docs_package(root) -> None:
+    """my_kinds/__init__.py and my_kinds/kind.py, as the page's one code block writes them."""
+    block = re.search(r"```python\n(# my_kinds/__init__\.py.*?)```", PAGE.read_text(), re.S)
+    assert block, "docs/architecture.md has no my_kinds example"
+    init, kind = block.group(1).split("# my_kinds/kind.py\n")
+    (root / "my_kinds").mkdir(parents=True)
+    (root / "my_kinds/__init__.py").write_text(init)
+    (root / "my_kinds/kind.py").write_text(kind)
+
+
+@pytest.fixture
+def my_kinds(tmp_path, monkeypatch):
+    from hookrun.analysis.kind_readers import READERS
+    from hookrun.config.plugins import _PLUGINS
+
+    docs_package(tmp_path / "site")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    yield
+    _PLUGINS.pop("scaled", None)
+    READERS.pop("scaled", None)
+    for name in [m for m in sys.modules if m == "my_kinds" or m.startswith("my_kinds.")]:
+        del sys.modules[name]
+
+
+def test_the_pages_kind_named_in_imports_runs_as_a_raw_forward_hook_says(my_kinds, tmp_path):
+    import hookrun
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2)).eval()
+    x = torch.randn(10, 4)
+    cfg = {"imports": ["my_kinds"], "scaled": {"factor": 2.5}, "device": "cpu", "progress": False,
+           "data": {"batch_size": 4}, "output": {"path": str(tmp_path / "s.h5")}}
+    path = hookrun.run(cfg, model=model, dataset=x).path
+    seen = []
+    handle = model.register_forward_hook(lambda module, args, out: seen.append(out))
+    with torch.no_grad():
+        model(x)
+    handle.remove()
+    with h5py.File(path) as f:
+        assert f.attrs["kind"] == "scaled" and f.attrs["status"] == "complete"
+        np.testing.assert_allclose(f["captures/scaled/__model__/sum"][:], (seen[0].sum(1) * 2.5).numpy(), rtol=1e-6)
+    # the block's check(), as the page writes it: one line before any batch
+    with pytest.raises(ConfigError, match=r"^scaled\.factor=-1\.0: must be above 0 \(e\.g\. 2\.0\)$"):
+        hookrun.run({**cfg, "scaled": {"factor": -1}, "output": {"path": str(tmp_path / "never.h5")}},
+                    model=model, dataset=x)
+    assert not (tmp_path / "never.h5").exists()
+
+
+def test_a_kind_in_imports_named_as_hookruns_own_is_one_line_naming_the_module(tmp_path, monkeypatch):
+    import hookrun
+
+    (tmp_path / "my_probe_kind.py").write_text("from hookrun.config.plugins import KindPlugin\n"
+                                               "KIND = KindPlugin('probe', block='a.b:C', run='a.b:D')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError) as caught:
+        hookrun.run({"imports": ["my_probe_kind"], "device": "cpu", "output": {"path": str(tmp_path / "p.h5")}},
+                    model=torch.nn.Linear(4, 3), dataset=torch.randn(4, 4))
+    assert str(caught.value) == ("imports: my_probe_kind.KIND: register_plugin('probe'): 'probe' is one of hookrun's "
+                                 "own kinds; give the kind another name")
+    assert not (tmp_path / "p.h5").exists()
