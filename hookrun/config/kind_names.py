@@ -50,6 +50,13 @@ def identifier(name: str) -> str:
     return f"{text}_kind" if keyword.iskeyword(text) else text
 
 
+def unfound_kind(name: str) -> str:
+    """What a config's `name:` block that no kind here takes is told: where a user's kind is found."""
+    return (f"no kind of run named {name!r} here: a user's kind is found through its package's entry point in the "
+            f"group hookrun.kinds (is the package on this Python's path?) or a module named in imports:; "
+            f"docs/architecture.md")
+
+
 @functools.cache
 def shipped_names() -> frozenset[str]:
     """hookrun's own kinds: the folders of hookrun/runner/kinds/ (the kind plugins) and the modes'

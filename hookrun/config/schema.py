@@ -258,7 +258,7 @@ def _omegaconf_message(exc: OmegaConfBaseException) -> str:
         return placed
     message = typed_line(key, first) if key and key not in first else first
     if key and first.startswith("Key ") and " not in " in first:  # (kind_names: on this error's path only)
-        from hookrun.config.kind_names import shipped_names
+        from hookrun.config.kind_names import shipped_names, unfound_kind
 
         if key in shipped_names():  # (a block kind's name is a key: only a mode's kind reaches here)
             return (f"{key}: one of hookrun's own run kinds, chosen by mode= ({', '.join(m.value for m in Mode)}; "
@@ -271,6 +271,8 @@ def _omegaconf_message(exc: OmegaConfBaseException) -> str:
             message += f"; did you mean {close[0]}?"
         if parent and siblings:
             message += f" ({parent} has: {', '.join(sorted(k.rpartition('.')[2] for k in siblings))})"
+        elif not parent and (not close or close[0] in plugin_names()):  # (a block of a kind not found here)
+            message += f" ({unfound_kind(key)})"
     return message
 
 

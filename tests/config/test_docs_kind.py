@@ -79,3 +79,16 @@ def test_a_kind_in_imports_named_as_hookruns_own_is_one_line_naming_the_module(t
     assert str(caught.value) == ("imports: my_probe_kind.KIND: register_plugin('probe'): 'probe' is one of hookrun's "
                                  "own kinds; give the kind another name")
     assert not (tmp_path / "p.h5").exists()
+
+
+def test_the_pages_kind_not_found_says_where_a_kind_is_found(my_kinds, tmp_path):
+    """(it said "Key 'scaled' not in 'HookrunConfig'; did you mean sae?", and nothing of how a kind is found)"""
+    import hookrun
+
+    with pytest.raises(ConfigError) as caught:  # my_kinds on the path, but neither an entry point nor in imports:
+        hookrun.run({"scaled": {"factor": 2.5}, "device": "cpu", "output": {"path": str(tmp_path / "n.h5")}},
+                    model=torch.nn.Linear(4, 3), dataset=torch.randn(4, 4))
+    assert str(caught.value).endswith(
+        " (no kind of run named 'scaled' here: a user's kind is found through its package's entry point in the group "
+        "hookrun.kinds (is the package on this Python's path?) or a module named in imports:; docs/architecture.md)")
+    assert not (tmp_path / "n.h5").exists()
