@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import functools
 import keyword
+import logging
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from hookrun.config import conf_folder
@@ -48,6 +49,20 @@ def identifier(name: str) -> str:
     text = re.sub(r"[^0-9a-zA-Z_]", "_", name) or "kind"
     text = f"kind_{text}" if text[0].isdigit() else text
     return f"{text}_kind" if keyword.iskeyword(text) else text
+
+
+_WARNED: set[str] = set()
+
+
+def warn_shadowed(names: Collection[str], refused: Mapping[str, str]) -> None:
+    """A config gives the block of hookrun's own kind `name` where a user's package declares a kind of that name
+    too, refused (config/plugins.py's REFUSED): the run is hookrun's kind, which the user is told (once a process):
+    `+probe={at: fc}` ran hookrun's probe, the package's `probe` said nothing anywhere but --help."""
+    for name in names:
+        if name not in _WARNED:
+            _WARNED.add(name)
+            logging.getLogger("hookrun").warning("%s: this block runs hookrun's own %s kind, not the package's: the %s",
+                                                 name, name, refused[name])
 
 
 def unfound_kind(name: str) -> str:

@@ -26,6 +26,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from hookrun.config.plugins import (
     CONFIG_KEYS,
+    REFUSED,
     mapping_where_nested,
     nested_block,
     plugin_names,
@@ -149,6 +150,10 @@ def load(cfg: Any) -> HookrunConfig:
     out = obj.output  # the size keys, as every size key is read (hookrun.errors.parse_bytes: 2GB, 512MiB, bytes)
     out.max_bytes = None if out.max_bytes is None else parse_bytes(out.max_bytes, "output.max_bytes")
     out.part_bytes = parse_bytes(out.part_bytes, "output.part_bytes")
+    if REFUSED.keys() & given.keys():  # a user's entry point named as hookrun's own kind: not this block's kind
+        from hookrun.config.kind_names import warn_shadowed
+
+        warn_shadowed(sorted(REFUSED.keys() & given.keys()), REFUSED)
     typed = {name: typed_block(name, node) for name, node in given.items()}
     object.__setattr__(obj, "_blocks", {name: block for name, (_, block) in typed.items()})
     object.__setattr__(obj, "_block_nodes", {name: plain for name, (plain, _) in typed.items()})
@@ -262,7 +267,8 @@ def _omegaconf_message(exc: OmegaConfBaseException) -> str:
 
         if key in shipped_names():  # (a block kind's name is a key: only a mode's kind reaches here)
             return (f"{key}: one of hookrun's own run kinds, chosen by mode= ({', '.join(m.value for m in Mode)}; "
-                    f"record is mode=eval's), not a block of keys: set mode, and its settings as top-level keys")
+                    f"record is mode=eval's), not a block of keys: set mode, and its settings as top-level keys"
+                    + (f" (the {REFUSED[key]})" if key in REFUSED else ""))
         keys = schema_keys()
         parent = key.rpartition(".")[0]
         siblings = [k for k in keys if k.rpartition(".")[0] == parent]  # the block's own keys first

@@ -96,3 +96,28 @@ def test_entry_points_named_as_hydras_keys_a_group_or_a_mode_kind_are_listed_and
     assert added.returncode == 2 and added.stderr.count("\n") == 1 and "Traceback" not in added.stderr, added.stderr
     assert "record: one of hookrun's own run kinds, chosen by mode= (eval, grad, generate" in added.stderr  # (not
     assert not (tmp_path / "rec/captures.h5").exists()  # Hydra's "Key 'record' not in 'HookrunConfig'")
+
+
+@pytest.mark.slow
+def test_a_block_named_as_a_refused_entry_point_says_it_is_hookruns_own_kind(tmp_path):
+    """A user's package declaring its own `probe` (refused: hookrun's own kind's name) and a config giving
+    `+probe={...}`: hookrun's probe ran (or refused the package's keys) and nothing but --help said the
+    package's kind was not used. Now a warning names the entry point (the reference: the entry point written
+    here), and the block of `record` says it beside the refusal."""
+    pkg_root = tmp_path / "site"
+    make_package(pkg_root, "userkind_shadow", "probe", entry_point=True)
+    with open(pkg_root / "userkind_shadow-0.1.dist-info/entry_points.txt", "a") as f:
+        f.write("record = userkind_shadow:KIND\n")
+    base = ["model=custom", "model._target_=userkind_shadow.models.tiny", "data=custom",
+            "data.dataset._target_=userkind_shadow.models.data", "data.batch_size=4", "device=cpu", "progress=false"]
+    why = "'{0}' is one of hookrun's own kinds; give the kind another name"
+    probe = cli(*base, "+probe={factor: 2}", "hydra.run.dir=p", cwd=tmp_path, pythonpath=pkg_root)
+    assert probe.returncode == 2 and "Traceback" not in probe.stderr, probe.stderr
+    assert ("probe: this block runs hookrun's own probe kind, not the package's: the entry point 'probe' of "
+            f"hookrun.kinds (userkind_shadow:KIND) is not used: {why.format('probe')}") in probe.stdout + probe.stderr
+    assert "hookrun: error: probe.factor: not a key of the probe block" in probe.stderr
+    record = cli(*base, "+record={factor: 2}", "hydra.run.dir=r", cwd=tmp_path, pythonpath=pkg_root)
+    assert record.returncode == 2 and record.stderr.count("\n") == 1, record.stderr
+    assert record.stderr.endswith("set mode, and its settings as top-level keys (the entry point 'record' of "
+                                  f"hookrun.kinds (userkind_shadow:KIND) is not used: {why.format('record')})\n")
+    assert not (tmp_path / "p/captures.h5").exists() and not (tmp_path / "r/captures.h5").exists()
