@@ -12,14 +12,18 @@ writer, lock, resume), `source(path, cache_dir) -> RunSource` (store/reading.py'
 `reader(source) -> Run` (analysis/run_reader.py's Run or a subclass; analysis/opening.py's
 open_run asks it). Adding one, say `gs://` through another client, is one module that calls
 `register_scheme(Scheme("gs", ...))` (imported through `imports:` or at the top of a user's script)
-and its test; a URL whose scheme no entry names goes to the object store (fsspec), as `s3://` does.
+and its test; or, from a user's package, one entry point of the group `hookrun.schemes` naming its
+Scheme (`gs = "my_pkg.store:SCHEME"`), which every process finds (inspect, plot and report of a
+`gs://` run too, that no `imports:` reaches); a URL whose scheme no entry names goes to the object
+store (fsspec), as `s3://` does.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 LOCAL_PREFIXES = ("", "file", "local")  # a path with one of these (or none) is a local file
@@ -48,6 +52,7 @@ LOCAL = Scheme("file", False, "hookrun.output.local_file:local_destination", "ho
 OBJECTS = Scheme("objects", True, "hookrun.output.objects.destination:parts_destination",
                  "hookrun.output.objects.source:parts_source", "hookrun.output.objects.remote_run:RemoteRun")
 SCHEMES: dict[str, Scheme] = {"s3": OBJECTS}
+GROUP = "hookrun.schemes"  # the entry-point group a user's package declares its schemes in: NAME = "module:SCHEME"
 
 
 def register_scheme(scheme: Scheme) -> Scheme:
@@ -84,7 +89,42 @@ def scheme_of(path: object) -> Scheme:
     name = prefix(path)
     if name is None:
         return LOCAL
-    return SCHEMES.get(name, OBJECTS)
+    return SCHEMES.get(name) or declared(name) or OBJECTS
+
+
+@functools.cache
+def declared(name: str) -> Scheme | None:
+    """The Scheme a package declares for `name://` (an entry point of hookrun.schemes), registered; None: none
+    does. One that fails to load, or is no Scheme, is a scheme whose every use is that one line (a path's
+    scheme is asked where no error is caught: the line comes when the run or the reader opens it)."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=GROUP, name=name):
+        where = f"{name}:// paths: the entry point {ep.name!r} of {GROUP} ({ep.value})"
+        try:
+            scheme = ep.load()
+        except Exception as exc:  # (its package's own import failed: one line, as a kind's entry point's)
+            return Refused(name, True, "", "", why=f"{where} fails to load: {type(exc).__name__}: "
+                                                   f"{(str(exc).splitlines() or [''])[0]}")
+        if not isinstance(scheme, Scheme):
+            return Refused(name, True, "", "", why=f"{where} is {type(scheme).__name__}, not a "
+                                                   f"hookrun.store.schemes.Scheme")
+        return register_scheme(replace(scheme, name=name))  # (the URL's scheme is the entry point's name)
+    return None
+
+
+@dataclass(frozen=True)
+class Refused(Scheme):
+    """A scheme's entry point that cannot serve: opening anything through it is one ConfigError line."""
+
+    why: str = ""
+
+    def refuse(self, *args: Any) -> Any:
+        from hookrun.errors import ConfigError
+
+        raise ConfigError(self.why)
+
+    open_destination = open_source = open_reader = refuse
 
 
 def _resolve(target: str) -> Any:
