@@ -33,7 +33,31 @@ def typed_overrides(items: list | None) -> dict[str, Any]:
         key = key.lstrip("+~")
         if key not in RUN_CONTROL and not key.startswith("hydra."):
             parsed[key] = _value(value)
+    return _set_later_left_out(parsed)
+
+
+def _set_later_left_out(parsed: dict[str, Any]) -> dict[str, Any]:
+    """A mapping override without the keys a later override sets (Hydra applies them in order): the jobs of
+    `+scaled={factor: 2.5} scaled.factor=1,3` ran factors 1 and 3, and their `scaled` column said
+    {'factor': 2.5}; a mapping left with no key is no column."""
+    keys = list(parsed)
+    for i, key in enumerate(keys):
+        later = [k[len(key) + 1:].split(".") for k in keys[i + 1:] if k.startswith(f"{key}.")]
+        if isinstance(parsed[key], dict) and later:
+            parsed[key] = _without(parsed[key], later)
+            if not parsed[key]:
+                del parsed[key]
     return parsed
+
+
+def _without(node: dict, paths: list[list[str]]) -> dict:
+    out = dict(node)
+    for first, *rest in paths:
+        if first in out and not rest:
+            del out[first]
+        elif first in out and isinstance(out[first], dict):
+            out[first] = _without(out[first], [rest])
+    return out
 
 
 def planned(folder: Path) -> list[list[str]]:
