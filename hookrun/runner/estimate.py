@@ -74,6 +74,7 @@ class Estimate:
     state_groups: int = 0  # ... and its groups
     unestimated: str = ""  # what the estimate leaves out: a kind's rows that are not batches (RunKind.estimated)
     kind_lines: list[str] = field(default_factory=list)  # the kind's own (RunKind.plan_lines)
+    kind: str = ""  # the run's kind (its captures of no hook point are listed under its name)
 
     @property
     def total_bytes(self) -> int:
@@ -107,16 +108,9 @@ class Estimate:
         for hook, points in by_hook.items():
             names = ", ".join(module_label(p.module) for p in points)
             out.append(f"  hook {hook}: {points[0].type} -> {len(points)} {'target' if len(points) == 1 else 'targets'}: {names}")
-            for line in (ln for ln in self.lines if ln.capture.key.hook == hook):
-                c = line.capture
-                shape = ("n",) if c.ragged else tuple(c.value.shape) if c.per_step else tuple(c.value.shape[1:])
-                unit = "step" if c.per_step else "token" if c.tokens else "feature" if c.features else "sample"
-                label = capture_label(c.key.module, c.key.role, c.key.call)
-                dtype = c.value[0].dtype if c.ragged else c.value.dtype
-                out.append(f"    {label:34s} {str(dtype).replace('torch.', ''):8s} {str(shape):20s} "
-                           f"{human_bytes(line.row_bytes):>10s}/{unit} x {line.rows} = {human_bytes(line.total)}")
-            if not any(ln.capture.key.hook == hook for ln in self.lines):
-                out.append("    (records nothing)")
+            out += [_line_text(ln) for ln in self.lines if ln.capture.key.hook == hook] or ["    (records nothing)"]
+        own = [_line_text(ln, named=True) for ln in self.lines if ln.capture.key.hook not in by_hook]  # (a kind's step adds them)
+        out += [f"  the {self.kind or 'run'} kind's own captures:", *own] if own else []
         out += self.kind_lines
         state = f"{human_bytes(self.state_bytes)} of actions' state (/state), " if self.state_bytes else ""
         out.append(f"  besides the captures: {human_bytes(self.extra_bytes)} (/samples, /checksums), {state}"
@@ -125,6 +119,20 @@ class Estimate:
                    f"batches ({self.total_bytes} bytes uncompressed, in whole HDF5 chunks; with output.compression an upper bound)"
                    + (f"; not counted: {self.unestimated}" if self.unestimated else ""))
         return "\n".join(out)
+
+
+def _line_text(line: Line, named: bool = False) -> str:
+    """One capture's row of the printout: its label (`named`: after its hook's name, as inspect says it), dtype,
+    shape, bytes per row and in all."""
+    from hookrun.analysis.stats import human_bytes
+
+    c = line.capture
+    shape = ("n",) if c.ragged else tuple(c.value.shape) if c.per_step else tuple(c.value.shape[1:])
+    unit = "step" if c.per_step else "token" if c.tokens else "feature" if c.features else "sample"
+    label = (f"{c.key.hook}/" if named else "") + capture_label(c.key.module, c.key.role, c.key.call)
+    dtype = c.value[0].dtype if c.ragged else c.value.dtype
+    return (f"    {label:34s} {str(dtype).replace('torch.', ''):8s} {str(shape):20s} "
+            f"{human_bytes(line.row_bytes):>10s}/{unit} x {line.rows} = {human_bytes(line.total)}")
 
 
 def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: ActionEnv, settings, n_samples: int,
@@ -143,7 +151,7 @@ def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: Actio
     for p in points:
         for action in p.actions:
             action.reset()
-    report = Estimate(points, n_samples=n_samples, n_batches=n_batches,
+    report = Estimate(points, n_samples=n_samples, n_batches=n_batches, kind=kind.name,
                       unestimated="" if kind.estimated else f"the {kind.name} run's {kind.units[1]}")
     batch = max(1, min(loader.batch_size or 1, n_samples))
     datasets: list[tuple[int, int, bool]] = []  # (rank, chunks, a capture's) of each dataset: its metadata

@@ -92,3 +92,25 @@ def test_the_pages_kind_not_found_says_where_a_kind_is_found(my_kinds, tmp_path)
         " (no kind of run named 'scaled' here: a user's kind is found through its package's entry point in the group "
         "hookrun.kinds (is the package on this Python's path?) or a module named in imports:; docs/architecture.md)")
     assert not (tmp_path / "n.h5").exists()
+
+
+def test_the_pages_kind_dry_run_lists_its_captures_as_the_run_writes_them(my_kinds, tmp_path, capsys):
+    """dry_run counted the kind's captures in its file size but listed none of them, nor the kind (the plan of
+    +scaled={factor: 2.5} read as an ordinary run's with 0 hook points). Reference: the model's own output
+    (its sum per sample: a float32 scalar) and the written dataset's bytes (h5py)."""
+    import hookrun
+
+    model, x = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2)).eval(), torch.randn(10, 4)
+    cfg = {"imports": ["my_kinds"], "scaled": {"factor": 2.5}, "device": "cpu", "progress": False,
+           "data": {"batch_size": 4}, "output": {"path": str(tmp_path / "d.h5")}}
+    capsys.readouterr()
+    hookrun.run({**cfg, "dry_run": True}, model=model, dataset=x)
+    plan = capsys.readouterr().out
+    with torch.no_grad():
+        per_sample = model(x).sum(1)[0]
+    row = f"{per_sample.element_size()} B/sample x {len(x)} = {per_sample.element_size() * len(x)} B"
+    assert re.search(rf"^  the scaled kind's own captures:\n    scaled/\(model\) sum +float32 +\(\) +{row}$", plan, re.M), plan
+    path = hookrun.run(cfg, model=model, dataset=x).path
+    with h5py.File(path) as f:
+        written = f["captures/scaled/__model__/sum"]
+        assert written.dtype == np.float32 and written.shape == (len(x),) and written.nbytes == per_sample.element_size() * len(x)
