@@ -114,3 +114,42 @@ def test_the_pages_kind_dry_run_lists_its_captures_as_the_run_writes_them(my_kin
     with h5py.File(path) as f:
         written = f["captures/scaled/__model__/sum"]
         assert written.dtype == np.float32 and written.shape == (len(x),) and written.nbytes == per_sample.element_size() * len(x)
+
+
+def test_the_pages_kind_with_mode_grad_is_one_line_before_the_model_is_built(my_kinds, tmp_path):
+    """The page's kind makes plain forwards (no_grad): with mode=grad its backward hook never fired, and a
+    warning said so after every batch had run. Refused before the model is built, unless the kind's class
+    has a check_mode of its own (then it runs: its rows against the model called directly)."""
+    from my_kinds.kind import Block, ScaledKind
+
+    import hookrun
+    from hookrun.config.plugins import _PLUGINS, KindPlugin, register_plugin
+
+    model, x = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2)).eval(), torch.randn(8, 4)
+    built = []
+    cfg = {"imports": ["my_kinds"], "scaled": {"factor": 2.5}, "mode": "grad", "loss": {"_target_": "torch.nn.MSELoss"},
+           "device": "cpu", "progress": False, "data": {"batch_size": 4}, "output": {"path": str(tmp_path / "g.h5")},
+           "hooks": {"g": {"at": "0", "type": "backward", "actions": ["record"]}}}
+    with pytest.raises(ConfigError) as caught:
+        hookrun.run({**cfg, "model": {"_target_": f"{__name__}.counted", "built": built}}, dataset=x)
+    assert str(caught.value) == ("scaled with mode=grad: the scaled kind (my_kinds.kind.ScaledKind) makes its own "
+                                 "forwards, and hookrun runs no backward for it (its class has no check_mode that takes "
+                                 "mode=grad); drop mode or set mode=eval")
+    assert not built and not (tmp_path / "g.h5").exists()
+
+    class TakesGrad(ScaledKind):
+        @classmethod
+        def check_mode(cls, cfg):  # (the kind's own word on the mode: it reads the forward alone)
+            pass
+
+    _PLUGINS.pop("scaled")  # (the page's, registered by imports: above; the fixture drops this one)
+    register_plugin(KindPlugin("scaled", block=Block, run=TakesGrad))
+    done = {**cfg, "scaled": {"factor": 2.0}, "hooks": None, "imports": []}
+    with h5py.File(hookrun.run(done, model=model, dataset=x).path) as f:
+        with torch.no_grad():
+            np.testing.assert_allclose(f["captures/scaled/__model__/sum"][:], (model(x).sum(1) * 2.0).numpy(), rtol=1e-6)
+
+
+def counted(built):
+    built.append(1)
+    return torch.nn.Linear(4, 3)

@@ -30,7 +30,7 @@ from hookrun.config.plugins import KindPlugin, plugin
 from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError
 from hookrun.hooks.registry import Registry
-from hookrun.runner.kinds.run_kind import KindContext, RunKind, StepAdds, plain_forward, user_kind
+from hookrun.runner.kinds.run_kind import KindContext, RunKind, StepAdds, plain_forward
 
 KINDS: Registry[type[RunKind]] = Registry("run kind")
 
@@ -77,12 +77,14 @@ def kind_for(cfg: HookrunConfig) -> type[RunKind]:
 
 def plugin_kind(kind: KindPlugin) -> type[RunKind]:
     """The RunKind a kind plugin runs: its `run` class, checked; a shipped kind's own class named as
-    the plugin, a user's through a subclass that carries the plugin's name (run_kind.py:user_kind)."""
+    the plugin, a user's through a subclass that carries the plugin's name (user_kind.py)."""
     cls = kind.run_class()
     if not (isinstance(cls, type) and issubclass(cls, RunKind)):
         raise ConfigError(f"kind plugin {kind.name!r}, run: {kind.run!r} is {cls!r}, not a subclass of "
                           f"hookrun.runner.kinds.run_kind.RunKind")
     if not kind.shipped:
+        from hookrun.runner.kinds.user_kind import user_kind
+
         return user_kind(cls, kind.name)
     cls.name, cls.block = kind.name, kind.name
     return cls

@@ -16,6 +16,8 @@ closure and the store never ask which kind runs; they read what the kind hands t
 |                          |                         | it on (the block kinds): kind_for(cfg)            |
 | `forwards`               | estimates, docs         | model forwards (or generate calls) per batch      |
 | `adds`                   | end report, warnings    | HDF5 paths it writes beside /captures             |
+| `check_mode(cfg)`        | prepare(), first        | cfg.mode refused (a user's kind: all but eval,    |
+|                          |                         | unless it has its own: user_kind.py)              |
 | `check(cfg)`             | prepare(), before build | refusals: one ConfigError line, before any batch  |
 | `inputs_refused(...)`    | prepare(): data, forward| the line for items that do not fit the model      |
 | `__init__(ctx)`          | prepare()               | build, with every check that needs the model      |
@@ -45,7 +47,6 @@ ablation instead of their op (`ablate`); the firing closure reads these flags an
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -56,7 +57,6 @@ import torch
 from torch import nn
 
 from hookrun.config.schema import HookrunConfig, Mode
-from hookrun.errors import foreign_code
 from hookrun.hooks.events import StopForward
 from hookrun.store.format import BATCH_UNITS
 
@@ -271,28 +271,3 @@ def own_copy(call: ModelCall) -> ModelCall:
         return type(obj)(copy(v) for v in obj) if isinstance(obj, tuple | list) else obj
 
     return replace(call, args=copy(call.args), kwargs=copy(call.kwargs), attention_mask=copy(call.attention_mask))
-
-
-GUARDED = ("prepare_run", "step", "run_steps", "end_attrs")  # where a user's kind runs its own code in a run
-
-
-@functools.cache
-def user_kind(cls: type[RunKind], name: str) -> type[RunKind]:
-    """A user's kind plugin's run: a subclass of `cls` carrying the plugin's name and block (a class two
-    plugins share, or RunKind itself, is never changed), whose own code's exception in a run is one
-    RunError line naming the kind and the method (the traceback with --verbose or HYDRA_FULL_ERROR=1),
-    as the model's own forward's is; a hookrun error it raises stays as it is."""
-
-    def wrap(method_name: str) -> Callable[..., Any]:
-        method = getattr(cls, method_name)
-
-        @functools.wraps(method)
-        def call(self: RunKind, *args: Any, **kwargs: Any) -> Any:
-            with foreign_code(f"the {name} kind ({cls.__module__}.{cls.__qualname__}) failed in {method_name}:",
-                              passed=(StopForward,), limit=300):
-                return method(self, *args, **kwargs)
-        return call
-
-    body = {m: wrap(m) for m in GUARDED} | {"name": name, "block": name, "__module__": cls.__module__,
-                                             "__qualname__": cls.__qualname__}
-    return type(cls.__name__, (cls,), body)
