@@ -54,7 +54,8 @@ class Compression(str, Enum):
 
 
 class StoreDtype(str, Enum):
-    """output.dtype: what every capture is stored as (a record action's `dtype` may also say bfloat16)."""
+    """output.dtype: what every record action's capture is stored as (its own `dtype` may also say bfloat16); a
+    kind's own captures (ctx.env.captures.add: attribution's maps, a user's kind's rows) keep theirs."""
 
     keep = "keep"
     float16 = "float16"
