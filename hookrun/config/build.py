@@ -88,11 +88,14 @@ def _closest_names(target: str) -> str:
     return "is the package installed and the name spelt right?"
 
 
+_KINDS_OF: dict[str, tuple[str, Any]] = {}  # a kind's name -> (the module of imports: whose KIND registered it, it)
+
+
 def import_modules(names: list[str]) -> None:
     """Import the modules listed under `imports:` (so their registered actions exist); a module's own
     `KIND = KindPlugin(...)` (a kind's package, as docs/architecture.md writes one) is registered, as its
     entry point would find it, where the module has not called register_plugin itself."""
-    from hookrun.config.plugins import KindPlugin, register_plugin
+    from hookrun.config.plugins import KindPlugin, loaded_plugins, register_plugin
 
     for name in names:
         try:
@@ -101,7 +104,11 @@ def import_modules(names: list[str]) -> None:
                 try:
                     register_plugin(kind)
                 except ConfigError as exc:
-                    raise ConfigError(f"imports: {name}.KIND: {exc}") from None
+                    module, held = _KINDS_OF.get(kind.name, ("", None))
+                    before = module if any(k is held for k in loaded_plugins()) else ""
+                    raise ConfigError(f"imports: {name}.KIND: {exc}".replace("(registered before)", f"({before}.KIND, "
+                                      f"named in imports: before it)" if before else "(registered before)")) from None
+                _KINDS_OF[kind.name] = (name, kind)
         except ImportError as exc:
             raise ConfigError(f"imports: cannot import {name!r}: {exc}") from None
         except HookrunError:  # (register_plugin's refusal, already one line)

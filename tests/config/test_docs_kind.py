@@ -153,3 +153,28 @@ def test_the_pages_kind_with_mode_grad_is_one_line_before_the_model_is_built(my_
 def counted(built):
     built.append(1)
     return torch.nn.Linear(4, 3)
+
+
+def test_two_packages_of_imports_whose_kinds_share_a_name_are_one_line_naming_both(tmp_path, monkeypatch):
+    """(it said '(registered before)', naming neither the module nor the first package; the reference: the two
+    packages written here, each the page's example under its own name)"""
+    import hookrun
+    from hookrun.config.plugins import _PLUGINS
+
+    (tmp_path / "site").mkdir()
+    for pkg in ("kinds_one", "kinds_two"):
+        docs_package(tmp_path / pkg)
+        (tmp_path / pkg / "my_kinds").rename(tmp_path / "site" / pkg)
+        for file in ("__init__.py", "kind.py"):
+            path = tmp_path / "site" / pkg / file
+            path.write_text(path.read_text().replace("my_kinds", pkg))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    try:
+        with pytest.raises(ConfigError) as caught:
+            hookrun.run({"imports": ["kinds_one", "kinds_two"], "scaled": {"factor": 2.0}, "device": "cpu",
+                         "output": {"path": str(tmp_path / "t.h5")}}, model=torch.nn.Linear(4, 3), dataset=torch.randn(4, 4))
+        assert str(caught.value) == ("imports: kinds_two.KIND: register_plugin('scaled'): a kind of that name is there "
+                                     "already (kinds_one.KIND, named in imports: before it); give it another name")
+        assert not (tmp_path / "t.h5").exists()
+    finally:
+        _PLUGINS.pop("scaled", None)
