@@ -166,7 +166,7 @@ def install(model: nn.Module, specs: list, env: ActionEnv, targets: Callable[[An
                     coder = coder_of(action.params, action.where, device)
                     say_cast(coder, target, f"{action.where}: op splice at {module_label(name)}")
                 given = typed_params(splice, action.params, action.where)
-                check_module(model, coder, name, action.where, given.get("other_module", False))
+                check_module(model, coder, name, action.where, given.get("other_module", False), action.params.get("arg"))
                 error_term = given.get("error_term", False)
                 spliced = Splice(coder, name, error_term, env.state)
                 target.add_module(CHILD, spliced)
@@ -187,12 +187,21 @@ def say_cast(coder: nn.Module, target: nn.Module, where: str) -> None:
                  "cast back to %s)", where, what, a, b, a, b)
 
 
-def check_module(model: nn.Module, coder: nn.Module, name: str, where: str, other_module: bool) -> None:
+def check_module(model: nn.Module, coder: nn.Module, name: str, where: str, other_module: bool, arg: Any = None) -> None:
     """An SAE whose recorded module (cfg.json hook_name) is another module of this model is refused at `name`
     unless other_module: true (a name the model lacks, such as a TransformerLens hook on a transformers model,
-    says nothing here)."""
+    says nothing here); so is one the sae kind trained on another tensor of a module (hook_name MODULE/ROLE:
+    its input, a gradient), but for MODULE/output.N spliced at MODULE with arg: N."""
     trained = getattr(coder, "hook_name", None)
-    if other_module or not trained or trained == name or trained not in dict(model.named_modules()):
+    modules = dict(model.named_modules())
+    module, _, role = (trained or "").rpartition("/")  # the sae kind's MODULE/ROLE: trained on another of its tensors
+    ours = module == name and arg is not None and role == f"output.{arg}"  # (a tuple's part, spliced with arg)
+    if not (other_module or ours) and module in modules and trained not in modules and role.startswith(("input", "output", "grad")):
+        raise ConfigError(f"{where}: op splice at {module_label(name)}: the SAE in {getattr(coder, 'path', '') or 'module'} "
+                          f"was trained on {module_label(module)}'s {role} (its hook_name {trained}), not on the output "
+                          "op splice replaces; splice it at a module whose output that tensor is, or give other_module: "
+                          "true to splice it here anyway")
+    if other_module or not trained or trained == name or trained not in modules:
         return
     raise ConfigError(f"{where}: op splice at {module_label(name)}: the SAE in {getattr(coder, 'path', '') or 'module'} "
                       f"was trained on {module_label(trained)} (its hook_name), not {module_label(name)}; splice it at "

@@ -205,6 +205,24 @@ def find_capture(run: Any, capture: str, source: str) -> Any:
                           + f" (it holds: {', '.join(names[:8])}{' ...' if len(names) > 8 else ''})") from None
 
 
+def hook_name(info: Any) -> str:
+    """The SAE's cfg.json hook_name: the capture's module where its rows are that module's output (where
+    op: splice puts an SAE), MODULE/ROLE where they are another of its tensors (transformer.h.3/input.0,
+    a second call's output@1, a gradient), which op: splice refuses at the module's output."""
+    role = info.role + (f"@{info.call}" if info.call else "")
+    return info.module if role == "output" else f"{info.module}/{role}"
+
+
+def check_spliced_at_output(info: Any, capture: str) -> None:
+    """sae.evaluate splices the SAE at its module's output: a capture of another tensor is one line."""
+    if (name := hook_name(info)) != info.module:
+        role = name.rsplit("/", 1)[-1]
+        raise ConfigError(f"sae.evaluate: the capture {capture} is {info.module}'s {role}, but the evaluation splices "
+                          f"the SAE at {info.module}'s output; train on a module's output "
+                          f"({capture.rsplit('/', 1)[0]}/output) or drop sae.evaluate (op: splice with other_module: "
+                          "true splices it where you choose)")
+
+
 def overflow_count(run: Any, path: str, source: str) -> int:
     """The inf values the cache's recording cast made of finite ones (`overflow_values`, summed over a
     merged view's shard files); an object store's manifest does not hold it (0: the batch check stays)."""
