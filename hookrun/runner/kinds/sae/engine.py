@@ -109,6 +109,10 @@ class LoggingTrainer(SAETrainer):
             figures = self.build_train_step_log_dict(out, self.n_training_samples)
             figures["sparsity/silent_features"] = silent_features(self, self.n_training_steps + 1)  # (counted after it)
             self.on_step(self.n_training_steps, figures)
+        if not math.isfinite(loss := float(out.loss.detach())):  # (its step has made the weights NaN: every later one too)
+            raise RunError(f"sae: the training diverged at step {self.n_training_steps}: its loss is {loss:g} (lr "
+                           f"{self.cfg.lr:g}), so the SAE's weights are no longer finite; no SAE is written: give a "
+                           "smaller sae.lr (or sae.normalize: expected_norm, for rows of a large norm)")
         return out
 
 

@@ -1,0 +1,55 @@
+"""A training that diverges (a loss that is NaN or inf: an lr far too large) ends the run `failed` at that
+step with one line (exit 1), and no SAE is written: it had gone on to the end, `complete`, and written an
+SAE of NaN weights (which op: splice then refused). Reference: SAELens' own SAETrainer on the same rows,
+seed and lr: the step its loss is first non-finite, and its figures of the steps before."""
+
+from __future__ import annotations
+
+import math
+
+import h5py
+import pytest
+import torch
+from test_sae_train import CAPTURE, D_IN, D_SAE, make_cache
+
+import hookrun
+from hookrun.errors import RunError
+
+sae_lens = pytest.importorskip("sae_lens")
+from saelens_reference import saelens_fit  # noqa: E402
+
+LR, ROWS, BATCH = 1e6, 640, 32
+
+
+def test_a_diverged_training_fails_at_its_first_nan_step_and_writes_no_sae(tmp_path):
+    torch.set_num_threads(1)
+    cache = make_cache(tmp_path)
+    with h5py.File(cache) as f:
+        x = torch.from_numpy(f[f"captures/{CAPTURE}"][:])
+    torch.manual_seed(5)
+    ref = sae_lens.StandardTrainingSAE(sae_lens.StandardTrainingSAEConfig(d_in=D_IN, d_sae=D_SAE, l1_coefficient=2.0))
+    logs = saelens_fit(ref, x, ROWS, BATCH, lr=LR, lr_end=LR / 10)
+    bad = next(i for i, log in enumerate(logs) if not math.isfinite(log["losses/overall_loss"]))
+    assert 0 < bad < len(logs) - 1  # (SAELens trains on to the end: its weights are NaN)
+    assert not all(torch.isfinite(p).all() for p in ref.parameters())
+
+    out = tmp_path / "sae"
+    cfg = {"model": {"_target_": "torchvision.ops.MLP", "in_channels": 8, "hidden_channels": [16]},
+           "data": {"dataset": {"_target_": "hookrun.data.RandomTensors", "n": 4, "shape": [8], "num_classes": 2,
+                                "seed": 3}, "batch_size": 4},
+           "device": "cpu", "progress": False, "output": {"path": str(tmp_path / "run" / "captures.h5"), "flush_every": 1},
+           "sae": {"from": cache, "capture": CAPTURE, "architecture": "standard", "l1_coefficient": 2.0, "d_sae": D_SAE,
+                   "lr": LR, "batch_rows": BATCH, "rows": ROWS, "shuffle": False, "seed": 5, "out": str(out)}}
+    with pytest.raises(RunError) as info:
+        hookrun.run(cfg)
+    assert str(info.value) == (
+        f"sae: the training diverged at step {bad}: its loss is {logs[bad]['losses/overall_loss']:g} (lr {LR:g}), "
+        "so the SAE's weights are no longer finite; no SAE is written: give a smaller sae.lr (or sae.normalize: "
+        "expected_norm, for rows of a large norm)")
+    assert not out.exists()
+    with hookrun.open_run(tmp_path / "run") as run:
+        assert run.status == "failed"
+        t = run.sae_curves()
+        assert t.column("step") == list(range(bad + 1))  # the steps up to the one that diverged, as SAELens logged them
+        for row, want in zip(t.rows, logs, strict=False):
+            assert row["overall_loss"] == pytest.approx(want["losses/overall_loss"], rel=1e-6, nan_ok=True)
