@@ -63,6 +63,13 @@ def eval_data(run_data: Mapping, spec: Mapping) -> dict[str, Any]:
 
     data = OmegaConf.to_container(OmegaConf.merge(OmegaConf.create(dict(run_data)), OmegaConf.create(spec["data"])))
     assert isinstance(data, dict)
+    if isinstance(data.get("dataset"), dict) and "live" in data["dataset"]:  # (hookrun.run(..., dataset=...)'s object)
+        given = spec["data"].get("dataset")
+        if not (isinstance(given, Mapping) and "_target_" in given):
+            raise ConfigError("sae.evaluate: the run's data set is the object given to hookrun.run (dataset=...), which "
+                              "the evaluation cannot rebuild; give the held-out items' data set as "
+                              "sae.evaluate.data.dataset (a node with _target_)")
+        data["dataset"] = dict(given)
     if spec["limit"] is not None:
         dataset = data.get("dataset")
         if not isinstance(dataset, dict) or "limit" not in dataset:
