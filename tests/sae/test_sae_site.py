@@ -19,6 +19,7 @@ import hookrun
 from hookrun.errors import ConfigError
 
 pytest.importorskip("sae_lens")
+HELD_OUT = {"_target_": "hookrun.data.RandomTensors", "n": 32, "shape": [8], "num_classes": 16, "seed": 7}
 
 
 class Items(Dataset):
@@ -89,7 +90,7 @@ def test_an_sae_of_a_modules_input_is_refused_at_its_output(cache):
 
 def test_evaluate_refuses_an_input_capture_before_any_step(cache):
     path, folder = cache
-    cfg = train(path, folder, "mlp/2/input", evaluate={"data": {}})
+    cfg = train(path, folder, "mlp/2/input", evaluate={"data": {"dataset": HELD_OUT}})
     cfg["loss"] = {"_target_": "hookrun.runner.losses.cross_entropy", "_partial_": True}
     cfg["output"]["path"] = str(folder / "evaluated.h5")
     with pytest.raises(ConfigError) as info:
@@ -132,3 +133,44 @@ def test_an_sae_of_a_tuples_part_splices_there_with_its_arg_only(tmp_path):
     assert spliced.status == "complete"
     with pytest.raises(ConfigError, match=r"trained on 0's output.1 \(its hook_name 0/output.1\)"):
         hookrun.run(splice(tmp_path, str(tmp_path / "p_0_output.1"), at="0", arg=0), model=model, dataset=Items())
+
+
+class First(nn.Module):
+    def forward(self, pair):
+        return pair[0]
+
+
+def test_evaluate_splices_a_tuples_part_where_it_was_trained(tmp_path):
+    """From a cache's output.0 and on the fly at a module whose output is a tuple (its first element), the
+    evaluation splices with arg: 0 (it refused, after the training: 'its output is a tuple ...; splice one
+    tensor of it with arg: 0'). Reference: SAELens' own SAE on a raw forward hook, the loss by torch."""
+    import sae_lens
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    model = nn.Sequential(Pair(), First(), nn.Linear(16, 16)).eval()
+    cfg = {"hooks": {"p": {"at": "0", "type": "forward", "actions": [{"name": "record", "what": "output"}]}},
+           "device": "cpu", "progress": False, "data": {"batch_size": 16}, "output": {"path": str(tmp_path / "c.h5")}}
+    path = str(hookrun.run(cfg, model=model, dataset=Items()).path)
+    loss = {"_target_": "hookrun.runner.losses.cross_entropy", "_partial_": True}
+    from hookrun.data import RandomTensors
+
+    held = RandomTensors(n=32, shape=(8,), num_classes=16, seed=7)
+    x, y = map(torch.stack, zip(*[(a, torch.as_tensor(b)) for a, b in (held[i] for i in range(32))], strict=True))
+    for name, where in (("cache", {}), ("live", {"from": None, "capture": None, "at": "0"})):
+        run_cfg = train(path, tmp_path / name, "p/0/output.0", evaluate={"data": {"dataset": HELD_OUT}})
+        run_cfg["sae"].update(where)
+        run_cfg.update(loss=loss)
+        (tmp_path / name).mkdir()
+        result = hookrun.run(run_cfg, model=model, dataset=Items())
+        with hookrun.open_run(result.path) as r:
+            got = r.sae_evaluation["model"]
+        sae = sae_lens.SAE.load_from_disk(str(tmp_path / name / "p_0_output.0"))
+        with torch.no_grad():
+            clean = F.cross_entropy(model(x), y)
+            handle = model[0].register_forward_hook(lambda m, i, o, sae=sae: (sae.decode(sae.encode(o[0])), o[1]))
+            spliced = F.cross_entropy(model(x), y)
+            handle.remove()
+        assert got["ce_clean"] == pytest.approx(float(clean), rel=1e-5)
+        assert got["ce_intervened"] == pytest.approx(float(spliced), rel=1e-5)
+        assert abs(float(spliced) - float(clean)) > 1e-4  # (the splice acted)

@@ -213,9 +213,21 @@ def hook_name(info: Any) -> str:
     return info.module if role == "output" else f"{info.module}/{role}"
 
 
+def spliced_arg(rows: Any) -> int | str | None:
+    """The `arg` op: splice needs to put the SAE back on the tensor its rows are: N for a cache's capture of
+    a tuple's part output.N (KEY for a dict's output.KEY), 0 for a module trained on the fly whose output is a
+    tuple (its first element, live.py), None for a module's whole output."""
+    info = getattr(rows, "info", None)
+    if info is None:
+        return getattr(rows, "part", None)
+    part = info.role.removeprefix("output.") if info.role.startswith("output.") else None
+    return int(part) if part is not None and part.isdigit() else part
+
+
 def check_spliced_at_output(info: Any, capture: str) -> None:
-    """sae.evaluate splices the SAE at its module's output: a capture of another tensor is one line."""
-    if (name := hook_name(info)) != info.module:
+    """sae.evaluate splices the SAE at its module's output (a tuple's part with arg): a capture of another
+    tensor (its input, a gradient, a second call's output) is one line."""
+    if (name := hook_name(info)) != info.module and not (info.role.startswith("output.") and not info.call):
         role = name.rsplit("/", 1)[-1]
         raise ConfigError(f"sae.evaluate: the capture {capture} is {info.module}'s {role}, but the evaluation splices "
                           f"the SAE at {info.module}'s output; train on a module's output "

@@ -159,8 +159,10 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     return out
 
 
-def eval_config(cfg: Any, spec: Mapping, sae: str | Path, module: str, path: str | Path) -> dict[str, Any]:
-    """experiment=sae_eval's run, on this run's model and the block's data: a plain config mapping."""
+def eval_config(cfg: Any, spec: Mapping, sae: str | Path, module: str, path: str | Path,
+                arg: int | str | None = None) -> dict[str, Any]:
+    """experiment=sae_eval's run, on this run's model and the block's data: a plain config mapping (`arg`:
+    the part of a tuple output the SAE was trained on)."""
     base = to_dict(cfg)
     keep = ("model", "device", "seed", "params", "imports", "progress")
     out = {k: base[k] for k in keep if k in base}
@@ -168,7 +170,7 @@ def eval_config(cfg: Any, spec: Mapping, sae: str | Path, module: str, path: str
                evaluate={"enabled": True, "ablation": "zero"},
                hooks={"sae": {"at": module, "type": "forward",
                               "actions": [{"name": "modify_output", "op": "splice", "path": str(sae),
-                                           "error_term": False}]},
+                                           "error_term": False, **({} if arg is None else {"arg": arg})}]},
                       "latents": {"at": f"{module}.sae.latents", "type": "forward",  # as experiment=sae_eval
                                   "actions": [{"name": "top_examples", "k": TOP_K, "context": 12}]}},
                output={"path": str(path), "overwrite": True})
@@ -176,14 +178,14 @@ def eval_config(cfg: Any, spec: Mapping, sae: str | Path, module: str, path: str
 
 
 def evaluate_sae(cfg: Any, spec: Mapping, sae: str | Path, module: str, path: str | Path,
-                 model: Any = None) -> dict[str, Any]:
+                 model: Any = None, arg: int | str | None = None) -> dict[str, Any]:
     """Run the evaluate kind on the trained SAE; its totals: {file, items, model: {...}, splice: {...}}."""
     import h5py
 
     from hookrun.runner.kinds.evaluate.table import read_evaluation
     from hookrun.runner.run import run
 
-    result = run(eval_config(cfg, spec, sae, module, path), model=model)
+    result = run(eval_config(cfg, spec, sae, module, path, arg), model=model)
     with h5py.File(result.path, "r") as f:
         rows, _ = read_evaluation(f)
         totals = rows[max(rows)].totals or {}

@@ -36,7 +36,7 @@ from hookrun.errors import ConfigError, HookrunError
 from hookrun.output.ranks import detect, every_rank
 from hookrun.runner.kinds.run_kind import RunKind
 from hookrun.runner.kinds.sae.block import UNITS, SaeBlock
-from hookrun.runner.kinds.sae.data import CacheRows, check_spliced_at_output, hook_name
+from hookrun.runner.kinds.sae.data import CacheRows, check_spliced_at_output, hook_name, spliced_arg
 from hookrun.runner.kinds.sae.resuming import (
     SWEEP_MARK,
     check_sweep_out,
@@ -234,7 +234,8 @@ class SaeKind(RunKind):
         live = self.ctx.model if isinstance(cfg.model, dict) and "live" in cfg.model else None
         try:
             self.evaluation = evaluate_sae(cfg, self.block.evaluate, self.out, self.module,
-                                           self.out.with_name(self.out.name + ".evaluation.h5"), model=live)
+                                           self.out.with_name(self.out.name + ".evaluation.h5"), model=live,
+                                           arg=spliced_arg(self.rows))
         except HookrunError as exc:  # (the training is done and its SAE written: say where, and how to evaluate it)
             raise type(exc)(f"sae.evaluate, after the training (the SAE is written to {self.out}): {exc}; evaluate it "
                             f"again with experiment=sae_eval params.sae={self.out}") from exc.__cause__

@@ -37,6 +37,8 @@ from hookrun.runner.kinds.sae.data import BatchStream
 class LiveRows(BatchStream):
     """An endless iterator of float32 batches of a module's output over the run's data (see above)."""
 
+    part: int | None = None  # 0 where the module's output is a tuple (its first element is trained on)
+
     def __init__(self, model: nn.Module, loader: Any, spec: Any, at: str, batch_rows: int, shuffle: dict | bool,
                  vectors: str, device: torch.device, limit: int | None = None) -> None:
         self.model, self.loader, self.spec, self.at, self.limit = model, loader, spec, at, limit
@@ -72,6 +74,7 @@ class LiveRows(BatchStream):
         seen: list[Any] = []
 
         def grab(module: nn.Module, args: Any, output: Any) -> None:
+            self.part = 0 if isinstance(output, tuple | list) else None  # (op: splice puts the SAE back with arg: 0)
             seen.append(output[0] if isinstance(output, tuple | list) else output)
             if not whole:
                 raise StopForward
