@@ -12,7 +12,8 @@ each window's rows permuted), so memory is two windows plus a batch whatever the
 (sample, channel, positions...) as one row per position: its channel vector (the last axis of a capture whose
 dims are sample, height, width, channel: a channels-last map; a sample's positions
 stay together, in row-major order, and the shuffle moves whole samples). When the stream runs past the cache's rows it goes on
-with the next epoch (a new order); a batch may span two epochs, so every batch holds exactly
+with the next epoch (a new order); a batch may span two epochs (more where the cache holds fewer rows than a
+batch: its rows repeat in it), so every batch holds exactly
 `batch_rows` rows. Token rows of a cache hold only real tokens (the record action writes no
 padding row), so padding never enters. `skip(n)` drops the first n batches (a resumed run). A
 capture whose recording overflowed (a float16 cache's `overflow_values` above 0) is one ConfigError
