@@ -91,3 +91,24 @@ def test_the_patching_scatter_keeps_its_diagonal_and_legend():
     fig = to_plotly(spec)
     assert [t["name"] for t in fig["data"]] == ["cells", "y = x"] and fig["data"][1]["x"] == [0.1, 0.5]
     assert "showlegend" not in fig["layout"] and "range" not in fig["layout"]["xaxis"]
+
+
+def test_a_job_whose_last_step_is_not_finite_is_said_not_drawn():
+    """A job that diverged (its last logged step NaN: the sae run ends failed there) has no point on either
+    chart, and the title says so; it was counted as drawn, its label over a point matplotlib left out."""
+    diverged = {"job": "4", "sae.d_sae": 256, "sae.k": 8, "status": "failed", "l0": 128.0,
+                "explained_variance": float("nan"), "ce_loss_score": float("nan")}
+
+    class Diverged(Sweep):
+        def table(self, captures=None):  # noqa: ANN001, ANN201
+            return type("T", (), {"rows": [*ROWS, diverged], "columns": list(ROWS[0])})()
+
+    for stem, chart in sweep_figures(Diverged()):
+        assert np.isfinite(chart.y).all() and len(chart.y) == len(ROWS), stem
+        assert chart.labels == LABELS
+        assert chart.title.endswith("(job 4 failed: no point)")
+    from hookrun.runner.kinds.sae.reader import sweep_sections
+
+    (section,) = sweep_sections(Diverged())  # the report's table still lists it, with its NaN
+    table = next(item for item in section["items"] if item["type"] == "table")
+    assert [r[0] for r in table["rows"]] == ["0", "1", "2", "3", "4"] and table["rows"][-1][4] == "nan"

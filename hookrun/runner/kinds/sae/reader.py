@@ -13,6 +13,7 @@ of a sweep draws L0 against explained variance, and against ce_loss_score where 
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping
 from typing import Any
 
@@ -145,9 +146,10 @@ def _frontier(sweep: Any) -> tuple[list[dict], list[Scatter]]:
     """The jobs' last-step numbers and the charts: sparsity against reconstruction, and
     against the spliced model's loss recovered where sae.evaluate was on (two jobs or more)."""
     table = sweep.table(captures=[])
-    rows = [r for r in table.rows if "l0" in r and "explained_variance" in r]
-    if len(rows) < 2:
-        return [], []
+    listed = [r for r in table.rows if "l0" in r and "explained_variance" in r]
+    rows = [r for r in listed if _finite(r, "l0", "explained_variance")]  # (a diverged job's NaN: listed, said, not drawn)
+    if len(listed) < 2 or len(rows) < 2:
+        return (listed if len(listed) >= 2 else []), []
     note = unshown_note([(str(r["job"]), str(r.get("status"))) for r in table.rows
                          if not any(r is k for k in rows)], "point")
     labels = [(", ".join(f"{k}={r[k]}" for k in sweep.swept) or f"job {r['job']}")
@@ -156,7 +158,7 @@ def _frontier(sweep: Any) -> tuple[list[dict], list[Scatter]]:
                       xlabel="L0: latents active per row (last training step)",
                       ylabel="explained variance (last training step)",
                       title=f"SAE sweep: sparsity against reconstruction{note}", labels=labels, annotate=True)]
-    scored = [(label, r) for label, r in zip(labels, rows, strict=True) if r.get("ce_loss_score") is not None]
+    scored = [(label, r) for label, r in zip(labels, rows, strict=True) if _finite(r, "ce_loss_score")]
     if len(scored) >= 2:  # sae.evaluate was on: what the sparsity costs the model
         kept = [r for _, r in scored]
         note = unshown_note([(str(r["job"]), str(r.get("status"))) for r in table.rows
@@ -166,7 +168,11 @@ def _frontier(sweep: Any) -> tuple[list[dict], list[Scatter]]:
                               ylabel="ce_loss_score: loss recovered, spliced (held-out items)",
                               title=f"SAE sweep: sparsity against the spliced model's loss recovered{note}",
                               labels=[label for label, _ in scored], annotate=True))
-    return rows, charts
+    return listed, charts
+
+
+def _finite(row: Mapping, *keys: str) -> bool:
+    return all(isinstance(row.get(k), numbers.Real) and np.isfinite(float(row[k])) for k in keys)
 
 
 def sweep_figures(sweep: Any) -> list[tuple[str, Any]]:
