@@ -1,6 +1,6 @@
 """Capture columns: the dataset of each capture in an HDF5 run file, created at its first batch from
-the real shape and dtype, appended to batch by batch, given a `<name>.index` sibling once its rows
-skip batches, and digested into the run's /checksums table.
+the real shape and dtype (a later batch's rows of a dtype it cannot hold are refused), appended to batch
+by batch, given a `<name>.index` sibling once its rows skip batches, digested into /checksums.
 
     from hookrun.store.h5store import H5Store
     with H5Store(path, attrs={}) as store:
@@ -17,8 +17,7 @@ to batch). Each row is sample i's values flattened, in a variable-length HDF5 da
 aligned with /samples/index; `ragged` and `row_shape` attributes say how to restore it
 (docs/format.md): `ds[3].reshape(-1, *ds.attrs["row_shape"])` reads (n_3, 4).
 
-The /samples group: what each row of a run is (dataset index, batch, target, path, batch keys,
-token map), appended batch by batch beside the captures.
+The /samples group: what each row is (dataset index, batch, target, path, batch keys, token map).
 
     table = SampleTable(file, compression=None)
     table.write(step_record, start=samples_before)
@@ -91,11 +90,12 @@ class CaptureColumns:
             raise RunError(f"{path}: its first batch gave {kind}, batch {rec.step} did not (shape {arr.shape})")
         rows = arr[None] if cap.per_step else arr
         if rows.shape[1:] != col.ds.shape[1:]:
-            raise RunError(
-                f"{path}: batch {rec.step} has rows of shape {rows.shape[1:]}, earlier batches "
-                f"{col.ds.shape[1:]}; a capture needs one shape per row (select or reduce to one, or record it with "
-                f"rows: ragged where its first dim changes from batch to batch)"
-            )
+            raise RunError(f"{path}: batch {rec.step} has rows of shape {rows.shape[1:]}, earlier batches {col.ds.shape[1:]}; a "
+                           f"capture needs one shape per row (select or reduce to one, or record it with rows: ragged where "
+                           f"its first dim changes from batch to batch)")
+        if not np.can_cast(rows.dtype, col.ds.dtype, "safe"):  # (float64 rows cast into a float16 column: 1e6 became inf)
+            raise RunError(f"{path}: batch {rec.step} gives {rows.dtype} rows, earlier batches {col.ds.dtype} (the capture's dtype, which "
+                           f"cannot hold them); store one dtype: the record's dtype: {rows.dtype}, or output.dtype={rows.dtype}")
         expected = self.steps if cap.per_step else samples_before
         if cap.tokens:
             if col.ds.shape[0] != self.table.tokens - len(rows):
