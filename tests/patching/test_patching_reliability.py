@@ -293,8 +293,7 @@ def test_bad_values_in_an_experiment_file_are_one_line_from_the_cli(tmp_path):
     proc = run_cli(f"hydra.searchpath=[file://{tmp_path / 'extra'}]", "experiment=bad", cwd=tmp_path)
     assert proc.returncode == 2
     # (the block's slot is untyped in Hydra's schema: load() types it, before anything is built)
-    assert proc.stderr.strip() == ("hookrun: error: patching.cells_per_forward: Value 'abc' of type 'str' could not be "
-                                   "converted to Integer")
+    assert proc.stderr.strip() == "hookrun: error: patching.cells_per_forward=abc is not a whole number; give an integer"
     proc = run_cli("experiment=patching_grid", "patching.memory=1.2.3", cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip() == "hookrun: error: patching.memory='1.2.3'; give bytes as a number or with a unit (512MB, 2GiB)"
