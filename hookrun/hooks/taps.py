@@ -167,6 +167,12 @@ class Taps:
 
         return hook
 
+    def follow_forward(self) -> None:
+        """`names` (what `take` returns) in the order the last forward's outputs came: a block's after the
+        modules inside it, where named_modules lists it before them (probe's and similarity's depth order)."""
+        self.take()  # (one line where one did not run)
+        self.names = list(self.out)
+
     def take(self) -> list[Any]:
         """Each module's rows of the last forward, in the modules' order; one line where one did not run."""
         missing = [n for n in self.names if n not in self.out]

@@ -90,8 +90,6 @@ class SimilarityKind(RunKind):
             self.other = build_model(b.with_["model"], ctx.device, progress=False, where="similarity.with.model")
         if self.other is not None:
             self.taps.append(Taps(self.other, b.with_["at"], HOOK, "similarity.with.at"))
-        self.rows = self.taps[0].names
-        self.cols = self.taps[1].names if self.other is not None else self.rows
         batch = ctx.cfg.data.batch_size
         self.items = len(ctx.loader.dataset) if hasattr(ctx.loader.dataset, "__len__") else None
         limit = ctx.cfg.data.limit  # (batches): the run sees at most limit * batch rows, sized or not
@@ -106,6 +104,8 @@ class SimilarityKind(RunKind):
         indices, call = first_batch(ctx.loader, ctx.spec, size=batch)  # batch 0: features per row, rows
         series = self.features(ctx.model, call.to(ctx.device), indices, first=True)  # every check that needs the models
         self.first: tuple[torch.Tensor, list[torch.Tensor]] | None = (indices, series)  # step 0 reuses them
+        self.rows = self.taps[0].names  # (in the order the first forward's outputs came)
+        self.cols = self.taps[1].names if self.other is not None else self.rows
         self.dims = [s[0].numel() for s in series]
         if b.estimator == "minibatch" and seen is not None and seen < batch:
             raise ConfigError(f"similarity.estimator=minibatch: the run sees {seen} items, fewer than one "
@@ -132,10 +132,12 @@ class SimilarityKind(RunKind):
                     c.run(m, "similarity.with.model: the second model", ConfigError if first else RunError)
                 else:
                     c.run(m)
+            if first:  # rows and columns in the order the outputs come, as probe's (a block's after its modules)
+                taps.follow_forward()
             out += taps.take()
         for k, s in enumerate(out):  # (each of the batch's rows: pooled refuses an output that is not batch first)
             refuse_non_finite(s, items,
-                              f"similarity.{'with.' if k >= len(self.rows) else ''}at: {self.label(k)}",
+                              f"similarity.{'with.' if k >= len(self.taps[0].names) else ''}at: {self.label(k)}",
                               "CKA and RSA need finite features: compare another module")
         return out
 
