@@ -104,6 +104,21 @@ def _group_given_no_name(overrides: list[str], group_options: Callable[[str], li
     return None
 
 
+def _another_dataset(value: str) -> str:
+    """The overrides that name another data set than the config's (data.dataset is a field of the typed data
+    block, which `~data.dataset` cannot delete): data=custom (a dataset of its _target_ alone), then its keys."""
+    try:
+        given = yaml.safe_load(value)
+    except yaml.YAMLError:
+        given = None
+    if not isinstance(given, dict) or "_target_" not in given:
+        return "data=custom data.dataset._target_=PKG.DATASET '+data.dataset.ARG=VALUE'"
+    flat = [f"{k}={'null' if v is None else v if isinstance(v, str | int | float | bool) else yaml.safe_dump(v, default_flow_style=True).strip()}"
+            for k, v in given.items()]
+    return " ".join(["data=custom", f"'data.dataset.{flat[list(given).index('_target_')]}'",
+                     *(f"'+data.dataset.{kv}'" for kv, k in zip(flat, given, strict=True) if k != "_target_")])
+
+
 LISTED = 40  # keys named in an unknown key's line; the rest counted (the top level's all fit)
 
 
@@ -113,9 +128,11 @@ def _unknown_key_message(key: str, overrides: list[str], keys: list[str], deeper
     if f"~{key}" in overrides:
         return f"{given}: ~{key} removed {key}, so set it again with a +: '+{key}={value}'"
     if key in keys and deeper and deeper != key:
+        replace = (f"write {_another_dataset(value)}" if key == "data.dataset"  # (a typed block's field: ~ cannot delete it)
+                   else f"write '~{key}' '+{key}={value}'")
         return (f"{given}: a mapping given for {key} is merged into the {key} the config already has "
                 f"(from an experiment, say), and {deeper} cannot be added that way; to replace {key}, "
-                f"write '~{key}' '+{key}={value}'; to add one entry, '+{deeper}=...'")
+                f"{replace}; to add one entry, '+{deeper}=...'")
     parent = key.rpartition(".")[0]
     same_depth = [k for k in keys if k.count(".") == key.count(".")]
     close = close_matches(key, same_depth, n=1)

@@ -105,6 +105,25 @@ def test_bad_input_gives_one_clear_line_and_no_traceback(tmp_path, args, message
     assert not h5_files(tmp_path)
 
 
+def test_the_overrides_said_to_replace_the_data_set_run(tmp_path):
+    """data.dataset={...} with a key the config's data set lacks said to write '~data.dataset', which Hydra
+    refuses (DataConfig does not support deletion): the overrides the line gives now run as written."""
+    import shlex
+
+    import h5py
+    from toy_lm import Prompts
+
+    proc = run_cli("model._target_=toy_lm.tiny_gpt2", "data.dataset={_target_: toy_lm.Prompts, n: 20, side: left}",
+                   f"hydra.run.dir={tmp_path / 'bad'}", cwd=tmp_path, env=ENV)
+    assert proc.returncode == 2, proc.stderr
+    said = proc.stderr.split("to replace data.dataset, write ", 1)[1].split("; to add one entry", 1)[0]
+    assert said == "data=custom 'data.dataset._target_=toy_lm.Prompts' '+data.dataset.n=20' '+data.dataset.side=left'"
+    proc = run_cli("model._target_=toy_lm.tiny_gpt2", *shlex.split(said), f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path, env=ENV)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    with h5py.File(tmp_path / "run" / "captures.h5", "r") as f:
+        assert f.attrs["status"] == "complete" and len(f["samples/index"]) == len(Prompts(n=20)) == 20
+
+
 @pytest.mark.slow
 def test_an_unknown_key_lists_every_top_level_key_and_a_misspelt_blocks_key_gets_the_close_name(tmp_path):
     """The top level's keys were cut at 20 without saying so (similarity, the 21st, left out); `similarty.x=1`
