@@ -18,12 +18,14 @@ from typing import Any
 import torch
 
 from hookrun.errors import ConfigError
+from hookrun.runner.kinds.patching.metrics import user_metric
 from hookrun.runner.losses import next_token_pairs
 
 
 def check_metric_inputs(block: Any, logits: torch.Tensor, items: Mapping[str, torch.Tensor], mask_key: str | None = None) -> None:
     """`mask_key`: the items' key every forward's attention_mask comes from; a position it marks as padding is refused."""
     if block.user_metric is not None:
+        _check_differentiable(block, logits, items)
         return
     if logits.dim() not in (2, 3):
         raise ConfigError(f"patching.metric.name={block.metric!r}: the model's output has shape {tuple(logits.shape)}; the "
@@ -49,6 +51,24 @@ def check_metric_inputs(block: Any, logits: torch.Tensor, items: Mapping[str, to
                 i = int(bad.nonzero()[0])
                 raise ConfigError(f"patching.metric.{name}={key!r}: item {i} has id {int(ids.reshape(-1)[i])}, outside the "
                                   f"model's {classes} output classes (0..{classes - 1})")
+
+
+GRADIENT_METHODS = ("atp", "atp_ig", "eap", "eap_ig")
+
+
+def _check_differentiable(block: Any, logits: torch.Tensor, items: Mapping[str, torch.Tensor]) -> None:
+    """A metric of the user's own whose value has no gradient (an argmax, a comparison, a .detach()) under a method that
+    takes d metric / d activation: one ConfigError after the base runs, on their logits, before the gradient pass (it
+    ended in torch's 'element 0 of tensors does not require grad' traceback there)."""
+    if block.method not in GRADIENT_METHODS or not logits.is_floating_point():
+        return
+    with torch.enable_grad():
+        value = user_metric(block.user_metric, block.metric, logits.detach().requires_grad_(True), items)
+    if isinstance(value, torch.Tensor) and not value.requires_grad:  # (a value of the wrong shape: measure says so)
+        raise ConfigError(f"patching.metric {block.metric}: its value has no gradient with respect to the logits (it "
+                          f"returned a tensor that does not require grad: an argmax, a comparison, a .detach()), and "
+                          f"method={block.method} takes d metric / d activation; return a differentiable value per item, "
+                          f"such as a logit difference" + (", or use method=exact" if block.method.startswith("atp") else ""))
 
 
 def check_ce(block: Any, items: Mapping[str, torch.Tensor], mask_key: str | None) -> None:
