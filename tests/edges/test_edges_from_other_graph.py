@@ -65,3 +65,27 @@ def test_a_run_of_a_model_with_other_edges_is_one_line_before_any_forward(models
     counted = f"lacks {L * H} of this model's edges" if source == "neox" else f"scores {L * H} edges this model lacks"
     assert counted in msg, msg
     assert ("in parallel, this one in sequence" if source == "neox" else "in sequence, this one in parallel") in msg, msg
+
+
+def test_a_run_whose_score_is_not_finite_is_one_line_naming_the_edge(models, items, tmp_path):
+    """The same model's run with one edge's score not a finite number (a gradient that overflowed): that edge was
+    ranked as a score of 0 without a word; now it is one line naming it, before any forward."""
+    import h5py
+
+    path = file_run(models["llama"], items, tmp_path / "llama.h5")
+    with h5py.File(path, "r+") as f:
+        cells = f["captures/patching/cells/value"]
+        values = cells[...]
+        first = int(np.flatnonzero(np.isfinite(values))[0])
+        values[first] = np.nan
+        cells[...] = values
+    grid = hookrun.open_run(path).edges()[1]
+    writers, readers = graph_labels(L, H)
+    own = np.array([[feeds(w, r) for r in readers] for w in writers])
+    lost = np.argwhere(own & ~np.isfinite(grid.values))
+    assert len(lost) == 1  # the damaged cell is an edge of the graph
+    w, r = writers[lost[0][0]], readers[lost[0][1]]
+    with pytest.raises(ConfigError) as info:
+        hookrun.patch_grid(models["llama"], items, clean="input_ids", method="eap", faithfulness={"edges": [5], "from": str(path)})
+    msg = str(info.value)
+    assert "\n" not in msg and "1 of its edges have no finite score" in msg and f"the first {w} -> {r} (nan)" in msg, msg

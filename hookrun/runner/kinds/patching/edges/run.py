@@ -163,14 +163,17 @@ def file_scores(path: str, graph: Graph) -> np.ndarray:
     other = np.isfinite(scores) != graph.mask  # same labels, other edges: a parallel block (GPT-NeoX) against a sequential one
     if other.any():
         i, j = np.argwhere(other)[0]
+        edge = f"{graph.writers[i]} -> {graph.readers[j]}"
+        order = lambda p: "in parallel" if p else "in sequence"  # noqa: E731
+        if bool(g.get("parallel")) == graph.parallel:  # the same graph: scores that are not finite numbers
+            raise ConfigError(f"patching.faithfulness.from={path!r}: {int(other.sum())} of its edges have no finite score, "
+                              f"the first {edge} ({scores[i, j]}); faithfulness ranks edges by finite scores")
         missing = bool(graph.mask[i, j])
         n = int((other & graph.mask).sum() if missing else (other & ~graph.mask).sum())
         what = f"lacks {n} of this model's edges" if missing else f"scores {n} edges this model lacks"
-        order = lambda p: "in parallel" if p else "in sequence"  # noqa: E731
-        why = (f"; its model runs attention and MLP {order(g.get('parallel'))}, this one {order(graph.parallel)}"
-               if bool(g.get("parallel")) != graph.parallel else "")
         raise ConfigError(f"patching.faithfulness.from={path!r}: its graph has this model's nodes but it {what}, the first "
-                          f"{graph.writers[i]} -> {graph.readers[j]}{why}: the circuit is for another model")
+                          f"{edge}; its model runs attention and MLP {order(g.get('parallel'))}, this one "
+                          f"{order(graph.parallel)}: the circuit is for another model")
     return scores
 
 
