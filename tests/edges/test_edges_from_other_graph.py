@@ -14,6 +14,7 @@ from edge_graph import feeds, graph_labels, prompt_pairs
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM
 
 import hookrun
+from hookrun.circuits import main
 from hookrun.errors import ConfigError
 
 V, L, H, T = 40, 2, 4, 6
@@ -67,7 +68,7 @@ def test_a_run_of_a_model_with_other_edges_is_one_line_before_any_forward(models
     assert ("in parallel, this one in sequence" if source == "neox" else "in sequence, this one in parallel") in msg, msg
 
 
-def test_a_run_whose_score_is_not_finite_is_one_line_naming_the_edge(models, items, tmp_path):
+def test_a_run_whose_score_is_not_finite_is_one_line_naming_the_edge(models, items, tmp_path, capsys):
     """The same model's run with one edge's score not a finite number (a gradient that overflowed): that edge was
     ranked as a score of 0 without a word; now it is one line naming it, before any forward."""
     import h5py
@@ -89,3 +90,7 @@ def test_a_run_whose_score_is_not_finite_is_one_line_naming_the_edge(models, ite
         hookrun.patch_grid(models["llama"], items, clean="input_ids", method="eap", faithfulness={"edges": [5], "from": str(path)})
     msg = str(info.value)
     assert "\n" not in msg and "1 of its edges have no finite score" in msg and f"the first {w} -> {r} (nan)" in msg, msg
+    out = tmp_path / "graph.json"  # `circuits export` left that edge out of EAP-IG's JSON without a word
+    assert main(["export", str(path), "--format", "eap-ig", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert not out.exists() and "\n" not in err and f"the first {w} -> {r} (nan)" in err, err

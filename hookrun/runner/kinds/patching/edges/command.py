@@ -37,6 +37,7 @@ from hookrun.runner.kinds.patching.edges.formats import (
     to_eap_ig,
     write_mib,
 )
+from hookrun.runner.kinds.patching.edges.graph import Graph
 from hookrun.runner.kinds.patching.edges.mib import mib_circuit, mib_sign
 from hookrun.runner.kinds.patching.edges.spec import parse_fractions
 from hookrun.store.schemes import local_only, local_path
@@ -87,6 +88,11 @@ def export(a: argparse.Namespace) -> int:
         except LookupError as exc:  # (a run stopped part-way: resume it first)
             raise ConfigError(str(exc).strip("'\"")) from None
     g = meta["graph"]
+    lost = np.argwhere(Graph(int(g["n_layers"]), int(g["n_heads"]), bool(g.get("parallel"))).mask & ~np.isfinite(scores))
+    if len(lost):  # (they were left out of the JSON without a word)
+        i, j = lost[0]
+        raise ConfigError(f"{a.run}: {len(lost)} of its edges have no finite score, the first {g['writers'][i]} -> "
+                          f"{g['readers'][j]} ({scores[i, j]}); EAP-IG's and MIB's files score every edge of the graph")
     cfg = describe_cfg(meta)
     kept = None
     if a.fraction is not None:
