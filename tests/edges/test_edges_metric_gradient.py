@@ -14,7 +14,7 @@ import torch
 from edge_graph import prompt_pairs
 
 import hookrun
-from hookrun.errors import ConfigError
+from hookrun.errors import ConfigError, RunError
 
 
 def accuracy(logits, items):
@@ -66,3 +66,29 @@ def test_a_differentiable_metric_of_the_users_own_equals_raw_torch(net, items):
     want = G.reference_edges(net, items, 1)
     np.testing.assert_array_equal(np.isnan(got.values), np.isnan(want))
     np.testing.assert_allclose(got.values, want, atol=1e-5 * np.nanmax(np.abs(want)), rtol=1e-4)
+
+
+def sqrt_at_zero(logits, items):
+    x = logits[:, -1, 0]
+    return logit_diff(logits, items) + torch.sqrt(x - x.detach())  # (its value is the logit difference; its gradient inf)
+
+
+def test_a_metric_whose_gradient_is_not_finite_fails_in_one_line_and_leaves_no_file(net, items, tmp_path):
+    """Every score was NaN (shown as cells with no edge), faithfulness ranked zeros (CPR 0.25) and the run said complete."""
+    ids = torch.stack([it["input_ids"] for it in items])
+    batch = {k: torch.tensor([it[k] for it in items]) for k in ("answer", "wrong")}
+    logits = net(ids).logits
+    (grad,) = torch.autograd.grad(sqrt_at_zero(logits, batch).mean(), logits)  # torch: the gradient is not finite
+    assert not bool(torch.isfinite(grad).all())
+    with pytest.raises(RunError) as info:
+        hookrun.patch_grid(net, items, clean="input_ids", method="eap", metric=sqrt_at_zero,
+                           faithfulness={"edges": [5], "fractions": "mib"})
+    msg = str(info.value)
+    assert "\n" not in msg and msg.startswith("patching.metric sqrt_at_zero: its gradient is not finite") and "-> " in msg, msg
+    path = tmp_path / "run.h5"
+    with pytest.raises(RunError):
+        hookrun.run({"data": {"target": None}, "progress": False, "output": {"path": str(path)},
+                     "patching": {"method": "eap_ig", "ig_steps": 2, "clean": "input_ids",
+                                  "metric": {"_target_": f"{__name__}.sqrt_at_zero"}}},
+                    model=net, dataset=items)
+    assert not path.exists()

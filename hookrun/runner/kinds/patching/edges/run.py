@@ -115,6 +115,7 @@ def compute(engine: Any, graph: Graph, wiring: Any, sink: Any = None) -> EdgeRes
     scale = (1 / gap if gap != 0 else np.nan) if b.normalize else 1.0
     put = None if sink is None else (lambda rs, columns: sink(rs, columns * scale))
     scores, base, source = edge_scores(engine, graph, wiring, steps, put)
+    finite_scores(scores, graph, b.metric)
     by_position = engine.node_positions
     curve = None
     f = b.faithfulness
@@ -122,6 +123,7 @@ def compute(engine: Any, graph: Graph, wiring: Any, sink: Any = None) -> EdgeRes
         if f.source in EDGE_METHODS:  # ranked as the file stores them (normalized: over the gap, whose sign may flip
             # them), in MIB's sign (a noise run's negated), as `circuits export` writes them
             rank = scores if f.source == b.method else edge_scores(engine, graph, wiring, 1 if f.source == "eap" else DEFAULT_STEPS)[0]
+            finite_scores(rank, graph, b.metric)
             rank = rank * scale * mib_sign(b.direction)
         else:
             rank = file_scores(f.source, graph)
@@ -135,6 +137,17 @@ def compute(engine: Any, graph: Graph, wiring: Any, sink: Any = None) -> EdgeRes
     if b.normalize:
         scores, by_position = scores * scale, by_position * scale
     return EdgeResult(graph, scores, steps, curve, by_position, int(base[("embed",)].shape[-1]))
+
+
+def finite_scores(scores: np.ndarray, graph: Graph, metric: str) -> None:
+    """A metric whose gradient is not finite (a sqrt or log at 0) gave NaN scores, shown as cells with no edge and
+    ranked as 0 by faithfulness, in a run said complete: one RunError naming the first such edge."""
+    lost = np.argwhere(graph.mask & ~np.isfinite(scores))
+    if len(lost):
+        i, j = lost[0]
+        raise RunError(f"patching.metric {metric}: its gradient is not finite, so {len(lost)} of the graph's {graph.edges} "
+                       f"edges have no finite score, the first {graph.writers[i]} -> {graph.readers[j]} ({scores[i, j]}); "
+                       f"use a metric whose gradient is finite at these inputs (no sqrt or log at 0)")
 
 
 def file_scores(path: str, graph: Graph) -> np.ndarray:
