@@ -80,6 +80,12 @@ def test_eap_ig_json_has_eap_igs_names_and_round_trips(tmp_path, capsys):
     np.testing.assert_array_equal(read_circuit(tmp_path / "sub", g.writers, g.readers, g.mask), grid.values)
     kept = json.loads(mib.read_text())["edges"]
     assert sum(e["in_graph"] for e in kept.values()) <= int(0.1 * len(edges))
+    # a fraction that keeps no edge (MIB's count, int(fraction x edges)) wrote an empty circuit said as any other
+    low = 0.5 / len(edges)
+    assert main(["export", str(tmp_path / "edges.h5"), "--format", "mib", str(tmp_path / "none"), "--task", "ioi",
+                 "--model", "gpt2", "--fraction", str(low)]) == 2
+    assert f"--fraction {low} keeps no edge of the run's {len(edges)}" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()
 
 
 def test_imported_circuit_scored_as_mib_scores_it(tmp_path):

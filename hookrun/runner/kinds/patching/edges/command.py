@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -94,10 +95,13 @@ def export(a: argparse.Namespace) -> int:
         raise ConfigError(f"{a.run}: {len(lost)} of its edges have no finite score, the first {g['writers'][i]} -> "
                           f"{g['readers'][j]} ({scores[i, j]}); EAP-IG's and MIB's files score every edge of the graph")
     cfg = describe_cfg(meta)
-    kept = None
+    kept, edges = None, int(np.isfinite(scores).sum())
+    if a.fraction is not None and int(a.fraction * edges) == 0:  # (a circuit of no edge was written, said as any other)
+        raise ConfigError(f"--fraction {a.fraction} keeps no edge of the run's {edges} (MIB's count: int(fraction x edges)); "
+                          f"give at least {math.ceil(1e4 / edges) / 1e4:g}, one edge")
     if a.fraction is not None:
         kept = mib_circuit(_Graph(g["writers"], g["readers"], np.isfinite(scores)), scores,
-                           int(a.fraction * np.isfinite(scores).sum()), absolute=True)
+                           int(a.fraction * edges), absolute=True)
     doc = to_eap_ig(g["writers"], g["readers"], scores, cfg, kept)
     try:
         if a.format == "mib":
