@@ -13,24 +13,17 @@ import torch
 import hookrun
 
 pytest.importorskip("sklearn")
-transformers = pytest.importorskip("transformers")
+pytest.importorskip("transformers")
+from gpt2_rows import TOKEN_TARGET, VOCAB, rows_alone, tiny_gpt2_model  # noqa: E402
 from sklearn.linear_model import LogisticRegression  # noqa: E402
 from sklearn.model_selection import train_test_split  # noqa: E402
 
-N, T, V = 60, 8, 20
-
-
-def tok_target(batch):
-    return batch["y"]
+N, T, V = 60, 8, VOCAB
 
 
 @pytest.fixture(scope="module")
 def model():
-    torch.manual_seed(0)
-    cfg = transformers.GPT2Config(vocab_size=V, n_embd=16, n_layer=2, n_head=2, n_positions=16, bos_token_id=0,
-                                  eos_token_id=0)
-    cfg._attn_implementation = "eager"
-    return transformers.GPT2Model(cfg).eval()
+    return tiny_gpt2_model()
 
 
 def data():
@@ -48,20 +41,10 @@ def data():
     return ids, ys, items
 
 
-def alone(model, ids):
-    rows = []
-    h = model.h[1].register_forward_hook(lambda m, a, o: rows.append((o[0] if isinstance(o, tuple) else o)[0].double().numpy()))
-    with torch.no_grad():
-        for i in ids:
-            model(torch.tensor(i)[None])
-    h.remove()
-    return rows
-
-
 @pytest.mark.parametrize("pool", ["every", "last"])
 def test_tokens_labelled_minus_100_are_left_out_as_padding(model, pool):
     ids, ys, items = data()
-    rows = alone(model, ids)
+    rows = rows_alone(model, ids)
     if pool == "last":
         rows, ys = [r[-1:] for r in rows], [y[-1:] for y in ys]
     scored = np.array([i for i in range(N) if (ys[i] != -100).any()])  # (the split is over the items with rows)
@@ -71,7 +54,7 @@ def test_tokens_labelled_minus_100_are_left_out_as_padding(model, pool):
     (xtr, ytr), (xte, yte) = pick
     ref = LogisticRegression(C=1.0, tol=1e-10, max_iter=10000).fit(xtr, ytr)
     table = hookrun.probe(model, items, batch_size=6, inputs={"input_ids": "input_ids", "attention_mask": "attention_mask"}, at=["h.1"],
-                          target={"_target_": f"{__name__}.tok_target"}, method="logistic", standardize=False,
+                          target=TOKEN_TARGET, method="logistic", standardize=False,
                           control=False, pool=pool)
     (row,) = table
     assert row["rows"] == len(ytr) + len(yte) and set(np.unique(ytr)) == {0, 1}

@@ -17,25 +17,18 @@ import torch
 import hookrun
 
 pytest.importorskip("sklearn")
-transformers = pytest.importorskip("transformers")
+pytest.importorskip("transformers")
+from gpt2_rows import TOKEN_TARGET, VOCAB, rows_alone, tiny_gpt2_model  # noqa: E402
 from sklearn.linear_model import LogisticRegression  # noqa: E402
 from sklearn.model_selection import train_test_split  # noqa: E402
 from sklearn.preprocessing import StandardScaler  # noqa: E402
 
-N, T, V = 120, 8, 20
-
-
-def tok_target(batch):
-    return batch["y"]
+N, T, V = 120, 8, VOCAB
 
 
 @pytest.fixture(scope="module")
 def model():
-    torch.manual_seed(0)
-    cfg = transformers.GPT2Config(vocab_size=V, n_embd=16, n_layer=2, n_head=2, n_positions=16, bos_token_id=0,
-                                  eos_token_id=0)
-    cfg._attn_implementation = "eager"
-    return transformers.GPT2Model(cfg).eval()
+    return tiny_gpt2_model()
 
 
 def texts(equal: bool):
@@ -50,12 +43,7 @@ def reference(model, ids, ys, pool="every", test_items=None, by_item=False):
     """(test accuracy, control test accuracy, test rows) of scikit-learn on each text's rows run alone
     (every token, or its last), the texts `test_items` (default: train_test_split's) held out; the control
     keyed to the token ids, or to the texts (`by_item`)."""
-    rows = []
-    h = model.h[1].register_forward_hook(lambda m, a, o: rows.append((o[0] if isinstance(o, tuple) else o)[0].double().numpy()))
-    with torch.no_grad():
-        for i in ids:
-            model(torch.tensor(i)[None])
-    h.remove()
+    rows = rows_alone(model, ids)
     if test_items is None:
         test_items = train_test_split(np.arange(N), test_size=0.25, random_state=0)[1]
     if pool == "last":
@@ -98,7 +86,6 @@ def check(row, test, control, n_test, rows):
 
 
 LEFT = {"input_ids": "input_ids", "attention_mask": "attention_mask"}
-TOKENS = {"_target_": f"{__name__}.tok_target"}
 
 
 @pytest.mark.parametrize("how", ["tuple", "positional", "left_padded"])
@@ -107,7 +94,7 @@ def test_every_token_row_keys_its_control_class_to_its_token_id(model, how) -> N
     test, control, n_test = reference(model, ids, ys)
     inputs = {"tuple": None, "positional": ["tokens"], "left_padded": LEFT}[how]
     table = hookrun.probe(model, items(how, ids, ys), batch_size=10, inputs=inputs, at=["h.1"],
-                          target="label" if how == "tuple" else TOKENS, pool="every", control=True)
+                          target="label" if how == "tuple" else TOKEN_TARGET, pool="every", control=True)
     check(table[0], test, control, n_test, sum(len(i) for i in ids))
 
 
@@ -115,7 +102,7 @@ def test_a_last_token_row_keys_its_control_class_to_its_token_id(model) -> None:
     """(Keyed to the text, the held-out texts' control was 0.50, chance, for 0.90 keyed to the last token's id.)"""
     ids, ys = texts(equal=False)
     test, control, n_test = reference(model, ids, ys, pool="last")
-    table = hookrun.probe(model, items("left_padded", ids, ys), batch_size=10, inputs=LEFT, at=["h.1"], target=TOKENS,
+    table = hookrun.probe(model, items("left_padded", ids, ys), batch_size=10, inputs=LEFT, at=["h.1"], target=TOKEN_TARGET,
                           pool="last", control=True)
     check(table[0], test, control, n_test, N)
 
@@ -128,7 +115,7 @@ def test_test_datas_token_rows_share_the_training_rows_token_ids(model, pool) ->
     test, control, n_test = reference(model, ids, ys, pool=pool, test_items=held)
     data = items("left_padded", ids, ys)
     table = hookrun.probe(model, data[:N - 30], test_data=data[N - 30:], batch_size=10, inputs=LEFT, at=["h.1"],
-                          target=TOKENS, pool=pool, control=True)
+                          target=TOKEN_TARGET, pool=pool, control=True)
     check(table[0], test, control, n_test, N if pool == "last" else sum(len(i) for i in ids))
 
 
