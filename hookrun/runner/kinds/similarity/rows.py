@@ -113,11 +113,12 @@ class SeriesRows:
         """Series k's first row, as float64."""
         return self.sources(k)[0][0].astype(np.float64)
 
-    def slabs(self, k: int, step: int, shift: np.ndarray | None = None, per_row: bool = False) -> Iterator[np.ndarray]:
-        """Series k's rows, `step` columns at a time, as float64 in one reused buffer (n, <= step); with
-        `shift` (a float64 value per column, or with `per_row` per row) the rows less it, in float64."""
+    def slabs(self, k: int, step: int, shift: np.ndarray | None = None, per_row: bool = False,
+              dtype: type = np.float64) -> Iterator[np.ndarray]:
+        """Series k's rows, `step` columns at a time, as float64 (or `dtype`) in one reused buffer (n, <= step);
+        with `shift` (a value per column, or with `per_row` per row) the rows less it, in that dtype."""
         d, src = self.dims[k], self.sources(k)
-        buf = np.empty((self.n, min(step, d)))
+        buf = np.empty((self.n, min(step, d)), dtype=dtype)
         for c in range(0, d, step):
             part = buf[:, :min(step, d - c)]
             r = 0
