@@ -54,6 +54,7 @@ class Collector:
         self.taps = Taps(model, at, hook="probe", where="probe.at")
         self.pool, self.block = block.pool, block
         self.by_token: dict[str, bool] = {}  # {hook point: its rows' keys are token ids} (keys)
+        self.ordered = False  # taps.names in the order the outputs come (after the first forward)
         target = block.target
         self.where = "probe.target"  # (the last batch's: which key or function gave the targets)
         self.fn = None
@@ -119,8 +120,10 @@ class Collector:
 
         with self.taps.attached(make), replay.phase(REPLAY) if replay is not None else contextlib.nullcontext():
             plain_forward(model, call)
-        rows = dict(zip(self.taps.names, self.taps.take(), strict=True))
-        return {n: rows[n] for n in self.taps.out}  # in the order the outputs came: a block's after the modules in it
+        if not self.ordered:  # the first forward's order, as similarity's (a block's after the modules in it)
+            self.taps.follow_forward()
+            self.ordered = True
+        return dict(zip(self.taps.names, self.taps.take(), strict=True))
 
     def batch(self, model: nn.Module, call: Any, indices: torch.Tensor, replay: Any = None) -> dict[str, tuple]:
         """{module: (x float64 (rows, features), y, key, item)} of one batch (host arrays but x); `replay`: outputs'."""

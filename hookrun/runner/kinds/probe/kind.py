@@ -94,7 +94,7 @@ class ProbeKind(RunKind):
         if b.target in ("label", "target") and known is not None and b.test_data is None and limit is None:
             test = test_rows(np.arange(len(known)), b.split.test, b.split.seed)  # every item runs: known before a batch
             training_classes(known, ~test)
-        self.names, self.features = list(first), {n: v[0].shape[1] for n, v in first.items()}  # (their outputs' order)
+        self.names, self.features = self.collector.taps.names, {n: v[0].shape[1] for n, v in first.items()}  # (outputs' order)
         self.y_kind = first[self.names[0]][1].dtype.kind  # the targets': f (values) or i (classes)
         self.classes = class_count(self.y_kind, classes, known, data)  # (for file_bytes; 0: not known before the pass)
         self.first = (indices, first)  # batch 0's rows: its step uses them where no user hook needs its forward
