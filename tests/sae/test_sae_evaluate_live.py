@@ -9,30 +9,14 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 import hookrun
 from hookrun.data import RandomTensors
 from hookrun.errors import ConfigError
 
 sae_lens = pytest.importorskip("sae_lens")
-
-HELD_OUT = {"_target_": "hookrun.data.RandomTensors", "n": 32, "shape": [8], "num_classes": 16, "seed": 7}
-
-
-class Items(Dataset):
-    def __len__(self) -> int:
-        return 64
-
-    def __getitem__(self, i):
-        g = torch.Generator().manual_seed(i)
-        return torch.randn(8, generator=g), int(torch.randint(0, 16, (), generator=g))
-
-
-def make_model() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16)).eval()
+from sae_items import HELD_OUT, Items, make_model  # noqa: E402
 
 
 def test_evaluate_with_a_live_data_set(tmp_path):

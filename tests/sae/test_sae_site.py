@@ -13,27 +13,13 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 import hookrun
 from hookrun.errors import ConfigError
 
 pytest.importorskip("sae_lens")
-HELD_OUT = {"_target_": "hookrun.data.RandomTensors", "n": 32, "shape": [8], "num_classes": 16, "seed": 7}
-
-
-class Items(Dataset):
-    def __len__(self) -> int:
-        return 64
-
-    def __getitem__(self, i):
-        g = torch.Generator().manual_seed(i)
-        return torch.randn(8, generator=g), int(torch.randint(0, 2, (), generator=g))
-
-
-def make_model() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16)).eval()
+from sae_items import HELD_OUT, Items, make_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +28,7 @@ def cache(tmp_path_factory):
     record = [{"name": "record", "what": "input"}, {"name": "record", "what": "output"}]
     cfg = {"hooks": {"mlp": {"at": "2", "type": "forward", "actions": record}}, "device": "cpu", "progress": False,
            "data": {"batch_size": 16}, "output": {"path": str(folder / "cache.h5")}}
-    return str(hookrun.run(cfg, model=make_model(), dataset=Items()).path), folder
+    return str(hookrun.run(cfg, model=make_model(), dataset=Items(classes=2)).path), folder
 
 
 def train(cache: str, folder, capture: str, **over) -> dict:
@@ -65,7 +51,7 @@ def test_an_sae_of_a_modules_input_is_refused_at_its_output(cache):
     model[2].register_forward_pre_hook(lambda m, args: seen["input"].append(args[0]))
     model[2].register_forward_hook(lambda m, args, out: seen["output"].append(out))
     with torch.no_grad():
-        for x, _ in DataLoader(Items(), batch_size=16):
+        for x, _ in DataLoader(Items(classes=2), batch_size=16):
             model(x)
     with h5py.File(path) as f:
         for role in ("input", "output"):  # the rows are the tensors the raw hooks saw
@@ -73,19 +59,19 @@ def test_an_sae_of_a_modules_input_is_refused_at_its_output(cache):
     assert not np.allclose(torch.cat(seen["input"]).numpy(), torch.cat(seen["output"]).numpy(), atol=0.1)
 
     for role, name in (("input", "2/input"), ("output", "2")):
-        hookrun.run(train(path, folder, f"mlp/2/{role}"), model=make_model(), dataset=Items())
+        hookrun.run(train(path, folder, f"mlp/2/{role}"), model=make_model(), dataset=Items(classes=2))
         cfg = json.loads((folder / f"mlp_2_{role}" / "cfg.json").read_text())
         assert cfg["metadata"]["hook_name"] == name  # (the input's SAE said "2", as if trained on the output)
     # the output's SAE splices at 2; the input's is one line, unless other_module: true
-    assert hookrun.run(splice(folder, str(folder / "mlp_2_output")), model=make_model(), dataset=Items()).status == "complete"
+    assert hookrun.run(splice(folder, str(folder / "mlp_2_output")), model=make_model(), dataset=Items(classes=2)).status == "complete"
     with pytest.raises(ConfigError) as info:
-        hookrun.run(splice(folder, str(folder / "mlp_2_input")), model=make_model(), dataset=Items())
+        hookrun.run(splice(folder, str(folder / "mlp_2_input")), model=make_model(), dataset=Items(classes=2))
     assert str(info.value) == (
         f"hooks.sae.actions.0: op splice at 2: the SAE in {folder / 'mlp_2_input'} was trained on 2's input (its "
         "hook_name 2/input), not on the output op splice replaces; splice it at a module whose output that tensor "
         "is, or give other_module: true to splice it here anyway")
     assert hookrun.run(splice(folder, str(folder / "mlp_2_input"), other_module=True), model=make_model(),
-                       dataset=Items()).status == "complete"
+                       dataset=Items(classes=2)).status == "complete"
 
 
 def test_evaluate_refuses_an_input_capture_before_any_step(cache):
@@ -94,7 +80,7 @@ def test_evaluate_refuses_an_input_capture_before_any_step(cache):
     cfg["loss"] = {"_target_": "hookrun.runner.losses.cross_entropy", "_partial_": True}
     cfg["output"]["path"] = str(folder / "evaluated.h5")
     with pytest.raises(ConfigError) as info:
-        hookrun.run(cfg, model=make_model(), dataset=Items())
+        hookrun.run(cfg, model=make_model(), dataset=Items(classes=2))
     assert str(info.value) == (
         "sae.evaluate: the capture mlp/2/input is 2's input, but the evaluation splices the SAE at 2's output; "
         "train on a module's output (mlp/2/output) or drop sae.evaluate (op: splice with other_module: true "
@@ -118,21 +104,21 @@ def test_an_sae_of_a_tuples_part_splices_there_with_its_arg_only(tmp_path):
     torch.manual_seed(0)
     model = nn.Sequential(Pair()).eval()
     with torch.no_grad():
-        x = torch.stack([Items()[i][0] for i in range(64)])
+        x = torch.stack([Items(classes=2)[i][0] for i in range(64)])
         want = model[0](x)
     cfg = {"hooks": {"p": {"at": "0", "type": "forward", "actions": [{"name": "record", "what": "output"}]}},
            "device": "cpu", "progress": False, "data": {"batch_size": 16}, "output": {"path": str(tmp_path / "c.h5")}}
-    path = str(hookrun.run(cfg, model=model, dataset=Items()).path)
+    path = str(hookrun.run(cfg, model=model, dataset=Items(classes=2)).path)
     with h5py.File(path) as f:  # the parts as the raw forward gives them
         for i in (0, 1):
             np.testing.assert_allclose(f[f"captures/p/0/output.{i}"][:], want[i].numpy(), rtol=1e-6)
     for i in (0, 1):
-        hookrun.run(train(path, tmp_path, f"p/0/output.{i}"), model=model, dataset=Items())
+        hookrun.run(train(path, tmp_path, f"p/0/output.{i}"), model=model, dataset=Items(classes=2))
         assert json.loads((tmp_path / f"p_0_output.{i}" / "cfg.json").read_text())["metadata"]["hook_name"] == f"0/output.{i}"
-    spliced = hookrun.run(splice(tmp_path, str(tmp_path / "p_0_output.0"), at="0", arg=0), model=model, dataset=Items())
+    spliced = hookrun.run(splice(tmp_path, str(tmp_path / "p_0_output.0"), at="0", arg=0), model=model, dataset=Items(classes=2))
     assert spliced.status == "complete"
     with pytest.raises(ConfigError, match=r"trained on 0's output.1 \(its hook_name 0/output.1\)"):
-        hookrun.run(splice(tmp_path, str(tmp_path / "p_0_output.1"), at="0", arg=0), model=model, dataset=Items())
+        hookrun.run(splice(tmp_path, str(tmp_path / "p_0_output.1"), at="0", arg=0), model=model, dataset=Items(classes=2))
 
 
 class First(nn.Module):
@@ -151,7 +137,7 @@ def test_evaluate_splices_a_tuples_part_where_it_was_trained(tmp_path):
     model = nn.Sequential(Pair(), First(), nn.Linear(16, 16)).eval()
     cfg = {"hooks": {"p": {"at": "0", "type": "forward", "actions": [{"name": "record", "what": "output"}]}},
            "device": "cpu", "progress": False, "data": {"batch_size": 16}, "output": {"path": str(tmp_path / "c.h5")}}
-    path = str(hookrun.run(cfg, model=model, dataset=Items()).path)
+    path = str(hookrun.run(cfg, model=model, dataset=Items(classes=2)).path)
     loss = {"_target_": "hookrun.runner.losses.cross_entropy", "_partial_": True}
     from hookrun.data import RandomTensors
 
@@ -162,7 +148,7 @@ def test_evaluate_splices_a_tuples_part_where_it_was_trained(tmp_path):
         run_cfg["sae"].update(where)
         run_cfg.update(loss=loss)
         (tmp_path / name).mkdir()
-        result = hookrun.run(run_cfg, model=model, dataset=Items())
+        result = hookrun.run(run_cfg, model=model, dataset=Items(classes=2))
         with hookrun.open_run(result.path) as r:
             got = r.sae_evaluation["model"]
         sae = sae_lens.SAE.load_from_disk(str(tmp_path / name / "p_0_output.0"))
