@@ -6,16 +6,14 @@ model called with a raw forward hook (the rows), h5py on the scheme's own store 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import textwrap
 
 import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT
+from site_package import TINY_MODEL_AND_DATA, imported, install, site_env
 
 MODULE = '''
     import os
@@ -36,46 +34,28 @@ MODULE = '''
     def source(path, cache_dir=None):
         return LocalSource(place(path))
 
-    def tiny():
-        torch.manual_seed(0)
-        return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
-
-    def data():
-        return torch.utils.data.TensorDataset(torch.randn(6, 4, generator=torch.Generator().manual_seed(1)))
-
     SCHEME = Scheme("dbl", True, "dblstore:destination", "dblstore:source")
     NOT_A_SCHEME = {"name": "nope"}
-    '''
+    ''' + TINY_MODEL_AND_DATA
 
 
 def cli(tmp_path, module: str, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(ROOT)]), "OMP_NUM_THREADS": "1",
-           "DBL_STORE": str(tmp_path / "store")}
+    env = site_env(tmp_path / "site", DBL_STORE=str(tmp_path / "store"))
     return subprocess.run([sys.executable, "-m", module, *args], cwd=tmp_path, capture_output=True, text=True,
                           timeout=300, env=env)
 
 
 @pytest.mark.slow
 def test_a_scheme_a_package_declares_writes_and_every_command_reads_it(tmp_path):
-    site = tmp_path / "site"
-    (site / "dblstore-0.1.dist-info").mkdir(parents=True)
-    (site / "dblstore.py").write_text(textwrap.dedent(MODULE))
-    (site / "dblstore-0.1.dist-info/METADATA").write_text("Metadata-Version: 2.1\nName: dblstore\nVersion: 0.1\n")
-    (site / "dblstore-0.1.dist-info/entry_points.txt").write_text(
-        "[hookrun.schemes]\ndbl = dblstore:SCHEME\nnope = dblstore:NOT_A_SCHEME\n")
+    site = install(tmp_path / "site", "dblstore", MODULE,
+                   "[hookrun.schemes]\ndbl = dblstore:SCHEME\nnope = dblstore:NOT_A_SCHEME\n")
     url = "dbl://runs/one/captures.h5"
     done = cli(tmp_path, "hookrun", "model=custom", "model._target_=dblstore.tiny", "data=custom",
                "data.dataset._target_=dblstore.data", "data.batch_size=4", "device=cpu", "progress=false",
                "hooks={h: {at: '0', type: forward, actions: [record]}}", f"output.path={url}", "hydra.run.dir=out")
     assert done.returncode == 0, done.stderr
-    sys.path.insert(0, str(site))
-    try:
-        import dblstore
-
+    with imported(site, "dblstore") as dblstore:
         model, x = dblstore.tiny().eval(), dblstore.data().tensors[0]
-    finally:
-        sys.path.remove(str(site))
-        sys.modules.pop("dblstore", None)
     seen = []
     model[0].register_forward_hook(lambda module, args, out: seen.append(out))
     with torch.no_grad():
