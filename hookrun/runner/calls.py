@@ -98,6 +98,7 @@ class CallSpec:
     inputs: Any = None  # None: the default; a list of keys/positions; a mapping argument -> key
     target: Any = AUTO  # "auto": the default; a key or position; None: no target
     item_kind: str = ""  # "tensor", "tuple" or "dict": set by check() from the first item
+    unpassed_mask: bool = False  # the items' attention_mask, which the forward takes, is not passed (check_forward)
 
     def __post_init__(self) -> None:
         if self.inputs is not None and not isinstance(self.inputs, list | tuple | Mapping):
@@ -112,10 +113,8 @@ class CallSpec:
                 raise ConfigError(f"data.target: the items' target ({t!r}) is None, which cannot be batched; the "
                                   f"dataset (data.dataset) returns no target: set data.target=null, or return a tensor there")
         if kind == "other":
-            raise ConfigError(
-                f"data.dataset: an item is a {type(item).__name__}; hookrun needs a tensor, a tuple/list or a dict "
-                f"of tensors (add a transform such as torchvision.transforms.ToTensor, or a tokenizer)"
-            )
+            raise ConfigError(f"data.dataset: an item is a {type(item).__name__}; hookrun needs a tensor, a tuple/list or a dict "
+                              f"of tensors (add a transform such as torchvision.transforms.ToTensor, or a tokenizer)")
         if kind == "tensor":
             if self.inputs is not None or self.target not in (AUTO, None):
                 raise ConfigError("data.inputs / data.target: the items are plain tensors, which are the input "
@@ -126,11 +125,9 @@ class CallSpec:
         first = self._input_keys(item)
         values = [_get(item, k, "data.inputs") for k in (first.values() if isinstance(first, Mapping) else first)]
         if not any(_has_tensor(v) for v in values):
-            raise ConfigError(
-                f"data.inputs: none of the model's inputs ({', '.join(map(str, _names(first)))}) holds a tensor "
-                f"(got {', '.join(type(v).__name__ for v in values)}); add a transform such as "
-                f"torchvision.transforms.ToTensor, or choose other keys with data.inputs"
-            )
+            raise ConfigError(f"data.inputs: none of the model's inputs ({', '.join(map(str, first))}) holds a tensor "
+                              f"(got {', '.join(type(v).__name__ for v in values)}); add a transform such as "
+                              f"torchvision.transforms.ToTensor, or choose other keys with data.inputs")
 
     def check_forward(self, model: nn.Module, item: Any) -> None:
         """Keyword inputs must be arguments of `model.forward` (or it takes **kwargs): refused before
@@ -138,6 +135,10 @@ class CallSpec:
         if self.item_kind not in ("dict", "tuple"):
             return
         keys = self._input_keys(item)
+        self.unpassed_mask = (isinstance(item, Mapping) and isinstance(item.get(MASK_KEY), torch.Tensor)
+                              and MASK_KEY not in [*keys, *(keys.values() if isinstance(keys, Mapping) else ())]
+                              and _takes(type(model), MASK_KEY))
+        self.refuse_unpassed(item.get(MASK_KEY) if self.unpassed_mask else None, "the first item")
         if isinstance(keys, Mapping):
             names = [str(a) for a in keys]
         else:
@@ -205,7 +206,15 @@ class CallSpec:
         if isinstance(batch, Mapping) and any(batch.get(k) is not v for k, v in kwargs.items()):  # data.inputs renames
             batch = {**batch, **kwargs}  # the batch as the model takes it: the actions' mask, loss=lm's input_ids
         mask = batch.get(MASK_KEY) if isinstance(batch, Mapping) else kwargs.get(MASK_KEY)  # tuples: by data.inputs
+        self.refuse_unpassed(mask if self.unpassed_mask else None, "a batch")
         return ModelCall(args, kwargs, target, batch, mask if isinstance(mask, torch.Tensor) else None)
+
+
+    def refuse_unpassed(self, mask: Any, where: str) -> None:
+        """The items' left-padded mask not passed: the model attends to the padding (tiny_lm's h.1: 1.08 off)."""
+        if isinstance(mask, torch.Tensor) and mask.dim() in (1, 2) and bool(((mask[..., 0] == 0) & mask.bool().any(-1)).any()):
+            raise ConfigError(f"data.inputs={self.inputs!r}: the items' attention_mask is left-padded ({where} starts with padding) and "
+                              "the model is called without it, so it attends to the padding; add attention_mask: attention_mask to data.inputs")
 
 
 def scalars(target: Any) -> Any:
@@ -224,15 +233,15 @@ def with_positions(model: nn.Module, kwargs: dict, mask: Any) -> dict:
     count them (GPT-2's learned positions started at the padding, so its activations moved with it). As
     given where no row is left-padded (the same positions), the call names its own, or the model takes none."""
     if (not isinstance(mask, torch.Tensor) or mask.dim() != 2 or "position_ids" in kwargs
-            or not _takes_positions(type(model)) or bool(mask[:, 0].all())):
+            or not _takes(type(model), "position_ids") or bool(mask[:, 0].all())):
         return kwargs
     return {**kwargs, "position_ids": (mask.long().cumsum(-1) - 1).clamp(min=0)}
 
 
 @functools.cache
-def _takes_positions(cls: type) -> bool:
+def _takes(cls: type, argument: str) -> bool:
     try:
-        return "position_ids" in inspect.signature(cls.forward).parameters
+        return argument in inspect.signature(cls.forward).parameters
     except (TypeError, ValueError):
         return False
 
@@ -281,20 +290,10 @@ def _get(batch: Any, key: Any, where: str) -> Any:
 def _describe(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return f"{list(value.shape)} {str(value.dtype).replace('torch.', '')}"
-    if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{k}: {_describe(v)}" for k, v in value.items()) + "}"
-    return type(value).__name__
+    return "{" + ", ".join(f"{k}: {_describe(v)}" for k, v in value.items()) + "}" if isinstance(value, Mapping) \
+        else type(value).__name__
 
 
 def _has_tensor(obj: Any) -> bool:
-    if isinstance(obj, torch.Tensor):
-        return True
-    if isinstance(obj, Mapping):
-        return any(_has_tensor(v) for v in obj.values())
-    if isinstance(obj, tuple | list):
-        return any(_has_tensor(v) for v in obj)
-    return False
-
-
-def _names(keys: list | Mapping) -> list:
-    return list(keys) if not isinstance(keys, Mapping) else list(keys.keys())
+    parts = obj.values() if isinstance(obj, Mapping) else obj if isinstance(obj, tuple | list) else ()
+    return isinstance(obj, torch.Tensor) or any(_has_tensor(v) for v in parts)
