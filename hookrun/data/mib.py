@@ -162,19 +162,49 @@ def value(row: Mapping, path: str, i: int = 0, role: str = "") -> Any:
 
 
 def read_rows(path: str | Path) -> list[dict]:
-    """The rows of a .jsonl, .json (a list), .csv or .parquet file, as MIB's data sets are published."""
+    """The rows of a .jsonl, .json (a list, or JSON lines as Hugging Face's `Dataset.to_json` writes them), .csv or
+    .parquet file, as MIB's data sets are published. A parquet file's rows keep their Python values (pyarrow's
+    `to_pylist`, as `datasets` reads them): pandas turned a struct's integer field with a null row into floats, so
+    an arithmetic counterfactual's label 55 was read as "55.0"."""
     p = Path(path).expanduser()
     if not p.is_file():
         raise ConfigError(f"data.dataset.rows={str(path)!r}: no such file")
-    if p.suffix == ".jsonl":
-        return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
-    if p.suffix == ".json":
-        return list(json.loads(p.read_text()))
-    if p.suffix in (".csv", ".parquet"):
+    if p.suffix in (".jsonl", ".json"):
+        return _json_rows(p, str(path))
+    if p.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(p).to_pylist()
+    if p.suffix == ".csv":
         import pandas as pd
 
-        return (pd.read_csv(p) if p.suffix == ".csv" else pd.read_parquet(p)).to_dict("records")
+        return pd.read_csv(p).to_dict("records")
     raise ConfigError(f"data.dataset.rows={str(path)!r}: give a .jsonl, .json, .csv or .parquet file")
+
+
+def _json_rows(p: Path, given: str) -> list[dict]:
+    """A .json file's list (or its JSON lines), a .jsonl file's lines; a line that is not JSON is one ConfigError."""
+    text = p.read_text()
+    if p.suffix == ".json":
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError:
+            doc = None  # (JSON lines in a .json file: Hugging Face's Dataset.to_json writes them)
+        if isinstance(doc, list):
+            return doc
+        if doc is not None and not (isinstance(doc, dict) and len(text.strip().splitlines()) == 1):
+            keys = f" (keys: {', '.join(map(str, list(doc)[:5]))})" if isinstance(doc, dict) else ""
+            raise ConfigError(f"data.dataset.rows={given!r}: holds a JSON {type(doc).__name__}{keys}, not a list of rows; "
+                              f"give a JSON list of rows or one JSON row per line")
+    rows = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"data.dataset.rows={given!r}: line {n} is not JSON ({exc.msg}, column {exc.colno}); "
+                                  f"give a JSON list of rows or one JSON row per line") from None
+    return rows
 
 
 def _ids(tokenizer: Any, text: str) -> list[int]:
