@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from edge_graph import as_mib_model
 from test_circuit_formats import edges_run, make_items
 from tl_models import hooked_transformer
 
@@ -69,9 +70,10 @@ def test_a_name_mib_skips_is_one_line_before_anything_is_read_or_written(tmp_pat
     assert not (tmp_path / "sub").exists()
 
 
-def test_a_task_in_mibs_command_line_form_writes_mibs_folder(tmp_path, capsys):
+def test_a_task_in_mibs_command_line_form_writes_mibs_folder(tmp_path, capsys, monkeypatch):
     model = hooked_transformer(40, n_layers=1, d_model=16, n_ctx=8, d_head=4, n_heads=2, act_fn="gelu", seed=1)
     edges_run(model, make_items(), tmp_path / "edges.h5")
+    as_mib_model(monkeypatch, tmp_path / "edges.h5", "llama3")
     assert main(["export", str(tmp_path / "edges.h5"), "--format", "mib", str(tmp_path / "sub"), "--task", "arc_easy",
                  "--model", "llama3"]) == 0
     assert [p.relative_to(tmp_path).as_posix() for p in (tmp_path / "sub").rglob("*.json")] == [

@@ -14,7 +14,7 @@ import re
 
 import numpy as np
 import pytest
-from edge_graph import prompt_pairs
+from edge_graph import as_mib_model, prompt_pairs
 from test_mib_metrics import eap_ig_edges, reference
 from tl_models import hooked_transformer
 
@@ -50,7 +50,7 @@ def expected_names(n_layers, n_heads):
     return nodes + ["logits"], edges
 
 
-def test_eap_ig_json_has_eap_igs_names_and_round_trips(tmp_path, capsys):
+def test_eap_ig_json_has_eap_igs_names_and_round_trips(tmp_path, capsys, monkeypatch):
     model = hooked_transformer(V, n_layers=2, d_model=16, n_ctx=8, d_head=4, n_heads=2, act_fn="gelu", seed=1)
     run = edges_run(model, make_items(), tmp_path / "edges.h5")
     _, grid = run.edges()
@@ -73,6 +73,7 @@ def test_eap_ig_json_has_eap_igs_names_and_round_trips(tmp_path, capsys):
     back = read_circuit(tmp_path / "graph.json", g.writers, g.readers, g.mask)
     np.testing.assert_array_equal(back, grid.values)  # NaN where no edge, every score equal
 
+    as_mib_model(monkeypatch, tmp_path / "edges.h5")
     assert main(["export", str(tmp_path / "edges.h5"), "--format", "mib", str(tmp_path / "sub"), "--task", "ioi",
                  "--model", "gpt2", "--fraction", "0.1"]) == 0
     mib = tmp_path / "sub" / "ioi_gpt2" / "importances.json"
@@ -146,6 +147,7 @@ def test_an_export_that_fills_the_disk_leaves_the_earlier_file_whole(tmp_path, c
     edges_run(model, make_items(), tmp_path / "edges.h5")
     args = ["export", str(tmp_path / "edges.h5"), "--format", fmt, str(tmp_path / "out")]
     args += ["--task", "ioi", "--model", "gpt2"] if fmt == "mib" else []
+    as_mib_model(monkeypatch, tmp_path / "edges.h5")
     assert main(args) == 0
     written = next(p for p in (tmp_path / "out").rglob("*") if p.is_file()) if fmt == "mib" else tmp_path / "out"
     before = json.loads(written.read_text())
@@ -177,7 +179,7 @@ def test_bad_export_arguments_are_one_line(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_cli_run_export_and_score_agree(tmp_path):
+def test_cli_run_export_and_score_agree(tmp_path, monkeypatch):
     """experiment=faithfulness with MIB's fractions: its last log line says CPR and CMD; its scores exported
     as a MIB folder and scored again by `python -m hookrun.circuits score` give the same curve."""
     import subprocess
@@ -192,6 +194,7 @@ def test_cli_run_export_and_score_agree(tmp_path):
     mib = json.loads(hookrun.open_run(tmp_path / "captures.h5").attrs["patching"])["faithfulness"]["mib"]
     last = (proc.stdout or proc.stderr).strip().splitlines()[-1]
     assert f"CPR {mib['cpr']['area']:.4g}, CMD {mib['cmd']['area']:.4g}" in last and "0.5: " in last
+    as_mib_model(monkeypatch, tmp_path / "captures.h5")
     assert main(["export", str(tmp_path / "captures.h5"), "--format", "mib", str(tmp_path / "sub"), "--task", "ioi",
                  "--model", "gpt2"]) == 0
     scored = subprocess.run([sys.executable, "-m", "hookrun.circuits", "score", str(tmp_path / "captures.h5"), "--circuit",

@@ -13,6 +13,7 @@ import tempfile
 
 import numpy as np
 import pytest
+from edge_graph import as_mib_model
 from test_mib_metrics import T, eap_ig_edges, items, model, reference  # noqa: F401  (its module fixtures, built once here too)
 
 import hookrun
@@ -39,6 +40,7 @@ def test_mib_folder_by_a_bare_relative_name_is_scored(model, items, tmp_path, mo
     monkeypatch.chdir(tmp_path)
     hookrun.run({"data": {"target": None}, "progress": False, "output": {"path": "run.h5", "overwrite": True},
                  "patching": {"method": "eap", "input": "input"}}, model=model, dataset=items)
+    as_mib_model(monkeypatch, tmp_path / "run.h5")
     assert main(["export", "run.h5", "--format", "mib", "sub", "--task", "ioi", "--model", "gpt2"]) == 0
     doc = json.loads((tmp_path / "sub" / "ioi_gpt2" / "importances.json").read_text())
     scores = {edge_key(name): e["score"] for name, e in doc["edges"].items()}

@@ -43,3 +43,17 @@ def feeds(w: str, r: str) -> bool:
         return True
     wl, rl = int(w.split(".")[0][1:]), int(r.split(".")[0][1:])
     return wl < rl or (wl == rl and not w.endswith(".MLP") and r.endswith(".MLP"))
+
+
+def as_mib_model(monkeypatch, run_path, model: str = "gpt2") -> None:
+    """Let `circuits export --format mib --model MODEL` take this (tiny) run as that model: MIB_SHAPES[model] set to
+    the run's own graph shape, for tests of the folder's names and contents, not of the shape check."""
+    import json
+
+    import hookrun
+    from hookrun.runner.kinds.patching.edges import formats
+
+    with hookrun.open_run(run_path) as run:
+        meta = json.loads(run.attrs["patching"])
+    g = meta["graph"]
+    monkeypatch.setitem(formats.MIB_SHAPES, model, (int(g["n_layers"]), int(g["n_heads"]), meta.get("d_model")))

@@ -11,7 +11,8 @@ the edges (top by |score|, pruned) as `in_graph`, every edge otherwise. `score` 
 YAML config's) model and items again with `patching.faithfulness.from: CIRCUIT` and MIB's fractions
 (docs/edges.md): the circuit's scores rank the edges; the CPR / CMD line is printed and the scoring run
 written to --out (without it, to a temporary folder removed at the end). A file of unknown format, or a
-circuit for another model, is one line naming what is wrong.
+circuit for another model, is one line naming what is wrong; so is a run exported as one of MIB's models whose
+shape (layers, heads, d_model) it does not have.
 
 The patching kind's command: hookrun/circuits.py, the entry point, makes the parser and ends it as
 every command ends (cli/command.py).
@@ -33,6 +34,7 @@ from hookrun.config.plugins import plugin_names
 from hookrun.errors import ConfigError
 from hookrun.runner.kinds.patching.edges.formats import (
     FORMATS,
+    check_mib_shape,
     describe_cfg,
     mib_folder,
     to_eap_ig,
@@ -89,12 +91,14 @@ def export(a: argparse.Namespace) -> int:
         except LookupError as exc:  # (a run stopped part-way: resume it first)
             raise ConfigError(str(exc).strip("'\"")) from None
     g = meta["graph"]
+    cfg = describe_cfg(meta)
+    if a.format == "mib":  # (a graph of another shape was written under the model's name without a word)
+        check_mib_shape(cfg, a.model)
     lost = np.argwhere(Graph(int(g["n_layers"]), int(g["n_heads"]), bool(g.get("parallel"))).mask & ~np.isfinite(scores))
     if len(lost):  # (they were left out of the JSON without a word)
         i, j = lost[0]
         raise ConfigError(f"{a.run}: {len(lost)} of its edges have no finite score, the first {g['writers'][i]} -> "
                           f"{g['readers'][j]} ({scores[i, j]}); EAP-IG's and MIB's files score every edge of the graph")
-    cfg = describe_cfg(meta)
     kept, edges = None, int(np.isfinite(scores).sum())
     if a.fraction is not None and int(a.fraction * edges) == 0:  # (a circuit of no edge was written, said as any other)
         raise ConfigError(f"--fraction {a.fraction} keeps no edge of the run's {edges} (MIB's count: int(fraction x edges)); "

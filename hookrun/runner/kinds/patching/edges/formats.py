@@ -36,6 +36,13 @@ FORMATS = ("mib", "eap-ig")
 MIB_FOLDERS = ("ioi_gpt2", "ioi_qwen2.5", "ioi_gemma2", "ioi_llama3", "mcqa_qwen2.5", "mcqa_gemma2", "mcqa_llama3",
                "arithmetic-addition_llama3", "arithmetic-subtraction_llama3", "arc-easy_gemma2", "arc-easy_llama3",
                "arc-challenge_llama3", "ioi_interpbench")
+# The shape of each model MIB scores (its graph: layers, query heads, the residual width; no parallel blocks), which
+# run_evaluation.py loads by name (MODEL_NAME_TO_FULLNAME: gpt2-small, Qwen/Qwen2.5-0.5B, google/gemma-2-2b,
+# meta-llama/Llama-3.1-8B, their published configs; InterpBench's IOI model: the 6 layers and 4 heads of MIB's
+# attribute_interpbench.ipynb's graph, its width not published there). Key and value heads are ungrouped (MIB's
+# ungroup_grouped_query_attention): a reader per query head, so the kv head count does not change the graph.
+MIB_SHAPES = {"gpt2": (12, 12, 768), "qwen2.5": (24, 14, 896), "gemma2": (26, 8, 2304), "llama3": (32, 32, 4096),
+              "interpbench": (6, 4, None)}
 _HEAD = re.compile(r"^L(\d+)\.H(\d+)$")
 _READER_HEAD = re.compile(r"^L(\d+)\.H(\d+)\.([qkv])$")
 _MLP = re.compile(r"^L(\d+)\.MLP$")
@@ -100,6 +107,27 @@ def mib_folder(task: str, model: str) -> str:
         raise ConfigError(f"--task {name} --model {model}: MIB scores no {name}_{model} folder (its run_evaluation.py "
                           f"would skip it without scoring it); MIB scores {name} on: {', '.join(scored)}")
     return f"{name}_{model}"
+
+
+def check_mib_shape(cfg: dict, model: str) -> None:
+    """A run's graph (EAP-IG's cfg) exported under one of MIB's model names must have that model's shape: MIB's
+    evaluation builds the graph from the file's cfg and runs it on its own model of that name."""
+    want = MIB_SHAPES.get(model)
+    if want is None:
+        return
+    layers, heads, width = want
+    have = (int(cfg["n_layers"]), int(cfg["n_heads"]), int(cfg.get("d_model") or 0) or None)
+    wrong = (have[0] != layers or have[1] != heads or bool(cfg.get("parallel_attn_mlp"))
+             or (width is not None and have[2] is not None and have[2] != width))
+    if wrong:
+        def shape(n_layers, n_heads, d_model, parallel=False):
+            return (f"{n_layers} layers, {n_heads} heads" + (f", d_model {d_model}" if d_model else "")
+                    + (", parallel attention and MLP" if parallel else ""))
+        fits = [m for m, (n, h, w) in MIB_SHAPES.items() if (n, h) == have[:2] and (w is None or have[2] in (None, w))]
+        raise ConfigError(f"--model {model}: the run's graph ({shape(*have, bool(cfg.get('parallel_attn_mlp')))}) is not "
+                          f"{model}'s ({shape(*want)}), which MIB evaluates the folder on; "
+                          + (f"its shape is {fits[0]}'s: give --model {fits[0]}" if fits else
+                             "export an edges run of that model (MIB's models: " + ", ".join(MIB_SHAPES) + ")"))
 
 
 def write_mib(doc: dict, out: str | Path, task: str, model: str) -> Path:
