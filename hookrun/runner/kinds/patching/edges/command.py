@@ -40,7 +40,7 @@ from hookrun.runner.kinds.patching.edges.formats import (
     to_eap_ig,
     write_mib,
 )
-from hookrun.runner.kinds.patching.edges.graph import Graph
+from hookrun.runner.kinds.patching.edges.graph import Graph, unscored
 from hookrun.runner.kinds.patching.edges.mib import mib_circuit, mib_sign
 from hookrun.runner.kinds.patching.edges.spec import parse_fractions
 from hookrun.store.schemes import local_only, local_path
@@ -94,11 +94,10 @@ def export(a: argparse.Namespace) -> int:
     cfg = describe_cfg(meta)
     if a.format == "mib":  # (a graph of another shape was written under the model's name without a word)
         check_mib_shape(cfg, a.model)
-    lost = np.argwhere(Graph(int(g["n_layers"]), int(g["n_heads"]), bool(g.get("parallel"))).mask & ~np.isfinite(scores))
-    if len(lost):  # (they were left out of the JSON without a word)
-        i, j = lost[0]
-        raise ConfigError(f"{a.run}: {len(lost)} of its edges have no finite score, the first {g['writers'][i]} -> "
-                          f"{g['readers'][j]} ({scores[i, j]}); EAP-IG's and MIB's files score every edge of the graph")
+    mask = Graph(int(g["n_layers"]), int(g["n_heads"]), bool(g.get("parallel"))).mask
+    lost = unscored(mask, scores, g["writers"], g["readers"])
+    if lost:  # (they were left out of the JSON without a word)
+        raise ConfigError(f"{a.run}: {lost}; EAP-IG's and MIB's files score every edge of the graph")
     kept, edges = None, int(np.isfinite(scores).sum())
     if a.fraction is not None and int(a.fraction * edges) == 0:  # (a circuit of no edge was written, said as any other)
         raise ConfigError(f"--fraction {a.fraction} keeps no edge of the run's {edges} (MIB's count: int(fraction x edges)); "

@@ -84,6 +84,17 @@ class Graph:
                 "n_heads": self.n_heads, "parallel": self.parallel, "edges": self.edges}
 
 
+def unscored(mask: np.ndarray, scores: np.ndarray, writers, readers, of: str = "its edges") -> str | None:
+    """'N of its edges have no finite score, the first W -> R (nan)' for the edges of `mask` whose score in
+    `scores` ([writers, readers]) is not a finite number; None where every edge has one. The run's own scores,
+    `circuits export` and `faithfulness.from` say it alike."""
+    lost = np.argwhere(np.asarray(mask, dtype=bool) & ~np.isfinite(scores))
+    if not len(lost):
+        return None
+    i, j = lost[0]
+    return f"{len(lost)} of {of} have no finite score, the first {writers[i]} -> {readers[j]} ({scores[i, j]})"
+
+
 def find_graph(model, where: str = "patching.graph=auto"):
     """The model's Graph and the Wiring that taps it (edges/wiring.py); a ConfigError naming what is missing."""
     from hookrun.runner.kinds.patching.edges.wiring import find_wiring

@@ -36,7 +36,7 @@ from hookrun.errors import ConfigError, HookrunError, RunError
 from hookrun.runner.kinds.patching.edges.bounded import EdgeBytes
 from hookrun.runner.kinds.patching.edges.eap import bounded, edge_scores, record
 from hookrun.runner.kinds.patching.edges.formats import read_circuit
-from hookrun.runner.kinds.patching.edges.graph import Graph, find_graph
+from hookrun.runner.kinds.patching.edges.graph import Graph, find_graph, unscored
 from hookrun.runner.kinds.patching.edges.mib import mib_curves, mib_sign
 from hookrun.runner.kinds.patching.edges.spec import (
     DEFAULT_STEPS,
@@ -142,11 +142,9 @@ def compute(engine: Any, graph: Graph, wiring: Any, sink: Any = None) -> EdgeRes
 def finite_scores(scores: np.ndarray, graph: Graph, metric: str) -> None:
     """A metric whose gradient is not finite (a sqrt or log at 0) gave NaN scores, shown as cells with no edge and
     ranked as 0 by faithfulness, in a run said complete: one RunError naming the first such edge."""
-    lost = np.argwhere(graph.mask & ~np.isfinite(scores))
-    if len(lost):
-        i, j = lost[0]
-        raise RunError(f"patching.metric {metric}: its gradient is not finite, so {len(lost)} of the graph's {graph.edges} "
-                       f"edges have no finite score, the first {graph.writers[i]} -> {graph.readers[j]} ({scores[i, j]}); "
+    lost = unscored(graph.mask, scores, graph.writers, graph.readers, of=f"the graph's {graph.edges} edges")
+    if lost:
+        raise RunError(f"patching.metric {metric}: its gradient is not finite, so {lost}; "
                        f"use a metric whose gradient is finite at these inputs (no sqrt or log at 0)")
 
 
@@ -178,9 +176,9 @@ def file_scores(path: str, graph: Graph) -> np.ndarray:
         i, j = np.argwhere(other)[0]
         edge = f"{graph.writers[i]} -> {graph.readers[j]}"
         order = lambda p: "in parallel" if p else "in sequence"  # noqa: E731
-        if bool(g.get("parallel")) == graph.parallel:  # the same graph: scores that are not finite numbers
-            raise ConfigError(f"patching.faithfulness.from={path!r}: {int(other.sum())} of its edges have no finite score, "
-                              f"the first {edge} ({scores[i, j]}); faithfulness ranks edges by finite scores")
+        lost = unscored(graph.mask, scores, graph.writers, graph.readers)
+        if bool(g.get("parallel")) == graph.parallel and lost:  # the same graph: scores that are not finite numbers
+            raise ConfigError(f"patching.faithfulness.from={path!r}: {lost}; faithfulness ranks edges by finite scores")
         missing = bool(graph.mask[i, j])
         n = int((other & graph.mask).sum() if missing else (other & ~graph.mask).sum())
         what = f"lacks {n} of this model's edges" if missing else f"scores {n} edges this model lacks"
