@@ -83,7 +83,8 @@ def mib_task(rows: str | Path | Sequence[Mapping], tokenizer: Any, task: str = "
         bos = getattr(tokenizer, "eos_token_id", None)
     pad = getattr(tokenizer, "pad_token_id", None)
     pad = pad if pad is not None else (getattr(tokenizer, "eos_token_id", None) or 0)
-    kept = [(i, row) for i, row in enumerate(table) if mib_keeps(task, row, spec, tokenizer, space, i)][: limit or None]
+    answer_ids = _memo(tokenizer)  # (the answers, few and repeated: each text tokenized once, for the filter and the item)
+    kept = [(i, row) for i, row in enumerate(table) if mib_keeps(task, row, spec, answer_ids, space, i)][: limit or None]
     pairs, answers, dropped = [], [], len(table) - len(kept)
     if not kept:
         raise ConfigError(f"data.dataset: none of the {len(table)} rows passes MIB's filter for task {task!r} "
@@ -95,7 +96,7 @@ def mib_task(rows: str | Path | Sequence[Mapping], tokenizer: Any, task: str = "
             dropped += 1
             continue
         pairs.append((clean, corrupt))
-        answers.append([_ids(tokenizer, (" " if space else "") + str(value(row, spec[k], i, k)))[0] for k in ("answer", "wrong")])
+        answers.append([answer_ids((" " if space else "") + str(value(row, spec[k], i, k)))[0] for k in ("answer", "wrong")])
     if not pairs:
         raise ConfigError(f"data.dataset: none of the {len(kept)} rows MIB's filter keeps has clean and counterfactual "
                           f"prompts of one token count")
@@ -115,16 +116,17 @@ def _kind(task: str) -> str:
     return "arithmetic" if task.startswith("arithmetic") else "mcqa" if task.startswith(("mcqa", "arc")) else task
 
 
-def mib_keeps(task: str, row: Mapping, spec: Mapping, tokenizer: Any, space: bool, i: int) -> bool:
+def mib_keeps(task: str, row: Mapping, spec: Mapping, encode: Any, space: bool, i: int) -> bool:
     """Whether MIB's HFEAPDataset.filter_dataset keeps the row (MIB_circuit_track/dataset.py): by the token counts
     of the answers (" " + name for IOI, with metadata.random_c; arithmetic's each one token) and, for arithmetic, a
-    counterfactual that is not null and the task's operator. Other tasks (a `columns` mapping): every row."""
+    counterfactual that is not null and the task's operator. Other tasks (a `columns` mapping): every row. `encode(text)`:
+    the text's token ids (no special tokens)."""
     kind = _kind(task)
     if kind not in FILTERS:
         return True
 
     def count(path: str, role: str) -> int:
-        return len(_ids(tokenizer, (" " if space else "") + str(value(row, path, i, role))))
+        return len(encode((" " if space else "") + str(value(row, path, i, role))))
     if kind == "arithmetic":
         corrupt = spec["corrupt"].rpartition(".")[0]
         if corrupt and (_get(row, corrupt) is None or _get(row, spec["corrupt"]) is None):
@@ -205,6 +207,17 @@ def _json_rows(p: Path, given: str) -> list[dict]:
                 raise ConfigError(f"data.dataset.rows={given!r}: line {n} is not JSON ({exc.msg}, column {exc.colno}); "
                                   f"give a JSON list of rows or one JSON row per line") from None
     return rows
+
+
+def _memo(tokenizer: Any) -> Any:
+    """_ids(tokenizer, text), each text tokenized once."""
+    cache: dict[str, list[int]] = {}
+
+    def encode(text: str) -> list[int]:
+        if text not in cache:
+            cache[text] = _ids(tokenizer, text)
+        return cache[text]
+    return encode
 
 
 def _ids(tokenizer: Any, text: str) -> list[int]:
