@@ -128,30 +128,25 @@ def mib_keeps(task: str, row: Mapping, spec: Mapping, encode: Any, space: bool, 
     def count(path: str, role: str) -> int:
         return len(encode((" " if space else "") + str(value(row, path, i, role))))
     if kind == "arithmetic":
-        corrupt = spec["corrupt"].rpartition(".")[0]
-        if corrupt and (_get(row, corrupt) is None or _get(row, spec["corrupt"]) is None):
+        if value(row, spec["corrupt"], i, "corrupt", nullable=True) is None:  # (MIB drops a null counterfactual)
             return False
         if "operator" in row and row["operator"] != ("-" if "subtraction" in task else "+"):
             return False
         return count(spec["answer"], "answer") == 1 and count(spec["wrong"], "wrong") == 1
     counts = {count(spec["answer"], "answer"), count(spec["wrong"], "wrong")}
-    if kind == "ioi" and _get(row, "metadata.random_c") is not None:
+    if kind == "ioi" and (row.get("metadata") or {}).get("random_c") is not None:  # (checked where the row has one)
         counts.add(count("metadata.random_c", "random_c"))
     return len(counts) == 1
 
 
-def _get(row: Mapping, path: str) -> Any:
-    """row at a plain dotted path, None where a part is missing or null."""
-    node: Any = row
-    for part in path.split("."):
-        node = node.get(part) if isinstance(node, Mapping) else None
-    return node
-
-
-def value(row: Mapping, path: str, i: int = 0, role: str = "") -> Any:
-    """`a.b[c.d]`: row["a"]["b"][row["c"]["d"]]; a missing key is one ConfigError naming the row."""
+def value(row: Mapping, path: str, i: int = 0, role: str = "", nullable: bool = False) -> Any:
+    """`a.b[c.d]`: row["a"]["b"][row["c"]["d"]]; a missing key is one ConfigError naming the row. `nullable`: None
+    where a part on the way is null (MIB's filter drops an arithmetic row whose counterfactual is null), where the
+    path's key is missing still the ConfigError (it had every row dropped as failing MIB's filter)."""
     node: Any = row
     for part in re.findall(r"[^.\[\]]+(?:\[[^\]]+\])?", path):
+        if node is None and nullable:
+            return None
         name, _, index = part.partition("[")
         try:
             node = node[name]

@@ -121,3 +121,20 @@ def test_each_answer_text_is_tokenized_once(tmp_path, monkeypatch):
     monkeypatch.setattr(type(tok), "encode", lambda self, text, *a, **k: calls.update([text]) or real(self, text, *a, **k))
     same(mib_task(rows, tok, task="ioi"), want, tok)
     assert calls and max(calls.values()) == 1, calls.most_common(3)
+
+
+@pytest.mark.parametrize(("corrupt", "line"), [
+    ("random_counterfactul.prompt", "row 0 has no 'random_counterfactul' (there: prompt, label, operator, "
+                                    "random_counterfactual)"),
+    ("random_counterfactual.promt", "row 0 has no 'promt' (there: prompt, label)"),
+])
+def test_a_counterfactual_path_rows_lack_is_named_not_filtered(tmp_path, corrupt, line):
+    """A path whose key the rows lack (a typo) had every row dropped as failing MIB's filter ('none of the 40 rows
+    passes MIB's filter'); MIB's own filter reads x["random_counterfactual"]["prompt"] and fails on such a key.
+    A null counterfactual (MIB drops the row) is still dropped: test_arithmetic_rows_kept_are_mibs."""
+    rows = arithmetic_rows()
+    tok = wordpiece({str(x) for x in range(-99, 200)} | {"+", "-", "="}, set(), tmp_path)
+    columns = {"clean": "prompt", "corrupt": corrupt, "answer": "label", "wrong": "random_counterfactual.label"}
+    with pytest.raises(ConfigError) as err:
+        mib_task(rows, tok, task="arithmetic", columns=columns)
+    assert str(err.value) == f"data.dataset.columns.corrupt={corrupt!r}: {line}"
