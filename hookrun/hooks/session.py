@@ -266,3 +266,17 @@ def warn_never_fired(hook: str, module: str, where: str = "in any batch", then: 
     a hook type that fires in backward (`needs_grad`) also says that no backward() may have reached it."""
     why = ", or no backward() reached it (under no_grad, or no backward() called)" if needs_grad else ""
     log.warning("hook %r never fired: module %r did not run %s%s (%s)", hook, module_label(module), where, why, then)
+
+
+def warn_cast(overflow: dict[tuple, int], underflow: dict[tuple, int]) -> None:
+    """The warnings for values the record dtype's cast turned into inf or 0, per capture (hook, module,
+    role, call): a file run's end report and hookrun.capture's end say them alike."""
+    for (hook, module, role, call), n in sorted(overflow.items()):
+        log.warning("hook %r at %s: %d value(s) of %s%s became inf when stored as the record dtype "
+                    "(they exceed its range); record in float32, or set check_finite=true to stop at the first",
+                    hook, module_label(module), n, role, f"@{call}" if call else "")
+    for (hook, module, role, call), n in sorted(underflow.items()):
+        log.warning("hook %r at %s: %d nonzero value(s) of %s%s became 0 when stored as the record dtype "
+                    "(below its smallest magnitude: float16's is 6e-8, a small gradient's scale); record in "
+                    "float32, or bfloat16 (float32's range, fewer digits)", hook, module_label(module), n, role,
+                    f"@{call}" if call else "")

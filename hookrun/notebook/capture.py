@@ -16,6 +16,9 @@ same samples; `positions:` and `record rows: token` work as in mode=generate (pa
 after a sample's end-of-sequence token, as model.generation_config names it, leave no row), and
 `cap.tokens` maps each token row to its sample, position and whether it was generated.
 
+With dtype="float16", values the cast made inf or 0 are counted and said at the block's end, as a
+file run's end report says them (hooks/session.warn_cast).
+
 Actions that keep a state over the run (top_examples) end with the block, as a file run's end:
 `cap[module, "top.values"]` (and top.samples, top.positions) holds the block's top-k per feature.
 """
@@ -37,7 +40,7 @@ from hookrun.errors import ConfigError, RunError
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.hook_types import HOOK_TYPES
 from hookrun.hooks.plan import make_plan
-from hookrun.hooks.session import HookSession, warn_never_fired
+from hookrun.hooks.session import HookSession, warn_cast, warn_never_fired
 from hookrun.hooks.tokens import CallTracker, continues, token_columns, token_input
 from hookrun.labels import call_role, capture_label
 from hookrun.store.capture_schema import resolve
@@ -58,6 +61,7 @@ class Captured(Mapping):
         self._per_step: dict[Key, bool] = {}
         self._cache: dict[Key, torch.Tensor] = {}
         self._tokens: list[tuple] = []  # the token-row columns of each step that recorded per token
+        self.casts: tuple[dict, dict] = ({}, {})  # values the record dtype's cast made inf / 0, by capture
         self.steps = 0
 
     def add(self, captures: list[Capture], tokens: tuple | None = None) -> None:
@@ -68,6 +72,10 @@ class Captured(Mapping):
             self._parts.setdefault(key, []).append(c.value)
             self._per_step[key] = c.per_step
             self._cache.pop(key, None)
+            for counts, n in zip(self.casts, (c.overflow, c.underflow), strict=True):
+                if n is not None and int(n):
+                    at = (c.key.hook, c.key.module, c.key.role, c.key.call)
+                    counts[at] = counts.get(at, 0) + int(n)
 
     @property
     def tokens(self) -> dict[str, torch.Tensor]:
@@ -189,6 +197,7 @@ def _capture(model: nn.Module, hooks: Mapping, dtype: str) -> Iterator[Captured]
             finally:
                 steps.end_step()
             cap.add([c for a in env.stateful for c in a.finish()])  # the block's end is a run's: top_examples' top.*
+            warn_cast(*cap.casts)  # (float16's inf and 0, as a file run's end says them)
             for point in session.never_fired() if cap.steps else ():  # (not on an exception: the block may have stopped early)
                 warn_never_fired(point.hook, point.module, "in the block", "so cap has no capture from it",
                                  HOOK_TYPES.get(point.type).needs_grad)

@@ -29,7 +29,7 @@ from hookrun.config.schema import Mode
 from hookrun.errors import ConfigError, HookrunError, RunError
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.hook_types import HOOK_TYPES
-from hookrun.hooks.session import HookSession, warn_never_fired
+from hookrun.hooks.session import HookSession, warn_cast, warn_never_fired
 from hookrun.hooks.tokens import token_columns
 from hookrun.labels import module_label
 from hookrun.runner.batches import data_failure, first_batch, make_loader, sample_paths
@@ -220,15 +220,7 @@ def token_width(kind: RunKind, call: Any) -> int | None:
 
 
 def end_report(session: HookSession, store: RunStore, resume: Resume | None, complete: bool = True) -> dict:
-    for (hook, module, role, call), n in sorted(store.overflow_by_key().items()):
-        log.warning("hook %r at %s: %d value(s) of %s%s became inf when stored as the record dtype "
-                    "(they exceed its range); record in float32, or set check_finite=true to stop at the first",
-                    hook, module_label(module), n, role, f"@{call}" if call else "")
-    for (hook, module, role, call), n in sorted(store.underflow_by_key().items()):
-        log.warning("hook %r at %s: %d nonzero value(s) of %s%s became 0 when stored as the record dtype "
-                    "(below its smallest magnitude: float16's is 6e-8, a small gradient's scale); record in "
-                    "float32, or bfloat16 (float32's range, fewer digits)", hook, module_label(module), n, role,
-                    f"@{call}" if call else "")
+    warn_cast(store.overflow_by_key(), store.underflow_by_key())
     unfired = {f"{p.hook}@{p.module}" for p in session.never_fired()}
     if resume is not None:  # hooks that fired in the batches kept from the old file count as fired
         recorded = {f"{key[0]}@{key[1]}" for key in store.rows_by_key()}
