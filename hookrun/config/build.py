@@ -238,6 +238,11 @@ def check_dataset(dataset: Any, where: str) -> Any:
                           f"(torch's raises NotImplementedError: items streamed, not read by index); {need}")
     if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
         raise ConfigError(f"{where} a {type(dataset).__name__}; {need}")
+    if isinstance(dataset, Mapping) and dataset and 0 not in dataset:  # a tokenizer's batch: columns, not items
+        rows = sorted({len(v) for v in dataset.values() if hasattr(v, "__len__")})
+        raise ConfigError(f"{where} a {type(dataset).__name__} of columns ({', '.join(map(str, list(dataset)[:6]))}"
+                          f"{': ' + ' or '.join(map(str, rows)) + ' rows each' if rows else ''}), which has no item 0; "
+                          f"give one item per row: [{{k: v[i] for k, v in d.items()}} for i in range(n)]")
     return dataset
 
 
