@@ -83,8 +83,9 @@ def run(cfg: Any, model: torch.nn.Module | None = None, dataset: Any = None) -> 
     cfg = load(with_live(cfg, model, dataset))
     ranks = detect()
     # the one owner of what the run attaches to the model: hooks, splices, unfused attention, and a
-    # live model's own state (mode, flags, devices, grads), all undone on the way out (hooks/hold.py)
-    with ModelHold(model) as hold:
+    # live model's own state (mode, flags, devices, grads), all undone on the way out (hooks/hold.py);
+    # out of a caller's torch.inference_mode(), where no kind could take a gradient (each sets its grad mode)
+    with torch.inference_mode(False), ModelHold(model) as hold:
         dest = open_destination(cfg, ranks)  # output.path, resolved once: a local file or object-store parts
         body = lambda c, d, adjust=None: _locked(c, d, started, model, dataset, hold, adjust)  # noqa: E731
         if ranks.many:  # one rank of torchrun / submitit / srun: its block, then (rank 0) the whole run

@@ -38,6 +38,10 @@ class GradKind(RunKind):
         self.takes_batch = takes_batch(self.loss)
 
     def step(self, model: nn.Module, call: ModelCall, session: Any) -> StepAdds:
+        with torch.enable_grad():  # (whatever the caller's mode: hookrun.run under a notebook's torch.no_grad())
+            return self._step(model, call)
+
+    def _step(self, model: nn.Module, call: ModelCall) -> StepAdds:
         for t in call.tensors():
             if t.is_floating_point():
                 t.requires_grad_(True)
