@@ -15,6 +15,7 @@ import numpy as np
 from torch import nn
 
 from hookrun.errors import ConfigError
+from hookrun.hooks.hold import ModelHold
 from hookrun.runner.calls import CallSpec
 from hookrun.runner.kinds.attribution.block import parse_block
 from hookrun.runner.kinds.attribution.engine import Engine
@@ -56,9 +57,10 @@ def attribute(model: nn.Module, dataset: Any, batch_size: int = 16, inputs: Any 
     spec.check(dataset[0])
     loader = torch.utils.data.DataLoader(dataset, batch_size=int(batch_size), shuffle=False)
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    training = model.training
-    model.eval()
-    try:
+    # each module's flags, devices and grads come back as they were (a model of mixed modes too), and
+    # a caller's torch.inference_mode() is left outside: the engine takes gradients
+    with torch.inference_mode(False), ModelHold(model):
+        model.eval()
         batches = iter(loader)
         first = spec.split(next(batches)).to(device)
         engine = Engine(model, b, first, dataset, spec)
@@ -69,6 +71,4 @@ def attribute(model: nn.Module, dataset: Any, batch_size: int = 16, inputs: Any 
                 parts.setdefault(k, []).append(v.detach().cpu().numpy())
             nxt = next(batches, None)
             call = spec.split(nxt).to(device) if nxt is not None else None
-    finally:
-        model.train(training)
     return {k: np.concatenate(v) for k, v in parts.items()}
