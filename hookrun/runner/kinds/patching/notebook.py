@@ -65,6 +65,12 @@ def patch_grid(model: nn.Module, dataset: Any, hooks: Any = None, limit: int | N
                                                "give verify=K (the K cells of largest estimated effect), or which='value'"))
     check_forward_argument(model, b.input)
     check_inputs(b, inputs)
+    with torch.inference_mode(False):  # (a caller's inference mode: atp, eap and their IG take gradients)
+        return _grids(model, dataset, b, hooks, limit, which, inputs)
+
+
+def _grids(model: nn.Module, dataset: Any, b: Block, hooks: Any, limit: int | None, which: str,
+           inputs: Any) -> dict[str, Any]:
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     items = load_items(dataset, b, limit, device)
     env = ActionEnv(hold=ModelHold(model))  # the model comes back as it went in: hooks, splices, its mode
