@@ -16,6 +16,7 @@ from typing import Any
 from torch import nn
 
 from hookrun.config.schema import live_node
+from hookrun.errors import ConfigError
 from hookrun.runner.kinds.similarity.block import LIVE_WITH
 from hookrun.runner.kinds.similarity.reader import read_similarity
 from hookrun.runner.kinds.temporary_run import temporary_run
@@ -40,6 +41,10 @@ def similarity(model: nn.Module, dataset: Any, batch_size: int = 16, inputs: Any
     Raises:
         ConfigError: a bad block or input, one line, before any batch.
     """
+    if with_ is not None and not isinstance(with_, dict):  # (a model given as with_= itself: the block's with: is a mapping)
+        raise ConfigError(f"similarity: with_ is the block's with:, a dict {{'model': ..., 'at': [...]}}; got a "
+                          f"{type(with_).__name__}: give with_={{'model': other, 'at': ['layer4']}} with the second model's "
+                          f"modules in 'at'")
     other = with_.get("model") if isinstance(with_, dict) else None
     if isinstance(other, nn.Module):  # a live second model: the file's config names its class, as for `model`
         with_ = {**with_, "model": live_node(other)}
