@@ -20,6 +20,7 @@ from torch import nn
 
 from hookrun.analysis.kind_readers import Table
 from hookrun.config.schema import live_node
+from hookrun.errors import ConfigError
 from hookrun.runner.kinds.probe.block import LIVE_TEST
 from hookrun.runner.kinds.probe.reader import probe_weights, read_probes
 from hookrun.runner.kinds.temporary_run import temporary_run
@@ -51,6 +52,13 @@ def probe(model: nn.Module, dataset: Any, batch_size: int = 16, inputs: Any = No
         table = read_probes(f)
         return ProbeTable(table.columns, table.rows, {row["at"]: probe_weights(f, row["at"]) for row in table})
 
+    target = block.get("target", "label")
+    if not isinstance(target, str | int | Mapping):  # (the config's line names a _target_ node alone)
+        arrays = hasattr(target, "__len__") or hasattr(target, "shape")
+        raise ConfigError(f"probe: target= is an item key ('label') or {{'_target_': 'my_pkg.labels'}} (a function of the "
+                          f"batch, imported by that path); got a {type(target).__name__}: " + (
+                              "put each item's target in its item ({'x': x, 'label': y}) and give target='label'" if arrays
+                              else "define it in a module and give {'_target_': 'module.function'}"))
     test = block.get("test_data")
     live = test is not None and not isinstance(test, Mapping)  # a data set object: the file's config names its class
     if live:
