@@ -6,6 +6,9 @@
     ACTIONS.get("recrod")  # NotFoundError: unknown action 'recrod'; did you mean: record? known: ...
     ACTIONS.register_lazy("logit_lens", "hookrun.hooks.actions.lens")  # imported when first asked for
     OPS = Registry("op", find=plugin_op, found_names=plugin_op_names)  # a name it does not know: asked of the plugins
+
+A name registered again by the same definition (its module and qualified name: a notebook cell run a
+second time) takes the new object; another object under a taken name is one ConfigError line.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ class Registry(Generic[T]):
             if known is not obj and shipped.startswith("hookrun.") and getattr(obj, "__module__", None) != shipped:
                 # (hookrun's own, imported or not yet: a user's would replace it, or be replaced, by import order)
                 raise ConfigError(f"{self.kind} {name!r} is one of hookrun's own {self.kind}s; give yours another name")
-            if known is not None and known is not obj:
+            if known is not None and known is not obj and not _defined_again(known, obj):
                 raise ConfigError(f"{self.kind} {name!r} is already registered ({shipped or 'elsewhere'}); give it another name")
             self._items[name] = obj
             return obj
@@ -87,3 +90,10 @@ class Registry(Generic[T]):
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
+
+
+def _defined_again(known: object, obj: object) -> bool:
+    """`obj` is `known`'s own definition run again (a notebook cell run twice, importlib.reload): the
+    same module and qualified name. It replaces the old one; another definition of the name is refused."""
+    where = [(getattr(o, "__module__", None), getattr(o, "__qualname__", None)) for o in (known, obj)]
+    return None not in where[0] and where[0] == where[1]
