@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hookrun.config.schema import HookrunConfig
-from hookrun.errors import ConfigError
+from hookrun.errors import ConfigError, NotFoundError
 from hookrun.store.digest import table_of
 from hookrun.store.lock import flushing_path
 from hookrun.store.reading import open_read
@@ -33,10 +33,10 @@ log = logging.getLogger("hookrun")
 
 
 def old_sae(cfg: HookrunConfig) -> dict[str, Any] | None:
-    """The `sae` attribute (with the file's `status`) of the local run resume=true would continue; None where
-    output.path holds no SAE run (or is in an object store: not read before the run)."""
+    """The `sae` attribute (with the run's `status`) of the run resume=true would continue: a local file's, or
+    an object-store run's manifest's (nothing fetched); None where output.path holds no SAE run."""
     if scheme_of(str(cfg.output.path)).remote:
-        return None
+        return _remote_sae(cfg)
     path = Path(str(cfg.output.path))
     for source in (path, flushing_path(path)):  # (a kill inside a flush leaves it at <name>.flushing)
         if source.exists():
@@ -49,6 +49,35 @@ def old_sae(cfg: HookrunConfig) -> dict[str, Any] | None:
                 return None
             return {**json.loads(text), "status": str(status), "file": str(path)}
     return None
+
+
+def _remote_sae(cfg: HookrunConfig) -> dict[str, Any] | None:
+    """old_sae of a run in an object store: its manifest's attributes, or, where no part was uploaded yet, those
+    of the parts in its staging folder (was None: a resume after a kill during sae.evaluate was refused as if
+    no SAE run were at output.path, the SAE it had written to sae.out taken for another run's)."""
+    import h5py
+
+    from hookrun.analysis.opening import open_run
+    from hookrun.output.objects.upload import ObjectStoreOutput
+
+    url = str(cfg.output.path)
+    try:
+        with open_run(url) as run:
+            text, status = run.attrs.get("sae"), run.status
+    except NotFoundError:  # (no run there yet: the destination's own checks say so)
+        text, status = None, None
+    staged = ObjectStoreOutput.of(url, cfg.output.staging).parts_dir
+    for part in sorted(staged.glob("part-*.h5*"), reverse=True) if text is None and staged.is_dir() else []:
+        try:
+            with h5py.File(part, "r", locking=False) as f:
+                text, status = f.attrs.get("sae"), "interrupted"  # (a part not uploaded: the run did not end)
+        except OSError:  # (a part cut short by the kill: the one before it)
+            continue
+        if text is not None:
+            break
+    if text is None:
+        return None
+    return {**json.loads(text.decode() if isinstance(text, bytes) else text), "status": str(status), "file": url}
 
 
 def check_out(out: Path, old: dict[str, Any] | None, resume: bool) -> None:
