@@ -249,10 +249,10 @@ def _sweep_readers(sweep: Any) -> list[KindReader]:
     for job in sweep.jobs:
         if job.file is None:
             continue
-        try:
-            with h5py.File(job.file, "r", locking=False) as f:  # (a job still running: its last flush)
-                kinds.update((r.kind, r) for r in readers_of(f))
-        except OSError:  # an unreadable job: the sweep table says so
+        try:  # (a URL, str: its manifest names the kind; a local file opened as a job still running's last flush)
+            with job.open() if isinstance(job.file, str) else h5py.File(job.file, "r", locking=False) as f:
+                kinds.update((r.kind, r) for r in (f.kind_readers() if isinstance(job.file, str) else readers_of(f)))
+        except (OSError, HookrunError):  # an unreadable job: the sweep table says so
             continue
     return list(kinds.values())
 

@@ -25,7 +25,7 @@ from hookrun.analysis.sweep_plan import planned, typed_overrides
 from hookrun.errors import HookrunError, NotFoundError
 from hookrun.labels import natural_key
 from hookrun.store.format import REFUSED
-from hookrun.store.reading import empty_sweep, folder_file, job_dirs
+from hookrun.store.reading import UrlPath, empty_sweep, folder_file, job_dirs
 from hookrun.store.schemes import scheme_of
 
 
@@ -34,7 +34,7 @@ class Job:
     folder: Path
     num: str
     overrides: dict[str, Any]  # typed as Hydra reads them: 0.5 a float, 3 an int, true a bool
-    file: Path | None
+    file: Path | UrlPath | None  # a URL where the job wrote its run to an object store
     ran: bool = True  # False: a job the sweep planned (multirun.yaml) that left no folder
     refused: str | None = None  # the line of a job refused before its file opened (its folder's refused.txt)
 
@@ -221,17 +221,20 @@ def _refusal(job: Path) -> str | None:
         return None
 
 
-def _named_file(job: Path) -> Path | None:
+def _named_file(job: Path) -> Path | UrlPath | None:
     """A job's file written outside its folder under a name with the job's number in it
-    (output.path=../out_${hydra:job.num}.h5): its stored config's path, the number put in."""
+    (output.path=../out_${hydra:job.num}.h5), or to an object store (s3://bucket/sweep/${hydra:job.num}/captures.h5):
+    its stored config's path, the number put in."""
     try:
         path = str(yaml.safe_load((job / ".hydra" / "config.yaml").read_text())["output"]["path"])
         num = yaml.safe_load((job / ".hydra" / "hydra.yaml").read_text())["hydra"]["job"]["num"]
     except (OSError, KeyError, TypeError, yaml.YAMLError):
         return None
     path = path.replace("${hydra:job.num}", str(num))
-    if "${" in path or scheme_of(path).remote:
+    if "${" in path:
         return None
+    if scheme_of(path).remote:  # (was None: every job of a sweep to s3://... read 'no file')
+        return None if _refusal(job) else UrlPath(path.rstrip("/"))
     file = (job / Path(path).expanduser()).resolve()
     return file if file.is_file() else None
 
