@@ -11,6 +11,7 @@ parts of a tuple get `.0`, `.1`, ... (`input.1`), of a dict `.KEY`. A one-elemen
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,10 +59,35 @@ class StepState:
     batch_size: int = 0
     sample_index: torch.Tensor | None = None  # dataset indices of the batch's samples
     attention_mask: torch.Tensor | None = None  # (batch, tokens), 1 = a real token, 0 = padding; None: no mask
-    calls: list = field(default_factory=list)  # the TokenMap of each model call of the step (hooks/tokens.py)
-    call_tokens: Any = None  # the TokenMap of the model call in flight (the last of `calls`)
     phase: Phase = INTERVENED  # which actions run in the forward in flight (a run kind's phases)
     batch: Any = None  # the batch's items as the model call has them (a dict of tensors: logit_lens' target)
+    first_map: Callable[[torch.Tensor | None], Any] | None = None  # HookSession.begin_step's: the step's first TokenMap
+    _calls: list | None = field(default_factory=list, repr=False)  # None: `calls` not yet asked for this step
+    _call_tokens: Any = field(default=None, repr=False)
+
+    @property
+    def calls(self) -> list:
+        """The TokenMap of each model call of the step (hooks/tokens.py). The first, begin_step's map of
+        the batch's attention mask, is made by `first_map` when first asked for: a step that nothing
+        asks about its tokens (an image model's `record`) runs no token code."""
+        if self._calls is None:
+            self._call_tokens = self.first_map(self.attention_mask)
+            self._calls = [self._call_tokens]
+        return self._calls
+
+    @calls.setter
+    def calls(self, value: list | None) -> None:
+        self._calls = value
+
+    @property
+    def call_tokens(self) -> Any:
+        """The TokenMap of the model call in flight (the last of `calls`)."""
+        return self._call_tokens if self._calls is not None else self.calls[-1]
+
+    @call_tokens.setter
+    def call_tokens(self, value: Any) -> None:
+        self.calls  # noqa: B018 (the step's first map made, if not yet: `calls` keeps it)
+        self._call_tokens = value
 
 
 class Event:

@@ -22,7 +22,6 @@ from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.events import INTERVENED, Event, Phase, StopForward
 from hookrun.hooks.hook_types import HOOK_TYPES, Fire, _version
 from hookrun.hooks.plan import HookPoint
-from hookrun.hooks.tokens import TokenMap
 from hookrun.labels import module_label
 from hookrun.store.records import StepCaptures
 
@@ -84,8 +83,8 @@ class HookSession:
         state.step, state.batch_size, state.sample_index = step, batch_size, sample_index
         state.batch = batch
         state.attention_mask = attention_mask
-        state.call_tokens = TokenMap.of_batch(attention_mask)  # a CallTracker replaces it at each model call
-        state.calls = [state.call_tokens]
+        state.first_map, state.calls = _first_map, None  # the batch's TokenMap, made when first asked for (a
+        # CallTracker replaces it at each model call)
         for point in self.points:
             point.reset()
         if self.early_stop is not None:
@@ -96,6 +95,8 @@ class HookSession:
         state = self.env.state
         self._outer = (state.attention_mask, state.call_tokens)
         state.attention_mask = mask
+        from hookrun.hooks.tokens import TokenMap
+
         state.call_tokens = TokenMap.of_batch(mask, provisional=False)
         state.call_tokens.decoder = True
         state.calls.append(state.call_tokens)
@@ -249,6 +250,13 @@ def action_failure(action: Any, ev: Event, exc: BaseException) -> RunError:
     fired; model_forward would otherwise say the model's forward failed."""
     where = getattr(action, "where", f"hooks.{ev.hook}")
     return foreign_failure(f"{where}: action {action_name(action)} failed at {ev.where} ({ev.type} hook, batch {ev.step}):", exc)
+
+
+def _first_map(attention_mask: torch.Tensor | None) -> Any:
+    """A step's first TokenMap, of its batch's attention mask (hooks/tokens.py, loaded when a step asks)."""
+    from hookrun.hooks.tokens import TokenMap
+
+    return TokenMap.of_batch(attention_mask)
 
 
 def _grad_last(item: tuple[int, HookPoint]) -> bool:

@@ -30,7 +30,6 @@ from hookrun.errors import ConfigError, HookrunError, RunError
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.hook_types import HOOK_TYPES
 from hookrun.hooks.session import HookSession, warn_cast, warn_never_fired
-from hookrun.hooks.tokens import token_columns
 from hookrun.labels import module_label
 from hookrun.runner.batches import data_failure, first_batch, make_loader, sample_paths
 from hookrun.runner.calls import CallSpec, check_positions
@@ -113,7 +112,7 @@ def run_batches(
                 captures=captures,
                 ticket=transfer.submit(captures),
                 samples=stored if adds.samples is None else {**(stored or {}), **adds.samples},
-                tokens=token_columns(captures, env.state, with_generated=adds.generated),
+                tokens=step_tokens(captures, env.state, adds.generated),
                 token_width=token_width(s.kind, call),  # (the store's chunks of token rows: store/format.py)
                 tables=adds.tables,
                 state=env.snapshot(),  # stateful actions (top_examples): saved at the next flush
@@ -217,6 +216,16 @@ def token_width(kind: RunKind, call: Any) -> int | None:
         return n
     mask = call.attention_mask
     return int(mask.shape[1]) if isinstance(mask, torch.Tensor) and mask.dim() == 2 else None
+
+
+def step_tokens(captures: list, state: Any, with_generated: bool) -> tuple | None:
+    """The step's /samples/token_* columns (hooks/tokens.py's token_columns, loaded where a capture
+    has token rows); None where none has."""
+    if not any(c.tokens for c in captures):
+        return None
+    from hookrun.hooks.tokens import token_columns
+
+    return token_columns(captures, state, with_generated=with_generated)
 
 
 def end_report(session: HookSession, store: RunStore, resume: Resume | None, complete: bool = True) -> dict:

@@ -179,11 +179,11 @@ class Record(Action):
             lists = per_sample_lists(ev.raw, "output", state.batch_size)
             if lists is not None:
                 tensors = {r: t for r, t in tensors.items() if family(r) != "output"} | lists
-        tokens = state.call_tokens
         wanted = [(role, t) for role, t in tensors.items() if t is not None and self.wants(role)]
-        kept = wanted if not self.token_rows or self.what else [
-            (role, t) for role, t in wanted if isinstance(t, list) or tokens.fits(t, state.batch_size)]
-        if kept is not wanted:  # a new token's pass keeps what the prompt pass kept: a (B, 1, 1, kv) mask looks like (B, 1) tokens
+        kept = wanted
+        if self.token_rows and not self.what:  # a new token's pass keeps what the prompt pass kept: a (B, 1, 1, kv) mask looks like (B, 1) tokens
+            tokens = state.call_tokens
+            kept = [(role, t) for role, t in wanted if isinstance(t, list) or tokens.fits(t, state.batch_size)]
             if getattr(tokens, "call", 0) and (ev.module, ev.call) in self._kept:
                 kept = [(role, t) for role, t in kept if role in self._kept[ev.module, ev.call]]
             else:
