@@ -1,12 +1,12 @@
-"""Stateful actions over a run: their checks before any batch, their state on resume, their end.
+"""Actions over a run: their look at their tensor before any batch, their state on resume, their end.
+Loaded only where a run has such an action (record with a select, top_examples, a lens) or resumes.
 
-    check_items(points, dataset[0])             # prepare(): each action's look at the first item
-    check_tensors(points, forward)              # ... and at its tensor, listening to `forward` (run once)
+    check_tensors(tensor_checked(points), forward)   # prepare(): each action's look at its tensor, listening to `forward` (run once)
     restore_states(env, old_file, kept, store)   # resume: the state saved with the kept batches
     finish_actions(env, store)                   # a complete run: the actions' end-of-run captures
 
 An action declares what it needs (hookrun.hooks.actions.base): `check_item(item)` sees the
-dataset's first item, `check_tensor(role, tensor)` the tensor its hook sees in one sample's
+dataset's first item (prepare() asks it), `check_tensor(role, tensor)` the tensor its hook sees in one sample's
 forward (run with plain forward hooks, nothing of the run's attached; an action whose `what` names
 a tensor that forward did not give is refused here); `state()` is saved at each
 flush (store/run_state.py) and handed back to `load_state()` on resume; `finish()` returns the
@@ -28,31 +28,11 @@ from hookrun.hooks.points import HookPoint
 from hookrun.store.records import RunStore
 
 
-def _declares(action: Any, name: str) -> bool:
-    from hookrun.hooks.actions.base import Action
-
-    own = getattr(type(action), name, None)
-    return own is not None and own is not getattr(Action, name) or callable(getattr(getattr(action, "fn", None), name, None))
-
-
-def tensor_checked(points: list[HookPoint]) -> list[tuple[HookPoint, Any]]:
-    return [(p, a) for p in points for a in p.actions
-            if p.site is None and p.type in ("forward", "forward_pre") and _declares(a, "check_tensor")
-            and getattr(a, "checks_tensor", True)]  # (record: only with a select)
-
-
-def check_items(points: list[HookPoint], item: Any) -> None:
-    """Before the first batch: each action's check of the dataset's first item (a missing key)."""
-    for p in points:
-        for a in p.actions:
-            a.check_item(item)
-
-
-def check_tensors(points: list[HookPoint], run_one: Callable[[], Any]) -> None:
+def check_tensors(checked: list[tuple[HookPoint, Any]], run_one: Callable[[], Any]) -> None:
     """`run_one()` (one sample's forward, which the site and splice checks listen to as well) with a
-    plain hook on each module whose action checks its tensor (a width, an axis); then the checks.
-    prepare() composes it onto the one forward of the checks before the first batch."""
-    checked = tensor_checked(points)
+    plain hook on each module whose action checks its tensor (a width, an axis: prepare's
+    `tensor_checked`); then the checks. prepare() composes it onto the one forward of the checks
+    before the first batch."""
     seen: dict[int, dict] = {}
 
     def keep(key: int, pre: bool) -> Callable:

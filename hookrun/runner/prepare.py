@@ -32,13 +32,13 @@ from hookrun.config.schema import DTYPES, HookrunConfig, Mode
 from hookrun.config.specs import parse_hooks
 from hookrun.errors import ConfigError
 from hookrun.hooks.actions import ACTIONS, ActionEnv
+from hookrun.hooks.actions.base import declares
 from hookrun.hooks.hold import ModelHold, disable_inplace
 from hookrun.hooks.plan import make_plan
 from hookrun.hooks.points import HookPoint
 from hookrun.labels import dataset_label
 from hookrun.models import weights_digest
 from hookrun.output.destination import Destination, open_destination
-from hookrun.runner.action_state import check_items, check_tensors, tensor_checked
 from hookrun.runner.batches import build_collate, first_items, make_loader
 from hookrun.runner.calls import CallSpec, check_positions, position_limit
 from hookrun.runner.kinds import KindContext, check_config, kind_for
@@ -132,7 +132,8 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
     settings = LoopSettings(run_kind, device, batches, cfg.progress, spec=spec, store_keys=tuple(cfg.data.store), positions=table,
                             store_mask=any(getattr(a, "keeps_mask", False) for p in points for a in p.actions))
     try:  # op sites that cannot fire, and splices that do not fit, are refused here: one forward of the first sample
-        check_items(points, dataset[0])  # actions' own look at the first item (a key): no forward needed
+        for a in (a for p in points for a in p.actions):
+            a.check_item(dataset[0])  # actions' own look at the first item (a key): no forward needed
         forward = lambda: one_sample_forward(model, loader, settings)  # noqa: E731
         if env.splices:  # the splice check listens to the same forward as the site check
             from hookrun.hooks.splice import check_outputs
@@ -140,7 +141,9 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
             forward = functools.partial(check_outputs, points, forward)
         tensors = tensor_checked(points)
         if tensors:  # so does the actions' check of their tensors (a width, an axis)
-            forward = functools.partial(check_tensors, points, forward)
+            from hookrun.runner.action_state import check_tensors
+
+            forward = functools.partial(check_tensors, tensors, forward)
         if any(p.site is not None for p in points):  # (hooks/site_check.py: loaded for op sites only)
             from hookrun.hooks.site_check import check_sites_run
 
@@ -239,3 +242,10 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+def tensor_checked(points: list[HookPoint]) -> list[tuple[HookPoint, Any]]:
+    """The (point, action) pairs whose action checks its tensor in one sample's forward (record: only with a select)."""
+    return [(p, a) for p in points for a in p.actions
+            if p.site is None and p.type in ("forward", "forward_pre") and declares(a, "check_tensor")
+            and getattr(a, "checks_tensor", True)]

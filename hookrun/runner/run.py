@@ -31,7 +31,6 @@ from hookrun.labels import dataset_label
 from hookrun.output.destination import Destination, accepted, open_destination
 from hookrun.output.ranks import detect
 from hookrun.output.signals import Interrupted, StopSignals, StoreAway, after_close, setup_stops
-from hookrun.runner.action_state import finish_actions, restore_states
 from hookrun.runner.kinds import check_config, kind_for
 from hookrun.runner.loop import end_report, run_batches
 from hookrun.runner.prepare import Prepared, prepare
@@ -195,6 +194,8 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
                 p.settings.kind.restore(resume, kept)
                 first += kept
                 restore_limits(p.points, store)
+                from hookrun.runner.action_state import restore_states
+
                 restore_states(p.env, getattr(resume, "file", None), kept, store)  # top_examples' running state
                 log.info("resume: %d %s from %s kept; going on from step %d", kept, p.settings.kind.units[0], dest, first)
                 dest.adopt(store)
@@ -209,8 +210,9 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
             if late:
                 end_attrs(store, late)
             status = "interrupted" if stopped else "complete"
-            if status == "complete":
-                finish_actions(p.env, store)  # end-of-run captures (top_examples), once
+            if status == "complete" and p.env.stateful:  # end-of-run captures (top_examples), once
+                from hookrun.runner.action_state import finish_actions
+                finish_actions(p.env, store)
         except StoreError as exc:  # the object store stayed away: the parts not uploaded stay local
             status, away = "interrupted", exc
         except KeyboardInterrupt:  # a second signal (or Ctrl-C outside the loop): the writer has ended

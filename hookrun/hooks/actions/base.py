@@ -169,3 +169,9 @@ class Callback(Action):
 
 ACTIONS: Registry[type[Action]] = Registry("action")
 register_action = ACTIONS.register
+
+
+def declares(action: Any, name: str) -> bool:
+    """Whether `action` has its own `name` (check_tensor, ...), not Action's, or its user function has one."""
+    own = getattr(type(action), name, None)
+    return own is not None and own is not getattr(Action, name) or callable(getattr(getattr(action, "fn", None), name, None))
