@@ -29,8 +29,8 @@ from hookrun.errors import RunError
 from hookrun.hooks.events import Event, flatten, rebuild
 from hookrun.hooks.hold import disable_inplace
 from hookrun.hooks.points import HookPoint
-from hookrun.hooks.registry import Registry
 from hookrun.labels import module_label
+from hookrun.registry import Registry
 
 Fire = Callable[..., Event]  # fire(call, tensors, writable, raw=None)
 

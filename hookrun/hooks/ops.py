@@ -31,8 +31,8 @@ from hookrun.config.plugin_parts import plugin_op, plugin_op_names
 from hookrun.config.specs import typed_params
 from hookrun.errors import ConfigError, NotFoundError
 from hookrun.hooks.points import HookPoint
-from hookrun.hooks.registry import Registry
 from hookrun.labels import module_label
+from hookrun.registry import Registry
 
 if TYPE_CHECKING:
     from hookrun.hooks.actions.base import ActionEnv

@@ -5,7 +5,7 @@
     model = tiny_lm()   # the small GPT-2 shipped with hookrun, trained on English text
     model = tiny_cnn()  # the small CNN shipped with hookrun, trained on generated shapes
 
-Each builder's module is imported when the builder is first named (hookrun/lazy.py): a run of a
+Each builder's module is imported when the builder is first named (hookrun/registry.py: lazy_names): a run of a
 torchvision model loads none of them. `loading_bars(progress)`, which build_model enters around
 every model, says whether a builder shows its library's weight-loading bar (hf's: transformers').
 `weights_digest(model)` names a model's weights in a few bytes (the file's `model_fingerprint`).
@@ -18,7 +18,7 @@ from contextvars import ContextVar
 
 import torch
 
-from hookrun.lazy import lazy_names
+from hookrun.registry import lazy_names
 
 __all__ = ["hf", "loading_bars", "same_weights", "timm_model", "tiny_cnn", "tiny_lm", "weights_digest"]
 BARS: ContextVar[bool] = ContextVar("hookrun_loading_bars", default=True)  # progress=false: no loading bar

@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT
 
 from hookrun.errors import NotFoundError
-from hookrun.hooks.registry import Registry
+from hookrun.registry import Registry
 
 CODE = """
 import sys

@@ -49,7 +49,7 @@ import torch
 
 from hookrun.hooks.events import Event, StepState
 from hookrun.hooks.hold import ModelHold
-from hookrun.hooks.registry import Registry
+from hookrun.registry import Registry
 from hookrun.store.records import Capture, StepCaptures
 
 if TYPE_CHECKING:

@@ -29,7 +29,7 @@ from hookrun.config.checks import check_config as common_checks
 from hookrun.config.plugins import KindPlugin, plugin
 from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError
-from hookrun.hooks.registry import Registry
+from hookrun.registry import Registry
 from hookrun.runner.kinds.run_kind import KindContext, RunKind, StepAdds, plain_forward
 
 KINDS: Registry[type[RunKind]] = Registry("run kind")

@@ -1,4 +1,4 @@
-"""A name -> object table with an error that lists the known names.
+"""Names that load what they name when first asked for: a registry's table, and a package's names.
 
     ACTIONS = Registry("action")
     @ACTIONS.register("record")
@@ -7,6 +7,16 @@
     ACTIONS.register_lazy("logit_lens", "hookrun.hooks.actions.lens")  # imported when first asked for
     OPS = Registry("op", find=plugin_op, found_names=plugin_op_names)  # a name it does not know: asked of the plugins
 
+    lazy_names("hookrun.models", {"hf": "hf", "timm_model": "vision"})   # in hookrun/models/__init__.py
+    hookrun.models.timm_model     # imports hookrun/models/vision.py now, and binds the function
+
+A package's lazy names (PEP 562), for the builders `_target_` names: `_target_: hookrun.models.tiny_lm`
+names a function that shares its module's name: importing the module `hookrun.models.tiny_lm` (`from
+hookrun.models.tiny_lm import X`) makes the import system set the package's attribute `tiny_lm` to the
+module; the package keeps the function there instead, as the eager `from hookrun.models.tiny_lm import
+tiny_lm` in its `__init__.py` used to. So a run of a torchvision model loads none of hookrun's model
+builders, and a run of synthetic data no text.
+
 A name registered again by the same definition (its module and qualified name: a notebook cell run a
 second time) takes the new object; another object under a taken name is one ConfigError line.
 """
@@ -14,8 +24,10 @@ second time) takes the new object; another object under a taken name is one Conf
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable, Iterable, Iterator
-from typing import Generic, TypeVar
+from types import ModuleType
+from typing import Any, Generic, TypeVar
 
 from hookrun.errors import ConfigError, NotFoundError, close_matches, one_of
 
@@ -97,3 +109,31 @@ def _defined_again(known: object, obj: object) -> bool:
     same module and qualified name. It replaces the old one; another definition of the name is refused."""
     where = [(getattr(o, "__module__", None), getattr(o, "__qualname__", None)) for o in (known, obj)]
     return None not in where[0] and where[0] == where[1]
+
+
+class LazyPackage(ModuleType):
+    """A package module whose `_lazy` names ({name: submodule}) are imported on first use."""
+
+    _lazy: dict[str, str]
+
+    def __getattr__(self, name: str) -> Any:
+        where = type(self)._lazy.get(name)
+        if where is None:
+            raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{self.__name__}.{where}"), name)
+        setattr(self, name, value)
+        return value
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, ModuleType) and type(self)._lazy.get(name) == name:  # the import system binding
+            value = getattr(value, name)  # the submodule `name`: the package's `name` stays its function
+        super().__setattr__(name, value)
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(type(self)._lazy))
+
+
+def lazy_names(package: str, names: dict[str, str]) -> None:
+    """Make `package` (its own `__init__.py` calls this with `__name__`) import `names` when first used."""
+    module = sys.modules[package]
+    module.__class__ = type(f"LazyPackage[{package}]", (LazyPackage,), {"_lazy": dict(names)})
