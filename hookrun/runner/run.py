@@ -194,8 +194,7 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
                 p.settings.kind.restore(resume, kept)
                 first += kept
                 restore_limits(p.points, store)
-                from hookrun.runner.action_state import restore_states
-
+                from hookrun.runner.action_state import restore_states  # noqa: I001 (only a resumed run)
                 restore_states(p.env, getattr(resume, "file", None), kept, store)  # top_examples' running state
                 log.info("resume: %d %s from %s kept; going on from step %d", kept, p.settings.kind.units[0], dest, first)
                 dest.adopt(store)
