@@ -7,7 +7,7 @@
     actions: [{name: record, what: output, select: {dim: token, index: last}}]  # each sample's last token
     actions: [{name: record, what: output, dim_names: [head, query, key]}]      # the axes' names in the file
 
-Reductions run on the tensor's device before the copy, in this order (hookrun.hooks.actions.reduction): `select`
+Reductions run on the tensor's device before the copy, in this order (hookrun.hooks.actions.reduction, loaded where asked): `select`
 (index lists or slices along named dims), `reduce` (mean / max / norm over `dims`), `dtype`; `every` keeps every Nth
 step, `limit` the first N rows. The capture's attributes record what was done. `rows` says how a tensor becomes rows
 (auto | sample | step | token: hookrun.hooks.actions.rows); a reduction over the token dim and `index: last` follow
@@ -35,15 +35,13 @@ from hookrun.hooks.actions.dims import (
     check_selections,
     parse_selects,
 )
-from hookrun.hooks.actions.reduction import (
-    REDUCERS,
+from hookrun.hooks.actions.rows import (
     STEP,
     RowRule,
     check_finite,
     dtype_name,
     narrows,
     per_sample_lists,
-    select_reduce,
     snapshot,
 )
 from hookrun.hooks.events import Event, family, positional_index, positional_role
@@ -58,12 +56,8 @@ class Record(Action):
     def __init__(
         self, point, hook_type, env, where: str = "",
         what: str | list[str] | None = None,
-        dtype: str | None = None,
-        reduce: str | None = None,
-        dims: Any = None,
-        select: Any = None,
-        every: int = 1,
-        limit: int | None = None,
+        dtype: str | None = None, reduce: str | None = None, dims: Any = None, select: Any = None,
+        every: int = 1, limit: int | None = None,
         check_finite: bool = False,
         rows: str = "auto",
         dim_names: list[str] | None = None,
@@ -82,6 +76,8 @@ class Record(Action):
         if dtype is not None and dtype not in DTYPES:
             raise ConfigError(f"{self.where}: record dtype={dtype!r}; choose from: {one_of(DTYPES)}")
         self.dtype = DTYPES[dtype] if dtype is not None else env.store_dtype
+        if reduce is not None or dims is not None:  # (hooks/actions/reduction.py: loaded where a record names one)
+            from hookrun.hooks.actions.reduction import REDUCERS
         if reduce is not None and reduce not in REDUCERS:
             raise ConfigError(f"{self.where}: record reduce={reduce!r}; choose from: {one_of(REDUCERS)}")
         if dims is not None and reduce is None:  # (select picks along a dim; dims are what reduce reduces)
@@ -295,6 +291,8 @@ class Record(Action):
                            f"(shape {tuple(t.shape)}): {type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
 
     def shape(self, t: torch.Tensor, ev: Event, role: str) -> torch.Tensor:
-        """select -> reduce, on the tensor's device (not yet a copy, not yet cast)."""
+        """select -> reduce, on the tensor's device (not yet a copy, not yet cast); neither asked: t, detached."""
+        if not self.selections and not self.reduce:
+            return t.detach()
+        from hookrun.hooks.actions.reduction import select_reduce
         return select_reduce(t, self.selections, self.reduce, self.dims, ev, role, family(role) in self.point.last)
-
