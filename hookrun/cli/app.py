@@ -38,6 +38,7 @@ from hookrun.cli.command_line import (
     renamed,
     shell_damage,
     skip_mode_compose,
+    with_late_blocks,
 )
 from hookrun.cli.run_record import RunRecord, held_saves, remove_empty
 from hookrun.config import CONF_PLACES, conf_folder
@@ -153,7 +154,7 @@ def compose_config(overrides: list[str], hydra: bool = False) -> DictConfig:
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="hookrun"):
-            return compose("config", overrides=forced_block_keys(overrides), return_hydra_config=hydra)
+            return with_late_blocks(lambda: compose("config", overrides=forced_block_keys(overrides), return_hydra_config=hydra), SCHEMA)
     except Exception as exc:
         from hookrun.cli.hydra_errors import composition_line  # (loaded only here)
 
@@ -264,7 +265,7 @@ def main() -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors to us instead of printing them
     try:
         with skip_mode_compose(args, conf_dir()), held_saves():
-            _app()
+            with_late_blocks(_app, SCHEMA)
     except Exception as exc:
         if _FULL_ERROR:  # the traceback asked for, then the one line and its exit status as without it
             traceback.print_exc()

@@ -204,3 +204,26 @@ def skip_mode_compose(args: list[str], conf: str | Path) -> Iterator[bool]:
         yield skip
     finally:
         Hydra.get_mode = original
+
+
+def with_late_blocks(compose: Callable[[], Any], schema: type) -> Any:
+    """compose(), again with an untyped slot for each top-level key of a config file that `schema` lacks: a
+    kind's block beside the `imports:` that registers the kind (`imports: [my_kinds]` and `scaled: {...}` in an
+    experiment's YAML), which Hydra composes before imports: is read ("Key 'scaled' not in 'HookrunConfig'");
+    load() then imports the modules and types the block, or refuses a key no kind has in one line."""
+    added: list[str] = []
+    while True:
+        try:
+            return compose()
+        except Exception as exc:
+            from hydra.core.config_store import ConfigStore
+            from hydra.errors import ConfigCompositionException
+            from omegaconf.errors import ConfigKeyError
+
+            cause = exc.__cause__ or exc.__context__ if isinstance(exc, ConfigCompositionException) else None
+            key = getattr(cause, "full_key", None) if isinstance(cause, ConfigKeyError) else None
+            if not key or "." in key or key in added or f"Key '{key}' not in '{schema.__name__}'" not in str(cause):
+                raise
+            added.append(key)
+            slots = [(k, Any, dataclasses.field(default=None)) for k in added]
+            ConfigStore.instance().store(name="hookrun_schema", node=dataclasses.make_dataclass(schema.__name__, slots, bases=(schema,)))
