@@ -39,6 +39,7 @@ from hookrun.runner.kinds.sae.block import NORMALIZE, SaeBlock
 from hookrun.store.whole_file import remove_leftovers
 
 StepHook = Callable[[int, dict[str, Any]], None]
+BLOWUP = 1e6  # a loss this many times the first step's: the training has diverged (an lr far too large), finite or not
 
 
 def sae_config(block: SaeBlock, d_in: int, hook_name: str | None = None, device: str = "cpu") -> Any:
@@ -91,6 +92,7 @@ class LoggingTrainer(SAETrainer):
     def __init__(self, *args: Any, on_step: StepHook | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.on_step = on_step
+        self.first_loss: float | None = None  # (this process's first step: a resumed run's, its first after the checkpoint)
 
     def save_checkpoint(self, checkpoint_name: str, *args: Any, **kwargs: Any) -> None:
         """SAELens' checkpoint; a write that fails (a full disk) is one RunError line, and the folder it cut
@@ -109,10 +111,15 @@ class LoggingTrainer(SAETrainer):
             figures = self.build_train_step_log_dict(out, self.n_training_samples)
             figures["sparsity/silent_features"] = silent_features(self, self.n_training_steps + 1)  # (counted after it)
             self.on_step(self.n_training_steps, figures)
-        if not math.isfinite(loss := float(out.loss.detach())):  # (its step has made the weights NaN: every later one too)
+        loss = float(out.loss.detach())
+        first = self.first_loss = loss if self.first_loss is None else self.first_loss
+        if not math.isfinite(loss) or first > 0 and loss > BLOWUP * first:  # (NaN weights: every later step's too;
+            # a finite 6e26 from 234 at sae.lr=1000 trained on to the end and wrote an SAE of no use, `complete`)
+            why = ("so the SAE's weights are no longer finite" if not math.isfinite(loss) else
+                   f"more than {BLOWUP:g} times its first step's {first:g}, so the SAE reconstructs nothing")
             raise RunError(f"sae: the training diverged at step {self.n_training_steps}: its loss is {loss:g} (lr "
-                           f"{self.cfg.lr:g}), so the SAE's weights are no longer finite; no SAE is written: give a "
-                           "smaller sae.lr (or sae.normalize: expected_norm, for rows of a large norm)")
+                           f"{self.cfg.lr:g}), {why}; no SAE is written: give a smaller sae.lr (or sae.normalize: "
+                           "expected_norm, for rows of a large norm)")
         return out
 
 
