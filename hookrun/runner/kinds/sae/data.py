@@ -25,7 +25,7 @@ trainer sees it: an SAE trained on it has NaN weights.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -212,6 +212,28 @@ def hook_name(info: Any) -> str:
     a second call's output@1, a gradient), which op: splice refuses at the module's output."""
     role = info.role + (f"@{info.call}" if info.call else "")
     return info.module if role == "output" else f"{info.module}/{role}"
+
+
+BUILT_BY = {"hookrun.models.hf": ("path", "model_class"), "hookrun.models.timm_model": ("name",)}  # builders of many
+
+
+def model_name(node: Any) -> str | None:
+    """The SAE's cfg.json model_name (SAELens' key: the model whose activations it reads) from the `model:` node of
+    the run that gave the rows: a transformers model's folder (model.path) or class, timm's model name, else the
+    builder's `_target_` (torchvision.models.resnet18) or a live model's class (its `live` node); None without one."""
+    get = node.get if isinstance(node, Mapping) else lambda key, default=None: getattr(node, key, default)
+    target = get("_target_")
+    named = [str(get(key)) for key in BUILT_BY.get(str(target), ()) if get(key)] + [str(n) for n in (target, get("live")) if n]
+    return named[0] if named else None
+
+
+def sae_meta(rows: Any, module: str, model: Any) -> dict[str, str | None]:
+    """The SAE's cfg.json metadata: hook_name (above; a module trained on the fly: `module`) and model_name, of the
+    run whose `model:` gave the rows (the cache's; on the fly, this run's `model`)."""
+    info = getattr(rows, "info", None)
+    if info is None:
+        return {"hook_name": module, "model_name": model_name(model)}
+    return {"hook_name": hook_name(info), "model_name": model_name((rows.run.config or {}).get("model"))}
 
 
 def spliced_arg(rows: Any) -> int | str | None:

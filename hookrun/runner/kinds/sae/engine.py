@@ -24,7 +24,7 @@ import math
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +42,9 @@ StepHook = Callable[[int, dict[str, Any]], None]
 BLOWUP = 1e6  # a loss this many times the first step's: the training has diverged (an lr far too large), finite or not
 
 
-def sae_config(block: SaeBlock, d_in: int, hook_name: str | None = None, device: str = "cpu") -> Any:
-    """SAELens' training-SAE config for the block's architecture: the block's keys, SAELens' defaults."""
+def sae_config(block: SaeBlock, d_in: int, hook_name: str | Mapping | None = None, device: str = "cpu") -> Any:
+    """SAELens' training-SAE config for the block's architecture: the block's keys, SAELens' defaults; `hook_name`:
+    its metadata's hook_name, or a mapping of metadata keys (hook_name, model_name: written to cfg.json)."""
     cls, cfg_cls = get_sae_training_class(block.architecture)
     fields = {f.name for f in dataclasses.fields(cfg_cls)}
     keys = block.arch_keys()
@@ -59,11 +60,12 @@ def sae_config(block: SaeBlock, d_in: int, hook_name: str | None = None, device:
     if "k" not in keys and getattr(cfg, "k", None) is not None and cfg.k > block.d_sae:
         raise ConfigError(f"sae.k: not given, so SAELens' default for {block.architecture}, k={cfg.k:g} latents kept "
                           f"per row, is more than d_sae {block.d_sae}; give sae.k from 1 to {block.d_sae}")
-    cfg.metadata.hook_name = hook_name
+    for key, value in (hook_name if isinstance(hook_name, Mapping) else {"hook_name": hook_name}).items():
+        cfg.metadata[key] = value
     return cfg
 
 
-def build_sae(block: SaeBlock, d_in: int, hook_name: str | None = None, device: str = "cpu") -> Any:
+def build_sae(block: SaeBlock, d_in: int, hook_name: str | Mapping | None = None, device: str = "cpu") -> Any:
     """The training SAE, built right after torch.manual_seed(block.seed)."""
     cfg = sae_config(block, d_in, hook_name, device)
     cls, _ = get_sae_training_class(block.architecture)
@@ -139,7 +141,7 @@ def silence_window(trainer: SAETrainer, steps: int) -> int:
 class Training:
     """One training: the SAE, the trainer over `rows`, and the figures of each step (`logs`)."""
 
-    def __init__(self, block: SaeBlock, d_in: int, hook_name: str | None, rows: Iterator[torch.Tensor],
+    def __init__(self, block: SaeBlock, d_in: int, hook_name: str | Mapping | None, rows: Iterator[torch.Tensor],
                  checkpoint_path: str | None = None, device: str = "cpu", on_step: StepHook | None = None,
                  save_checkpoint_fn: Callable[..., None] | None = None) -> None:
         self.block = block

@@ -36,7 +36,7 @@ from hookrun.errors import ConfigError, HookrunError
 from hookrun.output.ranks import detect, every_rank
 from hookrun.runner.kinds.run_kind import RunKind
 from hookrun.runner.kinds.sae.block import UNITS, SaeBlock
-from hookrun.runner.kinds.sae.data import CacheRows, check_spliced_at_output, hook_name, spliced_arg
+from hookrun.runner.kinds.sae.data import CacheRows, check_spliced_at_output, sae_meta, spliced_arg
 from hookrun.runner.kinds.sae.resuming import (
     SWEEP_MARK,
     check_sweep_out,
@@ -192,7 +192,7 @@ class SaeKind(RunKind):
 
         # a cache's next batches are read (and, on a GPU, copied over from pinned memory) while the step runs
         self.batches = Prefetch(self.rows, self.ctx.device) if self.cache_rows else self.rows
-        name = hook_name(self.rows.info) if self.cache_rows else self.module  # (MODULE/ROLE: not its output)
+        name = sae_meta(self.rows, self.module, self.ctx.cfg.model)  # (hook_name MODULE/ROLE: not its output)
         train = Training(self.block, self.rows.d_in, name, self.batches,
                          checkpoint_path=str(self.checkpoints) if self.block.checkpoints else None, device=device,
                          on_step=on_step)
