@@ -6,6 +6,7 @@ check `inspect --verify` makes; `failed`, `interrupted`), whose pictures show on
     run_note(run)            # "random weights · running: 496 samples so far", or ""
     run_status(run)          # "complete", "running", "stopped: no process holds it (killed?)", ...
     unfinished(run)          # "; the run is not complete (stopped: ..., 96 samples so far): ...", or ""
+    so_far(run)              # "96 samples so far" (an SAE training's: "10 logged steps so far")
     weights_note(config)     # "random weights", or ""
 """
 
@@ -31,8 +32,7 @@ def run_status(run: Any) -> str:
 def run_note(run: Any) -> str:
     """The run's notes for a title, joined by ` · `: its weights', and how far it got if not complete."""
     status = run_status(run)
-    done = "" if status == "complete" else f"{status}, {run.attrs.get('samples_complete', '?')} samples so far" \
-        if status == STOPPED else f"{status}: {run.attrs.get('samples_complete', '?')} samples so far"
+    done = "" if status == "complete" else f"{status}{',' if status == STOPPED else ':'} {so_far(run)}"
     return " · ".join(n for n in (weights_note(run.config), done) if n)
 
 
@@ -44,9 +44,19 @@ def unfinished(run: Any) -> str:
     status = run_status(run)
     if status == "complete":
         return ""
-    return (f"; the run is not complete ({status}{',' if status == STOPPED else ':'} "
-            f"{run.attrs.get('samples_complete', '?')} samples so far): results written at the end of a complete "
-            "pass (a similarity matrix, a probe's scores) are not in the file; run it again to the end")
+    return (f"; the run is not complete ({status}{',' if status == STOPPED else ':'} {so_far(run)}): results written "
+            "at the end of a complete pass (a similarity matrix, a probe's scores) are not in the file; run it again "
+            "to the end")
+
+
+def so_far(run: Any) -> str:
+    """How far a run got, in its kind's rows as its log counts them (an SAE training's `10 logged steps`, a patching
+    run's cells; else samples): the file's samples_complete."""
+    from hookrun.analysis.kind_readers import kind_units
+
+    readers = getattr(run, "kind_readers", None)
+    unit = kind_units(readers())[1] if callable(readers) else "samples"
+    return f"{run.attrs.get('samples_complete', '?')} {unit} so far"
 
 
 def random_weights(config: Any) -> bool:

@@ -90,7 +90,7 @@ def test_a_run_that_failed_before_any_cell_draws_nothing_and_says_why(tmp_path, 
     assert not any(np.isfinite(g).any() for g in grids.values())
     rc, seen = drawn(monkeypatch, [str(path), "--out", str(tmp_path / "fig")])
     err = capsys.readouterr().err
-    assert rc == 2 and not seen and "nothing could be drawn" in err and "failed: 0 samples so far" in err
+    assert rc == 2 and not seen and "nothing could be drawn" in err and "failed: 0 cells so far" in err  # (a patching run's rows are cells, as inspect counts them)
     assert report_main([str(path), "--out", str(tmp_path / "r.html")]) == 2
     err = capsys.readouterr().err
     assert "nothing to show" in err and "failed" in err and not (tmp_path / "r.html").exists()
