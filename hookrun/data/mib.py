@@ -76,6 +76,9 @@ def mib_task(rows: str | Path | Sequence[Mapping], tokenizer: Any, task: str = "
     missing = [r for r in ROLES if r not in spec]
     if missing:
         raise ConfigError(f"data.dataset.columns: no path for {', '.join(missing)}; give each of {', '.join(ROLES)}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ConfigError(f"data.dataset.limit={limit!r}; give a whole number of rows of at least 1 (MIB's num_examples), "
+                          f"or null for every row")  # (-5 left out the last 5 rows, 0 kept every row)
     space = spec["space"] if answer_space is None else answer_space
     table = read_rows(rows) if isinstance(rows, str | Path) else list(rows)
     bos = getattr(tokenizer, "bos_token_id", None)
@@ -84,7 +87,7 @@ def mib_task(rows: str | Path | Sequence[Mapping], tokenizer: Any, task: str = "
     pad = getattr(tokenizer, "pad_token_id", None)
     pad = pad if pad is not None else (getattr(tokenizer, "eos_token_id", None) or 0)
     answer_ids = _memo(tokenizer)  # (the answers, few and repeated: each text tokenized once, for the filter and the item)
-    kept = [(i, row) for i, row in enumerate(table) if mib_keeps(task, row, spec, answer_ids, space, i)][: limit or None]
+    kept = [(i, row) for i, row in enumerate(table) if mib_keeps(task, row, spec, answer_ids, space, i)][:limit]
     pairs, answers, dropped = [], [], len(table) - len(kept)
     if not kept:
         raise ConfigError(f"data.dataset: none of the {len(table)} rows passes MIB's filter for task {task!r} "

@@ -138,3 +138,12 @@ def test_a_counterfactual_path_rows_lack_is_named_not_filtered(tmp_path, corrupt
     with pytest.raises(ConfigError) as err:
         mib_task(rows, tok, task="arithmetic", columns=columns)
     assert str(err.value) == f"data.dataset.columns.corrupt={corrupt!r}: {line}"
+
+
+@pytest.mark.parametrize("limit", [-5, 0, 2.5, True, "10"])
+def test_a_limit_that_is_not_a_count_of_rows_is_one_line(tmp_path, limit):
+    """limit=-5 kept all but the last 5 of MIB's rows (a Python slice) and limit=0 kept every row, without a word."""
+    from hookrun.data.text import ByteTokenizer
+
+    with pytest.raises(ConfigError, match=r"^data.dataset.limit=.*; give a whole number of rows of at least 1"):
+        mib_task(ioi_rows(n=8, seed=0), ByteTokenizer(), task="ioi", answer_space=False, limit=limit)
