@@ -104,19 +104,24 @@ def _group_given_no_name(overrides: list[str], group_options: Callable[[str], li
     return None
 
 
-def _another_dataset(value: str) -> str:
+def _another_dataset(value: str, keys: list[str]) -> str:
     """The overrides that name another data set than the config's (data.dataset is a field of the typed data
-    block, which `~data.dataset` cannot delete): data=custom (a dataset of its _target_ alone), then its keys."""
+    block, which `~data.dataset` cannot delete): its _target_, each key the config's data set has (from the data
+    group or an experiment, which data=custom leaves: experiment=edges's n and length) removed or set, then the
+    new keys added."""
     try:
         given = yaml.safe_load(value)
     except yaml.YAMLError:
         given = None
+    has = [k.rpartition(".")[2] for k in keys if k.startswith("data.dataset.") and k.count(".") == 2
+           and k != "data.dataset._target_"]
     if not isinstance(given, dict) or "_target_" not in given:
-        return "data=custom data.dataset._target_=PKG.DATASET '+data.dataset.ARG=VALUE'"
-    flat = [f"{k}={'null' if v is None else v if isinstance(v, str | int | float | bool) else yaml.safe_dump(v, default_flow_style=True).strip()}"
-            for k, v in given.items()]
-    return " ".join(["data=custom", f"'data.dataset.{flat[list(given).index('_target_')]}'",
-                     *(f"'+data.dataset.{kv}'" for kv, k in zip(flat, given, strict=True) if k != "_target_")])
+        return " ".join(["'data.dataset._target_=PKG.DATASET'", *(f"'~data.dataset.{k}'" for k in has),
+                         "'+data.dataset.ARG=VALUE'"])
+    flat = {k: f"{'null' if v is None else v if isinstance(v, str | int | float | bool) else yaml.safe_dump(v, default_flow_style=True).strip()}"
+            for k, v in given.items()}
+    return " ".join([f"'data.dataset._target_={flat['_target_']}'", *(f"'~data.dataset.{k}'" for k in has if k not in given),
+                     *(f"'{'' if k in has else '+'}data.dataset.{k}={v}'" for k, v in flat.items() if k != "_target_")])
 
 
 LISTED = 40  # keys named in an unknown key's line; the rest counted (the top level's all fit)
@@ -128,7 +133,7 @@ def _unknown_key_message(key: str, overrides: list[str], keys: list[str], deeper
     if f"~{key}" in overrides:
         return f"{given}: ~{key} removed {key}, so set it again with a +: '+{key}={value}'"
     if key in keys and deeper and deeper != key:
-        replace = (f"write {_another_dataset(value)}" if key == "data.dataset"  # (a typed block's field: ~ cannot delete it)
+        replace = (f"write {_another_dataset(value, keys)}" if key == "data.dataset"  # (a typed block's field: ~ cannot delete it)
                    else f"write '~{key}' '+{key}={value}'")
         return (f"{given}: a mapping given for {key} is merged into the {key} the config already has "
                 f"(from an experiment, say), and {deeper} cannot be added that way; to replace {key}, "

@@ -1,7 +1,8 @@
 """MIB's task data, as its data sets publish their rows, made into patching items; and IOI rows to test with.
 
     rows = ioi_rows(n=8, seed=0)                         # rows of MIB's IOI set's shape, from its templates
-    ds = mib_task(rows, tokenizer=tok, task="ioi")      # or a .jsonl / .json / .csv / .parquet file
+    ds = mib_task(rows, tokenizer=tok, task="ioi")      # or a .jsonl / .json / .csv / .parquet file;
+                                                        # tokenizer: an object, "byte" or a tokenizer folder
     ds[0]   # {"clean": (T,), "corrupt": (T,), "answer": (), "wrong": (), "position": ()}
 
 A row of MIB's IOI set (Hugging Face `mib-bench/ioi`) holds `prompt`, `metadata` (`indirect_object`,
@@ -80,6 +81,10 @@ def mib_task(rows: str | Path | Sequence[Mapping], tokenizer: Any, task: str = "
         raise ConfigError(f"data.dataset.limit={limit!r}; give a whole number of rows of at least 1 (MIB's num_examples), "
                           f"or null for every row")  # (-5 left out the last 5 rows, 0 kept every row)
     space = spec["space"] if answer_space is None else answer_space
+    if isinstance(tokenizer, str | Path):  # (from a config: byte, or a tokenizer folder, as data=text takes it)
+        from hookrun.data.text import load_tokenizer
+
+        tokenizer = load_tokenizer(str(tokenizer), "right")
     table = read_rows(rows) if isinstance(rows, str | Path) else list(rows)
     bos = getattr(tokenizer, "bos_token_id", None)
     if bos is None:  # (Qwen2.5's has none: MIB's TransformerLens sets bos_token = eos_token and prepends that)

@@ -117,7 +117,8 @@ def test_the_overrides_said_to_replace_the_data_set_run(tmp_path):
                    f"hydra.run.dir={tmp_path / 'bad'}", cwd=tmp_path, env=ENV)
     assert proc.returncode == 2, proc.stderr
     said = proc.stderr.split("to replace data.dataset, write ", 1)[1].split("; to add one entry", 1)[0]
-    assert said == "data=custom 'data.dataset._target_=toy_lm.Prompts' '+data.dataset.n=20' '+data.dataset.side=left'"
+    assert said == ("'data.dataset._target_=toy_lm.Prompts' '~data.dataset.size' '~data.dataset.image_size' "
+                    "'~data.dataset.num_classes' '~data.dataset.seed' '+data.dataset.n=20' '+data.dataset.side=left'")
     proc = run_cli("model._target_=toy_lm.tiny_gpt2", *shlex.split(said), f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path, env=ENV)
     assert proc.returncode == 0, proc.stderr[-2000:]
     with h5py.File(tmp_path / "run" / "captures.h5", "r") as f:
