@@ -90,6 +90,9 @@ class Collector:
             t, where = batch[key], f"probe.target={key}"
         else:
             kind = "tuples or lists" if isinstance(batch, list | tuple) else f"{type(batch).__name__}s"  # (collated: a list)
+            if key in TARGET_NAMES:  # (the data's target: none beside the model's input)
+                raise ConfigError(f"probe.target={key!r}: the items are {kind} that hold no target beside the model's "
+                                  f"input; give each item its target: (x, y) tuples, or dicts with a {key!r} key")
             raise ConfigError(f"probe.target={key!r}: the items are {kind} with no such key; use "
                               f"`label` (the data's target) or a position")
         if isinstance(t, list | tuple) and t and all(isinstance(v, str) for v in t):  # (was 'gives list ()')
