@@ -204,8 +204,12 @@ def _shapes(shapes: dict[str, tuple[int, ...]]) -> str:
 def _call(model: nn.Module, example: Any) -> Any:
     if callable(getattr(example, "run", None)):  # a batch already split into the forward call (runner's ModelCall)
         return example.run(model)
-    if isinstance(example, Mapping):
-        return model(**example)
-    if isinstance(example, tuple | list):
-        return model(*example)
-    return model(example)
+    from hookrun.runner.calls import model_forward  # (its exception in one line, as a run's)
+
+    args, kwargs = ((), dict(example)) if isinstance(example, Mapping) else \
+        (tuple(example), {}) if isinstance(example, tuple | list) else ((example,), {})
+    try:
+        return model_forward(model, args, kwargs, error=ConfigError)
+    except ConfigError as exc:
+        raise ConfigError(f"modules: {exc}; give an example the model takes (model(x) for a tensor, model(*x) for a "
+                          f"tuple, model(**x) for a dict), or none for the names, types and parameters alone") from exc.__cause__
