@@ -232,6 +232,9 @@ def check_dataset(dataset: Any, where: str) -> Any:
     only torch's Dataset.__getitem__, which raises NotImplementedError; refused by name before any item."""
     need = ("hookrun needs a map-style dataset (with __len__ and __getitem__): give the items as a list "
             "(list(itertools.islice(data, N))) or a Dataset that reads item i")
+    if isinstance(dataset, torch.utils.data.DataLoader):  # (its batches as items: wrong rows, no error at an MLP)
+        raise ConfigError(f"{where} a DataLoader, whose items are batches; give the data set it reads, loader.dataset "
+                          f"(hookrun makes the batches: batch_size=, data.batch_size in a config; a collate_fn: data.collate)")
     if getattr(type(dataset), "__getitem__", None) is torch.utils.data.Dataset.__getitem__:
         kind = "IterableDataset" if isinstance(dataset, torch.utils.data.IterableDataset) else "Dataset"
         raise ConfigError(f"{where} a {type(dataset).__name__}, a torch {kind} without its own __getitem__ "
