@@ -234,7 +234,7 @@ def check_dataset(dataset: Any, where: str) -> Any:
             "(list(itertools.islice(data, N))) or a Dataset that reads item i")
     if isinstance(dataset, torch.utils.data.DataLoader):  # (its batches as items: wrong rows, no error at an MLP)
         raise ConfigError(f"{where} a DataLoader, whose items are batches; give the data set it reads, loader.dataset "
-                          f"(hookrun makes the batches: batch_size=, data.batch_size in a config; a collate_fn: data.collate)")
+                          f"(hookrun batches its items itself; a collate_fn is data.collate in a config)")
     if getattr(type(dataset), "__getitem__", None) is torch.utils.data.Dataset.__getitem__:
         kind = "IterableDataset" if isinstance(dataset, torch.utils.data.IterableDataset) else "Dataset"
         raise ConfigError(f"{where} a {type(dataset).__name__}, a torch {kind} without its own __getitem__ "

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hookrun.config.build import build
+from hookrun.config.build import build, check_dataset
 from hookrun.config.schema import Mode
 from hookrun.config.specs import parse_hooks
 from hookrun.errors import ConfigError, close_matches
@@ -72,7 +72,7 @@ def patch_grid(model: nn.Module, dataset: Any, hooks: Any = None, limit: int | N
 def _grids(model: nn.Module, dataset: Any, b: Block, hooks: Any, limit: int | None, which: str,
            inputs: Any) -> dict[str, Any]:
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    items = load_items(dataset, b, limit, device)
+    items = load_items(check_dataset(dataset, "patch_grid: got"), b, limit, device)  # (items by index, as a run's)
     env = ActionEnv(hold=ModelHold(model))  # the model comes back as it went in: hooks, splices, its mode
     try:
         points = make_plan(model, parse_hooks(hooks), env, Mode.eval)
