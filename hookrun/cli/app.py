@@ -91,12 +91,11 @@ def _task(cfg: DictConfig, folder: Path, record: RunRecord) -> None:
         path = Path(cfg.output.path).expanduser()
     except OmegaConfBaseException as exc:  # (Hydra's "Error executing job" line, then OmegaConf's, naming no key)
         _fail(ConfigError(f"output.path={raw}: {str(exc).splitlines()[0]}"))
-    if HydraConfig.get().mode == RunMode.MULTIRUN and "${" not in raw:  # (a URL is neither absolute nor outside)
-        outside = path.is_absolute() or not (folder / path).resolve().is_relative_to(folder.resolve())
-        if outside:  # every job would write one file, each replacing the last (or refused once the first ran)
-            what = "is absolute" if path.is_absolute() else "leaves the job's folder"
-            _fail(HookrunError(f"output.path={raw} {what}: every job of a multirun would write the same file; give a "
-                               f"path inside the job's folder (each job has its own) or one with ${{hydra:job.num}} in it"))
+    if HydraConfig.get().mode == RunMode.MULTIRUN and "${" not in raw:  # (sweep_checks: a multirun's, off the route)
+        from hookrun.cli.sweep_checks import shared_output
+
+        if (line := shared_output(raw, path, folder)) is not None:
+            _fail(HookrunError(line))
     try:
         typed = load(cfg)  # the config's one conversion: Hydra's node into the HookrunConfig every step reads
         # a relative file, or an object store's staged parts: in the run folder

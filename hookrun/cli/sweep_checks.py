@@ -26,6 +26,22 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from hookrun.errors import HookrunError
 
 
+def shared_output(raw: str, path: Path, folder: Path) -> str | None:
+    """The line refusing a job's output.path (`raw`, without interpolation) that every job of the multirun
+    shares: absolute, leaving the job's folder, or an object-store URL (was let through: with
+    output.overwrite=true each job replaced the last one's run at the URL, and open_sweep read that run for
+    every job); None where each job has its own."""
+    from hookrun.store.schemes import scheme_of
+
+    url = scheme_of(raw).remote
+    if not (url or path.is_absolute() or not (folder / path).resolve().is_relative_to(folder.resolve())):
+        return None
+    what = "is an object-store URL" if url else "is absolute" if path.is_absolute() else "leaves the job's folder"
+    inside = "" if url else "a path inside the job's folder (each job has its own) or "
+    return (f"output.path={raw} {what}: every job of a multirun would write the same file; give {inside}one with "
+            f"${{hydra:job.num}} in it")
+
+
 def check_jobs(config: DictConfig) -> None:
     """Every job of the sweep `config` (Hydra's, with its hydra node) checked; the refusals printed
     (`hookrun: error: job N (OVERRIDES): LINE`) and the process ended with the first one's exit status."""

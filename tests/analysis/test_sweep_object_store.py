@@ -57,3 +57,18 @@ def test_a_sweep_written_to_the_bucket_reads_every_jobs_run(s3, tmp_path):
     assert [r["test@block3"] for r in rows] == [pytest.approx(sklearn_test_score(C), abs=1e-12) for C in (0.05, 1.0)]
     with sweep.jobs[1].open() as run:
         assert run.probes().rows[0]["test"] == rows[1]["test@block3"]
+
+
+def test_one_url_for_every_job_is_refused_before_any_job_writes(s3, tmp_path):
+    """As an absolute local path is: with output.overwrite=true each job replaced the last one's run at the URL
+    (exit 0), and open_sweep read job 1's probes as job 0's; now one line, exit 2, and the bucket holds nothing."""
+    server, client = s3
+    done = cli("-m", "experiment=probe_shapes", "data.dataset.size=32", "data.batch_size=32", "probe.at=[block3]",
+               "probe.control=false", "device=cpu", "progress=false", "probe.C=0.05,1", "output.overwrite=true",
+               f"output.path=s3://{BUCKET}/one/captures.h5", "hydra.sweep.dir=sweep", cwd=tmp_path, env=s3_env(server))
+    assert done.returncode == 2, done.stderr[-3000:]
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("hookrun: error:")]
+    assert lines == [f"hookrun: error: output.path=s3://{BUCKET}/one/captures.h5 is an object-store URL: every job of a "
+                     "multirun would write the same file; give one with ${hydra:job.num} in it"], done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    assert client.list_objects_v2(Bucket=BUCKET).get("KeyCount", 0) == 0
