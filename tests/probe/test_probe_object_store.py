@@ -16,7 +16,7 @@ import pytest
 from moto_s3 import BUCKET, moto_bucket, s3_env
 from rank_runs import TORCHRUN, cli
 from test_probe_rank_resume import KILLS
-from test_probe_ranks import ARGS, assert_same_probes, one_process
+from test_probe_ranks import ARGS, AT, assert_same_probes, one_process, reference
 
 import hookrun
 
@@ -100,3 +100,21 @@ def test_an_object_store_runs_spilled_rows_go_to_its_staging_folder(s3, tmp_path
     assert not list(stage.glob(".probe_rows_*"))  # removed at the end
     with hookrun.open_run(URL, cache_dir=tmp_path / "cache") as got, hookrun.open_run(one) as want:
         assert_same_probes(got, want, sklearn=False, exact=False)  # spilled blocks: the sums in another order
+
+
+def test_inspect_of_the_url_prints_the_probes_as_scikit_learn_scores_them(s3, tmp_path, monkeypatch, capsys):
+    """`python -m hookrun.inspect URL` of a probe run: its parts fetched, the probe lines of a local file's
+    summary, the test scores scikit-learn's (was: 'captures (none)' and not a line of the probes); with
+    --no-stats (the manifest alone), a line saying where they are."""
+    from hookrun.cli.inspect_command import main
+
+    monkeypatch.setenv("HOOKRUN_CACHE_DIR", str(tmp_path / "cache"))
+    one_process(URL)
+    assert main([URL]) in (0, None)
+    out = capsys.readouterr().out
+    for at in AT:
+        line = next(ln for ln in out.splitlines() if ln.strip().startswith(f"{at} "))
+        assert f"test {reference(at)[2]:.3f}" in line, out
+    assert main([URL, "--no-stats"]) in (0, None)
+    out = capsys.readouterr().out
+    assert "  probe     its results are in the parts: inspect without --no-stats fetches them" in out.splitlines()

@@ -38,6 +38,8 @@ from hookrun.output.objects.parts_loader import PartsLoader
 from hookrun.output.objects.source import PartsSource
 from hookrun.store.capture_schema import CaptureInfo, RowKind, derive_dims, list_captures
 
+KINDLESS = KindReader("", present=lambda f: False)  # (a reader's defaults: `lines` left as none)
+
 
 class RemoteRun(Run):
     """Run over a PartsSource: what it is from the manifest, rows from the parts."""
@@ -95,7 +97,15 @@ class RemoteRun(Run):
         return self.source.file
 
     def kind_lines(self) -> list[str]:
-        return kind_lines(self.source.file) if self.source.opened else []  # (no download for a summary)
+        """The kind's lines from the parts once fetched; before (inspect --no-stats), a line saying where they are."""
+        if self.source.opened:
+            return kind_lines(self.source.file)
+        return [f"  {r.kind:<9} its results are in the parts: inspect without --no-stats fetches them"
+                for r in self._readers_with_lines()]
+
+    def _readers_with_lines(self) -> list[KindReader]:
+        """The run's kind readers whose summary lines read the file (a probe's table, an SAE's last step)."""
+        return [r for r in self.kind_readers() if r.lines is not KINDLESS.lines]
 
     def kind_readers(self) -> list[KindReader]:
         """The reader of the kind the manifest names (a run older than the `kind` attribute: the
@@ -127,7 +137,10 @@ class RemoteRun(Run):
 
     def summary(self, stats: bool = True) -> str:
         """As Run.summary, from the manifest alone; with `stats`, each part is fetched, read and
-        removed in turn (the cache holds one part at a time)."""
+        removed in turn (the cache holds one part at a time); a run of a kind with summary lines (probe, sae,
+        similarity, evaluate) fetches its parts and reads them (was: no line of its results, with statistics too)."""
+        if stats and self._readers_with_lines():
+            self.file  # noqa: B018 (every part fetched: the kind's lines and the statistics read the local view)
         text = super().summary(stats)
         lines = [ln for ln in text.splitlines() if not ln.startswith("  shards ")]
         n = len(self.parts.entries)
