@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shutil
+import socket
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,9 +78,11 @@ class Parts:
 
     def scratch(self, kind: str) -> Path:
         """A new folder of `cache_dir` for one reader alone (a loader's stream, stats, verify): no other
-        reader, of this run or another one, fetches into it or evicts from it."""
+        reader, of this run or another one, fetches into it or evicts from it. Its name holds the process
+        and host (KIND-PID@HOST-XXXXXXXX), and those a process of this host left as it died are removed first."""
         self.cache_dir.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f"{kind}-{os.getpid()}-", dir=self.cache_dir))
+        clear_dead_scratch(self.cache_dir)
+        return Path(tempfile.mkdtemp(prefix=f"{kind}-{os.getpid()}@{socket.gethostname()}-", dir=self.cache_dir))
 
     def fetch(self, k: int, into: Path | None = None) -> Path:
         """Part k as a verified local file in the cache (downloaded unless it is there already)."""
@@ -112,6 +117,21 @@ class Parts:
         local = (into or self.cache_dir) / self.local_name(k)
         local.unlink(missing_ok=True)
         local.with_name(local.name + ".md5").unlink(missing_ok=True)
+
+
+SCRATCH = re.compile(r"-(\d+)@(.+)-[a-z0-9_]+$")  # scratch's name: KIND-PID@HOST-<mkdtemp's suffix>
+
+
+def clear_dead_scratch(cache_dir: Path) -> None:
+    """Remove the scratch folders of `cache_dir` whose process, on this host, is gone (was: a loader SIGKILLed
+    mid-epoch left its prefetched parts, up to prefetch + 1 of output.part_bytes each, in the cache for good)."""
+    from hookrun.output.objects.remote_lock import _alive
+
+    here = socket.gethostname()
+    for folder in cache_dir.iterdir():
+        found = SCRATCH.search(folder.name)
+        if found and folder.is_dir() and found[2] == here and not _alive(int(found[1])):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def read_manifest(folder: RemoteFolder, name: str) -> Manifest:
