@@ -107,7 +107,7 @@ def _group_given_no_name(overrides: list[str], group_options: Callable[[str], li
 def _another_dataset(value: str, keys: list[str]) -> str:
     """The overrides that name another data set than the config's (data.dataset is a field of the typed data
     block, which `~data.dataset` cannot delete): its _target_, each key the config's data set has (from the data
-    group or an experiment, which data=custom leaves: experiment=edges's n and length) removed or set, then the
+    group or an experiment, which data=custom leaves: an experiment's n and length) removed or set, then the
     new keys added."""
     try:
         given = yaml.safe_load(value)
