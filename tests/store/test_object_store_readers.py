@@ -208,3 +208,19 @@ def test_a_run_writing_in_another_process_refuses_a_second_and_its_kill_frees_th
     hookrun.run({**cfg(str(local), tmp_path), "data": c["data"]})
     assert_same_as_local(client, local)
     assert f"{PREFIX}/writer.lock" not in keys(client)
+
+
+def test_a_run_folders_url_names_the_cache_inside_it(s3, tmp_path):
+    """open_run (and sae.from, inspect) of the URL above a cache, as a local run folder is given: the line
+    names URL/captures.h5, whose manifest boto3 finds (was: 'no hookrun cache at ...' alone)."""
+    from hookrun.errors import NotFoundError
+
+    _, client = s3
+    hookrun.run(cfg(URL, tmp_path))
+    folder = URL.rsplit("/", 1)[0]
+    assert client.head_object(Bucket=BUCKET, Key=f"{folder.split('/', 3)[3]}/captures.h5/manifest.json")
+    with pytest.raises(NotFoundError, match=f"; did you mean {URL}\\?$"):
+        hookrun.open_run(folder, cache_dir=tmp_path / "cache")
+    with pytest.raises(NotFoundError) as elsewhere:
+        hookrun.open_run(f"s3://{BUCKET}/nothing", cache_dir=tmp_path / "cache")
+    assert "did you mean" not in str(elsewhere.value)

@@ -138,10 +138,19 @@ def read_manifest(folder: RemoteFolder, name: str) -> Manifest:
     try:
         text = folder.read_text(name)
     except FileNotFoundError:
-        raise NotFoundError(f"no hookrun cache at {folder.url} (it has no {name}: a run writes it as it starts)") from None
+        inside = f"captures.h5/{name}"  # (a run folder's URL: its cache is URL/captures.h5, as a local folder's file)
+        hint = f"; did you mean {folder.url}/captures.h5?" if _exists(folder, inside) else ""
+        raise NotFoundError(f"no hookrun cache at {folder.url} (it has no {name}: a run writes it as it starts){hint}") from None
     except Exception as exc:
         raise HookrunError(f"{folder.url}/{name} cannot be read ({reason(exc)})") from None
     return Manifest.from_json(text, f"{folder.url}/{name}")
+
+
+def _exists(folder: RemoteFolder, name: str) -> bool:
+    try:
+        return folder.exists(name)
+    except Exception:  # (a store that answers no more: no hint)
+        return False
 
 
 def _md5(path: Path) -> str:
