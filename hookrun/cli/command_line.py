@@ -212,6 +212,7 @@ def with_late_blocks(compose: Callable[[], Any], schema: type) -> Any:
     experiment's YAML), which Hydra composes before imports: is read ("Key 'scaled' not in 'HookrunConfig'");
     load() then imports the modules and types the block, or refuses a key no kind has in one line."""
     added: list[str] = []
+    first: Exception | None = None
     while True:
         try:
             return compose()
@@ -223,7 +224,11 @@ def with_late_blocks(compose: Callable[[], Any], schema: type) -> Any:
             cause = exc.__cause__ or exc.__context__ if isinstance(exc, ConfigCompositionException) else None
             key = getattr(cause, "full_key", None) if isinstance(cause, ConfigKeyError) else None
             if not key or "." in key or key in added or f"Key '{key}' not in '{schema.__name__}'" not in str(cause):
+                if first is not None and any(k in f"{exc} {cause}" for k in added):  # (a slot let an override of
+                    ConfigStore.instance().store(name="hookrun_schema", node=schema)  # a misspelt key through:
+                    raise first from None  # its first error, against the schema, for its did-you-mean line)
                 raise
+            first = first or exc
             added.append(key)
             slots = [(k, Any, dataclasses.field(default=None)) for k in added]
             ConfigStore.instance().store(name="hookrun_schema", node=dataclasses.make_dataclass(schema.__name__, slots, bases=(schema,)))
