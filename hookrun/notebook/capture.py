@@ -25,6 +25,7 @@ Actions that keep a state over the run (top_examples) end with the block, as a f
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
@@ -189,6 +190,7 @@ def _capture(model: nn.Module, hooks: Mapping, dtype: str) -> Iterator[Captured]
         with HookSession(points, env) as session, tracker:
             env.hold.on_close(model.register_forward_pre_hook(steps.begin(session), with_kwargs=True, prepend=True).remove)
             env.hold.on_close(model.register_forward_hook(steps.left, always_call=True).remove)
+            env.hold.on_close(steps.direct(model))
             for target, name in {p.target: p.module for p in points if isinstance(p.target, nn.Module)}.items():
                 if target is not model:  # (a hooked module called on its own, not inside the model: no step of its own)
                     env.hold.on_close(target.register_forward_pre_hook(steps.outside(model, name)).remove)
@@ -215,6 +217,27 @@ class _Steps:
 
     def left(self, *_: Any) -> None:
         self.inside -= 1
+
+    def direct(self, model: nn.Module) -> Any:
+        """`model.forward(...)` called directly (TransformerLens' run_with_hooks does) goes through
+        `model(...)`, so that its step begins as a call's does; returns the undo."""
+        if hasattr(model, "_orig_mod"):  # (torch.compile's wrapper: its forward is left alone)
+            return lambda: None
+        own, original = model.__dict__.get("forward"), model.forward
+
+        @functools.wraps(original)  # (its signature: transformers' generate reads which arguments forward takes)
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            return original(*args, **kwargs) if self.inside else model(*args, **kwargs)
+
+        model.forward = forward
+
+        def undo() -> None:
+            if own is None:
+                del model.forward
+            else:
+                model.forward = own
+
+        return undo
 
     def outside(self, model: nn.Module, name: str):
         def hook(module: nn.Module, args: tuple) -> None:
