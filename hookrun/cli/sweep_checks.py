@@ -23,6 +23,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from hookrun.config import SWEPT
 from hookrun.errors import HookrunError
 
 
@@ -57,6 +58,10 @@ def check_jobs(config: DictConfig) -> None:
         jobs = planned_jobs(OmegaConf.to_container(config.hydra, resolve=False), OverridesParser.create(config_loader=loader))
     except Exception:  # (a sweep this Hydra cannot expand here: its sweeper says so as it starts)
         return
+    swept = sorted({o.partition("=")[0].lstrip("+~") for job in jobs for o in job if sum(o in j for j in jobs) < len(jobs)})
+    if swept:  # (its jobs' env: a key that one value of a swept key reads is the other jobs' to leave, as a kind's block says)
+        with read_write(config), open_dict(config):  # (each job's config is composed again from these overrides)
+            config.hydra.overrides.hydra.append(f"++hydra.job.env_set.{SWEPT}='{' '.join(swept)}'")
     refused: dict[str, list[tuple[int, list[str], HookrunError]]] = {}
     for num, overrides in enumerate(jobs):
         exc = _refusal(loader, config, num, overrides)
@@ -80,6 +85,7 @@ def _refusal(loader, config: DictConfig, num: int, overrides: list[str]) -> Hook
     """The job's refusal, as its run would make it before building the model; None where it passes, or
     where its config cannot be made here (its run then says what it says)."""
     from hydra.core.hydra_config import HydraConfig
+    from hydra.core.utils import env_override
 
     from hookrun.config.schema import load, replaced
     from hookrun.hooks.spec_check import check_specs
@@ -103,7 +109,8 @@ def _refusal(loader, config: DictConfig, num: int, overrides: list[str]) -> Hook
             OmegaConf.to_container(task, resolve=True)
         except Exception:
             return None
-        typed = load(task)
+        with env_override(job.hydra.job.env_set):  # (as run_job sets it: HOOKRUN_SWEPT)
+            typed = load(task)
         path, staging = in_run_folder(typed.output.path, typed.output.staging, folder.resolve())
         check_specs(check_alone(replaced(typed, output=dataclasses.replace(typed.output, path=path, staging=staging))))
     except HookrunError as exc:

@@ -12,6 +12,7 @@ __all__ = ["ActionSpec", "HookSpec", "HookrunConfig", "conf_folder", "load", "pa
 
 _HOOKRUN = Path(__file__).resolve().parents[1]
 CONF_PLACES = (_HOOKRUN / "conf", _HOOKRUN.parent / "conf")  # (a wheel's, a checkout's)
+SWEPT = "HOOKRUN_SWEPT"  # the environment variable naming the keys a -m sweep varies, in its jobs (cli/sweep_checks.py)
 
 
 def conf_folder() -> Path | None:

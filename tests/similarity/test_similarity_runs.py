@@ -230,7 +230,8 @@ def test_a_key_the_measure_does_not_read_is_one_line_and_left_out_its_default(tm
         hookrun.run(cfg(tmp_path / "k.h5", n=12, at=["block3", "fc"], measure=measure, pool="mean", **{key: value}))
     what = "the rbf kernel's width" if key == "sigma" else "RSA's dissimilarity between items"
     assert str(err.value) == (f"similarity.{key}={value!r}: {what}, read by measure={reads} only, not by "
-                              f"measure={measure}; remove {key}, or set measure: {reads}")
+                              f"measure={measure}; remove {key}, or set measure: {reads} (a -m sweep over "
+                              f"similarity.measure gives it to its {reads} jobs)")
     assert not (tmp_path / "k.h5").exists()
     got, meta = file_matrix(hookrun.run(cfg(tmp_path / "d.h5", n=12, at=["block3", "fc"], measure=measure, pool="mean")).path)
     a, b = recorded(cnn, ["block3", "fc"], images(12), "mean")

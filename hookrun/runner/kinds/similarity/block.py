@@ -10,11 +10,14 @@ ConfigError line each.
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
+from hookrun.config import SWEPT
 from hookrun.errors import ConfigError, close_matches, one_of, parse_bytes
 
 MEASURES = ("linear_cka", "rbf_cka", "rsa")
@@ -27,6 +30,7 @@ USED_BY = {"sigma": ("rbf_cka", "the rbf kernel's width"), "dissimilarity": ("rs
 # sigma's range: wider, exp(-d^2 / (2 sigma^2 median)) is 0 off the diagonal (1e-3: exp(-5e5)) or 1 - ~1e-7 d^2 / median
 # everywhere (1e3: its centred kernel keeps 9 of float64's 16 digits); inf made every cell 0, 1e200 overflowed
 SIGMAS = (1e-3, 1e3)
+log = logging.getLogger("hookrun")
 WITH_KEYS = ("model", "at")
 # hookrun.similarity(..., with_={"model": module}): the live second model, handed to the kind for one run
 # (notebook.py sets it; the block's node says {live: package.Class}, as run(cfg, model=m)'s `model` does)
@@ -52,8 +56,14 @@ class SimilarityBlock:
         self.pool = _choice(self.pool, POOLS, "pool")
         for key, (measure, what) in USED_BY.items():  # (ignored, it would read as part of the run)
             if getattr(self, key) is not None and self.measure != measure:
+                if "similarity.measure" in os.environ.get(SWEPT, "").split():  # (its jobs of that measure read it)
+                    log.info("similarity.%s=%r: %s, read by measure=%s only: not by this job's measure=%s (a sweep "
+                             "over similarity.measure)", key, getattr(self, key), what, measure, self.measure)
+                    setattr(self, key, None)
+                    continue
                 raise ConfigError(f"similarity.{key}={getattr(self, key)!r}: {what}, read by measure={measure} only, not "
-                                  f"by measure={self.measure}; remove {key}, or set measure: {measure}")
+                                  f"by measure={self.measure}; remove {key}, or set measure: {measure} (a -m sweep over "
+                                  f"similarity.measure gives it to its {measure} jobs)")
         self.sigma = SIGMA if self.sigma is None else self.sigma
         self.dissimilarity = _choice(DISSIMILARITY if self.dissimilarity is None else self.dissimilarity,
                                      DISSIMILARITIES, "dissimilarity")
