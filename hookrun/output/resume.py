@@ -146,7 +146,7 @@ def config_differences(old: dict, new: dict) -> list[str]:
     (`patching: null`, evaluate's `{enabled: null, ...}`) resumes under a config without it. A
     block's `enabled: true` is the same as no `enabled`: a block given is on (a file written when
     `evaluate.ablation=zero` stored `enabled: null` resumes under the command that now stores true)."""
-    return differing(_on_by_default(_without_nulls(old)), _on_by_default(_without_nulls(new)), ignore=IGNORED)
+    return differing(_on_by_default(_without_nulls(old)), _on_by_default(_without_nulls(new)), IGNORED, ("the file's run", "this config"))
 
 
 def _on_by_default(tree: dict) -> dict:

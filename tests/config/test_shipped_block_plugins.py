@@ -145,5 +145,5 @@ def test_a_file_that_stored_the_blocks_as_nulls_resumes_under_a_config_without_t
     old = {**new, "evaluate": {"enabled": None, "ablation": None, "mean": None}, "patching": None}
     assert config_differences(old, new) == []
     assert config_differences({**old, "evaluate": {"enabled": None, "ablation": "zero", "mean": None}}, new) == [
-        "evaluate.ablation"]
+        "evaluate (only in the file's run: {ablation: zero}; add '+evaluate={ablation: zero}')"]  # (the whole block)
     assert config_differences(old, {**new, "data": {"batch_size": 8}}) == ["data.batch_size"]
