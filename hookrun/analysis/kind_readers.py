@@ -86,6 +86,8 @@ def reader_for(kind: str) -> KindReader | None:
         try:
             found = plugin(kind)
             reader = found.reader_object() if found is not None else None
+            if reader is not None:  # (a name Run has already: hidden behind Run's own, analysis/reader_names.py)
+                importlib.import_module("hookrun.analysis.reader_names").refuse_taken_names(reader)
         except HookrunError as exc:  # (a user's kind inside inspect, plot, report: the run's other parts are shown)
             if not unloaded(kind, exc):
                 raise
