@@ -13,14 +13,18 @@ from typing import Any
 from hookrun.errors import ConfigError
 
 INSTANCE = ("source", "path", "captures", "parts")  # what Run.__init__ (and RemoteRun's) set on the object
+RUN_TYPES: list[type] = []  # open_run's Run, added by run_reader.py where it is defined (RemoteRun adds no name)
+
+
+def run_type(cls: type) -> type:
+    """Decorator: `cls`'s attributes are names a kind's reader may not take (run_reader.py's Run)."""
+    RUN_TYPES.append(cls)
+    return cls
 
 
 def taken_names() -> set[str]:
-    """Every name `run.NAME` finds before a kind's reader: Run's (and RemoteRun's) attributes."""
-    from hookrun.analysis.run_reader import Run
-    from hookrun.output.objects.remote_run import RemoteRun
-
-    return {n for n in (*dir(Run), *dir(RemoteRun)) if not n.startswith("_")} | set(INSTANCE)
+    """Every name `run.NAME` finds before a kind's reader: Run's attributes and what it sets on itself."""
+    return {n for cls in RUN_TYPES for n in dir(cls) if not n.startswith("_")} | set(INSTANCE)
 
 
 def refuse_taken_names(reader: Any) -> None:

@@ -21,6 +21,7 @@ from hookrun.analysis import kind_readers as kinds
 from hookrun.analysis.batching import BUFFER_BYTES
 from hookrun.analysis.labelled import to_dataset
 from hookrun.analysis.loader import RowLoader
+from hookrun.analysis.reader_names import run_type
 from hookrun.analysis.report import build_report
 from hookrun.analysis.report.token_text import is_byte_text
 from hookrun.analysis.run_notes import run_status
@@ -33,6 +34,7 @@ from hookrun.store.reading import LocalSource, RunSource
 
 __all__ = ["CaptureInfo", "Run", "list_captures", "row_index"]
 
+@run_type
 class Run:
     """An open capture file. Use as a context manager, or call close()."""
 

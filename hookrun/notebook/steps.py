@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
@@ -24,9 +24,6 @@ from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.session import HookSession
 from hookrun.hooks.tokens import continues, token_columns, token_input
 
-if TYPE_CHECKING:
-    from hookrun.notebook.capture import Captured
-
 log = logging.getLogger(__name__.rsplit(".", 1)[0] + ".capture")
 
 
@@ -34,7 +31,7 @@ class Steps:
     """Each call of the model is a step: the captures of the one before are collected, the call
     counters restart, and the samples get the next sample indices."""
 
-    def __init__(self, env: ActionEnv, cap: Captured) -> None:
+    def __init__(self, env: ActionEnv, cap: Any) -> None:  # (cap: capture.py's Captured, which holds the steps' rows)
         self.env, self.cap, self.seen = env, cap, 0
         self.inside, self.warned = 0, False  # how deep in calls of the model given to capture
 
