@@ -11,33 +11,15 @@ import sys
 
 import pytest
 import torch
-from site_package import TINY_MODEL_AND_DATA, imported, install, site_env
+from site_package import imported, install, scaled_kind, site_env
 
-KIND = '''
-    from dataclasses import dataclass
-
-    import torch
-    from hookrun.analysis.kind_readers import KindReader, Table
-    from hookrun.config.plugins import KindPlugin
-    from hookrun.runner.kinds.run_kind import NOTHING, RunKind, plain_forward
-    from hookrun.store.records import Capture, CaptureKey
-
-    @dataclass
-    class Block:
-        factor: float = 1.0
-
-    class Scaled(RunKind):
-        def step(self, model, call, session):
-            out = plain_forward(model, call) * self.ctx.cfg.NAME.factor
-            self.ctx.env.captures.add(Capture(CaptureKey("NAME", "", "NAME", "sum"), out.sum(1), False, dims=("sample",)))
-            return NOTHING
+KIND = scaled_kind("NAME", rest="""from hookrun.analysis.kind_readers import KindReader, Table
 
     def sums(f):
         return [float(v) for v in f["captures/NAME/__model__/sum"][:]]
 
     READER = KindReader("NAME", present=lambda f: "captures/NAME" in f, methods={"METHOD": sums, "NAME_total": lambda f: sum(sums(f))})
-    KIND = KindPlugin("NAME", block=Block, run=Scaled, reader="NAME:READER")
-    ''' + TINY_MODEL_AND_DATA
+    KIND = KindPlugin("NAME", block=Block, run=Scaled, reader="NAME:READER")""")
 
 
 def make(tmp_path, name: str, method: str):

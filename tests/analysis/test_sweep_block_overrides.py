@@ -12,30 +12,9 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from site_package import TINY_MODEL_AND_DATA, imported, install, site_env
+from site_package import imported, install, scaled_kind, site_env
 
-KIND = '''
-    from dataclasses import dataclass
-
-    import torch
-    from hookrun.config.plugins import KindPlugin
-    from hookrun.runner.kinds.run_kind import NOTHING, RunKind, plain_forward
-    from hookrun.store.records import Capture, CaptureKey
-
-    @dataclass
-    class Block:
-        factor: float = 1.0
-        label: str = "sum"
-
-    class Scaled(RunKind):
-        def step(self, model, call, session):
-            out = plain_forward(model, call) * self.ctx.cfg.swkind.factor
-            self.ctx.env.captures.add(Capture(CaptureKey("swkind", "", "swkind", "sum"), out.sum(1), False,
-                                              dims=("sample",)))
-            return NOTHING
-
-    KIND = KindPlugin("swkind", block=Block, run=Scaled)
-    ''' + TINY_MODEL_AND_DATA
+KIND = scaled_kind("swkind", fields='label: str = "sum"')
 
 
 @pytest.mark.slow

@@ -31,6 +31,34 @@ TINY_MODEL_AND_DATA = '''
 '''
 
 
+def scaled_kind(name: str, fields: str = "", rest: str = 'KIND = KindPlugin("NAME", block=Block, run=Scaled)') -> str:
+    """A package module's text: the kind NAME whose block is `factor` (and `fields`, a Block line such as
+    'label: str = "sum"'), whose run keeps each item's model output x factor, summed (`captures/NAME/__model__/sum`),
+    then `rest` (its KIND, by default) and the tiny model and data; every "NAME" is `name`."""
+    return ("""
+    from dataclasses import dataclass
+
+    import torch
+    from hookrun.config.plugins import KindPlugin
+    from hookrun.runner.kinds.run_kind import NOTHING, RunKind, plain_forward
+    from hookrun.store.records import Capture, CaptureKey
+
+    @dataclass
+    class Block:
+        factor: float = 1.0
+        FIELDS
+
+    class Scaled(RunKind):
+        def step(self, model, call, session):
+            out = plain_forward(model, call) * self.ctx.cfg.NAME.factor
+            self.ctx.env.captures.add(Capture(CaptureKey("NAME", "", "NAME", "sum"), out.sum(1), False,
+                                              dims=("sample",)))
+            return NOTHING
+
+    REST
+    """.replace("FIELDS", fields).replace("REST", rest) + TINY_MODEL_AND_DATA).replace("NAME", name)
+
+
 def install(site: Path, name: str, module: str, entry_points: str) -> Path:
     """`site`/NAME.py from `module` (dedented) and NAME-0.1.dist-info with `entry_points` (entry_points.txt's text)."""
     info = site / f"{name}-0.1.dist-info"
