@@ -67,6 +67,9 @@ def test_faithfulness_experiment_runs_from_the_cli(tmp_path, capsys):
     shown = run_inspect(tmp_path / "captures.h5", capsys)
     assert f"CPR {grid.attrs['faithfulness_cpr']:.4g}, CMD {grid.attrs['faithfulness_cmd']:.4g} over fractions of 479 edges" in shown
     assert "recovered at k edges 0: " in shown and "cmd (|score|) faithfulness 0.001: " in shown
+    scored = int(np.isfinite(grid.values).sum())  # the grid's cells that are edges (a writer before its reader)
+    assert scored == 479 and (f"writer 21 x reader 53: {scored} edges; the other {grid.size - scored} cells (a writer at or "
+                              "after its reader) are no edge and hold NaN") in shown
 
 
 @pytest.mark.slow

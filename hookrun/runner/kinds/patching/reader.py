@@ -110,7 +110,10 @@ def grid_lines(attrs: Any) -> list[str]:
              f"{meta['metric_clean']:.4g}, corrupt {meta['metric_corrupt']:.4g}){', normalized' if meta['normalize'] else ''}"]
     for name, g in meta["layout"].items():
         shape = " x ".join(f"{a} {n}" for a, n in zip((first_dim(g), *g["over"]), (len(g["modules"]), *g["sizes"]), strict=True))
-        lines.append(f"    {name:12s}{shape}")
+        graph = meta.get("graph") if "reader" in g.get("dims", ()) else None
+        other = len(g["modules"]) * int(np.prod(g["sizes"])) - graph["edges"] if graph and "edges" in graph else 0
+        lines.append(f"    {name:12s}{shape}" + (f": {graph['edges']} edges; the other {other} cells (a writer at or after its "
+                                                 "reader) are no edge and hold NaN" if other else ""))
     return lines + faithfulness_lines(meta.get("faithfulness"))
 
 
