@@ -29,7 +29,7 @@ from hookrun.analysis.stats import block_stats, human_bytes, no_values, nonfinit
 from hookrun.analysis.top import top_example_modules, top_examples
 from hookrun.errors import ConfigError, HookrunError, NotFoundError
 from hookrun.labels import dataset_label, natural_key  # noqa: F401 (natural_key: its name here too)
-from hookrun.store.capture_schema import CaptureInfo, list_captures, resolve, row_index
+from hookrun.store.listing import CaptureInfo, list_captures, resolve, row_index
 from hookrun.store.reading import LocalSource, RunSource
 
 __all__ = ["CaptureInfo", "Run", "list_captures", "row_index"]
@@ -123,7 +123,7 @@ class Run:
 
     # -- finding a capture ---------------------------------------------------------------------
     def find(self, *key: str, call: int = 0) -> CaptureInfo:
-        """By (module, role), (hook, module, role), or a 'hook/module/role' path (store/capture_schema.resolve)."""
+        """By (module, role), (hook, module, role), or a 'hook/module/role' path (store/listing.resolve)."""
         return resolve(self.captures, key, call, source=self.path.name, empty="")
 
     def __getitem__(self, key: Any) -> h5py.Dataset:

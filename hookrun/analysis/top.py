@@ -20,7 +20,8 @@ import numpy as np
 
 from hookrun.data.text import ByteTokenizer
 from hookrun.errors import NotFoundError, close_matches
-from hookrun.store.capture_schema import CaptureMeta, RowKind, is_capture
+from hookrun.store.capture_schema import CaptureMeta, RowKind
+from hookrun.store.listing import is_capture
 
 VALUES = "top.values"
 

@@ -43,7 +43,7 @@ from hookrun.hooks.session import HookSession, warn_cast, warn_never_fired
 from hookrun.hooks.tokens import CallTracker
 from hookrun.labels import call_role, capture_label
 from hookrun.notebook.steps import Steps
-from hookrun.store.capture_schema import resolve
+from hookrun.store.listing import resolve
 from hookrun.store.records import Capture, CaptureKey
 
 Key = tuple[str, str, str]  # (hook, module, role); a role of a later call reads "output@1"
@@ -112,7 +112,7 @@ class Captured(Mapping):
 
     def find(self, *key: str) -> Key:
         """The full (hook, module, role) of `(module, role)`, `(hook, module, role)` or 'hook/module/role'
-        (store/capture_schema.resolve: the same names and errors as a file's `Run.find`)."""
+        (store/listing.resolve: the same names and errors as a file's `Run.find`)."""
         named = [_Named(*k) for k in self._parts]
         return resolve(named, key, empty="none (did the model run inside the block?)").key
 
@@ -206,7 +206,7 @@ def _capture(model: nn.Module, hooks: Mapping, dtype: str) -> Iterator[Captured]
 
 @dataclass(frozen=True)
 class _Named:
-    """An in-memory key as store/capture_schema.resolve sees it (a later call is in the role: output@1)."""
+    """An in-memory key as store/listing.resolve sees it (a later call is in the role: output@1)."""
 
     hook: str
     module: str

@@ -24,8 +24,8 @@ import h5py
 import numpy as np
 import xxhash
 
-from hookrun.store.capture_schema import damage, list_captures
 from hookrun.store.format import DIGEST_CHUNK, capped
+from hookrun.store.listing import damage, list_captures
 from hookrun.store.lock import FLUSHING
 
 TABLE = "/checksums"

@@ -21,7 +21,8 @@ import h5py
 import numpy as np
 
 from hookrun.errors import HookrunError, RunError, refused_write, write_reason
-from hookrun.store.capture_schema import CaptureMeta, RowKind, is_capture
+from hookrun.store.capture_schema import CaptureMeta, RowKind
+from hookrun.store.listing import is_capture
 from hookrun.store.lock import settled
 from hookrun.store.run_state import copy_whole, merge_features
 

@@ -23,8 +23,8 @@ from typing import Protocol
 import h5py
 
 from hookrun.errors import HookrunError, NotFoundError
-from hookrun.store.capture_schema import damage
 from hookrun.store.format import FORMAT_VERSION, HOOKRUN_VERSION, REFUSED
+from hookrun.store.listing import damage
 from hookrun.store.lock import changed_while_read, flushing_path, settled, wait_for_flush
 from hookrun.store.schemes import local_path, scheme_of
 from hookrun.store.view_sources import check_shards, check_sources, shard_names

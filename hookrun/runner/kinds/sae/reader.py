@@ -26,7 +26,7 @@ from hookrun.analysis.report.run_sections import figure, section, table_item
 from hookrun.analysis.report.sweep_charts import unshown_note
 from hookrun.errors import NotFoundError, json_attribute
 from hookrun.runner.kinds.sae.block import UNITS
-from hookrun.store.capture_schema import is_capture, row_index
+from hookrun.store.listing import is_capture, row_index
 
 GROUP = "captures/sae/curves"
 COLUMNS = ("l0", "explained_variance", "mse_loss", "overall_loss", "dead_features", "silent_features")
@@ -65,7 +65,7 @@ def curves(f: h5py.File) -> Table:
 
 
 def _by_step(f: h5py.File, ds: h5py.Dataset, steps: np.ndarray) -> np.ndarray:
-    """A figure's value at each step (its rows' steps: store.capture_schema.row_index), NaN at the steps it
+    """A figure's value at each step (its rows' steps: store.listing.row_index), NaN at the steps it
     lacks (a run of an earlier hookrun resumed by one that logs more figures: silent_features from its resume on)."""
     out, at = np.full(len(steps), np.nan), {int(s): i for i, s in enumerate(steps)}
     out[[at[int(s)] for s in row_index(f, ds)]] = ds[:]
