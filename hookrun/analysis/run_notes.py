@@ -23,7 +23,7 @@ def run_status(run: Any) -> str:
     leaves `running` in the file, and its lock is dropped with it (docs/format.md)."""
     from pathlib import Path
 
-    from hookrun.store.lock import live_writer
+    from hookrun.store.live import live_writer
 
     status = str(run.status)
     return STOPPED if status == "running" and isinstance(run.path, Path) and live_writer(run.path) is None else status

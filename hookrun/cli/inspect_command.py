@@ -17,9 +17,9 @@ from hookrun.analysis.opening import open_run
 from hookrun.analysis.sweep import is_sweep, open_sweep
 from hookrun.cli.command import description, ends_quietly, exit_process, run_command
 from hookrun.errors import HookrunError
-from hookrun.store.digest import Verified, verify
-from hookrun.store.lock import live_writer
+from hookrun.store.live import live_writer
 from hookrun.store.reading import UrlPath, run_path
+from hookrun.store.verify import Verified, verify
 
 
 @ends_quietly

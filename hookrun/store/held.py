@@ -13,7 +13,7 @@ process, which applies a message only once it has all of it. A kill -9 of the wr
 leaves the last flush's file, one after it the next flush's, once the helper has written it: the helper holds an
 exclusive flock on the file for its life (its writer's, and after a kill until the pipe holds no whole message more),
 so plain h5py (HDF5's file locking) refuses the file while a message may be half written, and hookrun's readers wait
-for it where no run is writing the file (store/lock.py's `settled`): either way the file under its name is read with
+for it where no run is writing the file (store/live.py's `settled`): either way the file under its name is read with
 lengths equal to its counts. (Only the helper's own death in the microseconds it writes, by a kill of the whole
 process group or a power cut, could tear a flush; on Windows the writes are applied in this process.) Held: a few KiB
 per capture per flush; written through: new space, and the uncompressed chunks being filled (h5store's `filling_chunks`).

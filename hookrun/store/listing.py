@@ -88,7 +88,7 @@ def list_captures(f: h5py.File) -> list[CaptureInfo]:
 
 def unreadable(f: h5py.File, exc: BaseException, what: str) -> HookrunError:
     """`what` of file `f` that HDF5 cannot open: damaged on disk, or changed under a live run's reader."""
-    from hookrun.store.lock import changed_while_read  # (only where a read failed)
+    from hookrun.store.live import changed_while_read  # (only where a read failed)
 
     return (changed_while_read(f.filename, f"{what}: {damage(exc)}")
             or HookrunError(f"{what} cannot be read: the file is damaged ({damage(exc)})"))

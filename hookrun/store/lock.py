@@ -16,9 +16,8 @@ Opening an HDF5 file for writing:
     os.replace(hidden, "captures.h5")               # the visible name always opens
 
 Three things together: the file appears under its name only once its skeleton is on disk; dirty
-metadata stays in memory until an explicit flush; and freed file space is never reused.
-
-    settled(Path("captures.h5"))   # before reading: a killed run's flush helper has let go of the file
+metadata stays in memory until an explicit flush; and freed file space is never reused. (A reader's
+side, the live writer and a killed run's last flush: store/live.py.)
 """
 
 from __future__ import annotations
@@ -30,8 +29,8 @@ from typing import Protocol, TypeVar, runtime_checkable
 
 import h5py
 
-from hookrun.errors import ChangedWhileRead, ConfigError
-from hookrun.store.held import WRITING, HeldWrites
+from hookrun.errors import ConfigError
+from hookrun.store.held import HeldWrites
 
 try:
     import fcntl
@@ -88,8 +87,8 @@ class OutputLock(WriterLock):
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as exc:
                 raise ConfigError(f"output.path: cannot create the lock file {str(self.path)!r}: {exc.strerror}") from None
-            if not _try_lock(fd):
-                holder = _read_pid(fd)
+            if not try_lock(fd):
+                holder = read_pid(fd)
                 os.close(fd)
                 if not _alive(holder) and time.monotonic() < deadline:  # a reader's probe (live_writer), for an
                     time.sleep(0.01)  # instant, or a writer between its lock and its pid: try again
@@ -129,7 +128,7 @@ class OutputLock(WriterLock):
             self._fd = None
 
 
-def _try_lock(fd: int, shared: bool = False) -> bool:
+def try_lock(fd: int, shared: bool = False) -> bool:
     """An exclusive (or `shared`: POSIX only), non-blocking lock on the open file `fd`: False where
     another process holds it."""
     try:
@@ -140,68 +139,6 @@ def _try_lock(fd: int, shared: bool = False) -> bool:
     except OSError:  # BlockingIOError (EWOULDBLOCK), or EACCES on Windows
         return False
     return True
-
-
-def live_writer(output: Path) -> str | None:
-    """The pid of another process writing `output` now (it holds the lock file beside it; "" where the
-    file names none), or None where none does: no lock file, one a killed run left unlocked, or this
-    process's own lock (a run reading the file it resumes, before it writes a batch)."""
-    try:
-        fd = os.open(lock_path(Path(output)), os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        if fcntl is None:  # (Windows: a reader cannot tell without taking the writer's lock)
-            return None
-        if _try_lock(fd, shared=True):  # (no writer: let go at once)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            return None
-        pid = _read_pid(fd)  # held: the writer runs
-        return None if pid == str(os.getpid()) else pid
-    finally:
-        os.close(fd)
-
-
-def changed_while_read(path: Path | str, reason: str) -> ChangedWhileRead | None:
-    """The error for a read of `path` that HDF5 could not parse (`reason`) because its writer is
-    running: a flush rewrote headers under the reader, which mixed metadata from before and after it
-    (an address past the end it read first). None where no writer runs: the file is damaged."""
-    pid = live_writer(Path(path))
-    if pid is None:
-        return None
-    return ChangedWhileRead(f"{str(path)!r} changed while it was read: a running hookrun{f' (pid {pid})' if pid else ''} "
-                            f"is writing it and flushed meanwhile ({reason}); the file is intact: open it again, "
-                            f"or read it once the run ends")
-
-
-def settled(path: Path, seconds: float = 10.0) -> None:
-    """Until a killed run's flush helper (store/held.py) has written the last message it was sent and
-    let go of `path` (it holds an exclusive flock on the file while its writer lives, then until its
-    pipe is empty): then the file is one whole flush. A live run's file (its writer holds the lock
-    beside it) is read at once, best effort; no file, or a file system without flock: at once; a
-    helper still there after `seconds`: on."""
-    if fcntl is None or live_writer(path) is not None:
-        return
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        if (os.fstat(fd).st_dev, os.fstat(fd).st_ino) in WRITING:  # this process writes it: its own helper
-            return
-        deadline = time.monotonic() + seconds
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    return
-                time.sleep(0.001)
-            except OSError:  # (no flock on this file system)
-                return
-    finally:
-        os.close(fd)  # (the shared lock goes with it)
 
 
 def _alive(pid: str) -> bool:
@@ -219,7 +156,7 @@ def _alive(pid: str) -> bool:
     return True
 
 
-def _read_pid(fd: int) -> str:
+def read_pid(fd: int) -> str:
     try:
         return os.pread(fd, 32, 0).decode().strip()
     except (OSError, UnicodeDecodeError):
@@ -238,18 +175,6 @@ FLUSHING = ".flushing"  # hookrun 0.2 renamed a file so for the whole flush
 def flushing_path(path: Path) -> Path:
     """Where a file stands while HDF5 flushes it (H5Store._aside); left there by a kill in a flush."""
     return path.with_name(path.name + FLUSHING)
-
-
-def wait_for_flush(path: Path, seconds: float = 2.0) -> bool:
-    """True once `path` is back from a running flush (a live run's file steps aside for a few
-    milliseconds while HDF5 writes); False where it does not come back (killed in a flush) or
-    was never aside."""
-    deadline = time.monotonic() + seconds
-    while flushing_path(path).exists() and time.monotonic() < deadline:
-        if path.exists():
-            return True
-        time.sleep(0.01)
-    return path.exists()
 
 
 def writable_folder(folder: Path, key: str) -> None:

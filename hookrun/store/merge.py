@@ -23,7 +23,7 @@ import numpy as np
 from hookrun.errors import HookrunError, RunError, refused_write, write_reason
 from hookrun.store.capture_schema import CaptureMeta, RowKind
 from hookrun.store.listing import is_capture
-from hookrun.store.lock import settled
+from hookrun.store.live import settled
 from hookrun.store.run_state import copy_whole, merge_features
 
 SAMPLE_DATASETS = ("index", "step", "target", "path")  # then every other /samples dataset (token map, data.store keys)

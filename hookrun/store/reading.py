@@ -25,7 +25,8 @@ import h5py
 from hookrun.errors import HookrunError, NotFoundError
 from hookrun.store.format import FORMAT_VERSION, HOOKRUN_VERSION, REFUSED
 from hookrun.store.listing import damage
-from hookrun.store.lock import changed_while_read, flushing_path, settled, wait_for_flush
+from hookrun.store.live import changed_while_read, settled, wait_for_flush
+from hookrun.store.lock import flushing_path
 from hookrun.store.schemes import local_path, scheme_of
 from hookrun.store.view_sources import check_shards, check_sources, shard_names
 

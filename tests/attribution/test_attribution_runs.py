@@ -15,7 +15,7 @@ from shapes_fixtures import data, model  # noqa: F401  (fixtures: the shipped ti
 
 import hookrun
 from hookrun.errors import ConfigError
-from hookrun.store.lock import settled
+from hookrun.store.live import settled
 
 captum_attr = pytest.importorskip("captum.attr")
 pytest.importorskip("zennit")

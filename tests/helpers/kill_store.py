@@ -6,7 +6,7 @@ This process imports the store once, then forks one writer per kill: the child w
 batches (flush_every=1, a capture of every sample, a per-step capture, a capture that stops after
 30 rows, token rows, checksums on) and the parent sends SIGKILL after a random delay drawn over the
 child's whole life (measured first from an unkilled child). Every file a kill leaves is then opened
-with plain h5py, once the killed writer's flush helper let go of it (store/lock.py's `settled`, as
+with plain h5py, once the killed writer's flush helper let go of it (store/live.py's `settled`, as
 hookrun's readers wait; HDF5's file locking refuses the file until then), and must agree with its
 counts: every dataset's length equals what `samples_complete` / `steps_complete` say, and every
 row equals what an unkilled writer writes.
@@ -32,10 +32,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's hookrun, run as a script too
 
-from hookrun.store.digest import table_of  # noqa: E402
 from hookrun.store.h5store import H5Store  # noqa: E402
-from hookrun.store.lock import settled  # noqa: E402
+from hookrun.store.live import settled  # noqa: E402
 from hookrun.store.records import Capture, CaptureKey, StepRecord  # noqa: E402
+from hookrun.store.verify import table_of  # noqa: E402
 
 B, TOKENS = 4, 3  # samples per batch, token rows per sample
 

@@ -21,7 +21,7 @@ from hookrun.analysis import open_run
 from hookrun.cli.inspect_command import main as inspect_main
 from hookrun.errors import ConfigError
 from hookrun.output.signals import Interrupted
-from hookrun.store.lock import settled
+from hookrun.store.live import settled
 
 K = 5
 

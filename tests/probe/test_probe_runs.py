@@ -16,7 +16,7 @@ import pytest
 from conftest import ENV, ROOT
 
 import hookrun
-from hookrun.store.lock import settled
+from hookrun.store.live import settled
 
 CFG = {"model": {"_target_": "hookrun.models.tiny_cnn"},
        "data": {"dataset": {"_target_": "hookrun.data.shapes", "size": 96, "noise": 0.3}, "batch_size": 16},

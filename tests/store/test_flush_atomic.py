@@ -186,7 +186,7 @@ def test_the_file_is_held_from_the_moment_its_writer_has_a_helper(tmp_path):
     after which the file is free; closed, free at once."""
     import fcntl
 
-    from hookrun.store.lock import settled
+    from hookrun.store.live import settled
 
     def free(path: Path) -> bool:
         fd = os.open(path, os.O_RDONLY)

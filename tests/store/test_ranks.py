@@ -23,7 +23,7 @@ from hookrun.config.schema import load as load_config
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError
 from hookrun.output.ranks import Ranks, detect, shard_batches, shard_path
 from hookrun.output.shards import ShardRun, differing
-from hookrun.store.lock import settled
+from hookrun.store.live import settled
 from hookrun.store.merge import build_view
 
 

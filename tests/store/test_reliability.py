@@ -18,7 +18,7 @@ from conftest import ENV, HELPERS, make_cfg, run_cli
 import hookrun
 from hookrun.errors import ConfigError, HookrunError, RunError
 from hookrun.output.signals import Interrupted
-from hookrun.store.lock import settled
+from hookrun.store.live import settled
 
 GRAD = {"mode": "grad", "loss": {"_target_": "hookrun.runner.losses.cross_entropy", "_partial_": True}}
 
@@ -42,7 +42,8 @@ def datasets_of(path: Path) -> dict[str, np.ndarray]:
     """Every dataset's values; the run's /checksums table as each capture's own rows of it (its
     [end_row, xxh3] per batch): which number a capture gets there depends on the order the writer
     first met it, which a resumed file's replay does not keep."""
-    from hookrun.store.digest import TABLE, table_of
+    from hookrun.store.digest import TABLE
+    from hookrun.store.verify import table_of
 
     out = {}
 

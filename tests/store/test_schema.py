@@ -1,5 +1,5 @@
-"""store/capture_schema.py and store/listing.py: a capture's metadata to attributes and back (read with plain h5py as the
-reference), and the one resolver of capture names that Run.find and Captured.find share."""
+"""store/capture_schema.py and store/listing.py: a capture's metadata to attributes and back (read
+with plain h5py as the reference), and the one resolver of capture names that Run.find and Captured.find share."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from lock_holder import lock_holder
 
 from hookrun.cli.inspect_command import main
 from hookrun.store.h5store import H5Store
-from hookrun.store.lock import settled
+from hookrun.store.live import settled
 from hookrun.store.records import Capture, CaptureKey
 
 
