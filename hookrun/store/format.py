@@ -5,7 +5,7 @@
     storable_text(np.array(["a\x00b"], dtype=object))     # ['a\u2400b']: what a text column holds
 
 Chunks, and what HDF5 allocates for them (whole chunks, the last one too, however few of its rows
-are written): the store (store/columns.py, store/digest.py) chooses its chunks with these, and the
+are written): the store (store/columns.py, store/capture_schema.py) chooses its chunks with these, and the
 plan's estimate (runner/estimate.py) counts with the same functions and bounds, so that
 `output.max_bytes` bounds the file an uncompressed run writes; H5Store's space check counts a batch's
 whole chunks with them before writing it (batch_bytes).

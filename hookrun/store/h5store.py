@@ -27,8 +27,8 @@ import h5py
 import numpy as np
 
 from hookrun.errors import RunError
+from hookrun.store.capture_schema import DigestLog
 from hookrun.store.columns import CHUNK_BYTES, CaptureColumns, Column, SampleTable, chunk_bytes_for
-from hookrun.store.digest import DigestLog
 from hookrun.store.format import FORMAT_VERSION, batch_bytes
 from hookrun.store.lock import create_hidden, flushing_path
 from hookrun.store.records import Capture, StepRecord, TableWriter, table
@@ -43,7 +43,7 @@ class H5Store(CaptureColumns):
         self.after_first_batch: Callable[[H5Store], None] | None = None
         self.copy_of: tuple[Path, int] | None = None  # resuming: the old file its batches are copied from, and how many
         self.closed_as: str | None = None  # the status close() gave the file
-        self.checksum = checksum  # a digest of each batch's rows per capture (store/digest.py)
+        self.checksum = checksum  # a digest of each batch's rows per capture (store/capture_schema.py)
         self.compression = None if compression in (None, "none") else compression
         self.flush_every = flush_every
         self.expected = {False: expected_samples, True: expected_steps}  # rows a capture will get, where known
