@@ -29,10 +29,11 @@ from hookrun.config.checks import differing
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.models import same_weights
 from hookrun.store.capture_schema import CaptureMeta, RowKind
+from hookrun.store.kind_tables import tables_in
 from hookrun.store.listing import damage, list_captures
 from hookrun.store.lock import flushing_path
 from hookrun.store.reading import LocalSource
-from hookrun.store.records import Capture, CaptureKey, RunStore, StepRecord, tables_in
+from hookrun.store.records import Capture, CaptureKey, RunStore, StepRecord
 from hookrun.store.verify import check_block, sample_map_damage, table_of
 
 # keys that do not change what is captured

@@ -22,6 +22,7 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import h5py
 import numpy as np
@@ -31,7 +32,10 @@ from hookrun.store.capture_schema import DigestLog
 from hookrun.store.columns import CHUNK_BYTES, CaptureColumns, Column, SampleTable, chunk_bytes_for
 from hookrun.store.format import FORMAT_VERSION, batch_bytes
 from hookrun.store.lock import create_hidden, flushing_path
-from hookrun.store.records import Capture, StepRecord, TableWriter, table
+from hookrun.store.records import Capture, StepRecord
+
+if TYPE_CHECKING:
+    from hookrun.store.kind_tables import TableWriter
 
 FLUSH_SECONDS = 2.0
 
@@ -69,7 +73,7 @@ class H5Store(CaptureColumns):
         self.table = SampleTable(self.file, self.compression, self.expected[False])
         self.digests = DigestLog(self.file, self.expected[True])  # the run's /checksums table, written at each flush
         self._columns: dict[str, Column] = {}
-        self.tables: dict[str, TableWriter] = {}  # a kind's named tables (/NAME), made at their first rows (store/records.py)
+        self.tables: dict[str, TableWriter] = {}  # a kind's named tables (/NAME), made at their first rows (store/kind_tables.py)
         self.run_state = None  # stateful actions' latest state, written at flush (store/run_state.py: made by the first)
         self.overflow: dict[str, int] = {}  # values a cast turned into inf, per capture path
         self.underflow: dict[str, int] = {}  # nonzero values a cast turned into 0, per capture path
@@ -115,6 +119,10 @@ class H5Store(CaptureColumns):
             self._write_capture(cap, rec, start, chunk_bytes)
         for name, rows in rec.tables.items():
             if name not in self.tables:
+                from hookrun.store.kind_tables import (
+                    table,  # (a kind's table: loaded at its first rows)
+                )
+
                 self.tables[name] = table(name).writer(self.file)
             self.tables[name].write(rec.step, rows)
         for cap in rec.captures:

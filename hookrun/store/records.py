@@ -3,18 +3,6 @@
     key = CaptureKey(hook="fmap", module="layer1.0", type="forward", role="output", call=0)
     key.path  # 'captures/fmap/layer1.0/output'
 
-The named tables a kind of run writes beside the captures (KindTable, register_table), one
-generic mechanism for every kind:
-
-    register_table(KindTable("mytable", MyTableWriter, read_mytable))   # in the kind's folder
-    StepRecord(..., tables={"mytable": row})   # a kind's step hands its rows by the table's name
-    store.write(rec)          # H5Store: each named table's writer, made at its first row, appends them
-    rows = TABLES["mytable"].read(f, rows=kept)   # resume's replay: the kept batches' rows by step
-
-The store knows no kind: a table's writer comes from this registry, filled by each kind's folder
-(hookrun/runner/kinds/<kind>/) as it is imported. The table's name is its group in the file, so the
-layout of files written before this mechanism is the same.
-
 What the data loop writes to (RunStore): the one interface of a run's store, whatever holds it.
 
     def end_attrs(store: RunStore, attrs: dict) -> None: store.set_attrs(attrs)
@@ -26,12 +14,11 @@ the end-of-run report and `record limit=N`'s restore take a RunStore and never a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-import h5py
 import numpy as np
 import torch
 
@@ -94,7 +81,7 @@ class StepRecord:
     samples: dict[str, np.ndarray] | None = None  # more per-sample arrays for /samples/<name> (data.store)
     tokens: tuple[np.ndarray, ...] | None = None  # (sample index, position[, generated]) of each token row
     token_width: int | None = None  # token rows a sample can get at most (the padded width); None: as this batch
-    tables: dict[str, Any] = field(default_factory=dict)  # a kind's rows by table name ({NAME: row}: register_table, below)
+    tables: dict[str, Any] = field(default_factory=dict)  # a kind's rows by table name ({NAME: row}: store/kind_tables.py)
     state: dict[str, dict[str, Any]] | None = None  # stateful actions' state after this batch, by key (saved at flush)
 
 
@@ -181,48 +168,6 @@ def check_rows(captures: list[Capture], samples: int, hooks: Collection[str] | N
 
 def _what(value: Any) -> str:
     return "None" if value is None else f"a {type(value).__name__}"
-
-
-class TableWriter(Protocol):
-    """One kind's table in one open file: rows appended per batch, rolled back with a failed batch,
-    and what is written once per flush (totals, states)."""
-
-    def write(self, step: int, rows: Any) -> None: ...
-
-    def mark(self) -> Any: ...
-
-    def roll_back(self, mark: Any) -> None: ...
-
-    def flush(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class KindTable:
-    name: str  # the table's group in the file, and its key in StepRecord.tables
-    writer: Callable[[h5py.File], TableWriter]  # its writer in a new file
-    read: Callable[..., dict[int, Any]]  # read(f, rows=N): the first N batches' rows by batch number (resume)
-
-
-TABLES: dict[str, KindTable] = {}
-
-
-def register_table(table: KindTable) -> KindTable:
-    TABLES[table.name] = table
-    return table
-
-
-def table(name: str) -> KindTable:
-    """The registered table `name` (a row handed for a table no kind registered is a bug: RunError)."""
-    try:
-        return TABLES[name]
-    except KeyError:
-        raise RunError(f"a step handed rows for the table {name!r}, which no kind registered; "
-                       f"registered: {', '.join(TABLES) or 'none'}") from None
-
-
-def tables_in(f: h5py.File) -> list[KindTable]:
-    """The registered tables a file holds (resume replays their rows)."""
-    return [t for t in TABLES.values() if t.name in f]
 
 
 Key = tuple[str, str, str, int]  # (hook, module, role, call)

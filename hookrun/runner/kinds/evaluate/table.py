@@ -30,7 +30,8 @@ import numpy as np
 
 from hookrun.store.columns import append
 from hookrun.store.format import allocated, dataset_bytes, table_bytes
-from hookrun.store.records import KindTable, escape, register_table
+from hookrun.store.kind_tables import KindTable, register_table
+from hookrun.store.records import escape
 
 GROUP = "evaluation"
 CHUNK_ROWS = 1024

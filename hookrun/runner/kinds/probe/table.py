@@ -25,7 +25,7 @@ import h5py
 import numpy as np
 
 from hookrun.store.format import table_bytes
-from hookrun.store.records import KindTable, register_table
+from hookrun.store.kind_tables import KindTable, register_table
 
 GROUP = "probe"
 SCALARS = ("rows", "train_rows", "test_rows", "features", "train_score", "test_score", "control_train_score",
