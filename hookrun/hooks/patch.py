@@ -27,7 +27,7 @@ import torch
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError
 from hookrun.hooks.ops import OpBuild, OpContext, register_op
 from hookrun.labels import module_label
-from hookrun.store.capture_schema import CaptureMeta, RowKind
+from hookrun.store.format import CaptureMeta, RowKind
 from hookrun.store.listing import damage, list_captures, matches, row_index
 from hookrun.store.reading import open_source
 

@@ -28,7 +28,7 @@ import yaml
 from hookrun.config.checks import differing
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.models import same_weights
-from hookrun.store.capture_schema import CaptureMeta, RowKind
+from hookrun.store.format import CaptureMeta, RowKind
 from hookrun.store.kind_tables import tables_in
 from hookrun.store.listing import damage, list_captures
 from hookrun.store.lock import flushing_path

@@ -36,9 +36,8 @@ from hookrun.store.format import (
     capped,
     capture_bound,
     chunk_rows,
-    index_bytes,
-    metadata_bytes,
 )
+from hookrun.store.overhead import index_bytes, metadata_bytes
 from hookrun.store.records import Capture
 
 
@@ -155,7 +154,7 @@ def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: Actio
                       unestimated="" if kind.estimated else f"the {kind.name} run's {kind.units[1]}")
     batch = max(1, min(loader.batch_size or 1, n_samples))
     datasets: list[tuple[int, int, bool]] = []  # (rank, chunks, a capture's) of each dataset: its metadata
-    digested = 0  # /checksums rows: one per batch that appends to a digested dataset (store/capture_schema.py)
+    digested = 0  # /checksums rows: one per batch that appends to a digested dataset (store/writer.py)
     for cap in captures:
         line = capture_line(cap, n_samples, n_batches, batch, width, chunk_bytes_for(len(captures)))
         report.lines.append(line)

@@ -158,7 +158,7 @@ END_ATTRS = 12  # the root attributes a run adds as it goes (status, ...)
 def plan_estimate(p: Prepared):
     """The plan's estimated bytes per capture (dry_run=true prints it; output.max_bytes checks it)."""
     from hookrun.runner.estimate import estimate  # (only these runs estimate)
-    from hookrun.store.format import table_bytes
+    from hookrun.store.overhead import table_bytes
     attrs = {**file_attrs(p.cfg, p.model, p.settings.device), **class_names(p.dataset), **p.attrs}  # (open_store's)
     text = table_bytes(0, 0, len(attrs) + END_ATTRS, sum(len(str(v).encode()) for v in attrs.values()))
     report, cfg = estimate(p.model, p.loader, p.points, p.env, p.settings, p.n_samples, p.cfg.output.checksum, text), p.cfg

@@ -46,9 +46,9 @@ import numpy as np
 
 from hookrun.errors import RunError
 from hookrun.store import format as layout  # chunk sizes
-from hookrun.store.capture_schema import CaptureMeta, DigestLog, digest, digest_ragged
-from hookrun.store.format import storable_text
+from hookrun.store.format import CaptureMeta, storable_text
 from hookrun.store.records import Capture, StepRecord
+from hookrun.store.writer import DigestLog, digest, digest_ragged
 
 
 @dataclass
@@ -57,7 +57,7 @@ class Column:
     per_step: bool
     key: tuple  # (hook, module, role, call)
     index: h5py.Dataset | None = None  # sample (or step) index of each row, once rows skip
-    digest_id: int | None = None  # its number in the run's /checksums table (store/capture_schema.py)
+    digest_id: int | None = None  # its number in the run's /checksums table (store/writer.py)
     bound: int | None = None  # the most rows it can get (store/format.py), where known
 
 

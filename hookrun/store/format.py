@@ -1,14 +1,23 @@
-"""The file format's constants: versions and reserved names (docs/format.md is the full description).
+"""The file format (docs/format.md is the full description): its constants (versions, reserved names),
+the capture datasets' schema (their attributes, row kinds, axes' names) and their chunks.
 
     f.attrs["format_version"] == FORMAT_VERSION
     f"captures/{hook}/{module or MODEL_NODE}/{role}"
     storable_text(np.array(["a\x00b"], dtype=object))     # ['a\u2400b']: what a text column holds
 
+A capture's attributes (the writer's, merge's, resume's, patch's and the readers') all go through
+CaptureMeta; listing a file's captures and naming one by a user's key (list_captures, resolve) is
+store/listing.py, which only the readers load.
+
+    meta = CaptureMeta("fmap", "layer1.0", "forward", "output", 0, RowKind.SAMPLES, "float32", (64, 8, 8))
+    ds.attrs.update(meta.to_attrs())             # the writer (h5store, ragged)
+    CaptureMeta.from_attrs(ds.attrs).dims        # ('sample', 'channel', 'height', 'width'): one name per axis
+
 Chunks, and what HDF5 allocates for them (whole chunks, the last one too, however few of its rows
-are written): the store (store/columns.py, store/capture_schema.py) chooses its chunks with these, and the
-plan's estimate (runner/estimate.py) counts with the same functions and bounds, so that
-`output.max_bytes` bounds the file an uncompressed run writes; H5Store's space check counts a batch's
-whole chunks with them before writing it (batch_bytes).
+are written): the store (store/columns.py, store/writer.py's checksums) chooses its chunks with these,
+and the plan's estimate (runner/estimate.py, with store/overhead.py's HDF5 bytes besides) counts with
+the same functions and bounds, so that `output.max_bytes` bounds the file an uncompressed run writes;
+H5Store's space check counts a batch's whole chunks with them before writing it (batch_bytes).
 
     bound = capture_bound(cap, samples=64, steps=4, batch=16, token_width=None)   # every: 3 -> 32 rows at most
     rows = chunk_rows(row_bytes=4096, chunk_bytes=1 << 20, max_rows=bound)       # 32: no chunk holds more
@@ -18,10 +27,15 @@ whole chunks with them before writing it (batch_bytes).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
 from importlib import metadata
 from typing import Any
 
 import numpy as np
+
+from hookrun.labels import capture_label
 
 FORMAT_VERSION = "1"  # the layout version written to every file's `format_version` attribute
 MODEL_NODE = "__model__"  # the group name for the whole model (module path '')
@@ -58,16 +72,126 @@ def storable_text(arr: np.ndarray) -> np.ndarray:
     return np.array([one(v) for v in arr], dtype=object)
 
 
+# -- a capture dataset's attributes ----------------------------------------------------------------
+class RowKind(str, Enum):
+    """What one row of a capture is (the `rows` attribute; the strings are the file's)."""
+
+    SAMPLES = "samples"  # one row per sample, aligned with /samples/index (or its own `<role>.index`)
+    STEPS = "steps"  # one row per batch (parameter gradients, `rows: step`)
+    TOKENS = "tokens"  # one row per real token, aligned with /samples/token_sample
+    FEATURES = "features"  # one row per feature, written once at the end of the run (top_examples)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+STANDARD = ("hook", "module", "type", "role", "call", "rows", "torch_dtype", "row_shape", "index", "ragged", "digest",
+            "dims")
+FIRST_DIM = {RowKind.SAMPLES: "sample", RowKind.STEPS: "step", RowKind.TOKENS: "token", RowKind.FEATURES: "feature"}  # the rows' axis
+# the axes of a row by its rank, where nothing else is known: (B, D), (B, T, D), (B, C, H, W)
+BY_RANK = {0: (), 1: ("feature",), 2: ("token", "feature"), 3: ("channel", "height", "width")}
+PATTERN = ("head", "query", "key")  # an attention pattern's (or its scores') axes after the sample
+PATTERN_FNS = ("softmax", "_softmax", "log_softmax")  # op sites whose 4-D result in an attention module is one
+
+
+@dataclass
+class CaptureMeta:
+    """A capture's attributes: where it was hooked, what a row is, and what record did to it."""
+
+    hook: str
+    module: str  # module path ('' is the whole model), parameter name or op site
+    type: str  # the hook type (forward, backward, tensor, ...)
+    role: str  # input, output, grad_input.0, ...
+    call: int
+    rows: RowKind
+    torch_dtype: str  # the dtype the tensor had before the storage cast
+    row_shape: tuple[int, ...]
+    index: str = ""  # the sibling dataset with each row's sample (or step) index, where rows skip
+    ragged: bool = False  # variable-length rows (one flattened row per sample or step)
+    digest: str = ""  # the sibling dataset with each batch's checksum (store/writer.py); '' where there is none
+    dims: tuple[str, ...] = ()  # one name per axis of the dataset as stored; () derives them (derive_dims)
+    extra: dict[str, Any] = field(default_factory=dict)  # reduce, select, every, limit, overflow_values, ...
+
+    def __post_init__(self) -> None:
+        self.dims = tuple(self.dims) or derive_dims(self.rows, self.row_shape, self.ragged, self.module, self.role)
+
+    def to_attrs(self) -> dict[str, Any]:
+        attrs = {"hook": self.hook, "module": self.module, "type": self.type, "role": self.role, "call": self.call,
+                 "rows": self.rows.value, "torch_dtype": self.torch_dtype,
+                 "row_shape": np.array(self.row_shape, dtype=np.int64), "index": self.index, "dims": list(self.dims)}
+        if self.ragged:
+            attrs["ragged"] = True
+        if self.digest:
+            attrs["digest"] = self.digest
+        return {**attrs, **self.extra}
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any]) -> CaptureMeta:
+        a = attrs
+        return cls(str(a["hook"]), str(a["module"]), str(a["type"]), str(a["role"]), int(a["call"]), RowKind(str(a["rows"])),
+                   str(a.get("torch_dtype", "")), tuple(int(d) for d in a.get("row_shape", ())), str(a.get("index", "") or ""),
+                   bool(a.get("ragged", False)), str(a.get("digest", "") or ""),
+                   tuple(_text(d) for d in a.get("dims", ())),  # a file written before `dims`: derived
+                   {k: _plain(v) for k, v in a.items() if k not in STANDARD})
+
+    @classmethod
+    def of(cls, cap: Any, row_shape: tuple[int, ...]) -> CaptureMeta:
+        """The attributes a capture's dataset gets when its first batch is written (`cap`: store/records.py's
+        Capture; `cap.dims`: the names record chose; None derives them)."""
+        k = cap.key
+        rows = (RowKind.FEATURES if cap.features else RowKind.STEPS if cap.per_step else RowKind.TOKENS if cap.tokens
+                else RowKind.SAMPLES)
+        return cls(k.hook, k.module, k.type, k.role, k.call, rows, cap.torch_dtype, tuple(row_shape),
+                   ragged=cap.ragged, dims=tuple(cap.dims or ()), extra=dict(cap.attrs))
+
+    @property
+    def key(self) -> tuple[str, str, str, int]:
+        return self.hook, self.module, self.role, self.call
+
+    @property
+    def label(self) -> str:
+        return label(self.hook, self.module, self.role, self.call)
+
+
+def derive_dims(rows: RowKind, row_shape: tuple[int, ...], ragged: bool = False, module: str = "",
+                role: str = "") -> tuple[str, ...]:
+    """Axis names from what a capture's attributes say, for files written before the `dims`
+    attribute and for writers that name none: the rows' axis (sample, step, token), then a row's
+    axes by rank (BY_RANK; a 3-D row of an op site `.../softmax.k` is an attention pattern),
+    `dim_1`, `dim_2`, ... where the rank says nothing (and for per-step rows)."""
+    first = FIRST_DIM[rows]
+    if ragged:  # one flattened row per sample or step
+        return (first,)
+    n = len(row_shape)
+    site_fn = module.rsplit("/", 1)[1].split(".", 1)[0] if "/" in module else ""
+    if rows is RowKind.SAMPLES and n == 3 and site_fn in PATTERN_FNS and role.split(".", 1)[0] in ("output", "grad", "input"):
+        return (first, *PATTERN)
+    known = BY_RANK.get(n) if rows is RowKind.SAMPLES else ("feature",) if rows is RowKind.TOKENS and n == 1 else None
+    return (first, *(known if known is not None else unnamed(n)))
+
+
+def unnamed(n: int, start: int = 1) -> tuple[str, ...]:
+    return tuple(f"dim_{i}" for i in range(start, start + n))
+
+
+def label(hook: str, module: str, role: str, call: int = 0) -> str:
+    """'hook/module/role' ('@call' after a later call's role; MODEL_LABEL for the whole model)."""
+    return capture_label(module, role, call, hook=hook, sep="/")
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
+
+
 # -- chunks and their bytes ------------------------------------------------------------------------
 INDEX_CHUNK = 8192  # int64 rows (64 KiB) in a chunk of /samples/index, /samples/step and a `<name>.index`
 TOKEN_CHUNK = 4096  # int64 rows in a chunk of the token map (/samples/token_sample, token_position, ...)
 DIGEST_CHUNK = 1024  # (id, rows, xxh3) rows in a chunk of /checksums
 RAGGED_CHUNK = 256  # variable-length rows (16-byte heap references) in a chunk of a ragged capture
-# what HDF5 adds besides the chunks (fs_strategy none, the earliest file format; metadata_bytes): the
-# superblock and root group, each group's symbol table and name heap, each dataset's object header
-# (a capture's with its attributes). Measured on hookrun's files, rounded up.
-FILE_BYTES, GROUP_BYTES, CAPTURE_HEADER, DATASET_HEADER = 2 << 10, 2 << 10, 1280, 384
-ATTR_BYTES = 96  # an attribute's message in an object header, besides its value: its name, datatype, dataspace
 
 
 def row_bound(per_step: bool, tokens: bool, every: int, limit: int | None, samples: int | None, steps: int | None,
@@ -111,34 +235,6 @@ def capped(chunk: int, bound: int | None) -> int:
 def allocated(rows: int, chunk: int) -> int:
     """Rows HDF5 allocates for `rows` written in chunks of `chunk` rows: whole chunks."""
     return math.ceil(rows / chunk) * chunk if rows > 0 else 0
-
-
-def index_bytes(bound: int) -> int:
-    """A `<name>.index` (int64) of at most `bound` rows, in its chunks."""
-    return allocated(bound, capped(INDEX_CHUNK, bound)) * 8
-
-
-def metadata_bytes(datasets: list[tuple[int, int, bool]], groups: int, attrs_bytes: int = 0) -> int:
-    """HDF5's own bytes in a file of `groups` groups (the root too) and `datasets` given as (rank,
-    chunks, a capture's: its attributes): object headers, chunk B-tree nodes (one per 64 chunks,
-    half full after a split), symbol tables, the root's attributes (`attrs_bytes` of text)."""
-    return FILE_BYTES + attrs_bytes + groups * GROUP_BYTES + dataset_bytes(datasets)
-
-
-def dataset_bytes(datasets: list[tuple[int, int, bool]]) -> int:
-    """The object headers and chunk B-tree nodes of `datasets` (see metadata_bytes)."""
-    total = 0
-    for rank, chunks, capture in datasets:
-        node = 1576 + 520 * rank  # a v1 B-tree node of 64 chunk addresses and 65 keys of rank + 1 offsets
-        total += (CAPTURE_HEADER if capture else DATASET_HEADER) + node * (1 if chunks <= 64 else math.ceil(chunks / 32) + 1)
-    return total
-
-
-def table_bytes(groups: int, datasets: int, attrs: int, text: int = 0) -> int:
-    """HDF5's own bytes for `groups` groups, `datasets` contiguous datasets (an object header each, no chunk
-    index), `attrs` attributes and `text` bytes of their values: what a kind writes whole (a probe's groups,
-    evaluate's totals), and the file's root attributes (runner/run.plan_estimate)."""
-    return groups * GROUP_BYTES + datasets * DATASET_HEADER + attrs * ATTR_BYTES + text
 
 
 METADATA_BYTES = 64 << 10  # kept free for what a flush and the close write beside the rows (a new file's is ~20 KB)

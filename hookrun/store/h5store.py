@@ -28,11 +28,11 @@ import h5py
 import numpy as np
 
 from hookrun.errors import RunError
-from hookrun.store.capture_schema import DigestLog
 from hookrun.store.columns import CHUNK_BYTES, CaptureColumns, Column, SampleTable, chunk_bytes_for
 from hookrun.store.format import FORMAT_VERSION, batch_bytes
 from hookrun.store.lock import create_hidden, flushing_path
 from hookrun.store.records import Capture, StepRecord
+from hookrun.store.writer import DigestLog
 
 if TYPE_CHECKING:
     from hookrun.store.kind_tables import TableWriter
@@ -47,7 +47,7 @@ class H5Store(CaptureColumns):
         self.after_first_batch: Callable[[H5Store], None] | None = None
         self.copy_of: tuple[Path, int] | None = None  # resuming: the old file its batches are copied from, and how many
         self.closed_as: str | None = None  # the status close() gave the file
-        self.checksum = checksum  # a digest of each batch's rows per capture (store/capture_schema.py)
+        self.checksum = checksum  # a digest of each batch's rows per capture (store/writer.py)
         self.compression = None if compression in (None, "none") else compression
         self.flush_every = flush_every
         self.expected = {False: expected_samples, True: expected_steps}  # rows a capture will get, where known

@@ -6,7 +6,7 @@
 
 Whoever turns a user's key into a capture goes through resolve(), so the file run, the merged view,
 resume, patch, `Run.find` and `Captured.find` agree on every name and every error. A capture's
-attributes are store/capture_schema.py's CaptureMeta.
+attributes are store/format.py's CaptureMeta.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 
 from hookrun.errors import HookrunError, NotFoundError, close_matches
 from hookrun.labels import MODEL_LABEL
-from hookrun.store.capture_schema import CaptureMeta, RowKind, label
+from hookrun.store.format import CaptureMeta, RowKind, label
 
 
 def is_capture(obj: Any) -> bool:

@@ -1,4 +1,4 @@
-"""Checking stored rows against their checksums (store/capture_schema.py writes them): resume's checks of the
+"""Checking stored rows against their checksums (store/writer.py writes them): resume's checks of the
 file it copies, and `python -m hookrun.inspect --verify FILE`.
 
     table_of(ds, ds.attrs["digest"])                  # (batches, 2): [end_row, xxh3] of that capture
@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import h5py
 import numpy as np
 
-from hookrun.store.capture_schema import TABLE, digest, digest_stored
 from hookrun.store.listing import damage, list_captures
 from hookrun.store.lock import FLUSHING
+from hookrun.store.writer import TABLE, digest, digest_stored
 
 
 def table_of(ds: h5py.Dataset, name: str) -> np.ndarray:

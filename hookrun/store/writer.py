@@ -18,6 +18,13 @@ writer waits on, and the writer hands the buffers back once they are on disk. Th
 buffers is bounded by the writer queue, so memory stays flat. On the CPU the snapshot already is
 the host copy and nothing happens, unless `always_pool=True` (used by the tests to run the same
 pooling logic without a GPU).
+
+Checksums of stored rows (DigestLog, below): each append of a capture's rows (one batch), on this
+thread, adds one row to the run's /checksums table: the capture's number (`ds.attrs["digest"] ==
+"/checksums:3"`), its row count after the batch and the xxh3-64 digest of those rows' bytes as stored
+(about 15 GB/s: docs/benchmarks.md), written at each flush. A reader recomputes it from the rows
+alone, so a damaged block is named, never read as data (store/verify.py: resume, `inspect --verify`).
+Each `<role>.index` and every /samples dataset are digested too, read back as stored (add_rows).
 """
 
 from __future__ import annotations
@@ -28,9 +35,13 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import h5py
+import numpy as np
 import torch
+import xxhash
 
 from hookrun.errors import HookrunError, RunError, write_reason
+from hookrun.store.format import DIGEST_CHUNK, capped
 from hookrun.store.records import Capture, RunStore, StepRecord
 
 _STOP = object()
@@ -194,3 +205,95 @@ class HostTransfer:
         with self._lock:
             for buf in buffers:
                 self._free[(tuple(buf.shape), buf.dtype)].append(buf)
+
+
+# -- the checksums of stored rows ------------------------------------------------------------------
+TABLE = "/checksums"
+
+
+class DigestLog:
+    """The run's /checksums table as a store writes it: rows kept in memory between flushes, one
+    HDF5 append per flush (a table per capture held a chunk cache each: 600 captures grew memory
+    past the load test's bound)."""
+
+    def __init__(self, file: h5py.File, steps: int | None = None) -> None:
+        self.file, self.steps = file, steps  # steps: the run's batches, where known (no chunk holds more rows)
+        self.pending: list[tuple[int, int, int]] = []  # (dataset's number, rows after the batch, xxh3)
+        self.table: h5py.Dataset | None = None
+        self.ids: dict[str, int] = {}  # datasets numbered by id_of (the sample table's)
+        self.next_id = 0
+
+    def new_id(self, ds: h5py.Dataset) -> int:
+        """The next number in the table, named in the dataset's `digest` attribute."""
+        k, self.next_id = self.next_id, self.next_id + 1
+        ds.attrs["digest"] = f"{TABLE}:{k}"
+        return k
+
+    def id_of(self, ds: h5py.Dataset) -> int:
+        """The dataset's number, given at its first call."""
+        if ds.name not in self.ids:
+            self.ids[ds.name] = self.new_id(ds)
+        return self.ids[ds.name]
+
+    def add(self, k: int, rows_after: int, value: int) -> None:
+        self.pending.append((k, rows_after, value))
+
+    def add_rows(self, ds: h5py.Dataset, start: int) -> None:
+        """The digest of `ds`'s rows from `start` to its end (what a batch appended; a new dataset's
+        backfill too), read back as stored; nothing where no row was appended."""
+        if ds.shape[0] > start:
+            self.add(self.id_of(ds), ds.shape[0], digest_stored(ds, ds[start:]))
+
+    def mark(self) -> tuple[int, int]:
+        return len(self.pending), self.next_id
+
+    def roll_back(self, mark: tuple[int, int]) -> None:
+        """Take out a failed batch's digests, and the numbers it gave: its new datasets are deleted, and
+        one that stays (the sample table's) loses its `digest` attribute, to get a number again."""
+        del self.pending[mark[0]:]
+        for name in [name for name, k in self.ids.items() if k >= mark[1]]:
+            del self.ids[name]
+            if name in self.file and "digest" in self.file[name].attrs:
+                del self.file[name].attrs["digest"]
+        self.next_id = mark[1]
+
+    def write(self) -> None:
+        """The digests of the batches since the last flush, appended to the table."""
+        if not self.pending:
+            return
+        if self.table is None:
+            rows = capped(DIGEST_CHUNK, self.steps * len(self.pending) if self.steps else None)  # the first batch's x steps
+            self.table = self.file.create_dataset(TABLE, (0, 3), "uint64", maxshape=(None, 3), chunks=(rows, 3),
+                                                  rdcc_nbytes=64 << 10, rdcc_w0=1.0)
+        rows = np.array(self.pending, dtype=np.uint64)
+        n = self.table.shape[0]
+        self.table.resize(n + len(rows), axis=0)
+        self.table[n:] = rows
+        self.pending.clear()
+
+
+def digest(rows: np.ndarray) -> int:
+    """The xxh3-64 digest of rows as they are stored (C order, the dataset's dtype)."""
+    flat = np.ascontiguousarray(rows).reshape(-1).view(np.uint8)  # also for a dim of size 0
+    return xxhash.xxh3_64_intdigest(flat)
+
+
+def digest_ragged(rows: list[np.ndarray]) -> int:
+    """The xxh3-64 digest of variable-length rows (each flattened, in the dataset's base dtype):
+    their lengths (int64), then their values, so rows moved between samples do not match."""
+    h = xxhash.xxh3_64(np.array([r.size for r in rows], dtype=np.int64).tobytes())
+    for r in rows:
+        h.update(np.ascontiguousarray(r).reshape(-1).view(np.uint8))
+    return h.intdigest()
+
+
+def digest_stored(ds: h5py.Dataset, rows: np.ndarray) -> int:
+    """The digest of rows read from `ds` (or as they are written to it): fixed-size rows as they are,
+    variable-length ones by digest_ragged (texts as their UTF-8 bytes)."""
+    base = h5py.check_vlen_dtype(ds.dtype)
+    if base is None:
+        return digest(rows)
+    if base in (str, bytes):
+        return digest_ragged([np.frombuffer(v.encode() if isinstance(v, str) else bytes(v), np.uint8)
+                              for v in rows.reshape(-1)])
+    return digest_ragged(list(rows))

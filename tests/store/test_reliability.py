@@ -42,8 +42,8 @@ def datasets_of(path: Path) -> dict[str, np.ndarray]:
     """Every dataset's values; the run's /checksums table as each capture's own rows of it (its
     [end_row, xxh3] per batch): which number a capture gets there depends on the order the writer
     first met it, which a resumed file's replay does not keep."""
-    from hookrun.store.capture_schema import TABLE
     from hookrun.store.verify import table_of
+    from hookrun.store.writer import TABLE
 
     out = {}
 

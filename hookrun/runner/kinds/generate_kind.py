@@ -89,7 +89,7 @@ class GenerateKind(RunKind):
         """generated_ids (int64 per new token), generated_length and prompt_length, the prompt and
         generated texts (16-byte references, heap collections of 4 KiB at least, about 8 bytes a new
         token and 256 a prompt), and the metadata of these five datasets."""
-        from hookrun.store.format import dataset_bytes
+        from hookrun.store.overhead import dataset_bytes
 
         texts = 2 * 4096 + n_samples * (2 * 16 + 2 * 16 + self.generation.width * 8 + 256)  # (and a heap object's header)
         return n_samples * (self.generation.width * 8 + 24) + texts + dataset_bytes([(2, 1, False)] + [(1, 1, False)] * 4)

@@ -21,7 +21,7 @@ import torch
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError
 from hookrun.hooks.events import family
 from hookrun.labels import module_label
-from hookrun.store.capture_schema import RowKind
+from hookrun.store.format import RowKind
 from hookrun.store.listing import damage, list_captures
 from hookrun.store.reading import open_source
 

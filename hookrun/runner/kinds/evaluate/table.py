@@ -29,8 +29,9 @@ import h5py
 import numpy as np
 
 from hookrun.store.columns import append
-from hookrun.store.format import allocated, dataset_bytes, table_bytes
+from hookrun.store.format import allocated
 from hookrun.store.kind_tables import KindTable, register_table
+from hookrun.store.overhead import dataset_bytes, table_bytes
 from hookrun.store.records import escape
 
 GROUP = "evaluation"

@@ -24,8 +24,8 @@ from typing import Any
 import h5py
 import numpy as np
 
-from hookrun.store.format import table_bytes
 from hookrun.store.kind_tables import KindTable, register_table
+from hookrun.store.overhead import table_bytes
 
 GROUP = "probe"
 SCALARS = ("rows", "train_rows", "test_rows", "features", "train_score", "test_score", "control_train_score",

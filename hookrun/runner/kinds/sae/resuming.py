@@ -105,7 +105,7 @@ def cache_identity(rows: Any) -> dict[str, Any]:
         return ident
     ds = run.file[rows.info.path]
     ref = ds.attrs.get("digest")
-    if ref:  # (store/capture_schema.py's table of the capture's checksums: a batch's end row and its xxh3 per row)
+    if ref:  # (store/writer.py's table of the capture's checksums: a batch's end row and its xxh3 per row)
         try:
             ident["digest"] = hashlib.sha1(table_of(ds, ref.decode() if isinstance(ref, bytes) else str(ref)).tobytes()).hexdigest()[:16]
         except (KeyError, OSError, ValueError):  # (a table the file lacks: the rows and time say what they can)

@@ -50,7 +50,7 @@ from hookrun.runner.kinds.similarity.accumulate import (
 from hookrun.runner.kinds.similarity.block import LIVE_WITH
 from hookrun.runner.kinds.similarity.features import pooled
 from hookrun.runner.kinds.similarity.gram import GramRoute
-from hookrun.store.format import dataset_bytes, table_bytes
+from hookrun.store.overhead import dataset_bytes, table_bytes
 from hookrun.store.records import Capture, CaptureKey
 
 HOOK = "similarity"
