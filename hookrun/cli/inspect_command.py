@@ -69,7 +69,7 @@ def verify_sweep(sweep: Any, allow_unverified: bool = False) -> int:
 
 
 def verify_file(path: Path | str, allow_unverified: bool = False) -> int:
-    """Every capture's rows and the sample table against their checksums (store/writer.py): 0 when
+    """Every capture's rows and the sample table against their checksums (store/verify.py): 0 when
     all match, 1 on damage, 3 when a dataset has no checksums (unless `allow_unverified`). An
     object-store cache: every part, each fetched and MD5-checked against the manifest, then checked
     against its own checksums; a part that is missing or damaged is named, and the next is checked."""
