@@ -1,12 +1,12 @@
 """`python -m hookrun.circuits export|score ...`: an edges run's scores to EAP-IG's and MIB's files, and
 their circuits scored here. The entry point; the command is the patching kind's
-(hookrun/runner/kinds/patching/edges/command.py), ended as every command is (cli/command.py)."""
+(hookrun/runner/kinds/patching/edges/command.py), ended as every command is (hookrun/cli/__init__.py)."""
 
 from __future__ import annotations
 
 import argparse
 
-from hookrun.cli.command import description, ends_quietly, exit_process, run_command
+from hookrun.cli import description, ends_quietly, exit_process, run_command
 from hookrun.runner.kinds.patching.edges import command
 
 

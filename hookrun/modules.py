@@ -8,7 +8,7 @@ hookrun/__init__.py; import it as `from hookrun import modules`.
 """
 
 if __name__ == "__main__":
-    from hookrun.cli.command import exit_process
+    from hookrun.cli import exit_process
     from hookrun.cli.modules_command import main
 
     exit_process(main)

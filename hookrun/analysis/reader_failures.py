@@ -1,7 +1,7 @@
 """A kind's reader asked for one part of a run (its inspect lines, plot's figures, the report's
 sections, a sweep's columns), and what happens when that part raises.
 
-    with isolated_readers() as failed:      # inspect, plot and report (cli/command.py's run_command)
+    with isolated_readers() as failed:      # inspect, plot and report (hookrun/cli/__init__.py: run_command)
         ...                                  # a user's reader that raises: its part is left out
     failed                                  # ["the scaled kind's reader failed: KeyError: ... (its lines: my_kinds.reader.lines)"]
 

@@ -30,7 +30,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from hookrun.cli.command import ends_quietly, exit_process, note_late_signals
+from hookrun.cli import ends_quietly, exit_process, note_late_signals
 from hookrun.cli.command_line import (
     block_names,
     hydra_slots,

@@ -15,7 +15,7 @@ from typing import Any
 
 from hookrun.analysis.opening import open_run
 from hookrun.analysis.sweep import is_sweep, open_sweep
-from hookrun.cli.command import description, ends_quietly, exit_process, run_command
+from hookrun.cli import description, ends_quietly, exit_process, run_command
 from hookrun.errors import HookrunError
 from hookrun.store.live import live_writer
 from hookrun.store.reading import UrlPath, run_path

@@ -53,7 +53,15 @@ from hookrun.analysis.report.token_text import byte_label  # noqa: F401 (plot's 
 from hookrun.analysis.run_notes import run_note, unfinished
 from hookrun.analysis.run_reader import Run
 from hookrun.analysis.sweep import Sweep, is_sweep, open_sweep
-from hookrun.cli import figures
+from hookrun.cli import (
+    at_least_one,
+    description,
+    ends_quietly,
+    exit_process,
+    fail,
+    figures,
+    run_command,
+)
 from hookrun.cli.app import compose_config
 from hookrun.cli.capture_figures import (
     attention_maps,
@@ -62,14 +70,6 @@ from hookrun.cli.capture_figures import (
     histogram,
     is_pattern,
     source_of,
-)
-from hookrun.cli.command import (
-    at_least_one,
-    description,
-    ends_quietly,
-    exit_process,
-    fail,
-    run_command,
 )
 from hookrun.cli.sample_figures import check_covers, check_same_data, render, with_pictures
 from hookrun.config.build import build_dataset

@@ -23,7 +23,7 @@ from hookrun.analysis.opening import open_run
 from hookrun.analysis.report import Budget, build_report
 from hookrun.analysis.report.page import source_of
 from hookrun.analysis.sweep import is_sweep, open_sweep
-from hookrun.cli.command import at_least_one, description, ends_quietly, exit_process, run_command
+from hookrun.cli import at_least_one, description, ends_quietly, exit_process, run_command
 from hookrun.errors import ConfigError
 from hookrun.store.reading import is_remote, run_path
 from hookrun.store.schemes import local_only

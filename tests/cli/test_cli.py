@@ -366,7 +366,7 @@ def test_a_command_run_as_the_process_freezes_the_heap_only_after_its_work(tmp_p
     import subprocess
     from importlib.metadata import entry_points
 
-    probe = ("import atexit, gc\nfrom hookrun.cli.command import exit_process\n"
+    probe = ("import atexit, gc\nfrom hookrun.cli import exit_process\n"
              "atexit.register(lambda: print('at exit', gc.get_freeze_count() > 0, flush=True))\n"
              "def main():\n    print('during', gc.get_freeze_count() > 0, flush=True)\n    return 3\n"
              "exit_process(main)\n")

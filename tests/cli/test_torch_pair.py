@@ -14,7 +14,7 @@ import pytest
 import torch
 from conftest import ROOT
 
-from hookrun.cli.command import installed_version, mismatch, pair_problem
+from hookrun.cli import installed_version, mismatch, pair_problem
 
 
 @pytest.mark.parametrize("torch_v, vision_v, bad", [
@@ -33,7 +33,7 @@ def test_the_pairs(torch_v, vision_v, bad):
 
 def test_the_installed_pair_passes_without_importing_torchvision():
     assert installed_version("torch") == torch.__version__
-    code = ("import sys, time; from hookrun.cli.command import mismatch; t = time.perf_counter(); "
+    code = ("import sys, time; from hookrun.cli import mismatch; t = time.perf_counter(); "
             "line = mismatch(); print(line, 'torchvision' in sys.modules, time.perf_counter() - t)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     line, imported, seconds = done.stdout.split()

@@ -120,7 +120,7 @@ def test_ctrl_c_while_python_imports_the_app_is_one_line_and_exit_130(tmp_path, 
 
 LATE_SIGNAL = """
 import gc, os, signal
-from hookrun.cli.command import exit_process
+from hookrun.cli import exit_process
 
 gc.freeze = lambda: os.kill(os.getpid(), signal.{sig})  # after main returned: the run's file is closed
 exit_process(lambda: 0)
@@ -160,7 +160,7 @@ def test_a_signal_once_the_run_logged_its_file_keeps_exit_0(tmp_path, sig):
 
 TWO_LATE = """
 import gc, os, signal, time
-from hookrun.cli.command import exit_process
+from hookrun.cli import exit_process
 
 def freeze():  # after main returned: a clean-up that hangs, stopped by a second signal
     os.kill(os.getpid(), signal.{sig})

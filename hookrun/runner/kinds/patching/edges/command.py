@@ -15,7 +15,7 @@ circuit for another model, is one line naming what is wrong; so is a run exporte
 shape (layers, heads, d_model) it does not have.
 
 The patching kind's command: hookrun/circuits.py, the entry point, makes the parser and ends it as
-every command ends (cli/command.py).
+every command ends (hookrun/cli/__init__.py).
 """
 
 from __future__ import annotations
