@@ -17,13 +17,10 @@ import os
 import re
 import sys
 import traceback
-import warnings
 from pathlib import Path
 
 import hydra
-from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
-from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
@@ -110,7 +107,7 @@ def _task(cfg: DictConfig, folder: Path, record: RunRecord) -> None:
     except HookrunError as exc:
         if HydraConfig.get().mode == RunMode.MULTIRUN and not isinstance(exc, Interrupted):
             record.keep_refusal(str(exc))  # (its file not opened: the sweep's readers name it refused, with this line)
-        if _FULL_ERROR:
+        if FULL_ERROR:
             raise
         _fail(exc)
     except KeyboardInterrupt:
@@ -122,7 +119,7 @@ MULTIRUN = {"-m", "--multirun"}
 HELP = {"-h", "--help"}
 DRY_RUN = re.compile(r"^\+?dry_run=(true|True|yes|1)$")
 # the user asked for tracebacks: HYDRA_FULL_ERROR=1, or --verbose (taken off the command line in main())
-_FULL_ERROR = os.environ.get("HYDRA_FULL_ERROR") == "1" or os.environ.get("HOOKRUN_VERBOSE") == "1"
+FULL_ERROR = os.environ.get("HYDRA_FULL_ERROR") == "1" or os.environ.get("HOOKRUN_VERBOSE") == "1"
 _TASK_STARTED = False  # before the first job starts, every exception is Hydra's reading of the config
 
 
@@ -141,45 +138,12 @@ class SweepFolder(Callback):
             config, "dry_run") else f"hookrun: sweep folder: {folder} ({ran_jobs(folder)} jobs; python -m hookrun.inspect {folder})", flush=True)
 
 
-def compose_config(overrides: list[str], hydra: bool = False) -> DictConfig:
-    """The config `python -m hookrun OVERRIDES` would run, composed without running it (the module
-    lister and hookrun.compose use it; `hydra`: with the hydra node, for hydra.run.dir); Hydra's
-    errors come out as a ConfigError in hookrun's one-line form."""
-    line = _missing_block(overrides)
-    if line is not None:
-        raise ConfigError(line)
-    for note in renamed(overrides, conf_dir()):
-        warnings.warn(note, UserWarning, stacklevel=3)
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="hookrun"):
-            return with_late_blocks(lambda: compose("config", overrides=forced_block_keys(overrides), return_hydra_config=hydra), SCHEMA)
-    except Exception as exc:
-        from hookrun.cli.hydra_errors import composition_line  # (loaded only here)
+def compose_groups(overrides: list[str]) -> DictConfig:
+    """These overrides' group choices alone (a sweep's first choice), on the user's search path too
+    (search_path.py, off the main route: a block's key was set, or Hydra's error wants the config's keys)."""
+    from hookrun.cli.search_path import compose_groups
 
-        line = composition_line(exc, overrides, _compose_groups, conf_dir())
-        if line is None or _FULL_ERROR:
-            raise
-        raise ConfigError(line) from None
-    finally:
-        GlobalHydra.instance().clear()
-
-
-def _compose_groups(overrides: list[str]) -> DictConfig:
-    """These overrides' group choices alone (a sweep's first choice), on the user's search path too (--config-dir,
-    hydra.searchpath: search_path.py, off the main route); where they do not compose, the schema, every block in."""
-    from hookrun.cli import search_path as sp
-
-    try:
-        entries = sp.search_entries(sys.argv[1:], overrides)
-        groups = sp.group_choices(overrides, [conf_dir(), *sp.folders_of(entries)]) + sp.as_override(entries)
-        GlobalHydra.instance().clear()
-        with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="hookrun"):
-            return compose("config", overrides=groups)
-    except Exception:  # a group choice is wrong too: no block is said to be missing (Hydra then says what is wrong)
-        return sp.every_block(SCHEMA, block_names(SCHEMA, HookrunConfig))
-    finally:
-        GlobalHydra.instance().clear()
+    return compose_groups(overrides, conf_dir(), SCHEMA, block_names(SCHEMA, HookrunConfig))
 
 
 def forced_block_keys(args: list[str]) -> list[str]:
@@ -191,12 +155,12 @@ def forced_block_keys(args: list[str]) -> list[str]:
             and a.partition(".")[0] in blocks else a for a in args]
 
 
-def _missing_block(overrides: list[str]) -> str | None:
+def missing_block_line(overrides: list[str]) -> str | None:
     """`my_kind.method=x` where the config has no my_kind block: one line saying how to add it
     (a sweep over group options: Hydra composes the sweep's config without them first)."""
     swept = [o for o in overrides if "," in o.partition("=")[2] and Path(conf_dir(), o.partition("=")[0].lstrip("+")).is_dir()]
     rest = [o for o in overrides if o not in swept]
-    return missing_block(overrides, block_names(SCHEMA, HookrunConfig), lambda: _compose_groups(rest), conf_dir(), swept,
+    return missing_block(overrides, block_names(SCHEMA, HookrunConfig), lambda: compose_groups(rest), conf_dir(), swept,
                          lambda name: bool(getattr(plugin(name), "added_by_key", False)))
 
 
@@ -205,7 +169,7 @@ def _fail(exc: HookrunError, shown: bool = False) -> None:
     if getattr(exc, "every_rank", False) and detect().rank != 0:
         sys.exit(exc.exit_code)  # every rank found the same; rank 0 says it
     word = "" if isinstance(exc, Interrupted) else "error: "
-    if _FULL_ERROR and not shown and exc.__cause__ is not None:  # the model's own error behind the one line
+    if FULL_ERROR and not shown and exc.__cause__ is not None:  # the model's own error behind the one line
         traceback.print_exception(exc.__cause__, file=sys.stderr)
     _log_to_file(f"{word}{exc}")
     print(f"hookrun: {word}{exc}", file=sys.stderr)
@@ -223,11 +187,11 @@ def _log_to_file(message: str) -> None:
 
 @ends_quietly
 def main() -> None:
-    global _FULL_ERROR
+    global FULL_ERROR
     if "--verbose" in sys.argv:  # hookrun's own flag: Hydra would not know it
         sys.argv.remove("--verbose")
         os.environ["HOOKRUN_VERBOSE"] = "1"  # launcher workers inherit it
-        _FULL_ERROR = True
+        FULL_ERROR = True
     args = sys.argv[1:]
     if "--version" in args:  # hookrun's version, not Hydra's
         from hookrun.cli.usage import version
@@ -241,7 +205,7 @@ def main() -> None:
     for note in renamed([a for a in args if not a.startswith("-")], conf_dir()):
         print(f"hookrun: note: {note}", file=sys.stderr, flush=True)
     try:  # (a block's key asks its kind whether a key adds it: a plugin that fails to load is one line)
-        damage = shell_damage(args) or _missing_block([a for a in args if not a.startswith("-")])
+        damage = shell_damage(args) or missing_block_line([a for a in args if not a.startswith("-")])
         if damage:
             raise ConfigError(damage)
         sys.argv[1:] = forced_block_keys(sys.argv[1:])
@@ -266,25 +230,20 @@ def main() -> None:
         with skip_mode_compose(args, conf_dir()), held_saves():
             with_late_blocks(_app, SCHEMA)
     except Exception as exc:
-        if _FULL_ERROR:  # the traceback asked for, then the one line and its exit status as without it
+        if FULL_ERROR:  # the traceback asked for, then the one line and its exit status as without it
             traceback.print_exc()
         if isinstance(exc, HookrunError):  # from a launcher's worker process, which inherits the variable
-            _fail(exc, shown=_FULL_ERROR)
-        from hookrun.cli.hydra_errors import composition_line  # (loaded only here)
+            _fail(exc, shown=FULL_ERROR)
+        from hookrun.cli.hydra_errors import failure_line  # (loaded only here)
 
-        line = composition_line(exc, overrides, _compose_groups, conf_dir())
-        if line is None and not _TASK_STARTED and isinstance(exc, OSError) and exc.filename:  # Hydra's mkdir of the run folder
-            line = (f"cannot make the run folder {str(exc.filename)!r} ({exc.strerror}): give hydra.run.dir (a sweep: "
-                    f"hydra.sweep.dir) a folder that can be written, e.g. hydra.run.dir=outputs/run1")
-        if line is None and not _TASK_STARTED and str(exc).strip():
-            line = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
+        line = failure_line(exc, overrides, compose_groups, conf_dir(), _TASK_STARTED)
         if line is None:
-            if _FULL_ERROR:
+            if FULL_ERROR:
                 sys.exit(1)
             raise
-        _fail(ConfigError(line), shown=_FULL_ERROR)
+        _fail(ConfigError(line), shown=FULL_ERROR)
     finally:
-        if not _FULL_ERROR:
+        if not FULL_ERROR:
             os.environ.pop("HYDRA_FULL_ERROR", None)
         if started_here:  # the next run of this process (a notebook's, a test's) picks its own folder
             release_start(sweep, claim)

@@ -9,8 +9,9 @@ set where the config has none, a renamed group option, and whether Hydra's first
     with skip_mode_compose(sys.argv[1:], conf_dir()):
         app()
 
-The CLI prints a line these return as `hookrun: error: ...` and exits with 2. An error of Hydra's
-composition itself is put in one line by hydra_errors.py, loaded only where one happens.
+The CLI prints a line these return as `hookrun: error: ...` and exits with 2; the checks run on every
+call, and the words of a line are override_faults.py's, loaded only where a check finds a fault. An
+error of Hydra's composition itself is put in one line by hydra_errors.py, loaded only where one happens.
 
 A block that is off is null in the composed config. OmegaConf cannot merge anything into a null
 node typed with the block's dataclass (`+my_kind={method: x}` ended in "'NoneType' object has no
@@ -49,27 +50,26 @@ from typing import Any
 from hookrun.config.plugins import nested_block, takes_bool
 from hookrun.config.schema import HookrunConfig
 
-QUOTE = "put the whole override in single quotes, e.g. 'hooks={fmap: {at: layer1, type: forward}}'"
-
 
 def shell_damage(args: list[str]) -> str | None:
     """An override the shell brace-expanded (the same key twice) or split at spaces (unbalanced
-    braces), recognised before Hydra sees it; None if the arguments look whole."""
+    braces), recognised before Hydra sees it; None if the arguments look whole (the line that says
+    what is wrong: override_faults.py, loaded only where something is)."""
     overrides = [a for a in args if not a.startswith("-")]
     for i, arg in enumerate(overrides):
         if _depth(arg) > 0:
-            pieces = [arg]
-            for more in overrides[i + 1:]:
-                pieces.append(more)
-                if _depth(" ".join(pieces)) <= 0:
-                    whole = " ".join(pieces)
-                    return (f"the override {arg!r} was split by the shell at its spaces into {len(pieces)} "
-                            f"arguments; put it in single quotes: '{whole}'")
+            for end in range(i + 2, len(overrides) + 1):
+                if _depth(" ".join(overrides[i:end])) <= 0:
+                    from hookrun.cli.override_faults import split_line
+
+                    return split_line(arg, overrides[i:end])
     for arg in overrides:
         key, eq, value = arg.lstrip("+").partition("=")
         wrong = [v for v in value.split(",") if re.fullmatch(r"-?\d+", v.strip()) and v.strip() not in ("0", "1")]
         if eq and wrong and _is_boolean(key):  # Hydra's schema reads dry_run=2 as true, silently
-            return f"{key}={wrong[0].strip()} is not a boolean; give true or false"
+            from hookrun.cli.override_faults import not_boolean_line
+
+            return not_boolean_line(key, wrong[0].strip())
     seen: dict[str, list[tuple[int, str]]] = {}
     for i, arg in enumerate(overrides):
         key, eq, _ = arg.partition("=")
@@ -77,14 +77,9 @@ def shell_damage(args: list[str]) -> str | None:
             seen.setdefault(key.lstrip("+~"), []).append((i, arg))
     for key, found in seen.items():
         if len(found) > 1:
-            given = ", ".join(arg for _, arg in found)
-            side_by_side = [i for i, _ in found] == list(range(found[0][0], found[0][0] + len(found)))
-            if side_by_side and any(":" in arg.partition("=")[2] for _, arg in found):  # a mapping's pieces: one word
-                return (f"{key} is given {len(found)} times ({given}): the shell brace-expanded an "
-                        f"unquoted {{..,..}} into several arguments; {QUOTE} (a sweep is -m {key}=a,b)")
-            return (f"{key} is given {len(found)} times ({given}): give it once (a later value does not replace an "
-                    f"earlier one); to run several values, sweep: -m {key}=a,b"
-                    + ("; an unquoted {..,..} is split by the shell this way: quote it" if side_by_side else ""))
+            from hookrun.cli.override_faults import repeated_line
+
+            return repeated_line(key, found, [i for i, _ in found] == list(range(found[0][0], found[0][0] + len(found))))
     return None
 
 
@@ -158,25 +153,11 @@ def missing_block(overrides: list[str], blocks: list[str], compose_groups: Calla
     cfg = compose_groups()
     for override in dotted:
         block = override.split(".", 1)[0]
-        if cfg.get(block) is None and added_by_key(block):
-            continue
-        if cfg.get(block) is None and swept:
-            return (f"{override}: the sweep {', '.join(swept)} is composed first without its options, where there is no "
-                    f"{block} block; write '++{override}' (it sets the key where a job has the block, and adds it elsewhere)")
-        if cfg.get(block) is None:
-            key, _, value = override.partition("=")
-            rest = key.split(".", 1)[1]
-            add = f"'+{block}={{{rest}: {value}}}'" if "." not in rest else f"'+{override}'"
-            having = experiments_with(block, conf)
-            pick = f" or pick an experiment that has one ({', '.join(f'experiment={e}' for e in having[:3])})" if having else ""
-            return f"{override}: this config has no {block} block; add one with {add}{pick}"
+        if cfg.get(block) is None and not added_by_key(block):
+            from hookrun.cli.override_faults import missing_block_line
+
+            return missing_block_line(override, block, list(swept), conf)
     return None
-
-
-def experiments_with(block: str, conf: str | Path) -> list[str]:
-    """The shipped experiments whose file gives `block:` at its top level."""
-    top = re.compile(rf"^{re.escape(block)}:", re.MULTILINE)
-    return sorted(p.stem for p in Path(conf, "experiment").glob("*.yaml") if top.search(p.read_text(errors="replace")))
 
 
 SETS_MODE = re.compile(r"^\s*(hydra\.)?mode:\s*['\"]?(MULTIRUN|RUN)\b|searchpath", re.MULTILINE)

@@ -19,12 +19,18 @@ the folder, or give an absolute path:
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf, open_dict
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig, OmegaConf, open_dict
 
-from hookrun.cli.app import compose_config
+from hookrun.cli import app
+from hookrun.cli.command_line import renamed, with_late_blocks
+from hookrun.errors import ConfigError
 from hookrun.output.ranks import free_start
 
 
@@ -61,3 +67,28 @@ def compose(*overrides: str) -> dict[str, Any]:
     if not out.is_absolute():
         plain["output"]["path"] = str(run_dir / out)
     return plain
+
+
+def compose_config(overrides: list[str], hydra: bool = False) -> DictConfig:
+    """The config `python -m hookrun OVERRIDES` would run, composed without running it (the module
+    lister and hookrun.compose use it; `hydra`: with the hydra node, for hydra.run.dir); Hydra's
+    errors come out as a ConfigError in hookrun's one-line form."""
+    line = app.missing_block_line(overrides)
+    if line is not None:
+        raise ConfigError(line)
+    for note in renamed(overrides, app.conf_dir()):
+        warnings.warn(note, UserWarning, stacklevel=3)
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=app.conf_dir(), version_base="1.3", job_name="hookrun"):
+            return with_late_blocks(lambda: hydra_compose("config", overrides=app.forced_block_keys(overrides),
+                                                          return_hydra_config=hydra), app.SCHEMA)
+    except Exception as exc:
+        from hookrun.cli.hydra_errors import composition_line  # (loaded only here)
+
+        line = composition_line(exc, overrides, app.compose_groups, app.conf_dir())
+        if line is None or app.FULL_ERROR:
+            raise
+        raise ConfigError(line) from None
+    finally:
+        GlobalHydra.instance().clear()

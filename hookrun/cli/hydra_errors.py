@@ -25,7 +25,7 @@ from hydra.errors import (
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from hookrun.cli.command_line import QUOTE
+from hookrun.cli.override_faults import QUOTE
 from hookrun.errors import ConfigError, close_matches, typed_line
 
 # nodes whose keys are free (a constructor's arguments, a hook map): a new key there takes `+`
@@ -87,6 +87,19 @@ def composition_line(exc: BaseException, overrides: list[str], compose_groups: C
     return one_line(exc, overrides, lambda: dotted_keys(OmegaConf.to_container(compose_groups(overrides), resolve=False)),
                     lambda group: sorted(p.stem for p in Path(conf, group).glob("*.yaml")))
 
+
+
+def failure_line(exc: BaseException, overrides: list[str], compose_groups: Callable[[list[str]], Any], conf: str,
+                 task_started: bool) -> str | None:
+    """The app's one line for an exception out of Hydra's run (composition_line's; before the first job started,
+    Hydra's mkdir of the run folder, or any other exception's first line), or None: it keeps its traceback."""
+    line = composition_line(exc, overrides, compose_groups, conf)
+    if line is None and not task_started and isinstance(exc, OSError) and exc.filename:  # Hydra's mkdir of the run folder
+        line = (f"cannot make the run folder {str(exc.filename)!r} ({exc.strerror}): give hydra.run.dir (a sweep: "
+                f"hydra.sweep.dir) a folder that can be written, e.g. hydra.run.dir=outputs/run1")
+    if line is None and not task_started and str(exc).strip():
+        line = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
+    return line
 
 def _group_given_no_name(overrides: list[str], group_options: Callable[[str], list[str]]) -> str | None:
     """`data=null`, `model=5`: a config group's override that names no option (Hydra: "Config group

@@ -19,7 +19,7 @@ import argparse
 import torch
 
 from hookrun.cli import description, ends_quietly, exit_process, fail, run_command
-from hookrun.cli.app import compose_config
+from hookrun.cli.compose import compose_config
 from hookrun.config.build import build, build_dataset, build_model, import_modules
 from hookrun.config.schema import HookrunConfig, load
 from hookrun.errors import ConfigError, RunError

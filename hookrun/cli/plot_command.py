@@ -62,7 +62,6 @@ from hookrun.cli import (
     figures,
     run_command,
 )
-from hookrun.cli.app import compose_config
 from hookrun.cli.capture_figures import (
     attention_maps,
     feature_maps,
@@ -71,6 +70,7 @@ from hookrun.cli.capture_figures import (
     is_pattern,
     source_of,
 )
+from hookrun.cli.compose import compose_config
 from hookrun.cli.sample_figures import check_covers, check_same_data, render, with_pictures
 from hookrun.config.build import build_dataset
 from hookrun.config.schema import load

@@ -10,6 +10,7 @@ compose API (the app's own early checks compose the user's experiments as the ru
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -72,3 +73,21 @@ def every_block(schema: Any, blocks: list[str]) -> DictConfig:
     for block in blocks:
         cfg[block] = {}
     return cfg
+
+
+def compose_groups(overrides: list[str], conf: str, schema: Any, blocks: list[str]) -> DictConfig:
+    """These overrides' group choices alone (a sweep's first choice), composed on `conf` and the user's search
+    path too (--config-dir, hydra.searchpath); where they do not compose, the schema, every block in."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    try:
+        entries = search_entries(sys.argv[1:], overrides)
+        groups = group_choices(overrides, [conf, *folders_of(entries)]) + as_override(entries)
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=conf, version_base="1.3", job_name="hookrun"):
+            return compose("config", overrides=groups)
+    except Exception:  # a group choice is wrong too: no block is said to be missing (Hydra then says what is wrong)
+        return every_block(schema, blocks)
+    finally:
+        GlobalHydra.instance().clear()

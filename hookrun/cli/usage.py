@@ -41,7 +41,7 @@ def commands() -> list[tuple[str, str]]:
 def kinds(conf: str) -> list[tuple[str, str, list[str]]]:
     """(name, summary, the experiments of `conf`/experiment/ whose file gives its block) for every kind
     plugin this install finds: hookrun's folders and a user's entry points (docs/architecture.md)."""
-    from hookrun.cli.command_line import experiments_with
+    from hookrun.cli.override_faults import experiments_with
     from hookrun.config.plugins import REFUSED, plugin, plugin_names
 
     out = []

@@ -127,7 +127,7 @@ def test_a_bad_key_or_value_of_either_block_is_one_line_at_load(block, line):
 
 
 def test_a_key_of_evaluate_on_the_command_line_adds_the_block_and_patching_keys_need_one():
-    from hookrun.cli.app import compose_config
+    from hookrun.cli.compose import compose_config
 
     cfg = load(compose_config(["evaluate.ablation=zero", "loss=cross_entropy"]))
     assert cfg.evaluate.ablation == "zero" and cfg.evaluate.enabled is True and cfg.patching is None
