@@ -31,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from hookrun.cli import app
 from hookrun.cli.command_line import renamed, with_late_blocks
 from hookrun.errors import ConfigError
-from hookrun.output.ranks import free_start
+from hookrun.output.process import free_start
 
 
 def compose(*overrides: str) -> dict[str, Any]:

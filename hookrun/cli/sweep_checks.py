@@ -69,7 +69,7 @@ def check_jobs(config: DictConfig) -> None:
             refused.setdefault(str(exc), []).append((num, overrides, exc))
     if not refused:
         return
-    from hookrun.output.ranks import detect
+    from hookrun.output.process import detect
 
     if detect().rank != 0:  # every rank found the same: rank 0 says it
         sys.exit(next(iter(refused.values()))[0][2].exit_code)

@@ -33,12 +33,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from hookrun.config.schema import HookrunConfig
 from hookrun.errors import ConfigError
-from hookrun.output.ranks import Ranks, every_rank
 from hookrun.store.schemes import local_path, scheme_of
 
 if TYPE_CHECKING:  # the destinations themselves are imported by their scheme (store/schemes.py), when used
     from hookrun.output.local_file import LocalFile
     from hookrun.output.objects.destination import StoreParts
+    from hookrun.output.process import Ranks
     from hookrun.output.resume import Resume
     from hookrun.store.merge import View
     from hookrun.store.records import RunStore
@@ -116,7 +116,11 @@ def open_destination(cfg: HookrunConfig, ranks: Ranks | None = None) -> LocalFil
     try:
         return scheme_of(cfg.output.path).open_destination(cfg)  # (store/schemes.py: by the path's scheme)
     except ConfigError as exc:
-        raise (every_rank(exc) if ranks is not None and ranks.many else exc) from None
+        if ranks is None or not ranks.many:
+            raise exc from None
+        from hookrun.output.ranks import every_rank
+
+        raise every_rank(exc) from None
 
 
 def in_run_folder(path: str, staging: str | None, folder: Path) -> tuple[str, str | None]:

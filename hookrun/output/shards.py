@@ -24,6 +24,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import torch.distributed as dist
@@ -32,15 +33,9 @@ import yaml
 from hookrun.config.checks import differing
 from hookrun.config.schema import HookrunConfig, to_yaml
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError
-from hookrun.output.local_file import LocalShards
-from hookrun.output.ranks import (
-    Ranks,
-    every_rank,
-    gather,
-    open_store,
-    shard_batches,
-)
-from hookrun.output.signals import StopSignals
+from hookrun.output.local_file import LocalFile
+from hookrun.output.process import Ranks, StopSignals
+from hookrun.output.ranks import every_rank, gather, open_store, shard_batches
 from hookrun.store.merge import View
 
 if TYPE_CHECKING:
@@ -75,7 +70,7 @@ SILENT_SECONDS = float(os.environ.get("HOOKRUN_RANK_TIMEOUT", "120"))  # a rank 
 class ShardRun:
     def __init__(self, cfg: HookrunConfig, ranks: Ranks, layout: ShardLayout | None = None) -> None:
         self.cfg, self.r = cfg, ranks
-        self.layout = layout if layout is not None else LocalShards(cfg, ranks)  # (default: a local file's)
+        self.layout = layout if layout is not None else LocalFile(Path(cfg.output.path).expanduser()).shards(cfg, ranks)  # (default: a local file's)
         self.merged = self.layout.merged
 
     def run(self, body: Callable[[HookrunConfig, Destination, Callable], R]) -> R:

@@ -29,8 +29,14 @@ from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.session import HookSession
 from hookrun.labels import dataset_label
 from hookrun.output.destination import Destination, accepted, open_destination
-from hookrun.output.ranks import detect
-from hookrun.output.signals import Interrupted, StopSignals, StoreAway, after_close, setup_stops
+from hookrun.output.process import (
+    Interrupted,
+    StopSignals,
+    StoreAway,
+    after_close,
+    detect,
+    setup_stops,
+)
 from hookrun.runner.kinds import check_config, kind_for
 from hookrun.runner.loop import end_report, run_batches
 from hookrun.runner.prepare import Prepared, prepare

@@ -24,7 +24,7 @@ from toy_runs import RECORD_BODY, toy_cfg
 
 import hookrun
 from hookrun.errors import ConfigError
-from hookrun.output.signals import Interrupted
+from hookrun.output.process import Interrupted
 from hookrun.store.h5store import H5Store
 
 N, B = 8, 4

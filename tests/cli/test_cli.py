@@ -276,7 +276,7 @@ def test_a_run_started_in_the_same_second_as_the_last_gets_its_own_folder(tmp_pa
 
 
 def test_free_start_counts_past_every_taken_name(tmp_path, monkeypatch):
-    from hookrun.output import ranks
+    from hookrun.output import process
 
     class Frozen(dt.datetime):
         @classmethod
@@ -284,11 +284,11 @@ def test_free_start_counts_past_every_taken_name(tmp_path, monkeypatch):
             return dt.datetime(2026, 12, 2, 10, 0, 0)
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(ranks.dt, "datetime", Frozen)
-    assert ranks.free_start() == ranks.free_start(sweep=True) == "2026-12-02/10-00-00"
+    monkeypatch.setattr(process.dt, "datetime", Frozen)
+    assert process.free_start() == process.free_start(sweep=True) == "2026-12-02/10-00-00"
     for name in ["10-00-00", "10-00-00-2", "10-00-00-3"]:
         (tmp_path / "outputs/multirun/2026-12-02" / name).mkdir(parents=True)
-    assert (ranks.free_start(), ranks.free_start(sweep=True)) == ("2026-12-02/10-00-00", "2026-12-02/10-00-00-4")
+    assert (process.free_start(), process.free_start(sweep=True)) == ("2026-12-02/10-00-00", "2026-12-02/10-00-00-4")
 
 
 def test_free_start_claims_its_folder_so_two_commands_side_by_side_take_two(tmp_path, monkeypatch):
@@ -296,7 +296,7 @@ def test_free_start_claims_its_folder_so_two_commands_side_by_side_take_two(tmp_
     Hydra made the folder, so both took 10-00-00 and the second was refused. Claimed (os.mkdir), the
     second takes -2; release_start removes a claimed folder the run left empty, and the date folders
     above it while empty, and keeps one the run wrote to."""
-    from hookrun.output import ranks
+    from hookrun.output import process
 
     class Frozen(dt.datetime):
         @classmethod
@@ -304,20 +304,20 @@ def test_free_start_claims_its_folder_so_two_commands_side_by_side_take_two(tmp_
             return dt.datetime(2026, 12, 3, 10, 0, 0)
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(ranks.dt, "datetime", Frozen)
+    monkeypatch.setattr(process.dt, "datetime", Frozen)
     monkeypatch.delenv("HOOKRUN_STARTED", raising=False)
-    first, second = ranks.free_start(claim=True), ranks.free_start(claim=True)
+    first, second = process.free_start(claim=True), process.free_start(claim=True)
     assert (first, second) == ("2026-12-03/10-00-00", "2026-12-03/10-00-00-2")
     assert (tmp_path / "outputs" / first).is_dir() and (tmp_path / "outputs" / second).is_dir()
     (tmp_path / "outputs" / first / "captures.h5").write_bytes(b"a run")
     for started in (second, first):
         monkeypatch.setenv("HOOKRUN_STARTED", started)
-        ranks.release_start(sweep=False, claimed=True)
+        process.release_start(sweep=False, claimed=True)
         assert "HOOKRUN_STARTED" not in os.environ
     assert sorted(p.name for p in (tmp_path / "outputs" / "2026-12-03").iterdir()) == ["10-00-00"]
     (tmp_path / "outputs" / first / "captures.h5").unlink()
     monkeypatch.setenv("HOOKRUN_STARTED", first)
-    ranks.release_start(sweep=False, claimed=True)
+    process.release_start(sweep=False, claimed=True)
     assert list(tmp_path.iterdir()) == []  # (the date folder and outputs/, empty, went with it)
 
 

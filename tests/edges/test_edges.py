@@ -329,7 +329,7 @@ def test_an_interrupted_edges_run_resumes_to_the_same_scores(model, items, tmp_p
     writes the scores and the faithfulness curve of an uninterrupted run."""
     import patch_metrics
 
-    from hookrun.output.signals import Interrupted
+    from hookrun.output.process import Interrupted
 
     def cfg(path, **more):
         return {"data": {"inputs": {"input": "clean"}, "target": None}, "progress": False, "output": {"path": str(path)},

@@ -20,7 +20,7 @@ from tl_models import hooked_transformer
 
 import hookrun
 from hookrun.circuits import main as circuits_main
-from hookrun.output.signals import Interrupted
+from hookrun.output.process import Interrupted
 from hookrun.runner.kinds.patching import kind as patching_kind
 from hookrun.runner.kinds.patching.edges.graph import find_graph
 

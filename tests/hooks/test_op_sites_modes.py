@@ -159,7 +159,7 @@ def test_two_torchrun_ranks_record_each_layers_pattern(tmp_path):
 def test_resume_after_an_interrupt_gives_the_uninterrupted_file(tmp_path):
     from toy_models import STOP_AT
 
-    from hookrun.output.signals import Interrupted
+    from hookrun.output.process import Interrupted
 
     cfg = softmax_config(tmp_path, limit=4)
     cfg["hooks"]["stop"] = {"at": "transformer.h.0/add.0", "type": "forward",  # a user action on an op site
@@ -185,7 +185,7 @@ def test_resume_keeps_a_record_limit_on_an_op_site_with_many_calls(tmp_path):
     """`at: MODULE/FN` (every call) stores MODULE/FN.k; resume counts those rows against `limit`."""
     from toy_models import STOP_AT
 
-    from hookrun.output.signals import Interrupted
+    from hookrun.output.process import Interrupted
 
     cfg = softmax_config(tmp_path, limit=8)
     cfg["hooks"]["p"]["actions"] = [{"name": "record", "what": "output", "limit": 3}]

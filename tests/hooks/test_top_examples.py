@@ -20,7 +20,7 @@ import hookrun
 from hookrun.analysis import open_run
 from hookrun.cli.inspect_command import main as inspect_main
 from hookrun.errors import ConfigError
-from hookrun.output.signals import Interrupted
+from hookrun.output.process import Interrupted
 from hookrun.store.live import settled
 
 K = 5

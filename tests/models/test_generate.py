@@ -293,7 +293,7 @@ def test_another_batch_size_changes_sampled_text_but_not_greedy_text(tmp_path):
 def test_resume_gives_the_uninterrupted_run_text_and_token_rows(tmp_path):
     from toy_models import STOP_AT
 
-    from hookrun.output.signals import Interrupted
+    from hookrun.output.process import Interrupted
 
     hooks = {"res": {"at": "transformer.h.1", "type": "forward", "actions": [RECORD]},
              "stop": {"at": "transformer.h.0", "type": "forward", "actions": [{"_target_": "toy_models.signal_when_told", "_partial_": True}]},

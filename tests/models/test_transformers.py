@@ -225,7 +225,7 @@ def test_a_loss_that_cannot_use_the_output_says_so(tmp_path, data):
 def test_resume_keeps_token_rows_and_stored_keys(tmp_path, data):
     from toy_models import STOP_AT
 
-    from hookrun.output.signals import Interrupted
+    from hookrun.output.process import Interrupted
 
     hooks = {"res": {"at": "transformer.h.1", "type": "forward", "actions": [{"name": "record", "what": "output", "rows": "token"}]},
              "stop": {"at": "transformer.h.0", "type": "forward", "actions": [{"_target_": "toy_models.signal_when_told", "_partial_": True}]}}

@@ -82,7 +82,7 @@ def test_a_file_written_before_the_kind_attribute_still_reads_as_a_patching_run(
 def test_resume_continues_the_cells_not_yet_written(tmp_path, model, items):
     from patch_metrics import SIGNAL_AT
 
-    from hookrun.output.signals import Interrupted
+    from hookrun.output.process import Interrupted
 
     c = cfg(tmp_path / "p.h5", cells_per_forward=4, metric={"_target_": "patch_metrics.last_logit"})
     SIGNAL_AT[:] = [5]  # (2 base runs, then) the third chunk

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import numpy as np, torch, torch.distributed as dist
 from hookrun.errors import HookrunError
 from hookrun.output.rank_link import RankLink
-from hookrun.output.ranks import Ranks
+from hookrun.output.process import Ranks
 from hookrun.runner.kinds.probe.kind import ProbeKind
 from hookrun.runner.kinds.probe.rows import RowStore
 

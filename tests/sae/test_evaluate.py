@@ -341,7 +341,7 @@ def test_two_modified_modules_are_one_joint_row_not_a_row_each(tmp_path):
 def test_resume_keeps_the_rows_and_the_totals_of_an_uninterrupted_run(tmp_path):
     from toy_models import STOP_AT
 
-    from hookrun.output.signals import Interrupted
+    from hookrun.output.process import Interrupted
 
     hooks = {**splice_hooks(), "stop": {"at": "transformer.h.1", "type": "forward",
                                         "actions": [{"_target_": "toy_models.signal_when_told", "_partial_": True}]}}
@@ -456,7 +456,7 @@ def test_a_spliced_sae_is_evaluated_with_saelens_definitions(tmp_path):
     tokens, per batch and for the run; the run's totals survive an interruption and resume."""
     from toy_models import STOP_AT
 
-    from hookrun.output.signals import Interrupted
+    from hookrun.output.process import Interrupted
 
     pytest.importorskip("safetensors")
     folder, w = saelens_folder(tmp_path)

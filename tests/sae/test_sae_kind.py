@@ -101,7 +101,7 @@ def test_a_resume_after_overwriting_an_earlier_run_never_takes_its_checkpoints(c
     SAELens' trainer run directly with B's settings (check_equals_reference). A's SAE stayed in sae.out
     while B trained (sae.overwrite), and a kill left it there as if it were B's."""
 
-    from hookrun.output.signals import Interrupted
+    from hookrun.output.process import Interrupted
     from hookrun.runner.kinds.sae import engine
 
     torch.set_num_threads(1)
@@ -127,7 +127,7 @@ def test_a_run_of_an_earlier_hookrun_resumes_with_its_figures_whole_and_silent_f
     file's curves equal SAELens' trainer run directly (every step), and silent_features is NaN at the steps
     the earlier run wrote, a value from the resume on (before: `run.sae_curves()` raised IndexError, that
     column shorter than the others by the steps the earlier run wrote)."""
-    from hookrun.output.signals import Interrupted
+    from hookrun.output.process import Interrupted
     from hookrun.runner.kinds.sae import engine
 
     torch.set_num_threads(1)

@@ -17,7 +17,7 @@ from test_sae_train import CAPTURE, make_cache
 
 import hookrun
 from hookrun.errors import ConfigError
-from hookrun.output.signals import Interrupted
+from hookrun.output.process import Interrupted
 
 pytest.importorskip("sae_lens")
 
@@ -62,7 +62,7 @@ def test_resume_on_a_new_run_folder_never_replaces_another_runs_sae(cache, tmp_p
 
 
 def test_resume_on_another_cache_at_the_same_path_is_refused(tmp_path, monkeypatch, sigint_default):
-    from hookrun.output.signals import Interrupted
+    from hookrun.output.process import Interrupted
     from hookrun.runner.kinds.sae import engine
 
     torch.set_num_threads(1)

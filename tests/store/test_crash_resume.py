@@ -18,7 +18,7 @@ from test_reliability import assert_same_captures, rich_hooks
 
 import hookrun
 from hookrun.errors import ConfigError, RunError
-from hookrun.output.signals import Interrupted
+from hookrun.output.process import Interrupted
 from hookrun.store.h5store import H5Store
 
 

@@ -251,7 +251,7 @@ def test_attention_plot_labels_heads_query_key_and_token_text(gpt2_run, tmp_path
 def test_a_resumed_run_keeps_the_names_its_first_part_wrote(tmp_path):
     from toy_models import STOP_AT
 
-    from hookrun.output.signals import Interrupted
+    from hookrun.output.process import Interrupted
 
     _, folder = gpt2_folder(tmp_path)
     hooks = {"p": {"at": "transformer.h.0.attn/softmax", "type": "forward",

@@ -72,7 +72,7 @@ def test_the_underflow_count_carries_over_a_resume(tmp_path):
     once (the kept batches' count is carried over, not lost or counted twice). Reference: numpy's cast."""
     from toy_models import STOP_AT, Scale
 
-    from hookrun.output.signals import Interrupted
+    from hookrun.output.process import Interrupted
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), Scale(1e-7)).eval()

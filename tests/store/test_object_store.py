@@ -38,7 +38,7 @@ from moto_s3 import (
 
 import hookrun
 from hookrun.errors import ConfigError, HookrunError, NotFoundError
-from hookrun.output.signals import Interrupted
+from hookrun.output.process import Interrupted
 
 s3 = pytest.fixture(moto_bucket)  # moto's server, a clean bucket
 

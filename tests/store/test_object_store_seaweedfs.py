@@ -156,7 +156,7 @@ def test_a_store_that_went_away_then_resume_completes_the_cache(tmp_path, monkey
     """The issue's other flow: the server stops mid-run (the run ends interrupted, its lock left in
     the bucket), comes back, and `resume=true` takes the lock over and completes the rows."""
     from hookrun.output.objects import upload
-    from hookrun.output.signals import Interrupted
+    from hookrun.output.process import Interrupted
 
     server = Weed(tmp_path / "weed-data")
     try:

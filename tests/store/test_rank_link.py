@@ -13,8 +13,8 @@ import pytest
 import torch.distributed as dist
 
 from hookrun.errors import ConfigError, RunError
+from hookrun.output.process import Ranks
 from hookrun.output.rank_link import RankLink
-from hookrun.output.ranks import Ranks
 
 
 def links(folder, world=3):

@@ -9,8 +9,8 @@ import pytest
 import torch.distributed as dist
 
 from hookrun.errors import RunError
+from hookrun.output.process import Ranks
 from hookrun.output.rank_link import RankLink
-from hookrun.output.ranks import Ranks
 
 
 def test_a_part_rank_0_cannot_see_is_one_line_and_nothing_is_merged(tmp_path):

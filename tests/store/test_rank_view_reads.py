@@ -16,7 +16,8 @@ import numpy as np
 import hookrun
 import hookrun.runner.run as run_module
 from hookrun.cli.inspect_command import main as inspect_main
-from hookrun.output.ranks import Ranks, shard_path
+from hookrun.output.process import Ranks
+from hookrun.output.ranks import shard_path
 from hookrun.output.shards import ShardRun
 from hookrun.store.merge import build_view
 

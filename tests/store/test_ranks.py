@@ -21,7 +21,8 @@ from rank_runs import ARGS, ENV, TORCHRUN, captures, cli
 import hookrun
 from hookrun.config.schema import load as load_config
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError
-from hookrun.output.ranks import Ranks, detect, shard_batches, shard_path
+from hookrun.output.process import Ranks, detect
+from hookrun.output.ranks import shard_batches, shard_path
 from hookrun.output.shards import ShardRun, differing
 from hookrun.store.live import settled
 from hookrun.store.merge import build_view

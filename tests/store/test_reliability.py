@@ -17,7 +17,7 @@ from conftest import ENV, HELPERS, make_cfg, run_cli
 
 import hookrun
 from hookrun.errors import ConfigError, HookrunError, RunError
-from hookrun.output.signals import Interrupted
+from hookrun.output.process import Interrupted
 from hookrun.store.live import settled
 
 GRAD = {"mode": "grad", "loss": {"_target_": "hookrun.runner.losses.cross_entropy", "_partial_": True}}

@@ -9,7 +9,7 @@ import torch
 from conftest import BATCH, N, make_cfg, small_resnet
 
 from hookrun.config.schema import load
-from hookrun.output.ranks import Ranks
+from hookrun.output.process import Ranks
 from hookrun.output.shards import ShardRun
 from hookrun.runner.prepare import prepare
 from hookrun.runner.run import execute

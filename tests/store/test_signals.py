@@ -14,7 +14,7 @@ from conftest import ROOT
 from toy_runs import RECORD_BODY, toy_cfg
 
 import hookrun
-from hookrun.output.signals import Interrupted
+from hookrun.output.process import Interrupted
 from hookrun.store.h5store import H5Store
 
 
@@ -56,7 +56,7 @@ def test_sigterm_while_the_model_is_built_says_so_and_leaves_no_lock(tmp_path):
 
     from conftest import HELPERS, ROOT
 
-    script = ("import sys, pathlib, hookrun\nfrom toy_runs import toy_cfg\nfrom hookrun.output.signals import Interrupted\n"
+    script = ("import sys, pathlib, hookrun\nfrom toy_runs import toy_cfg\nfrom hookrun.output.process import Interrupted\n"
               "try:\n    hookrun.run(toy_cfg(pathlib.Path(sys.argv[1]), 'toy_models.TerminatedWhileBuilt'))\n"
               "except Interrupted as e:\n    print(e, file=sys.stderr)\n    sys.exit(e.exit_code)\n")
     out = tmp_path / "run"

@@ -46,7 +46,8 @@ from hookrun.output.objects.object_folder import reason
 from hookrun.output.objects.parts import ObjectStoreOutput, PartedStore, ResumePoint, prepare_resume
 from hookrun.output.objects.ranked import begin_ranks, check_ranked_output, finish_ranks
 from hookrun.output.objects.remote_lock import RemoteLock, lock_name
-from hookrun.output.ranks import Ranks, rank_device
+from hookrun.output.process import Ranks
+from hookrun.output.ranks import rank_device
 from hookrun.output.resume import ResumeState, check_same_model, config_differences, open_resume
 from hookrun.store.lock import OutputLock, WriterLock, writable_folder
 from hookrun.store.merge import View

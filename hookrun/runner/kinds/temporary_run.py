@@ -30,7 +30,7 @@ def temporary_run(kind: str, block: dict, model: nn.Module, dataset: Any, batch_
     """`read(file)` of the run of `{kind: block}` on `model` and `dataset` (data.batch_size, data.inputs)."""
     import h5py
 
-    from hookrun.output.signals import Interrupted
+    from hookrun.output.process import Interrupted
     from hookrun.runner.run import run  # (the runner's face: the same run a config makes)
 
     if not isinstance(model, nn.Module):
