@@ -33,13 +33,13 @@ import yaml
 from hookrun.config.checks import differing
 from hookrun.config.schema import HookrunConfig, to_yaml
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError
-from hookrun.output.local_file import LocalFile
+from hookrun.output.destination import LocalFile
 from hookrun.output.process import Ranks, StopSignals
 from hookrun.output.ranks import every_rank, gather, open_store, shard_batches
 from hookrun.store.merge import View
 
 if TYPE_CHECKING:
-    from hookrun.output.destination import Destination, ShardLayout
+    from hookrun.output.interface import Destination, ShardLayout
 
 
 class Result(Protocol):

@@ -14,7 +14,7 @@ import functools
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -38,11 +38,14 @@ from hookrun.hooks.plan import make_plan
 from hookrun.hooks.points import HookPoint
 from hookrun.labels import dataset_label
 from hookrun.models import weights_digest
-from hookrun.output.destination import Destination, open_destination
+from hookrun.output.destination import open_destination
 from hookrun.runner.batches import build_collate, first_items, make_loader
 from hookrun.runner.calls import CallSpec, check_positions, position_limit
 from hookrun.runner.kinds import KindContext, check_config, kind_for
 from hookrun.runner.loop import LoopSettings, one_sample_forward, stored_keys
+
+if TYPE_CHECKING:
+    from hookrun.output.interface import Destination
 
 
 @dataclass

@@ -28,7 +28,7 @@ from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.session import HookSession
 from hookrun.labels import dataset_label
-from hookrun.output.destination import Destination, accepted, open_destination
+from hookrun.output.destination import accepted, open_destination
 from hookrun.output.process import (
     Interrupted,
     StopSignals,
@@ -45,6 +45,7 @@ from hookrun.store.records import RunStore
 from hookrun.store.writer import BackgroundWriter
 
 if TYPE_CHECKING:  # resume=true and many ranks load theirs where the run asks for them
+    from hookrun.output.interface import Destination
     from hookrun.output.resume import Resume
 
 log = logging.getLogger("hookrun")

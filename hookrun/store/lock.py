@@ -66,7 +66,7 @@ class WriterLock(Protocol):
         self.release()
 
 
-BESIDE = (".resuming", ".replacing")  # a new file written beside the old one (resume, overwrite: output/local_file.py)
+BESIDE = (".resuming", ".replacing")  # a new file written beside the old one (resume, overwrite: output/destination.py)
 
 
 def lock_path(output: Path) -> Path:

@@ -2,12 +2,12 @@
 written), sources (where it is read from) and readers (what open_run hands the user). Nothing else
 in hookrun asks whether a path is a URL.
 
-    scheme_of("outputs/run/captures.h5").name    # 'file': a local HDF5 file (output/local_file.py)
+    scheme_of("outputs/run/captures.h5").name    # 'file': a local HDF5 file (output/destination.py)
     scheme_of("s3://bucket/cache/captures.h5")   # 'objects': parts in an object store (output/objects/)
     open_destination(cfg) / open_source(path)    # output/destination.py and store/reading.py ask here
 
 A scheme names its destination, its source and its reader by import path ("module:callable"),
-resolved when first used: `destination(cfg) -> Destination` (output/destination.py's protocol:
+resolved when first used: `destination(cfg) -> Destination` (output/interface.py's protocol:
 writer, lock, resume), `source(path, cache_dir) -> RunSource` (store/reading.py's protocol) and
 `reader(source) -> Run` (analysis/run_reader.py's Run or a subclass; analysis/opening.py's
 open_run asks it). Adding one, say `gs://` through another client, is one module that calls
@@ -47,7 +47,7 @@ class Scheme:
         return _resolve(self.reader)(source)
 
 
-LOCAL = Scheme("file", False, "hookrun.output.local_file:local_destination", "hookrun.store.reading:local_source",
+LOCAL = Scheme("file", False, "hookrun.output.destination:local_destination", "hookrun.store.reading:local_source",
                "hookrun.analysis.run_reader:Run")
 OBJECTS = Scheme("objects", True, "hookrun.output.objects.destination:parts_destination",
                  "hookrun.output.objects.source:parts_source", "hookrun.output.objects.remote_run:RemoteRun")
