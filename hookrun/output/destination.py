@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from hookrun.config.schema import HookrunConfig
 from hookrun.errors import ConfigError
+from hookrun.output.process import Ranks, every_rank
 from hookrun.store.format import METADATA_BYTES
 from hookrun.store.h5store import H5Store
 from hookrun.store.lock import BESIDE, OutputLock, WriterLock, flushing_path, writable_folder
@@ -44,7 +45,6 @@ from hookrun.store.schemes import local_path, scheme_of
 if TYPE_CHECKING:
     from hookrun.output.local_shards import LocalShards
     from hookrun.output.objects.destination import StoreParts
-    from hookrun.output.process import Ranks
     from hookrun.output.resume import ResumeState
     from hookrun.store.records import RunStore
 
@@ -57,11 +57,7 @@ def open_destination(cfg: HookrunConfig, ranks: Ranks | None = None) -> LocalFil
     try:
         return scheme_of(cfg.output.path).open_destination(cfg)  # (store/schemes.py: by the path's scheme)
     except ConfigError as exc:
-        if ranks is None or not ranks.many:
-            raise exc from None
-        from hookrun.output.ranks import every_rank
-
-        raise every_rank(exc) from None
+        raise (every_rank(exc) if ranks is not None and ranks.many else exc) from None
 
 
 def in_run_folder(path: str, staging: str | None, folder: Path) -> tuple[str, str | None]:

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from hookrun.config.schema import HookrunConfig, replaced
 from hookrun.errors import ConfigError, HookrunError
-from hookrun.output.ranks import every_rank, rank_device, shard_path
+from hookrun.output.process import every_rank
+from hookrun.output.ranks import rank_device, shard_path
 
 if TYPE_CHECKING:
     from hookrun.output.process import Ranks

@@ -1,11 +1,12 @@
 """This process: which rank of a launch it is, when its run started, and its clean stops on signals.
 
-    r = detect()        # Ranks(rank=1, world=2, local_rank=1, launcher='torchrun', ...); Ranks() alone
+    r = detect()        # Ranks(rank=1, world=2, local_rank=1, launcher='torchrun', ...); Ranks() for one process
 
 torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; submitit (Hydra's submitit launchers) and srun set
 SUBMITIT_LOCAL_* or SLURM_* per task. One process (world 1) is the ordinary run; what many ranks
-share (their shards of the batches, their key-value store) is output/ranks.py, loaded only then.
-share_start names the default run folder, outputs/DATE/TIME, the same on every rank.
+share (their key-value store: output/ranks.py; their shards of the batches: output/shards.py) is
+loaded only then. An error every rank raises alike is marked so (every_rank). share_start names
+the default run folder, outputs/DATE/TIME, the same on every rank.
 
 Clean stops: within the block, SIGINT or SIGTERM asks the loop to stop after the batch in flight.
 
@@ -77,6 +78,12 @@ def _ranks(e: Mapping[str, str], rank: str, world: str, local: str, launcher: st
     if not 0 <= r.rank < r.world:
         raise ConfigError(f"{launcher}: rank {r.rank} is outside the world size {r.world}")
     return r
+
+
+def every_rank(exc: Exception) -> Exception:
+    """Mark an error that every rank raises alike (the CLI prints it on rank 0 only)."""
+    exc.every_rank = True  # type: ignore[attr-defined]
+    return exc
 
 
 def agree_on_start(r: Ranks, sweep: bool = False) -> str | None:

@@ -42,8 +42,7 @@ from typing import Any
 import torch.distributed as dist
 
 from hookrun.errors import ConfigError, HookrunError, RunError, refused_write, write_reason
-from hookrun.output.process import Ranks
-from hookrun.output.ranks import every_rank
+from hookrun.output.process import Ranks, every_rank
 
 log = logging.getLogger("hookrun")
 POLL_SECONDS = 0.05

@@ -1,7 +1,7 @@
-"""Many ranks: the shard of the batches each rank runs, and the key-value store they share.
+"""Many ranks: the key-value store they share, each rank's device and its shard file's name.
 
     r = detect()                      # Ranks(rank=1, world=2, local_rank=1, launcher='torchrun', ...): output/process.py
-    shard_batches(10, r.world, r.rank)  # range(5, 10): a contiguous block of whole batches
+    shard_path(Path("captures.h5"), r.rank)   # captures.rank-00001.h5 (which batches: shards.py's shard_batches)
 
 Loaded only where a run has many ranks (one process needs only output/process.py's Ranks, the `r`
 below; this module never imports it, as process.py asks it for the start only with many ranks). The ranks
@@ -20,28 +20,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from hookrun.errors import ConfigError, RunError
+from hookrun.errors import RunError
 
 HANDSHAKE_SECONDS = 900  # how long a rank waits for the others to start
-
-
-def shard_batches(n_batches: int, world: int, rank: int) -> range:
-    """The contiguous block of batches rank `rank` of `world` runs (where the batches do not divide
-    evenly, the last ranks get one more: 5 batches over 2 ranks are 0-1 and 2-4). Whole batches, so every batch is the batch a one-process
-    run has: the same samples together, the same numbers bit for bit."""
-    if world > n_batches:
-        raise every_rank(ConfigError(
-            f"the run has {world} processes (--nproc_per_node x nodes, or tasks) but only {n_batches} "
-            f"batch(es) of data.batch_size: each process needs at least one; run at most {n_batches} "
-            f"processes, or more batches (data.limit, a smaller data.batch_size)"
-        ))
-    return range(rank * n_batches // world, (rank + 1) * n_batches // world)
-
-
-def every_rank(exc: Exception) -> Exception:
-    """Mark an error that every rank raises alike (the CLI prints it on rank 0 only)."""
-    exc.every_rank = True  # type: ignore[attr-defined]
-    return exc
 
 
 def shard_path(path: Path, rank: int) -> Path:

@@ -34,12 +34,25 @@ from hookrun.config.checks import differing
 from hookrun.config.schema import HookrunConfig, to_yaml
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError
 from hookrun.output.destination import LocalFile
-from hookrun.output.process import Ranks, StopSignals
-from hookrun.output.ranks import every_rank, gather, open_store, shard_batches
+from hookrun.output.process import Ranks, StopSignals, every_rank
+from hookrun.output.ranks import gather, open_store
 from hookrun.store.merge import View
 
 if TYPE_CHECKING:
     from hookrun.output.interface import Destination, ShardLayout
+
+
+def shard_batches(n_batches: int, world: int, rank: int) -> range:
+    """The contiguous block of batches rank `rank` of `world` runs (where the batches do not divide
+    evenly, the last ranks get one more: 5 batches over 2 ranks are 0-1 and 2-4). Whole batches, so every batch is the batch a one-process
+    run has: the same samples together, the same numbers bit for bit."""
+    if world > n_batches:
+        raise every_rank(ConfigError(
+            f"the run has {world} processes (--nproc_per_node x nodes, or tasks) but only {n_batches} "
+            f"batch(es) of data.batch_size: each process needs at least one; run at most {n_batches} "
+            f"processes, or more batches (data.limit, a smaller data.batch_size)"
+        ))
+    return range(rank * n_batches // world, (rank + 1) * n_batches // world)
 
 
 class Result(Protocol):

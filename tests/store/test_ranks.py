@@ -22,8 +22,8 @@ import hookrun
 from hookrun.config.schema import load as load_config
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError
 from hookrun.output.process import Ranks, detect
-from hookrun.output.ranks import shard_batches, shard_path
-from hookrun.output.shards import ShardRun, differing
+from hookrun.output.ranks import shard_path
+from hookrun.output.shards import ShardRun, differing, shard_batches
 from hookrun.store.live import settled
 from hookrun.store.merge import build_view
 

@@ -20,8 +20,7 @@ import pytest
 from rank_runs import ARGS, ENV, captures
 
 from hookrun.errors import ConfigError, RunError
-from hookrun.output.process import Interrupted, StoreAway
-from hookrun.output.ranks import every_rank
+from hookrun.output.process import Interrupted, StoreAway, every_rank
 
 
 def test_hookrun_errors_come_back_whole_from_a_launchers_worker():

@@ -178,7 +178,7 @@ class RunKind:
     def share(self, rank: int, world: int) -> str | None:
         """Many ranks (output/shards.py), before prepare_run: a kind whose steps are not batches of the
         data takes rank `rank` of `world`'s share of its own rows and returns a label for it; None
-        (every kind whose steps are batches): the ranks split the batches (output/ranks.py)."""
+        (every kind whose steps are batches): the ranks split the batches (output/shards.py)."""
         return None
 
     def join_ranks(self, link: Any) -> None:

@@ -32,8 +32,7 @@ from hookrun.errors import ConfigError
 from hookrun.hooks.actions.modify import Modify
 from hookrun.hooks.events import ABLATED, CLEAN, INTERVENED
 from hookrun.hooks.session import HookSession
-from hookrun.output.process import detect
-from hookrun.output.ranks import every_rank
+from hookrun.output.process import detect, every_rank
 from hookrun.runner.calls import ModelCall
 from hookrun.runner.kinds.evaluate.ablations import (
     MeanAblation,

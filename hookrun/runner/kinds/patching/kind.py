@@ -29,7 +29,7 @@ import torch
 from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError
 from hookrun.labels import token_label
-from hookrun.output.ranks import every_rank
+from hookrun.output.process import every_rank
 from hookrun.runner.kinds.patching.block import load_items
 from hookrun.runner.kinds.patching.checks import refuse_modifying, refuse_recording
 from hookrun.runner.kinds.patching.edges.mib import summary as mib_summary
