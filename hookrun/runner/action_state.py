@@ -90,3 +90,13 @@ def finish_actions(env: ActionEnv, store: RunStore) -> None:
     captures = [c for a in env.stateful for c in a.finish()]
     if captures:
         store.write_features(captures)
+
+
+def restore_limits(points: list[HookPoint], store: RunStore) -> None:
+    """Give `record limit=N` the rows the replayed batches already hold."""
+    for key_path, rows in store.rows_by_key().items():
+        hook, module, role, call = key_path
+        for p in points:  # an op site MODULE/FN stored its calls as MODULE/FN.k
+            if p.hook == hook and (p.module == module or (p.site is not None and module.rpartition(".")[0] == p.module)):
+                for action in p.actions:
+                    action.restore(role, call, rows, module)

@@ -55,7 +55,9 @@ class Collate:
             if self.custom:
                 raise RunError(f"data.collate failed on the samples {indices.tolist()}: {type(exc).__name__}: "
                                f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
-            message = _collate_message(items, indices.tolist(), exc)
+            from hookrun.runner.data_errors import collate_message
+
+            message = collate_message(items, indices.tolist(), exc)
             raise (ConfigError if "hold None" in message else RunError)(message) from None
 
 
@@ -76,31 +78,6 @@ def refuse_mixed(items: list, indices: list[int]) -> None:
         raise RunError(f"data: the items of one batch differ: sample {indices[0]} is {first}, sample {indices[j]} "
                        f"is {_form(items[j])}; every item must have the same parts: each gives a target, or none does "
                        f"(data.target=null)")
-
-
-def _collate_message(items: list, indices: list[int], exc: Exception) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    if "NoneType" in text:
-        return (f"data: the samples {indices} hold None (a missing target?), which cannot be batched; the dataset "
-                f"(data.dataset) must return a tensor there, or set data.target=null and data.inputs to the parts "
-                f"that exist, or give data.collate={{_target_: hookrun.data.collate_lists, _partial_: true}}")
-    shapes = sorted({str(tuple(x.shape)) for x in _first_tensors(items)})
-    return (f"data: the samples {indices} cannot be stacked into one batch ({text}; shapes {', '.join(shapes[:4])}); "
-            f"resize or pad them to one size, use data.batch_size=1, or give data.collate="
-            f"{{_target_: hookrun.data.collate_lists, _partial_: true}} (a model that takes a list, such as detection)")
-
-
-def _first_tensors(items: list) -> list[torch.Tensor]:
-    out = []
-    for item in items:
-        first = item
-        while isinstance(first, tuple | list) and first:
-            first = first[0]
-        if isinstance(first, Mapping):
-            first = next((v for v in first.values() if isinstance(v, torch.Tensor)), None)
-        if isinstance(first, torch.Tensor):
-            out.append(first)
-    return out
 
 
 def build_collate(node: Any) -> Callable:
@@ -147,20 +124,9 @@ def first_items(dataset: Dataset, size: int) -> list[Any]:
     except HookrunError:
         raise
     except Exception as exc:
+        from hookrun.runner.data_errors import data_failure
+
         raise data_failure(exc, f"data: loading the first {n} item(s) before the run failed:") from exc
-
-
-def data_failure(exc: Exception, what: str, hint: str = "") -> RunError:
-    """One line for an error of the data (a dataset item or data.collate that raised), in the form of
-    a failed forward's: `what`, the exception's type and message (a DataLoader worker's traceback text:
-    its last line), `hint`; the traceback stays behind HYDRA_FULL_ERROR=1 or --verbose."""
-    text = str(exc).strip()
-    if "DataLoader worker" in text:  # "Caught KeyError in DataLoader worker process 0. Original Traceback: ..."
-        line = text.splitlines()[-1]
-    else:
-        line = f"{type(exc).__name__}: {' '.join(text.split())}"
-    line = line if len(line) <= 400 else line[:400] + "..."
-    return RunError(f"{what} {line}{hint} (the traceback: HYDRA_FULL_ERROR=1 or --verbose)")
 
 
 def sample_paths(dataset: Dataset, indices: list[int]) -> list[str] | None:

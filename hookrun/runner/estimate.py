@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,7 +24,7 @@ import torch
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.session import HookSession
-from hookrun.labels import capture_label, module_label
+from hookrun.labels import capture_label, dataset_label, module_label
 from hookrun.runner.batches import first_batch
 from hookrun.runner.loop import stored_keys, token_width
 from hookrun.store.columns import chunk_bytes_for
@@ -37,7 +38,7 @@ from hookrun.store.format import (
     capture_bound,
     chunk_rows,
 )
-from hookrun.store.overhead import index_bytes, metadata_bytes
+from hookrun.store.overhead import index_bytes, metadata_bytes, table_bytes
 from hookrun.store.records import Capture
 
 
@@ -195,6 +196,23 @@ def estimate(model: torch.nn.Module, loader, points: list[HookPoint], env: Actio
         datasets.append((2, math.ceil(rows / capped(DIGEST_CHUNK, rows)), False))
     groups = {"", "samples"} | {c.key.path.rsplit("/", k)[0] for c in groups_of for k in range(1, c.key.path.count("/") + 1)}
     report.meta_bytes = metadata_bytes(datasets, len(groups) + report.state_groups, attrs_bytes)
+    return report
+
+
+END_ATTRS = 12  # the root attributes a run adds as it goes (status, ...)
+
+
+def plan_estimate(p: Any, attrs: dict) -> Estimate:
+    """The plan's estimated bytes per capture (dry_run=true prints it; output.max_bytes checks it) for
+    prepare()'s Prepared `p`, whose file gets the root attributes `attrs` (run.py's open_store's)."""
+    text = table_bytes(0, 0, len(attrs) + END_ATTRS, sum(len(str(v).encode()) for v in attrs.values()))
+    report, cfg = estimate(p.model, p.loader, p.points, p.env, p.settings, p.n_samples, p.cfg.output.checksum, text), p.cfg
+    report.header = [
+        "hookrun plan" + (" (dry run: nothing is written)" if cfg.dry_run else ""),
+        f"  model   {type(p.model).__module__}.{type(p.model).__qualname__} on {p.settings.device}, mode {p.settings.mode}",
+        f"  data    {dataset_label(cfg.data.dataset)}: {len(p.dataset)} samples; this run: {p.n_samples} samples in {p.n_batches} batches of {cfg.data.batch_size}",
+        f"  output  {p.out} (compression {cfg.output.compression.value})",
+    ]
     return report
 
 

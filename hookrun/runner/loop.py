@@ -31,7 +31,7 @@ from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.hook_types import HOOK_TYPES
 from hookrun.hooks.session import HookSession, warn_cast, warn_never_fired
 from hookrun.labels import module_label
-from hookrun.runner.batches import data_failure, first_batch, make_loader, sample_paths
+from hookrun.runner.batches import first_batch, make_loader, sample_paths
 from hookrun.runner.calls import CallSpec, check_positions
 from hookrun.runner.kinds import RunKind
 from hookrun.runner.kinds.run_kind import StepAdds
@@ -172,16 +172,10 @@ def one_line_errors(loader) -> Any:
             last = [ln for ln in text.strip().splitlines() if ln.startswith("hookrun.errors.")]
             raise type(exc)(last[-1].split(": ", 1)[1] if last else text.strip().splitlines()[-1]) from None
         except Exception as exc:
+            from hookrun.runner.data_errors import load_failure
+
             raise load_failure(exc, step, loader) from exc
         step += 1
-
-
-def load_failure(exc: Exception, step: int, loader) -> RunError:
-    """A dataset item (or data.collate) raised while batch `step` was loaded: one line (batches.data_failure)."""
-    lo = step * loader.batch_size
-    n = len(loader.dataset.dataset)
-    hint = f" (the dataset's len() is {n}: does it have that many items?)" if isinstance(exc, IndexError) else ""
-    return data_failure(exc, f"data: loading batch {step} (items {lo}..{min(lo + loader.batch_size, n) - 1}) failed:", hint)
 
 
 def stored_keys(batch: Any, keys: tuple[str, ...]) -> dict[str, np.ndarray] | None:

@@ -25,9 +25,7 @@ import torch
 from hookrun.config.schema import HookrunConfig, load, to_yaml, with_live
 from hookrun.errors import RunError, StoreError, article, write_reason
 from hookrun.hooks.hold import ModelHold
-from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.session import HookSession
-from hookrun.labels import dataset_label
 from hookrun.output.destination import accepted, open_destination
 from hookrun.output.process import (
     Interrupted,
@@ -146,7 +144,9 @@ def _run(cfg: HookrunConfig, dest: Destination, started: float, model: torch.nn.
             p.settings.kind.rejoin(resume, resume.steps)
             return RunResult(dest.result, 0, 0, time.perf_counter() - started)
         if cfg.dry_run or cfg.output.max_bytes is not None:
-            report = plan_estimate(p)
+            from hookrun.runner.estimate import plan_estimate  # (only these runs estimate)
+
+            report = plan_estimate(p, {**file_attrs(cfg, p.model, p.settings.device), **class_names(p.dataset), **p.attrs})
             if cfg.dry_run:
                 print(report.text(), flush=True)
                 return RunResult(dest.result, 0, 0, time.perf_counter() - started, estimated_bytes=report.total_bytes, status="dry_run")
@@ -157,25 +157,6 @@ def _run(cfg: HookrunConfig, dest: Destination, started: float, model: torch.nn.
         p.env.close()
         if resume is not None:
             resume.close()
-
-
-END_ATTRS = 12  # the root attributes a run adds as it goes (status, ...)
-
-
-def plan_estimate(p: Prepared):
-    """The plan's estimated bytes per capture (dry_run=true prints it; output.max_bytes checks it)."""
-    from hookrun.runner.estimate import estimate  # (only these runs estimate)
-    from hookrun.store.overhead import table_bytes
-    attrs = {**file_attrs(p.cfg, p.model, p.settings.device), **class_names(p.dataset), **p.attrs}  # (open_store's)
-    text = table_bytes(0, 0, len(attrs) + END_ATTRS, sum(len(str(v).encode()) for v in attrs.values()))
-    report, cfg = estimate(p.model, p.loader, p.points, p.env, p.settings, p.n_samples, p.cfg.output.checksum, text), p.cfg
-    report.header = [
-        "hookrun plan" + (" (dry run: nothing is written)" if cfg.dry_run else ""),
-        f"  model   {type(p.model).__module__}.{type(p.model).__qualname__} on {p.settings.device}, mode {p.settings.mode}",
-        f"  data    {dataset_label(cfg.data.dataset)}: {len(p.dataset)} samples; this run: {p.n_samples} samples in {p.n_batches} batches of {cfg.data.batch_size}",
-        f"  output  {p.out} (compression {cfg.output.compression.value})",
-    ]
-    return report
 
 
 def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
@@ -200,8 +181,10 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
                 kept = resume.replay(store)
                 p.settings.kind.restore(resume, kept)
                 first += kept
+                # (only a resumed run loads these)
+                from hookrun.runner.action_state import restore_limits, restore_states
+
                 restore_limits(p.points, store)
-                from hookrun.runner.action_state import restore_states  # noqa: I001 (only a resumed run)
                 restore_states(p.env, getattr(resume, "file", None), kept, store)  # top_examples' running state
                 log.info("resume: %d %s from %s kept; going on from step %d", kept, p.settings.kind.units[0], dest, first)
                 dest.adopt(store)
@@ -275,16 +258,6 @@ def close_quietly(store: RunStore, status: str) -> StoreError | RunError | None:
             return RunError(f"writing {store.path} failed as it was closed: {write_reason(exc)}; it keeps the batches of its last flush, as a killed run's file does: resume=true once there is room")
         log.error("could not mark %s as %s: %s", store.path, status, exc)
     return None
-
-
-def restore_limits(points: list[HookPoint], store: RunStore) -> None:
-    """Give `record limit=N` the rows the replayed batches already hold."""
-    for key_path, rows in store.rows_by_key().items():
-        hook, module, role, call = key_path
-        for p in points:  # an op site MODULE/FN stored its calls as MODULE/FN.k
-            if p.hook == hook and (p.module == module or (p.site is not None and module.rpartition(".")[0] == p.module)):
-                for action in p.actions:
-                    action.restore(role, call, rows, module)
 
 
 def class_names(dataset: Any) -> dict:

@@ -91,8 +91,8 @@ def mean_input(dataset: Any, spec: Any, x: torch.Tensor) -> torch.Tensor:
             n += inp.shape[0]
     except HookrunError:
         raise
-    except Exception as exc:  # an item that raises: one line, as the run's own batches say it (batches.data_failure)
-        from hookrun.runner.batches import data_failure
+    except Exception as exc:  # an item that raises: one line, as the run's own batches say it (data_errors.data_failure)
+        from hookrun.runner.data_errors import data_failure
 
         hint = f" (the dataset's len() is {len(dataset)}: does it have that many items?)" if isinstance(exc, IndexError) else ""
         raise data_failure(exc, f"{W}=mean: reading the data set's items {n}..{min(n + 64, len(dataset)) - 1} for its mean input failed:",

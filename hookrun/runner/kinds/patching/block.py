@@ -259,9 +259,9 @@ def _key_of(block: Block, key: str) -> str:
 
 
 def _item(dataset: Any, i: int, n: int) -> Any:
-    """Item i of the `n` patching reads; one that raises is one RunError line (batches.data_failure)."""
+    """Item i of the `n` patching reads; one that raises is one RunError line (data_errors.data_failure)."""
     from hookrun.errors import HookrunError
-    from hookrun.runner.batches import data_failure
+    from hookrun.runner.data_errors import data_failure
 
     try:
         return dataset[i]
