@@ -31,8 +31,7 @@ import h5py
 import yaml
 
 from hookrun.analysis.reader_failures import asked, isolated_readers, unloaded
-from hookrun.errors import HookrunError
-from hookrun.labels import visible
+from hookrun.errors import HookrunError, visible
 from hookrun.store.format import BATCH_UNITS
 
 

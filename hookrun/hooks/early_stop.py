@@ -28,10 +28,9 @@ from collections.abc import Iterable
 from torch import nn
 from torch.nn.modules.module import register_module_forward_pre_hook
 
-from hookrun.errors import RunError
+from hookrun.errors import RunError, module_label
 from hookrun.hooks.events import StopForward
 from hookrun.hooks.points import HookPoint
-from hookrun.labels import module_label
 
 ADVICE = "the hooked modules do not run the same way in every batch; run without early_stop"
 

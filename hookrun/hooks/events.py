@@ -17,8 +17,7 @@ from typing import Any
 
 import torch
 
-from hookrun.errors import RunError
-from hookrun.labels import module_label
+from hookrun.errors import RunError, module_label
 
 
 class Phase:

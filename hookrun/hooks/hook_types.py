@@ -25,11 +25,10 @@ import torch
 from torch import Tensor
 from torch.utils.hooks import BackwardHook
 
-from hookrun.errors import RunError
+from hookrun.errors import RunError, module_label
 from hookrun.hooks.events import Event, flatten, rebuild
 from hookrun.hooks.hold import disable_inplace
 from hookrun.hooks.points import HookPoint
-from hookrun.labels import module_label
 from hookrun.registry import Registry
 
 Fire = Callable[..., Event]  # fire(call, tensors, writable, raw=None)

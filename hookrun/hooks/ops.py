@@ -29,9 +29,8 @@ import torch
 from hookrun.config.build import build as build_node
 from hookrun.config.plugin_parts import plugin_op, plugin_op_names
 from hookrun.config.specs import typed_params
-from hookrun.errors import ConfigError, NotFoundError
+from hookrun.errors import ConfigError, NotFoundError, module_label
 from hookrun.hooks.points import HookPoint
-from hookrun.labels import module_label
 from hookrun.registry import Registry
 
 if TYPE_CHECKING:

@@ -24,9 +24,8 @@ import h5py
 import numpy as np
 import torch
 
-from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError
+from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError, module_label
 from hookrun.hooks.ops import OpBuild, OpContext, register_op
-from hookrun.labels import module_label
 from hookrun.store.format import CaptureMeta, RowKind
 from hookrun.store.listing import damage, list_captures, matches, row_index
 from hookrun.store.reading import open_source

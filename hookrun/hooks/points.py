@@ -19,8 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hookrun.errors import RunError
-from hookrun.labels import module_label
+from hookrun.errors import RunError, module_label
 
 _GRAPH_TASK = getattr(torch._C, "_current_graph_task_id", None)  # (-1 outside a backward; in torch 2.1+)
 SITE = re.compile(r"^(?P<module>.*)/(?P<fn>[A-Za-z_][A-Za-z0-9_]*)(?:\.(?P<call>\d+))?$")  # an op site's name (hooks/sites.py)

@@ -23,10 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor, nn
 
-from hookrun.errors import ConfigError
+from hookrun.errors import ConfigError, module_label
 from hookrun.hooks.events import family, flatten
 from hookrun.hooks.points import HookPoint
-from hookrun.labels import module_label
 
 if TYPE_CHECKING:
     from hookrun.hooks.site_axes import Call

@@ -41,10 +41,9 @@ import torch
 from torch import Tensor, nn
 
 from hookrun.config.specs import typed_params
-from hookrun.errors import ConfigError
+from hookrun.errors import ConfigError, module_label
 from hookrun.hooks.events import family
 from hookrun.hooks.ops import OpBuild, OpContext, register_op
-from hookrun.labels import module_label
 from hookrun.sae.module_coder import load_module
 from hookrun.sae.readers import check_finite_weights, load_sae
 from hookrun.sae.splice_stats import SpliceStats

@@ -35,13 +35,12 @@ from torch import nn
 
 from hookrun.config.schema import DTYPES, Mode, StoreDtype
 from hookrun.config.specs import parse_hooks
-from hookrun.errors import ConfigError, RunError
+from hookrun.errors import ConfigError, RunError, call_role, capture_label
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.hook_types import HOOK_TYPES
 from hookrun.hooks.plan import make_plan
 from hookrun.hooks.session import HookSession, warn_cast, warn_never_fired
 from hookrun.hooks.tokens import CallTracker
-from hookrun.labels import call_role, capture_label
 from hookrun.notebook.steps import Steps
 from hookrun.store.listing import resolve
 from hookrun.store.records import Capture, CaptureKey

@@ -30,13 +30,12 @@ from hookrun.config.build import (
 )
 from hookrun.config.schema import DTYPES, HookrunConfig, Mode
 from hookrun.config.specs import parse_hooks
-from hookrun.errors import ConfigError
+from hookrun.errors import ConfigError, dataset_label
 from hookrun.hooks.actions import ACTIONS, ActionEnv
 from hookrun.hooks.actions.base import declares
 from hookrun.hooks.hold import ModelHold, disable_inplace
 from hookrun.hooks.plan import make_plan
 from hookrun.hooks.points import HookPoint
-from hookrun.labels import dataset_label
 from hookrun.models import weights_digest
 from hookrun.output.destination import open_destination
 from hookrun.runner.batches import build_collate, first_items, make_loader

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from hookrun.labels import capture_label
+from hookrun.errors import capture_label
 
 FORMAT_VERSION = "1"  # the layout version written to every file's `format_version` attribute
 MODEL_NODE = "__model__"  # the group name for the whole model (module path '')

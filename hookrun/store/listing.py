@@ -18,8 +18,7 @@ from typing import Any, Protocol, TypeVar
 import h5py
 import numpy as np
 
-from hookrun.errors import HookrunError, NotFoundError, close_matches
-from hookrun.labels import MODEL_LABEL
+from hookrun.errors import MODEL_LABEL, HookrunError, NotFoundError, close_matches
 from hookrun.store.format import CaptureMeta, RowKind, label
 
 

@@ -22,8 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from hookrun.errors import RunError
-from hookrun.labels import call_role
+from hookrun.errors import RunError, call_role
 from hookrun.store.format import MODEL_NODE
 
 

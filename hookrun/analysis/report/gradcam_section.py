@@ -34,7 +34,7 @@ from hookrun.analysis.gradcam import (
 from hookrun.analysis.gradcam import gradcam as cam_of
 from hookrun.analysis.report.figure_specs import NO_VALUE, SEQUENTIAL
 from hookrun.analysis.report.run_sections import section
-from hookrun.labels import module_label
+from hookrun.errors import module_label
 
 SAMPLES = 8  # overlays per pair
 

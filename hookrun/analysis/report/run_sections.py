@@ -39,7 +39,7 @@ from hookrun.analysis.report.plotly_figures import to_plotly
 from hookrun.analysis.report.token_text import token_text
 from hookrun.analysis.run_notes import run_status, weights_note
 from hookrun.analysis.stats import human_bytes, no_values
-from hookrun.labels import dataset_label, natural_key
+from hookrun.errors import dataset_label, natural_key
 from hookrun.store.format import PATTERN
 
 

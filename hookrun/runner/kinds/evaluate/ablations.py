@@ -18,9 +18,8 @@ import h5py
 import numpy as np
 import torch
 
-from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError
+from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError, module_label
 from hookrun.hooks.events import family
-from hookrun.labels import module_label
 from hookrun.store.format import RowKind
 from hookrun.store.listing import damage, list_captures
 from hookrun.store.reading import open_source

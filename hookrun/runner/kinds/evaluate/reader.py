@@ -24,8 +24,7 @@ import numpy as np
 
 from hookrun.analysis.kind_readers import KindReader, Table, register_reader
 from hookrun.analysis.report.run_sections import section, table_item
-from hookrun.errors import NotFoundError
-from hookrun.labels import module_label
+from hookrun.errors import NotFoundError, module_label
 
 GROUP = "evaluation"
 MODEL = ("ce_clean", "ce_intervened", "ce_ablated", "ce_loss_score", "kl_intervened", "kl_ablated", "kl_div_score")

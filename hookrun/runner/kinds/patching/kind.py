@@ -27,8 +27,7 @@ import numpy as np
 import torch
 
 from hookrun.config.schema import HookrunConfig, Mode
-from hookrun.errors import ConfigError
-from hookrun.labels import token_label
+from hookrun.errors import ConfigError, token_label
 from hookrun.output.process import every_rank
 from hookrun.runner.kinds.patching.block import load_items
 from hookrun.runner.kinds.patching.checks import refuse_modifying, refuse_recording

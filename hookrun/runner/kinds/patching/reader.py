@@ -21,8 +21,7 @@ from typing import Any
 import numpy as np
 
 from hookrun.analysis.kind_readers import KindReader, Table, register_reader
-from hookrun.errors import ConfigError, HookrunError, NotFoundError, json_attribute
-from hookrun.labels import token_label
+from hookrun.errors import ConfigError, HookrunError, NotFoundError, json_attribute, token_label
 
 ATTRS = ("metric", "method", "direction", "metric_clean", "metric_corrupt", "normalize")
 CELL_UNITS = ("chunks of cells", "cells")  # a step is one chunk of cells; a row is a cell

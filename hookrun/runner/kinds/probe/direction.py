@@ -35,10 +35,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError
+from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError, module_label
 from hookrun.hooks.ops import OpBuild, OpContext
 from hookrun.hooks.points import last_roles
-from hookrun.labels import module_label
 from hookrun.runner.kinds.probe import table
 from hookrun.store.reading import open_source
 
