@@ -1,7 +1,7 @@
 """Samples as pictures: a batch of inputs as images, and maps resized to them.
 
     pictures = as_pictures(batch, norm)         # (n, C, H, W) -> [H x W x 3 in [0, 1]], Normalize undone
-    norm = normalization(dataset)               # its Normalize's mean and std, or None (data/datasets.py)
+    norm = normalization(dataset)               # its Normalize's mean and std, or None (hookrun/data/__init__.py)
     maps = fit_maps(maps, pictures[0].shape[:2])   # (n, h, w) -> (n, H, W), bilinear
     rows = map_rows(run, info, n)               # a map capture's first n rows, (n, C, H, W) even where stored channels last
 

@@ -113,7 +113,7 @@ def with_pictures(spec: Any, dataset: object | None) -> Any:
     """A MapRow without pictures, given the data set's items at its samples (the maps resized to them)."""
     if not isinstance(spec, MapRow) or spec.pictures is not None or dataset is None:
         return spec
-    from hookrun.data.datasets import normalization
+    from hookrun.data import normalization
 
     items, norm = np.stack([item_input(dataset, int(i)) for i in spec.indices]), normalization(dataset)
     pictures = as_pictures(items, norm)

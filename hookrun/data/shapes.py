@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from hookrun.data.datasets import whole
+from hookrun.data import whole
 from hookrun.errors import ConfigError
 
 SHAPES = ("circle", "square", "triangle", "cross")

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from hookrun.data.datasets import whole
+from hookrun.data import whole
 from hookrun.errors import ConfigError
 
 SAMPLE = Path(__file__).with_name("sample.txt")

@@ -176,7 +176,7 @@ def input_normalize(dataset: Any) -> dict:
     torchvision Normalize): the pictures undo it exactly (analysis/images.py); {} otherwise."""
     import json
 
-    from hookrun.data.datasets import normalization
+    from hookrun.data import normalization
 
     norm = normalization(dataset)
     return {"input_normalize": json.dumps(norm)} if norm else {}

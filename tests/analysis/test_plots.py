@@ -280,7 +280,7 @@ def test_a_normalised_input_comes_back_as_the_raw_image(tmp_path, capsys):
     set's mean and std; the pictures undo them exactly (the raw image, before Normalize, to 1e-6)."""
     from torchvision import transforms
 
-    from hookrun.data.datasets import IMAGENET_MEAN, IMAGENET_STD
+    from hookrun.data import IMAGENET_MEAN, IMAGENET_STD
 
     class Photos(torch.utils.data.Dataset):
         def __init__(self):

@@ -138,7 +138,7 @@ def test_run_takes_live_objects_and_writes_what_capture_holds(tmp_path, referenc
     with hookrun.open_run(result.path) as run:
         np.testing.assert_array_equal(run["layer1.0", "output"][:], cap["layer1.0", "output"].numpy())
         assert run.config["model"] == {"live": "torchvision.models.resnet.ResNet"}
-        assert run.config["data"]["dataset"] == {"live": "hookrun.data.datasets.RandomTensors"}
+        assert run.config["data"]["dataset"] == {"live": "hookrun.data.RandomTensors"}
     with pytest.raises(ConfigError, match=r"run\(model=...\): got a str, not a torch.nn.Module"):
         hookrun.run({"hooks": hooks, "output": {"path": str(tmp_path / "x.h5")}}, model="resnet", dataset=dataset)
 
