@@ -1,6 +1,8 @@
-"""Building objects from `_target_` nodes: the model, the dataset, the loss, user actions and ops.
+"""Building objects from `_target_` nodes: the model, the dataset, the loss, user actions and ops; and a
+model's weights named in a few bytes (`weights_digest`: the file's `model_fingerprint`).
 
     model = build_model({"_target_": "torchvision.models.resnet18", "weights": None})
+    weights_digest(model)   # 32 hex digits: one value changed anywhere changes them
 
 This is the one module that calls hydra.utils.instantiate; every failure becomes a ConfigError
 naming the config key and the target.
@@ -8,19 +10,19 @@ naming the config key and the target.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
 
-from hookrun.errors import ConfigError, HookrunError, close_matches, not_a_state_dict
-
-if TYPE_CHECKING:
-    from hydra.errors import InstantiationException
+from hookrun.errors import ConfigError, HookrunError
 
 
 def build(node: Any, where: str, **kwargs: Any) -> Any:
@@ -39,53 +41,9 @@ def build(node: Any, where: str, **kwargs: Any) -> Any:
             cause = cause.__cause__
         if isinstance(cause, HookrunError):  # a builder's own one-line message names its key (model.path: ...)
             raise ConfigError(str(cause)) from None
-        raise ConfigError(f"{where}: {_instantiation_message(exc, node['_target_'])}") from None
+        from hookrun.config.targets import instantiation_message
 
-
-def _instantiation_message(exc: InstantiationException, target: str) -> str:
-    from hydra.errors import InstantiationException
-
-    cause = exc.__cause__
-    while cause is not None and isinstance(cause, InstantiationException):
-        cause = cause.__cause__
-    # the whole message on one line: Hydra wraps some sentences over several lines (a blocklisted target)
-    text = " ".join(str(exc).split()).replace(", set env var HYDRA_FULL_ERROR=1 to see chained stack trace.", "")
-    if "Error locating target" in text:
-        return f"cannot import {target!r} ({_closest_names(target)})"
-    if cause is not None:
-        return f"building {target!r} failed: {type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}"
-    return text
-
-
-def _closest_names(target: str) -> str:
-    """What the importable part of a dotted `target` holds that is close to the rest of it: the
-    hint of 'cannot import' (torchvision.models.resnet181 -> torchvision.models.resnet18, ...)."""
-    parts = str(target).split(".")
-    obj, found = None, 0
-    for i in range(len(parts), 0, -1):  # the longest importable module prefix
-        name = ".".join(parts[:i])
-        try:
-            obj, found = importlib.import_module(name), i
-            break
-        except ModuleNotFoundError as exc:
-            if exc.name is not None and exc.name != name and not name.startswith(exc.name + "."):
-                return f"importing {name} needs {exc.name!r}, which is not installed"
-            continue
-        except Exception as exc:  # the module is there but fails on import
-            return f"importing {name} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-    if obj is None:
-        return f"no module {parts[0]!r}: is the package installed and the name spelt right?"
-    for part in parts[found:]:
-        nxt = getattr(obj, part, None)
-        if nxt is None:
-            names = [n for n in dir(obj) if not n.startswith("_")]
-            close = close_matches(part, names, n=3)
-            owner = ".".join(parts[:parts.index(part, found)])
-            if close:
-                return f"{owner} has no {part!r}; did you mean {' or '.join(f'{owner}.{c}' for c in close)}?"
-            return f"{owner} has no {part!r}; is the name spelt right?"
-        obj = nxt
-    return "is the package installed and the name spelt right?"
+        raise ConfigError(f"{where}: {instantiation_message(exc, node['_target_'])}") from None
 
 
 _KINDS_OF: dict[str, tuple[str, Any]] = {}  # a kind's name -> (the module of imports: whose KIND registered it, it)
@@ -118,12 +76,24 @@ def import_modules(names: list[str]) -> None:
                               f"{(str(exc).splitlines() or [''])[0]}") from exc
 
 
+BARS: ContextVar[bool] = ContextVar("hookrun_loading_bars", default=True)  # progress=false: no loading bar
+
+
+@contextmanager
+def loading_bars(on: bool) -> Iterator[None]:
+    """Within it, models built by hookrun.models.hf() show transformers' weight-loading bar only when
+    `on` (the run's `progress`); build_model enters it."""
+    token = BARS.set(bool(on))
+    try:
+        yield
+    finally:
+        BARS.reset(token)
+
+
 def build_model(node: Mapping, device: torch.device, progress: bool = True, where: str = "model") -> nn.Module:
     """The model a `model:` node builds, on `device`, in eval mode; `progress=False` keeps a
     library's weight-loading bar (transformers') off, as the run's own bar is. `where`: the node's key
     in the config, as errors name it (a kind's second model: similarity.with.model)."""
-    from hookrun.models import loading_bars
-
     node = dict(node)
     checkpoint = node.pop("checkpoint", None)
     try:
@@ -131,7 +101,9 @@ def build_model(node: Mapping, device: torch.device, progress: bool = True, wher
             model = build(node, where)
     except ConfigError as exc:
         if node.get("weights") and ("URLError" in str(exc) or "HTTPError" in str(exc)):
-            raise ConfigError(_weights_message(node, str(exc), where)) from None
+            from hookrun.config.checkpoint import weights_message
+
+            raise ConfigError(weights_message(node, str(exc), where)) from None
         if node.get("weights_backbone") and ("URLError" in str(exc) or "HTTPError" in str(exc)):
             raise ConfigError(f"{where}.weights_backbone={node['weights_backbone']}: the backbone's pretrained weights are "
                               f"not in the torch hub cache ({Path(torch.hub.get_dir()) / 'checkpoints'}) and cannot be "
@@ -140,6 +112,8 @@ def build_model(node: Mapping, device: torch.device, progress: bool = True, wher
     if not isinstance(model, nn.Module):
         raise ConfigError(f"{where}: {node['_target_']!r} built a {type(model).__name__}, not a torch.nn.Module")
     if checkpoint:
+        from hookrun.config.checkpoint import load_checkpoint
+
         load_checkpoint(model, str(checkpoint), where)
     return model.to(device).eval()
 
@@ -151,66 +125,48 @@ def live_model(model: Any, device: torch.device) -> nn.Module:
     return model.to(device).eval()
 
 
-def _weights_message(node: Mapping, error: str, key: str = "model") -> str:
-    """Pretrained weights that are not cached and cannot be downloaded: say where torchvision looks."""
-    where = Path(torch.hub.get_dir()) / "checkpoints"
+def weights_digest(model: torch.nn.Module) -> str:
+    """A digest of the model's parameters and buffers, 32 hex digits: the first 16 by name, dtype, shape
+    and each tensor's first and last four values (what files written before 2026-12 hold, 16 digits:
+    same_weights compares those with them), the last 16 by every value's bytes as well (xxh3, about
+    1.5 GB/s on one core here; a GPU tensor is copied to the host 64 MiB at a time), so one value
+    changed anywhere, a neuron zeroed in the middle of a matrix, changes it. '' where a tensor cannot
+    be read (meta, sharded)."""
+    ends, full = hashlib.sha256(), hashlib.sha256()
     try:
-        from torchvision.models import get_model_weights
-
-        weights = node["weights"]
-        enum = get_model_weights(node["_target_"].rsplit(".", 1)[-1])
-        url = (enum[weights] if isinstance(weights, str) and weights in enum.__members__ else enum.DEFAULT).url
-        where = where / url.rsplit("/", 1)[-1]
-    except Exception:  # not a torchvision builder: name the folder only
-        pass
-    reason = error.split("Error: ", 1)[-1]
-    return (f"{key}.weights={node['weights']}: the pretrained weights are not in the torch hub cache and cannot be "
-            f"downloaded ({reason}); put the file at {where} (TORCH_HOME moves the cache), or give "
-            f"{key}.weights=null {key}.checkpoint=PATH with a state_dict file of your own")
+        for name, t in [*model.named_parameters(), *model.named_buffers()]:
+            flat = t.detach().reshape(-1)
+            head = f"{name} {t.dtype} {tuple(t.shape)}"
+            ends.update(head.encode())
+            ends.update((torch.cat([flat[:4], flat[-4:]]) if flat.numel() > 8 else flat).to("cpu", torch.float64).numpy().tobytes())
+            full.update(f"{head} {_bytes_digest(flat)}".encode())
+    except (RuntimeError, NotImplementedError, TypeError, ValueError):
+        return ""
+    return ends.hexdigest()[:16] + full.hexdigest()[:16]
 
 
-def load_checkpoint(model: nn.Module, path: str, key: str = "model") -> None:
-    """Load a plain state_dict with weights_only=True: no arbitrary object is ever unpickled."""
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise ConfigError(f"{key}.checkpoint: no file {path!r}") from None
-    except Exception as exc:  # UnpicklingError and friends: not a plain tensor file
-        raise ConfigError(
-            f"{key}.checkpoint: {path!r} is not a plain state_dict ({not_a_state_dict(exc)}); save one with "
-            f"torch.save(model.state_dict(), path)"
-        ) from None
-    for wrapper in ("state_dict", "model"):  # (a training checkpoint's dict around the state_dict)
-        if isinstance(state, Mapping) and isinstance(state.get(wrapper), Mapping):
-            state = state[wrapper]
-    if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise ConfigError(
-            f"{key}.checkpoint: {path!r} holds a {type(state).__name__}, not a state_dict of tensors "
-            f"(save it with torch.save(model.state_dict(), path))"
-        )
-    try:  # the keys as the modules read them: a BatchNorm fills in the num_batches_tracked an older file lacks
-        result = model.load_state_dict(state, strict=False)
-        missing, unexpected = sorted(result.missing_keys), sorted(result.unexpected_keys)
-    except RuntimeError as exc:  # shape mismatches: said where the keys fit
-        expected = set(model.state_dict())
-        missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
-        if not (missing or unexpected):
-            detail = [line.strip() for line in str(exc).splitlines()[1:3]]
-            raise ConfigError(f"{key}.checkpoint: {path!r} does not fit {type(model).__name__}: {' '.join(detail)}") from None
-    if missing or unexpected:
-        raise ConfigError(
-            f"{key}.checkpoint: {path!r} does not fit {type(model).__name__}: missing keys "
-            f"{missing[:5]}, unexpected keys {unexpected[:5]}{_prefix_hint(state, missing)}"
-        )
+def same_weights(theirs: str, mine: str) -> bool:
+    """Whether a file's model_fingerprint names the weights whose weights_digest is `mine`: an older
+    file's 16 digits are compared with the part computed as it was then."""
+    return theirs == (mine[:16] if len(theirs) == 16 else mine)
 
 
-def _prefix_hint(state: Mapping, missing: list[str]) -> str:
-    """'; the keys all start with 'module.' ...' where one wrapper's prefix on every key is all that differs."""
-    for prefix in ("module.", "_orig_mod.", "model."):
-        if state and all(k.startswith(prefix) for k in state) and set(missing) <= {k[len(prefix):] for k in state}:
-            return (f"; every key starts with {prefix!r} (a DataParallel/DDP, torch.compile or Lightning wrapper's "
-                    f"state_dict): save the inner model's state_dict, or the keys without {prefix!r}")
-    return ""
+_INTS = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
+_BLOCK = 64 << 20
+
+
+def _bytes_digest(t: torch.Tensor) -> str:
+    """xxh3-64 of the tensor's values' bytes, in order (a non-contiguous tensor is read as reshape sees it)."""
+    import xxhash
+
+    flat = t.reshape(-1)
+    flat = flat.view(_INTS[flat.element_size()]) if flat.element_size() in _INTS and flat.dtype != torch.bool \
+        else flat.to(torch.uint8) if flat.dtype == torch.bool else flat.contiguous().view(torch.uint8)
+    h, step = xxhash.xxh3_64(), max(1, _BLOCK // flat.element_size())
+    for start in range(0, flat.numel(), step):
+        block = flat[start : start + step].cpu().contiguous().numpy()
+        h.update(memoryview(block).cast("B"))
+    return h.hexdigest()
 
 
 def build_dataset(node: Mapping, where: str = "data.dataset") -> Any:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from torch import nn
 
+from hookrun.config.build import BARS
 from hookrun.errors import ConfigError
-from hookrun.models import BARS
 
 
 @contextmanager

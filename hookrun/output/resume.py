@@ -25,9 +25,9 @@ import numpy as np
 import torch
 import yaml
 
+from hookrun.config.build import same_weights
 from hookrun.config.checks import differing
 from hookrun.errors import ConfigError, HookrunError
-from hookrun.models import same_weights
 from hookrun.store.format import CaptureMeta, RowKind
 from hookrun.store.kind_tables import tables_in
 from hookrun.store.listing import damage, list_captures

@@ -27,6 +27,7 @@ from hookrun.config.build import (
     check_dataset,
     import_modules,
     live_model,
+    weights_digest,
 )
 from hookrun.config.schema import DTYPES, HookrunConfig, Mode
 from hookrun.config.specs import parse_hooks
@@ -36,7 +37,6 @@ from hookrun.hooks.actions.base import declares
 from hookrun.hooks.hold import ModelHold, disable_inplace
 from hookrun.hooks.plan import make_plan
 from hookrun.hooks.points import HookPoint
-from hookrun.models import weights_digest
 from hookrun.output.destination import open_destination
 from hookrun.runner.batches import build_collate, first_items, make_loader
 from hookrun.runner.calls import CallSpec, check_positions, position_limit

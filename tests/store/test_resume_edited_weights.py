@@ -13,8 +13,8 @@ import torch
 from test_crash_resume import _cut_short, _net_cfg
 
 import hookrun
+from hookrun.config.build import weights_digest
 from hookrun.errors import ConfigError
-from hookrun.models import weights_digest
 
 
 def _ablated(state: dict) -> dict:

@@ -136,7 +136,7 @@ def test_checkpoint_that_is_not_a_state_dict_is_refused(tmp_path, checkpoint):
         hookrun.run(make_cfg(tmp_path, bad, FMAP))
     # a second model's checkpoint (similarity.with.model) is named by its own key in every message,
     # a training checkpoint's {"model": state_dict} wrapper included
-    from hookrun.config.build import load_checkpoint
+    from hookrun.config.checkpoint import load_checkpoint
 
     torch.save({"model": {"fc.weight": torch.zeros(3)}}, bad)
     with pytest.raises(ConfigError, match=r"^similarity\.with\.model\.checkpoint: .* does not fit Linear: missing keys"):
@@ -165,7 +165,7 @@ def test_a_checkpoint_without_num_batches_tracked_loads_as_torch_loads_it(tmp_pa
 
 def test_a_checkpoint_of_a_wrapped_model_names_the_prefix(tmp_path):
     """A DDP checkpoint (every key 'module.'-prefixed) was refused naming missing and unexpected keys only."""
-    from hookrun.config.build import load_checkpoint
+    from hookrun.config.checkpoint import load_checkpoint
 
     state = {"module." + k: v for k, v in torch.nn.Linear(2, 2).state_dict().items()}
     torch.save(state, tmp_path / "ddp.pt")

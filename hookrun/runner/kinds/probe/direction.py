@@ -112,7 +112,7 @@ def check_same_model(attrs: Any, build: OpBuild, where: str) -> None:
     """The probe was fitted on this run's model (the file's model_fingerprint against the weights' digest,
     computed once per run): a direction in another network's feature space, of the same width, steers
     nothing it names. One ConfigError line naming both models, before any batch."""
-    from hookrun.models import same_weights, weights_digest
+    from hookrun.config.build import same_weights, weights_digest
 
     theirs, model = str(attrs.get("model_fingerprint") or ""), getattr(build.env, "model", None)
     if not theirs or model is None:

@@ -128,7 +128,7 @@ def check_model(cfg: Any, cache_config: Mapping, source: str) -> None:
 def check_weights(cfg: Any, model: Any, cache: Any, source: str) -> None:
     """The run's model has the weights of the model that wrote the cache (its file's model_fingerprint;
     a random-init model built under another seed is another network, though its `model:` block is the same)."""
-    from hookrun.models import same_weights, weights_digest
+    from hookrun.config.build import same_weights, weights_digest
 
     theirs = cache.attrs.get("model_fingerprint")
     if not theirs or not (mine := weights_digest(model)) or same_weights(str(theirs), mine):
