@@ -31,7 +31,7 @@ from hookrun.analysis.report.figure_specs import (
 from hookrun.cli import figures
 from hookrun.cli.circuit_figure import circuit
 from hookrun.cli.scatter_figure import scatter
-from hookrun.config.checks import flatten
+from hookrun.config.differing import flatten
 from hookrun.errors import ConfigError, NotFoundError
 
 

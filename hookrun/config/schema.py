@@ -6,17 +6,27 @@
 The YAML files in conf/ give the values; these dataclasses say which keys exist, so a misspelt key
 is an error, not a silent default. Groups whose options take arbitrary arguments (model, dataset,
 loss) and the hook map are untyped here and checked in code (build.py, specs.py).
+
+Which options may go together, and the range of each number, checked before anything is built:
+
+    check_config(load(cfg))   # ConfigError, one line, at the first option that does not fit
+
+TOGETHER is the list of combinations of the common options refused whatever else the config says; a
+run kind's refusals about its own block are the kind's (in its folder, hookrun/runner/kinds/<kind>/,
+run by the kind's `check`), and those that need the built model and hooks (a model without
+generate(), an ablation with nothing to ablate) its constructor's.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import PurePath
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import yaml
@@ -28,11 +38,10 @@ from hookrun.config.plugins import (
     CONFIG_KEYS,
     REFUSED,
     mapping_where_nested,
-    nested_block,
     plugin_names,
     typed_block,
 )
-from hookrun.errors import ConfigError, close_matches, object_in_config, parse_bytes, typed_line
+from hookrun.errors import ConfigError, parse_bytes
 from hookrun.store.format import PART_BYTES
 
 
@@ -146,7 +155,9 @@ def load(cfg: Any) -> HookrunConfig:
         merged = OmegaConf.merge(schema, cfg)
         obj = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
-        raise ConfigError(_omegaconf_message(exc)) from None
+        from hookrun.config.load_errors import omegaconf_message
+
+        raise ConfigError(omegaconf_message(exc)) from None
     assert isinstance(obj, HookrunConfig)
     out = obj.output  # the size keys, as every size key is read (hookrun.errors.parse_bytes: 2GB, 512MiB, bytes)
     out.max_bytes = None if out.max_bytes is None else parse_bytes(out.max_bytes, "output.max_bytes")
@@ -197,28 +208,6 @@ def _plugin_blocks(cfg: Any) -> tuple[Any, dict[str, Any]]:
     return rest, given
 
 
-def with_live(cfg: Any, model: Any = None, dataset: Any = None) -> Any:
-    """`cfg` with a `{live: module.Class}` node where a live model or dataset object replaces the
-    config's own (run(cfg, model=obj)): the file's config then names what was run."""
-    if model is None and dataset is None:
-        return cfg
-    if isinstance(cfg, HookrunConfig):
-        cfg = OmegaConf.to_container(OmegaConf.create(to_yaml(cfg)))  # (its kind plugin's block included)
-    elif isinstance(cfg, DictConfig):
-        cfg = OmegaConf.to_container(cfg, resolve=True)
-    cfg = dict(cfg)
-    if model is not None:
-        cfg["model"] = live_node(model)
-    if dataset is not None:
-        cfg["data"] = {**dict(cfg.get("data") or {}), "dataset": live_node(dataset)}
-    return cfg
-
-
-def live_node(obj: Any) -> dict[str, str]:
-    """The node a config keeps for an object given live (a model, a data set): {live: package.Class}."""
-    return {"live": f"{type(obj).__module__}.{type(obj).__qualname__}"}
-
-
 def to_yaml(cfg: HookrunConfig) -> str:
     """The resolved config as YAML, as stored in each run's file (a kind plugin's block included): the
     text OmegaConf.to_yaml(OmegaConf.structured(cfg)) writes (its dumper, enums by name), from the
@@ -255,45 +244,56 @@ def hydra_schema() -> type:
     return dataclasses.make_dataclass("HookrunConfig", extra, bases=(HookrunConfig,)) if extra else HookrunConfig
 
 
-def _omegaconf_message(exc: OmegaConfBaseException) -> str:
-    first = str(exc).strip().splitlines()[0]
-    key = getattr(exc, "full_key", None)
-    live = {"model": "hookrun.run(cfg, model=module)", "data.dataset": "hookrun.run(cfg, dataset=items)"}.get(key or "")
-    placed = object_in_config(key, first, live) if key else None
-    if placed:
-        return placed
-    message = typed_line(key, first) if key and key not in first else first
-    if key and first.startswith("Key ") and " not in " in first:  # (kind_names: on this error's path only)
-        from hookrun.config.kind_names import shipped_names, unfound_kind
-
-        if key in shipped_names():  # (a block kind's name is a key: only a mode's kind reaches here)
-            return (f"{key}: one of hookrun's own run kinds, chosen by mode= ({', '.join(m.value for m in Mode)}; "
-                    f"record is mode=eval's), not a block of keys: set mode, and its settings as top-level keys"
-                    + (f" (the {REFUSED[key]})" if key in REFUSED else ""))
-        keys = schema_keys()
-        parent = key.rpartition(".")[0]
-        siblings = [k for k in keys if k.rpartition(".")[0] == parent]  # the block's own keys first
-        close = close_matches(key, siblings, n=1) or close_matches(key, [k for k in keys if k.count(".") == key.count(".")], n=1)
-        if close:
-            message += f"; did you mean {close[0]}?"
-        if parent and siblings:
-            message += f" ({parent} has: {', '.join(sorted(k.rpartition('.')[2] for k in siblings))})"
-        elif not parent and (not close or close[0] in plugin_names()):  # (a block of a kind not found here)
-            message += f" ({unfound_kind(key)})"
-    return message
+class Refused(NamedTuple):
+    option: str  # the option this row is about
+    when: Callable[[HookrunConfig], bool]  # true: the config has the refused combination
+    message: str  # the one line: what is wrong, and what would be right
 
 
-def schema_keys() -> list[str]:
-    """The dotted keys the schema types (data.batch_size, output.path, ...), and the kind plugins'
-    blocks' names (their keys are typed by hookrun.config.plugins)."""
-    out = []
+# option           | refused when                                          | the line
+TOGETHER: list[Refused] = [
+    Refused("mode=grad", lambda c: c.mode is Mode.grad and c.loss is None,
+            "mode=grad needs a loss: add loss=cross_entropy, loss=lm (a language model's next-token loss), "
+            "loss=sum, loss=target_logit or loss=custom"),
+    Refused("early_stop", lambda c: c.early_stop and c.mode is Mode.generate,
+            "early_stop=true does not fit mode=generate: every model call's output makes the next token"),
+    Refused("early_stop", lambda c: c.early_stop and c.mode is Mode.grad,
+            "early_stop=true needs mode=eval: a backward pass needs the whole forward"),
+    Refused("mode=generate", lambda c: c.mode is Mode.generate and c.loss is not None,
+            "mode=generate runs no backward pass, so loss is unused: remove the loss, or use mode=grad"),
+    Refused("resume", lambda c: c.resume and c.output.overwrite,
+            "resume=true keeps the old file's batches and output.overwrite=true replaces the file: give one of them "
+            "(resume=true to continue the run, output.overwrite=true to start it again)"),
+]
 
-    def walk(cls: type, prefix: str) -> None:
-        for f in dataclasses.fields(cls):
-            out.append(f"{prefix}{f.name}")
-            inner = nested_block(cls, f.name)
-            if inner is not None:
-                walk(inner, f"{prefix}{f.name}.")
 
-    walk(HookrunConfig, "")
-    return out + [name for name in plugin_names() if name not in out]  # the kind plugins' blocks
+# key                | first allowed, last allowed (None: no bound) | what the number is
+RANGES: list[tuple[str, int | None, int | None, str]] = [
+    ("data.limit", 1, None, "data.limit must be at least 1 (or null for all batches), got {value}"),
+    ("output.flush_every", 1, None, "output.flush_every must be at least 1 (or null: every 2 seconds), got {value}"),
+    ("data.batch_size", 1, None, "data.batch_size must be at least 1, got {value}"),
+    ("data.num_workers", 0, None, "data.num_workers must be 0 or more, got {value}"),
+    ("data.batch_size", None, sys.maxsize,
+     "data.batch_size must be at least 1 and at most " + str(sys.maxsize) + ", got {value}"),
+    ("seed", -(2**63), 2**64 - 1, "seed: {value} is out of range; use a whole number from 0 to " + str(2**64 - 1)
+     + " (2**64 - 1)"),
+]
+
+
+def check_config(cfg: HookrunConfig) -> None:
+    """Every row of TOGETHER, then every range, in order: the first that fails is one ConfigError."""
+    fields = {"mode": cfg.mode.value}
+    for row in TOGETHER:
+        if row.when(cfg):
+            raise ConfigError(row.message.format(**fields))
+    for key, low, high, message in RANGES:
+        value = lookup(cfg, key)
+        if value is not None and ((low is not None and value < low) or (high is not None and value > high)):
+            raise ConfigError(message.format(value=value))
+
+
+def lookup(cfg: HookrunConfig, key: str) -> object:
+    node: object = cfg
+    for part in key.split("."):
+        node = getattr(node, part)
+    return node

@@ -26,7 +26,7 @@ import torch
 import yaml
 
 from hookrun.config.build import same_weights
-from hookrun.config.checks import differing
+from hookrun.config.differing import differing
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.store.format import CaptureMeta, RowKind
 from hookrun.store.kind_tables import tables_in

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import torch.distributed as dist
 import yaml
 
-from hookrun.config.checks import differing
+from hookrun.config.differing import differing
 from hookrun.config.schema import HookrunConfig, to_yaml
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError
 from hookrun.output.destination import LocalFile

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hookrun.config.checks import differing
+from hookrun.config.differing import differing
 
 
 def test_the_config_diff_names_changed_added_and_removed_keys():

@@ -121,8 +121,7 @@ def test_hydras_defaults_list_and_null_key_messages_become_the_command_lines():
     from hydra.errors import ConfigCompositionException
 
     from hookrun.cli.hydra_errors import one_line
-    from hookrun.config.checks import check_config
-    from hookrun.config.schema import load
+    from hookrun.config.schema import check_config, load
 
     keys = lambda: ["loss", "output", "output.max_bytes"]  # noqa: E731
     exc = ConfigCompositionException("Multiple values for loss. To override a value use 'override loss: sum'")

@@ -20,8 +20,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 import hookrun
-from hookrun.config.checks import TOGETHER
-from hookrun.config.schema import HookrunConfig, Mode, load
+from hookrun.config.schema import TOGETHER, HookrunConfig, Mode, load
 from hookrun.errors import ConfigError, RunError
 from hookrun.hooks.events import Phase
 from hookrun.runner.kinds import KINDS, RunKind, StepAdds, check_config, kind_for

@@ -25,9 +25,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from hookrun.config.checks import check_config as common_checks
 from hookrun.config.plugins import KindPlugin, plugin
 from hookrun.config.schema import HookrunConfig, Mode
+from hookrun.config.schema import check_config as common_checks
 from hookrun.errors import ConfigError
 from hookrun.registry import Registry
 from hookrun.runner.kinds.run_kind import KindContext, RunKind, StepAdds, plain_forward
@@ -100,7 +100,7 @@ def __getattr__(name: str) -> Any:
 
 
 def check_config(cfg: HookrunConfig) -> None:
-    """Every refusal before anything is built: the common options' table (config/checks.py), then
+    """Every refusal before anything is built: the common options' table (config/schema.py's TOGETHER), then
     the kind's own block (kind.check: evaluate's rows, an object-store output, ...)."""
     kind = kind_for(cfg)
     kind.check_mode(cfg)

@@ -137,7 +137,7 @@ class RunKind:
     @classmethod
     def check(cls, cfg: HookrunConfig) -> None:
         """Refuse what this kind cannot run (one ConfigError line), before anything is built.
-        The options that may not go together whatever the kind are in hookrun.config.checks."""
+        The options that may not go together whatever the kind are in hookrun.config.schema's TOGETHER."""
 
     @classmethod
     def check_mode(cls, cfg: HookrunConfig) -> None:

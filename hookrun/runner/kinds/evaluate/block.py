@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hookrun.config.checks import Refused
-from hookrun.config.schema import HookrunConfig, Mode
+from hookrun.config.schema import HookrunConfig, Mode, Refused
 from hookrun.errors import ConfigError, one_of
 
 ABLATIONS = ("zero", "mean")  # evaluate.ablation: null, or one of these
