@@ -166,7 +166,7 @@ def s_hook_cost(batches: int, out: Path) -> dict:
     """Fixed cost per firing: a hookrun hook with no action on every leaf module of ResNet-18,
     against the bare forward pass and against a raw no-op PyTorch hook, on a tiny input. `batches`
     is the number of interleaved rounds of 40 forwards per variant (run.py: 30; --quick: 2)."""
-    from hookrun.config.specs import parse_hooks
+    from hookrun.config import parse_hooks
     from hookrun.hooks.actions import ActionEnv
     from hookrun.hooks.plan import make_plan
     from hookrun.hooks.session import HookSession

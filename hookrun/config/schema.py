@@ -5,7 +5,7 @@
 
 The YAML files in conf/ give the values; these dataclasses say which keys exist, so a misspelt key
 is an error, not a silent default. Groups whose options take arbitrary arguments (model, dataset,
-loss) and the hook map are untyped here and checked in code (build.py, specs.py).
+loss) and the hook map are untyped here and checked in code (build.py, config/__init__.py).
 
 Which options may go together, and the range of each number, checked before anything is built:
 
@@ -109,7 +109,7 @@ class HookrunConfig:
     seed: int = 0
     mode: Mode = Mode.eval
     loss: Any = None  # a _target_ node (output, target) -> scalar; needed by mode=grad
-    hooks: Any = None  # {name: {at, type, actions}}; checked by hookrun.config.specs
+    hooks: Any = None  # {name: {at, type, actions}}; checked by hookrun.config.parse_hooks
     params: dict[str, Any] = field(default_factory=dict)  # named values for ${params.NAME}: what a sweep varies
     output: OutputConfig = field(default_factory=OutputConfig)
     imports: list[str] = field(default_factory=list)  # modules imported first (own actions)

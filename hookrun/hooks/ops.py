@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from hookrun.config import typed_params
 from hookrun.config.build import build as build_node
 from hookrun.config.plugin_parts import plugin_op, plugin_op_names
-from hookrun.config.specs import typed_params
 from hookrun.errors import ConfigError, NotFoundError, module_label
 from hookrun.hooks.points import HookPoint
 from hookrun.registry import Registry

@@ -18,9 +18,9 @@ from typing import Any
 
 from torch import nn
 
+from hookrun.config import typed_params
 from hookrun.config.build import build_user_action
 from hookrun.config.schema import Mode
-from hookrun.config.specs import typed_params
 from hookrun.errors import ConfigError, NotFoundError, close_matches
 from hookrun.hooks.actions import ACTIONS, ActionEnv
 from hookrun.hooks.actions.base import Callback

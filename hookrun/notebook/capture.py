@@ -33,8 +33,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from hookrun.config import parse_hooks
 from hookrun.config.schema import DTYPES, Mode, StoreDtype
-from hookrun.config.specs import parse_hooks
 from hookrun.errors import ConfigError, RunError, call_role, capture_label
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.hook_types import HOOK_TYPES

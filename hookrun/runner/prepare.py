@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from hookrun.config import parse_hooks
 from hookrun.config.build import (
     build_dataset,
     build_loss,
@@ -30,7 +31,6 @@ from hookrun.config.build import (
     weights_digest,
 )
 from hookrun.config.schema import DTYPES, HookrunConfig, Mode
-from hookrun.config.specs import parse_hooks
 from hookrun.errors import ConfigError, dataset_label
 from hookrun.hooks.actions import ACTIONS, ActionEnv
 from hookrun.hooks.actions.base import declares

@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import small_resnet
 
-from hookrun.config.specs import parse_hooks
+from hookrun.config import parse_hooks
 from hookrun.errors import ConfigError, NotFoundError
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.plan import make_plan, resolve_targets

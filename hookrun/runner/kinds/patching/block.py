@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch.utils.data import default_collate
 
-from hookrun.config.specs import as_bool
+from hookrun.config import as_bool
 from hookrun.errors import ConfigError, close_matches, one_of, parse_bytes
 from hookrun.runner.kinds.patching.edges.spec import EDGE_METHODS, FaithSpec, parse_edge_keys
 from hookrun.runner.kinds.patching.metrics import PATCH_METRICS

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hookrun.config.specs import parse_hooks
+from hookrun.config import parse_hooks
 from hookrun.errors import ConfigError, HookrunError, RunError
 from hookrun.hooks.actions.base import ActionEnv
 from hookrun.hooks.actions.dims import meaning

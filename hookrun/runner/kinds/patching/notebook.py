@@ -19,9 +19,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from hookrun.config import parse_hooks
 from hookrun.config.build import build, check_dataset
 from hookrun.config.schema import Mode
-from hookrun.config.specs import parse_hooks
 from hookrun.errors import ConfigError, close_matches
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.hold import ModelHold
