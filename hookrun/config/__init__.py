@@ -1,7 +1,8 @@
 """What the user asked: the config schema (config/schema.py, loading a config onto it), and here the hook
 specs; build.py turns the config's `_target_` nodes into objects (the one module that calls
 hydra.utils.instantiate; it is not imported here). `conf_folder()`: where hookrun's conf/ is
-(hookrun/conf in a wheel, conf/ beside hookrun/ in a checkout).
+(hookrun/conf in a wheel, conf/ beside hookrun/ in a checkout). `with_live(cfg, model=obj)`: the
+config naming a live object given to run() in its node's place.
 
 Hook specs: the `hooks:` mapping of a config, checked and turned into plain objects.
 
@@ -36,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from omegaconf import DictConfig, OmegaConf
+
 from hookrun.config.schema import HookrunConfig, load, to_yaml
 from hookrun.errors import ConfigError, one_of
 
@@ -49,6 +52,28 @@ SWEPT = "HOOKRUN_SWEPT"  # the environment variable naming the keys a -m sweep v
 def conf_folder() -> Path | None:
     """hookrun's conf/ (the first of CONF_PLACES holding config.yaml); None where neither does."""
     return next((c for c in CONF_PLACES if (c / "config.yaml").is_file()), None)
+
+
+def with_live(cfg: Any, model: Any = None, dataset: Any = None) -> Any:
+    """`cfg` with a `{live: module.Class}` node where a live model or dataset object replaces the
+    config's own (run(cfg, model=obj)): the file's config then names what was run."""
+    if model is None and dataset is None:
+        return cfg
+    if isinstance(cfg, HookrunConfig):
+        cfg = OmegaConf.to_container(OmegaConf.create(to_yaml(cfg)))  # (its kind plugin's block included)
+    elif isinstance(cfg, DictConfig):
+        cfg = OmegaConf.to_container(cfg, resolve=True)
+    cfg = dict(cfg)
+    if model is not None:
+        cfg["model"] = live_node(model)
+    if dataset is not None:
+        cfg["data"] = {**dict(cfg.get("data") or {}), "dataset": live_node(dataset)}
+    return cfg
+
+
+def live_node(obj: Any) -> dict[str, str]:
+    """The node a config keeps for an object given live (a model, a data set): {live: package.Class}."""
+    return {"live": f"{type(obj).__module__}.{type(obj).__qualname__}"}
 
 
 HOOK_KEYS = ("at", "type", "actions")

@@ -20,10 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from hookrun.config.schema import HookrunConfig, to_yaml
 from hookrun.errors import ConfigError, HookrunError
 
 
@@ -125,28 +123,6 @@ def live_model(model: Any, device: torch.device) -> nn.Module:
     if not isinstance(model, nn.Module):
         raise ConfigError(f"run(model=...): got a {type(model).__name__}, not a torch.nn.Module")
     return model.to(device).eval()
-
-
-def with_live(cfg: Any, model: Any = None, dataset: Any = None) -> Any:
-    """`cfg` with a `{live: module.Class}` node where a live model or dataset object replaces the
-    config's own (run(cfg, model=obj)): the file's config then names what was run."""
-    if model is None and dataset is None:
-        return cfg
-    if isinstance(cfg, HookrunConfig):
-        cfg = OmegaConf.to_container(OmegaConf.create(to_yaml(cfg)))  # (its kind plugin's block included)
-    elif isinstance(cfg, DictConfig):
-        cfg = OmegaConf.to_container(cfg, resolve=True)
-    cfg = dict(cfg)
-    if model is not None:
-        cfg["model"] = live_node(model)
-    if dataset is not None:
-        cfg["data"] = {**dict(cfg.get("data") or {}), "dataset": live_node(dataset)}
-    return cfg
-
-
-def live_node(obj: Any) -> dict[str, str]:
-    """The node a config keeps for an object given live (a model, a data set): {live: package.Class}."""
-    return {"live": f"{type(obj).__module__}.{type(obj).__qualname__}"}
 
 
 def weights_digest(model: torch.nn.Module) -> str:

@@ -1,21 +1,25 @@
 """What load says when OmegaConf refuses a config (config/schema.py's load, on its error path only): one
 line naming the key, with the closest key the schema has and the keys of its block.
 
-    omegaconf_message(exc)   # "data.batch_sise: Key 'batch_sise' is not in struct; did you mean data.batch_size? ..."
+    omegaconf_message(exc, HookrunConfig, Mode)
+    # "data.batch_sise: Key 'batch_sise' not in 'DataConfig'; did you mean data.batch_size? (data has: ...)"
+
+It is handed the schema and its modes (HookrunConfig, Mode), so that it imports nothing of schema.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
+from enum import Enum
 
 from omegaconf.errors import OmegaConfBaseException
 
 from hookrun.config.plugins import REFUSED, nested_block, plugin_names
-from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import close_matches, object_in_config, typed_line
 
 
-def omegaconf_message(exc: OmegaConfBaseException) -> str:
+def omegaconf_message(exc: OmegaConfBaseException, schema: type, modes: Iterable[Enum]) -> str:
     """The one line of a config OmegaConf refused as load merged it onto the schema: an object put in a config,
     a value of the wrong type, or a key the schema lacks (the closest key, and the keys its block has)."""
     first = str(exc).strip().splitlines()[0]
@@ -29,10 +33,10 @@ def omegaconf_message(exc: OmegaConfBaseException) -> str:
         from hookrun.config.kind_names import shipped_names, unfound_kind
 
         if key in shipped_names():  # (a block kind's name is a key: only a mode's kind reaches here)
-            return (f"{key}: one of hookrun's own run kinds, chosen by mode= ({', '.join(m.value for m in Mode)}; "
+            return (f"{key}: one of hookrun's own run kinds, chosen by mode= ({', '.join(m.value for m in modes)}; "
                     f"record is mode=eval's), not a block of keys: set mode, and its settings as top-level keys"
                     + (f" (the {REFUSED[key]})" if key in REFUSED else ""))
-        keys = schema_keys()
+        keys = schema_keys(schema)
         parent = key.rpartition(".")[0]
         siblings = [k for k in keys if k.rpartition(".")[0] == parent]  # the block's own keys first
         close = close_matches(key, siblings, n=1) or close_matches(key, [k for k in keys if k.count(".") == key.count(".")], n=1)
@@ -45,7 +49,7 @@ def omegaconf_message(exc: OmegaConfBaseException) -> str:
     return message
 
 
-def schema_keys() -> list[str]:
+def schema_keys(schema: type) -> list[str]:
     """The dotted keys the schema types (data.batch_size, output.path, ...), and the kind plugins'
     blocks' names (their keys are typed by hookrun.config.plugins)."""
     out = []
@@ -57,5 +61,5 @@ def schema_keys() -> list[str]:
             if inner is not None:
                 walk(inner, f"{prefix}{f.name}.")
 
-    walk(HookrunConfig, "")
+    walk(schema, "")
     return out + [name for name in plugin_names() if name not in out]  # the kind plugins' blocks

@@ -157,7 +157,7 @@ def load(cfg: Any) -> HookrunConfig:
     except OmegaConfBaseException as exc:
         from hookrun.config.load_errors import omegaconf_message
 
-        raise ConfigError(omegaconf_message(exc)) from None
+        raise ConfigError(omegaconf_message(exc, HookrunConfig, Mode)) from None
     assert isinstance(obj, HookrunConfig)
     out = obj.output  # the size keys, as every size key is read (hookrun.errors.parse_bytes: 2GB, 512MiB, bytes)
     out.max_bytes = None if out.max_bytes is None else parse_bytes(out.max_bytes, "output.max_bytes")

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from hookrun.config.build import with_live
+from hookrun.config import with_live
 from hookrun.config.schema import HookrunConfig, load, to_yaml
 from hookrun.errors import RunError, StoreError, article, write_reason
 from hookrun.hooks.hold import ModelHold

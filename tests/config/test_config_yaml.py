@@ -11,7 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 
 import hookrun
-from hookrun.config.build import with_live
+from hookrun.config import with_live
 from hookrun.config.schema import load, to_yaml
 
 EXPERIMENTS = sorted(p.stem for p in (Path(__file__).parents[2] / "conf" / "experiment").glob("*.yaml"))

@@ -19,7 +19,7 @@ import numpy as np
 from torch import nn
 
 from hookrun.analysis.kind_readers import Table
-from hookrun.config.build import live_node
+from hookrun.config import live_node
 from hookrun.errors import ConfigError
 from hookrun.runner.kinds.probe.block import LIVE_TEST
 from hookrun.runner.kinds.probe.reader import probe_weights, read_probes

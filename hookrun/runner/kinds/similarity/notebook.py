@@ -15,7 +15,7 @@ from typing import Any
 
 from torch import nn
 
-from hookrun.config.build import live_node
+from hookrun.config import live_node
 from hookrun.errors import ConfigError
 from hookrun.runner.kinds.similarity.block import LIVE_WITH
 from hookrun.runner.kinds.similarity.reader import read_similarity
