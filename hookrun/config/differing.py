@@ -12,6 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+# keys that do not change what is captured (resume: config_differences, below)
+IGNORED = {"resume", "dry_run", "progress", "imports", "output.overwrite", "output.max_bytes",
+           "output.flush_every", "output.path", "output.compression", "data.num_workers", "output.staging",
+           "output.part_bytes"}
+
 
 def differing(a: Any, b: Any, ignore: Iterable[str] = (), sides: tuple[str, str] | None = None) -> list[str]:
     """The sorted dotted keys whose values differ between two config trees (a key present on one
@@ -51,3 +56,30 @@ def _under(key: str, prefixes: tuple[str, ...]) -> bool:
 
 
 _MISSING = object()
+
+
+def config_differences(old: dict, new: dict) -> list[str]:
+    """The keys that change what is captured (IGNORED keys do not). A null key is the same as an
+    absent one: a file written when a block of a kind not run was stored as its nulls
+    (`patching: null`, evaluate's `{enabled: null, ...}`) resumes under a config without it. A
+    block's `enabled: true` is the same as no `enabled`: a block given is on (a file written when
+    `evaluate.ablation=zero` stored `enabled: null` resumes under the command that now stores true)."""
+    return differing(_on_by_default(_without_nulls(old)), _on_by_default(_without_nulls(new)), IGNORED, ("the file's run", "this config"))
+
+
+def _on_by_default(tree: dict) -> dict:
+    """`tree` with each top-level block's `enabled: true` left out (a block given is on)."""
+    return {key: ({k: v for k, v in block.items() if not (k == "enabled" and v is True)} if isinstance(block, dict) else block)
+            for key, block in tree.items()}
+
+
+def _without_nulls(tree: Any) -> Any:
+    """`tree` without its null values, and without the mappings left empty by that alone."""
+    if not isinstance(tree, dict):
+        return tree
+    out = {}
+    for key, value in tree.items():
+        kept = _without_nulls(value)
+        if value is not None and not (kept == {} and value != {}):
+            out[key] = kept
+    return out

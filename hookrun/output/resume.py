@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import h5py
 import numpy as np
@@ -26,7 +26,7 @@ import torch
 import yaml
 
 from hookrun.config.build import same_weights
-from hookrun.config.differing import differing
+from hookrun.config.differing import config_differences
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.store.format import CaptureMeta, RowKind
 from hookrun.store.kind_tables import tables_in
@@ -36,10 +36,6 @@ from hookrun.store.reading import LocalSource
 from hookrun.store.records import Capture, CaptureKey, RunStore, StepRecord
 from hookrun.store.verify import check_block, sample_map_damage, table_of
 
-# keys that do not change what is captured
-IGNORED = {"resume", "dry_run", "progress", "imports", "output.overwrite", "output.max_bytes",
-           "output.flush_every", "output.path", "output.compression", "data.num_workers", "output.staging",
-           "output.part_bytes"}
 SAMPLE_KEYS = {"index", "step", "target", "path", "token_sample", "token_position", "token_generated"}
 
 
@@ -140,33 +136,6 @@ def complete_steps(f: h5py.File, mid_flush: bool = False) -> int:
     if mid_flush:
         return min(steps, int(f.attrs["previous_flush"][0]) if "previous_flush" in f.attrs else 0)
     return min(steps, int(f.attrs.get("steps_complete", steps)))
-
-
-def config_differences(old: dict, new: dict) -> list[str]:
-    """The keys that change what is captured (IGNORED keys do not). A null key is the same as an
-    absent one: a file written when a block of a kind not run was stored as its nulls
-    (`patching: null`, evaluate's `{enabled: null, ...}`) resumes under a config without it. A
-    block's `enabled: true` is the same as no `enabled`: a block given is on (a file written when
-    `evaluate.ablation=zero` stored `enabled: null` resumes under the command that now stores true)."""
-    return differing(_on_by_default(_without_nulls(old)), _on_by_default(_without_nulls(new)), IGNORED, ("the file's run", "this config"))
-
-
-def _on_by_default(tree: dict) -> dict:
-    """`tree` with each top-level block's `enabled: true` left out (a block given is on)."""
-    return {key: ({k: v for k, v in block.items() if not (k == "enabled" and v is True)} if isinstance(block, dict) else block)
-            for key, block in tree.items()}
-
-
-def _without_nulls(tree: Any) -> Any:
-    """`tree` without its null values, and without the mappings left empty by that alone."""
-    if not isinstance(tree, dict):
-        return tree
-    out = {}
-    for key, value in tree.items():
-        kept = _without_nulls(value)
-        if value is not None and not (kept == {} and value != {}):
-            out[key] = kept
-    return out
 
 
 def replay_file(state: ResumeState, store: RunStore) -> int:

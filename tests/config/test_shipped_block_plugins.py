@@ -139,7 +139,7 @@ def test_a_key_of_evaluate_on_the_command_line_adds_the_block_and_patching_keys_
 
 
 def test_a_file_that_stored_the_blocks_as_nulls_resumes_under_a_config_without_them():
-    from hookrun.output.resume import config_differences
+    from hookrun.config.differing import config_differences
 
     new = {"device": "cpu", "data": {"batch_size": 4, "limit": None}, "output": {"path": "a.h5"}}
     old = {**new, "evaluate": {"enabled": None, "ablation": None, "mean": None}, "patching": None}

@@ -40,6 +40,7 @@ from pathlib import Path
 import h5py
 import yaml
 
+from hookrun.config.differing import config_differences
 from hookrun.config.schema import HookrunConfig, replaced, to_yaml
 from hookrun.errors import ConfigError, StoreError
 from hookrun.output.objects.object_folder import reason
@@ -48,7 +49,7 @@ from hookrun.output.objects.ranked import begin_ranks, check_ranked_output, fini
 from hookrun.output.objects.remote_lock import RemoteLock, lock_name
 from hookrun.output.process import Ranks
 from hookrun.output.ranks import rank_device
-from hookrun.output.resume import ResumeState, check_same_model, config_differences, open_resume
+from hookrun.output.resume import ResumeState, check_same_model, open_resume
 from hookrun.store.lock import OutputLock, WriterLock, writable_folder
 from hookrun.store.merge import View
 from hookrun.store.records import RunStore
