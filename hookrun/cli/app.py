@@ -42,7 +42,7 @@ from hookrun.config import CONF_PLACES, conf_folder
 from hookrun.config.plugins import plugin
 from hookrun.config.schema import HookrunConfig, hydra_schema, load, replaced
 from hookrun.errors import ConfigError, HookrunError
-from hookrun.output.destination import in_run_folder, on_accepted
+from hookrun.output import in_run_folder, on_accepted
 from hookrun.output.process import Interrupted, detect, release_start, share_start
 from hookrun.runner.run import run
 

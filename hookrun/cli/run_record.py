@@ -1,5 +1,5 @@
 """Hydra's record of a run (`.hydra/config.yaml`, `hydra.yaml`, `overrides.yaml`, `hookrun.log`),
-written into the run folder only once the run is accepted (output/destination.py: on_accepted).
+written into the run folder only once the run is accepted (output/__init__.py: on_accepted).
 
     with held_saves():              # main(): Hydra's run_job keeps its .hydra files here, unwritten
         _app()                      # the task: record = RunRecord.take(folder); run(cfg) under

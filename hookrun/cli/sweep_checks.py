@@ -89,7 +89,7 @@ def _refusal(loader, config: DictConfig, num: int, overrides: list[str]) -> Hook
 
     from hookrun.config.schema import load, replaced
     from hookrun.hooks.spec_check import check_specs
-    from hookrun.output.destination import in_run_folder
+    from hookrun.output import in_run_folder
     from hookrun.runner.prepare import check_alone
 
     before = HydraConfig.instance().cfg

@@ -9,7 +9,7 @@ imports this module: the runner names them under TYPE_CHECKING).
         ...
         dest.end(resume, replayed)
 
-Two classes satisfy Destination: LocalFile (one HDF5 file: output/destination.py) and StoreParts
+Two classes satisfy Destination: LocalFile (one HDF5 file: output/__init__.py) and StoreParts
 (HDF5 parts in an object store: output/objects/destination.py). With many ranks, `dest.shards(cfg, ranks)`
 is the layout output/shards.py's ShardRun wraps around either (LocalShards: a file per rank and a
 merged view, output/local_shards.py; PartsShards: parts per rank and a top manifest); each rank

@@ -31,7 +31,7 @@ class LocalShards:
     """Many ranks on a local file: a shard file per rank, and rank 0's merged view."""
 
     def __init__(self, cfg: HookrunConfig, ranks: Ranks, dest: Any) -> None:
-        """`dest`: output.path's LocalFile (output/destination.py, which imports this module)."""
+        """`dest`: output.path's LocalFile (output/__init__.py, which imports this module)."""
         self.cfg, self.r = cfg, ranks
         self.merged = dest.path
         self.shards = [shard_path(self.merged, i) for i in range(ranks.world)]

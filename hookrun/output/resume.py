@@ -10,7 +10,7 @@ bit. Until the new file is closed, the old one stays where it was: nothing is lo
 failure. Both kinds of old run satisfy Resume: ResumeState (one local file, or one rank's shard)
 and PartsResume (an object-store run, output/objects/destination.py: its verified parts are kept as they
 are, and the part being written when it stopped is replayed). The destination
-(output/destination.py) opens the right one.
+(output/__init__.py) opens the right one.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     layout = open_destination(cfg).shards(cfg, ranks)   # LocalShards or PartsShards
     result = ShardRun(cfg, ranks, layout).run(body)     # body(cfg_of_this_rank, its destination, adjust)
 
-ShardRun is the ranks strategy, a wrapper around either destination's layout (output/destination.py):
+ShardRun is the ranks strategy, a wrapper around either destination's layout (output/__init__.py):
 the rendezvous, the checks, the heartbeats and rank 0's wait are here; which files or objects a
 rank writes, and how rank 0 combines them, are the layout's. With a local file:
 
@@ -33,7 +33,7 @@ import yaml
 from hookrun.config.differing import differing
 from hookrun.config.schema import HookrunConfig, to_yaml
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError
-from hookrun.output.destination import LocalFile
+from hookrun.output import LocalFile
 from hookrun.output.process import Ranks, StopSignals, every_rank
 from hookrun.output.ranks import gather, open_store
 from hookrun.store.merge import View

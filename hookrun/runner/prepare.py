@@ -37,7 +37,7 @@ from hookrun.hooks.actions.base import declares
 from hookrun.hooks.hold import ModelHold, disable_inplace
 from hookrun.hooks.plan import make_plan
 from hookrun.hooks.points import HookPoint
-from hookrun.output.destination import open_destination
+from hookrun.output import open_destination
 from hookrun.runner.batches import build_collate, first_items, make_loader
 from hookrun.runner.calls import CallSpec, check_positions, position_limit
 from hookrun.runner.kinds import KindContext, check_config, kind_for
@@ -52,7 +52,7 @@ class Prepared:
     """Everything a run needs, built and checked, before the file is touched."""
 
     cfg: HookrunConfig
-    out: Destination  # where the run is written: a local file or object-store parts (output/destination.py)
+    out: Destination  # where the run is written: a local file or object-store parts (output/__init__.py)
     model: torch.nn.Module
     dataset: Any  # the user's map-style dataset
     loader: DataLoader

@@ -27,7 +27,7 @@ from hookrun.config.schema import HookrunConfig, load, to_yaml
 from hookrun.errors import RunError, StoreError, article, write_reason
 from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.session import HookSession
-from hookrun.output.destination import accepted, open_destination
+from hookrun.output import accepted, open_destination
 from hookrun.output.process import (
     Interrupted,
     StopSignals,
@@ -163,7 +163,7 @@ def _run(cfg: HookrunConfig, dest: Destination, started: float, model: torch.nn.
 def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
     """Write the run. The caller holds the destination's lock; a local file appears under its name
     only once it opens, and a resumed file replaces the old one only once it holds its batches; an
-    object-store run is written in parts uploaded as they finish (output/destination.py)."""
+    object-store run is written in parts uploaded as they finish (output/__init__.py)."""
     cfg, dest = p.cfg, p.out
     has = f"{len(p.points)} hook point(s)" if p.points or not p.settings.kind.adds else f"{article(p.settings.kind.name)} run ({p.settings.kind.units[1]})"
     log.info("%s on %s, %s, writing %s", type(p.model).__name__, p.settings.device, has, dest)
@@ -175,7 +175,7 @@ def execute(p: Prepared, resume: Resume | None, started: float) -> RunResult:
     session = HookSession(p.points, p.env, cfg.early_stop)
     with StopSignals() as stop:  # from before the file exists: a first signal then stops after one batch
         store = open_store(p, resume)
-        accepted()  # the output is this run's: the CLI now writes Hydra's record of it (output/destination.py)
+        accepted()  # the output is this run's: the CLI now writes Hydra's record of it (output/__init__.py)
         try:
             first = p.batches.start  # 0, or where this rank's shard starts
             if resume is not None:

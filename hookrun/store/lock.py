@@ -66,7 +66,7 @@ class WriterLock(Protocol):
         self.release()
 
 
-BESIDE = (".resuming", ".replacing")  # a new file written beside the old one (resume, overwrite: output/destination.py)
+BESIDE = (".resuming", ".replacing")  # a new file written beside the old one (resume, overwrite: output/__init__.py)
 
 
 def lock_path(output: Path) -> Path:

@@ -2,9 +2,9 @@
 written), sources (where it is read from) and readers (what open_run hands the user). Nothing else
 in hookrun asks whether a path is a URL.
 
-    scheme_of("outputs/run/captures.h5").name    # 'file': a local HDF5 file (output/destination.py)
+    scheme_of("outputs/run/captures.h5").name    # 'file': a local HDF5 file (output/__init__.py)
     scheme_of("s3://bucket/cache/captures.h5")   # 'objects': parts in an object store (output/objects/)
-    open_destination(cfg) / open_source(path)    # output/destination.py and store/reading.py ask here
+    open_destination(cfg) / open_source(path)    # output/__init__.py and store/reading.py ask here
 
 A scheme names its destination, its source and its reader by import path ("module:callable"),
 resolved when first used: `destination(cfg) -> Destination` (output/interface.py's protocol:
@@ -47,7 +47,7 @@ class Scheme:
         return _resolve(self.reader)(source)
 
 
-LOCAL = Scheme("file", False, "hookrun.output.destination:local_destination", "hookrun.store.reading:local_source",
+LOCAL = Scheme("file", False, "hookrun.output:local_destination", "hookrun.store.reading:local_source",
                "hookrun.analysis.run_reader:Run")
 OBJECTS = Scheme("objects", True, "hookrun.output.objects.destination:parts_destination",
                  "hookrun.output.objects.source:parts_source", "hookrun.output.objects.remote_run:RemoteRun")

@@ -20,7 +20,7 @@ MODULE = '''
     from pathlib import Path
 
     import torch
-    from hookrun.output.destination import LocalFile
+    from hookrun.output import LocalFile
     from hookrun.store.reading import LocalSource
     from hookrun.store.schemes import Scheme
 

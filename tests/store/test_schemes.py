@@ -18,7 +18,7 @@ from torch import nn
 
 import hookrun
 from hookrun.analysis.run_reader import Run
-from hookrun.output.destination import LocalFile
+from hookrun.output import LocalFile
 from hookrun.store.reading import LocalSource
 from hookrun.store.schemes import LOCAL, OBJECTS, SCHEMES, Scheme, register_scheme, scheme_of
 
