@@ -14,7 +14,7 @@
 
 from typing import TYPE_CHECKING, Any
 
-from hookrun.store.format import HOOKRUN_VERSION as __version__
+from hookrun.store import HOOKRUN_VERSION as __version__
 
 __all__ = ["Action", "attribute", "Captured", "RunResult", "__version__", "capture", "compose", "modules", "open_run", "open_sweep",
            "patch_grid", "probe", "register_action", "run", "similarity"]

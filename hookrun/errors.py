@@ -14,7 +14,7 @@ How a module and a capture are named in messages, warnings and plans: one label 
     token_label(" the\n")                     # '␣the↵': a token's text with its whitespace made visible
     sorted(names, key=natural_key)            # h.2 before h.10: modules by depth, as every listing orders them
 
-The file itself names the whole model's group MODEL_NODE (hookrun.store.format); this is what a
+The file itself names the whole model's group MODEL_NODE (hookrun.store); this is what a
 person reads.
 """
 

@@ -32,7 +32,7 @@ import yaml
 
 from hookrun.analysis.reader_failures import asked, isolated_readers, unloaded
 from hookrun.errors import HookrunError, visible
-from hookrun.store.format import BATCH_UNITS
+from hookrun.store import BATCH_UNITS
 
 
 def _none(_: Any) -> list:

@@ -23,7 +23,7 @@ import h5py
 import numpy as np
 
 from hookrun.errors import HookrunError
-from hookrun.store.format import CaptureMeta, RowKind
+from hookrun.store import CaptureMeta, RowKind
 from hookrun.store.listing import CaptureInfo, row_index
 
 ROW_AXES = ("sample", "step", "token")

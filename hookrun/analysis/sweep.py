@@ -23,7 +23,7 @@ from hookrun.analysis.opening import open_run
 from hookrun.analysis.run_reader import Run, block_stats
 from hookrun.analysis.sweep_plan import planned, typed_overrides
 from hookrun.errors import HookrunError, NotFoundError, natural_key
-from hookrun.store.format import REFUSED
+from hookrun.store import REFUSED
 from hookrun.store.reading import UrlPath, empty_sweep, folder_file, job_dirs
 from hookrun.store.schemes import scheme_of
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from hookrun.data.text import ByteTokenizer
 from hookrun.errors import NotFoundError, close_matches
-from hookrun.store.format import CaptureMeta, RowKind
+from hookrun.store import CaptureMeta, RowKind
 from hookrun.store.listing import is_capture
 
 VALUES = "top.values"

@@ -24,7 +24,7 @@ from hookrun.analysis.report.token_text import token_text
 from hookrun.analysis.run_reader import CaptureInfo, Run, block_stats
 from hookrun.cli import figures
 from hookrun.errors import MODEL_LABEL
-from hookrun.store.format import PATTERN
+from hookrun.store import PATTERN
 
 HIST_VALUES = 2_000_000  # at most this many values go into one histogram
 

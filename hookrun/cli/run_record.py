@@ -25,7 +25,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from hookrun.store.format import REFUSED
+from hookrun.store import REFUSED
 
 _HELD: list[tuple[Path, str]] = []  # (file, text) of the .hydra files Hydra asked to write
 log = logging.getLogger("hookrun")

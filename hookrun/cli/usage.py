@@ -88,7 +88,7 @@ def usage(conf: str) -> str:
 
 
 def version() -> str:
-    from hookrun.store.format import HOOKRUN_VERSION
+    from hookrun.store import HOOKRUN_VERSION
 
     try:
         import torch

@@ -42,7 +42,7 @@ from hookrun.config.plugins import (
     typed_block,
 )
 from hookrun.errors import ConfigError, parse_bytes
-from hookrun.store.format import PART_BYTES
+from hookrun.store import PART_BYTES
 
 
 class Mode(str, Enum):

@@ -26,7 +26,7 @@ import torch
 
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError, module_label
 from hookrun.hooks.ops import OpBuild, OpContext, register_op
-from hookrun.store.format import CaptureMeta, RowKind
+from hookrun.store import CaptureMeta, RowKind
 from hookrun.store.listing import damage, list_captures, matches, row_index
 from hookrun.store.reading import open_source
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hookrun.store.format import PATTERN, PATTERN_FNS
+from hookrun.store import PATTERN, PATTERN_FNS
 
 PER_HEAD = ("head", "token", "feature")  # queries, keys, values and their product with the pattern
 CONTRACTIONS = {"matmul", "bmm", "einsum", "baddbmm", "mm", "tensordot", "__matmul__"}

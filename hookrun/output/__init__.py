@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 from hookrun.config.schema import HookrunConfig
 from hookrun.errors import ConfigError
 from hookrun.output.process import Ranks, every_rank
-from hookrun.store.format import METADATA_BYTES
+from hookrun.store import METADATA_BYTES
 from hookrun.store.h5store import H5Store
 from hookrun.store.lock import BESIDE, OutputLock, WriterLock, flushing_path, writable_folder
 from hookrun.store.schemes import local_path, scheme_of

@@ -28,7 +28,7 @@ import yaml
 from hookrun.config.build import same_weights
 from hookrun.config.differing import config_differences
 from hookrun.errors import ConfigError, HookrunError
-from hookrun.store.format import CaptureMeta, RowKind
+from hookrun.store import CaptureMeta, RowKind
 from hookrun.store.kind_tables import tables_in
 from hookrun.store.listing import damage, list_captures
 from hookrun.store.lock import flushing_path

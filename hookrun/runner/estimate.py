@@ -6,7 +6,7 @@
 
 It runs a batch of one (the dataset's first item) with a fresh hook session, so the real run
 starts from a clean state; nothing is written. It counts what HDF5 allocates: each dataset's rows
-at most (store/format.py: `limit`, `every`, the run's samples, samples x tokens for token rows) in
+at most (store/__init__.py: `limit`, `every`, the run's samples, samples x tokens for token rows) in
 the whole chunks the store will make of them, and HDF5's own metadata; so, uncompressed, the file
 a run writes is no larger (variable-length rows aside: the first sample's size stands for all),
 and with output.compression the total is an upper bound.
@@ -27,8 +27,7 @@ from hookrun.hooks.plan import HookPoint
 from hookrun.hooks.session import HookSession
 from hookrun.runner.batches import first_batch
 from hookrun.runner.loop import stored_keys, token_width
-from hookrun.store.columns import chunk_bytes_for
-from hookrun.store.format import (
+from hookrun.store import (
     DIGEST_CHUNK,
     INDEX_CHUNK,
     RAGGED_CHUNK,
@@ -38,6 +37,7 @@ from hookrun.store.format import (
     capture_bound,
     chunk_rows,
 )
+from hookrun.store.columns import chunk_bytes_for
 from hookrun.store.overhead import index_bytes, metadata_bytes, table_bytes
 from hookrun.store.records import Capture
 
@@ -69,7 +69,7 @@ class Estimate:
     n_batches: int = 0
     header: list[str] = field(default_factory=list)
     extra_bytes: int = 0  # /samples (index, step, target, data.store keys, token map), /checksums, the kind's own
-    meta_bytes: int = 0  # HDF5's own: object headers, chunk B-trees, groups (store/format.py)
+    meta_bytes: int = 0  # HDF5's own: object headers, chunk B-trees, groups (store/__init__.py)
     state_bytes: int = 0  # stateful actions' state (top_examples: features x k), in its two slots under /state
     state_groups: int = 0  # ... and its groups
     unestimated: str = ""  # what the estimate leaves out: a kind's rows that are not batches (RunKind.estimated)

@@ -112,7 +112,7 @@ def run_batches(
                 ticket=transfer.submit(captures),
                 samples=stored if adds.samples is None else {**(stored or {}), **adds.samples},
                 tokens=step_tokens(captures, env.state, adds.generated),
-                token_width=token_width(s.kind, call),  # (the store's chunks of token rows: store/format.py)
+                token_width=token_width(s.kind, call),  # (the store's chunks of token rows: store/__init__.py)
                 tables=adds.tables,
                 state=env.snapshot(),  # stateful actions (top_examples): saved at the next flush
             ))

@@ -39,7 +39,7 @@ from hookrun.output.process import (
 from hookrun.runner.kinds import check_config, kind_for
 from hookrun.runner.loop import end_report, run_batches
 from hookrun.runner.prepare import Prepared, prepare
-from hookrun.store.format import BATCH_UNITS, HOOKRUN_VERSION
+from hookrun.store import BATCH_UNITS, HOOKRUN_VERSION
 from hookrun.store.records import RunStore
 from hookrun.store.writer import BackgroundWriter
 

@@ -33,7 +33,7 @@ Chunked, resizable datasets: how big a chunk is, and appending whole blocks of r
 
 A chunk holds about CHUNK_BYTES of rows with few captures; with many they share CACHE_BUDGET (down to
 MIN_CHUNK_BYTES each: each keeps the chunk it fills in memory). No chunk holds more rows than the
-run can write (store/format.py: `limit`, `every`, samples, token rows): HDF5 allocates whole chunks.
+run can write (store/__init__.py: `limit`, `every`, samples, token rows): HDF5 allocates whole chunks.
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ from dataclasses import dataclass
 import h5py
 import numpy as np
 
+import hookrun.store as layout  # the format's chunk sizes
 from hookrun.errors import RunError
-from hookrun.store import format as layout  # chunk sizes
-from hookrun.store.format import CaptureMeta, storable_text
+from hookrun.store import CaptureMeta, storable_text
 from hookrun.store.records import Capture, StepRecord
 from hookrun.store.writer import DigestLog, digest, digest_ragged
 
@@ -58,7 +58,7 @@ class Column:
     key: tuple  # (hook, module, role, call)
     index: h5py.Dataset | None = None  # sample (or step) index of each row, once rows skip
     digest_id: int | None = None  # its number in the run's /checksums table (store/writer.py)
-    bound: int | None = None  # the most rows it can get (store/format.py), where known
+    bound: int | None = None  # the most rows it can get (store/__init__.py), where known
 
 
 class CaptureColumns:

@@ -28,8 +28,8 @@ import h5py
 import numpy as np
 
 from hookrun.errors import RunError
+from hookrun.store import FORMAT_VERSION, batch_bytes
 from hookrun.store.columns import CHUNK_BYTES, CaptureColumns, Column, SampleTable, chunk_bytes_for
-from hookrun.store.format import FORMAT_VERSION, batch_bytes
 from hookrun.store.lock import create_hidden, flushing_path
 from hookrun.store.records import Capture, StepRecord
 from hookrun.store.writer import DigestLog

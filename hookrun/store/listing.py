@@ -6,7 +6,7 @@
 
 Whoever turns a user's key into a capture goes through resolve(), so the file run, the merged view,
 resume, patch, `Run.find` and `Captured.find` agree on every name and every error. A capture's
-attributes are store/format.py's CaptureMeta.
+attributes are store/__init__.py's CaptureMeta.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import h5py
 import numpy as np
 
 from hookrun.errors import MODEL_LABEL, HookrunError, NotFoundError, close_matches
-from hookrun.store.format import CaptureMeta, RowKind, label
+from hookrun.store import CaptureMeta, RowKind, label
 
 
 def is_capture(obj: Any) -> bool:

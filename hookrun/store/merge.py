@@ -21,7 +21,7 @@ import h5py
 import numpy as np
 
 from hookrun.errors import HookrunError, RunError, refused_write, write_reason
-from hookrun.store.format import CaptureMeta, RowKind
+from hookrun.store import CaptureMeta, RowKind
 from hookrun.store.listing import is_capture
 from hookrun.store.live import settled
 from hookrun.store.run_state import copy_whole, merge_features

@@ -1,6 +1,6 @@
 """HDF5's own bytes in a file besides its rows (object headers, chunk B-tree nodes, symbol tables,
 attributes), by which the plan's estimate (runner/estimate.py) and each kind's estimate count the file
-a run writes, so that `output.max_bytes` bounds it (store/format.py: the chunks the rows take).
+a run writes, so that `output.max_bytes` bounds it (store/__init__.py: the chunks the rows take).
 
     metadata_bytes([(4, 1, True)], groups=4)      # a file of one capture (rank 4, one chunk) in 4 groups
     table_bytes(1, 2, 3, text=40)                 # a group of 2 contiguous datasets and 3 attributes
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from hookrun.store.format import INDEX_CHUNK, allocated, capped
+from hookrun.store import INDEX_CHUNK, allocated, capped
 
 # what HDF5 adds besides the chunks (fs_strategy none, the earliest file format; metadata_bytes): the
 # superblock and root group, each group's symbol table and name heap, each dataset's object header

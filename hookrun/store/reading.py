@@ -23,7 +23,7 @@ from typing import Protocol
 import h5py
 
 from hookrun.errors import HookrunError, NotFoundError
-from hookrun.store.format import FORMAT_VERSION, HOOKRUN_VERSION, REFUSED
+from hookrun.store import FORMAT_VERSION, HOOKRUN_VERSION, REFUSED
 from hookrun.store.listing import damage
 from hookrun.store.live import changed_while_read, settled, wait_for_flush
 from hookrun.store.lock import flushing_path

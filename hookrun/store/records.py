@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from hookrun.errors import RunError, call_role
-from hookrun.store.format import MODEL_NODE
+from hookrun.store import MODEL_NODE
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import h5py
 import numpy as np
 import torch
 
-from hookrun.store.format import CaptureMeta, RowKind
+from hookrun.store import CaptureMeta, RowKind
 from hookrun.store.listing import is_capture
 from hookrun.store.records import Capture, escape
 

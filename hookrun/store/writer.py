@@ -41,7 +41,7 @@ import torch
 import xxhash
 
 from hookrun.errors import HookrunError, RunError, write_reason
-from hookrun.store.format import DIGEST_CHUNK, capped
+from hookrun.store import DIGEST_CHUNK, capped
 from hookrun.store.records import Capture, RunStore, StepRecord
 
 _STOP = object()

@@ -14,7 +14,7 @@ from conftest import run_cli
 
 import hookrun
 from hookrun.errors import ConfigError
-from hookrun.store.format import row_bound
+from hookrun.store import row_bound
 
 CNN = {"_target_": "hookrun.models.tiny_cnn"}
 LM = {"_target_": "hookrun.models.tiny_lm", "attn_implementation": "eager"}

@@ -1,4 +1,4 @@
-"""store/format.py's CaptureMeta and store/listing.py: a capture's metadata to attributes and back (read
+"""store/__init__.py's CaptureMeta and store/listing.py: a capture's metadata to attributes and back (read
 with plain h5py as the reference), and the one resolver of capture names that Run.find and Captured.find share."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from hookrun.errors import NotFoundError
-from hookrun.store.format import CaptureMeta, RowKind
+from hookrun.store import CaptureMeta, RowKind
 from hookrun.store.listing import CaptureInfo, list_captures, resolve, row_index
 
 

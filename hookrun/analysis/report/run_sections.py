@@ -40,7 +40,7 @@ from hookrun.analysis.report.token_text import token_text
 from hookrun.analysis.run_notes import run_status, weights_note
 from hookrun.analysis.stats import human_bytes, no_values
 from hookrun.errors import dataset_label, natural_key
-from hookrun.store.format import PATTERN
+from hookrun.store import PATTERN
 
 
 @dataclass

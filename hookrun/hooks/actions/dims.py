@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from hookrun.errors import ConfigError, RunError, one_of
 from hookrun.hooks.events import Event, StepState, family
 from hookrun.hooks.points import HookPoint
-from hookrun.store.format import BY_RANK, PATTERN, PATTERN_FNS, unnamed
+from hookrun.store import BY_RANK, PATTERN, PATTERN_FNS, unnamed
 
 DIM_NAMES = {"channel": 1, "height": 2, "width": 3, "token": 1, "feature": -1}
 LAST_NAMES = {**DIM_NAMES, "height": 1, "width": 2, "channel": 3}  # a 4-D channels-last map's (batch, H, W, C)

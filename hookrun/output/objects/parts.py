@@ -29,7 +29,7 @@ from hookrun.errors import ConfigError, StoreError
 from hookrun.output.objects.manifest import Manifest, PartEntry
 from hookrun.output.objects.object_folder import RemoteFolder
 from hookrun.output.objects.upload import LocalPart, ObjectStoreOutput, Uploader, retrying
-from hookrun.store.format import PART_BYTES, CaptureMeta
+from hookrun.store import PART_BYTES, CaptureMeta
 from hookrun.store.h5store import H5Store
 from hookrun.store.listing import list_captures
 from hookrun.store.reading import LocalSource

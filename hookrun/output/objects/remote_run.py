@@ -36,7 +36,7 @@ from hookrun.errors import ConfigError
 from hookrun.output.objects.fetch import Parts
 from hookrun.output.objects.parts_loader import PartsLoader
 from hookrun.output.objects.source import PartsSource
-from hookrun.store.format import RowKind, derive_dims
+from hookrun.store import RowKind, derive_dims
 from hookrun.store.listing import CaptureInfo, list_captures
 
 KINDLESS = KindReader("", present=lambda f: False)  # (a reader's defaults: `lines` left as none)

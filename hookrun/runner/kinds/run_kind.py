@@ -58,7 +58,7 @@ from torch import nn
 
 from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.hooks.events import StopForward
-from hookrun.store.format import BATCH_UNITS
+from hookrun.store import BATCH_UNITS
 
 if TYPE_CHECKING:
     from hookrun.hooks.actions import ActionEnv

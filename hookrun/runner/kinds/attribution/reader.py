@@ -18,7 +18,7 @@ import numpy as np
 
 from hookrun.analysis.kind_readers import KindReader
 from hookrun.errors import NotFoundError, json_attribute
-from hookrun.store.format import CaptureMeta
+from hookrun.store import CaptureMeta
 from hookrun.store.listing import row_index
 
 SCALARS = ("target", "logit", "prob", "delta", "deletion_area", "insertion_area", "deletion_random_area",

@@ -20,7 +20,7 @@ import torch
 
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError, module_label
 from hookrun.hooks.events import family
-from hookrun.store.format import RowKind
+from hookrun.store import RowKind
 from hookrun.store.listing import damage, list_captures
 from hookrun.store.reading import open_source
 

@@ -28,8 +28,8 @@ from typing import Any
 import h5py
 import numpy as np
 
+from hookrun.store import allocated
 from hookrun.store.columns import append
-from hookrun.store.format import allocated
 from hookrun.store.kind_tables import KindTable, register_table
 from hookrun.store.overhead import dataset_bytes, table_bytes
 from hookrun.store.records import escape
