@@ -27,7 +27,6 @@ from torch.utils.hooks import BackwardHook
 
 from hookrun.errors import RunError, module_label
 from hookrun.hooks.events import Event, flatten, rebuild
-from hookrun.hooks.hold import disable_inplace
 from hookrun.hooks.points import HookPoint
 from hookrun.registry import Registry
 
@@ -204,6 +203,16 @@ class _NotInPlace:
     def remove(self) -> None:
         for m in self.modules:
             m.inplace = True
+
+
+def disable_inplace(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """Turn off `inplace=True` (ReLU and friends) in `model` and every module inside it; the modules
+    turned off. The numbers are the same, and full backward hooks cannot follow a tensor that a later
+    module overwrites (mode=grad's runs: the whole model; a backward hook in hookrun.capture: its module)."""
+    turned = [m for m in model.modules() if getattr(m, "inplace", None) is True]
+    for m in turned:
+        m.inplace = False
+    return turned
 
 
 def _unseen_output(point: HookPoint, output) -> None:

@@ -144,7 +144,7 @@ def coder_of(params: Mapping, where: str, device: Any = None) -> nn.Module:
 
 def install(model: nn.Module, specs: list, env: ActionEnv, targets: Callable[[Any], list]) -> None:
     """Add a Splice child to every module a `modify_output` with `op: splice` names; record each in
-    env.splices, and the removal of each with env.hold (hooks/hold.py)."""
+    env.splices, and the removal of each with env.hold (ModelHold, hooks/actions/base.py)."""
     for spec in specs:
         for action in spec.actions:
             if action.is_target or action.params.get("op") != "splice":

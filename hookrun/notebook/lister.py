@@ -24,8 +24,8 @@ import torch
 from torch import nn
 
 from hookrun.errors import ConfigError, NotFoundError
+from hookrun.hooks.actions.base import ModelHold
 from hookrun.hooks.events import flatten
-from hookrun.hooks.hold import ModelHold
 from hookrun.hooks.plan import resolve_targets, unwrap
 from hookrun.hooks.points import split_site
 from hookrun.hooks.site_check import unfuse

@@ -33,8 +33,8 @@ from hookrun.config.build import (
 from hookrun.config.schema import DTYPES, HookrunConfig, Mode
 from hookrun.errors import ConfigError, dataset_label
 from hookrun.hooks.actions import ACTIONS, ActionEnv
-from hookrun.hooks.actions.base import declares
-from hookrun.hooks.hold import ModelHold, disable_inplace
+from hookrun.hooks.actions.base import ModelHold, declares
+from hookrun.hooks.hook_types import disable_inplace
 from hookrun.hooks.plan import make_plan
 from hookrun.hooks.points import HookPoint
 from hookrun.output import open_destination

@@ -25,7 +25,7 @@ import torch
 from hookrun.config import with_live
 from hookrun.config.schema import HookrunConfig, load, to_yaml
 from hookrun.errors import RunError, StoreError, article, write_reason
-from hookrun.hooks.hold import ModelHold
+from hookrun.hooks.actions.base import ModelHold
 from hookrun.hooks.session import HookSession
 from hookrun.output import accepted, open_destination
 from hookrun.output.process import (

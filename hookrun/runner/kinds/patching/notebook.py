@@ -24,7 +24,7 @@ from hookrun.config.build import build, check_dataset
 from hookrun.config.schema import Mode
 from hookrun.errors import ConfigError, close_matches
 from hookrun.hooks.actions import ActionEnv
-from hookrun.hooks.hold import ModelHold
+from hookrun.hooks.actions.base import ModelHold
 from hookrun.hooks.plan import make_plan
 from hookrun.runner.kinds.patching.block import Block, load_items, parse_block
 from hookrun.runner.kinds.patching.checks import refuse_modifying, refuse_recording
