@@ -13,22 +13,169 @@
 
 `fire(call, tensors, writable)`, made by the session for each point, runs that point's actions and
 returns the Event; where an action replaced a tensor, the hook hands PyTorch the rebuilt value.
+
+The backward_pre, backward, tensor and param types are hooks/grad_hooks.py's, imported when a config
+names one (HOOK_TYPES.get), so a forward record loads no backward hook code.
+
+A hook point: one hook spec on one module or parameter, with its per-step call counter.
+
+    point = HookPoint("fmap", "forward", "layer1.0", model.layer1[0])   # hook, type, module, target
+    point.next_forward_call()  # 0, then 1 for a second call in the same forward pass
+    split_site("transformer.h.0/add.1", set(dict(model.named_modules())))  # ("transformer.h.0", "add", 1)
+
+`last_roles(module, model)` (HookPoint.last, set at plan time) says which of a module's 4-D tensors are
+channels last, (batch, height, width, channels): timm's Swin, torchvision's Permute to NHWC (channels_last()).
+`split_site` tells an op site's name (`MODULE/FN[.k]`) from a module's when a plan is made; the
+sites themselves (hooks/sites.py) load only where a plan names one.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from functools import partial
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
-from torch import Tensor
-from torch.utils.hooks import BackwardHook
+from torch import Tensor, nn
 
 from hookrun.errors import RunError, module_label
 from hookrun.hooks.events import Event, flatten, rebuild
-from hookrun.hooks.points import HookPoint
 from hookrun.registry import Registry
+
+_GRAPH_TASK = getattr(torch._C, "_current_graph_task_id", None)  # (-1 outside a backward; in torch 2.1+)
+SITE = re.compile(r"^(?P<module>.*)/(?P<fn>[A-Za-z_][A-Za-z0-9_]*)(?:\.(?P<call>\d+))?$")  # an op site's name (hooks/sites.py)
+
+
+@dataclass
+class HookPoint:
+    """One hook spec on one module or parameter, with its per-step call counter."""
+
+    hook: str
+    type: str
+    module: str  # the module's path ('' is the whole model) or the parameter's name
+    target: Any  # nn.Module or nn.Parameter
+    actions: list = field(default_factory=list)
+    globbed: bool = False  # reached only through a glob of `at:` (not named there): may have nothing to record
+    site: tuple | None = None  # an op site (hooks/sites.py): (FN, call or None); target is the module whose code calls FN
+    axes: dict = field(default_factory=dict)  # an op site: (FN, k, role) -> axis names from its module's calls' structure (site_axes)
+    last: tuple = ()  # the role families whose 4-D tensors are channels last (last_roles())
+    forward_calls: int = 0  # a backward hook's firing is bound to the call that made it (grad_hooks._full_backward)
+
+    def reset(self) -> None:
+        self.forward_calls = 0
+
+    def channel_axis(self, x: torch.Tensor, role: str) -> int:
+        """The channels' axis of a tensor hooked here: 1, or 3 where it is a channels-last map (`last`)."""
+        return 3 if x.dim() == 4 and role.split(".", 1)[0] in self.last else 1
+
+    def next_forward_call(self) -> int:
+        if _GRAPH_TASK is not None and _GRAPH_TASK() != -1:  # (a forward run by a backward: activation checkpointing)
+            raise RunError(recomputed(self))
+        self.forward_calls += 1
+        return self.forward_calls - 1
+
+
+def recomputed(point: HookPoint) -> str:
+    """The one line for a hooked module that runs again inside the backward pass: activation
+    checkpointing recomputes its forward there, a call the hooks would number as a new one (a second
+    record of it, an op's noise drawn anew under another call number: gradients of another forward)."""
+    return (f"hooks.{point.hook}: {module_label(point.module)} ran its forward again inside the backward pass (activation checkpointing "
+            f"recomputes it: torch.utils.checkpoint, transformers' gradient_checkpointing_enable()), which the "
+            f"hooks would take for another call; run without checkpointing (model.gradient_checkpointing_disable(), "
+            f"or call the checkpointed modules directly)")
+
+
+def split_site(at: str, modules: set[str]) -> tuple[str, str, int | None] | None:
+    """(module pattern, FN, call or None) of an op-site name; None where `at` names a module (a
+    module whose own name holds a '/' stays a module)."""
+    if at in modules:
+        return None
+    m = SITE.match(at)
+    if not m:
+        return None
+    return m.group("module"), m.group("fn"), int(m.group("call")) if m.group("call") else None
+
+
+def channels_last(module: nn.Module, model: nn.Module) -> bool:
+    """Whether a module's 4-D output is (batch, height, width, channels): a timm model that says so
+    (`output_fmt` NHWC: Swin) or a module of its own that does (timm's PatchEmbed), a Linear or a
+    LayerNorm over the last axis (inside a ConvNeXt block), a module built of these alone (timm's Mlp),
+    an activation or dropout after one (its sibling before it, or its token-wise parent), a Swin block
+    or patch merging, torchvision's Permute to NHWC, an nn.Sequential whose last module is one of these;
+    never a torch *1d/2d/3d module (Conv2d, BatchNorm2d, timm's LayerNorm2d, pools)."""
+    kind = type(module).__name__
+    if isinstance(module, nn.Sequential) and len(module):  # (an SAE spliced at it joins as a last child that passes through)
+        kids = [m for m in module if not getattr(m, "passes_through", False)]
+        return channels_last((kids or list(module))[-1], model)
+    if kind == "Permute" and isinstance(getattr(module, "dims", None), list | tuple):
+        return list(module.dims) == [0, 2, 3, 1]
+    if kind.endswith(("1d", "2d", "3d")):
+        return False
+    fmt = getattr(module, "output_fmt", None)
+    if fmt is not None:
+        return str(getattr(fmt, "value", fmt)) == "NHWC"
+    if _last_axis(module) or kind.startswith(("Swin", "PatchMerging")) or _token_wise(module):
+        return True
+    if _elementwise(module) and _after_last_axis(module, model):
+        return True
+    fmt = getattr(model, "output_fmt", None)
+    return str(getattr(fmt, "value", fmt)) == "NHWC"
+
+
+def _last_axis(m: nn.Module) -> bool:  # a Linear, or a LayerNorm over the last axis (not a LayerNorm2d)
+    return not type(m).__name__.endswith(("1d", "2d", "3d")) and (
+        isinstance(m, nn.Linear) or (isinstance(m, nn.LayerNorm) and len(m.normalized_shape) == 1))
+
+
+def _elementwise(m: nn.Module) -> bool:
+    """A module with no weights and no children that keeps its input's layout: an activation, a dropout, Identity."""
+    where = type(m).__module__
+    return not m._modules and not m._parameters and (isinstance(m, nn.Identity) or where in (
+        "torch.nn.modules.activation", "torch.nn.modules.dropout") or where.startswith("timm.layers.activations"))
+
+
+def _activation(m: nn.Module) -> bool:  # an elementwise non-linearity (GELU, SiLU, Sigmoid), not a softmax
+    where = type(m).__module__
+    return _elementwise(m) and (where == "torch.nn.modules.activation" or where.startswith("timm.layers.activations")) \
+        and "softm" not in type(m).__name__.lower()
+
+
+def _token_wise(m: nn.Module) -> bool:
+    """A per-token MLP: Linear layers, last-axis LayerNorms and elementwise modules alone, an activation among
+    them (timm's Mlp, GluMlp, SwiGLU); not an attention module (its 4-D scores are not a map)."""
+    kids = list(m.children())
+    return (not isinstance(m, nn.Sequential) and any(isinstance(k, nn.Linear) for k in kids)
+            and any(_activation(k) for k in kids) and all(_last_axis(k) or _elementwise(k) for k in kids))
+
+
+def _after_last_axis(module: nn.Module, model: nn.Module) -> bool:
+    """An elementwise module's layout: its token-wise parent's, or in an nn.Sequential the nearest module
+    before it that is not elementwise."""
+    for parent in model.modules():
+        kids = list(parent.children())
+        if any(k is module for k in kids):
+            if _token_wise(parent):
+                return True
+            if isinstance(parent, nn.Sequential):
+                before = [k for k in kids[:next(i for i, k in enumerate(kids) if k is module)] if not _elementwise(k)]
+                return bool(before) and channels_last(before[-1], model)
+            return False
+    return False
+
+
+def last_roles(module: Any, model: nn.Module) -> tuple[str, ...]:
+    """The role families whose 4-D tensors are channels last at a module (HookPoint.last): its output and
+    the gradients of it, where channels_last(); its inputs too where its (first) module keeps their layout
+    (a Linear, a LayerNorm, a module of these, an elementwise module, a Swin block or stage, patch merging;
+    not a Permute, a PatchEmbed, a conv)."""
+    if not isinstance(module, nn.Module) or not channels_last(module, model):
+        return ()
+    first = module[0] if isinstance(module, nn.Sequential) and len(module) else module
+    keeps = (_last_axis(first) or _token_wise(first) or _elementwise(first)
+             or type(first).__name__.startswith(("Swin", "PatchMerging")))
+    return ("output", "grad_output", "grad") + (("input", "grad_input") if keeps else ())
+
 
 Fire = Callable[..., Event]  # fire(call, tensors, writable, raw=None)
 
@@ -45,11 +192,15 @@ class HookType:
 
 
 HOOK_TYPES: Registry[HookType] = Registry("hook type")
+for _name in ("backward_pre", "backward", "tensor", "param"):  # (hooks/grad_hooks.py registers them when imported)
+    HOOK_TYPES.register_lazy(_name, "hookrun.hooks.grad_hooks")
 
 
 def _hook_type(name: str, roles, writable, needs_grad=False, on="module", per_step=False):
     def add(attach):
-        HOOK_TYPES.register(name)(HookType(name, roles, writable, needs_grad, on, per_step, attach))
+        hook_type = HookType(name, roles, writable, needs_grad, on, per_step, attach)
+        object.__setattr__(hook_type, "__module__", attach.__module__)  # (the registry's check: a lazy name's own module)
+        HOOK_TYPES.register(name)(hook_type)
         return attach
 
     return add
@@ -125,86 +276,6 @@ def as_it_came(point: HookPoint, seen: dict[str, tuple[Tensor, int]], tensors: d
     return out
 
 
-def _positional_only(point: HookPoint, args: tuple, kwargs: dict) -> None:
-    """A module whose tensors all come as keywords is refused (full backward hooks see positional
-    inputs only)."""
-    if kwargs and not any(isinstance(a, Tensor) for a in flatten(args, "input").values()):
-        named = [k for k, v in kwargs.items() if flatten(v, "input")]
-        if named:
-            raise RunError(
-                f"hooks.{point.hook}: a {point.type} hook on {module_label(point.module)} sees positional inputs "
-                f"only (PyTorch's full backward hooks), and {module_label(point.module)} gets its tensors as "
-                f"keywords ({', '.join(named)}); use type: tensor on the same module (the gradient of its "
-                f"output), or hook the enclosing block"
-            )
-
-
-@_hook_type("backward_pre", ("grad_output",), "grad_output", needs_grad=True)
-def _backward_pre(point: HookPoint, fire: Fire) -> list:
-    def hook(call, module, grad_output):
-        ev = fire(call, flatten(grad_output, "grad_output"), "grad_output")
-        if ev.replaced:
-            return rebuild(grad_output, "grad_output", ev.tensors)
-        return None
-
-    return _full_backward(point, pre_hook=hook)
-
-
-@_hook_type("backward", ("grad_input", "grad_output"), "grad_input", needs_grad=True)
-def _backward(point: HookPoint, fire: Fire) -> list:
-    def hook(call, module, grad_input, grad_output):
-        tensors = flatten(grad_input, "grad_input")
-        tensors.update(flatten(grad_output, "grad_output"))
-        ev = fire(call, tensors, "grad_input")
-        if ev.replaced:
-            return rebuild(grad_input, "grad_input", ev.tensors)
-        return None
-
-    return _full_backward(point, hook=hook)
-
-
-def _full_backward(point: HookPoint, hook=None, pre_hook=None) -> list:
-    """PyTorch's full backward hook (torch.utils.hooks.BackwardHook, as Module.__call__ sets it up),
-    set up by a forward pre-hook and a forward hook of our own, so that the outputs its consumer
-    sees are copies it may modify in place: `out += identity` after a ResNet block's bn2 would
-    otherwise fail on the hook's view (the gradients are the same: a copy passes them through).
-    Each forward call gets its own BackwardHook, bound to that call's number: its gradients are
-    filed under the call that made them, in whatever order (or not at all) they come back."""
-    pending: list[BackwardHook] = []  # one per call in flight (a module called inside itself)
-
-    def setup(module, args, kwargs):
-        call = point.next_forward_call()
-        _positional_only(point, args, kwargs)
-        bw = BackwardHook(module, [partial(hook, call)] if hook else [], [partial(pre_hook, call)] if pre_hook else [])
-        pending.append(bw)
-        return bw.setup_input_hook(args), kwargs
-
-    def finish(module, args, output):
-        if not pending:
-            return None
-        bw = pending.pop()
-        if not isinstance(output, Tensor | tuple):
-            _unseen_output(point, output)
-        output = bw.setup_output_hook(output)
-        return _copies(output) if torch.is_grad_enabled() else output
-
-    handles = [point.target.register_forward_pre_hook(setup, with_kwargs=True), point.target.register_forward_hook(finish)]
-    return [*handles, _NotInPlace(point.target)]
-
-
-class _NotInPlace:
-    """`inplace` off, while the hook is attached, in the module and the modules inside it (ReLU(inplace=True):
-    PyTorch refuses an in-place op on the view its hook makes of the input; a file run turns off every
-    module's already), back on at removal: the same numbers."""
-
-    def __init__(self, module: torch.nn.Module) -> None:
-        self.modules = disable_inplace(module)
-
-    def remove(self) -> None:
-        for m in self.modules:
-            m.inplace = True
-
-
 def disable_inplace(model: torch.nn.Module) -> list[torch.nn.Module]:
     """Turn off `inplace=True` (ReLU and friends) in `model` and every module inside it; the modules
     turned off. The numbers are the same, and full backward hooks cannot follow a tensor that a later
@@ -215,48 +286,3 @@ def disable_inplace(model: torch.nn.Module) -> list[torch.nn.Module]:
     return turned
 
 
-def _unseen_output(point: HookPoint, output) -> None:
-    """Full backward hooks see an output that is a tensor or a tuple; on any other output that holds
-    tensors (a dict, a ModelOutput, a list) they never fire: refused, not left silent."""
-    roles = list(flatten(output, "output"))
-    if roles:
-        name = module_label(point.module)
-        raise RunError(
-            f"hooks.{point.hook}: a {point.type} hook on {name} never fires: PyTorch's full backward hooks see an "
-            f"output that is a tensor or a tuple of tensors, and {name} returns a {type(output).__name__} "
-            f"({', '.join(roles[:4])}{', ...' if len(roles) > 4 else ''}); use type: tensor on the same module "
-            f"(it records the gradient of each output tensor: grad{roles[0][len('output'):]} for {roles[0]}), "
-            f"or hook the module inside that makes the tensor"
-        )
-
-
-def _copies(obj):
-    if isinstance(obj, Tensor):
-        return obj.clone()
-    if isinstance(obj, tuple):
-        return tuple(_copies(o) for o in obj)
-    return obj
-
-
-@_hook_type("tensor", ("grad",), "grad", needs_grad=True)
-def _tensor(point: HookPoint, fire: Fire) -> list:
-    def on_grad(role, call, grad):
-        ev = fire(call, {role: grad}, "grad")
-        return ev.tensors[role] if ev.replaced else None
-
-    def hook(module, args, output):
-        call = point.next_forward_call()
-        for role, t in flatten(output, "grad").items():
-            if t.requires_grad:
-                t.register_hook(partial(on_grad, role, call))
-
-    return [point.target.register_forward_hook(hook)]
-
-
-@_hook_type("param", ("grad",), "grad", needs_grad=True, on="param", per_step=True)
-def _param(point: HookPoint, fire: Fire) -> list:
-    def hook(grad):  # (one firing per backward: the gradient summed over the forward's uses)
-        ev = fire(0, {"grad": grad}, "grad")
-        return ev.tensors["grad"] if ev.replaced else None
-
-    return [point.target.register_hook(hook)]

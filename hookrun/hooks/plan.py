@@ -24,8 +24,7 @@ from hookrun.config.schema import Mode
 from hookrun.errors import ConfigError, NotFoundError, close_matches
 from hookrun.hooks.actions import ACTIONS, ActionEnv
 from hookrun.hooks.actions.base import Callback
-from hookrun.hooks.hook_types import HOOK_TYPES, HookType
-from hookrun.hooks.points import HookPoint, last_roles, split_site
+from hookrun.hooks.hook_types import HOOK_TYPES, HookPoint, HookType, last_roles, split_site
 
 GLOB_CHARS = set("*?[")
 log = logging.getLogger("hookrun")

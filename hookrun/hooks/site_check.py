@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from hookrun.errors import ConfigError, module_label
 from hookrun.hooks.events import family, flatten
-from hookrun.hooks.points import HookPoint
+from hookrun.hooks.hook_types import HookPoint
 
 if TYPE_CHECKING:
     from hookrun.hooks.site_axes import Call

@@ -34,7 +34,7 @@ from torch.overrides import TorchFunctionMode
 
 from hookrun.errors import ConfigError
 from hookrun.hooks.events import flatten, rebuild
-from hookrun.hooks.points import HookPoint
+from hookrun.hooks.hook_types import HookPoint
 
 OPERATORS = {"__add__": "add", "__radd__": "add", "__iadd__": "add_", "__sub__": "sub", "__rsub__": "sub",
              "__isub__": "sub_", "__mul__": "mul", "__rmul__": "mul", "__imul__": "mul_", "__matmul__": "matmul",

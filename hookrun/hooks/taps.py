@@ -27,8 +27,8 @@ from torch import nn
 
 from hookrun.errors import ConfigError, RunError
 from hookrun.hooks.actions.rows import declared_batch_first
+from hookrun.hooks.hook_types import channels_last
 from hookrun.hooks.plan import resolve_targets
-from hookrun.hooks.points import channels_last
 from hookrun.hooks.sides import Decoder
 
 

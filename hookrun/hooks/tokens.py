@@ -30,7 +30,7 @@ from torch import nn
 
 from hookrun.errors import RunError
 from hookrun.hooks.events import StepState
-from hookrun.hooks.points import HookPoint
+from hookrun.hooks.hook_types import HookPoint
 from hookrun.store.records import Capture
 
 PHASES = ("all", "prompt", "generated")

@@ -26,8 +26,8 @@ from torch import nn
 from hookrun.errors import ConfigError, NotFoundError
 from hookrun.hooks.actions.base import ModelHold
 from hookrun.hooks.events import flatten
+from hookrun.hooks.hook_types import split_site
 from hookrun.hooks.plan import resolve_targets, unwrap
-from hookrun.hooks.points import split_site
 from hookrun.hooks.site_check import unfuse
 from hookrun.hooks.sites import Listener, fn_label
 

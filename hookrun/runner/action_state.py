@@ -24,7 +24,7 @@ import torch
 from hookrun.errors import ConfigError
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.events import flatten
-from hookrun.hooks.points import HookPoint
+from hookrun.hooks.hook_types import HookPoint
 from hookrun.store.records import RunStore
 
 

@@ -22,7 +22,7 @@ import torch
 
 from hookrun.errors import ConfigError, RunError
 from hookrun.hooks.events import StepState
-from hookrun.hooks.points import HookPoint
+from hookrun.hooks.hook_types import HookPoint
 from hookrun.hooks.tokens import CallTracker
 from hookrun.runner.batches import first_batch
 from hookrun.runner.calls import CallSpec, ModelCall

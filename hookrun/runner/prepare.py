@@ -34,9 +34,8 @@ from hookrun.config.schema import DTYPES, HookrunConfig, Mode
 from hookrun.errors import ConfigError, dataset_label
 from hookrun.hooks.actions import ACTIONS, ActionEnv
 from hookrun.hooks.actions.base import ModelHold, declares
-from hookrun.hooks.hook_types import disable_inplace
+from hookrun.hooks.hook_types import HookPoint, disable_inplace
 from hookrun.hooks.plan import make_plan
-from hookrun.hooks.points import HookPoint
 from hookrun.output import open_destination
 from hookrun.runner.batches import build_collate, first_items, make_loader
 from hookrun.runner.calls import CallSpec, check_positions, position_limit

@@ -73,8 +73,7 @@ from hookrun.store.records import Capture, StepCaptures
 
 if TYPE_CHECKING:
     from hookrun.config.schema import Mode
-    from hookrun.hooks.hook_types import HookType
-    from hookrun.hooks.points import HookPoint
+    from hookrun.hooks.hook_types import HookPoint, HookType
 
 
 Undo = Callable[[], None]

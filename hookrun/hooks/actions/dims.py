@@ -9,7 +9,7 @@ A tensor's axes are named from where it came from and its rank (meaning()): an a
 or its scores (a softmax op site inside an attention module, an attention module's weights output
 such as GPT-2 eager's `output.1`, TransformerLens' `hook_pattern`) is `head, query, key`; a 4-D
 map `channel, height, width`, or `height, width, channel` where it is channels last (HookPoint.last,
-hooks/points.py: timm's Swin, torchvision's Permute to NHWC), whose names in reduce `dims` and select
+hooks/hook_types.py: timm's Swin, torchvision's Permute to NHWC), whose names in reduce `dims` and select
 find those axes by meaning; a (B, T, ...) tensor over the batch's tokens `token, ...`; 3-D
 `token, feature` (`channel, length` out of a 1-d conv, norm or pool); 2-D `feature`; anything
 else `dim_1, dim_2, ...`. An op site's names come first from the structure of its module's calls
@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from hookrun.errors import ConfigError, RunError, one_of
 from hookrun.hooks.events import Event, StepState, family
-from hookrun.hooks.points import HookPoint
+from hookrun.hooks.hook_types import HookPoint
 from hookrun.store import BY_RANK, PATTERN, PATTERN_FNS, unnamed
 
 DIM_NAMES = {"channel": 1, "height": 2, "width": 3, "token": 1, "feature": -1}

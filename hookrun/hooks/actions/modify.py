@@ -37,8 +37,7 @@ from hookrun.hooks.tokens import PHASES
 
 if TYPE_CHECKING:
     from hookrun.hooks.actions.base import ActionEnv
-    from hookrun.hooks.hook_types import HookType
-    from hookrun.hooks.points import HookPoint
+    from hookrun.hooks.hook_types import HookPoint, HookType
 
 log = logging.getLogger("hookrun")
 

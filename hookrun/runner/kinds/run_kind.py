@@ -62,7 +62,7 @@ from hookrun.store import BATCH_UNITS
 
 if TYPE_CHECKING:
     from hookrun.hooks.actions import ActionEnv
-    from hookrun.hooks.points import HookPoint
+    from hookrun.hooks.hook_types import HookPoint
     from hookrun.hooks.session import HookSession
     from hookrun.runner.calls import CallSpec, ModelCall
 

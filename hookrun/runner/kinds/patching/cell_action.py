@@ -35,8 +35,7 @@ from hookrun.hooks.actions.base import Action, ActionEnv
 from hookrun.hooks.events import Event
 
 if TYPE_CHECKING:
-    from hookrun.hooks.hook_types import HookType
-    from hookrun.hooks.points import HookPoint
+    from hookrun.hooks.hook_types import HookPoint, HookType
 
 
 class CellMode(Enum):

@@ -33,9 +33,8 @@ from hookrun.config import parse_hooks
 from hookrun.errors import ConfigError, HookrunError, RunError
 from hookrun.hooks.actions.base import ActionEnv
 from hookrun.hooks.actions.dims import meaning
-from hookrun.hooks.hook_types import HOOK_TYPES
+from hookrun.hooks.hook_types import HOOK_TYPES, HookPoint
 from hookrun.hooks.plan import make_plan
-from hookrun.hooks.points import HookPoint
 from hookrun.hooks.session import HookSession
 from hookrun.runner.calls import model_forward, with_positions
 from hookrun.runner.kinds.patching.block import Block
