@@ -22,7 +22,7 @@ __all__ = ["Action", "attribute", "Captured", "RunResult", "__version__", "captu
 # the package face, imported when first used (PEP 562): `import hookrun` loads no runner, reader,
 # action or kind; `hookrun.run` and `from hookrun import run` import hookrun/runner/run.py then
 _FACE = {"open_run": "hookrun.analysis:open_run", "open_sweep": "hookrun.analysis:open_sweep",
-         "Action": "hookrun.hooks.actions.base:Action", "register_action": "hookrun.hooks.actions.base:register_action",
+         "Action": "hookrun.hooks.actions:Action", "register_action": "hookrun.hooks.actions:register_action",
          "Captured": "hookrun.notebook.capture:Captured", "capture": "hookrun.notebook.capture:capture",
          "modules": "hookrun.notebook.lister:list_modules",
          "RunResult": "hookrun.runner.run:RunResult", "run": "hookrun.runner.run:run",

@@ -34,7 +34,7 @@ from hookrun.hooks.hook_types import HookPoint
 from hookrun.registry import Registry
 
 if TYPE_CHECKING:
-    from hookrun.hooks.actions.base import ActionEnv
+    from hookrun.hooks.actions import ActionEnv
 
 Op = Callable[[torch.Tensor, "OpContext"], torch.Tensor]
 

@@ -31,7 +31,7 @@ from hookrun.store.listing import damage, list_captures, matches, row_index
 from hookrun.store.reading import open_source
 
 if TYPE_CHECKING:
-    from hookrun.hooks.actions.base import ActionEnv
+    from hookrun.hooks.actions import ActionEnv
 
 
 @register_op("patch")

@@ -22,8 +22,7 @@ from hookrun.config import typed_params
 from hookrun.config.build import build_user_action
 from hookrun.config.schema import Mode
 from hookrun.errors import ConfigError, NotFoundError, close_matches
-from hookrun.hooks.actions import ACTIONS, ActionEnv
-from hookrun.hooks.actions.base import Callback
+from hookrun.hooks.actions import ACTIONS, ActionEnv, Callback
 from hookrun.hooks.hook_types import HOOK_TYPES, HookPoint, HookType, last_roles, split_site
 
 GLOB_CHARS = set("*?[")

@@ -49,7 +49,7 @@ from hookrun.sae.readers import check_finite_weights, load_sae
 from hookrun.sae.splice_stats import SpliceStats
 
 if TYPE_CHECKING:
-    from hookrun.hooks.actions.base import ActionEnv
+    from hookrun.hooks.actions import ActionEnv
 
 log = logging.getLogger("hookrun")
 CHILD = "sae"  # MODULE.sae is the spliced module; MODULE.sae.latents and .reconstruction its hook points
@@ -144,7 +144,7 @@ def coder_of(params: Mapping, where: str, device: Any = None) -> nn.Module:
 
 def install(model: nn.Module, specs: list, env: ActionEnv, targets: Callable[[Any], list]) -> None:
     """Add a Splice child to every module a `modify_output` with `op: splice` names; record each in
-    env.splices, and the removal of each with env.hold (ModelHold, hooks/actions/base.py)."""
+    env.splices, and the removal of each with env.hold (ModelHold, hooks/actions/__init__.py)."""
     for spec in specs:
         for action in spec.actions:
             if action.is_target or action.params.get("op") != "splice":

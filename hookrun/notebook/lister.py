@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from hookrun.errors import ConfigError, NotFoundError
-from hookrun.hooks.actions.base import ModelHold
+from hookrun.hooks.actions import ModelHold
 from hookrun.hooks.events import flatten
 from hookrun.hooks.hook_types import split_site
 from hookrun.hooks.plan import resolve_targets, unwrap

@@ -5,7 +5,7 @@ Loaded only where a run has such an action (record with a select, top_examples, 
     restore_states(env, old_file, kept, store)   # resume: the state saved with the kept batches
     finish_actions(env, store)                   # a complete run: the actions' end-of-run captures
 
-An action declares what it needs (hookrun.hooks.actions.base): `check_item(item)` sees the
+An action declares what it needs (hookrun.hooks.actions): `check_item(item)` sees the
 dataset's first item (prepare() asks it), `check_tensor(role, tensor)` the tensor its hook sees in one sample's
 forward (run with plain forward hooks, nothing of the run's attached; an action whose `what` names
 a tensor that forward did not give is refused here); `state()` is saved at each

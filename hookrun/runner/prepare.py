@@ -32,8 +32,7 @@ from hookrun.config.build import (
 )
 from hookrun.config.schema import DTYPES, HookrunConfig, Mode
 from hookrun.errors import ConfigError, dataset_label
-from hookrun.hooks.actions import ACTIONS, ActionEnv
-from hookrun.hooks.actions.base import ModelHold, declares
+from hookrun.hooks.actions import ACTIONS, ActionEnv, ModelHold, declares
 from hookrun.hooks.hook_types import HookPoint, disable_inplace
 from hookrun.hooks.plan import make_plan
 from hookrun.output import open_destination
@@ -78,7 +77,7 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
             out: Destination | None = None, hold: ModelHold | None = None) -> Prepared:
     """`model` and `dataset`, where given, are live objects used instead of cfg.model / cfg.data.dataset;
     `out`: the run's destination, made once by run() (default: output.path's); `hold`: the owner of
-    what the run attaches to the model (hooks/hold.py), made by run() before the model is touched."""
+    what the run attaches to the model (hooks/actions/__init__.py: ModelHold), made by run() before the model is touched."""
     specs = check_alone(cfg)
     mode = cfg.mode
     device = resolve_device(cfg.device)

@@ -25,7 +25,7 @@ import torch
 from hookrun.config import with_live
 from hookrun.config.schema import HookrunConfig, load, to_yaml
 from hookrun.errors import RunError, StoreError, article, write_reason
-from hookrun.hooks.actions.base import ModelHold
+from hookrun.hooks.actions import ModelHold
 from hookrun.hooks.session import HookSession
 from hookrun.output import accepted, open_destination
 from hookrun.output.process import (
@@ -88,7 +88,7 @@ def run(cfg: Any, model: torch.nn.Module | None = None, dataset: Any = None) -> 
     cfg = load(with_live(cfg, model, dataset))
     ranks = detect()
     # the one owner of what the run attaches to the model: hooks, splices, unfused attention, and a
-    # live model's own state (mode, flags, devices, grads), all undone on the way out (hooks/hold.py);
+    # live model's own state (mode, flags, devices, grads), all undone on the way out (hooks/actions/__init__.py: ModelHold);
     # out of a caller's torch.inference_mode(), where no kind could take a gradient (each sets its grad mode)
     with torch.inference_mode(False), ModelHold(model) as hold:
         dest = open_destination(cfg, ranks)  # output.path, resolved once: a local file or object-store parts

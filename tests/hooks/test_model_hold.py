@@ -1,4 +1,4 @@
-"""Everything a run attaches to the user's model has one owner (ModelHold, hooks/actions/base.py): after a run that
+"""Everything a run attaches to the user's model has one owner (ModelHold, hooks/actions/__init__.py): after a run that
 completes, a run whose third batch fails, and a notebook patch_grid, no hook is left on any
 module, no `.sae` child, and the model's flags and weights are as they went in. References: the
 model's own hook dicts and children, read here, and a copy of its state_dict taken before."""
@@ -15,7 +15,7 @@ import hookrun
 from hookrun.data.swaps import word_swap
 from hookrun.data.text import text
 from hookrun.errors import RunError
-from hookrun.hooks.actions.base import ModelHold
+from hookrun.hooks.actions import ModelHold
 
 pytest.importorskip("transformers")
 safetensors = pytest.importorskip("safetensors.torch")

@@ -22,8 +22,7 @@ from toy_lm import PAD, tiny_gpt2
 
 import hookrun
 from hookrun.errors import ConfigError
-from hookrun.hooks.actions import ActionEnv
-from hookrun.hooks.actions.base import ModelHold
+from hookrun.hooks.actions import ActionEnv, ModelHold
 from hookrun.runner.kinds.patching.block import load_items, parse_block
 from hookrun.runner.kinds.patching.engine import PatchEngine
 from hookrun.runner.kinds.patching.notebook import run_cells

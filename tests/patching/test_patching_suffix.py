@@ -16,8 +16,10 @@ from tl_models import hooked_transformer  # noqa: E402
 from toy_lm import tiny_gpt2  # noqa: E402
 from transformer_lens import patching  # noqa: E402
 
-from hookrun.hooks.actions import ActionEnv  # noqa: E402
-from hookrun.hooks.actions.base import ModelHold  # noqa: E402
+from hookrun.hooks.actions import (
+    ActionEnv,  # noqa: E402
+    ModelHold,  # noqa: E402
+)
 from hookrun.runner.kinds.patching import families  # noqa: E402
 from hookrun.runner.kinds.patching.block import (
     load_items,  # noqa: E402

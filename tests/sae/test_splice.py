@@ -159,7 +159,7 @@ def test_zeroing_and_clamping_latents_equal_raw_hooks(tmp_path, data, sae):
 
 def test_splice_stats_equal_their_definitions(data, sae):
     """l0, mse, explained variance and dead latents over real tokens, as SpliceStats accumulates them."""
-    from hookrun.hooks.actions.base import StepState
+    from hookrun.hooks.actions import StepState
     from hookrun.hooks.splice import Splice
     from hookrun.sae import load_sae
 

@@ -71,7 +71,7 @@ def test_sigterm_while_the_model_is_built_says_so_and_leaves_no_lock(tmp_path):
 def test_a_signal_after_the_file_is_closed_names_the_file_as_it_is(tmp_path, monkeypatch, status):
     """Ctrl-C in the clean-up after the file was closed (the kind's and the actions' close): the file
     stays as it was closed, and the run says so, never "nothing was written". Reference: plain h5py."""
-    from hookrun.hooks.actions.base import ActionEnv
+    from hookrun.hooks.actions import ActionEnv
 
     def ctrl_c(self):
         raise KeyboardInterrupt

@@ -50,7 +50,7 @@ from torch import nn
 
 from hookrun.config.schema import Mode
 from hookrun.errors import ConfigError, RunError
-from hookrun.hooks.actions.base import ACTIONS, Action, ActionEnv
+from hookrun.hooks.actions import ACTIONS, Action, ActionEnv
 from hookrun.hooks.actions.lens_modules import (
     check_norm,
     check_unembed,

@@ -30,13 +30,13 @@ import torch
 from hookrun.config.schema import Mode
 from hookrun.errors import PASSED, ConfigError, HookrunError, RunError, foreign_failure
 from hookrun.hooks import patch, splice  # noqa: F401  (register ops patch, splice)
-from hookrun.hooks.actions.base import ACTIONS, Action
+from hookrun.hooks.actions import ACTIONS, Action
 from hookrun.hooks.events import Event, family, positional_index
 from hookrun.hooks.ops import OPS, OpBuild, OpContext, build_op
 from hookrun.hooks.tokens import PHASES
 
 if TYPE_CHECKING:
-    from hookrun.hooks.actions.base import ActionEnv
+    from hookrun.hooks.actions import ActionEnv
     from hookrun.hooks.hook_types import HookPoint, HookType
 
 log = logging.getLogger("hookrun")

@@ -27,7 +27,7 @@ import torch
 
 from hookrun.config.schema import DTYPES, Mode
 from hookrun.errors import ConfigError, HookrunError, RunError, one_of
-from hookrun.hooks.actions.base import ACTIONS, Action
+from hookrun.hooks.actions import ACTIONS, Action
 from hookrun.hooks.actions.dims import (
     axis_names,
     check_dim,

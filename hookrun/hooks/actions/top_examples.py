@@ -33,7 +33,7 @@ import torch
 
 from hookrun.config.schema import Mode
 from hookrun.errors import ConfigError, RunError
-from hookrun.hooks.actions.base import ACTIONS, Action
+from hookrun.hooks.actions import ACTIONS, Action
 from hookrun.hooks.actions.rows import batch_second
 from hookrun.hooks.events import Event, family
 from hookrun.store.records import Capture, CaptureKey

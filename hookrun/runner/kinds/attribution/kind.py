@@ -59,7 +59,7 @@ class AttributionKind(RunKind):
     def __init__(self, ctx: KindContext) -> None:
         super().__init__(ctx)
         self.spec_block = ctx.cfg.attribution  # (parsed and checked once, by load)
-        ctx.model.eval()  # (a live model's mode comes back: hooks/hold.py)
+        ctx.model.eval()  # (a live model's mode comes back: hooks/actions/__init__.py: ModelHold)
         _, call = first_batch(ctx.loader, ctx.spec, size=ctx.cfg.data.batch_size)
         dataset = getattr(ctx.loader.dataset, "dataset", ctx.loader.dataset)  # under the Indexed wrapper
         self.engine = Engine(ctx.model, self.spec_block, call.to(ctx.device), dataset, ctx.spec,

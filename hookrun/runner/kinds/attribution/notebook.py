@@ -15,7 +15,7 @@ import numpy as np
 from torch import nn
 
 from hookrun.errors import ConfigError
-from hookrun.hooks.actions.base import ModelHold
+from hookrun.hooks.actions import ModelHold
 from hookrun.runner.calls import CallSpec
 from hookrun.runner.kinds.attribution.block import parse_block
 from hookrun.runner.kinds.attribution.engine import Engine

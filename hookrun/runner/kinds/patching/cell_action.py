@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from hookrun.hooks.actions.base import Action, ActionEnv
+from hookrun.hooks.actions import Action, ActionEnv
 from hookrun.hooks.events import Event
 
 if TYPE_CHECKING:

@@ -31,7 +31,7 @@ from torch import nn
 
 from hookrun.config import parse_hooks
 from hookrun.errors import ConfigError, HookrunError, RunError
-from hookrun.hooks.actions.base import ActionEnv
+from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.actions.dims import meaning
 from hookrun.hooks.hook_types import HOOK_TYPES, HookPoint
 from hookrun.hooks.plan import make_plan

@@ -5,7 +5,7 @@
     grids["resid"]     # xarray.DataArray, dims ("module", "position")
 
 The same engine (runner/kinds/patching/engine.py), plan, session and actions as a file run; nothing is
-written. The model comes back as it went in (its mode, flags, devices and grads; every hook and splice removed: hooks/hold.py).
+written. The model comes back as it went in (its mode, flags, devices and grads; every hook and splice removed: hooks/actions/__init__.py: ModelHold).
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ from hookrun.config import parse_hooks
 from hookrun.config.build import build, check_dataset
 from hookrun.config.schema import Mode
 from hookrun.errors import ConfigError, close_matches
-from hookrun.hooks.actions import ActionEnv
-from hookrun.hooks.actions.base import ModelHold
+from hookrun.hooks.actions import ActionEnv, ModelHold
 from hookrun.hooks.plan import make_plan
 from hookrun.runner.kinds.patching.block import Block, load_items, parse_block
 from hookrun.runner.kinds.patching.checks import refuse_modifying, refuse_recording

@@ -35,7 +35,7 @@ from torch import nn
 from hookrun.config.build import build_model, live_model
 from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError, RunError
-from hookrun.hooks.actions.base import ModelHold
+from hookrun.hooks.actions import ModelHold
 from hookrun.hooks.taps import Taps, refuse_non_finite
 from hookrun.output.rank_link import RankLink
 from hookrun.output.scratch import Scratch, clear_scratch
