@@ -15,7 +15,7 @@ from torch import Tensor
 from torch.utils.hooks import BackwardHook
 
 from hookrun.errors import RunError, module_label
-from hookrun.hooks.events import flatten, rebuild
+from hookrun.hooks import flatten, rebuild
 from hookrun.hooks.hook_types import Fire, HookPoint, _hook_type, disable_inplace
 
 

@@ -40,7 +40,7 @@ import torch
 from torch import Tensor, nn
 
 from hookrun.errors import RunError, module_label
-from hookrun.hooks.events import Event, flatten, rebuild
+from hookrun.hooks import Event, flatten, rebuild
 from hookrun.registry import Registry
 
 _GRAPH_TASK = getattr(torch._C, "_current_graph_task_id", None)  # (-1 outside a backward; in torch 2.1+)

@@ -18,8 +18,8 @@ from typing import Any
 import torch
 
 from hookrun.errors import PASSED, HookrunError, RunError, foreign_failure, module_label
+from hookrun.hooks import INTERVENED, Event, Phase, StopForward
 from hookrun.hooks.actions import ActionEnv
-from hookrun.hooks.events import INTERVENED, Event, Phase, StopForward
 from hookrun.hooks.hook_types import HOOK_TYPES, Fire, _version
 from hookrun.hooks.plan import HookPoint
 from hookrun.store.records import StepCaptures

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from torch import Tensor, nn
 
 from hookrun.errors import ConfigError, module_label
-from hookrun.hooks.events import family, flatten
+from hookrun.hooks import family, flatten
 from hookrun.hooks.hook_types import HookPoint
 
 if TYPE_CHECKING:

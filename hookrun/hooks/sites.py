@@ -33,7 +33,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 from torch.overrides import TorchFunctionMode
 
 from hookrun.errors import ConfigError
-from hookrun.hooks.events import flatten, rebuild
+from hookrun.hooks import flatten, rebuild
 from hookrun.hooks.hook_types import HookPoint
 
 OPERATORS = {"__add__": "add", "__radd__": "add", "__iadd__": "add_", "__sub__": "sub", "__rsub__": "sub",

@@ -42,7 +42,7 @@ from torch import Tensor, nn
 
 from hookrun.config import typed_params
 from hookrun.errors import ConfigError, module_label
-from hookrun.hooks.events import family
+from hookrun.hooks import family
 from hookrun.hooks.ops import OpBuild, OpContext, register_op
 from hookrun.sae.module_coder import load_module
 from hookrun.sae.readers import check_finite_weights, load_sae

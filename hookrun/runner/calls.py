@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from hookrun.errors import ConfigError, HookrunError, RunError, foreign_code, foreign_failure
-from hookrun.hooks.events import StopForward
+from hookrun.hooks import StopForward
 
 AUTO = "auto"
 DICT_TARGETS = ("target", "label")

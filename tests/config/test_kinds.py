@@ -22,7 +22,7 @@ from torch import nn
 import hookrun
 from hookrun.config.schema import TOGETHER, HookrunConfig, Mode, load
 from hookrun.errors import ConfigError, RunError
-from hookrun.hooks.events import Phase
+from hookrun.hooks import Phase
 from hookrun.runner.kinds import KINDS, RunKind, StepAdds, check_config, kind_for
 
 

@@ -71,7 +71,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hookrun.hooks.events import Event, StepState
+from hookrun.hooks import Event, StepState
 from hookrun.registry import Registry
 from hookrun.store.records import Capture, StepCaptures
 

@@ -27,7 +27,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from hookrun.errors import ConfigError, RunError, one_of
-from hookrun.hooks.events import Event, StepState, family
+from hookrun.hooks import Event, StepState, family
 from hookrun.hooks.hook_types import HookPoint
 from hookrun.store import BY_RANK, PATTERN, PATTERN_FNS, unnamed
 

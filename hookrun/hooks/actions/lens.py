@@ -50,6 +50,7 @@ from torch import nn
 
 from hookrun.config.schema import Mode
 from hookrun.errors import ConfigError, RunError
+from hookrun.hooks import Event, flatten
 from hookrun.hooks.actions import ACTIONS, Action, ActionEnv
 from hookrun.hooks.actions.lens_modules import (
     check_norm,
@@ -58,7 +59,6 @@ from hookrun.hooks.actions.lens_modules import (
     linear_shape,
     logit_transform,
 )
-from hookrun.hooks.events import Event, flatten
 from hookrun.store.records import Capture, CaptureKey
 
 CHUNK_ELEMENTS = 1 << 22  # logits of one chunk of positions (4M: 80 positions of a 50k vocabulary)

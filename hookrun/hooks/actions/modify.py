@@ -29,9 +29,8 @@ import torch
 
 from hookrun.config.schema import Mode
 from hookrun.errors import PASSED, ConfigError, HookrunError, RunError, foreign_failure
-from hookrun.hooks import patch, splice  # noqa: F401  (register ops patch, splice)
+from hookrun.hooks import Event, family, patch, positional_index, splice  # noqa: F401  (register ops patch, splice)
 from hookrun.hooks.actions import ACTIONS, Action
-from hookrun.hooks.events import Event, family, positional_index
 from hookrun.hooks.ops import OPS, OpBuild, OpContext, build_op
 from hookrun.hooks.tokens import PHASES
 

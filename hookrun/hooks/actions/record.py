@@ -27,6 +27,7 @@ import torch
 
 from hookrun.config.schema import DTYPES, Mode
 from hookrun.errors import ConfigError, HookrunError, RunError, one_of
+from hookrun.hooks import Event, family, positional_index, positional_role
 from hookrun.hooks.actions import ACTIONS, Action
 from hookrun.hooks.actions.dims import (
     axis_names,
@@ -44,7 +45,6 @@ from hookrun.hooks.actions.rows import (
     per_sample_lists,
     snapshot,
 )
-from hookrun.hooks.events import Event, family, positional_index, positional_role
 from hookrun.store.records import Capture, CaptureKey
 
 log = logging.getLogger("hookrun")

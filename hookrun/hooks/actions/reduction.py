@@ -17,8 +17,8 @@ from typing import Any
 import torch
 
 from hookrun.errors import ConfigError, RunError
+from hookrun.hooks import Event, StepState
 from hookrun.hooks.actions.dims import dim_index, dim_list
-from hookrun.hooks.events import Event, StepState
 
 REDUCERS = ("mean", "max", "norm")
 

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from hookrun.errors import ConfigError, RunError, one_of
-from hookrun.hooks.events import Event, flatten
+from hookrun.hooks import Event, flatten
 
 log = logging.getLogger("hookrun")
 

@@ -40,7 +40,7 @@ closure and the store never ask which kind runs; they read what the kind hands t
 |                          |                         | so output.max_bytes is refused                    |
 
 A kind that runs several forwards per batch hands the session a `Phase` for each
-(`with session.phase(CLEAN): ...`, hookrun.hooks.events): a phase is a value saying whether every
+(`with session.phase(CLEAN): ...`, hookrun.hooks): a phase is a value saying whether every
 action runs (`every`), or only the modifying ones (`modifying`), and whether those return the
 ablation instead of their op (`ablate`); the firing closure reads these flags and nothing else.
 """
@@ -57,7 +57,7 @@ import torch
 from torch import nn
 
 from hookrun.config.schema import HookrunConfig, Mode
-from hookrun.hooks.events import StopForward
+from hookrun.hooks import StopForward
 from hookrun.store import BATCH_UNITS
 
 if TYPE_CHECKING:
@@ -209,7 +209,7 @@ class RunKind:
         """A resumed run's kept batches [begin, begin + kept), each handed to `each(indices, call)` inside the
         forward their step had: the user's hooks (`points`) attached, the batch's step and items set, their
         modifying actions run (REPLAY); records and top_examples do not run again (the file keeps theirs)."""
-        from hookrun.hooks.events import REPLAY
+        from hookrun.hooks import REPLAY
         from hookrun.hooks.session import HookSession
 
         with HookSession(points, self.ctx.env) as session:

@@ -18,7 +18,7 @@ from typing import Any
 
 from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError, foreign_code
-from hookrun.hooks.events import StopForward
+from hookrun.hooks import StopForward
 from hookrun.runner.kinds.run_kind import RunKind
 
 GUARDED = ("prepare_run", "step", "run_steps", "end_attrs")  # where a user's kind runs its own code in a run

@@ -29,7 +29,7 @@ from torch import nn
 
 from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError
-from hookrun.hooks.events import CLEAN
+from hookrun.hooks import CLEAN
 from hookrun.runner.batches import first_batch
 from hookrun.runner.kinds.attribution.engine import Engine, dims_of
 from hookrun.runner.kinds.run_kind import (

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError, module_label
-from hookrun.hooks.events import family
+from hookrun.hooks import family
 from hookrun.store import RowKind
 from hookrun.store.listing import damage, list_captures
 from hookrun.store.reading import open_source

@@ -29,8 +29,8 @@ from torch import nn
 
 from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError
+from hookrun.hooks import ABLATED, CLEAN, INTERVENED
 from hookrun.hooks.actions.modify import Modify
-from hookrun.hooks.events import ABLATED, CLEAN, INTERVENED
 from hookrun.hooks.session import HookSession
 from hookrun.output.process import detect, every_rank
 from hookrun.runner.calls import ModelCall

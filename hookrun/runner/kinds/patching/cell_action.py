@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from hookrun.hooks import Event
 from hookrun.hooks.actions import Action, ActionEnv
-from hookrun.hooks.events import Event
 
 if TYPE_CHECKING:
     from hookrun.hooks.hook_types import HookPoint, HookType

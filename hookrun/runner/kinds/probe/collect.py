@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from hookrun.errors import ConfigError, RunError, close_matches, foreign_code
-from hookrun.hooks.events import REPLAY
+from hookrun.hooks import REPLAY
 from hookrun.hooks.taps import Taps, module_kinds, refuse_non_finite
 from hookrun.runner.kinds.probe.pool import Rows, pool_rows
 from hookrun.runner.kinds.run_kind import plain_forward
