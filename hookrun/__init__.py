@@ -20,12 +20,12 @@ __all__ = ["Action", "attribute", "Captured", "RunResult", "__version__", "captu
            "patch_grid", "probe", "register_action", "run", "similarity"]
 
 # the package face, imported when first used (PEP 562): `import hookrun` loads no runner, reader,
-# action or kind; `hookrun.run` and `from hookrun import run` import hookrun/runner/run.py then
+# action or kind; `hookrun.run` and `from hookrun import run` import hookrun/runner/__init__.py then
 _FACE = {"open_run": "hookrun.analysis:open_run", "open_sweep": "hookrun.analysis:open_sweep",
          "Action": "hookrun.hooks.actions:Action", "register_action": "hookrun.hooks.actions:register_action",
          "Captured": "hookrun.notebook.capture:Captured", "capture": "hookrun.notebook.capture:capture",
          "modules": "hookrun.notebook.lister:list_modules",
-         "RunResult": "hookrun.runner.run:RunResult", "run": "hookrun.runner.run:run",
+         "RunResult": "hookrun.runner:RunResult", "run": "hookrun.runner:run",
          "compose": "hookrun.cli.compose:compose"}
 
 if TYPE_CHECKING:  # what the face names, for type checkers and editors
@@ -34,10 +34,10 @@ if TYPE_CHECKING:  # what the face names, for type checkers and editors
     from hookrun.hooks.actions import Action, register_action
     from hookrun.notebook.capture import Captured, capture
     from hookrun.notebook.lister import list_modules as modules
+    from hookrun.runner import RunResult, run
     from hookrun.runner.kinds.patching.notebook import patch_grid
     from hookrun.runner.kinds.probe.notebook import probe
     from hookrun.runner.kinds.similarity.notebook import similarity
-    from hookrun.runner.run import RunResult, run
 
 
 def __getattr__(name: str) -> Any:

@@ -44,7 +44,7 @@ from hookrun.config.schema import HookrunConfig, hydra_schema, load, replaced
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.output import in_run_folder, on_accepted
 from hookrun.output.process import Interrupted, detect, release_start, share_start
-from hookrun.runner.run import run
+from hookrun.runner import run
 
 log = logging.getLogger("hookrun")
 QUIET = ("botocore", "aiobotocore", "boto3", "s3transfer", "s3fs", "fsspec", "urllib3", "filelock", "httpx")  # their INFO crowds the log

@@ -81,7 +81,7 @@ _LISTENERS: list[Callable[[], None]] = []
 
 @contextmanager
 def on_accepted(listener: Callable[[], None]) -> Iterator[None]:
-    """Within: `listener()` is called when a run is accepted (runner/run.py: execute)."""
+    """Within: `listener()` is called when a run is accepted (runner/__init__.py: execute)."""
     _LISTENERS.append(listener)
     try:
         yield

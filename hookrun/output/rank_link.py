@@ -24,7 +24,7 @@ Resume (`resume=true`) with many ranks: rank 0 gathers whenever it runs, so its 
 (`want`), and a rank hands over only once rank 0 wants its part and has not ended (`wanted`; a resumed
 rank 0 whose shard was complete has its result written and never wants). Every hand-over rebuilds the
 part from the rank's rows (a part left on disk by a killed launch is replaced, never trusted), also
-where the rank's shard is complete (RunKind.rejoin, called by runner/run.py instead of "nothing to do").
+where the rank's shard is complete (RunKind.rejoin, called by runner/__init__.py instead of "nothing to do").
 """
 
 from __future__ import annotations

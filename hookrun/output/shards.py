@@ -56,7 +56,7 @@ def shard_batches(n_batches: int, world: int, rank: int) -> range:
 
 
 class Result(Protocol):
-    """What a rank's run gives back (runner/run.py's RunResult): rank 0 replaces path and samples."""
+    """What a rank's run gives back (runner/__init__.py's RunResult): rank 0 replaces path and samples."""
 
     status: str
 

@@ -87,7 +87,7 @@ def test_the_face_still_binds_its_names():
         run,
     )
     from hookrun.notebook.lister import list_modules
-    from hookrun.runner.run import run as run_function
+    from hookrun.runner import run as run_function
 
     assert hookrun.run is run is run_function and modules is list_modules and callable(capture)
     assert callable(open_run) and callable(open_sweep) and callable(patch_grid) and callable(register_action)

@@ -92,7 +92,7 @@ def test_an_object_store_out_is_one_line_before_any_run_and_a_file_url_is_the_so
     """`score --out s3://b/x.h5` was checked as a local Path (never existing: --overwrite was not asked, and the
     run was forced to output.overwrite=true) and `export ... s3://b/g.json` wrote ./s3:/b/g.json: both are
     refused now, as the scheme registry says what is a URL; `--out file:///SRC` is the source itself."""
-    import hookrun.runner.run as runner
+    import hookrun.runner as runner
 
     items = bounded_ref.lens_items()
     src = tmp_path / "src.h5"

@@ -14,7 +14,7 @@ import h5py
 import numpy as np
 
 import hookrun
-import hookrun.runner.run as run_module
+import hookrun.runner as run_module
 from hookrun.cli.inspect_command import main as inspect_main
 from hookrun.output.process import Ranks
 from hookrun.output.ranks import shard_path

@@ -11,8 +11,8 @@ from conftest import BATCH, N, make_cfg, small_resnet
 from hookrun.config.schema import load
 from hookrun.output.process import Ranks
 from hookrun.output.shards import ShardRun
+from hookrun.runner import execute
 from hookrun.runner.prepare import prepare
-from hookrun.runner.run import execute
 
 
 def test_a_shards_range_runs_exactly_its_batches(tmp_path, checkpoint, dataset):

@@ -223,7 +223,7 @@ class RunKind:
     def rejoin(self, resume: Any, kept: int) -> None:
         """Many ranks, resumed, a rank but 0 whose shard is complete (`kept` batches), of a kind that
         `hands_over`: rebuild its part from those batches and hand it to rank 0 again, where rank 0 still
-        gathers (runner/run.py calls this after prepare_run instead of the loop; the shard is not written)."""
+        gathers (runner/__init__.py calls this after prepare_run instead of the loop; the shard is not written)."""
 
     def end_attrs(self) -> dict[str, Any]:
         """Root attributes known only once the steps have run (an edges grid written as it goes: its node scores

@@ -31,7 +31,7 @@ def temporary_run(kind: str, block: dict, model: nn.Module, dataset: Any, batch_
     import h5py
 
     from hookrun.output.process import Interrupted
-    from hookrun.runner.run import run  # (the runner's face: the same run a config makes)
+    from hookrun.runner import run  # (the runner's face: the same run a config makes)
 
     if not isinstance(model, nn.Module):
         raise ConfigError(f"{kind}: expected a torch.nn.Module, got {type(model).__name__}")

@@ -181,8 +181,8 @@ def evaluate_sae(cfg: Any, spec: Mapping, sae: str | Path, module: str, path: st
     """Run the evaluate kind on the trained SAE; its totals: {file, items, model: {...}, splice: {...}}."""
     import h5py
 
+    from hookrun.runner import run
     from hookrun.runner.kinds.evaluate.table import read_evaluation
-    from hookrun.runner.run import run
 
     result = run(eval_config(cfg, spec, sae, module, path, arg), model=model)
     with h5py.File(result.path, "r") as f:

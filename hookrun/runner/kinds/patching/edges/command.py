@@ -123,7 +123,7 @@ def export(a: argparse.Namespace) -> int:
 
 def score(a: argparse.Namespace) -> int:
     """Run the source's config again with faithfulness.from: the circuit; print the run's faithfulness line."""
-    from hookrun.runner.run import run
+    from hookrun.runner import run
 
     try:
         fractions = parse_fractions("mib" if a.fractions == "mib" else _numbers(a.fractions))
