@@ -50,7 +50,7 @@ class HookSession:
                     if self.interceptor is None:
                         from hookrun.hooks.sites import Interceptor
 
-                        self.interceptor = Interceptor()
+                        self.interceptor = Interceptor(self.env.model)
                     self._handles.extend(self.interceptor.add(point.target, fn, call, point, self._firing(point, i)))
                     continue
                 self._handles.extend(HOOK_TYPES.get(point.type).attach(point, self._firing(point, i)))

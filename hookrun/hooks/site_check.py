@@ -161,7 +161,7 @@ def check_sites_run(points: list[HookPoint], model: nn.Module, forward: Callable
         out = {"output": result} if isinstance(result, Tensor) else flatten(result, "output")
         kept.append(Call(fn, k, flatten(args, "input"), out))
 
-    listener = Listener(on_call)
+    listener = Listener(on_call, model)
     handles = [h for m in dict.fromkeys(p.target for p in sites) for h in listener.watch(m)]
     try:
         forward()

@@ -5,7 +5,9 @@
 
 A site is named `MODULE/FN.k`: the k-th call (0, 1, ... in call order within one forward of
 MODULE) of the torch function FN that MODULE's own code makes; `MODULE/FN` means every call. The
-root model's sites are `/FN`. Calls made inside a child module belong to the child. FN is the
+root model's sites are `/FN`. Calls made inside a child module belong to the child; those inside an
+nn.Module that is none of the model's (the `kernels` package runs transformers' apply_rotary_pos_emb
+as one) are the caller's own code, as a plain helper function's are. FN is the
 function's own name (`softmax`, `matmul`, `flatten`, `gelu`, `add` for `a + b` and `torch.add`,
 `add_` for `a += b`); `hookrun.modules(model, x, ops=True)` lists a model's sites with shapes.
 
@@ -99,9 +101,11 @@ HOOK = object()  # on the stack while a hook's own code runs (hush): its torch c
 class Interceptor:
     """Owns the mode and the hooks that attribute torch calls to the innermost running module."""
 
-    def __init__(self) -> None:
+    def __init__(self, model: nn.Module | None = None) -> None:
         self.sites: dict[nn.Module, Site] = {}
-        self.stack: list[nn.Module] = []  # every module whose forward runs inside a hooked one
+        self.model = model
+        self.known: set[nn.Module] = set()  # the model's modules (and the hooked ones'), at the forward's start
+        self.stack: list[nn.Module] = []  # every one of them whose forward runs inside a hooked one
         self.depth = 0  # hooked modules in flight
         self._mode: _SiteMode | None = None
         self._global: list = []
@@ -124,6 +128,10 @@ class Interceptor:
             for _, point, _ in entries:
                 point.next_forward_call()
         if self.depth == 0:
+            self.known = set()
+            for root in (self.model, *self.sites):
+                if root is not None and root not in self.known:
+                    self.known.update(root.modules())
             self._global = [register_module_forward_pre_hook(self._push),
                             register_module_forward_hook(self._pop, always_call=True)]
             self._mode = _SiteMode(self)
@@ -153,7 +161,7 @@ class Interceptor:
             self.stack.pop()
 
     def _push(self, module: nn.Module, args: Any) -> None:
-        if module not in self.sites:  # (a hooked module pushes itself, first)
+        if module not in self.sites and module in self.known:  # (a hooked module pushes itself, first)
             self.stack.append(module)
 
     def _pop(self, module: nn.Module, args: Any, output: Any) -> None:
@@ -216,12 +224,12 @@ class Listener(Interceptor):
     """Every torch call of the watched modules' own forwards, numbered as sites are, for the lister:
     `on_call(module, fn, k, func, args, result)` after each call (same attribution as Interceptor).
 
-        listener = Listener(lambda module, fn, k, func, args, result: print(fn, k))
+        listener = Listener(lambda module, fn, k, func, args, result: print(fn, k), model)
         handles = [h for m in model.modules() for h in listener.watch(m)]
     """
 
-    def __init__(self, on_call: Callable) -> None:
-        super().__init__()
+    def __init__(self, on_call: Callable, model: nn.Module | None = None) -> None:
+        super().__init__(model)
         self.on_call = on_call
 
     def watch(self, module: nn.Module) -> list:

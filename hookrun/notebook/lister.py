@@ -118,7 +118,7 @@ def list_modules(model: nn.Module, example: Any = None, match: str | None = None
             handles.append(named[name].register_forward_pre_hook(_seen_input(info), with_kwargs=True))
             handles.append(named[name].register_forward_hook(_seen_output(info)))
         if ops:
-            listener = Listener(_seen_op({m: n for n, m in named.items() if n in found}, found))
+            listener = Listener(_seen_op({m: n for n, m in named.items() if n in found}, found), named[""])
             for name in chosen:
                 handles.extend(listener.watch(named[name]))
         with torch.no_grad(), ModelHold(model):  # in eval mode, as a run: BatchNorm's statistics and
