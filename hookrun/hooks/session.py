@@ -138,7 +138,7 @@ class HookSession:
 
     @contextmanager
     def phase(self, phase: Phase) -> Iterator[None]:
-        """One of a run kind's forwards of the batch in flight (hooks.events.Phase: CLEAN,
+        """One of a run kind's forwards of the batch in flight (hookrun.hooks.Phase: CLEAN,
         INTERVENED, ABLATED): the points' call counters restart (at the block's start and end), and
         the phase's flags say which actions run: in a clean forward none (the hooks stay attached:
         a check of one attribute is cheaper than detaching); in an ablated one only the modifying

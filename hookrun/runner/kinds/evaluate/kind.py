@@ -3,7 +3,7 @@
     kind = EvaluateKind(ctx)                  # prepare(): every check before any batch
     adds = kind.step(model, call, session)    # adds.tables["evaluation"]: the batch's EvaluationRow
 
-| forward    | phase (hooks.events)  | hooks                                                  | records |
+| forward    | phase (hookrun.hooks) | hooks                                                  | records |
 |------------|-----------------------|--------------------------------------------------------|---------|
 | clean      | CLEAN                 | attached, but no action runs                           | none    |
 | intervened | INTERVENED            | as configured                                          | all     |
