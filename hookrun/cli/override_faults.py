@@ -3,7 +3,7 @@ call; these words are loaded only then): an override the shell split at its spac
 an integer given to a boolean, and a kind's key set where the config has no such block.
 
     split_line("hooks={a:", ["hooks={a:", "b}"])   # "the override 'hooks={a:' was split by the shell ..."
-    missing_block_line("probe.layer=3", "probe", [], conf)   # "... this config has no probe block; add one ..."
+    missing_block_line("scaled.factor=3", "scaled", [], conf)   # "... this config has no scaled block; add one ..."
 
 The CLI prints each line as `hookrun: error: ...` and exits with 2.
 """
