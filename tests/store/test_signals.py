@@ -97,6 +97,13 @@ def test_a_signal_after_the_file_is_closed_names_the_file_as_it_is(tmp_path, mon
             assert n == result.samples
 
 
+def ctrl_c_reaches() -> None:
+    """In the child: SIGINT as a terminal delivers it. A shell's background job (`cmd &` without job
+    control, as a CI script may start pytest) inherits SIGINT ignored, and Python then never raises
+    KeyboardInterrupt: these tests would see a Ctrl-C that no user's terminal sends."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.skipif(os.name != "posix", reason="SIGINT from outside")
 @pytest.mark.parametrize("module", ["hydra", "torch.nn"])
 def test_ctrl_c_while_python_imports_the_app_is_one_line_and_exit_130(tmp_path, module):
@@ -104,7 +111,8 @@ def test_ctrl_c_while_python_imports_the_app_is_one_line_and_exit_130(tmp_path, 
     import's KeyboardInterrupt traceback (exit 130 by accident). Sent once `-X importtime` shows
     `module` being imported: one line, no traceback, exit 130, no output folder."""
     proc = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "hookrun", "experiment=resnet_layer1",
-                             f"hydra.run.dir={tmp_path / 'run'}"], stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                             f"hydra.run.dir={tmp_path / 'run'}"], stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            preexec_fn=ctrl_c_reaches)
     lines = []
     for line in proc.stderr:
         lines.append(line)
@@ -133,7 +141,7 @@ def test_a_signal_after_main_returned_keeps_its_exit_code(tmp_path, sig):
     """A Ctrl-C or SIGTERM in the ~0.2 s after the run returned (its file complete) made the process
     exit 130 ('interrupted by SIGINT') or 143 (no word): a complete run looked interrupted to Slurm.
     Reference: the exit code main returned, 0, and one line naming the signal."""
-    proc = subprocess.run([sys.executable, "-c", LATE_SIGNAL.format(sig=sig)], capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", LATE_SIGNAL.format(sig=sig)], capture_output=True, preexec_fn=ctrl_c_reaches,
                           text=True, cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines() == [f"hookrun: {sig} after the run ended; its exit code 0 is kept"]
@@ -145,7 +153,7 @@ def test_a_signal_once_the_run_logged_its_file_keeps_exit_0(tmp_path, sig):
     """`python -m hookrun`, signalled once it logged `file: ...` (the run returned, Hydra tearing down):
     exit 143 with no word, or 130 'interrupted by SIGINT', for a file plain h5py reads as complete."""
     proc = subprocess.Popen([sys.executable, "-m", "hookrun", "experiment=probe_shapes", "data.limit=2",
-                             "progress=false", f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, text=True,
+                             "progress=false", f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, text=True, preexec_fn=ctrl_c_reaches,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     lines = []
     for line in proc.stdout:
@@ -178,7 +186,7 @@ exit_process(lambda: 0)
 def test_a_second_late_signal_still_stops_the_process(tmp_path, sig, code, said):
     """The first late signal is noted; a second is acted on as before (Ctrl-C: 130 and its line; SIGTERM: the
     default action), so a clean-up that hangs after the run is never left unstoppable."""
-    proc = subprocess.run([sys.executable, "-c", TWO_LATE.format(sig=sig)], capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", TWO_LATE.format(sig=sig)], capture_output=True, preexec_fn=ctrl_c_reaches,
                           text=True, cwd=tmp_path, timeout=50)
     assert proc.returncode == code, proc.stderr[-2000:]
     assert "not stopped" not in proc.stdout and proc.stderr.strip().splitlines() == said, proc.stderr[-2000:]
