@@ -42,7 +42,7 @@ def upright_if_crowded(fig: Any, ax: Any) -> None:
     from hookrun.cli.figure_titles import literal_text
 
     literal_text(fig)  # (drawn here first: a '$' in a label must be a dollar before it is)
-    fig.canvas.draw()
+    fig.draw_without_rendering()
     ticks = [t for t in ax.get_xticklabels() if t.get_text()]
     if not ticks or ticks[0].get_rotation() == 90:
         return

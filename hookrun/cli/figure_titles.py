@@ -76,11 +76,13 @@ def _span(fig: Any, t: Any) -> tuple[float, float]:
 def fit_titles(fig: Any, margin: float = 4.0, tries: int = 8) -> None:
     """Wrap each title (at spaces, then smaller) until it lies inside the figure, and an axes' title
     between the titled axes beside it (_span): a title centred at x may be at most twice the distance
-    from x to the nearer bound wide. Drawn, then measured."""
+    from x to the nearer bound wide. Laid out (drawn without rendering: the text's extents are a draw's), then
+    measured; savefig renders once."""
     import textwrap
 
+    settled = False  # (the last layout is of the figure as it is now: _tall_enough measures it as it stands)
     for _ in range(tries):
-        fig.canvas.draw()
+        fig.draw_without_rendering()
         box, wide = fig.bbox, []
         for t in titles(fig):
             ext = t.get_window_extent()
@@ -90,6 +92,7 @@ def fit_titles(fig: Any, margin: float = 4.0, tries: int = 8) -> None:
             if ext.x0 < lo + margin / 2 or ext.x1 > hi - margin / 2 or ext.y1 > box.y1:
                 wide.append((t, room / max(ext.width, 1.0)))
         if not wide:
+            settled = True
             break
         for t, ratio in wide:
             lines = t.get_text().split("\n")
@@ -100,16 +103,17 @@ def fit_titles(fig: Any, margin: float = 4.0, tries: int = 8) -> None:
                 t.set_fontsize(max(5.0, t.get_fontsize() * max(0.5, min(ratio, 0.9))))
             else:
                 t.set_text(text)
-    _tall_enough(fig, margin)
+    _tall_enough(fig, margin, laid_out=settled)
 
 
-def _tall_enough(fig: Any, margin: float, tries: int = 4) -> None:
+def _tall_enough(fig: Any, margin: float, tries: int = 4, laid_out: bool = False) -> None:
     """Make the figure taller until every axis label (a colour bar's, written along it) lies inside it:
     titles wrapped onto more lines take height from the axes, and a colour bar's label longer than
     the shortened bar ran off the figure ("rad-CAM ..." for "Grad-CAM ..."). The layout gives the
-    added height to the axes."""
-    for _ in range(tries):
-        fig.canvas.draw()
+    added height to the axes. laid_out: the figure's last layout is of it as it is (not laid out again first)."""
+    for i in range(tries):
+        if i or not laid_out:
+            fig.draw_without_rendering()
         box = fig.bbox
         over = max([0.0] + [max(box.y0 - e.y0, e.y1 - box.y1) for e in
                             (label.get_window_extent() for ax in fig.axes for label in (ax.xaxis.label, ax.yaxis.label)

@@ -51,7 +51,7 @@ def label_points(ax: Any, x: np.ndarray, y: np.ndarray, labels: Sequence[str], s
     """Each point's label beside it (to its right, or its left in the axes' right half), from the
     lowest point up; a label that would overlap one already placed moves up a line at a time."""
     fig = ax.figure
-    fig.canvas.draw()  # (the layout settled: pixel positions of the points)
+    fig.draw_without_rendering()  # (the layout settled: pixel positions of the points)
     px = ax.transData.transform(np.column_stack([x, y]))
     unit = fig.dpi / 72  # pixels a point
     line, middle = 1.3 * size * unit, float(np.mean(ax.get_window_extent().intervalx))

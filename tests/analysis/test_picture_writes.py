@@ -20,7 +20,11 @@ from pathlib import Path
 from matplotlib.backends import backend_agg
 from hookrun.cli import figures
 
+given = backend_agg.FigureCanvasAgg.print_png
+
 def cut_off(self, filename_or_obj, *args, **kwargs):  # writes the PNG's first bytes, then the process is killed
+    if not isinstance(filename_or_obj, (str, os.PathLike)):  # (matplotlib's own renderer lookup, into memory)
+        return given(self, filename_or_obj, *args, **kwargs)
     with open(filename_or_obj, "wb") as f:
         f.write(b"\\x89PNG\\r\\n\\x1a\\n cut off")
     os.kill(os.getpid(), signal.SIGKILL)
