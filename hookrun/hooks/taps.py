@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from hookrun.errors import ConfigError, RunError
-from hookrun.hooks.actions.rows import declared_batch_first
+from hookrun.hooks.actions.batch_axis import declared_batch_first
 from hookrun.hooks.hook_types import channels_last
 from hookrun.hooks.plan import resolve_targets
 from hookrun.hooks.sides import Decoder

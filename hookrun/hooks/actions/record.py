@@ -12,7 +12,7 @@ Reductions run on the tensor's device before the copy, in this order (hookrun.ho
 step, `limit` the first N rows. The capture's attributes record what was done. `rows` says how a tensor becomes rows
 (auto | sample | step | token: hookrun.hooks.actions.rows); a reduction over the token dim and `index: last` follow
 the batch's attention mask (padding is left out). Each capture's axes are named by meaning at its first batch
-(hookrun.hooks.actions.dims.meaning: `sample, head, query, key` for an attention pattern, `token, feature` for token
+(hookrun.hooks.actions.rows.meaning: `sample, head, query, key` for an attention pattern, `token, feature` for token
 rows, ...), or by `dim_names` (one name per axis of a row); the names become the dataset's `dims` attribute. A
 snapshot is a copy taken when the hook fires, so a later in-place op (ReLU(inplace=True) after bn1) cannot change what
 was recorded.
@@ -29,20 +29,14 @@ from hookrun.config.schema import DTYPES, Mode
 from hookrun.errors import ConfigError, HookrunError, RunError, one_of
 from hookrun.hooks import Event, family, positional_index, positional_role
 from hookrun.hooks.actions import ACTIONS, Action
-from hookrun.hooks.actions.dims import (
-    axis_names,
-    check_dim,
-    check_names,
-    check_selections,
-    parse_selects,
-)
 from hookrun.hooks.actions.rows import (
     STEP,
     RowRule,
+    axis_names,
     check_finite,
+    check_names,
     dtype_name,
     narrows,
-    per_sample_lists,
     snapshot,
 )
 from hookrun.store.records import Capture, CaptureKey
@@ -76,16 +70,16 @@ class Record(Action):
         if dtype is not None and dtype not in DTYPES:
             raise ConfigError(f"{self.where}: record dtype={dtype!r}; choose from: {one_of(DTYPES)}")
         self.dtype = DTYPES[dtype] if dtype is not None else env.store_dtype
-        if reduce is not None or dims is not None:  # (hooks/actions/reduction.py: loaded where a record names one)
-            from hookrun.hooks.actions.reduction import REDUCERS
+        if reduce is not None or dims is not None or select is not None:  # (loaded where a record names one)
+            from hookrun.hooks.actions.reduction import REDUCERS, check_dim, parse_selects
         if reduce is not None and reduce not in REDUCERS:
             raise ConfigError(f"{self.where}: record reduce={reduce!r}; choose from: {one_of(REDUCERS)}")
         if dims is not None and reduce is None:  # (select picks along a dim; dims are what reduce reduces)
             raise ConfigError(f"{self.where}: record dims={dims!r} does nothing without reduce; add reduce (choose from: "
                               f"{one_of(REDUCERS)}), or remove dims")
-        self.reduce, dims = reduce, "spatial" if dims is None else dims
-        self.dims = [check_dim(d, self.where) for d in (dims if isinstance(dims, list | tuple) else [dims])]
-        self.selections = parse_selects(select, self.where)
+        self.reduce = reduce
+        self.dims = ["spatial"] if dims is None else [check_dim(d, self.where) for d in (dims if isinstance(dims, list | tuple) else [dims])]
+        self.selections = parse_selects(select, self.where) if select is not None else []
         self.checks_tensor = bool(self.selections)  # (runner/action_state: checked in one sample's forward)
         if not isinstance(every, int) or every < 1:
             raise ConfigError(f"{self.where}: record every={every!r}; expected a whole number >= 1")
@@ -143,7 +137,9 @@ class Record(Action):
                 f"then once per new token (batch, 1, ...), so rows of one shape per sample or step cannot hold it")
 
     def check_tensor(self, role: str, tensor: Any) -> None:  # before any batch: select against one sample's tensor
-        if self.wants(role) and self.rule.rows != "ragged":
+        if self.selections and self.wants(role) and self.rule.rows != "ragged":
+            from hookrun.hooks.actions.reduction import check_selections
+
             check_selections(tensor, self.selections, self.where, self.point.module, role, family(role) in self.point.last)
 
     def wants(self, role: str) -> bool:
@@ -172,6 +168,8 @@ class Record(Action):
         if self.what and ev.call not in self._seen:
             self._check_seen(ev, tensors)
         if ev.raw is not None:  # a list with one item per sample (detection outputs): ragged rows
+            from hookrun.hooks.actions.batch_axis import per_sample_lists
+
             lists = per_sample_lists(ev.raw, "output", state.batch_size)
             if lists is not None:
                 tensors = {r: t for r, t in tensors.items() if family(r) != "output"} | lists

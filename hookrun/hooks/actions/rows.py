@@ -1,34 +1,51 @@
-"""What record does to a tensor's rows and values: one row per sample, step or token, decided once,
-and the copy in the storage dtype (a snapshot) the writer gets.
+"""What record does to a tensor's rows and values, and the names of the axes it stores: one row per
+sample, step or token, decided once, the copy in the storage dtype (a snapshot) the writer gets, and
+the axes' names by meaning (the capture's `dims` attribute).
 
     rows = RowRule("auto", where="hooks.h.actions.0")
     k = rows.layout(ev, role, tensor)        # 0: one row per step; k >= 1: k rows folded per sample
     value = snapshot(t, torch.float16)       # a copy in the storage dtype, still on the device
     narrows(t.dtype, value.dtype)            # True: float32 -> float16 can overflow to inf
+    meaning(point, "output", (8, 4, 32, 32), state)  # ['sample', 'head', 'query', 'key'] at .../attn/softmax
 
 `auto` decides at a capture's first batch: a tensor whose batch is at axis 1 (batch_second: a
-sequence-first module's `(T, B, ...)`) is one row per step, with a warning; a first dim equal to the
-batch size is one row per sample; a multiple of it (`B*T` flattened tokens, swin's `B*windows`) is
-folded to one row of `(k, ...)` per sample; anything else is one row per step. Later batches keep that decision, so a
-smaller last batch or a batch of 1 cannot flip it. `sample` and `step` force the choice;
-`token` stores one row per non-padding token of `(batch, tokens, ...)` tensors (the model call's
-TokenMap, hookrun.hooks.tokens);
-`ragged` one variable-length row per step, for a tensor whose first dim changes from batch to batch
-(detection's box features, `(517, 256, 7, 7)` then `(520, ...)`). A selection or reduction, made
-before the snapshot, is hookrun.hooks.actions.reduction's (loaded only where a record asks for one).
+sequence-first module's `(T, B, ...)`, hookrun.hooks.actions.batch_axis) is one row per step, with a
+warning; a first dim equal to the batch size is one row per sample; a multiple of it (`B*T` flattened
+tokens, swin's `B*windows`) is folded to one row of `(k, ...)` per sample; anything else is one row per
+step. Later batches keep that decision, so a smaller last batch or a batch of 1 cannot flip it. `sample`
+and `step` force the choice; `token` stores one row per non-padding token of `(batch, tokens, ...)`
+tensors (the model call's TokenMap, hookrun.hooks.tokens); `ragged` one variable-length row per step,
+for a tensor whose first dim changes from batch to batch (detection's box features, `(517, 256, 7, 7)`
+then `(520, ...)`). A selection or reduction, made before the snapshot, is
+hookrun.hooks.actions.reduction's (loaded only where a record asks for one), as are the dims they name.
+
+A tensor's axes are named from where it came from and its rank (meaning()): an attention pattern
+or its scores (a softmax op site inside an attention module, an attention module's weights output
+such as GPT-2 eager's `output.1`, TransformerLens' `hook_pattern`) is `head, query, key`; a 4-D
+map `channel, height, width`, or `height, width, channel` where it is channels last (HookPoint.last,
+hooks/hook_types.py: timm's Swin, torchvision's Permute to NHWC), whose names in reduce `dims` and select
+find those axes by meaning; a (B, T, ...) tensor over the batch's tokens `token, ...`; 3-D
+`token, feature` (`channel, length` out of a 1-d conv, norm or pool); 2-D `feature`; anything
+else `dim_1, dim_2, ...`. An op site's names come first from the structure of its module's calls
+(hooks/site_axes.py: which tensor the softmax reads and writes, which operands are queries and keys),
+found by the site check before the first batch, so a sequence as long as a head is wide is still
+`head, query, key`; the size rules name what that structure does not reach. select/reduce then
+drop the axes they remove (reduction.shaped_names()).
 """
 
 from __future__ import annotations
 
-import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+from torch import nn
 
 from hookrun.errors import ConfigError, RunError, one_of
-from hookrun.hooks import Event, flatten
+from hookrun.hooks import Event, StepState, family
+from hookrun.store import BY_RANK, PATTERN, PATTERN_FNS, unnamed
 
-log = logging.getLogger("hookrun")
+if TYPE_CHECKING:
+    from hookrun.hooks.hook_types import HookPoint
 
 
 def snapshot(t: torch.Tensor, dtype: torch.dtype | None, source: torch.dtype | None = None) -> torch.Tensor:
@@ -96,7 +113,11 @@ class RowRule:
         key = (role, ev.call)
         known = self.known.get(key)
         if known is None:
-            second = batch_second(ev, role, t, b, getattr(self.env, "model", None), site)
+            second = None
+            if t.dim() >= 3 and t.shape[1] == b:  # its batch may be at axis 1 (hookrun.hooks.actions.batch_axis)
+                from hookrun.hooks.actions.batch_axis import batch_second, rows_per_step
+
+                second = batch_second(ev, role, t, b, getattr(self.env, "model", None), site)
             shape = f"{role} of {where} has shape {tuple(t.shape)} in a batch of {b}: its batch is at axis 1"
             if second and second[0] and self.rows in ("sample", "token"):
                 raise RunError(f"{self.where}: rows={self.rows}, but {shape} ({second[1]}), not first; use rows: step "
@@ -105,7 +126,7 @@ class RowRule:
                 known = 1
             elif second and self.rows == "auto":
                 known = STEP
-                self._per_step(key, shape, second, b, n == b or bool(n and b > 1 and n % b == 0))
+                rows_per_step(self, key, shape, second, b, n == b or bool(n and b > 1 and n % b == 0))
             elif n == b:
                 known = 1
             elif n and b > 1 and n % b == 0:
@@ -125,76 +146,141 @@ class RowRule:
             )
         return known
 
-    def _per_step(self, key: tuple[str, int], shape: str, second: tuple[bool, str, str], b: int, looks: bool) -> None:
-        """A tensor with its batch at axis 1 is stored per step: said once per (role, call) where its
-        shape `looks` like rows of samples; refused where the run's last batch is smaller (its
-        per-step row would not fit the earlier ones)."""
-        planned = getattr(self.env, "planned_samples", None)
-        short = len(planned) % b if planned is not None and len(planned) > b else 0
-        if short:
-            raise RunError(f"{self.where}: {shape} ({second[1]}), so its rows cannot be samples, and one row per step "
-                           f"cannot hold it either: the last batch of these {len(planned)} samples has {short}; give a "
-                           f"data.batch_size that divides {len(planned)}{second[2]}")
-        if looks and key not in self.warned:
-            self.warned.add(key)
-            log.warning("%s: %s (%s), so it is stored as one row per step, not as rows of samples; rows: step says so "
-                        "and silences this%s", self.where, shape, second[1], second[2])
+
+# -- names by meaning ------------------------------------------------------------------------------
+PATTERN_HOOKS = ("hook_pattern", "hook_attn_scores")  # TransformerLens HookPoints of (B, H, Q, K) tensors
 
 
-def batch_second(ev: Event, role: str, t: torch.Tensor, b: int, model: Any, site: bool) -> tuple[bool, str, str] | None:
-    """Why `t`'s batch is at axis 1 rather than 0: (whether a module says so, why, what else to do); None where
-    nothing says so. A (T, B, ...) tensor with T == B tells nothing by its shape: only a module's
-    batch_first does (its own, or the nearest enclosing module's: a Linear inside a
-    TransformerEncoderLayer(batch_first=False)), and an RNN's hidden state (layers, B, H)."""
-    if t.dim() < 3 or t.shape[1] != b:
+def meaning(point: HookPoint, role: str, shape: tuple[int, ...], state: StepState | None = None, where: str = "") -> list[str]:
+    """The names of a (batch, ...) tensor's axes, the batch first as `sample` (module docstring);
+    `where`: the firing's module (MODULE/FN.k for an op site, whose call k picks its structural names)."""
+    n = len(shape)
+    if n == 4 and family(role) in getattr(point, "last", ()):  # channels last (channels_last(): timm's Swin)
+        return ["sample", "height", "width", "channel"]
+    known = _structural(point, role, where)
+    if known is not None and len(known) == n - 1:
+        return ["sample", *known]
+    module = point.target if isinstance(point.target, nn.Module) else None
+    kind = type(module).__name__.lower() if module is not None else ""
+    attention = "attention" in kind or "attn" in kind
+    site = point.site[0] if point.site else None
+    heads, head_dim = _heads(module) if attention else (None, None)
+    tokens = _token_axis(shape, state)
+    rest: tuple[str, ...] | None = None
+    structured = bool(getattr(point, "axes", None))  # the module's softmax was found: its pattern is known
+    if n == 4 and _is_pattern(point.module, role, shape, site, attention, heads, head_dim, structured):
+        rest = PATTERN
+    elif n == 4 and attention:  # per-head queries, keys, values; anything else in there is unnamed
+        if heads is not None and shape[1] == heads and shape[3] == head_dim and shape[2] == shape[3]:
+            rest = ("head", "dim_2", "dim_3")  # as many tokens as a head has features: a pattern or values?
+        elif heads is not None and shape[1] == heads and shape[3] == head_dim and site is not None:
+            rest = ("head", "token", "feature")
+        elif heads is not None and shape[2] == heads and tokens and shape[3] == head_dim:
+            rest = ("token", "head", "feature")
+        else:
+            rest = unnamed(3)
+    elif n == 3 and attention and _is_weights(role, site):  # nn.MultiheadAttention's head-averaged weights
+        rest = ("query", "key")
+    elif n == 3 and kind.endswith("1d"):
+        rest = ("channel", "length")
+    elif n == 5 and kind.endswith("3d"):
+        rest = ("channel", "depth", "height", "width")
+    elif n == 4 and state is not None and state.attention_mask is not None and shape[-1] == state.attention_mask.shape[-1]:
+        rest = unnamed(3)  # over a text batch's tokens (a block's 4-D attention mask): not an image
+    elif n == 2 and tokens:
+        rest = ("token",)  # input_ids, attention_mask
+    else:
+        rest = BY_RANK.get(n - 1) if n >= 1 else ()
+    return ["sample", *(rest if rest is not None else unnamed(n - 1))]
+
+
+def _structural(point: HookPoint, role: str, where: str) -> tuple[str, ...] | None:
+    """The names the structure of an op site's calls gives (HookPoint.axes, hooks/site_axes.py)."""
+    axes = getattr(point, "axes", None)
+    if not axes or point.site is None:
         return None
-    part = role.split(".", 1)[1] if "." in role else ""
-    target = None if site else ev.target
-    if isinstance(target, torch.nn.RNNBase) and (part[:1] == "1" or part.startswith("hx")):
-        return True, f"{type(target).__name__}'s hidden state is (layers, batch, hidden)", ""
-    declared = None if target is None else declared_batch_first(target, ev.module, model)
-    if declared is False and not (isinstance(target, torch.nn.MultiheadAttention) and part == "1"):  # (weights: B first)
-        return True, "the module runs sequence-first, batch_first=False", ", or build the module with batch_first=True"
-    if declared is None and b > 1 and t.shape[0] != b and t.shape[0] % b == 0:
-        return False, (f"axis 0 is {t.shape[0] // b} x the batch and axis 1 the batch, as in a sequence-first "
-                       f"(T, B, ...) tensor"), "; rows: sample folds it per sample if its axis 0 is batch-major (B*k, as swin's windows)"
-    return None
-
-
-TRANSFORMERS = (torch.nn.TransformerEncoderLayer, torch.nn.TransformerDecoderLayer, torch.nn.TransformerEncoder,
-                torch.nn.TransformerDecoder)  # (no batch_first of their own: their attention's)
-
-
-def declared_batch_first(target: Any, path: str, model: Any) -> bool | None:
-    """The batch_first a module runs with: its own attribute (nn.LSTM, nn.MultiheadAttention,
-    nn.Transformer), a PyTorch transformer layer's or stack's (its attention's), else the nearest
-    enclosing module's; None where no module says."""
-    chain = [target]
-    if model is not None and path:
-        parts = path.split(".")
-        for i in range(len(parts) - 1, -1, -1):
-            try:
-                chain.append(model.get_submodule(".".join(parts[:i])))
-            except AttributeError:
-                break
-    for m in chain:
-        flag = getattr(m, "batch_first", None)
-        if isinstance(flag, bool):
-            return flag
-        if isinstance(m, TRANSFORMERS):
-            flags = [s.batch_first for s in m.modules() if isinstance(getattr(s, "batch_first", None), bool)]
-            if flags:
-                return flags[0]
-    return None
-
-
-def per_sample_lists(raw: Any, family: str, batch_size: int) -> dict[str, list[torch.Tensor]] | None:
-    """A list with one item per sample (detection's list of dicts): its tensors by role, each a
-    list of `batch_size` tensors of varying first dim. None where `raw` is not such a list."""
-    if type(raw) is not list or len(raw) != batch_size or not raw:
+    _, _, k = where.rpartition(".")
+    if not k.isdigit():
         return None
-    parts = [flatten(item, family) for item in raw]
-    roles = list(parts[0])
-    if not roles or any(list(p) != roles for p in parts):
+    as_output = "output" + role[len("grad"):] if family(role) == "grad" else role  # a gradient has its result's axes
+    return axes.get((point.site[0], int(k), as_output))
+
+
+def _is_pattern(name: str, role: str, shape: tuple[int, ...], site: str | None, attention: bool,
+                heads: int | None, head_dim: int | None, structured: bool = False) -> bool:
+    if name.rsplit(".", 1)[-1] in PATTERN_HOOKS:
+        return True
+    if not attention:
+        return False
+    if site is None:
+        return _is_weights(role, None)
+    if site in PATTERN_FNS:
+        return True  # the probabilities, their input (the scores) and their gradient
+    # another op of the attention's code: (B, H, Q, K) scores, masked or scaled, or the dropped-out pattern; by
+    # size only where the structure is unknown (a (B, H, T, head_dim / 2) half of a rotary query is no pattern)
+    return not structured and family(role) in ("output", "grad") and heads is not None and head_dim is not None and \
+        shape[1] == heads and shape[3] != head_dim
+
+
+def _is_weights(role: str, site: str | None) -> bool:
+    """An attention module's weights output: output.1 (GPT-2, LLaMA, BERT eager), output.attentions..."""
+    return site is None and family(role) == "output" and role not in ("output", "output.0")
+
+
+def _heads(module: nn.Module | None) -> tuple[int | None, int | None]:
+    """(heads, head dim) of an attention module, where its attributes or config say."""
+    cfg = getattr(module, "config", None)
+    heads = next((v for v in (getattr(module, "num_heads", None), getattr(module, "num_attention_heads", None),
+                              getattr(module, "n_head", None), getattr(cfg, "num_attention_heads", None),
+                              getattr(cfg, "n_head", None)) if isinstance(v, int)), None)
+    head_dim = next((v for v in (getattr(module, "head_dim", None), getattr(module, "attention_head_size", None))
+                     if isinstance(v, int)), None)
+    return heads, head_dim
+
+
+def _token_axis(shape: tuple[int, ...], state: StepState | None) -> bool:
+    """Whether axis 1 is the batch's tokens (the attention mask's (B, T) leads the shape)."""
+    mask = state.attention_mask if state is not None else None
+    return mask is not None and len(shape) >= 2 and tuple(shape[:2]) == tuple(mask.shape)
+
+
+def check_names(names: Any, where: str) -> tuple[str, ...] | None:
+    """record `dim_names: [head, query, key]`: one name per axis of a row, unique, plain words."""
+    if names is None:
         return None
-    return {role: [p[role] for p in parts] for role in roles}
+    if isinstance(names, str) or not isinstance(names, list | tuple) or not all(isinstance(x, str) and x for x in names):
+        raise ConfigError(f"{where}: record dim_names={names!r}; expected a list of names, one per axis of a "
+                          f"row (after the sample), e.g. [head, query, key]")
+    bad = [x for x in names if "/" in x or ":" in x]
+    if bad or len(set(names)) != len(names):
+        why = f"{bad[0]!r} holds a '/' or ':'" if bad else "a name is repeated"
+        raise ConfigError(f"{where}: record dim_names={list(names)}: {why}; give each axis a name of its own")
+    return tuple(names)
+
+
+def stored_names(first: str, row: tuple[int, ...], names: Any = None) -> tuple[str, ...]:
+    """(first, *names) where they fit the row (one unique name per axis); dim_1, dim_2, ... otherwise."""
+    names = tuple(names) if names is not None else ()
+    if len(names) != len(row) or len(set((first, *names))) != len(names) + 1:
+        names = unnamed(len(row))
+    return (first, *names)
+
+
+def axis_names(rec: Any, ev: Event, role: str, raw: tuple[int, ...], per_step: bool, folded: bool, shaped: Any) -> tuple[str, ...]:
+    """The names of a record action's stored axes for one (role, call), at its first batch: the
+    rows' axis, then a row's axes by meaning (a per-step or folded tensor's: dim_1, dim_2, ...), or
+    the action's dim_names (their count checked against the row's rank: one RunError line).
+    `raw`: the tensor's shape as the hook saw it; `shaped`: after select/reduce (and token rows)."""
+    row = tuple(shaped.shape) if per_step else tuple(shaped.shape[1:])
+    first = "step" if per_step else "token" if rec.token_rows else "sample"
+    if rec.dim_names is not None and len(rec.dim_names) != len(row):
+        raise RunError(f"{rec.where}: record dim_names has {len(rec.dim_names)} name(s), but {role} of {ev.where} is "
+                       f"stored as one row of shape {row} per {first}: give {len(row)} name(s), one per axis of a row")
+    if rec.dim_names is not None or per_step or folded:
+        return stored_names(first, row, rec.dim_names)
+    full = meaning(rec.point, role, raw, ev.state, ev.module)
+    if rec.selections or rec.reduce:  # (hookrun.hooks.actions.reduction: loaded where a record asks for one)
+        from hookrun.hooks.actions.reduction import shaped_names
+
+        full = shaped_names(full, rec.selections, rec.dims if rec.reduce else None, ev, role, family(role) in rec.point.last)
+    return stored_names(first, row, full[2:] if rec.token_rows else full[1:])

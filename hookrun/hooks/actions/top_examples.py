@@ -35,7 +35,7 @@ from hookrun.config.schema import Mode
 from hookrun.errors import ConfigError, RunError
 from hookrun.hooks import Event, family
 from hookrun.hooks.actions import ACTIONS, Action
-from hookrun.hooks.actions.rows import batch_second
+from hookrun.hooks.actions.batch_axis import batch_second
 from hookrun.store.records import Capture, CaptureKey
 
 EMPTY = torch.iinfo(torch.int64).min  # the key of an empty slot (and of padding, NaN)

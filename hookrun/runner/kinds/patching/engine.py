@@ -32,7 +32,7 @@ from torch import nn
 from hookrun.config import parse_hooks
 from hookrun.errors import ConfigError, HookrunError, RunError
 from hookrun.hooks.actions import ActionEnv
-from hookrun.hooks.actions.dims import meaning
+from hookrun.hooks.actions.rows import meaning
 from hookrun.hooks.hook_types import HOOK_TYPES, HookPoint
 from hookrun.hooks.plan import make_plan
 from hookrun.hooks.session import HookSession
@@ -197,7 +197,7 @@ class PatchEngine:
 
     def _dims(self, point: HookPoint, x: torch.Tensor) -> tuple[str, ...]:
         """(sample, position, feature) / (sample, position, head, feature) over the input's tokens,
-        else the names record gives (hooks/actions/dims.py), its `token` called `position`."""
+        else the names record gives (hooks/actions/rows.py), its `token` called `position`."""
         if x.dim() in (3, 4) and x.shape[1] == self.base_ids.shape[1] and self.base_ids.dim() == 2:
             return ("sample", "position", "feature") if x.dim() == 3 else ("sample", "position", "head", "feature")
         return tuple("position" if d == "token" else d for d in meaning(point, "output", tuple(x.shape), self.env.state))
