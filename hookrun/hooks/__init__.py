@@ -7,26 +7,50 @@ which drive these hooks from a notebook, are in hookrun/notebook/.
     from hookrun.hooks.session import HookSession     # owns every handle, removes them in reverse
 
 The package itself holds the event (Event): what an action sees when a hook fires, the tensors by
-role, and the right to replace one.
+role, and the right to replace one; the hook point (HookPoint: one hook spec on one module or
+parameter, with its per-step call counter); and the hook types: how each kind of PyTorch hook is
+registered, and which roles it shows.
 
     ev.tensors         # {"input": x, "output": y} for a forward hook
-    ev.replace("output", y * 0)   # checked: same shape, dtype and device
+    ev.replace("output", y * 0)   # checked: same shape, dtype and device (hookrun.hooks.roles)
+    point = HookPoint("fmap", "forward", "layer1.0", model.layer1[0])   # hook, type, module, target
+    point.next_forward_call()  # 0, then 1 for a second call in the same forward pass
+    HOOK_TYPES.get("forward").attach(point, fire)  # -> [RemovableHandle, ...]
 
 Roles name the tensors a hook sees: `input`, `output`, `grad_input`, `grad_output`, `grad`; the
 parts of a tuple get `.0`, `.1`, ... (`input.1`), of a dict `.KEY`. A one-element tuple, the usual
 `(x,)` of a module's positional input, is just `input`.
+
+| type         | PyTorch call                          | roles (replaceable first)       |
+|--------------|---------------------------------------|---------------------------------|
+| forward_pre  | register_forward_pre_hook(with_kwargs) | input (keywords: input.NAME)   |
+| forward      | register_forward_hook(with_kwargs)    | output, input                   |
+| backward_pre | register_full_backward_pre_hook       | grad_output                     |
+| backward     | register_full_backward_hook           | grad_input, grad_output         |
+| tensor       | Tensor.register_hook on the output    | grad                            |
+| param        | Parameter.register_hook               | grad                            |
+
+`fire(call, tensors, writable)`, made by the session for each point, runs that point's actions and
+returns the Event; where an action replaced a tensor, the hook hands PyTorch the rebuilt value. The
+forward type is here; forward_pre and what a call's values other than `(x,) -> y` need (flatten's
+tuples and dicts, rebuild, the inputs as they came in) are hooks/roles.py's, and the backward_pre,
+backward, tensor and param types hooks/grad_hooks.py's, each imported when a config or a call first
+needs it (HOOK_TYPES.get), so a forward record of a plain module loads neither.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from hookrun.errors import RunError, module_label
+from hookrun.registry import Registry
+
+_GRAPH_TASK = getattr(torch._C, "_current_graph_task_id", None)  # (-1 outside a backward; in torch 2.1+)
 
 
 class Phase:
@@ -121,25 +145,10 @@ class Event:
         return self.state.step
 
     def replace(self, role: str, value: torch.Tensor) -> None:
-        """Put ``value`` in place of the tensor ``role``; PyTorch then uses it."""
-        if not self.can_replace(role):
-            raise RunError(f"hook {self.hook!r} ({self.type}) at {self.where}: role {role!r} cannot be replaced")
-        old = self.tensors[role]
-        if not isinstance(value, torch.Tensor):
-            raise RunError(
-                f"hook {self.hook!r} at {self.where}: the replacement for {role} is a "
-                f"{type(value).__name__}, expected a tensor of shape {tuple(old.shape)}"
-            )
-        if value.shape != old.shape or value.dtype != old.dtype or value.device != old.device:
-            raise RunError(
-                f"hook {self.hook!r} at {self.where}: the replacement for {role} has shape "
-                f"{tuple(value.shape)} {value.dtype} on {value.device}, expected shape "
-                f"{tuple(old.shape)} {old.dtype} on {old.device}"
-            )
-        self.tensors[role] = value
-        if self.replaced is None:
-            self.replaced = set()
-        self.replaced.add(role)
+        """Put ``value`` in place of the tensor ``role``; PyTorch then uses it (checked: hookrun.hooks.roles)."""
+        from hookrun.hooks.roles import replace
+
+        replace(self, role, value)
 
     def can_replace(self, role: str) -> bool:
         return self.writable is not None and role in self.tensors and family(role) == self.writable
@@ -148,27 +157,6 @@ class Event:
     def where(self) -> str:
         name = module_label(self.module)
         return f"{name}" + (f" call {self.call}" if self.call else "")
-
-
-def positional_index(module: Any, name: str) -> int | None:
-    """Where argument `name` sits among `module.forward`'s positional parameters (None: nowhere):
-    `hidden_states` may come positionally (GPT-2 attention) or as a keyword (LLaMA attention)."""
-    try:
-        params = list(inspect.signature(module.forward).parameters.values())
-    except (TypeError, ValueError, AttributeError):
-        return None
-    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return positional.index(name) if name in positional else None
-
-
-def positional_role(tensors: dict, family: str, position: int) -> str | None:
-    """The role of the positional input at `position` in an event's tensors (`input`, `input.1`)."""
-    role = f"{family}.{position}"
-    if role in tensors:
-        return role
-    if position == 0 and family in tensors:
-        return family
-    return None
 
 
 def family(role: str) -> str:
@@ -201,25 +189,100 @@ def flatten(obj: Any, prefix: str) -> dict[str, torch.Tensor]:
     return out
 
 
-def rebuild(obj: Any, prefix: str, tensors: dict[str, torch.Tensor]) -> Any:
-    """``obj`` with each tensor leaf swapped for ``tensors[role]`` (the inverse of flatten)."""
+def inputs(args: tuple, kwargs: dict) -> dict[str, Tensor]:
+    """A call's tensors by role: positional ones as `input`, `input.1`, ..., keyword ones as
+    `input.NAME` (`input.hidden_states`)."""
+    tensors = flatten(args, "input")
+    for name, value in kwargs.items():
+        tensors.update(flatten(value, f"input.{name}"))
+    return tensors
 
-    def walk(o: Any, name: str) -> Any:
-        if isinstance(o, torch.Tensor):
-            return tensors.get(name, o)
-        if isinstance(o, tuple | list):
-            if len(o) == 1 and name == prefix:
-                items = [walk(o[0], name)]
-            else:
-                items = [walk(x, f"{name}.{i}") for i, x in enumerate(o)]
-            if isinstance(o, list):
-                return items
-            return type(o)(*items) if hasattr(o, "_fields") else type(o)(items)
-        if isinstance(o, dict):
-            new = dict(o) if type(o) is dict else o.__class__(o)
-            for k, x in o.items():
-                new[k] = walk(x, f"{name}.{k}")
-            return new
-        return o
 
-    return walk(obj, prefix)
+@dataclass
+class HookPoint:
+    """One hook spec on one module or parameter, with its per-step call counter."""
+
+    hook: str
+    type: str
+    module: str  # the module's path ('' is the whole model) or the parameter's name
+    target: Any  # nn.Module or nn.Parameter
+    actions: list = field(default_factory=list)
+    globbed: bool = False  # reached only through a glob of `at:` (not named there): may have nothing to record
+    site: tuple | None = None  # an op site (hooks/sites.py): (FN, call or None); target is the module whose code calls FN
+    axes: dict = field(default_factory=dict)  # an op site: (FN, k, role) -> axis names from its module's calls' structure (site_axes)
+    last: tuple = ()  # the role families whose 4-D tensors are channels last (last_roles())
+    forward_calls: int = 0  # a backward hook's firing is bound to the call that made it (grad_hooks._full_backward)
+
+    def reset(self) -> None:
+        self.forward_calls = 0
+
+    def channel_axis(self, x: torch.Tensor, role: str) -> int:
+        """The channels' axis of a tensor hooked here: 1, or 3 where it is a channels-last map (`last`)."""
+        return 3 if x.dim() == 4 and role.split(".", 1)[0] in self.last else 1
+
+    def next_forward_call(self) -> int:
+        if _GRAPH_TASK is not None and _GRAPH_TASK() != -1:  # (a forward run by a backward: activation checkpointing)
+            from hookrun.hooks.grad_hooks import recomputed
+
+            raise RunError(recomputed(self))
+        self.forward_calls += 1
+        return self.forward_calls - 1
+
+
+Fire = Callable[..., Event]  # fire(call, tensors, writable, raw=None)
+
+
+@dataclass(frozen=True)
+class HookType:
+    name: str
+    roles: tuple[str, ...]  # role families the hook shows
+    writable: str  # the role family actions may replace
+    needs_grad: bool  # only meaningful with mode=grad
+    on: str  # "module" or "param"
+    per_step: bool  # one row per step (no batch dimension)
+    attach: Callable[[HookPoint, Fire], list]
+
+
+HOOK_TYPES: Registry[HookType] = Registry("hook type")
+HOOK_TYPES.register_lazy("forward_pre", "hookrun.hooks.roles")  # (these modules register them when imported)
+for _name in ("backward_pre", "backward", "tensor", "param"):
+    HOOK_TYPES.register_lazy(_name, "hookrun.hooks.grad_hooks")
+
+
+def _hook_type(name: str, roles, writable, needs_grad=False, on="module", per_step=False):
+    def add(attach):
+        hook_type = HookType(name, roles, writable, needs_grad, on, per_step, attach)
+        object.__setattr__(hook_type, "__module__", attach.__module__)  # (the registry's check: a lazy name's own module)
+        HOOK_TYPES.register(name)(hook_type)
+        return attach
+
+    return add
+
+
+@_hook_type("forward", ("output", "input"), "output")
+def _forward(point: HookPoint, fire: Fire) -> list:
+    before: dict[int, dict[str, tuple[Tensor, int]]] = {}  # (an action reads the input: by call, as it came in)
+
+    def hook(module, args, kwargs, output):
+        if not kwargs and len(args) == 1 and isinstance(output, Tensor) and isinstance(args[0], Tensor):
+            tensors = {"input": args[0], "output": output}  # the common case, what flatten gives
+        else:
+            tensors = inputs(args, kwargs)
+            tensors.update(flatten(output, "output"))
+        if before:  # (keyed by the call about to fire: a step cut short leaves none for the next step's)
+            from hookrun.hooks.roles import as_it_came
+
+            tensors.update(as_it_came(point, before.pop(point.forward_calls, {}), tensors))
+        ev = fire(point.next_forward_call(), tensors, "output", output if type(output) is list else None)
+        if ev.replaced:
+            from hookrun.hooks.roles import rebuild
+
+            return rebuild(output, "output", ev.tensors)
+        return None
+
+    handles = [point.target.register_forward_hook(hook, with_kwargs=True)]
+    if any(getattr(a, "wants", lambda role: False)("input") for a in point.actions):
+        from hookrun.hooks.roles import note_inputs
+
+        handles.append(note_inputs(point, before))
+    return handles

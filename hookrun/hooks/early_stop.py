@@ -29,8 +29,7 @@ from torch import nn
 from torch.nn.modules.module import register_module_forward_pre_hook
 
 from hookrun.errors import RunError, module_label
-from hookrun.hooks import StopForward
-from hookrun.hooks.hook_types import HookPoint
+from hookrun.hooks import HookPoint, StopForward
 
 ADVICE = "the hooked modules do not run the same way in every batch; run without early_stop"
 

@@ -1,22 +1,30 @@
 """The hook types that show gradients: backward_pre, backward (PyTorch's full backward hooks, set up
 per forward call), tensor (Tensor.register_hook on a module's outputs) and param (Parameter.register_hook).
-Registered in HOOK_TYPES (hooks/hook_types.py) when a config first names one, so a forward record
-never loads this module.
+Registered in HOOK_TYPES (hookrun.hooks) when a config first names one, so a forward record
+never loads this module. Here too what only gradients need of the plan and of a hook point: a param
+hook's frozen and tied parameters (trainable, once_each), the inplace flags turned off for full
+backward hooks (disable_inplace), and the one line for a forward recomputed inside the backward pass
+(recomputed: activation checkpointing).
 
     HOOK_TYPES.get("backward").attach(point, fire)  # imports this module, then -> [handle, ...]
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
 from functools import partial
+from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.utils.hooks import BackwardHook
 
-from hookrun.errors import RunError, module_label
-from hookrun.hooks import flatten, rebuild
-from hookrun.hooks.hook_types import Fire, HookPoint, _hook_type, disable_inplace
+from hookrun.errors import ConfigError, RunError, module_label
+from hookrun.hooks import Fire, HookPoint, _hook_type, flatten
+from hookrun.hooks.roles import rebuild
+
+log = logging.getLogger("hookrun")
 
 
 def _positional_only(point: HookPoint, args: tuple, kwargs: dict) -> None:
@@ -144,3 +152,60 @@ def _param(point: HookPoint, fire: Fire) -> list:
         return ev.tensors["grad"] if ev.replaced else None
 
     return [point.target.register_hook(hook)]
+
+
+def recomputed(point: HookPoint) -> str:
+    """The one line for a hooked module that runs again inside the backward pass: activation
+    checkpointing recomputes its forward there, a call the hooks would number as a new one (a second
+    record of it, an op's noise drawn anew under another call number: gradients of another forward)."""
+    return (f"hooks.{point.hook}: {module_label(point.module)} ran its forward again inside the backward pass (activation checkpointing "
+            f"recomputes it: torch.utils.checkpoint, transformers' gradient_checkpointing_enable()), which the "
+            f"hooks would take for another call; run without checkpointing (model.gradient_checkpointing_disable(), "
+            f"or call the checkpointed modules directly)")
+
+
+def disable_inplace(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """Turn off `inplace=True` (ReLU and friends) in `model` and every module inside it; the modules
+    turned off. The numbers are the same, and full backward hooks cannot follow a tensor that a later
+    module overwrites (mode=grad's runs: the whole model; a backward hook in hookrun.capture: its module)."""
+    turned = [m for m in model.modules() if getattr(m, "inplace", None) is True]
+    for m in turned:
+        m.inplace = False
+    return turned
+
+
+def once_each(found: list[tuple[str, Any]], patterns: Iterable[str], where: str) -> list[tuple[str, Any]]:
+    """A tied parameter reached by two of its names (a glob's `**.weight`, or both named: GPT-2's
+    transformer.wte.weight and lm_head.weight) is one tensor: hooked twice, its gradient would be edited
+    twice (scale 0.5 giving 0.25) and recorded twice. It is kept once, by the name `at:` gives exactly,
+    else its first; one warning names the others."""
+    exact, kept, dropped = set(patterns), {}, []
+    for name, target in found:
+        first = kept.setdefault(id(target), (name, target))
+        if first[0] != name:
+            if name in exact and first[0] not in exact:
+                kept[id(target)] = (name, target)
+                name = first[0]
+            dropped.append((name, kept[id(target)][0]))
+    if dropped:
+        log.warning("%s: %s: one tensor under two names (tied), hooked once", where,
+                    ", ".join(f"{a} is {b}" for a, b in dropped))
+    return [x for x in found if kept[id(x[1])][0] == x[0]]
+
+
+def trainable(spec: Any, targets: list) -> list:
+    """A param hook's parameters that get a gradient: a frozen one (requires_grad=False; PyTorch refuses a
+    hook on it) named exactly, or the only kind a glob reaches, is an error; a glob's others are left out."""
+    frozen = [name for name, t, _ in targets if isinstance(t, nn.Parameter) and not t.requires_grad]
+    if not frozen:
+        return targets
+    kept = [x for x in targets if x[0] not in frozen]
+    named = [name for name in frozen if name in spec.at]
+    if named or not kept:
+        what = f"parameter {named[0]!r} is" if named else f"every parameter it reaches ({', '.join(frozen[:4])}) is"
+        raise ConfigError(f"hooks.{spec.name}.at: {what} frozen (requires_grad=False), so no gradient reaches it and "
+                          f"a param hook cannot be set; unfreeze it (.requires_grad_(True)) or hook one that trains; "
+                          f"the gradient of a module's output: type: tensor")
+    log.warning("hooks.%s: %d frozen parameter(s) (requires_grad=False) that a glob of `at:` reached left out, as no "
+                "gradient reaches them: %s", spec.name, len(frozen), ", ".join(frozen[:8]) + (", ..." if len(frozen) > 8 else ""))
+    return kept

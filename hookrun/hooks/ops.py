@@ -30,7 +30,7 @@ from hookrun.config import typed_params
 from hookrun.config.build import build as build_node
 from hookrun.config.plugin_parts import plugin_op, plugin_op_names
 from hookrun.errors import ConfigError, NotFoundError, module_label
-from hookrun.hooks.hook_types import HookPoint
+from hookrun.hooks import HookPoint
 from hookrun.registry import Registry
 
 if TYPE_CHECKING:

@@ -6,11 +6,17 @@
 Names are those of `named_modules()` / `named_parameters()`; `''` is the whole model. In a glob,
 `*` and `?` stay inside one dotted component and `**` crosses components: `layer*.0.conv?`,
 `layer1.*` (the blocks of layer1), `**.relu` (every module named relu, at any depth).
+
+    split_site("transformer.h.0/add.1", set(dict(model.named_modules())))  # ("transformer.h.0", "add", 1)
+
+`split_site` tells an op site's name (`MODULE/FN[.k]`) from a module's when a plan is made; the
+sites themselves (hooks/sites.py) load only where a plan names one. `last_roles(module, model)`
+(HookPoint.last, set here) says which of a module's 4-D tensors are channels last, (batch, height,
+width, channels): timm's Swin, torchvision's Permute to NHWC (channels_last()).
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import re
 from collections.abc import Iterable
@@ -18,14 +24,14 @@ from typing import Any
 
 from torch import nn
 
-from hookrun.config import typed_params
 from hookrun.config.build import build_user_action
 from hookrun.config.schema import Mode
-from hookrun.errors import ConfigError, NotFoundError, close_matches
-from hookrun.hooks.actions import ACTIONS, ActionEnv, Callback
-from hookrun.hooks.hook_types import HOOK_TYPES, HookPoint, HookType, last_roles, split_site
+from hookrun.errors import ConfigError, NotFoundError
+from hookrun.hooks import HOOK_TYPES, HookPoint, HookType
+from hookrun.hooks.actions import ActionEnv, action_class, construct
 
 GLOB_CHARS = set("*?[")
+SITE = re.compile(r"^(?P<module>.*)/(?P<fn>[A-Za-z_][A-Za-z0-9_]*)(?:\.(?P<call>\d+))?$")  # an op site's name (hooks/sites.py)
 log = logging.getLogger("hookrun")
 
 
@@ -83,57 +89,22 @@ def resolve_targets(
             regex = glob_regex(pattern)
             hits = [n for n in names if n and regex.match(n)]  # (a glob never names the whole model, '')
             if not hits:
-                raise ConfigError(
-                    f"{where}: the pattern {pattern!r} matches no {_noun(kind)} of "
-                    f"{type(model).__name__}; {_hint(pattern, names, kind)}"
-                )
+                from hookrun.hooks.plan_checks import unmatched
+
+                raise unmatched(model, pattern, names, where, kind, glob=True)
             chosen.update(hits)
         elif pattern in table:
             chosen.add(pattern)
         else:
-            refuse_alias(model, pattern, where, kind)
-            raise NotFoundError(
-                f"{where}: {type(model).__name__} has no {_noun(kind)} {pattern!r}; "
-                f"{_hint(pattern, names, kind)}"
-            )
-    return _once_each([(n, table[n]) for n in names if n in chosen], patterns, where)
+            from hookrun.hooks.plan_checks import unmatched
 
+            raise unmatched(model, pattern, names, where, kind)
+    found = [(n, table[n]) for n in names if n in chosen]
+    if kind != "param":  # (named_modules() lists each module once; a tied parameter has two names)
+        return found
+    from hookrun.hooks.grad_hooks import once_each
 
-def _once_each(found: list[tuple[str, Any]], patterns: Iterable[str], where: str) -> list[tuple[str, Any]]:
-    """A tied parameter reached by two of its names (a glob's `**.weight`, or both named: GPT-2's
-    transformer.wte.weight and lm_head.weight) is one tensor: hooked twice, its gradient would be edited
-    twice (scale 0.5 giving 0.25) and recorded twice. It is kept once, by the name `at:` gives exactly,
-    else its first; one warning names the others."""
-    exact, kept, dropped = set(patterns), {}, []
-    for name, target in found:
-        first = kept.setdefault(id(target), (name, target))
-        if first[0] != name:
-            if name in exact and first[0] not in exact:
-                kept[id(target)] = (name, target)
-                name = first[0]
-            dropped.append((name, kept[id(target)][0]))
-    if dropped:
-        log.warning("%s: %s: one tensor under two names (tied), hooked once", where,
-                    ", ".join(f"{a} is {b}" for a, b in dropped))
-    return [x for x in found if kept[id(x[1])][0] == x[0]]
-
-
-# (what a one-call reader says of a second name: sae.at, attribution.at)
-ONCE_PER_FORWARD = ("it runs once for each of its names, and {w} takes a module that runs once per forward: name "
-                    "one outside it, or give each use a block of its own")
-
-
-def refuse_alias(model: nn.Module, pattern: str, where: str, kind: str = "module", then: str | None = None) -> None:
-    """A module registered under a second name (`nn.ModuleList([block] * 4)`: layers.1 is layers.0) is
-    listed by named_modules() under its first name only: say which, and that its calls are captured apart."""
-    if kind != "module":
-        return
-    target = dict(model.named_modules(remove_duplicate=False)).get(pattern)
-    first = next((n for n, m in model.named_modules() if m is target), None) if target is not None else None
-    if first is not None:
-        raise ConfigError(f"{where}: {pattern!r} is the module {first!r} under a second name (one object, registered "
-                          f"twice: a shared or reused block); " + (then or f"hook {first!r}: each of its calls in a "
-                          f"forward is captured apart (output, output@1, ...; python -m hookrun.modules shows its calls)"))
+    return once_each(found, patterns, where)
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -146,21 +117,6 @@ def unwrap(model: nn.Module) -> nn.Module:
             model = model._orig_mod
         else:
             return model
-
-
-def _noun(kind: str) -> str:
-    return "parameter" if kind == "param" else "module"
-
-
-def _hint(pattern: str, names: list[str], kind: str) -> str:
-    close = close_matches(pattern.replace("*", "").replace("?", ""), [n for n in names if n])
-    if close:
-        return "closest names: " + ", ".join(close)
-    if kind == "param":
-        shown = names[:8] + (["..."] if len(names) > 10 else []) + names[-2:] if len(names) > 10 else names
-        return f"its {len(names)} parameters include: " + ", ".join(shown)
-    top = [n for n in names if n and "." not in n][:12]
-    return f"top-level {_noun(kind)}s: " + ", ".join(top)
 
 
 def make_plan(model: nn.Module, specs: list, env: ActionEnv, mode: Mode | str) -> list[HookPoint]:
@@ -185,17 +141,27 @@ def make_plan(model: nn.Module, specs: list, env: ActionEnv, mode: Mode | str) -
                 f"hooks.{spec.name}.type={spec.type} sees gradients, which exist only with "
                 f"mode=grad (and a loss, e.g. loss=cross_entropy)"
             )
-        for name, target, site in _trainable(spec, _targets(model, spec, hook_type)):
+        targets = _targets(model, spec, hook_type)
+        if hook_type.on == "param":  # (a frozen parameter: hooks/grad_hooks.py)
+            from hookrun.hooks.grad_hooks import trainable
+
+            targets = trainable(spec, targets)
+        for name, target, site in targets:
             point = HookPoint(spec.name, spec.type, name, target, globbed=name not in spec.at, site=site,
                               last=last_roles(target, env.model) if site is None else ())  # (channels-last 4-D roles)
             for action_spec in spec.actions:
                 if action_spec.is_target:
+                    from hookrun.hooks.actions.callback import Callback
+
                     fn = build_user_action(action_spec, point, hook_type, env)
                     point.actions.append(Callback(fn, point, hook_type, env, where=action_spec.where))
                     continue
                 cls = action_class(action_spec, spec.type)
-                point.actions.append(_construct(cls, action_spec, point, hook_type, env))
-            check_record_twins(point)
+                point.actions.append(construct(cls, action_spec, point, hook_type, env))
+            if sum(type(a).__name__ == "Record" for a in point.actions) > 1:  # (hooks/plan_checks.py)
+                from hookrun.hooks.plan_checks import check_record_twins
+
+                check_record_twins(point)
             if site is not None:  # an op site (hooks/sites.py: loaded only where the plan names one)
                 from hookrun.hooks.sites import check_site_actions
 
@@ -205,25 +171,6 @@ def make_plan(model: nn.Module, specs: list, env: ActionEnv, mode: Mode | str) -
         from hookrun.hooks.site_check import check_attention
         check_attention(points, env.hold)  # (site_check.py loads only for op sites and attention weights)
     return points
-
-
-def check_record_twins(point: HookPoint) -> None:
-    """Two records of one tensor in one hook are numbered in the order they fire in a call (output,
-    output@1: before and after an edit); one that keeps other steps or stops sooner (every, limit)
-    would hand its name to the other's rows once it skips a batch, so they must share every and limit."""
-    records = [a for a in point.actions if type(a).__name__ == "Record"]
-    for i, a in enumerate(records):
-        for b in records[i + 1:]:
-            same = not a.what or not b.what or any(x == y or x.startswith(y + ".") or y.startswith(x + ".")
-                                                   for x in a.what for y in b.what)
-            if same and (a.every, a.limit) != (b.every, b.limit):
-                role = next((x for x in a.what if x in b.what), (a.what or b.what or ("its tensors",))[0])
-                limits = [f"every: {r.every}, limit: {'null' if r.limit is None else r.limit}" for r in (a, b)]
-                raise ConfigError(f"{b.where}: a second record of {role} in hook {point.hook!r} with another every/limit "
-                                  f"({limits[0]}; here {limits[1]}); the two "
-                                  f"are numbered by the order they fire ({role}, {role}@1), so once one skips a batch "
-                                  f"the other's rows would take its name; give one of them a hook of its own (the same "
-                                  f"at: under another name)")
 
 
 SITE_TYPES = ("forward", "forward_pre", "tensor")
@@ -249,49 +196,92 @@ def _targets(model: nn.Module, spec: Any, hook_type: HookType) -> list[tuple[str
     return out
 
 
-def _trainable(spec: Any, targets: list) -> list:
-    """A param hook's parameters that get a gradient: a frozen one (requires_grad=False; PyTorch refuses a
-    hook on it) named exactly, or the only kind a glob reaches, is an error; a glob's others are left out."""
-    frozen = [name for name, t, _ in targets if isinstance(t, nn.Parameter) and not t.requires_grad]
-    if not frozen:
-        return targets
-    kept = [x for x in targets if x[0] not in frozen]
-    named = [name for name in frozen if name in spec.at]
-    if named or not kept:
-        what = f"parameter {named[0]!r} is" if named else f"every parameter it reaches ({', '.join(frozen[:4])}) is"
-        raise ConfigError(f"hooks.{spec.name}.at: {what} frozen (requires_grad=False), so no gradient reaches it and "
-                          f"a param hook cannot be set; unfreeze it (.requires_grad_(True)) or hook one that trains; "
-                          f"the gradient of a module's output: type: tensor")
-    log.warning("hooks.%s: %d frozen parameter(s) (requires_grad=False) that a glob of `at:` reached left out, as no "
-                "gradient reaches them: %s", spec.name, len(frozen), ", ".join(frozen[:8]) + (", ..." if len(frozen) > 8 else ""))
-    return kept
+def split_site(at: str, modules: set[str]) -> tuple[str, str, int | None] | None:
+    """(module pattern, FN, call or None) of an op-site name; None where `at` names a module (a
+    module whose own name holds a '/' stays a module)."""
+    if at in modules:
+        return None
+    m = SITE.match(at)
+    if not m:
+        return None
+    return m.group("module"), m.group("fn"), int(m.group("call")) if m.group("call") else None
 
 
-def _construct(cls: type, action_spec: Any, point: HookPoint, hook_type: HookType, env: ActionEnv) -> Any:
-    return cls(point, hook_type, env, where=action_spec.where, **action_params(cls, action_spec))
+def channels_last(module: nn.Module, model: nn.Module) -> bool:
+    """Whether a module's 4-D output is (batch, height, width, channels): a timm model that says so
+    (`output_fmt` NHWC: Swin) or a module of its own that does (timm's PatchEmbed), a Linear or a
+    LayerNorm over the last axis (inside a ConvNeXt block), a module built of these alone (timm's Mlp),
+    an activation or dropout after one (its sibling before it, or its token-wise parent), a Swin block
+    or patch merging, torchvision's Permute to NHWC, an nn.Sequential whose last module is one of these;
+    never a torch *1d/2d/3d module (Conv2d, BatchNorm2d, timm's LayerNorm2d, pools)."""
+    kind = type(module).__name__
+    if isinstance(module, nn.Sequential) and len(module):  # (an SAE spliced at it joins as a last child that passes through)
+        kids = [m for m in module if not getattr(m, "passes_through", False)]
+        return channels_last((kids or list(module))[-1], model)
+    if kind == "Permute" and isinstance(getattr(module, "dims", None), list | tuple):
+        return list(module.dims) == [0, 2, 3, 1]
+    if kind.endswith(("1d", "2d", "3d")):
+        return False
+    fmt = getattr(module, "output_fmt", None)
+    if fmt is not None:
+        return str(getattr(fmt, "value", fmt)) == "NHWC"
+    if _last_axis(module) or kind.startswith(("Swin", "PatchMerging")) or _token_wise(module):
+        return True
+    if _elementwise(module) and _after_last_axis(module, model):
+        return True
+    fmt = getattr(model, "output_fmt", None)
+    return str(getattr(fmt, "value", fmt)) == "NHWC"
 
 
-def action_class(action_spec: Any, hook_type: str) -> type:
-    """The action's class, refused in one line where the registry has none or it does not fit the hook type."""
-    try:
-        cls = ACTIONS.get(action_spec.name)
-    except NotFoundError as exc:
-        raise ConfigError(f"{action_spec.where}: {exc}") from None
-    if cls.fits is not None and hook_type not in cls.fits:
-        raise ConfigError(f"{action_spec.where}: {action_spec.name} does not fit a {hook_type} hook; "
-                          f"it works with type: {', '.join(sorted(cls.fits))}")
-    return cls
+def _last_axis(m: nn.Module) -> bool:  # a Linear, or a LayerNorm over the last axis (not a LayerNorm2d)
+    return not type(m).__name__.endswith(("1d", "2d", "3d")) and (
+        isinstance(m, nn.Linear) or (isinstance(m, nn.LayerNorm) and len(m.normalized_shape) == 1))
 
 
-def action_params(cls: type, action_spec: Any) -> dict[str, Any]:
-    """The action's params checked against its class (keys, the numbers' types): no model needed."""
-    params = inspect.signature(cls.__init__).parameters
-    allowed = [p for p in params if p not in ("self", "point", "hook_type", "env", "where")]
-    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
-    unknown = [k for k in action_spec.params if k not in allowed]
-    if unknown and not takes_any:
-        raise ConfigError(
-            f"{action_spec.where}: {action_spec.name} has no parameter {', '.join(map(repr, unknown))}; "
-            f"its parameters: {', '.join(a for a in allowed if params[a].kind is not params[a].VAR_KEYWORD) or 'none'}"
-        )
-    return typed_params(cls.__init__, action_spec.params, action_spec.where)
+def _elementwise(m: nn.Module) -> bool:
+    """A module with no weights and no children that keeps its input's layout: an activation, a dropout, Identity."""
+    where = type(m).__module__
+    return not m._modules and not m._parameters and (isinstance(m, nn.Identity) or where in (
+        "torch.nn.modules.activation", "torch.nn.modules.dropout") or where.startswith("timm.layers.activations"))
+
+
+def _activation(m: nn.Module) -> bool:  # an elementwise non-linearity (GELU, SiLU, Sigmoid), not a softmax
+    where = type(m).__module__
+    return _elementwise(m) and (where == "torch.nn.modules.activation" or where.startswith("timm.layers.activations")) \
+        and "softm" not in type(m).__name__.lower()
+
+
+def _token_wise(m: nn.Module) -> bool:
+    """A per-token MLP: Linear layers, last-axis LayerNorms and elementwise modules alone, an activation among
+    them (timm's Mlp, GluMlp, SwiGLU); not an attention module (its 4-D scores are not a map)."""
+    kids = list(m.children())
+    return (not isinstance(m, nn.Sequential) and any(isinstance(k, nn.Linear) for k in kids)
+            and any(_activation(k) for k in kids) and all(_last_axis(k) or _elementwise(k) for k in kids))
+
+
+def _after_last_axis(module: nn.Module, model: nn.Module) -> bool:
+    """An elementwise module's layout: its token-wise parent's, or in an nn.Sequential the nearest module
+    before it that is not elementwise."""
+    for parent in model.modules():
+        kids = list(parent.children())
+        if any(k is module for k in kids):
+            if _token_wise(parent):
+                return True
+            if isinstance(parent, nn.Sequential):
+                before = [k for k in kids[:next(i for i, k in enumerate(kids) if k is module)] if not _elementwise(k)]
+                return bool(before) and channels_last(before[-1], model)
+            return False
+    return False
+
+
+def last_roles(module: Any, model: nn.Module) -> tuple[str, ...]:
+    """The role families whose 4-D tensors are channels last at a module (HookPoint.last): its output and
+    the gradients of it, where channels_last(); its inputs too where its (first) module keeps their layout
+    (a Linear, a LayerNorm, a module of these, an elementwise module, a Swin block or stage, patch merging;
+    not a Permute, a PatchEmbed, a conv)."""
+    if not isinstance(module, nn.Module) or not channels_last(module, model):
+        return ()
+    first = module[0] if isinstance(module, nn.Sequential) and len(module) else module
+    keeps = (_last_axis(first) or _token_wise(first) or _elementwise(first)
+             or type(first).__name__.startswith(("Swin", "PatchMerging")))
+    return ("output", "grad_output", "grad") + (("input", "grad_input") if keeps else ())

@@ -18,10 +18,8 @@ from typing import Any
 import torch
 
 from hookrun.errors import PASSED, HookrunError, RunError, foreign_failure, module_label
-from hookrun.hooks import INTERVENED, Event, Phase, StopForward
+from hookrun.hooks import HOOK_TYPES, INTERVENED, Event, Fire, HookPoint, Phase, StopForward
 from hookrun.hooks.actions import ActionEnv
-from hookrun.hooks.hook_types import HOOK_TYPES, Fire, _version
-from hookrun.hooks.plan import HookPoint
 from hookrun.store.records import StepCaptures
 
 __all__ = ["HookSession", "StopForward", "warn_never_fired"]
@@ -232,6 +230,8 @@ def user_action(action: Any, ev: Event, captures: StepCaptures) -> None:
     writer stores later); and where it does not declare `modifies`, a change it made to one of its
     tensors in place (x.div_(...)), which the model computes on from there while every check (early_stop,
     resume, a kind's clean forward) treats the action as one that only reads, is refused, naming it."""
+    from hookrun.hooks.roles import _version
+
     before = [(role, t, _version(t)) for role, t in ev.tensors.items() if isinstance(t, torch.Tensor)]
     had = captures.count()
     action(ev)

@@ -24,8 +24,7 @@ from typing import TYPE_CHECKING, Any
 from torch import Tensor, nn
 
 from hookrun.errors import ConfigError, module_label
-from hookrun.hooks import family, flatten
-from hookrun.hooks.hook_types import HookPoint
+from hookrun.hooks import HookPoint, family, flatten
 
 if TYPE_CHECKING:
     from hookrun.hooks.site_axes import Call

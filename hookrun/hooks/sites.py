@@ -35,8 +35,8 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 from torch.overrides import TorchFunctionMode
 
 from hookrun.errors import ConfigError
-from hookrun.hooks import flatten, rebuild
-from hookrun.hooks.hook_types import HookPoint
+from hookrun.hooks import HookPoint, flatten
+from hookrun.hooks.roles import rebuild
 
 OPERATORS = {"__add__": "add", "__radd__": "add", "__iadd__": "add_", "__sub__": "sub", "__rsub__": "sub",
              "__isub__": "sub_", "__mul__": "mul", "__rmul__": "mul", "__imul__": "mul_", "__matmul__": "matmul",

@@ -15,9 +15,9 @@ import inspect
 from typing import Any
 
 from hookrun.errors import ConfigError, NotFoundError
-from hookrun.hooks.hook_types import HOOK_TYPES
+from hookrun.hooks import HOOK_TYPES
+from hookrun.hooks.actions import action_class, action_params
 from hookrun.hooks.ops import OPS, op_params
-from hookrun.hooks.plan import action_class, action_params
 
 
 def check_specs(specs: list[Any]) -> None:

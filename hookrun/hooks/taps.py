@@ -27,8 +27,7 @@ from torch import nn
 
 from hookrun.errors import ConfigError, RunError
 from hookrun.hooks.actions.batch_axis import declared_batch_first
-from hookrun.hooks.hook_types import channels_last
-from hookrun.hooks.plan import resolve_targets
+from hookrun.hooks.plan import channels_last, resolve_targets
 from hookrun.hooks.sides import Decoder
 
 

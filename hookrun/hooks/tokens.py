@@ -29,8 +29,7 @@ import torch
 from torch import nn
 
 from hookrun.errors import RunError
-from hookrun.hooks import StepState
-from hookrun.hooks.hook_types import HookPoint
+from hookrun.hooks import HookPoint, StepState
 from hookrun.store.records import Capture
 
 PHASES = ("all", "prompt", "generated")

@@ -36,8 +36,8 @@ from torch import nn
 from hookrun.config import parse_hooks
 from hookrun.config.schema import DTYPES, Mode, StoreDtype
 from hookrun.errors import ConfigError, RunError, call_role, capture_label
+from hookrun.hooks import HOOK_TYPES
 from hookrun.hooks.actions import ActionEnv
-from hookrun.hooks.hook_types import HOOK_TYPES
 from hookrun.hooks.plan import make_plan
 from hookrun.hooks.session import HookSession, warn_cast, warn_never_fired
 from hookrun.hooks.tokens import CallTracker

@@ -26,8 +26,7 @@ from torch import nn
 from hookrun.errors import ConfigError, NotFoundError
 from hookrun.hooks import flatten
 from hookrun.hooks.actions import ModelHold
-from hookrun.hooks.hook_types import split_site
-from hookrun.hooks.plan import resolve_targets, unwrap
+from hookrun.hooks.plan import resolve_targets, split_site, unwrap
 from hookrun.hooks.site_check import unfuse
 from hookrun.hooks.sites import Listener, fn_label
 

@@ -22,9 +22,8 @@ import h5py
 import torch
 
 from hookrun.errors import ConfigError
-from hookrun.hooks import flatten
+from hookrun.hooks import HookPoint, flatten
 from hookrun.hooks.actions import ActionEnv
-from hookrun.hooks.hook_types import HookPoint
 from hookrun.store.records import RunStore
 
 

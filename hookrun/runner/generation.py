@@ -21,8 +21,7 @@ import numpy as np
 import torch
 
 from hookrun.errors import ConfigError, RunError
-from hookrun.hooks import StepState
-from hookrun.hooks.hook_types import HookPoint
+from hookrun.hooks import HookPoint, StepState
 from hookrun.hooks.tokens import CallTracker
 from hookrun.runner.batches import first_batch
 from hookrun.runner.calls import CallSpec, ModelCall

@@ -27,8 +27,8 @@ from tqdm.auto import tqdm
 
 from hookrun.config.schema import Mode
 from hookrun.errors import ConfigError, HookrunError, RunError, module_label
+from hookrun.hooks import HOOK_TYPES
 from hookrun.hooks.actions import ActionEnv
-from hookrun.hooks.hook_types import HOOK_TYPES
 from hookrun.hooks.session import HookSession, warn_cast, warn_never_fired
 from hookrun.runner.batches import first_batch, make_loader, sample_paths
 from hookrun.runner.calls import CallSpec, check_positions

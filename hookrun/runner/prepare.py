@@ -32,8 +32,8 @@ from hookrun.config.build import (
 )
 from hookrun.config.schema import DTYPES, HookrunConfig, Mode
 from hookrun.errors import ConfigError, dataset_label
+from hookrun.hooks import HookPoint
 from hookrun.hooks.actions import ACTIONS, ActionEnv, ModelHold, declares
-from hookrun.hooks.hook_types import HookPoint, disable_inplace
 from hookrun.hooks.plan import make_plan
 from hookrun.output import open_destination
 from hookrun.runner.batches import build_collate, first_items, make_loader
@@ -88,6 +88,10 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
     seed_everything(cfg.seed)
     model = build_model(cfg.model, device, cfg.progress) if model is None else live_model(model, device)
     if mode is Mode.grad:
+        from hookrun.hooks.grad_hooks import (
+            disable_inplace,  # (the gradient hook types' module: mode=grad only)
+        )
+
         disable_inplace(model)
     if mode is Mode.generate and dataset is None:
         # (the generate kind's module: not on a record run's route)

@@ -200,7 +200,7 @@ def test_torchvision_convnext_gelu_between_its_linears_is_channels_last_and_its_
     a = raw_output(model, "1.block.4")
     assert a.shape == (N, 7, 7, 24)
     assert_channels_last_records(path, "1.block.4", a, ("mean_hw", "max_ch", "raw"))
-    from hookrun.hooks.hook_types import last_roles
+    from hookrun.hooks.plan import last_roles
 
     assert "input" not in last_roles(model[2], model) and last_roles(model[2], model) == ()
 

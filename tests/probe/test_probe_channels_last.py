@@ -84,7 +84,7 @@ def test_convnext_block_norm_and_torchvision_swin_are_channels_last():
 def test_a_swin_stages_input_is_steered_along_its_channels_as_the_probe_read_them(tmp_path):
     """probe_steer at a timm Swin stage's input (the output of the stage before it, (B, H, W, C)) added the
     probe's direction along dim 1, the height: a Swin stage was not among the modules whose input is
-    channels last (direction.py's own test; hooks/hook_types.py's last_roles knew). Where H == C (16 here)
+    channels last (direction.py's own test; hooks/plan.py's last_roles knew). Where H == C (16 here)
     that was silent. Reference: the same model with a raw forward pre-hook adding f w/|w| on the last axis."""
     import h5py
 

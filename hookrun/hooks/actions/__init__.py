@@ -38,7 +38,7 @@ under /state at each flush (with the rows it covers), resume hands it back to `l
 `finish()`'s captures are written when the run completes (hookrun.runner.action_state).
 
 A user's own action may also be a `_target_` node: any callable that takes the Event; it is
-wrapped in a Callback, which reads the same declarations from the callable's attributes
+wrapped in a Callback (hooks/actions/callback.py), which reads the same declarations from the callable's attributes
 (`fn.records = True`), so a user's action is seen by every check as a built-in one is.
 
 ModelHold: one owner of everything a run attaches to a model, undone in one place, last attached first.
@@ -63,6 +63,7 @@ What a run attaches or changes, and who registers its undo here:
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -71,13 +72,15 @@ import numpy as np
 import torch
 from torch import nn
 
+from hookrun.config import typed_params
+from hookrun.errors import ConfigError, NotFoundError
 from hookrun.hooks import Event, StepState
 from hookrun.registry import Registry
 from hookrun.store.records import Capture, StepCaptures
 
 if TYPE_CHECKING:
     from hookrun.config.schema import Mode
-    from hookrun.hooks.hook_types import HookPoint, HookType
+    from hookrun.hooks import HookPoint, HookType
 
 
 Undo = Callable[[], None]
@@ -230,34 +233,6 @@ class Action:
         return []
 
 
-class Callback(Action):
-    """A user's `_target_` action: any callable taking the Event, with its declarations (records,
-    modifies, positions, check_mode, reset, restore) read from the callable where it has them."""
-
-    def __init__(self, fn: Callable[[Event], Any], point: HookPoint, hook_type: HookType, env: ActionEnv,
-                 where: str = "") -> None:
-        super().__init__(point, hook_type, env, where)
-        self.fn = fn
-        inner = getattr(fn, "func", None)  # (`_partial_: true` built a functools.partial: the function declares)
-        for name in ("records", "modifies", "positions"):
-            for source in (fn, inner):
-                if hasattr(source, name):
-                    setattr(self, name, getattr(source, name))
-                    break
-        for name in ("check_mode", "reset", "restore", "check_item", "check_tensor", "state", "load_state", "finish"):
-            if callable(getattr(fn, name, None)):
-                setattr(self, name, getattr(fn, name))
-
-    @property
-    def name(self) -> str:
-        """The callable's name in messages (a partial's function's)."""
-        fn = getattr(self.fn, "func", self.fn)
-        return getattr(fn, "__qualname__", type(fn).__name__)
-
-    def __call__(self, ev: Event) -> None:
-        self.fn(ev)
-
-
 ACTIONS: Registry[type[Action]] = Registry("action")
 register_action = ACTIONS.register
 
@@ -266,6 +241,36 @@ def declares(action: Any, name: str) -> bool:
     """Whether `action` has its own `name` (check_tensor, ...), not Action's, or its user function has one."""
     own = getattr(type(action), name, None)
     return own is not None and own is not getattr(Action, name) or callable(getattr(getattr(action, "fn", None), name, None))
+
+
+def construct(cls: type, action_spec: Any, point: HookPoint, hook_type: HookType, env: ActionEnv) -> Any:
+    return cls(point, hook_type, env, where=action_spec.where, **action_params(cls, action_spec))
+
+
+def action_class(action_spec: Any, hook_type: str) -> type:
+    """The action's class, refused in one line where the registry has none or it does not fit the hook type."""
+    try:
+        cls = ACTIONS.get(action_spec.name)
+    except NotFoundError as exc:
+        raise ConfigError(f"{action_spec.where}: {exc}") from None
+    if cls.fits is not None and hook_type not in cls.fits:
+        raise ConfigError(f"{action_spec.where}: {action_spec.name} does not fit a {hook_type} hook; "
+                          f"it works with type: {', '.join(sorted(cls.fits))}")
+    return cls
+
+
+def action_params(cls: type, action_spec: Any) -> dict[str, Any]:
+    """The action's params checked against its class (keys, the numbers' types): no model needed."""
+    params = inspect.signature(cls.__init__).parameters
+    allowed = [p for p in params if p not in ("self", "point", "hook_type", "env", "where")]
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    unknown = [k for k in action_spec.params if k not in allowed]
+    if unknown and not takes_any:
+        raise ConfigError(
+            f"{action_spec.where}: {action_spec.name} has no parameter {', '.join(map(repr, unknown))}; "
+            f"its parameters: {', '.join(a for a in allowed if params[a].kind is not params[a].VAR_KEYWORD) or 'none'}"
+        )
+    return typed_params(cls.__init__, action_spec.params, action_spec.where)
 
 
 # the built-in actions: name -> the module that registers it

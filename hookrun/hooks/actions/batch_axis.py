@@ -11,20 +11,17 @@ top_examples, taps and the live SAE.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from hookrun.errors import RunError
 from hookrun.hooks import Event, flatten
 
-if TYPE_CHECKING:
-    from hookrun.hooks.actions.rows import RowRule
-
 log = logging.getLogger("hookrun")
 
 
-def rows_per_step(rule: RowRule, key: tuple[str, int], shape: str, second: tuple[bool, str, str], b: int,
+def rows_per_step(rule: Any, key: tuple[str, int], shape: str, second: tuple[bool, str, str], b: int,
                   looks: bool) -> None:
     """A tensor with its batch at axis 1 (batch_second) is stored per step by `rule` (RowRule.layout):
     said once per (role, call) where its shape `looks` like rows of samples; refused where the run's

@@ -29,14 +29,15 @@ import torch
 
 from hookrun.config.schema import Mode
 from hookrun.errors import PASSED, ConfigError, HookrunError, RunError, foreign_failure
-from hookrun.hooks import Event, family, patch, positional_index, splice  # noqa: F401  (register ops patch, splice)
+from hookrun.hooks import Event, family, patch, splice  # noqa: F401  (register ops patch, splice)
 from hookrun.hooks.actions import ACTIONS, Action
 from hookrun.hooks.ops import OPS, OpBuild, OpContext, build_op
+from hookrun.hooks.roles import positional_index
 from hookrun.hooks.tokens import PHASES
 
 if TYPE_CHECKING:
+    from hookrun.hooks import HookPoint, HookType
     from hookrun.hooks.actions import ActionEnv
-    from hookrun.hooks.hook_types import HookPoint, HookType
 
 log = logging.getLogger("hookrun")
 

@@ -27,7 +27,7 @@ import torch
 
 from hookrun.config.schema import DTYPES, Mode
 from hookrun.errors import ConfigError, HookrunError, RunError, one_of
-from hookrun.hooks import Event, family, positional_index, positional_role
+from hookrun.hooks import Event, family
 from hookrun.hooks.actions import ACTIONS, Action
 from hookrun.hooks.actions.rows import (
     STEP,
@@ -64,8 +64,10 @@ class Record(Action):
                                   f"choose from: {one_of(hook_type.roles)}")
         self.what = tuple(wanted)
         # inputs named by argument (input.hidden_states) that may come positionally: their positions
-        self.named = {w: positional_index(point.target, w.split(".", 1)[1]) for w in wanted
-                      if family(w) == "input" and "." in w and not w.split(".", 1)[1].isdigit()}
+        named = [w for w in wanted if family(w) == "input" and "." in w and not w.split(".", 1)[1].isdigit()]
+        if named:  # (hookrun.hooks.roles: loaded where a record names an input by argument)
+            from hookrun.hooks.roles import positional_index
+        self.named = {w: positional_index(point.target, w.split(".", 1)[1]) for w in named}
         self.named = {w: i for w, i in self.named.items() if i is not None}
         if dtype is not None and dtype not in DTYPES:
             raise ConfigError(f"{self.where}: record dtype={dtype!r}; choose from: {one_of(DTYPES)}")
@@ -238,6 +240,8 @@ class Record(Action):
                                       decoder=self.token_rows and getattr(ev.state.call_tokens, "decoder", False)))
 
     def _by_name(self, tensors: dict) -> dict:
+        from hookrun.hooks.roles import positional_role
+
         out = None
         for w, pos in self.named.items():
             if w not in tensors:

@@ -23,7 +23,7 @@ A tensor's axes are named from where it came from and its rank (meaning()): an a
 or its scores (a softmax op site inside an attention module, an attention module's weights output
 such as GPT-2 eager's `output.1`, TransformerLens' `hook_pattern`) is `head, query, key`; a 4-D
 map `channel, height, width`, or `height, width, channel` where it is channels last (HookPoint.last,
-hooks/hook_types.py: timm's Swin, torchvision's Permute to NHWC), whose names in reduce `dims` and select
+hooks/plan.py: timm's Swin, torchvision's Permute to NHWC), whose names in reduce `dims` and select
 find those axes by meaning; a (B, T, ...) tensor over the batch's tokens `token, ...`; 3-D
 `token, feature` (`channel, length` out of a 1-d conv, norm or pool); 2-D `feature`; anything
 else `dim_1, dim_2, ...`. An op site's names come first from the structure of its module's calls
@@ -45,7 +45,7 @@ from hookrun.hooks import Event, StepState, family
 from hookrun.store import BY_RANK, PATTERN, PATTERN_FNS, unnamed
 
 if TYPE_CHECKING:
-    from hookrun.hooks.hook_types import HookPoint
+    from hookrun.hooks import HookPoint
 
 
 def snapshot(t: torch.Tensor, dtype: torch.dtype | None, source: torch.dtype | None = None) -> torch.Tensor:

@@ -61,8 +61,8 @@ from hookrun.hooks import StopForward
 from hookrun.store import BATCH_UNITS
 
 if TYPE_CHECKING:
+    from hookrun.hooks import HookPoint
     from hookrun.hooks.actions import ActionEnv
-    from hookrun.hooks.hook_types import HookPoint
     from hookrun.hooks.session import HookSession
     from hookrun.runner.calls import CallSpec, ModelCall
 

@@ -37,8 +37,8 @@ import torch
 from torch import nn
 
 from hookrun.errors import ConfigError, RunError, close_matches
-from hookrun.hooks.hook_types import last_roles
-from hookrun.hooks.plan import ONCE_PER_FORWARD, refuse_alias
+from hookrun.hooks.plan import last_roles
+from hookrun.hooks.plan_checks import ONCE_PER_FORWARD, refuse_alias
 from hookrun.runner.kinds.attribution.baselines import Baselines, curves, measurable
 from hookrun.runner.kinds.attribution.block import Block
 from hookrun.runner.kinds.attribution.forward import LRP, Forward

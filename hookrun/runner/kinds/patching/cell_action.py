@@ -35,7 +35,7 @@ from hookrun.hooks import Event
 from hookrun.hooks.actions import Action, ActionEnv
 
 if TYPE_CHECKING:
-    from hookrun.hooks.hook_types import HookPoint, HookType
+    from hookrun.hooks import HookPoint, HookType
 
 
 class CellMode(Enum):

@@ -31,9 +31,9 @@ from torch import nn
 
 from hookrun.config import parse_hooks
 from hookrun.errors import ConfigError, HookrunError, RunError
+from hookrun.hooks import HOOK_TYPES, HookPoint
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.actions.rows import meaning
-from hookrun.hooks.hook_types import HOOK_TYPES, HookPoint
 from hookrun.hooks.plan import make_plan
 from hookrun.hooks.session import HookSession
 from hookrun.runner.calls import model_forward, with_positions

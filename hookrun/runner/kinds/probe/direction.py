@@ -36,8 +36,8 @@ import torch
 from torch import nn
 
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError, module_label
-from hookrun.hooks.hook_types import last_roles
 from hookrun.hooks.ops import OpBuild, OpContext
+from hookrun.hooks.plan import last_roles
 from hookrun.runner.kinds.probe import table
 from hookrun.store.reading import open_source
 

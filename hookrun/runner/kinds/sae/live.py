@@ -29,8 +29,8 @@ from torch import nn
 from hookrun.errors import ConfigError, close_matches
 from hookrun.hooks.actions.batch_axis import declared_batch_first
 from hookrun.hooks.early_stop import StopForward
-from hookrun.hooks.hook_types import last_roles
-from hookrun.hooks.plan import ONCE_PER_FORWARD, refuse_alias
+from hookrun.hooks.plan import last_roles
+from hookrun.hooks.plan_checks import ONCE_PER_FORWARD, refuse_alias
 from hookrun.runner.kinds.sae.data import BatchStream
 
 
