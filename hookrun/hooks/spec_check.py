@@ -4,7 +4,7 @@
 
 Each hook's type, each action's name, the hook type it fits, its keys and their values' types, a
 named op's keys and numbers (and hookrun's own ops that need no hook point, built: noise's std, clamp's
-bounds), by the same functions the plan uses on the model (plan.action_params, ops.op_params). A
+bounds), by the same functions the plan uses on the model (actions.action_params, ops.op_params). A
 sweep makes these checks for every job before its first job starts (cli/sweep_checks.py); what needs
 the model (a module name, a width, a dim) is checked by each job's plan.
 """

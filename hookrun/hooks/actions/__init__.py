@@ -1,7 +1,8 @@
 """Actions: what runs when a hook fires (record, replace_input, modify_output, modify_grad,
 top_examples, logit_lens), and the action base: what every action is given (ActionEnv, and its
-ModelHold: the one owner of what a run attaches to a model), what it declares it can do, and the
-registry of action names. The built-in actions are registered by name with their module, imported
+ModelHold: the one owner of what a run attaches to a model), what it declares it can do, the
+registry of action names, and an action built from its config (action_class, action_params: checked
+alike by make_plan and by the config's own check, hooks/spec_check.py). The built-in actions are registered by name with their module, imported
 when a config names them (ACTIONS.get(name)), so a run that only records loads no lens, SAE or
 top-examples code: `ACTIONS.get("logit_lens")` imports hookrun/hooks/actions/lens.py.
 
@@ -244,6 +245,7 @@ def declares(action: Any, name: str) -> bool:
 
 
 def construct(cls: type, action_spec: Any, point: HookPoint, hook_type: HookType, env: ActionEnv) -> Any:
+    """The action at one hook point, built with its checked params."""
     return cls(point, hook_type, env, where=action_spec.where, **action_params(cls, action_spec))
 
 
