@@ -23,8 +23,11 @@ the run with a RunError naming it, rather than dropping captures.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
+import torch
 from torch import nn
 from torch.nn.modules.module import register_module_forward_pre_hook
 
@@ -159,3 +162,24 @@ def probe_guard(model: nn.Module, targets: Iterable[object]) -> set[int] | None:
 
 def _where(point: HookPoint, call: int) -> str:
     return f"{module_label(point.module)}" + (f" (call {call})" if call else "")
+
+
+@contextmanager
+def probe_step(session: Any, sample_index: torch.Tensor, attention_mask: torch.Tensor | None = None,
+               model: nn.Module | None = None, batch: Any = None) -> Iterator[None]:
+    """HookSession.probe: a step of `session` with every action muted (its firings not counted), under
+    early_stop told to stop once past every hooked module (probe_guard) where the `model` is given."""
+    if session.early_stop is not None and model is not None:
+        session.early_stop.stop_probe(probe_guard(model, (p.target for p in session.points)), len(session.points))
+    muted = [list(p.actions) for p in session.points]
+    fired = list(session.fired)
+    for p in session.points:
+        p.actions.clear()  # in place: each firing's closure holds this list
+    try:
+        session.begin_step(-1, len(sample_index), sample_index, attention_mask, batch)
+        yield
+        session.end_step()
+    finally:
+        for p, actions in zip(session.points, muted, strict=True):
+            p.actions[:] = actions
+        session.fired[:] = fired

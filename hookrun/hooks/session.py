@@ -5,22 +5,23 @@
         model(x)  # hooks fire; actions run
 
 Every RemovableHandle is owned here and removed in reverse order when the block ends, on an
-exception too, so no hook outlives the run.
+exception too, so no hook outlives the run. What only some runs need is loaded where they need it:
+a user's action watched and an action's failure (hooks/action_faults.py), the early_stop probe's
+muted step (hooks/early_stop.py), an encoder-decoder's decoder tokens (hooks/sides.py).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import torch
 
-from hookrun.errors import PASSED, HookrunError, RunError, foreign_failure, module_label
+from hookrun.errors import PASSED, HookrunError, module_label
 from hookrun.hooks import HOOK_TYPES, INTERVENED, Event, Fire, HookPoint, Phase, StopForward
 from hookrun.hooks.actions import ActionEnv
-from hookrun.store.records import StepCaptures
 
 __all__ = ["HookSession", "StopForward", "warn_never_fired"]
 log = logging.getLogger("hookrun")
@@ -53,11 +54,14 @@ class HookSession:
                     continue
                 self._handles.extend(HOOK_TYPES.get(point.type).attach(point, self._firing(point, i)))
             if self.points and getattr(getattr(self.env.model, "config", None), "is_encoder_decoder", False):
-                from hookrun.hooks.sides import Decoder  # (an encoder-decoder model alone needs it)
+                from hookrun.hooks.sides import (  # (an encoder-decoder model alone needs it)
+                    Decoder,
+                    decoder_calls,
+                )
 
                 decoder = Decoder.of(self.env.model)
             if decoder is not None:  # (after the points' hooks: one at the decoder itself sees its tokens)
-                self._handles.extend(decoder.attach(self._decoder_enter, self._decoder_leave))
+                self._handles.extend(decoder.attach(*decoder_calls(self.env.state)))
             self.env.hold.on_close(self.remove)  # the run's one owner removes them too, if this session is never exited
         except BaseException:
             self.remove()
@@ -87,29 +91,13 @@ class HookSession:
         if self.early_stop is not None:
             self.early_stop.begin_step(step)
 
-    def _decoder_enter(self, mask: torch.Tensor, ids: torch.Tensor | None) -> None:
-        """An encoder-decoder's decoder starts: its modules' tokens are the decoder's (hooks/sides.py)."""
-        state = self.env.state
-        self._outer = (state.attention_mask, state.call_tokens)
-        state.attention_mask = mask
-        from hookrun.hooks.tokens import TokenMap
-
-        state.call_tokens = TokenMap.of_batch(mask, provisional=False)
-        state.call_tokens.decoder = True
-        state.calls.append(state.call_tokens)
-
-    def _decoder_leave(self) -> None:
-        state = self.env.state
-        state.attention_mask, state.call_tokens = self._outer
-
     def end_step(self) -> None:
         """Under early_stop: the first step notes where to stop; later ones are checked against it."""
         if self.early_stop is not None:
             self.early_stop.end_step()
 
-    @contextmanager
     def probe(self, sample_index: torch.Tensor, attention_mask: torch.Tensor | None = None,
-              model: torch.nn.Module | None = None, batch: Any = None) -> Iterator[None]:
+              model: torch.nn.Module | None = None, batch: Any = None) -> AbstractContextManager[None]:
         """A step that only fires the hooks (every action muted, nothing recorded, no firing
         counted): early_stop learns from it where to cut, so batch 0 is cut too. Given the `model`,
         the probe stops itself once past every hooked module (early_stop.probe_guard).
@@ -117,22 +105,9 @@ class HookSession:
             with session.probe(index, model=model):
                 model(first_sample)
         """
-        if self.early_stop is not None and model is not None:
-            from hookrun.hooks.early_stop import probe_guard
+        from hookrun.hooks.early_stop import probe_step
 
-            self.early_stop.stop_probe(probe_guard(model, (p.target for p in self.points)), len(self.points))
-        muted = [list(p.actions) for p in self.points]
-        fired = list(self.fired)
-        for p in self.points:
-            p.actions.clear()  # in place: each firing's closure holds this list
-        try:
-            self.begin_step(-1, len(sample_index), sample_index, attention_mask, batch)
-            yield
-            self.end_step()
-        finally:
-            for p, actions in zip(self.points, muted, strict=True):
-                p.actions[:] = actions
-            self.fired[:] = fired
+        return probe_step(self, sample_index, attention_mask, model, batch)
 
     @contextmanager
     def phase(self, phase: Phase) -> Iterator[None]:
@@ -193,13 +168,17 @@ class HookSession:
                     seen = watched.get(id(action))
                     if seen is None:
                         seen = watch(action)
-                    if seen:  # (a user's action: its firings are watched)
+                    if seen:  # (a user's action: its firings are watched, hooks/action_faults.py)
+                        from hookrun.hooks.action_faults import user_action
+
                         user_action(action, ev, captures)
                     else:
                         action(ev)
             except (HookrunError, StopForward, *PASSED):
                 raise
             except BaseException as exc:  # a user's action (or a bug in one of hookrun's): named, not the model
+                from hookrun.hooks.action_faults import action_failure
+
                 raise action_failure(action, ev, exc) from exc
             finally:
                 if hushed:
@@ -211,44 +190,10 @@ class HookSession:
         return fire
 
 
-def action_name(action: Any) -> str:
-    """The action's `name:` in the config, or a `_target_` action's function name."""
-    from hookrun.hooks.actions import ACTIONS
-
-    return ACTIONS.name_of(type(action)) or getattr(action, "name", None) or type(action).__name__
-
-
 def user_code(action: Any) -> bool:
     """An action of a user's (a registered class of theirs, or a `_target_` callable): not hookrun's own."""
     fn = getattr(action, "fn", None) if type(action).__name__ == "Callback" else action
     return not type(fn).__module__.startswith("hookrun.") if fn is not None else False
-
-
-def user_action(action: Any, ev: Event, captures: StepCaptures) -> None:
-    """A user's action, watched: a capture it added that holds the hooked tensor's memory (no .clone()) is
-    copied now, before the model goes on (a ReLU(inplace=True) after the module would change the rows the
-    writer stores later); and where it does not declare `modifies`, a change it made to one of its
-    tensors in place (x.div_(...)), which the model computes on from there while every check (early_stop,
-    resume, a kind's clean forward) treats the action as one that only reads, is refused, naming it."""
-    from hookrun.hooks.roles import _version
-
-    before = [(role, t, _version(t)) for role, t in ev.tensors.items() if isinstance(t, torch.Tensor)]
-    had = captures.count()
-    action(ev)
-    captures.copy_shared(had, {t.untyped_storage().data_ptr() for _, t, _ in before})
-    for role, t, version in before if not action.modifies else ():
-        if version >= 0 and _version(t) != version:
-            raise RunError(f"{getattr(action, 'where', f'hooks.{ev.hook}')}: action {action_name(action)} changed the {role} of "
-                           f"{ev.where} in place, but does not declare modifies = True, so the model went on with the "
-                           f"changed values unannounced; change a copy (x = x.clone()), or declare modifies = True and "
-                           f"give the new tensor with ev.replace(role, new)")
-
-
-def action_failure(action: Any, ev: Event, exc: BaseException) -> RunError:
-    """An action's own exception as one line naming the hook, the action (its `name:`) and where it
-    fired; model_forward would otherwise say the model's forward failed."""
-    where = getattr(action, "where", f"hooks.{ev.hook}")
-    return foreign_failure(f"{where}: action {action_name(action)} failed at {ev.where} ({ev.type} hook, batch {ev.step}):", exc)
 
 
 def _first_map(attention_mask: torch.Tensor | None) -> Any:

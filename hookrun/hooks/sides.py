@@ -18,11 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from torch import nn
 
-from hookrun.hooks.tokens import continues, token_input
+from hookrun.hooks.tokens import TokenMap, continues, token_input
 
 
 class Decoder:
@@ -80,3 +81,21 @@ class Decoder:
 
         return [self.module.register_forward_pre_hook(pre, with_kwargs=True, prepend=True),
                 self.module.register_forward_hook(post, with_kwargs=True, always_call=True)]
+
+
+def decoder_calls(state: Any) -> tuple[Callable[[torch.Tensor, torch.Tensor | None], None], Callable[[], None]]:
+    """HookSession's enter and leave for Decoder.attach: while the decoder runs, the step's (a
+    StepState's) attention mask and call TokenMap are the decoder's, then the batch's again."""
+    outer: list = [None]
+
+    def enter(mask: torch.Tensor, ids: torch.Tensor | None) -> None:
+        outer[0] = (state.attention_mask, state.call_tokens)
+        state.attention_mask = mask
+        state.call_tokens = TokenMap.of_batch(mask, provisional=False)
+        state.call_tokens.decoder = True
+        state.calls.append(state.call_tokens)
+
+    def leave() -> None:
+        state.attention_mask, state.call_tokens = outer[0]
+
+    return enter, leave
