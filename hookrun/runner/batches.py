@@ -2,21 +2,17 @@
 
     loader = make_loader(ds, batch_size=16, num_workers=0)  # yields (indices, batch)
     loader = make_loader(ds, 2, 0, collate=collate_lists)   # items of different sizes, as lists
-    indices, call = first_batch(loader, spec, size=1)       # the dataset's first item as the loop calls it
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
 from hookrun.errors import ConfigError, HookrunError, RunError
-
-if TYPE_CHECKING:
-    from hookrun.runner.calls import CallSpec, ModelCall
 
 
 class Indexed(Dataset):
@@ -105,14 +101,6 @@ def make_loader(dataset: Dataset, batch_size: int, num_workers: int, start: int 
         raise ConfigError(f"data.num_workers must be 0 or more, got {num_workers}")
     return DataLoader(Indexed(dataset, start, stop), batch_size=batch_size, shuffle=False, num_workers=num_workers,
                       collate_fn=Collate(collate))
-
-
-def first_batch(loader: DataLoader, spec: CallSpec, size: int = 1) -> tuple[torch.Tensor, ModelCall]:
-    """The dataset's first `size` items (fewer where it has fewer) as one batch, collated by the
-    loader's own collate function and split into the forward call as the loop does: what the
-    plan's estimate, generate's preflight and the module lister run before the first real batch."""
-    indices, batch = loader.collate_fn(first_items(loader.dataset, size))
-    return indices, spec.split(batch)
 
 
 def first_items(dataset: Dataset, size: int) -> list[Any]:

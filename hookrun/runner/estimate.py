@@ -25,7 +25,7 @@ from hookrun.errors import capture_label, dataset_label, module_label
 from hookrun.hooks import HookPoint
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.session import HookSession
-from hookrun.runner.batches import first_batch
+from hookrun.runner.extra_forwards import first_batch
 from hookrun.runner.loop import stored_keys, token_width
 from hookrun.store import (
     DIGEST_CHUNK,

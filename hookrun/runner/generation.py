@@ -23,8 +23,8 @@ import torch
 from hookrun.errors import ConfigError, RunError
 from hookrun.hooks import HookPoint, StepState
 from hookrun.hooks.tokens import CallTracker
-from hookrun.runner.batches import first_batch
 from hookrun.runner.calls import CallSpec, ModelCall
+from hookrun.runner.extra_forwards import first_batch
 
 log = logging.getLogger("hookrun")
 

@@ -30,10 +30,9 @@ from hookrun.errors import ConfigError, HookrunError, RunError, module_label
 from hookrun.hooks import HOOK_TYPES
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.session import HookSession, warn_cast, warn_never_fired
-from hookrun.runner.batches import first_batch, make_loader, sample_paths
+from hookrun.runner.batches import make_loader, sample_paths
 from hookrun.runner.calls import CallSpec, check_positions
-from hookrun.runner.kinds import RunKind
-from hookrun.runner.kinds.run_kind import StepAdds
+from hookrun.runner.kinds import RunKind, StepAdds
 from hookrun.store.records import RunStore, StepRecord, check_rows
 from hookrun.store.writer import BackgroundWriter, HostTransfer
 
@@ -67,6 +66,8 @@ def run_batches(
     resumed run starts past the batches it has)."""
     transfer = HostTransfer(s.device)
     if session.early_stop is not None and not session.early_stop.learned:
+        from hookrun.runner.extra_forwards import probe_stop
+
         probe_stop(model, loader, session, s)
     batches = range(len(loader)) if s.batches is None else s.batches
     first = batches.start if start is None else start
@@ -97,7 +98,7 @@ def run_batches(
             session.end_step()
             if not isinstance(adds, StepAdds):  # (a user's kind: its step returns what the batch adds)
                 raise RunError(f"the {s.kind.name} kind's step() returned {type(adds).__name__}; it returns a StepAdds "
-                               f"(NOTHING, hookrun.runner.kinds.run_kind, where the batch adds no column or table)")
+                               f"(NOTHING, hookrun.runner.kinds, where the batch adds no column or table)")
             if not steps:
                 refuse_only_skipped(session)
             captures = env.captures.take()
@@ -135,22 +136,6 @@ def refuse_only_skipped(session: HookSession) -> None:
             a = actions[0]
             raise RunError(f"{a.where}: every module `at:` reaches is skipped, so nothing would be recorded; "
                            f"{a.skipped}")
-
-
-def probe_stop(model: nn.Module, loader, session: HookSession, s: LoopSettings) -> None:
-    """early_stop learns where to cut from one sample (the dataset's first item), with every action
-    muted; then no batch, the first included, computes what the captures do not need."""
-    indices, call = first_batch(loader, s.spec)
-    call = call.to(s.device)
-    with session.probe(indices, call.attention_mask, model, call.batch):
-        s.kind.probe(model, call)
-
-
-def one_sample_forward(model: nn.Module, loader, s: LoopSettings) -> None:
-    """The dataset's first item through the model once under no_grad, with nothing of the run's
-    hooked (hooks/site_check.py listens to it): the kind's sample_forward (generate: two new tokens)."""
-    _, call = first_batch(loader, s.spec)
-    s.kind.sample_forward(model, call.to(s.device))
 
 
 def one_line_errors(loader) -> Any:

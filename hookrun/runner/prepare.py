@@ -39,7 +39,7 @@ from hookrun.output import open_destination
 from hookrun.runner.batches import build_collate, first_items, make_loader
 from hookrun.runner.calls import CallSpec, check_positions, position_limit
 from hookrun.runner.kinds import KindContext, check_config, kind_for
-from hookrun.runner.loop import LoopSettings, one_sample_forward, stored_keys
+from hookrun.runner.loop import LoopSettings, stored_keys
 
 if TYPE_CHECKING:
     from hookrun.output.interface import Destination
@@ -138,7 +138,10 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
     try:  # op sites that cannot fire, and splices that do not fit, are refused here: one forward of the first sample
         for a in (a for p in points for a in p.actions):
             a.check_item(dataset[0])  # actions' own look at the first item (a key): no forward needed
-        forward = lambda: one_sample_forward(model, loader, settings)  # noqa: E731
+        def forward() -> None:  # (the checks below listen to it; loaded where one does)
+            from hookrun.runner.extra_forwards import one_sample_forward
+
+            one_sample_forward(model, loader, settings)
         if env.splices:  # the splice check listens to the same forward as the site check
             from hookrun.hooks.splice import check_outputs
 

@@ -61,7 +61,7 @@ PACKAGE = {
         ''',
     "kind.py": '''
         import json
-        from hookrun.runner.kinds.run_kind import NOTHING, RunKind, plain_forward
+        from hookrun.runner.kinds import NOTHING, RunKind, plain_forward
         from hookrun.store.records import Capture, CaptureKey
 
         class ScaledKind(RunKind):
@@ -306,7 +306,7 @@ BROKEN = '''
 from dataclasses import dataclass
 from hookrun.analysis.kind_readers import KindReader
 from hookrun.config.plugins import KindPlugin
-from hookrun.runner.kinds.run_kind import RunKind
+from hookrun.runner.kinds import RunKind
 
 class NotADataclass:
     factor: float = 1.0
@@ -463,7 +463,7 @@ def test_an_imports_module_that_raises_or_registers_a_taken_name_is_one_line(tmp
 
     (tmp_path / "raises_here.py").write_text("raise RuntimeError('no licence file found')\n")
     (tmp_path / "takes_a_name.py").write_text(
-        "from hookrun.config.plugins import KindPlugin, register_plugin\nfrom hookrun.runner.kinds.run_kind import RunKind\n"
+        "from hookrun.config.plugins import KindPlugin, register_plugin\nfrom hookrun.runner.kinds import RunKind\n"
         "from dataclasses import dataclass\n@dataclass\nclass B:\n    x: int = 1\n"
         "register_plugin(KindPlugin('taken', block=B, run=RunKind))\n")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -510,7 +510,7 @@ def test_a_kinds_step_that_returns_no_step_adds_is_one_line_naming_the_kind(tmp_
     import hookrun
     from hookrun.config.plugins import _PLUGINS, KindPlugin, register_plugin
     from hookrun.errors import RunError
-    from hookrun.runner.kinds.run_kind import RunKind, plain_forward
+    from hookrun.runner.kinds import RunKind, plain_forward
 
     class Forgets(RunKind):
         def step(self, model, call, session):
@@ -520,7 +520,7 @@ def test_a_kinds_step_that_returns_no_step_adds_is_one_line_naming_the_kind(tmp_
     register_plugin(KindPlugin("forgets", block=dataclasses.make_dataclass("B", [("x", int, 1)]), run=Forgets))
     try:
         with pytest.raises(RunError, match=r"^the forgets kind's step\(\) returned NoneType; it returns a StepAdds "
-                                           r"\(NOTHING, hookrun.runner.kinds.run_kind,"):
+                                           r"\(NOTHING, hookrun.runner.kinds,"):
             hookrun.run({"forgets": {}, "device": "cpu", "progress": False, "data": {"batch_size": 4},
                          "output": {"path": str(tmp_path / "f.h5")}}, model=torch.nn.Linear(4, 3),
                         dataset=torch.randn(6, 4))
@@ -593,7 +593,7 @@ def test_a_users_reader_that_fails_to_load_hides_nothing_else(tmp_path, monkeypa
     from hookrun.cli.plot_command import main as plot_main
     from hookrun.cli.report_command import main as report_main
     from hookrun.config.plugins import _PLUGINS, KindPlugin, register_plugin
-    from hookrun.runner.kinds.run_kind import RunKind
+    from hookrun.runner.kinds import RunKind
 
     (tmp_path / "unloaded_reader.py").write_text("import unloaded_reader_missing_dependency\n")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -642,7 +642,7 @@ def test_a_plugin_blocks_enum_is_stored_by_name_so_its_file_reads_back(tmp_path,
     import hookrun
     from hookrun.cli.inspect_command import main as inspect_main
     from hookrun.config.plugins import _PLUGINS, KindPlugin, register_plugin
-    from hookrun.runner.kinds.run_kind import RunKind
+    from hookrun.runner.kinds import RunKind
 
     class Reduce(enum.Enum):
         total = "sum"
@@ -686,7 +686,7 @@ def test_a_plugin_blocks_path_is_stored_as_its_text_so_its_file_reads_back(tmp_p
 
     import hookrun
     from hookrun.config.plugins import _PLUGINS, KindPlugin, register_plugin
-    from hookrun.runner.kinds.run_kind import RunKind
+    from hookrun.runner.kinds import RunKind
 
     seen = []
 
@@ -722,7 +722,7 @@ def test_a_users_reader_whose_present_attr_lines_or_header_raises_hides_nothing_
     from hookrun.cli.inspect_command import main as inspect_main
     from hookrun.cli.report_command import main as report_main
     from hookrun.config.plugins import _PLUGINS, KindPlugin, register_plugin
-    from hookrun.runner.kinds.run_kind import RunKind
+    from hookrun.runner.kinds import RunKind
 
     (tmp_path / "raising_parts.py").write_text(textwrap.dedent('''
         def present(f):
@@ -820,7 +820,7 @@ def test_a_users_reader_whose_no_values_raises_is_one_line_and_the_capture_still
     from hookrun.analysis.kind_readers import READERS, KindReader
     from hookrun.cli.inspect_command import main as inspect_main
     from hookrun.config.plugins import _PLUGINS, KindPlugin, register_plugin
-    from hookrun.runner.kinds.run_kind import RunKind
+    from hookrun.runner.kinds import RunKind
 
     (tmp_path / "raising_notes.py").write_text(textwrap.dedent('''
         def no_values(label):

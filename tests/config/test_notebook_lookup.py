@@ -16,7 +16,7 @@ CODE = """
 import json, sys, hookrun
 def kinds():
     return sorted({m.split('.')[3] for m in sys.modules if m.startswith('hookrun.runner.kinds.') and m.count('.') >= 3
-                   and m.split('.')[3] not in ('run_kind', 'grad_kind', 'generate_kind')})
+                   and m.split('.')[3] not in ('grad_kind', 'generate_kind')})
 out = {"import": kinds()}
 for name in NAMES:
     try:

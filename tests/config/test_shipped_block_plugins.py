@@ -23,7 +23,7 @@ import hookrun
 from hookrun.config import plugins
 from hookrun.config.schema import HookrunConfig, load
 from hookrun.errors import ConfigError
-from hookrun.runner.kinds import plugin_kind
+from hookrun.runner.kinds.user_kind import plugin_kind
 
 MOVED = ("evaluate", "patching")
 

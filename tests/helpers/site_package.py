@@ -40,7 +40,7 @@ def scaled_kind(name: str, fields: str = "", rest: str = 'KIND = KindPlugin("NAM
 
     import torch
     from hookrun.config.plugins import KindPlugin
-    from hookrun.runner.kinds.run_kind import NOTHING, RunKind, plain_forward
+    from hookrun.runner.kinds import NOTHING, RunKind, plain_forward
     from hookrun.store.records import Capture, CaptureKey
 
     @dataclass

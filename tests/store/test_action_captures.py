@@ -16,7 +16,7 @@ import hookrun
 from hookrun.config.plugins import _PLUGINS, KindPlugin, register_plugin
 from hookrun.errors import RunError
 from hookrun.hooks.actions import Action, register_action
-from hookrun.runner.kinds.run_kind import NOTHING, RunKind, plain_forward
+from hookrun.runner.kinds import NOTHING, RunKind, plain_forward
 from hookrun.store.records import Capture, CaptureKey
 
 GIVEN: list = []  # what the action handed over, batch by batch (copies)

@@ -18,8 +18,7 @@ from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError
 from hookrun.runner.calls import ModelCall
 from hookrun.runner.generation import Generation, as_kwargs, preflight
-from hookrun.runner.kinds import register_kind
-from hookrun.runner.kinds.run_kind import KindContext, RunKind, StepAdds
+from hookrun.runner.kinds import KindContext, RunKind, StepAdds, register_kind
 
 
 @register_kind("generate")

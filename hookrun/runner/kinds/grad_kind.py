@@ -18,8 +18,7 @@ from torch import nn
 from hookrun.config.schema import Mode
 from hookrun.errors import HookrunError, RunError, foreign_failure
 from hookrun.runner.calls import ModelCall
-from hookrun.runner.kinds import register_kind
-from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds
+from hookrun.runner.kinds import NOTHING, KindContext, RunKind, StepAdds, register_kind
 from hookrun.runner.losses import call_loss, loss_name
 
 IN_PLACE = ("a backward hook's module has its output modified in place later in the forward pass "

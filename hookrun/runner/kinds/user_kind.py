@@ -1,6 +1,8 @@
-"""A user's kind plugin's run class (hookrun/config/plugins.py: a KindPlugin outside hookrun/runner/kinds/),
-imported where such a kind is asked for (runner/kinds/__init__.py's plugin_kind), never on a shipped kind's run.
+"""A kind plugin's run class (hookrun/config/plugins.py), imported where a config gives a plugin's block
+(runner/kinds/__init__.py's kind_for), never on a run of a mode's kind: plugin_kind checks it and names it; a
+user's (a KindPlugin outside hookrun/runner/kinds/) runs through a subclass (user_kind).
 
+    cls = plugin_kind(plugin("evaluate"))   # its `run` class, checked; a shipped kind's own class, named
     cls = user_kind(ScaledKind, "scaled")   # a subclass named as the plugin, its own code's errors one line
 
 A user's kind makes its own forwards (plain_forward: no_grad) and hookrun runs no backward and no generate
@@ -14,12 +16,15 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError, foreign_code
 from hookrun.hooks import StopForward
-from hookrun.runner.kinds.run_kind import RunKind
+from hookrun.runner.kinds import RunKind
+
+if TYPE_CHECKING:
+    from hookrun.config.plugins import KindPlugin
 
 GUARDED = ("prepare_run", "step", "run_steps", "end_attrs")  # where a user's kind runs its own code in a run
 
@@ -52,3 +57,16 @@ def user_kind(cls: type[RunKind], name: str) -> type[RunKind]:
     if getattr(cls.check_mode, "__func__", None) is RunKind.check_mode.__func__:  # (the kind says nothing of mode)
         body["check_mode"] = classmethod(eval_only)
     return type(cls.__name__, (cls,), body)
+
+
+def plugin_kind(kind: KindPlugin) -> type[RunKind]:
+    """The RunKind a kind plugin runs: its `run` class, checked; a shipped kind's own class named as
+    the plugin, a user's through a subclass that carries the plugin's name (user_kind.py)."""
+    cls = kind.run_class()
+    if not (isinstance(cls, type) and issubclass(cls, RunKind)):
+        raise ConfigError(f"kind plugin {kind.name!r}, run: {kind.run!r} is {cls!r}, not a subclass of "
+                          f"hookrun.runner.kinds.RunKind")
+    if not kind.shipped:
+        return user_kind(cls, kind.name)
+    cls.name, cls.block = kind.name, kind.name
+    return cls

@@ -30,16 +30,9 @@ from torch import nn
 from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError
 from hookrun.hooks import CLEAN
-from hookrun.runner.batches import first_batch
+from hookrun.runner.extra_forwards import first_batch, own_copy
+from hookrun.runner.kinds import NOTHING, KindContext, RunKind, StepAdds, plain_forward
 from hookrun.runner.kinds.attribution.engine import Engine, dims_of
-from hookrun.runner.kinds.run_kind import (
-    NOTHING,
-    KindContext,
-    RunKind,
-    StepAdds,
-    own_copy,
-    plain_forward,
-)
 from hookrun.store.records import Capture, CaptureKey
 
 HOOK = "attribution"

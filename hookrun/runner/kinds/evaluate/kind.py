@@ -34,6 +34,8 @@ from hookrun.hooks.actions.modify import Modify
 from hookrun.hooks.session import HookSession
 from hookrun.output.process import detect, every_rank
 from hookrun.runner.calls import ModelCall
+from hookrun.runner.extra_forwards import own_copy
+from hookrun.runner.kinds import KindContext, RunKind, StepAdds, plain_forward
 from hookrun.runner.kinds.evaluate.ablations import (
     MeanAblation,
     read_means,
@@ -43,7 +45,6 @@ from hookrun.runner.kinds.evaluate.ablations import (
 from hookrun.runner.kinds.evaluate.block import check_block, evaluating
 from hookrun.runner.kinds.evaluate.metrics import Objective, Totals, batch_row
 from hookrun.runner.kinds.evaluate.table import EvaluationRow, evaluation_bytes, read_evaluation
-from hookrun.runner.kinds.run_kind import KindContext, RunKind, StepAdds, own_copy, plain_forward
 from hookrun.store.schemes import scheme_of
 
 log = logging.getLogger("hookrun")

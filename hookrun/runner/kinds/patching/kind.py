@@ -29,6 +29,7 @@ import torch
 from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError, token_label
 from hookrun.output.process import every_rank
+from hookrun.runner.kinds import RunKind
 from hookrun.runner.kinds.patching.block import load_items
 from hookrun.runner.kinds.patching.checks import refuse_modifying, refuse_recording
 from hookrun.runner.kinds.patching.edges.mib import summary as mib_summary
@@ -40,7 +41,6 @@ from hookrun.runner.kinds.patching.engine import PatchEngine
 from hookrun.runner.kinds.patching.forward_inputs import check_inputs
 from hookrun.runner.kinds.patching.notebook import forward_arguments, grid_attrs, run_cells
 from hookrun.runner.kinds.patching.reader import CELL_UNITS, faithfulness_lines
-from hookrun.runner.kinds.run_kind import RunKind
 from hookrun.store.records import Capture, CaptureKey, StepRecord
 
 KEY = {which: CaptureKey("patching", "cells", "patching", which) for which in ("value", "exact")}

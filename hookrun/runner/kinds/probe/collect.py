@@ -26,8 +26,8 @@ from torch import nn
 from hookrun.errors import ConfigError, RunError, close_matches, foreign_code
 from hookrun.hooks import REPLAY
 from hookrun.hooks.taps import Taps, module_kinds, refuse_non_finite
+from hookrun.runner.kinds import plain_forward
 from hookrun.runner.kinds.probe.pool import Rows, pool_rows
-from hookrun.runner.kinds.run_kind import plain_forward
 
 KINDS = {"f": "float (value) targets", "i": "integer (class) targets"}  # a target array's dtype kind (float64 or int64)
 

@@ -34,13 +34,13 @@ from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError, RunError
 from hookrun.output.rank_link import RankLink
 from hookrun.output.scratch import Scratch
-from hookrun.runner.batches import first_batch
+from hookrun.runner.extra_forwards import first_batch, replay
+from hookrun.runner.kinds import NOTHING, KindContext, RunKind, StepAdds
 from hookrun.runner.kinds.probe.block import LIVE_TEST
 from hookrun.runner.kinds.probe.collect import Collector, check_rows
 from hookrun.runner.kinds.probe.fit import FitSpec, fit_point, test_rows, training_classes
 from hookrun.runner.kinds.probe.rows import RowStore
 from hookrun.runner.kinds.probe.table import GROUP, class_count, plan, probe_bytes
-from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds
 
 log = logging.getLogger("hookrun")
 
@@ -244,9 +244,9 @@ class ProbeKind(RunKind):
 
     def restore(self, resume: Any, kept: int) -> None:
         """A resumed run: the rows of the `kept` batches, recomputed (the file keeps no rows) through the forward
-        `step` had, the user's modifying hooks included (RunKind.replay: they were left out, so a resumed run
+        `step` had, the user's modifying hooks included (extra_forwards.replay: they were left out, so a resumed run
         with an ablation probed other features than an uninterrupted one)."""
-        self.replay(self.begin, kept, self.points, lambda indices, call: self.add(self.ctx.model, call, indices))
+        replay(self, self.begin, kept, self.points, lambda indices, call: self.add(self.ctx.model, call, indices))
         log.info("probe: the rows of the %d kept batch(es) recomputed", kept)
 
     def close(self) -> None:

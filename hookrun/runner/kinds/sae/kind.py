@@ -34,7 +34,7 @@ import torch
 from hookrun.config.schema import HookrunConfig
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.output.process import detect, every_rank
-from hookrun.runner.kinds.run_kind import RunKind
+from hookrun.runner.kinds import RunKind
 from hookrun.runner.kinds.sae.block import UNITS, SaeBlock
 from hookrun.runner.kinds.sae.data import CacheRows, check_spliced_at_output, sae_meta, spliced_arg
 from hookrun.runner.kinds.sae.resuming import (

@@ -39,8 +39,8 @@ from hookrun.hooks.actions import ModelHold
 from hookrun.hooks.taps import Taps, refuse_non_finite
 from hookrun.output.rank_link import RankLink
 from hookrun.output.scratch import Scratch, clear_scratch
-from hookrun.runner.batches import first_batch
-from hookrun.runner.kinds.run_kind import NOTHING, KindContext, RunKind, StepAdds, own_copy
+from hookrun.runner.extra_forwards import first_batch, own_copy, replay
+from hookrun.runner.kinds import NOTHING, KindContext, RunKind, StepAdds
 from hookrun.runner.kinds.similarity.accumulate import (
     accumulator,
     choose_route,
@@ -256,7 +256,7 @@ class SimilarityKind(RunKind):
         """A resumed run: the features of the `kept` batches, recomputed into the accumulator (the file keeps none),
         through the forward `step` had: the user's hooks attached, each batch's step and items set, and their
         modifying actions run (REPLAY); records and top_examples do not run again (the file keeps theirs)."""
-        self.replay(self.begin, kept, self.points, lambda indices, call: self.acc.add(self.features(self.ctx.model, call, indices)))
+        replay(self, self.begin, kept, self.points, lambda indices, call: self.acc.add(self.features(self.ctx.model, call, indices)))
         log.info("similarity: the features of the %d kept batch(es) recomputed", kept)
 
     def close(self) -> None:
