@@ -19,8 +19,6 @@ null. The batch's `attention_mask` (a dict item's key, or the input that data.in
 
 from __future__ import annotations
 
-import functools
-import inspect
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -49,7 +47,12 @@ class ModelCall:
 
     def run(self, model: nn.Module, who: str = "the model", error: type[HookrunError] = RunError) -> Any:
         """The forward, as model_forward() runs it (the model's own exception: one line naming `who`, of type `error`)."""
-        return model_forward(model, self.args, with_positions(model, self.kwargs, self.attention_mask), self.kwargs, who, error)
+        kwargs = self.kwargs
+        if isinstance(self.attention_mask, torch.Tensor):  # (left-padded rows: their position_ids)
+            from hookrun.runner.token_inputs import with_positions
+
+            kwargs = with_positions(model, kwargs, self.attention_mask)
+        return model_forward(model, self.args, kwargs, self.kwargs, who, error)
 
     def describe(self) -> str:
         """The call's inputs as `input_ids=[2, 8] int64, ...` (shapes and dtypes, no values)."""
@@ -135,34 +138,11 @@ class CallSpec:
         if self.item_kind not in ("dict", "tuple"):
             return
         keys = self._input_keys(item)
-        self.unpassed_mask = (isinstance(item, Mapping) and isinstance(item.get(MASK_KEY), torch.Tensor)
-                              and MASK_KEY not in [*keys, *(keys.values() if isinstance(keys, Mapping) else ())]
-                              and _takes(type(model), MASK_KEY))
-        self.refuse_unpassed(item.get(MASK_KEY) if self.unpassed_mask else None, "the first item")
-        if isinstance(keys, Mapping):
-            names = [str(a) for a in keys]
-        else:
-            first = _get(item, keys[0], "data.inputs") if len(keys) == 1 else None
-            if not isinstance(first, Mapping):
-                return
-            names = [str(k) for k in first]
-        try:
-            params = inspect.signature(model.forward).parameters
-        except (TypeError, ValueError):
-            return
-        if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-            return
-        unknown = [n for n in names if n not in params]
-        if not unknown:
-            return
-        takes = [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-        target = self.target_key(item) if isinstance(item, Mapping) else None
-        fit = dict(zip(takes, [n for n in names if n not in takes], strict=False))
-        line = "{" + ", ".join(f"{a}: {k}" for a, k in fit.items()) + "}"
-        raise ConfigError(
-            f"data: the items' keys ({', '.join(names)}{f'; target {target}' if target else ''}) are passed as keyword "
-            f"arguments, and {type(model).__name__}.forward takes {', '.join(takes) or 'none'}, not "
-            f"{', '.join(unknown)}; map them with data.inputs='{line}'")
+        if isinstance(item, Mapping) or isinstance(keys, Mapping) or (
+                len(keys) == 1 and isinstance(_get(item, keys[0], "data.inputs"), Mapping)):  # (keyword inputs)
+            from hookrun.runner.token_inputs import check_keywords
+
+            check_keywords(self, model, item, keys)
 
     def _wanted(self, item: Any) -> list[tuple[str, Any]]:
         out = []
@@ -206,15 +186,13 @@ class CallSpec:
         if isinstance(batch, Mapping) and any(batch.get(k) is not v for k, v in kwargs.items()):  # data.inputs renames
             batch = {**batch, **kwargs}  # the batch as the model takes it: the actions' mask, loss=lm's input_ids
         mask = batch.get(MASK_KEY) if isinstance(batch, Mapping) else kwargs.get(MASK_KEY)  # tuples: by data.inputs
-        self.refuse_unpassed(mask if self.unpassed_mask else None, "a batch")
+        if self.unpassed_mask:  # (dict items whose mask the forward takes)
+            from hookrun.runner.token_inputs import refuse_unpassed
+
+            refuse_unpassed(self.inputs, mask, "a batch")
         return ModelCall(args, kwargs, target, batch, mask if isinstance(mask, torch.Tensor) else None)
 
 
-    def refuse_unpassed(self, mask: Any, where: str) -> None:
-        """The items' left-padded mask not passed: the model attends to the padding (tiny_lm's h.1: 1.08 off)."""
-        if isinstance(mask, torch.Tensor) and mask.dim() in (1, 2) and bool(((mask[..., 0] == 0) & mask.bool().any(-1)).any()):
-            raise ConfigError(f"data.inputs={self.inputs!r}: the items' attention_mask is left-padded ({where} starts with padding) and "
-                              "the model is called without it, so it attends to the padding; add attention_mask: attention_mask to data.inputs")
 
 
 def scalars(target: Any) -> Any:
@@ -227,25 +205,6 @@ def scalars(target: Any) -> Any:
     return target
 
 
-def with_positions(model: nn.Module, kwargs: dict, mask: Any) -> dict:
-    """`kwargs` with `position_ids` counted from the attention `mask` where a row is left-padded and the
-    model's forward takes them: each item's first real token at position 0, as generate() and TransformerLens
-    count them (GPT-2's learned positions started at the padding, so its activations moved with it). As
-    given where no row is left-padded (the same positions), the call names its own, or the model takes none."""
-    if (not isinstance(mask, torch.Tensor) or mask.dim() != 2 or "position_ids" in kwargs
-            or not _takes(type(model), "position_ids") or bool(mask[:, 0].all())):
-        return kwargs
-    return {**kwargs, "position_ids": (mask.long().cumsum(-1) - 1).clamp(min=0)}
-
-
-@functools.cache
-def _takes(cls: type, argument: str) -> bool:
-    try:
-        return argument in inspect.signature(cls.forward).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 def position_limit(model: nn.Module) -> tuple[int, str] | None:
     """(positions, the table's name) of the model's learned position table (GPT-2's wpe, BERT's
     position_embeddings, OPT's embed_positions); None without one."""
@@ -255,19 +214,6 @@ def position_limit(model: nn.Module) -> tuple[int, str] | None:
             skip = int(getattr(module, "offset", 0) or 0) + (module.padding_idx + 1 if module.padding_idx is not None else 0)
             return module.num_embeddings - skip, name
     return None
-
-
-def check_positions(model: nn.Module, items: Any, table: tuple[int, str] | None, who: str = "the items hold") -> None:
-    """Items' `input_ids` (an item, or a collated batch) longer than the model's position `table`
-    (position_limit) is one line naming them (`who`: "the items hold", "item 7 holds", "batch 3 (items
-    24..31) holds"): the forward's own error was 'IndexError: index out of range in self'. prepare()
-    checks the first item, every item of a data set held in memory (a list), and the loop each batch."""
-    ids = items.get("input_ids") if isinstance(items, Mapping) else None
-    if table is None or not isinstance(ids, torch.Tensor) or ids.dim() == 0 or ids.shape[-1] <= table[0]:
-        return
-    raise ConfigError(f"data: {who} {ids.shape[-1]} tokens (input_ids), more than the {table[0]} positions of "
-                      f"{type(model).__name__} ({table[1]}); set data.dataset.max_length={table[0]} or less "
-                      f"(data=text cuts each text to it), or give shorter items")
 
 
 def _kind(item: Any) -> str:

@@ -31,7 +31,7 @@ from hookrun.hooks import HOOK_TYPES
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.session import HookSession, warn_cast, warn_never_fired
 from hookrun.runner.batches import make_loader, sample_paths
-from hookrun.runner.calls import CallSpec, check_positions
+from hookrun.runner.calls import CallSpec
 from hookrun.runner.kinds import RunKind, StepAdds
 from hookrun.store.records import RunStore, StepRecord, check_rows
 from hookrun.store.writer import BackgroundWriter, HostTransfer
@@ -84,6 +84,8 @@ def run_batches(
                 break
             call = s.spec.split(batch)
             if s.positions is not None:  # (a later item longer than the first: one line, not the embedding's IndexError)
+                from hookrun.runner.token_inputs import check_positions
+
                 check_positions(model, call.batch if isinstance(call.batch, Mapping) else call.kwargs, s.positions,
                                 f"batch {step} (items {int(indices[0])}..{int(indices[-1])}) holds")
             target, mask = call.target, call.attention_mask

@@ -37,7 +37,7 @@ from hookrun.hooks.actions import ACTIONS, ActionEnv, ModelHold, declares
 from hookrun.hooks.plan import make_plan
 from hookrun.output import open_destination
 from hookrun.runner.batches import build_collate, first_items, make_loader
-from hookrun.runner.calls import CallSpec, check_positions, position_limit
+from hookrun.runner.calls import CallSpec, position_limit
 from hookrun.runner.kinds import KindContext, check_config, kind_for
 from hookrun.runner.loop import LoopSettings, stored_keys
 
@@ -107,9 +107,11 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
         spec.check(first)
         spec.check_forward(model, first)
         table = position_limit(model)
-        check_positions(model, first, table)
-        if isinstance(dataset, list | tuple) and table is not None:  # held in memory: every item, before any batch
-            for i, item in enumerate(dataset):
+        if table is not None:  # (a model with learned positions: the items' input_ids checked against them)
+            from hookrun.runner.token_inputs import check_positions
+
+            check_positions(model, first, table)
+            for i, item in enumerate(dataset if isinstance(dataset, list | tuple) else ()):  # held in memory: every item
                 check_positions(model, item, table, f"item {i} holds")
     except ConfigError as exc:
         refused = kind.inputs_refused(cfg, model, exc)

@@ -46,7 +46,7 @@ def record(name: str, select: list) -> dict:
 def raw(lm, ds) -> tuple[np.ndarray, np.ndarray]:
     """The block's output by a raw forward hook on each sample alone, its real tokens only (no padding, so
     no position to count), laid at its mask's places (zeros at the padding), and the masks. (A left-padded
-    batch called as model(**batch) counted GPT-2's positions from the padding: runner/calls.with_positions.)"""
+    batch called as model(**batch) counted GPT-2's positions from the padding: runner/token_inputs.with_positions.)"""
     ids = torch.stack([ds[i]["input_ids"] for i in range(len(ds))])
     am = torch.stack([ds[i]["attention_mask"] for i in range(len(ds))]).bool()
     seen = []

@@ -193,7 +193,7 @@ MASKED = {"input_ids": "clean", "attention_mask": "attention_mask"}
 
 def masked(mask):
     """The mask and the positions generate() gives left-padded items (each item's first real token at 0),
-    as hookrun passes them to GPT-2 (runner/calls.with_positions)."""
+    as hookrun passes them to GPT-2 (runner/token_inputs.with_positions)."""
     return {"attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0)}
 
 

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from hookrun.errors import ConfigError
-from hookrun.runner.calls import with_positions
+from hookrun.runner.token_inputs import with_positions
 
 
 class Forward:

@@ -36,7 +36,7 @@ from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.actions.rows import meaning
 from hookrun.hooks.plan import make_plan
 from hookrun.hooks.session import HookSession
-from hookrun.runner.calls import model_forward, with_positions
+from hookrun.runner.calls import model_forward
 from hookrun.runner.kinds.patching.block import Block
 from hookrun.runner.kinds.patching.cell_action import CellMode, PatchCells, PatchState
 from hookrun.runner.kinds.patching.cells import Layout, SiteGrid
@@ -48,6 +48,7 @@ from hookrun.runner.kinds.patching.stack import BlockStack
 from hookrun.runner.kinds.patching.suffix import SuffixRoute, hooks_on
 from hookrun.runner.losses import pick_output
 from hookrun.runner.memory import measure_bytes
+from hookrun.runner.token_inputs import with_positions
 
 SPEC = "patching_site_"  # the site's hook name in the plan (errors are renamed to patching.sites.NAME)
 
