@@ -24,9 +24,9 @@ from hookrun.config.build import build, build_dataset, build_model, import_modul
 from hookrun.config.schema import HookrunConfig, load
 from hookrun.errors import ConfigError, RunError
 from hookrun.notebook.lister import ModuleTable, list_modules
-from hookrun.runner.batches import make_loader
 from hookrun.runner.calls import CallSpec, ModelCall
 from hookrun.runner.extra_forwards import first_batch
+from hookrun.runner.loop import make_loader
 from hookrun.runner.prepare import resolve_device, seed_everything
 
 MODEL_DATA = {"tiny_cnn": "shapes", "tiny_lm": "text", "hf": "text"}  # the shipped models' own data (conf/data)

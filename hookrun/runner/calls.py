@@ -1,4 +1,5 @@
-"""How a batch becomes the forward call: which parts are the model's inputs, which the target.
+"""How items become a batch (Collate: the loader's collate_fn) and a batch the forward call: which parts are
+the model's inputs, which the target.
 
     spec = CallSpec(inputs=None, target="auto")        # the defaults below
     call = spec.split(batch).to(device); output = call.run(model)
@@ -20,12 +21,13 @@ null. The batch's `attention_mask` (a dict item's key, or the input that data.in
 from __future__ import annotations
 
 import numbers
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.data import default_collate
 
 from hookrun.errors import ConfigError, HookrunError, RunError, foreign_code, foreign_failure
 from hookrun.hooks import StopForward
@@ -193,6 +195,50 @@ class CallSpec:
         return ModelCall(args, kwargs, target, batch, mask if isinstance(mask, torch.Tensor) else None)
 
 
+
+
+class Collate:
+    """The loader's collate_fn: the indices as a tensor, the items through `fn` (default_collate
+    unless data.collate names another), with one clear line where the items cannot be batched."""
+
+    def __init__(self, fn: Callable | None = None) -> None:
+        self.fn = fn or default_collate
+        self.custom = fn is not None
+
+    def __call__(self, pairs: list[tuple[int, Any]]) -> tuple[torch.Tensor, Any]:
+        indices = torch.tensor([i for i, _ in pairs], dtype=torch.long)
+        items = [item for _, item in pairs]
+        if not self.custom:
+            refuse_mixed(items, indices.tolist())
+        try:
+            return indices, self.fn(items)
+        except (RuntimeError, TypeError) as exc:
+            if self.custom:
+                raise RunError(f"data.collate failed on the samples {indices.tolist()}: {type(exc).__name__}: "
+                               f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+            from hookrun.runner.data_errors import collate_message
+
+            message = collate_message(items, indices.tolist(), exc)
+            raise (ConfigError if "hold None" in message else RunError)(message) from None
+
+
+def _form(item: Any) -> str:
+    if isinstance(item, Mapping):
+        return f"a dict of {', '.join(sorted(map(str, item)))}"
+    if isinstance(item, tuple | list):
+        return f"a {type(item).__name__} of {len(item)}"
+    return f"a {type(item).__name__}"
+
+
+def refuse_mixed(items: list, indices: list[int]) -> None:
+    """Items of one batch must have one form (the same keys, the same length): default_collate drops
+    a key the first item lacks (a target of later items lost) and fails obscurely on the rest."""
+    first = _form(items[0]) if items else ""
+    j = next((j for j, item in enumerate(items) if _form(item) != first), None)
+    if j is not None:
+        raise RunError(f"data: the items of one batch differ: sample {indices[0]} is {first}, sample {indices[j]} "
+                       f"is {_form(items[j])}; every item must have the same parts: each gives a target, or none does "
+                       f"(data.target=null)")
 
 
 def scalars(target: Any) -> Any:

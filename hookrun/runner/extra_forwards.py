@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader
 
 from hookrun.hooks import REPLAY
 from hookrun.hooks.session import HookSession
-from hookrun.runner.batches import first_items
+from hookrun.runner.prepare import first_items
 
 if TYPE_CHECKING:
     from hookrun.runner.calls import CallSpec, ModelCall

@@ -1,5 +1,7 @@
 """The data loop: batches in, the run kind's step per batch, step records out.
 
+    loader = make_loader(ds, batch_size=16, num_workers=0)   # yields (indices, batch): items with their dataset index
+    loader = make_loader(ds, 2, 0, collate=collate_lists)    # items of different sizes, as lists
     steps = run_batches(model, loader, session, writer, env, settings)   # settings.batches: which ones
 
 What a batch does (one forward, forward and backward, generate(), a block kind's forwards) is the run
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 from torch import nn
+from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
 from hookrun.config.schema import Mode
@@ -30,8 +33,7 @@ from hookrun.errors import ConfigError, HookrunError, RunError, module_label
 from hookrun.hooks import HOOK_TYPES
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.session import HookSession, warn_cast, warn_never_fired
-from hookrun.runner.batches import make_loader, sample_paths
-from hookrun.runner.calls import CallSpec
+from hookrun.runner.calls import CallSpec, Collate
 from hookrun.runner.kinds import RunKind, StepAdds
 from hookrun.store.records import RunStore, StepRecord, check_rows
 from hookrun.store.writer import BackgroundWriter, HostTransfer
@@ -90,7 +92,11 @@ def run_batches(
                                 f"batch {step} (items {int(indices[0])}..{int(indices[-1])}) holds")
             target, mask = call.target, call.attention_mask
             # what /samples keeps, copied before the forward: a model may change its inputs in place (x.sub_(mean))
-            stored = stored_keys(batch, s.store_keys)
+            stored = None
+            if s.store_keys:  # (data.store)
+                from hookrun.runner.run_options import stored_keys
+
+                stored = stored_keys(batch, s.store_keys)
             if s.store_mask and isinstance(mask, torch.Tensor) and mask.dim() == 2 and "attention_mask" not in (stored or {}):
                 stored = {**(stored or {}), "attention_mask": host_copy(mask)}
             target = host_copy(target) if isinstance(target, torch.Tensor) else None
@@ -124,6 +130,46 @@ def run_batches(
             if s.should_stop():
                 break
     return steps
+
+
+class Indexed(Dataset):
+    """Wraps a dataset so each item comes with its index: the loader yields (indices, batch).
+    `start` skips the first items (a resumed run), `stop` ends before item `stop` (data.limit's batches:
+    no item past them is read, by a worker's prefetch either); the indices stay the dataset's own."""
+
+    def __init__(self, dataset: Dataset, start: int = 0, stop: int | None = None) -> None:
+        self.dataset = dataset
+        self.start, self.stop = start, stop
+
+    def __len__(self) -> int:
+        end = len(self.dataset) if self.stop is None else min(self.stop, len(self.dataset))
+        return max(0, end - self.start)
+
+    def __getitem__(self, i: int) -> tuple[int, Any]:
+        return self.start + i, self.dataset[self.start + i]
+
+
+def make_loader(dataset: Dataset, batch_size: int, num_workers: int, start: int = 0,
+                collate: Callable | None = None, stop: int | None = None) -> DataLoader:
+    if batch_size < 1:
+        raise ConfigError(f"data.batch_size must be at least 1, got {batch_size}")
+    if num_workers < 0:
+        raise ConfigError(f"data.num_workers must be 0 or more, got {num_workers}")
+    return DataLoader(Indexed(dataset, start, stop), batch_size=batch_size, shuffle=False, num_workers=num_workers,
+                      collate_fn=Collate(collate))
+
+
+def sample_paths(dataset: Dataset, indices: list[int]) -> list[str] | None:
+    """The file path of each sample, where the dataset keeps them (ImageFolder's `samples`)."""
+    samples = getattr(dataset, "samples", None)
+    if not isinstance(samples, list | tuple) or not samples:
+        return None
+    first = samples[0]
+    if isinstance(first, tuple | list) and first and isinstance(first[0], str):
+        return [samples[i][0] for i in indices]
+    if isinstance(first, str):
+        return [samples[i] for i in indices]
+    return None
 
 
 def refuse_only_skipped(session: HookSession) -> None:
@@ -162,23 +208,6 @@ def one_line_errors(loader) -> Any:
 
             raise load_failure(exc, step, loader) from exc
         step += 1
-
-
-def stored_keys(batch: Any, keys: tuple[str, ...]) -> dict[str, np.ndarray] | None:
-    """The batch's tensors named by data.store, as host arrays (one row per sample); prepare asks it of
-    the first item's batch, so a key the items lack is refused before the file opens."""
-    if not keys:
-        return None
-    if not isinstance(batch, Mapping):
-        raise ConfigError(f"data.store={list(keys)} names keys of dict items, but a batch is a {type(batch).__name__} "
-                          f"(tuple or tensor items have no keys); remove data.store (data.store=[])")
-    out = {}
-    for k in keys:
-        v = batch.get(k)
-        if not isinstance(v, torch.Tensor):
-            raise ConfigError(f"data.store: the batch has no tensor {k!r}; its keys: {', '.join(map(str, batch))}")
-        out[k] = host_copy(v)
-    return out
 
 
 def host_copy(t: torch.Tensor) -> np.ndarray:

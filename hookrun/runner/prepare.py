@@ -3,9 +3,9 @@
     p = prepare(load(cfg))
     p.model, p.loader, p.points, p.batches   # batches: the range of batch numbers this run covers
 
-The model, dataset, loader, loss and hook plan are built here, and every check that can run
-before the first batch does: the device, the output (its destination's checks), the data limits,
-early_stop.
+The model, dataset, loader, loss and hook plan are built here (the dataset's first items read by
+first_items, an error of theirs one line), and every check that can run before the first batch
+does: the device, the output (its destination's checks), the data limits, early_stop.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 
 from hookrun.config import parse_hooks
 from hookrun.config.build import (
@@ -31,15 +31,14 @@ from hookrun.config.build import (
     weights_digest,
 )
 from hookrun.config.schema import DTYPES, HookrunConfig, Mode
-from hookrun.errors import ConfigError, dataset_label
+from hookrun.errors import ConfigError, HookrunError, dataset_label
 from hookrun.hooks import HookPoint
-from hookrun.hooks.actions import ACTIONS, ActionEnv, ModelHold, declares
+from hookrun.hooks.actions import ActionEnv, ModelHold, declares
 from hookrun.hooks.plan import make_plan
 from hookrun.output import open_destination
-from hookrun.runner.batches import build_collate, first_items, make_loader
 from hookrun.runner.calls import CallSpec, position_limit
 from hookrun.runner.kinds import KindContext, check_config, kind_for
-from hookrun.runner.loop import LoopSettings, stored_keys
+from hookrun.runner.loop import LoopSettings, make_loader
 
 if TYPE_CHECKING:
     from hookrun.output.interface import Destination
@@ -118,9 +117,15 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
         if refused is exc:
             raise
         raise refused from exc
-    collate = build_collate(cfg.data.collate) if cfg.data.collate is not None else None
+    collate = None
+    if cfg.data.collate is not None:  # (run_options.py: loaded where a config gives the option)
+        from hookrun.runner.run_options import build_collate
+
+        collate = build_collate(cfg.data.collate)
     loader = make_loader(dataset, cfg.data.batch_size, cfg.data.num_workers, collate=collate)
     if cfg.data.store:  # a key the items lack: refused before the file opens
+        from hookrun.runner.run_options import stored_keys
+
         stored_keys(loader.collate_fn([(0, first)])[1], tuple(cfg.data.store))
     loss = build_loss(cfg.loss) if cfg.loss is not None and kind.uses_loss else None
     batches = range(len(loader) if cfg.data.limit is None else min(cfg.data.limit, len(loader)))
@@ -130,6 +135,8 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
     try:
         points = make_plan(model, specs, env, mode)
         if cfg.early_stop:
+            from hookrun.runner.run_options import check_early_stop
+
             check_early_stop(points)
         run_kind = kind(KindContext(cfg, model, loader, spec, points, env, loss, device))
     except BaseException:
@@ -178,6 +185,20 @@ def check_alone(cfg: HookrunConfig) -> list:
     return specs
 
 
+def first_items(dataset: Dataset, size: int) -> list[Any]:
+    """The dataset's first `size` items (fewer where it has fewer), read before any batch: an item
+    that raises is one line (data_failure), as in the loop."""
+    n = min(size, len(dataset))  # type: ignore[arg-type]
+    try:
+        return [dataset[i] for i in range(n)]
+    except HookrunError:
+        raise
+    except Exception as exc:
+        from hookrun.runner.data_errors import data_failure
+
+        raise data_failure(exc, f"data: loading the first {n} item(s) before the run failed:") from exc
+
+
 def input_normalize(dataset: Any) -> dict:
     """{"input_normalize": JSON {mean, std}} where the data set's transform normalises its images (a
     torchvision Normalize): the pictures undo it exactly (analysis/images.py); {} otherwise."""
@@ -207,20 +228,6 @@ def check_not_a_patch_source(specs: list, output: str) -> None:
                 raise ConfigError(f"output.path {output!r} is the patch source of hooks.{spec.name} "
                                   f"({action.where}.source): the run would overwrite the file it reads; "
                                   f"write the patched run to another output.path")
-
-
-def check_early_stop(points: list) -> None:
-    name = lambda a: ACTIONS.name_of(type(a)) or "a _target_ action"  # noqa: E731 (the `name:` the hook gave)
-    whole = next((a for p in points for a in p.actions if getattr(a, "whole_forward", False)), None)
-    if whole is not None:
-        raise ConfigError(f"early_stop=true cuts the forward after the last hook, but {whole.where} needs the whole "
-                          f"forward ({name(whole)} reads the model's output); drop early_stop")
-    for p in points:
-        if p.type not in ("forward", "forward_pre") or not all(a.records and not a.modifies for a in p.actions):
-            raise ConfigError(
-                f"early_stop=true needs hooks that only record (forward or forward_pre with record actions); "
-                f"hooks.{p.hook} is type {p.type} with {', '.join(name(a) for a in p.actions)}"
-            )
 
 
 def resolve_device(name: str) -> torch.device:

@@ -222,7 +222,7 @@ class ProbeKind(RunKind):
         """test_data's items, batched (hookrun.probe's live set, or the node's): built, and their first
         batch's rows taken, before the run's first batch, so a wrong node or item is one line then."""
         from hookrun.config.build import build_dataset, check_dataset
-        from hookrun.runner.batches import make_loader
+        from hookrun.runner.loop import make_loader
 
         node = dict(self.spec.test_data)
         given = node["dataset"] if "dataset" in node else node
