@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import default_collate
+from torch.utils.data import Dataset, default_collate
 
 from hookrun.errors import ConfigError, HookrunError, RunError, foreign_code, foreign_failure
 from hookrun.hooks import StopForward
@@ -58,8 +58,9 @@ class ModelCall:
 
     def describe(self) -> str:
         """The call's inputs as `input_ids=[2, 8] int64, ...` (shapes and dtypes, no values)."""
-        parts = [_describe(a) for a in self.args] + [f"{k}={_describe(v)}" for k, v in self.kwargs.items()]
-        return ", ".join(parts)
+        from hookrun.runner.data_errors import described  # (an error's line)
+
+        return ", ".join([described(a) for a in self.args] + [f"{k}={described(v)}" for k, v in self.kwargs.items()])
 
     def to(self, device: torch.device) -> ModelCall:
         """Every tensor of the call, nested ones too, on `device`."""
@@ -140,11 +141,12 @@ class CallSpec:
         if self.item_kind not in ("dict", "tuple"):
             return
         keys = self._input_keys(item)
-        if isinstance(item, Mapping) or isinstance(keys, Mapping) or (
-                len(keys) == 1 and isinstance(_get(item, keys[0], "data.inputs"), Mapping)):  # (keyword inputs)
+        first = _get(item, keys[0], "data.inputs") if not isinstance(keys, Mapping) and len(keys) == 1 else None
+        if isinstance(item, Mapping) or isinstance(keys, Mapping) or isinstance(first, Mapping):  # (keyword inputs)
             from hookrun.runner.token_inputs import check_keywords
 
-            check_keywords(self, model, item, keys)
+            target = self.target_key(item) if isinstance(item, Mapping) else None
+            self.unpassed_mask = check_keywords(model, item, keys, first, self.inputs, target)
 
     def _wanted(self, item: Any) -> list[tuple[str, Any]]:
         out = []
@@ -213,13 +215,9 @@ class Collate:
         try:
             return indices, self.fn(items)
         except (RuntimeError, TypeError) as exc:
-            if self.custom:
-                raise RunError(f"data.collate failed on the samples {indices.tolist()}: {type(exc).__name__}: "
-                               f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
-            from hookrun.runner.data_errors import collate_message
+            from hookrun.runner.data_errors import collate_failure
 
-            message = collate_message(items, indices.tolist(), exc)
-            raise (ConfigError if "hold None" in message else RunError)(message) from None
+            raise collate_failure(items, indices.tolist(), exc, self.custom) from None
 
 
 def _form(item: Any) -> str:
@@ -239,6 +237,20 @@ def refuse_mixed(items: list, indices: list[int]) -> None:
         raise RunError(f"data: the items of one batch differ: sample {indices[0]} is {first}, sample {indices[j]} "
                        f"is {_form(items[j])}; every item must have the same parts: each gives a target, or none does "
                        f"(data.target=null)")
+
+
+def first_items(dataset: Dataset, size: int) -> list[Any]:
+    """The dataset's first `size` items (fewer where it has fewer), read before any batch: an item
+    that raises is one line (data_failure), as in the loop."""
+    n = min(size, len(dataset))  # type: ignore[arg-type]
+    try:
+        return [dataset[i] for i in range(n)]
+    except HookrunError:
+        raise
+    except Exception as exc:
+        from hookrun.runner.data_errors import data_failure
+
+        raise data_failure(exc, f"data: loading the first {n} item(s) before the run failed:") from exc
 
 
 def scalars(target: Any) -> Any:
@@ -277,13 +289,6 @@ def _get(batch: Any, key: Any, where: str) -> Any:
     if not -len(batch) <= key < len(batch):
         raise ConfigError(f"{where}: position {key} does not exist; the items are tuples of {len(batch)} (0 to {len(batch) - 1})")
     return batch[key]
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, torch.Tensor):
-        return f"{list(value.shape)} {str(value.dtype).replace('torch.', '')}"
-    return "{" + ", ".join(f"{k}: {_describe(v)}" for k, v in value.items()) + "}" if isinstance(value, Mapping) \
-        else type(value).__name__
 
 
 def _has_tensor(obj: Any) -> bool:

@@ -8,10 +8,20 @@ own reads of the data).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 
-from hookrun.errors import RunError
+from hookrun.errors import ConfigError, HookrunError, RunError
+
+
+def collate_failure(items: list, indices: list[int], exc: Exception, custom: bool) -> HookrunError:
+    """The line for items the collate function could not batch (`custom`: data.collate's, else default_collate's)."""
+    if custom:
+        return RunError(f"data.collate failed on the samples {indices}: {type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0] if str(exc) else ''}")
+    message = collate_message(items, indices, exc)
+    return (ConfigError if "hold None" in message else RunError)(message)
 
 
 def collate_message(items: list, indices: list[int], exc: Exception) -> str:
@@ -58,3 +68,11 @@ def load_failure(exc: Exception, step: int, loader) -> RunError:
     n = len(loader.dataset.dataset)
     hint = f" (the dataset's len() is {n}: does it have that many items?)" if isinstance(exc, IndexError) else ""
     return data_failure(exc, f"data: loading batch {step} (items {lo}..{min(lo + loader.batch_size, n) - 1}) failed:", hint)
+
+
+def described(value: Any) -> str:
+    """A call's input as its shape and dtype (`[2, 8] int64`), a dict's as `{key: ...}` (ModelCall.describe)."""
+    if isinstance(value, torch.Tensor):
+        return f"{list(value.shape)} {str(value.dtype).replace('torch.', '')}"
+    return "{" + ", ".join(f"{k}: {described(v)}" for k, v in value.items()) + "}" if isinstance(value, Mapping) \
+        else type(value).__name__

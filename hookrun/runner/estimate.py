@@ -26,8 +26,7 @@ from hookrun.hooks import HookPoint
 from hookrun.hooks.actions import ActionEnv
 from hookrun.hooks.session import HookSession
 from hookrun.runner.extra_forwards import first_batch
-from hookrun.runner.loop import token_width
-from hookrun.runner.run_options import stored_keys
+from hookrun.runner.loop import stored_keys, token_width
 from hookrun.store import (
     DIGEST_CHUNK,
     INDEX_CHUNK,

@@ -1,7 +1,7 @@
 """Forwards besides the loop's one per batch, loaded only where one runs: the dataset's first items as the loop
-calls them (first_batch: the dry-run estimate, generate's preflight, the module lister, a block kind's setup),
-one sample before the run (one_sample_forward: prepare's site check), early_stop's probe (probe_stop), a batch
-of its own for a kind's second forward (own_copy), and a resumed run's kept batches again (replay).
+calls them (first_batch: prepare's site check, early_stop's probe, the dry-run estimate, generate's preflight,
+the module lister, a block kind's setup), a batch of its own for a kind's second forward (own_copy), and a
+resumed run's kept batches again (replay).
 
     indices, call = first_batch(loader, spec, size=1)       # the dataset's first item as the loop calls it
     out = plain_forward(model, own_copy(call))               # a forward that may change its inputs in place
@@ -16,17 +16,15 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import nn
 from torch.utils.data import DataLoader
 
 from hookrun.hooks import REPLAY
 from hookrun.hooks.session import HookSession
-from hookrun.runner.prepare import first_items
+from hookrun.runner.calls import first_items
 
 if TYPE_CHECKING:
     from hookrun.runner.calls import CallSpec, ModelCall
     from hookrun.runner.kinds import RunKind
-    from hookrun.runner.loop import LoopSettings
 
 
 def first_batch(loader: DataLoader, spec: CallSpec, size: int = 1) -> tuple[torch.Tensor, ModelCall]:
@@ -35,22 +33,6 @@ def first_batch(loader: DataLoader, spec: CallSpec, size: int = 1) -> tuple[torc
     plan's estimate, generate's preflight and the module lister run before the first real batch."""
     indices, batch = loader.collate_fn(first_items(loader.dataset, size))
     return indices, spec.split(batch)
-
-
-def probe_stop(model: nn.Module, loader, session: HookSession, s: LoopSettings) -> None:
-    """early_stop learns where to cut from one sample (the dataset's first item), with every action
-    muted; then no batch, the first included, computes what the captures do not need."""
-    indices, call = first_batch(loader, s.spec)
-    call = call.to(s.device)
-    with session.probe(indices, call.attention_mask, model, call.batch):
-        s.kind.probe(model, call)
-
-
-def one_sample_forward(model: nn.Module, loader, s: LoopSettings) -> None:
-    """The dataset's first item through the model once under no_grad, with nothing of the run's
-    hooked (hooks/site_check.py listens to it): the kind's sample_forward (generate: two new tokens)."""
-    _, call = first_batch(loader, s.spec)
-    s.kind.sample_forward(model, call.to(s.device))
 
 
 def own_copy(call: ModelCall) -> ModelCall:

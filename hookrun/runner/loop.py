@@ -68,8 +68,6 @@ def run_batches(
     resumed run starts past the batches it has)."""
     transfer = HostTransfer(s.device)
     if session.early_stop is not None and not session.early_stop.learned:
-        from hookrun.runner.extra_forwards import probe_stop
-
         probe_stop(model, loader, session, s)
     batches = range(len(loader)) if s.batches is None else s.batches
     first = batches.start if start is None else start
@@ -92,11 +90,7 @@ def run_batches(
                                 f"batch {step} (items {int(indices[0])}..{int(indices[-1])}) holds")
             target, mask = call.target, call.attention_mask
             # what /samples keeps, copied before the forward: a model may change its inputs in place (x.sub_(mean))
-            stored = None
-            if s.store_keys:  # (data.store)
-                from hookrun.runner.run_options import stored_keys
-
-                stored = stored_keys(batch, s.store_keys)
+            stored = stored_keys(batch, s.store_keys)
             if s.store_mask and isinstance(mask, torch.Tensor) and mask.dim() == 2 and "attention_mask" not in (stored or {}):
                 stored = {**(stored or {}), "attention_mask": host_copy(mask)}
             target = host_copy(target) if isinstance(target, torch.Tensor) else None
@@ -184,6 +178,43 @@ def refuse_only_skipped(session: HookSession) -> None:
             a = actions[0]
             raise RunError(f"{a.where}: every module `at:` reaches is skipped, so nothing would be recorded; "
                            f"{a.skipped}")
+
+
+def probe_stop(model: nn.Module, loader, session: HookSession, s: LoopSettings) -> None:
+    """early_stop learns where to cut from one sample (the dataset's first item), with every action
+    muted; then no batch, the first included, computes what the captures do not need."""
+    from hookrun.runner.extra_forwards import first_batch
+
+    indices, call = first_batch(loader, s.spec)
+    call = call.to(s.device)
+    with session.probe(indices, call.attention_mask, model, call.batch):
+        s.kind.probe(model, call)
+
+
+def one_sample_forward(model: nn.Module, loader, s: LoopSettings) -> None:
+    """The dataset's first item through the model once under no_grad, with nothing of the run's
+    hooked (hooks/site_check.py listens to it): the kind's sample_forward (generate: two new tokens)."""
+    from hookrun.runner.extra_forwards import first_batch
+
+    _, call = first_batch(loader, s.spec)
+    s.kind.sample_forward(model, call.to(s.device))
+
+
+def stored_keys(batch: Any, keys: tuple[str, ...]) -> dict[str, np.ndarray] | None:
+    """The batch's tensors named by data.store, as host arrays (one row per sample); prepare asks it of
+    the first item's batch, so a key the items lack is refused before the file opens."""
+    if not keys:
+        return None
+    if not isinstance(batch, Mapping):
+        raise ConfigError(f"data.store={list(keys)} names keys of dict items, but a batch is a {type(batch).__name__} "
+                          f"(tuple or tensor items have no keys); remove data.store (data.store=[])")
+    out = {}
+    for k in keys:
+        v = batch.get(k)
+        if not isinstance(v, torch.Tensor):
+            raise ConfigError(f"data.store: the batch has no tensor {k!r}; its keys: {', '.join(map(str, batch))}")
+        out[k] = host_copy(v)
+    return out
 
 
 def one_line_errors(loader) -> Any:

@@ -3,9 +3,9 @@
     p = prepare(load(cfg))
     p.model, p.loader, p.points, p.batches   # batches: the range of batch numbers this run covers
 
-The model, dataset, loader, loss and hook plan are built here (the dataset's first items read by
-first_items, an error of theirs one line), and every check that can run before the first batch
-does: the device, the output (its destination's checks), the data limits, early_stop.
+The model, dataset, loader, loss and hook plan are built here, and every check that can run
+before the first batch does: the device, the output (its destination's checks), the data limits,
+early_stop.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from hookrun.config import parse_hooks
 from hookrun.config.build import (
@@ -31,14 +31,14 @@ from hookrun.config.build import (
     weights_digest,
 )
 from hookrun.config.schema import DTYPES, HookrunConfig, Mode
-from hookrun.errors import ConfigError, HookrunError, dataset_label
+from hookrun.errors import ConfigError, dataset_label
 from hookrun.hooks import HookPoint
 from hookrun.hooks.actions import ActionEnv, ModelHold, declares
 from hookrun.hooks.plan import make_plan
 from hookrun.output import open_destination
-from hookrun.runner.calls import CallSpec, position_limit
+from hookrun.runner.calls import CallSpec, first_items, position_limit
 from hookrun.runner.kinds import KindContext, check_config, kind_for
-from hookrun.runner.loop import LoopSettings, make_loader
+from hookrun.runner.loop import LoopSettings, make_loader, one_sample_forward, stored_keys
 
 if TYPE_CHECKING:
     from hookrun.output.interface import Destination
@@ -124,8 +124,6 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
         collate = build_collate(cfg.data.collate)
     loader = make_loader(dataset, cfg.data.batch_size, cfg.data.num_workers, collate=collate)
     if cfg.data.store:  # a key the items lack: refused before the file opens
-        from hookrun.runner.run_options import stored_keys
-
         stored_keys(loader.collate_fn([(0, first)])[1], tuple(cfg.data.store))
     loss = build_loss(cfg.loss) if cfg.loss is not None and kind.uses_loss else None
     batches = range(len(loader) if cfg.data.limit is None else min(cfg.data.limit, len(loader)))
@@ -147,10 +145,7 @@ def prepare(cfg: HookrunConfig, check_exists: bool = True, model: torch.nn.Modul
     try:  # op sites that cannot fire, and splices that do not fit, are refused here: one forward of the first sample
         for a in (a for p in points for a in p.actions):
             a.check_item(dataset[0])  # actions' own look at the first item (a key): no forward needed
-        def forward() -> None:  # (the checks below listen to it; loaded where one does)
-            from hookrun.runner.extra_forwards import one_sample_forward
-
-            one_sample_forward(model, loader, settings)
+        forward = lambda: one_sample_forward(model, loader, settings)  # noqa: E731
         if env.splices:  # the splice check listens to the same forward as the site check
             from hookrun.hooks.splice import check_outputs
 
@@ -183,20 +178,6 @@ def check_alone(cfg: HookrunConfig) -> list:
     check_config(cfg)  # the common table, then the kind's own check
     check_not_a_patch_source(specs, cfg.output.path)
     return specs
-
-
-def first_items(dataset: Dataset, size: int) -> list[Any]:
-    """The dataset's first `size` items (fewer where it has fewer), read before any batch: an item
-    that raises is one line (data_failure), as in the loop."""
-    n = min(size, len(dataset))  # type: ignore[arg-type]
-    try:
-        return [dataset[i] for i in range(n)]
-    except HookrunError:
-        raise
-    except Exception as exc:
-        from hookrun.runner.data_errors import data_failure
-
-        raise data_failure(exc, f"data: loading the first {n} item(s) before the run failed:") from exc
 
 
 def input_normalize(dataset: Any) -> dict:

@@ -1,22 +1,17 @@
 """The run's options a plain record leaves off, loaded only where a config gives them: data.collate built
-(build_collate), the batch's keys data.store keeps per sample (stored_keys), and the hooks early_stop=true
-takes (check_early_stop).
+(build_collate) and the hooks early_stop=true takes (check_early_stop).
 
     collate = build_collate(cfg.data.collate)                # a function that takes the list of items
-    stored = stored_keys(batch, ("input_ids",))              # {key: host array}, one row per sample
+    check_early_stop(points)                                  # one ConfigError line where a hook cannot be cut
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
-
-import numpy as np
-import torch
 
 from hookrun.errors import ConfigError
 from hookrun.hooks.actions import ACTIONS
-from hookrun.runner.loop import host_copy
 
 
 def build_collate(node: Any) -> Callable:
@@ -34,23 +29,6 @@ def build_collate(node: Any) -> Callable:
     if not callable(fn):
         raise ConfigError(f"data.collate: built a {type(fn).__name__}, not a function; {hint}")
     return fn
-
-
-def stored_keys(batch: Any, keys: tuple[str, ...]) -> dict[str, np.ndarray] | None:
-    """The batch's tensors named by data.store, as host arrays (one row per sample); prepare asks it of
-    the first item's batch, so a key the items lack is refused before the file opens."""
-    if not keys:
-        return None
-    if not isinstance(batch, Mapping):
-        raise ConfigError(f"data.store={list(keys)} names keys of dict items, but a batch is a {type(batch).__name__} "
-                          f"(tuple or tensor items have no keys); remove data.store (data.store=[])")
-    out = {}
-    for k in keys:
-        v = batch.get(k)
-        if not isinstance(v, torch.Tensor):
-            raise ConfigError(f"data.store: the batch has no tensor {k!r}; its keys: {', '.join(map(str, batch))}")
-        out[k] = host_copy(v)
-    return out
 
 
 def check_early_stop(points: list) -> None:

@@ -12,43 +12,37 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
 
 from hookrun.errors import ConfigError
-from hookrun.runner.calls import MASK_KEY, _get
 
-if TYPE_CHECKING:
-    from hookrun.runner.calls import CallSpec
+MASK = "attention_mask"  # a dict item's mask key (calls.py's MASK_KEY)
 
 
-def check_keywords(spec: CallSpec, model: nn.Module, item: Any, keys: list | Mapping) -> None:
-    """CallSpec.check_forward for items passed as keywords (a dict item, data.inputs as a mapping, or a
-    (dict, label) item), and for a dict item's attention_mask the forward takes but is not passed."""
-    spec.unpassed_mask = (isinstance(item, Mapping) and isinstance(item.get(MASK_KEY), torch.Tensor)
-                          and MASK_KEY not in [*keys, *(keys.values() if isinstance(keys, Mapping) else ())]
-                          and _takes(type(model), MASK_KEY))
-    refuse_unpassed(spec.inputs, item.get(MASK_KEY) if spec.unpassed_mask else None, "the first item")
+def check_keywords(model: nn.Module, item: Any, keys: list | Mapping, first: Any, inputs: Any, target: Any) -> bool:
+    """CallSpec.check_forward for items passed as keywords (a dict item, data.inputs `inputs` as a mapping, or
+    a (dict, label) item whose dict is `first`; `target`: a dict item's target key): whether a dict item's
+    attention_mask, which the forward takes, is not passed (refused here where it is left-padded)."""
+    unpassed = (isinstance(item, Mapping) and isinstance(item.get(MASK), torch.Tensor)
+                and MASK not in [*keys, *(keys.values() if isinstance(keys, Mapping) else ())] and _takes(type(model), MASK))
+    refuse_unpassed(inputs, item.get(MASK) if unpassed else None, "the first item")
     if isinstance(keys, Mapping):
         names = [str(a) for a in keys]
-    else:
-        first = _get(item, keys[0], "data.inputs") if len(keys) == 1 else None
-        if not isinstance(first, Mapping):
-            return
+    elif isinstance(first, Mapping):
         names = [str(k) for k in first]
+    else:
+        return unpassed
     try:
         params = inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
-        return
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return
+        return unpassed
     unknown = [n for n in names if n not in params]
-    if not unknown:
-        return
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()) or not unknown:
+        return unpassed
     takes = [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    target = spec.target_key(item) if isinstance(item, Mapping) else None
     fit = dict(zip(takes, [n for n in names if n not in takes], strict=False))
     line = "{" + ", ".join(f"{a}: {k}" for a, k in fit.items()) + "}"
     raise ConfigError(
