@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from hookrun.config.build import build
 from hookrun.errors import ConfigError
 from hookrun.hooks.actions import ACTIONS
 
@@ -17,8 +18,6 @@ from hookrun.hooks.actions import ACTIONS
 def build_collate(node: Any) -> Callable:
     """data.collate built: a function that takes the list of items. Without `_partial_: true` Hydra
     calls it with no items (collate_lists() missing 'items'), or builds an object that is no function."""
-    from hookrun.config.build import build
-
     hint = "a collate function is called with the list of items: add `_partial_: true` to data.collate"
     try:
         fn = build(node, "data.collate")
