@@ -11,11 +11,8 @@ CaptureColumns is a part of H5Store (store/h5store.py), which owns the file, the
 digest log and the counts these methods read: `file`, `table`, `digests`, `compression`, `expected`,
 `checksum`, `steps`, `first_step` and the `_columns` dict by capture path.
 
-Variable-length rows (append_ragged, below): one row per sample whose first dim varies (detection
-boxes, n_i >= 0), or one per step (`record rows: ragged`: a tensor whose first dim changes from batch
-to batch). Each row is sample i's values flattened, in a variable-length HDF5 dataset of shape (N,)
-aligned with /samples/index; `ragged` and `row_shape` attributes say how to restore it
-(docs/format.md): `ds[3].reshape(-1, *ds.attrs["row_shape"])` reads (n_3, 4).
+Variable-length rows and the `<name>.index` of a capture that skips batches: store/uneven_rows.py,
+loaded at the first such rows.
 
 The /samples group: what each row is (dataset index, batch, target, path, batch keys, token map).
 
@@ -76,12 +73,18 @@ class CaptureColumns:
     _columns: dict[str, Column]
 
     def _write_capture(self, cap: Capture, rec: StepRecord, samples_before: int, chunk_bytes: int) -> None:
-        if cap.ragged:
-            self._write_ragged(cap, rec, samples_before)
-            return
-        arr = cap.value.numpy(force=True)
         path = cap.key.path
         col = self._columns.get(path)
+        if cap.ragged:  # variable-length rows
+            from hookrun.store.uneven_rows import append_ragged
+
+            ds, flat = append_ragged(self.file, col.ds if col else None, cap, rec.step,
+                                     self.steps if cap.per_step else samples_before, self.compression)
+            k = cap.key
+            col = col or self._columns.setdefault(path, Column(ds, cap.per_step, (k.hook, k.module, k.role, k.call)))
+            self._digest(path, col, flat)
+            return
+        arr = cap.value.numpy(force=True)
         if col is None:
             col = self._columns[path] = self._new_column(cap, arr, chunk_bytes, rec)
         if col.per_step != cap.per_step:
@@ -105,7 +108,11 @@ class CaptureColumns:
             return
         had = col.index.shape[0] if col.index is not None else 0  # (a new index: its rows before this batch too)
         if col.index is None and (col.ds.shape[0] != expected or cap.index is not None):
-            col.index = self._start_index(path, col)
+            from hookrun.store.uneven_rows import start_index
+
+            have = col.ds.shape[0]
+            col.index = start_index(self.file, path, col, self.first_step + np.arange(have) if col.per_step
+                                    else self.table.index[:have])
         if col.index is not None:
             ids = np.array([rec.step]) if cap.per_step else (cap.index if cap.index is not None else rec.sample_index)
             append(col.index, ids.astype(np.int64, copy=False))
@@ -123,17 +130,6 @@ class CaptureColumns:
             value = digest_ragged(rows) if isinstance(rows, list) else digest(rows.astype(col.ds.dtype, copy=False))
             self.digests.add(col.digest_id, col.ds.shape[0], value)
 
-    def _write_ragged(self, cap: Capture, rec: StepRecord, samples_before: int) -> None:
-        col = self._columns.get(cap.key.path)
-        before = self.steps if cap.per_step else samples_before
-        ds = append_ragged(self.file, col.ds if col else None, cap, rec.step, before, self.compression)
-        if col is None:
-            k = cap.key
-            col = self._columns[k.path] = Column(ds, cap.per_step, (k.hook, k.module, k.role, k.call))
-        if self.checksum:
-            self._digest(cap.key.path, col, [v.numpy(force=True).reshape(-1).astype(h5py.check_vlen_dtype(ds.dtype), copy=False)
-                                             for v in cap.value])
-
     def _new_column(self, cap: Capture, arr: np.ndarray, chunk_bytes: int, rec: StepRecord) -> Column:
         row = arr if cap.per_step else arr[0]
         n = len(rec.sample_index)
@@ -144,48 +140,12 @@ class CaptureColumns:
         ds.attrs.update(meta.to_attrs())
         return Column(ds, cap.per_step, meta.key, bound=bound)
 
-    def _start_index(self, path: str, col: Column) -> h5py.Dataset:
-        """A capture that skipped a batch: index its rows explicitly from now on."""
-        have = col.ds.shape[0]
-        first = self.first_step + np.arange(have) if col.per_step else self.table.index[:have]
-        name = f"{path}.index"
-        ds = self.file.create_dataset(name, data=first.astype(np.int64), maxshape=(None,),
-                                      chunks=(layout.capped(layout.INDEX_CHUNK, col.bound),))
-        col.ds.attrs["index"] = name.rsplit("/", 1)[1]
-        return ds
-
     def _new_dataset(self, name: str, like: np.ndarray, **kwargs) -> h5py.Dataset:
         return new_dataset(self.file, name, like, self.compression, **kwargs)
 
     def rows_by_key(self) -> dict[tuple, int]:
         """Rows written so far per capture, by (hook, module, role, call)."""
         return {col.key: col.ds.shape[0] for col in self._columns.values()}
-
-
-def append_ragged(file: h5py.File, ds: h5py.Dataset | None, cap: Capture, step: int, rows_before: int,
-                  compression: str | None = None) -> h5py.Dataset:
-    """Append one batch of variable-length rows (`cap.value`: a list of tensors, one per sample, or
-    one for the step where `cap.per_step`), creating the dataset at its first batch; returns it.
-    `rows_before`: the samples (steps) written before this batch."""
-    arrs = [v.numpy(force=True) for v in cap.value]
-    path = cap.key.path
-    tail = arrs[0].shape[1:]
-    if any(a.shape[1:] != tail for a in arrs):
-        raise RunError(f"{path}: the samples of batch {step} have rows of shapes "
-                       f"{sorted({a.shape for a in arrs})[:3]}; variable-length rows may vary in their first dim only")
-    if ds is None:
-        ds = file.create_dataset(path, (rows_before,), h5py.vlen_dtype(arrs[0].dtype), maxshape=(None,),
-                                 chunks=(layout.RAGGED_CHUNK,), compression=compression)
-        ds.attrs.update(CaptureMeta.of(cap, tail).to_attrs())
-    if tuple(ds.attrs["row_shape"]) != tail:
-        raise RunError(f"{path}: batch {step} has rows of shape (n, {tail}), earlier batches (n, {tuple(ds.attrs['row_shape'])})")
-    if ds.shape[0] != rows_before:
-        raise RunError(f"{path}: variable-length rows need the capture in every batch (batch {step})")
-    n = ds.shape[0]
-    ds.resize(n + len(arrs), axis=0)
-    for i, a in enumerate(arrs):  # row by row: h5py turns equal-length rows into a 2-D array
-        ds[n + i] = a.reshape(-1)
-    return ds
 
 
 TOKEN_NAMES = ("token_sample", "token_position", "token_generated")
@@ -251,18 +211,9 @@ class SampleTable:
         append(ds, arr)
 
     def mark(self) -> dict:
-        """Its state before a batch, for roll_back."""
+        """Its state before a batch, for store/roll_back.py."""
         sets = [self.index, self.step, *self.optional.values()]
         return {"rows": {d.name: d.shape[0] for d in sets}, "optional": set(self.optional), "tokens": self.tokens}
-
-    def roll_back(self, mark: dict) -> None:
-        """Take out what a failed batch wrote: new datasets go, the others get their old length."""
-        for name in set(self.optional) - mark["optional"]:
-            del self.file[self.optional.pop(name).name]
-        self.tokens = mark["tokens"]
-        for name, rows in mark["rows"].items():
-            if self.file[name].shape[0] != rows:
-                self.file[name].resize(rows, axis=0)
 
 
 CHUNK_BYTES = 1 << 20  # about 1 MiB per chunk along the row axis, with few captures
