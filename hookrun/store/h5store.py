@@ -94,7 +94,9 @@ class H5Store(CaptureColumns):
         try:
             self._write(rec, chunk_bytes)
         except BaseException:
-            self._roll_back(mark)
+            from hookrun.store.roll_back import roll_back
+
+            roll_back(self, mark)
             raise
         self.samples += len(rec.sample_index)
         self.steps += 1
@@ -132,37 +134,12 @@ class H5Store(CaptureColumns):
                 self.underflow[cap.key.path] = self.underflow.get(cap.key.path, 0) + n_zero
 
     def _mark(self) -> dict:
-        """The rows of every dataset before a batch (for _roll_back)."""
+        """The rows of every dataset before a batch (for store/roll_back.py)."""
         sets = [d for col in self._columns.values() for d in (col.ds, col.index) if d is not None]
         return {"rows": {d.name: d.shape[0] for d in sets}, "columns": set(self._columns), "table": self.table.mark(),
                 "indexed": {p for p, col in self._columns.items() if col.index is not None},
                 "pending": self.digests.mark(),
                 "tables": {name: t.mark() for name, t in self.tables.items()}}
-
-    def _roll_back(self, mark: dict) -> None:
-        """Take out what a failed batch wrote: new datasets go, the others get their old length."""
-        try:
-            for path in set(self._columns) - mark["columns"]:
-                col = self._columns.pop(path)
-                for d in (col.index, col.ds):
-                    if d is not None:
-                        del self.file[d.name]
-            self.digests.roll_back(mark["pending"])  # a failed batch's digests never reach the file
-            for path in set(self._columns) - mark["indexed"]:
-                col = self._columns[path]
-                if col.index is not None:
-                    del self.file[col.index.name]
-                    col.index, col.ds.attrs["index"] = None, ""
-            for name, rows in mark["rows"].items():
-                if name in self.file and self.file[name].shape[0] != rows:
-                    self.file[name].resize(rows, axis=0)
-            self.table.roll_back(mark["table"])
-            for name, t in list(self.tables.items()):
-                t.roll_back(mark["tables"].get(name, {}))
-                if name not in mark["tables"]:  # a table the failed batch made: taken out whole
-                    del self.tables[name]
-        except Exception:  # e.g. the disk is full: the counts still say which rows are whole batches
-            pass
 
     def _check_space(self, rec: StepRecord, chunk_bytes: int) -> None:
         """Refuse a batch the disk may not hold, while there is still room to close the file

@@ -247,16 +247,6 @@ class DigestLog:
     def mark(self) -> tuple[int, int]:
         return len(self.pending), self.next_id
 
-    def roll_back(self, mark: tuple[int, int]) -> None:
-        """Take out a failed batch's digests, and the numbers it gave: its new datasets are deleted, and
-        one that stays (the sample table's) loses its `digest` attribute, to get a number again."""
-        del self.pending[mark[0]:]
-        for name in [name for name, k in self.ids.items() if k >= mark[1]]:
-            del self.ids[name]
-            if name in self.file and "digest" in self.file[name].attrs:
-                del self.file[name].attrs["digest"]
-        self.next_id = mark[1]
-
     def write(self) -> None:
         """The digests of the batches since the last flush, appended to the table."""
         if not self.pending:
