@@ -14,7 +14,8 @@ from pathlib import Path
 
 from hookrun.errors import ChangedWhileRead
 from hookrun.store.held import WRITING
-from hookrun.store.lock import flushing_path, lock_path, read_pid, try_lock
+from hookrun.store.lock import flushing_path, lock_path, try_lock
+from hookrun.store.lock_holder import read_pid
 
 try:
     import fcntl

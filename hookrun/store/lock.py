@@ -87,10 +87,12 @@ class OutputLock(WriterLock):
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as exc:
                 raise ConfigError(f"output.path: cannot create the lock file {str(self.path)!r}: {exc.strerror}") from None
-            if not try_lock(fd):
+            if not try_lock(fd):  # another process holds it: which (store/lock_holder.py)
+                from hookrun.store.lock_holder import read_pid, writer_alive
+
                 holder = read_pid(fd)
                 os.close(fd)
-                if not _alive(holder) and time.monotonic() < deadline:  # a reader's probe (live_writer), for an
+                if not writer_alive(holder) and time.monotonic() < deadline:  # a reader's probe (live_writer), for an
                     time.sleep(0.01)  # instant, or a writer between its lock and its pid: try again
                     continue
                 raise ConfigError(
@@ -139,28 +141,6 @@ def try_lock(fd: int, shared: bool = False) -> bool:
     except OSError:  # BlockingIOError (EWOULDBLOCK), or EACCES on Windows
         return False
     return True
-
-
-def _alive(pid: str) -> bool:
-    """Whether `pid` names a running process ("": none named)."""
-    if not pid.isdigit():
-        return False
-    if fcntl is None:  # (Windows: os.kill would end it)
-        return True
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # (another user's: it runs)
-        pass
-    return True
-
-
-def read_pid(fd: int) -> str:
-    try:
-        return os.pread(fd, 32, 0).decode().strip()
-    except (OSError, UnicodeDecodeError):
-        return ""
 
 
 # Space HDF5 frees (an old B-tree node, a moved object header) is never handed out again: the
