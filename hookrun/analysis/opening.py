@@ -15,7 +15,7 @@ from pathlib import Path
 
 from hookrun.analysis.run_reader import Run
 from hookrun.errors import ChangedWhileRead
-from hookrun.store.schemes import scheme_of
+from hookrun.store.paths import scheme_of
 
 
 def open_run(path: str | os.PathLike, cache_dir: str | Path | None = None) -> Run:

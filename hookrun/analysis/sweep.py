@@ -24,8 +24,8 @@ from hookrun.analysis.run_reader import Run, block_stats
 from hookrun.analysis.sweep_plan import planned, typed_overrides
 from hookrun.errors import HookrunError, NotFoundError, natural_key
 from hookrun.store import REFUSED
+from hookrun.store.paths import scheme_of
 from hookrun.store.reading import UrlPath, empty_sweep, folder_file, job_dirs
-from hookrun.store.schemes import scheme_of
 
 
 @dataclass

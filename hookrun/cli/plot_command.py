@@ -75,8 +75,8 @@ from hookrun.cli.sample_figures import check_covers, check_same_data, render, wi
 from hookrun.config.build import build_dataset
 from hookrun.config.schema import load
 from hookrun.errors import ConfigError, NotFoundError, RunError, refused_write
+from hookrun.store.paths import local_only
 from hookrun.store.reading import UrlPath, run_path
-from hookrun.store.schemes import local_only
 
 
 def identity(run: Run) -> str:

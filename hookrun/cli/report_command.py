@@ -25,8 +25,8 @@ from hookrun.analysis.report.page import source_of
 from hookrun.analysis.sweep import is_sweep, open_sweep
 from hookrun.cli import at_least_one, description, ends_quietly, exit_process, run_command
 from hookrun.errors import ConfigError
+from hookrun.store.paths import local_only
 from hookrun.store.reading import is_remote, run_path
-from hookrun.store.schemes import local_only
 
 
 def default_out(path: str) -> Path:

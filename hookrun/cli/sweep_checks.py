@@ -32,7 +32,7 @@ def shared_output(raw: str, path: Path, folder: Path) -> str | None:
     shares: absolute, leaving the job's folder, or an object-store URL (was let through: with
     output.overwrite=true each job replaced the last one's run at the URL, and open_sweep read that run for
     every job); None where each job has its own."""
-    from hookrun.store.schemes import scheme_of
+    from hookrun.store.paths import scheme_of
 
     url = scheme_of(raw).remote
     if not (url or path.is_absolute() or not (folder / path).resolve().is_relative_to(folder.resolve())):

@@ -43,8 +43,15 @@ from hookrun.errors import ConfigError
 from hookrun.output.process import Ranks, every_rank
 from hookrun.store import METADATA_BYTES
 from hookrun.store.h5store import H5Store
-from hookrun.store.lock import BESIDE, OutputLock, WriterLock, flushing_path, writable_folder
-from hookrun.store.schemes import local_path, scheme_of
+from hookrun.store.paths import (
+    BESIDE,
+    OutputLock,
+    WriterLock,
+    flushing_path,
+    local_path,
+    scheme_of,
+    writable_folder,
+)
 
 # the other schemes' destinations are imported by their scheme (store/schemes.py), when used; resume
 # (output/resume.py) and many ranks' files (output/local_shards.py) where a run asks for them

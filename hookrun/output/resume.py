@@ -31,7 +31,7 @@ from hookrun.errors import ConfigError, HookrunError
 from hookrun.store import CaptureMeta, RowKind
 from hookrun.store.kind_tables import tables_in
 from hookrun.store.listing import damage, list_captures
-from hookrun.store.lock import flushing_path
+from hookrun.store.paths import flushing_path
 from hookrun.store.reading import LocalSource
 from hookrun.store.records import Capture, CaptureKey, RunStore, StepRecord
 from hookrun.store.verify import check_block, sample_map_damage, table_of

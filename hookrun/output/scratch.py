@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 from hookrun.config.schema import OutputConfig
-from hookrun.store.schemes import scheme_of
+from hookrun.store.paths import scheme_of
 
 
 class Scratch:

@@ -27,7 +27,7 @@ from torch import Tensor
 from hookrun.errors import ConfigError
 from hookrun.sae.coder import SparseCoder
 from hookrun.sae.module_coder import ModuleCoder, load_module, read_safetensors, read_state_dict
-from hookrun.store.schemes import local_path, scheme_of
+from hookrun.store.paths import local_path, scheme_of
 
 __all__ = ["SparseCoder", "check_finite_weights", "load_sae", "load_module", "ModuleCoder"]
 

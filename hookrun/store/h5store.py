@@ -4,7 +4,7 @@
         store.write(step_record)
     # status is 'complete' after a clean exit, 'failed' or 'interrupted' otherwise
 
-The file gets its name only once its skeleton is flushed (store/lock.py), is flushed after the
+The file gets its name only once its skeleton is flushed (store/paths.py), is flushed after the
 first batch, then every `flush_every` batches, or every FLUSH_SECONDS when that is None; between
 flushes no metadata reaches the disk, so a killed run leaves a file that opens, holding every
 batch up to the last flush. A batch that fails part-way is taken out again, so the counts always
@@ -30,7 +30,7 @@ import numpy as np
 from hookrun.errors import RunError
 from hookrun.store import FORMAT_VERSION, batch_bytes
 from hookrun.store.columns import CHUNK_BYTES, CaptureColumns, Column, SampleTable, chunk_bytes_for
-from hookrun.store.lock import create_hidden, flushing_path
+from hookrun.store.paths import create_hidden, flushing_path
 from hookrun.store.records import Capture, StepRecord
 from hookrun.store.writer import DigestLog
 
@@ -159,7 +159,7 @@ class H5Store(CaptureColumns):
     # -- state -----------------------------------------------------------------------------
     def flush(self) -> None:
         """Rows, their lengths and the counts reach the disk in one HDF5 flush. No metadata is
-        written between flushes (store/lock.py), and what a flush rewrites in place is applied all
+        written between flushes (store/paths.py), and what a flush rewrites in place is applied all
         at once (store/held.py), so a kill -9 at any moment leaves the file of one whole flush under
         its name, in which every dataset's length agrees with `samples_complete` and `steps_complete`."""
         self.digests.write()

@@ -1,5 +1,5 @@
 """A run file that another process may be writing now: its writer, a read that a flush changed under
-the reader, and a killed run's last flush, waited for before reading (store/lock.py holds the writer's
+the reader, and a killed run's last flush, waited for before reading (store/paths.py holds the writer's
 side: the lock file and the hidden creation).
 
     live_writer(Path("captures.h5"))   # the pid of the run writing it now, or None
@@ -14,8 +14,8 @@ from pathlib import Path
 
 from hookrun.errors import ChangedWhileRead
 from hookrun.store.held import WRITING
-from hookrun.store.lock import flushing_path, lock_path, try_lock
 from hookrun.store.lock_holder import read_pid
+from hookrun.store.paths import flushing_path, lock_path, try_lock
 
 try:
     import fcntl

@@ -1,4 +1,4 @@
-"""Who holds a lock file (store/lock.py's `<file>.lock`): the pid its holder wrote in it, and whether
+"""Who holds a lock file (store/paths.py's `<file>.lock`): the pid its holder wrote in it, and whether
 that process runs. OutputLock asks here only where another process holds the lock (its refusal names
 the holder); the readers' live_writer (store/live.py) to name the run that writes a file now.
 

@@ -5,7 +5,7 @@
 
 Everything in hookrun that reads a run's file opens it here: `open_run` (analysis/, the user's
 reader, built on this), resume's replay source, `op: patch`'s source, a mean read from an earlier run, the ranks'
-checks, `inspect` and `plot`. The path's scheme (store/schemes.py) names the source: LocalSource
+checks, `inspect` and `plot`. The path's scheme (store/paths.py) names the source: LocalSource
 here (an HDF5 file; a merged view of ranks is refused where a shard file is missing, since HDF5
 would read its rows as zeros), or the object store's PartsSource (output/objects/source.py: the
 manifest at once, and at the first use of `file` every part fetched, verified, under one view).
@@ -26,8 +26,7 @@ from hookrun.errors import HookrunError, NotFoundError
 from hookrun.store import FORMAT_VERSION, HOOKRUN_VERSION, REFUSED
 from hookrun.store.listing import damage
 from hookrun.store.live import changed_while_read, settled, wait_for_flush
-from hookrun.store.lock import flushing_path
-from hookrun.store.schemes import local_path, scheme_of
+from hookrun.store.paths import flushing_path, local_path, scheme_of
 from hookrun.store.view_sources import check_shards, check_sources, shard_names
 
 
@@ -170,7 +169,7 @@ H5_ERRORS = (KeyError, OSError, RuntimeError, ValueError)  # what h5py raises fo
 
 def damaged(path: Path | str, exc: BaseException) -> HookrunError:
     """One line naming a file whose HDF5 objects cannot be read (a header overwritten on disk); where
-    its run is still writing it, that it changed while it was read (store/lock.py)."""
+    its run is still writing it, that it changed while it was read (store/paths.py)."""
     return changed_while_read(path, damage(exc)) or HookrunError(f"{str(path)!r} is damaged: {damage(exc)}; run it again (or use an intact copy)")
 
 
@@ -200,7 +199,7 @@ def run_path(text: str) -> Path | UrlPath:
 def open_source(path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> RunSource:
     """The run at `path`: a captures.h5 file, a run folder holding one, or an object-store URL
     (`cache_dir`: where its parts are fetched to; default $HOOKRUN_CACHE_DIR or ~/.cache/hookrun),
-    read by the source its scheme names (store/schemes.py)."""
+    read by the source its scheme names (store/paths.py)."""
     return scheme_of(path).open_source(path, cache_dir)
 
 

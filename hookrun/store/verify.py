@@ -16,7 +16,7 @@ import h5py
 import numpy as np
 
 from hookrun.store.listing import damage, list_captures
-from hookrun.store.lock import FLUSHING
+from hookrun.store.paths import FLUSHING
 from hookrun.store.writer import TABLE, digest, digest_stored
 
 

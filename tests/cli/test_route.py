@@ -57,7 +57,7 @@ def test_import_hookrun_loads_no_kind_report_or_drawing_action():
 def test_cli_and_the_reports_face_name_no_kind_or_drawing_action_and_only_the_scheme_registry_asks_for_a_url():
     """Issue 46's done-when, as its greps: the commands reach every kind through the plugin registry
     and the readers, so no kind's or drawing action's name is written in cli/ or in the report's
-    package face; and "is it a URL" is asked by the scheme registry (store/schemes.py, output/) alone."""
+    package face; and "is it a URL" is asked by the scheme registry (store/paths.py, output/) alone."""
     import re
 
     from hookrun.config.plugins import plugin_names
@@ -71,7 +71,7 @@ def test_cli_and_the_reports_face_name_no_kind_or_drawing_action_and_only_the_sc
     assert not found, "\n".join(found)
     url = re.compile(r"is_url|startswith\(\s*[\"']s3://|[\"']://[\"'] in |re\.match\(.*://")
     asked = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "hookrun").rglob("*.py")) if url.search(p.read_text())]
-    assert all(p.startswith(("hookrun/output/", "hookrun/store/schemes.py")) for p in asked), asked
+    assert all(p.startswith(("hookrun/output/", "hookrun/store/paths.py")) for p in asked), asked
 
 
 def test_the_face_still_binds_its_names():

@@ -15,9 +15,9 @@ from pathlib import Path
 
 @contextmanager
 def lock_holder(path: Path) -> Iterator[int]:
-    """A child process that takes `path`'s OutputLock (store/lock.py) and sleeps; killed at the end
+    """A child process that takes `path`'s OutputLock (store/paths.py) and sleeps; killed at the end
     (the operating system drops its lock, as for a killed run)."""
-    code = ("import time; from pathlib import Path; from hookrun.store.lock import OutputLock\n"
+    code = ("import time; from pathlib import Path; from hookrun.store.paths import OutputLock\n"
             f"OutputLock(Path({str(path)!r})).acquire(); print('held', flush=True); time.sleep(120)")
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:

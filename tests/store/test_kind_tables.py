@@ -18,7 +18,7 @@ from hookrun.analysis.kind_readers import (
 from hookrun.output.objects.remote_lock import RemoteLock
 from hookrun.store.h5store import H5Store
 from hookrun.store.kind_tables import TABLES, KindTable, register_table, tables_in
-from hookrun.store.lock import OutputLock, WriterLock
+from hookrun.store.paths import OutputLock, WriterLock
 from hookrun.store.records import StepRecord
 
 

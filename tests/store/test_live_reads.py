@@ -22,7 +22,7 @@ from hookrun.analysis import opening
 from hookrun.errors import ChangedWhileRead, ConfigError, HookrunError
 from hookrun.store import reading
 from hookrun.store.live import live_writer
-from hookrun.store.lock import OutputLock, lock_path
+from hookrun.store.paths import OutputLock, lock_path
 
 RECORD = {"l": {"at": "layer2", "type": "forward", "actions": [{"name": "record", "what": "output"}]}}
 

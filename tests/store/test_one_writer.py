@@ -13,7 +13,7 @@ from toy_runs import toy_cfg
 
 import hookrun
 from hookrun.errors import ConfigError
-from hookrun.store.lock import OutputLock, lock_path
+from hookrun.store.paths import OutputLock, lock_path
 
 
 @pytest.mark.parametrize("over", [{"output.overwrite": True}, {"resume": True}])
@@ -36,12 +36,12 @@ def test_a_full_disk_at_the_lock_is_one_line_and_leaves_nothing(tmp_path, monkey
     "Error executing job"), while the open's own failure was one line."""
     import errno
 
-    from hookrun.store import lock
+    from hookrun.store import paths
 
     def full(fd, data):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(lock.os, "write", full)
+    monkeypatch.setattr(paths.os, "write", full)
     with pytest.raises(ConfigError, match=rf"^output.path: cannot write the lock file '.*captures.h5.lock': {os.strerror(errno.ENOSPC)}$"):
         hookrun.run(toy_cfg(tmp_path))
     monkeypatch.undo()

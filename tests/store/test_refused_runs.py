@@ -12,7 +12,7 @@ import pytest
 import yaml
 from conftest import ENV, run_cli
 
-from hookrun.store.lock import OutputLock
+from hookrun.store.paths import OutputLock
 
 pytestmark = pytest.mark.slow
 ARGS = ["model=tiny_cnn", "data=shapes", "data.dataset.size=4", "data.batch_size=2", "device=cpu",

@@ -22,7 +22,7 @@ MODULE = '''
     import torch
     from hookrun.output import LocalFile
     from hookrun.store.reading import LocalSource
-    from hookrun.store.schemes import Scheme
+    from hookrun.store.paths import Scheme
 
     def place(url):
         return Path(os.environ["DBL_STORE"]) / str(url).split("://", 1)[1]
@@ -72,4 +72,4 @@ def test_a_scheme_a_package_declares_writes_and_every_command_reads_it(tmp_path)
     wrong = cli(tmp_path, "hookrun.inspect", "nope://runs/one/captures.h5")
     assert wrong.returncode == 2 and wrong.stderr == (
         "hookrun.inspect: error: nope:// paths: the entry point 'nope' of hookrun.schemes (dblstore:NOT_A_SCHEME) is "
-        "dict, not a hookrun.store.schemes.Scheme\n"), wrong.stderr
+        "dict, not a hookrun.store.paths.Scheme\n"), wrong.stderr

@@ -1,4 +1,4 @@
-"""Destinations and sources by scheme (issue 46 item 2): one registry (hookrun/store/schemes.py) says
+"""Destinations and sources by scheme (issue 46 item 2): one registry (hookrun/store/paths.py) says
 where a path is written and read; a second scheme is one module and this test.
 
 The double scheme `dbl://NAME/FILE` keeps its runs in a folder of its own (a stand-in for another
@@ -19,8 +19,8 @@ from torch import nn
 import hookrun
 from hookrun.analysis.run_reader import Run
 from hookrun.output import LocalFile
+from hookrun.store.paths import LOCAL, OBJECTS, SCHEMES, Scheme, register_scheme, scheme_of
 from hookrun.store.reading import LocalSource
-from hookrun.store.schemes import LOCAL, OBJECTS, SCHEMES, Scheme, register_scheme, scheme_of
 
 HOME: dict[str, object] = {}
 
@@ -98,4 +98,4 @@ def test_only_the_registry_asks_whether_a_path_is_a_url():
     out = subprocess.run(["grep", "-rnE", r"is_url|startswith\(.s3://.\)|\"://\" (not )?in", "hookrun"], cwd=ROOT,
                          capture_output=True, text=True)
     places = {line.split(":", 1)[0] for line in out.stdout.splitlines()}
-    assert places <= {"hookrun/store/schemes.py"}, out.stdout
+    assert places <= {"hookrun/store/paths.py"}, out.stdout

@@ -32,7 +32,7 @@ from hookrun.analysis.report.run_sections import (
 from hookrun.analysis.report.sweep_charts import sweep_charts, sweep_metrics
 from hookrun.analysis.run_notes import run_note, unfinished
 from hookrun.errors import NotFoundError
-from hookrun.store.schemes import scheme_of
+from hookrun.store.paths import scheme_of
 
 __all__ = ["Budget", "Report", "build_report", "run_data", "sweep_data"]
 

@@ -50,8 +50,8 @@ from hookrun.output.objects.remote_lock import RemoteLock, lock_name
 from hookrun.output.process import Ranks
 from hookrun.output.ranks import rank_device
 from hookrun.output.resume import ResumeState, check_same_model, open_resume
-from hookrun.store.lock import OutputLock, WriterLock, writable_folder
 from hookrun.store.merge import View
+from hookrun.store.paths import OutputLock, WriterLock, writable_folder
 from hookrun.store.records import RunStore
 
 

@@ -30,7 +30,7 @@ import uuid
 
 from hookrun.errors import ConfigError
 from hookrun.output.objects.object_folder import RemoteFolder, precondition_failed, reason
-from hookrun.store.lock import WriterLock
+from hookrun.store.paths import WriterLock
 
 log = logging.getLogger("hookrun")
 LOCK = "writer.lock"

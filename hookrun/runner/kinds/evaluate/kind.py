@@ -45,7 +45,7 @@ from hookrun.runner.kinds.evaluate.ablations import (
 from hookrun.runner.kinds.evaluate.block import check_block, evaluating
 from hookrun.runner.kinds.evaluate.metrics import Objective, Totals, batch_row
 from hookrun.runner.kinds.evaluate.table import EvaluationRow, evaluation_bytes, read_evaluation
-from hookrun.store.schemes import scheme_of
+from hookrun.store.paths import scheme_of
 
 log = logging.getLogger("hookrun")
 

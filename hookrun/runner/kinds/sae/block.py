@@ -25,7 +25,7 @@ from typing import Any
 
 from hookrun.errors import ConfigError, close_matches
 from hookrun.runner.kinds.sae.evaluation import parse as parse_evaluate
-from hookrun.store.schemes import scheme_of
+from hookrun.store.paths import scheme_of
 
 UNITS = ("training steps", "logged steps")  # what the log, inspect and the report call the run's steps and rows (a row of figures a step)
 

@@ -35,7 +35,7 @@ import torch
 from hookrun.analysis.images import channels_last
 from hookrun.analysis.opening import open_run
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError, close_matches
-from hookrun.store.schemes import local_path, scheme_of
+from hookrun.store.paths import local_path, scheme_of
 
 
 class BatchStream:

@@ -45,8 +45,8 @@ from hookrun.runner.kinds.sae.resuming import (
     mark_sweep_out,
     multirun_job_folder,
 )
+from hookrun.store.paths import local_path, scheme_of
 from hookrun.store.records import Capture, CaptureKey, StepRecord
-from hookrun.store.schemes import local_path, scheme_of
 
 log = logging.getLogger("hookrun")
 RENAME = {"details/current_learning_rate": "lr", "details/n_training_samples": "samples"}

@@ -24,9 +24,8 @@ from typing import Any
 
 from hookrun.config.schema import HookrunConfig
 from hookrun.errors import ConfigError, NotFoundError
-from hookrun.store.lock import flushing_path
+from hookrun.store.paths import flushing_path, scheme_of
 from hookrun.store.reading import open_read
-from hookrun.store.schemes import scheme_of
 from hookrun.store.verify import table_of
 
 log = logging.getLogger("hookrun")

@@ -43,7 +43,7 @@ from hookrun.runner.kinds.patching.edges.formats import (
 from hookrun.runner.kinds.patching.edges.graph import Graph, unscored
 from hookrun.runner.kinds.patching.edges.mib import mib_circuit, mib_sign
 from hookrun.runner.kinds.patching.edges.spec import parse_fractions
-from hookrun.store.schemes import local_only, local_path
+from hookrun.store.paths import local_only, local_path
 from hookrun.store.whole_file import write_whole
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hookrun.errors import ConfigError, one_of
-from hookrun.store.schemes import scheme_of
+from hookrun.store.paths import scheme_of
 
 EDGE_METHODS = ("eap", "eap_ig")
 IG_METHODS = ("eap_ig", "atp_ig")
@@ -90,7 +90,7 @@ def check_source(source: str) -> None:
     circuit (EAP-IG's Graph.to_pt, which MIB also reads), is one line."""
     from pathlib import Path
 
-    from hookrun.store.schemes import local_path
+    from hookrun.store.paths import local_path
 
     if source in EDGE_METHODS:
         return
@@ -130,7 +130,7 @@ def check_not_own_output(faith: FaithSpec | None, output: str) -> None:
     edges by (output.overwrite, on the bounded route the file opens before they are read). Before anything opens."""
     from pathlib import Path
 
-    from hookrun.store.schemes import local_path
+    from hookrun.store.paths import local_path
 
     source = None if faith is None else faith.source
     if source is None or source in EDGE_METHODS or scheme_of(source).remote or scheme_of(output).remote:

@@ -1,5 +1,26 @@
-"""One writer per output file (an exclusive lock file beside it, held for the whole run), and a file
-that a kill -9 at any moment leaves readable (the hidden creation, below).
+"""A run's paths: where it lives, by the scheme of its path; one writer per output file, by a lock
+file beside it; and a new file created under a hidden name, so that a kill -9 at any moment leaves a
+file that opens under its own name.
+
+Where a run lives: the one registry of destinations (where a run is written), sources (where it is
+read from) and readers (what open_run hands the user). Nothing else in hookrun asks whether a path is a URL.
+
+    scheme_of("outputs/run/captures.h5").name    # 'file': a local HDF5 file (output/__init__.py)
+    scheme_of("s3://bucket/cache/captures.h5")   # 'objects': parts in an object store (output/objects/)
+    open_destination(cfg) / open_source(path)    # output/__init__.py and store/reading.py ask here
+
+A scheme names its destination, its source and its reader by import path ("module:callable"),
+resolved when first used: `destination(cfg) -> Destination` (output/interface.py's protocol:
+writer, lock, resume), `source(path, cache_dir) -> RunSource` (store/reading.py's protocol) and
+`reader(source) -> Run` (analysis/run_reader.py's Run or a subclass; analysis/opening.py's
+open_run asks it). Adding one, say `gs://` through another client, is one module that calls
+`register_scheme(Scheme("gs", ...))` (imported through `imports:` or at the top of a user's script)
+and its test; or, from a user's package, one entry point of the group `hookrun.schemes` naming its
+Scheme (`gs = "my_pkg.store:SCHEME"`: store/scheme_entry_points.py), which every process finds (inspect,
+plot and report of a `gs://` run too, that no `imports:` reaches); a URL whose scheme no entry names
+goes to the object store (fsspec), as `s3://` does.
+
+One writer per output file (an exclusive lock file beside it, held for the whole run):
 
     with OutputLock(Path("outputs/run/captures.h5")):   # ConfigError if another run holds it
         ...  # check, create, resume and replace captures.h5 (and captures.h5.resuming)
@@ -22,15 +43,94 @@ side, the live writer and a killed run's last flush: store/live.py.)
 
 from __future__ import annotations
 
+import importlib
 import os
+import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import h5py
 
 from hookrun.errors import ConfigError
 from hookrun.store.held import HeldWrites
+
+LOCAL_PREFIXES = ("", "file", "local")  # a path with one of these (or none) is a local file
+
+
+@dataclass(frozen=True)
+class Scheme:
+    name: str  # the URL scheme it serves ("s3"), or "file" for local paths
+    remote: bool  # a URL, not a local path: the CLI stages it in the run folder, readers fetch it
+    destination: str  # "module:callable": (cfg) -> a Destination
+    source: str  # "module:callable": (path, cache_dir) -> a RunSource
+    reader: str = "hookrun.analysis.run_reader:Run"  # "module:callable": (source) -> the user's Run (Run: any source)
+    why: str = ""  # a package's entry point that cannot serve (store/scheme_entry_points.py): every use is this one line
+
+    def open_destination(self, cfg: Any) -> Any:
+        return self._resolve(self.destination)(cfg)
+
+    def open_source(self, path: Any, cache_dir: Any = None) -> Any:
+        return self._resolve(self.source)(path, cache_dir)
+
+    def open_reader(self, source: Any) -> Any:
+        return self._resolve(self.reader)(source)
+
+    def _resolve(self, target: str) -> Any:
+        if self.why:
+            raise ConfigError(self.why)
+        module, _, attr = target.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+LOCAL = Scheme("file", False, "hookrun.output:local_destination", "hookrun.store.reading:local_source",
+               "hookrun.analysis.run_reader:Run")
+OBJECTS = Scheme("objects", True, "hookrun.output.objects.destination:parts_destination",
+                 "hookrun.output.objects.source:parts_source", "hookrun.output.objects.remote_run:RemoteRun")
+SCHEMES: dict[str, Scheme] = {"s3": OBJECTS}
+
+
+def register_scheme(scheme: Scheme) -> Scheme:
+    """Serve the URLs `NAME://...` with `scheme`'s destination and source."""
+    SCHEMES[scheme.name.lower()] = scheme
+    return scheme
+
+
+def prefix(path: object) -> str | None:
+    """The URL scheme of `path` ("s3"), or None for a local path."""
+    m = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://", str(path))
+    return m.group(1).lower() if m and m.group(1).lower() not in LOCAL_PREFIXES else None
+
+
+def local_path(path: object) -> str:
+    """A local path as the file system names it: `file:///tmp/run.h5` (or `local://`) -> `/tmp/run.h5`."""
+    m = re.match(r"^(?:file|local)://", str(path), re.IGNORECASE)
+    return str(path)[m.end():] if m else str(path)
+
+
+def local_only(path: object, option: str, what: str) -> str:
+    """`path` as the file system names it, for an option that writes local files only (a command's --out);
+    a URL is one ConfigError line, not a local folder named `s3:` (Path('s3://b/x') is 's3:/b/x')."""
+    if scheme_of(path).remote:
+        raise ConfigError(f"{option} {path}: an object-store URL; {what} writes to a local path only: name one (and "
+                          f"copy it to the store after)")
+    return local_path(path)
+
+
+def scheme_of(path: object) -> Scheme:
+    """The scheme that serves `path`: a registered one, one a package declares, the object store for any other
+    URL, else local."""
+    name = prefix(path)
+    if name is None:
+        return LOCAL
+    if name in SCHEMES:
+        return SCHEMES[name]
+    from hookrun.store.scheme_entry_points import declared  # (a user's package may declare it)
+
+    found = declared(name, Scheme)
+    return (found if found.why else register_scheme(found)) if found else OBJECTS
+
 
 try:
     import fcntl
