@@ -1,4 +1,4 @@
-"""open_run: any run, read by the reader its path's scheme names (store/schemes.py).
+"""open_run: any run, read by the reader its path's scheme names (store/paths.py).
 
     run = open_run("outputs/first/captures.h5")        # a Run (analysis/run_reader.py)
     run = open_run("s3://bucket/cache/captures.h5")     # a RemoteRun (output/objects/remote_run.py)
@@ -24,7 +24,7 @@ def open_run(path: str | os.PathLike, cache_dir: str | Path | None = None) -> Ru
     Args:
         path: a captures.h5 file, or a run folder that holds one; or the URL of a cache in an
             object store (`s3://bucket/prefix/captures.h5`, any fsspec URL: output/objects/), or of
-            any scheme a module registered (store/schemes.py).
+            any scheme a module registered (store/paths.py).
         cache_dir: for a URL, where its parts are fetched to (default $HOOKRUN_CACHE_DIR or
             ~/.cache/hookrun, a folder per URL).
 

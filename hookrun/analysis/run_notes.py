@@ -19,7 +19,7 @@ STOPPED = "stopped: no process holds it (killed?)"
 
 def run_status(run: Any) -> str:
     """The file's status, except that a local file marked running which no process writes (its lock
-    is not held: store/lock.py's live_writer, as `inspect --verify` asks) is STOPPED: a killed process
+    is not held: store/live.py's live_writer, as `inspect --verify` asks) is STOPPED: a killed process
     leaves `running` in the file, and its lock is dropped with it (docs/format.md)."""
     from pathlib import Path
 

@@ -1,7 +1,7 @@
 """Where and how a run is written, below the runner: the destination (a local file or object-store
 parts), its lock, resume (local and parts), ranks and their shards, and the clean stops on signals.
 The object-store scheme is one folder, objects/ (writer, lock, resume, source and the reader
-RemoteRun), loaded only through store/schemes.py. It imports config/, store/, analysis/ (RemoteRun
+RemoteRun), loaded only through store/paths.py. It imports config/, store/, analysis/ (RemoteRun
 is a Run) and errors; the runner (hookrun/runner/) asks it and never asks which destination it has.
 
 Where a run is written: one object, made once in run() from output.path, that the runner asks
@@ -53,7 +53,7 @@ from hookrun.store.paths import (
     writable_folder,
 )
 
-# the other schemes' destinations are imported by their scheme (store/schemes.py), when used; resume
+# the other schemes' destinations are imported by their scheme (store/paths.py), when used; resume
 # (output/resume.py) and many ranks' files (output/local_shards.py) where a run asks for them
 if TYPE_CHECKING:
     from hookrun.output.local_shards import LocalShards
@@ -68,7 +68,7 @@ def open_destination(cfg: HookrunConfig, ranks: Ranks | None = None) -> LocalFil
     """output.path, resolved once: an object-store URL (with output.staging) or a local file. With
     many ranks an error is every rank's alike."""
     try:
-        return scheme_of(cfg.output.path).open_destination(cfg)  # (store/schemes.py: by the path's scheme)
+        return scheme_of(cfg.output.path).open_destination(cfg)  # (store/paths.py: by the path's scheme)
     except ConfigError as exc:
         raise (every_rank(exc) if ranks is not None and ranks.many else exc) from None
 
@@ -258,7 +258,7 @@ def _name_max(out: Path) -> int:
 
 
 def local_destination(cfg: HookrunConfig) -> LocalFile:
-    """output.path as a local HDF5 file (the `file` scheme's destination, store/schemes.py)."""
+    """output.path as a local HDF5 file (the `file` scheme's destination, store/paths.py)."""
     path = str(local_path(cfg.output.path))
     if path.endswith(("/", os.sep)):  # (Path drops the slash: 'new/' wrote a file named new)
         raise ConfigError(f"output.path: {path!r} ends in '/', a folder; give a file path such as {path}captures.h5")

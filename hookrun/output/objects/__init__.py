@@ -1,4 +1,4 @@
-"""The object-store scheme (`s3://` and any other fsspec URL: store/schemes.py's OBJECTS), whole:
+"""The object-store scheme (`s3://` and any other fsspec URL: store/paths.py's OBJECTS), whole:
 its writer, lock, resume, source and reader.
 
     python -m hookrun experiment=sae_cache output.path=s3://acts/gpt2/captures.h5   # written here
@@ -18,6 +18,6 @@ its writer, lock, resume, source and reader.
 | `remote_run.py`    | `RemoteRun`, the scheme's reader: the Run interface over the manifest and parts   |
 | `parts_loader.py`  | `PartsLoader`, RemoteRun's shuffled loader, parts fetched ahead of use            |
 
-Nothing outside reaches this folder but through the scheme registry (store/schemes.py, when an
+Nothing outside reaches this folder but through the scheme registry (store/paths.py, when an
 object-store URL asks), so a local run never loads it; the runner catches errors.py's StoreError.
 """

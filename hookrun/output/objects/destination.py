@@ -239,5 +239,5 @@ def open_parts_resume(out: ObjectStoreOutput, config_yaml: str) -> PartsResume |
 
 def parts_destination(cfg: HookrunConfig) -> StoreParts:
     """output.path as parts in an object store, staged in output.staging (the object-store scheme's
-    destination, store/schemes.py)."""
+    destination, store/paths.py)."""
     return StoreParts(ObjectStoreOutput.of(cfg.output.path, cfg.output.staging))

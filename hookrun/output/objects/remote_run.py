@@ -13,7 +13,7 @@ opens a local view over them: the same virtual-dataset view as a run of many ran
 (store/merge.py), so it needs room for the whole cache. A cache written by many ranks
 (ranked.py) reads as one run: its parts rank by rank, which is batch order.
 
-open_run (analysis/opening.py) wraps each scheme's source in that scheme's reader (store/schemes.py):
+open_run (analysis/opening.py) wraps each scheme's source in that scheme's reader (store/paths.py):
 a local capture file or run folder in a Run (analysis/run_reader.py), an object-store URL's
 PartsSource in this RemoteRun.
 """

@@ -1,6 +1,6 @@
 """The object-store scheme's source: a cache's manifest at once, its parts fetched when rows are read.
 
-    with parts_source("s3://bucket/cache/captures.h5") as src:   # store/schemes.py's OBJECTS asks here
+    with parts_source("s3://bucket/cache/captures.h5") as src:   # store/paths.py's OBJECTS asks here
         src.parts.manifest.status                   # the manifest only: nothing is downloaded yet
         src.file["samples/index"][:]                # every part fetched, verified, under one local view
 
@@ -96,5 +96,5 @@ class PartsSource:
 
 
 def parts_source(path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> PartsSource:
-    """An object store's parts under a URL (the object-store scheme's source, store/schemes.py)."""
+    """An object store's parts under a URL (the object-store scheme's source, store/paths.py)."""
     return PartsSource(str(path), cache_dir)
