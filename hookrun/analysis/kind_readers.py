@@ -189,7 +189,8 @@ def method_names(asked: str | None = None) -> set[str]:
 
 def every_reader() -> list[KindReader]:
     """The readers of every kind that can be asked for (the shipped kinds, entry points, imports)."""
-    from hookrun.config.plugins import loadable, plugin_names
+    from hookrun.config.plugins import loadable
+    from hookrun.config.schema import plugin_names
 
     for kind in plugin_names():
         with contextlib.suppress(Exception), isolated_readers():  # (a kind, or its reader, that fails to load: asking it by name says why; a command's file of another kind is not failed by it)
@@ -221,7 +222,7 @@ def unread_kind(attrs: Mapping) -> str | None:
     kind = kind_of(attrs)
     if kind is None or kind in MODE_KINDS or reader_for(kind) is not None:
         return None
-    from hookrun.config.plugins import plugin_names
+    from hookrun.config.schema import plugin_names
 
     if kind in plugin_names():  # found here: a kind without a reader
         return None

@@ -38,9 +38,8 @@ from hookrun.cli.command_line import (
     with_late_blocks,
 )
 from hookrun.cli.run_record import RunRecord, held_saves, remove_empty
-from hookrun.config import CONF_PLACES, conf_folder
-from hookrun.config.plugins import plugin
-from hookrun.config.schema import HookrunConfig, hydra_schema, load, replaced
+from hookrun.config import CONF_PLACES, added_by_key, conf_folder, load
+from hookrun.config.schema import HookrunConfig, hydra_schema, replaced
 from hookrun.errors import ConfigError, HookrunError
 from hookrun.output import in_run_folder, on_accepted
 from hookrun.output.process import Interrupted, detect, release_start, share_start
@@ -160,7 +159,7 @@ def missing_block_line(overrides: list[str]) -> str | None:
     swept = [o for o in overrides if "," in o.partition("=")[2] and Path(conf_dir(), o.partition("=")[0].lstrip("+")).is_dir()]
     rest = [o for o in overrides if o not in swept]
     return missing_block(overrides, block_names(SCHEMA, HookrunConfig), lambda: compose_groups(rest), conf_dir(), swept,
-                         lambda name: bool(getattr(plugin(name), "added_by_key", False)))
+                         added_by_key)
 
 
 def _fail(exc: HookrunError, shown: bool = False) -> None:

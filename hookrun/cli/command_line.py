@@ -17,7 +17,7 @@ A block that is off is null in the composed config. OmegaConf cannot merge anyth
 node typed with the block's dataclass (`+my_kind={method: x}` ended in "'NoneType' object has no
 attribute 'get'", `my_kind.method=x` in "Unexpected type for root: NoneType"), so the schema Hydra
 composes onto types every null block as Any (`hydra_slots`): `+my_kind={...}`, `my_kind={...}`,
-`+my_kind.method=...` then add the block, and `hookrun.config.schema.load` types it (its unknown
+`+my_kind.method=...` then add the block, and `hookrun.config.load` types it (its unknown
 keys and wrong types are one line there, before anything is built). `my_kind.method=x` without a
 `+`, where the config has no such block, reads as a change to a block the user thinks is there: it
 is refused in one line saying how to add one (`missing_block`).
@@ -47,8 +47,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from hookrun.config.plugins import nested_block, takes_bool
-from hookrun.config.schema import HookrunConfig
+from hookrun.config.schema import HookrunConfig, nested_block, takes_bool
 
 
 def shell_damage(args: list[str]) -> str | None:

@@ -208,9 +208,8 @@ def _yaml_message(exc: yaml.YAMLError) -> str:
 
 def _block_given_a_value(override: str, key: str | None) -> str | None:
     """`output=5`, `output=null`: the schema's block at `key` given one value: the line that names
-    its keys (hookrun.config.plugins.mapping_where_nested), else None."""
-    from hookrun.config.plugins import mapping_where_nested, nested_block
-    from hookrun.config.schema import HookrunConfig
+    its keys (hookrun.config.schema.mapping_where_nested), else None."""
+    from hookrun.config.schema import HookrunConfig, mapping_where_nested, nested_block
 
     if not key or "=" not in override:
         return None

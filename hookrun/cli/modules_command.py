@@ -20,8 +20,10 @@ import torch
 
 from hookrun.cli import description, ends_quietly, exit_process, fail, run_command
 from hookrun.cli.compose import compose_config
-from hookrun.config.build import build, build_dataset, build_model, import_modules
-from hookrun.config.schema import HookrunConfig, load
+from hookrun.config import load
+from hookrun.config.build import build, build_dataset, build_model
+from hookrun.config.plugins import import_modules
+from hookrun.config.schema import HookrunConfig
 from hookrun.errors import ConfigError, RunError
 from hookrun.notebook.lister import ModuleTable, list_modules
 from hookrun.runner.calls import CallSpec, ModelCall

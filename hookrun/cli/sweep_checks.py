@@ -87,7 +87,8 @@ def _refusal(loader, config: DictConfig, num: int, overrides: list[str]) -> Hook
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.utils import env_override
 
-    from hookrun.config.schema import load, replaced
+    from hookrun.config import load
+    from hookrun.config.schema import replaced
     from hookrun.hooks.spec_check import check_specs
     from hookrun.output import in_run_folder
     from hookrun.runner.prepare import check_alone

@@ -42,7 +42,8 @@ def kinds(conf: str) -> list[tuple[str, str, list[str]]]:
     """(name, summary, the experiments of `conf`/experiment/ whose file gives its block) for every kind
     plugin this install finds: hookrun's folders and a user's entry points (docs/architecture.md)."""
     from hookrun.cli.override_faults import experiments_with
-    from hookrun.config.plugins import REFUSED, plugin, plugin_names
+    from hookrun.config.plugins import plugin
+    from hookrun.config.schema import REFUSED, plugin_names
 
     out = []
     for name in plugin_names():

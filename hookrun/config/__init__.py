@@ -1,8 +1,14 @@
-"""What the user asked: the config schema (config/schema.py, loading a config onto it), and here the hook
-specs; build.py turns the config's `_target_` nodes into objects (the one module that calls
-hydra.utils.instantiate; it is not imported here). `conf_folder()`: where hookrun's conf/ is
-(hookrun/conf in a wheel, conf/ beside hookrun/ in a checkout). `with_live(cfg, model=obj)`: the
-config naming a live object given to run() in its node's place.
+"""What the user asked: the config schema (config/schema.py), a config loaded onto it here, the hook specs
+and which options may go together; build.py turns the config's `_target_` nodes into objects (the one
+module that calls hydra.utils.instantiate; it is not imported here). `conf_folder()`: where hookrun's
+conf/ is (hookrun/conf in a wheel, conf/ beside hookrun/ in a checkout). `with_live(cfg, model=obj)`:
+the config naming a live object given to run() in its node's place.
+
+    cfg = load({"model": {"_target_": "torchvision.models.resnet18"}, "hooks": {...}})
+    cfg.data.batch_size  # 16
+
+load types a kind's block (`probe:`) once, through config/plugins.py (imported only where a config
+gives a block or `imports:`), and says what OmegaConf refuses in one line (config/load_errors.py).
 
 Hook specs: the `hooks:` mapping of a config, checked and turned into plain objects.
 
@@ -12,35 +18,37 @@ Hook specs: the `hooks:` mapping of a config, checked and turned into plain obje
 Only the shape is checked here (keys, types, names); whether a module exists is the plan's job,
 whether a hook type or action exists is the registries' job.
 
-Typed parameters of actions and ops: the one place their booleans are checked.
+Which options may go together, and the range of each number, checked before anything is built:
 
-    from hookrun.hooks.splice import splice          # the op's factory: error_term: bool = False
-    typed_params(splice, {"error_term": "false", "path": "saes/h1"}, "hooks.sae.actions.0")
-    # {'error_term': False, 'path': 'saes/h1'}
+    check_config(load(cfg))   # ConfigError, one line, at the first option that does not fit
 
-An action's or op's parameters are sibling keys of the action in the config (`{name: modify_output,
-op: splice, error_term: false}`); YAML, a script or an override may give a boolean as a string.
-Every parameter the callable declares as `bool` (annotated `bool` or `bool | None`, or defaulting
-to True/False) is read as the schema's own booleans are: True/False, 0/1, or the strings true/false,
-yes/no, on/off (any case); anything else is one ConfigError naming the key. Every parameter annotated
-with numbers alone (`float`, `int | None`, `float | list`, `int | list[int]`) takes a number (an
-integer where only `int` is named; a numeric string is read as one) or one ConfigError naming the key,
-before any batch. Other keys pass as given.
+TOGETHER is the list of combinations of the common options refused whatever else the config says; a
+run kind's refusals about its own block are the kind's (in its folder, hookrun/runner/kinds/<kind>/,
+run by the kind's `check`), and those that need the built model and hooks (a model without
+generate(), an ablation with nothing to ablate) its constructor's.
 """
 
 from __future__ import annotations
 
-import inspect
-import numbers
+import functools
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from hookrun.config.schema import HookrunConfig, load, to_yaml
-from hookrun.errors import ConfigError, one_of
+from hookrun.config.schema import (
+    CONFIG_KEYS,
+    HookrunConfig,
+    Mode,
+    mapping_where_nested,
+    plugin_names,
+    to_yaml,
+)
+from hookrun.errors import ConfigError, one_of, parse_bytes
 
 __all__ = ["ActionSpec", "HookSpec", "HookrunConfig", "conf_folder", "load", "parse_hooks", "to_yaml"]
 
@@ -74,6 +82,74 @@ def with_live(cfg: Any, model: Any = None, dataset: Any = None) -> Any:
 def live_node(obj: Any) -> dict[str, str]:
     """The node a config keeps for an object given live (a model, a data set): {live: package.Class}."""
     return {"live": f"{type(obj).__module__}.{type(obj).__qualname__}"}
+
+
+def load(cfg: Any) -> HookrunConfig:
+    """Merge ``cfg`` (DictConfig, dict or HookrunConfig) onto the schema and resolve it."""
+    if isinstance(cfg, HookrunConfig):
+        return cfg
+    schema = _schema_node()
+    try:
+        if isinstance(cfg, DictConfig):
+            cfg = OmegaConf.to_container(cfg, resolve=True)
+            cfg.pop("hydra", None)
+        if isinstance(cfg, dict) and cfg.get("imports"):  # a module of `imports:` may register a kind
+            from hookrun.config.plugins import import_modules
+
+            import_modules(list(cfg["imports"]))
+        cfg, given = _plugin_blocks(cfg)
+        _mappings_where_nested(HookrunConfig, cfg, "")
+        merged = OmegaConf.merge(schema, cfg)
+        obj = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as exc:
+        from hookrun.config.load_errors import omegaconf_message
+
+        raise ConfigError(omegaconf_message(exc, HookrunConfig, Mode)) from None
+    assert isinstance(obj, HookrunConfig)
+    out = obj.output  # the size keys, as every size key is read (hookrun.errors.parse_bytes: 2GB, 512MiB, bytes)
+    out.max_bytes = None if out.max_bytes is None else parse_bytes(out.max_bytes, "output.max_bytes")
+    out.part_bytes = parse_bytes(out.part_bytes, "output.part_bytes")
+    if given:  # a kind's block: typed and checked once, here (config/plugins.py)
+        from hookrun.config.plugins import typed_blocks
+
+        given = typed_blocks(given)  # name -> (the block as typed, its dataclass)
+    object.__setattr__(obj, "_blocks", {name: block for name, (_, block) in given.items()})
+    object.__setattr__(obj, "_block_nodes", {name: plain for name, (plain, _) in given.items()})
+    return obj
+
+
+def _mappings_where_nested(cls: type, node: Any, where: str) -> None:
+    """`output=5`: one line naming output's keys (mapping_where_nested), at any depth."""
+    if not isinstance(node, Mapping):
+        return
+    for key, value in node.items():  # (a key the schema lacks has no nested block: OmegaConf's merge names it)
+        nested = mapping_where_nested(where, cls, str(key), value)
+        if nested is not None:
+            _mappings_where_nested(nested, value, f"{where}{key}.")
+
+
+@functools.cache
+def _schema_node() -> DictConfig:
+    """The schema as an OmegaConf node, built once (3 ms): merge copies it, never changes it."""
+    return OmegaConf.structured(HookrunConfig)
+
+
+def _plugin_blocks(cfg: Any) -> tuple[Any, dict[str, Any]]:
+    """The config without its kind plugins' blocks, and those blocks (null blocks left out)."""
+    if not isinstance(cfg, dict):
+        return cfg, {}
+    own, names = CONFIG_KEYS, set(plugin_names())
+    rest = {k: v for k, v in cfg.items() if k in own or k not in names}
+    given = {k: v for k, v in cfg.items() if k not in own and k in names and v is not None}
+    return rest, given
+
+
+def added_by_key(name: str) -> bool:
+    """Whether a key of kind `name`'s block on the command line adds the block (`evaluate.ablation=zero`):
+    its KindPlugin says so (config/plugins.py, imported only here)."""
+    from hookrun.config.plugins import plugin
+
+    return bool(getattr(plugin(name), "added_by_key", False))
 
 
 HOOK_KEYS = ("at", "type", "actions")
@@ -160,102 +236,56 @@ def _kind(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"[:120]
 
 
-TRUE, FALSE = ("true", "yes", "on"), ("false", "no", "off")
-BOOL_ANNOTATIONS = {"bool", "bool|None", "None|bool", "Optional[bool]"}
+class Refused(NamedTuple):
+    option: str  # the option this row is about
+    when: Callable[[HookrunConfig], bool]  # true: the config has the refused combination
+    message: str  # the one line: what is wrong, and what would be right
 
 
-def bool_keys(fn: Callable) -> set[str]:
-    """The parameters of `fn` that take a boolean."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return set()
-    out = set()
-    for name, p in params.items():
-        ann = p.annotation
-        text = ann.replace(" ", "") if isinstance(ann, str) else "bool" if ann is bool else None
-        if text in BOOL_ANNOTATIONS or (ann is p.empty and isinstance(p.default, bool)):
-            out.add(name)
-    return out
+# option           | refused when                                          | the line
+TOGETHER: list[Refused] = [
+    Refused("mode=grad", lambda c: c.mode is Mode.grad and c.loss is None,
+            "mode=grad needs a loss: add loss=cross_entropy, loss=lm (a language model's next-token loss), "
+            "loss=sum, loss=target_logit or loss=custom"),
+    Refused("early_stop", lambda c: c.early_stop and c.mode is Mode.generate,
+            "early_stop=true does not fit mode=generate: every model call's output makes the next token"),
+    Refused("early_stop", lambda c: c.early_stop and c.mode is Mode.grad,
+            "early_stop=true needs mode=eval: a backward pass needs the whole forward"),
+    Refused("mode=generate", lambda c: c.mode is Mode.generate and c.loss is not None,
+            "mode=generate runs no backward pass, so loss is unused: remove the loss, or use mode=grad"),
+    Refused("resume", lambda c: c.resume and c.output.overwrite,
+            "resume=true keeps the old file's batches and output.overwrite=true replaces the file: give one of them "
+            "(resume=true to continue the run, output.overwrite=true to start it again)"),
+]
 
 
-def as_bool(value: Any, key: str, where: str) -> bool | None:
-    """A boolean parameter's value, or one ConfigError naming the key."""
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in TRUE + FALSE:
-        return value.strip().lower() in TRUE
-    if isinstance(value, int) and value in (0, 1):  # as OmegaConf reads 0 and 1 for a bool
-        return bool(value)
-    raise ConfigError(f"{where}: {key}={value!r} is not a boolean; give true or false")
+# key                | first allowed, last allowed (None: no bound) | what the number is
+RANGES: list[tuple[str, int | None, int | None, str]] = [
+    ("data.limit", 1, None, "data.limit must be at least 1 (or null for all batches), got {value}"),
+    ("output.flush_every", 1, None, "output.flush_every must be at least 1 (or null: every 2 seconds), got {value}"),
+    ("data.batch_size", 1, None, "data.batch_size must be at least 1, got {value}"),
+    ("data.num_workers", 0, None, "data.num_workers must be 0 or more, got {value}"),
+    ("data.batch_size", None, sys.maxsize,
+     "data.batch_size must be at least 1 and at most " + str(sys.maxsize) + ", got {value}"),
+    ("seed", -(2**63), 2**64 - 1, "seed: {value} is out of range; use a whole number from 0 to " + str(2**64 - 1)
+     + " (2**64 - 1)"),
+]
 
 
-def typed_params(fn: Callable, params: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """`params` with every key `fn` takes as a boolean read as one, and every key it takes as a
-    number (or a list of numbers) checked to be one (see the module doc)."""
-    keys = bool_keys(fn) & set(params)
-    numbers = number_keys(fn)
-    return {k: as_bool(v, k, where) if k in keys else as_number(v, numbers[k], k, where) if k in numbers else v
-            for k, v in params.items()}
+def check_config(cfg: HookrunConfig) -> None:
+    """Every row of TOGETHER, then every range, in order: the first that fails is one ConfigError."""
+    fields = {"mode": cfg.mode.value}
+    for row in TOGETHER:
+        if row.when(cfg):
+            raise ConfigError(row.message.format(**fields))
+    for key, low, high, message in RANGES:
+        value = lookup(cfg, key)
+        if value is not None and ((low is not None and value < low) or (high is not None and value > high)):
+            raise ConfigError(message.format(value=value))
 
 
-NUMBER_PARTS = {"float", "int", "None", "list", "list[int]", "list[float]"}
-
-
-def number_keys(fn: Callable) -> dict[str, tuple[str, ...]]:
-    """The parameters of `fn` annotated with numbers only (`float`, `int | None`, `int | list[int]`,
-    ...): name -> the annotation's parts. An annotation with any other part is not checked."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return {}
-    out = {}
-    for name, p in params.items():
-        if isinstance(p.annotation, str):
-            parts = tuple(p.annotation.replace(" ", "").replace("Optional[", "None|").rstrip("]").split("|")) \
-                if p.annotation.startswith("Optional[") else tuple(p.annotation.replace(" ", "").split("|"))
-        else:
-            parts = {float: ("float",), int: ("int",)}.get(p.annotation, ())
-        if parts and set(parts) <= NUMBER_PARTS and set(parts) & {"float", "int"}:
-            out[name] = parts
-    return out
-
-
-def as_number(value: Any, parts: tuple[str, ...], key: str, where: str) -> Any:
-    """A number parameter's value (an integer where `int` alone is wanted; a numeric string read as
-    one), or one ConfigError naming the key and what it takes. What a config cannot hold (a tensor,
-    an array, given in Python) passes as it is: the op takes it as it did."""
-    lists = {"list", "list[int]", "list[float]"} & set(parts)
-    if value is None and "None" in parts:
-        return None
-    if isinstance(value, list | tuple):
-        whole = "list[int]" in parts and not {"list", "list[float]"} & set(parts)
-        items = [_number(v, whole) for v in value]
-        return items if lists and all(v is not None for v in items) else _refuse(value, parts, key, where)
-    if not isinstance(value, str | bool | numbers.Real | Mapping) and value is not None:
-        return value
-    for whole in ([False] if "float" in parts else []) + ([True] if "int" in parts else []):
-        number = _number(value, whole)
-        if number is not None:
-            return number
-    return _refuse(value, parts, key, where)
-
-
-def _number(value: Any, whole: bool) -> float | int | None:
-    if isinstance(value, str):
-        try:
-            value = float(value.strip())
-        except ValueError:
-            return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        return None
-    if whole:
-        return int(value) if float(value).is_integer() else None
-    return value
-
-
-def _refuse(value: Any, parts: tuple[str, ...], key: str, where: str) -> Any:
-    takes = {"float": "a number", "int": "an integer", "None": "null", "list": "a list of numbers",
-             "list[int]": "a list of integers", "list[float]": "a list of numbers"}
-    raise ConfigError(f"{where}: {key}={value!r} is not {' or '.join(takes[p] for p in parts)}; give e.g. "
-                      f"{key}: {1 if 'int' in parts else 0.5}")
+def lookup(cfg: HookrunConfig, key: str) -> object:
+    node: object = cfg
+    for part in key.split("."):
+        node = getattr(node, part)
+    return node

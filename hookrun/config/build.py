@@ -6,12 +6,27 @@ model's weights named in a few bytes (`weights_digest`: the file's `model_finger
 
 This is the one module that calls hydra.utils.instantiate; every failure becomes a ConfigError
 naming the config key and the target.
+
+Typed parameters of actions and ops: the one place their booleans are checked.
+
+    from hookrun.hooks.splice import splice          # the op's factory: error_term: bool = False
+    typed_params(splice, {"error_term": "false", "path": "saes/h1"}, "hooks.sae.actions.0")
+    # {'error_term': False, 'path': 'saes/h1'}
+
+An action's or op's parameters are sibling keys of the action in the config (`{name: modify_output,
+op: splice, error_term: false}`); YAML, a script or an override may give a boolean as a string.
+Every parameter the callable declares as `bool` (annotated `bool` or `bool | None`, or defaulting
+to True/False) is read as the schema's own booleans are: True/False, 0/1, or the strings true/false,
+yes/no, on/off (any case); anything else is one ConfigError naming the key. Every parameter annotated
+with numbers alone (`float`, `int | None`, `float | list`, `int | list[int]`) takes a number (an
+integer where only `int` is named; a numeric string is read as one) or one ConfigError naming the key,
+before any batch (config/param_values.py, imported where a callable takes such a key). Other keys pass as given.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib
+import inspect
 import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -44,36 +59,6 @@ def build(node: Any, where: str, **kwargs: Any) -> Any:
         from hookrun.config.targets import instantiation_message
 
         raise ConfigError(f"{where}: {instantiation_message(exc, node['_target_'])}") from None
-
-
-_KINDS_OF: dict[str, tuple[str, Any]] = {}  # a kind's name -> (the module of imports: whose KIND registered it, it)
-
-
-def import_modules(names: list[str]) -> None:
-    """Import the modules listed under `imports:` (so their registered actions exist); a module's own
-    `KIND = KindPlugin(...)` (a kind's package, as docs/architecture.md writes one) is registered, as its
-    entry point would find it, where the module has not called register_plugin itself."""
-    from hookrun.config.plugins import KindPlugin, loaded_plugins, register_plugin
-
-    for name in names:
-        try:
-            kind = getattr(importlib.import_module(name), "KIND", None)
-            if isinstance(kind, KindPlugin):
-                try:
-                    register_plugin(kind)
-                except ConfigError as exc:
-                    module, held = _KINDS_OF.get(kind.name, ("", None))
-                    before = module if any(k is held for k in loaded_plugins()) else ""
-                    raise ConfigError(f"imports: {name}.KIND: {exc}".replace("(registered before)", f"({before}.KIND, "
-                                      f"named in imports: before it)" if before else "(registered before)")) from None
-                _KINDS_OF[kind.name] = (name, kind)
-        except ImportError as exc:
-            raise ConfigError(f"imports: cannot import {name!r}: {exc}") from None
-        except HookrunError:  # (register_plugin's refusal, already one line)
-            raise
-        except Exception as exc:  # the module raised as it ran (--verbose: the traceback)
-            raise ConfigError(f"imports: {name!r} failed as it was imported: {type(exc).__name__}: "
-                              f"{(str(exc).splitlines() or [''])[0]}") from exc
 
 
 BARS: ContextVar[bool] = ContextVar("hookrun_loading_bars", default=True)  # progress=false: no loading bar
@@ -225,3 +210,56 @@ def build_user_action(action_spec: Any, point: object, hook_type: object, env: o
             f"which is not callable; an action is called with the Event (add `_partial_: true` for a function)"
         )
     return action
+
+
+BOOL_ANNOTATIONS = {"bool", "bool|None", "None|bool", "Optional[bool]"}
+
+
+def bool_keys(fn: Callable) -> set[str]:
+    """The parameters of `fn` that take a boolean."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return set()
+    out = set()
+    for name, p in params.items():
+        ann = p.annotation
+        text = ann.replace(" ", "") if isinstance(ann, str) else "bool" if ann is bool else None
+        if text in BOOL_ANNOTATIONS or (ann is p.empty and isinstance(p.default, bool)):
+            out.add(name)
+    return out
+
+
+def typed_params(fn: Callable, params: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """`params` with every key `fn` takes as a boolean read as one, and every key it takes as a
+    number (or a list of numbers) checked to be one (see the module doc)."""
+    keys = bool_keys(fn) & set(params)
+    numbers = {k: parts for k, parts in number_keys(fn).items() if k in params}
+    if not keys and not numbers:
+        return dict(params)
+    from hookrun.config.param_values import as_bool, as_number
+
+    return {k: as_bool(v, k, where) if k in keys else as_number(v, numbers[k], k, where) if k in numbers else v
+            for k, v in params.items()}
+
+
+NUMBER_PARTS = {"float", "int", "None", "list", "list[int]", "list[float]"}
+
+
+def number_keys(fn: Callable) -> dict[str, tuple[str, ...]]:
+    """The parameters of `fn` annotated with numbers only (`float`, `int | None`, `int | list[int]`,
+    ...): name -> the annotation's parts. An annotation with any other part is not checked."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return {}
+    out = {}
+    for name, p in params.items():
+        if isinstance(p.annotation, str):
+            parts = tuple(p.annotation.replace(" ", "").replace("Optional[", "None|").rstrip("]").split("|")) \
+                if p.annotation.startswith("Optional[") else tuple(p.annotation.replace(" ", "").split("|"))
+        else:
+            parts = {float: ("float",), int: ("int",)}.get(p.annotation, ())
+        if parts and set(parts) <= NUMBER_PARTS and set(parts) & {"float", "int"}:
+            out[name] = parts
+    return out

@@ -12,6 +12,8 @@ has no key"), one named `defaults` into the defaults list (a ValueError), one na
 the group's choice; a kind named as one of the modes' kinds (record, grad, generate: modules of
 hookrun/runner/kinds/, not folders) wrote a file whose `kind` claimed to be hookrun's own.
 Imported only where a user's kind is found (an entry point, register_plugin): off the main job's route.
+`found_entry_point` takes an entry point of the group hookrun.kinds as config/schema.py's scan finds it,
+handed that module's tables, so that it imports nothing of it.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ import functools
 import keyword
 import logging
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, MutableMapping
 from pathlib import Path
+from typing import Any
 
 from hookrun.config import conf_folder
+from hookrun.errors import ConfigError
 
 HYDRA_KEYS = ("hydra", "defaults", "_self_")  # Hydra's own: its node, the defaults list, the primary config's place in it
 _KINDS = Path(__file__).resolve().parents[1] / "runner" / "kinds"  # hookrun's own kinds
@@ -32,7 +36,7 @@ _REGISTERED = re.compile(r"""^@register_kind\(\s*["'](\w+)["']""", re.M)  # a mo
 
 def refused_name(name: str, config_keys: Collection[str] = ()) -> str | None:
     """Why `name` cannot be a user's kind (its block is a top-level config key), else None;
-    `config_keys`: the schema's keys (config/plugins.py's CONFIG_KEYS, which config/schema.py fills)."""
+    `config_keys`: the schema's keys (config/schema.py's CONFIG_KEYS)."""
     if not name.isidentifier() or keyword.iskeyword(name):
         return f"a kind's name is its config block's key, a Python identifier (e.g. {identifier(name)!r})"
     if name in config_keys:
@@ -89,3 +93,28 @@ def config_groups() -> frozenset[str]:
     hookrun/conf in a wheel, conf/ beside hookrun/ in a checkout (hookrun.config.conf_folder)."""
     conf = conf_folder()
     return frozenset(sub.name for sub in conf.iterdir() if sub.is_dir() and any(sub.glob("*.yaml"))) if conf else frozenset()
+
+
+def found_entry_point(ep: Any, group: str, config_keys: Collection[str], refused: MutableMapping[str, str],
+                      sources: MutableMapping[str, str], found: MutableMapping[str, Callable[[], Any]]) -> None:
+    """An entry point of `group`: its kind found (not imported: `found`, where it came from: `sources`), or
+    refused (`refused`: why), or, a name two packages declare, one line where the kind is asked for."""
+    why = refused_name(ep.name, config_keys)
+    if why:
+        refused[ep.name] = f"entry point {ep.name!r} of {group} ({ep.value}) is not used: {why}"
+    elif ep.name in sources and not sources[ep.name].endswith(f"({ep.value})"):  # two packages, one kind name
+        found[ep.name] = functools.partial(_clash, f"the kind {ep.name!r} is declared twice: {sources[ep.name]} and "
+                                                   f"({ep.value}); uninstall one of the packages, or rename its kind")
+    else:
+        sources[ep.name] = f"entry point {ep.name!r} of {group} ({ep.value})"
+        found[ep.name] = lambda ep=ep: _load(f"{ep.module}:{ep.attr}", f"entry point {ep.name!r} of {group}")
+
+
+def _clash(text: str) -> Any:
+    raise ConfigError(text)
+
+
+def _load(target: str, slot: str) -> Any:
+    from hookrun.config.targets import resolve
+
+    return resolve(target, slot, False)

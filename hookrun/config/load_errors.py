@@ -1,10 +1,10 @@
-"""What load says when OmegaConf refuses a config (config/schema.py's load, on its error path only): one
+"""What load says when OmegaConf refuses a config (hookrun.config.load, on its error path only): one
 line naming the key, with the closest key the schema has and the keys of its block.
 
     omegaconf_message(exc, HookrunConfig, Mode)
     # "data.batch_sise: Key 'batch_sise' not in 'DataConfig'; did you mean data.batch_size? (data has: ...)"
 
-It is handed the schema and its modes (HookrunConfig, Mode), so that it imports nothing of schema.py.
+It is handed the schema and its modes (HookrunConfig, Mode).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from enum import Enum
 
 from omegaconf.errors import OmegaConfBaseException
 
-from hookrun.config.plugins import REFUSED, nested_block, plugin_names
+from hookrun.config.schema import REFUSED, nested_block, plugin_names
 from hookrun.errors import close_matches, object_in_config, typed_line
 
 

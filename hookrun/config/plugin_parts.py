@@ -8,31 +8,46 @@ action, hooks/ops.py's registry asks here for a name it does not know).
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from hookrun.config.kind_names import shipped_names
-from hookrun.config.plugins import (
-    _FOUND,
-    _NOTEBOOKS,
-    _OPS,
-    _PLUGINS,
-    _SOURCES,
-    KindPlugin,
-    _scan,
-    loadable,
-    loaded_plugins,
-    plugin,
-)
+from hookrun.config.plugins import KindPlugin, loadable, loaded_plugins, plugin
+from hookrun.config.schema import _FOUND, _PLUGINS, _SOURCES, _scan
 from hookrun.errors import ConfigError
+
+_NOTEBOOK = re.compile(r"""notebook\s*=\s*["'][\w.]+:(\w+)["']""")
+_OPS_BLOCK = re.compile(r"""\bops\s*=\s*\{([^}]*)\}""")
+_OP_NAME = re.compile(r"""["'](\w+)["']\s*:""")
+
+
+@functools.cache
+def _shipped() -> tuple[dict[str, str], dict[str, str]]:
+    """A shipped kind's notebook function's public name -> the kind, and its op names -> the kind: read from
+    the text of its folder's __init__.py (the folders config/schema.py's scan found), not imported."""
+    _scan()
+    notebooks: dict[str, str] = {}
+    ops: dict[str, str] = {}
+    folder = Path(__file__).resolve().parents[1] / "runner" / "kinds"
+    for sub in sorted(folder.iterdir()) if folder.is_dir() else []:
+        text = (sub / "__init__.py").read_text() if (sub / "__init__.py").is_file() else ""
+        if "KIND = KindPlugin(" in text:
+            for public in _NOTEBOOK.findall(text):
+                notebooks.setdefault(public, sub.name)
+            for block in _OPS_BLOCK.findall(text):
+                for op in _OP_NAME.findall(block):
+                    ops.setdefault(op, sub.name)
+    return notebooks, ops
 
 
 def notebook_function(public: str) -> Callable[..., Any] | None:
     """The kind's notebook function `hookrun.<public>` names (its `notebook`'s attribute name), or
     None. A shipped kind is found by that name in its folder's __init__.py text, so only that kind
     is imported; a kind registered or loaded is asked; an entry point not yet loaded is loaded."""
-    _scan()
-    named = {kind.name: kind for kind in _asked(_NOTEBOOKS.get(public)) if _public(kind) == public}
+    named = {kind.name: kind for kind in _asked(_shipped()[0].get(public)) if _public(kind) == public}
     _one(named, f"the notebook function hookrun.{public}", "its kind's `notebook`")
     for kind in named.values():
         return kind.notebook_function()
@@ -58,8 +73,7 @@ def plugin_op(name: str) -> Callable[..., Any] | None:
     __init__.py's text (only that kind is imported), then the kinds loaded, then the entry points.
     Two kinds declaring the name (two packages, or a package and a shipped kind) are refused in one
     line naming both: which one a run gets must not hang on the order they were loaded in."""
-    _scan()
-    declaring = {kind.name: kind for kind in _asked(_OPS.get(name)) if name in (kind.ops or {})}
+    declaring = {kind.name: kind for kind in _asked(_shipped()[1].get(name)) if name in (kind.ops or {})}
     _one(declaring, f"op {name!r}", "its kind's `ops`")
     for kind in declaring.values():
         return kind.op_factory(name)
@@ -76,8 +90,7 @@ def _source(kind: KindPlugin) -> str:
 def plugin_op_names() -> list[str]:
     """Every op name a kind declares (for did-you-mean): shipped kinds' from their text, loaded kinds'
     and the entry points' (those are loaded: a user's package's __init__)."""
-    _scan()
-    return sorted(set(_OPS).union(*(kind.ops or {} for kind in _asked(None))))
+    return sorted(set(_shipped()[1]).union(*(kind.ops or {} for kind in _asked(None))))
 
 
 def _asked(shipped: str | None) -> list[KindPlugin]:

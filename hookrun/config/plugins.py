@@ -19,25 +19,34 @@ when that kind is asked for), the entry points of the group `hookrun.kinds` (a u
 way pytest finds its plugins), and a module named in `imports:` (its KIND, or its register_plugin(KIND)).
 A name no kind can take (a config key, Hydra's, a config group, a kind of hookrun's own: config/kind_names.py) is
 refused: an entry point's is listed by --help with why, register_plugin's raises. A block's dataclass may give
-`check(self)`, a one-line ConfigError for values that need no model; `parse_block` runs it once, in schema.load.
+`check(self)`, a one-line ConfigError for values that need no model; `parse_block` runs it once, in
+hookrun.config.load. The kinds' names are found by config/schema.py's plugin_names, without importing them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import keyword
-import re
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from hookrun.errors import ConfigError, close_matches, object_in_config, typed_line
-
-GROUP = "hookrun.kinds"  # the entry-point group a user's package declares its kinds in
-SHIPPED = "hookrun.runner.kinds"  # the package whose folders are hookrun's own kinds
+from hookrun.config.schema import (
+    _FOUND,
+    _PLUGINS,
+    _SOURCES,
+    CONFIG_KEYS,
+    REFUSED,
+    SHIPPED,
+    _resolve,
+    _scan,
+    field_key,
+    mapping_where_nested,
+)
+from hookrun.errors import ConfigError, HookrunError, close_matches, object_in_config, typed_line
 
 
 @dataclass(frozen=True)
@@ -82,25 +91,6 @@ class KindPlugin:
         return _resolve(target, f"kind plugin {self.name!r}, ops[{name!r}]") if target is not None else None
 
 
-_PLUGINS: dict[str, KindPlugin] = {}
-_FOUND: dict[str, Callable[[], KindPlugin]] = {}  # name -> how to load it (not yet imported)
-_NOTEBOOKS: dict[str, str] = {}  # a shipped kind's notebook function's public name -> the kind (read, not imported)
-_NOTEBOOK = re.compile(r"""notebook\s*=\s*["'][\w.]+:(\w+)["']""")
-_OPS: dict[str, str] = {}  # a shipped kind's op name -> the kind (read, not imported)
-_OPS_BLOCK = re.compile(r"""\bops\s*=\s*\{([^}]*)\}""")
-_OP_NAME = re.compile(r"""["'](\w+)["']\s*:""")
-_SCANNED = False
-REFUSED: dict[str, str] = {}  # an entry point whose name cannot be a block -> why (--help lists it; runs go on)
-_SOURCES: dict[str, str] = {}  # a user's kind -> where it came from (its entry point), for messages
-
-
-def _resolve(target: Any, slot: str = "", wrap: bool = True) -> Any:
-    """config/targets.py's resolve, imported when a plugin's slot is first used (off the main job's route)."""
-    from hookrun.config.targets import resolve
-
-    return resolve(target, slot, wrap)
-
-
 def register_plugin(kind: KindPlugin) -> KindPlugin:
     """Add a kind (a module named in `imports:` calls this; shipped kinds and entry points are found)."""
     if not isinstance(kind, KindPlugin):
@@ -115,53 +105,11 @@ def register_plugin(kind: KindPlugin) -> KindPlugin:
     return kind
 
 
-def _scan() -> None:
-    """Find the kinds' names (folders of hookrun/runner/kinds/, entry points) without importing them."""
-    global _SCANNED
-    if _SCANNED:
-        return
-    _SCANNED = True
-    folder = Path(__file__).resolve().parents[1] / "runner" / "kinds"
-    for sub in sorted(folder.iterdir()) if folder.is_dir() else []:
-        text = (sub / "__init__.py").read_text() if (sub / "__init__.py").is_file() else ""
-        if "KIND = KindPlugin(" in text:
-            _FOUND.setdefault(sub.name, lambda m=f"{SHIPPED}.{sub.name}": _resolve(f"{m}:KIND", wrap=False))
-            for public in _NOTEBOOK.findall(text):
-                _NOTEBOOKS.setdefault(public, sub.name)
-            for block in _OPS_BLOCK.findall(text):
-                for op in _OP_NAME.findall(block):
-                    _OPS.setdefault(op, sub.name)
-    from importlib.metadata import entry_points
-
-    for ep in entry_points(group=GROUP):
-        why = _refused(ep.name)
-        if why:
-            REFUSED[ep.name] = f"entry point {ep.name!r} of {GROUP} ({ep.value}) is not used: {why}"
-        elif ep.name in _SOURCES and not _SOURCES[ep.name].endswith(f"({ep.value})"):  # two packages, one kind name
-            _FOUND[ep.name] = functools.partial(_clash, f"the kind {ep.name!r} is declared twice: {_SOURCES[ep.name]} and "
-                                                        f"({ep.value}); uninstall one of the packages, or rename its kind")
-        else:
-            _SOURCES[ep.name] = f"entry point {ep.name!r} of {GROUP} ({ep.value})"
-            _FOUND[ep.name] = lambda ep=ep: _resolve(f"{ep.module}:{ep.attr}", f"entry point {ep.name!r} of {GROUP}", False)
-
-
-def _clash(text: str) -> KindPlugin:
-    raise ConfigError(text)
-
-
-CONFIG_KEYS: set[str] = set()  # the keys every config has (config/schema.py adds them): no kind may take one
-
-
 def _refused(name: str) -> str | None:
     """Why a user's kind cannot be named `name` (config/kind_names.py: off the main job's route), else None."""
     from hookrun.config.kind_names import refused_name
 
     return refused_name(name, CONFIG_KEYS)
-
-
-def plugin_names() -> list[str]:  # (every kind that can be asked for: loaded or only found)
-    _scan()
-    return sorted(set(_PLUGINS) | set(_FOUND))
 
 
 def plugin(name: str) -> KindPlugin | None:
@@ -199,6 +147,16 @@ def loaded_plugins() -> list[KindPlugin]:
     return list(_PLUGINS.values())
 
 
+def typed_blocks(given: Mapping[str, Any]) -> dict[str, tuple[dict[str, Any], Any]]:
+    """The kinds' blocks a config gives, each typed and checked once (hookrun.config.load): name -> typed_block's
+    pair. A user's entry point named as hookrun's own kind (REFUSED) is not this block's kind: the user is told."""
+    if REFUSED.keys() & given.keys():
+        from hookrun.config.kind_names import warn_shadowed
+
+        warn_shadowed(sorted(REFUSED.keys() & given.keys()), REFUSED)
+    return {name: typed_block(name, node) for name, node in given.items()}
+
+
 def parse_block(name: str, node: Any) -> Any:
     """The `name:` block of a config -> its kind's dataclass, typed and checked (one ConfigError line)."""
     return typed_block(name, node)[1]
@@ -222,11 +180,11 @@ def typed_block(name: str, node: Any) -> tuple[dict[str, Any], Any]:
     mapped = _known(f"{name}.", cls, node)
     try:
         merged = OmegaConf.merge(OmegaConf.structured(cls), mapped)
-        plain = {_key(k): v for k, v in typing.cast(dict, OmegaConf.to_container(merged, enum_to_str=True)).items()}
+        plain = {field_key(k): v for k, v in typing.cast(dict, OmegaConf.to_container(merged, enum_to_str=True)).items()}
         block = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
         first = str(exc).strip().splitlines()[0]
-        key = ".".join(_key(part) for part in str(getattr(exc, "full_key", "") or "").split(".") if part)
+        key = ".".join(field_key(part) for part in str(getattr(exc, "full_key", "") or "").split(".") if part)
         where = f"{name}.{key}" if key else name
         raise ConfigError(object_in_config(where, first, (kind.live or {}).get(key)) or typed_line(where, first)) from None
     check = getattr(block, "check", None)
@@ -247,7 +205,7 @@ def _known(where: str, cls: type, node: Mapping) -> dict[str, Any]:
     for key, value in node.items():
         field_name = f"{key}_" if keyword.iskeyword(str(key)) else str(key)
         if field_name not in fields:
-            hint = close_matches(f"{where}{key}", [f"{where}{_key(f)}" for f in fields], n=1)
+            hint = close_matches(f"{where}{key}", [f"{where}{field_key(f)}" for f in fields], n=1)
             raise ConfigError(f"{where}{key}: not a key of {f'the {what} block' if '.' not in what else what}"
                               f"{f'; did you mean {hint[0]}?' if hint else ''} (it has: {_keys(cls)})")
         nested = mapping_where_nested(where, cls, field_name, value)
@@ -255,46 +213,39 @@ def _known(where: str, cls: type, node: Mapping) -> dict[str, Any]:
     return mapped
 
 
-def mapping_where_nested(where: str, cls: type, field_name: str, value: Any) -> type | None:
-    """A key whose value is a block of its own (probe.split, output) given one value (probe.split=0.3):
-    one line naming its keys, where OmegaConf would say "Merge error: float is not a subclass of Split".
-    Returns the nested dataclass (None where the field is not one), for a caller that walks deeper."""
-    nested, hint = nested_block(cls, field_name), _hints(cls).get(field_name)
-    if takes_bool(cls, field_name) and isinstance(value, int) and not isinstance(value, bool) and value not in (0, 1):
-        raise ConfigError(f"{where}{_key(field_name)}={value!r} is not a boolean; give true or false")  # (OmegaConf reads 2 as true)
-    optional = type(None) in typing.get_args(hint)
-    if nested is None or (value is None and optional) or isinstance(value, Mapping) or dataclasses.is_dataclass(value):
-        return nested
-    keys, key = [_key(f.name) for f in dataclasses.fields(nested)], f"{where}{_key(field_name)}"
-    whole = f", or give {{{', '.join(f'{k}: ...' for k in keys)}}}" if len(keys) <= 3 else ""
-    raise ConfigError(f"{key}={'null' if value is None else repr(value)}: a mapping of its keys ({', '.join(keys)}); "
-                      f"set one with {key}.{keys[0]}=...{whole}")
-
-
-def nested_block(cls: type, field_name: str) -> type | None:
-    """The dataclass a field of `cls` holds (typed X or X | None), else None (no such field, or a plain type)."""
-    hint = _hints(cls).get(field_name)
-    return next((t for t in typing.get_args(hint) or (hint,) if dataclasses.is_dataclass(t)), None)
-
-
-def takes_bool(cls: type, field_name: str) -> bool:  # (typed bool or bool | None)
-    return bool in (typing.get_args(hint := _hints(cls).get(field_name)) or (hint,))
-
-
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)  # (a millisecond a class: a config is loaded per run and per test)
-
-
 def block_fields(name: str) -> list[str]:
     """The keys of a kind's block, as a config writes them (`with`, not `with_`)."""
     kind = plugin(name)
-    return [_key(f.name) for f in dataclasses.fields(kind.block_class())] if kind else []
-
-
-def _key(field_name: str) -> str:
-    return field_name[:-1] if field_name.endswith("_") and keyword.iskeyword(field_name[:-1]) else field_name
+    return [field_key(f.name) for f in dataclasses.fields(kind.block_class())] if kind else []
 
 
 def _keys(cls: type) -> str:
-    return ", ".join(sorted(_key(f.name) for f in dataclasses.fields(cls)))
+    return ", ".join(sorted(field_key(f.name) for f in dataclasses.fields(cls)))
+
+
+_KINDS_OF: dict[str, tuple[str, Any]] = {}  # a kind's name -> (the module of imports: whose KIND registered it, it)
+
+
+def import_modules(names: list[str]) -> None:
+    """Import the modules listed under `imports:` (so their registered actions exist); a module's own
+    `KIND = KindPlugin(...)` (a kind's package, as docs/architecture.md writes one) is registered, as its
+    entry point would find it, where the module has not called register_plugin itself."""
+    for name in names:
+        try:
+            kind = getattr(importlib.import_module(name), "KIND", None)
+            if isinstance(kind, KindPlugin):
+                try:
+                    register_plugin(kind)
+                except ConfigError as exc:
+                    module, held = _KINDS_OF.get(kind.name, ("", None))
+                    before = module if any(k is held for k in loaded_plugins()) else ""
+                    raise ConfigError(f"imports: {name}.KIND: {exc}".replace("(registered before)", f"({before}.KIND, "
+                                      f"named in imports: before it)" if before else "(registered before)")) from None
+                _KINDS_OF[kind.name] = (name, kind)
+        except ImportError as exc:
+            raise ConfigError(f"imports: cannot import {name!r}: {exc}") from None
+        except HookrunError:  # (register_plugin's refusal, already one line)
+            raise
+        except Exception as exc:  # the module raised as it ran (--verbose: the traceback)
+            raise ConfigError(f"imports: {name!r} failed as it was imported: {type(exc).__name__}: "
+                              f"{(str(exc).splitlines() or [''])[0]}") from exc

@@ -1,47 +1,38 @@
-"""The config schema: what a run may be told, with types and defaults.
+"""The config schema: what a run may be told, with types and defaults (hookrun.config.load puts a
+config onto it).
 
-    cfg = load({"model": {"_target_": "torchvision.models.resnet18"}, "hooks": {...}})
-    cfg.data.batch_size  # 16
+    HookrunConfig().data.batch_size   # 16
+    to_yaml(cfg)                      # the text each run's file stores
 
 The YAML files in conf/ give the values; these dataclasses say which keys exist, so a misspelt key
 is an error, not a silent default. Groups whose options take arbitrary arguments (model, dataset,
 loss) and the hook map are untyped here and checked in code (build.py, config/__init__.py).
 
-Which options may go together, and the range of each number, checked before anything is built:
-
-    check_config(load(cfg))   # ConfigError, one line, at the first option that does not fit
-
-TOGETHER is the list of combinations of the common options refused whatever else the config says; a
-run kind's refusals about its own block are the kind's (in its folder, hookrun/runner/kinds/<kind>/,
-run by the kind's `check`), and those that need the built model and hooks (a model without
-generate(), an ablation with nothing to ablate) its constructor's.
+A top-level key that names a kind of run is that kind's block (`probe:`), typed once by hookrun.config.load:
+`plugin_names()` are the kinds found without importing them (the folders of hookrun/runner/kinds/ whose
+__init__.py holds `KIND = KindPlugin(`, and the entry points of the group hookrun.kinds); the kind
+plugins themselves, their blocks' typing and register_plugin are config/plugins.py's, imported where a
+block is given. Which options may go together: config/__init__.py's check_config.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import sys
+import keyword
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import PurePath
-from typing import Any, NamedTuple
+from pathlib import Path, PurePath
+from typing import Any
 
 import torch
 import yaml
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf._utils import get_omega_conf_dumper
-from omegaconf.errors import OmegaConfBaseException
 
-from hookrun.config.plugins import (
-    CONFIG_KEYS,
-    REFUSED,
-    mapping_where_nested,
-    plugin_names,
-    typed_block,
-)
-from hookrun.errors import ConfigError, parse_bytes
+from hookrun.errors import ConfigError
 from hookrun.store import PART_BYTES
 
 
@@ -134,60 +125,6 @@ class HookrunConfig:
         return dict(self.__dict__.get("_blocks") or {})
 
 
-CONFIG_KEYS.update(f.name for f in dataclasses.fields(HookrunConfig))  # (no kind plugin may be named as one)
-
-
-def load(cfg: Any) -> HookrunConfig:
-    """Merge ``cfg`` (DictConfig, dict or HookrunConfig) onto the schema and resolve it."""
-    if isinstance(cfg, HookrunConfig):
-        return cfg
-    schema = _schema_node()
-    try:
-        if isinstance(cfg, DictConfig):
-            cfg = OmegaConf.to_container(cfg, resolve=True)
-            cfg.pop("hydra", None)
-        if isinstance(cfg, dict) and cfg.get("imports"):  # a module of `imports:` may register a kind
-            from hookrun.config.build import import_modules
-
-            import_modules(list(cfg["imports"]))
-        cfg, given = _plugin_blocks(cfg)
-        _mappings_where_nested(HookrunConfig, cfg, "")
-        merged = OmegaConf.merge(schema, cfg)
-        obj = OmegaConf.to_object(merged)
-    except OmegaConfBaseException as exc:
-        from hookrun.config.load_errors import omegaconf_message
-
-        raise ConfigError(omegaconf_message(exc, HookrunConfig, Mode)) from None
-    assert isinstance(obj, HookrunConfig)
-    out = obj.output  # the size keys, as every size key is read (hookrun.errors.parse_bytes: 2GB, 512MiB, bytes)
-    out.max_bytes = None if out.max_bytes is None else parse_bytes(out.max_bytes, "output.max_bytes")
-    out.part_bytes = parse_bytes(out.part_bytes, "output.part_bytes")
-    if REFUSED.keys() & given.keys():  # a user's entry point named as hookrun's own kind: not this block's kind
-        from hookrun.config.kind_names import warn_shadowed
-
-        warn_shadowed(sorted(REFUSED.keys() & given.keys()), REFUSED)
-    typed = {name: typed_block(name, node) for name, node in given.items()}
-    object.__setattr__(obj, "_blocks", {name: block for name, (_, block) in typed.items()})
-    object.__setattr__(obj, "_block_nodes", {name: plain for name, (plain, _) in typed.items()})
-    return obj
-
-
-def _mappings_where_nested(cls: type, node: Any, where: str) -> None:
-    """`output=5`: one line naming output's keys (hookrun.config.plugins.mapping_where_nested), at any depth."""
-    if not isinstance(node, Mapping):
-        return
-    for key, value in node.items():  # (a key the schema lacks has no nested block: OmegaConf's merge names it)
-        nested = mapping_where_nested(where, cls, str(key), value)
-        if nested is not None:
-            _mappings_where_nested(nested, value, f"{where}{key}.")
-
-
-@functools.cache
-def _schema_node() -> DictConfig:
-    """The schema as an OmegaConf node, built once (3 ms): merge copies it, never changes it."""
-    return OmegaConf.structured(HookrunConfig)
-
-
 def replaced(cfg: HookrunConfig, **changes: Any) -> HookrunConfig:
     """dataclasses.replace(cfg, **changes), keeping the kind plugins' parsed blocks (a rank's config)."""
     out = dataclasses.replace(cfg, **changes)
@@ -195,17 +132,6 @@ def replaced(cfg: HookrunConfig, **changes: Any) -> HookrunConfig:
         if name in cfg.__dict__:
             object.__setattr__(out, name, cfg.__dict__[name])
     return out
-
-
-def _plugin_blocks(cfg: Any) -> tuple[Any, dict[str, Any]]:
-    """The config without its kind plugins' blocks, and those blocks (null blocks left out)."""
-    if not isinstance(cfg, dict):
-        return cfg, {}
-    own = {f.name for f in dataclasses.fields(HookrunConfig)}
-    names = set(plugin_names())
-    rest = {k: v for k, v in cfg.items() if k in own or k not in names}
-    given = {k: v for k, v in cfg.items() if k not in own and k in names and v is not None}
-    return rest, given
 
 
 def to_yaml(cfg: HookrunConfig) -> str:
@@ -236,64 +162,87 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def mapping_where_nested(where: str, cls: type, field_name: str, value: Any) -> type | None:
+    """A key whose value is a block of its own (probe.split, output) given one value (probe.split=0.3):
+    one line naming its keys, where OmegaConf would say "Merge error: float is not a subclass of Split".
+    Returns the nested dataclass (None where the field is not one), for a caller that walks deeper."""
+    nested, hint = nested_block(cls, field_name), _hints(cls).get(field_name)
+    if takes_bool(cls, field_name) and isinstance(value, int) and not isinstance(value, bool) and value not in (0, 1):
+        raise ConfigError(f"{where}{field_key(field_name)}={value!r} is not a boolean; give true or false")  # (OmegaConf reads 2 as true)
+    optional = type(None) in typing.get_args(hint)
+    if nested is None or (value is None and optional) or isinstance(value, Mapping) or dataclasses.is_dataclass(value):
+        return nested
+    keys, key = [field_key(f.name) for f in dataclasses.fields(nested)], f"{where}{field_key(field_name)}"
+    whole = f", or give {{{', '.join(f'{k}: ...' for k in keys)}}}" if len(keys) <= 3 else ""
+    raise ConfigError(f"{key}={'null' if value is None else repr(value)}: a mapping of its keys ({', '.join(keys)}); "
+                      f"set one with {key}.{keys[0]}=...{whole}")
+
+
+def nested_block(cls: type, field_name: str) -> type | None:
+    """The dataclass a field of `cls` holds (typed X or X | None), else None (no such field, or a plain type)."""
+    hint = _hints(cls).get(field_name)
+    return next((t for t in typing.get_args(hint) or (hint,) if dataclasses.is_dataclass(t)), None)
+
+
+def takes_bool(cls: type, field_name: str) -> bool:  # (typed bool or bool | None)
+    return bool in (typing.get_args(hint := _hints(cls).get(field_name)) or (hint,))
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)  # (a millisecond a class: a config is loaded per run and per test)
+
+
+def field_key(field_name: str) -> str:
+    """A field's key as a config writes it: `with`, not `with_`."""
+    return field_name[:-1] if field_name.endswith("_") and keyword.iskeyword(field_name[:-1]) else field_name
+
+
+GROUP = "hookrun.kinds"  # the entry-point group a user's package declares its kinds in
+SHIPPED = "hookrun.runner.kinds"  # the package whose folders are hookrun's own kinds
+_PLUGINS: dict[str, Any] = {}  # a kind's name -> its KindPlugin, loaded or registered (config/plugins.py)
+_FOUND: dict[str, Callable[[], Any]] = {}  # name -> how to load it (not yet imported)
+_SOURCES: dict[str, str] = {}  # a user's kind -> where it came from (its entry point), for messages
+REFUSED: dict[str, str] = {}  # an entry point whose name cannot be a block -> why (--help lists it; runs go on)
+_SCANNED = False
+
+
+def _scan() -> None:
+    """Find the kinds' names (folders of hookrun/runner/kinds/, entry points) without importing them."""
+    global _SCANNED
+    if _SCANNED:
+        return
+    _SCANNED = True
+    folder = Path(__file__).resolve().parents[1] / "runner" / "kinds"
+    for sub in sorted(folder.iterdir()) if folder.is_dir() else []:
+        if (sub / "__init__.py").is_file() and "KIND = KindPlugin(" in (sub / "__init__.py").read_text():
+            _FOUND.setdefault(sub.name, lambda m=f"{SHIPPED}.{sub.name}": _resolve(f"{m}:KIND", wrap=False))
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=GROUP):  # (config/kind_names.py takes each, or says why not)
+        from hookrun.config.kind_names import found_entry_point
+
+        found_entry_point(ep, GROUP, CONFIG_KEYS, REFUSED, _SOURCES, _FOUND)
+
+
+def _resolve(target: Any, slot: str = "", wrap: bool = True) -> Any:
+    """config/targets.py's resolve, imported when a kind's slot is first used (off the main job's route)."""
+    from hookrun.config.targets import resolve
+
+    return resolve(target, slot, wrap)
+
+
+def plugin_names() -> list[str]:  # (every kind that can be asked for: loaded or only found)
+    _scan()
+    return sorted(set(_PLUGINS) | set(_FOUND))
+
+
+CONFIG_KEYS: set[str] = {f.name for f in dataclasses.fields(HookrunConfig)}  # no kind may be named as one
+
+
 def hydra_schema() -> type:
     """The schema Hydra composes onto: HookrunConfig with an untyped, null slot for every kind
     plugin's block (typed once, by load), so an experiment may give `probe: {...}`."""
     own = {f.name for f in dataclasses.fields(HookrunConfig)}
     extra = [(name, Any, field(default=None)) for name in plugin_names() if name not in own]
     return dataclasses.make_dataclass("HookrunConfig", extra, bases=(HookrunConfig,)) if extra else HookrunConfig
-
-
-class Refused(NamedTuple):
-    option: str  # the option this row is about
-    when: Callable[[HookrunConfig], bool]  # true: the config has the refused combination
-    message: str  # the one line: what is wrong, and what would be right
-
-
-# option           | refused when                                          | the line
-TOGETHER: list[Refused] = [
-    Refused("mode=grad", lambda c: c.mode is Mode.grad and c.loss is None,
-            "mode=grad needs a loss: add loss=cross_entropy, loss=lm (a language model's next-token loss), "
-            "loss=sum, loss=target_logit or loss=custom"),
-    Refused("early_stop", lambda c: c.early_stop and c.mode is Mode.generate,
-            "early_stop=true does not fit mode=generate: every model call's output makes the next token"),
-    Refused("early_stop", lambda c: c.early_stop and c.mode is Mode.grad,
-            "early_stop=true needs mode=eval: a backward pass needs the whole forward"),
-    Refused("mode=generate", lambda c: c.mode is Mode.generate and c.loss is not None,
-            "mode=generate runs no backward pass, so loss is unused: remove the loss, or use mode=grad"),
-    Refused("resume", lambda c: c.resume and c.output.overwrite,
-            "resume=true keeps the old file's batches and output.overwrite=true replaces the file: give one of them "
-            "(resume=true to continue the run, output.overwrite=true to start it again)"),
-]
-
-
-# key                | first allowed, last allowed (None: no bound) | what the number is
-RANGES: list[tuple[str, int | None, int | None, str]] = [
-    ("data.limit", 1, None, "data.limit must be at least 1 (or null for all batches), got {value}"),
-    ("output.flush_every", 1, None, "output.flush_every must be at least 1 (or null: every 2 seconds), got {value}"),
-    ("data.batch_size", 1, None, "data.batch_size must be at least 1, got {value}"),
-    ("data.num_workers", 0, None, "data.num_workers must be 0 or more, got {value}"),
-    ("data.batch_size", None, sys.maxsize,
-     "data.batch_size must be at least 1 and at most " + str(sys.maxsize) + ", got {value}"),
-    ("seed", -(2**63), 2**64 - 1, "seed: {value} is out of range; use a whole number from 0 to " + str(2**64 - 1)
-     + " (2**64 - 1)"),
-]
-
-
-def check_config(cfg: HookrunConfig) -> None:
-    """Every row of TOGETHER, then every range, in order: the first that fails is one ConfigError."""
-    fields = {"mode": cfg.mode.value}
-    for row in TOGETHER:
-        if row.when(cfg):
-            raise ConfigError(row.message.format(**fields))
-    for key, low, high, message in RANGES:
-        value = lookup(cfg, key)
-        if value is not None and ((low is not None and value < low) or (high is not None and value > high)):
-            raise ConfigError(message.format(value=value))
-
-
-def lookup(cfg: HookrunConfig, key: str) -> object:
-    node: object = cfg
-    for part in key.split("."):
-        node = getattr(node, part)
-    return node

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from hookrun.config import typed_params
 from hookrun.config.build import build as build_node
+from hookrun.config.build import typed_params
 from hookrun.config.plugin_parts import plugin_op, plugin_op_names
 from hookrun.errors import ConfigError, NotFoundError, module_label
 from hookrun.hooks import HookPoint

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from hookrun.config import typed_params
+from hookrun.config.build import typed_params
 from hookrun.errors import ConfigError, module_label
 from hookrun.hooks import family
 from hookrun.hooks.ops import OpBuild, OpContext, register_op

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from hookrun.config import with_live
-from hookrun.config.schema import HookrunConfig, load, to_yaml
+from hookrun.config import load, with_live
+from hookrun.config.schema import HookrunConfig, to_yaml
 from hookrun.errors import RunError, StoreError, article, write_reason
 from hookrun.hooks.actions import ModelHold
 from hookrun.hooks.session import HookSession

@@ -26,7 +26,6 @@ from hookrun.config.build import (
     build_loss,
     build_model,
     check_dataset,
-    import_modules,
     live_model,
     weights_digest,
 )
@@ -173,7 +172,10 @@ def check_alone(cfg: HookrunConfig) -> list:
     """The checks of `cfg` that need no model, data, device or file: its imports, the hook specs, the
     options' table and the kind's block, the patch source; the specs back. A sweep runs them for every
     job before its first job starts (cli/sweep_checks.py)."""
-    import_modules(cfg.imports)
+    if cfg.imports:  # (config/plugins.py: a module of imports: may register a kind)
+        from hookrun.config.plugins import import_modules
+
+        import_modules(cfg.imports)
     specs = parse_hooks(cfg.hooks)
     check_config(cfg)  # the common table, then the kind's own check
     check_not_a_patch_source(specs, cfg.output.path)

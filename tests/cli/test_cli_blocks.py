@@ -102,8 +102,7 @@ def test_a_key_of_a_plugin_that_fails_to_load_is_the_same_one_line_as_adding_its
 def test_a_plugins_null_slot_behaves_as_the_shipped_blocks():
     """A kind plugin's block is an untyped null slot beside hookrun's fields (not a key of
     conf/config.yaml): it is a block, and a key of it set without + is refused the same way."""
-    from hookrun.config.plugins import plugin_names
-    from hookrun.config.schema import hydra_schema
+    from hookrun.config.schema import hydra_schema, plugin_names
 
     schema = hydra_slots(hydra_schema())  # the schema the CLI composes onto: a null slot per kind plugin
     assert block_names(schema, HookrunConfig) == plugin_names()

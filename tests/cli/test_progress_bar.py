@@ -6,7 +6,7 @@ from conftest import make_cfg
 
 
 def test_only_rank_0_draws_a_bar_and_it_counts_its_own_batches(tmp_path, checkpoint):
-    from hookrun.config.schema import load
+    from hookrun.config import load
     from hookrun.output.process import Ranks
     from hookrun.output.shards import ShardRun
     from hookrun.runner.prepare import prepare

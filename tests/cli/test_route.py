@@ -60,7 +60,7 @@ def test_cli_and_the_reports_face_name_no_kind_or_drawing_action_and_only_the_sc
     package face; and "is it a URL" is asked by the scheme registry (store/paths.py, output/) alone."""
     import re
 
-    from hookrun.config.plugins import plugin_names
+    from hookrun.config.schema import plugin_names
 
     names = [*plugin_names(), "logit_lens", "lens", "top_examples", "grad_cam", "gradcam", "latents", "edges"]
     assert {"attribution", "evaluate", "patching", "probe", "sae", "similarity"} <= set(names)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from conftest import run_cli
 
+from hookrun.config import load
 from hookrun.config.build import build
-from hookrun.config.schema import load
 from hookrun.errors import ConfigError
 
 MODEL = {"_target_": "torchvision.models.resnet18"}
@@ -121,7 +121,7 @@ def test_hydras_defaults_list_and_null_key_messages_become_the_command_lines():
     from hydra.errors import ConfigCompositionException
 
     from hookrun.cli.hydra_errors import one_line
-    from hookrun.config.schema import check_config, load
+    from hookrun.config import check_config, load
 
     keys = lambda: ["loss", "output", "output.max_bytes"]  # noqa: E731
     exc = ConfigCompositionException("Multiple values for loss. To override a value use 'override loss: sum'")

@@ -11,8 +11,8 @@ import pytest
 from omegaconf import OmegaConf
 
 import hookrun
-from hookrun.config import with_live
-from hookrun.config.schema import load, to_yaml
+from hookrun.config import load, with_live
+from hookrun.config.schema import to_yaml
 
 EXPERIMENTS = sorted(p.stem for p in (Path(__file__).parents[2] / "conf" / "experiment").glob("*.yaml"))
 

@@ -32,7 +32,7 @@ def docs_package(root) -> None:
 @pytest.fixture
 def my_kinds(tmp_path, monkeypatch):
     from hookrun.analysis.kind_readers import READERS
-    from hookrun.config.plugins import _PLUGINS
+    from hookrun.config.schema import _PLUGINS
 
     docs_package(tmp_path / "site")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
@@ -123,7 +123,8 @@ def test_the_pages_kind_with_mode_grad_is_one_line_before_the_model_is_built(my_
     from my_kinds.kind import Block, ScaledKind
 
     import hookrun
-    from hookrun.config.plugins import _PLUGINS, KindPlugin, register_plugin
+    from hookrun.config.plugins import KindPlugin, register_plugin
+    from hookrun.config.schema import _PLUGINS
 
     model, x = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2)).eval(), torch.randn(8, 4)
     built = []
@@ -159,7 +160,7 @@ def test_two_packages_of_imports_whose_kinds_share_a_name_are_one_line_naming_bo
     """(it said '(registered before)', naming neither the module nor the first package; the reference: the two
     packages written here, each the page's example under its own name)"""
     import hookrun
-    from hookrun.config.plugins import _PLUGINS
+    from hookrun.config.schema import _PLUGINS
 
     (tmp_path / "site").mkdir()
     for pkg in ("kinds_one", "kinds_two"):

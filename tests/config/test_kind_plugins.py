@@ -215,7 +215,8 @@ def test_a_kind_from_a_users_package_runs_reads_plots_and_reports(tmp_path):
 
 def test_a_kind_registered_by_imports_runs_in_python_and_its_block_is_checked_once(tmp_path, monkeypatch):
     import hookrun
-    from hookrun.config.plugins import _PLUGINS, register_plugin  # noqa: F401
+    from hookrun.config.plugins import register_plugin  # noqa: F401
+    from hookrun.config.schema import _PLUGINS
 
     pkg_root = tmp_path / "site"
     make_package(pkg_root, "userkind_imp", "halved", entry_point=False)
@@ -263,7 +264,7 @@ def test_a_kind_registered_by_imports_runs_in_python_and_its_block_is_checked_on
 
 def test_a_plugin_naming_nothing_or_a_built_in_op_is_one_line_before_any_batch(tmp_path, monkeypatch):
     import hookrun
-    from hookrun.config.plugins import _PLUGINS
+    from hookrun.config.schema import _PLUGINS
 
     pkg_root = tmp_path / "site"
     make_package(pkg_root, "userkind_bad", "wrong", entry_point=False)
@@ -395,7 +396,7 @@ def test_a_plugins_block_not_a_dataclass_is_one_line_and_its_failing_reader_hide
     from hookrun.cli.inspect_command import main as inspect_main
     from hookrun.cli.plot_command import main as plot_main
     from hookrun.cli.report_command import main as report_main
-    from hookrun.config.plugins import _PLUGINS
+    from hookrun.config.schema import _PLUGINS
 
     pkg_root = tmp_path / "site"
     make_package(pkg_root, "userkind_broken2", "fine2", entry_point=False)
@@ -447,7 +448,7 @@ def test_a_plugins_block_not_a_dataclass_is_one_line_and_its_failing_reader_hide
 def test_import_hookrun_loads_no_kind_plugin():
     code = ("import sys, hookrun; from hookrun.config.plugins import loaded_plugins; "
             "print(len(loaded_plugins()), sorted(m for m in sys.modules if m.startswith('hookrun.runner.kinds.') "
-            "and m.count('.') == 3 and m.rsplit('.', 1)[1] in __import__('hookrun.config.plugins', fromlist=['x'])"
+            "and m.count('.') == 3 and m.rsplit('.', 1)[1] in __import__('hookrun.config.schema', fromlist=['x'])"
             ".plugin_names()))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr
@@ -459,7 +460,8 @@ def test_an_imports_module_that_raises_or_registers_a_taken_name_is_one_line(tmp
     """A module of `imports:` that raised as it ran was its traceback; one that registered a kind under a name
     another kind has replaced that kind in silence (which of two a run used hung on the import order)."""
     import hookrun
-    from hookrun.config.plugins import _PLUGINS, KindPlugin, register_plugin
+    from hookrun.config.plugins import KindPlugin, register_plugin
+    from hookrun.config.schema import _PLUGINS
 
     (tmp_path / "raises_here.py").write_text("raise RuntimeError('no licence file found')\n")
     (tmp_path / "takes_a_name.py").write_text(
@@ -508,7 +510,8 @@ def test_a_kinds_step_that_returns_no_step_adds_is_one_line_naming_the_kind(tmp_
     import h5py
 
     import hookrun
-    from hookrun.config.plugins import _PLUGINS, KindPlugin, register_plugin
+    from hookrun.config.plugins import KindPlugin, register_plugin
+    from hookrun.config.schema import _PLUGINS
     from hookrun.errors import RunError
     from hookrun.runner.kinds import RunKind, plain_forward
 
@@ -540,7 +543,8 @@ def test_a_plugin_slots_module_that_fails_on_an_import_of_its_own_is_one_line_na
 
     import hookrun
     from hookrun.cli.plot_command import main as plot_main
-    from hookrun.config.plugins import _PLUGINS, KindPlugin, register_plugin
+    from hookrun.config.plugins import KindPlugin, register_plugin
+    from hookrun.config.schema import _PLUGINS
 
     (tmp_path / "slotdep_kind.py").write_text("import slotdep_missing_dependency\n")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -592,7 +596,8 @@ def test_a_users_reader_that_fails_to_load_hides_nothing_else(tmp_path, monkeypa
     from hookrun.cli.inspect_command import main as inspect_main
     from hookrun.cli.plot_command import main as plot_main
     from hookrun.cli.report_command import main as report_main
-    from hookrun.config.plugins import _PLUGINS, KindPlugin, register_plugin
+    from hookrun.config.plugins import KindPlugin, register_plugin
+    from hookrun.config.schema import _PLUGINS
     from hookrun.runner.kinds import RunKind
 
     (tmp_path / "unloaded_reader.py").write_text("import unloaded_reader_missing_dependency\n")
@@ -641,7 +646,8 @@ def test_a_plugin_blocks_enum_is_stored_by_name_so_its_file_reads_back(tmp_path,
 
     import hookrun
     from hookrun.cli.inspect_command import main as inspect_main
-    from hookrun.config.plugins import _PLUGINS, KindPlugin, register_plugin
+    from hookrun.config.plugins import KindPlugin, register_plugin
+    from hookrun.config.schema import _PLUGINS
     from hookrun.runner.kinds import RunKind
 
     class Reduce(enum.Enum):
@@ -685,7 +691,8 @@ def test_a_plugin_blocks_path_is_stored_as_its_text_so_its_file_reads_back(tmp_p
     import yaml
 
     import hookrun
-    from hookrun.config.plugins import _PLUGINS, KindPlugin, register_plugin
+    from hookrun.config.plugins import KindPlugin, register_plugin
+    from hookrun.config.schema import _PLUGINS
     from hookrun.runner.kinds import RunKind
 
     seen = []
@@ -721,7 +728,8 @@ def test_a_users_reader_whose_present_attr_lines_or_header_raises_hides_nothing_
     from hookrun.analysis.kind_readers import READERS, KindReader
     from hookrun.cli.inspect_command import main as inspect_main
     from hookrun.cli.report_command import main as report_main
-    from hookrun.config.plugins import _PLUGINS, KindPlugin, register_plugin
+    from hookrun.config.plugins import KindPlugin, register_plugin
+    from hookrun.config.schema import _PLUGINS
     from hookrun.runner.kinds import RunKind
 
     (tmp_path / "raising_parts.py").write_text(textwrap.dedent('''
@@ -819,7 +827,8 @@ def test_a_users_reader_whose_no_values_raises_is_one_line_and_the_capture_still
     import hookrun
     from hookrun.analysis.kind_readers import READERS, KindReader
     from hookrun.cli.inspect_command import main as inspect_main
-    from hookrun.config.plugins import _PLUGINS, KindPlugin, register_plugin
+    from hookrun.config.plugins import KindPlugin, register_plugin
+    from hookrun.config.schema import _PLUGINS
     from hookrun.runner.kinds import RunKind
 
     (tmp_path / "raising_notes.py").write_text(textwrap.dedent('''

@@ -20,7 +20,8 @@ from omegaconf import OmegaConf
 from torch import nn
 
 import hookrun
-from hookrun.config.schema import TOGETHER, HookrunConfig, Mode, load
+from hookrun.config import TOGETHER, load
+from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError, RunError
 from hookrun.hooks import Phase
 from hookrun.runner.kinds import KINDS, RunKind, StepAdds, check_config, kind_for

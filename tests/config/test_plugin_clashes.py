@@ -11,7 +11,7 @@ import pytest
 from test_kind_plugins import make_package
 
 import hookrun
-from hookrun.config.plugins import _PLUGINS
+from hookrun.config.schema import _PLUGINS
 from hookrun.errors import ConfigError
 
 EXTRA = '''

@@ -19,7 +19,7 @@ from hookrun.registry import Registry
 
 CODE = """
 import sys
-from hookrun.config.plugins import plugin_names
+from hookrun.config.schema import plugin_names
 from hookrun.errors import ConfigError
 from hookrun.hooks.ops import OPS, build_op
 

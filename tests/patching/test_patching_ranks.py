@@ -113,8 +113,7 @@ def test_the_shares_of_two_ranks_make_the_grid_of_transformer_lens(tl_task):
 
 @pytest.mark.parametrize("rank, world", [(1, 2), (0, 6)])
 def test_a_rank_takes_every_world_th_cell_and_more_ranks_than_cells_are_refused(tmp_path, tl_task, rank, world):
-    from hookrun.config import with_live
-    from hookrun.config.schema import load
+    from hookrun.config import load, with_live
     from hookrun.errors import ConfigError
     from hookrun.runner.prepare import prepare
 

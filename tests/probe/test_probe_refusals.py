@@ -76,7 +76,7 @@ def test_a_key_the_test_data_node_has_not_is_one_line(tmp_path, key, message) ->
     ({"similarity": {"at": ["block1", "fc"]}}, "similarity over 2 ranks: no channel between the ranks"),
 ])
 def test_many_ranks_without_a_channel_are_one_line(tmp_path, block, message) -> None:
-    from hookrun.config.schema import load
+    from hookrun.config import load
     from hookrun.output.process import Ranks
     from hookrun.output.shards import ShardRun
     from hookrun.runner.prepare import prepare

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import hookrun
-from hookrun.config.schema import load
+from hookrun.config import load
 from hookrun.errors import ConfigError
 from hookrun.runner.kinds import check_config
 

@@ -8,7 +8,7 @@ import pytest
 from test_sae_kind import config
 from test_sae_train import CAPTURE, make_cache
 
-from hookrun.config.schema import load
+from hookrun.config import load
 from hookrun.errors import ConfigError
 from hookrun.runner.kinds import check_config
 

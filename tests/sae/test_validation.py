@@ -88,7 +88,7 @@ def test_an_ops_number_that_is_no_number_is_refused_before_any_batch(tmp_path, d
                                                    ("mask", {"index": [1, 3]}, {"index": [1, 3]}),
                                                    ("add", {"value": [0.5, 1], "factor": 2}, {"value": [0.5, 1], "factor": 2})])
 def test_typed_params_reads_numbers_as_numbers(fn, given, read):
-    from hookrun.config import typed_params
+    from hookrun.config.build import typed_params
     from hookrun.hooks import ops
 
     got = typed_params(getattr(ops, fn), given, "w")
@@ -99,7 +99,7 @@ def test_typed_params_passes_a_tensor_or_an_array_given_in_python_as_it_is():
     """(a steering vector as a tensor, a factor as a numpy scalar: what no config holds, the op takes)"""
     import numpy as np
 
-    from hookrun.config import typed_params
+    from hookrun.config.build import typed_params
     from hookrun.hooks import ops
 
     vector, array = torch.ones(3), np.ones(3)
@@ -112,7 +112,7 @@ def test_typed_params_passes_a_tensor_or_an_array_given_in_python_as_it_is():
 @pytest.mark.parametrize(("given", "read"), [(True, True), (False, False), ("TRUE", True), (" no ", False), (1, True),
                                              (0, False), (None, None)])
 def test_typed_params_reads_booleans_as_the_schema_does(given, read):
-    from hookrun.config import typed_params
+    from hookrun.config.build import typed_params
     from hookrun.hooks.splice import splice
 
     got = typed_params(splice, {"error_term": given, "path": "x"}, "w")
@@ -121,7 +121,7 @@ def test_typed_params_reads_booleans_as_the_schema_does(given, read):
 
 @pytest.mark.parametrize("given", ["maybe", 2, 0.0, [True]])
 def test_typed_params_refuses_what_is_no_boolean(given):
-    from hookrun.config import typed_params
+    from hookrun.config.build import typed_params
     from hookrun.hooks.splice import splice
 
     with pytest.raises(ConfigError, match=r"^w: error_term=.* is not a boolean; give true or false$"):

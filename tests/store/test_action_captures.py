@@ -13,7 +13,8 @@ import pytest
 import torch
 
 import hookrun
-from hookrun.config.plugins import _PLUGINS, KindPlugin, register_plugin
+from hookrun.config.plugins import KindPlugin, register_plugin
+from hookrun.config.schema import _PLUGINS
 from hookrun.errors import RunError
 from hookrun.hooks.actions import Action, register_action
 from hookrun.runner.kinds import NOTHING, RunKind, plain_forward

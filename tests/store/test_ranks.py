@@ -19,7 +19,7 @@ from conftest import ROOT
 from rank_runs import ARGS, ENV, TORCHRUN, captures, cli
 
 import hookrun
-from hookrun.config.schema import load as load_config
+from hookrun.config import load as load_config
 from hookrun.errors import ConfigError, HookrunError, NotFoundError, RunError
 from hookrun.output.process import Ranks, detect
 from hookrun.output.ranks import shard_path

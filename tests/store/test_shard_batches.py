@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from conftest import BATCH, N, make_cfg, small_resnet
 
-from hookrun.config.schema import load
+from hookrun.config import load
 from hookrun.output.process import Ranks
 from hookrun.output.shards import ShardRun
 from hookrun.runner import execute

@@ -39,9 +39,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from hookrun.config.plugins import plugin
+from hookrun.config import check_config as common_checks
 from hookrun.config.schema import HookrunConfig, Mode
-from hookrun.config.schema import check_config as common_checks
 from hookrun.errors import ConfigError
 from hookrun.hooks import StopForward
 from hookrun.registry import Registry
@@ -119,7 +118,7 @@ class RunKind:
     @classmethod
     def check(cls, cfg: HookrunConfig) -> None:
         """Refuse what this kind cannot run (one ConfigError line), before anything is built.
-        The options that may not go together whatever the kind are in hookrun.config.schema's TOGETHER."""
+        The options that may not go together whatever the kind are in hookrun.config's TOGETHER."""
 
     @classmethod
     def check_mode(cls, cfg: HookrunConfig) -> None:
@@ -253,7 +252,8 @@ def kind_for(cfg: HookrunConfig) -> type[RunKind]:
             KINDS.get(name)
     kinds = [KINDS.get(n) for n in KINDS.loaded()]
     on = [k for k in kinds if k.block and k.wanted(cfg)]
-    if cfg.blocks:  # (the blocks given: their plugins' kinds)
+    if cfg.blocks:  # a kind plugin's block given (config/plugins.py and user_kind.py: imported only then)
+        from hookrun.config.plugins import plugin
         from hookrun.runner.kinds.user_kind import plugin_kind
 
         on += [k for k in (plugin_kind(plugin(name)) for name in cfg.blocks) if k.wanted(cfg)]
@@ -269,7 +269,7 @@ def kind_for(cfg: HookrunConfig) -> type[RunKind]:
 
 
 def check_config(cfg: HookrunConfig) -> None:
-    """Every refusal before anything is built: the common options' table (config/schema.py's TOGETHER), then
+    """Every refusal before anything is built: the common options' table (config/__init__.py's TOGETHER), then
     the kind's own block (kind.check: evaluate's rows, an object-store output, ...)."""
     kind = kind_for(cfg)
     kind.check_mode(cfg)

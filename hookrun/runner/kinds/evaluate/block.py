@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hookrun.config.schema import HookrunConfig, Mode, Refused
+from hookrun.config import Refused
+from hookrun.config.schema import HookrunConfig, Mode
 from hookrun.errors import ConfigError, one_of
 
 ABLATIONS = ("zero", "mean")  # evaluate.ablation: null, or one of these

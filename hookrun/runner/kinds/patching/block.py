@@ -3,7 +3,7 @@
     block = parse_block({"sites": {"resid": {"at": "blocks.*.hook_resid_pre", "over": ["position"]}}})
     block.sites[0].over   # ('position',)
 
-PatchingConfig is the block's keys, types and defaults (the kind plugin's block: hookrun.config.schema.load
+PatchingConfig is the block's keys, types and defaults (the kind plugin's block: hookrun.config.load
 types a config's `patching:` into it, and its check() parses it here once, before the model is
 built: `cfg.patching.checked()` is that Block). Every key is checked here, before the model runs: a
 wrong value is one ConfigError naming the key, what is wrong and the choices (closest matches for names).
@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch.utils.data import default_collate
 
-from hookrun.config import as_bool
+from hookrun.config.param_values import as_bool
 from hookrun.errors import ConfigError, close_matches, one_of, parse_bytes
 from hookrun.runner.kinds.patching.edges.spec import EDGE_METHODS, FaithSpec, parse_edge_keys
 from hookrun.runner.kinds.patching.metrics import PATCH_METRICS
@@ -51,7 +51,7 @@ class PatchingConfig:
     faithfulness: Any = None  # {edges: [10, 50], ablation: corrupt | mean, from: eap_ig}
 
     def check(self) -> None:
-        """Every key checked, once per run (hookrun.config.schema.load): the Block is kept for the run."""
+        """Every key checked, once per run (hookrun.config.load): the Block is kept for the run."""
         from hookrun.config.build import build
 
         object.__setattr__(self, "_checked", parse_block(self, build=build))

@@ -2,7 +2,7 @@
 
     probe: {at: [block1, block2, block3], target: label, method: logistic, C: 1.0, control: true}
 
-Parsed once by hookrun.config.schema.load (hookrun/config/plugins.py) into ProbeBlock; `check()`
+Parsed once by hookrun.config.load (hookrun/config/plugins.py) into ProbeBlock; `check()`
 raises one ConfigError line per wrong value and turns `memory` into bytes. What needs the model or
 the first batch (a hook point with no feature axis, a target key the items lack, a float target with
 logistic, a budget too small for one batch) is checked by the kind (kind.py) before any batch.

@@ -83,7 +83,7 @@ def eval_data(run_data: Mapping, spec: Mapping) -> dict[str, Any]:
 def check_items(cfg: Any, spec: Mapping) -> None:
     """The held-out items' data keys (types, ranges) and data set, before any step, named as sae.evaluate's
     (they were found after the training, as data.*); loss=lm (the run names none) reads their input_ids."""
-    from hookrun.config.schema import check_config, load
+    from hookrun.config import check_config, load
 
     base = to_dict(cfg)
     data = eval_data(base["data"], spec)

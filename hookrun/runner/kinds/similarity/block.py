@@ -3,7 +3,7 @@
     similarity: {at: [layer1, layer2], measure: linear_cka, pool: mean}
     similarity: {at: [layer1], with: {model: {_target_: torchvision.models.resnet34}, at: [layer1]}}
 
-Parsed once (hookrun.config.plugins.parse_block, from hookrun.config.schema.load) before the model is
+Parsed once (hookrun.config.plugins.parse_block, from hookrun.config.load) before the model is
 built: an unknown key, a wrong type, an unknown measure and the pairs that do not go together are one
 ConfigError line each.
 """

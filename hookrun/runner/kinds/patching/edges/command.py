@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from hookrun.analysis.opening import open_run
-from hookrun.config.plugins import plugin_names
+from hookrun.config.schema import plugin_names
 from hookrun.errors import ConfigError
 from hookrun.runner.kinds.patching.edges.formats import (
     FORMATS,
