@@ -86,22 +86,6 @@ def every_rank(exc: Exception) -> Exception:
     return exc
 
 
-def agree_on_start(r: Ranks, sweep: bool = False) -> str | None:
-    """Rank 0's start time, 'YYYY-mm-dd/HH-MM-SS', the same on every rank of torchrun or of an srun
-    step: the default run folder outputs/DATE/TIME does not split across ranks that start a second
-    apart (an srun step's ranks agree through a FileStore in the working folder, which they share)."""
-    from hookrun.output.ranks import open_store, share_from_rank0
-
-    mine = free_start(sweep) if r.rank == 0 else None
-    try:
-        store = open_store(r, Path("."))
-    except (RuntimeError, OSError):
-        if r.launcher == "torchrun":
-            raise
-        return None  # srun from a folder it cannot write: no outputs/DATE/TIME there either (hydra.run.dir is)
-    return share_from_rank0(store, "start", mine)
-
-
 def free_start(sweep: bool = False, claim: bool = False) -> str:
     """The default run folder's name, 'YYYY-mm-dd/HH-MM-SS', or 'HH-MM-SS-2', '-3', ... where a run that
     started in the same second has it (outputs/DATE/TIME, or outputs/multirun/DATE/TIME for -m): two
@@ -136,7 +120,9 @@ def share_start(r: Ranks, sweep: bool, claim: bool = False) -> bool:
     if "HOOKRUN_STARTED" in os.environ:
         return False
     if r.launcher in ("torchrun", "slurm") and r.many:
-        started = agree_on_start(r, sweep)
+        from hookrun.output.ranks import agree_on_start
+
+        started = agree_on_start(r, free_start(sweep) if r.rank == 0 else None)
         if started is None:  # an srun step in a folder it cannot write
             return False
     else:

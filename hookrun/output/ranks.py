@@ -4,7 +4,7 @@
     shard_path(Path("captures.h5"), r.rank)   # captures.rank-00001.h5 (which batches: shards.py's shard_batches)
 
 Loaded only where a run has many ranks (one process needs only output/process.py's Ranks, the `r`
-below; this module never imports it, as process.py asks it for the start only with many ranks). The ranks
+below; this module never imports it, as process.py asks it for the start only with many ranks: agree_on_start). The ranks
 talk through a torch.distributed key-value store (torchrun's TCP store, or a FileStore in the run
 folder for submitit and srun): no process group and no collective is needed, so a rank that dies
 never leaves the others stuck inside a collective call.
@@ -28,6 +28,20 @@ HANDSHAKE_SECONDS = 900  # how long a rank waits for the others to start
 def shard_path(path: Path, rank: int) -> Path:
     """captures.h5 -> captures.rank-00001.h5 (rank 1's file, beside the merged view)."""
     return path.with_name(f"{path.stem}.rank-{rank:05d}{path.suffix}")
+
+
+def agree_on_start(r: Any, mine: str | None) -> str | None:
+    """Rank 0's start time (`mine` on rank 0: output/process.py's free_start), 'YYYY-mm-dd/HH-MM-SS', the same
+    on every rank of torchrun or of an srun step: the default run folder outputs/DATE/TIME does not split across
+    ranks that start a second apart (an srun step's ranks agree through a FileStore in the working folder, which
+    they share); None where an srun step's folder cannot be written."""
+    try:
+        store = open_store(r, Path("."))
+    except (RuntimeError, OSError):
+        if r.launcher == "torchrun":
+            raise
+        return None  # srun from a folder it cannot write: no outputs/DATE/TIME there either (hydra.run.dir is)
+    return share_from_rank0(store, "start", mine)
 
 
 def rank_device(name: str, local_rank: int) -> str:
