@@ -1,5 +1,5 @@
 """A parameter of an action or op that the callable takes as a boolean or a number, read as one
-(config/__init__.py's typed_params, which imports this module only where a callable takes such a key):
+(config/build.py's typed_params, which imports this module only where a callable takes such a key):
 
     as_bool("no", "error_term", "hooks.sae.actions.0")              # False
     as_number("0.5", ("float",), "factor", "hooks.h.actions.0")     # 0.5

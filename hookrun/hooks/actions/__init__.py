@@ -73,7 +73,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hookrun.config import typed_params
+from hookrun.config.build import typed_params
 from hookrun.errors import ConfigError, NotFoundError
 from hookrun.hooks import Event, StepState
 from hookrun.registry import Registry
