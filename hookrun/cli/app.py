@@ -104,7 +104,9 @@ def _task(cfg: DictConfig, folder: Path, record: RunRecord) -> None:
             log.info("file: %s%s", result.path, f" · {result.note}" if result.note else "")
     except HookrunError as exc:
         if HydraConfig.get().mode == RunMode.MULTIRUN and not isinstance(exc, Interrupted):
-            record.keep_refusal(str(exc))  # (its file not opened: the sweep's readers name it refused, with this line)
+            from hookrun.cli.sweep_checks import keep_refusal
+
+            keep_refusal(record, str(exc))  # (its file not opened: the sweep's readers name it refused, with this line)
         if FULL_ERROR:
             raise
         _fail(exc)

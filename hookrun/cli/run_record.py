@@ -117,21 +117,6 @@ class RunRecord:
             except OSError as exc:  # the run goes on: its output is open
                 log.warning("could not write %s: %s", path, exc)
 
-    def keep_refusal(self, line: str) -> None:
-        """A multirun's job refused before its output opened: its record (where its folder holds none yet)
-        and the line in REFUSED, so the sweep's readers name it refused with its reason; a folder that
-        holds a run's file is left as it was (that file's status speaks)."""
-        from hookrun.store.reading import folder_file
-
-        if self.written or folder_file(self.folder) is not None:
-            return
-        if not (self.folder / ".hydra").exists():
-            self.write()
-        try:
-            (self.folder / REFUSED).write_text(line + "\n", encoding="utf-8")
-        except OSError as exc:
-            log.warning("could not write %s: %s", self.folder / REFUSED, exc)
-
     def discard(self) -> None:
         """The run was refused (or wrote nothing): forget the record; the folder stays as it was."""
         if self.written:

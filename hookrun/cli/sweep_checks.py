@@ -10,21 +10,30 @@ folder (exit 2, one line per refusal, jobs with the same line named together). C
 SweepFolder callback (cli/app.py) at `on_multirun_start`. Only the basic sweeper's jobs are known in
 advance (another sweeper chooses its jobs as it goes); a job whose config this process cannot
 resolve (an interpolation only its launcher fills in) is left to its own run, which checks it again.
+A job refused once it runs, before its output opened, keeps its line (`keep_refusal`, called by cli/app.py).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import os
 import sys
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from hookrun.config import SWEPT
 from hookrun.errors import HookrunError
+from hookrun.store import REFUSED
+
+if TYPE_CHECKING:
+    from hookrun.cli.run_record import RunRecord
+
+log = logging.getLogger("hookrun")
 
 
 def shared_output(raw: str, path: Path, folder: Path) -> str | None:
@@ -41,6 +50,22 @@ def shared_output(raw: str, path: Path, folder: Path) -> str | None:
     inside = "" if url else "a path inside the job's folder (each job has its own) or "
     return (f"output.path={raw} {what}: every job of a multirun would write the same file; give {inside}one with "
             f"${{hydra:job.num}} in it")
+
+
+def keep_refusal(record: RunRecord, line: str) -> None:
+    """A multirun's job refused before its output opened: its record (where its folder holds none yet)
+    and the line in REFUSED, so the sweep's readers name it refused with its reason; a folder that
+    holds a run's file is left as it was (that file's status speaks)."""
+    from hookrun.store.reading import folder_file
+
+    if record.written or folder_file(record.folder) is not None:
+        return
+    if not (record.folder / ".hydra").exists():
+        record.write()
+    try:
+        (record.folder / REFUSED).write_text(line + "\n", encoding="utf-8")
+    except OSError as exc:
+        log.warning("could not write %s: %s", record.folder / REFUSED, exc)
 
 
 def check_jobs(config: DictConfig) -> None:
