@@ -190,25 +190,12 @@ def with_late_blocks(compose: Callable[[], Any], schema: type) -> Any:
     """compose(), again with an untyped slot for each top-level key of a config file that `schema` lacks: a
     kind's block beside the `imports:` that registers the kind (`imports: [my_kinds]` and `scaled: {...}` in an
     experiment's YAML), which Hydra composes before imports: is read ("Key 'scaled' not in 'HookrunConfig'");
-    load() then imports the modules and types the block, or refuses a key no kind has in one line."""
-    added: list[str] = []
-    first: Exception | None = None
-    while True:
-        try:
-            return compose()
-        except Exception as exc:
-            from hydra.core.config_store import ConfigStore
-            from hydra.errors import ConfigCompositionException
-            from omegaconf.errors import ConfigKeyError
+    load() then imports the modules and types the block, or refuses a key no kind has in one line (the
+    composing again: hydra_errors.late_blocks, loaded only where Hydra refused a key)."""
+    try:
+        return compose()
+    except Exception as exc:
+        first = exc
+    from hookrun.cli.hydra_errors import late_blocks
 
-            cause = exc.__cause__ or exc.__context__ if isinstance(exc, ConfigCompositionException) else None
-            key = getattr(cause, "full_key", None) if isinstance(cause, ConfigKeyError) else None
-            if not key or "." in key or key in added or f"Key '{key}' not in '{schema.__name__}'" not in str(cause):
-                if first is not None and any(k in f"{exc} {cause}" for k in added):  # (a slot let an override of
-                    ConfigStore.instance().store(name="hookrun_schema", node=schema)  # a misspelt key through:
-                    raise first from None  # its first error, against the schema, for its did-you-mean line)
-                raise
-            first = first or exc
-            added.append(key)
-            slots = [(k, Any, dataclasses.field(default=None)) for k in added]
-            ConfigStore.instance().store(name="hookrun_schema", node=dataclasses.make_dataclass(schema.__name__, slots, bases=(schema,)))
+    return late_blocks(compose, schema, first)

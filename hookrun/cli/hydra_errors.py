@@ -10,6 +10,7 @@ functions return as `hookrun: error: ...` and exits with 2.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -100,6 +101,34 @@ def failure_line(exc: BaseException, overrides: list[str], compose_groups: Calla
     if line is None and not task_started and str(exc).strip():
         line = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
     return line
+
+
+def late_blocks(compose: Callable[[], Any], schema: type, exc: Exception) -> Any:
+    """command_line.with_late_blocks once compose() raised `exc`: where Hydra refused a top-level key
+    `schema` lacks, compose() again with an untyped slot for it (and for each such key after it); any
+    other error is raised as it is."""
+    from hydra.core.config_store import ConfigStore
+    from omegaconf.errors import ConfigKeyError
+
+    added: list[str] = []
+    first: Exception | None = None
+    while True:
+        cause = exc.__cause__ or exc.__context__ if isinstance(exc, ConfigCompositionException) else None
+        key = getattr(cause, "full_key", None) if isinstance(cause, ConfigKeyError) else None
+        if not key or "." in key or key in added or f"Key '{key}' not in '{schema.__name__}'" not in str(cause):
+            if first is not None and any(k in f"{exc} {cause}" for k in added):  # (a slot let an override of
+                ConfigStore.instance().store(name="hookrun_schema", node=schema)  # a misspelt key through:
+                raise first from None  # its first error, against the schema, for its did-you-mean line)
+            raise exc
+        first = first or exc
+        added.append(key)
+        slots = [(k, Any, dataclasses.field(default=None)) for k in added]
+        ConfigStore.instance().store(name="hookrun_schema", node=dataclasses.make_dataclass(schema.__name__, slots, bases=(schema,)))
+        try:
+            return compose()
+        except Exception as again:
+            exc = again
+
 
 def _group_given_no_name(overrides: list[str], group_options: Callable[[str], list[str]]) -> str | None:
     """`data=null`, `model=5`: a config group's override that names no option (Hydra: "Config group
