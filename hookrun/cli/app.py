@@ -4,9 +4,9 @@
     python -m hookrun -m experiment=resnet_layer1 seed=0,1,2
 
 Hydra composes the config; this module puts the output file in the run folder, calls run(), and
-turns a HookrunError, or an error of Hydra's composition (hydra_errors.py, loaded then), into one line
-`hookrun: error: ...` on stderr and a non-zero exit (HYDRA_FULL_ERROR=1 shows the traceback
-instead). The last log line names the file; a multirun ends by naming its sweep folder.
+turns a HookrunError, or an error of Hydra's composition (app_errors.py and hydra_errors.py, loaded
+then), into one line `hookrun: error: ...` on stderr and a non-zero exit (HYDRA_FULL_ERROR=1 shows
+the traceback instead). The last log line names the file; a multirun ends by naming its sweep folder.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import logging
 import os
 import re
 import sys
-import traceback
 from pathlib import Path
+from typing import NoReturn
 
 import hydra
 from hydra.core.config_store import ConfigStore
@@ -164,25 +164,12 @@ def missing_block_line(overrides: list[str]) -> str | None:
                          added_by_key)
 
 
-def _fail(exc: HookrunError, shown: bool = False) -> None:
-    """One line on stderr (and in the run's log), the exit status, no traceback (`shown`: printed already)."""
-    if getattr(exc, "every_rank", False) and detect().rank != 0:
-        sys.exit(exc.exit_code)  # every rank found the same; rank 0 says it
-    word = "" if isinstance(exc, Interrupted) else "error: "
-    if FULL_ERROR and not shown and exc.__cause__ is not None:  # the model's own error behind the one line
-        traceback.print_exception(exc.__cause__, file=sys.stderr)
-    _log_to_file(f"{word}{exc}")
-    print(f"hookrun: {word}{exc}", file=sys.stderr)
-    sys.exit(exc.exit_code)
+def _fail(exc: HookrunError, shown: bool = False) -> NoReturn:
+    """One line on stderr (and in the run's log), the exit status, no traceback (`shown`: printed already;
+    app_errors.py's, loaded only where a run is refused or fails)."""
+    from hookrun.cli.app_errors import give_up
 
-
-def _log_to_file(message: str) -> None:
-    """Keep the error in the run's log file without printing it a second time on the terminal
-    (Hydra's job logging sends records to the console as well as to the file)."""
-    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "%s", (message,), None)
-    for handler in logging.getLogger().handlers + log.handlers:
-        if isinstance(handler, logging.FileHandler):
-            handler.handle(record)
+    give_up(exc, FULL_ERROR and not shown)
 
 
 @ends_quietly
@@ -230,18 +217,10 @@ def main() -> None:
         with skip_mode_compose(args, conf_dir()), held_saves():
             with_late_blocks(_app, SCHEMA)
     except Exception as exc:
-        if FULL_ERROR:  # the traceback asked for, then the one line and its exit status as without it
-            traceback.print_exc()
-        if isinstance(exc, HookrunError):  # from a launcher's worker process, which inherits the variable
-            _fail(exc, shown=FULL_ERROR)
-        from hookrun.cli.hydra_errors import failure_line  # (loaded only here)
+        from hookrun.cli.app_errors import failed  # (loaded only here)
 
-        line = failure_line(exc, overrides, compose_groups, conf_dir(), _TASK_STARTED)
-        if line is None:
-            if FULL_ERROR:
-                sys.exit(1)
-            raise
-        _fail(ConfigError(line), shown=FULL_ERROR)
+        failed(exc, overrides, compose_groups, conf_dir(), _TASK_STARTED, FULL_ERROR)
+        raise  # neither hookrun's error nor Hydra's: a bug, with its traceback
     finally:
         if not FULL_ERROR:
             os.environ.pop("HYDRA_FULL_ERROR", None)
