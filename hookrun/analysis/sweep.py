@@ -213,7 +213,7 @@ def _in_order(jobs: list[Job]) -> list[Job]:
 
 
 def _refusal(job: Path) -> str | None:
-    """The line of a job refused before its file opened (cli/run_record.py writes it), or None."""
+    """The line of a job refused before its file opened (cli/around_hydra.py writes it), or None."""
     try:
         return (job / REFUSED).read_text(encoding="utf-8").strip().splitlines()[0] or None
     except (OSError, IndexError, UnicodeDecodeError):

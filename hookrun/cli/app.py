@@ -7,6 +7,20 @@ Hydra composes the config; this module puts the output file in the run folder, c
 turns a HookrunError, or an error of Hydra's composition (app_errors.py and hydra_errors.py, loaded
 then), into one line `hookrun: error: ...` on stderr and a non-zero exit (HYDRA_FULL_ERROR=1 shows
 the traceback instead). The last log line names the file; a multirun ends by naming its sweep folder.
+
+Hydra 1.3 composes the whole config twice for every command: `Hydra.get_mode` composes it only to
+read `hydra.mode` (a config may set `hydra: {mode: MULTIRUN}` to sweep without `-m`), then the run
+composes it again. That first compose is about 0.2 s of every run's start (cProfile of
+`python -m hookrun experiment=resnet_layer1`; benchmarks/process_pair.py times the whole process).
+
+    with skip_mode_compose(sys.argv[1:], conf_dir()):
+        app()
+
+The compose is skipped, and the mode left to the command line (`-m` or not, as Hydra does when a
+config sets no mode), only where nothing can set `hydra.mode`: no argument names it or adds a config
+folder (`--config-dir`, `--config-path`, `--config-name`, `hydra.searchpath`, `hydra.mode`), and
+no YAML file in hookrun's config folder sets `mode: RUN` or `mode: MULTIRUN` or a search path.
+Anywhere else Hydra's own get_mode runs, unchanged.
 """
 
 from __future__ import annotations
@@ -16,6 +30,8 @@ import logging
 import os
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
 
@@ -28,16 +44,17 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from hookrun.cli import ends_quietly, exit_process, note_late_signals
-from hookrun.cli.command_line import (
+from hookrun.cli.around_hydra import (
+    RunRecord,
     block_names,
+    held_saves,
     hydra_slots,
     missing_block,
+    remove_empty,
     renamed,
     shell_damage,
-    skip_mode_compose,
     with_late_blocks,
 )
-from hookrun.cli.run_record import RunRecord, held_saves, remove_empty
 from hookrun.config import CONF_PLACES, added_by_key, conf_folder, load
 from hookrun.config.schema import HookrunConfig, hydra_schema, replaced
 from hookrun.errors import ConfigError, HookrunError
@@ -56,7 +73,7 @@ def conf_dir() -> str:
     return str(found)
 
 
-SCHEMA = hydra_slots(hydra_schema())  # every kind's null block typed Any: the command line can add one (command_line.py)
+SCHEMA = hydra_slots(hydra_schema())  # every kind's null block typed Any: the command line can add one (around_hydra.py)
 ConfigStore.instance().store(name="hookrun_schema", node=SCHEMA)
 
 
@@ -148,7 +165,7 @@ def compose_groups(overrides: list[str]) -> DictConfig:
 
 def forced_block_keys(args: list[str]) -> list[str]:
     """`my_kind.key=2` where the config has the block (missing_block said so): `++my_kind.key=2`.
-    A block's slot is untyped (command_line.py), so a key its YAML does not list would be refused by
+    A block's slot is untyped (around_hydra.py), so a key its YAML does not list would be refused by
     Hydra's struct mode; `load()` types the block and refuses a key it does not have, in one line."""
     blocks = set(block_names(SCHEMA, HookrunConfig))
     return [f"++{a}" if not a.startswith(("+", "-")) and "=" in a and "." in a.partition("=")[0]
@@ -170,6 +187,33 @@ def _fail(exc: HookrunError, shown: bool = False) -> NoReturn:
     from hookrun.cli.app_errors import give_up
 
     give_up(exc, FULL_ERROR and not shown)
+
+
+SETS_MODE = re.compile(r"^\s*(hydra\.)?mode:\s*['\"]?(MULTIRUN|RUN)\b|searchpath", re.MULTILINE)
+ARGS = ("--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn", "hydra.mode", "+hydra.mode",
+        "++hydra.mode", "hydra.searchpath", "+hydra.searchpath", "++hydra.searchpath")
+
+
+def mode_is_the_command_lines(args: list[str], conf: str | Path) -> bool:
+    """Whether no argument and no config file of `conf` can set hydra.mode."""
+    if any(a.split("=", 1)[0] in ARGS for a in args):
+        return False
+    return not any(SETS_MODE.search(p.read_text(errors="replace")) for p in Path(conf).rglob("*.yaml"))
+
+
+@contextmanager
+def skip_mode_compose(args: list[str], conf: str | Path) -> Iterator[bool]:
+    """Within: Hydra's get_mode answers None (the command line decides) where no config can set the mode."""
+    from hydra._internal.hydra import Hydra
+
+    skip = mode_is_the_command_lines(args, conf)
+    original = Hydra.get_mode
+    if skip:
+        Hydra.get_mode = lambda self, config_name, overrides: None
+    try:
+        yield skip
+    finally:
+        Hydra.get_mode = original
 
 
 @ends_quietly

@@ -29,7 +29,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hookrun.cli import app
-from hookrun.cli.command_line import renamed, with_late_blocks
+from hookrun.cli.around_hydra import renamed, with_late_blocks
 from hookrun.errors import ConfigError
 from hookrun.output.process import free_start
 

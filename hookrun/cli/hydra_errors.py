@@ -1,5 +1,5 @@
 """Hydra's composition errors as hookrun's one-line error (loaded only where one happens; what the
-shell did to an override is read before Hydra, in command_line.py).
+shell did to an override is read before Hydra, in around_hydra.py).
 
     message = one_line(exc, overrides, keys)    # "data.batchsize=8: ... did you mean data.batch_size?"
 
@@ -104,7 +104,7 @@ def failure_line(exc: BaseException, overrides: list[str], compose_groups: Calla
 
 
 def late_blocks(compose: Callable[[], Any], schema: type, exc: Exception) -> Any:
-    """command_line.with_late_blocks once compose() raised `exc`: where Hydra refused a top-level key
+    """around_hydra.with_late_blocks once compose() raised `exc`: where Hydra refused a top-level key
     `schema` lacks, compose() again with an untyped slot for it (and for each such key after it); any
     other error is raised as it is."""
     from hydra.core.config_store import ConfigStore

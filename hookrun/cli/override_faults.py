@@ -1,4 +1,4 @@
-"""What the command line's checks say once they have found a fault (command_line.py finds it, on every
+"""What the command line's checks say once they have found a fault (around_hydra.py finds it, on every
 call; these words are loaded only then): an override the shell split at its spaces or brace-expanded,
 an integer given to a boolean, and a kind's key set where the config has no such block.
 

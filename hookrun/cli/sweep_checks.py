@@ -31,7 +31,7 @@ from hookrun.errors import HookrunError
 from hookrun.store import REFUSED
 
 if TYPE_CHECKING:
-    from hookrun.cli.run_record import RunRecord
+    from hookrun.cli.around_hydra import RunRecord
 
 log = logging.getLogger("hookrun")
 

@@ -19,7 +19,7 @@ rank writes its own `captures.rank-NNNNN.h5` and rank 0 writes `captures.h5`, a 
 
 The moment a run is accepted (its lock held, every check passed, its output open), run() calls
 `accepted()`; whoever waits on it listens with `on_accepted` (the CLI keeps Hydra's record of a run,
-`.hydra/` and `hookrun.log`, until then: cli/run_record.py), so a run refused for any reason (the file
+`.hydra/` and `hookrun.log`, until then: cli/around_hydra.py), so a run refused for any reason (the file
 exists, another writer holds it, a bad config) writes nothing into its run folder. A dry run, and a
 resume of a complete file, are never accepted: they write nothing either.
 

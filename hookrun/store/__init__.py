@@ -42,7 +42,7 @@ from hookrun.errors import capture_label
 
 FORMAT_VERSION = "1"  # the layout version written to every file's `format_version` attribute
 MODEL_NODE = "__model__"  # the group name for the whole model (module path '')
-REFUSED = "refused.txt"  # in a multirun job's folder: the line of its refusal before its file opened (cli/run_record.py)
+REFUSED = "refused.txt"  # in a multirun job's folder: the line of its refusal before its file opened (cli/sweep_checks.py)
 PART_BYTES = 2 << 30  # an object-store run: bytes of rows per part file (2 GiB), output.part_bytes' default
 # what a run's steps and rows are called in its log and in inspect, unless its kind names its own
 BATCH_UNITS = ("batches", "samples")

@@ -158,7 +158,7 @@ def test_an_unknown_keys_line_counts_the_keys_it_does_not_name():
 
 
 def test_a_key_given_twice_apart_is_not_taken_for_the_shells_brace_expansion():
-    from hookrun.cli.command_line import shell_damage
+    from hookrun.cli.around_hydra import shell_damage
 
     assert shell_damage(["experiment=probe_shapes", "data.dataset.size=128", "probe.C=2", "data.dataset.size=4"]) == (
         "data.dataset.size is given 2 times (data.dataset.size=128, data.dataset.size=4): give it once (a later "
@@ -345,8 +345,7 @@ def test_own_actions_by_name_and_by_target(tmp_path):
 def test_a_mode_set_by_an_override_or_a_config_still_sweeps(tmp_path):
     """hookrun skips Hydra's first compose (it only reads hydra.mode) where nothing can set the mode
     (issue 41 item 18); an override or a config folder that sets it still starts a sweep."""
-    from hookrun.cli.app import conf_dir
-    from hookrun.cli.command_line import mode_is_the_command_lines
+    from hookrun.cli.app import conf_dir, mode_is_the_command_lines
 
     assert mode_is_the_command_lines(["experiment=resnet_layer1", "seed=0,1"], conf_dir())
     assert not mode_is_the_command_lines(["hydra.mode=MULTIRUN"], conf_dir())

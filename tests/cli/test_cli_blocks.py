@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 
 import hookrun
 from hookrun.cli.app import conf_dir
-from hookrun.cli.command_line import block_names, hydra_slots, missing_block
+from hookrun.cli.around_hydra import block_names, hydra_slots, missing_block
 from hookrun.cli.override_faults import experiments_with
 from hookrun.cli.usage import usage
 from hookrun.config.schema import HookrunConfig

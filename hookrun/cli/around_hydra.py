@@ -1,13 +1,12 @@
-"""The command line, read before Hydra composes it: an override the shell broke, a kind's block
-set where the config has none, a renamed group option, and whether Hydra's first compose can be skipped.
+"""What hookrun does around Hydra's app (cli/app.py): the command line read before Hydra composes it
+(an override the shell broke, a kind's block set where the config has none, a renamed group option),
+the schema's slots Hydra composes onto, and Hydra's record of a run held until the run is accepted.
 
     line = shell_damage(sys.argv[1:])      # a brace-expanded or split override, before Hydra sees it
     notes = renamed(overrides, conf_dir())  # experiment=OLD: "... was renamed ...; the old name still runs"
     ConfigStore.instance().store(name="hookrun_schema", node=hydra_slots(HookrunConfig))
     line = missing_block(["experiment=resnet_layer1", "my_kind.method=x"], blocks, compose_groups, conf)
     # "my_kind.method=x: this config has no my_kind block; add one with '+my_kind={method: x}' ..."
-    with skip_mode_compose(sys.argv[1:], conf_dir()):
-        app()
 
 The CLI prints a line these return as `hookrun: error: ...` and exits with 2; the checks run on every
 call, and the words of a line are override_faults.py's, loaded only where a check finds a fault. An
@@ -22,24 +21,27 @@ keys and wrong types are one line there, before anything is built). `my_kind.met
 `+`, where the config has no such block, reads as a change to a block the user thinks is there: it
 is refused in one line saying how to add one (`missing_block`).
 
-Hydra 1.3 composes the whole config twice for every command: `Hydra.get_mode` composes it only to
-read `hydra.mode` (a config may set `hydra: {mode: MULTIRUN}` to sweep without `-m`), then the run
-composes it again. That first compose is about 0.2 s of every run's start (cProfile of
-`python -m hookrun experiment=resnet_layer1`; benchmarks/process_pair.py times the whole process).
+Hydra's record of a run (`.hydra/config.yaml`, `hydra.yaml`, `overrides.yaml`, `hookrun.log`) is
+written into the run folder only once the run is accepted (output/__init__.py: on_accepted).
 
-    with skip_mode_compose(sys.argv[1:], conf_dir()):
-        app()
+    with held_saves():              # main(): Hydra's run_job keeps its .hydra files here, unwritten
+        _app()                      # the task: record = RunRecord.take(folder); run(cfg) under
+                                    # on_accepted(record.write); record.discard() if never accepted
 
-The compose is skipped, and the mode left to the command line (`-m` or not, as Hydra does when a
-config sets no mode), only where nothing can set `hydra.mode`: no argument names it or adds a config
-folder (`--config-dir`, `--config-path`, `--config-name`, `hydra.searchpath`, `hydra.mode`), and
-no YAML file in hookrun's config folder sets `mode: RUN` or `mode: MULTIRUN` or a search path.
-Anywhere else Hydra's own get_mode runs, unchanged.
+Hydra 1.3 writes `.hydra/` and opens the log file before the task starts, so a second run into an
+existing folder, refused a moment later (the file exists, another writer holds it, a bad config),
+used to rewrite the first run's `.hydra/` and append its error to the first run's log. Here the
+three files are held as text and the log's records in memory until the run's output opens; a run
+that is refused writes nothing (a folder Hydra made for it and left empty is removed). The files
+hold what Hydra would have written, byte for byte. Only Hydra's in-process launchers (a plain
+run, `-m` with the basic launcher) go through here; a launcher that runs jobs in other processes
+(joblib, submitit) writes the record as Hydra does.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 import typing
 from collections.abc import Callable, Iterator
@@ -47,7 +49,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from hookrun.config.schema import HookrunConfig, nested_block, takes_bool
+from hookrun.store import REFUSED
 
 
 def shell_damage(args: list[str]) -> str | None:
@@ -159,33 +164,6 @@ def missing_block(overrides: list[str], blocks: list[str], compose_groups: Calla
     return None
 
 
-SETS_MODE = re.compile(r"^\s*(hydra\.)?mode:\s*['\"]?(MULTIRUN|RUN)\b|searchpath", re.MULTILINE)
-ARGS = ("--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn", "hydra.mode", "+hydra.mode",
-        "++hydra.mode", "hydra.searchpath", "+hydra.searchpath", "++hydra.searchpath")
-
-
-def mode_is_the_command_lines(args: list[str], conf: str | Path) -> bool:
-    """Whether no argument and no config file of `conf` can set hydra.mode."""
-    if any(a.split("=", 1)[0] in ARGS for a in args):
-        return False
-    return not any(SETS_MODE.search(p.read_text(errors="replace")) for p in Path(conf).rglob("*.yaml"))
-
-
-@contextmanager
-def skip_mode_compose(args: list[str], conf: str | Path) -> Iterator[bool]:
-    """Within: Hydra's get_mode answers None (the command line decides) where no config can set the mode."""
-    from hydra._internal.hydra import Hydra
-
-    skip = mode_is_the_command_lines(args, conf)
-    original = Hydra.get_mode
-    if skip:
-        Hydra.get_mode = lambda self, config_name, overrides: None
-    try:
-        yield skip
-    finally:
-        Hydra.get_mode = original
-
-
 def with_late_blocks(compose: Callable[[], Any], schema: type) -> Any:
     """compose(), again with an untyped slot for each top-level key of a config file that `schema` lacks: a
     kind's block beside the `imports:` that registers the kind (`imports: [my_kinds]` and `scaled: {...}` in an
@@ -199,3 +177,113 @@ def with_late_blocks(compose: Callable[[], Any], schema: type) -> Any:
     from hookrun.cli.hydra_errors import late_blocks
 
     return late_blocks(compose, schema, first)
+
+
+_HELD: list[tuple[Path, str]] = []  # (file, text) of the .hydra files Hydra asked to write
+log = logging.getLogger("hookrun")
+
+
+@contextmanager
+def held_saves() -> Iterator[None]:
+    """Within: Hydra's `_save_config` (run_job's `.hydra/*.yaml`) is held instead of written."""
+    import hydra.core.utils as utils
+
+    original = utils._save_config
+
+    def hold(cfg: Any, filename: str, output_dir: Path) -> None:
+        _HELD.append((Path(output_dir) / filename, OmegaConf.to_yaml(cfg)))  # the text Hydra writes
+
+    utils._save_config = hold
+    try:
+        yield
+    finally:
+        utils._save_config = original
+        _HELD.clear()
+
+
+class _Pending(logging.Handler):
+    """Keeps the records a file handler would have written until the run is accepted."""
+
+    def __init__(self, file: logging.FileHandler) -> None:
+        super().__init__(file.level)
+        self.file = file
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+class RunRecord:
+    """One job's record: its held `.hydra` files and its log's records, until `write` or `discard`."""
+
+    def __init__(self, folder: Path, files: list[tuple[Path, str]], pending: list[_Pending], made: list[Path]) -> None:
+        self.folder, self.files, self.pending, self.made = folder, files, pending, made
+        self.written = False
+
+    @classmethod
+    def take(cls, folder: Path) -> RunRecord:
+        """The files held since the last job, and the root logger's file handlers swapped for
+        pending ones (Hydra opened them in append mode: an empty file it made is removed)."""
+        files = list(_HELD)
+        _HELD.clear()
+        root = logging.getLogger()
+        pending, made = [], []
+        for handler in list(root.handlers):
+            if isinstance(handler, logging.FileHandler):
+                handler.close()
+                path = Path(handler.baseFilename)
+                try:  # (torchrun's ranks share the run folder: another rank may have removed it first)
+                    if path.is_file() and path.stat().st_size == 0:
+                        path.unlink(missing_ok=True)
+                        made.append(path)
+                except FileNotFoundError:
+                    made.append(path)
+                stand_in = _Pending(handler)
+                root.removeHandler(handler)
+                root.addHandler(stand_in)
+                pending.append(stand_in)
+        return cls(folder, files, pending, made)
+
+    def write(self) -> None:
+        """The run is accepted: write the `.hydra` files and the log (its records so far, then on)."""
+        if self.written:
+            return
+        self.written = True
+        (self.folder / REFUSED).unlink(missing_ok=True)  # (an earlier refusal of this job: it runs now)
+        root = logging.getLogger()
+        for stand_in in self.pending:
+            old = stand_in.file
+            file = logging.FileHandler(old.baseFilename, mode="a", encoding=old.encoding)
+            file.setLevel(old.level)
+            file.setFormatter(old.formatter)
+            for f in old.filters:
+                file.addFilter(f)
+            for record in stand_in.records:
+                file.handle(record)
+            root.removeHandler(stand_in)
+            root.addHandler(file)
+        for path, text in self.files:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text, encoding="utf-8")
+            except OSError as exc:  # the run goes on: its output is open
+                log.warning("could not write %s: %s", path, exc)
+
+    def discard(self) -> None:
+        """The run was refused (or wrote nothing): forget the record; the folder stays as it was."""
+        if self.written:
+            return
+        root = logging.getLogger()
+        for stand_in in self.pending:
+            root.removeHandler(stand_in)
+        self.pending = []
+
+
+def remove_empty(folder: Path) -> None:
+    """Remove the run folder Hydra made for a refused or dry run, and its parents while they are empty."""
+    try:
+        while folder != folder.parent and not any(folder.iterdir()) and folder.resolve() != Path.cwd().resolve():
+            folder.rmdir()
+            folder = folder.parent
+    except OSError:
+        pass
