@@ -56,7 +56,7 @@ class KindPlugin:
 
     name: str
     block: Any  # a dataclass: the block's keys, types and defaults (its `check()` the value checks)
-    run: Any  # a RunKind subclass (hookrun/runner/kinds/run_kind.py)
+    run: Any  # a RunKind subclass (hookrun/runner/kinds/__init__.py)
     reader: Any = None  # a KindReader (hookrun/analysis/kind_readers.py)
     notebook: Any = None  # a function, bound as hookrun.<its __name__>
     added_by_key: bool = False  # a key of the block on the command line (`evaluate.ablation=zero`) adds the block

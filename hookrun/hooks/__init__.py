@@ -75,7 +75,7 @@ class Phase:
 CLEAN = Phase("clean")
 INTERVENED = Phase("intervened", every=True)
 ABLATED = Phase("ablated", modifying=True, ablate=True)
-REPLAY = Phase("replay", modifying=True)  # a resumed run's kept batches: the hooks' modifying actions only (RunKind.replay)
+REPLAY = Phase("replay", modifying=True)  # a resumed run's kept batches: the hooks' modifying actions only (runner/extra_forwards.py replay)
 
 
 class StopForward(Exception):
