@@ -1,9 +1,15 @@
-"""The one exception type hookrun raises for a user's mistake, and how things are named in its messages.
+"""The one exception type hookrun raises for a user's mistake, the registries whose unknown name is one,
+and how things are named in its messages.
 
     raise ConfigError("hooks.fmap.type: 'fwd' is not a hook type; choose one of: forward, ...")
+    ACTIONS = Registry("action")   # @ACTIONS.register("record") on a class; ACTIONS.get("recrod") is
+                                   # NotFoundError: unknown action 'recrod'; did you mean: record? known ...
+    ACTIONS.register_lazy("logit_lens", "hookrun.hooks.actions.lens")   # imported when first asked for
+    lazy_names("hookrun.models", {"hf": "hf", "timm_model": "vision"})  # a package's names, imported when used
 
 The CLI prints its message on one line and exits non-zero without a traceback; anything else is a
-bug in hookrun (or in user code) and keeps its traceback.
+bug in hookrun (or in user code) and keeps its traceback. The words of refusals that only an error
+path runs (a wrong type in a config, a write the disk refused) are in error_words.py, loaded where one is worded.
 
 How a module and a capture are named in messages, warnings and plans: one label builder.
 
@@ -11,22 +17,20 @@ How a module and a capture are named in messages, warnings and plans: one label 
     capture_label("layer1", "output", call=1)  # 'layer1 output@1'
     call_role("output", 1)                     # 'output@1': a capture's role and call, as the file names it
     dataset_label({"_target_": "x.Shapes"})    # 'x.Shapes': the data a run reads (plan, inspect, report)
-    token_label(" the\n")                     # '␣the↵': a token's text with its whitespace made visible
-    sorted(names, key=natural_key)            # h.2 before h.10: modules by depth, as every listing orders them
 
-The file itself names the whole model's group MODEL_NODE (hookrun.store); this is what a
-person reads.
+The file itself names the whole model's group MODEL_NODE (hookrun.store); this is what a person reads.
 """
 
 from __future__ import annotations
 
 import contextlib
 import difflib
-import errno
-import json
+import importlib
 import re
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from types import ModuleType
+from typing import Any, Generic, TypeVar
 
 
 class HookrunError(Exception):
@@ -115,19 +119,6 @@ def parse_bytes(value: Any, where: str) -> int:
     return max(1, int(float(m.group(1)) * UNITS[m.group(2).lower()]))
 
 
-def json_attribute(attrs: Any, name: str, default: Any = None) -> Any:
-    """A run's JSON root attribute (a kind's `patching`, `probe`, ...), `default` where it has none; one
-    that is not JSON (bytes damaged on disk, a hand edit) is a HookrunError line, not json's traceback."""
-    text = attrs.get(name)
-    if text is None:
-        return default
-    try:
-        return json.loads(text)
-    except (ValueError, TypeError) as exc:
-        raise HookrunError(f"the run's {name!r} attribute is not JSON ({exc}): the file is damaged, or another "
-                           f"program wrote it; run it again (or use an intact copy)") from None
-
-
 def close_matches(word: str, choices: Iterable[str], n: int = 5) -> list[str]:
     """The choices closest to ``word``, best first (for 'did you mean' hints): first those it is a whole
     `_`- or `.`-separated part of (`cka`: linear_cka, rbf_cka), in their order; then difflib's."""
@@ -150,83 +141,12 @@ def one_of(choices: Iterable[str]) -> str:
     return ", ".join(sorted(choices))
 
 
-def object_in_config(where: str, omegaconf_message: str, live: str | None = None) -> str | None:
-    """A Python object put in a config (OmegaConf: "Value 'TinyCNN' is not a supported primitive type"):
-    one line saying what a config holds, and `live`: the call that takes the object itself, where one does."""
-    m = re.match(r"Value '([^']*)' is not a supported primitive type", omegaconf_message)
-    if m is None:
-        return None
-    return (f"{where}: {article(m.group(1))} object cannot be in a config (it holds numbers, strings, lists and mappings); "
-            + (f"pass it live: {live}" if live else "name what builds it: {_target_: package.module.Name, ...}"))
-
-
-# OmegaConf's words for a value of another type than its key's, and hookrun's: what to give instead
-_WRONG_TYPE = ((r"Value '(.*)' is not a valid bool \(type \w+\)", "is not a boolean; give true or false"),
-               (r"Value '(.*)' of type '\w+' could not be converted to Integer", "is not a whole number; give an integer"),
-               (r"Value '(.*)' of type '\w+' could not be converted to Float", "is not a number; give one such as 0.5"))
-
-
-def typed_line(where: str, omegaconf_message: str) -> str:
-    """`where: message`, where OmegaConf's message about a value of the wrong type says what to give:
-    ("probe.control", "Value 'maybe' is not a valid bool (type str)") is "probe.control=maybe is not a
-    boolean; give true or false" (a `where` of key=value, as Hydra's overrides name it, keeps its value)."""
-    for pattern, words in _WRONG_TYPE:
-        m = re.fullmatch(pattern, omegaconf_message)
-        if m:
-            return f"{where if '=' in where else f'{where}={m.group(1)}'} {words}"
-    return f"{where}: {omegaconf_message}"
-
-
-def not_a_state_dict(exc: BaseException) -> str:
-    """Why torch.load(weights_only=True) refused a file, in a few words: torch's own message is a page
-    (with terminal colour codes) whose advice, weights_only=False, hookrun never takes."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
-    found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
-    if found:
-        return f"it holds a Python object ({found.group(1)}), which hookrun never unpickles"
-    if re.search(r"Unsupported operand|invalid load key|not a zip file|failed finding central directory", text):
-        return "it is not a file torch.save wrote"
-    detail = re.search(r"WeightsUnpickler error:\s*([^\n]+)", text)
-    first = detail.group(1) if detail else (text.strip().splitlines() or [type(exc).__name__])[0]
-    return first.strip()[:200]
-
-
-# a write the disk refused, told apart and worded (a full disk, a full quota, a file-size limit), as
-# Python, h5py (HDF5's 'file write failed ... errno = N'), torch and safetensors report them
-def write_reason(exc: BaseException) -> str:
-    """Why a write failed, in a few words: a full disk (ENOSPC, as h5py, torch and safetensors word it), or the
-    error's type and first line."""
-    text = str(exc)
-    if getattr(exc, "errno", None) == errno.ENOSPC or "errno = 28" in text or "No space left" in text or "os error 28" in text:
-        return "no space left on the device"
-    return f"{type(exc).__name__}: {text.splitlines()[0][:200] if text else ''}"
-
-
-FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk, a full quota, a file-size limit
-
-
-def refused_write(exc: BaseException) -> bool:
-    """Whether `exc` is a write the disk refused (full, over a quota or a file-size limit): an OSError of
-    that errno, or h5py's error around HDF5's 'file write failed ... errno = N' (an OSError, or a RuntimeError
-    raised as h5py closes a dataset or the file whose cached chunks it then wrote)."""
-    if isinstance(exc, OSError) and exc.errno in FULL:
-        return True
-    text = str(exc)
-    return isinstance(exc, (OSError, RuntimeError)) and any(f"errno = {n}," in text for n in FULL)
-
-
 MODEL_LABEL = "(model)"  # the whole model, where a module path is '' (hooks at the model's own forward)
 
 
 def module_label(module: str) -> str:
     """A module's path, or MODEL_LABEL for the whole model."""
     return module or MODEL_LABEL
-
-
-def natural_key(text: str) -> list:
-    """Sort key that orders the numbers inside names by value: features.4 before features.10 (HDF5
-    lists a file's groups in text order: h.10, h.11 before h.2)."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(text))]
 
 
 def call_role(role: str, call: int = 0) -> str:
@@ -242,34 +162,120 @@ def capture_label(module: str, role: str, call: int = 0, hook: str | None = None
     return sep.join(parts)
 
 
-WHITESPACE = {" ": "␣", "\n": "↵", "\t": "⇥"}  # how a token's whitespace is shown (plot, report, grids)
-
-
-def token_label(text: str, special: str = "<empty>") -> str:
-    """A token's text as a label that can be seen: each space, newline and tab as a sign (WHITESPACE),
-    any other character that does not print as its escape (\\x0d, \\u200b); `special` (`<bos>`,
-    ...) where the text is empty (a special token decodes to nothing). Plain text, never markup: a
-    report escapes it where it is drawn."""
-    if not text:
-        return special
-    return "".join(WHITESPACE.get(c) or (c if c.isprintable() else _escaped(c)) for c in text)
-
-
-def visible(text: str) -> str:
-    """`text` with each character that does not print (a carriage return, an ESC, a tab) as its escape
-    (\\x0d), newlines kept: matplotlib stopped drawing a title at a carriage return, so a class
-    name 'a\\rb' hid the rest of its caption. Running it twice changes nothing."""
-    return "".join(c if c == "\n" or c.isprintable() else _escaped(c) for c in str(text))
-
-
-def _escaped(c: str) -> str:
-    n = ord(c)
-    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
-
-
 def dataset_label(node: object) -> str:
     """The dataset a run reads, as the plan, `inspect` and the report name it: the `data.dataset` block's
     `_target_`, the name of a live object handed to `hookrun.run`, or the value itself; '?' where unknown."""
     if isinstance(node, Mapping):
         return str(node.get("_target_", node.get("live", "?")))
     return str(node) if node else "?"
+
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    def __init__(self, kind: str, find: Callable[[str], T | None] | None = None,
+                 found_names: Callable[[], Iterable[str]] | None = None) -> None:
+        self.kind = kind
+        self._items: dict[str, T] = {}
+        self._lazy: dict[str, str] = {}  # name -> the module that registers it when imported
+        self._find = find  # name -> the object from elsewhere (the kind plugins' ops), or None
+        self._found_names = found_names  # the names `find` knows (for the error's list)
+
+    def register(self, name: str) -> Callable[[T], T]:
+        """Decorator: make ``obj`` available under ``name`` (a user package may add names too)."""
+
+        def add(obj: T) -> T:
+            known = self._items.get(name)
+            shipped = self._lazy.get(name) or getattr(known, "__module__", "")
+            if known is not obj and shipped.startswith("hookrun.") and getattr(obj, "__module__", None) != shipped:
+                # (hookrun's own, imported or not yet: a user's would replace it, or be replaced, by import order)
+                raise ConfigError(f"{self.kind} {name!r} is one of hookrun's own {self.kind}s; give yours another name")
+            if known is not None and known is not obj and not _defined_again(known, obj):
+                raise ConfigError(f"{self.kind} {name!r} is already registered ({shipped or 'elsewhere'}); give it another name")
+            self._items[name] = obj
+            return obj
+
+        return add
+
+    def register_lazy(self, name: str, module: str) -> None:
+        """`name` is registered by importing `module`, done when `name` is first asked for."""
+        if name not in self._items:
+            self._lazy[name] = module
+
+    def get(self, name: str) -> T:
+        if isinstance(name, str) and name not in self._items and name in self._lazy:
+            importlib.import_module(self._lazy[name])
+        if isinstance(name, str) and name not in self._items and self._find is not None:
+            found = self._find(name)
+            if found is not None:
+                return found
+        try:
+            return self._items[name]
+        except (KeyError, TypeError):
+            known = self.names()
+            hint = close_matches(str(name), known)
+            did = f"; did you mean: {', '.join(hint)}?" if hint else ""
+            raise NotFoundError(
+                f"unknown {self.kind} {name!r}{did} known {self.kind}s: {one_of(known)}"
+            ) from None
+
+    def names(self) -> list[str]:
+        """Every name, registered, to be imported when asked for, or found elsewhere."""
+        return sorted({*self._items, *self._lazy, *(self._found_names() if self._found_names else ())})
+
+    def name_of(self, obj: T) -> str | None:
+        """The name `obj` is registered under (an action's class: its `name:` in a hook), or None."""
+        return next((name for name, item in self._items.items() if item is obj), None)
+
+    def own(self, name: str) -> bool:
+        """Whether `name` is registered here (imported or to be), not only found elsewhere."""
+        return name in self._items or name in self._lazy
+
+    def loaded(self) -> list[str]:
+        """The names whose objects are imported already."""
+        return sorted(self._items)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items or name in self._lazy or (self._found_names is not None and name in self.names())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+
+def _defined_again(known: object, obj: object) -> bool:
+    """`obj` is `known`'s own definition run again (a notebook cell run twice, importlib.reload): the
+    same module and qualified name. It replaces the old one; another definition of the name is refused."""
+    where = [(getattr(o, "__module__", None), getattr(o, "__qualname__", None)) for o in (known, obj)]
+    return None not in where[0] and where[0] == where[1]
+
+
+class LazyPackage(ModuleType):
+    """A package module whose `_lazy` names ({name: submodule}) are imported on first use (PEP 562), for
+    the builders `_target_` names: `hookrun.models.tiny_lm` is a function that shares its module's name,
+    kept as the package's attribute when the import system would bind the module there. A run of a
+    torchvision model so loads none of hookrun's model builders, and a run of synthetic data no text."""
+
+    _lazy: dict[str, str]
+
+    def __getattr__(self, name: str) -> Any:
+        where = type(self)._lazy.get(name)
+        if where is None:
+            raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{self.__name__}.{where}"), name)
+        setattr(self, name, value)
+        return value
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, ModuleType) and type(self)._lazy.get(name) == name:  # the import system binding
+            value = getattr(value, name)  # the submodule `name`: the package's `name` stays its function
+        super().__setattr__(name, value)
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(type(self)._lazy))
+
+
+def lazy_names(package: str, names: dict[str, str]) -> None:
+    """Make `package` (its own `__init__.py` calls this with `__name__`) import `names` when first used."""
+    module = sys.modules[package]
+    module.__class__ = type(f"LazyPackage[{package}]", (LazyPackage,), {"_lazy": dict(names)})

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from hookrun.analysis.images import MIN_MAX, as_pictures, fit_maps, guessed, map_rows  # noqa: F401 (the pictures' helpers, named here too)
-from hookrun.errors import visible
+from hookrun.text_labels import visible
 
 CaptureInfo = Any
 Run = Any

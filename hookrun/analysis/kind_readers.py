@@ -31,8 +31,9 @@ import h5py
 import yaml
 
 from hookrun.analysis.reader_failures import asked, isolated_readers, unloaded
-from hookrun.errors import HookrunError, visible
+from hookrun.errors import HookrunError
 from hookrun.store import BATCH_UNITS
+from hookrun.text_labels import visible
 
 
 def _none(_: Any) -> list:

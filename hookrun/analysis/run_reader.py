@@ -27,9 +27,10 @@ from hookrun.analysis.report.token_text import is_byte_text
 from hookrun.analysis.run_notes import run_status
 from hookrun.analysis.stats import block_stats, human_bytes, no_values, nonfinite_note
 from hookrun.analysis.top import top_example_modules, top_examples
-from hookrun.errors import ConfigError, HookrunError, NotFoundError, dataset_label, natural_key  # noqa: F401 (natural_key: its name here too)
+from hookrun.errors import ConfigError, HookrunError, NotFoundError, dataset_label
 from hookrun.store.listing import CaptureInfo, list_captures, resolve, row_index
 from hookrun.store.reading import LocalSource, RunSource
+from hookrun.text_labels import natural_key  # noqa: F401 (natural_key: its name here too)
 
 __all__ = ["CaptureInfo", "Run", "list_captures", "row_index"]
 

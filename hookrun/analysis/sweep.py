@@ -22,10 +22,11 @@ from hookrun.analysis.kind_readers import Table, kind_columns, no_values_note
 from hookrun.analysis.opening import open_run
 from hookrun.analysis.run_reader import Run, block_stats
 from hookrun.analysis.sweep_plan import planned, typed_overrides
-from hookrun.errors import HookrunError, NotFoundError, natural_key
+from hookrun.errors import HookrunError, NotFoundError
 from hookrun.store import REFUSED
 from hookrun.store.paths import scheme_of
 from hookrun.store.reading import UrlPath, empty_sweep, folder_file, job_dirs
+from hookrun.text_labels import natural_key
 
 
 @dataclass

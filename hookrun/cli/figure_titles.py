@@ -30,7 +30,7 @@ def literal_text(fig: Any) -> None:
     from matplotlib.text import Text
     from matplotlib.ticker import FixedFormatter, FuncFormatter
 
-    from hookrun.errors import visible
+    from hookrun.text_labels import visible
 
     def plain(s: str) -> str:
         return visible(s).replace("$", "\\$")

@@ -27,7 +27,8 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from hookrun.cli.override_faults import QUOTE
-from hookrun.errors import ConfigError, close_matches, typed_line
+from hookrun.error_words import typed_line
+from hookrun.errors import ConfigError, close_matches
 
 # nodes whose keys are free (a constructor's arguments, a hook map): a new key there takes `+`
 FREE_NODES = ("model", "data.dataset", "loss", "hooks", "params")

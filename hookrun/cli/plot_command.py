@@ -74,7 +74,8 @@ from hookrun.cli.compose import compose_config
 from hookrun.cli.sample_figures import check_covers, check_same_data, render, with_pictures
 from hookrun.config import load
 from hookrun.config.build import build_dataset
-from hookrun.errors import ConfigError, NotFoundError, RunError, refused_write
+from hookrun.error_words import refused_write
+from hookrun.errors import ConfigError, NotFoundError, RunError
 from hookrun.store.paths import local_only
 from hookrun.store.reading import UrlPath, run_path
 

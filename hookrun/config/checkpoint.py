@@ -13,7 +13,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from hookrun.errors import ConfigError, not_a_state_dict
+from hookrun.error_words import not_a_state_dict
+from hookrun.errors import ConfigError
 
 
 def load_checkpoint(model: nn.Module, path: str, key: str = "model") -> None:

@@ -16,7 +16,8 @@ from enum import Enum
 from omegaconf.errors import OmegaConfBaseException
 
 from hookrun.config.schema import REFUSED, nested_block, plugin_names
-from hookrun.errors import close_matches, object_in_config, typed_line
+from hookrun.error_words import object_in_config, typed_line
+from hookrun.errors import close_matches
 
 
 def omegaconf_message(exc: OmegaConfBaseException, schema: type, modes: Iterable[Enum]) -> str:

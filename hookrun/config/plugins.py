@@ -46,7 +46,8 @@ from hookrun.config.schema import (
     field_key,
     mapping_where_nested,
 )
-from hookrun.errors import ConfigError, HookrunError, close_matches, object_in_config, typed_line
+from hookrun.error_words import object_in_config, typed_line
+from hookrun.errors import ConfigError, HookrunError, close_matches
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ They need no download: synthetic images and tensors, and readers of the user's o
 
 The synthetic data and the helpers every data set shares (`whole`, `normalization`) are here; the
 others' modules (the image-folder reader's image_folder.py, text.py, ...) are imported when the name
-is first used (hookrun/registry.py: lazy_names).
+is first used (hookrun/errors.py: lazy_names).
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from __future__ import annotations
 import torch
 from torch.utils.data import Dataset
 
-from hookrun.errors import ConfigError
-from hookrun.registry import lazy_names
+from hookrun.errors import ConfigError, lazy_names
 
 __all__ = ["ByteTokenizer", "ImageFiles", "collate_lists", "text", "RandomTensors", "image_folder", "shapes", "synthetic"]
 lazy_names(__name__, {"collate_lists": "collate", "shapes": "shapes", "ByteTokenizer": "text", "text": "text",

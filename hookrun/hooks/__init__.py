@@ -47,8 +47,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from hookrun.errors import RunError, module_label
-from hookrun.registry import Registry
+from hookrun.errors import Registry, RunError, module_label
 
 _GRAPH_TASK = getattr(torch._C, "_current_graph_task_id", None)  # (-1 outside a backward; in torch 2.1+)
 

@@ -29,9 +29,8 @@ import torch
 from hookrun.config.build import build as build_node
 from hookrun.config.build import typed_params
 from hookrun.config.plugin_parts import plugin_op, plugin_op_names
-from hookrun.errors import ConfigError, NotFoundError, module_label
+from hookrun.errors import ConfigError, NotFoundError, Registry, module_label
 from hookrun.hooks import HookPoint
-from hookrun.registry import Registry
 
 if TYPE_CHECKING:
     from hookrun.hooks.actions import ActionEnv

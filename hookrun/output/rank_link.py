@@ -41,7 +41,8 @@ from typing import Any
 
 import torch.distributed as dist
 
-from hookrun.errors import ConfigError, HookrunError, RunError, refused_write, write_reason
+from hookrun.error_words import refused_write, write_reason
+from hookrun.errors import ConfigError, HookrunError, RunError
 from hookrun.output.process import Ranks, every_rank
 
 log = logging.getLogger("hookrun")

@@ -27,7 +27,7 @@ import torch
 
 from hookrun.config import load, with_live
 from hookrun.config.schema import HookrunConfig, to_yaml
-from hookrun.errors import RunError, StoreError, article, write_reason
+from hookrun.errors import RunError, StoreError, article
 from hookrun.hooks.actions import ModelHold
 from hookrun.hooks.session import HookSession
 from hookrun.output import accepted, open_destination
@@ -259,6 +259,8 @@ def close_quietly(store: RunStore, status: str) -> StoreError | RunError | None:
         return exc
     except Exception as exc:  # e.g. a full disk: the file keeps its last flush
         if status == "complete":
+            from hookrun.error_words import write_reason  # (loaded only when the last flush failed)
+
             return RunError(f"writing {store.path} failed as it was closed: {write_reason(exc)}; it keeps the batches of its last flush, as a killed run's file does: resume=true once there is room")
         log.error("could not mark %s as %s: %s", store.path, status, exc)
     return None

@@ -21,7 +21,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from hookrun.errors import ConfigError, not_a_state_dict
+from hookrun.error_words import not_a_state_dict
+from hookrun.errors import ConfigError
 
 
 def read_safetensors(path: Path) -> dict[str, Tensor]:

@@ -20,7 +20,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from hookrun.errors import HookrunError, RunError, refused_write, write_reason
+from hookrun.error_words import refused_write, write_reason
+from hookrun.errors import HookrunError, RunError
 from hookrun.store import CaptureMeta, RowKind
 from hookrun.store.listing import is_capture
 from hookrun.store.live import settled

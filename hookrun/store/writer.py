@@ -40,7 +40,7 @@ import numpy as np
 import torch
 import xxhash
 
-from hookrun.errors import HookrunError, RunError, write_reason
+from hookrun.errors import HookrunError, RunError
 from hookrun.store import DIGEST_CHUNK, capped
 from hookrun.store.records import Capture, RunStore, StepRecord
 
@@ -48,6 +48,10 @@ _STOP = object()
 
 
 def write_error(exc: Exception, store: RunStore, step: int) -> RunError:
+    from hookrun.error_words import (
+        write_reason,  # (an error's words: loaded only when a write fails)
+    )
+
     reason = write_reason(exc)
     return RunError(f"writing {store.path} failed at batch {step}: {reason}; the file keeps every batch "
                     f"flushed before it ({getattr(store, 'kept_steps', store.steps)} batches)")

@@ -14,8 +14,7 @@ import sys
 import pytest
 from conftest import ROOT
 
-from hookrun.errors import NotFoundError
-from hookrun.registry import Registry
+from hookrun.errors import NotFoundError, Registry
 
 CODE = """
 import sys

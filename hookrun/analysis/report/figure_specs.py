@@ -38,7 +38,7 @@ from hookrun.analysis.report.colour_scales import (  # noqa: F401 (the colours: 
     without_mask_fill,
 )
 from hookrun.analysis.run_notes import run_note
-from hookrun.errors import natural_key
+from hookrun.text_labels import natural_key
 
 
 @dataclass

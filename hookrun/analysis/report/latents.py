@@ -26,7 +26,7 @@ from hookrun.analysis.report.figure_specs import (
 )
 from hookrun.analysis.report.gradcam_section import overlay_png
 from hookrun.analysis.report.run_sections import Budget, figure, row_blocks, sampled_rows, section
-from hookrun.errors import WHITESPACE, natural_key, visible
+from hookrun.text_labels import WHITESPACE, natural_key, visible
 
 
 def latents(run: Any, budget: Budget) -> list[dict]:

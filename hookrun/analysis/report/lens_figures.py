@@ -23,7 +23,8 @@ import numpy as np
 from hookrun.analysis.report.figure_specs import Heatmap
 from hookrun.analysis.report.run_sections import figure, section
 from hookrun.analysis.report.token_text import byte_label, is_byte_text, token_text
-from hookrun.errors import module_label, natural_key
+from hookrun.errors import module_label
+from hookrun.text_labels import natural_key
 
 ROLES = {  # role: (what the colour shows, how a value becomes a colour)
     "lens.kl_to_final": ("KL(final ‖ lens), nats", None),

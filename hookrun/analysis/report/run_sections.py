@@ -39,8 +39,9 @@ from hookrun.analysis.report.plotly_figures import to_plotly
 from hookrun.analysis.report.token_text import token_text
 from hookrun.analysis.run_notes import run_status, weights_note
 from hookrun.analysis.stats import human_bytes, no_values
-from hookrun.errors import dataset_label, natural_key
+from hookrun.errors import dataset_label
 from hookrun.store import PATTERN
+from hookrun.text_labels import natural_key
 
 
 @dataclass

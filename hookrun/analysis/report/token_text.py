@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from hookrun.data.text import ByteTokenizer
-from hookrun.errors import token_label
+from hookrun.text_labels import token_label
 
 
 def token_text(run: Any, sample: int, width: int) -> tuple[np.ndarray | None, list[str] | None]:

@@ -74,9 +74,8 @@ import torch
 from torch import nn
 
 from hookrun.config.build import typed_params
-from hookrun.errors import ConfigError, NotFoundError
+from hookrun.errors import ConfigError, NotFoundError, Registry
 from hookrun.hooks import Event, StepState
-from hookrun.registry import Registry
 from hookrun.store.records import Capture, StepCaptures
 
 if TYPE_CHECKING:

@@ -41,9 +41,8 @@ from torch import nn
 
 from hookrun.config import check_config as common_checks
 from hookrun.config.schema import HookrunConfig, Mode
-from hookrun.errors import ConfigError
+from hookrun.errors import ConfigError, Registry
 from hookrun.hooks import StopForward
-from hookrun.registry import Registry
 from hookrun.store import BATCH_UNITS
 
 if TYPE_CHECKING:

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from hookrun.analysis.kind_readers import KindReader
-from hookrun.errors import NotFoundError, json_attribute
+from hookrun.error_words import json_attribute
+from hookrun.errors import NotFoundError
 from hookrun.store import CaptureMeta
 from hookrun.store.listing import row_index
 

@@ -35,7 +35,7 @@ from hookrun.analysis.report.colour_scales import (
 )
 from hookrun.analysis.report.plotly_figures import escape, title_layout
 from hookrun.analysis.report.run_sections import section, table_item
-from hookrun.errors import visible
+from hookrun.text_labels import visible
 
 SAMPLES = 8  # overlays shown
 LINES = 32  # samples drawn behind the mean curve

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from hookrun.config.schema import HookrunConfig, Mode
-from hookrun.errors import ConfigError, token_label
+from hookrun.errors import ConfigError
 from hookrun.output.process import every_rank
 from hookrun.runner.kinds import RunKind
 from hookrun.runner.kinds.patching.block import load_items
@@ -42,6 +42,7 @@ from hookrun.runner.kinds.patching.forward_inputs import check_inputs
 from hookrun.runner.kinds.patching.notebook import forward_arguments, grid_attrs, run_cells
 from hookrun.runner.kinds.patching.reader import CELL_UNITS, faithfulness_lines
 from hookrun.store.records import Capture, CaptureKey, StepRecord
+from hookrun.text_labels import token_label
 
 KEY = {which: CaptureKey("patching", "cells", "patching", which) for which in ("value", "exact")}
 

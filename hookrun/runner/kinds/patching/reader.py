@@ -21,7 +21,9 @@ from typing import Any
 import numpy as np
 
 from hookrun.analysis.kind_readers import KindReader, Table, register_reader
-from hookrun.errors import ConfigError, HookrunError, NotFoundError, json_attribute, token_label
+from hookrun.error_words import json_attribute
+from hookrun.errors import ConfigError, HookrunError, NotFoundError
+from hookrun.text_labels import token_label
 
 ATTRS = ("metric", "method", "direction", "metric_clean", "metric_corrupt", "normalize")
 CELL_UNITS = ("chunks of cells", "cells")  # a step is one chunk of cells; a row is a cell

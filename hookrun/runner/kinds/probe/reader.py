@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from hookrun.analysis.kind_readers import KindReader, Table
-from hookrun.errors import NotFoundError, json_attribute
+from hookrun.error_words import json_attribute
+from hookrun.errors import NotFoundError
 from hookrun.runner.kinds.probe.table import point_group, point_groups
 
 MAJORITY = "majority class (test): chance"

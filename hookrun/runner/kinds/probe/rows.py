@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from hookrun.errors import RunError, write_reason
+from hookrun.error_words import write_reason
+from hookrun.errors import RunError
 
 BYTES = 8  # float64
 BLOCK = 16 << 20  # in memory, batches are merged into blocks of up to this many bytes before a pass

@@ -34,7 +34,8 @@ from sae_lens.config import SAETrainerConfig
 from sae_lens.registry import get_sae_training_class
 
 from hookrun.analysis.stats import human_bytes
-from hookrun.errors import ConfigError, RunError, write_reason
+from hookrun.error_words import write_reason
+from hookrun.errors import ConfigError, RunError
 from hookrun.runner.kinds.sae.block import NORMALIZE, SaeBlock
 from hookrun.store.whole_file import remove_leftovers
 

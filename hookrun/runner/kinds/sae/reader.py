@@ -24,7 +24,8 @@ from hookrun.analysis.kind_readers import KindReader, Table
 from hookrun.analysis.report.figure_specs import Lines, Scatter
 from hookrun.analysis.report.run_sections import figure, section, table_item
 from hookrun.analysis.report.sweep_charts import unshown_note
-from hookrun.errors import NotFoundError, json_attribute
+from hookrun.error_words import json_attribute
+from hookrun.errors import NotFoundError
 from hookrun.runner.kinds.sae.block import UNITS
 from hookrun.store.listing import is_capture, row_index
 

@@ -18,7 +18,8 @@ import numpy as np
 
 from hookrun.analysis.kind_readers import KindReader
 from hookrun.analysis.report.figure_specs import Heatmap, NotShown
-from hookrun.errors import HookrunError, NotFoundError, json_attribute
+from hookrun.error_words import json_attribute
+from hookrun.errors import HookrunError, NotFoundError
 
 NAMES = {"linear_cka": "linear CKA", "rbf_cka": "RBF CKA", "rsa": "RSA (Spearman)"}
 

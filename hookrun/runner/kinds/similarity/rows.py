@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from hookrun.errors import RunError, write_reason
+from hookrun.error_words import write_reason
+from hookrun.errors import RunError
 from hookrun.output.scratch import Scratch
 
 
