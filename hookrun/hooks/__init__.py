@@ -261,6 +261,9 @@ def _hook_type(name: str, roles, writable, needs_grad=False, on="module", per_st
 @_hook_type("forward", ("output", "input"), "output")
 def _forward(point: HookPoint, fire: Fire) -> list:
     before: dict[int, dict[str, tuple[Tensor, int]]] = {}  # (an action reads the input: by call, as it came in)
+    reads_input = any(getattr(a, "wants", lambda role: False)("input") for a in point.actions)
+    if reads_input:  # (bound once here, not at each firing)
+        from hookrun.hooks.roles import as_it_came, note_inputs
 
     def hook(module, args, kwargs, output):
         if not kwargs and len(args) == 1 and isinstance(output, Tensor) and isinstance(args[0], Tensor):
@@ -269,8 +272,6 @@ def _forward(point: HookPoint, fire: Fire) -> list:
             tensors = inputs(args, kwargs)
             tensors.update(flatten(output, "output"))
         if before:  # (keyed by the call about to fire: a step cut short leaves none for the next step's)
-            from hookrun.hooks.roles import as_it_came
-
             tensors.update(as_it_came(point, before.pop(point.forward_calls, {}), tensors))
         ev = fire(point.next_forward_call(), tensors, "output", output if type(output) is list else None)
         if ev.replaced:
@@ -280,8 +281,6 @@ def _forward(point: HookPoint, fire: Fire) -> list:
         return None
 
     handles = [point.target.register_forward_hook(hook, with_kwargs=True)]
-    if any(getattr(a, "wants", lambda role: False)("input") for a in point.actions):
-        from hookrun.hooks.roles import note_inputs
-
+    if reads_input:
         handles.append(note_inputs(point, before))
     return handles

@@ -14,7 +14,7 @@ import torch
 
 from hookrun.errors import RunError, foreign_failure
 from hookrun.hooks import Event
-from hookrun.hooks.roles import _version
+from hookrun.hooks.roles import tensor_version
 from hookrun.store.records import StepCaptures
 
 
@@ -31,12 +31,12 @@ def user_action(action: Any, ev: Event, captures: StepCaptures) -> None:
     writer stores later); and where it does not declare `modifies`, a change it made to one of its
     tensors in place (x.div_(...)), which the model computes on from there while every check (early_stop,
     resume, a kind's clean forward) treats the action as one that only reads, is refused, naming it."""
-    before = [(role, t, _version(t)) for role, t in ev.tensors.items() if isinstance(t, torch.Tensor)]
+    before = [(role, t, tensor_version(t)) for role, t in ev.tensors.items() if isinstance(t, torch.Tensor)]
     had = captures.count()
     action(ev)
     captures.copy_shared(had, {t.untyped_storage().data_ptr() for _, t, _ in before})
     for role, t, version in before if not action.modifies else ():
-        if version >= 0 and _version(t) != version:
+        if version >= 0 and tensor_version(t) != version:
             raise RunError(f"{getattr(action, 'where', f'hooks.{ev.hook}')}: action {action_name(action)} changed the {role} of "
                            f"{ev.where} in place, but does not declare modifies = True, so the model went on with the "
                            f"changed values unannounced; change a copy (x = x.clone()), or declare modifies = True and "

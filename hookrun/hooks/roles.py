@@ -105,13 +105,13 @@ def note_inputs(point: HookPoint, before: dict) -> Any:
 
     def note(module, args, kwargs):  # (a copy where the module works in place: ReLU(inplace=True))
         copy = bool(getattr(module, "inplace", False))
-        before[point.forward_calls] = {r: (t.detach().clone() if copy else t, -1 if copy else _version(t))
+        before[point.forward_calls] = {r: (t.detach().clone() if copy else t, -1 if copy else tensor_version(t))
                                        for r, t in inputs(args, kwargs).items() if isinstance(t, Tensor)}
 
     return point.target.register_forward_pre_hook(note, with_kwargs=True)
 
 
-def _version(t: Tensor) -> int:
+def tensor_version(t: Tensor) -> int:
     try:
         return t._version
     except RuntimeError:  # (an inference-mode tensor keeps no version: it cannot be changed in place either)
@@ -125,7 +125,7 @@ def as_it_came(point: HookPoint, seen: dict[str, tuple[Tensor, int]], tensors: d
     for role, (t, version) in seen.items():
         if version == -1:
             out[role] = t
-        elif version >= 0 and _version(t) != version and role in tensors:
+        elif version >= 0 and tensor_version(t) != version and role in tensors:
             raise RunError(f"hooks.{point.hook}: {module_label(point.module)} changed its {role} in place during its "
                            f"forward, so a forward hook sees the changed values; record it with type: forward_pre "
                            f"(the input as it came in), or the output of the module before")

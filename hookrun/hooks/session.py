@@ -143,12 +143,15 @@ class HookSession:
         at_firing = self.early_stop.at_firing if self.early_stop is not None else None
         fired = self.fired
         session = self
-        watched: dict[int, bool] = {}  # id(action) -> whether its firings are watched (a user's action)
+        watched: dict[int, Any] = {}  # id(action) -> None, or what watches its firings (a user's action)
         captures = self.env.captures
 
-        def watch(action: Any) -> bool:
-            watched[id(action)] = seen = user_code(action)
-            return seen
+        def watch(action: Any) -> Any:  # (hooks/action_faults.py: loaded, and bound, where a user's action fires)
+            watcher = None
+            if user_code(action):
+                from hookrun.hooks.action_faults import user_action as watcher
+            watched[id(action)] = watcher
+            return watcher
 
         def fire(call: int, tensors: dict, writable: str, raw=None, module: str = module) -> Event:
             ev = Event(hook, kind, module, target, call, state, tensors, writable, raw)
@@ -165,13 +168,11 @@ class HookSession:
                     return ev
                 fired[i] += 1
                 for action in actions:
-                    seen = watched.get(id(action))
-                    if seen is None:
-                        seen = watch(action)
-                    if seen:  # (a user's action: its firings are watched, hooks/action_faults.py)
-                        from hookrun.hooks.action_faults import user_action
-
-                        user_action(action, ev, captures)
+                    watcher = watched.get(id(action), watch)
+                    if watcher is watch:
+                        watcher = watch(action)
+                    if watcher is not None:  # (a user's action: its firings are watched)
+                        watcher(action, ev, captures)
                     else:
                         action(ev)
             except (HookrunError, StopForward, *PASSED):
