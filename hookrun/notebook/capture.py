@@ -140,7 +140,8 @@ def capture(model: nn.Module, hooks: Mapping, dtype: str = "keep") -> _Once:
     Args:
         model: the nn.Module to hook; every hook is removed when the block ends, also on an exception.
         hooks: the `hooks:` mapping of a config ({NAME: {at, type, actions}}).
-        dtype: `output.dtype` of a file run: keep, float16 or float32.
+        dtype: `output.dtype` of a file run: keep, float16 or float32 (a bfloat16 tensor is kept as
+            bfloat16 here, where a file holds it as float32).
 
     Returns:
         Captured: `cap[module, role]` (or `cap[hook, module, role]`, `cap["hook/module/role"]`) is a
@@ -175,7 +176,7 @@ def _capture(model: nn.Module, hooks: Mapping, dtype: str) -> Iterator[Captured]
         raise ConfigError(f"capture: expected a torch.nn.Module, got {type(model).__name__}")
     if dtype not in StoreDtype.__members__:
         raise ConfigError(f"capture: dtype={dtype!r}; choose from: {', '.join(sorted(StoreDtype.__members__))}")
-    env = ActionEnv(store_dtype=DTYPES[dtype])
+    env = ActionEnv(store_dtype=DTYPES[dtype], bfloat16=torch.bfloat16)  # (in memory: a bfloat16 record stays bfloat16)
     cap = Captured()
     try:
         points = make_plan(model, parse_hooks(hooks), env, mode=Mode.grad)

@@ -71,3 +71,20 @@ def test_a_half_activation_is_steered_as_a_raw_hook_steers_it(tmp_path, dtype, o
         want = raw(model.a(x))
     assert want.dtype == dtype
     np.testing.assert_array_equal(got, want.float().numpy())
+
+
+def test_capture_keeps_a_bfloat16_record_bfloat16_in_memory():
+    """A capture() block holds a bfloat16 record as bfloat16 (a file holds it as float32, numpy having
+    none): under keep on a bfloat16 model, and where a float32 model's record asks for bfloat16."""
+    x = torch.randn(3, 16, generator=torch.Generator().manual_seed(1))
+    for model_dtype, record_dtype in ((torch.bfloat16, None), (torch.float32, "bfloat16")):
+        model = Two().to(model_dtype)
+        seen = []
+        handle = model.a.register_forward_hook(lambda m, i, o: seen.append(o.detach().clone()))
+        action = {"name": "record", "what": "output", **({"dtype": record_dtype} if record_dtype else {})}
+        with torch.no_grad(), hookrun.capture(model, {"h": {"at": "a", "type": "forward", "actions": [action]}}) as cap:
+            model(x.to(model_dtype))
+        handle.remove()
+        got = cap["a", "output"]
+        assert got.dtype == torch.bfloat16, (model_dtype, record_dtype, got.dtype)
+        assert torch.equal(got, seen[0].to(torch.bfloat16))

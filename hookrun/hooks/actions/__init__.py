@@ -159,6 +159,7 @@ class ActionEnv:
     captures: StepCaptures = field(default_factory=StepCaptures)
     state: StepState = field(default_factory=StepState)
     store_dtype: torch.dtype | None = None  # None: keep the tensor's dtype
+    bfloat16: torch.dtype = torch.float32  # a bfloat16 record held as: float32 in a file (numpy has none); capture(): itself
     planned_samples: np.ndarray | None = None  # the dataset indices this run will see
     hold: ModelHold = field(default_factory=ModelHold)  # what the run attached to the model, undone at its end
     splices: list = field(default_factory=list)  # hooks/splice.py's Splice modules of this run (their .stats)

@@ -225,7 +225,7 @@ class Record(Action):
     def emit(self, ev: Event, role: str, shaped: torch.Tensor, source: torch.dtype, per_step: bool,
              index: Any) -> None:
         """A snapshot in the storage dtype (overflow counted or refused, underflow to 0 counted) handed to the writer."""
-        value, torch_dtype = snapshot(shaped, self.dtype, source), dtype_name(source)
+        value, torch_dtype = snapshot(shaped, self.dtype, source, self.env.bfloat16), dtype_name(source)
         overflow = underflow = None  # counted without waiting for the device; underflow: float16's smallest is 6e-8
         if narrows(shaped.dtype, value.dtype):  # (a gradient below it is stored as 0)
             overflow, underflow = (torch.isinf(value) & torch.isfinite(shaped)).sum(), ((value == 0) & (shaped != 0)).sum()
@@ -273,7 +273,7 @@ class Record(Action):
 
     def _ragged(self, ev: Event, role: str, items: list[torch.Tensor]) -> None:
         """One row of varying length per sample (stored as variable-length HDF5 rows)."""
-        value = [snapshot(self._shape(x.unsqueeze(0), ev, role), self.dtype, x.dtype)[0].cpu() for x in items]
+        value = [snapshot(self._shape(x.unsqueeze(0), ev, role), self.dtype, x.dtype, self.env.bfloat16)[0].cpu() for x in items]
         key = CaptureKey(ev.hook, ev.module, ev.type, role, ev.call)
         self.env.captures.add(Capture(key, value, False, dtype_name(items[0].dtype), self._attrs_of(value[0]),
                                       ragged=True, dims=("sample",)))

@@ -48,12 +48,14 @@ if TYPE_CHECKING:
     from hookrun.hooks import HookPoint
 
 
-def snapshot(t: torch.Tensor, dtype: torch.dtype | None, source: torch.dtype | None = None) -> torch.Tensor:
+def snapshot(t: torch.Tensor, dtype: torch.dtype | None, source: torch.dtype | None = None,
+             bfloat16: torch.dtype = torch.float32) -> torch.Tensor:
     """A detached copy on the tensor's own device, in the storage dtype: `dtype`, else (keep) the hooked
     tensor's `source` dtype where both are floating (a half tensor's float32 mean or norm is rounded to it
     here, once: a float16 norm past 65504 is inf as any cast's, and the caller counts it), else t's own.
 
-    bfloat16 is rounded to bfloat16 when asked for, then kept as float32 (numpy has no bfloat16).
+    bfloat16 is rounded to bfloat16 when asked for, then held as `bfloat16` says: float32 for a file
+    (numpy has no bfloat16), bfloat16 itself in a capture() block's memory (ActionEnv.bfloat16).
     The copy to the host happens later, off the hook (hookrun.store.writer: HostTransfer).
     """
     if dtype is None and source is not None and source.is_floating_point:
@@ -61,7 +63,7 @@ def snapshot(t: torch.Tensor, dtype: torch.dtype | None, source: torch.dtype | N
     target = dtype if (dtype is not None and t.is_floating_point()) else t.dtype
     if target == torch.bfloat16:
         t = t.to(torch.bfloat16)
-        target = torch.float32
+        target = bfloat16
     return t.detach().to(dtype=target, copy=True)
 
 
