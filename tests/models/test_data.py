@@ -185,3 +185,21 @@ def test_hidden_image_files_are_not_items(tmp_path):
         assert got[i][1] == want[i][1] and torch.equal(got[i][0], want[i][0])
     flat = image_folder(str(tmp_path / "flat"), resize=36, crop=32)
     assert [p for p, _ in flat.samples] == [str(tmp_path / "flat" / "a.png")] and torch.equal(flat[0], tf(Image.open(tmp_path / "flat" / "a.png").convert("RGB")))
+
+
+def test_a_hugging_face_dataset_of_lists_is_told_to_format_itself_as_torch(tmp_path):
+    """A datasets.Dataset gives lists until it is formatted: the refusal names ds.with_format('torch'),
+    and the formatted one runs, recording what the Linear layer gives on the same rows."""
+    datasets = pytest.importorskip("datasets")
+    rows = [[float(i), -float(i), 0.5, 2.0] for i in range(8)]
+    ds = datasets.Dataset.from_dict({"x": rows, "label": [0] * 8})
+    model = torch.nn.Sequential(torch.nn.Linear(4, 2))
+    cfg = {"device": "cpu", "progress": False, "output": {"path": str(tmp_path / "r.h5")}, "data": {"batch_size": 4, "inputs": ["x"]},
+           "hooks": {"h": {"at": "0", "type": "forward", "actions": ["record"]}}}
+    with pytest.raises(ConfigError, match=r"holds a tensor \(got list\); a Hugging Face datasets.Dataset gives lists: "
+                                          r"pass ds.with_format\('torch'\)"):
+        hookrun.run(cfg, model=model, dataset=ds)
+    result = hookrun.run(cfg, model=model, dataset=ds.with_format("torch"))
+    with h5py.File(result.path, "r") as f:
+        got = f["captures/h/0/output"][:]
+    np.testing.assert_allclose(got, model(torch.tensor(rows)).detach().numpy(), rtol=1e-6)
