@@ -130,7 +130,7 @@ def child_env(**extra: str) -> dict[str, str]:
 
 
 def run_child(cmd: list[str], what: str, env: dict | None = None, warm: bool = False,
-              preload: tuple[str, ...] = ()) -> tuple[dict, os.struct_rusage]:
+              preload: tuple[str, ...] = (), imports: tuple[str, ...] | None = None) -> tuple[dict, os.struct_rusage]:
     """Run `cmd` and wait for it: the JSON of its last stdout line, and its own resource usage
     (os.wait4: its peak RSS and CPU time, no other process's). Its output goes to temporary files,
     so a chatty child cannot block on a full pipe; a failure raises with the end of its stderr.
@@ -138,10 +138,12 @@ def run_child(cmd: list[str], what: str, env: dict | None = None, warm: bool = F
 
     `warm` (a --quick run's smoke sizes only, never the full mode's figures): a `python SCRIPT.py
     ARGS` command is forked from a warm process that imported torch, torchvision, transformers and
-    h5py (and `preload`) once, instead of a fresh Python paying those imports for each child; its
-    peak RSS then counts the pages it shares with that process (see warm_child)."""
+    h5py (`imports`, None: WARM_IMPORTS; a caller whose children need less names less, so the warm
+    process does not pay for what they never use) and `preload` once, instead of a fresh Python
+    paying those imports for each child; its peak RSS then counts the pages it shares with that
+    process (see warm_child)."""
     if warm and hasattr(os, "fork") and len(cmd) > 1 and cmd[0] == sys.executable and cmd[1].endswith(".py"):
-        return warm_child(cmd, what, dict(os.environ) if env is None else env, preload)
+        return warm_child(cmd, what, dict(os.environ) if env is None else env, preload, imports)
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
@@ -157,21 +159,25 @@ def run_child(cmd: list[str], what: str, env: dict | None = None, warm: bool = F
 STARTUP = ("PYTHON", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "MALLOC_", "CUDA", "TORCH", "PYTORCH", "LD_", "NVIDIA",
            "HF_", "HUGGINGFACE", "TRANSFORMERS", "TOKENIZERS", "HDF5_")
 WARM_IMPORTS = ("torch", "torchvision", "torchvision.models", "transformers", "transformers.models.gpt2.modeling_gpt2", "h5py")
+# what hookrun imports from outside torch (not hookrun itself, which each child imports from this checkout): for `imports`
+HOOKRUN_DEPS = ("numpy", "h5py", "omegaconf", "hydra", "hydra.utils")
 _servers: dict[tuple, subprocess.Popen] = {}
 
 
-def warm_child(cmd: list[str], what: str, env: dict, preload: tuple[str, ...] = ()) -> tuple[dict, os.struct_rusage]:
+def warm_child(cmd: list[str], what: str, env: dict, preload: tuple[str, ...] = (),
+               imports: tuple[str, ...] | None = None) -> tuple[dict, os.struct_rusage]:
     """run_child's `python SCRIPT.py ARGS`, forked from a server (this file run with --warm-server) that
-    imported WARM_IMPORTS and `preload` (third-party modules only: the script, hookrun and the benchmark
-    modules are imported fresh by each child) with `env`'s start-up variables; one server per set of
-    those and `preload`. The child runs the script as `python SCRIPT.py` would (runpy, as __main__,
+    imported `imports` (None: WARM_IMPORTS) and `preload` (third-party modules only: the script, hookrun
+    and the benchmark modules are imported fresh by each child) with `env`'s start-up variables; one
+    server per set of those, `imports` and `preload`. The child runs the script as `python SCRIPT.py` would (runpy, as __main__,
     its folder first on sys.path, then PYTHONPATH's entries); the server os.wait4s it: its exit
     status and its own resource usage (its peak RSS includes the imports' pages it shares with the server)."""
     startup = {k: v for k, v in env.items() if k.startswith(STARTUP) and k not in ("PYTHONPATH", "PYTHONUNBUFFERED")}
-    key = (tuple(sorted(startup.items())), tuple(preload))
+    modules = (*(WARM_IMPORTS if imports is None else imports), *preload)
+    key = (tuple(sorted(startup.items())), modules)
     server = _servers.get(key)
     if server is None or server.poll() is not None:
-        server = subprocess.Popen([sys.executable, __file__, "--warm-server", *preload], stdin=subprocess.PIPE,
+        server = subprocess.Popen([sys.executable, __file__, "--warm-server", *modules], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, env={k: v for k, v in env.items() if k != "PYTHONPATH"}, bufsize=0)
         _servers[key] = server
         atexit.register(_stop_server, server)
@@ -248,9 +254,9 @@ def _warm_run(req: dict, base_path: list[str]) -> None:
             os._exit(code)
 
 
-def _warm_serve(preload: list[str]) -> None:
-    """This file run as `--warm-server MODULE...`: import, then fork one child per request line on stdin."""
-    for name in (*WARM_IMPORTS, *preload):  # no torch op runs here, so fork is safe
+def _warm_serve(modules: list[str]) -> None:
+    """This file run as `--warm-server MODULE...`: import those, then fork one child per request line on stdin."""
+    for name in modules:  # no torch op runs here, so fork is safe
         try:
             importlib.import_module(name)
         except ImportError:  # (a child that needs it fails as a fresh process would)

@@ -5,7 +5,7 @@ own (os.wait4); the scenarios of a comparison run interleaved, round after round
 os.sync() so that no run pays for another's dirty pages, and each ratio is taken between medians.
 
     python benchmarks/run.py                  # the full comparison (about 10 minutes on 2 cores)
-    python benchmarks/run.py --quick          # a smoke run: 2 batches, 1 round
+    python benchmarks/run.py --quick          # a smoke run: 2 batches of 4, 1 round
     python benchmarks/run.py --markdown table.md   # also write the table there (replacing the file; the figures: docs/benchmarks/recording.md)
 """
 
@@ -24,11 +24,16 @@ import harness
 HERE = Path(__file__).resolve().parent
 
 
+BATCH = 16  # images a batch (scenarios.py's own default); --quick: 4
+# what a scenario imports besides hookrun: the warm process of a smoke run (never transformers, which no scenario uses)
+IMPORTS = ("torch", "torchvision", "torchvision.models", "torchvision.models.feature_extraction", *harness.HOOKRUN_DEPS)
+
+
 def child(name: str, batches: int, folder: Path) -> dict:
     """Run one scenario in a fresh process; its JSON line plus its own peak RSS."""
     os.sync()
-    cmd = [sys.executable, str(HERE / "scenarios.py"), name, "--batches", str(batches), "--dir", str(folder)]
-    result, usage = harness.run_child(cmd, f"scenario {name}", harness.child_env(), warm=harness.QUICK)
+    cmd = [sys.executable, str(HERE / "scenarios.py"), name, "--batches", str(batches), "--dir", str(folder), "--batch", str(BATCH)]
+    result, usage = harness.run_child(cmd, f"scenario {name}", harness.child_env(), warm=harness.QUICK, imports=IMPORTS)
     result["rss_mb"] = usage.ru_maxrss / 1024  # Linux: KiB
     return result
 
@@ -48,19 +53,22 @@ def med(results: list[dict], key: str = "seconds") -> float:
 
 
 def main() -> None:
+    global BATCH
     p = harness.parser(__doc__)
     p.add_argument("--batches", type=int, default=40, help="batches of 16 for the timing runs (default 40)")
+    p.add_argument("--batch-size", type=int, default=BATCH, help=f"images a batch (default {BATCH}; --quick: 4)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved repetitions (default 3)")
     p.add_argument("--rss-batches", type=int, nargs=2, default=[8, 64], metavar=("SMALL", "LARGE"))
-    harness.quick_and_markdown(p, "2 batches, 1 round: checks that everything runs", "write the results table to this file too")
+    harness.quick_and_markdown(p, "2 batches of 4, 1 round: checks that everything runs", "write the results table to this file too")
     p.add_argument("--dir", type=Path, help="where the scenarios write (default: a temporary folder)")
-    a = harness.parse(p, batches=2, rounds=1, rss_batches=[1, 2])
+    a = harness.parse(p, batches=2, rounds=1, rss_batches=[1, 2], batch_size=4)
+    BATCH = a.batch_size
     log = harness.log
     started = time.time()
     with tempfile.TemporaryDirectory(dir=a.dir) as tmp:
         folder = Path(tmp)
         timing = ["no_hooks", "record", "tutorial", "feature_extractor", "record_layer1", "early_stop_layer1"]
-        log(f"whole runs, {a.batches} batches of 16, {a.rounds} round(s)")
+        log(f"whole runs, {a.batches} batches of {BATCH}, {a.rounds} round(s)")
         t = rounds(timing, a.batches, a.rounds, folder, log)
         if importlib.util.find_spec("torchlens"):
             log("TorchLens (one round: about 10x slower)")

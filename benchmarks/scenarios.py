@@ -223,11 +223,14 @@ def s_hook_cost(batches: int, out: Path) -> dict:
 
 
 def main() -> None:
+    global BATCH
     p = argparse.ArgumentParser()
     p.add_argument("name")
     p.add_argument("--batches", type=int, default=40)
     p.add_argument("--dir", type=Path, required=True)
+    p.add_argument("--batch", type=int, default=BATCH, help=f"images a batch (default {BATCH}; run.py --quick: fewer)")
     a = p.parse_args()
+    BATCH = a.batch
     out = a.dir / f"{a.name}_{os.getpid()}.h5"
     try:
         result = globals()[f"s_{a.name}"](a.batches, out)
