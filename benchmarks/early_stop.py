@@ -19,7 +19,7 @@ writer's and the store helper's own process is not counted, its start is).
 
     python benchmarks/early_stop.py                      # 9 rounds (a few minutes on 2 cores)
     python benchmarks/early_stop.py --no-full            # early_stop's pairs only (the full forward is 5x longer)
-    python benchmarks/early_stop.py --quick              # a smoke run: 2 batches, 1 round
+    python benchmarks/early_stop.py --quick              # a smoke run: 1 batch, 1 round
     python benchmarks/early_stop.py --markdown docs/benchmarks/early-stop.md
 """
 
@@ -120,8 +120,8 @@ def main() -> None:
     p = harness.parser(__doc__)
     harness.int_options(p, batches=12, rounds=9, stop=6)
     p.add_argument("--no-full", action="store_true", help="leave out the full-forward pair (bare_full, full_forward)")
-    harness.quick_and_markdown(p, "2 batches, 1 round: checks that every route runs", "append the results table to this file")
-    a = harness.parse(p, batches=2, rounds=1)
+    harness.quick_and_markdown(p, "1 batch, 1 round: checks that every route runs", "append the results table to this file")
+    a = harness.parse(p, batches=1, rounds=1)
     torch.set_num_threads(1)
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
