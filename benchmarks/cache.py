@@ -19,7 +19,6 @@ that route is reported as not installed.
 from __future__ import annotations
 
 import importlib.util
-import os
 import statistics
 import sys
 import tempfile
@@ -49,7 +48,7 @@ def _has(module: str, dist: str = "", major: int = 0) -> bool:
 
 
 def child(name: str, folder: Path, threads: int, batches: int = 0, rows: int = 0) -> dict:
-    os.sync()
+    harness.sync()
     cmd = [sys.executable, str(HERE / "cache_scenarios.py"), name, "--batches", str(batches), "--rows", str(rows),
            "--dir", str(folder), "--threads", str(threads)]
     result, usage = harness.run_child(cmd, f"scenario {name}", harness.child_env(), warm=harness.QUICK)

@@ -10,7 +10,6 @@ paired per-round ratios):
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import tempfile
@@ -36,7 +35,7 @@ def store_seconds(folder: Path, batches: int, checksum: bool) -> float:
         for step in range(batches):
             caps = [Capture(CaptureKey("res", f"h.{i}", "forward", "output"), rows[i], False, "float32") for i in range(6)]
             store.write(StepRecord(step, np.arange(step * 1024, (step + 1) * 1024), None, None, caps))
-    os.sync()
+    harness.sync()
     seconds = time.perf_counter() - t
     path.unlink()
     return seconds
@@ -55,7 +54,7 @@ def run_seconds(folder: Path, batches: int, checksum: bool) -> float:
            "output": {"path": str(folder / f"run_{checksum}.h5"), "overwrite": True, "checksum": checksum}}
     t = time.perf_counter()
     hookrun.run(cfg, model=model, dataset=data)
-    os.sync()
+    harness.sync()
     return time.perf_counter() - t
 
 

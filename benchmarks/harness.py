@@ -122,6 +122,13 @@ def ratio(times: dict[str, list[float]], num: str, den: str) -> float:
 
 
 # -- child processes ---------------------------------------------------------------------------
+def sync() -> None:
+    """os.sync() before a timed run, so that it does not pay for another's dirty pages; not under
+    --quick, whose figures are never quoted (on a busy machine a sync waits for every other job's writes)."""
+    if not QUICK:
+        os.sync()
+
+
 def child_env(**extra: str) -> dict[str, str]:
     """This process's environment, offline for Hugging Face, with the repository and this folder
     first on PYTHONPATH (a child imports this checkout's hookrun and the benchmark modules), plus `extra`."""
@@ -134,14 +141,14 @@ def run_child(cmd: list[str], what: str, env: dict | None = None, warm: bool = F
     """Run `cmd` and wait for it: the JSON of its last stdout line, and its own resource usage
     (os.wait4: its peak RSS and CPU time, no other process's). Its output goes to temporary files,
     so a chatty child cannot block on a full pipe; a failure raises with the end of its stderr.
-    Callers os.sync() first where a run must not pay for another's dirty pages.
+    Callers sync() first where a run must not pay for another's dirty pages.
 
     `warm` (a --quick run's smoke sizes only, never the full mode's figures): a `python SCRIPT.py
     ARGS` command is forked from a warm process that imported torch, torchvision, transformers and
-    h5py (`imports`, None: WARM_IMPORTS; a caller whose children need less names less, so the warm
-    process does not pay for what they never use) and `preload` once, instead of a fresh Python
-    paying those imports for each child; its peak RSS then counts the pages it shares with that
-    process (see warm_child)."""
+    hookrun's dependencies (`imports`, None: WARM_IMPORTS; a caller whose children need less names
+    less, so the warm process does not pay for what they never use) and `preload` once, instead of
+    a fresh Python paying those imports for each child; its peak RSS then counts the pages it
+    shares with that process (see warm_child)."""
     if warm and hasattr(os, "fork") and len(cmd) > 1 and cmd[0] == sys.executable and cmd[1].endswith(".py"):
         return warm_child(cmd, what, dict(os.environ) if env is None else env, preload, imports)
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
@@ -158,9 +165,11 @@ def run_child(cmd: list[str], what: str, env: dict | None = None, warm: bool = F
 # variables read when the interpreter, glibc's malloc or torch starts: a child whose own differ gets a server of its own
 STARTUP = ("PYTHON", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "MALLOC_", "CUDA", "TORCH", "PYTORCH", "LD_", "NVIDIA",
            "HF_", "HUGGINGFACE", "TRANSFORMERS", "TOKENIZERS", "HDF5_")
-WARM_IMPORTS = ("torch", "torchvision", "torchvision.models", "transformers", "transformers.models.gpt2.modeling_gpt2", "h5py")
-# what hookrun imports from outside torch (not hookrun itself, which each child imports from this checkout): for `imports`
+# what hookrun imports from outside torch (not hookrun itself, which each child imports from this checkout)
 HOOKRUN_DEPS = ("numpy", "h5py", "omegaconf", "hydra", "hydra.utils")
+WARM_IMPORTS = ("torch", "torchvision", "torchvision.models", "transformers", "transformers.models.gpt2.modeling_gpt2",
+                *HOOKRUN_DEPS)
+VISION_IMPORTS = ("torch", "torchvision", "torchvision.models", *HOOKRUN_DEPS)  # children that run torchvision models only
 _servers: dict[tuple, subprocess.Popen] = {}
 
 

@@ -124,11 +124,12 @@ def child_main(a: argparse.Namespace) -> dict:
 
 # -- the parent ------------------------------------------------------------------------------------
 def child(route: str, a: argparse.Namespace, folder: Path, url: str) -> dict:
-    os.sync()
+    harness.sync()
     cmd = [sys.executable, str(HERE / "object_store.py"), "--child", route, "--dir", str(folder), "--url", url,
            "--batches", str(a.batches), "--part-bytes", str(a.part_bytes), "--threads", str(a.threads)]
     server_before = resource.getrusage(resource.RUSAGE_SELF)  # this process runs nothing but the S3 server now
-    result, usage = harness.run_child(cmd, f"route {route}", harness.child_env(), warm=harness.QUICK)  # usage: this child's own CPU time
+    result, usage = harness.run_child(cmd, f"route {route}", harness.child_env(), warm=harness.QUICK,
+                                      preload=("s3fs",))  # usage: this child's own CPU time
     server = resource.getrusage(resource.RUSAGE_SELF)
     result["cpu"] = usage.ru_utime + usage.ru_stime
     result["server_cpu"] = (server.ru_utime + server.ru_stime) - (server_before.ru_utime + server_before.ru_stime)

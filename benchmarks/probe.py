@@ -165,11 +165,11 @@ def main() -> None:
     env = {k: v for k, v in harness.child_env().items() if not k.endswith("_NUM_THREADS")}  # 0: what a user's process gets
     env.update({"OMP_NUM_THREADS": str(a.threads)} if a.threads else {})
     sizes = [str(a.images), str(a.size), str(a.batch)]
-    got, _ = harness.run_child([sys.executable, __file__, "--child", "time", *sizes, str(a.rounds)], "the timed rounds", env, warm=harness.QUICK)
+    got, _ = harness.run_child([sys.executable, __file__, "--child", "time", *sizes, str(a.rounds)], "the timed rounds", env, warm=harness.QUICK, imports=harness.VISION_IMPORTS)
     wall, fits = got["wall"], got["fits"]
     peaks, imported = {}, False
     for route in ("bare", "hookrun", "sklearn"):
-        out, usage = harness.run_child([sys.executable, __file__, "--child", route, *sizes], f"the {route} route", env, warm=harness.QUICK)
+        out, usage = harness.run_child([sys.executable, __file__, "--child", route, *sizes], f"the {route} route", env, warm=harness.QUICK, imports=harness.VISION_IMPORTS)
         peaks[route] = usage.ru_maxrss / 1024
         imported = imported or (route == "hookrun" and out["sklearn"])
     med = statistics.median

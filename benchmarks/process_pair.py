@@ -50,7 +50,7 @@ def hookrun_cmd(batches: int, out: Path, run_dir: Path, *extra: str) -> list[str
 
 def timed(cmd: list[str], what: str) -> tuple[float, float]:
     """Wall and CPU seconds (user + system, its waited-for children included) of one child process."""
-    os.sync()
+    harness.sync()
     with tempfile.TemporaryFile("w+") as err:
         t = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=harness.child_env(), cwd=HERE.parent)

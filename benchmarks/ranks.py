@@ -63,7 +63,7 @@ def scenario(name: str, batches: int, folder: Path, small: bool = False) -> dict
     threads = "2" if "2 threads" in name else "1"
     env = {**os.environ, "OMP_NUM_THREADS": threads, "HOOKRUN_BENCH_RSS": str(run_dir), "PYTHONPATH": str(ROOT)}
     launch = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"] if name.startswith("2 processes") else []
-    os.sync()
+    harness.sync()
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, *launch, str(Path(__file__).resolve()), "--child", *args], env=env,
                           capture_output=True, text=True, cwd=folder)

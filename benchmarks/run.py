@@ -12,7 +12,6 @@ os.sync() so that no run pays for another's dirty pages, and each ratio is taken
 from __future__ import annotations
 
 import importlib.util
-import os
 import statistics
 import sys
 import tempfile
@@ -26,12 +25,12 @@ HERE = Path(__file__).resolve().parent
 
 BATCH = 16  # images a batch (scenarios.py's own default); --quick: 4
 # what a scenario imports besides hookrun: the warm process of a smoke run (never transformers, which no scenario uses)
-IMPORTS = ("torch", "torchvision", "torchvision.models", "torchvision.models.feature_extraction", *harness.HOOKRUN_DEPS)
+IMPORTS = (*harness.VISION_IMPORTS, "torchvision.models.feature_extraction")
 
 
 def child(name: str, batches: int, folder: Path) -> dict:
     """Run one scenario in a fresh process; its JSON line plus its own peak RSS."""
-    os.sync()
+    harness.sync()
     cmd = [sys.executable, str(HERE / "scenarios.py"), name, "--batches", str(batches), "--dir", str(folder), "--batch", str(BATCH)]
     result, usage = harness.run_child(cmd, f"scenario {name}", harness.child_env(), warm=harness.QUICK, imports=IMPORTS)
     result["rss_mb"] = usage.ru_maxrss / 1024  # Linux: KiB

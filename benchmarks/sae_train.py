@@ -215,7 +215,7 @@ def main() -> None:
             for route in order:
                 fetched = tmp / "fetched"  # the s3 route's parts, fetched afresh every round
                 shutil.rmtree(fetched, ignore_errors=True)
-                os.sync()
+                harness.sync()
                 out, usage = harness.run_child(
                     [sys.executable, __file__, "--child", route, "--cache", str(caches[route]), *common], route,
                     env={**env, "HOOKRUN_CACHE_DIR": str(fetched)}, warm=a.quick, preload=("sae_lens",))

@@ -176,7 +176,7 @@ def main() -> None:
         # (large blocks mmapped, so each is returned when freed: the warm run's freed memory is not held
         # by the allocator, below the base, where the measured run reuses it unseen)
         env = harness.child_env(MALLOC_MMAP_THRESHOLD_="131072")
-        peaks[route] = harness.run_child(cmd, f"the {route} route", env, warm=harness.QUICK)[0]["peak_mb"]
+        peaks[route] = harness.run_child(cmd, f"the {route} route", env, warm=harness.QUICK, imports=harness.VISION_IMPORTS)[0]["peak_mb"]
     for route in measured[1:]:
         t.add(f"peak RSS above the bare forward: {route} (MB)", f"{peaks[route] - peaks['bare']:.0f}", "(lower wins)",
               None, f"the route's peak resident memory above the process's before it, less the bare forward's "
