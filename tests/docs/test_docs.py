@@ -29,6 +29,16 @@ RUNS = {  # the folder a page reads -> the overrides that make it (at test size)
     "outputs/steer": ("experiment=gpt2_steer_generate", "data.batch_size=2", "generate.max_new_tokens=4"),
     "outputs/attention": ("experiment=gpt2_attention", "data.batch_size=4"),
 }
+# A page's full-size runs, at the smaller size the page documents (sae.md: tests/sae/test_sae_figures.py's
+# cache lines, training budget and held-out lines): the commands run as written, with these appended
+SIZES = {
+    "sae.md": {
+        "python -m hookrun experiment=sae_cache hydra.run.dir=outputs/h3_cache": ("data.dataset.limit=128",),
+        "python -m hookrun experiment=sae_train hydra.run.dir=outputs/h3_sae": (
+            "sae.rows=40960", "sae.batch_rows=512", "sae.lr_schedule.warmup=10"),
+        "python -m hookrun experiment=sae_eval params.sae=saes/h3 hydra.run.dir=outputs/h3_eval": ("data.dataset.limit=64",),
+    },
+}
 SWEEPS = (["-m", "experiment=ablate_layer3", "params.factor=0,0.5,1", "data.batch_size=2", "hydra.sweep.dir=outputs/sweep"],
           ["-m", "experiment=gpt2_steer_generate", "params.factor=0,4,8", "data.batch_size=2", "generate.max_new_tokens=4",
            "hydra.sweep.dir=outputs/steer_sweep"])
@@ -61,7 +71,7 @@ def test_every_page_is_found():
 @pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(ROOT / "docs").as_posix() for p in PAGES])
 def test_every_block_of_the_page_runs(page, folder):
     code = [b for b in parse(page.read_text()) if b[0] in ("bash", "python")]
-    ran, marked = run_page(page, folder, env())
+    ran, marked = run_page(page, folder, env(), sizes=SIZES.get(page.name))
     print(f"{page.name}: {ran} blocks and commands run, {marked} block(s) marked no-run")
     assert ran + marked >= len(code)
 

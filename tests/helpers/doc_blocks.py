@@ -14,6 +14,11 @@ without a reason is an error. Shell blocks: lines starting with `$ ` are command
 lines their output; a block without `$ ` is all commands (a trailing backslash continues a line).
 A `python -m MODULE` command runs in a child of a process that has imported torch already
 (tests/helpers/warm_python.py), which saves its start-up's torch import; MODULE imports fresh.
+
+A page's full-size command may run at test size: `sizes` maps the command (its words, comments
+left out) to overrides the page documents, appended to it (each one must be met on the page):
+
+    run_page(page, folder, env(), sizes={"python -m hookrun experiment=sae_cache": ("data.dataset.limit=128",)})
 """
 
 from __future__ import annotations
@@ -88,14 +93,18 @@ def env() -> dict[str, str]:
     return out
 
 
-def run_page(page: Path, folder: Path, environ: dict[str, str], namespace: dict | None = None) -> tuple[int, int]:
+def run_page(page: Path, folder: Path, environ: dict[str, str], namespace: dict | None = None,
+             sizes: dict[str, tuple[str, ...]] | None = None) -> tuple[int, int]:
     """Run every python and bash block of `page` in `folder`; (blocks and commands run, blocks marked).
+    A command that `sizes` names gets its overrides appended (the test's size of a full-size run).
 
     Raises:
-        AssertionError: a command that exits non-zero (its stderr's tail in the message); a
-            Python block's own exception propagates with the page and block in its traceback.
+        AssertionError: a command that exits non-zero (its stderr's tail in the message), or a
+            command of `sizes` the page does not have; a Python block's own exception propagates
+            with the page and block in its traceback.
     """
     namespace = {} if namespace is None else namespace
+    unmet = dict(sizes or {})
     ran = marked = 0
     if not (folder / "examples").exists():  # a reader runs the pages from the clone's root
         (folder / "examples").symlink_to(ROOT / "examples")
@@ -118,6 +127,7 @@ def run_page(page: Path, folder: Path, environ: dict[str, str], namespace: dict 
             continue
         for cmd in commands(code):
             argv = shlex.split(cmd, comments=True)
+            argv += unmet.pop(" ".join(argv), ())
             if argv[:2] == ["python", "-m"]:  # its start-up's torch import shared (hookrun imported fresh)
                 proc = warm_python.run_module(argv[2], argv[3:], cwd=folder, env=environ, timeout=900)
             else:
@@ -125,4 +135,5 @@ def run_page(page: Path, folder: Path, environ: dict[str, str], namespace: dict 
                 proc = subprocess.run(argv, cwd=folder, env=environ, capture_output=True, text=True, timeout=900)
             assert proc.returncode == 0, f"{page.name}: command failed: {cmd}\n{proc.stderr[-3000:]}"
             ran += 1
+    assert not unmet, f"{page.name}: no such command to run at test size: {list(unmet)}"
     return ran, marked
