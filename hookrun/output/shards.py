@@ -204,6 +204,11 @@ class ShardRun:
                 for rank in range(self.r.world):
                     if statuses[rank] is None and store.check([f"done/{rank}"]):
                         statuses[rank] = store.get(f"done/{rank}").decode()
+                    elif statuses[rank] is None and limit is not None and rank not in dead and gone(store, rank):
+                        if store.check([f"done/{rank}"]):  # (it said so just before it ended)
+                            statuses[rank] = store.get(f"done/{rank}").decode()
+                        else:
+                            dead.add(rank)  # its process on this machine has ended without saying: no use waiting
                     elif statuses[rank] is None and rank not in dead:
                         count = store.add(f"beat/{rank}", 0)
                         if beats.get(rank, (None,))[0] != count:
@@ -240,6 +245,7 @@ class Heartbeat:
     def __init__(self, store: dist.Store, rank: int) -> None:
         self.store, self.key = store, f"beat/{rank}"
         self.stopped = threading.Event()
+        store.set(f"pid/{rank}", process_mark())  # (rank 0's grace wait checks whether the process is there)
         self.thread = threading.Thread(target=self._beat, name="hookrun-heartbeat", daemon=True)
         self.thread.start()
 
@@ -252,3 +258,34 @@ class Heartbeat:
 
     def stop(self) -> None:
         self.stopped.set()
+
+
+def process_mark(pid: int | None = None) -> str:
+    """This process as another on the same machine can find it: the boot, the pid namespace, the pid
+    and its start time; "" where /proc is not there (then gone() never says so)."""
+    pid = os.getpid() if pid is None else pid
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        space = os.stat("/proc/self/ns/pid").st_ino
+        start = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+    return f"{boot}:{space}:{pid}:{start}"
+
+
+def gone(store: dist.Store, rank: int) -> bool:
+    """Whether rank `rank`'s process has surely ended: it runs on this machine (its process_mark's
+    boot and pid namespace are this one's) and its pid is no longer there, is a zombie, or is
+    another process. A rank elsewhere, or one that never said, is never taken for gone."""
+    if not store.check([f"pid/{rank}"]):
+        return False
+    mark = store.get(f"pid/{rank}").decode()
+    here = process_mark()
+    if not mark or not here or mark.rsplit(":", 2)[0] != here.rsplit(":", 2)[0]:
+        return False
+    pid, start = mark.rsplit(":", 2)[1:]
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return True
+    return fields[0] in ("Z", "X") or fields[19] != start
