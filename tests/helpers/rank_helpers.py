@@ -15,7 +15,14 @@ import my_pkg
 def kill_when_told(ev) -> None:
     """A user action: SIGKILL this process at batch STEP on rank RANK, where the environment has
     HOOKRUN_TEST_KILL=RANK:STEP (outside the config, which resume compares); with
-    HOOKRUN_TEST_SLEEP=RANK:STEP:SECONDS that rank's batch STEP first sleeps SECONDS (a slow batch)."""
+    HOOKRUN_TEST_SLEEP=RANK:STEP:SECONDS that rank's batch STEP first sleeps SECONDS (a slow batch);
+    with HOOKRUN_TEST_WAIT_STOP=RANK:STEP that rank's batch STEP lasts until the process is sent SIGTERM
+    (the batch in flight when torchrun stops the group)."""
+    stop = os.environ.get("HOOKRUN_TEST_WAIT_STOP")
+    if stop and ev.call == 0:
+        rank, step = map(int, stop.split(":"))
+        if int(os.environ.get("RANK", "0")) == rank and ev.step == step:
+            wait_for_a_stop_signal()
     slow = os.environ.get("HOOKRUN_TEST_SLEEP")
     if slow and ev.call == 0:
         rank, step, seconds = slow.split(":")
@@ -27,6 +34,26 @@ def kill_when_told(ev) -> None:
         if int(os.environ.get("RANK", os.environ.get("SUBMITIT_LOCAL_GLOBALID", "0"))) == rank and ev.step == step:
             time.sleep(1.5)  # the writer thread flushes the batches before this one
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def wait_for_a_stop_signal(limit: float = 120) -> None:
+    """Return once this process has been sent SIGTERM (hookrun's own handler still runs: it asks the loop
+    to stop after this batch), or after `limit` seconds."""
+    came = []
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def handle(signum, frame):
+        came.append(signum)
+        if callable(previous):
+            previous(signum, frame)
+
+    signal.signal(signal.SIGTERM, handle)
+    try:
+        deadline = time.monotonic() + limit
+        while not came and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def compiled_net(width: int = 4) -> torch.nn.Module:

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import h5py
@@ -189,7 +190,7 @@ def test_a_stop_in_rank_0s_last_batch_still_writes_the_incomplete_view(tmp_path,
     rank 0 in that batch, which ends its shard complete. Rank 0 must still write the incomplete view
     after a short wait; it waited for rank 1 (dead, never done) until torchrun's SIGKILL 30 s later
     and left no view. Resume then gives the one-process file."""
-    env = {"HOOKRUN_TEST_KILL": "1:3", "HOOKRUN_TEST_SLEEP": "0:2:8"}  # 6 batches: rank 0 runs 0-2, rank 1 3-5
+    env = {"HOOKRUN_TEST_KILL": "1:3", "HOOKRUN_TEST_WAIT_STOP": "0:2"}  # 6 batches: rank 0 runs 0-2, rank 1 3-5
     proc = cli(*ARGS, "hydra.run.dir=run", cwd=tmp_path, launcher=TORCHRUN, env=env)
     assert proc.returncode != 0
     run_dir = tmp_path / "run"
@@ -360,3 +361,23 @@ def test_a_refused_run_makes_no_view_and_says_nothing_about_one(tmp_path, caplog
     with pytest.raises(type(error)):
         run.run_and_merge(dist.HashStore(), cfg, body)
     assert "merged view" not in caplog.text
+
+
+def test_a_rank_whose_process_here_has_ended_is_gone_and_one_running_or_elsewhere_is_not():
+    """Rank 0's grace wait stops waiting for a rank whose process on this machine has ended (zombie or
+    reaped) without saying it is done; a live process, another machine's, or one never named, is waited for."""
+    import torch.distributed as dist
+
+    from hookrun.output.shards import gone, process_mark
+
+    store = dist.HashStore()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    store.set("pid/1", process_mark(child.pid))
+    store.set("pid/2", "another-boot:1:" + process_mark(child.pid).split(":", 2)[2])
+    assert not gone(store, 1) and not gone(store, 2) and not gone(store, 3)
+    child.kill()
+    while open(f"/proc/{child.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+        time.sleep(0.01)  # (killed, not yet reaped: a zombie)
+    assert gone(store, 1) and not gone(store, 2)
+    child.wait()
+    assert gone(store, 1) and not gone(store, 2)
