@@ -141,8 +141,7 @@ def test_a_rank_takes_every_world_th_cell_and_more_ranks_than_cells_are_refused(
 def test_two_ranks_split_the_cells_and_the_view_holds_the_whole_grid(tmp_path, reference):
     proc = cli(*ARGS, "hydra.run.dir=two", cwd=tmp_path, launcher=TORCHRUN)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    one = cli(*ARGS, "hydra.run.dir=one", cwd=tmp_path)
-    assert one.returncode == 0, one.stderr[-3000:]
+    hookrun.run(hookrun.compose(*ARGS, f"hydra.run.dir={tmp_path / 'one'}"))  # the same command in one process (this one)
 
     for rank in (0, 1):  # each rank wrote every second cell, from its own
         with h5py.File(tmp_path / "two" / f"captures.rank-0000{rank}.h5") as f:
