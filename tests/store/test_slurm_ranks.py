@@ -98,7 +98,7 @@ def test_a_requeued_job_does_not_read_the_killed_launchs_store(tmp_path, single)
                                           cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         return procs
 
-    first = launch("", {"0": {"HOOKRUN_TEST_KILL": "0:2"}, "1": {"HOOKRUN_TEST_SLEEP": "1:4:4"}})
+    first = launch("", {"0": {"HOOKRUN_TEST_KILL": "0:2"}, "1": {"HOOKRUN_TEST_WAIT_STOP": "1:4"}})  # (never complete)
     deadline = time.monotonic() + 120
     while not (tmp_path / "run" / "captures.rank-00001.h5").exists() and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -121,7 +121,7 @@ def test_a_requeued_job_does_not_read_the_killed_launchs_store(tmp_path, single)
 def test_a_stopped_sweep_job_names_the_sweeps_folder_to_resume_with(tmp_path, single):
     """A SIGTERMed job of a sweep said "(and the same hydra.run.dir)": a sweep's job folder is found
     again by hydra.sweep.dir (the same command with hydra.run.dir and resume=true starts a new sweep)."""
-    env = {**ENV, "HOOKRUN_TEST_SLEEP": "0:2:5"}
+    env = {**ENV, "HOOKRUN_TEST_WAIT_STOP": "0:2"}  # its last batch lasts until the SIGTERM
     proc = subprocess.Popen([sys.executable, "-m", "hookrun", "-m", *ARGS, "hydra.sweep.dir=sweep"], cwd=tmp_path,
                             env={**no_launcher(), **env},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
