@@ -188,7 +188,7 @@ def test_a_killed_rank_then_resume_gives_the_same_file(tmp_path, single):
 
 @pytest.mark.slow
 def test_a_stop_in_rank_0s_last_batch_still_writes_the_incomplete_view(tmp_path, single):
-    """Rank 1 is killed in its first batch while rank 0 sleeps in its last: torchrun's SIGTERM reaches
+    """Rank 1 is killed in its first batch while rank 0 waits in its last: torchrun's SIGTERM reaches
     rank 0 in that batch, which ends its shard complete. Rank 0 must still write the incomplete view
     after a short wait; it waited for rank 1 (dead, never done) until torchrun's SIGKILL 30 s later
     and left no view. Resume then gives the one-process file."""
@@ -376,8 +376,10 @@ def test_a_rank_whose_process_here_has_ended_is_gone_and_one_running_or_elsewher
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     store.set("pid/1", process_mark(child.pid))
     store.set("pid/2", "another-boot:1:" + process_mark(child.pid).split(":", 2)[2])
-    assert not gone(store, 1) and not gone(store, 2) and not gone(store, 3)
-    child.kill()
+    try:
+        assert not gone(store, 1) and not gone(store, 2) and not gone(store, 3)
+    finally:
+        child.kill()
     while open(f"/proc/{child.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
         time.sleep(0.01)  # (killed, not yet reaped: a zombie)
     assert gone(store, 1) and not gone(store, 2)
