@@ -1,6 +1,9 @@
-"""`python -m MODULE ARGS` without paying the big libraries' import for each (tests only): a subprocess.run stand-in.
+"""`python -m MODULE ARGS`, `python -c CODE ARGS` and `python SCRIPT ARGS` without paying the big libraries'
+import for each (tests only): subprocess.run stand-ins.
 
     proc = warm_python.run_module("hookrun", ["experiment=resnet_layer1"], cwd=tmp_path, env=env, timeout=600)
+    proc = warm_python.run_code("import hookrun; print(hookrun.compose())", [], cwd=tmp_path, env=env)
+    proc = warm_python.run_script(tmp_path / "job.py", ["--fast"], cwd=tmp_path, env=env)
 
 A server process (per test process) imports torch and the third-party modules nearly every run
 imports after it (SHARED: torchvision's models, which import torch._dynamo; transformers' GPT-2,
@@ -8,15 +11,17 @@ which tiny_lm is; hydra, h5py), and nothing of hookrun's, then forks one child p
 imports are the bulk of a start-up: a tiny_lm or ResNet run from a torch-only server still spent
 about half its import time on them. The child takes the command's working directory, environment,
 sys.path (as Python builds it from PYTHONPATH) and sys.argv, and runs the module as `python -m` does
-(runpy, as __main__); hookrun and everything else it imports is imported fresh in each child, so an
+(runpy, as __main__), the code as `-c` does (sys.path[0] '', sys.argv[0] '-c', "<string>" in tracebacks)
+or the script as Python does (its folder first on sys.path, its file as __main__); hookrun and everything else it imports is imported fresh in each child, so an
 import error or import-order fault of hookrun's still shows. Its stdout
 and stderr go to files read back into a CompletedProcess; its exit status is the process's, as
-`python -m` would have exited (SystemExit's code, 1 and the traceback for an uncaught exception).
+Python would have exited (SystemExit's code, 1 and the traceback for an uncaught exception).
 
 A server is started with the command's variables read at interpreter start-up or by those imports
 (PYTHON*, OMP_*, MKL_*, CUDA*, TORCH*, LD_*, HF_*, TRANSFORMERS_*, HDF5_*, ...; PYTHONPATH and
 PYTHONUNBUFFERED are set per command): a command with other such variables gets a server of its
-own. Without fork, a real subprocess runs.
+own. Standard input is empty (/dev/null): a command that reads input, or that a test signals, times or
+inspects as a process (a CompletedProcess has no pid), needs a real one. Without fork, a real subprocess runs.
 """
 
 from __future__ import annotations
@@ -84,13 +89,27 @@ def _readline(fd: int) -> str:
 def run_module(module: str, args: list[str], cwd, env: dict[str, str], timeout: float | None = None) -> subprocess.CompletedProcess:
     """subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True,
     text=True, timeout=timeout), its start-up's torch import shared (see the module's docstring)."""
-    argv = [sys.executable, "-m", module, *args]
+    return _run("module", module, [sys.executable, "-m", module, *args], args, cwd, env, timeout)
+
+
+def run_code(code: str, args: list[str], cwd, env: dict[str, str], timeout: float | None = None) -> subprocess.CompletedProcess:
+    """subprocess.run([sys.executable, "-c", code, *args], ...) as run_module's."""
+    return _run("code", code, [sys.executable, "-c", code, *args], args, cwd, env, timeout)
+
+
+def run_script(path, args: list[str], cwd, env: dict[str, str], timeout: float | None = None) -> subprocess.CompletedProcess:
+    """subprocess.run([sys.executable, path, *args], ...) as run_module's (path relative to cwd or absolute)."""
+    return _run("script", str(path), [sys.executable, str(path), *args], args, cwd, env, timeout)
+
+
+def _run(kind: str, target: str, argv: list[str], args: list[str], cwd, env: dict[str, str],
+         timeout: float | None) -> subprocess.CompletedProcess:
     if not hasattr(os, "fork"):
         return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     with _lock, tempfile.TemporaryDirectory() as tmp:
         out, err = os.path.join(tmp, "out"), os.path.join(tmp, "err")
         server = _get_server(env)
-        server.stdin.write((json.dumps({"module": module, "args": list(args), "cwd": str(cwd), "env": env,
+        server.stdin.write((json.dumps({kind: target, "args": list(args), "cwd": str(cwd), "env": env,
                                         "out": out, "err": err}) + "\n").encode())
         fd = server.stdout.fileno()
         pid = int(_readline(fd))
@@ -133,17 +152,24 @@ def _child(req: dict, base_path: list[str]) -> None:
             setattr(sys, name, stream)
             setattr(sys, f"__{name}__", stream)
         sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)))
-        # sys.path as `python -m` builds it here: the working directory, PYTHONPATH's entries, then the installation's
+        # sys.path as Python builds it here: the working directory ('' for -c, the script's folder for a
+        # script), PYTHONPATH's entries, then the installation's
+        script = os.path.abspath(req["script"]) if "script" in req else None
+        first = "" if "code" in req else os.path.dirname(os.path.realpath(script)) if script else os.getcwd()
         extra = [p for p in req["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
         seen, path = set(), []
-        for p in [os.getcwd(), *(os.path.abspath(p) for p in extra), *base_path]:
+        for p in [first, *(os.path.abspath(p) for p in extra), *base_path]:
             if p not in seen:
                 seen.add(p)
                 path.append(p)
         sys.path[:] = path
-        sys.argv = ["-m", *req["args"]]  # runpy sets argv[0] to the module's file, as -m does
         try:
-            runpy.run_module(req["module"], run_name="__main__", alter_sys=True)
+            if "module" in req:
+                sys.argv = ["-m", *req["args"]]  # runpy sets argv[0] to the module's file, as -m does
+                runpy.run_module(req["module"], run_name="__main__", alter_sys=True)
+            else:
+                sys.argv = ["-c" if script is None else req["script"], *req["args"]]
+                _run_main(req.get("code"), script)
             code = 0
         except SystemExit as exc:
             if exc.code is None:
@@ -153,8 +179,11 @@ def _child(req: dict, base_path: list[str]) -> None:
             else:
                 print(exc.code, file=sys.stderr)
                 code = 1
-        except BaseException:
-            traceback.print_exc()
+        except BaseException as exc:  # as the interpreter reports it: sys.excepthook, without this file's frames
+            tb = exc.__traceback__
+            while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+                tb = tb.tb_next
+            sys.excepthook(type(exc), exc.with_traceback(tb), tb)
             code = 1
         threading._shutdown()  # as the interpreter's exit: wait for the run's non-daemon threads
         atexit._run_exitfuncs()
@@ -166,6 +195,25 @@ def _child(req: dict, base_path: list[str]) -> None:
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+def _run_main(code: str | None, script: str | None) -> None:
+    """Run `code` (-c) or the file `script` as a new __main__ module, as the interpreter does."""
+    import builtins
+    import importlib.machinery
+    import types
+
+    main = types.ModuleType("__main__")
+    main.__builtins__, main.__annotations__ = builtins, {}
+    if script is None:
+        main.__loader__, source, filename = importlib.machinery.BuiltinImporter, code, "<string>"
+    else:
+        main.__file__, main.__cached__ = script, None
+        main.__loader__ = importlib.machinery.SourceFileLoader("__main__", script)
+        with open(script, "rb") as f:
+            source, filename = f.read(), script
+    sys.modules["__main__"] = main
+    exec(compile(source, filename, "exec"), vars(main))
 
 
 def _serve() -> None:
