@@ -20,6 +20,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
+import warm_python
 from conftest import ROOT
 
 from hookrun.errors import ConfigError
@@ -132,8 +133,7 @@ def make_package(root: Path, pkg: str, name: str, entry_point: bool) -> None:
 def cli(*args: str, cwd: Path, pythonpath: Path, module: str = "hookrun") -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(pythonpath), str(ROOT)]), "OMP_NUM_THREADS": "1"}
     env.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, env=env)
+    return warm_python.run_module(module, list(args), cwd=cwd, env=env, timeout=600)  # (hookrun imported fresh)
 
 
 def user_models(pkg_root: Path, pkg: str):
@@ -450,7 +450,7 @@ def test_import_hookrun_loads_no_kind_plugin():
             "print(len(loaded_plugins()), sorted(m for m in sys.modules if m.startswith('hookrun.runner.kinds.') "
             "and m.count('.') == 3 and m.rsplit('.', 1)[1] in __import__('hookrun.config.schema', fromlist=['x'])"
             ".plugin_names()))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    out = warm_python.run_code(code, [], cwd=ROOT, env=dict(os.environ), timeout=300)  # (hookrun imported fresh)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[0] == "0", out.stdout
     assert out.stdout.strip().endswith("[]"), out.stdout
