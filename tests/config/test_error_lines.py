@@ -4,6 +4,7 @@ References: the raw model, plain h5py, and the CLI's own exit code and stderr.""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
+import warm_python
 from conftest import ROOT, make_cfg
 from h5_damage import damage_object_header
 from toy_runs import lin_cfg, toy_cfg
@@ -79,8 +81,7 @@ def test_inspect_of_a_file_without_config_says_what_is_missing(tmp_path, checkpo
     with h5py.File(path, "a") as f:
         for key in ("config", "model_class", "device", "steps_complete", "samples_complete"):
             del f.attrs[key]
-    proc = subprocess.run([sys.executable, "-m", "hookrun.inspect", str(path), "--no-stats"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    proc = warm_python.run_module("hookrun.inspect", [str(path), "--no-stats"], cwd=ROOT, env=dict(os.environ), timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "None" not in proc.stdout
     assert "12 samples" in proc.stdout  # counted from /samples/index
@@ -219,8 +220,8 @@ def test_an_output_key_on_a_model_returning_one_tensor_names_the_key(tmp_path):
 ])
 def test_a_value_of_another_type_names_what_to_give_on_the_command_line(tmp_path, override, line):
     """OmegaConf's "Value 'maybe' is not a valid bool (type str)" named the value, not what it should be."""
-    proc = subprocess.run([sys.executable, "-m", "hookrun", "experiment=probe_shapes", override,
-                           f"hydra.run.dir={tmp_path / 'run'}"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    proc = warm_python.run_module("hookrun", ["experiment=probe_shapes", override, f"hydra.run.dir={tmp_path / 'run'}"],
+                                  cwd=ROOT, env=dict(os.environ), timeout=300)
     assert (proc.returncode, proc.stderr.strip().splitlines()[-1]) == (2, f"hookrun: error: {line}"), proc.stderr
     assert not (tmp_path / "run" / "captures.h5").exists()
 

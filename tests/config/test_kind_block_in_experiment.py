@@ -8,13 +8,11 @@ directly, times the factor (the kind's rows read with h5py)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import h5py
 import numpy as np
 import pytest
 import torch
+import warm_python
 from site_package import imported, install, scaled_kind, site_env
 
 KIND = scaled_kind("latekind")
@@ -45,8 +43,7 @@ def place(tmp_path_factory):
 
 
 def hookrun_cli(root, site, *args):
-    return subprocess.run([sys.executable, "-m", "hookrun", "--config-dir", "mycfg", *args], cwd=root,
-                          capture_output=True, text=True, timeout=300, env=site_env(site))
+    return warm_python.run_module("hookrun", ["--config-dir", "mycfg", *args], cwd=root, env=site_env(site), timeout=300)
 
 
 def test_a_block_of_an_imported_kind_in_an_experiment_file_runs(place):
@@ -61,10 +58,8 @@ def test_a_block_of_an_imported_kind_in_an_experiment_file_runs(place):
     for job, factor in (("0", 1.0), ("1", 3.0)):
         with h5py.File(root / "sweep" / job / "captures.h5") as f:
             np.testing.assert_allclose(f["captures/latekind/__model__/sum"][:], sums * factor, rtol=1e-6)
-    composed = subprocess.run(
-        [sys.executable, "-c", f"import hookrun; print(hookrun.compose('hydra.searchpath=[file://{root / 'mycfg'}]', "
-                               "'experiment=mine')['latekind'])"], cwd=root, capture_output=True, text=True,
-        timeout=300, env=site_env(site))
+    composed = warm_python.run_code(f"import hookrun; print(hookrun.compose('hydra.searchpath=[file://{root / 'mycfg'}]', "
+                                    "'experiment=mine')['latekind'])", [], cwd=root, env=site_env(site), timeout=300)
     assert composed.returncode == 0 and composed.stdout.strip() == "{'factor': 2.5}", composed.stderr
 
 

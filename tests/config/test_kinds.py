@@ -6,14 +6,14 @@ References: raw PyTorch forward hooks and the model's own forward (values), the 
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
+import os
 
 import h5py
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
+import warm_python
 import yaml
 from conftest import ROOT, run_cli
 from omegaconf import OmegaConf
@@ -165,7 +165,8 @@ def test_import_hookrun_builds_no_hydra_app():
             "cfg = hookrun.compose('device=cpu')\n"
             "assert cfg['device'] == 'cpu' and 'hookrun.cli.app' in sys.modules\n"
             "print('ok')\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    # (a warm_python child: hookrun is imported fresh in it; Hydra is imported but nothing of hookrun's is in its store)
+    proc = warm_python.run_code(code, [], cwd=ROOT, env=dict(os.environ), timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
 
 

@@ -6,10 +6,10 @@ Reference: the interpreter's own sys.modules; the function found is the module a
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import os
 
 import pytest
+import warm_python
 from conftest import ROOT
 
 CODE = """
@@ -29,8 +29,8 @@ print(json.dumps(out))
 
 
 def lookup(*names: str) -> dict:
-    proc = subprocess.run([sys.executable, "-c", f"NAMES = {list(names)!r}\n" + CODE], capture_output=True, text=True,
-                          cwd=ROOT, timeout=300)
+    # (a warm_python child: hookrun is imported fresh in it, so its sys.modules says what hookrun imported)
+    proc = warm_python.run_code(f"NAMES = {list(names)!r}\n" + CODE, [], cwd=ROOT, env=dict(os.environ), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

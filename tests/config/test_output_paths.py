@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 
 import pytest
+import warm_python
 from conftest import ENV, ROOT, run_cli
 from doc_blocks import env, parse
 
@@ -56,8 +55,7 @@ def test_the_report_pages_notebook_example_writes_where_it_says(tmp_path):
     (block,) = [code for lang, code, _ in parse((ROOT / "docs" / "report.md").read_text())
                 if lang == "python" and "hookrun.compose(" in code]
     said = re.search(r"run = hookrun\.run\(cfg\)\s+# (\S+)", block).group(1)  # the comment names the file
-    done = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, env=env(), capture_output=True, text=True,
-                          timeout=600)
+    done = warm_python.run_code(block, [], cwd=tmp_path, env=env(), timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert files(tmp_path) == [said]
     assert (tmp_path / said).with_name("report.html").is_file()
