@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
+import warm_python
 from conftest import ENV, ROOT, run_cli
 
 pytestmark = pytest.mark.slow
@@ -184,8 +184,8 @@ def test_a_run_folder_or_plot_folder_that_cannot_be_made_is_one_line(tmp_path):
     with h5py.File(tmp_path / "r.h5", "w") as f:
         f.attrs["format_version"] = "1"
         f.create_dataset("samples/index", data=np.arange(3))
-    plot = subprocess.run([sys.executable, "-m", "hookrun.plot", str(tmp_path / "r.h5"), "--out",
-                           str(tmp_path / "afile" / "figs")], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    plot = warm_python.run_module("hookrun.plot", [str(tmp_path / "r.h5"), "--out", str(tmp_path / "afile" / "figs")],
+                                  cwd=tmp_path, env=dict(os.environ), timeout=300)
     assert plot.returncode == 2 and "Traceback" not in plot.stderr, plot.stderr
     assert plot.stderr.strip().endswith("--out: cannot create the folder "
                                         f"{str(tmp_path / 'afile' / 'figs')!r} (Not a directory); name a writable one")

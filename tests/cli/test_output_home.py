@@ -9,7 +9,8 @@ import os
 
 import h5py
 import pytest
-from file_limit import limited_run
+from conftest import ROOT
+from warm_python import python as warm
 
 ARGS = ["-m", "hookrun", "experiment=resnet_layer1", "data.limit=1", "data.batch_size=2", "progress=false"]
 
@@ -18,15 +19,16 @@ ARGS = ["-m", "hookrun", "experiment=resnet_layer1", "data.limit=1", "data.batch
 def test_a_tilde_output_path_is_the_home_folders_file(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
-    env = {"HOME": str(home)}
-    proc = limited_run([*ARGS, "hydra.run.dir=run", "output.path='~/runs_x.h5'"], cwd=tmp_path, env=env)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HOME": str(home)}
+    env.pop("HYDRA_FULL_ERROR", None)
+    proc = warm([*ARGS, "hydra.run.dir=run", "output.path='~/runs_x.h5'"], cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     want = os.path.join(str(home), "runs_x.h5")  # (os.path.expanduser with that HOME)
     with h5py.File(want, "r") as f:
         assert f.attrs["status"] == "complete"
     assert not (tmp_path / "run" / "~").exists()
-    sweep = limited_run(["-m", "hookrun", "-m", "experiment=resnet_layer1", "data.limit=1", "progress=false", "data.batch_size=1,2", "hydra.sweep.dir=sw",
-                         "output.path='~/runs_y.h5'"], cwd=tmp_path, env=env)
+    sweep = warm(["-m", "hookrun", "-m", "experiment=resnet_layer1", "data.limit=1", "progress=false", "data.batch_size=1,2",
+                  "hydra.sweep.dir=sw", "output.path='~/runs_y.h5'"], cwd=tmp_path, env=env)
     assert sweep.returncode == 2, sweep.stderr[-2000:]
     assert sweep.stderr.strip().splitlines()[-1] == ("hookrun: error: output.path=~/runs_y.h5 is absolute: every job of a "
                                                      "multirun would write the same file; give a path inside the job's "

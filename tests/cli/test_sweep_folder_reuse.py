@@ -5,14 +5,12 @@ before Hydra rewrites multirun.yaml. References: the command lines' own values, 
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import h5py
 import numpy as np
 import pytest
 import yaml
 from conftest import run_cli
+from warm_python import python as warm
 
 from hookrun import open_sweep
 
@@ -43,8 +41,7 @@ def test_a_smaller_sweep_over_an_earlier_ones_folder_tables_its_own_jobs_alone(t
         with h5py.File(three_jobs / job.num / "captures.h5", "r") as f:
             a = f["captures/logits/fc/output"][()].astype(np.float64)
         np.testing.assert_allclose(row["logits/fc/output:mean"], a.mean(), rtol=1e-9)
-    out = subprocess.run([sys.executable, "-m", "hookrun.inspect", str(three_jobs), "--no-stats"],
-                         capture_output=True, text=True, check=True)
+    out = warm(["-m", "hookrun.inspect", str(three_jobs), "--no-stats"], check=True)
     assert "s: 2 jobs, swept: params.factor" in out.stdout and out.stdout.count("complete") == 2
     assert "job folder(s) 2 hold overrides" in out.stderr
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 
 import h5py
 import numpy as np
 import pytest
 from conftest import run_cli
+from warm_python import python as warm
 
 from hookrun import open_run, open_sweep
 
@@ -45,10 +45,9 @@ def test_joblib_sweep_table_inspect_and_plot(tmp_path):
     assert [type(v) for v in table.column("params.factor")] == [int, float, int]  # typed, as Hydra reads them
     stds = dict(zip(table.column("params.factor"), table.column("logits/fc/output:std"), strict=True))
     assert stds[0.0] < stds[0.5] < stds[1.0]  # scaling layer3 down shrinks the spread of the logits
-    out = subprocess.run([sys.executable, "-m", "hookrun.inspect", str(folder)], capture_output=True, text=True, check=True).stdout
+    out = warm(["-m", "hookrun.inspect", str(folder)], check=True).stdout
     assert "3 jobs, swept: params.factor" in out and out.count("complete") == 3
-    plot = subprocess.run([sys.executable, "-m", "hookrun.plot", str(folder), "--out", str(tmp_path / "fig")],
-                          capture_output=True, text=True, check=True)
+    plot = warm(["-m", "hookrun.plot", str(folder), "--out", str(tmp_path / "fig")], check=True)
     # each metric against each swept parameter: the logits' mean against params.factor among them
     assert (tmp_path / "fig" / "sweep_logits__fc__output_mean_vs_params.factor.png").stat().st_size > 5000, plot.stderr
 
@@ -62,10 +61,9 @@ def test_submitit_local_sweep(tmp_path):
 
 def test_inspect_a_run_file(tmp_path):
     assert run_cli("experiment=fc_input", "data.limit=1", "hydra.run.dir=outputs/r", cwd=tmp_path).returncode == 0
-    out = subprocess.run([sys.executable, "-m", "hookrun.inspect", "outputs/r/captures.h5"], cwd=tmp_path,
-                         capture_output=True, text=True, check=True).stdout
+    out = warm(["-m", "hookrun.inspect", "outputs/r/captures.h5"], cwd=tmp_path, check=True).stdout
     assert "status    complete" in out and "features/fc/input" in out and "(16, 512)" in out and "mean" in out
-    bad = subprocess.run([sys.executable, "-m", "hookrun.inspect", "nope.h5"], cwd=tmp_path, capture_output=True, text=True)
+    bad = warm(["-m", "hookrun.inspect", "nope.h5"], cwd=tmp_path)
     assert bad.returncode == 2 and "no file" in bad.stderr and "Traceback" not in bad.stderr
 
 

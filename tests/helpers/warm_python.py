@@ -4,6 +4,7 @@ import for each (tests only): subprocess.run stand-ins.
     proc = warm_python.run_module("hookrun", ["experiment=resnet_layer1"], cwd=tmp_path, env=env, timeout=600)
     proc = warm_python.run_code("import hookrun; print(hookrun.compose())", [], cwd=tmp_path, env=env)
     proc = warm_python.run_script(tmp_path / "job.py", ["--fast"], cwd=tmp_path, env=env)
+    proc = warm_python.python(["-m", "hookrun.inspect", "run.h5"], cwd=tmp_path, check=True)  # subprocess.run's way
 
 A server process (per test process) imports torch and the third-party modules nearly every run
 imports after it (SHARED: torchvision's models, which import torch._dynamo; transformers' GPT-2,
@@ -100,6 +101,24 @@ def run_code(code: str, args: list[str], cwd, env: dict[str, str], timeout: floa
 def run_script(path, args: list[str], cwd, env: dict[str, str], timeout: float | None = None) -> subprocess.CompletedProcess:
     """subprocess.run([sys.executable, path, *args], ...) as run_module's (path relative to cwd or absolute)."""
     return _run("script", str(path), [sys.executable, str(path), *args], args, cwd, env, timeout)
+
+
+def python(args: list[str], cwd=None, env: dict[str, str] | None = None, timeout: float | None = None,
+           check: bool = False) -> subprocess.CompletedProcess:
+    """subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+    check=check) for args `-m MODULE ...`, `-c CODE ...` or `SCRIPT ...` (no other options), as the run_* above."""
+    cwd, env = os.getcwd() if cwd is None else cwd, dict(os.environ) if env is None else env
+    if args[0] == "-m":
+        proc = run_module(args[1], args[2:], cwd, env, timeout)
+    elif args[0] == "-c":
+        proc = run_code(args[1], args[2:], cwd, env, timeout)
+    elif args[0].startswith("-"):
+        raise ValueError(f"warm_python runs -m, -c or a script, not {args[0]}")
+    else:
+        proc = run_script(args[0], args[1:], cwd, env, timeout)
+    if check:
+        proc.check_returncode()
+    return proc
 
 
 def _run(kind: str, target: str, argv: list[str], args: list[str], cwd, env: dict[str, str],
