@@ -6,12 +6,10 @@ are free still reads. Reference: the package's model called directly, times the 
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import torch
 from site_package import imported, install, scaled_kind, site_env
+from warm_python import python as warm
 
 KIND = scaled_kind("NAME", rest="""from hookrun.analysis.kind_readers import KindReader, Table
 
@@ -25,17 +23,15 @@ KIND = scaled_kind("NAME", rest="""from hookrun.analysis.kind_readers import Kin
 def make(tmp_path, name: str, method: str):
     site = install(tmp_path / name, name, KIND.replace("NAME", name).replace("METHOD", method),
                    f"[hookrun.kinds]\n{name} = {name}:KIND\n")
-    done = subprocess.run([sys.executable, "-m", "hookrun", "model=custom", f"model._target_={name}.tiny", "data=custom",
-                           f"data.dataset._target_={name}.data", "data.batch_size=4", "device=cpu", "progress=false",
-                           f"+{name}={{factor: 2.5}}", f"hydra.run.dir={name}_run"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300, env=site_env(site))
+    done = warm(["-m", "hookrun", "model=custom", f"model._target_={name}.tiny", "data=custom",
+                 f"data.dataset._target_={name}.data", "data.batch_size=4", "device=cpu", "progress=false",
+                 f"+{name}={{factor: 2.5}}", f"hydra.run.dir={name}_run"], cwd=tmp_path, timeout=300, env=site_env(site))
     assert done.returncode == 0, done.stderr
     return site, tmp_path / f"{name}_run" / "captures.h5"
 
 
 def ask(site, path, code: str):
-    return subprocess.run([sys.executable, "-c", f"import hookrun\nrun = hookrun.open_run({str(path)!r})\n{code}"],
-                          capture_output=True, text=True, timeout=300, env=site_env(site))
+    return warm(["-c", f"import hookrun\nrun = hookrun.open_run({str(path)!r})\n{code}"], timeout=300, env=site_env(site))
 
 
 @pytest.mark.slow
@@ -45,8 +41,8 @@ def test_a_reader_method_named_like_runs_own_is_one_line(tmp_path):
     assert got.returncode == 1 and "Traceback" in got.stderr  # (a notebook's exception)
     assert ("ConfigError: the cfgkind kind's reader: its method 'config' (run.config is open_run's own), so run.NAME "
             "would never reach the reader's; name it otherwise in the KindReader's methods= / properties=") in got.stderr
-    shown = subprocess.run([sys.executable, "-m", "hookrun.inspect", str(path)], capture_output=True, text=True,
-                           timeout=300, env=site_env(site))
+    shown = warm(["-m", "hookrun.inspect", str(path)],
+                 timeout=300, env=site_env(site))
     assert shown.returncode == 1 and "its method 'config' (run.config is open_run's own)" in shown.stderr, shown.stderr
     assert "status    complete" in shown.stdout  # (the run's other parts are shown)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import numpy as np
 import pytest
 import yaml
 from conftest import ROOT, run_cli
+from warm_python import python as warm
 
 import hookrun
 from hookrun.analysis.report import Report
@@ -29,7 +29,7 @@ EVIL = "</script><script>alert(1)</script><!-- <img src=x onerror=alert(2)> & \u
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hookrun.report", *map(str, args)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return warm(["-m", "hookrun.report", *map(str, args)], cwd=ROOT, timeout=600)
 
 
 def test_data_cannot_end_its_script_block_nor_become_markup():
@@ -242,8 +242,8 @@ def fake_sweep(folder: Path, factors: list[float]) -> None:
 @pytest.mark.slow
 def test_plot_sweep_draws_each_evaluation_metric_against_the_swept_parameter(tmp_path):
     fake_sweep(tmp_path / "sweep", [0.0, 0.5, 1.0])
-    proc = subprocess.run([sys.executable, "-m", "hookrun.plot", str(tmp_path / "sweep"), "--out", str(tmp_path / "fig")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = warm(["-m", "hookrun.plot", str(tmp_path / "sweep"), "--out", str(tmp_path / "fig")],
+                cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr
     drawn = {p.name for p in (tmp_path / "fig").glob("*.png")}
     assert {"sweep_ce_intervened_vs_params.factor.png", "sweep_kl_div_score_vs_params.factor.png"} <= drawn
@@ -361,7 +361,7 @@ def test_plot_sweep_with_nothing_to_draw_writes_nothing_and_fails(tmp_path):
     for num in ("0", "1"):
         (tmp_path / "s" / num / ".hydra").mkdir(parents=True)
         (tmp_path / "s" / num / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"params.factor={num}"]))
-    proc = subprocess.run([sys.executable, "-m", "hookrun.plot", str(tmp_path / "s")], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = warm(["-m", "hookrun.plot", str(tmp_path / "s")], cwd=ROOT, timeout=600)
     assert proc.returncode == 2 and "nothing to draw" in proc.stderr, proc.stderr
     assert not (tmp_path / "s" / "figures").exists() or not list((tmp_path / "s" / "figures").iterdir())
 
@@ -384,8 +384,8 @@ def test_a_run_in_an_object_store_reports_through_open_run(tmp_path, monkeypatch
         run = run_cli("experiment=shapes_gradcam", "data.dataset.size=8", "device=cpu", "progress=false", f"output.path={url}",
                       f"output.staging={tmp_path / 'stage'}", f"hydra.run.dir={tmp_path / 'run'}")
         assert run.returncode == 0, run.stderr
-        proc = subprocess.run([sys.executable, "-m", "hookrun.report", url], cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)})  # (the default: report.html in the current folder)
+        proc = warm(["-m", "hookrun.report", url], cwd=tmp_path, timeout=600,
+                    env={**os.environ, "PYTHONPATH": str(ROOT)})  # (the default: report.html in the current folder)
         assert proc.returncode == 0, proc.stderr
         page = (tmp_path / "report.html").read_text()
         assert f'content="{url}"' in page and "fmap/block3/output" in page

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,6 +20,7 @@ import pytest
 import torch
 from conftest import ROOT, run_cli
 from headless_browser import chromium, open_page, sections
+from warm_python import python as warm
 
 import hookrun
 
@@ -49,8 +48,7 @@ def hover(driver, plot, col: int, row: int) -> str:
 
 
 def report(path: Path, *extra: str) -> Path:
-    proc = subprocess.run([sys.executable, "-m", "hookrun.report", str(path), *extra], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
+    proc = warm(["-m", "hookrun.report", str(path), *extra], cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr
     out = Path(proc.stdout.split("wrote ", 1)[1].split(" (", 1)[0])
     assert out.is_file() and out.stat().st_size < 20e6

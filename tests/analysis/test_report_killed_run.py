@@ -4,12 +4,10 @@ status reads (`stopped: no process holds it (killed?)`), and how far it got; exi
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import h5py
 from conftest import ROOT
 from kill_in_flush import killed_inside_a_flush
+from warm_python import python as warm
 
 
 def test_report_and_plot_of_a_killed_similarity_run_say_it_was_killed(tmp_path) -> None:
@@ -22,8 +20,8 @@ def test_report_and_plot_of_a_killed_similarity_run_say_it_was_killed(tmp_path) 
         done = int(f.attrs["samples_complete"])
     assert 0 < done < 30
     for command in ("hookrun.report", "hookrun.plot"):
-        out = subprocess.run([sys.executable, "-m", command, str(tmp_path / "k.h5"), "--out", str(tmp_path / "out")],
-                             cwd=ROOT, capture_output=True, text=True, timeout=300)
+        out = warm(["-m", command, str(tmp_path / "k.h5"), "--out", str(tmp_path / "out")],
+                   cwd=ROOT, timeout=300)
         assert out.returncode == 2, out.stderr
         lines = out.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("hookrun: error: "), out.stderr

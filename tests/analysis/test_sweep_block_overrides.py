@@ -5,14 +5,12 @@ package's model called directly, times the factor the table says (the kind's row
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import h5py
 import numpy as np
 import pytest
 import torch
 from site_package import imported, install, scaled_kind, site_env
+from warm_python import python as warm
 
 KIND = scaled_kind("swkind", fields='label: str = "sum"')
 
@@ -23,10 +21,10 @@ def test_a_swept_key_of_an_added_block_is_not_shown_at_the_blocks_own_value(tmp_
 
     site = install(tmp_path / "site", "swkind", KIND, "[hookrun.kinds]\nswkind = swkind:KIND\n")
     env = site_env(site)
-    done = subprocess.run([sys.executable, "-m", "hookrun", "-m", "model=custom", "model._target_=swkind.tiny",
-                           "data=custom", "data.dataset._target_=swkind.data", "data.batch_size=4", "device=cpu",
-                           "progress=false", "+swkind={factor: 2.5, label: total}", "swkind.factor=1,3",
-                           "hydra.sweep.dir=sweep"], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    done = warm(["-m", "hookrun", "-m", "model=custom", "model._target_=swkind.tiny",
+                 "data=custom", "data.dataset._target_=swkind.data", "data.batch_size=4", "device=cpu",
+                 "progress=false", "+swkind={factor: 2.5, label: total}", "swkind.factor=1,3",
+                 "hydra.sweep.dir=sweep"], cwd=tmp_path, timeout=300, env=env)
     assert done.returncode == 0, done.stderr
     with imported(site, "swkind") as swkind, torch.no_grad():
         sums = swkind.tiny().eval()(swkind.data().tensors[0]).sum(1).numpy()
