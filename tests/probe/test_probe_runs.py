@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 
 import h5py
 import numpy as np
 import pytest
 from conftest import ENV, ROOT
+from warm_python import python as warm
 
 import hookrun
 from hookrun.store.live import settled
@@ -33,7 +32,7 @@ def run_child(path, kill_at=None, **over):
     if kill_at is not None:
         env["HOOKRUN_TEST_KILL"] = f"0:{kill_at}"  # rank_helpers.kill_when_told: SIGKILL at that batch
     code = f"import hookrun, json; hookrun.run(json.loads({json.dumps(json.dumps(cfg))}))"
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    return warm(["-c", code], env=env, timeout=600)
 
 
 def results(path):
@@ -102,15 +101,14 @@ def test_inspect_plot_report_and_a_sweep_over_C(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     small = ["experiment=probe_shapes", "data.dataset.size=64", "data.batch_size=32", "probe.at=[block1,block3]"]
     one = tmp_path / "one"
-    r = subprocess.run([sys.executable, "-m", "hookrun", *small, f"hydra.run.dir={one}"], env=env, capture_output=True,
-                       text=True, timeout=600)
+    r = warm(["-m", "hookrun", *small, f"hydra.run.dir={one}"], env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     t = hookrun.open_run(one).probes()
-    out = subprocess.run([sys.executable, "-m", "hookrun.inspect", str(one)], env=env, capture_output=True, text=True,
-                         timeout=300).stdout
+    out = warm(["-m", "hookrun.inspect", str(one)], env=env,
+               timeout=300).stdout
     for row in t:
         assert f"{row['at']}" in out and f"test {row['test']:.3f}" in out
-    r = subprocess.run([sys.executable, "-m", "hookrun.plot", str(one)], env=env, capture_output=True, text=True, timeout=300)
+    r = warm(["-m", "hookrun.plot", str(one)], env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert any(p.name.startswith("probe_depth") for p in (one / "figures").iterdir())
     from hookrun.analysis.report.plotly_figures import to_plotly
@@ -125,12 +123,12 @@ def test_inspect_plot_report_and_a_sweep_over_C(tmp_path):
     assert drawn[MAJORITY].get_linestyle() == "--" and drawn[MAJORITY].get_marker() in ("None", None, "")
     assert drawn["test accuracy"].get_marker() == "o"  # (the probe's own scores keep their markers)
     assert [d["line"]["dash"] for d in to_plotly(spec)["data"] if d["name"] == MAJORITY] == ["dash"]
-    r = subprocess.run([sys.executable, "-m", "hookrun.report", str(one)], env=env, capture_output=True, text=True, timeout=300)
+    r = warm(["-m", "hookrun.report", str(one)], env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "Linear probes by depth" in (one / "report.html").read_text()
     sweep = tmp_path / "sweep"
-    r = subprocess.run([sys.executable, "-m", "hookrun", "-m", *small, "probe.C=0.01,100", f"hydra.sweep.dir={sweep}"],
-                       env=env, capture_output=True, text=True, timeout=600)
+    r = warm(["-m", "hookrun", "-m", *small, "probe.C=0.01,100", f"hydra.sweep.dir={sweep}"],
+             env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     table = hookrun.open_sweep(sweep).table()
     with pytest.raises(AttributeError, match=r"^a sweep has no probes\(\): its jobs' numbers are one table, sweep.table"):

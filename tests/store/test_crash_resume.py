@@ -15,6 +15,7 @@ import pytest
 from conftest import HELPERS, ROOT, make_cfg
 from kill_in_flush import killed_inside_a_flush
 from test_reliability import assert_same_captures, rich_hooks
+from warm_python import python as warm
 
 import hookrun
 from hookrun.errors import ConfigError, RunError
@@ -79,12 +80,12 @@ def test_resume_refuses_rows_damaged_on_disk_and_inspect_verify_names_them(tmp_p
     hooks = {"l": {"at": "layer2", "type": "forward", "actions": [{"name": "record", "what": "output"}]}}
     cfg = make_cfg(tmp_path, checkpoint, hooks, **{"output.checksum": True})
     path = hookrun.run(cfg).path
-    verify = [sys.executable, "-m", "hookrun.inspect", "--verify", str(path)]
-    ok = subprocess.run(verify, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    verify = ["-m", "hookrun.inspect", "--verify", str(path)]
+    ok = warm(verify, cwd=ROOT, timeout=300)
     assert ok.returncode == 0 and "4 dataset(s) checked: every checked row matches its checksum" in ok.stdout, ok.stderr
     # (the capture, /samples/index, step and target)
     _damage_rows(path, "captures/l/layer2/output", 5)
-    bad = subprocess.run(verify, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    bad = warm(verify, cwd=ROOT, timeout=300)
     assert bad.returncode == 1, bad.stdout
     assert "damaged: /captures/l/layer2/output: rows 4..7 do not match their checksum" in bad.stderr
     with h5py.File(path, "a") as f:  # as if it had been interrupted after its last batch
@@ -106,8 +107,7 @@ def test_resume_refuses_a_sample_map_damaged_on_disk(tmp_path, checkpoint, name)
         f.attrs["status"] = "interrupted"
         assert f[name].shape[0] >= 6
     _damage_rows(path, name, 5)
-    verify = subprocess.run([sys.executable, "-m", "hookrun.inspect", "--verify", str(path)], cwd=ROOT,
-                            capture_output=True, text=True, timeout=300)
+    verify = warm(["-m", "hookrun.inspect", "--verify", str(path)], cwd=ROOT, timeout=300)
     block = re.search(rf"damaged: /{re.escape(name)}: (rows \d+\.\.\d+) do not match their checksum", verify.stderr)
     assert verify.returncode == 1 and block, verify.stderr
     before = path.read_bytes()

@@ -7,13 +7,13 @@ model called with a raw forward hook (the rows), h5py on the scheme's own store 
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import h5py
 import numpy as np
 import pytest
 import torch
 from site_package import TINY_MODEL_AND_DATA, imported, install, site_env
+from warm_python import python as warm
 
 MODULE = '''
     import os
@@ -41,8 +41,8 @@ MODULE = '''
 
 def cli(tmp_path, module: str, *args: str) -> subprocess.CompletedProcess:
     env = site_env(tmp_path / "site", DBL_STORE=str(tmp_path / "store"))
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300, env=env)
+    return warm(["-m", module, *args], cwd=tmp_path,
+                timeout=300, env=env)
 
 
 @pytest.mark.slow

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
+from warm_python import python as warm
 
 import hookrun
 from hookrun.cli.inspect_command import main
@@ -21,8 +21,7 @@ AT = "captures/act/transformer.h.1.mlp.act"
 
 def verify(path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "hookrun.inspect", "--verify", str(path)], env=env,
-                          capture_output=True, text=True, timeout=300)
+    return warm(["-m", "hookrun.inspect", "--verify", str(path)], env=env, timeout=300)
 
 
 @pytest.fixture(scope="module")
