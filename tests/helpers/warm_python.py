@@ -13,10 +13,12 @@ imports are the bulk of a start-up: a tiny_lm or ResNet run from a torch-only se
 about half its import time on them. The child takes the command's working directory, environment,
 sys.path (as Python builds it from PYTHONPATH) and sys.argv, and runs the module as `python -m` does
 (runpy, as __main__), the code as `-c` does (sys.path[0] '', sys.argv[0] '-c', "<string>" in tracebacks)
-or the script as Python does (its folder first on sys.path, its file as __main__); hookrun and everything else it imports is imported fresh in each child, so an
-import error or import-order fault of hookrun's still shows. Its stdout
-and stderr go to files read back into a CompletedProcess; its exit status is the process's, as
-Python would have exited (SystemExit's code, 1 and the traceback for an uncaught exception).
+or the script as Python does (its folder first on sys.path, its file as __main__); hookrun and
+everything else it imports is imported fresh in each child, so an import error or import-order fault
+of hookrun's still shows, and a check of which of hookrun's modules a command imports still holds (not
+one of the shared modules': those are loaded already). Its stdout and stderr go to files read back
+into a CompletedProcess; its exit status is the process's, as Python would have exited (SystemExit's
+code, 1 and the traceback by sys.excepthook for an uncaught exception, -N for a signal N).
 
 A server is started with the command's variables read at interpreter start-up or by those imports
 (PYTHON*, OMP_*, MKL_*, CUDA*, TORCH*, LD_*, HF_*, TRANSFORMERS_*, HDF5_*, ...; PYTHONPATH and
