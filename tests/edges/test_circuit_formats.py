@@ -17,6 +17,7 @@ import pytest
 from edge_graph import as_mib_model, prompt_pairs
 from test_mib_metrics import eap_ig_edges, reference
 from tl_models import hooked_transformer
+from warm_python import python as warm
 
 import hookrun
 from hookrun.circuits import main
@@ -182,8 +183,6 @@ def test_bad_export_arguments_are_one_line(tmp_path, capsys):
 def test_cli_run_export_and_score_agree(tmp_path, monkeypatch):
     """experiment=faithfulness with MIB's fractions: its last log line says CPR and CMD; its scores exported
     as a MIB folder and scored again by `python -m hookrun.circuits score` give the same curve."""
-    import subprocess
-    import sys
 
     from conftest import ROOT, run_cli
 
@@ -197,9 +196,9 @@ def test_cli_run_export_and_score_agree(tmp_path, monkeypatch):
     as_mib_model(monkeypatch, tmp_path / "captures.h5")
     assert main(["export", str(tmp_path / "captures.h5"), "--format", "mib", str(tmp_path / "sub"), "--task", "ioi",
                  "--model", "gpt2"]) == 0
-    scored = subprocess.run([sys.executable, "-m", "hookrun.circuits", "score", str(tmp_path / "captures.h5"), "--circuit",
-                             str(tmp_path / "sub"), "--out", str(tmp_path / "scored.h5")],
-                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    scored = warm(["-m", "hookrun.circuits", "score", str(tmp_path / "captures.h5"), "--circuit",
+                   str(tmp_path / "sub"), "--out", str(tmp_path / "scored.h5")],
+                  cwd=ROOT, timeout=600)
     assert scored.returncode == 0, scored.stderr[-2000:]
     again = json.loads(hookrun.open_run(tmp_path / "scored.h5").attrs["patching"])["faithfulness"]["mib"]
     np.testing.assert_allclose(again["cpr"]["faithfulness"], mib["cpr"]["faithfulness"], atol=1e-6)

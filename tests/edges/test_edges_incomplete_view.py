@@ -14,6 +14,7 @@ import sys
 
 import pytest
 from conftest import HELPERS, ROOT
+from warm_python import python as warm
 
 import hookrun
 from hookrun.errors import HookrunError
@@ -44,7 +45,6 @@ def test_an_incomplete_views_edges_are_refused_not_read_as_a_smaller_grid(tmp_pa
             run.edges()
         assert "\n" not in str(caught.value)
     out = tmp_path / "g.json"
-    proc = subprocess.run([sys.executable, "-m", "hookrun.circuits", "export", str(view), "--format", "eap-ig", str(out)],
-                          capture_output=True, text=True, env={**os.environ, **ENV}, cwd=tmp_path, timeout=120)
+    proc = warm(["-m", "hookrun.circuits", "export", str(view), "--format", "eap-ig", str(out)], env={**os.environ, **ENV}, cwd=tmp_path, timeout=120)
     assert proc.returncode != 0 and not out.exists(), proc.stdout + proc.stderr
     assert "holds 53 of 105 cells" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

@@ -11,6 +11,7 @@ import numpy as np
 import op_models
 import pytest
 import torch
+from warm_python import python as warm
 
 import hookrun
 
@@ -64,16 +65,14 @@ def test_a_pre_hooks_op_on_the_site_module_fires_no_site():
 def test_a_globs_call_index_past_the_calls_names_the_calls_it_does_make(tmp_path):
     """It said 'softmax is called by none of the 2 modules a glob reaches', then listed softmax among
     transformer.h.0.attn's calls. Reference: each GPT-2 attention module calls softmax once (OwnCalls)."""
-    import subprocess
-    import sys
 
     model = op_models.gpt2()
     with torch.no_grad(), op_models.OwnCalls(model) as ref:
         model(**op_models.padded_batch())
     assert [n for n, _ in ref.calls if "/softmax" in n] == ["transformer.h.0.attn/softmax.0", "transformer.h.1.attn/softmax.0"]
-    done = subprocess.run([sys.executable, "-m", "hookrun", "experiment=gpt2_attention", "data.limit=1", "data.batch_size=1",
-                           "data.dataset.max_length=16", "progress=false", "hooks.attn.at=transformer.h.*.attn/softmax.3",
-                           f"hydra.run.dir={tmp_path / 'run'}"], capture_output=True, text=True, timeout=600)
+    done = warm(["-m", "hookrun", "experiment=gpt2_attention", "data.limit=1", "data.batch_size=1",
+                 "data.dataset.max_length=16", "progress=false", "hooks.attn.at=transformer.h.*.attn/softmax.3",
+                 f"hydra.run.dir={tmp_path / 'run'}"], timeout=600)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == (
         "hookrun: error: hooks.attn.at: softmax.3 runs at none of the 2 modules a glob reaches (transformer.h.0.attn, "

@@ -15,6 +15,7 @@ import pytest
 import torch
 from rank_runs import TORCHRUN, cli
 from torch import nn
+from warm_python import python as warm
 
 import hookrun
 from hookrun.analysis import open_run
@@ -261,16 +262,13 @@ def test_sae_eval_keeps_each_latents_top_examples(tmp_path):
 
 def test_a_killed_run_resumed_gives_the_brute_force_top_k(tmp_path, tiny_lm_acts):
     import json
-    import subprocess
-    import sys
 
     from rank_runs import ENV
 
     cfg = text_cfg(tmp_path / "k.h5")
     cfg["hooks"]["stop"]["actions"] = [{"_target_": "rank_helpers.kill_when_told", "_partial_": True}]
     code = f"import hookrun, json; hookrun.run(json.loads({json.dumps(json.dumps(cfg))}))"
-    proc = subprocess.run([sys.executable, "-c", code], env={**__import__("os").environ, **ENV, "HOOKRUN_TEST_KILL": "0:3"},
-                          capture_output=True, text=True, timeout=600)
+    proc = warm(["-c", code], env={**__import__("os").environ, **ENV, "HOOKRUN_TEST_KILL": "0:3"}, timeout=600)
     assert proc.returncode == -9, proc.stderr[-2000:]  # SIGKILL at batch 3: no end of run, no close
     settled(Path(cfg["output"]["path"]))  # (the killed writer's flush helper holds the lock until its last message is applied)
     with h5py.File(cfg["output"]["path"], "r") as f:
