@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -21,6 +19,7 @@ import torch
 from conftest import ROOT
 from shapes_fixtures import data, model  # noqa: F401  (fixtures: the shipped tiny_cnn, 8 shapes)
 from toy_runs import RECORD_BODY, toy_cfg
+from warm_python import python as warm
 
 import hookrun
 from hookrun.errors import ConfigError
@@ -208,10 +207,10 @@ def test_a_data_set_in_a_reference_cycle_is_freed_under_python_m_hookrun(tmp_pat
     (tmp_path / "cycle_data.py").write_text(CYCLE_DATA)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]), "PYTHONUNBUFFERED": "1"}
     env.pop("HYDRA_FULL_ERROR", None)
-    proc = subprocess.run([sys.executable, "-m", "hookrun", "model=tiny_cnn", "data=custom", "imports=[cycle_data]",
-                           "data.dataset._target_=cycle_data.CycleData", "progress=false", f"hydra.run.dir={tmp_path / 'run'}",
-                           "hooks={r: {at: fc, type: forward, actions: [record]}}"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    proc = warm(["-m", "hookrun", "model=tiny_cnn", "data=custom", "imports=[cycle_data]",
+                 "data.dataset._target_=cycle_data.CycleData", "progress=false", f"hydra.run.dir={tmp_path / 'run'}",
+                 "hooks={r: {at: fc, type: forward, actions: [record]}}"],
+                cwd=tmp_path, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines().count("cycle data freed") == 1  # as under plain main()
     with h5py.File(tmp_path / "run" / "captures.h5") as f:

@@ -8,8 +8,6 @@ References: the files on disk (os.walk), the child process' own exit code and st
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import h5py
@@ -19,6 +17,7 @@ import torch
 from conftest import ENV
 from test_sae_kind import config
 from test_sae_train import CAPTURE, make_cache
+from warm_python import python as warm
 
 import hookrun
 from hookrun.errors import ConfigError, HookrunError
@@ -100,10 +99,10 @@ def test_the_cli_refuses_a_url_as_sae_out_and_a_bad_seed_with_exit_2(cache, tmp_
                         ("sae.shuffle.seed=abc", "sae.shuffle.seed: 'abc' is not a whole number")]:
         work = tmp_path / given.split("=")[0]
         work.mkdir()
-        proc = subprocess.run([sys.executable, "-m", "hookrun", "experiment=sae_train", f"sae.from={cache}",
-                               f"sae.capture={CAPTURE}", "sae.d_sae=64", "sae.k=8", "sae.rows=640", "sae.batch_rows=32",
-                               "sae.lr_schedule.warmup=2", "sae.checkpoints=0", given, f"hydra.run.dir={work / 'run'}",
-                               "progress=false"], cwd=work, capture_output=True, text=True, env={**os.environ, **ENV})
+        proc = warm(["-m", "hookrun", "experiment=sae_train", f"sae.from={cache}",
+                     f"sae.capture={CAPTURE}", "sae.d_sae=64", "sae.k=8", "sae.rows=640", "sae.batch_rows=32",
+                     "sae.lr_schedule.warmup=2", "sae.checkpoints=0", given, f"hydra.run.dir={work / 'run'}",
+                     "progress=false"], cwd=work, env={**os.environ, **ENV})
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert proc.stderr.strip().splitlines()[-1].startswith(f"hookrun: error: {line}"), proc.stderr[-2000:]
         assert "Traceback" not in proc.stderr
@@ -141,7 +140,7 @@ def test_a_loader_iterator_open_at_exit_ends_quietly(cache):
     <generator object RowLoader.__iter__>' ... AttributeError, os already gone)."""
     code = (f"import hookrun\nrows = hookrun.open_run({cache!r}).loader({CAPTURE!r}, batch_size=32, seed=0)\n"
             "it = iter(rows)\nprint(tuple(next(it).shape))\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **ENV})
+    proc = warm(["-c", code], env={**os.environ, **ENV})
     assert proc.returncode == 0 and proc.stdout.strip() == "(32, 16)", proc.stderr[-2000:]
     assert proc.stderr == ""
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import h5py
@@ -17,6 +15,7 @@ import torch
 from conftest import ENV, HELPERS
 from sae_kill_at_step import interrupt_at_step, resume_line
 from test_sae_train import CAPTURE, make_cache, reference
+from warm_python import python as warm
 
 import hookrun
 from hookrun.errors import ConfigError
@@ -79,8 +78,7 @@ def test_sigkill_then_resume_ends_equal(cache, tmp_path, caplog):
     cfg = config(cache, tmp_path / "run", checkpoints=3)
     cfg["output"]["flush_every"] = 1
     env = {**os.environ, **ENV, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, str(HELPERS / "sae_kill_at_step.py"), "13", "config", json.dumps(cfg)],
-                          capture_output=True, text=True, env=env, timeout=300)
+    done = warm([str(HELPERS / "sae_kill_at_step.py"), "13", "config", json.dumps(cfg)], env=env, timeout=300)
     assert done.returncode == -9, done.stderr[-2000:]
     # checkpoints past 160, 320 and 480 samples: the kill came in step 13, after those at 192 and 352
     assert sorted(int(p.name) for p in (tmp_path / "run" / "checkpoints").iterdir()) == [192, 352]
@@ -255,14 +253,13 @@ def test_cli_sweep_inspect_and_plot(cache, tmp_path):
             assert r["explained_variance"] == f["captures/sae/curves/explained_variance"][-1]
         assert json.loads((job / "sae" / "cfg.json").read_text())["k"] == r["sae.k"]
     job0 = tmp_path / "sweep" / "0"
-    out = subprocess.run([sys.executable, "-m", "hookrun.inspect", str(job0), "--no-stats"], capture_output=True,
-                         text=True, cwd=tmp_path, timeout=300)
+    out = warm(["-m", "hookrun.inspect", str(job0), "--no-stats"], cwd=tmp_path, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     last = next(line for line in out.stdout.splitlines() if "last step" in line)
     with h5py.File(job0 / "captures.h5") as f:
         assert "last step 9: " in last and f"mse_loss {f['captures/sae/curves/mse_loss'][-1]:.6g}" in last
-    plotted = subprocess.run([sys.executable, "-m", "hookrun.plot", str(job0)], capture_output=True, text=True,
-                             cwd=tmp_path, timeout=300)
+    plotted = warm(["-m", "hookrun.plot", str(job0)],
+                   cwd=tmp_path, timeout=300)
     assert plotted.returncode == 0, plotted.stderr[-2000:]
     assert (job0 / "figures" / "sae_loss.png").stat().st_size > 0
     assert (job0 / "figures" / "sae_explained_variance.png").stat().st_size > 0

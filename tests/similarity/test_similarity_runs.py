@@ -6,8 +6,6 @@ model; token rows are averaged over their real tokens; bad input is one line bef
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import h5py
 import numpy as np
@@ -15,6 +13,7 @@ import pytest
 import torch
 from conftest import ROOT
 from test_similarity_engine import cka, dissim, gram_rbf, spearman, unbiased
+from warm_python import python as warm
 
 import hookrun
 from hookrun.analysis.kind_readers import kind_figures, kind_lines, kind_sections
@@ -382,9 +381,9 @@ def test_bad_input_is_one_line_before_any_batch(tmp_path, overrides, message) ->
 @pytest.mark.slow
 def test_cka_resnet_experiment_runs(tmp_path) -> None:
     out = tmp_path / "cka"
-    subprocess.run([sys.executable, "-m", "hookrun", "experiment=cka_resnet", "data.dataset.size=24",
-                    "data.dataset.image_size=[3,32,32]", "data.batch_size=8", "progress=false",
-                    f"hydra.run.dir={out}"], cwd=ROOT, check=True, capture_output=True, text=True, timeout=300)
+    warm(["-m", "hookrun", "experiment=cka_resnet", "data.dataset.size=24",
+          "data.dataset.image_size=[3,32,32]", "data.batch_size=8", "progress=false",
+          f"hydra.run.dir={out}"], cwd=ROOT, check=True, timeout=300)
     got, meta = file_matrix(out / "captures.h5")
     assert got.shape == (4, 4) and meta["with"] == "torchvision.models.resnet34"
     assert np.all((got > 0) & (got <= 1 + 1e-9))

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import h5py
 import numpy as np
 import torch
 from conftest import ROOT
+from warm_python import python as warm
 
 from hookrun.data import shapes
 from hookrun.models import tiny_cnn
@@ -39,8 +38,7 @@ def gram_rbf(x: np.ndarray, sigma: float) -> np.ndarray:  # Kornblith et al.'s g
 
 
 def hookrun_cli(tmp_path, *args):
-    return subprocess.run([sys.executable, "-m", "hookrun", *args, *ARGS], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return warm(["-m", "hookrun", *args, *ARGS], cwd=tmp_path, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
 def test_a_sweep_over_the_measure_gives_sigma_to_its_rbf_job_only(tmp_path):
