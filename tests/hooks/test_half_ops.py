@@ -80,7 +80,7 @@ def test_capture_keeps_a_bfloat16_record_bfloat16_in_memory():
     for model_dtype, record_dtype in ((torch.bfloat16, None), (torch.float32, "bfloat16")):
         model = Two().to(model_dtype)
         seen = []
-        handle = model.a.register_forward_hook(lambda m, i, o: seen.append(o.detach().clone()))
+        handle = model.a.register_forward_hook(lambda m, i, o, seen=seen: seen.append(o.detach().clone()))
         action = {"name": "record", "what": "output", **({"dtype": record_dtype} if record_dtype else {})}
         with torch.no_grad(), hookrun.capture(model, {"h": {"at": "a", "type": "forward", "actions": [action]}}) as cap:
             model(x.to(model_dtype))
