@@ -300,32 +300,12 @@ def versions(*dists: str) -> list[str]:
 
 
 def module_versions(*modules: str) -> list[str]:
-    """`NAME VERSION` for each module, from its __version__: read from its package's version.py where
-    that file sets it to a literal (torch's: a parent that ran nothing of torch need not import it for
-    the header), else by importing it."""
-    return [f"{name} {_literal_version(name) or importlib.import_module(name).__version__}" for name in modules]
+    """`NAME VERSION` for each module: the literal its package's version.py sets, read without importing
+    it (hookrun.cli.installed_version: a parent that ran nothing of torch need not import it for the
+    header), else its __version__ on import."""
+    from hookrun.cli import installed_version
 
-
-def _literal_version(name: str) -> str | None:
-    """The string literal `__version__ = "..."` of a module's version.py (not imported), or None."""
-    import ast
-    import importlib.util
-
-    if name in sys.modules:
-        return None
-    spec = importlib.util.find_spec(name)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(list(spec.submodule_search_locations)[0]) / "version.py"
-    try:
-        tree = ast.parse(path.read_text())
-    except (OSError, SyntaxError, ValueError):
-        return None
-    for node in tree.body:
-        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__version__" for t in node.targets)
-                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
-            return node.value.value
-    return None
+    return [f"{name} {installed_version(name) or importlib.import_module(name).__version__}" for name in modules]
 
 
 def environment(seconds: float, *parts: str, threads: str | None = None) -> str:
