@@ -19,6 +19,7 @@ marks the view incomplete, naming the shards; `resume=true` runs only the unfini
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import threading
@@ -265,27 +266,35 @@ def process_mark(pid: int | None = None) -> str:
     and its start time; "" where /proc is not there (then gone() never says so)."""
     pid = os.getpid() if pid is None else pid
     try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        space = os.stat("/proc/self/ns/pid").st_ino
-        start = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        return f"{_machine()}:{pid}:{_stat(pid)[19]}" if _machine() else ""
     except (OSError, IndexError):
         return ""
-    return f"{boot}:{space}:{pid}:{start}"
 
 
 def gone(store: dist.Store, rank: int) -> bool:
     """Whether rank `rank`'s process has surely ended: it runs on this machine (its process_mark's
     boot and pid namespace are this one's) and its pid is no longer there, is a zombie, or is
     another process. A rank elsewhere, or one that never said, is never taken for gone."""
-    if not store.check([f"pid/{rank}"]):
-        return False
-    mark = store.get(f"pid/{rank}").decode()
-    here = process_mark()
-    if not mark or not here or mark.rsplit(":", 2)[0] != here.rsplit(":", 2)[0]:
+    mark = store.get(f"pid/{rank}").decode() if store.check([f"pid/{rank}"]) else ""
+    if not mark or not _machine() or mark.rsplit(":", 2)[0] != _machine():
         return False
     pid, start = mark.rsplit(":", 2)[1:]
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = _stat(pid)
     except (OSError, IndexError):
         return True
     return fields[0] in ("Z", "X") or fields[19] != start
+
+
+@functools.cache
+def _machine() -> str:
+    """This machine's boot and pid namespace, 'BOOT_ID:INODE' ("" without /proc): the same for a process's life."""
+    try:
+        return f"{Path('/proc/sys/kernel/random/boot_id').read_text().strip()}:{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return ""
+
+
+def _stat(pid: int | str) -> list[str]:
+    """/proc/PID/stat's fields after the command's name: [0] the state, [19] the start time."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
