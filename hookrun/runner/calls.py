@@ -131,12 +131,11 @@ class CallSpec:
         first = self._input_keys(item)
         values = [_get(item, k, "data.inputs") for k in (first.values() if isinstance(first, Mapping) else first)]
         if not any(_has_tensor(v) for v in values):
-            lists = any(isinstance(v, list) for v in values)  # (a Hugging Face Dataset's rows, unformatted)
+            hf = ("a Hugging Face datasets.Dataset gives lists: pass ds.with_format('torch'); otherwise "
+                  if any(isinstance(v, list) for v in values) else "")  # (its rows, unformatted, are lists)
             raise ConfigError(f"data.inputs: none of the model's inputs ({', '.join(map(str, first))}) holds a tensor "
-                              f"(got {', '.join(type(v).__name__ for v in values)}); "
-                              + ("a Hugging Face datasets.Dataset gives lists: pass ds.with_format('torch'); otherwise "
-                                 if lists else "") + "add a transform such as "
-                              "torchvision.transforms.ToTensor, or choose other keys with data.inputs")
+                              f"(got {', '.join(type(v).__name__ for v in values)}); {hf}add a transform such as "
+                              f"torchvision.transforms.ToTensor, or choose other keys with data.inputs")
 
     def check_forward(self, model: nn.Module, item: Any) -> None:
         """Keyword inputs must be arguments of `model.forward` (or it takes **kwargs): refused before
