@@ -4,6 +4,7 @@ the holder); the readers' live_writer (store/live.py) to name the run that write
 
     holder = read_pid(fd)          # '12345', or '' where the file names none
     writer_alive(holder)           # False: no such process (a reader's probe, or a writer before its pid)
+    alive(12345)                   # the same for a pid as a number (the leftovers, locks and scratch of other modules)
 """
 
 from __future__ import annotations
@@ -16,19 +17,24 @@ except ImportError:  # Windows
     fcntl = None
 
 
-def writer_alive(pid: str) -> bool:
-    """Whether `pid` names a running process ("": none named)."""
-    if not pid.isdigit():
-        return False
-    if fcntl is None:  # (Windows: os.kill would end it)
+def alive(pid: int) -> bool:
+    """Whether `pid` is a process on this machine: another user's counts (it may not be signalled), and
+    0 and negatives, which name process groups, are never taken for a dead one; True where it cannot be
+    asked without harm (Windows: os.kill would end it)."""
+    if pid <= 0 or fcntl is None:
         return True
     try:
-        os.kill(int(pid), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except OSError:  # (another user's: it runs)
-        pass
+    except (OSError, OverflowError):  # (PermissionError: another user's, it runs)
+        return True
     return True
+
+
+def writer_alive(pid: str) -> bool:
+    """Whether `pid` names a running process ("": none named)."""
+    return pid.isdigit() and alive(int(pid))
 
 
 def read_pid(fd: int) -> str:

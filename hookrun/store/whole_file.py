@@ -22,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hookrun.store.lock_holder import alive
+
 STALE_SECONDS = 60.0
 _LEFTOVER = re.compile(r"^\..+\.(\d+)\.tmp$")
 
@@ -51,7 +53,7 @@ def remove_leftovers(folder: Path, folder_of: str | None = None) -> list[Path]:
     now = time.time()
     for entry in entries:
         match = _LEFTOVER.match(entry.name)
-        if not match or int(match.group(1)) == os.getpid() or _alive(int(match.group(1))):
+        if not match or int(match.group(1)) == os.getpid() or alive(int(match.group(1))):
             continue
         try:
             whole = entry.is_dir(follow_symlinks=False) and folder_of is not None and entry.name.startswith(f".{folder_of}.")
@@ -65,16 +67,3 @@ def remove_leftovers(folder: Path, folder_of: str | None = None) -> list[Path]:
             continue
         removed.append(Path(entry.path))
     return removed
-
-
-def _alive(pid: int) -> bool:
-    """Whether `pid` is a process on this machine (another user's counts: it may not be signalled)."""
-    if pid <= 0:
-        return True  # (0 and negatives name process groups: never taken for a dead writer)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True
-    return True

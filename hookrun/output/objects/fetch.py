@@ -125,12 +125,12 @@ SCRATCH = re.compile(r"-(\d+)@(.+)-[a-z0-9_]+$")  # scratch's name: KIND-PID@HOS
 def clear_dead_scratch(cache_dir: Path) -> None:
     """Remove the scratch folders of `cache_dir` whose process, on this host, is gone (was: a loader SIGKILLed
     mid-epoch left its prefetched parts, up to prefetch + 1 of output.part_bytes each, in the cache for good)."""
-    from hookrun.output.objects.remote_lock import _alive
+    from hookrun.store.lock_holder import alive
 
     here = socket.gethostname()
     for folder in cache_dir.iterdir():
         found = SCRATCH.search(folder.name)
-        if found and folder.is_dir() and found[2] == here and not _alive(int(found[1])):
+        if found and folder.is_dir() and found[2] == here and not alive(int(found[1])):
             shutil.rmtree(folder, ignore_errors=True)
 
 

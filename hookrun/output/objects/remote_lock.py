@@ -30,6 +30,7 @@ import uuid
 
 from hookrun.errors import ConfigError
 from hookrun.output.objects.object_folder import RemoteFolder, precondition_failed, reason
+from hookrun.store.lock_holder import alive
 from hookrun.store.paths import WriterLock
 
 log = logging.getLogger("hookrun")
@@ -213,16 +214,6 @@ def stale(holder: dict) -> str | None:
     if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):
         if holder["pid"] == os.getpid() and holder.get("token") not in _HELD:
             return "left it behind in this process (its store went away before it could be removed)"
-        if not _alive(holder["pid"]):
+        if not alive(holder["pid"]):
             return "is no longer running on this host"
     return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
